@@ -1,0 +1,201 @@
+"""Image preprocessing ops (TensorFlow, host side; never imports the model).
+
+Each op works on one image, eagerly or inside `tf.data` / a `tf.function`, so
+the same code serves training input pipelines, evaluation and the export
+signatures (which must preprocess exactly as evaluation does).
+
+Convention: decoded images are uint8 (or float in [0, 255]) HWC RGB; the model
+takes float32 in [-1, 1], as in the official implementation.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence, Tuple, Union
+
+import tensorflow as tf
+
+Size = Union[int, Sequence[int]]
+
+
+def as_hw(size: Size) -> Tuple[int, int]:
+    """(height, width) from an int or a pair."""
+    if isinstance(size, int):
+        return (size, size)
+    size = tuple(int(s) for s in size)
+    if len(size) != 2:
+        raise ValueError(f"Expected an int or (height, width), got {size!r}.")
+    return size
+
+
+def to_rgb(image: tf.Tensor) -> tf.Tensor:
+    """Grayscale -> 3 channels (tiled), RGBA -> RGB (alpha dropped).
+
+    A rank-2 image (H, W) is treated as grayscale.
+    """
+    if image.shape.rank == 2:
+        image = image[..., tf.newaxis]
+    channels = image.shape[-1]
+    if channels == 3:
+        return image
+    if channels == 1:
+        return tf.tile(image, [1, 1, 3])
+    if channels == 4:
+        return image[..., :3]
+    if channels == 2:  # grayscale + alpha
+        return tf.tile(image[..., :1], [1, 1, 3])
+    if channels is None:
+        # Unknown statically (e.g. decode_image without channels): decide at
+        # run time.
+        channels = tf.shape(image)[-1]
+        return tf.case(
+            [
+                (tf.equal(channels, 1), lambda: tf.tile(image, [1, 1, 3])),
+                (
+                    tf.equal(channels, 2),
+                    lambda: tf.tile(image[..., :1], [1, 1, 3]),
+                ),
+            ],
+            default=lambda: image[..., :3],
+        )
+    raise ValueError(f"Cannot convert an image with {channels} channels to RGB.")
+
+
+def decode_image(data: tf.Tensor) -> tf.Tensor:
+    """Decodes JPEG, PNG, GIF (first frame) or BMP bytes to uint8 RGB (H, W, 3).
+
+    16-bit PNGs are converted to 8 bits; grayscale and RGBA become RGB.
+    Invalid bytes raise `tf.errors.InvalidArgumentError` from the decoder.
+    """
+    tf.debugging.assert_greater(
+        tf.strings.length(data),
+        0,
+        message="Empty image: got a zero-length string instead of encoded "
+        "image bytes (JPEG, PNG, GIF or BMP).",
+    )
+    image = tf.io.decode_image(
+        data, channels=0, dtype=tf.uint8, expand_animations=False
+    )
+    image.set_shape([None, None, None])
+    return tf.ensure_shape(to_rgb(image), [None, None, 3])
+
+
+def scale_to_unit_range(image: tf.Tensor) -> tf.Tensor:
+    """[0, 255] -> [-1, 1] float32, the model's input range."""
+    return tf.cast(image, tf.float32) / 127.5 - 1.0
+
+
+def resize(image: tf.Tensor, size: Size) -> tf.Tensor:
+    """Bilinear resize to (height, width); float32 [0, 255] out."""
+    return tf.image.resize(
+        tf.cast(image, tf.float32), as_hw(size), method="bilinear"
+    )
+
+
+def central_crop(image: tf.Tensor, size: Size) -> tf.Tensor:
+    """Crops the central (height, width) window."""
+    h, w = as_hw(size)
+    shape = tf.shape(image)
+    top = (shape[0] - h) // 2
+    left = (shape[1] - w) // 2
+    return image[top : top + h, left : left + w]
+
+
+def preprocess_eval(
+    image: tf.Tensor, size: Size, resize_size: Optional[Size] = None
+) -> tf.Tensor:
+    """Deterministic evaluation preprocessing.
+
+    Resizes to `size` directly (the official ViT fine-tuning evaluation), or,
+    when `resize_size` is given, to `resize_size` and then takes the central
+    `size` crop (e.g. resize 256, crop 224 for few-shot probes). Returns
+    float32 (height, width, 3) in [-1, 1].
+    """
+    image = to_rgb(image)
+    if resize_size is None:
+        image = resize(image, size)
+    else:
+        image = central_crop(resize(image, resize_size), size)
+    h, w = as_hw(size)
+    return tf.ensure_shape(scale_to_unit_range(image), [h, w, 3])
+
+
+def preprocess_finetune(
+    image: tf.Tensor,
+    size: Size,
+    resize_size: Optional[Size] = None,
+    flip: bool = True,
+    seed: Optional[tf.Tensor] = None,
+) -> tf.Tensor:
+    """Fine-tuning augmentation (official ViT recipe).
+
+    Resize to `resize_size` (or straight to `size`), random `size` crop,
+    random horizontal flip. `seed` is an optional stateless seed (shape [2]).
+    """
+    h, w = as_hw(size)
+    image = to_rgb(image)
+    seeds = _split_seed(seed, 2)
+    if resize_size is None:
+        image = resize(image, (h, w))
+    else:
+        image = resize(image, resize_size)
+        if seeds is None:
+            image = tf.image.random_crop(image, [h, w, 3])
+        else:
+            image = tf.image.stateless_random_crop(image, [h, w, 3], seeds[0])
+    if flip:
+        image = _flip(image, None if seeds is None else seeds[1])
+    return tf.ensure_shape(scale_to_unit_range(image), [h, w, 3])
+
+
+def preprocess_pretrain(
+    image: tf.Tensor,
+    size: Size,
+    area_range: Tuple[float, float] = (0.05, 1.0),
+    aspect_ratio_range: Tuple[float, float] = (3 / 4, 4 / 3),
+    flip: bool = True,
+    seed: Optional[tf.Tensor] = None,
+) -> tf.Tensor:
+    """Pre-training augmentation: Inception-style crop + horizontal flip.
+
+    A random window covering `area_range` of the image with an aspect ratio in
+    `aspect_ratio_range` (10 attempts; the whole image if none fits), resized
+    to `size`.
+    """
+    h, w = as_hw(size)
+    image = to_rgb(image)
+    seeds = _split_seed(seed, 2)
+    shape = tf.shape(image)
+    bbox = tf.zeros([1, 0, 4], tf.float32)
+    kwargs = dict(
+        bounding_boxes=bbox,
+        min_object_covered=0.0,
+        aspect_ratio_range=aspect_ratio_range,
+        area_range=area_range,
+        max_attempts=10,
+        use_image_if_no_bounding_boxes=True,
+    )
+    if seeds is None:
+        begin, crop_size, _ = tf.image.sample_distorted_bounding_box(
+            shape, **kwargs
+        )
+    else:
+        begin, crop_size, _ = tf.image.stateless_sample_distorted_bounding_box(
+            shape, seed=seeds[0], **kwargs
+        )
+    image = tf.slice(image, begin, crop_size)
+    image = resize(image, (h, w))
+    if flip:
+        image = _flip(image, None if seeds is None else seeds[1])
+    return tf.ensure_shape(scale_to_unit_range(image), [h, w, 3])
+
+
+def _flip(image, seed):
+    if seed is None:
+        return tf.image.random_flip_left_right(image)
+    return tf.image.stateless_random_flip_left_right(image, seed)
+
+
+def _split_seed(seed, n):
+    if seed is None:
+        return None
+    return tf.unstack(tf.random.experimental.stateless_split(seed, n))

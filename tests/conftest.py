@@ -1,0 +1,22 @@
+"""Test set-up: quiet TensorFlow, the TF backend, and two logical CPU devices.
+
+Two logical CPU devices give a real 2-replica MirroredStrategy on one CPU,
+which is how replica code is tested here. They must be configured before
+TensorFlow initialises its devices, hence at import time of the conftest.
+"""
+
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+
+import tensorflow as tf  # noqa: E402
+
+_cpus = tf.config.list_physical_devices("CPU")
+try:
+    tf.config.set_logical_device_configuration(
+        _cpus[0],
+        [tf.config.LogicalDeviceConfiguration()] * 2,
+    )
+except RuntimeError:  # devices already initialised (e.g. re-import)
+    pass
