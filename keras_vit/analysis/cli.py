@@ -1,0 +1,396 @@
+"""`python -m keras_vit.analysis`: the paper's analysis figures in one command.
+
+    python -m keras_vit.analysis --model vit.keras --images photos/ \\
+        --output_dir analysis/
+
+writes attention_rollout.png, mean_attention_distance.png,
+position_embedding_similarity.png, patch_embedding_pca.png and
+analysis.json (the numbers behind them) into --output_dir. The model comes
+from a .keras file (--model), a training run (--workdir) or an official
+checkpoint (--npz with --variant); the images from files or folders
+(--images) or, with no data at hand, from scikit-learn's bundled digits
+(--digits N).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import keras
+import numpy as np
+
+from keras_vit.analysis import core, extract, plots
+
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".gif", ".bmp")
+FIGURES = {
+    "attention_rollout": "attention_rollout.png",
+    "mean_attention_distance": "mean_attention_distance.png",
+    "position_embedding_similarity": "position_embedding_similarity.png",
+    "patch_embedding_pca": "patch_embedding_pca.png",
+}
+JSON_NAME = "analysis.json"
+
+
+class UsageError(Exception):
+    """A problem with the command line or its inputs, with the fix named."""
+
+
+def load_model(
+    model_path: Optional[str] = None,
+    workdir: Optional[str] = None,
+    npz: Optional[str] = None,
+    variant: Optional[str] = None,
+    image_size: Optional[int] = None,
+) -> keras.Model:
+    """model: keras.Model. From exactly one of model_path, workdir, npz."""
+    given = [x for x in (model_path, workdir, npz) if x]
+    if len(given) != 1:
+        raise UsageError(
+            "Give exactly one model source: --model PATH.keras, --workdir DIR "
+            "(a training run) or --npz PATH --variant B/16."
+        )
+    if model_path:
+        if not os.path.isfile(model_path):
+            raise UsageError(
+                f"--model {model_path!r} is not a file: pass a .keras file "
+                "saved with model.save('name.keras'), or --workdir for a "
+                "training run's directory."
+            )
+        # Importing keras_vit registered its layers for deserialisation.
+        return keras.saving.load_model(model_path, compile=False)
+    if workdir:
+        try:
+            from keras_vit import trainer
+        except ModuleNotFoundError as error:
+            if error.name != "keras_vit.trainer":
+                raise
+            trainer = None
+        load = getattr(trainer, "load_model_from_workdir", None)
+        if load is None:
+            raise UsageError(
+                "--workdir needs keras_vit.trainer.load_model_from_workdir, "
+                "which this installation lacks: save the model as .keras and "
+                "pass --model instead."
+            )
+        return load(workdir)
+    if not variant:
+        raise UsageError("--npz needs --variant (e.g. --variant B/16).")
+    try:
+        from keras_vit import checkpoint
+    except ModuleNotFoundError as error:
+        if error.name != "keras_vit.checkpoint":
+            raise
+        checkpoint = None
+    load = getattr(checkpoint, "load_npz", None)
+    if load is None:
+        raise UsageError(
+            "--npz needs keras_vit.checkpoint.load_npz, which this "
+            "installation lacks: convert the checkpoint to .keras and pass "
+            "--model instead."
+        )
+    kwargs = {"variant": variant}
+    if image_size:
+        kwargs["image_size"] = image_size
+    model = load(npz, **kwargs)
+    if not isinstance(model, keras.Model):
+        raise UsageError(
+            "keras_vit.checkpoint.load_npz returned "
+            f"{type(model).__name__}, not a keras.Model."
+        )
+    return model
+
+
+def _list_images(paths: Sequence[str]) -> List[str]:
+    import tensorflow as tf
+
+    files = []
+    for path in paths:
+        if tf.io.gfile.isdir(path):
+            found = sorted(
+                os.path.join(path, name)
+                for name in tf.io.gfile.listdir(path)
+                if name.lower().endswith(IMAGE_EXTENSIONS)
+            )
+            if not found:
+                raise UsageError(
+                    f"No images ({', '.join(IMAGE_EXTENSIONS)}) in folder "
+                    f"{path!r}."
+                )
+            files.extend(found)
+        elif tf.io.gfile.exists(path):
+            files.append(path)
+        else:
+            raise UsageError(f"--images {path!r} does not exist.")
+    return files
+
+
+def load_images(
+    paths: Sequence[str], size: Tuple[int, int]
+) -> Tuple[np.ndarray, List[str]]:
+    """Reads image files (and folders of them) as the model's input.
+
+    Decoded and resized as at evaluation time (`preprocess_eval`).
+
+    Returns:
+        (images, names): float32 (n, height, width, 3) in [-1, 1], and each
+        image's file name.
+    """
+    import tensorflow as tf
+
+    from keras_vit import preprocessing
+
+    files = _list_images(paths)
+    images = []
+    for file in files:
+        data = tf.io.gfile.GFile(file, "rb").read()
+        try:
+            image = preprocessing.decode_image(tf.constant(data))
+        except (tf.errors.InvalidArgumentError, ValueError) as error:
+            raise UsageError(
+                f"Cannot decode {file!r} as JPEG, PNG, GIF or BMP: {error}"
+            ) from None
+        images.append(preprocessing.preprocess_eval(image, size).numpy())
+    return np.stack(images), [os.path.basename(f) for f in files]
+
+
+def digits_images(
+    count: int, size: Tuple[int, int]
+) -> Tuple[np.ndarray, List[str]]:
+    """The first `count` scikit-learn digits as model input (no download).
+
+    The 8 x 8 grey images (values 0..16) are scaled to [0, 255] and go
+    through `preprocess_eval`: bilinear upsampling to `size`, grey tiled
+    to RGB, scaled to [-1, 1].
+
+    Returns:
+        (images, names): float32 (count, height, width, 3) and names such
+        as "digit #3 (label 3)".
+    """
+    import tensorflow as tf
+    from sklearn.datasets import load_digits
+
+    from keras_vit import preprocessing
+
+    digits = load_digits()
+    if not 1 <= count <= len(digits.images):
+        raise UsageError(
+            f"--digits must be between 1 and {len(digits.images)}, got {count}."
+        )
+    images = [
+        preprocessing.preprocess_eval(
+            tf.constant(digit[..., None] * (255.0 / 16.0), tf.float32), size
+        ).numpy()
+        for digit in digits.images[:count]
+    ]
+    names = [
+        f"digit #{i} (label {label})"
+        for i, label in enumerate(digits.target[:count])
+    ]
+    return np.stack(images), names
+
+
+def _predictions(model: keras.Model, outputs: np.ndarray) -> List[Dict]:
+    if "head" not in {layer.name for layer in model.layers}:
+        return [{} for _ in outputs]  # a features model: no classes
+    logits = outputs - outputs.max(axis=-1, keepdims=True)
+    probs = np.exp(logits) / np.exp(logits).sum(axis=-1, keepdims=True)
+    return [
+        {"predicted_class": int(p.argmax()), "probability": float(p.max())}
+        for p in probs
+    ]
+
+
+def _write_json(data: Dict[str, Any], path: str) -> None:
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w") as f:
+        # Compact: the similarity matrix alone has N * N numbers.
+        json.dump(data, f, separators=(",", ":"))
+    os.replace(tmp, path)
+
+
+def _rounded(array: np.ndarray, digits: int = 4) -> list:
+    return np.round(np.asarray(array, np.float64), digits).tolist()
+
+
+def run_analysis(
+    model: keras.Model,
+    images: np.ndarray,
+    output_dir: str,
+    *,
+    names: Optional[Sequence[str]] = None,
+    batch_size: int = 16,
+    max_rollout_images: int = 8,
+    num_components: int = 28,
+) -> Dict[str, Any]:
+    """Computes the four analyses, writes the PNGs and analysis.json.
+
+    Args:
+        model: keras.Model. A keras_vit Vision Transformer.
+        images: float32 (n, height, width, 3) in [-1, 1]. Model inputs.
+        output_dir: str. Created if missing; existing files of the same
+            names are replaced.
+        names: sequence of str or None. One name per image.
+        batch_size: int. Images per forward pass.
+        max_rollout_images: int. Images drawn in the rollout figure.
+        num_components: int. Principal components of the patch filters.
+
+    Returns:
+        dict. The content of analysis.json.
+    """
+    os.makedirs(output_dir, exist_ok=True)
+    names = (
+        list(names)
+        if names is not None
+        else [f"image {i}" for i in range(len(images))]
+    )
+    out = {key: os.path.join(output_dir, f) for key, f in FIGURES.items()}
+    stats = extract.attention_stats(model, images, batch_size=batch_size)
+    layout = stats.layout
+    predictions = _predictions(model, stats.outputs)
+    titles = [
+        f"{name}\npredicted {p['predicted_class']} ({p['probability']:.2f})"
+        if p
+        else name
+        for name, p in zip(names, predictions)
+    ]
+    plots.plot_attention_rollout(
+        images,
+        stats.rollout_maps,
+        out["attention_rollout"],
+        titles=titles,
+        max_images=max_rollout_images,
+    )
+    uniform = core.uniform_attention_distance(layout)
+    plots.plot_mean_attention_distance(
+        stats.mean_distance,
+        out["mean_attention_distance"],
+        uniform_distance=uniform,
+        title=f"{model.name}: mean attention distance ({len(images)} images)",
+    )
+    similarity = core.position_embedding_similarity(
+        extract.position_embeddings(model), layout.num_prefix_tokens
+    )
+    plots.plot_position_similarity(
+        similarity,
+        layout.grid,
+        out["position_embedding_similarity"],
+        title=f"{model.name}: position embedding similarity",
+    )
+    kernel = extract.patch_kernel(model)
+    pca: Dict[str, Any]
+    if kernel.shape[2] == 3 and kernel.shape[0] > 1:
+        components, explained = core.patch_embedding_pca(kernel, num_components)
+        plots.plot_patch_embedding_pca(
+            components, explained, out["patch_embedding_pca"]
+        )
+        pca = {"explained_variance_ratio": _rounded(explained, 6)}
+    else:
+        # Hybrids embed ResNet feature maps with 1 x 1 patches: their
+        # filters are not images.
+        pca = {"skipped": "the patch embedding does not act on RGB pixels"}
+        del out["patch_embedding_pca"]
+    data = {
+        "model": model.name,
+        "layout": {
+            "grid": list(layout.grid),
+            "patch_pixels": list(layout.patch_pixels),
+            "class_token": bool(layout.num_prefix_tokens),
+        },
+        "images": [
+            dict(name=name, rollout_map=_rounded(m, 5), **p)
+            for name, m, p in zip(names, stats.rollout_maps, predictions)
+        ],
+        "rollout_note": (
+            "class-token row of the rollout, class column dropped"
+            if layout.num_prefix_tokens
+            else "no class token: mean over all query rows of the rollout"
+        ),
+        "mean_attention_distance": {
+            "pixels": _rounded(stats.mean_distance),
+            "per_layer_mean": _rounded(stats.mean_distance.mean(axis=1)),
+            "uniform_attention_pixels": round(uniform, 4),
+            "num_images": len(images),
+            "note": "class token excluded as query and key; each query's "
+            "weights renormalised over the patch keys",
+        },
+        "position_embedding_similarity": {
+            "matrix": _rounded(similarity),
+            "note": "cosine similarity, class token excluded, row-major",
+        },
+        "patch_embedding_pca": pca,
+        "figures": {k: os.path.basename(v) for k, v in out.items()},
+    }
+    _write_json(data, os.path.join(output_dir, JSON_NAME))
+    return data
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m keras_vit.analysis",
+        description="Attention rollout, mean attention distance, position "
+        "embedding similarity and patch-filter principal components "
+        "(ViT paper, Section 4.5) of a trained model.",
+    )
+    source = parser.add_argument_group("model (give one)")
+    source.add_argument("--model", help="A .keras file of a keras_vit model.")
+    source.add_argument("--workdir", help="A training run's directory.")
+    source.add_argument("--npz", help="An official .npz checkpoint.")
+    source.add_argument("--variant", help='With --npz: e.g. "B/16".')
+    source.add_argument(
+        "--image_size", type=int, help="With --npz: input resolution."
+    )
+    data = parser.add_argument_group("images (give one)")
+    data.add_argument(
+        "--images", nargs="+", help="Image files and/or folders of images."
+    )
+    data.add_argument(
+        "--digits",
+        type=int,
+        help="Use the first N scikit-learn digits (bundled, no download).",
+    )
+    parser.add_argument("--output_dir", required=True)
+    parser.add_argument("--batch_size", type=int, default=16)
+    parser.add_argument(
+        "--max_rollout_images",
+        type=int,
+        default=8,
+        help="Images drawn in the rollout figure (all go into the JSON).",
+    )
+    parser.add_argument("--num_components", type=int, default=28)
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Command-line entry point; returns the exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if (args.images is None) == (args.digits is None):
+        parser.error("give either --images IMG_OR_DIR ... or --digits N.")
+    try:
+        model = load_model(
+            args.model, args.workdir, args.npz, args.variant, args.image_size
+        )
+        size = tuple(model.input_shape[1:3])
+        if args.images is not None:
+            images, names = load_images(args.images, size)
+        else:
+            images, names = digits_images(args.digits, size)
+        data = run_analysis(
+            model,
+            images,
+            args.output_dir,
+            names=names,
+            batch_size=args.batch_size,
+            max_rollout_images=args.max_rollout_images,
+            num_components=args.num_components,
+        )
+    except UsageError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    for name in list(data["figures"].values()) + [JSON_NAME]:
+        print(os.path.join(args.output_dir, name))
+    return 0

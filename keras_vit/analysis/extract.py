@@ -1,0 +1,139 @@
+"""Reads what the analysis needs out of a keras_vit model.
+
+The token layout, the learned tables (position embeddings, patch filters)
+and, over a set of images, the attention statistics. Images pass through
+`keras_vit.attention_model` in batches, so only per-batch attention is ever
+held in memory, whatever the number of images.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+import keras
+import numpy as np
+
+from keras_vit import layers as vit_layers
+from keras_vit.analysis import core
+from keras_vit.model import attention_model
+
+
+def _layer(model: keras.Model, name: str, kind: type) -> keras.layers.Layer:
+    for layer in model.layers:
+        if layer.name == name and isinstance(layer, kind):
+            return layer
+    raise ValueError(
+        f"Model {model.name!r} has no {kind.__name__} layer named {name!r}: "
+        "the analysis needs a Vision Transformer built by "
+        "keras_vit.create_model (or loaded from its .keras file)."
+    )
+
+
+def token_layout(model: keras.Model) -> core.TokenLayout:
+    """layout: core.TokenLayout. The model's patch grid and class token."""
+    embedding = _layer(model, "embedding", vit_layers.PatchEmbedding)
+    _, height, width = model.input_shape[:3]
+    # The embedding's input is the image, or the ResNet feature map of a
+    # hybrid: its grid is that map's size over the (1-pixel) patch size.
+    _, fh, fw = embedding.input.shape[:3]
+    if None in (height, width, fh, fw):
+        raise ValueError(
+            "The analysis needs a fixed input size; rebuild the model with "
+            "an explicit image_size."
+        )
+    rows, cols = fh // embedding.patch_size, fw // embedding.patch_size
+    has_cls = any(
+        isinstance(layer, vit_layers.ClassToken) for layer in model.layers
+    )
+    return core.TokenLayout(
+        grid=(rows, cols),
+        patch_pixels=(height / rows, width / cols),
+        num_prefix_tokens=int(has_cls),
+    )
+
+
+def position_embeddings(model: keras.Model) -> np.ndarray:
+    """table: float32 (T, D). The learned position embeddings."""
+    layer = _layer(model, "posembed_input", vit_layers.PositionEmbedding)
+    return np.asarray(keras.ops.convert_to_numpy(layer.pos_embedding))[0]
+
+
+def patch_kernel(model: keras.Model) -> np.ndarray:
+    """kernel: float32 (P, P, C, D). The patch projection's filters."""
+    layer = _layer(model, "embedding", vit_layers.PatchEmbedding)
+    return np.asarray(keras.ops.convert_to_numpy(layer.conv.kernel))
+
+
+@dataclasses.dataclass
+class AttentionStats:
+    """Attention statistics of a model over a set of images.
+
+    Attributes:
+        layout: core.TokenLayout. The model's token layout.
+        mean_distance: float64 (layers, heads). Mean attention distance in
+            pixels, averaged over all images.
+        rollout_maps: float64 (images, rows, cols). Rollout attention of
+            the output token(s) on the patch grid, per image.
+        outputs: float32 (images, ...). The model's outputs (logits).
+    """
+
+    layout: core.TokenLayout
+    mean_distance: np.ndarray
+    rollout_maps: np.ndarray
+    outputs: np.ndarray
+
+
+def attention_stats(
+    model: keras.Model,
+    images: np.ndarray,
+    batch_size: int = 16,
+    attention: Optional[keras.Model] = None,
+) -> AttentionStats:
+    """Runs `images` through the model and gathers attention statistics.
+
+    Args:
+        model: keras.Model. A keras_vit Vision Transformer.
+        images: float array (n, height, width, 3) in [-1, 1].
+        batch_size: int. Images per forward pass.
+        attention: keras.Model or None. A ready `attention_model(model)`, to
+            skip building it again.
+
+    Returns:
+        AttentionStats over all `images`.
+    """
+    images = np.asarray(images, dtype=np.float32)
+    expected = tuple(model.input_shape[1:])
+    if images.ndim != 4 or images.shape[1:] != expected or not len(images):
+        raise ValueError(
+            f"Expected images of shape (n, {', '.join(map(str, expected))}) "
+            f"with n >= 1, got {images.shape}: preprocess them to the "
+            "model's input size (keras_vit.preprocessing.preprocess_eval)."
+        )
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}.")
+    layout = token_layout(model)
+    if attention is None:
+        attention = attention_model(model)
+    distance_sum, maps, outputs = 0.0, [], []
+    for start in range(0, len(images), batch_size):
+        batch = images[start : start + batch_size]
+        output, weights = attention(batch, training=False)
+        weights = [
+            np.asarray(keras.ops.convert_to_numpy(w), np.float64)
+            for w in weights
+        ]
+        # Weighted by batch size, so the mean is over images, not batches.
+        distance_sum = distance_sum + len(batch) * (
+            core.mean_attention_distance(weights, layout)
+        )
+        maps.append(
+            core.rollout_patch_maps(core.attention_rollout(weights), layout)
+        )
+        outputs.append(np.asarray(keras.ops.convert_to_numpy(output)))
+    return AttentionStats(
+        layout=layout,
+        mean_distance=distance_sum / len(images),
+        rollout_maps=np.concatenate(maps),
+        outputs=np.concatenate(outputs),
+    )

@@ -1,0 +1,437 @@
+"""Tests for keras_vit.analysis: exact numerics, figures, the command line."""
+
+import itertools
+import json
+import math
+import os
+import sys
+import types
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from PIL import Image
+
+import keras_vit
+from keras_vit.analysis import cli, core, extract, plots
+
+PATCH = 4.0
+
+
+def _layout(grid=(3, 5), prefix=1, pixels=(PATCH, PATCH)):
+    return core.TokenLayout(
+        grid=grid, patch_pixels=pixels, num_prefix_tokens=prefix
+    )
+
+
+def _brute_force_mean_distance(rows, cols, patch):
+    cells = list(itertools.product(range(rows), range(cols)))
+    total = sum(
+        math.hypot((r1 - r2) * patch, (c1 - c2) * patch)
+        for (r1, c1), (r2, c2) in itertools.product(cells, cells)
+    )
+    return total / len(cells) ** 2
+
+
+# --- mean attention distance -------------------------------------------
+
+
+@pytest.mark.parametrize("prefix", [0, 1])
+def test_uniform_attention_gives_mean_pairwise_distance(prefix):
+    layout = _layout(prefix=prefix)
+    t = layout.num_tokens
+    uniform = np.full((2, 3, t, t), 1.0 / t)
+    got = core.mean_attention_distance([uniform, uniform], layout)
+    expected = _brute_force_mean_distance(3, 5, PATCH)
+    assert got.shape == (2, 3)
+    np.testing.assert_allclose(got, expected, rtol=1e-12)
+    assert core.uniform_attention_distance(layout) == pytest.approx(
+        expected, rel=1e-12
+    )
+
+
+def test_identity_attention_gives_zero_distance():
+    layout = _layout()
+    eye = np.broadcast_to(np.eye(layout.num_tokens), (2, 4, 16, 16))
+    np.testing.assert_array_equal(
+        core.mean_attention_distance([eye], layout), np.zeros((1, 4))
+    )
+
+
+def _right_neighbour_attention(layout, cls_weight=0.0):
+    # Every patch attends to the patch to its right (the last column to its
+    # left): always exactly one patch width away.
+    rows, cols = layout.grid
+    p = layout.num_prefix_tokens
+    weights = np.zeros((1, 1, layout.num_tokens, layout.num_tokens))
+    weights[0, 0, :p, :] = 1.0 / layout.num_tokens
+    for r, c in itertools.product(range(rows), range(cols)):
+        target = c + 1 if c + 1 < cols else c - 1
+        weights[0, 0, p + r * cols + c, p + r * cols + target] = 1 - cls_weight
+        if p:
+            weights[0, 0, p + r * cols + c, 0] = cls_weight
+    return weights
+
+
+def test_neighbour_attention_gives_patch_size():
+    layout = _layout(prefix=0)
+    got = core.mean_attention_distance(
+        [_right_neighbour_attention(layout)], layout
+    )
+    np.testing.assert_allclose(got, [[PATCH]], rtol=1e-12)
+
+
+def test_class_token_weight_is_excluded_and_renormalised():
+    # Half the weight on the class token, half on the neighbour: the
+    # distance over patch keys is still one patch, not half of one.
+    layout = _layout(prefix=1)
+    weights = _right_neighbour_attention(layout, cls_weight=0.5)
+    got = core.mean_attention_distance([weights], layout)
+    np.testing.assert_allclose(got, [[PATCH]], rtol=1e-12)
+
+
+def test_attention_shape_mismatch_names_the_fix():
+    with pytest.raises(ValueError, match="attention_model"):
+        core.mean_attention_distance([np.ones((1, 1, 5, 5))], _layout())
+
+
+# --- attention rollout -------------------------------------------------
+
+
+def test_rollout_of_identity_is_identity():
+    eye = np.broadcast_to(np.eye(6), (2, 3, 6, 6))
+    np.testing.assert_array_equal(
+        core.attention_rollout([eye, eye, eye]),
+        np.broadcast_to(np.eye(6), (2, 6, 6)),
+    )
+
+
+HEADS_1 = np.array([[[1.0, 0.0], [0.0, 1.0]], [[0.0, 1.0], [0.0, 1.0]]])
+HEADS_2 = np.array([[[0.0, 1.0], [1.0, 0.0]]])
+
+
+def test_rollout_two_layers_by_hand():
+    # Layer 1: head mean [[.5, .5], [0, 1]]; (A + I) / 2 = [[.75, .25],
+    # [0, 1]]. Layer 2: [[0, 1], [1, 0]]; (A + I) / 2 = [[.5, .5], [.5, .5]].
+    # Rollout = R2 @ R1 = [[.375, .625], [.375, .625]].
+    got = core.attention_rollout([HEADS_1[None], HEADS_2[None]])
+    np.testing.assert_allclose(got, [[[0.375, 0.625], [0.375, 0.625]]])
+    # Without residuals: A2 @ A1 = [[0, 1], [.5, .5]].
+    got = core.attention_rollout([HEADS_1[None], HEADS_2[None]], residual=False)
+    np.testing.assert_allclose(got, [[[0.0, 1.0], [0.5, 0.5]]])
+
+
+def test_rollout_patch_maps_class_row_and_gap_mean():
+    rollout = np.arange(2 * 7 * 7, dtype=float).reshape(2, 7, 7)
+    token = core.rollout_patch_maps(rollout, _layout((2, 3), prefix=1))
+    np.testing.assert_array_equal(token, rollout[:, 0, 1:].reshape(2, 2, 3))
+    rollout = rollout[:, 1:, 1:]
+    gap = core.rollout_patch_maps(rollout, _layout((2, 3), prefix=0))
+    np.testing.assert_allclose(gap, rollout.mean(axis=1).reshape(2, 2, 3))
+
+
+@pytest.mark.parametrize("size", [(12, 20), (7, 11)])
+def test_upsample_matches_tf_bilinear(size):
+    maps = np.random.default_rng(0).normal(size=(2, 3, 5))
+    expected = tf.image.resize(maps[..., None], size, method="bilinear")
+    np.testing.assert_allclose(
+        core.upsample_bilinear(maps, size), expected.numpy()[..., 0], atol=1e-5
+    )
+
+
+# --- position embeddings and patch filters ------------------------------
+
+
+def test_position_similarity_is_cosine_without_class_token():
+    from sklearn.metrics.pairwise import cosine_similarity
+
+    table = np.random.default_rng(1).normal(size=(1, 1 + 12, 8))
+    got = core.position_embedding_similarity(table, num_prefix_tokens=1)
+    assert got.shape == (12, 12)
+    np.testing.assert_allclose(np.diag(got), 1.0, rtol=1e-12)
+    np.testing.assert_array_equal(got, got.T)
+    np.testing.assert_allclose(got, cosine_similarity(table[0, 1:]), atol=1e-12)
+
+
+def test_similarity_mosaic_non_square_grid():
+    grid = (2, 3)
+    sim = np.arange(36, dtype=float).reshape(6, 6)
+    mosaic = core.similarity_mosaic(sim, grid, gap=1)
+    assert mosaic.shape == (2 * 3 - 1, 3 * 4 - 1)
+    for index in range(6):
+        r, c = divmod(index, 3)
+        tile = mosaic[r * 3 : r * 3 + 2, c * 4 : c * 4 + 3]
+        np.testing.assert_array_equal(tile, sim[index].reshape(2, 3))
+    assert np.isnan(mosaic[2]).all() and np.isnan(mosaic[:, 3]).all()
+    assert np.isnan(mosaic).sum() == mosaic.size - 36
+
+
+def test_patch_pca_orthonormal_and_matches_sklearn():
+    from sklearn.decomposition import PCA
+
+    kernel = np.random.default_rng(2).normal(size=(4, 4, 3, 40))
+    components, explained = core.patch_embedding_pca(kernel, 10)
+    assert components.shape == (10, 4, 4, 3)
+    flat = components.reshape(10, -1)
+    np.testing.assert_allclose(flat @ flat.T, np.eye(10), atol=1e-10)
+    assert np.all(np.diff(explained) <= 0)
+    reference = PCA().fit(kernel.reshape(48, 40).T)
+    np.testing.assert_allclose(
+        explained, reference.explained_variance_ratio_[:10], rtol=1e-8
+    )
+    # Same directions up to sign.
+    overlap = np.abs(np.sum(flat * reference.components_[:10], axis=1))
+    np.testing.assert_allclose(overlap, 1.0, atol=1e-8)
+    _, everything = core.patch_embedding_pca(kernel, 100)
+    assert len(everything) == 40 and everything.sum() == pytest.approx(1.0)
+
+
+# --- the model side ------------------------------------------------------
+
+
+def _tiny(pooling="token", image_size=(32, 48)):
+    return keras_vit.create_model(
+        None,
+        num_classes=5,
+        image_size=image_size,
+        pooling=pooling,
+        patch_size=8,
+        hidden_size=32,
+        num_layers=2,
+        num_heads=2,
+        mlp_dim=64,
+        head_zero_init=False,
+    )
+
+
+@pytest.fixture(scope="module")
+def tiny_model():
+    keras.utils.set_random_seed(0)
+    return _tiny()
+
+
+@pytest.fixture(scope="module")
+def images():
+    return (
+        np.random.default_rng(3)
+        .uniform(-1, 1, (3, 32, 48, 3))
+        .astype("float32")
+    )
+
+
+def test_attention_model_shares_weights_and_outputs(tiny_model, images):
+    attention = keras_vit.attention_model(tiny_model)
+    assert attention.count_params() == tiny_model.count_params()
+    output, weights = attention(images)
+    np.testing.assert_allclose(
+        output.numpy(), tiny_model(images).numpy(), rtol=1e-5, atol=1e-6
+    )
+    assert len(weights) == 2
+    for w in weights:
+        assert w.shape == (3, 2, 1 + 4 * 6, 1 + 4 * 6)
+        np.testing.assert_allclose(w.numpy().sum(-1), 1.0, rtol=1e-5)
+
+
+def test_token_layout_non_square_and_gap(tiny_model):
+    layout = extract.token_layout(tiny_model)
+    assert layout == core.TokenLayout((4, 6), (8.0, 8.0), 1)
+    gap = extract.token_layout(_tiny("gap", image_size=16))
+    assert gap == core.TokenLayout((2, 2), (8.0, 8.0), 0)
+
+
+def test_attention_stats_over_batches(tiny_model, images):
+    layout = extract.token_layout(tiny_model)
+    _, weights = keras_vit.attention_model(tiny_model)(images)
+    weights = [w.numpy() for w in weights]
+    one = extract.attention_stats(tiny_model, images, batch_size=1)
+    two = extract.attention_stats(tiny_model, images, batch_size=2)
+    np.testing.assert_allclose(
+        one.mean_distance,
+        core.mean_attention_distance(weights, layout),
+        rtol=1e-5,
+    )
+    np.testing.assert_allclose(two.mean_distance, one.mean_distance, rtol=1e-6)
+    maps = core.rollout_patch_maps(core.attention_rollout(weights), layout)
+    np.testing.assert_allclose(one.rollout_maps, maps, rtol=1e-5)
+    np.testing.assert_allclose(
+        one.outputs, tiny_model(images).numpy(), rtol=1e-5, atol=1e-6
+    )
+    with pytest.raises(ValueError, match="preprocess_eval"):
+        extract.attention_stats(tiny_model, images[:, :16])
+
+
+# --- figures --------------------------------------------------------------
+
+
+def _assert_png(path, min_bytes=5000):
+    assert os.path.getsize(path) > min_bytes
+    with Image.open(path) as image:
+        assert image.format == "PNG"
+        assert min(image.size) > 100
+
+
+def test_figures_are_written(tmp_path, images):
+    rng = np.random.default_rng(4)
+    layout = _layout((4, 6), prefix=1, pixels=(8.0, 8.0))
+    _assert_png(
+        plots.plot_attention_rollout(
+            images, rng.uniform(size=(3, 4, 6)), str(tmp_path / "r.png")
+        )
+    )
+    _assert_png(
+        plots.plot_mean_attention_distance(
+            rng.uniform(0, 20, (3, 2)),
+            str(tmp_path / "d.png"),
+            uniform_distance=core.uniform_attention_distance(layout),
+        )
+    )
+    sim = core.position_embedding_similarity(rng.normal(size=(25, 8)), 1)
+    _assert_png(
+        plots.plot_position_similarity(sim, (4, 6), str(tmp_path / "s.png"))
+    )
+    comps, explained = core.patch_embedding_pca(
+        rng.normal(size=(4, 4, 3, 32)), 28
+    )
+    _assert_png(
+        plots.plot_patch_embedding_pca(
+            comps, explained, str(tmp_path / "p.png")
+        )
+    )
+    with pytest.raises(ValueError, match="hybrid"):
+        plots.plot_patch_embedding_pca(
+            np.zeros((2, 1, 1, 64)), explained[:2], str(tmp_path / "x.png")
+        )
+    assert sorted(os.listdir(tmp_path)) == ["d.png", "p.png", "r.png", "s.png"]
+
+
+# --- command line -------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def saved_model(tiny_model, tmp_path_factory):
+    path = str(tmp_path_factory.mktemp("model") / "tiny.keras")
+    tiny_model.save(path)
+    return path
+
+
+def test_cli_end_to_end_with_digits(saved_model, tiny_model, tmp_path, capsys):
+    out = str(tmp_path / "analysis")
+    assert (
+        cli.main(["--model", saved_model, "--digits", "4", "--output_dir", out])
+        == 0
+    )
+    for name in cli.FIGURES.values():
+        _assert_png(os.path.join(out, name))
+    with open(os.path.join(out, cli.JSON_NAME)) as f:
+        data = json.load(f)
+    assert set(data["figures"]) == set(cli.FIGURES)
+    assert len(data["images"]) == 4
+    assert data["layout"] == {
+        "grid": [4, 6],
+        "patch_pixels": [8.0, 8.0],
+        "class_token": True,
+    }
+    # The numbers are those of the library on the same inputs.
+    digits, _ = cli.digits_images(4, (32, 48))
+    stats = extract.attention_stats(tiny_model, digits)
+    np.testing.assert_allclose(
+        data["mean_attention_distance"]["pixels"],
+        stats.mean_distance,
+        atol=1e-4,
+    )
+    np.testing.assert_allclose(
+        data["images"][2]["rollout_map"], stats.rollout_maps[2], atol=1e-5
+    )
+    assert data["images"][0]["predicted_class"] == int(
+        stats.outputs[0].argmax()
+    )
+    assert len(data["patch_embedding_pca"]["explained_variance_ratio"]) == 28
+    assert np.shape(data["position_embedding_similarity"]["matrix"]) == (24, 24)
+    assert out in capsys.readouterr().out
+
+
+def test_load_images_files_and_folders(tmp_path):
+    folder = tmp_path / "imgs"
+    folder.mkdir()
+    Image.new("L", (20, 10), 255).save(folder / "a.png")
+    Image.new("RGB", (50, 60), (0, 0, 0)).save(folder / "b.jpg")
+    (folder / "notes.txt").write_text("not an image")
+    images, names = cli.load_images([str(folder)], (32, 48))
+    assert names == ["a.png", "b.jpg"]
+    assert images.shape == (2, 32, 48, 3)
+    np.testing.assert_allclose(images[0], 1.0)
+    np.testing.assert_allclose(images[1], -1.0, atol=0.02)
+    bad = tmp_path / "bad.png"
+    bad.write_bytes(b"not a png")
+    with pytest.raises(cli.UsageError, match="bad.png"):
+        cli.load_images([str(bad)], (32, 32))
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(cli.UsageError, match="No images"):
+        cli.load_images([str(empty)], (32, 32))
+    with pytest.raises(cli.UsageError, match="does not exist"):
+        cli.load_images([str(tmp_path / "nowhere")], (32, 32))
+
+
+def test_digits_images():
+    images, names = cli.digits_images(3, (16, 24))
+    assert images.shape == (3, 16, 24, 3) and names[2] == "digit #2 (label 2)"
+    np.testing.assert_array_equal(images[..., 0], images[..., 2])
+    assert images.min() == -1.0 and images.max() <= 1.0
+    with pytest.raises(cli.UsageError, match="between 1 and 1797"):
+        cli.digits_images(0, (16, 16))
+
+
+def test_cli_errors_name_the_fix(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["--model", "x.keras", "--output_dir", str(tmp_path)])
+    assert "--digits" in capsys.readouterr().err
+    code = cli.main(
+        [
+            "--model",
+            str(tmp_path / "missing.keras"),
+            "--digits",
+            "1",
+            "--output_dir",
+            str(tmp_path),
+        ]
+    )
+    assert code == 2 and ".keras file" in capsys.readouterr().err
+    code = cli.main(
+        ["--npz", "x.npz", "--digits", "1", "--output_dir", str(tmp_path)]
+    )
+    assert code == 2 and "--variant" in capsys.readouterr().err
+
+
+def _fake_module(monkeypatch, name, **attrs):
+    module = types.ModuleType(f"keras_vit.{name}")
+    module.__dict__.update(attrs)
+    monkeypatch.setitem(sys.modules, f"keras_vit.{name}", module)
+    monkeypatch.setattr(keras_vit, name, module, raising=False)
+
+
+def test_workdir_and_npz_hooks(monkeypatch, tiny_model):
+    _fake_module(monkeypatch, "trainer")
+    with pytest.raises(cli.UsageError, match="load_model_from_workdir"):
+        cli.load_model(workdir="run/")
+    _fake_module(
+        monkeypatch,
+        "trainer",
+        load_model_from_workdir=lambda workdir: tiny_model,
+    )
+    assert cli.load_model(workdir="run/") is tiny_model
+    calls = []
+
+    def load_npz(path, **kwargs):
+        calls.append((path, kwargs))
+        return tiny_model
+
+    _fake_module(monkeypatch, "checkpoint", load_npz=load_npz)
+    assert cli.load_model(npz="B_16.npz", variant="B/16", image_size=384) is (
+        tiny_model
+    )
+    assert calls == [("B_16.npz", {"variant": "B/16", "image_size": 384})]
+    _fake_module(monkeypatch, "checkpoint")
+    with pytest.raises(cli.UsageError, match="load_npz"):
+        cli.load_model(npz="B_16.npz", variant="B/16")
