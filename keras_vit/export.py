@@ -1,0 +1,284 @@
+"""Exports a ViT classifier as a versioned SavedModel for TF Serving.
+
+    export_model(model, "exports", model_name="vit", class_names=names)
+
+writes `exports/vit/<next version>/` (signatures `serving_default` on image
+bytes, `predict_images` on pixels, `features`; see `keras_vit.export_graph`),
+a warm-up file for TF Serving, and adds the model to `exports/models.config`.
+
+From the command line, from a `.keras` file, an official `.npz` checkpoint
+or a training workdir:
+
+    python -m keras_vit.export --export_dir=exports --model_name=vit \
+        --keras_model=model.keras
+    python -m keras_vit.export --export_dir=exports --model_name=vit_b16 \
+        --npz=ViT-B_16.npz --variant=B/16 --num_classes=1000 --image_size=384
+    python -m keras_vit.export --export_dir=exports --workdir=runs/cifar10
+
+A version is written under a dotted temporary name and renamed when
+complete, so a crash never leaves a half-written version that a server would
+load, and an existing version is never overwritten.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+from typing import Optional, Sequence
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from keras_vit import export_files, export_graph, preprocessing
+
+# Probabilities from the written SavedModel must match the Keras model on
+# the same images this closely, or the export is rejected.
+VERIFY_ATOL = 1e-4
+
+
+def _num_classes(model: keras.Model) -> int:
+    shape = model.output_shape
+    # A keras_vit features model ends at its pooling / pre-logits layer.
+    last = model.layers[-1].name if model.layers else None
+    if isinstance(shape, list) or len(shape) != 2 or not shape[-1] or (
+        last in ("pooling", "pre_logits")
+    ):
+        raise ValueError(
+            f"export_model needs a classifier with outputs (batch, classes); "
+            f"{model.name!r} outputs {shape}. A features model (num_classes=0)"
+            " cannot be exported: give it a head first."
+        )
+    return int(shape[-1])
+
+
+def _input_size(model: keras.Model):
+    shape = model.input_shape
+    if isinstance(shape, list) or len(shape) != 4 or shape[-1] != 3 or (
+        None in shape[1:3]
+    ):
+        raise ValueError(
+            f"export_model needs a model taking (batch, height, width, 3) "
+            f"images of a fixed size; {model.name!r} takes {shape}."
+        )
+    return int(shape[1]), int(shape[2])
+
+
+def _class_names(class_names, num_classes: int) -> list:
+    if class_names is None:
+        return [str(i) for i in range(num_classes)]
+    if isinstance(class_names, str):
+        raise TypeError("class_names must be a list of str, not one str.")
+    names = [n.decode("utf-8") if isinstance(n, bytes) else n
+             for n in class_names]
+    if len(names) != num_classes:
+        raise ValueError(
+            f"{len(names)} class_names for a model with {num_classes} "
+            "classes: give one name per class, in label order."
+        )
+    for index, name in enumerate(names):
+        if not isinstance(name, str) or "\n" in name:
+            raise ValueError(
+                f"class_names[{index}] = {name!r}: names must be str "
+                "without newlines."
+            )
+    return names
+
+
+def _reference_probabilities(model, images: Sequence[bytes], size,
+                             resize_size):
+    batch = np.stack([
+        preprocessing.preprocess_eval(
+            preprocessing.decode_image(tf.constant(image)), size, resize_size
+        ).numpy()
+        for image in images
+    ])
+    logits = keras.ops.convert_to_numpy(model(batch, training=False))
+    return tf.nn.softmax(logits.astype(np.float32), axis=-1).numpy()
+
+
+def verify_export(path: str, model: keras.Model, images: Sequence[bytes],
+                  resize_size=None) -> None:
+    """Reloads a SavedModel and checks it against the Keras model.
+
+    Every warm-up request replays without error, and `serving_default`
+    gives the Keras model's probabilities (within `VERIFY_ATOL`) on
+    `images` decoded and preprocessed eagerly.
+
+    Raises:
+        RuntimeError: the SavedModel disagrees with the model.
+    """
+    loaded = tf.saved_model.load(path)
+    warmup = export_files.join(path, "assets.extra", export_files.WARMUP_FILE)
+    if tf.io.gfile.exists(warmup):
+        for log in export_files.read_warmup_file(warmup):
+            request = log.predict_log.request
+            signature = loaded.signatures[request.model_spec.signature_name]
+            inputs = export_files.request_inputs(request)
+            signature(**{k: tf.constant(v) for k, v in inputs.items()})
+    if not images:
+        return
+    got = loaded.signatures["serving_default"](
+        image_bytes=tf.constant(list(images), dtype=tf.string)
+    )["probabilities"].numpy()
+    want = _reference_probabilities(
+        model, images, _input_size(model), resize_size
+    )
+    error = float(np.max(np.abs(got - want)))
+    if not error <= VERIFY_ATOL:
+        raise RuntimeError(
+            f"The exported SavedModel disagrees with the Keras model by "
+            f"{error:.3g} (tolerance {VERIFY_ATOL}); the export was not "
+            "published."
+        )
+
+
+def export_model(
+    model: keras.Model,
+    export_dir: str,
+    *,
+    model_name: str = "vit",
+    class_names: Optional[Sequence[str]] = None,
+    top_k: int = 5,
+    warmup_images: Optional[Sequence[export_files.WarmupImage]] = None,
+    version: Optional[int] = None,
+    resize_size: Optional[preprocessing.Size] = None,
+    serving_base_dir: Optional[str] = None,
+    verify: bool = True,
+) -> str:
+    """Writes `model` as version `version` of `model_name` for TF Serving.
+
+    Args:
+        model: keras.Model. A built classifier taking (batch, H, W, 3)
+            images in [-1, 1] and returning logits, e.g. from
+            `keras_vit.create_model`. Mixed-precision or distributed models
+            are copied to plain float32 for serving.
+        export_dir: str. The server's model root: the version goes to
+            `<export_dir>/<model_name>/<version>/`, and `<export_dir>/
+            models.config` lists the models in it.
+        model_name: str. The name clients use (`/v1/models/<name>`).
+        class_names: sequence of str or None. One name per class, in label
+            order; None names classes "0" .. "K-1".
+        top_k: int. How many top classes each answer lists (at most K).
+        warmup_images: sequence or None. Images for TF Serving's warm-up
+            file (encoded bytes, paths or uint8 arrays); None uses small
+            synthetic JPEG and PNG images; an empty list writes no file.
+        version: int or None. The version number; None takes one more than
+            the highest existing. An existing version is never replaced.
+        resize_size: int, (height, width) or None. Resize then central-crop
+            to the input size, as `preprocess_eval` does for evaluation with
+            the same argument; None resizes straight to the input size.
+        serving_base_dir: str or None. Where the server sees `export_dir`
+            (e.g. "/models" in a container), for models.config; None uses
+            the local absolute path. Also replaces this model's existing
+            base_path in models.config.
+        verify: bool. Reload the written SavedModel, replay the warm-up
+            requests and compare with the Keras model before publishing.
+
+    Returns:
+        str. The path of the new version folder.
+    """
+    export_files.check_model_name(model_name)
+    num_classes = _num_classes(model)
+    size = _input_size(model)
+    names = _class_names(class_names, num_classes)
+    if isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) \
+            or top_k < 1:
+        raise ValueError(f"top_k must be an int >= 1, got {top_k!r}.")
+    top_k = min(int(top_k), num_classes)
+    auto_version = version is None
+    if not auto_version and (
+        isinstance(version, bool)
+        or not isinstance(version, (int, np.integer))
+        or version < 0
+    ):
+        raise ValueError(
+            f"version must be a non-negative int or None, got {version!r}."
+        )
+    if warmup_images is None:
+        images = export_files.default_warmup_images()
+    else:
+        images = export_files.load_warmup_images(warmup_images)
+    export_dir = os.fspath(export_dir)
+    config_path = export_files.join(export_dir, export_files.CONFIG_FILE)
+    export_files.read_models_config(config_path)  # fail before exporting
+
+    model_dir = export_files.join(export_dir, model_name)
+    if not auto_version and tf.io.gfile.exists(
+        export_files.join(model_dir, str(version))
+    ):
+        raise FileExistsError(
+            f"Version {version} of {model_name!r} already exists in "
+            f"{model_dir}; pass another version (or none for the next)."
+        )
+
+    serving_model = export_graph.float32_inference_model(model)
+    archive = export_graph.build_endpoints(
+        serving_model, names, top_k, resize_size
+    )
+    tf.io.gfile.makedirs(model_dir)
+    if auto_version:
+        version = export_files.next_version(model_dir)
+    # TF Serving ignores folders whose name is not an integer.
+    tmp_dir = export_files.join(model_dir, f".tmp-{version}-{os.getpid()}")
+    export_files.remove_tree(tmp_dir)
+    try:
+        _write_saved_model(archive, tmp_dir)
+        _write_extras(tmp_dir, model_name, names, images, size, top_k,
+                      serving_model, resize_size)
+        if verify:
+            verify_export(tmp_dir, serving_model, images, resize_size)
+        path = export_files.publish_version(
+            tmp_dir, model_dir, int(version), auto_version
+        )
+    except BaseException:
+        export_files.remove_tree(tmp_dir)
+        raise
+    export_files.update_models_config(
+        config_path,
+        model_name,
+        export_files.config_base_path(export_dir, model_name,
+                                      serving_base_dir),
+        replace_base_path=serving_base_dir is not None,
+    )
+    return path
+
+
+def _write_saved_model(archive, path: str) -> None:
+    archive.write_out(path, verbose=False)
+
+
+def _write_extras(path, model_name, names, images, size, top_k, model,
+                  resize_size):
+    assets = export_files.join(path, "assets")
+    tf.io.gfile.makedirs(assets)
+    with tf.io.gfile.GFile(export_files.join(assets, "labels.txt"), "w") as f:
+        f.write("".join(f"{name}\n" for name in names))
+    extra = export_files.join(path, "assets.extra")
+    tf.io.gfile.makedirs(extra)
+    requests = export_files.warmup_requests(model_name, images, size)
+    if requests:
+        export_files.write_warmup_file(
+            export_files.join(extra, export_files.WARMUP_FILE), requests
+        )
+    info = {
+        "model_name": model_name,
+        "keras_model_name": model.name,
+        "image_size": list(size),
+        "resize_size": None if resize_size is None
+        else list(preprocessing.as_hw(resize_size)),
+        "num_classes": len(names),
+        "top_k": top_k,
+        "signatures": list(export_graph.SIGNATURES),
+        "exported_at": datetime.datetime.now(datetime.timezone.utc)
+        .isoformat(timespec="seconds"),
+    }
+    with tf.io.gfile.GFile(export_files.join(extra, "export.json"), "w") as f:
+        json.dump(info, f, indent=2)
+
+
+if __name__ == "__main__":
+    from keras_vit.export_cli import run
+
+    run()

@@ -1,0 +1,374 @@
+"""On-disk layout of an export for TF Serving: versions, warm-up, config.
+
+    <export_dir>/models.config                 model_config_list (text proto)
+    <export_dir>/<model_name>/<version>/       one SavedModel per version
+        saved_model.pb, variables/, assets/labels.txt,
+        assets.extra/tf_serving_warmup_requests, assets.extra/export.json
+
+Versions are integers; TF Serving serves the highest and ignores folders
+whose names are not integers, which is why a version is written under a
+dotted temporary name and renamed when complete.
+
+Paths go through `tf.io.gfile`, so `gs://` export dirs work where
+TensorFlow's GCS filesystem is installed (there, a rename copies objects and
+is not atomic).
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import re
+from typing import List, Optional, Sequence, Union
+
+import numpy as np
+import tensorflow as tf
+
+from keras_vit import preprocessing
+
+WARMUP_FILE = "tf_serving_warmup_requests"
+# TF Serving reads at most this many warm-up records.
+MAX_WARMUP_RECORDS = 1000
+CONFIG_FILE = "models.config"
+
+_MODEL_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
+
+WarmupImage = Union[bytes, str, os.PathLike, np.ndarray]
+
+
+def check_model_name(name: str) -> str:
+    """str. `name` if usable as a TF Serving model name and folder name."""
+    if not isinstance(name, str) or not _MODEL_NAME_RE.match(name):
+        raise ValueError(
+            f"model_name {name!r} is not usable: use letters, digits, '_', "
+            "'-' and '.', not starting with '.' or '-' (e.g. 'vit')."
+        )
+    return name
+
+
+def join(*parts: str) -> str:
+    """str. Joins path parts; URLs like gs:// keep forward slashes."""
+    if "://" in str(parts[0]):
+        return posixpath.join(*[str(p) for p in parts])
+    return os.path.join(*[os.fspath(p) for p in parts])
+
+
+def existing_versions(model_dir: str) -> List[int]:
+    """list of int. The integer-named version folders in `model_dir`."""
+    if not tf.io.gfile.isdir(model_dir):
+        return []
+    versions = []
+    for entry in tf.io.gfile.listdir(model_dir):
+        entry = entry.rstrip("/")
+        if entry.isdigit():
+            versions.append(int(entry))
+    return sorted(versions)
+
+
+def next_version(model_dir: str) -> int:
+    """int. One more than the highest existing version (1 for none)."""
+    return max(existing_versions(model_dir), default=0) + 1
+
+
+def publish_version(
+    tmp_dir: str, model_dir: str, version: int, auto: bool
+) -> str:
+    """Renames a complete temporary export to its version folder.
+
+    Never replaces an existing version: with `auto`, a version taken in the
+    meantime (another export to the same folder) moves this one to the next
+    free number; otherwise it is an error.
+
+    Returns:
+        str. The version folder.
+    """
+    while True:
+        final = join(model_dir, str(version))
+        if tf.io.gfile.exists(final):
+            if not auto:
+                raise FileExistsError(
+                    f"Version {version} already exists at {final}; pass "
+                    "another version (or none for the next free one)."
+                )
+            version = next_version(model_dir)
+            continue
+        try:
+            tf.io.gfile.rename(tmp_dir, final, overwrite=False)
+        except (tf.errors.AlreadyExistsError, FileExistsError, OSError):
+            if auto and tf.io.gfile.exists(final):
+                continue
+            raise
+        return final
+
+
+def remove_tree(path: str) -> None:
+    """Deletes a folder if present; never raises (used on error paths)."""
+    try:
+        if tf.io.gfile.exists(path):
+            tf.io.gfile.rmtree(path)
+    except (tf.errors.OpError, OSError):
+        pass
+
+
+def write_bytes_atomically(path: str, data: bytes) -> None:
+    """Writes `data` to a temporary sibling, then renames it over `path`."""
+    tmp = f"{path}.tmp-{os.getpid()}"
+    try:
+        with tf.io.gfile.GFile(tmp, "wb") as f:
+            f.write(data)
+        tf.io.gfile.rename(tmp, path, overwrite=True)
+    except BaseException:
+        remove_tree(tmp)
+        raise
+
+
+# ---------------------------------------------------------------- warm-up
+
+
+def default_warmup_images() -> List[bytes]:
+    """list of bytes. Small synthetic images in the formats clients send.
+
+    A colour JPEG, an RGB PNG, a grayscale PNG and an RGBA PNG, of different
+    sizes, so warm-up exercises every decode and resize path.
+    """
+    rng = np.random.RandomState(0)
+    yy, xx = np.mgrid[0:48, 0:64]
+    gradient = np.stack(
+        [xx * 4, yy * 5, (xx + yy) * 2], axis=-1
+    ).astype(np.uint8)
+    noise = rng.randint(0, 256, (37, 53, 3), dtype=np.uint8)
+    gray = (np.add.outer(np.arange(40), np.arange(40)) * 3).astype(np.uint8)
+    rgba = rng.randint(0, 256, (30, 50, 4), dtype=np.uint8)
+    return [
+        tf.io.encode_jpeg(gradient, quality=90).numpy(),
+        tf.io.encode_png(noise).numpy(),
+        tf.io.encode_png(gray[..., None]).numpy(),
+        tf.io.encode_png(rgba).numpy(),
+    ]
+
+
+def load_warmup_images(images: Sequence[WarmupImage]) -> List[bytes]:
+    """Encoded bytes for each warm-up image, each checked to decode.
+
+    Args:
+        images: sequence of bytes (an encoded image file), str / PathLike (a
+            path to one) or uint8 numpy arrays (H, W[, C]; encoded as PNG).
+
+    Returns:
+        list of bytes. The encoded images.
+    """
+    if isinstance(images, (bytes, str, os.PathLike, np.ndarray)):
+        raise TypeError(
+            "warmup_images must be a list of images (bytes, paths or "
+            "arrays), not a single image: wrap it in a list."
+        )
+    max_images = MAX_WARMUP_RECORDS - 3  # + batch, pixels, features records
+    encoded = []
+    for index, image in enumerate(images):
+        if isinstance(image, (str, os.PathLike)):
+            with tf.io.gfile.GFile(os.fspath(image), "rb") as f:
+                data = f.read()
+            what = f"warmup_images[{index}] ({os.fspath(image)})"
+        elif isinstance(image, np.ndarray):
+            array = np.asarray(image)
+            if array.dtype != np.uint8 or array.ndim not in (2, 3):
+                raise ValueError(
+                    f"warmup_images[{index}] is an array of dtype "
+                    f"{array.dtype} and shape {array.shape}: arrays must be "
+                    "uint8 (height, width[, channels])."
+                )
+            if array.ndim == 2:
+                array = array[..., None]
+            data = tf.io.encode_png(array).numpy()
+            what = f"warmup_images[{index}]"
+        elif isinstance(image, bytes):
+            data, what = image, f"warmup_images[{index}]"
+        else:
+            raise TypeError(
+                f"warmup_images[{index}] has type {type(image).__name__}; "
+                "expected bytes, a path or a uint8 array."
+            )
+        try:
+            preprocessing.decode_image(tf.constant(data))
+        except tf.errors.InvalidArgumentError as e:
+            raise ValueError(
+                f"{what} is not a decodable JPEG/PNG/GIF/BMP image: "
+                f"{e.message.strip()}"
+            ) from None
+        encoded.append(data)
+    if len(encoded) > max_images:
+        raise ValueError(
+            f"{len(encoded)} warm-up images given; TF Serving reads at most "
+            f"{MAX_WARMUP_RECORDS} warm-up records, so pass at most "
+            f"{max_images} images."
+        )
+    return encoded
+
+
+def _request(model_name: str, signature: str, inputs: dict):
+    from tensorflow_serving.apis import predict_pb2
+
+    request = predict_pb2.PredictRequest()
+    request.model_spec.name = model_name
+    request.model_spec.signature_name = signature
+    for key, value in inputs.items():
+        request.inputs[key].CopyFrom(tf.make_tensor_proto(value))
+    return request
+
+
+def warmup_requests(
+    model_name: str, images: Sequence[bytes], image_size: Sequence[int]
+) -> list:
+    """PredictRequests that touch every signature, for TF Serving warm-up.
+
+    One `serving_default` request per image, one with all images batched,
+    one `predict_images` request (the first image resized to the model's
+    input size, float32 [0, 255]) and one `features` request.
+
+    Returns:
+        list of tensorflow_serving.apis.predict_pb2.PredictRequest.
+    """
+    if not images:
+        return []
+    requests = [
+        _request(
+            model_name,
+            "serving_default",
+            {"image_bytes": np.array([image], dtype=object)},
+        )
+        for image in images
+    ]
+    if len(images) > 1:
+        requests.append(
+            _request(
+                model_name,
+                "serving_default",
+                {"image_bytes": np.array(list(images), dtype=object)},
+            )
+        )
+    pixels = preprocessing.resize(
+        preprocessing.decode_image(tf.constant(images[0])), image_size
+    )
+    pixels = np.clip(pixels.numpy(), 0.0, 255.0)[None].astype(np.float32)
+    requests.append(_request(model_name, "predict_images", {"images": pixels}))
+    requests.append(
+        _request(
+            model_name,
+            "features",
+            {"image_bytes": np.array([images[0]], dtype=object)},
+        )
+    )
+    return requests
+
+
+def write_warmup_file(path: str, requests: Sequence) -> None:
+    """Writes PredictRequests as a TFRecord of PredictionLog records."""
+    from tensorflow_serving.apis import prediction_log_pb2
+
+    if len(requests) > MAX_WARMUP_RECORDS:
+        raise ValueError(
+            f"{len(requests)} warm-up records; TF Serving reads at most "
+            f"{MAX_WARMUP_RECORDS}."
+        )
+    with tf.io.TFRecordWriter(path) as writer:
+        for request in requests:
+            log = prediction_log_pb2.PredictionLog(
+                predict_log=prediction_log_pb2.PredictLog(request=request)
+            )
+            writer.write(log.SerializeToString())
+
+
+def read_warmup_file(path: str) -> list:
+    """list of PredictionLog. The records of a warm-up file, parsed."""
+    from tensorflow_serving.apis import prediction_log_pb2
+
+    logs = []
+    for record in tf.data.TFRecordDataset(path).as_numpy_iterator():
+        logs.append(prediction_log_pb2.PredictionLog.FromString(record))
+    return logs
+
+
+def request_inputs(request) -> dict:
+    """dict of str -> numpy array. The input tensors of a PredictRequest."""
+    return {
+        key: tf.make_ndarray(proto) for key, proto in request.inputs.items()
+    }
+
+
+# ---------------------------------------------------------- models.config
+
+
+def read_models_config(path: str):
+    """The ModelServerConfig in `path` (empty if the file does not exist).
+
+    Raises:
+        ValueError: the file exists but is not a valid text proto; nothing
+            is overwritten in that case.
+    """
+    from google.protobuf import text_format
+    from tensorflow_serving.config import model_server_config_pb2
+
+    config = model_server_config_pb2.ModelServerConfig()
+    if not tf.io.gfile.exists(path):
+        return config
+    with tf.io.gfile.GFile(path, "r") as f:
+        text = f.read()
+    try:
+        text_format.Parse(text, config)
+    except text_format.ParseError as e:
+        raise ValueError(
+            f"{path} is not a valid TF Serving model config (text "
+            f"ModelServerConfig): {e}. Fix or move it, then export again."
+        ) from None
+    if config.WhichOneof("config") == "custom_model_config":
+        raise ValueError(
+            f"{path} holds a custom_model_config; only model_config_list "
+            "files can be updated. Move it, then export again."
+        )
+    return config
+
+
+def update_models_config(
+    path: str,
+    model_name: str,
+    base_path: str,
+    replace_base_path: bool,
+) -> None:
+    """Adds (or updates) one model's entry in a model_config_list file.
+
+    Entries of other models, and the other fields of this model's entry
+    (version policy, labels), are kept. An existing entry's base_path is
+    changed only with `replace_base_path`, so a path edited by hand for a
+    server (e.g. /models/vit in a container) survives re-exports.
+    """
+    from google.protobuf import text_format
+
+    config = read_models_config(path)
+    entries = config.model_config_list.config
+    entry = next((e for e in entries if e.name == model_name), None)
+    if entry is None:
+        entry = entries.add()
+        entry.name = model_name
+        entry.base_path = base_path
+        entry.model_platform = "tensorflow"
+    elif replace_base_path or not entry.base_path:
+        entry.base_path = base_path
+    if not entry.model_platform:
+        entry.model_platform = "tensorflow"
+    text = text_format.MessageToString(config)
+    write_bytes_atomically(path, text.encode("utf-8"))
+
+
+def config_base_path(
+    export_dir: str, model_name: str, serving_base_dir: Optional[str]
+) -> str:
+    """str. The base_path a server should use for `model_name`.
+
+    `serving_base_dir` is where the server sees `export_dir` (e.g. /models
+    when it is mounted there in a container); by default the export's own
+    absolute path.
+    """
+    if serving_base_dir:
+        return posixpath.join(serving_base_dir, model_name)
+    root = export_dir if "://" in export_dir else os.path.abspath(export_dir)
+    return join(root, model_name)

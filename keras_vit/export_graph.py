@@ -1,0 +1,288 @@
+"""The serving graph of an exported ViT: signatures, preprocessing, float32.
+
+Three endpoints, all preprocessing inside the graph exactly as evaluation
+does (`keras_vit.preprocessing.decode_image` + `preprocess_eval`), so a client
+sends images as they are:
+
+- `serving_default(image_bytes)`: encoded JPEG / PNG / GIF / BMP bytes
+  (DT_STRING, shape [batch]) -> probabilities, top-k classes, scores and
+  class names.
+- `predict_images(images)`: float32 pixels in [0, 255], shape
+  [batch, height, width, 3], any height and width -> the same outputs.
+- `features(image_bytes)`: encoded bytes -> the pre-logits representation.
+
+`keras_vit.export` writes these to disk; this module only builds them.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import keras
+import tensorflow as tf
+
+from keras_vit import preprocessing
+from keras_vit.model import features_model
+
+SIGNATURES = ("serving_default", "predict_images", "features")
+
+# A prefix made only of these characters is base64 text, not an image: the
+# usual mistake of a gRPC client (or a REST client that forgot {"b64": ...})
+# sending the base64 string itself. Real image formats start with bytes
+# outside this set within their first few bytes.
+_BASE64_PREFIX = r"[A-Za-z0-9+/=\r\n]+"
+_SNIFF_BYTES = 64
+
+EMPTY_MESSAGE = (
+    "Empty image: image_bytes holds a zero-length string. Send the encoded "
+    "image file (JPEG, PNG, GIF or BMP)."
+)
+BASE64_MESSAGE = (
+    "image_bytes looks like base64 text, not an encoded image. Send the raw "
+    'file bytes; over REST wrap the base64 string as {"b64": "..."} so the '
+    "server decodes it."
+)
+PIXEL_RANGE_MESSAGE = (
+    "predict_images expects pixel values in [0, 255] (RGB, float32); got "
+    "values outside that range. Do not normalise the pixels: the graph "
+    "scales them itself."
+)
+EMPTY_PIXELS_MESSAGE = (
+    "predict_images got an image with zero height or width; send images of "
+    "shape [batch, height, width, 3] with height, width >= 1."
+)
+
+
+def is_float32_model(model: keras.Model) -> bool:
+    """bool. Whether every layer of `model` computes and stores float32."""
+    for layer in _all_layers(model):
+        policy = getattr(layer, "dtype_policy", None)
+        if policy is not None and (
+            policy.compute_dtype != "float32"
+            or policy.variable_dtype != "float32"
+        ):
+            return False
+    return all(v.dtype == "float32" for v in model.weights)
+
+
+def _all_layers(model: keras.Model):
+    flatten = getattr(model, "_flatten_layers", None)
+    if flatten is not None:
+        return list(flatten(include_self=True, recursive=True))
+    return [model, *model.layers]
+
+
+def _has_distributed_variables(model: keras.Model) -> bool:
+    for weight in model.weights:
+        value = getattr(weight, "value", weight)
+        if isinstance(value, tf.distribute.DistributedValues):
+            return True
+    return False
+
+
+def float32_inference_model(model: keras.Model) -> keras.Model:
+    """A float32 copy of `model` for serving, or `model` itself if it is one.
+
+    A model trained under a mixed policy (e.g. "mixed_bfloat16") keeps
+    float32 variables but computes in bfloat16; served as is, its answers
+    would differ from float32 evaluation by ~1e-2. The copy is rebuilt layer
+    by layer with the "float32" policy (including sublayers created in
+    `build()`, which take the global policy) and given the same weights.
+    Models whose variables live on several replicas (trained under a
+    `tf.distribute` strategy) are copied too, so the export holds plain
+    variables.
+
+    Args:
+        model: keras.Model. A built model.
+
+    Returns:
+        keras.Model. A float32 model with the same weights.
+    """
+    if not model.built:
+        raise ValueError(
+            "The model is not built: call it once or build it with an input "
+            "shape before exporting."
+        )
+    if is_float32_model(model) and not _has_distributed_variables(model):
+        return model
+
+    def clone_layer(layer):
+        config = layer.get_config()
+        if "dtype" in config:
+            config["dtype"] = "float32"
+        return layer.__class__.from_config(config)
+
+    previous = keras.config.dtype_policy()
+    keras.config.set_dtype_policy("float32")
+    try:
+        if isinstance(model, keras.Sequential) or _is_functional(model):
+            clone = keras.models.clone_model(
+                model, clone_function=clone_layer
+            )
+        else:
+            config = model.get_config()
+            config["dtype"] = "float32"
+            clone = model.__class__.from_config(config)
+        # Sublayers build lazily: build with the model's input shape while
+        # the float32 policy is still global.
+        if not clone.built:
+            clone.build(model.input_shape)
+    finally:
+        keras.config.set_dtype_policy(previous)
+    # get_weights reads a mirrored variable through its primary replica.
+    weights = [w.astype("float32") for w in model.get_weights()]
+    if len(weights) != len(clone.weights):
+        raise ValueError(
+            f"Could not rebuild {model.name!r} in float32: the copy has "
+            f"{len(clone.weights)} weights, the model {len(weights)}. Export "
+            "a model built under the float32 dtype policy instead."
+        )
+    for variable, value in zip(clone.weights, weights):
+        variable.assign(value)
+    if not is_float32_model(clone):
+        raise ValueError(
+            f"Could not rebuild {model.name!r} in float32 (a layer keeps a "
+            "non-float32 policy). Export a model built under the float32 "
+            "dtype policy instead."
+        )
+    return clone
+
+
+def _is_functional(model: keras.Model) -> bool:
+    return type(model).__name__ == "Functional" or (
+        hasattr(model, "_nodes_by_depth") and hasattr(model, "_operations")
+    )
+
+
+def decode_checked(data: tf.Tensor) -> tf.Tensor:
+    """Decodes one encoded image with errors that name the problem.
+
+    The empty-string and base64-text checks run before the decoder (by
+    control dependency), so they, not a generic decoder error, report those
+    two common client mistakes. Unknown formats, truncated or corrupt files
+    raise the decoder's `InvalidArgumentError` ("Unknown image file format",
+    "Invalid JPEG data", "Invalid PNG data", ...).
+
+    Args:
+        data: tf.Tensor. A scalar DT_STRING of encoded image bytes.
+
+    Returns:
+        tf.Tensor. uint8 RGB image (height, width, 3).
+    """
+    not_empty = tf.debugging.assert_greater(
+        tf.strings.length(data), 0, message=EMPTY_MESSAGE
+    )
+    prefix = tf.strings.substr(data, 0, _SNIFF_BYTES)
+    looks_base64 = tf.strings.regex_full_match(prefix, _BASE64_PREFIX)
+    not_base64 = tf.debugging.Assert(
+        tf.logical_not(looks_base64), [BASE64_MESSAGE]
+    )
+    with tf.control_dependencies([not_empty, not_base64]):
+        data = tf.identity(data)
+    return preprocessing.decode_image(data)
+
+
+def _check_bytes(image_bytes):
+    # A scalar or nested list instead of a [batch] vector fails here, with
+    # the expected shape in the message.
+    return tf.ensure_shape(image_bytes, [None], name="check_image_bytes_shape")
+
+
+def build_endpoints(
+    model: keras.Model,
+    class_names: Sequence[str],
+    top_k: int,
+    resize_size: Optional[preprocessing.Size] = None,
+) -> "keras.export.ExportArchive":
+    """An `ExportArchive` with the three serving endpoints, ready to write.
+
+    Args:
+        model: keras.Model. A float32 classifier taking (batch, H, W, 3)
+            images in [-1, 1] and returning logits (batch, K).
+        class_names: sequence of str. K names, one per class.
+        top_k: int. Number of top classes returned (<= K).
+        resize_size: int, (height, width) or None. As in
+            `preprocess_eval`: resize to this, then central-crop to the
+            model's input size; None resizes straight to the input size.
+
+    Returns:
+        keras.export.ExportArchive. Endpoints `serving_default`,
+        `predict_images` and `features` registered, the model tracked.
+    """
+    height, width = model.input_shape[1:3]
+    size = (int(height), int(width))
+    num_classes = int(model.output_shape[-1])
+    if len(class_names) != num_classes or not 1 <= top_k <= num_classes:
+        raise ValueError(
+            f"Need {num_classes} class names and 1 <= top_k <= "
+            f"{num_classes}; got {len(class_names)} names, top_k={top_k}."
+        )
+    features = features_model(model)
+    names = tf.constant(list(class_names), dtype=tf.string)
+    image_spec = tf.TensorSpec(size + (3,), tf.float32)
+
+    def preprocess(image):
+        return preprocessing.preprocess_eval(image, size, resize_size)
+
+    def images_from_bytes(image_bytes):
+        return tf.map_fn(
+            lambda data: preprocess(decode_checked(data)),
+            image_bytes,
+            fn_output_signature=image_spec,
+            name="decode_and_preprocess",
+        )
+
+    def classify(images):
+        logits = tf.cast(model(images, training=False), tf.float32)
+        probabilities = tf.nn.softmax(logits, axis=-1)
+        scores, classes = tf.math.top_k(probabilities, k=top_k)
+        return {
+            "probabilities": probabilities,
+            "classes": classes,
+            "scores": scores,
+            "class_names": tf.gather(names, classes),
+        }
+
+    def serving_default(image_bytes):
+        return classify(images_from_bytes(_check_bytes(image_bytes)))
+
+    def predict_images(images):
+        # The declared shape is not enforced when a server feeds the graph:
+        # check it first, so a wrong rank fails here with a clear message.
+        images = tf.ensure_shape(
+            images, [None, None, None, 3], name="check_images_shape"
+        )
+        shape = tf.shape(images)
+        checks = [
+            tf.debugging.assert_positive(
+                shape[1:3], message=EMPTY_PIXELS_MESSAGE
+            ),
+            tf.debugging.assert_greater_equal(
+                tf.reduce_min(images), 0.0, message=PIXEL_RANGE_MESSAGE
+            ),
+            tf.debugging.assert_less_equal(
+                tf.reduce_max(images), 255.0, message=PIXEL_RANGE_MESSAGE
+            ),
+        ]
+        with tf.control_dependencies(checks):
+            images = tf.identity(images)
+        images = tf.map_fn(
+            preprocess, images, fn_output_signature=image_spec,
+            name="preprocess",
+        )
+        return classify(images)
+
+    def features_fn(image_bytes):
+        images = images_from_bytes(_check_bytes(image_bytes))
+        embedding = features(images, training=False)
+        return {"features": tf.cast(embedding, tf.float32)}
+
+    bytes_spec = tf.TensorSpec([None], tf.string, name="image_bytes")
+    pixels_spec = tf.TensorSpec([None, None, None, 3], tf.float32,
+                                name="images")
+    archive = keras.export.ExportArchive()
+    archive.track(model)
+    archive.add_endpoint("serving_default", serving_default, [bytes_spec])
+    archive.add_endpoint("predict_images", predict_images, [pixels_spec])
+    archive.add_endpoint("features", features_fn, [bytes_spec])
+    return archive

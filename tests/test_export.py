@@ -1,0 +1,498 @@
+"""SavedModel export for TF Serving: signatures, numerics, layout, failures.
+
+References are computed independently of the export graph: images decoded
+and preprocessed eagerly with `keras_vit.preprocessing`, then the Keras model
+called on them.
+"""
+
+import base64
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from PIL import Image
+
+from keras_vit import create_model, export_files, features_model, preprocessing
+from keras_vit import export as export_lib
+from keras_vit.export import export_model
+
+SIZE = 32
+NUM_CLASSES = 5
+TOP_K = 3
+NAMES = ["cat", "dog", "bird", "fish", "frog"]
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def saved_model_cli(*args):
+    """Runs TensorFlow's saved_model_cli (the installed script if any)."""
+    script = os.path.join(os.path.dirname(sys.executable), "saved_model_cli")
+    if os.path.exists(script):
+        command = [script]
+    else:
+        command = [sys.executable, "-m",
+                   "tensorflow.python.tools.saved_model_cli"]
+    return subprocess.run(command + list(args), capture_output=True,
+                          text=True, check=True)
+
+
+def tiny_model(seed=0, representation_size=16):
+    keras.utils.set_random_seed(seed)
+    return create_model(
+        None,
+        num_classes=NUM_CLASSES,
+        image_size=SIZE,
+        patch_size=8,
+        hidden_size=32,
+        num_layers=1,
+        num_heads=2,
+        mlp_dim=64,
+        representation_size=representation_size,
+        head_zero_init=False,
+    )
+
+
+def encode(array, fmt):
+    if fmt == "jpeg":
+        return tf.io.encode_jpeg(array, quality=85).numpy()
+    if fmt == "png":
+        return tf.io.encode_png(array).numpy()
+    buffer = io.BytesIO()
+    Image.fromarray(np.squeeze(array)).save(buffer, format=fmt.upper())
+    return buffer.getvalue()
+
+
+@pytest.fixture(scope="module")
+def images():
+    rng = np.random.RandomState(1)
+    rgb = rng.randint(0, 256, (45, 60, 3), dtype=np.uint8)
+    return {
+        "jpeg": encode(rgb, "jpeg"),
+        "png": encode(rng.randint(0, 256, (33, 21, 3), dtype=np.uint8),
+                      "png"),
+        "png_gray": encode(rng.randint(0, 256, (40, 40, 1), dtype=np.uint8),
+                           "png"),
+        "png_rgba": encode(rng.randint(0, 256, (30, 50, 4), dtype=np.uint8),
+                           "png"),
+        "gif": encode(rng.randint(0, 256, (28, 36, 3), dtype=np.uint8),
+                      "gif"),
+        "bmp": encode(rng.randint(0, 256, (25, 31, 3), dtype=np.uint8),
+                      "bmp"),
+    }
+
+
+def preprocess_eagerly(data, resize_size=None):
+    image = preprocessing.decode_image(tf.constant(data))
+    return preprocessing.preprocess_eval(image, SIZE, resize_size).numpy()
+
+
+def reference(model, datas, resize_size=None):
+    batch = np.stack([preprocess_eagerly(d, resize_size) for d in datas])
+    logits = keras.ops.convert_to_numpy(model(batch, training=False))
+    return tf.nn.softmax(logits.astype(np.float32)).numpy()
+
+
+@pytest.fixture(scope="module")
+def model():
+    return tiny_model()
+
+
+@pytest.fixture(scope="module")
+def exported(model, tmp_path_factory):
+    export_dir = str(tmp_path_factory.mktemp("exports"))
+    path = export_model(
+        model, export_dir, class_names=NAMES, top_k=TOP_K
+    )
+    return export_dir, path
+
+
+@pytest.fixture(scope="module")
+def loaded(exported):
+    return tf.saved_model.load(exported[1])
+
+
+def serve(loaded, datas):
+    return {
+        k: v.numpy()
+        for k, v in loaded.signatures["serving_default"](
+            image_bytes=tf.constant(list(datas), dtype=tf.string)
+        ).items()
+    }
+
+
+def test_layout(exported):
+    export_dir, path = exported
+    assert path == os.path.join(export_dir, "vit", "1")
+    assert sorted(os.listdir(os.path.join(export_dir, "vit"))) == ["1"]
+    for name in ("saved_model.pb", "variables/variables.index",
+                 "assets/labels.txt",
+                 "assets.extra/tf_serving_warmup_requests"):
+        assert os.path.isfile(os.path.join(path, name)), name
+    with open(os.path.join(path, "assets", "labels.txt")) as f:
+        assert f.read().splitlines() == NAMES
+    config = export_files.read_models_config(
+        os.path.join(export_dir, "models.config"))
+    entries = config.model_config_list.config
+    assert [(e.name, e.base_path, e.model_platform) for e in entries] == [
+        ("vit", os.path.join(export_dir, "vit"), "tensorflow")]
+
+
+def _parse_cli_show(text):
+    """{signature: {"inputs"/"outputs": {key: (dtype, shape)}}}."""
+    signatures = {}
+    blocks = re.split(r"signature_def\['([^']+)'\]:", text)
+    for name, body in zip(blocks[1::2], blocks[2::2]):
+        entry = {"inputs": {}, "outputs": {}}
+        for kind, key, dtype, shape in re.findall(
+            r"(inputs|outputs)\['([^']+)'\] tensor_info:\s*dtype: (\w+)\s*"
+            r"shape: (\([^)]*\))", body):
+            entry[kind][key] = (dtype, shape)
+        signatures[name] = entry
+    return signatures
+
+
+def test_saved_model_cli_show(exported):
+    result = saved_model_cli("show", "--dir", exported[1], "--all")
+    sigs = _parse_cli_show(result.stdout)
+    outputs = {
+        "probabilities": ("DT_FLOAT", f"(-1, {NUM_CLASSES})"),
+        "classes": ("DT_INT32", f"(-1, {TOP_K})"),
+        "scores": ("DT_FLOAT", f"(-1, {TOP_K})"),
+        "class_names": ("DT_STRING", f"(-1, {TOP_K})"),
+    }
+    assert sigs["serving_default"] == {
+        "inputs": {"image_bytes": ("DT_STRING", "(-1)")}, "outputs": outputs}
+    assert sigs["predict_images"] == {
+        "inputs": {"images": ("DT_FLOAT", "(-1, -1, -1, 3)")},
+        "outputs": outputs}
+    assert sigs["features"] == {
+        "inputs": {"image_bytes": ("DT_STRING", "(-1)")},
+        "outputs": {"features": ("DT_FLOAT", "(-1, 16)")}}
+
+
+def test_saved_model_cli_run_matches_keras(exported, model, images,
+                                           tmp_path):
+    datas = [images["jpeg"], images["png"]]
+    inputs = tmp_path / "bytes.npy"
+    np.save(inputs, np.array(datas, dtype=object), allow_pickle=True)
+    outdir = tmp_path / "out"
+    saved_model_cli(
+        "run", "--dir", exported[1], "--tag_set", "serve",
+        "--signature_def", "serving_default",
+        "--inputs", f"image_bytes={inputs}", "--outdir", str(outdir))
+    got = np.load(outdir / "probabilities.npy")
+    np.testing.assert_allclose(got, reference(model, datas), atol=1e-5)
+    np.testing.assert_array_equal(
+        np.load(outdir / "classes.npy"), np.argsort(-got, axis=1)[:, :TOP_K])
+
+
+def test_all_formats_match_keras(loaded, model, images):
+    datas = list(images.values())
+    out = serve(loaded, datas)
+    want = reference(model, datas)
+    np.testing.assert_allclose(out["probabilities"], want, atol=1e-5)
+    top = np.argsort(-want, axis=1)[:, :TOP_K]
+    np.testing.assert_array_equal(out["classes"], top)
+    np.testing.assert_allclose(
+        out["scores"], np.take_along_axis(want, top, axis=1), atol=1e-5)
+    assert out["class_names"].tolist() == [
+        [NAMES[i].encode() for i in row] for row in top]
+
+
+def test_features_match_keras(loaded, model, images):
+    datas = [images["jpeg"], images["png_rgba"]]
+    got = loaded.signatures["features"](
+        image_bytes=tf.constant(datas))["features"].numpy()
+    batch = np.stack([preprocess_eagerly(d) for d in datas])
+    want = keras.ops.convert_to_numpy(features_model(model)(batch))
+    assert got.shape == (2, 16)
+    np.testing.assert_allclose(got, want, atol=1e-5)
+
+
+def test_predict_images_matches_bytes_and_keras(loaded, model, images):
+    decoded = preprocessing.decode_image(tf.constant(images["jpeg"]))
+    pixels = tf.cast(decoded, tf.float32)[None]
+    got = loaded.signatures["predict_images"](images=pixels)
+    np.testing.assert_allclose(
+        got["probabilities"].numpy(),
+        serve(loaded, [images["jpeg"]])["probabilities"], atol=1e-6)
+    # Any size, float values: resized in the graph like evaluation.
+    rng = np.random.RandomState(3)
+    pixels = rng.uniform(0, 255, (2, 50, 19, 3)).astype(np.float32)
+    want = tf.nn.softmax(model(np.stack([
+        preprocessing.preprocess_eval(tf.constant(p), SIZE).numpy()
+        for p in pixels
+    ]))).numpy()
+    np.testing.assert_allclose(
+        loaded.predict_images(tf.constant(pixels))["probabilities"].numpy(),
+        want, atol=1e-5)
+
+
+def test_rest_b64_request(loaded, model, images):
+    datas = [images["jpeg"], images["png"]]
+    body = json.dumps({"instances": [
+        {"b64": base64.b64encode(d).decode("ascii")} for d in datas]})
+    # What TF Serving's REST layer does with {"b64": ...} on a string input.
+    request = json.loads(body)
+    received = [base64.b64decode(i["b64"]) for i in request["instances"]]
+    assert received == datas
+    out = serve(loaded, received)
+    np.testing.assert_allclose(
+        out["probabilities"], reference(model, datas), atol=1e-5)
+    # The answer serialises as the REST "predictions" JSON.
+    json.dumps({"predictions": [
+        {k: (v[i].astype(str) if v.dtype == object else v[i]).tolist()
+         for k, v in out.items()} for i in range(len(datas))]})
+
+
+@pytest.mark.parametrize("case, message", [
+    ("garbage", "Unknown image file format"),
+    ("empty", "Empty image"),
+    ("truncated_jpeg", "Invalid JPEG data"),
+    ("truncated_png", "PNG"),
+    ("base64_text", "looks like base64 text"),
+])
+def test_bad_bytes_clear_error_then_recovers(loaded, model, images, case,
+                                            message):
+    jpeg = images["jpeg"]
+    bad = {
+        "garbage": b"this is not an image \x00\x01\x02",
+        "empty": b"",
+        "truncated_jpeg": jpeg[: len(jpeg) // 2],
+        "truncated_png": images["png"][: len(images["png"]) // 2],
+        "base64_text": base64.b64encode(jpeg),
+    }[case]
+    with pytest.raises(tf.errors.InvalidArgumentError, match=message):
+        serve(loaded, [jpeg, bad])
+    with pytest.raises(tf.errors.InvalidArgumentError, match=message):
+        loaded.signatures["features"](image_bytes=tf.constant([bad]))
+    np.testing.assert_allclose(
+        serve(loaded, [jpeg])["probabilities"], reference(model, [jpeg]),
+        atol=1e-5)
+
+
+def test_predict_images_wrong_dtype_rank_range(loaded, images):
+    sig = loaded.signatures["predict_images"]
+    ints = tf.zeros((1, 20, 20, 3), tf.int32)
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match="expected to be a float tensor"):
+        sig(images=ints)
+    with pytest.raises(TypeError, match="float32"):
+        loaded.predict_images(ints)
+    for shape in [(20, 20, 3), (1, 20, 20, 4), (1, 1, 20, 20, 3)]:
+        with pytest.raises(tf.errors.InvalidArgumentError,
+                           match=r"not compatible with expected shape "
+                                 r"\[\?,\?,\?,3\]"):
+            sig(images=tf.zeros(shape))
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match=r"pixel values in \[0, 255\]"):
+        sig(images=tf.fill((1, 20, 20, 3), -1.0))
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match="zero height or width"):
+        sig(images=tf.zeros((1, 0, 20, 3)))
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match=r"expected shape \[\?\]"):
+        loaded.signatures["serving_default"](
+            image_bytes=tf.constant([[images["jpeg"]]]))
+    out = sig(images=tf.fill((1, 20, 20, 3), 255.0))
+    assert out["probabilities"].shape == (1, NUM_CLASSES)
+
+
+def test_warmup_file_replays(exported, loaded):
+    path = os.path.join(exported[1], "assets.extra",
+                        export_files.WARMUP_FILE)
+    logs = export_files.read_warmup_file(path)
+    assert 0 < len(logs) <= export_files.MAX_WARMUP_RECORDS
+    seen_formats, seen_signatures = set(), set()
+    for log in logs:
+        request = log.predict_log.request
+        assert request.model_spec.name == "vit"
+        seen_signatures.add(request.model_spec.signature_name)
+        inputs = export_files.request_inputs(request)
+        for data in inputs.get("image_bytes", []):
+            seen_formats.add({b"\xff\xd8": "jpeg", b"\x89P": "png"}[data[:2]])
+        out = loaded.signatures[request.model_spec.signature_name](
+            **{k: tf.constant(v) for k, v in inputs.items()})
+        batch = next(iter(inputs.values())).shape[0]
+        assert all(v.shape[0] == batch for v in out.values())
+    assert seen_formats == {"jpeg", "png"}
+    assert seen_signatures == {"serving_default", "predict_images",
+                               "features"}
+
+
+def test_tfsm_layer_reload(exported, loaded, model):
+    layer = keras.layers.TFSMLayer(exported[1],
+                                   call_endpoint="predict_images")
+    pixels = np.random.RandomState(4).uniform(
+        0, 255, (3, SIZE, SIZE, 3)).astype(np.float32)
+    out = layer(pixels)
+    want = tf.nn.softmax(model(pixels / 127.5 - 1.0)).numpy()
+    np.testing.assert_allclose(out["probabilities"], want, atol=1e-5)
+    np.testing.assert_allclose(
+        out["scores"],
+        loaded.predict_images(tf.constant(pixels))["scores"], atol=1e-6)
+
+
+def test_versions_increment_and_never_overwrite(model, images, tmp_path):
+    export_dir = str(tmp_path)
+    first = export_model(model, export_dir, verify=False, warmup_images=[])
+    pb = os.path.join(first, "saved_model.pb")
+    before = open(pb, "rb").read()
+    with pytest.raises(FileExistsError, match="already exists"):
+        export_model(tiny_model(seed=5), export_dir, version=1)
+    assert open(pb, "rb").read() == before
+    assert export_model(model, export_dir, version=7, verify=False,
+                        warmup_images=[]).endswith(os.path.join("vit", "7"))
+    # A crashed export's leftover (dotted, non-numeric) is not a version.
+    os.makedirs(os.path.join(export_dir, "vit", ".tmp-9-12345"))
+    assert export_files.existing_versions(
+        os.path.join(export_dir, "vit")) == [1, 7]
+    third = export_model(model, export_dir, verify=False,
+                         warmup_images=[images["png"]])
+    assert third == os.path.join(export_dir, "vit", "8")
+
+
+def test_models_config_updated_not_clobbered(model, tmp_path):
+    export_dir = str(tmp_path)
+    config_path = tmp_path / "models.config"
+    config_path.write_text(
+        'model_config_list { config { name: "vit" base_path: "/models/vit" '
+        'model_platform: "tensorflow" model_version_policy { latest { '
+        "num_versions: 2 } } } }\n")
+    export_model(model, export_dir, verify=False, warmup_images=[])
+    export_model(model, export_dir, model_name="vit_small", verify=False,
+                 warmup_images=[], serving_base_dir="/models")
+    entries = export_files.read_models_config(
+        str(config_path)).model_config_list.config
+    assert [(e.name, e.base_path) for e in entries] == [
+        ("vit", "/models/vit"), ("vit_small", "/models/vit_small")]
+    assert entries[0].model_version_policy.latest.num_versions == 2
+    config_path.write_text("model_config_list { config { name: ")
+    with pytest.raises(ValueError, match="not a valid TF Serving model"):
+        export_model(model, export_dir, verify=False)
+    assert sorted(os.listdir(tmp_path / "vit")) == ["1"]
+
+
+@pytest.mark.parametrize("stage", ["write_out", "warmup", "verify"])
+def test_crash_leaves_no_version(model, tmp_path, monkeypatch, stage):
+    def write_then_crash(archive, filepath):
+        os.makedirs(filepath)
+        with open(os.path.join(filepath, "saved_model.pb"), "wb") as f:
+            f.write(b"partial")
+        raise OSError("disk full")
+
+    def crash(*args, **kwargs):
+        raise OSError("disk full")
+
+    if stage == "write_out":
+        monkeypatch.setattr(export_lib, "_write_saved_model",
+                            write_then_crash)
+    elif stage == "warmup":
+        monkeypatch.setattr(export_files, "write_warmup_file", crash)
+    else:
+        monkeypatch.setattr(export_lib, "verify_export", crash)
+    with pytest.raises(OSError, match="disk full"):
+        export_model(model, str(tmp_path))
+    assert os.listdir(tmp_path / "vit") == []
+    assert not (tmp_path / "models.config").exists()
+
+
+def test_mixed_bfloat16_model_served_in_float32(images, tmp_path):
+    reference_model = tiny_model(seed=2)
+    keras.config.set_dtype_policy("mixed_bfloat16")
+    try:
+        bf16_model = tiny_model(seed=3)
+    finally:
+        keras.config.set_dtype_policy("float32")
+    bf16_model.set_weights(reference_model.get_weights())
+    assert bf16_model.layers[-2].compute_dtype == "bfloat16"
+    datas = [images["jpeg"], images["png"]]
+    want = reference(reference_model, datas)
+    # Served as trained, bf16 would visibly differ from float32 ...
+    assert np.abs(reference(bf16_model, datas) - want).max() > 1e-4
+    path = export_model(bf16_model, str(tmp_path), class_names=NAMES)
+    loaded = tf.saved_model.load(path)
+    # ... the export computes in float32.
+    np.testing.assert_allclose(
+        serve(loaded, datas)["probabilities"], want, atol=1e-5)
+    with open(os.path.join(path, "saved_model.pb"), "rb") as f:
+        assert b"bfloat16" not in f.read().lower()
+    assert bf16_model.dtype_policy.name == "mixed_bfloat16"
+
+
+def test_export_after_mirrored_strategy_training(images, tmp_path):
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    with strategy.scope():
+        model = tiny_model(seed=6)
+        model.compile(
+            optimizer=keras.optimizers.SGD(0.1),
+            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        )
+    rng = np.random.RandomState(0)
+    x = rng.uniform(-1, 1, (8, SIZE, SIZE, 3)).astype(np.float32)
+    y = rng.randint(0, NUM_CLASSES, (8,))
+    before = [w.copy() for w in model.get_weights()]
+    model.fit(x, y, batch_size=4, epochs=1, verbose=0)
+    assert any(np.abs(a - b).max() > 0 for a, b in
+               zip(before, model.get_weights()))
+    path = export_model(model, str(tmp_path))
+    datas = [images["jpeg"], images["bmp"]]
+    np.testing.assert_allclose(
+        serve(tf.saved_model.load(path), datas)["probabilities"],
+        reference(model, datas), atol=1e-5)
+
+
+def test_resize_size_matches_eval_crop(model, images, tmp_path):
+    path = export_model(model, str(tmp_path), resize_size=40,
+                        warmup_images=[images["png_gray"]])
+    datas = [images["jpeg"], images["gif"]]
+    np.testing.assert_allclose(
+        serve(tf.saved_model.load(path), datas)["probabilities"],
+        reference(model, datas, resize_size=40), atol=1e-5)
+
+
+def test_argument_errors(model, images, tmp_path):
+    d = str(tmp_path)
+    with pytest.raises(ValueError, match="5 classes"):
+        export_model(model, d, class_names=["a", "b"])
+    with pytest.raises(ValueError, match="top_k"):
+        export_model(model, d, top_k=0)
+    with pytest.raises(ValueError, match="model_name"):
+        export_model(model, d, model_name="../evil")
+    with pytest.raises(ValueError, match="warmup_images\\[1\\]"):
+        export_model(model, d, warmup_images=[images["jpeg"], b"junk"])
+    features = create_model(None, num_classes=0, image_size=SIZE,
+                            patch_size=8, hidden_size=32, num_layers=1,
+                            num_heads=2, mlp_dim=64)
+    with pytest.raises(ValueError, match="classifier"):
+        export_model(features, d)
+    assert os.listdir(d) == []
+
+
+def test_cli_keras_model(model, images, tmp_path):
+    keras_path = str(tmp_path / "model.keras")
+    model.save(keras_path)
+    export_dir = str(tmp_path / "exports")
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    result = subprocess.run(
+        [sys.executable, "-m", "keras_vit.export",
+         f"--export_dir={export_dir}", "--model_name=cli",
+         f"--keras_model={keras_path}", "--class_names=a,b,c,d,e",
+         "--top_k=2", "--no_warmup"],
+        capture_output=True, text=True, env=env, cwd=ROOT,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    path = result.stdout.strip().splitlines()[-1]
+    assert path == os.path.join(export_dir, "cli", "1")
+    out = serve(tf.saved_model.load(path), [images["jpeg"]])
+    np.testing.assert_allclose(
+        out["probabilities"], reference(model, [images["jpeg"]]), atol=1e-5)
+    assert out["class_names"].shape == (1, 2)
+    assert not os.path.exists(
+        os.path.join(path, "assets.extra", export_files.WARMUP_FILE))
