@@ -1,0 +1,458 @@
+"""Official ViT checkpoints (.npz) in and out of keras_vit models.
+
+The official files (google-research/vision_transformer, e.g.
+`gs://vit_models/imagenet21k/ViT-B_16.npz`) are zip archives of arrays keyed
+by "/"-joined Flax parameter paths. `load_npz` maps them onto a model built by
+`keras_vit.create_model`, `save_npz` writes a model back in the same layout,
+and all renaming lives here:
+
+- query/key/value kernels (D, heads, head_dim) are joined into the model's
+  fused (D, 3D) `qkv` kernel as [q | k | v]; the output kernel
+  (heads, head_dim, D) becomes (D, D);
+- LayerNorm `scale`/`bias` are Keras's `gamma`/`beta`;
+- the position embedding is resized (bilinear, the official "align corners"
+  convention) when the model's patch grid differs from the file's;
+- the head is kept when the class count matches, otherwise dropped and
+  zero-initialised, as the paper does for transfer.
+
+Training checkpoints (prefix `opt/target/`) and big_vision files (prefix
+`params/`, `MultiHeadDotProductAttention_0` names, stacked scan blocks, a
+position embedding without the class-token slot) are converted to the
+official layout first. Only NumPy is needed, except for gs:// paths, which
+go through `tf.io.gfile`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Dict, List, Optional, Sequence, Tuple, Union
+
+import keras
+import numpy as np
+
+from keras_vit import checkpoint_io
+from keras_vit.checkpoint_io import (
+    POSEMB,
+    Arrays,
+    Grid,
+    LoadReport,
+    Shape,
+    describe_arrays,
+    normalize_layout,
+    read_npz,
+    resize_position_embedding,
+    write_npz,
+)
+
+__all__ = [
+    "LoadReport",
+    "describe_arrays",
+    "load_arrays",
+    "load_npz",
+    "model_arrays",
+    "read_npz",
+    "rebuild_at_resolution",
+    "resize_position_embedding",
+    "save_npz",
+]
+
+HEAD_KEYS = ("head/kernel", "head/bias")
+PRE_LOGITS_KEYS = ("pre_logits/kernel", "pre_logits/bias")
+
+
+# ------------------------------------------------------------ the mapping
+
+
+@dataclasses.dataclass
+class _Param:
+    """One model variable and the checkpoint array(s) it corresponds to."""
+
+    variable: keras.Variable
+    keys: Tuple[str, ...]
+    kind: str = "plain"  # plain | q/k/v kernel | q/k/v bias | out | gn
+    heads: int = 0
+
+    def to_file(self, value: np.ndarray) -> Tuple[np.ndarray, ...]:
+        if self.kind == "qkv_kernel":  # (D, 3D) -> 3 x (D, heads, hd)
+            parts = value.reshape(value.shape[0], 3, self.heads, -1)
+            return tuple(parts[:, i] for i in range(3))
+        if self.kind == "qkv_bias":  # (3D,) -> 3 x (heads, hd)
+            return tuple(value.reshape(3, self.heads, -1))
+        if self.kind == "out_kernel":  # (D, D) -> (heads, hd, D)
+            return (value.reshape(self.heads, -1, value.shape[-1]),)
+        if self.kind == "gn":  # released hybrid files store (1, 1, 1, C)
+            return (value.reshape(1, 1, 1, -1),)
+        return (value,)
+
+    def from_file(self, arrays: Sequence[np.ndarray]) -> np.ndarray:
+        if self.kind == "qkv_kernel":
+            return np.concatenate(
+                [a.reshape(a.shape[0], -1) for a in arrays], axis=-1
+            )
+        if self.kind == "qkv_bias":
+            return np.concatenate([a.reshape(-1) for a in arrays])
+        if self.kind == "out_kernel":
+            return arrays[0].reshape(-1, arrays[0].shape[-1])
+        if self.kind == "gn":
+            return arrays[0].reshape(-1)
+        return arrays[0]
+
+    def file_shapes(self) -> Dict[str, Shape]:
+        zeros = np.zeros(self.variable.shape, np.int8)
+        return {k: a.shape for k, a in zip(self.keys, self.to_file(zeros))}
+
+    def accepts(self, expected: Shape, found: Shape) -> bool:
+        if self.kind == "gn":  # both (C,) and (1, 1, 1, C) are in use
+            return found in (expected, expected[-1:])
+        return found == expected
+
+
+def _dense(layer, prefix: str) -> List[_Param]:
+    return [
+        _Param(layer.kernel, (f"{prefix}/kernel",)),
+        _Param(layer.bias, (f"{prefix}/bias",)),
+    ]
+
+
+def _norm(layer, prefix: str, kind: str = "plain") -> List[_Param]:
+    return [
+        _Param(layer.gamma, (f"{prefix}/scale",), kind),
+        _Param(layer.beta, (f"{prefix}/bias",), kind),
+    ]
+
+
+def _resnet_params(stem) -> List[_Param]:
+    params = [
+        _Param(stem.conv_root.kernel, ("conv_root/kernel",)),
+        *_norm(stem.gn_root, "gn_root", "gn"),
+    ]
+    for s, units in enumerate(stem.stage_units(), start=1):
+        for u, unit in enumerate(units, start=1):
+            pre = f"block{s}/unit{u}/"
+            names = ["1", "2", "3"]
+            if unit.needs_projection:
+                names.append("_proj")
+            for n in names:
+                conv, gn = getattr(unit, f"conv{n}"), getattr(unit, f"gn{n}")
+                params.append(_Param(conv.kernel, (f"{pre}conv{n}/kernel",)))
+                params.extend(_norm(gn, f"{pre}gn{n}", "gn"))
+    return params
+
+
+def _model_params(model: keras.Model) -> List[_Param]:
+    """Every variable of a keras_vit model with its official key(s)."""
+    layers = {layer.name: layer for layer in model.layers}
+    for name in ("embedding", "posembed_input", "Transformer"):
+        if name not in layers:
+            raise ValueError(
+                f"The model has no layer named {name!r}: it is not a "
+                "keras_vit Vision Transformer. Build it with "
+                "keras_vit.create_model(...)."
+            )
+    params: List[_Param] = []
+    if "resnet" in layers:
+        params += _resnet_params(layers["resnet"])
+    params += _dense(layers["embedding"].conv, "embedding")
+    if "cls" in layers:
+        params.append(_Param(layers["cls"].cls, ("cls",)))
+    params.append(_Param(layers["posembed_input"].pos_embedding, (POSEMB,)))
+    encoder = layers["Transformer"]
+    for i, block in enumerate(encoder.blocks):
+        pre = f"Transformer/encoderblock_{i}/"
+        att = pre + "MultiHeadDotProductAttention_1/"
+        heads = block.attention.num_heads
+        params += _norm(block.norm1, pre + "LayerNorm_0")
+        params += [
+            _Param(
+                block.attention.qkv.kernel,
+                tuple(f"{att}{n}/kernel" for n in ("query", "key", "value")),
+                "qkv_kernel",
+                heads,
+            ),
+            _Param(
+                block.attention.qkv.bias,
+                tuple(f"{att}{n}/bias" for n in ("query", "key", "value")),
+                "qkv_bias",
+                heads,
+            ),
+            _Param(
+                block.attention.out.kernel, (att + "out/kernel",),
+                "out_kernel", heads,
+            ),
+            _Param(block.attention.out.bias, (att + "out/bias",)),
+        ]
+        params += _norm(block.norm2, pre + "LayerNorm_2")
+        params += _dense(block.mlp1, pre + "MlpBlock_3/Dense_0")
+        params += _dense(block.mlp2, pre + "MlpBlock_3/Dense_1")
+    params += _norm(encoder.encoder_norm, "Transformer/encoder_norm")
+    for name in ("pre_logits", "head"):
+        if name in layers:
+            params += _dense(layers[name], name)
+    return params
+
+
+def model_grid(model: keras.Model) -> Grid:
+    """(rows, cols). The model's patch grid (tokens = rows * cols)."""
+    embedding = model.get_layer("embedding")
+    shape = embedding.input.shape
+    return (
+        shape[1] // embedding.patch_size,
+        shape[2] // embedding.patch_size,
+    )
+
+
+def model_arrays(model: keras.Model) -> Arrays:
+    """The model's parameters in the official layout (key -> array).
+
+    GroupNorm parameters of the hybrid stem use the released files' shape
+    (1, 1, 1, C).
+    """
+    arrays: Arrays = {}
+    for param in _model_params(model):
+        value = np.asarray(param.variable.numpy())
+        arrays.update(zip(param.keys, param.to_file(value)))
+    return arrays
+
+
+# ---------------------------------------------------------------- loading
+
+
+def load_npz(
+    model: keras.Model,
+    path: Union[str, os.PathLike],
+    *,
+    strict: bool = True,
+    keep_pre_logits: bool = False,
+    posemb_grid: Optional[Grid] = None,
+) -> LoadReport:
+    """Loads an official ViT .npz checkpoint into a keras_vit model.
+
+    Args:
+        model: keras.Model. Built by `keras_vit.create_model`.
+        path: str or path. Local path or gs:// URL of the .npz file.
+        strict: bool. Raise if any parameter is missing, unexpected or
+            mis-shaped (all are listed). Non-strict loads what fits and
+            reports the rest in the returned `LoadReport`.
+        keep_pre_logits: bool. When the head is dropped (other class
+            count), still load the file's pre-logits layer into the model's
+            (the model needs `representation_size`).
+        posemb_grid: (rows, cols) or None. The file's patch grid, needed
+            only when it is not square.
+
+    Returns:
+        A `LoadReport`. The model is changed only if nothing is wrong (in
+        strict mode).
+
+    Raises:
+        ValueError: unreadable file, or (strict) any mismatch.
+    """
+    arrays = read_npz(path)
+    arrays, layout, ignored = normalize_layout(arrays, str(path))
+    return load_arrays(
+        model,
+        arrays,
+        strict=strict,
+        keep_pre_logits=keep_pre_logits,
+        posemb_grid=posemb_grid,
+        source=str(path),
+        layout=layout,
+        ignored=ignored,
+    )
+
+
+def load_arrays(
+    model: keras.Model,
+    arrays: Arrays,
+    *,
+    strict: bool = True,
+    keep_pre_logits: bool = False,
+    posemb_grid: Optional[Grid] = None,
+    source: str = "<arrays>",
+    layout: str = "official",
+    ignored: Sequence[Tuple[str, Shape, str]] = (),
+) -> LoadReport:
+    """Like `load_npz`, from a dict of arrays in the official layout."""
+    report = LoadReport(path=source, layout=layout, dropped=list(ignored))
+    params = _model_params(model)
+    arrays = dict(arrays)
+    shapes = {k: tuple(np.shape(v)) for k, v in arrays.items()}
+    expected: Dict[str, Tuple[_Param, Shape]] = {}
+    for param in params:
+        for key, shape in param.file_shapes().items():
+            expected[key] = (param, shape)
+    model_shapes = {k: s for k, (_, s) in expected.items()}
+    original_shapes = dict(shapes)
+
+    # Head: keep it only if the file's fits the model's exactly.
+    model_head = {k: expected[k][1] for k in HEAD_KEYS if k in expected}
+    keep_head = bool(model_head) and all(
+        shapes.get(k) == s for k, s in model_head.items()
+    )
+    if not keep_head:
+        reason = (
+            "the model has no head (num_classes=0)"
+            if not model_head
+            else f"the model's head is {model_head['head/kernel']} (another "
+            "class count); it starts at zero, as for transfer in the paper"
+        )
+        for key in HEAD_KEYS:
+            if key in arrays:
+                report.dropped.append((key, shapes.pop(key), reason))
+                del arrays[key]
+            expected.pop(key, None)
+        report.head_initialized = bool(model_head)
+        model_pre = PRE_LOGITS_KEYS[0] in expected
+        file_pre = PRE_LOGITS_KEYS[0] in arrays
+        if file_pre and not (keep_pre_logits and model_pre):
+            why = (
+                "dropped with the head (keep_pre_logits=False)"
+                if not keep_pre_logits
+                else "the model has no pre_logits layer"
+            )
+            for key in PRE_LOGITS_KEYS:
+                if key in arrays:
+                    report.dropped.append((key, shapes.pop(key), why))
+                    del arrays[key]
+        if model_pre and not (keep_pre_logits and file_pre):
+            report.hints.append(
+                "The model has a pre_logits layer but the checkpoint's "
+                "pre-logits are not loaded: pass keep_pre_logits=True (if the "
+                "file has them), or build the model without "
+                "representation_size."
+            )
+
+    # Position embedding: resize to the model's grid if the file's differs.
+    if POSEMB in arrays and POSEMB in expected:
+        found, want = shapes[POSEMB], expected[POSEMB][1]
+        new_grid = model_grid(model)
+        regrid = posemb_grid is not None and tuple(posemb_grid) != new_grid
+        same_width = len(found) == 3 and found[0] == 1 and found[2] == want[2]
+        if (found != want or regrid) and same_width:
+            prefix = int("cls" in expected)
+            if prefix != int("cls" in arrays):
+                report.hints.append(
+                    f"The file's pooling differs from the model's "
+                    f"(pooling={'token' if prefix else 'gap'}): build the "
+                    "model with the checkpoint's pooling."
+                )
+            else:
+                try:
+                    arrays[POSEMB] = resize_position_embedding(
+                        arrays[POSEMB], new_grid, posemb_grid, prefix
+                    )
+                except ValueError as error:
+                    report.hints.append(str(error))
+                else:
+                    shapes[POSEMB] = arrays[POSEMB].shape
+                    old = posemb_grid or checkpoint_io.square_grid(
+                        found[1] - prefix
+                    )
+                    report.posemb_resized = (tuple(old), new_grid)
+
+    for key, (param, shape) in expected.items():
+        if key not in shapes:
+            report.missing.append((key, shape))
+        elif not param.accepts(shape, shapes[key]):
+            report.mismatched.append((key, shape, original_shapes[key]))
+    report.unexpected = [
+        (k, s) for k, s in shapes.items() if k not in expected
+    ]
+
+    if not report.ok or (report.hints and strict):
+        hint = checkpoint_io.architecture_hint(original_shapes, model_shapes)
+        if hint:
+            report.hints.insert(0, hint)
+        if strict:
+            raise ValueError(
+                f"Checkpoint {source} does not fit the model "
+                f"{model.name!r}:\n{report.problems()}\n"
+                + "\n".join(report.hints)
+                + "\nPass strict=False to load what fits and get a report."
+            )
+
+    bad = {k for k, *_ in report.missing + report.mismatched}
+    for param in params:
+        if any(k in bad or k not in arrays for k in param.keys):
+            continue
+        value = param.from_file([arrays[k] for k in param.keys])
+        dtype = keras.backend.standardize_dtype(param.variable.dtype)
+        param.variable.assign(np.asarray(value).astype(dtype))
+        report.loaded.extend(param.keys)
+    if report.head_initialized:
+        for layer_param in _dense(model.get_layer("head"), "head"):
+            layer_param.variable.assign(
+                np.zeros(layer_param.variable.shape, "float32")
+            )
+    return report
+
+
+# ----------------------------------------------------------------- saving
+
+
+def save_npz(model: keras.Model, path: Union[str, os.PathLike]) -> None:
+    """Writes the model in the official .npz layout, atomically.
+
+    The file loads into the official code and back into keras_vit: unfused
+    (D, heads, head_dim) query/key/value, LayerNorm `scale`/`bias`, the
+    hybrid stem's keys. Written to a temporary name and renamed, so a crash
+    never leaves a partial file at `path`.
+    """
+    write_npz(path, model_arrays(model))
+
+
+def rebuild_at_resolution(
+    model: keras.Model, image_size: Union[int, Sequence[int]]
+) -> keras.Model:
+    """The same network at another input resolution, weights copied.
+
+    The position embedding is resized to the new patch grid (bilinear,
+    official convention); every other weight is copied unchanged. The
+    original model is not modified.
+
+    Args:
+        model: keras.Model. Built by `keras_vit.create_model`.
+        image_size: int or (height, width). The new input size.
+
+    Returns:
+        A new `keras.Model`.
+    """
+    from keras_vit import model as vit_model
+
+    height, width = vit_model._image_hw(image_size)
+    stride = model.get_layer("embedding").patch_size
+    layer_names = {layer.name for layer in model.layers}
+    if "resnet" in layer_names:
+        stride *= model.get_layer("resnet").stride
+    for side, value in (("height", height), ("width", width)):
+        if value % stride:
+            raise ValueError(
+                f"image_size {side} {value} is not divisible by the model's "
+                f"total stride {stride}: use a multiple of {stride}."
+            )
+    config = model.get_config()
+    inputs = [c for c in config["layers"] if c["class_name"] == "InputLayer"]
+    if len(inputs) != 1:
+        raise ValueError("rebuild_at_resolution needs a single-input model.")
+    batch_shape = list(inputs[0]["config"]["batch_shape"])
+    batch_shape[1:3] = [height, width]
+    inputs[0]["config"]["batch_shape"] = batch_shape
+    # Without their recorded build shapes the layers build at the new size
+    # when the graph is rebuilt.
+    for layer_config in config["layers"]:
+        layer_config.pop("build_config", None)
+    new = model.__class__.from_config(config)
+    prefix = int("cls" in layer_names)
+    for layer in model.layers:
+        weights = layer.get_weights()
+        if not weights:
+            continue
+        target = new.get_layer(layer.name)
+        if layer.name == "posembed_input":
+            weights = [
+                resize_position_embedding(
+                    weights[0], model_grid(new), model_grid(model), prefix
+                )
+            ]
+        target.set_weights(weights)
+    return new

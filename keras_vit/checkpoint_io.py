@@ -1,0 +1,499 @@
+"""Reading, writing and converting official .npz arrays (NumPy only).
+
+The model-independent half of `keras_vit.checkpoint`: safe reading of .npz
+files (no pickles, clear errors for truncated or foreign files), atomic
+writing, conversion of training and big_vision layouts to the official one,
+the architecture a file implies (for "wrong variant" errors), the load
+report, and the position-embedding resize of the official code.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import re
+import tempfile
+import uuid
+import zipfile
+import zlib
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+Arrays = Dict[str, np.ndarray]
+Grid = Tuple[int, int]
+PathLike = Union[str, os.PathLike]
+Shape = Tuple[int, ...]
+
+POSEMB = "Transformer/posembed_input/pos_embedding"
+_ZIP_MAGIC = b"PK"
+_NPY_MAGIC = b"\x93NUMPY"
+
+
+def _is_remote(path: str) -> bool:
+    return "://" in path
+
+
+def _open(path: str, mode: str):
+    if _is_remote(path):
+        import tensorflow as tf  # only remote paths need TensorFlow
+
+        return tf.io.gfile.GFile(path, mode)
+    return open(path, mode)
+
+
+def read_npz(path: PathLike) -> Arrays:
+    """Reads every array of an .npz file, refusing pickled objects.
+
+    Args:
+        path: str or path. Local path, or gs:// (any `tf.io.gfile` URL).
+
+    Returns:
+        dict of str to np.ndarray, in the file's order.
+
+    Raises:
+        FileNotFoundError: no such local file.
+        ValueError: the file is not an .npz archive, is truncated or
+            corrupt, holds pickled Python objects, or holds no arrays; the
+            message names the file and the problem.
+    """
+    path = os.fspath(path)
+    if not _is_remote(path) and not os.path.isfile(path):
+        raise FileNotFoundError(f"{path}: no such checkpoint file.")
+    with _open(path, "rb") as f:
+        magic = f.read(len(_NPY_MAGIC))
+        f.seek(0)
+        if magic.startswith(_NPY_MAGIC):
+            raise ValueError(
+                f"{path}: a single .npy array, not an .npz archive of named "
+                "parameters. Save checkpoints with keras_vit.save_npz or "
+                "np.savez(path, **arrays)."
+            )
+        if magic[:1] == b"\x80":
+            raise ValueError(
+                f"{path}: a Python pickle, not an .npz archive. Pickles can "
+                "run code when loaded and are refused; convert it to .npz "
+                "(np.savez) where it came from."
+            )
+        if not magic.startswith(_ZIP_MAGIC):
+            raise ValueError(
+                f"{path}: not an .npz archive (it does not start with the "
+                "zip signature). Check the path; an HTML error page or an "
+                "interrupted download looks like this."
+            )
+        arrays: Arrays = {}
+        try:
+            with np.load(f, allow_pickle=False) as npz:
+                for key in npz.files:
+                    try:
+                        arrays[key] = npz[key]
+                    except ValueError as error:
+                        if "pickle" in str(error) or "Object arrays" in str(
+                            error
+                        ):
+                            raise ValueError(
+                                f"{path}: entry {key!r} holds pickled Python "
+                                "objects, which are refused (they can run "
+                                "code). A checkpoint holds numeric arrays "
+                                "only."
+                            ) from None
+                        raise ValueError(
+                            f"{path}: entry {key!r} is not a readable array "
+                            f"({error}); the file is corrupt."
+                        ) from None
+        except (zipfile.BadZipFile, EOFError, zlib.error, OSError) as error:
+            raise ValueError(
+                f"{path}: truncated or corrupt .npz archive ({error}). "
+                "Download or copy the file again."
+            ) from None
+    if not arrays:
+        raise ValueError(f"{path}: the .npz archive holds no arrays.")
+    return arrays
+
+
+def write_npz(path: PathLike, arrays: Mapping[str, np.ndarray]) -> None:
+    """Writes arrays to an .npz file atomically (temp file, then rename).
+
+    Args:
+        path: str or path. Local path or gs:// URL.
+        arrays: dict of str to array. Keys may contain "/".
+    """
+    path = os.fspath(path)
+    arrays = {k: np.asarray(v) for k, v in arrays.items()}
+    if _is_remote(path):
+        import tensorflow as tf
+
+        tmp = f"{path}.tmp-{uuid.uuid4().hex}"
+        try:
+            with tf.io.gfile.GFile(tmp, "wb") as f:
+                np.savez(f, **arrays)
+            tf.io.gfile.rename(tmp, path, overwrite=True)
+        finally:
+            if tf.io.gfile.exists(tmp):
+                tf.io.gfile.remove(tmp)
+        return
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(
+        dir=directory, prefix=f".{os.path.basename(path)}.", suffix=".tmp"
+    )
+    try:
+        with os.fdopen(fd, "wb") as f:
+            np.savez(f, **arrays)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+
+
+@dataclasses.dataclass
+class LoadReport:
+    """What `load_npz` did.
+
+    Attributes:
+        path: str. The file read.
+        layout: str. "official", "official, opt/target/ prefix" or
+            "big_vision".
+        loaded: list of str. Checkpoint keys copied into the model.
+        missing: list of (key, expected shape). Parameters of the model the
+            file lacks (non-strict mode leaves them at their initial value).
+        unexpected: list of (key, shape). Arrays of the file the model has
+            no place for.
+        mismatched: list of (key, expected shape, found shape).
+        dropped: list of (key, shape, reason). Arrays deliberately not
+            loaded (a head for another class count, pre-logits, optimizer
+            state).
+        head_initialized: bool. The model's head was set to zeros.
+        posemb_resized: ((old rows, old cols), (new rows, new cols)) or None.
+        hints: list of str. How to fix what went wrong.
+    """
+
+    path: str
+    layout: str = "official"
+    loaded: List[str] = dataclasses.field(default_factory=list)
+    missing: List[Tuple[str, Shape]] = dataclasses.field(default_factory=list)
+    unexpected: List[Tuple[str, Shape]] = dataclasses.field(
+        default_factory=list
+    )
+    mismatched: List[Tuple[str, Shape, Shape]] = dataclasses.field(
+        default_factory=list
+    )
+    dropped: List[Tuple[str, Shape, str]] = dataclasses.field(
+        default_factory=list
+    )
+    head_initialized: bool = False
+    posemb_resized: Optional[Tuple[Grid, Grid]] = None
+    hints: List[str] = dataclasses.field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """bool. Every parameter of the model was loaded from the file."""
+        return not (self.missing or self.unexpected or self.mismatched)
+
+    def problems(self) -> str:
+        """str. One line per missing, unexpected or mis-shaped key."""
+        lines = [
+            f"  missing in file: {k} (model expects {s})"
+            for k, s in self.missing
+        ]
+        lines += [
+            f"  unexpected in file: {k} {s} (model has no such parameter)"
+            for k, s in self.unexpected
+        ]
+        lines += [
+            f"  shape mismatch: {k}: model expects {e}, file has {f}"
+            for k, e, f in self.mismatched
+        ]
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        lines = [
+            f"Loaded {len(self.loaded)} arrays from {self.path} "
+            f"({self.layout} layout)."
+        ]
+        if self.posemb_resized:
+            old, new = self.posemb_resized
+            lines.append(
+                f"Position embedding resized from grid {old[0]}x{old[1]} "
+                f"to {new[0]}x{new[1]}."
+            )
+        for key, shape, reason in self.dropped:
+            lines.append(f"Dropped {key} {shape}: {reason}.")
+        if self.head_initialized:
+            lines.append("The head was initialised to zeros.")
+        if not self.ok:
+            lines.append("Not loaded:\n" + self.problems())
+        lines.extend(self.hints)
+        return "\n".join(lines)
+
+
+# ----------------------------------------------------------------- layouts
+
+
+_BV_RENAMES = (
+    ("MultiHeadDotProductAttention_0/", "MultiHeadDotProductAttention_1/"),
+    ("LayerNorm_1/", "LayerNorm_2/"),
+    ("MlpBlock_0/", "MlpBlock_3/"),
+)
+
+
+def normalize_layout(
+    arrays: Arrays, source: str = "<arrays>"
+) -> Tuple[Arrays, str, list]:
+    """Converts training and big_vision layouts to the official one.
+
+    Returns:
+        (arrays, layout name, ignored) where ignored lists
+        (key, shape, reason) of arrays left out (optimizer state).
+    """
+    ignored = []
+    if any(k.startswith("opt/target/") for k in arrays):
+        out = {}
+        for key, value in arrays.items():
+            if key.startswith("opt/target/"):
+                out[key[len("opt/target/"):]] = value
+            else:
+                ignored.append((key, value.shape, "optimizer state"))
+        return out, "official, opt/target/ prefix", ignored
+    keys = list(arrays)
+    big_vision = (
+        all(k.startswith("params/") for k in keys)
+        or "pos_embedding" in arrays
+        or any(
+            k.startswith("Transformer/encoderblock/")
+            or "MultiHeadDotProductAttention_0/" in k
+            for k in keys
+        )
+    )
+    if not big_vision:
+        return dict(arrays), "official", ignored
+    out = {}
+    for key, value in arrays.items():
+        if key.startswith("params/"):
+            key = key[len("params/"):]
+        out[key] = value
+    if all(k.startswith("img/") for k in out):
+        out = {k[len("img/"):]: v for k, v in out.items()}
+    if any(k.startswith("MAPHead_0/") for k in out):
+        raise ValueError(
+            f"{source}: a big_vision checkpoint with a MAP head "
+            "(pool_type='map'), which keras_vit does not implement; use a "
+            "checkpoint trained with 'tok' or 'gap' pooling."
+        )
+    converted: Arrays = {}
+    for key, value in out.items():
+        if key.startswith("Transformer/encoderblock/"):  # scan: stacked
+            rest = key[len("Transformer/encoderblock/"):]
+            for i in range(value.shape[0]):
+                converted[f"Transformer/encoderblock_{i}/{rest}"] = value[i]
+        else:
+            converted[key] = value
+    renamed: Arrays = {}
+    for key, value in converted.items():
+        if key.startswith("Transformer/encoderblock_"):
+            for old, new in _BV_RENAMES:
+                key = key.replace(old, new)
+        renamed[key] = value
+    if "pos_embedding" in renamed:
+        posemb = renamed.pop("pos_embedding")
+        n = posemb.shape[1]
+        # big_vision adds the position embedding before prepending the class
+        # token, so the token gets none: a zero slot is equivalent.
+        if "cls" in renamed and math.isqrt(n) ** 2 == n:
+            zero = np.zeros_like(posemb[:, :1])
+            posemb = np.concatenate([zero, posemb], axis=1)
+        renamed[POSEMB] = posemb
+    return renamed, "big_vision", ignored
+
+
+def resnet_stages(keys) -> Tuple[int, ...]:
+    """Units per ResNet stage, from `block{s}/unit{u}/` key names."""
+    counts: Dict[int, int] = {}
+    for key in keys:
+        match = re.match(r"block(\d+)/unit(\d+)/", key)
+        if match:
+            stage, unit = int(match.group(1)), int(match.group(2))
+            counts[stage] = max(counts.get(stage, 0), unit)
+    return tuple(counts[s] for s in sorted(counts))
+
+
+def describe_arrays(shapes: Dict[str, Shape]) -> Dict[str, object]:
+    """The architecture implied by official keys and shapes.
+
+    Args:
+        shapes: dict of str to shape. Official key -> array shape.
+
+    Returns:
+        dict with hidden_size, patch_size, num_layers, num_heads, mlp_dim,
+        resnet_layers, pooling, representation_size, num_classes and
+        variant (a name from `keras_vit.VARIANTS`, or None).
+    """
+    from keras_vit import model as vit_model
+
+    def dim(key, axis):
+        try:
+            return int(shapes[key][axis])
+        except (KeyError, IndexError):
+            return None
+
+    blocks = {
+        k.split("/")[1]
+        for k in shapes
+        if k.startswith("Transformer/encoderblock_")
+    }
+    stages = resnet_stages(shapes)
+    att = "Transformer/encoderblock_0/MultiHeadDotProductAttention_1/"
+    info = dict(
+        hidden_size=dim("embedding/kernel", -1),
+        patch_size=dim("embedding/kernel", 0),
+        num_layers=len(blocks),
+        num_heads=dim(att + "query/kernel", 1),
+        mlp_dim=dim(
+            "Transformer/encoderblock_0/MlpBlock_3/Dense_0/kernel", 1
+        ),
+        resnet_layers=stages or None,
+        pooling="token" if "cls" in shapes else "gap",
+        representation_size=dim("pre_logits/kernel", 1),
+        num_classes=dim("head/kernel", 1),
+    )
+    info["variant"] = None
+    for name in vit_model.VARIANTS:
+        spec = vit_model.decode_variant(name)
+        if (
+            spec.size.hidden_size == info["hidden_size"]
+            and spec.size.num_layers == info["num_layers"]
+            and spec.size.num_heads == info["num_heads"]
+            and spec.size.mlp_dim == info["mlp_dim"]
+            and spec.patch_size == info["patch_size"]
+            and spec.resnet_layers == info["resnet_layers"]
+        ):
+            info["variant"] = name
+    return info
+
+
+_ARCH_FIELDS = (
+    "hidden_size", "num_layers", "num_heads", "mlp_dim", "patch_size",
+    "resnet_layers", "pooling",
+)
+
+
+def architecture_hint(file_shapes, model_shapes) -> Optional[str]:
+    found, wanted = describe_arrays(file_shapes), describe_arrays(model_shapes)
+    if all(found[f] == wanted[f] for f in _ARCH_FIELDS):
+        return None
+
+    def fmt(info):
+        text = ", ".join(f"{f}={info[f]}" for f in _ARCH_FIELDS)
+        if info["variant"]:
+            text += f" (variant {info['variant']})"
+        return text
+
+    fix = (
+        f"keras_vit.create_model({found['variant']!r}, "
+        f"pooling={found['pooling']!r}, ...)"
+        if found["variant"]
+        else "keras_vit.create_model(None, ...) with the sizes above"
+    )
+    return (
+        "The checkpoint is from another architecture.\n"
+        f"  checkpoint: {fmt(found)}\n  model:      {fmt(wanted)}\n"
+        f"Build the model with {fix}."
+    )
+
+
+# ------------------------------------------------------------ resizing
+
+
+def square_grid(tokens: int) -> Grid:
+    """(g, g) for a square grid of `tokens` patches; ValueError otherwise."""
+    side = math.isqrt(tokens)
+    if side * side != tokens:
+        raise ValueError(
+            f"Cannot infer the patch grid of a position embedding with "
+            f"{tokens} patch tokens (not a square): pass its grid as "
+            "posemb_grid=(rows, cols)."
+        )
+    return side, side
+
+
+def _interpolation(old: int, new: int):
+    """Indices and weights along one axis, corners aligned."""
+    if new == 1 or old == 1:
+        coords = np.zeros(new)
+    else:
+        coords = np.arange(new) * ((old - 1) / (new - 1))
+    low = np.clip(np.floor(coords).astype(np.int64), 0, old - 1)
+    high = np.minimum(low + 1, old - 1)
+    return low, high, coords - low
+
+
+def resize_position_embedding(
+    posemb: np.ndarray,
+    new_grid: Union[int, Sequence[int]],
+    old_grid: Optional[Union[int, Sequence[int]]] = None,
+    num_prefix_tokens: int = 1,
+) -> np.ndarray:
+    """Resizes a position embedding to another patch grid (paper Sec. 3.2).
+
+    The prefix (class-token) rows are kept; the grid rows are reshaped to
+    (rows, cols, D), resized bilinearly with the official convention of
+    `scipy.ndimage.zoom(order=1)` (corners aligned: new row i samples old
+    row i * (old - 1) / (new - 1)) and flattened row-major. Non-square grids
+    work in both directions.
+
+    Args:
+        posemb: np.ndarray. (1, N, D) or (N, D).
+        new_grid: int or (rows, cols). The target grid.
+        old_grid: int, (rows, cols) or None. The source grid; None means a
+            square grid inferred from N.
+        num_prefix_tokens: int. Leading rows that are not grid positions
+            (1 with a class token, 0 for global average pooling).
+
+    Returns:
+        np.ndarray of the input's rank and dtype with
+        num_prefix_tokens + rows * cols rows.
+    """
+    posemb = np.asarray(posemb)
+    batched = posemb.ndim == 3
+    if batched:
+        if posemb.shape[0] != 1:
+            raise ValueError(
+                f"posemb must be (1, N, D) or (N, D), got {posemb.shape}."
+            )
+        posemb = posemb[0]
+    if posemb.ndim != 2:
+        raise ValueError(
+            f"posemb must be (1, N, D) or (N, D), got {posemb.shape}."
+        )
+    prefix, grid = posemb[:num_prefix_tokens], posemb[num_prefix_tokens:]
+    new_grid = _as_grid(new_grid)
+    old_grid = (
+        square_grid(len(grid)) if old_grid is None else _as_grid(old_grid)
+    )
+    if old_grid[0] * old_grid[1] != len(grid):
+        raise ValueError(
+            f"The position embedding has {len(grid)} grid rows, which does "
+            f"not match the grid {old_grid[0]}x{old_grid[1]}: pass the grid "
+            "it was trained with."
+        )
+    x = grid.reshape(old_grid[0], old_grid[1], -1).astype(np.float64)
+    lo, hi, t = _interpolation(old_grid[0], new_grid[0])
+    x = x[lo] * (1 - t)[:, None, None] + x[hi] * t[:, None, None]
+    lo, hi, t = _interpolation(old_grid[1], new_grid[1])
+    x = x[:, lo] * (1 - t)[None, :, None] + x[:, hi] * t[None, :, None]
+    x = x.reshape(new_grid[0] * new_grid[1], -1).astype(posemb.dtype)
+    out = np.concatenate([prefix, x], axis=0)
+    return out[None] if batched else out
+
+
+def _as_grid(grid) -> Grid:
+    if isinstance(grid, (int, np.integer)):
+        grid = (int(grid), int(grid))
+    grid = tuple(int(g) for g in grid)
+    if len(grid) != 2 or min(grid) < 1:
+        raise ValueError(f"A grid is (rows, cols) of positive ints: {grid}.")
+    return grid

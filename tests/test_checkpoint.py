@@ -1,0 +1,548 @@
+"""Official .npz checkpoints: loading, resizing, saving, errors, the CLI.
+
+Every numerical test writes random non-zero arrays in the official layout,
+loads them into a Keras model and compares its outputs with
+tests/numpy_reference.py, an independent NumPy forward pass that reads the
+arrays directly (unfused q/k/v, HWIO convolutions). Position embeddings of
+the references are resized with scipy.ndimage.zoom(order=1), as the
+official code does, not with the function under test.
+"""
+
+import os
+import pickle
+import zipfile
+
+import keras
+import numpy as np
+import pytest
+import scipy.ndimage
+
+from keras_vit import checkpoint, checkpoint_io, convert, create_model
+from tests import numpy_reference as ref
+
+POSEMB = "Transformer/posembed_input/pos_embedding"
+TOL = 1e-5  # relative to the largest |logit|
+
+
+def tiny(num_classes=5, image_size=32, **kw):
+    sizes = dict(
+        patch_size=8, hidden_size=32, num_layers=2, num_heads=4, mlp_dim=64
+    )
+    if kw.get("resnet_layers"):
+        sizes["patch_size"] = 1
+    sizes.update(kw)
+    return create_model(
+        None, num_classes=num_classes, image_size=image_size, **sizes
+    )
+
+
+def random_arrays(model, seed=0):
+    """The model's official keys with random, well-scaled values."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for key, value in checkpoint.model_arrays(model).items():
+        shape = value.shape
+        if key.endswith("scale"):
+            x = 1.0 + 0.2 * rng.normal(size=shape)
+        elif key.endswith("kernel"):
+            qkv = key.split("/")[-2] in ("query", "key", "value")
+            fan_in = shape[0] if qkv else int(np.prod(shape[:-1]))
+            x = rng.normal(size=shape) / np.sqrt(fan_in)
+        else:
+            x = 0.3 * rng.normal(size=shape)
+        out[key] = x.astype("float32")
+    return out
+
+
+def save(path, arrays):
+    np.savez(path, **arrays)
+    return str(path)
+
+
+def images(size, seed=1):
+    h, w = (size, size) if isinstance(size, int) else size
+    rng = np.random.default_rng(seed)
+    return rng.uniform(-1, 1, size=(2, h, w, 3)).astype("float32")
+
+
+def assert_close(got, want):
+    got = keras.ops.convert_to_numpy(got)
+    assert got.shape == want.shape
+    scale = max(np.abs(want).max(), 1e-6)
+    assert np.abs(got - want).max() <= TOL * scale, np.abs(got - want).max()
+
+
+def zoom_posemb(posemb, old, new, prefix):
+    """The official resize (scipy) of a (1, N, D) position embedding."""
+    grid = posemb[0, prefix:].reshape(old[0], old[1], -1)
+    factors = (new[0] / old[0], new[1] / old[1], 1)
+    grid = scipy.ndimage.zoom(grid.astype("float64"), factors, order=1)
+    assert grid.shape[:2] == tuple(new)
+    grid = grid.reshape(1, new[0] * new[1], -1).astype(posemb.dtype)
+    return np.concatenate([posemb[:, :prefix], grid], axis=1)
+
+
+# ------------------------------------------------------------- numerics
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(pooling="token"),
+        dict(pooling="gap"),
+        dict(pooling="token", representation_size=24),
+        dict(pooling="gap", representation_size=24),
+        dict(pooling="token", resnet_layers=(1,)),
+        dict(pooling="gap", resnet_layers=(1, 1), num_layers=1),
+    ],
+    ids=["token", "gap", "token-prelogits", "gap-prelogits", "hybrid",
+         "hybrid-2stages-gap"],
+)
+def test_loaded_model_matches_numpy_reference(tmp_path, kw):
+    model = tiny(**kw)
+    arrays = random_arrays(model)
+    report = checkpoint.load_npz(model, save(tmp_path / "c.npz", arrays))
+    assert report.ok and not report.dropped and not report.head_initialized
+    assert sorted(report.loaded) == sorted(arrays)
+    x = images(32)
+    assert_close(model(x), ref.forward(arrays, x))
+
+
+def test_fused_qkv_and_out_layout():
+    model = tiny(num_layers=1)
+    arrays = random_arrays(model)
+    checkpoint.load_arrays(model, arrays)
+    att = model.get_layer("Transformer").blocks[0].attention
+    pre = "Transformer/encoderblock_0/MultiHeadDotProductAttention_1/"
+    q, k, v = (arrays[f"{pre}{n}/kernel"] for n in ("query", "key", "value"))
+    fused = keras.ops.convert_to_numpy(att.qkv.kernel)
+    np.testing.assert_array_equal(fused[:, :32], q.reshape(32, 32))
+    np.testing.assert_array_equal(fused[:, 64:], v.reshape(32, 32))
+    np.testing.assert_array_equal(
+        keras.ops.convert_to_numpy(att.qkv.bias)[32:64],
+        arrays[pre + "key/bias"].reshape(-1),
+    )
+    np.testing.assert_array_equal(
+        keras.ops.convert_to_numpy(att.out.kernel),
+        arrays[pre + "out/kernel"].reshape(32, 32),
+    )
+
+
+def test_groupnorm_accepts_flat_and_released_shapes():
+    model = tiny(resnet_layers=(1,))
+    arrays = random_arrays(model)
+    assert arrays["gn_root/scale"].shape == (1, 1, 1, 64)  # released files
+    flat = {
+        k: (v.reshape(-1) if "/gn" in "/" + k else v)
+        for k, v in arrays.items()
+    }
+    assert flat["block1/unit1/gn_proj/bias"].shape == (256,)
+    checkpoint.load_arrays(model, flat)
+    x = images(32)
+    assert_close(model(x), ref.forward(arrays, x))
+
+
+def test_training_checkpoint_prefix(tmp_path):
+    model = tiny()
+    arrays = random_arrays(model)
+    stored = {f"opt/target/{k}": v for k, v in arrays.items()}
+    stored["opt/state/step"] = np.array([7])
+    report = checkpoint.load_npz(model, save(tmp_path / "t.npz", stored))
+    assert report.layout == "official, opt/target/ prefix"
+    assert [d[0] for d in report.dropped] == ["opt/state/step"]
+    x = images(32)
+    assert_close(model(x), ref.forward(arrays, x))
+
+
+@pytest.mark.parametrize("scan", [False, True])
+def test_big_vision_layout(tmp_path, scan):
+    model = tiny()
+    arrays = random_arrays(model)
+    # big_vision adds no position embedding to the class token.
+    arrays[POSEMB][:, 0] = 0.0
+    renames = [
+        ("MultiHeadDotProductAttention_1", "MultiHeadDotProductAttention_0"),
+        ("LayerNorm_2", "LayerNorm_1"),
+        ("MlpBlock_3", "MlpBlock_0"),
+    ]
+    bv = {}
+    for key, value in arrays.items():
+        if key == POSEMB:
+            key, value = "pos_embedding", value[:, 1:]
+        for old, new in renames:
+            key = key.replace(old, new)
+        bv[f"params/img/{key}"] = value
+    if scan:
+        stacked = {}
+        for key in list(bv):
+            if "encoderblock_" in key:
+                rest = key.split("/", 4)[4]
+                stacked.setdefault(rest, []).append(bv.pop(key))
+        for rest, values in stacked.items():
+            bv[f"params/img/Transformer/encoderblock/{rest}"] = np.stack(values)
+    report = checkpoint.load_npz(model, save(tmp_path / "bv.npz", bv))
+    assert report.layout == "big_vision" and report.ok
+    x = images(32)
+    assert_close(model(x), ref.forward(arrays, x))
+
+
+# ------------------------------------------------ position-embedding resize
+
+
+def _bilinear_loop(grid, new):
+    """Direct bilinear sampling, corners aligned, one output cell at a time."""
+    old_h, old_w, d = grid.shape
+    out = np.zeros((new[0], new[1], d))
+    for i in range(new[0]):
+        y = 0.0 if new[0] == 1 else i * (old_h - 1) / (new[0] - 1)
+        for j in range(new[1]):
+            x = 0.0 if new[1] == 1 else j * (old_w - 1) / (new[1] - 1)
+            y0, x0 = int(np.floor(y)), int(np.floor(x))
+            y1, x1 = min(y0 + 1, old_h - 1), min(x0 + 1, old_w - 1)
+            dy, dx = y - y0, x - x0
+            out[i, j] = (
+                grid[y0, x0] * (1 - dy) * (1 - dx)
+                + grid[y0, x1] * (1 - dy) * dx
+                + grid[y1, x0] * dy * (1 - dx)
+                + grid[y1, x1] * dy * dx
+            )
+    return out
+
+
+@pytest.mark.parametrize(
+    "old,new",
+    [((14, 14), (24, 32)), ((7, 5), (3, 9)), ((4, 4), (4, 4)),
+     ((3, 3), (1, 1)), ((1, 1), (2, 3)), ((6, 4), (6, 7))],
+)
+def test_resize_matches_scipy_zoom_and_direct_bilinear(old, new):
+    rng = np.random.default_rng(0)
+    posemb = rng.normal(size=(1, 1 + old[0] * old[1], 6)).astype("float32")
+    got = checkpoint.resize_position_embedding(posemb, new, old)
+    assert got.shape == (1, 1 + new[0] * new[1], 6)
+    assert got.dtype == np.float32
+    np.testing.assert_array_equal(got[:, 0], posemb[:, 0])
+    np.testing.assert_allclose(
+        got, zoom_posemb(posemb, old, new, 1), atol=1e-6
+    )
+    direct = _bilinear_loop(posemb[0, 1:].reshape(*old, 6), new)
+    np.testing.assert_allclose(got[0, 1:], direct.reshape(-1, 6), atol=1e-6)
+    # Unbatched input and no prefix token work too.
+    flat = checkpoint.resize_position_embedding(posemb[0, 1:], new, old, 0)
+    np.testing.assert_allclose(flat, got[0, 1:], atol=1e-7)
+
+
+def test_resize_224_to_384x512_and_square_inference():
+    posemb = np.random.default_rng(0).normal(size=(1, 197, 4))
+    out = checkpoint.resize_position_embedding(posemb, (24, 32))
+    assert out.shape == (1, 1 + 24 * 32, 4)
+    # Corners are aligned: the four corner embeddings are unchanged.
+    grid, new = posemb[0, 1:].reshape(14, 14, 4), out[0, 1:].reshape(24, 32, 4)
+    for (a, b), (c, d) in [((0, 0), (0, 0)), ((13, 13), (23, 31)),
+                           ((0, 13), (0, 31))]:
+        np.testing.assert_allclose(new[c, d], grid[a, b])
+    with pytest.raises(ValueError, match="posemb_grid"):
+        checkpoint.resize_position_embedding(posemb[:, :-1], (24, 32))
+
+
+@pytest.mark.parametrize(
+    "pooling,train_size,new_size,grid_arg",
+    [
+        ("token", 32, (48, 64), None),  # 4x4 -> 6x8
+        ("gap", 32, (24, 40), None),  # 4x4 -> 3x5
+        ("token", (32, 48), 40, (4, 6)),  # non-square file -> 5x5
+    ],
+)
+def test_load_with_position_embedding_resize(
+    tmp_path, pooling, train_size, new_size, grid_arg
+):
+    source = tiny(image_size=train_size, pooling=pooling)
+    arrays = random_arrays(source)
+    path = save(tmp_path / "c.npz", arrays)
+    model = tiny(image_size=new_size, pooling=pooling)
+    report = checkpoint.load_npz(model, path, posemb_grid=grid_arg)
+    old = checkpoint.model_grid(source)
+    new = checkpoint.model_grid(model)
+    assert report.posemb_resized == (old, new) and report.ok
+    prefix = 1 if pooling == "token" else 0
+    expected = dict(arrays)
+    expected[POSEMB] = zoom_posemb(arrays[POSEMB], old, new, prefix)
+    x = images(new_size)
+    assert_close(model(x), ref.forward(expected, x))
+
+
+def test_non_square_file_grid_needs_posemb_grid(tmp_path):
+    path = save(tmp_path / "c.npz", random_arrays(tiny(image_size=(32, 48))))
+    with pytest.raises(ValueError, match=r"posemb_grid=\(rows, cols\)"):
+        checkpoint.load_npz(tiny(image_size=40), path)
+
+
+def test_rebuild_at_resolution():
+    model = tiny(representation_size=24)
+    arrays = random_arrays(model)
+    checkpoint.load_arrays(model, arrays)
+    bigger = checkpoint.rebuild_at_resolution(model, (48, 64))
+    assert bigger.input_shape == (None, 48, 64, 3)
+    assert model.input_shape == (None, 32, 32, 3)  # original untouched
+    expected = dict(arrays)
+    expected[POSEMB] = zoom_posemb(arrays[POSEMB], (4, 4), (6, 8), 1)
+    x = images((48, 64))
+    assert_close(bigger(x), ref.forward(expected, x))
+    assert_close(model(images(32)), ref.forward(arrays, images(32)))
+    with pytest.raises(ValueError, match="not divisible by .* stride 8"):
+        checkpoint.rebuild_at_resolution(model, 50)
+    hybrid = tiny(resnet_layers=(1,))
+    hybrid_arrays = random_arrays(hybrid)
+    checkpoint.load_arrays(hybrid, hybrid_arrays)
+    rebuilt = checkpoint.rebuild_at_resolution(hybrid, 48)
+    hybrid_arrays[POSEMB] = zoom_posemb(
+        hybrid_arrays[POSEMB], (8, 8), (12, 12), 1
+    )
+    assert_close(rebuilt(images(48)), ref.forward(hybrid_arrays, images(48)))
+
+
+# ------------------------------------------------------------ head policy
+
+
+def test_head_kept_or_dropped_and_zero_initialised(tmp_path):
+    arrays = random_arrays(tiny(num_classes=5, representation_size=24))
+    path = save(tmp_path / "c.npz", arrays)
+    x = images(32)
+
+    same = tiny(num_classes=5, representation_size=24)
+    report = checkpoint.load_npz(same, path)
+    assert not report.dropped and not report.head_initialized
+    assert_close(same(x), ref.forward(arrays, x))
+
+    # Another class count: head and pre-logits dropped, head zeroed.
+    other = tiny(num_classes=7, head_zero_init=False)
+    report = checkpoint.load_npz(other, path)
+    assert [d[:2] for d in report.dropped] == [
+        ("head/kernel", (24, 5)), ("head/bias", (5,)),
+        ("pre_logits/kernel", (32, 24)), ("pre_logits/bias", (24,)),
+    ]
+    assert report.head_initialized
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(other(x)), 0.0)
+    body = {
+        k: v for k, v in arrays.items() if not k.startswith(("head", "pre"))
+    }
+    features = keras_features(other, x)
+    assert_close(features, ref.features(body, x))
+
+    # keep_pre_logits with a model that has them: only the head is reset.
+    keep = tiny(num_classes=7, representation_size=24)
+    report = checkpoint.load_npz(keep, path, keep_pre_logits=True)
+    assert [d[0] for d in report.dropped] == ["head/kernel", "head/bias"]
+    assert_close(keras_features(keep, x), ref.features(arrays, x))
+
+    # A model with pre-logits that are not loaded is an error naming the fix.
+    with pytest.raises(ValueError, match="keep_pre_logits=True"):
+        checkpoint.load_npz(tiny(num_classes=7, representation_size=24), path)
+
+    # A features model (num_classes=0) drops the head.
+    feats = tiny(num_classes=0)
+    report = checkpoint.load_npz(feats, path)
+    assert not report.head_initialized
+    assert_close(feats(x), ref.features(body, x))
+
+
+def keras_features(model, x):
+    from keras_vit import features_model
+
+    return features_model(model)(x)
+
+
+# ---------------------------------------------------------------- errors
+
+
+def test_strict_error_lists_every_offending_key(tmp_path):
+    model = tiny()
+    arrays = random_arrays(model)
+    before = [w.numpy().copy() for w in model.weights]
+    del arrays["cls"], arrays["Transformer/encoderblock_1/LayerNorm_2/bias"]
+    arrays["extra/kernel"] = np.ones((3, 3), "float32")
+    arrays["Transformer/encoderblock_9/LayerNorm_0/scale"] = np.ones(32)
+    ln = "Transformer/encoderblock_0/LayerNorm_0/scale"
+    arrays[ln] = np.ones(31, "float32")
+    path = save(tmp_path / "bad.npz", arrays)
+    with pytest.raises(ValueError) as info:
+        checkpoint.load_npz(model, path)
+    message = str(info.value)
+    for line in [
+        "missing in file: cls (model expects (1, 1, 32))",
+        "missing in file: Transformer/encoderblock_1/LayerNorm_2/bias "
+        "(model expects (32,))",
+        "unexpected in file: extra/kernel (3, 3)",
+        "unexpected in file: Transformer/encoderblock_9/LayerNorm_0/scale",
+        f"shape mismatch: {ln}: model expects (32,), file has (31,)",
+        path,
+    ]:
+        assert line in message, message
+    # Nothing was assigned.
+    for weight, value in zip(model.weights, before):
+        np.testing.assert_array_equal(weight.numpy(), value)
+
+    report = checkpoint.load_npz(model, path, strict=False)
+    assert not report.ok
+    assert sorted(k for k, _ in report.missing) == [
+        "Transformer/encoderblock_1/LayerNorm_2/bias", "cls",
+    ]
+    assert sorted(k for k, _ in report.unexpected) == [
+        "Transformer/encoderblock_9/LayerNorm_0/scale", "extra/kernel",
+    ]
+    assert report.mismatched == [(ln, (32,), (31,))]
+    assert ln not in report.loaded and "embedding/kernel" in report.loaded
+    np.testing.assert_array_equal(
+        model.get_layer("embedding").conv.kernel.numpy(),
+        arrays["embedding/kernel"],
+    )
+    assert "shape mismatch" in str(report)
+
+
+def test_wrong_variant_is_named(tmp_path):
+    path = save(tmp_path / "wide.npz", random_arrays(tiny(hidden_size=48)))
+    with pytest.raises(ValueError, match="another architecture") as info:
+        checkpoint.load_npz(tiny(), path)
+    assert "checkpoint: hidden_size=48" in str(info.value)
+    assert "model:      hidden_size=32" in str(info.value)
+
+
+def test_describe_names_official_variants():
+    shapes = {
+        "cls": (1, 1, 768), "embedding/kernel": (16, 16, 3, 768),
+        "head/kernel": (768, 21843), "pre_logits/kernel": (768, 768),
+    }
+    for i in range(12):
+        pre = f"Transformer/encoderblock_{i}/"
+        shapes[pre + "MultiHeadDotProductAttention_1/query/kernel"] = (
+            768, 12, 64,
+        )
+        shapes[pre + "MlpBlock_3/Dense_0/kernel"] = (768, 3072)
+    info = checkpoint.describe_arrays(shapes)
+    assert info["variant"] == "B/16" and info["num_classes"] == 21843
+    assert info["representation_size"] == 768 and info["pooling"] == "token"
+    shapes["embedding/kernel"] = (1, 1, 1024, 768)
+    for s, n in enumerate((3, 4, 9), start=1):
+        shapes[f"block{s}/unit{n}/conv1/kernel"] = (1, 1, 64, 64)
+    assert checkpoint.describe_arrays(shapes)["variant"] == "R50+B/16"
+
+
+def test_unreadable_files_give_clear_errors(tmp_path):
+    good = save(tmp_path / "good.npz", random_arrays(tiny(num_layers=1)))
+    data = open(good, "rb").read()
+    truncated = tmp_path / "truncated.npz"
+    truncated.write_bytes(data[: len(data) // 2])
+    with pytest.raises(ValueError, match="truncated or corrupt") as info:
+        checkpoint.read_npz(truncated)
+    assert str(truncated) in str(info.value)
+
+    html = tmp_path / "page.npz"
+    html.write_text("<html>Not Found</html>")
+    with pytest.raises(ValueError, match="not an .npz archive"):
+        checkpoint.read_npz(html)
+
+    npy = tmp_path / "single.npy"
+    np.save(npy, np.ones(3))
+    with pytest.raises(ValueError, match="single .npy array"):
+        checkpoint.read_npz(npy)
+
+    objects = tmp_path / "objects.npz"
+    np.savez(objects, cls=np.ones(2), evil=np.array([{"a": 1}], dtype=object))
+    with pytest.raises(ValueError, match="'evil' holds pickled Python"):
+        checkpoint.read_npz(objects)
+
+    raw = tmp_path / "raw.npz"
+    raw.write_bytes(pickle.dumps({"cls": [1.0]}))
+    with pytest.raises(ValueError, match="a Python pickle"):
+        checkpoint.read_npz(raw)
+
+    empty = tmp_path / "empty.npz"
+    np.savez(empty)
+    with pytest.raises(ValueError, match="holds no arrays"):
+        checkpoint.read_npz(empty)
+
+    with pytest.raises(FileNotFoundError):
+        checkpoint.read_npz(tmp_path / "missing.npz")
+
+
+# ---------------------------------------------------------------- saving
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [dict(representation_size=24), dict(resnet_layers=(1, 1), num_layers=1)],
+    ids=["vit", "hybrid"],
+)
+def test_save_npz_round_trip_is_exact(tmp_path, kw):
+    model = tiny(**kw)
+    arrays = random_arrays(model)
+    path = save(tmp_path / "in.npz", arrays)
+    checkpoint.load_npz(model, path)
+    out = tmp_path / "out.npz"
+    checkpoint.save_npz(model, out)
+    with np.load(path) as a, np.load(out) as b:
+        assert a.files == b.files  # same keys, same order
+        for key in a.files:
+            assert a[key].shape == b[key].shape and a[key].dtype == b[key].dtype
+            np.testing.assert_array_equal(a[key], b[key])
+    assert sorted(os.listdir(tmp_path)) == ["in.npz", "out.npz"]
+
+
+def test_save_npz_is_atomic(tmp_path, monkeypatch):
+    model = tiny(num_layers=1)
+    out = tmp_path / "model.npz"
+    out.write_bytes(b"previous contents")
+
+    def failing_savez(f, **arrays):
+        f.write(b"partial")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(checkpoint_io.np, "savez", failing_savez)
+    with pytest.raises(OSError, match="disk full"):
+        checkpoint.save_npz(model, out)
+    assert out.read_bytes() == b"previous contents"
+    assert os.listdir(tmp_path) == ["model.npz"]
+
+
+# ------------------------------------------------------------------- CLI
+
+
+def test_convert_cli_writes_equivalent_keras_file(tmp_path, capsys):
+    source = create_model("Ti/16", num_classes=5, image_size=32)
+    arrays = random_arrays(source)
+    npz = save(tmp_path / "Ti_16.npz", arrays)
+    output = tmp_path / "out" / "ti16.keras"
+    rc = convert.main([
+        "--npz", npz, "--variant", "Ti/16", "--num_classes", "5",
+        "--image_size", "48x32", "--output", str(output),
+    ])
+    assert rc == 0
+    printed = capsys.readouterr().out
+    assert "resized from grid 2x2 to 3x2" in printed
+    loaded = keras.models.load_model(output)
+    expected = dict(arrays)
+    expected[POSEMB] = zoom_posemb(arrays[POSEMB], (2, 2), (3, 2), 1)
+    x = images((48, 32))
+    assert_close(loaded(x), ref.forward(expected, x))
+    assert sorted(os.listdir(output.parent)) == ["ti16.keras"]
+
+    # A checkpoint that does not fit: exit status 1, a message, no file.
+    rc = convert.main([
+        "--npz", npz, "--variant", "Ti/16", "--num_classes", "5",
+        "--image_size", "32", "--pooling", "gap",
+        "--output", str(tmp_path / "gap.keras"),
+    ])
+    assert rc == 1
+    err = capsys.readouterr().err
+    assert "another architecture" in err and "unexpected in file: cls" in err
+    assert not (tmp_path / "gap.keras").exists()
+
+
+def test_archive_member_names_are_official(tmp_path):
+    model = tiny(num_layers=1)
+    out = tmp_path / "m.npz"
+    checkpoint.save_npz(model, out)
+    names = zipfile.ZipFile(out).namelist()
+    assert "Transformer/encoderblock_0/MultiHeadDotProductAttention_1/" \
+        "query/kernel.npy" in names
+    assert "Transformer/encoder_norm/scale.npy" in names
+    assert "cls.npy" in names and "head/kernel.npy" in names
