@@ -1,0 +1,541 @@
+"""Training and inference throughput of keras_vit models on this machine.
+
+    python benchmarks/throughput.py --variant B/16 --image_size 224 \
+        --batch_size 8 --dtype float32 --xla both --compare_keras_hub \
+        --mode train,infer --repeats 5 --output benchmarks/results/b16_cpu
+
+One run measures, for each mode (train, infer) and XLA setting:
+  * images/s as the median over `--repeats` timed repeats, after warm-up
+    (the first call compiles); a training step is forward + backward + AdamW
+    update through Keras's compiled train function (`train_on_batch`), an
+    inference step is `predict_on_batch`;
+  * model FLOPs utilisation (MFU): analytic model FLOPs/s over the machine's
+    own matmul ceiling (a large square matmul, measured in the same run,
+    before and after the models);
+  * the peak resident memory of the process while the model was built and
+    warmed up (Linux VmHWM, reset per model when the kernel allows it).
+With `--compare_keras_hub` the same configuration built from keras-hub's
+ViTBackbone (+ a Dense head on the class token) is timed side by side, its
+repeats interleaved with ours so that load from other processes hits both
+alike. keras-hub is optional and imported only here. With `--jax` the same
+measurements run again in a subprocess under KERAS_BACKEND=jax.
+
+Writes NAME.json (every sample) and NAME.md (a table) for `--output NAME`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+
+# Importable as a script (python benchmarks/throughput.py) from the repo root.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import keras_vit  # noqa: E402
+from keras_vit.model import decode_variant  # noqa: E402
+
+MODELS = ("keras_vit", "keras_hub")
+
+
+def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
+    """argv: list of str or None. Command-line arguments (sys.argv if None)."""
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--variant", default="B/16", help="e.g. Ti/16, B/16")
+    p.add_argument("--image_size", type=int, default=224)
+    p.add_argument("--batch_size", type=int, default=8)
+    p.add_argument("--dtype", default="float32",
+                   choices=("float32", "bfloat16"))
+    p.add_argument("--xla", default="both", choices=("on", "off", "both"))
+    p.add_argument("--mode", default="train,infer",
+                   help="comma-separated subset of train,infer")
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--steps", type=int, default=0,
+                   help="steps per repeat; 0 picks enough for --min_time")
+    p.add_argument("--min_time", type=float, default=1.0,
+                   help="seconds per repeat when --steps is 0")
+    p.add_argument("--warmup", type=int, default=2,
+                   help="untimed steps before timing (the first compiles)")
+    p.add_argument("--num_classes", type=int, default=1000)
+    p.add_argument("--matmul_size", type=int, default=4096)
+    p.add_argument("--matmul_repeats", type=int, default=5)
+    p.add_argument("--compare_keras_hub", action="store_true")
+    p.add_argument("--jax", action="store_true",
+                   help="also run under KERAS_BACKEND=jax (subprocess)")
+    for name in ("patch_size", "hidden_size", "num_layers", "num_heads",
+                 "mlp_dim"):
+        p.add_argument(f"--{name}", type=int, default=None,
+                       help="override the variant's size")
+    p.add_argument("--output", required=True,
+                   help="path prefix: writes PREFIX.json and PREFIX.md")
+    args = p.parse_args(argv)
+    modes = [m.strip() for m in args.mode.split(",") if m.strip()]
+    bad = [m for m in modes if m not in ("train", "infer")]
+    if bad or not modes:
+        p.error(f"--mode must list train and/or infer, got {args.mode!r}")
+    args.modes = modes
+    for name in ("batch_size", "repeats", "image_size", "matmul_size",
+                 "matmul_repeats", "num_classes"):
+        if getattr(args, name) < 1:
+            p.error(f"--{name} must be >= 1")
+    return args
+
+
+def sizes(args: argparse.Namespace) -> Dict[str, int]:
+    """The encoder sizes of the variant, with the command-line overrides."""
+    spec = decode_variant(args.variant)
+    if spec.resnet_layers is not None:
+        raise SystemExit(
+            f"{args.variant} is a hybrid: this benchmark covers plain ViTs "
+            "(the FLOP count has no ResNet stem). Use e.g. B/16."
+        )
+    out = dict(
+        patch_size=spec.patch_size,
+        hidden_size=spec.size.hidden_size,
+        num_layers=spec.size.num_layers,
+        num_heads=spec.size.num_heads,
+        mlp_dim=spec.size.mlp_dim,
+    )
+    for name in out:
+        if getattr(args, name) is not None:
+            out[name] = getattr(args, name)
+    return out
+
+
+def forward_flops(
+    *,
+    image_size: int,
+    patch_size: int,
+    hidden_size: int,
+    num_layers: int,
+    mlp_dim: int,
+    num_classes: int,
+    class_token: bool = True,
+    channels: int = 3,
+    **_: Any,
+) -> int:
+    """int. Forward FLOPs per image (2 per multiply-add) of a plain ViT.
+
+    Counts the matmul work only: patch projection, per block the fused qkv
+    projection, the attention logits Q K^T and the weighted sum A V, the
+    output projection and the two MLP layers, and the head. Norms, softmax,
+    GELU and adds are O(tokens * width) and left out, as is customary.
+    """
+    patches = (image_size // patch_size) ** 2
+    tokens = patches + int(class_token)
+    d = hidden_size
+    macs = patches * patch_size * patch_size * channels * d
+    per_block = (
+        tokens * d * 3 * d  # qkv
+        + 2 * tokens * tokens * d  # Q K^T and A V, all heads together
+        + tokens * d * d  # out
+        + 2 * tokens * d * mlp_dim  # MLP
+    )
+    macs += num_layers * per_block + d * num_classes
+    return 2 * macs
+
+
+def _read_status(field: str) -> Optional[int]:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])  # kB
+    except OSError:
+        pass
+    return None
+
+
+def reset_peak_memory() -> bool:
+    """bool. Resets VmHWM to the current RSS (Linux >= 4.0); True if done."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def memory_mb() -> Dict[str, float]:
+    """dict. Current and peak resident memory of this process in MiB."""
+    peak = _read_status("VmHWM")
+    if peak is None:  # not Linux: ru_maxrss (kB on Linux, bytes on macOS)
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        peak = rss // 1024 if sys.platform == "darwin" else rss
+    current = _read_status("VmRSS") or peak
+    return {"rss_mb": current / 1024, "peak_mb": peak / 1024}
+
+
+def machine_info() -> Dict[str, Any]:
+    """dict. CPU model, core count, library versions and load average."""
+    cpu = platform.processor() or platform.machine()
+    flags: List[str] = []
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name") and cpu:
+                    cpu = line.split(":", 1)[1].strip()
+                if line.startswith("flags") and not flags:
+                    flags = line.split(":", 1)[1].split()
+    except OSError:
+        pass
+    info: Dict[str, Any] = {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "simd": [f for f in flags if f.startswith(("avx512", "amx"))
+                 or f in ("avx2", "fma")],
+        "python": platform.python_version(),
+        "keras": keras.__version__,
+        "backend": keras.backend.backend(),
+    }
+    try:
+        info["load_average"] = list(os.getloadavg())
+    except OSError:
+        pass
+    if info["backend"] == "tensorflow":
+        import tensorflow as tf
+
+        info["tensorflow"] = tf.__version__
+        info["accelerators"] = [
+            d.name for d in tf.config.list_physical_devices()
+            if d.device_type != "CPU"
+        ]
+    elif info["backend"] == "jax":
+        import jax
+
+        info["jax"] = jax.__version__
+        info["accelerators"] = [
+            str(d) for d in jax.devices() if d.platform != "cpu"
+        ]
+    return info
+
+
+def matmul_ceiling(size: int, dtype: str, repeats: int) -> List[float]:
+    """list of float. FLOP/s of a size^3 matmul, one sample per repeat."""
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((size, size), dtype=np.float32)
+    b = rng.standard_normal((size, size), dtype=np.float32)
+    if keras.backend.backend() == "jax":
+        import jax
+        import jax.numpy as jnp
+
+        a, b = jnp.asarray(a, dtype), jnp.asarray(b, dtype)
+        fn = jax.jit(jnp.matmul)
+
+        def run() -> None:
+            fn(a, b).block_until_ready()
+    else:
+        import tensorflow as tf
+
+        a, b = tf.cast(a, dtype), tf.cast(b, dtype)
+        fn = tf.function(tf.matmul)
+
+        def run() -> None:
+            fn(a, b).numpy()
+    run()  # warm-up (tracing, thread pools)
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        run()
+        samples.append(2.0 * size**3 / (time.perf_counter() - start))
+    return samples
+
+
+def build_model(which: str, dims: Dict[str, int], args) -> keras.Model:
+    """keras.Model. The classifier to time: ours, or keras-hub's ViT."""
+    if which == "keras_vit":
+        return keras_vit.create_model(
+            None, num_classes=args.num_classes, image_size=args.image_size,
+            **dims
+        )
+    import keras_hub  # optional; availability checked by the caller
+
+    backbone = keras_hub.models.ViTBackbone(
+        image_shape=(args.image_size, args.image_size, 3),
+        patch_size=dims["patch_size"],
+        num_layers=dims["num_layers"],
+        num_heads=dims["num_heads"],
+        hidden_dim=dims["hidden_size"],
+        mlp_dim=dims["mlp_dim"],
+    )
+    x = backbone.output[:, 0]  # the class token, as in ours
+    x = keras.layers.Dense(args.num_classes, dtype="float32", name="head")(x)
+    return keras.Model(backbone.input, x, name="keras_hub_vit")
+
+
+def make_step(model: keras.Model, mode: str, xla: bool, args) -> Callable:
+    """A function running one step on a fixed batch and waiting for it."""
+    model.compile(
+        optimizer=keras.optimizers.AdamW(learning_rate=1e-4),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        jit_compile=xla,
+    )
+    rng = np.random.default_rng(0)
+    shape = (args.batch_size, args.image_size, args.image_size, 3)
+    images = keras.ops.convert_to_tensor(
+        rng.uniform(-1, 1, shape).astype("float32")
+    )
+    labels = keras.ops.convert_to_tensor(
+        rng.integers(0, args.num_classes, args.batch_size).astype("int32")
+    )
+    if mode == "train":
+        return lambda: model.train_on_batch(images, labels)
+    return lambda: model.predict_on_batch(images)
+
+
+def _timed(step: Callable, steps: int) -> float:
+    start = time.perf_counter()
+    for _ in range(steps):
+        step()  # returns NumPy values, so the work is done on return
+    return time.perf_counter() - start
+
+
+def measure_config(
+    mode: str, xla: bool, models: List[str], dims, args
+) -> List[Dict[str, Any]]:
+    """list of dict. One result row per model for this (mode, XLA) config."""
+    rows, steps_fns = [], []
+    for which in models:
+        gc.collect()
+        before = memory_mb()["rss_mb"]
+        exact = reset_peak_memory()
+        model = build_model(which, dims, args)
+        step = make_step(model, mode, xla, args)
+        start = time.perf_counter()
+        step()  # compiles
+        compile_s = time.perf_counter() - start
+        step_s = compile_s
+        for _ in range(max(0, args.warmup - 1)):
+            step_s = _timed(step, 1)
+        steps = args.steps or max(1, round(args.min_time / step_s))
+        mem = memory_mb()
+        rows.append({
+            "backend": keras.backend.backend(), "model": which, "mode": mode,
+            "xla": xla, "dtype": args.dtype, "batch_size": args.batch_size,
+            "image_size": args.image_size, "params": model.count_params(),
+            "compile_s": compile_s, "steps_per_repeat": steps,
+            "peak_rss_mb": mem["peak_mb"],
+            "peak_rss_delta_mb": mem["peak_mb"] - before,
+            "peak_rss_exact": exact, "seconds": [],
+        })
+        steps_fns.append((step, steps, model))
+    for _ in range(args.repeats):  # interleaved: load hits every model alike
+        for row, (step, steps, _) in zip(rows, steps_fns):
+            row["seconds"].append(_timed(step, steps))
+    for row in rows:
+        per_step = [s / row["steps_per_repeat"] for s in row["seconds"]]
+        row["step_ms"] = 1000 * statistics.median(per_step)
+        row["images_per_s"] = args.batch_size / statistics.median(per_step)
+        row["images_per_s_all"] = [args.batch_size / s for s in per_step]
+    del steps_fns
+    keras.backend.clear_session()
+    gc.collect()
+    return rows
+
+
+def keras_hub_available() -> Optional[str]:
+    """str or None. keras-hub's version, or None when it cannot be imported."""
+    try:
+        import keras_hub
+    except ImportError:
+        return None
+    return getattr(keras_hub, "__version__", "unknown")
+
+
+def run_benchmarks(args: argparse.Namespace) -> Dict[str, Any]:
+    """dict. Measures everything one process can (one Keras backend)."""
+    if args.dtype == "bfloat16":
+        keras.mixed_precision.set_dtype_policy("mixed_bfloat16")
+    backend = keras.backend.backend()
+    dims = sizes(args)
+    if args.image_size % dims["patch_size"]:
+        raise SystemExit(
+            f"--image_size {args.image_size} is not divisible by patch size "
+            f"{dims['patch_size']}: use a multiple of {dims['patch_size']}."
+        )
+    models = ["keras_vit"]
+    notes = []
+    hub = keras_hub_available() if args.compare_keras_hub else None
+    if args.compare_keras_hub and hub is None:
+        notes.append("keras-hub is not installed: comparison skipped "
+                     "(pip install keras-hub to measure it).")
+        print(notes[-1], file=sys.stderr)
+    elif hub is not None:
+        models.append("keras_hub")
+    xlas = {"on": [True], "off": [False], "both": [False, True]}[args.xla]
+    if backend == "jax":
+        xlas = [True]  # JAX always compiles with XLA
+    result: Dict[str, Any] = {
+        "machine": machine_info(), "sizes": dims, "keras_hub": hub,
+        "forward_flops_per_image": forward_flops(
+            image_size=args.image_size, num_classes=args.num_classes, **dims
+        ),
+        "ceiling": {}, "rows": [], "notes": notes,
+    }
+    dtypes = ["float32"] + (["bfloat16"] if args.dtype == "bfloat16" else [])
+    ceil = {d: matmul_ceiling(args.matmul_size, d, args.matmul_repeats)
+            for d in dtypes}
+    for mode in args.modes:
+        for xla in xlas:
+            rows = measure_config(mode, xla, models, dims, args)
+            result["rows"].extend(rows)
+            for row in rows:
+                print(f"[{backend}] {row['model']:9s} {mode:5s} xla={xla!s:5s}"
+                      f" {row['images_per_s']:8.2f} img/s", file=sys.stderr)
+    for d in dtypes:  # again after the models: the ceiling drifts with load
+        ceil[d] += matmul_ceiling(args.matmul_size, d, args.matmul_repeats)
+        result["ceiling"][d] = {
+            "flops_per_s": statistics.median(ceil[d]), "samples": ceil[d],
+            "size": args.matmul_size,
+        }
+    result["machine"]["load_average_end"] = list(os.getloadavg())
+    add_derived(result, args.dtype)
+    return result
+
+
+def add_derived(result: Dict[str, Any], dtype: str) -> None:
+    """Adds model FLOP/s, MFU and the ratio to keras-hub to every row."""
+    ceiling = result["ceiling"][dtype]["flops_per_s"]
+    fwd = result["forward_flops_per_image"]
+    hub = {
+        (r["backend"], r["mode"], r["xla"]): r["images_per_s"]
+        for r in result["rows"] if r["model"] == "keras_hub"
+    }
+    for row in result["rows"]:
+        flops = fwd * (3 if row["mode"] == "train" else 1)
+        row["model_flops_per_s"] = flops * row["images_per_s"]
+        row["mfu"] = row["model_flops_per_s"] / ceiling
+        other = hub.get((row["backend"], row["mode"], row["xla"]))
+        if row["model"] == "keras_vit" and other:
+            row["vs_keras_hub"] = row["images_per_s"] / other
+
+
+def run_jax_child(argv: Sequence[str], prefix: str) -> Dict[str, Any]:
+    """dict. The same benchmark run in a subprocess under the JAX backend."""
+    child = [a for a in argv if a != "--jax"]
+    out = child.index("--output") if "--output" in child else None
+    with tempfile.TemporaryDirectory() as tmp:
+        target = os.path.join(tmp, "jax")
+        if out is not None:
+            child[out + 1] = target
+        else:  # --output=PREFIX form
+            child = [a for a in child if not a.startswith("--output")]
+            child += ["--output", target]
+        env = dict(os.environ, KERAS_BACKEND="jax")
+        proc = subprocess.run(
+            [sys.executable, os.path.abspath(__file__), *child], env=env
+        )
+        if proc.returncode:
+            return {"error": f"JAX run failed with exit code {proc.returncode}"}
+        with open(target + ".json") as f:
+            return json.load(f)
+
+
+def _atomic_write(path: str, text: str) -> None:
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp_")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def markdown(result: Dict[str, Any]) -> str:
+    """str. The results as a markdown report with one table."""
+    m, args = result["machine"], result["args"]
+    versions = ", ".join(
+        f"{k} {m[k]}" for k in ("tensorflow", "keras", "jax") if k in m
+    )
+    if result.get("keras_hub"):
+        versions += f", keras-hub {result['keras_hub']}"
+    load = [
+        f"{m[k][0]:.2f}" if m.get(k) else "?"
+        for k in ("load_average", "load_average_end")
+    ]
+    lines = [
+        f"# Throughput: ViT {args['variant']} {result['sizes']}",
+        "",
+        f"`{result['command']}`",
+        "",
+        f"- Machine: {m['cpu']}, {m['cores']} cores, "
+        f"accelerators: {', '.join(m.get('accelerators') or ['none'])}; "
+        f"load average (1 min) at start {load[0]}, at end {load[1]}.",
+        f"- Software: Python {m['python']}, {versions}.",
+        f"- Image {args['image_size']}, batch {args['batch_size']}, "
+        f"{args['dtype']}, median of {args['repeats']} repeats.",
+        f"- Forward cost: {result['forward_flops_per_image'] / 1e9:.2f} "
+        "GFLOP per image (2 per multiply-add; training counted as 3x).",
+    ]
+    for d, c in result["ceiling"].items():
+        lo, hi = min(c["samples"]) / 1e9, max(c["samples"]) / 1e9
+        lines.append(
+            f"- Matmul ceiling ({d}, {c['size']}^3): "
+            f"{c['flops_per_s'] / 1e9:.1f} GFLOP/s median "
+            f"(range {lo:.1f}-{hi:.1f})."
+        )
+    lines += [f"- {n}" for n in result["notes"]]
+    lines += [
+        "",
+        "| backend | model | mode | XLA | img/s | best img/s | step ms "
+        "| GFLOP/s | MFU | vs keras-hub | peak RSS MiB | compile s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in result["rows"]:
+        ratio = f"{r['vs_keras_hub']:.2f}x" if "vs_keras_hub" in r else ""
+        lines.append(
+            f"| {r['backend']} | {r['model']} | {r['mode']} "
+            f"| {'on' if r['xla'] else 'off'} | {r['images_per_s']:.2f} "
+            f"| {max(r['images_per_s_all']):.2f} | {r['step_ms']:.0f} "
+            f"| {r['model_flops_per_s'] / 1e9:.1f} "
+            f"| {100 * r['mfu']:.0f}% | {ratio} | {r['peak_rss_mb']:.0f} "
+            f"| {r['compile_s']:.1f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
+    """Runs the benchmark and writes PREFIX.json and PREFIX.md.
+
+    argv: list of str or None. Command-line arguments (sys.argv if None).
+    Returns the result dict that was written.
+    """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parse_args(argv)
+    result = run_benchmarks(args)
+    result["args"] = {k: v for k, v in vars(args).items() if k != "modes"}
+    result["command"] = "python benchmarks/throughput.py " + " ".join(argv)
+    if args.jax and keras.backend.backend() != "jax":
+        child = run_jax_child(argv, args.output)
+        if "error" in child:
+            result["notes"].append(child["error"])
+        else:
+            result["machine"]["jax"] = child["machine"].get("jax")
+            result["ceiling_jax"] = child["ceiling"]
+            result["rows"].extend(child["rows"])
+    _atomic_write(args.output + ".json", json.dumps(result, indent=1) + "\n")
+    _atomic_write(args.output + ".md", markdown(result))
+    print(markdown(result))
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,151 @@
+"""The throughput harness: FLOP count, derived numbers, files it writes.
+
+A smoke test of the harness on a tiny model, not a timed test: it checks
+that every number the harness reports is consistent with the others and
+that the JSON and markdown it writes are complete, never how fast anything
+is.
+"""
+
+import json
+import os
+import sys
+
+import pytest
+
+import keras_vit
+
+sys.path.insert(
+    0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "benchmarks")
+)
+import throughput  # noqa: E402
+
+TINY = dict(patch_size=8, hidden_size=32, num_layers=2, num_heads=2,
+            mlp_dim=64)
+TINY_ARGS = [
+    "--variant", "Ti/16", "--image_size", "32", "--patch_size", "8",
+    "--hidden_size", "32", "--num_layers", "2", "--num_heads", "2",
+    "--mlp_dim", "64", "--num_classes", "10", "--batch_size", "2",
+    "--repeats", "2", "--steps", "1", "--warmup", "1",
+    "--matmul_size", "64", "--matmul_repeats", "2",
+]
+
+
+def _macs_from_weights(model, tokens, patches):
+    """Multiply-adds counted from the built model's own kernels."""
+    macs = 0
+    for w in model.weights:
+        if not w.path.endswith("kernel"):
+            continue
+        shape = tuple(w.shape)
+        if len(shape) == 4:  # patch projection, applied once per patch
+            macs += patches * shape[0] * shape[1] * shape[2] * shape[3]
+        elif w.path.startswith("head"):  # one pooled token
+            macs += shape[0] * shape[1]
+        else:  # every token goes through every block's dense layers
+            macs += tokens * shape[0] * shape[1]
+    blocks = model.get_layer("Transformer").blocks
+    width = model.get_layer("Transformer").blocks[0].mlp2.units
+    return macs + len(blocks) * 2 * tokens * tokens * width  # QK^T and AV
+
+
+@pytest.mark.parametrize(
+    "image_size, pooling", [(32, "token"), (48, "gap")]
+)
+def test_forward_flops_match_the_models_kernels(image_size, pooling):
+    model = keras_vit.create_model(
+        None, num_classes=10, image_size=image_size, pooling=pooling, **TINY
+    )
+    patches = (image_size // 8) ** 2
+    tokens = patches + (pooling == "token")
+    expected = _macs_from_weights(model, tokens, patches)
+    got = throughput.forward_flops(
+        image_size=image_size, num_classes=10,
+        class_token=pooling == "token", **TINY
+    )
+    assert got == 2 * expected
+
+
+def test_forward_flops_of_b16_match_the_paper():
+    flops = throughput.forward_flops(
+        image_size=224, patch_size=16, hidden_size=768, num_layers=12,
+        mlp_dim=3072, num_classes=1000,
+    )
+    # 17.6 GMAC per image (paper Table 6); norms, softmax etc. not counted.
+    assert flops / 2 == pytest.approx(17.6e9, rel=0.005)
+
+
+def test_derived_numbers_and_ratio():
+    result = {
+        "forward_flops_per_image": 1e9,
+        "ceiling": {"float32": {"flops_per_s": 100e9}},
+        "rows": [
+            {"backend": "tensorflow", "model": m, "mode": mode, "xla": False,
+             "images_per_s": ips}
+            for m, mode, ips in (
+                ("keras_vit", "infer", 50.0), ("keras_hub", "infer", 40.0),
+                ("keras_vit", "train", 10.0), ("keras_hub", "train", 8.0),
+            )
+        ],
+    }
+    throughput.add_derived(result, "float32")
+    vit_infer, hub_infer, vit_train, _ = result["rows"]
+    assert vit_infer["mfu"] == pytest.approx(0.5)
+    assert vit_train["model_flops_per_s"] == pytest.approx(30e9)  # 3x fwd
+    assert vit_infer["vs_keras_hub"] == pytest.approx(1.25)
+    assert vit_train["vs_keras_hub"] == pytest.approx(1.25)
+    assert "vs_keras_hub" not in hub_infer
+
+
+def test_harness_writes_consistent_json_and_markdown(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "keras_hub", None)  # as if absent
+    prefix = str(tmp_path / "tiny")
+    throughput.main(TINY_ARGS + [
+        "--xla", "both", "--mode", "train,infer", "--compare_keras_hub",
+        "--output", prefix,
+    ])
+    with open(prefix + ".json") as f:
+        result = json.load(f)
+    rows = result["rows"]
+    assert [(r["mode"], r["xla"]) for r in rows] == [
+        ("train", False), ("train", True), ("infer", False), ("infer", True)
+    ]
+    params = keras_vit.create_model(
+        None, num_classes=10, image_size=32, **TINY
+    ).count_params()
+    ceiling = result["ceiling"]["float32"]
+    assert len(ceiling["samples"]) == 4  # before and after the models
+    for r in rows:
+        assert r["model"] == "keras_vit" and r["params"] == params
+        assert len(r["seconds"]) == 2 and min(r["seconds"]) > 0
+        median_step = sum(r["seconds"]) / 2  # median of two, 1 step each
+        assert r["images_per_s"] == pytest.approx(2 / median_step)
+        flops = result["forward_flops_per_image"] * (
+            3 if r["mode"] == "train" else 1
+        )
+        assert r["mfu"] == pytest.approx(
+            flops * r["images_per_s"] / ceiling["flops_per_s"]
+        )
+        assert r["peak_rss_mb"] > 0
+    assert result["keras_hub"] is None
+    assert any("keras-hub is not installed" in n for n in result["notes"])
+    assert result["machine"]["cores"] == os.cpu_count()
+    with open(prefix + ".md") as f:
+        text = f.read()
+    table = [line for line in text.splitlines() if line.startswith("| ")]
+    assert len(table) == 1 + len(rows)  # header + one row per measurement
+    assert "| tensorflow | keras_vit | train | off |" in text
+    assert "Matmul ceiling (float32, 64^3)" in text
+    assert not [p for p in os.listdir(tmp_path) if p.startswith(".tmp_")]
+
+
+def test_bad_arguments_name_the_fix(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        throughput.parse_args(["--mode", "fit", "--output", "x"])
+    assert "--mode must list train and/or infer" in capsys.readouterr().err
+    with pytest.raises(SystemExit, match="not divisible by patch size 8"):
+        throughput.main(TINY_ARGS[:2] + [
+            "--image_size", "36", "--patch_size", "8",
+            "--output", str(tmp_path / "x"),
+        ])
+    with pytest.raises(SystemExit, match="hybrid"):
+        throughput.main(["--variant", "R50+B/16", "--output", "x"])
