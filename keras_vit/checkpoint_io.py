@@ -10,6 +10,7 @@ report, and the position-embedding resize of the official code.
 from __future__ import annotations
 
 import dataclasses
+import io
 import math
 import os
 import re
@@ -35,12 +36,15 @@ def _is_remote(path: str) -> bool:
     return "://" in path
 
 
-def _open(path: str, mode: str):
+def _open_for_reading(path: str):
     if _is_remote(path):
         import tensorflow as tf  # only remote paths need TensorFlow
 
-        return tf.io.gfile.GFile(path, mode)
-    return open(path, mode)
+        # Read whole: zip access seeks a lot, which some file systems (and
+        # GCS, request by request) handle badly.
+        with tf.io.gfile.GFile(path, "rb") as f:
+            return io.BytesIO(f.read())
+    return open(path, "rb")
 
 
 def read_npz(path: PathLike) -> Arrays:
@@ -61,7 +65,7 @@ def read_npz(path: PathLike) -> Arrays:
     path = os.fspath(path)
     if not _is_remote(path) and not os.path.isfile(path):
         raise FileNotFoundError(f"{path}: no such checkpoint file.")
-    with _open(path, "rb") as f:
+    with _open_for_reading(path) as f:
         magic = f.read(len(_NPY_MAGIC))
         f.seek(0)
         if magic.startswith(_NPY_MAGIC):
@@ -124,10 +128,12 @@ def write_npz(path: PathLike, arrays: Mapping[str, np.ndarray]) -> None:
     if _is_remote(path):
         import tensorflow as tf
 
+        buffer = io.BytesIO()  # zip writing needs tell(), GFile may lack it
+        np.savez(buffer, **arrays)
         tmp = f"{path}.tmp-{uuid.uuid4().hex}"
         try:
             with tf.io.gfile.GFile(tmp, "wb") as f:
-                np.savez(f, **arrays)
+                f.write(buffer.getvalue())
             tf.io.gfile.rename(tmp, path, overwrite=True)
         finally:
             if tf.io.gfile.exists(tmp):

@@ -207,7 +207,7 @@ def build_endpoints(
 
     Returns:
         keras.export.ExportArchive. Endpoints `serving_default`,
-        `predict_images` and `features` registered, the model tracked.
+        `predict_images` and `features` registered.
     """
     height, width = model.input_shape[1:3]
     size = (int(height), int(width))
@@ -217,9 +217,22 @@ def build_endpoints(
             f"Need {num_classes} class names and 1 <= top_k <= "
             f"{num_classes}; got {len(class_names)} names, top_k={top_k}."
         )
-    features = features_model(model)
+    # One network with both outputs (features feed the head anyway), traced
+    # once and called by all three endpoints: tracing a deep model is most
+    # of the export time.
+    both = keras.Model(
+        model.input, [model.output, features_model(model).output]
+    )
     names = tf.constant(list(class_names), dtype=tf.string)
     image_spec = tf.TensorSpec(size + (3,), tf.float32)
+
+    @tf.function(
+        input_signature=[tf.TensorSpec((None,) + size + (3,), tf.float32)],
+        autograph=False,
+    )
+    def forward(images):
+        logits, embedding = both(images, training=False)
+        return tf.cast(logits, tf.float32), tf.cast(embedding, tf.float32)
 
     def preprocess(image):
         return preprocessing.preprocess_eval(image, size, resize_size)
@@ -233,7 +246,7 @@ def build_endpoints(
         )
 
     def classify(images):
-        logits = tf.cast(model(images, training=False), tf.float32)
+        logits, _ = forward(images)
         probabilities = tf.nn.softmax(logits, axis=-1)
         scores, classes = tf.math.top_k(probabilities, k=top_k)
         return {
@@ -274,14 +287,20 @@ def build_endpoints(
 
     def features_fn(image_bytes):
         images = images_from_bytes(_check_bytes(image_bytes))
-        embedding = features(images, training=False)
-        return {"features": tf.cast(embedding, tf.float32)}
+        _, embedding = forward(images)
+        return {"features": embedding}
 
     bytes_spec = tf.TensorSpec([None], tf.string, name="image_bytes")
     pixels_spec = tf.TensorSpec([None, None, None, 3], tf.float32,
                                 name="images")
     archive = keras.export.ExportArchive()
-    archive.track(model)
+    # Not `archive.track(model)`: the endpoints already capture every
+    # variable they use, and tracking would make the writer trace each
+    # layer's call again to look for lookup tables (which a ViT has none of).
+    # The lists below are what a reloaded model lists as its `.variables`.
+    archive.variables.extend(model.weights)
+    archive.trainable_variables.extend(model.trainable_weights)
+    archive.non_trainable_variables.extend(model.non_trainable_weights)
     archive.add_endpoint("serving_default", serving_default, [bytes_spec])
     archive.add_endpoint("predict_images", predict_images, [pixels_spec])
     archive.add_endpoint("features", features_fn, [bytes_spec])

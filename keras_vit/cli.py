@@ -1,0 +1,53 @@
+"""Command-line entry points: train.py / keras-vit-train and evaluate.py."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+from absl import app, flags, logging  # noqa: E402
+from ml_collections import config_flags  # noqa: E402
+
+FLAGS = flags.FLAGS
+
+
+def _define_common_flags():
+    if "workdir" in FLAGS:
+        return
+    config_flags.DEFINE_config_file(
+        "config",
+        None,
+        "Config file (configs/*.py; `path.py:arg` passes arg to get_config).",
+        lock_config=True,
+    )
+    flags.DEFINE_string("workdir", None, "Where checkpoints, summaries and "
+                        "metrics go (local path or gs://).")
+    flags.DEFINE_enum(
+        "strategy", "auto", ["auto", "tpu", "mirrored", "multiworker", "cpu"],
+        "tf.distribute strategy: auto picks a TPU if found, else GPUs, else "
+        "the CPU.",
+    )
+    flags.DEFINE_string("tpu", None, 'TPU name or address; "local" on a TPU '
+                        "VM.")
+
+
+def _train(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+    from keras_vit import distribute, train_lib
+
+    logging.set_verbosity(logging.INFO)
+    strategy = distribute.create_strategy(FLAGS.strategy, FLAGS.tpu)
+    config = FLAGS.config
+    try:
+        train_lib.train_and_evaluate(config, FLAGS.workdir, strategy)
+    except (train_lib.TrainingError, ValueError) as e:
+        logging.error("%s", e)
+        raise SystemExit(f"error: {e}") from None
+
+
+def train_main():
+    _define_common_flags()
+    flags.mark_flags_as_required(["config", "workdir"])
+    app.run(_train)

@@ -1,0 +1,163 @@
+"""Learning-rate schedules and optimizers of the paper's recipes (Keras 3).
+
+Pre-training (paper Appendix B.1): Adam(0.9, 0.999) with decoupled weight
+decay, linear warm-up, linear decay. Fine-tuning (Appendix B.1.1): SGD with
+momentum 0.9, cosine decay, no weight decay. Gradient clipping at global norm
+1 is done by the trainer (after the cross-replica reduction), not by the
+optimizer, so that it clips the global gradient rather than each replica's.
+
+Polyak / EMA averaging uses the Keras optimizer's own `use_ema`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import keras
+from keras import ops
+
+OPTIMIZERS = ("sgd", "adam", "adamw", "lamb")
+DECAY_TYPES = ("cosine", "linear", "constant")
+
+# Variables excluded from weight decay by default: biases, LayerNorm and
+# GroupNorm parameters, position embeddings and the class token.
+DEFAULT_NO_DECAY = ("bias", "gamma", "beta", "pos_embedding", "cls")
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class WarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
+    """Linear warm-up to `base_lr`, then cosine, linear or no decay.
+
+    As in the official implementation: lr(step) = base_lr * min(1, step /
+    warmup_steps) * decay(progress), progress = (step - warmup_steps) /
+    (total_steps - warmup_steps) clipped to [0, 1]; cosine: 0.5 (1 + cos(pi
+    progress)); linear: 1 - progress, both ending at `end_lr`.
+
+    Args:
+        base_lr: float. Peak learning rate.
+        total_steps: int. Steps of the whole run.
+        warmup_steps: int. Linear warm-up steps.
+        decay_type: str. "cosine", "linear" or "constant".
+        end_lr: float. Learning rate at the last step (cosine and linear).
+    """
+
+    def __init__(
+        self,
+        base_lr: float,
+        total_steps: int,
+        warmup_steps: int = 0,
+        decay_type: str = "cosine",
+        end_lr: float = 0.0,
+    ):
+        if decay_type not in DECAY_TYPES:
+            raise ValueError(
+                f"Unknown decay_type {decay_type!r}: use one of "
+                f"{', '.join(DECAY_TYPES)}."
+            )
+        if total_steps <= 0:
+            raise ValueError(f"total_steps must be positive, got {total_steps}.")
+        if not 0 <= warmup_steps <= total_steps:
+            raise ValueError(
+                f"warmup_steps must be in [0, total_steps={total_steps}], got "
+                f"{warmup_steps}."
+            )
+        self.base_lr = float(base_lr)
+        self.total_steps = int(total_steps)
+        self.warmup_steps = int(warmup_steps)
+        self.decay_type = decay_type
+        self.end_lr = float(end_lr)
+
+    def __call__(self, step):
+        step = ops.cast(step, "float32")
+        lr = ops.convert_to_tensor(self.base_lr, "float32")
+        if self.warmup_steps:
+            lr = lr * ops.minimum(1.0, step / self.warmup_steps)
+        if self.decay_type == "constant":
+            return lr
+        span = max(self.total_steps - self.warmup_steps, 1)
+        progress = ops.clip((step - self.warmup_steps) / span, 0.0, 1.0)
+        if self.decay_type == "cosine":
+            factor = 0.5 * (1.0 + ops.cos(math.pi * progress))
+        else:
+            factor = 1.0 - progress
+        return self.end_lr + (lr - self.end_lr) * factor
+
+    def get_config(self):
+        return dict(
+            base_lr=self.base_lr,
+            total_steps=self.total_steps,
+            warmup_steps=self.warmup_steps,
+            decay_type=self.decay_type,
+            end_lr=self.end_lr,
+        )
+
+
+def create_optimizer(
+    opt_config, total_steps: int, ema_decay: Optional[float] = None
+) -> keras.optimizers.Optimizer:
+    """A Keras optimizer from `config.optimizer` (see configs/*.py).
+
+    Fields: name (sgd | adam | adamw | lamb), lr, warmup_steps, decay_type,
+    end_lr, momentum (sgd), nesterov (sgd), b1, b2 (adam*), weight_decay
+    (adamw, lamb: decoupled, multiplied by the learning rate as in Flax's
+    Adam), no_decay (variable-name substrings excluded from weight decay).
+    `ema_decay` > 0 keeps a Polyak/EMA average of the weights.
+    """
+    name = opt_config.get("name", "adamw")
+    if name not in OPTIMIZERS:
+        raise ValueError(
+            f"Unknown optimizer {name!r}: use one of {', '.join(OPTIMIZERS)}."
+        )
+    lr = float(opt_config.lr)
+    if lr <= 0:
+        raise ValueError(f"optimizer.lr must be positive, got {lr}.")
+    schedule = WarmupDecay(
+        lr,
+        total_steps,
+        warmup_steps=int(opt_config.get("warmup_steps", 0)),
+        decay_type=opt_config.get("decay_type", "cosine"),
+        end_lr=float(opt_config.get("end_lr", 0.0)),
+    )
+    common = dict(learning_rate=schedule)
+    if ema_decay:
+        if not 0.0 < ema_decay < 1.0:
+            raise ValueError(f"ema_decay must be in (0, 1), got {ema_decay}.")
+        common.update(
+            use_ema=True, ema_momentum=float(ema_decay),
+            ema_overwrite_frequency=None,
+        )
+    weight_decay = float(opt_config.get("weight_decay", 0.0) or 0.0)
+    if name == "sgd":
+        if weight_decay:
+            raise ValueError(
+                "SGD here has no weight decay (the paper's fine-tuning uses "
+                "none): set optimizer.weight_decay=0 or use adamw."
+            )
+        return keras.optimizers.SGD(
+            momentum=float(opt_config.get("momentum", 0.9)),
+            nesterov=bool(opt_config.get("nesterov", False)),
+            **common,
+        )
+    betas = dict(
+        beta_1=float(opt_config.get("b1", 0.9)),
+        beta_2=float(opt_config.get("b2", 0.999)),
+    )
+    if name == "adam":
+        if weight_decay:
+            raise ValueError(
+                "optimizer.name='adam' has no decoupled weight decay: use "
+                "'adamw' for the paper's pre-training recipe."
+            )
+        return keras.optimizers.Adam(**betas, **common)
+    cls = keras.optimizers.AdamW if name == "adamw" else keras.optimizers.Lamb
+    kwargs = dict(betas, **common)
+    if name == "adamw":
+        kwargs["weight_decay"] = weight_decay
+    elif weight_decay:
+        kwargs["weight_decay"] = weight_decay
+    optimizer = cls(**kwargs)
+    no_decay = tuple(opt_config.get("no_decay", DEFAULT_NO_DECAY) or ())
+    if weight_decay and no_decay:
+        optimizer.exclude_from_weight_decay(var_names=list(no_decay))
+    return optimizer

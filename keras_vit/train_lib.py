@@ -1,0 +1,400 @@
+"""train.py's work: build everything from a config, train, evaluate, save.
+
+The host loop calls `Trainer.train` for `steps_per_loop` steps at a time and,
+between calls, logs, writes TensorBoard summaries, evaluates, checkpoints and
+reacts to SIGTERM (what a preempted TPU VM receives). Restarting with the same
+workdir resumes from the latest complete checkpoint.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import signal
+import time
+from typing import Dict, Optional
+
+import keras
+import tensorflow as tf
+from absl import logging
+
+from keras_vit import distribute, input_pipeline, optim
+from keras_vit import workdir as wd
+from keras_vit.model import create_model
+from keras_vit.trainer import Trainer
+
+MODEL_KEYS = (
+    "variant", "patch_size", "hidden_size", "num_layers", "num_heads",
+    "mlp_dim", "pooling", "representation_size", "dropout_rate",
+    "attention_dropout_rate", "head_zero_init", "resnet_layers",
+    "resnet_width",
+)
+
+
+class TrainingError(RuntimeError):
+    """A run cannot go on (non-finite loss, mismatched workdir, ...)."""
+
+
+def num_classes_of(config, workdir: Optional[str] = None) -> int:
+    if config.get("num_classes"):
+        return int(config.num_classes)
+    if workdir:
+        names = wd.read_class_names(workdir)
+        if names:
+            return len(names)
+    return input_pipeline.dataset_info(config).num_classes
+
+
+@contextlib.contextmanager
+def dtype_policy(dtype: str):
+    """Builds layers under `mixed_bfloat16` when dtype == "bfloat16"."""
+    if dtype not in ("float32", "bfloat16"):
+        raise ValueError(f'dtype must be "float32" or "bfloat16", got {dtype!r}.')
+    previous = keras.config.dtype_policy()
+    if dtype == "bfloat16":
+        keras.config.set_dtype_policy("mixed_bfloat16")
+    try:
+        yield
+    finally:
+        keras.config.set_dtype_policy(previous)
+
+
+def build_model(config, num_classes: int) -> keras.Model:
+    """The model of `config.model` at `config.image_size`."""
+    kwargs = {
+        k: v
+        for k, v in config.model.to_dict().items()
+        if k in MODEL_KEYS and v is not None
+    }
+    unknown = set(config.model.keys()) - set(MODEL_KEYS)
+    if unknown:
+        raise ValueError(
+            f"Unknown config.model fields {sorted(unknown)}; known: "
+            f"{', '.join(MODEL_KEYS)}."
+        )
+    variant = kwargs.pop("variant", None)
+    with dtype_policy(config.get("dtype", "float32")):
+        return create_model(
+            variant,
+            num_classes=num_classes,
+            image_size=tuple(config.image_size)
+            if not isinstance(config.image_size, int)
+            else config.image_size,
+            **kwargs,
+        )
+
+
+def build_optimizer(config) -> keras.optimizers.Optimizer:
+    return optim.create_optimizer(
+        config.optimizer, config.total_steps, config.get("ema_decay", 0.0)
+    )
+
+
+def _model_signature(config) -> dict:
+    sig = {k: config.model.get(k) for k in MODEL_KEYS if k in config.model}
+    sig["image_size"] = config.image_size
+    sig["num_classes"] = config.get("num_classes")
+    return sig
+
+
+def _check_workdir_config(config, workdir: str) -> None:
+    """A workdir holds one run: resuming with another model is an error."""
+    path = os.path.join(workdir, wd.CONFIG)
+    if not tf.io.gfile.exists(path):
+        return
+    import ml_collections
+
+    old = ml_collections.ConfigDict(wd.read_json(path))
+    if _model_signature(old) != _model_signature(config):
+        raise TrainingError(
+            f"The workdir {workdir} holds a run with a different model "
+            f"config ({_model_signature(old)}) than this one "
+            f"({_model_signature(config)}). Use a new --workdir, or the "
+            "same config to resume."
+        )
+
+
+def _initialise_from(config, model: keras.Model) -> None:
+    """Fine-tuning: weights from a released .npz or another run's workdir."""
+    init = config.get("init", None)
+    if not init:
+        return
+    if init.get("npz"):
+        from keras_vit import checkpoint
+
+        report = checkpoint.load_npz(
+            model,
+            init.npz,
+            keep_pre_logits=bool(init.get("keep_pre_logits", False)),
+        )
+        logging.info("Initialised from %s: %s", init.npz, report)
+    elif init.get("workdir"):
+        from keras_vit import checkpoint
+
+        source = wd.restore_model(init.workdir, use_ema=True)
+        report = checkpoint.transfer_weights(source, model)
+        logging.info("Initialised from workdir %s: %s", init.workdir, report)
+
+
+class _Preemption:
+    """Records SIGTERM so the loop can checkpoint and stop cleanly."""
+
+    def __init__(self):
+        self.requested = False
+        self._previous = None
+
+    def __enter__(self):
+        try:
+            self._previous = signal.signal(signal.SIGTERM, self._handle)
+        except ValueError:  # not the main thread
+            self._previous = None
+        return self
+
+    def _handle(self, signum, frame):
+        logging.warning("SIGTERM received: saving a checkpoint and stopping.")
+        self.requested = True
+
+    def __exit__(self, *exc):
+        if self._previous is not None:
+            signal.signal(signal.SIGTERM, self._previous)
+
+
+def _boundary(step: int, every: int) -> bool:
+    return bool(every) and step % every == 0
+
+
+def _next_stop(step: int, total: int, steps_per_loop: int, *everys) -> int:
+    stop = min(total, step + steps_per_loop)
+    for every in everys:
+        if every:
+            stop = min(stop, (step // every + 1) * every)
+    return stop
+
+
+def train_and_evaluate(
+    config, workdir: str, strategy: Optional[tf.distribute.Strategy] = None
+) -> Dict[str, float]:
+    """Trains `config` into `workdir` and evaluates on the eval split.
+
+    Returns the final metrics (also written to workdir/metrics.json).
+    """
+    strategy = strategy or tf.distribute.get_strategy()
+    chief = distribute.is_chief(strategy)
+    total = int(config.total_steps)
+    if total <= 0:
+        raise ValueError(f"total_steps must be positive, got {total}.")
+    batch = int(config.batch_size)
+    if batch <= 0:
+        raise ValueError(f"batch_size must be positive, got {batch}.")
+    tf.io.gfile.makedirs(workdir)
+    _check_workdir_config(config, workdir)
+    keras.utils.set_random_seed(int(config.get("seed", 0)))
+
+    info = input_pipeline.dataset_info(config)
+    num_classes = int(config.get("num_classes") or info.num_classes)
+    if chief:
+        wd.write_json(os.path.join(workdir, wd.CONFIG), config.to_dict())
+        wd.write_class_names(workdir, info.class_names)
+
+    with strategy.scope():
+        model = build_model(config, num_classes)
+        optimizer = build_optimizer(config)
+    logging.info(
+        "Model %s: %s parameters, %d replicas.",
+        model.name, f"{model.count_params():,}", strategy.num_replicas_in_sync,
+    )
+    trainer = Trainer(
+        model,
+        optimizer,
+        strategy,
+        num_classes=num_classes,
+        global_batch_size=batch,
+        accumulation_steps=int(config.get("accumulation_steps", 1)),
+        grad_clip_norm=config.get("grad_clip_norm", 1.0),
+        loss=config.get("loss", "softmax_xent"),
+        label_smoothing=float(config.get("label_smoothing", 0.0)),
+        jit_compile=bool(config.get("jit_compile", False)),
+    )
+    micro_batch = batch // trainer.accumulation_steps
+
+    def train_fn(ctx):
+        # One replica's full per-update batch; the trainer splits it into
+        # micro-batches for accumulation.
+        return input_pipeline.train_dataset(config, batch, ctx)
+
+    def eval_fn(split):
+        eval_batch = int(config.get("eval_batch_size", micro_batch))
+        return strategy.distribute_datasets_from_function(
+            lambda ctx: input_pipeline.eval_dataset(
+                config, split, eval_batch, ctx
+            )
+        )
+
+    train_iter = iter(strategy.distribute_datasets_from_function(train_fn))
+    items = dict(model=model, optimizer=optimizer)
+    if config.get("checkpoint_iterator", True):
+        items["iterator"] = train_iter
+    ckpt = tf.train.Checkpoint(**items)
+    ckpt_dir = os.path.join(workdir, wd.CHECKPOINTS)
+    if not chief:  # other workers write to a scratch copy
+        ckpt_dir = os.path.join(workdir, f".worker-{os.getpid()}")
+    manager = tf.train.CheckpointManager(
+        ckpt,
+        ckpt_dir,
+        max_to_keep=int(config.get("keep_checkpoints", 3)),
+        step_counter=optimizer.iterations,
+    )
+    if manager.latest_checkpoint:
+        try:
+            ckpt.restore(manager.latest_checkpoint).assert_existing_objects_matched()
+        except (ValueError, AssertionError, tf.errors.OpError) as e:
+            raise TrainingError(
+                f"Cannot resume from {manager.latest_checkpoint}: it does not "
+                f"match this model/config ({type(e).__name__}: "
+                f"{str(e).splitlines()[0][:300]}). Use a new --workdir."
+            ) from None
+        logging.info(
+            "Resumed from %s at step %d (learning rate %.3g).",
+            manager.latest_checkpoint, trainer.step, trainer.learning_rate(),
+        )
+    else:
+        _initialise_from(config, model)
+
+    writers = {}
+    if chief:
+        writers = {
+            name: tf.summary.create_file_writer(os.path.join(workdir, name))
+            for name in ("train", "eval")
+        }
+    steps_per_loop = int(config.get("steps_per_loop", 10))
+    log_every = int(config.get("log_every_steps", steps_per_loop))
+    eval_every = int(config.get("eval_every_steps", 0))
+    ckpt_every = int(config.get("checkpoint_every_steps", 0))
+    val_split = config.get("val_split") or config.get("eval_split", "test")
+
+    step = trainer.step
+    start_step = step
+    train_time, timed_steps = 0.0, 0  # excludes the first (compiling) call
+    t_start = time.time()
+    window = {"loss": 0.0, "accuracy": 0.0, "grad_norm": 0.0, "steps": 0}
+    window_time = 0.0
+    with _Preemption() as preemption:
+        while step < total:
+            stop = _next_stop(
+                step, total, steps_per_loop, log_every, eval_every, ckpt_every
+            )
+            t0 = time.time()
+            metrics = trainer.train(train_iter, stop - step)
+            dt = time.time() - t0
+            if not math.isfinite(metrics["loss"]):
+                last = manager.latest_checkpoint or "none (no checkpoint yet)"
+                raise TrainingError(
+                    f"Non-finite loss ({metrics['loss']}) in steps "
+                    f"{step + 1}-{stop}. Last good checkpoint: {last}. "
+                    "Lower the learning rate or check the input data."
+                )
+            n = stop - step
+            if step > start_step:
+                train_time += dt
+                timed_steps += n
+            step = stop
+            for key in ("loss", "accuracy", "grad_norm"):
+                window[key] += metrics[key] * n
+            window["steps"] += n
+            window_time += dt
+            if _boundary(step, log_every) or step == total:
+                _log_train(
+                    trainer, writers, step, total, window, window_time,
+                    batch,
+                )
+                window = {k: 0.0 for k in window}
+                window_time = 0.0
+            if _boundary(step, eval_every) and step < total:
+                results = trainer.evaluate(eval_fn(val_split))
+                _log_eval(writers, step, val_split, results)
+            if _boundary(step, ckpt_every) or step == total:
+                manager.save(checkpoint_number=step)
+            if preemption.requested:
+                manager.save(checkpoint_number=step)
+                logging.warning(
+                    "Stopped at step %d after SIGTERM; checkpoint saved. "
+                    "Run the same command to resume.", step,
+                )
+                return {"preempted": True, "step": step}
+
+    eval_split = config.get("eval_split", "test")
+    results = trainer.evaluate(eval_fn(eval_split))
+    _log_eval(writers, step, eval_split, results)
+    trained = step - start_step
+    final = {
+        "eval_split": eval_split,
+        "test_accuracy": results["accuracy"],
+        "test_top5_accuracy": results["top5_accuracy"],
+        "test_loss": results["loss"],
+        "test_examples": results["num_examples"],
+        "steps": step,
+        "steps_this_run": trained,
+        "images_per_sec": (timed_steps * batch / train_time)
+        if train_time and timed_steps
+        else None,
+        "wall_time_s": time.time() - t_start,
+        "ema": trainer.has_ema,
+        "num_parameters": model.count_params(),
+    }
+    if chief:
+        wd.write_json(os.path.join(workdir, wd.METRICS), final)
+    logging.info("Final %s metrics: %s", eval_split, final)
+    export = config.get("export", None)
+    if chief and export and export.get("enabled"):
+        from keras_vit import export as export_lib
+
+        if trainer.has_ema:
+            trainer.swap_ema_weights()
+        path = export_lib.export_model(
+            model,
+            export.get("export_dir") or os.path.join(workdir, "export"),
+            model_name=export.get("model_name", "vit"),
+            class_names=info.class_names,
+        )
+        if trainer.has_ema:
+            trainer.swap_ema_weights()
+        final["export_path"] = path
+        logging.info("Exported SavedModel to %s", path)
+    return final
+
+
+def _log_train(trainer, writers, step, total, window, seconds, batch):
+    steps = max(window["steps"], 1)
+    loss = window["loss"] / steps
+    accuracy = window["accuracy"] / steps
+    grad_norm = window["grad_norm"] / steps
+    images_per_sec = steps * batch / seconds if seconds else 0.0
+    lr = trainer.learning_rate()
+    logging.info(
+        "step %d/%d: loss %.4f accuracy %.4f lr %.3g grad_norm %.3g "
+        "images/s %.1f", step, total, loss, accuracy, lr, grad_norm,
+        images_per_sec,
+    )
+    if "train" in writers:
+        with writers["train"].as_default(step=step):
+            tf.summary.scalar("loss", loss)
+            tf.summary.scalar("accuracy", accuracy)
+            tf.summary.scalar("learning_rate", lr)
+            tf.summary.scalar("grad_norm", grad_norm)
+            tf.summary.scalar("images_per_sec", images_per_sec)
+            tf.summary.scalar("step_time_s", seconds / steps)
+        writers["train"].flush()
+
+
+def _log_eval(writers, step, split, results):
+    logging.info(
+        "eval %s at step %d: accuracy %.4f top5 %.4f loss %.4f (%d examples)",
+        split, step, results["accuracy"], results["top5_accuracy"],
+        results["loss"], results["num_examples"],
+    )
+    if "eval" in writers:
+        with writers["eval"].as_default(step=step):
+            for key in ("accuracy", "top5_accuracy", "loss"):
+                tf.summary.scalar(key, results[key])
+        writers["eval"].flush()

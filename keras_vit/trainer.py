@@ -1,0 +1,288 @@
+"""The distributed training and evaluation steps (TensorFlow).
+
+Keras `fit` with `steps_per_execution > 1` fails under MirroredStrategy
+(keras-team/keras#19246), and several steps per host call are what make TPU
+training fast. So the loop is our own: `strategy.run` of one step inside a
+`tf.function` that iterates `tf.range(steps)`, with Keras optimizers.
+
+Per step and replica: the per-replica batch is split into
+`accumulation_steps` micro-batches whose gradients are summed (so k x b
+accumulated equals one step of k*b); the loss is the example sum over the
+GLOBAL batch, so the cross-replica SUM of gradients is the global mean
+gradient; it is clipped at its global norm and applied once.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, Optional
+
+import keras
+import tensorflow as tf
+
+LOSSES = ("softmax_xent", "sigmoid_xent")
+
+
+def per_example_loss(
+    labels: tf.Tensor,
+    logits: tf.Tensor,
+    num_classes: int,
+    loss: str = "softmax_xent",
+    label_smoothing: float = 0.0,
+) -> tf.Tensor:
+    """Cross-entropy per example, in float32, from integer labels."""
+    logits = tf.cast(logits, tf.float32)
+    onehot = tf.one_hot(labels, num_classes, dtype=tf.float32)
+    if label_smoothing:
+        onehot = onehot * (1.0 - label_smoothing) + label_smoothing / num_classes
+    if loss == "softmax_xent":
+        return tf.nn.softmax_cross_entropy_with_logits(onehot, logits)
+    if loss == "sigmoid_xent":
+        return tf.reduce_sum(
+            tf.nn.sigmoid_cross_entropy_with_logits(onehot, logits), axis=-1
+        )
+    raise ValueError(f"Unknown loss {loss!r}: use one of {', '.join(LOSSES)}.")
+
+
+def _skip_optimizer_reduction(optimizer) -> None:
+    # We all-reduce (and clip) the gradients ourselves before
+    # apply_gradients; the Keras TF optimizer would sum them over replicas a
+    # second time. Its reduction hook is replaced by the identity for this
+    # optimizer instance only.
+    if not hasattr(optimizer, "_all_reduce_sum_gradients"):
+        raise RuntimeError(
+            "This Keras version's optimizer has no _all_reduce_sum_gradients "
+            "hook; the trainer cannot control the cross-replica reduction. "
+            "Use keras >= 3.10, < 4."
+        )
+    optimizer._all_reduce_sum_gradients = lambda grads_and_vars: list(
+        grads_and_vars
+    )
+
+
+class Trainer:
+    """Distributed train/eval steps for a classifier.
+
+    Args:
+        model: keras.Model. Created under `strategy.scope()`.
+        optimizer: keras Optimizer. Created under `strategy.scope()`.
+        strategy: tf.distribute.Strategy.
+        num_classes: int. Width of the model's output.
+        global_batch_size: int. Examples per optimizer update, all replicas
+            and micro-batches together.
+        accumulation_steps: int. Micro-batches per update.
+        grad_clip_norm: float or None. Clip the global gradient norm.
+        loss: str. "softmax_xent" or "sigmoid_xent".
+        label_smoothing: float.
+        jit_compile: bool. XLA-compile each replica's forward and backward
+            pass (the cross-replica reduction and the update stay outside,
+            where every strategy supports them).
+    """
+
+    def __init__(
+        self,
+        model: keras.Model,
+        optimizer: keras.optimizers.Optimizer,
+        strategy: tf.distribute.Strategy,
+        *,
+        num_classes: int,
+        global_batch_size: int,
+        accumulation_steps: int = 1,
+        grad_clip_norm: Optional[float] = 1.0,
+        loss: str = "softmax_xent",
+        label_smoothing: float = 0.0,
+        jit_compile: bool = False,
+    ):
+        if loss not in LOSSES:
+            raise ValueError(
+                f"Unknown loss {loss!r}: use one of {', '.join(LOSSES)}."
+            )
+        if accumulation_steps < 1:
+            raise ValueError(
+                f"accumulation_steps must be >= 1, got {accumulation_steps}."
+            )
+        replicas = strategy.num_replicas_in_sync
+        if global_batch_size % (replicas * accumulation_steps):
+            raise ValueError(
+                f"batch_size {global_batch_size} is not divisible by "
+                f"replicas ({replicas}) x accumulation_steps "
+                f"({accumulation_steps}): use a multiple of "
+                f"{replicas * accumulation_steps}."
+            )
+        self.model = model
+        self.optimizer = optimizer
+        self.strategy = strategy
+        self.num_classes = int(num_classes)
+        self.global_batch_size = int(global_batch_size)
+        self.accumulation_steps = int(accumulation_steps)
+        self.grad_clip_norm = grad_clip_norm
+        self.loss = loss
+        self.label_smoothing = float(label_smoothing)
+        with strategy.scope():
+            optimizer.build(model.trainable_variables)
+        _skip_optimizer_reduction(optimizer)
+        if jit_compile:
+            self._loss_and_grads = tf.function(
+                self._loss_and_grads, jit_compile=True
+            )
+        self._train_loop = tf.function(self._train_loop_fn)
+        self._eval_step = tf.function(self._eval_step_fn)
+
+    # ------------------------------------------------------------- training
+    def _loss_and_grads(self, images, labels):
+        with tf.GradientTape() as tape:
+            logits = self.model(images, training=True)
+            losses = per_example_loss(
+                labels,
+                logits,
+                self.num_classes,
+                self.loss,
+                self.label_smoothing,
+            )
+            scaled = tf.reduce_sum(losses) / self.global_batch_size
+        variables = self.model.trainable_variables
+        grads = tape.gradient(scaled, variables)
+        correct = tf.reduce_sum(
+            tf.cast(
+                tf.equal(tf.argmax(logits, -1, output_type=tf.int32), labels),
+                tf.float32,
+            )
+        )
+        return tf.reduce_sum(losses), correct, grads
+
+    def _train_step_fn(self, images, labels):
+        """One optimizer update on this replica's batch (replica context)."""
+        k = self.accumulation_steps
+        if k == 1:
+            loss_sum, correct, grads = self._loss_and_grads(images, labels)
+        else:
+            b = tf.shape(labels)[0] // k
+            micro_images = tf.reshape(
+                images, tf.concat([[k, b], tf.shape(images)[1:]], 0)
+            )
+            micro_labels = tf.reshape(labels, [k, b])
+            variables = self.model.trainable_variables
+            grads = [tf.zeros_like(v) for v in variables]
+            loss_sum = tf.constant(0.0)
+            correct = tf.constant(0.0)
+            for i in tf.range(k):
+                l_i, c_i, g_i = self._loss_and_grads(
+                    micro_images[i], micro_labels[i]
+                )
+                grads = [g + gi for g, gi in zip(grads, g_i)]
+                loss_sum += l_i
+                correct += c_i
+        ctx = tf.distribute.get_replica_context()
+        grads = ctx.all_reduce(tf.distribute.ReduceOp.SUM, grads)
+        grad_norm = tf.linalg.global_norm(grads)
+        if self.grad_clip_norm:
+            grads, _ = tf.clip_by_global_norm(
+                grads, self.grad_clip_norm, use_norm=grad_norm
+            )
+        self.optimizer.apply_gradients(
+            zip(grads, self.model.trainable_variables)
+        )
+        return loss_sum, correct, grad_norm
+
+    def _train_loop_fn(self, iterator, steps):
+        strategy = self.strategy
+        sums = {
+            "loss": tf.constant(0.0),
+            "correct": tf.constant(0.0),
+            "grad_norm": tf.constant(0.0),
+        }
+        for _ in tf.range(steps):
+            images, labels = next(iterator)
+            loss_sum, correct, grad_norm = strategy.run(
+                self._train_step_fn, args=(images, labels)
+            )
+            sums["loss"] += strategy.reduce("SUM", loss_sum, axis=None)
+            sums["correct"] += strategy.reduce("SUM", correct, axis=None)
+            # Identical on every replica (computed after the all-reduce).
+            sums["grad_norm"] += strategy.reduce("MEAN", grad_norm, axis=None)
+        return sums
+
+    def train(self, iterator, steps: int) -> Dict[str, float]:
+        """Runs `steps` optimizer updates in one host call.
+
+        Returns the mean loss, accuracy and gradient norm over those steps.
+        """
+        sums = self._train_loop(iterator, tf.constant(steps, tf.int32))
+        examples = float(steps * self.global_batch_size)
+        return {
+            "loss": float(sums["loss"]) / examples,
+            "accuracy": float(sums["correct"]) / examples,
+            "grad_norm": float(sums["grad_norm"]) / steps,
+        }
+
+    @property
+    def step(self) -> int:
+        return int(self.optimizer.iterations.numpy())
+
+    def learning_rate(self) -> float:
+        lr = self.optimizer.learning_rate
+        return float(lr.numpy() if hasattr(lr, "numpy") else lr)
+
+    # ----------------------------------------------------------- evaluation
+    def _eval_step_fn(self, images, labels, mask):
+        def step(images, labels, mask):
+            logits = tf.cast(self.model(images, training=False), tf.float32)
+            losses = per_example_loss(
+                labels, logits, self.num_classes, self.loss
+            )
+            top1 = tf.cast(
+                tf.equal(tf.argmax(logits, -1, output_type=tf.int32), labels),
+                tf.float32,
+            )
+            k = min(5, self.num_classes)
+            top5 = tf.cast(tf.nn.in_top_k(labels, logits, k), tf.float32)
+            return (
+                tf.reduce_sum(losses * mask),
+                tf.reduce_sum(top1 * mask),
+                tf.reduce_sum(top5 * mask),
+                tf.reduce_sum(mask),
+            )
+
+        results = self.strategy.run(step, args=(images, labels, mask))
+        return [
+            self.strategy.reduce("SUM", r, axis=None) for r in results
+        ]
+
+    def evaluate(self, dataset, use_ema: bool = True) -> Dict[str, float]:
+        """Loss, top-1 and top-5 accuracy over a distributed eval dataset.
+
+        With an EMA optimizer and `use_ema`, evaluates the averaged weights
+        (and puts the raw weights back afterwards).
+        """
+        swap = use_ema and self.has_ema
+        if swap:
+            self.swap_ema_weights()
+        try:
+            totals = [0.0, 0.0, 0.0, 0.0]
+            for images, labels, mask in dataset:
+                values = self._eval_step(images, labels, mask)
+                totals = [t + float(v) for t, v in zip(totals, values)]
+        finally:
+            if swap:
+                self.swap_ema_weights()
+        n = max(totals[3], 1.0)
+        return {
+            "loss": totals[0] / n,
+            "accuracy": totals[1] / n,
+            "top5_accuracy": totals[2] / n,
+            "num_examples": int(totals[3]),
+        }
+
+    # ------------------------------------------------------------------ EMA
+    @property
+    def has_ema(self) -> bool:
+        return bool(getattr(self.optimizer, "use_ema", False))
+
+    def swap_ema_weights(self) -> None:
+        """Exchanges the model's weights with their EMA averages (twice:
+        back to the start)."""
+        averages = self.optimizer._model_variables_moving_average
+        with self.strategy.scope():
+            for var, avg in zip(self.model.trainable_variables, averages):
+                raw = tf.identity(var.value)
+                var.assign(avg.value)
+                avg.assign(raw)

@@ -1,0 +1,110 @@
+"""What a training run leaves in its workdir, and how to read it back.
+
+Layout of a workdir (local or gs://):
+    config.json      the run's config (written once; checked on resume)
+    labels.txt       class names, one per line
+    checkpoints/     tf.train.CheckpointManager checkpoints (model, optimizer
+                     incl. EMA averages, input iterator where supported)
+    train/, eval/    TensorBoard summaries
+    metrics.json     final metrics (test accuracy, steps, images/s, wall time)
+
+Every file is written to a temporary name and renamed, so a crash never
+leaves a half-written file behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from typing import Any, List, Optional
+
+import tensorflow as tf
+
+CONFIG = "config.json"
+LABELS = "labels.txt"
+METRICS = "metrics.json"
+CHECKPOINTS = "checkpoints"
+
+
+def atomic_write(path: str, data: str | bytes) -> None:
+    """Writes `data` to `path` via a temporary file and a rename."""
+    directory = os.path.dirname(path)
+    if directory:
+        tf.io.gfile.makedirs(directory)
+    tmp = f"{path}.tmp-{uuid.uuid4().hex}"
+    mode = "wb" if isinstance(data, bytes) else "w"
+    with tf.io.gfile.GFile(tmp, mode) as f:
+        f.write(data)
+    tf.io.gfile.rename(tmp, path, overwrite=True)
+
+
+def write_json(path: str, obj: Any) -> None:
+    atomic_write(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
+
+
+def read_json(path: str) -> Any:
+    with tf.io.gfile.GFile(path) as f:
+        return json.load(f)
+
+
+def write_class_names(workdir: str, names: Optional[List[str]]) -> None:
+    if names:
+        atomic_write(os.path.join(workdir, LABELS), "\n".join(names) + "\n")
+
+
+def read_class_names(workdir: str) -> Optional[List[str]]:
+    """Class names saved with a run, or None."""
+    path = os.path.join(workdir, LABELS)
+    if not tf.io.gfile.exists(path):
+        return None
+    with tf.io.gfile.GFile(path) as f:
+        return [line.rstrip("\n") for line in f if line.strip()]
+
+
+def read_config(workdir: str):
+    """The run's config as an ml_collections.ConfigDict."""
+    import ml_collections
+
+    path = os.path.join(workdir, CONFIG)
+    if not tf.io.gfile.exists(path):
+        raise FileNotFoundError(
+            f"{path} not found: is {workdir!r} the --workdir of a training run?"
+        )
+    return ml_collections.ConfigDict(read_json(path))
+
+
+def restore_model(workdir: str, *, use_ema: bool = True, checkpoint=None):
+    """The trained model of a workdir, from its latest checkpoint.
+
+    Args:
+        workdir: str. The training run's --workdir.
+        use_ema: bool. Load the EMA (Polyak) averaged weights when the run
+            kept them.
+        checkpoint: str or None. A specific checkpoint prefix instead of the
+            latest one.
+
+    Returns:
+        A float32 `keras.Model` with the checkpoint's weights.
+    """
+    from keras_vit import train_lib
+
+    config = read_config(workdir)
+    directory = os.path.join(workdir, CHECKPOINTS)
+    path = checkpoint or tf.train.latest_checkpoint(directory)
+    if path is None:
+        raise FileNotFoundError(
+            f"No checkpoint in {directory}: the run has not saved one yet."
+        )
+    num_classes = train_lib.num_classes_of(config, workdir)
+    model = train_lib.build_model(config, num_classes)
+    optimizer = train_lib.build_optimizer(config)
+    optimizer.build(model.trainable_variables)
+    ckpt = tf.train.Checkpoint(model=model, optimizer=optimizer)
+    ckpt.read(path).expect_partial()
+    if use_ema and getattr(optimizer, "use_ema", False):
+        for var, avg in zip(
+            model.trainable_variables, optimizer._model_variables_moving_average
+        ):
+            var.assign(avg)
+    return model
