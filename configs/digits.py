@@ -94,10 +94,12 @@ def get_config(arg=None):
     c.keep_checkpoints = 3
     # Also checkpoint the input iterator (exact resume of the data order).
     c.checkpoint_iterator = True
-    # Fine-tuning initialisation: a released .npz or another run's workdir.
+    # Fine-tuning initialisation: a released .npz, a .keras file or another
+    # run's workdir (head re-initialised if the class count differs).
     c.init = ml_collections.ConfigDict(
         dict(
             npz=ml_collections.config_dict.placeholder(str),
+            keras_model=ml_collections.config_dict.placeholder(str),
             workdir=ml_collections.config_dict.placeholder(str),
             keep_pre_logits=False,
         )

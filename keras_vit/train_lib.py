@@ -116,25 +116,35 @@ def _check_workdir_config(config, workdir: str) -> None:
 
 
 def _initialise_from(config, model: keras.Model) -> None:
-    """Fine-tuning: weights from a released .npz or another run's workdir."""
+    """Fine-tuning: weights from a released .npz, a .keras file or another
+    run's workdir. The head is kept only if its shape fits (else it starts
+    at zero); position embeddings are resized to this model's grid."""
     init = config.get("init", None)
     if not init:
         return
+    from keras_vit import checkpoint
+
+    keep = bool(init.get("keep_pre_logits", False))
     if init.get("npz"):
-        from keras_vit import checkpoint
-
-        report = checkpoint.load_npz(
+        source = init.npz
+        report = checkpoint.load_npz(model, source, keep_pre_logits=keep)
+    elif init.get("keras_model") or init.get("workdir"):
+        if init.get("keras_model"):
+            source = init.keras_model
+            pretrained = keras.models.load_model(source, compile=False)
+        else:
+            source = init.workdir
+            pretrained = wd.restore_model(source, use_ema=True)
+        report = checkpoint.load_arrays(
             model,
-            init.npz,
-            keep_pre_logits=bool(init.get("keep_pre_logits", False)),
+            checkpoint.model_arrays(pretrained),
+            keep_pre_logits=keep,
+            posemb_grid=checkpoint.model_grid(pretrained),
+            source=source,
         )
-        logging.info("Initialised from %s: %s", init.npz, report)
-    elif init.get("workdir"):
-        from keras_vit import checkpoint
-
-        source = wd.restore_model(init.workdir, use_ema=True)
-        report = checkpoint.transfer_weights(source, model)
-        logging.info("Initialised from workdir %s: %s", init.workdir, report)
+    else:
+        return
+    logging.info("Initialised from %s: %s", source, report)
 
 
 class _Preemption:
