@@ -329,6 +329,9 @@ def test_warmup_file_replays(exported, loaded):
 def test_tfsm_layer_reload(exported, loaded, model):
     layer = keras.layers.TFSMLayer(exported[1],
                                    call_endpoint="predict_images")
+    assert sorted(w.numpy().sum() for w in layer.weights) == pytest.approx(
+        sorted(w.numpy().sum() for w in model.weights))
+    assert len(loaded.variables) == len(model.weights)
     pixels = np.random.RandomState(4).uniform(
         0, 255, (3, SIZE, SIZE, 3)).astype(np.float32)
     out = layer(pixels)
@@ -340,22 +343,28 @@ def test_tfsm_layer_reload(exported, loaded, model):
 
 
 def test_versions_increment_and_never_overwrite(model, images, tmp_path):
-    export_dir = str(tmp_path)
-    first = export_model(model, export_dir, verify=False, warmup_images=[])
-    pb = os.path.join(first, "saved_model.pb")
-    before = open(pb, "rb").read()
+    model_dir = tmp_path / "vit"
+    # An existing version, and a crashed export's leftover: a dotted,
+    # non-numeric folder that is not a version.
+    (model_dir / "3").mkdir(parents=True)
+    (model_dir / "3" / "saved_model.pb").write_bytes(b"version 3")
+    (model_dir / ".tmp-9-12345").mkdir()
+    assert export_files.existing_versions(str(model_dir)) == [3]
+    path = export_model(model, str(tmp_path), verify=False,
+                        warmup_images=[images["png"]])
+    assert path == str(model_dir / "4")
     with pytest.raises(FileExistsError, match="already exists"):
-        export_model(tiny_model(seed=5), export_dir, version=1)
-    assert open(pb, "rb").read() == before
-    assert export_model(model, export_dir, version=7, verify=False,
-                        warmup_images=[]).endswith(os.path.join("vit", "7"))
-    # A crashed export's leftover (dotted, non-numeric) is not a version.
-    os.makedirs(os.path.join(export_dir, "vit", ".tmp-9-12345"))
-    assert export_files.existing_versions(
-        os.path.join(export_dir, "vit")) == [1, 7]
-    third = export_model(model, export_dir, verify=False,
-                         warmup_images=[images["png"]])
-    assert third == os.path.join(export_dir, "vit", "8")
+        export_model(model, str(tmp_path), version=3)
+    assert (model_dir / "3" / "saved_model.pb").read_bytes() == b"version 3"
+    path = export_model(model, str(tmp_path), version=7, verify=False,
+                        warmup_images=[])
+    assert path == str(model_dir / "7")
+    assert sorted(os.listdir(model_dir)) == [".tmp-9-12345", "3", "4", "7"]
+    assert export_files.next_version(str(model_dir)) == 8
+    # The new versions serve the model.
+    np.testing.assert_allclose(
+        serve(tf.saved_model.load(path), [images["jpeg"]])["probabilities"],
+        reference(model, [images["jpeg"]]), atol=1e-5)
 
 
 def test_models_config_updated_not_clobbered(model, tmp_path):
