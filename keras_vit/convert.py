@@ -129,6 +129,13 @@ def convert(
     strict: bool = True,
 ) -> checkpoint.LoadReport:
     """Builds the model, loads `npz` into it and saves it to `output`."""
+    if not output.endswith(".keras"):
+        raise ValueError(
+            f"--output {output!r} must end with .keras (Keras's format)."
+        )
+    if "://" not in npz and not os.path.isfile(npz):
+        # Fail before building what may be a large model.
+        raise FileNotFoundError(f"{npz}: no such checkpoint file.")
     if isinstance(posemb_grid, int):
         posemb_grid = (posemb_grid, posemb_grid)
     model = vit_model.create_model(

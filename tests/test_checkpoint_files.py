@@ -1,0 +1,186 @@
+"""Checkpoint files: safe reading, exact and atomic saving, remote paths,
+and the conversion CLI.
+
+Numbers are compared with tests/numpy_reference.py, as in test_checkpoint.py
+(whose helpers are reused).
+"""
+
+import argparse
+import os
+import pickle
+import zipfile
+
+import keras
+import numpy as np
+import pytest
+
+from keras_vit import checkpoint, checkpoint_io, convert, create_model
+from tests import numpy_reference as ref
+from tests.test_checkpoint import (
+    POSEMB,
+    assert_close,
+    images,
+    random_arrays,
+    save,
+    tiny,
+    zoom_posemb,
+)
+
+
+def test_unreadable_files_give_clear_errors(tmp_path):
+    good = save(tmp_path / "good.npz", random_arrays(tiny(num_layers=1)))
+    data = open(good, "rb").read()
+    truncated = tmp_path / "truncated.npz"
+    truncated.write_bytes(data[: len(data) // 2])
+    with pytest.raises(ValueError, match="truncated or corrupt") as info:
+        checkpoint.read_npz(truncated)
+    assert str(truncated) in str(info.value)
+
+    html = tmp_path / "page.npz"
+    html.write_text("<html>Not Found</html>")
+    with pytest.raises(ValueError, match="not an .npz archive"):
+        checkpoint.read_npz(html)
+
+    npy = tmp_path / "single.npy"
+    np.save(npy, np.ones(3))
+    with pytest.raises(ValueError, match="single .npy array"):
+        checkpoint.read_npz(npy)
+
+    objects = tmp_path / "objects.npz"
+    np.savez(objects, cls=np.ones(2), evil=np.array([{"a": 1}], dtype=object))
+    with pytest.raises(ValueError, match="'evil' holds pickled Python"):
+        checkpoint.read_npz(objects)
+
+    raw = tmp_path / "raw.npz"
+    raw.write_bytes(pickle.dumps({"cls": [1.0]}))
+    with pytest.raises(ValueError, match="a Python pickle"):
+        checkpoint.read_npz(raw)
+
+    empty = tmp_path / "empty.npz"
+    np.savez(empty)
+    with pytest.raises(ValueError, match="holds no arrays"):
+        checkpoint.read_npz(empty)
+
+    with pytest.raises(FileNotFoundError):
+        checkpoint.read_npz(tmp_path / "missing.npz")
+
+
+# ---------------------------------------------------------------- saving
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [dict(representation_size=24), dict(resnet_layers=(1, 1), num_layers=1)],
+    ids=["vit", "hybrid"],
+)
+def test_save_npz_round_trip_is_exact(tmp_path, kw):
+    model = tiny(**kw)
+    arrays = random_arrays(model)
+    path = save(tmp_path / "in.npz", arrays)
+    checkpoint.load_npz(model, path)
+    out = tmp_path / "out.npz"
+    checkpoint.save_npz(model, out)
+    with np.load(path) as a, np.load(out) as b:
+        assert a.files == b.files  # same keys, same order
+        for key in a.files:
+            assert a[key].shape == b[key].shape and a[key].dtype == b[key].dtype
+            np.testing.assert_array_equal(a[key], b[key])
+    assert sorted(os.listdir(tmp_path)) == ["in.npz", "out.npz"]
+
+
+def test_save_npz_is_atomic(tmp_path, monkeypatch):
+    model = tiny(num_layers=1)
+    out = tmp_path / "model.npz"
+    out.write_bytes(b"previous contents")
+
+    def failing_savez(f, **arrays):
+        f.write(b"partial")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(checkpoint_io.np, "savez", failing_savez)
+    with pytest.raises(OSError, match="disk full"):
+        checkpoint.save_npz(model, out)
+    assert out.read_bytes() == b"previous contents"
+    assert os.listdir(tmp_path) == ["model.npz"]
+
+
+# ------------------------------------------------------------------- CLI
+
+
+def test_convert_cli_writes_equivalent_keras_file(tmp_path, capsys):
+    source = create_model("Ti/16", num_classes=5, image_size=32)
+    arrays = random_arrays(source)
+    npz = save(tmp_path / "Ti_16.npz", arrays)
+    output = tmp_path / "out" / "ti16.keras"
+    rc = convert.main([
+        "--npz", npz, "--variant", "Ti/16", "--num_classes", "5",
+        "--image_size", "48x32", "--output", str(output),
+    ])
+    assert rc == 0
+    printed = capsys.readouterr().out
+    assert "resized from grid 2x2 to 3x2" in printed
+    loaded = keras.models.load_model(output)
+    expected = dict(arrays)
+    expected[POSEMB] = zoom_posemb(arrays[POSEMB], (2, 2), (3, 2), 1)
+    x = images((48, 32))
+    assert_close(loaded(x), ref.forward(expected, x))
+    assert sorted(os.listdir(output.parent)) == ["ti16.keras"]
+
+    # A checkpoint that does not fit: exit status 1, a message, no file.
+    rc = convert.main([
+        "--npz", npz, "--variant", "Ti/16", "--num_classes", "5",
+        "--image_size", "32", "--pooling", "gap",
+        "--output", str(tmp_path / "gap.keras"),
+    ])
+    assert rc == 1
+    err = capsys.readouterr().err
+    assert "another architecture" in err and "unexpected in file: cls" in err
+    assert not (tmp_path / "gap.keras").exists()
+
+
+def test_archive_member_names_are_official(tmp_path):
+    model = tiny(num_layers=1)
+    out = tmp_path / "m.npz"
+    checkpoint.save_npz(model, out)
+    names = zipfile.ZipFile(out).namelist()
+    assert "Transformer/encoderblock_0/MultiHeadDotProductAttention_1/" \
+        "query/kernel.npy" in names
+    assert "Transformer/encoder_norm/scale.npy" in names
+    assert "cls.npy" in names and "head/kernel.npy" in names
+
+
+def test_remote_paths_go_through_gfile():
+    # TensorFlow's in-memory file system stands in for gs:// (no network).
+    tf = pytest.importorskip("tensorflow")
+    root = "ram://keras_vit_checkpoint_test"
+    model = tiny(num_layers=1)
+    arrays = random_arrays(model)
+    checkpoint_io.write_npz(f"{root}/in.npz", arrays)
+    report = checkpoint.load_npz(model, f"{root}/in.npz")
+    assert report.ok and report.path == f"{root}/in.npz"
+    checkpoint.save_npz(model, f"{root}/out.npz")
+    back = checkpoint.read_npz(f"{root}/out.npz")
+    assert list(back) == list(arrays)
+    for key in arrays:
+        np.testing.assert_array_equal(back[key], arrays[key])
+    assert sorted(tf.io.gfile.listdir(root)) == ["in.npz", "out.npz"]
+
+
+def test_convert_argument_checks(tmp_path, capsys):
+    assert convert.parse_image_size("384") == 384
+    assert convert.parse_image_size("384x512") == (384, 512)
+    assert convert.parse_image_size("384,512") == (384, 512)
+    with pytest.raises(argparse.ArgumentTypeError, match="HEIGHTxWIDTH"):
+        convert.parse_image_size("big")
+    rc = convert.main([
+        "--npz", str(tmp_path / "none.npz"), "--variant", "Ti/16",
+        "--num_classes", "5", "--output", str(tmp_path / "model.h5"),
+    ])
+    assert rc == 1 and "must end with .keras" in capsys.readouterr().err
+    rc = convert.main([
+        "--npz", str(tmp_path / "none.npz"), "--variant", "Ti/16",
+        "--num_classes", "5", "--image_size", "32",
+        "--output", str(tmp_path / "model.keras"),
+    ])
+    assert rc == 1 and "no such checkpoint file" in capsys.readouterr().err
+    assert os.listdir(tmp_path) == []
