@@ -5,7 +5,6 @@ import json
 import math
 import os
 import sys
-import types
 
 import keras
 import numpy as np
@@ -399,39 +398,69 @@ def test_cli_errors_name_the_fix(tmp_path, capsys):
     )
     assert code == 2 and ".keras file" in capsys.readouterr().err
     code = cli.main(
-        ["--npz", "x.npz", "--digits", "1", "--output_dir", str(tmp_path)]
+        ["--model", "m.keras", "--npz", "x.npz", "--digits", "1"]
+        + ["--output_dir", str(tmp_path)]
     )
-    assert code == 2 and "--variant" in capsys.readouterr().err
+    assert code == 2 and "exactly one" in capsys.readouterr().err
 
 
-def _fake_module(monkeypatch, name, **attrs):
-    module = types.ModuleType(f"keras_vit.{name}")
-    module.__dict__.update(attrs)
-    monkeypatch.setitem(sys.modules, f"keras_vit.{name}", module)
-    monkeypatch.setattr(keras_vit, name, module, raising=False)
+def test_workdir_source(monkeypatch, tiny_model, tmp_path):
+    from keras_vit import workdir
 
-
-def test_workdir_and_npz_hooks(monkeypatch, tiny_model):
-    _fake_module(monkeypatch, "trainer")
-    with pytest.raises(cli.UsageError, match="load_model_from_workdir"):
-        cli.load_model(workdir="run/")
-    _fake_module(
-        monkeypatch,
-        "trainer",
-        load_model_from_workdir=lambda workdir: tiny_model,
-    )
+    with pytest.raises(cli.UsageError, match="--workdir"):
+        cli.load_model(workdir=str(tmp_path / "no_run"))
+    monkeypatch.setattr(workdir, "restore_model", lambda path: tiny_model)
     assert cli.load_model(workdir="run/") is tiny_model
-    calls = []
+    with pytest.raises(cli.UsageError, match="--npz only"):
+        cli.load_model(workdir="run/", variant="B/16")
 
-    def load_npz(path, **kwargs):
-        calls.append((path, kwargs))
-        return tiny_model
 
-    _fake_module(monkeypatch, "checkpoint", load_npz=load_npz)
-    assert cli.load_model(npz="B_16.npz", variant="B/16", image_size=384) is (
-        tiny_model
+def test_npz_source_round_trip(tmp_path, images):
+    pytest.importorskip("keras_vit.pretrained")
+    from keras_vit import checkpoint
+
+    keras.utils.set_random_seed(5)
+    model = _tiny(image_size=32)
+    path = str(tmp_path / "tiny.npz")
+    checkpoint.save_npz(model, path)
+    loaded = cli.load_model(npz=path, image_size=32)
+    x = images[:, :, :32]
+    np.testing.assert_allclose(
+        loaded(x).numpy(), model(x).numpy(), rtol=1e-5, atol=1e-6
     )
-    assert calls == [("B_16.npz", {"variant": "B/16", "image_size": 384})]
-    _fake_module(monkeypatch, "checkpoint")
-    with pytest.raises(cli.UsageError, match="load_npz"):
-        cli.load_model(npz="B_16.npz", variant="B/16")
+    with pytest.raises(cli.UsageError, match="B/16"):
+        cli.load_model(npz=path, variant="B/16")
+    with pytest.raises(cli.UsageError, match="not a file"):
+        cli.load_model(npz=str(tmp_path / "missing.npz"))
+
+
+def test_npz_without_pretrained_module_names_the_fix(monkeypatch):
+    # A None entry in sys.modules makes the import fail as if absent.
+    monkeypatch.setitem(sys.modules, "keras_vit.pretrained", None)
+    monkeypatch.delattr(keras_vit, "pretrained", raising=False)
+    with pytest.raises(cli.UsageError, match="--model"):
+        cli.load_model(npz="ViT-B_16.npz")
+
+
+def test_hybrid_layout_and_no_rgb_filters(tmp_path, images):
+    # A ResNet stem of two stages has stride 8: a 4 x 4 grid of 8-pixel
+    # cells on a 32 x 32 input, embedded by 1 x 1 "patches".
+    model = keras_vit.create_model(
+        None,
+        num_classes=5,
+        image_size=32,
+        patch_size=1,
+        hidden_size=32,
+        num_layers=1,
+        num_heads=2,
+        mlp_dim=64,
+        resnet_layers=(1, 1),
+    )
+    layout = extract.token_layout(model)
+    assert layout == core.TokenLayout((4, 4), (8.0, 8.0), 1)
+    data = cli.run_analysis(model, images[:2, :, :32], str(tmp_path))
+    assert "skipped" in data["patch_embedding_pca"]
+    assert sorted(os.listdir(tmp_path)) == sorted(
+        [cli.JSON_NAME]
+        + [f for k, f in cli.FIGURES.items() if k != "patch_embedding_pca"]
+    )

@@ -7,7 +7,7 @@ writes attention_rollout.png, mean_attention_distance.png,
 position_embedding_similarity.png, patch_embedding_pca.png and
 analysis.json (the numbers behind them) into --output_dir. The model comes
 from a .keras file (--model), a training run (--workdir) or an official
-checkpoint (--npz with --variant); the images from files or folders
+checkpoint (--npz, optionally --variant to check it); the images from files or folders
 (--images) or, with no data at hand, from scikit-learn's bundled digits
 (--digits N).
 """
@@ -18,12 +18,13 @@ import argparse
 import json
 import os
 import sys
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import keras
 import numpy as np
 
 from keras_vit.analysis import core, extract, plots
+from keras_vit.convert import parse_image_size
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".gif", ".bmp")
 FIGURES = {
@@ -44,14 +45,30 @@ def load_model(
     workdir: Optional[str] = None,
     npz: Optional[str] = None,
     variant: Optional[str] = None,
-    image_size: Optional[int] = None,
+    image_size: Optional[Union[int, Tuple[int, int]]] = None,
 ) -> keras.Model:
-    """model: keras.Model. From exactly one of model_path, workdir, npz."""
+    """model: keras.Model. From exactly one of model_path, workdir, npz.
+
+    Args:
+        model_path: str or None. A .keras file.
+        workdir: str or None. A training run's --workdir (its latest
+            checkpoint, EMA weights when the run kept them).
+        npz: str or None. An official .npz checkpoint; the architecture is
+            read from its shapes.
+        variant: str or None. With npz: the expected variant ("B/16").
+        image_size: int, (height, width) or None. With npz: the input
+            resolution (default 224); position embeddings are resized.
+    """
     given = [x for x in (model_path, workdir, npz) if x]
     if len(given) != 1:
         raise UsageError(
             "Give exactly one model source: --model PATH.keras, --workdir DIR "
-            "(a training run) or --npz PATH --variant B/16."
+            "(a training run) or --npz PATH [--variant B/16]."
+        )
+    if (variant or image_size) and not npz:
+        raise UsageError(
+            "--variant and --image_size go with --npz only (a .keras file or "
+            "a workdir records its own architecture and size)."
         )
     if model_path:
         if not os.path.isfile(model_path):
@@ -63,45 +80,29 @@ def load_model(
         # Importing keras_vit registered its layers for deserialisation.
         return keras.saving.load_model(model_path, compile=False)
     if workdir:
+        from keras_vit import workdir as workdir_lib
+
         try:
-            from keras_vit import trainer
-        except ModuleNotFoundError as error:
-            if error.name != "keras_vit.trainer":
-                raise
-            trainer = None
-        load = getattr(trainer, "load_model_from_workdir", None)
-        if load is None:
-            raise UsageError(
-                "--workdir needs keras_vit.trainer.load_model_from_workdir, "
-                "which this installation lacks: save the model as .keras and "
-                "pass --model instead."
-            )
-        return load(workdir)
-    if not variant:
-        raise UsageError("--npz needs --variant (e.g. --variant B/16).")
+            return workdir_lib.restore_model(workdir)
+        except FileNotFoundError as error:
+            raise UsageError(f"--workdir: {error}") from None
     try:
-        from keras_vit import checkpoint
+        from keras_vit import pretrained
     except ModuleNotFoundError as error:
-        if error.name != "keras_vit.checkpoint":
+        if error.name != "keras_vit.pretrained":
             raise
-        checkpoint = None
-    load = getattr(checkpoint, "load_npz", None)
-    if load is None:
         raise UsageError(
-            "--npz needs keras_vit.checkpoint.load_npz, which this "
-            "installation lacks: convert the checkpoint to .keras and pass "
-            "--model instead."
-        )
-    kwargs = {"variant": variant}
-    if image_size:
-        kwargs["image_size"] = image_size
-    model = load(npz, **kwargs)
-    if not isinstance(model, keras.Model):
-        raise UsageError(
-            "keras_vit.checkpoint.load_npz returned "
-            f"{type(model).__name__}, not a keras.Model."
-        )
-    return model
+            "--npz needs keras_vit.pretrained, which this installation "
+            "lacks: convert the checkpoint to .keras (python -m "
+            "keras_vit.convert) and pass --model instead."
+        ) from None
+    if not os.path.isfile(npz) and "://" not in npz:
+        raise UsageError(f"--npz {npz!r} is not a file.")
+    source = pretrained.Source(npz=npz, variant=variant)
+    try:
+        return pretrained.load_model(source, image_size=image_size)
+    except ValueError as error:  # wrong --variant, unreadable file
+        raise UsageError(f"--npz: {error}") from None
 
 
 def _list_images(paths: Sequence[str]) -> List[str]:
@@ -339,9 +340,13 @@ def build_parser() -> argparse.ArgumentParser:
     source.add_argument("--model", help="A .keras file of a keras_vit model.")
     source.add_argument("--workdir", help="A training run's directory.")
     source.add_argument("--npz", help="An official .npz checkpoint.")
-    source.add_argument("--variant", help='With --npz: e.g. "B/16".')
     source.add_argument(
-        "--image_size", type=int, help="With --npz: input resolution."
+        "--variant", help='With --npz: the expected variant, e.g. "B/16".'
+    )
+    source.add_argument(
+        "--image_size",
+        type=parse_image_size,
+        help="With --npz: input resolution, 384 or 384x512 (default 224).",
     )
     data = parser.add_argument_group("images (give one)")
     data.add_argument(
