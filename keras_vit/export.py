@@ -9,11 +9,11 @@ a warm-up file for TF Serving, and adds the model to `exports/models.config`.
 From the command line, from a `.keras` file, an official `.npz` checkpoint
 or a training workdir:
 
-    python -m keras_vit.export --export_dir=exports --model_name=vit \
-        --keras_model=model.keras
-    python -m keras_vit.export --export_dir=exports --model_name=vit_b16 \
-        --npz=ViT-B_16.npz --variant=B/16 --num_classes=1000 --image_size=384
-    python -m keras_vit.export --export_dir=exports --workdir=runs/cifar10
+    python -m keras_vit.export --export_dir exports --model_name vit \
+        --keras_model model.keras
+    python -m keras_vit.export --export_dir exports --model_name vit_b16 \
+        --npz ViT-B_16.npz --variant B/16 --num_classes 1000 --image_size 384
+    python -m keras_vit.export --export_dir exports --workdir runs/digits
 
 A version is written under a dotted temporary name and renamed when
 complete, so a crash never leaves a half-written version that a server would
@@ -279,6 +279,8 @@ def _write_extras(path, model_name, names, images, size, top_k, model,
 
 
 if __name__ == "__main__":
-    from keras_vit.export_cli import run
+    import sys
 
-    run()
+    from keras_vit.export_cli import main
+
+    sys.exit(main())
