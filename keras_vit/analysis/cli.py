@@ -5,11 +5,11 @@
 
 writes attention_rollout.png, mean_attention_distance.png,
 position_embedding_similarity.png, patch_embedding_pca.png and
-analysis.json (the numbers behind them) into --output_dir. The model comes
-from a .keras file (--model), a training run (--workdir) or an official
-checkpoint (--npz, optionally --variant to check it); the images from files or folders
-(--images) or, with no data at hand, from scikit-learn's bundled digits
-(--digits N).
+analysis.json (the numbers behind them) into --output_dir (local or
+gs://). The model comes from a .keras file (--model), a training run
+(--workdir) or an official checkpoint (--npz, with --variant to check it);
+the images from files or folders (--images) or, with no data at hand, from
+scikit-learn's bundled digits (--digits N).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ import numpy as np
 
 from keras_vit.analysis import core, extract, plots
 from keras_vit.convert import parse_image_size
+from keras_vit.workdir import atomic_write
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".gif", ".bmp")
 FIGURES = {
@@ -205,14 +206,6 @@ def _predictions(model: keras.Model, outputs: np.ndarray) -> List[Dict]:
     ]
 
 
-def _write_json(data: Dict[str, Any], path: str) -> None:
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w") as f:
-        # Compact: the similarity matrix alone has N * N numbers.
-        json.dump(data, f, separators=(",", ":"))
-    os.replace(tmp, path)
-
-
 def _rounded(array: np.ndarray, digits: int = 4) -> list:
     return np.round(np.asarray(array, np.float64), digits).tolist()
 
@@ -242,7 +235,6 @@ def run_analysis(
     Returns:
         dict. The content of analysis.json.
     """
-    os.makedirs(output_dir, exist_ok=True)
     names = (
         list(names)
         if names is not None
@@ -325,7 +317,11 @@ def run_analysis(
         "patch_embedding_pca": pca,
         "figures": {k: os.path.basename(v) for k, v in out.items()},
     }
-    _write_json(data, os.path.join(output_dir, JSON_NAME))
+    # Compact: the similarity matrix alone has N * N numbers.
+    atomic_write(
+        os.path.join(output_dir, JSON_NAME),
+        json.dumps(data, separators=(",", ":")),
+    )
     return data
 
 

@@ -3,18 +3,20 @@
 Figures are built on `matplotlib.figure.Figure` with the Agg canvas, not
 pyplot: no global backend is switched, no figure is left open, and the
 functions work on a machine without a display. Each writes a PNG through a
-temporary name, so an interrupted run never leaves a truncated file behind.
+temporary name (`keras_vit.workdir.atomic_write`, local or gs://), so an
+interrupted run never leaves a truncated file behind.
 """
 
 from __future__ import annotations
 
+import io
 import math
-import os
 from typing import Optional, Sequence, Tuple
 
 import numpy as np
 
 from keras_vit.analysis import core
+from keras_vit.workdir import atomic_write
 
 
 def _figure(width: float, height: float):
@@ -27,15 +29,9 @@ def _figure(width: float, height: float):
 
 
 def _save(fig, path: str) -> str:
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    tmp = f"{path}.tmp-{os.getpid()}"
-    try:
-        fig.savefig(tmp, format="png", dpi=100, bbox_inches="tight")
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=100, bbox_inches="tight")
+    atomic_write(path, buffer.getvalue())
     return path
 
 
