@@ -179,6 +179,17 @@ def export_model(
     Returns:
         str. The path of the new version folder.
     """
+    if keras.backend.backend() != "tensorflow":
+        raise RuntimeError(
+            "SavedModel export runs on the TensorFlow backend; set "
+            f"KERAS_BACKEND=tensorflow (now {keras.backend.backend()!r})."
+        )
+    if tf.distribute.has_strategy():
+        raise RuntimeError(
+            "export_model was called inside a tf.distribute strategy scope; "
+            "call it after leaving `with strategy.scope():` (the model's "
+            "variables are copied to plain float32 ones for serving)."
+        )
     export_files.check_model_name(model_name)
     num_classes = _num_classes(model)
     size = _input_size(model)
@@ -228,7 +239,13 @@ def export_model(
         _write_extras(tmp_dir, model_name, names, images, size, top_k,
                       serving_model, resize_size)
         if verify:
-            verify_export(tmp_dir, serving_model, images, resize_size)
+            # Without warm-up images, still compare on synthetic ones.
+            verify_export(
+                tmp_dir,
+                serving_model,
+                images or export_files.default_warmup_images(),
+                resize_size,
+            )
         path = export_files.publish_version(
             tmp_dir, model_dir, int(version), auto_version
         )

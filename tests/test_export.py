@@ -450,6 +450,9 @@ def test_export_after_mirrored_strategy_training(images, tmp_path):
     model.fit(x, y, batch_size=4, epochs=1, verbose=0)
     assert any(np.abs(a - b).max() > 0 for a, b in
                zip(before, model.get_weights()))
+    with strategy.scope():
+        with pytest.raises(RuntimeError, match="outside|after leaving"):
+            export_model(model, str(tmp_path))
     path = export_model(model, str(tmp_path))
     datas = [images["jpeg"], images["bmp"]]
     np.testing.assert_allclose(
