@@ -65,6 +65,10 @@ def _digits_split(split: str):
 
 def dataset_info(config) -> DatasetInfo:
     """Number of classes, split sizes and class names of a data source."""
+    if config.get("vtab_task"):
+        from keras_vit import vtab
+
+        return vtab.dataset_info(config.vtab_task, config.get("data_dir"))
     name = config.dataset
     if name == DIGITS:
         arrays = _digits_arrays()
@@ -93,6 +97,10 @@ def _label_key(config) -> str:
 def _tfds_builder(config):
     import tensorflow_datasets as tfds
 
+    if config.get("vtab_task"):
+        from keras_vit import vtab
+
+        return vtab.get_task(config.vtab_task).builder(config.get("data_dir"))
     if config.dataset == FOLDER:
         if not config.get("data_dir"):
             raise ValueError(
@@ -165,6 +173,10 @@ def _raw_dataset(
     def to_pair(example):
         return example[image_key], tf.cast(example[label_key], tf.int32)
 
+    if config.get("vtab_task"):  # the task's image and derived label
+        from keras_vit import vtab
+
+        to_pair = vtab.get_task(config.vtab_task).example_fn
     return ds.map(to_pair, num_parallel_calls=tf.data.AUTOTUNE)
 
 
@@ -181,6 +193,16 @@ def make_preprocess_fn(config, training: bool) -> Callable:
         )
     kind = cfg.get("train", "finetune")
     flip = bool(cfg.get("flip", True))
+    if resize_size is not None:
+        small = [
+            r < s for r, s in zip(pp.as_hw(resize_size), pp.as_hw(size))
+        ]
+        if any(small):
+            raise ValueError(
+                f"pp.resize_size {resize_size} is smaller than image_size "
+                f"{size}: the random crop must fit; set pp.resize_size >= "
+                "image_size (or None to resize straight to image_size)."
+            )
     if kind == "pretrain":
         area = tuple(cfg.get("area_range", (0.05, 1.0)))
         return lambda image, seed=None: pp.preprocess_pretrain(
@@ -222,7 +244,9 @@ def train_dataset(
     batch = _check_batch(global_batch, input_context)
     split = config.get("train_split", "train")
     ds = _raw_dataset(config, split, True, input_context)
-    if config.get("cache", config.dataset == DIGITS):
+    # cache_train: cache the (small) training split only, e.g. VTAB's 1,000
+    # examples, without holding a large test split in memory.
+    if config.get("cache_train", config.get("cache", config.dataset == DIGITS)):
         ds = ds.cache()
     seed = config.get("seed", 0)
     if input_context is not None:

@@ -182,10 +182,10 @@ def create_model(
             )
         size, default_patch = None, None
     patch_size = int(patch_size if patch_size is not None else default_patch)
-    hidden_size = int(hidden_size or size.hidden_size)
-    num_layers = int(num_layers or size.num_layers)
-    num_heads = int(num_heads or size.num_heads)
-    mlp_dim = int(mlp_dim or size.mlp_dim)
+    hidden_size = int(hidden_size if hidden_size is not None else size.hidden_size)
+    num_layers = int(num_layers if num_layers is not None else size.num_layers)
+    num_heads = int(num_heads if num_heads is not None else size.num_heads)
+    mlp_dim = int(mlp_dim if mlp_dim is not None else size.mlp_dim)
 
     for arg, value in (
         ("patch_size", patch_size),

@@ -244,7 +244,14 @@ def train_and_evaluate(
     train_iter = iter(strategy.distribute_datasets_from_function(train_fn))
     items = dict(model=model, optimizer=optimizer)
     if config.get("checkpoint_iterator", True):
-        items["iterator"] = train_iter
+        if isinstance(train_iter, tf.__internal__.tracking.Trackable):
+            items["iterator"] = train_iter
+        else:
+            logging.warning(
+                "The %s input iterator cannot be checkpointed: a resumed run "
+                "restarts the data order from the seed.",
+                type(strategy).__name__,
+            )
     ckpt = tf.train.Checkpoint(**items)
     ckpt_dir = os.path.join(workdir, wd.CHECKPOINTS)
     if not chief:  # other workers write to a scratch copy

@@ -206,6 +206,8 @@ class Trainer:
 
         Returns the mean loss, accuracy and gradient norm over those steps.
         """
+        if steps < 1:
+            raise ValueError(f"steps must be >= 1, got {steps}.")
         sums = self._train_loop(iterator, tf.constant(steps, tf.int32))
         examples = float(steps * self.global_batch_size)
         return {

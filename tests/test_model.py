@@ -1,0 +1,296 @@
+"""Model tests: golden parameter counts, layer contracts, serialisation,
+construction errors, the features/attention views, the JAX backend."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import keras
+import numpy as np
+import pytest
+
+import keras_vit
+from keras_vit import layers as vit_layers
+from keras_vit.model import HYBRID_RESNETS, VARIANTS
+
+# Paper / official repository values: 224 x 224 input, class token, no
+# pre-logits, 1000 classes (see shared reference paper_facts.md). S/32 and B/8
+# are not in the paper's table; they are checked against the analytic count
+# below, which is written independently of the model code.
+GOLDEN = {
+    "Ti/16": 5_717_416,
+    "S/16": 22_050_664,
+    "S/32": 22_878_952,
+    "B/16": 86_567_656,
+    "B/32": 88_224_232,
+    "B/8": 86_576_872,
+    "L/16": 304_326_632,
+    "L/32": 306_535_400,
+    "H/14": 632_045_800,
+}
+
+SIZES = {  # width, depth, mlp, heads
+    "Ti": (192, 12, 768, 3),
+    "S": (384, 12, 1536, 6),
+    "B": (768, 12, 3072, 12),
+    "L": (1024, 24, 4096, 16),
+    "H": (1280, 32, 5120, 16),
+}
+
+
+def analytic_count(d, depth, mlp, patch, image=224, classes=1000, tokens_cls=1):
+    n = (image // patch) ** 2 + tokens_cls
+    embed = patch * patch * 3 * d + d
+    block = 2 * 2 * d + 4 * (d * d + d) + (d * mlp + mlp) + (mlp * d + d)
+    return embed + d + n * d + depth * block + 2 * d + d * classes + classes
+
+
+TINY = dict(
+    patch_size=4, hidden_size=32, num_layers=2, num_heads=4, mlp_dim=64
+)
+
+
+def tiny(**kwargs):
+    args = dict(TINY, num_classes=7, image_size=16, head_zero_init=False)
+    args.update(kwargs)
+    return keras_vit.create_model(None, **args)
+
+
+def images(n=2, h=16, w=16, seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.uniform(-1, 1, (n, h, w, 3)).astype("float32")
+
+
+def test_golden_table_covers_every_plain_variant():
+    plain = {v for v in VARIANTS if v not in HYBRID_RESNETS}
+    assert plain == set(GOLDEN), "add the new variant to GOLDEN"
+
+
+@pytest.mark.parametrize("variant", sorted(GOLDEN))
+def test_golden_parameter_count(variant):
+    width, patch = variant.split("/")
+    assert GOLDEN[variant] == analytic_count(*SIZES[width][:3], int(patch))
+    model = keras_vit.create_model(variant, num_classes=1000)
+    assert model.count_params() == GOLDEN[variant]
+    del model
+    keras.backend.clear_session()
+
+
+def test_imagenet21k_head_with_pre_logits():
+    model = keras_vit.create_model(
+        "B/16", num_classes=21843, representation_size=768
+    )
+    assert model.count_params() == 103_186_515
+
+
+def test_gap_has_no_class_token():
+    token = tiny()
+    gap = tiny(pooling="gap")
+    assert token.count_params() - gap.count_params() == 32 + 32  # cls + 1 pos
+    assert "cls" not in [layer.name for layer in gap.layers]
+
+
+def test_outputs_and_features():
+    model = tiny(representation_size=16)
+    x = images()
+    assert model(x).shape == (2, 7)
+    features = keras_vit.features_model(model)
+    assert features(x).shape == (2, 16)
+    assert features.count_params() == model.count_params() - (16 * 7 + 7)
+    # The head applied to the features gives the logits.
+    head = model.get_layer("head")
+    np.testing.assert_allclose(
+        head(features(x)), model(x), rtol=1e-6, atol=1e-6
+    )
+    assert keras_vit.create_model(
+        None, num_classes=0, image_size=16, **TINY
+    )(x).shape == (2, 32)
+
+
+def test_head_zero_init():
+    model = keras_vit.create_model(None, num_classes=5, image_size=16, **TINY)
+    np.testing.assert_array_equal(model(images()), np.zeros((2, 5)))
+
+
+def test_non_square_image():
+    model = tiny(image_size=(16, 24))
+    assert model(images(h=16, w=24)).shape == (2, 7)
+    pos = model.get_layer("posembed_input").pos_embedding
+    assert tuple(pos.shape) == (1, 4 * 6 + 1, 32)
+
+
+def test_attention_model_shares_weights():
+    model = tiny()
+    attn = keras_vit.attention_model(model)
+    out, weights = attn(images())
+    assert attn.count_params() == model.count_params()
+    # Explicit softmax path vs the fused attention op: float32 noise only.
+    np.testing.assert_allclose(out, model(images()), rtol=1e-5, atol=1e-5)
+    assert len(weights) == 2
+    assert weights[0].shape == (2, 4, 17, 17)
+    np.testing.assert_allclose(np.sum(weights[1], -1), 1.0, rtol=1e-5)
+
+
+def test_numerics_follow_the_official_implementation():
+    model = tiny()
+    block = model.get_layer("Transformer").blocks[0]
+    assert block.norm1.epsilon == 1e-6
+    assert model.get_layer("Transformer").encoder_norm.epsilon == 1e-6
+    # tanh-approximate GELU: compare one MLP against NumPy.
+    x = np.random.default_rng(1).normal(size=(1, 5, 32)).astype("float32")
+    h = block.mlp1(x).numpy()
+    gelu_tanh = 0.5 * h * (
+        1 + np.tanh(np.sqrt(2 / np.pi) * (h + 0.044715 * h**3))
+    )
+    y = block.mlp2(keras.ops.gelu(block.mlp1(x), approximate=True)).numpy()
+    np.testing.assert_allclose(y, block.mlp2(gelu_tanh).numpy(), atol=1e-6)
+
+
+def test_dropout_active_only_in_training():
+    model = tiny(dropout_rate=0.5, attention_dropout_rate=0.5)
+    x = images()
+    np.testing.assert_array_equal(model(x), model(x))
+    assert not np.allclose(model(x, training=True), model(x))
+
+
+LAYERS = [
+    (vit_layers.PatchEmbedding(4, 8), (2, 8, 8, 3)),
+    (vit_layers.ClassToken(), (2, 5, 8)),
+    (vit_layers.PositionEmbedding(0.1), (2, 5, 8)),
+    (vit_layers.MultiHeadSelfAttention(2, 0.1), (2, 5, 8)),
+    (vit_layers.EncoderBlock(2, 16, 0.1, 0.1), (2, 5, 8)),
+    (vit_layers.Encoder(2, 2, 16, 0.1, 0.0), (2, 5, 8)),
+    (vit_layers.TokenPooling("gap"), (2, 5, 8)),
+]
+
+
+@pytest.mark.parametrize(
+    "layer,shape", LAYERS, ids=[type(la).__name__ for la, _ in LAYERS]
+)
+def test_layer_config_round_trip(layer, shape, tmp_path):
+    config = layer.get_config()
+    clone = type(layer).from_config(config)
+    assert clone.get_config() == config
+    # get_config holds exactly the constructor arguments (+ base fields).
+    base = keras.layers.Layer().get_config().keys()
+    own = set(config) - set(base)
+    import inspect
+
+    params = set(inspect.signature(type(layer).__init__).parameters)
+    assert own <= params - {"self", "kwargs"}
+    # Serialised through a .keras file inside a model: identical outputs.
+    inputs = keras.Input(shape[1:])
+    model = keras.Model(inputs, layer(inputs))
+    x = np.random.default_rng(0).normal(size=shape).astype("float32")
+    path = str(tmp_path / "layer.keras")
+    model.save(path)
+    loaded = keras.models.load_model(path)
+    np.testing.assert_array_equal(loaded(x), model(x))
+    json.dumps(config)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        dict(),
+        dict(pooling="gap"),
+        dict(representation_size=16),
+        dict(image_size=(16, 24)),
+        dict(num_classes=0),
+    ],
+    ids=["token", "gap", "pre_logits", "non_square", "features"],
+)
+def test_keras_save_load_is_bit_identical(kwargs, tmp_path):
+    model = tiny(**kwargs)
+    size = kwargs.get("image_size", 16)
+    h, w = (size, size) if isinstance(size, int) else size
+    x = images(h=h, w=w)
+    path = str(tmp_path / "model.keras")
+    model.save(path)
+    loaded = keras.models.load_model(path)
+    np.testing.assert_array_equal(loaded(x), model(x))
+    assert loaded.count_params() == model.count_params()
+
+
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        (dict(image_size=18), "not divisible by patch size 4"),
+        (dict(image_size=(16, 30)), "width 30 is not divisible"),
+        (dict(num_heads=5), "does not divide hidden_size"),
+        (dict(dropout_rate=-0.1), "dropout_rate must be in"),
+        (dict(attention_dropout_rate=1.0), "attention_dropout_rate"),
+        (dict(pooling="max"), "pooling must be"),
+        (dict(num_classes=-1), "num_classes must be >= 0"),
+        (dict(num_layers=0), "num_layers must be positive"),
+    ],
+)
+def test_construction_errors(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        tiny(**kwargs)
+
+
+def test_unknown_variant_lists_known_ones():
+    with pytest.raises(ValueError, match="Unknown variant 'B/15'.*Ti/16"):
+        keras_vit.create_model("B/15", num_classes=10)
+
+
+def test_missing_explicit_sizes():
+    with pytest.raises(ValueError, match="missing: mlp_dim"):
+        keras_vit.create_model(
+            None, num_classes=3, patch_size=4, hidden_size=8, num_layers=1,
+            num_heads=2,
+        )
+
+
+def test_overrides_replace_variant_sizes():
+    model = keras_vit.create_model(
+        "B/16", num_classes=10, image_size=32, num_layers=1, hidden_size=48,
+        num_heads=4, mlp_dim=96,
+    )
+    assert model.get_layer("embedding").patch_size == 16
+    assert model.get_layer("Transformer").num_layers == 1
+    assert model.count_params() == analytic_count(
+        48, 1, 96, 16, image=32, classes=10
+    )
+
+
+def test_jax_backend_matches_tensorflow(tmp_path):
+    """The same .keras file gives the same logits on the JAX backend."""
+    pytest.importorskip("jax")
+    model = tiny(pooling="gap", representation_size=8)
+    x = images()
+    path = str(tmp_path / "m.keras")
+    model.save(path)
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "y.npy", model(x).numpy())
+    script = textwrap.dedent(
+        f"""
+        import numpy as np, keras, keras_vit
+        assert keras.backend.backend() == "jax"
+        x = np.load({str(tmp_path / "x.npy")!r})
+        y = np.load({str(tmp_path / "y.npy")!r})
+        m = keras.models.load_model({path!r})
+        np.testing.assert_allclose(np.asarray(m(x)), y, rtol=1e-5, atol=1e-5)
+        # A fresh model builds, trains one step and attends on JAX too.
+        t = keras_vit.create_model(None, num_classes=3, image_size=16,
+                                   patch_size=4, hidden_size=16, num_layers=1,
+                                   num_heads=2, mlp_dim=32,
+                                   attention_dropout_rate=0.1)
+        t.compile(optimizer="adam",
+                  loss=keras.losses.SparseCategoricalCrossentropy(True))
+        t.fit(x, np.array([0, 1]), epochs=1, verbose=0)
+        out, att = keras_vit.attention_model(t)(x)
+        assert att[0].shape == (2, 2, 17, 17)
+        print("JAX_OK", t.count_params())
+        """
+    )
+    env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu")
+    result = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True,
+        text=True, timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "JAX_OK" in result.stdout

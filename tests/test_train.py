@@ -1,0 +1,319 @@
+"""Training tests: the distributed step against one device, gradient
+accumulation, the host loop end to end on digits, resume, errors."""
+
+import json
+import os
+import subprocess
+import sys
+
+import keras
+import ml_collections as mlc
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import keras_vit
+from keras_vit import optim, train_lib
+from keras_vit import workdir as wd
+from keras_vit.trainer import Trainer
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _data(n=64, size=16, classes=5, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.uniform(-1, 1, (n, size, size, 3)).astype("float32")
+    y = rng.integers(0, classes, n).astype("int32")
+    return x, y
+
+
+def _run(strategy, opt_config, *, accumulation=1, clip=None, ema=None,
+         steps=(3, 2), batch=16):
+    """Trains a tiny model; returns its weights (and EMA weights)."""
+    keras.utils.set_random_seed(1)
+    x, y = _data()
+    with strategy.scope():
+        model = keras_vit.create_model(
+            None, num_classes=5, image_size=16, patch_size=4, hidden_size=32,
+            num_layers=2, num_heads=2, mlp_dim=64, head_zero_init=False,
+        )
+        optimizer = optim.create_optimizer(
+            mlc.ConfigDict(opt_config), 10, ema_decay=ema
+        )
+    trainer = Trainer(
+        model, optimizer, strategy, num_classes=5, global_batch_size=batch,
+        accumulation_steps=accumulation, grad_clip_norm=clip,
+    )
+    ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(batch).repeat()
+    iterator = iter(strategy.experimental_distribute_dataset(ds))
+    results = [trainer.train(iterator, n) for n in steps]
+    assert trainer.step == sum(steps)
+    weights = [v.numpy() for v in model.trainable_variables]
+    averages = (
+        [v.numpy() for v in optimizer._model_variables_moving_average]
+        if ema else None
+    )
+    return weights, averages, results
+
+
+def _max_diff(a, b):
+    return max(float(np.abs(u - v).max()) for u, v in zip(a, b))
+
+
+MIRRORED = ["/cpu:0", "/cpu:1"]
+SGD = dict(name="sgd", lr=0.1, momentum=0.9, decay_type="cosine")
+ADAMW = dict(name="adamw", lr=1e-2, weight_decay=0.1, warmup_steps=2)
+
+
+def test_mirrored_equals_one_device_sgd():
+    """SGD without clipping is scale-sensitive: a double cross-replica sum
+    (or a missing one) would show up as a large difference."""
+    one, _, r1 = _run(tf.distribute.get_strategy(), SGD)
+    two, _, r2 = _run(tf.distribute.MirroredStrategy(MIRRORED), SGD)
+    start, _, _ = _run(tf.distribute.get_strategy(), SGD, steps=())
+    assert _max_diff(one, start) > 1e-2  # the weights did move
+    assert _max_diff(one, two) < 1e-5
+    assert r1[0]["loss"] == pytest.approx(r2[0]["loss"], rel=1e-5)
+
+
+def test_mirrored_equals_one_device_adamw_clip_ema():
+    one, ema1, _ = _run(tf.distribute.get_strategy(), ADAMW, clip=0.5,
+                        ema=0.9)
+    two, ema2, _ = _run(tf.distribute.MirroredStrategy(MIRRORED), ADAMW,
+                        clip=0.5, ema=0.9)
+    assert _max_diff(one, two) < 1e-5
+    assert _max_diff(ema1, ema2) < 1e-5
+    assert _max_diff(one, ema1) > 1e-4  # the average lags the weights
+
+
+def test_gradient_accumulation_equals_one_large_batch():
+    full, _, r_full = _run(tf.distribute.get_strategy(), SGD)
+    accum, _, r_acc = _run(tf.distribute.get_strategy(), SGD, accumulation=4)
+    assert _max_diff(full, accum) < 1e-5
+    assert r_full[1]["loss"] == pytest.approx(r_acc[1]["loss"], rel=1e-5)
+    mirrored, _, _ = _run(
+        tf.distribute.MirroredStrategy(MIRRORED), SGD, accumulation=2
+    )
+    assert _max_diff(full, mirrored) < 1e-5
+
+
+def test_batch_must_divide_replicas_times_accumulation():
+    with pytest.raises(ValueError, match="not divisible by replicas"):
+        _run(tf.distribute.MirroredStrategy(MIRRORED), SGD, batch=15)
+
+
+def test_gradient_clipping_bounds_the_update():
+    # With SGD without momentum, the first update is exactly -lr * clipped g.
+    opt = dict(name="sgd", lr=1.0, momentum=0.0, decay_type="constant")
+    start, _, _ = _run(tf.distribute.get_strategy(), opt, steps=())
+    moved, _, results = _run(
+        tf.distribute.get_strategy(), opt, clip=0.01, steps=(1,)
+    )
+    delta = np.sqrt(sum(np.sum((a - b) ** 2) for a, b in zip(start, moved)))
+    assert results[0]["grad_norm"] > 0.01
+    assert delta == pytest.approx(0.01, rel=1e-3)
+
+
+def digits_config(**overrides):
+    sys.path.insert(0, os.path.join(ROOT, "configs"))
+    try:
+        import digits
+    finally:
+        sys.path.pop(0)
+    config = digits.get_config()
+    config.model.hidden_size = 32
+    config.model.mlp_dim = 64
+    config.model.num_layers = 1
+    config.total_steps = 24
+    config.batch_size = 32
+    config.steps_per_loop = 4
+    config.log_every_steps = 8
+    config.eval_every_steps = 12
+    config.checkpoint_every_steps = 8
+    config.optimizer.warmup_steps = 4
+    config.optimizer.lr = 3e-3
+    config.jit_compile = False
+    for key, value in overrides.items():
+        target = config
+        *path, leaf = key.split(".")
+        for part in path:
+            target = target[part]
+        target[leaf] = value
+    return config
+
+
+def test_train_and_evaluate_on_digits(tmp_path):
+    workdir = str(tmp_path / "run")
+    config = digits_config(total_steps=48, ema_decay=0.9)
+    metrics = train_lib.train_and_evaluate(config, workdir)
+    on_disk = json.load(open(os.path.join(workdir, "metrics.json")))
+    assert on_disk["steps"] == 48
+    assert on_disk["test_examples"] == 360
+    assert on_disk["test_accuracy"] == pytest.approx(metrics["test_accuracy"])
+    assert metrics["test_accuracy"] > 0.2  # twice chance after 48 tiny steps
+    assert on_disk["images_per_sec"] > 0
+    assert wd.read_class_names(workdir) == [str(i) for i in range(10)]
+    assert wd.read_config(workdir).total_steps == 48
+    ckpts = tf.train.get_checkpoint_state(os.path.join(workdir, "checkpoints"))
+    assert ckpts.model_checkpoint_path.endswith("ckpt-48")
+    # TensorBoard summaries with the promised tags.
+    tags = set()
+    for path in tf.io.gfile.glob(os.path.join(workdir, "train", "*")):
+        for event in tf.compat.v1.train.summary_iterator(path):
+            tags.update(v.tag for v in event.summary.value)
+    assert {"loss", "accuracy", "learning_rate", "grad_norm",
+            "images_per_sec", "step_time_s"} <= tags
+    # The loss went down: compare the first and last logged train loss.
+    losses = []
+    for path in sorted(tf.io.gfile.glob(os.path.join(workdir, "train", "*"))):
+        for event in tf.compat.v1.train.summary_iterator(path):
+            for v in event.summary.value:
+                if v.tag == "loss":
+                    losses.append(float(tf.make_ndarray(v.tensor)))
+    assert losses[-1] < losses[0]
+    # The restored model (EMA weights) reproduces the final test accuracy.
+    model = wd.restore_model(workdir)
+    from keras_vit import input_pipeline
+
+    correct = total = 0
+    for x, y, mask in input_pipeline.eval_dataset(config, "test", 100):
+        pred = np.argmax(model(x).numpy(), -1)
+        correct += float(np.sum((pred == y.numpy()) * mask.numpy()))
+        total += float(np.sum(mask))
+    assert total == 360
+    assert correct / total == pytest.approx(metrics["test_accuracy"])
+
+
+class _StopAfterFirstLoop:
+    """Stands in for SIGTERM arriving during the first training loop."""
+
+    def __enter__(self):
+        self.checks = 0
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    @property
+    def requested(self):
+        self.checks += 1
+        return self.checks == 2
+
+
+def test_resume_after_preemption_matches_uninterrupted_run(
+    tmp_path, monkeypatch
+):
+    config = digits_config()
+    straight = train_lib.train_and_evaluate(config, str(tmp_path / "a"))
+    workdir = str(tmp_path / "b")
+    with monkeypatch.context() as m:
+        m.setattr(train_lib, "_Preemption", _StopAfterFirstLoop)
+        stopped = train_lib.train_and_evaluate(config, workdir)
+    assert stopped == {"preempted": True, "step": 8}
+    resumed = train_lib.train_and_evaluate(config, workdir)
+    assert resumed["steps"] == 24 and resumed["steps_this_run"] == 16
+    assert resumed["test_accuracy"] == straight["test_accuracy"]
+    assert resumed["test_loss"] == pytest.approx(straight["test_loss"],
+                                                 rel=1e-6)
+
+
+def test_workdir_with_another_model_is_refused(tmp_path):
+    workdir = str(tmp_path / "run")
+    train_lib.train_and_evaluate(digits_config(total_steps=4), workdir)
+    other = digits_config(total_steps=4)
+    other.model.hidden_size = 48
+    with pytest.raises(train_lib.TrainingError, match="different model"):
+        train_lib.train_and_evaluate(other, workdir)
+
+
+def test_non_finite_loss_stops_with_step_and_checkpoint(tmp_path):
+    config = digits_config(total_steps=40)
+    config.optimizer.lr = 1e12
+    config.optimizer.warmup_steps = 0
+    config.grad_clip_norm = 0.0
+    workdir = str(tmp_path / "run")
+    with pytest.raises(train_lib.TrainingError,
+                       match=r"Non-finite loss .* in steps \d+-\d+\. Last "
+                             r"good checkpoint"):
+        train_lib.train_and_evaluate(config, workdir)
+    state = tf.train.get_checkpoint_state(os.path.join(workdir, "checkpoints"))
+    if state is not None:  # any checkpoint saved holds finite weights
+        model = wd.restore_model(workdir)
+        assert all(np.isfinite(v.numpy()).all() for v in model.weights)
+
+
+def test_fine_tune_from_workdir_resizes_and_reinitialises_head(tmp_path):
+    source = str(tmp_path / "pre")
+    train_lib.train_and_evaluate(digits_config(total_steps=4), source)
+    config = digits_config(total_steps=4)
+    config.image_size = 48  # 6 x 6 grid instead of 4 x 4
+    config.pp.resize_size = 52
+    config.init.workdir = source
+    metrics = train_lib.train_and_evaluate(config, str(tmp_path / "ft"))
+    assert metrics["steps"] == 4
+
+
+def test_train_py_command_line(tmp_path):
+    """train.py with a locked config: overrides work, typos fail."""
+    cmd = [
+        sys.executable, os.path.join(ROOT, "train.py"),
+        "--config=" + os.path.join(ROOT, "configs", "digits.py"),
+        "--workdir=" + str(tmp_path / "run"),
+        "--config.total_steps=2", "--config.steps_per_loop=1",
+        "--config.model.num_layers=1", "--config.model.hidden_size=16",
+        "--config.model.mlp_dim=16", "--config.jit_compile=False",
+        "--config.optimizer.warmup_steps=0",
+        "--strategy=cpu",
+    ]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "step 2/2" in done.stderr
+    metrics = json.load(open(tmp_path / "run" / "metrics.json"))
+    assert metrics["steps"] == 2
+    typo = subprocess.run(
+        cmd[:3] + ["--workdir=" + str(tmp_path / "x"), "--config.totl_steps=2"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert typo.returncode != 0
+    assert "totl_steps" in typo.stderr
+
+
+def test_schedule_warmup_and_decay():
+    s = optim.WarmupDecay(1.0, 110, warmup_steps=10, decay_type="cosine")
+    assert float(s(0)) == 0.0
+    assert float(s(5)) == pytest.approx(0.5)
+    assert float(s(10)) == pytest.approx(1.0)
+    assert float(s(60)) == pytest.approx(0.5, abs=1e-6)
+    assert float(s(110)) == pytest.approx(0.0, abs=1e-7)
+    lin = optim.WarmupDecay(2.0, 20, warmup_steps=0, decay_type="linear")
+    assert float(lin(5)) == pytest.approx(1.5)
+    clone = optim.WarmupDecay.from_config(s.get_config())
+    assert float(clone(33)) == float(s(33))
+
+
+def test_weight_decay_skips_biases_norms_and_embeddings():
+    opt = optim.create_optimizer(
+        mlc.ConfigDict(dict(name="adamw", lr=1.0, weight_decay=0.1)), 10
+    )
+    model = keras_vit.create_model(
+        None, num_classes=3, image_size=8, patch_size=4, hidden_size=8,
+        num_layers=1, num_heads=2, mlp_dim=8,
+    )
+    opt.build(model.trainable_variables)
+    decayed = {v.path for v in model.trainable_variables
+               if opt._use_weight_decay(v)}
+    assert decayed and all(p.endswith("kernel") for p in decayed)
+
+
+@pytest.mark.parametrize(
+    "opt,message",
+    [
+        (dict(name="rmsprop", lr=1.0), "Unknown optimizer"),
+        (dict(name="sgd", lr=0.0), "lr must be positive"),
+        (dict(name="sgd", lr=1.0, weight_decay=0.1), "no weight decay"),
+        (dict(name="adamw", lr=1.0, decay_type="step"), "Unknown decay_type"),
+    ],
+)
+def test_optimizer_config_errors(opt, message):
+    with pytest.raises(ValueError, match=message):
+        optim.create_optimizer(mlc.ConfigDict(opt), 10)
