@@ -1,0 +1,296 @@
+r"""evaluate.py: plain evaluation, few-shot linear probes and VTAB-1k.
+
+    # top-1 / top-5 / loss of a trained run on its eval split (or another)
+    python evaluate.py --mode=eval --workdir=/tmp/vit_digits
+    python evaluate.py --mode=eval --npz=ViT-B_16_imagenet2012.npz \
+        --dataset=imagenet2012 --split=validation --image_size=384
+
+    # few-shot linear accuracy (1/5/10/25 shots, 3 seeds)
+    python evaluate.py --mode=fewshot --config=configs/fewshot.py \
+        --npz=ViT-B_16.npz --output_dir=/tmp/fewshot_b16
+
+    # the paper's VTAB-1k protocol
+    python evaluate.py --mode=vtab --config=configs/vtab.py \
+        --npz=ViT-L_16.npz --variant=L/16 --output_dir=/tmp/vtab_l16
+
+The pre-trained model is one of --workdir (a train.py run), --keras_model
+or --npz (with an optional --variant check). --strategy / --tpu as for
+train.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from typing import Dict, Optional
+
+from absl import app, flags, logging
+
+from keras_vit import cli
+
+FLAGS = flags.FLAGS
+MODES = ("eval", "fewshot", "vtab")
+
+
+def define_flags() -> None:
+    """Defines evaluate.py's flags (once)."""
+    cli._define_common_flags()
+    if "mode" in FLAGS:
+        return
+    flags.DEFINE_enum("mode", None, list(MODES),
+                      "eval: accuracy and loss on a split; fewshot: linear "
+                      "probes of frozen features; vtab: VTAB-1k transfer.")
+    flags.DEFINE_string("keras_model", None, "A saved .keras model.")
+    flags.DEFINE_string("npz", None, "An official-layout .npz checkpoint.")
+    flags.DEFINE_string("variant", None, 'With --npz: the expected variant, '
+                        'e.g. "B/16" (checked against the file).')
+    flags.DEFINE_string("output_dir", None, "Where results go (local or "
+                        "gs://); required for fewshot and vtab.")
+    flags.DEFINE_string("tasks", None, "vtab: tasks and groups, e.g. "
+                        "natural,dsprites_loc (default: config.vtab.tasks).")
+    flags.DEFINE_string("name", None, "The model's name in reports.")
+    flags.DEFINE_string("dataset", None, "eval: data source (digits, folder "
+                        "or a TFDS name); default: the config's.")
+    flags.DEFINE_string("split", None, "eval: split (default: the config's "
+                        "eval_split, else test).")
+    flags.DEFINE_string("data_dir", None, "eval: TFDS data dir or image "
+                        "folder.")
+    flags.DEFINE_integer("batch_size", None, "eval: global batch size.")
+    flags.DEFINE_integer("image_size", None, "eval: input resolution "
+                         "(default: the config's, else the model's).")
+
+
+# ------------------------------------------------------------ plain eval
+def evaluate_model(
+    model,
+    data_config,
+    split: str,
+    batch_size: int,
+    strategy=None,
+    progress: bool = True,
+) -> Dict[str, float]:
+    """Top-1, top-5 accuracy and mean loss of `model` on one split.
+
+    Args:
+        model: keras.Model. Images in [-1, 1] -> logits.
+        data_config: ConfigDict. `input_pipeline` data fields (dataset,
+            data_dir, image_size, pp, ...).
+        split: str.
+        batch_size: int. Global batch; the last batch is padded and the
+            padding masked out.
+        strategy: tf.distribute.Strategy or None.
+        progress: bool. Show a progress bar.
+
+    Returns:
+        {"accuracy", "top5_accuracy", "loss", "num_examples"}.
+    """
+    import keras
+    import tensorflow as tf
+
+    from keras_vit import input_pipeline
+    from keras_vit.trainer import per_example_loss
+
+    strategy = strategy or tf.distribute.get_strategy()
+    num_classes = int(model.output_shape[-1])
+    dataset = strategy.distribute_datasets_from_function(
+        lambda ctx: input_pipeline.eval_dataset(
+            data_config, split, batch_size, ctx
+        )
+    )
+
+    @tf.function
+    def step(images, labels, mask):
+        def replica(images, labels, mask):
+            logits = tf.cast(model(images, training=False), tf.float32)
+            losses = per_example_loss(labels, logits, num_classes)
+            top1 = tf.cast(tf.equal(
+                tf.argmax(logits, -1, output_type=tf.int32), labels
+            ), tf.float32)
+            top5 = tf.cast(tf.nn.in_top_k(labels, logits, min(5, num_classes)),
+                           tf.float32)
+            return [tf.reduce_sum(v * mask) for v in (losses, top1, top5)] + [
+                tf.reduce_sum(mask)
+            ]
+
+        out = strategy.run(replica, args=(images, labels, mask))
+        return [strategy.reduce("SUM", v, axis=None) for v in out]
+
+    total = input_pipeline.num_split_examples(data_config, split)
+    batches = -(-total // batch_size) if total else None
+    bar = None
+    if progress:
+        bar = keras.utils.Progbar(
+            batches, verbose=1 if sys.stdout.isatty() else 2,
+            unit_name="batch",
+        )
+    sums = [0.0, 0.0, 0.0, 0.0]
+    for i, (images, labels, mask) in enumerate(dataset, start=1):
+        sums = [s + float(v) for s, v in zip(sums, step(images, labels, mask))]
+        if bar is not None:
+            bar.update(i, [("top1", sums[1] / max(sums[3], 1.0))])
+    n = max(sums[3], 1.0)
+    return {
+        "accuracy": sums[1] / n,
+        "top5_accuracy": sums[2] / n,
+        "loss": sums[0] / n,
+        "num_examples": int(sums[3]),
+    }
+
+
+def _source():
+    from keras_vit import pretrained
+
+    return pretrained.Source(
+        workdir=FLAGS.workdir, keras_model=FLAGS.keras_model, npz=FLAGS.npz,
+        variant=FLAGS.variant,
+    )
+
+
+def _write(path: str, text: str) -> None:
+    from keras_vit import workdir as wd
+
+    wd.atomic_write(path, text)
+    logging.info("Wrote %s", path)
+
+
+def _eval_mode(source, strategy) -> Dict:
+    import ml_collections
+
+    from keras_vit import input_pipeline, pretrained
+    from keras_vit import workdir as wd
+
+    if FLAGS.config is not None:
+        base = FLAGS.config.to_dict()
+    elif source.workdir:
+        base = wd.read_config(source.workdir).to_dict()
+    else:
+        base = {}
+    data = ml_collections.ConfigDict(dict(
+        dataset=FLAGS.dataset or base.get("dataset"),
+        data_dir=FLAGS.data_dir or base.get("data_dir"),
+        image_key=base.get("image_key", "image"),
+        label_key=base.get("label_key", "label"),
+        vtab_task=base.get("vtab_task") if not FLAGS.dataset else None,
+        pp=dict(eval_resize_size=(base.get("pp") or {}).get(
+            "eval_resize_size")),
+        cache=False,
+    ))
+    if not data.dataset:
+        raise ValueError(
+            "--mode=eval needs a data source: --dataset=digits|folder|<TFDS "
+            "name> (and --split), or --config / --workdir whose config "
+            "names one."
+        )
+    split = FLAGS.split or base.get("eval_split") or "test"
+    with strategy.scope():
+        model = pretrained.load_model(
+            source, FLAGS.image_size or base.get("image_size")
+        )
+    data.image_size = tuple(model.input_shape[1:3])
+    info = input_pipeline.dataset_info(data)
+    width = int(model.output_shape[-1])
+    if width != info.num_classes:
+        raise ValueError(
+            f"The model predicts {width} classes but {data.dataset} has "
+            f"{info.num_classes}: evaluate it on the data it was trained "
+            "or fine-tuned on (--dataset/--split), or fine-tune it first."
+        )
+    batch = FLAGS.batch_size or base.get("eval_batch_size") or base.get(
+        "batch_size") or 256
+    start = time.time()
+    metrics = evaluate_model(model, data, split, int(batch), strategy)
+    metrics.update(dataset=data.dataset, split=split, model=source.describe(),
+                   image_size=list(data.image_size),
+                   wall_time_s=time.time() - start)
+    logging.info("eval %s %s: %s", data.dataset, split, metrics)
+    print(json.dumps(metrics, indent=2, sort_keys=True))
+    if FLAGS.output_dir:
+        name = f"eval_{data.dataset}_{split}".replace("/", "_")
+        _write(os.path.join(FLAGS.output_dir, name + ".json"),
+               json.dumps(metrics, indent=2, sort_keys=True) + "\n")
+    return metrics
+
+
+def _fewshot_mode(source, strategy) -> Dict:
+    from keras_vit import fewshot, pretrained, reports
+
+    config = FLAGS.config
+    datasets = [
+        fewshot.FewShotData(name, d.dataset, d.train_split, d.test_split,
+                            d.get("data_dir") or config.get("data_dir"))
+        for name, d in config.datasets.items()
+    ]
+    with strategy.scope():
+        model = pretrained.load_model(source, config.image_size)
+    results, not_run = fewshot.run(
+        model, datasets, shots=tuple(config.shots), seeds=tuple(config.seeds),
+        l2_reg=float(config.l2_reg), image_size=config.image_size,
+        resize_size=config.get("resize_size"),
+        batch_size=int(config.batch_size), strategy=strategy,
+        download=bool(config.get("download", True)),
+    )
+    name = FLAGS.name or source.describe()
+    out = dict(model=name, results=results, not_run=not_run,
+               config=config.to_dict())
+    _write(os.path.join(FLAGS.output_dir, "fewshot.json"),
+           json.dumps(out, indent=2, sort_keys=True) + "\n")
+    text = reports.fewshot_markdown(results, name)
+    if not_run:
+        text += "\nNot run:\n\n" + "".join(
+            f"- {k}: {v}\n" for k, v in not_run.items()
+        )
+    _write(os.path.join(FLAGS.output_dir, "fewshot.md"), text)
+    print(text)
+    return out
+
+
+def _vtab_mode(source, strategy) -> Dict:
+    from keras_vit import vtab_run
+
+    out = vtab_run.run(FLAGS.config, source, FLAGS.output_dir, strategy,
+                       tasks=FLAGS.tasks, model_name=FLAGS.name)
+    md = out["files"].get("markdown")
+    if md:
+        import tensorflow as tf
+
+        with tf.io.gfile.GFile(md) as f:
+            print(f.read())
+    if out["preempted"]:
+        raise SystemExit("Preempted: run the same command again to resume.")
+    return out
+
+
+def _main(argv) -> None:
+    if len(argv) > 1:
+        raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+    logging.set_verbosity(logging.INFO)
+    if FLAGS.mode in ("fewshot", "vtab"):
+        missing = [f for f, v in (("--config", FLAGS.config),
+                                  ("--output_dir", FLAGS.output_dir))
+                   if v is None]
+        if missing:
+            raise app.UsageError(
+                f"--mode={FLAGS.mode} needs {' and '.join(missing)} "
+                f"(e.g. --config=configs/{FLAGS.mode}.py)."
+            )
+    from keras_vit import distribute, vtab
+
+    try:
+        source = _source()
+        if FLAGS.mode == "vtab":
+            vtab.select_tasks(FLAGS.tasks or FLAGS.config.vtab.tasks)
+        strategy = distribute.create_strategy(FLAGS.strategy, FLAGS.tpu)
+        {"eval": _eval_mode, "fewshot": _fewshot_mode,
+         "vtab": _vtab_mode}[FLAGS.mode](source, strategy)
+    except (ValueError, FileNotFoundError) as e:
+        logging.error("%s", e)
+        raise SystemExit(f"error: {e}") from None
+
+
+def evaluate_main(argv: Optional[list] = None) -> None:
+    """Entry point of evaluate.py (and a `keras-vit-evaluate` script)."""
+    define_flags()
+    flags.mark_flag_as_required("mode")
+    app.run(_main, argv=argv)

@@ -1,0 +1,297 @@
+"""Few-shot linear evaluation of frozen representations (paper Section 4.1).
+
+As big_vision's fewshot_lsr evaluator: the pre-logits features of a frozen
+model; for each data set, shot count and seed, `shots` training examples
+per class drawn at random; features standardised with the mean and std
+(+1e-5) of those examples, a constant bias feature of 100 appended (large,
+so the bias is almost unregularised); ridge regression to targets
+2 * onehot - 1 with l2_reg 1024, solved in closed form; accuracy of the
+argmax on the test split.
+
+The closed form goes through the smaller Gram matrix: (X^T X + l2 I)^-1
+X^T Y when N >= D, X^T (X X^T + l2 I)^-1 Y otherwise (the same solution by
+the push-through identity).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Dict, Mapping, Optional, Sequence, Tuple
+
+import keras
+import ml_collections
+import numpy as np
+import tensorflow as tf
+from absl import logging
+
+from keras_vit import input_pipeline, vtab
+
+BIAS_FEATURE = 100.0
+L2_REG = 1024.0
+
+
+# --------------------------------------------------------------- solver
+def ridge_weights(x: np.ndarray, y: np.ndarray, l2_reg: float) -> np.ndarray:
+    """argmin_W |X W - Y|^2 + l2_reg |W|^2, in closed form (float64).
+
+    Args:
+        x: (N, D) array. Inputs.
+        y: (N, K) array. Targets.
+        l2_reg: float. Ridge strength (> 0).
+
+    Returns:
+        (D, K) float64 weights.
+    """
+    x = np.asarray(x, np.float64)
+    y = np.asarray(y, np.float64)
+    if x.ndim != 2 or y.ndim != 2 or x.shape[0] != y.shape[0]:
+        raise ValueError(
+            f"Expected x (N, D) and y (N, K) with the same N, got {x.shape} "
+            f"and {y.shape}."
+        )
+    if l2_reg <= 0:
+        raise ValueError(f"l2_reg must be positive, got {l2_reg}.")
+    n, d = x.shape
+    if n >= d:  # D x D system
+        gram = x.T @ x + l2_reg * np.eye(d)
+        return np.linalg.solve(gram, x.T @ y)
+    gram = x @ x.T + l2_reg * np.eye(n)  # N x N system
+    return x.T @ np.linalg.solve(gram, y)
+
+
+def fit_predict(
+    train_x: np.ndarray,
+    train_y: np.ndarray,
+    test_x: np.ndarray,
+    num_classes: int,
+    l2_reg: float = L2_REG,
+    bias: float = BIAS_FEATURE,
+) -> np.ndarray:
+    """Fits the few-shot linear classifier and predicts test classes.
+
+    Args:
+        train_x: (N, D) features of the few-shot examples.
+        train_y: (N,) int labels.
+        test_x: (M, D) features.
+        num_classes: int.
+        l2_reg: float. Ridge strength.
+        bias: float. Value of the appended constant feature.
+
+    Returns:
+        (M,) int predictions.
+    """
+    train_x = np.asarray(train_x, np.float64)
+    test_x = np.asarray(test_x, np.float64)
+    mean = train_x.mean(axis=0, keepdims=True)
+    std = train_x.std(axis=0, keepdims=True) + 1e-5
+
+    def prepare(x):
+        x = (x - mean) / std
+        return np.concatenate([x, np.full((len(x), 1), bias)], axis=1)
+
+    targets = 2.0 * np.eye(num_classes)[np.asarray(train_y)] - 1.0
+    weights = ridge_weights(prepare(train_x), targets, l2_reg)
+    return np.argmax(prepare(test_x) @ weights, axis=1)
+
+
+def draw_shots(
+    labels: np.ndarray, shots: int, seed: int, num_classes: int
+) -> np.ndarray:
+    """Indices of `shots` random examples per class (without replacement).
+
+    A class with fewer examples contributes all it has (with a warning).
+    """
+    rng = np.random.default_rng(seed)
+    labels = np.asarray(labels)
+    chosen = []
+    for c in range(num_classes):
+        pool = np.flatnonzero(labels == c)
+        if len(pool) < shots:
+            logging.warning(
+                "Class %d has %d examples for %d-shot: using all of them.",
+                c, len(pool), shots,
+            )
+        chosen.append(rng.choice(pool, min(shots, len(pool)), replace=False))
+    return np.concatenate(chosen) if chosen else np.zeros([0], np.int64)
+
+
+# ------------------------------------------------------------- features
+def extract_features(
+    feature_model: keras.Model,
+    dataset_config: ml_collections.ConfigDict,
+    split: str,
+    batch_size: int,
+    strategy: Optional[tf.distribute.Strategy] = None,
+    log_every: int = 50,
+) -> Tuple[np.ndarray, np.ndarray]:
+    """Features and labels of one split (padding removed).
+
+    Args:
+        feature_model: keras.Model. Images -> features.
+        dataset_config: ConfigDict. Data source fields of
+            `input_pipeline` (dataset, data_dir, image_size, pp, ...).
+        split: str.
+        batch_size: int. Global batch.
+        strategy: tf.distribute.Strategy or None.
+        log_every: int. Log progress every so many batches.
+
+    Returns:
+        (features (N, D) float32, labels (N,) int32).
+    """
+    strategy = strategy or tf.distribute.get_strategy()
+    dataset = strategy.distribute_datasets_from_function(
+        lambda ctx: input_pipeline.eval_dataset(
+            dataset_config, split, batch_size, ctx
+        )
+    )
+
+    @tf.function
+    def step(images, labels, mask):
+        def replica(images, labels, mask):
+            return tf.cast(feature_model(images, training=False),
+                           tf.float32), labels, mask
+
+        out = strategy.run(replica, args=(images, labels, mask))
+        return [strategy.gather(t, axis=0) for t in out]
+
+    total = input_pipeline.num_split_examples(dataset_config, split)
+    batches = -(-total // batch_size) if total else None
+    feats, labels, start = [], [], time.time()
+    for i, (images, y, mask) in enumerate(dataset, start=1):
+        f, y, mask = (t.numpy() for t in step(images, y, mask))
+        keep = mask > 0
+        feats.append(f[keep])
+        labels.append(y[keep])
+        if log_every and i % log_every == 0:
+            logging.info("features %s: batch %d/%s (%.1fs)", split, i,
+                         batches or "?", time.time() - start)
+    if not feats:
+        raise ValueError(f"Split {split!r} of {dataset_config.dataset} is "
+                         "empty.")
+    return np.concatenate(feats), np.concatenate(labels).astype(np.int32)
+
+
+# ------------------------------------------------------------ evaluator
+@dataclasses.dataclass
+class FewShotData:
+    """One few-shot data set: a data source and its two splits."""
+
+    name: str
+    dataset: str
+    train_split: str
+    test_split: str
+    data_dir: Optional[str] = None
+
+    def config(self, image_size, resize_size) -> ml_collections.ConfigDict:
+        return ml_collections.ConfigDict(dict(
+            dataset=self.dataset,
+            data_dir=self.data_dir,
+            image_size=image_size,
+            pp=dict(eval_resize_size=resize_size),
+            cache=False,
+        ))
+
+
+def evaluate_features(
+    train: Tuple[np.ndarray, np.ndarray],
+    test: Tuple[np.ndarray, np.ndarray],
+    num_classes: int,
+    shots: Sequence[int],
+    seeds: Sequence[int],
+    l2_reg: float = L2_REG,
+) -> Dict[str, dict]:
+    """Few-shot accuracies from precomputed features.
+
+    Returns:
+        {str(shots): {"mean": accuracy, "per_seed": [accuracy per seed]}}.
+    """
+    train_x, train_y = train
+    test_x, test_y = test
+    out = {}
+    for k in shots:
+        accs = []
+        for seed in seeds:
+            idx = draw_shots(train_y, int(k), int(seed), num_classes)
+            pred = fit_predict(train_x[idx], train_y[idx], test_x,
+                               num_classes, l2_reg)
+            accs.append(float(np.mean(pred == test_y)))
+        out[str(int(k))] = {"mean": float(np.mean(accs)), "per_seed": accs}
+    return out
+
+
+def run(
+    model: keras.Model,
+    datasets: Sequence[FewShotData],
+    shots: Sequence[int] = (1, 5, 10, 25),
+    seeds: Sequence[int] = (0, 1, 2),
+    l2_reg: float = L2_REG,
+    image_size: int = 224,
+    resize_size: Optional[int] = 256,
+    batch_size: int = 256,
+    strategy: Optional[tf.distribute.Strategy] = None,
+    download: bool = True,
+) -> Tuple[Dict[str, Mapping], Dict[str, str]]:
+    """Few-shot linear accuracy of `model`'s frozen representation.
+
+    Args:
+        model: keras.Model. A keras_vit classifier or features model, built
+            at `image_size`.
+        datasets: FewShotData list.
+        shots, seeds: shot counts and random draws per shot count.
+        l2_reg: float.
+        image_size, resize_size: preprocessing: resize to resize_size, take
+            the central image_size crop (resize_size None: resize only).
+        batch_size: int. Feature-extraction batch (all replicas).
+        strategy: tf.distribute.Strategy or None.
+        download: bool. Download and prepare missing TFDS data.
+
+    Returns:
+        (results, not_run): {data set name: {str(shots): {"mean",
+        "per_seed"}}} and {data set name: why it was not run} for data
+        that is missing (e.g. a manual download).
+    """
+    from keras_vit.model import features_model
+
+    names = {layer.name for layer in model.layers}
+    feature_model = features_model(model) if "head" in names else model
+    results, not_run = {}, {}
+    for data in datasets:
+        cfg = data.config(image_size, resize_size)
+        try:
+            _prepare(data, download)
+        except vtab.DataUnavailableError as e:
+            logging.warning("Skipping few-shot %s: %s", data.name, e)
+            not_run[data.name] = str(e)
+            continue
+        info = input_pipeline.dataset_info(cfg)
+        start = time.time()
+        train = extract_features(feature_model, cfg, data.train_split,
+                                 batch_size, strategy)
+        test = extract_features(feature_model, cfg, data.test_split,
+                                batch_size, strategy)
+        results[data.name] = evaluate_features(
+            train, test, info.num_classes, shots, seeds, l2_reg
+        )
+        logging.info(
+            "few-shot %s (%d train, %d test features, %.0fs): %s", data.name,
+            len(train[1]), len(test[1]), time.time() - start,
+            ", ".join(f"{k}-shot {100 * v['mean']:.2f}%"
+                      for k, v in results[data.name].items()),
+        )
+    return results, not_run
+
+
+def _prepare(data: FewShotData, download: bool) -> None:
+    if data.dataset in (input_pipeline.DIGITS, input_pipeline.FOLDER):
+        return
+    import tensorflow_datasets as tfds
+
+    try:
+        builder = tfds.builder(data.dataset, data_dir=data.data_dir)
+    except tfds.core.registered.DatasetNotFoundError as e:
+        raise ValueError(
+            f"Unknown few-shot data set {data.dataset!r}: use 'digits', "
+            f"'folder' or a TFDS name. ({e})"
+        ) from None
+    vtab.prepare_builder(builder, data.name, data.data_dir, download)

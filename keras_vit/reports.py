@@ -1,0 +1,347 @@
+"""Result files of VTAB-1k and few-shot runs: JSONL, CSV, markdown, charts.
+
+Per-task results are JSON lines in `results.jsonl`; the file is rewritten
+whole (temporary name + rename) each time a task finishes, so a crash never
+leaves half a line, and a rerun reads which tasks are done. From those
+records come `results.csv`, `results.md` (the paper's Table 9 layout: tasks
+under their group, a mean column per group and the 19-task mean) and bar
+charts (`tasks.png`, `groups.png`). Accuracies are stored as fractions and
+shown in %.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+from typing import Dict, List, Mapping, Optional, Sequence
+
+import tensorflow as tf
+
+from keras_vit import vtab
+from keras_vit import workdir as wd
+
+RESULTS_JSONL = "results.jsonl"
+RESULTS_CSV = "results.csv"
+RESULTS_MD = "results.md"
+SUMMARY_JSON = "summary.json"
+TASKS_PNG = "tasks.png"
+GROUPS_PNG = "groups.png"
+
+GROUP_COLORS = {
+    vtab.NATURAL: "#4C72B0",
+    vtab.SPECIALIZED: "#DD8452",
+    vtab.STRUCTURED: "#55A868",
+    vtab.ALL: "#8172B3",
+}
+
+
+# --------------------------------------------------------------- JSONL
+def read_jsonl(path: str) -> List[dict]:
+    """The records of a JSON-lines file ([] if there is none)."""
+    if not tf.io.gfile.exists(path):
+        return []
+    with tf.io.gfile.GFile(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def append_jsonl(path: str, record: Mapping) -> List[dict]:
+    """Adds `record` to a JSON-lines file, rewriting it atomically.
+
+    A record with the same "task" as an older one replaces it. Returns all
+    records.
+    """
+    records = [r for r in read_jsonl(path) if r.get("task") != record["task"]]
+    records.append(dict(record))
+    text = "".join(json.dumps(r, sort_keys=True) + "\n" for r in records)
+    wd.atomic_write(path, text)
+    return records
+
+
+# ------------------------------------------------------------ summaries
+def _mean(values: Sequence[float]) -> Optional[float]:
+    return sum(values) / len(values) if values else None
+
+
+def summarize(records: Sequence[Mapping]) -> Dict[str, dict]:
+    """Group means and the overall mean of the finished tasks.
+
+    Returns:
+        {group or "all": {"mean": accuracy fraction or None, "tasks": n
+        done, "total": n in the group}}. A group's mean is the unweighted
+        mean of its tasks; "all" is the mean over all tasks (not of the
+        group means), as in the paper.
+    """
+    by_task = {r["task"]: float(r["accuracy"]) for r in records}
+    out = {}
+    for group in vtab.GROUPS + (vtab.ALL,):
+        names = (
+            vtab.TASK_NAMES if group == vtab.ALL
+            else [t.name for t in vtab.tasks_in_group(group)]
+        )
+        done = [by_task[n] for n in names if n in by_task]
+        out[group] = {"mean": _mean(done), "tasks": len(done),
+                      "total": len(names)}
+    return out
+
+
+def _pct(value: Optional[float]) -> str:
+    return "n/a" if value is None else f"{100.0 * value:.2f}"
+
+
+def _mean_cell(entry: Mapping) -> str:
+    text = _pct(entry["mean"])
+    if entry["mean"] is not None and entry["tasks"] < entry["total"]:
+        text += f" ({entry['tasks']}/{entry['total']})"
+    return text
+
+
+# ------------------------------------------------------------------ CSV
+CSV_FIELDS = (
+    "task", "title", "group", "accuracy_percent", "top5_accuracy_percent",
+    "loss", "test_examples", "lr", "steps", "paper_vit_l16_percent",
+)
+
+
+def write_csv(path: str, records: Sequence[Mapping]) -> None:
+    """One row per finished task, in the canonical task order."""
+    order = {n: i for i, n in enumerate(vtab.TASK_NAMES)}
+    rows = sorted(records, key=lambda r: order.get(r["task"], len(order)))
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=CSV_FIELDS, lineterminator="\n")
+    writer.writeheader()
+    for r in rows:
+        task = vtab.TASKS.get(r["task"])
+        writer.writerow({
+            "task": r["task"],
+            "title": r.get("title", task.title if task else r["task"]),
+            "group": r.get("group", task.group if task else ""),
+            "accuracy_percent": f"{100.0 * r['accuracy']:.2f}",
+            "top5_accuracy_percent": f"{100.0 * r['top5_accuracy']:.2f}"
+            if r.get("top5_accuracy") is not None else "",
+            "loss": f"{r['loss']:.4f}" if r.get("loss") is not None else "",
+            "test_examples": r.get("test_examples", ""),
+            "lr": r.get("lr", ""),
+            "steps": r.get("steps", ""),
+            "paper_vit_l16_percent": task.paper_vit_l16 if task else "",
+        })
+    wd.atomic_write(path, buf.getvalue())
+
+
+# ------------------------------------------------------------- markdown
+def markdown_table(
+    records: Sequence[Mapping],
+    model_name: str,
+    skipped: Optional[Mapping[str, str]] = None,
+    reference: bool = True,
+) -> str:
+    """VTAB-1k results as markdown, laid out like the paper's Table 9.
+
+    A summary table (one column per group and the 19-task mean), then the
+    per-task table: the tasks of each group followed by the group's mean.
+    With `reference`, the paper's ViT-L/16 (ImageNet-21k) numbers are a
+    second row. Group means over fewer tasks than the group has say so:
+    "85.10 (3/4)".
+    """
+    summary = summarize(records)
+    by_task = {r["task"]: r["accuracy"] for r in records}
+    heads = [vtab.GROUP_TITLES[g] for g in vtab.GROUPS] + ["VTAB (19)"]
+    lines = [
+        "## VTAB-1k: top-1 accuracy (%)",
+        "",
+        "| Model | " + " | ".join(heads) + " |",
+        "|---|" + "---:|" * len(heads),
+        f"| {model_name} | "
+        + " | ".join(_mean_cell(summary[g]) for g in vtab.GROUPS + (vtab.ALL,))
+        + " |",
+    ]
+    if reference:
+        for name, ref in vtab.PAPER_REFERENCE.items():
+            lines.append(
+                f"| {name}, paper | "
+                + " | ".join(
+                    f"{ref[g]:.2f}" for g in vtab.GROUPS + (vtab.ALL,)
+                ) + " |"
+            )
+    columns, cells, ref_cells = [], [], []
+    for group in vtab.GROUPS:
+        tasks = vtab.tasks_in_group(group)
+        for t in tasks:
+            columns.append(t.title)
+            cells.append(_pct(by_task.get(t.name)))
+            ref_cells.append(f"{t.paper_vit_l16:.1f}")
+        columns.append(f"{vtab.GROUP_TITLES[group]} mean")
+        cells.append(_mean_cell(summary[group]))
+        ref = sum(t.paper_vit_l16 for t in tasks) / len(tasks)
+        ref_cells.append(f"{ref:.2f}")
+    columns.append("Mean (19)")
+    cells.append(_mean_cell(summary[vtab.ALL]))
+    ref_all = sum(t.paper_vit_l16 for t in vtab.TASKS.values()) / len(
+        vtab.TASKS
+    )
+    ref_cells.append(f"{ref_all:.2f}")
+    lines += [
+        "",
+        "### Per task",
+        "",
+        "| Model | " + " | ".join(columns) + " |",
+        "|---|" + "---:|" * len(columns),
+        f"| {model_name} | " + " | ".join(cells) + " |",
+    ]
+    if reference:
+        lines.append(
+            "| ViT-L/16 (I21k), paper | " + " | ".join(ref_cells) + " |"
+        )
+    if skipped:
+        lines += ["", "### Not run", ""]
+        lines += [f"- {name}: {why}" for name, why in skipped.items()]
+    return "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------- charts
+def _save_figure(fig, path: str) -> None:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=120, bbox_inches="tight")
+    wd.atomic_write(path, buf.getvalue())
+
+
+def plot_tasks(records: Sequence[Mapping], path: str, model_name: str) -> None:
+    """Bar chart: top-1 accuracy per task, coloured by group, with the
+    paper's ViT-L/16 (I21k) value as a black tick."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    by_task = {r["task"]: r["accuracy"] for r in records}
+    tasks = [t for t in vtab.TASKS.values() if t.name in by_task]
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.55 * len(tasks) + 2), 4.5))
+    xs = list(range(len(tasks)))
+    values = [100.0 * by_task[t.name] for t in tasks]
+    ax.bar(xs, values, color=[GROUP_COLORS[t.group] for t in tasks])
+    ax.scatter(xs, [t.paper_vit_l16 for t in tasks], marker="_", s=300,
+               color="black", zorder=3, label="ViT-L/16 (I21k), paper")
+    for x, v in zip(xs, values):
+        ax.text(x, v + 1, f"{v:.1f}", ha="center", va="bottom", fontsize=7)
+    ax.set_xticks(xs)
+    ax.set_xticklabels([t.title for t in tasks], rotation=60, ha="right")
+    ax.set_ylim(0, 105)
+    ax.set_ylabel("Top-1 accuracy (%)")
+    ax.set_xlabel("VTAB-1k task")
+    ax.set_title(f"VTAB-1k per task: {model_name}")
+    handles = [
+        plt.Rectangle((0, 0), 1, 1, color=GROUP_COLORS[g])
+        for g in vtab.GROUPS
+    ]
+    labels = [vtab.GROUP_TITLES[g] for g in vtab.GROUPS]
+    tick = ax.get_legend_handles_labels()
+    # Outside the axes: bars near 100% would hide an inside legend.
+    ax.legend(handles + tick[0], labels + tick[1], fontsize=8,
+              loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    _save_figure(fig, path)
+    plt.close(fig)
+
+
+def plot_groups(records: Sequence[Mapping], path: str, model_name: str) -> None:
+    """Bar chart: mean accuracy per group and over all tasks, beside the
+    paper's ViT-L/16 (I21k) means."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    summary = summarize(records)
+    keys = [
+        g for g in vtab.GROUPS + (vtab.ALL,) if summary[g]["mean"] is not None
+    ]
+    ref = vtab.PAPER_REFERENCE["ViT-L/16 (I21k)"]
+    fig, ax = plt.subplots(figsize=(6.5, 4.5))
+    xs = list(range(len(keys)))
+    width = 0.38
+    ours = [100.0 * summary[k]["mean"] for k in keys]
+    ax.bar([x - width / 2 for x in xs], ours, width,
+           color=[GROUP_COLORS[k] for k in keys], label=model_name)
+    ax.bar([x + width / 2 for x in xs], [ref[k] for k in keys], width,
+           color="lightgray", edgecolor="black",
+           label="ViT-L/16 (I21k), paper")
+    for x, v in zip(xs, ours):
+        ax.text(x - width / 2, v + 1, f"{v:.1f}", ha="center", fontsize=8)
+    names = []
+    for k in keys:
+        title = "All 19" if k == vtab.ALL else vtab.GROUP_TITLES[k]
+        s = summary[k]
+        if s["tasks"] < s["total"]:
+            title += f"\n({s['tasks']}/{s['total']} tasks)"
+        names.append(title)
+    ax.set_xticks(xs)
+    ax.set_xticklabels(names)
+    ax.set_ylim(0, 105)
+    ax.set_ylabel("Mean top-1 accuracy (%)")
+    ax.set_xlabel("Task group")
+    ax.set_title(f"VTAB-1k group means: {model_name}")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    _save_figure(fig, path)
+    plt.close(fig)
+
+
+def write_vtab_reports(
+    output_dir: str,
+    records: Sequence[Mapping],
+    model_name: str,
+    skipped: Optional[Mapping[str, str]] = None,
+) -> Dict[str, str]:
+    """Writes results.csv, results.md, summary.json and the two charts.
+
+    Returns:
+        {kind: path} of the files written.
+    """
+    paths = {
+        "csv": os.path.join(output_dir, RESULTS_CSV),
+        "markdown": os.path.join(output_dir, RESULTS_MD),
+        "summary": os.path.join(output_dir, SUMMARY_JSON),
+    }
+    write_csv(paths["csv"], records)
+    wd.atomic_write(
+        paths["markdown"], markdown_table(records, model_name, skipped)
+    )
+    summary = {
+        "model": model_name,
+        "groups": summarize(records),
+        "tasks": {r["task"]: r["accuracy"] for r in records},
+        "not_run": dict(skipped or {}),
+    }
+    wd.write_json(paths["summary"], summary)
+    if records:
+        paths["tasks_png"] = os.path.join(output_dir, TASKS_PNG)
+        paths["groups_png"] = os.path.join(output_dir, GROUPS_PNG)
+        plot_tasks(records, paths["tasks_png"], model_name)
+        plot_groups(records, paths["groups_png"], model_name)
+    return paths
+
+
+# ------------------------------------------------------------- few-shot
+def fewshot_markdown(results: Mapping[str, Mapping], model_name: str) -> str:
+    """Few-shot linear accuracy (%) as markdown: a row per data set, a
+    column per shot count, mean +- std over the seeds."""
+    shots = sorted({int(s) for r in results.values() for s in r})
+    lines = [
+        f"## Few-shot linear accuracy (%): {model_name}",
+        "",
+        "| Data set | " + " | ".join(f"{s}-shot" for s in shots) + " |",
+        "|---|" + "---:|" * len(shots),
+    ]
+    for name, per_shot in results.items():
+        cells = []
+        for s in shots:
+            entry = per_shot.get(str(s), per_shot.get(s))
+            if entry is None:
+                cells.append("n/a")
+                continue
+            accs = [100.0 * a for a in entry["per_seed"]]
+            mean = sum(accs) / len(accs)
+            std = math.sqrt(sum((a - mean) ** 2 for a in accs) / len(accs))
+            cells.append(f"{mean:.2f} ± {std:.2f}")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,476 @@
+"""The 19 VTAB-1k tasks: data sources, splits, labels, groups.
+
+VTAB-1k (Zhai et al. 2019) adapts a pre-trained model to each task from
+1,000 labelled examples: 800 for training (`train800`) and 200 for choosing
+hyper-parameters (`val200`); the final model is trained on both
+(`train800val200`) and scored by top-1 accuracy on `test`. The tasks come in
+three groups (Natural, Specialized, Structured); a group's score is the
+unweighted mean of its tasks, the VTAB score the mean of all 19.
+
+Every task maps a TFDS example to (uint8 RGB image, int32 label): the
+structured tasks derive their labels from annotations (object counts,
+distances, positions, poses), exactly as the task_adaptation code does, and
+single-channel images are tiled to three channels.
+
+`input_pipeline` reads a task when a config sets `vtab_task`; `prepare`
+checks (and if allowed, downloads) a task's data before a run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
+
+import tensorflow as tf
+from absl import logging
+
+from keras_vit import preprocessing as pp
+
+NATURAL = "natural"
+SPECIALIZED = "specialized"
+STRUCTURED = "structured"
+GROUPS = (NATURAL, SPECIALIZED, STRUCTURED)
+GROUP_TITLES = {
+    NATURAL: "Natural", SPECIALIZED: "Specialized", STRUCTURED: "Structured"
+}
+ALL = "all"
+
+TRAIN800 = "train800"
+VAL200 = "val200"
+TRAIN800VAL200 = "train800val200"
+TEST = "test"
+SPLITS = (TRAIN800, VAL200, TRAIN800VAL200, TEST)
+
+
+class DataUnavailableError(RuntimeError):
+    """A task's data is not prepared and cannot be prepared now."""
+
+
+# -------------------------------------------------------------- labels
+Example = Dict[str, tf.Tensor]
+
+
+def _count_below(thresholds: Sequence[float], value: tf.Tensor) -> tf.Tensor:
+    """Largest i with thresholds[i] < value (thresholds ascending).
+
+    The thresholds below `value` form a prefix, so the index is their count
+    minus one (-1, an invalid label, if there is none).
+    """
+    thrs = tf.constant(thresholds, tf.float32)
+    below = tf.cast(thrs < tf.cast(value, tf.float32), tf.int32)
+    return tf.reduce_sum(below) - 1
+
+
+def label_from(key: str) -> Callable[[Example], tf.Tensor]:
+    """The label is a feature of the example."""
+
+    def fn(example: Example) -> tf.Tensor:
+        return tf.cast(example[key], tf.int32)
+
+    fn.__name__ = f"label_from_{key}"
+    fn.feature = key  # lets dataset_info find the class names
+    return fn
+
+
+def clevr_count_label(example: Example) -> tf.Tensor:
+    """Number of objects minus 3 (CLEVR scenes hold 3 to 10 objects)."""
+    return tf.size(example["objects"]["size"], out_type=tf.int32) - 3
+
+
+CLEVR_DIST_THRESHOLDS = (0.0, 8.0, 8.5, 9.0, 9.5, 10.0, 100.0)
+
+
+def clevr_dist_label(example: Example) -> tf.Tensor:
+    """Depth bin of the closest object (6 classes).
+
+    Depth is the third pixel coordinate; bins: <=8, (8,8.5], (8.5,9],
+    (9,9.5], (9.5,10], (10,100].
+    """
+    depth = tf.reduce_min(example["objects"]["pixel_coords"][:, 2])
+    return _count_below(CLEVR_DIST_THRESHOLDS, depth)
+
+
+KITTI_DIST_THRESHOLDS = (-100.0, 8.0, 20.0, 999.0)
+KITTI_NO_VEHICLE_DEPTH = 1000.0
+
+
+def kitti_dist_label(example: Example) -> tf.Tensor:
+    """Distance bin of the closest vehicle (4 classes).
+
+    Vehicles are objects of type Car, Van or Truck (type < 3); the distance
+    is the z location in metres, 1000 when there is no vehicle. Bins: <=8 m,
+    (8, 20] m, (20, 999] m, no vehicle.
+    """
+    objects = example["objects"]
+    # Real examples have one type per location; truncating to the common
+    # length only matters for synthetic examples (e.g. TFDS's mock data
+    # draws every sequence length independently).
+    n = tf.minimum(tf.size(objects["type"]), tf.shape(objects["location"])[0])
+    vehicles = objects["type"][:n] < 3
+    depth = tf.boolean_mask(
+        tf.cast(objects["location"][:n, 2], tf.float32), vehicles
+    )
+    depth = tf.concat([depth, [KITTI_NO_VEHICLE_DEPTH]], axis=0)
+    return _count_below(KITTI_DIST_THRESHOLDS, tf.reduce_min(depth))
+
+
+def binned_label(
+    key: str, num_original: int, num_classes: int
+) -> Callable[[Example], tf.Tensor]:
+    """Groups `num_original` consecutive class indices into `num_classes`.
+
+    label = floor(index / (num_original / num_classes)), as task_adaptation
+    does for dSprites (x position: 32 -> 16 bins of 2; orientation: 40 -> 16
+    bins of 2.5).
+    """
+    factor = float(num_original) / num_classes
+
+    def fn(example: Example) -> tf.Tensor:
+        index = tf.cast(example[key], tf.float32)
+        return tf.cast(tf.math.floordiv(index, factor), tf.int32)
+
+    fn.__name__ = f"binned_{key}"
+    return fn
+
+
+# -------------------------------------------------------------- images
+def rgb_image(example: Example) -> tf.Tensor:
+    """The example's image as 3 channels (grayscale tiled)."""
+    return pp.to_rgb(example["image"])
+
+
+def binary_rgb_image(example: Example) -> tf.Tensor:
+    """dSprites: 0/1 pixels scaled to 0/255, then tiled to 3 channels."""
+    return pp.to_rgb(tf.cast(example["image"], tf.uint8) * 255)
+
+
+# --------------------------------------------------------------- tasks
+@dataclasses.dataclass(frozen=True)
+class Task:
+    """One VTAB-1k task.
+
+    Attributes:
+        name: str. Registry key (command-line name), e.g. "clevr_count".
+        title: str. Column title in the paper's tables, e.g. "Clevr-Count".
+        group: str. "natural", "specialized" or "structured".
+        tfds_name: str. TFDS builder with version pattern.
+        train800, val200, test: str. TFDS split slices.
+        num_classes: int.
+        label: callable. TFDS example -> int32 label.
+        image: callable. TFDS example -> uint8 RGB image.
+        manual_files: tuple of str. Paths that must exist in the TFDS
+            manual directory before the data can be prepared (empty: the
+            data downloads by itself).
+        manual_url: str. Where the manual files come from.
+        class_names: tuple of str or None. Names of derived labels.
+        paper_vit_l16: float. ViT-L/16 (ImageNet-21k) accuracy in % (paper
+            Table 9), the reference in reports.
+    """
+
+    name: str
+    title: str
+    group: str
+    tfds_name: str
+    train800: str
+    val200: str
+    test: str
+    num_classes: int
+    label: Callable[[Example], tf.Tensor]
+    image: Callable[[Example], tf.Tensor] = rgb_image
+    manual_files: Tuple[str, ...] = ()
+    manual_url: str = ""
+    class_names: Optional[Tuple[str, ...]] = None
+    paper_vit_l16: Optional[float] = None
+
+    def split(self, name: str) -> str:
+        """TFDS split string of a VTAB split name (or a TFDS split as is)."""
+        if name == TRAIN800VAL200:
+            return f"{self.train800}+{self.val200}"
+        return {TRAIN800: self.train800, VAL200: self.val200,
+                TEST: self.test}.get(name, name)
+
+    def example_fn(self, example: Example) -> Tuple[tf.Tensor, tf.Tensor]:
+        """TFDS example -> (uint8 RGB image (H, W, 3), int32 label)."""
+        image = tf.ensure_shape(self.image(example), [None, None, 3])
+        return image, self.label(example)
+
+    def builder(self, data_dir: Optional[str] = None):
+        """The task's TFDS builder.
+
+        Falls back to the newest installed version when this TFDS no longer
+        knows the pinned one (e.g. oxford_iiit_pet 3.x, replaced by 4.0.0
+        with the same images and labels), with a warning.
+        """
+        import tensorflow_datasets as tfds
+
+        try:
+            return tfds.builder(self.tfds_name, data_dir=data_dir)
+        except AssertionError as e:
+            if "cannot be loaded at version" not in str(e):
+                raise
+            name = self.tfds_name.split(":")[0]
+            logging.warning(
+                "%s: this TFDS has no %s; using %s at its current version "
+                "(VTAB used the pinned one).", self.name, self.tfds_name, name,
+            )
+            return tfds.builder(name, data_dir=data_dir)
+
+
+def _tasks() -> List[Task]:
+    lbl = label_from("label")
+    natural = [
+        Task("caltech101", "Caltech101", NATURAL, "caltech101:3.*.*",
+             "train[:800]", "train[2754:2954]", "test", 102, lbl,
+             paper_vit_l16=90.8),
+        Task("cifar100", "CIFAR-100", NATURAL, "cifar100:3.*.*",
+             "train[:800]", "train[45000:45200]", "test", 100, lbl,
+             paper_vit_l16=84.1),
+        Task("dtd", "DTD", NATURAL, "dtd:3.*.*",
+             "train[:800]", "validation[:200]", "test", 47, lbl,
+             paper_vit_l16=74.1),
+        Task("oxford_flowers102", "Flowers102", NATURAL,
+             "oxford_flowers102:2.*.*", "train[:800]", "validation[:200]",
+             "test", 102, lbl, paper_vit_l16=99.3),
+        Task("oxford_iiit_pet", "Pets", NATURAL, "oxford_iiit_pet:3.*.*",
+             "train[:800]", "train[2944:3144]", "test", 37, lbl,
+             paper_vit_l16=92.7),
+        Task("sun397", "Sun397", NATURAL, "sun397/tfds:4.*.*",
+             "train[:800]", "validation[:200]", "test", 397, lbl,
+             paper_vit_l16=61.0),
+        Task("svhn", "SVHN", NATURAL, "svhn_cropped:3.*.*",
+             "train[:800]", "train[65931:66131]", "test", 10, lbl,
+             paper_vit_l16=80.9),
+    ]
+    specialized = [
+        Task("patch_camelyon", "Camelyon", SPECIALIZED,
+             "patch_camelyon:2.*.*", "train[:800]", "validation[:200]",
+             "test", 2, lbl, paper_vit_l16=82.5),
+        Task("eurosat", "EuroSAT", SPECIALIZED, "eurosat/rgb:2.*.*",
+             "train[:800]", "train[16200:16400]", "train[21600:]", 10, lbl,
+             paper_vit_l16=95.6),
+        Task("resisc45", "Resisc45", SPECIALIZED, "resisc45:3.*.*",
+             "train[:800]", "train[18900:19100]", "train[25200:]", 45, lbl,
+             manual_files=("NWPU-RESISC45",),
+             manual_url="https://1drv.ms/u/s!AmgKYzARBl5ca3HNaHIlzp_IXjs "
+             "(NWPU-RESISC45.rar, extracted)",
+             paper_vit_l16=85.2),
+        Task("diabetic_retinopathy", "Retinopathy", SPECIALIZED,
+             "diabetic_retinopathy_detection/btgraham-300:3.*.*",
+             "train[:800]", "validation[:200]", "test", 5, lbl,
+             manual_files=("train", "test", "trainLabels.csv"),
+             manual_url="https://www.kaggle.com/c/diabetic-retinopathy-"
+             "detection/data (train/ and test/ unzipped, trainLabels.csv)",
+             paper_vit_l16=75.3),
+    ]
+    structured = [
+        Task("clevr_count", "Clevr-Count", STRUCTURED, "clevr:3.*.*",
+             "train[:800]", "train[63000:63200]", "validation", 8,
+             clevr_count_label,
+             class_names=tuple(f"{n} objects" for n in range(3, 11)),
+             paper_vit_l16=70.3),
+        Task("clevr_dist", "Clevr-Dist", STRUCTURED, "clevr:3.*.*",
+             "train[:800]", "train[63000:63200]", "validation", 6,
+             clevr_dist_label,
+             class_names=("<=8", "8-8.5", "8.5-9", "9-9.5", "9.5-10", ">10"),
+             paper_vit_l16=56.1),
+        Task("dmlab", "DMLab", STRUCTURED, "dmlab:2.0.1",
+             "train[:800]", "validation[:200]", "test", 6, lbl,
+             paper_vit_l16=41.9),
+        Task("dsprites_loc", "dSpr-Loc", STRUCTURED, "dsprites:2.*.*",
+             "train[:800]", "train[589824:590024]", "train[663552:]", 16,
+             binned_label("label_x_position", 32, 16), binary_rgb_image,
+             paper_vit_l16=74.7),
+        Task("dsprites_ori", "dSpr-Ori", STRUCTURED, "dsprites:2.*.*",
+             "train[:800]", "train[589824:590024]", "train[663552:]", 16,
+             binned_label("label_orientation", 40, 16), binary_rgb_image,
+             paper_vit_l16=64.9),
+        Task("kitti_dist", "KITTI-Dist", STRUCTURED, "kitti:3.1.0",
+             "train[:800]", "validation[:200]", "test", 4, kitti_dist_label,
+             class_names=("<=8m", "8-20m", ">20m", "no vehicle"),
+             paper_vit_l16=79.9),
+        Task("smallnorb_azim", "sNORB-Azim", STRUCTURED, "smallnorb:2.*.*",
+             "train[:800]", "test[:200]", "test[50%:]", 18,
+             label_from("label_azimuth"), paper_vit_l16=30.5),
+        Task("smallnorb_elev", "sNORB-Elev", STRUCTURED, "smallnorb:2.*.*",
+             "train[:800]", "test[:200]", "test[50%:]", 9,
+             label_from("label_elevation"), paper_vit_l16=41.7),
+    ]
+    return natural + specialized + structured
+
+
+TASKS: Dict[str, Task] = {t.name: t for t in _tasks()}
+TASK_NAMES: Tuple[str, ...] = tuple(TASKS)
+
+# Paper Table 9: group means and the 19-task mean, in %.
+PAPER_REFERENCE = {
+    "ViT-H/14 (JFT)": {NATURAL: 86.69, SPECIALIZED: 87.00,
+                       STRUCTURED: 65.03, ALL: 77.63},
+    "ViT-L/16 (I21k)": {NATURAL: 83.27, SPECIALIZED: 84.65,
+                        STRUCTURED: 57.50, ALL: 72.72},
+}
+
+
+def tasks_in_group(group: str) -> List[Task]:
+    return [t for t in TASKS.values() if t.group == group]
+
+
+def get_task(name: str) -> Task:
+    """The task called `name`; a clear error listing the valid names."""
+    if isinstance(name, Task):
+        return name
+    try:
+        return TASKS[name]
+    except KeyError:
+        raise ValueError(_unknown_message([name])) from None
+
+
+def _unknown_message(names: Sequence[str]) -> str:
+    return (
+        f"Unknown VTAB task(s) {', '.join(map(repr, names))}. Valid tasks: "
+        f"{', '.join(TASK_NAMES)}; groups: {', '.join(GROUPS)}, or 'all'."
+    )
+
+
+def select_tasks(spec: Union[str, Sequence[str], None]) -> List[Task]:
+    """Tasks named by `spec`, in the canonical order, without repeats.
+
+    Args:
+        spec: str or list of str. Task names and group names ("natural",
+            "specialized", "structured", "all"), comma-separated or as a
+            list; None or "" means all 19.
+
+    Raises:
+        ValueError: an unknown name (the message lists the valid ones).
+    """
+    if spec is None:
+        spec = ALL
+    if isinstance(spec, str):
+        spec = spec.split(",")
+    names = [s.strip().lower() for s in spec if s and s.strip()] or [ALL]
+    chosen, unknown = set(), []
+    for name in names:
+        if name == ALL:
+            chosen.update(TASK_NAMES)
+        elif name in GROUPS:
+            chosen.update(t.name for t in tasks_in_group(name))
+        elif name in TASKS:
+            chosen.add(name)
+        else:
+            unknown.append(name)
+    if unknown:
+        raise ValueError(_unknown_message(unknown))
+    return [TASKS[n] for n in TASK_NAMES if n in chosen]
+
+
+# ---------------------------------------------------------------- data
+def dataset_info(name: str, data_dir: Optional[str] = None):
+    """`input_pipeline.DatasetInfo` of a task (its class count, not the
+    TFDS feature's)."""
+    from keras_vit.input_pipeline import DatasetInfo
+
+    task = get_task(name)
+    builder = task.builder(data_dir)
+    num_examples = {
+        k: int(v.num_examples) for k, v in (builder.info.splits or {}).items()
+    }
+    names = task.class_names
+    key = getattr(task.label, "feature", None)
+    if names is None and key in builder.info.features:
+        names = getattr(builder.info.features[key], "names", None)
+    return DatasetInfo(
+        num_classes=task.num_classes,
+        num_examples=num_examples,
+        class_names=list(names) if names else None,
+    )
+
+
+def manual_dir(data_dir: Optional[str], builder=None) -> str:
+    """TFDS's manual-download directory: `<data_dir>/downloads/manual`."""
+    root = data_dir
+    if not root:
+        root = getattr(builder, "data_dir_root", None)
+    if not root:
+        from tensorflow_datasets.core import constants
+
+        root = os.environ.get("TFDS_DATA_DIR") or constants.DATA_DIR
+    return os.path.join(os.path.expanduser(str(root)), "downloads", "manual")
+
+
+def prepare(
+    task: Union[str, Task],
+    data_dir: Optional[str] = None,
+    download: bool = True,
+    manual: Optional[str] = None,
+) -> None:
+    """Makes sure a task's data can be read, preparing it if allowed.
+
+    Args:
+        task: Task or str.
+        data_dir: str or None. TFDS data directory (None: TFDS default).
+        download: bool. Download and prepare data that is not there yet.
+        manual: str or None. Manual-download directory (default
+            `<data_dir>/downloads/manual`).
+
+    Raises:
+        DataUnavailableError: with what to do (where to put which files, or
+            how to prepare the data).
+    """
+    task = get_task(task)
+    prepare_builder(
+        task.builder(data_dir), f"{task.name} ({task.title})", data_dir,
+        download, manual, task.manual_files, task.manual_url,
+    )
+
+
+def prepare_builder(
+    builder,
+    label: str,
+    data_dir: Optional[str] = None,
+    download: bool = True,
+    manual: Optional[str] = None,
+    manual_files: Sequence[str] = (),
+    manual_url: str = "",
+) -> None:
+    """`prepare` for any TFDS builder (few-shot data sets too).
+
+    Args:
+        builder: tfds.core.DatasetBuilder.
+        label: str. The data set's name in messages.
+        data_dir, download, manual: as for `prepare`.
+        manual_files: paths that must be in the manual directory.
+        manual_url: str. Where they come from.
+    """
+    if builder.is_prepared():
+        return
+    manual = manual or manual_dir(data_dir, builder)
+    name = builder.info.full_name.split("/")[0]
+    missing = [
+        f for f in manual_files
+        if not tf.io.gfile.exists(os.path.join(manual, f))
+    ]
+    if missing:
+        raise DataUnavailableError(
+            f"{label} needs a manual download: get {manual_url} and put "
+            f"{', '.join(manual_files)} into {manual}/ (missing: "
+            f"{', '.join(missing)}); the next run prepares it (or run "
+            f"`tfds build {name} --data_dir=... --manual_dir={manual}`)."
+        )
+    if not download:
+        raise DataUnavailableError(
+            f"{label}: {builder.name} is not prepared in "
+            f"{data_dir or 'the TFDS data directory'}. Set "
+            f"--config.download=True, or run `tfds build {name}` first."
+        )
+    import tensorflow_datasets as tfds
+
+    try:
+        builder.download_and_prepare(
+            download_config=tfds.download.DownloadConfig(manual_dir=manual)
+        )
+    except Exception as e:  # network, disk, bad manual files: skip it
+        raise DataUnavailableError(
+            f"{label}: preparing {builder.name} failed "
+            f"({type(e).__name__}: {str(e)[:500]}). Manual downloads go "
+            f"into {manual}/."
+        ) from e

@@ -1,0 +1,310 @@
+"""The VTAB-1k protocol of the paper (Appendix B.1.1), task by task.
+
+From a pre-trained model, for every task: a new zero-initialised head,
+fine-tuning with SGD (momentum 0.9, LR 0.01, 2,500 steps, batch 512, cosine
+decay, no weight decay, gradient clipping at norm 1) at 384 x 384 with the
+position embeddings resized, and top-1 accuracy on the test split. Each
+training is one `train_lib.train_and_evaluate` call on a per-task config
+(`task_config`), so every strategy, precision and checkpoint feature of
+training applies here too.
+
+With `vtab.sweep.enabled`, each (lr, steps) pair is trained on train800 and
+scored on val200; the best pair is retrained on train800val200 and scored on
+test. Without it, the fixed recipe trains on train800val200 directly.
+
+Layout of the output directory:
+    backbone.npz        the pre-trained model without its head
+    results.jsonl       one line per finished task (a rerun skips them)
+    results.csv, results.md, summary.json, tasks.png, groups.png
+    runs/<task>/<trial>/  train_lib workdirs (config.json, metrics.json;
+                        checkpoints deleted after scoring unless kept)
+"""
+
+from __future__ import annotations
+
+import datetime
+import itertools
+import json
+import os
+import time
+from typing import Dict, List, Optional, Sequence, Union
+
+import ml_collections
+import tensorflow as tf
+from absl import logging
+
+from keras_vit import distribute, pretrained, reports, train_lib, vtab
+from keras_vit import workdir as wd
+
+BACKBONE = "backbone.npz"
+BACKBONE_SOURCE = "backbone.json"
+RUNS = "runs"
+FINAL = "final"
+
+# Fields of the VTAB config that are not train_lib fields.
+_RUNNER_FIELDS = ("vtab", "download", "manual_dir", "keep_pre_logits")
+
+
+class Preempted(RuntimeError):
+    """Training stopped on SIGTERM; rerunning the command resumes."""
+
+
+def _plain(obj):
+    """JSON round trip (tuples -> lists), to compare configs with files."""
+    return json.loads(json.dumps(obj))
+
+
+def task_config(
+    config: ml_collections.ConfigDict,
+    task: vtab.Task,
+    model_fields: Dict,
+    backbone: str,
+    *,
+    lr: float,
+    steps: int,
+    train_split: str,
+    eval_split: str,
+) -> ml_collections.ConfigDict:
+    """The train_lib config that fine-tunes the backbone on one task.
+
+    Args:
+        config: ConfigDict. The VTAB config (configs/vtab.py).
+        task: vtab.Task.
+        model_fields: dict. `config.model` of the backbone's architecture.
+        backbone: str. The headless .npz to initialise from.
+        lr, steps: the learning rate and the number of steps.
+        train_split, eval_split: str. VTAB split names ("train800", ...).
+    """
+    base = {k: v for k, v in config.to_dict().items()
+            if k not in _RUNNER_FIELDS}
+    c = ml_collections.ConfigDict(base)
+    c.dataset = task.tfds_name
+    c.vtab_task = task.name
+    c.num_classes = task.num_classes
+    c.train_split = task.split(train_split)
+    c.val_split = task.split(eval_split)
+    c.eval_split = task.split(eval_split)
+    c.model = ml_collections.ConfigDict(model_fields)
+    c.total_steps = int(steps)
+    c.optimizer.lr = float(lr)
+    c.eval_every_steps = 0  # the protocol scores once, at the end
+    c.init = ml_collections.ConfigDict(
+        dict(npz=backbone, keras_model=None, workdir=None,
+             keep_pre_logits=bool(config.get("keep_pre_logits", False)))
+    )
+    c.export = ml_collections.ConfigDict(dict(enabled=False))
+    return c
+
+
+def run_trial(
+    config: ml_collections.ConfigDict,
+    workdir: str,
+    strategy: Optional[tf.distribute.Strategy] = None,
+    keep_checkpoints: bool = False,
+) -> Dict:
+    """Trains one config (or reuses its finished metrics.json).
+
+    A workdir that already holds another config is an error rather than
+    silently mixed results.
+    """
+    config_path = os.path.join(workdir, wd.CONFIG)
+    metrics_path = os.path.join(workdir, wd.METRICS)
+    if tf.io.gfile.exists(config_path):
+        if wd.read_json(config_path) != _plain(config.to_dict()):
+            raise ValueError(
+                f"{workdir} holds a run with another config (different "
+                "hyper-parameters, data or backbone). Use a new "
+                "--output_dir, or delete that directory to redo the trial."
+            )
+        if tf.io.gfile.exists(metrics_path):
+            logging.info("Reusing the finished trial in %s.", workdir)
+            return wd.read_json(metrics_path)
+    metrics = train_lib.train_and_evaluate(config, workdir, strategy)
+    if metrics.get("preempted"):
+        raise Preempted(
+            f"Stopped at step {metrics.get('step')} in {workdir}: run the "
+            "same command again to resume."
+        )
+    checkpoints = os.path.join(workdir, wd.CHECKPOINTS)
+    if not keep_checkpoints and tf.io.gfile.isdir(checkpoints):
+        tf.io.gfile.rmtree(checkpoints)
+    return metrics
+
+
+def _trial_name(lr: float, steps: int) -> str:
+    return f"lr{lr:g}_steps{int(steps)}"
+
+
+def run_task(
+    config: ml_collections.ConfigDict,
+    task: vtab.Task,
+    model_fields: Dict,
+    backbone: str,
+    output_dir: str,
+    strategy: Optional[tf.distribute.Strategy] = None,
+) -> Dict:
+    """Sweep (optional), final training, test score: the task's record."""
+    start = time.time()
+    opts = config.vtab
+    keep = bool(opts.get("keep_checkpoints", False))
+    task_dir = os.path.join(output_dir, RUNS, task.name)
+    trials = []
+    sweep = opts.get("sweep", None)
+    if sweep and sweep.get("enabled"):
+        for lr, steps in itertools.product(sweep.lrs, sweep.steps):
+            cfg = task_config(
+                config, task, model_fields, backbone, lr=lr, steps=steps,
+                train_split=vtab.TRAIN800, eval_split=vtab.VAL200,
+            )
+            metrics = run_trial(
+                cfg, os.path.join(task_dir, _trial_name(lr, steps)),
+                strategy, keep,
+            )
+            trials.append(dict(lr=float(lr), steps=int(steps),
+                               val_accuracy=metrics["test_accuracy"]))
+            logging.info("%s: lr %g, %d steps -> val200 accuracy %.4f",
+                         task.name, lr, steps, metrics["test_accuracy"])
+        # Ties go to the first pair in sweep order.
+        best = max(trials, key=lambda t: t["val_accuracy"])
+        lr, steps = best["lr"], best["steps"]
+    else:
+        lr, steps = float(config.optimizer.lr), int(config.total_steps)
+    cfg = task_config(
+        config, task, model_fields, backbone, lr=lr, steps=steps,
+        train_split=vtab.TRAIN800VAL200, eval_split=vtab.TEST,
+    )
+    final = run_trial(cfg, os.path.join(task_dir, FINAL), strategy, keep)
+    record = dict(
+        task=task.name,
+        title=task.title,
+        group=task.group,
+        accuracy=final["test_accuracy"],
+        top5_accuracy=final["test_top5_accuracy"],
+        loss=final["test_loss"],
+        test_examples=final["test_examples"],
+        lr=float(lr),
+        steps=int(steps),
+        batch_size=int(config.batch_size),
+        image_size=config.image_size,
+        sweep=trials,
+        wall_time_s=time.time() - start,
+        finished=datetime.datetime.now(datetime.timezone.utc).isoformat(),
+    )
+    logging.info("%s (%s): test top-1 %.2f%% (%d examples).", task.title,
+                 task.group, 100 * record["accuracy"], record["test_examples"])
+    return record
+
+
+def prepare_backbone(
+    source: pretrained.Source,
+    output_dir: str,
+    keep_pre_logits: bool = False,
+) -> str:
+    """Writes (once) the source's headless backbone into output_dir."""
+    path = os.path.join(output_dir, BACKBONE)
+    stamp = os.path.join(output_dir, BACKBONE_SOURCE)
+    wanted = dict(source=os.path.abspath(source.path)
+                  if "://" not in source.path else source.path,
+                  variant=source.variant, keep_pre_logits=keep_pre_logits)
+    if tf.io.gfile.exists(path) and tf.io.gfile.exists(stamp):
+        if wd.read_json(stamp) == wanted:
+            return path
+        raise ValueError(
+            f"{output_dir} holds results of another pre-trained model "
+            f"({wd.read_json(stamp)}): use a new --output_dir for {wanted}."
+        )
+    logging.info("Writing the headless backbone of %s to %s.",
+                 source.describe(), path)
+    pretrained.write_backbone(source, path, keep_pre_logits)
+    wd.write_json(stamp, wanted)
+    return path
+
+
+def run(
+    config: ml_collections.ConfigDict,
+    source: pretrained.Source,
+    output_dir: str,
+    strategy: Optional[tf.distribute.Strategy] = None,
+    tasks: Union[str, Sequence[str], None] = None,
+    model_name: Optional[str] = None,
+) -> Dict:
+    """Runs the VTAB-1k protocol on the selected tasks.
+
+    Finished tasks (in results.jsonl) are skipped; tasks whose data is
+    missing (e.g. a manual download) are reported and the run goes on.
+
+    Args:
+        config: ConfigDict. configs/vtab.py.
+        source: pretrained.Source. The model to evaluate.
+        output_dir: str. Results and per-task runs (local or gs://).
+        strategy: tf.distribute.Strategy or None (default strategy).
+        tasks: task and group names (default `config.vtab.tasks`).
+        model_name: str or None. The model's name in reports.
+
+    Returns:
+        {"records": [...], "summary": {...}, "not_run": {task: why},
+        "preempted": bool, "files": {...}}.
+    """
+    strategy = strategy or tf.distribute.get_strategy()
+    chief = distribute.is_chief(strategy)
+    selected = vtab.select_tasks(
+        tasks if tasks is not None else config.vtab.get("tasks", vtab.ALL)
+    )
+    model_name = model_name or source.describe()
+    tf.io.gfile.makedirs(output_dir)
+    results_path = os.path.join(output_dir, reports.RESULTS_JSONL)
+    keep_pre = bool(config.get("keep_pre_logits", False))
+    backbone = prepare_backbone(source, output_dir, keep_pre)
+    overrides = {
+        k: v for k, v in config.get("model", {}).items()
+        if k in ("dropout_rate", "attention_dropout_rate") and v is not None
+    }
+    model_fields = pretrained.transfer_model_config(
+        pretrained.Source(npz=backbone), overrides
+    )
+    records: List[Dict] = reports.read_jsonl(results_path)
+    done = {r["task"] for r in records}
+    not_run: Dict[str, str] = {}
+    preempted = False
+    for task in selected:
+        if task.name in done:
+            logging.info("%s: already done (%s), skipped.", task.name,
+                         results_path)
+            continue
+        try:
+            vtab.prepare(task, config.get("data_dir"),
+                         bool(config.get("download", True)),
+                         config.get("manual_dir"))
+        except vtab.DataUnavailableError as e:
+            logging.warning("Skipping %s: %s", task.name, e)
+            not_run[task.name] = str(e)
+            continue
+        logging.info("VTAB task %s (%s, %d classes).", task.title,
+                     task.group, task.num_classes)
+        try:
+            record = run_task(config, task, model_fields, backbone,
+                              output_dir, strategy)
+        except Preempted as e:
+            logging.warning("%s", e)
+            preempted = True
+            break
+        record["model"] = model_name
+        if chief:
+            records = reports.append_jsonl(results_path, record)
+            reports.write_vtab_reports(output_dir, records, model_name,
+                                       not_run)
+        else:
+            records.append(record)
+    files = {}
+    if chief:
+        files = reports.write_vtab_reports(output_dir, records, model_name,
+                                           not_run)
+        files["jsonl"] = results_path
+    summary = reports.summarize(records)
+    for group in vtab.GROUPS + (vtab.ALL,):
+        entry = summary[group]
+        if entry["mean"] is not None:
+            logging.info("%s: %.2f%% over %d/%d tasks.", group,
+                         100 * entry["mean"], entry["tasks"], entry["total"])
+    return dict(records=records, summary=summary, not_run=not_run,
+                preempted=preempted, files=files)

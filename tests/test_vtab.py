@@ -1,0 +1,488 @@
+"""VTAB-1k: task registry, label functions, data checks, the protocol runner
+and its reports.
+
+Label functions are checked on hand-made TFDS-style examples against plain
+Python statements of the task_adaptation rules, eagerly and inside tf.data.
+The runner trains all 19 tasks end to end on TFDS mock data (random
+examples with each builder's real features) with a tiny model and one step
+per task.
+"""
+
+import csv
+import importlib.util
+import json
+import math
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_datasets as tfds
+
+from keras_vit import (
+    checkpoint,
+    create_model,
+    input_pipeline,
+    preprocessing,
+    pretrained,
+    reports,
+    vtab,
+    vtab_run,
+)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# From vtab_tasks.md: name -> (group, builder, train800, val200, test, K).
+EXPECTED = {
+    "caltech101": ("natural", "caltech101:3.*.*", "train[:800]",
+                   "train[2754:2954]", "test", 102),
+    "cifar100": ("natural", "cifar100:3.*.*", "train[:800]",
+                 "train[45000:45200]", "test", 100),
+    "dtd": ("natural", "dtd:3.*.*", "train[:800]", "validation[:200]",
+            "test", 47),
+    "oxford_flowers102": ("natural", "oxford_flowers102:2.*.*",
+                          "train[:800]", "validation[:200]", "test", 102),
+    "oxford_iiit_pet": ("natural", "oxford_iiit_pet:3.*.*", "train[:800]",
+                        "train[2944:3144]", "test", 37),
+    "sun397": ("natural", "sun397/tfds:4.*.*", "train[:800]",
+               "validation[:200]", "test", 397),
+    "svhn": ("natural", "svhn_cropped:3.*.*", "train[:800]",
+             "train[65931:66131]", "test", 10),
+    "patch_camelyon": ("specialized", "patch_camelyon:2.*.*", "train[:800]",
+                       "validation[:200]", "test", 2),
+    "eurosat": ("specialized", "eurosat/rgb:2.*.*", "train[:800]",
+                "train[16200:16400]", "train[21600:]", 10),
+    "resisc45": ("specialized", "resisc45:3.*.*", "train[:800]",
+                 "train[18900:19100]", "train[25200:]", 45),
+    "diabetic_retinopathy": ("specialized",
+                             "diabetic_retinopathy_detection/btgraham-300"
+                             ":3.*.*", "train[:800]", "validation[:200]",
+                             "test", 5),
+    "clevr_count": ("structured", "clevr:3.*.*", "train[:800]",
+                    "train[63000:63200]", "validation", 8),
+    "clevr_dist": ("structured", "clevr:3.*.*", "train[:800]",
+                   "train[63000:63200]", "validation", 6),
+    "dmlab": ("structured", "dmlab:2.0.1", "train[:800]",
+              "validation[:200]", "test", 6),
+    "dsprites_loc": ("structured", "dsprites:2.*.*", "train[:800]",
+                     "train[589824:590024]", "train[663552:]", 16),
+    "dsprites_ori": ("structured", "dsprites:2.*.*", "train[:800]",
+                     "train[589824:590024]", "train[663552:]", 16),
+    "kitti_dist": ("structured", "kitti:3.1.0", "train[:800]",
+                   "validation[:200]", "test", 4),
+    "smallnorb_azim": ("structured", "smallnorb:2.*.*", "train[:800]",
+                       "test[:200]", "test[50%:]", 18),
+    "smallnorb_elev": ("structured", "smallnorb:2.*.*", "train[:800]",
+                       "test[:200]", "test[50%:]", 9),
+}
+
+
+def load_config(name, arg=None):
+    path = os.path.join(ROOT, "configs", f"{name}.py")
+    spec = importlib.util.spec_from_file_location(f"cfg_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.get_config(arg)
+
+
+# ------------------------------------------------------------ registry
+def test_registry_matches_the_reference_table():
+    assert list(vtab.TASKS) == list(EXPECTED)
+    for name, (group, builder, tr, va, te, k) in EXPECTED.items():
+        task = vtab.TASKS[name]
+        assert (task.group, task.tfds_name, task.num_classes) == (
+            group, builder, k
+        )
+        assert task.split("train800") == tr
+        assert task.split("val200") == va
+        assert task.split("train800val200") == f"{tr}+{va}"
+        assert task.split("test") == te
+    counts = {g: len(vtab.tasks_in_group(g)) for g in vtab.GROUPS}
+    assert counts == {"natural": 7, "specialized": 4, "structured": 8}
+    manual = {t.name for t in vtab.TASKS.values() if t.manual_files}
+    assert manual == {"resisc45", "diabetic_retinopathy"}
+
+
+def test_select_tasks_groups_names_order_and_errors():
+    chosen = vtab.select_tasks("dsprites_loc,natural, svhn")
+    assert [t.name for t in chosen] == [
+        "caltech101", "cifar100", "dtd", "oxford_flowers102",
+        "oxford_iiit_pet", "sun397", "svhn", "dsprites_loc",
+    ]
+    assert len(vtab.select_tasks("all")) == 19
+    assert len(vtab.select_tasks(None)) == 19
+    assert [t.name for t in vtab.select_tasks(["specialized"])] == [
+        "patch_camelyon", "eurosat", "resisc45", "diabetic_retinopathy"
+    ]
+    with pytest.raises(ValueError) as e:
+        vtab.select_tasks("natural,dsprite_loc,cifar")
+    msg = str(e.value)
+    assert "'dsprite_loc'" in msg and "'cifar'" in msg
+    assert "dsprites_loc" in msg and "structured" in msg
+
+
+# -------------------------------------------------------------- labels
+def both_ways(fn, example):
+    """fn(example) eagerly and inside a tf.data map; both must agree."""
+    eager = fn(example).numpy()
+    ds = tf.data.Dataset.from_tensors(example).map(fn)
+    graph = next(iter(ds)).numpy()
+    assert eager == graph
+    return int(eager)
+
+
+def clevr_example(depths):
+    n = len(depths)
+    coords = np.stack([np.zeros(n), np.zeros(n), depths], 1)
+    return {"objects": {"pixel_coords": tf.constant(coords, tf.float32),
+                        "size": tf.zeros([n], tf.int64)}}
+
+
+def reference_bin(thresholds, value):
+    return max(i for i, t in enumerate(thresholds) if t < value)
+
+
+def test_clevr_count_label():
+    for n in (3, 4, 10):
+        ex = clevr_example(np.linspace(5, 12, n))
+        assert both_ways(vtab.clevr_count_label, ex) == n - 3
+
+
+@pytest.mark.parametrize(
+    "depths",
+    [[7.9, 12.0], [8.0, 9.0], [8.2], [8.5, 30.0], [8.75], [9.0], [9.2],
+     [9.99, 11.0], [10.0], [10.01], [50.0, 60.0]],
+)
+def test_clevr_dist_label(depths):
+    thrs = [0, 8, 8.5, 9, 9.5, 10, 100]
+    want = reference_bin(thrs, min(depths))
+    assert both_ways(vtab.clevr_dist_label, clevr_example(depths)) == want
+
+
+def kitti_example(types, depths):
+    n = len(types)
+    loc = np.stack([np.ones(n), np.ones(n), np.asarray(depths, float)], 1)
+    return {"objects": {
+        "type": tf.constant(types, tf.int64),
+        "location": tf.constant(loc.reshape(n, 3), tf.float32),
+    }}
+
+
+@pytest.mark.parametrize(
+    "types,depths,want",
+    [
+        ([0], [5.0], 0),              # a car at 5 m
+        ([1], [8.0], 0),              # a van at exactly 8 m
+        ([2], [8.01], 1),             # a truck just beyond 8 m
+        ([0, 0], [30.0, 20.0], 1),    # the closest of two cars
+        ([0], [25.0], 2),
+        ([3, 0], [2.0, 15.0], 1),     # the pedestrian at 2 m is no vehicle
+        ([3, 4, 7], [1.0, 2.0, 3.0], 3),  # no vehicle at all
+        ([], [], 3),
+    ],
+)
+def test_kitti_dist_label(types, depths, want):
+    ex = kitti_example(types, depths)
+    vehicle = [d for t, d in zip(types, depths) if t < 3] or [1000.0]
+    assert reference_bin([-100, 8, 20, 999], min(vehicle)) == want
+    assert both_ways(vtab.kitti_dist_label, ex) == want
+
+
+def test_dsprites_labels_bin_the_class_index():
+    loc, ori = vtab.TASKS["dsprites_loc"], vtab.TASKS["dsprites_ori"]
+    for x in range(32):
+        ex = {"label_x_position": tf.constant(x, tf.int64)}
+        assert both_ways(loc.label, ex) == math.floor(x / 2)
+    for o in range(40):
+        ex = {"label_orientation": tf.constant(o, tf.int64)}
+        assert both_ways(ori.label, ex) == math.floor(o / 2.5)
+    assert both_ways(ori.label, {"label_orientation": tf.constant(5)}) == 2
+
+
+def test_smallnorb_and_plain_labels():
+    ex = {"label_azimuth": tf.constant(16, tf.int64),
+          "label_elevation": tf.constant(7, tf.int64),
+          "label": tf.constant(3, tf.int64)}
+    assert both_ways(vtab.TASKS["smallnorb_azim"].label, ex) == 16
+    assert both_ways(vtab.TASKS["smallnorb_elev"].label, ex) == 7
+    assert both_ways(vtab.TASKS["svhn"].label, ex) == 3
+
+
+def test_images_become_uint8_rgb():
+    bits = np.random.default_rng(0).integers(0, 2, (64, 64, 1), np.uint8)
+    ex = {"image": tf.constant(bits), "label_x_position": tf.constant(9)}
+    image, label = vtab.TASKS["dsprites_loc"].example_fn(ex)
+    assert image.dtype == tf.uint8 and image.shape == (64, 64, 3)
+    np.testing.assert_array_equal(image.numpy(), np.repeat(bits, 3, -1) * 255)
+    assert int(label) == 4
+    grey = np.arange(96 * 96, dtype=np.uint8).reshape(96, 96, 1)
+    ex = {"image": tf.constant(grey), "label_elevation": tf.constant(2)}
+    ds = tf.data.Dataset.from_tensors(ex).map(
+        vtab.TASKS["smallnorb_elev"].example_fn
+    )
+    image, label = next(iter(ds))
+    np.testing.assert_array_equal(image.numpy(), np.repeat(grey, 3, -1))
+    assert int(label) == 2
+
+
+def test_input_pipeline_reads_a_task_with_its_labels():
+    """input_pipeline with config.vtab_task: the task's labels, RGB in
+    [-1, 1], its class count; checked against the raw mock examples."""
+    import ml_collections
+
+    cfg = ml_collections.ConfigDict(dict(
+        dataset="dsprites", vtab_task="dsprites_ori", image_size=16,
+        data_dir=None, pp=dict(), num_classes=0,
+    ))
+    # max_value=2: dSprites-like 0/1 pixels.
+    with tfds.testing.mock_data(num_examples=5, max_value=2,
+                                policy=tfds.testing.MockPolicy.USE_CODE):
+        raw = list(tfds.load("dsprites:2.*.*", split="train[:800]"))
+        images, labels, mask = next(iter(
+            input_pipeline.eval_dataset(cfg, "train[:800]", 8)
+        ))
+        info = input_pipeline.dataset_info(cfg)
+    assert info.num_classes == 16
+    want = [int(np.floor(int(r["label_orientation"]) / 2.5)) for r in raw]
+    np.testing.assert_array_equal(labels.numpy()[:5], want)
+    np.testing.assert_array_equal(mask.numpy(), [1] * 5 + [0] * 3)
+    assert images.shape == (8, 16, 16, 3)
+    for got, r in zip(images.numpy(), raw):
+        pixels = r["image"].numpy()
+        assert set(np.unique(pixels)) <= {0, 1}
+        rgb = np.repeat(pixels.astype(np.float32) * 255.0, 3, axis=-1)
+        expected = preprocessing.preprocess_eval(tf.constant(rgb), 16)
+        np.testing.assert_allclose(got, expected.numpy(), atol=1e-6)
+
+
+# -------------------------------------------------------- data checks
+def test_manual_download_missing_names_the_directory(tmp_path):
+    with pytest.raises(vtab.DataUnavailableError) as e:
+        vtab.prepare("resisc45", str(tmp_path))
+    msg = str(e.value)
+    manual = os.path.join(str(tmp_path), "downloads", "manual")
+    assert manual in msg and "NWPU-RESISC45" in msg and "1drv.ms" in msg
+    with pytest.raises(vtab.DataUnavailableError) as e:
+        vtab.prepare("diabetic_retinopathy", str(tmp_path),
+                     manual=str(tmp_path / "mine"))
+    assert "trainLabels.csv" in str(e.value)
+    assert str(tmp_path / "mine") in str(e.value)
+
+
+def test_not_prepared_without_download_says_how(tmp_path):
+    with pytest.raises(vtab.DataUnavailableError) as e:
+        vtab.prepare("dtd", str(tmp_path), download=False)
+    assert "tfds build dtd" in str(e.value)
+    assert "--config.download=True" in str(e.value)
+
+
+# ------------------------------------------------------------- reports
+def paper_records():
+    return [
+        {"task": t.name, "accuracy": t.paper_vit_l16 / 100.0,
+         "top5_accuracy": 1.0, "loss": 0.5, "test_examples": 10}
+        for t in vtab.TASKS.values()
+    ]
+
+
+def test_summary_reproduces_the_papers_group_means():
+    s = reports.summarize(paper_records())
+    ref = vtab.PAPER_REFERENCE["ViT-L/16 (I21k)"]
+    for group in vtab.GROUPS:
+        assert 100 * s[group]["mean"] == pytest.approx(ref[group], abs=0.006)
+        assert s[group]["tasks"] == s[group]["total"]
+    # The paper's 72.72 is the mean of unrounded task scores.
+    assert 100 * s["all"]["mean"] == pytest.approx(ref["all"], abs=0.015)
+    partial = reports.summarize(paper_records()[:3])
+    assert partial["natural"] == {
+        "mean": pytest.approx((0.908 + 0.841 + 0.741) / 3), "tasks": 3,
+        "total": 7,
+    }
+    assert partial["specialized"]["mean"] is None
+
+
+def test_markdown_and_csv(tmp_path):
+    records = paper_records()[:8]  # 7 natural + Camelyon
+    text = reports.markdown_table(records, "m", {"dsprites_loc": "why"})
+    lines = text.splitlines()
+    summary_row = next(line for line in lines if line.startswith("| m |"))
+    assert "83.27 | 82.50 (1/4) | n/a |" in summary_row
+    per_task = [line for line in lines if line.startswith("| m |")][1]
+    cells = [c.strip() for c in per_task.strip("|").split("|")]
+    assert cells[1:9] == ["90.80", "84.10", "74.10", "99.30", "92.70",
+                          "61.00", "80.90", "83.27"]
+    assert "- dsprites_loc: why" in text
+    path = str(tmp_path / "r.csv")
+    reports.write_csv(path, list(reversed(records)))
+    rows = list(csv.DictReader(open(path)))
+    assert [r["task"] for r in rows] == [r["task"] for r in records]
+    assert rows[0]["accuracy_percent"] == "90.80"
+
+
+def test_append_jsonl_replaces_and_keeps_other_lines(tmp_path):
+    path = str(tmp_path / "r.jsonl")
+    reports.append_jsonl(path, {"task": "a", "accuracy": 0.1})
+    reports.append_jsonl(path, {"task": "b", "accuracy": 0.2})
+    reports.append_jsonl(path, {"task": "a", "accuracy": 0.3})
+    assert reports.read_jsonl(path) == [
+        {"task": "b", "accuracy": 0.2}, {"task": "a", "accuracy": 0.3}
+    ]
+    assert os.listdir(tmp_path) == ["r.jsonl"]  # no temporary left behind
+
+
+# ------------------------------------------------------ the protocol
+def test_task_config_is_the_papers_recipe():
+    config = load_config("vtab")
+    fields = {"patch_size": 16, "hidden_size": 768, "num_layers": 12,
+              "num_heads": 12, "mlp_dim": 3072, "pooling": "token",
+              "variant": None}
+    task = vtab.TASKS["caltech101"]
+    c = vtab_run.task_config(
+        config, task, fields, "/b.npz", lr=config.optimizer.lr,
+        steps=config.total_steps, train_split="train800val200",
+        eval_split="test",
+    )
+    assert (c.optimizer.name, c.optimizer.lr, c.optimizer.momentum) == (
+        "sgd", 0.01, 0.9
+    )
+    assert c.optimizer.decay_type == "cosine"
+    assert c.optimizer.weight_decay == 0.0
+    assert (c.total_steps, c.batch_size, c.image_size) == (2500, 512, 384)
+    assert c.grad_clip_norm == 1.0
+    assert c.train_split == "train[:800]+train[2754:2954]"
+    assert c.eval_split == "test" and c.num_classes == 102
+    assert c.vtab_task == "caltech101" and c.init.npz == "/b.npz"
+    assert c.model.to_dict() == fields
+    assert "vtab" not in c and "download" not in c
+    assert not c.pp.flip
+
+
+def tiny_source(path, num_classes=10):
+    """A tiny pre-trained model at 16 x 16 (2 x 2 patches, so VTAB at 32
+    resizes the position embeddings) with a non-zero head."""
+    model = create_model(
+        None, num_classes=num_classes, image_size=16, patch_size=8,
+        hidden_size=32, num_layers=1, num_heads=2, mlp_dim=64,
+        representation_size=16, head_zero_init=False,
+    )
+    checkpoint.save_npz(model, path)
+    return pretrained.Source(npz=path)
+
+
+def test_backbone_has_no_head(tmp_path):
+    source = tiny_source(str(tmp_path / "src.npz"))
+    out = pretrained.write_backbone(source, str(tmp_path / "b.npz"))
+    keys = set(checkpoint.read_npz(out.npz))
+    assert not any(k.startswith(("head/", "pre_logits/")) for k in keys)
+    assert "cls" in keys and len(keys) > 10
+    fields = pretrained.transfer_model_config(out, {"dropout_rate": 0.1})
+    assert fields == dict(patch_size=8, hidden_size=32, num_layers=1,
+                          num_heads=2, mlp_dim=64, pooling="token",
+                          variant=None, dropout_rate=0.1)
+    with pytest.raises(ValueError, match="not a B/16 checkpoint"):
+        pretrained.architecture(
+            pretrained.Source(npz=source.npz, variant="B/16")
+        )
+
+
+def tiny_vtab_config(data_dir):
+    c = load_config("vtab")
+    c.image_size = 32
+    c.batch_size = 4
+    c.eval_batch_size = 4
+    c.total_steps = 1
+    c.steps_per_loop = 1
+    c.log_every_steps = 1
+    c.checkpoint_every_steps = 0
+    c.jit_compile = False
+    c.shuffle_buffer = 8
+    c.data_dir = data_dir
+    return c
+
+
+def make_manual_files(data_dir, names):
+    manual = os.path.join(data_dir, "downloads", "manual")
+    for name in names:
+        path = os.path.join(manual, name)
+        if name.endswith(".csv"):
+            os.makedirs(manual, exist_ok=True)
+            open(path, "w").close()
+        else:
+            os.makedirs(path, exist_ok=True)
+
+
+def test_all_19_tasks_end_to_end_with_rerun(tmp_path):
+    data_dir = str(tmp_path / "data")
+    out = str(tmp_path / "out")
+    source = tiny_source(str(tmp_path / "src.npz"))
+    config = tiny_vtab_config(data_dir)
+    make_manual_files(data_dir, ["NWPU-RESISC45"])  # Retinopathy missing
+    mock = dict(num_examples=4, policy=tfds.testing.MockPolicy.USE_CODE)
+    with tfds.testing.mock_data(**mock):
+        first = vtab_run.run(config, source, out, model_name="tiny")
+    assert list(first["not_run"]) == ["diabetic_retinopathy"]
+    assert "downloads/manual" in first["not_run"]["diabetic_retinopathy"]
+    records = reports.read_jsonl(os.path.join(out, "results.jsonl"))
+    assert [r["task"] for r in records] == [
+        n for n in vtab.TASK_NAMES if n != "diabetic_retinopathy"
+    ]
+    for r in records:
+        assert r["test_examples"] == 4 and r["steps"] == 1
+        assert 0.0 <= r["accuracy"] <= 1.0 and r["model"] == "tiny"
+    # Every final run trained on train800val200 and scored on test, and
+    # its checkpoints were removed after scoring.
+    run_dir = os.path.join(out, "runs", "clevr_dist", "final")
+    saved = json.load(open(os.path.join(run_dir, "config.json")))
+    assert saved["train_split"] == "train[:800]+train[63000:63200]"
+    assert saved["eval_split"] == "validation"
+    assert not os.path.exists(os.path.join(run_dir, "checkpoints"))
+
+    # Rerun with the manual files in place: only Retinopathy runs.
+    make_manual_files(data_dir, ["train", "test", "trainLabels.csv"])
+    with tfds.testing.mock_data(**mock):
+        second = vtab_run.run(config, source, out, model_name="tiny")
+    assert second["not_run"] == {}
+    again = reports.read_jsonl(os.path.join(out, "results.jsonl"))
+    assert again[:-1] == records  # finished tasks untouched
+    assert again[-1]["task"] == "diabetic_retinopathy"
+
+    # Reports: group means are the means of the task numbers.
+    by_task = {r["task"]: r["accuracy"] for r in again}
+    summary = json.load(open(os.path.join(out, "summary.json")))
+    for group in vtab.GROUPS:
+        values = [by_task[t.name] for t in vtab.tasks_in_group(group)]
+        assert summary["groups"][group]["mean"] == pytest.approx(
+            np.mean(values)
+        )
+    assert summary["groups"]["all"]["mean"] == pytest.approx(
+        np.mean(list(by_task.values()))
+    )
+    md = open(os.path.join(out, "results.md")).read()
+    row = next(line for line in md.splitlines() if line.startswith("| tiny"))
+    cells = [c.strip() for c in row.strip("|").split("|")][1:]
+    want = [summary["groups"][g]["mean"] for g in vtab.GROUPS + ("all",)]
+    assert cells == [f"{100 * v:.2f}" for v in want]
+    rows = list(csv.DictReader(open(os.path.join(out, "results.csv"))))
+    assert len(rows) == 19
+    for name in ("tasks.png", "groups.png"):
+        png = open(os.path.join(out, name), "rb").read()
+        image = tf.io.decode_png(png).numpy()
+        assert image.shape[0] > 300 and image.shape[1] > 500
+        assert image.std() > 10  # not blank
+    assert not [f for f in os.listdir(out) if ".tmp-" in f]
+
+
+def test_other_backbone_in_the_same_output_dir_is_refused(tmp_path):
+    a = tiny_source(str(tmp_path / "a.npz"))
+    b = tiny_source(str(tmp_path / "b.npz"))
+    vtab_run.prepare_backbone(a, str(tmp_path / "out"))
+    with pytest.raises(ValueError, match="use a new --output_dir"):
+        vtab_run.prepare_backbone(b, str(tmp_path / "out"))
+
+
+def test_run_rejects_unknown_tasks_before_work(tmp_path):
+    config = tiny_vtab_config(str(tmp_path))
+    with pytest.raises(ValueError, match="Valid tasks: caltech101"):
+        vtab_run.run(config, pretrained.Source(npz="/nonexistent.npz"),
+                     str(tmp_path / "o"), tasks="natural,bogus")
+    assert not os.path.exists(tmp_path / "o")
