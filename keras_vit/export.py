@@ -190,6 +190,7 @@ def export_model(
             "call it after leaving `with strategy.scope():` (the model's "
             "variables are copied to plain float32 ones for serving)."
         )
+    export_files.require_serving_api()
     export_files.check_model_name(model_name)
     num_classes = _num_classes(model)
     size = _input_size(model)

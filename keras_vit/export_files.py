@@ -36,6 +36,23 @@ _MODEL_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
 WarmupImage = Union[bytes, str, os.PathLike, np.ndarray]
 
 
+def require_serving_api() -> None:
+    """Raises a clear ImportError if tensorflow-serving-api is missing.
+
+    The warm-up records and models.config are its protos.
+    """
+    try:
+        import tensorflow_serving.apis.prediction_log_pb2  # noqa: F401
+        import tensorflow_serving.config.model_server_config_pb2  # noqa: F401
+    except ImportError as e:
+        raise ImportError(
+            f"Export needs the tensorflow-serving-api package ({e}): pip "
+            "install tensorflow-serving-api. On a TPU VM, where its "
+            "dependency on `tensorflow` would replace tensorflow-tpu, use "
+            "pip install --no-deps tensorflow-serving-api."
+        ) from None
+
+
 def check_model_name(name: str) -> str:
     """str. `name` if usable as a TF Serving model name and folder name."""
     if not isinstance(name, str) or not _MODEL_NAME_RE.match(name):

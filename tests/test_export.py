@@ -487,6 +487,16 @@ def test_argument_errors(model, images, tmp_path):
     assert os.listdir(d) == []
 
 
+def test_missing_serving_api_is_named(model, tmp_path, monkeypatch):
+    # None in sys.modules makes the import fail as if not installed.
+    monkeypatch.setitem(
+        sys.modules, "tensorflow_serving.apis.prediction_log_pb2", None)
+    with pytest.raises(ImportError, match="pip install --no-deps "
+                                          "tensorflow-serving-api"):
+        export_model(model, str(tmp_path))
+    assert os.listdir(tmp_path) == []
+
+
 def test_cli_keras_model(model, images, tmp_path):
     keras_path = str(tmp_path / "model.keras")
     model.save(keras_path)
