@@ -1,0 +1,120 @@
+"""The export command line: `python -m keras_vit.export` from a .keras
+file, an official .npz checkpoint and a training workdir.
+"""
+
+import os
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_vit import export_cli, export_files
+from tests.test_export import (
+    ROOT,
+    SIZE,
+    make_images,
+    reference,
+    serve,
+    tiny_model,
+)
+
+
+@pytest.fixture(scope="module")
+def model():
+    return tiny_model()
+
+
+@pytest.fixture(scope="module")
+def images():
+    return make_images()
+
+
+def test_cli_keras_model(model, images, tmp_path):
+    keras_path = str(tmp_path / "model.keras")
+    model.save(keras_path)
+    export_dir = str(tmp_path / "exports")
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    result = subprocess.run(
+        [sys.executable, "-m", "keras_vit.export",
+         f"--export_dir={export_dir}", "--model_name=cli",
+         f"--keras_model={keras_path}", "--class_names=a,b,c,d,e",
+         "--top_k=2", "--no_warmup"],
+        capture_output=True, text=True, env=env, cwd=ROOT,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    path = result.stdout.strip().splitlines()[-1]
+    assert path == os.path.join(export_dir, "cli", "1")
+    out = serve(tf.saved_model.load(path), [images["jpeg"]])
+    np.testing.assert_allclose(
+        out["probabilities"], reference(model, [images["jpeg"]]), atol=1e-5)
+    assert out["class_names"].shape == (1, 2)
+    assert not os.path.exists(
+        os.path.join(path, "assets.extra", export_files.WARMUP_FILE))
+
+
+def test_cli_npz_source(model, images, tmp_path, capsys):
+    from keras_vit import checkpoint
+
+    npz = str(tmp_path / "tiny.npz")
+    checkpoint.save_npz(model, npz)
+    export_dir = str(tmp_path / "exports")
+    # Sizes, pooling, pre-logits width and class count come from the file.
+    status = export_cli.main(["--export_dir", export_dir, "--npz", npz,
+                              "--image_size", str(SIZE), "--no_warmup"])
+    assert status == 0
+    path = capsys.readouterr().out.strip()
+    assert path == os.path.join(export_dir, "vit", "1")
+    np.testing.assert_allclose(
+        serve(tf.saved_model.load(path), [images["png"]])["probabilities"],
+        reference(model, [images["png"]]), atol=1e-5)
+    assert export_cli.main(["--export_dir", export_dir, "--npz", npz,
+                            "--num_classes", "7"]) == 1
+    assert "does not match the 5-class head" in capsys.readouterr().err
+    assert export_cli.main(["--export_dir", export_dir, "--npz", npz,
+                            "--keras_model", "m.keras"]) == 1
+    assert "exactly one of" in capsys.readouterr().err
+    assert os.listdir(os.path.join(export_dir, "vit")) == ["1"]
+
+
+def test_cli_workdir_source(images, tmp_path, capsys):
+    workdir_lib = pytest.importorskip("keras_vit.workdir")
+    train_lib = pytest.importorskip("keras_vit.train_lib")
+
+    sys.path.insert(0, os.path.join(ROOT, "configs"))
+    try:
+        import digits
+    finally:
+        sys.path.pop(0)
+    config = digits.get_config()
+    config.model.update(hidden_size=32, num_layers=1, num_heads=2,
+                        mlp_dim=64, head_zero_init=False)
+    config.pp.eval_resize_size = 40
+    names = [f"digit {i}" for i in range(10)]
+    # A workdir as a run leaves it: config, labels, a checkpoint.
+    workdir = str(tmp_path / "run")
+    keras.utils.set_random_seed(7)
+    trained = train_lib.build_model(config, 10)
+    optimizer = train_lib.build_optimizer(config)
+    optimizer.build(trained.trainable_variables)
+    workdir_lib.write_json(os.path.join(workdir, workdir_lib.CONFIG),
+                           config.to_dict())
+    workdir_lib.write_class_names(workdir, names)
+    tf.train.CheckpointManager(
+        tf.train.Checkpoint(model=trained, optimizer=optimizer),
+        os.path.join(workdir, workdir_lib.CHECKPOINTS), max_to_keep=1,
+    ).save()
+    export_dir = str(tmp_path / "exports")
+    assert export_cli.main(["--export_dir", export_dir, "--workdir", workdir,
+                            "--model_name", "digits", "--no_warmup"]) == 0
+    path = capsys.readouterr().out.strip()
+    with open(os.path.join(path, "assets", "labels.txt")) as f:
+        assert f.read().splitlines() == names
+    datas = [images["png_gray"], images["jpeg"]]
+    out = serve(tf.saved_model.load(path), datas)
+    # The run's eval preprocessing (resize 40, crop 32) is the served one.
+    want = reference(trained, datas, resize_size=40)
+    np.testing.assert_allclose(out["probabilities"], want, atol=1e-5)
+    assert out["class_names"][0, 0].decode() == names[want[0].argmax()]
