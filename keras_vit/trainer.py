@@ -10,6 +10,11 @@ Per step and replica: the per-replica batch is split into
 accumulated equals one step of k*b); the loss is the example sum over the
 GLOBAL batch, so the cross-replica SUM of gradients is the global mean
 gradient; it is clipped at its global norm and applied once.
+
+A step whose loss or gradient norm is not finite is counted (and reported
+with its index). With `skip_nonfinite`, it is also skipped: the step counter
+advances (the batch is consumed and the schedule moves on) but the weights,
+the optimizer's moments and the EMA averages stay exactly as they were.
 """
 
 from __future__ import annotations
@@ -76,6 +81,8 @@ class Trainer:
         jit_compile: bool. XLA-compile each replica's forward and backward
             pass (the cross-replica reduction and the update stay outside,
             where every strategy supports them).
+        skip_nonfinite: bool. Skip updates whose loss or gradient norm is
+            NaN or Inf instead of applying them (see the module docstring).
     """
 
     def __init__(
@@ -91,6 +98,7 @@ class Trainer:
         loss: str = "softmax_xent",
         label_smoothing: float = 0.0,
         jit_compile: bool = False,
+        skip_nonfinite: bool = False,
     ):
         if loss not in LOSSES:
             raise ValueError(
@@ -117,6 +125,7 @@ class Trainer:
         self.grad_clip_norm = grad_clip_norm
         self.loss = loss
         self.label_smoothing = float(label_smoothing)
+        self.skip_nonfinite = bool(skip_nonfinite)
         with strategy.scope():
             optimizer.build(model.trainable_variables)
         _skip_optimizer_reduction(optimizer)
@@ -174,14 +183,63 @@ class Trainer:
         ctx = tf.distribute.get_replica_context()
         grads = ctx.all_reduce(tf.distribute.ReduceOp.SUM, grads)
         grad_norm = tf.linalg.global_norm(grads)
+        # The same on every replica: both come from all-reduced values.
+        finite = tf.logical_and(
+            tf.math.is_finite(grad_norm),
+            tf.math.is_finite(
+                ctx.all_reduce(tf.distribute.ReduceOp.SUM, loss_sum)
+            ),
+        )
         if self.grad_clip_norm:
             grads, _ = tf.clip_by_global_norm(
                 grads, self.grad_clip_norm, use_norm=grad_norm
             )
-        self.optimizer.apply_gradients(
-            zip(grads, self.model.trainable_variables)
+        if self.skip_nonfinite:
+            self._apply_if(finite, grads)
+            zero = tf.zeros_like(loss_sum)
+            loss_sum = tf.where(finite, loss_sum, zero)
+            correct = tf.where(finite, correct, zero)
+            grad_norm = tf.where(finite, grad_norm, zero)
+        else:
+            self.optimizer.apply_gradients(
+                zip(grads, self.model.trainable_variables)
+            )
+        return loss_sum, correct, grad_norm, tf.cast(finite, tf.float32)
+
+    def _apply_if(self, finite, grads):
+        """Applies `grads` if `finite`, else only advances the step counter.
+
+        A `tf.cond` around `apply_gradients` in replica context is only
+        allowed where the strategy needs no `merge_call` (the default
+        strategy, TPUs); elsewhere (MirroredStrategy, ...) the condition is
+        taken in cross-replica context, as Keras's LossScaleOptimizer does.
+        """
+        optimizer = self.optimizer
+        variables = self.model.trainable_variables
+
+        def apply(grads):
+            optimizer.apply_gradients(zip(grads, variables))
+
+        def skip():
+            optimizer.iterations.assign_add(1)
+
+        if tf.__internal__.distribute.strategy_supports_no_merge_call():
+            tf.cond(finite, lambda: apply(grads), skip)
+            return
+
+        def cross_replica(distribution, finite, grads):
+            ok = distribution.experimental_local_results(finite)[0]
+            tf.cond(
+                ok,
+                lambda: distribution.extended.call_for_each_replica(
+                    apply, args=(grads,)
+                ),
+                skip,
+            )
+
+        tf.distribute.get_replica_context().merge_call(
+            cross_replica, args=(finite, grads)
         )
-        return loss_sum, correct, grad_norm
 
     def _train_loop_fn(self, iterator, steps):
         strategy = self.strategy
@@ -189,31 +247,51 @@ class Trainer:
             "loss": tf.constant(0.0),
             "correct": tf.constant(0.0),
             "grad_norm": tf.constant(0.0),
+            "nonfinite": tf.constant(0.0),
+            "first_nonfinite": tf.constant(-1),
         }
-        for _ in tf.range(steps):
+        for i in tf.range(steps):
             images, labels = next(iterator)
-            loss_sum, correct, grad_norm = strategy.run(
+            loss_sum, correct, grad_norm, finite = strategy.run(
                 self._train_step_fn, args=(images, labels)
             )
             sums["loss"] += strategy.reduce("SUM", loss_sum, axis=None)
             sums["correct"] += strategy.reduce("SUM", correct, axis=None)
             # Identical on every replica (computed after the all-reduce).
             sums["grad_norm"] += strategy.reduce("MEAN", grad_norm, axis=None)
+            bad = 1.0 - strategy.reduce("MEAN", finite, axis=None)
+            sums["nonfinite"] += bad
+            sums["first_nonfinite"] = tf.where(
+                tf.logical_and(sums["first_nonfinite"] < 0, bad > 0),
+                i,
+                sums["first_nonfinite"],
+            )
         return sums
 
     def train(self, iterator, steps: int) -> Dict[str, float]:
         """Runs `steps` optimizer updates in one host call.
 
-        Returns the mean loss, accuracy and gradient norm over those steps.
+        Returns the mean loss, accuracy and gradient norm over those steps
+        (with `skip_nonfinite`: over the applied steps; NaN if none was),
+        `nonfinite_steps`, the number of steps whose loss or gradient norm
+        was NaN or Inf (skipped with `skip_nonfinite`), and
+        `first_nonfinite_step`, the 1-based index of the first of them in
+        this call, or None.
         """
         if steps < 1:
             raise ValueError(f"steps must be >= 1, got {steps}.")
         sums = self._train_loop(iterator, tf.constant(steps, tf.int32))
-        examples = float(steps * self.global_batch_size)
+        bad = int(round(float(sums["nonfinite"])))
+        first = int(sums["first_nonfinite"])
+        applied = steps - bad if self.skip_nonfinite else steps
+        examples = float(applied * self.global_batch_size)
+        nan = float("nan")
         return {
-            "loss": float(sums["loss"]) / examples,
-            "accuracy": float(sums["correct"]) / examples,
-            "grad_norm": float(sums["grad_norm"]) / steps,
+            "loss": float(sums["loss"]) / examples if applied else nan,
+            "accuracy": float(sums["correct"]) / examples if applied else nan,
+            "grad_norm": float(sums["grad_norm"]) / applied if applied else nan,
+            "nonfinite_steps": bad,
+            "first_nonfinite_step": first + 1 if first >= 0 else None,
         }
 
     @property
