@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import uuid
 from typing import Any, List, Optional
 
@@ -34,9 +35,20 @@ def atomic_write(path: str, data: str | bytes) -> None:
         tf.io.gfile.makedirs(directory)
     tmp = f"{path}.tmp-{uuid.uuid4().hex}"
     mode = "wb" if isinstance(data, bytes) else "w"
-    with tf.io.gfile.GFile(tmp, mode) as f:
-        f.write(data)
-    tf.io.gfile.rename(tmp, path, overwrite=True)
+    try:
+        with tf.io.gfile.GFile(tmp, mode) as f:
+            f.write(data)
+        tf.io.gfile.rename(tmp, path, overwrite=True)
+    except BaseException:
+        # E.g. a full disk: `path` keeps its old content; leave no stray
+        # temporary file behind (a hard kill still can, under a name no
+        # reader looks for).
+        try:
+            if tf.io.gfile.exists(tmp):
+                tf.io.gfile.remove(tmp)
+        except (tf.errors.OpError, OSError):
+            pass
+        raise
 
 
 def write_json(path: str, obj: Any) -> None:
@@ -74,6 +86,55 @@ def read_config(workdir: str):
     return ml_collections.ConfigDict(read_json(path))
 
 
+# Where a training checkpoint keeps the weights: the optimizer tracks the
+# model's trainable variables as a list, which is their shortest path in the
+# checkpoint's object graph, so it names them by position.
+_TRAINABLE_KEY = re.compile(
+    r"^optimizer/_trainable_variables/(\d+)/\.ATTRIBUTES/VARIABLE_VALUE$"
+)
+
+
+def check_checkpoint(path: str, model) -> None:
+    """Raises ValueError unless the training checkpoint `path` holds exactly
+    the trainable weights of `model` (same number, same shapes, in order).
+
+    A checkpoint restores the optimizer's weight list by position, so one
+    from another model could otherwise load silently in part (fewer layers)
+    or fail with a bare shape error. Checkpoints without that list (not
+    written by a training run) are not checked.
+    """
+    shapes = tf.train.load_checkpoint(path).get_variable_to_shape_map()
+    saved = {}
+    for key, shape in shapes.items():
+        match = _TRAINABLE_KEY.match(key)
+        if match:
+            saved[int(match.group(1))] = tuple(shape)
+    if not saved:
+        return
+    variables = list(model.trainable_variables)
+    problem = None
+    if len(saved) != len(variables):
+        problem = (
+            f"it holds {len(saved)} trainable weights, the model "
+            f"{len(variables)}"
+        )
+    for i, var in enumerate(variables):
+        if problem:
+            break
+        if saved.get(i) != tuple(var.shape):
+            problem = (
+                f"weight #{i} ({var.path}) has shape {tuple(var.shape)} in "
+                f"the model but {saved.get(i)} in the checkpoint"
+            )
+    if problem:
+        raise ValueError(
+            f"Checkpoint {path} is from a different model than the one "
+            f"configured: {problem}. The workdir's config.json no longer "
+            "describes its checkpoints: put back the run's own config "
+            "(same model fields), or use a new --workdir."
+        )
+
+
 def restore_model(workdir: str, *, use_ema: bool = True, checkpoint=None):
     """The trained model of a workdir, from its latest checkpoint.
 
@@ -86,6 +147,11 @@ def restore_model(workdir: str, *, use_ema: bool = True, checkpoint=None):
 
     Returns:
         A float32 `keras.Model` with the checkpoint's weights.
+
+    Raises:
+        FileNotFoundError: no config.json or no checkpoint.
+        ValueError: the checkpoint holds another model than config.json
+            describes (see `check_checkpoint`).
     """
     from keras_vit import train_lib
 
@@ -100,6 +166,7 @@ def restore_model(workdir: str, *, use_ema: bool = True, checkpoint=None):
     model = train_lib.build_model(config, num_classes)
     optimizer = train_lib.build_optimizer(config)
     optimizer.build(model.trainable_variables)
+    check_checkpoint(path, model)
     ckpt = tf.train.Checkpoint(model=model, optimizer=optimizer)
     ckpt.read(path).expect_partial()
     if use_ema and getattr(optimizer, "use_ema", False):
