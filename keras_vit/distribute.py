@@ -9,6 +9,9 @@ initialize_tpu_system -> TPUStrategy.
 
 from __future__ import annotations
 
+import json
+import os
+import signal
 from typing import Optional
 
 import tensorflow as tf
@@ -70,13 +73,40 @@ def create_strategy(
     if name == "mirrored":
         return tf.distribute.MirroredStrategy()
     if name == "multiworker":
+        _check_tf_config()
         return tf.distribute.MultiWorkerMirroredStrategy()
     return tf.distribute.OneDeviceStrategy("/cpu:0")
 
 
-def _tpu_in_environment() -> bool:
-    import os
+def _check_tf_config() -> None:
+    """A readable error for a malformed TF_CONFIG (TensorFlow's own is a
+    JSON traceback deep inside the resolver)."""
+    raw = os.environ.get("TF_CONFIG")
+    if not raw:
+        logging.warning(
+            "--strategy=multiworker without TF_CONFIG: training on this "
+            "host only. Set TF_CONFIG to the cluster and this task's place "
+            "in it on every worker."
+        )
+        return
+    try:
+        spec = json.loads(raw)
+        workers = spec["cluster"]["worker"]
+        task = spec["task"]
+        task["type"], int(task["index"])
+    except (ValueError, KeyError, TypeError) as e:
+        raise ValueError(
+            "TF_CONFIG must be JSON like {\"cluster\": {\"worker\": "
+            "[\"host1:port\", \"host2:port\"]}, \"task\": {\"type\": "
+            f"\"worker\", \"index\": 0}}}}; got {raw!r} ({e!r})."
+        ) from None
+    logging.info(
+        "MultiWorkerMirroredStrategy: %d workers, this is %s %s.",
+        len(workers), task["type"], task["index"],
+    )
 
+
+def _tpu_in_environment() -> bool:
     return bool(
         os.environ.get("TPU_NAME")
         or os.environ.get("TPU_ACCELERATOR_TYPE")
@@ -95,3 +125,90 @@ def is_chief(strategy: tf.distribute.Strategy) -> bool:
         return True
     has_chief = "chief" in resolver.cluster_spec().as_dict()
     return task_type == "worker" and task_id == 0 and not has_chief
+
+
+def is_multi_worker(strategy: tf.distribute.Strategy) -> bool:
+    """True for a MultiWorkerMirroredStrategy over more than one worker."""
+    if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        return False
+    spec = strategy.cluster_resolver.cluster_spec().as_dict()
+    return sum(len(tasks) for tasks in spec.values()) > 1
+
+
+def is_tpu(strategy: tf.distribute.Strategy) -> bool:
+    return isinstance(strategy, tf.distribute.TPUStrategy)
+
+
+def preemption_handler(strategy: tf.distribute.Strategy, manager):
+    """TensorFlow's PreemptionCheckpointHandler for the strategies it
+    supports (multi-worker MultiWorkerMirroredStrategy, TPUStrategy), else
+    None.
+
+    Call `save_checkpoint_if_preempted(checkpoint_number=step)` between host
+    loops: when any worker is told to stop, all of them save at the same
+    step and the process exits with the platform's restart code (42 off
+    Google Cloud). Off Google Cloud it owns SIGTERM; on Cloud TPU VMs it
+    does nothing, and `SigtermFlag` does the work.
+
+    Args:
+        strategy: tf.distribute.Strategy.
+        manager: tf.train.CheckpointManager. Where the checkpoint goes (a
+            scratch directory on non-chief workers).
+    """
+    if not (is_multi_worker(strategy) or is_tpu(strategy)):
+        return None
+    return tf.distribute.experimental.PreemptionCheckpointHandler(
+        strategy.cluster_resolver, manager
+    )
+
+
+def _owned_by_handler(handler) -> bool:
+    owner = getattr(handler, "__self__", None)
+    return isinstance(
+        owner, tf.distribute.experimental.PreemptionCheckpointHandler
+    )
+
+
+class SigtermFlag:
+    """Records SIGTERM (what a preempted VM receives) so that the host loop
+    can checkpoint and stop at a step boundary.
+
+    A context manager; leaves SIGTERM alone where a PreemptionCheckpointHandler
+    already handles it, and outside the main thread.
+    """
+
+    def __init__(self):
+        self.requested = False
+        self.installed = False
+        self._previous = None
+
+    def __enter__(self):
+        try:
+            current = signal.getsignal(signal.SIGTERM)
+            if not _owned_by_handler(current):
+                self._previous = signal.signal(signal.SIGTERM, self._handle)
+                self.installed = True
+        except ValueError:  # not the main thread
+            pass
+        return self
+
+    def _handle(self, signum, frame):
+        logging.warning("SIGTERM received: saving a checkpoint and stopping.")
+        self.requested = True
+
+    def __exit__(self, *exc):
+        if self.installed:
+            signal.signal(signal.SIGTERM, self._previous)
+            self.installed = False
+        return False
+
+
+def any_worker(strategy: tf.distribute.Strategy, flag: bool) -> bool:
+    """True if `flag` is true on any worker (an all-reduce for
+    multi-worker strategies; `flag` itself otherwise), so that every worker
+    stops at the same step."""
+    if not is_multi_worker(strategy):
+        return bool(flag)
+    value = tf.constant(1.0 if flag else 0.0)
+    per_replica = strategy.run(lambda: tf.identity(value))
+    return bool(strategy.reduce("MAX", per_replica, axis=None) > 0)

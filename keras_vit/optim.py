@@ -56,7 +56,9 @@ class WarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
                 f"{', '.join(DECAY_TYPES)}."
             )
         if total_steps <= 0:
-            raise ValueError(f"total_steps must be positive, got {total_steps}.")
+            raise ValueError(
+                f"total_steps must be positive, got {total_steps}."
+            )
         if not 0 <= warmup_steps <= total_steps:
             raise ValueError(
                 f"warmup_steps must be in [0, total_steps={total_steps}], got "

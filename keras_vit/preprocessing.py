@@ -57,7 +57,9 @@ def to_rgb(image: tf.Tensor) -> tf.Tensor:
             ],
             default=lambda: image[..., :3],
         )
-    raise ValueError(f"Cannot convert an image with {channels} channels to RGB.")
+    raise ValueError(
+        f"Cannot convert an image with {channels} channels to RGB."
+    )
 
 
 def decode_image(data: tf.Tensor) -> tf.Tensor:

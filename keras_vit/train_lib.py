@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-import signal
+import tempfile
 import time
 from typing import Dict, Optional
 
@@ -50,7 +50,9 @@ def num_classes_of(config, workdir: Optional[str] = None) -> int:
 def dtype_policy(dtype: str):
     """Builds layers under `mixed_bfloat16` when dtype == "bfloat16"."""
     if dtype not in ("float32", "bfloat16"):
-        raise ValueError(f'dtype must be "float32" or "bfloat16", got {dtype!r}.')
+        raise ValueError(
+            f'dtype must be "float32" or "bfloat16", got {dtype!r}.'
+        )
     previous = keras.config.dtype_policy()
     if dtype == "bfloat16":
         keras.config.set_dtype_policy("mixed_bfloat16")
@@ -147,27 +149,9 @@ def _initialise_from(config, model: keras.Model) -> None:
     logging.info("Initialised from %s: %s", source, report)
 
 
-class _Preemption:
-    """Records SIGTERM so the loop can checkpoint and stop cleanly."""
-
-    def __init__(self):
-        self.requested = False
-        self._previous = None
-
-    def __enter__(self):
-        try:
-            self._previous = signal.signal(signal.SIGTERM, self._handle)
-        except ValueError:  # not the main thread
-            self._previous = None
-        return self
-
-    def _handle(self, signum, frame):
-        logging.warning("SIGTERM received: saving a checkpoint and stopping.")
-        self.requested = True
-
-    def __exit__(self, *exc):
-        if self._previous is not None:
-            signal.signal(signal.SIGTERM, self._previous)
+# Records SIGTERM so the loop can checkpoint and stop cleanly (a name of
+# its own here so that tests can stand in for a signal).
+_Preemption = distribute.SigtermFlag
 
 
 def _boundary(step: int, every: int) -> bool:
@@ -228,11 +212,6 @@ def train_and_evaluate(
     )
     micro_batch = batch // trainer.accumulation_steps
 
-    def train_fn(ctx):
-        # One replica's full per-update batch; the trainer splits it into
-        # micro-batches for accumulation.
-        return input_pipeline.train_dataset(config, batch, ctx)
-
     def eval_fn(split):
         eval_batch = int(config.get("eval_batch_size", micro_batch))
         return strategy.distribute_datasets_from_function(
@@ -241,43 +220,92 @@ def train_and_evaluate(
             )
         )
 
-    train_iter = iter(strategy.distribute_datasets_from_function(train_fn))
+    checkpointable = []
+
+    def make_iterator(start_step):
+        def dataset_fn(ctx):
+            ds = input_pipeline.train_dataset(
+                config, batch, ctx, start_step=start_step
+            )
+            checkpointable.append(input_pipeline.is_checkpointable(ds))
+            return ds
+
+        return iter(strategy.distribute_datasets_from_function(dataset_fn))
+
     items = dict(model=model, optimizer=optimizer)
+    train_iter = None
     if config.get("checkpoint_iterator", True):
-        if isinstance(train_iter, tf.__internal__.tracking.Trackable):
-            items["iterator"] = train_iter
-        else:
+        train_iter = make_iterator(0)
+        if not isinstance(train_iter, tf.__internal__.tracking.Trackable):
             logging.warning(
                 "The %s input iterator cannot be checkpointed: a resumed run "
-                "restarts the data order from the seed.",
-                type(strategy).__name__,
+                "draws a new data order.", type(strategy).__name__,
             )
+        elif not all(checkpointable):
+            logging.warning(
+                "The input pipeline reads from Python (a generator or "
+                "py_function), whose state cannot be checkpointed: a resumed "
+                "run draws a new data order."
+            )
+        else:
+            items["iterator"] = train_iter
     ckpt = tf.train.Checkpoint(**items)
     ckpt_dir = os.path.join(workdir, wd.CHECKPOINTS)
-    if not chief:  # other workers write to a scratch copy
-        ckpt_dir = os.path.join(workdir, f".worker-{os.getpid()}")
+    latest = tf.train.latest_checkpoint(ckpt_dir)
+    scratch = None
+    if not chief:
+        # Every worker saves (saving may need collectives), but only the
+        # chief's checkpoints are kept; all workers restore from them.
+        scratch = tempfile.mkdtemp(prefix="keras_vit_worker_ckpt_")
     manager = tf.train.CheckpointManager(
         ckpt,
-        ckpt_dir,
+        scratch or ckpt_dir,
         max_to_keep=int(config.get("keep_checkpoints", 3)),
         step_counter=optimizer.iterations,
     )
-    if manager.latest_checkpoint:
-        try:
-            ckpt.restore(manager.latest_checkpoint).assert_existing_objects_matched()
-        except (ValueError, AssertionError, tf.errors.OpError) as e:
-            raise TrainingError(
-                f"Cannot resume from {manager.latest_checkpoint}: it does not "
-                f"match this model/config ({type(e).__name__}: "
-                f"{str(e).splitlines()[0][:300]}). Use a new --workdir."
-            ) from None
+    if latest:
+        _restore(items, latest)
         logging.info(
-            "Resumed from %s at step %d (learning rate %.3g).",
-            manager.latest_checkpoint, trainer.step, trainer.learning_rate(),
+            "Resumed from %s at step %d (learning rate %.3g); data order %s.",
+            latest, trainer.step, trainer.learning_rate(),
+            "restored" if "iterator" in items else "drawn anew",
         )
     else:
         _initialise_from(config, model)
+    if "iterator" not in items:
+        train_iter = make_iterator(trainer.step)
+    handler = distribute.preemption_handler(strategy, manager)
+    try:
+        return _train_loop(
+            config, workdir, strategy, trainer, train_iter, eval_fn, manager,
+            handler, chief, info, batch,
+        )
+    finally:
+        if scratch:
+            tf.io.gfile.rmtree(scratch)
 
+
+def _restore(items: dict, path: str) -> None:
+    # A root of our own: the preemption handler adds a counter to the
+    # manager's checkpoint, which older checkpoints do not have.
+    try:
+        tf.train.Checkpoint(**items).restore(
+            path
+        ).assert_existing_objects_matched()
+    except (ValueError, AssertionError, tf.errors.OpError) as e:
+        raise TrainingError(
+            f"Cannot resume from {path}: it does not match this model/config "
+            f"({type(e).__name__}: {str(e).splitlines()[0][:300]}). Use a new "
+            "--workdir."
+        ) from None
+
+
+def _train_loop(
+    config, workdir, strategy, trainer, train_iter, eval_fn, manager,
+    handler, chief, info, batch,
+) -> Dict[str, float]:
+    model = trainer.model
+    total = int(config.total_steps)
     writers = {}
     if chief:
         writers = {
@@ -330,10 +358,14 @@ def train_and_evaluate(
             if _boundary(step, eval_every) and step < total:
                 results = trainer.evaluate(eval_fn(val_split))
                 _log_eval(writers, step, val_split, results)
-            if _boundary(step, ckpt_every) or step == total:
+            saved = _boundary(step, ckpt_every) or step == total
+            if saved:
                 manager.save(checkpoint_number=step)
-            if preemption.requested:
-                manager.save(checkpoint_number=step)
+            if handler is not None:  # saves and exits if preempted
+                handler.save_checkpoint_if_preempted(checkpoint_number=step)
+            if distribute.any_worker(strategy, preemption.requested):
+                if not saved:
+                    manager.save(checkpoint_number=step)
                 logging.warning(
                     "Stopped at step %d after SIGTERM; checkpoint saved. "
                     "Run the same command to resume.", step,

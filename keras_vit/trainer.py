@@ -38,7 +38,8 @@ def per_example_loss(
     logits = tf.cast(logits, tf.float32)
     onehot = tf.one_hot(labels, num_classes, dtype=tf.float32)
     if label_smoothing:
-        onehot = onehot * (1.0 - label_smoothing) + label_smoothing / num_classes
+        smooth = label_smoothing / num_classes
+        onehot = onehot * (1.0 - label_smoothing) + smooth
     if loss == "softmax_xent":
         return tf.nn.softmax_cross_entropy_with_logits(onehot, logits)
     if loss == "sigmoid_xent":

@@ -1,0 +1,527 @@
+"""Input pipeline tests: every preprocessing op eagerly and inside tf.data,
+image decoding, the three sources (digits, image folder, TFDS), per-replica
+batching and sharding over input pipelines, eval padding."""
+
+import collections
+import importlib.resources
+import importlib.resources.abc
+import io
+import os
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from PIL import Image
+
+from keras_vit import input_pipeline as ip
+from keras_vit import preprocessing as pp
+from keras_vit import train_lib
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SEED = tf.constant([7, 11], tf.int64)
+
+
+def _in_tf_data(fn, *args):
+    """fn(*args) computed inside a tf.data map (graph mode)."""
+    ds = tf.data.Dataset.from_tensors(tuple(tf.constant(a) for a in args))
+    return next(iter(ds.map(lambda *a: fn(*a)))).numpy()
+
+
+def _both(fn, *args):
+    eager = fn(*(tf.constant(a) for a in args)).numpy()
+    graph = _in_tf_data(fn, *args)
+    np.testing.assert_array_equal(eager, graph)
+    return eager
+
+
+def _image(h=6, w=5, c=3, seed=0):
+    return np.random.default_rng(seed).integers(0, 256, (h, w, c), np.uint8)
+
+
+# ------------------------------------------------------------------ to_rgb
+@pytest.mark.parametrize(
+    "shape,expected",
+    [
+        ((6, 5), lambda x: np.repeat(x[..., None], 3, -1)),
+        ((6, 5, 1), lambda x: np.repeat(x, 3, -1)),
+        ((6, 5, 2), lambda x: np.repeat(x[..., :1], 3, -1)),
+        ((6, 5, 3), lambda x: x),
+        ((6, 5, 4), lambda x: x[..., :3]),
+    ],
+)
+def test_to_rgb(shape, expected):
+    x = np.random.default_rng(1).integers(0, 256, shape, np.uint8)
+    np.testing.assert_array_equal(_both(pp.to_rgb, x), expected(x))
+
+
+@pytest.mark.parametrize("channels", [1, 2, 3, 4])
+def test_to_rgb_channels_known_only_at_run_time(channels):
+    x = _image(c=channels)
+    fn = tf.function(
+        pp.to_rgb,
+        input_signature=[tf.TensorSpec([None, None, None], tf.uint8)],
+    )
+    reference = pp.to_rgb(tf.constant(x)).numpy()
+    np.testing.assert_array_equal(fn(tf.constant(x)).numpy(), reference)
+    np.testing.assert_array_equal(_in_tf_data(fn, x), reference)
+    assert reference.shape == (6, 5, 3)
+
+
+def test_to_rgb_rejects_five_channels():
+    with pytest.raises(ValueError, match="5 channels"):
+        pp.to_rgb(tf.zeros([2, 2, 5], tf.uint8))
+
+
+# ------------------------------------------------------------ decode_image
+def _encode(array, fmt, mode=None):
+    buf = io.BytesIO()
+    # JPEG at high quality without chroma subsampling: close to the source.
+    options = dict(quality=95, subsampling=0) if fmt == "JPEG" else {}
+    Image.fromarray(array, mode).save(buf, format=fmt, **options)
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize("fmt,exact", [("PNG", True), ("BMP", True),
+                                       ("GIF", True), ("JPEG", False)])
+def test_decode_image_formats(fmt, exact):
+    if fmt == "GIF":  # a palette image: colours survive exactly
+        rgb = np.zeros((6, 5, 3), np.uint8)
+        rgb[:3] = (255, 0, 0)
+        rgb[3:, :2] = (0, 128, 255)
+    elif fmt == "JPEG":  # smooth, so that compression error stays small
+        ramp = np.linspace(40, 200, 8 * 8).reshape(8, 8)
+        rgb = np.stack([ramp, ramp[::-1], np.full_like(ramp, 90)], -1)
+        rgb = rgb.astype(np.uint8)
+    else:
+        rgb = _image()
+    data = _encode(rgb, fmt)
+    decoded = _both(pp.decode_image, data)
+    assert decoded.dtype == np.uint8 and decoded.shape == rgb.shape
+    if exact:
+        np.testing.assert_array_equal(decoded, rgb)
+    else:  # lossy: close to the source and to Pillow's decoder
+        reference = np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))
+        for other in (reference, rgb):
+            difference = np.abs(decoded.astype(int) - other)
+            assert difference.mean() < 2 and difference.max() <= 8
+
+
+def test_decode_image_gray_rgba_and_16_bit_become_rgb():
+    gray = _image(c=1)[..., 0]
+    np.testing.assert_array_equal(
+        _both(pp.decode_image, _encode(gray, "PNG")),
+        np.repeat(gray[..., None], 3, -1),
+    )
+    rgba = _image(c=4)
+    np.testing.assert_array_equal(
+        _both(pp.decode_image, _encode(rgba, "PNG")), rgba[..., :3]
+    )
+    la = _image(c=2)
+    np.testing.assert_array_equal(
+        _both(pp.decode_image, _encode(la, "PNG")),
+        np.repeat(la[..., :1], 3, -1),
+    )
+    deep = (np.arange(20).reshape(4, 5) * 3000).astype(np.uint16)
+    decoded = _both(pp.decode_image, _encode(deep, "PNG"))
+    # 16 -> 8 bits: the high byte, within rounding.
+    assert np.abs(decoded[..., 0].astype(int) - deep // 257).max() <= 1
+    assert decoded.shape == (4, 5, 3)
+
+
+def test_decode_image_errors():
+    with pytest.raises(tf.errors.InvalidArgumentError, match="Empty image"):
+        pp.decode_image(tf.constant(b""))
+    with pytest.raises(tf.errors.InvalidArgumentError):
+        pp.decode_image(tf.constant(b"not an image at all"))
+
+
+# ------------------------------------------------- resizing and cropping
+def test_scale_to_unit_range():
+    x = np.array([[[0, 255, 127.5]]], np.float32)
+    np.testing.assert_allclose(_both(pp.scale_to_unit_range, x),
+                               [[[-1.0, 1.0, 0.0]]])
+
+
+def test_resize_bilinear_half_pixel_centres():
+    # One row [0, 10] to width 4: sample points -0.25, 0.25, 0.75, 1.25 in
+    # source pixels, clamped at the borders.
+    x = np.array([[[0], [10]]], np.uint8).repeat(3, -1)
+    out = _both(lambda a: pp.resize(a, (1, 4)), x)
+    np.testing.assert_allclose(out[0, :, 0], [0, 2.5, 7.5, 10], atol=1e-5)
+    assert out.dtype == np.float32
+    same = _both(lambda a: pp.resize(a, (6, 5)), _image())
+    np.testing.assert_allclose(same, _image(), atol=1e-4)
+
+
+def test_central_crop():
+    x = _image(9, 8)
+    out = _both(lambda a: pp.central_crop(a, (5, 4)), x)
+    np.testing.assert_array_equal(out, x[2:7, 2:6])
+
+
+def test_preprocess_eval():
+    x = _image(6, 5)
+    np.testing.assert_allclose(
+        _both(lambda a: pp.preprocess_eval(a, (6, 5)), x),
+        x / 127.5 - 1, atol=1e-5,
+    )
+    # Resize to 8 x 8, central 4 x 4 crop.
+    out = _both(lambda a: pp.preprocess_eval(a, 4, resize_size=8), x)
+    reference = tf.image.resize(x.astype(np.float32), (8, 8)).numpy()
+    np.testing.assert_allclose(out, reference[2:6, 2:6] / 127.5 - 1,
+                               atol=1e-5)
+    gray = _both(lambda a: pp.preprocess_eval(a, 4), _image(c=1))
+    assert gray.shape == (4, 4, 3)
+
+
+def _windows(image, h, w):
+    """All h x w windows of an image and of its mirror image."""
+    out = []
+    for source in (image, image[:, ::-1]):
+        for top in range(source.shape[0] - h + 1):
+            for left in range(source.shape[1] - w + 1):
+                out.append(source[top:top + h, left:left + w])
+    return out
+
+
+def test_preprocess_finetune_seeded():
+    x = _image(7, 7)
+
+    def fn(a, seed):
+        return pp.preprocess_finetune(a, 4, resize_size=(6, 6), seed=seed)
+
+    out = _both(fn, x, SEED.numpy())
+    assert out.shape == (4, 4, 3) and out.dtype == np.float32
+    assert -1 <= out.min() and out.max() <= 1
+    resized = tf.image.resize(x.astype(np.float32), (6, 6)).numpy()
+    # The output is one 4 x 4 window of the resized image (maybe mirrored).
+    assert any(
+        np.allclose(out, wnd / 127.5 - 1, atol=1e-5)
+        for wnd in _windows(resized, 4, 4)
+    )
+    others = {fn(tf.constant(x), tf.constant([s, 0], tf.int64)).numpy()
+              .tobytes() for s in range(12)}
+    assert len(others) > 3  # the seed moves the crop and the flip
+    # No resize_size: resize straight to 4 x 4, then maybe flip.
+    plain = _both(lambda a, s: pp.preprocess_finetune(a, 4, seed=s), x,
+                  SEED.numpy())
+    small = tf.image.resize(x.astype(np.float32), (4, 4)).numpy() / 127.5 - 1
+    assert (np.allclose(plain, small, atol=1e-5)
+            or np.allclose(plain, small[:, ::-1], atol=1e-5))
+    unseeded = pp.preprocess_finetune(tf.constant(x), 4, resize_size=6)
+    assert unseeded.shape == (4, 4, 3)
+
+
+def test_preprocess_pretrain_seeded():
+    x = _image(16, 12)
+
+    def fn(a, seed):
+        return pp.preprocess_pretrain(a, 8, seed=seed)
+
+    out = _both(fn, x, SEED.numpy())
+    assert out.shape == (8, 8, 3) and -1 <= out.min() and out.max() <= 1
+    crops = {fn(tf.constant(x), tf.constant([s, 1], tf.int64)).numpy()
+             .tobytes() for s in range(8)}
+    assert len(crops) == 8  # random windows
+    # Area and aspect ratio ranges that only the whole image fits.
+    whole = _both(
+        lambda a, s: pp.preprocess_pretrain(
+            a, 8, area_range=(1.0, 1.0), aspect_ratio_range=(0.75, 0.75),
+            seed=s,
+        ),
+        x, SEED.numpy(),
+    )
+    full = tf.image.resize(x.astype(np.float32), (8, 8)).numpy() / 127.5 - 1
+    assert (np.allclose(whole, full, atol=1e-5)
+            or np.allclose(whole, full[:, ::-1], atol=1e-5))
+    no_flip = _both(
+        lambda a, s: pp.preprocess_pretrain(
+            a, 8, area_range=(1.0, 1.0), aspect_ratio_range=(0.75, 0.75),
+            flip=False, seed=s,
+        ),
+        x, SEED.numpy(),
+    )
+    np.testing.assert_allclose(no_flip, full, atol=1e-5)
+
+
+# ----------------------------------------------------------------- digits
+def digits_config(**overrides):
+    sys.path.insert(0, os.path.join(ROOT, "configs"))
+    try:
+        import digits
+    finally:
+        sys.path.pop(0)
+    config = digits.get_config()
+    config.image_size = 16
+    config.pp.resize_size = 18
+    for key, value in overrides.items():
+        target = config
+        *path, leaf = key.split(".")
+        for part in path:
+            target = target[part]
+        target[leaf] = value
+    return config
+
+
+def test_digits_split_is_fixed_and_deterministic():
+    x_train, y_train = ip.digits_split("train")
+    x_test, y_test = ip.digits_split("test")
+    assert x_train.shape == (1437, 8, 8) and x_test.shape == (360, 8, 8)
+    assert x_train.dtype == np.uint8 and x_train.max() == 255
+    # Stratified: every class has 35 or 36 test images.
+    assert set(np.bincount(y_test)) <= {35, 36, 37}
+    ip._digits_arrays.cache_clear()
+    x2, y2 = ip.digits_split("train")
+    np.testing.assert_array_equal(x2, x_train)
+    np.testing.assert_array_equal(y2, y_train)
+    part, _ = ip.digits_split("train[:10%]")
+    np.testing.assert_array_equal(part, x_train[:144])
+    with pytest.raises(ValueError, match="splits 'train' and 'test'"):
+        ip.digits_split("validation")
+
+
+def test_train_dataset_shapes_dtypes_range():
+    config = digits_config()
+    images, labels = next(iter(ip.train_dataset(config, 8)))
+    assert images.shape == (8, 16, 16, 3) and images.dtype == tf.float32
+    assert labels.shape == (8,) and labels.dtype == tf.int32
+    assert -1 <= float(tf.reduce_min(images)) < 0
+    assert 0 < float(tf.reduce_max(images)) <= 1
+    spec = ip.train_dataset(config, 8).element_spec
+    assert spec[0].shape == (8, 16, 16, 3)  # static: drop_remainder
+
+
+def test_train_dataset_applies_the_seeded_ops_per_example():
+    """Element i is preprocess(example i, seed (s, i)): the op in tf.data
+    gives what it gives eagerly."""
+    config = digits_config(shuffle_buffer=1)
+    seed = ip.pipeline_seed(config)
+    x, y = ip.digits_split("train")
+    images, labels = next(iter(ip.train_dataset(config, 4)))
+    fn = ip.make_preprocess_fn(config, training=True)
+    for i in range(4):
+        eager = fn(tf.constant(x[i][..., None]),
+                   tf.constant([seed, i], tf.int64))
+        np.testing.assert_allclose(images[i], eager, atol=1e-6)
+        assert labels[i] == y[i]
+
+
+def _context(i, pipelines=2, replicas=4):
+    return tf.distribute.InputContext(
+        num_input_pipelines=pipelines, input_pipeline_id=i,
+        num_replicas_in_sync=replicas,
+    )
+
+
+def _epoch(config, ctx, n):
+    """The first `n` training examples of a pipeline, as bytes."""
+    ds = ip.train_dataset(config, 4, ctx).unbatch().take(n)
+    return [(im.numpy().tobytes(), int(lb)) for im, lb in ds]
+
+
+def test_per_replica_batch_and_disjoint_shards_digits():
+    config = digits_config(shuffle_buffer=1, **{"pp.train": "eval"})
+    batch = next(iter(ip.train_dataset(config, 8, _context(0))))
+    assert batch[0].shape == (2, 16, 16, 3)  # 8 over 4 replicas
+    shards = [_epoch(config, _context(i), 719 - i) for i in range(2)]
+    whole = _epoch(config, None, 1437)
+    # Together the two pipelines hold each training example exactly once.
+    assert (collections.Counter(shards[0]) + collections.Counter(shards[1])
+            == collections.Counter(whole))
+    with pytest.raises(ValueError, match="multiple of 4"):
+        ip.train_dataset(config, 6, _context(0))
+
+
+def _masked(ds):
+    out = []
+    for images, labels, mask in ds:
+        assert images.shape[0] == labels.shape[0] == mask.shape[0]
+        for im, lb, m in zip(images.numpy(), labels.numpy(), mask.numpy()):
+            if m:
+                out.append((im.tobytes(), int(lb)))
+            else:
+                assert lb == 0 and not im.any()
+    return out
+
+
+def test_eval_dataset_counts_every_example_once():
+    config = digits_config()
+    single = _masked(ip.eval_dataset(config, "test", 64))
+    assert len(single) == 360
+    assert sorted(lb for _, lb in single) == sorted(ip.digits_split("test")[1])
+    sizes = [len(list(ip.eval_dataset(config, "test", 64, _context(i))))
+             for i in range(2)]
+    # ceil(360 / 64) = 6 global batches = 12 per pipeline (2 replicas each).
+    assert sizes == [12, 12]
+    parts = [_masked(ip.eval_dataset(config, "test", 64, _context(i)))
+             for i in range(2)]
+    assert (collections.Counter(parts[0]) + collections.Counter(parts[1])
+            == collections.Counter(single))
+
+
+# ----------------------------------------------------------- image folder
+def _write_folder(root, per_class=6):
+    """root/{train,val}/{cat,dog,eel}/ with PNG and JPEG files, gray and
+    RGBA among them. Class c has mean brightness 60 + 70 c."""
+    rng = np.random.default_rng(0)
+    for split, n in (("train", per_class), ("val", 3)):
+        for c, name in enumerate(("cat", "dog", "eel")):
+            os.makedirs(os.path.join(root, split, name))
+            for i in range(n):
+                base = rng.normal(60 + 70 * c, 10, (20, 24, 3))
+                pixels = np.clip(base, 0, 255).astype(np.uint8)
+                kind = i % 4
+                if kind == 1:
+                    pixels = pixels[..., 0]  # gray
+                elif kind == 2:
+                    alpha = np.full(pixels.shape[:2] + (1,), 200, np.uint8)
+                    pixels = np.concatenate([pixels, alpha], -1)
+                fmt = "JPEG" if kind == 3 else "PNG"
+                ext = ".JPG" if kind == 3 else ".png"
+                Image.fromarray(pixels).save(
+                    os.path.join(root, split, name, f"{i}{ext}"), format=fmt
+                )
+    with open(os.path.join(root, "train", "cat", "notes.txt"), "w") as f:
+        f.write("not an image")
+
+
+def test_image_folder_source(tmp_path):
+    root = str(tmp_path / "images")
+    _write_folder(root)
+    config = digits_config(dataset="folder", data_dir=root, val_split="val",
+                           eval_split="val", shuffle_buffer=1,
+                           **{"pp.train": "eval"})
+    info = ip.dataset_info(config)
+    assert info.class_names == ["cat", "dog", "eel"]
+    assert info.num_examples == {"train": 18, "val": 9}
+    assert ip.num_split_examples(config, "train[:50%]") == 9
+    assert ip.num_split_examples(config, "train[-4:]") == 4
+    paths, labels = ip.folder_split(root, "train")
+    for path, label in zip(paths, labels):
+        assert os.path.basename(os.path.dirname(path)) == info.class_names[
+            label]
+    seen = _masked(ip.eval_dataset(config, "val", 4))
+    assert len(seen) == 9
+    # Pixels decode to the class's brightness (gray, RGBA, JPEG alike).
+    for data, label in seen:
+        image = np.frombuffer(data, np.float32)
+        assert abs((image.mean() + 1) * 127.5 - (60 + 70 * label)) < 12
+    shards = [_epoch(config, _context(i, replicas=2), 9) for i in range(2)]
+    whole = _epoch(config, None, 18)
+    assert (collections.Counter(shards[0]) + collections.Counter(shards[1])
+            == collections.Counter(whole))
+    with pytest.raises(ValueError, match="no split 'test'"):
+        ip.eval_dataset(config, "test", 4)
+    missing = digits_config(dataset="folder", data_dir=str(tmp_path / "no"))
+    with pytest.raises(ValueError, match="does not exist"):
+        ip.dataset_info(missing)
+
+
+def _tiny_train_config(config, workdir_steps=2):
+    config.total_steps = workdir_steps
+    config.batch_size = 4
+    config.steps_per_loop = 1
+    config.log_every_steps = 1
+    config.eval_every_steps = 0
+    config.checkpoint_every_steps = 0
+    config.jit_compile = False
+    config.optimizer.warmup_steps = 0
+    config.model.hidden_size = 16
+    config.model.mlp_dim = 16
+    config.model.num_layers = 1
+    config.model.num_heads = 2
+    return config
+
+
+def test_image_folder_trains_through_train_lib(tmp_path):
+    root = str(tmp_path / "images")
+    _write_folder(root)
+    config = _tiny_train_config(digits_config(
+        dataset="folder", data_dir=root, val_split="val", eval_split="val",
+        **{"pp.flip": True},
+    ))
+    metrics = train_lib.train_and_evaluate(config, str(tmp_path / "run"))
+    assert metrics["steps"] == 2 and metrics["test_examples"] == 9
+    labels = (tmp_path / "run" / "labels.txt").read_text().split()
+    assert labels == ["cat", "dog", "eel"]
+
+
+# ------------------------------------------------------------------- TFDS
+def test_tfds_dataset_by_name_trains_through_train_lib(tmp_path):
+    import tensorflow_datasets as tfds
+
+    config = _tiny_train_config(digits_config(dataset="cifar10"))
+    with tfds.testing.mock_data(num_examples=12,
+                                policy=tfds.testing.MockPolicy.USE_CODE):
+        info = ip.dataset_info(config)
+        assert info.num_classes == 10 and len(info.class_names) == 10
+        images, labels = next(iter(ip.train_dataset(config, 4)))
+        assert images.shape == (4, 16, 16, 3) and labels.dtype == tf.int32
+        metrics = train_lib.train_and_evaluate(config, str(tmp_path / "run"))
+    assert metrics["steps"] == 2 and metrics["test_examples"] == 12
+
+
+@pytest.fixture
+def prepared_tfds(tmp_path, monkeypatch):
+    """A real TFDS dataset on disk ("tinyset": 50 train, 21 test, one file
+    per split), read back by name through its data_dir."""
+    import tensorflow_datasets as tfds
+
+    # Preparing a dataset makes tensorflow-datasets import the
+    # importlib_resources backport, which Python 3.11's importlib.resources
+    # replaces.
+    monkeypatch.setitem(sys.modules, "importlib_resources",
+                        importlib.resources)
+    rng = np.random.default_rng(0)
+
+    def split(n):
+        return tf.data.Dataset.from_tensor_slices({
+            "image": rng.integers(0, 256, (n, 8, 8, 3), np.uint8),
+            "label": np.arange(n) % 3,
+        })
+
+    builder = tfds.dataset_builders.TfDataBuilder(
+        name="tinyset", version="1.0.0",
+        split_datasets={"train": split(50), "test": split(21)},
+        features=tfds.features.FeaturesDict({
+            "image": tfds.features.Image(shape=(8, 8, 3)),
+            "label": tfds.features.ClassLabel(names=["a", "b", "c"]),
+        }),
+        data_dir=str(tmp_path / "tfds"),
+    )
+    builder.download_and_prepare()
+    return str(tmp_path / "tfds")
+
+
+def test_tfds_sharding_and_eval_padding(prepared_tfds):
+    config = digits_config(dataset="tinyset", data_dir=prepared_tfds,
+                           shuffle_buffer=1, **{"pp.train": "eval"})
+    assert ip.dataset_info(config).num_examples == {"train": 50, "test": 21}
+    assert ip.num_split_examples(config, "train[:20%]") == 10
+    # One file, two pipelines: even example ranges, not file sharding.
+    shards = [_epoch(config, _context(i), 25) for i in range(2)]
+    whole = _epoch(config, None, 50)
+    assert (collections.Counter(shards[0]) + collections.Counter(shards[1])
+            == collections.Counter(whole))
+    single = _masked(ip.eval_dataset(config, "test", 8))
+    assert len(single) == 21
+    parts = [list(ip.eval_dataset(config, "test", 8, _context(i)))
+             for i in range(2)]
+    assert [len(p) for p in parts] == [6, 6]  # ceil(21 / 8) x 2 replicas
+    masked = [_masked(p) for p in parts]
+    assert (collections.Counter(masked[0]) + collections.Counter(masked[1])
+            == collections.Counter(single))
+
+
+def test_unknown_sources_fail_clearly():
+    with pytest.raises(ValueError, match="Unknown dataset 'no_such_set'"):
+        ip.dataset_info(digits_config(dataset="no_such_set"))
+    with pytest.raises(ValueError, match="resize_size .* smaller"):
+        ip.train_dataset(digits_config(**{"pp.resize_size": 8}), 4)
+    with pytest.raises(ValueError, match="Unknown pp.train"):
+        ip.train_dataset(digits_config(**{"pp.train": "mixup"}), 4)
+    with pytest.raises(ValueError, match="Cannot read split"):
+        ip.digits_split("train[:5")
+    with pytest.raises(ValueError, match="selects no examples"):
+        ip.digits_split("train[10:5]")
