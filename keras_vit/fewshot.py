@@ -146,6 +146,13 @@ def extract_features(
         )
     )
 
+    # One host holds every replica's outputs; several workers (or TPU
+    # hosts) need an all-gather. Only then is a collective launched: a
+    # gather next to other collectives of another type and dtype is fragile
+    # in processes that create several strategies.
+    extended = strategy.extended
+    multi_worker = getattr(extended, "_in_multi_worker_mode", lambda: False)()
+
     @tf.function
     def step(images, labels, mask):
         def replica(images, labels, mask):
@@ -153,7 +160,12 @@ def extract_features(
                            tf.float32), labels, mask
 
         out = strategy.run(replica, args=(images, labels, mask))
-        return [strategy.gather(t, axis=0) for t in out]
+        if multi_worker:
+            return [strategy.gather(t, axis=0) for t in out]
+        return [
+            tf.concat(strategy.experimental_local_results(t), axis=0)
+            for t in out
+        ]
 
     total = input_pipeline.num_split_examples(dataset_config, split)
     batches = -(-total // batch_size) if total else None

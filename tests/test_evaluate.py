@@ -1,0 +1,267 @@
+"""evaluate.py: plain evaluation against a direct computation, the three
+modes through the command line, and its errors.
+
+The command line runs in-process (so TFDS mock data applies), with the
+flags re-parsed for every call.
+"""
+
+import importlib.util
+import json
+import os
+import sys
+from unittest import mock
+
+import keras
+import ml_collections
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_datasets as tfds
+from absl import flags
+
+from keras_vit import (
+    checkpoint,
+    create_model,
+    evaluate_main,
+    preprocessing,
+    pretrained,
+    reports,
+    train_lib,
+    vtab_run,
+)
+from keras_vit.input_pipeline import digits_split
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+VTAB_CONFIG = os.path.join(ROOT, "configs", "vtab.py")
+FEWSHOT_CONFIG = os.path.join(ROOT, "configs", "fewshot.py")
+TINY_VTAB = [
+    "--config.image_size=32", "--config.batch_size=4",
+    "--config.eval_batch_size=4", "--config.total_steps=1",
+    "--config.steps_per_loop=1", "--config.checkpoint_every_steps=0",
+    "--config.jit_compile=False", "--config.shuffle_buffer=8",
+]
+MOCK = dict(num_examples=4, policy=tfds.testing.MockPolicy.USE_CODE)
+
+
+def cli(*args):
+    """Runs evaluate.py's main in-process; returns the exit code."""
+    evaluate_main.define_flags()
+    flags.FLAGS.unparse_flags()
+    # As in a fresh process: ml_collections defines one flag per
+    # --config.* override at parse time, and a flag cannot be defined twice.
+    for name in [n for n in flags.FLAGS if n.startswith("config.")]:
+        delattr(flags.FLAGS, name)
+    argv = ["evaluate.py", *args]
+    try:
+        # ml_collections reads --config.* overrides from sys.argv.
+        with mock.patch.object(sys, "argv", argv):
+            evaluate_main.evaluate_main(argv)
+    except SystemExit as e:  # app.run always exits; None means success
+        return 0 if e.code is None else e.code
+    return 0
+
+
+def tiny(num_classes=10, image_size=32, **kw):
+    return create_model(
+        None, num_classes=num_classes, image_size=image_size, patch_size=8,
+        hidden_size=32, num_layers=1, num_heads=2, mlp_dim=64,
+        head_zero_init=False, **kw,
+    )
+
+
+def direct_digits_metrics(model, size=32):
+    """top-1, top-5 and mean cross-entropy with NumPy from model.predict."""
+    x, y = digits_split("test")
+    images = np.stack([
+        preprocessing.preprocess_eval(tf.constant(i[..., None]), size).numpy()
+        for i in x
+    ])
+    logits = model.predict(images, batch_size=360, verbose=0).astype(
+        np.float64
+    )
+    top5 = np.argsort(-logits, axis=1)[:, :5]
+    shifted = logits - logits.max(1, keepdims=True)
+    logp = shifted - np.log(np.exp(shifted).sum(1, keepdims=True))
+    return {
+        "accuracy": np.mean(logits.argmax(1) == y),
+        "top5_accuracy": np.mean((top5 == y[:, None]).any(1)),
+        "loss": -np.mean(logp[np.arange(len(y)), y]),
+        "num_examples": len(y),
+    }
+
+
+def digits_config(size=32):
+    return ml_collections.ConfigDict(
+        dict(dataset="digits", image_size=size, pp=dict())
+    )
+
+
+@pytest.mark.parametrize("replicas", [1, 2])
+def test_evaluate_model_equals_direct_computation(replicas):
+    model = tiny()
+    want = direct_digits_metrics(model)
+    if replicas == 2:
+        strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+        with strategy.scope():
+            evaluated = tiny()
+        evaluated.set_weights(model.get_weights())
+    else:
+        strategy, evaluated = None, model
+    # 360 = 2 * 128 + 104: the last batch is padded, the padding masked.
+    got = evaluate_main.evaluate_model(
+        evaluated, digits_config(), "test", 128, strategy, progress=True
+    )
+    assert got["num_examples"] == 360
+    for key in ("accuracy", "top5_accuracy"):
+        assert got[key] == pytest.approx(want[key], abs=1e-9)
+    assert got["loss"] == pytest.approx(want["loss"], rel=1e-5)
+    assert 0.0 < got["accuracy"] < got["top5_accuracy"] < 1.0
+
+
+def test_cli_eval_of_a_run_equals_its_own_final_metrics(tmp_path, capsys):
+    spec = importlib.util.spec_from_file_location(
+        "digits_cfg", os.path.join(ROOT, "configs", "digits.py")
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    config = module.get_config()
+    config.model.update(hidden_size=32, num_layers=1, num_heads=2,
+                        mlp_dim=64)
+    config.optimizer.warmup_steps = 1
+    config.update(total_steps=2, steps_per_loop=1, batch_size=32,
+                  jit_compile=False, eval_every_steps=0,
+                  checkpoint_every_steps=0, log_every_steps=1)
+    workdir = str(tmp_path / "run")
+    final = train_lib.train_and_evaluate(config, workdir)
+    capsys.readouterr()
+    out_dir = str(tmp_path / "eval")
+    assert cli("--mode=eval", f"--workdir={workdir}",
+               f"--output_dir={out_dir}", "--batch_size=100") == 0
+    printed = capsys.readouterr().out
+    got = json.loads(printed[printed.index("{"):])
+    assert got["num_examples"] == final["test_examples"] == 360
+    assert got["accuracy"] == pytest.approx(final["test_accuracy"])
+    assert got["top5_accuracy"] == pytest.approx(final["test_top5_accuracy"])
+    assert got["loss"] == pytest.approx(final["test_loss"], rel=1e-5)
+    saved = json.load(open(os.path.join(out_dir, "eval_digits_test.json")))
+    assert saved["accuracy"] == got["accuracy"]
+
+
+def test_cli_eval_of_npz_and_keras_at_another_resolution(tmp_path, capsys):
+    model = tiny(image_size=16)
+    npz = str(tmp_path / "m.npz")
+    checkpoint.save_npz(model, npz)
+    keras_path = str(tmp_path / "m.keras")
+    model.save(keras_path)
+    # The reference: the same weights rebuilt at 32 (position embeddings
+    # resized by the checkpoint module).
+    want = direct_digits_metrics(checkpoint.rebuild_at_resolution(model, 32))
+    for source in (f"--npz={npz}", f"--keras_model={keras_path}"):
+        assert cli("--mode=eval", source, "--dataset=digits", "--split=test",
+                   "--image_size=32") == 0
+        printed = capsys.readouterr().out
+        got = json.loads(printed[printed.index("{"):])
+        assert got["accuracy"] == pytest.approx(want["accuracy"])
+        assert got["loss"] == pytest.approx(want["loss"], rel=1e-4)
+
+
+def test_cli_errors_name_the_fix(tmp_path, capsys):
+    npz = str(tmp_path / "m.npz")
+    checkpoint.save_npz(tiny(num_classes=7), npz)
+    code = cli("--mode=vtab", f"--config={VTAB_CONFIG}", f"--npz={npz}",
+               f"--output_dir={tmp_path}", "--tasks=natural,dsprite_loc")
+    assert "Valid tasks:" in str(code) and "dsprites_loc" in str(code)
+    code = cli("--mode=eval", f"--npz={npz}", "--dataset=digits")
+    assert "predicts 7 classes but digits has 10" in str(code)
+    code = cli("--mode=eval", f"--npz={npz}", f"--keras_model={npz}",
+               "--dataset=digits")
+    assert "exactly one pre-trained model" in str(code)
+    code = cli("--mode=eval", f"--npz={npz}")
+    assert "needs a data source" in str(code)
+    code = cli("--mode=vtab", f"--npz={npz}", f"--config={VTAB_CONFIG}")
+    assert code == 1  # UsageError
+    assert "--output_dir" in capsys.readouterr().err
+
+
+def test_cli_vtab_one_task(tmp_path, capsys):
+    npz = str(tmp_path / "src.npz")
+    checkpoint.save_npz(tiny(num_classes=3, image_size=16), npz)
+    out = str(tmp_path / "out")
+    with tfds.testing.mock_data(**MOCK):
+        code = cli("--mode=vtab", f"--config={VTAB_CONFIG}", *TINY_VTAB,
+                   f"--config.data_dir={tmp_path}", f"--npz={npz}",
+                   f"--output_dir={out}", "--tasks=smallnorb_elev",
+                   "--name=tiny")
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "## VTAB-1k" in printed and "| tiny |" in printed
+    (record,) = reports.read_jsonl(os.path.join(out, "results.jsonl"))
+    assert record["task"] == "smallnorb_elev"
+    assert record["lr"] == 0.01 and record["sweep"] == []
+
+
+def test_sweep_picks_the_best_pair_on_two_replicas(tmp_path):
+    spec = importlib.util.spec_from_file_location("vtab_cfg", VTAB_CONFIG)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    config = module.get_config()
+    config.update(image_size=32, batch_size=4, eval_batch_size=4,
+                  total_steps=1, steps_per_loop=1, checkpoint_every_steps=0,
+                  jit_compile=False, shuffle_buffer=8, data_dir=str(tmp_path))
+    config.vtab.sweep.update(enabled=True, lrs=(0.001, 0.5), steps=(1,))
+    npz = str(tmp_path / "src.npz")
+    checkpoint.save_npz(tiny(num_classes=3, image_size=16), npz)
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    out = str(tmp_path / "out")
+    with tfds.testing.mock_data(**MOCK):
+        result = vtab_run.run(config, pretrained.Source(npz=npz), out,
+                              strategy, tasks="dsprites_loc")
+    (record,) = result["records"]
+    trials = record["sweep"]
+    assert [(t["lr"], t["steps"]) for t in trials] == [(0.001, 1), (0.5, 1)]
+    best = max(trials, key=lambda t: t["val_accuracy"])
+    assert (record["lr"], record["steps"]) == (best["lr"], best["steps"])
+    runs = os.path.join(out, "runs", "dsprites_loc")
+    assert sorted(os.listdir(runs)) == ["final", "lr0.001_steps1",
+                                        "lr0.5_steps1"]
+    trial = json.load(open(os.path.join(runs, "lr0.5_steps1", "config.json")))
+    assert trial["train_split"] == "train[:800]"
+    assert trial["eval_split"] == "train[589824:590024]"
+    final = json.load(open(os.path.join(runs, "final", "config.json")))
+    assert final["optimizer"]["lr"] == record["lr"]
+    assert final["train_split"] == "train[:800]+train[589824:590024]"
+
+
+def test_cli_fewshot_on_digits(tmp_path, capsys):
+    path = str(tmp_path / "m.keras")
+    tiny(representation_size=16).save(path)
+    out = str(tmp_path / "fs")
+    code = cli("--mode=fewshot", f"--config={FEWSHOT_CONFIG}:digits",
+               "--config.image_size=32", "--config.resize_size=36",
+               "--config.shots=(1,2)", "--config.seeds=(0,)",
+               f"--keras_model={path}", f"--output_dir={out}")
+    assert code == 0
+    saved = json.load(open(os.path.join(out, "fewshot.json")))
+    assert set(saved["results"]["digits"]) == {"1", "2"}
+    assert len(saved["results"]["digits"]["2"]["per_seed"]) == 1
+    md = open(os.path.join(out, "fewshot.md")).read()
+    assert "| digits |" in md and "2-shot" in md
+    assert "| digits |" in capsys.readouterr().out
+
+
+def test_keras_file_is_usable_as_a_vtab_source(tmp_path):
+    model = tiny(num_classes=10, image_size=16, representation_size=16)
+    path = str(tmp_path / "m.keras")
+    model.save(path)
+    info = pretrained.architecture(pretrained.Source(keras_model=path))
+    assert info["num_classes"] == 10 and info["representation_size"] == 16
+    assert info["image_size"] == (16, 16)
+    out = pretrained.write_backbone(pretrained.Source(keras_model=path),
+                                    str(tmp_path / "b.npz"))
+    arrays = checkpoint.read_npz(out.npz)
+    source = checkpoint.model_arrays(keras.models.load_model(path))
+    assert set(arrays) == set(source) - {
+        "head/kernel", "head/bias", "pre_logits/kernel", "pre_logits/bias"
+    }
+    for key, value in arrays.items():
+        np.testing.assert_array_equal(value, source[key])

@@ -1,0 +1,181 @@
+"""Few-shot linear evaluation: the closed-form solver, the shot draws, the
+feature extraction and the whole evaluator on the scikit-learn digits.
+
+The solver is compared with NumPy's least squares on the augmented system
+[X; sqrt(l2) I] W = [Y; 0] (an independent route to the ridge solution) and
+with a direct solve of the regularised normal equations, in both the
+N >= D and the N < D regime.
+"""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_vit import create_model, features_model, fewshot, preprocessing
+from keras_vit.input_pipeline import digits_split
+
+
+def lstsq_ridge(x, y, l2):
+    d = x.shape[1]
+    a = np.concatenate([x, np.sqrt(l2) * np.eye(d)])
+    b = np.concatenate([y, np.zeros((d, y.shape[1]))])
+    return np.linalg.lstsq(a, b, rcond=None)[0]
+
+
+@pytest.mark.parametrize("n,d", [(40, 7), (7, 40), (12, 12)])
+def test_ridge_matches_numpy_in_both_regimes(n, d):
+    rng = np.random.default_rng(n * 100 + d)
+    x = rng.normal(size=(n, d))
+    y = rng.normal(size=(n, 3))
+    for l2 in (0.5, 1024.0):
+        w = fewshot.ridge_weights(x, y, l2)
+        assert w.shape == (d, 3)
+        np.testing.assert_allclose(w, lstsq_ridge(x, y, l2), rtol=1e-8,
+                                   atol=1e-10)
+        normal = np.linalg.solve(x.T @ x + l2 * np.eye(d), x.T @ y)
+        np.testing.assert_allclose(w, normal, rtol=1e-8, atol=1e-10)
+
+
+def test_ridge_errors_name_the_problem():
+    with pytest.raises(ValueError, match="same N"):
+        fewshot.ridge_weights(np.ones((3, 2)), np.ones((4, 1)), 1.0)
+    with pytest.raises(ValueError, match="l2_reg must be positive"):
+        fewshot.ridge_weights(np.ones((3, 2)), np.ones((3, 1)), 0.0)
+
+
+def reference_predict(train_x, train_y, test_x, k, l2=1024.0):
+    """The evaluator's recipe, written out independently."""
+    mu, sd = train_x.mean(0), train_x.std(0) + 1e-5
+    aug = lambda x: np.hstack([(x - mu) / sd, np.full((len(x), 1), 100.0)])  # noqa: E731
+    y = -np.ones((len(train_y), k))
+    y[np.arange(len(train_y)), train_y] = 1.0
+    return np.argmax(aug(test_x) @ lstsq_ridge(aug(train_x), y, l2), 1)
+
+
+@pytest.mark.parametrize("n_per_class,dim", [(5, 30), (25, 8)])
+def test_fit_predict_matches_reference(n_per_class, dim):
+    rng = np.random.default_rng(dim)
+    k = 4
+    centers = rng.normal(size=(k, dim))
+    train_y = np.repeat(np.arange(k), n_per_class)
+    train_x = centers[train_y] + 1.5 * rng.normal(size=(len(train_y), dim))
+    test_y = rng.integers(0, k, 200)
+    test_x = centers[test_y] + 1.5 * rng.normal(size=(200, dim))
+    got = fewshot.fit_predict(train_x, train_y, test_x, k)
+    np.testing.assert_array_equal(
+        got, reference_predict(train_x, train_y, test_x, k)
+    )
+    assert 0.3 < np.mean(got == test_y) < 1.0  # a real, imperfect task
+
+
+@pytest.mark.parametrize("shots,dim", [(1, 40), (3, 5), (25, 10)])
+def test_separable_toy_problem_is_solved_exactly(shots, dim):
+    """Tight, far-apart clusters (every feature informative): 100% in the
+    N < D and the N >= D regime."""
+    rng = np.random.default_rng(0)
+    k = 5
+    centers = 10.0 * rng.normal(size=(k, dim))
+    train_y = np.repeat(np.arange(k), shots)
+    train_x = centers[train_y] + 0.1 * rng.normal(size=(len(train_y), dim))
+    test_y = rng.integers(0, k, 500)
+    test_x = centers[test_y] + 0.1 * rng.normal(size=(500, dim))
+    pred = fewshot.fit_predict(train_x, train_y, test_x, k)
+    assert np.mean(pred == test_y) == 1.0
+
+
+def test_draw_shots_per_class_without_replacement():
+    labels = np.repeat(np.arange(4), [10, 6, 3, 8])
+    idx = fewshot.draw_shots(labels, 5, seed=0, num_classes=4)
+    counts = np.bincount(labels[idx], minlength=4)
+    np.testing.assert_array_equal(counts, [5, 5, 3, 5])  # class 2 has 3
+    assert len(set(idx.tolist())) == len(idx)
+    again = fewshot.draw_shots(labels, 5, seed=0, num_classes=4)
+    np.testing.assert_array_equal(idx, again)
+    other = fewshot.draw_shots(labels, 5, seed=1, num_classes=4)
+    assert set(idx.tolist()) != set(other.tolist())
+
+
+def tiny_digits_model():
+    return create_model(
+        None, num_classes=10, image_size=32, patch_size=8, hidden_size=32,
+        num_layers=1, num_heads=2, mlp_dim=64, representation_size=24,
+        head_zero_init=False,
+    )
+
+
+def digits_features(model, split, size=32, resize=36):
+    """Reference features: each digit preprocessed by hand, one predict."""
+    x, y = digits_split(split)
+    images = np.stack([
+        preprocessing.preprocess_eval(tf.constant(i[..., None]), size,
+                                      resize).numpy()
+        for i in x
+    ])
+    feats = features_model(model).predict(images, batch_size=256, verbose=0)
+    return feats, y
+
+
+def test_evaluator_on_digits_matches_direct_computation():
+    model = tiny_digits_model()
+    data = fewshot.FewShotData("digits", "digits", "train", "test")
+    results, not_run = fewshot.run(
+        model, [data], shots=(1, 5), seeds=(0, 1), image_size=32,
+        resize_size=36, batch_size=100,
+    )
+    assert not_run == {}
+    train_x, train_y = digits_features(model, "train")
+    test_x, test_y = digits_features(model, "test")
+    for shots in (1, 5):
+        accs = []
+        for seed in (0, 1):
+            idx = fewshot.draw_shots(train_y, shots, seed, 10)
+            assert len(idx) == 10 * shots
+            pred = reference_predict(train_x[idx], train_y[idx], test_x, 10)
+            accs.append(np.mean(pred == test_y))
+        got = results["digits"][str(shots)]
+        np.testing.assert_allclose(got["per_seed"], accs)
+        assert got["mean"] == pytest.approx(np.mean(accs))
+    # The random tiny network still separates digits better than chance.
+    assert results["digits"]["5"]["mean"] > 0.2
+
+
+def test_features_are_the_same_under_two_replicas():
+    model = tiny_digits_model()
+    cfg = fewshot.FewShotData("d", "digits", "train", "test").config(32, 36)
+    one = fewshot.extract_features(features_model(model), cfg, "test", 64)
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    with strategy.scope():
+        mirrored = tiny_digits_model()
+    mirrored.set_weights(model.get_weights())
+    two = fewshot.extract_features(
+        features_model(mirrored), cfg, "test", 64, strategy
+    )
+    ref_x, ref_y = digits_features(model, "test")
+    assert one[0].shape == (360, 24) and two[0].shape == (360, 24)
+    np.testing.assert_allclose(one[0], ref_x, atol=1e-5)
+    np.testing.assert_array_equal(one[1], ref_y)
+    # Replicas may interleave batches: compare as sets of (label, row).
+    order = lambda f, y: np.lexsort(np.c_[f, y].T)  # noqa: E731
+    a, b = order(*one), order(*two)
+    np.testing.assert_allclose(one[0][a], two[0][b], atol=1e-5)
+    np.testing.assert_array_equal(one[1][a], two[1][b])
+
+
+def test_missing_data_is_reported_and_others_run(tmp_path):
+    model = tiny_digits_model()
+    sets = [
+        fewshot.FewShotData("imagenet", "imagenet2012", "train[:10%]",
+                            "validation", str(tmp_path)),
+        fewshot.FewShotData("digits", "digits", "train", "test"),
+    ]
+    results, not_run = fewshot.run(
+        model, sets, shots=(1,), seeds=(0,), image_size=32, resize_size=None,
+        batch_size=120, download=False,
+    )
+    assert list(results) == ["digits"]
+    assert "imagenet" in not_run and "tfds build imagenet2012" in not_run[
+        "imagenet"
+    ]
+    with pytest.raises(ValueError, match="Unknown few-shot data set"):
+        fewshot.run(model, [fewshot.FewShotData("x", "no_such_set", "a",
+                                                "b")])
