@@ -19,7 +19,7 @@ import keras
 import tensorflow as tf
 from absl import logging
 
-from keras_vit import distribute, input_pipeline, optim
+from keras_vit import data_checks, distribute, input_pipeline, optim
 from keras_vit import workdir as wd
 from keras_vit.model import create_model
 from keras_vit.trainer import Trainer
@@ -181,15 +181,20 @@ def train_and_evaluate(
     batch = int(config.batch_size)
     if batch <= 0:
         raise ValueError(f"batch_size must be positive, got {batch}.")
-    tf.io.gfile.makedirs(workdir)
+    try:
+        tf.io.gfile.makedirs(workdir)
+    except tf.errors.OpError as e:
+        raise TrainingError(
+            f"Cannot use --workdir {workdir}: {e.message.splitlines()[0]}. "
+            "Check the path and your credentials; gs:// paths need "
+            "TensorFlow's GCS file system (pip install 'keras-vit[gcs]')."
+        ) from None
     _check_workdir_config(config, workdir)
     keras.utils.set_random_seed(int(config.get("seed", 0)))
 
     info = input_pipeline.dataset_info(config)
+    data_checks.check_splits(config)  # now, not after training
     num_classes = int(config.get("num_classes") or info.num_classes)
-    if chief:
-        wd.write_json(os.path.join(workdir, wd.CONFIG), config.to_dict())
-        wd.write_class_names(workdir, info.class_names)
 
     with strategy.scope():
         model = build_model(config, num_classes)
@@ -209,6 +214,7 @@ def train_and_evaluate(
         loss=config.get("loss", "softmax_xent"),
         label_smoothing=float(config.get("label_smoothing", 0.0)),
         jit_compile=bool(config.get("jit_compile", False)),
+        skip_nonfinite=bool(config.get("skip_nonfinite", False)),
     )
     micro_batch = batch // trainer.accumulation_steps
 
@@ -251,7 +257,6 @@ def train_and_evaluate(
             items["iterator"] = train_iter
     ckpt = tf.train.Checkpoint(**items)
     ckpt_dir = os.path.join(workdir, wd.CHECKPOINTS)
-    latest = tf.train.latest_checkpoint(ckpt_dir)
     scratch = None
     if not chief:
         # Every worker saves (saving may need collectives), but only the
@@ -263,8 +268,8 @@ def train_and_evaluate(
         max_to_keep=int(config.get("keep_checkpoints", 3)),
         step_counter=optimizer.iterations,
     )
+    latest = _restore_latest(items, ckpt_dir)
     if latest:
-        _restore(items, latest)
         logging.info(
             "Resumed from %s at step %d (learning rate %.3g); data order %s.",
             latest, trainer.step, trainer.learning_rate(),
@@ -272,9 +277,19 @@ def train_and_evaluate(
         )
     else:
         _initialise_from(config, model)
+    # Only now: a workdir whose checkpoints do not fit keeps its config.
+    if chief:
+        wd.write_json(os.path.join(workdir, wd.CONFIG), config.to_dict())
+        wd.write_class_names(workdir, info.class_names)
     if "iterator" not in items:
         train_iter = make_iterator(trainer.step)
     handler = distribute.preemption_handler(strategy, manager)
+    if handler is not None:
+        logging.info(
+            "Preemption: PreemptionCheckpointHandler saves a checkpoint on "
+            "every worker at the same step and exits (code 42 off Google "
+            "Cloud) when any worker is told to stop."
+        )
     try:
         return _train_loop(
             config, workdir, strategy, trainer, train_iter, eval_fn, manager,
@@ -285,6 +300,68 @@ def train_and_evaluate(
             tf.io.gfile.rmtree(scratch)
 
 
+class _Damaged(Exception):
+    """A checkpoint whose files are missing, truncated or corrupt."""
+
+
+# What reading a damaged checkpoint raises (a truncated data file: "Read
+# less bytes than requested").
+_DAMAGE = (
+    IndexError, tf.errors.DataLossError, tf.errors.OutOfRangeError,
+    tf.errors.NotFoundError,
+)
+
+
+def _restore_latest(items: dict, ckpt_dir: str) -> Optional[str]:
+    """Restores the newest complete checkpoint listed in `ckpt_dir`.
+
+    A listed checkpoint whose files are missing or unreadable (a full disk,
+    an interrupted copy) is skipped with a warning, never silently: starting
+    from scratch instead would let checkpoint rotation delete the older,
+    good ones.
+
+    Returns:
+        str or None. The checkpoint restored; None if none is listed.
+    """
+    state = tf.train.get_checkpoint_state(ckpt_dir)
+    if state is None or not state.model_checkpoint_path:
+        return None
+    candidates = [state.model_checkpoint_path] + [
+        p for p in reversed(state.all_model_checkpoint_paths)
+        if p != state.model_checkpoint_path
+    ]
+    problems = []
+    for path in candidates:
+        try:
+            if not tf.io.gfile.exists(path + ".index"):
+                raise _Damaged("is missing")
+            try:
+                wd.check_checkpoint(path, items["model"])
+            except ValueError as e:
+                raise TrainingError(f"Cannot resume from {path}: {e}") from None
+            except _DAMAGE as e:
+                raise _Damaged(f"is unreadable ({_first_line(e)})") from None
+            _restore(items, path)
+            return path
+        except _Damaged as e:
+            problems.append(f"{path} {e}")
+            if path != candidates[-1]:
+                logging.warning(
+                    "Checkpoint %s %s: resuming from the previous complete "
+                    "checkpoint.", path, e,
+                )
+    raise TrainingError(
+        f"No complete checkpoint in {ckpt_dir}: {'; '.join(problems)}. Move "
+        "the checkpoints folder away to start from scratch, or use a new "
+        "--workdir."
+    )
+
+
+def _first_line(error: BaseException) -> str:
+    text = getattr(error, "message", None) or str(error)
+    return f"{type(error).__name__}: {text.strip().splitlines()[0][:300]}"
+
+
 def _restore(items: dict, path: str) -> None:
     # A root of our own: the preemption handler adds a counter to the
     # manager's checkpoint, which older checkpoints do not have.
@@ -292,6 +369,8 @@ def _restore(items: dict, path: str) -> None:
         tf.train.Checkpoint(**items).restore(
             path
         ).assert_existing_objects_matched()
+    except _DAMAGE as e:
+        raise _Damaged(f"is unreadable ({_first_line(e)})") from None
     except (ValueError, AssertionError, tf.errors.OpError) as e:
         raise TrainingError(
             f"Cannot resume from {path}: it does not match this model/config "
@@ -322,31 +401,53 @@ def _train_loop(
     start_step = step
     train_time, timed_steps = 0.0, 0  # excludes the first (compiling) call
     t_start = time.time()
-    window = {"loss": 0.0, "accuracy": 0.0, "grad_norm": 0.0, "steps": 0}
+    window = {"loss": 0.0, "accuracy": 0.0, "grad_norm": 0.0, "steps": 0,
+              "applied": 0}
     window_time = 0.0
+    skipped = 0
     with _Preemption() as preemption:
         while step < total:
             stop = _next_stop(
                 step, total, steps_per_loop, log_every, eval_every, ckpt_every
             )
             t0 = time.time()
-            metrics = trainer.train(train_iter, stop - step)
+            with data_checks.explained_errors(config):
+                metrics = trainer.train(train_iter, stop - step)
             dt = time.time() - t0
-            if not math.isfinite(metrics["loss"]):
+            bad = metrics["nonfinite_steps"]
+            if not trainer.skip_nonfinite and (
+                bad or not math.isfinite(metrics["loss"])
+            ):
+                # Raised before any save: no checkpoint holds these steps.
                 last = manager.latest_checkpoint or "none (no checkpoint yet)"
+                first = step + (metrics["first_nonfinite_step"] or 1)
                 raise TrainingError(
-                    f"Non-finite loss ({metrics['loss']}) in steps "
-                    f"{step + 1}-{stop}. Last good checkpoint: {last}. "
-                    "Lower the learning rate or check the input data."
+                    f"Non-finite loss or gradient (loss {metrics['loss']}, "
+                    f"gradient norm {metrics['grad_norm']}; first at step "
+                    f"{first}) in steps {step + 1}-{stop}. Last good "
+                    f"checkpoint: {last}. Lower the learning rate, check the "
+                    "input data, or set config.skip_nonfinite=True to skip "
+                    "such steps."
+                )
+            if bad:
+                skipped += bad
+                logging.warning(
+                    "Skipped %d non-finite step(s) in steps %d-%d (first: "
+                    "step %d); weights and optimizer state unchanged.",
+                    bad, step + 1, stop,
+                    step + metrics["first_nonfinite_step"],
                 )
             n = stop - step
             if step > start_step:
                 train_time += dt
                 timed_steps += n
             step = stop
-            for key in ("loss", "accuracy", "grad_norm"):
-                window[key] += metrics[key] * n
+            applied = n - bad if trainer.skip_nonfinite else n
+            if applied:
+                for key in ("loss", "accuracy", "grad_norm"):
+                    window[key] += metrics[key] * applied
             window["steps"] += n
+            window["applied"] += applied
             window_time += dt
             if _boundary(step, log_every) or step == total:
                 _log_train(
@@ -356,7 +457,8 @@ def _train_loop(
                 window = {k: 0.0 for k in window}
                 window_time = 0.0
             if _boundary(step, eval_every) and step < total:
-                results = trainer.evaluate(eval_fn(val_split))
+                with data_checks.explained_errors(config):
+                    results = trainer.evaluate(eval_fn(val_split))
                 _log_eval(writers, step, val_split, results)
             saved = _boundary(step, ckpt_every) or step == total
             if saved:
@@ -373,7 +475,8 @@ def _train_loop(
                 return {"preempted": True, "step": step}
 
     eval_split = config.get("eval_split", "test")
-    results = trainer.evaluate(eval_fn(eval_split))
+    with data_checks.explained_errors(config):
+        results = trainer.evaluate(eval_fn(eval_split))
     _log_eval(writers, step, eval_split, results)
     trained = step - start_step
     final = {
@@ -384,6 +487,7 @@ def _train_loop(
         "test_examples": results["num_examples"],
         "steps": step,
         "steps_this_run": trained,
+        "skipped_steps_this_run": skipped,
         "images_per_sec": (timed_steps * batch / train_time)
         if train_time and timed_steps
         else None,
@@ -415,9 +519,10 @@ def _train_loop(
 
 def _log_train(trainer, writers, step, total, window, seconds, batch):
     steps = max(window["steps"], 1)
-    loss = window["loss"] / steps
-    accuracy = window["accuracy"] / steps
-    grad_norm = window["grad_norm"] / steps
+    applied = window.get("applied", steps)  # skipped steps excluded
+    loss = window["loss"] / applied if applied else float("nan")
+    accuracy = window["accuracy"] / applied if applied else float("nan")
+    grad_norm = window["grad_norm"] / applied if applied else float("nan")
     images_per_sec = steps * batch / seconds if seconds else 0.0
     lr = trainer.learning_rate()
     logging.info(

@@ -1,0 +1,428 @@
+"""Strategies and preemption: the TPU set-up sequence (monkeypatched: no
+TPU here), strategy names, the chief, SIGTERM for real on train.py, and two
+real MultiWorkerMirroredStrategy worker processes on 127.0.0.1 that are
+preempted, resume and end with identical weights."""
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import types
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_vit import distribute, optim, train_lib
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+# ------------------------------------------------------------------- TPU
+class _FakeTPU:
+    """Records the TPU set-up calls in order."""
+
+    def __init__(self, monkeypatch, fail_resolver=False):
+        self.calls = []
+        test = self
+
+        class Resolver:
+            def __init__(self, tpu=None):
+                if fail_resolver:
+                    raise ValueError("Please provide a TPU Name")
+                test.calls.append(("TPUClusterResolver", tpu))
+                self.tpu = tpu
+
+        class Strategy:
+            def __init__(self, resolver):
+                test.calls.append(("TPUStrategy", resolver.tpu))
+                self.cluster_resolver = resolver
+
+        def connect(resolver):
+            test.calls.append(("connect_to_cluster", resolver.tpu))
+
+        def initialize(resolver):
+            test.calls.append(("initialize_tpu_system", resolver.tpu))
+
+        monkeypatch.setattr(
+            tf.distribute.cluster_resolver, "TPUClusterResolver", Resolver
+        )
+        monkeypatch.setattr(tf.config, "experimental_connect_to_cluster",
+                            connect)
+        monkeypatch.setattr(tf.tpu.experimental, "initialize_tpu_system",
+                            initialize)
+        monkeypatch.setattr(tf.distribute, "TPUStrategy", Strategy)
+        self.strategy_class = Strategy
+
+
+@pytest.mark.parametrize(
+    "name,tpu,expected",
+    [
+        ("tpu", "local", ["TPUClusterResolver", "initialize_tpu_system",
+                          "TPUStrategy"]),
+        ("tpu", "my-tpu", ["TPUClusterResolver", "connect_to_cluster",
+                           "initialize_tpu_system", "TPUStrategy"]),
+        ("auto", "my-tpu", ["TPUClusterResolver", "connect_to_cluster",
+                            "initialize_tpu_system", "TPUStrategy"]),
+        ("tpu", "grpc://10.0.0.2:8470",
+         ["TPUClusterResolver", "connect_to_cluster",
+          "initialize_tpu_system", "TPUStrategy"]),
+    ],
+)
+def test_tpu_setup_sequence(monkeypatch, name, tpu, expected):
+    fake = _FakeTPU(monkeypatch)
+    strategy = distribute.create_strategy(name, tpu)
+    assert isinstance(strategy, fake.strategy_class)
+    assert fake.calls == [(call, tpu) for call in expected]
+
+
+def test_auto_without_tpu_is_the_default_strategy(monkeypatch):
+    fake = _FakeTPU(monkeypatch)
+    for var in ("TPU_NAME", "TPU_ACCELERATOR_TYPE"):
+        monkeypatch.delenv(var, raising=False)
+    exists = os.path.exists
+    monkeypatch.setattr(  # no TPU device files either
+        distribute.os.path, "exists",
+        lambda path: False if str(path).startswith("/dev/") else exists(path),
+    )
+    strategy = distribute.create_strategy("auto", None)
+    assert fake.calls == []
+    assert strategy is tf.distribute.get_strategy()
+
+
+def test_auto_finds_a_tpu_from_the_environment(monkeypatch):
+    fake = _FakeTPU(monkeypatch)
+    monkeypatch.setenv("TPU_NAME", "from-env")
+    distribute.create_strategy("auto", None)
+    # The resolver reads TPU_NAME itself: it is given tpu=None.
+    assert [c for c, _ in fake.calls] == [
+        "TPUClusterResolver", "connect_to_cluster",
+        "initialize_tpu_system", "TPUStrategy",
+    ]
+    # A TPU that cannot be reached: fall back instead of failing.
+    _FakeTPU(monkeypatch, fail_resolver=True)
+    assert (distribute.create_strategy("auto", None)
+            is tf.distribute.get_strategy())
+
+
+def test_tpu_strategy_gets_a_preemption_handler(monkeypatch):
+    _FakeTPU(monkeypatch)
+    made = []
+    monkeypatch.setattr(
+        tf.distribute.experimental, "PreemptionCheckpointHandler",
+        lambda resolver, manager: made.append((resolver, manager)) or "h",
+    )
+    strategy = distribute.create_strategy("tpu", "local")
+    assert distribute.preemption_handler(strategy, "manager") == "h"
+    assert made == [(strategy.cluster_resolver, "manager")]
+    # One-host strategies have none: the SIGTERM flag does the work.
+    assert distribute.preemption_handler(
+        tf.distribute.get_strategy(), "manager") is None
+    assert distribute.preemption_handler(
+        tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]), "m") is None
+
+
+@pytest.mark.parametrize("name", ["gpu", "TPU", "", "parameter_server"])
+def test_unknown_strategy_names_fail_clearly(name):
+    with pytest.raises(ValueError, match=r"Unknown --strategy .* use one of "
+                       r"auto, tpu, mirrored, multiworker, cpu"):
+        distribute.create_strategy(name)
+
+
+@pytest.mark.parametrize("tf_config", [
+    "{not json", '{"cluster": {}}', '{"cluster": {"worker": ["a:1"]}}',
+    '{"cluster": {"worker": ["a:1"]}, "task": {"type": "worker"}}',
+])
+def test_malformed_tf_config_fails_clearly(monkeypatch, tf_config):
+    monkeypatch.setenv("TF_CONFIG", tf_config)
+    with pytest.raises(ValueError, match="TF_CONFIG must be JSON like"):
+        distribute.create_strategy("multiworker")
+
+
+def test_mirrored_and_cpu_strategies():
+    assert isinstance(distribute.create_strategy("mirrored"),
+                      tf.distribute.MirroredStrategy)
+    cpu = distribute.create_strategy("cpu")
+    assert isinstance(cpu, tf.distribute.OneDeviceStrategy)
+    assert distribute.is_chief(cpu)
+
+
+@pytest.mark.parametrize(
+    "cluster,task_type,task_id,chief",
+    [
+        ({}, None, None, True),
+        ({"worker": ["a:1", "b:1"]}, "worker", 0, True),
+        ({"worker": ["a:1", "b:1"]}, "worker", 1, False),
+        ({"chief": ["c:1"], "worker": ["a:1"]}, "chief", 0, True),
+        ({"chief": ["c:1"], "worker": ["a:1"]}, "worker", 0, False),
+    ],
+)
+def test_is_chief(cluster, task_type, task_id, chief):
+    resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
+        tf.train.ClusterSpec(cluster), task_type=task_type, task_id=task_id
+    )
+    strategy = types.SimpleNamespace(cluster_resolver=resolver)
+    assert distribute.is_chief(strategy) is chief
+
+
+# -------------------------------------------------------------- SIGTERM
+def test_sigterm_flag_records_the_signal_and_restores_the_handler():
+    before = signal.getsignal(signal.SIGTERM)
+    with distribute.SigtermFlag() as flag:
+        assert flag.installed and not flag.requested
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.05)  # Python handlers run between bytecodes
+        assert flag.requested
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_sigterm_flag_leaves_a_preemption_handler_in_charge():
+    class Handler(tf.distribute.experimental.PreemptionCheckpointHandler):
+        def __init__(self):  # no cluster: only its signal method is used
+            self.seen = []
+
+        def __del__(self):
+            pass
+
+        def on_sigterm(self, signum, frame):
+            self.seen.append(signum)
+
+    handler = Handler()
+    previous = signal.signal(signal.SIGTERM, handler.on_sigterm)
+    try:
+        with distribute.SigtermFlag() as flag:
+            assert not flag.installed
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.05)
+        assert handler.seen == [signal.SIGTERM] and not flag.requested
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def test_train_lib_asks_the_handler_between_host_loops(tmp_path,
+                                                       monkeypatch):
+    from tests.test_train import digits_config
+
+    asked = []
+    recorder = types.SimpleNamespace(
+        save_checkpoint_if_preempted=lambda **kw: asked.append(kw)
+    )
+    monkeypatch.setattr(distribute, "preemption_handler",
+                        lambda strategy, manager: recorder)
+    config = digits_config(total_steps=12, steps_per_loop=4,
+                           eval_every_steps=0, checkpoint_every_steps=0)
+    train_lib.train_and_evaluate(config, str(tmp_path / "run"))
+    assert asked == [{"checkpoint_number": s} for s in (4, 8, 12)]
+
+
+def _env():
+    env = dict(os.environ)
+    env.update(CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="2",
+               PYTHONPATH=ROOT)
+    return env
+
+
+def _wait_for(path, pattern, procs, timeout=180):
+    """Waits until the log at `path` matches `pattern`."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        with open(path) as f:
+            if re.search(pattern, f.read()):
+                return
+        if any(p.poll() is not None for p in procs):
+            break
+        time.sleep(0.1)
+    with open(path) as f:
+        raise AssertionError(f"{pattern!r} not seen; log:\n{f.read()[-3000:]}")
+
+
+def _finish(procs, timeout=240):
+    try:
+        return [p.wait(timeout=timeout) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
+TOTAL = 300
+TRAIN_PY = [
+    os.path.join(ROOT, "train.py"),
+    "--config=" + os.path.join(ROOT, "configs", "digits.py"),
+    "--config.image_size=16", "--config.pp.resize_size=18",
+    "--config.model.num_layers=1", "--config.model.hidden_size=16",
+    "--config.model.mlp_dim=16", "--config.model.num_heads=2",
+    f"--config.total_steps={TOTAL}", "--config.steps_per_loop=2",
+    "--config.log_every_steps=2", "--config.eval_every_steps=0",
+    "--config.checkpoint_every_steps=0", "--config.batch_size=16",
+    "--config.jit_compile=False", "--config.optimizer.warmup_steps=0",
+    "--strategy=auto",
+]
+
+
+@pytest.mark.slow
+def test_sigterm_saves_stops_and_the_same_command_resumes(tmp_path):
+    workdir = str(tmp_path / "run")
+    command = [sys.executable, *TRAIN_PY, f"--workdir={workdir}"]
+    logs = [str(tmp_path / "first.log"), str(tmp_path / "second.log")]
+    with open(logs[0], "w") as out:
+        proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT,
+                                env=_env())
+    _wait_for(logs[0], rf"step \d+/{TOTAL}", [proc])
+    proc.send_signal(signal.SIGTERM)
+    assert _finish([proc]) == [0]
+    first = open(logs[0]).read()
+    stop = int(re.search(r"Stopped at step (\d+) after SIGTERM", first)[1])
+    assert 0 < stop < TOTAL
+    ckpt_dir = os.path.join(workdir, "checkpoints")
+    assert tf.train.latest_checkpoint(ckpt_dir).endswith(f"ckpt-{stop}")
+    assert not os.path.exists(os.path.join(workdir, "metrics.json"))
+
+    with open(logs[1], "w") as out:
+        proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT,
+                                env=_env())
+    assert _finish([proc]) == [0]
+    second = open(logs[1]).read()
+    lr = optim.WarmupDecay(1e-3, TOTAL, decay_type="cosine")(stop)
+    assert (f"Resumed from {ckpt_dir}/ckpt-{stop} at step {stop} "
+            f"(learning rate {float(lr):.3g}); data order restored"
+            in second)
+    metrics = json.load(open(os.path.join(workdir, "metrics.json")))
+    assert metrics["steps"] == TOTAL
+    assert metrics["steps_this_run"] == TOTAL - stop
+
+
+# ---------------------------------------------------------- multi-worker
+WORKER = r'''
+import json, os, sys
+root, workdir, out, steps = sys.argv[1:5]
+sys.path[:0] = [root, os.path.join(root, "configs")]
+import digits
+import numpy as np
+import tensorflow as tf
+from absl import logging
+from keras_vit import distribute, train_lib
+from keras_vit import workdir as wd
+
+logging.set_verbosity(logging.INFO)
+# Record every file and summary writer this worker creates, and the model.
+written, built = [], []
+atomic_write, file_writer = wd.atomic_write, tf.summary.create_file_writer
+build_model = train_lib.build_model
+
+
+def record_write(path, data):
+    written.append(path)
+    return atomic_write(path, data)
+
+
+def record_writer(path, **kwargs):
+    written.append(path)
+    return file_writer(path, **kwargs)
+
+
+def record_model(*args, **kwargs):
+    built.append(build_model(*args, **kwargs))
+    return built[-1]
+
+
+wd.atomic_write, tf.summary.create_file_writer = record_write, record_writer
+train_lib.build_model = record_model
+strategy = distribute.create_strategy("multiworker")
+c = digits.get_config()
+c.image_size, c.pp.resize_size = 16, 18
+c.model.update(hidden_size=16, mlp_dim=16, num_layers=1, num_heads=2)
+c.update(total_steps=int(steps), batch_size=16, steps_per_loop=2,
+         log_every_steps=2, eval_every_steps=0, checkpoint_every_steps=0,
+         jit_compile=False)
+c.optimizer.warmup_steps = 0
+metrics = train_lib.train_and_evaluate(c, workdir, strategy)
+np.savez(out, *[v.numpy() for v in built[0].weights])
+print("RESULT " + json.dumps(dict(metrics=metrics, written=written)))
+'''
+
+
+def _free_ports(n):
+    sockets = [socket.socket() for _ in range(n)]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+def _start_workers(tmp_path, workdir, tag, steps):
+    script = tmp_path / "worker.py"
+    script.write_text(WORKER)
+    hosts = [f"127.0.0.1:{p}" for p in _free_ports(2)]
+    procs, logs = [], []
+    for i in range(2):
+        env = _env()
+        env["TF_CONFIG"] = json.dumps({
+            "cluster": {"worker": hosts},
+            "task": {"type": "worker", "index": i},
+        })
+        logs.append(str(tmp_path / f"{tag}{i}.log"))
+        with open(logs[-1], "w") as out:
+            procs.append(subprocess.Popen(
+                [sys.executable, str(script), ROOT, workdir,
+                 str(tmp_path / f"weights{i}.npz"), str(steps)],
+                stdout=out, stderr=subprocess.STDOUT, env=env,
+            ))
+    return procs, logs
+
+
+@pytest.mark.slow
+def test_two_workers_preempted_resume_with_identical_weights(tmp_path):
+    """Worker 1 gets SIGTERM: PreemptionCheckpointHandler has both workers
+    save at the same step and exit with 42; the same command on both
+    resumes from the chief's checkpoint; the workers end with identical
+    weights; only the chief writes files."""
+    steps = 200
+    workdir = str(tmp_path / "run")
+    procs, logs = _start_workers(tmp_path, workdir, "first", steps)
+    try:
+        _wait_for(logs[1], rf"step \d+/{steps}", procs)
+        procs[1].send_signal(signal.SIGTERM)
+    finally:
+        codes = _finish(procs)
+    text = [open(log).read() for log in logs]
+    assert codes == [42, 42], text[1][-3000:]
+    assert "PreemptionCheckpointHandler saves" in text[0]
+    ckpt = tf.train.latest_checkpoint(os.path.join(workdir, "checkpoints"))
+    stop = int(ckpt.rsplit("-", 1)[1])
+    assert 0 < stop < steps
+    assert not os.path.exists(os.path.join(workdir, "metrics.json"))
+
+    procs, logs = _start_workers(tmp_path, workdir, "second", steps)
+    assert _finish(procs) == [0, 0]
+    results = []
+    for log in logs:
+        text = open(log).read()
+        assert f"Resumed from {ckpt} at step {stop}" in text
+        results.append(json.loads(text.split("RESULT ", 1)[1].splitlines()[0]))
+    for result in results:
+        assert result["metrics"]["steps"] == steps
+        assert result["metrics"]["steps_this_run"] == steps - stop
+    assert (results[0]["metrics"]["test_accuracy"]
+            == results[1]["metrics"]["test_accuracy"])
+    assert results[0]["metrics"]["test_examples"] == 360
+    names = [os.path.relpath(p, workdir) for p in results[0]["written"]]
+    assert {"config.json", "labels.txt", "train", "eval",
+            "metrics.json"} <= set(names)
+    assert results[1]["written"] == []  # the other worker writes nothing
+    weights = [np.load(tmp_path / f"weights{i}.npz") for i in range(2)]
+    assert len(weights[0].files) == 20
+    for key in weights[0].files:
+        np.testing.assert_array_equal(weights[0][key], weights[1][key])
+    # No scratch checkpoints of the non-chief worker are left behind.
+    assert sorted(os.listdir(workdir)) == [
+        "checkpoints", "config.json", "eval", "labels.txt", "metrics.json",
+        "train",
+    ]
