@@ -50,8 +50,6 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import keras_vit  # noqa: E402
 from keras_vit.model import decode_variant  # noqa: E402
 
-MODELS = ("keras_vit", "keras_hub")
-
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     """argv: list of str or None. Command-line arguments (sys.argv if None)."""
@@ -105,10 +103,8 @@ def sizes(args: argparse.Namespace) -> Dict[str, int]:
             "(the FLOP count has no ResNet stem). Use e.g. B/16."
         )
     out = dict(
-        patch_size=spec.patch_size,
-        hidden_size=spec.size.hidden_size,
-        num_layers=spec.size.num_layers,
-        num_heads=spec.size.num_heads,
+        patch_size=spec.patch_size, hidden_size=spec.size.hidden_size,
+        num_layers=spec.size.num_layers, num_heads=spec.size.num_heads,
         mlp_dim=spec.size.mlp_dim,
     )
     for name in out:
@@ -118,16 +114,9 @@ def sizes(args: argparse.Namespace) -> Dict[str, int]:
 
 
 def forward_flops(
-    *,
-    image_size: int,
-    patch_size: int,
-    hidden_size: int,
-    num_layers: int,
-    mlp_dim: int,
-    num_classes: int,
-    class_token: bool = True,
-    channels: int = 3,
-    **_: Any,
+    *, image_size: int, patch_size: int, hidden_size: int, num_layers: int,
+    mlp_dim: int, num_classes: int, class_token: bool = True,
+    channels: int = 3, **_: Any,
 ) -> int:
     """int. Forward FLOPs per image (2 per multiply-add) of a plain ViT.
 
@@ -153,12 +142,10 @@ def forward_flops(
 def _read_status(field: str) -> Optional[int]:
     try:
         with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith(field + ":"):
-                    return int(line.split()[1])  # kB
+            found = [ln for ln in f if ln.startswith(field + ":")]
+        return int(found[0].split()[1]) if found else None  # kB
     except OSError:
-        pass
-    return None
+        return None
 
 
 def reset_peak_memory() -> bool:
@@ -195,25 +182,20 @@ def machine_info() -> Dict[str, Any]:
     except OSError:
         pass
     info: Dict[str, Any] = {
-        "cpu": cpu,
-        "cores": os.cpu_count(),
+        "cpu": cpu, "cores": os.cpu_count(),
         "simd": [f for f in flags if f.startswith(("avx512", "amx"))
                  or f in ("avx2", "fma")],
-        "python": platform.python_version(),
-        "keras": keras.__version__,
+        "python": platform.python_version(), "keras": keras.__version__,
         "backend": keras.backend.backend(),
+        "load_average": list(os.getloadavg()),
     }
-    try:
-        info["load_average"] = list(os.getloadavg())
-    except OSError:
-        pass
     if info["backend"] == "tensorflow":
         import tensorflow as tf
 
         info["tensorflow"] = tf.__version__
+        devices = tf.config.list_physical_devices()
         info["accelerators"] = [
-            d.name for d in tf.config.list_physical_devices()
-            if d.device_type != "CPU"
+            d.name for d in devices if d.device_type != "CPU"
         ]
     elif info["backend"] == "jax":
         import jax
@@ -267,10 +249,8 @@ def build_model(which: str, dims: Dict[str, int], args) -> keras.Model:
 
     backbone = keras_hub.models.ViTBackbone(
         image_shape=(args.image_size, args.image_size, 3),
-        patch_size=dims["patch_size"],
-        num_layers=dims["num_layers"],
-        num_heads=dims["num_heads"],
-        hidden_dim=dims["hidden_size"],
+        patch_size=dims["patch_size"], num_layers=dims["num_layers"],
+        num_heads=dims["num_heads"], hidden_dim=dims["hidden_size"],
         mlp_dim=dims["mlp_dim"],
     )
     x = backbone.output[:, 0]  # the class token, as in ours
@@ -425,20 +405,16 @@ def add_derived(result: Dict[str, Any], dtype: str) -> None:
             row["vs_keras_hub"] = row["images_per_s"] / other
 
 
-def run_jax_child(argv: Sequence[str], prefix: str) -> Dict[str, Any]:
+def run_jax_child(argv: Sequence[str]) -> Dict[str, Any]:
     """dict. The same benchmark run in a subprocess under the JAX backend."""
-    child = [a for a in argv if a != "--jax"]
-    out = child.index("--output") if "--output" in child else None
     with tempfile.TemporaryDirectory() as tmp:
         target = os.path.join(tmp, "jax")
-        if out is not None:
-            child[out + 1] = target
-        else:  # --output=PREFIX form
-            child = [a for a in child if not a.startswith("--output")]
-            child += ["--output", target]
-        env = dict(os.environ, KERAS_BACKEND="jax")
-        proc = subprocess.run(
-            [sys.executable, os.path.abspath(__file__), *child], env=env
+        # argparse keeps the last --output: the child writes into tmp.
+        child = [a for a in argv if a != "--jax"] + ["--output", target]
+        proc = subprocess.run(  # its table is in ours: keep its stdout out
+            [sys.executable, os.path.abspath(__file__), *child],
+            env=dict(os.environ, KERAS_BACKEND="jax"),
+            stdout=subprocess.DEVNULL,
         )
         if proc.returncode:
             return {"error": f"JAX run failed with exit code {proc.returncode}"}
@@ -485,7 +461,11 @@ def markdown(result: Dict[str, Any]) -> str:
         f"- Forward cost: {result['forward_flops_per_image'] / 1e9:.2f} "
         "GFLOP per image (2 per multiply-add; training counted as 3x).",
     ]
-    for d, c in result["ceiling"].items():
+    ceilings = [(f"{m['backend']}, {d}", c)
+                for d, c in result["ceiling"].items()]
+    ceilings += [(f"jax, {d}", c)
+                 for d, c in result.get("ceiling_jax", {}).items()]
+    for d, c in ceilings:
         lo, hi = min(c["samples"]) / 1e9, max(c["samples"]) / 1e9
         lines.append(
             f"- Matmul ceiling ({d}, {c['size']}^3): "
@@ -524,7 +504,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     result["args"] = {k: v for k, v in vars(args).items() if k != "modes"}
     result["command"] = "python benchmarks/throughput.py " + " ".join(argv)
     if args.jax and keras.backend.backend() != "jax":
-        child = run_jax_child(argv, args.output)
+        child = run_jax_child(argv)
         if "error" in child:
             result["notes"].append(child["error"])
         else:

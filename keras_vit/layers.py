@@ -10,6 +10,12 @@ checkpoint mapping obvious (see `keras_vit.checkpoint`).
 Numerics follow the official implementation rather than Keras defaults:
 LayerNorm epsilon 1e-6 (Keras: 1e-3), GELU with the tanh approximation (Keras:
 exact erf), the query scaled by 1/sqrt(head_dim) before the dot product.
+
+Dense layers inside a block run on the (batch * tokens, width) matrix rather
+than on (batch, tokens, width): the same weights and results, but a plain 2D
+matmul, which TensorFlow's CPU runtime fuses with its bias add (and the first
+MLP layer with its GELU, which is why the GELU is that layer's activation).
+See benchmarks/README.md for the measurements.
 """
 
 from __future__ import annotations
@@ -28,6 +34,12 @@ def _check_rate(name: str, value: float) -> None:
         raise ValueError(
             f"{name} must be in [0, 1), got {value}. Use 0.0 to disable it."
         )
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
+def gelu_tanh(x):
+    """GELU with the tanh approximation, as in the official implementation."""
+    return ops.gelu(x, approximate=True)
 
 
 def layer_norm(name: str) -> keras.layers.LayerNormalization:
@@ -166,10 +178,11 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     """Multi-head self-attention with one fused query/key/value projection.
 
     One (D, 3D) matmul instead of three (D, D) ones: fewer ops per block, the
-    same parameters (the checkpoint module splits and joins them). Attention
-    itself goes through `keras.ops.dot_product_attention` (a fused kernel
-    where the backend has one) unless attention weights are requested or
-    attention dropout is active in training.
+    same parameters (the checkpoint module splits and joins them). One
+    transpose then puts q, k and v head-major, (batch, heads, tokens,
+    head_dim), so that both attention products are batched matmuls over
+    leading batch axes, with no further transposes of their operands; one
+    more transpose brings the heads back together for the output projection.
 
     Args:
         num_heads: int. Number of attention heads; must divide the width.
@@ -203,24 +216,23 @@ class MultiHeadSelfAttention(keras.layers.Layer):
 
     def call(self, x, training=None, return_attention_scores=False):
         shape = ops.shape(x)
-        batch, length = shape[0], shape[1]
+        length, width = shape[1], shape[2]
+        qkv = self.qkv(ops.reshape(x, (-1, width)))
         qkv = ops.reshape(
-            self.qkv(x), (batch, length, 3, self.num_heads, self.head_dim)
+            qkv, (-1, length, 3, self.num_heads, self.head_dim)
         )
-        q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
-        scale = 1.0 / math.sqrt(self.head_dim)
-        dropout_active = self.dropout_rate > 0.0 and bool(training)
-        if return_attention_scores or dropout_active:
-            # (batch, heads, query, key)
-            logits = ops.einsum("bqhd,bkhd->bhqk", q * scale, k)
-            weights = ops.softmax(logits, axis=-1)
-            attended = ops.einsum(
-                "bhqk,bkhd->bqhd", self.dropout(weights, training=training), v
-            )
-        else:
-            weights = None
-            attended = ops.dot_product_attention(q, k, v, scale=scale)
-        y = self.out(ops.reshape(attended, (batch, length, -1)))
+        # (3, batch, heads, tokens, head_dim)
+        q, k, v = ops.unstack(ops.transpose(qkv, (2, 0, 3, 1, 4)), 3, axis=0)
+        q = q * ops.cast(1.0 / math.sqrt(self.head_dim), q.dtype)
+        logits = ops.einsum("bhqd,bhkd->bhqk", q, k)
+        # The softmax runs in float32 also under mixed precision.
+        weights = ops.softmax(ops.cast(logits, "float32"), axis=-1)
+        weights = ops.cast(weights, v.dtype)
+        # Dropout is the identity outside training or at rate 0.
+        attended = ops.matmul(self.dropout(weights, training=training), v)
+        attended = ops.transpose(attended, (0, 2, 1, 3))  # heads together
+        y = self.out(ops.reshape(attended, (-1, width)))
+        y = ops.reshape(y, (-1, length, width))
         if return_attention_scores:
             return y, weights
         return y
@@ -274,7 +286,10 @@ class EncoderBlock(keras.layers.Layer):
         # The official MLP initialises biases N(0, 1e-6), kernels Xavier.
         bias_init = keras.initializers.RandomNormal(stddev=1e-6)
         self.mlp1 = keras.layers.Dense(
-            self.mlp_dim, bias_initializer=bias_init, name="mlp1"
+            self.mlp_dim,
+            activation=gelu_tanh,
+            bias_initializer=bias_init,
+            name="mlp1",
         )
         self.mlp1.build(input_shape)
         self.mlp2 = keras.layers.Dense(
@@ -293,10 +308,11 @@ class EncoderBlock(keras.layers.Layer):
         if return_attention_scores:
             y, weights = y
         x = x + self.dropout(y, training=training)
-        y = ops.gelu(self.mlp1(self.norm2(x)), approximate=True)
+        width = ops.shape(x)[-1]
+        y = self.mlp1(ops.reshape(self.norm2(x), (-1, width)))  # with GELU
         y = self.dropout(y, training=training)
         y = self.dropout(self.mlp2(y), training=training)
-        x = x + y
+        x = x + ops.reshape(y, ops.shape(x))
         if return_attention_scores:
             return x, weights
         return x

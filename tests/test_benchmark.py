@@ -134,7 +134,7 @@ def test_harness_writes_consistent_json_and_markdown(tmp_path, monkeypatch):
     table = [line for line in text.splitlines() if line.startswith("| ")]
     assert len(table) == 1 + len(rows)  # header + one row per measurement
     assert "| tensorflow | keras_vit | train | off |" in text
-    assert "Matmul ceiling (float32, 64^3)" in text
+    assert "Matmul ceiling (tensorflow, float32, 64^3)" in text
     assert not [p for p in os.listdir(tmp_path) if p.startswith(".tmp_")]
 
 
