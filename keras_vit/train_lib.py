@@ -126,6 +126,12 @@ def _initialise_from(config, model: keras.Model) -> None:
         return
     from keras_vit import checkpoint
 
+    chosen = [k for k in ("npz", "keras_model", "workdir") if init.get(k)]
+    if len(chosen) > 1:
+        raise ValueError(
+            f"config.init sets {' and '.join(chosen)}: initialise from one "
+            f"source; clear the others (e.g. --config.init.{chosen[0]}=)."
+        )
     keep = bool(init.get("keep_pre_logits", False))
     if init.get("npz"):
         source = init.npz

@@ -1,0 +1,380 @@
+"""The paper's recipes as configs: each loads for each argument, is locked,
+holds the paper's numbers and every key the trainer reads, and runs a few
+steps when shrunk (mock TFDS data); bfloat16 mixed precision; Polyak/EMA
+evaluation."""
+
+import importlib.util
+import math
+import os
+import re
+
+import keras
+import ml_collections as mlc
+import numpy as np
+import pytest
+import tensorflow as tf
+from absl import flags
+from ml_collections import config_flags
+
+import keras_vit
+from keras_vit import checkpoint, optim, train_lib
+from keras_vit.checkpoint_io import resize_position_embedding
+from keras_vit.trainer import Trainer
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PRETRAIN = os.path.join(ROOT, "configs", "imagenet21k_pretrain.py")
+FINETUNE = os.path.join(ROOT, "configs", "finetune.py")
+DIGITS = os.path.join(ROOT, "configs", "digits.py")
+
+
+def _module(path):
+    spec = importlib.util.spec_from_file_location(
+        "recipe_" + os.path.basename(path)[:-3], path
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def load(path, arg=None, *overrides):
+    """The config as train.py gets it: through config_flags, locked."""
+    target = path + (f":{arg}" if arg else "")
+    argv = ["train.py", f"--config={target}", *overrides]
+    values = flags.FlagValues()
+    config_flags.DEFINE_config_file("config", None, flag_values=values,
+                                    lock_config=True, sys_argv=argv)
+    values(argv)
+    return values.config
+
+
+PRETRAIN_ARGS = ["B/16", "L/16", "B/32", "L/32", "variant=L/16",
+                 "variant=B/16,dataset=imagenet21k_tfds"]
+FINETUNE_ARGS = [
+    "dataset=cifar100,variant=B/16", "dataset=cifar10,variant=L/16",
+    "dataset=imagenet2012,variant=L/16", "dataset=oxford_iiit_pet",
+    "dataset=oxford_flowers102,variant=B/32", "dataset=vtab/dtd",
+    "dataset=cifar10,init=/runs/i21k_b16", "dataset=cifar10,lr=0.01",
+]
+
+
+@pytest.mark.parametrize("path,arg", [(PRETRAIN, a) for a in PRETRAIN_ARGS]
+                         + [(FINETUNE, a) for a in FINETUNE_ARGS])
+def test_recipe_loads_locked_with_overrides(path, arg):
+    config = load(path, arg, "--config.total_steps=7")
+    assert config.is_locked and config.total_steps == 7
+    with pytest.raises(AttributeError):
+        config.totl_steps = 3  # a misspelt field is an error
+    with pytest.raises((KeyError, AttributeError, flags.Error)):
+        load(path, arg, "--config.optimizer.learning_rate=0.1")
+
+
+def _keys_read(source, variable):
+    """Names `variable.get("x")` / `variable.x` reads in a source file."""
+    with open(os.path.join(ROOT, "keras_vit", source)) as f:
+        text = f.read()
+    gets = re.findall(rf"\b{variable}\.get\(\s*\"(\w+)\"", text)
+    attrs = re.findall(rf"\b{variable}\.([a-z_]\w*)\b(?!\s*\()", text)
+    return set(gets) | set(attrs)
+
+
+def _all_keys_read():
+    sources = [s for s in ("train_lib.py", "input_pipeline.py",
+                           "data_checks.py")
+               if os.path.exists(os.path.join(ROOT, "keras_vit", s))]
+    top = set().union(*(_keys_read(s, "config") for s in sources))
+    return {
+        "": top,
+        "pp": _keys_read("input_pipeline.py", "cfg"),
+        "optimizer": _keys_read("optim.py", "opt_config"),
+        "init": _keys_read("train_lib.py", "init"),
+        "export": _keys_read("train_lib.py", "export"),
+    }
+
+
+@pytest.mark.parametrize("path,arg", [(PRETRAIN, "B/16"),
+                                      (FINETUNE, "dataset=cifar10"),
+                                      (FINETUNE, "dataset=vtab/dtd")])
+def test_recipe_has_every_key_the_trainer_reads(path, arg):
+    config = load(path, arg)
+    read = _all_keys_read()
+    assert {"total_steps", "batch_size", "image_size", "dtype",
+            "checkpoint_iterator", "eval_every_steps"} <= read[""]
+    # Fields of the other optimizers are not needed.
+    name = config.optimizer.name
+    read["optimizer"] -= (
+        {"b1", "b2", "no_decay"} if name == "sgd" else {"momentum", "nesterov"}
+    )
+    for section, keys in read.items():
+        node = config[section] if section else config
+        missing = sorted(k for k in keys if k not in node)
+        assert not missing, f"config.{section or ''} lacks {missing}"
+    assert set(config.model) <= set(train_lib.MODEL_KEYS)
+
+
+def _comments_above_fields(path):
+    """Every top-level field assignment has a comment above it, or follows
+    another field of the same commented group."""
+    lines = open(path).read().splitlines()
+    fields = 0
+    for i, line in enumerate(lines):
+        if re.match(r"    c\.\w+ = ", line):
+            fields += 1
+            above = lines[i - 1]
+            assert above.startswith(("    #", "    c.")), line
+    assert fields > 25
+
+
+def test_recipes_comment_every_field():
+    for path in (PRETRAIN, FINETUNE):
+        _comments_above_fields(path)
+        doc = _module(path).__doc__
+        assert "python train.py" in doc
+        assert f"--config=configs/{os.path.basename(path)}:" in doc
+
+
+@pytest.mark.parametrize("variant,hidden", [("B/16", 768), ("L/16", 1024)])
+def test_pretrain_recipe_has_the_paper_numbers(variant, hidden):
+    c = load(PRETRAIN, variant)
+    o = c.optimizer
+    assert (o.name, o.b1, o.b2) == ("adamw", 0.9, 0.999)
+    assert (o.lr, o.weight_decay) == (1e-3, 0.03)  # Table 3, ImageNet-21k
+    assert (o.warmup_steps, o.decay_type, o.end_lr) == (10_000, "linear", 0)
+    assert c.batch_size == 4096 and c.grad_clip_norm == 1.0
+    assert c.model.variant == variant
+    assert (c.model.dropout_rate, c.model.attention_dropout_rate) == (0.1, 0)
+    assert c.model.representation_size == hidden  # pre-logits layer
+    assert c.image_size == 224 and c.pp.train == "pretrain"
+    assert tuple(c.pp.area_range) == (0.05, 1.0) and c.pp.flip
+    # 90 epochs of 14,197,122 - 50,000 held-out images at batch 4096.
+    assert c.total_steps == 310_850 == math.ceil(90 * 14_147_122 / 4096)
+    assert c.dtype == "bfloat16"
+    assert c.loss == "softmax_xent" and c.label_smoothing == 0.0
+    cosine = load(PRETRAIN, variant, "--config.optimizer.decay_type=cosine",
+                  "--config.loss=sigmoid_xent", "--config.label_smoothing=.1")
+    assert cosine.loss == "sigmoid_xent" and cosine.label_smoothing == 0.1
+    schedule = train_lib.build_optimizer(cosine)._learning_rate
+    assert float(schedule(10_000)) == pytest.approx(1e-3)
+    assert float(schedule(10_000 + (310_850 - 10_000) // 2)) == \
+        pytest.approx(5e-4, rel=1e-4)
+
+
+def test_pretrain_weight_decay_skips_biases_norms_and_embeddings():
+    opt = train_lib.build_optimizer(load(PRETRAIN, "B/16"))
+    model = keras_vit.create_model(
+        None, num_classes=3, image_size=8, patch_size=4, hidden_size=8,
+        num_layers=1, num_heads=2, mlp_dim=8, representation_size=8,
+    )
+    opt.build(model.trainable_variables)
+    decayed = {v.path for v in model.trainable_variables
+               if opt._use_weight_decay(v)}
+    kept = {v.path for v in model.trainable_variables} - decayed
+    assert decayed and all(p.endswith("kernel") for p in decayed)
+    assert any("pos_embedding" in p for p in kept)
+    assert any(p.endswith("cls") for p in kept)
+    assert any(p.endswith("bias") for p in kept)
+    assert any(p.endswith(("gamma", "beta")) for p in kept)
+
+
+@pytest.mark.parametrize(
+    "dataset,steps,test_split",
+    [("imagenet2012", 20_000, "validation"), ("cifar10", 10_000, "test"),
+     ("cifar100", 10_000, "test"), ("oxford_iiit_pet", 500, "test"),
+     ("oxford_flowers102", 500, "test")],
+)
+def test_finetune_recipe_has_the_paper_numbers(dataset, steps, test_split):
+    c = load(FINETUNE, f"dataset={dataset},variant=L/16")
+    o = c.optimizer
+    assert (o.name, o.momentum, o.decay_type, o.weight_decay) == (
+        "sgd", 0.9, "cosine", 0.0)
+    assert c.batch_size == 512 and c.grad_clip_norm == 1.0
+    assert c.total_steps == steps and c.eval_split == test_split
+    table4 = _module(FINETUNE).DATASETS[dataset]["lrs"]
+    assert o.lr in table4
+    assert c.image_size == 384 and c.pp.resize_size == 448
+    assert c.pp.train == "finetune" and c.pp.flip
+    assert c.model.head_zero_init and c.model.representation_size is None
+    assert c.init.npz == "gs://vit_models/imagenet21k/ViT-L_16.npz"
+    assert c.init.workdir is None and c.init.keras_model is None
+    # The resize follows the resolution: 448 / 384 of it.
+    assert load(FINETUNE, f"dataset={dataset}",
+                "--config.image_size=224").pp.resize_size == 261
+    assert train_lib.build_optimizer(c).__class__.__name__ == "SGD"
+
+
+def test_finetune_vtab_task_and_arguments():
+    c = load(FINETUNE, "dataset=vtab/dtd,variant=B/16")
+    assert (c.total_steps, c.optimizer.lr) == (2_500, 0.01)
+    assert c.vtab_task == "dtd" and c.dataset.startswith("dtd")
+    assert c.pp.train == "eval" and not c.pp.flip
+    own = load(FINETUNE, "dataset=cifar10,init=/runs/pre")
+    assert own.init.workdir == "/runs/pre" and own.init.npz is None
+    keras_file = load(FINETUNE, "dataset=cifar10,init=/m/model.keras")
+    assert keras_file.init.keras_model == "/m/model.keras"
+    assert load(FINETUNE, "dataset=cifar10,lr=0.003").optimizer.lr == 0.003
+    with pytest.raises(ValueError, match="No fine-tuning recipe"):
+        _module(FINETUNE).get_config("dataset=mnist")
+    with pytest.raises(ValueError, match="key=value"):
+        _module(FINETUNE).get_config("cifar10")
+    with pytest.raises(ValueError, match="Table 3"):
+        _module(PRETRAIN).get_config("H/14")
+    with pytest.raises(ValueError, match="Unknown config argument"):
+        _module(PRETRAIN).get_config("variant=B/16,epochs=7")
+
+
+# ------------------------------------------------------------ shrunk runs
+TINY = dict(variant=None, patch_size=8, hidden_size=16, num_layers=1,
+            num_heads=2, mlp_dim=16)
+
+
+def shrink(config, **extra):
+    """Tiny model, tiny batch, two steps, the mock TFDS cifar10 splits."""
+    config.model.update(TINY)
+    config.update(dict(
+        image_size=32, batch_size=4, eval_batch_size=4, total_steps=2,
+        steps_per_loop=1, log_every_steps=1, eval_every_steps=1,
+        checkpoint_every_steps=0, jit_compile=False, shuffle_buffer=8,
+        dataset="cifar10", train_split="train", val_split="test",
+        eval_split="test",
+    ))
+    config.optimizer.warmup_steps = 1
+    config.update(extra)
+    return config
+
+
+def _capture_model(monkeypatch):
+    built = []
+    build = train_lib.build_model
+
+    def record(*args, **kwargs):
+        built.append(build(*args, **kwargs))
+        return built[-1]
+
+    monkeypatch.setattr(train_lib, "build_model", record)
+    return built
+
+
+def test_pretrain_recipe_runs_shrunk_in_bfloat16(tmp_path, monkeypatch):
+    import tensorflow_datasets as tfds
+
+    config = shrink(load(PRETRAIN, "B/16"))
+    config.model.representation_size = 16
+    assert config.dtype == "bfloat16"
+    built = _capture_model(monkeypatch)
+    with tfds.testing.mock_data(num_examples=8,
+                                policy=tfds.testing.MockPolicy.USE_CODE):
+        metrics = train_lib.train_and_evaluate(config, str(tmp_path / "run"))
+    assert metrics["steps"] == 2 and math.isfinite(metrics["test_loss"])
+    model = built[0]
+    # Mixed precision: float32 variables, bfloat16 compute inside, float32
+    # logits.
+    assert all(v.dtype == "float32" for v in model.weights)
+    assert model.get_layer("Transformer").compute_dtype == "bfloat16"
+    assert model.get_layer("pre_logits").compute_dtype == "bfloat16"
+    logits = model(tf.zeros([2, 32, 32, 3]))
+    assert logits.dtype == tf.float32
+    inner = keras.Model(model.input, model.get_layer("Transformer").output)
+    assert inner(tf.zeros([1, 32, 32, 3])).dtype == tf.bfloat16
+    losses = _train_losses(tmp_path / "run")
+    assert len(losses) == 2 and all(math.isfinite(x) for x in losses)
+    assert keras.config.dtype_policy().name == "float32"  # restored
+
+
+def _train_losses(workdir):
+    losses = []
+    for path in sorted(tf.io.gfile.glob(os.path.join(workdir, "train", "*"))):
+        for event in tf.compat.v1.train.summary_iterator(path):
+            for v in event.summary.value:
+                if v.tag == "loss":
+                    losses.append(float(tf.make_ndarray(v.tensor)))
+    return losses
+
+
+def test_finetune_recipe_runs_shrunk_from_an_npz(tmp_path, monkeypatch):
+    """A tiny 'pre-trained' model at 16 x 16 (2 x 2 grid, 5 classes, with a
+    pre-logits layer) fine-tunes at 32 x 32 (4 x 4 grid, 10 classes)."""
+    import tensorflow_datasets as tfds
+
+    keras.utils.set_random_seed(3)
+    source = keras_vit.create_model(
+        None, num_classes=5, image_size=16, representation_size=16,
+        head_zero_init=False, **{k: v for k, v in TINY.items() if v},
+    )
+    npz = str(tmp_path / "pre.npz")
+    checkpoint.save_npz(source, npz)
+    config = shrink(load(FINETUNE, f"dataset=cifar10,init={npz}"),
+                    eval_every_steps=0)
+    assert config.init.npz == npz
+    snapshot = {}
+    initialise = train_lib._initialise_from
+
+    def record(config, model):
+        initialise(config, model)
+        snapshot.update({v.path: v.numpy() for v in model.weights})
+
+    monkeypatch.setattr(train_lib, "_initialise_from", record)
+    with tfds.testing.mock_data(num_examples=8,
+                                policy=tfds.testing.MockPolicy.USE_CODE):
+        metrics = train_lib.train_and_evaluate(config, str(tmp_path / "ft"))
+    assert metrics["steps"] == 2 and math.isfinite(metrics["test_loss"])
+    old = source.get_layer("posembed_input").pos_embedding.numpy()
+    new = [v for k, v in snapshot.items() if k.endswith("pos_embedding")][0]
+    assert new.shape == (1, 17, 16)
+    np.testing.assert_allclose(new, resize_position_embedding(old, 4, 2),
+                               atol=1e-6)
+    heads = [v for k, v in snapshot.items() if k.startswith("head/")]
+    assert heads and all(not h.any() for h in heads)  # zero-initialised
+    assert not any(k.startswith("pre_logits") for k in snapshot)
+    kernel = source.get_layer("embedding").conv.kernel.numpy()
+    assert any(np.array_equal(v, kernel) for v in snapshot.values())
+
+
+def test_init_from_two_sources_is_refused(tmp_path):
+    config = shrink(load(FINETUNE, "dataset=cifar10"))
+    config.init.workdir = str(tmp_path)
+    with pytest.raises(ValueError, match="npz and workdir"):
+        train_lib._initialise_from(config, None)
+
+
+# -------------------------------------------------------------- Polyak
+def test_ema_evaluation_uses_the_averages():
+    keras.utils.set_random_seed(0)
+    rng = np.random.default_rng(0)
+    x = rng.uniform(-1, 1, (48, 16, 16, 3)).astype("float32")
+    y = rng.integers(0, 4, 48).astype("int32")
+    strategy = tf.distribute.get_strategy()
+
+    def model_fn():
+        return keras_vit.create_model(
+            None, num_classes=4, image_size=16, patch_size=8, hidden_size=16,
+            num_layers=1, num_heads=2, mlp_dim=16, head_zero_init=False,
+        )
+
+    model = model_fn()
+    opt = optim.create_optimizer(
+        mlc.ConfigDict(dict(name="adamw", lr=1e-2, weight_decay=0.0)), 10,
+        ema_decay=0.8,
+    )
+    trainer = Trainer(model, opt, strategy, num_classes=4,
+                      global_batch_size=16)
+    train = tf.data.Dataset.from_tensor_slices((x, y)).batch(16).repeat()
+    trainer.train(iter(train), 6)
+    evaluation = tf.data.Dataset.from_tensor_slices(
+        (x, y, np.ones(48, "float32"))).batch(16)
+    raw = [v.numpy() for v in model.trainable_variables]
+    with_ema = trainer.evaluate(evaluation, use_ema=True)
+    without = trainer.evaluate(evaluation, use_ema=False)
+    assert with_ema["loss"] != pytest.approx(without["loss"], rel=1e-4)
+    # Evaluation put the raw weights back.
+    for a, b in zip(raw, model.trainable_variables):
+        np.testing.assert_array_equal(a, b.numpy())
+    # A model loaded with the averages scores exactly the EMA evaluation.
+    averaged = model_fn()
+    for var, avg in zip(averaged.trainable_variables,
+                        opt._model_variables_moving_average):
+        var.assign(avg)
+    plain = Trainer(averaged, optim.create_optimizer(
+        mlc.ConfigDict(dict(name="sgd", lr=0.1)), 10), strategy,
+        num_classes=4, global_batch_size=16)
+    reference = plain.evaluate(evaluation)
+    assert reference["loss"] == pytest.approx(with_ema["loss"], rel=1e-6)
+    assert reference["accuracy"] == with_ema["accuracy"]
