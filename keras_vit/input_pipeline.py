@@ -50,13 +50,24 @@ class DatasetInfo:
     class_names: Optional[List[str]] = None
 
 
+def _identity(image: tf.Tensor) -> tf.Tensor:
+    return image
+
+
 @dataclasses.dataclass
 class _Shard:
-    """This pipeline's part of a split: (image, label) pairs, and its size
-    when known exactly (an even partition of a split of known size)."""
+    """This pipeline's part of a split.
+
+    `dataset` yields (raw, label) pairs, where raw is an image or its
+    encoded bytes, and `decode` turns raw into a uint8 image: shuffle
+    buffers and caches then hold compressed images, decoded only when used.
+    `split_size` is the size of the whole split when this part is an exact,
+    even partition of it (else None).
+    """
 
     dataset: tf.data.Dataset
     split_size: Optional[int]
+    decode: Callable[[tf.Tensor], tf.Tensor] = _identity
 
 
 # ----------------------------------------------------------------- digits
@@ -182,10 +193,6 @@ def folder_split(root: str, split: str) -> Tuple[List[str], np.ndarray]:
     return paths[start:stop], labels[start:stop]
 
 
-def _read_image(path: tf.Tensor) -> tf.Tensor:
-    return pp.decode_image(tf.io.read_file(path))
-
-
 # ----------------------------------------------------------- dataset info
 def dataset_info(config) -> DatasetInfo:
     """Number of classes, split sizes and class names of a data source."""
@@ -284,11 +291,11 @@ def _shard(config, split: str, training: bool, input_context,
         if training:  # file order; cheap: paths, not images
             ds = ds.shuffle(len(paths[index::count]), seed=seed)
         ds = ds.map(
-            lambda path, label: (_read_image(path), label),
+            lambda path, label: (tf.io.read_file(path), label),
             num_parallel_calls=tf.data.AUTOTUNE,
             deterministic=True,
         )
-        return _Shard(ds, len(labels))
+        return _Shard(ds, len(labels), pp.decode_image)
     return _tfds_shard(config, split, training, input_context, seed)
 
 
@@ -307,11 +314,21 @@ def _tfds_shard(config, split, training, input_context, seed) -> _Shard:
     read_config = tfds.ReadConfig(
         shuffle_seed=seed, input_context=read_context, skip_prefetch=True
     )
-    ds = builder.as_dataset(
-        split=part, shuffle_files=training, read_config=read_config
-    )
     image_key = config.get("image_key", "image") or "image"
     label_key = _label_key(config)
+    # Encoded uint8 images stay encoded until after the shuffle and cache.
+    feature = builder.info.features[image_key]
+    encoded = (
+        not config.get("vtab_task")
+        and isinstance(feature, tfds.features.Image)
+        and feature.np_dtype == np.uint8
+    )
+    ds = builder.as_dataset(
+        split=part,
+        shuffle_files=training,
+        read_config=read_config,
+        decoders={image_key: tfds.decode.SkipDecoding()} if encoded else None,
+    )
 
     def to_pair(example):
         return example[image_key], tf.cast(example[label_key], tf.int32)
@@ -322,7 +339,11 @@ def _tfds_shard(config, split, training, input_context, seed) -> _Shard:
         to_pair = vtab.get_task(config.vtab_task).example_fn
     ds = ds.map(to_pair, num_parallel_calls=tf.data.AUTOTUNE)
     exact = read_context is None
-    return _Shard(ds, _tfds_split_size(builder, split) if exact else None)
+    return _Shard(
+        ds,
+        _tfds_split_size(builder, split) if exact else None,
+        pp.decode_image if encoded else _identity,
+    )
 
 
 # ------------------------------------------------------------ preprocessing
@@ -400,7 +421,8 @@ def train_dataset(
     batch = _check_batch(global_batch, input_context)
     split = config.get("train_split", "train")
     seed = pipeline_seed(config, input_context, start_step)
-    ds = _shard(config, split, True, input_context, seed).dataset
+    shard = _shard(config, split, True, input_context, seed)
+    ds = shard.dataset
     # cache_train: cache the (small) training split only, e.g. VTAB's 1,000
     # examples, without holding a large test split in memory.
     if config.get("cache_train", config.get("cache", config.dataset == DIGITS)):
@@ -408,12 +430,15 @@ def train_dataset(
     ds = ds.repeat()
     ds = ds.shuffle(config.get("shuffle_buffer", 10_000), seed=seed)
     preprocess = make_preprocess_fn(config, training=True)
+    decode = shard.decode
     # Stateless augmentation seeded by (seed, example index): reproducible,
     # and the iterator stays serialisable, so checkpoints can hold it.
     ds = ds.enumerate()
     ds = ds.map(
         lambda index, example: (
-            preprocess(example[0], tf.stack([tf.cast(seed, tf.int64), index])),
+            preprocess(
+                decode(example[0]), tf.stack([tf.cast(seed, tf.int64), index])
+            ),
             example[1],
         ),
         num_parallel_calls=tf.data.AUTOTUNE,
@@ -452,7 +477,7 @@ def eval_dataset(
         ds = ds.cache()
     preprocess = make_preprocess_fn(config, training=False)
     ds = ds.map(
-        lambda image, label: (preprocess(image), label),
+        lambda raw, label: (preprocess(shard.decode(raw)), label),
         num_parallel_calls=tf.data.AUTOTUNE,
     )
     ds = ds.batch(batch, drop_remainder=False)

@@ -504,6 +504,11 @@ def test_tfds_sharding_and_eval_padding(prepared_tfds):
     whole = _epoch(config, None, 50)
     assert (collections.Counter(shards[0]) + collections.Counter(shards[1])
             == collections.Counter(whole))
+    # Images stay encoded (PNG bytes) through shuffle and cache.
+    shard = ip._shard(config, "train", True, None, 0)
+    assert shard.dataset.element_spec[0].dtype == tf.string
+    raw, _ = next(iter(shard.dataset))
+    assert shard.decode(raw).shape == (8, 8, 3)
     single = _masked(ip.eval_dataset(config, "test", 8))
     assert len(single) == 21
     parts = [list(ip.eval_dataset(config, "test", 8, _context(i)))
