@@ -225,8 +225,9 @@ def get_config(arg=None):
     # buffer would weigh on every checkpoint); a resumed run draws a new
     # data order.
     c.checkpoint_iterator = False
-    # Shuffle buffer (per input pipeline); cache the training split in
-    # memory (the small data sets) or every split; batches prefetched.
+    # Shuffle buffer (encoded images, per input pipeline); keep the
+    # encoded training split in memory (the small data sets) or every
+    # split; batches prefetched (-1: auto).
     c.shuffle_buffer = 50_000
     c.cache_train = row["cache"]
     c.cache = False

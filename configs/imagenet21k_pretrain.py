@@ -180,8 +180,8 @@ def get_config(arg=None):
     # The input iterator is not checkpointed: its shuffle buffer would add
     # gigabytes to every checkpoint. A resumed run draws a new data order.
     c.checkpoint_iterator = False
-    # Shuffle buffer (encoded images, per input pipeline), caching of the
-    # decoded split (no: 14M images), and batches prefetched (-1: auto).
+    # Shuffle buffer (encoded images, per input pipeline), in-memory
+    # caching of the splits (no: 14M images), batches prefetched (-1: auto).
     c.shuffle_buffer = 250_000
     c.cache = False
     c.cache_train = False
