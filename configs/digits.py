@@ -25,6 +25,10 @@ def get_config(arg=None):
     c.dataset = "digits"
     # TFDS / image-folder directory (may be gs://); None: TFDS default.
     c.data_dir = ml_collections.config_dict.placeholder(str)
+    # Image folders: leave out files that do not decode (corrupt, truncated,
+    # empty), counted and named in the log; False: stop with an error that
+    # names them.
+    c.skip_bad_images = False
     # Split used for training, for periodic evaluation, and for the final
     # evaluation.
     c.train_split = "train"
@@ -74,6 +78,11 @@ def get_config(arg=None):
     )
     # Clip the global gradient norm (paper: 1).
     c.grad_clip_norm = 1.0
+    # A step whose loss or gradient norm is NaN/Inf: False stops training
+    # (naming the step and the last good checkpoint); True skips that update
+    # (weights, optimizer moments and EMA unchanged; counted in the log and
+    # in metrics.json).
+    c.skip_nonfinite = False
     # Micro-batches per update (gradient accumulation).
     c.accumulation_steps = 1
     # "softmax_xent" or "sigmoid_xent"; label smoothing.

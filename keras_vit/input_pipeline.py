@@ -34,6 +34,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 import numpy as np
 import tensorflow as tf
 
+from keras_vit import data_checks
 from keras_vit import preprocessing as pp
 
 DIGITS = "digits"
@@ -155,11 +156,20 @@ def _folder_index(root: str):
     for split in subdirs(root):
         for name in subdirs(os.path.join(root, split)):
             folder = os.path.join(root, split, name)
-            files.setdefault(split, []).extend(
+            images = [
                 (os.path.join(folder, f), name)
                 for f in sorted(tf.io.gfile.listdir(folder))
                 if f.lower().endswith(IMAGE_EXTENSIONS)
-            )
+            ]
+            # An empty class folder would silently drop (or never train)
+            # its class; hidden ones (.ipynb_checkpoints) are not classes.
+            if not images and not name.startswith("."):
+                raise ValueError(
+                    f"Class folder {folder} has no images "
+                    f"({', '.join(IMAGE_EXTENSIONS)}; other files are "
+                    "ignored): add images or remove the folder."
+                )
+            files.setdefault(split, []).extend(images)
     names = sorted({name for pairs in files.values() for _, name in pairs})
     if not names:
         raise ValueError(
@@ -285,6 +295,10 @@ def _shard(config, split: str, training: bool, input_context,
         return _Shard(ds, len(y))
     if config.dataset == FOLDER and not config.get("vtab_task"):
         paths, labels = folder_split(config.get("data_dir"), split)
+        if config.get("skip_bad_images"):
+            paths, labels = data_checks.drop_unreadable(
+                config, split, paths, labels
+            )
         ds = tf.data.Dataset.from_tensor_slices(
             (paths[index::count], labels[index::count])
         )
@@ -423,6 +437,7 @@ def train_dataset(
     seed = pipeline_seed(config, input_context, start_step)
     shard = _shard(config, split, True, input_context, seed)
     ds = shard.dataset
+    ds = data_checks.check_labels(ds, config)
     # cache_train: cache the (small) training split only, e.g. VTAB's 1,000
     # examples, without holding a large test split in memory.
     if config.get("cache_train", config.get("cache", config.dataset == DIGITS)):
@@ -472,7 +487,7 @@ def eval_dataset(
     """
     batch = _check_batch(global_batch, input_context)
     shard = _shard(config, split, False, input_context, 0)
-    ds = shard.dataset
+    ds = data_checks.check_labels(shard.dataset, config)
     if config.get("cache", config.dataset == DIGITS):
         ds = ds.cache()
     preprocess = make_preprocess_fn(config, training=False)

@@ -1,0 +1,215 @@
+"""Checks that turn bad training data into clear errors (or counted skips).
+
+- Unreadable image files in an image folder (corrupt, truncated, empty):
+  with `config.skip_bad_images` they are found before training (one
+  parallel decoding pass per split), left out, counted and named in the log;
+  without it, the decoder's error during training is traced back to the
+  files (`explained_errors`), so the message names them and the fix.
+- Labels outside [0, num_classes): a silently wrong loss otherwise
+  (`tf.one_hot` of an out-of-range label is all zeros).
+- Splits that do not exist: found at start-up, not after training.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import re
+from typing import List, Optional, Sequence, Tuple
+
+import tensorflow as tf
+from absl import logging
+
+from keras_vit import preprocessing as pp
+
+LABEL_ERROR = "Label out of range"
+# Files named in one message; the rest are counted.
+_MAX_NAMED = 10
+
+
+def _reason(error: tf.errors.OpError) -> str:
+    """The decoder's message without TensorFlow's node and op decorations."""
+    text = error.message.strip().splitlines()[0]
+    text = re.sub(r"^\{\{[^}]*\}\}\s*", "", text)
+    return re.sub(r"\s*\[Op:.*$", "", text).strip()
+
+
+def _decode(path: tf.Tensor) -> tf.Tensor:
+    return pp.decode_image(tf.io.read_file(path))
+
+
+def find_unreadable_images(paths: Sequence[str]) -> List[Tuple[str, str]]:
+    """[(path, reason)] for the files in `paths` that do not decode.
+
+    Decodes every file once, in parallel, exactly as training does.
+    """
+    paths = list(paths)
+    if not paths:
+        return []
+    ds = tf.data.Dataset.from_tensor_slices(paths).enumerate()
+    ds = ds.map(
+        lambda i, path: (i, tf.shape(_decode(path))[0]),
+        num_parallel_calls=tf.data.AUTOTUNE,
+    ).ignore_errors()
+    readable = {int(i) for i, _ in ds.as_numpy_iterator()}
+    bad = []
+    for i, path in enumerate(paths):
+        if i in readable:
+            continue
+        try:  # once more, alone, for the decoder's message
+            _decode(tf.constant(path))
+            reason = "could not be read"
+        except tf.errors.OpError as error:
+            reason = _reason(error)
+        bad.append((path, reason))
+    return bad
+
+
+def _listing(bad: Sequence[Tuple[str, str]]) -> str:
+    named = "; ".join(f"{p} ({r})" for p, r in bad[:_MAX_NAMED])
+    more = len(bad) - _MAX_NAMED
+    return named + (f"; and {more} more" if more > 0 else "")
+
+
+@functools.lru_cache(maxsize=32)
+def _unreadable(root: str, split: str, paths: Tuple[str, ...]):
+    bad = find_unreadable_images(paths)
+    if bad:
+        logging.warning(
+            "Skipping %d unreadable image file(s) of split %r in %s "
+            "(config.skip_bad_images): %s", len(bad), split, root,
+            _listing(bad),
+        )
+    return frozenset(p for p, _ in bad)
+
+
+def drop_unreadable(config, split: str, paths, labels):
+    """`paths`, `labels` without the files that do not decode (found once
+    per split and process; counted and named in the log)."""
+    bad = _unreadable(str(config.get("data_dir")), split, tuple(paths))
+    if not bad:
+        return paths, labels
+    keep = [i for i, p in enumerate(paths) if p not in bad]
+    if not keep:
+        raise ValueError(
+            f"No readable image in split {split!r} of {config.data_dir}."
+        )
+    return [paths[i] for i in keep], labels[keep]
+
+
+def _label_bound(config) -> Optional[int]:
+    n = int(config.get("num_classes") or 0)
+    if n:
+        return n
+    from keras_vit import input_pipeline
+
+    try:
+        return int(input_pipeline.dataset_info(config).num_classes)
+    except (KeyError, AttributeError, TypeError):
+        return None  # a label feature without a class count
+
+
+def check_labels(ds: tf.data.Dataset, config) -> tf.data.Dataset:
+    """Fails the pipeline on a label outside [0, num_classes)."""
+    n = _label_bound(config)
+    if n is None:
+        return ds
+    message = (
+        f"{LABEL_ERROR}: the data holds a label outside [0, {n}), the "
+        f"model's classes (config.num_classes={config.get('num_classes')}). "
+        "Set config.num_classes to the number of classes in the data, or to "
+        "0 to read it from the data source; negative labels (unlabelled "
+        "examples) cannot be trained on."
+    )
+
+    def check(image, label):
+        checks = [
+            tf.debugging.assert_less(label, tf.cast(n, label.dtype),
+                                     message=message),
+            tf.debugging.assert_non_negative(label, message=message),
+        ]
+        with tf.control_dependencies(checks):
+            return image, tf.identity(label)
+
+    return ds.map(check, num_parallel_calls=tf.data.AUTOTUNE,
+                  deterministic=True)
+
+
+def _splits(config) -> List[Tuple[str, str]]:
+    """(config field, split) of the splits a training run reads."""
+    fields = [("train_split", "train"), ("eval_split", "test")]
+    if int(config.get("eval_every_steps", 0) or 0):
+        fields.append(("val_split", None))
+    out = []
+    for field, default in fields:
+        split = config.get(field) or default
+        if field == "val_split" and not split:
+            split = config.get("eval_split") or "test"
+        out.append((field, split))
+    return out
+
+
+def check_splits(config) -> None:
+    """Raises ValueError at start-up for a split that does not exist (the
+    digits data and image folders; TFDS checks its own when reading)."""
+    from keras_vit import input_pipeline
+
+    if config.get("vtab_task") or config.get("dataset") not in (
+        input_pipeline.DIGITS, input_pipeline.FOLDER
+    ):
+        return
+    for field, split in _splits(config):
+        try:
+            input_pipeline.num_split_examples(config, split)
+        except ValueError as error:
+            raise ValueError(
+                f"config.{field}={split!r} cannot be used: "
+                f"{str(error).rstrip('.')}; set it to an existing split or "
+                "a slice of one, e.g. 'train[90%:]'."
+            ) from None
+
+
+def explain_input_error(config, error: Exception) -> Optional[Exception]:
+    """A clear error for a failure inside the input pipeline, or None.
+
+    Label errors keep their own message; for image folders, the splits of
+    the run are decoded again to name the files that fail.
+    """
+    from keras_vit import input_pipeline
+
+    text = str(error)
+    match = re.search(re.escape(LABEL_ERROR) + r"[^\]]*", text)
+    if match:
+        return ValueError(match.group(0).strip())
+    if (config.get("dataset") != input_pipeline.FOLDER
+            or config.get("vtab_task")):
+        return None
+    root = config.get("data_dir")
+    paths = []
+    for _, split in _splits(config):
+        name = re.sub(r"\[.*\]$", "", str(split))
+        try:
+            paths.extend(input_pipeline.folder_split(root, name)[0])
+        except ValueError:
+            continue
+    bad = find_unreadable_images(sorted(set(paths)))
+    if not bad:
+        return None
+    return ValueError(
+        f"Cannot decode {len(bad)} image file(s) of image folder {root}: "
+        f"{_listing(bad)}. Remove or replace these files, or set "
+        "config.skip_bad_images=True to skip unreadable images (they are "
+        "counted and named in the log)."
+    )
+
+
+@contextlib.contextmanager
+def explained_errors(config):
+    """Re-raises input-pipeline failures as `explain_input_error` does."""
+    try:
+        yield
+    except tf.errors.InvalidArgumentError as error:
+        better = explain_input_error(config, error)
+        if better is None:
+            raise
+        raise better from None
