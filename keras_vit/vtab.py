@@ -103,13 +103,9 @@ def kitti_dist_label(example: Example) -> tf.Tensor:
     (8, 20] m, (20, 999] m, no vehicle.
     """
     objects = example["objects"]
-    # Real examples have one type per location; truncating to the common
-    # length only matters for synthetic examples (e.g. TFDS's mock data
-    # draws every sequence length independently).
-    n = tf.minimum(tf.size(objects["type"]), tf.shape(objects["location"])[0])
-    vehicles = objects["type"][:n] < 3
+    vehicles = objects["type"] < 3
     depth = tf.boolean_mask(
-        tf.cast(objects["location"][:n, 2], tf.float32), vehicles
+        tf.cast(objects["location"][:, 2], tf.float32), vehicles
     )
     depth = tf.concat([depth, [KITTI_NO_VEHICLE_DEPTH]], axis=0)
     return _count_below(KITTI_DIST_THRESHOLDS, tf.reduce_min(depth))

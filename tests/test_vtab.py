@@ -411,7 +411,25 @@ def make_manual_files(data_dir, names):
             os.makedirs(path, exist_ok=True)
 
 
-def test_all_19_tasks_end_to_end_with_rerun(tmp_path):
+@pytest.fixture
+def consistent_mock_data(monkeypatch):
+    """TFDS mock examples whose variable-length features all have length
+    10 (by default each draws its own length in [5, 50)): KITTI then has
+    one type per location, as real data does, and CLEVR scenes 10 objects
+    (Clevr-Count label 7) instead of counts outside the task's 3-10."""
+    from tensorflow_datasets.testing import mocking
+
+    cls = mocking.RandomFakeGenerator
+    original = cls.__init__
+
+    def init(self, *args, **kwargs):
+        kwargs["constant_dynamic_shape"] = True
+        original(self, *args, **kwargs)
+
+    monkeypatch.setattr(cls, "__init__", init)
+
+
+def test_all_19_tasks_end_to_end_with_rerun(tmp_path, consistent_mock_data):
     data_dir = str(tmp_path / "data")
     out = str(tmp_path / "out")
     source = tiny_source(str(tmp_path / "src.npz"))
@@ -436,6 +454,22 @@ def test_all_19_tasks_end_to_end_with_rerun(tmp_path):
     assert saved["train_split"] == "train[:800]+train[63000:63200]"
     assert saved["eval_split"] == "validation"
     assert not os.path.exists(os.path.join(run_dir, "checkpoints"))
+    # A finished trial is reused, not retrained (there is no mock data here,
+    # so training would fail); another config in its directory is refused.
+    backbone = os.path.join(out, "backbone.npz")
+    fields = pretrained.transfer_model_config(
+        pretrained.Source(npz=backbone),
+        {"dropout_rate": 0.0, "attention_dropout_rate": 0.0},
+    )
+    cfg = vtab_run.task_config(
+        config, vtab.TASKS["clevr_dist"], fields, backbone, lr=0.01,
+        steps=1, train_split="train800val200", eval_split="test",
+    )
+    metrics = vtab_run.run_trial(cfg, run_dir)
+    assert metrics == json.load(open(os.path.join(run_dir, "metrics.json")))
+    cfg.optimizer.lr = 0.02
+    with pytest.raises(ValueError, match="another config"):
+        vtab_run.run_trial(cfg, run_dir)
 
     # Rerun with the manual files in place: only Retinopathy runs.
     make_manual_files(data_dir, ["train", "test", "trainLabels.csv"])
