@@ -21,8 +21,12 @@ def _define_common_flags():
         "Config file (configs/*.py; `path.py:arg` passes arg to get_config).",
         lock_config=True,
     )
-    flags.DEFINE_string("workdir", None, "Where checkpoints, summaries and "
-                        "metrics go (local path or gs://).")
+    flags.DEFINE_string(
+        "workdir", None,
+        "A training run's directory (local path or gs://): train.py writes "
+        "its config, checkpoints, summaries and metrics there; evaluate.py "
+        "reads the trained model from it.",
+    )
     flags.DEFINE_enum(
         "strategy", "auto", ["auto", "tpu", "mirrored", "multiworker", "cpu"],
         "tf.distribute strategy: auto picks a TPU if found, else GPUs, else "
