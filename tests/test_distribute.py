@@ -250,7 +250,7 @@ def _finish(procs, timeout=240):
                 p.wait()
 
 
-TOTAL = 300
+TOTAL = 150
 TRAIN_PY = [
     os.path.join(ROOT, "train.py"),
     "--config=" + os.path.join(ROOT, "configs", "digits.py"),
@@ -384,7 +384,7 @@ def test_two_workers_preempted_resume_with_identical_weights(tmp_path):
     save at the same step and exit with 42; the same command on both
     resumes from the chief's checkpoint; the workers end with identical
     weights; only the chief writes files."""
-    steps = 200
+    steps = 120
     workdir = str(tmp_path / "run")
     procs, logs = _start_workers(tmp_path, workdir, "first", steps)
     try:
