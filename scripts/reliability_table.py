@@ -1,0 +1,159 @@
+r"""Writes (or checks) docs/reliability.md from tests/reliability_cases.py.
+
+    python scripts/reliability_table.py          # rewrite the page
+    python scripts/reliability_table.py --check  # exit 1 if it is stale
+
+Each row is a case of the table in tests/reliability_cases.py; its test is
+the function decorated `@covers("<case id>")` in tests/test_faults.py or
+tests/test_bad_inputs.py, found here by reading their source (no imports,
+so this script needs neither TensorFlow nor pytest).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+from typing import Dict, List
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DOC = os.path.join(ROOT, "docs", "reliability.md")
+TEST_FILES = ("tests/test_faults.py", "tests/test_bad_inputs.py")
+
+_COVERS = re.compile(
+    r"^@covers\(([^)]*)\)\s*\n(?:@[^\n]*\n)*def (\w+)", re.MULTILINE
+)
+
+HEADER = """\
+# Reliability
+
+TPU VMs are preempted, disks fill up, folders hold broken files, and clients
+send garbage to servers. This page lists every fault and bad input that the
+test suite inflicts on keras_vit, and what the user gets. It is generated
+from the test cases (`python scripts/reliability_table.py`), and a test
+checks that it is current: every row is proved by the test named in it,
+which asserts the error type and every quoted excerpt verbatim.
+
+What holds throughout:
+
+- **No lost or half-written work.** Checkpoints are written under a
+  temporary name and published by TensorFlow's rename and state-file
+  update; metrics.json, config.json and labels.txt by write-to-temp and
+  rename; a SavedModel version under a dotted folder that TF Serving
+  ignores, renamed when complete. A restart with the same command resumes
+  from the newest complete checkpoint. With the default strategy the input
+  iterator is checkpointed and augmentation is seeded per example, so a
+  resumed run is bit-identical to an uninterrupted one. (MirroredStrategy
+  and TPUStrategy iterators cannot be checkpointed: their resumed runs draw
+  a new data order, so they match an uninterrupted run statistically, not
+  bit for bit.)
+- **No silent wrong answers.** A non-finite loss or gradient stops training
+  (naming the step and the last good checkpoint) or, with
+  `config.skip_nonfinite=True`, skips exactly that update and counts it;
+  a checkpoint of another model is refused before anything is loaded;
+  labels beyond the model's classes stop the pipeline.
+- **Bad input names the problem and the fix**, or is skipped and counted
+  where the user asked for skipping (`config.skip_bad_images=True`).
+
+Known limits: a change of `num_heads` alone keeps every weight shape, so a
+checkpoint cannot reveal it; it is caught by comparing the model fields
+of the workdir's config.json, which only helps while that file is the
+run's own.
+"""
+
+
+def find_tests() -> Dict[str, List[str]]:
+    """{case id: ["tests/file.py::test_name", ...]} from the test sources."""
+    found: Dict[str, List[str]] = {}
+    for rel in TEST_FILES:
+        path = os.path.join(ROOT, rel)
+        if not os.path.exists(path):
+            continue
+        with open(path, encoding="utf-8") as f:
+            source = f.read()
+        for match in _COVERS.finditer(source):
+            ids = re.findall(r"[\"']([\w-]+)[\"']", match.group(1))
+            for case_id in ids:
+                found.setdefault(case_id, []).append(
+                    f"{rel}::{match.group(2)}"
+                )
+    return found
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _quote(excerpt: str) -> str:
+    # A backtick inside an excerpt would end the code span early.
+    fence = "``" if "`" in excerpt else "`"
+    pad = " " if excerpt.startswith("`") or excerpt.endswith("`") else ""
+    return f"{fence}{pad}{_cell(excerpt)}{pad}{fence}"
+
+
+def render() -> str:
+    """The Markdown page for the current table."""
+    sys.path.insert(0, ROOT)
+    try:
+        from tests.reliability_cases import BAD_INPUT, CASES, FAULT
+    finally:
+        sys.path.pop(0)
+    tests = find_tests()
+    lines = [HEADER]
+    titles = {FAULT: "Faults", BAD_INPUT: "Bad input"}
+    number = 0
+    for kind in (FAULT, BAD_INPUT):
+        cases = [c for c in CASES.values() if c.kind == kind]
+        lines.append(f"\n## {titles[kind]} ({len(cases)})\n")
+        lines.append(
+            "| # | Area | What goes wrong | What the user gets | The message "
+            "says (verbatim) | Test |"
+        )
+        lines.append("|---|---|---|---|---|---|")
+        for case in cases:
+            number += 1
+            gets = case.gets
+            if case.error:
+                gets = f"`{case.error}`. {gets}"
+            says = "<br>".join(_quote(s) for s in case.says) or "—"
+            where = "<br>".join(
+                f"`{t}`" for t in tests.get(case.id, [])
+            ) or "**no test**"
+            lines.append(
+                f"| {number} | {case.area} | {_cell(case.what)} | "
+                f"{_cell(gets)} | {says} | {where} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--check", action="store_true",
+        help="Exit with status 1 if docs/reliability.md is not current.",
+    )
+    args = parser.parse_args(argv)
+    text = render()
+    if args.check:
+        current = ""
+        if os.path.exists(DOC):
+            with open(DOC, encoding="utf-8") as f:
+                current = f.read()
+        if current != text:
+            print(
+                f"{DOC} is stale: run python scripts/reliability_table.py",
+                file=sys.stderr,
+            )
+            return 1
+        return 0
+    tmp = DOC + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, DOC)
+    print(f"Wrote {DOC}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,470 @@
+"""The faults and bad inputs keras_vit is tested against, and what the user
+gets for each: the table behind docs/reliability.md.
+
+Every case is proved by one test in tests/test_faults.py or
+tests/test_bad_inputs.py (decorated `@covers(case_id)`); that test asserts
+the error type and that each excerpt in `says` appears verbatim in what the
+user sees (the exception message or the log). scripts/reliability_table.py
+renders this table to docs/reliability.md, and a test checks that the
+published file is the rendering of this table, so neither can drift.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Dict, Tuple
+
+FAULT = "fault"
+BAD_INPUT = "bad input"
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    """One fault or bad input.
+
+    Attributes:
+        id: str. Unique; names the case in tests and in the table.
+        kind: str. FAULT (the process or the disk fails) or BAD_INPUT.
+        area: str. Training, data, config, checkpoint, export, CLI, ...
+        what: str. What goes wrong, in the user's words.
+        gets: str. What the user gets: the error type, or the behaviour.
+        says: tuple of str. Verbatim excerpts of the message (or log) that
+            name the problem and the fix; the test asserts each one.
+        error: str. Exception class name the test asserts ("" when the
+            input works or the fault is recovered from).
+    """
+
+    id: str
+    kind: str
+    area: str
+    what: str
+    gets: str
+    says: Tuple[str, ...] = ()
+    error: str = ""
+
+
+_CASES = [
+    # ------------------------------------------------------------ faults
+    Case(
+        "kill_after_first_checkpoint", FAULT, "training",
+        "`kill -9` of train.py right after its first checkpoint (step 10 of "
+        "40)",
+        "The same command resumes from the newest complete checkpoint. The "
+        "four process faults of this table hit one workdir in a row, each "
+        "followed by the same command; the run that finally completes has "
+        "test metrics and checkpointed tensors bit-identical to an "
+        "uninterrupted run with the same seed.",
+        ("Resumed from",),
+    ),
+    Case(
+        "kill_mid_run", FAULT, "training",
+        "`kill -9` between two checkpoints (after step 25 was logged)",
+        "Resumes from the newest complete checkpoint (ckpt-20).",
+        ("Resumed from",),
+    ),
+    Case(
+        "kill_during_checkpoint_write", FAULT, "training",
+        "`kill -9` while ckpt-30 is being written (its shards are on disk, "
+        "not yet merged under the final name)",
+        "ckpt-30 never becomes visible: the state file still names ckpt-20, "
+        "evaluation and export read ckpt-20, and the restart resumes from "
+        "it; the leftover ckpt-30_temp/ goes with the next save of ckpt-30.",
+        ("Resumed from",),
+    ),
+    Case(
+        "sigterm", FAULT, "training",
+        "SIGTERM (what a preempted TPU VM receives), arriving while ckpt-30 "
+        "is being written",
+        "The save completes, the run stops at step 30 with exit status 0, "
+        "and the same command resumes from ckpt-30 and runs to the end.",
+        ("Stopped at step", "checkpoint saved. Run the same command to "
+         "resume."),
+    ),
+    Case(
+        "kill_during_export", FAULT, "export",
+        "`kill -9` during a SavedModel export, before it is published",
+        "No numbered version folder appears (TF Serving loads nothing "
+        "partial); the next export publishes version 1 complete.",
+    ),
+    Case(
+        "nan_batch_stops", FAULT, "training",
+        "NaN in one training batch (default config)",
+        "Training stops, naming the first bad step and the last good "
+        "checkpoint, which exists and holds finite weights; nothing is "
+        "saved after the bad step.",
+        ("Non-finite loss", "first at step 13", "Last good checkpoint:",
+         "ckpt-10", "set config.skip_nonfinite=True"),
+        "TrainingError",
+    ),
+    Case(
+        "nan_batch_skipped", FAULT, "training",
+        "NaN in two training batches with `config.skip_nonfinite=True`",
+        "Both updates are skipped and counted (log, metrics.json "
+        "`skipped_steps_this_run`); the run ends at the configured step "
+        "with finite checkpoints.",
+        ("Skipped 1 non-finite step",),
+    ),
+    Case(
+        "skip_leaves_state_unchanged", FAULT, "training",
+        "What a skipped step does, under the default strategy and a "
+        "2-replica MirroredStrategy (NaN on one replica only)",
+        "Weights, AdamW moments and EMA averages are bit-identical to "
+        "before the step; only the step counter advances. With SGD + "
+        "momentum, a run with the bad batch equals the run without it.",
+    ),
+    Case(
+        "resume_other_model_no_config", FAULT, "checkpoint",
+        "Resuming in a workdir whose config.json was deleted and whose "
+        "checkpoints hold another model (width 48, now 32)",
+        "A clear error before any weight is loaded; config.json is not "
+        "rewritten.",
+        ("Cannot resume from", "is from a different model",
+         "use a new --workdir"),
+        "TrainingError",
+    ),
+    Case(
+        "restore_edited_config", FAULT, "checkpoint",
+        "Evaluating/exporting a workdir whose config.json was edited to "
+        "another depth (1 -> 2 layers)",
+        "`workdir.restore_model` refuses instead of loading part of the "
+        "weights.",
+        ("is from a different model", "holds 20 trainable weights, the "
+         "model 32", "put back the run's own config"),
+        "ValueError",
+    ),
+    Case(
+        "truncated_latest_checkpoint", FAULT, "checkpoint",
+        "The newest checkpoint's data file is truncated (full disk, "
+        "interrupted copy)",
+        "The run warns and resumes from the newest complete checkpoint "
+        "(ckpt-30), then ends normally.",
+        ("is unreadable", "resuming from the previous complete checkpoint"),
+    ),
+    Case(
+        "missing_latest_checkpoint", FAULT, "checkpoint",
+        "The newest checkpoint's files were deleted but the state file "
+        "still lists it",
+        "Resumes from the newest checkpoint still on disk, never from "
+        "scratch (which would let checkpoint rotation delete the older "
+        "ones).",
+        ("is missing", "resuming from the previous complete checkpoint"),
+    ),
+    Case(
+        "failed_metrics_write", FAULT, "workdir",
+        "The disk fails (ENOSPC) while metrics.json is rewritten",
+        "The old metrics.json is intact and no temporary file is left; "
+        "the OSError reaches the caller.",
+        ("No space left on device",),
+        "OSError",
+    ),
+    # ---------------------------------------------------------- bad data
+    Case(
+        "corrupt_image", BAD_INPUT, "data",
+        "A .jpg file of random bytes in an image folder",
+        "A clear error naming the file and the decoder's reason.",
+        ("Cannot decode 3 image file(s)", "bad.jpg",
+         "Unknown image file format", "set config.skip_bad_images=True"),
+        "ValueError",
+    ),
+    Case(
+        "truncated_image", BAD_INPUT, "data",
+        "A PNG cut off half-way",
+        "The same error, naming the file.",
+        ("truncated.png", "Remove or replace these files"),
+        "ValueError",
+    ),
+    Case(
+        "empty_image_file", BAD_INPUT, "data",
+        "A zero-byte .png",
+        "The same error, naming the file as empty.",
+        ("empty.png", "Empty image"),
+        "ValueError",
+    ),
+    Case(
+        "skip_bad_images", BAD_INPUT, "data",
+        "The same three files with `config.skip_bad_images=True`",
+        "They are left out, counted and named in the log; training runs "
+        "on the readable images.",
+        ("Skipping 3 unreadable image file(s) of split 'train'",),
+    ),
+    Case(
+        "grayscale_png", BAD_INPUT, "data",
+        "Grayscale PNG",
+        "Works: three equal channels, exactly the file's values.",
+    ),
+    Case(
+        "rgba_png", BAD_INPUT, "data",
+        "RGBA PNG",
+        "Works: alpha dropped, RGB exactly the file's values.",
+    ),
+    Case(
+        "png_16bit", BAD_INPUT, "data",
+        "16-bit PNG",
+        "Works: each value v becomes v // 256 (8-bit), on every channel.",
+    ),
+    Case(
+        "cmyk_jpeg", BAD_INPUT, "data",
+        "CMYK JPEG",
+        "Works: converted to RGB, within 2 levels of (255 - C)(255 - K) / "
+        "255 on flat colour patches.",
+    ),
+    Case(
+        "tiny_image", BAD_INPUT, "data",
+        "Images smaller than a patch (3 x 2 pixels; patch 8)",
+        "Works: resized to the model's input size and trained on.",
+    ),
+    Case(
+        "non_image_files", BAD_INPUT, "data",
+        "Non-image files in class folders (notes.txt, .DS_Store)",
+        "Ignored: only .jpg, .jpeg, .png, .gif and .bmp files are read.",
+    ),
+    Case(
+        "empty_class_folder", BAD_INPUT, "data",
+        "A class folder with no images",
+        "A clear error at start-up naming the folder.",
+        ("has no images", "add images or remove the folder"),
+        "ValueError",
+    ),
+    Case(
+        "missing_split", BAD_INPUT, "data",
+        "An eval split that does not exist (image folder without test/)",
+        "A clear error at start-up, before any training.",
+        ("config.eval_split='test'", "has no split 'test'",
+         "set it to an existing split"),
+        "ValueError",
+    ),
+    Case(
+        "labels_out_of_range", BAD_INPUT, "data",
+        "More classes in the data than `config.num_classes` (10 digit "
+        "classes, num_classes=5)",
+        "A clear error instead of a silently wrong loss.",
+        ("Label out of range", "config.num_classes=5",
+         "Set config.num_classes to the number of classes in the data"),
+        "ValueError",
+    ),
+    Case(
+        "unknown_dataset", BAD_INPUT, "data",
+        "A dataset name that does not exist",
+        "A clear error.",
+        ("Unknown dataset 'digitz'", "use 'digits', 'folder' or a TFDS "
+         "name"),
+        "ValueError",
+    ),
+    Case(
+        "missing_data_dir", BAD_INPUT, "data",
+        "`dataset='folder'` with a data_dir that does not exist",
+        "A clear error.",
+        ("does not exist", "set --config.data_dir"),
+        "ValueError",
+    ),
+    # -------------------------------------------------------- bad config
+    Case(
+        "image_not_divisible", BAD_INPUT, "config",
+        "image_size 30 with patch size 8",
+        "A clear error with a size that works.",
+        ("is not divisible by patch size 8", "use a multiple of 8"),
+        "ValueError",
+    ),
+    Case(
+        "unknown_variant", BAD_INPUT, "config",
+        "Unknown variant 'B/15'",
+        "A clear error listing the variants.",
+        ("Unknown variant 'B/15'", "Known variants:"),
+        "ValueError",
+    ),
+    Case(
+        "config_typo", BAD_INPUT, "CLI",
+        "A misspelt nested config field (`--config.model.hiden_size=64`)",
+        "train.py stops before doing anything (the config is locked); the "
+        "traceback ends with the suggestion.",
+        ('Did you mean "hidden_size" instead of "hiden_size"?',),
+        "AttributeError",
+    ),
+    Case(
+        "zero_batch", BAD_INPUT, "config",
+        "batch_size 0",
+        "A clear error.",
+        ("batch_size must be positive, got 0",),
+        "ValueError",
+    ),
+    Case(
+        "negative_batch", BAD_INPUT, "config",
+        "batch_size -8",
+        "A clear error.",
+        ("batch_size must be positive, got -8",),
+        "ValueError",
+    ),
+    Case(
+        "batch_not_divisible", BAD_INPUT, "config",
+        "batch_size 15 on 2 replicas",
+        "A clear error with the multiple to use.",
+        ("batch_size 15 is not divisible by replicas (2)",
+         "use a multiple of 2"),
+        "ValueError",
+    ),
+    Case(
+        "unknown_optimizer", BAD_INPUT, "config",
+        "`optimizer.name='rmsprop'`",
+        "A clear error listing the optimizers.",
+        ("Unknown optimizer 'rmsprop'", "use one of sgd, adam, adamw, "
+         "lamb"),
+        "ValueError",
+    ),
+    Case(
+        "unknown_loss", BAD_INPUT, "config",
+        "`loss='hinge'`",
+        "A clear error listing the losses.",
+        ("Unknown loss 'hinge'", "use one of softmax_xent, sigmoid_xent"),
+        "ValueError",
+    ),
+    Case(
+        "zero_total_steps", BAD_INPUT, "config",
+        "total_steps 0",
+        "A clear error.",
+        ("total_steps must be positive, got 0",),
+        "ValueError",
+    ),
+    Case(
+        "resize_smaller_than_crop", BAD_INPUT, "config",
+        "pp.resize_size 24 below image_size 32",
+        "A clear error with the fix.",
+        ("is smaller than image_size", "set pp.resize_size >= image_size"),
+        "ValueError",
+    ),
+    # ----------------------------------------------------------- the CLI
+    Case(
+        "missing_workdir", BAD_INPUT, "CLI",
+        "train.py without --workdir",
+        "absl stops at flag parsing.",
+        ("Flag --workdir must have a value other than None",),
+        "exit status 1",
+    ),
+    Case(
+        "unknown_strategy", BAD_INPUT, "CLI",
+        "`--strategy=gpu`",
+        "absl stops at flag parsing, listing the strategies.",
+        ("flag --strategy=gpu: value should be one of "
+         "<auto|tpu|mirrored|multiworker|cpu>",),
+        "exit status 1",
+    ),
+    Case(
+        "unsupported_filesystem", BAD_INPUT, "CLI",
+        "A workdir on a file system TensorFlow cannot reach (gs:// without "
+        "GCS support, a mistyped scheme)",
+        "A clear error naming the path and the fix.",
+        ("Cannot use --workdir", "pip install 'keras-vit[gcs]'"),
+        "TrainingError",
+    ),
+    # ---------------------------------------------------- checkpoint files
+    Case(
+        "truncated_npz", BAD_INPUT, "checkpoint",
+        "A truncated .npz checkpoint",
+        "A clear error.",
+        ("truncated or corrupt .npz archive", "Download or copy the file "
+         "again"),
+        "ValueError",
+    ),
+    Case(
+        "pickled_npz", BAD_INPUT, "checkpoint",
+        "An .npz holding pickled Python objects",
+        "Refused without unpickling (allow_pickle=False).",
+        ("holds pickled Python objects, which are refused",),
+        "ValueError",
+    ),
+    Case(
+        "npz_other_variant", BAD_INPUT, "checkpoint",
+        "An .npz of another variant (width 48 into width 32)",
+        "A clear error listing the mismatches and the architecture the "
+        "file implies; the model is left unchanged.",
+        ("does not fit the model", "Pass strict=False"),
+        "ValueError",
+    ),
+    # ------------------------------------------------------------ serving
+    Case(
+        "serve_garbage_bytes", BAD_INPUT, "export",
+        "Serving request with bytes that are no image",
+        "InvalidArgumentError from the SavedModel, naming the formats.",
+        ("Unknown image file format. One of JPEG",),
+        "InvalidArgumentError",
+    ),
+    Case(
+        "serve_empty_string", BAD_INPUT, "export",
+        "Serving request with an empty string",
+        "InvalidArgumentError naming the problem and what to send.",
+        ("Empty image: image_bytes holds a zero-length string",
+         "Send the encoded image file"),
+        "InvalidArgumentError",
+    ),
+    Case(
+        "serve_base64_text", BAD_INPUT, "export",
+        "Serving request with base64 text instead of the bytes",
+        "InvalidArgumentError naming the REST b64 wrapping.",
+        ("looks like base64 text", "Send the raw file bytes"),
+        "InvalidArgumentError",
+    ),
+    Case(
+        "serve_wrong_dtype", BAD_INPUT, "export",
+        "Serving request with floats where image bytes are expected",
+        "InvalidArgumentError naming the expected type.",
+        ("was expected to be a string tensor but is a float tensor",),
+        "InvalidArgumentError",
+    ),
+    Case(
+        "serve_wrong_rank", BAD_INPUT, "export",
+        "Serving request with one string instead of a batch of them",
+        "InvalidArgumentError naming the expected shape.",
+        ("Shape of tensor image_bytes [] is not compatible with expected "
+         "shape [?]",),
+        "InvalidArgumentError",
+    ),
+    Case(
+        "serve_pixels_out_of_range", BAD_INPUT, "export",
+        "predict_images with normalised pixels (outside [0, 255])",
+        "InvalidArgumentError saying not to normalise.",
+        ("expects pixel values in [0, 255]", "Do not normalise the "
+         "pixels"),
+        "InvalidArgumentError",
+    ),
+    # ---------------------------------------------------------------- VTAB
+    Case(
+        "unknown_vtab_task", BAD_INPUT, "VTAB",
+        "A VTAB task name that does not exist",
+        "A clear error listing the tasks and groups.",
+        ("Unknown VTAB task(s) 'cifar1000'", "Valid tasks:"),
+        "ValueError",
+    ),
+]
+
+CASES: Dict[str, Case] = {}
+for _case in _CASES:
+    if _case.id in CASES:
+        raise ValueError(f"Duplicate reliability case {_case.id!r}.")
+    CASES[_case.id] = _case
+
+
+def covers(*case_ids: str) -> Callable:
+    """Marks a test function as the proof of `case_ids`."""
+    for case_id in case_ids:
+        if case_id not in CASES:
+            raise KeyError(f"No reliability case {case_id!r}.")
+
+    def mark(fn):
+        fn.reliability_cases = tuple(case_ids)
+        return fn
+
+    return mark
+
+
+def check_says(case_id: str, text: str) -> None:
+    """Asserts that every excerpt of the case appears verbatim in `text`."""
+    missing = [s for s in CASES[case_id].says if s not in text]
+    assert not missing, f"{case_id}: {missing} not in:\n{text[-3000:]}"
+
+
+def check_error(case_id: str, error: BaseException) -> None:
+    """Asserts the case's exception type and message excerpts."""
+    case = CASES[case_id]
+    assert type(error).__name__ == case.error, (
+        f"{case_id}: got {type(error).__name__}: {error}"
+    )
+    check_says(case_id, str(error))

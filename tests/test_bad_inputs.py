@@ -1,0 +1,433 @@
+"""Bad input of every kind: broken and unusual image files, folders and
+splits, labels, configs, command lines, checkpoint files, serving requests,
+task names. Each gets a clear error naming the problem and the fix (type
+and message excerpts from tests/reliability_cases.py), works (with its
+decoded values checked), or is skipped and counted where the user asked.
+
+Also checks that docs/reliability.md is the rendering of the case table
+and that every case there is proved by exactly one test.
+"""
+
+import base64
+import importlib.util
+import io
+import os
+import subprocess
+import sys
+
+import ml_collections as mlc
+import numpy as np
+import pytest
+import tensorflow as tf
+from PIL import Image
+
+import keras_vit
+from keras_vit import checkpoint, input_pipeline, optim, train_lib, vtab
+from tests.reliability_cases import CASES, check_error, check_says, covers
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RNG = np.random.default_rng(0)
+
+
+def config(**overrides):
+    """A tiny digits run (2 steps) with dotted-key overrides."""
+    sys.path.insert(0, os.path.join(ROOT, "configs"))
+    try:
+        import digits
+    finally:
+        sys.path.pop(0)
+    c = digits.get_config()
+    c.model.update(dict(hidden_size=16, mlp_dim=16, num_layers=1,
+                        num_heads=2))
+    c.update(dict(batch_size=8, total_steps=2, steps_per_loop=2,
+                  log_every_steps=2, eval_every_steps=0,
+                  checkpoint_every_steps=0, jit_compile=False))
+    c.optimizer.warmup_steps = 0
+    for key, value in overrides.items():
+        target = c
+        *path, leaf = key.split(".")
+        for part in path:
+            target = target[part]
+        target[leaf] = value
+    return c
+
+
+def folder_config(root, **overrides):
+    overrides = dict(dict(image_size=16), **overrides)
+    c = config(dataset="folder", data_dir=str(root), **overrides)
+    c.pp.resize_size = None
+    return c
+
+
+def save(path, array, mode=None, fmt="PNG"):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    Image.fromarray(array, mode).save(path, fmt)
+
+
+def good_folder(root, splits=("train", "test"), n=4):
+    for split in splits:
+        for name in ("a", "b"):
+            for i in range(n):
+                save(f"{root}/{split}/{name}/{i}.png",
+                     RNG.integers(0, 256, (12, 12, 3), dtype=np.uint8))
+    return root
+
+
+def add_bad_files(root):
+    folder = f"{root}/train/a"
+    with open(f"{folder}/bad.jpg", "wb") as f:
+        f.write(RNG.integers(0, 256, 500, dtype=np.uint8).tobytes())
+    png = tf.io.encode_png(np.full((20, 20, 3), 77, np.uint8)).numpy()
+    with open(f"{folder}/truncated.png", "wb") as f:
+        f.write(png[: len(png) // 2])
+    open(f"{folder}/empty.png", "wb").close()
+
+
+# ---------------------------------------------------------- image files
+@covers("corrupt_image", "truncated_image", "empty_image_file")
+def test_unreadable_images_are_named(tmp_path):
+    root = good_folder(tmp_path / "images")
+    add_bad_files(root)
+    with pytest.raises(ValueError) as info:
+        train_lib.train_and_evaluate(folder_config(root),
+                                     str(tmp_path / "run"))
+    for case in ("corrupt_image", "truncated_image", "empty_image_file"):
+        check_error(case, info.value)
+    text = str(info.value)
+    assert f"{root}/train/a/bad.jpg (Unknown image file format" in text
+    assert f"{root}/train/a/truncated.png (Invalid PNG data" in text
+
+
+@covers("skip_bad_images")
+def test_skip_bad_images_counts_and_trains(tmp_path, caplog):
+    root = good_folder(tmp_path / "images")
+    add_bad_files(root)
+    # The unusual-but-valid kinds train too.
+    save(f"{root}/train/b/gray.png", RNG.integers(0, 256, (9, 9), np.uint8))
+    save(f"{root}/train/b/rgba.png",
+         RNG.integers(0, 256, (9, 9, 4), np.uint8))
+    save(f"{root}/train/b/tiny.png", RNG.integers(0, 256, (3, 2, 3),
+                                                  np.uint8))
+    caplog.set_level("WARNING")
+    metrics = train_lib.train_and_evaluate(
+        folder_config(root, skip_bad_images=True), str(tmp_path / "run")
+    )
+    log = "\n".join(r.getMessage() for r in caplog.records)
+    check_says("skip_bad_images", log)
+    for name in ("bad.jpg", "truncated.png", "empty.png"):
+        assert f"{root}/train/a/{name}" in log
+    assert metrics["steps"] == 2 and np.isfinite(metrics["test_loss"])
+    assert metrics["test_examples"] == 8
+
+
+def _through_pipeline(tmp_path, name, data, image_size):
+    """The one image of a folder, as the evaluation pipeline yields it,
+    mapped back from [-1, 1] to [0, 255]."""
+    root = tmp_path / "kinds"
+    os.makedirs(root / "train" / "x")
+    with open(root / "train" / "x" / name, "wb") as f:
+        f.write(data)
+    c = folder_config(root, image_size=image_size)
+    (images, _, _), = input_pipeline.eval_dataset(c, "train", 1).take(1)
+    return (images.numpy()[0] + 1.0) * 127.5
+
+
+def _encode(array, mode=None, fmt="PNG", **kw):
+    buf = io.BytesIO()
+    Image.fromarray(array, mode).save(buf, fmt, **kw)
+    return buf.getvalue()
+
+
+@covers("grayscale_png")
+def test_grayscale_png(tmp_path):
+    gray = RNG.integers(0, 256, (8, 8), np.uint8)
+    got = _through_pipeline(tmp_path, "g.png", _encode(gray), 8)
+    np.testing.assert_allclose(got, np.stack([gray] * 3, -1), atol=1e-4)
+
+
+@covers("rgba_png")
+def test_rgba_png(tmp_path):
+    rgba = RNG.integers(0, 256, (8, 8, 4), np.uint8)
+    got = _through_pipeline(tmp_path, "a.png", _encode(rgba), 8)
+    np.testing.assert_allclose(got, rgba[..., :3], atol=1e-4)
+
+
+@covers("png_16bit")
+def test_16_bit_png(tmp_path):
+    deep = RNG.integers(0, 65536, (8, 8, 3), np.uint16)
+    data = tf.io.encode_png(deep).numpy()
+    got = _through_pipeline(tmp_path, "d.png", data, 8)
+    np.testing.assert_allclose(got, deep // 256, atol=1e-4)
+
+
+@covers("cmyk_jpeg")
+def test_cmyk_jpeg(tmp_path):
+    # Four flat 8 x 8 blocks: JPEG keeps flat blocks (almost) exactly.
+    colours = [(30, 200, 90, 40), (250, 10, 128, 0), (0, 0, 0, 255),
+               (120, 60, 10, 100)]
+    cmyk = np.zeros((16, 16, 4), np.uint8)
+    blocks = [(slice(0, 8), slice(0, 8)), (slice(0, 8), slice(8, 16)),
+              (slice(8, 16), slice(0, 8)), (slice(8, 16), slice(8, 16))]
+    for block, colour in zip(blocks, colours):
+        cmyk[block] = colour
+    data = _encode(cmyk, "CMYK", "JPEG", quality=100)
+    got = _through_pipeline(tmp_path, "c.jpg", data, 16)
+    for block, (c, m, y, k) in zip(blocks, colours):
+        want = [(255 - v) * (255 - k) / 255 for v in (c, m, y)]
+        np.testing.assert_allclose(
+            got[block], np.broadcast_to(want, (8, 8, 3)), atol=2
+        )
+
+
+@covers("tiny_image")
+def test_image_smaller_than_a_patch(tmp_path):
+    tiny = RNG.integers(0, 256, (3, 2, 3), np.uint8)
+    got = _through_pipeline(tmp_path, "t.png", _encode(tiny), 16)
+    want = tf.image.resize(tiny.astype("float32"), (16, 16)).numpy()
+    assert got.shape == (16, 16, 3)
+    np.testing.assert_allclose(got, want, atol=1e-3)
+
+
+@covers("non_image_files")
+def test_non_image_files_are_ignored(tmp_path):
+    root = good_folder(tmp_path / "images", splits=("train",), n=2)
+    for junk in ("notes.txt", ".DS_Store"):
+        with open(f"{root}/train/a/{junk}", "w") as f:
+            f.write("not an image")
+    paths, labels = input_pipeline.folder_split(str(root), "train")
+    assert sorted(os.path.basename(p) for p in paths) == ["0.png", "0.png",
+                                                          "1.png", "1.png"]
+    assert sorted(labels.tolist()) == [0, 0, 1, 1]
+
+
+# -------------------------------------------------------- folders, splits
+@covers("empty_class_folder")
+def test_empty_class_folder(tmp_path):
+    root = good_folder(tmp_path / "images", splits=("train",), n=2)
+    os.makedirs(f"{root}/train/c")
+    with open(f"{root}/train/c/readme.txt", "w") as f:
+        f.write("images go here")
+    with pytest.raises(ValueError) as info:
+        input_pipeline.dataset_info(folder_config(root))
+    check_error("empty_class_folder", info.value)
+    assert f"{root}/train/c" in str(info.value)
+
+
+@covers("missing_split")
+def test_missing_eval_split_fails_before_training(tmp_path):
+    root = good_folder(tmp_path / "images", splits=("train",), n=2)
+    workdir = tmp_path / "run"
+    with pytest.raises(ValueError) as info:
+        train_lib.train_and_evaluate(folder_config(root), str(workdir))
+    check_error("missing_split", info.value)
+    assert not (workdir / "checkpoints").exists()
+
+
+@covers("labels_out_of_range")
+def test_labels_beyond_num_classes(tmp_path):
+    with pytest.raises(ValueError) as info:
+        train_lib.train_and_evaluate(config(num_classes=5),
+                                     str(tmp_path / "run"))
+    check_error("labels_out_of_range", info.value)
+
+
+@covers("unknown_dataset")
+def test_unknown_dataset(tmp_path):
+    with pytest.raises(ValueError) as info:
+        train_lib.train_and_evaluate(config(dataset="digitz"),
+                                     str(tmp_path / "run"))
+    check_error("unknown_dataset", info.value)
+
+
+@covers("missing_data_dir")
+def test_folder_that_does_not_exist(tmp_path):
+    with pytest.raises(ValueError) as info:
+        train_lib.train_and_evaluate(
+            folder_config(tmp_path / "nowhere"), str(tmp_path / "run")
+        )
+    check_error("missing_data_dir", info.value)
+
+
+# --------------------------------------------------------------- configs
+@pytest.mark.parametrize("case,overrides", [
+    ("image_not_divisible", {"image_size": 30, "pp.resize_size": 34}),
+    ("unknown_variant", {"model.variant": "B/15"}),
+    ("zero_batch", {"batch_size": 0}),
+    ("negative_batch", {"batch_size": -8}),
+    ("unknown_optimizer", {"optimizer.name": "rmsprop"}),
+    ("unknown_loss", {"loss": "hinge"}),
+    ("zero_total_steps", {"total_steps": 0}),
+    ("resize_smaller_than_crop", {"pp.resize_size": 24}),
+])
+@covers("image_not_divisible", "unknown_variant", "zero_batch",
+        "negative_batch", "unknown_optimizer", "unknown_loss",
+        "zero_total_steps", "resize_smaller_than_crop")
+def test_config_errors(tmp_path, case, overrides):
+    with pytest.raises(ValueError) as info:
+        train_lib.train_and_evaluate(config(**overrides),
+                                     str(tmp_path / "run"))
+    check_error(case, info.value)
+
+
+@covers("batch_not_divisible")
+def test_batch_not_divisible_by_replicas(tmp_path):
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    with pytest.raises(ValueError) as info:
+        train_lib.train_and_evaluate(config(batch_size=15),
+                                     str(tmp_path / "run"), strategy)
+    check_error("batch_not_divisible", info.value)
+
+
+@covers("unsupported_filesystem")
+def test_workdir_on_unknown_file_system(tmp_path):
+    with pytest.raises(train_lib.TrainingError) as info:
+        train_lib.train_and_evaluate(config(), "nofs://bucket/run")
+    check_error("unsupported_filesystem", info.value)
+    assert "nofs" in str(info.value)
+
+
+@covers("config_typo", "missing_workdir", "unknown_strategy")
+def test_command_line_errors(tmp_path):
+    train = [sys.executable, os.path.join(ROOT, "train.py"),
+             "--config=" + os.path.join(ROOT, "configs", "digits.py")]
+    workdir = "--workdir=" + str(tmp_path / "run")
+    commands = {
+        "config_typo": train + [workdir, "--config.model.hiden_size=64"],
+        "missing_workdir": train,
+        "unknown_strategy": train + [workdir, "--strategy=gpu"],
+    }
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="3")
+    procs = {
+        case: subprocess.Popen(cmd, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, env=env)
+        for case, cmd in commands.items()
+    }
+    for case, proc in procs.items():
+        output = proc.communicate(timeout=300)[0].decode()
+        assert proc.returncode == 1, output[-2000:]
+        if CASES[case].error == "AttributeError":
+            assert "AttributeError" in output
+        check_says(case, output)
+    assert not (tmp_path / "run").exists()  # nothing started
+
+
+# ------------------------------------------------------ checkpoint files
+def tiny_vit(width=32):
+    return keras_vit.create_model(
+        None, num_classes=3, image_size=16, patch_size=8, hidden_size=width,
+        num_layers=1, num_heads=2, mlp_dim=32,
+    )
+
+
+@covers("truncated_npz")
+def test_truncated_npz(tmp_path):
+    path = str(tmp_path / "vit.npz")
+    checkpoint.save_npz(tiny_vit(), path)
+    with open(path, "r+b") as f:
+        f.truncate(os.path.getsize(path) // 2)
+    with pytest.raises(ValueError) as info:
+        checkpoint.load_npz(tiny_vit(), path)
+    check_error("truncated_npz", info.value)
+
+
+@covers("pickled_npz")
+def test_pickled_npz_is_refused(tmp_path):
+    path = str(tmp_path / "evil.npz")
+    np.savez(path, **{"head/kernel": np.array([{"a": 1}], dtype=object)})
+    with pytest.raises(ValueError) as info:
+        checkpoint.load_npz(tiny_vit(), path)
+    check_error("pickled_npz", info.value)
+
+
+@covers("npz_other_variant")
+def test_npz_of_another_variant(tmp_path):
+    path = str(tmp_path / "wide.npz")
+    checkpoint.save_npz(tiny_vit(width=48), path)
+    model = tiny_vit()
+    before = [w.numpy() for w in model.weights]
+    with pytest.raises(ValueError) as info:
+        checkpoint.load_npz(model, path)
+    check_error("npz_other_variant", info.value)
+    for a, b in zip(before, model.weights):
+        np.testing.assert_array_equal(a, b.numpy())
+
+
+# --------------------------------------------------------------- serving
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    """The signatures of a tiny exported SavedModel, reloaded."""
+    from keras_vit.export import export_model
+
+    path = export_model(
+        tiny_vit(), str(tmp_path_factory.mktemp("exports")),
+        warmup_images=[], verify=False,
+    )
+    return tf.saved_model.load(path).signatures
+
+
+PNG = tf.io.encode_png(np.full((16, 16, 3), 9, np.uint8)).numpy()
+
+
+@pytest.mark.parametrize("case,signature,inputs", [
+    ("serve_garbage_bytes", "serving_default",
+     {"image_bytes": [b"\x00\x01\x02\xff not an image"]}),
+    ("serve_empty_string", "serving_default", {"image_bytes": [b""]}),
+    ("serve_base64_text", "serving_default",
+     {"image_bytes": [base64.b64encode(PNG)]}),
+    ("serve_wrong_dtype", "serving_default", {"image_bytes": [1.0, 2.0]}),
+    ("serve_wrong_rank", "serving_default", {"image_bytes": b"x"}),
+    ("serve_pixels_out_of_range", "predict_images",
+     {"images": np.full((1, 16, 16, 3), -0.5, np.float32)}),
+])
+@covers("serve_garbage_bytes", "serve_empty_string", "serve_base64_text",
+        "serve_wrong_dtype", "serve_wrong_rank", "serve_pixels_out_of_range")
+def test_bad_serving_requests(served, case, signature, inputs):
+    with pytest.raises(tf.errors.InvalidArgumentError) as info:
+        served[signature](**{k: tf.constant(v) for k, v in inputs.items()})
+    check_error(case, info.value)
+    # The server keeps answering good requests.
+    out = served["serving_default"](image_bytes=tf.constant([PNG]))
+    assert out["probabilities"].shape == (1, 3)
+
+
+# ------------------------------------------------------------------ VTAB
+@covers("unknown_vtab_task")
+def test_unknown_vtab_task():
+    with pytest.raises(ValueError) as info:
+        vtab.get_task("cifar1000")
+    check_error("unknown_vtab_task", info.value)
+
+
+def test_optimizer_names_in_message_are_the_real_ones():
+    """The listed optimizers are the ones that exist (the fix works)."""
+    for name in optim.OPTIMIZERS:
+        opt = dict(name=name, lr=0.1)
+        if name in ("adamw", "lamb"):
+            opt["weight_decay"] = 0.0
+        assert optim.create_optimizer(mlc.ConfigDict(opt), 10) is not None
+
+
+# ------------------------------------------------------- the published table
+def _table_script():
+    spec = importlib.util.spec_from_file_location(
+        "reliability_table", os.path.join(ROOT, "scripts",
+                                          "reliability_table.py")
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_case_has_exactly_one_test():
+    found = _table_script().find_tests()
+    assert sorted(found) == sorted(CASES)
+    assert {k: v for k, v in found.items() if len(v) != 1} == {}
+
+
+def test_reliability_doc_is_current():
+    script = _table_script()
+    with open(os.path.join(ROOT, "docs", "reliability.md")) as f:
+        assert f.read() == script.render(), (
+            "docs/reliability.md is stale: run "
+            "python scripts/reliability_table.py"
+        )

@@ -1,0 +1,621 @@
+"""Fault injection: processes killed with SIGKILL at three points (one of
+them inside a checkpoint write), SIGTERM, a kill during export, NaN batches,
+damaged or foreign checkpoints, a failing disk.
+
+The kill tests run train.py in real subprocesses on digits with a tiny model
+and compare each resumed run with one uninterrupted reference run (a
+module-scoped fixture): with the default strategy the input iterator is in
+the checkpoint and augmentation is seeded per example, so the comparison is
+exact (test metrics and every checkpointed tensor).
+"""
+
+import glob
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import keras
+import ml_collections as mlc
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import keras_vit
+from keras_vit import input_pipeline, optim, train_lib
+from keras_vit import workdir as wd
+from keras_vit.trainer import Trainer
+from tests.reliability_cases import check_error, check_says, covers
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TOTAL = 40
+
+TRAIN_ARGS = [
+    "--config=" + os.path.join(ROOT, "configs", "digits.py"),
+    "--config.model.num_layers=1", "--config.model.hidden_size=32",
+    "--config.model.mlp_dim=64", f"--config.total_steps={TOTAL}",
+    "--config.steps_per_loop=5", "--config.checkpoint_every_steps=10",
+    "--config.log_every_steps=5", "--config.eval_every_steps=0",
+    "--config.batch_size=32", "--config.jit_compile=False",
+    "--config.optimizer.warmup_steps=0",
+    # The default strategy: its input iterator is checkpointed.
+    "--strategy=auto",
+]
+
+# train.py with an optional pause inside the checkpoint write: after the
+# shards are written to <prefix>_temp/ and before they are merged under the
+# final name (where a crash is most likely to leave a partial checkpoint).
+# The pause lasts until the file FAULT_RELEASE appears (if given).
+RUNNER = r'''
+import os, sys, time
+sys.path.insert(0, {root!r})
+pause = os.environ.get("FAULT_PAUSE_MERGE")
+if pause:
+    from tensorflow.python.ops import gen_io_ops
+    merge = gen_io_ops.merge_v2_checkpoints
+
+    def slow_merge(checkpoint_prefixes, destination_prefix, *args, **kw):
+        name = destination_prefix
+        name = name.numpy() if hasattr(name, "numpy") else name
+        name = name.decode() if isinstance(name, bytes) else str(name)
+        if name.endswith(pause):
+            open(os.environ["FAULT_MARKER"], "w").close()
+            release = os.environ.get("FAULT_RELEASE", "")
+            deadline = time.time() + 600
+            while time.time() < deadline and not os.path.exists(release):
+                time.sleep(0.01)
+        return merge(checkpoint_prefixes, destination_prefix, *args, **kw)
+
+    gen_io_ops.merge_v2_checkpoints = slow_merge
+from keras_vit.cli import train_main
+sys.argv[0] = "train.py"
+train_main()
+'''
+
+EXPORTER = r'''
+import os, sys, time
+sys.path.insert(0, {root!r})
+import keras_vit
+from keras_vit import export, export_files
+
+def stalled_publish(*args, **kwargs):
+    open(os.environ["FAULT_MARKER"], "w").close()
+    time.sleep(600)
+
+export_files.publish_version = stalled_publish
+model = keras_vit.create_model(
+    None, num_classes=3, image_size=16, patch_size=8, hidden_size=16,
+    num_layers=1, num_heads=2, mlp_dim=16,
+)
+export.export_model(model, sys.argv[1], warmup_images=[], verify=False)
+'''
+
+
+def _env():
+    env = dict(os.environ)
+    env["CUDA_VISIBLE_DEVICES"] = ""  # the default (one-device) strategy
+    env["TF_CPP_MIN_LOG_LEVEL"] = "2"
+    env["PYTHONPATH"] = ROOT
+    return env
+
+
+def _script(tmp_path, text, name):
+    path = tmp_path / name
+    path.write_text(text.format(root=ROOT))
+    return str(path)
+
+
+class Run:
+    """A train.py process with its combined output in a log file."""
+
+    def __init__(self, tmp_path, workdir, log_name, env=None):
+        runner = _script(tmp_path, RUNNER, "runner.py")
+        self.log = str(tmp_path / log_name)
+        self.workdir = workdir
+        with open(self.log, "w") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, runner, *TRAIN_ARGS, f"--workdir={workdir}"],
+                stdout=out, stderr=subprocess.STDOUT,
+                env=dict(_env(), **(env or {})),
+            )
+
+    def text(self) -> str:
+        with open(self.log) as f:
+            return f.read()
+
+    def wait_for(self, condition, timeout=300):
+        """Polls `condition()` until true; fails if the process ends first."""
+        deadline = time.time() + timeout
+        while not condition():
+            if self.proc.poll() is not None:
+                pytest.fail(f"train.py ended early:\n{self.text()[-3000:]}")
+            if time.time() > deadline:
+                self.proc.kill()
+                pytest.fail(f"Timed out:\n{self.text()[-3000:]}")
+            time.sleep(0.02)
+
+    def finish(self, timeout=300) -> str:
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            raise
+        text = self.text()
+        assert self.proc.returncode == 0, text[-3000:]
+        return text
+
+    def kill(self):
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(60)
+
+
+def _ckpt_dir(workdir):
+    return os.path.join(workdir, "checkpoints")
+
+
+def _state_names(workdir):
+    """The checkpoint state file's latest entry ('' if none yet)."""
+    path = os.path.join(_ckpt_dir(workdir), "checkpoint")
+    try:
+        with open(path) as f:
+            match = re.search(r'^model_checkpoint_path: "([^"]+)"', f.read(),
+                              re.MULTILINE)
+    except FileNotFoundError:
+        return ""
+    return os.path.basename(match.group(1)) if match else ""
+
+
+def _tensors(prefix):
+    """Every numeric tensor of a checkpoint (reads the whole data file)."""
+    reader = tf.train.load_checkpoint(prefix)
+    out = {}
+    for key in reader.get_variable_to_shape_map():
+        if key.endswith("VARIABLE_VALUE") and "save_counter" not in key:
+            out[key] = reader.get_tensor(key)
+    return out
+
+
+def _assert_nothing_half_written(workdir):
+    """What a reader would pick up is complete."""
+    state = tf.train.get_checkpoint_state(_ckpt_dir(workdir))
+    if state is not None:
+        latest = state.model_checkpoint_path
+        assert os.path.exists(latest + ".index")
+        assert _tensors(latest)  # every tensor readable in full
+    for name in ("config.json", "metrics.json"):
+        path = os.path.join(workdir, name)
+        if os.path.exists(path):
+            json.load(open(path))
+    labels = os.path.join(workdir, "labels.txt")
+    if os.path.exists(labels):
+        assert open(labels).read().split() == [str(i) for i in range(10)]
+
+
+def _no_leftovers(workdir):
+    stray = glob.glob(os.path.join(workdir, "**", "*.tmp*"), recursive=True)
+    stray += glob.glob(os.path.join(_ckpt_dir(workdir), "*_temp*"))
+    assert not stray, stray
+
+
+def _metrics(workdir):
+    return json.load(open(os.path.join(workdir, "metrics.json")))
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """One uninterrupted run: (workdir, metrics)."""
+    tmp = tmp_path_factory.mktemp("reference")
+    run = Run(tmp, str(tmp / "run"), "reference.log")
+    run.finish()
+    return run.workdir, _metrics(run.workdir)
+
+
+def _resumed_from(text, workdir, name):
+    step = int(name.split("-")[-1])
+    assert f"Resumed from {_ckpt_dir(workdir)}/{name} at step {step}" \
+        in text, text[-3000:]
+
+
+def _compare_with_reference(workdir, reference):
+    """The finished run equals the uninterrupted one exactly."""
+    ref_dir, ref = reference
+    got = _metrics(workdir)
+    assert got["steps"] == TOTAL
+    for key in ("test_accuracy", "test_loss", "test_top5_accuracy",
+                "test_examples"):
+        assert got[key] == ref[key], key
+    mine = _tensors(os.path.join(_ckpt_dir(workdir), f"ckpt-{TOTAL}"))
+    theirs = _tensors(os.path.join(_ckpt_dir(ref_dir), f"ckpt-{TOTAL}"))
+    assert mine.keys() == theirs.keys()
+    for key in mine:
+        np.testing.assert_array_equal(mine[key], theirs[key], err_msg=key)
+
+
+@pytest.mark.slow
+@covers("kill_after_first_checkpoint", "kill_mid_run",
+        "kill_during_checkpoint_write", "sigterm")
+def test_killed_three_times_and_preempted_then_resumes_exactly(
+    tmp_path, reference
+):
+    """One workdir through four faults in a row, each followed by a restart
+    with the same command; every restart is checked to resume from the
+    newest complete checkpoint, and the run that finally completes equals
+    the uninterrupted one bit for bit."""
+    workdir = str(tmp_path / "run")
+    ckpts = _ckpt_dir(workdir)
+
+    # 1. SIGKILL right after the first checkpoint.
+    run = Run(tmp_path, workdir, "1.log")
+    run.wait_for(lambda: _state_names(workdir) == "ckpt-10")
+    run.kill()
+    assert not os.path.exists(os.path.join(workdir, "metrics.json"))
+    _assert_nothing_half_written(workdir)
+    latest = _state_names(workdir)
+    assert latest in ("ckpt-10", "ckpt-20")  # the kill may land after 20
+
+    # 2. SIGKILL between two checkpoints.
+    run = Run(tmp_path, workdir, "2.log")
+    run.wait_for(lambda: "step 25/40" in run.text())
+    run.kill()
+    _resumed_from(run.text(), workdir, latest)
+    check_says("kill_after_first_checkpoint", run.text())
+    _assert_nothing_half_written(workdir)
+    latest = _state_names(workdir)
+    assert latest in ("ckpt-20", "ckpt-30")
+
+    # 3. SIGKILL inside the write of ckpt-30: its shards are on disk under
+    # ckpt-30_temp/, not yet merged under the final name.
+    marker = str(tmp_path / "in_merge")
+    run = Run(tmp_path, workdir, "3.log",
+              env={"FAULT_PAUSE_MERGE": "ckpt-30", "FAULT_MARKER": marker})
+    run.wait_for(lambda: os.path.exists(marker))
+    run.kill()
+    _resumed_from(run.text(), workdir, latest)
+    check_says("kill_mid_run", run.text())
+    assert glob.glob(os.path.join(ckpts, "ckpt-30_temp", "part-*"))
+    assert not glob.glob(os.path.join(ckpts, "ckpt-30.*"))
+    assert _state_names(workdir) == "ckpt-20"
+    _assert_nothing_half_written(workdir)
+    # Readers (evaluation, export) get the last complete checkpoint.
+    model = wd.restore_model(workdir)
+    kernel = model.get_layer("head").kernel
+    index = [i for i, v in enumerate(model.trainable_variables)
+             if v is kernel][0]
+    np.testing.assert_array_equal(
+        kernel.numpy(),
+        tf.train.load_checkpoint(os.path.join(ckpts, "ckpt-20")).get_tensor(
+            f"optimizer/_trainable_variables/{index}/.ATTRIBUTES/"
+            "VARIABLE_VALUE"
+        ),
+    )
+
+    # 4. SIGTERM while ckpt-30 is being written (held until released):
+    # the save completes, then the run stops there with exit status 0.
+    marker, release = str(tmp_path / "in_merge_4"), str(tmp_path / "go")
+    run = Run(tmp_path, workdir, "4.log", env={
+        "FAULT_PAUSE_MERGE": "ckpt-30", "FAULT_MARKER": marker,
+        "FAULT_RELEASE": release,
+    })
+    run.wait_for(lambda: os.path.exists(marker))
+    run.proc.send_signal(signal.SIGTERM)
+    time.sleep(0.2)
+    open(release, "w").close()
+    text = run.finish(timeout=120)
+    _resumed_from(text, workdir, "ckpt-20")
+    check_says("kill_during_checkpoint_write", text)
+    check_says("sigterm", text)
+    step = 30
+    assert f"Stopped at step {step} after SIGTERM" in text
+    assert _state_names(workdir) == f"ckpt-{step}"
+    assert not os.path.exists(os.path.join(workdir, "metrics.json"))
+    _assert_nothing_half_written(workdir)
+
+    # 5. The same command once more runs to the end.
+    text = Run(tmp_path, workdir, "5.log").finish()
+    _resumed_from(text, workdir, f"ckpt-{step}")
+    assert _metrics(workdir)["steps_this_run"] == TOTAL - step
+    _compare_with_reference(workdir, reference)
+    _assert_nothing_half_written(workdir)
+    _no_leftovers(workdir)  # ckpt-30_temp/ went with the save of ckpt-30
+
+
+@pytest.mark.slow
+@covers("kill_during_export")
+def test_kill_during_export_publishes_nothing(tmp_path):
+    from keras_vit import export_files
+    from keras_vit.export import export_model
+
+    marker = str(tmp_path / "publishing")
+    exports = str(tmp_path / "exports")
+    script = _script(tmp_path, EXPORTER, "exporter.py")
+    proc = subprocess.Popen(
+        [sys.executable, script, exports], stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, env=dict(_env(), FAULT_MARKER=marker),
+    )
+    deadline = time.time() + 300
+    while not os.path.exists(marker):
+        assert proc.poll() is None, proc.stdout.read().decode()[-3000:]
+        assert time.time() < deadline
+        time.sleep(0.02)
+    proc.kill()
+    proc.wait(60)
+    model_dir = os.path.join(exports, "vit")
+    # The complete but unpublished export sits under a dotted name, which
+    # TF Serving does not load; no version, no models.config entry.
+    leftovers = os.listdir(model_dir)
+    assert leftovers and all(n.startswith(".tmp-") for n in leftovers)
+    assert export_files.existing_versions(model_dir) == []
+    assert not os.path.exists(os.path.join(exports, "models.config"))
+    model = keras_vit.create_model(
+        None, num_classes=3, image_size=16, patch_size=8, hidden_size=16,
+        num_layers=1, num_heads=2, mlp_dim=16,
+    )
+    path = export_model(model, exports, warmup_images=[], verify=False)
+    assert path == os.path.join(model_dir, "1")
+    loaded = tf.saved_model.load(path)
+    pixels = tf.zeros([1, 16, 16, 3])
+    out = loaded.signatures["predict_images"](images=pixels)
+    assert out["probabilities"].shape == (1, 3)
+
+
+# ------------------------------------------------------------- in process
+def tiny_config(**overrides):
+    sys.path.insert(0, os.path.join(ROOT, "configs"))
+    try:
+        import digits
+    finally:
+        sys.path.pop(0)
+    config = digits.get_config()
+    config.model.hidden_size = 32
+    config.model.mlp_dim = 64
+    config.model.num_layers = 1
+    config.batch_size = 32
+    config.total_steps = 20
+    config.steps_per_loop = 5
+    config.log_every_steps = 5
+    config.eval_every_steps = 0
+    config.checkpoint_every_steps = 10
+    config.optimizer.warmup_steps = 0
+    config.jit_compile = False
+    for key, value in overrides.items():
+        target = config
+        *path, leaf = key.split(".")
+        for part in path:
+            target = target[part]
+        target[leaf] = value
+    return config
+
+
+def _poison(monkeypatch, bad_batches):
+    """Makes the training pipeline put NaN into the images of the given
+    batches (0-based: batch 12 feeds step 13)."""
+    original = input_pipeline.train_dataset
+
+    def poisoned(*args, **kwargs):
+        bad = tf.constant(bad_batches, tf.int64)
+
+        def poison(index, batch):
+            images, labels = batch
+            hit = tf.reduce_any(tf.equal(index, bad))
+            return images + tf.where(hit, np.nan, 0.0), labels
+
+        return original(*args, **kwargs).enumerate().map(poison)
+
+    monkeypatch.setattr(input_pipeline, "train_dataset", poisoned)
+
+
+def _finite_checkpoints(workdir):
+    ckpts = _ckpt_dir(workdir)
+    prefixes = sorted(p[:-len(".index")]
+                      for p in glob.glob(os.path.join(ckpts, "*.index")))
+    for prefix in prefixes:
+        for key, value in _tensors(prefix).items():
+            if value.dtype.kind == "f":
+                assert np.isfinite(value).all(), (prefix, key)
+    return [os.path.basename(p) for p in prefixes]
+
+
+@covers("nan_batch_stops")
+def test_nan_batch_stops_at_the_step_with_last_good_checkpoint(
+    tmp_path, monkeypatch
+):
+    _poison(monkeypatch, [12])
+    workdir = str(tmp_path / "run")
+    with pytest.raises(train_lib.TrainingError) as info:
+        train_lib.train_and_evaluate(tiny_config(), workdir)
+    check_error("nan_batch_stops", info.value)
+    assert "in steps 11-15" in str(info.value)
+    # The named checkpoint exists, is the only one, and is finite.
+    assert _finite_checkpoints(workdir) == ["ckpt-10"]
+    assert not os.path.exists(os.path.join(workdir, "metrics.json"))
+
+
+@covers("nan_batch_skipped")
+def test_nan_batches_skipped_and_counted(tmp_path, monkeypatch, caplog):
+    _poison(monkeypatch, [3, 12])
+    workdir = str(tmp_path / "run")
+    caplog.set_level("WARNING", logger="absl")
+    metrics = train_lib.train_and_evaluate(
+        tiny_config(skip_nonfinite=True), workdir
+    )
+    log = "\n".join(r.getMessage() for r in caplog.records)
+    check_says("nan_batch_skipped", log)
+    assert "Skipped 1 non-finite step(s) in steps 1-5 (first: step 4)" in log
+    assert "Skipped 1 non-finite step(s) in steps 11-15 (first: step 13)" \
+        in log
+    assert metrics["steps"] == 20
+    assert metrics["skipped_steps_this_run"] == 2
+    assert _metrics(workdir)["skipped_steps_this_run"] == 2
+    assert np.isfinite(metrics["test_loss"])
+    assert _finite_checkpoints(workdir) == ["ckpt-10", "ckpt-20"]
+
+
+def _trainer(strategy, opt):
+    keras.utils.set_random_seed(1)
+    with strategy.scope():
+        model = keras_vit.create_model(
+            None, num_classes=5, image_size=16, patch_size=8, hidden_size=16,
+            num_layers=1, num_heads=2, mlp_dim=16, head_zero_init=False,
+        )
+        optimizer = optim.create_optimizer(mlc.ConfigDict(opt), 10,
+                                           ema_decay=0.9)
+    return Trainer(model, optimizer, strategy, num_classes=5,
+                   global_batch_size=8, skip_nonfinite=True)
+
+
+def _batches(strategy, batches):
+    images = np.stack([b[0] for b in batches])
+    labels = np.stack([b[1] for b in batches])
+    ds = tf.data.Dataset.from_tensor_slices((images, labels))
+    return iter(strategy.experimental_distribute_dataset(ds))
+
+
+def _state(trainer):
+    return ([v.numpy() for v in trainer.model.trainable_variables],
+            [(v.path, v.numpy()) for v in trainer.optimizer.variables])
+
+
+@covers("skip_leaves_state_unchanged")
+@pytest.mark.parametrize("mirrored", [False, True])
+def test_skipped_step_changes_nothing_but_the_counter(mirrored):
+    # Mirrored: the update is conditional in cross-replica context
+    # (merge_call); default strategy: a plain tf.cond in replica context.
+    strategy = (tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+                if mirrored else tf.distribute.get_strategy())
+    rng = np.random.default_rng(0)
+    batches = [(rng.uniform(-1, 1, (8, 16, 16, 3)).astype("float32"),
+                rng.integers(0, 5, 8).astype("int32")) for _ in range(3)]
+    poisoned = (batches[1][0].copy(), batches[1][1])
+    poisoned[0][5, 3, 3, 0] = np.nan  # one example: the second replica's
+    trainer = _trainer(strategy, dict(
+        name="adamw", lr=1e-2, weight_decay=0.1, decay_type="constant"
+    ))
+    iterator = _batches(strategy, [batches[0], poisoned])
+    assert trainer.train(iterator, 1)["nonfinite_steps"] == 0
+    weights, state = _state(trainer)
+    result = trainer.train(iterator, 1)
+    assert result["nonfinite_steps"] == 1
+    assert result["first_nonfinite_step"] == 1
+    weights_after, state_after = _state(trainer)
+    for a, b in zip(weights, weights_after):
+        np.testing.assert_array_equal(a, b)
+    changed = [(p, a, b) for (p, a), (_, b) in zip(state, state_after)
+               if not np.array_equal(a, b)]
+    # Moments and EMA averages untouched; only the step counter moved.
+    assert len(state) > 3 * len(weights)  # m, v and EMA for every weight
+    assert [(p.split("/")[-1], int(a), int(b)) for p, a, b in changed] == [
+        ("iteration", 1, 2)
+    ]
+    # With momentum SGD, the skipped batch leaves no trace at all.
+    sgd = dict(name="sgd", lr=0.1, momentum=0.9, decay_type="constant")
+    without = _trainer(strategy, sgd)
+    without.train(_batches(strategy, [batches[0], batches[2]]), 2)
+    skipped = _trainer(strategy, sgd)
+    result = skipped.train(
+        _batches(strategy, [batches[0], poisoned, batches[2]]), 3
+    )
+    assert result["first_nonfinite_step"] == 2
+    for a, b in zip(_state(without)[0], _state(skipped)[0]):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.fixture(scope="module")
+def small_run(tmp_path_factory):
+    """A finished in-process run with checkpoints at steps 10 and 20."""
+    workdir = str(tmp_path_factory.mktemp("small") / "run")
+    metrics = train_lib.train_and_evaluate(tiny_config(), workdir)
+    assert metrics["steps"] == 20
+    return workdir
+
+
+def _copy(small_run, tmp_path):
+    workdir = str(tmp_path / "copy")
+    shutil.copytree(small_run, workdir)
+    return workdir
+
+
+@covers("resume_other_model_no_config")
+def test_foreign_checkpoint_without_config_is_refused(small_run, tmp_path):
+    workdir = _copy(small_run, tmp_path)
+    os.remove(os.path.join(workdir, "config.json"))
+    config = tiny_config(total_steps=30)
+    config.model.hidden_size = 48
+    with pytest.raises(train_lib.TrainingError) as info:
+        train_lib.train_and_evaluate(config, workdir)
+    check_error("resume_other_model_no_config", info.value)
+    # Nothing was rewritten: config.json stays absent, the checkpoints stay.
+    assert not os.path.exists(os.path.join(workdir, "config.json"))
+    assert _state_names(workdir) == "ckpt-20"
+
+
+@covers("restore_edited_config")
+def test_restore_with_edited_config_is_refused(small_run, tmp_path):
+    workdir = _copy(small_run, tmp_path)
+    path = os.path.join(workdir, "config.json")
+    config = json.load(open(path))
+    config["model"]["num_layers"] = 2
+    json.dump(config, open(path, "w"))
+    with pytest.raises(ValueError) as info:
+        wd.restore_model(workdir)
+    check_error("restore_edited_config", info.value)
+
+
+def _resume_after_damage(small_run, tmp_path, damage, caplog):
+    workdir = _copy(small_run, tmp_path)
+    latest = os.path.join(_ckpt_dir(workdir), "ckpt-20")
+    damage(latest)
+    caplog.set_level("INFO")
+    caplog.set_level("INFO", logger="absl")
+    metrics = train_lib.train_and_evaluate(tiny_config(total_steps=30),
+                                           workdir)
+    assert metrics["steps"] == 30 and metrics["steps_this_run"] == 20
+    log = "\n".join(r.getMessage() for r in caplog.records)
+    assert f"Resumed from {_ckpt_dir(workdir)}/ckpt-10 at step 10" in log
+    _assert_nothing_half_written(workdir)
+    return log
+
+
+@covers("truncated_latest_checkpoint")
+def test_truncated_latest_checkpoint_falls_back(small_run, tmp_path, caplog):
+    def truncate(prefix):
+        data = prefix + ".data-00000-of-00001"
+        with open(data, "r+b") as f:
+            f.truncate(os.path.getsize(data) // 2)
+
+    log = _resume_after_damage(small_run, tmp_path, truncate, caplog)
+    check_says("truncated_latest_checkpoint", log)
+
+
+@covers("missing_latest_checkpoint")
+def test_missing_latest_checkpoint_falls_back(small_run, tmp_path, caplog):
+    def delete(prefix):
+        for path in glob.glob(prefix + ".*"):
+            os.remove(path)
+
+    log = _resume_after_damage(small_run, tmp_path, delete, caplog)
+    check_says("missing_latest_checkpoint", log)
+
+
+@covers("failed_metrics_write")
+def test_failed_write_keeps_old_file_and_leaves_no_temp(tmp_path,
+                                                        monkeypatch):
+    path = str(tmp_path / "metrics.json")
+    wd.write_json(path, {"test_accuracy": 0.5})
+    real = tf.io.gfile.GFile
+
+    class FullDisk(real):
+        def write(self, data):
+            super().write(data[: len(data) // 2])
+            raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(tf.io.gfile, "GFile", FullDisk)
+    with pytest.raises(OSError) as info:
+        wd.write_json(path, {"test_accuracy": 0.9})
+    monkeypatch.undo()
+    check_error("failed_metrics_write", info.value)
+    assert json.load(open(path)) == {"test_accuracy": 0.5}
+    assert os.listdir(tmp_path) == ["metrics.json"]
