@@ -4,7 +4,14 @@
 name, a grpc:// address, or "local" on a TPU VM). TPU set-up follows the
 standard sequence, which must run at program start, before any op:
 TPUClusterResolver -> experimental_connect_to_cluster ->
-initialize_tpu_system -> TPUStrategy.
+initialize_tpu_system -> TPUStrategy (the connect step skipped for a
+TPU VM's own TPU). Without --tpu, a TPU VM uses its local TPU and TPU_NAME
+names a remote one.
+
+Preemption: `SigtermFlag` lets the host loop checkpoint and stop on SIGTERM
+(one host, and Cloud TPU VMs); for multi-worker and TPU strategies
+`preemption_handler` adds TensorFlow's PreemptionCheckpointHandler, which
+makes every worker save at the same step.
 """
 
 from __future__ import annotations
@@ -59,11 +66,13 @@ def create_strategy(
             f"Unknown --strategy {name!r}: use one of {', '.join(STRATEGIES)}."
         )
     if name == "tpu":
-        return tpu_strategy(tpu)
+        return tpu_strategy(tpu if tpu is not None else _default_tpu())
     if name == "auto":
         if tpu is not None:
             return tpu_strategy(tpu)
-        strategy = _find_tpu(None) if _tpu_in_environment() else None
+        strategy = (
+            _find_tpu(_default_tpu()) if _tpu_in_environment() else None
+        )
         if strategy is not None:
             return strategy
         gpus = tf.config.list_logical_devices("GPU")
@@ -104,6 +113,14 @@ def _check_tf_config() -> None:
         "MultiWorkerMirroredStrategy: %d workers, this is %s %s.",
         len(workers), task["type"], task["index"],
     )
+
+
+def _default_tpu() -> Optional[str]:
+    """The --tpu to use when none is given: None where TPU_NAME is set (the
+    resolver reads it), "local" on a TPU VM (its TPU is attached)."""
+    if os.environ.get("TPU_NAME"):
+        return None
+    return "local" if _tpu_in_environment() else None
 
 
 def _tpu_in_environment() -> bool:

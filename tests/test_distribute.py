@@ -103,6 +103,19 @@ def test_auto_finds_a_tpu_from_the_environment(monkeypatch):
         "TPUClusterResolver", "connect_to_cluster",
         "initialize_tpu_system", "TPUStrategy",
     ]
+    # On a TPU VM (its TPU devices attached) the TPU is "local".
+    monkeypatch.delenv("TPU_NAME")
+    exists = os.path.exists
+    monkeypatch.setattr(
+        distribute.os.path, "exists",
+        lambda path: path == "/dev/accel0" or exists(path),
+    )
+    for name in ("auto", "tpu"):
+        fake = _FakeTPU(monkeypatch)
+        distribute.create_strategy(name, None)
+        assert fake.calls == [("TPUClusterResolver", "local"),
+                              ("initialize_tpu_system", "local"),
+                              ("TPUStrategy", "local")]
     # A TPU that cannot be reached: fall back instead of failing.
     _FakeTPU(monkeypatch, fail_resolver=True)
     assert (distribute.create_strategy("auto", None)
