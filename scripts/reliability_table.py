@@ -45,9 +45,9 @@ What holds throughout:
   from the newest complete checkpoint. With the default strategy the input
   iterator is checkpointed and augmentation is seeded per example, so a
   resumed run is bit-identical to an uninterrupted one. (MirroredStrategy
-  and TPUStrategy iterators cannot be checkpointed: their resumed runs draw
-  a new data order, so they match an uninterrupted run statistically, not
-  bit for bit.)
+  and TPUStrategy iterators cannot be checkpointed: a resumed run restores
+  weights and optimizer state exactly but draws a new data order, so it is
+  not bit-identical to an uninterrupted run.)
 - **No silent wrong answers.** A non-finite loss or gradient stops training
   (naming the step and the last good checkpoint) or, with
   `config.skip_nonfinite=True`, skips exactly that update and counts it;

@@ -1,18 +1,18 @@
-"""Fault injection: processes killed with SIGKILL at three points (one of
-them inside a checkpoint write), SIGTERM, a kill during export, NaN batches,
-damaged or foreign checkpoints, a failing disk.
+"""Fault injection: train.py killed with SIGKILL at three points (one of
+them inside a checkpoint write) and sent SIGTERM, a kill during export, NaN
+batches, damaged or foreign checkpoints, a failing disk.
 
-The kill tests run train.py in real subprocesses on digits with a tiny model
-and compare each resumed run with one uninterrupted reference run (a
-module-scoped fixture): with the default strategy the input iterator is in
-the checkpoint and augmentation is seeded per example, so the comparison is
-exact (test metrics and every checkpointed tensor).
+The process faults hit one workdir in a row, each followed by a restart
+with the same command (real subprocesses, digits, a tiny model; harness in
+tests/fault_harness.py); the run that finally completes is compared with an
+uninterrupted reference run (a module-scoped fixture). With the default
+strategy the input iterator is in the checkpoint and augmentation is seeded
+per example, so the comparison is exact: test metrics and every
+checkpointed tensor.
 """
-
 import glob
 import json
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -29,180 +29,21 @@ import keras_vit
 from keras_vit import input_pipeline, optim, train_lib
 from keras_vit import workdir as wd
 from keras_vit.trainer import Trainer
-from tests.reliability_cases import check_error, check_says, covers
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TOTAL = 40
-
-TRAIN_ARGS = [
-    "--config=" + os.path.join(ROOT, "configs", "digits.py"),
-    "--config.model.num_layers=1", "--config.model.hidden_size=32",
-    "--config.model.mlp_dim=64", f"--config.total_steps={TOTAL}",
-    "--config.steps_per_loop=5", "--config.checkpoint_every_steps=10",
-    "--config.log_every_steps=5", "--config.eval_every_steps=0",
-    "--config.batch_size=32", "--config.jit_compile=False",
-    "--config.optimizer.warmup_steps=0",
-    # The default strategy: its input iterator is checkpointed.
-    "--strategy=auto",
-]
-
-# train.py with an optional pause inside the checkpoint write: after the
-# shards are written to <prefix>_temp/ and before they are merged under the
-# final name (where a crash is most likely to leave a partial checkpoint).
-# The pause lasts until the file FAULT_RELEASE appears (if given).
-RUNNER = r'''
-import os, sys, time
-sys.path.insert(0, {root!r})
-pause = os.environ.get("FAULT_PAUSE_MERGE")
-if pause:
-    from tensorflow.python.ops import gen_io_ops
-    merge = gen_io_ops.merge_v2_checkpoints
-
-    def slow_merge(checkpoint_prefixes, destination_prefix, *args, **kw):
-        name = destination_prefix
-        name = name.numpy() if hasattr(name, "numpy") else name
-        name = name.decode() if isinstance(name, bytes) else str(name)
-        if name.endswith(pause):
-            open(os.environ["FAULT_MARKER"], "w").close()
-            release = os.environ.get("FAULT_RELEASE", "")
-            deadline = time.time() + 600
-            while time.time() < deadline and not os.path.exists(release):
-                time.sleep(0.01)
-        return merge(checkpoint_prefixes, destination_prefix, *args, **kw)
-
-    gen_io_ops.merge_v2_checkpoints = slow_merge
-from keras_vit.cli import train_main
-sys.argv[0] = "train.py"
-train_main()
-'''
-
-EXPORTER = r'''
-import os, sys, time
-sys.path.insert(0, {root!r})
-import keras_vit
-from keras_vit import export, export_files
-
-def stalled_publish(*args, **kwargs):
-    open(os.environ["FAULT_MARKER"], "w").close()
-    time.sleep(600)
-
-export_files.publish_version = stalled_publish
-model = keras_vit.create_model(
-    None, num_classes=3, image_size=16, patch_size=8, hidden_size=16,
-    num_layers=1, num_heads=2, mlp_dim=16,
+from tests.fault_harness import (
+    EXPORTER,
+    ROOT,
+    TOTAL,
+    Run,
+    assert_nothing_half_written,
+    ckpt_dir,
+    env,
+    no_leftovers,
+    read_metrics,
+    script,
+    state_names,
+    tensors,
 )
-export.export_model(model, sys.argv[1], warmup_images=[], verify=False)
-'''
-
-
-def _env():
-    env = dict(os.environ)
-    env["CUDA_VISIBLE_DEVICES"] = ""  # the default (one-device) strategy
-    env["TF_CPP_MIN_LOG_LEVEL"] = "2"
-    env["PYTHONPATH"] = ROOT
-    return env
-
-
-def _script(tmp_path, text, name):
-    path = tmp_path / name
-    path.write_text(text.format(root=ROOT))
-    return str(path)
-
-
-class Run:
-    """A train.py process with its combined output in a log file."""
-
-    def __init__(self, tmp_path, workdir, log_name, env=None):
-        runner = _script(tmp_path, RUNNER, "runner.py")
-        self.log = str(tmp_path / log_name)
-        self.workdir = workdir
-        with open(self.log, "w") as out:
-            self.proc = subprocess.Popen(
-                [sys.executable, runner, *TRAIN_ARGS, f"--workdir={workdir}"],
-                stdout=out, stderr=subprocess.STDOUT,
-                env=dict(_env(), **(env or {})),
-            )
-
-    def text(self) -> str:
-        with open(self.log) as f:
-            return f.read()
-
-    def wait_for(self, condition, timeout=300):
-        """Polls `condition()` until true; fails if the process ends first."""
-        deadline = time.time() + timeout
-        while not condition():
-            if self.proc.poll() is not None:
-                pytest.fail(f"train.py ended early:\n{self.text()[-3000:]}")
-            if time.time() > deadline:
-                self.proc.kill()
-                pytest.fail(f"Timed out:\n{self.text()[-3000:]}")
-            time.sleep(0.02)
-
-    def finish(self, timeout=300) -> str:
-        try:
-            self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            raise
-        text = self.text()
-        assert self.proc.returncode == 0, text[-3000:]
-        return text
-
-    def kill(self):
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(60)
-
-
-def _ckpt_dir(workdir):
-    return os.path.join(workdir, "checkpoints")
-
-
-def _state_names(workdir):
-    """The checkpoint state file's latest entry ('' if none yet)."""
-    path = os.path.join(_ckpt_dir(workdir), "checkpoint")
-    try:
-        with open(path) as f:
-            match = re.search(r'^model_checkpoint_path: "([^"]+)"', f.read(),
-                              re.MULTILINE)
-    except FileNotFoundError:
-        return ""
-    return os.path.basename(match.group(1)) if match else ""
-
-
-def _tensors(prefix):
-    """Every numeric tensor of a checkpoint (reads the whole data file)."""
-    reader = tf.train.load_checkpoint(prefix)
-    out = {}
-    for key in reader.get_variable_to_shape_map():
-        if key.endswith("VARIABLE_VALUE") and "save_counter" not in key:
-            out[key] = reader.get_tensor(key)
-    return out
-
-
-def _assert_nothing_half_written(workdir):
-    """What a reader would pick up is complete."""
-    state = tf.train.get_checkpoint_state(_ckpt_dir(workdir))
-    if state is not None:
-        latest = state.model_checkpoint_path
-        assert os.path.exists(latest + ".index")
-        assert _tensors(latest)  # every tensor readable in full
-    for name in ("config.json", "metrics.json"):
-        path = os.path.join(workdir, name)
-        if os.path.exists(path):
-            json.load(open(path))
-    labels = os.path.join(workdir, "labels.txt")
-    if os.path.exists(labels):
-        assert open(labels).read().split() == [str(i) for i in range(10)]
-
-
-def _no_leftovers(workdir):
-    stray = glob.glob(os.path.join(workdir, "**", "*.tmp*"), recursive=True)
-    stray += glob.glob(os.path.join(_ckpt_dir(workdir), "*_temp*"))
-    assert not stray, stray
-
-
-def _metrics(workdir):
-    return json.load(open(os.path.join(workdir, "metrics.json")))
+from tests.reliability_cases import check_error, check_says, covers
 
 
 @pytest.fixture(scope="module")
@@ -211,25 +52,25 @@ def reference(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("reference")
     run = Run(tmp, str(tmp / "run"), "reference.log")
     run.finish()
-    return run.workdir, _metrics(run.workdir)
+    return run.workdir, read_metrics(run.workdir)
 
 
 def _resumed_from(text, workdir, name):
     step = int(name.split("-")[-1])
-    assert f"Resumed from {_ckpt_dir(workdir)}/{name} at step {step}" \
+    assert f"Resumed from {ckpt_dir(workdir)}/{name} at step {step}" \
         in text, text[-3000:]
 
 
 def _compare_with_reference(workdir, reference):
     """The finished run equals the uninterrupted one exactly."""
     ref_dir, ref = reference
-    got = _metrics(workdir)
+    got = read_metrics(workdir)
     assert got["steps"] == TOTAL
     for key in ("test_accuracy", "test_loss", "test_top5_accuracy",
                 "test_examples"):
         assert got[key] == ref[key], key
-    mine = _tensors(os.path.join(_ckpt_dir(workdir), f"ckpt-{TOTAL}"))
-    theirs = _tensors(os.path.join(_ckpt_dir(ref_dir), f"ckpt-{TOTAL}"))
+    mine = tensors(os.path.join(ckpt_dir(workdir), f"ckpt-{TOTAL}"))
+    theirs = tensors(os.path.join(ckpt_dir(ref_dir), f"ckpt-{TOTAL}"))
     assert mine.keys() == theirs.keys()
     for key in mine:
         np.testing.assert_array_equal(mine[key], theirs[key], err_msg=key)
@@ -246,15 +87,15 @@ def test_killed_three_times_and_preempted_then_resumes_exactly(
     newest complete checkpoint, and the run that finally completes equals
     the uninterrupted one bit for bit."""
     workdir = str(tmp_path / "run")
-    ckpts = _ckpt_dir(workdir)
+    ckpts = ckpt_dir(workdir)
 
     # 1. SIGKILL right after the first checkpoint.
     run = Run(tmp_path, workdir, "1.log")
-    run.wait_for(lambda: _state_names(workdir) == "ckpt-10")
+    run.wait_for(lambda: state_names(workdir) == "ckpt-10")
     run.kill()
     assert not os.path.exists(os.path.join(workdir, "metrics.json"))
-    _assert_nothing_half_written(workdir)
-    latest = _state_names(workdir)
+    assert_nothing_half_written(workdir)
+    latest = state_names(workdir)
     assert latest in ("ckpt-10", "ckpt-20")  # the kill may land after 20
 
     # 2. SIGKILL between two checkpoints.
@@ -263,23 +104,24 @@ def test_killed_three_times_and_preempted_then_resumes_exactly(
     run.kill()
     _resumed_from(run.text(), workdir, latest)
     check_says("kill_after_first_checkpoint", run.text())
-    _assert_nothing_half_written(workdir)
-    latest = _state_names(workdir)
+    assert_nothing_half_written(workdir)
+    latest = state_names(workdir)
     assert latest in ("ckpt-20", "ckpt-30")
 
     # 3. SIGKILL inside the write of ckpt-30: its shards are on disk under
     # ckpt-30_temp/, not yet merged under the final name.
     marker = str(tmp_path / "in_merge")
     run = Run(tmp_path, workdir, "3.log",
-              env={"FAULT_PAUSE_MERGE": "ckpt-30", "FAULT_MARKER": marker})
+              extra_env={"FAULT_PAUSE_MERGE": "ckpt-30",
+                         "FAULT_MARKER": marker})
     run.wait_for(lambda: os.path.exists(marker))
     run.kill()
     _resumed_from(run.text(), workdir, latest)
     check_says("kill_mid_run", run.text())
     assert glob.glob(os.path.join(ckpts, "ckpt-30_temp", "part-*"))
     assert not glob.glob(os.path.join(ckpts, "ckpt-30.*"))
-    assert _state_names(workdir) == "ckpt-20"
-    _assert_nothing_half_written(workdir)
+    assert state_names(workdir) == "ckpt-20"
+    assert_nothing_half_written(workdir)
     # Readers (evaluation, export) get the last complete checkpoint.
     model = wd.restore_model(workdir)
     kernel = model.get_layer("head").kernel
@@ -296,7 +138,7 @@ def test_killed_three_times_and_preempted_then_resumes_exactly(
     # 4. SIGTERM while ckpt-30 is being written (held until released):
     # the save completes, then the run stops there with exit status 0.
     marker, release = str(tmp_path / "in_merge_4"), str(tmp_path / "go")
-    run = Run(tmp_path, workdir, "4.log", env={
+    run = Run(tmp_path, workdir, "4.log", extra_env={
         "FAULT_PAUSE_MERGE": "ckpt-30", "FAULT_MARKER": marker,
         "FAULT_RELEASE": release,
     })
@@ -310,17 +152,17 @@ def test_killed_three_times_and_preempted_then_resumes_exactly(
     check_says("sigterm", text)
     step = 30
     assert f"Stopped at step {step} after SIGTERM" in text
-    assert _state_names(workdir) == f"ckpt-{step}"
+    assert state_names(workdir) == f"ckpt-{step}"
     assert not os.path.exists(os.path.join(workdir, "metrics.json"))
-    _assert_nothing_half_written(workdir)
+    assert_nothing_half_written(workdir)
 
     # 5. The same command once more runs to the end.
     text = Run(tmp_path, workdir, "5.log").finish()
     _resumed_from(text, workdir, f"ckpt-{step}")
-    assert _metrics(workdir)["steps_this_run"] == TOTAL - step
+    assert read_metrics(workdir)["steps_this_run"] == TOTAL - step
     _compare_with_reference(workdir, reference)
-    _assert_nothing_half_written(workdir)
-    _no_leftovers(workdir)  # ckpt-30_temp/ went with the save of ckpt-30
+    assert_nothing_half_written(workdir)
+    no_leftovers(workdir)  # ckpt-30_temp/ went with the save of ckpt-30
 
 
 @pytest.mark.slow
@@ -331,10 +173,10 @@ def test_kill_during_export_publishes_nothing(tmp_path):
 
     marker = str(tmp_path / "publishing")
     exports = str(tmp_path / "exports")
-    script = _script(tmp_path, EXPORTER, "exporter.py")
+    exporter = script(tmp_path, EXPORTER, "exporter.py")
     proc = subprocess.Popen(
-        [sys.executable, script, exports], stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT, env=dict(_env(), FAULT_MARKER=marker),
+        [sys.executable, exporter, exports], stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, env=dict(env(), FAULT_MARKER=marker),
     )
     deadline = time.time() + 300
     while not os.path.exists(marker):
@@ -409,11 +251,11 @@ def _poison(monkeypatch, bad_batches):
 
 
 def _finite_checkpoints(workdir):
-    ckpts = _ckpt_dir(workdir)
+    ckpts = ckpt_dir(workdir)
     prefixes = sorted(p[:-len(".index")]
                       for p in glob.glob(os.path.join(ckpts, "*.index")))
     for prefix in prefixes:
-        for key, value in _tensors(prefix).items():
+        for key, value in tensors(prefix).items():
             if value.dtype.kind == "f":
                 assert np.isfinite(value).all(), (prefix, key)
     return [os.path.basename(p) for p in prefixes]
@@ -449,7 +291,7 @@ def test_nan_batches_skipped_and_counted(tmp_path, monkeypatch, caplog):
         in log
     assert metrics["steps"] == 20
     assert metrics["skipped_steps_this_run"] == 2
-    assert _metrics(workdir)["skipped_steps_this_run"] == 2
+    assert read_metrics(workdir)["skipped_steps_this_run"] == 2
     assert np.isfinite(metrics["test_loss"])
     assert _finite_checkpoints(workdir) == ["ckpt-10", "ckpt-20"]
 
@@ -549,7 +391,7 @@ def test_foreign_checkpoint_without_config_is_refused(small_run, tmp_path):
     check_error("resume_other_model_no_config", info.value)
     # Nothing was rewritten: config.json stays absent, the checkpoints stay.
     assert not os.path.exists(os.path.join(workdir, "config.json"))
-    assert _state_names(workdir) == "ckpt-20"
+    assert state_names(workdir) == "ckpt-20"
 
 
 @covers("restore_edited_config")
@@ -566,7 +408,7 @@ def test_restore_with_edited_config_is_refused(small_run, tmp_path):
 
 def _resume_after_damage(small_run, tmp_path, damage, caplog):
     workdir = _copy(small_run, tmp_path)
-    latest = os.path.join(_ckpt_dir(workdir), "ckpt-20")
+    latest = os.path.join(ckpt_dir(workdir), "ckpt-20")
     damage(latest)
     caplog.set_level("INFO")
     caplog.set_level("INFO", logger="absl")
@@ -574,8 +416,8 @@ def _resume_after_damage(small_run, tmp_path, damage, caplog):
                                            workdir)
     assert metrics["steps"] == 30 and metrics["steps_this_run"] == 20
     log = "\n".join(r.getMessage() for r in caplog.records)
-    assert f"Resumed from {_ckpt_dir(workdir)}/ckpt-10 at step 10" in log
-    _assert_nothing_half_written(workdir)
+    assert f"Resumed from {ckpt_dir(workdir)}/ckpt-10 at step 10" in log
+    assert_nothing_half_written(workdir)
     return log
 
 
