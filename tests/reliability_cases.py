@@ -137,7 +137,7 @@ _CASES = [
         "The newest checkpoint's data file is truncated (full disk, "
         "interrupted copy)",
         "The run warns and resumes from the newest complete checkpoint "
-        "(ckpt-30), then ends normally.",
+        "(ckpt-10 when ckpt-20 is damaged), then ends normally.",
         ("is unreadable", "resuming from the previous complete checkpoint"),
     ),
     Case(
@@ -151,7 +151,8 @@ _CASES = [
     ),
     Case(
         "failed_metrics_write", FAULT, "workdir",
-        "The disk fails (ENOSPC) while metrics.json is rewritten",
+        "The disk fails while metrics.json is rewritten (simulated: the "
+        "write raises ENOSPC half-way)",
         "The old metrics.json is intact and no temporary file is left; "
         "the OSError reaches the caller.",
         ("No space left on device",),
@@ -211,7 +212,9 @@ _CASES = [
     Case(
         "tiny_image", BAD_INPUT, "data",
         "Images smaller than a patch (3 x 2 pixels; patch 8)",
-        "Works: resized to the model's input size and trained on.",
+        "Works: resized (bilinear) to the model's input size, equal to "
+        "`tf.image.resize` of its pixels; such images also train in the "
+        "skip_bad_images run.",
     ),
     Case(
         "non_image_files", BAD_INPUT, "data",
