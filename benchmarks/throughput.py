@@ -36,7 +36,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -46,6 +46,8 @@ import numpy as np  # noqa: E402
 
 # Importable as a script (python benchmarks/throughput.py) from the repo root.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import throughput_report as report  # noqa: E402  (beside this file)
 
 import keras_vit  # noqa: E402
 from keras_vit.model import decode_variant  # noqa: E402
@@ -207,8 +209,11 @@ def machine_info() -> Dict[str, Any]:
     return info
 
 
-def matmul_ceiling(size: int, dtype: str, repeats: int) -> List[float]:
-    """list of float. FLOP/s of a size^3 matmul, one sample per repeat."""
+def matmul_ceiling(
+    size: int, dtype: str, repeats: int
+) -> Dict[str, List[float]]:
+    """dict. FLOPs of a size^3 matmul per wall second ("wall") and per
+    second of this process's CPU time ("cpu"), one sample per repeat."""
     rng = np.random.default_rng(0)
     a = rng.standard_normal((size, size), dtype=np.float32)
     b = rng.standard_normal((size, size), dtype=np.float32)
@@ -230,11 +235,11 @@ def matmul_ceiling(size: int, dtype: str, repeats: int) -> List[float]:
         def run() -> None:
             fn(a, b).numpy()
     run()  # warm-up (tracing, thread pools)
-    samples = []
+    samples: Dict[str, List[float]] = {"wall": [], "cpu": []}
     for _ in range(repeats):
-        start = time.perf_counter()
-        run()
-        samples.append(2.0 * size**3 / (time.perf_counter() - start))
+        wall, cpu = _timed(run, 1)
+        samples["wall"].append(2.0 * size**3 / wall)
+        samples["cpu"].append(2.0 * size**3 / cpu)
     return samples
 
 
@@ -278,11 +283,12 @@ def make_step(model: keras.Model, mode: str, xla: bool, args) -> Callable:
     return lambda: model.predict_on_batch(images)
 
 
-def _timed(step: Callable, steps: int) -> float:
-    start = time.perf_counter()
+def _timed(step: Callable, steps: int) -> Tuple[float, float]:
+    """(wall seconds, CPU seconds of this process, all threads)."""
+    start, cpu = time.perf_counter(), time.process_time()
     for _ in range(steps):
         step()  # returns NumPy values, so the work is done on return
-    return time.perf_counter() - start
+    return time.perf_counter() - start, time.process_time() - cpu
 
 
 def measure_config(
@@ -301,7 +307,7 @@ def measure_config(
         compile_s = time.perf_counter() - start
         step_s = compile_s
         for _ in range(max(0, args.warmup - 1)):
-            step_s = _timed(step, 1)
+            step_s = _timed(step, 1)[0]
         steps = args.steps or max(1, round(args.min_time / step_s))
         mem = memory_mb()
         rows.append({
@@ -311,14 +317,19 @@ def measure_config(
             "compile_s": compile_s, "steps_per_repeat": steps,
             "peak_rss_mb": mem["peak_mb"],
             "peak_rss_delta_mb": mem["peak_mb"] - before,
-            "peak_rss_exact": exact, "seconds": [],
+            "peak_rss_exact": exact, "seconds": [], "cpu_seconds": [],
         })
         steps_fns.append((step, steps, model))
     for _ in range(args.repeats):  # interleaved: load hits every model alike
         for row, (step, steps, _) in zip(rows, steps_fns):
-            row["seconds"].append(_timed(step, steps))
+            wall, cpu = _timed(step, steps)
+            row["seconds"].append(wall)
+            row["cpu_seconds"].append(cpu)
     for row in rows:
         per_step = [s / row["steps_per_repeat"] for s in row["seconds"]]
+        row["cpu_s_per_image"] = statistics.median(
+            row["cpu_seconds"]
+        ) / (row["steps_per_repeat"] * args.batch_size)
         row["step_ms"] = 1000 * statistics.median(per_step)
         row["images_per_s"] = args.batch_size / statistics.median(per_step)
         row["images_per_s_all"] = [args.batch_size / s for s in per_step]
@@ -369,7 +380,7 @@ def run_benchmarks(args: argparse.Namespace) -> Dict[str, Any]:
     }
     dtypes = ["float32"] + (["bfloat16"] if args.dtype == "bfloat16" else [])
     ceil = {d: matmul_ceiling(args.matmul_size, d, args.matmul_repeats)
-            for d in dtypes}
+            for d in dtypes}  # before the models and (below) after them
     for mode in args.modes:
         for xla in xlas:
             rows = measure_config(mode, xla, models, dims, args)
@@ -377,10 +388,13 @@ def run_benchmarks(args: argparse.Namespace) -> Dict[str, Any]:
             for row in rows:
                 print(f"[{backend}] {row['model']:9s} {mode:5s} xla={xla!s:5s}"
                       f" {row['images_per_s']:8.2f} img/s", file=sys.stderr)
-    for d in dtypes:  # again after the models: the ceiling drifts with load
-        ceil[d] += matmul_ceiling(args.matmul_size, d, args.matmul_repeats)
+    for d in dtypes:
+        after = matmul_ceiling(args.matmul_size, d, args.matmul_repeats)
+        wall = ceil[d]["wall"] + after["wall"]
+        cpu = ceil[d]["cpu"] + after["cpu"]
         result["ceiling"][d] = {
-            "flops_per_s": statistics.median(ceil[d]), "samples": ceil[d],
+            "flops_per_s": statistics.median(wall), "samples": wall,
+            "flops_per_cpu_s": statistics.median(cpu), "cpu_samples": cpu,
             "size": args.matmul_size,
         }
     result["machine"]["load_average_end"] = list(os.getloadavg())
@@ -389,20 +403,32 @@ def run_benchmarks(args: argparse.Namespace) -> Dict[str, Any]:
 
 
 def add_derived(result: Dict[str, Any], dtype: str) -> None:
-    """Adds model FLOP/s, MFU and the ratio to keras-hub to every row."""
-    ceiling = result["ceiling"][dtype]["flops_per_s"]
+    """Adds model FLOP/s, MFU and the ratios to keras-hub to every row.
+
+    Each measure comes twice: per wall second (what a user waits for) and
+    per second of CPU time (the work done, which load from other processes
+    on a shared machine distorts much less).
+    """
+    ceiling = result["ceiling"][dtype]
     fwd = result["forward_flops_per_image"]
     hub = {
-        (r["backend"], r["mode"], r["xla"]): r["images_per_s"]
+        (r["backend"], r["mode"], r["xla"]): r
         for r in result["rows"] if r["model"] == "keras_hub"
     }
     for row in result["rows"]:
         flops = fwd * (3 if row["mode"] == "train" else 1)
         row["model_flops_per_s"] = flops * row["images_per_s"]
-        row["mfu"] = row["model_flops_per_s"] / ceiling
+        row["mfu"] = row["model_flops_per_s"] / ceiling["flops_per_s"]
+        if "cpu_s_per_image" in row:
+            row["mfu_cpu"] = flops / row["cpu_s_per_image"] / ceiling.get(
+                "flops_per_cpu_s", float("nan"))
         other = hub.get((row["backend"], row["mode"], row["xla"]))
         if row["model"] == "keras_vit" and other:
-            row["vs_keras_hub"] = row["images_per_s"] / other
+            row["vs_keras_hub"] = row["images_per_s"] / other["images_per_s"]
+            if "cpu_s_per_image" in row:
+                row["vs_keras_hub_cpu"] = (
+                    other["cpu_s_per_image"] / row["cpu_s_per_image"]
+                )
 
 
 def run_jax_child(argv: Sequence[str]) -> Dict[str, Any]:
@@ -420,76 +446,6 @@ def run_jax_child(argv: Sequence[str]) -> Dict[str, Any]:
             return {"error": f"JAX run failed with exit code {proc.returncode}"}
         with open(target + ".json") as f:
             return json.load(f)
-
-
-def _atomic_write(path: str, text: str) -> None:
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp_")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-
-
-def markdown(result: Dict[str, Any]) -> str:
-    """str. The results as a markdown report with one table."""
-    m, args = result["machine"], result["args"]
-    versions = ", ".join(
-        f"{k} {m[k]}" for k in ("tensorflow", "keras", "jax") if k in m
-    )
-    if result.get("keras_hub"):
-        versions += f", keras-hub {result['keras_hub']}"
-    load = [
-        f"{m[k][0]:.2f}" if m.get(k) else "?"
-        for k in ("load_average", "load_average_end")
-    ]
-    lines = [
-        f"# Throughput: ViT {args['variant']} {result['sizes']}",
-        "",
-        f"`{result['command']}`",
-        "",
-        f"- Machine: {m['cpu']}, {m['cores']} cores, "
-        f"accelerators: {', '.join(m.get('accelerators') or ['none'])}; "
-        f"load average (1 min) at start {load[0]}, at end {load[1]}.",
-        f"- Software: Python {m['python']}, {versions}.",
-        f"- Image {args['image_size']}, batch {args['batch_size']}, "
-        f"{args['dtype']}, median of {args['repeats']} repeats.",
-        f"- Forward cost: {result['forward_flops_per_image'] / 1e9:.2f} "
-        "GFLOP per image (2 per multiply-add; training counted as 3x).",
-    ]
-    ceilings = [(f"{m['backend']}, {d}", c)
-                for d, c in result["ceiling"].items()]
-    ceilings += [(f"jax, {d}", c)
-                 for d, c in result.get("ceiling_jax", {}).items()]
-    for d, c in ceilings:
-        lo, hi = min(c["samples"]) / 1e9, max(c["samples"]) / 1e9
-        lines.append(
-            f"- Matmul ceiling ({d}, {c['size']}^3): "
-            f"{c['flops_per_s'] / 1e9:.1f} GFLOP/s median "
-            f"(range {lo:.1f}-{hi:.1f})."
-        )
-    lines += [f"- {n}" for n in result["notes"]]
-    lines += [
-        "",
-        "| backend | model | mode | XLA | img/s | best img/s | step ms "
-        "| GFLOP/s | MFU | vs keras-hub | peak RSS MiB | compile s |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for r in result["rows"]:
-        ratio = f"{r['vs_keras_hub']:.2f}x" if "vs_keras_hub" in r else ""
-        lines.append(
-            f"| {r['backend']} | {r['model']} | {r['mode']} "
-            f"| {'on' if r['xla'] else 'off'} | {r['images_per_s']:.2f} "
-            f"| {max(r['images_per_s_all']):.2f} | {r['step_ms']:.0f} "
-            f"| {r['model_flops_per_s'] / 1e9:.1f} "
-            f"| {100 * r['mfu']:.0f}% | {ratio} | {r['peak_rss_mb']:.0f} "
-            f"| {r['compile_s']:.1f} |"
-        )
-    return "\n".join(lines) + "\n"
 
 
 def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
@@ -511,9 +467,10 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
             result["machine"]["jax"] = child["machine"].get("jax")
             result["ceiling_jax"] = child["ceiling"]
             result["rows"].extend(child["rows"])
-    _atomic_write(args.output + ".json", json.dumps(result, indent=1) + "\n")
-    _atomic_write(args.output + ".md", markdown(result))
-    print(markdown(result))
+    text = report.markdown(result)
+    report.atomic_write(args.output + ".json", json.dumps(result, indent=1))
+    report.atomic_write(args.output + ".md", text)
+    print(text)
     return result
 
 

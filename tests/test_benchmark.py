@@ -77,10 +77,11 @@ def test_forward_flops_of_b16_match_the_paper():
 def test_derived_numbers_and_ratio():
     result = {
         "forward_flops_per_image": 1e9,
-        "ceiling": {"float32": {"flops_per_s": 100e9}},
+        "ceiling": {"float32": {"flops_per_s": 100e9,
+                                "flops_per_cpu_s": 50e9}},
         "rows": [
             {"backend": "tensorflow", "model": m, "mode": mode, "xla": False,
-             "images_per_s": ips}
+             "images_per_s": ips, "cpu_s_per_image": 4 / ips}
             for m, mode, ips in (
                 ("keras_vit", "infer", 50.0), ("keras_hub", "infer", 40.0),
                 ("keras_vit", "train", 10.0), ("keras_hub", "train", 8.0),
@@ -93,6 +94,8 @@ def test_derived_numbers_and_ratio():
     assert vit_train["model_flops_per_s"] == pytest.approx(30e9)  # 3x fwd
     assert vit_infer["vs_keras_hub"] == pytest.approx(1.25)
     assert vit_train["vs_keras_hub"] == pytest.approx(1.25)
+    assert vit_infer["mfu_cpu"] == pytest.approx(1e9 / 0.08 / 50e9)
+    assert vit_train["vs_keras_hub_cpu"] == pytest.approx(1.25)
     assert "vs_keras_hub" not in hub_infer
 
 
@@ -113,7 +116,8 @@ def test_harness_writes_consistent_json_and_markdown(tmp_path, monkeypatch):
         None, num_classes=10, image_size=32, **TINY
     ).count_params()
     ceiling = result["ceiling"]["float32"]
-    assert len(ceiling["samples"]) == 4  # before and after the models
+    # before and after the models, per wall and per CPU second
+    assert len(ceiling["samples"]) == len(ceiling["cpu_samples"]) == 4
     for r in rows:
         assert r["model"] == "keras_vit" and r["params"] == params
         assert len(r["seconds"]) == 2 and min(r["seconds"]) > 0
@@ -124,6 +128,11 @@ def test_harness_writes_consistent_json_and_markdown(tmp_path, monkeypatch):
         )
         assert r["mfu"] == pytest.approx(
             flops * r["images_per_s"] / ceiling["flops_per_s"]
+        )
+        median_cpu = sum(r["cpu_seconds"]) / 2
+        assert r["cpu_s_per_image"] == pytest.approx(median_cpu / 2)
+        assert r["mfu_cpu"] == pytest.approx(
+            flops / r["cpu_s_per_image"] / ceiling["flops_per_cpu_s"]
         )
         assert r["peak_rss_mb"] > 0
     assert result["keras_hub"] is None

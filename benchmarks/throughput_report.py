@@ -1,0 +1,84 @@
+"""The markdown report of benchmarks/throughput.py, and its file writes."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from typing import Any, Dict
+
+
+def atomic_write(path: str, text: str) -> None:
+    """Writes text to path through a temporary file and a rename."""
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp_")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def markdown(result: Dict[str, Any]) -> str:
+    """str. The results as a markdown report with one table."""
+    m, args = result["machine"], result["args"]
+    versions = ", ".join(
+        f"{k} {m[k]}" for k in ("tensorflow", "keras", "jax") if k in m
+    )
+    if result.get("keras_hub"):
+        versions += f", keras-hub {result['keras_hub']}"
+    load = [
+        f"{m[k][0]:.2f}" if m.get(k) else "?"
+        for k in ("load_average", "load_average_end")
+    ]
+    lines = [
+        f"# Throughput: ViT {args['variant']} {result['sizes']}",
+        "",
+        f"`{result['command']}`",
+        "",
+        f"- Machine: {m['cpu']}, {m['cores']} cores, "
+        f"accelerators: {', '.join(m.get('accelerators') or ['none'])}; "
+        f"load average (1 min) at start {load[0]}, at end {load[1]}.",
+        f"- Software: Python {m['python']}, {versions}.",
+        f"- Image {args['image_size']}, batch {args['batch_size']}, "
+        f"{args['dtype']}, median of {args['repeats']} repeats.",
+        f"- Forward cost: {result['forward_flops_per_image'] / 1e9:.2f} "
+        "GFLOP per image (2 per multiply-add; training counted as 3x).",
+    ]
+    ceilings = [(f"{m['backend']}, {d}", c)
+                for d, c in result["ceiling"].items()]
+    ceilings += [(f"jax, {d}", c)
+                 for d, c in result.get("ceiling_jax", {}).items()]
+    for d, c in ceilings:
+        lo, hi = min(c["samples"]) / 1e9, max(c["samples"]) / 1e9
+        lines.append(
+            f"- Matmul ceiling ({d}, {c['size']}^3): "
+            f"{c['flops_per_s'] / 1e9:.1f} GFLOP/s median "
+            f"(range {lo:.1f}-{hi:.1f}); "
+            f"{c['flops_per_cpu_s'] / 1e9:.1f} GFLOP per CPU second."
+        )
+    lines += [f"- {n}" for n in result["notes"]]
+    lines += [
+        "",
+        "| backend | model | mode | XLA | img/s | best img/s | GFLOP/s "
+        "| MFU | vs keras-hub | CPU s/img | MFU (CPU time) "
+        "| vs keras-hub (CPU time) | peak RSS MiB | compile s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in result["rows"]:
+        ratio, ratio_cpu = (
+            f"{r[k]:.2f}x" if k in r else ""
+            for k in ("vs_keras_hub", "vs_keras_hub_cpu")
+        )
+        lines.append(
+            f"| {r['backend']} | {r['model']} | {r['mode']} "
+            f"| {'on' if r['xla'] else 'off'} | {r['images_per_s']:.2f} "
+            f"| {max(r['images_per_s_all']):.2f} "
+            f"| {r['model_flops_per_s'] / 1e9:.1f} "
+            f"| {100 * r['mfu']:.0f}% | {ratio} | {r['cpu_s_per_image']:.3f} "
+            f"| {100 * r['mfu_cpu']:.0f}% | {ratio_cpu} "
+            f"| {r['peak_rss_mb']:.0f} | {r['compile_s']:.1f} |"
+        )
+    return "\n".join(lines) + "\n"
