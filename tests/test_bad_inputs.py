@@ -24,6 +24,7 @@ from PIL import Image
 import keras_vit
 from keras_vit import checkpoint, input_pipeline, optim, train_lib, vtab
 from tests.reliability_cases import CASES, check_error, check_says, covers
+from tests.strategies import two_cpu_mirrored
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RNG = np.random.default_rng(0)
@@ -271,7 +272,7 @@ def test_config_errors(tmp_path, case, overrides):
 
 @covers("batch_not_divisible")
 def test_batch_not_divisible_by_replicas(tmp_path):
-    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    strategy = two_cpu_mirrored()
     with pytest.raises(ValueError) as info:
         train_lib.train_and_evaluate(config(batch_size=15),
                                      str(tmp_path / "run"), strategy)

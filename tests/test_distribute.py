@@ -18,6 +18,7 @@ import pytest
 import tensorflow as tf
 
 from keras_vit import distribute, optim, train_lib
+from tests.strategies import two_cpu_mirrored
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -136,7 +137,7 @@ def test_tpu_strategy_gets_a_preemption_handler(monkeypatch):
     assert distribute.preemption_handler(
         tf.distribute.get_strategy(), "manager") is None
     assert distribute.preemption_handler(
-        tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]), "m") is None
+        two_cpu_mirrored(), "m") is None
 
 
 @pytest.mark.parametrize("name", ["gpu", "TPU", "", "parameter_server"])

@@ -30,6 +30,7 @@ from keras_vit import (
     vtab_run,
 )
 from keras_vit.input_pipeline import digits_split
+from tests.strategies import two_cpu_mirrored
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VTAB_CONFIG = os.path.join(ROOT, "configs", "vtab.py")
@@ -101,7 +102,7 @@ def test_evaluate_model_equals_direct_computation(replicas):
     model = tiny()
     want = direct_digits_metrics(model)
     if replicas == 2:
-        strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+        strategy = two_cpu_mirrored()
         with strategy.scope():
             evaluated = tiny()
         evaluated.set_weights(model.get_weights())
@@ -211,7 +212,7 @@ def test_sweep_picks_the_best_pair_on_two_replicas(tmp_path):
     config.vtab.sweep.update(enabled=True, lrs=(0.001, 0.5), steps=(1,))
     npz = str(tmp_path / "src.npz")
     checkpoint.save_npz(tiny(num_classes=3, image_size=16), npz)
-    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    strategy = two_cpu_mirrored()
     out = str(tmp_path / "out")
     with tfds.testing.mock_data(**MOCK):
         result = vtab_run.run(config, pretrained.Source(npz=npz), out,

@@ -22,6 +22,7 @@ from PIL import Image
 from keras_vit import create_model, export_files, features_model, preprocessing
 from keras_vit import export as export_lib
 from keras_vit.export import export_model
+from tests.strategies import two_cpu_mirrored
 
 SIZE = 32
 NUM_CLASSES = 5
@@ -441,7 +442,7 @@ def test_mixed_bfloat16_model_served_in_float32(images, tmp_path):
 
 
 def test_export_after_mirrored_strategy_training(images, tmp_path):
-    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    strategy = two_cpu_mirrored()
     with strategy.scope():
         model = tiny_model(seed=6)
         model.compile(

@@ -44,6 +44,7 @@ from tests.fault_harness import (
     tensors,
 )
 from tests.reliability_cases import check_error, check_says, covers
+from tests.strategies import two_cpu_mirrored
 
 
 @pytest.fixture(scope="module")
@@ -326,7 +327,7 @@ def _state(trainer):
 def test_skipped_step_changes_nothing_but_the_counter(mirrored):
     # Mirrored: the update is conditional in cross-replica context
     # (merge_call); default strategy: a plain tf.cond in replica context.
-    strategy = (tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    strategy = (two_cpu_mirrored()
                 if mirrored else tf.distribute.get_strategy())
     rng = np.random.default_rng(0)
     batches = [(rng.uniform(-1, 1, (8, 16, 16, 3)).astype("float32"),

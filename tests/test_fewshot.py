@@ -13,6 +13,7 @@ import tensorflow as tf
 
 from keras_vit import create_model, features_model, fewshot, preprocessing
 from keras_vit.input_pipeline import digits_split
+from tests.strategies import two_cpu_mirrored
 
 
 def lstsq_ridge(x, y, l2):
@@ -143,7 +144,7 @@ def test_features_are_the_same_under_two_replicas():
     model = tiny_digits_model()
     cfg = fewshot.FewShotData("d", "digits", "train", "test").config(32, 36)
     one = fewshot.extract_features(features_model(model), cfg, "test", 64)
-    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    strategy = two_cpu_mirrored()
     with strategy.scope():
         mirrored = tiny_digits_model()
     mirrored.set_weights(model.get_weights())

@@ -16,6 +16,7 @@ import keras_vit
 from keras_vit import optim, train_lib
 from keras_vit import workdir as wd
 from keras_vit.trainer import Trainer
+from tests.strategies import two_cpu_mirrored
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -60,7 +61,6 @@ def _max_diff(a, b):
     return max(float(np.abs(u - v).max()) for u, v in zip(a, b))
 
 
-MIRRORED = ["/cpu:0", "/cpu:1"]
 SGD = dict(name="sgd", lr=0.1, momentum=0.9, decay_type="cosine")
 ADAMW = dict(name="adamw", lr=1e-2, weight_decay=0.1, warmup_steps=2)
 
@@ -69,7 +69,7 @@ def test_mirrored_equals_one_device_sgd():
     """SGD without clipping is scale-sensitive: a double cross-replica sum
     (or a missing one) would show up as a large difference."""
     one, _, r1 = _run(tf.distribute.get_strategy(), SGD)
-    two, _, r2 = _run(tf.distribute.MirroredStrategy(MIRRORED), SGD)
+    two, _, r2 = _run(two_cpu_mirrored(), SGD)
     start, _, _ = _run(tf.distribute.get_strategy(), SGD, steps=())
     assert _max_diff(one, start) > 1e-2  # the weights did move
     assert _max_diff(one, two) < 1e-5
@@ -79,7 +79,7 @@ def test_mirrored_equals_one_device_sgd():
 def test_mirrored_equals_one_device_adamw_clip_ema():
     one, ema1, _ = _run(tf.distribute.get_strategy(), ADAMW, clip=0.5,
                         ema=0.9)
-    two, ema2, _ = _run(tf.distribute.MirroredStrategy(MIRRORED), ADAMW,
+    two, ema2, _ = _run(two_cpu_mirrored(), ADAMW,
                         clip=0.5, ema=0.9)
     assert _max_diff(one, two) < 1e-5
     assert _max_diff(ema1, ema2) < 1e-5
@@ -92,14 +92,14 @@ def test_gradient_accumulation_equals_one_large_batch():
     assert _max_diff(full, accum) < 1e-5
     assert r_full[1]["loss"] == pytest.approx(r_acc[1]["loss"], rel=1e-5)
     mirrored, _, _ = _run(
-        tf.distribute.MirroredStrategy(MIRRORED), SGD, accumulation=2
+        two_cpu_mirrored(), SGD, accumulation=2
     )
     assert _max_diff(full, mirrored) < 1e-5
 
 
 def test_batch_must_divide_replicas_times_accumulation():
     with pytest.raises(ValueError, match="not divisible by replicas"):
-        _run(tf.distribute.MirroredStrategy(MIRRORED), SGD, batch=15)
+        _run(two_cpu_mirrored(), SGD, batch=15)
 
 
 def test_gradient_clipping_bounds_the_update():
