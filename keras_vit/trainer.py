@@ -182,14 +182,14 @@ class Trainer:
                 loss_sum += l_i
                 correct += c_i
         ctx = tf.distribute.get_replica_context()
-        grads = ctx.all_reduce(tf.distribute.ReduceOp.SUM, grads)
+        # The loss sum rides along with the gradients: one all-reduce.
+        *grads, total_loss = ctx.all_reduce(
+            tf.distribute.ReduceOp.SUM, list(grads) + [loss_sum]
+        )
         grad_norm = tf.linalg.global_norm(grads)
         # The same on every replica: both come from all-reduced values.
         finite = tf.logical_and(
-            tf.math.is_finite(grad_norm),
-            tf.math.is_finite(
-                ctx.all_reduce(tf.distribute.ReduceOp.SUM, loss_sum)
-            ),
+            tf.math.is_finite(grad_norm), tf.math.is_finite(total_loss)
         )
         if self.grad_clip_norm:
             grads, _ = tf.clip_by_global_norm(
