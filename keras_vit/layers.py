@@ -364,7 +364,6 @@ class Encoder(keras.layers.Layer):
         self.attention_dropout_rate = float(attention_dropout_rate)
 
     def build(self, input_shape):
-        self.blocks = []
         for i in range(self.num_layers):
             block = EncoderBlock(
                 self.num_heads,
@@ -374,10 +373,20 @@ class Encoder(keras.layers.Layer):
                 name=f"encoderblock_{i}",
             )
             block.build(input_shape)
-            self.blocks.append(block)
+            # One attribute per block, not a list: TensorFlow checkpoints
+            # (tf.train.Checkpoint(model=...)) follow layer attributes but not
+            # Keras's tracked lists.
+            setattr(self, f"encoderblock_{i}", block)
         self.encoder_norm = layer_norm("encoder_norm")
         self.encoder_norm.build(input_shape)
         self.built = True
+
+    @property
+    def blocks(self) -> list:
+        """list of EncoderBlock. The blocks, first to last."""
+        return [
+            getattr(self, f"encoderblock_{i}") for i in range(self.num_layers)
+        ]
 
     def call(self, x, training=None, return_attention_scores=False):
         all_weights = []

@@ -238,20 +238,28 @@ class ResNetStem(keras.layers.Layer):
             3, strides=2, padding="same", name="pool"
         )
         shape = self.pool.compute_output_shape(shape)
-        # A flat list keeps Keras's weight tracking simple; stage_units()
-        # regroups it.
-        self.units = []
+        # One attribute per unit, not a list: TensorFlow checkpoints follow
+        # layer attributes but not Keras's tracked lists. `units` lists them
+        # flat; stage_units() regroups them.
+        self._unit_names = []
         for s, count in enumerate(self.layers):
             for u in range(count):
+                name = f"block{s + 1}_unit{u + 1}"
                 unit = BottleneckUnit(
                     width * 2**s,
                     strides=2 if (s > 0 and u == 0) else 1,
-                    name=f"block{s + 1}_unit{u + 1}",
+                    name=name,
                 )
                 unit.build(shape)
                 shape = unit.compute_output_shape(shape)
-                self.units.append(unit)
+                setattr(self, name, unit)
+                self._unit_names.append(name)
         self.built = True
+
+    @property
+    def units(self) -> list:
+        """list of BottleneckUnit. All units, stage by stage."""
+        return [getattr(self, name) for name in self._unit_names]
 
     def call(self, images):
         x = ops.relu(self.gn_root(self.conv_root(images)))

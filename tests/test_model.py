@@ -294,3 +294,25 @@ def test_jax_backend_matches_tensorflow(tmp_path):
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "JAX_OK" in result.stdout
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [dict(), dict(resnet_layers=(1, 1), patch_size=1, image_size=32)],
+    ids=["vit", "hybrid"],
+)
+def test_tensorflow_checkpoint_of_the_model_holds_every_weight(
+    kwargs, tmp_path
+):
+    import tensorflow as tf
+
+    model = tiny(**kwargs)
+    path = tf.train.Checkpoint(model=model).write(str(tmp_path / "ckpt"))
+    saved = [n for n, _ in tf.train.list_variables(path)
+             if n.endswith("VARIABLE_VALUE")]
+    assert len(saved) == len(model.weights)
+    # And it restores them into a fresh model.
+    other = tiny(**kwargs)
+    tf.train.Checkpoint(model=other).read(path).assert_consumed()
+    for a, b in zip(model.weights, other.weights):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
