@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -51,7 +52,26 @@ def _train(argv):
         raise SystemExit(f"error: {e}") from None
 
 
+def parse_flags_or_exit(argv) -> list:
+    """absl flags parser that turns a misspelt config field or a missing or
+    bad flag into one line naming it, not a traceback."""
+    try:
+        return FLAGS(argv)
+    except (AttributeError, KeyError, flags.Error) as e:
+        message = str(e.args[0]) if e.args else str(e)
+        message = message.replace("\\n", " ").replace("\n", " ")
+        message = message.replace("\\'", "'").strip('"')
+        # ml_collections says "'field' Did you mean ...": name what it is.
+        message = re.sub(
+            r"^'+([\w.]+)'+\s*", r"unknown config field '\1'. ", message
+        ).rstrip("'")
+        raise SystemExit(
+            f"error: {message}\n(config fields: see the config file; "
+            "flags: --helpfull)"
+        ) from None
+
+
 def train_main():
     _define_common_flags()
     flags.mark_flags_as_required(["config", "workdir"])
-    app.run(_train)
+    app.run(_train, flags_parser=parse_flags_or_exit)

@@ -278,10 +278,11 @@ _CASES = [
     Case(
         "config_typo", BAD_INPUT, "CLI",
         "A misspelt nested config field (`--config.model.hiden_size=64`)",
-        "train.py stops before doing anything (the config is locked); the "
-        "traceback ends with the suggestion.",
-        ('Did you mean "hidden_size" instead of "hiden_size"?',),
-        "AttributeError",
+        "train.py stops before doing anything (the config is locked), with "
+        "one line naming the field and the suggestion.",
+        ("unknown config field 'hiden_size'",
+         'Did you mean "hidden_size" instead of "hiden_size"?'),
+        "SystemExit",
     ),
     Case(
         "zero_batch", BAD_INPUT, "config",
