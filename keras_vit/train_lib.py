@@ -515,6 +515,8 @@ def _train_loop(
             export.get("export_dir") or os.path.join(workdir, "export"),
             model_name=export.get("model_name", "vit"),
             class_names=info.class_names,
+            # Serve with the run's own evaluation preprocessing.
+            resize_size=(config.get("pp") or {}).get("eval_resize_size"),
         )
         if trainer.has_ema:
             trainer.swap_ema_weights()

@@ -317,3 +317,24 @@ def test_weight_decay_skips_biases_norms_and_embeddings():
 def test_optimizer_config_errors(opt, message):
     with pytest.raises(ValueError, match=message):
         optim.create_optimizer(mlc.ConfigDict(opt), 10)
+
+
+def test_export_at_the_end_of_a_run(tmp_path):
+    """--config.export.enabled=True writes a served version of the final
+    (EMA) weights with the run's class names."""
+    workdir = str(tmp_path / "run")
+    config = digits_config(total_steps=4, ema_decay=0.5)
+    config.export.enabled = True
+    config.export.model_name = "digits"
+    metrics = train_lib.train_and_evaluate(config, workdir)
+    version = metrics["export_path"]
+    assert version == os.path.join(workdir, "export", "digits", "1")
+    assert tf.io.gfile.exists(os.path.join(version, "saved_model.pb"))
+    served = tf.saved_model.load(version).signatures["predict_images"]
+    x, _ = _data(n=3, size=32, classes=10)
+    pixels = (x + 1.0) * 127.5  # the signature takes [0, 255]
+    probabilities = served(images=tf.constant(pixels))["probabilities"]
+    expected = tf.nn.softmax(wd.restore_model(workdir)(x)).numpy()
+    np.testing.assert_allclose(probabilities, expected, atol=1e-5)
+    names = served(images=tf.constant(pixels))["class_names"].numpy()
+    assert {n.decode() for n in names.ravel()} <= {str(i) for i in range(10)}
