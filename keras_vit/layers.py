@@ -221,9 +221,23 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         qkv = ops.reshape(
             qkv, (-1, length, 3, self.num_heads, self.head_dim)
         )
+        scale = 1.0 / math.sqrt(self.head_dim)
+        dropout_active = self.dropout_rate > 0.0 and bool(training)
+        if (
+            keras.backend.backend() == "jax"
+            and not return_attention_scores
+            and not dropout_active
+        ):
+            # JAX: the fused attention op (cuDNN flash attention on GPUs)
+            # on (batch, tokens, heads, head_dim) operands. TensorFlow's
+            # version of the op is the two einsums below plus transposes.
+            q, k, v = ops.unstack(qkv, 3, axis=2)
+            attended = ops.dot_product_attention(q, k, v, scale=scale)
+            y = self.out(ops.reshape(attended, (-1, width)))
+            return ops.reshape(y, (-1, length, width))
         # (3, batch, heads, tokens, head_dim)
         q, k, v = ops.unstack(ops.transpose(qkv, (2, 0, 3, 1, 4)), 3, axis=0)
-        q = q * ops.cast(1.0 / math.sqrt(self.head_dim), q.dtype)
+        q = q * ops.cast(scale, q.dtype)
         logits = ops.einsum("bhqd,bhkd->bhqk", q, k)
         # The softmax runs in float32 also under mixed precision.
         weights = ops.softmax(ops.cast(logits, "float32"), axis=-1)
