@@ -29,9 +29,9 @@ import keras_vit
 from keras_vit import input_pipeline, optim, train_lib
 from keras_vit import workdir as wd
 from keras_vit.trainer import Trainer
+from tests import tiny
 from tests.fault_harness import (
     EXPORTER,
-    ROOT,
     TOTAL,
     Run,
     assert_nothing_half_written,
@@ -207,30 +207,17 @@ def test_kill_during_export_publishes_nothing(tmp_path):
 
 # ------------------------------------------------------------- in process
 def tiny_config(**overrides):
-    sys.path.insert(0, os.path.join(ROOT, "configs"))
-    try:
-        import digits
-    finally:
-        sys.path.pop(0)
-    config = digits.get_config()
-    config.model.hidden_size = 32
-    config.model.mlp_dim = 64
-    config.model.num_layers = 1
-    config.batch_size = 32
-    config.total_steps = 20
-    config.steps_per_loop = 5
-    config.log_every_steps = 5
-    config.eval_every_steps = 0
-    config.checkpoint_every_steps = 10
-    config.optimizer.warmup_steps = 0
-    config.jit_compile = False
-    for key, value in overrides.items():
-        target = config
-        *path, leaf = key.split(".")
-        for part in path:
-            target = target[part]
-        target[leaf] = value
-    return config
+    return tiny.digits_config(
+        {
+            "total_steps": 20,
+            "steps_per_loop": 5,
+            "log_every_steps": 5,
+            "eval_every_steps": 0,
+            "checkpoint_every_steps": 10,
+            "optimizer.warmup_steps": 0,
+        },
+        **overrides,
+    )
 
 
 def _poison(monkeypatch, bad_batches):

@@ -16,6 +16,7 @@ import keras_vit
 from keras_vit import optim, train_lib
 from keras_vit import workdir as wd
 from keras_vit.trainer import Trainer
+from tests import tiny
 from tests.strategies import two_cpu_mirrored
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -115,31 +116,18 @@ def test_gradient_clipping_bounds_the_update():
 
 
 def digits_config(**overrides):
-    sys.path.insert(0, os.path.join(ROOT, "configs"))
-    try:
-        import digits
-    finally:
-        sys.path.pop(0)
-    config = digits.get_config()
-    config.model.hidden_size = 32
-    config.model.mlp_dim = 64
-    config.model.num_layers = 1
-    config.total_steps = 24
-    config.batch_size = 32
-    config.steps_per_loop = 4
-    config.log_every_steps = 8
-    config.eval_every_steps = 12
-    config.checkpoint_every_steps = 8
-    config.optimizer.warmup_steps = 4
-    config.optimizer.lr = 3e-3
-    config.jit_compile = False
-    for key, value in overrides.items():
-        target = config
-        *path, leaf = key.split(".")
-        for part in path:
-            target = target[part]
-        target[leaf] = value
-    return config
+    return tiny.digits_config(
+        {
+            "total_steps": 24,
+            "steps_per_loop": 4,
+            "log_every_steps": 8,
+            "eval_every_steps": 12,
+            "checkpoint_every_steps": 8,
+            "optimizer.warmup_steps": 4,
+            "optimizer.lr": 3e-3,
+        },
+        **overrides,
+    )
 
 
 def test_train_and_evaluate_on_digits(tmp_path):
