@@ -154,9 +154,8 @@ def create_optimizer(
         return keras.optimizers.Adam(**betas, **common)
     cls = keras.optimizers.AdamW if name == "adamw" else keras.optimizers.Lamb
     kwargs = dict(betas, **common)
-    if name == "adamw":
-        kwargs["weight_decay"] = weight_decay
-    elif weight_decay:
+    # AdamW always takes it (its default would be 0.004); Lamb only when set.
+    if name == "adamw" or weight_decay:
         kwargs["weight_decay"] = weight_decay
     optimizer = cls(**kwargs)
     no_decay = tuple(opt_config.get("no_decay", DEFAULT_NO_DECAY) or ())
