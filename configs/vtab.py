@@ -81,6 +81,9 @@ def get_config(arg=None):
     c.jit_compile = True
     # Training steps per host call; logging and checkpoint intervals.
     c.steps_per_loop = 50
+    # Benchmarking: train on the first batch of the pipeline, repeated, to
+    # time the training loop without its input work.
+    c.synthetic_data = False
     c.log_every_steps = 100
     c.checkpoint_every_steps = 500
     c.keep_checkpoints = 1

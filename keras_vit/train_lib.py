@@ -199,6 +199,11 @@ def train_and_evaluate(
     keras.utils.set_random_seed(int(config.get("seed", 0)))
 
     info = input_pipeline.dataset_info(config)
+    if config.get("synthetic_data", False):
+        logging.warning(
+            "synthetic_data=True: every step trains on the same first batch "
+            "(a benchmark of the loop, not a training run)."
+        )
     data_checks.check_splits(config)  # now, not after training
     num_classes = int(config.get("num_classes") or info.num_classes)
 
@@ -406,6 +411,9 @@ def _train_loop(
     step = trainer.step
     start_step = step
     train_time, timed_steps = 0.0, 0  # excludes the first (compiling) call
+    # The whole host loop (the train call, logging, summaries, preemption
+    # checks) after the first call, without evaluations and checkpoint saves.
+    loop_time = 0.0
     t_start = time.time()
     window = {"loss": 0.0, "accuracy": 0.0, "grad_norm": 0.0, "steps": 0,
               "applied": 0}
@@ -417,9 +425,11 @@ def _train_loop(
                 step, total, steps_per_loop, log_every, eval_every, ckpt_every
             )
             t0 = time.time()
+            scheduled = 0.0  # evaluation and checkpoint time, not the loop's
             with data_checks.explained_errors(config):
                 metrics = trainer.train(train_iter, stop - step)
             dt = time.time() - t0
+            timed = step > start_step
             bad = metrics["nonfinite_steps"]
             if not trainer.skip_nonfinite and (
                 bad or not math.isfinite(metrics["loss"])
@@ -444,7 +454,7 @@ def _train_loop(
                     step + metrics["first_nonfinite_step"],
                 )
             n = stop - step
-            if step > start_step:
+            if timed:
                 train_time += dt
                 timed_steps += n
             step = stop
@@ -463,12 +473,16 @@ def _train_loop(
                 window = {k: 0.0 for k in window}
                 window_time = 0.0
             if _boundary(step, eval_every) and step < total:
+                t1 = time.time()
                 with data_checks.explained_errors(config):
                     results = trainer.evaluate(eval_fn(val_split))
                 _log_eval(writers, step, val_split, results)
+                scheduled += time.time() - t1
             saved = _boundary(step, ckpt_every) or step == total
             if saved:
+                t1 = time.time()
                 manager.save(checkpoint_number=step)
+                scheduled += time.time() - t1
             if handler is not None:  # saves and exits if preempted
                 handler.save_checkpoint_if_preempted(checkpoint_number=step)
             if distribute.any_worker(strategy, preemption.requested):
@@ -479,6 +493,8 @@ def _train_loop(
                     "Run the same command to resume.", step,
                 )
                 return {"preempted": True, "step": step}
+            if timed:
+                loop_time += time.time() - t0 - scheduled
 
     eval_split = config.get("eval_split", "test")
     with data_checks.explained_errors(config):
@@ -494,8 +510,13 @@ def _train_loop(
         "steps": step,
         "steps_this_run": trained,
         "skipped_steps_this_run": skipped,
+        # Throughput of the train calls alone, and of the whole host loop
+        # around them; both leave out the first (compiling) call.
         "images_per_sec": (timed_steps * batch / train_time)
         if train_time and timed_steps
+        else None,
+        "loop_images_per_sec": (timed_steps * batch / loop_time)
+        if loop_time and timed_steps
         else None,
         "wall_time_s": time.time() - t_start,
         "ema": trainer.has_ema,

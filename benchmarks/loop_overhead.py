@@ -1,0 +1,240 @@
+r"""What the training loop costs on top of the bare compiled training step.
+
+    python benchmarks/loop_overhead.py --config=configs/digits.py \
+        --steps_per_loop=1,10,50 --steps=200 --repeats=5 \
+        --output=benchmarks/results/loop_overhead_digits
+
+Config fields are overridden as in train.py, e.g. for ViT-Ti/16 at 224:
+    --config.model.variant=Ti/16 --config.image_size=224 \
+    --config.pp.resize_size=256 --config.batch_size=32
+
+Three ways of running the same training step of the config (same model,
+optimizer, loss, clipping, XLA setting; the default strategy):
+
+  bare     a `tf.function` of one step of `Trainer` on a batch already in
+           memory, called once per step from Python: the floor.
+  trainer  `Trainer.train(iterator, steps_per_loop)`: the tf.range loop,
+           the distributed iterator and the metric sums, on the same batch
+           repeated by `tf.data` (no input work).
+  loop     `train_lib.train_and_evaluate` with `synthetic_data=True`: the
+           whole host loop of train.py (logging and a TensorBoard summary
+           every `steps_per_loop` steps, preemption checks) on one batch of
+           the config's pipeline served from memory. Its
+           `loop_images_per_sec` (metrics.json) times every loop iteration
+           after the first (compiling) one, without the evaluations and
+           checkpoint saves, which are placed here only at the end.
+  +input   the same with the config's real input pipeline, whose work (on a
+           CPU) competes with the step for the same cores.
+
+Each repeat runs all four in turn; the medians over `--repeats` are
+reported. Overhead = time per step / bare - 1.
+Writes NAME.json and NAME.md for `--output=NAME`.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from typing import Any, Dict, List
+
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+from absl import app, flags, logging  # noqa: E402
+import keras  # noqa: E402
+from ml_collections import config_flags  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import throughput  # noqa: E402  (beside this file: machine_info)
+import throughput_report as report  # noqa: E402
+
+from keras_vit import input_pipeline, train_lib  # noqa: E402
+from keras_vit.trainer import Trainer  # noqa: E402
+
+_CONFIG = config_flags.DEFINE_config_file(
+    "config", "configs/digits.py", "Training config file.", lock_config=True
+)
+_STEPS_PER_LOOP = flags.DEFINE_list(
+    "steps_per_loop", ["1", "10", "50"], "Values of steps_per_loop to time."
+)
+_STEPS = flags.DEFINE_integer(
+    "steps", 200, "Timed steps per repeat (rounded up to whole loops)."
+)
+_REPEATS = flags.DEFINE_integer("repeats", 5, "Timed repeats.")
+_OUTPUT = flags.DEFINE_string(
+    "output", None, "Path prefix: writes PREFIX.json and PREFIX.md.",
+    required=True,
+)
+
+
+def _trainer(config, num_classes: int) -> Trainer:
+    model = train_lib.build_model(config, num_classes)
+    optimizer = train_lib.build_optimizer(config)
+    return Trainer(
+        model, optimizer, tf.distribute.get_strategy(),
+        num_classes=num_classes,
+        global_batch_size=int(config.batch_size),
+        accumulation_steps=int(config.get("accumulation_steps", 1)),
+        grad_clip_norm=config.get("grad_clip_norm", 1.0),
+        loss=config.get("loss", "softmax_xent"),
+        label_smoothing=float(config.get("label_smoothing", 0.0)),
+        jit_compile=bool(config.get("jit_compile", False)),
+        skip_nonfinite=bool(config.get("skip_nonfinite", False)),
+    )
+
+
+def _step_s(run, calls: int, steps: int) -> float:
+    """Seconds per step of `calls` calls of run(), which make `steps` steps."""
+    start = time.perf_counter()
+    for _ in range(calls):
+        run()
+    return (time.perf_counter() - start) / steps
+
+
+def in_process_runners(config, num_classes: int, k: int, steps: int):
+    """Timers (seconds per step) of the bare step and of Trainer.train."""
+    batch = next(iter(input_pipeline.train_dataset(config, config.batch_size)))
+    images, labels = (tf.identity(t) for t in batch)
+    bare_trainer, loop_trainer = (_trainer(config, num_classes)
+                                  for _ in range(2))
+    strategy = tf.distribute.get_strategy()
+
+    @tf.function
+    def bare_step():
+        return strategy.run(bare_trainer._train_step_fn, (images, labels))
+
+    def bare():
+        bare_step()[0].numpy()  # one host sync per step, like any loop
+
+    iterator = iter(tf.data.Dataset.from_tensors((images, labels)).repeat())
+
+    def loop():
+        loop_trainer.train(iterator, k)
+
+    loops = -(-steps // k)
+    for _ in range(2):  # compile, then one untimed call each
+        bare()
+        loop()
+    return {
+        "bare": lambda: _step_s(bare, loops * k, loops * k),
+        "trainer": lambda: _step_s(loop, loops, loops * k),
+    }
+
+
+def time_train_lib(config, k: int, steps: int, synthetic: bool) -> float:
+    """Seconds per step of the train.py host loop (one run)."""
+    loops = -(-steps // k)
+    with config.unlocked():
+        config.synthetic_data = synthetic
+        config.steps_per_loop = k
+        config.log_every_steps = k
+        config.total_steps = (loops + 1) * k  # the first call compiles
+        config.optimizer.warmup_steps = min(  # the schedule's cost is alike
+            config.optimizer.get("warmup_steps", 0), config.total_steps // 2
+        )
+        config.eval_every_steps = 0
+        config.checkpoint_every_steps = 0
+        config.export.enabled = False
+    with tempfile.TemporaryDirectory() as workdir:
+        final = train_lib.train_and_evaluate(config, workdir)
+    return config.batch_size / final["loop_images_per_sec"]
+
+
+def main(argv) -> None:
+    if len(argv) > 1:
+        raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
+    logging.set_verbosity(logging.WARNING)
+    config = _CONFIG.value
+    try:
+        values = sorted({int(v) for v in _STEPS_PER_LOOP.value})
+    except ValueError:
+        raise app.UsageError("--steps_per_loop takes integers, e.g. 1,10,50")
+    if not values or values[0] < 1 or _STEPS.value < 1 or _REPEATS.value < 1:
+        raise app.UsageError(
+            "--steps_per_loop values, --steps and --repeats must be >= 1."
+        )
+    num_classes = train_lib.num_classes_of(config)
+    result: Dict[str, Any] = {
+        "machine": throughput.machine_info(),
+        "command": "python " + " ".join(sys.argv),
+        "config": config.to_dict(), "rows": [],
+    }
+    for k in values:
+        keras.utils.set_random_seed(0)
+        runners = in_process_runners(config, num_classes, k, _STEPS.value)
+        runners["loop"] = lambda: time_train_lib(
+            config.copy_and_resolve_references(), k, _STEPS.value, True
+        )
+        runners["+input"] = lambda: time_train_lib(
+            config.copy_and_resolve_references(), k, _STEPS.value, False
+        )
+        samples: Dict[str, List[float]] = {name: [] for name in runners}
+        for _ in range(_REPEATS.value):
+            for name, run in runners.items():
+                samples[name].append(run())
+        del runners
+        keras.backend.clear_session()
+        gc.collect()
+        bare = statistics.median(samples["bare"])
+        row = {"steps_per_loop": k, "samples_s_per_step": samples}
+        for name, s in samples.items():
+            step_s = statistics.median(s)
+            row[name] = {
+                "step_ms": 1000 * step_s,
+                "images_per_s": config.batch_size / step_s,
+                "overhead": step_s / bare - 1,
+            }
+        result["rows"].append(row)
+        print(f"steps_per_loop={k}: " + ", ".join(
+            f"{n} {r['step_ms']:.2f} ms ({100 * r['overhead']:+.1f}%)"
+            for n, r in ((n, row[n]) for n in samples)
+        ), file=sys.stderr)
+    result["machine"]["load_average_end"] = list(os.getloadavg())
+    text = markdown(result)
+    report.atomic_write(_OUTPUT.value + ".json", json.dumps(result, indent=1))
+    report.atomic_write(_OUTPUT.value + ".md", text)
+    print(text)
+
+
+def markdown(result: Dict[str, Any]) -> str:
+    """str. The table of step times and overheads."""
+    m, c = result["machine"], result["config"]
+    model = c["model"]
+    sizes = (model.get("variant") or
+             f"patch {model['patch_size']}, width {model['hidden_size']}, "
+             f"{model['num_layers']} layers")
+    lines = [
+        "# Training-loop overhead",
+        "",
+        f"`{result['command']}`",
+        "",
+        f"- Machine: {m['cpu']}, {m['cores']} cores; TensorFlow "
+        f"{m.get('tensorflow')}, Keras {m['keras']}; load average (1 min) "
+        f"{m['load_average'][0]:.2f} at start, "
+        f"{m['load_average_end'][0]:.2f} at end.",
+        f"- Model: {sizes}; image {c['image_size']}, batch {c['batch_size']}, "
+        f"{c['optimizer']['name']}, XLA {'on' if c['jit_compile'] else 'off'}"
+        f", data {c['dataset']}.",
+        "",
+        "| steps_per_loop | bare step ms | Trainer.train ms | overhead "
+        "| train.py loop ms | overhead | + input pipeline ms | overhead |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in result["rows"]:
+        cells = [f"{r['bare']['step_ms']:.2f}"] + [
+            f"{r[n]['step_ms']:.2f} | {100 * r[n]['overhead']:+.1f}%"
+            for n in ("trainer", "loop", "+input")
+        ]
+        lines.append(f"| {r['steps_per_loop']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    app.run(main)
