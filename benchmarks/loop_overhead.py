@@ -8,26 +8,33 @@ Config fields are overridden as in train.py, e.g. for ViT-Ti/16 at 224:
     --config.model.variant=Ti/16 --config.image_size=224 \
     --config.pp.resize_size=256 --config.batch_size=32
 
-Three ways of running the same training step of the config (same model,
-optimizer, loss, clipping, XLA setting; the default strategy):
+The same training step of the config (same model, optimizer, loss,
+clipping, XLA setting; the default strategy) run three ways:
 
   bare     a `tf.function` of one step of `Trainer` on a batch already in
            memory, called once per step from Python: the floor.
-  trainer  `Trainer.train(iterator, steps_per_loop)`: the tf.range loop,
-           the distributed iterator and the metric sums, on the same batch
-           repeated by `tf.data` (no input work).
-  loop     `train_lib.train_and_evaluate` with `synthetic_data=True`: the
-           whole host loop of train.py (logging and a TensorBoard summary
-           every `steps_per_loop` steps, preemption checks) on one batch of
-           the config's pipeline served from memory. Its
-           `loop_images_per_sec` (metrics.json) times every loop iteration
-           after the first (compiling) one, without the evaluations and
-           checkpoint saves, which are placed here only at the end.
-  +input   the same with the config's real input pipeline, whose work (on a
-           CPU) competes with the step for the same cores.
+  trainer  `Trainer.train(iterator, steps_per_loop)` of the same Trainer:
+           the in-graph tf.range loop, the distributed iterator and the
+           metric sums, on the same batch repeated by `tf.data`.
+  train.py `train_lib.train_and_evaluate` with `synthetic_data=True` (one
+           batch of the config's pipeline served from memory): the host
+           loop around `Trainer.train` (logging and a TensorBoard summary
+           every `steps_per_loop` steps, the preemption checks). Its
+           metrics.json gives the time inside the train calls
+           (`images_per_sec`) and the time of the whole loop
+           (`loop_images_per_sec`; every iteration after the first,
+           compiling one, without evaluations and checkpoint saves, which
+           are placed only at the end here), so the host loop's own cost is
+           measured within one run.
 
-Each repeat runs all four in turn; the medians over `--repeats` are
-reported. Overhead = time per step / bare - 1.
+bare and trainer alternate, `--steps` steps each, `--repeats` times; their
+overhead is the median of the paired ratios. The train.py runs repeat
+`--repeats` times. The loop's total overhead over the bare step is the
+product of the two. One more train.py run per repeat uses the config's real
+input pipeline: on a CPU its work competes with the step for the same cores
+(on accelerators it overlaps with the step); it is reported beside the
+synthetic run's train-call time.
+
 Writes NAME.json and NAME.md for `--output=NAME`.
 """
 
@@ -45,10 +52,10 @@ from typing import Any, Dict, List
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-from absl import app, flags, logging  # noqa: E402
 import keras  # noqa: E402
-from ml_collections import config_flags  # noqa: E402
 import tensorflow as tf  # noqa: E402
+from absl import app, flags, logging  # noqa: E402
+from ml_collections import config_flags  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -102,13 +109,12 @@ def in_process_runners(config, num_classes: int, k: int, steps: int):
     """Timers (seconds per step) of the bare step and of Trainer.train."""
     batch = next(iter(input_pipeline.train_dataset(config, config.batch_size)))
     images, labels = (tf.identity(t) for t in batch)
-    bare_trainer, loop_trainer = (_trainer(config, num_classes)
-                                  for _ in range(2))
+    trainer = _trainer(config, num_classes)
     strategy = tf.distribute.get_strategy()
 
     @tf.function
     def bare_step():
-        return strategy.run(bare_trainer._train_step_fn, (images, labels))
+        return strategy.run(trainer._train_step_fn, (images, labels))
 
     def bare():
         bare_step()[0].numpy()  # one host sync per step, like any loop
@@ -116,7 +122,7 @@ def in_process_runners(config, num_classes: int, k: int, steps: int):
     iterator = iter(tf.data.Dataset.from_tensors((images, labels)).repeat())
 
     def loop():
-        loop_trainer.train(iterator, k)
+        trainer.train(iterator, k)
 
     loops = -(-steps // k)
     for _ in range(2):  # compile, then one untimed call each
@@ -128,8 +134,8 @@ def in_process_runners(config, num_classes: int, k: int, steps: int):
     }
 
 
-def time_train_lib(config, k: int, steps: int, synthetic: bool) -> float:
-    """Seconds per step of the train.py host loop (one run)."""
+def time_train_lib(config, k: int, steps: int, synthetic: bool):
+    """(seconds per step in the train calls, in the whole host loop)."""
     loops = -(-steps // k)
     with config.unlocked():
         config.synthetic_data = synthetic
@@ -144,7 +150,50 @@ def time_train_lib(config, k: int, steps: int, synthetic: bool) -> float:
         config.export.enabled = False
     with tempfile.TemporaryDirectory() as workdir:
         final = train_lib.train_and_evaluate(config, workdir)
-    return config.batch_size / final["loop_images_per_sec"]
+    return (config.batch_size / final["images_per_sec"],
+            config.batch_size / final["loop_images_per_sec"])
+
+
+def measure(config, num_classes: int, k: int, steps: int,
+            repeats: int) -> Dict[str, Any]:
+    """dict. Every sample and the derived overheads for one steps_per_loop."""
+    runners = in_process_runners(config, num_classes, k, steps)
+    samples: Dict[str, List[float]] = {
+        name: [] for name in ("bare", "trainer", "train_calls", "host_loop",
+                              "input_train_calls", "input_host_loop")
+    }
+    for _ in range(repeats):
+        for name, run in runners.items():
+            samples[name].append(run())
+    del runners
+    for _ in range(repeats):
+        for synthetic, prefix in ((True, ""), (False, "input_")):
+            calls, loop = time_train_lib(
+                config.copy_and_resolve_references(), k, steps, synthetic
+            )
+            samples[prefix + "train_calls"].append(calls)
+            samples[prefix + "host_loop"].append(loop)
+        keras.backend.clear_session()
+        gc.collect()
+
+    def ratio(a: str, b: str) -> float:
+        return statistics.median(
+            x / y for x, y in zip(samples[a], samples[b])
+        )
+
+    med = {name: statistics.median(v) for name, v in samples.items()}
+    in_graph = ratio("trainer", "bare") - 1
+    host = ratio("host_loop", "train_calls") - 1
+    return {
+        "steps_per_loop": k,
+        "samples_s_per_step": samples,
+        "step_ms": {name: 1000 * v for name, v in med.items()},
+        "in_graph_loop_overhead": in_graph,
+        "host_loop_overhead": host,
+        "total_overhead": (1 + in_graph) * (1 + host) - 1,
+        "input_pipeline_cost": ratio("input_host_loop", "host_loop") - 1,
+        "images_per_s": config.batch_size / med["host_loop"],
+    }
 
 
 def main(argv) -> None:
@@ -168,34 +217,15 @@ def main(argv) -> None:
     }
     for k in values:
         keras.utils.set_random_seed(0)
-        runners = in_process_runners(config, num_classes, k, _STEPS.value)
-        runners["loop"] = lambda: time_train_lib(
-            config.copy_and_resolve_references(), k, _STEPS.value, True
-        )
-        runners["+input"] = lambda: time_train_lib(
-            config.copy_and_resolve_references(), k, _STEPS.value, False
-        )
-        samples: Dict[str, List[float]] = {name: [] for name in runners}
-        for _ in range(_REPEATS.value):
-            for name, run in runners.items():
-                samples[name].append(run())
-        del runners
-        keras.backend.clear_session()
-        gc.collect()
-        bare = statistics.median(samples["bare"])
-        row = {"steps_per_loop": k, "samples_s_per_step": samples}
-        for name, s in samples.items():
-            step_s = statistics.median(s)
-            row[name] = {
-                "step_ms": 1000 * step_s,
-                "images_per_s": config.batch_size / step_s,
-                "overhead": step_s / bare - 1,
-            }
+        row = measure(config, num_classes, k, _STEPS.value, _REPEATS.value)
         result["rows"].append(row)
-        print(f"steps_per_loop={k}: " + ", ".join(
-            f"{n} {r['step_ms']:.2f} ms ({100 * r['overhead']:+.1f}%)"
-            for n, r in ((n, row[n]) for n in samples)
-        ), file=sys.stderr)
+        print(
+            f"steps_per_loop={k}: bare {row['step_ms']['bare']:.2f} ms, "
+            f"loop overhead in graph {100 * row['in_graph_loop_overhead']:+.1f}"
+            f"%, host {100 * row['host_loop_overhead']:+.1f}%, total "
+            f"{100 * row['total_overhead']:+.1f}%; input pipeline "
+            f"{100 * row['input_pipeline_cost']:+.1f}%", file=sys.stderr,
+        )
     result["machine"]["load_average_end"] = list(os.getloadavg())
     text = markdown(result)
     report.atomic_write(_OUTPUT.value + ".json", json.dumps(result, indent=1))
@@ -223,16 +253,22 @@ def markdown(result: Dict[str, Any]) -> str:
         f"{c['optimizer']['name']}, XLA {'on' if c['jit_compile'] else 'off'}"
         f", data {c['dataset']}.",
         "",
-        "| steps_per_loop | bare step ms | Trainer.train ms | overhead "
-        "| train.py loop ms | overhead | + input pipeline ms | overhead |",
-        "|---|---|---|---|---|---|---|---|",
+        "| steps_per_loop | bare step ms | Trainer.train ms "
+        "| in-graph loop | host loop | **loop total** "
+        "| with the real input pipeline |",
+        "|---|---|---|---|---|---|---|",
     ]
     for r in result["rows"]:
-        cells = [f"{r['bare']['step_ms']:.2f}"] + [
-            f"{r[n]['step_ms']:.2f} | {100 * r[n]['overhead']:+.1f}%"
-            for n in ("trainer", "loop", "+input")
-        ]
-        lines.append(f"| {r['steps_per_loop']} | " + " | ".join(cells) + " |")
+        ms = r["step_ms"]
+        lines.append(
+            f"| {r['steps_per_loop']} | {ms['bare']:.2f} "
+            f"| {ms['trainer']:.2f} "
+            f"| {100 * r['in_graph_loop_overhead']:+.1f}% "
+            f"| {100 * r['host_loop_overhead']:+.1f}% "
+            f"| **{100 * r['total_overhead']:+.1f}%** "
+            f"| {ms['input_host_loop']:.2f} ms "
+            f"({100 * r['input_pipeline_cost']:+.1f}%) |"
+        )
     return "\n".join(lines) + "\n"
 
 

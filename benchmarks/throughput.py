@@ -11,7 +11,8 @@ One run measures, for each mode (train, infer) and XLA setting:
     inference step is `predict_on_batch`;
   * model FLOPs utilisation (MFU): analytic model FLOPs/s over the machine's
     own matmul ceiling (a large square matmul, measured in the same run,
-    before and after the models);
+    before and after the models); each model is credited with the FLOPs it
+    does (keras_vit's last block computes the class token only);
   * the peak resident memory of the process while the model was built and
     warmed up (Linux VmHWM, reset per model when the kernel allows it).
 With `--compare_keras_hub` the same configuration built from keras-hub's
@@ -118,7 +119,7 @@ def sizes(args: argparse.Namespace) -> Dict[str, int]:
 def forward_flops(
     *, image_size: int, patch_size: int, hidden_size: int, num_layers: int,
     mlp_dim: int, num_classes: int, class_token: bool = True,
-    channels: int = 3, **_: Any,
+    last_block_class_token_only: bool = False, channels: int = 3, **_: Any,
 ) -> int:
     """int. Forward FLOPs per image (2 per multiply-add) of a plain ViT.
 
@@ -126,18 +127,25 @@ def forward_flops(
     projection, the attention logits Q K^T and the weighted sum A V, the
     output projection and the two MLP layers, and the head. Norms, softmax,
     GELU and adds are O(tokens * width) and left out, as is customary.
+    With `last_block_class_token_only` (keras_vit's classifiers with token
+    pooling) the last block computes keys and values for every token but
+    the attention row, output projection and MLP of the class token alone.
     """
     patches = (image_size // patch_size) ** 2
     tokens = patches + int(class_token)
     d = hidden_size
+
+    def block(queries: int) -> int:
+        return (
+            tokens * d * 3 * d  # qkv
+            + 2 * queries * tokens * d  # Q K^T and A V, all heads together
+            + queries * d * d  # out
+            + 2 * queries * d * mlp_dim  # MLP
+        )
+
     macs = patches * patch_size * patch_size * channels * d
-    per_block = (
-        tokens * d * 3 * d  # qkv
-        + 2 * tokens * tokens * d  # Q K^T and A V, all heads together
-        + tokens * d * d  # out
-        + 2 * tokens * d * mlp_dim  # MLP
-    )
-    macs += num_layers * per_block + d * num_classes
+    last = 1 if last_block_class_token_only and class_token else tokens
+    macs += (num_layers - 1) * block(tokens) + block(last) + d * num_classes
     return 2 * macs
 
 
@@ -373,7 +381,13 @@ def run_benchmarks(args: argparse.Namespace) -> Dict[str, Any]:
         xlas = [True]  # JAX always compiles with XLA
     result: Dict[str, Any] = {
         "machine": machine_info(), "sizes": dims, "keras_hub": hub,
+        # keras_vit's classifier computes only the class token in its last
+        # block; keras-hub's backbone computes every token.
         "forward_flops_per_image": forward_flops(
+            image_size=args.image_size, num_classes=args.num_classes,
+            last_block_class_token_only=True, **dims
+        ),
+        "forward_flops_per_image_all_tokens": forward_flops(
             image_size=args.image_size, num_classes=args.num_classes, **dims
         ),
         "ceiling": {}, "rows": [], "notes": notes,
@@ -410,13 +424,19 @@ def add_derived(result: Dict[str, Any], dtype: str) -> None:
     on a shared machine distorts much less).
     """
     ceiling = result["ceiling"][dtype]
-    fwd = result["forward_flops_per_image"]
+    fwd = {
+        "keras_vit": result["forward_flops_per_image"],
+        "keras_hub": result.get(
+            "forward_flops_per_image_all_tokens",
+            result["forward_flops_per_image"],
+        ),
+    }
     hub = {
         (r["backend"], r["mode"], r["xla"]): r
         for r in result["rows"] if r["model"] == "keras_hub"
     }
     for row in result["rows"]:
-        flops = fwd * (3 if row["mode"] == "train" else 1)
+        flops = fwd[row["model"]] * (3 if row["mode"] == "train" else 1)
         row["model_flops_per_s"] = flops * row["images_per_s"]
         row["mfu"] = row["model_flops_per_s"] / ceiling["flops_per_s"]
         if "cpu_s_per_image" in row:

@@ -45,7 +45,10 @@ def markdown(result: Dict[str, Any]) -> str:
         f"- Image {args['image_size']}, batch {args['batch_size']}, "
         f"{args['dtype']}, median of {args['repeats']} repeats.",
         f"- Forward cost: {result['forward_flops_per_image'] / 1e9:.2f} "
-        "GFLOP per image (2 per multiply-add; training counted as 3x).",
+        "GFLOP per image for keras_vit, "
+        f"{result.get('forward_flops_per_image_all_tokens', 0) / 1e9:.2f} "
+        "computing every token in the last block (keras-hub); 2 per "
+        "multiply-add, training counted as 3x.",
     ]
     ceilings = [(f"{m['backend']}, {d}", c)
                 for d, c in result["ceiling"].items()]

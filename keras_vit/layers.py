@@ -223,9 +223,16 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         self.dropout = keras.layers.Dropout(self.dropout_rate, name="dropout")
         self.built = True
 
-    def call(self, x, training=None, return_attention_scores=False):
+    def call(
+        self, x, training=None, return_attention_scores=False,
+        first_token_only=False,
+    ):
+        """x: (batch, tokens, width). With `first_token_only`, only the
+        first token queries (keys and values still come from all tokens):
+        the output is (batch, 1, width), the first row of the full one."""
         shape = ops.shape(x)
         length, width = shape[1], shape[2]
+        queries = 1 if first_token_only else length
         qkv = self.qkv(ops.reshape(x, (-1, width)))
         qkv = ops.reshape(
             qkv, (-1, length, 3, self.num_heads, self.head_dim)
@@ -242,11 +249,15 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             # op is the two einsums below plus transposes, and measured
             # slower than them (TensorFlow 7%, JAX on CPU 15%).
             q, k, v = ops.unstack(qkv, 3, axis=2)
+            if first_token_only:
+                q = q[:, :1]
             attended = ops.dot_product_attention(q, k, v, scale=scale)
             y = self.out(ops.reshape(attended, (-1, width)))
-            return ops.reshape(y, (-1, length, width))
+            return ops.reshape(y, (-1, queries, width))
         # (3, batch, heads, tokens, head_dim)
         q, k, v = ops.unstack(ops.transpose(qkv, (2, 0, 3, 1, 4)), 3, axis=0)
+        if first_token_only:
+            q = q[:, :, :1]
         q = q * ops.cast(scale, q.dtype)
         logits = ops.einsum("bhqd,bhkd->bhqk", q, k)
         # The softmax runs in float32 also under mixed precision.
@@ -256,7 +267,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         attended = ops.matmul(self.dropout(weights, training=training), v)
         attended = ops.transpose(attended, (0, 2, 1, 3))  # heads together
         y = self.out(ops.reshape(attended, (-1, width)))
-        y = ops.reshape(y, (-1, length, width))
+        y = ops.reshape(y, (-1, queries, width))
         if return_attention_scores:
             return y, weights
         return y
@@ -323,14 +334,23 @@ class EncoderBlock(keras.layers.Layer):
         self.dropout = keras.layers.Dropout(self.dropout_rate, name="dropout")
         self.built = True
 
-    def call(self, x, training=None, return_attention_scores=False):
+    def call(
+        self, x, training=None, return_attention_scores=False,
+        first_token_only=False,
+    ):
+        """x: (batch, tokens, width). With `first_token_only` the block
+        computes only the first token's new state, (batch, 1, width):
+        attention from that token alone, and the MLP on its row."""
         y = self.attention(
             self.norm1(x),
             training=training,
             return_attention_scores=return_attention_scores,
+            first_token_only=first_token_only,
         )
         if return_attention_scores:
             y, weights = y
+        if first_token_only:
+            x = x[:, :1]
         x = x + self.dropout(y, training=training)
         width = ops.shape(x)[-1]
         y = self.mlp1(ops.reshape(self.norm2(x), (-1, width)))  # with GELU
@@ -365,6 +385,13 @@ class Encoder(keras.layers.Layer):
         mlp_dim: int. MLP hidden width.
         dropout_rate: float. Dropout after dense layers.
         attention_dropout_rate: float. Dropout on attention weights.
+        class_token_only: bool. Compute only the first token (the class
+            token) in the last block and return (batch, 1, width). The
+            other tokens' last states feed nothing when the class token is
+            what is read, so this skips their attention rows and MLPs (one
+            block's worth of work in L, 1/L of the encoder's FLOPs) and gives
+            the same class token. Calls with `return_attention_scores`
+            always compute every token.
     """
 
     def __init__(
@@ -374,6 +401,7 @@ class Encoder(keras.layers.Layer):
         mlp_dim: int,
         dropout_rate: float = 0.0,
         attention_dropout_rate: float = 0.0,
+        class_token_only: bool = False,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -386,6 +414,7 @@ class Encoder(keras.layers.Layer):
         self.mlp_dim = int(mlp_dim)
         self.dropout_rate = float(dropout_rate)
         self.attention_dropout_rate = float(attention_dropout_rate)
+        self.class_token_only = bool(class_token_only)
 
     def build(self, input_shape):
         for i in range(self.num_layers):
@@ -414,14 +443,19 @@ class Encoder(keras.layers.Layer):
 
     def call(self, x, training=None, return_attention_scores=False):
         all_weights = []
-        for block in self.blocks:
+        last = self.num_layers - 1
+        for i, block in enumerate(self.blocks):
             if return_attention_scores:
                 x, weights = block(
                     x, training=training, return_attention_scores=True
                 )
                 all_weights.append(weights)
             else:
-                x = block(x, training=training)
+                x = block(
+                    x,
+                    training=training,
+                    first_token_only=self.class_token_only and i == last,
+                )
         x = self.encoder_norm(x)
         if return_attention_scores:
             return x, all_weights
@@ -435,6 +469,7 @@ class Encoder(keras.layers.Layer):
             mlp_dim=self.mlp_dim,
             dropout_rate=self.dropout_rate,
             attention_dropout_rate=self.attention_dropout_rate,
+            class_token_only=self.class_token_only,
         )
         return config
 

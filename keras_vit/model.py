@@ -126,6 +126,7 @@ def create_model(
     mlp_dim: Optional[int] = None,
     resnet_layers: Optional[Sequence[int]] = None,
     resnet_width: int = 1,
+    all_tokens: bool = False,
     name: Optional[str] = None,
 ) -> keras.Model:
     """Builds a Vision Transformer as a functional `keras.Model`.
@@ -152,6 +153,13 @@ def create_model(
         resnet_layers: tuple of int or None. Bottleneck units per ResNet
             stage: makes a hybrid (overrides a hybrid variant's stages).
         resnet_width: int. ResNet width factor (hybrids only).
+        all_tokens: bool. With "token" pooling the last encoder block
+            computes only the class token, the one token the head reads
+            (1/L less encoder work, the same outputs), and the encoder
+            layer ("Transformer") outputs (batch, 1, width). True computes
+            every token's final state there, for reading patch features
+            from `model.get_layer("Transformer").output`. Weights are the
+            same either way.
         name: str or None. The model's name.
 
     Returns:
@@ -182,7 +190,9 @@ def create_model(
             )
         size, default_patch = None, None
     patch_size = int(patch_size if patch_size is not None else default_patch)
-    hidden_size = int(hidden_size if hidden_size is not None else size.hidden_size)
+    if hidden_size is None:
+        hidden_size = size.hidden_size
+    hidden_size = int(hidden_size)
     num_layers = int(num_layers if num_layers is not None else size.num_layers)
     num_heads = int(num_heads if num_heads is not None else size.num_heads)
     mlp_dim = int(mlp_dim if mlp_dim is not None else size.mlp_dim)
@@ -229,7 +239,8 @@ def create_model(
                 what = f"the total stride {stride} (ResNet x patch size)"
             raise ValueError(
                 f"image_size {side} {value} is not divisible by {what}: use a "
-                f"multiple of {stride}, e.g. {max(stride, value // stride * stride)}."
+                f"multiple of {stride}, e.g. "
+                f"{max(stride, value // stride * stride)}."
             )
 
     images = keras.Input((height, width, 3), name="images")
@@ -250,6 +261,7 @@ def create_model(
         mlp_dim,
         dropout_rate,
         attention_dropout_rate,
+        class_token_only=pooling == "token" and not all_tokens,
         name="Transformer",
     )(x)
     x = vit_layers.TokenPooling(pooling, name="pooling")(x)

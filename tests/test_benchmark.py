@@ -8,6 +8,7 @@ is.
 
 import json
 import os
+import subprocess
 import sys
 
 import numpy as np
@@ -16,9 +17,8 @@ import pytest
 import keras_vit
 from keras_vit import layers as vit_layers
 
-sys.path.insert(
-    0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "benchmarks")
-)
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 import throughput  # noqa: E402
 
 TINY = dict(patch_size=8, hidden_size=32, num_layers=2, num_heads=2,
@@ -34,6 +34,10 @@ TINY_ARGS = [
 
 def _macs_from_weights(model, tokens, patches):
     """Multiply-adds counted from the built model's own kernels."""
+    encoder = model.get_layer("Transformer")
+    blocks = encoder.blocks
+    last = blocks[-1].path + "/"
+    queries = 1 if encoder.class_token_only else tokens
     macs = 0
     for w in model.weights:
         if not w.path.endswith("kernel"):
@@ -43,26 +47,32 @@ def _macs_from_weights(model, tokens, patches):
             macs += patches * shape[0] * shape[1] * shape[2] * shape[3]
         elif w.path.startswith("head"):  # one pooled token
             macs += shape[0] * shape[1]
-        else:  # every token goes through every block's dense layers
-            macs += tokens * shape[0] * shape[1]
-    blocks = model.get_layer("Transformer").blocks
-    width = model.get_layer("Transformer").blocks[0].mlp2.units
-    return macs + len(blocks) * 2 * tokens * tokens * width  # QK^T and AV
+        elif "qkv" in w.path or not w.path.startswith(last):
+            macs += tokens * shape[0] * shape[1]  # every token
+        else:  # the last block's other layers: its query tokens only
+            macs += queries * shape[0] * shape[1]
+    width = blocks[0].mlp2.units
+    attention = 2 * tokens * width  # QK^T and AV, per query token
+    return macs + ((len(blocks) - 1) * tokens + queries) * attention
 
 
 @pytest.mark.parametrize(
-    "image_size, pooling", [(32, "token"), (48, "gap")]
+    "image_size, pooling, all_tokens",
+    [(32, "token", False), (32, "token", True), (48, "gap", False)],
 )
-def test_forward_flops_match_the_models_kernels(image_size, pooling):
+def test_forward_flops_match_the_models_kernels(image_size, pooling,
+                                                all_tokens):
     model = keras_vit.create_model(
-        None, num_classes=10, image_size=image_size, pooling=pooling, **TINY
+        None, num_classes=10, image_size=image_size, pooling=pooling,
+        all_tokens=all_tokens, **TINY
     )
     patches = (image_size // 8) ** 2
     tokens = patches + (pooling == "token")
     expected = _macs_from_weights(model, tokens, patches)
     got = throughput.forward_flops(
         image_size=image_size, num_classes=10,
-        class_token=pooling == "token", **TINY
+        class_token=pooling == "token",
+        last_block_class_token_only=not all_tokens, **TINY
     )
     assert got == 2 * expected
 
@@ -74,6 +84,14 @@ def test_forward_flops_of_b16_match_the_paper():
     )
     # 17.6 GMAC per image (paper Table 6); norms, softmax etc. not counted.
     assert flops / 2 == pytest.approx(17.6e9, rel=0.005)
+    pruned = throughput.forward_flops(
+        image_size=224, patch_size=16, hidden_size=768, num_layers=12,
+        mlp_dim=3072, num_classes=1000, last_block_class_token_only=True,
+    )
+    # The class token alone in the last block: 10 of its 12 D^2 per token
+    # and its N^2 attention are skipped, 7.2% of the forward pass.
+    skipped = 196 * (768 * 768 * 9 + 2 * 197 * 768)
+    assert (flops - pruned) / 2 == skipped
 
 
 def test_derived_numbers_and_ratio():
@@ -180,3 +198,59 @@ def test_fused_attention_branch_matches_the_two_matmuls(monkeypatch):
     assert calls  # the branch was taken
     np.testing.assert_allclose(fused, default, rtol=1e-5, atol=1e-6)
     assert not np.allclose(default, 0.0)
+
+
+LOOP_ARGS = [
+    "--config=configs/digits.py", "--config.model.hidden_size=32",
+    "--config.model.mlp_dim=64", "--config.model.num_layers=1",
+    "--config.batch_size=16", "--config.jit_compile=False",
+    "--steps=2", "--repeats=1",
+]
+
+
+def _loop_overhead(*args, cwd):
+    script = os.path.join(ROOT, "benchmarks", "loop_overhead.py")
+    return subprocess.run(
+        [sys.executable, script, *LOOP_ARGS, *args], cwd=cwd,
+        capture_output=True, text=True, timeout=600,
+    )
+
+
+def test_loop_overhead_harness_writes_consistent_results(tmp_path):
+    prefix = str(tmp_path / "loop")
+    proc = _loop_overhead("--steps_per_loop=2,1", f"--output={prefix}",
+                          cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    with open(prefix + ".json") as f:
+        result = json.load(f)
+    assert [r["steps_per_loop"] for r in result["rows"]] == [1, 2]
+    for row in result["rows"]:
+        s = {k: v[0] for k, v in row["samples_s_per_step"].items()}
+        assert len(s) == 6 and min(s.values()) > 0  # one repeat each
+        assert row["step_ms"]["bare"] == pytest.approx(1000 * s["bare"])
+        # The host loop contains its train calls.
+        assert s["host_loop"] >= s["train_calls"]
+        assert row["in_graph_loop_overhead"] == pytest.approx(
+            s["trainer"] / s["bare"] - 1
+        )
+        assert row["host_loop_overhead"] == pytest.approx(
+            s["host_loop"] / s["train_calls"] - 1
+        )
+        assert 1 + row["total_overhead"] == pytest.approx(
+            (1 + row["in_graph_loop_overhead"])
+            * (1 + row["host_loop_overhead"])
+        )
+        assert row["input_pipeline_cost"] == pytest.approx(
+            s["input_host_loop"] / s["host_loop"] - 1
+        )
+    assert result["config"]["model"]["hidden_size"] == 32
+    with open(prefix + ".md") as f:
+        table = [ln for ln in f if ln.startswith("| ")]
+    assert len(table) == 1 + 2 and table[1].startswith("| 1 | ")
+
+
+def test_loop_overhead_bad_flags_name_the_fix(tmp_path):
+    proc = _loop_overhead("--steps_per_loop=ten", f"--output={tmp_path}/x",
+                          cwd=ROOT)
+    assert proc.returncode != 0
+    assert "--steps_per_loop takes integers" in proc.stderr

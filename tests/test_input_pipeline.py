@@ -307,6 +307,19 @@ def test_train_dataset_applies_the_seeded_ops_per_example():
         assert labels[i] == y[i]
 
 
+def test_synthetic_data_repeats_the_first_real_batch():
+    config = digits_config()
+    real = iter(ip.train_dataset(config, 8))
+    first, second = next(real), next(real)
+    config.synthetic_data = True
+    synthetic = iter(ip.train_dataset(config, 8))
+    for _ in range(3):
+        images, labels = next(synthetic)
+        np.testing.assert_array_equal(images, first[0])
+        np.testing.assert_array_equal(labels, first[1])
+    assert not np.array_equal(first[0], second[0])  # the real one moves on
+
+
 def _context(i, pipelines=2, replicas=4):
     return tf.distribute.InputContext(
         num_input_pipelines=pipelines, input_pipeline_id=i,

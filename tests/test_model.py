@@ -133,6 +133,44 @@ def test_attention_model_shares_weights():
     np.testing.assert_allclose(np.sum(weights[1], -1), 1.0, rtol=1e-5)
 
 
+def test_last_block_computes_only_the_class_token():
+    """With token pooling the last block skips every other token's row:
+    same logits and same gradients as computing all tokens."""
+    import tensorflow as tf
+
+    pruned = tiny(dropout_rate=0.0)
+    full = tiny(all_tokens=True)
+    full.set_weights(pruned.get_weights())
+    assert pruned.get_layer("Transformer").output.shape == (None, 1, 32)
+    assert full.get_layer("Transformer").output.shape == (None, 17, 32)
+    assert tiny(pooling="gap").get_layer("Transformer").output.shape == (
+        None, 16, 32
+    )
+    x = images(4)
+    labels = tf.constant([0, 3, 6, 1])
+    grads, logits = [], []
+    for model in (pruned, full):
+        with tf.GradientTape() as tape:
+            out = model(x, training=True)
+            loss = tf.reduce_mean(
+                tf.nn.sparse_softmax_cross_entropy_with_logits(labels, out)
+            )
+        logits.append(out.numpy())
+        grads.append(tape.gradient(loss, model.trainable_variables))
+    np.testing.assert_allclose(logits[0], logits[1], rtol=1e-5, atol=1e-6)
+    assert len(grads[0]) == len(grads[1])
+    for g_pruned, g_full in zip(*grads):
+        np.testing.assert_allclose(g_pruned, g_full, rtol=1e-4, atol=1e-6)
+    # The last block's own weights get gradient (it is computed, not cut).
+    last = pruned.get_layer("Transformer").blocks[-1]
+    names = [v.path for v in pruned.trainable_variables]
+    i = names.index(last.mlp1.kernel.path)
+    assert np.abs(grads[0][i]).sum() > 0
+    # Attention maps (the analysis path) still cover every query token.
+    _, weights = keras_vit.attention_model(pruned)(x)
+    assert weights[-1].shape == (4, 4, 17, 17)
+
+
 def test_numerics_follow_the_official_implementation():
     model = tiny()
     block = model.get_layer("Transformer").blocks[0]
@@ -162,6 +200,7 @@ LAYERS = [
     (vit_layers.MultiHeadSelfAttention(2, 0.1), (2, 5, 8)),
     (vit_layers.EncoderBlock(2, 16, 0.1, 0.1), (2, 5, 8)),
     (vit_layers.Encoder(2, 2, 16, 0.1, 0.0), (2, 5, 8)),
+    (vit_layers.Encoder(2, 2, 16, class_token_only=True), (2, 5, 8)),
     (vit_layers.TokenPooling("gap"), (2, 5, 8)),
 ]
 

@@ -140,6 +140,8 @@ def test_train_and_evaluate_on_digits(tmp_path):
     assert on_disk["test_accuracy"] == pytest.approx(metrics["test_accuracy"])
     assert metrics["test_accuracy"] > 0.2  # twice chance after 48 tiny steps
     assert on_disk["images_per_sec"] > 0
+    # The whole host loop takes at least as long as its train calls.
+    assert 0 < on_disk["loop_images_per_sec"] <= on_disk["images_per_sec"]
     assert wd.read_class_names(workdir) == [str(i) for i in range(10)]
     assert wd.read_config(workdir).total_steps == 48
     ckpts = tf.train.get_checkpoint_state(os.path.join(workdir, "checkpoints"))
