@@ -18,8 +18,10 @@ One run measures, for each mode (train, infer) and XLA setting:
 With `--compare_keras_hub` the same configuration built from keras-hub's
 ViTBackbone (+ a Dense head on the class token) is timed side by side, its
 repeats interleaved with ours so that load from other processes hits both
-alike. keras-hub is optional and imported only here. With `--jax` the same
-measurements run again in a subprocess under KERAS_BACKEND=jax.
+alike; every repeat starts with `--rewarm` untimed steps, since the first
+step after the other model ran is slower. keras-hub is optional and
+imported only here. With `--jax` the same measurements run again in a
+subprocess under KERAS_BACKEND=jax.
 
 Writes NAME.json (every sample) and NAME.md (a table) for `--output NAME`.
 """
@@ -68,10 +70,13 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--steps", type=int, default=0,
                    help="steps per repeat; 0 picks enough for --min_time")
-    p.add_argument("--min_time", type=float, default=1.0,
+    p.add_argument("--min_time", type=float, default=5.0,
                    help="seconds per repeat when --steps is 0")
     p.add_argument("--warmup", type=int, default=2,
                    help="untimed steps before timing (the first compiles)")
+    p.add_argument("--rewarm", type=int, default=1,
+                   help="untimed steps at the start of every repeat (the "
+                        "first step after another model ran is slower)")
     p.add_argument("--num_classes", type=int, default=1000)
     p.add_argument("--matmul_size", type=int, default=4096)
     p.add_argument("--matmul_repeats", type=int, default=5)
@@ -330,6 +335,8 @@ def measure_config(
         steps_fns.append((step, steps, model))
     for _ in range(args.repeats):  # interleaved: load hits every model alike
         for row, (step, steps, _) in zip(rows, steps_fns):
+            for _ in range(args.rewarm):
+                step()
             wall, cpu = _timed(step, steps)
             row["seconds"].append(wall)
             row["cpu_seconds"].append(cpu)

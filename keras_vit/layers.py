@@ -233,17 +233,34 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         shape = ops.shape(x)
         length, width = shape[1], shape[2]
         queries = 1 if first_token_only else length
-        qkv = self.qkv(ops.reshape(x, (-1, width)))
-        qkv = ops.reshape(
-            qkv, (-1, length, 3, self.num_heads, self.head_dim)
-        )
         scale = 1.0 / math.sqrt(self.head_dim)
         dropout_active = self.dropout_rate > 0.0 and bool(training)
-        if (
+        fused = (
             _jax_on_gpu()
             and not return_attention_scores
             and not dropout_active
-        ):
+        )
+        rows = ops.reshape(x, (-1, width))
+        if fused:
+            qkv = self.qkv(rows)
+        else:
+            # The query scale goes into the query columns of the kernel and
+            # bias, (D, D) values, instead of onto every query, (tokens, D)
+            # values: one elementwise pass over the activations fewer.
+            # Exact where 1/sqrt(head_dim) is a power of two (head_dim 64:
+            # Ti, S, B, L); otherwise within float rounding.
+            d = self.head_dim * self.num_heads  # static, unlike `width`
+            columns = ops.concatenate([
+                ops.full((d,), scale, dtype=self.compute_dtype),
+                ops.ones((2 * d,), dtype=self.compute_dtype),
+            ])
+            kernel = ops.cast(self.qkv.kernel, self.compute_dtype)
+            bias = ops.cast(self.qkv.bias, self.compute_dtype)
+            qkv = ops.matmul(rows, kernel * columns) + bias * columns
+        qkv = ops.reshape(
+            qkv, (-1, length, 3, self.num_heads, self.head_dim)
+        )
+        if fused:
             # JAX on a GPU: the fused attention op (cuDNN flash attention)
             # on (batch, tokens, heads, head_dim) operands. Elsewhere the
             # op is the two einsums below plus transposes, and measured
@@ -258,7 +275,6 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         q, k, v = ops.unstack(ops.transpose(qkv, (2, 0, 3, 1, 4)), 3, axis=0)
         if first_token_only:
             q = q[:, :, :1]
-        q = q * ops.cast(scale, q.dtype)
         logits = ops.einsum("bhqd,bhkd->bhqk", q, k)
         # The softmax runs in float32 also under mixed precision.
         weights = ops.softmax(ops.cast(logits, "float32"), axis=-1)
