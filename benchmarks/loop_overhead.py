@@ -63,7 +63,6 @@ import throughput  # noqa: E402  (beside this file: machine_info)
 import throughput_report as report  # noqa: E402
 
 from keras_vit import input_pipeline, train_lib  # noqa: E402
-from keras_vit.trainer import Trainer  # noqa: E402
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", "configs/digits.py", "Training config file.", lock_config=True
@@ -81,19 +80,11 @@ _OUTPUT = flags.DEFINE_string(
 )
 
 
-def _trainer(config, num_classes: int) -> Trainer:
-    model = train_lib.build_model(config, num_classes)
-    optimizer = train_lib.build_optimizer(config)
-    return Trainer(
-        model, optimizer, tf.distribute.get_strategy(),
-        num_classes=num_classes,
-        global_batch_size=int(config.batch_size),
-        accumulation_steps=int(config.get("accumulation_steps", 1)),
-        grad_clip_norm=config.get("grad_clip_norm", 1.0),
-        loss=config.get("loss", "softmax_xent"),
-        label_smoothing=float(config.get("label_smoothing", 0.0)),
-        jit_compile=bool(config.get("jit_compile", False)),
-        skip_nonfinite=bool(config.get("skip_nonfinite", False)),
+def _trainer(config, num_classes: int):
+    return train_lib.build_trainer(
+        config, train_lib.build_model(config, num_classes),
+        train_lib.build_optimizer(config), tf.distribute.get_strategy(),
+        num_classes,
     )
 
 

@@ -93,6 +93,24 @@ def build_optimizer(config) -> keras.optimizers.Optimizer:
     )
 
 
+def build_trainer(config, model, optimizer, strategy, num_classes: int):
+    """The `Trainer` of `config` (batch, accumulation, clipping, loss, XLA)
+    for a model and optimizer created under `strategy.scope()`."""
+    return Trainer(
+        model,
+        optimizer,
+        strategy,
+        num_classes=num_classes,
+        global_batch_size=int(config.batch_size),
+        accumulation_steps=int(config.get("accumulation_steps", 1)),
+        grad_clip_norm=config.get("grad_clip_norm", 1.0),
+        loss=config.get("loss", "softmax_xent"),
+        label_smoothing=float(config.get("label_smoothing", 0.0)),
+        jit_compile=bool(config.get("jit_compile", False)),
+        skip_nonfinite=bool(config.get("skip_nonfinite", False)),
+    )
+
+
 def _model_signature(config) -> dict:
     sig = {k: config.model.get(k) for k in MODEL_KEYS if k in config.model}
     sig["image_size"] = config.image_size
@@ -214,19 +232,7 @@ def train_and_evaluate(
         "Model %s: %s parameters, %d replicas.",
         model.name, f"{model.count_params():,}", strategy.num_replicas_in_sync,
     )
-    trainer = Trainer(
-        model,
-        optimizer,
-        strategy,
-        num_classes=num_classes,
-        global_batch_size=batch,
-        accumulation_steps=int(config.get("accumulation_steps", 1)),
-        grad_clip_norm=config.get("grad_clip_norm", 1.0),
-        loss=config.get("loss", "softmax_xent"),
-        label_smoothing=float(config.get("label_smoothing", 0.0)),
-        jit_compile=bool(config.get("jit_compile", False)),
-        skip_nonfinite=bool(config.get("skip_nonfinite", False)),
-    )
+    trainer = build_trainer(config, model, optimizer, strategy, num_classes)
     micro_batch = batch // trainer.accumulation_steps
 
     def eval_fn(split):
