@@ -22,7 +22,10 @@ from absl import logging
 from keras_vit import data_checks, distribute, input_pipeline, optim
 from keras_vit import workdir as wd
 from keras_vit.model import create_model
+from keras_vit.resume import TrainingError, restore_latest
 from keras_vit.trainer import Trainer
+
+__all__ = ["TrainingError", "build_trainer", "train_and_evaluate"]
 
 MODEL_KEYS = (
     "variant", "patch_size", "hidden_size", "num_layers", "num_heads",
@@ -30,10 +33,6 @@ MODEL_KEYS = (
     "attention_dropout_rate", "head_zero_init", "resnet_layers",
     "resnet_width",
 )
-
-
-class TrainingError(RuntimeError):
-    """A run cannot go on (non-finite loss, mismatched workdir, ...)."""
 
 
 def num_classes_of(config, workdir: Optional[str] = None) -> int:
@@ -285,7 +284,7 @@ def train_and_evaluate(
         max_to_keep=int(config.get("keep_checkpoints", 3)),
         step_counter=optimizer.iterations,
     )
-    latest = _restore_latest(items, ckpt_dir)
+    latest = restore_latest(items, ckpt_dir)
     if latest:
         logging.info(
             "Resumed from %s at step %d (learning rate %.3g); data order %s.",
@@ -315,85 +314,6 @@ def train_and_evaluate(
     finally:
         if scratch:
             tf.io.gfile.rmtree(scratch)
-
-
-class _Damaged(Exception):
-    """A checkpoint whose files are missing, truncated or corrupt."""
-
-
-# What reading a damaged checkpoint raises (a truncated data file: "Read
-# less bytes than requested").
-_DAMAGE = (
-    IndexError, tf.errors.DataLossError, tf.errors.OutOfRangeError,
-    tf.errors.NotFoundError,
-)
-
-
-def _restore_latest(items: dict, ckpt_dir: str) -> Optional[str]:
-    """Restores the newest complete checkpoint listed in `ckpt_dir`.
-
-    A listed checkpoint whose files are missing or unreadable (a full disk,
-    an interrupted copy) is skipped with a warning, never silently: starting
-    from scratch instead would let checkpoint rotation delete the older,
-    good ones.
-
-    Returns:
-        str or None. The checkpoint restored; None if none is listed.
-    """
-    state = tf.train.get_checkpoint_state(ckpt_dir)
-    if state is None or not state.model_checkpoint_path:
-        return None
-    candidates = [state.model_checkpoint_path] + [
-        p for p in reversed(state.all_model_checkpoint_paths)
-        if p != state.model_checkpoint_path
-    ]
-    problems = []
-    for path in candidates:
-        try:
-            if not tf.io.gfile.exists(path + ".index"):
-                raise _Damaged("is missing")
-            try:
-                wd.check_checkpoint(path, items["model"])
-            except ValueError as e:
-                raise TrainingError(f"Cannot resume from {path}: {e}") from None
-            except _DAMAGE as e:
-                raise _Damaged(f"is unreadable ({_first_line(e)})") from None
-            _restore(items, path)
-            return path
-        except _Damaged as e:
-            problems.append(f"{path} {e}")
-            if path != candidates[-1]:
-                logging.warning(
-                    "Checkpoint %s %s: resuming from the previous complete "
-                    "checkpoint.", path, e,
-                )
-    raise TrainingError(
-        f"No complete checkpoint in {ckpt_dir}: {'; '.join(problems)}. Move "
-        "the checkpoints folder away to start from scratch, or use a new "
-        "--workdir."
-    )
-
-
-def _first_line(error: BaseException) -> str:
-    text = getattr(error, "message", None) or str(error)
-    return f"{type(error).__name__}: {text.strip().splitlines()[0][:300]}"
-
-
-def _restore(items: dict, path: str) -> None:
-    # A root of our own: the preemption handler adds a counter to the
-    # manager's checkpoint, which older checkpoints do not have.
-    try:
-        tf.train.Checkpoint(**items).restore(
-            path
-        ).assert_existing_objects_matched()
-    except _DAMAGE as e:
-        raise _Damaged(f"is unreadable ({_first_line(e)})") from None
-    except (ValueError, AssertionError, tf.errors.OpError) as e:
-        raise TrainingError(
-            f"Cannot resume from {path}: it does not match this model/config "
-            f"({type(e).__name__}: {str(e).splitlines()[0][:300]}). Use a new "
-            "--workdir."
-        ) from None
 
 
 def _train_loop(

@@ -1,0 +1,98 @@
+"""Resuming a run: the newest complete checkpoint of a workdir.
+
+A listed checkpoint whose files are missing or unreadable is skipped with a
+warning, and one that does not fit the model stops the run with a
+`TrainingError` that names the fix.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import tensorflow as tf
+from absl import logging
+
+from keras_vit import workdir as wd
+
+
+class TrainingError(RuntimeError):
+    """A run cannot go on (non-finite loss, mismatched workdir, ...)."""
+
+
+class _Damaged(Exception):
+    """A checkpoint whose files are missing, truncated or corrupt."""
+
+
+# What reading a damaged checkpoint raises (a truncated data file: "Read
+# less bytes than requested").
+_DAMAGE = (
+    IndexError, tf.errors.DataLossError, tf.errors.OutOfRangeError,
+    tf.errors.NotFoundError,
+)
+
+
+def restore_latest(items: dict, ckpt_dir: str) -> Optional[str]:
+    """Restores the newest complete checkpoint listed in `ckpt_dir`.
+
+    A listed checkpoint whose files are missing or unreadable (a full disk,
+    an interrupted copy) is skipped with a warning, never silently: starting
+    from scratch instead would let checkpoint rotation delete the older,
+    good ones.
+
+    Returns:
+        str or None. The checkpoint restored; None if none is listed.
+    """
+    state = tf.train.get_checkpoint_state(ckpt_dir)
+    if state is None or not state.model_checkpoint_path:
+        return None
+    candidates = [state.model_checkpoint_path] + [
+        p for p in reversed(state.all_model_checkpoint_paths)
+        if p != state.model_checkpoint_path
+    ]
+    problems = []
+    for path in candidates:
+        try:
+            if not tf.io.gfile.exists(path + ".index"):
+                raise _Damaged("is missing")
+            try:
+                wd.check_checkpoint(path, items["model"])
+            except ValueError as e:
+                raise TrainingError(f"Cannot resume from {path}: {e}") from None
+            except _DAMAGE as e:
+                raise _Damaged(f"is unreadable ({_first_line(e)})") from None
+            _restore(items, path)
+            return path
+        except _Damaged as e:
+            problems.append(f"{path} {e}")
+            if path != candidates[-1]:
+                logging.warning(
+                    "Checkpoint %s %s: resuming from the previous complete "
+                    "checkpoint.", path, e,
+                )
+    raise TrainingError(
+        f"No complete checkpoint in {ckpt_dir}: {'; '.join(problems)}. Move "
+        "the checkpoints folder away to start from scratch, or use a new "
+        "--workdir."
+    )
+
+
+def _first_line(error: BaseException) -> str:
+    text = getattr(error, "message", None) or str(error)
+    return f"{type(error).__name__}: {text.strip().splitlines()[0][:300]}"
+
+
+def _restore(items: dict, path: str) -> None:
+    # A root of our own: the preemption handler adds a counter to the
+    # manager's checkpoint, which older checkpoints do not have.
+    try:
+        tf.train.Checkpoint(**items).restore(
+            path
+        ).assert_existing_objects_matched()
+    except _DAMAGE as e:
+        raise _Damaged(f"is unreadable ({_first_line(e)})") from None
+    except (ValueError, AssertionError, tf.errors.OpError) as e:
+        raise TrainingError(
+            f"Cannot resume from {path}: it does not match this model/config "
+            f"({type(e).__name__}: {str(e).splitlines()[0][:300]}). Use a new "
+            "--workdir."
+        ) from None
