@@ -23,6 +23,7 @@ from PIL import Image
 
 import keras_vit
 from keras_vit import checkpoint, input_pipeline, optim, train_lib, vtab
+from tests import tiny
 from tests.reliability_cases import CASES, check_error, check_says, covers
 from tests.strategies import two_cpu_mirrored
 
@@ -32,25 +33,14 @@ RNG = np.random.default_rng(0)
 
 def config(**overrides):
     """A tiny digits run (2 steps) with dotted-key overrides."""
-    sys.path.insert(0, os.path.join(ROOT, "configs"))
-    try:
-        import digits
-    finally:
-        sys.path.pop(0)
-    c = digits.get_config()
+    c = tiny.digits_base()
     c.model.update(dict(hidden_size=16, mlp_dim=16, num_layers=1,
                         num_heads=2))
     c.update(dict(batch_size=8, total_steps=2, steps_per_loop=2,
                   log_every_steps=2, eval_every_steps=0,
                   checkpoint_every_steps=0, jit_compile=False))
     c.optimizer.warmup_steps = 0
-    for key, value in overrides.items():
-        target = c
-        *path, leaf = key.split(".")
-        for part in path:
-            target = target[part]
-        target[leaf] = value
-    return c
+    return tiny.set_fields(c, overrides)
 
 
 def folder_config(root, **overrides):

@@ -12,6 +12,7 @@ import pytest
 import tensorflow as tf
 
 from keras_vit import export_cli, export_files
+from tests import tiny
 from tests.test_export import (
     ROOT,
     SIZE,
@@ -83,12 +84,7 @@ def test_cli_workdir_source(images, tmp_path, capsys):
     workdir_lib = pytest.importorskip("keras_vit.workdir")
     train_lib = pytest.importorskip("keras_vit.train_lib")
 
-    sys.path.insert(0, os.path.join(ROOT, "configs"))
-    try:
-        import digits
-    finally:
-        sys.path.pop(0)
-    config = digits.get_config()
+    config = tiny.digits_base()
     config.model.update(hidden_size=32, num_layers=1, num_heads=2,
                         mlp_dim=64, head_zero_init=False)
     config.pp.eval_resize_size = 40

@@ -17,6 +17,7 @@ from PIL import Image
 from keras_vit import input_pipeline as ip
 from keras_vit import preprocessing as pp
 from keras_vit import train_lib
+from tests import tiny
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SEED = tf.constant([7, 11], tf.int64)
@@ -247,21 +248,10 @@ def test_preprocess_pretrain_seeded():
 
 # ----------------------------------------------------------------- digits
 def digits_config(**overrides):
-    sys.path.insert(0, os.path.join(ROOT, "configs"))
-    try:
-        import digits
-    finally:
-        sys.path.pop(0)
-    config = digits.get_config()
+    config = tiny.digits_base()
     config.image_size = 16
     config.pp.resize_size = 18
-    for key, value in overrides.items():
-        target = config
-        *path, leaf = key.split(".")
-        for part in path:
-            target = target[part]
-        target[leaf] = value
-    return config
+    return tiny.set_fields(config, overrides)
 
 
 def test_digits_split_is_fixed_and_deterministic():

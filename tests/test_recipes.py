@@ -20,6 +20,7 @@ import keras_vit
 from keras_vit import checkpoint, optim, train_lib
 from keras_vit.checkpoint_io import resize_position_embedding
 from keras_vit.trainer import Trainer
+from tests import tiny
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PRETRAIN = os.path.join(ROOT, "configs", "imagenet21k_pretrain.py")
@@ -274,19 +275,9 @@ def test_pretrain_recipe_runs_shrunk_in_bfloat16(tmp_path, monkeypatch):
     assert logits.dtype == tf.float32
     inner = keras.Model(model.input, model.get_layer("Transformer").output)
     assert inner(tf.zeros([1, 32, 32, 3])).dtype == tf.bfloat16
-    losses = _train_losses(tmp_path / "run")
+    losses = tiny.train_losses(tmp_path / "run")
     assert len(losses) == 2 and all(math.isfinite(x) for x in losses)
     assert keras.config.dtype_policy().name == "float32"  # restored
-
-
-def _train_losses(workdir):
-    losses = []
-    for path in sorted(tf.io.gfile.glob(os.path.join(workdir, "train", "*"))):
-        for event in tf.compat.v1.train.summary_iterator(path):
-            for v in event.summary.value:
-                if v.tag == "loss":
-                    losses.append(float(tf.make_ndarray(v.tensor)))
-    return losses
 
 
 def test_finetune_recipe_runs_shrunk_from_an_npz(tmp_path, monkeypatch):

@@ -154,12 +154,7 @@ def test_train_and_evaluate_on_digits(tmp_path):
     assert {"loss", "accuracy", "learning_rate", "grad_norm",
             "images_per_sec", "step_time_s"} <= tags
     # The loss went down: compare the first and last logged train loss.
-    losses = []
-    for path in sorted(tf.io.gfile.glob(os.path.join(workdir, "train", "*"))):
-        for event in tf.compat.v1.train.summary_iterator(path):
-            for v in event.summary.value:
-                if v.tag == "loss":
-                    losses.append(float(tf.make_ndarray(v.tensor)))
+    losses = tiny.train_losses(workdir)
     assert losses[-1] < losses[0]
     # The restored model (EMA weights) reproduces the final test accuracy.
     model = wd.restore_model(workdir)

@@ -8,22 +8,45 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def digits_config(settings=None, **overrides):
+def digits_base():
+    """configs/digits.py as it ships."""
     sys.path.insert(0, os.path.join(ROOT, "configs"))
     try:
         import digits
     finally:
         sys.path.pop(0)
-    config = digits.get_config()
-    config.model.hidden_size = 32
-    config.model.mlp_dim = 64
-    config.model.num_layers = 1
-    config.batch_size = 32
-    config.jit_compile = False
-    for key, value in {**(settings or {}), **overrides}.items():
+    return digits.get_config()
+
+
+def set_fields(config, fields):
+    """Sets dotted fields ("optimizer.lr": 1e-3) of `config`; returns it."""
+    for key, value in fields.items():
         target = config
         *path, leaf = key.split(".")
         for part in path:
             target = target[part]
         target[leaf] = value
     return config
+
+
+def digits_config(settings=None, **overrides):
+    config = digits_base()
+    config.model.hidden_size = 32
+    config.model.mlp_dim = 64
+    config.model.num_layers = 1
+    config.batch_size = 32
+    config.jit_compile = False
+    return set_fields(config, {**(settings or {}), **overrides})
+
+
+def train_losses(workdir):
+    """The train loss of every TensorBoard summary a run wrote, in order."""
+    import tensorflow as tf
+
+    losses = []
+    for path in sorted(tf.io.gfile.glob(os.path.join(workdir, "train", "*"))):
+        for event in tf.compat.v1.train.summary_iterator(path):
+            for v in event.summary.value:
+                if v.tag == "loss":
+                    losses.append(float(tf.make_ndarray(v.tensor)))
+    return losses
