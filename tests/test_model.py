@@ -186,6 +186,84 @@ def test_numerics_follow_the_official_implementation():
     np.testing.assert_allclose(y, block.mlp2(gelu_tanh).numpy(), atol=1e-6)
 
 
+def _norm_pair(shape, axis=-1):
+    """(keras_vit LayerNorm, Keras LayerNormalization) with equal weights."""
+    ours = vit_layers.LayerNorm(axis=axis, epsilon=1e-6)
+    ref = keras.layers.LayerNormalization(axis=axis, epsilon=1e-6)
+    ours.build(shape)
+    ref.build(shape)
+    rng = np.random.default_rng(3)
+    weights = [rng.normal(size=w.shape).astype("float32")
+               for w in ref.weights]
+    ours.set_weights(weights)
+    ref.set_weights(weights)
+    assert [w.name for w in ours.weights] == [w.name for w in ref.weights]
+    return ours, ref, weights
+
+
+def test_layer_norm_matches_keras_and_float64():
+    shape = (2, 7, 48)
+    ours, ref, (gamma, beta) = _norm_pair(shape)
+    rng = np.random.default_rng(4)
+    # A large common offset: a one-pass E[x^2] - E[x]^2 would lose it.
+    x = (rng.normal(size=shape) * 3 + 200).astype("float32")
+    x64 = x.astype("float64")
+    mean = x64.mean(-1, keepdims=True)
+    var = ((x64 - mean) ** 2).mean(-1, keepdims=True)
+    expected = (x64 - mean) / np.sqrt(var + 1e-6) * gamma + beta
+    np.testing.assert_allclose(ours(x), expected, rtol=0, atol=2e-4)
+    np.testing.assert_allclose(ours(x), ref(x), rtol=0, atol=2e-4)
+    # Gradients with respect to the input, gamma and beta agree with Keras's.
+    xt = keras.ops.convert_to_tensor(x - 200)
+    upstream = rng.normal(size=shape).astype("float32")
+    grads = [_input_and_weight_grads(layer, xt, upstream)
+             for layer in (ours, ref)]
+    for a, b in zip(*grads):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+    # Another axis falls back to Keras's own computation.
+    ours1, ref1, _ = _norm_pair(shape, axis=1)
+    np.testing.assert_array_equal(ours1(x), ref1(x))
+
+
+def test_layer_norm_saves_and_loads(tmp_path):
+    ours, _, _ = _norm_pair((2, 5, 8))
+    inputs = keras.Input((5, 8))
+    model = keras.Model(inputs, ours(inputs))
+    path = str(tmp_path / "norm.keras")
+    model.save(path)
+    loaded = keras.models.load_model(path)
+    assert isinstance(loaded.layers[-1], vit_layers.LayerNorm)
+    assert loaded.layers[-1].get_config() == ours.get_config()
+    x = np.random.default_rng(6).normal(size=(2, 5, 8)).astype("float32")
+    np.testing.assert_array_equal(loaded(x), model(x))
+
+
+def _input_and_weight_grads(layer, x, upstream):
+    import tensorflow as tf
+
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        y = layer(x)
+        loss = keras.ops.sum(y * upstream)
+    return [g.numpy() for g in tape.gradient(loss, [x] + layer.weights)]
+
+
+def test_layer_norm_statistics_in_float32_under_mixed_precision():
+    shape = (2, 5, 32)
+    x = np.random.default_rng(5).normal(size=shape).astype("float32") + 50
+    ours = vit_layers.LayerNorm(epsilon=1e-6, dtype="mixed_bfloat16")
+    ref = keras.layers.LayerNormalization(
+        epsilon=1e-6, dtype="mixed_bfloat16"
+    )
+    xb = keras.ops.cast(x, "bfloat16")
+    y, y_ref = ours(xb), ref(xb)
+    assert keras.backend.standardize_dtype(y.dtype) == "bfloat16"
+    assert ours.gamma.dtype == "float32"
+    np.testing.assert_array_equal(
+        keras.ops.cast(y, "float32"), keras.ops.cast(y_ref, "float32")
+    )
+
+
 def test_dropout_active_only_in_training():
     model = tiny(dropout_rate=0.5, attention_dropout_rate=0.5)
     x = images()
