@@ -36,6 +36,7 @@ import tensorflow as tf
 
 from keras_vit import data_checks
 from keras_vit import preprocessing as pp
+from keras_vit.preprocessing import from_config as make_preprocess_fn
 
 DIGITS = "digits"
 FOLDER = "folder"
@@ -357,46 +358,6 @@ def _tfds_shard(config, split, training, input_context, seed) -> _Shard:
         ds,
         _tfds_split_size(builder, split) if exact else None,
         pp.decode_image if encoded else _identity,
-    )
-
-
-# ------------------------------------------------------------ preprocessing
-def make_preprocess_fn(config, training: bool) -> Callable:
-    """Image preprocessing for a split, from `config.pp`."""
-    size = config.image_size
-    cfg = config.get("pp", None) or {}
-    resize_size = cfg.get("resize_size", None)
-    if not training:
-        eval_resize = cfg.get("eval_resize_size", None)
-        return lambda image, seed=None: pp.preprocess_eval(
-            image, size, eval_resize
-        )
-    kind = cfg.get("train", "finetune")
-    flip = bool(cfg.get("flip", True))
-    if resize_size is not None:
-        small = [
-            r < s for r, s in zip(pp.as_hw(resize_size), pp.as_hw(size))
-        ]
-        if any(small):
-            raise ValueError(
-                f"pp.resize_size {resize_size} is smaller than image_size "
-                f"{size}: the random crop must fit; set pp.resize_size >= "
-                "image_size (or None to resize straight to image_size)."
-            )
-    if kind == "pretrain":
-        area = tuple(cfg.get("area_range", (0.05, 1.0)))
-        return lambda image, seed=None: pp.preprocess_pretrain(
-            image, size, area_range=area, flip=flip, seed=seed
-        )
-    if kind == "finetune":
-        return lambda image, seed=None: pp.preprocess_finetune(
-            image, size, resize_size, flip=flip, seed=seed
-        )
-    if kind == "eval":
-        return lambda image, seed=None: pp.preprocess_eval(image, size)
-    raise ValueError(
-        f"Unknown pp.train {kind!r}: use 'pretrain' (Inception crop + flip), "
-        "'finetune' (resize, random crop, flip) or 'eval' (resize only)."
     )
 
 

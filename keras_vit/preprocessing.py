@@ -1,4 +1,5 @@
-"""Image preprocessing ops (TensorFlow, host side; never imports the model).
+"""Image preprocessing ops (TensorFlow, host side; never imports the model),
+and the preprocessing function a config asks for (`from_config`).
 
 Each op works on one image, eagerly or inside `tf.data` / a `tf.function`, so
 the same code serves training input pipelines, evaluation and the export
@@ -10,7 +11,7 @@ takes float32 in [-1, 1], as in the official implementation.
 
 from __future__ import annotations
 
-from typing import Optional, Sequence, Tuple, Union
+from typing import Callable, Optional, Sequence, Tuple, Union
 
 import tensorflow as tf
 
@@ -201,3 +202,43 @@ def _split_seed(seed, n):
     if seed is None:
         return None
     return tf.unstack(tf.random.experimental.stateless_split(seed, n))
+
+
+def from_config(config, training: bool) -> Callable:
+    """`fn(image, seed=None)`: the preprocessing of a training or evaluation
+    split, from `config.image_size` and `config.pp` (train: 'pretrain',
+    'finetune' or 'eval'; resize_size, eval_resize_size, area_range, flip).
+    `input_pipeline.make_preprocess_fn` is this function."""
+    size = config.image_size
+    cfg = config.get("pp", None) or {}
+    resize_size = cfg.get("resize_size", None)
+    if not training:
+        eval_resize = cfg.get("eval_resize_size", None)
+        return lambda image, seed=None: preprocess_eval(
+            image, size, eval_resize
+        )
+    kind = cfg.get("train", "finetune")
+    flip = bool(cfg.get("flip", True))
+    if resize_size is not None:
+        small = [r < s for r, s in zip(as_hw(resize_size), as_hw(size))]
+        if any(small):
+            raise ValueError(
+                f"pp.resize_size {resize_size} is smaller than image_size "
+                f"{size}: the random crop must fit; set pp.resize_size >= "
+                "image_size (or None to resize straight to image_size)."
+            )
+    if kind == "pretrain":
+        area = tuple(cfg.get("area_range", (0.05, 1.0)))
+        return lambda image, seed=None: preprocess_pretrain(
+            image, size, area_range=area, flip=flip, seed=seed
+        )
+    if kind == "finetune":
+        return lambda image, seed=None: preprocess_finetune(
+            image, size, resize_size, flip=flip, seed=seed
+        )
+    if kind == "eval":
+        return lambda image, seed=None: preprocess_eval(image, size)
+    raise ValueError(
+        f"Unknown pp.train {kind!r}: use 'pretrain' (Inception crop + flip), "
+        "'finetune' (resize, random crop, flip) or 'eval' (resize only)."
+    )
