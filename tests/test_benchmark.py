@@ -167,6 +167,53 @@ def test_harness_writes_consistent_json_and_markdown(tmp_path, monkeypatch):
     assert not [p for p in os.listdir(tmp_path) if p.startswith(".tmp_")]
 
 
+_WITHOUT_TENSORFLOW = """
+import importlib.abc, os, runpy, sys
+os.environ["KERAS_BACKEND"] = "jax"
+
+class _NoTensorFlow(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name.split(".")[0] in ("tensorflow", "tensorflow_datasets"):
+            raise ImportError("TensorFlow is not installed here: " + name)
+
+sys.meta_path.insert(0, _NoTensorFlow())
+sys.path[:0] = [sys.argv[1], os.path.join(sys.argv[1], "benchmarks")]
+sys.argv = sys.argv[1:]
+runpy.run_path(os.path.join(sys.argv[0], "benchmarks", "throughput.py"),
+               run_name="__main__")
+assert "tensorflow" not in sys.modules
+"""
+
+
+def test_harness_runs_under_jax_without_tensorflow(tmp_path):
+    # The GPU machines have JAX but not TensorFlow: the harness, the model
+    # and bfloat16 must work there with TensorFlow unimportable.
+    runner = tmp_path / "run.py"
+    runner.write_text(_WITHOUT_TENSORFLOW)
+    prefix = str(tmp_path / "jax")
+    env = dict(os.environ, KERAS_BACKEND="jax")
+    subprocess.run(
+        [sys.executable, str(runner), ROOT] + TINY_ARGS + [
+            "--xla", "on", "--mode", "train,infer", "--dtype", "bfloat16",
+            "--output", prefix,
+        ],
+        check=True, env=env, cwd=str(tmp_path), timeout=600,
+    )
+    with open(prefix + ".json") as f:
+        result = json.load(f)
+    assert [(r["backend"], r["mode"], r["dtype"]) for r in result["rows"]] == [
+        ("jax", "train", "bfloat16"), ("jax", "infer", "bfloat16")
+    ]
+    # MFU in bfloat16 is against the measured bfloat16 matmul ceiling.
+    assert set(result["ceiling"]) == {"float32", "bfloat16"}
+    bf16 = result["ceiling"]["bfloat16"]["flops_per_s"]
+    for r in result["rows"]:
+        flops = result["forward_flops_per_image"] * (
+            3 if r["mode"] == "train" else 1
+        )
+        assert r["mfu"] == pytest.approx(flops * r["images_per_s"] / bf16)
+
+
 def test_bad_arguments_name_the_fix(tmp_path, capsys):
     with pytest.raises(SystemExit):
         throughput.parse_args(["--mode", "fit", "--output", "x"])
