@@ -218,12 +218,8 @@ def create_model(
             f"representation_size must be positive or None, got "
             f"{representation_size}."
         )
-    for arg, value in (
-        ("dropout_rate", dropout_rate),
-        ("attention_dropout_rate", attention_dropout_rate),
-    ):
-        if not 0.0 <= float(value) < 1.0:
-            raise ValueError(f"{arg} must be in [0, 1), got {value}.")
+    vit_layers.check_rate("dropout_rate", dropout_rate)
+    vit_layers.check_rate("attention_dropout_rate", attention_dropout_rate)
     if pooling not in ("token", "gap"):
         raise ValueError(f'pooling must be "token" or "gap", got {pooling!r}.')
 
