@@ -17,6 +17,14 @@ matmul, which TensorFlow's CPU runtime fuses with its bias add (and the first
 MLP layer with its GELU, which is why the GELU is that layer's activation).
 See benchmarks/README.md for the measurements.
 
+Inference (any call without `training`) takes a second path through each
+encoder block, with the same weights and the same results to float rounding:
+q, k and v come out of one batched matmul already head-major, the key bias
+is dropped (the softmax cancels it), the value bias joins the output bias,
+and both LayerNorms' scale and shift fold into the kernels that read them.
+Training keeps every weight where it is, so that each gradient is one
+matmul. `tests/test_model.py` checks that the two paths agree.
+
 The input layers (patch embedding, class token, position embedding) live in
 `keras_vit.embedding` and are re-exported here.
 """
@@ -72,21 +80,44 @@ class LayerNorm(keras.layers.LayerNormalization):
     """
 
     def call(self, inputs):
-        last = [-1], [len(inputs.shape) - 1]
-        if (self.rms_scaling or self.axis not in last
-                or keras.backend.backend() == "torch"):  # a fused kernel
+        if not self._fast_path(inputs):
             return super().call(inputs)
+        y = self.standardize(inputs)  # float32
+        if self.gamma is not None:
+            y = y * self.gamma
+        if self.beta is not None:
+            y = y + self.beta
+        return ops.cast(y, self.compute_dtype)
+
+    def _fast_path(self, inputs) -> bool:
+        last = [-1], [len(inputs.shape) - 1]
+        return not (self.rms_scaling or self.axis not in last
+                    or keras.backend.backend() == "torch")  # a fused kernel
+
+    def standardize(self, inputs, dtype="float32"):
+        """(x - mean) / sqrt(var + eps) over the last axis, before `gamma`
+        and `beta`, with float32 statistics; returned in `dtype`. A layer
+        that reads this layer's output through a linear map can fold
+        `gamma` and `beta` into that map's weights instead (see
+        EncoderBlock): two passes over the activations fewer."""
         x = inputs
         if keras.backend.standardize_dtype(x.dtype) in ("float16", "bfloat16"):
             x = ops.cast(x, "float32")
         centred = x - ops.mean(x, axis=-1, keepdims=True)
         variance = ops.mean(ops.square(centred), axis=-1, keepdims=True)
         y = centred * ops.rsqrt(variance + self.epsilon)
-        if self.gamma is not None:
-            y = y * self.gamma
-        if self.beta is not None:
-            y = y + self.beta
-        return ops.cast(y, self.compute_dtype)
+        return y if dtype == "float32" else ops.cast(y, dtype)
+
+    def affine(self):
+        """(scale, shift) as (D,) tensors in the compute dtype; ones and
+        zeros where `scale` or `center` is off."""
+        dim = self.gamma.shape[0] if self.gamma is not None else (
+            self.beta.shape[0])
+        scale = (ops.ones((dim,), self.compute_dtype) if self.gamma is None
+                 else ops.cast(self.gamma, self.compute_dtype))
+        shift = (ops.zeros((dim,), self.compute_dtype) if self.beta is None
+                 else ops.cast(self.beta, self.compute_dtype))
+        return scale, shift
 
 
 def layer_norm(name: str) -> LayerNorm:
@@ -137,68 +168,144 @@ class MultiHeadSelfAttention(keras.layers.Layer):
 
     def call(
         self, x, training=None, return_attention_scores=False,
-        first_token_only=False,
+        first_token_only=False, flat=False, input_scale=None,
+        input_shift=None,
     ):
         """x: (batch, tokens, width). With `first_token_only`, only the
         first token queries (keys and values still come from all tokens):
-        the output is (batch, 1, width), the first row of the full one."""
-        shape = ops.shape(x)
-        length, width = shape[1], shape[2]
+        the output is (batch, 1, width), the first row of the full one.
+        With `flat`, the output comes as (batch * queries, width) rows, the
+        layout the encoder block adds its residual to.
+
+        `input_scale` and `input_shift`, (width,) tensors, stand for a
+        LayerNorm's affine: the layer then computes its output for
+        `x * input_scale + input_shift` by folding both into the query, key
+        and value weights instead of applying them to `x`. Inference only
+        (not with `training`); the output is the same to float rounding."""
+        length, width = ops.shape(x)[1], ops.shape(x)[2]
         queries = 1 if first_token_only else length
-        scale = 1.0 / math.sqrt(self.head_dim)
         dropout_active = self.dropout_rate > 0.0 and bool(training)
-        fused = (
-            _jax_on_gpu()
-            and not return_attention_scores
-            and not dropout_active
-        )
+        folded = input_scale is not None or input_shift is not None
         rows = ops.reshape(x, (-1, width))
-        if fused:
-            qkv = self.qkv(rows)
+        if folded and (training or _jax_on_gpu()):
+            raise ValueError(
+                "input_scale/input_shift are for inference on the head-major "
+                "path only; apply the LayerNorm to the input instead."
+            )
+        if _jax_on_gpu() and not return_attention_scores and not dropout_active:
+            y, weights = self._fused(rows, length, first_token_only), None
+        elif training:
+            y, weights = self._batch_major(
+                rows, length, first_token_only, training
+            )
         else:
-            # The query scale goes into the query columns of the kernel and
-            # bias, (D, D) values, instead of onto every query, (tokens, D)
-            # values: one elementwise pass over the activations fewer.
-            # Exact where 1/sqrt(head_dim) is a power of two (head_dim 64:
-            # Ti, S, B, L); otherwise within float rounding.
-            d = self.head_dim * self.num_heads  # static, unlike `width`
-            columns = ops.concatenate([
-                ops.full((d,), scale, dtype=self.compute_dtype),
-                ops.ones((2 * d,), dtype=self.compute_dtype),
-            ])
-            kernel = ops.cast(self.qkv.kernel, self.compute_dtype)
-            bias = ops.cast(self.qkv.bias, self.compute_dtype)
-            qkv = ops.matmul(rows, kernel * columns) + bias * columns
-        qkv = ops.reshape(
-            qkv, (-1, length, 3, self.num_heads, self.head_dim)
-        )
-        if fused:
-            # JAX on a GPU: the fused attention op (cuDNN flash attention)
-            # on (batch, tokens, heads, head_dim) operands. Elsewhere the
-            # op is the two einsums below plus transposes, and measured
-            # slower than them (TensorFlow 7%, JAX on CPU 15%).
-            q, k, v = ops.unstack(qkv, 3, axis=2)
-            if first_token_only:
-                q = q[:, :1]
-            attended = ops.dot_product_attention(q, k, v, scale=scale)
-            y = self.out(ops.reshape(attended, (-1, width)))
-            return ops.reshape(y, (-1, queries, width))
-        # (3, batch, heads, tokens, head_dim)
-        q, k, v = ops.unstack(ops.transpose(qkv, (2, 0, 3, 1, 4)), 3, axis=0)
-        if first_token_only:
-            q = q[:, :, :1]
-        logits = ops.einsum("bhqd,bhkd->bhqk", q, k)
-        # The softmax runs in float32 also under mixed precision.
-        weights = ops.softmax(ops.cast(logits, "float32"), axis=-1)
-        weights = ops.cast(weights, v.dtype)
-        # Dropout is the identity outside training or at rate 0.
-        attended = ops.matmul(self.dropout(weights, training=training), v)
-        attended = ops.transpose(attended, (0, 2, 1, 3))  # heads together
-        y = self.out(ops.reshape(attended, (-1, width)))
-        y = ops.reshape(y, (-1, queries, width))
+            y, weights = self._head_major(
+                rows, length, first_token_only, input_scale, input_shift
+            )
+            if return_attention_scores:  # (heads, batch, ...) to Keras's order
+                weights = ops.transpose(weights, (1, 0, 2, 3))
+        if not flat:
+            y = ops.reshape(y, (-1, queries, width))
         if return_attention_scores:
             return y, weights
         return y
+
+    def _scaled_qkv(self, input_scale=None, input_shift=None):
+        """The qkv kernel and bias with the query scale 1/sqrt(head_dim)
+        folded into their query columns: (D, D) values scaled instead of
+        every query. Exact where the scale is a power of two (head_dim 64:
+        Ti, S, B, L); otherwise within float rounding. An input affine
+        (x * scale + shift) folds in too: kernel rows times `scale`, bias
+        plus `shift` times the kernel."""
+        d = self.head_dim * self.num_heads
+        columns = ops.concatenate([
+            ops.full((d,), 1.0 / math.sqrt(self.head_dim),
+                     dtype=self.compute_dtype),
+            ops.ones((2 * d,), dtype=self.compute_dtype),
+        ])
+        kernel = ops.cast(self.qkv.kernel, self.compute_dtype) * columns
+        bias = ops.cast(self.qkv.bias, self.compute_dtype) * columns
+        if input_shift is not None:
+            bias = bias + ops.matmul(input_shift, kernel)
+        if input_scale is not None:
+            kernel = kernel * ops.expand_dims(input_scale, -1)
+        return kernel, bias
+
+    def _attend(self, q, k, v, training=None):
+        """Softmax attention over the last two axes; any leading axes batch.
+        The softmax runs in float32, also under mixed precision."""
+        logits = ops.matmul(q, ops.swapaxes(k, -1, -2))
+        weights = ops.softmax(ops.cast(logits, "float32"), axis=-1)
+        weights = ops.cast(weights, v.dtype)
+        # Dropout is the identity outside training or at rate 0.
+        return ops.matmul(self.dropout(weights, training=training), v), weights
+
+    def _fused(self, rows, length, first_token_only):
+        """JAX on a GPU: the fused attention op (cuDNN flash attention) on
+        (batch, tokens, heads, head_dim) operands. Elsewhere that op is the
+        same products plus transposes, and measured slower than the paths
+        below (TensorFlow 7%, JAX on CPU 15%)."""
+        qkv = ops.reshape(
+            self.qkv(rows), (-1, length, 3, self.num_heads, self.head_dim)
+        )
+        q, k, v = ops.unstack(qkv, 3, axis=2)
+        if first_token_only:
+            q = q[:, :1]
+        attended = ops.dot_product_attention(
+            q, k, v, scale=1.0 / math.sqrt(self.head_dim)
+        )
+        width = self.num_heads * self.head_dim
+        return self.out(ops.reshape(attended, (-1, width)))
+
+    def _batch_major(self, rows, length, first_token_only, training):
+        """Training: one (D, 3D) matmul, whose gradient is one matmul too,
+        then one transpose to (3, batch, heads, tokens, head_dim)."""
+        kernel, bias = self._scaled_qkv()
+        qkv = ops.add(ops.matmul(rows, kernel), bias)
+        qkv = ops.reshape(
+            qkv, (-1, length, 3, self.num_heads, self.head_dim)
+        )
+        q, k, v = ops.unstack(ops.transpose(qkv, (2, 0, 3, 1, 4)), 3, axis=0)
+        if first_token_only:
+            q = q[:, :, :1]
+        attended, weights = self._attend(q, k, v, training)
+        attended = ops.transpose(attended, (0, 2, 1, 3))  # heads together
+        width = self.num_heads * self.head_dim
+        return self.out(ops.reshape(attended, (-1, width))), weights
+
+    def _head_major(
+        self, rows, length, first_token_only, input_scale=None,
+        input_shift=None,
+    ):
+        """Inference: q, k and v come out of one batched matmul already
+        head-major, (3 * heads, batch * tokens, head_dim), with no transpose
+        of the (batch * tokens, 3D) projection. Two biases drop out of the
+        activations: the key bias adds q . b_k, the same for every key of a
+        query, which the softmax cancels; the value bias passes through
+        weights that sum to one, so it joins the output projection's bias as
+        b_v W_out. Only the query bias is added, to a third of the values."""
+        h, hd = self.num_heads, self.head_dim
+        width = h * hd
+        kernel, bias = self._scaled_qkv(input_scale, input_shift)
+        heads_kernel = ops.transpose(
+            ops.reshape(kernel, (width, 3 * h, hd)), (1, 0, 2)
+        )
+        qkv = ops.matmul(rows[None], heads_kernel)  # (3h, rows, hd)
+        qkv = ops.reshape(qkv, (3, h, -1, length, hd))
+        q, k, v = ops.unstack(qkv, 3, axis=0)  # (h, batch, tokens, hd) each
+        if first_token_only:
+            q = q[:, :, :1]
+        q = q + ops.reshape(bias[:width], (h, 1, 1, hd))
+        attended, weights = self._attend(q, k, v)
+        attended = ops.transpose(attended, (1, 2, 0, 3))  # (b, q, h, hd)
+        out_kernel = ops.cast(self.out.kernel, self.compute_dtype)
+        out_bias = ops.cast(self.out.bias, self.compute_dtype) + ops.matmul(
+            bias[2 * width:], out_kernel
+        )
+        y = ops.matmul(ops.reshape(attended, (-1, width)), out_kernel)
+        # ops.add, not `+`: a bias add that TensorFlow fuses into the matmul
+        # (and the block's residual add after it).
+        return ops.add(y, out_bias), weights
 
     def get_config(self):
         config = super().get_config()
@@ -268,23 +375,60 @@ class EncoderBlock(keras.layers.Layer):
     ):
         """x: (batch, tokens, width). With `first_token_only` the block
         computes only the first token's new state, (batch, 1, width):
-        attention from that token alone, and the MLP on its row."""
-        y = self.attention(
-            self.norm1(x),
-            training=training,
-            return_attention_scores=return_attention_scores,
-            first_token_only=first_token_only,
+        attention from that token alone, and the MLP on its row.
+
+        The residual stream runs as (batch * tokens, width) rows inside the
+        block, so that each residual add directly follows the matmul that
+        feeds it (TensorFlow's CPU runtime then fuses the add into it)."""
+        shape = ops.shape(x)
+        width = shape[2]
+        queries = 1 if first_token_only else shape[1]
+        # Inference folds both LayerNorms' scale and shift into the weights
+        # of the layer that reads them: two passes over the activations
+        # fewer per norm. Training and JAX on a GPU keep them as layers.
+        fold = not training and not _jax_on_gpu() and all(
+            norm._fast_path(x) for norm in (self.norm1, self.norm2)
         )
+        if fold:
+            scale, shift = self.norm1.affine()
+            y = self.attention(
+                self.norm1.standardize(x, self.compute_dtype),
+                return_attention_scores=return_attention_scores,
+                first_token_only=first_token_only,
+                flat=True,
+                input_scale=scale,
+                input_shift=shift,
+            )
+        else:
+            y = self.attention(
+                self.norm1(x),
+                training=training,
+                return_attention_scores=return_attention_scores,
+                first_token_only=first_token_only,
+                flat=True,
+            )
         if return_attention_scores:
             y, weights = y
         if first_token_only:
             x = x[:, :1]
+        x = ops.reshape(x, (-1, width))
         x = x + self.dropout(y, training=training)
-        width = ops.shape(x)[-1]
-        y = self.mlp1(ops.reshape(self.norm2(x), (-1, width)))  # with GELU
+        if fold:
+            scale, shift = self.norm2.affine()
+            kernel = ops.cast(self.mlp1.kernel, self.compute_dtype)
+            bias = ops.cast(self.mlp1.bias, self.compute_dtype)
+            y = ops.matmul(
+                self.norm2.standardize(x, self.compute_dtype),
+                kernel * ops.expand_dims(scale, -1),
+            )
+            y = self.mlp1.activation(
+                ops.add(y, bias + ops.matmul(shift, kernel))
+            )
+        else:
+            y = self.mlp1(self.norm2(x))  # with GELU
         y = self.dropout(y, training=training)
-        y = self.dropout(self.mlp2(y), training=training)
-        x = x + ops.reshape(y, ops.shape(x))
+        x = x + self.dropout(self.mlp2(y), training=training)
+        x = ops.reshape(x, (-1, queries, width))
         if return_attention_scores:
             return x, weights
         return x

@@ -171,6 +171,84 @@ def test_last_block_computes_only_the_class_token():
     assert weights[-1].shape == (4, 4, 17, 17)
 
 
+def _randomise(model, seed=5):
+    """Every weight random, biases and LayerNorm shifts included (the
+    default init leaves them at zero, which would hide folding errors)."""
+    rng = np.random.default_rng(seed)
+    for w in model.weights:
+        scale = 0.5 if w.path.endswith(("gamma", "beta", "bias")) else 0.2
+        w.assign(rng.normal(size=w.shape).astype("float32") * scale)
+
+
+def test_inference_path_matches_training_path():
+    """Inference computes attention head-major with the key bias dropped,
+    the value bias moved into the output bias and both LayerNorms' affines
+    folded into the next kernels; training keeps every weight in place.
+    With dropout at 0 the two paths must agree: outputs, attention maps,
+    last-block pruning on or off."""
+    for kwargs in (dict(), dict(all_tokens=True), dict(pooling="gap")):
+        model = tiny(dropout_rate=0.0, **kwargs)
+        _randomise(model)
+        x = images(3)
+        infer = keras.ops.convert_to_numpy(model(x, training=False))
+        train = keras.ops.convert_to_numpy(model(x, training=True))
+        assert np.abs(infer).max() > 1.0  # a real signal, not zeros
+        np.testing.assert_allclose(infer, train, rtol=2e-5, atol=2e-5)
+    encoder = model.get_layer("Transformer")
+    tokens = np.random.default_rng(2).normal(size=(2, 16, 32))
+    tokens = tokens.astype("float32")
+    (y_inf, w_inf), (y_tr, w_tr) = (
+        encoder(tokens, training=t, return_attention_scores=True)
+        for t in (False, True)
+    )
+    np.testing.assert_allclose(y_inf, y_tr, rtol=2e-5, atol=2e-5)
+    for a, b in zip(w_inf, w_tr):
+        assert a.shape == b.shape == (2, 4, 16, 16)
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_inference_path_under_mixed_bfloat16():
+    """The folded inference path in bfloat16 stays within bfloat16 rounding
+    of the float32 model with the same weights."""
+    ref = tiny(dropout_rate=0.0)
+    _randomise(ref)
+    keras.config.set_dtype_policy("mixed_bfloat16")
+    try:
+        mixed = tiny(dropout_rate=0.0)
+    finally:
+        keras.config.set_dtype_policy("float32")
+    mixed.set_weights(ref.get_weights())
+    x = images(3)
+    want = keras.ops.convert_to_numpy(ref(x))
+    for training in (False, True):
+        got = mixed(x, training=training)
+        assert keras.backend.standardize_dtype(got.dtype) == "float32"
+        got = keras.ops.convert_to_numpy(got)
+        err = np.abs(got - want).max() / np.abs(want).max()
+        assert err < 0.02, (training, err)
+
+
+def test_attention_layer_folds_an_input_affine():
+    """MultiHeadSelfAttention(x, input_scale=s, input_shift=t) equals the
+    layer applied to x * s + t, and refuses the arguments in training."""
+    layer = vit_layers.MultiHeadSelfAttention(num_heads=2)
+    layer.build((None, 5, 8))
+    rng = np.random.default_rng(4)
+    for w in layer.weights:
+        w.assign(rng.normal(size=w.shape).astype("float32") * 0.5)
+    x = rng.normal(size=(3, 5, 8)).astype("float32")
+    s = rng.normal(size=(8,)).astype("float32")
+    t = rng.normal(size=(8,)).astype("float32")
+    folded = layer(x, input_scale=s, input_shift=t)
+    np.testing.assert_allclose(
+        folded, layer(x * s + t), rtol=1e-5, atol=1e-5
+    )
+    first = layer(x, first_token_only=True, input_scale=s, input_shift=t)
+    np.testing.assert_allclose(first, folded[:, :1], rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="inference"):
+        layer(x, training=True, input_scale=s, input_shift=t)
+
+
 def test_numerics_follow_the_official_implementation():
     model = tiny()
     block = model.get_layer("Transformer").blocks[0]
