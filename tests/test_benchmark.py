@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import keras_vit
+from keras_vit import attention as vit_attention
 from keras_vit import layers as vit_layers
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -234,11 +235,11 @@ def test_fused_attention_branch_matches_the_two_matmuls(monkeypatch):
     x = np.random.default_rng(0).normal(size=(2, 5, 48)).astype("float32")
     layer.build(x.shape)
     default = np.asarray(layer(x))
-    monkeypatch.setattr(vit_layers, "_jax_on_gpu", lambda: True)
+    monkeypatch.setattr(vit_attention, "_jax_on_gpu", lambda: True)
     calls = []
-    original = vit_layers.ops.dot_product_attention
+    original = vit_attention.ops.dot_product_attention
     monkeypatch.setattr(
-        vit_layers.ops, "dot_product_attention",
+        vit_attention.ops, "dot_product_attention",
         lambda *a, **k: calls.append(1) or original(*a, **k),
     )
     fused = np.asarray(layer(x))
