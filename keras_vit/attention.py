@@ -31,12 +31,14 @@ def _jax_on_gpu() -> bool:
 class MultiHeadSelfAttention(keras.layers.Layer):
     """Multi-head self-attention with one fused query/key/value projection.
 
-    One (D, 3D) matmul instead of three (D, D) ones: fewer ops per block, the
-    same parameters (the checkpoint module splits and joins them). One
-    transpose then puts q, k and v head-major, (batch, heads, tokens,
-    head_dim), so that both attention products are batched matmuls over
-    leading batch axes, with no further transposes of their operands; one
-    more transpose brings the heads back together for the output projection.
+    One (D, 3D) kernel instead of three (D, D) ones: fewer ops per block,
+    the same parameters (the checkpoint module splits and joins them). In
+    training, one matmul by it and one transpose put q, k and v head-major,
+    (batch, heads, tokens, head_dim), so that both attention products are
+    batched matmuls over leading batch axes; in inference one batched
+    matmul by the kernel reshaped per head gives that layout directly
+    (`_head_major`). One transpose brings the heads back together for the
+    output projection.
 
     Args:
         num_heads: int. Number of attention heads; must divide the width.
