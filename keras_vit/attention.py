@@ -27,6 +27,17 @@ def _jax_on_gpu() -> bool:
     )
 
 
+def fold_input_affine(kernel, bias, scale=None, shift=None):
+    """(kernel, bias) of a dense map that, applied to x, gives what the
+    original map gives on x * scale + shift: kernel rows times `scale`,
+    bias plus `shift` times the kernel. `scale`/`shift`: (D,) or None."""
+    if shift is not None:
+        bias = bias + ops.matmul(shift, kernel)
+    if scale is not None:
+        kernel = kernel * ops.expand_dims(scale, -1)
+    return kernel, bias
+
+
 @keras.saving.register_keras_serializable(package=PACKAGE)
 class MultiHeadSelfAttention(keras.layers.Layer):
     """Multi-head self-attention with one fused query/key/value projection.
@@ -129,11 +140,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         ])
         kernel = ops.cast(self.qkv.kernel, self.compute_dtype) * columns
         bias = ops.cast(self.qkv.bias, self.compute_dtype) * columns
-        if input_shift is not None:
-            bias = bias + ops.matmul(input_shift, kernel)
-        if input_scale is not None:
-            kernel = kernel * ops.expand_dims(input_scale, -1)
-        return kernel, bias
+        return fold_input_affine(kernel, bias, input_scale, input_shift)
 
     def _attend(self, q, k, v, training=None):
         """Softmax attention over the last two axes; any leading axes batch.

@@ -101,15 +101,12 @@ class LayerNorm(keras.layers.LayerNormalization):
         return y if dtype == "float32" else ops.cast(y, dtype)
 
     def affine(self):
-        """(scale, shift) as (D,) tensors in the compute dtype; ones and
-        zeros where `scale` or `center` is off."""
-        dim = self.gamma.shape[0] if self.gamma is not None else (
-            self.beta.shape[0])
-        scale = (ops.ones((dim,), self.compute_dtype) if self.gamma is None
-                 else ops.cast(self.gamma, self.compute_dtype))
-        shift = (ops.zeros((dim,), self.compute_dtype) if self.beta is None
-                 else ops.cast(self.beta, self.compute_dtype))
-        return scale, shift
+        """(scale, shift) as (D,) tensors in the compute dtype; None where
+        `scale` or `center` is off."""
+        return tuple(
+            None if w is None else ops.cast(w, self.compute_dtype)
+            for w in (self.gamma, self.beta)
+        )
 
 
 def layer_norm(name: str) -> LayerNorm:
@@ -218,16 +215,15 @@ class EncoderBlock(keras.layers.Layer):
         x = ops.reshape(x, (-1, width))
         x = x + self.dropout(y, training=training)
         if fold:
-            scale, shift = self.norm2.affine()
-            kernel = ops.cast(self.mlp1.kernel, self.compute_dtype)
-            bias = ops.cast(self.mlp1.bias, self.compute_dtype)
+            kernel, bias = _attention.fold_input_affine(
+                ops.cast(self.mlp1.kernel, self.compute_dtype),
+                ops.cast(self.mlp1.bias, self.compute_dtype),
+                *self.norm2.affine(),
+            )
             y = ops.matmul(
-                self.norm2.standardize(x, self.compute_dtype),
-                kernel * ops.expand_dims(scale, -1),
+                self.norm2.standardize(x, self.compute_dtype), kernel
             )
-            y = self.mlp1.activation(
-                ops.add(y, bias + ops.matmul(shift, kernel))
-            )
+            y = self.mlp1.activation(ops.add(y, bias))
         else:
             y = self.mlp1(self.norm2(x))  # with GELU
         y = self.dropout(y, training=training)

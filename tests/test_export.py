@@ -19,7 +19,13 @@ import pytest
 import tensorflow as tf
 from PIL import Image
 
-from keras_vit import create_model, export_files, features_model, preprocessing
+from keras_vit import (
+    create_model,
+    export_files,
+    features_model,
+    preprocessing,
+    train_lib,
+)
 from keras_vit import export as export_lib
 from keras_vit.export import export_model
 from tests.strategies import two_cpu_mirrored
@@ -420,11 +426,8 @@ def test_crash_leaves_no_version(model, tmp_path, monkeypatch, stage):
 
 def test_mixed_bfloat16_model_served_in_float32(images, tmp_path):
     reference_model = tiny_model(seed=2)
-    keras.config.set_dtype_policy("mixed_bfloat16")
-    try:
+    with train_lib.dtype_policy("bfloat16"):
         bf16_model = tiny_model(seed=3)
-    finally:
-        keras.config.set_dtype_policy("float32")
     bf16_model.set_weights(reference_model.get_weights())
     assert bf16_model.layers[-2].compute_dtype == "bfloat16"
     datas = [images["jpeg"], images["png"]]

@@ -13,6 +13,7 @@ import pytest
 
 import keras_vit
 from keras_vit import layers as vit_layers
+from keras_vit import train_lib
 from keras_vit.model import HYBRID_RESNETS, VARIANTS
 
 # Paper / official repository values: 224 x 224 input, class token, no
@@ -212,11 +213,8 @@ def test_inference_path_under_mixed_bfloat16():
     of the float32 model with the same weights."""
     ref = tiny(dropout_rate=0.0)
     _randomise(ref)
-    keras.config.set_dtype_policy("mixed_bfloat16")
-    try:
+    with train_lib.dtype_policy("bfloat16"):
         mixed = tiny(dropout_rate=0.0)
-    finally:
-        keras.config.set_dtype_policy("float32")
     mixed.set_weights(ref.get_weights())
     x = images(3)
     want = keras.ops.convert_to_numpy(ref(x))
