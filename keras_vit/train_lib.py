@@ -210,7 +210,8 @@ def train_and_evaluate(
         raise TrainingError(
             f"Cannot use --workdir {workdir}: {e.message.splitlines()[0]}. "
             "Check the path and your credentials; gs:// paths need "
-            "TensorFlow's GCS file system (pip install 'keras-vit[gcs]')."
+            "TensorFlow's GCS file system: pip install -e '.[gcs]' in a "
+            "checkout, or pip install 'keras-vision-transformer[gcs]'."
         ) from None
     _check_workdir_config(config, workdir)
     keras.utils.set_random_seed(int(config.get("seed", 0)))

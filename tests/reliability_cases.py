@@ -356,7 +356,7 @@ _CASES = [
         "A workdir on a file system TensorFlow cannot reach (gs:// without "
         "GCS support, a mistyped scheme)",
         "A clear error naming the path and the fix.",
-        ("Cannot use --workdir", "pip install 'keras-vit[gcs]'"),
+        ("Cannot use --workdir", "pip install -e '.[gcs]'"),
         "TrainingError",
     ),
     # ---------------------------------------------------- checkpoint files
