@@ -3,7 +3,7 @@
     python benchmarks/export_latency.py --variant Ti/16 --image_size 224 \
         --batch_sizes 1,32 --repeats 10 --output benchmarks/results/export
 
-Exports a freshly initialised model with `keras_vit.export.export_model`,
+Exports a freshly initialised model with `keras_vit.export.saved_model.export_model`,
 reloads it with `tf.saved_model.load` (what TF Serving runs, minus the
 server) and times, per batch size, milliseconds per image (median over
 `--repeats` timed calls after `--warmup` untimed ones) of:
@@ -14,7 +14,7 @@ server) and times, per batch size, milliseconds per image (median over
   * keras/predict: `model.predict` on images already preprocessed;
   * keras/predict_on_batch: the same without predict's per-call set-up;
   * keras/eager_preprocess+predict_on_batch: eager decoding and
-    preprocessing with `keras_vit.preprocessing`, then `predict_on_batch`:
+    preprocessing with `keras_vit.data.preprocessing`, then `predict_on_batch`:
     the Keras counterpart of serving_default.
 
 Calls of the different paths are interleaved repeat by repeat, so load from
@@ -44,8 +44,9 @@ import tensorflow as tf  # noqa: E402
 # Importable as a script (python benchmarks/export_latency.py) from the repo.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from keras_vit import create_model, preprocessing  # noqa: E402
-from keras_vit.export import export_model  # noqa: E402
+from keras_vit import create_model
+from keras_vit.data import preprocessing  # noqa: E402
+from keras_vit.export.saved_model import export_model  # noqa: E402
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:

@@ -62,7 +62,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import throughput  # noqa: E402  (beside this file: machine_info)
 import throughput_report as report  # noqa: E402
 
-from keras_vit import input_pipeline, train_lib  # noqa: E402
+from keras_vit.data import pipeline as input_pipeline
+from keras_vit.training import train_lib  # noqa: E402
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", "configs/digits.py", "Training config file.", lock_config=True

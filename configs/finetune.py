@@ -116,7 +116,7 @@ def get_config(arg=None):
     c.seed = 0
     # Data source: a TFDS name (or "folder" with data_dir/<split>/<class>/).
     c.dataset = name
-    # A VTAB-1k task (keras_vit/vtab.py): its TFDS data and derived labels.
+    # A VTAB-1k task (keras_vit/data/vtab.py): its TFDS data and derived labels.
     c.vtab_task = placeholder(str)
     # TFDS / image-folder directory (may be gs://); None: TFDS default.
     c.data_dir = placeholder(str)
@@ -134,7 +134,7 @@ def get_config(arg=None):
     # Number of classes; 0: read from the data source.
     c.num_classes = 0
     if vtab_task:
-        from keras_vit import vtab
+        from keras_vit.data import vtab
 
         task = vtab.get_task(vtab_task)
         c.dataset, c.vtab_task = task.tfds_name, task.name

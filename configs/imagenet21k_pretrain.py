@@ -94,7 +94,7 @@ def get_config(arg=None):
     # TFDS feature names of the image and the label.
     c.image_key = "image"
     c.label_key = "label"
-    # A VTAB-1k task name instead of `dataset` (see keras_vit/vtab.py).
+    # A VTAB-1k task name instead of `dataset` (see keras_vit/data/vtab.py).
     c.vtab_task = placeholder(str)
     # Number of classes; 0: read from the data source.
     c.num_classes = 0

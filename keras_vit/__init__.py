@@ -1,9 +1,19 @@
 """keras_vit: the Vision Transformer (Dosovitskiy et al., ICLR 2021) in Keras 3.
 
-The model (`keras_vit.model`, `keras_vit.layers`, `keras_vit.resnet`) is
-portable Keras 3 and runs on the TensorFlow and JAX backends; the training,
-evaluation, checkpoint and export tools around it use TensorFlow and are
-imported on first use.
+The package is layered; each layer imports only the ones before it:
+
+    keras_vit/             the model: portable Keras 3 (`keras.ops` only; runs
+                           on the TensorFlow and JAX backends)
+    keras_vit/checkpoint/  the official .npz format, run directories, and
+                           `load_model(source)`: any source to a model
+    keras_vit/data/        tf.data input: TFDS, image folders, the digits,
+                           preprocessing, VTAB task definitions, data checks
+    keras_vit/training/    the trainer, strategies, resume, the train command
+    keras_vit/evaluation/  accuracy, few-shot, VTAB-1k runs and reports
+    keras_vit/export/      SavedModel for TF Serving
+    keras_vit/analysis/    attention maps and the paper's Section 4.5 figures
+
+The tools beyond the model use TensorFlow and are imported on first use.
 """
 
 import importlib
@@ -31,12 +41,14 @@ __version__ = "0.1.0"
 # Checkpoint functions load lazily: they need NumPy only for local files,
 # TensorFlow for gs:// paths.
 _LAZY = {
-    "load_npz": "keras_vit.checkpoint",
-    "save_npz": "keras_vit.checkpoint",
-    "LoadReport": "keras_vit.checkpoint",
-    "rebuild_at_resolution": "keras_vit.checkpoint",
-    "resize_position_embedding": "keras_vit.checkpoint",
-    "export_model": "keras_vit.export",
+    "load_npz": "keras_vit.checkpoint.weights",
+    "save_npz": "keras_vit.checkpoint.weights",
+    "LoadReport": "keras_vit.checkpoint.weights",
+    "rebuild_at_resolution": "keras_vit.checkpoint.weights",
+    "resize_position_embedding": "keras_vit.checkpoint.weights",
+    "Source": "keras_vit.checkpoint.loader",
+    "load_model": "keras_vit.checkpoint.loader",
+    "export_model": "keras_vit.export.saved_model",
 }
 
 __all__ = [

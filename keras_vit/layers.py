@@ -5,7 +5,7 @@ weights and sublayers in `build()`, and returns exactly its constructor
 arguments from `get_config()`, so `from_config` and `.keras` files round-trip.
 
 Weight names mirror the official Flax implementation where that makes the
-checkpoint mapping obvious (see `keras_vit.checkpoint`).
+checkpoint mapping obvious (see `keras_vit.checkpoint.weights`).
 
 Numerics follow the official implementation rather than Keras defaults:
 LayerNorm epsilon 1e-6 (Keras: 1e-3), GELU with the tanh approximation (Keras:

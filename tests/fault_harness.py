@@ -55,7 +55,7 @@ if pause:
         return merge(checkpoint_prefixes, destination_prefix, *args, **kw)
 
     gen_io_ops.merge_v2_checkpoints = slow_merge
-from keras_vit.cli import train_main
+from keras_vit.training.cli import train_main
 sys.argv[0] = "train.py"
 train_main()
 '''
@@ -64,7 +64,8 @@ EXPORTER = r'''
 import os, sys, time
 sys.path.insert(0, {root!r})
 import keras_vit
-from keras_vit import export, export_files
+from keras_vit.export import saved_model as export
+from keras_vit.export import files as export_files
 
 def stalled_publish(*args, **kwargs):
     open(os.environ["FAULT_MARKER"], "w").close()

@@ -405,7 +405,7 @@ def test_cli_errors_name_the_fix(tmp_path, capsys):
 
 
 def test_workdir_source(monkeypatch, tiny_model, tmp_path):
-    from keras_vit import workdir
+    from keras_vit.checkpoint import workdir
 
     with pytest.raises(cli.UsageError, match="--workdir"):
         cli.load_model(workdir=str(tmp_path / "no_run"))
@@ -416,8 +416,8 @@ def test_workdir_source(monkeypatch, tiny_model, tmp_path):
 
 
 def test_npz_source_round_trip(tmp_path, images):
-    pytest.importorskip("keras_vit.pretrained")
-    from keras_vit import checkpoint
+    pytest.importorskip("keras_vit.checkpoint.loader")
+    from keras_vit.checkpoint import weights as checkpoint
 
     keras.utils.set_random_seed(5)
     model = _tiny(image_size=32)
@@ -436,7 +436,7 @@ def test_npz_source_round_trip(tmp_path, images):
 
 def test_npz_without_pretrained_module_names_the_fix(monkeypatch):
     # A None entry in sys.modules makes the import fail as if absent.
-    monkeypatch.setitem(sys.modules, "keras_vit.pretrained", None)
+    monkeypatch.setitem(sys.modules, "keras_vit.checkpoint.loader", None)
     monkeypatch.delattr(keras_vit, "pretrained", raising=False)
     with pytest.raises(cli.UsageError, match="--model"):
         cli.load_model(npz="ViT-B_16.npz")

@@ -22,7 +22,11 @@ import tensorflow as tf
 from PIL import Image
 
 import keras_vit
-from keras_vit import checkpoint, input_pipeline, optim, train_lib, vtab
+from keras_vit import optim
+from keras_vit.checkpoint import weights as checkpoint
+from keras_vit.data import pipeline as input_pipeline
+from keras_vit.data import vtab
+from keras_vit.training import train_lib
 from tests import tiny
 from tests.reliability_cases import CASES, check_error, check_says, covers
 from tests.strategies import two_cpu_mirrored
@@ -346,7 +350,7 @@ def test_npz_of_another_variant(tmp_path):
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
     """The signatures of a tiny exported SavedModel, reloaded."""
-    from keras_vit.export import export_model
+    from keras_vit.export.saved_model import export_model
 
     path = export_model(
         tiny_vit(), str(tmp_path_factory.mktemp("exports")),

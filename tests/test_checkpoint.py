@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 import scipy.ndimage
 
-from keras_vit import checkpoint, create_model
+from keras_vit import create_model
+from keras_vit.checkpoint import weights as checkpoint
 from tests import numpy_reference as ref
 
 POSEMB = "Transformer/posembed_input/pos_embedding"

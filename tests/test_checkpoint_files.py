@@ -14,7 +14,10 @@ import keras
 import numpy as np
 import pytest
 
-from keras_vit import checkpoint, checkpoint_io, convert, create_model
+from keras_vit import create_model
+from keras_vit.checkpoint import convert
+from keras_vit.checkpoint import npz as checkpoint_io
+from keras_vit.checkpoint import weights as checkpoint
 from tests import numpy_reference as ref
 from tests.test_checkpoint import (
     POSEMB,

@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_vit import distribute, optim, train_lib
+from keras_vit import optim
+from keras_vit.training import distribute, train_lib
 from tests.strategies import two_cpu_mirrored
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -320,8 +321,9 @@ import digits
 import numpy as np
 import tensorflow as tf
 from absl import logging
-from keras_vit import distribute, train_lib
-from keras_vit import workdir as wd
+from keras_vit.training import distribute
+from keras_vit.training import train_lib
+from keras_vit.checkpoint import workdir as wd
 
 logging.set_verbosity(logging.INFO)
 # Record every file and summary writer this worker creates, and the model.

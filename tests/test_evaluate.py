@@ -19,17 +19,14 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 from absl import flags
 
-from keras_vit import (
-    checkpoint,
-    create_model,
-    evaluate_main,
-    preprocessing,
-    pretrained,
-    reports,
-    train_lib,
-    vtab_run,
-)
-from keras_vit.input_pipeline import digits_split
+from keras_vit import create_model
+from keras_vit.checkpoint import loader as pretrained
+from keras_vit.checkpoint import weights as checkpoint
+from keras_vit.data import preprocessing
+from keras_vit.data.pipeline import digits_split
+from keras_vit.evaluation import main as evaluate_main
+from keras_vit.evaluation import reports, vtab_run
+from keras_vit.training import train_lib
 from tests.strategies import two_cpu_mirrored
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -1,7 +1,7 @@
 """SavedModel export for TF Serving: signatures, numerics, layout, failures.
 
 References are computed independently of the export graph: images decoded
-and preprocessed eagerly with `keras_vit.preprocessing`, then the Keras model
+and preprocessed eagerly with `keras_vit.data.preprocessing`, then the Keras model
 called on them.
 """
 
@@ -19,15 +19,12 @@ import pytest
 import tensorflow as tf
 from PIL import Image
 
-from keras_vit import (
-    create_model,
-    export_files,
-    features_model,
-    preprocessing,
-    train_lib,
-)
-from keras_vit import export as export_lib
-from keras_vit.export import export_model
+from keras_vit import create_model, features_model
+from keras_vit.data import preprocessing
+from keras_vit.export import files as export_files
+from keras_vit.export import saved_model as export_lib
+from keras_vit.export.saved_model import export_model
+from keras_vit.training import train_lib
 from tests.strategies import two_cpu_mirrored
 
 SIZE = 32

@@ -1,4 +1,4 @@
-"""The export command line: `python -m keras_vit.export` from a .keras
+"""The export command line: `python -m keras_vit.export.saved_model` from a .keras
 file, an official .npz checkpoint and a training workdir.
 """
 
@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_vit import export_cli, export_files
+from keras_vit.export import cli as export_cli
+from keras_vit.export import files as export_files
 from tests import tiny
 from tests.test_export import (
     ROOT,
@@ -39,7 +40,7 @@ def test_cli_keras_model(model, images, tmp_path):
     export_dir = str(tmp_path / "exports")
     env = dict(os.environ, PYTHONPATH=ROOT)
     result = subprocess.run(
-        [sys.executable, "-m", "keras_vit.export",
+        [sys.executable, "-m", "keras_vit.export.saved_model",
          f"--export_dir={export_dir}", "--model_name=cli",
          f"--keras_model={keras_path}", "--class_names=a,b,c,d,e",
          "--top_k=2", "--no_warmup"],
@@ -57,7 +58,7 @@ def test_cli_keras_model(model, images, tmp_path):
 
 
 def test_cli_npz_source(model, images, tmp_path, capsys):
-    from keras_vit import checkpoint
+    from keras_vit.checkpoint import weights as checkpoint
 
     npz = str(tmp_path / "tiny.npz")
     checkpoint.save_npz(model, npz)
@@ -81,8 +82,8 @@ def test_cli_npz_source(model, images, tmp_path, capsys):
 
 
 def test_cli_workdir_source(images, tmp_path, capsys):
-    workdir_lib = pytest.importorskip("keras_vit.workdir")
-    train_lib = pytest.importorskip("keras_vit.train_lib")
+    workdir_lib = pytest.importorskip("keras_vit.checkpoint.workdir")
+    train_lib = pytest.importorskip("keras_vit.training.train_lib")
 
     config = tiny.digits_base()
     config.model.update(hidden_size=32, num_layers=1, num_heads=2,

@@ -26,9 +26,11 @@ import pytest
 import tensorflow as tf
 
 import keras_vit
-from keras_vit import input_pipeline, optim, train_lib
-from keras_vit import workdir as wd
-from keras_vit.trainer import Trainer
+from keras_vit import optim
+from keras_vit.checkpoint import workdir as wd
+from keras_vit.data import pipeline as input_pipeline
+from keras_vit.training import train_lib
+from keras_vit.training.trainer import Trainer
 from tests import tiny
 from tests.fault_harness import (
     EXPORTER,
@@ -169,8 +171,8 @@ def test_killed_three_times_and_preempted_then_resumes_exactly(
 @pytest.mark.slow
 @covers("kill_during_export")
 def test_kill_during_export_publishes_nothing(tmp_path):
-    from keras_vit import export_files
-    from keras_vit.export import export_model
+    from keras_vit.export import files as export_files
+    from keras_vit.export.saved_model import export_model
 
     marker = str(tmp_path / "publishing")
     exports = str(tmp_path / "exports")

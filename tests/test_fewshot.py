@@ -11,8 +11,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_vit import create_model, features_model, fewshot, preprocessing
-from keras_vit.input_pipeline import digits_split
+from keras_vit import create_model, features_model
+from keras_vit.data import preprocessing
+from keras_vit.data.pipeline import digits_split
+from keras_vit.evaluation import fewshot
 from tests.strategies import two_cpu_mirrored
 
 

@@ -14,9 +14,9 @@ import pytest
 import tensorflow as tf
 from PIL import Image
 
-from keras_vit import input_pipeline as ip
-from keras_vit import preprocessing as pp
-from keras_vit import train_lib
+from keras_vit.data import pipeline as ip
+from keras_vit.data import preprocessing as pp
+from keras_vit.training import train_lib
 from tests import tiny
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -13,8 +13,8 @@ import pytest
 
 import keras_vit
 from keras_vit import layers as vit_layers
-from keras_vit import train_lib
 from keras_vit.model import HYBRID_RESNETS, VARIANTS
+from keras_vit.training import train_lib
 
 # Paper / official repository values: 224 x 224 input, class token, no
 # pre-logits, 1000 classes (see shared reference paper_facts.md). S/32 and B/8

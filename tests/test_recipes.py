@@ -17,9 +17,11 @@ from absl import flags
 from ml_collections import config_flags
 
 import keras_vit
-from keras_vit import checkpoint, optim, train_lib
-from keras_vit.checkpoint_io import resize_position_embedding
-from keras_vit.trainer import Trainer
+from keras_vit import optim
+from keras_vit.checkpoint import weights as checkpoint
+from keras_vit.checkpoint.npz import resize_position_embedding
+from keras_vit.training import train_lib
+from keras_vit.training.trainer import Trainer
 from tests import tiny
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -15,7 +15,8 @@ import keras
 import numpy as np
 import pytest
 
-from keras_vit import checkpoint, create_model, resnet
+from keras_vit import create_model, resnet
+from keras_vit.checkpoint import weights as checkpoint
 from tests import numpy_reference as ref
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -186,7 +187,8 @@ _JAX_SCRIPT = textwrap.dedent(
     import numpy as np
     import keras
     assert keras.backend.backend() == "jax", keras.backend.backend()
-    from keras_vit import checkpoint, create_model
+    from keras_vit import create_model
+    from keras_vit.checkpoint import weights as checkpoint
     from tests import numpy_reference as ref
 
     rng = np.random.default_rng(3)

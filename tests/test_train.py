@@ -13,9 +13,10 @@ import pytest
 import tensorflow as tf
 
 import keras_vit
-from keras_vit import optim, train_lib
-from keras_vit import workdir as wd
-from keras_vit.trainer import Trainer
+from keras_vit import optim
+from keras_vit.checkpoint import workdir as wd
+from keras_vit.training import train_lib
+from keras_vit.training.trainer import Trainer
 from tests import tiny
 from tests.strategies import two_cpu_mirrored
 
@@ -158,7 +159,7 @@ def test_train_and_evaluate_on_digits(tmp_path):
     assert losses[-1] < losses[0]
     # The restored model (EMA weights) reproduces the final test accuracy.
     model = wd.restore_model(workdir)
-    from keras_vit import input_pipeline
+    from keras_vit.data import pipeline as input_pipeline
 
     correct = total = 0
     for x, y, mask in input_pipeline.eval_dataset(config, "test", 100):

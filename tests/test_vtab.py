@@ -19,16 +19,12 @@ import pytest
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
-from keras_vit import (
-    checkpoint,
-    create_model,
-    input_pipeline,
-    preprocessing,
-    pretrained,
-    reports,
-    vtab,
-    vtab_run,
-)
+from keras_vit import create_model
+from keras_vit.checkpoint import loader as pretrained
+from keras_vit.checkpoint import weights as checkpoint
+from keras_vit.data import pipeline as input_pipeline
+from keras_vit.data import preprocessing, vtab
+from keras_vit.evaluation import reports, vtab_run
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

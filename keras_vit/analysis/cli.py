@@ -24,8 +24,8 @@ import keras
 import numpy as np
 
 from keras_vit.analysis import core, extract, plots
-from keras_vit.convert import parse_image_size
-from keras_vit.workdir import atomic_write
+from keras_vit.checkpoint.convert import parse_image_size
+from keras_vit.checkpoint.workdir import atomic_write
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".gif", ".bmp")
 FIGURES = {
@@ -81,21 +81,21 @@ def load_model(
         # Importing keras_vit registered its layers for deserialisation.
         return keras.saving.load_model(model_path, compile=False)
     if workdir:
-        from keras_vit import workdir as workdir_lib
+        from keras_vit.checkpoint import workdir as workdir_lib
 
         try:
             return workdir_lib.restore_model(workdir)
         except FileNotFoundError as error:
             raise UsageError(f"--workdir: {error}") from None
     try:
-        from keras_vit import pretrained
+        from keras_vit.checkpoint import loader as pretrained
     except ModuleNotFoundError as error:
-        if error.name != "keras_vit.pretrained":
+        if error.name != "keras_vit.checkpoint.loader":
             raise
         raise UsageError(
-            "--npz needs keras_vit.pretrained, which this installation "
+            "--npz needs keras_vit.checkpoint.loader, which this installation "
             "lacks: convert the checkpoint to .keras (python -m "
-            "keras_vit.convert) and pass --model instead."
+            "keras_vit.checkpoint.convert) and pass --model instead."
         ) from None
     if not os.path.isfile(npz) and "://" not in npz:
         raise UsageError(f"--npz {npz!r} is not a file.")
@@ -143,7 +143,7 @@ def load_images(
     """
     import tensorflow as tf
 
-    from keras_vit import preprocessing
+    from keras_vit.data import preprocessing
 
     files = _list_images(paths)
     images = []
@@ -175,7 +175,7 @@ def digits_images(
     import tensorflow as tf
     from sklearn.datasets import load_digits
 
-    from keras_vit import preprocessing
+    from keras_vit.data import preprocessing
 
     digits = load_digits()
     if not 1 <= count <= len(digits.images):

@@ -108,7 +108,7 @@ def attention_stats(
         raise ValueError(
             f"Expected images of shape (n, {', '.join(map(str, expected))}) "
             f"with n >= 1, got {images.shape}: preprocess them to the "
-            "model's input size (keras_vit.preprocessing.preprocess_eval)."
+            "model's input size (keras_vit.data.preprocessing.preprocess_eval)."
         )
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}.")

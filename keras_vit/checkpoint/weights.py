@@ -31,8 +31,8 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 import keras
 import numpy as np
 
-from keras_vit import checkpoint_io
-from keras_vit.checkpoint_io import (
+from keras_vit.checkpoint import npz as checkpoint_io
+from keras_vit.checkpoint.npz import (
     POSEMB,
     Arrays,
     Grid,

@@ -66,7 +66,7 @@ class Source:
 
 
 def _arch_from_arrays(arrays: Dict[str, Any]) -> Dict[str, Any]:
-    from keras_vit.checkpoint_io import describe_arrays
+    from keras_vit.checkpoint.npz import describe_arrays
 
     shapes = {k: tuple(v.shape) for k, v in arrays.items()}
     info = describe_arrays(shapes)
@@ -79,8 +79,8 @@ def architecture(source: Source) -> Dict[str, Any]:
     """The source's architecture: MODEL_FIELDS, num_classes and variant
     (None when it is not a named variant)."""
     if source.workdir:
-        from keras_vit import train_lib
-        from keras_vit import workdir as wd
+        from keras_vit.checkpoint import workdir as wd
+        from keras_vit.training import train_lib
 
         config = wd.read_config(source.workdir)
         model = config.model.to_dict()
@@ -99,13 +99,13 @@ def architecture(source: Source) -> Dict[str, Any]:
         info["image_size"] = config.image_size
         return info
     if source.keras_model:
-        from keras_vit import checkpoint
+        from keras_vit.checkpoint import weights as checkpoint
 
         model = keras.models.load_model(source.keras_model, compile=False)
         info = _arch_from_arrays(checkpoint.model_arrays(model))
         info["image_size"] = tuple(model.input_shape[1:3])
         return info
-    from keras_vit.checkpoint_io import normalize_layout, read_npz
+    from keras_vit.checkpoint.npz import normalize_layout, read_npz
 
     arrays, _, _ = normalize_layout(read_npz(source.npz), source.npz)
     info = _arch_from_arrays(arrays)
@@ -135,12 +135,12 @@ def architecture(source: Source) -> Dict[str, Any]:
 def model_arrays(source: Source) -> Dict[str, Any]:
     """The source's parameters in the official .npz layout."""
     if source.npz:
-        from keras_vit.checkpoint_io import normalize_layout, read_npz
+        from keras_vit.checkpoint.npz import normalize_layout, read_npz
 
         architecture(source)  # checks --variant
         arrays, _, _ = normalize_layout(read_npz(source.npz), source.npz)
         return arrays
-    from keras_vit import checkpoint
+    from keras_vit.checkpoint import weights as checkpoint
 
     return checkpoint.model_arrays(load_model(source))
 
@@ -158,7 +158,7 @@ def write_backbone(
     Returns:
         A Source for the written file.
     """
-    from keras_vit.checkpoint_io import write_npz
+    from keras_vit.checkpoint.npz import write_npz
 
     drop = ("head/",) if keep_pre_logits else ("head/", "pre_logits/")
     arrays = {
@@ -195,10 +195,10 @@ def load_model(source: Source, image_size=None) -> keras.Model:
             resolution (position embeddings resized); None keeps the
             source's (224 for an .npz, which records none).
     """
-    from keras_vit import checkpoint
+    from keras_vit.checkpoint import weights as checkpoint
 
     if source.workdir:
-        from keras_vit import workdir as wd
+        from keras_vit.checkpoint import workdir as wd
 
         model = wd.restore_model(source.workdir, use_ema=True)
     elif source.keras_model:
@@ -219,7 +219,7 @@ def load_model(source: Source, image_size=None) -> keras.Model:
         )
         return model
     if image_size is not None:
-        from keras_vit.preprocessing import as_hw
+        from keras_vit.data.preprocessing import as_hw
 
         if tuple(model.input_shape[1:3]) != as_hw(image_size):
             model = checkpoint.rebuild_at_resolution(model, image_size)

@@ -1,4 +1,4 @@
-"""Command line of `python -m keras_vit.export` (see `keras_vit.export`).
+"""Command line of `python -m keras_vit.export.saved_model` (see `keras_vit.export.saved_model`).
 
 Exactly one model source: --keras_model (a .keras file), --npz (an official
 checkpoint, with --variant, --num_classes and --image_size) or --workdir (a
@@ -23,9 +23,9 @@ class UsageError(ValueError):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """argparse.ArgumentParser. The options of `python -m keras_vit.export`."""
+    """argparse.ArgumentParser. The options of `python -m keras_vit.export.saved_model`."""
     p = argparse.ArgumentParser(
-        prog="python -m keras_vit.export",
+        prog="python -m keras_vit.export.saved_model",
         description="Export a ViT classifier as a versioned SavedModel for "
         "TF Serving.",
     )
@@ -107,7 +107,7 @@ def load_source_model(args: argparse.Namespace) -> keras.Model:
             image_size=args.image_size,
             representation_size=args.representation_size,
         )
-    workdir = _lazy_import("keras_vit.workdir", "--workdir")
+    workdir = _lazy_import("keras_vit.checkpoint.workdir", "--workdir")
     return workdir.restore_model(args.workdir, use_ema=not args.no_ema)
 
 
@@ -137,8 +137,8 @@ def model_from_npz(
     Returns:
         keras.Model. The float32 classifier, its head from the file.
     """
-    checkpoint = _lazy_import("keras_vit.checkpoint", "--npz")
-    from keras_vit import checkpoint_io
+    checkpoint = _lazy_import("keras_vit.checkpoint.weights", "--npz")
+    from keras_vit.checkpoint import npz as checkpoint_io
     from keras_vit.model import create_model
 
     arrays, layout, ignored = checkpoint_io.normalize_layout(
@@ -200,7 +200,7 @@ def class_names_from_args(args: argparse.Namespace) -> Optional[List[str]]:
         with open(args.class_names_file, encoding="utf-8") as f:
             return [line.rstrip("\r\n") for line in f if line.strip()]
     if args.workdir:
-        workdir = _lazy_import("keras_vit.workdir", "--workdir")
+        workdir = _lazy_import("keras_vit.checkpoint.workdir", "--workdir")
         return workdir.read_class_names(args.workdir)
     return None
 
@@ -224,7 +224,7 @@ def resize_size_from_args(args: argparse.Namespace) -> Optional[int]:
     """int or None. --resize_size, else a workdir's eval_resize_size."""
     if args.resize_size is not None or not args.workdir:
         return args.resize_size
-    workdir = _lazy_import("keras_vit.workdir", "--workdir")
+    workdir = _lazy_import("keras_vit.checkpoint.workdir", "--workdir")
     pp = workdir.read_config(args.workdir).get("pp", None) or {}
     # The run evaluated with this preprocessing; serving must match it.
     return pp.get("eval_resize_size", None)
@@ -232,7 +232,7 @@ def resize_size_from_args(args: argparse.Namespace) -> Optional[int]:
 
 def export_from_args(args: argparse.Namespace) -> str:
     """str. Exports the model `args` describe; the new version's path."""
-    from keras_vit.export import export_model
+    from keras_vit.export.saved_model import export_model
 
     model = load_source_model(args)
     return export_model(

@@ -153,7 +153,7 @@ def restore_model(workdir: str, *, use_ema: bool = True, checkpoint=None):
         ValueError: the checkpoint holds another model than config.json
             describes (see `check_checkpoint`).
     """
-    from keras_vit import train_lib
+    from keras_vit.training import train_lib
 
     config = read_config(workdir)
     directory = os.path.join(workdir, CHECKPOINTS)

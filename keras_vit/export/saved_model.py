@@ -3,17 +3,17 @@
     export_model(model, "exports", model_name="vit", class_names=names)
 
 writes `exports/vit/<next version>/` (signatures `serving_default` on image
-bytes, `predict_images` on pixels, `features`; see `keras_vit.export_graph`),
+bytes, `predict_images` on pixels, `features`; see `keras_vit.export.graph`),
 a warm-up file for TF Serving, and adds the model to `exports/models.config`.
 
 From the command line, from a `.keras` file, an official `.npz` checkpoint
 or a training workdir:
 
-    python -m keras_vit.export --export_dir exports --model_name vit \
+    python -m keras_vit.export.saved_model --export_dir exports --model_name vit \
         --keras_model model.keras
-    python -m keras_vit.export --export_dir exports --model_name vit_b16 \
+    python -m keras_vit.export.saved_model --export_dir exports --model_name vit_b16 \
         --npz ViT-B_16.npz --variant B/16 --num_classes 1000 --image_size 384
-    python -m keras_vit.export --export_dir exports --workdir runs/digits
+    python -m keras_vit.export.saved_model --export_dir exports --workdir runs/digits
 
 A version is written under a dotted temporary name and renamed when
 complete, so a crash never leaves a half-written version that a server would
@@ -31,7 +31,9 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_vit import export_files, export_graph, preprocessing
+from keras_vit.data import preprocessing
+from keras_vit.export import files as export_files
+from keras_vit.export import graph as export_graph
 
 # Probabilities from the written SavedModel must match the Keras model on
 # the same images this closely, or the export is rejected.
@@ -294,11 +296,3 @@ def _write_extras(path, model_name, names, images, size, top_k, model,
     }
     with tf.io.gfile.GFile(export_files.join(extra, "export.json"), "w") as f:
         json.dump(info, f, indent=2)
-
-
-if __name__ == "__main__":
-    import sys
-
-    from keras_vit.export_cli import main
-
-    sys.exit(main())

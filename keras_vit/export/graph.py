@@ -1,7 +1,7 @@
 """The serving graph of an exported ViT: signatures, preprocessing, float32.
 
 Three endpoints, all preprocessing inside the graph exactly as evaluation
-does (`keras_vit.preprocessing.decode_image` + `preprocess_eval`), so a client
+does (`keras_vit.data.preprocessing.decode_image` + `preprocess_eval`), so a client
 sends images as they are:
 
 - `serving_default(image_bytes)`: encoded JPEG / PNG / GIF / BMP bytes
@@ -11,7 +11,7 @@ sends images as they are:
   [batch, height, width, 3], any height and width -> the same outputs.
 - `features(image_bytes)`: encoded bytes -> the pre-logits representation.
 
-`keras_vit.export` writes these to disk; this module only builds them.
+`keras_vit.export.saved_model` writes these to disk; this module only builds them.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Optional, Sequence
 import keras
 import tensorflow as tf
 
-from keras_vit import preprocessing
+from keras_vit.data import preprocessing
 from keras_vit.model import features_model
 
 SIGNATURES = ("serving_default", "predict_images", "features")

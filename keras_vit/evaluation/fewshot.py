@@ -25,7 +25,8 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from keras_vit import input_pipeline, vtab
+from keras_vit.data import pipeline as input_pipeline
+from keras_vit.data import vtab
 
 BIAS_FEATURE = 100.0
 L2_REG = 1024.0

@@ -19,11 +19,14 @@ import keras
 import tensorflow as tf
 from absl import logging
 
-from keras_vit import data_checks, distribute, input_pipeline, optim
-from keras_vit import workdir as wd
+from keras_vit import optim
+from keras_vit.checkpoint import workdir as wd
+from keras_vit.data import checks as data_checks
+from keras_vit.data import pipeline as input_pipeline
 from keras_vit.model import create_model
-from keras_vit.resume import TrainingError, restore_latest
-from keras_vit.trainer import Trainer
+from keras_vit.training import distribute
+from keras_vit.training.resume import TrainingError, restore_latest
+from keras_vit.training.trainer import Trainer
 
 __all__ = ["TrainingError", "build_trainer", "train_and_evaluate"]
 
@@ -141,7 +144,7 @@ def _initialise_from(config, model: keras.Model) -> None:
     init = config.get("init", None)
     if not init:
         return
-    from keras_vit import checkpoint
+    from keras_vit.checkpoint import weights as checkpoint
 
     chosen = [k for k in ("npz", "keras_model", "workdir") if init.get(k)]
     if len(chosen) > 1:
@@ -454,7 +457,7 @@ def _train_loop(
     logging.info("Final %s metrics: %s", eval_split, final)
     export = config.get("export", None)
     if chief and export and export.get("enabled"):
-        from keras_vit import export as export_lib
+        from keras_vit.export import saved_model as export_lib
 
         if trainer.has_ema:
             trainer.swap_ema_weights()

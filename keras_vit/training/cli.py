@@ -40,7 +40,7 @@ def _define_common_flags():
 def _train(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-    from keras_vit import distribute, train_lib
+    from keras_vit.training import distribute, train_lib
 
     logging.set_verbosity(logging.INFO)
     strategy = distribute.create_strategy(FLAGS.strategy, FLAGS.tpu)

@@ -25,7 +25,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 import tensorflow as tf
 from absl import logging
 
-from keras_vit import preprocessing as pp
+from keras_vit.data import preprocessing as pp
 
 NATURAL = "natural"
 SPECIALIZED = "specialized"
@@ -363,7 +363,7 @@ def select_tasks(spec: Union[str, Sequence[str], None]) -> List[Task]:
 def dataset_info(name: str, data_dir: Optional[str] = None):
     """`input_pipeline.DatasetInfo` of a task (its class count, not the
     TFDS feature's)."""
-    from keras_vit.input_pipeline import DatasetInfo
+    from keras_vit.data.pipeline import DatasetInfo
 
     task = get_task(name)
     builder = task.builder(data_dir)

@@ -1,10 +1,10 @@
 """Converts an official ViT .npz checkpoint into a Keras `.keras` model.
 
-    python -m keras_vit.convert --npz ViT-B_16.npz --variant B/16 \\
+    python -m keras_vit.checkpoint.convert --npz ViT-B_16.npz --variant B/16 \\
         --num_classes 1000 --image_size 384 --output vit_b16_384.keras
 
 builds `keras_vit.create_model(variant, ...)`, loads the checkpoint
-(`keras_vit.checkpoint.load_npz`: head kept when the class count matches,
+(`keras_vit.checkpoint.weights.load_npz`: head kept when the class count matches,
 else zero-initialised; position embedding resized to the image size) and
 writes the model atomically: a crash never leaves a partial file at
 `--output`.
@@ -20,8 +20,8 @@ from typing import List, Optional, Sequence, Tuple, Union
 
 import keras
 
-from keras_vit import checkpoint
 from keras_vit import model as vit_model
+from keras_vit.checkpoint import weights as checkpoint
 
 
 def parse_image_size(text: str) -> Union[int, Tuple[int, int]]:
@@ -44,7 +44,7 @@ def parse_image_size(text: str) -> Union[int, Tuple[int, int]]:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m keras_vit.convert",
+        prog="python -m keras_vit.checkpoint.convert",
         description="Convert an official ViT .npz checkpoint to .keras.",
     )
     parser.add_argument(

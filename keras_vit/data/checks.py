@@ -20,7 +20,7 @@ from typing import List, Optional, Sequence, Tuple
 import tensorflow as tf
 from absl import logging
 
-from keras_vit import preprocessing as pp
+from keras_vit.data import preprocessing as pp
 
 LABEL_ERROR = "Label out of range"
 # Files named in one message; the rest are counted.
@@ -101,7 +101,7 @@ def _label_bound(config) -> Optional[int]:
     n = int(config.get("num_classes") or 0)
     if n:
         return n
-    from keras_vit import input_pipeline
+    from keras_vit.data import pipeline as input_pipeline
 
     try:
         return int(input_pipeline.dataset_info(config).num_classes)
@@ -152,7 +152,7 @@ def _splits(config) -> List[Tuple[str, str]]:
 def check_splits(config) -> None:
     """Raises ValueError at start-up for a split that does not exist (the
     digits data and image folders; TFDS checks its own when reading)."""
-    from keras_vit import input_pipeline
+    from keras_vit.data import pipeline as input_pipeline
 
     if config.get("vtab_task") or config.get("dataset") not in (
         input_pipeline.DIGITS, input_pipeline.FOLDER
@@ -175,7 +175,7 @@ def explain_input_error(config, error: Exception) -> Optional[Exception]:
     Label errors keep their own message; for image folders, the splits of
     the run are decoded again to name the files that fail.
     """
-    from keras_vit import input_pipeline
+    from keras_vit.data import pipeline as input_pipeline
 
     text = str(error)
     match = re.search(re.escape(LABEL_ERROR) + r"[^\]]*", text)

@@ -33,8 +33,11 @@ import ml_collections
 import tensorflow as tf
 from absl import logging
 
-from keras_vit import distribute, pretrained, reports, train_lib, vtab
-from keras_vit import workdir as wd
+from keras_vit.checkpoint import loader as pretrained
+from keras_vit.checkpoint import workdir as wd
+from keras_vit.data import vtab
+from keras_vit.evaluation import reports
+from keras_vit.training import distribute, train_lib
 
 BACKBONE = "backbone.npz"
 BACKBONE_SOURCE = "backbone.json"

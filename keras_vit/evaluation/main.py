@@ -28,7 +28,7 @@ from typing import Dict, Optional
 
 from absl import app, flags, logging
 
-from keras_vit import cli
+from keras_vit.training import cli
 
 FLAGS = flags.FLAGS
 MODES = ("eval", "fewshot", "vtab")
@@ -89,8 +89,8 @@ def evaluate_model(
     import keras
     import tensorflow as tf
 
-    from keras_vit import input_pipeline
-    from keras_vit.trainer import per_example_loss
+    from keras_vit.data import pipeline as input_pipeline
+    from keras_vit.training.trainer import per_example_loss
 
     strategy = strategy or tf.distribute.get_strategy()
     num_classes = int(model.output_shape[-1])
@@ -140,7 +140,7 @@ def evaluate_model(
 
 
 def _source():
-    from keras_vit import pretrained
+    from keras_vit.checkpoint import loader as pretrained
 
     return pretrained.Source(
         workdir=FLAGS.workdir, keras_model=FLAGS.keras_model, npz=FLAGS.npz,
@@ -149,7 +149,7 @@ def _source():
 
 
 def _write(path: str, text: str) -> None:
-    from keras_vit import workdir as wd
+    from keras_vit.checkpoint import workdir as wd
 
     wd.atomic_write(path, text)
     logging.info("Wrote %s", path)
@@ -158,8 +158,9 @@ def _write(path: str, text: str) -> None:
 def _eval_mode(source, strategy) -> Dict:
     import ml_collections
 
-    from keras_vit import input_pipeline, pretrained
-    from keras_vit import workdir as wd
+    from keras_vit.checkpoint import loader as pretrained
+    from keras_vit.checkpoint import workdir as wd
+    from keras_vit.data import pipeline as input_pipeline
 
     if FLAGS.config is not None:
         base = FLAGS.config.to_dict()
@@ -214,7 +215,8 @@ def _eval_mode(source, strategy) -> Dict:
 
 
 def _fewshot_mode(source, strategy) -> Dict:
-    from keras_vit import fewshot, pretrained, reports
+    from keras_vit.checkpoint import loader as pretrained
+    from keras_vit.evaluation import fewshot, reports
 
     config = FLAGS.config
     datasets = [
@@ -247,7 +249,7 @@ def _fewshot_mode(source, strategy) -> Dict:
 
 
 def _vtab_mode(source, strategy) -> Dict:
-    from keras_vit import vtab_run
+    from keras_vit.evaluation import vtab_run
 
     out = vtab_run.run(FLAGS.config, source, FLAGS.output_dir, strategy,
                        tasks=FLAGS.tasks, model_name=FLAGS.name)
@@ -275,7 +277,8 @@ def _main(argv) -> None:
                 f"--mode={FLAGS.mode} needs {' and '.join(missing)} "
                 f"(e.g. --config=configs/{FLAGS.mode}.py)."
             )
-    from keras_vit import distribute, vtab
+    from keras_vit.data import vtab
+    from keras_vit.training import distribute
 
     try:
         source = _source()

@@ -20,8 +20,8 @@ from typing import Dict, List, Mapping, Optional, Sequence
 
 import tensorflow as tf
 
-from keras_vit import vtab
-from keras_vit import workdir as wd
+from keras_vit.checkpoint import workdir as wd
+from keras_vit.data import vtab
 
 RESULTS_JSONL = "results.jsonl"
 RESULTS_CSV = "results.csv"

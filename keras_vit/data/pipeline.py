@@ -34,9 +34,9 @@ from typing import Callable, Dict, List, Optional, Tuple
 import numpy as np
 import tensorflow as tf
 
-from keras_vit import data_checks
-from keras_vit import preprocessing as pp
-from keras_vit.preprocessing import from_config as make_preprocess_fn
+from keras_vit.data import checks as data_checks
+from keras_vit.data import preprocessing as pp
+from keras_vit.data.preprocessing import from_config as make_preprocess_fn
 
 DIGITS = "digits"
 FOLDER = "folder"
@@ -208,7 +208,7 @@ def folder_split(root: str, split: str) -> Tuple[List[str], np.ndarray]:
 def dataset_info(config) -> DatasetInfo:
     """Number of classes, split sizes and class names of a data source."""
     if config.get("vtab_task"):
-        from keras_vit import vtab
+        from keras_vit.data import vtab
 
         return vtab.dataset_info(config.vtab_task, config.get("data_dir"))
     name = config.dataset
@@ -247,7 +247,7 @@ def _tfds_builder(config):
     import tensorflow_datasets as tfds
 
     if config.get("vtab_task"):
-        from keras_vit import vtab
+        from keras_vit.data import vtab
 
         return vtab.get_task(config.vtab_task).builder(config.get("data_dir"))
     try:
@@ -349,7 +349,7 @@ def _tfds_shard(config, split, training, input_context, seed) -> _Shard:
         return example[image_key], tf.cast(example[label_key], tf.int32)
 
     if config.get("vtab_task"):  # the task's image and derived label
-        from keras_vit import vtab
+        from keras_vit.data import vtab
 
         to_pair = vtab.get_task(config.vtab_task).example_fn
     ds = ds.map(to_pair, num_parallel_calls=tf.data.AUTOTUNE)

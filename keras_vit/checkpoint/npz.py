@@ -1,6 +1,6 @@
 """Reading, writing and converting official .npz arrays (NumPy only).
 
-The model-independent half of `keras_vit.checkpoint`: safe reading of .npz
+The model-independent half of `keras_vit.checkpoint.weights`: safe reading of .npz
 files (no pickles, clear errors for truncated or foreign files), atomic
 writing, conversion of training and big_vision layouts to the official one,
 the architecture a file implies (for "wrong variant" errors), the load

@@ -24,7 +24,7 @@ from typing import List, Optional, Sequence, Union
 import numpy as np
 import tensorflow as tf
 
-from keras_vit import preprocessing
+from keras_vit.data import preprocessing
 
 WARMUP_FILE = "tf_serving_warmup_requests"
 # TF Serving reads at most this many warm-up records.
