@@ -3,10 +3,11 @@
     python benchmarks/export_latency.py --variant Ti/16 --image_size 224 \
         --batch_sizes 1,32 --repeats 10 --output benchmarks/results/export
 
-Exports a freshly initialised model with `keras_vit.export.saved_model.export_model`,
-reloads it with `tf.saved_model.load` (what TF Serving runs, minus the
-server) and times, per batch size, milliseconds per image (median over
-`--repeats` timed calls after `--warmup` untimed ones) of:
+Exports a freshly initialised model with
+`keras_vit.export.saved_model.export_model`, reloads it with
+`tf.saved_model.load` (what TF Serving runs, minus the server) and times,
+per batch size, milliseconds per image (median over `--repeats` timed
+calls after `--warmup` untimed ones) of:
 
   * savedmodel/serving_default: JPEG bytes in; decoding, resizing and the
     model all in the graph;
@@ -49,8 +50,8 @@ from keras_vit.data import preprocessing  # noqa: E402
 from keras_vit.export.saved_model import export_model  # noqa: E402
 
 
-def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
-    """argv: list of str or None. Command-line arguments (sys.argv if None)."""
+def build_parser() -> argparse.ArgumentParser:
+    """argparse.ArgumentParser. The benchmark's options."""
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--variant", default="Ti/16", help="e.g. Ti/16, B/16")
     p.add_argument("--image_size", type=int, default=224)
@@ -66,7 +67,12 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                    help="where to export (default: a temporary folder)")
     p.add_argument("--output", default=None,
                    help="write NAME.json and NAME.md")
-    return p.parse_args(argv)
+    return p
+
+
+def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
+    """argv: list of str or None. Command-line arguments (sys.argv if None)."""
+    return build_parser().parse_args(argv)
 
 
 def make_jpegs(count: int, size: Sequence[int], seed: int = 0) -> List[bytes]:

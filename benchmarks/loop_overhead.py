@@ -62,7 +62,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import throughput  # noqa: E402  (beside this file: machine_info)
 import throughput_report as report  # noqa: E402
 
-from keras_vit.data import pipeline as input_pipeline
+from keras_vit import build  # noqa: E402
+from keras_vit.data import pipeline as input_pipeline  # noqa: E402
 from keras_vit.training import train_lib  # noqa: E402
 
 _CONFIG = config_flags.DEFINE_config_file(
@@ -83,8 +84,8 @@ _OUTPUT = flags.DEFINE_string(
 
 def _trainer(config, num_classes: int):
     return train_lib.build_trainer(
-        config, train_lib.build_model(config, num_classes),
-        train_lib.build_optimizer(config), tf.distribute.get_strategy(),
+        config, build.build_model(config, num_classes),
+        build.build_optimizer(config), tf.distribute.get_strategy(),
         num_classes,
     )
 
@@ -135,7 +136,7 @@ def time_train_lib(config, k: int, steps: int, synthetic: bool):
         config.log_every_steps = k
         config.total_steps = (loops + 1) * k  # the first call compiles
         config.optimizer.warmup_steps = min(  # the schedule's cost is alike
-            config.optimizer.get("warmup_steps", 0), config.total_steps // 2
+            config.optimizer.warmup_steps, config.total_steps // 2
         )
         config.eval_every_steps = 0
         config.checkpoint_every_steps = 0

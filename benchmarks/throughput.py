@@ -56,8 +56,9 @@ import keras_vit  # noqa: E402
 from keras_vit.model import decode_variant  # noqa: E402
 
 
-def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
-    """argv: list of str or None. Command-line arguments (sys.argv if None)."""
+def build_parser() -> argparse.ArgumentParser:
+    """argparse.ArgumentParser. The benchmark's options (parse_args also
+    checks their values)."""
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--variant", default="B/16", help="e.g. Ti/16, B/16")
     p.add_argument("--image_size", type=int, default=224)
@@ -89,6 +90,12 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                        help="override the variant's size")
     p.add_argument("--output", required=True,
                    help="path prefix: writes PREFIX.json and PREFIX.md")
+    return p
+
+
+def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
+    """argv: list of str or None. Command-line arguments (sys.argv if None)."""
+    p = build_parser()
     args = p.parse_args(argv)
     modes = [m.strip() for m in args.mode.split(",") if m.strip()]
     bad = [m for m in modes if m not in ("train", "infer")]

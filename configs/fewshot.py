@@ -10,7 +10,8 @@ targets in closed form; top-1 accuracy on the test split.
 Some data sets only: `--config=configs/fewshot.py:cifar100,pets`. A quick
 check without downloads: `--config=configs/fewshot.py:digits` with a
 digits run (`--workdir=/tmp/vit_digits --config.image_size=32
---config.resize_size=None`).
+--config.pp.eval_resize_size=32`: resized to 32, the whole image as
+its crop).
 
 Expected: ViT-B/16 and L/16 pre-trained on ImageNet-21k are well above
 chance already at 1 shot and improve steadily to 25 shots (paper Figure 2 /
@@ -19,7 +20,7 @@ ImageNet needs the manual download into <data_dir>/downloads/manual/; a
 data set that cannot be prepared is reported and skipped.
 """
 
-import ml_collections
+from keras_vit.config import base_config
 
 # name -> (data source, few-shot training pool, test split)
 DATASETS = {
@@ -46,27 +47,17 @@ def get_config(arg=None):
             f"Unknown few-shot data set(s) {unknown}: choose from "
             f"{', '.join(known)}."
         )
-    c = ml_collections.ConfigDict()
-    # TFDS data directory (may be gs://); None: the TFDS default.
-    c.data_dir = ml_collections.config_dict.placeholder(str)
-    # Download and prepare missing data with TFDS.
-    c.download = True
-    # Preprocessing: resize to resize_size, central image_size crop (None:
-    # resize straight to image_size).
-    c.image_size = 224
-    c.resize_size = ml_collections.config_dict.placeholder(int)
-    c.resize_size = 256
+    c = base_config()
+    # Resize to 256, then the central 224 (image_size) crop.
+    c.pp.eval_resize_size = 256
     # Feature-extraction batch (all replicas).
     c.batch_size = 256
-    # Training examples per class, and random draws per shot count.
-    c.shots = (1, 5, 10, 25)
-    c.seeds = (0, 1, 2)
-    # Ridge strength of the closed-form least squares (big_vision: 2**10).
-    c.l2_reg = 1024.0
     # Data sets: name -> data source and splits.
-    c.datasets = ml_collections.ConfigDict({
+    c.fewshot.datasets = {
         name: dict(dataset=d, train_split=tr, test_split=te)
         for name, (d, tr, te) in known.items()
         if (name in names) or (not names and name in DATASETS)
-    })
+    }
+    # A new sub-dict: lock it too.
+    c.lock()
     return c

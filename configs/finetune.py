@@ -26,7 +26,7 @@ VTAB 72.72% (mean of 19 tasks); ViT-B/16 is a little lower. Table 4 lists
 the learning rates swept per dataset (`lrs` below); the best one was kept.
 """
 
-import ml_collections
+from keras_vit.config import base_config
 
 # Paper Table 4 (steps, swept learning rates) with the splits of the
 # official fine-tuning code: part of the training split is held out as a
@@ -110,33 +110,19 @@ def get_config(arg=None):
     init = args["init"] or (
         f"{CHECKPOINTS}/ViT-{variant.replace('/', '_')}.npz"
     )
-    placeholder = ml_collections.config_dict.placeholder
-    c = ml_collections.ConfigDict()
-    # Random seed for the head, data order and augmentation.
-    c.seed = 0
+    c = base_config()
     # Data source: a TFDS name (or "folder" with data_dir/<split>/<class>/).
     c.dataset = name
-    # A VTAB-1k task (keras_vit/data/vtab.py): its TFDS data and derived labels.
-    c.vtab_task = placeholder(str)
-    # TFDS / image-folder directory (may be gs://); None: TFDS default.
-    c.data_dir = placeholder(str)
-    # Image folders: leave out files that do not decode (logged) instead of
-    # stopping with an error that names them.
-    c.skip_bad_images = False
     # Training split, the held-out split for periodic evaluation, and the
-    # split of the final (reported) evaluation.
+    # split of the final (reported) evaluation (official fine-tuning code).
     c.train_split = row["train"]
     c.val_split = row["val"]
     c.eval_split = row["test"]
-    # TFDS feature names of the image and the label.
-    c.image_key = "image"
-    c.label_key = "label"
-    # Number of classes; 0: read from the data source.
-    c.num_classes = 0
     if vtab_task:
         from keras_vit.data import vtab
 
         task = vtab.get_task(vtab_task)
+        # The task's TFDS data, its class count and its VTAB-1k splits.
         c.dataset, c.vtab_task = task.tfds_name, task.name
         c.num_classes = task.num_classes
         c.train_split = task.split(row["train"])
@@ -144,114 +130,41 @@ def get_config(arg=None):
         c.eval_split = task.split(row["test"])
     # Fine-tuning resolution (position embeddings are resized to it).
     c.image_size = 384
-    # Preprocessing: resize to image_size * 448 / 384 (follows image_size
-    # overrides), random image_size crop, flip; evaluation: resize to
-    # image_size. VTAB: resize only (crops and flips would change the
-    # labels of the structured tasks).
-    c.pp = ml_collections.ConfigDict(
-        dict(
-            train="eval" if vtab_task else "finetune",
-            resize_size=c.get_ref("image_size") * 448 // 384,
-            flip=not vtab_task,
-            area_range=(0.05, 1.0),
-            eval_resize_size=placeholder(int),
-        )
-    )
-    # Model: the pre-trained variant; a new zero-initialised head without
-    # the pre-logits layer; no dropout.
-    c.model = ml_collections.ConfigDict(
-        dict(
-            variant=variant,
-            # Explicit sizes override the variant's (None: the variant's).
-            patch_size=placeholder(int),
-            hidden_size=placeholder(int),
-            num_layers=placeholder(int),
-            num_heads=placeholder(int),
-            mlp_dim=placeholder(int),
-            pooling="token",
-            representation_size=placeholder(int),
-            dropout_rate=0.0,
-            attention_dropout_rate=0.0,
-            head_zero_init=True,
-        )
-    )
-    # Examples per optimizer update (all replicas and micro-batches).
-    c.batch_size = 512
+    # Resize to image_size * 448 / 384 (follows image_size overrides),
+    # random image_size crop, flip (the base's "finetune").
+    c.pp.resize_size = c.get_ref("image_size") * 448 // 384
+    if vtab_task:
+        # VTAB: resize only (crops and flips would change the labels of
+        # the structured tasks).
+        c.pp.train = "eval"
+        c.pp.flip = False
+    # The pre-trained variant; a new zero-initialised head without the
+    # pre-logits layer, no dropout (the base's).
+    c.model.variant = variant
     # Examples per evaluation batch (all replicas together).
     c.eval_batch_size = 512
     # Optimizer updates (paper Table 4).
     c.total_steps = row["steps"]
     # SGD with momentum 0.9, linear warm-up then cosine decay to 0, no
-    # weight decay; lr from the table (Table 4 sweeps `lrs`).
-    c.optimizer = ml_collections.ConfigDict(
-        dict(
-            name="sgd",
-            lr=float(args["lr"] or row["lr"]),
-            momentum=0.9,
-            nesterov=False,
-            warmup_steps=row["warmup"],
-            decay_type="cosine",
-            end_lr=0.0,
-            weight_decay=0.0,
-        )
-    )
-    # Clip the global gradient norm (paper: 1).
-    c.grad_clip_norm = 1.0
-    # A step whose loss or gradient norm is NaN/Inf: False stops training;
-    # True skips that update (counted in the log and metrics.json).
-    c.skip_nonfinite = False
-    # Micro-batches per update (gradient accumulation; the official code
-    # uses 8 on one TPU v3-8 host).
-    c.accumulation_steps = 1
-    # "softmax_xent" or "sigmoid_xent"; label smoothing.
-    c.loss = "softmax_xent"
-    c.label_smoothing = 0.0
-    # "float32" or "bfloat16" (mixed_bfloat16: bf16 compute, f32 weights;
-    # the choice on TPUs and recent GPUs).
-    c.dtype = "float32"
-    # Polyak/EMA decay (paper: 0.9999 for its best ImageNet results); 0
-    # disables it. Evaluation and export then use the averaged weights.
-    c.ema_decay = 0.0
-    # XLA-compile the forward/backward pass of each replica.
-    c.jit_compile = True
-    # Training steps per host call.
-    c.steps_per_loop = 50
-    # Benchmarking: train on the first batch of the pipeline, repeated, to
-    # time the training loop without its input work.
-    c.synthetic_data = False
-    # Logging, periodic evaluation and checkpoint intervals (steps).
+    # weight decay; lr from the table (Table 4 sweeps `lrs`). The official
+    # code accumulates 8 micro-batches on one TPU v3-8 host
+    # (--config.accumulation_steps=8).
+    c.optimizer.name = "sgd"
+    c.optimizer.lr = float(args["lr"] or row["lr"])
+    c.optimizer.warmup_steps = row["warmup"]
+    # Log often, evaluate and checkpoint ten times per run.
     c.log_every_steps = 50
     c.eval_every_steps = max(row["steps"] // 10, 50)
     c.checkpoint_every_steps = max(row["steps"] // 10, 50)
-    c.keep_checkpoints = 3
     # The input iterator is not checkpointed (its 50k-example shuffle
     # buffer would weigh on every checkpoint); a resumed run draws a new
     # data order.
     c.checkpoint_iterator = False
-    # Shuffle buffer (encoded images, per input pipeline); keep the
-    # encoded training split in memory (the small data sets) or every
-    # split; batches prefetched (-1: auto).
+    # A 50k-example shuffle buffer; the small data sets keep their encoded
+    # training split in memory.
     c.shuffle_buffer = 50_000
     c.cache_train = row["cache"]
-    c.cache = False
-    c.prefetch = -1
     # Initialisation: the pre-trained weights (head re-initialised, position
-    # embeddings resized); keep_pre_logits keeps a pre-logits layer.
-    c.init = ml_collections.ConfigDict(
-        dict(
-            npz=placeholder(str),
-            keras_model=placeholder(str),
-            workdir=placeholder(str),
-            keep_pre_logits=False,
-        )
-    )
+    # embeddings resized).
     c.init.update({k: v for k, v in _init(init).items() if v})
-    # SavedModel export at the end of the run.
-    c.export = ml_collections.ConfigDict(
-        dict(
-            enabled=False,
-            export_dir=placeholder(str),
-            model_name="vit",
-        )
-    )
     return c

@@ -20,71 +20,29 @@ Resisc45 and Retinopathy need a manual download into
 <data_dir>/downloads/manual/ (the run says what is missing and goes on).
 """
 
-import ml_collections
+from keras_vit.config import base_config
 
 
 def get_config(arg=None):
     del arg
-    c = ml_collections.ConfigDict()
-    # Random seed for the head, data order and augmentation.
-    c.seed = 0
-    # TFDS data directory (may be gs://); None: the TFDS default.
-    c.data_dir = ml_collections.config_dict.placeholder(str)
-    # Download and prepare missing task data with TFDS.
-    c.download = True
-    # Manually downloaded files (Resisc45, Retinopathy); None:
-    # <data_dir>/downloads/manual.
-    c.manual_dir = ml_collections.config_dict.placeholder(str)
-    # Fine-tuning resolution (the paper's 384).
+    c = base_config()
+    # The paper's fine-tuning resolution.
     c.image_size = 384
-    # Preprocessing: resize to image_size only ("eval"). No random crop or
-    # flip: they would change the labels of the structured tasks (object
-    # positions, orientations, azimuths).
-    c.pp = ml_collections.ConfigDict(dict(train="eval", flip=False))
-    # Regularisation of the fine-tuned model (the architecture comes from
-    # the pre-trained model).
-    c.model = ml_collections.ConfigDict(
-        dict(dropout_rate=0.0, attention_dropout_rate=0.0)
-    )
-    # Keep the pre-trained pre-logits layer (the paper drops the whole
-    # pre-training head).
-    c.keep_pre_logits = False
-    # Examples per update (all replicas together), and per eval batch.
-    c.batch_size = 512
+    # Resize to image_size only: no random crop or flip, which would change
+    # the labels of the structured tasks (object positions, orientations,
+    # azimuths).
+    c.pp.train = "eval"
+    c.pp.flip = False
+    # Evaluation batch as training's. (The architecture comes from the
+    # pre-trained model: config.model only sets its dropout, none here.)
     c.eval_batch_size = 512
-    # Optimizer updates per task.
+    # Optimizer updates per task: SGD with momentum, cosine decay, no
+    # warm-up, no weight decay.
     c.total_steps = 2500
-    # SGD with momentum, cosine decay, no warm-up, no weight decay.
-    c.optimizer = ml_collections.ConfigDict(
-        dict(
-            name="sgd",
-            lr=0.01,
-            momentum=0.9,
-            nesterov=False,
-            warmup_steps=0,
-            decay_type="cosine",
-            weight_decay=0.0,
-        )
-    )
-    # Clip the global gradient norm (paper: 1).
-    c.grad_clip_norm = 1.0
-    # Micro-batches per update: raise it when 512 images at 384 do not fit.
-    c.accumulation_steps = 1
-    # Loss and label smoothing.
-    c.loss = "softmax_xent"
-    c.label_smoothing = 0.0
-    # "float32" or "bfloat16" (bf16 compute, f32 weights).
-    c.dtype = "float32"
-    # No Polyak averaging for VTAB.
-    c.ema_decay = 0.0
-    # XLA-compile each replica's forward/backward pass.
-    c.jit_compile = True
-    # Training steps per host call; logging and checkpoint intervals.
-    c.steps_per_loop = 50
-    # Benchmarking: train on the first batch of the pipeline, repeated, to
-    # time the training loop without its input work.
-    c.synthetic_data = False
-    c.log_every_steps = 100
+    c.optimizer.name = "sgd"
+    c.optimizer.lr = 0.01
+    # Checkpoint every 500 steps, keep one (nineteen tasks' worth of
+    # checkpoints add up).
     c.checkpoint_every_steps = 500
     c.keep_checkpoints = 1
     # The 1,000 training examples are cached in memory (decoded); the
@@ -94,19 +52,4 @@ def get_config(arg=None):
     # Checkpointing the iterator would store the shuffle buffer of raw
     # images in every checkpoint.
     c.checkpoint_iterator = False
-    c.vtab = ml_collections.ConfigDict(
-        dict(
-            # Tasks and groups: "all", "natural", "specialized",
-            # "structured" or task names, comma-separated (--tasks wins).
-            tasks="all",
-            # Keep each task's checkpoints after scoring (large).
-            keep_checkpoints=False,
-            # The optional sweep: every (lr, steps) pair trained on
-            # train800 and scored on val200; the best is retrained on
-            # train800val200 and scored on test.
-            sweep=ml_collections.ConfigDict(
-                dict(enabled=False, lrs=(0.001, 0.01), steps=(500, 2500))
-            ),
-        )
-    )
     return c

@@ -48,12 +48,17 @@ def random_shift(images: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     return out
 
 
-def main() -> None:
+def build_parser() -> argparse.ArgumentParser:
+    """argparse.ArgumentParser. The script's options."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--output_dir", default="docs/images")
     parser.add_argument("--epochs", type=int, default=15)
     parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = build_parser().parse_args()
 
     keras.utils.set_random_seed(args.seed)
     rng = np.random.default_rng(args.seed)

@@ -33,6 +33,10 @@ from keras_vit.model import (
     create_model,
     decode_variant,
     features_model,
+    input_image_size,
+    intermediate_model,
+    model_stride,
+    with_dynamic_image_size,
 )
 from keras_vit.resnet import ResNetStem
 
@@ -65,6 +69,10 @@ __all__ = [
     "create_model",
     "decode_variant",
     "features_model",
+    "input_image_size",
+    "intermediate_model",
+    "model_stride",
+    "with_dynamic_image_size",
     *_LAZY,
 ]
 

@@ -5,6 +5,10 @@ Portable Keras 3 (`keras.ops` only), under the same rules as
 constructor arguments, builds its weights in `build()` and returns exactly
 those arguments from `get_config()`. Weight names mirror the official Flax
 implementation (`embedding`, `cls`, `pos_embedding`).
+
+The one exception to `keras.ops` only: on the TensorFlow backend, an image
+size known only at run time is checked with a TensorFlow assertion, since
+Keras has no portable op that fails a graph with a message.
 """
 
 from __future__ import annotations
@@ -103,6 +107,75 @@ class ClassToken(keras.layers.Layer):
         return (input_shape[0], n, input_shape[2])
 
 
+def interpolation_matrix(old: int, new, dtype: str = "float32"):
+    """(new, old) weights of linear interpolation with the corners aligned.
+
+    Row i samples old position i * (old - 1) / (new - 1), the convention of
+    `keras_vit.checkpoint.npz.resize_position_embedding` (the official
+    `scipy.ndimage.zoom(order=1)`), written as the hat function
+    max(0, 1 - |coordinate - j|) so that it needs only `new` as a tensor:
+    the same two non-zero weights (1 - t, t) per row. `new` may be a
+    run-time scalar, so the matrix follows the input size in a graph.
+    """
+    new_float = ops.cast(new, "float32")
+    step = ops.cast(old - 1, "float32") / ops.maximum(new_float - 1.0, 1.0)
+    coords = ops.cast(ops.arange(new), "float32") * step
+    source = ops.cast(ops.arange(old), "float32")
+    weights = ops.relu(1.0 - ops.abs(coords[:, None] - source[None, :]))
+    return ops.cast(weights, dtype)
+
+
+def resize_grid(table, old_grid, new_grid, num_prefix_tokens: int = 0):
+    """A (1, prefix + rows * cols, D) position table at another patch grid.
+
+    In-graph twin of `resize_position_embedding`: prefix rows kept, the
+    grid resized along rows and then columns (the loader's order), row-major
+    again. Computed in float32; `new_grid` may hold run-time scalars.
+    """
+    rows, cols = old_grid
+    depth = ops.shape(table)[-1]
+    prefix = table[:, :num_prefix_tokens]
+    grid = ops.reshape(
+        ops.cast(table[0, num_prefix_tokens:], "float32"), (rows, cols, depth)
+    )
+    grid = ops.einsum(
+        "ij,jkd->ikd", interpolation_matrix(rows, new_grid[0]), grid
+    )
+    grid = ops.einsum(
+        "lk,ikd->ild", interpolation_matrix(cols, new_grid[1]), grid
+    )
+    grid = ops.reshape(
+        ops.cast(grid, table.dtype), (1, new_grid[0] * new_grid[1], depth)
+    )
+    return ops.concatenate([prefix, grid], axis=1)
+
+
+def _assert_divisible(images, stride: int) -> None:
+    """A clear error for an image side that is not a multiple of `stride`.
+
+    Python-level when the size is known (eager calls, JAX tracing); on the
+    TensorFlow backend with a run-time size, an assertion in the graph.
+    """
+    shape = ops.shape(images)
+    for side, value in (("height", shape[1]), ("width", shape[2])):
+        if value is None:
+            continue
+        known = isinstance(value, int)
+        message = (
+            f"Image {side}{f' {value}' if known else ''} is not divisible by "
+            f"{stride}, the model's stride (patch size, times the ResNet "
+            "stride for hybrids): resize, crop or pad the images to a "
+            f"multiple of {stride}."
+        )
+        if known:
+            if value % stride:
+                raise ValueError(message)
+        elif keras.backend.backend() == "tensorflow":
+            import tensorflow as tf  # the TensorFlow backend has it
+
+            tf.debugging.assert_equal(value % stride, 0, message=message)
+
+
 @keras.saving.register_keras_serializable(package=PACKAGE)
 class PositionEmbedding(keras.layers.Layer):
     """Adds learnable 1D position embeddings to every token (Eq. 1).
@@ -111,31 +184,83 @@ class PositionEmbedding(keras.layers.Layer):
     token of the input sequence. Initialised N(0, 0.02) as in the official
     code. Dropout follows the addition (Appendix B.1).
 
+    With `grid_size` the layer serves any input size: the table holds the
+    embeddings of that patch grid (plus `num_prefix_tokens` rows) and every
+    call interpolates it to the grid of `images` (their size over
+    `stride`), with the loader's interpolation (`resize_grid`).
+
     Args:
         dropout_rate: float. Dropout applied after adding the embeddings.
+        grid_size: (rows, cols) or None. The table's patch grid, for a
+            model of any input size; None: one row per input token, fixed.
+        stride: int or None. Image pixels per patch side (patch size, times
+            the ResNet stride for hybrids); needed with `grid_size`.
+        num_prefix_tokens: int. Leading tokens that are not grid positions
+            (1 with a class token); used with `grid_size`.
     """
 
-    def __init__(self, dropout_rate: float = 0.0, **kwargs):
+    def __init__(
+        self,
+        dropout_rate: float = 0.0,
+        grid_size=None,
+        stride=None,
+        num_prefix_tokens: int = 0,
+        **kwargs,
+    ):
         super().__init__(**kwargs)
         check_rate("dropout_rate", dropout_rate)
         self.dropout_rate = float(dropout_rate)
+        self.grid_size = (
+            None if grid_size is None else tuple(int(g) for g in grid_size)
+        )
+        self.stride = None if stride is None else int(stride)
+        self.num_prefix_tokens = int(num_prefix_tokens)
+        if self.grid_size is not None and (
+            len(self.grid_size) != 2 or min(self.grid_size) < 1
+            or not self.stride or self.stride < 1
+        ):
+            raise ValueError(
+                "grid_size must be (rows, cols) of positive ints and stride "
+                f"a positive int; got {grid_size!r} and {stride!r}."
+            )
 
     def build(self, input_shape):
-        if input_shape[1] is None:
+        if self.grid_size is not None:
+            rows, cols = self.grid_size
+            length = self.num_prefix_tokens + rows * cols
+        elif input_shape[1] is None:
             raise ValueError(
                 "PositionEmbedding needs a static sequence length: give the "
-                "model a fixed image_size."
+                "model a fixed image_size, or create it with "
+                "dynamic_image_size=True."
             )
+        else:
+            length = input_shape[1]
         self.pos_embedding = self.add_weight(
-            shape=(1, input_shape[1], input_shape[2]),
+            shape=(1, length, input_shape[2]),
             initializer=keras.initializers.RandomNormal(stddev=0.02),
             name="pos_embedding",
         )
         self.dropout = keras.layers.Dropout(self.dropout_rate, name="dropout")
         self.built = True
 
-    def call(self, tokens, training=None):
-        x = tokens + ops.cast(self.pos_embedding, tokens.dtype)
+    def call(self, tokens, images=None, training=None):
+        table = self.pos_embedding
+        if self.grid_size is not None:
+            if images is None:
+                raise ValueError(
+                    "A PositionEmbedding with grid_size is called on "
+                    "(tokens, images): the images give the patch grid."
+                )
+            _assert_divisible(images, self.stride)
+            shape = ops.shape(images)
+            grid = (shape[1] // self.stride, shape[2] // self.stride)
+            # Interpolated from the float32 variable, as the loader does.
+            table = resize_grid(
+                ops.cast(table, "float32"), self.grid_size, grid,
+                self.num_prefix_tokens,
+            )
+        x = tokens + ops.cast(table, tokens.dtype)
         return self.dropout(x, training=training)
 
     def compute_output_shape(self, input_shape):
@@ -143,5 +268,10 @@ class PositionEmbedding(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        config.update(dropout_rate=self.dropout_rate)
+        config.update(
+            dropout_rate=self.dropout_rate,
+            grid_size=self.grid_size,
+            stride=self.stride,
+            num_prefix_tokens=self.num_prefix_tokens,
+        )
         return config

@@ -17,12 +17,10 @@ from typing import Optional
 import keras
 from keras import ops
 
+from keras_vit import config as config_lib
+
 OPTIMIZERS = ("sgd", "adam", "adamw", "lamb")
 DECAY_TYPES = ("cosine", "linear", "constant")
-
-# Variables excluded from weight decay by default: biases, LayerNorm and
-# GroupNorm parameters, position embeddings and the class token.
-DEFAULT_NO_DECAY = ("bias", "gamma", "beta", "pos_embedding", "cls")
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -100,13 +98,18 @@ def create_optimizer(
 ) -> keras.optimizers.Optimizer:
     """A Keras optimizer from `config.optimizer` (see configs/*.py).
 
-    Fields: name (sgd | adam | adamw | lamb), lr, warmup_steps, decay_type,
-    end_lr, momentum (sgd), nesterov (sgd), b1, b2 (adam*), weight_decay
-    (adamw, lamb: decoupled, multiplied by the learning rate as in Flax's
-    Adam), no_decay (variable-name substrings excluded from weight decay).
-    `ema_decay` > 0 keeps a Polyak/EMA average of the weights.
+    Fields (keras_vit/config.py): name (sgd | adam | adamw | lamb), lr,
+    warmup_steps, decay_type, end_lr, momentum (sgd), nesterov (sgd), b1, b2
+    (adam*), weight_decay (adamw, lamb: decoupled, multiplied by the
+    learning rate as in Flax's Adam), no_decay (variable-name substrings
+    excluded from weight decay). A dict that gives only some of them takes
+    the base config's defaults for the rest. `ema_decay` > 0 keeps a
+    Polyak/EMA average of the weights.
     """
-    name = opt_config.get("name", "adamw")
+    opt_config = config_lib.complete(
+        opt_config, "optimizer", where="optimizer config"
+    )
+    name = opt_config.name
     if name not in OPTIMIZERS:
         raise ValueError(
             f"Unknown optimizer {name!r}: use one of {', '.join(OPTIMIZERS)}."
@@ -117,9 +120,9 @@ def create_optimizer(
     schedule = WarmupDecay(
         lr,
         total_steps,
-        warmup_steps=int(opt_config.get("warmup_steps", 0)),
-        decay_type=opt_config.get("decay_type", "cosine"),
-        end_lr=float(opt_config.get("end_lr", 0.0)),
+        warmup_steps=int(opt_config.warmup_steps),
+        decay_type=opt_config.decay_type,
+        end_lr=float(opt_config.end_lr),
     )
     common = dict(learning_rate=schedule)
     if ema_decay:
@@ -129,7 +132,7 @@ def create_optimizer(
             use_ema=True, ema_momentum=float(ema_decay),
             ema_overwrite_frequency=None,
         )
-    weight_decay = float(opt_config.get("weight_decay", 0.0) or 0.0)
+    weight_decay = float(opt_config.weight_decay or 0.0)
     if name == "sgd":
         if weight_decay:
             raise ValueError(
@@ -137,13 +140,13 @@ def create_optimizer(
                 "none): set optimizer.weight_decay=0 or use adamw."
             )
         return keras.optimizers.SGD(
-            momentum=float(opt_config.get("momentum", 0.9)),
-            nesterov=bool(opt_config.get("nesterov", False)),
+            momentum=float(opt_config.momentum),
+            nesterov=bool(opt_config.nesterov),
             **common,
         )
     betas = dict(
-        beta_1=float(opt_config.get("b1", 0.9)),
-        beta_2=float(opt_config.get("b2", 0.999)),
+        beta_1=float(opt_config.b1),
+        beta_2=float(opt_config.b2),
     )
     if name == "adam":
         if weight_decay:
@@ -158,7 +161,7 @@ def create_optimizer(
     if name == "adamw" or weight_decay:
         kwargs["weight_decay"] = weight_decay
     optimizer = cls(**kwargs)
-    no_decay = tuple(opt_config.get("no_decay", DEFAULT_NO_DECAY) or ())
+    no_decay = tuple(opt_config.no_decay or ())
     if weight_decay and no_decay:
         optimizer.exclude_from_weight_decay(var_names=list(no_decay))
     return optimizer

@@ -4,7 +4,6 @@ import itertools
 import json
 import math
 import os
-import sys
 
 import keras
 import numpy as np
@@ -409,14 +408,15 @@ def test_workdir_source(monkeypatch, tiny_model, tmp_path):
 
     with pytest.raises(cli.UsageError, match="--workdir"):
         cli.load_model(workdir=str(tmp_path / "no_run"))
-    monkeypatch.setattr(workdir, "restore_model", lambda path: tiny_model)
+    monkeypatch.setattr(
+        workdir, "restore_model", lambda path, use_ema: tiny_model
+    )
     assert cli.load_model(workdir="run/") is tiny_model
     with pytest.raises(cli.UsageError, match="--npz only"):
         cli.load_model(workdir="run/", variant="B/16")
 
 
 def test_npz_source_round_trip(tmp_path, images):
-    pytest.importorskip("keras_vit.checkpoint.loader")
     from keras_vit.checkpoint import weights as checkpoint
 
     keras.utils.set_random_seed(5)
@@ -432,14 +432,6 @@ def test_npz_source_round_trip(tmp_path, images):
         cli.load_model(npz=path, variant="B/16")
     with pytest.raises(cli.UsageError, match="not a file"):
         cli.load_model(npz=str(tmp_path / "missing.npz"))
-
-
-def test_npz_without_pretrained_module_names_the_fix(monkeypatch):
-    # A None entry in sys.modules makes the import fail as if absent.
-    monkeypatch.setitem(sys.modules, "keras_vit.checkpoint.loader", None)
-    monkeypatch.delattr(keras_vit, "pretrained", raising=False)
-    with pytest.raises(cli.UsageError, match="--model"):
-        cli.load_model(npz="ViT-B_16.npz")
 
 
 def test_hybrid_layout_and_no_rgb_filters(tmp_path, images):

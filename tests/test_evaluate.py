@@ -12,13 +12,13 @@ import sys
 from unittest import mock
 
 import keras
-import ml_collections
 import numpy as np
 import pytest
 import tensorflow as tf
 import tensorflow_datasets as tfds
 from absl import flags
 
+from keras_vit import config as config_lib
 from keras_vit import create_model
 from keras_vit.checkpoint import loader as pretrained
 from keras_vit.checkpoint import weights as checkpoint
@@ -27,6 +27,7 @@ from keras_vit.data.pipeline import digits_split
 from keras_vit.evaluation import main as evaluate_main
 from keras_vit.evaluation import reports, vtab_run
 from keras_vit.training import train_lib
+from keras_vit.training.trainer import Evaluator
 from tests.strategies import two_cpu_mirrored
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -89,9 +90,7 @@ def direct_digits_metrics(model, size=32):
 
 
 def digits_config(size=32):
-    return ml_collections.ConfigDict(
-        dict(dataset="digits", image_size=size, pp=dict())
-    )
+    return config_lib.complete(dict(dataset="digits", image_size=size))
 
 
 @pytest.mark.parametrize("replicas", [1, 2])
@@ -114,6 +113,23 @@ def test_evaluate_model_equals_direct_computation(replicas):
         assert got[key] == pytest.approx(want[key], abs=1e-9)
     assert got["loss"] == pytest.approx(want["loss"], rel=1e-5)
     assert 0.0 < got["accuracy"] < got["top5_accuracy"] < 1.0
+
+
+def test_evaluate_model_uses_the_trainers_evaluation_step():
+    """Training and evaluate.py score a model with one step, so a change
+    to it (a metric, the masking) reaches both."""
+    traced = []
+    step = Evaluator._eval_step_fn
+
+    def spy(self, *args):
+        traced.append(self)
+        return step(self, *args)
+
+    with mock.patch.object(Evaluator, "_eval_step_fn", spy):
+        got = evaluate_main.evaluate_model(
+            tiny(), digits_config(), "test", 180, progress=False
+        )
+    assert traced and got["num_examples"] == 360
 
 
 def test_cli_eval_of_a_run_equals_its_own_final_metrics(tmp_path, capsys):
@@ -235,8 +251,8 @@ def test_cli_fewshot_on_digits(tmp_path, capsys):
     tiny(representation_size=16).save(path)
     out = str(tmp_path / "fs")
     code = cli("--mode=fewshot", f"--config={FEWSHOT_CONFIG}:digits",
-               "--config.image_size=32", "--config.resize_size=36",
-               "--config.shots=(1,2)", "--config.seeds=(0,)",
+               "--config.image_size=32", "--config.pp.eval_resize_size=36",
+               "--config.fewshot.shots=(1,2)", "--config.fewshot.seeds=(0,)",
                f"--keras_model={path}", f"--output_dir={out}")
     assert code == 0
     saved = json.load(open(os.path.join(out, "fewshot.json")))

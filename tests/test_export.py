@@ -1,8 +1,8 @@
 """SavedModel export for TF Serving: signatures, numerics, layout, failures.
 
 References are computed independently of the export graph: images decoded
-and preprocessed eagerly with `keras_vit.data.preprocessing`, then the Keras model
-called on them.
+and preprocessed eagerly with `keras_vit.data.preprocessing`, then the Keras
+model called on them.
 """
 
 import base64
@@ -20,11 +20,11 @@ import tensorflow as tf
 from PIL import Image
 
 from keras_vit import create_model, features_model
+from keras_vit.build import dtype_policy
 from keras_vit.data import preprocessing
 from keras_vit.export import files as export_files
 from keras_vit.export import saved_model as export_lib
 from keras_vit.export.saved_model import export_model
-from keras_vit.training import train_lib
 from tests.strategies import two_cpu_mirrored
 
 SIZE = 32
@@ -423,7 +423,7 @@ def test_crash_leaves_no_version(model, tmp_path, monkeypatch, stage):
 
 def test_mixed_bfloat16_model_served_in_float32(images, tmp_path):
     reference_model = tiny_model(seed=2)
-    with train_lib.dtype_policy("bfloat16"):
+    with dtype_policy("bfloat16"):
         bf16_model = tiny_model(seed=3)
     bf16_model.set_weights(reference_model.get_weights())
     assert bf16_model.layers[-2].compute_dtype == "bfloat16"

@@ -1,5 +1,5 @@
-"""The export command line: `python -m keras_vit.export.saved_model` from a .keras
-file, an official .npz checkpoint and a training workdir.
+"""The export command line: `python -m keras_vit.export` from a .keras file,
+an official .npz checkpoint and a training workdir.
 """
 
 import os
@@ -11,6 +11,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from keras_vit import build
+from keras_vit.checkpoint import workdir as workdir_lib
 from keras_vit.export import cli as export_cli
 from keras_vit.export import files as export_files
 from tests import tiny
@@ -40,7 +42,7 @@ def test_cli_keras_model(model, images, tmp_path):
     export_dir = str(tmp_path / "exports")
     env = dict(os.environ, PYTHONPATH=ROOT)
     result = subprocess.run(
-        [sys.executable, "-m", "keras_vit.export.saved_model",
+        [sys.executable, "-m", "keras_vit.export",
          f"--export_dir={export_dir}", "--model_name=cli",
          f"--keras_model={keras_path}", "--class_names=a,b,c,d,e",
          "--top_k=2", "--no_warmup"],
@@ -82,8 +84,6 @@ def test_cli_npz_source(model, images, tmp_path, capsys):
 
 
 def test_cli_workdir_source(images, tmp_path, capsys):
-    workdir_lib = pytest.importorskip("keras_vit.checkpoint.workdir")
-    train_lib = pytest.importorskip("keras_vit.training.train_lib")
 
     config = tiny.digits_base()
     config.model.update(hidden_size=32, num_layers=1, num_heads=2,
@@ -93,8 +93,8 @@ def test_cli_workdir_source(images, tmp_path, capsys):
     # A workdir as a run leaves it: config, labels, a checkpoint.
     workdir = str(tmp_path / "run")
     keras.utils.set_random_seed(7)
-    trained = train_lib.build_model(config, 10)
-    optimizer = train_lib.build_optimizer(config)
+    trained = build.build_model(config, 10)
+    optimizer = build.build_optimizer(config)
     optimizer.build(trained.trainable_variables)
     workdir_lib.write_json(os.path.join(workdir, workdir_lib.CONFIG),
                            config.to_dict())

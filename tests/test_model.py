@@ -13,8 +13,8 @@ import pytest
 
 import keras_vit
 from keras_vit import layers as vit_layers
+from keras_vit.build import dtype_policy
 from keras_vit.model import HYBRID_RESNETS, VARIANTS
-from keras_vit.training import train_lib
 
 # Paper / official repository values: 224 x 224 input, class token, no
 # pre-logits, 1000 classes (see shared reference paper_facts.md). S/32 and B/8
@@ -115,6 +115,28 @@ def test_head_zero_init():
     np.testing.assert_array_equal(model(images()), np.zeros((2, 5)))
 
 
+def test_head_bias_init(tmp_path):
+    """The pre-training recipe's head bias (-10): every logit starts there,
+    a sigmoid gives each class ~4.5e-5, and the value survives .keras."""
+    model = keras_vit.create_model(
+        None, num_classes=5, image_size=16, head_bias_init=-10.0, **TINY
+    )
+    logits = keras.ops.convert_to_numpy(model(images()))
+    np.testing.assert_array_equal(logits, np.full((2, 5), -10.0))
+    np.testing.assert_allclose(1 / (1 + np.exp(10.0)), 4.54e-5, rtol=1e-3)
+    path = str(tmp_path / "m.keras")
+    model.save(path)
+    again = keras.models.load_model(path, compile=False)
+    np.testing.assert_array_equal(
+        keras.ops.convert_to_numpy(again(images())), logits
+    )
+    fresh = keras.models.clone_model(again)  # re-initialised from config
+    np.testing.assert_array_equal(
+        keras.ops.convert_to_numpy(fresh.get_layer("head").bias),
+        np.full((5,), -10.0),
+    )
+
+
 def test_non_square_image():
     model = tiny(image_size=(16, 24))
     assert model(images(h=16, w=24)).shape == (2, 7)
@@ -213,7 +235,7 @@ def test_inference_path_under_mixed_bfloat16():
     of the float32 model with the same weights."""
     ref = tiny(dropout_rate=0.0)
     _randomise(ref)
-    with train_lib.dtype_policy("bfloat16"):
+    with dtype_policy("bfloat16"):
         mixed = tiny(dropout_rate=0.0)
     mixed.set_weights(ref.get_weights())
     x = images(3)

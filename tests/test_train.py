@@ -13,7 +13,7 @@ import pytest
 import tensorflow as tf
 
 import keras_vit
-from keras_vit import optim
+from keras_vit import keras_compat, optim
 from keras_vit.checkpoint import workdir as wd
 from keras_vit.training import train_lib
 from keras_vit.training.trainer import Trainer
@@ -53,7 +53,7 @@ def _run(strategy, opt_config, *, accumulation=1, clip=None, ema=None,
     assert trainer.step == sum(steps)
     weights = [v.numpy() for v in model.trainable_variables]
     averages = (
-        [v.numpy() for v in optimizer._model_variables_moving_average]
+        [v.numpy() for v in keras_compat.ema_variables(optimizer)]
         if ema else None
     )
     return weights, averages, results

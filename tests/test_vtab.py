@@ -13,12 +13,15 @@ import importlib.util
 import json
 import math
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
+from keras_vit import config as config_lib
 from keras_vit import create_model
 from keras_vit.checkpoint import loader as pretrained
 from keras_vit.checkpoint import weights as checkpoint
@@ -224,11 +227,8 @@ def test_images_become_uint8_rgb():
 def test_input_pipeline_reads_a_task_with_its_labels():
     """input_pipeline with config.vtab_task: the task's labels, RGB in
     [-1, 1], its class count; checked against the raw mock examples."""
-    import ml_collections
-
-    cfg = ml_collections.ConfigDict(dict(
+    cfg = config_lib.complete(dict(
         dataset="dsprites", vtab_task="dsprites_ori", image_size=16,
-        data_dir=None, pp=dict(), num_classes=0,
     ))
     # max_value=2: dSprites-like 0/1 pixels.
     with tfds.testing.mock_data(num_examples=5, max_value=2,
@@ -315,6 +315,34 @@ def test_markdown_and_csv(tmp_path):
     assert rows[0]["accuracy_percent"] == "90.80"
 
 
+def test_charts_leave_matplotlibs_backend_alone(tmp_path):
+    """Importing the report writer and drawing both charts neither switches
+    the process's backend nor leaves figures in pyplot (Keras itself imports
+    pyplot). A fresh process, so that nothing else has touched
+    matplotlib."""
+    script = f"""
+import sys
+import matplotlib
+matplotlib.use("svg")
+from keras_vit.data import vtab
+from keras_vit.evaluation import reports
+records = [{{"task": t.name, "accuracy": 0.5}} for t in vtab.TASKS.values()]
+reports.plot_tasks(records, {str(tmp_path / "t.png")!r}, "m")
+reports.plot_groups(records, {str(tmp_path / "g.png")!r}, "m")
+pyplot = sys.modules.get("matplotlib.pyplot")
+print(matplotlib.get_backend(), pyplot.get_fignums() if pyplot else [])
+"""
+    out = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, capture_output=True,
+        text=True, timeout=300,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split()[-2:] == ["svg", "[]"], out.stdout
+    for name in ("t.png", "g.png"):
+        with open(tmp_path / name, "rb") as f:
+            assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
 def test_append_jsonl_replaces_and_keeps_other_lines(tmp_path):
     path = str(tmp_path / "r.jsonl")
     reports.append_jsonl(path, {"task": "a", "accuracy": 0.1})
@@ -348,9 +376,19 @@ def test_task_config_is_the_papers_recipe():
     assert c.train_split == "train[:800]+train[2754:2954]"
     assert c.eval_split == "test" and c.num_classes == 102
     assert c.vtab_task == "caltech101" and c.init.npz == "/b.npz"
-    assert c.model.to_dict() == fields
-    assert "vtab" not in c and "download" not in c
-    assert not c.pp.flip
+    # The backbone's architecture, the other model fields the defaults.
+    base = config_lib.base_config()
+    assert c.model.to_dict() == {**base.model.to_dict(), **fields}
+    # The runner's own fields hold their defaults: changing them keeps the
+    # finished trials valid.
+    config.vtab.keep_checkpoints = True
+    again = vtab_run.task_config(
+        config, task, fields, "/b.npz", lr=0.01, steps=2500,
+        train_split="train800val200", eval_split="test",
+    )
+    assert again.to_dict() == c.to_dict()
+    assert c.vtab.to_dict() == base.vtab.to_dict()
+    assert c.is_locked and not c.pp.flip
 
 
 def tiny_source(path, num_classes=10):

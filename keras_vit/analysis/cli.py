@@ -22,10 +22,13 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import keras
 import numpy as np
+import tensorflow as tf
 
 from keras_vit.analysis import core, extract, plots
+from keras_vit.checkpoint import loader
 from keras_vit.checkpoint.convert import parse_image_size
 from keras_vit.checkpoint.workdir import atomic_write
+from keras_vit.data import preprocessing
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".gif", ".bmp")
 FIGURES = {
@@ -48,7 +51,8 @@ def load_model(
     variant: Optional[str] = None,
     image_size: Optional[Union[int, Tuple[int, int]]] = None,
 ) -> keras.Model:
-    """model: keras.Model. From exactly one of model_path, workdir, npz.
+    """The command line's model: `keras_vit.checkpoint.loader.load_model`
+    of exactly one of model_path, workdir, npz.
 
     Args:
         model_path: str or None. A .keras file.
@@ -59,6 +63,9 @@ def load_model(
         variant: str or None. With npz: the expected variant ("B/16").
         image_size: int, (height, width) or None. With npz: the input
             resolution (default 224); position embeddings are resized.
+
+    Raises:
+        UsageError: with the option to change.
     """
     given = [x for x in (model_path, workdir, npz) if x]
     if len(given) != 1:
@@ -71,44 +78,25 @@ def load_model(
             "--variant and --image_size go with --npz only (a .keras file or "
             "a workdir records its own architecture and size)."
         )
-    if model_path:
-        if not os.path.isfile(model_path):
-            raise UsageError(
-                f"--model {model_path!r} is not a file: pass a .keras file "
-                "saved with model.save('name.keras'), or --workdir for a "
-                "training run's directory."
-            )
-        # Importing keras_vit registered its layers for deserialisation.
-        return keras.saving.load_model(model_path, compile=False)
-    if workdir:
-        from keras_vit.checkpoint import workdir as workdir_lib
-
-        try:
-            return workdir_lib.restore_model(workdir)
-        except FileNotFoundError as error:
-            raise UsageError(f"--workdir: {error}") from None
-    try:
-        from keras_vit.checkpoint import loader as pretrained
-    except ModuleNotFoundError as error:
-        if error.name != "keras_vit.checkpoint.loader":
-            raise
+    if model_path and not os.path.isfile(model_path):
         raise UsageError(
-            "--npz needs keras_vit.checkpoint.loader, which this installation "
-            "lacks: convert the checkpoint to .keras (python -m "
-            "keras_vit.checkpoint.convert) and pass --model instead."
-        ) from None
-    if not os.path.isfile(npz) and "://" not in npz:
+            f"--model {model_path!r} is not a file: pass a .keras file "
+            "saved with model.save('name.keras'), or --workdir for a "
+            "training run's directory."
+        )
+    if npz and not os.path.isfile(npz) and "://" not in npz:
         raise UsageError(f"--npz {npz!r} is not a file.")
-    source = pretrained.Source(npz=npz, variant=variant)
+    source = loader.Source(
+        keras_model=model_path, workdir=workdir, npz=npz, variant=variant
+    )
+    option = "--npz" if npz else "--workdir" if workdir else "--model"
     try:
-        return pretrained.load_model(source, image_size=image_size)
-    except ValueError as error:  # wrong --variant, unreadable file
-        raise UsageError(f"--npz: {error}") from None
+        return loader.load_model(source, image_size)
+    except (FileNotFoundError, ValueError) as error:
+        raise UsageError(f"{option}: {error}") from None
 
 
 def _list_images(paths: Sequence[str]) -> List[str]:
-    import tensorflow as tf
-
     files = []
     for path in paths:
         if tf.io.gfile.isdir(path):
@@ -141,10 +129,6 @@ def load_images(
         (images, names): float32 (n, height, width, 3) in [-1, 1], and each
         image's file name.
     """
-    import tensorflow as tf
-
-    from keras_vit.data import preprocessing
-
     files = _list_images(paths)
     images = []
     for file in files:
@@ -172,10 +156,7 @@ def digits_images(
         (images, names): float32 (count, height, width, 3) and names such
         as "digit #3 (label 3)".
     """
-    import tensorflow as tf
     from sklearn.datasets import load_digits
-
-    from keras_vit.data import preprocessing
 
     digits = load_digits()
     if not 1 <= count <= len(digits.images):

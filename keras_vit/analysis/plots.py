@@ -3,8 +3,8 @@
 Figures are built on `matplotlib.figure.Figure` with the Agg canvas, not
 pyplot: no global backend is switched, no figure is left open, and the
 functions work on a machine without a display. Each writes a PNG through a
-temporary name (`keras_vit.checkpoint.workdir.atomic_write`, local or gs://), so an
-interrupted run never leaves a truncated file behind.
+temporary name (`keras_vit.checkpoint.workdir.atomic_write`, local or
+gs://), so an interrupted run never leaves a truncated file behind.
 """
 
 from __future__ import annotations

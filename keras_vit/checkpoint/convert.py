@@ -3,11 +3,11 @@
     python -m keras_vit.checkpoint.convert --npz ViT-B_16.npz --variant B/16 \\
         --num_classes 1000 --image_size 384 --output vit_b16_384.keras
 
-builds `keras_vit.create_model(variant, ...)`, loads the checkpoint
-(`keras_vit.checkpoint.weights.load_npz`: head kept when the class count matches,
-else zero-initialised; position embedding resized to the image size) and
-writes the model atomically: a crash never leaves a partial file at
-`--output`.
+builds the variant and loads the checkpoint into it
+(`keras_vit.checkpoint.loader.load_model`: head kept when the class count
+matches, else zero-initialised; position embedding resized to the image
+size) and writes the model atomically: a crash never leaves a partial file
+at `--output`.
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ from typing import List, Optional, Sequence, Tuple, Union
 import keras
 
 from keras_vit import model as vit_model
-from keras_vit.checkpoint import weights as checkpoint
+from keras_vit.checkpoint import loader
+from keras_vit.checkpoint.npz import LoadReport
 
 
 def parse_image_size(text: str) -> Union[int, Tuple[int, int]]:
@@ -127,30 +128,22 @@ def convert(
     representation_size: Optional[int] = None,
     posemb_grid: Optional[Tuple[int, int]] = None,
     strict: bool = True,
-) -> checkpoint.LoadReport:
+) -> LoadReport:
     """Builds the model, loads `npz` into it and saves it to `output`."""
     if not output.endswith(".keras"):
         raise ValueError(
             f"--output {output!r} must end with .keras (Keras's format)."
         )
     if "://" not in npz and not os.path.isfile(npz):
-        # Fail before building what may be a large model.
         raise FileNotFoundError(f"{npz}: no such checkpoint file.")
-    if isinstance(posemb_grid, int):
-        posemb_grid = (posemb_grid, posemb_grid)
-    model = vit_model.create_model(
-        variant,
+    model, report = loader.load_model(
+        loader.Source(npz=npz, variant=variant, posemb_grid=posemb_grid),
+        image_size,
         num_classes=num_classes,
-        image_size=image_size,
         pooling=pooling,
         representation_size=representation_size,
-    )
-    report = checkpoint.load_npz(
-        model,
-        npz,
         strict=strict,
-        keep_pre_logits=representation_size is not None,
-        posemb_grid=posemb_grid,
+        with_report=True,
     )
     save_keras_atomic(model, output)
     return report

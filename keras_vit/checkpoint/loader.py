@@ -1,26 +1,40 @@
-"""Where a pre-trained model comes from, for evaluation and transfer.
+"""Where a pre-trained model comes from, for every tool that needs one.
 
 Three sources: a training run's workdir (its latest checkpoint), a saved
 `.keras` model, or an official / big_vision `.npz` checkpoint (the
-architecture is read from the array shapes; `--variant` checks it). From a
-source, `load_model` gives the model as it was trained (head included);
-`write_backbone` writes its backbone (no head) as an .npz that fine-tuning
-configs initialise from, and `transfer_model_config` gives the matching
-`config.model` fields.
+architecture is read from the array shapes; `variant` checks it).
+`load_model` is the one function that turns a source into a model (at
+another resolution if asked); evaluation, export, analysis and the
+converter call it, and training initialises from a source with
+`initialise`. `write_backbone` writes a source's backbone (no head) as an
+.npz that fine-tuning configs initialise from, and `transfer_model_config`
+gives the matching `config.model` fields.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Sequence, Tuple, Union
 
 import keras
+
+from keras_vit.checkpoint import npz as checkpoint_io
+from keras_vit.checkpoint import weights
+from keras_vit.checkpoint import workdir as wd
+from keras_vit.model import _image_hw, create_model, decode_variant
 
 MODEL_FIELDS = (
     "patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim",
     "pooling", "representation_size", "resnet_layers", "resnet_width",
 )
+_SIZE_FIELDS = ("hidden_size", "num_layers", "num_heads", "mlp_dim")
+
+# `load_model(representation_size=...)`'s default: the source's pre-logits
+# layer (None already means "no pre-logits layer").
+FROM_SOURCE = "source"
+
+ImageSize = Union[int, Sequence[int]]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,12 +47,18 @@ class Source:
         npz: str or None. An official-layout `.npz` checkpoint.
         variant: str or None. With npz: the expected variant ("B/16"); the
             file's shapes must match it.
+        posemb_grid: (rows, cols) or None. With npz: the file's patch grid,
+            needed only when it is not square.
+        use_ema: bool. With workdir: the EMA (Polyak) averaged weights when
+            the run kept them, else the raw ones.
     """
 
     workdir: Optional[str] = None
     keras_model: Optional[str] = None
     npz: Optional[str] = None
     variant: Optional[str] = None
+    posemb_grid: Optional[Tuple[int, int]] = None
+    use_ema: bool = True
 
     def __post_init__(self):
         kinds = ("workdir", "keras_model", "npz")
@@ -54,6 +74,16 @@ class Source:
                 "--variant goes with --npz only (a workdir or .keras file "
                 "records its own architecture)."
             )
+        if self.posemb_grid is not None:
+            if not self.npz:
+                raise ValueError(
+                    "--posemb_grid goes with --npz only (a workdir or .keras "
+                    "file records its own grid)."
+                )
+            grid = self.posemb_grid
+            if isinstance(grid, int):
+                grid = (grid, grid)
+            object.__setattr__(self, "posemb_grid", tuple(int(n) for n in grid))
 
     @property
     def path(self) -> str:
@@ -65,84 +95,94 @@ class Source:
         return f"{name} ({self.variant})" if self.variant else name
 
 
-def _arch_from_arrays(arrays: Dict[str, Any]) -> Dict[str, Any]:
-    from keras_vit.checkpoint.npz import describe_arrays
+@dataclasses.dataclass
+class _NpzContent:
+    arrays: Dict[str, Any]
+    layout: str
+    ignored: list
+    info: Dict[str, Any]
 
+
+def _arch_from_arrays(arrays: Dict[str, Any]) -> Dict[str, Any]:
     shapes = {k: tuple(v.shape) for k, v in arrays.items()}
-    info = describe_arrays(shapes)
+    info = checkpoint_io.describe_arrays(shapes)
     if info["resnet_layers"]:
         info["resnet_width"] = int(shapes["conv_root/kernel"][-1]) // 64
     return info
 
 
-def architecture(source: Source) -> Dict[str, Any]:
-    """The source's architecture: MODEL_FIELDS, num_classes and variant
-    (None when it is not a named variant)."""
-    if source.workdir:
-        from keras_vit.checkpoint import workdir as wd
-        from keras_vit.training import train_lib
+def _check_variant(source: Source, info: Dict[str, Any]) -> None:
+    spec = decode_variant(source.variant)
+    want = {k: getattr(spec.size, k) for k in _SIZE_FIELDS}
+    want["patch_size"] = spec.patch_size
+    wrong = {k: info[k] for k, v in want.items() if info[k] != v}
+    if wrong:
+        raise ValueError(
+            f"{source.npz} is not a {source.variant} checkpoint: it has "
+            f"{wrong} where {source.variant} has "
+            f"{ {k: want[k] for k in wrong} }. Fix --variant (the file "
+            f"looks like {info['variant'] or 'a custom size'})."
+        )
 
+
+def _read_npz(source: Source, check_variant: bool = True) -> _NpzContent:
+    arrays, layout, ignored = checkpoint_io.normalize_layout(
+        checkpoint_io.read_npz(source.npz), source.npz
+    )
+    info = _arch_from_arrays(arrays)
+    if source.variant and check_variant:
+        _check_variant(source, info)
+    return _NpzContent(arrays, layout, ignored, info)
+
+
+def architecture(source: Source) -> Dict[str, Any]:
+    """The source's architecture: MODEL_FIELDS, num_classes, image_size
+    (None for an .npz, which records none) and variant (None when it is not
+    a named variant)."""
+    if source.workdir:
         config = wd.read_config(source.workdir)
         model = config.model.to_dict()
         info = {k: model.get(k) for k in MODEL_FIELDS}
         info["variant"] = model.get("variant")
         if info["variant"]:
-            from keras_vit.model import decode_variant
-
             spec = decode_variant(info["variant"])
-            for field in ("hidden_size", "num_layers", "num_heads", "mlp_dim"):
+            for field in _SIZE_FIELDS:
                 if info[field] is None:
                     info[field] = getattr(spec.size, field)
             if info["patch_size"] is None:
                 info["patch_size"] = spec.patch_size
-        info["num_classes"] = train_lib.num_classes_of(config, source.workdir)
+        info["num_classes"] = wd.num_classes(config, source.workdir)
         info["image_size"] = config.image_size
         return info
     if source.keras_model:
-        from keras_vit.checkpoint import weights as checkpoint
-
-        model = keras.models.load_model(source.keras_model, compile=False)
-        info = _arch_from_arrays(checkpoint.model_arrays(model))
+        model = load_model(source)
+        info = _arch_from_arrays(weights.model_arrays(model))
         info["image_size"] = tuple(model.input_shape[1:3])
         return info
-    from keras_vit.checkpoint.npz import normalize_layout, read_npz
-
-    arrays, _, _ = normalize_layout(read_npz(source.npz), source.npz)
-    info = _arch_from_arrays(arrays)
+    info = _read_npz(source).info
     info["image_size"] = None
-    if source.variant:
-        from keras_vit.model import decode_variant
-
-        spec = decode_variant(source.variant)
-        want = dict(
-            hidden_size=spec.size.hidden_size,
-            num_layers=spec.size.num_layers,
-            num_heads=spec.size.num_heads,
-            mlp_dim=spec.size.mlp_dim,
-            patch_size=spec.patch_size,
-        )
-        wrong = {k: info[k] for k, v in want.items() if info[k] != v}
-        if wrong:
-            raise ValueError(
-                f"{source.npz} is not a {source.variant} checkpoint: it has "
-                f"{wrong} where {source.variant} has "
-                f"{ {k: want[k] for k in wrong} }. Fix --variant (the file "
-                f"looks like {info['variant'] or 'a custom size'})."
-            )
     return info
+
+
+def _source_arrays(source: Source):
+    """(arrays, patch grid or None, layout, ignored) of a source, in the
+    official layout, for `weights.load_arrays`."""
+    if source.npz:
+        content = _read_npz(source)
+        return (
+            content.arrays, source.posemb_grid, content.layout,
+            content.ignored,
+        )
+    model = load_model(source)
+    return (
+        weights.model_arrays(model), weights.model_grid(model), "official",
+        (),
+    )
 
 
 def model_arrays(source: Source) -> Dict[str, Any]:
     """The source's parameters in the official .npz layout."""
-    if source.npz:
-        from keras_vit.checkpoint.npz import normalize_layout, read_npz
-
-        architecture(source)  # checks --variant
-        arrays, _, _ = normalize_layout(read_npz(source.npz), source.npz)
-        return arrays
-    from keras_vit.checkpoint import weights as checkpoint
-
-    return checkpoint.model_arrays(load_model(source))
+    return _source_arrays(source)[0]
 
 
 def write_backbone(
@@ -158,14 +198,12 @@ def write_backbone(
     Returns:
         A Source for the written file.
     """
-    from keras_vit.checkpoint.npz import write_npz
-
     drop = ("head/",) if keep_pre_logits else ("head/", "pre_logits/")
     arrays = {
         k: v for k, v in model_arrays(source).items()
         if not k.startswith(drop)
     }
-    write_npz(path, arrays)
+    checkpoint_io.write_npz(path, arrays)
     return Source(npz=path)
 
 
@@ -186,41 +224,140 @@ def transfer_model_config(
     return model
 
 
-def load_model(source: Source, image_size=None) -> keras.Model:
-    """The source's model as trained (head included), float32.
+def initialise(
+    model: keras.Model, source: Source, *, keep_pre_logits: bool = False
+) -> checkpoint_io.LoadReport:
+    """Loads a source's weights into `model`, for fine-tuning.
+
+    The head is kept only when its shape fits (else it starts at zero, as
+    for transfer in the paper); the pre-logits layer only with
+    `keep_pre_logits`; the position embedding is resized to the model's
+    patch grid. Strict: anything else that does not fit is an error.
+
+    Returns:
+        The `LoadReport`.
+    """
+    arrays, grid, layout, ignored = _source_arrays(source)
+    return weights.load_arrays(
+        model,
+        arrays,
+        keep_pre_logits=keep_pre_logits,
+        posemb_grid=grid,
+        source=source.path,
+        layout=layout,
+        ignored=ignored,
+    )
+
+
+def _model_from_npz(
+    source: Source,
+    image_size: Optional[ImageSize],
+    num_classes: Optional[int],
+    pooling: Optional[str],
+    representation_size,
+    strict: bool,
+) -> Tuple[keras.Model, checkpoint_io.LoadReport]:
+    # Non-strict loading builds the named variant even when the file is
+    # another one, to load what fits.
+    content = _read_npz(source, check_variant=strict)
+    info = content.info
+    variant = source.variant or info["variant"]
+    if representation_size == FROM_SOURCE:
+        representation_size = info["representation_size"]
+    if num_classes is None:
+        num_classes = info["num_classes"] or 0
+    kwargs = dict(
+        num_classes=num_classes,
+        image_size=224 if image_size is None else image_size,
+        pooling=pooling or info["pooling"],
+        representation_size=representation_size,
+    )
+    if info["resnet_layers"]:
+        kwargs["resnet_width"] = info["resnet_width"]
+    if not variant:
+        kwargs.update(
+            {k: info[k] for k in ("patch_size", "resnet_layers")
+             + _SIZE_FIELDS}
+        )
+    model = create_model(variant, **kwargs)
+    report = weights.load_arrays(
+        model,
+        content.arrays,
+        strict=strict,
+        keep_pre_logits=representation_size is not None,
+        posemb_grid=source.posemb_grid,
+        source=str(source.npz),
+        layout=content.layout,
+        ignored=content.ignored,
+    )
+    return model, report
+
+
+def load_model(
+    source: Source,
+    image_size: Optional[ImageSize] = None,
+    *,
+    num_classes: Optional[int] = None,
+    pooling: Optional[str] = None,
+    representation_size: Union[int, None, str] = FROM_SOURCE,
+    strict: bool = True,
+    with_report: bool = False,
+):
+    """The source's model as trained (head included), float32 weights.
+
+    A workdir gives its latest checkpoint (`source.use_ema`: the EMA
+    weights when the run kept them), a `.keras` file its model. An .npz
+    gives the architecture its shapes describe (`source.variant` checks
+    it), built with the head, pooling and pre-logits layer of the file
+    unless the arguments below say otherwise, its weights loaded through
+    `weights.load_arrays`.
 
     Args:
         source: Source.
         image_size: int, (height, width) or None. Rebuild at this
             resolution (position embeddings resized); None keeps the
             source's (224 for an .npz, which records none).
+        num_classes: int or None. .npz only: the head's width; the file's
+            head is kept when it has this width, else the head starts at
+            zero; 0 builds a features model. None: the file's.
+        pooling: "token", "gap" or None. .npz only; None: the file's.
+        representation_size: int, None or FROM_SOURCE. .npz only: the
+            pre-logits width, None for no pre-logits layer; FROM_SOURCE:
+            the file's.
+        strict: bool. .npz only: any array that does not fit the model is
+            an error; False loads what fits (and builds `source.variant`
+            even when the file is another variant).
+        with_report: bool. Also return the .npz's `LoadReport` (None for
+            the other sources).
+
+    Returns:
+        keras.Model, or (keras.Model, LoadReport or None) with
+        `with_report`.
+
+    Raises:
+        FileNotFoundError: a missing file, config.json or checkpoint.
+        ValueError: a file that is not a checkpoint, or one that does not
+            fit the model asked for.
     """
-    from keras_vit.checkpoint import weights as checkpoint
-
+    report = None
+    if source.npz:
+        model, report = _model_from_npz(
+            source, image_size, num_classes, pooling, representation_size,
+            strict,
+        )
+        return (model, report) if with_report else model
+    if (num_classes, pooling, representation_size) != (
+        None, None, FROM_SOURCE
+    ):
+        raise ValueError(
+            "num_classes, pooling and representation_size choose how an "
+            ".npz is built; a workdir or .keras file holds its own model."
+        )
     if source.workdir:
-        from keras_vit.checkpoint import workdir as wd
-
-        model = wd.restore_model(source.workdir, use_ema=True)
-    elif source.keras_model:
-        model = keras.models.load_model(source.keras_model, compile=False)
+        model = wd.restore_model(source.workdir, use_ema=source.use_ema)
     else:
-        from keras_vit.model import create_model
-
-        info = architecture(source)
-        kwargs = {k: info[k] for k in MODEL_FIELDS if info.get(k) is not None}
-        model = create_model(
-            None,
-            num_classes=info["num_classes"] or 0,
-            image_size=image_size or 224,
-            **kwargs,
-        )
-        checkpoint.load_npz(
-            model, source.npz, keep_pre_logits=True,
-        )
-        return model
+        model = keras.models.load_model(source.keras_model, compile=False)
     if image_size is not None:
-        from keras_vit.data.preprocessing import as_hw
-
-        if tuple(model.input_shape[1:3]) != as_hw(image_size):
-            model = checkpoint.rebuild_at_resolution(model, image_size)
-    return model
+        if tuple(model.input_shape[1:3]) != _image_hw(image_size):
+            model = weights.rebuild_at_resolution(model, image_size)
+    return (model, report) if with_report else model

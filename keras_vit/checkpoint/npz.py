@@ -1,10 +1,10 @@
 """Reading, writing and converting official .npz arrays (NumPy only).
 
-The model-independent half of `keras_vit.checkpoint.weights`: safe reading of .npz
-files (no pickles, clear errors for truncated or foreign files), atomic
-writing, conversion of training and big_vision layouts to the official one,
-the architecture a file implies (for "wrong variant" errors), the load
-report, and the position-embedding resize of the official code.
+The model-independent half of `keras_vit.checkpoint.weights`: safe reading
+of .npz files (no pickles, clear errors for truncated or foreign files),
+atomic writing, conversion of training and big_vision layouts to the
+official one, the architecture a file implies (for "wrong variant" errors),
+the load report, and the position-embedding resize of the official code.
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ import zlib
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
+
+from keras_vit import model as vit_model
 
 Arrays = Dict[str, np.ndarray]
 Grid = Tuple[int, int]
@@ -126,7 +128,7 @@ def write_npz(path: PathLike, arrays: Mapping[str, np.ndarray]) -> None:
     path = os.fspath(path)
     arrays = {k: np.asarray(v) for k, v in arrays.items()}
     if _is_remote(path):
-        import tensorflow as tf
+        import tensorflow as tf  # only remote paths need TensorFlow
 
         buffer = io.BytesIO()  # zip writing needs tell(), GFile may lack it
         np.savez(buffer, **arrays)
@@ -338,8 +340,6 @@ def describe_arrays(shapes: Dict[str, Shape]) -> Dict[str, object]:
         resnet_layers, pooling, representation_size, num_classes and
         variant (a name from `keras_vit.VARIANTS`, or None).
     """
-    from keras_vit import model as vit_model
-
     def dim(key, axis):
         try:
             return int(shapes[key][axis])

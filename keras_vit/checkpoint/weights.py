@@ -31,6 +31,7 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 import keras
 import numpy as np
 
+from keras_vit import model as vit_model
 from keras_vit.checkpoint import npz as checkpoint_io
 from keras_vit.checkpoint.npz import (
     POSEMB,
@@ -194,6 +195,10 @@ def _model_params(model: keras.Model) -> List[_Param]:
 
 def model_grid(model: keras.Model) -> Grid:
     """(rows, cols). The model's patch grid (tokens = rows * cols)."""
+    # A model of dynamic image size keeps its table at a fixed grid.
+    grid = getattr(model.get_layer("posembed_input"), "grid_size", None)
+    if grid is not None:
+        return tuple(grid)
     embedding = model.get_layer("embedding")
     shape = embedding.input.shape
     return (
@@ -417,8 +422,6 @@ def rebuild_at_resolution(
     Returns:
         A new `keras.Model`.
     """
-    from keras_vit import model as vit_model
-
     height, width = vit_model._image_hw(image_size)
     stride = model.get_layer("embedding").patch_size
     layer_names = {layer.name for layer in model.layers}
@@ -441,6 +444,10 @@ def rebuild_at_resolution(
     # when the graph is rebuilt.
     for layer_config in config["layers"]:
         layer_config.pop("build_config", None)
+        if layer_config.get("name") == "posembed_input":
+            # A model of dynamic image size becomes a fixed one: its table
+            # is resized once here, not interpolated on every call.
+            layer_config["config"]["grid_size"] = None
     new = model.__class__.from_config(config)
     prefix = int("cls" in layer_names)
     for layer in model.layers:

@@ -2,7 +2,8 @@
 
 Layout of a workdir (local or gs://):
     config.json      the run's config (written once; checked on resume)
-    labels.txt       class names, one per line
+    labels.txt       class names, one per line ("0", "1", ... when the
+                     data names none), so the head width is known
     checkpoints/     tf.train.CheckpointManager checkpoints (model, optimizer
                      incl. EMA averages, input iterator where supported)
     train/, eval/    TensorBoard summaries
@@ -21,6 +22,10 @@ import uuid
 from typing import Any, List, Optional
 
 import tensorflow as tf
+
+from keras_vit import build
+from keras_vit import config as config_lib
+from keras_vit.keras_compat import ema_variables
 
 CONFIG = "config.json"
 LABELS = "labels.txt"
@@ -75,15 +80,21 @@ def read_class_names(workdir: str) -> Optional[List[str]]:
 
 
 def read_config(workdir: str):
-    """The run's config as an ml_collections.ConfigDict."""
-    import ml_collections
+    """The run's config as a locked ml_collections.ConfigDict: its saved
+    values laid over `keras_vit.config.base_config()`, so a field the run
+    predates takes its default.
 
+    Raises:
+        FileNotFoundError: no config.json in `workdir`.
+        ValueError: config.json holds a field the base config does not
+            know (named, with the closest real one).
+    """
     path = os.path.join(workdir, CONFIG)
     if not tf.io.gfile.exists(path):
         raise FileNotFoundError(
             f"{path} not found: is {workdir!r} the --workdir of a training run?"
         )
-    return ml_collections.ConfigDict(read_json(path))
+    return config_lib.complete(read_json(path), where=path)
 
 
 # Where a training checkpoint keeps the weights: the optimizer tracks the
@@ -135,6 +146,27 @@ def check_checkpoint(path: str, model) -> None:
         )
 
 
+def num_classes(config, workdir: str) -> int:
+    """The width of a run's head: config.num_classes, else the number of
+    class names the run saved.
+
+    Raises:
+        ValueError: neither is there (a run directory written before every
+            run saved its class names).
+    """
+    if config.num_classes:
+        return int(config.num_classes)
+    names = read_class_names(workdir)
+    if names:
+        return len(names)
+    raise ValueError(
+        f"{workdir} does not record its class count: its {CONFIG} has "
+        f"num_classes=0 and there is no {LABELS}. Set it in {CONFIG} "
+        '("num_classes": N, as --config.num_classes=N does for a new run) '
+        f"or write {LABELS} with one class name per line."
+    )
+
+
 def restore_model(workdir: str, *, use_ema: bool = True, checkpoint=None):
     """The trained model of a workdir, from its latest checkpoint.
 
@@ -151,10 +183,9 @@ def restore_model(workdir: str, *, use_ema: bool = True, checkpoint=None):
     Raises:
         FileNotFoundError: no config.json or no checkpoint.
         ValueError: the checkpoint holds another model than config.json
-            describes (see `check_checkpoint`).
+            describes (see `check_checkpoint`), or the class count is
+            recorded nowhere (see `num_classes`).
     """
-    from keras_vit.training import train_lib
-
     config = read_config(workdir)
     directory = os.path.join(workdir, CHECKPOINTS)
     path = checkpoint or tf.train.latest_checkpoint(directory)
@@ -162,16 +193,15 @@ def restore_model(workdir: str, *, use_ema: bool = True, checkpoint=None):
         raise FileNotFoundError(
             f"No checkpoint in {directory}: the run has not saved one yet."
         )
-    num_classes = train_lib.num_classes_of(config, workdir)
-    model = train_lib.build_model(config, num_classes)
-    optimizer = train_lib.build_optimizer(config)
+    model = build.build_model(config, num_classes(config, workdir))
+    optimizer = build.build_optimizer(config)
     optimizer.build(model.trainable_variables)
     check_checkpoint(path, model)
     ckpt = tf.train.Checkpoint(model=model, optimizer=optimizer)
     ckpt.read(path).expect_partial()
     if use_ema and getattr(optimizer, "use_ema", False):
         for var, avg in zip(
-            model.trainable_variables, optimizer._model_variables_moving_average
+            model.trainable_variables, ema_variables(optimizer)
         ):
             var.assign(avg)
     return model

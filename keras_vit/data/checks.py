@@ -86,7 +86,7 @@ def _unreadable(root: str, split: str, paths: Tuple[str, ...]):
 def drop_unreadable(config, split: str, paths, labels):
     """`paths`, `labels` without the files that do not decode (found once
     per split and process; counted and named in the log)."""
-    bad = _unreadable(str(config.get("data_dir")), split, tuple(paths))
+    bad = _unreadable(str(config.data_dir), split, tuple(paths))
     if not bad:
         return paths, labels
     keep = [i for i, p in enumerate(paths) if p not in bad]
@@ -98,7 +98,7 @@ def drop_unreadable(config, split: str, paths, labels):
 
 
 def _label_bound(config) -> Optional[int]:
-    n = int(config.get("num_classes") or 0)
+    n = int(config.num_classes or 0)
     if n:
         return n
     from keras_vit.data import pipeline as input_pipeline
@@ -116,7 +116,7 @@ def check_labels(ds: tf.data.Dataset, config) -> tf.data.Dataset:
         return ds
     message = (
         f"{LABEL_ERROR}: the data holds a label outside [0, {n}), the "
-        f"model's classes (config.num_classes={config.get('num_classes')}). "
+        f"model's classes (config.num_classes={config.num_classes}). "
         "Set config.num_classes to the number of classes in the data, or to "
         "0 to read it from the data source; negative labels (unlabelled "
         "examples) cannot be trained on."
@@ -137,15 +137,10 @@ def check_labels(ds: tf.data.Dataset, config) -> tf.data.Dataset:
 
 def _splits(config) -> List[Tuple[str, str]]:
     """(config field, split) of the splits a training run reads."""
-    fields = [("train_split", "train"), ("eval_split", "test")]
-    if int(config.get("eval_every_steps", 0) or 0):
-        fields.append(("val_split", None))
-    out = []
-    for field, default in fields:
-        split = config.get(field) or default
-        if field == "val_split" and not split:
-            split = config.get("eval_split") or "test"
-        out.append((field, split))
+    out = [("train_split", config.train_split),
+           ("eval_split", config.eval_split)]
+    if config.eval_every_steps:
+        out.append(("val_split", config.val_split or config.eval_split))
     return out
 
 
@@ -154,7 +149,7 @@ def check_splits(config) -> None:
     digits data and image folders; TFDS checks its own when reading)."""
     from keras_vit.data import pipeline as input_pipeline
 
-    if config.get("vtab_task") or config.get("dataset") not in (
+    if config.vtab_task or config.dataset not in (
         input_pipeline.DIGITS, input_pipeline.FOLDER
     ):
         return
@@ -181,10 +176,9 @@ def explain_input_error(config, error: Exception) -> Optional[Exception]:
     match = re.search(re.escape(LABEL_ERROR) + r"[^\]]*", text)
     if match:
         return ValueError(match.group(0).strip())
-    if (config.get("dataset") != input_pipeline.FOLDER
-            or config.get("vtab_task")):
+    if config.dataset != input_pipeline.FOLDER or config.vtab_task:
         return None
-    root = config.get("data_dir")
+    root = config.data_dir
     paths = []
     for _, split in _splits(config):
         name = re.sub(r"\[.*\]$", "", str(split))

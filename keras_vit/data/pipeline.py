@@ -207,10 +207,10 @@ def folder_split(root: str, split: str) -> Tuple[List[str], np.ndarray]:
 # ----------------------------------------------------------- dataset info
 def dataset_info(config) -> DatasetInfo:
     """Number of classes, split sizes and class names of a data source."""
-    if config.get("vtab_task"):
+    if config.vtab_task:
         from keras_vit.data import vtab
 
-        return vtab.dataset_info(config.vtab_task, config.get("data_dir"))
+        return vtab.dataset_info(config.vtab_task, config.data_dir)
     name = config.dataset
     if name == DIGITS:
         arrays = _digits_arrays()
@@ -220,14 +220,14 @@ def dataset_info(config) -> DatasetInfo:
             class_names=[str(i) for i in range(10)],
         )
     if name == FOLDER:
-        index, names = _folder_index(config.get("data_dir"))
+        index, names = _folder_index(config.data_dir)
         return DatasetInfo(
             num_classes=len(names),
             num_examples={k: len(v[0]) for k, v in index.items()},
             class_names=list(names),
         )
     builder = _tfds_builder(config)
-    label = builder.info.features[_label_key(config)]
+    label = builder.info.features[config.label_key]
     num_examples = {
         k: int(v.num_examples) for k, v in (builder.info.splits or {}).items()
     }
@@ -239,19 +239,15 @@ def dataset_info(config) -> DatasetInfo:
     )
 
 
-def _label_key(config) -> str:
-    return config.get("label_key", "label") or "label"
-
-
 def _tfds_builder(config):
     import tensorflow_datasets as tfds
 
-    if config.get("vtab_task"):
+    if config.vtab_task:
         from keras_vit.data import vtab
 
-        return vtab.get_task(config.vtab_task).builder(config.get("data_dir"))
+        return vtab.get_task(config.vtab_task).builder(config.data_dir)
     try:
-        return tfds.builder(config.dataset, data_dir=config.get("data_dir"))
+        return tfds.builder(config.dataset, data_dir=config.data_dir)
     except tfds.core.registered.DatasetNotFoundError as e:
         raise ValueError(
             f"Unknown dataset {config.dataset!r}: use 'digits', 'folder' or a "
@@ -268,11 +264,10 @@ def _tfds_split_size(builder, split) -> Optional[int]:
 
 def num_split_examples(config, split: str) -> Optional[int]:
     """Examples in `split` (slices such as "train[:800]" included)."""
-    dataset = config.get("dataset")
-    if dataset == DIGITS and not config.get("vtab_task"):
+    if config.dataset == DIGITS and not config.vtab_task:
         return len(digits_split(split)[1])
-    if dataset == FOLDER and not config.get("vtab_task"):
-        return len(folder_split(config.get("data_dir"), split)[0])
+    if config.dataset == FOLDER and not config.vtab_task:
+        return len(folder_split(config.data_dir, split)[0])
     return _tfds_split_size(_tfds_builder(config), split)
 
 
@@ -288,15 +283,15 @@ def _shard(config, split: str, training: bool, input_context,
     """(image uint8 HWC, label int32) pairs of this pipeline's part of
     `split`; training shards also shuffle their files or paths."""
     count, index = _pipelines(input_context)
-    if config.dataset == DIGITS and not config.get("vtab_task"):
+    if config.dataset == DIGITS and not config.vtab_task:
         x, y = digits_split(split)
         ds = tf.data.Dataset.from_tensor_slices(
             (x[index::count, :, :, None], y[index::count])
         )
         return _Shard(ds, len(y))
-    if config.dataset == FOLDER and not config.get("vtab_task"):
-        paths, labels = folder_split(config.get("data_dir"), split)
-        if config.get("skip_bad_images"):
+    if config.dataset == FOLDER and not config.vtab_task:
+        paths, labels = folder_split(config.data_dir, split)
+        if config.skip_bad_images:
             paths, labels = data_checks.drop_unreadable(
                 config, split, paths, labels
             )
@@ -329,12 +324,11 @@ def _tfds_shard(config, split, training, input_context, seed) -> _Shard:
     read_config = tfds.ReadConfig(
         shuffle_seed=seed, input_context=read_context, skip_prefetch=True
     )
-    image_key = config.get("image_key", "image") or "image"
-    label_key = _label_key(config)
+    image_key, label_key = config.image_key, config.label_key
     # Encoded uint8 images stay encoded until after the shuffle and cache.
     feature = builder.info.features[image_key]
     encoded = (
-        not config.get("vtab_task")
+        not config.vtab_task
         and isinstance(feature, tfds.features.Image)
         and feature.np_dtype == np.uint8
     )
@@ -348,7 +342,7 @@ def _tfds_shard(config, split, training, input_context, seed) -> _Shard:
     def to_pair(example):
         return example[image_key], tf.cast(example[label_key], tf.int32)
 
-    if config.get("vtab_task"):  # the task's image and derived label
+    if config.vtab_task:  # the task's image and derived label
         from keras_vit.data import vtab
 
         to_pair = vtab.get_task(config.vtab_task).example_fn
@@ -378,7 +372,7 @@ def pipeline_seed(config, input_context=None, start_step: int = 0) -> int:
     between a run and its resumption at `start_step` (when the data order
     is not restored from a checkpoint)."""
     _, index = _pipelines(input_context)
-    entropy = [int(config.get("seed", 0)), index, int(start_step)]
+    entropy = [int(config.seed), index, int(start_step)]
     return int(np.random.SeedSequence(entropy).generate_state(1)[0] >> 1)
 
 
@@ -394,17 +388,17 @@ def train_dataset(
     of replaying the first steps' examples.
     """
     batch = _check_batch(global_batch, input_context)
-    split = config.get("train_split", "train")
+    split = config.train_split
     seed = pipeline_seed(config, input_context, start_step)
     shard = _shard(config, split, True, input_context, seed)
     ds = shard.dataset
     ds = data_checks.check_labels(ds, config)
     # cache_train: cache the (small) training split only, e.g. VTAB's 1,000
     # examples, without holding a large test split in memory.
-    if config.get("cache_train", config.get("cache", config.dataset == DIGITS)):
+    if config.cache_train:
         ds = ds.cache()
     ds = ds.repeat()
-    ds = ds.shuffle(config.get("shuffle_buffer", 10_000), seed=seed)
+    ds = ds.shuffle(config.shuffle_buffer, seed=seed)
     preprocess = make_preprocess_fn(config, training=True)
     decode = shard.decode
     # Stateless augmentation seeded by (seed, example index): reproducible,
@@ -421,11 +415,11 @@ def train_dataset(
         deterministic=True,
     )
     ds = ds.batch(batch, drop_remainder=True)
-    if config.get("synthetic_data", False):
+    if config.synthetic_data:
         # For benchmarks: one real batch, served again and again from
         # memory, so that the input work drops out of the timings.
         ds = ds.take(1).cache().repeat()
-    return ds.prefetch(config.get("prefetch", tf.data.AUTOTUNE))
+    return ds.prefetch(config.prefetch)
 
 
 def is_checkpointable(dataset: tf.data.Dataset) -> bool:
@@ -453,7 +447,7 @@ def eval_dataset(
     batch = _check_batch(global_batch, input_context)
     shard = _shard(config, split, False, input_context, 0)
     ds = data_checks.check_labels(shard.dataset, config)
-    if config.get("cache", config.dataset == DIGITS):
+    if config.cache:
         ds = ds.cache()
     preprocess = make_preprocess_fn(config, training=False)
     ds = ds.map(

@@ -210,15 +210,15 @@ def from_config(config, training: bool) -> Callable:
     'finetune' or 'eval'; resize_size, eval_resize_size, area_range, flip).
     `input_pipeline.make_preprocess_fn` is this function."""
     size = config.image_size
-    cfg = config.get("pp", None) or {}
-    resize_size = cfg.get("resize_size", None)
+    cfg = config.pp
+    resize_size = cfg.resize_size
     if not training:
-        eval_resize = cfg.get("eval_resize_size", None)
+        eval_resize = cfg.eval_resize_size
         return lambda image, seed=None: preprocess_eval(
             image, size, eval_resize
         )
-    kind = cfg.get("train", "finetune")
-    flip = bool(cfg.get("flip", True))
+    kind = cfg.train
+    flip = bool(cfg.flip)
     if resize_size is not None:
         small = [r < s for r, s in zip(as_hw(resize_size), as_hw(size))]
         if any(small):
@@ -228,7 +228,7 @@ def from_config(config, training: bool) -> Callable:
                 "image_size (or None to resize straight to image_size)."
             )
     if kind == "pretrain":
-        area = tuple(cfg.get("area_range", (0.05, 1.0)))
+        area = tuple(cfg.area_range)
         return lambda image, seed=None: preprocess_pretrain(
             image, size, area_range=area, flip=flip, seed=seed
         )

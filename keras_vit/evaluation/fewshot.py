@@ -25,6 +25,7 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
+from keras_vit import config as config_lib
 from keras_vit.data import pipeline as input_pipeline
 from keras_vit.data import vtab
 
@@ -197,12 +198,12 @@ class FewShotData:
     data_dir: Optional[str] = None
 
     def config(self, image_size, resize_size) -> ml_collections.ConfigDict:
-        return ml_collections.ConfigDict(dict(
+        """The input pipeline's config of this data set."""
+        return config_lib.complete(dict(
             dataset=self.dataset,
             data_dir=self.data_dir,
             image_size=image_size,
             pp=dict(eval_resize_size=resize_size),
-            cache=False,
         ))
 
 
@@ -244,6 +245,8 @@ def run(
     batch_size: int = 256,
     strategy: Optional[tf.distribute.Strategy] = None,
     download: bool = True,
+    layer: Optional[int] = None,
+    layer_norm: bool = True,
 ) -> Tuple[Dict[str, Mapping], Dict[str, str]]:
     """Few-shot linear accuracy of `model`'s frozen representation.
 
@@ -258,16 +261,16 @@ def run(
         batch_size: int. Feature-extraction batch (all replicas).
         strategy: tf.distribute.Strategy or None.
         download: bool. Download and prepare missing TFDS data.
+        layer, layer_norm: which representation to probe (`probe_model`):
+            None, the pre-logits one; an encoder block index, that block's
+            class token (mean patch token with "gap" pooling).
 
     Returns:
         (results, not_run): {data set name: {str(shots): {"mean",
         "per_seed"}}} and {data set name: why it was not run} for data
         that is missing (e.g. a manual download).
     """
-    from keras_vit.model import features_model
-
-    names = {layer.name for layer in model.layers}
-    feature_model = features_model(model) if "head" in names else model
+    feature_model = probe_model(model, layer, layer_norm)
     results, not_run = {}, {}
     for data in datasets:
         cfg = data.config(image_size, resize_size)
@@ -293,6 +296,42 @@ def run(
                       for k, v in results[data.name].items()),
         )
     return results, not_run
+
+
+def probe_model(
+    model: keras.Model, layer: Optional[int] = None, norm: bool = True
+) -> keras.Model:
+    """Images to the features a few-shot probe reads.
+
+    Args:
+        model: keras.Model. A keras_vit classifier or features model.
+        layer: int or None. None: the pre-logits representation
+            (`features_model`). An encoder block index (negative from the
+            end): the output of that block, pooled as the model pools its
+            last one (the class token, or the mean patch token with "gap"),
+            from one pass that stops at that block.
+        norm: bool. With `layer`: apply the encoder's final LayerNorm first,
+            as the model does to its last block (so the last block with
+            `norm` gives the pooled representation before any pre-logits
+            layer).
+
+    Returns:
+        keras.Model. Images to (batch, width) features.
+    """
+    from keras_vit import layers as vit_layers
+    from keras_vit.model import features_model, intermediate_model
+
+    if layer is None:
+        names = {each.name for each in model.layers}
+        return features_model(model) if "head" in names else model
+    tokens = intermediate_model(model, int(layer), norm=norm)
+    pooling = model.get_layer("pooling").pooling
+    pooled = vit_layers.TokenPooling(pooling, name="probe_pooling")(
+        tokens.outputs[0]
+    )
+    return keras.Model(
+        model.input, pooled, name=f"{model.name}_block{int(layer)}"
+    )
 
 
 def _prepare(data: FewShotData, download: bool) -> None:

@@ -32,6 +32,8 @@ from keras_vit.training import cli
 
 FLAGS = flags.FLAGS
 MODES = ("eval", "fewshot", "vtab")
+# --mode=eval of an .npz or .keras file without a config: its global batch.
+EVAL_BATCH = 256
 
 
 def define_flags() -> None:
@@ -90,53 +92,29 @@ def evaluate_model(
     import tensorflow as tf
 
     from keras_vit.data import pipeline as input_pipeline
-    from keras_vit.training.trainer import per_example_loss
+    from keras_vit.training.trainer import Evaluator
 
     strategy = strategy or tf.distribute.get_strategy()
-    num_classes = int(model.output_shape[-1])
+    evaluator = Evaluator(
+        model, strategy, num_classes=int(model.output_shape[-1])
+    )
     dataset = strategy.distribute_datasets_from_function(
         lambda ctx: input_pipeline.eval_dataset(
             data_config, split, batch_size, ctx
         )
     )
-
-    @tf.function
-    def step(images, labels, mask):
-        def replica(images, labels, mask):
-            logits = tf.cast(model(images, training=False), tf.float32)
-            losses = per_example_loss(labels, logits, num_classes)
-            top1 = tf.cast(tf.equal(
-                tf.argmax(logits, -1, output_type=tf.int32), labels
-            ), tf.float32)
-            top5 = tf.cast(tf.nn.in_top_k(labels, logits, min(5, num_classes)),
-                           tf.float32)
-            return [tf.reduce_sum(v * mask) for v in (losses, top1, top5)] + [
-                tf.reduce_sum(mask)
-            ]
-
-        out = strategy.run(replica, args=(images, labels, mask))
-        return [strategy.reduce("SUM", v, axis=None) for v in out]
-
-    total = input_pipeline.num_split_examples(data_config, split)
-    batches = -(-total // batch_size) if total else None
-    bar = None
+    on_batch = None
     if progress:
+        total = input_pipeline.num_split_examples(data_config, split)
         bar = keras.utils.Progbar(
-            batches, verbose=1 if sys.stdout.isatty() else 2,
-            unit_name="batch",
+            -(-total // batch_size) if total else None,
+            verbose=1 if sys.stdout.isatty() else 2, unit_name="batch",
         )
-    sums = [0.0, 0.0, 0.0, 0.0]
-    for i, (images, labels, mask) in enumerate(dataset, start=1):
-        sums = [s + float(v) for s, v in zip(sums, step(images, labels, mask))]
-        if bar is not None:
-            bar.update(i, [("top1", sums[1] / max(sums[3], 1.0))])
-    n = max(sums[3], 1.0)
-    return {
-        "accuracy": sums[1] / n,
-        "top5_accuracy": sums[2] / n,
-        "loss": sums[0] / n,
-        "num_examples": int(sums[3]),
-    }
+
+        def on_batch(i, metrics):
+            bar.update(i, [("top1", metrics["accuracy"])])
+
+    return evaluator.evaluate(dataset, on_batch=on_batch)
 
 
 def _source():
@@ -156,40 +134,44 @@ def _write(path: str, text: str) -> None:
 
 
 def _eval_mode(source, strategy) -> Dict:
-    import ml_collections
-
+    from keras_vit import config as config_lib
     from keras_vit.checkpoint import loader as pretrained
     from keras_vit.checkpoint import workdir as wd
     from keras_vit.data import pipeline as input_pipeline
 
+    # The data, split, preprocessing and batch of the run's own config.
     if FLAGS.config is not None:
-        base = FLAGS.config.to_dict()
+        run = FLAGS.config
     elif source.workdir:
-        base = wd.read_config(source.workdir).to_dict()
+        run = wd.read_config(source.workdir)
     else:
-        base = {}
-    data = ml_collections.ConfigDict(dict(
-        dataset=FLAGS.dataset or base.get("dataset"),
-        data_dir=FLAGS.data_dir or base.get("data_dir"),
-        image_key=base.get("image_key", "image"),
-        label_key=base.get("label_key", "label"),
-        vtab_task=base.get("vtab_task") if not FLAGS.dataset else None,
-        pp=dict(eval_resize_size=(base.get("pp") or {}).get(
-            "eval_resize_size")),
-        cache=False,
-    ))
-    if not data.dataset:
+        run = None
+    if run is None and not FLAGS.dataset:
         raise ValueError(
             "--mode=eval needs a data source: --dataset=digits|folder|<TFDS "
             "name> (and --split), or --config / --workdir whose config "
             "names one."
         )
-    split = FLAGS.split or base.get("eval_split") or "test"
+    data = config_lib.base_config()
+    if run is not None:
+        data.update(dict(
+            dataset=run.dataset, data_dir=run.data_dir,
+            image_key=run.image_key, label_key=run.label_key,
+            vtab_task=run.vtab_task, eval_split=run.eval_split,
+        ))
+        data.pp.eval_resize_size = run.pp.eval_resize_size
+    if FLAGS.dataset:
+        data.dataset, data.vtab_task = FLAGS.dataset, None
+    if FLAGS.data_dir:
+        data.data_dir = FLAGS.data_dir
+    split = FLAGS.split or data.eval_split
     with strategy.scope():
         model = pretrained.load_model(
-            source, FLAGS.image_size or base.get("image_size")
+            source, FLAGS.image_size or (run.image_size if run else None)
         )
-    data.image_size = tuple(model.input_shape[1:3])
+    # The model's resolution, square or not.
+    with data.ignore_type():
+        data.image_size = tuple(int(n) for n in model.input_shape[1:3])
     info = input_pipeline.dataset_info(data)
     width = int(model.output_shape[-1])
     if width != info.num_classes:
@@ -198,8 +180,9 @@ def _eval_mode(source, strategy) -> Dict:
             f"{info.num_classes}: evaluate it on the data it was trained "
             "or fine-tuned on (--dataset/--split), or fine-tune it first."
         )
-    batch = FLAGS.batch_size or base.get("eval_batch_size") or base.get(
-        "batch_size") or 256
+    batch = FLAGS.batch_size or (
+        (run.eval_batch_size or run.batch_size) if run else EVAL_BATCH
+    )
     start = time.time()
     metrics = evaluate_model(model, data, split, int(batch), strategy)
     metrics.update(dataset=data.dataset, split=split, model=source.describe(),
@@ -219,19 +202,21 @@ def _fewshot_mode(source, strategy) -> Dict:
     from keras_vit.evaluation import fewshot, reports
 
     config = FLAGS.config
+    opts = config.fewshot
     datasets = [
         fewshot.FewShotData(name, d.dataset, d.train_split, d.test_split,
-                            d.get("data_dir") or config.get("data_dir"))
-        for name, d in config.datasets.items()
+                            config.data_dir)
+        for name, d in opts.datasets.items()
     ]
     with strategy.scope():
         model = pretrained.load_model(source, config.image_size)
     results, not_run = fewshot.run(
-        model, datasets, shots=tuple(config.shots), seeds=tuple(config.seeds),
-        l2_reg=float(config.l2_reg), image_size=config.image_size,
-        resize_size=config.get("resize_size"),
+        model, datasets, shots=tuple(opts.shots), seeds=tuple(opts.seeds),
+        l2_reg=float(opts.l2_reg), image_size=config.image_size,
+        resize_size=config.pp.eval_resize_size,
         batch_size=int(config.batch_size), strategy=strategy,
-        download=bool(config.get("download", True)),
+        download=bool(config.download), layer=opts.layer,
+        layer_norm=bool(opts.layer_norm),
     )
     name = FLAGS.name or source.describe()
     out = dict(model=name, results=results, not_run=not_run,
@@ -296,4 +281,4 @@ def evaluate_main(argv: Optional[list] = None) -> None:
     """Entry point of evaluate.py (and a `keras-vit-evaluate` script)."""
     define_flags()
     flags.mark_flag_as_required("mode")
-    app.run(_main, argv=argv)
+    app.run(_main, argv=argv, flags_parser=cli.parse_flags_or_exit)

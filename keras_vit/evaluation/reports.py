@@ -201,6 +201,18 @@ def markdown_table(
 
 
 # --------------------------------------------------------------- charts
+def _figure(width: float, height: float):
+    """A figure with its own Agg canvas, outside pyplot: the process's
+    backend and pyplot's figure list stay as they were, and no display is
+    needed."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height))
+    FigureCanvasAgg(fig)
+    return fig
+
+
 def _save_figure(fig, path: str) -> None:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=120, bbox_inches="tight")
@@ -210,14 +222,12 @@ def _save_figure(fig, path: str) -> None:
 def plot_tasks(records: Sequence[Mapping], path: str, model_name: str) -> None:
     """Bar chart: top-1 accuracy per task, coloured by group, with the
     paper's ViT-L/16 (I21k) value as a black tick."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.patches import Rectangle
 
     by_task = {r["task"]: r["accuracy"] for r in records}
     tasks = [t for t in vtab.TASKS.values() if t.name in by_task]
-    fig, ax = plt.subplots(figsize=(max(6.0, 0.55 * len(tasks) + 2), 4.5))
+    fig = _figure(max(6.0, 0.55 * len(tasks) + 2), 4.5)
+    ax = fig.add_subplot()
     xs = list(range(len(tasks)))
     values = [100.0 * by_task[t.name] for t in tasks]
     ax.bar(xs, values, color=[GROUP_COLORS[t.group] for t in tasks])
@@ -236,7 +246,7 @@ def plot_tasks(records: Sequence[Mapping], path: str, model_name: str) -> None:
     ax.set_xlabel("VTAB-1k task")
     ax.set_title(f"VTAB-1k per task: {model_name}")
     handles = [
-        plt.Rectangle((0, 0), 1, 1, color=GROUP_COLORS[g])
+        Rectangle((0, 0), 1, 1, color=GROUP_COLORS[g])
         for g in vtab.GROUPS
     ]
     labels = [vtab.GROUP_TITLES[g] for g in vtab.GROUPS]
@@ -245,23 +255,18 @@ def plot_tasks(records: Sequence[Mapping], path: str, model_name: str) -> None:
     ax.legend(handles + tick[0], labels + tick[1], fontsize=8,
               loc="upper left", bbox_to_anchor=(1.01, 1.0))
     _save_figure(fig, path)
-    plt.close(fig)
 
 
 def plot_groups(records: Sequence[Mapping], path: str, model_name: str) -> None:
     """Bar chart: mean accuracy per group and over all tasks, beside the
     paper's ViT-L/16 (I21k) means."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     summary = summarize(records)
     keys = [
         g for g in vtab.GROUPS + (vtab.ALL,) if summary[g]["mean"] is not None
     ]
     ref = vtab.PAPER_REFERENCE["ViT-L/16 (I21k)"]
-    fig, ax = plt.subplots(figsize=(6.5, 4.5))
+    fig = _figure(6.5, 4.5)
+    ax = fig.add_subplot()
     xs = list(range(len(keys)))
     width = 0.38
     ours = [100.0 * summary[k]["mean"] for k in keys]
@@ -287,7 +292,6 @@ def plot_groups(records: Sequence[Mapping], path: str, model_name: str) -> None:
     ax.set_title(f"VTAB-1k group means: {model_name}")
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     _save_figure(fig, path)
-    plt.close(fig)
 
 
 def write_vtab_reports(

@@ -33,6 +33,7 @@ import ml_collections
 import tensorflow as tf
 from absl import logging
 
+from keras_vit import config as config_lib
 from keras_vit.checkpoint import loader as pretrained
 from keras_vit.checkpoint import workdir as wd
 from keras_vit.data import vtab
@@ -44,8 +45,10 @@ BACKBONE_SOURCE = "backbone.json"
 RUNS = "runs"
 FINAL = "final"
 
-# Fields of the VTAB config that are not train_lib fields.
-_RUNNER_FIELDS = ("vtab", "download", "manual_dir", "keep_pre_logits")
+# Fields of the VTAB config that drive the runner, not a task's training:
+# each task's config holds their defaults, so that changing them (e.g.
+# vtab.keep_checkpoints) leaves finished trials valid.
+_RUNNER_FIELDS = ("vtab", "fewshot", "download", "manual_dir")
 
 
 class Preempted(RuntimeError):
@@ -78,24 +81,25 @@ def task_config(
         lr, steps: the learning rate and the number of steps.
         train_split, eval_split: str. VTAB split names ("train800", ...).
     """
-    base = {k: v for k, v in config.to_dict().items()
-            if k not in _RUNNER_FIELDS}
-    c = ml_collections.ConfigDict(base)
+    c = config.copy_and_resolve_references()
+    base = config_lib.base_config()
+    for field in _RUNNER_FIELDS:
+        c[field] = base[field]
     c.dataset = task.tfds_name
     c.vtab_task = task.name
     c.num_classes = task.num_classes
     c.train_split = task.split(train_split)
     c.val_split = task.split(eval_split)
     c.eval_split = task.split(eval_split)
-    c.model = ml_collections.ConfigDict(model_fields)
+    # The backbone's architecture; the rest (dropout) as the config says.
+    c.model.update(base.model.to_dict())
+    c.model.update(model_fields)
     c.total_steps = int(steps)
     c.optimizer.lr = float(lr)
     c.eval_every_steps = 0  # the protocol scores once, at the end
-    c.init = ml_collections.ConfigDict(
-        dict(npz=backbone, keras_model=None, workdir=None,
-             keep_pre_logits=bool(config.get("keep_pre_logits", False)))
-    )
-    c.export = ml_collections.ConfigDict(dict(enabled=False))
+    c.init.update(dict(npz=backbone, keras_model=None, workdir=None))
+    c.export.enabled = False
+    c.lock()
     return c
 
 
@@ -113,7 +117,10 @@ def run_trial(
     config_path = os.path.join(workdir, wd.CONFIG)
     metrics_path = os.path.join(workdir, wd.METRICS)
     if tf.io.gfile.exists(config_path):
-        if wd.read_json(config_path) != _plain(config.to_dict()):
+        # Laid over the base config: fields added since the trial ran
+        # take their defaults.
+        saved = wd.read_config(workdir).to_dict()
+        if _plain(saved) != _plain(config.to_dict()):
             raise ValueError(
                 f"{workdir} holds a run with another config (different "
                 "hyper-parameters, data or backbone). Use a new "
@@ -148,12 +155,11 @@ def run_task(
 ) -> Dict:
     """Sweep (optional), final training, test score: the task's record."""
     start = time.time()
-    opts = config.vtab
-    keep = bool(opts.get("keep_checkpoints", False))
+    keep = bool(config.vtab.keep_checkpoints)
     task_dir = os.path.join(output_dir, RUNS, task.name)
     trials = []
-    sweep = opts.get("sweep", None)
-    if sweep and sweep.get("enabled"):
+    sweep = config.vtab.sweep
+    if sweep.enabled:
         for lr, steps in itertools.product(sweep.lrs, sweep.steps):
             cfg = task_config(
                 config, task, model_fields, backbone, lr=lr, steps=steps,
@@ -251,16 +257,15 @@ def run(
     strategy = strategy or tf.distribute.get_strategy()
     chief = distribute.is_chief(strategy)
     selected = vtab.select_tasks(
-        tasks if tasks is not None else config.vtab.get("tasks", vtab.ALL)
+        tasks if tasks is not None else config.vtab.tasks
     )
     model_name = model_name or source.describe()
     tf.io.gfile.makedirs(output_dir)
     results_path = os.path.join(output_dir, reports.RESULTS_JSONL)
-    keep_pre = bool(config.get("keep_pre_logits", False))
+    keep_pre = bool(config.init.keep_pre_logits)
     backbone = prepare_backbone(source, output_dir, keep_pre)
     overrides = {
-        k: v for k, v in config.get("model", {}).items()
-        if k in ("dropout_rate", "attention_dropout_rate") and v is not None
+        k: config.model[k] for k in ("dropout_rate", "attention_dropout_rate")
     }
     model_fields = pretrained.transfer_model_config(
         pretrained.Source(npz=backbone), overrides
@@ -275,9 +280,8 @@ def run(
                          results_path)
             continue
         try:
-            vtab.prepare(task, config.get("data_dir"),
-                         bool(config.get("download", True)),
-                         config.get("manual_dir"))
+            vtab.prepare(task, config.data_dir, bool(config.download),
+                         config.manual_dir)
         except vtab.DataUnavailableError as e:
             logging.warning("Skipping %s: %s", task.name, e)
             not_run[task.name] = str(e)

@@ -1,4 +1,5 @@
-"""Command line of `python -m keras_vit.export.saved_model` (see `keras_vit.export.saved_model`).
+"""Command line of `python -m keras_vit.export` (see
+`keras_vit.export.saved_model`).
 
 Exactly one model source: --keras_model (a .keras file), --npz (an official
 checkpoint, with --variant, --num_classes and --image_size) or --workdir (a
@@ -15,6 +16,10 @@ from typing import List, Optional, Sequence
 
 import keras
 
+from keras_vit.checkpoint import loader
+from keras_vit.checkpoint import workdir as wd
+from keras_vit.export.saved_model import export_model
+
 _SOURCES = ("keras_model", "npz", "workdir")
 
 
@@ -23,9 +28,9 @@ class UsageError(ValueError):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """argparse.ArgumentParser. The options of `python -m keras_vit.export.saved_model`."""
+    """argparse.ArgumentParser. The options of `python -m keras_vit.export`."""
     p = argparse.ArgumentParser(
-        prog="python -m keras_vit.export.saved_model",
+        prog="python -m keras_vit.export",
         description="Export a ViT classifier as a versioned SavedModel for "
         "TF Serving.",
     )
@@ -69,23 +74,22 @@ def build_parser() -> argparse.ArgumentParser:
                    "models.config")
     p.add_argument("--no_verify", action="store_true", help="skip reloading "
                    "and checking the SavedModel before publishing it")
+    p.add_argument("--dynamic_size", action="store_true",
+                   help="also serve predict_any_size: pixels of any height "
+                   "and width that are multiples of the model's stride, "
+                   "run at that size (position embeddings interpolated on "
+                   "every call)")
     return p
 
 
-def _lazy_import(module: str, what: str):
-    import importlib
-
-    try:
-        return importlib.import_module(module)
-    except ImportError as e:
-        raise UsageError(
-            f"{what} needs {module}, which cannot be imported ({e}). "
-            "Use --keras_model with a .keras file instead."
-        ) from None
-
-
 def load_source_model(args: argparse.Namespace) -> keras.Model:
-    """keras.Model. The model named by the source options."""
+    """keras.Model. The model named by the source options.
+
+    An .npz's sizes, pooling, class count and pre-logits width come from
+    the file unless the options give them; its head must be there (a new
+    one would be untrained) and have --num_classes classes if that is
+    given.
+    """
     given = [s for s in _SOURCES if getattr(args, s)]
     if len(given) != 1:
         raise UsageError(
@@ -93,99 +97,34 @@ def load_source_model(args: argparse.Namespace) -> keras.Model:
             f"(got {', '.join('--' + s for s in given) or 'none'})."
         )
     if args.keras_model:
-        import keras_vit  # noqa: F401  (registers the custom layers)
-
         if not os.path.exists(args.keras_model):
             raise UsageError(f"--keras_model {args.keras_model} does not "
                              "exist.")
-        return keras.saving.load_model(args.keras_model, compile=False)
-    if args.npz:
-        return model_from_npz(
-            args.npz,
-            variant=args.variant,
-            num_classes=args.num_classes,
-            image_size=args.image_size,
-            representation_size=args.representation_size,
+        return loader.load_model(loader.Source(keras_model=args.keras_model))
+    if args.workdir:
+        return loader.load_model(
+            loader.Source(workdir=args.workdir, use_ema=not args.no_ema)
         )
-    workdir = _lazy_import("keras_vit.checkpoint.workdir", "--workdir")
-    return workdir.restore_model(args.workdir, use_ema=not args.no_ema)
-
-
-def model_from_npz(
-    path: str,
-    *,
-    variant: Optional[str] = None,
-    num_classes: Optional[int] = None,
-    image_size: int = 224,
-    representation_size: Optional[int] = None,
-) -> keras.Model:
-    """A classifier with the weights of an official .npz checkpoint.
-
-    The file is read once; its shapes give what the flags leave out: the
-    architecture when `variant` is None, the pooling, the class count, and
-    the pre-logits width (kept with the file's head).
-
-    Args:
-        path: str. Local path or gs:// URL of the .npz file.
-        variant: str or None. e.g. "B/16"; None infers the sizes.
-        num_classes: int or None. Must match the file's head if given.
-        image_size: int. Input resolution (the position embedding is
-            resized to it).
-        representation_size: int or None. Pre-logits width; None takes the
-            file's.
-
-    Returns:
-        keras.Model. The float32 classifier, its head from the file.
-    """
-    checkpoint = _lazy_import("keras_vit.checkpoint.weights", "--npz")
-    from keras_vit.checkpoint import npz as checkpoint_io
-    from keras_vit.model import create_model
-
-    arrays, layout, ignored = checkpoint_io.normalize_layout(
-        checkpoint_io.read_npz(path), str(path)
+    rep = args.representation_size
+    model = loader.load_model(
+        loader.Source(npz=args.npz, variant=args.variant),
+        args.image_size,
+        representation_size=loader.FROM_SOURCE if rep is None else rep,
     )
-    info = checkpoint_io.describe_arrays(
-        {key: tuple(value.shape) for key, value in arrays.items()}
-    )
-    file_classes = info["num_classes"]
-    if not file_classes:
+    layers = {layer.name for layer in model.layers}
+    if "head" not in layers:
         raise ValueError(
-            f"{path} has no classification head, so there is nothing to "
+            f"{args.npz} has no classification head, so there is nothing to "
             "serve: fine-tune it first (train.py with init.npz), then export "
             "the run's --workdir."
         )
-    if num_classes is not None and num_classes != file_classes:
+    file_classes = int(model.output_shape[-1])
+    if args.num_classes is not None and args.num_classes != file_classes:
         raise ValueError(
-            f"--num_classes {num_classes} does not match the {file_classes}-"
-            f"class head in {path}; a new head would be untrained. Drop "
-            f"--num_classes or pass {file_classes}."
+            f"--num_classes {args.num_classes} does not match the "
+            f"{file_classes}-class head in {args.npz}; a new head would be "
+            f"untrained. Drop --num_classes or pass {file_classes}."
         )
-    if representation_size is None:
-        representation_size = info["representation_size"]
-    sizes = {}
-    if not variant:
-        variant = info["variant"]
-    if not variant:
-        sizes = {key: info[key] for key in (
-            "patch_size", "hidden_size", "num_layers", "num_heads",
-            "mlp_dim", "resnet_layers")}
-    model = create_model(
-        variant,
-        num_classes=file_classes,
-        image_size=image_size,
-        pooling=info["pooling"],
-        representation_size=representation_size,
-        **sizes,
-    )
-    checkpoint.load_arrays(
-        model,
-        arrays,
-        strict=True,
-        keep_pre_logits=representation_size is not None,
-        source=str(path),
-        layout=layout,
-        ignored=ignored,
-    )
     return model
 
 
@@ -200,8 +139,7 @@ def class_names_from_args(args: argparse.Namespace) -> Optional[List[str]]:
         with open(args.class_names_file, encoding="utf-8") as f:
             return [line.rstrip("\r\n") for line in f if line.strip()]
     if args.workdir:
-        workdir = _lazy_import("keras_vit.checkpoint.workdir", "--workdir")
-        return workdir.read_class_names(args.workdir)
+        return wd.read_class_names(args.workdir)
     return None
 
 
@@ -224,16 +162,12 @@ def resize_size_from_args(args: argparse.Namespace) -> Optional[int]:
     """int or None. --resize_size, else a workdir's eval_resize_size."""
     if args.resize_size is not None or not args.workdir:
         return args.resize_size
-    workdir = _lazy_import("keras_vit.checkpoint.workdir", "--workdir")
-    pp = workdir.read_config(args.workdir).get("pp", None) or {}
     # The run evaluated with this preprocessing; serving must match it.
-    return pp.get("eval_resize_size", None)
+    return wd.read_config(args.workdir).pp.eval_resize_size
 
 
 def export_from_args(args: argparse.Namespace) -> str:
     """str. Exports the model `args` describe; the new version's path."""
-    from keras_vit.export.saved_model import export_model
-
     model = load_source_model(args)
     return export_model(
         model,
@@ -246,6 +180,7 @@ def export_from_args(args: argparse.Namespace) -> str:
         resize_size=resize_size_from_args(args),
         serving_base_dir=args.serving_base_dir,
         verify=not args.no_verify,
+        dynamic_size=args.dynamic_size,
     )
 
 

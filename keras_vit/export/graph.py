@@ -1,8 +1,8 @@
 """The serving graph of an exported ViT: signatures, preprocessing, float32.
 
-Three endpoints, all preprocessing inside the graph exactly as evaluation
-does (`keras_vit.data.preprocessing.decode_image` + `preprocess_eval`), so a client
-sends images as they are:
+Three endpoints (and an optional fourth), all preprocessing inside the
+graph exactly as evaluation does (`keras_vit.data.preprocessing`'s
+`decode_image` + `preprocess_eval`), so a client sends images as they are:
 
 - `serving_default(image_bytes)`: encoded JPEG / PNG / GIF / BMP bytes
   (DT_STRING, shape [batch]) -> probabilities, top-k classes, scores and
@@ -10,8 +10,13 @@ sends images as they are:
 - `predict_images(images)`: float32 pixels in [0, 255], shape
   [batch, height, width, 3], any height and width -> the same outputs.
 - `features(image_bytes)`: encoded bytes -> the pre-logits representation.
+- `predict_any_size(images)`, on request (`any_size`), for a model with a
+  dynamic image size: float32 pixels in [0, 255] of any height and width
+  that are multiples of the model's stride -> the same outputs, the model
+  run at that size (scaled, not resized).
 
-`keras_vit.export.saved_model` writes these to disk; this module only builds them.
+`keras_vit.export.saved_model` writes these to disk; this module only
+builds them.
 """
 
 from __future__ import annotations
@@ -22,9 +27,10 @@ import keras
 import tensorflow as tf
 
 from keras_vit.data import preprocessing
-from keras_vit.model import features_model
+from keras_vit.model import features_model, input_image_size
 
 SIGNATURES = ("serving_default", "predict_images", "features")
+ANY_SIZE_SIGNATURE = "predict_any_size"
 
 # A prefix made only of these characters is base64 text, not an image: the
 # usual mistake of a gRPC client (or a REST client that forgot {"b64": ...})
@@ -193,6 +199,7 @@ def build_endpoints(
     class_names: Sequence[str],
     top_k: int,
     resize_size: Optional[preprocessing.Size] = None,
+    any_size: bool = False,
 ) -> "keras.export.ExportArchive":
     """An `ExportArchive` with the three serving endpoints, ready to write.
 
@@ -204,13 +211,22 @@ def build_endpoints(
         resize_size: int, (height, width) or None. As in
             `preprocess_eval`: resize to this, then central-crop to the
             model's input size; None resizes straight to the input size.
+        any_size: bool. Also register `predict_any_size`; the model must
+            have a dynamic image size. The other endpoints resize to the
+            size its position embeddings were made for.
 
     Returns:
         keras.export.ExportArchive. Endpoints `serving_default`,
-        `predict_images` and `features` registered.
+        `predict_images` and `features` registered (and
+        `predict_any_size`).
     """
-    height, width = model.input_shape[1:3]
-    size = (int(height), int(width))
+    size = input_image_size(model)
+    if any_size and model.input_shape[1:3] != (None, None):
+        raise ValueError(
+            "any_size needs a model with a dynamic image size: create it "
+            "with dynamic_image_size=True or convert it with "
+            "keras_vit.with_dynamic_image_size."
+        )
     num_classes = int(model.output_shape[-1])
     if len(class_names) != num_classes or not 1 <= top_k <= num_classes:
         raise ValueError(
@@ -226,8 +242,12 @@ def build_endpoints(
     names = tf.constant(list(class_names), dtype=tf.string)
     image_spec = tf.TensorSpec(size + (3,), tf.float32)
 
+    forward_size = (None, None) if any_size else size
+
     @tf.function(
-        input_signature=[tf.TensorSpec((None,) + size + (3,), tf.float32)],
+        input_signature=[
+            tf.TensorSpec((None,) + forward_size + (3,), tf.float32)
+        ],
         autograph=False,
     )
     def forward(images):
@@ -259,7 +279,7 @@ def build_endpoints(
     def serving_default(image_bytes):
         return classify(images_from_bytes(_check_bytes(image_bytes)))
 
-    def predict_images(images):
+    def checked_pixels(images):
         # The declared shape is not enforced when a server feeds the graph:
         # check it first, so a wrong rank fails here with a clear message.
         images = tf.ensure_shape(
@@ -278,11 +298,18 @@ def build_endpoints(
             ),
         ]
         with tf.control_dependencies(checks):
-            images = tf.identity(images)
+            return tf.identity(images)
+
+    def predict_images(images):
         images = tf.map_fn(
-            preprocess, images, fn_output_signature=image_spec,
-            name="preprocess",
+            preprocess, checked_pixels(images),
+            fn_output_signature=image_spec, name="preprocess",
         )
+        return classify(images)
+
+    def predict_any_size(images):
+        # No resize: the model runs at the images' own size.
+        images = preprocessing.scale_to_unit_range(checked_pixels(images))
         return classify(images)
 
     def features_fn(image_bytes):
@@ -304,4 +331,8 @@ def build_endpoints(
     archive.add_endpoint("serving_default", serving_default, [bytes_spec])
     archive.add_endpoint("predict_images", predict_images, [pixels_spec])
     archive.add_endpoint("features", features_fn, [bytes_spec])
+    if any_size:
+        archive.add_endpoint(
+            ANY_SIZE_SIGNATURE, predict_any_size, [pixels_spec]
+        )
     return archive

@@ -9,11 +9,11 @@ a warm-up file for TF Serving, and adds the model to `exports/models.config`.
 From the command line, from a `.keras` file, an official `.npz` checkpoint
 or a training workdir:
 
-    python -m keras_vit.export.saved_model --export_dir exports --model_name vit \
+    python -m keras_vit.export --export_dir exports --model_name vit \
         --keras_model model.keras
-    python -m keras_vit.export.saved_model --export_dir exports --model_name vit_b16 \
+    python -m keras_vit.export --export_dir exports --model_name vit_b16 \
         --npz ViT-B_16.npz --variant B/16 --num_classes 1000 --image_size 384
-    python -m keras_vit.export.saved_model --export_dir exports --workdir runs/digits
+    python -m keras_vit.export --export_dir exports --workdir runs/digits
 
 A version is written under a dotted temporary name and renamed when
 complete, so a crash never leaves a half-written version that a server would
@@ -34,6 +34,11 @@ import tensorflow as tf
 from keras_vit.data import preprocessing
 from keras_vit.export import files as export_files
 from keras_vit.export import graph as export_graph
+from keras_vit.model import (
+    input_image_size,
+    model_stride,
+    with_dynamic_image_size,
+)
 
 # Probabilities from the written SavedModel must match the Keras model on
 # the same images this closely, or the export is rejected.
@@ -57,6 +62,9 @@ def _num_classes(model: keras.Model) -> int:
 
 def _input_size(model: keras.Model):
     shape = model.input_shape
+    if not isinstance(shape, list) and len(shape) == 4 and shape[-1] == 3:
+        # A dynamic image size: the size of its position embeddings.
+        shape = (None, *input_image_size(model), 3)
     if isinstance(shape, list) or len(shape) != 4 or shape[-1] != 3 or (
         None in shape[1:3]
     ):
@@ -128,12 +136,32 @@ def verify_export(path: str, model: keras.Model, images: Sequence[bytes],
         model, images, _input_size(model), resize_size
     )
     error = float(np.max(np.abs(got - want)))
+    if export_graph.ANY_SIZE_SIGNATURE in loaded.signatures:
+        error = max(error, _any_size_error(loaded, model))
     if not error <= VERIFY_ATOL:
         raise RuntimeError(
             f"The exported SavedModel disagrees with the Keras model by "
             f"{error:.3g} (tolerance {VERIFY_ATOL}); the export was not "
             "published."
         )
+
+
+def _any_size_error(loaded, model: keras.Model) -> float:
+    """How far `predict_any_size` is from the model, on pixels one stride
+    taller than the model's own size (so that the interpolation runs)."""
+    height, width = input_image_size(model)
+    stride = model_stride(model)
+    pixels = np.random.default_rng(0).uniform(
+        0, 255, (2, height + stride, width, 3)
+    ).astype(np.float32)
+    got = loaded.signatures[export_graph.ANY_SIZE_SIGNATURE](
+        images=tf.constant(pixels)
+    )["probabilities"].numpy()
+    logits = keras.ops.convert_to_numpy(
+        model(pixels / 127.5 - 1.0, training=False)
+    )
+    want = tf.nn.softmax(logits.astype(np.float32), axis=-1).numpy()
+    return float(np.max(np.abs(got - want)))
 
 
 def export_model(
@@ -148,6 +176,7 @@ def export_model(
     resize_size: Optional[preprocessing.Size] = None,
     serving_base_dir: Optional[str] = None,
     verify: bool = True,
+    dynamic_size: bool = False,
 ) -> str:
     """Writes `model` as version `version` of `model_name` for TF Serving.
 
@@ -177,6 +206,12 @@ def export_model(
             base_path in models.config.
         verify: bool. Reload the written SavedModel, replay the warm-up
             requests and compare with the Keras model before publishing.
+        dynamic_size: bool. Also serve `predict_any_size`: pixels of any
+            height and width that are multiples of the model's stride, run
+            at that size (position embeddings interpolated on every call).
+            A fixed-size model is served through a dynamic-size copy
+            (`keras_vit.with_dynamic_image_size`); the other signatures
+            still resize to its size.
 
     Returns:
         str. The path of the new version folder.
@@ -228,8 +263,10 @@ def export_model(
         )
 
     serving_model = export_graph.float32_inference_model(model)
+    if dynamic_size:
+        serving_model = with_dynamic_image_size(serving_model)
     archive = export_graph.build_endpoints(
-        serving_model, names, top_k, resize_size
+        serving_model, names, top_k, resize_size, any_size=dynamic_size
     )
     tf.io.gfile.makedirs(model_dir)
     if auto_version:
@@ -240,7 +277,7 @@ def export_model(
     try:
         _write_saved_model(archive, tmp_dir)
         _write_extras(tmp_dir, model_name, names, images, size, top_k,
-                      serving_model, resize_size)
+                      serving_model, resize_size, dynamic_size)
         if verify:
             # Without warm-up images, still compare on synthetic ones.
             verify_export(
@@ -270,7 +307,7 @@ def _write_saved_model(archive, path: str) -> None:
 
 
 def _write_extras(path, model_name, names, images, size, top_k, model,
-                  resize_size):
+                  resize_size, any_size=False):
     assets = export_files.join(path, "assets")
     tf.io.gfile.makedirs(assets)
     with tf.io.gfile.GFile(export_files.join(assets, "labels.txt"), "w") as f:
@@ -290,7 +327,9 @@ def _write_extras(path, model_name, names, images, size, top_k, model,
         else list(preprocessing.as_hw(resize_size)),
         "num_classes": len(names),
         "top_k": top_k,
-        "signatures": list(export_graph.SIGNATURES),
+        "signatures": list(export_graph.SIGNATURES) + (
+            [export_graph.ANY_SIZE_SIGNATURE] if any_size else []
+        ),
         "exported_at": datetime.datetime.now(datetime.timezone.utc)
         .isoformat(timespec="seconds"),
     }

@@ -65,10 +65,29 @@ def parse_flags_or_exit(argv) -> list:
         message = re.sub(
             r"^'+([\w.]+)'+\s*", r"unknown config field '\1'. ", message
         ).rstrip("'")
+        if "Did you mean" not in message:
+            message = _with_suggestion(message, argv)
         raise SystemExit(
-            f"error: {message}\n(config fields: see the config file; "
+            f"error: {message}\n(config fields: keras_vit/config.py; "
             "flags: --helpfull)"
         ) from None
+
+
+def _with_suggestion(message: str, argv) -> str:
+    """`message` about an unknown --config.<field> plus the closest real
+    field (keras_vit/config.py), or the fields of its section."""
+    match = re.match(r"unknown config field '([\w.]+)'", message)
+    if not match:
+        return message
+    from keras_vit import config as config_lib
+
+    leaf = match.group(1).rpartition(".")[2]
+    for arg in argv:
+        path = re.match(r"--config\.([\w.]+)=?", str(arg))
+        if path and path.group(1).rpartition(".")[2] == leaf:
+            hint = config_lib.unknown_field_message(path.group(1))
+            return f"{message.rstrip('. ')}: {hint}"
+    return message
 
 
 def train_main():

@@ -8,7 +8,7 @@ workdir resumes from the latest complete checkpoint.
 
 from __future__ import annotations
 
-import contextlib
+import json
 import math
 import os
 import tempfile
@@ -19,80 +19,23 @@ import keras
 import tensorflow as tf
 from absl import logging
 
-from keras_vit import optim
+from keras_vit.build import MODEL_KEYS, build_model, build_optimizer
+from keras_vit.checkpoint import loader
 from keras_vit.checkpoint import workdir as wd
 from keras_vit.data import checks as data_checks
 from keras_vit.data import pipeline as input_pipeline
-from keras_vit.model import create_model
 from keras_vit.training import distribute
 from keras_vit.training.resume import TrainingError, restore_latest
 from keras_vit.training.trainer import Trainer
 
 __all__ = ["TrainingError", "build_trainer", "train_and_evaluate"]
 
-MODEL_KEYS = (
-    "variant", "patch_size", "hidden_size", "num_layers", "num_heads",
-    "mlp_dim", "pooling", "representation_size", "dropout_rate",
-    "attention_dropout_rate", "head_zero_init", "resnet_layers",
-    "resnet_width",
-)
-
-
-def num_classes_of(config, workdir: Optional[str] = None) -> int:
-    if config.get("num_classes"):
+def num_classes_of(config) -> int:
+    """The head width of a run of `config`: config.num_classes, else the
+    data source's class count."""
+    if config.num_classes:
         return int(config.num_classes)
-    if workdir:
-        names = wd.read_class_names(workdir)
-        if names:
-            return len(names)
     return input_pipeline.dataset_info(config).num_classes
-
-
-@contextlib.contextmanager
-def dtype_policy(dtype: str):
-    """Builds layers under `mixed_bfloat16` when dtype == "bfloat16"."""
-    if dtype not in ("float32", "bfloat16"):
-        raise ValueError(
-            f'dtype must be "float32" or "bfloat16", got {dtype!r}.'
-        )
-    previous = keras.config.dtype_policy()
-    if dtype == "bfloat16":
-        keras.config.set_dtype_policy("mixed_bfloat16")
-    try:
-        yield
-    finally:
-        keras.config.set_dtype_policy(previous)
-
-
-def build_model(config, num_classes: int) -> keras.Model:
-    """The model of `config.model` at `config.image_size`."""
-    kwargs = {
-        k: v
-        for k, v in config.model.to_dict().items()
-        if k in MODEL_KEYS and v is not None
-    }
-    unknown = set(config.model.keys()) - set(MODEL_KEYS)
-    if unknown:
-        raise ValueError(
-            f"Unknown config.model fields {sorted(unknown)}; known: "
-            f"{', '.join(MODEL_KEYS)}."
-        )
-    variant = kwargs.pop("variant", None)
-    with dtype_policy(config.get("dtype", "float32")):
-        return create_model(
-            variant,
-            num_classes=num_classes,
-            image_size=tuple(config.image_size)
-            if not isinstance(config.image_size, int)
-            else config.image_size,
-            **kwargs,
-        )
-
-
-def build_optimizer(config) -> keras.optimizers.Optimizer:
-    return optim.create_optimizer(
-        config.optimizer, config.total_steps, config.get("ema_decay", 0.0)
-    )
 
 
 def build_trainer(config, model, optimizer, strategy, num_classes: int):
@@ -104,30 +47,29 @@ def build_trainer(config, model, optimizer, strategy, num_classes: int):
         strategy,
         num_classes=num_classes,
         global_batch_size=int(config.batch_size),
-        accumulation_steps=int(config.get("accumulation_steps", 1)),
-        grad_clip_norm=config.get("grad_clip_norm", 1.0),
-        loss=config.get("loss", "softmax_xent"),
-        label_smoothing=float(config.get("label_smoothing", 0.0)),
-        jit_compile=bool(config.get("jit_compile", False)),
-        skip_nonfinite=bool(config.get("skip_nonfinite", False)),
+        accumulation_steps=int(config.accumulation_steps),
+        grad_clip_norm=config.grad_clip_norm,
+        loss=config.loss,
+        label_smoothing=float(config.label_smoothing),
+        jit_compile=bool(config.jit_compile),
+        skip_nonfinite=bool(config.skip_nonfinite),
     )
 
 
 def _model_signature(config) -> dict:
-    sig = {k: config.model.get(k) for k in MODEL_KEYS if k in config.model}
+    sig = {k: config.model[k] for k in MODEL_KEYS}
     sig["image_size"] = config.image_size
-    sig["num_classes"] = config.get("num_classes")
-    return sig
+    sig["num_classes"] = config.num_classes
+    # As the saved file holds it (tuples as lists).
+    return json.loads(json.dumps(sig))
 
 
 def _check_workdir_config(config, workdir: str) -> None:
     """A workdir holds one run: resuming with another model is an error."""
-    path = os.path.join(workdir, wd.CONFIG)
-    if not tf.io.gfile.exists(path):
+    if not tf.io.gfile.exists(os.path.join(workdir, wd.CONFIG)):
         return
-    import ml_collections
-
-    old = ml_collections.ConfigDict(wd.read_json(path))
+    # Fields the saved config predates take their defaults.
+    old = wd.read_config(workdir)
     if _model_signature(old) != _model_signature(config):
         raise TrainingError(
             f"The workdir {workdir} holds a run with a different model "
@@ -139,40 +81,23 @@ def _check_workdir_config(config, workdir: str) -> None:
 
 def _initialise_from(config, model: keras.Model) -> None:
     """Fine-tuning: weights from a released .npz, a .keras file or another
-    run's workdir. The head is kept only if its shape fits (else it starts
-    at zero); position embeddings are resized to this model's grid."""
-    init = config.get("init", None)
-    if not init:
-        return
-    from keras_vit.checkpoint import weights as checkpoint
-
-    chosen = [k for k in ("npz", "keras_model", "workdir") if init.get(k)]
+    run's workdir (`loader.initialise`). The head is kept only if its shape
+    fits (else it starts at zero); position embeddings are resized to this
+    model's grid."""
+    init = config.init
+    chosen = [k for k in ("npz", "keras_model", "workdir") if init[k]]
     if len(chosen) > 1:
         raise ValueError(
             f"config.init sets {' and '.join(chosen)}: initialise from one "
             f"source; clear the others (e.g. --config.init.{chosen[0]}=)."
         )
-    keep = bool(init.get("keep_pre_logits", False))
-    if init.get("npz"):
-        source = init.npz
-        report = checkpoint.load_npz(model, source, keep_pre_logits=keep)
-    elif init.get("keras_model") or init.get("workdir"):
-        if init.get("keras_model"):
-            source = init.keras_model
-            pretrained = keras.models.load_model(source, compile=False)
-        else:
-            source = init.workdir
-            pretrained = wd.restore_model(source, use_ema=True)
-        report = checkpoint.load_arrays(
-            model,
-            checkpoint.model_arrays(pretrained),
-            keep_pre_logits=keep,
-            posemb_grid=checkpoint.model_grid(pretrained),
-            source=source,
-        )
-    else:
+    if not chosen:
         return
-    logging.info("Initialised from %s: %s", source, report)
+    source = loader.Source(**{chosen[0]: init[chosen[0]]})
+    report = loader.initialise(
+        model, source, keep_pre_logits=bool(init.keep_pre_logits)
+    )
+    logging.info("Initialised from %s: %s", source.path, report)
 
 
 # Records SIGTERM so the loop can checkpoint and stop cleanly (a name of
@@ -217,16 +142,16 @@ def train_and_evaluate(
             "checkout, or pip install 'keras-vision-transformer[gcs]'."
         ) from None
     _check_workdir_config(config, workdir)
-    keras.utils.set_random_seed(int(config.get("seed", 0)))
+    keras.utils.set_random_seed(int(config.seed))
 
     info = input_pipeline.dataset_info(config)
-    if config.get("synthetic_data", False):
+    if config.synthetic_data:
         logging.warning(
             "synthetic_data=True: every step trains on the same first batch "
             "(a benchmark of the loop, not a training run)."
         )
     data_checks.check_splits(config)  # now, not after training
-    num_classes = int(config.get("num_classes") or info.num_classes)
+    num_classes = int(config.num_classes or info.num_classes)
 
     with strategy.scope():
         model = build_model(config, num_classes)
@@ -239,7 +164,7 @@ def train_and_evaluate(
     micro_batch = batch // trainer.accumulation_steps
 
     def eval_fn(split):
-        eval_batch = int(config.get("eval_batch_size", micro_batch))
+        eval_batch = int(config.eval_batch_size or micro_batch)
         return strategy.distribute_datasets_from_function(
             lambda ctx: input_pipeline.eval_dataset(
                 config, split, eval_batch, ctx
@@ -260,7 +185,7 @@ def train_and_evaluate(
 
     items = dict(model=model, optimizer=optimizer)
     train_iter = None
-    if config.get("checkpoint_iterator", True):
+    if config.checkpoint_iterator:
         train_iter = make_iterator(0)
         if not isinstance(train_iter, tf.__internal__.tracking.Trackable):
             logging.warning(
@@ -285,7 +210,7 @@ def train_and_evaluate(
     manager = tf.train.CheckpointManager(
         ckpt,
         scratch or ckpt_dir,
-        max_to_keep=int(config.get("keep_checkpoints", 3)),
+        max_to_keep=int(config.keep_checkpoints),
         step_counter=optimizer.iterations,
     )
     latest = restore_latest(items, ckpt_dir)
@@ -300,7 +225,12 @@ def train_and_evaluate(
     # Only now: a workdir whose checkpoints do not fit keeps its config.
     if chief:
         wd.write_json(os.path.join(workdir, wd.CONFIG), config.to_dict())
-        wd.write_class_names(workdir, info.class_names)
+        # Numbers stand in for names the data lacks: the file records the
+        # head width for whoever reads the run back.
+        wd.write_class_names(
+            workdir,
+            info.class_names or [str(i) for i in range(num_classes)],
+        )
     if "iterator" not in items:
         train_iter = make_iterator(trainer.step)
     handler = distribute.preemption_handler(strategy, manager)
@@ -332,11 +262,11 @@ def _train_loop(
             name: tf.summary.create_file_writer(os.path.join(workdir, name))
             for name in ("train", "eval")
         }
-    steps_per_loop = int(config.get("steps_per_loop", 10))
-    log_every = int(config.get("log_every_steps", steps_per_loop))
-    eval_every = int(config.get("eval_every_steps", 0))
-    ckpt_every = int(config.get("checkpoint_every_steps", 0))
-    val_split = config.get("val_split") or config.get("eval_split", "test")
+    steps_per_loop = int(config.steps_per_loop)
+    log_every = int(config.log_every_steps)
+    eval_every = int(config.eval_every_steps)
+    ckpt_every = int(config.checkpoint_every_steps)
+    val_split = config.val_split or config.eval_split
 
     step = trainer.step
     start_step = step
@@ -426,7 +356,7 @@ def _train_loop(
             if timed:
                 loop_time += time.time() - t0 - scheduled
 
-    eval_split = config.get("eval_split", "test")
+    eval_split = config.eval_split
     with data_checks.explained_errors(config):
         results = trainer.evaluate(eval_fn(eval_split))
     _log_eval(writers, step, eval_split, results)
@@ -455,19 +385,19 @@ def _train_loop(
     if chief:
         wd.write_json(os.path.join(workdir, wd.METRICS), final)
     logging.info("Final %s metrics: %s", eval_split, final)
-    export = config.get("export", None)
-    if chief and export and export.get("enabled"):
+    export = config.export
+    if chief and export.enabled:
         from keras_vit.export import saved_model as export_lib
 
         if trainer.has_ema:
             trainer.swap_ema_weights()
         path = export_lib.export_model(
             model,
-            export.get("export_dir") or os.path.join(workdir, "export"),
-            model_name=export.get("model_name", "vit"),
+            export.export_dir or os.path.join(workdir, "export"),
+            model_name=export.model_name,
             class_names=info.class_names,
             # Serve with the run's own evaluation preprocessing.
-            resize_size=(config.get("pp") or {}).get("eval_resize_size"),
+            resize_size=config.pp.eval_resize_size,
         )
         if trainer.has_ema:
             trainer.swap_ema_weights()

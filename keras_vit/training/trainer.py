@@ -24,6 +24,8 @@ from typing import Dict, Optional
 import keras
 import tensorflow as tf
 
+from keras_vit import keras_compat
+
 LOSSES = ("softmax_xent", "sigmoid_xent")
 
 
@@ -49,23 +51,96 @@ def per_example_loss(
     raise ValueError(f"Unknown loss {loss!r}: use one of {', '.join(LOSSES)}.")
 
 
-def _skip_optimizer_reduction(optimizer) -> None:
-    # We all-reduce (and clip) the gradients ourselves before
-    # apply_gradients; the Keras TF optimizer would sum them over replicas a
-    # second time. Its reduction hook is replaced by the identity for this
-    # optimizer instance only.
-    if not hasattr(optimizer, "_all_reduce_sum_gradients"):
-        raise RuntimeError(
-            "This Keras version's optimizer has no _all_reduce_sum_gradients "
-            "hook; the trainer cannot control the cross-replica reduction. "
-            "Use keras >= 3.10, < 4."
-        )
-    optimizer._all_reduce_sum_gradients = lambda grads_and_vars: list(
-        grads_and_vars
-    )
+class Evaluator:
+    """The distributed evaluation step of a classifier: loss, top-1 and
+    top-5 accuracy over masked batches.
+
+    Evaluation alone (evaluate.py) uses it as is; `Trainer` extends it, so
+    both score a model with the same step.
+
+    Args:
+        model: keras.Model. Images -> logits; created under
+            `strategy.scope()`.
+        strategy: tf.distribute.Strategy.
+        num_classes: int. Width of the model's output.
+        loss: str. "softmax_xent" or "sigmoid_xent".
+    """
+
+    def __init__(
+        self,
+        model: keras.Model,
+        strategy: tf.distribute.Strategy,
+        *,
+        num_classes: int,
+        loss: str = "softmax_xent",
+    ):
+        if loss not in LOSSES:
+            raise ValueError(
+                f"Unknown loss {loss!r}: use one of {', '.join(LOSSES)}."
+            )
+        self.model = model
+        self.strategy = strategy
+        self.num_classes = int(num_classes)
+        self.loss = loss
+        self._eval_step = tf.function(self._eval_step_fn)
+
+    def _eval_step_fn(self, images, labels, mask):
+        def step(images, labels, mask):
+            logits = tf.cast(self.model(images, training=False), tf.float32)
+            losses = per_example_loss(
+                labels, logits, self.num_classes, self.loss
+            )
+            top1 = tf.cast(
+                tf.equal(tf.argmax(logits, -1, output_type=tf.int32), labels),
+                tf.float32,
+            )
+            k = min(5, self.num_classes)
+            top5 = tf.cast(tf.nn.in_top_k(labels, logits, k), tf.float32)
+            return (
+                tf.reduce_sum(losses * mask),
+                tf.reduce_sum(top1 * mask),
+                tf.reduce_sum(top5 * mask),
+                tf.reduce_sum(mask),
+            )
+
+        results = self.strategy.run(step, args=(images, labels, mask))
+        return [
+            self.strategy.reduce("SUM", r, axis=None) for r in results
+        ]
+
+    def evaluate(self, dataset, on_batch=None) -> Dict[str, float]:
+        """Loss, top-1 and top-5 accuracy over a distributed eval dataset.
+
+        Args:
+            dataset: iterable of (images, labels, mask) batches, distributed
+                by `strategy`; examples whose mask is 0 (padding) are not
+                counted.
+            on_batch: None, or called after each batch with the 1-based
+                batch index and the metrics so far.
+
+        Returns:
+            {"loss", "accuracy", "top5_accuracy", "num_examples"}.
+        """
+        totals = [0.0, 0.0, 0.0, 0.0]
+        for i, (images, labels, mask) in enumerate(dataset, start=1):
+            values = self._eval_step(images, labels, mask)
+            totals = [t + float(v) for t, v in zip(totals, values)]
+            if on_batch is not None:
+                on_batch(i, _metrics(totals))
+        return _metrics(totals)
 
 
-class Trainer:
+def _metrics(totals) -> Dict[str, float]:
+    n = max(totals[3], 1.0)
+    return {
+        "loss": totals[0] / n,
+        "accuracy": totals[1] / n,
+        "top5_accuracy": totals[2] / n,
+        "num_examples": int(totals[3]),
+    }
+
+
+class Trainer(Evaluator):
     """Distributed train/eval steps for a classifier.
 
     Args:
@@ -101,10 +176,6 @@ class Trainer:
         jit_compile: bool = False,
         skip_nonfinite: bool = False,
     ):
-        if loss not in LOSSES:
-            raise ValueError(
-                f"Unknown loss {loss!r}: use one of {', '.join(LOSSES)}."
-            )
         if accumulation_steps < 1:
             raise ValueError(
                 f"accumulation_steps must be >= 1, got {accumulation_steps}."
@@ -117,25 +188,23 @@ class Trainer:
                 f"({accumulation_steps}): use a multiple of "
                 f"{replicas * accumulation_steps}."
             )
-        self.model = model
+        super().__init__(model, strategy, num_classes=num_classes, loss=loss)
         self.optimizer = optimizer
-        self.strategy = strategy
-        self.num_classes = int(num_classes)
         self.global_batch_size = int(global_batch_size)
         self.accumulation_steps = int(accumulation_steps)
         self.grad_clip_norm = grad_clip_norm
-        self.loss = loss
         self.label_smoothing = float(label_smoothing)
         self.skip_nonfinite = bool(skip_nonfinite)
         with strategy.scope():
             optimizer.build(model.trainable_variables)
-        _skip_optimizer_reduction(optimizer)
+        keras_compat.skip_cross_replica_sum(optimizer)
+        # The raw weights while the EMA averages are in the model.
+        self._raw_weights = None
         if jit_compile:
             self._loss_and_grads = tf.function(
                 self._loss_and_grads, jit_compile=True
             )
         self._train_loop = tf.function(self._train_loop_fn)
-        self._eval_step = tf.function(self._eval_step_fn)
 
     # ------------------------------------------------------------- training
     def _loss_and_grads(self, images, labels):
@@ -281,6 +350,12 @@ class Trainer:
         """
         if steps < 1:
             raise ValueError(f"steps must be >= 1, got {steps}.")
+        if self._raw_weights is not None:
+            raise RuntimeError(
+                "The model holds its EMA averages (swap_ema_weights): call "
+                "swap_ema_weights again to put the raw weights back before "
+                "training."
+            )
         sums = self._train_loop(iterator, tf.constant(steps, tf.int32))
         bad = int(round(float(sums["nonfinite"])))
         first = int(sums["first_nonfinite"])
@@ -304,54 +379,19 @@ class Trainer:
         return float(lr.numpy() if hasattr(lr, "numpy") else lr)
 
     # ----------------------------------------------------------- evaluation
-    def _eval_step_fn(self, images, labels, mask):
-        def step(images, labels, mask):
-            logits = tf.cast(self.model(images, training=False), tf.float32)
-            losses = per_example_loss(
-                labels, logits, self.num_classes, self.loss
-            )
-            top1 = tf.cast(
-                tf.equal(tf.argmax(logits, -1, output_type=tf.int32), labels),
-                tf.float32,
-            )
-            k = min(5, self.num_classes)
-            top5 = tf.cast(tf.nn.in_top_k(labels, logits, k), tf.float32)
-            return (
-                tf.reduce_sum(losses * mask),
-                tf.reduce_sum(top1 * mask),
-                tf.reduce_sum(top5 * mask),
-                tf.reduce_sum(mask),
-            )
-
-        results = self.strategy.run(step, args=(images, labels, mask))
-        return [
-            self.strategy.reduce("SUM", r, axis=None) for r in results
-        ]
-
-    def evaluate(self, dataset, use_ema: bool = True) -> Dict[str, float]:
-        """Loss, top-1 and top-5 accuracy over a distributed eval dataset.
-
-        With an EMA optimizer and `use_ema`, evaluates the averaged weights
-        (and puts the raw weights back afterwards).
-        """
+    def evaluate(
+        self, dataset, use_ema: bool = True, on_batch=None
+    ) -> Dict[str, float]:
+        """`Evaluator.evaluate`; with an EMA optimizer and `use_ema`, of the
+        averaged weights (the raw weights are put back afterwards)."""
         swap = use_ema and self.has_ema
         if swap:
             self.swap_ema_weights()
         try:
-            totals = [0.0, 0.0, 0.0, 0.0]
-            for images, labels, mask in dataset:
-                values = self._eval_step(images, labels, mask)
-                totals = [t + float(v) for t, v in zip(totals, values)]
+            return super().evaluate(dataset, on_batch=on_batch)
         finally:
             if swap:
                 self.swap_ema_weights()
-        n = max(totals[3], 1.0)
-        return {
-            "loss": totals[0] / n,
-            "accuracy": totals[1] / n,
-            "top5_accuracy": totals[2] / n,
-            "num_examples": int(totals[3]),
-        }
 
     # ------------------------------------------------------------------ EMA
     @property
@@ -359,11 +399,23 @@ class Trainer:
         return bool(getattr(self.optimizer, "use_ema", False))
 
     def swap_ema_weights(self) -> None:
-        """Exchanges the model's weights with their EMA averages (twice:
-        back to the start)."""
-        averages = self.optimizer._model_variables_moving_average
+        """Puts the EMA averages into the model's weights; called again,
+        puts the raw weights back.
+
+        Keras's `finalize_variable_values` copies the averages into the
+        weights but has no inverse, so the raw weights wait meanwhile, in
+        host memory: accelerator memory already holds the weights, their
+        averages and the optimizer's moments.
+        """
+        variables = self.model.trainable_variables
         with self.strategy.scope():
-            for var, avg in zip(self.model.trainable_variables, averages):
-                raw = tf.identity(var.value)
-                var.assign(avg.value)
-                avg.assign(raw)
+            if self._raw_weights is None:
+                with tf.device("/cpu:0"):
+                    self._raw_weights = [
+                        tf.identity(v.value) for v in variables
+                    ]
+                self.optimizer.finalize_variable_values(variables)
+            else:
+                for var, raw in zip(variables, self._raw_weights):
+                    var.assign(raw)
+                self._raw_weights = None

@@ -1,0 +1,379 @@
+"""The one config schema: every field of a run config, its meaning and its
+default.
+
+`base_config()` is what every file in configs/ starts from; each overrides
+only what its recipe changes. The config is locked, so a misspelt or unknown
+field is an error that names the closest real one, in a config file, on the
+command line (`--config.totl_steps=5`) and in code (`config.totl_steps = 5`).
+The code reads the fields directly: a default lives here and nowhere else.
+
+Evaluation (evaluate.py) reads the same schema: `vtab` and `fewshot` hold
+the options of its two protocols, and `download` / `manual_dir` how their
+data is prepared.
+"""
+
+from __future__ import annotations
+
+import difflib
+from typing import Any, List, Mapping, Optional
+
+import ml_collections
+from ml_collections.config_dict import placeholder
+
+
+def base_config() -> ml_collections.ConfigDict:
+    """Every field with its default; locked (returns a new copy)."""
+    c = ml_collections.ConfigDict()
+    # Random seed for parameters, data order and augmentation.
+    c.seed = 0
+
+    # ---------------------------------------------------------------- data
+    # Data source: "digits" (the 1,797 scikit-learn digits, no download),
+    # "folder" (data_dir/<split>/<class>/*.jpg|png|...) or a TFDS name.
+    c.dataset = "digits"
+    # A VTAB-1k task (keras_vit/data/vtab.py) instead of `dataset`'s own
+    # labels: its TFDS data, splits and derived labels.
+    c.vtab_task = placeholder(str)
+    # TFDS / image-folder directory (may be gs://); None: the TFDS default.
+    c.data_dir = placeholder(str)
+    # TFDS feature names of the image and the label.
+    c.image_key = "image"
+    c.label_key = "label"
+    # Image folders: leave out files that do not decode (corrupt, truncated,
+    # empty), counted and named in the log; False: stop with an error that
+    # names them.
+    c.skip_bad_images = False
+    # Split used for training (slices such as "train[:98%]" work).
+    c.train_split = "train"
+    # Split of the periodic evaluation; None: eval_split.
+    c.val_split = placeholder(str)
+    # Split of the final (reported) evaluation.
+    c.eval_split = "test"
+    # Number of classes; 0: read from the data source.
+    c.num_classes = 0
+    # Model input resolution (position embeddings follow it).
+    c.image_size = 224
+    # Shuffle buffer (encoded images, per input pipeline).
+    c.shuffle_buffer = 10_000
+    # Keep the (encoded) training split in memory: for small data sets
+    # such as VTAB's 1,000 examples.
+    c.cache_train = False
+    # Keep the evaluation splits in memory too.
+    c.cache = False
+    # Batches prefetched per input pipeline; -1: tf.data.AUTOTUNE.
+    c.prefetch = -1
+
+    # Preprocessing (keras_vit/data/preprocessing.py).
+    c.pp = ml_collections.ConfigDict()
+    # Training augmentation: "pretrain" (Inception crop of area_range,
+    # flip), "finetune" (resize to resize_size, random image_size crop,
+    # flip) or "eval" (resize only: no crop, no flip).
+    c.pp.train = "finetune"
+    # "finetune": resize before the random crop; None: straight to
+    # image_size (no crop).
+    c.pp.resize_size = placeholder(int)
+    # Evaluation: resize to eval_resize_size, then the central image_size
+    # crop; None: resize straight to image_size. Serving (export) uses it
+    # too.
+    c.pp.eval_resize_size = placeholder(int)
+    # "pretrain": the crop's share of the image area (min, max).
+    c.pp.area_range = (0.05, 1.0)
+    # Random horizontal flips ("pretrain", "finetune").
+    c.pp.flip = True
+
+    # --------------------------------------------------------------- model
+    # keras_vit.create_model arguments. Sizes left None come from the
+    # variant; variant None builds from the explicit sizes alone.
+    c.model = ml_collections.ConfigDict()
+    # "B/16", "L/16", "R50+B/16", ... (keras_vit.VARIANTS).
+    c.model.variant = "B/16"
+    # Explicit sizes (None: the variant's).
+    c.model.patch_size = placeholder(int)
+    c.model.hidden_size = placeholder(int)
+    c.model.num_layers = placeholder(int)
+    c.model.num_heads = placeholder(int)
+    c.model.mlp_dim = placeholder(int)
+    # Hybrids: bottleneck units per ResNet stage and its width factor
+    # (None: the variant's; 1).
+    c.model.resnet_layers = placeholder(tuple)
+    c.model.resnet_width = placeholder(int)
+    # "token" (class token) or "gap" (global average pooling).
+    c.model.pooling = "token"
+    # Width of the pre-logits layer (tanh) before the head; None: none.
+    c.model.representation_size = placeholder(int)
+    # Dropout after every dense layer except qkv and after the position
+    # embeddings; dropout of the attention weights.
+    c.model.dropout_rate = 0.0
+    c.model.attention_dropout_rate = 0.0
+    # Start the classification head at zero (the paper's transfer set-up).
+    c.model.head_zero_init = True
+
+    # ------------------------------------------------------------ training
+    # Examples per optimizer update (all replicas and micro-batches).
+    c.batch_size = 512
+    # Examples per evaluation batch (all replicas together); None: the
+    # training micro-batch (evaluate.py: batch_size).
+    c.eval_batch_size = placeholder(int)
+    # Optimizer updates.
+    c.total_steps = 10_000
+    # Optimizer and learning-rate schedule (keras_vit/optim.py).
+    c.optimizer = ml_collections.ConfigDict()
+    # "sgd", "adam", "adamw" or "lamb".
+    c.optimizer.name = "adamw"
+    # Peak learning rate, reached after the warm-up.
+    c.optimizer.lr = 1e-3
+    # Linear warm-up steps from 0 to lr.
+    c.optimizer.warmup_steps = 0
+    # Decay after the warm-up: "cosine", "linear" or "constant"; to end_lr.
+    c.optimizer.decay_type = "cosine"
+    c.optimizer.end_lr = 0.0
+    # Decoupled weight decay (adamw, lamb), multiplied by the learning
+    # rate; sgd and adam take none.
+    c.optimizer.weight_decay = 0.0
+    # Variable-name substrings without weight decay: biases, LayerNorm and
+    # GroupNorm parameters, position embeddings, the class token.
+    c.optimizer.no_decay = ("bias", "gamma", "beta", "pos_embedding", "cls")
+    # sgd: momentum and Nesterov momentum.
+    c.optimizer.momentum = 0.9
+    c.optimizer.nesterov = False
+    # adam, adamw, lamb: the moment decays.
+    c.optimizer.b1 = 0.9
+    c.optimizer.b2 = 0.999
+    # Clip the global gradient norm (paper: 1); None: no clipping.
+    c.grad_clip_norm = 1.0
+    # A step whose loss or gradient norm is NaN/Inf: False stops training
+    # (naming the step and the last good checkpoint); True skips that update
+    # (weights, optimizer moments and EMA unchanged; counted in the log and
+    # in metrics.json).
+    c.skip_nonfinite = False
+    # Micro-batches per update (gradient accumulation): keeps batch_size
+    # when one step of the accelerators cannot hold it.
+    c.accumulation_steps = 1
+    # "softmax_xent" or "sigmoid_xent".
+    c.loss = "softmax_xent"
+    # Label smoothing of the targets.
+    c.label_smoothing = 0.0
+    # "float32" or "bfloat16" (mixed_bfloat16: bf16 compute, f32 weights;
+    # logits and loss stay float32).
+    c.dtype = "float32"
+    # Polyak/EMA decay of the weights (paper: 0.9999 for its best ImageNet
+    # results); 0 disables it. Evaluation and export use the averages.
+    c.ema_decay = 0.0
+    # XLA-compile the forward/backward pass of each replica.
+    c.jit_compile = True
+    # Training steps per host call (a tf.function loop; TPUs run it on
+    # device).
+    c.steps_per_loop = 50
+    # Benchmarking: train on the first batch of the pipeline, repeated, to
+    # time the training loop without its input work.
+    c.synthetic_data = False
+
+    # ----------------------------------------------- logging, checkpoints
+    # Train-metric logging interval (steps).
+    c.log_every_steps = 100
+    # Periodic evaluation on val_split (steps); 0: only the final one.
+    c.eval_every_steps = 0
+    # Checkpoint interval (steps); 0: only at the end and when stopped by
+    # SIGTERM.
+    c.checkpoint_every_steps = 1000
+    # Checkpoints kept in the workdir.
+    c.keep_checkpoints = 3
+    # Also checkpoint the input iterator (exact resume of the data order);
+    # its shuffle buffer goes into every checkpoint.
+    c.checkpoint_iterator = True
+
+    # Initialisation (fine-tuning): one of a released .npz, a .keras file
+    # or another run's workdir; None everywhere: from scratch. The head is
+    # re-initialised when the class count differs, position embeddings are
+    # resized to the new patch grid.
+    c.init = ml_collections.ConfigDict()
+    c.init.npz = placeholder(str)
+    c.init.keras_model = placeholder(str)
+    c.init.workdir = placeholder(str)
+    # Keep the source's pre-logits layer (the paper drops the whole
+    # pre-training head; VTAB: the backbone keeps it).
+    c.init.keep_pre_logits = False
+
+    # SavedModel export (TF Serving) at the end of the run.
+    c.export = ml_collections.ConfigDict()
+    c.export.enabled = False
+    # None: <workdir>/export.
+    c.export.export_dir = placeholder(str)
+    # The model's name in the serving config.
+    c.export.model_name = "vit"
+
+    # ---------------------------------------------------------- evaluation
+    # Download and prepare missing TFDS data (few-shot and VTAB data sets).
+    c.download = True
+    # Manually downloaded files (Resisc45, Retinopathy, ImageNet); None:
+    # <data_dir>/downloads/manual.
+    c.manual_dir = placeholder(str)
+
+    # VTAB-1k (evaluate.py --mode=vtab): each task fine-tunes the
+    # pre-trained backbone with this config's training fields.
+    c.vtab = ml_collections.ConfigDict()
+    # Tasks and groups: "all", "natural", "specialized", "structured" or
+    # task names, comma-separated (--tasks wins).
+    c.vtab.tasks = "all"
+    # Keep each task's checkpoints after scoring (large).
+    c.vtab.keep_checkpoints = False
+    # The optional sweep: every (lr, steps) pair trained on train800 and
+    # scored on val200; the best is retrained on train800val200 and scored
+    # on test.
+    c.vtab.sweep = ml_collections.ConfigDict()
+    c.vtab.sweep.enabled = False
+    c.vtab.sweep.lrs = (0.001, 0.01)
+    c.vtab.sweep.steps = (500, 2500)
+
+    # Few-shot linear evaluation (evaluate.py --mode=fewshot): frozen
+    # features at image_size (pp.eval_resize_size, then a central crop),
+    # batch_size images per extraction batch.
+    c.fewshot = ml_collections.ConfigDict()
+    # Training examples per class, and random draws per shot count.
+    c.fewshot.shots = (1, 5, 10, 25)
+    c.fewshot.seeds = (0, 1, 2)
+    # Ridge strength of the closed-form least squares (big_vision: 2**10).
+    c.fewshot.l2_reg = 1024.0
+    # The representation probed: None, the pre-logits features; an encoder
+    # block index (negative from the end), that block's class token (mean
+    # patch token with "gap" pooling), with the encoder's final LayerNorm
+    # applied if layer_norm (keras_vit.evaluation.fewshot.probe_model).
+    c.fewshot.layer = placeholder(int)
+    c.fewshot.layer_norm = True
+    # Data sets: name -> dict(dataset, train_split, test_split) (see
+    # configs/fewshot.py); their names are the config's to choose.
+    c.fewshot.datasets = ml_collections.ConfigDict()
+
+    c.lock()
+    return c
+
+
+# Sub-dicts whose keys each config chooses (names of data sets); what they
+# hold is not a fixed schema.
+FREE_FORM = ("fewshot.datasets",)
+
+
+def field_names(config: ml_collections.ConfigDict,
+                prefix: str = "") -> List[str]:
+    """Dotted names of every field of `config`, sub-dicts included."""
+    names = []
+    for key in config.keys():
+        name = prefix + key
+        names.append(name)
+        value = config[key]
+        if (isinstance(value, ml_collections.ConfigDict)
+                and name not in FREE_FORM):
+            names.extend(field_names(value, name + "."))
+    return names
+
+
+def closest_field(name: str, config=None) -> Optional[str]:
+    """The real field (dotted name) closest to the dotted `name`, or None:
+    a field of the same name in another section ("resize_size" ->
+    "pp.resize_size"), else a sibling with a similar name (a typo), else a
+    similar name in another section."""
+    config = base_config() if config is None else config
+    names = field_names(config)
+    parent, _, leaf = name.rpartition(".")
+    leaves = {}
+    for n in names:  # the first (outermost) field of each leaf name
+        leaves.setdefault(n.rpartition(".")[2], n)
+    if leaf in leaves:
+        return leaves[leaf]
+    siblings = {n.rpartition(".")[2]: n for n in names
+                if n.rpartition(".")[0] == parent}
+    for pool in (siblings, leaves):
+        match = difflib.get_close_matches(leaf, list(pool), n=1, cutoff=0.6)
+        if match:
+            return pool[match[0]]
+    return None
+
+
+def unknown_field_message(name: str, config=None) -> str:
+    """'config.X is not a field' with the closest real one, or the fields of
+    the section when none is close."""
+    config = base_config() if config is None else config
+    close = closest_field(name, config)
+    text = f"config.{name} is not a config field"
+    if close:
+        return f"{text}; did you mean config.{close}?"
+    parent = name.rpartition(".")[0]
+    section = config
+    for part in filter(None, parent.split(".")):
+        if not isinstance(section, ml_collections.ConfigDict) or (
+                part not in section):
+            return text + "."
+        section = section[part]
+    where = f"config.{parent}" if parent else "config"
+    return f"{text}; {where} has: {', '.join(sorted(section.keys()))}."
+
+
+def complete(
+    values: Mapping[str, Any],
+    section: Optional[str] = None,
+    *,
+    where: str = "config",
+) -> ml_collections.ConfigDict:
+    """`values` laid over the base config (or its dotted `section`, e.g.
+    "optimizer"): fields `values` leaves out keep their defaults.
+
+    A key the base does not know is an error naming it and the closest real
+    field. Values that were JSON (lists for tuples) are accepted.
+
+    Args:
+        values: dict or ConfigDict, nested like the config.
+        section: str or None. A sub-dict of the base to start from.
+        where: str. Names the values' origin in errors (e.g. a file).
+
+    Returns:
+        A new locked ConfigDict.
+
+    Raises:
+        ValueError: an unknown key.
+    """
+    config = base_config()
+    prefix = ""
+    if section:
+        for part in section.split("."):
+            config = config[part]
+        prefix = section + "."
+    if isinstance(values, ml_collections.ConfigDict):
+        values = values.to_dict()
+    _lay_over(config, dict(values), prefix, where)
+    config.lock()
+    return config
+
+
+# Fields that take values of more than one type: an int or (height, width).
+ANY_TYPE = ("image_size",)
+
+
+def _lay_over(config, values: Mapping[str, Any], prefix: str,
+              where: str) -> None:
+    for key, value in values.items():
+        name = prefix + key
+        if key not in config:
+            raise ValueError(
+                f"{where}: {unknown_field_message(name)} (keras_vit/config.py"
+                " defines every field)"
+            )
+        if isinstance(config[key], ml_collections.ConfigDict) and (
+            name not in FREE_FORM
+        ):
+            if not isinstance(value, Mapping):
+                raise ValueError(
+                    f"{where}: config.{name} is a section of fields, not "
+                    f"{value!r}."
+                )
+            _lay_over(config[key], value, name + ".", where)
+            continue
+        if isinstance(value, Mapping):
+            value = ml_collections.ConfigDict(dict(value))
+        if name in ANY_TYPE:
+            with config.ignore_type():
+                config[key] = value
+            continue
+        try:
+            config[key] = value
+        except TypeError as e:
+            raise ValueError(f"{where}: config.{name}: {e}") from None

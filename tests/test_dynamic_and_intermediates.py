@@ -1,0 +1,443 @@
+"""One model at any input size, and token features from chosen blocks.
+
+Dynamic image size: the in-graph interpolation equals the loader's, so a
+dynamic model's logits at a new size equal those of a model rebuilt at that
+size with the loader's resized weights; .keras files, the JAX backend, the
+hybrids, bad sizes and the serving export's variable-size signature.
+Intermediates: shapes, the final norm on and off, one forward pass, and the
+few-shot probe of a chosen block.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import keras_vit
+from keras_vit import embedding
+from keras_vit import layers as vit_layers
+from keras_vit.checkpoint import npz as checkpoint_io
+from keras_vit.checkpoint.weights import (
+    load_npz,
+    rebuild_at_resolution,
+    save_npz,
+)
+
+TINY = dict(
+    patch_size=4, hidden_size=32, num_layers=2, num_heads=2, mlp_dim=64
+)
+# Float32 rounding of the interpolation (the loader's runs in float64)
+# through two blocks: measured differences are below 1e-6.
+ATOL = 1e-5
+
+
+def numpy(x):
+    return keras.ops.convert_to_numpy(x)
+
+
+def images(h, w, batch=2, seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.uniform(-1, 1, (batch, h, w, 3)).astype("float32")
+
+
+def pair(pooling="token", **kwargs):
+    """A fixed-size model at 16 x 16 and a dynamic one with its weights."""
+    fixed = keras_vit.create_model(
+        None, num_classes=5, image_size=16, pooling=pooling,
+        head_zero_init=False, **TINY, **kwargs,
+    )
+    dynamic = keras_vit.create_model(
+        None, num_classes=5, image_size=16, pooling=pooling,
+        head_zero_init=False, dynamic_image_size=True, **TINY, **kwargs,
+    )
+    dynamic.set_weights(fixed.get_weights())
+    return fixed, dynamic
+
+
+# ------------------------------------------------------- interpolation
+@pytest.mark.parametrize(
+    "old,new", [((4, 4), (6, 6)), ((4, 4), (3, 5)), ((3, 5), (8, 2)),
+                ((4, 4), (1, 1)), ((1, 3), (4, 3)), ((4, 4), (4, 4))],
+)
+@pytest.mark.parametrize("prefix", [0, 1])
+def test_graph_interpolation_equals_the_loaders(old, new, prefix):
+    rng = np.random.default_rng(0)
+    table = rng.normal(size=(1, prefix + old[0] * old[1], 8))
+    table = table.astype("float32")
+    want = checkpoint_io.resize_position_embedding(table, new, old, prefix)
+    got = numpy(embedding.resize_grid(
+        keras.ops.convert_to_tensor(table), old, new, prefix
+    ))
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
+    if old == new:
+        np.testing.assert_array_equal(got, table)
+
+
+def test_interpolation_matrix_rows_sum_to_one_and_align_corners():
+    m = numpy(embedding.interpolation_matrix(5, 9))
+    assert m.shape == (9, 5)
+    np.testing.assert_allclose(m.sum(axis=1), 1.0, atol=1e-6)
+    assert m[0, 0] == 1.0 and m[-1, -1] == 1.0
+    np.testing.assert_allclose(m[1, :2], [0.5, 0.5], atol=1e-6)
+
+
+# ------------------------------------------------- dynamic image size
+@pytest.mark.parametrize("pooling", ["token", "gap"])
+def test_dynamic_equals_a_model_rebuilt_at_each_size(pooling):
+    fixed, dynamic = pair(pooling)
+    assert dynamic.input_shape == (None, None, None, 3)
+    assert dynamic.count_params() == fixed.count_params()
+    x = images(16, 16)
+    np.testing.assert_array_equal(numpy(dynamic(x)), numpy(fixed(x)))
+    for size in [(24, 24), (12, 20), (32, 8)]:  # up, non-square, extreme
+        rebuilt = rebuild_at_resolution(fixed, size)
+        x = images(*size)
+        want = numpy(rebuilt(x))
+        got = numpy(dynamic(x))
+        np.testing.assert_allclose(got, want, rtol=0, atol=ATOL)
+        # Compiled prediction (a traced graph) gives the same.
+        np.testing.assert_allclose(
+            dynamic.predict(x, verbose=0), want, rtol=0, atol=ATOL
+        )
+
+
+def test_dynamic_hybrid_equals_rebuilt():
+    kwargs = dict(patch_size=1, hidden_size=32, num_layers=1, num_heads=2,
+                  mlp_dim=64, resnet_layers=(1, 1), head_zero_init=False)
+    fixed = keras_vit.create_model(None, num_classes=3, image_size=32,
+                                   **kwargs)
+    dynamic = keras_vit.create_model(None, num_classes=3, image_size=32,
+                                     dynamic_image_size=True, **kwargs)
+    dynamic.set_weights(fixed.get_weights())
+    assert keras_vit.model_stride(dynamic) == 8
+    x = images(48, 24)
+    np.testing.assert_allclose(
+        numpy(dynamic(x)), numpy(rebuild_at_resolution(fixed, (48, 24))(x)),
+        rtol=0, atol=ATOL,
+    )
+    with pytest.raises(ValueError, match="multiple of 8"):
+        dynamic(images(36, 24))
+
+
+def test_bad_size_names_the_fix():
+    _, dynamic = pair()
+    with pytest.raises(ValueError, match="height 18 is not divisible by 4"):
+        dynamic(images(18, 16))
+    with pytest.raises(ValueError, match="multiple of 4"):
+        dynamic(images(16, 10))
+    # In a graph with a run-time size, an assertion with the same words.
+    serve = tf.function(
+        lambda x: dynamic(x),
+        input_signature=[tf.TensorSpec((None, None, None, 3), tf.float32)],
+    )
+    assert serve(tf.zeros((1, 8, 12, 3))).shape == (1, 5)
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match="multiple of 4"):
+        serve(tf.zeros((1, 9, 12, 3)))
+
+
+def test_keras_file_round_trip_at_two_sizes(tmp_path):
+    _, dynamic = pair()
+    path = str(tmp_path / "dynamic.keras")
+    dynamic.save(path)
+    again = keras.models.load_model(path, compile=False)
+    assert again.input_shape == (None, None, None, 3)
+    assert again.get_layer("posembed_input").grid_size == (4, 4)
+    for size in [(16, 16), (20, 12)]:
+        x = images(*size)
+        np.testing.assert_array_equal(numpy(again(x)), numpy(dynamic(x)))
+
+
+def test_position_embedding_config_round_trip():
+    layer = vit_layers.PositionEmbedding(
+        0.1, grid_size=(3, 5), stride=16, num_prefix_tokens=1
+    )
+    config = layer.get_config()
+    clone = vit_layers.PositionEmbedding.from_config(config)
+    assert clone.get_config() == config
+    assert (clone.grid_size, clone.stride, clone.num_prefix_tokens) == (
+        (3, 5), 16, 1
+    )
+    with pytest.raises(ValueError, match="stride"):
+        vit_layers.PositionEmbedding(grid_size=(3, 5))
+
+
+def test_npz_loads_into_a_dynamic_model(tmp_path):
+    fixed, _ = pair()
+    path = str(tmp_path / "w.npz")
+    save_npz(fixed, path)
+    dynamic = keras_vit.create_model(
+        None, num_classes=5, image_size=16, dynamic_image_size=True, **TINY
+    )
+    report = load_npz(dynamic, path)
+    assert report.posemb_resized is None
+    x = images(16, 16)
+    np.testing.assert_array_equal(numpy(dynamic(x)), numpy(fixed(x)))
+    # A table of another grid is resized on load to the model's grid.
+    other = keras_vit.create_model(
+        None, num_classes=5, image_size=(24, 12), dynamic_image_size=True,
+        **TINY,
+    )
+    report = load_npz(other, path)
+    assert report.posemb_resized == ((4, 4), (6, 3))
+    assert keras_vit.input_image_size(other) == (24, 12)
+
+
+def test_with_dynamic_image_size_copies_a_fixed_model():
+    fixed, dynamic = pair(representation_size=8)
+    copy = keras_vit.with_dynamic_image_size(fixed)
+    assert copy.input_shape == (None, None, None, 3)
+    assert keras_vit.input_image_size(copy) == (16, 16)
+    assert keras_vit.with_dynamic_image_size(copy) is copy
+    x = images(12, 28)
+    np.testing.assert_array_equal(numpy(copy(x)), numpy(dynamic(x)))
+    assert fixed.input_shape == (None, 16, 16, 3)  # left as it was
+
+
+def test_rebuild_at_resolution_fixes_a_dynamic_model():
+    _, dynamic = pair()
+    fixed = rebuild_at_resolution(dynamic, (12, 20))
+    assert fixed.input_shape == (None, 12, 20, 3)
+    assert fixed.get_layer("posembed_input").grid_size is None
+    assert fixed.get_layer("posembed_input").pos_embedding.shape == (
+        1, 1 + 3 * 5, 32
+    )
+    x = images(12, 20)
+    np.testing.assert_allclose(
+        numpy(fixed(x)), numpy(dynamic(x)), rtol=0, atol=ATOL
+    )
+
+
+def test_attention_model_of_a_dynamic_model():
+    _, dynamic = pair()
+    attention = keras_vit.attention_model(dynamic)
+    for h, w in [(16, 16), (8, 20)]:
+        x = images(h, w)
+        out, weights = attention(x)
+        tokens = 1 + (h // 4) * (w // 4)
+        assert [tuple(a.shape) for a in weights] == [(2, 2, tokens, tokens)] * 2
+        np.testing.assert_allclose(
+            numpy(out), numpy(dynamic(x)), rtol=0, atol=1e-5
+        )
+
+
+def test_jax_backend_runs_two_sizes(tmp_path):
+    """On JAX: a dynamic model built there gives the rebuilt models'
+    logits at two sizes, called eagerly and through compiled predict."""
+    pytest.importorskip("jax")
+    script = textwrap.dedent(
+        """
+        import numpy as np, keras, keras_vit
+        from keras_vit.checkpoint.weights import rebuild_at_resolution
+        assert keras.backend.backend() == "jax"
+        tiny = dict(patch_size=4, hidden_size=32, num_layers=2,
+                    num_heads=2, mlp_dim=64, head_zero_init=False)
+        fixed = keras_vit.create_model(None, num_classes=5, image_size=16,
+                                       **tiny)
+        dynamic = keras_vit.create_model(None, num_classes=5,
+                                         image_size=16,
+                                         dynamic_image_size=True, **tiny)
+        dynamic.set_weights(fixed.get_weights())
+        rng = np.random.default_rng(0)
+        worst = 0.0
+        for size in [(24, 24), (12, 20)]:
+            x = rng.uniform(-1, 1, (2,) + size + (3,)).astype("float32")
+            want = np.asarray(rebuild_at_resolution(fixed, size)(x))
+            for got in (np.asarray(dynamic(x)),
+                        dynamic.predict(x, verbose=0)):
+                worst = max(worst, float(np.abs(got - want).max()))
+        grid = keras_vit.intermediate_model(dynamic, (0, -1),
+                                            output="grid")
+        shapes = [tuple(v.shape) for v in grid(x).values()]
+        assert shapes == [(2, 3, 5, 32)] * 2, shapes
+        try:
+            dynamic(np.zeros((1, 18, 16, 3), "float32"))
+        except ValueError as e:
+            assert "multiple of 4" in str(e)
+        else:
+            raise AssertionError("no error for 18 x 16")
+        print("JAX_OK", worst)
+        """
+    )
+    env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu")
+    result = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True,
+        text=True, timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    line = [s for s in result.stdout.splitlines() if s.startswith("JAX_OK")]
+    assert line and float(line[0].split()[1]) < ATOL, result.stdout
+
+
+def test_export_serves_any_size(tmp_path):
+    pytest.importorskip("tensorflow_serving")
+    from keras_vit.export import cli as export_cli
+    from keras_vit.export.saved_model import export_model
+
+    fixed, _ = pair()
+    path = export_model(fixed, str(tmp_path), warmup_images=[],
+                        dynamic_size=True)
+    loaded = tf.saved_model.load(path)
+    assert "predict_any_size" in loaded.signatures
+    with open(os.path.join(path, "assets.extra", "export.json")) as f:
+        info = json.load(f)
+    assert "predict_any_size" in info["signatures"]
+    assert info["image_size"] == [16, 16]
+    rng = np.random.default_rng(1)
+    for size in [(16, 16), (12, 24)]:
+        pixels = rng.uniform(0, 255, (2,) + size + (3,)).astype("float32")
+        got = loaded.signatures["predict_any_size"](
+            images=tf.constant(pixels)
+        )["probabilities"].numpy()
+        logits = numpy(rebuild_at_resolution(fixed, size)(
+            pixels / 127.5 - 1.0
+        ))
+        np.testing.assert_allclose(
+            got, tf.nn.softmax(logits).numpy(), rtol=0, atol=1e-5
+        )
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match="multiple of 4"):
+        loaded.signatures["predict_any_size"](
+            images=tf.zeros((1, 10, 16, 3))
+        )
+    args = export_cli.build_parser().parse_args(
+        ["--export_dir", "x", "--keras_model", "m.keras", "--dynamic_size"]
+    )
+    assert args.dynamic_size
+
+
+# ------------------------------------------------------ intermediates
+def reference_blocks(model, x):
+    """Every block's output, run one block at a time from the encoder's
+    input (all tokens), and the final norm."""
+    encoder = model.get_layer("Transformer")
+    start = keras.Model(model.input, encoder.input)
+    y = start(x)
+    outputs = []
+    for block in encoder.blocks:
+        y = block(y)
+        outputs.append(numpy(y))
+    return outputs, lambda t: numpy(encoder.encoder_norm(t))
+
+
+@pytest.mark.parametrize("pooling", ["token", "gap"])
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_intermediate_shapes(pooling, dynamic):
+    fixed, dyn = pair(pooling)
+    model = dyn if dynamic else fixed
+    h, w = (12, 20) if dynamic else (16, 16)
+    x = images(h, w)
+    prefix = int(pooling == "token")
+    tokens = keras_vit.intermediate_model(model, (0, -1))(x)
+    assert list(tokens) == ["block_0", "block_1"]
+    for value in tokens.values():
+        assert value.shape == (2, prefix + (h // 4) * (w // 4), 32)
+    grid = keras_vit.intermediate_model(model, [1, 0], output="grid")(x)
+    assert list(grid) == ["block_1", "block_0"]
+    for name, value in grid.items():
+        assert value.shape == (2, h // 4, w // 4, 32)
+        # Row-major patches, the class token left out.
+        np.testing.assert_array_equal(
+            numpy(value).reshape(2, -1, 32), numpy(tokens[name])[:, prefix:]
+        )
+
+
+@pytest.mark.parametrize("norm", [False, True])
+def test_intermediates_equal_blocks_run_by_hand(norm):
+    fixed, _ = pair()
+    x = images(16, 16)
+    want, final_norm = reference_blocks(fixed, x)
+    got = keras_vit.intermediate_model(fixed, (0, 1), norm=norm)(x)
+    for i in (0, 1):
+        expected = final_norm(want[i]) if norm else want[i]
+        np.testing.assert_allclose(
+            numpy(got[f"block_{i}"]), expected, rtol=0, atol=1e-5
+        )
+
+
+def test_one_forward_pass_matches_the_models_own_outputs():
+    """The last block, normalised, is the encoder's output; its class token
+    is the model's pooled representation (the default model computes only
+    that token in its last block: the fast path still agrees)."""
+    model = keras_vit.create_model(
+        None, num_classes=5, image_size=16, all_tokens=True, **TINY
+    )
+    x = images(16, 16)
+    both = keras_vit.intermediate_model(model, (-1,), norm=True)(x)
+    encoder_out = keras.Model(
+        model.input, model.get_layer("Transformer").output
+    )(x)
+    np.testing.assert_allclose(
+        numpy(both["block_1"]), numpy(encoder_out), rtol=0, atol=1e-5
+    )
+    fast = keras_vit.create_model(None, num_classes=5, image_size=16, **TINY)
+    fast.set_weights(model.get_weights())
+    pooled = numpy(keras_vit.features_model(fast)(x))
+    last = keras_vit.intermediate_model(fast, -1, norm=True)(x)["block_1"]
+    np.testing.assert_allclose(numpy(last)[:, 0], pooled, rtol=0, atol=1e-5)
+
+
+def test_blocks_run_once_up_to_the_deepest_asked(monkeypatch):
+    model = keras_vit.create_model(
+        None, num_classes=5, image_size=16,
+        **dict(TINY, num_layers=4),
+    )
+    features = keras_vit.intermediate_model(model, (2, 0, 1))
+    calls = []
+    original = vit_layers.EncoderBlock.call
+
+    def counting(self, *args, **kwargs):
+        calls.append(self.name)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(vit_layers.EncoderBlock, "call", counting)
+    features(images(16, 16))
+    assert calls == ["encoderblock_0", "encoderblock_1", "encoderblock_2"]
+
+
+def test_intermediate_errors_name_the_fix():
+    fixed, _ = pair()
+    with pytest.raises(ValueError, match="0 to 1"):
+        keras_vit.intermediate_model(fixed, 2)
+    with pytest.raises(ValueError, match="twice"):
+        keras_vit.intermediate_model(fixed, (1, -1))
+    with pytest.raises(ValueError, match="tokens"):
+        keras_vit.intermediate_model(fixed, 0, output="map")
+    with pytest.raises(ValueError, match="empty"):
+        keras_vit.intermediate_model(fixed, ())
+
+
+# ----------------------------------------------------------- few-shot
+def test_fewshot_probe_of_a_chosen_block():
+    from keras_vit.config import base_config
+    from keras_vit.evaluation import fewshot
+
+    assert base_config().fewshot.layer is None
+    assert base_config().fewshot.layer_norm is True
+    model = keras_vit.create_model(
+        None, num_classes=10, image_size=32, patch_size=8, hidden_size=32,
+        num_layers=2, num_heads=2, mlp_dim=64, head_zero_init=False,
+    )
+    x = images(32, 32)
+    # The last block, normalised, is the pre-logits representation here.
+    np.testing.assert_allclose(
+        numpy(fewshot.probe_model(model, -1)(x)),
+        numpy(fewshot.probe_model(model)(x)), rtol=0, atol=1e-5,
+    )
+    block0 = numpy(fewshot.probe_model(model, 0, norm=False)(x))
+    want, _ = reference_blocks(model, x)
+    np.testing.assert_allclose(block0, want[0][:, 0], rtol=0, atol=1e-5)
+    data = fewshot.FewShotData("digits", "digits", "train", "test")
+    results, not_run = fewshot.run(
+        model, [data], shots=(5,), seeds=(0,), image_size=32,
+        resize_size=36, batch_size=200, layer=0,
+    )
+    assert not_run == {}
+    assert 0.0 <= results["digits"]["5"]["mean"] <= 1.0

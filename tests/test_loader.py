@@ -1,0 +1,139 @@
+"""`keras_vit.checkpoint.loader`: one model from every kind of source.
+
+The same weights as a training run's workdir, a `.keras` file and an
+official-layout `.npz` give the same model, at the trained resolution and
+at another one; training initialises from each alike.
+"""
+
+import dataclasses
+import json
+import os
+import shutil
+
+import keras
+import numpy as np
+import pytest
+
+from keras_vit import create_model
+from keras_vit.checkpoint import loader, weights
+from keras_vit.checkpoint import workdir as wd
+from keras_vit.training import train_lib
+from tests import tiny
+
+SIZE = 32  # the run's resolution: a 4 x 4 grid of 8-pixel patches
+RESIZED = 48  # a 6 x 6 grid
+
+
+@pytest.fixture(scope="module")
+def sources(tmp_path_factory):
+    """A two-step digits run (EMA on) and its EMA weights as .keras and
+    .npz files. The run sees a data source without class names."""
+    root = tmp_path_factory.mktemp("sources")
+    run = str(root / "run")
+    config = tiny.digits_config(
+        total_steps=2, steps_per_loop=1, log_every_steps=1,
+        eval_every_steps=0, checkpoint_every_steps=0, ema_decay=0.5,
+        **{"optimizer.warmup_steps": 1},
+    )
+    info = train_lib.input_pipeline.dataset_info
+
+    def unnamed(config):
+        return dataclasses.replace(info(config), class_names=None)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(train_lib.input_pipeline, "dataset_info", unnamed)
+        train_lib.train_and_evaluate(config, run)
+    # Numbers stand in for the names, so the run records its class count.
+    assert wd.read_class_names(run) == [str(i) for i in range(10)]
+    model = wd.restore_model(run)
+    keras_path = str(root / "model.keras")
+    model.save(keras_path)
+    npz_path = str(root / "model.npz")
+    weights.save_npz(model, npz_path)
+    return {
+        "workdir": loader.Source(workdir=run),
+        "keras_model": loader.Source(keras_model=keras_path),
+        "npz": loader.Source(npz=npz_path),
+    }
+
+
+def _images(size, n=3):
+    rng = np.random.default_rng(0)
+    return rng.uniform(-1, 1, (n, size, size, 3)).astype("float32")
+
+
+@pytest.mark.parametrize("image_size", [None, RESIZED])
+def test_every_source_gives_the_same_model(sources, image_size):
+    size = image_size or SIZE
+    x = _images(size)
+    outputs = {}
+    for kind, source in sources.items():
+        # An .npz records no resolution: name the run's.
+        wanted = image_size or (SIZE if kind == "npz" else None)
+        model = loader.load_model(source, wanted)
+        assert tuple(model.input_shape[1:3]) == (size, size), kind
+        assert model.output_shape[-1] == 10, kind
+        outputs[kind] = np.asarray(model(x))
+    for kind in ("keras_model", "npz"):
+        np.testing.assert_allclose(
+            outputs[kind], outputs["workdir"], rtol=1e-5, atol=1e-6,
+            err_msg=kind,
+        )
+
+
+def test_workdir_ema_or_raw_weights(sources):
+    x = _images(SIZE)
+    run = sources["workdir"].workdir
+    ema = loader.load_model(loader.Source(workdir=run))
+    raw = loader.load_model(loader.Source(workdir=run, use_ema=False))
+    assert not np.allclose(np.asarray(ema(x)), np.asarray(raw(x)))
+
+
+def test_initialise_from_every_source_alike(sources):
+    loaded = {}
+    for kind, source in sources.items():
+        keras.utils.set_random_seed(1)
+        model = create_model(
+            None, num_classes=10, image_size=RESIZED, patch_size=8,
+            hidden_size=32, num_layers=1, num_heads=4, mlp_dim=64,
+        )
+        report = loader.initialise(model, source)
+        assert report.ok and not report.head_initialized, kind
+        assert report.posemb_resized == ((4, 4), (6, 6)), kind
+        loaded[kind] = weights.model_arrays(model)
+    for kind in ("keras_model", "npz"):
+        for key, value in loaded["workdir"].items():
+            np.testing.assert_allclose(
+                loaded[kind][key], value, rtol=1e-6, atol=1e-7,
+                err_msg=f"{kind}: {key}",
+            )
+
+
+def test_npz_build_options_and_report(sources):
+    source = sources["npz"]
+    model, report = loader.load_model(
+        source, SIZE, num_classes=3, with_report=True
+    )
+    assert model.output_shape[-1] == 3 and report.head_initialized
+    assert not np.asarray(model.get_layer("head").kernel).any()
+    features = loader.load_model(source, SIZE, num_classes=0)
+    assert features.output_shape[-1] == 32
+    with pytest.raises(ValueError, match="not a B/16 checkpoint"):
+        loader.load_model(loader.Source(npz=source.npz, variant="B/16"))
+    with pytest.raises(ValueError, match="holds its own model"):
+        loader.load_model(sources["keras_model"], num_classes=3)
+    with pytest.raises(ValueError, match="--npz only"):
+        loader.Source(keras_model="m.keras", posemb_grid=(2, 3))
+
+
+def test_workdir_without_class_count_names_the_fix(sources, tmp_path):
+    run = str(tmp_path / "old_run")
+    shutil.copytree(sources["workdir"].workdir, run)
+    os.remove(os.path.join(run, wd.LABELS))  # as runs once left it
+    with pytest.raises(ValueError, match="--config.num_classes=N"):
+        loader.load_model(loader.Source(workdir=run))
+    config_path = os.path.join(run, wd.CONFIG)
+    config = json.load(open(config_path))
+    config["num_classes"] = 10
+    wd.write_json(config_path, config)
+    assert loader.load_model(loader.Source(workdir=run)).output_shape[-1] == 10

@@ -1,0 +1,1235 @@
+"""Every shell command the documentation shows works as written.
+
+README.md, benchmarks/README.md and docs/*.md show shell commands in
+```bash / ```sh / ```console / ```shell blocks, and a few inline in the text
+(`python scripts/reliability_table.py`). This file extracts all of them
+(continuation lines joined, comments and `$ ` prompts dropped, `&&` chains
+split) and checks each one as its own test case, named after its file and
+line, so that a renamed flag fails here and not for a user:
+
+- project commands (train.py, evaluate.py, `python -m keras_vit.export`,
+  `keras_vit.checkpoint.convert`, `keras_vit.analysis`, the keras-vit-*
+  console scripts, benchmarks/, scripts/ and docs/ scripts) are parsed by
+  their real parser without running: absl flags with the config file
+  loaded and every `--config.field` override applied (the configs are
+  locked, so a misspelt field fails), argparse parsers with parse_args;
+- pip lines are parsed by pip's own parser, and every extra they name must
+  exist in setup.cfg;
+- external tools (TF Serving in docker, curl, TensorBoard, gsutil, CI) are
+  not run; what they say about this project (the paths an export writes,
+  model and signature names, the JSON of a request, a logdir) is checked
+  against a real export and a real training run;
+- the commands that work on scikit-learn's digits or on small local files
+  run for real, shrunk to seconds (RUNS): the digits training, plain and
+  few-shot evaluation of that run, two exports, saved_model_cli on an
+  export, a checkpoint conversion and the analysis.
+
+The options and config fields that the text names outside commands
+(`--config.ema_decay=0.9999`) must exist too.
+
+`python tests/test_readme_commands.py` lists every command and what is done
+with it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import configparser
+import contextlib
+import copy
+import dataclasses
+import functools
+import glob
+import importlib
+import importlib.util
+import io
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from typing import Callable, Dict, List, Optional, Tuple
+from unittest import mock
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DOCS = ["README.md", "benchmarks/README.md"] + sorted(
+    os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "docs",
+                                                             "*.md"))
+)
+SHELL_LANGUAGES = {"bash", "sh", "console", "shell"}
+# Words that start a command written inline in the text.
+INLINE_STARTERS = {
+    "python", "python3", "pip", "pip3", "bash", "sh", "tensorboard",
+    "saved_model_cli", "curl", "docker", "gsutil", "gcloud", "export",
+}
+OPERATORS = {"&&", "||", ";", "|", "&"}
+PYTHONS = {"python", "python3"}
+# `python -m MODULE` commands of the project.
+MODULES = {
+    "keras_vit.export": "export",
+    "keras_vit.checkpoint.convert": "convert",
+    "keras_vit.analysis": "analysis",
+}
+SCRIPTS = {"train.py": "train", "evaluate.py": "evaluate"}
+# The module whose parser each class of project command uses.
+PARSERS = {
+    "export": "keras_vit.export.cli",
+    "convert": "keras_vit.checkpoint.convert",
+    "analysis": "keras_vit.analysis.cli",
+}
+# Console scripts (setup.cfg) by the module of their entry point.
+ENTRY_MODULES = {
+    "keras_vit.training.cli": "train",
+    "keras_vit.evaluation.main": "evaluate",
+    **{module: kind for kind, module in PARSERS.items()},
+}
+# Tools outside this project that the documentation shows: not run here.
+EXTERNAL = {
+    "docker": "TF Serving in a container (needs Docker and the "
+    "tensorflow/serving image); its mounts and model config are checked "
+    "against a real export",
+    "curl": "asks a running TF Serving server; the model name, signature "
+    "and request JSON are checked against a real export",
+    "tensorboard": "a server; its logdir is checked to be a training run's "
+    "workdir holding summaries",
+    "saved_model_cli": "ships with TensorFlow: runs on a real export (RUNS)",
+    "gsutil": "Google Cloud SDK: needs a bucket",
+    "gcloud": "Google Cloud SDK: needs a project",
+    "bash": ".ci/run builds a fresh virtual environment from the package "
+    "index; CI runs it",
+}
+# Packages that pip lines name without setup.cfg declaring them.
+UNDECLARED_PACKAGES = {
+    "tokenizers": "keras-hub's tokenizer, installed beside it with "
+    "--no-deps",
+    "namex": "a Keras requirement, carried as a wheel",
+    "optree": "a Keras requirement, carried as a wheel",
+}
+# `--config.` fields that the text misspells on purpose.
+MISSPELT_ON_PURPOSE = {"model.hiden_size"}
+# Minimum number of commands per class: a broken extractor fails here.
+MIN_COMMANDS = {
+    "train": 5, "evaluate": 8, "export": 3, "convert": 1, "analysis": 1,
+    "script": 8, "pip": 8, "suite": 2, "env": 1, "external": 8,
+}
+RUN_TIMEOUT_S = 300
+
+
+# ------------------------------------------------------------ extraction
+@dataclasses.dataclass(frozen=True)
+class Command:
+    """One command of a document."""
+
+    doc: str  # "README.md"
+    line: int  # line of the document where the command starts
+    env: Tuple[str, ...]  # leading VAR=value words
+    argv: Tuple[str, ...]  # the command's words, shell quoting removed
+    elided: bool = False  # the text writes "..." for options it leaves out
+    inline: bool = False  # written in the text, not in a code block
+    error: str = ""  # why the line could not be split into words
+
+    @property
+    def key(self) -> str:
+        """The command as one string, quoting removed."""
+        return " ".join(self.env + self.argv)
+
+    @property
+    def id(self) -> str:
+        text = shlex.join(self.env + self.argv) if self.argv else self.error
+        text = text if len(text) <= 80 else text[:77] + "..."
+        return f"{self.doc}:{self.line}: {text}"
+
+
+def _fences(lines):
+    """(language, [(line number, text)]) of each fenced code block."""
+    block, language, fence = None, None, None
+    for number, line in enumerate(lines, start=1):
+        match = re.match(r"^\s*(```+|~~~+)\s*([\w+-]*)", line)
+        if block is None and match:
+            block, language, fence = [], match.group(2).lower(), match.group(1)
+        elif block is not None and line.strip().startswith(fence):
+            yield language, block
+            block = None
+        elif block is not None:
+            block.append((number, line))
+
+
+def _logical_lines(block, language):
+    """(first line, text) of a shell block's commands: `\\` continuations
+    joined, prompts dropped; a console block's output lines are left out."""
+    parts, first = [], None
+    for number, raw in block:
+        line = raw.rstrip()
+        if not parts:
+            line = line.strip()
+            if language == "console" and not line.startswith("$"):
+                continue  # output
+            line = re.sub(r"^\$\s?", "", line)
+            if not line or line.startswith("#"):
+                continue
+            first = number
+        if line.endswith("\\"):
+            parts.append(line[:-1].strip())
+            continue
+        parts.append(line.strip())
+        yield first, " ".join(p for p in parts if p)
+        parts = []
+    if parts:
+        yield first, " ".join(parts)
+
+
+def split_commands(doc: str, line: int, text: str, inline=False):
+    """Commands of one logical line: comments dropped, split at &&, ||, ;
+    and |; leading VAR=value words kept apart; "..." marks elision."""
+    lexer = shlex.shlex(text, posix=True, punctuation_chars=True)
+    lexer.whitespace_split = True
+    try:
+        words = list(lexer)
+    except ValueError as error:
+        return [Command(doc, line, (), (), inline=inline,
+                        error=f"{text!r}: {error}")]
+    commands, current = [], []
+    for word in words + [";"]:
+        if word not in OPERATORS:
+            current.append(word)
+            continue
+        if current:
+            env = []
+            while current and re.match(r"^[A-Za-z_]\w*=", current[0]):
+                env.append(current.pop(0))
+            elided = "..." in current
+            argv = tuple(w for w in current if w != "...")
+            commands.append(Command(doc, line, tuple(env), argv, elided,
+                                    inline))
+        current = []
+    return commands
+
+
+def _is_command(span: str) -> bool:
+    """Whether an inline code span is a command (`pip install ...`; a lone
+    word such as `keras-vit-train` is a name)."""
+    words = [w for w in span.split() if not re.match(r"^[A-Za-z_]\w*=", w)]
+    return len(words) > 1 and (words[0] in INLINE_STARTERS
+                            or words[0].startswith("keras-vit-"))
+
+
+def extract(doc: str, text: Optional[str] = None) -> List[Command]:
+    """Every shell command of a markdown document, in order."""
+    if text is None:
+        with open(os.path.join(ROOT, doc), encoding="utf-8") as f:
+            text = f.read()
+    lines = text.splitlines()
+    commands = []
+    in_block = set()
+    for language, block in _fences(lines):
+        in_block.update(n for n, _ in block)
+        if language in SHELL_LANGUAGES:
+            for line, logical in _logical_lines(block, language):
+                commands.extend(split_commands(doc, line, logical))
+    # Fence lines themselves are not prose either.
+    fence_lines = {
+        n for n, line in enumerate(lines, start=1)
+        if re.match(r"^\s*(```|~~~)", line)
+    }
+    for number, line in enumerate(lines, start=1):
+        if number in in_block or number in fence_lines:
+            continue
+        for span in re.findall(r"`([^`\n]+)`", line):
+            if _is_command(span):
+                commands.extend(split_commands(doc, number, span, True))
+    return sorted(commands, key=lambda c: c.line)
+
+
+def prose_spans(doc: str) -> List[Tuple[int, str]]:
+    """(line, text) of the inline code spans outside code blocks."""
+    with open(os.path.join(ROOT, doc), encoding="utf-8") as f:
+        lines = f.read().splitlines()
+    skip = {n for _, block in _fences(lines) for n, _ in block}
+    skip |= {n for n, line in enumerate(lines, start=1)
+             if re.match(r"^\s*(```|~~~)", line)}
+    return [(n, span) for n, line in enumerate(lines, start=1)
+            if n not in skip for span in re.findall(r"`([^`\n]+)`", line)]
+
+
+# -------------------------------------------------------- classification
+@functools.lru_cache(maxsize=None)
+def setup_cfg() -> configparser.ConfigParser:
+    config = configparser.ConfigParser()
+    config.read(os.path.join(ROOT, "setup.cfg"))
+    return config
+
+
+def console_scripts() -> Dict[str, str]:
+    """console script name -> module of its entry point (setup.cfg)."""
+    text = setup_cfg()["options.entry_points"]["console_scripts"]
+    scripts = {}
+    for line in text.strip().splitlines():
+        name, target = (s.strip() for s in line.split("=", 1))
+        scripts[name] = target.split(":")[0]
+    return scripts
+
+
+def classify(command: Command) -> str:
+    """The command's class: train, evaluate, export, convert, analysis,
+    script, pip, suite, env, external, or unknown."""
+    argv = command.argv
+    if not argv:
+        return "unknown"
+    exe = argv[0]
+    if exe in PYTHONS:
+        if argv[1:2] == ("-m",) and len(argv) > 2:
+            if argv[2] == "pip":
+                return "pip"
+            if argv[2] == "pytest":
+                return "suite"
+            return MODULES.get(argv[2], "unknown")
+        if len(argv) > 1 and argv[1] in SCRIPTS:
+            return SCRIPTS[argv[1]]
+        if len(argv) > 1 and re.fullmatch(
+            r"(benchmarks|scripts|docs)/\w+\.py", argv[1]
+        ):
+            return "script"
+        return "unknown"
+    if exe in console_scripts():
+        return ENTRY_MODULES.get(console_scripts()[exe], "unknown")
+    if exe in ("pip", "pip3"):
+        return "pip"
+    if exe == "export":
+        return "env"
+    if exe in EXTERNAL:
+        return "external"
+    return "unknown"
+
+
+def project_args(command: Command) -> List[str]:
+    """The arguments after the program (python X, python -m M, a console
+    script)."""
+    argv = list(command.argv)
+    if argv[0] in PYTHONS:
+        return argv[3:] if argv[1] == "-m" else argv[2:]
+    return argv[1:]
+
+
+@functools.lru_cache(maxsize=None)
+def all_commands() -> Tuple[Command, ...]:
+    return tuple(c for doc in DOCS for c in extract(doc))
+
+
+# ---------------------------------------------------------------- parsing
+class ParseError(AssertionError):
+    pass
+
+
+def _fail(command: Command, problem: str):
+    raise ParseError(
+        f"{command.doc} line {command.line} shows\n    {command.key}\n"
+        f"which does not work: {problem}"
+    )
+
+
+@contextlib.contextmanager
+def _in_root():
+    old = os.getcwd()
+    os.chdir(ROOT)
+    try:
+        yield
+    finally:
+        os.chdir(old)
+
+
+def absl_flag_values(kind: str):
+    """A fresh FlagValues with the flags of train.py (kind "train") or
+    evaluate.py ("evaluate"), defined by their CLI modules; absl's own
+    (app, logging) flags too."""
+    from absl import flags
+
+    from keras_vit.evaluation import main as evaluation_main
+    from keras_vit.training import cli
+
+    cli._define_common_flags()
+    evaluation_main.define_flags()
+    modules = {"absl.app", "absl.logging", cli.__name__}
+    if kind == "evaluate":
+        modules.add(evaluation_main.__name__)
+    fresh = flags.FlagValues()
+    # The config flag defines its override flags in its own FlagValues.
+    memo = {id(flags.FLAGS): fresh}
+    for module, module_flags in flags.FLAGS.flags_by_module_dict().items():
+        if module in modules:
+            for flag in module_flags:
+                if flag.name not in fresh:
+                    flags.DEFINE_flag(copy.deepcopy(flag, memo), fresh,
+                                      module_name=module)
+    return fresh
+
+
+def parse_absl(command: Command, kind: str):
+    """Parses train.py / evaluate.py arguments as the program does: the
+    config file is loaded with its argument and every --config.x override
+    applied. Returns the FlagValues."""
+    program = "train.py" if kind == "train" else "evaluate.py"
+    argv = [program] + project_args(command)
+    values = absl_flag_values(kind)
+    with _in_root(), mock.patch.object(sys, "argv", argv):
+        try:
+            rest = values(argv)
+        except Exception as error:  # absl, ml_collections and config errors
+            message = str(error.args[0]) if error.args else str(error)
+            message = message.replace("\\n", " ").replace("\n", " ")
+            message = message.replace("\\'", "'").strip('"')
+            message = re.sub(r"^'+([\w.]+)'+\s*",
+                             r"unknown config field '\1'. ", message)
+            message = message.rstrip("'")
+            _fail(command, f"{type(error).__name__}: {message}")
+    if len(rest) > 1:
+        _fail(command, f"unexpected arguments {rest[1:]}")
+    return values
+
+
+def _one_of(command, values, names, what):
+    given = [n for n in names if getattr(values, n) is not None]
+    if len(given) != 1 and not command.elided:
+        _fail(command, f"give exactly one {what} ({', '.join(names)}), "
+              f"got {given or 'none'}")
+
+
+def check_train(command: Command) -> str:
+    values = parse_absl(command, "train")
+    for name in ("config", "workdir"):
+        if values[name].value is None and not command.elided:
+            _fail(command, f"--{name} is required")
+    return "parsed (absl flags, config and overrides)"
+
+
+def check_evaluate(command: Command) -> str:
+    values = parse_absl(command, "evaluate")
+    if values.mode is None and not command.elided:
+        _fail(command, "--mode is required")
+    if values.mode in ("fewshot", "vtab") and not command.elided:
+        for name in ("config", "output_dir"):
+            if values[name].value is None:
+                _fail(command, f"--mode={values.mode} needs --{name}")
+    _one_of(command, values, ("workdir", "keras_model", "npz"),
+            "pre-trained model")
+    if values.tasks:
+        from keras_vit.data import vtab
+
+        try:
+            vtab.select_tasks(values.tasks)
+        except ValueError as error:
+            _fail(command, f"--tasks: {error}")
+    return "parsed (absl flags, config and overrides)"
+
+
+def parse_argparse(command: Command, parser: argparse.ArgumentParser,
+                   args: List[str]) -> argparse.Namespace:
+    if command.elided:  # the options left out may be required ones
+        for action in parser._actions:
+            action.required = False
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err), \
+                contextlib.redirect_stdout(io.StringIO()):
+            return parser.parse_args(args)
+    except SystemExit:
+        _fail(command, err.getvalue().strip().splitlines()[-1])
+
+
+def check_project_argparse(command: Command, kind: str) -> str:
+    module = importlib.import_module(PARSERS[kind])
+    args = parse_argparse(command, module.build_parser(),
+                          project_args(command))
+    if kind == "export":
+        _one_of(command, args, ("keras_model", "npz", "workdir"),
+                "model source")
+    if kind == "analysis":
+        _one_of(command, args, ("model", "workdir", "npz"), "model source")
+        _one_of(command, args, ("images", "digits"), "image source")
+    return "parsed (argparse)"
+
+
+def check_runnable_module(command: Command) -> None:
+    """`python -m M` needs M to run something: a package's __main__ or a
+    module's `if __name__ == "__main__"`."""
+    if command.argv[0] not in PYTHONS or command.argv[1] != "-m":
+        return
+    name = command.argv[2]
+    spec = importlib.util.find_spec(name)
+    if spec is None:
+        _fail(command, f"there is no module {name}")
+    if spec.submodule_search_locations is not None:
+        if importlib.util.find_spec(name + ".__main__") is None:
+            _fail(command, f"package {name} has no __main__.py")
+        return
+    with open(spec.origin, encoding="utf-8") as f:
+        if "__name__ == \"__main__\"" not in f.read():
+            _fail(command, f"{name} does nothing when run: no "
+                  "`if __name__ == \"__main__\"`")
+
+
+def _load_script(path: str):
+    """Imports a benchmarks/ or scripts/ file as `python path` would find
+    its neighbours."""
+    folder = os.path.dirname(os.path.join(ROOT, path))
+    name = "readme_" + re.sub(r"\W", "_", path)
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT,
+                                                                     path))
+    module = importlib.util.module_from_spec(spec)
+    saved = list(sys.path)
+    sys.path[:0] = [folder, ROOT]
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path[:] = saved
+    sys.modules[name] = module
+    return module
+
+
+_ONLY_CHECK_ARGS: Dict[Tuple[str, ...], subprocess.CompletedProcess] = {}
+
+
+def check_script(command: Command) -> str:
+    path = command.argv[1]
+    if not os.path.exists(os.path.join(ROOT, path)):
+        _fail(command, f"{path} does not exist")
+    with open(os.path.join(ROOT, path), encoding="utf-8") as f:
+        source = f.read()
+    args = project_args(command)
+    if "app.run(" in source:
+        # absl flags defined at import: parse in a process of its own.
+        argv = (sys.executable, path, *args, "--only_check_args")
+        if argv not in _ONLY_CHECK_ARGS:
+            _ONLY_CHECK_ARGS[argv] = subprocess.run(
+                argv, cwd=ROOT, env=_env(), capture_output=True, text=True,
+                timeout=RUN_TIMEOUT_S,
+            )
+        result = _ONLY_CHECK_ARGS[argv]
+        if result.returncode != 0:
+            _fail(command, (result.stderr.strip() or "?").splitlines()[-1])
+        return "parsed (absl --only_check_args, config and overrides)"
+    module = _load_script(path)
+    if hasattr(module, "parse_args") and not command.elided:
+        # The script's own parse, with its checks of the values.
+        err = io.StringIO()
+        try:
+            with contextlib.redirect_stderr(err):
+                module.parse_args(args)
+        except SystemExit:
+            _fail(command, err.getvalue().strip().splitlines()[-1])
+    elif hasattr(module, "build_parser"):
+        parse_argparse(command, module.build_parser(), args)
+    else:
+        _fail(command, f"{path} has no build_parser() to check its "
+              "options with")
+    return "parsed (argparse)"
+
+
+def _normal(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _requirement_name(requirement: str) -> str:
+    return _normal(re.match(r"[A-Za-z0-9][A-Za-z0-9._-]*",
+                            requirement.strip()).group(0))
+
+
+def declared_packages() -> Dict[str, str]:
+    """package name -> where setup.cfg declares it."""
+    config = setup_cfg()
+    found = {}
+    for line in config["options"]["install_requires"].strip().splitlines():
+        found[_requirement_name(line)] = "install_requires"
+    for extra, text in config["options.extras_require"].items():
+        for line in text.strip().splitlines():
+            found.setdefault(_requirement_name(line), f"extra {extra}")
+    return found
+
+
+def check_pip(command: Command) -> str:
+    argv = list(command.argv)
+    words = argv[3:] if argv[0] in PYTHONS else argv[1:]
+    try:
+        from pip._internal.commands import create_command
+    except ImportError:  # pragma: no cover - pip without its internals
+        create_command = None
+    positional = words[1:]
+    if create_command is not None:
+        err = io.StringIO()
+        try:
+            with contextlib.redirect_stderr(err):
+                options, positional = create_command(words[0]).parse_args(
+                    words[1:])
+        except (SystemExit, KeyError) as error:
+            _fail(command, err.getvalue().strip() or repr(error))
+        positional = list(positional) + list(
+            getattr(options, "editables", None) or [])
+    extras = setup_cfg()["options.extras_require"]
+    declared = declared_packages()
+    for requirement in positional:
+        project = re.fullmatch(r"\.(?:\[([^\]]*)\])?", requirement)
+        if project:
+            for extra in filter(None, (project.group(1) or "").split(",")):
+                if extra.strip() not in extras:
+                    _fail(command, f"setup.cfg has no extra {extra!r} "
+                          f"(extras: {', '.join(extras)})")
+            continue
+        if "/" in requirement or requirement.endswith(".whl"):
+            continue  # files made by an earlier command
+        name = _requirement_name(requirement)
+        if name not in declared and name not in UNDECLARED_PACKAGES:
+            _fail(command, f"package {name} is neither declared in "
+                  "setup.cfg nor listed in UNDECLARED_PACKAGES")
+    return "parsed (pip's parser; extras and packages checked)"
+
+
+def check_suite(command: Command) -> str:
+    for word in project_args(command):
+        if not word.startswith("-") and not os.path.exists(
+            os.path.join(ROOT, word)
+        ):
+            _fail(command, f"{word} does not exist")
+    return "checked (the test suite itself: CI runs it, not rerun here)"
+
+
+def check_env(command: Command) -> str:
+    for assignment in command.argv[1:]:
+        name, _, value = assignment.partition("=")
+        if name == "TF_CONFIG":
+            try:
+                tf_config = json.loads(value)
+            except ValueError as error:
+                _fail(command, f"TF_CONFIG is not JSON: {error}")
+            task = tf_config.get("task", {})
+            workers = tf_config.get("cluster", {}).get("worker", [])
+            if not workers or task.get("type") != "worker" or not (
+                0 <= task.get("index", -1) < len(workers)
+            ):
+                _fail(command, "TF_CONFIG needs cluster.worker and a "
+                      "worker task whose index is one of them")
+    return "checked (environment)"
+
+
+def readme_train_workdirs() -> Dict[str, Command]:
+    """--workdir of every train.py command -> that command."""
+    found = {}
+    for command in all_commands():
+        if classify(command) == "train":
+            found.setdefault(option(command, "workdir"), command)
+    return found
+
+
+def check_external(command: Command, workspace) -> str:
+    exe = command.argv[0]
+    args = list(command.argv[1:])
+    if exe == "tensorboard":
+        logdir = option(command, "logdir")
+        if shutil.which("tensorboard", path=_bin_path()) is None:
+            _fail(command, "tensorboard is not installed (setup.cfg "
+                  "declares it)")
+        run = readme_train_workdirs().get(logdir)
+        if run is None:
+            _fail(command, f"--logdir {logdir} is no README training "
+                  "run's --workdir")
+        if run_key(run):
+            run_readme_command(workspace, run_key(run))
+            events = glob.glob(os.path.join(workspace.path(logdir), "*",
+                                            "events.out.tfevents.*"))
+            if not events:
+                _fail(command, f"{logdir} holds no TensorBoard summaries "
+                      "after the run")
+        return "external, not run: " + EXTERNAL[exe]
+    if exe in ("docker", "curl"):
+        run_readme_command(workspace, EXPORT_VIT)
+        exports = workspace.path(option(run_command(EXPORT_VIT),
+                                        "export_dir"))
+        with open(os.path.join(exports, "models.config"),
+                  encoding="utf-8") as f:
+            models = set(re.findall(r'name: "([^"]+)"', f.read()))
+    if exe == "docker":
+        mounts, model_config, model_name = {}, None, None
+        for i, word in enumerate(args):
+            if word == "--mount":
+                fields = dict(f.split("=", 1) for f in args[i + 1].split(","))
+                mounts[fields["target"]] = fields["source"]
+            elif word.startswith("--model_config_file="):
+                model_config = word.split("=", 1)[1]
+            elif word == "-e" and args[i + 1].startswith("MODEL_NAME="):
+                model_name = args[i + 1].split("=", 1)[1]
+        for target, source in mounts.items():
+            if not source.startswith("$PWD/"):
+                _fail(command, f"mount source {source} is not under $PWD")
+            if not os.path.isdir(workspace.path(source[5:])):
+                _fail(command, f"an export writes no {source[5:]}")
+            if model_name and target != f"/models/{model_name}":
+                _fail(command, f"MODEL_NAME={model_name} is not mounted "
+                      f"at /models/{model_name}")
+            if model_name and model_name not in models:
+                _fail(command, f"no export named {model_name}")
+        if model_config:
+            target = os.path.dirname(model_config)
+            path = os.path.join(mounts.get(target, "$PWD/?")[5:],
+                                os.path.basename(model_config))
+            if not os.path.exists(workspace.path(path)):
+                _fail(command, f"{model_config} is {path} on the host, "
+                      "which an export does not write")
+        return "external, not run: " + EXTERNAL[exe]
+    if exe == "curl":
+        from keras_vit.export import graph
+
+        body = args[args.index("-d") + 1]
+        try:
+            request = json.loads(re.sub(r"\$\([^)]*\)", "AAAA", body))
+        except ValueError as error:
+            _fail(command, f"the request body is not JSON: {error}")
+        signature = request.get("signature_name", "serving_default")
+        if signature not in graph.SIGNATURES:
+            _fail(command, f"an export has no signature {signature!r}")
+        urls = [w for w in args if w.startswith("http")]
+        match = re.search(r"/v1/models/([^/:]+)(?:/versions/\d+)?:predict$",
+                          urls[0] if urls else "")
+        if not match or match.group(1) not in models:
+            _fail(command, f"{urls} names no exported model ({models})")
+        return "external, not run: " + EXTERNAL[exe]
+    if exe == "bash":
+        for word in args:
+            if not os.path.exists(os.path.join(ROOT, word)):
+                _fail(command, f"{word} does not exist")
+    return "external, not run: " + EXTERNAL[exe]
+
+
+# ------------------------------------------------------------------ runs
+TINY_TRAINING = (
+    "--config.total_steps=20", "--config.steps_per_loop=10",
+    "--config.log_every_steps=10", "--config.eval_every_steps=20",
+    "--config.checkpoint_every_steps=20", "--config.optimizer.warmup_steps=2",
+    "--config.model.hidden_size=32", "--config.model.mlp_dim=64",
+    "--config.model.num_layers=1", "--config.batch_size=32",
+    "--config.jit_compile=False",
+)
+# RUNS' keys: the start of the command they run (whatever options the text
+# gives after it run too).
+TRAIN = "python train.py --config=configs/digits.py --workdir=/tmp/vit_digits"
+EXPORT_VIT = "python -m keras_vit.export --export_dir exports --model_name vit"
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """How a documented command runs here: `/tmp/` paths move into a fresh
+    folder, which also holds the inputs the text assumes (model.keras,
+    labels.txt, photos/, ViT-B_16.npz) and links to configs/, train.py and
+    evaluate.py; `python` is this interpreter."""
+
+    check: Callable  # check(workspace, command, result) -> None
+    after: Tuple[str, ...] = ()  # RUNS keys whose output this one reads
+    extra: Tuple[str, ...] = ()  # arguments appended (shrink the run)
+    replace: Tuple[Tuple[str, str], ...] = ()  # (written, used) words
+    changed: str = "as written"  # what differs from the text
+
+
+def option(command: Command, name: str) -> Optional[str]:
+    """The value of --name (`--name=v` or `--name v`) in a command."""
+    value = None
+    argv = command.argv
+    for i, word in enumerate(argv):
+        if word.startswith(f"--{name}="):
+            value = word.split("=", 1)[1]
+        elif word == f"--{name}" and i + 1 < len(argv):
+            value = argv[i + 1]
+    return value
+
+
+def _assert_files(workspace, result, *paths):
+    missing = [p for p in paths if not os.path.exists(workspace.path(p))]
+    assert not missing, (
+        f"`{result.key}` did not write {missing}\n{result.tail()}")
+
+
+def _check_train(workspace, command, result):
+    # What the README says the workdir collects.
+    workdir = option(command, "workdir")
+    _assert_files(workspace, result, *(
+        os.path.join(workdir, name) for name in (
+            "config.json", "labels.txt", "checkpoints", "train", "eval",
+            "metrics.json")))
+    with open(workspace.path(os.path.join(workdir, "metrics.json"))) as f:
+        assert "test_accuracy" in json.load(f)
+
+
+def _check_eval(workspace, command, result):
+    assert '"accuracy"' in result.stdout, result.tail()
+
+
+def _check_fewshot(workspace, command, result):
+    out = option(command, "output_dir")
+    _assert_files(workspace, result, os.path.join(out, "fewshot.json"),
+                  os.path.join(out, "fewshot.md"))
+
+
+def readme_export_layout() -> List[str]:
+    """The files that README.md says an export writes (its listing of
+    exports/...)."""
+    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
+        lines = f.read().splitlines()
+    paths = []
+    for language, block in _fences(lines):
+        if language or not any("models.config" in t for _, t in block):
+            continue
+        for _, text in block:
+            names = re.split(r"\s{2,}", text.strip())[0].split(", ")
+            first = names[0]
+            paths.append(first)
+            paths += [os.path.join(os.path.dirname(first), n)
+                      for n in names[1:]]
+    return paths
+
+
+def _check_export(workspace, command, result):
+    export_dir = option(command, "export_dir")
+    model_name = option(command, "model_name") or "vit"
+    version = os.path.join(export_dir, model_name, "1")
+    assert result.stdout.strip().splitlines()[-1] == version, result.tail()
+    layout = readme_export_layout()
+    assert layout, "README.md lists no export layout"
+    _assert_files(workspace, result, *(
+        re.sub(r"^exports/(vit/)?",
+               lambda m: export_dir + "/" + (model_name + "/" if m.group(1)
+                                             else ""), p)
+        for p in layout))
+
+
+def _check_saved_model_cli(workspace, command, result):
+    from keras_vit.export import graph
+
+    for signature in graph.SIGNATURES:
+        assert f"signature_def['{signature}']" in result.stdout, (
+            result.tail())
+
+
+def _check_convert(workspace, command, result):
+    import keras
+
+    import keras_vit  # noqa: F401  (registers the layers)
+
+    output = option(command, "output")
+    size = int(option(command, "image_size"))
+    _assert_files(workspace, result, output)
+    model = keras.saving.load_model(workspace.path(output), compile=False)
+    assert tuple(model.input_shape) == (None, size, size, 3)
+    assert model.output_shape[-1] == int(option(command, "num_classes"))
+
+
+def _check_analysis(workspace, command, result):
+    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
+        figures = re.findall(r"^\| `(\w+\.png)` \|", f.read(), re.M)
+    assert len(figures) == 4, figures
+    out = option(command, "output_dir")
+    _assert_files(workspace, result, os.path.join(out, "analysis.json"),
+                  *(os.path.join(out, name) for name in figures))
+
+
+RUNS: Dict[str, Run] = {
+    TRAIN: Run(_check_train, extra=TINY_TRAINING,
+               changed="a 1-layer width-32 model for 20 steps"),
+    "python evaluate.py --mode=eval --workdir=/tmp/vit_digits": Run(
+        _check_eval, after=(TRAIN,)),
+    "python evaluate.py --mode=fewshot --config=configs/fewshot.py:digits":
+        Run(_check_fewshot, after=(TRAIN,)),
+    EXPORT_VIT: Run(_check_export,
+                    changed="model.keras: a tiny 10-class ViT"),
+    "python -m keras_vit.export --export_dir exports --model_name digits":
+        Run(_check_export, after=(TRAIN,)),
+    "saved_model_cli show --dir exports/vit/1": Run(
+        _check_saved_model_cli, after=(EXPORT_VIT,)),
+    "python -m keras_vit.checkpoint.convert --npz ViT-B_16.npz": Run(
+        _check_convert, replace=(("B/16", "Ti/16"),),
+        changed="ViT-B_16.npz holds a Ti/16; --variant Ti/16"),
+    "python -m keras_vit.analysis --model vit.keras --images photos/": Run(
+        _check_analysis, changed="vit.keras: a tiny ViT; photos/: 2 PNGs"),
+}
+
+
+def run_key(command: Command) -> Optional[str]:
+    """The RUNS key of a command, or None if it is not run."""
+    for key in RUNS:
+        if command.key == key or command.key.startswith(key + " "):
+            return key
+    return None
+
+
+def run_command(key: str) -> Command:
+    """The one documented command that RUNS[key] runs."""
+    found = {c.key: c for c in all_commands() if run_key(c) == key}
+    assert len(found) == 1, (
+        f"RUNS[{key!r}] should match one documented command, not "
+        f"{sorted(found)}")
+    return next(iter(found.values()))
+
+
+@dataclasses.dataclass
+class Result:
+    key: str
+    argv: List[str]
+    returncode: int
+    stdout: str
+    stderr: str
+    seconds: float
+
+    def tail(self) -> str:
+        return (f"argv: {self.argv}\nexit {self.returncode} after "
+                f"{self.seconds:.0f} s\nstdout: {self.stdout[-1500:]}\n"
+                f"stderr: {self.stderr[-3000:]}")
+
+
+class Workspace:
+    """The folder README commands run in, and what they did."""
+
+    def __init__(self, folder: str):
+        self.folder = folder
+        self.results: Dict[str, Result] = {}
+
+    def path(self, written: str) -> str:
+        """Where a path of the text lies here."""
+        if written.startswith("/tmp/"):
+            return os.path.join(self.folder, "tmp", written[5:])
+        return os.path.join(self.folder, written)
+
+    def word(self, written: str) -> str:
+        return written.replace("/tmp/", os.path.join(self.folder, "tmp", ""))
+
+
+def _bin_path() -> str:
+    return os.pathsep.join([os.path.dirname(sys.executable),
+                            os.environ.get("PATH", "")])
+
+
+def _env() -> Dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        PYTHONPATH=ROOT + os.pathsep + env.get("PYTHONPATH", ""),
+        KERAS_BACKEND="tensorflow", TF_CPP_MIN_LOG_LEVEL="2",
+        CUDA_VISIBLE_DEVICES="", PATH=_bin_path(),
+    )
+    return env
+
+
+def run_readme_command(workspace: Workspace, key: str) -> Result:
+    """Runs the documented command of RUNS[key] (once)."""
+    if key in workspace.results:
+        return workspace.results[key]
+    spec = RUNS[key]
+    for before in spec.after:
+        earlier = run_readme_command(workspace, before)
+        assert earlier.returncode == 0, (
+            f"`{key}` needs `{before}` first, which failed:\n"
+            f"{earlier.tail()}")
+    command = run_command(key)
+    replace = dict(spec.replace)
+    argv = [workspace.word(replace.get(w, w)) for w in command.argv]
+    argv += spec.extra
+    if argv[0] in PYTHONS:
+        argv[0] = sys.executable
+    else:
+        found = shutil.which(argv[0], path=_bin_path())
+        if found is None:
+            pytest.skip(f"{argv[0]} is not installed")
+        argv[0] = found
+    env = _env()
+    env.update(w.split("=", 1) for w in command.env)
+    start = time.perf_counter()
+    try:
+        proc = subprocess.run(argv, cwd=workspace.folder, env=env,
+                              capture_output=True, text=True,
+                              timeout=RUN_TIMEOUT_S)
+        code, out, err = proc.returncode, proc.stdout, proc.stderr
+    except subprocess.TimeoutExpired as error:
+        code, out, err = -9, str(error.stdout or ""), (
+            f"timed out after {RUN_TIMEOUT_S} s")
+    result = Result(command.key, argv, code, out, err,
+                    time.perf_counter() - start)
+    workspace.results[key] = result
+    return result
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory):
+    """A folder with the inputs the README's runnable commands assume."""
+    import keras
+    import numpy as np
+    from PIL import Image
+
+    import keras_vit
+
+    folder = str(tmp_path_factory.mktemp("readme"))
+    os.makedirs(os.path.join(folder, "tmp"))
+    for name in ("configs", "train.py", "evaluate.py"):
+        os.symlink(os.path.join(ROOT, name), os.path.join(folder, name))
+    keras.utils.set_random_seed(0)
+    tiny = keras_vit.create_model(
+        None, num_classes=10, image_size=32, patch_size=8, hidden_size=32,
+        num_layers=1, num_heads=2, mlp_dim=64, head_zero_init=False)
+    for name in ("model.keras", "vit.keras"):
+        tiny.save(os.path.join(folder, name))
+    with open(os.path.join(folder, "labels.txt"), "w") as f:
+        f.write("\n".join(str(i) for i in range(10)) + "\n")
+    os.makedirs(os.path.join(folder, "photos"))
+    rng = np.random.default_rng(0)
+    for i in range(2):
+        pixels = rng.integers(0, 256, (30, 40, 3), dtype=np.uint8)
+        Image.fromarray(pixels).save(os.path.join(folder, "photos",
+                                                  f"{i}.png"))
+    # Released-checkpoint layout, at Ti/16 size to keep the run short.
+    keras_vit.save_npz(keras_vit.create_model("Ti/16", num_classes=1000),
+                       os.path.join(folder, "ViT-B_16.npz"))
+    keras.backend.clear_session()
+    return Workspace(folder)
+
+
+# ------------------------------------------------------------------ tests
+def check_command(command: Command, workspace_getter) -> str:
+    """Checks one command; returns what was done with it."""
+    kind = classify(command)
+    argv = command.argv
+    if kind == "unknown" and argv[:2] in (("python", "-m"),
+                                          ("python3", "-m")):
+        _fail(command, f"python -m {argv[2]} is not a command line of "
+              f"this project (those are: {', '.join(MODULES)})")
+    if kind == "unknown":
+        _fail(command, command.error or (
+            "not a command this test knows: a stale module or script "
+            "path? (a new tool: add it to EXTERNAL with the reason it is "
+            "not run)"))
+    if kind in SCRIPTS.values() or kind in PARSERS:
+        check_runnable_module(command)
+    if kind == "train":
+        done = check_train(command)
+    elif kind == "evaluate":
+        done = check_evaluate(command)
+    elif kind in PARSERS:
+        done = check_project_argparse(command, kind)
+    elif kind == "script":
+        done = check_script(command)
+    elif kind == "pip":
+        done = check_pip(command)
+    elif kind == "suite":
+        done = check_suite(command)
+    elif kind == "env":
+        done = check_env(command)
+    elif run_key(command):
+        done = "external"
+    else:
+        done = check_external(command, workspace_getter())
+    key = run_key(command)
+    if key:
+        spec = RUNS[key]
+        result = run_readme_command(workspace_getter(), key)
+        assert result.returncode == 0, (
+            f"{command.doc} line {command.line}: `{command.key}` failed "
+            f"when run ({spec.changed}):\n{result.tail()}")
+        spec.check(workspace_getter(), command, result)
+        done = f"ran ({spec.changed}) in {result.seconds:.0f} s"
+    return done
+
+
+@pytest.mark.parametrize("command", all_commands(), ids=lambda c: c.id)
+def test_readme_command(command, request):
+    check_command(command, lambda: request.getfixturevalue("workspace"))
+
+
+def test_every_command_found_and_classified():
+    commands = all_commands()
+    by_kind: Dict[str, List[Command]] = {}
+    for command in commands:
+        by_kind.setdefault(classify(command), []).append(command)
+    assert "unknown" not in by_kind, [c.id for c in by_kind["unknown"]]
+    counts = {kind: len(v) for kind, v in by_kind.items()}
+    short = {k: (counts.get(k, 0), n) for k, n in MIN_COMMANDS.items()
+             if counts.get(k, 0) < n}
+    assert not short, f"(found, expected at least) per class: {short}"
+    assert len(commands) >= sum(MIN_COMMANDS.values())
+
+
+def test_runs_are_readme_commands():
+    """Each run is one command the text shows, and at least one train,
+    evaluate, export and convert command runs."""
+    kinds = {classify(run_command(key)) for key in RUNS}
+    assert {"train", "evaluate", "export", "convert"} <= kinds, kinds
+
+
+def test_console_scripts_have_parsers():
+    for name, module in console_scripts().items():
+        assert module in ENTRY_MODULES, (
+            f"console script {name} ({module}) has no class here")
+        importlib.import_module(module)
+
+
+SAMPLE = r"""
+Some `python train.py --config=configs/digits.py --workdir=W` text and
+`gsutil cp` and `not a command`.
+
+```bash
+# a comment
+pip install -e . && python train.py --config=c.py \
+    --workdir=/tmp/x   # trailing comment
+FOO=1 BAR=2 python3 benchmarks/throughput.py ... --jax
+```
+
+```console
+$ python evaluate.py --mode=eval \
+    --workdir=/tmp/x
+output line
+```
+
+```python
+python not_a_command.py
+```
+"""
+
+
+def test_extractor_on_a_sample():
+    got = [(c.line, c.env, c.argv, c.elided, c.inline)
+           for c in extract("sample.md", SAMPLE)]
+    assert got == [
+        (2, (), ("python", "train.py", "--config=configs/digits.py",
+                 "--workdir=W"), False, True),
+        (3, (), ("gsutil", "cp"), False, True),
+        (7, (), ("pip", "install", "-e", "."), False, False),
+        (7, (), ("python", "train.py", "--config=c.py", "--workdir=/tmp/x"),
+         False, False),
+        (9, ("FOO=1", "BAR=2"), ("python3", "benchmarks/throughput.py",
+                                 "--jax"), True, False),
+        (13, (), ("python", "evaluate.py", "--mode=eval",
+                  "--workdir=/tmp/x"), False, False),
+    ]
+
+
+def test_a_renamed_flag_fails_naming_the_command():
+    bad = Command("README.md", 1, (), (
+        "python", "train.py", "--config=configs/digits.py", "--workdir=w",
+        "--config.total_stepz=5"))
+    with pytest.raises(ParseError,
+                       match="(?s)README.md line 1 .*total_stepz.* Did you "
+                       "mean \"total_steps\""):
+        check_command(bad, lambda: None)
+    bad = Command("README.md", 2, (), (
+        "python", "-m", "keras_vit.export", "--export_dir", "e",
+        "--keras_file", "m.keras"))
+    with pytest.raises(ParseError, match="--keras_file"):
+        check_command(bad, lambda: None)
+    bad = Command("README.md", 3, (), (
+        "python", "-m", "keras_vit.export.saved_model", "--export_dir", "e"))
+    with pytest.raises(ParseError, match="is not a command line"):
+        check_command(bad, lambda: None)
+
+
+def _config_fields() -> set:
+    """Every dotted field of every config in configs/ (default argument)."""
+    fields = set()
+
+    def walk(node, prefix):
+        for key in node.keys():
+            fields.add(prefix + key)
+            if hasattr(node[key], "keys"):
+                walk(node[key], prefix + key + ".")
+
+    for path in sorted(glob.glob(os.path.join(ROOT, "configs", "*.py"))):
+        walk(_load_script(os.path.relpath(path, ROOT)).get_config(), "")
+    return fields
+
+
+def _project_options() -> set:
+    """Every --option of the project's command lines."""
+    options = set()
+    for kind in ("train", "evaluate"):
+        options |= {f"--{name}" for name in absl_flag_values(kind)}
+    parsers = [importlib.import_module(m).build_parser()
+               for m in PARSERS.values()]
+    for path in sorted(glob.glob(os.path.join(ROOT, "benchmarks", "*.py"))
+                       + glob.glob(os.path.join(ROOT, "scripts", "*.py"))):
+        with open(path, encoding="utf-8") as f:
+            if "def build_parser(" not in f.read():
+                continue
+        parsers.append(
+            _load_script(os.path.relpath(path, ROOT)).build_parser())
+    for parser in parsers:
+        for action in parser._actions:
+            options.update(action.option_strings)
+    return options
+
+
+@pytest.mark.parametrize("doc", DOCS)
+def test_flags_named_in_the_text_exist(doc):
+    """`--flag` and `--config.field` in the text (outside the commands,
+    which the tests above check) name options and config fields that
+    exist."""
+    fields, options = _config_fields(), None
+    problems = []
+    for line, span in prose_spans(doc):
+        if _is_command(span):
+            continue
+        if re.fullmatch(r"keras-vit-[\w-]+", span) and (
+            span not in console_scripts()
+        ):
+            problems.append(f"line {line}: setup.cfg declares no {span}")
+        for flag in re.findall(r"(?<![\w-])--[A-Za-z][\w.]*", span):
+            if flag.startswith("--config."):
+                field = flag[len("--config."):]
+                if field not in fields and field not in MISSPELT_ON_PURPOSE:
+                    problems.append(f"line {line}: {flag} is no config field")
+                continue
+            options = options or _project_options()
+            if flag not in options:
+                problems.append(f"line {line}: {flag} is no option of the "
+                                "project's command lines")
+    assert not problems, f"{doc}:\n" + "\n".join(problems)
+
+
+def _resolve(dotted: str):
+    """Imports the longest module prefix of `a.b.c` and gets the rest."""
+    parts = dotted.split(".")
+    for i in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:i]))
+        except ImportError:
+            continue
+        for name in parts[i:]:
+            obj = getattr(obj, name)
+        return obj
+    raise ImportError(dotted)
+
+
+@pytest.mark.parametrize("doc", DOCS)
+def test_paths_and_names_in_the_text_exist(doc):
+    """Repository paths (`benchmarks/throughput.py`, `results/...` beside
+    the document) and `keras_vit.x.y` names in the text exist."""
+    folders = [ROOT, os.path.dirname(os.path.join(ROOT, doc))]
+    problems = []
+    for line, span in prose_spans(doc):
+        if re.fullmatch(r"\.?[\w-]+/[\w./*-]*", span):
+            top = span.split("/")[0]
+            bases = [f for f in folders if os.path.isdir(os.path.join(f, top))]
+            if bases and not any(
+                glob.glob(os.path.join(base, span) + "*") for base in bases
+            ):
+                problems.append(f"line {line}: {span} does not exist")
+        match = re.match(r"keras_vit(\.\w+)+", span)
+        if match:
+            try:
+                _resolve(match.group(0))
+            except (ImportError, AttributeError) as error:
+                problems.append(f"line {line}: {match.group(0)}: {error!r}")
+    assert not problems, f"{doc}:\n" + "\n".join(problems)
+
+
+if __name__ == "__main__":
+    for c in all_commands():
+        kind = classify(c)
+        mode = ("run" if run_key(c) else
+                "external" if kind == "external" else "parse")
+        print(f"{kind:9} {mode:8} {c.id}")
