@@ -12,7 +12,7 @@ Config fields can be overridden on the command line (`--config.total_steps=
 the same --workdir resumes from its latest checkpoint.
 """
 
-from keras_vit.training.cli import train_main
+from keras_vit.commands.train import train_main
 
 if __name__ == "__main__":
     train_main()

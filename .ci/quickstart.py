@@ -30,7 +30,7 @@ def quick_start_lines() -> list:
     block = re.search(r"```bash\n(.*?)```", quick_start_section(), re.S)
     if not block:
         sys.exit("README.md's quick start has no ```bash block.")
-    lines = [l for l in block.group(1).splitlines() if l.strip()]
+    lines = [ln for ln in block.group(1).splitlines() if ln.strip()]
     if len(lines) != 2:
         sys.exit(f"README.md's quick start has {len(lines)} lines, not 2.")
     return lines

@@ -18,6 +18,14 @@ The tools beyond the model use TensorFlow and are imported on first use.
 
 import importlib
 
+from keras_vit.derived import (
+    attention_model,
+    features_model,
+    input_image_size,
+    intermediate_model,
+    model_stride,
+    with_dynamic_image_size,
+)
 from keras_vit.layers import (
     ClassToken,
     Encoder,
@@ -27,17 +35,7 @@ from keras_vit.layers import (
     PositionEmbedding,
     TokenPooling,
 )
-from keras_vit.model import (
-    VARIANTS,
-    attention_model,
-    create_model,
-    decode_variant,
-    features_model,
-    input_image_size,
-    intermediate_model,
-    model_stride,
-    with_dynamic_image_size,
-)
+from keras_vit.model import VARIANTS, create_model, decode_variant
 from keras_vit.resnet import ResNetStem
 
 __version__ = "0.1.0"
@@ -48,7 +46,7 @@ _LAZY = {
     "load_npz": "keras_vit.checkpoint.weights",
     "save_npz": "keras_vit.checkpoint.weights",
     "LoadReport": "keras_vit.checkpoint.weights",
-    "rebuild_at_resolution": "keras_vit.checkpoint.weights",
+    "rebuild_at_resolution": "keras_vit.checkpoint.resolution",
     "resize_position_embedding": "keras_vit.checkpoint.weights",
     "Source": "keras_vit.checkpoint.loader",
     "load_model": "keras_vit.checkpoint.loader",

@@ -5,10 +5,6 @@ Portable Keras 3 (`keras.ops` only), under the same rules as
 constructor arguments, builds its weights in `build()` and returns exactly
 those arguments from `get_config()`. Weight names mirror the official Flax
 implementation (`embedding`, `cls`, `pos_embedding`).
-
-The one exception to `keras.ops` only: on the TensorFlow backend, an image
-size known only at run time is checked with a TensorFlow assertion, since
-Keras has no portable op that fails a graph with a message.
 """
 
 from __future__ import annotations
@@ -111,7 +107,7 @@ def interpolation_matrix(old: int, new, dtype: str = "float32"):
     """(new, old) weights of linear interpolation with the corners aligned.
 
     Row i samples old position i * (old - 1) / (new - 1), the convention of
-    `keras_vit.checkpoint.npz.resize_position_embedding` (the official
+    `keras_vit.checkpoint.posemb.resize_position_embedding` (the official
     `scipy.ndimage.zoom(order=1)`), written as the hat function
     max(0, 1 - |coordinate - j|) so that it needs only `new` as a tensor:
     the same two non-zero weights (1 - t, t) per row. `new` may be a
@@ -150,30 +146,35 @@ def resize_grid(table, old_grid, new_grid, num_prefix_tokens: int = 0):
     return ops.concatenate([prefix, grid], axis=1)
 
 
-def _assert_divisible(images, stride: int) -> None:
-    """A clear error for an image side that is not a multiple of `stride`.
+def patch_grid(images, stride: int):
+    """(rows, cols) of the patch grid of `images`, whose sides must be
+    multiples of `stride`, else an error that says so.
 
-    Python-level when the size is known (eager calls, JAX tracing); on the
-    TensorFlow backend with a run-time size, an assertion in the graph.
+    A side known when the call is traced (eager calls, JAX, most Keras
+    graphs) is checked in Python. One known only at run time (a TensorFlow
+    graph traced with unknown sizes) is counted by reshaping it into rows
+    of `stride`: a reshape that fails unless `stride` divides the side, in
+    a name scope that the error message quotes ("image_height_must_be_a_
+    multiple_of_16/Reshape"), as Keras has no portable assertion op.
     """
     shape = ops.shape(images)
+    grid = []
     for side, value in (("height", shape[1]), ("width", shape[2])):
-        if value is None:
-            continue
-        known = isinstance(value, int)
-        message = (
-            f"Image {side}{f' {value}' if known else ''} is not divisible by "
-            f"{stride}, the model's stride (patch size, times the ResNet "
-            "stride for hybrids): resize, crop or pad the images to a "
-            f"multiple of {stride}."
-        )
-        if known:
+        if isinstance(value, int):
             if value % stride:
-                raise ValueError(message)
-        elif keras.backend.backend() == "tensorflow":
-            import tensorflow as tf  # the TensorFlow backend has it
-
-            tf.debugging.assert_equal(value % stride, 0, message=message)
+                raise ValueError(
+                    f"Image {side} {value} is not divisible by {stride}, "
+                    "the model's stride (patch size, times the ResNet "
+                    "stride for hybrids): resize, crop or pad the images to "
+                    f"a multiple of {stride}."
+                )
+            grid.append(value // stride)
+            continue
+        with keras.name_scope(f"image_{side}_must_be_a_multiple_of_{stride}"):
+            pixels = ops.reshape(ops.ones((value,), "int32"), (-1, stride))
+            # The count reads the reshaped values, so the reshape runs.
+            grid.append(ops.sum(pixels[:, 0]))
+    return tuple(grid)
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
@@ -252,9 +253,7 @@ class PositionEmbedding(keras.layers.Layer):
                     "A PositionEmbedding with grid_size is called on "
                     "(tokens, images): the images give the patch grid."
                 )
-            _assert_divisible(images, self.stride)
-            shape = ops.shape(images)
-            grid = (shape[1] // self.stride, shape[2] // self.stride)
+            grid = patch_grid(images, self.stride)
             # Interpolated from the float32 variable, as the loader does.
             table = resize_grid(
                 ops.cast(table, "float32"), self.grid_size, grid,

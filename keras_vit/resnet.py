@@ -7,7 +7,8 @@ groups) instead of BatchNorm, bottleneck units, no biases.
 
 Sublayers are named after the official parameters (`conv_root`, `gn_root`,
 `block{s}_unit{u}` with `conv1..3`, `gn1..3`, `conv_proj`, `gn_proj`) so the
-checkpoint mapping in `keras_vit.checkpoint.weights` reads like the file it maps.
+checkpoint mapping in `keras_vit.checkpoint.weights` reads like the file it
+maps.
 
 Padding "same" of a strided convolution or max-pool pads the extra row or
 column at the end (bottom/right) on both the TensorFlow and JAX backends,

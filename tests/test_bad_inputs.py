@@ -25,7 +25,7 @@ import keras_vit
 from keras_vit import optim
 from keras_vit.checkpoint import weights as checkpoint
 from keras_vit.data import pipeline as input_pipeline
-from keras_vit.data import vtab
+from keras_vit.data import sources, vtab
 from keras_vit.training import train_lib
 from tests import tiny
 from tests.reliability_cases import CASES, check_error, check_says, covers
@@ -189,7 +189,7 @@ def test_non_image_files_are_ignored(tmp_path):
     for junk in ("notes.txt", ".DS_Store"):
         with open(f"{root}/train/a/{junk}", "w") as f:
             f.write("not an image")
-    paths, labels = input_pipeline.folder_split(str(root), "train")
+    paths, labels = sources.folder_split(str(root), "train")
     assert sorted(os.path.basename(p) for p in paths) == ["0.png", "0.png",
                                                           "1.png", "1.png"]
     assert sorted(labels.tolist()) == [0, 0, 1, 1]
@@ -203,7 +203,7 @@ def test_empty_class_folder(tmp_path):
     with open(f"{root}/train/c/readme.txt", "w") as f:
         f.write("images go here")
     with pytest.raises(ValueError) as info:
-        input_pipeline.dataset_info(folder_config(root))
+        sources.dataset_info(folder_config(root))
     check_error("empty_class_folder", info.value)
     assert f"{root}/train/c" in str(info.value)
 

@@ -15,6 +15,7 @@ import scipy.ndimage
 
 from keras_vit import create_model
 from keras_vit.checkpoint import weights as checkpoint
+from keras_vit.checkpoint.resolution import rebuild_at_resolution
 from tests import numpy_reference as ref
 
 POSEMB = "Transformer/posembed_input/pos_embedding"
@@ -277,7 +278,7 @@ def test_rebuild_at_resolution():
     model = tiny(representation_size=24)
     arrays = random_arrays(model)
     checkpoint.load_arrays(model, arrays)
-    bigger = checkpoint.rebuild_at_resolution(model, (48, 64))
+    bigger = rebuild_at_resolution(model, (48, 64))
     assert bigger.input_shape == (None, 48, 64, 3)
     assert model.input_shape == (None, 32, 32, 3)  # original untouched
     expected = dict(arrays)
@@ -286,11 +287,11 @@ def test_rebuild_at_resolution():
     assert_close(bigger(x), ref.forward(expected, x))
     assert_close(model(images(32)), ref.forward(arrays, images(32)))
     with pytest.raises(ValueError, match="not divisible by .* stride 8"):
-        checkpoint.rebuild_at_resolution(model, 50)
+        rebuild_at_resolution(model, 50)
     hybrid = tiny(resnet_layers=(1,))
     hybrid_arrays = random_arrays(hybrid)
     checkpoint.load_arrays(hybrid, hybrid_arrays)
-    rebuilt = checkpoint.rebuild_at_resolution(hybrid, 48)
+    rebuilt = rebuild_at_resolution(hybrid, 48)
     hybrid_arrays[POSEMB] = zoom_posemb(
         hybrid_arrays[POSEMB], (8, 8), (12, 12), 1
     )

@@ -121,7 +121,9 @@ def _undeclared(roots, allowed):
     for path in _files(roots):
         names, source = _imports(path)
         needed = {}
-        for name in names - local - set(sys.stdlib_module_names):
+        # pip comes with every virtual environment (the README commands
+        # test parses pip lines with pip's own parser).
+        for name in names - local - set(sys.stdlib_module_names) - {"pip"}:
             dists = _distributions(name)
             if not dists:
                 missing.append(f"{path}: imports {name!r}, which no "

@@ -22,9 +22,10 @@ from keras_vit import config as config_lib
 from keras_vit import create_model
 from keras_vit.checkpoint import loader as pretrained
 from keras_vit.checkpoint import weights as checkpoint
+from keras_vit.checkpoint.resolution import rebuild_at_resolution
+from keras_vit.commands import evaluate as evaluate_main
 from keras_vit.data import preprocessing
-from keras_vit.data.pipeline import digits_split
-from keras_vit.evaluation import main as evaluate_main
+from keras_vit.data.sources import digits_split
 from keras_vit.evaluation import reports, vtab_run
 from keras_vit.training import train_lib
 from keras_vit.training.trainer import Evaluator
@@ -169,7 +170,7 @@ def test_cli_eval_of_npz_and_keras_at_another_resolution(tmp_path, capsys):
     model.save(keras_path)
     # The reference: the same weights rebuilt at 32 (position embeddings
     # resized by the checkpoint module).
-    want = direct_digits_metrics(checkpoint.rebuild_at_resolution(model, 32))
+    want = direct_digits_metrics(rebuild_at_resolution(model, 32))
     for source in (f"--npz={npz}", f"--keras_model={keras_path}"):
         assert cli("--mode=eval", source, "--dataset=digits", "--split=test",
                    "--image_size=32") == 0

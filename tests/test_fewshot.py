@@ -13,7 +13,7 @@ import tensorflow as tf
 
 from keras_vit import create_model, features_model
 from keras_vit.data import preprocessing
-from keras_vit.data.pipeline import digits_split
+from keras_vit.data.sources import digits_split
 from keras_vit.evaluation import fewshot
 from tests.strategies import two_cpu_mirrored
 

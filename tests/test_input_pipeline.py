@@ -16,6 +16,7 @@ from PIL import Image
 
 from keras_vit.data import pipeline as ip
 from keras_vit.data import preprocessing as pp
+from keras_vit.data import sources
 from keras_vit.training import train_lib
 from tests import tiny
 
@@ -255,20 +256,20 @@ def digits_config(**overrides):
 
 
 def test_digits_split_is_fixed_and_deterministic():
-    x_train, y_train = ip.digits_split("train")
-    x_test, y_test = ip.digits_split("test")
+    x_train, y_train = sources.digits_split("train")
+    x_test, y_test = sources.digits_split("test")
     assert x_train.shape == (1437, 8, 8) and x_test.shape == (360, 8, 8)
     assert x_train.dtype == np.uint8 and x_train.max() == 255
     # Stratified: every class has 35 or 36 test images.
     assert set(np.bincount(y_test)) <= {35, 36, 37}
-    ip._digits_arrays.cache_clear()
-    x2, y2 = ip.digits_split("train")
+    sources._digits_arrays.cache_clear()
+    x2, y2 = sources.digits_split("train")
     np.testing.assert_array_equal(x2, x_train)
     np.testing.assert_array_equal(y2, y_train)
-    part, _ = ip.digits_split("train[:10%]")
+    part, _ = sources.digits_split("train[:10%]")
     np.testing.assert_array_equal(part, x_train[:144])
     with pytest.raises(ValueError, match="splits 'train' and 'test'"):
-        ip.digits_split("validation")
+        sources.digits_split("validation")
 
 
 def test_train_dataset_shapes_dtypes_range():
@@ -287,7 +288,7 @@ def test_train_dataset_applies_the_seeded_ops_per_example():
     gives what it gives eagerly."""
     config = digits_config(shuffle_buffer=1)
     seed = ip.pipeline_seed(config)
-    x, y = ip.digits_split("train")
+    x, y = sources.digits_split("train")
     images, labels = next(iter(ip.train_dataset(config, 4)))
     fn = ip.make_preprocess_fn(config, training=True)
     for i in range(4):
@@ -352,7 +353,8 @@ def test_eval_dataset_counts_every_example_once():
     config = digits_config()
     single = _masked(ip.eval_dataset(config, "test", 64))
     assert len(single) == 360
-    assert sorted(lb for _, lb in single) == sorted(ip.digits_split("test")[1])
+    test_labels = sources.digits_split("test")[1]
+    assert sorted(lb for _, lb in single) == sorted(test_labels)
     sizes = [len(list(ip.eval_dataset(config, "test", 64, _context(i))))
              for i in range(2)]
     # ceil(360 / 64) = 6 global batches = 12 per pipeline (2 replicas each).
@@ -395,12 +397,12 @@ def test_image_folder_source(tmp_path):
     config = digits_config(dataset="folder", data_dir=root, val_split="val",
                            eval_split="val", shuffle_buffer=1,
                            **{"pp.train": "eval"})
-    info = ip.dataset_info(config)
+    info = sources.dataset_info(config)
     assert info.class_names == ["cat", "dog", "eel"]
     assert info.num_examples == {"train": 18, "val": 9}
-    assert ip.num_split_examples(config, "train[:50%]") == 9
-    assert ip.num_split_examples(config, "train[-4:]") == 4
-    paths, labels = ip.folder_split(root, "train")
+    assert sources.num_split_examples(config, "train[:50%]") == 9
+    assert sources.num_split_examples(config, "train[-4:]") == 4
+    paths, labels = sources.folder_split(root, "train")
     for path, label in zip(paths, labels):
         assert os.path.basename(os.path.dirname(path)) == info.class_names[
             label]
@@ -418,7 +420,7 @@ def test_image_folder_source(tmp_path):
         ip.eval_dataset(config, "test", 4)
     missing = digits_config(dataset="folder", data_dir=str(tmp_path / "no"))
     with pytest.raises(ValueError, match="does not exist"):
-        ip.dataset_info(missing)
+        sources.dataset_info(missing)
 
 
 def _tiny_train_config(config, workdir_steps=2):
@@ -457,7 +459,7 @@ def test_tfds_dataset_by_name_trains_through_train_lib(tmp_path):
     config = _tiny_train_config(digits_config(dataset="cifar10"))
     with tfds.testing.mock_data(num_examples=12,
                                 policy=tfds.testing.MockPolicy.USE_CODE):
-        info = ip.dataset_info(config)
+        info = sources.dataset_info(config)
         assert info.num_classes == 10 and len(info.class_names) == 10
         images, labels = next(iter(ip.train_dataset(config, 4)))
         assert images.shape == (4, 16, 16, 3) and labels.dtype == tf.int32
@@ -500,8 +502,9 @@ def prepared_tfds(tmp_path, monkeypatch):
 def test_tfds_sharding_and_eval_padding(prepared_tfds):
     config = digits_config(dataset="tinyset", data_dir=prepared_tfds,
                            shuffle_buffer=1, **{"pp.train": "eval"})
-    assert ip.dataset_info(config).num_examples == {"train": 50, "test": 21}
-    assert ip.num_split_examples(config, "train[:20%]") == 10
+    info = sources.dataset_info(config)
+    assert info.num_examples == {"train": 50, "test": 21}
+    assert sources.num_split_examples(config, "train[:20%]") == 10
     # One file, two pipelines: even example ranges, not file sharding.
     shards = [_epoch(config, _context(i), 25) for i in range(2)]
     whole = _epoch(config, None, 50)
@@ -524,12 +527,12 @@ def test_tfds_sharding_and_eval_padding(prepared_tfds):
 
 def test_unknown_sources_fail_clearly():
     with pytest.raises(ValueError, match="Unknown dataset 'no_such_set'"):
-        ip.dataset_info(digits_config(dataset="no_such_set"))
+        sources.dataset_info(digits_config(dataset="no_such_set"))
     with pytest.raises(ValueError, match="resize_size .* smaller"):
         ip.train_dataset(digits_config(**{"pp.resize_size": 8}), 4)
     with pytest.raises(ValueError, match="Unknown pp.train"):
         ip.train_dataset(digits_config(**{"pp.train": "mixup"}), 4)
     with pytest.raises(ValueError, match="Cannot read split"):
-        ip.digits_split("train[:5")
+        sources.digits_split("train[:5")
     with pytest.raises(ValueError, match="selects no examples"):
-        ip.digits_split("train[10:5]")
+        sources.digits_split("train[10:5]")

@@ -35,13 +35,13 @@ def sources(tmp_path_factory):
         eval_every_steps=0, checkpoint_every_steps=0, ema_decay=0.5,
         **{"optimizer.warmup_steps": 1},
     )
-    info = train_lib.input_pipeline.dataset_info
+    info = train_lib.sources.dataset_info
 
     def unnamed(config):
         return dataclasses.replace(info(config), class_names=None)
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(train_lib.input_pipeline, "dataset_info", unnamed)
+        patch.setattr(train_lib.sources, "dataset_info", unnamed)
         train_lib.train_and_evaluate(config, run)
     # Numbers stand in for the names, so the run records its class count.
     assert wd.read_class_names(run) == [str(i) for i in range(10)]

@@ -84,8 +84,8 @@ PARSERS = {
 }
 # Console scripts (setup.cfg) by the module of their entry point.
 ENTRY_MODULES = {
-    "keras_vit.training.cli": "train",
-    "keras_vit.evaluation.main": "evaluate",
+    "keras_vit.commands.train": "train",
+    "keras_vit.commands.evaluate": "evaluate",
     **{module: kind for kind, module in PARSERS.items()},
 }
 # Tools outside this project that the documentation shows: not run here.
@@ -348,10 +348,10 @@ def absl_flag_values(kind: str):
     (app, logging) flags too."""
     from absl import flags
 
-    from keras_vit.evaluation import main as evaluation_main
-    from keras_vit.training import cli
+    from keras_vit.commands import evaluate as evaluation_main
+    from keras_vit.commands import flags as cli
 
-    cli._define_common_flags()
+    cli.define_common_flags()
     evaluation_main.define_flags()
     modules = {"absl.app", "absl.logging", cli.__name__}
     if kind == "evaluate":

@@ -19,7 +19,7 @@ from ml_collections import config_flags
 import keras_vit
 from keras_vit import build, keras_compat, optim
 from keras_vit.checkpoint import weights as checkpoint
-from keras_vit.checkpoint.npz import resize_position_embedding
+from keras_vit.checkpoint.posemb import resize_position_embedding
 from keras_vit.training import train_lib
 from keras_vit.training.trainer import Trainer
 from tests import tiny
@@ -76,23 +76,23 @@ def _keys_read(source, variable):
     with open(os.path.join(ROOT, "keras_vit", source)) as f:
         text = f.read()
     gets = re.findall(rf"\b{variable}\.get\(\s*\"(\w+)\"", text)
-    # "config.json" is the run directory's file, not a field.
+    # "config.json" (a run directory's file) and "config.py" are not fields.
     attrs = re.findall(
-        rf"\b{variable}\.(?!json\b)([a-z_]\w*)\b(?!\s*\()", text
+        rf"\b{variable}\.(?!json\b|py\b)([a-z_]\w*)\b(?!\s*\()", text
     )
     return set(gets) | set(attrs)
 
 
 def _all_keys_read():
-    sources = ("training/train_lib.py", "build.py", "data/pipeline.py",
-               "data/checks.py")
+    sources = ("training/train_lib.py", "training/loop.py", "build.py",
+               "data/pipeline.py", "data/sources.py", "data/checks.py")
     top = set().union(*(_keys_read(s, "config") for s in sources))
     return {
         "": top,
         "pp": _keys_read("data/preprocessing.py", "cfg"),
         "optimizer": _keys_read("optim.py", "opt_config"),
         "init": _keys_read("training/train_lib.py", "init"),
-        "export": _keys_read("training/train_lib.py", "export"),
+        "export": _keys_read("commands/train.py", "export"),
     }
 
 

@@ -15,7 +15,8 @@ import tensorflow as tf
 import keras_vit
 from keras_vit import keras_compat, optim
 from keras_vit.checkpoint import workdir as wd
-from keras_vit.training import train_lib
+from keras_vit.commands import train as train_command
+from keras_vit.training import loop, train_lib
 from keras_vit.training.trainer import Trainer
 from tests import tiny
 from tests.strategies import two_cpu_mirrored
@@ -193,7 +194,7 @@ def test_resume_after_preemption_matches_uninterrupted_run(
     straight = train_lib.train_and_evaluate(config, str(tmp_path / "a"))
     workdir = str(tmp_path / "b")
     with monkeypatch.context() as m:
-        m.setattr(train_lib, "_Preemption", _StopAfterFirstLoop)
+        m.setattr(loop, "_Preemption", _StopAfterFirstLoop)
         stopped = train_lib.train_and_evaluate(config, workdir)
     assert stopped == {"preempted": True, "step": 8}
     resumed = train_lib.train_and_evaluate(config, workdir)
@@ -312,8 +313,10 @@ def test_export_at_the_end_of_a_run(tmp_path):
     config = digits_config(total_steps=4, ema_decay=0.5)
     config.export.enabled = True
     config.export.model_name = "digits"
-    metrics = train_lib.train_and_evaluate(config, workdir)
+    metrics = train_command.run(config, workdir)
     version = metrics["export_path"]
+    with pytest.raises(ValueError, match="train command"):
+        train_lib.train_and_evaluate(config, str(tmp_path / "other"))
     assert version == os.path.join(workdir, "export", "digits", "1")
     assert tf.io.gfile.exists(os.path.join(version, "saved_model.pb"))
     served = tf.saved_model.load(version).signatures["predict_images"]

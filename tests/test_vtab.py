@@ -26,7 +26,7 @@ from keras_vit import create_model
 from keras_vit.checkpoint import loader as pretrained
 from keras_vit.checkpoint import weights as checkpoint
 from keras_vit.data import pipeline as input_pipeline
-from keras_vit.data import preprocessing, vtab
+from keras_vit.data import preprocessing, sources, vtab, vtab_labels
 from keras_vit.evaluation import reports, vtab_run
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -144,7 +144,7 @@ def reference_bin(thresholds, value):
 def test_clevr_count_label():
     for n in (3, 4, 10):
         ex = clevr_example(np.linspace(5, 12, n))
-        assert both_ways(vtab.clevr_count_label, ex) == n - 3
+        assert both_ways(vtab_labels.clevr_count_label, ex) == n - 3
 
 
 @pytest.mark.parametrize(
@@ -155,7 +155,8 @@ def test_clevr_count_label():
 def test_clevr_dist_label(depths):
     thrs = [0, 8, 8.5, 9, 9.5, 10, 100]
     want = reference_bin(thrs, min(depths))
-    assert both_ways(vtab.clevr_dist_label, clevr_example(depths)) == want
+    got = both_ways(vtab_labels.clevr_dist_label, clevr_example(depths))
+    assert got == want
 
 
 def kitti_example(types, depths):
@@ -184,7 +185,7 @@ def test_kitti_dist_label(types, depths, want):
     ex = kitti_example(types, depths)
     vehicle = [d for t, d in zip(types, depths) if t < 3] or [1000.0]
     assert reference_bin([-100, 8, 20, 999], min(vehicle)) == want
-    assert both_ways(vtab.kitti_dist_label, ex) == want
+    assert both_ways(vtab_labels.kitti_dist_label, ex) == want
 
 
 def test_dsprites_labels_bin_the_class_index():
@@ -237,7 +238,7 @@ def test_input_pipeline_reads_a_task_with_its_labels():
         images, labels, mask = next(iter(
             input_pipeline.eval_dataset(cfg, "train[:800]", 8)
         ))
-        info = input_pipeline.dataset_info(cfg)
+        info = sources.dataset_info(cfg)
     assert info.num_classes == 16
     want = [int(np.floor(int(r["label_orientation"]) / 2.5)) for r in raw]
     np.testing.assert_array_equal(labels.numpy()[:5], want)

@@ -16,7 +16,7 @@ import numpy as np
 
 from keras_vit import layers as vit_layers
 from keras_vit.analysis import core
-from keras_vit.model import attention_model
+from keras_vit.derived import attention_model
 
 
 def _layer(model: keras.Model, name: str, kind: type) -> keras.layers.Layer:

@@ -22,6 +22,7 @@ import keras
 from keras_vit.checkpoint import npz as checkpoint_io
 from keras_vit.checkpoint import weights
 from keras_vit.checkpoint import workdir as wd
+from keras_vit.checkpoint.resolution import rebuild_at_resolution
 from keras_vit.model import _image_hw, create_model, decode_variant
 
 MODEL_FIELDS = (
@@ -359,5 +360,5 @@ def load_model(
         model = keras.models.load_model(source.keras_model, compile=False)
     if image_size is not None:
         if tuple(model.input_shape[1:3]) != _image_hw(image_size):
-            model = weights.rebuild_at_resolution(model, image_size)
+            model = rebuild_at_resolution(model, image_size)
     return (model, report) if with_report else model

@@ -31,7 +31,6 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 import keras
 import numpy as np
 
-from keras_vit import model as vit_model
 from keras_vit.checkpoint import npz as checkpoint_io
 from keras_vit.checkpoint.npz import (
     POSEMB,
@@ -42,9 +41,9 @@ from keras_vit.checkpoint.npz import (
     describe_arrays,
     normalize_layout,
     read_npz,
-    resize_position_embedding,
     write_npz,
 )
+from keras_vit.checkpoint.posemb import resize_position_embedding, square_grid
 
 __all__ = [
     "LoadReport",
@@ -53,7 +52,6 @@ __all__ = [
     "load_npz",
     "model_arrays",
     "read_npz",
-    "rebuild_at_resolution",
     "resize_position_embedding",
     "save_npz",
 ]
@@ -350,7 +348,7 @@ def load_arrays(
                     report.hints.append(str(error))
                 else:
                     shapes[POSEMB] = arrays[POSEMB].shape
-                    old = posemb_grid or checkpoint_io.square_grid(
+                    old = posemb_grid or square_grid(
                         found[1] - prefix
                     )
                     report.posemb_resized = (tuple(old), new_grid)
@@ -404,62 +402,3 @@ def save_npz(model: keras.Model, path: Union[str, os.PathLike]) -> None:
     never leaves a partial file at `path`.
     """
     write_npz(path, model_arrays(model))
-
-
-def rebuild_at_resolution(
-    model: keras.Model, image_size: Union[int, Sequence[int]]
-) -> keras.Model:
-    """The same network at another input resolution, weights copied.
-
-    The position embedding is resized to the new patch grid (bilinear,
-    official convention); every other weight is copied unchanged. The
-    original model is not modified.
-
-    Args:
-        model: keras.Model. Built by `keras_vit.create_model`.
-        image_size: int or (height, width). The new input size.
-
-    Returns:
-        A new `keras.Model`.
-    """
-    height, width = vit_model._image_hw(image_size)
-    stride = model.get_layer("embedding").patch_size
-    layer_names = {layer.name for layer in model.layers}
-    if "resnet" in layer_names:
-        stride *= model.get_layer("resnet").stride
-    for side, value in (("height", height), ("width", width)):
-        if value % stride:
-            raise ValueError(
-                f"image_size {side} {value} is not divisible by the model's "
-                f"total stride {stride}: use a multiple of {stride}."
-            )
-    config = model.get_config()
-    inputs = [c for c in config["layers"] if c["class_name"] == "InputLayer"]
-    if len(inputs) != 1:
-        raise ValueError("rebuild_at_resolution needs a single-input model.")
-    batch_shape = list(inputs[0]["config"]["batch_shape"])
-    batch_shape[1:3] = [height, width]
-    inputs[0]["config"]["batch_shape"] = batch_shape
-    # Without their recorded build shapes the layers build at the new size
-    # when the graph is rebuilt.
-    for layer_config in config["layers"]:
-        layer_config.pop("build_config", None)
-        if layer_config.get("name") == "posembed_input":
-            # A model of dynamic image size becomes a fixed one: its table
-            # is resized once here, not interpolated on every call.
-            layer_config["config"]["grid_size"] = None
-    new = model.__class__.from_config(config)
-    prefix = int("cls" in layer_names)
-    for layer in model.layers:
-        weights = layer.get_weights()
-        if not weights:
-            continue
-        target = new.get_layer(layer.name)
-        if layer.name == "posembed_input":
-            weights = [
-                resize_position_embedding(
-                    weights[0], model_grid(new), model_grid(model), prefix
-                )
-            ]
-        target.set_weights(weights)
-    return new

@@ -21,6 +21,7 @@ import tensorflow as tf
 from absl import logging
 
 from keras_vit.data import preprocessing as pp
+from keras_vit.data import sources
 
 LABEL_ERROR = "Label out of range"
 # Files named in one message; the rest are counted.
@@ -101,10 +102,8 @@ def _label_bound(config) -> Optional[int]:
     n = int(config.num_classes or 0)
     if n:
         return n
-    from keras_vit.data import pipeline as input_pipeline
-
     try:
-        return int(input_pipeline.dataset_info(config).num_classes)
+        return int(sources.dataset_info(config).num_classes)
     except (KeyError, AttributeError, TypeError):
         return None  # a label feature without a class count
 
@@ -147,15 +146,13 @@ def _splits(config) -> List[Tuple[str, str]]:
 def check_splits(config) -> None:
     """Raises ValueError at start-up for a split that does not exist (the
     digits data and image folders; TFDS checks its own when reading)."""
-    from keras_vit.data import pipeline as input_pipeline
-
     if config.vtab_task or config.dataset not in (
-        input_pipeline.DIGITS, input_pipeline.FOLDER
+        sources.DIGITS, sources.FOLDER
     ):
         return
     for field, split in _splits(config):
         try:
-            input_pipeline.num_split_examples(config, split)
+            sources.num_split_examples(config, split)
         except ValueError as error:
             raise ValueError(
                 f"config.{field}={split!r} cannot be used: "
@@ -170,20 +167,18 @@ def explain_input_error(config, error: Exception) -> Optional[Exception]:
     Label errors keep their own message; for image folders, the splits of
     the run are decoded again to name the files that fail.
     """
-    from keras_vit.data import pipeline as input_pipeline
-
     text = str(error)
     match = re.search(re.escape(LABEL_ERROR) + r"[^\]]*", text)
     if match:
         return ValueError(match.group(0).strip())
-    if config.dataset != input_pipeline.FOLDER or config.vtab_task:
+    if config.dataset != sources.FOLDER or config.vtab_task:
         return None
     root = config.data_dir
     paths = []
     for _, split in _splits(config):
         name = re.sub(r"\[.*\]$", "", str(split))
         try:
-            paths.extend(input_pipeline.folder_split(root, name)[0])
+            paths.extend(sources.folder_split(root, name)[0])
         except ValueError:
             continue
     bad = find_unreadable_images(sorted(set(paths)))

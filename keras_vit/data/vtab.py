@@ -25,7 +25,8 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 import tensorflow as tf
 from absl import logging
 
-from keras_vit.data import preprocessing as pp
+from keras_vit.data import vtab_labels as labels
+from keras_vit.data.vtab_labels import Example
 
 NATURAL = "natural"
 SPECIALIZED = "specialized"
@@ -47,101 +48,6 @@ class DataUnavailableError(RuntimeError):
     """A task's data is not prepared and cannot be prepared now."""
 
 
-# -------------------------------------------------------------- labels
-Example = Dict[str, tf.Tensor]
-
-
-def _count_below(thresholds: Sequence[float], value: tf.Tensor) -> tf.Tensor:
-    """Largest i with thresholds[i] < value (thresholds ascending).
-
-    The thresholds below `value` form a prefix, so the index is their count
-    minus one (-1, an invalid label, if there is none).
-    """
-    thrs = tf.constant(thresholds, tf.float32)
-    below = tf.cast(thrs < tf.cast(value, tf.float32), tf.int32)
-    return tf.reduce_sum(below) - 1
-
-
-def label_from(key: str) -> Callable[[Example], tf.Tensor]:
-    """The label is a feature of the example."""
-
-    def fn(example: Example) -> tf.Tensor:
-        return tf.cast(example[key], tf.int32)
-
-    fn.__name__ = f"label_from_{key}"
-    fn.feature = key  # lets dataset_info find the class names
-    return fn
-
-
-def clevr_count_label(example: Example) -> tf.Tensor:
-    """Number of objects minus 3 (CLEVR scenes hold 3 to 10 objects)."""
-    return tf.size(example["objects"]["size"], out_type=tf.int32) - 3
-
-
-CLEVR_DIST_THRESHOLDS = (0.0, 8.0, 8.5, 9.0, 9.5, 10.0, 100.0)
-
-
-def clevr_dist_label(example: Example) -> tf.Tensor:
-    """Depth bin of the closest object (6 classes).
-
-    Depth is the third pixel coordinate; bins: <=8, (8,8.5], (8.5,9],
-    (9,9.5], (9.5,10], (10,100].
-    """
-    depth = tf.reduce_min(example["objects"]["pixel_coords"][:, 2])
-    return _count_below(CLEVR_DIST_THRESHOLDS, depth)
-
-
-KITTI_DIST_THRESHOLDS = (-100.0, 8.0, 20.0, 999.0)
-KITTI_NO_VEHICLE_DEPTH = 1000.0
-
-
-def kitti_dist_label(example: Example) -> tf.Tensor:
-    """Distance bin of the closest vehicle (4 classes).
-
-    Vehicles are objects of type Car, Van or Truck (type < 3); the distance
-    is the z location in metres, 1000 when there is no vehicle. Bins: <=8 m,
-    (8, 20] m, (20, 999] m, no vehicle.
-    """
-    objects = example["objects"]
-    vehicles = objects["type"] < 3
-    depth = tf.boolean_mask(
-        tf.cast(objects["location"][:, 2], tf.float32), vehicles
-    )
-    depth = tf.concat([depth, [KITTI_NO_VEHICLE_DEPTH]], axis=0)
-    return _count_below(KITTI_DIST_THRESHOLDS, tf.reduce_min(depth))
-
-
-def binned_label(
-    key: str, num_original: int, num_classes: int
-) -> Callable[[Example], tf.Tensor]:
-    """Groups `num_original` consecutive class indices into `num_classes`.
-
-    label = floor(index / (num_original / num_classes)), as task_adaptation
-    does for dSprites (x position: 32 -> 16 bins of 2; orientation: 40 -> 16
-    bins of 2.5).
-    """
-    factor = float(num_original) / num_classes
-
-    def fn(example: Example) -> tf.Tensor:
-        index = tf.cast(example[key], tf.float32)
-        return tf.cast(tf.math.floordiv(index, factor), tf.int32)
-
-    fn.__name__ = f"binned_{key}"
-    return fn
-
-
-# -------------------------------------------------------------- images
-def rgb_image(example: Example) -> tf.Tensor:
-    """The example's image as 3 channels (grayscale tiled)."""
-    return pp.to_rgb(example["image"])
-
-
-def binary_rgb_image(example: Example) -> tf.Tensor:
-    """dSprites: 0/1 pixels scaled to 0/255, then tiled to 3 channels."""
-    return pp.to_rgb(tf.cast(example["image"], tf.uint8) * 255)
-
-
-# --------------------------------------------------------------- tasks
 @dataclasses.dataclass(frozen=True)
 class Task:
     """One VTAB-1k task.
@@ -173,7 +79,7 @@ class Task:
     test: str
     num_classes: int
     label: Callable[[Example], tf.Tensor]
-    image: Callable[[Example], tf.Tensor] = rgb_image
+    image: Callable[[Example], tf.Tensor] = labels.rgb_image
     manual_files: Tuple[str, ...] = ()
     manual_url: str = ""
     class_names: Optional[Tuple[str, ...]] = None
@@ -214,7 +120,7 @@ class Task:
 
 
 def _tasks() -> List[Task]:
-    lbl = label_from("label")
+    lbl = labels.label_from("label")
     natural = [
         Task("caltech101", "Caltech101", NATURAL, "caltech101:3.*.*",
              "train[:800]", "train[2754:2954]", "test", 102, lbl,
@@ -262,12 +168,12 @@ def _tasks() -> List[Task]:
     structured = [
         Task("clevr_count", "Clevr-Count", STRUCTURED, "clevr:3.*.*",
              "train[:800]", "train[63000:63200]", "validation", 8,
-             clevr_count_label,
+             labels.clevr_count_label,
              class_names=tuple(f"{n} objects" for n in range(3, 11)),
              paper_vit_l16=70.3),
         Task("clevr_dist", "Clevr-Dist", STRUCTURED, "clevr:3.*.*",
              "train[:800]", "train[63000:63200]", "validation", 6,
-             clevr_dist_label,
+             labels.clevr_dist_label,
              class_names=("<=8", "8-8.5", "8.5-9", "9-9.5", "9.5-10", ">10"),
              paper_vit_l16=56.1),
         Task("dmlab", "DMLab", STRUCTURED, "dmlab:2.0.1",
@@ -275,22 +181,25 @@ def _tasks() -> List[Task]:
              paper_vit_l16=41.9),
         Task("dsprites_loc", "dSpr-Loc", STRUCTURED, "dsprites:2.*.*",
              "train[:800]", "train[589824:590024]", "train[663552:]", 16,
-             binned_label("label_x_position", 32, 16), binary_rgb_image,
+             labels.binned_label("label_x_position", 32, 16),
+             labels.binary_rgb_image,
              paper_vit_l16=74.7),
         Task("dsprites_ori", "dSpr-Ori", STRUCTURED, "dsprites:2.*.*",
              "train[:800]", "train[589824:590024]", "train[663552:]", 16,
-             binned_label("label_orientation", 40, 16), binary_rgb_image,
+             labels.binned_label("label_orientation", 40, 16),
+             labels.binary_rgb_image,
              paper_vit_l16=64.9),
         Task("kitti_dist", "KITTI-Dist", STRUCTURED, "kitti:3.1.0",
-             "train[:800]", "validation[:200]", "test", 4, kitti_dist_label,
+             "train[:800]", "validation[:200]", "test", 4,
+             labels.kitti_dist_label,
              class_names=("<=8m", "8-20m", ">20m", "no vehicle"),
              paper_vit_l16=79.9),
         Task("smallnorb_azim", "sNORB-Azim", STRUCTURED, "smallnorb:2.*.*",
              "train[:800]", "test[:200]", "test[50%:]", 18,
-             label_from("label_azimuth"), paper_vit_l16=30.5),
+             labels.label_from("label_azimuth"), paper_vit_l16=30.5),
         Task("smallnorb_elev", "sNORB-Elev", STRUCTURED, "smallnorb:2.*.*",
              "train[:800]", "test[:200]", "test[50%:]", 9,
-             label_from("label_elevation"), paper_vit_l16=41.7),
+             labels.label_from("label_elevation"), paper_vit_l16=41.7),
     ]
     return natural + specialized + structured
 
@@ -360,27 +269,6 @@ def select_tasks(spec: Union[str, Sequence[str], None]) -> List[Task]:
 
 
 # ---------------------------------------------------------------- data
-def dataset_info(name: str, data_dir: Optional[str] = None):
-    """`input_pipeline.DatasetInfo` of a task (its class count, not the
-    TFDS feature's)."""
-    from keras_vit.data.pipeline import DatasetInfo
-
-    task = get_task(name)
-    builder = task.builder(data_dir)
-    num_examples = {
-        k: int(v.num_examples) for k, v in (builder.info.splits or {}).items()
-    }
-    names = task.class_names
-    key = getattr(task.label, "feature", None)
-    if names is None and key in builder.info.features:
-        names = getattr(builder.info.features[key], "names", None)
-    return DatasetInfo(
-        num_classes=task.num_classes,
-        num_examples=num_examples,
-        class_names=list(names) if names else None,
-    )
-
-
 def manual_dir(data_dir: Optional[str], builder=None) -> str:
     """TFDS's manual-download directory: `<data_dir>/downloads/manual`."""
     root = data_dir

@@ -26,8 +26,10 @@ import tensorflow as tf
 from absl import logging
 
 from keras_vit import config as config_lib
+from keras_vit import layers as vit_layers
 from keras_vit.data import pipeline as input_pipeline
-from keras_vit.data import vtab
+from keras_vit.data import sources, vtab
+from keras_vit.derived import features_model, intermediate_model
 
 BIAS_FEATURE = 100.0
 L2_REG = 1024.0
@@ -169,7 +171,7 @@ def extract_features(
             for t in out
         ]
 
-    total = input_pipeline.num_split_examples(dataset_config, split)
+    total = sources.num_split_examples(dataset_config, split)
     batches = -(-total // batch_size) if total else None
     feats, labels, start = [], [], time.time()
     for i, (images, y, mask) in enumerate(dataset, start=1):
@@ -280,7 +282,7 @@ def run(
             logging.warning("Skipping few-shot %s: %s", data.name, e)
             not_run[data.name] = str(e)
             continue
-        info = input_pipeline.dataset_info(cfg)
+        info = sources.dataset_info(cfg)
         start = time.time()
         train = extract_features(feature_model, cfg, data.train_split,
                                  batch_size, strategy)
@@ -318,9 +320,6 @@ def probe_model(
     Returns:
         keras.Model. Images to (batch, width) features.
     """
-    from keras_vit import layers as vit_layers
-    from keras_vit.model import features_model, intermediate_model
-
     if layer is None:
         names = {each.name for each in model.layers}
         return features_model(model) if "head" in names else model
@@ -335,7 +334,7 @@ def probe_model(
 
 
 def _prepare(data: FewShotData, download: bool) -> None:
-    if data.dataset in (input_pipeline.DIGITS, input_pipeline.FOLDER):
+    if data.dataset in (sources.DIGITS, sources.FOLDER):
         return
     import tensorflow_datasets as tfds
 

@@ -27,7 +27,7 @@ import keras
 import tensorflow as tf
 
 from keras_vit.data import preprocessing
-from keras_vit.model import features_model, input_image_size
+from keras_vit.derived import features_model, input_image_size, model_stride
 
 SIGNATURES = ("serving_default", "predict_images", "features")
 ANY_SIZE_SIGNATURE = "predict_any_size"
@@ -308,8 +308,17 @@ def build_endpoints(
         return classify(images)
 
     def predict_any_size(images):
-        # No resize: the model runs at the images' own size.
-        images = preprocessing.scale_to_unit_range(checked_pixels(images))
+        images = checked_pixels(images)
+        stride = model_stride(model)
+        divisible = tf.debugging.assert_equal(
+            tf.shape(images)[1:3] % stride, 0,
+            message=f"predict_any_size needs a height and width that are "
+            f"multiples of {stride} (the model's stride): resize, crop or "
+            "pad the images, or send them to predict_images.",
+        )
+        with tf.control_dependencies([divisible]):
+            # No resize: the model runs at the images' own size.
+            images = preprocessing.scale_to_unit_range(images)
         return classify(images)
 
     def features_fn(image_bytes):

@@ -22,13 +22,20 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import time
 from typing import Dict, Optional
 
+import tensorflow as tf
 from absl import app, flags, logging
 
-from keras_vit.training import cli
+from keras_vit import config as config_lib
+from keras_vit.checkpoint import loader as pretrained
+from keras_vit.checkpoint import workdir as wd
+from keras_vit.commands import flags as cli_flags
+from keras_vit.data import sources, vtab
+from keras_vit.evaluation import fewshot, reports, vtab_run
+from keras_vit.evaluation.accuracy import evaluate_model
+from keras_vit.training import distribute
 
 FLAGS = flags.FLAGS
 MODES = ("eval", "fewshot", "vtab")
@@ -38,7 +45,7 @@ EVAL_BATCH = 256
 
 def define_flags() -> None:
     """Defines evaluate.py's flags (once)."""
-    cli._define_common_flags()
+    cli_flags.define_common_flags()
     if "mode" in FLAGS:
         return
     flags.DEFINE_enum("mode", None, list(MODES),
@@ -64,62 +71,7 @@ def define_flags() -> None:
                          "(default: the config's, else the model's).")
 
 
-# ------------------------------------------------------------ plain eval
-def evaluate_model(
-    model,
-    data_config,
-    split: str,
-    batch_size: int,
-    strategy=None,
-    progress: bool = True,
-) -> Dict[str, float]:
-    """Top-1, top-5 accuracy and mean loss of `model` on one split.
-
-    Args:
-        model: keras.Model. Images in [-1, 1] -> logits.
-        data_config: ConfigDict. `input_pipeline` data fields (dataset,
-            data_dir, image_size, pp, ...).
-        split: str.
-        batch_size: int. Global batch; the last batch is padded and the
-            padding masked out.
-        strategy: tf.distribute.Strategy or None.
-        progress: bool. Show a progress bar.
-
-    Returns:
-        {"accuracy", "top5_accuracy", "loss", "num_examples"}.
-    """
-    import keras
-    import tensorflow as tf
-
-    from keras_vit.data import pipeline as input_pipeline
-    from keras_vit.training.trainer import Evaluator
-
-    strategy = strategy or tf.distribute.get_strategy()
-    evaluator = Evaluator(
-        model, strategy, num_classes=int(model.output_shape[-1])
-    )
-    dataset = strategy.distribute_datasets_from_function(
-        lambda ctx: input_pipeline.eval_dataset(
-            data_config, split, batch_size, ctx
-        )
-    )
-    on_batch = None
-    if progress:
-        total = input_pipeline.num_split_examples(data_config, split)
-        bar = keras.utils.Progbar(
-            -(-total // batch_size) if total else None,
-            verbose=1 if sys.stdout.isatty() else 2, unit_name="batch",
-        )
-
-        def on_batch(i, metrics):
-            bar.update(i, [("top1", metrics["accuracy"])])
-
-    return evaluator.evaluate(dataset, on_batch=on_batch)
-
-
 def _source():
-    from keras_vit.checkpoint import loader as pretrained
-
     return pretrained.Source(
         workdir=FLAGS.workdir, keras_model=FLAGS.keras_model, npz=FLAGS.npz,
         variant=FLAGS.variant,
@@ -127,18 +79,11 @@ def _source():
 
 
 def _write(path: str, text: str) -> None:
-    from keras_vit.checkpoint import workdir as wd
-
     wd.atomic_write(path, text)
     logging.info("Wrote %s", path)
 
 
 def _eval_mode(source, strategy) -> Dict:
-    from keras_vit import config as config_lib
-    from keras_vit.checkpoint import loader as pretrained
-    from keras_vit.checkpoint import workdir as wd
-    from keras_vit.data import pipeline as input_pipeline
-
     # The data, split, preprocessing and batch of the run's own config.
     if FLAGS.config is not None:
         run = FLAGS.config
@@ -172,7 +117,7 @@ def _eval_mode(source, strategy) -> Dict:
     # The model's resolution, square or not.
     with data.ignore_type():
         data.image_size = tuple(int(n) for n in model.input_shape[1:3])
-    info = input_pipeline.dataset_info(data)
+    info = sources.dataset_info(data)
     width = int(model.output_shape[-1])
     if width != info.num_classes:
         raise ValueError(
@@ -198,9 +143,6 @@ def _eval_mode(source, strategy) -> Dict:
 
 
 def _fewshot_mode(source, strategy) -> Dict:
-    from keras_vit.checkpoint import loader as pretrained
-    from keras_vit.evaluation import fewshot, reports
-
     config = FLAGS.config
     opts = config.fewshot
     datasets = [
@@ -234,14 +176,10 @@ def _fewshot_mode(source, strategy) -> Dict:
 
 
 def _vtab_mode(source, strategy) -> Dict:
-    from keras_vit.evaluation import vtab_run
-
     out = vtab_run.run(FLAGS.config, source, FLAGS.output_dir, strategy,
                        tasks=FLAGS.tasks, model_name=FLAGS.name)
     md = out["files"].get("markdown")
     if md:
-        import tensorflow as tf
-
         with tf.io.gfile.GFile(md) as f:
             print(f.read())
     if out["preempted"]:
@@ -262,8 +200,6 @@ def _main(argv) -> None:
                 f"--mode={FLAGS.mode} needs {' and '.join(missing)} "
                 f"(e.g. --config=configs/{FLAGS.mode}.py)."
             )
-    from keras_vit.data import vtab
-    from keras_vit.training import distribute
 
     try:
         source = _source()
@@ -281,4 +217,4 @@ def evaluate_main(argv: Optional[list] = None) -> None:
     """Entry point of evaluate.py (and a `keras-vit-evaluate` script)."""
     define_flags()
     flags.mark_flag_as_required("mode")
-    app.run(_main, argv=argv, flags_parser=cli.parse_flags_or_exit)
+    app.run(_main, argv=argv, flags_parser=cli_flags.parse_flags_or_exit)

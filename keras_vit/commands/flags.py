@@ -1,4 +1,5 @@
-"""Command-line entry points: train.py / keras-vit-train and evaluate.py."""
+"""The flags train.py and evaluate.py share, and the parser that turns a bad
+flag or config field into one line."""
 
 from __future__ import annotations
 
@@ -7,13 +8,16 @@ import re
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from absl import app, flags, logging  # noqa: E402
+from absl import flags  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
+
+from keras_vit import config as config_lib  # noqa: E402
 
 FLAGS = flags.FLAGS
 
 
-def _define_common_flags():
+def define_common_flags() -> None:
+    """--config, --workdir, --strategy and --tpu (once)."""
     if "workdir" in FLAGS:
         return
     config_flags.DEFINE_config_file(
@@ -35,21 +39,6 @@ def _define_common_flags():
     )
     flags.DEFINE_string("tpu", None, 'TPU name or address; "local" on a TPU '
                         "VM.")
-
-
-def _train(argv):
-    if len(argv) > 1:
-        raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-    from keras_vit.training import distribute, train_lib
-
-    logging.set_verbosity(logging.INFO)
-    strategy = distribute.create_strategy(FLAGS.strategy, FLAGS.tpu)
-    config = FLAGS.config
-    try:
-        train_lib.train_and_evaluate(config, FLAGS.workdir, strategy)
-    except (train_lib.TrainingError, ValueError) as e:
-        logging.error("%s", e)
-        raise SystemExit(f"error: {e}") from None
 
 
 def parse_flags_or_exit(argv) -> list:
@@ -79,8 +68,6 @@ def _with_suggestion(message: str, argv) -> str:
     match = re.match(r"unknown config field '([\w.]+)'", message)
     if not match:
         return message
-    from keras_vit import config as config_lib
-
     leaf = match.group(1).rpartition(".")[2]
     for arg in argv:
         path = re.match(r"--config\.([\w.]+)=?", str(arg))
@@ -88,9 +75,3 @@ def _with_suggestion(message: str, argv) -> str:
             hint = config_lib.unknown_field_message(path.group(1))
             return f"{message.rstrip('. ')}: {hint}"
     return message
-
-
-def train_main():
-    _define_common_flags()
-    flags.mark_flags_as_required(["config", "workdir"])
-    app.run(_train, flags_parser=parse_flags_or_exit)

@@ -1,0 +1,269 @@
+"""Models derived from a ViT built by `create_model`, sharing its weights:
+the pre-logits features, attention maps, token features of any encoder
+blocks, and a copy that accepts any image size.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence, Tuple, Union
+
+import keras
+from keras import ops
+
+from keras_vit import layers as vit_layers
+
+
+def features_model(model: keras.Model) -> keras.Model:
+    """The same network up to the pre-logits representation (shared weights).
+
+    Few-shot probes, fine-tuning and the export's `features` signature use
+    this: the output of `pre_logits` if the model has one, else the pooled
+    token. Calling it does not copy weights.
+    """
+    names = {layer.name for layer in model.layers}
+    last = "pre_logits" if "pre_logits" in names else "pooling"
+    return keras.Model(
+        model.input, model.get_layer(last).output, name=f"{model.name}_features"
+    )
+
+
+class _EncoderWithAttention(keras.layers.Layer):
+    """Calls a built `Encoder` with `return_attention_scores=True`.
+
+    A layer of its own because a Keras functional graph takes a layer's
+    output structure from its first call, and the encoder's first call (in
+    the classifier) returns a single tensor. The encoder's weights are shared,
+    not copied.
+    """
+
+    def __init__(self, encoder: vit_layers.Encoder, **kwargs):
+        super().__init__(**kwargs)
+        self.encoder = encoder
+
+    def call(self, x):
+        return self.encoder(x, return_attention_scores=True)
+
+
+def _encoder(model: keras.Model) -> vit_layers.Encoder:
+    for layer in model.layers:
+        if isinstance(layer, vit_layers.Encoder):
+            return layer
+    raise ValueError(
+        f"Model {model.name!r} has no Encoder layer: it is not a Vision "
+        "Transformer built by keras_vit.create_model."
+    )
+
+
+def attention_model(model: keras.Model) -> keras.Model:
+    """A model returning (output, [attention weights per layer]).
+
+    Shares the weights of `model` (same layers, no new parameters); each
+    attention tensor has shape (batch, heads, query tokens, key tokens).
+    A separate call path, so training and inference pay nothing for it.
+    Works at any input size for a model with `dynamic_image_size`.
+    """
+    encoder = _encoder(model)
+    # From the encoder's input in the model's own graph, so that what comes
+    # before it (one input or two, a ResNet or not) is reused as it is.
+    x, attention = _EncoderWithAttention(encoder, name="attention")(
+        encoder.input
+    )
+    after = model.layers[model.layers.index(encoder) + 1:]
+    for layer in after:
+        x = layer(x)
+    return keras.Model(
+        model.input, [x, attention], name=f"{model.name}_attention"
+    )
+
+
+def model_stride(model: keras.Model) -> int:
+    """int. Image pixels per patch side: the patch size, times the ResNet
+    stride for hybrids. Input sides must be multiples of it."""
+    stride = model.get_layer("embedding").patch_size
+    if "resnet" in {layer.name for layer in model.layers}:
+        stride *= model.get_layer("resnet").stride
+    return stride
+
+
+def input_image_size(model: keras.Model) -> Tuple[int, int]:
+    """(height, width). A fixed-size model's input size (None for a side
+    of unknown size); for a model with `dynamic_image_size`, the size its
+    position embeddings are kept at (the `image_size` it was created
+    with)."""
+    names = {layer.name for layer in model.layers}
+    grid = None
+    if "posembed_input" in names:
+        grid = model.get_layer("posembed_input").grid_size
+    if grid is None:
+        return tuple(
+            None if side is None else int(side)
+            for side in model.input_shape[1:3]
+        )
+    stride = model_stride(model)
+    return grid[0] * stride, grid[1] * stride
+
+
+def with_dynamic_image_size(model: keras.Model) -> keras.Model:
+    """The same network taking images of any size, weights copied.
+
+    As `create_model(..., dynamic_image_size=True)` with the weights of
+    `model`, a fixed-size model built by `create_model` (or loaded from its
+    .keras file): its position embeddings are kept at its grid and
+    interpolated to each input's. A model that already has a dynamic image
+    size is returned as is. The original model is not modified.
+    """
+    posembed = model.get_layer("posembed_input")
+    if posembed.grid_size is not None:
+        return model
+    height, width = input_image_size(model)
+    stride = model_stride(model)
+    has_class_token = any(
+        isinstance(layer, vit_layers.ClassToken) for layer in model.layers
+    )
+    images = keras.Input((None, None, model.input_shape[-1]), name="images")
+    x = images
+    # create_model's models are a chain of layers, input to output.
+    for layer in model.layers[1:]:
+        config = layer.get_config()
+        if layer is posembed:
+            config.update(
+                grid_size=(height // stride, width // stride),
+                stride=stride,
+                num_prefix_tokens=int(has_class_token),
+            )
+            copy = layer.__class__.from_config(config)
+            x = copy(x, images)
+        else:
+            copy = layer.__class__.from_config(config)
+            x = copy(x)
+        copy.set_weights(layer.get_weights())
+    return keras.Model(images, x, name=model.name)
+
+
+class _Intermediates(keras.layers.Layer):
+    """Runs a built `Encoder`'s blocks up to the last one asked for and
+    returns the chosen blocks' outputs (a list, in the order asked).
+
+    Every token is computed in every block run (no class-token-only last
+    block); the blocks after the last one asked for are not run. The
+    encoder's weights are shared, not copied.
+    """
+
+    def __init__(self, encoder, blocks, norm, output, patch_size,
+                 num_prefix_tokens, **kwargs):
+        super().__init__(**kwargs)
+        self.encoder = encoder
+        self.block_indices = tuple(blocks)
+        self.norm = norm
+        self.output_kind = output
+        self.patch_size = patch_size
+        self.num_prefix_tokens = num_prefix_tokens
+
+    def call(self, tokens, features, training=None):
+        wanted = {}
+        x = tokens
+        for i, block in enumerate(self.encoder.blocks):
+            if i > max(self.block_indices):
+                break
+            x = block(x, training=training)
+            if i in self.block_indices:
+                wanted[i] = self.encoder.encoder_norm(x) if self.norm else x
+        outputs = [wanted[i] for i in self.block_indices]
+        if self.output_kind == "grid":
+            shape = ops.shape(features)
+            rows = shape[1] // self.patch_size
+            cols = shape[2] // self.patch_size
+            outputs = [
+                ops.reshape(
+                    y[:, self.num_prefix_tokens:],
+                    (-1, rows, cols, ops.shape(y)[-1]),
+                )
+                for y in outputs
+            ]
+        return outputs
+
+    def compute_output_spec(self, tokens, features, training=None):
+        batch, length, width = tokens.shape
+        if self.output_kind == "grid":
+            rows, cols = (
+                None if side is None else side // self.patch_size
+                for side in features.shape[1:3]
+            )
+            shape = (batch, rows, cols, width)
+        else:
+            shape = (batch, length, width)
+        return [
+            keras.KerasTensor(shape, dtype=self.compute_dtype)
+            for _ in self.block_indices
+        ]
+
+
+def intermediate_model(
+    model: keras.Model,
+    blocks: Union[int, Sequence[int]] = (-1,),
+    *,
+    norm: bool = False,
+    output: str = "tokens",
+) -> keras.Model:
+    """Token features of chosen encoder blocks, from one forward pass.
+
+    For dense prediction, probing and analysis: the returned model maps the
+    images of `model` (any size if it has `dynamic_image_size`) to a dict
+    {"block_{i}": features of block i}, one entry per block asked for, in
+    the order asked (i counted from 0, negative indices resolved). The
+    blocks run once, up to the deepest one asked for; the weights are those
+    of `model` (shared, not copied).
+
+    Args:
+        model: keras.Model. A keras_vit model (classifier or features).
+        blocks: int or sequence of int. Block indices, 0 to num_layers - 1;
+            negative ones count from the end (-1: the last block).
+        norm: bool. Apply the encoder's final LayerNorm (`encoder_norm`) to
+            each output, as the encoder does to its last block's.
+        output: str. "tokens": the token sequence, (batch, 1 + h * w,
+            width) with the class token first ("token" pooling), (batch,
+            h * w, width) with "gap" pooling. "grid": the patch tokens as
+            a 2-D grid, (batch, h, w, width), without the class token.
+            h and w are the input's height and width over the model's
+            stride (`model_stride`); patches run row-major.
+
+    Returns:
+        keras.Model. Images to a dict of `len(blocks)` tensors.
+    """
+    if output not in ("tokens", "grid"):
+        raise ValueError(
+            f'output must be "tokens" or "grid", got {output!r}.'
+        )
+    encoder = _encoder(model)
+    count = encoder.num_layers
+    asked = [blocks] if isinstance(blocks, int) else list(blocks)
+    if not asked:
+        raise ValueError("blocks is empty: name at least one block.")
+    indices = []
+    for index in asked:
+        if not -count <= int(index) < count:
+            raise ValueError(
+                f"Block {index} does not exist: the model has {count} "
+                f"blocks, 0 to {count - 1} (or -{count} to -1 from the end)."
+            )
+        indices.append(int(index) % count)
+    if len(set(indices)) != len(indices):
+        raise ValueError(f"blocks {asked} name a block twice.")
+    embedding = model.get_layer("embedding")
+    has_class_token = any(
+        isinstance(layer, vit_layers.ClassToken) for layer in model.layers
+    )
+    outputs = _Intermediates(
+        encoder,
+        indices,
+        bool(norm),
+        output,
+        embedding.patch_size,
+        int(has_class_token),
+        name="intermediates",
+    )(encoder.input, embedding.input)
+    # A dict, not a list: Keras returns a one-output list as a bare tensor.
+    outputs = {f"block_{i}": y for i, y in zip(indices, outputs)}
+    return keras.Model(
+        model.input, outputs, name=f"{model.name}_intermediates"
+    )

@@ -1,0 +1,60 @@
+"""Plain accuracy: top-1, top-5 and loss of a model on one split, through
+the trainer's own distributed evaluation step."""
+
+from __future__ import annotations
+
+import sys
+from typing import Dict
+
+import keras
+import tensorflow as tf
+
+from keras_vit.data import pipeline as input_pipeline
+from keras_vit.data import sources
+from keras_vit.training.trainer import Evaluator
+
+
+def evaluate_model(
+    model,
+    data_config,
+    split: str,
+    batch_size: int,
+    strategy=None,
+    progress: bool = True,
+) -> Dict[str, float]:
+    """Top-1, top-5 accuracy and mean loss of `model` on one split.
+
+    Args:
+        model: keras.Model. Images in [-1, 1] -> logits.
+        data_config: ConfigDict. `input_pipeline` data fields (dataset,
+            data_dir, image_size, pp, ...).
+        split: str.
+        batch_size: int. Global batch; the last batch is padded and the
+            padding masked out.
+        strategy: tf.distribute.Strategy or None.
+        progress: bool. Show a progress bar.
+
+    Returns:
+        {"accuracy", "top5_accuracy", "loss", "num_examples"}.
+    """
+    strategy = strategy or tf.distribute.get_strategy()
+    evaluator = Evaluator(
+        model, strategy, num_classes=int(model.output_shape[-1])
+    )
+    dataset = strategy.distribute_datasets_from_function(
+        lambda ctx: input_pipeline.eval_dataset(
+            data_config, split, batch_size, ctx
+        )
+    )
+    on_batch = None
+    if progress:
+        total = sources.num_split_examples(data_config, split)
+        bar = keras.utils.Progbar(
+            -(-total // batch_size) if total else None,
+            verbose=1 if sys.stdout.isatty() else 2, unit_name="batch",
+        )
+
+        def on_batch(i, metrics):
+            bar.update(i, [("top1", metrics["accuracy"])])
+
+    return evaluator.evaluate(dataset, on_batch=on_batch)
