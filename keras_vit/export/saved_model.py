@@ -34,7 +34,7 @@ import tensorflow as tf
 from keras_vit.data import preprocessing
 from keras_vit.export import files as export_files
 from keras_vit.export import graph as export_graph
-from keras_vit.model import (
+from keras_vit.derived import (
     input_image_size,
     model_stride,
     with_dynamic_image_size,
