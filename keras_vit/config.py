@@ -107,6 +107,10 @@ def base_config() -> ml_collections.ConfigDict:
     c.model.attention_dropout_rate = 0.0
     # Start the classification head at zero (the paper's transfer set-up).
     c.model.head_zero_init = True
+    # Initial value of every head bias: -10 with the sigmoid loss, as the
+    # released ImageNet-21k models were pre-trained (each class starts at
+    # probability ~4.5e-5 instead of 0.5).
+    c.model.head_bias_init = 0.0
 
     # ------------------------------------------------------------ training
     # Examples per optimizer update (all replicas and micro-batches).
