@@ -129,16 +129,26 @@ def test_tpu_strategy_gets_a_preemption_handler(monkeypatch):
     made = []
     monkeypatch.setattr(
         tf.distribute.experimental, "PreemptionCheckpointHandler",
-        lambda resolver, manager: made.append((resolver, manager)) or "h",
+        lambda resolver, manager, termination_config: made.append(
+            (resolver, manager, termination_config)) or "h",
     )
     strategy = distribute.create_strategy("tpu", "local")
-    assert distribute.preemption_handler(strategy, "manager") == "h"
-    assert made == [(strategy.cluster_resolver, "manager")]
+    saved = []
+    assert distribute.preemption_handler(
+        strategy, "manager", saved.append) == "h"
+    (resolver, manager, config), = made
+    assert (resolver, manager) == (strategy.cluster_resolver, "manager")
+    # It saves through the run's own writer, then hands the exit back to
+    # the host loop (instead of TensorFlow's sys.exit).
+    config.save_fn(checkpoint_number=30)
+    assert saved == [30]
+    with pytest.raises(distribute.Preempted):
+        config.exit_fn()
     # One-host strategies have none: the SIGTERM flag does the work.
     assert distribute.preemption_handler(
-        tf.distribute.get_strategy(), "manager") is None
+        tf.distribute.get_strategy(), "manager", saved.append) is None
     assert distribute.preemption_handler(
-        two_cpu_mirrored(), "m") is None
+        two_cpu_mirrored(), "m", saved.append) is None
 
 
 @pytest.mark.parametrize("name", ["gpu", "TPU", "", "parameter_server"])
@@ -227,7 +237,7 @@ def test_train_lib_asks_the_handler_between_host_loops(tmp_path,
         save_checkpoint_if_preempted=lambda **kw: asked.append(kw)
     )
     monkeypatch.setattr(distribute, "preemption_handler",
-                        lambda strategy, manager: recorder)
+                        lambda strategy, manager, save: recorder)
     config = digits_config(total_steps=12, steps_per_loop=4,
                            eval_every_steps=0, checkpoint_every_steps=0)
     train_lib.train_and_evaluate(config, str(tmp_path / "run"))
