@@ -16,6 +16,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from typing import List, Optional, Sequence
 
@@ -46,7 +47,8 @@ def free_ports(n: int) -> List[int]:
 
 def env(tf_config: Optional[dict] = None, **extra) -> dict:
     """The environment of a worker: no GPU, quiet C++ logs, this checkout,
-    the metadata server on a closed loopback port."""
+    the metadata server on a closed loopback port; `extra` on top (None
+    removes a variable)."""
     closed = f"127.0.0.1:{free_ports(1)[0]}"
     out = dict(os.environ)
     out.update(
@@ -56,7 +58,11 @@ def env(tf_config: Optional[dict] = None, **extra) -> dict:
     out.pop("TF_CONFIG", None)
     if tf_config is not None:
         out["TF_CONFIG"] = json.dumps(tf_config)
-    out.update(extra)
+    for name, value in extra.items():
+        if value is None:
+            out.pop(name, None)
+        else:
+            out[name] = value
     return out
 
 
@@ -66,7 +72,8 @@ def tf_config(hosts: Sequence[str], index: int) -> dict:
 
 
 class Process:
-    """A train.py process whose output goes to a log file."""
+    """A train.py process whose output goes to a log file; a thread records
+    when it ends."""
 
     def __init__(self, argv, log: str, environ: dict):
         self.log = log
@@ -77,16 +84,19 @@ class Process:
                 argv, stdout=out, stderr=subprocess.STDOUT, env=environ,
                 cwd=ROOT,
             )
+        threading.Thread(target=self._watch, daemon=True).start()
+
+    def _watch(self) -> None:
+        self.proc.wait()
+        self.ended = time.time()
 
     def text(self) -> str:
         with open(self.log, errors="replace") as f:
             return f.read()
 
     def poll(self) -> Optional[int]:
-        code = self.proc.poll()
-        if code is not None and self.ended is None:
-            self.ended = time.time()
-        return code
+        """The exit code once the end is recorded, else None."""
+        return self.proc.returncode if self.ended is not None else None
 
     def signal(self, sig) -> float:
         """Sends `sig`; returns when."""
@@ -138,8 +148,7 @@ def wait_for(procs: Sequence[Process], pattern: str, which: int = 0,
 
 
 def wait_all(procs: Sequence[Process], timeout: float = 240) -> List[int]:
-    """Exit codes of `procs`, each process's end time recorded (to the
-    0.05 s of the polling); any still running after `timeout` seconds is
+    """Exit codes of `procs`; any still running after `timeout` seconds is
     killed and the wait fails."""
     deadline = time.time() + timeout
     try:
