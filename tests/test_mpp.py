@@ -56,7 +56,7 @@ def test_random_replacements_come_from_other_patches_of_the_image():
     mode, source = _corrupt(2000, 16)
     index = np.broadcast_to(np.arange(16), mode.shape)
     replaced = mode == mpp.REPLACED
-    assert replaced.sum() > 2500
+    assert replaced.sum() > 1400  # about 10% of 16,000
     assert (source[replaced] != index[replaced]).all()
     assert ((0 <= source) & (source < 16)).all()
     # Every other patch can be the replacement.
@@ -112,14 +112,12 @@ def _numpy_colour_classes(images, patch, grid=1, bits=3):
 
 def test_mean_colour_bins_at_the_edges():
     """Hand-made 4 x 4 patches of an 8 x 8 image in [-1, 1]: constant
-    patches on and just below bin edges (k / 4 - 1), and patches whose
-    mean lands exactly on an edge."""
+    patches on and just below bin edges (k / 4 - 1; 1.0 in the top bin),
+    and a patch whose mean lands exactly on an edge."""
     image = np.zeros((8, 8, 3), np.float32)
     image[:4, :4] = [-1.0, 1.0, 0.0]  # bins 0, 7 (1.0 is top), 4
     image[:4, 4:] = [-0.75, -0.25, 0.75]  # exactly on edges: bins 1, 3, 7
-    below = np.nextafter(np.float32(-0.75), np.float32(-1))
-    image[4:, :4] = [below, np.nextafter(np.float32(0), np.float32(-1)),
-                     0.5]  # just below edges: bins 0, 3, 6
+    image[4:, :4] = [-0.7501, -0.0001, 0.5]  # just below edges: 0, 3; 6
     image[4:, 4:, 0] = np.tile([-1.0, -0.5], 8).reshape(4, 4)  # mean -0.75
     image[4:, 4:, 1] = 0.999  # bin 7
     image[4:, 4:, 2] = np.tile([-1.0, 1.0], 8).reshape(4, 4)  # mean 0: 4
@@ -376,7 +374,7 @@ def test_examples_per_class_is_a_seeded_draw(tmp_path):
     assert set(first) != set(sources.examples_per_class(y, 3, seed=1))
     config = tiny.digits_config({"train_examples_per_class": 3,
                                  "pp.resize_size": None, "batch_size": 30})
-    ds = input_pipeline.train_dataset(config, 30).take(4)
+    ds = input_pipeline.train_dataset(config, 30).take(20)
     images = np.concatenate([b[0].numpy() for b in ds])
     assert len({im.tobytes() for im in images}) == 30  # the 30, repeated
     config.dataset = "mnist"
