@@ -19,7 +19,7 @@ from keras_vit.checkpoint import loader, weights
 from keras_vit.checkpoint import workdir as wd
 from keras_vit.data import masking, sources
 from keras_vit.data import pipeline as input_pipeline
-from keras_vit.training import train_lib
+from keras_vit.training import loop, train_lib
 from keras_vit.training.mpp_trainer import MppTrainer
 from tests import tiny
 from tests.strategies import two_cpu_mirrored
@@ -319,6 +319,27 @@ def test_mpp_run_trains_logs_mpp_accuracy_and_writes_the_encoder(mpp_run):
     expected = set(weights.model_arrays(classifier)) - {"head/kernel",
                                                         "head/bias"}
     assert set(arrays) == expected
+
+
+def test_mpp_resume_after_preemption_matches_uninterrupted_run(
+        mpp_run, tmp_path, monkeypatch):
+    from tests.test_train import _StopAfterFirstLoop
+
+    _, straight = mpp_run
+    workdir = str(tmp_path / "run")
+    with monkeypatch.context() as m:
+        m.setattr(loop, "_Preemption", _StopAfterFirstLoop)
+        stopped = train_lib.train_and_evaluate(_mpp_config(), workdir)
+    assert stopped["preempted"] and 0 < stopped["step"] < 30
+    resumed = train_lib.train_and_evaluate(_mpp_config(), workdir)
+    assert resumed["steps_this_run"] == 30 - stopped["step"]
+    assert resumed["test_mpp_accuracy"] == straight["test_mpp_accuracy"]
+    assert resumed["test_loss"] == pytest.approx(straight["test_loss"],
+                                                 rel=1e-6)
+    # The workdir holds an MPP run: a classifier config is refused.
+    with pytest.raises(train_lib.TrainingError, match="different model"):
+        train_lib.train_and_evaluate(tiny.digits_config(total_steps=4),
+                                     workdir)
 
 
 def test_mpp_encoder_initialises_a_classifier_with_equal_weights(mpp_run):
