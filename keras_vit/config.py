@@ -45,6 +45,10 @@ def base_config() -> ml_collections.ConfigDict:
     c.skip_bad_images = False
     # Split used for training (slices such as "train[:98%]" work).
     c.train_split = "train"
+    # Labelled examples kept per class of train_split, a random draw seeded
+    # by `seed` (few-label training, e.g. after MPP pre-training); 0: all.
+    # The digits and image folders.
+    c.train_examples_per_class = 0
     # Split of the periodic evaluation; None: eval_split.
     c.val_split = placeholder(str)
     # Split of the final (reported) evaluation.
@@ -175,6 +179,31 @@ def base_config() -> ml_collections.ConfigDict:
     # Benchmarking: train on the first batch of the pipeline, repeated, to
     # time the training loop without its input work.
     c.synthetic_data = False
+
+    # ------------------------------------- self-supervised pre-training
+    # Masked patch prediction (paper Section 4.6; keras_vit/mpp.py): the
+    # model predicts corrupted patches instead of classes; labels are not
+    # used. Its accuracy is the share of corrupted patches (colour cells)
+    # whose colour class is right (`mpp_accuracy` in TensorBoard).
+    c.mpp = ml_collections.ConfigDict()
+    c.mpp.enabled = False
+    # Share of each image's patches that is corrupted (paper: 0.5; it also
+    # tried 0.15). Exactly round(rate * patches) per image.
+    c.mpp.corrupt_rate = 0.5
+    # Of the corrupted patches: the share replaced by the learnable [mask]
+    # embedding, and by the embedding of another patch of the same image;
+    # the rest keep their own (paper: 0.8, 0.1, hence 0.1 kept).
+    c.mpp.mask_fraction = 0.8
+    c.mpp.random_fraction = 0.1
+    # What is predicted: "mean_colour" (the patch's mean colour, each
+    # channel in 2**colour_bits levels: 512 classes, the paper's choice),
+    # "colour_grid" (the same for each cell of a grid_size x grid_size
+    # downsized patch) or "pixels" (L2 regression of the whole patch).
+    c.mpp.target = "mean_colour"
+    # Bits per colour channel of the colour targets.
+    c.mpp.colour_bits = 3
+    # "colour_grid": cells per patch side (paper: 4, for 16-pixel patches).
+    c.mpp.grid_size = 4
 
     # ----------------------------------------------- logging, checkpoints
     # Train-metric logging interval (steps).

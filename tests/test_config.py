@@ -22,6 +22,14 @@ CONFIGS = os.path.join(ROOT, "configs")
 # Every configs/ file with the arguments its docstring and the tests use.
 ARGS = {
     "digits.py": [None],
+    "mpp_digits.py": [None],
+    "digits_few_labels.py": [
+        None, "labels=10", "labels=5,init=/tmp/mpp_digits",
+        "init=/tmp/mpp_digits/encoder.npz",
+    ],
+    "mpp_pretrain.py": [
+        None, "B/16", "variant=L/16,dataset=folder,steps=100000",
+    ],
     "vtab.py": [None],
     "fewshot.py": [None, "cifar100,pets", "digits"],
     "imagenet21k_pretrain.py": [

@@ -6,10 +6,12 @@
 writes attention_rollout.png, mean_attention_distance.png,
 position_embedding_similarity.png, patch_embedding_pca.png and
 analysis.json (the numbers behind them) into --output_dir (local or
-gs://). The model comes from a .keras file (--model), a training run
-(--workdir) or an official checkpoint (--npz, with --variant to check it);
-the images from files or folders (--images) or, with no data at hand, from
-scikit-learn's bundled digits (--digits N).
+gs://), and for a masked-patch-prediction run (--workdir) also
+mpp_predictions.png (`keras_vit.analysis.mpp_figure`). The model comes
+from a .keras file (--model), a training run (--workdir) or an official
+checkpoint (--npz, with --variant to check it); the images from files or
+folders (--images) or, with no data at hand, from scikit-learn's bundled
+digits (--digits N).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_vit.analysis import core, extract, plots
+from keras_vit.analysis import core, extract, mpp_figure, plots
 from keras_vit.checkpoint import loader
 from keras_vit.checkpoint.convert import parse_image_size
 from keras_vit.checkpoint.workdir import atomic_write
@@ -370,6 +372,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             max_rollout_images=args.max_rollout_images,
             num_components=args.num_components,
         )
+        # An MPP run: also what its head predicts for corrupted patches.
+        mpp_path = args.workdir and mpp_figure.draw_for_run(
+            args.workdir, images, args.output_dir, titles=names,
+            max_images=args.max_rollout_images,
+        )
+        if mpp_path:
+            data["figures"]["mpp_predictions"] = os.path.basename(mpp_path)
     except UsageError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -19,6 +19,7 @@ from typing import Any, Dict, Optional, Sequence, Tuple, Union
 
 import keras
 
+from keras_vit import mpp
 from keras_vit.checkpoint import npz as checkpoint_io
 from keras_vit.checkpoint import weights
 from keras_vit.checkpoint import workdir as wd
@@ -151,7 +152,9 @@ def architecture(source: Source) -> Dict[str, Any]:
                     info[field] = getattr(spec.size, field)
             if info["patch_size"] is None:
                 info["patch_size"] = spec.patch_size
-        info["num_classes"] = wd.num_classes(config, source.workdir)
+        # An MPP run's model is its encoder (see load_model): no head.
+        info["num_classes"] = 0 if config.mpp.enabled else wd.num_classes(
+            config, source.workdir)
         info["image_size"] = config.image_size
         return info
     if source.keras_model:
@@ -306,7 +309,9 @@ def load_model(
     """The source's model as trained (head included), float32 weights.
 
     A workdir gives its latest checkpoint (`source.use_ema`: the EMA
-    weights when the run kept them), a `.keras` file its model. An .npz
+    weights when the run kept them), a `.keras` file its model; a masked
+    patch prediction model (either source) gives its encoder as a features
+    model (`keras_vit.mpp.encoder_model`: the MPP head dropped). An .npz
     gives the architecture its shapes describe (`source.variant` checks
     it), built with the head, pooling and pre-logits layer of the file
     unless the arguments below say otherwise, its weights loaded through
@@ -357,6 +362,10 @@ def load_model(
         model = wd.restore_model(source.workdir, use_ema=source.use_ema)
     else:
         model = keras.models.load_model(source.keras_model, compile=False)
+    if mpp.is_mpp_model(model):
+        # The mask token and the MPP head are pre-training's: every tool
+        # takes the encoder.
+        model = mpp.encoder_model(model)
     if image_size is not None:
         if tuple(model.input_shape[1:3]) != _image_hw(image_size):
             model = rebuild_at_resolution(model, image_size)
