@@ -107,6 +107,16 @@ def base_config() -> ml_collections.ConfigDict:
     c.model.attention_dropout_rate = 0.0
     # Start the classification head at zero (the paper's transfer set-up).
     c.model.head_zero_init = True
+    # Initial value of every head bias: -10 with the sigmoid loss starts
+    # every class at probability ~4.5e-5 (the released ImageNet-21k runs).
+    c.model.head_bias_init = 0.0
+    # Position embeddings: "learn" (the paper's table) or "sincos2d" (fixed
+    # 2-D sin-cos, big_vision's plain ViT; no weights).
+    c.model.posemb = "learn"
+    # Stochastic depth of the last block while training (AugReg's "sd");
+    # block i of L drops each residual branch per example with
+    # rate * i / (L - 1) (keras_vit/droppath.py).
+    c.model.stochastic_depth_rate = 0.0
 
     # ------------------------------------------------------------ training
     # Examples per optimizer update (all replicas and micro-batches).

@@ -27,7 +27,8 @@ from keras_vit.model import _image_hw, create_model, decode_variant
 
 MODEL_FIELDS = (
     "patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim",
-    "pooling", "representation_size", "resnet_layers", "resnet_width",
+    "pooling", "posemb", "representation_size", "resnet_layers",
+    "resnet_width",
 )
 _SIZE_FIELDS = ("hidden_size", "num_layers", "num_heads", "mlp_dim")
 
@@ -107,7 +108,7 @@ class _NpzContent:
 def _arch_from_arrays(arrays: Dict[str, Any]) -> Dict[str, Any]:
     shapes = {k: tuple(v.shape) for k, v in arrays.items()}
     info = checkpoint_io.describe_arrays(shapes)
-    if info["resnet_layers"]:
+    if info["resnet_layers"] is not None:
         info["resnet_width"] = int(shapes["conv_root/kernel"][-1]) // 64
     return info
 
@@ -271,9 +272,10 @@ def _model_from_npz(
         num_classes=num_classes,
         image_size=224 if image_size is None else image_size,
         pooling=pooling or info["pooling"],
+        posemb=info["posemb"],
         representation_size=representation_size,
     )
-    if info["resnet_layers"]:
+    if info["resnet_layers"] is not None:
         kwargs["resnet_width"] = info["resnet_width"]
     if not variant:
         kwargs.update(
