@@ -80,6 +80,19 @@ def base_config() -> ml_collections.ConfigDict:
     c.pp.area_range = (0.05, 1.0)
     # Random horizontal flips ("pretrain", "finetune").
     c.pp.flip = True
+    # RandAugment ("pretrain", "finetune"): ops per image (big_vision's N;
+    # 0: none) and magnitude (big_vision's M, mapped to Keras 3's
+    # RandAugment factor M / 60; keras_vit/data/augment.py).
+    c.pp.randaug_ops = 0
+    c.pp.randaug_magnitude = 0.0
+
+    # Mixing of training batches, labels mixed alike
+    # (keras_vit/data/augment.py); with both, each batch uses one of them.
+    c.mix = ml_collections.ConfigDict()
+    # Mixup's Beta(alpha, alpha); 0: no Mixup.
+    c.mix.mixup_alpha = 0.0
+    # CutMix's Beta(alpha, alpha), in (0, 1]; 0: no CutMix.
+    c.mix.cutmix_alpha = 0.0
 
     # --------------------------------------------------------------- model
     # keras_vit.create_model arguments. Sizes left None come from the
@@ -159,7 +172,8 @@ def base_config() -> ml_collections.ConfigDict:
     # Micro-batches per update (gradient accumulation): keeps batch_size
     # when one step of the accelerators cannot hold it.
     c.accumulation_steps = 1
-    # "softmax_xent" or "sigmoid_xent".
+    # "softmax_xent" or "sigmoid_xent" (both take Mixup's and CutMix's
+    # mixed labels).
     c.loss = "softmax_xent"
     # Label smoothing of the targets.
     c.label_smoothing = 0.0

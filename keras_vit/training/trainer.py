@@ -25,7 +25,7 @@ import keras
 import tensorflow as tf
 
 from keras_vit import keras_compat
-from keras_vit.training.losses import LOSSES, per_example_loss
+from keras_vit.training.losses import LOSSES, hard_labels, per_example_loss
 
 
 class Evaluator:
@@ -197,9 +197,13 @@ class Trainer(Evaluator):
             scaled = tf.reduce_sum(losses) / self.global_batch_size
         variables = self.model.trainable_variables
         grads = tape.gradient(scaled, variables)
+        # Mixed labels count as their dominant class.
         correct = tf.reduce_sum(
             tf.cast(
-                tf.equal(tf.argmax(logits, -1, output_type=tf.int32), labels),
+                tf.equal(
+                    tf.argmax(logits, -1, output_type=tf.int32),
+                    hard_labels(labels),
+                ),
                 tf.float32,
             )
         )
@@ -215,7 +219,9 @@ class Trainer(Evaluator):
             micro_images = tf.reshape(
                 images, tf.concat([[k, b], tf.shape(images)[1:]], 0)
             )
-            micro_labels = tf.reshape(labels, [k, b])
+            micro_labels = tf.reshape(
+                labels, tf.concat([[k, b], tf.shape(labels)[1:]], 0)
+            )
             variables = self.model.trainable_variables
             grads = [tf.zeros_like(v) for v in variables]
             loss_sum = tf.constant(0.0)
