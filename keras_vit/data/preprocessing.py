@@ -235,8 +235,12 @@ def decode_and_inception_crop(
     (`tf.image.decode_and_crop_jpeg`, as big_vision's
     `decode_jpeg_and_inception_crop`): the window comes from the header's
     size (`tf.image.extract_jpeg_shape`), so it is the window
-    `inception_crop_window` draws for the decoded image with the same seed.
-    Other formats (PNG, GIF, BMP) are decoded whole and then cropped.
+    `inception_crop_window` draws for the decoded image with the same seed,
+    and the pixels are those of the decoded image's crop, except that with
+    subsampled colour (4:2:0, the usual JPEG) the window's last row and
+    column can differ slightly: libjpeg's chroma upsampling lacks the
+    neighbours outside the window. Other formats (PNG, GIF, BMP) are
+    decoded whole and then cropped.
     """
     def jpeg():
         begin, size = inception_crop_window(
@@ -267,8 +271,9 @@ def preprocess_pretrain_encoded(
     augment: Optional[Callable] = None,
 ) -> tf.Tensor:
     """`preprocess_pretrain` of encoded bytes, decoding a JPEG only inside
-    the crop window (`decode_and_inception_crop`); the same result as
-    `preprocess_pretrain(decode_image(data), ...)` with the same seed."""
+    the crop window (`decode_and_inception_crop`); with the same seed, the
+    result of `preprocess_pretrain(decode_image(data), ...)` (up to the
+    chroma edge of subsampled JPEGs described there)."""
     seeds = _split_seed(seed, 2)
     crop = decode_and_inception_crop(
         data, area_range, aspect_ratio_range,

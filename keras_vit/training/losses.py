@@ -12,6 +12,7 @@ def targets(labels: tf.Tensor, num_classes: int,
             label_smoothing: float = 0.0) -> tf.Tensor:
     """(batch, num_classes) float32 targets: one-hot integer labels (batch,)
     or label vectors (batch, num_classes) as they are, then smoothed."""
+    labels = tf.convert_to_tensor(labels)
     if labels.shape.rank == 2:
         onehot = tf.cast(labels, tf.float32)
     else:
@@ -25,6 +26,7 @@ def targets(labels: tf.Tensor, num_classes: int,
 def hard_labels(labels: tf.Tensor) -> tf.Tensor:
     """int32 (batch,): integer labels as they are, the largest entry of
     label vectors (the dominant image's class of a mixed example)."""
+    labels = tf.convert_to_tensor(labels)
     if labels.shape.rank == 2:
         return tf.argmax(labels, -1, output_type=tf.int32)
     return tf.cast(labels, tf.int32)
