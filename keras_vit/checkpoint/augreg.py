@@ -47,6 +47,33 @@ MODELS = {
 NUM_CLASSES = {"i21k": 21843, "i1k": 1000, "imagenet2012": 1000,
                "cifar100": 100, "oxford_iiit_pet": 37, "resisc45": 45}
 
+# What a name's `aug_<setting>` means (AugReg Section 3.3): RandAugment
+# (ops N, magnitude M on big_vision's scale) and Mixup's alpha.
+AUGMENTATION = {
+    "none": dict(randaug=(0, 0), mixup=0.0),
+    "light1": dict(randaug=(2, 0), mixup=0.0),
+    "light2": dict(randaug=(2, 10), mixup=0.2),
+    "medium1": dict(randaug=(2, 15), mixup=0.2),
+    "medium2": dict(randaug=(2, 15), mixup=0.5),
+    "strong1": dict(randaug=(2, 20), mixup=0.5),
+    "strong2": dict(randaug=(2, 20), mixup=0.8),
+}
+
+
+
+def set_augmentation(config, aug: str) -> None:
+    """Sets a run config's RandAugment (pp.randaug_ops, randaug_magnitude)
+    and Mixup (mix.mixup_alpha) to an AugReg `aug` setting."""
+    if aug not in AUGMENTATION:
+        raise ValueError(
+            f"Unknown aug setting {aug!r}: use one of "
+            f"{', '.join(AUGMENTATION)}."
+        )
+    setting = AUGMENTATION[aug]
+    config.pp.randaug_ops, config.pp.randaug_magnitude = setting["randaug"]
+    config.mix.mixup_alpha = setting["mixup"]
+
+
 _NUMBER = r"\d+(?:\.\d+)?(?:e-?\d+)?"
 _NAME_RE = re.compile(
     rf"^(?P<model>{'|'.join(sorted(MODELS, key=len, reverse=True))})"
