@@ -6,7 +6,9 @@ x 384: images resized to 448 x 448 (image_size * 448 / 384), a random 384
 crop and a horizontal flip for training, a plain resize to 384 for
 evaluation, as in the official fine-tuning code. The pre-training head is
 replaced by a zero-initialised linear head and the position embeddings are
-resized to the new patch grid.
+resized to the new patch grid. ImageNet (dataset=imagenet2012) follows the
+paper's best runs: 512 x 512 for L/16, 518 x 518 for H/14 (384 for the
+others), with Polyak averaging of the weights (factor 0.9999).
 
     python train.py \
         --config=configs/finetune.py:dataset=cifar100,variant=B/16 \
@@ -27,6 +29,7 @@ the learning rates swept per dataset (`lrs` below); the best one was kept.
 """
 
 from keras_vit.config import base_config
+from keras_vit.data import vtab
 
 # Paper Table 4 (steps, swept learning rates) with the splits of the
 # official fine-tuning code: part of the training split is held out as a
@@ -65,6 +68,9 @@ DATASETS = {
     ),
 }
 CHECKPOINTS = "gs://vit_models/imagenet21k"
+# Appendix B.1.1: the ImageNet results of Table 2 fine-tune at a higher
+# resolution and with Polyak averaging (factor 0.9999).
+IMAGENET_RESOLUTION = {"L/16": 512, "H/14": 518}
 
 
 def parse_arg(arg, **defaults):
@@ -119,8 +125,6 @@ def get_config(arg=None):
     c.val_split = row["val"]
     c.eval_split = row["test"]
     if vtab_task:
-        from keras_vit.data import vtab
-
         task = vtab.get_task(vtab_task)
         # The task's TFDS data, its class count and its VTAB-1k splits.
         c.dataset, c.vtab_task = task.tfds_name, task.name
@@ -128,8 +132,14 @@ def get_config(arg=None):
         c.train_split = task.split(row["train"])
         c.val_split = task.split(row["val"])
         c.eval_split = task.split(row["test"])
-    # Fine-tuning resolution (position embeddings are resized to it).
+    # Fine-tuning resolution (position embeddings are resized to it): 384,
+    # and for ImageNet the paper's best runs at 512 (L/16) and 518 (H/14).
     c.image_size = 384
+    if name == "imagenet2012":
+        # ImageNet: the paper's resolution for the variant.
+        c.image_size = IMAGENET_RESOLUTION.get(variant, 384)
+        # Polyak averaging of the weights, evaluated and exported.
+        c.ema_decay = 0.9999
     # Resize to image_size * 448 / 384 (follows image_size overrides),
     # random image_size crop, flip (the base's "finetune").
     c.pp.resize_size = c.get_ref("image_size") * 448 // 384

@@ -120,8 +120,9 @@ def base_config() -> ml_collections.ConfigDict:
     c.model.attention_dropout_rate = 0.0
     # Start the classification head at zero (the paper's transfer set-up).
     c.model.head_zero_init = True
-    # Initial value of every head bias: -10 with the sigmoid loss starts
-    # every class at probability ~4.5e-5 (the released ImageNet-21k runs).
+    # Initial value of every head bias: -10 with the sigmoid loss, as the
+    # released ImageNet-21k models were pre-trained (each class starts at
+    # probability ~4.5e-5 instead of 0.5).
     c.model.head_bias_init = 0.0
     # Position embeddings: "learn" (the paper's table) or "sincos2d" (fixed
     # 2-D sin-cos, big_vision's plain ViT; no weights).

@@ -223,15 +223,6 @@ def _config_gets(path):
                 if _CONFIG_GET.search(line) and "environ" not in line]
 
 
-def _file_case(path):
-    if path == os.path.join("keras_vit", "checkpoint", "loader.py"):
-        # loader.architecture reads config.model through a dict's .get.
-        return pytest.param(path, marks=pytest.mark.xfail(
-            strict=False, reason="loader.architecture still uses .get on "
-            "config.model's dict"))
-    return path
-
-
-@pytest.mark.parametrize("path", [_file_case(p) for p in _SOURCES])
+@pytest.mark.parametrize("path", _SOURCES)
 def test_code_reads_config_fields_directly(path):
     assert not _config_gets(path)

@@ -156,9 +156,8 @@ def architecture(source: Source) -> Dict[str, Any]:
     a named variant)."""
     if source.workdir:
         config = wd.read_config(source.workdir)
-        model = config.model.to_dict()
-        info = {k: model.get(k) for k in MODEL_FIELDS}
-        info["variant"] = model.get("variant")
+        info = {k: config.model[k] for k in MODEL_FIELDS}
+        info["variant"] = config.model.variant
         if info["variant"]:
             spec = decode_variant(info["variant"])
             for field in _SIZE_FIELDS:

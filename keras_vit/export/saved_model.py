@@ -32,13 +32,13 @@ import numpy as np
 import tensorflow as tf
 
 from keras_vit.data import preprocessing
-from keras_vit.export import files as export_files
-from keras_vit.export import graph as export_graph
-from keras_vit.model import (
+from keras_vit.derived import (
     input_image_size,
     model_stride,
     with_dynamic_image_size,
 )
+from keras_vit.export import files as export_files
+from keras_vit.export import graph as export_graph
 
 # Probabilities from the written SavedModel must match the Keras model on
 # the same images this closely, or the export is rejected.
