@@ -152,8 +152,7 @@ def _npz_image_size(info: Dict[str, Any]) -> int:
 def architecture(source: Source) -> Dict[str, Any]:
     """The source's architecture: MODEL_FIELDS, num_classes, image_size
     (for an .npz: None, or a fine-tuned AugReg file's resolution) and
-    variant (None when it is not
-    a named variant)."""
+    variant (None when it is not a named variant)."""
     if source.workdir:
         config = wd.read_config(source.workdir)
         info = {k: config.model[k] for k in MODEL_FIELDS}
