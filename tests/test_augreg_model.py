@@ -113,7 +113,7 @@ def big_vision_posemb_sincos_2d(h, w, width, temperature=10_000.0):
 
 def test_sincos2d_equals_big_vision_and_has_no_weights(tmp_path):
     model = tiny(image_size=(16, 24), posemb="sincos2d", pooling="gap",
-                 num_layers=1)
+                 stochastic_depth_rate=0.1)
     layer = model.get_layer("posembed_input")
     assert isinstance(layer, keras_vit.SinCosPositionEmbedding)
     assert not layer.weights
@@ -149,10 +149,11 @@ def test_sincos2d_equals_big_vision_and_has_no_weights(tmp_path):
     )
     assert isinstance(loaded.get_layer("posembed_input"),
                       keras_vit.SinCosPositionEmbedding)
-    # .keras round trip.
+    # .keras round trip (stochastic depth included).
     keras_path = str(tmp_path / "m.keras")
     model.save(keras_path)
     again = keras.models.load_model(keras_path)
+    assert again.get_layer("Transformer").stochastic_depth_rate == 0.1
     np.testing.assert_allclose(
         keras.ops.convert_to_numpy(again(x)),
         keras.ops.convert_to_numpy(model(x)), atol=1e-6,
