@@ -11,7 +11,13 @@ from absl import flags
 import keras_vit
 from keras_vit.checkpoint import augreg, weights
 from keras_vit.training import train_lib
-from tests.test_recipes import ROOT, load, shrink
+from tests.test_recipes import (
+    ROOT,
+    _comments_above_fields,
+    _module,
+    load,
+    shrink,
+)
 
 I21K = f"{ROOT}/configs/augreg_i21k.py"
 I1K = f"{ROOT}/configs/augreg_i1k.py"
@@ -86,6 +92,15 @@ def test_augreg_finetune_recipe():
     with pytest.raises((ValueError, flags.Error),
                        match="pre-trained AugReg file"):
         load(FINETUNE, "name=ViT-B_16")
+
+
+@pytest.mark.parametrize("path", [I21K, I1K, PLAIN, FINETUNE])
+def test_recipes_say_how_to_run_them_and_comment_their_fields(path):
+    doc = _module(path).__doc__
+    assert "python train.py" in doc and "Expected" in doc
+    assert f"--config=configs/{path.rsplit('/', 1)[1]}" in doc
+    if path != FINETUNE:  # the rest is configs/finetune.py's
+        _comments_above_fields(path)
 
 
 def _mock(fn, *args):
