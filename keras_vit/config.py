@@ -186,6 +186,10 @@ def base_config() -> ml_collections.ConfigDict:
     c.ema_decay = 0.0
     # XLA-compile the forward/backward pass of each replica.
     c.jit_compile = True
+    # Multi-worker and remote-TPU runs: seconds to wait for every worker of
+    # TF_CONFIG (or the TPU) to connect, logging the missing ones every 30
+    # s, before stopping with an error that names them; 0: wait forever.
+    c.connect_timeout_s = 600
     # Training steps per host call (a tf.function loop; TPUs run it on
     # device).
     c.steps_per_loop = 50

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from typing import Callable, Dict, Optional
 
 import keras
@@ -23,7 +22,7 @@ from keras_vit.checkpoint import workdir as wd
 from keras_vit.data import checks as data_checks
 from keras_vit.data import pipeline as input_pipeline
 from keras_vit.data import sources
-from keras_vit.training import distribute, loop
+from keras_vit.training import checkpoints, cluster, distribute, loop
 from keras_vit.training.resume import TrainingError, restore_latest
 from keras_vit.training.trainer import Trainer
 
@@ -206,18 +205,38 @@ def train_and_evaluate(
             items["iterator"] = train_iter
     ckpt = tf.train.Checkpoint(**items)
     ckpt_dir = os.path.join(workdir, wd.CHECKPOINTS)
-    scratch = None
-    if not chief:
-        # Every worker saves (saving may need collectives), but only the
-        # chief's checkpoints are kept; all workers restore from them.
-        scratch = tempfile.mkdtemp(prefix="keras_vit_worker_ckpt_")
-    manager = tf.train.CheckpointManager(
-        ckpt,
-        scratch or ckpt_dir,
-        max_to_keep=int(config.keep_checkpoints),
+    writer = checkpoints.CheckpointWriter(
+        ckpt, ckpt_dir, checkpoints.scratch_dir(workdir, _task_name(strategy)),
+        chief=chief,
+        save_here=checkpoints.saving_needs_every_worker(
+            list(model.variables) + list(optimizer.variables)
+        ),
+        keep=int(config.keep_checkpoints),
         step_counter=optimizer.iterations,
     )
-    latest = restore_latest(items, ckpt_dir)
+    try:
+        return _resume_and_run(
+            config, workdir, strategy, trainer, items, make_iterator,
+            train_iter, eval_fn, writer, chief, info, num_classes, batch,
+            on_finish,
+        )
+    finally:
+        writer.close()
+
+
+def _task_name(strategy) -> str:
+    resolver = getattr(strategy, "cluster_resolver", None)
+    task_type = getattr(resolver, "task_type", None)
+    if task_type is None:
+        return "single"
+    return f"{task_type}{resolver.task_id}"
+
+
+def _resume_and_run(
+    config, workdir, strategy, trainer, items, make_iterator, train_iter,
+    eval_fn, writer, chief, info, num_classes, batch, on_finish,
+) -> Dict[str, float]:
+    latest = restore_latest(items, writer.ckpt_dir)
     if latest:
         logging.info(
             "Resumed from %s at step %d (learning rate %.3g); data order %s.",
@@ -225,7 +244,7 @@ def train_and_evaluate(
             "restored" if "iterator" in items else "drawn anew",
         )
     else:
-        _initialise_from(config, model)
+        _initialise_from(config, trainer.model)
     # Only now: a workdir whose checkpoints do not fit keeps its config.
     if chief:
         wd.write_json(os.path.join(workdir, wd.CONFIG), config.to_dict())
@@ -237,18 +256,24 @@ def train_and_evaluate(
         )
     if "iterator" not in items:
         train_iter = make_iterator(trainer.step)
-    handler = distribute.preemption_handler(strategy, manager)
+    handler = distribute.preemption_handler(
+        strategy, writer.handler_manager, writer.save
+    )
     if handler is not None:
         logging.info(
             "Preemption: PreemptionCheckpointHandler saves a checkpoint on "
-            "every worker at the same step and exits (code 42 off Google "
-            "Cloud) when any worker is told to stop."
+            "every worker at the same step and exits (code %d) when any "
+            "worker is told to stop.", distribute.RESTART_EXIT_CODE,
         )
-    try:
-        return loop.run(
-            config, workdir, strategy, trainer, train_iter, eval_fn, manager,
-            handler, chief, info, batch, on_finish,
-        )
-    finally:
-        if scratch:
-            tf.io.gfile.rmtree(scratch)
+    final = loop.run(
+        config, workdir, strategy, trainer, train_iter, eval_fn, writer,
+        handler, chief, info, batch, on_finish,
+    )
+    if distribute.is_multi_worker(strategy):
+        cluster.finish(lambda: distribute.any_worker(strategy, False),
+                       handler)
+    if final.get("restart"):
+        # Every worker saved at the same step: the scheduler restarts the
+        # job, and the same command resumes.
+        raise SystemExit(distribute.RESTART_EXIT_CODE)
+    return final
