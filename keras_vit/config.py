@@ -84,6 +84,19 @@ def base_config() -> ml_collections.ConfigDict:
     c.pp.area_range = (0.05, 1.0)
     # Random horizontal flips ("pretrain", "finetune").
     c.pp.flip = True
+    # RandAugment ("pretrain", "finetune"): ops per image (big_vision's N;
+    # 0: none) and magnitude (big_vision's M, mapped to Keras 3's
+    # RandAugment factor M / 60; keras_vit/data/augment.py).
+    c.pp.randaug_ops = 0
+    c.pp.randaug_magnitude = 0.0
+
+    # Mixing of training batches, labels mixed alike
+    # (keras_vit/data/augment.py); with both, each batch uses one of them.
+    c.mix = ml_collections.ConfigDict()
+    # Mixup's Beta(alpha, alpha); 0: no Mixup.
+    c.mix.mixup_alpha = 0.0
+    # CutMix's Beta(alpha, alpha), in (0, 1]; 0: no CutMix.
+    c.mix.cutmix_alpha = 0.0
 
     # --------------------------------------------------------------- model
     # keras_vit.create_model arguments. Sizes left None come from the
@@ -115,6 +128,13 @@ def base_config() -> ml_collections.ConfigDict:
     # released ImageNet-21k models were pre-trained (each class starts at
     # probability ~4.5e-5 instead of 0.5).
     c.model.head_bias_init = 0.0
+    # Position embeddings: "learn" (the paper's table) or "sincos2d" (fixed
+    # 2-D sin-cos, big_vision's plain ViT; no weights).
+    c.model.posemb = "learn"
+    # Stochastic depth of the last block while training (AugReg's "sd");
+    # block i of L drops each residual branch per example with
+    # rate * i / (L - 1) (keras_vit/droppath.py).
+    c.model.stochastic_depth_rate = 0.0
 
     # ------------------------------------------------------------ training
     # Examples per optimizer update (all replicas and micro-batches).
@@ -157,7 +177,8 @@ def base_config() -> ml_collections.ConfigDict:
     # Micro-batches per update (gradient accumulation): keeps batch_size
     # when one step of the accelerators cannot hold it.
     c.accumulation_steps = 1
-    # "softmax_xent" or "sigmoid_xent".
+    # "softmax_xent" or "sigmoid_xent" (both take Mixup's and CutMix's
+    # mixed labels).
     c.loss = "softmax_xent"
     # Label smoothing of the targets.
     c.label_smoothing = 0.0

@@ -37,11 +37,13 @@ from keras import ops
 
 from keras_vit import attention as _attention
 from keras_vit.attention import MultiHeadSelfAttention  # noqa: F401
+from keras_vit.droppath import DropPath, stochastic_depth_rates
 from keras_vit.embedding import (  # noqa: F401 (re-exported)
     PACKAGE,
     ClassToken,
     PatchEmbedding,
     PositionEmbedding,
+    SinCosPositionEmbedding,
     check_rate,
 )
 
@@ -121,11 +123,17 @@ class EncoderBlock(keras.layers.Layer):
     x = x + Dropout(MSA(LN(x)));  x = x + MLP(LN(x)), where the MLP is
     Dense(mlp_dim) -> GELU -> Dropout -> Dense(D) -> Dropout.
 
+    With stochastic depth, each residual branch (attention, MLP) is dropped
+    per example while training (`keras_vit.droppath.DropPath`); at
+    inference the block is exactly the block without it.
+
     Args:
         num_heads: int. Attention heads.
         mlp_dim: int. Hidden width of the MLP.
         dropout_rate: float. Dropout after every dense layer but the qkv.
         attention_dropout_rate: float. Dropout on attention weights.
+        stochastic_depth_rate: float. Probability of dropping each residual
+            branch of an example while training.
     """
 
     def __init__(
@@ -134,15 +142,18 @@ class EncoderBlock(keras.layers.Layer):
         mlp_dim: int,
         dropout_rate: float = 0.0,
         attention_dropout_rate: float = 0.0,
+        stochastic_depth_rate: float = 0.0,
         **kwargs,
     ):
         super().__init__(**kwargs)
         check_rate("dropout_rate", dropout_rate)
         check_rate("attention_dropout_rate", attention_dropout_rate)
+        check_rate("stochastic_depth_rate", stochastic_depth_rate)
         self.num_heads = int(num_heads)
         self.mlp_dim = int(mlp_dim)
         self.dropout_rate = float(dropout_rate)
         self.attention_dropout_rate = float(attention_dropout_rate)
+        self.stochastic_depth_rate = float(stochastic_depth_rate)
 
     def build(self, input_shape):
         width = input_shape[-1]
@@ -168,6 +179,8 @@ class EncoderBlock(keras.layers.Layer):
         )
         self.mlp2.build(tuple(input_shape[:-1]) + (self.mlp_dim,))
         self.dropout = keras.layers.Dropout(self.dropout_rate, name="dropout")
+        self.drop_path = DropPath(self.stochastic_depth_rate, name="drop_path")
+        self.drop_path.build(input_shape)
         self.built = True
 
     def call(
@@ -213,7 +226,10 @@ class EncoderBlock(keras.layers.Layer):
         if first_token_only:
             x = x[:, :1]
         x = ops.reshape(x, (-1, width))
-        x = x + self.dropout(y, training=training)
+        x = x + self.drop_path(
+            self.dropout(y, training=training), queries=queries,
+            training=training,
+        )
         if fold:
             kernel, bias = _attention.fold_input_affine(
                 ops.cast(self.mlp1.kernel, self.compute_dtype),
@@ -227,7 +243,8 @@ class EncoderBlock(keras.layers.Layer):
         else:
             y = self.mlp1(self.norm2(x))  # with GELU
         y = self.dropout(y, training=training)
-        x = x + self.dropout(self.mlp2(y), training=training)
+        y = self.dropout(self.mlp2(y), training=training)
+        x = x + self.drop_path(y, queries=queries, training=training)
         x = ops.reshape(x, (-1, queries, width))
         if return_attention_scores:
             return x, weights
@@ -240,6 +257,7 @@ class EncoderBlock(keras.layers.Layer):
             mlp_dim=self.mlp_dim,
             dropout_rate=self.dropout_rate,
             attention_dropout_rate=self.attention_dropout_rate,
+            stochastic_depth_rate=self.stochastic_depth_rate,
         )
         return config
 
@@ -257,6 +275,9 @@ class Encoder(keras.layers.Layer):
         mlp_dim: int. MLP hidden width.
         dropout_rate: float. Dropout after dense layers.
         attention_dropout_rate: float. Dropout on attention weights.
+        stochastic_depth_rate: float. Stochastic depth of the last block;
+            block i of L drops its branches with rate * i / (L - 1)
+            (`stochastic_depth_rates`).
         class_token_only: bool. Compute only the first token (the class
             token) in the last block and return (batch, 1, width). The
             other tokens' last states feed nothing when the class token is
@@ -274,6 +295,7 @@ class Encoder(keras.layers.Layer):
         dropout_rate: float = 0.0,
         attention_dropout_rate: float = 0.0,
         class_token_only: bool = False,
+        stochastic_depth_rate: float = 0.0,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -281,6 +303,8 @@ class Encoder(keras.layers.Layer):
             raise ValueError(f"num_layers must be >= 1, got {num_layers}.")
         check_rate("dropout_rate", dropout_rate)
         check_rate("attention_dropout_rate", attention_dropout_rate)
+        check_rate("stochastic_depth_rate", stochastic_depth_rate)
+        self.stochastic_depth_rate = float(stochastic_depth_rate)
         self.num_layers = int(num_layers)
         self.num_heads = int(num_heads)
         self.mlp_dim = int(mlp_dim)
@@ -289,12 +313,16 @@ class Encoder(keras.layers.Layer):
         self.class_token_only = bool(class_token_only)
 
     def build(self, input_shape):
+        rates = stochastic_depth_rates(
+            self.stochastic_depth_rate, self.num_layers
+        )
         for i in range(self.num_layers):
             block = EncoderBlock(
                 self.num_heads,
                 self.mlp_dim,
                 self.dropout_rate,
                 self.attention_dropout_rate,
+                stochastic_depth_rate=rates[i],
                 name=f"encoderblock_{i}",
             )
             block.build(input_shape)
@@ -342,6 +370,7 @@ class Encoder(keras.layers.Layer):
             dropout_rate=self.dropout_rate,
             attention_dropout_rate=self.attention_dropout_rate,
             class_token_only=self.class_token_only,
+            stochastic_depth_rate=self.stochastic_depth_rate,
         )
         return config
 

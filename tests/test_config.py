@@ -43,6 +43,13 @@ ARGS = {
         "dataset=cifar10,init=/runs/i21k_b16", "dataset=cifar10,lr=0.01",
         "dataset=cifar10,init=/m/model.keras",
     ],
+    "augreg_i21k.py": [
+        None, "variant=R+Ti/16,aug=strong2,do=0.0,sd=0.0",
+        "variant=S/32,aug=none,wd=0.03,epochs=30",
+    ],
+    "augreg_i1k.py": [None, "variant=S/16,aug=light1"],
+    "augreg_finetune.py": [None, "dataset=cifar100,lr=0.03,res=224"],
+    "plain_vit_i1k.py": [None, "epochs=300"],
 }
 CASES = [(name, arg) for name, args in ARGS.items() for arg in args]
 

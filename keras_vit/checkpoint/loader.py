@@ -20,15 +20,16 @@ from typing import Any, Dict, Optional, Sequence, Tuple, Union
 import keras
 
 from keras_vit import mpp
+from keras_vit.checkpoint import augreg, weights
 from keras_vit.checkpoint import npz as checkpoint_io
-from keras_vit.checkpoint import weights
 from keras_vit.checkpoint import workdir as wd
 from keras_vit.checkpoint.resolution import rebuild_at_resolution
 from keras_vit.model import _image_hw, create_model, decode_variant
 
 MODEL_FIELDS = (
     "patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim",
-    "pooling", "representation_size", "resnet_layers", "resnet_width",
+    "pooling", "posemb", "representation_size", "resnet_layers",
+    "resnet_width",
 )
 _SIZE_FIELDS = ("hidden_size", "num_layers", "num_heads", "mlp_dim")
 
@@ -108,22 +109,20 @@ class _NpzContent:
 def _arch_from_arrays(arrays: Dict[str, Any]) -> Dict[str, Any]:
     shapes = {k: tuple(v.shape) for k, v in arrays.items()}
     info = checkpoint_io.describe_arrays(shapes)
-    if info["resnet_layers"]:
+    if info["resnet_layers"] is not None:
         info["resnet_width"] = int(shapes["conv_root/kernel"][-1]) // 64
     return info
 
 
 def _check_variant(source: Source, info: Dict[str, Any]) -> None:
-    spec = decode_variant(source.variant)
-    want = {k: getattr(spec.size, k) for k in _SIZE_FIELDS}
-    want["patch_size"] = spec.patch_size
-    wrong = {k: info[k] for k, v in want.items() if info[k] != v}
+    wrong = augreg.variant_mismatch(source.variant, info)
     if wrong:
         raise ValueError(
             f"{source.npz} is not a {source.variant} checkpoint: it has "
-            f"{wrong} where {source.variant} has "
-            f"{ {k: want[k] for k in wrong} }. Fix --variant (the file "
-            f"looks like {info['variant'] or 'a custom size'})."
+            f"{ {k: f for k, (f, _) in wrong.items()} } where "
+            f"{source.variant} has { {k: v for k, (_, v) in wrong.items()} }"
+            f". Fix --variant (the file looks like "
+            f"{info['variant'] or 'a custom size'})."
         )
 
 
@@ -132,15 +131,29 @@ def _read_npz(source: Source, check_variant: bool = True) -> _NpzContent:
         checkpoint_io.read_npz(source.npz), source.npz
     )
     info = _arch_from_arrays(arrays)
+    # AugReg files (gs://vit_models/augreg/) say their model and, once
+    # fine-tuned, their resolution in the name.
+    info["augreg"] = augreg.parse_name(source.npz)
+    if info["augreg"] is not None and check_variant:
+        augreg.check_name(
+            source.npz, info["augreg"], info, source.variant
+        )
     if source.variant and check_variant:
         _check_variant(source, info)
     return _NpzContent(arrays, layout, ignored, info)
 
 
+def _npz_image_size(info: Dict[str, Any]) -> int:
+    """The resolution an .npz loads at by default: a fine-tuned AugReg
+    file's own (from its name), else 224."""
+    name = info.get("augreg")
+    return name.image_size if name is not None else 224
+
+
 def architecture(source: Source) -> Dict[str, Any]:
     """The source's architecture: MODEL_FIELDS, num_classes, image_size
-    (None for an .npz, which records none) and variant (None when it is not
-    a named variant)."""
+    (for an .npz: None, or a fine-tuned AugReg file's resolution) and
+    variant (None when it is not a named variant)."""
     if source.workdir:
         config = wd.read_config(source.workdir)
         info = {k: config.model[k] for k in MODEL_FIELDS}
@@ -163,7 +176,8 @@ def architecture(source: Source) -> Dict[str, Any]:
         info["image_size"] = tuple(model.input_shape[1:3])
         return info
     info = _read_npz(source).info
-    info["image_size"] = None
+    name = info.pop("augreg")
+    info["image_size"] = None if name is None else name.image_size
     return info
 
 
@@ -271,11 +285,13 @@ def _model_from_npz(
         num_classes = info["num_classes"] or 0
     kwargs = dict(
         num_classes=num_classes,
-        image_size=224 if image_size is None else image_size,
+        image_size=_npz_image_size(info) if image_size is None
+        else image_size,
         pooling=pooling or info["pooling"],
+        posemb=info["posemb"],
         representation_size=representation_size,
     )
-    if info["resnet_layers"]:
+    if info["resnet_layers"] is not None:
         kwargs["resnet_width"] = info["resnet_width"]
     if not variant:
         kwargs.update(
@@ -321,7 +337,8 @@ def load_model(
         source: Source.
         image_size: int, (height, width) or None. Rebuild at this
             resolution (position embeddings resized); None keeps the
-            source's (224 for an .npz, which records none).
+            source's (for an .npz: 224, or the resolution in a fine-tuned
+            AugReg file's name).
         num_classes: int or None. .npz only: the head's width; the file's
             head is kept when it has this width, else the head starts at
             zero; 0 builds a features model. None: the file's.

@@ -243,8 +243,9 @@ def train_and_evaluate(
         elif not all(checkpointable):
             logging.warning(
                 "The input pipeline reads from Python (a generator or "
-                "py_function), whose state cannot be checkpointed: a resumed "
-                "run draws a new data order."
+                "py_function) or keeps random state in a variable (Keras's "
+                "RandAugment, MixUp, CutMix), which cannot be checkpointed: "
+                "a resumed run draws a new data order."
             )
         else:
             items["iterator"] = train_iter

@@ -25,7 +25,7 @@ import keras
 import tensorflow as tf
 
 from keras_vit import keras_compat
-from keras_vit.training.losses import LOSSES, per_example_loss
+from keras_vit.training.losses import LOSSES, hard_labels, per_example_loss
 
 
 class Evaluator:
@@ -200,9 +200,13 @@ class Trainer(Evaluator):
             scaled = tf.reduce_sum(losses) / self.global_batch_size
         variables = self.model.trainable_variables
         grads = tape.gradient(scaled, variables)
+        # Mixed labels count as their dominant class.
         correct = tf.reduce_sum(
             tf.cast(
-                tf.equal(tf.argmax(logits, -1, output_type=tf.int32), labels),
+                tf.equal(
+                    tf.argmax(logits, -1, output_type=tf.int32),
+                    hard_labels(labels),
+                ),
                 tf.float32,
             )
         )
