@@ -12,7 +12,8 @@ import contextlib
 import keras
 
 from keras_vit import mpp, optim
-from keras_vit.model import _resnet_stride, create_model, decode_variant
+from keras_vit.model import create_model, decode_variant
+from keras_vit.resnet import resnet_stride
 
 MODEL_KEYS = (
     "variant", "patch_size", "hidden_size", "num_layers", "num_heads",
@@ -49,7 +50,7 @@ def model_stride(config) -> int:
             "config.model.variant is None: set config.model.patch_size."
         )
     resnet = model.resnet_layers or (spec.resnet_layers if spec else None)
-    return int(stride) * (_resnet_stride(resnet) if resnet else 1)
+    return int(stride) * (resnet_stride(resnet) if resnet else 1)
 
 
 def check_mpp(config) -> None:
