@@ -18,7 +18,7 @@ MODEL_KEYS = (
     "variant", "patch_size", "hidden_size", "num_layers", "num_heads",
     "mlp_dim", "pooling", "representation_size", "dropout_rate",
     "attention_dropout_rate", "head_zero_init", "resnet_layers",
-    "resnet_width",
+    "resnet_width", "remat",
 )
 
 

@@ -107,6 +107,12 @@ def base_config() -> ml_collections.ConfigDict:
     c.model.attention_dropout_rate = 0.0
     # Start the classification head at zero (the paper's transfer set-up).
     c.model.head_zero_init = True
+    # Rematerialisation of the encoder blocks (keras_vit/remat.py): "none";
+    # "block" recomputes each block in the backward pass instead of keeping
+    # its activations (high resolutions; README "Memory"); "dots" (JAX
+    # backend only) keeps only the dense layers' matmul outputs. Same
+    # gradients and checkpoints.
+    c.model.remat = "none"
 
     # ------------------------------------------------------------ training
     # Examples per optimizer update (all replicas and micro-batches).
