@@ -1,36 +1,46 @@
 """Memory per example of a training step, with and without rematerialisation.
 
-    python benchmarks/memory.py --variants B/16,L/16 \
-        --image_sizes 224,384 --batch_sizes 2,4 --remat none,block,dots \
-        --compare_keras_hub --time B/16@384 \
-        --output benchmarks/results/memory_jax_cpu
+    python benchmarks/memory.py --variants B/16 --image_sizes 224,384 \
+        --batch_sizes 2,4 --remat none,block --compare_keras_hub \
+        --time B/16@384 --output benchmarks/results/memory_b16_tf
 
-The step: forward, softmax cross-entropy, backward, global-norm clipping at 1
-and an SGD-momentum update (the fine-tuning recipe), one compiled function.
+The step is the trainer's: forward, softmax cross-entropy and backward pass
+XLA-compiled (`tf.function(jit_compile=True)`), then global-norm clipping
+at 1 and an SGD-momentum update (the fine-tuning recipe).
 
-On the JAX backend (the default) the numbers are the XLA compiler's memory
-analysis of that function (`jit(...).lower(...).compile().memory_analysis()`):
-argument + temporary + output bytes less the outputs that alias donated
-arguments, i.e. what the compiled step holds at its peak. It is
-deterministic, needs no accelerator, and is what XLA would plan on this
-platform (here its CPU compiler; a TPU or GPU compiler fuses differently,
-so the figures there differ somewhat). With `--backend tensorflow` each
-measurement is the peak resident memory (Linux VmHWM) of a fresh process
-that runs the same step under `tf.function(jit_compile=True)`: noisier, and
-including the runtime's own footprint, which the slope below removes.
+What is measured is what XLA plans for that compiled step: "Total bytes
+used" of the buffer assignment it dumps (arguments, outputs, and the
+temporaries packed at their peak by its heap simulator), plus the
+optimizer's state. It is deterministic, needs no accelerator and no step to
+run. It is XLA's plan on this machine's platform (its CPU compiler); a TPU
+or GPU compiler fuses differently, so the figures there differ somewhat.
+
+`--backend jax` measures the same step under KERAS_BACKEND=jax, all of it
+one `jax.jit` function with the weights donated, with the compiled step's
+memory analysis (`jit(...).lower(...).compile().memory_analysis()`:
+argument + temp + output - aliased bytes). There `--remat dots` is
+available too. On a CPU the JAX rows with remat keep about as much as
+those without: XLA's CPU compiler keeps the recomputed matmuls
+(`dots_compiled` in the JSON) but schedules them early, right after the
+forward pass, instead of just before each block's backward pass, so their
+activations live as long as the originals did. TensorFlow's recompute_grad
+makes the recomputation depend on the incoming gradient, which pins it
+where it belongs.
 
 Memory is affine in the batch size: fixed (weights, gradients, optimizer
 state, workspace) plus per example (activations, the batch). Two batch sizes
-give both; `max batch` is the largest batch whose peak fits 16 GiB (TPU v3
-core) and 32 GiB (TPU v4 core). `--time` names the configurations whose
-step time is also measured (median of `--steps` steps after one untimed
-one, at the first batch size).
+give both; `max batch` is the largest batch whose step fits 16 GiB (a TPU v3
+core) and 32 GiB (a TPU v4 core). `--time` names the configurations whose
+step time is measured: every policy's step in one process, in turn, for
+`--steps` rounds after one untimed step each (load from other processes
+hits all alike), at the first batch size; wall and CPU seconds, medians.
 
 keras-hub's ViTBackbone (+ a Dense head on the class token) runs the same
-step with `--compare_keras_hub` when keras-hub can be imported.
+step with `--compare_keras_hub` (keras-hub must be importable).
 
-Every measurement runs in a subprocess of its own (a fresh heap, and the
-backend chosen before Keras is imported). Writes NAME.json and NAME.md.
+Each measurement runs in a subprocess of its own (benchmarks/memory_child.py:
+the backend is chosen before Keras is imported, and XLA dumps into a fresh
+folder). Writes NAME.json and NAME.md.
 """
 
 from __future__ import annotations
@@ -71,7 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="VARIANT@SIZE,... whose step time is measured; "
                         "'all' for every configuration")
     p.add_argument("--steps", type=int, default=3,
-                   help="timed steps (after one untimed)")
+                   help="timed rounds (after one untimed step each)")
     p.add_argument("--layers", type=int, default=0,
                    help="override the variant's depth (tests)")
     p.add_argument("--hidden_size", type=int, default=0,
@@ -98,7 +108,6 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
 
 def configurations(args) -> List[Dict[str, Any]]:
     """list of dict. One per (variant, image size, model)."""
-    timed = {t for t in args.time.split(",") if t}
     models = [("keras_vit", r) for r in args.remat_list]
     if args.compare_keras_hub:
         models.append(("keras_hub", "none"))
@@ -108,12 +117,25 @@ def configurations(args) -> List[Dict[str, Any]]:
             for model, remat in models:
                 out.append(dict(
                     variant=variant, image_size=size, model=model,
-                    remat=remat, dtype=args.dtype,
+                    remat=remat, dtype=args.dtype, backend=args.backend,
                     num_classes=args.num_classes, layers=args.layers,
-                    hidden_size=args.hidden_size, steps=args.steps,
-                    time=model == "keras_vit" and (
-                        "all" in timed or f"{variant}@{size}" in timed),
+                    hidden_size=args.hidden_size,
                 ))
+    return out
+
+
+def timed(args) -> List[tuple]:
+    """list of (variant, image size) whose step time is measured."""
+    names = [t for t in args.time.split(",") if t]
+    if "all" in names:
+        return [(v, int(s)) for v in args.variants.split(",")
+                for s in args.image_sizes.split(",")]
+    out = []
+    for name in names:
+        variant, _, size = name.partition("@")
+        if not size.isdigit():
+            raise SystemExit(f"--time takes VARIANT@SIZE, got {name!r}")
+        out.append((variant, int(size)))
     return out
 
 
@@ -138,35 +160,47 @@ def run_child(spec: Dict[str, Any], backend: str) -> Dict[str, Any]:
 
 def measure(config: Dict[str, Any], args) -> Dict[str, Any]:
     """dict. `config` with the peak bytes at each batch size, the fixed and
-    per-example bytes, the largest batches and the step time."""
+    per-example bytes and the largest batches."""
     row = dict(config)
     peaks = []
-    for i, batch in enumerate(args.batch_list):
-        spec = dict(config, batch_size=batch, backend=args.backend,
-                    time=config["time"] and i == 0)
-        result = run_child(spec, args.backend)
+    for batch in args.batch_list:
+        result = run_child(dict(config, batch_size=batch), args.backend)
         if "error" in result:
             row["error"] = result["error"]
             return row
         row[f"batch_{batch}"] = result
         peaks.append(result["peak_bytes"])
-        if "step_seconds" in result:
-            row["step_seconds"] = result["step_seconds"]
-            row["timed_batch"] = batch
         row["params"] = result["params"]
     b1, b2 = args.batch_list
     per_example = (peaks[1] - peaks[0]) / (b2 - b1)
     row["bytes_per_example"] = per_example
     row["fixed_bytes"] = peaks[0] - b1 * per_example
-    if args.backend == "jax":
-        temps = [row[f"batch_{b}"]["temp_bytes"] for b in args.batch_list]
-        row["temp_bytes_per_example"] = (temps[1] - temps[0]) / (b2 - b1)
     for name, capacity in CAPACITIES.items():
         room = capacity - row["fixed_bytes"]
         row[f"max_batch_{name}"] = (
             int(room // per_example) if per_example > 0 and room > 0 else 0
         )
     return row
+
+
+def measure_times(rows: List[Dict[str, Any]], args) -> None:
+    """Adds the step times of every keras_vit policy, measured side by side
+    in one process at the first batch size, to the rows of each timed
+    configuration."""
+    for variant, size in timed(args):
+        ours = [r for r in rows if r["model"] == "keras_vit"
+                and (r["variant"], r["image_size"]) == (variant, size)]
+        if not ours:
+            continue
+        spec = dict(ours[0], batch_size=args.batch_list[0],
+                    policies=args.remat_list, steps=args.steps)
+        result = run_child(spec, args.backend)
+        for row in ours:
+            if "error" in result:
+                row["time_error"] = result["error"]
+                continue
+            row.update(result[row["remat"]], timed_batch=spec["batch_size"])
+            print(report.progress_line(row), file=sys.stderr, flush=True)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
@@ -178,6 +212,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
         row = measure(config, args)
         rows.append(row)
         print(report.progress_line(row), file=sys.stderr, flush=True)
+    measure_times(rows, args)
     result = {
         "command": "python benchmarks/memory.py " + " ".join(argv),
         "backend": args.backend,

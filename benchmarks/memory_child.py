@@ -8,8 +8,9 @@
 Prints one JSON line: the bytes of the compiled training step (TensorFlow:
 "Total bytes used" of the buffer assignment that XLA dumps for the
 jit-compiled forward and backward pass, plus the optimizer's state, which
-lives outside it; JAX: the compiled step's memory analysis), this process's
-peak resident memory, and, when asked, the median step time.
+lives outside it; JAX: the compiled step's memory analysis) and this
+process's peak resident memory. With "policies": ["none", "block"] in the
+spec, the step times of those policies instead, measured side by side.
 """
 
 from __future__ import annotations
@@ -105,7 +106,9 @@ def loss_of(labels, logits):
     ))
 
 
-def run_jax(spec, model, opt, images, labels) -> Dict[str, Any]:
+def jax_step(model, opt, images, labels):
+    """(memory dict, one-step callable): the whole step jit-compiled, the
+    weights and optimizer state donated (updated in place)."""
     import jax
 
     def loss_fn(trainable, non_trainable, images, labels):
@@ -123,32 +126,35 @@ def run_jax(spec, model, opt, images, labels) -> Dict[str, Any]:
         trainable, opt_vars = opt.stateless_apply(opt_vars, grads, trainable)
         return loss, trainable, non_trainable, opt_vars
 
-    state = (
+    state = [
         [v.value for v in model.trainable_variables],
         [v.value for v in model.non_trainable_variables],
         [v.value for v in opt.variables],
-    )
-    start = time.perf_counter()
-    compiled = jax.jit(step, donate_argnums=(0, 1, 2)).lower(
+    ]
+    lowered = jax.jit(step, donate_argnums=(0, 1, 2)).lower(
         *state, images, labels
-    ).compile()
-    out = {"compile_seconds": time.perf_counter() - start}
+    )
+    compiled = lowered.compile()
     analysis = compiled.memory_analysis()
-    for key in ("argument", "output", "alias", "temp", "generated_code"):
+    # The profile of what the compiler kept: matmuls traced (a recomputed
+    # block adds its own) and matmuls left after XLA's optimisations.
+    out = {"dots_traced": lowered.as_text().count("dot_general"),
+           "dots_compiled": count_dots(compiled.as_text())}
+    for key in ("argument", "output", "alias", "temp"):
         out[f"{key}_bytes"] = int(getattr(analysis, f"{key}_size_in_bytes"))
     out["peak_bytes"] = (out["argument_bytes"] + out["temp_bytes"]
                          + out["output_bytes"] - out["alias_bytes"])
-    if spec["time"]:
-        times = []
-        for _ in range(spec["steps"] + 1):
-            start = time.perf_counter()
-            loss, *rest = compiled(*state, images, labels)
-            state = rest
-            loss.block_until_ready()
-            times.append(time.perf_counter() - start)
-        out["step_seconds"] = statistics.median(times[1:])
-        out["step_samples"] = times[1:]
-    return out
+
+    def run_once():
+        loss, *state[:] = compiled(*state, images, labels)
+        loss.block_until_ready()
+
+    return out, run_once
+
+
+def count_dots(hlo: str) -> int:
+    """int. Matrix multiplications in optimised HLO text."""
+    return len(re.findall(r" dot\(", hlo))
 
 
 def xla_total_bytes(folder: str) -> int:
@@ -167,9 +173,10 @@ def xla_total_bytes(folder: str) -> int:
     return max(totals)
 
 
-def run_tensorflow(spec, model, opt, images, labels) -> Dict[str, Any]:
-    """The trainer's split (keras_vit/training/trainer.py): the forward and
-    backward pass XLA-compiled, the update outside."""
+def tf_step(model, opt, images, labels):
+    """(memory dict, one-step callable), split as the trainer splits it
+    (keras_vit/training/trainer.py): the forward and backward pass
+    XLA-compiled, the update outside."""
     import tensorflow as tf
 
     @tf.function(jit_compile=True)
@@ -185,24 +192,60 @@ def run_tensorflow(spec, model, opt, images, labels) -> Dict[str, Any]:
         return loss
 
     images, labels = tf.constant(images), tf.constant(labels)
-    # Compiling is enough for the buffer assignment: no step needs to run
-    # (nor its memory to be had) unless the step is timed.
-    loss_and_grads.experimental_get_compiler_ir(images, labels)(
+    # Compiling is enough for the buffer assignment: no step runs (nor is
+    # its memory taken) unless the step is timed.
+    for old in glob.glob(os.path.join(DUMP, "*")):
+        os.remove(old)
+    hlo = loss_and_grads.experimental_get_compiler_ir(images, labels)(
         stage="optimized_hlo"
     )
     state = sum(int(np.prod(v.shape)) * np.dtype(v.dtype).itemsize
                 for v in opt.variables)
-    out = {"xla_bytes": xla_total_bytes(DUMP), "optimizer_bytes": state}
+    out = {"xla_bytes": xla_total_bytes(DUMP), "optimizer_bytes": state,
+           "dots_compiled": count_dots(hlo)}
     out["peak_bytes"] = out["xla_bytes"] + state
-    if spec["time"]:
-        times = []
-        for _ in range(spec["steps"] + 1):
-            start = time.perf_counter()
-            float(step(images, labels))
-            times.append(time.perf_counter() - start)
-        out["step_seconds"] = statistics.median(times[1:])
-        out["step_samples"] = times[1:]
-    return out
+
+    def run_once():
+        float(step(images, labels))
+
+    return out, run_once
+
+
+def prepare(spec: Dict[str, Any], remat: str):
+    """(memory dict, one-step callable, model) of the spec's model."""
+    keras.utils.set_random_seed(0)
+    model = build_model(dict(spec, remat=remat))
+    opt = optimizer()
+    opt.build(model.trainable_variables)
+    images, labels = batch(spec)
+    make = jax_step if spec["backend"] == "jax" else tf_step
+    memory, run_once = make(model, opt, images, labels)
+    memory["params"] = int(model.count_params())
+    return memory, run_once
+
+
+def measure_memory(spec: Dict[str, Any]) -> Dict[str, Any]:
+    return prepare(spec, spec["remat"])[0]
+
+
+def measure_time(spec: Dict[str, Any]) -> Dict[str, Any]:
+    """Wall and CPU seconds per step of each policy in spec["policies"]:
+    one untimed step each, then `steps` rounds that run each policy's step
+    in turn, so that load from other processes hits all of them alike.
+    The medians over the rounds."""
+    runs = {p: prepare(spec, p)[1] for p in spec["policies"]}
+    for run_once in runs.values():
+        run_once()  # the first call compiles (TensorFlow) and warms up
+    samples = {p: {"wall": [], "cpu": []} for p in runs}
+    for _ in range(spec["steps"]):
+        for policy, run_once in runs.items():
+            wall, cpu = time.perf_counter(), time.process_time()
+            run_once()
+            samples[policy]["cpu"].append(time.process_time() - cpu)
+            samples[policy]["wall"].append(time.perf_counter() - wall)
+    return {p: {"step_seconds": statistics.median(s["wall"]),
+                "step_cpu_seconds": statistics.median(s["cpu"]),
+                "samples": s} for p, s in samples.items()}
 
 
 def main(spec: Dict[str, Any]) -> Dict[str, Any]:
@@ -210,21 +253,17 @@ def main(spec: Dict[str, Any]) -> Dict[str, Any]:
         raise SystemExit(f"run with KERAS_BACKEND={spec['backend']}")
     if spec["dtype"] == "bfloat16":
         keras.config.set_dtype_policy("mixed_bfloat16")
-    keras.utils.set_random_seed(0)
-    model = build_model(spec)
-    opt = optimizer()
-    opt.build(model.trainable_variables)
-    images, labels = batch(spec)
-    run = run_jax if spec["backend"] == "jax" else run_tensorflow
     try:
-        out = run(spec, model, opt, images, labels)
+        if spec.get("policies"):
+            out = measure_time(spec)
+        else:
+            out = measure_memory(spec)
     finally:
         shutil.rmtree(DUMP, ignore_errors=True)
     # ru_maxrss: this process's peak resident set, in KiB on Linux.
     out["max_rss_bytes"] = (
         resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     )
-    out["params"] = int(model.count_params())
     return out
 
 

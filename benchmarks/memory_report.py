@@ -53,13 +53,14 @@ def add_ratios(result: Dict[str, Any]) -> None:
     hub = {_key(r): r for r in ok if r["model"] == "keras_hub"}
     for row in ok:
         ref = reference.get(_key(row))
-        if ref is None or row is ref:
+        if ref is None or row is ref or row["model"] != "keras_vit":
             continue
-        for field in ("bytes_per_example", "temp_bytes_per_example"):
+        for field in ("bytes_per_example",):
             if row.get(field) and ref.get(field):
                 row[f"{field}_saving"] = ref[field] / row[field]
-        if row.get("step_seconds") and ref.get("step_seconds"):
-            row["step_time_ratio"] = row["step_seconds"] / ref["step_seconds"]
+        for field in ("step_seconds", "step_cpu_seconds"):
+            if row.get(field) and ref.get(field):
+                row[f"{field}_ratio"] = row[field] / ref[field]
     for key, ref in reference.items():
         other = hub.get(key)
         if other and other.get("bytes_per_example"):
@@ -76,7 +77,8 @@ def progress_line(row: Dict[str, Any]) -> str:
     text = (f"{name}: {row['bytes_per_example'] / MIB:.1f} MiB/example, "
             f"fixed {row['fixed_bytes'] / GIB:.2f} GiB")
     if "step_seconds" in row:
-        text += f", {row['step_seconds']:.2f} s/step"
+        text += (f", {row['step_seconds']:.2f} s/step "
+                 f"({row['step_cpu_seconds']:.2f} CPU s)")
     return text
 
 
@@ -95,7 +97,8 @@ def markdown(result: Dict[str, Any]) -> str:
     how = {
         "jax": "XLA memory analysis of the compiled step (argument + temp + "
                "output - aliased bytes)",
-        "tensorflow": "peak resident memory of the process (VmHWM)",
+        "tensorflow": "XLA buffer assignment of the compiled forward and "
+                      "backward pass (total bytes) + optimizer state",
     }[result["backend"]]
     lines = [
         "# Training-step memory per example",
@@ -106,30 +109,31 @@ def markdown(result: Dict[str, Any]) -> str:
         f"{versions}. Backend {result['backend']}: {how}. Per example: the "
         f"slope between batch {b1} and {b2}; fixed: the rest (weights, "
         "gradients, optimizer state). Max batch: the largest batch whose "
-        "step fits the memory.",
+        f"step fits the memory. Step times at batch {b1}, every policy in "
+        "turn in one process (medians).",
         "",
         "| model | image | remat | MiB / example | activation saving | "
         "fixed GiB | max batch 16 GiB | max batch 32 GiB | s / step | "
-        "time vs none |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "CPU s / step | CPU time vs none |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in result["rows"]:
         model = f"{r['model']} {r['variant']}"
         if "error" in r:
             lines.append(f"| {model} | {r['image_size']} | {r['remat']} | "
-                         "failed |  |  |  |  |  |  |")
+                         "failed |  |  |  |  |  |  |  |")
             continue
         saving = _ratio(r.get("bytes_per_example_saving"), 1)
         if "vs_keras_hub" in r:
             saving = f"{_ratio(r['vs_keras_hub'])} of keras-hub's"
-        seconds = r.get("step_seconds")
+        wall, cpu = r.get("step_seconds"), r.get("step_cpu_seconds")
         lines.append(
             f"| {model} | {r['image_size']} | {r['remat']} | "
             f"{r['bytes_per_example'] / MIB:.1f} | {saving} | "
             f"{r['fixed_bytes'] / GIB:.2f} | {r['max_batch_16GiB']} | "
-            f"{r['max_batch_32GiB']} | "
-            f"{f'{seconds:.2f}' if seconds else ''} | "
-            f"{_ratio(r.get('step_time_ratio'))} |"
+            f"{r['max_batch_32GiB']} | {f'{wall:.2f}' if wall else ''} | "
+            f"{f'{cpu:.2f}' if cpu else ''} | "
+            f"{_ratio(r.get('step_cpu_seconds_ratio'))} |"
         )
     errors = [r for r in result["rows"] if "error" in r]
     for r in errors:

@@ -34,6 +34,7 @@ ARGS = {
         "dataset=oxford_flowers102,variant=B/32", "dataset=vtab/dtd",
         "dataset=cifar10,init=/runs/i21k_b16", "dataset=cifar10,lr=0.01",
         "dataset=cifar10,init=/m/model.keras",
+        "dataset=imagenet2012,variant=L/16,res=512",
     ],
 }
 CASES = [(name, arg) for name, args in ARGS.items() for arg in args]

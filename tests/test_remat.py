@@ -97,7 +97,7 @@ def test_the_backward_pass_recomputes_each_block():
     projection, both attention products, the output projection and the
     first MLP layer run once more. (The second MLP layer's output feeds
     only the residual sum, which no gradient reads, so it is not
-    recomputed. On XLA:CPU, JAX's jax.checkpoint is CSE'd away: README.)"""
+    recomputed.)"""
     plain, rematted = _pair()
     assert _compiled_dots(rematted) == _compiled_dots(plain) + 5 * 2
 
