@@ -20,6 +20,7 @@ MODEL_KEYS = (
     "mlp_dim", "pooling", "representation_size", "dropout_rate",
     "attention_dropout_rate", "head_zero_init", "head_bias_init",
     "resnet_layers", "resnet_width", "posemb", "stochastic_depth_rate",
+    "remat",
 )
 
 

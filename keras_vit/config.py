@@ -135,6 +135,12 @@ def base_config() -> ml_collections.ConfigDict:
     # block i of L drops each residual branch per example with
     # rate * i / (L - 1) (keras_vit/droppath.py).
     c.model.stochastic_depth_rate = 0.0
+    # Rematerialisation of the encoder blocks (keras_vit/remat.py): "none";
+    # "block" recomputes each block in the backward pass instead of keeping
+    # its activations (high resolutions; README "Memory"); "dots" (JAX
+    # backend only) keeps only the dense layers' matmul outputs. Same
+    # gradients and checkpoints.
+    c.model.remat = "none"
 
     # ------------------------------------------------------------ training
     # Examples per optimizer update (all replicas and micro-batches).

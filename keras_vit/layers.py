@@ -36,6 +36,7 @@ import keras
 from keras import ops
 
 from keras_vit import attention as _attention
+from keras_vit import remat as _remat
 from keras_vit.attention import MultiHeadSelfAttention  # noqa: F401
 from keras_vit.droppath import DropPath, stochastic_depth_rates
 from keras_vit.embedding import (  # noqa: F401 (re-exported)
@@ -285,6 +286,11 @@ class Encoder(keras.layers.Layer):
             projections and MLPs (three quarters of a block; 6.3% of
             ViT-B/16's FLOPs) and gives the same class token. Calls with
             `return_attention_scores` always compute every token.
+        remat: str. Rematerialisation of the blocks in training calls
+            (keras_vit.remat): "none", "block" (recompute each block in
+            the backward pass) or "dots" (JAX: keep only the dense layers'
+            matmul outputs). The same weights and gradients; less
+            activation memory for more compute.
     """
 
     def __init__(
@@ -296,6 +302,7 @@ class Encoder(keras.layers.Layer):
         attention_dropout_rate: float = 0.0,
         class_token_only: bool = False,
         stochastic_depth_rate: float = 0.0,
+        remat: str = "none",
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -311,6 +318,7 @@ class Encoder(keras.layers.Layer):
         self.dropout_rate = float(dropout_rate)
         self.attention_dropout_rate = float(attention_dropout_rate)
         self.class_token_only = bool(class_token_only)
+        self.remat = _remat.check_remat(remat)
 
     def build(self, input_shape):
         rates = stochastic_depth_rates(
@@ -351,8 +359,11 @@ class Encoder(keras.layers.Layer):
                 )
                 all_weights.append(weights)
             else:
-                x = block(
+                # Only a training call has a backward pass to save for.
+                x = _remat.remat_call(
+                    block,
                     x,
+                    self.remat if training else "none",
                     training=training,
                     first_token_only=self.class_token_only and i == last,
                 )
@@ -371,6 +382,7 @@ class Encoder(keras.layers.Layer):
             attention_dropout_rate=self.attention_dropout_rate,
             class_token_only=self.class_token_only,
             stochastic_depth_rate=self.stochastic_depth_rate,
+            remat=self.remat,
         )
         return config
 

@@ -137,6 +137,7 @@ def create_model(
     resnet_width: int = 1,
     all_tokens: bool = False,
     dynamic_image_size: bool = False,
+    remat: str = "none",
     name: Optional[str] = None,
 ) -> keras.Model:
     """Builds a Vision Transformer as a functional `keras.Model`.
@@ -193,6 +194,13 @@ def create_model(
             model built at that size with the resized weights; the cost is
             that interpolation on every call. Weights are the same as with
             False.
+        remat: str. Rematerialisation of the encoder blocks in training
+            (keras_vit.remat): "none"; "block", each block's activations
+            recomputed in the backward pass instead of kept (one more
+            forward pass per step, a fraction of the activation memory;
+            benchmarks/memory.py); "dots" (JAX backend only), only the
+            dense layers' matmul outputs kept. Gradients, weights and
+            checkpoints are the same as with "none".
         name: str or None. The model's name.
 
     Returns:
@@ -317,6 +325,7 @@ def create_model(
         attention_dropout_rate,
         class_token_only=pooling == "token" and not all_tokens,
         stochastic_depth_rate=stochastic_depth_rate,
+        remat=remat,
         name="Transformer",
     )(x)
     x = vit_layers.TokenPooling(pooling, name="pooling")(x)

@@ -42,6 +42,7 @@ ARGS = {
         "dataset=oxford_flowers102,variant=B/32", "dataset=vtab/dtd",
         "dataset=cifar10,init=/runs/i21k_b16", "dataset=cifar10,lr=0.01",
         "dataset=cifar10,init=/m/model.keras",
+        "dataset=imagenet2012,variant=L/16,res=512",
     ],
     "augreg_i21k.py": [
         None, "variant=R+Ti/16,aug=strong2,do=0.0,sd=0.0",

@@ -77,7 +77,9 @@ def build_trainer(config, model, optimizer, strategy, num_classes: int):
 
 
 def _model_signature(config) -> dict:
-    sig = {k: config.model[k] for k in MODEL_KEYS}
+    # Rematerialisation changes how gradients are computed, not the model:
+    # a run may resume with it switched on or off.
+    sig = {k: config.model[k] for k in MODEL_KEYS if k != "remat"}
     sig["image_size"] = config.image_size
     sig["num_classes"] = config.num_classes
     # The MPP head's shape (a classifier has none).
