@@ -130,6 +130,8 @@ def create_model(
     resnet_width: int = 1,
     all_tokens: bool = False,
     dynamic_image_size: bool = False,
+    approximate_gelu: bool = True,
+    layer_norm_epsilon: float = vit_layers.LAYER_NORM_EPSILON,
     name: Optional[str] = None,
 ) -> keras.Model:
     """Builds a Vision Transformer as a functional `keras.Model`.
@@ -179,6 +181,11 @@ def create_model(
             model built at that size with the resized weights; the cost is
             that interpolation on every call. Weights are the same as with
             False.
+        approximate_gelu: bool. The MLP's GELU in the official tanh
+            approximation; False: the exact erf form, as PyTorch models
+            (Hugging Face, timm) were trained with.
+        layer_norm_epsilon: float. Every LayerNorm's epsilon: 1e-6
+            officially, 1e-12 in Hugging Face's ViT.
         name: str or None. The model's name.
 
     Returns:
@@ -289,6 +296,8 @@ def create_model(
         dropout_rate,
         attention_dropout_rate,
         class_token_only=pooling == "token" and not all_tokens,
+        approximate_gelu=approximate_gelu,
+        layer_norm_epsilon=layer_norm_epsilon,
         name="Transformer",
     )(x)
     x = vit_layers.TokenPooling(pooling, name="pooling")(x)
