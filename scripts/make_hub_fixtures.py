@@ -16,10 +16,10 @@ reference outputs):
 - hf_vit_model_bin: ViTModel with its pooler, pytorch_model.bin (torch.save
   of the state dict), preprocessor_config.json with ImageNet mean / std;
   `pooler_output`.
-- timm_vit: timm VisionTransformer (class token, 3 classes), ImageNet
-  mean / std (as DeiT), label_names; `logits`.
-- timm_deit_distilled: timm's distilled DeiT (a distillation token), which
-  keras_vit refuses, naming the key.
+- timm_vit: timm VisionTransformer (class token, 3 classes),
+  model.safetensors, ImageNet mean / std (as DeiT), label_names; `logits`.
+- timm_deit_distilled: timm's distilled DeiT (a distillation token),
+  pytorch_model.bin, which keras_vit refuses, naming the key.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ import os
 import shutil
 
 import numpy as np
+import safetensors.torch
 import timm
 import torch
 import transformers
@@ -103,8 +104,14 @@ def hf_model_bin() -> None:
     path = _fresh("hf_vit_model_bin")
     model = transformers.ViTModel(_hf_config()).eval()
     _randomise(model, 1)
-    model.config.save_pretrained(path)
-    torch.save(model.state_dict(), os.path.join(path, "pytorch_model.bin"))
+    # save_pretrained writes the hub naming (transformers 5 renames
+    # its modules in memory); older releases wrote the same names with
+    # torch.save, which is the file made here.
+    model.save_pretrained(path)
+    weights = os.path.join(path, "model.safetensors")
+    torch.save(safetensors.torch.load_file(weights),
+               os.path.join(path, "pytorch_model.bin"))
+    os.remove(weights)
     transformers.ViTImageProcessor(
         image_mean=list(IMAGENET_MEAN), image_std=list(IMAGENET_STD),
         size={"height": SIZE, "width": SIZE},
@@ -116,13 +123,15 @@ def hf_model_bin() -> None:
              pooler_output=out.pooler_output.numpy())
 
 
-def _timm_save(model, path: str, args: dict, names=None) -> None:
+def _timm_save(model, path: str, args: dict, names=None,
+               safetensors: bool = True) -> None:
     model.pretrained_cfg = dict(
         model.pretrained_cfg, mean=IMAGENET_MEAN, std=IMAGENET_STD,
         input_size=(3, SIZE, SIZE),
     )
     config = {"label_names": names} if names else None
-    timm_hub.save_for_hf(model, path, model_config=config, model_args=args)
+    timm_hub.save_for_hf(model, path, model_config=config, model_args=args,
+                         safe_serialization=safetensors)
 
 
 def timm_vit() -> None:
@@ -147,7 +156,7 @@ def timm_deit_distilled() -> None:
         "deit_tiny_distilled_patch16_224", **args
     ).eval()
     _randomise(model, 3)
-    _timm_save(model, path, args)
+    _timm_save(model, path, args, safetensors=False)
 
 
 def main() -> None:
