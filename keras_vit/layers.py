@@ -112,9 +112,9 @@ class LayerNorm(keras.layers.LayerNormalization):
         )
 
 
-def layer_norm(name: str) -> LayerNorm:
+def layer_norm(name: str, epsilon: float = LAYER_NORM_EPSILON) -> LayerNorm:
     """LayerNorm with the official epsilon (1e-6), not Keras's 1e-3."""
-    return LayerNorm(epsilon=LAYER_NORM_EPSILON, name=name)
+    return LayerNorm(epsilon=epsilon, name=name)
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
@@ -135,6 +135,11 @@ class EncoderBlock(keras.layers.Layer):
         attention_dropout_rate: float. Dropout on attention weights.
         stochastic_depth_rate: float. Probability of dropping each residual
             branch of an example while training.
+        approximate_gelu: bool. The tanh approximation of GELU (the
+            official implementation's); False: the exact erf form (PyTorch's
+            and so Hugging Face's and timm's).
+        layer_norm_epsilon: float. 1e-6 officially (Hugging Face ViT:
+            1e-12).
     """
 
     def __init__(
@@ -144,6 +149,8 @@ class EncoderBlock(keras.layers.Layer):
         dropout_rate: float = 0.0,
         attention_dropout_rate: float = 0.0,
         stochastic_depth_rate: float = 0.0,
+        approximate_gelu: bool = True,
+        layer_norm_epsilon: float = LAYER_NORM_EPSILON,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -155,22 +162,25 @@ class EncoderBlock(keras.layers.Layer):
         self.dropout_rate = float(dropout_rate)
         self.attention_dropout_rate = float(attention_dropout_rate)
         self.stochastic_depth_rate = float(stochastic_depth_rate)
+        self.approximate_gelu = bool(approximate_gelu)
+        self.layer_norm_epsilon = float(layer_norm_epsilon)
 
     def build(self, input_shape):
         width = input_shape[-1]
-        self.norm1 = layer_norm("norm1")
+        eps = self.layer_norm_epsilon
+        self.norm1 = layer_norm("norm1", eps)
         self.norm1.build(input_shape)
         self.attention = MultiHeadSelfAttention(
             self.num_heads, self.attention_dropout_rate, name="attention"
         )
         self.attention.build(input_shape)
-        self.norm2 = layer_norm("norm2")
+        self.norm2 = layer_norm("norm2", eps)
         self.norm2.build(input_shape)
         # The official MLP initialises biases N(0, 1e-6), kernels Xavier.
         bias_init = keras.initializers.RandomNormal(stddev=1e-6)
         self.mlp1 = keras.layers.Dense(
             self.mlp_dim,
-            activation=gelu_tanh,
+            activation=gelu_tanh if self.approximate_gelu else "gelu",
             bias_initializer=bias_init,
             name="mlp1",
         )
@@ -259,6 +269,8 @@ class EncoderBlock(keras.layers.Layer):
             dropout_rate=self.dropout_rate,
             attention_dropout_rate=self.attention_dropout_rate,
             stochastic_depth_rate=self.stochastic_depth_rate,
+            approximate_gelu=self.approximate_gelu,
+            layer_norm_epsilon=self.layer_norm_epsilon,
         )
         return config
 
@@ -291,6 +303,8 @@ class Encoder(keras.layers.Layer):
             the backward pass) or "dots" (JAX: keep only the dense layers'
             matmul outputs). The same weights and gradients; less
             activation memory for more compute.
+        approximate_gelu, layer_norm_epsilon: as in EncoderBlock (the
+            epsilon also for `encoder_norm`).
     """
 
     def __init__(
@@ -303,6 +317,8 @@ class Encoder(keras.layers.Layer):
         class_token_only: bool = False,
         stochastic_depth_rate: float = 0.0,
         remat: str = "none",
+        approximate_gelu: bool = True,
+        layer_norm_epsilon: float = LAYER_NORM_EPSILON,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -319,6 +335,8 @@ class Encoder(keras.layers.Layer):
         self.attention_dropout_rate = float(attention_dropout_rate)
         self.class_token_only = bool(class_token_only)
         self.remat = _remat.check_remat(remat)
+        self.approximate_gelu = bool(approximate_gelu)
+        self.layer_norm_epsilon = float(layer_norm_epsilon)
 
     def build(self, input_shape):
         rates = stochastic_depth_rates(
@@ -331,6 +349,8 @@ class Encoder(keras.layers.Layer):
                 self.dropout_rate,
                 self.attention_dropout_rate,
                 stochastic_depth_rate=rates[i],
+                approximate_gelu=self.approximate_gelu,
+                layer_norm_epsilon=self.layer_norm_epsilon,
                 name=f"encoderblock_{i}",
             )
             block.build(input_shape)
@@ -338,7 +358,9 @@ class Encoder(keras.layers.Layer):
             # (tf.train.Checkpoint(model=...)) follow layer attributes but not
             # Keras's tracked lists.
             setattr(self, f"encoderblock_{i}", block)
-        self.encoder_norm = layer_norm("encoder_norm")
+        self.encoder_norm = layer_norm(
+            "encoder_norm", self.layer_norm_epsilon
+        )
         self.encoder_norm.build(input_shape)
         self.built = True
 
@@ -383,6 +405,8 @@ class Encoder(keras.layers.Layer):
             class_token_only=self.class_token_only,
             stochastic_depth_rate=self.stochastic_depth_rate,
             remat=self.remat,
+            approximate_gelu=self.approximate_gelu,
+            layer_norm_epsilon=self.layer_norm_epsilon,
         )
         return config
 

@@ -138,6 +138,8 @@ def create_model(
     all_tokens: bool = False,
     dynamic_image_size: bool = False,
     remat: str = "none",
+    approximate_gelu: bool = True,
+    layer_norm_epsilon: float = vit_layers.LAYER_NORM_EPSILON,
     name: Optional[str] = None,
 ) -> keras.Model:
     """Builds a Vision Transformer as a functional `keras.Model`.
@@ -201,6 +203,11 @@ def create_model(
             benchmarks/memory.py); "dots" (JAX backend only), only the
             dense layers' matmul outputs kept. Gradients, weights and
             checkpoints are the same as with "none".
+        approximate_gelu: bool. The MLP's GELU in the official tanh
+            approximation; False: the exact erf form, as PyTorch models
+            (Hugging Face, timm) were trained with.
+        layer_norm_epsilon: float. Every LayerNorm's epsilon: 1e-6
+            officially, 1e-12 in Hugging Face's ViT.
         name: str or None. The model's name.
 
     Returns:
@@ -326,6 +333,8 @@ def create_model(
         class_token_only=pooling == "token" and not all_tokens,
         stochastic_depth_rate=stochastic_depth_rate,
         remat=remat,
+        approximate_gelu=approximate_gelu,
+        layer_norm_epsilon=layer_norm_epsilon,
         name="Transformer",
     )(x)
     x = vit_layers.TokenPooling(pooling, name="pooling")(x)

@@ -202,6 +202,7 @@ def run_analysis(
     batch_size: int = 16,
     max_rollout_images: int = 8,
     num_components: int = 28,
+    class_names: Optional[Sequence[str]] = None,
 ) -> Dict[str, Any]:
     """Computes the four analyses, writes the PNGs and analysis.json.
 
@@ -214,6 +215,8 @@ def run_analysis(
         batch_size: int. Images per forward pass.
         max_rollout_images: int. Images drawn in the rollout figure.
         num_components: int. Principal components of the patch filters.
+        class_names: sequence of str or None. One per class: titles and
+            analysis.json name the predicted class instead of its index.
 
     Returns:
         dict. The content of analysis.json.
@@ -227,8 +230,13 @@ def run_analysis(
     stats = extract.attention_stats(model, images, batch_size=batch_size)
     layout = stats.layout
     predictions = _predictions(model, stats.outputs)
+    for p in predictions:
+        if p and class_names is not None:
+            p["predicted_name"] = str(class_names[p["predicted_class"]])
     titles = [
-        f"{name}\npredicted {p['predicted_class']} ({p['probability']:.2f})"
+        f"{name}\npredicted "
+        f"{p.get('predicted_name', p['predicted_class'])} "
+        f"({p['probability']:.2f})"
         if p
         else name
         for name, p in zip(names, predictions)
@@ -308,6 +316,15 @@ def run_analysis(
     return data
 
 
+def _class_names(args) -> Optional[List[str]]:
+    if args.class_names_file:
+        with open(args.class_names_file, encoding="utf-8") as f:
+            return [line.rstrip("\r\n") for line in f if line.strip()]
+    if args.workdir:
+        return loader.class_names(loader.Source(workdir=args.workdir))
+    return None
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m keras_vit.analysis",
@@ -337,6 +354,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="Use the first N scikit-learn digits (bundled, no download).",
     )
     parser.add_argument("--output_dir", required=True)
+    parser.add_argument(
+        "--class_names_file",
+        help="Class names, one per line, for the figure titles (default: "
+        "a --workdir's labels.txt; else class indices).",
+    )
     parser.add_argument("--batch_size", type=int, default=16)
     parser.add_argument(
         "--max_rollout_images",
@@ -371,6 +393,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             batch_size=args.batch_size,
             max_rollout_images=args.max_rollout_images,
             num_components=args.num_components,
+            class_names=_class_names(args),
         )
         # An MPP run: also what its head predicts for corrupted patches.
         mpp_path = args.workdir and mpp_figure.draw_for_run(

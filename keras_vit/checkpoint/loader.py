@@ -1,8 +1,10 @@
 """Where a pre-trained model comes from, for every tool that needs one.
 
-Three sources: a training run's workdir (its latest checkpoint), a saved
-`.keras` model, or an official / big_vision `.npz` checkpoint (the
-architecture is read from the array shapes; `variant` checks it).
+Four sources: a training run's workdir (its latest checkpoint), a saved
+`.keras` model, an official / big_vision `.npz` checkpoint (the
+architecture is read from the array shapes; `variant` checks it), or a
+Hugging Face layout directory of Hugging Face or timm ViT weights
+(`keras_vit.checkpoint.hub`).
 `load_model` is the one function that turns a source into a model (at
 another resolution if asked); evaluation, export, analysis and the
 converter call it, and training initialises from a source with
@@ -20,7 +22,7 @@ from typing import Any, Dict, Optional, Sequence, Tuple, Union
 import keras
 
 from keras_vit import mpp
-from keras_vit.checkpoint import augreg, weights
+from keras_vit.checkpoint import augreg, hub, hub_model, weights
 from keras_vit.checkpoint import npz as checkpoint_io
 from keras_vit.checkpoint import workdir as wd
 from keras_vit.checkpoint.resolution import rebuild_at_resolution
@@ -42,12 +44,15 @@ ImageSize = Union[int, Sequence[int]]
 
 @dataclasses.dataclass(frozen=True)
 class Source:
-    """A pre-trained model: exactly one of workdir, keras_model, npz.
+    """A pre-trained model: exactly one of workdir, keras_model, npz, hub.
 
     Attributes:
         workdir: str or None. A `train.py --workdir`.
         keras_model: str or None. A `.keras` file.
         npz: str or None. An official-layout `.npz` checkpoint.
+        hub: str or None. A local directory (or its weights file) in the
+            Hugging Face layout: config.json + model.safetensors or
+            pytorch_model.bin, Hugging Face ViT or timm naming.
         variant: str or None. With npz: the expected variant ("B/16"); the
             file's shapes must match it.
         posemb_grid: (rows, cols) or None. With npz: the file's patch grid,
@@ -59,17 +64,19 @@ class Source:
     workdir: Optional[str] = None
     keras_model: Optional[str] = None
     npz: Optional[str] = None
+    hub: Optional[str] = None
     variant: Optional[str] = None
     posemb_grid: Optional[Tuple[int, int]] = None
     use_ema: bool = True
 
     def __post_init__(self):
-        kinds = ("workdir", "keras_model", "npz")
+        kinds = ("workdir", "keras_model", "npz", "hub")
         given = [k for k in kinds if getattr(self, k)]
         if len(given) != 1:
             raise ValueError(
                 "Give exactly one pre-trained model: --workdir=RUN_DIR, "
-                "--keras_model=FILE.keras or --npz=FILE.npz [--variant=B/16]"
+                "--keras_model=FILE.keras, --npz=FILE.npz [--variant=B/16]"
+                " or --hub=HF_MODEL_DIR"
                 f" (got {', '.join(given) or 'none'})."
             )
         if self.variant and not self.npz:
@@ -90,7 +97,7 @@ class Source:
 
     @property
     def path(self) -> str:
-        return self.workdir or self.keras_model or self.npz
+        return self.workdir or self.keras_model or self.npz or self.hub
 
     def describe(self) -> str:
         """str. A short label for reports, e.g. "ViT-B_16.npz"."""
@@ -175,6 +182,8 @@ def architecture(source: Source) -> Dict[str, Any]:
         info = _arch_from_arrays(weights.model_arrays(model))
         info["image_size"] = tuple(model.input_shape[1:3])
         return info
+    if source.hub:
+        return hub_model.architecture(hub.read_hub(source.hub))
     info = _read_npz(source).info
     name = info.pop("augreg")
     info["image_size"] = None if name is None else name.image_size
@@ -190,6 +199,11 @@ def _source_arrays(source: Source):
             content.arrays, source.posemb_grid, content.layout,
             content.ignored,
         )
+    if source.hub:
+        checkpoint = hub.read_hub(source.hub)
+        patch = int(checkpoint.arrays["embedding/kernel"].shape[0])
+        grid = tuple(s // patch for s in checkpoint.image_size)
+        return checkpoint.arrays, grid, checkpoint.naming, ()
     model = load_model(source)
     return (
         weights.model_arrays(model), weights.model_grid(model), "official",
@@ -327,7 +341,10 @@ def load_model(
     A workdir gives its latest checkpoint (`source.use_ema`: the EMA
     weights when the run kept them), a `.keras` file its model; a masked
     patch prediction model (either source) gives its encoder as a features
-    model (`keras_vit.mpp.encoder_model`: the MPP head dropped). An .npz
+    model (`keras_vit.mpp.encoder_model`: the MPP head dropped). A hub
+    directory gives the model its config.json and arrays describe, at its
+    own resolution unless `image_size` says otherwise (`num_classes` and
+    `representation_size` as for an .npz). An .npz
     gives the architecture its shapes describe (`source.variant` checks
     it), built with the head, pooling and pre-logits layer of the file
     unless the arguments below say otherwise, its weights loaded through
@@ -368,12 +385,19 @@ def load_model(
             strict,
         )
         return (model, report) if with_report else model
+    if source.hub and pooling is None:
+        model, report = hub_model.model_from_hub(
+            hub.read_hub(source.hub), image_size, num_classes,
+            representation_size, FROM_SOURCE, strict,
+        )
+        return (model, report) if with_report else model
     if (num_classes, pooling, representation_size) != (
         None, None, FROM_SOURCE
     ):
         raise ValueError(
             "num_classes, pooling and representation_size choose how an "
-            ".npz is built; a workdir or .keras file holds its own model."
+            ".npz is built (a hub model: not its pooling); a workdir or "
+            ".keras file holds its own model."
         )
     if source.workdir:
         model = wd.restore_model(source.workdir, use_ema=source.use_ema)
@@ -387,3 +411,13 @@ def load_model(
         if tuple(model.input_shape[1:3]) != _image_hw(image_size):
             model = rebuild_at_resolution(model, image_size)
     return (model, report) if with_report else model
+
+
+def class_names(source: Source) -> Optional[list]:
+    """list of str or None. The class names a source records: a run's
+    labels.txt, a hub model's id2label / label_names."""
+    if source.workdir:
+        return wd.read_class_names(source.workdir)
+    if source.hub:
+        return hub.read_hub(source.hub).class_names
+    return None

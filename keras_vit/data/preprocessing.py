@@ -66,7 +66,8 @@ def to_rgb(image: tf.Tensor) -> tf.Tensor:
 
 
 def decode_image(data: tf.Tensor) -> tf.Tensor:
-    """Decodes JPEG, PNG, GIF (first frame) or BMP bytes to uint8 RGB (H, W, 3).
+    """Decodes JPEG, PNG, GIF (first frame), BMP or WebP (TensorFlow >= 2.18)
+    bytes to uint8 RGB (H, W, 3).
 
     16-bit PNGs are converted to 8 bits; grayscale and RGBA become RGB.
     Invalid bytes raise `tf.errors.InvalidArgumentError` from the decoder.
@@ -75,7 +76,7 @@ def decode_image(data: tf.Tensor) -> tf.Tensor:
         tf.strings.length(data),
         0,
         message="Empty image: got a zero-length string instead of encoded "
-        "image bytes (JPEG, PNG, GIF or BMP).",
+        "image bytes (JPEG, PNG, GIF, BMP or WebP).",
     )
     image = tf.io.decode_image(
         data, channels=0, dtype=tf.uint8, expand_animations=False
