@@ -60,6 +60,7 @@ _TRACE_CHATTER = (
     "Collective batch_all_reduce",
     "Collective all_reduce IndexedSlices",
     "Collective all_gather",
+    "Reduce to ",  # "... then broadcast to" (MirroredStrategy)
 )
 
 
