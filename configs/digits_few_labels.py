@@ -12,7 +12,7 @@ seeded by --config.seed; default 10), init (an MPP run's workdir, its
 encoder.npz, or any checkpoint of configs/digits.py's model; default: from
 scratch). Both arms train the same steps on the same images.
 
-Expected at labels=10 (100 images): about 73% test accuracy from scratch,
+Expected at labels=10 (100 images): about 71% test accuracy from scratch,
 about 86% from the MPP encoder (scripts/mpp_label_efficiency.py measures
 mean and spread over seeds; README.md has the numbers).
 """
