@@ -18,9 +18,11 @@ import os
 
 def _quiet_start():
     # By its path: importing keras_vit would load TensorFlow, whose start-up
-    # notices it holds back.
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                        "keras_vit", "commands", "quiet_start.py")
+    # notices it holds back. find_spec locates the package without running
+    # it, wherever it is installed.
+    package = importlib.util.find_spec("keras_vit")
+    path = os.path.join(os.path.dirname(package.origin), "commands",
+                        "quiet_start.py")
     spec = importlib.util.spec_from_file_location("_quiet_start", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
