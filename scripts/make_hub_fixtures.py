@@ -30,11 +30,10 @@ import os
 import shutil
 
 import numpy as np
-import safetensors.torch
-import timm
-import torch
-import transformers
-from timm.models import _hub as timm_hub
+
+# The reference packages (the hub_reference extra) are imported in main(),
+# so that the command line parses without them.
+safetensors = timm = timm_hub = torch = transformers = None
 
 ROOT = os.path.join(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))), "tests", "fixtures", "hub")
@@ -166,7 +165,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main() -> None:
+    global safetensors, timm, timm_hub, torch, transformers
     build_parser().parse_args()
+    import safetensors.torch
+    import timm
+    import torch
+    import transformers
+    from timm.models import _hub as timm_hub
+
     os.makedirs(ROOT, exist_ok=True)
     hf_classifier()
     hf_model_bin()
