@@ -24,16 +24,16 @@ reference outputs):
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
 
 import numpy as np
-import safetensors.torch
-import timm
-import torch
-import transformers
-from timm.models import _hub as timm_hub
+
+# The reference packages (the hub_reference extra) are imported in main(),
+# so that the command line parses without them.
+safetensors = timm = timm_hub = torch = transformers = None
 
 ROOT = os.path.join(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))), "tests", "fixtures", "hub")
@@ -159,7 +159,20 @@ def timm_deit_distilled() -> None:
     _timm_save(model, path, args, safetensors=False)
 
 
+def build_parser() -> argparse.ArgumentParser:
+    """No options: the fixtures are fixed."""
+    return argparse.ArgumentParser(description=__doc__.split("\n")[0])
+
+
 def main() -> None:
+    global safetensors, timm, timm_hub, torch, transformers
+    build_parser().parse_args()
+    import safetensors.torch
+    import timm
+    import torch
+    import transformers
+    from timm.models import _hub as timm_hub
+
     os.makedirs(ROOT, exist_ok=True)
     hf_classifier()
     hf_model_bin()

@@ -93,14 +93,18 @@ def describe(prediction: Dict) -> str:
     return ", ".join(f"{n} {s:.3f}" for n, s in zip(names, scores))
 
 
-def main(argv=None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     server = parser.add_mutually_exclusive_group(required=True)
     server.add_argument("--rest", help="e.g. http://localhost:8501")
     server.add_argument("--grpc", help="e.g. localhost:8500")
     parser.add_argument("--model", default="vit")
     parser.add_argument("images", nargs="+")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
     images = []
     for path in args.images:
         with open(path, "rb") as f:

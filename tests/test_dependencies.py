@@ -28,6 +28,11 @@ KNOWN = {
     "google": "protobuf",
     "tensorflow_serving": "tensorflow-serving-api",
     "keras_hub": "keras-hub",  # optional: benchmarks only
+    # The hub_reference extra, for scripts/make_hub_fixtures.py only (not
+    # installed for the tests).
+    "torch": "torch",
+    "timm": "timm",
+    "transformers": "transformers",
 }
 
 # Optional features of the package: imported lazily (inside a function,

@@ -136,3 +136,39 @@ def test_normalisation_fold_is_exact():
     got = np.einsum("hwc,hwcd->d", y, arrays["embedding/kernel"]) + arrays[
         "embedding/bias"]
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_timm_hub_config_without_model_args():
+    # The config.json timm writes for a named pretrained model (e.g.
+    # timm/vit_base_patch16_224.augreg_in21k_ft_in1k) has no model_args.
+    settings = hub._timm_settings({
+        "architecture": "vit_base_patch16_224", "num_classes": 1000,
+        "global_pool": "token",
+        "pretrained_cfg": {"input_size": [3, 224, 224],
+                           "mean": [0.5] * 3, "std": [0.5] * 3},
+    })
+    assert settings["num_heads"] == 12
+    assert settings["image_size"] == (224, 224)
+    assert not settings["approximate_gelu"]
+    with pytest.raises(ValueError, match="global_pool 'avg'"):
+        hub._timm_settings({"architecture": "vit_base_patch16_224",
+                            "global_pool": "avg"})
+
+
+def test_sharded_safetensors(tmp_path):
+    folder = tmp_path / "sharded"
+    shutil.copytree(os.path.join(FIXTURES, "timm_vit"), folder)
+    arrays = safetensors.numpy.load_file(str(folder / "model.safetensors"))
+    os.remove(folder / "model.safetensors")
+    keys = sorted(arrays)
+    shards = {"model-00001-of-00002.safetensors": keys[::2],
+              "model-00002-of-00002.safetensors": keys[1::2]}
+    for name, part in shards.items():
+        safetensors.numpy.save_file({k: arrays[k] for k in part},
+                                    str(folder / name))
+    (folder / "model.safetensors.index.json").write_text(json.dumps(
+        {"weight_map": {k: n for n, part in shards.items() for k in part}}))
+    reference = np.load(folder / "reference.npz")
+    model = loader.load_model(loader.Source(hub=str(folder)))
+    np.testing.assert_allclose(_run(model, reference["pixels"]),
+                               reference["logits"], atol=1e-4)

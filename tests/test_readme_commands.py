@@ -74,6 +74,7 @@ MODULES = {
     "keras_vit.export": "export",
     "keras_vit.checkpoint.convert": "convert",
     "keras_vit.analysis": "analysis",
+    "keras_vit.commands.predict": "predict",
 }
 SCRIPTS = {"train.py": "train", "evaluate.py": "evaluate"}
 # The module whose parser each class of project command uses.
@@ -81,6 +82,7 @@ PARSERS = {
     "export": "keras_vit.export.cli",
     "convert": "keras_vit.checkpoint.convert",
     "analysis": "keras_vit.analysis.cli",
+    "predict": "keras_vit.commands.predict",
 }
 # Console scripts (setup.cfg) by the module of their entry point.
 ENTRY_MODULES = {
@@ -98,6 +100,8 @@ EXTERNAL = {
     "tensorboard": "a server; its logdir is checked to be a training run's "
     "workdir holding summaries",
     "saved_model_cli": "ships with TensorFlow: runs on a real export (RUNS)",
+    "tensorflow_model_server": "TF Serving's server (not on PyPI); the "
+    "files it is given are checked against a real export",
     "gsutil": "Google Cloud SDK: needs a bucket",
     "gcloud": "Google Cloud SDK: needs a project",
     "bash": ".ci/run builds a fresh virtual environment from the package "
@@ -445,8 +449,11 @@ def check_project_argparse(command: Command, kind: str) -> str:
     args = parse_argparse(command, module.build_parser(),
                           project_args(command))
     if kind == "export":
-        _one_of(command, args, ("keras_model", "npz", "workdir"),
+        _one_of(command, args, ("keras_model", "npz", "workdir", "hub"),
                 "model source")
+    if kind == "predict":
+        _one_of(command, args, ("workdir", "keras_model", "npz", "hub",
+                                "saved_model"), "model source")
     if kind == "analysis":
         _one_of(command, args, ("model", "workdir", "npz"), "model source")
         _one_of(command, args, ("images", "digits"), "image source")
@@ -645,7 +652,7 @@ def check_external(command: Command, workspace) -> str:
                 _fail(command, f"{logdir} holds no TensorBoard summaries "
                       "after the run")
         return "external, not run: " + EXTERNAL[exe]
-    if exe in ("docker", "curl"):
+    if exe in ("docker", "curl", "tensorflow_model_server"):
         run_readme_command(workspace, EXPORT_VIT)
         exports = workspace.path(option(run_command(EXPORT_VIT),
                                         "export_dir"))
@@ -660,6 +667,13 @@ def check_external(command: Command, workspace) -> str:
                 mounts[fields["target"]] = fields["source"]
             elif word.startswith("--model_config_file="):
                 model_config = word.split("=", 1)[1]
+            elif word.startswith("--batching_parameters_file="):
+                batching = word.split("=", 1)[1]
+                source = mounts.get(os.path.dirname(batching), "$PWD/?")
+                if not os.path.exists(workspace.path(os.path.join(
+                        source[5:], os.path.basename(batching)))):
+                    _fail(command, f"{batching}: an export writes no such "
+                          "file")
             elif word == "-e" and args[i + 1].startswith("MODEL_NAME="):
                 model_name = args[i + 1].split("=", 1)[1]
         for target, source in mounts.items():
@@ -679,6 +693,16 @@ def check_external(command: Command, workspace) -> str:
             if not os.path.exists(workspace.path(path)):
                 _fail(command, f"{model_config} is {path} on the host, "
                       "which an export does not write")
+        return "external, not run: " + EXTERNAL[exe]
+    if exe == "tensorflow_model_server":
+        for word in args:
+            name, _, value = word.partition("=")
+            if name.endswith("_file") and value:
+                if not value.startswith("$PWD/") or not os.path.exists(
+                    workspace.path(value[5:])
+                ):
+                    _fail(command, f"{name} {value}: an export writes no "
+                          "such file under $PWD")
         return "external, not run: " + EXTERNAL[exe]
     if exe == "curl":
         from keras_vit.export import graph

@@ -402,12 +402,3 @@ def read_hub(path: str) -> HubCheckpoint:
         image_size=size, **settings,
     )
 
-
-def is_hub_path(path: str) -> bool:
-    """bool. Whether `path` is a directory or file in the Hugging Face
-    layout (config.json beside the weights)."""
-    folder = path if os.path.isdir(path) else os.path.dirname(path)
-    return os.path.exists(os.path.join(folder or ".", CONFIG_FILE)) and (
-        not os.path.isdir(path)
-        or any(os.path.exists(os.path.join(path, f)) for f in WEIGHT_FILES)
-    )

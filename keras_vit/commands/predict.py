@@ -25,6 +25,7 @@ import argparse
 import csv
 import json
 import os
+import re
 import sys
 from typing import Callable, List, Optional, Sequence, Tuple
 
@@ -71,7 +72,10 @@ def list_images(paths: Sequence[str]) -> Tuple[List[str], bool]:
 
 
 def _reason(error: tf.errors.OpError) -> str:
-    return error.message.strip().splitlines()[0]
+    """The decoder's message without TensorFlow's node and op names."""
+    text = error.message.strip().splitlines()[0]
+    text = re.sub(r"^\{\{[^}]*\}\}\s*", "", text)
+    return re.sub(r"\s*\[Op:.*$", "", text).strip()
 
 
 def read_images(files: Sequence[str], skip_bad: bool):
