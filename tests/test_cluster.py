@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+import types
 
 import pytest
 import tensorflow as tf
@@ -369,3 +370,27 @@ def test_tensorflow_start_up_notices_are_held_back(capfd):
     with quiet_start.quiet_tensorflow_start(argv=["train.py", "--verbose"]):
         os.write(2, lines[1].encode())
     assert capfd.readouterr().err == lines[1]
+
+
+@pytest.mark.parametrize("verbose", [False, True])
+def test_one_line_errors_and_the_traceback_with_verbose(
+    monkeypatch, caplog, verbose
+):
+    monkeypatch.setattr(cli_flags, "FLAGS", types.SimpleNamespace(
+        is_parsed=lambda: True, verbose=verbose))
+    try:
+        raise tf.errors.UnavailableError(None, None, "Socket closed")
+    except tf.errors.UnavailableError as cause:
+        try:
+            raise cluster.SetupError("Lost worker 1 at step 5") from cause
+        except cluster.SetupError as error:
+            lost = error
+    with caplog.at_level(std_logging.ERROR):
+        with pytest.raises(SystemExit) as info:
+            cli_flags.exit_with(lost)
+    assert info.value.code == "error: Lost worker 1 at step 5"
+    assert ("Traceback" in caplog.text) is verbose
+    assert ("UnavailableError: Socket closed" in caplog.text) is verbose
+    with pytest.raises(SystemExit) as info:
+        cli_flags.exit_with(cluster.SetupError("stopped", 143), 143)
+    assert info.value.code == 143
