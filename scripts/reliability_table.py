@@ -5,8 +5,9 @@ r"""Writes (or checks) docs/reliability.md from tests/reliability_cases.py.
 
 Each row is a case of the table in tests/reliability_cases.py; its test is
 the function decorated `@covers("<case id>")` in tests/test_faults.py,
-tests/test_bad_inputs.py or tests/test_multiworker_faults.py, found here by reading their source (no imports,
-so this script needs neither TensorFlow nor pytest).
+tests/test_bad_inputs.py or tests/test_multiworker_faults.py, found here by
+reading their source (no imports, so this script needs neither TensorFlow
+nor pytest).
 """
 
 from __future__ import annotations
