@@ -348,6 +348,63 @@ def test_finetune_recipe_runs_shrunk_from_an_npz(tmp_path, monkeypatch):
     assert any(np.array_equal(v, kernel) for v in snapshot.values())
 
 
+@pytest.mark.parametrize("res", [384, 512])
+def test_finetune_recipe_runs_at_high_resolution(res, tmp_path, monkeypatch):
+    """The recipe at the paper's fine-tuning resolutions, with 16 x 16
+    patches (577 and 1,025 tokens): a 'pre-trained' model at 32 x 32 (a
+    2 x 2 grid) fine-tunes in bfloat16 with rematerialised blocks, XLA on,
+    its position embeddings resized to the 24 x 24 / 32 x 32 grid."""
+    import tensorflow_datasets as tfds
+
+    tiny16 = {k: v for k, v in TINY.items() if v}
+    tiny16["patch_size"] = 16
+    keras.utils.set_random_seed(3)
+    source = keras_vit.create_model(None, num_classes=5, image_size=32,
+                                    head_zero_init=False, **tiny16)
+    npz = str(tmp_path / "pre.npz")
+    checkpoint.save_npz(source, npz)
+    arg = f"dataset=cifar10,init={npz},res={res},remat=block"
+    config = shrink(load(FINETUNE, arg, "--config.dtype=bfloat16"),
+                    eval_every_steps=0, image_size=res, jit_compile=True)
+    config.model.patch_size = 16
+    assert config.pp.resize_size == res * 448 // 384
+    built = _capture_model(monkeypatch)
+    start = {}
+    initialise = train_lib._initialise_from
+
+    def record(config, model):
+        initialise(config, model)
+        layer = model.get_layer("posembed_input")
+        start["posemb"] = layer.pos_embedding.numpy()
+
+    monkeypatch.setattr(train_lib, "_initialise_from", record)
+    with tfds.testing.mock_data(num_examples=8,
+                                policy=tfds.testing.MockPolicy.USE_CODE):
+        metrics = train_lib.train_and_evaluate(config, str(tmp_path / "ft"))
+    assert metrics["steps"] == 2 and math.isfinite(metrics["test_loss"])
+    losses = tiny.train_losses(tmp_path / "ft")
+    assert len(losses) == 2 and all(math.isfinite(x) for x in losses)
+    model = built[0]
+    encoder = model.get_layer("Transformer")
+    assert encoder.remat == "block" and encoder.compute_dtype == "bfloat16"
+    assert tuple(model.input.shape[1:3]) == (res, res)
+    grid = res // 16
+    old = source.get_layer("posembed_input").pos_embedding.numpy()
+    assert start["posemb"].shape == (1, grid * grid + 1, 16)
+    np.testing.assert_allclose(start["posemb"],
+                               resize_position_embedding(old, grid, 2),
+                               atol=1e-6)
+
+
+def test_finetune_recipe_rematerialises_above_384():
+    assert load(FINETUNE, "dataset=cifar10").model.remat == "none"
+    high = load(FINETUNE, "dataset=imagenet2012,variant=L/16,res=512")
+    assert (high.image_size, high.model.remat) == (512, "block")
+    assert high.pp.resize_size == 597
+    assert load(FINETUNE, "dataset=cifar10,res=512,remat=none").model.remat \
+        == "none"
+
+
 def test_init_from_two_sources_is_refused(tmp_path):
     config = shrink(load(FINETUNE, "dataset=cifar10"))
     config.init.workdir = str(tmp_path)

@@ -167,7 +167,8 @@ def _run(
                 t1 = time.time()
                 with data_checks.explained_errors(config):
                     results = trainer.evaluate(eval_fn(val_split))
-                _log_eval(writers, step, val_split, results)
+                _log_eval(writers, step, val_split, results,
+                          trainer.accuracy_name)
                 scheduled += time.time() - t1
             saved = _boundary(step, ckpt_every) or step == total
             if saved:
@@ -200,12 +201,13 @@ def _run(
     eval_split = config.eval_split
     with data_checks.explained_errors(config):
         results = trainer.evaluate(eval_fn(eval_split))
-    _log_eval(writers, step, eval_split, results)
+    _log_eval(writers, step, eval_split, results, trainer.accuracy_name)
     trained = step - start_step
     final = {
         "eval_split": eval_split,
-        "test_accuracy": results["accuracy"],
-        "test_top5_accuracy": results["top5_accuracy"],
+        # "test_mpp_accuracy" for masked patch prediction.
+        f"test_{trainer.accuracy_name}": results["accuracy"],
+        f"test_top5_{trainer.accuracy_name}": results["top5_accuracy"],
         "test_loss": results["loss"],
         "test_examples": results["num_examples"],
         "steps": step,
@@ -247,15 +249,16 @@ def _log_train(trainer, writers, step, total, window, seconds, batch,
     grad_norm = window["grad_norm"] / applied if applied else float("nan")
     images_per_sec = steps * batch / seconds if seconds else 0.0
     lr = trainer.learning_rate()
+    name = trainer.accuracy_name
     logging.info(
-        "step %d/%d: loss %.4f accuracy %.4f lr %.3g grad_norm %.3g "
-        "images/s %.1f%s", step, total, loss, accuracy, lr, grad_norm,
+        "step %d/%d: loss %.4f %s %.4f lr %.3g grad_norm %.3g "
+        "images/s %.1f%s", step, total, loss, name, accuracy, lr, grad_norm,
         images_per_sec, note,
     )
     if "train" in writers:
         with writers["train"].as_default(step=step):
             tf.summary.scalar("loss", loss)
-            tf.summary.scalar("accuracy", accuracy)
+            tf.summary.scalar(name, accuracy)
             tf.summary.scalar("learning_rate", lr)
             tf.summary.scalar("grad_norm", grad_norm)
             tf.summary.scalar("images_per_sec", images_per_sec)
@@ -263,14 +266,15 @@ def _log_train(trainer, writers, step, total, window, seconds, batch,
         writers["train"].flush()
 
 
-def _log_eval(writers, step, split, results):
+def _log_eval(writers, step, split, results, name="accuracy"):
     logging.info(
-        "eval %s at step %d: accuracy %.4f top5 %.4f loss %.4f (%d examples)",
-        split, step, results["accuracy"], results["top5_accuracy"],
+        "eval %s at step %d: %s %.4f top5 %.4f loss %.4f (%d examples)",
+        split, step, name, results["accuracy"], results["top5_accuracy"],
         results["loss"], results["num_examples"],
     )
     if "eval" in writers:
         with writers["eval"].as_default(step=step):
             for key in ("accuracy", "top5_accuracy", "loss"):
-                tf.summary.scalar(key, results[key])
+                tf.summary.scalar(key.replace("accuracy", name),
+                                  results[key])
         writers["eval"].flush()

@@ -8,6 +8,7 @@ loop in `keras_vit.training.loop`.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from typing import Callable, Dict, Optional
@@ -16,17 +17,27 @@ import keras
 import tensorflow as tf
 from absl import logging
 
-from keras_vit.build import MODEL_KEYS, build_model, build_optimizer
-from keras_vit.checkpoint import loader
+from keras_vit.build import (
+    MODEL_KEYS,
+    build_model,
+    build_optimizer,
+    check_mpp,
+    model_stride,
+)
+from keras_vit.checkpoint import loader, weights
 from keras_vit.checkpoint import workdir as wd
 from keras_vit.data import checks as data_checks
 from keras_vit.data import pipeline as input_pipeline
 from keras_vit.data import sources
 from keras_vit.training import checkpoints, cluster, distribute, loop
+from keras_vit.training.mpp_trainer import MppTrainer
 from keras_vit.training.resume import TrainingError, restore_latest
 from keras_vit.training.trainer import Trainer
 
 __all__ = ["TrainingError", "build_trainer", "train_and_evaluate"]
+
+# An MPP run's encoder in the official .npz layout, in its workdir.
+ENCODER_NPZ = "encoder.npz"
 
 def num_classes_of(config) -> int:
     """The head width of a run of `config`: config.num_classes, else the
@@ -38,26 +49,43 @@ def num_classes_of(config) -> int:
 
 def build_trainer(config, model, optimizer, strategy, num_classes: int):
     """The `Trainer` of `config` (batch, accumulation, clipping, loss, XLA)
-    for a model and optimizer created under `strategy.scope()`."""
+    for a model and optimizer created under `strategy.scope()`; an
+    `MppTrainer` with `config.mpp.enabled`."""
+    common = dict(
+        global_batch_size=int(config.batch_size),
+        accumulation_steps=int(config.accumulation_steps),
+        grad_clip_norm=config.grad_clip_norm,
+        jit_compile=bool(config.jit_compile),
+        skip_nonfinite=bool(config.skip_nonfinite),
+    )
+    if config.mpp.enabled:
+        return MppTrainer(
+            model, optimizer, strategy, target=config.mpp.target,
+            patch_size=model_stride(config),
+            colour_bits=int(config.mpp.colour_bits),
+            grid_size=int(config.mpp.grid_size), **common,
+        )
     return Trainer(
         model,
         optimizer,
         strategy,
         num_classes=num_classes,
-        global_batch_size=int(config.batch_size),
-        accumulation_steps=int(config.accumulation_steps),
-        grad_clip_norm=config.grad_clip_norm,
         loss=config.loss,
         label_smoothing=float(config.label_smoothing),
-        jit_compile=bool(config.jit_compile),
-        skip_nonfinite=bool(config.skip_nonfinite),
+        **common,
     )
 
 
 def _model_signature(config) -> dict:
-    sig = {k: config.model[k] for k in MODEL_KEYS}
+    # Rematerialisation changes how gradients are computed, not the model:
+    # a run may resume with it switched on or off.
+    sig = {k: config.model[k] for k in MODEL_KEYS if k != "remat"}
     sig["image_size"] = config.image_size
     sig["num_classes"] = config.num_classes
+    # The MPP head's shape (a classifier has none).
+    mpp = config.mpp
+    sig["mpp"] = [mpp.target, mpp.colour_bits, mpp.grid_size] if (
+        mpp.enabled) else None
     # As the saved file holds it (tuples as lists).
     return json.loads(json.dumps(sig))
 
@@ -98,6 +126,16 @@ def _initialise_from(config, model: keras.Model) -> None:
     logging.info("Initialised from %s: %s", source.path, report)
 
 
+def _save_encoder(workdir: str, model, class_names) -> dict:
+    """Writes an MPP run's encoder (the parameters it shares with a
+    classifier) as an official-layout .npz in its workdir."""
+    del class_names
+    path = os.path.join(workdir, ENCODER_NPZ)
+    weights.save_npz(model, path)
+    logging.info("Wrote the MPP encoder to %s", path)
+    return {"encoder_npz": path}
+
+
 def train_and_evaluate(
     config,
     workdir: str,
@@ -119,6 +157,16 @@ def train_and_evaluate(
 
     Returns the final metrics (also written to workdir/metrics.json).
     """
+    if config.mpp.enabled:
+        if config.export.enabled:
+            raise ValueError(
+                "config.export.enabled with config.mpp.enabled: an MPP "
+                "encoder has no classifier to serve. Fine-tune it first "
+                "(config.init.workdir=<this run>) and export that run, or "
+                "set config.export.enabled=False."
+            )
+        check_mpp(config)
+        on_finish = functools.partial(_save_encoder, workdir)
     if config.export.enabled and on_finish is None:
         raise ValueError(
             "config.export.enabled asks for an export at the end of the run, "
@@ -197,8 +245,9 @@ def train_and_evaluate(
         elif not all(checkpointable):
             logging.warning(
                 "The input pipeline reads from Python (a generator or "
-                "py_function), whose state cannot be checkpointed: a resumed "
-                "run draws a new data order."
+                "py_function) or keeps random state in a variable (Keras's "
+                "RandAugment, MixUp, CutMix), which cannot be checkpointed: "
+                "a resumed run draws a new data order."
             )
         else:
             items["iterator"] = train_iter
