@@ -12,17 +12,22 @@ Config fields can be overridden on the command line (`--config.total_steps=
 the same --workdir resumes from its latest checkpoint.
 """
 
+import contextlib
 import importlib.util
 import os
 
 
 def _quiet_start():
-    # By its path: importing keras_vit would load TensorFlow, whose start-up
-    # notices it holds back. find_spec locates the package without running
-    # it, wherever it is installed.
+    # Loaded by its path: importing keras_vit would load TensorFlow, whose
+    # start-up notices it holds back. find_spec of the top-level package
+    # runs none of its code.
     package = importlib.util.find_spec("keras_vit")
-    path = os.path.join(os.path.dirname(package.origin), "commands",
-                        "quiet_start.py")
+    if package is None or not package.submodule_search_locations:
+        return contextlib.nullcontext()
+    path = os.path.join(list(package.submodule_search_locations)[0],
+                        "commands", "quiet_start.py")
+    if not os.path.exists(path):
+        return contextlib.nullcontext()
     spec = importlib.util.spec_from_file_location("_quiet_start", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -17,12 +17,14 @@ import subprocess
 import sys
 import threading
 import time
+import types
 
 import pytest
 import tensorflow as tf
 
 from keras_vit import create_model
 from keras_vit.commands import flags as cli_flags
+from keras_vit.commands import quiet_start
 from keras_vit.training import checkpoints, cluster, distribute
 from tests.strategies import two_cpu_mirrored
 
@@ -342,3 +344,53 @@ def test_cpu_devices_mirror_over_logical_cpus():
             "--cpu_devices=2 splits the CPU for MirroredStrategy: use it "
             r"with --strategy=mirrored \(or auto\), not --strategy=cpu")):
         distribute.create_strategy("cpu", cpu_devices=2)
+
+
+def test_tensorflow_start_up_notices_are_held_back(capfd):
+    cpu_only = not os.path.exists("/proc/driver/nvidia/version")
+    lines = [
+        "WARNING: All log messages before absl::InitializeLog() is called "
+        "are written to STDERR\n",
+        "I0000 00:00:1795427554.183339   25576 port.cc:153] oneDNN custom "
+        "operations are on. You may see slightly different numerical "
+        "results.\n",
+        "I0000 00:00:1795427554.183610   25576 cudart_stub.cc:31] Could not "
+        "find cuda drivers on your machine, GPU will not be used.\n",
+        "E0000 00:00:1795427558.506720   25576 cuda_platform.cc:52] failed "
+        "call to cuInit: INTERNAL: CUDA error: UNKNOWN ERROR (303)\n",
+        "W0000 00:00:1795427558.506720   25576 other.cc:1] kept as it is\n",
+    ]
+    capfd.readouterr()
+    with quiet_start.quiet_tensorflow_start(argv=[]):
+        for line in lines:
+            os.write(2, line.encode())
+    err = capfd.readouterr().err
+    expected = lines[4:] if cpu_only else lines[2:]
+    assert err == "".join(expected)
+    with quiet_start.quiet_tensorflow_start(argv=["train.py", "--verbose"]):
+        os.write(2, lines[1].encode())
+    assert capfd.readouterr().err == lines[1]
+
+
+@pytest.mark.parametrize("verbose", [False, True])
+def test_one_line_errors_and_the_traceback_with_verbose(
+    monkeypatch, caplog, verbose
+):
+    monkeypatch.setattr(cli_flags, "FLAGS", types.SimpleNamespace(
+        is_parsed=lambda: True, verbose=verbose))
+    try:
+        raise tf.errors.UnavailableError(None, None, "Socket closed")
+    except tf.errors.UnavailableError as cause:
+        try:
+            raise cluster.SetupError("Lost worker 1 at step 5") from cause
+        except cluster.SetupError as error:
+            lost = error
+    with caplog.at_level(std_logging.ERROR):
+        with pytest.raises(SystemExit) as info:
+            cli_flags.exit_with(lost)
+    assert info.value.code == "error: Lost worker 1 at step 5"
+    assert ("Traceback" in caplog.text) is verbose
+    assert ("UnavailableError: Socket closed" in caplog.text) is verbose
+    with pytest.raises(SystemExit) as info:
+        cli_flags.exit_with(cluster.SetupError("stopped", 143), 143)
+    assert info.value.code == 143

@@ -167,6 +167,11 @@ def test_killed_worker_stops_the_other_and_the_restart_ends_cleanly(
         assert f"Resumed from {latest} at step {resume}" in text
         check_says("multiworker_clean_finish", text)
         assert proc.ended - final < 30
+        # TensorFlow's lines once each (absl's format alone), without the
+        # ones each trace repeats; progress from the first call on.
+        assert "INFO:tensorflow:" not in text
+        assert "Collective all_reduce tensors" not in text
+        assert "(first call: with tracing and compilation)" in text
     assert f"Removing {scratch}, left by an earlier run." in second[1].text()
     assert not os.path.exists(scratch)
     with open(os.path.join(workdir, "metrics.json")) as f:

@@ -11,8 +11,8 @@ names a remote one.
 
 Set-up that waits on other machines (the workers of TF_CONFIG, a remote
 TPU) is bounded by `connect_timeout_s` and ends on SIGTERM
-(`cluster.run_bounded`); every set-up failure is a `cluster.SetupError`
-whose one line names the fix.
+(`cluster.wait_for_workers`, `cluster.run_guarded`); every set-up failure is
+a `cluster.SetupError` whose one line names the fix.
 
 Preemption: `SigtermFlag` lets the host loop checkpoint and stop on SIGTERM
 (one host, and Cloud TPU VMs); for multi-worker and TPU strategies
