@@ -131,8 +131,8 @@ def main(argv=None) -> int:
             runs=len(acc),
         )
     result = dict(
-        command="python scripts/augreg_digits.py " + " ".join(
-            argv if argv is not None else sys.argv[1:]),
+        command=" ".join(["python scripts/augreg_digits.py"] + list(
+            argv if argv is not None else sys.argv[1:])),
         train_examples=args.train_examples, steps=args.steps, batch=64,
         test_examples=360, seeds=seeds, runs=runs, summary=summary,
     )

@@ -9,6 +9,7 @@ import pytest
 
 import keras_vit
 from keras_vit import droppath
+from keras_vit.analysis import extract
 from keras_vit.checkpoint import weights
 
 TINY = dict(patch_size=4, hidden_size=32, num_layers=2, num_heads=2,
@@ -132,6 +133,9 @@ def test_sincos2d_equals_big_vision_and_has_no_weights(tmp_path):
         token_model.get_layer("posembed_input").table((4, 4), 32)
     )
     assert not prefixed[0, 0].any()
+    # The analysis (position-embedding similarity) reads the same table.
+    np.testing.assert_array_equal(
+        extract.position_embeddings(token_model), prefixed[0])
     np.testing.assert_allclose(prefixed[:, 1:],
                                big_vision_posemb_sincos_2d(4, 4, 32),
                                atol=1e-5)

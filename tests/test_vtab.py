@@ -413,7 +413,7 @@ def test_backbone_has_no_head(tmp_path):
     fields = pretrained.transfer_model_config(out, {"dropout_rate": 0.1})
     assert fields == dict(patch_size=8, hidden_size=32, num_layers=1,
                           num_heads=2, mlp_dim=64, pooling="token",
-                          variant=None, dropout_rate=0.1)
+                          posemb="learn", variant=None, dropout_rate=0.1)
     with pytest.raises(ValueError, match="not a B/16 checkpoint"):
         pretrained.architecture(
             pretrained.Source(npz=source.npz, variant="B/16")

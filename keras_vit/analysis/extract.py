@@ -54,7 +54,13 @@ def token_layout(model: keras.Model) -> core.TokenLayout:
 
 
 def position_embeddings(model: keras.Model) -> np.ndarray:
-    """table: float32 (T, D). The learned position embeddings."""
+    """table: float32 (T, D). The learned position embeddings, or the fixed
+    sin-cos ones (posemb="sincos2d") at the model's patch grid."""
+    layer = model.get_layer("posembed_input")
+    if isinstance(layer, vit_layers.SinCosPositionEmbedding):
+        width = _layer(model, "embedding", vit_layers.PatchEmbedding)
+        table = layer.table(token_layout(model).grid, width.hidden_size)
+        return np.asarray(keras.ops.convert_to_numpy(table))[0]
     layer = _layer(model, "posembed_input", vit_layers.PositionEmbedding)
     return np.asarray(keras.ops.convert_to_numpy(layer.pos_embedding))[0]
 
