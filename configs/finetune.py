@@ -6,7 +6,9 @@ x 384: images resized to 448 x 448 (image_size * 448 / 384), a random 384
 crop and a horizontal flip for training, a plain resize to 384 for
 evaluation, as in the official fine-tuning code. The pre-training head is
 replaced by a zero-initialised linear head and the position embeddings are
-resized to the new patch grid.
+resized to the new patch grid. ImageNet (dataset=imagenet2012) follows the
+paper's best runs: 512 x 512 for L/16, 518 x 518 for H/14 (384 for the
+others), with Polyak averaging of the weights (factor 0.9999).
 
     python train.py \
         --config=configs/finetune.py:dataset=cifar100,variant=B/16 \
@@ -18,7 +20,7 @@ or vtab/<task> for one VTAB-1k task), variant (B/16, L/16, ... of the
 checkpoint), init (a released .npz, a .keras file or a train.py workdir;
 default: the released ImageNet-21k checkpoint gs://vit_models/imagenet21k/
 ViT-<variant>.npz), lr (default: the table's), res (the resolution,
-default 384; the paper's best ImageNet models: L/16 at 512, H/14 at 518),
+default 384, and for ImageNet the paper's 512 for L/16 and 518 for H/14),
 remat (rematerialisation of the encoder blocks: none or block; default
 block above 384, where activations decide what fits). Short runs on fewer
 cores: --config.accumulation_steps=8 keeps the batch at 512.
@@ -37,6 +39,7 @@ the learning rates swept per dataset (`lrs` below); the best one was kept.
 """
 
 from keras_vit.config import base_config
+from keras_vit.data import vtab
 
 # Paper Table 4 (steps, swept learning rates) with the splits of the
 # official fine-tuning code: part of the training split is held out as a
@@ -75,6 +78,9 @@ DATASETS = {
     ),
 }
 CHECKPOINTS = "gs://vit_models/imagenet21k"
+# Appendix B.1.1: the ImageNet results of Table 2 fine-tune at a higher
+# resolution and with Polyak averaging (factor 0.9999).
+IMAGENET_RESOLUTION = {"L/16": 512, "H/14": 518}
 
 
 def parse_arg(arg, **defaults):
@@ -105,7 +111,7 @@ def _init(source: str) -> dict:
 
 def get_config(arg=None):
     args = parse_arg(arg, dataset="cifar100", variant="B/16", init="", lr="",
-                     res="384", remat="")
+                     res="", remat="")
     name = args["dataset"]
     vtab_task = None
     if name.startswith("vtab/"):
@@ -130,8 +136,6 @@ def get_config(arg=None):
     c.val_split = row["val"]
     c.eval_split = row["test"]
     if vtab_task:
-        from keras_vit.data import vtab
-
         task = vtab.get_task(vtab_task)
         # The task's TFDS data, its class count and its VTAB-1k splits.
         c.dataset, c.vtab_task = task.tfds_name, task.name
@@ -139,8 +143,15 @@ def get_config(arg=None):
         c.train_split = task.split(row["train"])
         c.val_split = task.split(row["val"])
         c.eval_split = task.split(row["test"])
-    # Fine-tuning resolution (position embeddings are resized to it).
-    c.image_size = int(args["res"])
+    # Fine-tuning resolution (position embeddings are resized to it): res=,
+    # else 384, and for ImageNet the paper's best runs at 512 (L/16) and
+    # 518 (H/14).
+    c.image_size = int(args["res"] or 384)
+    if name == "imagenet2012":
+        # ImageNet: the paper's resolution for the variant.
+        c.image_size = int(args["res"] or IMAGENET_RESOLUTION.get(variant, 384))
+        # Polyak averaging of the weights, evaluated and exported.
+        c.ema_decay = 0.9999
     # Resize to image_size * 448 / 384 (follows image_size overrides),
     # random image_size crop, flip (the base's "finetune").
     c.pp.resize_size = c.get_ref("image_size") * 448 // 384

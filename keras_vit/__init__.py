@@ -26,6 +26,7 @@ from keras_vit.derived import (
     model_stride,
     with_dynamic_image_size,
 )
+from keras_vit.droppath import DropPath
 from keras_vit.layers import (
     ClassToken,
     Encoder,
@@ -33,6 +34,7 @@ from keras_vit.layers import (
     MultiHeadSelfAttention,
     PatchEmbedding,
     PositionEmbedding,
+    SinCosPositionEmbedding,
     TokenPooling,
 )
 from keras_vit.model import VARIANTS, create_model, decode_variant
@@ -55,12 +57,14 @@ _LAZY = {
 
 __all__ = [
     "ClassToken",
+    "DropPath",
     "Encoder",
     "EncoderBlock",
     "MultiHeadSelfAttention",
     "PatchEmbedding",
     "PositionEmbedding",
     "ResNetStem",
+    "SinCosPositionEmbedding",
     "TokenPooling",
     "VARIANTS",
     "attention_model",

@@ -45,6 +45,10 @@ def base_config() -> ml_collections.ConfigDict:
     c.skip_bad_images = False
     # Split used for training (slices such as "train[:98%]" work).
     c.train_split = "train"
+    # Labelled examples kept per class of train_split, a random draw seeded
+    # by `seed` (few-label training, e.g. after MPP pre-training); 0: all.
+    # The digits and image folders.
+    c.train_examples_per_class = 0
     # Split of the periodic evaluation; None: eval_split.
     c.val_split = placeholder(str)
     # Split of the final (reported) evaluation.
@@ -80,6 +84,19 @@ def base_config() -> ml_collections.ConfigDict:
     c.pp.area_range = (0.05, 1.0)
     # Random horizontal flips ("pretrain", "finetune").
     c.pp.flip = True
+    # RandAugment ("pretrain", "finetune"): ops per image (big_vision's N;
+    # 0: none) and magnitude (big_vision's M, mapped to Keras 3's
+    # RandAugment factor M / 60; keras_vit/data/augment.py).
+    c.pp.randaug_ops = 0
+    c.pp.randaug_magnitude = 0.0
+
+    # Mixing of training batches, labels mixed alike
+    # (keras_vit/data/augment.py); with both, each batch uses one of them.
+    c.mix = ml_collections.ConfigDict()
+    # Mixup's Beta(alpha, alpha); 0: no Mixup.
+    c.mix.mixup_alpha = 0.0
+    # CutMix's Beta(alpha, alpha), in (0, 1]; 0: no CutMix.
+    c.mix.cutmix_alpha = 0.0
 
     # --------------------------------------------------------------- model
     # keras_vit.create_model arguments. Sizes left None come from the
@@ -107,6 +124,17 @@ def base_config() -> ml_collections.ConfigDict:
     c.model.attention_dropout_rate = 0.0
     # Start the classification head at zero (the paper's transfer set-up).
     c.model.head_zero_init = True
+    # Initial value of every head bias: -10 with the sigmoid loss, as the
+    # released ImageNet-21k models were pre-trained (each class starts at
+    # probability ~4.5e-5 instead of 0.5).
+    c.model.head_bias_init = 0.0
+    # Position embeddings: "learn" (the paper's table) or "sincos2d" (fixed
+    # 2-D sin-cos, big_vision's plain ViT; no weights).
+    c.model.posemb = "learn"
+    # Stochastic depth of the last block while training (AugReg's "sd");
+    # block i of L drops each residual branch per example with
+    # rate * i / (L - 1) (keras_vit/droppath.py).
+    c.model.stochastic_depth_rate = 0.0
     # Rematerialisation of the encoder blocks (keras_vit/remat.py): "none";
     # "block" recomputes each block in the backward pass instead of keeping
     # its activations (high resolutions; README "Memory"); "dots" (JAX
@@ -155,7 +183,8 @@ def base_config() -> ml_collections.ConfigDict:
     # Micro-batches per update (gradient accumulation): keeps batch_size
     # when one step of the accelerators cannot hold it.
     c.accumulation_steps = 1
-    # "softmax_xent" or "sigmoid_xent".
+    # "softmax_xent" or "sigmoid_xent" (both take Mixup's and CutMix's
+    # mixed labels).
     c.loss = "softmax_xent"
     # Label smoothing of the targets.
     c.label_smoothing = 0.0
@@ -167,12 +196,41 @@ def base_config() -> ml_collections.ConfigDict:
     c.ema_decay = 0.0
     # XLA-compile the forward/backward pass of each replica.
     c.jit_compile = True
+    # Multi-worker and remote-TPU runs: seconds to wait for every worker of
+    # TF_CONFIG (or the TPU) to connect, logging the missing ones every 30
+    # s, before stopping with an error that names them; 0: wait forever.
+    c.connect_timeout_s = 600
     # Training steps per host call (a tf.function loop; TPUs run it on
     # device).
     c.steps_per_loop = 50
     # Benchmarking: train on the first batch of the pipeline, repeated, to
     # time the training loop without its input work.
     c.synthetic_data = False
+
+    # ------------------------------------- self-supervised pre-training
+    # Masked patch prediction (paper Section 4.6; keras_vit/mpp.py): the
+    # model predicts corrupted patches instead of classes; labels are not
+    # used. Its accuracy is the share of corrupted patches (colour cells)
+    # whose colour class is right (`mpp_accuracy` in TensorBoard).
+    c.mpp = ml_collections.ConfigDict()
+    c.mpp.enabled = False
+    # Share of each image's patches that is corrupted (paper: 0.5; it also
+    # tried 0.15). Exactly round(rate * patches) per image.
+    c.mpp.corrupt_rate = 0.5
+    # Of the corrupted patches: the share replaced by the learnable [mask]
+    # embedding, and by the embedding of another patch of the same image;
+    # the rest keep their own (paper: 0.8, 0.1, hence 0.1 kept).
+    c.mpp.mask_fraction = 0.8
+    c.mpp.random_fraction = 0.1
+    # What is predicted: "mean_colour" (the patch's mean colour, each
+    # channel in 2**colour_bits levels: 512 classes, the paper's choice),
+    # "colour_grid" (the same for each cell of a grid_size x grid_size
+    # downsized patch) or "pixels" (L2 regression of the whole patch).
+    c.mpp.target = "mean_colour"
+    # Bits per colour channel of the colour targets.
+    c.mpp.colour_bits = 3
+    # "colour_grid": cells per patch side (paper: 4, for 16-pixel patches).
+    c.mpp.grid_size = 4
 
     # ----------------------------------------------- logging, checkpoints
     # Train-metric logging interval (steps).

@@ -113,7 +113,10 @@ def with_dynamic_image_size(model: keras.Model) -> keras.Model:
     size is returned as is. The original model is not modified.
     """
     posembed = model.get_layer("posembed_input")
-    if posembed.grid_size is not None:
+    fixed_sincos = isinstance(posembed, vit_layers.SinCosPositionEmbedding)
+    if posembed.grid_size is not None or (
+        fixed_sincos and model.input_shape[1] is None
+    ):
         return model
     height, width = input_image_size(model)
     stride = model_stride(model)
@@ -125,7 +128,11 @@ def with_dynamic_image_size(model: keras.Model) -> keras.Model:
     # create_model's models are a chain of layers, input to output.
     for layer in model.layers[1:]:
         config = layer.get_config()
-        if layer is posembed:
+        if layer is posembed and fixed_sincos:
+            # Computed at every input's grid already.
+            copy = layer.__class__.from_config(config)
+            x = copy(x, images)
+        elif layer is posembed:
             config.update(
                 grid_size=(height // stride, width // stride),
                 stride=stride,

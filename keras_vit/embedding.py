@@ -274,3 +274,103 @@ class PositionEmbedding(keras.layers.Layer):
             num_prefix_tokens=self.num_prefix_tokens,
         )
         return config
+
+
+def sincos2d_table(rows, cols, width: int, temperature: float = 10_000.0):
+    """(rows * cols, width) fixed 2-D sin-cos position embeddings.
+
+    big_vision's `posemb_sincos_2d` (the MoCo v3 form), row-major over the
+    grid: for grid position (y, x) the features are [sin(x w), cos(x w),
+    sin(y w), cos(y w)] with w_k = temperature ** -(k / (width / 4 - 1)),
+    k = 0 .. width / 4 - 1. `rows` and `cols` may be run-time scalars.
+    """
+    if width % 4:
+        raise ValueError(
+            f"posemb='sincos2d' needs a width divisible by 4, got {width}: "
+            "use a hidden_size that is a multiple of 4, or posemb='learn'."
+        )
+    quarter = width // 4
+    # big_vision divides by quarter - 1; a width of 4 (quarter 1) would be
+    # 0 / 0 there, so that one case uses the single frequency 1.
+    omega = ops.arange(quarter, dtype="float32") / max(quarter - 1, 1)
+    omega = 1.0 / ops.power(float(temperature), omega)
+    y = ops.cast(ops.repeat(ops.arange(rows), cols), "float32")
+    x = ops.cast(ops.tile(ops.arange(cols), [rows]), "float32")
+    x = x[:, None] * omega[None, :]
+    y = y[:, None] * omega[None, :]
+    return ops.concatenate(
+        [ops.sin(x), ops.cos(x), ops.sin(y), ops.cos(y)], axis=1
+    )
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
+class SinCosPositionEmbedding(keras.layers.Layer):
+    """Adds fixed 2-D sin-cos position embeddings (`sincos2d_table`).
+
+    As big_vision's `posemb="sincos2d"`: nothing is learned, so the layer
+    has no weights and a checkpoint has no position-embedding array. The
+    table is computed at the patch grid of the images the layer is called
+    with, so one model serves every input size. Prefix (class) tokens get
+    zeros: big_vision adds the embeddings before it prepends the class
+    token, which is the same.
+
+    Args:
+        stride: int. Image pixels per patch side (patch size, times the
+            ResNet stride for hybrids).
+        num_prefix_tokens: int. Leading tokens that are not grid positions
+            (1 with a class token).
+        dropout_rate: float. Dropout after adding the embeddings.
+        temperature: float. The frequency base (big_vision: 10,000).
+    """
+
+    # Read by code that handles both position layers: no stored grid.
+    grid_size = None
+
+    def __init__(
+        self,
+        stride: int,
+        num_prefix_tokens: int = 0,
+        dropout_rate: float = 0.0,
+        temperature: float = 10_000.0,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        check_rate("dropout_rate", dropout_rate)
+        if int(stride) < 1:
+            raise ValueError(f"stride must be a positive int, got {stride}.")
+        self.stride = int(stride)
+        self.num_prefix_tokens = int(num_prefix_tokens)
+        self.dropout_rate = float(dropout_rate)
+        self.temperature = float(temperature)
+
+    def build(self, tokens_shape, images_shape=None):
+        if tokens_shape[-1] % 4:
+            sincos2d_table(1, 1, tokens_shape[-1])  # raises, naming the fix
+        self.dropout = keras.layers.Dropout(self.dropout_rate, name="dropout")
+        self.built = True
+
+    def table(self, grid, width: int):
+        """(1, prefix + rows * cols, width) float32: zeros for the prefix
+        tokens, then the embeddings of the (rows, cols) grid."""
+        grid_table = sincos2d_table(grid[0], grid[1], width, self.temperature)
+        prefix = ops.zeros((self.num_prefix_tokens, width), "float32")
+        return ops.concatenate([prefix, grid_table], axis=0)[None]
+
+    def call(self, tokens, images, training=None):
+        grid = patch_grid(images, self.stride)
+        table = self.table(grid, tokens.shape[-1])
+        x = tokens + ops.cast(table, tokens.dtype)
+        return self.dropout(x, training=training)
+
+    def compute_output_shape(self, tokens_shape, images_shape=None):
+        return tuple(tokens_shape)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            stride=self.stride,
+            num_prefix_tokens=self.num_prefix_tokens,
+            dropout_rate=self.dropout_rate,
+            temperature=self.temperature,
+        )
+        return config

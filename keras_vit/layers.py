@@ -38,11 +38,13 @@ from keras import ops
 from keras_vit import attention as _attention
 from keras_vit import remat as _remat
 from keras_vit.attention import MultiHeadSelfAttention  # noqa: F401
+from keras_vit.droppath import DropPath, stochastic_depth_rates
 from keras_vit.embedding import (  # noqa: F401 (re-exported)
     PACKAGE,
     ClassToken,
     PatchEmbedding,
     PositionEmbedding,
+    SinCosPositionEmbedding,
     check_rate,
 )
 
@@ -110,9 +112,9 @@ class LayerNorm(keras.layers.LayerNormalization):
         )
 
 
-def layer_norm(name: str) -> LayerNorm:
+def layer_norm(name: str, epsilon: float = LAYER_NORM_EPSILON) -> LayerNorm:
     """LayerNorm with the official epsilon (1e-6), not Keras's 1e-3."""
-    return LayerNorm(epsilon=LAYER_NORM_EPSILON, name=name)
+    return LayerNorm(epsilon=epsilon, name=name)
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
@@ -122,11 +124,22 @@ class EncoderBlock(keras.layers.Layer):
     x = x + Dropout(MSA(LN(x)));  x = x + MLP(LN(x)), where the MLP is
     Dense(mlp_dim) -> GELU -> Dropout -> Dense(D) -> Dropout.
 
+    With stochastic depth, each residual branch (attention, MLP) is dropped
+    per example while training (`keras_vit.droppath.DropPath`); at
+    inference the block is exactly the block without it.
+
     Args:
         num_heads: int. Attention heads.
         mlp_dim: int. Hidden width of the MLP.
         dropout_rate: float. Dropout after every dense layer but the qkv.
         attention_dropout_rate: float. Dropout on attention weights.
+        stochastic_depth_rate: float. Probability of dropping each residual
+            branch of an example while training.
+        approximate_gelu: bool. The tanh approximation of GELU (the
+            official implementation's); False: the exact erf form (PyTorch's
+            and so Hugging Face's and timm's).
+        layer_norm_epsilon: float. 1e-6 officially (Hugging Face ViT:
+            1e-12).
     """
 
     def __init__(
@@ -135,31 +148,39 @@ class EncoderBlock(keras.layers.Layer):
         mlp_dim: int,
         dropout_rate: float = 0.0,
         attention_dropout_rate: float = 0.0,
+        stochastic_depth_rate: float = 0.0,
+        approximate_gelu: bool = True,
+        layer_norm_epsilon: float = LAYER_NORM_EPSILON,
         **kwargs,
     ):
         super().__init__(**kwargs)
         check_rate("dropout_rate", dropout_rate)
         check_rate("attention_dropout_rate", attention_dropout_rate)
+        check_rate("stochastic_depth_rate", stochastic_depth_rate)
         self.num_heads = int(num_heads)
         self.mlp_dim = int(mlp_dim)
         self.dropout_rate = float(dropout_rate)
         self.attention_dropout_rate = float(attention_dropout_rate)
+        self.stochastic_depth_rate = float(stochastic_depth_rate)
+        self.approximate_gelu = bool(approximate_gelu)
+        self.layer_norm_epsilon = float(layer_norm_epsilon)
 
     def build(self, input_shape):
         width = input_shape[-1]
-        self.norm1 = layer_norm("norm1")
+        eps = self.layer_norm_epsilon
+        self.norm1 = layer_norm("norm1", eps)
         self.norm1.build(input_shape)
         self.attention = MultiHeadSelfAttention(
             self.num_heads, self.attention_dropout_rate, name="attention"
         )
         self.attention.build(input_shape)
-        self.norm2 = layer_norm("norm2")
+        self.norm2 = layer_norm("norm2", eps)
         self.norm2.build(input_shape)
         # The official MLP initialises biases N(0, 1e-6), kernels Xavier.
         bias_init = keras.initializers.RandomNormal(stddev=1e-6)
         self.mlp1 = keras.layers.Dense(
             self.mlp_dim,
-            activation=gelu_tanh,
+            activation=gelu_tanh if self.approximate_gelu else "gelu",
             bias_initializer=bias_init,
             name="mlp1",
         )
@@ -169,6 +190,8 @@ class EncoderBlock(keras.layers.Layer):
         )
         self.mlp2.build(tuple(input_shape[:-1]) + (self.mlp_dim,))
         self.dropout = keras.layers.Dropout(self.dropout_rate, name="dropout")
+        self.drop_path = DropPath(self.stochastic_depth_rate, name="drop_path")
+        self.drop_path.build(input_shape)
         self.built = True
 
     def call(
@@ -214,7 +237,10 @@ class EncoderBlock(keras.layers.Layer):
         if first_token_only:
             x = x[:, :1]
         x = ops.reshape(x, (-1, width))
-        x = x + self.dropout(y, training=training)
+        x = x + self.drop_path(
+            self.dropout(y, training=training), queries=queries,
+            training=training,
+        )
         if fold:
             kernel, bias = _attention.fold_input_affine(
                 ops.cast(self.mlp1.kernel, self.compute_dtype),
@@ -228,7 +254,8 @@ class EncoderBlock(keras.layers.Layer):
         else:
             y = self.mlp1(self.norm2(x))  # with GELU
         y = self.dropout(y, training=training)
-        x = x + self.dropout(self.mlp2(y), training=training)
+        y = self.dropout(self.mlp2(y), training=training)
+        x = x + self.drop_path(y, queries=queries, training=training)
         x = ops.reshape(x, (-1, queries, width))
         if return_attention_scores:
             return x, weights
@@ -241,6 +268,9 @@ class EncoderBlock(keras.layers.Layer):
             mlp_dim=self.mlp_dim,
             dropout_rate=self.dropout_rate,
             attention_dropout_rate=self.attention_dropout_rate,
+            stochastic_depth_rate=self.stochastic_depth_rate,
+            approximate_gelu=self.approximate_gelu,
+            layer_norm_epsilon=self.layer_norm_epsilon,
         )
         return config
 
@@ -258,6 +288,9 @@ class Encoder(keras.layers.Layer):
         mlp_dim: int. MLP hidden width.
         dropout_rate: float. Dropout after dense layers.
         attention_dropout_rate: float. Dropout on attention weights.
+        stochastic_depth_rate: float. Stochastic depth of the last block;
+            block i of L drops its branches with rate * i / (L - 1)
+            (`stochastic_depth_rates`).
         class_token_only: bool. Compute only the first token (the class
             token) in the last block and return (batch, 1, width). The
             other tokens' last states feed nothing when the class token is
@@ -270,6 +303,8 @@ class Encoder(keras.layers.Layer):
             the backward pass) or "dots" (JAX: keep only the dense layers'
             matmul outputs). The same weights and gradients; less
             activation memory for more compute.
+        approximate_gelu, layer_norm_epsilon: as in EncoderBlock (the
+            epsilon also for `encoder_norm`).
     """
 
     def __init__(
@@ -280,7 +315,10 @@ class Encoder(keras.layers.Layer):
         dropout_rate: float = 0.0,
         attention_dropout_rate: float = 0.0,
         class_token_only: bool = False,
+        stochastic_depth_rate: float = 0.0,
         remat: str = "none",
+        approximate_gelu: bool = True,
+        layer_norm_epsilon: float = LAYER_NORM_EPSILON,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -288,6 +326,8 @@ class Encoder(keras.layers.Layer):
             raise ValueError(f"num_layers must be >= 1, got {num_layers}.")
         check_rate("dropout_rate", dropout_rate)
         check_rate("attention_dropout_rate", attention_dropout_rate)
+        check_rate("stochastic_depth_rate", stochastic_depth_rate)
+        self.stochastic_depth_rate = float(stochastic_depth_rate)
         self.num_layers = int(num_layers)
         self.num_heads = int(num_heads)
         self.mlp_dim = int(mlp_dim)
@@ -295,14 +335,22 @@ class Encoder(keras.layers.Layer):
         self.attention_dropout_rate = float(attention_dropout_rate)
         self.class_token_only = bool(class_token_only)
         self.remat = _remat.check_remat(remat)
+        self.approximate_gelu = bool(approximate_gelu)
+        self.layer_norm_epsilon = float(layer_norm_epsilon)
 
     def build(self, input_shape):
+        rates = stochastic_depth_rates(
+            self.stochastic_depth_rate, self.num_layers
+        )
         for i in range(self.num_layers):
             block = EncoderBlock(
                 self.num_heads,
                 self.mlp_dim,
                 self.dropout_rate,
                 self.attention_dropout_rate,
+                stochastic_depth_rate=rates[i],
+                approximate_gelu=self.approximate_gelu,
+                layer_norm_epsilon=self.layer_norm_epsilon,
                 name=f"encoderblock_{i}",
             )
             block.build(input_shape)
@@ -310,7 +358,9 @@ class Encoder(keras.layers.Layer):
             # (tf.train.Checkpoint(model=...)) follow layer attributes but not
             # Keras's tracked lists.
             setattr(self, f"encoderblock_{i}", block)
-        self.encoder_norm = layer_norm("encoder_norm")
+        self.encoder_norm = layer_norm(
+            "encoder_norm", self.layer_norm_epsilon
+        )
         self.encoder_norm.build(input_shape)
         self.built = True
 
@@ -353,7 +403,10 @@ class Encoder(keras.layers.Layer):
             dropout_rate=self.dropout_rate,
             attention_dropout_rate=self.attention_dropout_rate,
             class_token_only=self.class_token_only,
+            stochastic_depth_rate=self.stochastic_depth_rate,
             remat=self.remat,
+            approximate_gelu=self.approximate_gelu,
+            layer_norm_epsilon=self.layer_norm_epsilon,
         )
         return config
 

@@ -44,23 +44,33 @@ WIDTHS = {
     "H": ViTSize(hidden_size=1280, num_layers=32, mlp_dim=5120, num_heads=16),
 }
 
-# The variants users can name. Hybrids ("R50+B/16") are ResNet stages
-# followed by a ViT with patch size 1 on the feature map; their ResNet depth
-# per stage is in HYBRID_RESNETS.
+# The variants users can name. Hybrids ("R50+B/16") are a ResNet followed by
+# a ViT on its feature map; their stem and patch size are in HYBRIDS.
 VARIANTS = (
     "Ti/16", "S/16", "S/32", "B/16", "B/32", "B/8", "L/16", "L/32", "H/14",
-    "R50+B/16", "R50+L/32", "R26+S/32",
+    "R50+B/16", "R50+L/32", "R26+S/32", "R+Ti/16",
 )
 
-# ResNet (BiT) depth per stage of each hybrid. R50+B/16 is ResNet-50 with
-# stage 4 removed and its layers moved into stage 3 (paper Section 4.1).
-HYBRID_RESNETS = {
-    "R50+B/16": (3, 4, 9),
-    "R50+L/32": (3, 4, 6, 3),
-    "R26+S/32": (2, 2, 2, 2),
+# Hybrids: ResNet (BiT) units per stage and the ViT patch size on its
+# feature map. R50+B/16 is ResNet-50 with stage 4 removed and its layers
+# moved into stage 3 (paper Section 4.1). AugReg's R+Ti/16 has no stages:
+# the ResNet root (7x7 stride-2 StdConv, GroupNorm, ReLU, 3x3 stride-2
+# max-pool) and 8x8 patches on its 64-channel map (google-research/
+# vision_transformer vit_jax/configs/models.py, get_r_ti16_config:
+# resnet.num_layers = (), patches 8): a total stride of 32, 7 x 7 tokens
+# at 224; the "16" is AugReg's name, not the stride.
+HYBRIDS = {
+    "R50+B/16": ((3, 4, 9), 1),
+    "R50+L/32": ((3, 4, 6, 3), 1),
+    "R26+S/32": ((2, 2, 2, 2), 1),
+    "R+Ti/16": ((), 8),
 }
+# Units per stage of each hybrid (HYBRIDS without the patch sizes).
+HYBRID_RESNETS = {name: stages for name, (stages, _) in HYBRIDS.items()}
 
-_VARIANT_RE = re.compile(r"^(?:(R\d+)\+)?(Ti|S|B|L|H)/(\d+)$")
+POSEMBS = ("learn", "sincos2d")
+
+_VARIANT_RE = re.compile(r"^(?:(R\d*)\+)?(Ti|S|B|L|H)/(\d+)$")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,8 +85,8 @@ class VariantSpec:
 def decode_variant(variant: str) -> VariantSpec:
     """Decodes "B/16", "L/32", "R50+B/16", ... into sizes.
 
-    For hybrids the ViT patch size is 1 (on the ResNet feature map); the
-    number after the slash is the total stride of the ResNet.
+    For hybrids the ViT patch size is on the ResNet feature map (1, or 8
+    for R+Ti/16); the number after the slash is the variant's name.
     """
     if variant not in VARIANTS:
         raise ValueError(
@@ -87,7 +97,8 @@ def decode_variant(variant: str) -> VariantSpec:
     match = _VARIANT_RE.match(variant)
     resnet, width, patch = match.groups()
     if resnet:
-        return VariantSpec(WIDTHS[width], 1, HYBRID_RESNETS[variant])
+        stages, patch_size = HYBRIDS[variant]
+        return VariantSpec(WIDTHS[width], patch_size, stages)
     return VariantSpec(WIDTHS[width], int(patch))
 
 
@@ -104,12 +115,6 @@ def _image_hw(image_size: ImageSize) -> Tuple[int, int]:
     return hw
 
 
-def _resnet_stride(resnet_layers: Sequence[int]) -> int:
-    # Root: conv stride 2 + max-pool stride 2; then stride 2 per stage after
-    # the first.
-    return 4 * 2 ** (len(resnet_layers) - 1)
-
-
 def create_model(
     variant: Optional[str] = "B/16",
     *,
@@ -121,6 +126,8 @@ def create_model(
     attention_dropout_rate: float = 0.0,
     head_zero_init: bool = True,
     head_bias_init: float = 0.0,
+    posemb: str = "learn",
+    stochastic_depth_rate: float = 0.0,
     patch_size: Optional[int] = None,
     hidden_size: Optional[int] = None,
     num_layers: Optional[int] = None,
@@ -131,6 +138,8 @@ def create_model(
     all_tokens: bool = False,
     dynamic_image_size: bool = False,
     remat: str = "none",
+    approximate_gelu: bool = True,
+    layer_norm_epsilon: float = vit_layers.LAYER_NORM_EPSILON,
     name: Optional[str] = None,
 ) -> keras.Model:
     """Builds a Vision Transformer as a functional `keras.Model`.
@@ -159,6 +168,13 @@ def create_model(
             #2), so that every class starts at probability ~4.5e-5 instead
             of 0.5 and the first steps are not spent pushing 21k logits
             down.
+        posemb: str. "learn" (the paper's learned table, one row per
+            token) or "sincos2d" (fixed 2-D sin-cos embeddings of the patch
+            grid, big_vision's; no weights, any input size).
+        stochastic_depth_rate: float. Stochastic depth of the last encoder
+            block while training; block i of L drops each residual branch
+            of an example with rate * i / (L - 1), linear over depth as in
+            timm and DeiT (`keras_vit.droppath`). Inference is unchanged.
         patch_size, hidden_size, num_layers, num_heads, mlp_dim: int or None.
             Override the variant's sizes (required when `variant` is None).
         resnet_layers: tuple of int or None. Bottleneck units per ResNet
@@ -187,6 +203,11 @@ def create_model(
             benchmarks/memory.py); "dots" (JAX backend only), only the
             dense layers' matmul outputs kept. Gradients, weights and
             checkpoints are the same as with "none".
+        approximate_gelu: bool. The MLP's GELU in the official tanh
+            approximation; False: the exact erf form, as PyTorch models
+            (Hugging Face, timm) were trained with.
+        layer_norm_epsilon: float. Every LayerNorm's epsilon: 1e-6
+            officially, 1e-12 in Hugging Face's ViT.
         name: str or None. The model's name.
 
     Returns:
@@ -247,6 +268,11 @@ def create_model(
         )
     vit_layers.check_rate("dropout_rate", dropout_rate)
     vit_layers.check_rate("attention_dropout_rate", attention_dropout_rate)
+    vit_layers.check_rate("stochastic_depth_rate", stochastic_depth_rate)
+    if posemb not in POSEMBS:
+        raise ValueError(
+            f'posemb must be "learn" or "sincos2d", got {posemb!r}.'
+        )
     if pooling not in ("token", "gap"):
         raise ValueError(f'pooling must be "token" or "gap", got {pooling!r}.')
 
@@ -254,7 +280,7 @@ def create_model(
     stride = patch_size
     if resnet_layers is not None:
         resnet_layers = tuple(int(n) for n in resnet_layers)
-        stride *= _resnet_stride(resnet_layers)
+        stride *= resnet.resnet_stride(resnet_layers)
     for side, value in (("height", height), ("width", width)):
         if value % stride:
             what = f"patch size {patch_size}"
@@ -278,7 +304,15 @@ def create_model(
     x = vit_layers.PatchEmbedding(patch_size, hidden_size, name="embedding")(x)
     if pooling == "token":
         x = vit_layers.ClassToken(name="cls")(x)
-    if dynamic_image_size:
+    if posemb == "sincos2d":
+        # Computed at the grid of the images of every call.
+        x = vit_layers.SinCosPositionEmbedding(
+            stride,
+            num_prefix_tokens=int(pooling == "token"),
+            dropout_rate=dropout_rate,
+            name="posembed_input",
+        )(x, images)
+    elif dynamic_image_size:
         x = vit_layers.PositionEmbedding(
             dropout_rate,
             grid_size=(height // stride, width // stride),
@@ -297,7 +331,10 @@ def create_model(
         dropout_rate,
         attention_dropout_rate,
         class_token_only=pooling == "token" and not all_tokens,
+        stochastic_depth_rate=stochastic_depth_rate,
         remat=remat,
+        approximate_gelu=approximate_gelu,
+        layer_norm_epsilon=layer_norm_epsilon,
         name="Transformer",
     )(x)
     x = vit_layers.TokenPooling(pooling, name="pooling")(x)

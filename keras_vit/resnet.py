@@ -29,6 +29,22 @@ GROUP_NORM_EPSILON = 1e-6
 STD_CONV_EPSILON = 1e-5
 
 
+def resnet_stride(layers: Sequence[int]) -> int:
+    """int. Total downsampling of a stem with `layers` units per stage:
+    4 for the root (stride-2 conv, stride-2 max-pool), then 2 per stage
+    after the first."""
+    return 4 * 2 ** max(len(layers) - 1, 0)
+
+
+def resnet_channels(layers: Sequence[int], width_factor: int = 1) -> int:
+    """int. Output channels: the root's 64 x width_factor without stages,
+    else 4x the last stage's bottleneck width."""
+    width = 64 * int(width_factor)
+    if not layers:
+        return width
+    return 4 * width * 2 ** (len(layers) - 1)
+
+
 def group_norm(name: str) -> keras.layers.GroupNormalization:
     """GroupNorm with the official groups (32) and epsilon (1e-6)."""
     return keras.layers.GroupNormalization(
@@ -189,11 +205,12 @@ class ResNetStem(keras.layers.Layer):
     Root: 7x7 stride-2 StdConv (64 x width_factor channels), GroupNorm, ReLU,
     3x3 stride-2 max-pool. Then stage s (from 0) has `layers[s]` units of
     width 64 * 2^s * width_factor (output 4x that); the first unit of a stage
-    has stride 1 for s = 0 and 2 after. The total stride is 4 * 2^(S-1).
+    has stride 1 for s = 0 and 2 after. The total stride is 4 * 2^(S-1), and
+    4 without stages: AugReg's R+Ti/16 (`layers=()`) is the root alone.
 
     Args:
         layers: tuple of int. Bottleneck units per stage, e.g. (3, 4, 9) for
-            R50+B/16.
+            R50+B/16; () for the root block alone.
         width_factor: int. Multiplies every width.
     """
 
@@ -202,10 +219,10 @@ class ResNetStem(keras.layers.Layer):
     ):
         super().__init__(**kwargs)
         layers = tuple(int(n) for n in layers)
-        if not layers or min(layers) < 1:
+        if layers and min(layers) < 1:
             raise ValueError(
-                f"layers must be a non-empty tuple of positive unit counts "
-                f"per stage, e.g. (3, 4, 9); got {layers!r}."
+                f"layers must be a tuple of positive unit counts per stage, "
+                f"e.g. (3, 4, 9), or () for the root alone; got {layers!r}."
             )
         if int(width_factor) < 1:
             raise ValueError(
@@ -217,7 +234,7 @@ class ResNetStem(keras.layers.Layer):
     @property
     def stride(self) -> int:
         """int. Total downsampling factor of the stem."""
-        return 4 * 2 ** (len(self.layers) - 1)
+        return resnet_stride(self.layers)
 
     def stage_units(self) -> Tuple[Tuple[BottleneckUnit, ...], ...]:
         """The built units, grouped by stage (stage 0 first)."""
@@ -270,7 +287,7 @@ class ResNetStem(keras.layers.Layer):
         return x
 
     def compute_output_shape(self, input_shape):
-        out = 4 * 64 * self.width_factor * 2 ** (len(self.layers) - 1)
+        out = resnet_channels(self.layers, self.width_factor)
         return (
             input_shape[0],
             _ceil_div(input_shape[1], self.stride),

@@ -4,9 +4,10 @@ r"""Writes (or checks) docs/reliability.md from tests/reliability_cases.py.
     python scripts/reliability_table.py --check  # exit 1 if it is stale
 
 Each row is a case of the table in tests/reliability_cases.py; its test is
-the function decorated `@covers("<case id>")` in tests/test_faults.py or
-tests/test_bad_inputs.py, found here by reading their source (no imports,
-so this script needs neither TensorFlow nor pytest).
+the function decorated `@covers("<case id>")` in tests/test_faults.py,
+tests/test_bad_inputs.py or tests/test_multiworker_faults.py, found here by
+reading their source (no imports, so this script needs neither TensorFlow
+nor pytest).
 """
 
 from __future__ import annotations
@@ -19,7 +20,10 @@ from typing import Dict, List
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOC = os.path.join(ROOT, "docs", "reliability.md")
-TEST_FILES = ("tests/test_faults.py", "tests/test_bad_inputs.py")
+TEST_FILES = (
+    "tests/test_faults.py", "tests/test_bad_inputs.py",
+    "tests/test_multiworker_faults.py",
+)
 
 _COVERS = re.compile(
     r"^@covers\(([^)]*)\)\s*\n(?:@[^\n]*\n)*def (\w+)", re.MULTILINE
@@ -55,6 +59,11 @@ What holds throughout:
   labels beyond the model's classes stop the pipeline.
 - **Bad input names the problem and the fix**, or is skipped and counted
   where the user asked for skipping (`config.skip_bad_images=True`).
+- **Every process ends, in bounded time.** A multi-worker worker waits for
+  the others at most `config.connect_timeout_s`, ends on SIGTERM while it
+  waits, saves and stops with the others on SIGTERM while it trains, and
+  stops within seconds when another worker dies; each of these ends in one
+  line (the traceback only with `--verbose`).
 
 Known limits: a change of `num_heads` alone keeps every weight shape, so a
 checkpoint cannot reveal it; it is caught by comparing the model fields

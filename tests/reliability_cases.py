@@ -1,8 +1,9 @@
 """The faults and bad inputs keras_vit is tested against, and what the user
 gets for each: the table behind docs/reliability.md.
 
-Every case is proved by one test in tests/test_faults.py or
-tests/test_bad_inputs.py (decorated `@covers(case_id)`); that test asserts
+Every case is proved by one test in tests/test_faults.py,
+tests/test_bad_inputs.py or tests/test_multiworker_faults.py (decorated
+`@covers(case_id)`); that test asserts
 the error type and that each excerpt in `says` appears verbatim in what the
 user sees (the exception message or the log). scripts/reliability_table.py
 renders this table to docs/reliability.md, and a test checks that the
@@ -157,6 +158,59 @@ _CASES = [
         "the OSError reaches the caller.",
         ("No space left on device",),
         "OSError",
+    ),
+    # ------------------------------------------------ multi-worker runs
+    Case(
+        "worker_never_comes", FAULT, "multi-worker",
+        "Worker 0 of a 2-worker TF_CONFIG started alone "
+        "(`--config.connect_timeout_s=10`)",
+        "It waits in Python, logging the missing worker after 5 s and then "
+        "every 30 s, and exits with status 1 after the timeout, in one line "
+        "that names the missing address (default timeout: 600 s).",
+        ("worker 1 (127.0.0.1:", "did not come up within 10 s "
+         "(config.connect_timeout_s)", "raise --config.connect_timeout_s"),
+        "exit status 1",
+    ),
+    Case(
+        "sigterm_while_waiting", FAULT, "multi-worker",
+        "SIGTERM to a worker that waits for the others (what `docker stop` "
+        "or Kubernetes sends)",
+        "Ends at once, with status 143 (128 + SIGTERM) and one line; there "
+        "is nothing to save yet.",
+        ("SIGTERM while waiting for the workers of TF_CONFIG",
+         "stopped before training started, nothing to save"),
+        "exit status 143",
+    ),
+    Case(
+        "multiworker_sigterm", FAULT, "multi-worker",
+        "SIGTERM to worker 1 of 2 during training",
+        "Every worker saves at the same step (TensorFlow's "
+        "PreemptionCheckpointHandler) and exits with status 42; the same "
+        "command on both resumes from that checkpoint, and the workers end "
+        "with identical weights. Only the chief writes files.",
+        ("Stopped at step", "every worker saved this step", "Run the same "
+         "command on every worker to resume"),
+        "exit status 42",
+    ),
+    Case(
+        "worker_killed", FAULT, "multi-worker",
+        "`kill -9` of worker 1 of 2 during training",
+        "The other worker exits with status 1 within seconds, in one line "
+        "that names the lost worker, the step and the newest complete "
+        "checkpoint (no traceback). The same command on both workers "
+        "resumes from that checkpoint, and a checkpoint folder that a "
+        "non-chief worker left behind is removed at that start.",
+        ("Lost worker 1 (127.0.0.1:", "Restart all 2 workers with the same "
+         "command to resume from", "/checkpoints/ckpt-"),
+        "exit status 1",
+    ),
+    Case(
+        "multiworker_clean_finish", FAULT, "multi-worker",
+        "The end of a complete 2-worker run",
+        "Both workers exit with status 0 within seconds of the final "
+        "metrics, with no traceback and no 'tasks have crashed' line; the "
+        "non-chief worker wrote no checkpoint anywhere.",
+        ("Final test metrics",),
     ),
     # ---------------------------------------------------------- bad data
     Case(
@@ -358,6 +412,54 @@ _CASES = [
         "A clear error naming the path and the fix.",
         ("Cannot use --workdir", "pip install -e '.[gcs]'"),
         "TrainingError",
+    ),
+    Case(
+        "tpu_absent", BAD_INPUT, "CLI",
+        "`--strategy=tpu` on a machine without a TPU, no `--tpu`",
+        "One line naming the fixes, no traceback.",
+        ("--strategy=tpu found no TPU", "run on a TPU VM (--tpu=local), "
+         "pass --tpu=NAME", "--strategy=auto or --strategy=cpu"),
+        "exit status 1",
+    ),
+    Case(
+        "tpu_local_absent", BAD_INPUT, "CLI",
+        "`--strategy=tpu --tpu=local` where no TPU is attached",
+        "One line naming the fixes, no traceback.",
+        ("No TPU is attached to this machine (--tpu=local",
+         "--strategy=auto or --strategy=cpu"),
+        "exit status 1",
+    ),
+    Case(
+        "tpu_unreachable", BAD_INPUT, "CLI",
+        "`--tpu=grpc://localhost:PORT` where nothing listens",
+        "One line at once, before any connection attempt.",
+        ("Cannot reach the TPU at --tpu=grpc://localhost:",
+         "Check the address", "--strategy=auto or --strategy=cpu"),
+        "exit status 1",
+    ),
+    Case(
+        "tpu_name_off_cloud", BAD_INPUT, "CLI",
+        "`--tpu=NAME` where the Google Cloud metadata server does not "
+        "answer (off Google Cloud)",
+        "One line naming the fixes, no traceback.",
+        ("Cannot look up the Cloud TPU --tpu=my-tpu", "Run on a Google "
+         "Cloud VM of the TPU's project and zone"),
+        "exit status 1",
+    ),
+    Case(
+        "bad_tf_config", BAD_INPUT, "CLI",
+        "`--strategy=multiworker` with a TF_CONFIG that is not JSON",
+        "One line showing the expected form, no traceback.",
+        ("TF_CONFIG must be JSON like",),
+        "exit status 1",
+    ),
+    Case(
+        "port_in_use", BAD_INPUT, "CLI",
+        "A worker whose TF_CONFIG port another process holds",
+        "One line naming the port and the fix, no traceback.",
+        ("of this worker (worker 0 (127.0.0.1:", "is in use",
+         "give this worker a free port in TF_CONFIG on every worker"),
+        "exit status 1",
     ),
     # ---------------------------------------------------- checkpoint files
     Case(

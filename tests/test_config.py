@@ -22,6 +22,14 @@ CONFIGS = os.path.join(ROOT, "configs")
 # Every configs/ file with the arguments its docstring and the tests use.
 ARGS = {
     "digits.py": [None],
+    "mpp_digits.py": [None],
+    "digits_few_labels.py": [
+        None, "labels=10", "labels=5,init=/tmp/mpp_digits",
+        "init=/tmp/mpp_digits/encoder.npz",
+    ],
+    "mpp_pretrain.py": [
+        None, "B/16", "variant=L/16,dataset=folder,steps=100000",
+    ],
     "vtab.py": [None],
     "fewshot.py": [None, "cifar100,pets", "digits"],
     "imagenet21k_pretrain.py": [
@@ -36,6 +44,13 @@ ARGS = {
         "dataset=cifar10,init=/m/model.keras",
         "dataset=imagenet2012,variant=L/16,res=512",
     ],
+    "augreg_i21k.py": [
+        None, "variant=R+Ti/16,aug=strong2,do=0.0,sd=0.0",
+        "variant=S/32,aug=none,wd=0.03,epochs=30",
+    ],
+    "augreg_i1k.py": [None, "variant=S/16,aug=light1"],
+    "augreg_finetune.py": [None, "dataset=cifar100,lr=0.03,res=224"],
+    "plain_vit_i1k.py": [None, "epochs=300"],
 }
 CASES = [(name, arg) for name, args in ARGS.items() for arg in args]
 
@@ -217,15 +232,6 @@ def _config_gets(path):
                 if _CONFIG_GET.search(line) and "environ" not in line]
 
 
-def _file_case(path):
-    if path == os.path.join("keras_vit", "checkpoint", "loader.py"):
-        # loader.architecture reads config.model through a dict's .get.
-        return pytest.param(path, marks=pytest.mark.xfail(
-            strict=False, reason="loader.architecture still uses .get on "
-            "config.model's dict"))
-    return path
-
-
-@pytest.mark.parametrize("path", [_file_case(p) for p in _SOURCES])
+@pytest.mark.parametrize("path", _SOURCES)
 def test_code_reads_config_fields_directly(path):
     assert not _config_gets(path)

@@ -36,6 +36,7 @@ OPTIONAL = {
     "tensorflow_serving": "serving",  # SavedModel warm-up records
     "keras_hub": "benchmark",  # benchmarks against keras-hub's ViT
     "jax": "jax",  # the JAX backend
+    "ai_edge_litert": "litert",  # runs exported .tflite files
 }
 
 # Features that need a distribution the code never imports by name.

@@ -23,11 +23,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # Parameter counts of the official implementation (vit_jax/models_test.py,
 # MODEL_SIZES: 224 x 224 input, token pooling, 1000 classes, no pre-logits).
-# The official table has all three hybrids, so none is derived here.
+# The official table has every hybrid, so none is derived here.
 HYBRID_PARAMS = {
     "R50+B/16": 98_659_112,  # 'R50+ViT-B_16'
     "R26+S/32": 36_431_912,  # 'R26+ViT-S_32'
     "R50+L/32": 328_994_856,  # 'R50+ViT-L_32'
+    "R+Ti/16": 6_337_704,  # 'R+ViT-Ti_16' (AugReg; root only, 8x8 patches)
 }
 
 
@@ -41,7 +42,9 @@ def test_every_hybrid_variant_has_a_golden_count():
 def test_hybrid_parameter_count_matches_official(variant):
     model = create_model(variant, num_classes=1000)
     assert model.count_params() == HYBRID_PARAMS[variant]
-    stride = 16 if variant.endswith("/16") else 32
+    # The ResNet's stride (R+Ti/16: the root alone, 8x8 patches after it).
+    stride = 4 if variant == "R+Ti/16" else (
+        16 if variant.endswith("/16") else 32)
     assert model.get_layer("resnet").stride == stride
     assert tuple(model.get_layer("embedding").input.shape[1:3]) == (
         224 // stride,
@@ -143,8 +146,12 @@ def test_stem_config_round_trip_and_errors():
     assert config["layers"] == (2, 2) and config["width_factor"] == 1
     clone = resnet.ResNetStem.from_config(config)
     assert clone.get_config() == config
-    with pytest.raises(ValueError, match="non-empty tuple"):
-        resnet.ResNetStem(())
+    # () is the root block alone (AugReg's R+Ti/16); a stage needs units.
+    root = resnet.ResNetStem(())
+    assert root.stride == 4
+    assert root.compute_output_shape((None, 64, 64, 3)) == (None, 16, 16, 64)
+    with pytest.raises(ValueError, match="positive unit counts"):
+        resnet.ResNetStem((2, 0))
     with pytest.raises(ValueError, match="width_factor"):
         resnet.ResNetStem((1,), width_factor=0)
 

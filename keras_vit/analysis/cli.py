@@ -6,10 +6,12 @@
 writes attention_rollout.png, mean_attention_distance.png,
 position_embedding_similarity.png, patch_embedding_pca.png and
 analysis.json (the numbers behind them) into --output_dir (local or
-gs://). The model comes from a .keras file (--model), a training run
-(--workdir) or an official checkpoint (--npz, with --variant to check it);
-the images from files or folders (--images) or, with no data at hand, from
-scikit-learn's bundled digits (--digits N).
+gs://), and for a masked-patch-prediction run (--workdir) also
+mpp_predictions.png (`keras_vit.analysis.mpp_figure`). The model comes
+from a .keras file (--model), a training run (--workdir) or an official
+checkpoint (--npz, with --variant to check it); the images from files or
+folders (--images) or, with no data at hand, from scikit-learn's bundled
+digits (--digits N).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_vit.analysis import core, extract, plots
+from keras_vit.analysis import core, extract, mpp_figure, plots
 from keras_vit.checkpoint import loader
 from keras_vit.checkpoint.convert import parse_image_size
 from keras_vit.checkpoint.workdir import atomic_write
@@ -200,6 +202,7 @@ def run_analysis(
     batch_size: int = 16,
     max_rollout_images: int = 8,
     num_components: int = 28,
+    class_names: Optional[Sequence[str]] = None,
 ) -> Dict[str, Any]:
     """Computes the four analyses, writes the PNGs and analysis.json.
 
@@ -212,6 +215,8 @@ def run_analysis(
         batch_size: int. Images per forward pass.
         max_rollout_images: int. Images drawn in the rollout figure.
         num_components: int. Principal components of the patch filters.
+        class_names: sequence of str or None. One per class: titles and
+            analysis.json name the predicted class instead of its index.
 
     Returns:
         dict. The content of analysis.json.
@@ -225,8 +230,13 @@ def run_analysis(
     stats = extract.attention_stats(model, images, batch_size=batch_size)
     layout = stats.layout
     predictions = _predictions(model, stats.outputs)
+    for p in predictions:
+        if p and class_names is not None:
+            p["predicted_name"] = str(class_names[p["predicted_class"]])
     titles = [
-        f"{name}\npredicted {p['predicted_class']} ({p['probability']:.2f})"
+        f"{name}\npredicted "
+        f"{p.get('predicted_name', p['predicted_class'])} "
+        f"({p['probability']:.2f})"
         if p
         else name
         for name, p in zip(names, predictions)
@@ -306,6 +316,15 @@ def run_analysis(
     return data
 
 
+def _class_names(args) -> Optional[List[str]]:
+    if args.class_names_file:
+        with open(args.class_names_file, encoding="utf-8") as f:
+            return [line.rstrip("\r\n") for line in f if line.strip()]
+    if args.workdir:
+        return loader.class_names(loader.Source(workdir=args.workdir))
+    return None
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m keras_vit.analysis",
@@ -335,6 +354,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="Use the first N scikit-learn digits (bundled, no download).",
     )
     parser.add_argument("--output_dir", required=True)
+    parser.add_argument(
+        "--class_names_file",
+        help="Class names, one per line, for the figure titles (default: "
+        "a --workdir's labels.txt; else class indices).",
+    )
     parser.add_argument("--batch_size", type=int, default=16)
     parser.add_argument(
         "--max_rollout_images",
@@ -369,7 +393,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             batch_size=args.batch_size,
             max_rollout_images=args.max_rollout_images,
             num_components=args.num_components,
+            class_names=_class_names(args),
         )
+        # An MPP run: also what its head predicts for corrupted patches.
+        mpp_path = args.workdir and mpp_figure.draw_for_run(
+            args.workdir, images, args.output_dir, titles=names,
+            max_images=args.max_rollout_images,
+        )
+        if mpp_path:
+            data["figures"]["mpp_predictions"] = os.path.basename(mpp_path)
     except UsageError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

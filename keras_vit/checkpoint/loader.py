@@ -1,8 +1,10 @@
 """Where a pre-trained model comes from, for every tool that needs one.
 
-Three sources: a training run's workdir (its latest checkpoint), a saved
-`.keras` model, or an official / big_vision `.npz` checkpoint (the
-architecture is read from the array shapes; `variant` checks it).
+Four sources: a training run's workdir (its latest checkpoint), a saved
+`.keras` model, an official / big_vision `.npz` checkpoint (the
+architecture is read from the array shapes; `variant` checks it), or a
+Hugging Face layout directory of Hugging Face or timm ViT weights
+(`keras_vit.checkpoint.hub`).
 `load_model` is the one function that turns a source into a model (at
 another resolution if asked); evaluation, export, analysis and the
 converter call it, and training initialises from a source with
@@ -19,15 +21,17 @@ from typing import Any, Dict, Optional, Sequence, Tuple, Union
 
 import keras
 
+from keras_vit import mpp
+from keras_vit.checkpoint import augreg, hub, hub_model, weights
 from keras_vit.checkpoint import npz as checkpoint_io
-from keras_vit.checkpoint import weights
 from keras_vit.checkpoint import workdir as wd
 from keras_vit.checkpoint.resolution import rebuild_at_resolution
 from keras_vit.model import _image_hw, create_model, decode_variant
 
 MODEL_FIELDS = (
     "patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim",
-    "pooling", "representation_size", "resnet_layers", "resnet_width",
+    "pooling", "posemb", "representation_size", "resnet_layers",
+    "resnet_width",
 )
 _SIZE_FIELDS = ("hidden_size", "num_layers", "num_heads", "mlp_dim")
 
@@ -40,12 +44,15 @@ ImageSize = Union[int, Sequence[int]]
 
 @dataclasses.dataclass(frozen=True)
 class Source:
-    """A pre-trained model: exactly one of workdir, keras_model, npz.
+    """A pre-trained model: exactly one of workdir, keras_model, npz, hub.
 
     Attributes:
         workdir: str or None. A `train.py --workdir`.
         keras_model: str or None. A `.keras` file.
         npz: str or None. An official-layout `.npz` checkpoint.
+        hub: str or None. A local directory (or its weights file) in the
+            Hugging Face layout: config.json + model.safetensors or
+            pytorch_model.bin, Hugging Face ViT or timm naming.
         variant: str or None. With npz: the expected variant ("B/16"); the
             file's shapes must match it.
         posemb_grid: (rows, cols) or None. With npz: the file's patch grid,
@@ -57,17 +64,19 @@ class Source:
     workdir: Optional[str] = None
     keras_model: Optional[str] = None
     npz: Optional[str] = None
+    hub: Optional[str] = None
     variant: Optional[str] = None
     posemb_grid: Optional[Tuple[int, int]] = None
     use_ema: bool = True
 
     def __post_init__(self):
-        kinds = ("workdir", "keras_model", "npz")
+        kinds = ("workdir", "keras_model", "npz", "hub")
         given = [k for k in kinds if getattr(self, k)]
         if len(given) != 1:
             raise ValueError(
                 "Give exactly one pre-trained model: --workdir=RUN_DIR, "
-                "--keras_model=FILE.keras or --npz=FILE.npz [--variant=B/16]"
+                "--keras_model=FILE.keras, --npz=FILE.npz [--variant=B/16]"
+                " or --hub=HF_MODEL_DIR"
                 f" (got {', '.join(given) or 'none'})."
             )
         if self.variant and not self.npz:
@@ -88,7 +97,7 @@ class Source:
 
     @property
     def path(self) -> str:
-        return self.workdir or self.keras_model or self.npz
+        return self.workdir or self.keras_model or self.npz or self.hub
 
     def describe(self) -> str:
         """str. A short label for reports, e.g. "ViT-B_16.npz"."""
@@ -107,22 +116,20 @@ class _NpzContent:
 def _arch_from_arrays(arrays: Dict[str, Any]) -> Dict[str, Any]:
     shapes = {k: tuple(v.shape) for k, v in arrays.items()}
     info = checkpoint_io.describe_arrays(shapes)
-    if info["resnet_layers"]:
+    if info["resnet_layers"] is not None:
         info["resnet_width"] = int(shapes["conv_root/kernel"][-1]) // 64
     return info
 
 
 def _check_variant(source: Source, info: Dict[str, Any]) -> None:
-    spec = decode_variant(source.variant)
-    want = {k: getattr(spec.size, k) for k in _SIZE_FIELDS}
-    want["patch_size"] = spec.patch_size
-    wrong = {k: info[k] for k, v in want.items() if info[k] != v}
+    wrong = augreg.variant_mismatch(source.variant, info)
     if wrong:
         raise ValueError(
             f"{source.npz} is not a {source.variant} checkpoint: it has "
-            f"{wrong} where {source.variant} has "
-            f"{ {k: want[k] for k in wrong} }. Fix --variant (the file "
-            f"looks like {info['variant'] or 'a custom size'})."
+            f"{ {k: f for k, (f, _) in wrong.items()} } where "
+            f"{source.variant} has { {k: v for k, (_, v) in wrong.items()} }"
+            f". Fix --variant (the file looks like "
+            f"{info['variant'] or 'a custom size'})."
         )
 
 
@@ -131,20 +138,33 @@ def _read_npz(source: Source, check_variant: bool = True) -> _NpzContent:
         checkpoint_io.read_npz(source.npz), source.npz
     )
     info = _arch_from_arrays(arrays)
+    # AugReg files (gs://vit_models/augreg/) say their model and, once
+    # fine-tuned, their resolution in the name.
+    info["augreg"] = augreg.parse_name(source.npz)
+    if info["augreg"] is not None and check_variant:
+        augreg.check_name(
+            source.npz, info["augreg"], info, source.variant
+        )
     if source.variant and check_variant:
         _check_variant(source, info)
     return _NpzContent(arrays, layout, ignored, info)
 
 
+def _npz_image_size(info: Dict[str, Any]) -> int:
+    """The resolution an .npz loads at by default: a fine-tuned AugReg
+    file's own (from its name), else 224."""
+    name = info.get("augreg")
+    return name.image_size if name is not None else 224
+
+
 def architecture(source: Source) -> Dict[str, Any]:
     """The source's architecture: MODEL_FIELDS, num_classes, image_size
-    (None for an .npz, which records none) and variant (None when it is not
-    a named variant)."""
+    (for an .npz: None, or a fine-tuned AugReg file's resolution) and
+    variant (None when it is not a named variant)."""
     if source.workdir:
         config = wd.read_config(source.workdir)
-        model = config.model.to_dict()
-        info = {k: model.get(k) for k in MODEL_FIELDS}
-        info["variant"] = model.get("variant")
+        info = {k: config.model[k] for k in MODEL_FIELDS}
+        info["variant"] = config.model.variant
         if info["variant"]:
             spec = decode_variant(info["variant"])
             for field in _SIZE_FIELDS:
@@ -152,7 +172,9 @@ def architecture(source: Source) -> Dict[str, Any]:
                     info[field] = getattr(spec.size, field)
             if info["patch_size"] is None:
                 info["patch_size"] = spec.patch_size
-        info["num_classes"] = wd.num_classes(config, source.workdir)
+        # An MPP run's model is its encoder (see load_model): no head.
+        info["num_classes"] = 0 if config.mpp.enabled else wd.num_classes(
+            config, source.workdir)
         info["image_size"] = config.image_size
         return info
     if source.keras_model:
@@ -160,8 +182,11 @@ def architecture(source: Source) -> Dict[str, Any]:
         info = _arch_from_arrays(weights.model_arrays(model))
         info["image_size"] = tuple(model.input_shape[1:3])
         return info
+    if source.hub:
+        return hub_model.architecture(hub.read_hub(source.hub))
     info = _read_npz(source).info
-    info["image_size"] = None
+    name = info.pop("augreg")
+    info["image_size"] = None if name is None else name.image_size
     return info
 
 
@@ -174,6 +199,11 @@ def _source_arrays(source: Source):
             content.arrays, source.posemb_grid, content.layout,
             content.ignored,
         )
+    if source.hub:
+        checkpoint = hub.read_hub(source.hub)
+        patch = int(checkpoint.arrays["embedding/kernel"].shape[0])
+        grid = tuple(s // patch for s in checkpoint.image_size)
+        return checkpoint.arrays, grid, checkpoint.naming, ()
     model = load_model(source)
     return (
         weights.model_arrays(model), weights.model_grid(model), "official",
@@ -269,11 +299,13 @@ def _model_from_npz(
         num_classes = info["num_classes"] or 0
     kwargs = dict(
         num_classes=num_classes,
-        image_size=224 if image_size is None else image_size,
+        image_size=_npz_image_size(info) if image_size is None
+        else image_size,
         pooling=pooling or info["pooling"],
+        posemb=info["posemb"],
         representation_size=representation_size,
     )
-    if info["resnet_layers"]:
+    if info["resnet_layers"] is not None:
         kwargs["resnet_width"] = info["resnet_width"]
     if not variant:
         kwargs.update(
@@ -307,7 +339,12 @@ def load_model(
     """The source's model as trained (head included), float32 weights.
 
     A workdir gives its latest checkpoint (`source.use_ema`: the EMA
-    weights when the run kept them), a `.keras` file its model. An .npz
+    weights when the run kept them), a `.keras` file its model; a masked
+    patch prediction model (either source) gives its encoder as a features
+    model (`keras_vit.mpp.encoder_model`: the MPP head dropped). A hub
+    directory gives the model its config.json and arrays describe, at its
+    own resolution unless `image_size` says otherwise (`num_classes` and
+    `representation_size` as for an .npz). An .npz
     gives the architecture its shapes describe (`source.variant` checks
     it), built with the head, pooling and pre-logits layer of the file
     unless the arguments below say otherwise, its weights loaded through
@@ -317,7 +354,8 @@ def load_model(
         source: Source.
         image_size: int, (height, width) or None. Rebuild at this
             resolution (position embeddings resized); None keeps the
-            source's (224 for an .npz, which records none).
+            source's (for an .npz: 224, or the resolution in a fine-tuned
+            AugReg file's name).
         num_classes: int or None. .npz only: the head's width; the file's
             head is kept when it has this width, else the head starts at
             zero; 0 builds a features model. None: the file's.
@@ -347,18 +385,39 @@ def load_model(
             strict,
         )
         return (model, report) if with_report else model
+    if source.hub and pooling is None:
+        model, report = hub_model.model_from_hub(
+            hub.read_hub(source.hub), image_size, num_classes,
+            representation_size, FROM_SOURCE, strict,
+        )
+        return (model, report) if with_report else model
     if (num_classes, pooling, representation_size) != (
         None, None, FROM_SOURCE
     ):
         raise ValueError(
             "num_classes, pooling and representation_size choose how an "
-            ".npz is built; a workdir or .keras file holds its own model."
+            ".npz is built (a hub model: not its pooling); a workdir or "
+            ".keras file holds its own model."
         )
     if source.workdir:
         model = wd.restore_model(source.workdir, use_ema=source.use_ema)
     else:
         model = keras.models.load_model(source.keras_model, compile=False)
+    if mpp.is_mpp_model(model):
+        # The mask token and the MPP head are pre-training's: every tool
+        # takes the encoder.
+        model = mpp.encoder_model(model)
     if image_size is not None:
         if tuple(model.input_shape[1:3]) != _image_hw(image_size):
             model = rebuild_at_resolution(model, image_size)
     return (model, report) if with_report else model
+
+
+def class_names(source: Source) -> Optional[list]:
+    """list of str or None. The class names a source records: a run's
+    labels.txt, a hub model's id2label / label_names."""
+    if source.workdir:
+        return wd.read_class_names(source.workdir)
+    if source.hub:
+        return hub.read_hub(source.hub).class_names
+    return None

@@ -337,8 +337,8 @@ def describe_arrays(shapes: Dict[str, Shape]) -> Dict[str, object]:
 
     Returns:
         dict with hidden_size, patch_size, num_layers, num_heads, mlp_dim,
-        resnet_layers, pooling, representation_size, num_classes and
-        variant (a name from `keras_vit.VARIANTS`, or None).
+        resnet_layers, pooling, posemb, representation_size, num_classes
+        and variant (a name from `keras_vit.VARIANTS`, or None).
     """
     def dim(key, axis):
         try:
@@ -361,8 +361,11 @@ def describe_arrays(shapes: Dict[str, Shape]) -> Dict[str, object]:
         mlp_dim=dim(
             "Transformer/encoderblock_0/MlpBlock_3/Dense_0/kernel", 1
         ),
-        resnet_layers=stages or None,
+        # A root block without stages is AugReg's R+Ti/16 stem.
+        resnet_layers=stages or (() if "conv_root/kernel" in shapes else None),
         pooling="token" if "cls" in shapes else "gap",
+        # No table: fixed sin-cos embeddings (big_vision's posemb).
+        posemb="learn" if POSEMB in shapes else "sincos2d",
         representation_size=dim("pre_logits/kernel", 1),
         num_classes=dim("head/kernel", 1),
     )
@@ -383,7 +386,7 @@ def describe_arrays(shapes: Dict[str, Shape]) -> Dict[str, object]:
 
 _ARCH_FIELDS = (
     "hidden_size", "num_layers", "num_heads", "mlp_dim", "patch_size",
-    "resnet_layers", "pooling",
+    "resnet_layers", "pooling", "posemb",
 )
 
 
@@ -400,7 +403,7 @@ def architecture_hint(file_shapes, model_shapes) -> Optional[str]:
 
     fix = (
         f"keras_vit.create_model({found['variant']!r}, "
-        f"pooling={found['pooling']!r}, ...)"
+        f"pooling={found['pooling']!r}, posemb={found['posemb']!r}, ...)"
         if found["variant"]
         else "keras_vit.create_model(None, ...) with the sizes above"
     )

@@ -50,7 +50,8 @@ def rebuild_at_resolution(
     # when the graph is rebuilt.
     for layer_config in config["layers"]:
         layer_config.pop("build_config", None)
-        if layer_config.get("name") == "posembed_input":
+        if (layer_config.get("name") == "posembed_input"
+                and "grid_size" in layer_config["config"]):
             # A model of dynamic image size becomes a fixed one: its table
             # is resized once here, not interpolated on every call.
             layer_config["config"]["grid_size"] = None

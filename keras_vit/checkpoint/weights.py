@@ -155,7 +155,10 @@ def _model_params(model: keras.Model) -> List[_Param]:
     params += _dense(layers["embedding"].conv, "embedding")
     if "cls" in layers:
         params.append(_Param(layers["cls"].cls, ("cls",)))
-    params.append(_Param(layers["posembed_input"].pos_embedding, (POSEMB,)))
+    # Fixed sin-cos embeddings (posemb="sincos2d") are not parameters.
+    table = getattr(layers["posembed_input"], "pos_embedding", None)
+    if table is not None:
+        params.append(_Param(table, (POSEMB,)))
     encoder = layers["Transformer"]
     for i, block in enumerate(encoder.blocks):
         pre = f"Transformer/encoderblock_{i}/"

@@ -35,7 +35,6 @@ from keras_vit.commands import flags as cli_flags
 from keras_vit.data import sources, vtab
 from keras_vit.evaluation import fewshot, reports, vtab_run
 from keras_vit.evaluation.accuracy import evaluate_model
-from keras_vit.training import distribute
 
 FLAGS = flags.FLAGS
 MODES = ("eval", "fewshot", "vtab")
@@ -190,7 +189,7 @@ def _vtab_mode(source, strategy) -> Dict:
 def _main(argv) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-    logging.set_verbosity(logging.INFO)
+    cli_flags.setup_logging(FLAGS.verbose)
     if FLAGS.mode in ("fewshot", "vtab"):
         missing = [f for f, v in (("--config", FLAGS.config),
                                   ("--output_dir", FLAGS.output_dir))
@@ -205,12 +204,11 @@ def _main(argv) -> None:
         source = _source()
         if FLAGS.mode == "vtab":
             vtab.select_tasks(FLAGS.tasks or FLAGS.config.vtab.tasks)
-        strategy = distribute.create_strategy(FLAGS.strategy, FLAGS.tpu)
+        strategy = cli_flags.create_strategy_or_exit(FLAGS.config)
         {"eval": _eval_mode, "fewshot": _fewshot_mode,
          "vtab": _vtab_mode}[FLAGS.mode](source, strategy)
     except (ValueError, FileNotFoundError) as e:
-        logging.error("%s", e)
-        raise SystemExit(f"error: {e}") from None
+        cli_flags.exit_with(e)
 
 
 def evaluate_main(argv: Optional[list] = None) -> None:

@@ -1,17 +1,19 @@
-"""The flags train.py and evaluate.py share, and the parser that turns a bad
-flag or config field into one line."""
+"""The flags train.py and evaluate.py share, the parser that turns a bad
+flag or config field into one line, their logging, and their strategy
+set-up (one line for each way it fails)."""
 
 from __future__ import annotations
 
-import os
+import logging as std_logging
 import re
+import sys
+import traceback
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+from absl import flags, logging
+from ml_collections import config_flags
 
-from absl import flags  # noqa: E402
-from ml_collections import config_flags  # noqa: E402
-
-from keras_vit import config as config_lib  # noqa: E402
+from keras_vit import config as config_lib
+from keras_vit.training import cluster, distribute
 
 FLAGS = flags.FLAGS
 
@@ -39,6 +41,85 @@ def define_common_flags() -> None:
     )
     flags.DEFINE_string("tpu", None, 'TPU name or address; "local" on a TPU '
                         "VM.")
+    flags.DEFINE_integer(
+        "cpu_devices", 0,
+        "Split the CPU into this many logical devices, one replica each "
+        "for --strategy=mirrored (or auto) on a machine without GPUs: "
+        "multi-device training on a laptop.",
+    )
+    flags.DEFINE_boolean(
+        "verbose", False,
+        "Debug logging, and the traceback behind a one-line error.",
+    )
+
+
+# TensorFlow INFO lines logged again at every trace of a distributed step
+# (TF 2.21): kept for --verbose.
+_TRACE_CHATTER = (
+    "Collective all_reduce tensors",
+    "Collective batch_all_reduce",
+    "Collective all_reduce IndexedSlices",
+    "Collective all_gather",
+    "Reduce to ",  # "... then broadcast to" (MirroredStrategy)
+)
+
+
+class _DropTraceChatter(std_logging.Filter):
+    def filter(self, record) -> bool:
+        return not (
+            record.levelno < std_logging.WARNING
+            and str(record.msg).startswith(_TRACE_CHATTER)
+        )
+
+
+def setup_logging(verbose: bool) -> None:
+    """absl logging at INFO (DEBUG when `verbose`), TensorFlow's Python
+    log lines once each, and without the lines each trace repeats.
+
+    TensorFlow gives its logger a handler of its own when it is imported
+    before absl's is installed, so every line came twice (its format and
+    absl's); absl's alone remains.
+    """
+    logging.set_verbosity(logging.DEBUG if verbose else logging.INFO)
+    tf_logger = std_logging.getLogger("tensorflow")
+    for handler in list(tf_logger.handlers):
+        tf_logger.removeHandler(handler)
+    tf_logger.propagate = True
+    if not verbose and not any(
+        isinstance(f, _DropTraceChatter) for f in tf_logger.filters
+    ):
+        tf_logger.addFilter(_DropTraceChatter())
+
+
+def create_strategy_or_exit(config):
+    """The strategy of --strategy, --tpu and --cpu_devices; a set-up that
+    fails ends the process with one line naming the fix.
+
+    Args:
+        config: ConfigDict or None. Its connect_timeout_s bounds the wait
+            for other workers or a remote TPU (None: the default).
+    """
+    timeout = None if config is None else config.connect_timeout_s
+    try:
+        return distribute.create_strategy(
+            FLAGS.strategy, FLAGS.tpu, connect_timeout_s=timeout,
+            cpu_devices=FLAGS.cpu_devices,
+        )
+    except cluster.SetupError as e:
+        exit_with(e, e.exit_code)
+
+
+def exit_with(error: BaseException, code: int = 1) -> None:
+    """Ends the process with `error` as one line (`error: ...`; the
+    traceback too with --verbose)."""
+    if FLAGS.is_parsed() and FLAGS.verbose:
+        logging.error("%s", "".join(traceback.format_exception(error)))
+    message = f"error: {error}"
+    logging.error("%s", error)
+    if code == 1:
+        raise SystemExit(message) from None
+    print(message, file=sys.stderr, flush=True)
+    raise SystemExit(code) from None
 
 
 def parse_flags_or_exit(argv) -> list:

@@ -11,7 +11,7 @@ from absl import app, flags, logging
 
 from keras_vit.commands import flags as cli_flags
 from keras_vit.export import saved_model
-from keras_vit.training import distribute, train_lib
+from keras_vit.training import train_lib
 
 FLAGS = flags.FLAGS
 
@@ -46,13 +46,12 @@ def run(
 def _train(argv) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-    logging.set_verbosity(logging.INFO)
-    strategy = distribute.create_strategy(FLAGS.strategy, FLAGS.tpu)
+    cli_flags.setup_logging(FLAGS.verbose)
+    strategy = cli_flags.create_strategy_or_exit(FLAGS.config)
     try:
         run(FLAGS.config, FLAGS.workdir, strategy)
     except (train_lib.TrainingError, ValueError) as e:
-        logging.error("%s", e)
-        raise SystemExit(f"error: {e}") from None
+        cli_flags.exit_with(e)
 
 
 def train_main() -> None:

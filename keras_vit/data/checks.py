@@ -99,6 +99,8 @@ def drop_unreadable(config, split: str, paths, labels):
 
 
 def _label_bound(config) -> Optional[int]:
+    if config.mpp.enabled:
+        return None  # self-supervised: labels are not used, may be missing
     n = int(config.num_classes or 0)
     if n:
         return n

@@ -1,12 +1,16 @@
-"""Input pipelines (tf.data, host side). Never imports the model.
+"""Input pipelines (tf.data, host side). Never builds the model.
 
 Sources (digits, image folders, TFDS, VTAB tasks) are defined in
 `keras_vit.data.sources`.
 
 Each pipeline yields (images float32 [-1, 1] (B, H, W, 3), labels int32 (B,))
-for training, and additionally a float32 mask (B,) for evaluation, where the
-last batch is padded to a static shape (TPUs need static shapes) and the
-padding is masked out of every metric.
+for training (with Mixup or CutMix, `keras_vit.data.augment`, float32
+mixed label vectors (B, classes) instead), and additionally a float32 mask
+(B,) for evaluation, where the last batch is padded to a static shape (TPUs
+need static shapes) and the padding is masked out of every metric. For
+masked patch prediction (`config.mpp.enabled`) the images come as the MPP
+model's inputs, a dict with the corruption drawn by
+`keras_vit.data.masking`.
 
 With several input pipelines (one per host or worker, from the strategy's
 `tf.distribute.InputContext`), each reads a disjoint, near-equal part of the
@@ -24,9 +28,9 @@ from typing import Callable, Optional, Tuple
 import numpy as np
 import tensorflow as tf
 
+from keras_vit.data import augment, masking, sources, vtab
 from keras_vit.data import checks as data_checks
 from keras_vit.data import preprocessing as pp
-from keras_vit.data import sources, vtab
 from keras_vit.data.preprocessing import from_config as make_preprocess_fn
 
 
@@ -62,8 +66,19 @@ def _shard(config, split: str, training: bool, input_context,
     """(image uint8 HWC, label int32) pairs of this pipeline's part of
     `split`; training shards also shuffle their files or paths."""
     count, index = _pipelines(input_context)
+    per_class = int(config.train_examples_per_class) if training else 0
+    if per_class and (config.vtab_task or config.dataset not in (
+            sources.DIGITS, sources.FOLDER)):
+        raise ValueError(
+            "config.train_examples_per_class works with the digits and "
+            "image folders; for a TFDS data set slice train_split instead "
+            "(e.g. 'train[:1000]')."
+        )
     if config.dataset == sources.DIGITS and not config.vtab_task:
         x, y = sources.digits_split(split)
+        if per_class:
+            keep = sources.examples_per_class(y, per_class, config.seed)
+            x, y = x[keep], y[keep]
         ds = tf.data.Dataset.from_tensor_slices(
             (x[index::count, :, :, None], y[index::count])
         )
@@ -74,6 +89,9 @@ def _shard(config, split: str, training: bool, input_context,
             paths, labels = data_checks.drop_unreadable(
                 config, split, paths, labels
             )
+        if per_class:
+            keep = sources.examples_per_class(labels, per_class, config.seed)
+            paths, labels = [paths[i] for i in keep], labels[keep]
         ds = tf.data.Dataset.from_tensor_slices(
             (paths[index::count], labels[index::count])
         )
@@ -176,8 +194,11 @@ def train_dataset(
         ds = ds.cache()
     ds = ds.repeat()
     ds = ds.shuffle(config.shuffle_buffer, seed=seed)
-    preprocess = make_preprocess_fn(config, training=True)
-    decode = shard.decode
+    # Encoded images are decoded by the preprocessing, which decodes a
+    # JPEG only inside its Inception crop.
+    encoded = shard.decode is not _identity
+    preprocess = make_preprocess_fn(config, training=True, encoded=encoded)
+    decode = _identity if encoded else shard.decode
     # Stateless augmentation seeded by (seed, example index): reproducible,
     # and the iterator stays serialisable, so checkpoints can hold it.
     ds = ds.enumerate()
@@ -192,6 +213,23 @@ def train_dataset(
         deterministic=True,
     )
     ds = ds.batch(batch, drop_remainder=True)
+    if config.mpp.enabled and (config.mix.mixup_alpha
+                               or config.mix.cutmix_alpha):
+        raise ValueError(
+            "Masked patch prediction has no labels to mix: set "
+            "config.mix.mixup_alpha=0 and config.mix.cutmix_alpha=0 with "
+            "config.mpp.enabled=True."
+        )
+    if config.mpp.enabled:  # the model's corruption inputs
+        ds = masking.add_corruption(ds, config, seed + 1)
+    mix = augment.mix_batch(
+        int(config.num_classes or sources.dataset_info(config).num_classes),
+        float(config.mix.mixup_alpha), float(config.mix.cutmix_alpha),
+        seed,
+    ) if config.mix.mixup_alpha or config.mix.cutmix_alpha else None
+    if mix is not None:  # labels become (batch, classes) mixed vectors
+        ds = ds.map(mix, num_parallel_calls=tf.data.AUTOTUNE,
+                    deterministic=True)
     if config.synthetic_data:
         # For benchmarks: one real batch, served again and again from
         # memory, so that the input work drops out of the timings.
@@ -244,6 +282,9 @@ def eval_dataset(
             tf.zeros([batch], tf.float32),
         )).repeat()
         ds = ds.concatenate(padding).take(steps * max(replicas // count, 1))
+    if config.mpp.enabled:  # the same corruption at every evaluation
+        ds = masking.add_corruption(ds, config, pipeline_seed(
+            config, input_context) + 1)
     return ds.prefetch(tf.data.AUTOTUNE)
 
 

@@ -15,6 +15,8 @@ from typing import Callable, Optional, Sequence, Tuple, Union
 
 import tensorflow as tf
 
+from keras_vit.data import augment as augment_lib
+
 Size = Union[int, Sequence[int]]
 
 
@@ -64,7 +66,8 @@ def to_rgb(image: tf.Tensor) -> tf.Tensor:
 
 
 def decode_image(data: tf.Tensor) -> tf.Tensor:
-    """Decodes JPEG, PNG, GIF (first frame) or BMP bytes to uint8 RGB (H, W, 3).
+    """Decodes JPEG, PNG, GIF (first frame), BMP or WebP (TensorFlow >= 2.18)
+    bytes to uint8 RGB (H, W, 3).
 
     16-bit PNGs are converted to 8 bits; grayscale and RGBA become RGB.
     Invalid bytes raise `tf.errors.InvalidArgumentError` from the decoder.
@@ -73,7 +76,7 @@ def decode_image(data: tf.Tensor) -> tf.Tensor:
         tf.strings.length(data),
         0,
         message="Empty image: got a zero-length string instead of encoded "
-        "image bytes (JPEG, PNG, GIF or BMP).",
+        "image bytes (JPEG, PNG, GIF, BMP or WebP).",
     )
     image = tf.io.decode_image(
         data, channels=0, dtype=tf.uint8, expand_animations=False
@@ -128,11 +131,14 @@ def preprocess_finetune(
     resize_size: Optional[Size] = None,
     flip: bool = True,
     seed: Optional[tf.Tensor] = None,
+    augment: Optional[Callable] = None,
 ) -> tf.Tensor:
     """Fine-tuning augmentation (official ViT recipe).
 
     Resize to `resize_size` (or straight to `size`), random `size` crop,
     random horizontal flip. `seed` is an optional stateless seed (shape [2]).
+    `augment` (e.g. RandAugment) maps the float [0, 255] result before it
+    is scaled to [-1, 1].
     """
     h, w = as_hw(size)
     image = to_rgb(image)
@@ -145,8 +151,16 @@ def preprocess_finetune(
             image = tf.image.random_crop(image, [h, w, 3])
         else:
             image = tf.image.stateless_random_crop(image, [h, w, 3], seeds[0])
+    return _finish(image, h, w, flip, seeds, augment)
+
+
+def _finish(image, h, w, flip, seeds, augment):
+    """Flip, augmentation and [-1, 1] scaling of a [0, 255] training
+    image of the final size."""
     if flip:
         image = _flip(image, None if seeds is None else seeds[1])
+    if augment is not None:
+        image = augment(image)
     return tf.ensure_shape(scale_to_unit_range(image), [h, w, 3])
 
 
@@ -157,39 +171,116 @@ def preprocess_pretrain(
     aspect_ratio_range: Tuple[float, float] = (3 / 4, 4 / 3),
     flip: bool = True,
     seed: Optional[tf.Tensor] = None,
+    augment: Optional[Callable] = None,
 ) -> tf.Tensor:
     """Pre-training augmentation: Inception-style crop + horizontal flip.
 
     A random window covering `area_range` of the image with an aspect ratio in
     `aspect_ratio_range` (10 attempts; the whole image if none fits), resized
-    to `size`.
+    to `size`. `augment` as for `preprocess_finetune`.
     """
-    h, w = as_hw(size)
     image = to_rgb(image)
     seeds = _split_seed(seed, 2)
-    shape = tf.shape(image)
-    bbox = tf.zeros([1, 0, 4], tf.float32)
+    begin, crop_size = inception_crop_window(
+        tf.shape(image), area_range, aspect_ratio_range,
+        None if seeds is None else seeds[0],
+    )
+    return _pretrain_from_crop(
+        tf.slice(image, begin, crop_size), size, flip, seeds, augment
+    )
+
+
+def _pretrain_from_crop(crop, size, flip, seeds, augment):
+    h, w = as_hw(size)
+    return _finish(resize(crop, (h, w)), h, w, flip, seeds, augment)
+
+
+def inception_crop_window(
+    shape: tf.Tensor,
+    area_range: Tuple[float, float] = (0.05, 1.0),
+    aspect_ratio_range: Tuple[float, float] = (3 / 4, 4 / 3),
+    seed: Optional[tf.Tensor] = None,
+) -> Tuple[tf.Tensor, tf.Tensor]:
+    """(begin, size) of an Inception crop of an image of `shape` (H, W, C):
+    `tf.image.(stateless_)sample_distorted_bounding_box`, 10 attempts, the
+    whole image if none fits."""
     kwargs = dict(
-        bounding_boxes=bbox,
+        bounding_boxes=tf.zeros([1, 0, 4], tf.float32),
         min_object_covered=0.0,
         aspect_ratio_range=aspect_ratio_range,
         area_range=area_range,
         max_attempts=10,
         use_image_if_no_bounding_boxes=True,
     )
-    if seeds is None:
-        begin, crop_size, _ = tf.image.sample_distorted_bounding_box(
+    shape = tf.cast(shape, tf.int32)
+    if seed is None:
+        begin, size, _ = tf.image.sample_distorted_bounding_box(
             shape, **kwargs
         )
     else:
-        begin, crop_size, _ = tf.image.stateless_sample_distorted_bounding_box(
-            shape, seed=seeds[0], **kwargs
+        begin, size, _ = tf.image.stateless_sample_distorted_bounding_box(
+            shape, seed=seed, **kwargs
         )
-    image = tf.slice(image, begin, crop_size)
-    image = resize(image, (h, w))
-    if flip:
-        image = _flip(image, None if seeds is None else seeds[1])
-    return tf.ensure_shape(scale_to_unit_range(image), [h, w, 3])
+    return begin, size
+
+
+def decode_and_inception_crop(
+    data: tf.Tensor,
+    area_range: Tuple[float, float] = (0.05, 1.0),
+    aspect_ratio_range: Tuple[float, float] = (3 / 4, 4 / 3),
+    seed: Optional[tf.Tensor] = None,
+) -> tf.Tensor:
+    """An Inception crop of encoded image bytes, uint8 RGB.
+
+    A JPEG is decoded only inside the crop window
+    (`tf.image.decode_and_crop_jpeg`, as big_vision's
+    `decode_jpeg_and_inception_crop`): the window comes from the header's
+    size (`tf.image.extract_jpeg_shape`), so it is the window
+    `inception_crop_window` draws for the decoded image with the same seed,
+    and the pixels are those of the decoded image's crop, except that with
+    subsampled colour (4:2:0, the usual JPEG) the window's last row and
+    column can differ slightly: libjpeg's chroma upsampling lacks the
+    neighbours outside the window. Other formats (PNG, GIF, BMP) are
+    decoded whole and then cropped.
+    """
+    def jpeg():
+        begin, size = inception_crop_window(
+            tf.image.extract_jpeg_shape(data), area_range,
+            aspect_ratio_range, seed,
+        )
+        window = tf.stack([begin[0], begin[1], size[0], size[1]])
+        return tf.image.decode_and_crop_jpeg(data, window, channels=3)
+
+    def other():
+        image = decode_image(data)
+        begin, size = inception_crop_window(
+            tf.shape(image), area_range, aspect_ratio_range, seed
+        )
+        return tf.slice(image, begin, size)
+
+    crop = tf.cond(tf.io.is_jpeg(data), jpeg, other)
+    return tf.ensure_shape(crop, [None, None, 3])
+
+
+def preprocess_pretrain_encoded(
+    data: tf.Tensor,
+    size: Size,
+    area_range: Tuple[float, float] = (0.05, 1.0),
+    aspect_ratio_range: Tuple[float, float] = (3 / 4, 4 / 3),
+    flip: bool = True,
+    seed: Optional[tf.Tensor] = None,
+    augment: Optional[Callable] = None,
+) -> tf.Tensor:
+    """`preprocess_pretrain` of encoded bytes, decoding a JPEG only inside
+    the crop window (`decode_and_inception_crop`); with the same seed, the
+    result of `preprocess_pretrain(decode_image(data), ...)` (up to the
+    chroma edge of subsampled JPEGs described there)."""
+    seeds = _split_seed(seed, 2)
+    crop = decode_and_inception_crop(
+        data, area_range, aspect_ratio_range,
+        None if seeds is None else seeds[0],
+    )
+    return _pretrain_from_crop(crop, size, flip, seeds, augment)
 
 
 def _flip(image, seed):
@@ -204,11 +295,16 @@ def _split_seed(seed, n):
     return tf.unstack(tf.random.experimental.stateless_split(seed, n))
 
 
-def from_config(config, training: bool) -> Callable:
+def from_config(config, training: bool, encoded: bool = False) -> Callable:
     """`fn(image, seed=None)`: the preprocessing of a training or evaluation
     split, from `config.image_size` and `config.pp` (train: 'pretrain',
-    'finetune' or 'eval'; resize_size, eval_resize_size, area_range, flip).
-    `input_pipeline.make_preprocess_fn` is this function."""
+    'finetune' or 'eval'; resize_size, eval_resize_size, area_range, flip,
+    randaug_ops, randaug_magnitude). `input_pipeline.make_preprocess_fn` is
+    this function.
+
+    With `encoded` (training only), `fn` takes encoded image bytes: decoded
+    whole, or, for 'pretrain', a JPEG only inside its crop window
+    (`preprocess_pretrain_encoded`)."""
     size = config.image_size
     cfg = config.pp
     resize_size = cfg.resize_size
@@ -219,6 +315,15 @@ def from_config(config, training: bool) -> Callable:
         )
     kind = cfg.train
     flip = bool(cfg.flip)
+    augment = augment_lib.rand_augment(
+        int(cfg.randaug_ops), float(cfg.randaug_magnitude), int(config.seed)
+    )
+    if augment is not None and kind not in ("pretrain", "finetune"):
+        raise ValueError(
+            f"pp.randaug_ops={cfg.randaug_ops} augments the 'pretrain' and "
+            f"'finetune' training preprocessing, not {kind!r}: set pp.train "
+            "to one of them, or pp.randaug_ops=0."
+        )
     if resize_size is not None:
         small = [r < s for r, s in zip(as_hw(resize_size), as_hw(size))]
         if any(small):
@@ -227,17 +332,25 @@ def from_config(config, training: bool) -> Callable:
                 f"{size}: the random crop must fit; set pp.resize_size >= "
                 "image_size (or None to resize straight to image_size)."
             )
+    decode = decode_image if encoded else (lambda image: image)
     if kind == "pretrain":
         area = tuple(cfg.area_range)
+        if encoded:
+            return lambda data, seed=None: preprocess_pretrain_encoded(
+                data, size, area_range=area, flip=flip, seed=seed,
+                augment=augment,
+            )
         return lambda image, seed=None: preprocess_pretrain(
-            image, size, area_range=area, flip=flip, seed=seed
+            image, size, area_range=area, flip=flip, seed=seed,
+            augment=augment,
         )
     if kind == "finetune":
         return lambda image, seed=None: preprocess_finetune(
-            image, size, resize_size, flip=flip, seed=seed
+            decode(image), size, resize_size, flip=flip, seed=seed,
+            augment=augment,
         )
     if kind == "eval":
-        return lambda image, seed=None: preprocess_eval(image, size)
+        return lambda image, seed=None: preprocess_eval(decode(image), size)
     raise ValueError(
         f"Unknown pp.train {kind!r}: use 'pretrain' (Inception crop + flip), "
         "'finetune' (resize, random crop, flip) or 'eval' (resize only)."

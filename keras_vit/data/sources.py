@@ -71,6 +71,24 @@ def digits_split(split: str) -> Tuple[np.ndarray, np.ndarray]:
     return x[start:stop], y[start:stop]
 
 
+def examples_per_class(labels: np.ndarray, count: int,
+                       seed: int) -> np.ndarray:
+    """Sorted indices of `count` random examples of each class of `labels`
+    (all of a class that has fewer), drawn with `seed`: the same draw for
+    the same labels and seed, whatever the model or run."""
+    if int(count) < 0:
+        raise ValueError(
+            f"train_examples_per_class must be >= 0 (0: all), got {count}."
+        )
+    labels = np.asarray(labels)
+    rng = np.random.default_rng(int(seed))
+    keep = [
+        rng.choice(pool, min(int(count), len(pool)), replace=False)
+        for pool in (np.flatnonzero(labels == c) for c in np.unique(labels))
+    ]
+    return np.sort(np.concatenate(keep))
+
+
 # ----------------------------------------------------------- image folder
 _SPLIT_RE = re.compile(r"^([^\[\]]+)(?:\[(-?\d*%?):(-?\d*%?)\])?$")
 

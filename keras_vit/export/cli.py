@@ -2,8 +2,13 @@
 `keras_vit.export.saved_model`).
 
 Exactly one model source: --keras_model (a .keras file), --npz (an official
-checkpoint, with --variant, --num_classes and --image_size) or --workdir (a
-training run's folder; EMA weights by default).
+checkpoint, with --variant, --num_classes and --image_size), --workdir (a
+training run's folder; EMA weights by default) or --hub (a Hugging Face
+layout directory of Hugging Face or timm ViT weights).
+
+--format=saved_model (default) writes a versioned SavedModel for TF
+Serving; --format=litert writes `<export_dir>/<model_name>.tflite` (and
+`.labels.txt`) for LiteRT, --quantization float32, float16 or int8.
 """
 
 from __future__ import annotations
@@ -18,9 +23,10 @@ import keras
 
 from keras_vit.checkpoint import loader
 from keras_vit.checkpoint import workdir as wd
+from keras_vit.export import litert
 from keras_vit.export.saved_model import export_model
 
-_SOURCES = ("keras_model", "npz", "workdir")
+_SOURCES = ("keras_model", "npz", "workdir", "hub")
 
 
 class UsageError(ValueError):
@@ -32,8 +38,17 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m keras_vit.export",
         description="Export a ViT classifier as a versioned SavedModel for "
-        "TF Serving.",
+        "TF Serving, or as a LiteRT (.tflite) file.",
     )
+    p.add_argument("--format", choices=("saved_model", "litert"),
+                   default="saved_model",
+                   help="saved_model: TF Serving (default); litert: "
+                   "<export_dir>/<model_name>.tflite for phones and edge "
+                   "devices")
+    p.add_argument("--quantization", choices=litert.QUANTIZATIONS,
+                   default="float32",
+                   help="--format=litert: float32 (default), float16 "
+                   "weights, or int8 (dynamic-range) weights")
     p.add_argument("--export_dir", required=True, help="model root for TF "
                    "Serving: writes <export_dir>/<model_name>/<version>/")
     p.add_argument("--model_name", default="vit",
@@ -42,6 +57,9 @@ def build_parser() -> argparse.ArgumentParser:
     source.add_argument("--keras_model", help="a .keras model file")
     source.add_argument("--npz", help="an official ViT .npz checkpoint")
     source.add_argument("--workdir", help="a training run's workdir")
+    source.add_argument("--hub", help="a local directory in the Hugging "
+                        "Face layout (config.json + model.safetensors or "
+                        "pytorch_model.bin; Hugging Face ViT or timm)")
     p.add_argument("--no_ema", action="store_true",
                    help="--workdir: export the raw, not the EMA, weights")
     p.add_argument("--variant", help="--npz: e.g. B/16, R50+B/16; default: "
@@ -93,7 +111,7 @@ def load_source_model(args: argparse.Namespace) -> keras.Model:
     given = [s for s in _SOURCES if getattr(args, s)]
     if len(given) != 1:
         raise UsageError(
-            "Give exactly one of --keras_model, --npz or --workdir "
+            "Give exactly one of --keras_model, --npz, --workdir or --hub "
             f"(got {', '.join('--' + s for s in given) or 'none'})."
         )
     if args.keras_model:
@@ -105,6 +123,15 @@ def load_source_model(args: argparse.Namespace) -> keras.Model:
         return loader.load_model(
             loader.Source(workdir=args.workdir, use_ema=not args.no_ema)
         )
+    if args.hub:
+        model = loader.load_model(loader.Source(hub=args.hub))
+        if model.layers[-1].name != "head":
+            raise ValueError(
+                f"{args.hub} has no classification head (a backbone such "
+                "as ViTModel or a timm model with num_classes=0): nothing "
+                "to classify with; fine-tune it first."
+            )
+        return model
     rep = args.representation_size
     model = loader.load_model(
         loader.Source(npz=args.npz, variant=args.variant),
@@ -140,6 +167,8 @@ def class_names_from_args(args: argparse.Namespace) -> Optional[List[str]]:
             return [line.rstrip("\r\n") for line in f if line.strip()]
     if args.workdir:
         return wd.read_class_names(args.workdir)
+    if args.hub:
+        return loader.class_names(loader.Source(hub=args.hub))
     return None
 
 
@@ -167,8 +196,19 @@ def resize_size_from_args(args: argparse.Namespace) -> Optional[int]:
 
 
 def export_from_args(args: argparse.Namespace) -> str:
-    """str. Exports the model `args` describe; the new version's path."""
+    """str. Exports the model `args` describe; the new version's path (or
+    the .tflite file's)."""
     model = load_source_model(args)
+    if args.format == "litert":
+        return litert.export_litert(
+            model,
+            os.path.join(args.export_dir, f"{args.model_name}.tflite"),
+            quantization=args.quantization,
+            class_names=class_names_from_args(args),
+            verify=not args.no_verify,
+        )
+    if args.quantization != "float32":
+        raise UsageError("--quantization goes with --format=litert only.")
     return export_model(
         model,
         args.export_dir,
@@ -189,7 +229,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         path = export_from_args(args)
-    except (ValueError, FileExistsError, FileNotFoundError) as error:
+    except (ValueError, FileExistsError, FileNotFoundError,
+            ImportError) as error:
         # Bad input, not a bug: the message says what to change.
         print(f"error: {error}", file=sys.stderr)
         return 1

@@ -4,7 +4,8 @@ Three endpoints (and an optional fourth), all preprocessing inside the
 graph exactly as evaluation does (`keras_vit.data.preprocessing`'s
 `decode_image` + `preprocess_eval`), so a client sends images as they are:
 
-- `serving_default(image_bytes)`: encoded JPEG / PNG / GIF / BMP bytes
+- `serving_default(image_bytes)`: encoded JPEG / PNG / GIF / BMP / WebP
+  bytes
   (DT_STRING, shape [batch]) -> probabilities, top-k classes, scores and
   class names.
 - `predict_images(images)`: float32 pixels in [0, 255], shape
@@ -28,35 +29,16 @@ import tensorflow as tf
 
 from keras_vit.data import preprocessing
 from keras_vit.derived import features_model, input_image_size, model_stride
+from keras_vit.export import request_checks
 
 SIGNATURES = ("serving_default", "predict_images", "features")
 ANY_SIZE_SIGNATURE = "predict_any_size"
 
-# A prefix made only of these characters is base64 text, not an image: the
-# usual mistake of a gRPC client (or a REST client that forgot {"b64": ...})
-# sending the base64 string itself. Real image formats start with bytes
-# outside this set within their first few bytes.
-_BASE64_PREFIX = r"[A-Za-z0-9+/=\r\n]+"
-_SNIFF_BYTES = 64
-
-EMPTY_MESSAGE = (
-    "Empty image: image_bytes holds a zero-length string. Send the encoded "
-    "image file (JPEG, PNG, GIF or BMP)."
-)
-BASE64_MESSAGE = (
-    "image_bytes looks like base64 text, not an encoded image. Send the raw "
-    'file bytes; over REST wrap the base64 string as {"b64": "..."} so the '
-    "server decodes it."
-)
-PIXEL_RANGE_MESSAGE = (
-    "predict_images expects pixel values in [0, 255] (RGB, float32); got "
-    "values outside that range. Do not normalise the pixels: the graph "
-    "scales them itself."
-)
-EMPTY_PIXELS_MESSAGE = (
-    "predict_images got an image with zero height or width; send images of "
-    "shape [batch, height, width, 3] with height, width >= 1."
-)
+_BASE64_PREFIX = request_checks._BASE64_PREFIX
+_SNIFF_BYTES = request_checks._SNIFF_BYTES
+EMPTY_MESSAGE = request_checks.EMPTY_MESSAGE
+BASE64_MESSAGE = request_checks.BASE64_MESSAGE
+PIXEL_RANGE_MESSAGE = "predict_images " + request_checks.PIXEL_RANGE_MESSAGE
 
 
 def is_float32_model(model: keras.Model) -> bool:
@@ -276,39 +258,24 @@ def build_endpoints(
             "class_names": tf.gather(names, classes),
         }
 
-    def serving_default(image_bytes):
-        return classify(images_from_bytes(_check_bytes(image_bytes)))
+    def checked(image_bytes):
+        return request_checks.checked_bytes(_check_bytes(image_bytes))
 
-    def checked_pixels(images):
-        # The declared shape is not enforced when a server feeds the graph:
-        # check it first, so a wrong rank fails here with a clear message.
-        images = tf.ensure_shape(
-            images, [None, None, None, 3], name="check_images_shape"
-        )
-        shape = tf.shape(images)
-        checks = [
-            tf.debugging.assert_positive(
-                shape[1:3], message=EMPTY_PIXELS_MESSAGE
-            ),
-            tf.debugging.assert_greater_equal(
-                tf.reduce_min(images), 0.0, message=PIXEL_RANGE_MESSAGE
-            ),
-            tf.debugging.assert_less_equal(
-                tf.reduce_max(images), 255.0, message=PIXEL_RANGE_MESSAGE
-            ),
-        ]
-        with tf.control_dependencies(checks):
-            return tf.identity(images)
+    def serving_default(image_bytes):
+        """Encoded images (JPEG, PNG, GIF, BMP or WebP) -> top-k."""
+        return classify(images_from_bytes(checked(image_bytes)))
 
     def predict_images(images):
+        """float32 RGB pixels in [0, 255] (not [0, 1], not [-1, 1])."""
         images = tf.map_fn(
-            preprocess, checked_pixels(images),
+            preprocess,
+            request_checks.checked_pixels(images, "predict_images"),
             fn_output_signature=image_spec, name="preprocess",
         )
         return classify(images)
 
     def predict_any_size(images):
-        images = checked_pixels(images)
+        images = request_checks.checked_pixels(images, ANY_SIZE_SIGNATURE)
         stride = model_stride(model)
         divisible = tf.debugging.assert_equal(
             tf.shape(images)[1:3] % stride, 0,
@@ -322,7 +289,7 @@ def build_endpoints(
         return classify(images)
 
     def features_fn(image_bytes):
-        images = images_from_bytes(_check_bytes(image_bytes))
+        images = images_from_bytes(checked(image_bytes))
         _, embedding = forward(images)
         return {"features": embedding}
 

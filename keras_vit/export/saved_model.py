@@ -4,7 +4,9 @@
 
 writes `exports/vit/<next version>/` (signatures `serving_default` on image
 bytes, `predict_images` on pixels, `features`; see `keras_vit.export.graph`),
-a warm-up file for TF Serving, and adds the model to `exports/models.config`.
+a warm-up file for TF Serving, adds the model to `exports/models.config` and
+writes `exports/batching_parameters.txt` (if not there) for
+`tensorflow_model_server --enable_batching`.
 
 From the command line, from a `.keras` file, an official `.npz` checkpoint
 or a training workdir:
@@ -32,13 +34,35 @@ import numpy as np
 import tensorflow as tf
 
 from keras_vit.data import preprocessing
-from keras_vit.export import files as export_files
-from keras_vit.export import graph as export_graph
-from keras_vit.model import (
+from keras_vit.derived import (
     input_image_size,
     model_stride,
     with_dynamic_image_size,
 )
+from keras_vit.export import files as export_files
+from keras_vit.export import graph as export_graph
+
+BATCHING_FILE = "batching_parameters.txt"
+# TF Serving's --batching_parameters_file, tuned for a CPU server: a batch
+# closes at 32 requests' images or after 5 ms, whichever first. On a GPU
+# raise max_batch_size (e.g. 128) and batch_timeout_micros (e.g. 10000).
+BATCHING_PARAMETERS = """\
+max_batch_size { value: 32 }
+batch_timeout_micros { value: 5000 }
+max_enqueued_batches { value: 100 }
+num_batch_threads { value: %d }
+"""
+# What each signature's input is, for export.json: the SavedModel itself
+# records only names, dtypes and shapes.
+INPUT_DOCS = {
+    "serving_default": "image_bytes: string [batch], encoded JPEG, PNG, "
+    "GIF, BMP or WebP files as they are",
+    "predict_images": "images: float32 [batch, height, width, 3], RGB "
+    "pixels in [0, 255] (not [0, 1], not [-1, 1]), any size",
+    "features": "image_bytes: as serving_default",
+    export_graph.ANY_SIZE_SIGNATURE: "images: float32 [batch, height, "
+    "width, 3], RGB pixels in [0, 255], sides multiples of the stride",
+}
 
 # Probabilities from the written SavedModel must match the Keras model on
 # the same images this closely, or the export is rejected.
@@ -292,12 +316,26 @@ def export_model(
     except BaseException:
         export_files.remove_tree(tmp_dir)
         raise
+    write_batching_parameters(export_dir)
     export_files.update_models_config(
         config_path,
         model_name,
         export_files.config_base_path(export_dir, model_name,
                                       serving_base_dir),
         replace_base_path=serving_base_dir is not None,
+    )
+    return path
+
+
+def write_batching_parameters(export_dir: str) -> Optional[str]:
+    """Writes `<export_dir>/batching_parameters.txt` for
+    `tensorflow_model_server --enable_batching`, unless one is there (it
+    may have been tuned). Returns its path, or None if it was kept."""
+    path = export_files.join(export_dir, BATCHING_FILE)
+    if tf.io.gfile.exists(path):
+        return None
+    export_files.write_bytes_atomically(
+        path, (BATCHING_PARAMETERS % (os.cpu_count() or 1)).encode()
     )
     return path
 
@@ -319,6 +357,9 @@ def _write_extras(path, model_name, names, images, size, top_k, model,
         export_files.write_warmup_file(
             export_files.join(extra, export_files.WARMUP_FILE), requests
         )
+    signatures = list(export_graph.SIGNATURES) + (
+        [export_graph.ANY_SIZE_SIGNATURE] if any_size else []
+    )
     info = {
         "model_name": model_name,
         "keras_model_name": model.name,
@@ -327,9 +368,8 @@ def _write_extras(path, model_name, names, images, size, top_k, model,
         else list(preprocessing.as_hw(resize_size)),
         "num_classes": len(names),
         "top_k": top_k,
-        "signatures": list(export_graph.SIGNATURES) + (
-            [export_graph.ANY_SIZE_SIGNATURE] if any_size else []
-        ),
+        "signatures": signatures,
+        "inputs": {name: INPUT_DOCS[name] for name in signatures},
         "exported_at": datetime.datetime.now(datetime.timezone.utc)
         .isoformat(timespec="seconds"),
     }

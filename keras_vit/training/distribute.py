@@ -1,17 +1,23 @@
 """tf.distribute strategies from command-line flags.
 
-`--strategy` in {auto, tpu, mirrored, multiworker, cpu} and `--tpu` (a TPU
-name, a grpc:// address, or "local" on a TPU VM). TPU set-up follows the
+`--strategy` in {auto, tpu, mirrored, multiworker, cpu}, `--tpu` (a TPU
+name, a grpc:// address, or "local" on a TPU VM) and `--cpu_devices` (split
+the CPU into logical devices for MirroredStrategy). TPU set-up follows the
 standard sequence, which must run at program start, before any op:
 TPUClusterResolver -> experimental_connect_to_cluster ->
 initialize_tpu_system -> TPUStrategy (the connect step skipped for a
 TPU VM's own TPU). Without --tpu, a TPU VM uses its local TPU and TPU_NAME
 names a remote one.
 
+Set-up that waits on other machines (the workers of TF_CONFIG, a remote
+TPU) is bounded by `connect_timeout_s` and ends on SIGTERM
+(`cluster.run_bounded`); every set-up failure is a `cluster.SetupError`
+whose one line names the fix.
+
 Preemption: `SigtermFlag` lets the host loop checkpoint and stop on SIGTERM
 (one host, and Cloud TPU VMs); for multi-worker and TPU strategies
 `preemption_handler` adds TensorFlow's PreemptionCheckpointHandler, which
-makes every worker save at the same step.
+makes every worker save at the same step and then raises `Preempted`.
 """
 
 from __future__ import annotations
@@ -19,77 +25,145 @@ from __future__ import annotations
 import json
 import os
 import signal
-from typing import Optional
+from typing import Callable, Optional
 
 import tensorflow as tf
 from absl import logging
 
+from keras_vit.training import cluster
+from keras_vit.training import tpu as tpu_lib
+from keras_vit.training.cluster import SetupError
+
 STRATEGIES = ("auto", "tpu", "mirrored", "multiworker", "cpu")
+# The exit status after every worker saved on a preemption: TensorFlow's
+# restart code off Google Cloud, for the job scheduler to restart the job.
+RESTART_EXIT_CODE = 42
 
 
-def tpu_strategy(tpu: Optional[str]) -> tf.distribute.TPUStrategy:
-    """Connects to a Cloud TPU and returns a TPUStrategy.
-
-    Args:
-        tpu: str or None. The TPU name or grpc:// address; "local" on a TPU
-            VM (the TPU attached to this host). None: found from the
-            environment (e.g. TPU_NAME) by the resolver.
-    """
-    resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu)
-    if tpu != "local":
-        tf.config.experimental_connect_to_cluster(resolver)
-    tf.tpu.experimental.initialize_tpu_system(resolver)
-    logging.info("TPU devices: %s", tf.config.list_logical_devices("TPU"))
-    return tf.distribute.TPUStrategy(resolver)
-
-
-def _find_tpu(tpu: Optional[str]):
-    try:
-        return tpu_strategy(tpu)
-    except (ValueError, RuntimeError, tf.errors.NotFoundError) as e:
-        logging.info("No TPU found (%s).", e)
-        return None
+class Preempted(Exception):
+    """Every worker has saved a checkpoint at the same step after one of
+    them was told to stop: the run should end (with RESTART_EXIT_CODE)."""
 
 
 def create_strategy(
-    name: str = "auto", tpu: Optional[str] = None
+    name: str = "auto",
+    tpu: Optional[str] = None,
+    *,
+    connect_timeout_s: Optional[float] = None,
+    cpu_devices: int = 0,
 ) -> tf.distribute.Strategy:
     """Builds the strategy named by `--strategy`.
 
     auto: a TPU if `tpu` is given or one is found, else all local GPUs
-    (MirroredStrategy), else the default (one-device) strategy on the CPU.
+    (MirroredStrategy), else the CPU (its `cpu_devices` logical devices
+    mirrored when there are several, else the default one-device
+    strategy).
     multiworker: MultiWorkerMirroredStrategy from the TF_CONFIG environment
-    variable.
+    variable, once every worker has connected.
+
+    Args:
+        name: str. One of STRATEGIES.
+        tpu: str or None. --tpu.
+        connect_timeout_s: float or None. How long to wait for the workers
+            of TF_CONFIG or a remote TPU (None: config.connect_timeout_s's
+            default; 0: forever).
+        cpu_devices: int. Split the CPU into this many logical devices
+            (auto and mirrored without GPUs: one replica each); 0 or 1:
+            leave it whole.
+
+    Raises:
+        SetupError: the strategy cannot be set up; one line names the fix.
     """
     if name not in STRATEGIES:
-        raise ValueError(
+        raise SetupError(
             f"Unknown --strategy {name!r}: use one of {', '.join(STRATEGIES)}."
         )
+    cpu_devices = int(cpu_devices or 0)
+    if cpu_devices > 1:
+        if name not in ("auto", "mirrored"):
+            raise SetupError(
+                f"--cpu_devices={cpu_devices} splits the CPU for "
+                f"MirroredStrategy: use it with --strategy=mirrored (or "
+                f"auto), not --strategy={name}."
+            )
+        _split_cpu(cpu_devices)
     if name == "tpu":
-        return tpu_strategy(tpu if tpu is not None else _default_tpu())
+        return tpu_lib.tpu_strategy(
+            tpu if tpu is not None else tpu_lib.default_tpu(),
+            connect_timeout_s,
+        )
     if name == "auto":
         if tpu is not None:
-            return tpu_strategy(tpu)
+            return tpu_lib.tpu_strategy(tpu, connect_timeout_s)
         strategy = (
-            _find_tpu(_default_tpu()) if _tpu_in_environment() else None
+            tpu_lib.find_tpu(tpu_lib.default_tpu(), connect_timeout_s)
+            if tpu_lib.tpu_in_environment() else None
         )
         if strategy is not None:
             return strategy
-        gpus = tf.config.list_logical_devices("GPU")
-        if gpus:
+        if tf.config.list_logical_devices("GPU"):
             return tf.distribute.MirroredStrategy()
+        if cpu_devices > 1:
+            return _cpu_mirrored(cpu_devices)
         return tf.distribute.get_strategy()
     if name == "mirrored":
+        if cpu_devices > 1 and not tf.config.list_logical_devices("GPU"):
+            return _cpu_mirrored(cpu_devices)
         return tf.distribute.MirroredStrategy()
     if name == "multiworker":
-        _check_tf_config()
-        return tf.distribute.MultiWorkerMirroredStrategy()
+        return _multi_worker(cluster.connect_timeout(connect_timeout_s))
     return tf.distribute.OneDeviceStrategy("/cpu:0")
 
 
-def _check_tf_config() -> None:
+def _split_cpu(count: int) -> None:
+    """Splits the CPU into `count` logical devices (before TensorFlow
+    initialises its devices)."""
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    current = tf.config.get_logical_device_configuration(cpu) or []
+    if len(current) == count:
+        return
+    try:
+        tf.config.set_logical_device_configuration(
+            cpu, [tf.config.LogicalDeviceConfiguration()] * count
+        )
+    except RuntimeError:
+        raise SetupError(
+            f"--cpu_devices={count}: TensorFlow's devices are already set up "
+            f"({len(tf.config.list_logical_devices('CPU'))} CPU device(s)); "
+            "create the strategy before running any TensorFlow op."
+        ) from None
+
+
+def _cpu_mirrored(count: int) -> tf.distribute.MirroredStrategy:
+    return tf.distribute.MirroredStrategy(
+        [f"/cpu:{i}" for i in range(count)]
+    )
+
+
+def _multi_worker(timeout: float) -> tf.distribute.Strategy:
+    """MultiWorkerMirroredStrategy once every worker of TF_CONFIG answers,
+    within `timeout` seconds."""
+    if not _check_tf_config():
+        return tf.distribute.MultiWorkerMirroredStrategy()
+    tasks, me = cluster.cluster_tasks()
+    if me is None:
+        raise SetupError(
+            f"TF_CONFIG's task {os.environ['TF_CONFIG']!r} is not in its "
+            "cluster: give each worker its own type and index (\"worker\", "
+            f"0 to {len(tasks) - 1})."
+        )
+    cluster.wait_for_workers(timeout)
+    logging.info(
+        "All %d workers answer: forming the cluster (the process ends with "
+        "status 1 if that takes more than %.0f s).", len(tasks), timeout,
+    )
+    return cluster.run_guarded(tf.distribute.MultiWorkerMirroredStrategy,
+                               timeout)
+
+
+def _check_tf_config() -> bool:
     """A readable error for a malformed TF_CONFIG (TensorFlow's own is a
-    JSON traceback deep inside the resolver)."""
+    JSON traceback deep inside the resolver). False without TF_CONFIG."""
     raw = os.environ.get("TF_CONFIG")
     if not raw:
         logging.warning(
@@ -97,14 +171,18 @@ def _check_tf_config() -> None:
             "host only. Set TF_CONFIG to the cluster and this task's place "
             "in it on every worker."
         )
-        return
+        return False
     try:
         spec = json.loads(raw)
         workers = spec["cluster"]["worker"]
         task = spec["task"]
         task["type"], int(task["index"])
-    except (ValueError, KeyError, TypeError) as e:
-        raise ValueError(
+        for address in workers + spec["cluster"].get("chief", []):
+            host, _, port = address.rpartition(":")
+            if not host or not 0 < int(port) < 65536:
+                raise ValueError(f"{address!r} is not host:port")
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        raise SetupError(
             "TF_CONFIG must be JSON like {\"cluster\": {\"worker\": "
             "[\"host1:port\", \"host2:port\"]}, \"task\": {\"type\": "
             f"\"worker\", \"index\": 0}}}}; got {raw!r} ({e!r})."
@@ -113,23 +191,7 @@ def _check_tf_config() -> None:
         "MultiWorkerMirroredStrategy: %d workers, this is %s %s.",
         len(workers), task["type"], task["index"],
     )
-
-
-def _default_tpu() -> Optional[str]:
-    """The --tpu to use when none is given: None where TPU_NAME is set (the
-    resolver reads it), "local" on a TPU VM (its TPU is attached)."""
-    if os.environ.get("TPU_NAME"):
-        return None
-    return "local" if _tpu_in_environment() else None
-
-
-def _tpu_in_environment() -> bool:
-    return bool(
-        os.environ.get("TPU_NAME")
-        or os.environ.get("TPU_ACCELERATOR_TYPE")
-        or os.path.exists("/dev/accel0")
-        or os.path.exists("/dev/vfio/0")
-    )
+    return True
 
 
 def is_chief(strategy: tf.distribute.Strategy) -> bool:
@@ -156,26 +218,41 @@ def is_tpu(strategy: tf.distribute.Strategy) -> bool:
     return isinstance(strategy, tf.distribute.TPUStrategy)
 
 
-def preemption_handler(strategy: tf.distribute.Strategy, manager):
+def preemption_handler(
+    strategy: tf.distribute.Strategy, manager, save: Callable[[int], None]
+):
     """TensorFlow's PreemptionCheckpointHandler for the strategies it
     supports (multi-worker MultiWorkerMirroredStrategy, TPUStrategy), else
     None.
 
     Call `save_checkpoint_if_preempted(checkpoint_number=step)` between host
-    loops: when any worker is told to stop, all of them save at the same
-    step and the process exits with the platform's restart code (42 off
-    Google Cloud). Off Google Cloud it owns SIGTERM; on Cloud TPU VMs it
-    does nothing, and `SigtermFlag` does the work.
+    loops: when any worker is told to stop, all of them call `save(step)` at
+    the same step and then it raises `Preempted` (instead of TensorFlow's
+    sys.exit), so that the run can end cleanly. Off Google Cloud it owns
+    SIGTERM; on Cloud TPU VMs it does nothing, and `SigtermFlag` does the
+    work.
 
     Args:
         strategy: tf.distribute.Strategy.
-        manager: tf.train.CheckpointManager. Where the checkpoint goes (a
-            scratch directory on non-chief workers).
+        manager: tf.train.CheckpointManager. What the handler restores from
+            when it starts (its directory is never written: `save` does
+            the saving).
+        save: step -> None. Saves the checkpoint of that step on this
+            worker (see `checkpoints.CheckpointWriter.save`).
     """
     if not (is_multi_worker(strategy) or is_tpu(strategy)):
         return None
+    cluster.quiet_watcher_errors()
+
+    def stop():
+        raise Preempted()
+
+    config = tf.distribute.experimental.TerminationConfig(
+        exit_fn=stop,
+        save_fn=lambda *args, **kwargs: save(kwargs["checkpoint_number"]),
+    )
     return tf.distribute.experimental.PreemptionCheckpointHandler(
-        strategy.cluster_resolver, manager
+        strategy.cluster_resolver, manager, termination_config=config
     )
 
 

@@ -3,7 +3,8 @@
 It calls `Trainer.train` for `steps_per_loop` steps at a time and, between
 calls, logs, writes TensorBoard summaries, evaluates, checkpoints and reacts
 to SIGTERM (what a preempted TPU VM receives) by saving at the next step
-boundary and stopping.
+boundary and stopping. In a multi-worker run, a worker that dies stops the
+others with one line naming it (`WorkerLost`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from absl import logging
 
 from keras_vit.checkpoint import workdir as wd
 from keras_vit.data import checks as data_checks
-from keras_vit.training import distribute
+from keras_vit.training import cluster, distribute
 from keras_vit.training.resume import TrainingError
 
 # Records SIGTERM so the loop can checkpoint and stop cleanly (a name of
@@ -38,10 +39,47 @@ def _next_stop(step: int, total: int, steps_per_loop: int, *everys) -> int:
     return stop
 
 
+class WorkerLost(TrainingError):
+    """A worker of a multi-worker run is gone (killed, crashed, preempted
+    without notice); the message names it and the checkpoint to resume
+    from."""
+
 
 def run(
-    config, workdir, strategy, trainer, train_iter, eval_fn, manager,
+    config, workdir, strategy, trainer, train_iter, eval_fn, writer,
     handler, chief, info, batch, on_finish,
+) -> Dict[str, float]:
+    """Trains to config.total_steps, then evaluates on config.eval_split.
+
+    Args:
+        writer: checkpoints.CheckpointWriter. Saves this worker's part of
+            each checkpoint.
+        handler: PreemptionCheckpointHandler or None.
+
+    Returns the final metrics, or {"preempted": True, "step": S} after a
+    SIGTERM ("restart": True when every worker saved for a restart).
+
+    Raises:
+        WorkerLost: a peer of a multi-worker run is gone.
+    """
+    progress = {"step": trainer.step}
+    try:
+        return _run(
+            config, workdir, strategy, trainer, train_iter, eval_fn, writer,
+            handler, chief, info, batch, on_finish, progress,
+        )
+    except tf.errors.OpError as e:
+        if not (distribute.is_multi_worker(strategy)
+                and cluster.is_peer_loss(e)):
+            raise
+        raise WorkerLost(cluster.lost_worker_message(
+            e, progress["step"], writer.latest()
+        )) from e
+
+
+def _run(
+    config, workdir, strategy, trainer, train_iter, eval_fn, writer,
+    handler, chief, info, batch, on_finish, progress,
 ) -> Dict[str, float]:
     model = trainer.model
     total = int(config.total_steps)
@@ -84,7 +122,7 @@ def run(
                 bad or not math.isfinite(metrics["loss"])
             ):
                 # Raised before any save: no checkpoint holds these steps.
-                last = manager.latest_checkpoint or "none (no checkpoint yet)"
+                last = writer.latest() or "none (no checkpoint yet)"
                 first = step + (metrics["first_nonfinite_step"] or 1)
                 raise TrainingError(
                     f"Non-finite loss or gradient (loss {metrics['loss']}, "
@@ -107,6 +145,7 @@ def run(
                 train_time += dt
                 timed_steps += n
             step = stop
+            progress["step"] = step
             applied = n - bad if trainer.skip_nonfinite else n
             if applied:
                 for key in ("loss", "accuracy", "grad_norm"):
@@ -114,10 +153,13 @@ def run(
             window["steps"] += n
             window["applied"] += applied
             window_time += dt
-            if _boundary(step, log_every) or step == total:
+            # The first call too: it holds the tracing and compilation, and
+            # shows that training runs long before the first log_every.
+            if _boundary(step, log_every) or step == total or not timed:
                 _log_train(
                     trainer, writers, step, total, window, window_time,
-                    batch,
+                    batch, "" if timed else " (first call: with tracing and "
+                    "compilation)",
                 )
                 window = {k: 0.0 for k in window}
                 window_time = 0.0
@@ -125,18 +167,29 @@ def run(
                 t1 = time.time()
                 with data_checks.explained_errors(config):
                     results = trainer.evaluate(eval_fn(val_split))
-                _log_eval(writers, step, val_split, results)
+                _log_eval(writers, step, val_split, results,
+                          trainer.accuracy_name)
                 scheduled += time.time() - t1
             saved = _boundary(step, ckpt_every) or step == total
             if saved:
                 t1 = time.time()
-                manager.save(checkpoint_number=step)
+                writer.save(step)
                 scheduled += time.time() - t1
-            if handler is not None:  # saves and exits if preempted
-                handler.save_checkpoint_if_preempted(checkpoint_number=step)
+            if handler is not None:
+                try:  # every worker saves at this step if one was told to
+                    handler.save_checkpoint_if_preempted(
+                        checkpoint_number=step
+                    )
+                except distribute.Preempted:
+                    logging.warning(
+                        "Stopped at step %d: a worker was told to stop "
+                        "(SIGTERM); every worker saved this step. Run the "
+                        "same command on every worker to resume.", step,
+                    )
+                    return {"preempted": True, "step": step, "restart": True}
             if distribute.any_worker(strategy, preemption.requested):
                 if not saved:
-                    manager.save(checkpoint_number=step)
+                    writer.save(step)
                 logging.warning(
                     "Stopped at step %d after SIGTERM; checkpoint saved. "
                     "Run the same command to resume.", step,
@@ -148,12 +201,13 @@ def run(
     eval_split = config.eval_split
     with data_checks.explained_errors(config):
         results = trainer.evaluate(eval_fn(eval_split))
-    _log_eval(writers, step, eval_split, results)
+    _log_eval(writers, step, eval_split, results, trainer.accuracy_name)
     trained = step - start_step
     final = {
         "eval_split": eval_split,
-        "test_accuracy": results["accuracy"],
-        "test_top5_accuracy": results["top5_accuracy"],
+        # "test_mpp_accuracy" for masked patch prediction.
+        f"test_{trainer.accuracy_name}": results["accuracy"],
+        f"test_top5_{trainer.accuracy_name}": results["top5_accuracy"],
         "test_loss": results["loss"],
         "test_examples": results["num_examples"],
         "steps": step,
@@ -186,7 +240,8 @@ def run(
     return final
 
 
-def _log_train(trainer, writers, step, total, window, seconds, batch):
+def _log_train(trainer, writers, step, total, window, seconds, batch,
+               note=""):
     steps = max(window["steps"], 1)
     applied = window.get("applied", steps)  # skipped steps excluded
     loss = window["loss"] / applied if applied else float("nan")
@@ -194,15 +249,16 @@ def _log_train(trainer, writers, step, total, window, seconds, batch):
     grad_norm = window["grad_norm"] / applied if applied else float("nan")
     images_per_sec = steps * batch / seconds if seconds else 0.0
     lr = trainer.learning_rate()
+    name = trainer.accuracy_name
     logging.info(
-        "step %d/%d: loss %.4f accuracy %.4f lr %.3g grad_norm %.3g "
-        "images/s %.1f", step, total, loss, accuracy, lr, grad_norm,
-        images_per_sec,
+        "step %d/%d: loss %.4f %s %.4f lr %.3g grad_norm %.3g "
+        "images/s %.1f%s", step, total, loss, name, accuracy, lr, grad_norm,
+        images_per_sec, note,
     )
     if "train" in writers:
         with writers["train"].as_default(step=step):
             tf.summary.scalar("loss", loss)
-            tf.summary.scalar("accuracy", accuracy)
+            tf.summary.scalar(name, accuracy)
             tf.summary.scalar("learning_rate", lr)
             tf.summary.scalar("grad_norm", grad_norm)
             tf.summary.scalar("images_per_sec", images_per_sec)
@@ -210,14 +266,15 @@ def _log_train(trainer, writers, step, total, window, seconds, batch):
         writers["train"].flush()
 
 
-def _log_eval(writers, step, split, results):
+def _log_eval(writers, step, split, results, name="accuracy"):
     logging.info(
-        "eval %s at step %d: accuracy %.4f top5 %.4f loss %.4f (%d examples)",
-        split, step, results["accuracy"], results["top5_accuracy"],
+        "eval %s at step %d: %s %.4f top5 %.4f loss %.4f (%d examples)",
+        split, step, name, results["accuracy"], results["top5_accuracy"],
         results["loss"], results["num_examples"],
     )
     if "eval" in writers:
         with writers["eval"].as_default(step=step):
             for key in ("accuracy", "top5_accuracy", "loss"):
-                tf.summary.scalar(key, results[key])
+                tf.summary.scalar(key.replace("accuracy", name),
+                                  results[key])
         writers["eval"].flush()

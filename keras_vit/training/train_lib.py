@@ -8,26 +8,36 @@ loop in `keras_vit.training.loop`.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
-import tempfile
 from typing import Callable, Dict, Optional
 
 import keras
 import tensorflow as tf
 from absl import logging
 
-from keras_vit.build import MODEL_KEYS, build_model, build_optimizer
-from keras_vit.checkpoint import loader
+from keras_vit.build import (
+    MODEL_KEYS,
+    build_model,
+    build_optimizer,
+    check_mpp,
+    model_stride,
+)
+from keras_vit.checkpoint import loader, weights
 from keras_vit.checkpoint import workdir as wd
 from keras_vit.data import checks as data_checks
 from keras_vit.data import pipeline as input_pipeline
 from keras_vit.data import sources
-from keras_vit.training import distribute, loop
+from keras_vit.training import checkpoints, cluster, distribute, loop
+from keras_vit.training.mpp_trainer import MppTrainer
 from keras_vit.training.resume import TrainingError, restore_latest
 from keras_vit.training.trainer import Trainer
 
 __all__ = ["TrainingError", "build_trainer", "train_and_evaluate"]
+
+# An MPP run's encoder in the official .npz layout, in its workdir.
+ENCODER_NPZ = "encoder.npz"
 
 def num_classes_of(config) -> int:
     """The head width of a run of `config`: config.num_classes, else the
@@ -39,19 +49,30 @@ def num_classes_of(config) -> int:
 
 def build_trainer(config, model, optimizer, strategy, num_classes: int):
     """The `Trainer` of `config` (batch, accumulation, clipping, loss, XLA)
-    for a model and optimizer created under `strategy.scope()`."""
+    for a model and optimizer created under `strategy.scope()`; an
+    `MppTrainer` with `config.mpp.enabled`."""
+    common = dict(
+        global_batch_size=int(config.batch_size),
+        accumulation_steps=int(config.accumulation_steps),
+        grad_clip_norm=config.grad_clip_norm,
+        jit_compile=bool(config.jit_compile),
+        skip_nonfinite=bool(config.skip_nonfinite),
+    )
+    if config.mpp.enabled:
+        return MppTrainer(
+            model, optimizer, strategy, target=config.mpp.target,
+            patch_size=model_stride(config),
+            colour_bits=int(config.mpp.colour_bits),
+            grid_size=int(config.mpp.grid_size), **common,
+        )
     return Trainer(
         model,
         optimizer,
         strategy,
         num_classes=num_classes,
-        global_batch_size=int(config.batch_size),
-        accumulation_steps=int(config.accumulation_steps),
-        grad_clip_norm=config.grad_clip_norm,
         loss=config.loss,
         label_smoothing=float(config.label_smoothing),
-        jit_compile=bool(config.jit_compile),
-        skip_nonfinite=bool(config.skip_nonfinite),
+        **common,
     )
 
 
@@ -61,6 +82,10 @@ def _model_signature(config) -> dict:
     sig = {k: config.model[k] for k in MODEL_KEYS if k != "remat"}
     sig["image_size"] = config.image_size
     sig["num_classes"] = config.num_classes
+    # The MPP head's shape (a classifier has none).
+    mpp = config.mpp
+    sig["mpp"] = [mpp.target, mpp.colour_bits, mpp.grid_size] if (
+        mpp.enabled) else None
     # As the saved file holds it (tuples as lists).
     return json.loads(json.dumps(sig))
 
@@ -101,6 +126,16 @@ def _initialise_from(config, model: keras.Model) -> None:
     logging.info("Initialised from %s: %s", source.path, report)
 
 
+def _save_encoder(workdir: str, model, class_names) -> dict:
+    """Writes an MPP run's encoder (the parameters it shares with a
+    classifier) as an official-layout .npz in its workdir."""
+    del class_names
+    path = os.path.join(workdir, ENCODER_NPZ)
+    weights.save_npz(model, path)
+    logging.info("Wrote the MPP encoder to %s", path)
+    return {"encoder_npz": path}
+
+
 def train_and_evaluate(
     config,
     workdir: str,
@@ -122,6 +157,16 @@ def train_and_evaluate(
 
     Returns the final metrics (also written to workdir/metrics.json).
     """
+    if config.mpp.enabled:
+        if config.export.enabled:
+            raise ValueError(
+                "config.export.enabled with config.mpp.enabled: an MPP "
+                "encoder has no classifier to serve. Fine-tune it first "
+                "(config.init.workdir=<this run>) and export that run, or "
+                "set config.export.enabled=False."
+            )
+        check_mpp(config)
+        on_finish = functools.partial(_save_encoder, workdir)
     if config.export.enabled and on_finish is None:
         raise ValueError(
             "config.export.enabled asks for an export at the end of the run, "
@@ -200,25 +245,46 @@ def train_and_evaluate(
         elif not all(checkpointable):
             logging.warning(
                 "The input pipeline reads from Python (a generator or "
-                "py_function), whose state cannot be checkpointed: a resumed "
-                "run draws a new data order."
+                "py_function) or keeps random state in a variable (Keras's "
+                "RandAugment, MixUp, CutMix), which cannot be checkpointed: "
+                "a resumed run draws a new data order."
             )
         else:
             items["iterator"] = train_iter
     ckpt = tf.train.Checkpoint(**items)
     ckpt_dir = os.path.join(workdir, wd.CHECKPOINTS)
-    scratch = None
-    if not chief:
-        # Every worker saves (saving may need collectives), but only the
-        # chief's checkpoints are kept; all workers restore from them.
-        scratch = tempfile.mkdtemp(prefix="keras_vit_worker_ckpt_")
-    manager = tf.train.CheckpointManager(
-        ckpt,
-        scratch or ckpt_dir,
-        max_to_keep=int(config.keep_checkpoints),
+    writer = checkpoints.CheckpointWriter(
+        ckpt, ckpt_dir, checkpoints.scratch_dir(workdir, _task_name(strategy)),
+        chief=chief,
+        save_here=checkpoints.saving_needs_every_worker(
+            list(model.variables) + list(optimizer.variables)
+        ),
+        keep=int(config.keep_checkpoints),
         step_counter=optimizer.iterations,
     )
-    latest = restore_latest(items, ckpt_dir)
+    try:
+        return _resume_and_run(
+            config, workdir, strategy, trainer, items, make_iterator,
+            train_iter, eval_fn, writer, chief, info, num_classes, batch,
+            on_finish,
+        )
+    finally:
+        writer.close()
+
+
+def _task_name(strategy) -> str:
+    resolver = getattr(strategy, "cluster_resolver", None)
+    task_type = getattr(resolver, "task_type", None)
+    if task_type is None:
+        return "single"
+    return f"{task_type}{resolver.task_id}"
+
+
+def _resume_and_run(
+    config, workdir, strategy, trainer, items, make_iterator, train_iter,
+    eval_fn, writer, chief, info, num_classes, batch, on_finish,
+) -> Dict[str, float]:
+    latest = restore_latest(items, writer.ckpt_dir)
     if latest:
         logging.info(
             "Resumed from %s at step %d (learning rate %.3g); data order %s.",
@@ -226,7 +292,7 @@ def train_and_evaluate(
             "restored" if "iterator" in items else "drawn anew",
         )
     else:
-        _initialise_from(config, model)
+        _initialise_from(config, trainer.model)
     # Only now: a workdir whose checkpoints do not fit keeps its config.
     if chief:
         wd.write_json(os.path.join(workdir, wd.CONFIG), config.to_dict())
@@ -238,18 +304,24 @@ def train_and_evaluate(
         )
     if "iterator" not in items:
         train_iter = make_iterator(trainer.step)
-    handler = distribute.preemption_handler(strategy, manager)
+    handler = distribute.preemption_handler(
+        strategy, writer.handler_manager, writer.save
+    )
     if handler is not None:
         logging.info(
             "Preemption: PreemptionCheckpointHandler saves a checkpoint on "
-            "every worker at the same step and exits (code 42 off Google "
-            "Cloud) when any worker is told to stop."
+            "every worker at the same step and exits (code %d) when any "
+            "worker is told to stop.", distribute.RESTART_EXIT_CODE,
         )
-    try:
-        return loop.run(
-            config, workdir, strategy, trainer, train_iter, eval_fn, manager,
-            handler, chief, info, batch, on_finish,
-        )
-    finally:
-        if scratch:
-            tf.io.gfile.rmtree(scratch)
+    final = loop.run(
+        config, workdir, strategy, trainer, train_iter, eval_fn, writer,
+        handler, chief, info, batch, on_finish,
+    )
+    if distribute.is_multi_worker(strategy):
+        cluster.finish(lambda: distribute.any_worker(strategy, False),
+                       handler)
+    if final.get("restart"):
+        # Every worker saved at the same step: the scheduler restarts the
+        # job, and the same command resumes.
+        raise SystemExit(distribute.RESTART_EXIT_CODE)
+    return final

@@ -25,7 +25,7 @@ import keras
 import tensorflow as tf
 
 from keras_vit import keras_compat
-from keras_vit.training.losses import LOSSES, per_example_loss
+from keras_vit.training.losses import LOSSES, hard_labels, per_example_loss
 
 
 class Evaluator:
@@ -42,6 +42,9 @@ class Evaluator:
         num_classes: int. Width of the model's output.
         loss: str. "softmax_xent" or "sigmoid_xent".
     """
+
+    # The name of the accuracy in logs, summaries and final metrics.
+    accuracy_name = "accuracy"
 
     def __init__(
         self,
@@ -197,9 +200,13 @@ class Trainer(Evaluator):
             scaled = tf.reduce_sum(losses) / self.global_batch_size
         variables = self.model.trainable_variables
         grads = tape.gradient(scaled, variables)
+        # Mixed labels count as their dominant class.
         correct = tf.reduce_sum(
             tf.cast(
-                tf.equal(tf.argmax(logits, -1, output_type=tf.int32), labels),
+                tf.equal(
+                    tf.argmax(logits, -1, output_type=tf.int32),
+                    hard_labels(labels),
+                ),
                 tf.float32,
             )
         )
@@ -212,17 +219,19 @@ class Trainer(Evaluator):
             loss_sum, correct, grads = self._loss_and_grads(images, labels)
         else:
             b = tf.shape(labels)[0] // k
-            micro_images = tf.reshape(
-                images, tf.concat([[k, b], tf.shape(images)[1:]], 0)
+            # Images may be a dict of model inputs (masked patch prediction).
+            micro = tf.nest.map_structure(
+                lambda t: tf.reshape(t, tf.concat([[k, b], tf.shape(t)[1:]],
+                                                  0)),
+                (images, labels),
             )
-            micro_labels = tf.reshape(labels, [k, b])
             variables = self.model.trainable_variables
             grads = [tf.zeros_like(v) for v in variables]
             loss_sum = tf.constant(0.0)
             correct = tf.constant(0.0)
             for i in tf.range(k):
                 l_i, c_i, g_i = self._loss_and_grads(
-                    micro_images[i], micro_labels[i]
+                    *tf.nest.map_structure(lambda t: t[i], micro)
                 )
                 grads = [g + gi for g, gi in zip(grads, g_i)]
                 loss_sum += l_i

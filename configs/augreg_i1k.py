@@ -1,0 +1,107 @@
+r"""AugReg from scratch on ImageNet-1k ("How to train your ViT?", Steiner
+et al. 2021): the recipe of the `*-i1k-300ep-*` files in
+gs://vit_models/augreg/.
+
+As configs/augreg_i21k.py (Adam at lr 1e-3, weight decay 0.1 x lr, batch
+4096, 10k warm-up steps then cosine decay, clipping at 1, Inception crop
+and flip at 224, RandAugment + Mixup of the `aug` setting, dropout and
+stochastic depth 0.1 or 0, bfloat16) on ImageNet-1k for 300 epochs, with
+the sigmoid loss and the head bias at log(1/1000) = -6.9, so that every
+class starts at its prior.
+
+    python train.py \
+        --config=configs/augreg_i1k.py:variant=B/16,aug=medium2,do=0.1,sd=0.1 \
+        --workdir=gs://BUCKET/vit/augreg_i1k_b16 --strategy=tpu --tpu=local \
+        --config.data_dir=gs://BUCKET/tensorflow_datasets
+
+Arguments (key=value, comma-separated): variant, aug, do, sd, wd, epochs
+as in configs/augreg_i21k.py. ImageNet-1k is TFDS's imagenet2012 (a
+manual download); 1% of its training split is held out for validation,
+the reported accuracy is on its validation split.
+
+Expected (AugReg Section 4: from ImageNet-1k alone, strong augmentation and
+regularisation pay most): about 79% top-1 for B/16 and S/16 after 300
+epochs at 224, as timm's results table lists the released i1k files
+(vit_base_patch16_224.augreg_in1k, vit_small_patch16_224.augreg_in1k).
+RandAugment is Keras 3's, not big_vision's (keras_vit/data/augment.py).
+"""
+
+from keras_vit.checkpoint import augreg
+from keras_vit.config import base_config
+
+IMAGENET_TRAIN = 1_268_355  # 99% of ImageNet-1k's 1,281,167
+BATCH = 4096
+
+
+def parse_arg(arg, **defaults):
+    """"variant=B/16,aug=medium2" (or just "B/16") -> dict over
+    `defaults`; an unknown key is an error that lists the known ones."""
+    out = dict(defaults)
+    for part in filter(None, (arg or "").split(",")):
+        key, sep, value = part.partition("=")
+        if not sep:
+            key, value = "variant", key
+        if key.strip() not in out:
+            raise ValueError(
+                f"Unknown config argument {key!r} in {arg!r}; known: "
+                f"{', '.join(sorted(out))}."
+            )
+        out[key.strip()] = value.strip()
+    return out
+
+
+def get_config(arg=None):
+    args = parse_arg(
+        arg, variant="B/16", aug="medium2", do="0.1", sd="0.1", wd="0.1",
+        epochs="300",
+    )
+    if args["variant"] not in augreg.MODELS.values():
+        raise ValueError(
+            f"No AugReg model {args['variant']!r}: use one of "
+            f"{', '.join(augreg.MODELS.values())}."
+        )
+    c = base_config()
+    # ImageNet-1k from TFDS: 1% of train held out for validation; the
+    # reported accuracy is on the validation split.
+    c.dataset = "imagenet2012"
+    c.train_split = "train[:99%]"
+    c.val_split = "train[99%:]"
+    c.eval_split = "validation"
+    # Inception crop and flip at 224, JPEGs decoded inside the crop only;
+    # evaluation resizes to 256 and takes the central 224.
+    c.pp.train = "pretrain"
+    c.pp.eval_resize_size = 256
+    # RandAugment and Mixup of the aug setting.
+    augreg.set_augmentation(c, args["aug"])
+    # The variant (class token, learned position embeddings, no pre-logits
+    # layer); dropout and stochastic depth of the run.
+    c.model.variant = args["variant"]
+    c.model.dropout_rate = float(args["do"])
+    c.model.stochastic_depth_rate = float(args["sd"])
+    # Sigmoid loss; every class starts at its prior, 1/1000.
+    c.loss = "sigmoid_xent"
+    c.model.head_bias_init = -6.9
+    # Examples per update and per evaluation batch.
+    c.batch_size = BATCH
+    c.eval_batch_size = 1000
+    # Updates for the epochs of the training split.
+    c.total_steps = -(-int(float(args["epochs"]) * IMAGENET_TRAIN) // BATCH)
+    # Adam with decoupled weight decay (times the learning rate), 10k
+    # warm-up steps, cosine decay to 0.
+    c.optimizer.name = "adamw"
+    c.optimizer.lr = 1e-3
+    c.optimizer.weight_decay = float(args["wd"])
+    c.optimizer.warmup_steps = 10_000
+    c.optimizer.decay_type = "cosine"
+    # bfloat16 compute, float32 weights, logits and loss.
+    c.dtype = "bfloat16"
+    # Steps per host call, logging, evaluation and checkpoint intervals.
+    c.steps_per_loop = 100
+    c.log_every_steps = 500
+    c.eval_every_steps = 5_000
+    c.checkpoint_every_steps = 5_000
+    # Augmentation state cannot be checkpointed with the iterator: a
+    # resumed run draws a new data order.
+    c.checkpoint_iterator = False
+    c.shuffle_buffer = 250_000
+    return c

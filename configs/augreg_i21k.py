@@ -1,0 +1,117 @@
+r"""AugReg pre-training on ImageNet-21k ("How to train your ViT?", Steiner
+et al. 2021): the recipe of the checkpoints in gs://vit_models/augreg/.
+
+Adam (b1 0.9, b2 0.999) at lr 1e-3 with decoupled weight decay 1e-4 in
+big_vision's absolute terms (here weight_decay = 0.1, which is multiplied
+by the learning rate; the file names' wd_0.1 / wd_0.03), batch 4096, 10k
+linear warm-up steps then cosine decay, gradient clipping at global norm
+1, 224 x 224 Inception crops with flips, the `aug` setting's RandAugment
+and Mixup, dropout and stochastic depth 0.1 or 0, the sigmoid loss with the
+head bias at -10, class token, no pre-logits layer, bfloat16.
+
+    python train.py \
+        --config=configs/augreg_i21k.py:variant=B/16,aug=medium1,do=0.1,sd=0.1 \
+        --workdir=gs://BUCKET/vit/augreg_b16 --strategy=tpu --tpu=local \
+        --config.data_dir=gs://BUCKET/imagenet21k
+
+Arguments (comma-separated key=value): variant (Ti/16, S/16, S/32, B/16,
+B/32, B/8, L/16, R+Ti/16, R26+S/32, R50+L/32), aug (none, light1 =
+randaug(2,0), light2 = randaug(2,10) + mixup 0.2, medium1 = randaug(2,15)
++ mixup 0.2, medium2 = randaug(2,15) + mixup 0.5, strong1 = randaug(2,20)
++ mixup 0.5, strong2 = randaug(2,20) + mixup 0.8), do and sd (0.0 or 0.1),
+wd (0.1 or 0.03), epochs (300 or 30), dataset (as in
+configs/imagenet21k_pretrain.py). RandAugment is Keras 3's, whose ops and
+magnitudes are not big_vision's (keras_vit/data/augment.py).
+
+Expected (what the released files reach, as timm's results table lists
+them): fine-tuned on ImageNet at 384 (configs/augreg_finetune.py), about
+78.4% top-1 for Ti/16, 83.8% for S/16, 86.0% for B/16, 87.1% for L/16.
+"""
+
+from keras_vit.checkpoint import augreg
+from keras_vit.config import base_config
+
+IMAGENET21K_TRAIN = 14_197_122 - 50_000  # 50k held out, as the paper's
+BATCH = 4096
+
+
+def parse_arg(arg, **defaults):
+    """"variant=B/16,aug=medium1" (or just "B/16") -> dict over
+    `defaults`; an unknown key is an error that lists the known ones."""
+    out = dict(defaults)
+    for part in filter(None, (arg or "").split(",")):
+        key, sep, value = part.partition("=")
+        if not sep:
+            key, value = "variant", key
+        if key.strip() not in out:
+            raise ValueError(
+                f"Unknown config argument {key!r} in {arg!r}; known: "
+                f"{', '.join(sorted(out))}."
+            )
+        out[key.strip()] = value.strip()
+    return out
+
+
+def steps(epochs: float, images: int, batch: int) -> int:
+    """Optimizer updates for `epochs` passes over `images` at `batch`."""
+    return -(-int(epochs * images) // batch)
+
+
+def get_config(arg=None):
+    args = parse_arg(
+        arg, variant="B/16", aug="medium1", do="0.1", sd="0.1", wd="0.1",
+        epochs="300", dataset="folder",
+    )
+    if args["variant"] not in augreg.MODELS.values():
+        raise ValueError(
+            f"No AugReg model {args['variant']!r}: use one of "
+            f"{', '.join(augreg.MODELS.values())}."
+        )
+    c = base_config()
+    # ImageNet-21k as an image folder (or a TFDS name); 50k training
+    # images held out for validation and the final evaluation.
+    c.dataset = args["dataset"]
+    c.train_split = "train[50000:]"
+    c.val_split = "train[:50000]"
+    c.eval_split = "train[:50000]"
+    # Inception crop and flip at 224 (the base's), JPEGs decoded inside
+    # the crop only; RandAugment and Mixup of the aug setting.
+    c.pp.train = "pretrain"
+    augreg.set_augmentation(c, args["aug"])
+    # The variant; class token and learned position embeddings, no
+    # pre-logits layer; dropout and stochastic depth of the run.
+    c.model.variant = args["variant"]
+    c.model.dropout_rate = float(args["do"])
+    c.model.stochastic_depth_rate = float(args["sd"])
+    # Sigmoid loss (ImageNet-21k labels overlap), every class starting at
+    # probability ~4.5e-5.
+    c.loss = "sigmoid_xent"
+    c.model.head_bias_init = -10.0
+    # Examples per update (accumulation_steps for fewer cores) and per
+    # evaluation batch.
+    c.batch_size = BATCH
+    c.eval_batch_size = 1024
+    # Updates for the epochs of the 14.1M training images.
+    c.total_steps = steps(
+        float(args["epochs"]), IMAGENET21K_TRAIN, BATCH
+    )
+    # Adam with decoupled weight decay (times the learning rate: 0.1 x
+    # 1e-3 = big_vision's 1e-4), 10k warm-up steps, cosine decay to 0.
+    c.optimizer.name = "adamw"
+    c.optimizer.lr = 1e-3
+    c.optimizer.weight_decay = float(args["wd"])
+    c.optimizer.warmup_steps = 10_000
+    c.optimizer.decay_type = "cosine"
+    # bfloat16 compute, float32 weights, logits and loss.
+    c.dtype = "bfloat16"
+    # Steps per host call, logging, evaluation and checkpoint intervals.
+    c.steps_per_loop = 100
+    c.log_every_steps = 500
+    c.eval_every_steps = 10_000
+    c.checkpoint_every_steps = 5_000
+    # The augmentation layers' random state cannot be checkpointed with
+    # the iterator (nor would a 250k-image shuffle buffer fit): a resumed
+    # run draws a new data order.
+    c.checkpoint_iterator = False
+    c.shuffle_buffer = 250_000
+    return c

@@ -1,0 +1,221 @@
+"""What a masked-patch-prediction model learned, as a picture.
+
+For a few images: the input, its corrupted version (what the encoder was
+given, drawn in pixels: [mask] patches flat grey, replaced patches showing
+the patch they were replaced by, every corrupted patch outlined), the true
+colour targets of the corrupted patches and the model's predictions, each
+painted into its patch (cell) over the input. `python -m keras_vit.analysis
+--workdir MPP_RUN ...` draws it as mpp_predictions.png.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Optional, Sequence
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from keras_vit import mpp
+from keras_vit.analysis import plots
+from keras_vit.build import model_stride
+from keras_vit.checkpoint import workdir as wd
+from keras_vit.data import masking
+
+# Outline colours of the corruption kinds.
+_EDGES = {mpp.MASKED: "red", mpp.REPLACED: "deepskyblue", mpp.KEPT: "lime"}
+
+
+@dataclasses.dataclass
+class MppPictures:
+    """Images (n, height, width, 3) in [-1, 1] and the numbers behind them.
+
+    Attributes:
+        images: the inputs.
+        corrupted: the corruption drawn in pixel space.
+        targets: the inputs with each corrupted patch (cell) painted in its
+            target colour (for "pixels": the input itself).
+        predictions: the same with the model's predicted colours (pixels).
+        mode, source: int (n, patches), the corruption (`keras_vit.mpp`).
+        accuracy: float (n,). Share of each image's corrupted patches
+            (cells) whose predicted colour class is right.
+    """
+
+    images: np.ndarray
+    corrupted: np.ndarray
+    targets: np.ndarray
+    predictions: np.ndarray
+    mode: np.ndarray
+    source: np.ndarray
+    accuracy: np.ndarray
+
+
+def _to_patches(images: np.ndarray, size: int) -> np.ndarray:
+    n, h, w, c = images.shape
+    x = images.reshape(n, h // size, size, w // size, size, c)
+    return x.transpose(0, 1, 3, 2, 4, 5).reshape(n, -1, size, size, c)
+
+
+def _from_patches(patches: np.ndarray, h: int, w: int) -> np.ndarray:
+    n, _, size, _, c = patches.shape
+    x = patches.reshape(n, h // size, w // size, size, size, c)
+    return x.transpose(0, 1, 3, 2, 4, 5).reshape(n, h, w, c)
+
+
+def _paint(images, colours, corrupted, patch_size, grid):
+    """`images` with each corrupted patch's cells filled by `colours`
+    (n, patches, grid * grid, 3)."""
+    h, w = images.shape[1:3]
+    cell = patch_size // grid
+    out = _to_patches(images, patch_size).copy()
+    fill = colours.reshape(*colours.shape[:2], grid, 1, grid, 1, 3)
+    fill = np.broadcast_to(fill, (*colours.shape[:2], grid, cell, grid, cell,
+                                  3))
+    fill = fill.reshape(*colours.shape[:2], patch_size, patch_size, 3)
+    out[corrupted] = fill[corrupted]
+    return _from_patches(out, h, w)
+
+
+def predict(
+    model: keras.Model,
+    images: np.ndarray,
+    *,
+    target: str = "mean_colour",
+    colour_bits: int = 3,
+    grid_size: int = 4,
+    corrupt_rate: float = 0.5,
+    mask_fraction: float = 0.8,
+    random_fraction: float = 0.1,
+    seed: int = 0,
+) -> MppPictures:
+    """Corrupts `images` (noise drawn with `seed`), runs the MPP model and
+    paints its predictions; the options are the run's `config.mpp`."""
+    images = np.asarray(images, np.float32)
+    patch_size = model.get_layer("embedding").patch_size
+    if "resnet" in {layer.name for layer in model.layers}:
+        patch_size *= model.get_layer("resnet").stride
+    patches = int(model.get_layer("mpp_mode").output.shape[1])
+    noise = np.random.default_rng(seed).uniform(
+        size=(len(images), patches, 3)
+    ).astype(np.float32)
+    mode, source = (np.asarray(t) for t in masking.corruption_from_noise(
+        tf.constant(noise), corrupt_rate, mask_fraction, random_fraction))
+    outputs = np.asarray(model.predict(
+        {"images": images, "mpp_mode": mode, "mpp_source": source},
+        verbose=0,
+    ), np.float32)
+    h, w = images.shape[1:3]
+    corrupted = mode > mpp.NOT_CORRUPTED
+    pieces = _to_patches(images, patch_size)
+    shown = pieces.copy()
+    rows = np.arange(len(images))[:, None]
+    shown[mode == mpp.REPLACED] = pieces[rows, source][mode == mpp.REPLACED]
+    shown[mode == mpp.MASKED] = 0.0  # mid grey
+    grid = grid_size if target == "colour_grid" else 1
+    true_classes = np.asarray(mpp.colour_targets(
+        images, patch_size, colour_bits, grid))
+    if target == "pixels":
+        pixels = outputs.reshape(pieces.shape)
+        predicted = np.where(corrupted[..., None, None, None],
+                             np.clip(pixels, -1, 1), pieces)
+        prediction_image = _from_patches(predicted, h, w)
+        target_image = images
+        classes = np.asarray(mpp.quantise_colours(
+            pixels.reshape(*pixels.shape[:2], -1, 3).mean(2), colour_bits)
+        )[..., None]
+    else:
+        logits = outputs.reshape(*outputs.shape[:2], grid * grid, -1)
+        classes = logits.argmax(-1)
+        prediction_image = _paint(
+            images, np.asarray(mpp.colour_centres(classes, colour_bits)),
+            corrupted, patch_size, grid)
+        target_image = _paint(
+            images, np.asarray(mpp.colour_centres(true_classes,
+                                                  colour_bits)),
+            corrupted, patch_size, grid)
+    right = (classes == true_classes).mean(-1)
+    accuracy = (right * corrupted).sum(-1) / np.maximum(corrupted.sum(-1), 1)
+    return MppPictures(images, _from_patches(shown, h, w), target_image,
+                       prediction_image, mode, source, accuracy)
+
+
+def plot_predictions(
+    pictures: MppPictures,
+    path: str,
+    *,
+    patch_size: int,
+    titles: Optional[Sequence[str]] = None,
+    max_images: int = 8,
+) -> str:
+    """One row per image: input, corrupted input (outlines: red [mask],
+    blue replaced, green kept), target colours, predicted colours."""
+    from matplotlib.patches import Rectangle
+
+    n = min(len(pictures.images), int(max_images))
+    if n < 1:
+        raise ValueError("plot_predictions needs at least one image.")
+    columns = (("input", pictures.images),
+               ("corrupted", pictures.corrupted),
+               ("target", pictures.targets),
+               ("predicted", pictures.predictions))
+    fig = plots._figure(2.2 * len(columns), 2.3 * n + 0.5)
+    cols = pictures.images.shape[2] // patch_size
+    for i in range(n):
+        for j, (name, images) in enumerate(columns):
+            ax = fig.add_subplot(n, len(columns), i * len(columns) + j + 1)
+            ax.imshow(plots._to_display(images[i]))
+            ax.set_axis_off()
+            caption = name
+            if j == 0 and titles is not None:
+                caption = f"{titles[i]}"
+            if j == 3:
+                caption += f" ({pictures.accuracy[i]:.0%} right)"
+            ax.set_title(caption, fontsize=8)
+            if j == 1:
+                for p, kind in enumerate(pictures.mode[i]):
+                    if kind == mpp.NOT_CORRUPTED:
+                        continue
+                    r, c = divmod(p, cols)
+                    ax.add_patch(Rectangle(
+                        (c * patch_size - 0.5, r * patch_size - 0.5),
+                        patch_size, patch_size, fill=False,
+                        edgecolor=_EDGES[int(kind)], linewidth=1.2))
+    fig.suptitle("Masked patch prediction: colours of the corrupted "
+                 "patches\n(outlines: red [mask], blue replaced, green kept)",
+                 fontsize=9)
+    return plots._save(fig, path)
+
+
+FIGURE = "mpp_predictions.png"
+
+
+def draw_for_run(
+    workdir: str,
+    images: np.ndarray,
+    output_dir: str,
+    *,
+    titles: Optional[Sequence[str]] = None,
+    max_images: int = 8,
+    seed: int = 0,
+) -> Optional[str]:
+    """Draws FIGURE for the workdir of an MPP run (its latest checkpoint,
+    its config.mpp options); returns its path, or None for a run that is
+    not an MPP run."""
+    config = wd.read_config(workdir)
+    if not config.mpp.enabled:
+        return None
+    model = wd.restore_model(workdir)
+    opts = config.mpp
+    pictures = predict(
+        model, images[:max_images], target=opts.target,
+        colour_bits=opts.colour_bits, grid_size=opts.grid_size,
+        corrupt_rate=opts.corrupt_rate, mask_fraction=opts.mask_fraction,
+        random_fraction=opts.random_fraction, seed=seed,
+    )
+    return plot_predictions(
+        pictures, os.path.join(output_dir, FIGURE),
+        patch_size=model_stride(config), titles=titles,
+        max_images=max_images,
+    )

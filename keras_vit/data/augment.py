@@ -1,0 +1,150 @@
+"""AugReg's data augmentation (tf.data, host side): RandAugment on each
+image, Mixup or CutMix on each batch. Never imports the model.
+
+All three are Keras 3's own preprocessing layers (`keras.layers.RandAugment`,
+`MixUp`, `CutMix`), which run inside `tf.data` whatever the Keras backend.
+
+RandAugment: big_vision's `randaug(N, M)` is the TF TPU autoaugment code
+(tensorflow/tpu models/official/efficientnet/autoaugment.py): 16 ops
+(AutoContrast, Equalize, Invert, Rotate, Posterize, Solarize, Color,
+Contrast, Brightness, Sharpness, ShearX/Y, TranslateX/Y, Cutout,
+SolarizeAdd), each applied at the fixed level M / 10 of its range (e.g.
+Rotate by 3M degrees with a random sign). The maintained home of that code,
+tf-models-official (`official.vision.ops.augment`), requires
+tensorflow~=2.20 and pulls in the whole Model Garden, so it cannot be
+installed beside this project's TensorFlow. This project therefore follows
+Keras 3's RandAugment, with ITS op set and magnitude scale: 11 ops (shear,
+translation, rotation, brightness, colour degeneration, contrast,
+sharpness, posterization, solarization, auto-contrast, equalization; no
+Invert, Cutout or SolarizeAdd), each drawing its strength uniformly from
+[0, factor] of its own range (rotation: [0, factor x 360] degrees) instead
+of a fixed level. A big_vision magnitude M maps to factor = M / 60, chosen
+so that a rotation's mean angle (180 x factor) equals the TPU code's fixed
+3M degrees. The other ops do not match the TPU strengths; two even run the
+other way: Keras's posterization keeps max(1, int(8 x factor)) bits and its
+solarization inverts the pixels above a threshold drawn from [0, 255 x
+factor], so both are strongest at small factors (the TPU code keeps 4M / 10
+bits and solarizes above 25.6 M). Neither M = 0 is the identity (the TPU
+code's posterizes to 0 bits and sets Color and Contrast to 0.1).
+`randaug(2, 15)` here is therefore Keras's RandAugment(num_ops=2,
+factor=0.25), not a reproduction of big_vision's op for op.
+
+Mixup (Zhang et al. 2018): each image is mixed with another of the batch
+(a random permutation) with weight lambda ~ Beta(alpha, alpha) per
+example, labels alike. CutMix (Yun et al. 2019): a box of area 1 - lambda,
+lambda ~ Beta(alpha, alpha), from another image of the batch is pasted in,
+and the labels are mixed by the box's area. With both, each batch uses one
+of the two, with equal probability (timm's Mixup `switch_prob=0.5`).
+
+Keras's layers keep their random state in a variable, which tf.data
+cannot save with the input iterator: a run that uses them resumes with a
+new data order (train.py logs it).
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Optional, Tuple
+
+import keras
+import tensorflow as tf
+
+# big_vision's RandAugment magnitude M -> Keras's `factor` (see above).
+MAGNITUDE_TO_FACTOR = 1.0 / 60.0
+
+
+def randaugment_factor(magnitude: float) -> float:
+    """Keras RandAugment's factor for big_vision's magnitude M: M / 60,
+    at most 1 (M = 60)."""
+    if magnitude < 0:
+        raise ValueError(
+            f"pp.randaug_magnitude must be >= 0, got {magnitude}."
+        )
+    return min(float(magnitude) * MAGNITUDE_TO_FACTOR, 1.0)
+
+
+def rand_augment(
+    num_ops: int, magnitude: float, seed: Optional[int] = None
+) -> Optional[Callable[[tf.Tensor], tf.Tensor]]:
+    """`fn(image)`: RandAugment of one float [0, 255] (H, W, 3) image (or
+    a batch), float32 [0, 255] out; None when `num_ops` is 0.
+
+    Args:
+        num_ops: int. Ops applied one after the other (big_vision's N).
+        magnitude: float. big_vision's M, mapped to Keras's factor by
+            `randaugment_factor`.
+        seed: int or None. Seed of the layer's random state.
+    """
+    if num_ops < 0:
+        raise ValueError(f"pp.randaug_ops must be >= 0, got {num_ops}.")
+    if not num_ops:
+        return None
+    layer = keras.layers.RandAugment(
+        value_range=(0, 255),
+        num_ops=int(num_ops),
+        factor=randaugment_factor(magnitude),
+        seed=seed,
+    )
+
+    def apply(image: tf.Tensor) -> tf.Tensor:
+        out = layer(tf.cast(image, tf.float32), training=True)
+        return tf.clip_by_value(tf.cast(out, tf.float32), 0.0, 255.0)
+
+    return apply
+
+
+def mix_batch(
+    num_classes: int,
+    mixup_alpha: float = 0.0,
+    cutmix_alpha: float = 0.0,
+    seed: Optional[int] = None,
+) -> Optional[Callable[[tf.Tensor, tf.Tensor], Tuple[tf.Tensor, tf.Tensor]]]:
+    """`fn(images, labels)`: a batch mixed by Mixup and/or CutMix, with
+    integer labels (B,) in and float32 mixed labels (B, num_classes) out,
+    each row summing to 1; None when both alphas are 0.
+
+    Args:
+        num_classes: int. Width of the label vectors.
+        mixup_alpha: float. Beta(alpha, alpha) of Mixup; 0: no Mixup.
+        cutmix_alpha: float. Beta(alpha, alpha) of CutMix; 0: no CutMix.
+        seed: int or None. Seed of the layers' random state.
+    """
+    for name, alpha in (("mixup_alpha", mixup_alpha),
+                        ("cutmix_alpha", cutmix_alpha)):
+        if alpha < 0:
+            raise ValueError(
+                f"mix.{name} must be >= 0 (0 disables it), got {alpha}."
+            )
+    if cutmix_alpha > 1:
+        raise ValueError(
+            f"mix.cutmix_alpha must be in (0, 1] (Keras's CutMix), got "
+            f"{cutmix_alpha}; the CutMix paper uses 1."
+        )
+    mixers = []
+    if mixup_alpha:
+        mixers.append(keras.layers.MixUp(alpha=float(mixup_alpha), seed=seed))
+    if cutmix_alpha:
+        # A (lower, upper) pair fixes the Beta parameter at alpha (a single
+        # number would draw it from [0, alpha]).
+        alpha = float(cutmix_alpha)
+        mixers.append(keras.layers.CutMix(factor=(alpha, alpha), seed=seed))
+    if not mixers:
+        return None
+
+    def one(mixer, images, onehot):
+        out = mixer({"images": images, "labels": onehot}, training=True)
+        return (tf.cast(out["images"], tf.float32),
+                tf.cast(out["labels"], tf.float32))
+
+    def apply(images, labels):
+        onehot = tf.one_hot(labels, num_classes, dtype=tf.float32)
+        images = tf.cast(images, tf.float32)
+        if len(mixers) == 1:
+            return one(mixers[0], images, onehot)
+        use_mixup = tf.random.uniform([], seed=seed) < 0.5
+        return tf.cond(
+            use_mixup,
+            lambda: one(mixers[0], images, onehot),
+            lambda: one(mixers[1], images, onehot),
+        )
+
+    return apply

@@ -1,0 +1,103 @@
+"""Which patches masked patch prediction corrupts, drawn on the input side.
+
+The input pipeline draws the corruption of every image (`keras_vit.mpp`'s
+`mpp_mode` and `mpp_source` model inputs) with stateless random ops seeded
+by the pipeline's seed and the batch's index: reproducible, different on
+every input pipeline, and an iterator that still checkpoints. Evaluation
+draws the same corruption at every evaluation, so its MPP accuracy is
+comparable across a run.
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from keras_vit import mpp
+from keras_vit.build import check_mpp, model_stride
+from keras_vit.data import preprocessing as pp
+
+
+def corruption_from_noise(
+    noise: tf.Tensor,
+    corrupt_rate: float = 0.5,
+    mask_fraction: float = 0.8,
+    random_fraction: float = 0.1,
+):
+    """(mode, source) int32 (batch, patches) from uniform noise.
+
+    Exactly round(corrupt_rate * patches) patches of each image (at least
+    one) are corrupted: those with the smallest noise[..., 0]. Each of them
+    is MASKED if noise[..., 1] < mask_fraction, else REPLACED if it is below
+    mask_fraction + random_fraction, else KEPT. A replaced patch takes the
+    embedding of another patch of the same image, (index + k) mod patches
+    with k in 1..patches-1 from noise[..., 2]; `source` is the patch's own
+    index everywhere else.
+
+    Args:
+        noise: float (batch, patches, 3) uniform in [0, 1).
+        corrupt_rate, mask_fraction, random_fraction: float. See
+            `config.mpp`.
+    """
+    patches = int(noise.shape[1])
+    if patches < 2:
+        raise ValueError(
+            "Masked patch prediction needs at least 2 patches per image: "
+            "use a smaller patch size or a larger image_size."
+        )
+    count = min(max(int(round(corrupt_rate * patches)), 1), patches)
+    # The rank of every patch's noise within its image.
+    order = tf.argsort(noise[..., 0], axis=-1, stable=True)
+    rank = tf.argsort(order, axis=-1, stable=True)
+    corrupted = rank < count
+    kind = tf.where(
+        noise[..., 1] < mask_fraction,
+        mpp.MASKED,
+        tf.where(noise[..., 1] < mask_fraction + random_fraction,
+                 mpp.REPLACED, mpp.KEPT),
+    )
+    mode = tf.where(corrupted, kind, mpp.NOT_CORRUPTED)
+    offset = 1 + tf.minimum(
+        tf.cast(noise[..., 2] * (patches - 1), tf.int32), patches - 2
+    )
+    index = tf.range(patches, dtype=tf.int32)[None, :]
+    source = tf.where(mode == mpp.REPLACED, (index + offset) % patches,
+                      index)
+    return tf.cast(mode, tf.int32), tf.cast(source, tf.int32)
+
+
+def num_patches(config) -> int:
+    """int. Patch tokens per image of `config` (image_size over the
+    model's stride)."""
+    height, width = pp.as_hw(config.image_size)
+    stride = model_stride(config)
+    return (height // stride) * (width // stride)
+
+
+def add_corruption(ds: tf.data.Dataset, config, seed: int) -> tf.data.Dataset:
+    """Maps batches (images, *rest) to ({"images", "mpp_mode",
+    "mpp_source"}, *rest), the MPP model's inputs.
+
+    Batch i's corruption comes from stateless noise seeded by (seed, i).
+    """
+    check_mpp(config)
+    opts = config.mpp
+    patches = num_patches(config)
+    rates = (float(opts.corrupt_rate), float(opts.mask_fraction),
+             float(opts.random_fraction))
+
+    def corrupt(index, batch):
+        images, *rest = batch if isinstance(batch, tuple) else (batch,)
+        noise = tf.random.stateless_uniform(
+            tf.stack([tf.shape(images)[0], patches, 3]),
+            seed=tf.stack([tf.cast(seed, tf.int64), index]),
+        )
+        noise = tf.ensure_shape(noise, [images.shape[0], patches, 3])
+        mode, source = corruption_from_noise(noise, *rates)
+        features = {"images": images, "mpp_mode": mode, "mpp_source": source}
+        return (features, *rest)
+
+    return ds.enumerate().map(
+        corrupt,
+        num_parallel_calls=tf.data.AUTOTUNE,
+        deterministic=True,
+    )

@@ -1,0 +1,196 @@
+"""LiteRT (TFLite) export of a ViT classifier, for phones and edge devices.
+
+    export_litert(model, "vit.tflite", quantization="int8")
+
+writes a `.tflite` whose one signature takes `images`, float32 pixels in
+[0, 255] of shape (1, H, W, 3) at the model's input size (RGB; resize on
+the device first), and returns `probabilities` (1, K). The [0, 255] ->
+[-1, 1] scaling and the softmax are inside the file. Conversion is Keras
+3's own (`model.export(format="litert")`, which runs TensorFlow's
+`TFLiteConverter` on a SavedModel of the model), restricted to LiteRT's
+built-in ops so that the plain runtime runs the file, no Flex delegate.
+
+Quantization: "float32" (none), "float16" (weights stored as float16,
+half the size) or "int8" (dynamic range: int8 weights, activations
+quantized on the fly; a quarter of the size). The file is checked with the
+LiteRT interpreter (`ai-edge-litert`, the `litert` extra) before it is
+published: float32 must equal the Keras model to `VERIFY_ATOL`.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Optional, Sequence
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from keras_vit.derived import input_image_size
+from keras_vit.export import graph as export_graph
+
+QUANTIZATIONS = ("float32", "float16", "int8")
+INPUT_NAME = "images"
+OUTPUT_NAME = "probabilities"
+# float32 LiteRT against Keras, same pixels: the largest probability
+# difference allowed before the file is rejected.
+VERIFY_ATOL = 1e-4
+
+_INSTALL = 'pip install -e ".[litert]"  (or: pip install ai-edge-litert)'
+
+
+def interpreter_class():
+    """The LiteRT interpreter class (ai_edge_litert; TensorFlow's own
+    `tf.lite.Interpreter` is deprecated in its favour)."""
+    try:
+        from ai_edge_litert.interpreter import Interpreter
+    except ImportError as error:  # optional dependency
+        raise ImportError(
+            f"Running a .tflite file needs the LiteRT runtime: {_INSTALL}."
+        ) from error
+    return Interpreter
+
+
+def pixels_model(model: keras.Model, batch_size: int = 1) -> keras.Model:
+    """keras.Model. `model` behind [0, 255] -> [-1, 1] scaling and a
+    softmax: pixels in, probabilities out, at a fixed input size."""
+    if model.input_shape[1:3] != tuple(input_image_size(model)):
+        raise ValueError(
+            "LiteRT export needs a model of fixed input size; rebuild it "
+            "with keras_vit.rebuild_at_resolution(model, size) first."
+        )
+    model = export_graph.float32_inference_model(model)
+    height, width = input_image_size(model)
+    images = keras.Input(
+        (height, width, 3), batch_size=batch_size, name=INPUT_NAME
+    )
+    x = keras.layers.Rescaling(1.0 / 127.5, offset=-1.0,
+                               name="scale_to_unit_range")(images)
+    logits = model(x, training=False)
+    probabilities = keras.layers.Softmax(name=OUTPUT_NAME)(logits)
+    # A dict output names the LiteRT signature's output.
+    return keras.Model(images, {OUTPUT_NAME: probabilities},
+                       name=f"{model.name}_litert")
+
+
+def _converter_options(quantization: str) -> dict:
+    # Built-in ops only: a Flex (TF select) op would need the large Flex
+    # delegate on the device, which the plain LiteRT runtime lacks.
+    target = {"supported_ops": [tf.lite.OpsSet.TFLITE_BUILTINS]}
+    if quantization == "float32":
+        return {"target_spec": target}
+    target = dict(target)
+    if quantization == "float16":
+        target["supported_types"] = [tf.float16]
+    # Optimize.DEFAULT without a representative data set is dynamic-range
+    # int8 quantization (or float16 weights with the type above).
+    return {"optimizations": [tf.lite.Optimize.DEFAULT], "target_spec": target}
+
+
+def run_litert(path: str, pixels: np.ndarray) -> np.ndarray:
+    """np.ndarray (N, K). Probabilities of a .tflite written by
+    `export_litert` on pixels (N, H, W, 3) in [0, 255], one image per
+    invocation (the file's batch size is 1)."""
+    interpreter = interpreter_class()(model_path=path)
+    runner = interpreter.get_signature_runner()
+    pixels = np.asarray(pixels, np.float32)
+    out = [
+        runner(**{INPUT_NAME: pixels[i: i + 1]})[OUTPUT_NAME]
+        for i in range(len(pixels))
+    ]
+    return np.concatenate(out, axis=0)
+
+
+def export_litert(
+    model: keras.Model,
+    path: str,
+    *,
+    quantization: str = "float32",
+    class_names: Optional[Sequence[str]] = None,
+    verify: bool = True,
+) -> str:
+    """Writes `model` as a LiteRT file.
+
+    Args:
+        model: keras.Model. A classifier from `keras_vit.create_model` (or
+            loaded by `keras_vit.checkpoint.loader.load_model`) taking
+            [-1, 1] images of a fixed size and returning logits.
+        path: str. The `.tflite` to write (atomically: a crash leaves no
+            partial file). With `class_names`, `<path minus .tflite>
+            .labels.txt` holds them, one per line.
+        quantization: str. One of QUANTIZATIONS.
+        class_names: sequence of str or None. One per class.
+        verify: bool. Run the file with the LiteRT interpreter on random
+            pixels before publishing it: float32 must match the Keras
+            model to VERIFY_ATOL; quantized files must give probabilities.
+
+    Returns:
+        str. `path`.
+    """
+    if quantization not in QUANTIZATIONS:
+        raise ValueError(
+            f"quantization {quantization!r}: use one of "
+            f"{', '.join(QUANTIZATIONS)}."
+        )
+    if not str(path).endswith(".tflite"):
+        raise ValueError(f"{path}: a LiteRT file's name ends in .tflite.")
+    if keras.backend.backend() != "tensorflow":
+        raise RuntimeError(
+            "LiteRT export runs on the TensorFlow backend; set "
+            "KERAS_BACKEND=tensorflow."
+        )
+    wrapped = pixels_model(model)
+    num_classes = int(model.output_shape[-1])
+    if class_names is not None and len(class_names) != num_classes:
+        raise ValueError(
+            f"{len(class_names)} class names for {num_classes} classes."
+        )
+    if verify:
+        interpreter_class()  # fail before converting, not after
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    tmp = os.path.join(folder, f".tmp-{os.getpid()}-{os.path.basename(path)}")
+    try:
+        wrapped.export(tmp, format="litert", verbose=False,
+                       **_converter_options(quantization))
+        if verify:
+            _verify(tmp, wrapped, quantization)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+    if class_names is not None:
+        with open(labels_path(path), "w", encoding="utf-8") as f:
+            f.write("".join(f"{name}\n" for name in class_names))
+    return path
+
+
+def labels_path(path: str) -> str:
+    """str. The class-name file written beside a .tflite."""
+    return str(path)[: -len(".tflite")] + ".labels.txt"
+
+
+def _verify(path: str, wrapped: keras.Model, quantization: str) -> None:
+    height, width = wrapped.input_shape[1:3]
+    pixels = np.random.default_rng(0).uniform(
+        0, 255, (2, height, width, 3)
+    ).astype(np.float32)
+    got = run_litert(path, pixels)
+    if quantization == "float32":
+        want = keras.ops.convert_to_numpy(
+            wrapped(pixels[:1], training=False)[OUTPUT_NAME]
+        )
+        want = np.concatenate([want, keras.ops.convert_to_numpy(
+            wrapped(pixels[1:], training=False)[OUTPUT_NAME])])
+        error = float(np.max(np.abs(got - want)))
+        if not error <= VERIFY_ATOL:
+            raise RuntimeError(
+                f"The LiteRT file disagrees with the Keras model by "
+                f"{error:.3g} (tolerance {VERIFY_ATOL}); not written."
+            )
+    elif not (np.all(np.isfinite(got))
+              and np.allclose(got.sum(-1), 1.0, atol=1e-3)):
+        raise RuntimeError(
+            f"The {quantization} LiteRT file gives no probabilities; not "
+            "written."
+        )

@@ -1,0 +1,170 @@
+"""Checks on a serving request's inputs whose errors name the fix, and the
+image in a batch that caused them.
+
+TF Serving answers a failed request with the op's message only. A decoder
+error inside the per-image loop of a batch does not say which image it
+was, so before decoding, every image of the batch is checked (empty,
+base64 text, decodable) and the first bad one is named by its index:
+"image_bytes[3]: Invalid JPEG data ...". The decodability scan decodes
+each image of a multi-image batch once more (in a tf.data pass that skips
+failures and records which succeeded); a single image is not scanned,
+since its index is 0 and the decoder's own message follows.
+
+Pixel inputs are checked for their range, including the usual mistake of
+sending images scaled to [0, 1] (or [-1, 1]) instead of [0, 255].
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from keras_vit.data import preprocessing
+
+FORMATS = "JPEG, PNG, GIF, BMP or WebP"
+# A prefix made only of these characters is base64 text, not an image: the
+# usual mistake of a gRPC client (or a REST client that forgot {"b64": ...})
+# sending the base64 string itself. Real image formats start with bytes
+# outside this set within their first few bytes.
+_BASE64_PREFIX = r"[A-Za-z0-9+/=\r\n]+"
+_SNIFF_BYTES = 64
+
+EMPTY_MESSAGE = (
+    "Empty image: image_bytes holds a zero-length string. Send the encoded "
+    f"image file ({FORMATS})."
+)
+BASE64_MESSAGE = (
+    "image_bytes looks like base64 text, not an encoded image. Send the raw "
+    'file bytes; over REST wrap the base64 string as {"b64": "..."} so the '
+    "server decodes it."
+)
+UNKNOWN_MESSAGE = f"Unknown image file format: send {FORMATS}."
+PIXEL_RANGE_MESSAGE = (
+    "expects pixel values in [0, 255] (RGB, float32); got values outside "
+    "that range. Do not normalise the pixels: the graph scales them itself."
+)
+UNIT_RANGE_MESSAGE = (
+    "got pixels that all lie in [0, 1] with fractions: images scaled to "
+    "[0, 1]. Send the unscaled pixels in [0, 255] (multiply by 255); the "
+    "graph scales them to the model's [-1, 1] itself."
+)
+# ((offset, magic bytes), ...), what a failed decode of such a file means
+_SIGNATURES = (
+    (((0, b"\xff\xd8\xff"),), "Invalid JPEG data: a truncated or corrupt "
+     "JPEG"),
+    (((0, b"\x89PNG"),), "Invalid PNG data: a truncated or corrupt PNG"),
+    (((0, b"GIF8"),), "Invalid GIF data: a truncated or corrupt GIF"),
+    (((0, b"BM"),), "Invalid BMP data: a truncated or corrupt BMP"),
+    (((0, b"RIFF"), (8, b"WEBP")), "Invalid WebP data: a truncated or "
+     "corrupt WebP"),
+)
+
+
+def _first(bad: tf.Tensor) -> tf.Tensor:
+    return tf.argmax(tf.cast(bad, tf.int32), output_type=tf.int32)
+
+
+def _assert_none(bad: tf.Tensor, message) -> tf.Operation:
+    """Fails naming the first index where `bad` holds, with `message`
+    (a str, or a [batch] string tensor of per-image messages)."""
+    index = _first(bad)
+    if not isinstance(message, str):
+        message = tf.gather(message, index)
+    text = tf.strings.join(
+        [tf.strings.format("image_bytes[{}]: ", index), message]
+    )
+    return tf.debugging.Assert(tf.logical_not(tf.reduce_any(bad)), [text])
+
+
+def _decodable(image_bytes: tf.Tensor) -> tf.Tensor:
+    """bool [batch]: which images decode."""
+    count = tf.shape(image_bytes)[0]
+    ds = tf.data.Dataset.from_tensor_slices((tf.range(count), image_bytes))
+    # Only indices come out; the shape op makes the decode run.
+    ds = ds.map(
+        lambda i, data: tf.identity(i) + 0 * tf.shape(
+            preprocessing.decode_image(data)
+        )[0]
+    ).ignore_errors()
+    return ds.reduce(
+        tf.zeros([count], tf.bool),
+        lambda ok, i: tf.tensor_scatter_nd_update(ok, [[i]], [True]),
+    )
+
+
+def _failure_reasons(image_bytes: tf.Tensor) -> tf.Tensor:
+    """[batch] strings: what a decode failure means, by the file's magic."""
+    # Byte comparisons, not regexes: TensorFlow's regexes read UTF-8.
+    reasons = tf.fill(tf.shape(image_bytes), UNKNOWN_MESSAGE)
+    for magics, reason in _SIGNATURES:
+        match = tf.ones(tf.shape(image_bytes), tf.bool)
+        for offset, magic in magics:
+            match = tf.logical_and(match, tf.equal(
+                tf.strings.substr(image_bytes, offset, len(magic)), magic
+            ))
+        reasons = tf.where(match, reason, reasons)
+    return reasons
+
+
+def checked_bytes(image_bytes: tf.Tensor) -> tf.Tensor:
+    """`image_bytes` ([batch] strings), once every image is known to be
+    non-empty, not base64 text and (for batches of more than one)
+    decodable; otherwise an InvalidArgumentError naming the first bad
+    image's index and the problem."""
+    lengths = tf.strings.length(image_bytes)
+    empty = tf.equal(lengths, 0)
+    prefix = tf.strings.substr(image_bytes, 0, _SNIFF_BYTES)
+    base64 = tf.logical_and(
+        tf.strings.regex_full_match(prefix, _BASE64_PREFIX),
+        tf.logical_not(empty),
+    )
+    first = [_assert_none(empty, EMPTY_MESSAGE),
+             _assert_none(base64, BASE64_MESSAGE)]
+    with tf.control_dependencies(first):
+        count = tf.shape(image_bytes)[0]
+        ok = tf.cond(
+            count > 1,
+            lambda: _decodable(image_bytes),
+            lambda: tf.ones([count], tf.bool),
+        )
+        decodes = _assert_none(
+            tf.logical_not(ok), _failure_reasons(image_bytes)
+        )
+    with tf.control_dependencies([decodes]):
+        return tf.identity(image_bytes)
+
+
+def checked_pixels(images: tf.Tensor, signature: str) -> tf.Tensor:
+    """`images` once they are [batch, H, W, 3] float32 pixels in [0, 255]
+    with H, W >= 1, and not evidently scaled to [0, 1]: every value in
+    [0, 1] and some value fractional (a real [0, 255] image that dark is
+    integer-valued; an all-black one passes)."""
+    # The declared shape is not enforced when a server feeds the graph:
+    # check it first, so a wrong rank fails here with a clear message.
+    images = tf.ensure_shape(
+        images, [None, None, None, 3], name="check_images_shape"
+    )
+    shape = tf.shape(images)
+    low, high = tf.reduce_min(images), tf.reduce_max(images)
+    fractional = tf.reduce_any(tf.not_equal(images, tf.round(images)))
+    unit_range = tf.logical_and(
+        high <= 1.0, tf.logical_and(low >= 0.0, fractional)
+    )
+    checks = [
+        tf.debugging.assert_positive(
+            shape[1:3],
+            message=f"{signature} got an image with zero height or width; "
+            "send images of shape [batch, height, width, 3] with height, "
+            "width >= 1.",
+        ),
+        tf.debugging.assert_greater_equal(
+            low, 0.0, message=f"{signature} {PIXEL_RANGE_MESSAGE}"
+        ),
+        tf.debugging.assert_less_equal(
+            high, 255.0, message=f"{signature} {PIXEL_RANGE_MESSAGE}"
+        ),
+        tf.debugging.Assert(
+            tf.logical_not(unit_range), [f"{signature} {UNIT_RANGE_MESSAGE}"]
+        ),
+    ]
+    with tf.control_dependencies(checks):
+        return tf.identity(images)

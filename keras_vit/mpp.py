@@ -1,0 +1,335 @@
+"""Masked patch prediction (MPP): the paper's self-supervised objective
+(Section 4.6, Appendix B.1.2), as portable Keras 3.
+
+Half of each image's patch embeddings are corrupted after the patch
+projection and before the position embeddings are added, as in BERT: of the
+corrupted ones, 80% become a learnable [mask] embedding, 10% the embedding
+of another patch of the same image, 10% stay as they are. A small head on
+every patch's output token predicts the corrupted patches' 3-bit mean colour
+(each RGB channel quantised to 8 levels: 512 classes); the loss counts the
+corrupted patches only.
+
+`create_mpp_model` builds that network from the layers `create_model` makes,
+under the same names, so the encoder's weights are those of a classifier
+(`keras_vit.checkpoint` reads and writes them in the official layout; the
+mask token and the MPP head are the only weights of its own).
+`encoder_model` copies them into a features model, the form every other tool
+takes. Which patches are corrupted, and how, is an input of the model
+(`mpp_mode`, `mpp_source`), drawn by the input pipeline
+(`keras_vit.data.masking`), so the network itself is deterministic.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import keras
+from keras import ops
+
+from keras_vit import layers as vit_layers
+from keras_vit.embedding import PACKAGE
+from keras_vit.model import create_model
+
+# What is predicted for each corrupted patch: its mean colour (one class of
+# 2**(3 * bits)), the mean colours of a grid_size x grid_size downsized
+# patch (grid_size**2 such classes), or all its pixels (L2 regression).
+TARGETS = ("mean_colour", "colour_grid", "pixels")
+
+# `mpp_mode` values: how each patch embedding is corrupted.
+NOT_CORRUPTED, MASKED, REPLACED, KEPT = 0, 1, 2, 3
+
+INPUT_NAMES = ("images", "mpp_mode", "mpp_source")
+
+
+def check_options(
+    target: str,
+    colour_bits: int = 3,
+    grid_size: int = 4,
+    patch_size: Optional[int] = None,
+    corrupt_rate: float = 0.5,
+    mask_fraction: float = 0.8,
+    random_fraction: float = 0.1,
+) -> None:
+    """Raises a ValueError naming the fix for options that cannot work."""
+    if target not in TARGETS:
+        raise ValueError(
+            f"MPP target {target!r} is unknown: use one of "
+            f"{', '.join(TARGETS)}."
+        )
+    if not 1 <= int(colour_bits) <= 8:
+        raise ValueError(
+            f"colour_bits must be in 1..8 (3: the paper's 512 classes), got "
+            f"{colour_bits}."
+        )
+    if target == "colour_grid" and patch_size is not None and (
+        int(grid_size) < 1 or patch_size % int(grid_size)
+    ):
+        raise ValueError(
+            f"grid_size {grid_size} does not divide the patch size "
+            f"{patch_size}: use a divisor of it (the paper: 4 for 16)."
+        )
+    if not 0.0 < float(corrupt_rate) <= 1.0:
+        raise ValueError(
+            f"corrupt_rate must be in (0, 1] (the paper: 0.5), got "
+            f"{corrupt_rate}."
+        )
+    if min(mask_fraction, random_fraction) < 0 or (
+        mask_fraction + random_fraction > 1.0
+    ):
+        raise ValueError(
+            "mask_fraction and random_fraction must be >= 0 with a sum <= 1 "
+            f"(the paper: 0.8 and 0.1), got {mask_fraction} and "
+            f"{random_fraction}."
+        )
+
+
+def num_colour_classes(colour_bits: int = 3) -> int:
+    """int. Classes of one colour target: 2**bits levels per channel."""
+    return (2 ** int(colour_bits)) ** 3
+
+
+def output_width(
+    target: str, patch_size: int, colour_bits: int = 3, grid_size: int = 4
+) -> int:
+    """int. The MPP head's outputs per patch token."""
+    check_options(target, colour_bits, grid_size, patch_size)
+    if target == "pixels":
+        return patch_size * patch_size * 3
+    cells = grid_size * grid_size if target == "colour_grid" else 1
+    return cells * num_colour_classes(colour_bits)
+
+
+# ---------------------------------------------------------------- targets
+def quantise_colours(rgb, colour_bits: int = 3):
+    """int32 class of mean colours `rgb` (..., 3) in [-1, 1]: each channel
+    cut into 2**bits equal bins of [-1, 1] (1.0 falls in the top one), the
+    class r * L**2 + g * L + b for bin indices r, g, b of L levels."""
+    levels = 2 ** int(colour_bits)
+    bins = ops.floor((ops.cast(rgb, "float32") + 1.0) * (levels / 2.0))
+    bins = ops.cast(ops.clip(bins, 0, levels - 1), "int32")
+    return (bins[..., 0] * levels + bins[..., 1]) * levels + bins[..., 2]
+
+
+def colour_centres(classes, colour_bits: int = 3):
+    """float32 (..., 3) in [-1, 1]: the colour at the centre of each class's
+    bin (the inverse of `quantise_colours`, for pictures)."""
+    levels = 2 ** int(colour_bits)
+    classes = ops.cast(classes, "int32")
+    channels = [
+        (classes // (levels * levels)) % levels,
+        (classes // levels) % levels,
+        classes % levels,
+    ]
+    bins = ops.cast(ops.stack(channels, axis=-1), "float32")
+    return (bins + 0.5) * (2.0 / levels) - 1.0
+
+
+def _patch_grid(images, patch_size: int):
+    shape = ops.shape(images)
+    for side, value in (("height", shape[1]), ("width", shape[2])):
+        if isinstance(value, int) and value % patch_size:
+            raise ValueError(
+                f"Image {side} {value} is not divisible by the patch size "
+                f"{patch_size}."
+            )
+    return shape[1] // patch_size, shape[2] // patch_size
+
+
+def colour_targets(images, patch_size: int, colour_bits: int = 3,
+                   grid_size: int = 1):
+    """(batch, patches, grid_size**2) int32 colour classes of each patch.
+
+    Each patch (row-major, the token order) is downsized to grid_size x
+    grid_size cells by averaging; each cell's mean colour is quantised by
+    `quantise_colours`. grid_size 1 is the paper's mean-colour target.
+
+    Args:
+        images: (batch, height, width, 3) in [-1, 1], the model's input.
+        patch_size: int. Pixels per patch side (for hybrids the total
+            stride, the pixels behind one token).
+        colour_bits: int. Bits per channel (3: 512 classes).
+        grid_size: int. Cells per patch side; divides patch_size.
+    """
+    rows, cols = _patch_grid(images, patch_size)
+    cell = patch_size // grid_size
+    x = ops.cast(images, "float32")
+    x = ops.reshape(x, (-1, rows * grid_size, cell, cols * grid_size, cell,
+                        3))
+    classes = quantise_colours(ops.mean(x, axis=(2, 4)), colour_bits)
+    classes = ops.reshape(classes, (-1, rows, grid_size, cols, grid_size))
+    classes = ops.transpose(classes, (0, 1, 3, 2, 4))
+    return ops.reshape(classes, (-1, rows * cols, grid_size * grid_size))
+
+
+def patch_pixels(images, patch_size: int):
+    """(batch, patches, patch_size**2 * 3) float32: each patch's pixels
+    (rows, then columns, then RGB), patches row-major."""
+    rows, cols = _patch_grid(images, patch_size)
+    x = ops.cast(images, "float32")
+    x = ops.reshape(x, (-1, rows, patch_size, cols, patch_size, 3))
+    x = ops.transpose(x, (0, 1, 3, 2, 4, 5))
+    return ops.reshape(x, (-1, rows * cols, patch_size * patch_size * 3))
+
+
+# ------------------------------------------------------------------ model
+@keras.saving.register_keras_serializable(package=PACKAGE)
+class PatchCorruption(keras.layers.Layer):
+    """Corrupts patch embeddings as `mpp_mode` says (BERT-style).
+
+    Called on (tokens, mode, source): tokens (batch, patches, width); mode
+    (batch, patches) int, MASKED: the learnable [mask] embedding, REPLACED:
+    the embedding of patch `source` of the same image, NOT_CORRUPTED or
+    KEPT: unchanged. The mask token starts N(0, 0.02), as the position
+    embeddings do.
+    """
+
+    def build(self, input_shape):
+        self.mask_token = self.add_weight(
+            shape=(1, 1, input_shape[-1]),
+            initializer=keras.initializers.RandomNormal(stddev=0.02),
+            name="mask_token",
+        )
+        self.built = True
+
+    def call(self, tokens, mode, source):
+        index = ops.broadcast_to(
+            ops.cast(source, "int32")[..., None], ops.shape(tokens)
+        )
+        replaced = ops.take_along_axis(tokens, index, axis=1)
+        mode = ops.cast(mode, "int32")[..., None]
+        mask = ops.cast(self.mask_token, tokens.dtype)
+        x = ops.where(mode == REPLACED, replaced, tokens)
+        return ops.where(mode == MASKED, mask, x)
+
+    def compute_output_shape(self, input_shape):
+        return tuple(input_shape)
+
+
+def _copy(layer):
+    return layer.__class__.from_config(layer.get_config())
+
+
+def create_mpp_model(
+    variant: Optional[str] = "B/16",
+    *,
+    target: str = "mean_colour",
+    colour_bits: int = 3,
+    grid_size: int = 4,
+    image_size=224,
+    pooling: str = "token",
+    name: Optional[str] = None,
+    **kwargs,
+) -> keras.Model:
+    """The ViT encoder with the corruption layer and an MPP head.
+
+    Args:
+        variant: str or None. As for `create_model`.
+        target: str. One of `TARGETS`.
+        colour_bits: int. Bits per colour channel of the colour targets.
+        grid_size: int. "colour_grid": cells per patch side.
+        image_size: int or (height, width). Fixed input size.
+        pooling: str. "token" keeps the class token in the sequence (the
+            classifier fine-tuned from this encoder reads it); "gap" has
+            none.
+        name: str or None. The model's name.
+        **kwargs: the sizes, dropout rates and ResNet options of
+            `create_model`. A pre-logits layer and the classification head
+            belong to fine-tuning: `representation_size` is refused and
+            `head_zero_init` / `head_bias_init` are ignored.
+
+    Returns:
+        A `keras.Model` taking {"images": (batch, h, w, 3) in [-1, 1],
+        "mpp_mode": (batch, patches) int32, "mpp_source": (batch, patches)
+        int32} to float32 (batch, patches, output_width(...)) predictions,
+        one row per patch token (the class token left out).
+    """
+    if kwargs.get("representation_size") is not None:
+        raise ValueError(
+            "An MPP model has no pre-logits layer: leave representation_size"
+            " None for pre-training (fine-tuning may add one)."
+        )
+    for key in ("representation_size", "head_zero_init", "head_bias_init"):
+        kwargs.pop(key, None)
+    if kwargs.get("dynamic_image_size"):
+        raise ValueError("MPP pre-training needs a fixed image_size.")
+    base = create_model(
+        variant, num_classes=0, image_size=image_size, pooling=pooling,
+        all_tokens=True, **kwargs,
+    )
+    layers = {layer.name: layer for layer in base.layers}
+    stride = layers["embedding"].patch_size
+    if "resnet" in layers:
+        stride *= layers["resnet"].stride
+    width = output_width(target, stride, colour_bits, grid_size)
+    height, wide = base.input_shape[1:3]
+    patches = (height // stride) * (wide // stride)
+
+    images = keras.Input((height, wide, 3), name="images")
+    mode = keras.Input((patches,), dtype="int32", name="mpp_mode")
+    source = keras.Input((patches,), dtype="int32", name="mpp_source")
+    # Fresh copies of create_model's layers (same names and weights'
+    # names), chained with the corruption between the patch embedding and
+    # the position embedding.
+    x = images
+    if "resnet" in layers:
+        x = _copy(layers["resnet"])(x)
+    x = _copy(layers["embedding"])(x)
+    x = PatchCorruption(name="mpp_corruption")(x, mode, source)
+    if "cls" in layers:
+        x = _copy(layers["cls"])(x)
+    x = _copy(layers["posembed_input"])(x)
+    x = _copy(layers["Transformer"])(x)
+    if "cls" in layers:
+        x = x[:, 1:]
+    x = keras.layers.Dense(
+        width, name="mpp_head", dtype="float32",  # float32 under bf16
+    )(x)
+    if name is None:
+        name = f"mpp_{base.name}"
+    return keras.Model(
+        {"images": images, "mpp_mode": mode, "mpp_source": source}, x,
+        name=name,
+    )
+
+
+def is_mpp_model(model: keras.Model) -> bool:
+    """Whether `model` was built by `create_mpp_model`."""
+    return any(layer.name == "mpp_head" for layer in model.layers)
+
+
+def encoder_model(model: keras.Model) -> keras.Model:
+    """The encoder of an MPP model as a `create_model` features model
+    (num_classes=0: images -> pooled representation), weights copied.
+
+    The mask token and the MPP head are left behind, as the paper drops a
+    pre-training head for transfer. Pooling follows the MPP model: the
+    class token when it has one, else the mean patch token.
+    """
+    if not is_mpp_model(model):
+        raise ValueError(
+            f"Model {model.name!r} is not an MPP model (create_mpp_model)."
+        )
+    layers = {layer.name: layer for layer in model.layers}
+    height, width = layers["images"].output.shape[1:3]
+    images = keras.Input((height, width, 3), name="images")
+    x = images
+    copies = []
+    names = ("resnet", "embedding", "cls", "posembed_input")
+    for name in names:
+        if name in layers:
+            copies.append((layers[name], _copy(layers[name])))
+            x = copies[-1][1](x)
+    token = "cls" in layers
+    config = layers["Transformer"].get_config()
+    config["class_token_only"] = token  # only what the pooling reads
+    encoder = vit_layers.Encoder.from_config(config)
+    copies.append((layers["Transformer"], encoder))
+    x = encoder(x)
+    x = vit_layers.TokenPooling(
+        "token" if token else "gap", name="pooling",
+        dtype=encoder.dtype_policy,
+    )(x)
+    for original, copy in copies:
+        copy.set_weights(original.get_weights())
+    name = model.name[4:] if model.name.startswith("mpp_") else model.name
+    return keras.Model(images, x, name=name)

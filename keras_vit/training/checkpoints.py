@@ -1,0 +1,101 @@
+"""Who writes a run's checkpoints, and where.
+
+The chief writes the run's checkpoints into <workdir>/checkpoints with a
+tf.train.CheckpointManager; every worker restores from there. The other
+workers of a multi-worker run write nothing, unless saving needs them:
+reading a sync-on-read variable (one whose value is summed or averaged over
+the replicas) is an all-reduce that every worker must join, so with such a
+variable in the checkpoint they save too, into a scratch folder that is
+emptied right after each save. That folder has a fixed name per workdir and
+task, so the next start removes what a crash left behind.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from typing import Iterable, Optional
+
+import tensorflow as tf
+from absl import logging
+
+
+def scratch_dir(workdir: str, task: str) -> str:
+    """The local scratch folder of a non-chief worker (`task`, e.g.
+    "worker1") of the run in `workdir`."""
+    digest = hashlib.sha1(workdir.encode()).hexdigest()[:12]
+    return os.path.join(
+        tempfile.gettempdir(), f"keras_vit_worker_ckpt_{digest}_{task}"
+    )
+
+
+def saving_needs_every_worker(variables: Iterable) -> bool:
+    """Whether a checkpoint of `variables` holds a sync-on-read variable,
+    whose value every worker must help to read."""
+    for variable in variables:
+        sync = str(getattr(variable, "synchronization", "")).lower()
+        if sync.endswith("on_read"):
+            return True
+    return False
+
+
+class CheckpointWriter:
+    """Saves a run's checkpoints as this worker's role asks.
+
+    Args:
+        checkpoint: tf.train.Checkpoint. What is saved.
+        ckpt_dir: str. The run's checkpoint folder (<workdir>/checkpoints).
+        scratch: str. This worker's scratch folder (`scratch_dir`); removed
+            now if a crash left it behind, and by `close`.
+        chief: bool. This worker writes the run's checkpoints.
+        save_here: bool. A non-chief worker must save too
+            (`saving_needs_every_worker`).
+        keep: int. Checkpoints kept in `ckpt_dir`.
+        step_counter: tf.Variable. The optimizer's step counter.
+    """
+
+    def __init__(self, checkpoint, ckpt_dir: str, scratch: str, *,
+                 chief: bool, save_here: bool, keep: int, step_counter):
+        self.ckpt_dir = ckpt_dir
+        self.scratch = scratch
+        self.chief = chief
+        self.save_here = chief or save_here
+        self._remove_scratch(left_by="an earlier run")
+        directory = ckpt_dir if chief else scratch
+        self.manager = tf.train.CheckpointManager(
+            checkpoint, directory, max_to_keep=keep if chief else 1,
+            step_counter=step_counter,
+        )
+        # What TensorFlow's PreemptionCheckpointHandler restores from when
+        # it starts: nothing, on every worker alike (the run is restored
+        # already, and its count of calls must start equal everywhere).
+        self.handler_manager = tf.train.CheckpointManager(
+            checkpoint, scratch, max_to_keep=1, step_counter=step_counter
+        )
+
+    def save(self, step: int) -> Optional[str]:
+        """Saves the checkpoint of `step` where this worker saves; the path
+        in the run's folder (None on other workers)."""
+        if not self.save_here:
+            return None
+        path = self.manager.save(checkpoint_number=step)
+        if not self.chief:
+            self._remove_scratch()
+            return None
+        return path
+
+    def latest(self) -> Optional[str]:
+        """The run's newest complete checkpoint (on every worker)."""
+        return tf.train.latest_checkpoint(self.ckpt_dir)
+
+    def close(self) -> None:
+        """Removes this worker's scratch folder."""
+        self._remove_scratch()
+
+    def _remove_scratch(self, left_by: str = "") -> None:
+        if self.chief or not tf.io.gfile.exists(self.scratch):
+            return
+        if left_by:
+            logging.info("Removing %s, left by %s.", self.scratch, left_by)
+        tf.io.gfile.rmtree(self.scratch)

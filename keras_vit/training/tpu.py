@@ -1,0 +1,122 @@
+"""Cloud TPU set-up: the standard sequence, bounded in time, and one line
+naming the fix for each way it fails.
+
+TPUClusterResolver -> experimental_connect_to_cluster ->
+initialize_tpu_system -> TPUStrategy (the connect step skipped for a TPU
+VM's own TPU, --tpu=local). It must run at program start, before any op.
+A grpc:// address that does not answer fails at once; a connection that
+hangs ends the process after connect_timeout_s (`cluster.run_guarded`).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Optional
+
+import tensorflow as tf
+from absl import logging
+
+from keras_vit.training import cluster
+from keras_vit.training.cluster import SetupError
+
+# The choices a failed TPU set-up names.
+_TPU_FIXES = (
+    "run on a TPU VM (--tpu=local), pass --tpu=NAME (a Cloud TPU's name) or "
+    "--tpu=grpc://HOST:8470, or train without a TPU: --strategy=auto or "
+    "--strategy=cpu"
+)
+
+
+def tpu_strategy(
+    tpu: Optional[str], connect_timeout_s: Optional[float] = None
+) -> tf.distribute.TPUStrategy:
+    """Connects to a Cloud TPU and returns a TPUStrategy.
+
+    Args:
+        tpu: str or None. The TPU name or grpc:// address; "local" on a TPU
+            VM (the TPU attached to this host). None: found from the
+            environment (e.g. TPU_NAME) by the resolver.
+        connect_timeout_s: float or None. Give up connecting after this
+            many seconds (None: config.connect_timeout_s's default).
+
+    Raises:
+        SetupError: no TPU, or it cannot be reached; the message names the
+            fix.
+    """
+    if tpu and tpu.startswith("grpc://"):
+        address = tpu[len("grpc://"):]
+        if not cluster.reachable(address, timeout_s=5.0):
+            raise SetupError(
+                f"Cannot reach the TPU at --tpu={tpu}: nothing answers at "
+                f"{address}. Check the address (the TPU's IP and port "
+                f"8470), or {_TPU_FIXES}."
+            )
+
+    def connect():
+        resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu)
+        if tpu != "local":
+            tf.config.experimental_connect_to_cluster(resolver)
+        tf.tpu.experimental.initialize_tpu_system(resolver)
+        logging.info("TPU devices: %s", tf.config.list_logical_devices("TPU"))
+        return tf.distribute.TPUStrategy(resolver)
+
+    timeout = cluster.connect_timeout(connect_timeout_s)
+    logging.info(
+        "Connecting to %s (the process ends with status 1 if that takes "
+        "more than %.0f s: config.connect_timeout_s).",
+        f"--tpu={tpu}" if tpu else "the TPU", timeout,
+    )
+    try:
+        return cluster.run_guarded(connect, timeout)
+    except Exception as e:  # each failure below becomes one line
+        raise _tpu_setup_error(tpu, e) from None
+
+
+def _tpu_setup_error(tpu: Optional[str], error: Exception) -> SetupError:
+    text = cluster.first_line(error)
+    if "Please provide a TPU Name" in text:
+        return SetupError(
+            "--strategy=tpu found no TPU: no --tpu, no TPU_NAME and no TPU "
+            f"attached to this machine. To fix: {_TPU_FIXES}."
+        )
+    if tpu == "local" or "TPUs not found" in text:
+        return SetupError(
+            "No TPU is attached to this machine (--tpu=local: "
+            f"{text[:160]}). To fix: {_TPU_FIXES}."
+        )
+    if isinstance(error, OSError):  # urllib's URLError: the metadata server
+        return SetupError(
+            f"Cannot look up the Cloud TPU --tpu={tpu}: its name is resolved "
+            "through the Google Cloud metadata server, which does not "
+            f"answer here ({text}). Run on a Google Cloud VM of the TPU's "
+            f"project and zone, or {_TPU_FIXES}."
+        )
+    return SetupError(
+        f"Cannot set up the TPU --tpu={tpu} ({text}). Check the name and "
+        f"that the TPU is ready, or {_TPU_FIXES}."
+    )
+
+
+def find_tpu(tpu: Optional[str], connect_timeout_s: Optional[float]):
+    try:
+        return tpu_strategy(tpu, connect_timeout_s)
+    except SetupError as e:
+        logging.info("No TPU found (%s).", e)
+        return None
+
+
+def default_tpu() -> Optional[str]:
+    """The --tpu to use when none is given: None where TPU_NAME is set (the
+    resolver reads it), "local" on a TPU VM (its TPU is attached)."""
+    if os.environ.get("TPU_NAME"):
+        return None
+    return "local" if tpu_in_environment() else None
+
+
+def tpu_in_environment() -> bool:
+    return bool(
+        os.environ.get("TPU_NAME")
+        or os.environ.get("TPU_ACCELERATOR_TYPE")
+        or os.path.exists("/dev/accel0")
+        or os.path.exists("/dev/vfio/0")
+    )

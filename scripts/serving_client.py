@@ -1,0 +1,118 @@
+"""Ask TF Serving for an exported ViT's answer, over REST or gRPC.
+
+    python scripts/serving_client.py --rest http://localhost:8501 \\
+        --model vit cat.jpg
+    python scripts/serving_client.py --grpc localhost:8500 \\
+        --model vit cat.jpg dog.png
+
+Sends the image files as they are (the export decodes and preprocesses
+them) to `serving_default` and prints each image's top classes. REST
+carries the bytes as base64 under {"b64": ...}, which the server decodes;
+gRPC sends the raw bytes in a DT_STRING tensor (needs the `serving`
+extra: tensorflow-serving-api and grpcio). One request holds every image;
+a bad one is answered with an error naming its index (`image_bytes[i]`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import sys
+import urllib.request
+from typing import Dict, List, Sequence
+
+import numpy as np
+
+OUTPUTS = ("class_names", "scores")
+
+
+def rest_request(images: Sequence[bytes],
+                 signature: str = "serving_default") -> Dict:
+    """dict. The JSON body of a REST predict request (row format)."""
+    return {
+        "signature_name": signature,
+        "instances": [
+            {"b64": base64.b64encode(image).decode("ascii")}
+            for image in images
+        ],
+    }
+
+
+def rest_predict(url: str, model: str, images: Sequence[bytes],
+                 timeout: float = 30.0) -> List[Dict]:
+    """list of dict. One prediction per image, from
+    POST <url>/v1/models/<model>:predict."""
+    body = json.dumps(rest_request(images)).encode()
+    request = urllib.request.Request(
+        f"{url.rstrip('/')}/v1/models/{model}:predict", data=body,
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=timeout) as answer:
+        return json.load(answer)["predictions"]
+
+
+def grpc_request(model: str, images: Sequence[bytes],
+                 signature: str = "serving_default"):
+    """A tensorflow_serving PredictRequest with the raw image bytes."""
+    import tensorflow as tf
+    from tensorflow_serving.apis import predict_pb2
+
+    request = predict_pb2.PredictRequest()
+    request.model_spec.name = model
+    request.model_spec.signature_name = signature
+    request.inputs["image_bytes"].CopyFrom(
+        tf.make_tensor_proto(list(images), dtype=tf.string)
+    )
+    return request
+
+
+def grpc_predict(address: str, model: str, images: Sequence[bytes],
+                 timeout: float = 30.0) -> List[Dict]:
+    """list of dict. One prediction per image, from the gRPC
+    PredictionService at `address` (host:port)."""
+    import grpc
+    import tensorflow as tf
+    from tensorflow_serving.apis import prediction_service_pb2_grpc
+
+    with grpc.insecure_channel(address) as channel:
+        stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
+        answer = stub.Predict(grpc_request(model, images), timeout=timeout)
+    outputs = {k: tf.make_ndarray(v) for k, v in answer.outputs.items()}
+    return [
+        {k: outputs[k][i].tolist() for k in outputs}
+        for i in range(len(images))
+    ]
+
+
+def describe(prediction: Dict) -> str:
+    """str. "name 0.912, name 0.051, ..." of one prediction."""
+    names = [n.decode() if isinstance(n, bytes) else str(n)
+             for n in prediction["class_names"]]
+    scores = np.asarray(prediction["scores"], np.float64)
+    return ", ".join(f"{n} {s:.3f}" for n, s in zip(names, scores))
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    server = parser.add_mutually_exclusive_group(required=True)
+    server.add_argument("--rest", help="e.g. http://localhost:8501")
+    server.add_argument("--grpc", help="e.g. localhost:8500")
+    parser.add_argument("--model", default="vit")
+    parser.add_argument("images", nargs="+")
+    args = parser.parse_args(argv)
+    images = []
+    for path in args.images:
+        with open(path, "rb") as f:
+            images.append(f.read())
+    if args.rest:
+        predictions = rest_predict(args.rest, args.model, images)
+    else:
+        predictions = grpc_predict(args.grpc, args.model, images)
+    for path, prediction in zip(args.images, predictions):
+        print(f"{path}: {describe(prediction)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

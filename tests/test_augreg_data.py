@@ -1,0 +1,246 @@
+"""AugReg's data and training options: RandAugment inside tf.data, Mixup
+and CutMix label sums, the fused JPEG Inception crop, losses of mixed
+labels, and a real run with all of them that lowers the loss."""
+
+import io
+import math
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from PIL import Image
+
+from keras_vit.data import augment
+from keras_vit.data import pipeline as ip
+from keras_vit.data import preprocessing as pp
+from keras_vit.training import losses, train_lib
+from tests import tiny
+
+
+def _picture(h=48, w=40, seed=0):
+    """A smooth RGB picture (JPEG-friendly) as uint8."""
+    rng = np.random.default_rng(seed)
+    y, x = np.mgrid[:h, :w]
+    base = np.stack([np.sin(x / 5.0), np.cos(y / 7.0),
+                     np.sin((x + y) / 9.0)], -1)
+    noise = rng.normal(0, 0.05, (h, w, 3))
+    return np.clip((base + noise + 1) * 127.5, 0, 255).astype(np.uint8)
+
+
+def _encode(array, fmt, **options):
+    buf = io.BytesIO()
+    Image.fromarray(array).save(buf, format=fmt, **options)
+    return buf.getvalue()
+
+
+# ------------------------------------------------------------ RandAugment
+def test_randaugment_magnitude_mapping():
+    assert augment.randaugment_factor(15) == 0.25
+    assert augment.randaugment_factor(0) == 0.0
+    assert augment.randaugment_factor(90) == 1.0
+    with pytest.raises(ValueError, match="randaug_magnitude"):
+        augment.randaugment_factor(-1)
+    assert augment.rand_augment(0, 15) is None
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "float32"])
+def test_randaugment_runs_inside_tf_data(dtype):
+    fn = augment.rand_augment(2, 15, seed=0)
+    picture = _picture(32, 32)
+    pictures = np.stack([picture] * 16).astype(dtype)
+    ds = tf.data.Dataset.from_tensor_slices(pictures).map(fn)
+    out = np.stack(list(ds.as_numpy_iterator()))
+    assert out.shape == (16, 32, 32, 3) and out.dtype == np.float32
+    assert out.min() >= 0 and out.max() <= 255
+    # Two ops per image, drawn per image: the images differ from the input
+    # and from each other.
+    assert np.abs(out - picture).mean() > 1.0
+    assert len({o.tobytes() for o in out}) > 8
+
+
+def test_randaugment_in_the_training_preprocessing():
+    config = tiny.digits_config()
+    config.pp.randaug_ops, config.pp.randaug_magnitude = 2, 10
+    plain = tiny.digits_config()
+    fn, off = (pp.from_config(c, training=True) for c in (config, plain))
+    picture = tf.constant(_picture(36, 36))
+    seed = tf.constant([1, 2], tf.int64)
+    augmented = fn(picture, seed).numpy()
+    assert augmented.shape == (32, 32, 3)
+    assert -1 <= augmented.min() and augmented.max() <= 1
+    assert np.abs(augmented - off(picture, seed).numpy()).max() > 0
+    config.pp.train = "eval"
+    with pytest.raises(ValueError, match="randaug_ops"):
+        pp.from_config(config, training=True)
+
+
+# ----------------------------------------------------------- Mixup, CutMix
+def _batch(n=16, h=8, w=8):
+    """Images that say which example they are: image i is all i."""
+    images = np.broadcast_to(
+        np.arange(n, dtype=np.float32)[:, None, None, None], (n, h, w, 3)
+    ).copy()
+    return images, np.arange(n, dtype=np.int32)
+
+
+def test_mixup_labels_sum_to_one_and_match_the_images():
+    mix = augment.mix_batch(16, mixup_alpha=0.4, seed=0)
+    images, labels = _batch()
+    ds = tf.data.Dataset.from_tensors((images, labels)).repeat(4).map(mix)
+    lambdas = []
+    for mixed, soft in ds.as_numpy_iterator():
+        assert soft.shape == (16, 16) and soft.dtype == np.float32
+        np.testing.assert_allclose(soft.sum(1), 1.0, atol=1e-6)
+        # Image i is sum_j soft[i, j] * image_j: the labels are the images'
+        # mixing weights.
+        expected = np.einsum("ij,jhwc->ihwc", soft, images)
+        np.testing.assert_allclose(mixed, expected, atol=1e-4)
+        lambdas.extend(soft[np.arange(16), labels])
+    assert np.std(lambdas) > 0.01  # a weight per example, not per batch
+
+
+def test_cutmix_labels_sum_to_one_and_match_the_pasted_area():
+    mix = augment.mix_batch(16, cutmix_alpha=1.0, seed=1)
+    images, labels = _batch(16, 32, 32)
+    ds = tf.data.Dataset.from_tensors((images, labels)).repeat(4).map(mix)
+    for mixed, soft in ds.as_numpy_iterator():
+        np.testing.assert_allclose(soft.sum(1), 1.0, atol=1e-6)
+        for i in range(16):
+            values, counts = np.unique(mixed[i, :, :, 0], return_counts=True)
+            share = dict(zip(values.astype(int), counts / counts.sum()))
+            own = share.get(i, 0.0)
+            # The label weight of the image itself is its share of the
+            # pixels (Keras's box has fractional corners: within a row and
+            # a column of pixels, 2 x 32 / 1024).
+            assert abs(soft[i, i] - own) <= 2 * 32 / 1024 + 1e-6
+            assert len(share) <= 2
+
+
+def test_mixup_or_cutmix_per_batch_and_bad_alphas():
+    mix = augment.mix_batch(16, mixup_alpha=0.2, cutmix_alpha=1.0, seed=2)
+    images, labels = _batch(16, 16, 16)
+    mixed, soft = mix(tf.constant(images), tf.constant(labels))
+    np.testing.assert_allclose(soft.numpy().sum(1), 1.0, atol=1e-6)
+    assert augment.mix_batch(10) is None
+    with pytest.raises(ValueError, match="cutmix_alpha"):
+        augment.mix_batch(10, cutmix_alpha=2.0)
+    with pytest.raises(ValueError, match="mixup_alpha"):
+        augment.mix_batch(10, mixup_alpha=-1.0)
+
+
+def test_train_dataset_mixes_labels():
+    config = tiny.digits_config()
+    config.mix.mixup_alpha = 0.2
+    images, soft = next(iter(ip.train_dataset(config, 8)))
+    assert images.shape == (8, 32, 32, 3)
+    assert soft.shape == (8, 10) and soft.dtype == tf.float32
+    np.testing.assert_allclose(soft.numpy().sum(1), 1.0, atol=1e-6)
+
+
+# ----------------------------------------------------------------- losses
+def test_losses_of_mixed_labels():
+    rng = np.random.default_rng(0)
+    logits = rng.normal(size=(4, 5)).astype("float32")
+    soft = rng.dirichlet(np.ones(5), 4).astype("float32")
+    log_softmax = logits - np.log(np.exp(logits).sum(1, keepdims=True))
+    np.testing.assert_allclose(
+        losses.per_example_loss(soft, logits, 5).numpy(),
+        -(soft * log_softmax).sum(1), rtol=1e-5,
+    )
+    sigmoid = 1 / (1 + np.exp(-logits))
+    np.testing.assert_allclose(
+        losses.per_example_loss(soft, logits, 5, "sigmoid_xent").numpy(),
+        -(soft * np.log(sigmoid) + (1 - soft) * np.log(1 - sigmoid)).sum(1),
+        rtol=1e-5,
+    )
+    hard = np.array([0, 3, 1, 4], "int32")
+    onehot = np.eye(5, dtype="float32")[hard]
+    for loss in losses.LOSSES:
+        np.testing.assert_allclose(
+            losses.per_example_loss(onehot, logits, 5, loss, 0.1).numpy(),
+            losses.per_example_loss(hard, logits, 5, loss, 0.1).numpy(),
+            rtol=1e-6,
+        )
+    np.testing.assert_array_equal(losses.hard_labels(soft).numpy(),
+                                  soft.argmax(1))
+
+
+# ---------------------------------------------------- fused Inception crop
+def _jpeg(seed, subsampling):
+    return tf.constant(_encode(_picture(64, 48, seed), "JPEG", quality=90,
+                               subsampling=subsampling))
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_fused_jpeg_crop_equals_decode_then_crop(seed):
+    """Full-resolution colour (4:4:4): the crop decoded alone is exactly
+    the decoded image's crop, and so is the whole preprocessing."""
+    data = _jpeg(seed, subsampling=0)
+    key = tf.constant([seed, 7], tf.int64)
+    fused = pp.decode_and_inception_crop(data, (0.1, 0.5), seed=key)
+    whole = tf.io.decode_jpeg(data, channels=3)
+    begin, size = pp.inception_crop_window(tf.shape(whole), (0.1, 0.5),
+                                           seed=key)
+    np.testing.assert_array_equal(fused.numpy(),
+                                  tf.slice(whole, begin, size).numpy())
+    assert fused.shape[0] < 64 or fused.shape[1] < 48  # a real crop
+    # The whole training preprocessing, fused or not, inside tf.data too.
+    a = pp.preprocess_pretrain_encoded(data, 16, (0.1, 0.5), seed=key)
+    b = pp.preprocess_pretrain(pp.decode_image(data), 16, (0.1, 0.5),
+                               seed=key)
+    np.testing.assert_array_equal(a.numpy(), b.numpy())
+    ds = tf.data.Dataset.from_tensors(data).map(
+        lambda d: pp.preprocess_pretrain_encoded(d, 16, (0.1, 0.5),
+                                                 seed=key))
+    np.testing.assert_array_equal(next(iter(ds)).numpy(), a.numpy())
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_fused_crop_of_subsampled_jpeg_differs_only_at_its_border(seed):
+    """Half-resolution colour (4:2:0, the usual JPEG): libjpeg's chroma
+    upsampling lacks the neighbours outside the window, so the last pixel
+    row and column of the window can differ; everything else is equal."""
+    data = _jpeg(seed, subsampling=2)
+    key = tf.constant([seed, 7], tf.int64)
+    fused = pp.decode_and_inception_crop(data, (0.1, 0.5), seed=key).numpy()
+    whole = tf.io.decode_jpeg(data, channels=3)
+    begin, size = pp.inception_crop_window(tf.shape(whole), (0.1, 0.5),
+                                           seed=key)
+    reference = tf.slice(whole, begin, size).numpy()
+    assert fused.shape == reference.shape
+    np.testing.assert_array_equal(fused[:-1, :-1], reference[:-1, :-1])
+    diff = np.abs(fused.astype(int) - reference.astype(int))
+    assert diff.max() <= 16
+
+
+def test_png_falls_back_to_a_full_decode():
+    picture = _picture(40, 40, 3)
+    data = tf.constant(_encode(picture, "PNG"))
+    key = tf.constant([3, 4], tf.int64)
+    crop = pp.decode_and_inception_crop(data, (0.2, 0.6), seed=key)
+    begin, size = pp.inception_crop_window(tf.constant([40, 40, 3]),
+                                           (0.2, 0.6), seed=key)
+    np.testing.assert_array_equal(
+        crop.numpy(), tf.slice(picture, begin, size).numpy())
+
+
+# -------------------------------------------------------------- a real run
+def test_training_with_every_option_lowers_the_loss(tmp_path):
+    """RandAugment, Mixup + CutMix, sigmoid loss with head bias -2,
+    stochastic depth and sin-cos embeddings on the digits: the mean train
+    loss of the last 20 of 60 steps is below that of the first 20."""
+    config = tiny.digits_config(
+        total_steps=60, eval_every_steps=0, checkpoint_every_steps=0,
+        log_every_steps=20, steps_per_loop=20,
+    )
+    config.optimizer.warmup_steps = 5
+    config.pp.randaug_ops, config.pp.randaug_magnitude = 2, 10
+    config.mix.mixup_alpha, config.mix.cutmix_alpha = 0.2, 1.0
+    config.loss = "sigmoid_xent"
+    config.model.update(dict(head_bias_init=-2.0, posemb="sincos2d",
+                             stochastic_depth_rate=0.1, num_layers=2))
+    metrics = train_lib.train_and_evaluate(config, str(tmp_path / "run"))
+    trained = tiny.train_losses(tmp_path / "run")
+    assert len(trained) == 3 and all(math.isfinite(v) for v in trained)
+    assert trained[-1] < trained[0]
+    assert metrics["steps"] == 60 and math.isfinite(metrics["test_loss"])

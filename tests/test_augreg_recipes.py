@@ -1,0 +1,156 @@
+"""The AugReg and plain-ViT recipes: each holds its reference's numbers
+and runs real training steps on tiny mock data."""
+
+import math
+
+import keras
+import numpy as np
+import pytest
+from absl import flags
+
+import keras_vit
+from keras_vit.checkpoint import augreg, weights
+from keras_vit.training import train_lib
+from tests.test_recipes import (
+    ROOT,
+    _comments_above_fields,
+    _module,
+    load,
+    shrink,
+)
+
+I21K = f"{ROOT}/configs/augreg_i21k.py"
+I1K = f"{ROOT}/configs/augreg_i1k.py"
+PLAIN = f"{ROOT}/configs/plain_vit_i1k.py"
+FINETUNE = f"{ROOT}/configs/augreg_finetune.py"
+
+
+@pytest.mark.parametrize("aug,randaug,mixup", [
+    ("none", (0, 0), 0.0), ("light1", (2, 0), 0.0), ("light2", (2, 10), 0.2),
+    ("medium1", (2, 15), 0.2), ("medium2", (2, 15), 0.5),
+    ("strong1", (2, 20), 0.5), ("strong2", (2, 20), 0.8),
+])
+def test_augreg_i21k_recipe(aug, randaug, mixup):
+    c = load(I21K, f"variant=S/16,aug={aug},do=0.1,sd=0.1")
+    assert (c.pp.randaug_ops, c.pp.randaug_magnitude) == randaug
+    assert c.mix.mixup_alpha == mixup and c.mix.cutmix_alpha == 0.0
+    assert (c.model.dropout_rate, c.model.stochastic_depth_rate) == (.1, .1)
+    o = c.optimizer
+    assert (o.name, o.lr, o.b1, o.b2) == ("adamw", 1e-3, 0.9, 0.999)
+    # big_vision's absolute weight decay 1e-4 = 0.1 x the learning rate.
+    assert o.weight_decay * o.lr == pytest.approx(1e-4)
+    assert (o.warmup_steps, o.decay_type) == (10_000, "cosine")
+    assert c.batch_size == 4096 and c.grad_clip_norm == 1.0
+    assert c.loss == "sigmoid_xent" and c.model.head_bias_init == -10.0
+    assert c.pp.train == "pretrain" and c.image_size == 224
+    assert c.model.pooling == "token" and c.model.posemb == "learn"
+    assert c.model.representation_size is None
+    assert c.total_steps == math.ceil(300 * 14_147_122 / 4096)
+    assert load(I21K, "variant=B/16,do=0.0,sd=0.0,epochs=30").total_steps \
+        == math.ceil(30 * 14_147_122 / 4096)
+    with pytest.raises((ValueError, flags.Error), match="aug setting"):
+        load(I21K, "aug=heavy")
+    with pytest.raises((ValueError, flags.Error), match="No AugReg model"):
+        load(I21K, "variant=H/14")
+
+
+def test_augreg_i1k_and_plain_vit_recipes():
+    c = load(I1K, "variant=B/16,aug=medium2")
+    assert (c.dataset, c.eval_split) == ("imagenet2012", "validation")
+    assert (c.pp.randaug_ops, c.pp.randaug_magnitude) == (2, 15)
+    assert c.mix.mixup_alpha == 0.5 and c.batch_size == 4096
+    assert c.total_steps == math.ceil(300 * 1_268_355 / 4096)
+    assert c.loss == "sigmoid_xent" and c.model.head_bias_init == -6.9
+    p = load(PLAIN)
+    m = p.model
+    assert (m.variant, m.pooling, m.posemb) == ("S/16", "gap", "sincos2d")
+    assert (m.dropout_rate, m.stochastic_depth_rate) == (0.0, 0.0)
+    assert m.representation_size == 384
+    assert p.batch_size == 1024
+    assert p.total_steps == math.ceil(90 * 1_268_355 / 1024)
+    assert (p.pp.randaug_ops, p.pp.randaug_magnitude) == (2, 10)
+    assert p.mix.mixup_alpha == 0.2 and p.loss == "softmax_xent"
+    assert p.optimizer.weight_decay * p.optimizer.lr == pytest.approx(1e-4)
+    assert load(PLAIN, "epochs=300").total_steps == math.ceil(
+        300 * 1_268_355 / 1024)
+
+
+def test_augreg_finetune_recipe():
+    c = load(FINETUNE, "dataset=imagenet2012,lr=0.03")
+    assert c.model.variant == "B/16"
+    assert c.init.npz == augreg.url(
+        "B_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0")
+    o = c.optimizer
+    assert (o.name, o.momentum, o.weight_decay, o.lr) == (
+        "sgd", 0.9, 0.0, 0.03)
+    assert (c.image_size, c.pp.resize_size, c.total_steps) == (
+        384, 448, 20_000)
+    small = load(FINETUNE, "name=R_Ti_16-i21k-300ep-lr_0.001-aug_none-wd_"
+                 "0.03-do_0.0-sd_0.0,dataset=cifar100,res=224")
+    assert small.model.variant == "R+Ti/16"
+    assert (small.image_size, small.pp.resize_size) == (224, 261)
+    with pytest.raises((ValueError, flags.Error),
+                       match="pre-trained AugReg file"):
+        load(FINETUNE, "name=ViT-B_16")
+
+
+@pytest.mark.parametrize("path", [I21K, I1K, PLAIN, FINETUNE])
+def test_recipes_say_how_to_run_them_and_comment_their_fields(path):
+    doc = _module(path).__doc__
+    assert "python train.py" in doc and "Expected" in doc
+    assert f"--config=configs/{path.rsplit('/', 1)[1]}" in doc
+    if path != FINETUNE:  # the rest is configs/finetune.py's
+        _comments_above_fields(path)
+
+
+def _mock(fn, *args):
+    import tensorflow_datasets as tfds
+
+    with tfds.testing.mock_data(num_examples=8,
+                                policy=tfds.testing.MockPolicy.USE_CODE):
+        return fn(*args)
+
+
+@pytest.mark.parametrize("path,arg", [
+    (I21K, "variant=S/16,aug=strong2,do=0.1,sd=0.1"),
+    (I1K, "variant=B/16,aug=medium2"),
+    (PLAIN, None),
+])
+def test_recipes_run_shrunk(tmp_path, path, arg):
+    """Two real steps of each recipe (its augmentation, loss, head bias,
+    pooling and position embeddings) on a tiny model and mock data."""
+    config = shrink(load(path, arg), eval_every_steps=0)
+    config.model.num_layers = 2
+    if config.model.representation_size:
+        config.model.representation_size = 16
+    metrics = _mock(train_lib.train_and_evaluate, config,
+                    str(tmp_path / "run"))
+    assert metrics["steps"] == 2 and math.isfinite(metrics["test_loss"])
+
+
+def test_augreg_finetune_runs_from_a_file_named_like_augreg(tmp_path):
+    keras.utils.set_random_seed(0)
+    source = keras_vit.create_model("R+Ti/16", num_classes=5,
+                                    image_size=64)
+    name = "R_Ti_16-i21k-300ep-lr_0.001-aug_none-wd_0.03-do_0.0-sd_0.0"
+    npz = str(tmp_path / f"{name}.npz")
+    weights.save_npz(source, npz)
+    config = load(FINETUNE, f"init={npz},dataset=cifar10,res=64")
+    assert config.model.variant == "R+Ti/16" and config.init.npz == npz
+    config.update(dict(
+        batch_size=4, eval_batch_size=4, total_steps=2, steps_per_loop=1,
+        log_every_steps=1, eval_every_steps=0, checkpoint_every_steps=0,
+        jit_compile=False, shuffle_buffer=8, train_split="train",
+        val_split="test", eval_split="test", cache_train=False,
+    ))
+    config.optimizer.warmup_steps = 1
+    config.pp.resize_size = None
+    metrics = _mock(train_lib.train_and_evaluate, config,
+                    str(tmp_path / "ft"))
+    assert metrics["steps"] == 2 and math.isfinite(metrics["test_loss"])
+    kernel = source.get_layer("resnet").conv_root.kernel.numpy()
+    restored = keras_vit.load_model(keras_vit.Source(workdir=str(
+        tmp_path / "ft")))
+    # Two SGD steps moved the stem a little from the checkpoint's.
+    moved = restored.get_layer("resnet").conv_root.kernel.numpy()
+    assert np.abs(moved - kernel).max() < 0.05

@@ -1,0 +1,344 @@
+"""The pieces of a multi-worker run's process life, in one process: waiting
+for the workers of TF_CONFIG (timeout, SIGTERM, a taken port), TensorFlow's
+set-up guarded at the C level (in a subprocess), naming a lost worker from
+TensorFlow's own error texts, who writes checkpoints, and the command
+line's logging and --cpu_devices. Every address is a 127.0.0.1 one.
+
+The same behaviour with real worker processes:
+tests/test_multiworker_faults.py.
+"""
+
+import json
+import logging as std_logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+import tensorflow as tf
+
+from keras_vit import create_model
+from keras_vit.commands import flags as cli_flags
+from keras_vit.training import checkpoints, cluster, distribute
+from tests.strategies import two_cpu_mirrored
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _ports(n):
+    sockets = [socket.socket() for _ in range(n)]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+@pytest.fixture
+def three_workers(monkeypatch):
+    """TF_CONFIG of three workers on closed 127.0.0.1 ports; this is 0."""
+    hosts = [f"127.0.0.1:{p}" for p in _ports(3)]
+    monkeypatch.setenv("TF_CONFIG", json.dumps({
+        "cluster": {"worker": hosts},
+        "task": {"type": "worker", "index": 0},
+    }))
+    return hosts
+
+
+def _listen(address):
+    host, port = address.rsplit(":", 1)
+    s = socket.socket()
+    s.bind((host, int(port)))
+    s.listen()
+    return s
+
+
+# ------------------------------------------------------ waiting for peers
+def test_waits_until_every_worker_answers(three_workers):
+    peers = [_listen(a) for a in three_workers[1:]]
+    try:
+        start = time.monotonic()
+        cluster.wait_for_workers(timeout_s=30)
+        assert time.monotonic() - start < 5
+    finally:
+        for p in peers:
+            p.close()
+    # Its own port is free again for TensorFlow's server.
+    _listen(three_workers[0]).close()
+
+
+def test_a_worker_that_never_comes_is_named_after_the_timeout(
+    three_workers, monkeypatch, caplog
+):
+    monkeypatch.setattr(cluster, "FIRST_LOG_S", 0.1)
+    monkeypatch.setattr(cluster, "LOG_EVERY_S", 0.3)
+    peer = _listen(three_workers[1])  # worker 1 is up, worker 2 never
+    try:
+        start = time.monotonic()
+        with caplog.at_level(std_logging.INFO):
+            with pytest.raises(cluster.SetupError) as info:
+                cluster.wait_for_workers(timeout_s=1.0)
+        waited = time.monotonic() - start
+    finally:
+        peer.close()
+    assert 1.0 <= waited < 5
+    assert str(info.value) == (
+        f"worker 2 ({three_workers[2]}) of TF_CONFIG did not come up within "
+        "1 s (config.connect_timeout_s): start the same command on every "
+        "worker of TF_CONFIG, check that their addresses are reachable from "
+        "here, or raise --config.connect_timeout_s."
+    )
+    assert info.value.exit_code == 1
+    waiting = [r.getMessage() for r in caplog.records
+               if r.getMessage().startswith("Waiting for the workers")]
+    assert len(waiting) >= 2  # periodic
+    assert f"worker 2 ({three_workers[2]}) not up after" in waiting[0]
+    assert "worker 1" not in waiting[0]
+
+
+def test_sigterm_ends_the_wait(three_workers):
+    before = signal.getsignal(signal.SIGTERM)
+    timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGTERM))
+    timer.start()
+    start = time.monotonic()
+    with pytest.raises(cluster.SetupError) as info:
+        cluster.wait_for_workers(timeout_s=60)
+    assert time.monotonic() - start < 5
+    assert info.value.exit_code == 143 == cluster.TERMINATED_EXIT_CODE
+    assert str(info.value).startswith(
+        "SIGTERM while waiting for the workers of TF_CONFIG (worker 1 ("
+    )
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_a_taken_port_is_one_line(three_workers):
+    holder = _listen(three_workers[0])
+    try:
+        with pytest.raises(cluster.SetupError) as info:
+            cluster.wait_for_workers(timeout_s=5)
+    finally:
+        holder.close()
+    port = three_workers[0].rsplit(":", 1)[1]
+    assert str(info.value) == (
+        f"Port {port} of this worker (worker 0 ({three_workers[0]}), from "
+        "TF_CONFIG) is in use (Address already in use): stop the process "
+        "that holds it (an earlier run still alive?) or give this worker a "
+        "free port in TF_CONFIG on every worker."
+    )
+
+
+GUARDED = r'''
+import re, sys, time
+sys.path.insert(0, sys.argv[1])
+from keras_vit.training import cluster
+print("calling", flush=True)
+# A C call that holds Python's global lock (catastrophic backtracking), as
+# TensorFlow's cluster set-up does: no Python handler or thread runs.
+cluster.run_guarded(lambda: re.match(r"(a+)+$", "a" * 64 + "b"),
+                    float(sys.argv[2]))
+'''
+
+
+def test_guarded_setup_ends_on_time_and_on_sigterm(tmp_path):
+    script = tmp_path / "guarded.py"
+    script.write_text(GUARDED)
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="3")
+    timed = subprocess.Popen([sys.executable, str(script), ROOT, "2"],
+                             stdout=subprocess.PIPE, env=env)
+    termed = subprocess.Popen([sys.executable, str(script), ROOT, "0"],
+                              stdout=subprocess.PIPE, env=env)
+    try:
+        for proc in (timed, termed):
+            assert proc.stdout.readline() == b"calling\n"
+        time.sleep(0.5)
+        sent = time.monotonic()
+        termed.send_signal(signal.SIGTERM)
+        assert termed.wait(timeout=30) == -signal.SIGTERM
+        assert time.monotonic() - sent < 5
+        assert timed.wait(timeout=60) == 1  # faulthandler's exit status
+    finally:
+        for proc in (timed, termed):
+            proc.kill()
+            proc.wait()
+
+
+# ------------------------------------------------------------ lost peers
+@pytest.mark.parametrize("error,lost", [
+    # The survivor of worker 1, in a collective (TF 2.21's text).
+    (tf.errors.UnavailableError(
+        None, None, "recvmsg:Connection reset by peer\nAdditional GRPC "
+        "error information from remote target /job:worker/replica:0/task:1 "
+        "while calling /tensorflow.WorkerService/RecvBuf:"), [1]),
+    # The coordination service's missing heartbeats.
+    (tf.errors.UnavailableError(
+        None, None, "Collective ops is aborted by: Error reported from "
+        "/job:worker/task:2: The following tasks are unhealthy (stopped "
+        "sending heartbeats):\n/job:worker/replica:0/task:2\n"
+        "/job:worker/replica:0/task:1\nThe tasks have crashed. Check the "
+        "task logs for an earlier error."), [2, 1]),
+    # The leader (worker 0, here another task's view) is gone.
+    (tf.errors.UnavailableError(
+        None, None, "Failed to send RPC to coordination service. Either "
+        "the leader task was preempted/died/restarted unexpectedly"), [0]),
+])
+def test_the_lost_worker_is_named_from_tensorflows_error(
+    monkeypatch, error, lost
+):
+    hosts = [f"127.0.0.1:{p}" for p in _ports(3)]
+    me = 0 if lost != [0] else 1
+    monkeypatch.setenv("TF_CONFIG", json.dumps({
+        "cluster": {"worker": hosts},
+        "task": {"type": "worker", "index": me},
+    }))
+    assert cluster.is_peer_loss(error)
+    assert [t.index for t in cluster.lost_workers(error)] == lost
+    assert [t.address for t in cluster.lost_workers(error)] == [
+        hosts[i] for i in lost]
+
+
+def test_without_a_name_the_workers_that_stopped_answering(three_workers):
+    up = _listen(three_workers[2])
+    try:
+        error = tf.errors.AbortedError(None, None, "Collective aborted")
+        lost = cluster.lost_workers(error)
+        message = cluster.lost_worker_message(
+            error, 120, "/run/checkpoints/ckpt-100")
+    finally:
+        up.close()
+    assert [t.index for t in lost] == [1]
+    assert message == (
+        f"Lost worker 1 ({three_workers[1]}) at step 120: it stopped "
+        "responding (killed, crashed or preempted without notice), so this "
+        "worker stops too. Restart all 3 workers with the same command to "
+        "resume from /run/checkpoints/ckpt-100."
+    )
+    assert cluster.lost_worker_message(error, 3, None).endswith(
+        "Restart all 3 workers with the same command to start again (no "
+        "checkpoint was complete yet).")
+
+
+def test_other_errors_are_not_a_lost_peer():
+    assert not cluster.is_peer_loss(
+        tf.errors.InvalidArgumentError(None, None, "Label out of range"))
+    assert not cluster.is_peer_loss(ValueError("Socket closed"))
+    assert cluster.is_peer_loss(
+        tf.errors.InternalError(None, None, "RPC failed: Socket closed"))
+
+
+# ------------------------------------------------------------ checkpoints
+def _checkpoint():
+    model = create_model(None, num_classes=3, image_size=16, patch_size=8,
+                         hidden_size=16, num_layers=1, num_heads=2,
+                         mlp_dim=16)
+    step = tf.Variable(0, dtype=tf.int64)
+    return model, tf.train.Checkpoint(model=model, step=step), step
+
+
+def test_the_chief_writes_the_run_and_other_workers_nothing(tmp_path):
+    model, ckpt, step = _checkpoint()
+    ckpt_dir = str(tmp_path / "run" / "checkpoints")
+    scratch = checkpoints.scratch_dir(str(tmp_path / "run"), "worker1")
+    assert os.path.dirname(scratch) == os.path.realpath(
+        os.path.dirname(scratch))
+    assert not checkpoints.saving_needs_every_worker(model.variables)
+    chief = checkpoints.CheckpointWriter(
+        ckpt, ckpt_dir, checkpoints.scratch_dir(str(tmp_path / "run"),
+                                                "worker0"),
+        chief=True, save_here=False, keep=2, step_counter=step)
+    other = checkpoints.CheckpointWriter(
+        ckpt, ckpt_dir, scratch, chief=False, save_here=False, keep=2,
+        step_counter=step)
+    for n in (10, 20, 30):
+        assert chief.save(n) == os.path.join(ckpt_dir, f"ckpt-{n}")
+        assert other.save(n) is None
+    assert not os.path.exists(scratch)  # never written
+    assert other.latest() == chief.latest() == os.path.join(ckpt_dir,
+                                                            "ckpt-30")
+    assert sorted(tf.train.get_checkpoint_state(
+        ckpt_dir).all_model_checkpoint_paths) == [
+        os.path.join(ckpt_dir, f"ckpt-{n}") for n in (20, 30)]
+
+
+def test_a_worker_that_must_save_keeps_nothing(tmp_path, caplog):
+    _, ckpt, step = _checkpoint()
+    run = str(tmp_path / "run")
+    scratch = checkpoints.scratch_dir(run, "worker1")
+    # What a crash left behind.
+    os.makedirs(scratch, exist_ok=True)
+    with open(os.path.join(scratch, "ckpt-5.index"), "w") as f:
+        f.write("stale")
+    with caplog.at_level(std_logging.INFO):
+        writer = checkpoints.CheckpointWriter(
+            ckpt, os.path.join(run, "checkpoints"), scratch, chief=False,
+            save_here=True, keep=3, step_counter=step)
+    assert not os.path.exists(scratch)
+    assert f"Removing {scratch}, left by an earlier run." in caplog.text
+    saved = []
+    real_save = writer.manager.save
+    writer.manager.save = lambda **kw: saved.append(
+        sorted(os.listdir(scratch)) if real_save(**kw) else None)
+    assert writer.save(7) is None
+    assert "ckpt-7.index" in saved[0]  # written (for the all-reduce) ...
+    assert not os.path.exists(scratch)  # ... and gone at once
+    writer.close()
+    assert not os.path.exists(os.path.join(run, "checkpoints"))
+
+
+def test_sync_on_read_variables_need_every_worker():
+    with two_cpu_mirrored().scope():
+        summed = tf.Variable(
+            0.0, synchronization=tf.VariableSynchronization.ON_READ,
+            aggregation=tf.VariableAggregation.SUM)
+        mirrored = tf.Variable(0.0)
+    assert checkpoints.saving_needs_every_worker([mirrored, summed])
+    assert not checkpoints.saving_needs_every_worker([mirrored])
+
+
+def test_scratch_folders_are_per_run_and_task():
+    a = checkpoints.scratch_dir("gs://b/run1", "worker1")
+    assert a == checkpoints.scratch_dir("gs://b/run1", "worker1")
+    assert a != checkpoints.scratch_dir("gs://b/run2", "worker1")
+    assert a != checkpoints.scratch_dir("gs://b/run1", "worker2")
+
+
+# --------------------------------------------------------- command line
+def test_tensorflow_lines_come_once_without_trace_chatter(monkeypatch):
+    logger = std_logging.getLogger("tensorflow")
+    monkeypatch.setattr(logger, "handlers", [std_logging.StreamHandler()])
+    monkeypatch.setattr(logger, "filters", [])
+    cli_flags.setup_logging(verbose=False)
+    assert logger.handlers == [] and logger.propagate
+
+    def passes(level, text):
+        record = logger.makeRecord("tensorflow", level, __file__, 1, text,
+                                   (), None)
+        return logger.filter(record)
+
+    assert not passes(std_logging.INFO, "Collective all_reduce tensors: 1 "
+                      "all_reduces, num_devices = 1, group_size = 2")
+    assert passes(std_logging.INFO, "Enabled multi-worker collective ops")
+    assert passes(std_logging.WARNING, "Collective all_reduce tensors: x")
+    monkeypatch.setattr(logger, "filters", [])
+    cli_flags.setup_logging(verbose=True)
+    assert passes(std_logging.INFO, "Collective all_reduce tensors: 1")
+    cli_flags.setup_logging(verbose=False)
+
+
+def test_cpu_devices_mirror_over_logical_cpus():
+    tf.constant(1.0)  # the devices are initialised (conftest: 2 CPUs)
+    strategy = distribute.create_strategy("mirrored", cpu_devices=2)
+    assert isinstance(strategy, tf.distribute.MirroredStrategy)
+    assert strategy.num_replicas_in_sync == 2
+    with pytest.raises(cluster.SetupError, match=(
+            r"--cpu_devices=3: TensorFlow's devices are already set up \(2 "
+            r"CPU device\(s\)\)")):
+        distribute.create_strategy("mirrored", cpu_devices=3)
+    with pytest.raises(cluster.SetupError, match=(
+            "--cpu_devices=2 splits the CPU for MirroredStrategy: use it "
+            r"with --strategy=mirrored \(or auto\), not --strategy=cpu")):
+        distribute.create_strategy("cpu", cpu_devices=2)

@@ -1,0 +1,138 @@
+"""Hugging Face and timm ViT weights through the one loader, checked against
+the outputs of the implementations that wrote them (transformers and timm,
+run by scripts/make_hub_fixtures.py; see tests/fixtures/hub/versions.json).
+No PyTorch is needed here."""
+
+import io
+import json
+import os
+import pickle
+import shutil
+import zipfile
+
+import keras
+import numpy as np
+import pytest
+import safetensors.numpy
+
+from keras_vit.checkpoint import hub, loader, torch_pickle
+
+FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "hub")
+
+
+def _source(name):
+    return loader.Source(hub=os.path.join(FIXTURES, name))
+
+
+def _run(model, pixels):
+    # The project's input convention: pixels scaled to [-1, 1].
+    x = pixels.astype(np.float32) / 127.5 - 1.0
+    return keras.ops.convert_to_numpy(model(x, training=False))
+
+
+@pytest.mark.parametrize("name, output, naming", [
+    ("hf_vit_classifier", "logits", hub.HUGGINGFACE),        # safetensors
+    ("hf_vit_model_bin", "pooler_output", hub.HUGGINGFACE),  # .bin, pooler
+    ("timm_vit", "logits", hub.TIMM),              # ImageNet mean / std
+])
+def test_outputs_equal_the_reference_implementation(name, output, naming):
+    reference = np.load(os.path.join(FIXTURES, name, "reference.npz"))
+    model, report = loader.load_model(_source(name), with_report=True)
+    assert report.layout == naming and report.ok
+    want = reference[output]
+    got = _run(model, reference["pixels"])
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, atol=2e-5 * np.abs(want).max())
+
+
+def test_architecture_and_class_names_from_config():
+    info = loader.architecture(_source("hf_vit_classifier"))
+    assert (info["hidden_size"], info["num_layers"], info["num_heads"],
+            info["mlp_dim"], info["patch_size"]) == (32, 2, 4, 64, 8)
+    assert info["image_size"] == (32, 32) and not info["approximate_gelu"]
+    assert info["layer_norm_epsilon"] == 1e-12
+    assert loader.class_names(_source("hf_vit_classifier")) == [
+        "cat", "dog", "bird", "fish", "frog"]
+    assert loader.class_names(_source("timm_vit")) == ["red", "green", "blue"]
+    # ViTModel: the pooler is the pre-logits layer, and there is no head.
+    model = loader.load_model(_source("hf_vit_model_bin"))
+    assert model.layers[-1].name == "pre_logits"
+
+
+def test_weights_file_path_and_keras_round_trip(tmp_path):
+    path = os.path.join(FIXTURES, "timm_vit", "model.safetensors")
+    model = loader.load_model(loader.Source(hub=path))
+    pixels = np.load(os.path.join(FIXTURES, "timm_vit", "reference.npz"))[
+        "pixels"]
+    model.save(tmp_path / "timm.keras")
+    again = keras.models.load_model(tmp_path / "timm.keras")
+    np.testing.assert_array_equal(_run(model, pixels), _run(again, pixels))
+
+
+def test_new_resolution_resizes_the_position_embedding():
+    model, report = loader.load_model(
+        _source("hf_vit_classifier"), 48, with_report=True)
+    assert model.input_shape == (None, 48, 48, 3)
+    assert report.posemb_resized == ((4, 4), (6, 6))
+
+
+def test_distillation_token_is_named():
+    with pytest.raises(ValueError, match=r"first dist_token \(1, 1, 16\)"):
+        loader.load_model(_source("timm_deit_distilled"))
+
+
+def test_first_unsupported_key_is_named(tmp_path):
+    folder = tmp_path / "layer_scale"
+    shutil.copytree(os.path.join(FIXTURES, "timm_vit"), folder)
+    arrays = safetensors.numpy.load_file(str(folder / "model.safetensors"))
+    arrays["blocks.0.ls1.gamma"] = np.ones(32, np.float32)
+    safetensors.numpy.save_file(arrays, str(folder / "model.safetensors"))
+    with pytest.raises(ValueError, match=r"first blocks\.0\.ls1\.gamma"):
+        loader.load_model(loader.Source(hub=str(folder)))
+
+
+def test_missing_config_and_other_model_types(tmp_path):
+    folder = tmp_path / "no_config"
+    shutil.copytree(os.path.join(FIXTURES, "hf_vit_classifier"), folder)
+    os.remove(folder / "config.json")
+    with pytest.raises(FileNotFoundError, match="config.json is missing"):
+        loader.load_model(loader.Source(hub=str(folder)))
+    with pytest.raises(FileNotFoundError, match="holds none of"):
+        loader.load_model(loader.Source(hub=str(tmp_path)))
+    folder = tmp_path / "deit"
+    shutil.copytree(os.path.join(FIXTURES, "hf_vit_classifier"), folder)
+    config = json.loads((folder / "config.json").read_text())
+    config["model_type"] = "deit"
+    (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match="model_type 'deit'"):
+        loader.load_model(loader.Source(hub=str(folder)))
+
+
+def test_state_dict_reader_refuses_code(tmp_path):
+    path = tmp_path / "pytorch_model.bin"
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("archive/data.pkl",
+                         pickle.dumps({"w": io.BytesIO(b"x")}))
+    with pytest.raises(ValueError, match=r"holds a _io\.BytesIO object"):
+        torch_pickle.read_state_dict(str(path))
+    (tmp_path / "old.bin").write_bytes(pickle.dumps({"w": 1}))
+    with pytest.raises(ValueError, match="not a zip-format PyTorch file"):
+        torch_pickle.read_state_dict(str(tmp_path / "old.bin"))
+
+
+def test_normalisation_fold_is_exact():
+    # (x - mean) / std of x = p / 255 through a linear patch embedding
+    # equals the folded embedding of y = p / 127.5 - 1.
+    rng = np.random.default_rng(0)
+    kernel = rng.normal(size=(2, 2, 3, 4)).astype(np.float32)
+    bias = rng.normal(size=4).astype(np.float32)
+    mean, std = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+    arrays = {"embedding/kernel": kernel, "embedding/bias": bias}
+    hub._fold_normalisation(arrays, mean, std)
+    pixels = rng.integers(0, 256, (2, 2, 3)).astype(np.float64)
+    x = (pixels / 255 - np.asarray(mean)) / np.asarray(std)
+    y = pixels / 127.5 - 1
+    want = np.einsum("hwc,hwcd->d", x, kernel) + bias
+    got = np.einsum("hwc,hwcd->d", y, arrays["embedding/kernel"]) + arrays[
+        "embedding/bias"]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

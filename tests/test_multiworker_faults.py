@@ -1,0 +1,296 @@
+"""Multi-worker and TPU runs as real processes on 127.0.0.1: set-up
+failures and waits (one line each, bounded), a worker killed mid-run (the
+other stops, naming it; the same command resumes), a clean end (no
+traceback, no "crashed" line), and SIGTERM during training (every worker
+saves at the same step; identical weights after the resume).
+
+The processes are train.py itself (tests/cluster_harness.py) except for the
+preemption test, whose workers record every file they write. Every wait is
+bounded, so a hang fails here instead of hanging the suite.
+"""
+
+import json
+import os
+import re
+import signal
+import socket
+import sys
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_vit.training import checkpoints
+from tests import cluster_harness as harness
+from tests.reliability_cases import check_says, covers
+
+ROOT = harness.ROOT
+# The C++ lines TensorFlow logs at ERROR level when a peer dies are its
+# own; what the program prints is one line starting with this.
+ERROR = "error: "
+
+
+def _error_line(text: str) -> str:
+    """The one `error: ...` line of a process's output."""
+    lines = [line for line in text.splitlines() if line.startswith(ERROR)]
+    assert len(lines) == 1, text[-3000:]
+    return lines[0]
+
+
+def _no_traceback(text: str) -> None:
+    for bad in ("Traceback", "Exception in thread"):
+        assert bad not in text, text[-3000:]
+
+
+# ---------------------------------------------------------- set-up
+@pytest.mark.slow
+@covers("worker_never_comes", "sigterm_while_waiting", "tpu_absent",
+        "tpu_local_absent", "tpu_unreachable", "tpu_name_off_cloud",
+        "bad_tf_config", "port_in_use")
+def test_setup_failures_and_waits_end_in_one_line(tmp_path):
+    """Eight train.py processes at once, none of which starts training."""
+    alone = [f"127.0.0.1:{p}" for p in harness.free_ports(2)]
+    waiting = [f"127.0.0.1:{p}" for p in harness.free_ports(2)]
+    taken = [f"127.0.0.1:{p}" for p in harness.free_ports(2)]
+    closed = harness.free_ports(1)[0]
+    no_tpu = dict.fromkeys(("TPU_NAME", "TPU_ACCELERATOR_TYPE", "TPU_CONFIG",
+                            "KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS"))
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", int(taken[0].rsplit(":", 1)[1])))
+    holder.listen()
+
+    def start(case, hosts=None, args=(), **env):
+        env = {**no_tpu, **env}
+        return harness.train(
+            str(tmp_path / case), str(tmp_path / f"{case}.log"), 50, hosts,
+            0, args, **env,
+        )
+
+    procs = {
+        "worker_never_comes": start(
+            "worker_never_comes", alone,
+            ["--config.connect_timeout_s=10"]),
+        "sigterm_while_waiting": start("sigterm_while_waiting", waiting),
+        "tpu_absent": start("tpu_absent", args=["--strategy=tpu"]),
+        "tpu_local_absent": start(
+            "tpu_local_absent", args=["--strategy=tpu", "--tpu=local"]),
+        "tpu_unreachable": start(
+            "tpu_unreachable",
+            args=["--strategy=tpu", f"--tpu=grpc://localhost:{closed}"]),
+        # The metadata server is a closed loopback port (harness.env).
+        "tpu_name_off_cloud": start(
+            "tpu_name_off_cloud", args=["--strategy=tpu", "--tpu=my-tpu"]),
+        "bad_tf_config": start("bad_tf_config", TF_CONFIG="{not json"),
+        "port_in_use": start("port_in_use", taken),
+    }
+    try:
+        ordered = list(procs.values())
+        which = ordered.index(procs["sigterm_while_waiting"])
+        harness.wait_for(ordered, "Waiting for the workers of TF_CONFIG",
+                         which)
+        sent = harness.sigterm(procs["sigterm_while_waiting"])
+        started = harness.wait_for(
+            ordered, "MultiWorkerMirroredStrategy: 2 workers",
+            ordered.index(procs["worker_never_comes"]))
+        codes = dict(zip(procs, harness.wait_all(ordered, timeout=300)))
+    finally:
+        holder.close()
+    for case, proc in procs.items():
+        text = proc.text()
+        expected = 143 if case == "sigterm_while_waiting" else 1
+        assert codes[case] == expected, (case, text[-3000:])
+        _no_traceback(text)
+        check_says(case, _error_line(text))
+        # Nothing started: no workdir.
+        assert not os.path.exists(tmp_path / case), case
+    assert procs["sigterm_while_waiting"].ended - sent < 15
+    never = procs["worker_never_comes"]
+    assert never.ended - never.started >= 10
+    assert never.ended - started < 40
+    assert alone[1] in _error_line(never.text())
+    assert re.search(r"Waiting for the workers of TF_CONFIG: worker 1 "
+                     rf"\({re.escape(alone[1])}\) not up after \d+ s",
+                     never.text())
+    assert taken[0] in _error_line(procs["port_in_use"].text())
+
+
+# ------------------------------------------------ lost worker, clean end
+@pytest.mark.slow
+@covers("worker_killed", "multiworker_clean_finish")
+def test_killed_worker_stops_the_other_and_the_restart_ends_cleanly(
+    tmp_path,
+):
+    steps = 200
+    args = ["--config.checkpoint_every_steps=20"]
+    workdir = str(tmp_path / "run")
+    ckpt_dir = os.path.join(workdir, "checkpoints")
+    hosts = [f"127.0.0.1:{p}" for p in harness.free_ports(2)]
+
+    def start(tag):
+        return [harness.train(workdir, str(tmp_path / f"{tag}{i}.log"),
+                              steps, hosts, i, args) for i in range(2)]
+
+    first = start("first")
+    harness.wait_for(first, rf"step 60/{steps}", 0)
+    killed = time.time()
+    first[1].kill()
+    codes = harness.wait_all(first, timeout=120)
+    assert codes == [1, -signal.SIGKILL]
+    survivor = first[0].text()
+    _no_traceback(survivor)
+    line = _error_line(survivor)
+    check_says("worker_killed", line)
+    assert hosts[1] in line
+    latest = tf.train.latest_checkpoint(ckpt_dir)
+    step = int(re.search(r"at step (\d+):", line)[1])
+    assert line.endswith(f"resume from {latest}.")
+    assert 60 <= int(latest.rsplit("-", 1)[1]) <= step < steps
+    assert first[0].ended - killed < 60
+    assert not os.path.exists(os.path.join(workdir, "metrics.json"))
+
+    # A checkpoint folder that worker 1 might have left behind.
+    scratch = checkpoints.scratch_dir(workdir, "worker1")
+    os.makedirs(scratch, exist_ok=True)
+    open(os.path.join(scratch, "ckpt-1.index"), "w").close()
+
+    second = start("second")
+    finals = [harness.wait_for(second, "Final test metrics", i)
+              for i in range(2)]
+    assert harness.wait_all(second, timeout=180) == [0, 0]
+    resume = int(latest.rsplit("-", 1)[1])
+    for proc, final in zip(second, finals):
+        text = proc.text()
+        _no_traceback(text)
+        for bad in ("The tasks have crashed", "unhealthy"):
+            assert bad not in text, text[-3000:]
+        assert f"Resumed from {latest} at step {resume}" in text
+        check_says("multiworker_clean_finish", text)
+        assert proc.ended - final < 30
+    assert f"Removing {scratch}, left by an earlier run." in second[1].text()
+    assert not os.path.exists(scratch)
+    with open(os.path.join(workdir, "metrics.json")) as f:
+        metrics = json.load(f)
+    assert metrics["steps"] == steps
+    assert metrics["steps_this_run"] == steps - resume
+
+
+# -------------------------------------------------------------- SIGTERM
+WORKER = r'''
+import json, os, sys
+root, workdir, out, steps = sys.argv[1:5]
+sys.path[:0] = [root, os.path.join(root, "configs")]
+import digits
+import numpy as np
+import tensorflow as tf
+from absl import logging
+from keras_vit.training import distribute
+from keras_vit.training import train_lib
+from keras_vit.checkpoint import workdir as wd
+
+logging.set_verbosity(logging.INFO)
+# Record every file and summary writer this worker creates, and the model.
+written, built = [], []
+atomic_write, file_writer = wd.atomic_write, tf.summary.create_file_writer
+build_model = train_lib.build_model
+
+
+def record_write(path, data):
+    written.append(path)
+    return atomic_write(path, data)
+
+
+def record_writer(path, **kwargs):
+    written.append(path)
+    return file_writer(path, **kwargs)
+
+
+def record_model(*args, **kwargs):
+    built.append(build_model(*args, **kwargs))
+    return built[-1]
+
+
+wd.atomic_write, tf.summary.create_file_writer = record_write, record_writer
+train_lib.build_model = record_model
+strategy = distribute.create_strategy("multiworker")
+c = digits.get_config()
+c.image_size, c.pp.resize_size = 16, 18
+c.model.update(hidden_size=16, mlp_dim=16, num_layers=1, num_heads=2)
+c.update(total_steps=int(steps), batch_size=16, steps_per_loop=2,
+         log_every_steps=2, eval_every_steps=0, checkpoint_every_steps=0,
+         jit_compile=False)
+c.optimizer.warmup_steps = 0
+metrics = train_lib.train_and_evaluate(c, workdir, strategy)
+np.savez(out, *[v.numpy() for v in built[0].weights])
+print("RESULT " + json.dumps(dict(metrics=metrics, written=written)))
+'''
+
+
+def _start_workers(tmp_path, workdir, tag, steps):
+    script = tmp_path / "worker.py"
+    script.write_text(WORKER)
+    hosts = [f"127.0.0.1:{p}" for p in harness.free_ports(2)]
+    return [
+        harness.Process(
+            [sys.executable, str(script), ROOT, workdir,
+             str(tmp_path / f"weights{i}.npz"), str(steps)],
+            str(tmp_path / f"{tag}{i}.log"),
+            harness.env(harness.tf_config(hosts, i)),
+        )
+        for i in range(2)
+    ]
+
+
+@pytest.mark.slow
+@covers("multiworker_sigterm")
+def test_two_workers_preempted_resume_with_identical_weights(tmp_path):
+    """Worker 1 gets SIGTERM: PreemptionCheckpointHandler has both workers
+    save at the same step and exit with 42; the same command on both
+    resumes from the chief's checkpoint; the workers end with identical
+    weights; only the chief writes files."""
+    steps = 120
+    workdir = str(tmp_path / "run")
+    procs = _start_workers(tmp_path, workdir, "first", steps)
+    harness.wait_for(procs, rf"step \d+/{steps}", 1)
+    sent = harness.sigterm(procs[1])
+    codes = harness.wait_all(procs)
+    texts = [p.text() for p in procs]
+    assert codes == [42, 42], texts[1][-3000:]
+    for proc, text in zip(procs, texts):
+        _no_traceback(text)
+        check_says("multiworker_sigterm", text)
+        assert proc.ended - sent < 60
+    assert "PreemptionCheckpointHandler saves" in texts[0]
+    ckpt = tf.train.latest_checkpoint(os.path.join(workdir, "checkpoints"))
+    stop = int(ckpt.rsplit("-", 1)[1])
+    assert 0 < stop < steps
+    assert f"Stopped at step {stop}:" in texts[0]
+    assert not os.path.exists(os.path.join(workdir, "metrics.json"))
+
+    procs = _start_workers(tmp_path, workdir, "second", steps)
+    assert harness.wait_all(procs) == [0, 0]
+    results = []
+    for proc in procs:
+        text = proc.text()
+        _no_traceback(text)
+        assert f"Resumed from {ckpt} at step {stop}" in text
+        results.append(json.loads(text.split("RESULT ", 1)[1].splitlines()[0]))
+    for result in results:
+        assert result["metrics"]["steps"] == steps
+        assert result["metrics"]["steps_this_run"] == steps - stop
+    assert (results[0]["metrics"]["test_accuracy"]
+            == results[1]["metrics"]["test_accuracy"])
+    assert results[0]["metrics"]["test_examples"] == 360
+    names = [os.path.relpath(p, workdir) for p in results[0]["written"]]
+    assert {"config.json", "labels.txt", "train", "eval",
+            "metrics.json"} <= set(names)
+    assert results[1]["written"] == []  # the other worker writes nothing
+    assert not os.path.exists(checkpoints.scratch_dir(workdir, "worker1"))
+    weights = [np.load(tmp_path / f"weights{i}.npz") for i in range(2)]
+    assert len(weights[0].files) == 20
+    for key in weights[0].files:
+        np.testing.assert_array_equal(weights[0][key], weights[1][key])
+    assert sorted(os.listdir(workdir)) == [
+        "checkpoints", "config.json", "eval", "labels.txt", "metrics.json",
+        "train",
+    ]

@@ -1,0 +1,142 @@
+"""keras-vit-predict: the same answer as the exported SavedModel on the same
+bytes, from every kind of source; bad files stop the run or are skipped."""
+
+import csv
+import io
+import json
+import os
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from PIL import Image
+
+from keras_vit import create_model, save_npz
+from keras_vit.commands import predict
+from keras_vit.export import saved_model
+
+NAMES = ["cat", "dog", "bird", "fish"]
+SIZE = 16
+HUB = os.path.join(os.path.dirname(__file__), "fixtures", "hub")
+
+
+def _encode(array, fmt):
+    buffer = io.BytesIO()
+    Image.fromarray(array).save(buffer, format=fmt)
+    return buffer.getvalue()
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    root = tmp_path_factory.mktemp("predict")
+    keras.utils.set_random_seed(1)
+    model = create_model(None, num_classes=4, image_size=SIZE, patch_size=8,
+                         hidden_size=16, num_layers=1, num_heads=2,
+                         mlp_dim=32, head_zero_init=False)
+    model.save(root / "vit.keras")
+    save_npz(model, str(root / "vit.npz"))
+    (root / "labels.txt").write_text("".join(f"{n}\n" for n in NAMES))
+    photos = root / "photos"
+    (photos / "nested").mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    for i, fmt in enumerate(("JPEG", "PNG", "WEBP", "GIF", "BMP")):
+        rgb = rng.integers(0, 256, (20 + i, 30, 3), dtype=np.uint8)
+        folder = photos / "nested" if i % 2 else photos
+        (folder / f"img{i}.{fmt.lower()}").write_bytes(_encode(rgb, fmt))
+    (root / "notes.txt").write_text("not an image")
+    export = saved_model.export_model(
+        model, str(root / "exports"), class_names=NAMES, verify=False,
+        warmup_images=[])
+    return root, export
+
+
+def _json(root, name, *args):
+    out = root / f"{name}.json"
+    assert predict.main([*args, "--output", str(out), "--top_k", "4"]) == 0
+    return json.loads(out.read_text())
+
+
+def _probabilities(data):
+    return np.array([[p["probability"] for p in sorted(
+        entry["top_k"], key=lambda t: t["class"])]
+        for entry in data["predictions"]])
+
+
+def test_keras_model_equals_the_saved_model(setup, capsys):
+    root, export = setup
+    photos = str(root / "photos")
+    ours = _json(root, "keras", photos, "--keras_model",
+                 str(root / "vit.keras"), "--labels", str(root / "labels.txt"))
+    served = _json(root, "served", photos, "--saved_model",
+                   os.path.dirname(export), "--batch_size", "2")
+    files = [e["file"] for e in ours["predictions"]]
+    assert len(files) == 5 and files == sorted(files)  # folder walked
+    assert "5/5 images" in capsys.readouterr().err  # progress on folders
+    np.testing.assert_allclose(_probabilities(ours), _probabilities(served),
+                               atol=1e-5)
+    # ... and the SavedModel's own answer on the files' bytes.
+    loaded = tf.saved_model.load(export)
+    datas = [open(f, "rb").read() for f in files]
+    want = loaded.signatures["serving_default"](
+        image_bytes=tf.constant(datas))["probabilities"].numpy()
+    np.testing.assert_allclose(_probabilities(ours), want, atol=1e-5)
+    assert ours["predictions"][0]["top_k"][0]["name"] in NAMES
+
+
+def test_npz_with_labels_and_printed_lines(setup, capsys):
+    root, _ = setup
+    image = str(root / "photos" / "img0.jpeg")
+    status = predict.main([image, "--npz", str(root / "vit.npz"),
+                           "--labels", str(root / "labels.txt"),
+                           "--top_k", "2"])
+    assert status == 0
+    line = capsys.readouterr().out.strip()
+    assert line.startswith(f"{image}: ") and len(line.split(", ")) == 2
+    assert line.split(": ")[1].split()[0] in NAMES
+
+
+def test_hub_source_uses_its_class_names(tmp_path, capsys):
+    folder = os.path.join(HUB, "hf_vit_classifier")
+    pixels = np.load(os.path.join(folder, "reference.npz"))["pixels"][0]
+    path = tmp_path / "hub.png"
+    path.write_bytes(_encode(pixels, "PNG"))
+    assert predict.main([str(path), "--hub", folder, "--top_k", "5"]) == 0
+    names = [n.split()[0] for n in
+             capsys.readouterr().out.split(": ")[1].split(", ")]
+    assert sorted(names) == sorted(["cat", "dog", "bird", "fish", "frog"])
+
+
+def test_bad_file_stops_or_is_skipped(setup, capsys):
+    root, _ = setup
+    bad = root / "broken.jpg"
+    bad.write_bytes(b"\xff\xd8\xff\xe0 truncated")
+    good = str(root / "photos" / "img0.jpeg")
+    args = [good, str(bad), "--keras_model", str(root / "vit.keras")]
+    assert predict.main(args) == 1
+    err = capsys.readouterr().err
+    assert f"{bad} is not a readable image" in err
+    assert "--skip_bad_images" in err
+    out = root / "skipped.csv"
+    assert predict.main(args + ["--skip_bad_images", "--output",
+                                str(out)]) == 0
+    assert f"skipped {bad}" in capsys.readouterr().err
+    rows = list(csv.reader(out.open()))
+    assert rows[0] == ["file", "rank", "class", "name", "probability"]
+    # top 5 of 4 classes: all 4, for the one readable image
+    assert {r[0] for r in rows[1:]} == {good} and len(rows) == 1 + 4
+
+
+def test_usage_errors(setup, capsys):
+    root, _ = setup
+    image = str(root / "photos" / "img0.jpeg")
+    cases = [
+        ([image], "Give exactly one of"),
+        ([str(root / "missing.png"), "--keras_model", "x"], "does not exist"),
+        ([image, "--keras_model", str(root / "vit.keras"), "--output",
+          str(root / "x.txt")], "use a .json or .csv"),
+        ([image, "--saved_model", str(root)], "neither a SavedModel"),
+    ]
+    for args, message in cases:
+        assert predict.main(args) == 1
+        assert message in capsys.readouterr().err

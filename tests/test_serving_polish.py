@@ -1,0 +1,159 @@
+"""What a new user of the SavedModel runs into: a bad image in a batch named
+by its index, [0, 1]-scaled pixels refused, WebP, the batching file,
+signature docs, the REST / gRPC client, class names in analysis titles."""
+
+import base64
+import importlib.util
+import io
+import json
+import os
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from PIL import Image
+
+from keras_vit import create_model
+from keras_vit.analysis.cli import run_analysis
+from keras_vit.data import preprocessing
+from keras_vit.export import files as export_files
+from keras_vit.export import saved_model
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+NAMES = ["cat", "dog", "bird"]
+SIZE = 16
+
+
+def _client():
+    spec = importlib.util.spec_from_file_location(
+        "serving_client", os.path.join(ROOT, "scripts", "serving_client.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _encode(array, fmt):
+    buffer = io.BytesIO()
+    Image.fromarray(array).save(buffer, format=fmt)
+    return buffer.getvalue()
+
+
+@pytest.fixture(scope="module")
+def model():
+    keras.utils.set_random_seed(0)
+    return create_model(None, num_classes=3, image_size=SIZE, patch_size=8,
+                        hidden_size=16, num_layers=1, num_heads=2, mlp_dim=32,
+                        head_zero_init=False)
+
+
+@pytest.fixture(scope="module")
+def images():
+    rng = np.random.default_rng(0)
+    rgb = rng.integers(0, 256, (20, 24, 3), dtype=np.uint8)
+    return {fmt: _encode(rgb, fmt) for fmt in ("JPEG", "PNG", "WEBP")}
+
+
+@pytest.fixture(scope="module")
+def exported(model, tmp_path_factory):
+    root = tmp_path_factory.mktemp("exports")
+    path = saved_model.export_model(model, str(root), class_names=NAMES,
+                                    top_k=2)
+    return root, path, tf.saved_model.load(path)
+
+
+def _reference(model, datas):
+    batch = np.stack([preprocessing.preprocess_eval(
+        preprocessing.decode_image(tf.constant(d)), SIZE).numpy()
+        for d in datas])
+    return tf.nn.softmax(model(batch)).numpy()
+
+
+def _serve(loaded, datas):
+    return loaded.signatures["serving_default"](
+        image_bytes=tf.constant(datas, dtype=tf.string))
+
+
+@pytest.mark.parametrize("bad, message", [
+    (b"", r"image_bytes\[2\]: Empty image"),
+    (b"GIF89a\x01\x00", r"image_bytes\[2\]: Invalid GIF data"),
+    (b"not an image at all \x00\x01", r"image_bytes\[2\]: Unknown image "
+     r"file format: send JPEG, PNG, GIF, BMP or WebP"),
+    ("truncated_jpeg", r"image_bytes\[2\]: Invalid JPEG data"),
+    ("base64", r"image_bytes\[2\]: image_bytes looks like base64 text"),
+])
+def test_bad_image_of_a_batch_is_named_by_index(exported, images, bad,
+                                                message):
+    jpeg = images["JPEG"]
+    bad = {"truncated_jpeg": jpeg[: len(jpeg) // 2],
+           "base64": base64.b64encode(jpeg)}.get(bad, bad)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=message):
+        _serve(exported[2], [jpeg, images["PNG"], bad, jpeg])
+
+
+def test_webp_is_served(exported, model, images):
+    datas = [images["WEBP"], images["PNG"]]
+    np.testing.assert_allclose(
+        _serve(exported[2], datas)["probabilities"].numpy(),
+        _reference(model, datas), atol=1e-5)
+
+
+def test_unit_range_pixels_are_refused(exported):
+    sig = exported[2].signatures["predict_images"]
+    scaled = np.random.default_rng(1).uniform(0, 1, (2, SIZE, SIZE, 3))
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match=r"images scaled to \[0, 1\]. Send the unscaled "
+                       r"pixels in \[0, 255\]"):
+        sig(images=tf.constant(scaled, tf.float32))
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match=r"pixel values in \[0, 255\]"):
+        sig(images=tf.constant(scaled * 2 - 1, tf.float32))
+    # A black image, or one of zeros and ones, is a real [0, 255] image.
+    for value in (0.0, 1.0):
+        out = sig(images=tf.fill((1, SIZE, SIZE, 3), value))
+        assert out["probabilities"].shape == (1, 3)
+
+
+def test_batching_file_and_input_docs(exported, model):
+    root, path, _ = exported
+    batching = root / saved_model.BATCHING_FILE
+    text = batching.read_text()
+    assert "max_batch_size { value: 32 }" in text
+    assert "batch_timeout_micros { value: 5000 }" in text
+    batching.write_text("max_batch_size { value: 8 }\n")
+    saved_model.export_model(model, str(root), class_names=NAMES,
+                             verify=False, warmup_images=[])
+    assert batching.read_text() == "max_batch_size { value: 8 }\n"  # kept
+    with open(os.path.join(path, "assets.extra", "export.json")) as f:
+        inputs = json.load(f)["inputs"]
+    assert "[0, 255] (not [0, 1], not [-1, 1])" in inputs["predict_images"]
+    assert "WebP" in inputs["serving_default"]
+
+
+def test_rest_and_grpc_client_requests(exported, model, images):
+    client = _client()
+    loaded = exported[2]
+    datas = [images["JPEG"], images["WEBP"]]
+    want = _reference(model, datas)
+    body = json.loads(json.dumps(client.rest_request(datas)))
+    sent = [base64.b64decode(i["b64"]) for i in body["instances"]]
+    np.testing.assert_allclose(
+        _serve(loaded, sent)["probabilities"].numpy(), want, atol=1e-5)
+    request = client.grpc_request("vit", datas)
+    assert request.model_spec.signature_name == "serving_default"
+    inputs = export_files.request_inputs(request)
+    out = loaded.signatures["serving_default"](
+        **{k: tf.constant(v) for k, v in inputs.items()})
+    np.testing.assert_allclose(out["probabilities"].numpy(), want, atol=1e-5)
+    answer = {k: v.numpy()[0] for k, v in out.items()}
+    top = NAMES[int(np.argmax(want[0]))]
+    assert client.describe(answer).startswith(top + " ")
+
+
+def test_rollout_titles_name_the_classes(model, tmp_path):
+    pixels = np.random.default_rng(2).uniform(-1, 1, (2, SIZE, SIZE, 3))
+    data = run_analysis(model, pixels.astype(np.float32), str(tmp_path),
+                        class_names=NAMES)
+    for entry in data["images"]:
+        assert entry["predicted_name"] == NAMES[entry["predicted_class"]]
+    assert os.path.exists(tmp_path / "attention_rollout.png")
