@@ -19,13 +19,12 @@ or GPU compiler fuses differently, so the figures there differ somewhat.
 one `jax.jit` function with the weights donated, with the compiled step's
 memory analysis (`jit(...).lower(...).compile().memory_analysis()`:
 argument + temp + output - aliased bytes). There `--remat dots` is
-available too. On a CPU the JAX rows with remat keep about as much as
-those without: XLA's CPU compiler keeps the recomputed matmuls
-(`dots_compiled` in the JSON) but schedules them early, right after the
-forward pass, instead of just before each block's backward pass, so their
-activations live as long as the originals did. TensorFlow's recompute_grad
-makes the recomputation depend on the incoming gradient, which pins it
-where it belongs.
+available too. On a CPU the JAX rows with remat keep as much as those
+without: the compiled step holds the recomputed matmuls (`dots_compiled`
+in the JSON) but its temporaries do not shrink, since nothing ties
+`jax.checkpoint`'s recomputation to the backward pass and XLA's CPU
+scheduler runs it where it saves nothing. TensorFlow's recompute_grad makes
+the recomputation depend on the incoming gradient.
 
 Memory is affine in the batch size: fixed (weights, gradients, optimizer
 state, workspace) plus per example (activations, the batch). Two batch sizes
