@@ -21,6 +21,7 @@ import types
 
 import pytest
 import tensorflow as tf
+from absl import logging as absl_logging
 
 from keras_vit import create_model
 from keras_vit.commands import flags as cli_flags
@@ -29,6 +30,16 @@ from keras_vit.training import checkpoints, cluster, distribute
 from tests.strategies import two_cpu_mirrored
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(autouse=True)
+def _absl_info():
+    """These tests read absl's INFO lines: whatever verbosity an earlier
+    in-process command line left behind, log at INFO here."""
+    previous = absl_logging.get_verbosity()
+    absl_logging.set_verbosity(absl_logging.INFO)
+    yield
+    absl_logging.set_verbosity(previous)
 
 
 def _ports(n):

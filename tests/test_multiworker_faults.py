@@ -104,7 +104,8 @@ def test_setup_failures_and_waits_end_in_one_line(tmp_path):
         check_says(case, _error_line(text))
         # Nothing started: no workdir.
         assert not os.path.exists(tmp_path / case), case
-    assert procs["sigterm_while_waiting"].ended - sent < 15
+    # Bounded, with room for a machine loaded by other work.
+    assert procs["sigterm_while_waiting"].ended - sent < 45
     never = procs["worker_never_comes"]
     assert never.ended - never.started >= 10
     assert never.ended - started < 40
