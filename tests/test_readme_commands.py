@@ -367,8 +367,11 @@ def absl_flag_values(kind: str):
         if module in modules:
             for flag in module_flags:
                 if flag.name not in fresh:
-                    flags.DEFINE_flag(copy.deepcopy(flag, memo), fresh,
-                                      module_name=module)
+                    clean = copy.deepcopy(flag, memo)
+                    # Values an earlier in-process command line parsed
+                    # into the global flags do not carry over.
+                    clean.unparse()
+                    flags.DEFINE_flag(clean, fresh, module_name=module)
     return fresh
 
 
