@@ -17,6 +17,7 @@ import keras
 from keras import ops
 
 from keras_vit.embedding import PACKAGE, check_rate
+from keras_vit.errors import UsageError
 
 
 @functools.lru_cache(maxsize=None)
@@ -65,7 +66,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     def build(self, input_shape):
         width = input_shape[-1]
         if width % self.num_heads:
-            raise ValueError(
+            raise UsageError(
                 f"hidden_size {width} is not divisible by num_heads "
                 f"{self.num_heads}: choose a head count that divides it."
             )
@@ -103,7 +104,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         folded = input_scale is not None or input_shift is not None
         rows = ops.reshape(x, (-1, width))
         if folded and (training or _jax_on_gpu()):
-            raise ValueError(
+            raise UsageError(
                 "input_scale/input_shift are for inference on the head-major "
                 "path only; apply the LayerNorm to the input instead."
             )

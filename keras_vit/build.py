@@ -14,6 +14,7 @@ import keras
 from keras_vit import mpp, optim
 from keras_vit.model import create_model, decode_variant
 from keras_vit.resnet import resnet_stride
+from keras_vit.errors import UsageError
 
 MODEL_KEYS = (
     "variant", "patch_size", "hidden_size", "num_layers", "num_heads",
@@ -28,7 +29,7 @@ MODEL_KEYS = (
 def dtype_policy(dtype: str):
     """Builds layers under `mixed_bfloat16` when dtype == "bfloat16"."""
     if dtype not in ("float32", "bfloat16"):
-        raise ValueError(
+        raise UsageError(
             f'dtype must be "float32" or "bfloat16", got {dtype!r}.'
         )
     previous = keras.config.dtype_policy()
@@ -47,7 +48,7 @@ def model_stride(config) -> int:
     spec = decode_variant(model.variant) if model.variant else None
     stride = model.patch_size or (spec.patch_size if spec else None)
     if stride is None:
-        raise ValueError(
+        raise UsageError(
             "config.model.variant is None: set config.model.patch_size."
         )
     resnet = model.resnet_layers or (spec.resnet_layers if spec else None)
@@ -75,7 +76,7 @@ def build_model(config, num_classes: int) -> keras.Model:
     }
     unknown = set(config.model.keys()) - set(MODEL_KEYS)
     if unknown:
-        raise ValueError(
+        raise UsageError(
             f"Unknown config.model fields {sorted(unknown)}; known: "
             f"{', '.join(MODEL_KEYS)}."
         )

@@ -19,6 +19,7 @@ from typing import Any, List, Mapping, Optional
 
 import ml_collections
 from ml_collections.config_dict import placeholder
+from keras_vit.errors import UsageError
 
 
 def base_config() -> ml_collections.ConfigDict:
@@ -417,7 +418,7 @@ def _lay_over(config, values: Mapping[str, Any], prefix: str,
     for key, value in values.items():
         name = prefix + key
         if key not in config:
-            raise ValueError(
+            raise UsageError(
                 f"{where}: {unknown_field_message(name)} (keras_vit/config.py"
                 " defines every field)"
             )
@@ -425,7 +426,7 @@ def _lay_over(config, values: Mapping[str, Any], prefix: str,
             name not in FREE_FORM
         ):
             if not isinstance(value, Mapping):
-                raise ValueError(
+                raise UsageError(
                     f"{where}: config.{name} is a section of fields, not "
                     f"{value!r}."
                 )
@@ -440,4 +441,4 @@ def _lay_over(config, values: Mapping[str, Any], prefix: str,
         try:
             config[key] = value
         except TypeError as e:
-            raise ValueError(f"{where}: config.{name}: {e}") from None
+            raise UsageError(f"{where}: config.{name}: {e}") from None

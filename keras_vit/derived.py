@@ -11,6 +11,7 @@ import keras
 from keras import ops
 
 from keras_vit import layers as vit_layers
+from keras_vit.errors import UsageError
 
 
 def features_model(model: keras.Model) -> keras.Model:
@@ -48,7 +49,7 @@ def _encoder(model: keras.Model) -> vit_layers.Encoder:
     for layer in model.layers:
         if isinstance(layer, vit_layers.Encoder):
             return layer
-    raise ValueError(
+    raise UsageError(
         f"Model {model.name!r} has no Encoder layer: it is not a Vision "
         "Transformer built by keras_vit.create_model."
     )
@@ -238,24 +239,24 @@ def intermediate_model(
         keras.Model. Images to a dict of `len(blocks)` tensors.
     """
     if output not in ("tokens", "grid"):
-        raise ValueError(
+        raise UsageError(
             f'output must be "tokens" or "grid", got {output!r}.'
         )
     encoder = _encoder(model)
     count = encoder.num_layers
     asked = [blocks] if isinstance(blocks, int) else list(blocks)
     if not asked:
-        raise ValueError("blocks is empty: name at least one block.")
+        raise UsageError("blocks is empty: name at least one block.")
     indices = []
     for index in asked:
         if not -count <= int(index) < count:
-            raise ValueError(
+            raise UsageError(
                 f"Block {index} does not exist: the model has {count} "
                 f"blocks, 0 to {count - 1} (or -{count} to -1 from the end)."
             )
         indices.append(int(index) % count)
     if len(set(indices)) != len(indices):
-        raise ValueError(f"blocks {asked} name a block twice.")
+        raise UsageError(f"blocks {asked} name a block twice.")
     embedding = model.get_layer("embedding")
     has_class_token = any(
         isinstance(layer, vit_layers.ClassToken) for layer in model.layers

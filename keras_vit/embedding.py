@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import keras
 from keras import ops
+from keras_vit.errors import UsageError
 
 PACKAGE = "keras_vit"
 
@@ -18,7 +19,7 @@ PACKAGE = "keras_vit"
 def check_rate(name: str, value: float) -> None:
     """A dropout-style rate in [0, 1), or a ValueError naming the fix."""
     if not 0.0 <= float(value) < 1.0:
-        raise ValueError(
+        raise UsageError(
             f"{name} must be in [0, 1), got {value}. Use 0.0 to disable it."
         )
 
@@ -45,7 +46,7 @@ class PatchEmbedding(keras.layers.Layer):
         height, width = input_shape[1], input_shape[2]
         for side, value in (("height", height), ("width", width)):
             if value is not None and value % self.patch_size:
-                raise ValueError(
+                raise UsageError(
                     f"Input {side} {value} is not divisible by patch size "
                     f"{self.patch_size}: resize the input to a multiple of "
                     f"{self.patch_size}."
@@ -162,7 +163,7 @@ def patch_grid(images, stride: int):
     for side, value in (("height", shape[1]), ("width", shape[2])):
         if isinstance(value, int):
             if value % stride:
-                raise ValueError(
+                raise UsageError(
                     f"Image {side} {value} is not divisible by {stride}, "
                     "the model's stride (patch size, times the ResNet "
                     "stride for hybrids): resize, crop or pad the images to "
@@ -220,7 +221,7 @@ class PositionEmbedding(keras.layers.Layer):
             len(self.grid_size) != 2 or min(self.grid_size) < 1
             or not self.stride or self.stride < 1
         ):
-            raise ValueError(
+            raise UsageError(
                 "grid_size must be (rows, cols) of positive ints and stride "
                 f"a positive int; got {grid_size!r} and {stride!r}."
             )
@@ -230,7 +231,7 @@ class PositionEmbedding(keras.layers.Layer):
             rows, cols = self.grid_size
             length = self.num_prefix_tokens + rows * cols
         elif input_shape[1] is None:
-            raise ValueError(
+            raise UsageError(
                 "PositionEmbedding needs a static sequence length: give the "
                 "model a fixed image_size, or create it with "
                 "dynamic_image_size=True."
@@ -249,7 +250,7 @@ class PositionEmbedding(keras.layers.Layer):
         table = self.pos_embedding
         if self.grid_size is not None:
             if images is None:
-                raise ValueError(
+                raise UsageError(
                     "A PositionEmbedding with grid_size is called on "
                     "(tokens, images): the images give the patch grid."
                 )
@@ -285,7 +286,7 @@ def sincos2d_table(rows, cols, width: int, temperature: float = 10_000.0):
     k = 0 .. width / 4 - 1. `rows` and `cols` may be run-time scalars.
     """
     if width % 4:
-        raise ValueError(
+        raise UsageError(
             f"posemb='sincos2d' needs a width divisible by 4, got {width}: "
             "use a hidden_size that is a multiple of 4, or posemb='learn'."
         )
@@ -337,7 +338,7 @@ class SinCosPositionEmbedding(keras.layers.Layer):
         super().__init__(**kwargs)
         check_rate("dropout_rate", dropout_rate)
         if int(stride) < 1:
-            raise ValueError(f"stride must be a positive int, got {stride}.")
+            raise UsageError(f"stride must be a positive int, got {stride}.")
         self.stride = int(stride)
         self.num_prefix_tokens = int(num_prefix_tokens)
         self.dropout_rate = float(dropout_rate)

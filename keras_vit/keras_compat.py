@@ -12,6 +12,7 @@ the function here to update.
 """
 
 from __future__ import annotations
+from keras_vit.errors import UsageError
 
 _EMA_ATTR = "_model_variables_moving_average"
 _REDUCE_ATTR = "_all_reduce_sum_gradients"
@@ -28,7 +29,7 @@ def ema_variables(optimizer) -> list:
     the optimizer's private list.
     """
     if not getattr(optimizer, "use_ema", False):
-        raise ValueError(
+        raise UsageError(
             "The optimizer keeps no EMA averages: build it with use_ema=True."
         )
     averages = getattr(optimizer, _EMA_ATTR, None)

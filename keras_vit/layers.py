@@ -47,6 +47,7 @@ from keras_vit.embedding import (  # noqa: F401 (re-exported)
     SinCosPositionEmbedding,
     check_rate,
 )
+from keras_vit.errors import UsageError
 
 LAYER_NORM_EPSILON = 1e-6
 
@@ -323,7 +324,7 @@ class Encoder(keras.layers.Layer):
     ):
         super().__init__(**kwargs)
         if int(num_layers) < 1:
-            raise ValueError(f"num_layers must be >= 1, got {num_layers}.")
+            raise UsageError(f"num_layers must be >= 1, got {num_layers}.")
         check_rate("dropout_rate", dropout_rate)
         check_rate("attention_dropout_rate", attention_dropout_rate)
         check_rate("stochastic_depth_rate", stochastic_depth_rate)
@@ -423,7 +424,7 @@ class TokenPooling(keras.layers.Layer):
     def __init__(self, pooling: str = "token", **kwargs):
         super().__init__(**kwargs)
         if pooling not in ("token", "gap"):
-            raise ValueError(
+            raise UsageError(
                 f'pooling must be "token" or "gap", got {pooling!r}.'
             )
         self.pooling = pooling

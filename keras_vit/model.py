@@ -20,6 +20,7 @@ import keras
 
 from keras_vit import layers as vit_layers
 from keras_vit import resnet
+from keras_vit.errors import UsageError
 
 ImageSize = Union[int, Tuple[int, int], Sequence[int]]
 
@@ -89,7 +90,7 @@ def decode_variant(variant: str) -> VariantSpec:
     for R+Ti/16); the number after the slash is the variant's name.
     """
     if variant not in VARIANTS:
-        raise ValueError(
+        raise UsageError(
             f"Unknown variant {variant!r}. Known variants: "
             f"{', '.join(VARIANTS)}; or pass variant=None with explicit "
             "patch_size, hidden_size, num_layers, num_heads and mlp_dim."
@@ -108,7 +109,7 @@ def _image_hw(image_size: ImageSize) -> Tuple[int, int]:
     else:
         hw = tuple(int(s) for s in image_size)
     if len(hw) != 2 or min(hw) <= 0:
-        raise ValueError(
+        raise UsageError(
             f"image_size must be a positive int or (height, width), got "
             f"{image_size!r}."
         )
@@ -232,7 +233,7 @@ def create_model(
             if value is None
         ]
         if missing:
-            raise ValueError(
+            raise UsageError(
                 "variant=None needs explicit sizes; missing: "
                 f"{', '.join(missing)}."
             )
@@ -253,16 +254,16 @@ def create_model(
         ("mlp_dim", mlp_dim),
     ):
         if value <= 0:
-            raise ValueError(f"{arg} must be positive, got {value}.")
+            raise UsageError(f"{arg} must be positive, got {value}.")
     if hidden_size % num_heads:
-        raise ValueError(
+        raise UsageError(
             f"num_heads {num_heads} does not divide hidden_size "
             f"{hidden_size}: choose a head count that divides the width."
         )
     if int(num_classes) < 0:
-        raise ValueError(f"num_classes must be >= 0, got {num_classes}.")
+        raise UsageError(f"num_classes must be >= 0, got {num_classes}.")
     if representation_size is not None and int(representation_size) <= 0:
-        raise ValueError(
+        raise UsageError(
             f"representation_size must be positive or None, got "
             f"{representation_size}."
         )
@@ -270,11 +271,11 @@ def create_model(
     vit_layers.check_rate("attention_dropout_rate", attention_dropout_rate)
     vit_layers.check_rate("stochastic_depth_rate", stochastic_depth_rate)
     if posemb not in POSEMBS:
-        raise ValueError(
+        raise UsageError(
             f'posemb must be "learn" or "sincos2d", got {posemb!r}.'
         )
     if pooling not in ("token", "gap"):
-        raise ValueError(f'pooling must be "token" or "gap", got {pooling!r}.')
+        raise UsageError(f'pooling must be "token" or "gap", got {pooling!r}.')
 
     height, width = _image_hw(image_size)
     stride = patch_size
@@ -286,7 +287,7 @@ def create_model(
             what = f"patch size {patch_size}"
             if resnet_layers is not None:
                 what = f"the total stride {stride} (ResNet x patch size)"
-            raise ValueError(
+            raise UsageError(
                 f"image_size {side} {value} is not divisible by {what}: use a "
                 f"multiple of {stride}, e.g. "
                 f"{max(stride, value // stride * stride)}."

@@ -29,6 +29,7 @@ from keras import ops
 from keras_vit import layers as vit_layers
 from keras_vit.embedding import PACKAGE
 from keras_vit.model import create_model
+from keras_vit.errors import UsageError
 
 # What is predicted for each corrupted patch: its mean colour (one class of
 # 2**(3 * bits)), the mean colours of a grid_size x grid_size downsized
@@ -52,31 +53,31 @@ def check_options(
 ) -> None:
     """Raises a ValueError naming the fix for options that cannot work."""
     if target not in TARGETS:
-        raise ValueError(
+        raise UsageError(
             f"MPP target {target!r} is unknown: use one of "
             f"{', '.join(TARGETS)}."
         )
     if not 1 <= int(colour_bits) <= 8:
-        raise ValueError(
+        raise UsageError(
             f"colour_bits must be in 1..8 (3: the paper's 512 classes), got "
             f"{colour_bits}."
         )
     if target == "colour_grid" and patch_size is not None and (
         int(grid_size) < 1 or patch_size % int(grid_size)
     ):
-        raise ValueError(
+        raise UsageError(
             f"grid_size {grid_size} does not divide the patch size "
             f"{patch_size}: use a divisor of it (the paper: 4 for 16)."
         )
     if not 0.0 < float(corrupt_rate) <= 1.0:
-        raise ValueError(
+        raise UsageError(
             f"corrupt_rate must be in (0, 1] (the paper: 0.5), got "
             f"{corrupt_rate}."
         )
     if min(mask_fraction, random_fraction) < 0 or (
         mask_fraction + random_fraction > 1.0
     ):
-        raise ValueError(
+        raise UsageError(
             "mask_fraction and random_fraction must be >= 0 with a sum <= 1 "
             f"(the paper: 0.8 and 0.1), got {mask_fraction} and "
             f"{random_fraction}."
@@ -128,7 +129,7 @@ def _patch_grid(images, patch_size: int):
     shape = ops.shape(images)
     for side, value in (("height", shape[1]), ("width", shape[2])):
         if isinstance(value, int) and value % patch_size:
-            raise ValueError(
+            raise UsageError(
                 f"Image {side} {value} is not divisible by the patch size "
                 f"{patch_size}."
             )
@@ -244,14 +245,14 @@ def create_mpp_model(
         one row per patch token (the class token left out).
     """
     if kwargs.get("representation_size") is not None:
-        raise ValueError(
+        raise UsageError(
             "An MPP model has no pre-logits layer: leave representation_size"
             " None for pre-training (fine-tuning may add one)."
         )
     for key in ("representation_size", "head_zero_init", "head_bias_init"):
         kwargs.pop(key, None)
     if kwargs.get("dynamic_image_size"):
-        raise ValueError("MPP pre-training needs a fixed image_size.")
+        raise UsageError("MPP pre-training needs a fixed image_size.")
     base = create_model(
         variant, num_classes=0, image_size=image_size, pooling=pooling,
         all_tokens=True, **kwargs,
@@ -306,7 +307,7 @@ def encoder_model(model: keras.Model) -> keras.Model:
     class token when it has one, else the mean patch token.
     """
     if not is_mpp_model(model):
-        raise ValueError(
+        raise UsageError(
             f"Model {model.name!r} is not an MPP model (create_mpp_model)."
         )
     layers = {layer.name: layer for layer in model.layers}

@@ -18,6 +18,7 @@ import keras
 from keras import ops
 
 from keras_vit import config as config_lib
+from keras_vit.errors import UsageError
 
 OPTIMIZERS = ("sgd", "adam", "adamw", "lamb")
 DECAY_TYPES = ("cosine", "linear", "constant")
@@ -49,16 +50,16 @@ class WarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
         end_lr: float = 0.0,
     ):
         if decay_type not in DECAY_TYPES:
-            raise ValueError(
+            raise UsageError(
                 f"Unknown decay_type {decay_type!r}: use one of "
                 f"{', '.join(DECAY_TYPES)}."
             )
         if total_steps <= 0:
-            raise ValueError(
+            raise UsageError(
                 f"total_steps must be positive, got {total_steps}."
             )
         if not 0 <= warmup_steps <= total_steps:
-            raise ValueError(
+            raise UsageError(
                 f"warmup_steps must be in [0, total_steps={total_steps}], got "
                 f"{warmup_steps}."
             )
@@ -111,12 +112,12 @@ def create_optimizer(
     )
     name = opt_config.name
     if name not in OPTIMIZERS:
-        raise ValueError(
+        raise UsageError(
             f"Unknown optimizer {name!r}: use one of {', '.join(OPTIMIZERS)}."
         )
     lr = float(opt_config.lr)
     if lr <= 0:
-        raise ValueError(f"optimizer.lr must be positive, got {lr}.")
+        raise UsageError(f"optimizer.lr must be positive, got {lr}.")
     schedule = WarmupDecay(
         lr,
         total_steps,
@@ -127,7 +128,7 @@ def create_optimizer(
     common = dict(learning_rate=schedule)
     if ema_decay:
         if not 0.0 < ema_decay < 1.0:
-            raise ValueError(f"ema_decay must be in (0, 1), got {ema_decay}.")
+            raise UsageError(f"ema_decay must be in (0, 1), got {ema_decay}.")
         common.update(
             use_ema=True, ema_momentum=float(ema_decay),
             ema_overwrite_frequency=None,
@@ -135,7 +136,7 @@ def create_optimizer(
     weight_decay = float(opt_config.weight_decay or 0.0)
     if name == "sgd":
         if weight_decay:
-            raise ValueError(
+            raise UsageError(
                 "SGD here has no weight decay (the paper's fine-tuning uses "
                 "none): set optimizer.weight_decay=0 or use adamw."
             )
@@ -150,7 +151,7 @@ def create_optimizer(
     )
     if name == "adam":
         if weight_decay:
-            raise ValueError(
+            raise UsageError(
                 "optimizer.name='adam' has no decoupled weight decay: use "
                 "'adamw' for the paper's pre-training recipe."
             )

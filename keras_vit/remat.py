@@ -31,6 +31,7 @@ from typing import Callable
 
 import keras
 from keras import ops
+from keras_vit.errors import UsageError
 
 REMAT_POLICIES = ("none", "block", "dots")
 
@@ -39,12 +40,12 @@ def check_remat(remat: str) -> str:
     """Returns `remat` if the backend runs it; else a ValueError naming the
     choices."""
     if remat not in REMAT_POLICIES:
-        raise ValueError(
+        raise UsageError(
             f"remat must be one of {', '.join(map(repr, REMAT_POLICIES))}, "
             f"got {remat!r}."
         )
     if remat == "dots" and keras.backend.backend() != "jax":
-        raise ValueError(
+        raise UsageError(
             'remat="dots" (save the matmul outputs) needs the JAX backend '
             "(KERAS_BACKEND=jax); on the "
             f'{keras.backend.backend()} backend use remat="block".'

@@ -22,6 +22,7 @@ from typing import Sequence, Tuple
 
 import keras
 from keras import ops
+from keras_vit.errors import UsageError
 
 PACKAGE = "keras_vit"
 GROUP_NORM_GROUPS = 32
@@ -220,12 +221,12 @@ class ResNetStem(keras.layers.Layer):
         super().__init__(**kwargs)
         layers = tuple(int(n) for n in layers)
         if layers and min(layers) < 1:
-            raise ValueError(
+            raise UsageError(
                 f"layers must be a tuple of positive unit counts per stage, "
                 f"e.g. (3, 4, 9), or () for the root alone; got {layers!r}."
             )
         if int(width_factor) < 1:
-            raise ValueError(
+            raise UsageError(
                 f"width_factor must be a positive int, got {width_factor}."
             )
         self.layers = layers

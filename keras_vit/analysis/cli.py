@@ -31,6 +31,7 @@ from keras_vit.checkpoint import loader
 from keras_vit.checkpoint.convert import parse_image_size
 from keras_vit.checkpoint.workdir import atomic_write
 from keras_vit.data import preprocessing
+from keras_vit.errors import UsageError
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".gif", ".bmp")
 FIGURES = {
@@ -41,9 +42,6 @@ FIGURES = {
 }
 JSON_NAME = "analysis.json"
 
-
-class UsageError(Exception):
-    """A problem with the command line or its inputs, with the fix named."""
 
 
 def load_model(

@@ -14,6 +14,7 @@ import dataclasses
 from typing import Sequence, Tuple
 
 import numpy as np
+from keras_vit.errors import UsageError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,7 +65,7 @@ def patch_distances(layout: TokenLayout) -> np.ndarray:
 def _check_attention(attention: np.ndarray, num_tokens: int) -> np.ndarray:
     attention = np.asarray(attention, dtype=np.float64)
     if attention.ndim != 4 or attention.shape[-2:] != (num_tokens,) * 2:
-        raise ValueError(
+        raise UsageError(
             "Expected attention weights of shape (batch, heads, "
             f"{num_tokens}, {num_tokens}) for this layout, got "
             f"{attention.shape}: pass one array per layer from "
@@ -137,7 +138,7 @@ def attention_rollout(
         input token.
     """
     if not len(attention):
-        raise ValueError("attention_rollout needs at least one layer.")
+        raise UsageError("attention_rollout needs at least one layer.")
     joint = None
     for weights in attention:
         weights = np.asarray(weights, dtype=np.float64)
@@ -160,7 +161,7 @@ def rollout_patch_maps(rollout: np.ndarray, layout: TokenLayout) -> np.ndarray:
     """
     rollout = np.asarray(rollout, dtype=np.float64)
     if rollout.ndim != 3 or rollout.shape[1:] != (layout.num_tokens,) * 2:
-        raise ValueError(
+        raise UsageError(
             f"Expected a rollout of shape (batch, {layout.num_tokens}, "
             f"{layout.num_tokens}), got {rollout.shape}."
         )
@@ -218,7 +219,7 @@ def position_embedding_similarity(
     if table.ndim == 3:
         table = table[0]
     if table.ndim != 2:
-        raise ValueError(
+        raise UsageError(
             f"Expected a position embedding (1, T, D) or (T, D), got "
             f"{np.shape(pos_embedding)}."
         )
@@ -242,7 +243,7 @@ def similarity_mosaic(
     rows, cols = grid
     n = rows * cols
     if similarity.shape != (n, n):
-        raise ValueError(
+        raise UsageError(
             f"similarity must be ({n}, {n}) for a {rows}x{cols} grid, got "
             f"{similarity.shape}."
         )
@@ -280,7 +281,7 @@ def patch_embedding_pca(
     """
     kernel = np.asarray(kernel, dtype=np.float64)
     if kernel.ndim != 4:
-        raise ValueError(
+        raise UsageError(
             f"Expected a patch kernel (P, P, C, D), got {kernel.shape}."
         )
     ph, pw, channels, width = kernel.shape
@@ -289,7 +290,7 @@ def patch_embedding_pca(
     _, singular, vt = np.linalg.svd(filters, full_matrices=False)
     k = min(int(num_components), vt.shape[0])
     if k < 1:
-        raise ValueError(f"num_components must be >= 1, got {num_components}.")
+        raise UsageError(f"num_components must be >= 1, got {num_components}.")
     variance = singular**2
     total = variance.sum()
     explained = variance[:k] / (total if total > 0 else 1.0)

@@ -17,13 +17,14 @@ import numpy as np
 from keras_vit import layers as vit_layers
 from keras_vit.analysis import core
 from keras_vit.derived import attention_model
+from keras_vit.errors import UsageError
 
 
 def _layer(model: keras.Model, name: str, kind: type) -> keras.layers.Layer:
     for layer in model.layers:
         if layer.name == name and isinstance(layer, kind):
             return layer
-    raise ValueError(
+    raise UsageError(
         f"Model {model.name!r} has no {kind.__name__} layer named {name!r}: "
         "the analysis needs a Vision Transformer built by "
         "keras_vit.create_model (or loaded from its .keras file)."
@@ -38,7 +39,7 @@ def token_layout(model: keras.Model) -> core.TokenLayout:
     # hybrid: its grid is that map's size over the (1-pixel) patch size.
     _, fh, fw = embedding.input.shape[:3]
     if None in (height, width, fh, fw):
-        raise ValueError(
+        raise UsageError(
             "The analysis needs a fixed input size; rebuild the model with "
             "an explicit image_size."
         )
@@ -111,13 +112,13 @@ def attention_stats(
     images = np.asarray(images, dtype=np.float32)
     expected = tuple(model.input_shape[1:])
     if images.ndim != 4 or images.shape[1:] != expected or not len(images):
-        raise ValueError(
+        raise UsageError(
             f"Expected images of shape (n, {', '.join(map(str, expected))}) "
             f"with n >= 1, got {images.shape}: preprocess them to the "
             "model's input size (keras_vit.data.preprocessing.preprocess_eval)."
         )
     if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}.")
+        raise UsageError(f"batch_size must be >= 1, got {batch_size}.")
     layout = token_layout(model)
     if attention is None:
         attention = attention_model(model)

@@ -23,6 +23,7 @@ from keras_vit.analysis import plots
 from keras_vit.build import model_stride
 from keras_vit.checkpoint import workdir as wd
 from keras_vit.data import masking
+from keras_vit.errors import UsageError
 
 # Outline colours of the corruption kinds.
 _EDGES = {mpp.MASKED: "red", mpp.REPLACED: "deepskyblue", mpp.KEPT: "lime"}
@@ -155,7 +156,7 @@ def plot_predictions(
 
     n = min(len(pictures.images), int(max_images))
     if n < 1:
-        raise ValueError("plot_predictions needs at least one image.")
+        raise UsageError("plot_predictions needs at least one image.")
     columns = (("input", pictures.images),
                ("corrupted", pictures.corrupted),
                ("target", pictures.targets),

@@ -17,6 +17,7 @@ import numpy as np
 
 from keras_vit.analysis import core
 from keras_vit.checkpoint.workdir import atomic_write
+from keras_vit.errors import UsageError
 
 
 def _figure(width: float, height: float):
@@ -64,7 +65,7 @@ def plot_attention_rollout(
     """
     n = min(len(images), len(maps), int(max_images))
     if n < 1:
-        raise ValueError("plot_attention_rollout needs at least one image.")
+        raise UsageError("plot_attention_rollout needs at least one image.")
     height, width = images.shape[1:3]
     heat = core.upsample_bilinear(maps[:n], (height, width))
     heat = heat / np.maximum(heat.max(axis=(1, 2), keepdims=True), 1e-12)
@@ -243,7 +244,7 @@ def plot_patch_embedding_pca(
     """
     components = np.asarray(components, dtype=np.float64)
     if components.ndim != 4 or components.shape[-1] != 3:
-        raise ValueError(
+        raise UsageError(
             "Expected RGB components (K, P, P, 3), got "
             f"{components.shape}: hybrid models embed ResNet features, not "
             "pixels, and have no RGB filters to draw."

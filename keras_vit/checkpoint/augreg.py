@@ -24,6 +24,7 @@ import re
 from typing import Any, Dict, List, Optional
 
 from keras_vit import model as vit_model
+from keras_vit.errors import UsageError
 
 BUCKET = "gs://vit_models/augreg"
 SIZE_FIELDS = ("hidden_size", "num_layers", "num_heads", "mlp_dim")
@@ -65,7 +66,7 @@ def set_augmentation(config, aug: str) -> None:
     """Sets a run config's RandAugment (pp.randaug_ops, randaug_magnitude)
     and Mixup (mix.mixup_alpha) to an AugReg `aug` setting."""
     if aug not in AUGMENTATION:
-        raise ValueError(
+        raise UsageError(
             f"Unknown aug setting {aug!r}: use one of "
             f"{', '.join(AUGMENTATION)}."
         )
@@ -200,7 +201,7 @@ def check_name(path: str, name: AugRegName, info: Dict[str, Any],
     """Raises ValueError, naming both, unless an AugReg file's name agrees
     with its arrays (`info`) and with the `variant` asked for."""
     if variant and variant != name.variant:
-        raise ValueError(
+        raise UsageError(
             f"--variant {variant} disagrees with the file "
             f"{os.path.basename(path)}, whose AugReg name says "
             f"{name.variant} ({name.model}). Drop --variant (the name and "
@@ -208,7 +209,7 @@ def check_name(path: str, name: AugRegName, info: Dict[str, Any],
         )
     wrong = variant_mismatch(name.variant, info)
     if wrong:
-        raise ValueError(
+        raise UsageError(
             f"{path}: the AugReg name says {name.variant} "
             f"({name.model}) but the arrays are "
             f"{info['variant'] or 'a custom size'}: "

@@ -23,6 +23,7 @@ import keras
 from keras_vit import model as vit_model
 from keras_vit.checkpoint import loader
 from keras_vit.checkpoint.npz import LoadReport
+from keras_vit.errors import UsageError
 
 
 def parse_image_size(text: str) -> Union[int, Tuple[int, int]]:
@@ -99,7 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
 def save_keras_atomic(model: keras.Model, path: str) -> None:
     """Saves `model` to `path` (.keras) through a temporary file."""
     if not path.endswith(".keras"):
-        raise ValueError(
+        raise UsageError(
             f"--output {path!r} must end with .keras (Keras's format)."
         )
     directory = os.path.dirname(os.path.abspath(path))
@@ -131,7 +132,7 @@ def convert(
 ) -> LoadReport:
     """Builds the model, loads `npz` into it and saves it to `output`."""
     if not output.endswith(".keras"):
-        raise ValueError(
+        raise UsageError(
             f"--output {output!r} must end with .keras (Keras's format)."
         )
     if "://" not in npz and not os.path.isfile(npz):

@@ -38,6 +38,7 @@ import numpy as np
 import safetensors.numpy
 
 from keras_vit.checkpoint import torch_pickle
+from keras_vit.errors import UsageError
 
 CONFIG_FILE = "config.json"
 WEIGHT_FILES = (
@@ -130,7 +131,7 @@ def read_tensors(path: str) -> Dict[str, np.ndarray]:
         try:
             tensors = safetensors.numpy.load_file(path)
         except Exception as error:  # the library raises its own types
-            raise ValueError(
+            raise UsageError(
                 f"Could not read {path} as safetensors: {error}"
             ) from None
     return {k: np.asarray(v, dtype=np.float32) for k, v in tensors.items()}
@@ -157,7 +158,7 @@ class _Mapper:
         full = self.prefix + key
         if full not in self.tensors:
             if required:
-                raise ValueError(f"The checkpoint lacks {full}.")
+                raise UsageError(f"The checkpoint lacks {full}.")
             return None
         self.used.add(full)
         return self.tensors[full]
@@ -284,20 +285,20 @@ def _read_json(path: str) -> Dict[str, Any]:
         try:
             return json.load(f)
         except json.JSONDecodeError as error:
-            raise ValueError(f"{path} is not valid JSON: {error}") from None
+            raise UsageError(f"{path} is not valid JSON: {error}") from None
 
 
 def _hf_settings(spec: Dict[str, Any], folder: str) -> Dict[str, Any]:
     model_type = spec.get("model_type", "vit")
     if model_type != "vit":
-        raise ValueError(
+        raise UsageError(
             f"config.json says model_type {model_type!r}; only 'vit' "
             "(ViTForImageClassification / ViTModel) is read. For DeiT, load"
             " the timm checkpoint (facebook/deit-*: timm/deit_*) instead."
         )
     act = spec.get("hidden_act", "gelu")
     if act not in _HF_GELU:
-        raise ValueError(f"config.json hidden_act {act!r} is not a GELU; "
+        raise UsageError(f"config.json hidden_act {act!r} is not a GELU; "
                          "unsupported.")
     size = spec.get("image_size", 224)
     labels = spec.get("id2label")
@@ -328,13 +329,13 @@ def _timm_settings(spec: Dict[str, Any]) -> Dict[str, Any]:
         _TIMM_HEADS[named.group(1)] if named else None
     )
     if heads is None:
-        raise ValueError(
+        raise UsageError(
             f"config.json names architecture {arch!r} without num_heads in "
             "model_args: cannot tell the head count."
         )
     pool = spec.get("global_pool", args.get("global_pool", "token"))
     if pool != "token":
-        raise ValueError(
+        raise UsageError(
             f"config.json global_pool {pool!r}: only timm's class-token "
             "pooling ('token') computes what this ViT does."
         )
@@ -360,7 +361,7 @@ def naming(tensors: Dict[str, np.ndarray]) -> str:
         return HUGGINGFACE
     if "patch_embed.proj.weight" in tensors:
         return TIMM
-    raise ValueError(
+    raise UsageError(
         "Neither Hugging Face ViT nor timm vision_transformer naming (no "
         "embeddings.patch_embeddings.projection.weight or "
         f"patch_embed.proj.weight); first key: {keys[0] if keys else None}."
@@ -388,7 +389,7 @@ def read_hub(path: str) -> HubCheckpoint:
         mapper = _map_timm(tensors, settings["num_heads"])
     unused = mapper.unused()
     if unused:
-        raise ValueError(
+        raise UsageError(
             f"{weights_path} has {len(unused)} array(s) this ViT has no "
             f"place for, first {unused[0]} {tensors[unused[0]].shape}: a "
             f"{kind} model with parts the plain ViT does not compute "

@@ -27,6 +27,7 @@ from keras_vit.checkpoint import npz as checkpoint_io
 from keras_vit.checkpoint import workdir as wd
 from keras_vit.checkpoint.resolution import rebuild_at_resolution
 from keras_vit.model import _image_hw, create_model, decode_variant
+from keras_vit.errors import UsageError
 
 MODEL_FIELDS = (
     "patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim",
@@ -73,20 +74,20 @@ class Source:
         kinds = ("workdir", "keras_model", "npz", "hub")
         given = [k for k in kinds if getattr(self, k)]
         if len(given) != 1:
-            raise ValueError(
+            raise UsageError(
                 "Give exactly one pre-trained model: --workdir=RUN_DIR, "
                 "--keras_model=FILE.keras, --npz=FILE.npz [--variant=B/16]"
                 " or --hub=HF_MODEL_DIR"
                 f" (got {', '.join(given) or 'none'})."
             )
         if self.variant and not self.npz:
-            raise ValueError(
+            raise UsageError(
                 "--variant goes with --npz only (a workdir or .keras file "
                 "records its own architecture)."
             )
         if self.posemb_grid is not None:
             if not self.npz:
-                raise ValueError(
+                raise UsageError(
                     "--posemb_grid goes with --npz only (a workdir or .keras "
                     "file records its own grid)."
                 )
@@ -124,7 +125,7 @@ def _arch_from_arrays(arrays: Dict[str, Any]) -> Dict[str, Any]:
 def _check_variant(source: Source, info: Dict[str, Any]) -> None:
     wrong = augreg.variant_mismatch(source.variant, info)
     if wrong:
-        raise ValueError(
+        raise UsageError(
             f"{source.npz} is not a {source.variant} checkpoint: it has "
             f"{ {k: f for k, (f, _) in wrong.items()} } where "
             f"{source.variant} has { {k: v for k, (_, v) in wrong.items()} }"
@@ -394,7 +395,7 @@ def load_model(
     if (num_classes, pooling, representation_size) != (
         None, None, FROM_SOURCE
     ):
-        raise ValueError(
+        raise UsageError(
             "num_classes, pooling and representation_size choose how an "
             ".npz is built (a hub model: not its pooling); a workdir or "
             ".keras file holds its own model."

@@ -23,6 +23,7 @@ from typing import Dict, List, Mapping, Optional, Tuple, Union
 import numpy as np
 
 from keras_vit import model as vit_model
+from keras_vit.errors import UsageError
 
 Arrays = Dict[str, np.ndarray]
 Grid = Tuple[int, int]
@@ -71,19 +72,19 @@ def read_npz(path: PathLike) -> Arrays:
         magic = f.read(len(_NPY_MAGIC))
         f.seek(0)
         if magic.startswith(_NPY_MAGIC):
-            raise ValueError(
+            raise UsageError(
                 f"{path}: a single .npy array, not an .npz archive of named "
                 "parameters. Save checkpoints with keras_vit.save_npz or "
                 "np.savez(path, **arrays)."
             )
         if magic[:1] == b"\x80":
-            raise ValueError(
+            raise UsageError(
                 f"{path}: a Python pickle, not an .npz archive. Pickles can "
                 "run code when loaded and are refused; convert it to .npz "
                 "(np.savez) where it came from."
             )
         if not magic.startswith(_ZIP_MAGIC):
-            raise ValueError(
+            raise UsageError(
                 f"{path}: not an .npz archive (it does not start with the "
                 "zip signature). Check the path; an HTML error page or an "
                 "interrupted download looks like this."
@@ -98,23 +99,23 @@ def read_npz(path: PathLike) -> Arrays:
                         if "pickle" in str(error) or "Object arrays" in str(
                             error
                         ):
-                            raise ValueError(
+                            raise UsageError(
                                 f"{path}: entry {key!r} holds pickled Python "
                                 "objects, which are refused (they can run "
                                 "code). A checkpoint holds numeric arrays "
                                 "only."
                             ) from None
-                        raise ValueError(
+                        raise UsageError(
                             f"{path}: entry {key!r} is not a readable array "
                             f"({error}); the file is corrupt."
                         ) from None
         except (zipfile.BadZipFile, EOFError, zlib.error, OSError) as error:
-            raise ValueError(
+            raise UsageError(
                 f"{path}: truncated or corrupt .npz archive ({error}). "
                 "Download or copy the file again."
             ) from None
     if not arrays:
-        raise ValueError(f"{path}: the .npz archive holds no arrays.")
+        raise UsageError(f"{path}: the .npz archive holds no arrays.")
     return arrays
 
 
@@ -287,7 +288,7 @@ def normalize_layout(
     if all(k.startswith("img/") for k in out):
         out = {k[len("img/"):]: v for k, v in out.items()}
     if any(k.startswith("MAPHead_0/") for k in out):
-        raise ValueError(
+        raise UsageError(
             f"{source}: a big_vision checkpoint with a MAP head "
             "(pool_type='map'), which keras_vit does not implement; use a "
             "checkpoint trained with 'tok' or 'gap' pooling."

@@ -10,6 +10,7 @@ import math
 from typing import Optional, Sequence, Tuple, Union
 
 import numpy as np
+from keras_vit.errors import UsageError
 
 Grid = Tuple[int, int]
 
@@ -17,7 +18,7 @@ def square_grid(tokens: int) -> Grid:
     """(g, g) for a square grid of `tokens` patches; ValueError otherwise."""
     side = math.isqrt(tokens)
     if side * side != tokens:
-        raise ValueError(
+        raise UsageError(
             f"Cannot infer the patch grid of a position embedding with "
             f"{tokens} patch tokens (not a square): pass its grid as "
             "posemb_grid=(rows, cols)."
@@ -66,12 +67,12 @@ def resize_position_embedding(
     batched = posemb.ndim == 3
     if batched:
         if posemb.shape[0] != 1:
-            raise ValueError(
+            raise UsageError(
                 f"posemb must be (1, N, D) or (N, D), got {posemb.shape}."
             )
         posemb = posemb[0]
     if posemb.ndim != 2:
-        raise ValueError(
+        raise UsageError(
             f"posemb must be (1, N, D) or (N, D), got {posemb.shape}."
         )
     prefix, grid = posemb[:num_prefix_tokens], posemb[num_prefix_tokens:]
@@ -80,7 +81,7 @@ def resize_position_embedding(
         square_grid(len(grid)) if old_grid is None else _as_grid(old_grid)
     )
     if old_grid[0] * old_grid[1] != len(grid):
-        raise ValueError(
+        raise UsageError(
             f"The position embedding has {len(grid)} grid rows, which does "
             f"not match the grid {old_grid[0]}x{old_grid[1]}: pass the grid "
             "it was trained with."
@@ -100,5 +101,5 @@ def _as_grid(grid) -> Grid:
         grid = (int(grid), int(grid))
     grid = tuple(int(g) for g in grid)
     if len(grid) != 2 or min(grid) < 1:
-        raise ValueError(f"A grid is (rows, cols) of positive ints: {grid}.")
+        raise UsageError(f"A grid is (rows, cols) of positive ints: {grid}.")
     return grid

@@ -10,6 +10,7 @@ import keras
 from keras_vit import model as vit_model
 from keras_vit.checkpoint.posemb import resize_position_embedding
 from keras_vit.checkpoint.weights import model_grid
+from keras_vit.errors import UsageError
 
 
 def rebuild_at_resolution(
@@ -35,14 +36,14 @@ def rebuild_at_resolution(
         stride *= model.get_layer("resnet").stride
     for side, value in (("height", height), ("width", width)):
         if value % stride:
-            raise ValueError(
+            raise UsageError(
                 f"image_size {side} {value} is not divisible by the model's "
                 f"total stride {stride}: use a multiple of {stride}."
             )
     config = model.get_config()
     inputs = [c for c in config["layers"] if c["class_name"] == "InputLayer"]
     if len(inputs) != 1:
-        raise ValueError("rebuild_at_resolution needs a single-input model.")
+        raise UsageError("rebuild_at_resolution needs a single-input model.")
     batch_shape = list(inputs[0]["config"]["batch_shape"])
     batch_shape[1:3] = [height, width]
     inputs[0]["config"]["batch_shape"] = batch_shape

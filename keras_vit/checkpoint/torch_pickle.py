@@ -22,6 +22,7 @@ import zipfile
 from typing import Dict
 
 import numpy as np
+from keras_vit.errors import UsageError
 
 # torch storage class -> numpy dtype. bfloat16 is read as its raw 16 bits
 # and widened to float32 below (numpy has no bfloat16).
@@ -113,27 +114,27 @@ def read_state_dict(path: str) -> Dict[str, np.ndarray]:
             anything but tensors.
     """
     if not zipfile.is_zipfile(path):
-        raise ValueError(
+        raise UsageError(
             f"{path} is not a zip-format PyTorch file (saved by PyTorch "
             "< 1.6, or not a checkpoint): convert it to model.safetensors."
         )
     with zipfile.ZipFile(path) as archive:
         pickles = [n for n in archive.namelist() if n.endswith("/data.pkl")]
         if len(pickles) != 1:
-            raise ValueError(f"{path} holds no single data.pkl: not a "
+            raise UsageError(f"{path} holds no single data.pkl: not a "
                              "torch.save file.")
         prefix = pickles[0][: -len("/data.pkl")]
         names = set(archive.namelist())
         order = f"{prefix}/byteorder"
         if order in names and archive.read(order).strip() != b"little":
-            raise ValueError(f"{path} was saved big-endian; unsupported.")
+            raise UsageError(f"{path} was saved big-endian; unsupported.")
         with archive.open(pickles[0]) as f:
             try:
                 state = _Unpickler(f, archive, prefix, path).load()
             except (pickle.UnpicklingError, KeyError, EOFError) as error:
-                raise ValueError(f"Could not read {path}: {error}") from None
+                raise UsageError(f"Could not read {path}: {error}") from None
     if not isinstance(state, dict):
-        raise ValueError(
+        raise UsageError(
             f"{path} holds a {type(state).__name__}, not a state dict."
         )
     return {str(k): np.asarray(v) for k, v in state.items()}

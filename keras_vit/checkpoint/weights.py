@@ -44,6 +44,7 @@ from keras_vit.checkpoint.npz import (
     write_npz,
 )
 from keras_vit.checkpoint.posemb import resize_position_embedding, square_grid
+from keras_vit.errors import UsageError
 
 __all__ = [
     "LoadReport",
@@ -144,7 +145,7 @@ def _model_params(model: keras.Model) -> List[_Param]:
     layers = {layer.name: layer for layer in model.layers}
     for name in ("embedding", "posembed_input", "Transformer"):
         if name not in layers:
-            raise ValueError(
+            raise UsageError(
                 f"The model has no layer named {name!r}: it is not a "
                 "keras_vit Vision Transformer. Build it with "
                 "keras_vit.create_model(...)."
@@ -370,7 +371,7 @@ def load_arrays(
         if hint:
             report.hints.insert(0, hint)
         if strict:
-            raise ValueError(
+            raise UsageError(
                 f"Checkpoint {source} does not fit the model "
                 f"{model.name!r}:\n{report.problems()}\n"
                 + "\n".join(report.hints)

@@ -26,6 +26,7 @@ import tensorflow as tf
 from keras_vit import build
 from keras_vit import config as config_lib
 from keras_vit.keras_compat import ema_variables
+from keras_vit.errors import UsageError
 
 CONFIG = "config.json"
 LABELS = "labels.txt"
@@ -138,7 +139,7 @@ def check_checkpoint(path: str, model) -> None:
                 f"the model but {saved.get(i)} in the checkpoint"
             )
     if problem:
-        raise ValueError(
+        raise UsageError(
             f"Checkpoint {path} is from a different model than the one "
             f"configured: {problem}. The workdir's config.json no longer "
             "describes its checkpoints: put back the run's own config "
@@ -159,7 +160,7 @@ def num_classes(config, workdir: str) -> int:
     names = read_class_names(workdir)
     if names:
         return len(names)
-    raise ValueError(
+    raise UsageError(
         f"{workdir} does not record its class count: its {CONFIG} has "
         f"num_classes=0 and there is no {LABELS}. Set it in {CONFIG} "
         '("num_classes": N, as --config.num_classes=N does for a new run) '

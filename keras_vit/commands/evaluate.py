@@ -35,6 +35,7 @@ from keras_vit.commands import flags as cli_flags
 from keras_vit.data import sources, vtab
 from keras_vit.evaluation import fewshot, reports, vtab_run
 from keras_vit.evaluation.accuracy import evaluate_model
+from keras_vit.errors import UsageError
 
 FLAGS = flags.FLAGS
 MODES = ("eval", "fewshot", "vtab")
@@ -91,7 +92,7 @@ def _eval_mode(source, strategy) -> Dict:
     else:
         run = None
     if run is None and not FLAGS.dataset:
-        raise ValueError(
+        raise UsageError(
             "--mode=eval needs a data source: --dataset=digits|folder|<TFDS "
             "name> (and --split), or --config / --workdir whose config "
             "names one."
@@ -119,7 +120,7 @@ def _eval_mode(source, strategy) -> Dict:
     info = sources.dataset_info(data)
     width = int(model.output_shape[-1])
     if width != info.num_classes:
-        raise ValueError(
+        raise UsageError(
             f"The model predicts {width} classes but {data.dataset} has "
             f"{info.num_classes}: evaluate it on the data it was trained "
             "or fine-tuned on (--dataset/--split), or fine-tune it first."

@@ -38,13 +38,11 @@ from keras_vit.checkpoint import workdir as wd
 from keras_vit.data import preprocessing
 from keras_vit.derived import input_image_size
 from keras_vit.export import files as export_files
+from keras_vit.errors import UsageError
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp")
 _SOURCES = ("workdir", "keras_model", "npz", "hub", "saved_model")
 
-
-class UsageError(ValueError):
-    """A command line or input that cannot work; the message says why."""
 
 
 def list_images(paths: Sequence[str]) -> Tuple[List[str], bool]:

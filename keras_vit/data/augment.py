@@ -47,6 +47,7 @@ from typing import Callable, Optional, Tuple
 
 import keras
 import tensorflow as tf
+from keras_vit.errors import UsageError
 
 # big_vision's RandAugment magnitude M -> Keras's `factor` (see above).
 MAGNITUDE_TO_FACTOR = 1.0 / 60.0
@@ -56,7 +57,7 @@ def randaugment_factor(magnitude: float) -> float:
     """Keras RandAugment's factor for big_vision's magnitude M: M / 60,
     at most 1 (M = 60)."""
     if magnitude < 0:
-        raise ValueError(
+        raise UsageError(
             f"pp.randaug_magnitude must be >= 0, got {magnitude}."
         )
     return min(float(magnitude) * MAGNITUDE_TO_FACTOR, 1.0)
@@ -75,7 +76,7 @@ def rand_augment(
         seed: int or None. Seed of the layer's random state.
     """
     if num_ops < 0:
-        raise ValueError(f"pp.randaug_ops must be >= 0, got {num_ops}.")
+        raise UsageError(f"pp.randaug_ops must be >= 0, got {num_ops}.")
     if not num_ops:
         return None
     layer = keras.layers.RandAugment(
@@ -111,11 +112,11 @@ def mix_batch(
     for name, alpha in (("mixup_alpha", mixup_alpha),
                         ("cutmix_alpha", cutmix_alpha)):
         if alpha < 0:
-            raise ValueError(
+            raise UsageError(
                 f"mix.{name} must be >= 0 (0 disables it), got {alpha}."
             )
     if cutmix_alpha > 1:
-        raise ValueError(
+        raise UsageError(
             f"mix.cutmix_alpha must be in (0, 1] (Keras's CutMix), got "
             f"{cutmix_alpha}; the CutMix paper uses 1."
         )

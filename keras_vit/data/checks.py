@@ -22,6 +22,7 @@ from absl import logging
 
 from keras_vit.data import preprocessing as pp
 from keras_vit.data import sources
+from keras_vit.errors import UsageError
 
 LABEL_ERROR = "Label out of range"
 # Files named in one message; the rest are counted.
@@ -92,7 +93,7 @@ def drop_unreadable(config, split: str, paths, labels):
         return paths, labels
     keep = [i for i, p in enumerate(paths) if p not in bad]
     if not keep:
-        raise ValueError(
+        raise UsageError(
             f"No readable image in split {split!r} of {config.data_dir}."
         )
     return [paths[i] for i in keep], labels[keep]
@@ -156,7 +157,7 @@ def check_splits(config) -> None:
         try:
             sources.num_split_examples(config, split)
         except ValueError as error:
-            raise ValueError(
+            raise UsageError(
                 f"config.{field}={split!r} cannot be used: "
                 f"{str(error).rstrip('.')}; set it to an existing split or "
                 "a slice of one, e.g. 'train[90%:]'."
@@ -172,7 +173,7 @@ def explain_input_error(config, error: Exception) -> Optional[Exception]:
     text = str(error)
     match = re.search(re.escape(LABEL_ERROR) + r"[^\]]*", text)
     if match:
-        return ValueError(match.group(0).strip())
+        return UsageError(match.group(0).strip())
     if config.dataset != sources.FOLDER or config.vtab_task:
         return None
     root = config.data_dir
@@ -186,7 +187,7 @@ def explain_input_error(config, error: Exception) -> Optional[Exception]:
     bad = find_unreadable_images(sorted(set(paths)))
     if not bad:
         return None
-    return ValueError(
+    return UsageError(
         f"Cannot decode {len(bad)} image file(s) of image folder {root}: "
         f"{_listing(bad)}. Remove or replace these files, or set "
         "config.skip_bad_images=True to skip unreadable images (they are "

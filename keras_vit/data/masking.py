@@ -15,6 +15,7 @@ import tensorflow as tf
 from keras_vit import mpp
 from keras_vit.build import check_mpp, model_stride
 from keras_vit.data import preprocessing as pp
+from keras_vit.errors import UsageError
 
 
 def corruption_from_noise(
@@ -40,7 +41,7 @@ def corruption_from_noise(
     """
     patches = int(noise.shape[1])
     if patches < 2:
-        raise ValueError(
+        raise UsageError(
             "Masked patch prediction needs at least 2 patches per image: "
             "use a smaller patch size or a larger image_size."
         )

@@ -32,6 +32,7 @@ from keras_vit.data import augment, masking, sources, vtab
 from keras_vit.data import checks as data_checks
 from keras_vit.data import preprocessing as pp
 from keras_vit.data.preprocessing import from_config as make_preprocess_fn
+from keras_vit.errors import UsageError
 
 
 def _identity(image: tf.Tensor) -> tf.Tensor:
@@ -69,7 +70,7 @@ def _shard(config, split: str, training: bool, input_context,
     per_class = int(config.train_examples_per_class) if training else 0
     if per_class and (config.vtab_task or config.dataset not in (
             sources.DIGITS, sources.FOLDER)):
-        raise ValueError(
+        raise UsageError(
             "config.train_examples_per_class works with the digits and "
             "image folders; for a TFDS data set slice train_split instead "
             "(e.g. 'train[:1000]')."
@@ -152,10 +153,10 @@ def _tfds_shard(config, split, training, input_context, seed) -> _Shard:
 
 def _check_batch(global_batch: int, input_context) -> int:
     if int(global_batch) <= 0:
-        raise ValueError(f"batch_size must be positive, got {global_batch}.")
+        raise UsageError(f"batch_size must be positive, got {global_batch}.")
     replicas = input_context.num_replicas_in_sync if input_context else 1
     if global_batch % replicas:
-        raise ValueError(
+        raise UsageError(
             f"batch_size {global_batch} is not divisible by the "
             f"{replicas} replicas: use a multiple of {replicas}."
         )
@@ -215,7 +216,7 @@ def train_dataset(
     ds = ds.batch(batch, drop_remainder=True)
     if config.mpp.enabled and (config.mix.mixup_alpha
                                or config.mix.cutmix_alpha):
-        raise ValueError(
+        raise UsageError(
             "Masked patch prediction has no labels to mix: set "
             "config.mix.mixup_alpha=0 and config.mix.cutmix_alpha=0 with "
             "config.mpp.enabled=True."

@@ -16,6 +16,7 @@ from typing import Callable, Optional, Sequence, Tuple, Union
 import tensorflow as tf
 
 from keras_vit.data import augment as augment_lib
+from keras_vit.errors import UsageError
 
 Size = Union[int, Sequence[int]]
 
@@ -26,7 +27,7 @@ def as_hw(size: Size) -> Tuple[int, int]:
         return (size, size)
     size = tuple(int(s) for s in size)
     if len(size) != 2:
-        raise ValueError(f"Expected an int or (height, width), got {size!r}.")
+        raise UsageError(f"Expected an int or (height, width), got {size!r}.")
     return size
 
 
@@ -60,7 +61,7 @@ def to_rgb(image: tf.Tensor) -> tf.Tensor:
             ],
             default=lambda: image[..., :3],
         )
-    raise ValueError(
+    raise UsageError(
         f"Cannot convert an image with {channels} channels to RGB."
     )
 
@@ -319,7 +320,7 @@ def from_config(config, training: bool, encoded: bool = False) -> Callable:
         int(cfg.randaug_ops), float(cfg.randaug_magnitude), int(config.seed)
     )
     if augment is not None and kind not in ("pretrain", "finetune"):
-        raise ValueError(
+        raise UsageError(
             f"pp.randaug_ops={cfg.randaug_ops} augments the 'pretrain' and "
             f"'finetune' training preprocessing, not {kind!r}: set pp.train "
             "to one of them, or pp.randaug_ops=0."
@@ -327,7 +328,7 @@ def from_config(config, training: bool, encoded: bool = False) -> Callable:
     if resize_size is not None:
         small = [r < s for r, s in zip(as_hw(resize_size), as_hw(size))]
         if any(small):
-            raise ValueError(
+            raise UsageError(
                 f"pp.resize_size {resize_size} is smaller than image_size "
                 f"{size}: the random crop must fit; set pp.resize_size >= "
                 "image_size (or None to resize straight to image_size)."
@@ -351,7 +352,7 @@ def from_config(config, training: bool, encoded: bool = False) -> Callable:
         )
     if kind == "eval":
         return lambda image, seed=None: preprocess_eval(decode(image), size)
-    raise ValueError(
+    raise UsageError(
         f"Unknown pp.train {kind!r}: use 'pretrain' (Inception crop + flip), "
         "'finetune' (resize, random crop, flip) or 'eval' (resize only)."
     )

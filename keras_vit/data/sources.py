@@ -28,6 +28,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_vit.data import vtab
+from keras_vit.errors import UsageError
 
 DIGITS = "digits"
 FOLDER = "folder"
@@ -63,7 +64,7 @@ def digits_split(split: str) -> Tuple[np.ndarray, np.ndarray]:
     name, bounds = _parse_split(split)
     arrays = _digits_arrays()
     if name not in arrays:
-        raise ValueError(
+        raise UsageError(
             f"The digits data has splits 'train' and 'test', got {split!r}."
         )
     x, y = arrays[name]
@@ -77,7 +78,7 @@ def examples_per_class(labels: np.ndarray, count: int,
     (all of a class that has fewer), drawn with `seed`: the same draw for
     the same labels and seed, whatever the model or run."""
     if int(count) < 0:
-        raise ValueError(
+        raise UsageError(
             f"train_examples_per_class must be >= 0 (0: all), got {count}."
         )
     labels = np.asarray(labels)
@@ -96,7 +97,7 @@ _SPLIT_RE = re.compile(r"^([^\[\]]+)(?:\[(-?\d*%?):(-?\d*%?)\])?$")
 def _parse_split(split: str):
     match = _SPLIT_RE.match(str(split).strip())
     if not match:
-        raise ValueError(
+        raise UsageError(
             f"Cannot read split {split!r}: use a name, optionally sliced as "
             "'train[:90%]', 'train[90%:]' or 'train[100:200]'."
         )
@@ -115,7 +116,7 @@ def _slice(bounds, n: int, split: str) -> Tuple[int, int]:
 
     start, stop = index(bounds[0], 0), index(bounds[1], n)
     if stop <= start:
-        raise ValueError(f"Split {split!r} selects no examples (of {n}).")
+        raise UsageError(f"Split {split!r} selects no examples (of {n}).")
     return start, stop
 
 
@@ -124,12 +125,12 @@ def _folder_index(root: str):
     """{split: (paths, labels)}, class names; labels index the sorted class
     folder names over all splits. Files are listed once per process."""
     if not root:
-        raise ValueError(
+        raise UsageError(
             "dataset='folder' needs data_dir: the folder that holds "
             "<split>/<class>/*.jpg|png."
         )
     if not tf.io.gfile.isdir(root):
-        raise ValueError(
+        raise UsageError(
             f"Image folder {root!r} does not exist: set --config.data_dir to "
             "the folder holding <split>/<class>/."
         )
@@ -152,7 +153,7 @@ def _folder_index(root: str):
             # An empty class folder would silently drop (or never train)
             # its class; hidden ones (.ipynb_checkpoints) are not classes.
             if not images and not name.startswith("."):
-                raise ValueError(
+                raise UsageError(
                     f"Class folder {folder} has no images "
                     f"({', '.join(IMAGE_EXTENSIONS)}; other files are "
                     "ignored): add images or remove the folder."
@@ -160,7 +161,7 @@ def _folder_index(root: str):
             files.setdefault(split, []).extend(images)
     names = sorted({name for pairs in files.values() for _, name in pairs})
     if not names:
-        raise ValueError(
+        raise UsageError(
             f"No images ({', '.join(IMAGE_EXTENSIONS)}) found under "
             f"{root}/<split>/<class>/."
         )
@@ -182,7 +183,7 @@ def folder_split(root: str, split: str) -> Tuple[List[str], np.ndarray]:
     index, _ = _folder_index(root)
     name, bounds = _parse_split(split)
     if name not in index:
-        raise ValueError(
+        raise UsageError(
             f"Image folder {root} has no split {name!r} with images; it has "
             f"{sorted(index)}."
         )
@@ -232,7 +233,7 @@ def tfds_builder(config):
     try:
         return tfds.builder(config.dataset, data_dir=config.data_dir)
     except tfds.core.registered.DatasetNotFoundError as e:
-        raise ValueError(
+        raise UsageError(
             f"Unknown dataset {config.dataset!r}: use 'digits', 'folder' or a "
             f"TFDS name (see tfds.list_builders()). ({e})"
         ) from None

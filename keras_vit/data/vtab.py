@@ -27,6 +27,7 @@ from absl import logging
 
 from keras_vit.data import vtab_labels as labels
 from keras_vit.data.vtab_labels import Example
+from keras_vit.errors import UsageError
 
 NATURAL = "natural"
 SPECIALIZED = "specialized"
@@ -227,7 +228,7 @@ def get_task(name: str) -> Task:
     try:
         return TASKS[name]
     except KeyError:
-        raise ValueError(_unknown_message([name])) from None
+        raise UsageError(_unknown_message([name])) from None
 
 
 def _unknown_message(names: Sequence[str]) -> str:
@@ -264,7 +265,7 @@ def select_tasks(spec: Union[str, Sequence[str], None]) -> List[Task]:
         else:
             unknown.append(name)
     if unknown:
-        raise ValueError(_unknown_message(unknown))
+        raise UsageError(_unknown_message(unknown))
     return [TASKS[n] for n in TASK_NAMES if n in chosen]
 
 

@@ -30,6 +30,7 @@ from keras_vit import layers as vit_layers
 from keras_vit.data import pipeline as input_pipeline
 from keras_vit.data import sources, vtab
 from keras_vit.derived import features_model, intermediate_model
+from keras_vit.errors import UsageError
 
 BIAS_FEATURE = 100.0
 L2_REG = 1024.0
@@ -50,12 +51,12 @@ def ridge_weights(x: np.ndarray, y: np.ndarray, l2_reg: float) -> np.ndarray:
     x = np.asarray(x, np.float64)
     y = np.asarray(y, np.float64)
     if x.ndim != 2 or y.ndim != 2 or x.shape[0] != y.shape[0]:
-        raise ValueError(
+        raise UsageError(
             f"Expected x (N, D) and y (N, K) with the same N, got {x.shape} "
             f"and {y.shape}."
         )
     if l2_reg <= 0:
-        raise ValueError(f"l2_reg must be positive, got {l2_reg}.")
+        raise UsageError(f"l2_reg must be positive, got {l2_reg}.")
     n, d = x.shape
     if n >= d:  # D x D system
         gram = x.T @ x + l2_reg * np.eye(d)
@@ -183,7 +184,7 @@ def extract_features(
             logging.info("features %s: batch %d/%s (%.1fs)", split, i,
                          batches or "?", time.time() - start)
     if not feats:
-        raise ValueError(f"Split {split!r} of {dataset_config.dataset} is "
+        raise UsageError(f"Split {split!r} of {dataset_config.dataset} is "
                          "empty.")
     return np.concatenate(feats), np.concatenate(labels).astype(np.int32)
 
@@ -341,7 +342,7 @@ def _prepare(data: FewShotData, download: bool) -> None:
     try:
         builder = tfds.builder(data.dataset, data_dir=data.data_dir)
     except tfds.core.registered.DatasetNotFoundError as e:
-        raise ValueError(
+        raise UsageError(
             f"Unknown few-shot data set {data.dataset!r}: use 'digits', "
             f"'folder' or a TFDS name. ({e})"
         ) from None

@@ -39,6 +39,7 @@ from keras_vit.checkpoint import workdir as wd
 from keras_vit.data import vtab
 from keras_vit.evaluation import reports
 from keras_vit.training import distribute, train_lib
+from keras_vit.errors import UsageError
 
 BACKBONE = "backbone.npz"
 BACKBONE_SOURCE = "backbone.json"
@@ -121,7 +122,7 @@ def run_trial(
         # take their defaults.
         saved = wd.read_config(workdir).to_dict()
         if _plain(saved) != _plain(config.to_dict()):
-            raise ValueError(
+            raise UsageError(
                 f"{workdir} holds a run with another config (different "
                 "hyper-parameters, data or backbone). Use a new "
                 "--output_dir, or delete that directory to redo the trial."
@@ -218,7 +219,7 @@ def prepare_backbone(
     if tf.io.gfile.exists(path) and tf.io.gfile.exists(stamp):
         if wd.read_json(stamp) == wanted:
             return path
-        raise ValueError(
+        raise UsageError(
             f"{output_dir} holds results of another pre-trained model "
             f"({wd.read_json(stamp)}): use a new --output_dir for {wanted}."
         )

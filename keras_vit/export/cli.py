@@ -25,12 +25,10 @@ from keras_vit.checkpoint import loader
 from keras_vit.checkpoint import workdir as wd
 from keras_vit.export import litert
 from keras_vit.export.saved_model import export_model
+from keras_vit.errors import UsageError
 
 _SOURCES = ("keras_model", "npz", "workdir", "hub")
 
-
-class UsageError(ValueError):
-    """A command line that cannot work; the message says what to change."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -126,7 +124,7 @@ def load_source_model(args: argparse.Namespace) -> keras.Model:
     if args.hub:
         model = loader.load_model(loader.Source(hub=args.hub))
         if model.layers[-1].name != "head":
-            raise ValueError(
+            raise UsageError(
                 f"{args.hub} has no classification head (a backbone such "
                 "as ViTModel or a timm model with num_classes=0): nothing "
                 "to classify with; fine-tune it first."
@@ -140,14 +138,14 @@ def load_source_model(args: argparse.Namespace) -> keras.Model:
     )
     layers = {layer.name for layer in model.layers}
     if "head" not in layers:
-        raise ValueError(
+        raise UsageError(
             f"{args.npz} has no classification head, so there is nothing to "
             "serve: fine-tune it first (train.py with init.npz), then export "
             "the run's --workdir."
         )
     file_classes = int(model.output_shape[-1])
     if args.num_classes is not None and args.num_classes != file_classes:
-        raise ValueError(
+        raise UsageError(
             f"--num_classes {args.num_classes} does not match the "
             f"{file_classes}-class head in {args.npz}; a new head would be "
             f"untrained. Drop --num_classes or pass {file_classes}."

@@ -25,6 +25,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_vit.data import preprocessing
+from keras_vit.errors import UsageError
 
 WARMUP_FILE = "tf_serving_warmup_requests"
 # TF Serving reads at most this many warm-up records.
@@ -56,7 +57,7 @@ def require_serving_api() -> None:
 def check_model_name(name: str) -> str:
     """str. `name` if usable as a TF Serving model name and folder name."""
     if not isinstance(name, str) or not _MODEL_NAME_RE.match(name):
-        raise ValueError(
+        raise UsageError(
             f"model_name {name!r} is not usable: use letters, digits, '_', "
             "'-' and '.', not starting with '.' or '-' (e.g. 'vit')."
         )
@@ -189,7 +190,7 @@ def load_warmup_images(images: Sequence[WarmupImage]) -> List[bytes]:
         elif isinstance(image, np.ndarray):
             array = np.asarray(image)
             if array.dtype != np.uint8 or array.ndim not in (2, 3):
-                raise ValueError(
+                raise UsageError(
                     f"warmup_images[{index}] is an array of dtype "
                     f"{array.dtype} and shape {array.shape}: arrays must be "
                     "uint8 (height, width[, channels])."
@@ -208,13 +209,13 @@ def load_warmup_images(images: Sequence[WarmupImage]) -> List[bytes]:
         try:
             preprocessing.decode_image(tf.constant(data))
         except tf.errors.InvalidArgumentError as e:
-            raise ValueError(
+            raise UsageError(
                 f"{what} is not a decodable JPEG/PNG/GIF/BMP image: "
                 f"{e.message.strip()}"
             ) from None
         encoded.append(data)
     if len(encoded) > max_images:
-        raise ValueError(
+        raise UsageError(
             f"{len(encoded)} warm-up images given; TF Serving reads at most "
             f"{MAX_WARMUP_RECORDS} warm-up records, so pass at most "
             f"{max_images} images."
@@ -283,7 +284,7 @@ def write_warmup_file(path: str, requests: Sequence) -> None:
     from tensorflow_serving.apis import prediction_log_pb2
 
     if len(requests) > MAX_WARMUP_RECORDS:
-        raise ValueError(
+        raise UsageError(
             f"{len(requests)} warm-up records; TF Serving reads at most "
             f"{MAX_WARMUP_RECORDS}."
         )
@@ -333,12 +334,12 @@ def read_models_config(path: str):
     try:
         text_format.Parse(text, config)
     except text_format.ParseError as e:
-        raise ValueError(
+        raise UsageError(
             f"{path} is not a valid TF Serving model config (text "
             f"ModelServerConfig): {e}. Fix or move it, then export again."
         ) from None
     if config.WhichOneof("config") == "custom_model_config":
-        raise ValueError(
+        raise UsageError(
             f"{path} holds a custom_model_config; only model_config_list "
             "files can be updated. Move it, then export again."
         )

@@ -30,6 +30,7 @@ import tensorflow as tf
 from keras_vit.data import preprocessing
 from keras_vit.derived import features_model, input_image_size, model_stride
 from keras_vit.export import request_checks
+from keras_vit.errors import UsageError
 
 SIGNATURES = ("serving_default", "predict_images", "features")
 ANY_SIZE_SIGNATURE = "predict_any_size"
@@ -87,7 +88,7 @@ def float32_inference_model(model: keras.Model) -> keras.Model:
         keras.Model. A float32 model with the same weights.
     """
     if not model.built:
-        raise ValueError(
+        raise UsageError(
             "The model is not built: call it once or build it with an input "
             "shape before exporting."
         )
@@ -120,7 +121,7 @@ def float32_inference_model(model: keras.Model) -> keras.Model:
     # get_weights reads a mirrored variable through its primary replica.
     weights = [w.astype("float32") for w in model.get_weights()]
     if len(weights) != len(clone.weights):
-        raise ValueError(
+        raise UsageError(
             f"Could not rebuild {model.name!r} in float32: the copy has "
             f"{len(clone.weights)} weights, the model {len(weights)}. Export "
             "a model built under the float32 dtype policy instead."
@@ -128,7 +129,7 @@ def float32_inference_model(model: keras.Model) -> keras.Model:
     for variable, value in zip(clone.weights, weights):
         variable.assign(value)
     if not is_float32_model(clone):
-        raise ValueError(
+        raise UsageError(
             f"Could not rebuild {model.name!r} in float32 (a layer keeps a "
             "non-float32 policy). Export a model built under the float32 "
             "dtype policy instead."
@@ -204,14 +205,14 @@ def build_endpoints(
     """
     size = input_image_size(model)
     if any_size and model.input_shape[1:3] != (None, None):
-        raise ValueError(
+        raise UsageError(
             "any_size needs a model with a dynamic image size: create it "
             "with dynamic_image_size=True or convert it with "
             "keras_vit.with_dynamic_image_size."
         )
     num_classes = int(model.output_shape[-1])
     if len(class_names) != num_classes or not 1 <= top_k <= num_classes:
-        raise ValueError(
+        raise UsageError(
             f"Need {num_classes} class names and 1 <= top_k <= "
             f"{num_classes}; got {len(class_names)} names, top_k={top_k}."
         )

@@ -28,6 +28,7 @@ import tensorflow as tf
 
 from keras_vit.derived import input_image_size
 from keras_vit.export import graph as export_graph
+from keras_vit.errors import UsageError
 
 QUANTIZATIONS = ("float32", "float16", "int8")
 INPUT_NAME = "images"
@@ -55,7 +56,7 @@ def pixels_model(model: keras.Model, batch_size: int = 1) -> keras.Model:
     """keras.Model. `model` behind [0, 255] -> [-1, 1] scaling and a
     softmax: pixels in, probabilities out, at a fixed input size."""
     if model.input_shape[1:3] != tuple(input_image_size(model)):
-        raise ValueError(
+        raise UsageError(
             "LiteRT export needs a model of fixed input size; rebuild it "
             "with keras_vit.rebuild_at_resolution(model, size) first."
         )
@@ -128,12 +129,12 @@ def export_litert(
         str. `path`.
     """
     if quantization not in QUANTIZATIONS:
-        raise ValueError(
+        raise UsageError(
             f"quantization {quantization!r}: use one of "
             f"{', '.join(QUANTIZATIONS)}."
         )
     if not str(path).endswith(".tflite"):
-        raise ValueError(f"{path}: a LiteRT file's name ends in .tflite.")
+        raise UsageError(f"{path}: a LiteRT file's name ends in .tflite.")
     if keras.backend.backend() != "tensorflow":
         raise RuntimeError(
             "LiteRT export runs on the TensorFlow backend; set "
@@ -142,7 +143,7 @@ def export_litert(
     wrapped = pixels_model(model)
     num_classes = int(model.output_shape[-1])
     if class_names is not None and len(class_names) != num_classes:
-        raise ValueError(
+        raise UsageError(
             f"{len(class_names)} class names for {num_classes} classes."
         )
     if verify:

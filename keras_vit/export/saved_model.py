@@ -41,6 +41,7 @@ from keras_vit.derived import (
 )
 from keras_vit.export import files as export_files
 from keras_vit.export import graph as export_graph
+from keras_vit.errors import UsageError
 
 BATCHING_FILE = "batching_parameters.txt"
 # TF Serving's --batching_parameters_file, tuned for a CPU server: a batch
@@ -76,7 +77,7 @@ def _num_classes(model: keras.Model) -> int:
     if isinstance(shape, list) or len(shape) != 2 or not shape[-1] or (
         last in ("pooling", "pre_logits")
     ):
-        raise ValueError(
+        raise UsageError(
             f"export_model needs a classifier with outputs (batch, classes); "
             f"{model.name!r} outputs {shape}. A features model (num_classes=0)"
             " cannot be exported: give it a head first."
@@ -92,7 +93,7 @@ def _input_size(model: keras.Model):
     if isinstance(shape, list) or len(shape) != 4 or shape[-1] != 3 or (
         None in shape[1:3]
     ):
-        raise ValueError(
+        raise UsageError(
             f"export_model needs a model taking (batch, height, width, 3) "
             f"images of a fixed size; {model.name!r} takes {shape}."
         )
@@ -107,13 +108,13 @@ def _class_names(class_names, num_classes: int) -> list:
     names = [n.decode("utf-8") if isinstance(n, bytes) else n
              for n in class_names]
     if len(names) != num_classes:
-        raise ValueError(
+        raise UsageError(
             f"{len(names)} class_names for a model with {num_classes} "
             "classes: give one name per class, in label order."
         )
     for index, name in enumerate(names):
         if not isinstance(name, str) or "\n" in name:
-            raise ValueError(
+            raise UsageError(
                 f"class_names[{index}] = {name!r}: names must be str "
                 "without newlines."
             )
@@ -258,7 +259,7 @@ def export_model(
     names = _class_names(class_names, num_classes)
     if isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) \
             or top_k < 1:
-        raise ValueError(f"top_k must be an int >= 1, got {top_k!r}.")
+        raise UsageError(f"top_k must be an int >= 1, got {top_k!r}.")
     top_k = min(int(top_k), num_classes)
     auto_version = version is None
     if not auto_version and (
@@ -266,7 +267,7 @@ def export_model(
         or not isinstance(version, (int, np.integer))
         or version < 0
     ):
-        raise ValueError(
+        raise UsageError(
             f"version must be a non-negative int or None, got {version!r}."
         )
     if warmup_images is None:

@@ -33,6 +33,7 @@ from absl import logging
 from keras_vit.training import cluster
 from keras_vit.training import tpu as tpu_lib
 from keras_vit.training.cluster import SetupError
+from keras_vit.errors import UsageError
 
 STRATEGIES = ("auto", "tpu", "mirrored", "multiworker", "cpu")
 # The exit status after every worker saved on a preemption: TensorFlow's
@@ -180,7 +181,7 @@ def _check_tf_config() -> bool:
         for address in workers + spec["cluster"].get("chief", []):
             host, _, port = address.rpartition(":")
             if not host or not 0 < int(port) < 65536:
-                raise ValueError(f"{address!r} is not host:port")
+                raise UsageError(f"{address!r} is not host:port")
     except (ValueError, KeyError, TypeError, AttributeError) as e:
         raise SetupError(
             "TF_CONFIG must be JSON like {\"cluster\": {\"worker\": "

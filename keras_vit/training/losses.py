@@ -4,6 +4,7 @@ from label vectors (Mixup's and CutMix's mixed labels)."""
 from __future__ import annotations
 
 import tensorflow as tf
+from keras_vit.errors import UsageError
 
 LOSSES = ("softmax_xent", "sigmoid_xent")
 
@@ -49,4 +50,4 @@ def per_example_loss(
         return tf.reduce_sum(
             tf.nn.sigmoid_cross_entropy_with_logits(onehot, logits), axis=-1
         )
-    raise ValueError(f"Unknown loss {loss!r}: use one of {', '.join(LOSSES)}.")
+    raise UsageError(f"Unknown loss {loss!r}: use one of {', '.join(LOSSES)}.")

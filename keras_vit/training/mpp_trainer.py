@@ -24,6 +24,7 @@ import tensorflow as tf
 
 from keras_vit import mpp
 from keras_vit.training.trainer import Trainer
+from keras_vit.errors import UsageError
 
 
 class MppTrainer(Trainer):
@@ -59,7 +60,7 @@ class MppTrainer(Trainer):
     ):
         mpp.check_options(target, colour_bits, grid_size, patch_size)
         if not mpp.is_mpp_model(model):
-            raise ValueError(
+            raise UsageError(
                 f"MppTrainer needs an MPP model (keras_vit.mpp."
                 f"create_mpp_model), got {model.name!r}."
             )

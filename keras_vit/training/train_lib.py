@@ -33,6 +33,7 @@ from keras_vit.training import checkpoints, cluster, distribute, loop
 from keras_vit.training.mpp_trainer import MppTrainer
 from keras_vit.training.resume import TrainingError, restore_latest
 from keras_vit.training.trainer import Trainer
+from keras_vit.errors import UsageError
 
 __all__ = ["TrainingError", "build_trainer", "train_and_evaluate"]
 
@@ -113,7 +114,7 @@ def _initialise_from(config, model: keras.Model) -> None:
     init = config.init
     chosen = [k for k in ("npz", "keras_model", "workdir") if init[k]]
     if len(chosen) > 1:
-        raise ValueError(
+        raise UsageError(
             f"config.init sets {' and '.join(chosen)}: initialise from one "
             f"source; clear the others (e.g. --config.init.{chosen[0]}=)."
         )
@@ -159,7 +160,7 @@ def train_and_evaluate(
     """
     if config.mpp.enabled:
         if config.export.enabled:
-            raise ValueError(
+            raise UsageError(
                 "config.export.enabled with config.mpp.enabled: an MPP "
                 "encoder has no classifier to serve. Fine-tune it first "
                 "(config.init.workdir=<this run>) and export that run, or "
@@ -168,7 +169,7 @@ def train_and_evaluate(
         check_mpp(config)
         on_finish = functools.partial(_save_encoder, workdir)
     if config.export.enabled and on_finish is None:
-        raise ValueError(
+        raise UsageError(
             "config.export.enabled asks for an export at the end of the run, "
             "which the train command does: use train.py (or "
             "keras_vit.commands.train.run) instead of "
@@ -178,10 +179,10 @@ def train_and_evaluate(
     chief = distribute.is_chief(strategy)
     total = int(config.total_steps)
     if total <= 0:
-        raise ValueError(f"total_steps must be positive, got {total}.")
+        raise UsageError(f"total_steps must be positive, got {total}.")
     batch = int(config.batch_size)
     if batch <= 0:
-        raise ValueError(f"batch_size must be positive, got {batch}.")
+        raise UsageError(f"batch_size must be positive, got {batch}.")
     try:
         tf.io.gfile.makedirs(workdir)
     except tf.errors.OpError as e:

@@ -26,6 +26,7 @@ import tensorflow as tf
 
 from keras_vit import keras_compat
 from keras_vit.training.losses import LOSSES, hard_labels, per_example_loss
+from keras_vit.errors import UsageError
 
 
 class Evaluator:
@@ -55,7 +56,7 @@ class Evaluator:
         loss: str = "softmax_xent",
     ):
         if loss not in LOSSES:
-            raise ValueError(
+            raise UsageError(
                 f"Unknown loss {loss!r}: use one of {', '.join(LOSSES)}."
             )
         self.model = model
@@ -157,12 +158,12 @@ class Trainer(Evaluator):
         skip_nonfinite: bool = False,
     ):
         if accumulation_steps < 1:
-            raise ValueError(
+            raise UsageError(
                 f"accumulation_steps must be >= 1, got {accumulation_steps}."
             )
         replicas = strategy.num_replicas_in_sync
         if global_batch_size % (replicas * accumulation_steps):
-            raise ValueError(
+            raise UsageError(
                 f"batch_size {global_batch_size} is not divisible by "
                 f"replicas ({replicas}) x accumulation_steps "
                 f"({accumulation_steps}): use a multiple of "
@@ -335,7 +336,7 @@ class Trainer(Evaluator):
         this call, or None.
         """
         if steps < 1:
-            raise ValueError(f"steps must be >= 1, got {steps}.")
+            raise UsageError(f"steps must be >= 1, got {steps}.")
         if self._raw_weights is not None:
             raise RuntimeError(
                 "The model holds its EMA averages (swap_ema_weights): call "
