@@ -15,11 +15,12 @@ leaves a half-written file behind.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import uuid
-from typing import Any, List, Optional
+from typing import IO, Any, Iterator, List, Optional
 
 import tensorflow as tf
 
@@ -34,27 +35,52 @@ METRICS = "metrics.json"
 CHECKPOINTS = "checkpoints"
 
 
-def atomic_write(path: str, data: str | bytes) -> None:
-    """Writes `data` to `path` via a temporary file and a rename."""
+# What a temporary file of `atomic_output` adds to its target's name.
+TMP_MARK = ".tmp-"
+
+
+@contextlib.contextmanager
+def atomic_output(path: str, mode: str = "wb") -> Iterator[IO]:
+    """A file opened for writing whose content replaces `path` in one step.
+
+    The block writes to a temporary name beside `path` (`path` + TMP_MARK +
+    a random suffix); when it ends without an exception the file is flushed
+    to disk (fsync, for local paths) and renamed over `path`. On an
+    exception (a full disk, an interrupted download) the temporary file is
+    removed and `path` keeps its old content; a hard kill can leave the
+    temporary file, under a name no reader looks for.
+    """
     directory = os.path.dirname(path)
     if directory:
         tf.io.gfile.makedirs(directory)
-    tmp = f"{path}.tmp-{uuid.uuid4().hex}"
-    mode = "wb" if isinstance(data, bytes) else "w"
+    tmp = f"{path}{TMP_MARK}{uuid.uuid4().hex}"
+    local = "://" not in path
     try:
-        with tf.io.gfile.GFile(tmp, mode) as f:
-            f.write(data)
-        tf.io.gfile.rename(tmp, path, overwrite=True)
+        if local:
+            encoding = None if "b" in mode else "utf-8"
+            with open(tmp, mode, encoding=encoding) as f:
+                yield f
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        else:
+            with tf.io.gfile.GFile(tmp, mode) as f:
+                yield f
+            tf.io.gfile.rename(tmp, path, overwrite=True)
     except BaseException:
-        # E.g. a full disk: `path` keeps its old content; leave no stray
-        # temporary file behind (a hard kill still can, under a name no
-        # reader looks for).
         try:
             if tf.io.gfile.exists(tmp):
                 tf.io.gfile.remove(tmp)
         except (tf.errors.OpError, OSError):
             pass
         raise
+
+
+def atomic_write(path: str, data: str | bytes) -> None:
+    """Writes `data` to `path` via a temporary file and a rename
+    (`atomic_output`)."""
+    with atomic_output(path, "wb" if isinstance(data, bytes) else "w") as f:
+        f.write(data)
 
 
 def write_json(path: str, obj: Any) -> None:
