@@ -34,6 +34,7 @@ from typing import Optional
 
 import filelock
 import huggingface_hub
+from huggingface_hub import constants as hf_constants
 import tensorflow as tf
 from absl import logging
 from huggingface_hub.utils import (
@@ -109,6 +110,11 @@ def _remote_size(url: str) -> int:
     return tf.io.gfile.stat(url).length
 
 
+def _reason(error: Exception) -> str:
+    """An exception's message on one line (TensorFlow's span several)."""
+    return " ".join(str(getattr(error, "message", None) or error).split())
+
+
 def _unavailable(label: str, url: str, target: str, reason: str) -> str:
     if offline():
         fix = f"unset {OFFLINE_ENV} to download it"
@@ -126,8 +132,8 @@ def _download(url: str, target: str, label: str) -> None:
     try:
         size = _remote_size(url)
     except (tf.errors.OpError, OSError) as error:
-        reason = getattr(error, "message", None) or str(error)
-        raise UsageError(_unavailable(label, url, target, reason)) from None
+        raise UsageError(
+            _unavailable(label, url, target, _reason(error))) from None
     logging.info("Downloading %s (%.1f MiB) to %s", url, size / 2**20, target)
     copied = 0
     try:
@@ -145,10 +151,10 @@ def _download(url: str, target: str, label: str) -> None:
                     "to download it anew."
                 )
     except (tf.errors.OpError, OSError) as error:
-        reason = getattr(error, "message", None) or str(error)
         raise UsageError(
             f"The download of {url} stopped after {copied} of {size} bytes "
-            f"({reason}): nothing was cached. Run again to download it anew."
+            f"({_reason(error)}): nothing was cached. Run again to download "
+            "it anew."
         ) from error
 
 
@@ -191,7 +197,7 @@ def hf_snapshot(uri: str) -> str:
             "hf://ORG/NAME@REVISION (e.g. hf://google/vit-base-patch16-224)."
         )
     repo, revision = match.group("repo"), match.group("rev")
-    local_only = bool(huggingface_hub.constants.HF_HUB_OFFLINE) or _truthy(
+    local_only = bool(hf_constants.HF_HUB_OFFLINE) or _truthy(
         os.environ.get("HF_HUB_OFFLINE"))
 
     def download(patterns):
@@ -218,7 +224,7 @@ def hf_snapshot(uri: str) -> str:
             "or commit after @."
         ) from None
     except LocalEntryNotFoundError:
-        where = huggingface_hub.constants.HF_HUB_CACHE
+        where = hf_constants.HF_HUB_CACHE
         if local_only:
             fix = ("unset HF_HUB_OFFLINE to download it, or download it where "
                    f"there is network (`hf download {repo}`) into this cache")
