@@ -273,7 +273,8 @@ def test_hugging_face_model_from_the_cache_offline(tmp_path, monkeypatch):
                         str(tmp_path / "hub"))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     want = _logits(loader.load_model(loader.Source(hub=HF_FIXTURE)), 32)
-    for uri in ("hf://test-org/tiny-vit", f"hf://test-org/tiny-vit@{REVISION}"):
+    for uri in ("hf://test-org/tiny-vit",
+                f"hf://test-org/tiny-vit@{REVISION}"):
         source = loader.resolve(uri)
         assert os.path.realpath(source.hub) == os.path.realpath(snapshot)
         np.testing.assert_array_equal(

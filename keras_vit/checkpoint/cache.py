@@ -62,7 +62,9 @@ _HF_FALLBACK = ["pytorch_model.bin"]
 # hf://ORG/NAME[@REVISION]: the model-repository subset of Hugging Face
 # URIs (huggingface_hub's own URI parser exists only in its newest
 # releases).
-_HF_URI = re.compile(r"^hf://(?P<repo>[\w.-]+/[\w.-]+)(?:@(?P<rev>[^/\s]+))?/?$")
+_HF_URI = re.compile(
+    r"^hf://(?P<repo>[\w.-]+/[\w.-]+)(?:@(?P<rev>[^/\s]+))?/?$"
+)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,5 +1,5 @@
-"""The released ViT checkpoints by name: what `keras_vit.load_model("ViT-B_16")`
-and `keras_vit.list_models()` know.
+"""The released ViT checkpoints by name: what
+`keras_vit.load_model("ViT-B_16")` and `keras_vit.list_models()` know.
 
 The official files (google-research/vision_transformer) live in the
 `gs://vit_models` bucket:
@@ -110,8 +110,9 @@ class ModelInfo:
 
 
 def base_url() -> str:
-    """str. The bucket the names are downloaded from: $KERAS_VIT_MODELS_BASE_URL
-    or gs://vit_models, without a trailing slash."""
+    """str. The bucket the names are downloaded from:
+    $KERAS_VIT_MODELS_BASE_URL or gs://vit_models, without a trailing
+    slash."""
     return (os.environ.get(BASE_URL_ENV) or OFFICIAL_BUCKET).rstrip("/")
 
 

@@ -30,7 +30,9 @@ import keras
 import tensorflow as tf
 
 from keras_vit import mpp
-from keras_vit.checkpoint import augreg, cache, catalog, hub, hub_model, weights
+from keras_vit.checkpoint import (
+    augreg, cache, catalog, hub, hub_model, weights,
+)
 from keras_vit.checkpoint import npz as checkpoint_io
 from keras_vit.checkpoint import workdir as wd
 from keras_vit.checkpoint.resolution import rebuild_at_resolution
@@ -108,6 +110,11 @@ class Source:
             if isinstance(grid, int):
                 grid = (grid, grid)
             object.__setattr__(self, "posemb_grid", tuple(int(n) for n in grid))
+        if self.image_size is not None and not self.npz:
+            raise UsageError(
+                "Source.image_size (a released checkpoint's resolution) goes "
+                "with npz only."
+            )
 
     @property
     def path(self) -> str:
@@ -201,7 +208,9 @@ def resolve(
             image_size=source.image_size or located.image_size,
         )
     if not source or not str(source).strip():
-        raise UsageError(f"No model given: pass --model=SOURCE ({SOURCE_KINDS}).")
+        raise UsageError(
+            f"No model given: pass --model=SOURCE ({SOURCE_KINDS})."
+        )
     text = str(source).strip()
     located = cache.locate(text)
     fields = dict(variant=variant, posemb_grid=posemb_grid, use_ema=use_ema)
