@@ -156,6 +156,17 @@ def test_download_from_a_mirror_then_from_the_cache(mirror, monkeypatch):
     np.testing.assert_array_equal(_logits(again), _logits(model))
 
 
+def test_mirror_as_a_plain_directory(mirror, tmp_path, monkeypatch):
+    monkeypatch.setenv(catalog.BASE_URL_ENV, str(mirror))
+    source = loader.resolve("ViT-B_16")
+    assert source.npz == cache.cache_path("imagenet21k/ViT-B_16.npz")
+    assert source.image_size == 224
+    with open(source.npz, "rb") as a, open(
+        mirror / "imagenet21k" / "ViT-B_16.npz", "rb"
+    ) as b:
+        assert a.read() == b.read()
+
+
 def test_interrupted_download_leaves_nothing_that_loads(mirror, monkeypatch):
     real = cache._open_remote
 
@@ -284,6 +295,12 @@ def test_hugging_face_model_from_the_cache_offline(tmp_path, monkeypatch):
     message = str(error.value)
     assert "\n" not in message and "unset HF_HUB_OFFLINE" in message
     assert "hf download test-org/not-downloaded" in message
+    # KERAS_VIT_OFFLINE keeps Hugging Face models offline too.
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setenv(cache.OFFLINE_ENV, "1")
+    with pytest.raises(UsageError, match="unset KERAS_VIT_OFFLINE"):
+        keras_vit.load_model("hf://test-org/not-downloaded")
 
 
 def test_hf_home_and_offline_from_the_environment(tmp_path):

@@ -6,8 +6,9 @@ file or folder, or says that `text` is neither a name nor a URL (a path):
 - `hf://ORG/NAME` or `hf://ORG/NAME@REVISION`: a Hugging Face model
   repository, downloaded with `huggingface_hub.snapshot_download` into the
   Hugging Face cache (HF_HOME / HF_HUB_CACHE; HF_HUB_OFFLINE=1 uses the
-  cache only). Only config.json, preprocessor_config.json and the weights
-  are fetched: model.safetensors (or its shards), else pytorch_model.bin.
+  cache only, as does KERAS_VIT_OFFLINE=1). Only config.json,
+  preprocessor_config.json and the weights are fetched: model.safetensors
+  (or its shards), else pytorch_model.bin.
 - a released checkpoint's name (`keras_vit.checkpoint.catalog`) or an
   address in gs://vit_models (or the mirror in $KERAS_VIT_MODELS_BASE_URL):
   downloaded with tf.io.gfile into $KERAS_VIT_CACHE (default
@@ -199,8 +200,9 @@ def hf_snapshot(uri: str) -> str:
             "hf://ORG/NAME@REVISION (e.g. hf://google/vit-base-patch16-224)."
         )
     repo, revision = match.group("repo"), match.group("rev")
-    local_only = bool(hf_constants.HF_HUB_OFFLINE) or _truthy(
+    hf_offline = bool(hf_constants.HF_HUB_OFFLINE) or _truthy(
         os.environ.get("HF_HUB_OFFLINE"))
+    local_only = hf_offline or offline()
 
     def download(patterns):
         return huggingface_hub.snapshot_download(
@@ -228,7 +230,8 @@ def hf_snapshot(uri: str) -> str:
     except LocalEntryNotFoundError:
         where = hf_constants.HF_HUB_CACHE
         if local_only:
-            fix = ("unset HF_HUB_OFFLINE to download it, or download it where "
+            switch = "HF_HUB_OFFLINE" if hf_offline else OFFLINE_ENV
+            fix = (f"unset {switch} to download it, or download it where "
                    f"there is network (`hf download {repo}`) into this cache")
         else:
             fix = "check the network connection and run again"

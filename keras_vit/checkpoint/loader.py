@@ -26,7 +26,6 @@ import os
 from typing import Any, Dict, Optional, Sequence, Tuple, Union
 
 import keras
-
 import tensorflow as tf
 
 from keras_vit import mpp
@@ -171,7 +170,7 @@ def source_kind(text: str) -> str:
 
 
 def resolve(
-    source: Union[Source, str],
+    source: SourceLike,
     *,
     variant: Optional[str] = None,
     posemb_grid: Optional[Tuple[int, int]] = None,
@@ -296,7 +295,8 @@ def _npz_image_size(source: Source, content: _NpzContent) -> int:
 
 def architecture(source: SourceLike) -> Dict[str, Any]:
     """The source's architecture: MODEL_FIELDS, num_classes, image_size
-    (for an .npz: None, or a fine-tuned AugReg file's resolution) and
+    (for an .npz: None, or the resolution of a released checkpoint or of a
+    fine-tuned AugReg file) and
     variant (None when it is not a named variant)."""
     source = resolve(source)
     if source.workdir:
