@@ -54,19 +54,18 @@ def atomic_output(path: str, mode: str = "wb") -> Iterator[IO]:
     if directory:
         tf.io.gfile.makedirs(directory)
     tmp = f"{path}{TMP_MARK}{uuid.uuid4().hex}"
-    local = "://" not in path
     try:
-        if local:
-            encoding = None if "b" in mode else "utf-8"
-            with open(tmp, mode, encoding=encoding) as f:
-                yield f
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        else:
-            with tf.io.gfile.GFile(tmp, mode) as f:
-                yield f
-            tf.io.gfile.rename(tmp, path, overwrite=True)
+        with tf.io.gfile.GFile(tmp, mode) as f:
+            yield f
+        if "://" not in path:
+            # On disk before the rename, so a power cut cannot leave `path`
+            # naming an empty file.
+            fd = os.open(tmp, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        tf.io.gfile.rename(tmp, path, overwrite=True)
     except BaseException:
         try:
             if tf.io.gfile.exists(tmp):
