@@ -17,7 +17,7 @@ file or folder, or says that `text` is neither a name nor a URL (a path):
   used without any network access; KERAS_VIT_OFFLINE=1 never downloads.
 
 A download is checked against the size the remote reports before the copy
-(`tf.io.gfile.stat`) and written through `workdir.atomic_output`, so the
+(`tf.io.gfile.stat`) and written through `workdir.atomic_write`, so the
 cache only ever holds complete files: an interrupted or short download
 leaves nothing under the file's name, and the next call downloads it
 again. A lock file beside the target keeps two processes from downloading
@@ -31,7 +31,7 @@ import dataclasses
 import glob
 import os
 import re
-from typing import Optional
+from typing import List, Optional
 
 import filelock
 import huggingface_hub
@@ -139,26 +139,38 @@ def _download(url: str, target: str, label: str) -> None:
             _unavailable(label, url, target, _reason(error))) from None
     logging.info("Downloading %s (%.1f MiB) to %s", url, size / 2**20, target)
     copied = 0
-    try:
-        with wd.atomic_output(target) as out, _open_remote(url) as source:
+
+    def copy(tmp: str) -> None:
+        nonlocal copied
+        with open(tmp, "wb") as out, _open_remote(url) as source:
             while copied <= size:
                 chunk = source.read(CHUNK_BYTES)
                 if not chunk:
                     break
                 out.write(chunk)
                 copied += len(chunk)
-            if copied != size:
-                raise UsageError(
-                    f"The download of {url} gave {copied} bytes where the "
-                    f"remote file has {size}: nothing was cached. Run again "
-                    "to download it anew."
-                )
+        if copied != size:
+            raise UsageError(
+                f"The download of {url} gave {copied} bytes where the remote "
+                f"file has {size}: nothing was cached. Run again to download "
+                "it anew."
+            )
+
+    try:
+        wd.atomic_write(target, copy)
     except (tf.errors.OpError, OSError) as error:
         raise UsageError(
             f"The download of {url} stopped after {copied} of {size} bytes "
             f"({_reason(error)}): nothing was cached. Run again to download "
             "it anew."
         ) from error
+
+
+def _temporary_files(target: str) -> List[str]:
+    """Temporary files of `atomic_write` for `target` (`<name>.tmp-*<ext>`)
+    that an interrupted process left."""
+    root, extension = os.path.splitext(target)
+    return glob.glob(glob.escape(root) + ".tmp-*" + glob.escape(extension))
 
 
 def fetch(url: str, target: str, label: Optional[str] = None) -> str:
@@ -179,7 +191,7 @@ def fetch(url: str, target: str, label: Optional[str] = None) -> str:
     with filelock.FileLock(target + ".lock"):
         if os.path.isfile(target):  # another process just downloaded it
             return target
-        for stale in glob.glob(glob.escape(target + wd.TMP_MARK) + "*"):
+        for stale in _temporary_files(target):
             os.remove(stale)
         _download(url, target, label)
     return target

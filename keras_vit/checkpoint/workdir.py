@@ -15,12 +15,11 @@ leaves a half-written file behind.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
 import uuid
-from typing import IO, Any, Iterator, List, Optional
+from typing import Any, Callable, List, Optional, Union
 
 import tensorflow as tf
 
@@ -35,51 +34,51 @@ METRICS = "metrics.json"
 CHECKPOINTS = "checkpoints"
 
 
-# What a temporary file of `atomic_output` adds to its target's name.
-TMP_MARK = ".tmp-"
+def atomic_write(
+    path: str, data: Union[str, bytes, Callable[[str], None]]
+) -> None:
+    """Writes `data` to `path` via a temporary file and a rename.
 
+    The temporary file is a sibling of `path` with its extension,
+    `<name>.tmp-<random><extension>`; it is removed on any error, so `path`
+    keeps its old content (a hard kill can leave it, under a name no reader
+    looks for). A local file is fsynced before the rename.
 
-@contextlib.contextmanager
-def atomic_output(path: str, mode: str = "wb") -> Iterator[IO]:
-    """A file opened for writing whose content replaces `path` in one step.
-
-    The block writes to a temporary name beside `path` (`path` + TMP_MARK +
-    a random suffix); when it ends without an exception the file is flushed
-    to disk (fsync, for local paths) and renamed over `path`. On an
-    exception (a full disk, an interrupted download) the temporary file is
-    removed and `path` keeps its old content; a hard kill can leave the
-    temporary file, under a name no reader looks for.
+    Args:
+        path: str. Local path or URL.
+        data: str, bytes, or (local `path` only) a callable that writes the
+            file at the temporary path it is given, e.g. a streamed
+            download that raises when it comes up short.
     """
     directory = os.path.dirname(path)
     if directory:
         tf.io.gfile.makedirs(directory)
-    tmp = f"{path}{TMP_MARK}{uuid.uuid4().hex}"
+    root, extension = os.path.splitext(path)
+    tmp = f"{root}.tmp-{uuid.uuid4().hex[:12]}{extension}"
+    local = "://" not in path
     try:
-        with tf.io.gfile.GFile(tmp, mode) as f:
-            yield f
-        if "://" not in path:
-            # On disk before the rename, so a power cut cannot leave `path`
-            # naming an empty file.
-            fd = os.open(tmp, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+        if callable(data):
+            if not local:
+                raise ValueError(f"A writer callable needs a local path, "
+                                 f"not {path}.")
+            data(tmp)
+        else:
+            mode = "wb" if isinstance(data, bytes) else "w"
+            with tf.io.gfile.GFile(tmp, mode) as f:
+                f.write(data)
+        if local:
+            with open(tmp, "rb+") as f:
+                os.fsync(f.fileno())
         tf.io.gfile.rename(tmp, path, overwrite=True)
     except BaseException:
+        # E.g. a full disk: `path` keeps its old content; leave no stray
+        # temporary file behind.
         try:
             if tf.io.gfile.exists(tmp):
                 tf.io.gfile.remove(tmp)
         except (tf.errors.OpError, OSError):
             pass
         raise
-
-
-def atomic_write(path: str, data: str | bytes) -> None:
-    """Writes `data` to `path` via a temporary file and a rename
-    (`atomic_output`)."""
-    with atomic_output(path, "wb" if isinstance(data, bytes) else "w") as f:
-        f.write(data)
 
 
 def write_json(path: str, obj: Any) -> None:
