@@ -248,8 +248,8 @@ def hf_snapshot(uri: str) -> str:
         else:
             fix = "check the network connection and run again"
         raise UsageError(
-            f"{uri} is not in the Hugging Face cache ({where}) and could not "
-            f"be downloaded: {fix}."
+            f"{uri} is not (fully) in the Hugging Face cache ({where}) and "
+            f"could not be downloaded: {fix}."
         ) from None
     return folder
 
