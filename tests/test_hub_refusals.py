@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 import safetensors.numpy
 
-from keras_vit.checkpoint import hub, hub_config, loader, timm_registry
+from keras_vit.checkpoint import hub, hub_config, hub_timm, loader
+from keras_vit.checkpoint import timm_registry
 from keras_vit.commands import predict
 from keras_vit.errors import UsageError
 
@@ -65,7 +66,7 @@ def _set(field, value, args=False):
 def test_every_library_field_is_listed():
     assert sorted(hub_config.HF_VIT_FIELDS) == LIBRARY[
         "transformers.ViTConfig"]
-    assert list(hub_config.TIMM_VIT_ARGS) == LIBRARY["timm.VisionTransformer"]
+    assert list(hub_timm.TIMM_VIT_ARGS) == LIBRARY["timm.VisionTransformer"]
 
 
 # A value each SHAPE / CHECKED field is refused with (for the fixture).
@@ -154,7 +155,7 @@ TIMM_NO_EFFECT = {
 @pytest.mark.parametrize("field", LIBRARY["timm.VisionTransformer"])
 def test_each_vision_transformer_argument_is_honoured_or_refused(
         tmp_path, field):
-    how = hub_config.TIMM_VIT_ARGS[field]
+    how = hub_timm.TIMM_VIT_ARGS[field]
     if field == "fc_norm":
         _check_fc_norm(tmp_path)
     elif how in (hub_config.SHAPE, hub_config.CHECKED):

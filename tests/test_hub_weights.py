@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import safetensors.numpy
 
-from keras_vit.checkpoint import hub, hub_config, loader, torch_pickle
+from keras_vit.checkpoint import hub, hub_timm, loader, torch_pickle
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "hub")
 
@@ -146,7 +146,7 @@ def test_normalisation_fold_is_exact():
 def test_timm_hub_config_without_model_args():
     # The config.json timm writes for a named pretrained model (e.g.
     # timm/vit_base_patch16_224.augreg_in21k_ft_in1k) has no model_args.
-    settings = hub_config.timm_settings({
+    settings = hub_timm.settings({
         "architecture": "vit_base_patch16_224", "num_classes": 1000,
         "global_pool": "token",
         "pretrained_cfg": {"input_size": [3, 224, 224],
@@ -158,7 +158,7 @@ def test_timm_hub_config_without_model_args():
     assert settings["pooling"] == "token"
     # The top-level global_pool must agree with what the name registers.
     with pytest.raises(ValueError, match="global_pool 'avg' disagrees"):
-        hub_config.timm_settings({"architecture": "vit_base_patch16_224",
+        hub_timm.settings({"architecture": "vit_base_patch16_224",
                                   "global_pool": "avg"})
 
 

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import os
 import re
 from typing import Any, Callable, Dict, List, Optional, Tuple
@@ -45,7 +44,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import numpy as np
 import safetensors.numpy
 
-from keras_vit.checkpoint import hub_config, torch_pickle
+from keras_vit.checkpoint import hub_config, hub_timm, torch_pickle
 from keras_vit.checkpoint.npz import describe_arrays
 from keras_vit.errors import UsageError
 
@@ -323,48 +322,6 @@ def naming(tensors: Dict[str, np.ndarray]) -> str:
     )
 
 
-def _timm_refusal(spec, tensors, weights_path: str) -> None:
-    """Refuses, by name, a timm model whose arrays show a part this ViT
-    does not compute, before anything else is read from its config."""
-    if "dist_token" in tensors or hub_config.is_distilled(spec):
-        found = (f"first dist_token {tensors['dist_token'].shape}"
-                 if "dist_token" in tensors else "a dist_token")
-        raise UsageError(
-            f"{weights_path} is a distilled DeiT "
-            f"({spec.get('architecture', 'dist_token in its arrays')}): "
-            f"{found}, a distillation token this ViT does not compute. "
-            "Load the same model without distillation (timm deit_*)."
-        )
-    for key, why in (("norm_pre.weight", "norm_pre, a LayerNorm before the "
-                      "first block (timm pre_norm=True)"),
-                     ("reg_token", "register tokens (timm reg_tokens)")):
-        if key in tensors:
-            raise UsageError(f"{weights_path} has {key}: {why}; this ViT "
-                             "does not compute that.")
-
-
-def _check_timm_tokens(settings, arrays, weights_path: str) -> None:
-    """The class token and position table the config describes are the
-    ones the arrays hold."""
-    has_cls = "cls" in arrays
-    if has_cls != (settings["pooling"] == "token"):
-        raise UsageError(
-            f"{weights_path}: config.json pools by "
-            f"{'class token' if settings['pooling'] == 'token' else 'average'}"
-            f" but the weights {'have' if has_cls else 'lack'} a cls_token."
-        )
-    rows = arrays["Transformer/posembed_input/pos_embedding"].shape[1]
-    patch = arrays["embedding/kernel"].shape[0]
-    grid = math.prod(s // patch for s in settings["image_size"])
-    if has_cls and rows == grid:
-        raise UsageError(
-            f"{weights_path}: pos_embed has {rows} rows for {grid} patches "
-            "and a class token: position embeddings without the class "
-            "token (timm no_embed_class=True), which this ViT does not "
-            "compute."
-        )
-
-
 def read_hub(path: str) -> HubCheckpoint:
     """Reads a hub model directory (or weights file) into the official
     layout.
@@ -383,8 +340,8 @@ def read_hub(path: str) -> HubCheckpoint:
             spec, os.path.dirname(config_path), _read_json)
         mapper = _map_huggingface(tensors, settings["num_heads"])
     else:
-        _timm_refusal(spec, tensors, weights_path)
-        settings = hub_config.timm_settings(spec)
+        hub_timm.refuse_arrays(spec, tensors, weights_path)
+        settings = hub_timm.settings(spec)
         fc_norm = settings.pop("fc_norm")
         if "fc_norm.weight" in tensors and not fc_norm:
             raise UsageError(
@@ -410,8 +367,8 @@ def read_hub(path: str) -> HubCheckpoint:
     if kind == HUGGINGFACE:
         hub_config.check_hf_shapes(spec, info)
     else:
-        hub_config.check_timm_shapes(spec, info)
-        _check_timm_tokens(settings, mapper.arrays, weights_path)
+        hub_timm.check_shapes(spec, info)
+        hub_timm.check_tokens(settings, mapper.arrays, weights_path)
         settings.pop("pooling")
     _fold_normalisation(mapper.arrays, settings["mean"], settings["std"])
     return HubCheckpoint(
