@@ -89,6 +89,18 @@ def _normalised(pixels: np.ndarray, mean, std) -> torch.Tensor:
     return torch.from_numpy(x.transpose(0, 3, 1, 2).copy())
 
 
+def _reference(path: str, model, seed: int, mean=(0.5,) * 3,
+               std=(0.5,) * 3, output: str = "logits") -> None:
+    """Stores `model`'s `output` on fixed images as reference.npz."""
+    pixels = _pixels(seed)
+    with torch.no_grad():
+        out = model(_normalised(pixels, mean, std))
+    if not torch.is_tensor(out):
+        out = getattr(out, output)
+    np.savez(os.path.join(path, "reference.npz"), pixels=pixels,
+             **{output: out.numpy()})
+
+
 def _fresh(name: str) -> str:
     path = os.path.join(ROOT, name)
     shutil.rmtree(path, ignore_errors=True)
@@ -114,11 +126,7 @@ def hf_classifier() -> None:
     model = transformers.ViTForImageClassification(config).eval()
     _randomise(model, 0)
     model.save_pretrained(path)
-    pixels = _pixels(0)
-    with torch.no_grad():
-        logits = model(_normalised(pixels, (0.5,) * 3, (0.5,) * 3)).logits
-    np.savez(os.path.join(path, "reference.npz"), pixels=pixels,
-             logits=logits.numpy())
+    _reference(path, model, 0)
 
 
 def hf_model_bin() -> None:
@@ -137,11 +145,8 @@ def hf_model_bin() -> None:
         image_mean=list(IMAGENET_MEAN), image_std=list(IMAGENET_STD),
         size={"height": SIZE, "width": SIZE},
     ).save_pretrained(path)
-    pixels = _pixels(1)
-    with torch.no_grad():
-        out = model(_normalised(pixels, IMAGENET_MEAN, IMAGENET_STD))
-    np.savez(os.path.join(path, "reference.npz"), pixels=pixels,
-             pooler_output=out.pooler_output.numpy())
+    _reference(path, model, 1, IMAGENET_MEAN, IMAGENET_STD,
+               output="pooler_output")
 
 
 def _timm_save(model, path: str, args: dict, names=None,
@@ -162,11 +167,7 @@ def timm_vit() -> None:
     model = timm.create_model("vit_tiny_patch16_224", **args).eval()
     _randomise(model, 2)
     _timm_save(model, path, args, ["red", "green", "blue"])
-    pixels = _pixels(2)
-    with torch.no_grad():
-        logits = model(_normalised(pixels, IMAGENET_MEAN, IMAGENET_STD))
-    np.savez(os.path.join(path, "reference.npz"), pixels=pixels,
-             logits=logits.numpy())
+    _reference(path, model, 2, IMAGENET_MEAN, IMAGENET_STD)
 
 
 def timm_deit_distilled() -> None:
@@ -190,11 +191,7 @@ def _hf_pooler(name: str, act: str, seed: int) -> None:
     model = transformers.ViTModel(config).eval()
     _randomise(model, seed)
     model.save_pretrained(path)
-    pixels = _pixels(seed)
-    with torch.no_grad():
-        out = model(_normalised(pixels, (0.5,) * 3, (0.5,) * 3))
-    np.savez(os.path.join(path, "reference.npz"), pixels=pixels,
-             pooler_output=out.pooler_output.numpy())
+    _reference(path, model, seed, output="pooler_output")
 
 
 def hf_v5_state_dict() -> None:
@@ -205,11 +202,7 @@ def hf_v5_state_dict() -> None:
     config.save_pretrained(path)
     # The module names of transformers 5, as a user's torch.save gives.
     torch.save(model.state_dict(), os.path.join(path, "pytorch_model.bin"))
-    pixels = _pixels(6)
-    with torch.no_grad():
-        logits = model(_normalised(pixels, (0.5,) * 3, (0.5,) * 3)).logits
-    np.savez(os.path.join(path, "reference.npz"), pixels=pixels,
-             logits=logits.numpy())
+    _reference(path, model, 6)
 
 
 def activations() -> None:
@@ -233,11 +226,7 @@ def _timm_model(name: str, arch: str, seed: int, save_args: dict,
     path = _fresh(name)
     if save:
         _timm_save(model, path, {**args, **save_args})
-    pixels = _pixels(seed)
-    with torch.no_grad():
-        logits = model(_normalised(pixels, IMAGENET_MEAN, IMAGENET_STD))
-    np.savez(os.path.join(path, "reference.npz"), pixels=pixels,
-             logits=logits.numpy())
+    _reference(path, model, seed, IMAGENET_MEAN, IMAGENET_STD)
     return model, path, args
 
 

@@ -21,8 +21,8 @@ import os
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TARGET = os.path.join(ROOT, "keras_vit", "checkpoint", "timm_registry.py")
-HEADER = '''"""The arguments each timm `vision_transformer` / `deit` architecture name
-passes to `VisionTransformer` (timm {version}), written by
+HEADER = '''"""The arguments each timm `vision_transformer` / `deit`
+architecture name passes to `VisionTransformer` (timm {version}), written by
 scripts/make_timm_registry.py: do not edit by hand.
 
 `ARCHITECTURES[name]` is (num_heads, arguments), the arguments beyond the

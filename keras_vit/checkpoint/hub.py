@@ -8,22 +8,21 @@ loads:
 
 - Hugging Face `ViTForImageClassification` / `ViTModel`
   (`vit.encoder.layer.0.attention.attention.query.weight`, ...;
-  `google/vit-*`). The `pooler` of a `ViTModel` becomes the pre-logits
-  layer (Dense + tanh on the class token, the same computation).
+  `google/vit-*`), and the naming transformers 5 uses in memory, which a
+  `torch.save(model.state_dict())` writes (`vit.layers.0.attention.q_proj`).
+  The `pooler` of a `ViTModel` becomes the pre-logits layer (Dense on the
+  class token with the config's `pooler_act`, the same computation).
 - timm `vision_transformer` (`blocks.0.attn.qkv.weight`, ...): plain ViT,
-  AugReg, DeiT without the distillation token, DINO backbones.
-
-Both transformers' module namings are read: the hub files'
-(`encoder.layer.0.attention.attention.query`) and the one transformers 5
-uses in memory, which a `torch.save(model.state_dict())` writes
-(`layers.0.attention.q_proj`).
+  AugReg, the GAP models, DeiT without the distillation token, DINO
+  backbones.
 
 The architecture comes from the arrays' shapes plus `config.json` (heads,
 image size, GELU form, LayerNorm epsilon, pooling, the pooler's activation,
-class names), each field checked by `hub_config`. Anything the project's
-ViT does not compute (a distillation token, register tokens, layer scale,
-a norm before the first block, average pooling followed by fc_norm, ...)
-stops the load with its config field or first such key named. The pixel normalisation the weights were trained
+class names), each field checked by `hub_config` / `hub_timm`. Anything
+the project's ViT does not compute (a distillation token, register tokens,
+layer scale, a norm before the first block, average pooling followed by
+fc_norm, ...) stops the load with its config field or first such key
+named. The pixel normalisation the weights were trained
 with (`image_mean` / `image_std`) is folded into the patch embedding, so
 the model keeps the project's input convention, pixels in [-1, 1]: the
 patch embedding is linear with VALID padding, so the fold is exact.

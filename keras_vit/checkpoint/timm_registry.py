@@ -1,5 +1,5 @@
-"""The arguments each timm `vision_transformer` / `deit` architecture name
-passes to `VisionTransformer` (timm 1.0.31), written by
+"""The arguments each timm `vision_transformer` / `deit`
+architecture name passes to `VisionTransformer` (timm 1.0.31), written by
 scripts/make_timm_registry.py: do not edit by hand.
 
 `ARCHITECTURES[name]` is (num_heads, arguments), the arguments beyond the
