@@ -1,8 +1,8 @@
 """How keras_vit resizes the position embeddings of hub weights, against
 timm and transformers, measured. Writes docs/results/posemb_resize.json.
 
-    pip install -e ".[hub_reference]" && pip install keras
-    KERAS_BACKEND=torch python scripts/posemb_resize_comparison.py
+    pip install -e ".[hub_reference]"   # torch, torchvision, transformers, timm
+    python scripts/posemb_resize_comparison.py
 
 keras_vit resizes the patch grid of a position embedding bilinearly with
 corners aligned (the official ViT code's `scipy.ndimage.zoom(order=1)`

@@ -13,8 +13,13 @@ import numpy as np
 import pytest
 import safetensors.numpy
 
-from keras_vit.checkpoint import hub, hub_config, hub_timm, loader
-from keras_vit.checkpoint import timm_registry
+from keras_vit.checkpoint import (
+    hub,
+    hub_config,
+    hub_timm,
+    loader,
+    timm_registry,
+)
 from keras_vit.commands import predict
 from keras_vit.errors import UsageError
 

@@ -26,10 +26,10 @@ _package = types.ModuleType("keras_vit")
 _package.__path__ = [os.path.join(ROOT, "keras_vit")]
 sys.modules["keras_vit"] = _package
 
+import torch_files  # noqa: E402
+
 from keras_vit.checkpoint import torch_pickle  # noqa: E402
 from keras_vit.errors import UsageError  # noqa: E402
-
-import torch_files  # noqa: E402
 
 
 def _emit(**record) -> None:

@@ -18,7 +18,13 @@ from typing import Any, Dict, Optional
 
 from keras_vit.checkpoint import timm_registry
 from keras_vit.checkpoint.hub_config import (
-    CHECKED, NO_EFFECT, READ, SHAPE, class_names, disagree, patch_size,
+    CHECKED,
+    NO_EFFECT,
+    READ,
+    SHAPE,
+    class_names,
+    disagree,
+    patch_size,
     refuse,
 )
 from keras_vit.errors import UsageError

@@ -27,8 +27,8 @@ from __future__ import annotations
 import collections
 import importlib
 import importlib.util
-import math
 import io
+import math
 import os
 import pickle
 import pickletools
@@ -36,6 +36,7 @@ import zipfile
 from typing import Dict, Optional, Tuple
 
 import numpy as np
+
 from keras_vit.errors import UsageError
 
 # torch storage class -> numpy dtype (the allow-list). bfloat16 is read as
