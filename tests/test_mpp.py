@@ -383,7 +383,7 @@ def test_mpp_encoder_initialises_a_classifier_with_equal_weights(mpp_run):
 def test_fine_tuning_from_mpp_with_few_labels(mpp_run, tmp_path):
     workdir, _ = mpp_run
     config = tiny.digits_config({
-        "init.workdir": workdir, "train_examples_per_class": 2,
+        "init.model": workdir, "train_examples_per_class": 2,
         "total_steps": 10, "steps_per_loop": 10, "log_every_steps": 10,
         "eval_every_steps": 0, "checkpoint_every_steps": 0,
         "optimizer.warmup_steps": 2,

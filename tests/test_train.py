@@ -235,7 +235,7 @@ def test_fine_tune_from_workdir_resizes_and_reinitialises_head(tmp_path):
     config = digits_config(total_steps=4)
     config.image_size = 48  # 6 x 6 grid instead of 4 x 4
     config.pp.resize_size = 52
-    config.init.workdir = source
+    config.init.model = source
     metrics = train_lib.train_and_evaluate(config, str(tmp_path / "ft"))
     assert metrics["steps"] == 4
 

@@ -20,6 +20,7 @@ import os
 from typing import Any, Dict, Optional, Sequence, Tuple, Union
 
 import keras
+import tensorflow as tf
 
 from keras_vit import mpp
 from keras_vit.checkpoint import augreg, hub, hub_model, weights
@@ -41,6 +42,48 @@ _SIZE_FIELDS = ("hidden_size", "num_layers", "num_heads", "mlp_dim")
 FROM_SOURCE = "source"
 
 ImageSize = Union[int, Sequence[int]]
+
+
+SOURCE_KINDS = (
+    "a training workdir, a .keras file, an official .npz (local or gs://) "
+    "or a Hugging Face / timm folder"
+)
+
+
+def source_kind(text: str) -> str:
+    """"workdir", "keras_model", "npz" or "hub": the kind of model a source
+    string names. A path ending .npz or .keras is that file; a folder with
+    Hugging Face weights (hub.WEIGHT_FILES), or such a weights file, is a
+    hub model; any other folder is a training workdir.
+
+    Raises:
+        UsageError: nothing is there, or a file of no model kind.
+    """
+    if not text:
+        raise UsageError(
+            f"No model given: pass --model=SOURCE ({SOURCE_KINDS})."
+        )
+    lower = text.lower().rstrip("/")
+    if lower.endswith(".npz"):
+        return "npz"
+    if lower.endswith(".keras"):
+        return "keras_model"
+    if tf.io.gfile.isdir(text):
+        if any(tf.io.gfile.exists(os.path.join(text, name))
+               for name in hub.WEIGHT_FILES):
+            return "hub"
+        return "workdir"
+    if tf.io.gfile.exists(text):
+        if os.path.basename(text) in hub.WEIGHT_FILES or lower.endswith(
+            (".safetensors", ".bin")
+        ):
+            return "hub"
+        raise UsageError(
+            f"{text} is a file of no model kind: give {SOURCE_KINDS}."
+        )
+    raise UsageError(
+        f"{text}: no such file or folder. A model is {SOURCE_KINDS}."
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,26 +118,39 @@ class Source:
         given = [k for k in kinds if getattr(self, k)]
         if len(given) != 1:
             raise UsageError(
-                "Give exactly one pre-trained model: --workdir=RUN_DIR, "
-                "--keras_model=FILE.keras, --npz=FILE.npz [--variant=B/16]"
-                " or --hub=HF_MODEL_DIR"
-                f" (got {', '.join(given) or 'none'})."
+                "Give exactly one pre-trained model (--model=SOURCE: "
+                f"{SOURCE_KINDS}; got {', '.join(given) or 'none'})."
             )
         if self.variant and not self.npz:
             raise UsageError(
-                "--variant goes with --npz only (a workdir or .keras file "
-                "records its own architecture)."
+                "--variant goes with an .npz model only (a workdir or .keras "
+                "file records its own architecture)."
             )
         if self.posemb_grid is not None:
             if not self.npz:
                 raise UsageError(
-                    "--posemb_grid goes with --npz only (a workdir or .keras "
-                    "file records its own grid)."
+                    "--posemb_grid goes with an .npz model only (a workdir "
+                    "or .keras file records its own grid)."
                 )
             grid = self.posemb_grid
             if isinstance(grid, int):
                 grid = (grid, grid)
             object.__setattr__(self, "posemb_grid", tuple(int(n) for n in grid))
+
+    @classmethod
+    def parse(
+        cls,
+        text: str,
+        *,
+        variant: Optional[str] = None,
+        posemb_grid: Optional[Tuple[int, int]] = None,
+        use_ema: bool = True,
+    ) -> "Source":
+        """The source a model string names (`--model=`,
+        `config.init.model`); its kind comes from the string
+        (`source_kind`)."""
+        return cls(**{source_kind(text): text}, variant=variant,
+                   posemb_grid=posemb_grid, use_ema=use_ema)
 
     @property
     def path(self) -> str:
@@ -257,7 +313,10 @@ def transfer_model_config(
 
 
 def initialise(
-    model: keras.Model, source: Source, *, keep_pre_logits: bool = False
+    model: keras.Model,
+    source: Union[Source, str],
+    *,
+    keep_pre_logits: bool = False,
 ) -> checkpoint_io.LoadReport:
     """Loads a source's weights into `model`, for fine-tuning.
 
@@ -269,6 +328,8 @@ def initialise(
     Returns:
         The `LoadReport`.
     """
+    if isinstance(source, str):
+        source = Source.parse(source)
     arrays, grid, layout, ignored = _source_arrays(source)
     return weights.load_arrays(
         model,
@@ -328,7 +389,7 @@ def _model_from_npz(
 
 
 def load_model(
-    source: Source,
+    source: Union[Source, str],
     image_size: Optional[ImageSize] = None,
     *,
     num_classes: Optional[int] = None,
@@ -352,7 +413,7 @@ def load_model(
     `weights.load_arrays`.
 
     Args:
-        source: Source.
+        source: Source, or a source string (`Source.parse`).
         image_size: int, (height, width) or None. Rebuild at this
             resolution (position embeddings resized); None keeps the
             source's (for an .npz: 224, or the resolution in a fine-tuned
@@ -379,6 +440,8 @@ def load_model(
         ValueError: a file that is not a checkpoint, or one that does not
             fit the model asked for.
     """
+    if isinstance(source, str):
+        source = Source.parse(source)
     report = None
     if source.npz:
         model, report = _model_from_npz(
