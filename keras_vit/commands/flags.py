@@ -9,8 +9,8 @@ one process (the tests do). `run` parses the command line into it and
 calls the command's main:
 
 - a `UsageError` (this project's checks of what the user gave), a missing
-  file, a run that cannot go on (`TrainingError`) or a failed strategy
-  set-up prints one line, `keras-vit-<command>: error: <message>`, and
+  or existing file, a missing optional package, a run that cannot go on
+  (`TrainingError`) or a failed strategy set-up prints one line, `keras-vit-<command>: error: <message>`, and
   exits 1 (a set-up error: its own status); `--verbose` adds the traceback;
 - so does a bad flag or config field;
 - any other exception (a ValueError from inside Keras or TensorFlow
@@ -30,14 +30,17 @@ from ml_collections import config_flags
 
 from keras_vit import config as config_lib
 from keras_vit.checkpoint import loader
+from keras_vit.checkpoint import workdir as wd
 from keras_vit.errors import UsageError
 from keras_vit.training import cluster, distribute
 from keras_vit.training.resume import TrainingError
 
 PREFIX = "keras-vit-"
 # Errors that are the user's to fix: one line (the traceback with
-# --verbose). SetupError is a ValueError with an exit status.
-ONE_LINE = (UsageError, cluster.SetupError, TrainingError, FileNotFoundError)
+# --verbose). SetupError is a ValueError with an exit status; a missing or
+# existing file and a missing optional package are named by the message.
+ONE_LINE = (UsageError, cluster.SetupError, TrainingError, FileNotFoundError,
+            FileExistsError, ImportError)
 HELP_ARGS = ("-h", "--help", "--helpshort", "-?")
 _VERBOSE = re.compile(r"--verbose(=(true|t|1|yes))?", re.I)
 
@@ -57,10 +60,13 @@ def define_verbose(values: flags.FlagValues) -> None:
 
 
 def define_model(values: flags.FlagValues, required: bool = True,
-                 extra: str = "") -> None:
-    """--model (and --no_ema, which picks a workdir's weights)."""
+                 extra: str = "", ema: bool = True) -> None:
+    """--model (and, with `ema`, --no_ema, which picks a workdir's
+    weights)."""
     flags.DEFINE_string("model", None, MODEL_HELP + extra,
                         flag_values=values, required=required)
+    if not ema:
+        return
     flags.DEFINE_boolean(
         "no_ema", False,
         "A training workdir: its raw weights, not the EMA (Polyak) average.",
@@ -183,10 +189,78 @@ def model_source(values: flags.FlagValues,
                  text: Optional[str] = None) -> loader.Source:
     """The Source that --model (or `text`) names, with the hints given."""
     text = values.model if text is None else text
-    hints = dict(use_ema=not values.no_ema)
-    if "variant" in values and values.variant:
-        hints["variant"] = values.variant
+    hints = dict(use_ema=not hint(values, "no_ema"))
+    for name in ("variant", "posemb_grid"):
+        if hint(values, name) is not None:
+            hints[name] = hint(values, name)
     return loader.Source.parse(text, **hints)
+
+
+def hint(values: flags.FlagValues, name: str):
+    """The value of shape-hint flag `name`, None when the command has no
+    such flag."""
+    return values[name].value if name in values else None
+
+
+def load_model(values: flags.FlagValues,
+               source: Optional[loader.Source] = None, *,
+               image_size=None, head: Optional[str] = None):
+    """keras.Model. `loader.load_model` of the --model source (or
+    `source`) with the shape hints the command line gives.
+
+    Args:
+        image_size: the resolution to load at; default --image_size.
+        head: str or None. What the command does with the classifier
+            ("serve", "predict with"): a model without a classification
+            head is then an error naming the fix.
+    """
+    source = model_source(values) if source is None else source
+    kwargs = {}
+    if (source.npz or source.hub) and hint(values, "representation_size"):
+        kwargs["representation_size"] = hint(values, "representation_size")
+    size = image_size if image_size is not None else hint(values,
+                                                          "image_size")
+    model = loader.load_model(source, size, **kwargs)
+    if head is None:
+        return model
+    if "head" not in {layer.name for layer in model.layers}:
+        raise UsageError(
+            f"{source.path} has no classification head (a backbone or an "
+            f"MPP encoder): nothing to {head}. Fine-tune it first "
+            f"(keras-vit-train --config.init.model={source.path} ...)."
+        )
+    wanted, width = hint(values, "num_classes"), int(model.output_shape[-1])
+    if wanted is not None and wanted != width:
+        raise UsageError(
+            f"--num_classes {wanted} does not match the {width}-class head "
+            f"of {source.path}; a new head would be untrained. Drop "
+            f"--num_classes or pass {width}."
+        )
+    return model
+
+
+def define_resize_size(values: flags.FlagValues) -> None:
+    flags.DEFINE_integer(
+        "resize_size", None,
+        "Resize to this, then center-crop to the input size, as evaluation "
+        "does with the same setting; default: resize directly (a training "
+        "workdir: the run's eval_resize_size).", flag_values=values,
+    )
+
+
+def resize_size(values: flags.FlagValues,
+                source: loader.Source) -> Optional[int]:
+    """--resize_size, else a training workdir's eval_resize_size (the
+    preprocessing the run evaluated with, which serving must match)."""
+    if values.resize_size is not None or not source.workdir:
+        return values.resize_size
+    return wd.read_config(source.workdir).pp.eval_resize_size
+
+
+def read_lines(path: str) -> list:
+    """The non-empty lines of a text file (class names), in order."""
+    with open(path, encoding="utf-8") as f:
+        return [line.rstrip("\r\n") for line in f if line.strip()]
 
 
 # ------------------------------------------------------------- logging
@@ -283,9 +357,14 @@ def parse(values: flags.FlagValues, argv: Sequence[str]) -> list:
 
 
 def help_text(program: str, doc: str, values: flags.FlagValues) -> str:
-    return f"usage: {program} [flags]\n\n{doc.strip()}\n\nflags:\n" + (
-        values.get_help(include_special_flags=False)
-    )
+    """`program --help`: the command's doc, then its flags, those of every
+    command first."""
+    text = "\n" + values.get_help(include_special_flags=False)
+    for module in values.flags_by_module_dict():
+        title = ("flags of every command" if module == __name__
+                 else f"flags of {program}")
+        text = text.replace(f"\n{module}:\n", f"\n{title}:\n")
+    return f"usage: {program} [flags]\n\n{doc.strip()}\n{text}"
 
 
 def run(
