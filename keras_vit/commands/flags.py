@@ -335,13 +335,16 @@ def flag_error_message(error: BaseException, argv: Sequence[str]) -> str:
     message = message.replace("\\n", " ").replace("\n", " ")
     message = message.replace("\\'", "'").strip('"')
     # ml_collections says "'field' Did you mean ...": name what it is.
-    message = re.sub(
+    named = re.sub(
         r"^'+([\w.]+)'+\s*", r"unknown config field '\1'. ", message
-    ).rstrip("'")
+    )
+    if named != message:
+        message = named.rstrip("'")
     if "Did you mean" not in message:
         message = _with_suggestion(message, argv)
-    return (f"{message} (config fields: keras_vit/config.py; flags: "
-            "--help)")
+    where = ("config fields: keras_vit/config.py" if "config" in message
+             else "flags: --help")
+    return f"{message} ({where})"
 
 
 def parse(values: flags.FlagValues, argv: Sequence[str]) -> list:

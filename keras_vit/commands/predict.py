@@ -239,6 +239,8 @@ def run(args, images: Sequence[str]) -> int:
                          "as arguments.")
     if args.top_k < 1 or args.batch_size < 1:
         raise UsageError("--top_k and --batch_size must be >= 1.")
+    if not is_saved_model(args.model):
+        cli.model_source(args)  # a model is there, before the images
     files, folder = list_images(images)
     predict, names = predictor(args)
     files, data, skipped = read_images(files, args.skip_bad_images)
