@@ -64,6 +64,10 @@ def source_kind(text: str) -> str:
             f"No model given: pass --model=SOURCE ({SOURCE_KINDS})."
         )
     lower = text.lower().rstrip("/")
+    if "://" not in text and not os.path.exists(text):
+        raise UsageError(
+            f"{text}: no such file or folder. A model is {SOURCE_KINDS}."
+        )
     if lower.endswith(".npz"):
         return "npz"
     if lower.endswith(".keras"):
@@ -81,9 +85,7 @@ def source_kind(text: str) -> str:
         raise UsageError(
             f"{text} is a file of no model kind: give {SOURCE_KINDS}."
         )
-    raise UsageError(
-        f"{text}: no such file or folder. A model is {SOURCE_KINDS}."
-    )
+    raise UsageError(f"{text}: nothing is there. A model is {SOURCE_KINDS}.")
 
 
 @dataclasses.dataclass(frozen=True)
