@@ -471,15 +471,14 @@ def upgrade(values: Mapping[str, Any]) -> Mapping[str, Any]:
     if not old:
         return values
     init = dict(init)
-    given = [init[k] for k in old if init[k]]
-    for key in old:
-        del init[key]
+    given = [init.pop(k) for k in old]
+    given = [g for g in given if g]
     if len(given) > 1:
         raise UsageError(
             f"config.init names {len(given)} models ({', '.join(given)}): "
             "keep one, as config.init.model."
         )
-    if given and not init.get("model"):
+    if given and not init.setdefault("model", None):
         init["model"] = given[0]
     return dict(values, init=init)
 
