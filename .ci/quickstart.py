@@ -6,7 +6,8 @@
 
 The quick start is the first ```bash block under "## Quick start" in
 README.md; it must hold exactly two command lines, the first of which
-trains (`keras-vit-train ...` or `python train.py ...`, with --workdir). The promise is the first
+trains (`keras-vit-train ...` or `python train.py ...`, with --workdir).
+The promise is the first
 "at least NN.N% test accuracy" in the README's quick-start section.
 Standard library only: this runs before anything is installed.
 """

@@ -70,8 +70,8 @@ def _probabilities(data):
 def test_keras_model_equals_the_saved_model(setup, capsys):
     root, export = setup
     photos = str(root / "photos")
-    ours = _json(root, "keras", photos, "--model",
-                 str(root / "vit.keras"), "--labels", str(root / "labels.txt"))
+    ours = _json(root, "keras", photos, "--model", str(root / "vit.keras"),
+                 "--class_names_file", str(root / "labels.txt"))
     served = _json(root, "served", photos, "--model",
                    os.path.dirname(export), "--batch_size", "2")
     files = [e["file"] for e in ours["predictions"]]
@@ -92,7 +92,7 @@ def test_npz_with_labels_and_printed_lines(setup, capsys):
     root, _ = setup
     image = str(root / "photos" / "img0.jpeg")
     status = run_predict([image, "--model", str(root / "vit.npz"),
-                           "--labels", str(root / "labels.txt"),
+                           "--class_names_file", str(root / "labels.txt"),
                            "--top_k", "2"])
     assert status == 0
     line = capsys.readouterr().out.strip()

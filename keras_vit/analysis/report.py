@@ -52,7 +52,7 @@ def _list_images(paths: Sequence[str]) -> List[str]:
         elif tf.io.gfile.exists(path):
             files.append(path)
         else:
-            raise UsageError(f"--images {path!r} does not exist.")
+            raise UsageError(f"Image {path!r} does not exist.")
     return files
 
 

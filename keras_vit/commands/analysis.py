@@ -38,9 +38,7 @@ def define_flags(values: flags.FlagValues, argv: Sequence[str]) -> None:
     flags.DEFINE_integer("digits", None, "Use the first N scikit-learn "
                          "digits (bundled, no download) instead of image "
                          "arguments.", flag_values=values)
-    flags.DEFINE_string("class_names_file", None, "Class names, one per "
-                        "line, for the figure titles (default: the model's "
-                        "own; else class indices).", flag_values=values)
+    cli.define_class_names_file(values)
     flags.DEFINE_integer("batch_size", 16, "Images per forward pass.",
                          flag_values=values)
     flags.DEFINE_integer("max_rollout_images", 8, "Images drawn in the "

@@ -57,9 +57,7 @@ def define_flags(values: flags.FlagValues, argv: Sequence[str]) -> None:
     flags.DEFINE_list("class_names", None, "Class names, comma-separated, in "
                       "label order (default: the model's own, if it has "
                       "any).", flag_values=values)
-    flags.DEFINE_string("class_names_file", None, "A text file with one "
-                        "class name per line, in label order.",
-                        flag_values=values)
+    cli.define_class_names_file(values)
     flags.DEFINE_integer("top_k", 5, "Top classes in each answer.",
                          flag_values=values)
     flags.DEFINE_integer("version", None, "Version number; default: the "

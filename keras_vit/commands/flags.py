@@ -10,8 +10,9 @@ calls the command's main:
 
 - a `UsageError` (this project's checks of what the user gave), a missing
   or existing file, a missing optional package, a run that cannot go on
-  (`TrainingError`) or a failed strategy set-up prints one line, `keras-vit-<command>: error: <message>`, and
-  exits 1 (a set-up error: its own status); `--verbose` adds the traceback;
+  (`TrainingError`) or a failed strategy set-up prints one line,
+  `keras-vit-<command>: error: <message>`, and exits 1 (a set-up error:
+  its own status); `--verbose` adds the traceback;
 - so does a bad flag or config field;
 - any other exception (a ValueError from inside Keras or TensorFlow
   included) propagates with its traceback.
@@ -255,6 +256,15 @@ def resize_size(values: flags.FlagValues,
     if values.resize_size is not None or not source.workdir:
         return values.resize_size
     return wd.read_config(source.workdir).pp.eval_resize_size
+
+
+def define_class_names_file(values: flags.FlagValues) -> None:
+    flags.DEFINE_string(
+        "class_names_file", None, "Class names, one per line, in label "
+        "order (default: the model's own, e.g. a workdir's labels.txt or a "
+        "Hugging Face config's id2label; else class indices).",
+        flag_values=values,
+    )
 
 
 def read_lines(path: str) -> list:

@@ -217,9 +217,7 @@ def define_flags(values: flags.FlagValues, argv: Sequence[str]) -> None:
     cli.define_model(values, extra=" Or an exported SavedModel: a version "
                      "folder, or the model folder (its newest version).")
     cli.define_resize_size(values)
-    flags.DEFINE_string("labels", None, "Class names, one per line, in "
-                        "label order (default: the model's, else class "
-                        "indices).", flag_values=values)
+    cli.define_class_names_file(values)
     flags.DEFINE_integer("top_k", 5, "Classes shown per image.",
                          flag_values=values)
     flags.DEFINE_integer("batch_size", 32, "Images per forward pass.",
@@ -256,8 +254,8 @@ def run(args, images: Sequence[str]) -> int:
         raise UsageError("No readable image to classify.")
     probabilities = np.concatenate(probabilities)
     num_classes = probabilities.shape[-1]
-    if args.labels:
-        names = cli.read_lines(args.labels)
+    if args.class_names_file:
+        names = cli.read_lines(args.class_names_file)
     if names is None:
         names = [str(i) for i in range(num_classes)]
     if len(names) != num_classes:

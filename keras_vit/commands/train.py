@@ -10,8 +10,8 @@ evaluate it, and export it for serving when `config.export.enabled`.
 (`configs/digits.py`, `my_config.py:arg`); --config.FIELD=VALUE overrides a
 field (the config is locked: a misspelt field is an error naming the
 closest). `--model=SOURCE` (short for `--config.init.model=SOURCE`)
-starts from a model: any source the other commands take. Restarting with the same --workdir resumes from its latest
-checkpoint.
+starts from a model: any source the other commands take. Restarting with
+the same --workdir resumes from its latest checkpoint.
 """
 
 from __future__ import annotations
