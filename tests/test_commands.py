@@ -15,6 +15,7 @@ import pytest
 from absl import flags
 
 from keras_vit import config as config_lib
+from keras_vit.checkpoint import workdir as wd
 from keras_vit.commands import flags as cli
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -225,15 +226,19 @@ def test_unknown_config_name_lists_the_shipped_ones():
         if n.endswith(".py") and n != "__init__.py")
 
 
-def test_old_init_fields_point_to_init_model():
+def test_old_init_fields_point_to_init_model(tmp_path):
     with pytest.raises(config_lib.UsageError) as info:
         parse_train(["--config=digits", "--workdir=w",
                      "--config.init.npz=x.npz"])
     assert "config.init.npz is now config.init.model" in str(info.value)
-    old = {"init": {"npz": None, "keras_model": "/m.keras", "workdir": None,
-                    "keep_pre_logits": True}}
-    config = config_lib.complete(old, where="config.json")
+    # The config.json of a run made before init.model: read as init.model.
+    saved = config_lib.base_config().to_dict()
+    saved["init"] = {"npz": None, "keras_model": "/m.keras", "workdir": None,
+                     "keep_pre_logits": True}
+    wd.write_json(str(tmp_path / wd.CONFIG), saved)
+    config = wd.read_config(str(tmp_path))
     assert config.init.model == "/m.keras" and config.init.keep_pre_logits
+    assert "npz" not in config.init
 
 
 def test_train_model_flag_sets_init_model(tmp_path):

@@ -42,7 +42,7 @@ PREFIX = "keras-vit-"
 # existing file and a missing optional package are named by the message.
 ONE_LINE = (UsageError, cluster.SetupError, TrainingError, FileNotFoundError,
             FileExistsError, ImportError)
-HELP_ARGS = ("-h", "--help", "--helpshort", "-?")
+HELP_ARGS = ("-h", "--help", "--helpshort", "--helpfull", "-?")
 _VERBOSE = re.compile(r"--verbose(=(true|t|1|yes))?", re.I)
 
 MODEL_HELP = (
