@@ -1167,7 +1167,7 @@ def _config_fields() -> set:
             if hasattr(node[key], "keys"):
                 walk(node[key], prefix + key + ".")
 
-    for path in sorted(glob.glob(os.path.join(ROOT, "configs", "*.py"))):
+    for path in sorted(glob.glob(os.path.join(ROOT, "configs", "[!_]*.py"))):
         walk(_load_script(os.path.relpath(path, ROOT)).get_config(), "")
     return fields
 
