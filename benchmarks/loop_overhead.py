@@ -63,6 +63,7 @@ import throughput  # noqa: E402  (beside this file: machine_info)
 import throughput_report as report  # noqa: E402
 
 from keras_vit import build  # noqa: E402
+from keras_vit.checkpoint.atomic import atomic_write  # noqa: E402
 from keras_vit.data import pipeline as input_pipeline  # noqa: E402
 from keras_vit.training import train_lib  # noqa: E402
 
@@ -221,8 +222,8 @@ def main(argv) -> None:
         )
     result["machine"]["load_average_end"] = list(os.getloadavg())
     text = markdown(result)
-    report.atomic_write(_OUTPUT.value + ".json", json.dumps(result, indent=1))
-    report.atomic_write(_OUTPUT.value + ".md", text)
+    atomic_write(_OUTPUT.value + ".json", json.dumps(result, indent=1))
+    atomic_write(_OUTPUT.value + ".md", text)
     print(text)
 
 

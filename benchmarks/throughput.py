@@ -53,6 +53,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import throughput_report as report  # noqa: E402  (beside this file)
 
 import keras_vit  # noqa: E402
+from keras_vit.checkpoint.atomic import atomic_write  # noqa: E402
 from keras_vit.model import decode_variant  # noqa: E402
 
 
@@ -502,8 +503,8 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
             result["ceiling_jax"] = child["ceiling"]
             result["rows"].extend(child["rows"])
     text = report.markdown(result)
-    report.atomic_write(args.output + ".json", json.dumps(result, indent=1))
-    report.atomic_write(args.output + ".md", text)
+    atomic_write(args.output + ".json", json.dumps(result, indent=1))
+    atomic_write(args.output + ".md", text)
     print(text)
     return result
 

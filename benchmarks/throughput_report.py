@@ -1,24 +1,8 @@
-"""The markdown report of benchmarks/throughput.py, and its file writes."""
+"""The markdown report of benchmarks/throughput.py."""
 
 from __future__ import annotations
 
-import os
-import tempfile
 from typing import Any, Dict
-
-
-def atomic_write(path: str, text: str) -> None:
-    """Writes text to path through a temporary file and a rename."""
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp_")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
 
 
 def markdown(result: Dict[str, Any]) -> str:

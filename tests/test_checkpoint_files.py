@@ -96,8 +96,9 @@ def test_save_npz_is_atomic(tmp_path, monkeypatch):
     out = tmp_path / "model.npz"
     out.write_bytes(b"previous contents")
 
-    def failing_savez(f, **arrays):
-        f.write(b"partial")
+    def failing_savez(file, **arrays):  # np.savez gets a temporary path
+        with open(file, "wb") as f:
+            f.write(b"partial")
         raise OSError("disk full")
 
     monkeypatch.setattr(checkpoint_io.np, "savez", failing_savez)

@@ -9,8 +9,9 @@ Layout of a workdir (local or gs://):
     train/, eval/    TensorBoard summaries
     metrics.json     final metrics (test accuracy, steps, images/s, wall time)
 
-Every file is written to a temporary name and renamed, so a crash never
-leaves a half-written file behind.
+Every file is written with `keras_vit.checkpoint.atomic.atomic_write`
+(a temporary name, then a rename), so a crash never leaves a half-written
+file behind.
 """
 
 from __future__ import annotations
@@ -18,13 +19,13 @@ from __future__ import annotations
 import json
 import os
 import re
-import uuid
 from typing import Any, List, Optional
 
 import tensorflow as tf
 
 from keras_vit import build
 from keras_vit import config as config_lib
+from keras_vit.checkpoint.atomic import atomic_write
 from keras_vit.keras_compat import ema_variables
 from keras_vit.errors import UsageError
 
@@ -32,29 +33,6 @@ CONFIG = "config.json"
 LABELS = "labels.txt"
 METRICS = "metrics.json"
 CHECKPOINTS = "checkpoints"
-
-
-def atomic_write(path: str, data: str | bytes) -> None:
-    """Writes `data` to `path` via a temporary file and a rename."""
-    directory = os.path.dirname(path)
-    if directory:
-        tf.io.gfile.makedirs(directory)
-    tmp = f"{path}.tmp-{uuid.uuid4().hex}"
-    mode = "wb" if isinstance(data, bytes) else "w"
-    try:
-        with tf.io.gfile.GFile(tmp, mode) as f:
-            f.write(data)
-        tf.io.gfile.rename(tmp, path, overwrite=True)
-    except BaseException:
-        # E.g. a full disk: `path` keeps its old content; leave no stray
-        # temporary file behind (a hard kill still can, under a name no
-        # reader looks for).
-        try:
-            if tf.io.gfile.exists(tmp):
-                tf.io.gfile.remove(tmp)
-        except (tf.errors.OpError, OSError):
-            pass
-        raise
 
 
 def write_json(path: str, obj: Any) -> None:

@@ -21,6 +21,7 @@ from typing import Dict, List, Mapping, Optional, Sequence
 import tensorflow as tf
 
 from keras_vit.checkpoint import workdir as wd
+from keras_vit.checkpoint.atomic import atomic_write
 from keras_vit.data import vtab
 
 RESULTS_JSONL = "results.jsonl"
@@ -56,7 +57,7 @@ def append_jsonl(path: str, record: Mapping) -> List[dict]:
     records = [r for r in read_jsonl(path) if r.get("task") != record["task"]]
     records.append(dict(record))
     text = "".join(json.dumps(r, sort_keys=True) + "\n" for r in records)
-    wd.atomic_write(path, text)
+    atomic_write(path, text)
     return records
 
 
@@ -127,7 +128,7 @@ def write_csv(path: str, records: Sequence[Mapping]) -> None:
             "steps": r.get("steps", ""),
             "paper_vit_l16_percent": task.paper_vit_l16 if task else "",
         })
-    wd.atomic_write(path, buf.getvalue())
+    atomic_write(path, buf.getvalue())
 
 
 # ------------------------------------------------------------- markdown
@@ -216,7 +217,7 @@ def _figure(width: float, height: float):
 def _save_figure(fig, path: str) -> None:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=120, bbox_inches="tight")
-    wd.atomic_write(path, buf.getvalue())
+    atomic_write(path, buf.getvalue())
 
 
 def plot_tasks(records: Sequence[Mapping], path: str, model_name: str) -> None:
@@ -311,7 +312,7 @@ def write_vtab_reports(
         "summary": os.path.join(output_dir, SUMMARY_JSON),
     }
     write_csv(paths["csv"], records)
-    wd.atomic_write(
+    atomic_write(
         paths["markdown"], markdown_table(records, model_name, skipped)
     )
     summary = {
