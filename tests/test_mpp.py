@@ -16,6 +16,7 @@ from keras_vit import build, mpp, optim
 from keras_vit.analysis import cli as analysis_cli
 from keras_vit.analysis import mpp_figure
 from keras_vit.checkpoint import loader, weights
+from keras_vit.checkpoint import npz as checkpoint_io
 from keras_vit.checkpoint import workdir as wd
 from keras_vit.data import masking, sources
 from keras_vit.data import pipeline as input_pipeline
@@ -312,7 +313,7 @@ def test_mpp_run_trains_logs_mpp_accuracy_and_writes_the_encoder(mpp_run):
         saved = json.load(f)
     assert saved["test_mpp_accuracy"] == metrics["test_mpp_accuracy"]
     assert 0.0 < metrics["test_mpp_accuracy"] <= 1.0
-    arrays = weights.read_npz(metrics["encoder_npz"])
+    arrays = checkpoint_io.read_npz(metrics["encoder_npz"])
     classifier = keras_vit.create_model(
         None, num_classes=10, image_size=32, patch_size=8, hidden_size=32,
         num_layers=1, num_heads=4, mlp_dim=64)
@@ -373,7 +374,7 @@ def test_mpp_encoder_initialises_a_classifier_with_equal_weights(mpp_run):
     # VTAB's backbone file: the same arrays as the run's encoder.npz.
     backbone = loader.write_backbone(loader.Source(workdir=workdir),
                                      os.path.join(workdir, "..", "bb.npz"))
-    ours = weights.read_npz(metrics["encoder_npz"])
+    ours = checkpoint_io.read_npz(metrics["encoder_npz"])
     theirs = loader.model_arrays(backbone)
     assert set(ours) == set(theirs)
     for key, value in ours.items():
