@@ -269,7 +269,7 @@ def test_keras_file_is_usable_as_a_vtab_source(tmp_path):
     model = tiny(num_classes=10, image_size=16, representation_size=16)
     path = str(tmp_path / "m.keras")
     model.save(path)
-    info = pretrained.architecture(pretrained.Source(keras_model=path))
+    info = pretrained.describe_source(pretrained.Source(keras_model=path))
     assert info["num_classes"] == 10 and info["representation_size"] == 16
     assert info["image_size"] == (16, 16)
     out = pretrained.write_backbone(pretrained.Source(keras_model=path),

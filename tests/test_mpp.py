@@ -369,13 +369,13 @@ def test_mpp_encoder_initialises_a_classifier_with_equal_weights(mpp_run):
     features = loader.load_model(loader.Source(workdir=workdir))
     assert not mpp.is_mpp_model(features)
     assert features.output_shape == (None, 32)
-    assert loader.architecture(loader.Source(workdir=workdir))[
+    assert loader.describe_source(loader.Source(workdir=workdir))[
         "num_classes"] == 0
     # VTAB's backbone file: the same arrays as the run's encoder.npz.
     backbone = loader.write_backbone(loader.Source(workdir=workdir),
                                      os.path.join(workdir, "..", "bb.npz"))
     ours = checkpoint_io.read_npz(metrics["encoder_npz"])
-    theirs = loader.model_arrays(backbone)
+    theirs = loader.source_arrays(backbone)
     assert set(ours) == set(theirs)
     for key, value in ours.items():
         np.testing.assert_array_equal(value, theirs[key])

@@ -416,7 +416,7 @@ def test_backbone_has_no_head(tmp_path):
                           num_heads=2, mlp_dim=64, pooling="token",
                           posemb="learn", variant=None, dropout_rate=0.1)
     with pytest.raises(ValueError, match="not a B/16 checkpoint"):
-        pretrained.architecture(
+        pretrained.describe_source(
             pretrained.Source(npz=source.npz, variant="B/16")
         )
 

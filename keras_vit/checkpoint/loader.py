@@ -158,7 +158,7 @@ def _npz_image_size(info: Dict[str, Any]) -> int:
     return name.image_size if name is not None else 224
 
 
-def architecture(source: Source) -> Dict[str, Any]:
+def describe_source(source: Source) -> Dict[str, Any]:
     """The source's architecture: MODEL_FIELDS, num_classes, image_size
     (for an .npz: None, or a fine-tuned AugReg file's resolution) and
     variant (None when it is not a named variant)."""
@@ -184,14 +184,14 @@ def architecture(source: Source) -> Dict[str, Any]:
         info["image_size"] = tuple(model.input_shape[1:3])
         return info
     if source.hub:
-        return hub_model.architecture(hub.read_hub(source.hub))
+        return hub_model.describe_hub(hub.read_hub(source.hub))
     info = _read_npz(source).info
     name = info.pop("augreg")
     info["image_size"] = None if name is None else name.image_size
     return info
 
 
-def _source_arrays(source: Source):
+def _source_content(source: Source):
     """(arrays, patch grid or None, layout, ignored) of a source, in the
     official layout, for `weights.load_arrays`."""
     if source.npz:
@@ -212,9 +212,9 @@ def _source_arrays(source: Source):
     )
 
 
-def model_arrays(source: Source) -> Dict[str, Any]:
+def source_arrays(source: Source) -> Dict[str, Any]:
     """The source's parameters in the official .npz layout."""
-    return _source_arrays(source)[0]
+    return _source_content(source)[0]
 
 
 def write_backbone(
@@ -232,7 +232,7 @@ def write_backbone(
     """
     drop = ("head/",) if keep_pre_logits else ("head/", "pre_logits/")
     arrays = {
-        k: v for k, v in model_arrays(source).items()
+        k: v for k, v in source_arrays(source).items()
         if not k.startswith(drop)
     }
     checkpoint_io.write_npz(path, arrays)
@@ -247,7 +247,7 @@ def transfer_model_config(
     `overrides` are non-None fields of a config's `model` (e.g.
     dropout_rate) that win.
     """
-    info = architecture(source)
+    info = describe_source(source)
     model = {k: info[k] for k in MODEL_FIELDS if info.get(k) is not None}
     model["variant"] = None  # explicit sizes
     for key, value in (overrides or {}).items():
@@ -269,7 +269,7 @@ def initialise(
     Returns:
         The `LoadReport`.
     """
-    arrays, grid, layout, ignored = _source_arrays(source)
+    arrays, grid, layout, ignored = _source_content(source)
     return weights.load_arrays(
         model,
         arrays,

@@ -1,10 +1,15 @@
-"""Reading, writing and converting official .npz arrays (NumPy only).
+"""Reading, writing and describing official .npz arrays (NumPy only).
 
 The model-independent half of `keras_vit.checkpoint.weights`: safe reading
-of .npz files (no pickles, clear errors for truncated or foreign files),
-atomic writing, conversion of training and big_vision layouts to the
-official one, the architecture a file implies (for "wrong variant" errors),
-the load report, and the position-embedding resize of the official code.
+of .npz files (`read_npz`: no pickles, clear errors for truncated or
+foreign files), atomic writing (`write_npz`, through
+`keras_vit.checkpoint.atomic`), conversion of training (`opt/target/`) and
+big_vision layouts to the official one (`normalize_layout`), the
+architecture a file's shapes imply (`describe_arrays`, and
+`architecture_hint` for "wrong variant" errors) and the load report
+(`LoadReport`). Position-embedding resizing is in
+`keras_vit.checkpoint.posemb`. TensorFlow is imported only for remote
+(gs://) paths.
 """
 
 from __future__ import annotations
