@@ -41,7 +41,6 @@ Writes NAME.json and NAME.md for `--output=NAME`.
 from __future__ import annotations
 
 import gc
-import json
 import os
 import statistics
 import sys
@@ -63,7 +62,6 @@ import throughput  # noqa: E402  (beside this file: machine_info)
 import throughput_report as report  # noqa: E402
 
 from keras_vit import build  # noqa: E402
-from keras_vit.checkpoint.atomic import atomic_write  # noqa: E402
 from keras_vit.data import pipeline as input_pipeline  # noqa: E402
 from keras_vit.training import train_lib  # noqa: E402
 
@@ -222,8 +220,7 @@ def main(argv) -> None:
         )
     result["machine"]["load_average_end"] = list(os.getloadavg())
     text = markdown(result)
-    atomic_write(_OUTPUT.value + ".json", json.dumps(result, indent=1))
-    atomic_write(_OUTPUT.value + ".md", text)
+    report.write_results(_OUTPUT.value, result, text)
     print(text)
 
 

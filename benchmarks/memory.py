@@ -56,8 +56,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 import memory_report as report  # noqa: E402  (beside this file)
+import throughput_report  # noqa: E402
 
-from keras_vit.checkpoint.atomic import atomic_write  # noqa: E402
 GIB = 2**30
 CAPACITIES = {"16GiB": 16 * GIB, "32GiB": 32 * GIB}
 
@@ -225,8 +225,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     }
     report.add_ratios(result)
     text = report.markdown(result)
-    atomic_write(args.output + ".json", json.dumps(result, indent=1))
-    atomic_write(args.output + ".md", text)
+    throughput_report.write_results(args.output, result, text)
     print(text)
     return result
 

@@ -53,7 +53,6 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import throughput_report as report  # noqa: E402  (beside this file)
 
 import keras_vit  # noqa: E402
-from keras_vit.checkpoint.atomic import atomic_write  # noqa: E402
 from keras_vit.model import decode_variant  # noqa: E402
 
 
@@ -503,8 +502,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
             result["ceiling_jax"] = child["ceiling"]
             result["rows"].extend(child["rows"])
     text = report.markdown(result)
-    atomic_write(args.output + ".json", json.dumps(result, indent=1))
-    atomic_write(args.output + ".md", text)
+    report.write_results(args.output, result, text)
     print(text)
     return result
 

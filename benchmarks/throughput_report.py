@@ -1,8 +1,20 @@
-"""The markdown report of benchmarks/throughput.py."""
+"""The markdown report of benchmarks/throughput.py, and how the benchmarks
+write their results."""
 
 from __future__ import annotations
 
+import json
 from typing import Any, Dict
+
+from keras_vit.checkpoint.atomic import atomic_write
+
+
+def write_results(prefix: str, result: Dict[str, Any], text: str) -> None:
+    """Writes `<prefix>.json` (the results) and `<prefix>.md` (the report),
+    each atomically."""
+    atomic_write(prefix + ".json", json.dumps(result, indent=1))
+    atomic_write(prefix + ".md", text)
+
 
 
 def markdown(result: Dict[str, Any]) -> str:

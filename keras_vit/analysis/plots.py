@@ -21,8 +21,14 @@ from keras_vit.errors import UsageError
 
 
 def _figure(width: float, height: float):
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ImportError:
+        raise ImportError(
+            "The figures need matplotlib: pip install "
+            "'keras-vision-transformer[figures]' (or pip install matplotlib)."
+        ) from None
 
     fig = Figure(figsize=(width, height), dpi=100, layout="constrained")
     FigureCanvasAgg(fig)

@@ -206,8 +206,14 @@ def _figure(width: float, height: float):
     """A figure with its own Agg canvas, outside pyplot: the process's
     backend and pyplot's figure list stay as they were, and no display is
     needed."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ImportError:
+        raise ImportError(
+            "The VTAB charts need matplotlib: pip install "
+            "'keras-vision-transformer[figures]' (or pip install matplotlib)."
+        ) from None
 
     fig = Figure(figsize=(width, height))
     FigureCanvasAgg(fig)
@@ -223,11 +229,11 @@ def _save_figure(fig, path: str) -> None:
 def plot_tasks(records: Sequence[Mapping], path: str, model_name: str) -> None:
     """Bar chart: top-1 accuracy per task, coloured by group, with the
     paper's ViT-L/16 (I21k) value as a black tick."""
-    from matplotlib.patches import Rectangle
-
     by_task = {r["task"]: r["accuracy"] for r in records}
     tasks = [t for t in vtab.TASKS.values() if t.name in by_task]
-    fig = _figure(max(6.0, 0.55 * len(tasks) + 2), 4.5)
+    fig = _figure(max(6.0, 0.55 * len(tasks) + 2), 4.5)  # checks matplotlib
+    from matplotlib.patches import Rectangle
+
     ax = fig.add_subplot()
     xs = list(range(len(tasks)))
     values = [100.0 * by_task[t.name] for t in tasks]
