@@ -9,7 +9,6 @@ gs://), so an interrupted run never leaves a truncated file behind.
 
 from __future__ import annotations
 
-import io
 import math
 from typing import Optional, Sequence, Tuple
 
@@ -36,9 +35,8 @@ def _figure(width: float, height: float):
 
 
 def _save(fig, path: str) -> str:
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=100, bbox_inches="tight")
-    atomic_write(path, buffer.getvalue())
+    atomic_write(path, lambda tmp: fig.savefig(
+        tmp, format="png", dpi=100, bbox_inches="tight"))
     return path
 
 

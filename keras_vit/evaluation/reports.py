@@ -221,9 +221,8 @@ def _figure(width: float, height: float):
 
 
 def _save_figure(fig, path: str) -> None:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=120, bbox_inches="tight")
-    atomic_write(path, buf.getvalue())
+    atomic_write(path, lambda tmp: fig.savefig(
+        tmp, format="png", dpi=120, bbox_inches="tight"))
 
 
 def plot_tasks(records: Sequence[Mapping], path: str, model_name: str) -> None:
