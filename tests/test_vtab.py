@@ -25,6 +25,7 @@ from keras_vit import config as config_lib
 from keras_vit import create_model
 from keras_vit.checkpoint import loader as pretrained
 from keras_vit.checkpoint import weights as checkpoint
+from keras_vit.checkpoint import npz as checkpoint_io
 from keras_vit.data import pipeline as input_pipeline
 from keras_vit.data import preprocessing, sources, vtab, vtab_labels
 from keras_vit.evaluation import reports, vtab_run
@@ -407,7 +408,7 @@ def tiny_source(path, num_classes=10):
 def test_backbone_has_no_head(tmp_path):
     source = tiny_source(str(tmp_path / "src.npz"))
     out = pretrained.write_backbone(source, str(tmp_path / "b.npz"))
-    keys = set(checkpoint.read_npz(out.npz))
+    keys = set(checkpoint_io.read_npz(out.npz))
     assert not any(k.startswith(("head/", "pre_logits/")) for k in keys)
     assert "cls" in keys and len(keys) > 10
     fields = pretrained.transfer_model_config(out, {"dropout_rate": 0.1})
@@ -415,7 +416,7 @@ def test_backbone_has_no_head(tmp_path):
                           num_heads=2, mlp_dim=64, pooling="token",
                           posemb="learn", variant=None, dropout_rate=0.1)
     with pytest.raises(ValueError, match="not a B/16 checkpoint"):
-        pretrained.architecture(
+        pretrained.describe_source(
             pretrained.Source(npz=source.npz, variant="B/16")
         )
 

@@ -33,6 +33,7 @@ from absl import flags, logging
 from keras_vit import config as config_lib
 from keras_vit.checkpoint import loader as pretrained
 from keras_vit.checkpoint import workdir as wd
+from keras_vit.checkpoint.atomic import atomic_write
 from keras_vit.commands import flags as cli
 from keras_vit.data import sources, vtab
 from keras_vit.evaluation import fewshot, reports, vtab_run
@@ -84,7 +85,7 @@ def _source(values: flags.FlagValues):
 
 
 def _write(path: str, text: str) -> None:
-    wd.atomic_write(path, text)
+    atomic_write(path, text)
     logging.info("Wrote %s", path)
 
 
