@@ -32,7 +32,7 @@ def _contracts():
 
 
 def test_setup_cfg_declares_the_contracts():
-    assert set(_contracts()) >= {"layers", "core"}
+    assert set(_contracts()) >= {"layers", "core", "evaluators"}
 
 
 @pytest.mark.parametrize("contract", _contracts())

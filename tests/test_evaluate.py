@@ -225,7 +225,8 @@ def test_sweep_picks_the_best_pair_on_two_replicas(tmp_path):
     out = str(tmp_path / "out")
     with tfds.testing.mock_data(**MOCK):
         result = vtab_run.run(config, pretrained.Source(npz=npz), out,
-                              strategy, tasks="dsprites_loc")
+                              train_lib.train_and_evaluate, strategy,
+                              tasks="dsprites_loc")
     (record,) = result["records"]
     trials = record["sweep"]
     assert [(t["lr"], t["steps"]) for t in trials] == [(0.001, 1), (0.5, 1)]

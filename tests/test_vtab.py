@@ -29,6 +29,7 @@ from keras_vit.checkpoint import npz as checkpoint_io
 from keras_vit.data import pipeline as input_pipeline
 from keras_vit.data import preprocessing, sources, vtab, vtab_labels
 from keras_vit.evaluation import reports, vtab_run
+from keras_vit.training import train_lib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -473,7 +474,8 @@ def test_all_19_tasks_end_to_end_with_rerun(tmp_path, consistent_mock_data):
     make_manual_files(data_dir, ["NWPU-RESISC45"])  # Retinopathy missing
     mock = dict(num_examples=4, policy=tfds.testing.MockPolicy.USE_CODE)
     with tfds.testing.mock_data(**mock):
-        first = vtab_run.run(config, source, out, model_name="tiny")
+        first = vtab_run.run(config, source, out, train_lib.train_and_evaluate,
+                             model_name="tiny")
     assert list(first["not_run"]) == ["diabetic_retinopathy"]
     assert "downloads/manual" in first["not_run"]["diabetic_retinopathy"]
     records = reports.read_jsonl(os.path.join(out, "results.jsonl"))
@@ -501,16 +503,17 @@ def test_all_19_tasks_end_to_end_with_rerun(tmp_path, consistent_mock_data):
         config, vtab.TASKS["clevr_dist"], fields, backbone, lr=0.01,
         steps=1, train_split="train800val200", eval_split="test",
     )
-    metrics = vtab_run.run_trial(cfg, run_dir)
+    metrics = vtab_run.run_trial(cfg, run_dir, train_lib.train_and_evaluate)
     assert metrics == json.load(open(os.path.join(run_dir, "metrics.json")))
     cfg.optimizer.lr = 0.02
     with pytest.raises(ValueError, match="another config"):
-        vtab_run.run_trial(cfg, run_dir)
+        vtab_run.run_trial(cfg, run_dir, train_lib.train_and_evaluate)
 
     # Rerun with the manual files in place: only Retinopathy runs.
     make_manual_files(data_dir, ["train", "test", "trainLabels.csv"])
     with tfds.testing.mock_data(**mock):
-        second = vtab_run.run(config, source, out, model_name="tiny")
+        second = vtab_run.run(config, source, out, train_lib.train_and_evaluate,
+                             model_name="tiny")
     assert second["not_run"] == {}
     again = reports.read_jsonl(os.path.join(out, "results.jsonl"))
     assert again[:-1] == records  # finished tasks untouched
@@ -554,5 +557,6 @@ def test_run_rejects_unknown_tasks_before_work(tmp_path):
     config = tiny_vtab_config(str(tmp_path))
     with pytest.raises(ValueError, match="Valid tasks: caltech101"):
         vtab_run.run(config, pretrained.Source(npz="/nonexistent.npz"),
-                     str(tmp_path / "o"), tasks="natural,bogus")
+                     str(tmp_path / "o"), train_lib.train_and_evaluate,
+                     tasks="natural,bogus")
     assert not os.path.exists(tmp_path / "o")

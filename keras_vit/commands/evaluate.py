@@ -38,6 +38,7 @@ from keras_vit.commands import flags as cli
 from keras_vit.data import sources, vtab
 from keras_vit.evaluation import fewshot, reports, vtab_run
 from keras_vit.evaluation.accuracy import evaluate_model
+from keras_vit.training import distribute, train_lib
 from keras_vit.errors import UsageError
 
 MODES = ("eval", "fewshot", "vtab")
@@ -182,8 +183,10 @@ def _fewshot_mode(values, source, strategy) -> Dict:
 
 
 def _vtab_mode(values, source, strategy) -> Dict:
-    out = vtab_run.run(values.config, source, _output_dir(values), strategy,
-                       tasks=values.tasks, model_name=values.name)
+    out = vtab_run.run(values.config, source, _output_dir(values),
+                       train_lib.train_and_evaluate, strategy,
+                       tasks=values.tasks, model_name=values.name,
+                       chief=distribute.is_chief(strategy))
     md = out["files"].get("markdown")
     if md:
         with tf.io.gfile.GFile(md) as f:
