@@ -56,6 +56,7 @@ __version__ = "0.1.0"
 if TYPE_CHECKING:
     # What `_LAZY` loads on first use, for type checkers and for the import
     # contracts (setup.cfg lists these imports as loaded lazily).
+    from keras_vit.checkpoint.catalog import list_models
     from keras_vit.checkpoint.loader import Source, load_model
     from keras_vit.checkpoint.npz import LoadReport
     from keras_vit.checkpoint.posemb import resize_position_embedding
