@@ -20,6 +20,7 @@ met only on the median of every run listed for it. Standard library only
 from __future__ import annotations
 
 import argparse
+import ast
 import glob
 import json
 import os
@@ -405,7 +406,44 @@ def quickstart() -> str:
         f"(`{d['command']}`, `docs/results/quickstart.json`).\n")
 
 
+def _assigned(path: str, name: str):
+    """The literal value assigned to `name` at the top of a Python file
+    (read, not imported)."""
+    tree = ast.parse(_text(path))
+    for node in tree.body:
+        targets = getattr(node, "targets", None) or [getattr(node, "target",
+                                                             None)]
+        if any(getattr(t, "id", None) == name for t in targets):
+            return ast.literal_eval(node.value)
+    raise KeyError(f"{path} assigns no {name}")
+
+
+def _text(path: str) -> str:
+    with open(os.path.join(ROOT, path), encoding="utf-8") as f:
+        return f.read()
+
+
+def variants() -> str:
+    """The variant table: sizes and the parameter counts that the tests
+    assert against the built models."""
+    order = _assigned("keras_vit/model.py", "VARIANTS")
+    counts = dict(_assigned("tests/test_model.py", "GOLDEN"))
+    counts.update(_assigned("tests/test_resnet.py", "HYBRID_PARAMS"))
+    sizes = _assigned("tests/test_model.py", "SIZES")
+    lines = ["| variant | layers | width | MLP | heads | parameters |",
+             "|---|---|---|---|---|---|"]
+    for variant in order:
+        width, depth, mlp, heads = sizes[variant.split("+")[-1].split("/")[0]]
+        lines.append(f"| {variant} | {depth} | {width} | {mlp} | {heads} | "
+                     f"{counts[variant]:,} |")
+    return "\n".join(lines) + (
+        "\n\n(Generated from `keras_vit/model.py` and the counts that "
+        "`python -m pytest tests/test_model.py tests/test_resnet.py` "
+        "asserts against the built models.)\n")
+
+
 RENDERERS: Dict[str, Callable[[], str]] = {
+    "variants": variants,
     "throughput-runs": throughput_runs,
     "flop-count": flop_count,
     "targets": targets_table,
