@@ -921,7 +921,7 @@ RUNS: Dict[str, Run] = {
     "keras-vit-convert --model=ViT-B_16.npz": Run(
         _check_convert, replace=(("--variant=B/16", "--variant=Ti/16"),),
         changed="ViT-B_16.npz holds a Ti/16; --variant=Ti/16"),
-    "keras-vit-analysis --model=vit.keras --images=photos/": Run(
+    "keras-vit-analysis --model=vit.keras --output_dir=analysis/": Run(
         _check_analysis, changed="vit.keras: a tiny ViT; photos/: 2 PNGs"),
     "keras-vit-analysis --model=/tmp/vit_digits --digits=8": Run(
         _check_analysis, after=(TRAIN,)),
