@@ -272,14 +272,28 @@ def setup_cfg() -> configparser.ConfigParser:
     return config
 
 
+def entry_points() -> Dict[str, str]:
+    """console script name -> its entry point, "module:function"
+    (setup.cfg)."""
+    text = setup_cfg()["options.entry_points"]["console_scripts"]
+    return dict((s.strip() for s in line.split("=", 1))
+                for line in text.strip().splitlines())
+
+
 def console_scripts() -> Dict[str, str]:
     """console script name -> module of its entry point (setup.cfg)."""
-    text = setup_cfg()["options.entry_points"]["console_scripts"]
-    scripts = {}
-    for line in text.strip().splitlines():
-        name, target = (s.strip() for s in line.split("=", 1))
-        scripts[name] = target.split(":")[0]
-    return scripts
+    return {name: target.split(":")[0]
+            for name, target in entry_points().items()}
+
+
+def console_script_argv(name: str) -> List[str]:
+    """The argv that runs console script `name` as setup.cfg declares it,
+    with this interpreter and this checkout's code (an installed wrapper
+    may predate the checkout's entry points)."""
+    module, function = entry_points()[name].split(":")
+    code = (f"import sys; from {module} import {function}; "
+            f"sys.argv[0] = {name!r}; sys.exit({function}())")
+    return [sys.executable, "-c", code]
 
 
 def classify(command: Command) -> str:
@@ -1010,6 +1024,8 @@ def run_readme_command(workspace: Workspace, key: str) -> Result:
     argv += spec.extra
     if argv[0] in PYTHONS:
         argv[0] = sys.executable
+    elif argv[0] in entry_points():
+        argv[:1] = console_script_argv(argv[0])
     else:
         found = shutil.which(argv[0], path=_bin_path())
         if found is None:
