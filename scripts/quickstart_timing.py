@@ -1,22 +1,24 @@
 """Times the README's quick-start line 1 and stores what it reached.
 
-    python scripts/quickstart_timing.py                  # in this environment
-    python scripts/quickstart_timing.py --env=fresh      # in a new venv
+    python scripts/quickstart_timing.py                  # layered venv
+    python scripts/quickstart_timing.py --env=fresh      # a new venv
     python scripts/results_tables.py                     # then quote it
 
 Line 1 is read from README.md's "Quick start" block (the same lines
-.ci/run runs). With `--env=current` (the default) its `pip install` part is
-left out and the training command runs with the interpreter and console
-scripts of the current environment on this checkout's code; with `--env=fresh` the whole line runs
-in a new virtual environment (the installation needs the package index and
-takes minutes). The workdir written in the line is replaced by a new
-temporary folder, so that an earlier run is neither resumed nor touched.
+.ci/run runs) and runs as written, in a new virtual environment layered on
+the current one's packages (`--env=layered`, the default: its `pip install
+-e .` installs only this checkout and its console scripts), in a new
+virtual environment of its own (`--env=fresh`: every requirement comes
+from the package index, which takes minutes more), or in the current
+environment without its pip install (`--env=current`). The workdir
+written in the line is replaced by a new temporary folder, so that an
+earlier run is neither resumed nor touched.
 
-The result (docs/results/quickstart.json by default) holds the command as
-run, the environment, the test accuracy and loss from the run's
-metrics.json, the seconds of its training loop (`wall_time_s` of
-metrics.json: training and the final evaluation, after start-up), the
-seconds of the whole command, and the machine (CPU, cores, load average).
+The result (docs/results/quickstart.json by default) holds the line, what
+ran, the seconds of each of its commands, the test accuracy and loss from
+the run's metrics.json, the seconds of its training loop (`wall_time_s` of
+metrics.json: training and the final evaluation, after start-up), and the
+machine (CPU, cores, load average at the end).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import platform
 import re
 import shlex
 import shutil
+import site
 import subprocess
 import sys
 import tempfile
@@ -79,50 +82,81 @@ def machine() -> Dict[str, object]:
             "python": platform.python_version()}
 
 
+ENVS = {
+    "layered": "a new virtual environment that sees the current one's "
+               "packages: the whole line, its pip install installing only "
+               "this checkout",
+    "fresh": "a new virtual environment: the whole line, every requirement "
+             "installed from the package index",
+    "current": "the current environment on this checkout's code, the pip "
+               "install left out",
+}
+
+
+def _environment(kind: str, temp: str) -> Dict[str, str]:
+    """The process environment the line runs in."""
+    env = dict(os.environ)
+    env.pop("PYTHONPATH", None)
+    if kind == "current":
+        env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env[
+            "PATH"]
+        # This checkout's code, whatever the environment has installed.
+        env["PYTHONPATH"] = ROOT
+        return env
+    venv = os.path.join(temp, "venv")
+    subprocess.run([sys.executable, "-m", "venv", venv], check=True)
+    if kind == "layered":
+        # The current environment's packages, after the new one's own (a
+        # venv's --system-site-packages would give the base interpreter's).
+        # Plain paths: their .pth files (an editable install of another
+        # checkout among them) are not run.
+        out = subprocess.run(
+            [os.path.join(venv, "bin", "python"), "-c",
+             "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            capture_output=True, text=True, check=True)
+        with open(os.path.join(out.stdout.strip(), "_layered.pth"), "w",
+                  encoding="utf-8") as f:
+            f.write("\n".join(site.getsitepackages()) + "\n")
+    env["PATH"] = os.path.join(venv, "bin") + os.pathsep + env["PATH"]
+    env["VIRTUAL_ENV"] = venv
+    return env
+
+
 def run(args: argparse.Namespace) -> Dict[str, object]:
     """dict. Runs line 1 as asked and returns the result."""
     line = quick_start_line(1)
-    commands = split_line(line)
     temp = tempfile.mkdtemp(prefix="quickstart_")
     workdir = os.path.join(temp, "workdir")
-    env = dict(os.environ)
     try:
-        if args.env == "fresh":
-            venv = os.path.join(temp, "venv")
-            subprocess.run([sys.executable, "-m", "venv", venv], check=True)
-            env["PATH"] = os.path.join(venv, "bin") + os.pathsep + env["PATH"]
-            env.pop("PYTHONPATH", None)
-            steps = commands
-        else:
-            env["PATH"] = (os.path.dirname(sys.executable) + os.pathsep
-                           + env["PATH"])
-            # This checkout's code, whatever the environment has installed.
-            env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
-            steps = [c for c in commands if c[:1] not in (["pip"],
-                                                          ["pip3"])]
-        steps = [with_workdir(c, workdir) for c in steps]
-        ran = " && ".join(shlex.join(c) for c in steps)
-        start = time.perf_counter()
-        subprocess.run(["bash", "-euo", "pipefail", "-c", ran], cwd=ROOT,
-                       env=env, check=True)
-        total = time.perf_counter() - start
+        env = _environment(args.env, temp)
+        steps = [with_workdir(c, workdir) for c in split_line(line)]
+        if args.env == "current":
+            steps = [c for c in steps if c[:1] not in (["pip"], ["pip3"])]
+        seconds = []
+        for step in steps:
+            start = time.perf_counter()
+            subprocess.run(step, cwd=ROOT, env=env, check=True)
+            seconds.append(time.perf_counter() - start)
         with open(os.path.join(workdir, "metrics.json"),
                   encoding="utf-8") as f:
             metrics = json.load(f)
     finally:
         shutil.rmtree(temp, ignore_errors=True)
+    ran = [re.sub(re.escape(temp), "$TMP", shlex.join(c)) for c in steps]
     return {
         "command": "python scripts/quickstart_timing.py"
-                   + ("" if args.env == "current" else f" --env={args.env}"),
+                   + ("" if args.env == "layered" else f" --env={args.env}"),
         "quick_start_line": line,
-        "ran": re.sub(re.escape(temp), "$TMP", ran),
         "env": args.env,
+        "env_means": ENVS[args.env],
+        "steps": [{"ran": r, "seconds": t} for r, t in zip(ran, seconds)],
         "test_accuracy": metrics["test_accuracy"],
         "test_loss": metrics["test_loss"],
         "test_examples": metrics["test_examples"],
-        "steps": metrics["steps"],
+        "train_steps": metrics["steps"],
         "train_loop_s": metrics["wall_time_s"],
-        "total_s": total,
+        "train_command_s": seconds[-1],
+        "total_s": sum(seconds),
         "machine": machine(),
     }
 
@@ -131,10 +165,8 @@ def build_parser() -> argparse.ArgumentParser:
     """argparse.ArgumentParser. The script's options."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--env", choices=("current", "fresh"), default="current",
-        help="current: the training command in this environment, without "
-        "its pip install; fresh: the whole line in a new virtual "
-        "environment.")
+        "--env", choices=tuple(ENVS), default="layered",
+        help="; ".join(f"{k}: {v}" for k, v in ENVS.items()) + ".")
     parser.add_argument("--output", default=DEFAULT_OUTPUT,
                         help="Where the JSON result goes.")
     return parser

@@ -392,17 +392,14 @@ def litert_agreement() -> str:
 def quickstart() -> str:
     d = load("docs/results/quickstart.json")
     m = d["machine"]
-    env = ("in a new virtual environment, installation included"
-           if d["env"] == "fresh" else
-           "in an environment where the package was already installed "
-           "(the `pip install` part left out)")
     return (
         f"Measured: {pct(d['test_accuracy'], 1)} test accuracy on the "
-        f"{d['test_examples']} held-out digits after {d['steps']} steps; "
-        f"the training loop (with the final evaluation) took "
-        f"{d['train_loop_s']:.0f} s and the whole command "
-        f"{d['total_s']:.0f} s, {env}, on a {m['cores']}-core "
-        f"{m['cpu']} with a load average of {m['load_average'][0]:.1f} "
+        f"{d['test_examples']} held-out digits after {d['train_steps']} "
+        f"steps. The training command took {d['train_command_s']:.0f} s "
+        f"(its training loop with the final evaluation "
+        f"{d['train_loop_s']:.0f} s) and the whole line {d['total_s']:.0f} "
+        f"s, in {d['env_means']}, on a {m['cores']}-core {m['cpu']} with a "
+        f"load average of {m['load_average'][0]:.1f} at the end "
         f"(`{d['command']}`, `docs/results/quickstart.json`).\n")
 
 
