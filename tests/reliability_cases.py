@@ -131,7 +131,7 @@ _CASES = [
         "weights.",
         ("is from a different model", "holds 20 trainable weights, the "
          "model 32", "put back the run's own config"),
-        "ValueError",
+        "UsageError",
     ),
     Case(
         "truncated_latest_checkpoint", FAULT, "checkpoint",
@@ -219,21 +219,21 @@ _CASES = [
         "A clear error naming the file and the decoder's reason.",
         ("Cannot decode 3 image file(s)", "bad.jpg",
          "Unknown image file format", "set config.skip_bad_images=True"),
-        "ValueError",
+        "UsageError",
     ),
     Case(
         "truncated_image", BAD_INPUT, "data",
         "A PNG cut off half-way",
         "The same error, naming the file.",
         ("truncated.png", "Remove or replace these files"),
-        "ValueError",
+        "UsageError",
     ),
     Case(
         "empty_image_file", BAD_INPUT, "data",
         "A zero-byte .png",
         "The same error, naming the file as empty.",
         ("empty.png", "Empty image"),
-        "ValueError",
+        "UsageError",
     ),
     Case(
         "skip_bad_images", BAD_INPUT, "data",
@@ -280,7 +280,7 @@ _CASES = [
         "A class folder with no images",
         "A clear error at start-up naming the folder.",
         ("has no images", "add images or remove the folder"),
-        "ValueError",
+        "UsageError",
     ),
     Case(
         "missing_split", BAD_INPUT, "data",
@@ -288,7 +288,7 @@ _CASES = [
         "A clear error at start-up, before any training.",
         ("config.eval_split='test'", "has no split 'test'",
          "set it to an existing split"),
-        "ValueError",
+        "UsageError",
     ),
     Case(
         "labels_out_of_range", BAD_INPUT, "data",
@@ -297,7 +297,7 @@ _CASES = [
         "A clear error instead of a silently wrong loss.",
         ("Label out of range", "config.num_classes=5",
          "Set config.num_classes to the number of classes in the data"),
-        "ValueError",
+        "UsageError",
     ),
     Case(
         "unknown_dataset", BAD_INPUT, "data",
@@ -305,14 +305,14 @@ _CASES = [
         "A clear error.",
         ("Unknown dataset 'digitz'", "use 'digits', 'folder' or a TFDS "
          "name"),
-        "ValueError",
+        "UsageError",
     ),
     Case(
         "missing_data_dir", BAD_INPUT, "data",
         "`dataset='folder'` with a data_dir that does not exist",
         "A clear error.",
         ("does not exist", "set --config.data_dir"),
-        "ValueError",
+        "UsageError",
     ),
     # -------------------------------------------------------- bad config
     Case(
@@ -320,14 +320,14 @@ _CASES = [
         "image_size 30 with patch size 8",
         "A clear error with a size that works.",
         ("is not divisible by patch size 8", "use a multiple of 8"),
-        "ValueError",
+        "UsageError",
     ),
     Case(
         "unknown_variant", BAD_INPUT, "config",
         "Unknown variant 'B/15'",
         "A clear error listing the variants.",
         ("Unknown variant 'B/15'", "Known variants:"),
-        "ValueError",
+        "UsageError",
     ),
     Case(
         "config_typo", BAD_INPUT, "CLI",
@@ -343,14 +343,14 @@ _CASES = [
         "batch_size 0",
         "A clear error.",
         ("batch_size must be positive, got 0",),
-        "ValueError",
+        "UsageError",
     ),
     Case(
         "negative_batch", BAD_INPUT, "config",
         "batch_size -8",
         "A clear error.",
         ("batch_size must be positive, got -8",),
-        "ValueError",
+        "UsageError",
     ),
     Case(
         "batch_not_divisible", BAD_INPUT, "config",
@@ -358,7 +358,7 @@ _CASES = [
         "A clear error with the multiple to use.",
         ("batch_size 15 is not divisible by replicas (2)",
          "use a multiple of 2"),
-        "ValueError",
+        "UsageError",
     ),
     Case(
         "unknown_optimizer", BAD_INPUT, "config",
@@ -366,28 +366,28 @@ _CASES = [
         "A clear error listing the optimizers.",
         ("Unknown optimizer 'rmsprop'", "use one of sgd, adam, adamw, "
          "lamb"),
-        "ValueError",
+        "UsageError",
     ),
     Case(
         "unknown_loss", BAD_INPUT, "config",
         "`loss='hinge'`",
         "A clear error listing the losses.",
         ("Unknown loss 'hinge'", "use one of softmax_xent, sigmoid_xent"),
-        "ValueError",
+        "UsageError",
     ),
     Case(
         "zero_total_steps", BAD_INPUT, "config",
         "total_steps 0",
         "A clear error.",
         ("total_steps must be positive, got 0",),
-        "ValueError",
+        "UsageError",
     ),
     Case(
         "resize_smaller_than_crop", BAD_INPUT, "config",
         "pp.resize_size 24 below image_size 32",
         "A clear error with the fix.",
         ("is smaller than image_size", "set pp.resize_size >= image_size"),
-        "ValueError",
+        "UsageError",
     ),
     # ----------------------------------------------------------- the CLI
     Case(
@@ -468,14 +468,14 @@ _CASES = [
         "A clear error.",
         ("truncated or corrupt .npz archive", "Download or copy the file "
          "again"),
-        "ValueError",
+        "UsageError",
     ),
     Case(
         "pickled_npz", BAD_INPUT, "checkpoint",
         "An .npz holding pickled Python objects",
         "Refused without unpickling (allow_pickle=False).",
         ("holds pickled Python objects, which are refused",),
-        "ValueError",
+        "UsageError",
     ),
     Case(
         "npz_other_variant", BAD_INPUT, "checkpoint",
@@ -483,7 +483,7 @@ _CASES = [
         "A clear error listing the mismatches and the architecture the "
         "file implies; the model is left unchanged.",
         ("does not fit the model", "Pass strict=False"),
-        "ValueError",
+        "UsageError",
     ),
     # ------------------------------------------------------------ serving
     Case(
@@ -537,7 +537,7 @@ _CASES = [
         "A VTAB task name that does not exist",
         "A clear error listing the tasks and groups.",
         ("Unknown VTAB task(s) 'cifar1000'", "Valid tasks:"),
-        "ValueError",
+        "UsageError",
     ),
 ]
 
