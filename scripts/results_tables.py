@@ -389,18 +389,31 @@ def litert_agreement() -> str:
         command=f"python scripts/litert_agreement.py --workdir={d['workdir']}")
 
 
+QUICKSTART_ENVS = {
+    "layered": "run as written in a new virtual environment that already "
+               "had the requirements (its `pip install` installed only this "
+               "checkout)",
+    "fresh": "run as written in a new virtual environment, every "
+             "requirement installed from the package index",
+    "current": "in an environment where the package was installed (the "
+               "`pip install` left out)",
+}
+
+
 def quickstart() -> str:
     d = load("docs/results/quickstart.json")
     m = d["machine"]
+    load_1min = m["load_average"][0]
+    shared = (", shared with other work" if load_1min > m["cores"] else "")
     return (
         f"Measured: {pct(d['test_accuracy'], 1)} test accuracy on the "
         f"{d['test_examples']} held-out digits after {d['train_steps']} "
         f"steps. The training command took {d['train_command_s']:.0f} s "
         f"(its training loop with the final evaluation "
         f"{d['train_loop_s']:.0f} s) and the whole line {d['total_s']:.0f} "
-        f"s, in {d['env_means']}, on a {m['cores']}-core {m['cpu']} with a "
-        f"load average of {m['load_average'][0]:.1f} at the end "
-        f"(`{d['command']}`, `docs/results/quickstart.json`).\n")
+        f"s, {QUICKSTART_ENVS[d['env']]}, on a {m['cores']}-core "
+        f"{m['cpu']} (load average {load_1min:.1f} at the end{shared}; "
+        f"`{d['command']}`, `docs/results/quickstart.json`).\n")
 
 
 def _assigned(path: str, name: str):
