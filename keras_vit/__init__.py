@@ -5,7 +5,9 @@ The package is layered; each layer imports only the ones before it:
     keras_vit/             the model: portable Keras 3 (`keras.ops` only; runs
                            on the TensorFlow and JAX backends)
     keras_vit/checkpoint/  the official .npz format, run directories, and
-                           `load_model(source)`: any source to a model
+                           `load_model(source)`: any source to a model (a
+                           path, hf://ORG/NAME, a released model's name:
+                           `list_models()`)
     keras_vit/data/        tf.data input: TFDS, image folders, the digits,
                            preprocessing, VTAB task definitions, data checks
     keras_vit/training/    the trainer, strategies, resume, the train command
@@ -52,6 +54,7 @@ _LAZY = {
     "resize_position_embedding": "keras_vit.checkpoint.weights",
     "Source": "keras_vit.checkpoint.loader",
     "load_model": "keras_vit.checkpoint.loader",
+    "list_models": "keras_vit.checkpoint.catalog",
     "export_model": "keras_vit.export.saved_model",
 }
 

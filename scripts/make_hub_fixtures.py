@@ -20,11 +20,32 @@ reference outputs):
   model.safetensors, ImageNet mean / std (as DeiT), label_names; `logits`.
 - timm_deit_distilled: timm's distilled DeiT (a distillation token),
   pytorch_model.bin, which keras_vit refuses, naming the key.
+- timm_deit_distilled_named: the same saved from the named model, its
+  config's model_args without num_heads (as timm writes for a name).
+- hf_vit_model_relu: ViTModel with pooler_act "relu"; `pooler_output`.
+- hf_vit_model_quick_gelu: ViTModel with pooler_act "quick_gelu" (no exact
+  Keras activation: refused).
+- hf_vit_v5_state_dict: torch.save(ViTForImageClassification.state_dict())
+  of transformers 5 (`vit.layers.0.attention.q_proj.weight`, ...) beside
+  its config.json; `logits`.
+- timm_vit_gap: timm's `vit_base_patch16_gap_224` layout (no class token,
+  global_pool "avg", fc_norm False: the official GAP models); `logits`.
+- timm_vit_token_fc_norm: class-token pooling with fc_norm=True (the
+  final norm applied after pooling); `logits`.
+- timm_vit_label_dict: timm_vit's kind with label_names as {id: name}.
+- timm_vit_avg_fc_norm (no class token), timm_vit_avg_class_token
+  (fc_norm False), timm_vit_avg_class_token_fc_norm, timm_vit_pre_norm,
+  timm_vit_no_embed_class: models this ViT does not compute (refused).
+- activations.npz: transformers' ACT2FN of each pooler activation keras_vit
+  maps to a Keras activation, on a fixed grid.
+- library_fields.json: the fields of transformers' ViTConfig and the
+  arguments of timm's VisionTransformer, for the audit test.
 """
 
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import os
 import shutil
@@ -68,6 +89,18 @@ def _normalised(pixels: np.ndarray, mean, std) -> torch.Tensor:
     return torch.from_numpy(x.transpose(0, 3, 1, 2).copy())
 
 
+def _reference(path: str, model, seed: int, mean=(0.5,) * 3,
+               std=(0.5,) * 3, output: str = "logits") -> None:
+    """Stores `model`'s `output` on fixed images as reference.npz."""
+    pixels = _pixels(seed)
+    with torch.no_grad():
+        out = model(_normalised(pixels, mean, std))
+    if not torch.is_tensor(out):
+        out = getattr(out, output)
+    np.savez(os.path.join(path, "reference.npz"), pixels=pixels,
+             **{output: out.numpy()})
+
+
 def _fresh(name: str) -> str:
     path = os.path.join(ROOT, name)
     shutil.rmtree(path, ignore_errors=True)
@@ -93,11 +126,7 @@ def hf_classifier() -> None:
     model = transformers.ViTForImageClassification(config).eval()
     _randomise(model, 0)
     model.save_pretrained(path)
-    pixels = _pixels(0)
-    with torch.no_grad():
-        logits = model(_normalised(pixels, (0.5,) * 3, (0.5,) * 3)).logits
-    np.savez(os.path.join(path, "reference.npz"), pixels=pixels,
-             logits=logits.numpy())
+    _reference(path, model, 0)
 
 
 def hf_model_bin() -> None:
@@ -116,11 +145,8 @@ def hf_model_bin() -> None:
         image_mean=list(IMAGENET_MEAN), image_std=list(IMAGENET_STD),
         size={"height": SIZE, "width": SIZE},
     ).save_pretrained(path)
-    pixels = _pixels(1)
-    with torch.no_grad():
-        out = model(_normalised(pixels, IMAGENET_MEAN, IMAGENET_STD))
-    np.savez(os.path.join(path, "reference.npz"), pixels=pixels,
-             pooler_output=out.pooler_output.numpy())
+    _reference(path, model, 1, IMAGENET_MEAN, IMAGENET_STD,
+               output="pooler_output")
 
 
 def _timm_save(model, path: str, args: dict, names=None,
@@ -141,11 +167,7 @@ def timm_vit() -> None:
     model = timm.create_model("vit_tiny_patch16_224", **args).eval()
     _randomise(model, 2)
     _timm_save(model, path, args, ["red", "green", "blue"])
-    pixels = _pixels(2)
-    with torch.no_grad():
-        logits = model(_normalised(pixels, IMAGENET_MEAN, IMAGENET_STD))
-    np.savez(os.path.join(path, "reference.npz"), pixels=pixels,
-             logits=logits.numpy())
+    _reference(path, model, 2, IMAGENET_MEAN, IMAGENET_STD)
 
 
 def timm_deit_distilled() -> None:
@@ -157,6 +179,109 @@ def timm_deit_distilled() -> None:
     ).eval()
     _randomise(model, 3)
     _timm_save(model, path, args, safetensors=False)
+
+
+def _hf_pooler(name: str, act: str, seed: int) -> None:
+    path = _fresh(name)
+    config = transformers.ViTConfig(
+        hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+        intermediate_size=32, image_size=SIZE, patch_size=PATCH,
+        pooler_act=act,
+    )
+    model = transformers.ViTModel(config).eval()
+    _randomise(model, seed)
+    model.save_pretrained(path)
+    _reference(path, model, seed, output="pooler_output")
+
+
+def hf_v5_state_dict() -> None:
+    path = _fresh("hf_vit_v5_state_dict")
+    config = _hf_config(num_labels=4)
+    model = transformers.ViTForImageClassification(config).eval()
+    _randomise(model, 6)
+    config.save_pretrained(path)
+    # The module names of transformers 5, as a user's torch.save gives.
+    torch.save(model.state_dict(), os.path.join(path, "pytorch_model.bin"))
+    _reference(path, model, 6)
+
+
+def activations() -> None:
+    from transformers.activations import ACT2FN
+    x = np.linspace(-6, 6, 241).astype(np.float32)
+    out = {"x": x}
+    for name in ("tanh", "relu", "relu6", "sigmoid", "silu", "swish", "gelu",
+                 "gelu_python", "linear", "mish", "hardswish", "quick_gelu",
+                 "gelu_new", "leaky_relu"):
+        with torch.no_grad():
+            out[name] = ACT2FN[name](torch.from_numpy(x)).numpy()
+    np.savez(os.path.join(ROOT, "activations.npz"), **out)
+
+
+def _timm_model(name: str, arch: str, seed: int, save_args: dict,
+                save: bool = True, **kwargs):
+    args = dict(img_size=SIZE, patch_size=PATCH, embed_dim=16, depth=1,
+                num_heads=2, mlp_ratio=2.0, num_classes=3, **kwargs)
+    model = timm.create_model(arch, **args).eval()
+    _randomise(model, seed)
+    path = _fresh(name)
+    if save:
+        _timm_save(model, path, {**args, **save_args})
+    _reference(path, model, seed, IMAGENET_MEAN, IMAGENET_STD)
+    return model, path, args
+
+
+def timm_variants() -> None:
+    _timm_model("timm_vit_gap", "vit_base_patch16_gap_224", 7, {})
+    _timm_model("timm_vit_token_fc_norm", "vit_tiny_patch16_224", 8, {},
+                fc_norm=True)
+    _timm_model("timm_vit_avg_fc_norm", "vit_tiny_patch16_224", 9, {},
+                global_pool="avg", class_token=False)
+    _timm_model("timm_vit_avg_class_token_fc_norm", "vit_tiny_patch16_224",
+                15, {}, global_pool="avg")
+    _timm_model("timm_vit_avg_class_token", "vit_tiny_patch16_224", 10, {},
+                global_pool="avg", fc_norm=False)
+    _timm_model("timm_vit_pre_norm", "vit_tiny_patch16_224", 11, {},
+                pre_norm=True)
+    _timm_model("timm_vit_no_embed_class", "vit_tiny_patch16_224", 12, {},
+                no_embed_class=True)
+    model, path, args = _timm_model("timm_vit_label_dict",
+                                    "vit_tiny_patch16_224", 13, {},
+                                    save=False)
+    model.pretrained_cfg = dict(
+        model.pretrained_cfg, mean=IMAGENET_MEAN, std=IMAGENET_STD,
+        input_size=(3, SIZE, SIZE),
+    )
+    timm_hub.save_for_hf(
+        model, path, model_args=args, safe_serialization=True,
+        model_config={"label_names": {0: "red", 1: "green", 2: "blue"}})
+
+
+def timm_deit_distilled_named() -> None:
+    # The named model's own head count (3): model_args record only what
+    # was passed.
+    path = _fresh("timm_deit_distilled_named")
+    model = timm.create_model(
+        "deit_tiny_distilled_patch16_224", img_size=SIZE, patch_size=PATCH,
+        embed_dim=24, depth=1, num_classes=2,
+    ).eval()
+    _randomise(model, 14)
+    model.pretrained_cfg = dict(model.pretrained_cfg,
+                                input_size=(3, SIZE, SIZE))
+    timm_hub.save_for_hf(model, path, safe_serialization=True)
+
+
+def library_fields() -> None:
+    base = set(transformers.PretrainedConfig().to_dict())
+    vit = [k for k in transformers.ViTConfig().to_dict() if k not in base]
+    timm_args = [
+        k for k in inspect.signature(
+            timm.models.vision_transformer.VisionTransformer.__init__
+        ).parameters if k != "self"
+    ]
+    with open(os.path.join(ROOT, "library_fields.json"), "w") as f:
+        json.dump({"transformers.ViTConfig": sorted(vit),
+                   "timm.VisionTransformer": timm_args}, f, indent=2)
+        f.write("\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -178,6 +303,13 @@ def main() -> None:
     hf_model_bin()
     timm_vit()
     timm_deit_distilled()
+    timm_deit_distilled_named()
+    _hf_pooler("hf_vit_model_relu", "relu", 4)
+    _hf_pooler("hf_vit_model_quick_gelu", "quick_gelu", 5)
+    hf_v5_state_dict()
+    timm_variants()
+    activations()
+    library_fields()
     versions = {"torch": torch.__version__,
                 "transformers": transformers.__version__,
                 "timm": timm.__version__}

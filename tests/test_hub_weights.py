@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import safetensors.numpy
 
-from keras_vit.checkpoint import hub, loader, torch_pickle
+from keras_vit.checkpoint import hub, hub_timm, loader, torch_pickle
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "hub")
 
@@ -34,6 +34,11 @@ def _run(model, pixels):
     ("hf_vit_classifier", "logits", hub.HUGGINGFACE),        # safetensors
     ("hf_vit_model_bin", "pooler_output", hub.HUGGINGFACE),  # .bin, pooler
     ("timm_vit", "logits", hub.TIMM),              # ImageNet mean / std
+    ("hf_vit_model_relu", "pooler_output", hub.HUGGINGFACE),  # pooler_act
+    ("hf_vit_v5_state_dict", "logits", hub.HUGGINGFACE),  # q_proj naming
+    ("timm_vit_gap", "logits", hub.TIMM),          # global_pool "avg"
+    ("timm_vit_token_fc_norm", "logits", hub.TIMM),  # fc_norm on the token
+    ("timm_vit_label_dict", "logits", hub.TIMM),
 ])
 def test_outputs_equal_the_reference_implementation(name, output, naming):
     reference = np.load(os.path.join(FIXTURES, name, "reference.npz"))
@@ -112,7 +117,7 @@ def test_state_dict_reader_refuses_code(tmp_path):
     path = tmp_path / "pytorch_model.bin"
     with zipfile.ZipFile(path, "w") as archive:
         archive.writestr("archive/data.pkl",
-                         pickle.dumps({"w": io.BytesIO(b"x")}))
+                         pickle.dumps({"w": io.BytesIO(b"x")}, protocol=2))
     with pytest.raises(ValueError, match=r"holds a _io\.BytesIO object"):
         torch_pickle.read_state_dict(str(path))
     (tmp_path / "old.bin").write_bytes(pickle.dumps({"w": 1}))
@@ -141,7 +146,7 @@ def test_normalisation_fold_is_exact():
 def test_timm_hub_config_without_model_args():
     # The config.json timm writes for a named pretrained model (e.g.
     # timm/vit_base_patch16_224.augreg_in21k_ft_in1k) has no model_args.
-    settings = hub._timm_settings({
+    settings = hub_timm.settings({
         "architecture": "vit_base_patch16_224", "num_classes": 1000,
         "global_pool": "token",
         "pretrained_cfg": {"input_size": [3, 224, 224],
@@ -150,9 +155,11 @@ def test_timm_hub_config_without_model_args():
     assert settings["num_heads"] == 12
     assert settings["image_size"] == (224, 224)
     assert not settings["approximate_gelu"]
-    with pytest.raises(ValueError, match="global_pool 'avg'"):
-        hub._timm_settings({"architecture": "vit_base_patch16_224",
-                            "global_pool": "avg"})
+    assert settings["pooling"] == "token"
+    # The top-level global_pool must agree with what the name registers.
+    with pytest.raises(ValueError, match="global_pool 'avg' disagrees"):
+        hub_timm.settings({"architecture": "vit_base_patch16_224",
+                                  "global_pool": "avg"})
 
 
 def test_sharded_safetensors(tmp_path):

@@ -8,22 +8,28 @@ loads:
 
 - Hugging Face `ViTForImageClassification` / `ViTModel`
   (`vit.encoder.layer.0.attention.attention.query.weight`, ...;
-  `google/vit-*`). The `pooler` of a `ViTModel` becomes the pre-logits
-  layer (Dense + tanh on the class token, the same computation).
+  `google/vit-*`), and the naming transformers 5 uses in memory, which a
+  `torch.save(model.state_dict())` writes (`vit.layers.0.attention.q_proj`).
+  The `pooler` of a `ViTModel` becomes the pre-logits layer (Dense on the
+  class token with the config's `pooler_act`, the same computation).
 - timm `vision_transformer` (`blocks.0.attn.qkv.weight`, ...): plain ViT,
-  AugReg, DeiT without the distillation token, DINO backbones.
+  AugReg, the GAP models, DeiT without the distillation token, DINO
+  backbones.
 
 The architecture comes from the arrays' shapes plus `config.json` (heads,
-image size, GELU form, LayerNorm epsilon, class names). Anything the
-project's ViT does not compute (a distillation token, register tokens,
-layer scale, an fc_norm after average pooling, ...) stops the load with
-the first such key named. The pixel normalisation the weights were trained
+image size, GELU form, LayerNorm epsilon, pooling, the pooler's activation,
+class names), each field checked by `hub_config` / `hub_timm`. Anything
+the project's ViT does not compute (a distillation token, register tokens,
+layer scale, a norm before the first block, average pooling followed by
+fc_norm, ...) stops the load with its config field or first such key
+named. The pixel normalisation the weights were trained
 with (`image_mean` / `image_std`) is folded into the patch embedding, so
 the model keeps the project's input convention, pixels in [-1, 1]: the
 patch embedding is linear with VALID padding, so the fold is exact.
 
 safetensors files are read with the `safetensors` package's numpy API;
-`pytorch_model.bin` with `torch_pickle` (neither needs PyTorch).
+`pytorch_model.bin` with `torch_pickle` (PyTorch's own reader where it is
+installed, a bounds-checked reader otherwise).
 """
 
 from __future__ import annotations
@@ -37,7 +43,8 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import numpy as np
 import safetensors.numpy
 
-from keras_vit.checkpoint import torch_pickle
+from keras_vit.checkpoint import hub_config, hub_timm, torch_pickle
+from keras_vit.checkpoint.npz import describe_arrays
 from keras_vit.errors import UsageError
 
 CONFIG_FILE = "config.json"
@@ -49,15 +56,6 @@ TIMM = "timm"
 
 _ATT = "MultiHeadDotProductAttention_1"
 _MLP = "MlpBlock_3"
-# Heads of timm's named sizes (its config.json records only the name).
-_TIMM_HEADS = {"tiny": 3, "small": 6, "base": 12, "large": 16, "huge": 16,
-               "giant": 16}
-_TIMM_NAME = re.compile(
-    r"^(?:vit|deit)_(tiny|small|base|large|huge|giant)_patch(\d+)_(\d+)"
-)
-# Hugging Face `hidden_act` -> approximate (tanh) GELU or not.
-_HF_GELU = {"gelu": False, "gelu_new": True, "gelu_pytorch_tanh": True,
-            "gelu_fast": True}
 
 
 @dataclasses.dataclass
@@ -76,6 +74,8 @@ class HubCheckpoint:
         class_names: list of str or None. From id2label / label_names.
         mean, std: tuple of 3 floats. The pixel normalisation of the
             weights, folded into the patch embedding.
+        pre_logits_activation: str. The Keras activation of the pre-logits
+            layer (a ViTModel's pooler_act), when there is one.
     """
 
     path: str
@@ -88,6 +88,7 @@ class HubCheckpoint:
     class_names: Optional[List[str]]
     mean: Tuple[float, ...]
     std: Tuple[float, ...]
+    pre_logits_activation: str = "tanh"
 
 
 def _files(path: str) -> Tuple[str, str]:
@@ -210,30 +211,45 @@ def _num_blocks(tensors, pattern: str) -> int:
     return max(found) + 1 if found else 0
 
 
+# transformers' module names inside one encoder layer: the hub files'
+# (transformers 4 and save_pretrained) and transformers 5's in memory.
+_HF_LAYER = {
+    "files": dict(blocks=r"encoder\.layer\.(\d+)\.", block="encoder.layer.",
+                  q="attention.attention.query", k="attention.attention.key",
+                  v="attention.attention.value",
+                  out="attention.output.dense", fc1="intermediate.dense",
+                  fc2="output.dense"),
+    "transformers5": dict(blocks=r"layers\.(\d+)\.", block="layers.",
+                          q="attention.q_proj", k="attention.k_proj",
+                          v="attention.v_proj", out="attention.o_proj",
+                          fc1="mlp.fc1", fc2="mlp.fc2"),
+}
+
+
 def _map_huggingface(tensors, heads: int) -> _Mapper:
     prefix = "vit." if any(k.startswith("vit.") for k in tensors) else ""
     m = _Mapper(tensors, prefix)
+    names = _HF_LAYER["files"]
+    if any(k.startswith(prefix + "layers.") for k in tensors):
+        names = _HF_LAYER["transformers5"]
     _stem(m, "embeddings.cls_token", "embeddings.position_embeddings",
           "embeddings.patch_embeddings.projection")
-    layers = _num_blocks(
-        tensors, re.escape(prefix) + r"encoder\.layer\.(\d+)\."
-    )
+    layers = _num_blocks(tensors, re.escape(prefix) + names["blocks"])
     for i in range(layers):
-        hf, block = f"encoder.layer.{i}.", f"Transformer/encoderblock_{i}"
-        att = hf + "attention.attention."
+        hf, block = f"{names['block']}{i}.", f"Transformer/encoderblock_{i}"
+        qkv = [names[n] for n in "qkv"]
         m.norm(hf + "layernorm_before", f"{block}/LayerNorm_0")
         m.attention(
             block,
-            [m.take(att + n + ".weight") for n in ("query", "key", "value")],
-            [m.take(att + n + ".bias", False)
-             for n in ("query", "key", "value")],
-            m.take(hf + "attention.output.dense.weight"),
-            m.take(hf + "attention.output.dense.bias"),
+            [m.take(hf + n + ".weight") for n in qkv],
+            [m.take(hf + n + ".bias", False) for n in qkv],
+            m.take(hf + names["out"] + ".weight"),
+            m.take(hf + names["out"] + ".bias"),
             heads,
         )
         m.norm(hf + "layernorm_after", f"{block}/LayerNorm_2")
-        m.dense(hf + "intermediate.dense", f"{block}/{_MLP}/Dense_0")
-        m.dense(hf + "output.dense", f"{block}/{_MLP}/Dense_1")
+        m.dense(hf + names["fc1"], f"{block}/{_MLP}/Dense_0")
+        m.dense(hf + names["fc2"], f"{block}/{_MLP}/Dense_1")
     m.norm("layernorm", "Transformer/encoder_norm")
     m.dense("pooler.dense", "pre_logits", required=False)
     m.prefix = ""
@@ -241,7 +257,7 @@ def _map_huggingface(tensors, heads: int) -> _Mapper:
     return m
 
 
-def _map_timm(tensors, heads: int) -> _Mapper:
+def _map_timm(tensors, heads: int, fc_norm: bool) -> _Mapper:
     m = _Mapper(tensors, "")
     _stem(m, "cls_token", "pos_embed", "patch_embed.proj")
     for i in range(_num_blocks(tensors, r"blocks\.(\d+)\.")):
@@ -259,7 +275,9 @@ def _map_timm(tensors, heads: int) -> _Mapper:
         m.norm(t + "norm2", f"{block}/LayerNorm_2")
         m.dense(t + "mlp.fc1", f"{block}/{_MLP}/Dense_0")
         m.dense(t + "mlp.fc2", f"{block}/{_MLP}/Dense_1")
-    m.norm("norm", "Transformer/encoder_norm")
+    # With class-token pooling, timm's fc_norm normalises the pooled
+    # token: the same LayerNorm as a final norm of every token, read there.
+    m.norm("fc_norm" if fc_norm else "norm", "Transformer/encoder_norm")
     m.dense("head", "head", required=False)
     return m
 
@@ -288,71 +306,6 @@ def _read_json(path: str) -> Dict[str, Any]:
             raise UsageError(f"{path} is not valid JSON: {error}") from None
 
 
-def _hf_settings(spec: Dict[str, Any], folder: str) -> Dict[str, Any]:
-    model_type = spec.get("model_type", "vit")
-    if model_type != "vit":
-        raise UsageError(
-            f"config.json says model_type {model_type!r}; only 'vit' "
-            "(ViTForImageClassification / ViTModel) is read. For DeiT, load"
-            " the timm checkpoint (facebook/deit-*: timm/deit_*) instead."
-        )
-    act = spec.get("hidden_act", "gelu")
-    if act not in _HF_GELU:
-        raise UsageError(f"config.json hidden_act {act!r} is not a GELU; "
-                         "unsupported.")
-    size = spec.get("image_size", 224)
-    labels = spec.get("id2label")
-    names = None
-    if labels and not all(
-        v == f"LABEL_{k}" for k, v in labels.items()
-    ):
-        names = [labels[str(i)] for i in range(len(labels))]
-    processor = os.path.join(folder, "preprocessor_config.json")
-    proc = _read_json(processor) if os.path.exists(processor) else {}
-    return dict(
-        num_heads=int(spec["num_attention_heads"]),
-        image_size=size,
-        approximate_gelu=_HF_GELU[act],
-        layer_norm_epsilon=float(spec.get("layer_norm_eps", 1e-12)),
-        class_names=names,
-        mean=tuple(proc.get("image_mean", (0.5,) * 3)),
-        std=tuple(proc.get("image_std", (0.5,) * 3)),
-    )
-
-
-def _timm_settings(spec: Dict[str, Any]) -> Dict[str, Any]:
-    arch = str(spec.get("architecture", ""))
-    args = spec.get("model_args") or {}
-    pretrained = spec.get("pretrained_cfg") or {}
-    named = _TIMM_NAME.match(arch)
-    heads = args.get("num_heads") or (
-        _TIMM_HEADS[named.group(1)] if named else None
-    )
-    if heads is None:
-        raise UsageError(
-            f"config.json names architecture {arch!r} without num_heads in "
-            "model_args: cannot tell the head count."
-        )
-    pool = spec.get("global_pool", args.get("global_pool", "token"))
-    if pool != "token":
-        raise UsageError(
-            f"config.json global_pool {pool!r}: only timm's class-token "
-            "pooling ('token') computes what this ViT does."
-        )
-    size = pretrained.get("input_size", [3] + [args.get("img_size")] * 2)
-    if size[1] is None:
-        size = [3] + [int(named.group(3))] * 2 if named else [3, 224, 224]
-    return dict(
-        num_heads=int(heads),
-        image_size=(int(size[1]), int(size[2])),
-        approximate_gelu=False,  # timm's ViT uses nn.GELU (exact)
-        layer_norm_epsilon=1e-6,
-        class_names=spec.get("label_names"),
-        mean=tuple(pretrained.get("mean", (0.5,) * 3)),
-        std=tuple(pretrained.get("std", (0.5,) * 3)),
-    )
-
-
 def naming(tensors: Dict[str, np.ndarray]) -> str:
     """HUGGINGFACE or TIMM, from the keys."""
     keys = list(tensors)
@@ -374,19 +327,30 @@ def read_hub(path: str) -> HubCheckpoint:
 
     Raises:
         FileNotFoundError: no weights or no config.json.
-        ValueError: another architecture, or a key this ViT cannot use
-            (named).
+        UsageError: another architecture, a config field or a key this ViT
+            cannot honour (named).
     """
     config_path, weights_path = _files(path)
     spec = _read_json(config_path)
     tensors = read_tensors(weights_path)
     kind = naming(tensors)
     if kind == HUGGINGFACE:
-        settings = _hf_settings(spec, os.path.dirname(config_path))
+        settings = hub_config.hf_settings(
+            spec, os.path.dirname(config_path), _read_json)
         mapper = _map_huggingface(tensors, settings["num_heads"])
     else:
-        settings = _timm_settings(spec)
-        mapper = _map_timm(tensors, settings["num_heads"])
+        hub_timm.refuse_arrays(spec, tensors, weights_path)
+        settings = hub_timm.settings(spec)
+        fc_norm = settings.pop("fc_norm")
+        if "fc_norm.weight" in tensors and not fc_norm:
+            raise UsageError(
+                f"{weights_path} has fc_norm.weight, but config.json gives "
+                f"global_pool {settings['pooling']!r} without fc_norm=True: "
+                "weights trained with average pooling (timm "
+                "global_pool='avg') whose config does not say so. Add the "
+                "model's global_pool and fc_norm to config.json's model_args."
+            )
+        mapper = _map_timm(tensors, settings["num_heads"], fc_norm)
     unused = mapper.unused()
     if unused:
         raise UsageError(
@@ -395,11 +359,17 @@ def read_hub(path: str) -> HubCheckpoint:
             f"{kind} model with parts the plain ViT does not compute "
             "(e.g. a distillation or register token, layer scale, fc_norm)."
         )
+    info = describe_arrays({k: v.shape for k, v in mapper.arrays.items()})
     size = settings.pop("image_size")
-    size = (size, size) if isinstance(size, int) else tuple(size)
+    settings["image_size"] = (size, size) if isinstance(size, int) else (
+        tuple(size))
+    if kind == HUGGINGFACE:
+        hub_config.check_hf_shapes(spec, info)
+    else:
+        hub_timm.check_shapes(spec, info)
+        hub_timm.check_tokens(settings, mapper.arrays, weights_path)
+        settings.pop("pooling")
     _fold_normalisation(mapper.arrays, settings["mean"], settings["std"])
     return HubCheckpoint(
-        path=weights_path, naming=kind, arrays=mapper.arrays,
-        image_size=size, **settings,
+        path=weights_path, naming=kind, arrays=mapper.arrays, **settings,
     )
-

@@ -19,7 +19,7 @@ _SIZE_FIELDS = ("patch_size", "hidden_size", "num_layers", "num_heads",
 
 def architecture(checkpoint: hub.HubCheckpoint) -> Dict[str, Any]:
     """The checkpoint's architecture, as `loader.architecture` gives it,
-    plus approximate_gelu and layer_norm_epsilon."""
+    plus approximate_gelu, layer_norm_epsilon and pre_logits_activation."""
     info = describe_arrays(
         {k: tuple(v.shape) for k, v in checkpoint.arrays.items()}
     )
@@ -27,6 +27,7 @@ def architecture(checkpoint: hub.HubCheckpoint) -> Dict[str, Any]:
         image_size=checkpoint.image_size,
         approximate_gelu=checkpoint.approximate_gelu,
         layer_norm_epsilon=checkpoint.layer_norm_epsilon,
+        pre_logits_activation=checkpoint.pre_logits_activation,
     )
     return info
 
@@ -61,6 +62,11 @@ def model_from_hub(
         layer_norm_epsilon=checkpoint.layer_norm_epsilon,
         **{k: info[k] for k in _SIZE_FIELDS},
     )
+    if representation_size is not None:
+        # A ViTModel's pooler_act (tanh unless its config says otherwise):
+        # the Dense layer applies and serialises whatever it holds.
+        model.get_layer("pre_logits").activation = keras.activations.get(
+            checkpoint.pre_logits_activation)
     report = weights.load_arrays(
         model,
         checkpoint.arrays,

@@ -5,6 +5,12 @@ Four sources: a training run's workdir (its latest checkpoint), a saved
 architecture is read from the array shapes; `variant` checks it), or a
 Hugging Face layout directory of Hugging Face or timm ViT weights
 (`keras_vit.checkpoint.hub`).
+A source is also given as one string (`resolve`): a path of any of the
+four kinds, `hf://ORG/NAME[@REVISION]` (a Hugging Face model, downloaded
+into the Hugging Face cache), a released checkpoint's name ("ViT-B_16",
+"imagenet21k+imagenet2012/ViT-L_16", "augreg/<file>"; `catalog`) or an
+address in gs://vit_models, both downloaded once into the local cache
+(`cache`).
 `load_model` is the one function that turns a source into a model (at
 another resolution if asked); evaluation, export, analysis and the
 converter call it, and training initialises from a source with
@@ -20,14 +26,18 @@ import os
 from typing import Any, Dict, Optional, Sequence, Tuple, Union
 
 import keras
+import tensorflow as tf
 
 from keras_vit import mpp
-from keras_vit.checkpoint import augreg, hub, hub_model, weights
+from keras_vit.checkpoint import (
+    augreg, cache, catalog, hub, hub_model, weights,
+)
 from keras_vit.checkpoint import npz as checkpoint_io
 from keras_vit.checkpoint import workdir as wd
 from keras_vit.checkpoint.resolution import rebuild_at_resolution
 from keras_vit.model import _image_hw, create_model, decode_variant
 from keras_vit.errors import UsageError
+from keras_vit.resnet import resnet_stride
 
 MODEL_FIELDS = (
     "patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim",
@@ -60,6 +70,9 @@ class Source:
             needed only when it is not square.
         use_ema: bool. With workdir: the EMA (Polyak) averaged weights when
             the run kept them, else the raw ones.
+        image_size: int or None. With npz: the resolution a released
+            checkpoint was trained at (`catalog`), its default one (the
+            file's own position-embedding grid wins if they differ).
     """
 
     workdir: Optional[str] = None
@@ -69,6 +82,7 @@ class Source:
     variant: Optional[str] = None
     posemb_grid: Optional[Tuple[int, int]] = None
     use_ema: bool = True
+    image_size: Optional[int] = None
 
     def __post_init__(self):
         kinds = ("workdir", "keras_model", "npz", "hub")
@@ -95,6 +109,11 @@ class Source:
             if isinstance(grid, int):
                 grid = (grid, grid)
             object.__setattr__(self, "posemb_grid", tuple(int(n) for n in grid))
+        if self.image_size is not None and not self.npz:
+            raise UsageError(
+                "Source.image_size (a released checkpoint's resolution) goes "
+                "with npz only."
+            )
 
     @property
     def path(self) -> str:
@@ -104,6 +123,100 @@ class Source:
         """str. A short label for reports, e.g. "ViT-B_16.npz"."""
         name = os.path.basename(os.path.normpath(self.path))
         return f"{name} ({self.variant})" if self.variant else name
+
+
+SourceLike = Union[Source, str]
+
+SOURCE_KINDS = (
+    "a training workdir, a .keras file, an official .npz (local or gs://), "
+    "a Hugging Face / timm folder, hf://ORG/NAME or a released model's name "
+    "(keras_vit.list_models())"
+)
+
+
+def source_kind(text: str) -> str:
+    """"workdir", "keras_model", "npz" or "hub": the kind of model a path
+    (local or a tf.io.gfile URL) is. A path ending .npz or .keras is that
+    file; a folder with Hugging Face weights (hub.WEIGHT_FILES), or such a
+    weights file, is a hub model; any other folder is a training workdir.
+
+    Raises:
+        UsageError: nothing is there (naming the closest released models'
+            names), or a file of no model kind.
+    """
+    lower = text.lower().rstrip("/")
+    if lower.endswith(".npz"):
+        return "npz"
+    if lower.endswith(".keras"):
+        return "keras_model"
+    if tf.io.gfile.isdir(text):
+        if any(tf.io.gfile.exists(os.path.join(text, name))
+               for name in hub.WEIGHT_FILES):
+            return "hub"
+        return "workdir"
+    if tf.io.gfile.exists(text):
+        if os.path.basename(lower) in hub.WEIGHT_FILES or lower.endswith(
+            (".safetensors", ".bin")
+        ):
+            return "hub"
+        raise UsageError(f"{text} is a file of no model kind: give "
+                         f"{SOURCE_KINDS}.")
+    close = catalog.suggestions(text)
+    hint = f" Did you mean {', '.join(close)}?" if close else ""
+    raise UsageError(
+        f"{text!r} is no file or folder and no released model's name.{hint}"
+        f" A model is {SOURCE_KINDS}."
+    )
+
+
+def resolve(
+    source: SourceLike,
+    *,
+    variant: Optional[str] = None,
+    posemb_grid: Optional[Tuple[int, int]] = None,
+    use_ema: bool = True,
+) -> Source:
+    """The Source that `source` names, with names and URLs made local.
+
+    The one place where every tool's model string becomes a model source:
+    a Hugging Face URI or a released checkpoint's name (or its address in
+    gs://vit_models) is downloaded once into its cache (`cache.locate`); a
+    path is read where it is, its kind from `source_kind`. A Source whose
+    npz or hub field holds such a name or URI is resolved alike. The
+    keyword arguments go into the Source made from a string.
+
+    Raises:
+        UsageError: an unknown name (with the closest known ones), or a
+            model that is not cached and cannot be downloaded (saying how
+            to get it).
+    """
+    if isinstance(source, Source):
+        if not (source.npz or source.hub):
+            return source
+        located = cache.locate(source.path)
+        if located is None:
+            return source
+        if (located.kind == "hub") != bool(source.hub):
+            what = "a Hugging Face" if located.kind == "hub" else "an .npz"
+            raise UsageError(
+                f"{source.path} is {what} model: give it as the model "
+                "string alone (its kind comes from the name)."
+            )
+        return dataclasses.replace(
+            source, **{located.kind: located.path},
+            image_size=source.image_size or located.image_size,
+        )
+    if not source or not str(source).strip():
+        raise UsageError(
+            f"No model given: pass --model=SOURCE ({SOURCE_KINDS})."
+        )
+    text = str(source).strip()
+    located = cache.locate(text)
+    fields = dict(variant=variant, posemb_grid=posemb_grid, use_ema=use_ema)
+    if located is None:
+        return Source(**{source_kind(text): text}, **fields)
+    return Source(**{located.kind: located.path},
+                  image_size=located.image_size, **fields)
 
 
 @dataclasses.dataclass
@@ -151,17 +264,41 @@ def _read_npz(source: Source, check_variant: bool = True) -> _NpzContent:
     return _NpzContent(arrays, layout, ignored, info)
 
 
-def _npz_image_size(info: Dict[str, Any]) -> int:
+def _file_image_size(content: _NpzContent) -> Optional[int]:
+    """The resolution a file's learnt, square position-embedding grid was
+    trained at (grid side x patch x ResNet stride), or None."""
+    table = content.arrays.get(checkpoint_io.POSEMB)
+    info = content.info
+    if table is None or table.ndim != 3 or not info["patch_size"]:
+        return None
+    tokens = int(table.shape[1]) - (1 if info["pooling"] == "token" else 0)
+    side = int(round(tokens ** 0.5))
+    if side * side != tokens:
+        return None
+    stride = info["patch_size"]
+    if info["resnet_layers"] is not None:
+        stride *= resnet_stride(info["resnet_layers"])
+    return side * stride
+
+
+def _npz_image_size(source: Source, content: _NpzContent) -> int:
     """The resolution an .npz loads at by default: a fine-tuned AugReg
-    file's own (from its name), else 224."""
-    name = info.get("augreg")
-    return name.image_size if name is not None else 224
+    file's own (from its name), a released checkpoint's (its own grid's),
+    else 224."""
+    name = content.info.get("augreg")
+    if name is not None:
+        return name.image_size
+    if source.image_size:
+        return _file_image_size(content) or source.image_size
+    return 224
 
 
-def architecture(source: Source) -> Dict[str, Any]:
+def architecture(source: SourceLike) -> Dict[str, Any]:
     """The source's architecture: MODEL_FIELDS, num_classes, image_size
-    (for an .npz: None, or a fine-tuned AugReg file's resolution) and
+    (for an .npz: None, or the resolution of a released checkpoint or of a
+    fine-tuned AugReg file) and
     variant (None when it is not a named variant)."""
+    source = resolve(source)
     if source.workdir:
         config = wd.read_config(source.workdir)
         info = {k: config.model[k] for k in MODEL_FIELDS}
@@ -185,15 +322,20 @@ def architecture(source: Source) -> Dict[str, Any]:
         return info
     if source.hub:
         return hub_model.architecture(hub.read_hub(source.hub))
-    info = _read_npz(source).info
-    name = info.pop("augreg")
-    info["image_size"] = None if name is None else name.image_size
+    content = _read_npz(source)
+    size = None
+    if content.info["augreg"] is not None or source.image_size:
+        size = _npz_image_size(source, content)
+    info = content.info
+    del info["augreg"]
+    info["image_size"] = size
     return info
 
 
-def _source_arrays(source: Source):
+def _source_arrays(source: SourceLike):
     """(arrays, patch grid or None, layout, ignored) of a source, in the
     official layout, for `weights.load_arrays`."""
+    source = resolve(source)
     if source.npz:
         content = _read_npz(source)
         return (
@@ -212,13 +354,13 @@ def _source_arrays(source: Source):
     )
 
 
-def model_arrays(source: Source) -> Dict[str, Any]:
+def model_arrays(source: SourceLike) -> Dict[str, Any]:
     """The source's parameters in the official .npz layout."""
     return _source_arrays(source)[0]
 
 
 def write_backbone(
-    source: Source, path: str, keep_pre_logits: bool = False
+    source: SourceLike, path: str, keep_pre_logits: bool = False
 ) -> Source:
     """Writes the source without its head as an .npz, for transfer.
 
@@ -230,6 +372,7 @@ def write_backbone(
     Returns:
         A Source for the written file.
     """
+    source = resolve(source)
     drop = ("head/",) if keep_pre_logits else ("head/", "pre_logits/")
     arrays = {
         k: v for k, v in model_arrays(source).items()
@@ -240,13 +383,14 @@ def write_backbone(
 
 
 def transfer_model_config(
-    source: Source, overrides: Optional[Dict[str, Any]] = None
+    source: SourceLike, overrides: Optional[Dict[str, Any]] = None
 ) -> Dict[str, Any]:
     """`config.model` fields that rebuild the source's architecture.
 
     `overrides` are non-None fields of a config's `model` (e.g.
     dropout_rate) that win.
     """
+    source = resolve(source)
     info = architecture(source)
     model = {k: info[k] for k in MODEL_FIELDS if info.get(k) is not None}
     model["variant"] = None  # explicit sizes
@@ -257,7 +401,7 @@ def transfer_model_config(
 
 
 def initialise(
-    model: keras.Model, source: Source, *, keep_pre_logits: bool = False
+    model: keras.Model, source: SourceLike, *, keep_pre_logits: bool = False
 ) -> checkpoint_io.LoadReport:
     """Loads a source's weights into `model`, for fine-tuning.
 
@@ -269,6 +413,7 @@ def initialise(
     Returns:
         The `LoadReport`.
     """
+    source = resolve(source)
     arrays, grid, layout, ignored = _source_arrays(source)
     return weights.load_arrays(
         model,
@@ -300,7 +445,7 @@ def _model_from_npz(
         num_classes = info["num_classes"] or 0
     kwargs = dict(
         num_classes=num_classes,
-        image_size=_npz_image_size(info) if image_size is None
+        image_size=_npz_image_size(source, content) if image_size is None
         else image_size,
         pooling=pooling or info["pooling"],
         posemb=info["posemb"],
@@ -328,7 +473,7 @@ def _model_from_npz(
 
 
 def load_model(
-    source: Source,
+    source: SourceLike,
     image_size: Optional[ImageSize] = None,
     *,
     num_classes: Optional[int] = None,
@@ -352,11 +497,12 @@ def load_model(
     `weights.load_arrays`.
 
     Args:
-        source: Source.
+        source: Source, or a string: a path, hf://ORG/NAME, a released
+            model's name or a gs:// address (`resolve`).
         image_size: int, (height, width) or None. Rebuild at this
             resolution (position embeddings resized); None keeps the
-            source's (for an .npz: 224, or the resolution in a fine-tuned
-            AugReg file's name).
+            source's (for an .npz: a released checkpoint's resolution, the
+            resolution in a fine-tuned AugReg file's name, else 224).
         num_classes: int or None. .npz only: the head's width; the file's
             head is kept when it has this width, else the head starts at
             zero; 0 builds a features model. None: the file's.
@@ -379,6 +525,7 @@ def load_model(
         ValueError: a file that is not a checkpoint, or one that does not
             fit the model asked for.
     """
+    source = resolve(source)
     report = None
     if source.npz:
         model, report = _model_from_npz(
@@ -414,9 +561,10 @@ def load_model(
     return (model, report) if with_report else model
 
 
-def class_names(source: Source) -> Optional[list]:
+def class_names(source: SourceLike) -> Optional[list]:
     """list of str or None. The class names a source records: a run's
     labels.txt, a hub model's id2label / label_names."""
+    source = resolve(source)
     if source.workdir:
         return wd.read_class_names(source.workdir)
     if source.hub:

@@ -19,7 +19,7 @@ import json
 import os
 import re
 import uuid
-from typing import Any, List, Optional
+from typing import Any, Callable, List, Optional, Union
 
 import tensorflow as tf
 
@@ -34,21 +34,45 @@ METRICS = "metrics.json"
 CHECKPOINTS = "checkpoints"
 
 
-def atomic_write(path: str, data: str | bytes) -> None:
-    """Writes `data` to `path` via a temporary file and a rename."""
+def atomic_write(
+    path: str, data: Union[str, bytes, Callable[[str], None]]
+) -> None:
+    """Writes `data` to `path` via a temporary file and a rename.
+
+    The temporary file is a sibling of `path` with its extension,
+    `<name>.tmp-<random><extension>`; it is removed on any error, so `path`
+    keeps its old content (a hard kill can leave it, under a name no reader
+    looks for). A local file is fsynced before the rename.
+
+    Args:
+        path: str. Local path or URL.
+        data: str, bytes, or (local `path` only) a callable that writes the
+            file at the temporary path it is given, e.g. a streamed
+            download that raises when it comes up short.
+    """
     directory = os.path.dirname(path)
     if directory:
         tf.io.gfile.makedirs(directory)
-    tmp = f"{path}.tmp-{uuid.uuid4().hex}"
-    mode = "wb" if isinstance(data, bytes) else "w"
+    root, extension = os.path.splitext(path)
+    tmp = f"{root}.tmp-{uuid.uuid4().hex[:12]}{extension}"
+    local = "://" not in path
     try:
-        with tf.io.gfile.GFile(tmp, mode) as f:
-            f.write(data)
+        if callable(data):
+            if not local:
+                raise ValueError(f"A writer callable needs a local path, "
+                                 f"not {path}.")
+            data(tmp)
+        else:
+            mode = "wb" if isinstance(data, bytes) else "w"
+            with tf.io.gfile.GFile(tmp, mode) as f:
+                f.write(data)
+        if local:
+            with open(tmp, "rb+") as f:
+                os.fsync(f.fileno())
         tf.io.gfile.rename(tmp, path, overwrite=True)
     except BaseException:
         # E.g. a full disk: `path` keeps its old content; leave no stray
-        # temporary file behind (a hard kill still can, under a name no
-        # reader looks for).
+        # temporary file behind.
         try:
             if tf.io.gfile.exists(tmp):
                 tf.io.gfile.remove(tmp)

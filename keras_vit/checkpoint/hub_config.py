@@ -1,0 +1,152 @@
+"""What a hub model's `config.json` says, checked field by field.
+
+Every field of transformers' `ViTConfig` (`HF_VIT_FIELDS`, here) and every
+argument of timm's `VisionTransformer.__init__` (`hub_timm.TIMM_VIT_ARGS`)
+is listed with how keras_vit honours it:
+
+- READ: builds the model (heads, image size, epsilon, GELU form, ...).
+- SHAPE: checked against the arrays' shapes; a disagreement is refused.
+- CHECKED: honoured for the values this ViT computes; any other value is
+  refused with the field named.
+- NO_EFFECT: training, initialisation or run-time options that leave the
+  outputs at the stored resolution unchanged (dropout rates, weight init,
+  timm's dynamic_img_size, the device).
+
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Dict, List, Optional
+
+from keras_vit.errors import UsageError
+
+READ, SHAPE, CHECKED, NO_EFFECT = "read", "shape", "checked", "no effect"
+
+HF_VIT_FIELDS = {
+    "hidden_size": SHAPE,
+    "num_hidden_layers": SHAPE,
+    "intermediate_size": SHAPE,
+    "patch_size": SHAPE,
+    "pooler_output_size": SHAPE,  # the pooler's width, when it has one
+    "num_attention_heads": READ,
+    "image_size": READ,
+    "layer_norm_eps": READ,
+    "qkv_bias": READ,  # False: zero query/key/value biases
+    "hidden_act": CHECKED,  # a GELU form
+    "pooler_act": CHECKED,  # an activation Keras computes exactly
+    "num_channels": CHECKED,  # 3
+    "hidden_dropout_prob": NO_EFFECT,
+    "attention_probs_dropout_prob": NO_EFFECT,
+    "initializer_range": NO_EFFECT,
+    # The stride of ViTForMaskedImageModeling's decoder, whose arrays are
+    # refused as arrays this ViT has no place for.
+    "encoder_stride": NO_EFFECT,
+}
+
+# transformers' `hidden_act` -> whether the MLP's GELU is the tanh form.
+HF_GELU = {"gelu": False, "gelu_python": False, "gelu_new": True,
+           "gelu_pytorch_tanh": True, "gelu_python_tanh": True,
+           "gelu_fast": True}
+# transformers' `pooler_act` -> the Keras activation computing the same
+# function (tests/fixtures/hub/activations.npz holds transformers' values).
+HF_POOLER_ACTIVATIONS = {
+    "tanh": "tanh", "relu": "relu", "relu6": "relu6", "sigmoid": "sigmoid",
+    "silu": "silu", "swish": "silu", "gelu": "gelu", "gelu_python": "gelu",
+    "linear": "linear", "mish": "mish", "hardswish": "hard_silu",
+}
+
+def refuse(field: str, value, why: str) -> UsageError:
+    return UsageError(f"config.json {field}={value!r}: {why}; this ViT "
+                      "does not compute that, so the model is refused.")
+
+
+def hf_settings(spec: Dict[str, Any], folder: str,
+                read_json) -> Dict[str, Any]:
+    """The settings of a transformers ViT config (every ViTConfig field
+    either honoured or refused by name)."""
+    model_type = spec.get("model_type", "vit")
+    if model_type != "vit":
+        raise UsageError(
+            f"config.json says model_type {model_type!r}; only 'vit' "
+            "(ViTForImageClassification / ViTModel) is read. For DeiT, load"
+            " the timm checkpoint (facebook/deit-*: timm/deit_*) instead."
+        )
+    act = spec.get("hidden_act", "gelu")
+    if act not in HF_GELU:
+        raise refuse("hidden_act", act, "an MLP activation that is not "
+                      f"one of the GELU forms {sorted(HF_GELU)}")
+    pooler = spec.get("pooler_act", "tanh")
+    if pooler not in HF_POOLER_ACTIVATIONS:
+        raise refuse("pooler_act", pooler, "a pooler activation with no "
+                      "exact Keras equivalent (read: "
+                      f"{', '.join(sorted(HF_POOLER_ACTIVATIONS))})")
+    if spec.get("num_channels", 3) != 3:
+        raise refuse("num_channels", spec["num_channels"],
+                      "images that are not RGB")
+    processor = os.path.join(folder, "preprocessor_config.json")
+    proc = read_json(processor) if os.path.exists(processor) else {}
+    return dict(
+        num_heads=int(spec["num_attention_heads"]),
+        image_size=spec.get("image_size", 224),
+        approximate_gelu=HF_GELU[act],
+        layer_norm_epsilon=float(spec.get("layer_norm_eps", 1e-12)),
+        class_names=class_names(spec.get("id2label"), hf=True),
+        mean=tuple(proc.get("image_mean", (0.5,) * 3)),
+        std=tuple(proc.get("image_std", (0.5,) * 3)),
+        pre_logits_activation=HF_POOLER_ACTIVATIONS[pooler],
+    )
+
+
+def disagree(field: str, given, found) -> UsageError:
+    return UsageError(
+        f"config.json {field}={given!r} disagrees with the weights "
+        f"({found}): the folder mixes two models."
+    )
+
+
+def patch_size(value):
+    if isinstance(value, (list, tuple)) and len(set(value)) == 1:
+        return value[0]
+    return value
+
+
+def check_hf_shapes(spec: Dict[str, Any], info: Dict[str, Any]) -> None:
+    """Refuses a transformers config whose SHAPE fields disagree with the
+    arrays (`info`: `npz.describe_arrays` of the mapped arrays)."""
+    found = {
+        "hidden_size": info["hidden_size"],
+        "num_hidden_layers": info["num_layers"],
+        "intermediate_size": info["mlp_dim"],
+        "patch_size": info["patch_size"],
+        "pooler_output_size": info["representation_size"],
+    }
+    for field, value in found.items():
+        given = spec.get(field)
+        if field == "patch_size":
+            given = patch_size(given)
+        if given is not None and value is not None and given != value:
+            raise disagree(field, given, value)
+
+
+def class_names(labels, hf: bool = False) -> Optional[List[str]]:
+    """A list of names in class-id order, from transformers' id2label or
+    timm's label_names (a list, or {id: name} with ids as JSON strings or
+    ints; an id missing from a dict keeps its number as its name)."""
+    if not labels:
+        return None
+    if isinstance(labels, (list, tuple)):
+        return [str(n) for n in labels]
+    if not isinstance(labels, dict):
+        raise UsageError("config.json label names must be a list or an "
+                         f"{{id: name}} object, not {type(labels).__name__}.")
+    try:
+        names = {int(k): str(v) for k, v in labels.items()}
+    except ValueError:
+        raise UsageError("config.json label ids must be integers, got "
+                         f"{sorted(labels)[:3]}.") from None
+    if hf and all(v == f"LABEL_{k}" for k, v in names.items()):
+        return None  # transformers' placeholder names
+    if min(names) < 0:
+        raise UsageError(f"config.json label id {min(names)} is negative.")
+    return [names.get(i, str(i)) for i in range(max(names) + 1)]

@@ -1,0 +1,283 @@
+"""timm `vision_transformer` configs, checked argument by argument.
+
+Every argument of timm's `VisionTransformer.__init__` is listed in
+`TIMM_VIT_ARGS` with how keras_vit honours it (the categories of
+`hub_config`). A timm folder's `model_args` hold only what its maker
+passed; the rest comes from the architecture name's registration, as timm
+itself builds it (`timm_registry`, read from timm). A field that cannot be
+known is refused, and so is a part the arrays show that this ViT does not
+compute (a distillation or register token, norm_pre, position embeddings
+without the class token), each by name.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any, Dict, Optional
+
+from keras_vit.checkpoint import timm_registry
+from keras_vit.checkpoint.hub_config import (
+    CHECKED,
+    NO_EFFECT,
+    READ,
+    SHAPE,
+    class_names,
+    disagree,
+    patch_size,
+    refuse,
+)
+from keras_vit.errors import UsageError
+
+TIMM_VIT_ARGS = {
+    "img_size": READ,
+    "patch_size": SHAPE,
+    "in_chans": CHECKED,
+    "num_classes": SHAPE,
+    "global_pool": CHECKED,
+    "embed_dim": SHAPE,
+    "depth": SHAPE,
+    "num_heads": READ,
+    "mlp_ratio": SHAPE,
+    "qkv_bias": READ,
+    "qk_norm": CHECKED,
+    "scale_attn_norm": CHECKED,
+    "scale_mlp_norm": CHECKED,
+    "proj_bias": CHECKED,
+    "init_values": CHECKED,
+    "class_token": CHECKED,
+    "pos_embed": CHECKED,
+    "no_embed_class": CHECKED,
+    "reg_tokens": CHECKED,
+    "pre_norm": CHECKED,
+    "final_norm": CHECKED,
+    "fc_norm": CHECKED,
+    "pool_include_prefix": CHECKED,
+    "dynamic_img_size": NO_EFFECT,
+    "dynamic_img_pad": NO_EFFECT,
+    "drop_rate": NO_EFFECT,
+    "pos_drop_rate": NO_EFFECT,
+    "patch_drop_rate": NO_EFFECT,
+    "proj_drop_rate": NO_EFFECT,
+    "attn_drop_rate": NO_EFFECT,
+    "drop_path_rate": NO_EFFECT,
+    "weight_init": NO_EFFECT,
+    "fix_init": NO_EFFECT,
+    "embed_layer": CHECKED,
+    "embed_norm_layer": CHECKED,
+    "norm_layer": CHECKED,
+    "act_layer": CHECKED,
+    "block_fn": CHECKED,
+    "mlp_layer": CHECKED,
+    "attn_layer": CHECKED,
+    "device": NO_EFFECT,
+    "dtype": NO_EFFECT,
+}
+# timm's `act_layer` names -> whether the GELU is the tanh form.
+_TIMM_GELU = {None: False, "gelu": False, "gelu_tanh": True}
+# VisionTransformer's defaults of the CHECKED arguments, and what each
+# must be for this ViT (a value, or a rule in _timm_refusal).
+_TIMM_PLAIN = {
+    "in_chans": 3, "qk_norm": False, "scale_attn_norm": False,
+    "scale_mlp_norm": False, "proj_bias": True, "init_values": None,
+    "pos_embed": "learn", "reg_tokens": 0, "pre_norm": False,
+    "final_norm": True, "embed_layer": None, "embed_norm_layer": None,
+    "block_fn": None, "mlp_layer": None, "attn_layer": None,
+}
+_TIMM_WHY = {
+    "qk_norm": "a LayerNorm on queries and keys",
+    "scale_attn_norm": "a norm inside attention",
+    "scale_mlp_norm": "a norm inside the MLP",
+    "proj_bias": "output projections without bias",
+    "init_values": "layer scale (ls1 / ls2)",
+    "pos_embed": "no learned position embedding",
+    "reg_tokens": "register tokens",
+    "pre_norm": "norm_pre, a LayerNorm before the first block",
+    "final_norm": "no LayerNorm after the last block",
+}
+_TIMM_NAME = re.compile(
+    r"^(?:vit|deit)_(tiny|small|base|large|huge|giant)_patch(\d+)_(\d+)"
+)
+_TIMM_HEADS = {"tiny": 3, "small": 6, "base": 12, "large": 16, "huge": 16,
+               "giant": 16}
+
+
+def check_shapes(spec: Dict[str, Any], info: Dict[str, Any]) -> None:
+    """Refuses a timm config whose SHAPE arguments disagree with the
+    arrays."""
+    args = spec.get("model_args") or {}
+    width = info["hidden_size"]
+    found = {
+        "embed_dim": width,
+        "depth": info["num_layers"],
+        "patch_size": info["patch_size"],
+        "num_classes": info["num_classes"] or 0,
+        "mlp_ratio": info["mlp_dim"] / width if width else None,
+    }
+    for field, value in found.items():
+        given = args.get(field)
+        if field == "patch_size":
+            given = patch_size(given)
+        if given is not None and value is not None and given != value:
+            raise disagree(f"model_args.{field}", given, value)
+
+
+def timm_architecture(spec: Dict[str, Any]):
+    """(name, registered (heads, args) or None): the architecture of a
+    timm config, without a pretrained tag (`vit_b.augreg` -> `vit_b`)."""
+    arch = str(spec.get("architecture", "")).split(".")[0]
+    return arch, timm_registry.ARCHITECTURES.get(arch)
+
+
+def is_distilled(spec: Dict[str, Any]) -> bool:
+    arch, known = timm_architecture(spec)
+    return "_distilled_" in arch or bool(known and known[1].get("distilled"))
+
+
+def _pool(spec, arch, known, model_args) -> str:
+    """global_pool as timm builds it from this config: model_args, else
+    the architecture's registration; the top-level copy timm writes is
+    informational and must agree."""
+    top = spec.get("global_pool")
+    if "global_pool" in model_args:
+        pool = model_args["global_pool"]
+    elif known is not None:
+        pool = known[1].get("global_pool", "token")
+    elif top is not None:
+        return top
+    else:
+        raise UsageError(
+            f"config.json names architecture {arch!r}, not one of timm's "
+            "vision_transformer / deit models, and gives no global_pool: "
+            "cannot tell how the tokens are pooled. Add \"global_pool\" to "
+            "its model_args."
+        )
+    if top is not None and top != pool:
+        raise UsageError(
+            f"config.json global_pool {top!r} disagrees with what timm "
+            f"builds from its model_args / architecture {arch!r} ({pool!r})"
+            ": fix the config so that both say how the weights pool."
+        )
+    return pool
+
+
+def _timm_refusal(args: Dict[str, Any], pool: str) -> Optional[UsageError]:
+    """The first argument this ViT does not compute, as an error."""
+    for field, plain in _TIMM_PLAIN.items():
+        value = args.get(field, plain)
+        if value != plain:
+            why = _TIMM_WHY.get(field, "another layer than timm's default")
+            return refuse(field, value, why)
+    if args.get("norm_layer") not in (None, "layernorm"):
+        return refuse("norm_layer", args["norm_layer"],
+                       "a norm other than timm's LayerNorm (epsilon 1e-6)")
+    if args.get("act_layer") not in _TIMM_GELU:
+        return refuse("act_layer", args["act_layer"],
+                       "an MLP activation other than GELU")
+    cls = args.get("class_token", True)
+    fc_norm = args.get("fc_norm")
+    if fc_norm is None:
+        fc_norm = pool in ("avg", "avgmax", "max")
+    if pool == "token" and not cls:
+        return refuse("class_token", cls, "token pooling without a token")
+    if pool == "avg" and cls:
+        return refuse("global_pool", pool, "an average of the patch tokens "
+                       "beside a class token (this ViT's average pooling, "
+                       "the official GAP models', has no class token)")
+    if pool == "avg" and fc_norm:
+        return refuse("fc_norm", args.get("fc_norm"), "average pooling "
+                       "followed by a LayerNorm (fc_norm; timm's default "
+                       "with 'avg'), while this ViT normalises every token "
+                       "and then averages, as the official GAP models do")
+    if pool not in ("token", "avg"):
+        return refuse("global_pool", pool, "a pooling other than the class"
+                       " token ('token') or the average ('avg')")
+    if args.get("no_embed_class") and cls:
+        return refuse("no_embed_class", True, "position embeddings without"
+                       " the class token (it is added unembedded)")
+    if args.get("pool_include_prefix") and cls:
+        return refuse("pool_include_prefix", True,
+                       "the class token averaged with the patches")
+    return None
+
+
+def settings(spec: Dict[str, Any]) -> Dict[str, Any]:
+    """The settings of a timm config (every VisionTransformer argument
+    honoured or refused by name)."""
+    arch, known = timm_architecture(spec)
+    model_args = spec.get("model_args") or {}
+    pretrained = spec.get("pretrained_cfg")
+    if pretrained is None:  # timm's older single-dict config
+        pretrained = spec
+    args = {**(known[1] if known else {}), **model_args}
+    pool = _pool(spec, arch, known, model_args)
+    refusal = _timm_refusal(args, pool)
+    if refusal is not None:
+        raise refusal
+    named = _TIMM_NAME.match(arch)
+    heads = model_args.get("num_heads") or (known[0] if known else None) or (
+        _TIMM_HEADS[named.group(1)] if named else None)
+    if heads is None:
+        raise UsageError(
+            f"config.json names architecture {arch!r} without num_heads in "
+            "model_args: cannot tell the head count."
+        )
+    size = pretrained.get("input_size", [3] + [args.get("img_size")] * 2)
+    if size[1] is None:
+        size = [3] + [int(named.group(3))] * 2 if named else [3, 224, 224]
+    if isinstance(size[1], (list, tuple)):  # input_size from img_size pair
+        size = [3, *size[1]]
+    return dict(
+        num_heads=int(heads),
+        image_size=(int(size[1]), int(size[2])),
+        approximate_gelu=_TIMM_GELU[args.get("act_layer")],
+        layer_norm_epsilon=1e-6,
+        class_names=class_names(spec.get("label_names",
+                                         pretrained.get("label_names"))),
+        mean=tuple(pretrained.get("mean", (0.5,) * 3)),
+        std=tuple(pretrained.get("std", (0.5,) * 3)),
+        pooling="gap" if pool == "avg" else "token",
+        fc_norm=bool(args.get("fc_norm")),
+    )
+
+
+def refuse_arrays(spec, tensors, weights_path: str) -> None:
+    """Refuses, by name, a timm model whose arrays show a part this ViT
+    does not compute, before anything else is read from its config."""
+    if "dist_token" in tensors or is_distilled(spec):
+        found = (f"first dist_token {tensors['dist_token'].shape}"
+                 if "dist_token" in tensors else "a dist_token")
+        raise UsageError(
+            f"{weights_path} is a distilled DeiT "
+            f"({spec.get('architecture', 'dist_token in its arrays')}): "
+            f"{found}, a distillation token this ViT does not compute. "
+            "Load the same model without distillation (timm deit_*)."
+        )
+    for key, why in (("norm_pre.weight", "norm_pre, a LayerNorm before the "
+                      "first block (timm pre_norm=True)"),
+                     ("reg_token", "register tokens (timm reg_tokens)")):
+        if key in tensors:
+            raise UsageError(f"{weights_path} has {key}: {why}; this ViT "
+                             "does not compute that.")
+
+
+def check_tokens(found, arrays, weights_path: str) -> None:
+    """The class token and position table the config describes are the
+    ones the arrays hold."""
+    has_cls = "cls" in arrays
+    if has_cls != (found["pooling"] == "token"):
+        raise UsageError(
+            f"{weights_path}: config.json pools by "
+            f"{'class token' if found['pooling'] == 'token' else 'average'}"
+            f" but the weights {'have' if has_cls else 'lack'} a cls_token."
+        )
+    rows = arrays["Transformer/posembed_input/pos_embedding"].shape[1]
+    patch = arrays["embedding/kernel"].shape[0]
+    grid = math.prod(s // patch for s in found["image_size"])
+    if has_cls and rows == grid:
+        raise UsageError(
+            f"{weights_path}: pos_embed has {rows} rows for {grid} patches "
+            "and a class token: position embeddings without the class "
+            "token (timm no_embed_class=True), which this ViT does not "
+            "compute."
+        )

@@ -1,0 +1,172 @@
+"""How keras_vit resizes the position embeddings of hub weights, against
+timm and transformers, measured. Writes docs/results/posemb_resize.json.
+
+    pip install -e ".[hub_reference]"   # torch, torchvision, transformers, timm
+    python scripts/posemb_resize_comparison.py
+
+keras_vit resizes the patch grid of a position embedding bilinearly with
+corners aligned (the official ViT code's `scipy.ndimage.zoom(order=1)`
+convention, `keras_vit.checkpoint.posemb`). timm resamples bicubically
+with antialiasing and half-pixel centres (`resample_abs_pos_embed`, used
+when a checkpoint is loaded at another img_size); transformers'
+`ViTModel(..., interpolate_pos_encoding=True)` bicubically with half-pixel
+centres, on every call. Two comparisons:
+
+- tables: big_vision's 2-D sin-cos embedding of ViT-B/16 (width 768, a
+  smooth table like the learned ones), 14x14 -> 24x24 (224 -> 384 px) and
+  24x24 -> 14x14, resized by each library's own function; the difference
+  relative to the table's RMS.
+- outputs: the tiny models of tests/fixtures/hub (random weights, written
+  by timm and transformers) run at a larger resolution by keras_vit and
+  by the library that wrote them; the logit difference relative to the
+  largest logit, and the share of 64 random images whose top-1 class
+  agrees. At the stored 32 px the outputs agree to float32 rounding,
+  which checks the setup.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+import keras
+import numpy as np
+import timm
+import torch
+import transformers
+from timm.layers import resample_abs_pos_embed
+
+from keras_vit.checkpoint import hub, hub_model, posemb
+from keras_vit.embedding import sincos2d_table
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FIXTURES = os.path.join(ROOT, "tests", "fixtures", "hub")
+OUTPUT = os.path.join(ROOT, "docs", "results", "posemb_resize.json")
+
+
+def _stats(mine: np.ndarray, theirs: np.ndarray, scale: float) -> dict:
+    diff = mine - theirs
+    return {"max_abs": float(np.abs(diff).max()),
+            "rms_relative": float(np.sqrt((diff ** 2).mean()) / scale)}
+
+
+def _transformers_resize(table: np.ndarray, old: int, new: int) -> np.ndarray:
+    """transformers' own ViTEmbeddings.interpolate_pos_encoding."""
+    width = table.shape[-1]
+    config = transformers.ViTConfig(hidden_size=width, image_size=old,
+                                    patch_size=1, num_attention_heads=1)
+    embeddings = transformers.models.vit.modeling_vit.ViTEmbeddings(config)
+    with torch.no_grad():
+        embeddings.position_embeddings.copy_(torch.from_numpy(
+            np.concatenate([np.zeros((1, width)), table])[None]).float())
+        out = embeddings.interpolate_pos_encoding(
+            torch.zeros(1, new * new + 1, width), new, new)
+    return out[0, 1:].numpy()
+
+
+def tables() -> dict:
+    results = {}
+    for old, new in ((14, 24), (24, 14)):
+        table = keras.ops.convert_to_numpy(
+            sincos2d_table(old, old, 768)).reshape(old * old, 768)
+        scale = float(np.sqrt((table ** 2).mean()))
+        mine = posemb.resize_position_embedding(
+            table, new, old, num_prefix_tokens=0)
+        with torch.no_grad():
+            timm_out = resample_abs_pos_embed(
+                torch.from_numpy(table)[None].float(), [new, new],
+                [old, old], num_prefix_tokens=0)[0].numpy()
+        hf_out = _transformers_resize(table, old, new)
+        results[f"{old}x{old}->{new}x{new}"] = {
+            "keras_vit_vs_timm": _stats(mine, timm_out, scale),
+            "keras_vit_vs_transformers": _stats(mine, hf_out, scale),
+            "timm_vs_transformers": _stats(timm_out, hf_out, scale),
+        }
+    return results
+
+
+def _images(count: int, size: int) -> np.ndarray:
+    rng = np.random.default_rng(0)
+    return rng.integers(0, 256, (count, size, size, 3), dtype=np.uint8)
+
+
+def _normalised(pixels, mean, std) -> torch.Tensor:
+    x = (pixels / 255.0 - np.asarray(mean)) / np.asarray(std)
+    return torch.from_numpy(x.transpose(0, 3, 1, 2).astype(np.float32))
+
+
+def _keras_logits(folder: str, size: int, pixels) -> np.ndarray:
+    checkpoint = hub.read_hub(folder)
+    model, _ = hub_model.model_from_hub(checkpoint, size, None, None,
+                                        object(), True)
+    x = pixels.astype(np.float32) / 127.5 - 1.0
+    return keras.ops.convert_to_numpy(model(x, training=False))
+
+
+def _timm_logits(folder: str, size: int, pixels) -> np.ndarray:
+    with open(os.path.join(folder, "config.json")) as f:
+        config = json.load(f)
+    args = dict(config["model_args"], img_size=size)
+    model = timm.create_model(
+        config["architecture"],
+        pretrained_cfg_overlay={
+            "file": os.path.join(folder, "model.safetensors"),
+            "num_classes": config["num_classes"]},
+        pretrained=True, **args).eval()  # timm resamples pos_embed here
+    cfg = config["pretrained_cfg"]
+    with torch.no_grad():
+        return model(_normalised(pixels, cfg["mean"], cfg["std"])).numpy()
+
+
+def _transformers_logits(folder: str, pixels) -> np.ndarray:
+    model = transformers.ViTForImageClassification.from_pretrained(
+        folder).eval()
+    with torch.no_grad():
+        return model(_normalised(pixels, [0.5] * 3, [0.5] * 3),
+                     interpolate_pos_encoding=True).logits.numpy()
+
+
+def outputs() -> dict:
+    results = {}
+    for size in (32, 48, 64):  # 32: the stored size, a check of the setup
+        pixels = _images(64, size)
+        for name, theirs in (
+            ("timm_vit", lambda f: _timm_logits(f, size, pixels)),
+            ("hf_vit_classifier", lambda f: _transformers_logits(f, pixels)),
+        ):
+            folder = os.path.join(FIXTURES, name)
+            mine = _keras_logits(folder, size, pixels)
+            other = theirs(folder)
+            scale = float(np.abs(other).max())
+            results[f"{name} 32px->{size}px"] = {
+                "max_abs_logit_difference_relative": float(
+                    np.abs(mine - other).max() / scale),
+                "top1_agreement": float(
+                    (mine.argmax(-1) == other.argmax(-1)).mean()),
+                "images": len(pixels),
+            }
+    return results
+
+
+def main() -> None:
+    argparse.ArgumentParser(description=__doc__.split("\n")[0]).parse_args()
+    result = {
+        "what": "keras_vit bilinear, corners aligned, vs timm bicubic "
+                "(antialiased, half-pixel) and transformers bicubic "
+                "(half-pixel) position-embedding resizing",
+        "versions": {"timm": timm.__version__,
+                     "transformers": transformers.__version__,
+                     "torch": torch.__version__},
+        "sincos2d_B16_tables": tables(),
+        "fixture_model_logits": outputs(),
+    }
+    os.makedirs(os.path.dirname(OUTPUT), exist_ok=True)
+    with open(OUTPUT, "w") as f:
+        json.dump(result, f, indent=2)
+        f.write("\n")
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,372 @@
+"""No hub model loads silently wrong: every field of transformers'
+`ViTConfig` and every argument of timm's `VisionTransformer` is honoured or
+refused by name, each case on folders that transformers 5.24 / timm 1.0.31
+wrote (tests/fixtures/hub, scripts/make_hub_fixtures.py), edited here only
+the way a user edits a config.json by hand."""
+
+import json
+import os
+import shutil
+
+import keras
+import numpy as np
+import pytest
+import safetensors.numpy
+
+from keras_vit.checkpoint import (
+    hub,
+    hub_config,
+    hub_timm,
+    loader,
+    timm_registry,
+)
+from keras_vit.commands import predict
+from keras_vit.errors import UsageError
+
+FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "hub")
+with open(os.path.join(FIXTURES, "library_fields.json")) as _f:
+    LIBRARY = json.load(_f)
+
+
+def _copy(tmp_path, name, edit=None):
+    """A copy of fixture `name`, its config.json changed by `edit`."""
+    folder = tmp_path / name
+    if not folder.exists():
+        shutil.copytree(os.path.join(FIXTURES, name), folder)
+    if edit is not None:
+        config = json.loads((folder / "config.json").read_text())
+        edit(config)
+        (folder / "config.json").write_text(json.dumps(config))
+    return str(folder)
+
+
+def _load(folder):
+    return loader.load_model(loader.Source(hub=folder))
+
+
+def _outputs(model, folder):
+    reference = np.load(os.path.join(folder, "reference.npz"))
+    x = reference["pixels"].astype(np.float32) / 127.5 - 1.0
+    got = keras.ops.convert_to_numpy(model(x, training=False))
+    want = reference["logits" if "logits" in reference else "pooler_output"]
+    return got, want
+
+
+def _assert_reference(model, folder):
+    got, want = _outputs(model, folder)
+    np.testing.assert_allclose(got, want, atol=2e-5 * np.abs(want).max())
+
+
+def _set(field, value, args=False):
+    def edit(config):
+        target = config.setdefault("model_args", {}) if args else config
+        target[field] = value
+        if args and field == "global_pool":  # timm writes both copies
+            config[field] = value
+    return edit
+
+
+# --- the audit: both libraries' lists, walked field by field -------------
+
+def test_every_library_field_is_listed():
+    assert sorted(hub_config.HF_VIT_FIELDS) == LIBRARY[
+        "transformers.ViTConfig"]
+    assert list(hub_timm.TIMM_VIT_ARGS) == LIBRARY["timm.VisionTransformer"]
+
+
+# A value each SHAPE / CHECKED field is refused with (for the fixture).
+HF_REFUSED = {
+    "hidden_size": 64, "num_hidden_layers": 3, "intermediate_size": 128,
+    "patch_size": 16, "pooler_output_size": 8, "hidden_act": "relu",
+    "pooler_act": "quick_gelu", "num_channels": 1,
+}
+HF_NO_EFFECT = {
+    "hidden_dropout_prob": 0.3, "attention_probs_dropout_prob": 0.2,
+    "initializer_range": 1.0, "encoder_stride": 4,
+}
+
+
+@pytest.mark.parametrize("field", LIBRARY["transformers.ViTConfig"])
+def test_each_vit_config_field_is_honoured_or_refused(tmp_path, field):
+    how = hub_config.HF_VIT_FIELDS[field]
+    # The ViTModel fixture has a pooler, so pooler_* fields apply.
+    name = "hf_vit_model_relu"
+    if how in (hub_config.SHAPE, hub_config.CHECKED):
+        folder = _copy(tmp_path, name, _set(field, HF_REFUSED[field]))
+        with pytest.raises(UsageError, match=f"config.json {field}="):
+            _load(folder)
+    elif how == hub_config.NO_EFFECT:
+        folder = _copy(tmp_path, name, _set(field, HF_NO_EFFECT[field]))
+        _assert_reference(_load(folder), folder)
+    else:
+        assert how == hub_config.READ
+        _check_hf_read(tmp_path, name, field)
+
+
+def _check_hf_read(tmp_path, name, field):
+    source = loader.Source(hub=_copy(tmp_path, name))
+    if field == "num_attention_heads":
+        assert loader.architecture(source)["num_heads"] == 2
+        _copy(tmp_path, name, _set(field, 4))
+        assert loader.architecture(source)["num_heads"] == 4
+    elif field == "image_size":
+        _copy(tmp_path, name, _set(field, [40, 48]))
+        assert loader.architecture(source)["image_size"] == (40, 48)
+    elif field == "layer_norm_eps":
+        _copy(tmp_path, name, _set(field, 1e-3))
+        assert loader.architecture(source)["layer_norm_epsilon"] == 1e-3
+    else:  # qkv_bias False: a file without q/k/v biases, zero biases
+        assert field == "qkv_bias"
+        path = os.path.join(source.hub, "model.safetensors")
+        arrays = safetensors.numpy.load_file(path)
+        for key in [k for k in arrays if "_proj.bias" in k or
+                    "attention.attention." in k and k.endswith(".bias")]:
+            del arrays[key]
+        safetensors.numpy.save_file(arrays, path)
+        _copy(tmp_path, name, _set(field, False))
+        _assert_zero_qkv_bias(loader.load_model(source))
+
+
+def _assert_zero_qkv_bias(model):
+    biases = [keras.ops.convert_to_numpy(w) for w in
+              model.get_layer("Transformer").weights
+              if w.path.endswith("qkv/bias")]
+    assert biases and not any(b.any() for b in biases)
+
+
+TIMM_REFUSED = {
+    "patch_size": 4, "in_chans": 1, "num_classes": 7, "global_pool": "map",
+    "embed_dim": 48, "depth": 5, "mlp_ratio": 4.0, "qk_norm": True,
+    "scale_attn_norm": True, "scale_mlp_norm": True, "proj_bias": False,
+    "init_values": 1e-5, "class_token": False, "pos_embed": "none",
+    "no_embed_class": True, "reg_tokens": 4, "pre_norm": True,
+    "final_norm": False, "fc_norm": False, "pool_include_prefix": True,
+    "embed_layer": "HybridEmbed", "embed_norm_layer": "rmsnorm",
+    "norm_layer": "rmsnorm", "act_layer": "quick_gelu",
+    "block_fn": "ParallelScalingBlock", "mlp_layer": "SwiGLU",
+    "attn_layer": "diff",
+}
+# fc_norm=False with token pooling is timm's default: refused only where
+# it is not, as fc_norm=True would be wrong nowhere. It is tested below.
+TIMM_REFUSED.pop("fc_norm")
+TIMM_NO_EFFECT = {
+    "dynamic_img_size": True, "dynamic_img_pad": True, "drop_rate": 0.1,
+    "pos_drop_rate": 0.1, "patch_drop_rate": 0.5, "proj_drop_rate": 0.1,
+    "attn_drop_rate": 0.1, "drop_path_rate": 0.2, "weight_init": "jax",
+    "fix_init": True, "device": "cpu", "dtype": "float32",
+}
+
+
+@pytest.mark.parametrize("field", LIBRARY["timm.VisionTransformer"])
+def test_each_vision_transformer_argument_is_honoured_or_refused(
+        tmp_path, field):
+    how = hub_timm.TIMM_VIT_ARGS[field]
+    if field == "fc_norm":
+        _check_fc_norm(tmp_path)
+    elif how in (hub_config.SHAPE, hub_config.CHECKED):
+        folder = _copy(tmp_path, "timm_vit",
+                       _set(field, TIMM_REFUSED[field], args=True))
+        with pytest.raises(UsageError, match=f"{field}="):
+            _load(folder)
+    elif how == hub_config.NO_EFFECT:
+        folder = _copy(tmp_path, "timm_vit",
+                       _set(field, TIMM_NO_EFFECT[field], args=True))
+        _assert_reference(_load(folder), folder)
+    else:
+        assert how == hub_config.READ
+        _check_timm_read(tmp_path, field)
+
+
+def _check_timm_read(tmp_path, field):
+    source = loader.Source(hub=_copy(tmp_path, "timm_vit"))
+    if field == "num_heads":
+        assert loader.architecture(source)["num_heads"] == 4
+        _copy(tmp_path, "timm_vit", _set(field, 2, args=True))
+        assert loader.architecture(source)["num_heads"] == 2
+    elif field == "img_size":
+        def edit(config):
+            del config["pretrained_cfg"]["input_size"]
+            config["model_args"]["img_size"] = [32, 40]
+        _copy(tmp_path, "timm_vit", edit)
+        assert loader.architecture(source)["image_size"] == (32, 40)
+    else:  # qkv_bias=False: timm writes no qkv bias; zeros are read
+        assert field == "qkv_bias"
+        path = os.path.join(source.hub, "model.safetensors")
+        arrays = safetensors.numpy.load_file(path)
+        for key in [k for k in arrays if k.endswith("attn.qkv.bias")]:
+            del arrays[key]
+        safetensors.numpy.save_file(arrays, path)
+        _copy(tmp_path, "timm_vit", _set(field, False, args=True))
+        _assert_zero_qkv_bias(loader.load_model(source))
+
+
+def _check_fc_norm(tmp_path):
+    # token pooling + fc_norm=True: the pooled token's LayerNorm, exact.
+    folder = os.path.join(FIXTURES, "timm_vit_token_fc_norm")
+    _assert_reference(_load(folder), folder)
+    # avg pooling + fc_norm: mean then norm, refused.
+    with pytest.raises(UsageError, match=r"fc_norm=None: average pooling "
+                       r"followed by a LayerNorm"):
+        _load(os.path.join(FIXTURES, "timm_vit_avg_fc_norm"))
+
+
+def test_accepted_non_default_arguments_compute_the_same(tmp_path):
+    # act_layer "gelu_tanh" is the tanh GELU; "layernorm" is timm's own
+    # LayerNorm; no_embed_class / pool_include_prefix change nothing
+    # without a class token.
+    source = loader.Source(hub=_copy(tmp_path, "timm_vit", _set(
+        "act_layer", "gelu_tanh", args=True)))
+    assert loader.architecture(source)["approximate_gelu"]
+    for field in ("no_embed_class", "pool_include_prefix"):
+        folder = _copy(tmp_path, "timm_vit_gap", _set(field, True, args=True))
+        _assert_reference(_load(folder), folder)
+    folder = _copy(tmp_path, "timm_vit_gap", _set("norm_layer", "layernorm",
+                                                  args=True))
+    _assert_reference(_load(folder), folder)
+
+
+# --- part 2: pooler_act, global_pool -------------------------------------
+
+def test_pooler_activations_equal_transformers():
+    values = np.load(os.path.join(FIXTURES, "activations.npz"))
+    for name, keras_name in hub_config.HF_POOLER_ACTIVATIONS.items():
+        got = keras.ops.convert_to_numpy(
+            keras.activations.get(keras_name)(values["x"]))
+        np.testing.assert_allclose(got, values[name], atol=1e-6, err_msg=name)
+    # The ones refused have no such equal.
+    for name in ("quick_gelu", "gelu_new", "leaky_relu"):
+        assert name not in hub_config.HF_POOLER_ACTIVATIONS
+
+
+def test_relu_pooler_is_computed_and_kept_by_save(tmp_path):
+    folder = os.path.join(FIXTURES, "hf_vit_model_relu")
+    model = _load(folder)
+    _assert_reference(model, folder)
+    model.save(tmp_path / "relu.keras")
+    again = keras.models.load_model(tmp_path / "relu.keras")
+    _assert_reference(again, folder)
+    with pytest.raises(UsageError, match="pooler_act='quick_gelu'"):
+        _load(os.path.join(FIXTURES, "hf_vit_model_quick_gelu"))
+
+
+def test_gap_model_loads_exactly_with_or_without_global_pool(tmp_path):
+    folder = os.path.join(FIXTURES, "timm_vit_gap")
+    model = _load(folder)
+    assert loader.architecture(loader.Source(hub=folder))["pooling"] == "gap"
+    _assert_reference(model, folder)
+
+    def no_pool(config):  # as a user writes model_args by hand
+        del config["global_pool"], config["model_args"]["global_pool"]
+    # vit_base_patch16_gap_224 registers global_pool="avg", fc_norm=False.
+    assert timm_registry.ARCHITECTURES["vit_base_patch16_gap_224"][1][
+        "global_pool"] == "avg"
+    folder = _copy(tmp_path, "timm_vit_gap", no_pool)
+    _assert_reference(_load(folder), folder)
+
+
+def test_unknown_pooling_is_refused_not_guessed(tmp_path):
+    def unknown(config):
+        config["architecture"] = "my_vit"
+        del config["global_pool"], config["model_args"]["global_pool"]
+    with pytest.raises(UsageError, match="'my_vit'.*gives no global_pool"):
+        _load(_copy(tmp_path, "timm_vit_gap", unknown))
+    # For an unknown name, the top-level copy timm writes says it, and
+    # model_args must give what the name would have.
+    def explicit(config):
+        config["global_pool"] = "avg"
+        config["model_args"].update(class_token=False, fc_norm=False)
+    folder = _copy(tmp_path, "timm_vit_gap", explicit)
+    _assert_reference(_load(folder), folder)
+
+    def disagree(config):
+        config["global_pool"] = "token"
+    with pytest.raises(UsageError, match="global_pool 'token' disagrees"):
+        _load(_copy(tmp_path / "fresh", "timm_vit_gap", disagree))
+
+
+def test_avg_trained_weights_behind_a_token_name_are_refused(tmp_path):
+    # The issue's case: weights trained with global_pool="avg" (fc_norm
+    # on by default) under a name registered with class-token pooling,
+    # global_pool left out of the config: refused, not read as 'token'.
+    def no_pool(config):
+        del config["global_pool"], config["model_args"]["global_pool"]
+    folder = _copy(tmp_path, "timm_vit_avg_class_token_fc_norm", no_pool)
+    with pytest.raises(UsageError, match="has fc_norm.weight, but "
+                       "config.json gives global_pool 'token'"):
+        _load(folder)
+
+
+@pytest.mark.parametrize("name, message", [
+    ("timm_vit_avg_fc_norm", r"fc_norm=None: average pooling followed"),
+    ("timm_vit_avg_class_token", r"global_pool='avg': an average of the "
+     r"patch tokens beside a class token"),
+    ("timm_vit_avg_class_token_fc_norm", r"global_pool='avg'"),
+])
+def test_average_pooling_this_vit_does_not_compute(name, message):
+    with pytest.raises(UsageError, match=message):
+        _load(os.path.join(FIXTURES, name))
+
+
+# --- part 3: clear refusals, no crashes ----------------------------------
+
+def test_label_names_dict_in_id_order(tmp_path):
+    source = loader.Source(hub=os.path.join(FIXTURES, "timm_vit_label_dict"))
+    names = loader.class_names(source)
+    assert names == ["red", "green", "blue"]
+    model = loader.load_model(source)
+    _assert_reference(model, source.hub)
+    # What keras-vit-predict does with them (a KeyError before).
+    tops = predict.top_k(np.asarray([[0.1, 0.7, 0.2]]), names, 2)
+    assert tops == [[(1, "green", 0.7), (2, "blue", 0.2)]]
+    # Ids out of order and with a gap: by id, the gap keeps its number.
+    assert hub_config.class_names({"2": "c", "0": "a"}) == ["a", "1", "c"]
+    with pytest.raises(UsageError, match="label ids must be integers"):
+        hub_config.class_names({"x": "a"})
+
+
+@pytest.mark.parametrize("name, shape", [
+    ("timm_deit_distilled", "(1, 1, 16)"),        # model_args with heads
+    ("timm_deit_distilled_named", "(1, 1, 24)"),  # the named model's
+])
+def test_distilled_deit_names_dist_token(name, shape):
+    with pytest.raises(UsageError) as error:
+        _load(os.path.join(FIXTURES, name))
+    message = str(error.value)
+    assert "distilled DeiT" in message and "\n" not in message
+    assert f"first dist_token {shape}" in message
+
+
+def test_transformers5_state_dict_loads_as_plain_vit():
+    folder = os.path.join(FIXTURES, "hf_vit_v5_state_dict")
+    tensors = hub.read_tensors(os.path.join(folder, "pytorch_model.bin"))
+    assert "vit.layers.0.attention.q_proj.weight" in tensors
+    model, report = loader.load_model(loader.Source(hub=folder),
+                                      with_report=True)
+    assert report.ok and report.layout == hub.HUGGINGFACE
+    _assert_reference(model, folder)
+
+
+def test_pre_norm_and_no_embed_class_name_the_real_reason(tmp_path):
+    with pytest.raises(UsageError, match=r"has norm_pre.weight: norm_pre, a "
+                       r"LayerNorm before the first block \(timm pre_norm"):
+        _load(os.path.join(FIXTURES, "timm_vit_pre_norm"))
+    with pytest.raises(UsageError, match="no_embed_class=True: position "
+                       "embeddings without the class token"):
+        _load(os.path.join(FIXTURES, "timm_vit_no_embed_class"))
+
+    # A config that does not say so: the arrays show it.
+    def drop(field):
+        return lambda config: config["model_args"].pop(field)
+    with pytest.raises(UsageError, match="position embeddings without the "
+                       r"class token \(timm no_embed_class=True\)"):
+        _load(_copy(tmp_path, "timm_vit_no_embed_class",
+                    drop("no_embed_class")))
+
+
+def test_class_token_must_match_the_config(tmp_path):
+    # A GAP folder whose config says class-token pooling.
+    def token(config):
+        config["global_pool"] = config["model_args"]["global_pool"] = "token"
+        config["model_args"]["class_token"] = True
+    with pytest.raises(UsageError, match="lack a cls_token"):
+        _load(_copy(tmp_path, "timm_vit_gap", token))

@@ -1,0 +1,321 @@
+"""Models by name: `keras_vit.load_model("ViT-B_16")`, `"hf://ORG/NAME"`,
+gs:// addresses, and `keras_vit.list_models()`.
+
+Nothing is downloaded from the internet: a directory served through a
+`file://` URL stands in for gs://vit_models ($KERAS_VIT_MODELS_BASE_URL),
+the Hugging Face cache is laid out by the test the way huggingface_hub
+lays it out, and interrupted or short downloads are simulated by a remote
+reader that fails or lies about its size.
+"""
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+
+from huggingface_hub import constants as hf_constants
+import numpy as np
+import pytest
+
+import keras_vit
+from keras_vit.checkpoint import cache, catalog, loader, weights
+from keras_vit.errors import UsageError
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HF_FIXTURE = os.path.join(ROOT, "tests", "fixtures", "hub",
+                          "hf_vit_classifier")
+REVISION = "0123456789abcdef0123456789abcdef01234567"
+
+
+@pytest.fixture(scope="module")
+def tiny_npz(tmp_path_factory):
+    """A small ViT at 224 (14 x 14 patches of 16) in the official layout."""
+    model = keras_vit.create_model(
+        None, num_classes=5, image_size=224, patch_size=16, hidden_size=32,
+        num_layers=2, num_heads=2, mlp_dim=64, head_zero_init=False,
+    )
+    path = str(tmp_path_factory.mktemp("npz") / "tiny.npz")
+    weights.save_npz(model, path)
+    return path
+
+
+@pytest.fixture
+def mirror(tmp_path, monkeypatch, tiny_npz):
+    """An empty cache, and a directory standing in for gs://vit_models
+    that holds the tiny file as two official names."""
+    root = tmp_path / "mirror"
+    for name in ("imagenet21k/ViT-B_16.npz",
+                 "imagenet21k+imagenet2012/ViT-B_16.npz"):
+        os.makedirs(root / os.path.dirname(name), exist_ok=True)
+        shutil.copy(tiny_npz, root / name)
+    monkeypatch.setenv(catalog.BASE_URL_ENV, f"file://{root}")
+    monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.delenv(cache.OFFLINE_ENV, raising=False)
+    return root
+
+
+def _images(size=224, n=2):
+    rng = np.random.default_rng(0)
+    return rng.uniform(-1, 1, (n, size, size, 3)).astype("float32")
+
+
+def _logits(model, size=224):
+    return np.asarray(model(_images(size)))
+
+
+def _leftovers(path):
+    """Temporary files beside a cached file."""
+    folder = os.path.dirname(path)
+    if not os.path.isdir(folder):
+        return []
+    return [name for name in os.listdir(folder) if ".tmp-" in name]
+
+
+def test_list_models_names_urls_and_variants(monkeypatch):
+    monkeypatch.delenv(catalog.BASE_URL_ENV, raising=False)
+    models = keras_vit.list_models()
+    names = [m.name for m in models]
+    assert len(names) == len(set(names)) == 7 + 8 + 2 + 18
+    by_dir = {}
+    for m in models:
+        by_dir.setdefault(m.name.split("/")[0], []).append(m)
+        assert m.url == f"gs://vit_models/{m.name}.npz"
+        assert keras_vit.decode_variant(m.variant)  # a known variant
+        assert catalog.lookup(m.name) == m
+        assert catalog.lookup(m.url) == m
+    assert {d: len(v) for d, v in by_dir.items()} == {
+        "imagenet21k": 7, "imagenet21k+imagenet2012": 8, "sam": 2,
+        "augreg": 18}
+    assert {m.image_size for m in by_dir["imagenet21k"]} == {224}
+    assert {m.num_classes for m in by_dir["imagenet21k"]} == {21843}
+    finetuned = {m.name.split("/")[1]: m.image_size
+                 for m in by_dir["imagenet21k+imagenet2012"]}
+    assert finetuned["ViT-B_16"] == 384 and finetuned["ViT-B_16-224"] == 224
+    assert catalog.lookup("R50+ViT-B_16").variant == "R50+B/16"
+    assert catalog.lookup("ViT-H_14.npz").name == "imagenet21k/ViT-H_14"
+    # Short names: the ImageNet-21k pre-training, or the only file.
+    assert catalog.lookup("ViT-B_16").name == "imagenet21k/ViT-B_16"
+    assert catalog.lookup("ViT-L_16-224").name == (
+        "imagenet21k+imagenet2012/ViT-L_16-224")
+    # Every AugReg file of the index, listed or not, by its name.
+    name = ("B_8-i21k-300ep-lr_0.001-aug_medium2-wd_0.1-do_0.0-sd_0.0"
+            "--cifar100-steps_2k-lr_0.01-res_224")
+    info = catalog.lookup(f"augreg/{name}")
+    assert (info.variant, info.image_size, info.num_classes) == (
+        "B/8", 224, 100)
+    assert info.url == f"gs://vit_models/augreg/{name}.npz"
+    augreg = [m for m in by_dir["augreg"] if m.name.endswith("res_384")]
+    assert len(augreg) == 9 and {m.num_classes for m in augreg} == {1000}
+    assert [m.name for m in keras_vit.list_models("*vit-l_16*")] == [
+        "imagenet21k/ViT-L_16", "imagenet21k+imagenet2012/ViT-L_16",
+        "imagenet21k+imagenet2012/ViT-L_16-224"]
+    monkeypatch.setenv(catalog.BASE_URL_ENV, "https://example.org/vit/")
+    assert catalog.lookup("ViT-B_32").url == (
+        "https://example.org/vit/imagenet21k/ViT-B_32.npz")
+    assert catalog.lookup("ViT-B_99") is None
+
+
+def test_short_name_from_a_filled_cache_equals_the_file(
+    tiny_npz, tmp_path, monkeypatch
+):
+    monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setenv(cache.OFFLINE_ENV, "1")
+    cached = cache.cache_path("imagenet21k/ViT-B_16.npz")
+    os.makedirs(os.path.dirname(cached))
+    shutil.copy(tiny_npz, cached)
+    want = _logits(loader.load_model(loader.Source(npz=tiny_npz)))
+    for name in ("ViT-B_16", "imagenet21k/ViT-B_16",
+                 "gs://vit_models/imagenet21k/ViT-B_16.npz"):
+        assert loader.resolve(name).npz == cached
+        model = keras_vit.load_model(name)
+        assert model.input_shape[1:3] == (224, 224)
+        np.testing.assert_array_equal(_logits(model), want)
+    # Training initialises from a name as from the file.
+    target = keras_vit.create_model(
+        None, num_classes=5, image_size=224, patch_size=16, hidden_size=32,
+        num_layers=2, num_heads=2, mlp_dim=64)
+    loader.initialise(target, "ViT-B_16")
+    np.testing.assert_array_equal(_logits(target), want)
+    assert loader.architecture("ViT-B_16")["image_size"] == 224
+
+
+def test_download_from_a_mirror_then_from_the_cache(mirror, monkeypatch):
+    name = "imagenet21k+imagenet2012/ViT-B_16"
+    model = keras_vit.load_model(name)
+    cached = cache.cache_path(name + ".npz")
+    with open(cached, "rb") as a, open(mirror / (name + ".npz"), "rb") as b:
+        assert a.read() == b.read()
+    assert not _leftovers(cached)
+    # The catalog says 384; the file's own grid (14 x 14 of 16) wins.
+    assert model.input_shape[1:3] == (224, 224)
+
+    def no_network(url):
+        raise AssertionError(f"read {url} again")
+
+    monkeypatch.setattr(cache, "_open_remote", no_network)
+    again = keras_vit.load_model(f"gs://vit_models/{name}.npz")
+    np.testing.assert_array_equal(_logits(again), _logits(model))
+
+
+def test_mirror_as_a_plain_directory(mirror, tmp_path, monkeypatch):
+    monkeypatch.setenv(catalog.BASE_URL_ENV, str(mirror))
+    source = loader.resolve("ViT-B_16")
+    assert source.npz == cache.cache_path("imagenet21k/ViT-B_16.npz")
+    assert source.image_size == 224
+    with open(source.npz, "rb") as a, open(
+        mirror / "imagenet21k" / "ViT-B_16.npz", "rb"
+    ) as b:
+        assert a.read() == b.read()
+
+
+def test_interrupted_download_leaves_nothing_that_loads(mirror, monkeypatch):
+    real = cache._open_remote
+
+    class Interrupted:
+        def __init__(self, url):
+            self.file = real(url)
+            self.reads = 0
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.file.close()
+
+        def read(self, n):
+            self.reads += 1
+            if self.reads > 2:
+                raise OSError("Connection reset by peer")
+            return self.file.read(n)
+
+    monkeypatch.setattr(cache, "CHUNK_BYTES", 4096)
+    monkeypatch.setattr(cache, "_open_remote", Interrupted)
+    with pytest.raises(UsageError) as error:
+        keras_vit.load_model("ViT-B_16")
+    message = str(error.value)
+    assert "stopped after 8192 of" in message and "\n" not in message
+    cached = cache.cache_path("imagenet21k/ViT-B_16.npz")
+    assert not os.path.exists(cached) and not _leftovers(cached)
+    monkeypatch.setattr(cache, "_open_remote", real)
+    model = keras_vit.load_model("ViT-B_16")
+    assert os.path.getsize(cached) == os.path.getsize(
+        mirror / "imagenet21k" / "ViT-B_16.npz")
+    assert model.output_shape[-1] == 5
+
+
+def test_half_file_of_an_earlier_crash_is_ignored_and_replaced(mirror):
+    cached = cache.cache_path("imagenet21k/ViT-B_16.npz")
+    os.makedirs(os.path.dirname(cached))
+    remote = mirror / "imagenet21k" / "ViT-B_16.npz"
+    stale = cached[: -len(".npz")] + ".tmp-" + "0" * 12 + ".npz"
+    with open(remote, "rb") as f, open(stale, "wb") as out:
+        out.write(f.read(1000))
+    assert cache.fetch(f"file://{remote}", cached) == cached
+    assert _leftovers(cached) == [] and not os.path.exists(stale)
+    with open(cached, "rb") as a, open(remote, "rb") as b:
+        assert a.read() == b.read()
+
+
+def test_size_mismatch_is_refused(mirror, monkeypatch):
+    real = cache._remote_size
+    monkeypatch.setattr(cache, "_remote_size", lambda url: real(url) + 10)
+    with pytest.raises(UsageError, match="where the remote file has"):
+        keras_vit.load_model("ViT-B_16")
+    cached = cache.cache_path("imagenet21k/ViT-B_16.npz")
+    assert not os.path.exists(cached) and not _leftovers(cached)
+
+
+def test_not_cached_offline_or_unreachable_names_the_fix(
+    mirror, monkeypatch
+):
+    monkeypatch.setenv(cache.OFFLINE_ENV, "1")
+    with pytest.raises(UsageError) as error:
+        keras_vit.load_model("ViT-L_16")
+    message = str(error.value)
+    assert "\n" not in message
+    target = cache.cache_path("imagenet21k/ViT-L_16.npz")
+    for part in ("ViT-L_16", target, "unset KERAS_VIT_OFFLINE",
+                 catalog.BASE_URL_ENV):
+        assert part in message, part
+    monkeypatch.delenv(cache.OFFLINE_ENV)
+    # Online, but the mirror lacks the file.
+    with pytest.raises(UsageError) as error:
+        keras_vit.load_model("ViT-L_16")
+    message = str(error.value)
+    assert "cannot be downloaded" in message and "\n" not in message
+    assert "No such file" in message
+
+
+def test_unknown_name_gives_the_closest_names(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UsageError) as error:
+        keras_vit.load_model("ViT-B_17")
+    message = str(error.value)
+    assert "\n" not in message
+    assert "Did you mean ViT-B_16" in message
+    assert "keras_vit.list_models()" in message
+    with pytest.raises(UsageError, match="hf://ORG/NAME"):
+        keras_vit.load_model("hf://just-a-name")
+
+
+def _hf_cache(root, repo="test-org/tiny-vit"):
+    """The Hugging Face cache layout of `repo` at REVISION: blobs named by
+    their hash, snapshot files linking to them, refs/main naming the
+    revision."""
+    folder = root / ("models--" + repo.replace("/", "--"))
+    snapshot = folder / "snapshots" / REVISION
+    os.makedirs(folder / "blobs")
+    os.makedirs(snapshot)
+    for name in sorted(os.listdir(HF_FIXTURE)):
+        if name == "reference.npz":
+            continue
+        with open(os.path.join(HF_FIXTURE, name), "rb") as f:
+            data = f.read()
+        blob = folder / "blobs" / hashlib.sha256(data).hexdigest()
+        blob.write_bytes(data)
+        os.symlink(os.path.relpath(blob, snapshot), snapshot / name)
+    os.makedirs(folder / "refs")
+    (folder / "refs" / "main").write_text(REVISION)
+    return snapshot
+
+
+def test_hugging_face_model_from_the_cache_offline(tmp_path, monkeypatch):
+    snapshot = _hf_cache(tmp_path / "hub")
+    monkeypatch.setattr(hf_constants, "HF_HUB_CACHE",
+                        str(tmp_path / "hub"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    want = _logits(loader.load_model(loader.Source(hub=HF_FIXTURE)), 32)
+    for uri in ("hf://test-org/tiny-vit",
+                f"hf://test-org/tiny-vit@{REVISION}"):
+        source = loader.resolve(uri)
+        assert os.path.realpath(source.hub) == os.path.realpath(snapshot)
+        np.testing.assert_array_equal(
+            _logits(keras_vit.load_model(uri), 32), want)
+    with pytest.raises(UsageError) as error:
+        keras_vit.load_model("hf://test-org/not-downloaded")
+    message = str(error.value)
+    assert "\n" not in message and "unset HF_HUB_OFFLINE" in message
+    assert "hf download test-org/not-downloaded" in message
+    # KERAS_VIT_OFFLINE keeps Hugging Face models offline too.
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setenv(cache.OFFLINE_ENV, "1")
+    with pytest.raises(UsageError, match="unset KERAS_VIT_OFFLINE"):
+        keras_vit.load_model("hf://test-org/not-downloaded")
+
+
+def test_hf_home_and_offline_from_the_environment(tmp_path):
+    """A fresh process with HF_HOME and HF_HUB_OFFLINE=1 set, as a user
+    would: the model comes from HF_HOME/hub without the network."""
+    _hf_cache(tmp_path / "home" / "hub")
+    env = dict(os.environ, HF_HOME=str(tmp_path / "home"), HF_HUB_OFFLINE="1",
+               PYTHONPATH=ROOT)
+    env.pop("HF_HUB_CACHE", None)
+    code = ("import keras_vit; m = keras_vit.load_model("
+            "'hf://test-org/tiny-vit'); print('shape', m.output_shape)")
+    result = subprocess.run([sys.executable, "-c", code], env=env,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    reference = loader.load_model(loader.Source(hub=HF_FIXTURE))
+    assert f"shape {reference.output_shape}" in result.stdout
