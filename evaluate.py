@@ -1,37 +1,21 @@
-r"""Evaluates a Vision Transformer: plain accuracy, few-shot, VTAB-1k.
+r"""Evaluates a Vision Transformer: `keras-vit-evaluate` (same flags).
 
     python evaluate.py --mode=eval --workdir=/tmp/vit_digits
-    python evaluate.py --mode=fewshot --config=configs/fewshot.py \
-        --npz=ViT-B_16.npz --output_dir=/tmp/fewshot_b16
-    python evaluate.py --mode=vtab --config=configs/vtab.py \
-        --npz=ViT-L_16.npz --variant=L/16 --output_dir=/tmp/vtab_l16
+    python evaluate.py --mode=fewshot --config=fewshot \
+        --model=ViT-B_16.npz --output_dir=/tmp/fewshot_b16
 
-See keras_vit/commands/evaluate.py for every flag.
+See keras_vit/commands/evaluate.py (or `python evaluate.py --help`) for
+every flag.
 """
 
-import contextlib
-import importlib.util
 import os
-
-
-def _quiet_start():
-    # Loaded by its path: importing keras_vit would load TensorFlow, whose
-    # start-up notices it holds back. find_spec of the top-level package
-    # runs none of its code.
-    package = importlib.util.find_spec("keras_vit")
-    if package is None or not package.submodule_search_locations:
-        return contextlib.nullcontext()
-    path = os.path.join(list(package.submodule_search_locations)[0],
-                        "commands", "quiet_start.py")
-    if not os.path.exists(path):
-        return contextlib.nullcontext()
-    spec = importlib.util.spec_from_file_location("_quiet_start", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.quiet_tensorflow_start()
-
+import runpy
+import sys
 
 if __name__ == "__main__":
-    with _quiet_start():
-        from keras_vit.commands.evaluate import evaluate_main
-    evaluate_main()
+    # train.py's quiet start (TensorFlow's start-up notices held back).
+    train = runpy.run_path(os.path.join(os.path.dirname(
+        os.path.abspath(__file__)), "train.py"))
+    with train["_quiet_start"]():
+        from keras_vit.commands.evaluate import main
+    sys.exit(main())

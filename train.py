@@ -1,20 +1,14 @@
-r"""Trains a Vision Transformer from a config file.
+r"""Trains a Vision Transformer from a config: `keras-vit-train` (same flags).
 
-    python train.py --config=configs/digits.py --workdir=/tmp/vit_digits
+    python train.py --config=digits --workdir=/tmp/vit_digits
 
-Cloud TPU (TPU VM):
-    python train.py --config=configs/finetune.py:dataset=cifar100,variant=B/16 \
-        --workdir=gs://BUCKET/vit/cifar100 --strategy=tpu --tpu=local \
-        --config.data_dir=gs://BUCKET/tensorflow_datasets
-
-Config fields can be overridden on the command line (`--config.total_steps=
-100`); the config is locked, so a misspelt field is an error. Restarting with
-the same --workdir resumes from its latest checkpoint.
+See keras_vit/commands/train.py (or `python train.py --help`) for every flag.
 """
 
 import contextlib
 import importlib.util
 import os
+import sys
 
 
 def _quiet_start():
@@ -36,5 +30,5 @@ def _quiet_start():
 
 if __name__ == "__main__":
     with _quiet_start():
-        from keras_vit.commands.train import train_main
-    train_main()
+        from keras_vit.commands.train import main
+    sys.exit(main())

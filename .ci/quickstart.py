@@ -1,10 +1,13 @@
 """CI helper: the README's quick-start lines and its accuracy promise.
 
     python .ci/quickstart.py line N          prints quick-start line N (1, 2)
+    python .ci/quickstart.py workdir x       prints line 1's --workdir
     python .ci/quickstart.py check WORKDIR   checks WORKDIR/metrics.json
 
 The quick start is the first ```bash block under "## Quick start" in
-README.md; it must hold exactly two command lines. The promise is the first
+README.md; it must hold exactly two command lines, the first of which
+trains (`keras-vit-train ...` or `python train.py ...`, with --workdir).
+The promise is the first
 "at least NN.N% test accuracy" in the README's quick-start section.
 Standard library only: this runs before anything is installed.
 """
@@ -49,7 +52,10 @@ def main(argv) -> None:
     if len(argv) == 3 and argv[1] == "line":
         print(quick_start_lines()[int(argv[2]) - 1])
     elif len(argv) == 3 and argv[1] == "workdir":
-        match = re.search(r"--workdir=(\S+)", quick_start_lines()[0])
+        line = quick_start_lines()[0]
+        if not re.search(r"(keras-vit-train|train\.py)\s", line):
+            sys.exit(f"README.md's quick-start line 1 does not train: {line}")
+        match = re.search(r"--workdir[= ](\S+)", line)
         print(match.group(1) if match else "")
     elif len(argv) == 3 and argv[1] == "check":
         path = os.path.join(argv[2], "metrics.json")

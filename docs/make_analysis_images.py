@@ -28,7 +28,7 @@ import numpy as np  # noqa: E402
 from sklearn.datasets import load_digits  # noqa: E402
 
 import keras_vit  # noqa: E402
-from keras_vit.analysis import cli  # noqa: E402
+from keras_vit.analysis import report as cli  # noqa: E402
 
 IMAGE_SIZE = 32
 SHIFT = 4  # pixels of random translation during training

@@ -15,6 +15,8 @@ data is prepared.
 from __future__ import annotations
 
 import difflib
+import os
+import re
 from typing import Any, List, Mapping, Optional
 
 import ml_collections
@@ -247,14 +249,13 @@ def base_config() -> ml_collections.ConfigDict:
     # its shuffle buffer goes into every checkpoint.
     c.checkpoint_iterator = True
 
-    # Initialisation (fine-tuning): one of a released .npz, a .keras file
-    # or another run's workdir; None everywhere: from scratch. The head is
+    # Initialisation (fine-tuning): the model to start from, named as
+    # --model names one (a training workdir, a .keras file, an official
+    # .npz, a Hugging Face / timm folder); None: from scratch. The head is
     # re-initialised when the class count differs, position embeddings are
     # resized to the new patch grid.
     c.init = ml_collections.ConfigDict()
-    c.init.npz = placeholder(str)
-    c.init.keras_model = placeholder(str)
-    c.init.workdir = placeholder(str)
+    c.init.model = placeholder(str)
     # Keep the source's pre-logits layer (the paper drops the whole
     # pre-training head; VTAB: the backbone keeps it).
     c.init.keep_pre_logits = False
@@ -357,6 +358,9 @@ def closest_field(name: str, config=None) -> Optional[str]:
 def unknown_field_message(name: str, config=None) -> str:
     """'config.X is not a field' with the closest real one, or the fields of
     the section when none is close."""
+    if name in RENAMED:
+        return (f"config.{name} is now config.{RENAMED[name]} (a model "
+                "source as --model takes: workdir, .keras, .npz, hub folder)")
     config = base_config() if config is None else config
     close = closest_field(name, config)
     text = f"config.{name} is not a config field"
@@ -398,6 +402,8 @@ def complete(
     """
     config = base_config()
     prefix = ""
+    if not section:
+        values = upgrade(values)
     if section:
         for part in section.split("."):
             config = config[part]
@@ -442,3 +448,104 @@ def _lay_over(config, values: Mapping[str, Any], prefix: str,
             config[key] = value
         except TypeError as e:
             raise UsageError(f"{where}: config.{name}: {e}") from None
+
+
+# Fields of older configs and what replaced them.
+RENAMED = {
+    "init.npz": "init.model",
+    "init.keras_model": "init.model",
+    "init.workdir": "init.model",
+}
+
+
+def upgrade(values: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A saved config (config.json) with the fields of an older version
+    mapped to their successors (RENAMED): init.npz, init.keras_model and
+    init.workdir become init.model."""
+    if isinstance(values, ml_collections.ConfigDict):
+        values = values.to_dict()
+    init = values.get("init")
+    if not isinstance(init, Mapping):
+        return values
+    old = [k for k in ("npz", "keras_model", "workdir") if k in init]
+    if not old:
+        return values
+    init = dict(init)
+    given = [init.pop(k) for k in old]
+    given = [g for g in given if g]
+    if len(given) > 1:
+        raise UsageError(
+            f"config.init names {len(given)} models ({', '.join(given)}): "
+            "keep one, as config.init.model."
+        )
+    if given and not init.setdefault("model", None):
+        init["model"] = given[0]
+    return dict(values, init=init)
+
+
+# ------------------------------------------------------------ configs
+CONFIGS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                           "configs")
+
+
+def packaged_configs() -> List[str]:
+    """Names of the configs shipped in keras_vit/configs/."""
+    return sorted(
+        name[:-3] for name in os.listdir(CONFIGS_DIR)
+        if name.endswith(".py") and not name.startswith("_")
+    )
+
+
+def packaged_config(name: str) -> Optional[str]:
+    """The path of the shipped config `name` ("digits"), or None when
+    `name` is not a bare config name. An unknown bare name that is no
+    file either is an error listing the shipped ones."""
+    if not re.fullmatch(r"\w+", name):
+        return None
+    path = os.path.join(CONFIGS_DIR, name + ".py")
+    if os.path.exists(path):
+        return path
+    if os.path.exists(name):
+        return None
+    raise UsageError(
+        f"--config={name}: no such config. Shipped configs: "
+        f"{', '.join(packaged_configs())}; or give a path (my_config.py)."
+    )
+
+
+def parse_config_arg(
+    arg: Optional[str], bare_key: Optional[str] = None, **defaults: str
+) -> dict:
+    """A config's `:arg` ("variant=B/16,aug=medium2") as a dict over
+    `defaults` (str values). A part without "=" is the value of
+    `bare_key` ("B/16" -> variant) when given; a key that is not in
+    `defaults` is an error listing the known ones."""
+    out = dict(defaults)
+    for part in filter(None, (arg or "").split(",")):
+        key, sep, value = (s.strip() for s in part.partition("="))
+        if not sep and bare_key is not None:
+            key, value = bare_key, key
+        elif not sep:
+            raise UsageError(
+                f"Cannot read config argument {part!r} in {arg!r}: use "
+                f"key=value with keys {', '.join(sorted(out))}."
+            )
+        if key not in out:
+            raise UsageError(
+                f"Unknown config argument {key!r} in {arg!r}: use key=value "
+                f"with keys {', '.join(sorted(out))}."
+            )
+        out[key] = value
+    return out
+
+
+# Training images of the ImageNet recipes, their validation hold-out
+# removed.
+IMAGENET1K_TRAIN = 1_268_355  # 99% of ImageNet-1k's 1,281,167
+IMAGENET21K_TRAIN = 14_197_122 - 50_000  # 50k held out, as the paper's
+
+
+def epochs_to_steps(epochs: float, images: int, batch: int) -> int:
+    """Optimizer updates for `epochs` passes over `images` at `batch`
+    (rounded up)."""
+    return -(-int(float(epochs) * images) // int(batch))

@@ -55,9 +55,9 @@ if pause:
         return merge(checkpoint_prefixes, destination_prefix, *args, **kw)
 
     gen_io_ops.merge_v2_checkpoints = slow_merge
-from keras_vit.commands.train import train_main
+from keras_vit.commands.train import main
 sys.argv[0] = "train.py"
-train_main()
+sys.exit(main())
 '''
 
 EXPORTER = r'''

@@ -9,10 +9,14 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from absl import flags
 from PIL import Image
 
 import keras_vit
-from keras_vit.analysis import cli, core, extract, plots
+from keras_vit.analysis import core, extract, plots
+from keras_vit.analysis import report as cli
+from keras_vit.commands import analysis as command
+from keras_vit.commands import flags as cli_flags
 
 PATCH = 4.0
 
@@ -316,7 +320,8 @@ def saved_model(tiny_model, tmp_path_factory):
 def test_cli_end_to_end_with_digits(saved_model, tiny_model, tmp_path, capsys):
     out = str(tmp_path / "analysis")
     assert (
-        cli.main(["--model", saved_model, "--digits", "4", "--output_dir", out])
+        command.main(["keras-vit-analysis", "--model", saved_model,
+                      "--digits", "4", "--output_dir", out])
         == 0
     )
     for name in cli.FIGURES.values():
@@ -381,39 +386,45 @@ def test_digits_images():
         cli.digits_images(0, (16, 16))
 
 
+def _analysis(*args):
+    return command.main(["keras-vit-analysis", *args])
+
+
 def test_cli_errors_name_the_fix(tmp_path, capsys):
-    with pytest.raises(SystemExit):
-        cli.main(["--model", "x.keras", "--output_dir", str(tmp_path)])
-    assert "--digits" in capsys.readouterr().err
-    code = cli.main(
-        [
-            "--model",
-            str(tmp_path / "missing.keras"),
-            "--digits",
-            "1",
-            "--output_dir",
-            str(tmp_path),
-        ]
-    )
-    assert code == 2 and ".keras file" in capsys.readouterr().err
-    code = cli.main(
-        ["--model", "m.keras", "--npz", "x.npz", "--digits", "1"]
-        + ["--output_dir", str(tmp_path)]
-    )
-    assert code == 2 and "exactly one" in capsys.readouterr().err
+    out = f"--output_dir={tmp_path}"
+    cases = [
+        (["--model=x.keras", out], "Give the images"),
+        ([f"--model={tmp_path}/missing.keras", "--digits=1", out],
+         "missing.keras"),
+        ([f"--model={tmp_path}", "--digits=1", "--variant=B/16", out],
+         "--variant goes with an .npz model only"),
+        ([f"--model={tmp_path}", "--digits=1", out], "config.json"),
+        (["--model=x.keras", "--digits=1", str(tmp_path), out], "not both"),
+    ]
+    for args, message in cases:
+        assert _analysis(*args) == 1
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and message in err[0], err
+        assert err[0].startswith("keras-vit-analysis: error: ")
+
+
+def _command_model(*args):
+    """The model keras-vit-analysis loads for these flags."""
+    values = flags.FlagValues()
+    argv = ["keras-vit-analysis", *args, "--output_dir=x"]
+    command.define_flags(values, argv)
+    cli_flags.define_verbose(values)
+    cli_flags.parse(values, argv)
+    return cli_flags.load_model(values)
 
 
 def test_workdir_source(monkeypatch, tiny_model, tmp_path):
     from keras_vit.checkpoint import workdir
 
-    with pytest.raises(cli.UsageError, match="--workdir"):
-        cli.load_model(workdir=str(tmp_path / "no_run"))
     monkeypatch.setattr(
         workdir, "restore_model", lambda path, use_ema: tiny_model
     )
-    assert cli.load_model(workdir="run/") is tiny_model
-    with pytest.raises(cli.UsageError, match="--npz only"):
-        cli.load_model(workdir="run/", variant="B/16")
+    assert _command_model(f"--model={tmp_path}") is tiny_model
 
 
 def test_npz_source_round_trip(tmp_path, images):
@@ -423,15 +434,15 @@ def test_npz_source_round_trip(tmp_path, images):
     model = _tiny(image_size=32)
     path = str(tmp_path / "tiny.npz")
     checkpoint.save_npz(model, path)
-    loaded = cli.load_model(npz=path, image_size=32)
+    loaded = _command_model(f"--model={path}", "--image_size=32")
     x = images[:, :, :32]
     np.testing.assert_allclose(
         loaded(x).numpy(), model(x).numpy(), rtol=1e-5, atol=1e-6
     )
     with pytest.raises(cli.UsageError, match="B/16"):
-        cli.load_model(npz=path, variant="B/16")
-    with pytest.raises(cli.UsageError, match="not a file"):
-        cli.load_model(npz=str(tmp_path / "missing.npz"))
+        _command_model(f"--model={path}", "--variant=B/16")
+    with pytest.raises(cli.UsageError, match="no such file or folder"):
+        _command_model(f"--model={tmp_path}/missing.npz")
 
 
 def test_hybrid_layout_and_no_rgb_filters(tmp_path, images):

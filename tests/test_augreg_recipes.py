@@ -78,7 +78,7 @@ def test_augreg_i1k_and_plain_vit_recipes():
 def test_augreg_finetune_recipe():
     c = load(FINETUNE, "dataset=imagenet2012,lr=0.03")
     assert c.model.variant == "B/16"
-    assert c.init.npz == augreg.url(
+    assert c.init.model == augreg.url(
         "B_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0")
     o = c.optimizer
     assert (o.name, o.momentum, o.weight_decay, o.lr) == (
@@ -136,7 +136,7 @@ def test_augreg_finetune_runs_from_a_file_named_like_augreg(tmp_path):
     npz = str(tmp_path / f"{name}.npz")
     weights.save_npz(source, npz)
     config = load(FINETUNE, f"init={npz},dataset=cifar10,res=64")
-    assert config.model.variant == "R+Ti/16" and config.init.npz == npz
+    assert config.model.variant == "R+Ti/16" and config.init.model == npz
     config.update(dict(
         batch_size=4, eval_batch_size=4, total_steps=2, steps_per_loop=1,
         log_every_steps=1, eval_every_steps=0, checkpoint_every_steps=0,

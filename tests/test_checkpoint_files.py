@@ -5,7 +5,6 @@ Numbers are compared with tests/numpy_reference.py, as in test_checkpoint.py
 (whose helpers are reused).
 """
 
-import argparse
 import os
 import pickle
 import zipfile
@@ -15,7 +14,9 @@ import numpy as np
 import pytest
 
 from keras_vit import create_model
-from keras_vit.checkpoint import convert
+from keras_vit.commands import convert
+from keras_vit.commands import flags as cli_flags
+from keras_vit.errors import UsageError
 from keras_vit.checkpoint import npz as checkpoint_io
 from keras_vit.checkpoint import weights as checkpoint
 from tests import numpy_reference as ref
@@ -116,8 +117,9 @@ def test_convert_cli_writes_equivalent_keras_file(tmp_path, capsys):
     npz = save(tmp_path / "Ti_16.npz", arrays)
     output = tmp_path / "out" / "ti16.keras"
     rc = convert.main([
-        "--npz", npz, "--variant", "Ti/16", "--num_classes", "5",
-        "--image_size", "48x32", "--output", str(output),
+        "keras-vit-convert", "--model", npz, "--variant", "Ti/16",
+        "--num_classes", "5", "--image_size", "48x32", "--output",
+        str(output),
     ])
     assert rc == 0
     printed = capsys.readouterr().out
@@ -131,12 +133,13 @@ def test_convert_cli_writes_equivalent_keras_file(tmp_path, capsys):
 
     # A checkpoint that does not fit: exit status 1, a message, no file.
     rc = convert.main([
-        "--npz", npz, "--variant", "Ti/16", "--num_classes", "5",
-        "--image_size", "32", "--pooling", "gap",
+        "keras-vit-convert", "--model", npz, "--variant", "Ti/16",
+        "--num_classes", "5", "--image_size", "32", "--pooling", "gap",
         "--output", str(tmp_path / "gap.keras"),
     ])
     assert rc == 1
     err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1
     assert "another architecture" in err and "unexpected in file: cls" in err
     assert not (tmp_path / "gap.keras").exists()
 
@@ -170,20 +173,27 @@ def test_remote_paths_go_through_gfile():
 
 
 def test_convert_argument_checks(tmp_path, capsys):
-    assert convert.parse_image_size("384") == 384
-    assert convert.parse_image_size("384x512") == (384, 512)
-    assert convert.parse_image_size("384,512") == (384, 512)
-    with pytest.raises(argparse.ArgumentTypeError, match="HEIGHTxWIDTH"):
-        convert.parse_image_size("big")
+    assert cli_flags.parse_image_size("384") == 384
+    assert cli_flags.parse_image_size("384x512") == (384, 512)
+    assert cli_flags.parse_image_size("384,512") == (384, 512)
+    with pytest.raises(UsageError, match="HEIGHTxWIDTH"):
+        cli_flags.parse_image_size("big")
+    npz = str(tmp_path / "model.npz")
+    checkpoint.save_npz(tiny(num_layers=1), npz)
     rc = convert.main([
-        "--npz", str(tmp_path / "none.npz"), "--variant", "Ti/16",
-        "--num_classes", "5", "--output", str(tmp_path / "model.h5"),
+        "keras-vit-convert", "--model", npz, "--image_size", "big",
+        "--output", str(tmp_path / "model.keras"),
+    ])
+    assert rc == 1 and "HEIGHTxWIDTH" in capsys.readouterr().err
+    rc = convert.main([
+        "keras-vit-convert", "--model", npz, "--output",
+        str(tmp_path / "model.h5"),
     ])
     assert rc == 1 and "must end with .keras" in capsys.readouterr().err
     rc = convert.main([
-        "--npz", str(tmp_path / "none.npz"), "--variant", "Ti/16",
-        "--num_classes", "5", "--image_size", "32",
+        "keras-vit-convert", "--model", str(tmp_path / "none.npz"),
+        "--variant", "Ti/16", "--num_classes", "5", "--image_size", "32",
         "--output", str(tmp_path / "model.keras"),
     ])
-    assert rc == 1 and "no such checkpoint file" in capsys.readouterr().err
-    assert os.listdir(tmp_path) == []
+    assert rc == 1 and "no such file or folder" in capsys.readouterr().err
+    assert os.listdir(tmp_path) == ["model.npz"]

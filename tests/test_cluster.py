@@ -17,7 +17,6 @@ import subprocess
 import sys
 import threading
 import time
-import types
 
 import pytest
 import tensorflow as tf
@@ -384,11 +383,7 @@ def test_tensorflow_start_up_notices_are_held_back(capfd):
 
 
 @pytest.mark.parametrize("verbose", [False, True])
-def test_one_line_errors_and_the_traceback_with_verbose(
-    monkeypatch, caplog, verbose
-):
-    monkeypatch.setattr(cli_flags, "FLAGS", types.SimpleNamespace(
-        is_parsed=lambda: True, verbose=verbose))
+def test_one_line_errors_and_the_traceback_with_verbose(capsys, verbose):
     try:
         raise tf.errors.UnavailableError(None, None, "Socket closed")
     except tf.errors.UnavailableError as cause:
@@ -396,12 +391,11 @@ def test_one_line_errors_and_the_traceback_with_verbose(
             raise cluster.SetupError("Lost worker 1 at step 5") from cause
         except cluster.SetupError as error:
             lost = error
-    with caplog.at_level(std_logging.ERROR):
-        with pytest.raises(SystemExit) as info:
-            cli_flags.exit_with(lost)
-    assert info.value.code == "error: Lost worker 1 at step 5"
-    assert ("Traceback" in caplog.text) is verbose
-    assert ("UnavailableError: Socket closed" in caplog.text) is verbose
-    with pytest.raises(SystemExit) as info:
-        cli_flags.exit_with(cluster.SetupError("stopped", 143), 143)
-    assert info.value.code == 143
+    assert cli_flags.report(lost, "keras-vit-train", verbose) == 1
+    err = capsys.readouterr().err
+    assert err.strip().splitlines()[-1] == (
+        "keras-vit-train: error: Lost worker 1 at step 5")
+    assert ("Traceback" in err) is verbose
+    assert ("UnavailableError: Socket closed" in err) is verbose
+    assert cli_flags.report(cluster.SetupError("stopped", 143),
+                            "keras-vit-train", False) == 143

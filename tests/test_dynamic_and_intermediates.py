@@ -18,6 +18,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from absl import flags
 
 import keras_vit
 from keras_vit import embedding
@@ -25,6 +26,8 @@ from keras_vit import layers as vit_layers
 from keras_vit.checkpoint import posemb
 from keras_vit.checkpoint.resolution import rebuild_at_resolution
 from keras_vit.checkpoint.weights import load_npz, save_npz
+from keras_vit.commands import export as export_command
+from keras_vit.commands import flags as cli_flags
 
 TINY = dict(
     patch_size=4, hidden_size=32, num_layers=2, num_heads=2, mlp_dim=64
@@ -289,7 +292,6 @@ def test_jax_backend_runs_two_sizes(tmp_path):
 
 def test_export_serves_any_size(tmp_path):
     pytest.importorskip("tensorflow_serving")
-    from keras_vit.export import cli as export_cli
     from keras_vit.export.saved_model import export_model
 
     fixed, _ = pair()
@@ -318,10 +320,14 @@ def test_export_serves_any_size(tmp_path):
         loaded.signatures["predict_any_size"](
             images=tf.zeros((1, 10, 16, 3))
         )
-    args = export_cli.build_parser().parse_args(
-        ["--export_dir", "x", "--keras_model", "m.keras", "--dynamic_size"]
-    )
-    assert args.dynamic_size
+    # keras-vit-export --dynamic_size asks for the signature.
+    values = flags.FlagValues()
+    argv = ["keras-vit-export", "--export_dir=x", "--model=m.keras",
+            "--dynamic_size"]
+    export_command.define_flags(values, argv)
+    cli_flags.define_verbose(values)
+    cli_flags.parse(values, argv)
+    assert values.dynamic_size
 
 
 # ------------------------------------------------------ intermediates

@@ -1,8 +1,8 @@
-"""evaluate.py: plain evaluation against a direct computation, the three
-modes through the command line, and its errors.
+"""keras-vit-evaluate: plain evaluation against a direct computation, the
+three modes through the command line, and its errors.
 
-The command line runs in-process (so TFDS mock data applies), with the
-flags re-parsed for every call.
+The command line runs in-process (so TFDS mock data applies), each call
+with flags of its own.
 """
 
 import importlib.util
@@ -16,7 +16,6 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import tensorflow_datasets as tfds
-from absl import flags
 
 from keras_vit import config as config_lib
 from keras_vit import create_model
@@ -44,21 +43,8 @@ MOCK = dict(num_examples=4, policy=tfds.testing.MockPolicy.USE_CODE)
 
 
 def cli(*args):
-    """Runs evaluate.py's main in-process; returns the exit code."""
-    evaluate_main.define_flags()
-    flags.FLAGS.unparse_flags()
-    # As in a fresh process: ml_collections defines one flag per
-    # --config.* override at parse time, and a flag cannot be defined twice.
-    for name in [n for n in flags.FLAGS if n.startswith("config.")]:
-        delattr(flags.FLAGS, name)
-    argv = ["evaluate.py", *args]
-    try:
-        # ml_collections reads --config.* overrides from sys.argv.
-        with mock.patch.object(sys, "argv", argv):
-            evaluate_main.evaluate_main(argv)
-    except SystemExit as e:  # app.run always exits; None means success
-        return 0 if e.code is None else e.code
-    return 0
+    """Runs keras-vit-evaluate in-process; returns the exit status."""
+    return evaluate_main.main(["keras-vit-evaluate", *args])
 
 
 def tiny(num_classes=10, image_size=32, **kw):
@@ -171,7 +157,7 @@ def test_cli_eval_of_npz_and_keras_at_another_resolution(tmp_path, capsys):
     # The reference: the same weights rebuilt at 32 (position embeddings
     # resized by the checkpoint module).
     want = direct_digits_metrics(rebuild_at_resolution(model, 32))
-    for source in (f"--npz={npz}", f"--keras_model={keras_path}"):
+    for source in (f"--model={npz}", f"--model={keras_path}"):
         assert cli("--mode=eval", source, "--dataset=digits", "--split=test",
                    "--image_size=32") == 0
         printed = capsys.readouterr().out
@@ -183,19 +169,27 @@ def test_cli_eval_of_npz_and_keras_at_another_resolution(tmp_path, capsys):
 def test_cli_errors_name_the_fix(tmp_path, capsys):
     npz = str(tmp_path / "m.npz")
     checkpoint.save_npz(tiny(num_classes=7), npz)
-    code = cli("--mode=vtab", f"--config={VTAB_CONFIG}", f"--npz={npz}",
-               f"--output_dir={tmp_path}", "--tasks=natural,dsprite_loc")
-    assert "Valid tasks:" in str(code) and "dsprites_loc" in str(code)
-    code = cli("--mode=eval", f"--npz={npz}", "--dataset=digits")
-    assert "predicts 7 classes but digits has 10" in str(code)
-    code = cli("--mode=eval", f"--npz={npz}", f"--keras_model={npz}",
-               "--dataset=digits")
-    assert "exactly one pre-trained model" in str(code)
-    code = cli("--mode=eval", f"--npz={npz}")
-    assert "needs a data source" in str(code)
-    code = cli("--mode=vtab", f"--npz={npz}", f"--config={VTAB_CONFIG}")
-    assert code == 1  # UsageError
-    assert "--output_dir" in capsys.readouterr().err
+    cases = [
+        (("--mode=vtab", f"--config={VTAB_CONFIG}", f"--model={npz}",
+          f"--output_dir={tmp_path}", "--tasks=natural,dsprite_loc"),
+         ("Valid tasks:", "dsprites_loc")),
+        (("--mode=eval", f"--model={npz}", "--dataset=digits"),
+         ("predicts 7 classes but digits has 10",)),
+        (("--mode=eval", "--dataset=digits"),
+         ("--model=SOURCE, or --workdir=RUN",)),
+        (("--mode=eval", f"--model={npz}"), ("needs a data source",)),
+        (("--mode=vtab", f"--model={npz}", f"--config={VTAB_CONFIG}"),
+         ("--output_dir",)),
+        (("--mode=eval", f"--model={tmp_path}/none.npz", "--dataset=digits"),
+         ("none.npz: no such file or folder",)),
+    ]
+    for args, says in cases:
+        assert cli(*args) == 1
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith(
+            "keras-vit-evaluate: error: "), err
+        for text in says:
+            assert text in err[0]
 
 
 def test_cli_vtab_one_task(tmp_path, capsys):
@@ -204,7 +198,7 @@ def test_cli_vtab_one_task(tmp_path, capsys):
     out = str(tmp_path / "out")
     with tfds.testing.mock_data(**MOCK):
         code = cli("--mode=vtab", f"--config={VTAB_CONFIG}", *TINY_VTAB,
-                   f"--config.data_dir={tmp_path}", f"--npz={npz}",
+                   f"--config.data_dir={tmp_path}", f"--model={npz}",
                    f"--output_dir={out}", "--tasks=smallnorb_elev",
                    "--name=tiny")
     assert code == 0
@@ -254,7 +248,7 @@ def test_cli_fewshot_on_digits(tmp_path, capsys):
     code = cli("--mode=fewshot", f"--config={FEWSHOT_CONFIG}:digits",
                "--config.image_size=32", "--config.pp.eval_resize_size=36",
                "--config.fewshot.shots=(1,2)", "--config.fewshot.seeds=(0,)",
-               f"--keras_model={path}", f"--output_dir={out}")
+               f"--model={path}", f"--output_dir={out}")
     assert code == 0
     saved = json.load(open(os.path.join(out, "fewshot.json")))
     assert set(saved["results"]["digits"]) == {"1", "2"}

@@ -1,5 +1,5 @@
-"""The export command line: `python -m keras_vit.export` from a .keras file,
-an official .npz checkpoint and a training workdir.
+"""The export command line, keras-vit-export: --model names a .keras file,
+an official .npz checkpoint or a training workdir.
 """
 
 import os
@@ -13,7 +13,7 @@ import tensorflow as tf
 
 from keras_vit import build
 from keras_vit.checkpoint import workdir as workdir_lib
-from keras_vit.export import cli as export_cli
+from keras_vit.commands import export as export_cli
 from keras_vit.export import files as export_files
 from tests import tiny
 from tests.test_export import (
@@ -42,9 +42,9 @@ def test_cli_keras_model(model, images, tmp_path):
     export_dir = str(tmp_path / "exports")
     env = dict(os.environ, PYTHONPATH=ROOT)
     result = subprocess.run(
-        [sys.executable, "-m", "keras_vit.export",
+        [sys.executable, "-m", "keras_vit.commands.export",
          f"--export_dir={export_dir}", "--model_name=cli",
-         f"--keras_model={keras_path}", "--class_names=a,b,c,d,e",
+         f"--model={keras_path}", "--class_names=a,b,c,d,e",
          "--top_k=2", "--no_warmup"],
         capture_output=True, text=True, env=env, cwd=ROOT,
     )
@@ -66,20 +66,23 @@ def test_cli_npz_source(model, images, tmp_path, capsys):
     checkpoint.save_npz(model, npz)
     export_dir = str(tmp_path / "exports")
     # Sizes, pooling, pre-logits width and class count come from the file.
-    status = export_cli.main(["--export_dir", export_dir, "--npz", npz,
-                              "--image_size", str(SIZE), "--no_warmup"])
+    status = export_cli.main(["keras-vit-export", "--export_dir", export_dir,
+                              "--model", npz, "--image_size", str(SIZE),
+                              "--no_warmup"])
     assert status == 0
     path = capsys.readouterr().out.strip()
     assert path == os.path.join(export_dir, "vit", "1")
     np.testing.assert_allclose(
         serve(tf.saved_model.load(path), [images["png"]])["probabilities"],
         reference(model, [images["png"]]), atol=1e-5)
-    assert export_cli.main(["--export_dir", export_dir, "--npz", npz,
-                            "--num_classes", "7"]) == 1
-    assert "does not match the 5-class head" in capsys.readouterr().err
-    assert export_cli.main(["--export_dir", export_dir, "--npz", npz,
-                            "--keras_model", "m.keras"]) == 1
-    assert "exactly one of" in capsys.readouterr().err
+    assert export_cli.main(["keras-vit-export", "--export_dir", export_dir,
+                            "--model", npz, "--num_classes", "7"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("keras-vit-export: error: ")
+    assert "does not match the 5-class head" in err[0]
+    assert export_cli.main(["keras-vit-export", "--export_dir", export_dir,
+                            "--model", npz + ".missing.npz"]) == 1
+    assert "no such file or folder" in capsys.readouterr().err
     assert os.listdir(os.path.join(export_dir, "vit")) == ["1"]
 
 
@@ -104,8 +107,9 @@ def test_cli_workdir_source(images, tmp_path, capsys):
         os.path.join(workdir, workdir_lib.CHECKPOINTS), max_to_keep=1,
     ).save()
     export_dir = str(tmp_path / "exports")
-    assert export_cli.main(["--export_dir", export_dir, "--workdir", workdir,
-                            "--model_name", "digits", "--no_warmup"]) == 0
+    assert export_cli.main(["keras-vit-export", "--export_dir", export_dir,
+                            "--model", workdir, "--model_name", "digits",
+                            "--no_warmup"]) == 0
     path = capsys.readouterr().out.strip()
     with open(os.path.join(path, "assets", "labels.txt")) as f:
         assert f.read().splitlines() == names

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from keras_vit import create_model
-from keras_vit.export import cli, litert
+from keras_vit.commands import export as cli
+from keras_vit.export import litert
 
 SIZE = 32
 NAMES = ["a", "b", "c", "d"]
@@ -71,8 +72,9 @@ def test_float16_weights_half_the_size(model, pixels, float32_file,
 def test_int8_from_the_command_line(model, pixels, tmp_path):
     model.save(tmp_path / "vit.keras")
     status = cli.main([
-        "--export_dir", str(tmp_path / "out"), "--model_name", "tiny",
-        "--keras_model", str(tmp_path / "vit.keras"), "--format", "litert",
+        "keras-vit-export", "--export_dir", str(tmp_path / "out"),
+        "--model_name", "tiny",
+        "--model", str(tmp_path / "vit.keras"), "--format", "litert",
         "--quantization", "int8", "--class_names", ",".join(NAMES),
     ])
     assert status == 0
@@ -97,7 +99,8 @@ def test_bad_arguments(model, tmp_path, capsys):
     with pytest.raises(ValueError, match="rebuild_at_resolution"):
         litert.export_litert(dynamic, str(tmp_path / "x.tflite"))
     model.save(tmp_path / "vit.keras")
-    status = cli.main(["--export_dir", str(tmp_path), "--keras_model",
-                       str(tmp_path / "vit.keras"), "--quantization", "int8"])
+    status = cli.main(["keras-vit-export", "--export_dir", str(tmp_path),
+                       "--model", str(tmp_path / "vit.keras"),
+                       "--quantization", "int8"])
     assert status == 1
     assert "--quantization goes with --format=litert" in capsys.readouterr().err

@@ -122,7 +122,7 @@ def test_npz_build_options_and_report(sources):
         loader.load_model(loader.Source(npz=source.npz, variant="B/16"))
     with pytest.raises(ValueError, match="holds its own model"):
         loader.load_model(sources["keras_model"], num_classes=3)
-    with pytest.raises(ValueError, match="--npz only"):
+    with pytest.raises(ValueError, match="an .npz model only"):
         loader.Source(keras_model="m.keras", posemb_grid=(2, 3))
 
 

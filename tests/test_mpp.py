@@ -13,7 +13,8 @@ import tensorflow as tf
 
 import keras_vit
 from keras_vit import build, mpp, optim
-from keras_vit.analysis import cli as analysis_cli
+from keras_vit.analysis import report as analysis_cli
+from keras_vit.commands import analysis as analysis_command
 from keras_vit.analysis import mpp_figure
 from keras_vit.checkpoint import loader, weights
 from keras_vit.checkpoint import workdir as wd
@@ -383,7 +384,7 @@ def test_mpp_encoder_initialises_a_classifier_with_equal_weights(mpp_run):
 def test_fine_tuning_from_mpp_with_few_labels(mpp_run, tmp_path):
     workdir, _ = mpp_run
     config = tiny.digits_config({
-        "init.workdir": workdir, "train_examples_per_class": 2,
+        "init.model": workdir, "train_examples_per_class": 2,
         "total_steps": 10, "steps_per_loop": 10, "log_every_steps": 10,
         "eval_every_steps": 0, "checkpoint_every_steps": 0,
         "optimizer.warmup_steps": 2,
@@ -428,8 +429,8 @@ def test_pipeline_draws_the_corruption_seeded():
 def test_analysis_draws_the_mpp_predictions(mpp_run, tmp_path):
     workdir, _ = mpp_run
     out = str(tmp_path / "analysis")
-    assert analysis_cli.main(["--workdir", workdir, "--digits", "4",
-                              "--output_dir", out]) == 0
+    assert analysis_command.main(["keras-vit-analysis", "--model", workdir,
+                                  "--digits", "4", "--output_dir", out]) == 0
     assert os.path.getsize(os.path.join(out, mpp_figure.FIGURE)) > 1000
     assert os.path.exists(os.path.join(out, "attention_rollout.png"))
     images, _ = analysis_cli.digits_images(4, (32, 32))

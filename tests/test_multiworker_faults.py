@@ -28,11 +28,11 @@ from tests.reliability_cases import check_says, covers
 ROOT = harness.ROOT
 # The C++ lines TensorFlow logs at ERROR level when a peer dies are its
 # own; what the program prints is one line starting with this.
-ERROR = "error: "
+ERROR = "keras-vit-train: error: "
 
 
 def _error_line(text: str) -> str:
-    """The one `error: ...` line of a process's output."""
+    """The one `keras-vit-train: error: ...` line of a process's output."""
     lines = [line for line in text.splitlines() if line.startswith(ERROR)]
     assert len(lines) == 1, text[-3000:]
     return lines[0]

@@ -51,9 +51,13 @@ def setup(tmp_path_factory):
     return root, export
 
 
+def run_predict(args):
+    return predict.main(["keras-vit-predict", *args])
+
+
 def _json(root, name, *args):
     out = root / f"{name}.json"
-    assert predict.main([*args, "--output", str(out), "--top_k", "4"]) == 0
+    assert run_predict([*args, "--output", str(out), "--top_k", "4"]) == 0
     return json.loads(out.read_text())
 
 
@@ -66,9 +70,9 @@ def _probabilities(data):
 def test_keras_model_equals_the_saved_model(setup, capsys):
     root, export = setup
     photos = str(root / "photos")
-    ours = _json(root, "keras", photos, "--keras_model",
-                 str(root / "vit.keras"), "--labels", str(root / "labels.txt"))
-    served = _json(root, "served", photos, "--saved_model",
+    ours = _json(root, "keras", photos, "--model", str(root / "vit.keras"),
+                 "--class_names_file", str(root / "labels.txt"))
+    served = _json(root, "served", photos, "--model",
                    os.path.dirname(export), "--batch_size", "2")
     files = [e["file"] for e in ours["predictions"]]
     assert len(files) == 5 and files == sorted(files)  # folder walked
@@ -87,8 +91,8 @@ def test_keras_model_equals_the_saved_model(setup, capsys):
 def test_npz_with_labels_and_printed_lines(setup, capsys):
     root, _ = setup
     image = str(root / "photos" / "img0.jpeg")
-    status = predict.main([image, "--npz", str(root / "vit.npz"),
-                           "--labels", str(root / "labels.txt"),
+    status = run_predict([image, "--model", str(root / "vit.npz"),
+                           "--class_names_file", str(root / "labels.txt"),
                            "--top_k", "2"])
     assert status == 0
     line = capsys.readouterr().out.strip()
@@ -101,7 +105,7 @@ def test_hub_source_uses_its_class_names(tmp_path, capsys):
     pixels = np.load(os.path.join(folder, "reference.npz"))["pixels"][0]
     path = tmp_path / "hub.png"
     path.write_bytes(_encode(pixels, "PNG"))
-    assert predict.main([str(path), "--hub", folder, "--top_k", "5"]) == 0
+    assert run_predict([str(path), "--model", folder, "--top_k", "5"]) == 0
     names = [n.split()[0] for n in
              capsys.readouterr().out.split(": ")[1].split(", ")]
     assert sorted(names) == sorted(["cat", "dog", "bird", "fish", "frog"])
@@ -112,13 +116,13 @@ def test_bad_file_stops_or_is_skipped(setup, capsys):
     bad = root / "broken.jpg"
     bad.write_bytes(b"\xff\xd8\xff\xe0 truncated")
     good = str(root / "photos" / "img0.jpeg")
-    args = [good, str(bad), "--keras_model", str(root / "vit.keras")]
-    assert predict.main(args) == 1
+    args = [good, str(bad), "--model", str(root / "vit.keras")]
+    assert run_predict(args) == 1
     err = capsys.readouterr().err
     assert f"{bad} is not a readable image" in err
     assert "--skip_bad_images" in err
     out = root / "skipped.csv"
-    assert predict.main(args + ["--skip_bad_images", "--output",
+    assert run_predict(args + ["--skip_bad_images", "--output",
                                 str(out)]) == 0
     assert f"skipped {bad}" in capsys.readouterr().err
     rows = list(csv.reader(out.open()))
@@ -131,12 +135,16 @@ def test_usage_errors(setup, capsys):
     root, _ = setup
     image = str(root / "photos" / "img0.jpeg")
     cases = [
-        ([image], "Give exactly one of"),
-        ([str(root / "missing.png"), "--keras_model", "x"], "does not exist"),
-        ([image, "--keras_model", str(root / "vit.keras"), "--output",
+        ([image], "Flag --model must have a value other than None"),
+        ([image, "--model", str(root / "x")], "no such file or folder"),
+        ([str(root / "missing.png"), "--model", str(root / "vit.keras")],
+         "does not exist"),
+        ([image, "--model", str(root / "vit.keras"), "--output",
           str(root / "x.txt")], "use a .json or .csv"),
-        ([image, "--saved_model", str(root)], "neither a SavedModel"),
+        ([image, "--model", str(root / "exports")], "config.json"),
     ]
     for args, message in cases:
-        assert predict.main(args) == 1
-        assert message in capsys.readouterr().err
+        assert run_predict(args) == 1
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and message in err[0], err
+        assert err[0].startswith("keras-vit-predict: error: ")

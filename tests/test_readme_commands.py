@@ -7,14 +7,15 @@ README.md, benchmarks/README.md and docs/*.md show shell commands in
 split) and checks each one as its own test case, named after its file and
 line, so that a renamed flag fails here and not for a user:
 
-- project commands (train.py, evaluate.py, `python -m keras_vit.export`,
-  `keras_vit.checkpoint.convert`, `keras_vit.analysis`, the keras-vit-*
-  console scripts, benchmarks/, scripts/ and docs/ scripts) are parsed by
-  their real parser without running: absl flags with the config file
-  loaded and every `--config.field` override applied (the configs are
-  locked, so a misspelt field fails), argparse parsers with parse_args;
+- project commands (the six keras-vit-* console scripts, train.py,
+  evaluate.py, benchmarks/, scripts/ and docs/ scripts) are parsed by
+  their real parser without running: a command's absl flags as it defines
+  and parses them (keras_vit.commands.flags.parse), the config loaded and
+  every `--config.field` override applied (the configs are locked, so a
+  misspelt field fails); argparse scripts with parse_args;
 - pip lines are parsed by pip's own parser, and every extra they name must
   exist in setup.cfg;
+- `mkdocs build` runs, strictly, into a temporary folder;
 - external tools (TF Serving in docker, curl, TensorBoard, gsutil, CI) are
   not run; what they say about this project (the paths an export writes,
   model and signature names, the JSON of a request, a logdir) is checked
@@ -22,7 +23,7 @@ line, so that a renamed flag fails here and not for a user:
 - the commands that work on scikit-learn's digits or on small local files
   run for real, shrunk to seconds (RUNS): the digits training, plain and
   few-shot evaluation of that run, two exports, saved_model_cli on an
-  export, a checkpoint conversion and the analysis.
+  export, a checkpoint conversion, two analyses and a prediction.
 
 The options and config fields that the text names outside commands
 (`--config.ema_decay=0.9999`) must exist too.
@@ -36,7 +37,6 @@ from __future__ import annotations
 import argparse
 import configparser
 import contextlib
-import copy
 import dataclasses
 import functools
 import glob
@@ -53,7 +53,6 @@ import sys
 import tempfile
 import time
 from typing import Callable, Dict, List, Optional, Tuple
-from unittest import mock
 
 import pytest
 
@@ -70,27 +69,20 @@ INLINE_STARTERS = {
 }
 OPERATORS = {"&&", "||", ";", "|", "&"}
 PYTHONS = {"python", "python3"}
-# `python -m MODULE` commands of the project.
-MODULES = {
-    "keras_vit.export": "export",
-    "keras_vit.checkpoint.convert": "convert",
-    "keras_vit.analysis": "analysis",
-    "keras_vit.commands.predict": "predict",
-}
-SCRIPTS = {"train.py": "train", "evaluate.py": "evaluate"}
-# The module whose parser each class of project command uses.
+# The project's six commands: the module of each (keras_vit/commands/),
+# whose define_flags(values, argv) defines its absl flags.
 PARSERS = {
-    "export": "keras_vit.export.cli",
-    "convert": "keras_vit.checkpoint.convert",
-    "analysis": "keras_vit.analysis.cli",
-    "predict": "keras_vit.commands.predict",
+    kind: f"keras_vit.commands.{kind}"
+    for kind in ("train", "evaluate", "export", "convert", "analysis",
+                 "predict")
 }
+# Commands that take positional arguments (image files and folders).
+POSITIONAL = {"analysis", "predict"}
+# `python -m MODULE` commands of the project.
+MODULES = {module: kind for kind, module in PARSERS.items()}
+SCRIPTS = {"train.py": "train", "evaluate.py": "evaluate"}
 # Console scripts (setup.cfg) by the module of their entry point.
-ENTRY_MODULES = {
-    "keras_vit.commands.train": "train",
-    "keras_vit.commands.evaluate": "evaluate",
-    **{module: kind for kind, module in PARSERS.items()},
-}
+ENTRY_MODULES = dict(MODULES)
 # Tools outside this project that the documentation shows: not run here.
 EXTERNAL = {
     "docker": "TF Serving in a container (needs Docker and the "
@@ -364,83 +356,66 @@ def _in_root():
         os.chdir(old)
 
 
-def absl_flag_values(kind: str):
-    """A fresh FlagValues with the flags of train.py (kind "train") or
-    evaluate.py ("evaluate"), defined by their CLI modules; absl's own
-    (app, logging) flags too."""
+def absl_flag_values(kind: str, argv=("program",)):
+    """A fresh FlagValues with the flags of command `kind` ("train",
+    "export", ...), defined by its module as the command does."""
     from absl import flags
 
-    from keras_vit.commands import evaluate as evaluation_main
     from keras_vit.commands import flags as cli
 
-    cli.define_common_flags()
-    evaluation_main.define_flags()
-    modules = {"absl.app", "absl.logging", cli.__name__}
-    if kind == "evaluate":
-        modules.add(evaluation_main.__name__)
-    fresh = flags.FlagValues()
-    # The config flag defines its override flags in its own FlagValues.
-    memo = {id(flags.FLAGS): fresh}
-    for module, module_flags in flags.FLAGS.flags_by_module_dict().items():
-        if module in modules:
-            for flag in module_flags:
-                if flag.name not in fresh:
-                    clean = copy.deepcopy(flag, memo)
-                    # Values an earlier in-process command line parsed
-                    # into the global flags do not carry over.
-                    clean.unparse()
-                    flags.DEFINE_flag(clean, fresh, module_name=module)
-    return fresh
-
-
-def parse_absl(command: Command, kind: str):
-    """Parses train.py / evaluate.py arguments as the program does: the
-    config file is loaded with its argument and every --config.x override
-    applied. Returns the FlagValues."""
-    program = "train.py" if kind == "train" else "evaluate.py"
-    argv = [program] + project_args(command)
-    values = absl_flag_values(kind)
-    with _in_root(), mock.patch.object(sys, "argv", argv):
-        try:
-            rest = values(argv)
-        except Exception as error:  # absl, ml_collections and config errors
-            message = str(error.args[0]) if error.args else str(error)
-            message = message.replace("\\n", " ").replace("\n", " ")
-            message = message.replace("\\'", "'").strip('"')
-            message = re.sub(r"^'+([\w.]+)'+\s*",
-                             r"unknown config field '\1'. ", message)
-            message = message.rstrip("'")
-            _fail(command, f"{type(error).__name__}: {message}")
-    if len(rest) > 1:
-        _fail(command, f"unexpected arguments {rest[1:]}")
+    values = flags.FlagValues()
+    importlib.import_module(PARSERS[kind]).define_flags(values, list(argv))
+    cli.define_verbose(values)
     return values
 
 
-def _one_of(command, values, names, what):
-    given = [n for n in names if getattr(values, n) is not None]
-    if len(given) != 1 and not command.elided:
-        _fail(command, f"give exactly one {what} ({', '.join(names)}), "
-              f"got {given or 'none'}")
+# absl's message for a required flag left out (an elided command may).
+_REQUIRED = "must have a value other than None"
+
+
+def parse_absl(command: Command, kind: str):
+    """Parses a command's arguments as the program does: a config loaded
+    with its argument and every --config.x override applied. Returns the
+    FlagValues and the positional arguments."""
+    from keras_vit.commands import flags as cli
+
+    argv = [f"keras-vit-{kind}"] + project_args(command)
+    with _in_root():
+        try:
+            values = absl_flag_values(kind, argv)
+            rest = cli.parse(values, argv)[1:]
+        except Exception as error:  # absl, ml_collections and config errors
+            if command.elided and _REQUIRED in str(error):
+                values = absl_flag_values(kind, argv)
+                values.mark_as_parsed()
+                rest = [a for a in argv[1:] if not a.startswith("-")]
+            else:
+                message = str(error.args[0]) if error.args else str(error)
+                _fail(command, f"{type(error).__name__}: "
+                      + " ".join(message.split()))
+    if rest and kind not in POSITIONAL:
+        _fail(command, f"unexpected arguments {rest}")
+    return values, rest
 
 
 def check_train(command: Command) -> str:
-    values = parse_absl(command, "train")
-    for name in ("config", "workdir"):
-        if values[name].value is None and not command.elided:
-            _fail(command, f"--{name} is required")
+    parse_absl(command, "train")
     return "parsed (absl flags, config and overrides)"
 
 
 def check_evaluate(command: Command) -> str:
-    values = parse_absl(command, "evaluate")
-    if values.mode is None and not command.elided:
-        _fail(command, "--mode is required")
-    if values.mode in ("fewshot", "vtab") and not command.elided:
-        for name in ("config", "output_dir"):
+    values, _ = parse_absl(command, "evaluate")
+    if command.elided:
+        return "parsed (absl flags, config and overrides)"
+    if values.mode in ("fewshot", "vtab"):
+        for name in ("config",):
             if values[name].value is None:
                 _fail(command, f"--mode={values.mode} needs --{name}")
-    _one_of(command, values, ("workdir", "keras_model", "npz"),
-            "pre-trained model")
+        if not (values.output_dir or values.workdir):
+            _fail(command, f"--mode={values.mode} needs --output_dir or "
+                  "--workdir")
+    if not (values.model or values.workdir):
+        _fail(command, "name the model: --model or --workdir")
     if values.tasks:
         from keras_vit.data import vtab
 
@@ -465,20 +440,16 @@ def parse_argparse(command: Command, parser: argparse.ArgumentParser,
         _fail(command, err.getvalue().strip().splitlines()[-1])
 
 
-def check_project_argparse(command: Command, kind: str) -> str:
-    module = importlib.import_module(PARSERS[kind])
-    args = parse_argparse(command, module.build_parser(),
-                          project_args(command))
-    if kind == "export":
-        _one_of(command, args, ("keras_model", "npz", "workdir", "hub"),
-                "model source")
-    if kind == "predict":
-        _one_of(command, args, ("workdir", "keras_model", "npz", "hub",
-                                "saved_model"), "model source")
-    if kind == "analysis":
-        _one_of(command, args, ("model", "workdir", "npz"), "model source")
-        _one_of(command, args, ("images", "digits"), "image source")
-    return "parsed (argparse)"
+def check_project_command(command: Command, kind: str) -> str:
+    """export, convert, analysis, predict."""
+    values, rest = parse_absl(command, kind)
+    if command.elided:
+        return "parsed (absl flags)"
+    if kind == "analysis" and bool(rest) == (values.digits is not None):
+        _fail(command, "give images (arguments) or --digits, one of them")
+    if kind == "predict" and not rest:
+        _fail(command, "give the images to classify as arguments")
+    return "parsed (absl flags)"
 
 
 def check_runnable_module(command: Command) -> None:
@@ -1096,14 +1067,14 @@ def check_command(command: Command, workspace_getter) -> str:
             "not a command this test knows: a stale module or script "
             "path? (a new tool: add it to EXTERNAL with the reason it is "
             "not run)"))
-    if kind in SCRIPTS.values() or kind in PARSERS:
+    if kind in PARSERS:
         check_runnable_module(command)
     if kind == "train":
         done = check_train(command)
     elif kind == "evaluate":
         done = check_evaluate(command)
     elif kind in PARSERS:
-        done = check_project_argparse(command, kind)
+        done = check_project_command(command, kind)
     elif kind == "script":
         done = check_script(command)
     elif kind == "pip":
@@ -1112,11 +1083,12 @@ def check_command(command: Command, workspace_getter) -> str:
         done = check_suite(command)
     elif kind == "env":
         done = check_env(command)
-    elif run_key(command):
+    elif run_key(command) and command.doc in DOCS:
         done = "external"
     else:
         done = check_external(command, workspace_getter())
-    key = run_key(command)
+    # Only the documents' own commands run (a sample here is parsed).
+    key = run_key(command) if command.doc in DOCS else None
     if key:
         spec = RUNS[key]
         result = run_readme_command(workspace_getter(), key)
@@ -1209,14 +1181,46 @@ def test_a_renamed_flag_fails_naming_the_command():
                        "mean \"total_steps\""):
         check_command(bad, lambda: None)
     bad = Command("README.md", 2, (), (
-        "python", "-m", "keras_vit.export", "--export_dir", "e",
-        "--keras_file", "m.keras"))
-    with pytest.raises(ParseError, match="--keras_file"):
+        "keras-vit-export", "--export_dir", "e", "--keras_model", "m.keras"))
+    with pytest.raises(ParseError, match="keras_model"):
         check_command(bad, lambda: None)
     bad = Command("README.md", 3, (), (
         "python", "-m", "keras_vit.export.saved_model", "--export_dir", "e"))
     with pytest.raises(ParseError, match="is not a command line"):
         check_command(bad, lambda: None)
+
+
+NEW_LANGUAGE = """
+```bash
+keras-vit-train --config=digits --workdir=/tmp/vit_digits
+python train.py --config=configs/digits.py --workdir=/tmp/x
+keras-vit-train --config=finetune:dataset=cifar10 --workdir=w --model=m.npz
+keras-vit-evaluate --mode=fewshot --config=fewshot:digits --model=vit.keras \\
+    --output_dir=/tmp/fs
+keras-vit-export --model=/tmp/vit_digits --export_dir=exports
+keras-vit-convert --model=ViT-B_16.npz --image_size=384 --output=x.keras
+keras-vit-analysis --model=vit.keras --output_dir=out photos/
+keras-vit-predict --model=exports/vit photos/ --top_k=3
+keras-vit-export --model=x.keras ...
+```
+"""
+
+
+def test_the_six_commands_parse():
+    commands = extract("sample.md", NEW_LANGUAGE)
+    assert {classify(c) for c in commands} == set(PARSERS)
+    for command in commands:
+        assert check_command(command, lambda: None).startswith("parsed")
+    for argv, says in [
+        (("keras-vit-predict", "--model=exports/vit"), "images"),
+        (("keras-vit-export", "--model=x.keras", "--export_dir=e",
+          "--npz=y.npz"), "Unknown command line flag 'npz'"),
+        (("keras-vit-train", "--config=digits", "--workdir=w",
+          "--config.init.npz=x.npz"), "config.init.npz is now "
+         "config.init.model"),
+    ]:
+        with pytest.raises(ParseError, match=re.escape(says)):
+            check_command(Command("README.md", 1, (), argv), lambda: None)
 
 
 def _config_fields() -> set:
@@ -1229,7 +1233,7 @@ def _config_fields() -> set:
             if hasattr(node[key], "keys"):
                 walk(node[key], prefix + key + ".")
 
-    for path in sorted(glob.glob(os.path.join(ROOT, "configs", "*.py"))):
+    for path in sorted(glob.glob(os.path.join(ROOT, "configs", "[!_]*.py"))):
         walk(_load_script(os.path.relpath(path, ROOT)).get_config(), "")
     return fields
 
@@ -1237,10 +1241,9 @@ def _config_fields() -> set:
 def _project_options() -> set:
     """Every --option of the project's command lines."""
     options = set()
-    for kind in ("train", "evaluate"):
+    for kind in PARSERS:
         options |= {f"--{name}" for name in absl_flag_values(kind)}
-    parsers = [importlib.import_module(m).build_parser()
-               for m in PARSERS.values()]
+    parsers = []
     for path in sorted(glob.glob(os.path.join(ROOT, "benchmarks", "*.py"))
                        + glob.glob(os.path.join(ROOT, "scripts", "*.py"))):
         with open(path, encoding="utf-8") as f:

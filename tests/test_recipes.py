@@ -18,6 +18,7 @@ from ml_collections import config_flags
 
 import keras_vit
 from keras_vit import build, keras_compat, optim
+from keras_vit import config as config_lib
 from keras_vit.checkpoint import weights as checkpoint
 from keras_vit.checkpoint.posemb import resize_position_embedding
 from keras_vit.training import train_lib
@@ -224,8 +225,7 @@ def test_finetune_recipe_has_the_paper_numbers(dataset, steps, test_split):
         assert c.image_size == 384 and c.pp.resize_size == 448
     assert c.pp.train == "finetune" and c.pp.flip
     assert c.model.head_zero_init and c.model.representation_size is None
-    assert c.init.npz == "gs://vit_models/imagenet21k/ViT-L_16.npz"
-    assert c.init.workdir is None and c.init.keras_model is None
+    assert c.init.model == "gs://vit_models/imagenet21k/ViT-L_16.npz"
     # The resize follows the resolution: 448 / 384 of it.
     assert load(FINETUNE, f"dataset={dataset}",
                 "--config.image_size=224").pp.resize_size == 261
@@ -238,9 +238,9 @@ def test_finetune_vtab_task_and_arguments():
     assert c.vtab_task == "dtd" and c.dataset.startswith("dtd")
     assert c.pp.train == "eval" and not c.pp.flip
     own = load(FINETUNE, "dataset=cifar10,init=/runs/pre")
-    assert own.init.workdir == "/runs/pre" and own.init.npz is None
+    assert own.init.model == "/runs/pre"
     keras_file = load(FINETUNE, "dataset=cifar10,init=/m/model.keras")
-    assert keras_file.init.keras_model == "/m/model.keras"
+    assert keras_file.init.model == "/m/model.keras"
     assert load(FINETUNE, "dataset=cifar10,lr=0.003").optimizer.lr == 0.003
     with pytest.raises(ValueError, match="No fine-tuning recipe"):
         _module(FINETUNE).get_config("dataset=mnist")
@@ -406,10 +406,18 @@ def test_finetune_recipe_rematerialises_above_384():
 
 
 def test_init_from_two_sources_is_refused(tmp_path):
+    # One field, config.init.model, names the source; a config.json of an
+    # older version that set two of init.npz / keras_model / workdir is
+    # refused, one is mapped to init.model.
+    old = {"init": {"npz": "/m/a.npz", "keras_model": None,
+                    "workdir": str(tmp_path)}}
+    with pytest.raises(ValueError, match="keep one, as config.init.model"):
+        config_lib.complete(old)
+    old["init"]["npz"] = None
+    assert config_lib.complete(old).init.model == str(tmp_path)
     config = shrink(load(FINETUNE, "dataset=cifar10"))
-    config.init.workdir = str(tmp_path)
-    with pytest.raises(ValueError, match="npz and workdir"):
-        train_lib._initialise_from(config, None)
+    with pytest.raises(AttributeError):
+        config.init.workdir = str(tmp_path)
 
 
 # -------------------------------------------------------------- Polyak

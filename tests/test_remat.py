@@ -181,9 +181,8 @@ def test_remat_at_the_top_level_names_the_model_field(monkeypatch):
             "--config.remat=block"]
     config_flags.DEFINE_config_file("config", None, flag_values=values,
                                     lock_config=True, sys_argv=argv)
-    monkeypatch.setattr(cli, "FLAGS", values)
-    with pytest.raises(SystemExit) as e:
-        cli.parse_flags_or_exit(argv)
+    with pytest.raises(ValueError) as e:  # UsageError
+        cli.parse(values, argv)
     assert "did you mean config.model.remat?" in str(e.value)
 
 

@@ -15,7 +15,7 @@ import tensorflow as tf
 from PIL import Image
 
 from keras_vit import create_model
-from keras_vit.analysis.cli import run_analysis
+from keras_vit.analysis.report import run_analysis
 from keras_vit.data import preprocessing
 from keras_vit.export import files as export_files
 from keras_vit.export import saved_model

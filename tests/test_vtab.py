@@ -376,7 +376,7 @@ def test_task_config_is_the_papers_recipe():
     assert c.grad_clip_norm == 1.0
     assert c.train_split == "train[:800]+train[2754:2954]"
     assert c.eval_split == "test" and c.num_classes == 102
-    assert c.vtab_task == "caltech101" and c.init.npz == "/b.npz"
+    assert c.vtab_task == "caltech101" and c.init.model == "/b.npz"
     # The backbone's architecture, the other model fields the defaults.
     base = config_lib.base_config()
     assert c.model.to_dict() == {**base.model.to_dict(), **fields}

@@ -10,11 +10,11 @@
   left).
 
 The numerics (`keras_vit.analysis.core`) are NumPy only; `extract` reads a
-model; `plots` draws the figures; `python -m keras_vit.analysis` does it all
-(see `keras_vit.analysis.cli`).
+model; `plots` draws the figures; `report.run_analysis` does it all
+(`keras-vit-analysis` on the command line).
 """
 
-from keras_vit.analysis.cli import load_model, run_analysis
+from keras_vit.analysis.report import run_analysis
 from keras_vit.analysis.core import (
     TokenLayout,
     attention_rollout,
@@ -47,7 +47,6 @@ __all__ = [
     "TokenLayout",
     "attention_rollout",
     "attention_stats",
-    "load_model",
     "mean_attention_distance",
     "patch_centres",
     "patch_distances",

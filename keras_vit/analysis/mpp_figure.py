@@ -4,8 +4,8 @@ For a few images: the input, its corrupted version (what the encoder was
 given, drawn in pixels: [mask] patches flat grey, replaced patches showing
 the patch they were replaced by, every corrupted patch outlined), the true
 colour targets of the corrupted patches and the model's predictions, each
-painted into its patch (cell) over the input. `python -m keras_vit.analysis
---workdir MPP_RUN ...` draws it as mpp_predictions.png.
+painted into its patch (cell) over the input. `keras-vit-analysis
+--model=MPP_RUN ...` draws it as mpp_predictions.png.
 """
 
 from __future__ import annotations

@@ -89,21 +89,19 @@ class Source:
         given = [k for k in kinds if getattr(self, k)]
         if len(given) != 1:
             raise UsageError(
-                "Give exactly one pre-trained model: --workdir=RUN_DIR, "
-                "--keras_model=FILE.keras, --npz=FILE.npz [--variant=B/16]"
-                " or --hub=HF_MODEL_DIR"
-                f" (got {', '.join(given) or 'none'})."
+                "Give exactly one pre-trained model (--model=SOURCE: "
+                f"{SOURCE_KINDS}; got {', '.join(given) or 'none'})."
             )
         if self.variant and not self.npz:
             raise UsageError(
-                "--variant goes with --npz only (a workdir or .keras file "
-                "records its own architecture)."
+                "--variant goes with an .npz model only (a workdir or .keras "
+                "file records its own architecture)."
             )
         if self.posemb_grid is not None:
             if not self.npz:
                 raise UsageError(
-                    "--posemb_grid goes with --npz only (a workdir or .keras "
-                    "file records its own grid)."
+                    "--posemb_grid goes with an .npz model only (a workdir "
+                    "or .keras file records its own grid)."
                 )
             grid = self.posemb_grid
             if isinstance(grid, int):
@@ -145,6 +143,13 @@ def source_kind(text: str) -> str:
             names), or a file of no model kind.
     """
     lower = text.lower().rstrip("/")
+    if "://" not in text and not os.path.exists(text):
+        close = catalog.suggestions(text)
+        hint = f" Did you mean {', '.join(close)}?" if close else ""
+        raise UsageError(
+            f"{text}: no such file or folder, and no released model's "
+            f"name.{hint} A model is {SOURCE_KINDS}."
+        )
     if lower.endswith(".npz"):
         return "npz"
     if lower.endswith(".keras"):

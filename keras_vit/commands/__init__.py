@@ -1,6 +1,7 @@
-"""The command lines, the top layer: `train` (train.py, keras-vit-train) and
-`evaluate` (evaluate.py, keras-vit-evaluate), with the flags they share
-(`flags`). The export, analysis and convert commands live with their
-packages (`python -m keras_vit.export`, `python -m keras_vit.analysis`,
-`keras_vit.checkpoint.convert`), which need nothing above them.
+"""The six command lines, the top layer: keras-vit-train (`train`, also
+`python train.py`), keras-vit-evaluate (`evaluate`, also
+`python evaluate.py`), keras-vit-export (`export`), keras-vit-convert
+(`convert`), keras-vit-analysis (`analysis`) and keras-vit-predict
+(`predict`). All take absl flags defined once in `flags` (`--model`,
+`--verbose`, `--config`, ...) and share its error policy (`flags.run`).
 """

@@ -1,81 +1,86 @@
-r"""evaluate.py: plain evaluation, few-shot linear probes and VTAB-1k.
+r"""keras-vit-evaluate (and `python evaluate.py`): plain evaluation,
+few-shot linear probes and VTAB-1k.
 
     # top-1 / top-5 / loss of a trained run on its eval split (or another)
-    python evaluate.py --mode=eval --workdir=/tmp/vit_digits
-    python evaluate.py --mode=eval --npz=ViT-B_16_imagenet2012.npz \
+    keras-vit-evaluate --mode=eval --workdir=/tmp/vit_digits
+    keras-vit-evaluate --mode=eval --model=ViT-B_16_imagenet2012.npz \
         --dataset=imagenet2012 --split=validation --image_size=384
 
     # few-shot linear accuracy (1/5/10/25 shots, 3 seeds)
-    python evaluate.py --mode=fewshot --config=configs/fewshot.py \
-        --npz=ViT-B_16.npz --output_dir=/tmp/fewshot_b16
+    keras-vit-evaluate --mode=fewshot --config=fewshot \
+        --model=ViT-B_16.npz --output_dir=/tmp/fewshot_b16
 
     # the paper's VTAB-1k protocol
-    python evaluate.py --mode=vtab --config=configs/vtab.py \
-        --npz=ViT-L_16.npz --variant=L/16 --output_dir=/tmp/vtab_l16
+    keras-vit-evaluate --mode=vtab --config=vtab \
+        --model=ViT-L_16.npz --variant=L/16 --output_dir=/tmp/vtab_l16
 
-The pre-trained model is one of --workdir (a train.py run), --keras_model
-or --npz (with an optional --variant check). --strategy / --tpu as for
-train.py.
+The model is --model (any source), else the one in --workdir (a training
+run), whose folder also receives the results unless --output_dir says
+otherwise. --strategy / --tpu as for keras-vit-train.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import sys
 import time
-from typing import Dict, Optional
+from typing import Dict, Optional, Sequence
 
 import tensorflow as tf
-from absl import app, flags, logging
+from absl import flags, logging
 
 from keras_vit import config as config_lib
 from keras_vit.checkpoint import loader as pretrained
 from keras_vit.checkpoint import workdir as wd
-from keras_vit.commands import flags as cli_flags
+from keras_vit.commands import flags as cli
 from keras_vit.data import sources, vtab
 from keras_vit.evaluation import fewshot, reports, vtab_run
 from keras_vit.evaluation.accuracy import evaluate_model
 from keras_vit.errors import UsageError
 
-FLAGS = flags.FLAGS
 MODES = ("eval", "fewshot", "vtab")
 # --mode=eval of an .npz or .keras file without a config: its global batch.
 EVAL_BATCH = 256
 
 
-def define_flags() -> None:
-    """Defines evaluate.py's flags (once)."""
-    cli_flags.define_common_flags()
-    if "mode" in FLAGS:
-        return
+def define_flags(values: flags.FlagValues, argv: Sequence[str]) -> None:
+    """The flags of keras-vit-evaluate."""
+    cli.define_config(values, argv)
+    cli.define_run_flags(values)
+    cli.define_model(values, required=False,
+                     extra=" Default: the model in --workdir.")
+    cli.define_hints(values, "variant", "image_size")
     flags.DEFINE_enum("mode", None, list(MODES),
                       "eval: accuracy and loss on a split; fewshot: linear "
-                      "probes of frozen features; vtab: VTAB-1k transfer.")
-    flags.DEFINE_string("keras_model", None, "A saved .keras model.")
-    flags.DEFINE_string("npz", None, "An official-layout .npz checkpoint.")
-    flags.DEFINE_string("variant", None, 'With --npz: the expected variant, '
-                        'e.g. "B/16" (checked against the file).')
+                      "probes of frozen features; vtab: VTAB-1k transfer.",
+                      flag_values=values, required=True)
     flags.DEFINE_string("output_dir", None, "Where results go (local or "
-                        "gs://); required for fewshot and vtab.")
+                        "gs://); default: --workdir (fewshot and vtab need "
+                        "one of them).", flag_values=values)
     flags.DEFINE_string("tasks", None, "vtab: tasks and groups, e.g. "
-                        "natural,dsprites_loc (default: config.vtab.tasks).")
-    flags.DEFINE_string("name", None, "The model's name in reports.")
+                        "natural,dsprites_loc (default: config.vtab.tasks).",
+                        flag_values=values)
+    flags.DEFINE_string("name", None, "The model's name in reports.",
+                        flag_values=values)
     flags.DEFINE_string("dataset", None, "eval: data source (digits, folder "
-                        "or a TFDS name); default: the config's.")
+                        "or a TFDS name); default: the config's.",
+                        flag_values=values)
     flags.DEFINE_string("split", None, "eval: split (default: the config's "
-                        "eval_split, else test).")
+                        "eval_split, else test).", flag_values=values)
     flags.DEFINE_string("data_dir", None, "eval: TFDS data dir or image "
-                        "folder.")
-    flags.DEFINE_integer("batch_size", None, "eval: global batch size.")
-    flags.DEFINE_integer("image_size", None, "eval: input resolution "
-                         "(default: the config's, else the model's).")
+                        "folder.", flag_values=values)
+    flags.DEFINE_integer("batch_size", None, "eval: global batch size.",
+                         flag_values=values)
 
 
-def _source():
-    return pretrained.Source(
-        workdir=FLAGS.workdir, keras_model=FLAGS.keras_model, npz=FLAGS.npz,
-        variant=FLAGS.variant,
-    )
+def _source(values: flags.FlagValues):
+    if not (values.model or values.workdir):
+        raise UsageError(
+            "Name the model to evaluate: --model=SOURCE, or --workdir=RUN "
+            "for a training run's."
+        )
+    return cli.model_source(values, values.model or values.workdir)
 
 
 def _write(path: str, text: str) -> None:
@@ -83,15 +88,15 @@ def _write(path: str, text: str) -> None:
     logging.info("Wrote %s", path)
 
 
-def _eval_mode(source, strategy) -> Dict:
+def _eval_mode(values, source, strategy) -> Dict:
     # The data, split, preprocessing and batch of the run's own config.
-    if FLAGS.config is not None:
-        run = FLAGS.config
+    if values.config is not None:
+        run = values.config
     elif source.workdir:
         run = wd.read_config(source.workdir)
     else:
         run = None
-    if run is None and not FLAGS.dataset:
+    if run is None and not values.dataset:
         raise UsageError(
             "--mode=eval needs a data source: --dataset=digits|folder|<TFDS "
             "name> (and --split), or --config / --workdir whose config "
@@ -105,14 +110,14 @@ def _eval_mode(source, strategy) -> Dict:
             vtab_task=run.vtab_task, eval_split=run.eval_split,
         ))
         data.pp.eval_resize_size = run.pp.eval_resize_size
-    if FLAGS.dataset:
-        data.dataset, data.vtab_task = FLAGS.dataset, None
-    if FLAGS.data_dir:
-        data.data_dir = FLAGS.data_dir
-    split = FLAGS.split or data.eval_split
+    if values.dataset:
+        data.dataset, data.vtab_task = values.dataset, None
+    if values.data_dir:
+        data.data_dir = values.data_dir
+    split = values.split or data.eval_split
     with strategy.scope():
         model = pretrained.load_model(
-            source, FLAGS.image_size or (run.image_size if run else None)
+            source, values.image_size or (run.image_size if run else None)
         )
     # The model's resolution, square or not.
     with data.ignore_type():
@@ -125,7 +130,7 @@ def _eval_mode(source, strategy) -> Dict:
             f"{info.num_classes}: evaluate it on the data it was trained "
             "or fine-tuned on (--dataset/--split), or fine-tune it first."
         )
-    batch = FLAGS.batch_size or (
+    batch = values.batch_size or (
         (run.eval_batch_size or run.batch_size) if run else EVAL_BATCH
     )
     start = time.time()
@@ -135,15 +140,15 @@ def _eval_mode(source, strategy) -> Dict:
                    wall_time_s=time.time() - start)
     logging.info("eval %s %s: %s", data.dataset, split, metrics)
     print(json.dumps(metrics, indent=2, sort_keys=True))
-    if FLAGS.output_dir:
+    if _output_dir(values):
         name = f"eval_{data.dataset}_{split}".replace("/", "_")
-        _write(os.path.join(FLAGS.output_dir, name + ".json"),
+        _write(os.path.join(_output_dir(values), name + ".json"),
                json.dumps(metrics, indent=2, sort_keys=True) + "\n")
     return metrics
 
 
-def _fewshot_mode(source, strategy) -> Dict:
-    config = FLAGS.config
+def _fewshot_mode(values, source, strategy) -> Dict:
+    config = values.config
     opts = config.fewshot
     datasets = [
         fewshot.FewShotData(name, d.dataset, d.train_split, d.test_split,
@@ -160,24 +165,24 @@ def _fewshot_mode(source, strategy) -> Dict:
         download=bool(config.download), layer=opts.layer,
         layer_norm=bool(opts.layer_norm),
     )
-    name = FLAGS.name or source.describe()
+    name = values.name or source.describe()
     out = dict(model=name, results=results, not_run=not_run,
                config=config.to_dict())
-    _write(os.path.join(FLAGS.output_dir, "fewshot.json"),
+    _write(os.path.join(_output_dir(values), "fewshot.json"),
            json.dumps(out, indent=2, sort_keys=True) + "\n")
     text = reports.fewshot_markdown(results, name)
     if not_run:
         text += "\nNot run:\n\n" + "".join(
             f"- {k}: {v}\n" for k, v in not_run.items()
         )
-    _write(os.path.join(FLAGS.output_dir, "fewshot.md"), text)
+    _write(os.path.join(_output_dir(values), "fewshot.md"), text)
     print(text)
     return out
 
 
-def _vtab_mode(source, strategy) -> Dict:
-    out = vtab_run.run(FLAGS.config, source, FLAGS.output_dir, strategy,
-                       tasks=FLAGS.tasks, model_name=FLAGS.name)
+def _vtab_mode(values, source, strategy) -> Dict:
+    out = vtab_run.run(values.config, source, _output_dir(values), strategy,
+                       tasks=values.tasks, model_name=values.name)
     md = out["files"].get("markdown")
     if md:
         with tf.io.gfile.GFile(md) as f:
@@ -187,33 +192,35 @@ def _vtab_mode(source, strategy) -> Dict:
     return out
 
 
-def _main(argv) -> None:
-    if len(argv) > 1:
-        raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-    cli_flags.setup_logging(FLAGS.verbose)
-    if FLAGS.mode in ("fewshot", "vtab"):
-        missing = [f for f, v in (("--config", FLAGS.config),
-                                  ("--output_dir", FLAGS.output_dir))
+def _output_dir(values: flags.FlagValues) -> Optional[str]:
+    return values.output_dir or values.workdir
+
+
+def _main(values: flags.FlagValues, args: list) -> None:
+    if args:
+        raise UsageError(f"Unexpected arguments: {' '.join(args)}")
+    if values.mode in ("fewshot", "vtab"):
+        missing = [f for f, v in (("--config", values.config),
+                                  ("--output_dir", _output_dir(values)))
                    if v is None]
         if missing:
-            raise app.UsageError(
-                f"--mode={FLAGS.mode} needs {' and '.join(missing)} "
-                f"(e.g. --config=configs/{FLAGS.mode}.py)."
+            raise UsageError(
+                f"--mode={values.mode} needs {' and '.join(missing)} "
+                f"(e.g. --config={values.mode})."
             )
-
-    try:
-        source = _source()
-        if FLAGS.mode == "vtab":
-            vtab.select_tasks(FLAGS.tasks or FLAGS.config.vtab.tasks)
-        strategy = cli_flags.create_strategy_or_exit(FLAGS.config)
-        {"eval": _eval_mode, "fewshot": _fewshot_mode,
-         "vtab": _vtab_mode}[FLAGS.mode](source, strategy)
-    except (ValueError, FileNotFoundError) as e:
-        cli_flags.exit_with(e)
+    source = _source(values)
+    if values.mode == "vtab":
+        vtab.select_tasks(values.tasks or values.config.vtab.tasks)
+    strategy = cli.create_strategy(values, values.config)
+    {"eval": _eval_mode, "fewshot": _fewshot_mode,
+     "vtab": _vtab_mode}[values.mode](values, source, strategy)
 
 
-def evaluate_main(argv: Optional[list] = None) -> None:
-    """Entry point of evaluate.py (and a `keras-vit-evaluate` script)."""
-    define_flags()
-    flags.mark_flag_as_required("mode")
-    app.run(_main, argv=argv, flags_parser=cli_flags.parse_flags_or_exit)
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Entry point of keras-vit-evaluate (and evaluate.py); the exit
+    status."""
+    return cli.run("evaluate", define_flags, _main, argv, __doc__)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,16 +1,15 @@
-"""`keras-vit-predict`: classify image files with a trained model.
+r"""keras-vit-predict: classify image files with a trained model.
 
-    python -m keras_vit.commands.predict --workdir /tmp/vit_digits photos/
-    python -m keras_vit.commands.predict --saved_model exports/vit \\
-        cat.jpg dog.png --top_k 3 --output predictions.csv
+    keras-vit-predict --model=/tmp/vit_digits photos/
+    keras-vit-predict --model=exports/vit cat.jpg dog.png --top_k=3 \
+        --output=predictions.csv
 
-The model comes from the project's one loader (`--workdir`, `--keras_model`,
-`--npz` with `--labels`, `--hub`) or is an exported SavedModel
-(`--saved_model`, a version folder or the model folder, whose newest
-version is used). Images are decoded and preprocessed exactly as the
-export's `serving_default` does (`keras_vit.data.preprocessing`), so the
-answer for a file equals the SavedModel's for the same bytes. Each file is
-decoded once first: an unreadable one stops the run with its name, or with
+--model is any model source of the project's one loader, or an exported
+SavedModel (a version folder, or the model folder: its newest version).
+Images are decoded and preprocessed exactly as the export's
+`serving_default` does (`keras_vit.data.preprocessing`), so the answer for
+a file equals the SavedModel's for the same bytes. Each file is decoded
+once first: an unreadable one stops the run with its name, or with
 --skip_bad_images is named on stderr and left out (as
 `--config.skip_bad_images` does for training).
 
@@ -21,7 +20,6 @@ stderr when a folder is given.
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import os
@@ -32,16 +30,16 @@ from typing import Callable, List, Optional, Sequence, Tuple
 import keras
 import numpy as np
 import tensorflow as tf
+from absl import flags
 
 from keras_vit.checkpoint import loader
-from keras_vit.checkpoint import workdir as wd
+from keras_vit.commands import flags as cli
 from keras_vit.data import preprocessing
 from keras_vit.derived import input_image_size
 from keras_vit.export import files as export_files
 from keras_vit.errors import UsageError
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp")
-_SOURCES = ("workdir", "keras_model", "npz", "hub", "saved_model")
 
 
 
@@ -150,39 +148,28 @@ def saved_model_predictor(path: str) -> Tuple[Callable, List[str]]:
     return predict, names
 
 
-def _read_labels(path: str) -> List[str]:
-    with open(path, encoding="utf-8") as f:
-        return [line.rstrip("\r\n") for line in f if line.strip()]
-
-
-def predictor_from_args(args) -> Tuple[Callable, Optional[List[str]]]:
-    """(predict function, class names or None) for the source options."""
-    given = [s for s in _SOURCES if getattr(args, s)]
-    if len(given) != 1:
-        raise UsageError(
-            "Give exactly one of --workdir, --keras_model, --npz, --hub or "
-            f"--saved_model (got {', '.join(given) or 'none'})."
-        )
-    if args.saved_model:
-        if args.resize_size is not None:
-            raise UsageError("--resize_size is built into a SavedModel.")
-        predict, names = saved_model_predictor(
-            saved_model_version(args.saved_model)
-        )
-        return predict, names
-    source = loader.Source(
-        workdir=args.workdir, keras_model=args.keras_model, npz=args.npz,
-        hub=args.hub, use_ema=not args.no_ema,
+def is_saved_model(path: str) -> bool:
+    """Whether `path` is an exported SavedModel: a version folder
+    (saved_model.pb) or a model folder of numbered versions."""
+    if not os.path.isdir(path):
+        return False
+    if os.path.exists(os.path.join(path, "saved_model.pb")):
+        return True
+    return any(
+        os.path.exists(os.path.join(path, str(v), "saved_model.pb"))
+        for v in export_files.existing_versions(path)
     )
-    model = loader.load_model(source)
-    if model.layers[-1].name != "head":
-        raise UsageError(
-            f"{source.path} has no classification head: nothing to predict."
-        )
-    resize = args.resize_size
-    if resize is None and args.workdir:
-        # The run evaluated (and exports) with this preprocessing.
-        resize = wd.read_config(args.workdir).pp.eval_resize_size
+
+
+def predictor(values) -> Tuple[Callable, Optional[List[str]]]:
+    """(predict function, class names or None) of --model."""
+    if is_saved_model(values.model):
+        if values.resize_size is not None:
+            raise UsageError("--resize_size is built into a SavedModel.")
+        return saved_model_predictor(saved_model_version(values.model))
+    source = cli.model_source(values)
+    model = cli.load_model(values, source, head="predict with")
+    resize = cli.resize_size(values, source)
     return keras_predictor(model, resize), loader.class_names(source)
 
 
@@ -224,47 +211,36 @@ def write_output(path: str, files, tops, skipped) -> None:
         f.write(text + "\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """argparse.ArgumentParser. The options of keras-vit-predict."""
-    p = argparse.ArgumentParser(
-        prog="keras-vit-predict",
-        description="Classify image files (or folders of them) with a "
-        "trained ViT; prints the top classes with probabilities.",
-    )
-    p.add_argument("images", nargs="+", help="image files and/or folders "
-                   f"(searched recursively for {', '.join(IMAGE_EXTENSIONS)})")
-    source = p.add_argument_group("model (exactly one)")
-    source.add_argument("--workdir", help="a training run's workdir")
-    source.add_argument("--keras_model", help="a .keras model file")
-    source.add_argument("--npz", help="an official .npz with its head "
-                        "(class names from --labels)")
-    source.add_argument("--hub", help="a Hugging Face layout directory "
-                        "(Hugging Face ViT or timm)")
-    source.add_argument("--saved_model", help="an export: a version folder "
-                        "or the model folder (newest version)")
-    p.add_argument("--labels", help="class names, one per line, in label "
-                   "order (default: the source's, else class indices)")
-    p.add_argument("--top_k", type=int, default=5)
-    p.add_argument("--batch_size", type=int, default=32)
-    p.add_argument("--resize_size", type=int, help="resize to this, then "
-                   "center-crop, as evaluation does (default: resize "
-                   "directly; --workdir: the run's eval_resize_size)")
-    p.add_argument("--output", help="write .json or .csv instead of "
-                   "printing")
-    p.add_argument("--skip_bad_images", action="store_true",
-                   help="name and leave out unreadable files instead of "
-                   "stopping at the first")
-    p.add_argument("--no_ema", action="store_true",
-                   help="--workdir: the raw, not the EMA, weights")
-    return p
+def define_flags(values: flags.FlagValues, argv: Sequence[str]) -> None:
+    """The flags of keras-vit-predict (the images are its arguments)."""
+    del argv
+    cli.define_model(values, extra=" Or an exported SavedModel: a version "
+                     "folder, or the model folder (its newest version).")
+    cli.define_resize_size(values)
+    cli.define_class_names_file(values)
+    flags.DEFINE_integer("top_k", 5, "Classes shown per image.",
+                         flag_values=values)
+    flags.DEFINE_integer("batch_size", 32, "Images per forward pass.",
+                         flag_values=values)
+    flags.DEFINE_string("output", None, "Write .json or .csv instead of "
+                        "printing.", flag_values=values)
+    flags.DEFINE_boolean("skip_bad_images", False, "Name and leave out "
+                         "unreadable files instead of stopping at the "
+                         "first.", flag_values=values)
 
 
-def run(args) -> int:
-    """Runs the command; returns the exit status."""
+def run(args, images: Sequence[str]) -> int:
+    """Classifies `images` (files and folders) with the model `args`
+    (the parsed flags) name; returns the exit status."""
+    if not images:
+        raise UsageError("Give the images to classify (files or folders) "
+                         "as arguments.")
     if args.top_k < 1 or args.batch_size < 1:
         raise UsageError("--top_k and --batch_size must be >= 1.")
-    files, folder = list_images(args.images)
-    predict, names = predictor_from_args(args)
+    if not is_saved_model(args.model):
+        cli.model_source(args)  # a model is there, before the images
+    files, folder = list_images(images)
+    predict, names = predictor(args)
     files, data, skipped = read_images(files, args.skip_bad_images)
     probabilities = []
     for start in range(0, len(data), args.batch_size):
@@ -278,8 +254,8 @@ def run(args) -> int:
         raise UsageError("No readable image to classify.")
     probabilities = np.concatenate(probabilities)
     num_classes = probabilities.shape[-1]
-    if args.labels:
-        names = _read_labels(args.labels)
+    if args.class_names_file:
+        names = cli.read_lines(args.class_names_file)
     if names is None:
         names = [str(i) for i in range(num_classes)]
     if len(names) != num_classes:
@@ -299,14 +275,8 @@ def run(args) -> int:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Entry point of keras-vit-predict; returns the exit status."""
-    args = build_parser().parse_args(argv)
-    try:
-        return run(args)
-    except (UsageError, ValueError, FileNotFoundError) as error:
-        # Bad input, not a bug: the message names the fix.
-        print(f"error: {error}", file=sys.stderr)
-        return 1
+    """Entry point of keras-vit-predict; the exit status."""
+    return cli.run("predict", define_flags, run, argv, __doc__)
 
 
 if __name__ == "__main__":

@@ -1,19 +1,33 @@
-"""train.py / keras-vit-train: train a config into a workdir, evaluate it,
-and export it for serving when `config.export.enabled`."""
+r"""keras-vit-train (and `python train.py`): train a config into a workdir,
+evaluate it, and export it for serving when `config.export.enabled`.
+
+    keras-vit-train --config=digits --workdir=/tmp/vit_digits
+    keras-vit-train --config=finetune:dataset=cifar100,variant=B/16 \
+        --workdir=gs://BUCKET/vit/cifar100 --strategy=tpu --tpu=local \
+        --config.init.model=ViT-B_16.npz
+
+--config names a config shipped in keras_vit/configs (`digits`) or a path
+(`configs/digits.py`, `my_config.py:arg`); --config.FIELD=VALUE overrides a
+field (the config is locked: a misspelt field is an error naming the
+closest). `--model=SOURCE` (short for `--config.init.model=SOURCE`)
+starts from a model: any source the other commands take. Restarting with
+the same --workdir resumes from its latest checkpoint.
+"""
 
 from __future__ import annotations
 
 import os
-from typing import Dict, Optional
+import sys
+from typing import Dict, Optional, Sequence
 
 import tensorflow as tf
-from absl import app, flags, logging
+from absl import flags, logging
 
-from keras_vit.commands import flags as cli_flags
+from keras_vit.checkpoint import loader
+from keras_vit.commands import flags as cli
+from keras_vit.errors import UsageError
 from keras_vit.export import saved_model
 from keras_vit.training import train_lib
-
-FLAGS = flags.FLAGS
 
 
 def run(
@@ -43,19 +57,39 @@ def run(
     )
 
 
-def _train(argv) -> None:
-    if len(argv) > 1:
-        raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-    cli_flags.setup_logging(FLAGS.verbose)
-    strategy = cli_flags.create_strategy_or_exit(FLAGS.config)
-    try:
-        run(FLAGS.config, FLAGS.workdir, strategy)
-    except (train_lib.TrainingError, ValueError) as e:
-        cli_flags.exit_with(e)
+def define_flags(values: flags.FlagValues, argv: Sequence[str]) -> None:
+    """The flags of keras-vit-train."""
+    cli.define_config(values, argv, required=True)
+    cli.define_run_flags(values)
+    flags.mark_flag_as_required("workdir", flag_values=values)
+    cli.define_model(values, required=False, ema=False, extra=(
+        " The model to start from (fine-tuning): short for "
+        "--config.init.model."))
 
 
-def train_main() -> None:
-    """Entry point of train.py (and the `keras-vit-train` script)."""
-    cli_flags.define_common_flags()
-    flags.mark_flags_as_required(["config", "workdir"])
-    app.run(_train, flags_parser=cli_flags.parse_flags_or_exit)
+def _main(values: flags.FlagValues, args: list) -> None:
+    if args:
+        raise UsageError(f"Unexpected arguments: {' '.join(args)}")
+    config = values.config
+    if values.model:
+        if config.init.model and config.init.model != values.model:
+            raise UsageError(
+                f"--model={values.model} and config.init.model="
+                f"{config.init.model} name two models to start from: keep "
+                "one."
+            )
+        loader.source_kind(values.model)  # a model is there
+        config.init.model = values.model
+    elif config.init.model:
+        loader.source_kind(config.init.model)
+    strategy = cli.create_strategy(values, config)
+    run(config, values.workdir, strategy)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Entry point of keras-vit-train (and train.py); the exit status."""
+    return cli.run("train", define_flags, _main, argv, __doc__)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

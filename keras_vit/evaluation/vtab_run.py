@@ -98,7 +98,7 @@ def task_config(
     c.total_steps = int(steps)
     c.optimizer.lr = float(lr)
     c.eval_every_steps = 0  # the protocol scores once, at the end
-    c.init.update(dict(npz=backbone, keras_model=None, workdir=None))
+    c.init.model = backbone
     c.export.enabled = False
     c.lock()
     return c

@@ -11,11 +11,11 @@ writes `exports/batching_parameters.txt` (if not there) for
 From the command line, from a `.keras` file, an official `.npz` checkpoint
 or a training workdir:
 
-    python -m keras_vit.export --export_dir exports --model_name vit \
-        --keras_model model.keras
-    python -m keras_vit.export --export_dir exports --model_name vit_b16 \
-        --npz ViT-B_16.npz --variant B/16 --num_classes 1000 --image_size 384
-    python -m keras_vit.export --export_dir exports --workdir runs/digits
+    keras-vit-export --export_dir=exports --model_name=vit \
+        --model=model.keras
+    keras-vit-export --export_dir=exports --model_name=vit_b16 \
+        --model=ViT-B_16.npz --variant=B/16 --num_classes=1000 --image_size=384
+    keras-vit-export --export_dir=exports --model=runs/digits
 
 A version is written under a dotted temporary name and renamed when
 complete, so a crash never leaves a half-written version that a server would

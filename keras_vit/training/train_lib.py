@@ -112,15 +112,9 @@ def _initialise_from(config, model: keras.Model) -> None:
     fits (else it starts at zero); position embeddings are resized to this
     model's grid."""
     init = config.init
-    chosen = [k for k in ("npz", "keras_model", "workdir") if init[k]]
-    if len(chosen) > 1:
-        raise UsageError(
-            f"config.init sets {' and '.join(chosen)}: initialise from one "
-            f"source; clear the others (e.g. --config.init.{chosen[0]}=)."
-        )
-    if not chosen:
+    if not init.model:
         return
-    source = loader.Source(**{chosen[0]: init[chosen[0]]})
+    source = loader.resolve(init.model)
     report = loader.initialise(
         model, source, keep_pre_logits=bool(init.keep_pre_logits)
     )
@@ -163,7 +157,7 @@ def train_and_evaluate(
             raise UsageError(
                 "config.export.enabled with config.mpp.enabled: an MPP "
                 "encoder has no classifier to serve. Fine-tune it first "
-                "(config.init.workdir=<this run>) and export that run, or "
+                "(config.init.model=<this run>) and export that run, or "
                 "set config.export.enabled=False."
             )
         check_mpp(config)

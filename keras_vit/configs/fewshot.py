@@ -4,11 +4,11 @@ Pre-logits features; per data set, shot count and seed, `shots` random
 training examples per class; ridge regression (l2_reg 1024) to {-1, 1}
 targets in closed form; top-1 accuracy on the test split.
 
-    python evaluate.py --mode=fewshot --config=configs/fewshot.py \
-        --npz=ViT-B_16.npz --output_dir=/tmp/fewshot_b16
+    keras-vit-evaluate --mode=fewshot --config=configs/fewshot.py \
+        --model=ViT-B_16.npz --output_dir=/tmp/fewshot_b16
 
-Some data sets only: `--config=configs/fewshot.py:cifar100,pets`. A quick
-check without downloads: `--config=configs/fewshot.py:digits` with a
+Some data sets only: `--config=fewshot:cifar100,pets`. A quick check
+without downloads: `--config=fewshot:digits` with a
 digits run (`--workdir=/tmp/vit_digits --config.image_size=32
 --config.pp.eval_resize_size=32`: resized to 32, the whole image as
 its crop).

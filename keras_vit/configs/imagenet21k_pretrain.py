@@ -35,7 +35,8 @@ less. Weight decay: Table 3 lists 0.03 for the ImageNet-21k runs (Section
 4.1 mentions 0.1 as the general value; --config.optimizer.weight_decay=0.1).
 """
 
-from keras_vit.config import base_config
+from keras_vit import config as config_lib
+from keras_vit.config import base_config, parse_config_arg
 
 # Paper Table 3, ImageNet-21k rows: base LR, weight decay, dropout, epochs.
 TABLE3 = {
@@ -50,29 +51,9 @@ HELD_OUT = 50_000
 BATCH = 4096
 
 
-def parse_arg(arg, **defaults):
-    """"B/16" or "variant=L/16,dataset=NAME" -> dict over `defaults`."""
-    out = dict(defaults)
-    for part in filter(None, (arg or "").split(",")):
-        key, sep, value = part.partition("=")
-        if not sep:
-            key, value = "variant", key
-        if key.strip() not in out:
-            raise ValueError(
-                f"Unknown config argument {key!r} in {arg!r}; known: "
-                f"{', '.join(sorted(out))}."
-            )
-        out[key.strip()] = value.strip()
-    return out
-
-
-def total_steps(epochs: int, images: int = IMAGENET21K_IMAGES - HELD_OUT,
-                batch: int = BATCH) -> int:
-    return -(-epochs * images // batch)
-
-
 def get_config(arg=None):
-    args = parse_arg(arg, variant="B/16", dataset="folder")
+    args = parse_config_arg(arg, "variant", variant="B/16",
+                            dataset="folder")
     variant = args["variant"]
     if variant not in TABLE3:
         raise ValueError(
@@ -104,7 +85,9 @@ def get_config(arg=None):
     c.batch_size = BATCH
     c.eval_batch_size = 1024
     # Optimizer updates: 90 epochs of the training split.
-    c.total_steps = total_steps(row["epochs"])
+    c.total_steps = config_lib.epochs_to_steps(
+        row["epochs"], config_lib.IMAGENET21K_TRAIN, BATCH
+    )
     # AdamW (b1 0.9, b2 0.999): 10k linear warm-up steps, linear decay to
     # 1e-5 (vision_transformer #2); decoupled weight decay, not on biases,
     # norms and embeddings (the base's no_decay).

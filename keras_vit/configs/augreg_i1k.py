@@ -27,33 +27,16 @@ RandAugment is Keras 3's, not big_vision's (keras_vit/data/augment.py).
 """
 
 from keras_vit.checkpoint import augreg
-from keras_vit.config import base_config
+from keras_vit import config as config_lib
+from keras_vit.config import base_config, parse_config_arg
 
-IMAGENET_TRAIN = 1_268_355  # 99% of ImageNet-1k's 1,281,167
 BATCH = 4096
 
 
-def parse_arg(arg, **defaults):
-    """"variant=B/16,aug=medium2" (or just "B/16") -> dict over
-    `defaults`; an unknown key is an error that lists the known ones."""
-    out = dict(defaults)
-    for part in filter(None, (arg or "").split(",")):
-        key, sep, value = part.partition("=")
-        if not sep:
-            key, value = "variant", key
-        if key.strip() not in out:
-            raise ValueError(
-                f"Unknown config argument {key!r} in {arg!r}; known: "
-                f"{', '.join(sorted(out))}."
-            )
-        out[key.strip()] = value.strip()
-    return out
-
-
 def get_config(arg=None):
-    args = parse_arg(
-        arg, variant="B/16", aug="medium2", do="0.1", sd="0.1", wd="0.1",
-        epochs="300",
+    args = parse_config_arg(
+        arg, "variant", variant="B/16", aug="medium2", do="0.1", sd="0.1",
+        wd="0.1", epochs="300",
     )
     if args["variant"] not in augreg.MODELS.values():
         raise ValueError(
@@ -85,7 +68,9 @@ def get_config(arg=None):
     c.batch_size = BATCH
     c.eval_batch_size = 1000
     # Updates for the epochs of the training split.
-    c.total_steps = -(-int(float(args["epochs"]) * IMAGENET_TRAIN) // BATCH)
+    c.total_steps = config_lib.epochs_to_steps(
+        args["epochs"], config_lib.IMAGENET1K_TRAIN, BATCH
+    )
     # Adam with decoupled weight decay (times the learning rate), 10k
     # warm-up steps, cosine decay to 0.
     c.optimizer.name = "adamw"

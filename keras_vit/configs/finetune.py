@@ -38,7 +38,7 @@ VTAB 72.72% (mean of 19 tasks); ViT-B/16 is a little lower. Table 4 lists
 the learning rates swept per dataset (`lrs` below); the best one was kept.
 """
 
-from keras_vit.config import base_config
+from keras_vit.config import base_config, parse_config_arg
 from keras_vit.data import vtab
 
 # Paper Table 4 (steps, swept learning rates) with the splits of the
@@ -83,35 +83,9 @@ CHECKPOINTS = "gs://vit_models/imagenet21k"
 IMAGENET_RESOLUTION = {"L/16": 512, "H/14": 518}
 
 
-def parse_arg(arg, **defaults):
-    """"dataset=cifar100,variant=B/16" -> dict over `defaults`."""
-    out = dict(defaults)
-    for part in filter(None, (arg or "").split(",")):
-        key, sep, value = part.partition("=")
-        if not sep or key.strip() not in out:
-            raise ValueError(
-                f"Cannot read config argument {part!r} in {arg!r}: use "
-                f"key=value with keys {', '.join(sorted(out))}."
-            )
-        out[key.strip()] = value.strip()
-    return out
-
-
-def _init(source: str) -> dict:
-    """config.init fields for a .npz, a .keras file or a workdir."""
-    fields = dict(npz=None, keras_model=None, workdir=None)
-    if source.endswith(".npz"):
-        fields["npz"] = source
-    elif source.endswith(".keras"):
-        fields["keras_model"] = source
-    else:
-        fields["workdir"] = source
-    return fields
-
-
 def get_config(arg=None):
-    args = parse_arg(arg, dataset="cifar100", variant="B/16", init="", lr="",
-                     res="", remat="")
+    args = parse_config_arg(arg, dataset="cifar100", variant="B/16", init="",
+                            lr="", res="", remat="")
     name = args["dataset"]
     vtab_task = None
     if name.startswith("vtab/"):
@@ -194,5 +168,5 @@ def get_config(arg=None):
     c.cache_train = row["cache"]
     # Initialisation: the pre-trained weights (head re-initialised, position
     # embeddings resized).
-    c.init.update({k: v for k, v in _init(init).items() if v})
+    c.init.model = init
     return c

@@ -5,11 +5,11 @@ SGD momentum 0.9, LR 0.01, 2,500 steps, batch 512, cosine decay, no weight
 decay, gradient clipping at norm 1, at 384 x 384 (position embeddings
 resized); top-1 accuracy on the test split.
 
-    python evaluate.py --mode=vtab --config=configs/vtab.py \
-        --npz=ViT-L_16.npz --variant=L/16 --output_dir=/tmp/vtab_l16
+    keras-vit-evaluate --mode=vtab --config=configs/vtab.py \
+        --model=ViT-L_16.npz --variant=L/16 --output_dir=/tmp/vtab_l16
 
-Other pre-trained models: --workdir=RUN_DIR (a train.py run) or
---keras_model=model.keras. Some tasks only: --tasks=natural,dsprites_loc.
+--model takes any pre-trained model: a training run's workdir, a .keras
+file, a Hugging Face folder. Some tasks only: --tasks=natural,dsprites_loc.
 The small hyper-parameter sweep (2 LRs x 2 step counts on train800 /
 val200, winner retrained on train800val200): --config.vtab.sweep.enabled.
 Cloud TPU: add --strategy=tpu --tpu=local --config.data_dir=gs://...

@@ -5,7 +5,7 @@ image's 16 patch embeddings are corrupted (80% [mask], 10% another patch,
 10% kept) and the model predicts their 3-bit mean colour (512 classes; the
 digits are grey, so 8 of them occur). The model is configs/digits.py's, so
 that its encoder fine-tunes with configs/digits_few_labels.py (or
-configs/digits.py) through config.init.workdir.
+configs/digits.py) through config.init.model.
 
     python train.py --config=configs/mpp_digits.py --workdir=/tmp/mpp_digits
 

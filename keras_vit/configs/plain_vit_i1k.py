@@ -20,9 +20,9 @@ about 80% after 300 (78.5% after 150). RandAugment is Keras 3's, not
 big_vision's (keras_vit/data/augment.py), which may move these numbers.
 """
 
+from keras_vit import config as config_lib
 from keras_vit.config import base_config
 
-IMAGENET_TRAIN = 1_268_355  # 99% of ImageNet-1k's 1,281,167
 BATCH = 1024
 
 
@@ -61,7 +61,9 @@ def get_config(arg=None):
     c.batch_size = BATCH
     c.eval_batch_size = 1000
     # Updates for the epochs of the training split.
-    c.total_steps = -(-epochs * IMAGENET_TRAIN // BATCH)
+    c.total_steps = config_lib.epochs_to_steps(
+        epochs, config_lib.IMAGENET1K_TRAIN, BATCH
+    )
     # Adam with decoupled weight decay (times the learning rate: 0.1 x
     # 1e-3 = big_vision's 1e-4), 10k warm-up steps, cosine decay to 0.
     c.optimizer.name = "adamw"

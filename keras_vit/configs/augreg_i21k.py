@@ -29,38 +29,16 @@ them): fine-tuned on ImageNet at 384 (configs/augreg_finetune.py), about
 """
 
 from keras_vit.checkpoint import augreg
-from keras_vit.config import base_config
+from keras_vit import config as config_lib
+from keras_vit.config import base_config, parse_config_arg
 
-IMAGENET21K_TRAIN = 14_197_122 - 50_000  # 50k held out, as the paper's
 BATCH = 4096
 
 
-def parse_arg(arg, **defaults):
-    """"variant=B/16,aug=medium1" (or just "B/16") -> dict over
-    `defaults`; an unknown key is an error that lists the known ones."""
-    out = dict(defaults)
-    for part in filter(None, (arg or "").split(",")):
-        key, sep, value = part.partition("=")
-        if not sep:
-            key, value = "variant", key
-        if key.strip() not in out:
-            raise ValueError(
-                f"Unknown config argument {key!r} in {arg!r}; known: "
-                f"{', '.join(sorted(out))}."
-            )
-        out[key.strip()] = value.strip()
-    return out
-
-
-def steps(epochs: float, images: int, batch: int) -> int:
-    """Optimizer updates for `epochs` passes over `images` at `batch`."""
-    return -(-int(epochs * images) // batch)
-
-
 def get_config(arg=None):
-    args = parse_arg(
-        arg, variant="B/16", aug="medium1", do="0.1", sd="0.1", wd="0.1",
-        epochs="300", dataset="folder",
+    args = parse_config_arg(
+        arg, "variant", variant="B/16", aug="medium1", do="0.1", sd="0.1",
+        wd="0.1", epochs="300", dataset="folder",
     )
     if args["variant"] not in augreg.MODELS.values():
         raise ValueError(
@@ -92,8 +70,8 @@ def get_config(arg=None):
     c.batch_size = BATCH
     c.eval_batch_size = 1024
     # Updates for the epochs of the 14.1M training images.
-    c.total_steps = steps(
-        float(args["epochs"]), IMAGENET21K_TRAIN, BATCH
+    c.total_steps = config_lib.epochs_to_steps(
+        args["epochs"], config_lib.IMAGENET21K_TRAIN, BATCH
     )
     # Adam with decoupled weight decay (times the learning rate: 0.1 x
     # 1e-3 = big_vision's 1e-4), 10k warm-up steps, cosine decay to 0.

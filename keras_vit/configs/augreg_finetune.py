@@ -23,28 +23,16 @@ them): ImageNet top-1 at 384 about 78.4% (Ti/16), 83.8% (S/16), 86.0%
 (B/16), 87.1% (L/16) from the recommended i21k checkpoints.
 """
 
-import importlib.util
-import os
-
 from keras_vit.checkpoint import augreg
+from keras_vit.config import parse_config_arg
+from keras_vit.configs import finetune
 
 DEFAULT = "B_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0"
 
 
-def _finetune():
-    """configs/finetune.py, beside this file."""
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                        "finetune.py")
-    spec = importlib.util.spec_from_file_location("finetune_recipe", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def get_config(arg=None):
-    finetune = _finetune()
-    args = finetune.parse_arg(arg, name=DEFAULT, init="",
-                              dataset="imagenet2012", lr="", res="384")
+    args = parse_config_arg(arg, name=DEFAULT, init="",
+                            dataset="imagenet2012", lr="", res="384")
     source = args["init"] or augreg.url(args["name"])
     name = augreg.parse_name(source)
     if name is None or name.fine_tuned:

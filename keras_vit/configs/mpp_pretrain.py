@@ -27,32 +27,17 @@ above training from scratch and 4 below supervised pre-training. The
 workdir holds encoder.npz, the encoder in the official .npz layout.
 """
 
-from keras_vit.config import base_config
+from keras_vit.config import base_config, parse_config_arg
 
 # TFDS ImageNet (ILSVRC-2012) has 1,281,167 training images; 10k of them
 # are held out for the MPP accuracy during training.
 HELD_OUT = 10_000
 
 
-def parse_arg(arg, **defaults):
-    """"B/16" or "variant=B/16,dataset=NAME,steps=N" -> dict."""
-    out = dict(defaults)
-    for part in filter(None, (arg or "").split(",")):
-        key, sep, value = part.partition("=")
-        if not sep:
-            key, value = "variant", key
-        if key.strip() not in out:
-            raise ValueError(
-                f"Unknown config argument {key!r} in {arg!r}; known: "
-                f"{', '.join(sorted(out))}."
-            )
-        out[key.strip()] = value.strip()
-    return out
-
-
 def get_config(arg=None):
-    args = parse_arg(arg, variant="B/16", dataset="imagenet2012",
-                     steps="1000000")
+    args = parse_config_arg(
+        arg, "variant", variant="B/16", dataset="imagenet2012",
+        steps="1000000")
     c = base_config()
     # Data source: a TFDS name or "folder" (data_dir/<split>/<class>/...).
     c.dataset = args["dataset"]

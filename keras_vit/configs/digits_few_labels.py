@@ -17,25 +17,11 @@ about 86% from the MPP encoder (scripts/mpp_label_efficiency.py measures
 mean and spread over seeds; README.md has the numbers).
 """
 
-from keras_vit.config import base_config
-
-
-def parse_arg(arg, **defaults):
-    """"labels=10,init=DIR" -> dict over `defaults`."""
-    out = dict(defaults)
-    for part in filter(None, (arg or "").split(",")):
-        key, sep, value = part.partition("=")
-        if not sep or key.strip() not in out:
-            raise ValueError(
-                f"Cannot read {part!r} in {arg!r}: use key=value with keys "
-                f"{', '.join(sorted(out))}."
-            )
-        out[key.strip()] = value.strip()
-    return out
+from keras_vit.config import base_config, parse_config_arg
 
 
 def get_config(arg=None):
-    args = parse_arg(arg, labels="10", init="")
+    args = parse_config_arg(arg, labels="10", init="")
     c = base_config()
     # configs/digits.py's data and preprocessing: 32 x 32 upsampled greys,
     # random 32 crops of a 36 resize, no flip.
@@ -51,10 +37,7 @@ def get_config(arg=None):
     ))
     # The encoder to start from: an MPP run's workdir, or an .npz such as
     # its encoder.npz; the head starts at zero. Empty: from scratch.
-    if args["init"].endswith(".npz"):
-        c.init.npz = args["init"]
-    elif args["init"]:
-        c.init.workdir = args["init"]
+    c.init.model = args["init"] or None
     # 300 updates of 32 images (96 passes over 100 images at labels=10).
     c.batch_size = 32
     c.total_steps = 300

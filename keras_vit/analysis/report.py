@@ -1,34 +1,24 @@
-"""`python -m keras_vit.analysis`: the paper's analysis figures in one command.
+"""The paper's analysis figures of a model in one call (`run_analysis`),
+and the images they are computed on (`load_images`, `digits_images`).
 
-    python -m keras_vit.analysis --model vit.keras --images photos/ \\
-        --output_dir analysis/
-
-writes attention_rollout.png, mean_attention_distance.png,
+`run_analysis` writes attention_rollout.png, mean_attention_distance.png,
 position_embedding_similarity.png, patch_embedding_pca.png and
-analysis.json (the numbers behind them) into --output_dir (local or
-gs://), and for a masked-patch-prediction run (--workdir) also
-mpp_predictions.png (`keras_vit.analysis.mpp_figure`). The model comes
-from a .keras file (--model), a training run (--workdir) or an official
-checkpoint (--npz, with --variant to check it); the images from files or
-folders (--images) or, with no data at hand, from scikit-learn's bundled
-digits (--digits N).
+analysis.json (the numbers behind them) into an output folder (local or
+gs://); `keras-vit-analysis` (keras_vit/commands/analysis.py) is its
+command line.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import sys
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_vit.analysis import core, extract, mpp_figure, plots
-from keras_vit.checkpoint import loader
-from keras_vit.checkpoint.convert import parse_image_size
+from keras_vit.analysis import core, extract, plots
 from keras_vit.checkpoint.workdir import atomic_write
 from keras_vit.data import preprocessing
 from keras_vit.errors import UsageError
@@ -42,58 +32,6 @@ FIGURES = {
 }
 JSON_NAME = "analysis.json"
 
-
-
-def load_model(
-    model_path: Optional[str] = None,
-    workdir: Optional[str] = None,
-    npz: Optional[str] = None,
-    variant: Optional[str] = None,
-    image_size: Optional[Union[int, Tuple[int, int]]] = None,
-) -> keras.Model:
-    """The command line's model: `keras_vit.checkpoint.loader.load_model`
-    of exactly one of model_path, workdir, npz.
-
-    Args:
-        model_path: str or None. A .keras file.
-        workdir: str or None. A training run's --workdir (its latest
-            checkpoint, EMA weights when the run kept them).
-        npz: str or None. An official .npz checkpoint; the architecture is
-            read from its shapes.
-        variant: str or None. With npz: the expected variant ("B/16").
-        image_size: int, (height, width) or None. With npz: the input
-            resolution (default 224); position embeddings are resized.
-
-    Raises:
-        UsageError: with the option to change.
-    """
-    given = [x for x in (model_path, workdir, npz) if x]
-    if len(given) != 1:
-        raise UsageError(
-            "Give exactly one model source: --model PATH.keras, --workdir DIR "
-            "(a training run) or --npz PATH [--variant B/16]."
-        )
-    if (variant or image_size) and not npz:
-        raise UsageError(
-            "--variant and --image_size go with --npz only (a .keras file or "
-            "a workdir records its own architecture and size)."
-        )
-    if model_path and not os.path.isfile(model_path):
-        raise UsageError(
-            f"--model {model_path!r} is not a file: pass a .keras file "
-            "saved with model.save('name.keras'), or --workdir for a "
-            "training run's directory."
-        )
-    if npz and not os.path.isfile(npz) and "://" not in npz:
-        raise UsageError(f"--npz {npz!r} is not a file.")
-    source = loader.Source(
-        keras_model=model_path, workdir=workdir, npz=npz, variant=variant
-    )
-    option = "--npz" if npz else "--workdir" if workdir else "--model"
-    try:
-        return loader.load_model(source, image_size)
-    except (FileNotFoundError, ValueError) as error:
-        raise UsageError(f"{option}: {error}") from None
 
 
 def _list_images(paths: Sequence[str]) -> List[str]:
@@ -114,7 +52,7 @@ def _list_images(paths: Sequence[str]) -> List[str]:
         elif tf.io.gfile.exists(path):
             files.append(path)
         else:
-            raise UsageError(f"--images {path!r} does not exist.")
+            raise UsageError(f"Image {path!r} does not exist.")
     return files
 
 
@@ -312,97 +250,3 @@ def run_analysis(
         json.dumps(data, separators=(",", ":")),
     )
     return data
-
-
-def _class_names(args) -> Optional[List[str]]:
-    if args.class_names_file:
-        with open(args.class_names_file, encoding="utf-8") as f:
-            return [line.rstrip("\r\n") for line in f if line.strip()]
-    if args.workdir:
-        return loader.class_names(loader.Source(workdir=args.workdir))
-    return None
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m keras_vit.analysis",
-        description="Attention rollout, mean attention distance, position "
-        "embedding similarity and patch-filter principal components "
-        "(ViT paper, Section 4.5) of a trained model.",
-    )
-    source = parser.add_argument_group("model (give one)")
-    source.add_argument("--model", help="A .keras file of a keras_vit model.")
-    source.add_argument("--workdir", help="A training run's directory.")
-    source.add_argument("--npz", help="An official .npz checkpoint.")
-    source.add_argument(
-        "--variant", help='With --npz: the expected variant, e.g. "B/16".'
-    )
-    source.add_argument(
-        "--image_size",
-        type=parse_image_size,
-        help="With --npz: input resolution, 384 or 384x512 (default 224).",
-    )
-    data = parser.add_argument_group("images (give one)")
-    data.add_argument(
-        "--images", nargs="+", help="Image files and/or folders of images."
-    )
-    data.add_argument(
-        "--digits",
-        type=int,
-        help="Use the first N scikit-learn digits (bundled, no download).",
-    )
-    parser.add_argument("--output_dir", required=True)
-    parser.add_argument(
-        "--class_names_file",
-        help="Class names, one per line, for the figure titles (default: "
-        "a --workdir's labels.txt; else class indices).",
-    )
-    parser.add_argument("--batch_size", type=int, default=16)
-    parser.add_argument(
-        "--max_rollout_images",
-        type=int,
-        default=8,
-        help="Images drawn in the rollout figure (all go into the JSON).",
-    )
-    parser.add_argument("--num_components", type=int, default=28)
-    return parser
-
-
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Command-line entry point; returns the exit status."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if (args.images is None) == (args.digits is None):
-        parser.error("give either --images IMG_OR_DIR ... or --digits N.")
-    try:
-        model = load_model(
-            args.model, args.workdir, args.npz, args.variant, args.image_size
-        )
-        size = tuple(model.input_shape[1:3])
-        if args.images is not None:
-            images, names = load_images(args.images, size)
-        else:
-            images, names = digits_images(args.digits, size)
-        data = run_analysis(
-            model,
-            images,
-            args.output_dir,
-            names=names,
-            batch_size=args.batch_size,
-            max_rollout_images=args.max_rollout_images,
-            num_components=args.num_components,
-            class_names=_class_names(args),
-        )
-        # An MPP run: also what its head predicts for corrupted patches.
-        mpp_path = args.workdir and mpp_figure.draw_for_run(
-            args.workdir, images, args.output_dir, titles=names,
-            max_images=args.max_rollout_images,
-        )
-        if mpp_path:
-            data["figures"]["mpp_predictions"] = os.path.basename(mpp_path)
-    except UsageError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    for name in list(data["figures"].values()) + [JSON_NAME]:
-        print(os.path.join(args.output_dir, name))
-    return 0

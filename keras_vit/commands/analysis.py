@@ -1,0 +1,90 @@
+r"""keras-vit-analysis: the paper's analysis figures (Section 4.5) of a
+model in one command.
+
+    keras-vit-analysis --model=vit.keras --output_dir=analysis/ photos/
+    keras-vit-analysis --model=/tmp/vit_digits --digits=8 \
+        --output_dir=/tmp/analysis
+
+writes attention_rollout.png, mean_attention_distance.png,
+position_embedding_similarity.png, patch_embedding_pca.png and
+analysis.json (the numbers behind them) into --output_dir (local or gs://),
+and for a masked-patch-prediction run also mpp_predictions.png. The images
+are the positional arguments (files and folders) or, with no data at hand,
+scikit-learn's bundled digits (--digits=N). Prints the paths written.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Optional, Sequence
+
+from absl import flags
+
+from keras_vit.analysis import mpp_figure, report
+from keras_vit.checkpoint import loader
+from keras_vit.commands import flags as cli
+from keras_vit.errors import UsageError
+
+
+def define_flags(values: flags.FlagValues, argv: Sequence[str]) -> None:
+    """The flags of keras-vit-analysis."""
+    del argv
+    cli.define_model(values)
+    cli.define_hints(values, "variant", "image_size")
+    flags.DEFINE_string("output_dir", None, "Where the figures and "
+                        "analysis.json go.", flag_values=values,
+                        required=True)
+    flags.DEFINE_integer("digits", None, "Use the first N scikit-learn "
+                         "digits (bundled, no download) instead of image "
+                         "arguments.", flag_values=values)
+    cli.define_class_names_file(values)
+    flags.DEFINE_integer("batch_size", 16, "Images per forward pass.",
+                         flag_values=values)
+    flags.DEFINE_integer("max_rollout_images", 8, "Images drawn in the "
+                         "rollout figure (all go into the JSON).",
+                         flag_values=values)
+    flags.DEFINE_integer("num_components", 28, "Principal components of the "
+                         "patch filters.", flag_values=values)
+
+
+def _main(values: flags.FlagValues, images: list) -> None:
+    if bool(images) == (values.digits is not None):
+        both = " (not both)" if images else ""
+        raise UsageError(
+            f"Give the images (files or folders, as arguments) or "
+            f"--digits=N{both}."
+        )
+    source = cli.model_source(values)
+    model = cli.load_model(values, source)
+    size = tuple(model.input_shape[1:3])
+    if images:
+        pixels, names = report.load_images(images, size)
+    else:
+        pixels, names = report.digits_images(values.digits, size)
+    class_names = (cli.read_lines(values.class_names_file)
+                   if values.class_names_file else loader.class_names(source))
+    data = report.run_analysis(
+        model, pixels, values.output_dir, names=names,
+        batch_size=values.batch_size,
+        max_rollout_images=values.max_rollout_images,
+        num_components=values.num_components, class_names=class_names,
+    )
+    # An MPP run: also what its head predicts for corrupted patches.
+    mpp_path = source.workdir and mpp_figure.draw_for_run(
+        source.workdir, pixels, values.output_dir, titles=names,
+        max_images=values.max_rollout_images,
+    )
+    if mpp_path:
+        data["figures"]["mpp_predictions"] = os.path.basename(mpp_path)
+    for name in list(data["figures"].values()) + [report.JSON_NAME]:
+        print(os.path.join(values.output_dir, name))
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Entry point of keras-vit-analysis; the exit status."""
+    return cli.run("analysis", define_flags, _main, argv, __doc__)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

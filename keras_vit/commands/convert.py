@@ -1,0 +1,74 @@
+r"""keras-vit-convert: a model (an official .npz, a Hugging Face / timm
+folder, a training run) as a Keras `.keras` file.
+
+    keras-vit-convert --model=ViT-B_16.npz --variant=B/16 \
+        --num_classes=1000 --image_size=384 --output=vit_b16_384.keras
+
+An .npz's architecture is read from its shapes (--variant checks it);
+--num_classes sets the head (the file's is kept when the width matches,
+else it starts at zero; 0 gives a features model), --pooling and
+--representation_size how it is built. Prints the load report and the file
+written; a crash never leaves a partial file at --output.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Optional, Sequence
+
+from absl import flags
+
+from keras_vit.checkpoint import convert
+from keras_vit.commands import flags as cli
+from keras_vit.errors import UsageError
+
+
+def define_flags(values: flags.FlagValues, argv: Sequence[str]) -> None:
+    """The flags of keras-vit-convert."""
+    del argv
+    cli.define_model(values)
+    cli.define_hints(
+        values, "variant", "num_classes", "image_size", "representation_size",
+        num_classes="An .npz or hub model: the head's width; the file's head "
+        "is kept when it matches, else the head starts at zero; 0 gives a "
+        "features model (default: the file's).",
+        representation_size="An .npz or hub model: keep its pre-logits "
+        "layer of this width (default: the file's).",
+    )
+    flags.DEFINE_string("output", None, "The .keras file to write.",
+                        flag_values=values, required=True)
+    flags.DEFINE_enum("pooling", None, ["token", "gap"], "An .npz model: "
+                      "the pooling to build (default: the file's).",
+                      flag_values=values)
+    flags.DEFINE(cli.ImageSizeParser(), "posemb_grid", None,
+                 "An .npz model: its patch grid when not square, e.g. "
+                 "14x20.", flag_values=values)
+    flags.DEFINE_boolean("non_strict", False, "An .npz model: load what fits "
+                         "instead of failing on any mismatch.",
+                         flag_values=values)
+
+
+def _main(values: flags.FlagValues, args: list) -> None:
+    if args:
+        raise UsageError(f"Unexpected arguments: {' '.join(args)}")
+    source = cli.model_source(values)
+    build = {}
+    for name in ("num_classes", "pooling", "representation_size"):
+        if values[name].value is not None:
+            build[name] = values[name].value
+    if values.non_strict:
+        build["strict"] = False
+    report = convert.convert(source, values.output,
+                             image_size=values.image_size, **build)
+    if report is not None:
+        print(report)
+    print(f"Wrote {values.output}.")
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Entry point of keras-vit-convert; the exit status."""
+    return cli.run("convert", define_flags, _main, argv, __doc__)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,152 @@
+r"""keras-vit-export: a classifier as a versioned SavedModel for TF Serving,
+or as a LiteRT (.tflite) file.
+
+    keras-vit-export --model=/tmp/vit_digits --export_dir=/tmp/models
+    keras-vit-export --model=ViT-B_16_imagenet2012.npz --image_size=384 \
+        --export_dir=/tmp/models --model_name=vit_b16
+    keras-vit-export --model=vit.keras --export_dir=/tmp/edge \
+        --format=litert --quantization=int8
+
+--model is any model source (a training workdir: its EMA weights unless
+--no_ema, its class names and its evaluation preprocessing). An .npz's
+sizes, pooling, class count and pre-logits width come from the file unless
+the shape hints say otherwise; its head must be there (a new one would be
+untrained).
+
+--format=saved_model (default) writes <export_dir>/<model_name>/<version>/
+and <export_dir>/models.config; --format=litert writes
+<export_dir>/<model_name>.tflite (and .labels.txt). Prints the path
+written.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import sys
+from typing import List, Optional, Sequence
+
+from absl import flags
+
+from keras_vit.checkpoint import loader
+from keras_vit.commands import flags as cli
+from keras_vit.errors import UsageError
+from keras_vit.export import litert
+from keras_vit.export.saved_model import export_model
+
+
+def define_flags(values: flags.FlagValues, argv: Sequence[str]) -> None:
+    """The flags of keras-vit-export."""
+    del argv
+    cli.define_model(values)
+    cli.define_hints(values, "variant", "num_classes", "image_size",
+                     "representation_size")
+    cli.define_resize_size(values)
+    flags.DEFINE_string("export_dir", None, "Model root for TF Serving: "
+                        "writes <export_dir>/<model_name>/<version>/ (or "
+                        "<model_name>.tflite).", flag_values=values,
+                        required=True)
+    flags.DEFINE_enum("format", "saved_model", ["saved_model", "litert"],
+                      "saved_model: TF Serving; litert: a .tflite file for "
+                      "phones and edge devices.", flag_values=values)
+    flags.DEFINE_enum("quantization", "float32", list(litert.QUANTIZATIONS),
+                      "--format=litert: float32, float16 weights, or int8 "
+                      "(dynamic-range) weights.", flag_values=values)
+    flags.DEFINE_string("model_name", "vit", "The name clients use in URLs.",
+                        flag_values=values)
+    flags.DEFINE_list("class_names", None, "Class names, comma-separated, in "
+                      "label order (default: the model's own, if it has "
+                      "any).", flag_values=values)
+    cli.define_class_names_file(values)
+    flags.DEFINE_integer("top_k", 5, "Top classes in each answer.",
+                         flag_values=values)
+    flags.DEFINE_integer("version", None, "Version number; default: the "
+                         "next free one.", flag_values=values)
+    flags.DEFINE_multi_string("warmup_images", None, "An image file or glob "
+                              "for the warm-up file (repeatable); default: "
+                              "synthetic.", flag_values=values)
+    flags.DEFINE_boolean("no_warmup", False, "Write no warm-up file.",
+                         flag_values=values)
+    flags.DEFINE_string("serving_base_dir", None, "Where the server sees "
+                        "--export_dir (e.g. /models in a container), for "
+                        "models.config.", flag_values=values)
+    flags.DEFINE_boolean("no_verify", False, "Skip reloading and checking "
+                         "the export before publishing it.",
+                         flag_values=values)
+    flags.DEFINE_boolean("dynamic_size", False, "Also serve "
+                         "predict_any_size: pixels of any height and width "
+                         "that are multiples of the model's stride, run at "
+                         "that size.", flag_values=values)
+
+
+def class_names(values: flags.FlagValues,
+                source: loader.Source) -> Optional[List[str]]:
+    """--class_names or --class_names_file, else the source's own."""
+    if values.class_names and values.class_names_file:
+        raise UsageError("Give --class_names or --class_names_file, not "
+                         "both.")
+    if values.class_names:
+        return list(values.class_names)
+    if values.class_names_file:
+        return cli.read_lines(values.class_names_file)
+    return loader.class_names(source)
+
+
+def warmup_images(values: flags.FlagValues):
+    """list of paths, [] for none, or None for the synthetic default."""
+    if values.no_warmup:
+        return []
+    if not values.warmup_images:
+        return None
+    paths = []
+    for pattern in values.warmup_images:
+        matches = sorted(glob.glob(pattern))
+        if not matches:
+            raise UsageError(f"--warmup_images {pattern} matches no file.")
+        paths.extend(matches)
+    return paths
+
+
+def export(values: flags.FlagValues) -> str:
+    """str. Exports the --model as the flags say; the new version's path
+    (or the .tflite file's)."""
+    source = cli.model_source(values)
+    model = cli.load_model(values, source, head="serve")
+    if values.format == "litert":
+        return litert.export_litert(
+            model,
+            os.path.join(values.export_dir, f"{values.model_name}.tflite"),
+            quantization=values.quantization,
+            class_names=class_names(values, source),
+            verify=not values.no_verify,
+        )
+    if values.quantization != "float32":
+        raise UsageError("--quantization goes with --format=litert only.")
+    return export_model(
+        model,
+        values.export_dir,
+        model_name=values.model_name,
+        class_names=class_names(values, source),
+        top_k=values.top_k,
+        warmup_images=warmup_images(values),
+        version=values.version,
+        resize_size=cli.resize_size(values, source),
+        serving_base_dir=values.serving_base_dir,
+        verify=not values.no_verify,
+        dynamic_size=values.dynamic_size,
+    )
+
+
+def _main(values: flags.FlagValues, args: list) -> None:
+    if args:
+        raise UsageError(f"Unexpected arguments: {' '.join(args)}")
+    print(export(values))
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Entry point of keras-vit-export; the exit status."""
+    return cli.run("export", define_flags, _main, argv, __doc__)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

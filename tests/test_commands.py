@@ -1,0 +1,276 @@
+"""The one command-line language of the six keras-vit-* commands: the same
+--model and --verbose on each, one line (exit 1) for a bad model, the
+traceback with --verbose, and a ValueError from inside Keras left with its
+traceback; the configs shipped in the package; parse_config_arg and the
+steps helper."""
+
+import configparser
+import importlib
+import os
+import subprocess
+import sys
+
+import keras
+import pytest
+from absl import flags
+
+from keras_vit import config as config_lib
+from keras_vit.checkpoint import workdir as wd
+from keras_vit.commands import flags as cli
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+COMMANDS = ("train", "evaluate", "export", "convert", "analysis", "predict")
+MISSING = "/nowhere/no_model"
+
+
+def module(name):
+    return importlib.import_module(f"keras_vit.commands.{name}")
+
+
+def bad_model_argv(name, tmp_path):
+    """A command line of `name` that is right but for its model."""
+    program = f"keras-vit-{name}"
+    return {
+        "train": [program, "--config=digits", f"--workdir={tmp_path}/run",
+                  f"--model={MISSING}"],
+        "evaluate": [program, "--mode=eval", f"--model={MISSING}"],
+        "export": [program, f"--model={MISSING}",
+                   f"--export_dir={tmp_path}/export"],
+        "convert": [program, f"--model={MISSING}",
+                    f"--output={tmp_path}/m.keras"],
+        "analysis": [program, f"--model={MISSING}", "--digits=2",
+                     f"--output_dir={tmp_path}/analysis"],
+        "predict": [program, f"--model={MISSING}", str(tmp_path)],
+    }[name]
+
+
+def test_console_scripts_point_into_commands():
+    parser = configparser.ConfigParser()
+    parser.read(os.path.join(ROOT, "setup.cfg"))
+    lines = parser["options.entry_points"]["console_scripts"].split("\n")
+    scripts = dict(
+        (s.strip() for s in line.split("=")) for line in lines if line
+    )
+    assert scripts == {
+        f"keras-vit-{n}": f"keras_vit.commands.{n}:main" for n in COMMANDS
+    }
+
+
+@pytest.mark.parametrize("name", COMMANDS)
+def test_help_shows_the_same_model_flag_and_verbose(name, capsys):
+    assert module(name).main([f"keras-vit-{name}", "--help"]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith(f"usage: keras-vit-{name} [flags]")
+    # One definition (flags.MODEL_HELP), wrapped as absl wraps help.
+    assert "  --model: The model: a training workdir, a .keras file, an " \
+        "official or AugReg\n    .npz (local or gs://), or a Hugging Face " \
+        "/ timm folder." in text
+    assert "--[no]verbose: Debug logging, and the traceback behind a " \
+        "one-line error." in text
+    for old in ("--keras_model", "--npz", "--hub", "--saved_model",
+                "--images"):
+        assert old not in text
+
+
+@pytest.mark.parametrize("name", COMMANDS)
+def test_bad_model_is_one_line_and_verbose_adds_the_traceback(
+    name, tmp_path, capsys
+):
+    tmp_path.joinpath("a.png").write_bytes(b"")
+    argv = bad_model_argv(name, tmp_path)
+    assert module(name).main(argv) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        f"keras-vit-{name}: error: {MISSING}: no such file or folder. A "
+        f"model is {config_source_kinds()}."
+    ]
+    assert module(name).main(argv + ["--verbose"]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback (most recent call last)" in err
+    assert "keras_vit.errors.UsageError" in err
+    assert err.strip().splitlines()[-1] == f"keras-vit-{name}: error: " \
+        f"{MISSING}: no such file or folder. A model is " \
+        f"{config_source_kinds()}."
+    assert not os.path.exists(tmp_path / "run")  # nothing started
+
+
+def config_source_kinds():
+    from keras_vit.checkpoint import loader
+
+    return loader.SOURCE_KINDS
+
+
+def test_a_bad_flag_is_one_line(tmp_path, capsys):
+    export = module("export")
+    assert export.main(["keras-vit-export", "--model=x.keras",
+                        "--export_dir=x", "--formt=litert"]) == 1
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "keras-vit-export: error: Unknown command line flag 'formt'. Did you "
+        "mean: format ? (flags: --help)"
+    ]
+    assert export.main(["keras-vit-export", "--model=x.keras"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("keras-vit-export: error: flag --export_dir=None")
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_value_error_from_inside_keras_keeps_its_traceback(
+    tmp_path, monkeypatch, capsys
+):
+    path = tmp_path / "m.keras"
+    path.write_bytes(b"not read")
+
+    def broken(*args, **kwargs):
+        raise ValueError("a bug inside Keras")
+
+    monkeypatch.setattr(keras.models, "load_model", broken)
+    argv = ["keras-vit-export", f"--model={path}",
+            f"--export_dir={tmp_path}/out"]
+    with pytest.raises(ValueError, match="a bug inside Keras"):
+        module("export").main(argv)
+    assert "error:" not in capsys.readouterr().err
+
+
+def _run(args, **kwargs):
+    env = dict(os.environ, PYTHONPATH=ROOT, CUDA_VISIBLE_DEVICES="",
+               TF_CPP_MIN_LOG_LEVEL="3")
+    return subprocess.run([sys.executable, *args], capture_output=True,
+                          text=True, env=env, timeout=300, **kwargs)
+
+
+def test_processes_print_one_line_or_the_traceback(tmp_path):
+    # A real process of each kind: the one-line error (python train.py),
+    # the traceback with --verbose (a console-script entry point), and a
+    # ValueError from inside Keras, which keeps its traceback.
+    result = _run([os.path.join(ROOT, "train.py"), "--config=digits",
+                   f"--workdir={tmp_path}/run", f"--model={MISSING}"],
+                  cwd=str(tmp_path))
+    assert result.returncode == 1, result.stderr[-2000:]
+    lines = [line for line in result.stderr.splitlines() if "error" in line]
+    assert lines == [f"keras-vit-train: error: {MISSING}: no such file or "
+                     f"folder. A model is {config_source_kinds()}."]
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "run").exists()
+
+    result = _run(["-m", "keras_vit.commands.predict", f"--model={MISSING}",
+                   "--verbose", str(tmp_path)])
+    assert result.returncode == 1
+    assert "Traceback (most recent call last)" in result.stderr
+    assert result.stderr.strip().splitlines()[-1].startswith(
+        f"keras-vit-predict: error: {MISSING}: no such file or folder.")
+
+    path = tmp_path / "m.keras"
+    path.write_bytes(b"not read")
+    code = (
+        "import sys, keras\n"
+        "def broken(*a, **k):\n"
+        "    raise ValueError('a bug inside Keras')\n"
+        "keras.models.load_model = broken\n"
+        "from keras_vit.commands import export\n"
+        "sys.exit(export.main(sys.argv))\n"
+    )
+    result = _run(["-c", code, f"--model={path}",
+                   f"--export_dir={tmp_path}/out"])
+    assert result.returncode == 1
+    assert "Traceback (most recent call last)" in result.stderr
+    assert "ValueError: a bug inside Keras" in result.stderr
+    assert "keras-vit-export: error" not in result.stderr
+
+
+# ---------------------------------------------------------------- configs
+def parse_train(argv):
+    values = flags.FlagValues()
+    argv = ["keras-vit-train", *argv]
+    module("train").define_flags(values, argv)
+    cli.define_verbose(values)
+    cli.parse(values, argv)
+    return values
+
+
+def test_config_by_name_and_by_path(tmp_path):
+    by_name = parse_train(["--config=digits", "--workdir=w"]).config
+    for path in ("configs/digits.py", "keras_vit/configs/digits.py",
+                 os.path.join(ROOT, "configs", "digits.py")):
+        cwd = os.getcwd()
+        os.chdir(ROOT)
+        try:
+            by_path = parse_train([f"--config={path}", "--workdir=w"]).config
+        finally:
+            os.chdir(cwd)
+        assert by_path.to_dict() == by_name.to_dict()
+    assert os.path.samefile(os.path.join(ROOT, "configs"),
+                            config_lib.CONFIGS_DIR)
+    few = parse_train(["--config=digits_few_labels:labels=5,init=/r/e.npz",
+                       "--config.total_steps=7", "--workdir=w"]).config
+    assert (few.train_examples_per_class, few.init.model, few.total_steps) \
+        == (5, "/r/e.npz", 7)
+    own = tmp_path / "mine.py"
+    own.write_text("from keras_vit.configs import digits\n"
+                   "def get_config(arg=None):\n"
+                   "    c = digits.get_config()\n"
+                   "    c.total_steps = int(arg)\n"
+                   "    return c\n")
+    assert parse_train([f"--config={own}:11", "--workdir=w"]
+                       ).config.total_steps == 11
+
+
+def test_unknown_config_name_lists_the_shipped_ones():
+    with pytest.raises(config_lib.UsageError) as info:
+        parse_train(["--config=digitz", "--workdir=w"])
+    message = str(info.value)
+    assert message.startswith("--config=digitz: no such config. Shipped "
+                              "configs: augreg_finetune, augreg_i1k,")
+    assert "digits, digits_few_labels," in message
+    assert config_lib.packaged_configs() == sorted(
+        n[:-3] for n in os.listdir(os.path.join(ROOT, "keras_vit", "configs"))
+        if n.endswith(".py") and n != "__init__.py")
+
+
+def test_old_init_fields_point_to_init_model(tmp_path):
+    with pytest.raises(config_lib.UsageError) as info:
+        parse_train(["--config=digits", "--workdir=w",
+                     "--config.init.npz=x.npz"])
+    assert "config.init.npz is now config.init.model" in str(info.value)
+    # The config.json of a run made before init.model: read as init.model.
+    saved = config_lib.base_config().to_dict()
+    saved["init"] = {"npz": None, "keras_model": "/m.keras", "workdir": None,
+                     "keep_pre_logits": True}
+    wd.write_json(str(tmp_path / wd.CONFIG), saved)
+    config = wd.read_config(str(tmp_path))
+    assert config.init.model == "/m.keras" and config.init.keep_pre_logits
+    assert "npz" not in config.init
+
+
+def test_train_model_flag_sets_init_model(tmp_path):
+    values = parse_train(["--config=digits", "--workdir=w",
+                          "--model=/runs/pre"])
+    assert values.model == "/runs/pre"
+    with pytest.raises(config_lib.UsageError, match="two models"):
+        module("train")._main(parse_train([
+            "--config=digits_few_labels:init=/a.npz", "--workdir=w",
+            "--model=/b.npz"]), [])
+
+
+def test_parse_config_arg():
+    parse = config_lib.parse_config_arg
+    assert parse(None, "variant", variant="B/16", aug="none") == {
+        "variant": "B/16", "aug": "none"}
+    assert parse("L/16,aug= light1 ", "variant", variant="B/16",
+                 aug="none") == {"variant": "L/16", "aug": "light1"}
+    with pytest.raises(config_lib.UsageError,
+                       match=r"Unknown config argument 'epochs' in "
+                       r"'epochs=3': use key=value with keys aug, variant"):
+        parse("epochs=3", "variant", variant="B/16", aug="none")
+    with pytest.raises(config_lib.UsageError,
+                       match=r"Cannot read config argument 'cifar10' in "
+                       r"'cifar10': use key=value with keys dataset"):
+        parse("cifar10", dataset="cifar100")
+
+
+def test_epochs_to_steps():
+    steps = config_lib.epochs_to_steps
+    # ViT Table 3 / AugReg: 90 and 300 epochs of ImageNet-21k at 4096.
+    assert steps(90, config_lib.IMAGENET21K_TRAIN, 4096) == 310_850
+    assert steps("300", config_lib.IMAGENET21K_TRAIN, 4096) == 1_036_167
+    assert steps(300, config_lib.IMAGENET1K_TRAIN, 4096) == 92_898
+    assert steps(1, 10, 4) == 3 and steps(1, 8, 4) == 2
