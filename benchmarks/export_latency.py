@@ -46,6 +46,7 @@ import tensorflow as tf  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from keras_vit import create_model
+from keras_vit.checkpoint.atomic import atomic_write  # noqa: E402
 from keras_vit.data import preprocessing  # noqa: E402
 from keras_vit.export.saved_model import export_model  # noqa: E402
 
@@ -222,11 +223,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     table = markdown(report)
     print(table)
     if args.output:
-        os.makedirs(os.path.dirname(args.output) or ".", exist_ok=True)
-        with open(args.output + ".json", "w") as f:
-            json.dump(report, f, indent=2)
-        with open(args.output + ".md", "w") as f:
-            f.write(table)
+        atomic_write(args.output + ".json", json.dumps(report, indent=2))
+        atomic_write(args.output + ".md", table)
 
 
 if __name__ == "__main__":

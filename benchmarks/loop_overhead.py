@@ -41,7 +41,6 @@ Writes NAME.json and NAME.md for `--output=NAME`.
 from __future__ import annotations
 
 import gc
-import json
 import os
 import statistics
 import sys
@@ -221,8 +220,7 @@ def main(argv) -> None:
         )
     result["machine"]["load_average_end"] = list(os.getloadavg())
     text = markdown(result)
-    report.atomic_write(_OUTPUT.value + ".json", json.dumps(result, indent=1))
-    report.atomic_write(_OUTPUT.value + ".md", text)
+    report.write_results(_OUTPUT.value, result, text)
     print(text)
 
 

@@ -51,9 +51,13 @@ import subprocess
 import sys
 from typing import Any, Dict, List, Optional, Sequence
 
-import memory_report as report  # beside this file
-
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Importable as a script (python benchmarks/memory.py) from the repo root.
+sys.path.insert(0, ROOT)
+
+import memory_report as report  # noqa: E402  (beside this file)
+import throughput_report  # noqa: E402
+
 GIB = 2**30
 CAPACITIES = {"16GiB": 16 * GIB, "32GiB": 32 * GIB}
 
@@ -221,8 +225,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     }
     report.add_ratios(result)
     text = report.markdown(result)
-    report.atomic_write(args.output + ".json", json.dumps(result, indent=1))
-    report.atomic_write(args.output + ".md", text)
+    throughput_report.write_results(args.output, result, text)
     print(text)
     return result
 

@@ -7,8 +7,6 @@ import os
 import platform
 from typing import Any, Dict, List
 
-from throughput_report import atomic_write  # noqa: F401 (re-exported)
-
 MIB = 2**20
 GIB = 2**30
 

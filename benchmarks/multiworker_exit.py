@@ -40,6 +40,7 @@ from typing import Dict, List
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from keras_vit.checkpoint.atomic import atomic_write  # noqa: E402
 from tests import cluster_harness as harness  # noqa: E402
 
 SCENARIOS = ("missing_peer", "sigterm_waiting", "sigterm_training",
@@ -169,11 +170,10 @@ def main(argv=None) -> int:
                 print(name, repeat, json.dumps(
                     {k: round(v, 2) for k, v in sample.items()}), flush=True)
                 results.setdefault(name, []).append(sample)
-    with open(args.output + ".json", "w") as f:
-        json.dump(dict(args=vars(args), results=results), f, indent=2)
+    atomic_write(args.output + ".json",
+                 json.dumps(dict(args=vars(args), results=results), indent=2))
     text = _markdown(results, args)
-    with open(args.output + ".md", "w") as f:
-        f.write(text)
+    atomic_write(args.output + ".md", text)
     print(text)
     return 0
 

@@ -502,8 +502,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
             result["ceiling_jax"] = child["ceiling"]
             result["rows"].extend(child["rows"])
     text = report.markdown(result)
-    report.atomic_write(args.output + ".json", json.dumps(result, indent=1))
-    report.atomic_write(args.output + ".md", text)
+    report.write_results(args.output, result, text)
     print(text)
     return result
 

@@ -1,24 +1,20 @@
-"""The markdown report of benchmarks/throughput.py, and its file writes."""
+"""The markdown report of benchmarks/throughput.py, and how the benchmarks
+write their results."""
 
 from __future__ import annotations
 
-import os
-import tempfile
+import json
 from typing import Any, Dict
 
+from keras_vit.checkpoint.atomic import atomic_write
 
-def atomic_write(path: str, text: str) -> None:
-    """Writes text to path through a temporary file and a rename."""
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp_")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+
+def write_results(prefix: str, result: Dict[str, Any], text: str) -> None:
+    """Writes `<prefix>.json` (the results) and `<prefix>.md` (the report),
+    each atomically."""
+    atomic_write(prefix + ".json", json.dumps(result, indent=1))
+    atomic_write(prefix + ".md", text)
+
 
 
 def markdown(result: Dict[str, Any]) -> str:

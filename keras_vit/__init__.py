@@ -1,25 +1,37 @@
 """keras_vit: the Vision Transformer (Dosovitskiy et al., ICLR 2021) in Keras 3.
 
-The package is layered; each layer imports only the ones before it:
+The package is layered; each layer imports only the ones below it
+(setup.cfg's import contracts, checked by tests/test_architecture.py):
 
-    keras_vit/             the model: portable Keras 3 (`keras.ops` only; runs
-                           on the TensorFlow and JAX backends)
-    keras_vit/checkpoint/  the official .npz format, run directories, and
+    keras_vit/*.py         the model core: portable Keras 3 (`keras.ops`
+                           only; runs on the TensorFlow and JAX backends),
+                           the config schema and masked patch prediction
+    keras_vit/checkpoint/  pre-trained weights: the official and AugReg
+                           .npz files, Hugging Face / timm folders, run
+                           directories, atomic file writes, and
                            `load_model(source)`: any source to a model (a
                            path, hf://ORG/NAME, a released model's name:
                            `list_models()`)
     keras_vit/data/        tf.data input: TFDS, image folders, the digits,
                            preprocessing, VTAB task definitions, data checks
-    keras_vit/training/    the trainer, strategies, resume, the train command
+    keras_vit/scoring/     the losses and the evaluation step that training
+                           and evaluation share
+    keras_vit/training/    the trainer, strategies, resume, the training
+                           state's checkpoints
     keras_vit/evaluation/  accuracy, few-shot, VTAB-1k runs and reports
-    keras_vit/export/      SavedModel for TF Serving
+    keras_vit/export/      SavedModel for TF Serving, LiteRT
     keras_vit/analysis/    attention maps and the paper's Section 4.5 figures
+    keras_vit/commands/    the command lines
 
-The tools beyond the model use TensorFlow and are imported on first use.
+`import keras_vit` loads the model core only. The checkpoint and export
+functions named at the end of `__all__` load on first use (`_LAZY`): they
+use TensorFlow, except `load_npz` and `save_npz` of local files (NumPy).
 """
 
 import importlib
+from typing import TYPE_CHECKING
 
+from keras_vit.attention import MultiHeadSelfAttention
 from keras_vit.derived import (
     attention_model,
     features_model,
@@ -29,29 +41,35 @@ from keras_vit.derived import (
     with_dynamic_image_size,
 )
 from keras_vit.droppath import DropPath
-from keras_vit.layers import (
+from keras_vit.embedding import (
     ClassToken,
-    Encoder,
-    EncoderBlock,
-    MultiHeadSelfAttention,
     PatchEmbedding,
     PositionEmbedding,
     SinCosPositionEmbedding,
-    TokenPooling,
 )
+from keras_vit.layers import Encoder, EncoderBlock, TokenPooling
 from keras_vit.model import VARIANTS, create_model, decode_variant
 from keras_vit.resnet import ResNetStem
 
 __version__ = "0.1.0"
 
-# Checkpoint functions load lazily: they need NumPy only for local files,
-# TensorFlow for gs:// paths.
+if TYPE_CHECKING:
+    # What `_LAZY` loads on first use, for type checkers and for the import
+    # contracts (setup.cfg lists these imports as loaded lazily).
+    from keras_vit.checkpoint.loader import Source, load_model
+    from keras_vit.checkpoint.npz import LoadReport
+    from keras_vit.checkpoint.posemb import resize_position_embedding
+    from keras_vit.checkpoint.resolution import rebuild_at_resolution
+    from keras_vit.checkpoint.weights import load_npz, save_npz
+    from keras_vit.export.saved_model import export_model
+
+# Name -> defining module, imported on first access (module __getattr__).
 _LAZY = {
     "load_npz": "keras_vit.checkpoint.weights",
     "save_npz": "keras_vit.checkpoint.weights",
-    "LoadReport": "keras_vit.checkpoint.weights",
+    "LoadReport": "keras_vit.checkpoint.npz",
     "rebuild_at_resolution": "keras_vit.checkpoint.resolution",
-    "resize_position_embedding": "keras_vit.checkpoint.weights",
+    "resize_position_embedding": "keras_vit.checkpoint.posemb",
     "Source": "keras_vit.checkpoint.loader",
     "load_model": "keras_vit.checkpoint.loader",
     "list_models": "keras_vit.checkpoint.catalog",

@@ -10,6 +10,7 @@ from typing import Sequence, Tuple, Union
 import keras
 from keras import ops
 
+from keras_vit import embedding as vit_embedding
 from keras_vit import layers as vit_layers
 from keras_vit.errors import UsageError
 
@@ -114,7 +115,7 @@ def with_dynamic_image_size(model: keras.Model) -> keras.Model:
     size is returned as is. The original model is not modified.
     """
     posembed = model.get_layer("posembed_input")
-    fixed_sincos = isinstance(posembed, vit_layers.SinCosPositionEmbedding)
+    fixed_sincos = isinstance(posembed, vit_embedding.SinCosPositionEmbedding)
     if posembed.grid_size is not None or (
         fixed_sincos and model.input_shape[1] is None
     ):
@@ -122,7 +123,7 @@ def with_dynamic_image_size(model: keras.Model) -> keras.Model:
     height, width = input_image_size(model)
     stride = model_stride(model)
     has_class_token = any(
-        isinstance(layer, vit_layers.ClassToken) for layer in model.layers
+        isinstance(layer, vit_embedding.ClassToken) for layer in model.layers
     )
     images = keras.Input((None, None, model.input_shape[-1]), name="images")
     x = images
@@ -259,7 +260,7 @@ def intermediate_model(
         raise UsageError(f"blocks {asked} name a block twice.")
     embedding = model.get_layer("embedding")
     has_class_token = any(
-        isinstance(layer, vit_layers.ClassToken) for layer in model.layers
+        isinstance(layer, vit_embedding.ClassToken) for layer in model.layers
     )
     outputs = _Intermediates(
         encoder,

@@ -1,7 +1,7 @@
 """The ViT's input layers: patch embedding, class token, position embedding.
 
-Portable Keras 3 (`keras.ops` only), under the same rules as
-`keras_vit.layers`, which re-exports them: every layer stores its
+Portable Keras 3 (`keras.ops` only), under the same rules as the encoder
+layers of `keras_vit.layers`: every layer stores its
 constructor arguments, builds its weights in `build()` and returns exactly
 those arguments from `get_config()`. Weight names mirror the official Flax
 implementation (`embedding`, `cls`, `pos_embedding`).

@@ -26,8 +26,7 @@ Training keeps every weight where it is, so that each gradient is one
 matmul. `tests/test_model.py` checks that the two paths agree.
 
 The input layers (patch embedding, class token, position embedding) live in
-`keras_vit.embedding`, the attention layer in `keras_vit.attention`; both
-are re-exported here.
+`keras_vit.embedding`, the attention layer in `keras_vit.attention`.
 """
 
 from __future__ import annotations
@@ -37,16 +36,9 @@ from keras import ops
 
 from keras_vit import attention as _attention
 from keras_vit import remat as _remat
-from keras_vit.attention import MultiHeadSelfAttention  # noqa: F401
+from keras_vit.attention import MultiHeadSelfAttention
 from keras_vit.droppath import DropPath, stochastic_depth_rates
-from keras_vit.embedding import (  # noqa: F401 (re-exported)
-    PACKAGE,
-    ClassToken,
-    PatchEmbedding,
-    PositionEmbedding,
-    SinCosPositionEmbedding,
-    check_rate,
-)
+from keras_vit.embedding import PACKAGE, check_rate
 from keras_vit.errors import UsageError
 
 LAYER_NORM_EPSILON = 1e-6

@@ -18,6 +18,7 @@ from typing import Optional, Sequence, Tuple, Union
 
 import keras
 
+from keras_vit import embedding as vit_embedding
 from keras_vit import layers as vit_layers
 from keras_vit import resnet
 from keras_vit.errors import UsageError
@@ -267,9 +268,9 @@ def create_model(
             f"representation_size must be positive or None, got "
             f"{representation_size}."
         )
-    vit_layers.check_rate("dropout_rate", dropout_rate)
-    vit_layers.check_rate("attention_dropout_rate", attention_dropout_rate)
-    vit_layers.check_rate("stochastic_depth_rate", stochastic_depth_rate)
+    vit_embedding.check_rate("dropout_rate", dropout_rate)
+    vit_embedding.check_rate("attention_dropout_rate", attention_dropout_rate)
+    vit_embedding.check_rate("stochastic_depth_rate", stochastic_depth_rate)
     if posemb not in POSEMBS:
         raise UsageError(
             f'posemb must be "learn" or "sincos2d", got {posemb!r}.'
@@ -302,19 +303,21 @@ def create_model(
         x = resnet.ResNetStem(
             resnet_layers, width_factor=resnet_width, name="resnet"
         )(x)
-    x = vit_layers.PatchEmbedding(patch_size, hidden_size, name="embedding")(x)
+    x = vit_embedding.PatchEmbedding(
+        patch_size, hidden_size, name="embedding"
+    )(x)
     if pooling == "token":
-        x = vit_layers.ClassToken(name="cls")(x)
+        x = vit_embedding.ClassToken(name="cls")(x)
     if posemb == "sincos2d":
         # Computed at the grid of the images of every call.
-        x = vit_layers.SinCosPositionEmbedding(
+        x = vit_embedding.SinCosPositionEmbedding(
             stride,
             num_prefix_tokens=int(pooling == "token"),
             dropout_rate=dropout_rate,
             name="posembed_input",
         )(x, images)
     elif dynamic_image_size:
-        x = vit_layers.PositionEmbedding(
+        x = vit_embedding.PositionEmbedding(
             dropout_rate,
             grid_size=(height // stride, width // stride),
             stride=stride,
@@ -322,7 +325,7 @@ def create_model(
             name="posembed_input",
         )(x, images)
     else:
-        x = vit_layers.PositionEmbedding(
+        x = vit_embedding.PositionEmbedding(
             dropout_rate, name="posembed_input"
         )(x)
     x = vit_layers.Encoder(

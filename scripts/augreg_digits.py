@@ -31,6 +31,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from keras_vit.checkpoint import augreg  # noqa: E402
+from keras_vit.checkpoint.atomic import atomic_write  # noqa: E402
 from keras_vit.training import train_lib  # noqa: E402
 
 OUTPUT = os.path.join(ROOT, "benchmarks", "results", "augreg_digits.json")
@@ -136,9 +137,7 @@ def main(argv=None) -> int:
         train_examples=args.train_examples, steps=args.steps, batch=64,
         test_examples=360, seeds=seeds, runs=runs, summary=summary,
     )
-    os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
-    with open(args.output, "w") as f:
-        json.dump(result, f, indent=1)
+    atomic_write(args.output, json.dumps(result, indent=1))
     print("| setting | test accuracy (mean ± std over seeds) |")
     print("|---|---|")
     for setting, s in summary.items():

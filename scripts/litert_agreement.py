@@ -24,6 +24,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_vit.checkpoint import loader
+from keras_vit.checkpoint.atomic import atomic_write
 from keras_vit.data import preprocessing, sources
 from keras_vit.export import litert
 
@@ -79,8 +80,7 @@ def main(argv=None) -> int:
     text = json.dumps(results, indent=2)
     print(text)
     if args.output:
-        with open(args.output, "w") as f:
-            f.write(text + "\n")
+        atomic_write(args.output, text + "\n")
     return 0
 
 

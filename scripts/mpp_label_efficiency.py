@@ -37,6 +37,8 @@ if ROOT not in sys.path:
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+from keras_vit.checkpoint.atomic import atomic_write  # noqa: E402
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -168,11 +170,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parse_args(argv)
     out = run(args, argv)
-    directory = os.path.dirname(os.path.abspath(args.output))
-    os.makedirs(directory, exist_ok=True)
-    with open(args.output, "w", encoding="utf-8") as f:
-        json.dump(out, f, indent=2)
-        f.write("\n")
+    atomic_write(args.output, json.dumps(out, indent=2) + "\n")
     summary = out["summary"]
     print(
         f"{args.labels_per_class} labels per class, {args.seeds} seeds: "

@@ -6,8 +6,8 @@ r"""Writes (or checks) docs/reliability.md from tests/reliability_cases.py.
 Each row is a case of the table in tests/reliability_cases.py; its test is
 the function decorated `@covers("<case id>")` in tests/test_faults.py,
 tests/test_bad_inputs.py or tests/test_multiworker_faults.py, found here by
-reading their source (no imports, so this script needs neither TensorFlow
-nor pytest).
+reading their source (they are not imported, so this script needs no
+pytest). The page is written with `keras_vit.checkpoint.atomic`.
 """
 
 from __future__ import annotations
@@ -20,6 +20,12 @@ from typing import Dict, List
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOC = os.path.join(ROOT, "docs", "reliability.md")
+# Importable as a script (python scripts/reliability_table.py).
+sys.path.insert(0, ROOT)
+
+from keras_vit.checkpoint.atomic import atomic_write  # noqa: E402
+from tests.reliability_cases import BAD_INPUT, CASES, FAULT  # noqa: E402
+
 TEST_FILES = (
     "tests/test_faults.py", "tests/test_bad_inputs.py",
     "tests/test_multiworker_faults.py",
@@ -103,11 +109,6 @@ def _quote(excerpt: str) -> str:
 
 def render() -> str:
     """The Markdown page for the current table."""
-    sys.path.insert(0, ROOT)
-    try:
-        from tests.reliability_cases import BAD_INPUT, CASES, FAULT
-    finally:
-        sys.path.pop(0)
     tests = find_tests()
     lines = [HEADER]
     titles = {FAULT: "Faults", BAD_INPUT: "Bad input"}
@@ -161,10 +162,7 @@ def main(argv=None) -> int:
             )
             return 1
         return 0
-    tmp = DOC + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, DOC)
+    atomic_write(DOC, text)
     print(f"Wrote {DOC}")
     return 0
 

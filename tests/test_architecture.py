@@ -1,16 +1,23 @@
 """The import contracts in setup.cfg ([importlinter]) are kept: each
-subpackage imports only the layers below it, and the model core imports no
-subpackage and no TensorFlow (function-level imports included).
+subpackage imports only the layers below it, and the model core (every
+keras_vit/*.py and the package root) imports no subpackage and no
+TensorFlow (function-level imports included). The root's lazily loaded
+functions are the only imports the contract ignores, and `import keras_vit`
+indeed loads no TensorFlow.
 
-The same check from a shell: `lint-imports --config setup.cfg`.
+The same check from a shell: `lint-imports setup.cfg`.
 """
 
+import ast
 import configparser
+import glob
 import os
 import subprocess
 import sys
 
 import pytest
+
+import keras_vit
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SETUP_CFG = os.path.join(ROOT, "setup.cfg")
@@ -25,7 +32,7 @@ def _contracts():
 
 
 def test_setup_cfg_declares_the_contracts():
-    assert set(_contracts()) >= {"layers", "core"}
+    assert set(_contracts()) >= {"layers", "core", "evaluators"}
 
 
 @pytest.mark.parametrize("contract", _contracts())
@@ -35,7 +42,7 @@ def test_import_contract_is_kept(contract):
         [sys.executable, "-c",
          "import sys; from importlinter.cli import lint_imports_command; "
          "sys.exit(lint_imports_command())",
-         "--config", SETUP_CFG, "--contract", contract, "--no-cache",
+         SETUP_CFG, "--contract", contract, "--no-cache",
          "--no-logo"],
         cwd=ROOT, capture_output=True, text=True, timeout=300,
     )
@@ -45,3 +52,67 @@ def test_import_contract_is_kept(contract):
     assert run.returncode == 0, (
         f"Import contract {contract!r} is broken:\n{report}"
     )
+
+
+def _lines(section, key):
+    parser = configparser.ConfigParser()
+    parser.read(SETUP_CFG)
+    return [line.strip() for line in parser[PREFIX + section][key].splitlines()
+            if line.strip()]
+
+
+def test_core_contract_covers_every_core_module():
+    core = {"keras_vit"} | {
+        "keras_vit." + os.path.basename(path)[:-3]
+        for path in glob.glob(os.path.join(ROOT, "keras_vit", "*.py"))
+        if not path.endswith("__init__.py")
+    }
+    assert set(_lines("core", "source_modules")) == core
+    packages = {
+        "keras_vit." + os.path.basename(os.path.dirname(path))
+        for path in glob.glob(os.path.join(ROOT, "keras_vit", "*",
+                                           "__init__.py"))
+    }
+    forbidden = set(_lines("core", "forbidden_modules"))
+    assert forbidden >= packages | {p + ".**" for p in packages}
+    # Each subpackage is a layer of the layers contract.
+    layered = {name.strip() for line in _lines("layers", "layers")
+               for name in line.split("|")}
+    assert layered == packages
+
+
+def _type_checking_imports():
+    """name -> module of the root's `if TYPE_CHECKING:` imports."""
+    tree = ast.parse(open(keras_vit.__file__, encoding="utf-8").read())
+    found = {}
+    for node in tree.body:
+        if isinstance(node, ast.If) and ast.unparse(node.test) == \
+                "TYPE_CHECKING":
+            for statement in node.body:
+                for alias in statement.names:
+                    found[alias.asname or alias.name] = statement.module
+    return found
+
+
+def test_lazy_names_are_visible_to_the_contracts():
+    lazy = dict(keras_vit._LAZY)
+    assert _type_checking_imports() == lazy
+    ignored = {line.split("->")[1].strip()
+               for line in _lines("core", "ignore_imports")}
+    assert ignored == set(lazy.values())
+    for name, module in lazy.items():
+        value = getattr(keras_vit, name)
+        assert value.__module__ == module, name  # defined there, not copied
+        assert name in keras_vit.__all__
+
+
+def test_import_keras_vit_loads_no_tensorflow():
+    # The numpy backend: Keras itself then needs no TensorFlow either.
+    code = ("import sys, keras_vit; keras_vit.create_model; "
+            "print(sorted(m for m in sys.modules "
+            "if m.split('.')[0] == 'tensorflow'))")
+    env = dict(os.environ, KERAS_BACKEND="numpy", PYTHONPATH=ROOT)
+    run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.strip().splitlines()[-1] == "[]"

@@ -185,7 +185,7 @@ def test_small_augreg_files_load_end_to_end(tmp_path, variant, size):
     x = x.astype("float32")
     np.testing.assert_allclose(np.asarray(loaded(x)), np.asarray(model(x)),
                                atol=1e-5)
-    info = loader.architecture(loader.Source(npz=path))
+    info = loader.describe_source(loader.Source(npz=path))
     assert info["variant"] == variant and info["image_size"] == size
     # --variant agreeing with the name is accepted.
     loader.load_model(loader.Source(npz=path, variant=variant))

@@ -13,7 +13,8 @@ from PIL import Image
 from keras_vit.data import augment
 from keras_vit.data import pipeline as ip
 from keras_vit.data import preprocessing as pp
-from keras_vit.training import losses, train_lib
+from keras_vit.scoring import losses
+from keras_vit.training import train_lib
 from tests import tiny
 
 

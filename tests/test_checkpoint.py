@@ -14,6 +14,8 @@ import pytest
 import scipy.ndimage
 
 from keras_vit import create_model
+from keras_vit.checkpoint import npz as checkpoint_io
+from keras_vit.checkpoint import posemb as posemb_lib
 from keras_vit.checkpoint import weights as checkpoint
 from keras_vit.checkpoint.resolution import rebuild_at_resolution
 from tests import numpy_reference as ref
@@ -215,7 +217,7 @@ def _bilinear_loop(grid, new):
 def test_resize_matches_scipy_zoom_and_direct_bilinear(old, new):
     rng = np.random.default_rng(0)
     posemb = rng.normal(size=(1, 1 + old[0] * old[1], 6)).astype("float32")
-    got = checkpoint.resize_position_embedding(posemb, new, old)
+    got = posemb_lib.resize_position_embedding(posemb, new, old)
     assert got.shape == (1, 1 + new[0] * new[1], 6)
     assert got.dtype == np.float32
     np.testing.assert_array_equal(got[:, 0], posemb[:, 0])
@@ -225,13 +227,13 @@ def test_resize_matches_scipy_zoom_and_direct_bilinear(old, new):
     direct = _bilinear_loop(posemb[0, 1:].reshape(*old, 6), new)
     np.testing.assert_allclose(got[0, 1:], direct.reshape(-1, 6), atol=1e-6)
     # Unbatched input and no prefix token work too.
-    flat = checkpoint.resize_position_embedding(posemb[0, 1:], new, old, 0)
+    flat = posemb_lib.resize_position_embedding(posemb[0, 1:], new, old, 0)
     np.testing.assert_allclose(flat, got[0, 1:], atol=1e-7)
 
 
 def test_resize_224_to_384x512_and_square_inference():
     posemb = np.random.default_rng(0).normal(size=(1, 197, 4))
-    out = checkpoint.resize_position_embedding(posemb, (24, 32))
+    out = posemb_lib.resize_position_embedding(posemb, (24, 32))
     assert out.shape == (1, 1 + 24 * 32, 4)
     # Corners are aligned: the four corner embeddings are unchanged.
     grid, new = posemb[0, 1:].reshape(14, 14, 4), out[0, 1:].reshape(24, 32, 4)
@@ -239,7 +241,7 @@ def test_resize_224_to_384x512_and_square_inference():
                            ((0, 13), (0, 31))]:
         np.testing.assert_allclose(new[c, d], grid[a, b])
     with pytest.raises(ValueError, match="posemb_grid"):
-        checkpoint.resize_position_embedding(posemb[:, :-1], (24, 32))
+        posemb_lib.resize_position_embedding(posemb[:, :-1], (24, 32))
 
 
 @pytest.mark.parametrize(
@@ -415,10 +417,10 @@ def test_describe_names_official_variants():
             768, 12, 64,
         )
         shapes[pre + "MlpBlock_3/Dense_0/kernel"] = (768, 3072)
-    info = checkpoint.describe_arrays(shapes)
+    info = checkpoint_io.describe_arrays(shapes)
     assert info["variant"] == "B/16" and info["num_classes"] == 21843
     assert info["representation_size"] == 768 and info["pooling"] == "token"
     shapes["embedding/kernel"] = (1, 1, 1024, 768)
     for s, n in enumerate((3, 4, 9), start=1):
         shapes[f"block{s}/unit{n}/conv1/kernel"] = (1, 1, 64, 64)
-    assert checkpoint.describe_arrays(shapes)["variant"] == "R50+B/16"
+    assert checkpoint_io.describe_arrays(shapes)["variant"] == "R50+B/16"

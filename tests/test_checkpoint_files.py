@@ -37,36 +37,36 @@ def test_unreadable_files_give_clear_errors(tmp_path):
     truncated = tmp_path / "truncated.npz"
     truncated.write_bytes(data[: len(data) // 2])
     with pytest.raises(ValueError, match="truncated or corrupt") as info:
-        checkpoint.read_npz(truncated)
+        checkpoint_io.read_npz(truncated)
     assert str(truncated) in str(info.value)
 
     html = tmp_path / "page.npz"
     html.write_text("<html>Not Found</html>")
     with pytest.raises(ValueError, match="not an .npz archive"):
-        checkpoint.read_npz(html)
+        checkpoint_io.read_npz(html)
 
     npy = tmp_path / "single.npy"
     np.save(npy, np.ones(3))
     with pytest.raises(ValueError, match="single .npy array"):
-        checkpoint.read_npz(npy)
+        checkpoint_io.read_npz(npy)
 
     objects = tmp_path / "objects.npz"
     np.savez(objects, cls=np.ones(2), evil=np.array([{"a": 1}], dtype=object))
     with pytest.raises(ValueError, match="'evil' holds pickled Python"):
-        checkpoint.read_npz(objects)
+        checkpoint_io.read_npz(objects)
 
     raw = tmp_path / "raw.npz"
     raw.write_bytes(pickle.dumps({"cls": [1.0]}))
     with pytest.raises(ValueError, match="a Python pickle"):
-        checkpoint.read_npz(raw)
+        checkpoint_io.read_npz(raw)
 
     empty = tmp_path / "empty.npz"
     np.savez(empty)
     with pytest.raises(ValueError, match="holds no arrays"):
-        checkpoint.read_npz(empty)
+        checkpoint_io.read_npz(empty)
 
     with pytest.raises(FileNotFoundError):
-        checkpoint.read_npz(tmp_path / "missing.npz")
+        checkpoint_io.read_npz(tmp_path / "missing.npz")
 
 
 # ---------------------------------------------------------------- saving
@@ -97,8 +97,9 @@ def test_save_npz_is_atomic(tmp_path, monkeypatch):
     out = tmp_path / "model.npz"
     out.write_bytes(b"previous contents")
 
-    def failing_savez(f, **arrays):
-        f.write(b"partial")
+    def failing_savez(file, **arrays):  # np.savez gets a temporary path
+        with open(file, "wb") as f:
+            f.write(b"partial")
         raise OSError("disk full")
 
     monkeypatch.setattr(checkpoint_io.np, "savez", failing_savez)
@@ -165,7 +166,7 @@ def test_remote_paths_go_through_gfile():
     report = checkpoint.load_npz(model, f"{root}/in.npz")
     assert report.ok and report.path == f"{root}/in.npz"
     checkpoint.save_npz(model, f"{root}/out.npz")
-    back = checkpoint.read_npz(f"{root}/out.npz")
+    back = checkpoint_io.read_npz(f"{root}/out.npz")
     assert list(back) == list(arrays)
     for key in arrays:
         np.testing.assert_array_equal(back[key], arrays[key])

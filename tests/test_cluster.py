@@ -25,7 +25,7 @@ from absl import logging as absl_logging
 from keras_vit import create_model
 from keras_vit.commands import flags as cli_flags
 from keras_vit.commands import quiet_start
-from keras_vit.training import checkpoints, cluster, distribute
+from keras_vit.training import cluster, distribute, state
 from tests.strategies import two_cpu_mirrored
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -254,15 +254,15 @@ def _checkpoint():
 def test_the_chief_writes_the_run_and_other_workers_nothing(tmp_path):
     model, ckpt, step = _checkpoint()
     ckpt_dir = str(tmp_path / "run" / "checkpoints")
-    scratch = checkpoints.scratch_dir(str(tmp_path / "run"), "worker1")
+    scratch = state.scratch_dir(str(tmp_path / "run"), "worker1")
     assert os.path.dirname(scratch) == os.path.realpath(
         os.path.dirname(scratch))
-    assert not checkpoints.saving_needs_every_worker(model.variables)
-    chief = checkpoints.CheckpointWriter(
-        ckpt, ckpt_dir, checkpoints.scratch_dir(str(tmp_path / "run"),
+    assert not state.saving_needs_every_worker(model.variables)
+    chief = state.CheckpointWriter(
+        ckpt, ckpt_dir, state.scratch_dir(str(tmp_path / "run"),
                                                 "worker0"),
         chief=True, save_here=False, keep=2, step_counter=step)
-    other = checkpoints.CheckpointWriter(
+    other = state.CheckpointWriter(
         ckpt, ckpt_dir, scratch, chief=False, save_here=False, keep=2,
         step_counter=step)
     for n in (10, 20, 30):
@@ -279,13 +279,13 @@ def test_the_chief_writes_the_run_and_other_workers_nothing(tmp_path):
 def test_a_worker_that_must_save_keeps_nothing(tmp_path, caplog):
     _, ckpt, step = _checkpoint()
     run = str(tmp_path / "run")
-    scratch = checkpoints.scratch_dir(run, "worker1")
+    scratch = state.scratch_dir(run, "worker1")
     # What a crash left behind.
     os.makedirs(scratch, exist_ok=True)
     with open(os.path.join(scratch, "ckpt-5.index"), "w") as f:
         f.write("stale")
     with caplog.at_level(std_logging.INFO):
-        writer = checkpoints.CheckpointWriter(
+        writer = state.CheckpointWriter(
             ckpt, os.path.join(run, "checkpoints"), scratch, chief=False,
             save_here=True, keep=3, step_counter=step)
     assert not os.path.exists(scratch)
@@ -307,15 +307,15 @@ def test_sync_on_read_variables_need_every_worker():
             0.0, synchronization=tf.VariableSynchronization.ON_READ,
             aggregation=tf.VariableAggregation.SUM)
         mirrored = tf.Variable(0.0)
-    assert checkpoints.saving_needs_every_worker([mirrored, summed])
-    assert not checkpoints.saving_needs_every_worker([mirrored])
+    assert state.saving_needs_every_worker([mirrored, summed])
+    assert not state.saving_needs_every_worker([mirrored])
 
 
 def test_scratch_folders_are_per_run_and_task():
-    a = checkpoints.scratch_dir("gs://b/run1", "worker1")
-    assert a == checkpoints.scratch_dir("gs://b/run1", "worker1")
-    assert a != checkpoints.scratch_dir("gs://b/run2", "worker1")
-    assert a != checkpoints.scratch_dir("gs://b/run1", "worker2")
+    a = state.scratch_dir("gs://b/run1", "worker1")
+    assert a == state.scratch_dir("gs://b/run1", "worker1")
+    assert a != state.scratch_dir("gs://b/run2", "worker1")
+    assert a != state.scratch_dir("gs://b/run1", "worker2")
 
 
 # --------------------------------------------------------- command line

@@ -42,6 +42,7 @@ OPTIONAL = {
     "keras_hub": "benchmark",  # benchmarks against keras-hub's ViT
     "jax": "jax",  # the JAX backend
     "ai_edge_litert": "litert",  # runs exported .tflite files
+    "matplotlib": "figures",  # VTAB charts, analysis and MPP figures
 }
 
 # Features that need a distribution the code never imports by name.
@@ -127,9 +128,7 @@ def _undeclared(roots, allowed):
     for path in _files(roots):
         names, source = _imports(path)
         needed = {}
-        # pip comes with every virtual environment (the README commands
-        # test parses pip lines with pip's own parser).
-        for name in names - local - set(sys.stdlib_module_names) - {"pip"}:
+        for name in names - local - set(sys.stdlib_module_names):
             dists = _distributions(name)
             if not dists:
                 missing.append(f"{path}: imports {name!r}, which no "

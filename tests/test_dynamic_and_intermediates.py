@@ -170,17 +170,17 @@ def test_keras_file_round_trip_at_two_sizes(tmp_path):
 
 
 def test_position_embedding_config_round_trip():
-    layer = vit_layers.PositionEmbedding(
+    layer = embedding.PositionEmbedding(
         0.1, grid_size=(3, 5), stride=16, num_prefix_tokens=1
     )
     config = layer.get_config()
-    clone = vit_layers.PositionEmbedding.from_config(config)
+    clone = embedding.PositionEmbedding.from_config(config)
     assert clone.get_config() == config
     assert (clone.grid_size, clone.stride, clone.num_prefix_tokens) == (
         (3, 5), 16, 1
     )
     with pytest.raises(ValueError, match="stride"):
-        vit_layers.PositionEmbedding(grid_size=(3, 5))
+        embedding.PositionEmbedding(grid_size=(3, 5))
 
 
 def test_npz_loads_into_a_dynamic_model(tmp_path):

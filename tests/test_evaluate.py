@@ -21,13 +21,14 @@ from keras_vit import config as config_lib
 from keras_vit import create_model
 from keras_vit.checkpoint import loader as pretrained
 from keras_vit.checkpoint import weights as checkpoint
+from keras_vit.checkpoint import npz as checkpoint_io
 from keras_vit.checkpoint.resolution import rebuild_at_resolution
 from keras_vit.commands import evaluate as evaluate_main
 from keras_vit.data import preprocessing
 from keras_vit.data.sources import digits_split
 from keras_vit.evaluation import reports, vtab_run
 from keras_vit.training import train_lib
-from keras_vit.training.trainer import Evaluator
+from keras_vit.scoring.evaluator import Evaluator
 from tests.strategies import two_cpu_mirrored
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -224,7 +225,8 @@ def test_sweep_picks_the_best_pair_on_two_replicas(tmp_path):
     out = str(tmp_path / "out")
     with tfds.testing.mock_data(**MOCK):
         result = vtab_run.run(config, pretrained.Source(npz=npz), out,
-                              strategy, tasks="dsprites_loc")
+                              train_lib.train_and_evaluate, strategy,
+                              tasks="dsprites_loc")
     (record,) = result["records"]
     trials = record["sweep"]
     assert [(t["lr"], t["steps"]) for t in trials] == [(0.001, 1), (0.5, 1)]
@@ -262,12 +264,12 @@ def test_keras_file_is_usable_as_a_vtab_source(tmp_path):
     model = tiny(num_classes=10, image_size=16, representation_size=16)
     path = str(tmp_path / "m.keras")
     model.save(path)
-    info = pretrained.architecture(pretrained.Source(keras_model=path))
+    info = pretrained.describe_source(pretrained.Source(keras_model=path))
     assert info["num_classes"] == 10 and info["representation_size"] == 16
     assert info["image_size"] == (16, 16)
     out = pretrained.write_backbone(pretrained.Source(keras_model=path),
                                     str(tmp_path / "b.npz"))
-    arrays = checkpoint.read_npz(out.npz)
+    arrays = checkpoint_io.read_npz(out.npz)
     source = checkpoint.model_arrays(keras.models.load_model(path))
     assert set(arrays) == set(source) - {
         "head/kernel", "head/bias", "pre_logits/kernel", "pre_logits/bias"

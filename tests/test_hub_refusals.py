@@ -106,15 +106,15 @@ def test_each_vit_config_field_is_honoured_or_refused(tmp_path, field):
 def _check_hf_read(tmp_path, name, field):
     source = loader.Source(hub=_copy(tmp_path, name))
     if field == "num_attention_heads":
-        assert loader.architecture(source)["num_heads"] == 2
+        assert loader.describe_source(source)["num_heads"] == 2
         _copy(tmp_path, name, _set(field, 4))
-        assert loader.architecture(source)["num_heads"] == 4
+        assert loader.describe_source(source)["num_heads"] == 4
     elif field == "image_size":
         _copy(tmp_path, name, _set(field, [40, 48]))
-        assert loader.architecture(source)["image_size"] == (40, 48)
+        assert loader.describe_source(source)["image_size"] == (40, 48)
     elif field == "layer_norm_eps":
         _copy(tmp_path, name, _set(field, 1e-3))
-        assert loader.architecture(source)["layer_norm_epsilon"] == 1e-3
+        assert loader.describe_source(source)["layer_norm_epsilon"] == 1e-3
     else:  # qkv_bias False: a file without q/k/v biases, zero biases
         assert field == "qkv_bias"
         path = os.path.join(source.hub, "model.safetensors")
@@ -180,15 +180,15 @@ def test_each_vision_transformer_argument_is_honoured_or_refused(
 def _check_timm_read(tmp_path, field):
     source = loader.Source(hub=_copy(tmp_path, "timm_vit"))
     if field == "num_heads":
-        assert loader.architecture(source)["num_heads"] == 4
+        assert loader.describe_source(source)["num_heads"] == 4
         _copy(tmp_path, "timm_vit", _set(field, 2, args=True))
-        assert loader.architecture(source)["num_heads"] == 2
+        assert loader.describe_source(source)["num_heads"] == 2
     elif field == "img_size":
         def edit(config):
             del config["pretrained_cfg"]["input_size"]
             config["model_args"]["img_size"] = [32, 40]
         _copy(tmp_path, "timm_vit", edit)
-        assert loader.architecture(source)["image_size"] == (32, 40)
+        assert loader.describe_source(source)["image_size"] == (32, 40)
     else:  # qkv_bias=False: timm writes no qkv bias; zeros are read
         assert field == "qkv_bias"
         path = os.path.join(source.hub, "model.safetensors")
@@ -216,7 +216,7 @@ def test_accepted_non_default_arguments_compute_the_same(tmp_path):
     # without a class token.
     source = loader.Source(hub=_copy(tmp_path, "timm_vit", _set(
         "act_layer", "gelu_tanh", args=True)))
-    assert loader.architecture(source)["approximate_gelu"]
+    assert loader.describe_source(source)["approximate_gelu"]
     for field in ("no_embed_class", "pool_include_prefix"):
         folder = _copy(tmp_path, "timm_vit_gap", _set(field, True, args=True))
         _assert_reference(_load(folder), folder)
@@ -252,7 +252,7 @@ def test_relu_pooler_is_computed_and_kept_by_save(tmp_path):
 def test_gap_model_loads_exactly_with_or_without_global_pool(tmp_path):
     folder = os.path.join(FIXTURES, "timm_vit_gap")
     model = _load(folder)
-    assert loader.architecture(loader.Source(hub=folder))["pooling"] == "gap"
+    assert loader.describe_source(loader.Source(hub=folder))["pooling"] == "gap"
     _assert_reference(model, folder)
 
     def no_pool(config):  # as a user writes model_args by hand

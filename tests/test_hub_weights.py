@@ -51,7 +51,7 @@ def test_outputs_equal_the_reference_implementation(name, output, naming):
 
 
 def test_architecture_and_class_names_from_config():
-    info = loader.architecture(_source("hf_vit_classifier"))
+    info = loader.describe_source(_source("hf_vit_classifier"))
     assert (info["hidden_size"], info["num_layers"], info["num_heads"],
             info["mlp_dim"], info["patch_size"]) == (32, 2, 4, 64, 8)
     assert info["image_size"] == (32, 32) and not info["approximate_gelu"]

@@ -1,4 +1,5 @@
-"""The Keras internals in keras_vit.keras_compat, checked on the installed
+"""The Keras internals in keras_vit.keras_compat and
+keras_vit.training.keras_hooks, checked on the installed
 Keras: each is still there, and still does what the project relies on.
 
 A failure here means a Keras release changed one of them; the message names
@@ -13,6 +14,7 @@ import tensorflow as tf
 
 import keras_vit
 from keras_vit import keras_compat, optim
+from keras_vit.training import keras_hooks
 from keras_vit.training.trainer import Trainer
 from tests.strategies import two_cpu_mirrored
 
@@ -31,11 +33,12 @@ def _sgd_on_scalar(strategy, **kwargs):
 # ------------------------------------------------- skip_cross_replica_sum
 def test_optimizer_has_the_reduction_hook():
     _, optimizer = _sgd_on_scalar(two_cpu_mirrored())
-    assert hasattr(optimizer, keras_compat._REDUCE_ATTR), (
+    assert hasattr(optimizer, keras_hooks._REDUCE_ATTR), (
         f"{KERAS}'s TensorFlow optimizer has no "
-        f"{keras_compat._REDUCE_ATTR}: update "
-        "keras_vit.keras_compat.skip_cross_replica_sum (the trainer needs "
-        "apply_gradients not to sum its all-reduced gradients again)."
+        f"{keras_hooks._REDUCE_ATTR}: update "
+        "keras_vit.training.keras_hooks.skip_cross_replica_sum (the "
+        "trainer needs apply_gradients not to sum its all-reduced gradients "
+        "again)."
     )
 
 
@@ -43,7 +46,7 @@ def _apply_ones_on_each_replica(skip: bool) -> float:
     strategy = two_cpu_mirrored()
     var, optimizer = _sgd_on_scalar(strategy)
     if skip:
-        keras_compat.skip_cross_replica_sum(optimizer)
+        keras_hooks.skip_cross_replica_sum(optimizer)
 
     @tf.function
     def step():
@@ -63,15 +66,16 @@ def test_keras_sums_gradients_over_replicas():
     replicas moves the weight by 2."""
     assert _apply_ones_on_each_replica(skip=False) == -2.0, (
         f"{KERAS}'s apply_gradients no longer sums gradients over replicas: "
-        "keras_vit.keras_compat.skip_cross_replica_sum may no longer be "
-        "needed; update it and the trainer."
+        "keras_vit.training.keras_hooks.skip_cross_replica_sum may no "
+        "longer be needed; update it and the trainer."
     )
 
 
 def test_skip_cross_replica_sum_applies_the_gradients_as_given():
     assert _apply_ones_on_each_replica(skip=True) == -1.0, (
-        f"Under {KERAS}, keras_vit.keras_compat.skip_cross_replica_sum no "
-        "longer stops apply_gradients summing the gradients over replicas: "
+        f"Under {KERAS}, "
+        "keras_vit.training.keras_hooks.skip_cross_replica_sum no longer "
+        "stops apply_gradients summing the gradients over replicas: "
         "the trainer's updates would be scaled by the number of replicas. "
         "Update it."
     )
@@ -82,7 +86,7 @@ def test_skip_cross_replica_sum_refuses_an_optimizer_without_the_hook():
         pass
 
     with pytest.raises(RuntimeError, match="skip_cross_replica_sum"):
-        keras_compat.skip_cross_replica_sum(NoHook())
+        keras_hooks.skip_cross_replica_sum(NoHook())
 
 
 # ------------------------------------------------------------ ema_variables

@@ -55,7 +55,7 @@ def test_float32_equals_keras(model, pixels, float32_file):
     with open(litert.labels_path(path)) as f:
         assert f.read().split() == NAMES
     folder = os.path.dirname(path)
-    assert not [n for n in os.listdir(folder) if n.startswith(".tmp")]
+    assert not [n for n in os.listdir(folder) if ".tmp-" in n]
 
 
 def test_float16_weights_half_the_size(model, pixels, float32_file,

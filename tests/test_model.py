@@ -12,6 +12,8 @@ import numpy as np
 import pytest
 
 import keras_vit
+from keras_vit import attention as vit_attention
+from keras_vit import embedding as vit_embedding
 from keras_vit import layers as vit_layers
 from keras_vit.build import dtype_policy
 from keras_vit.model import HYBRID_RESNETS, VARIANTS
@@ -251,7 +253,7 @@ def test_inference_path_under_mixed_bfloat16():
 def test_attention_layer_folds_an_input_affine():
     """MultiHeadSelfAttention(x, input_scale=s, input_shift=t) equals the
     layer applied to x * s + t, and refuses the arguments in training."""
-    layer = vit_layers.MultiHeadSelfAttention(num_heads=2)
+    layer = vit_attention.MultiHeadSelfAttention(num_heads=2)
     layer.build((None, 5, 8))
     rng = np.random.default_rng(4)
     for w in layer.weights:
@@ -370,10 +372,10 @@ def test_dropout_active_only_in_training():
 
 
 LAYERS = [
-    (vit_layers.PatchEmbedding(4, 8), (2, 8, 8, 3)),
-    (vit_layers.ClassToken(), (2, 5, 8)),
-    (vit_layers.PositionEmbedding(0.1), (2, 5, 8)),
-    (vit_layers.MultiHeadSelfAttention(2, 0.1), (2, 5, 8)),
+    (vit_embedding.PatchEmbedding(4, 8), (2, 8, 8, 3)),
+    (vit_embedding.ClassToken(), (2, 5, 8)),
+    (vit_embedding.PositionEmbedding(0.1), (2, 5, 8)),
+    (vit_attention.MultiHeadSelfAttention(2, 0.1), (2, 5, 8)),
     (vit_layers.EncoderBlock(2, 16, 0.1, 0.1), (2, 5, 8)),
     (vit_layers.Encoder(2, 2, 16, 0.1, 0.0), (2, 5, 8)),
     (vit_layers.Encoder(2, 2, 16, class_token_only=True), (2, 5, 8)),

@@ -17,6 +17,7 @@ from keras_vit.analysis import report as analysis_cli
 from keras_vit.commands import analysis as analysis_command
 from keras_vit.analysis import mpp_figure
 from keras_vit.checkpoint import loader, weights
+from keras_vit.checkpoint import npz as checkpoint_io
 from keras_vit.checkpoint import workdir as wd
 from keras_vit.data import masking, sources
 from keras_vit.data import pipeline as input_pipeline
@@ -313,7 +314,7 @@ def test_mpp_run_trains_logs_mpp_accuracy_and_writes_the_encoder(mpp_run):
         saved = json.load(f)
     assert saved["test_mpp_accuracy"] == metrics["test_mpp_accuracy"]
     assert 0.0 < metrics["test_mpp_accuracy"] <= 1.0
-    arrays = weights.read_npz(metrics["encoder_npz"])
+    arrays = checkpoint_io.read_npz(metrics["encoder_npz"])
     classifier = keras_vit.create_model(
         None, num_classes=10, image_size=32, patch_size=8, hidden_size=32,
         num_layers=1, num_heads=4, mlp_dim=64)
@@ -369,13 +370,13 @@ def test_mpp_encoder_initialises_a_classifier_with_equal_weights(mpp_run):
     features = loader.load_model(loader.Source(workdir=workdir))
     assert not mpp.is_mpp_model(features)
     assert features.output_shape == (None, 32)
-    assert loader.architecture(loader.Source(workdir=workdir))[
+    assert loader.describe_source(loader.Source(workdir=workdir))[
         "num_classes"] == 0
     # VTAB's backbone file: the same arrays as the run's encoder.npz.
     backbone = loader.write_backbone(loader.Source(workdir=workdir),
                                      os.path.join(workdir, "..", "bb.npz"))
-    ours = weights.read_npz(metrics["encoder_npz"])
-    theirs = loader.model_arrays(backbone)
+    ours = checkpoint_io.read_npz(metrics["encoder_npz"])
+    theirs = loader.source_arrays(backbone)
     assert set(ours) == set(theirs)
     for key, value in ours.items():
         np.testing.assert_array_equal(value, theirs[key])

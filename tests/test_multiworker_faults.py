@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_vit.training import checkpoints
+from keras_vit.training import state
 from tests import cluster_harness as harness
 from tests.reliability_cases import check_says, covers
 
@@ -151,7 +151,7 @@ def test_killed_worker_stops_the_other_and_the_restart_ends_cleanly(
     assert not os.path.exists(os.path.join(workdir, "metrics.json"))
 
     # A checkpoint folder that worker 1 might have left behind.
-    scratch = checkpoints.scratch_dir(workdir, "worker1")
+    scratch = state.scratch_dir(workdir, "worker1")
     os.makedirs(scratch, exist_ok=True)
     open(os.path.join(scratch, "ckpt-1.index"), "w").close()
 
@@ -291,7 +291,7 @@ def test_two_workers_preempted_resume_with_identical_weights(tmp_path):
     assert {"config.json", "labels.txt", "train", "eval",
             "metrics.json"} <= set(names)
     assert results[1]["written"] == []  # the other worker writes nothing
-    assert not os.path.exists(checkpoints.scratch_dir(workdir, "worker1"))
+    assert not os.path.exists(state.scratch_dir(workdir, "worker1"))
     weights = [np.load(tmp_path / f"weights{i}.npz") for i in range(2)]
     assert len(weights[0].files) == 20
     for key in weights[0].files:

@@ -13,8 +13,8 @@ line, so that a renamed flag fails here and not for a user:
   and parses them (keras_vit.commands.flags.parse), the config loaded and
   every `--config.field` override applied (the configs are locked, so a
   misspelt field fails); argparse scripts with parse_args;
-- pip lines are parsed by pip's own parser, and every extra they name must
-  exist in setup.cfg;
+- pip lines are parsed (pip's options, each requirement with packaging's
+  parser), and every extra they name must exist in setup.cfg;
 - `mkdocs build` runs, strictly, into a temporary folder;
 - external tools (TF Serving in docker, curl, TensorBoard, gsutil, CI) are
   not run; what they say about this project (the paths an export writes,
@@ -55,6 +55,7 @@ import time
 from typing import Callable, Dict, List, Optional, Tuple
 
 import pytest
+from packaging.requirements import InvalidRequirement, Requirement
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOCS = ["README.md", "benchmarks/README.md"] + sorted(
@@ -551,24 +552,49 @@ def declared_packages() -> Dict[str, str]:
     return found
 
 
+# pip's options that README lines may use (pip has no public parser to
+# import): flag(s) -> whether the option takes a value.
+PIP_COMMANDS = ("install", "download", "wheel", "uninstall")
+PIP_OPTIONS = {
+    ("-e", "--editable"): True, ("-r", "--requirement"): True,
+    ("-c", "--constraint"): True, ("-f", "--find-links"): True,
+    ("-i", "--index-url"): True, ("--extra-index-url",): True,
+    ("-t", "--target"): True, ("-d", "--dest"): True,
+    ("--only-binary",): True, ("--no-binary",): True,
+    ("--python-version",): True, ("--implementation",): True,
+    ("--platform",): True, ("--abi",): True, ("--no-index",): False,
+    ("--no-deps",): False, ("-U", "--upgrade"): False,
+    ("-q", "--quiet"): False, ("--pre",): False,
+    ("--force-reinstall",): False, ("--user",): False,
+    ("--no-cache-dir",): False, ("--dry-run",): False,
+    ("-y", "--yes"): False,
+}
+
+
+def _pip_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="pip", allow_abbrev=False)
+    parser.add_argument("requirements", nargs="*")
+    for flags, takes_value in PIP_OPTIONS.items():
+        if takes_value:
+            parser.add_argument(*flags, action="append", default=[])
+        else:
+            parser.add_argument(*flags, action="store_true")
+    return parser
+
+
 def check_pip(command: Command) -> str:
     argv = list(command.argv)
     words = argv[3:] if argv[0] in PYTHONS else argv[1:]
+    if not words or words[0] not in PIP_COMMANDS:
+        _fail(command, f"not a pip command this check knows "
+              f"({', '.join(PIP_COMMANDS)})")
+    err = io.StringIO()
     try:
-        from pip._internal.commands import create_command
-    except ImportError:  # pragma: no cover - pip without its internals
-        create_command = None
-    positional = words[1:]
-    if create_command is not None:
-        err = io.StringIO()
-        try:
-            with contextlib.redirect_stderr(err):
-                options, positional = create_command(words[0]).parse_args(
-                    words[1:])
-        except (SystemExit, KeyError) as error:
-            _fail(command, err.getvalue().strip() or repr(error))
-        positional = list(positional) + list(
-            getattr(options, "editables", None) or [])
+        with contextlib.redirect_stderr(err):
+            options = _pip_parser().parse_args(words[1:])
+    except SystemExit as error:
+        _fail(command, err.getvalue().strip() or repr(error))
+    positional = list(options.requirements) + list(options.editable)
     extras = setup_cfg()["options.extras_require"]
     declared = declared_packages()
     for requirement in positional:
@@ -581,11 +607,14 @@ def check_pip(command: Command) -> str:
             continue
         if "/" in requirement or requirement.endswith(".whl"):
             continue  # files made by an earlier command
-        name = _requirement_name(requirement)
+        try:
+            name = _normal(Requirement(requirement).name)
+        except InvalidRequirement as error:
+            _fail(command, f"{requirement!r} is not a requirement: {error}")
         if name not in declared and name not in UNDECLARED_PACKAGES:
             _fail(command, f"package {name} is neither declared in "
                   "setup.cfg nor listed in UNDECLARED_PACKAGES")
-    return "parsed (pip's parser; extras and packages checked)"
+    return "parsed (pip's options; extras and packages checked)"
 
 
 def check_suite(command: Command) -> str:

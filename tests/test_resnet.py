@@ -15,7 +15,8 @@ import keras
 import numpy as np
 import pytest
 
-from keras_vit import create_model, resnet
+from keras_vit import create_model, embedding, resnet
+from keras_vit import layers as vit_layers
 from keras_vit.checkpoint import weights as checkpoint
 from tests import numpy_reference as ref
 
@@ -115,11 +116,9 @@ def _wrap(stem, size):
     """A hybrid model around an existing stem, for its official arrays."""
     images = keras.Input((*size, 3))
     x = stem(images)
-    from keras_vit import layers
-
-    x = layers.PatchEmbedding(1, 32, name="embedding")(x)
-    x = layers.PositionEmbedding(name="posembed_input")(x)
-    x = layers.Encoder(1, 2, 16, name="Transformer")(x)
+    x = embedding.PatchEmbedding(1, 32, name="embedding")(x)
+    x = embedding.PositionEmbedding(name="posembed_input")(x)
+    x = vit_layers.Encoder(1, 2, 16, name="Transformer")(x)
     return keras.Model(images, x)
 
 

@@ -25,9 +25,11 @@ from keras_vit import config as config_lib
 from keras_vit import create_model
 from keras_vit.checkpoint import loader as pretrained
 from keras_vit.checkpoint import weights as checkpoint
+from keras_vit.checkpoint import npz as checkpoint_io
 from keras_vit.data import pipeline as input_pipeline
 from keras_vit.data import preprocessing, sources, vtab, vtab_labels
 from keras_vit.evaluation import reports, vtab_run
+from keras_vit.training import train_lib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -407,7 +409,7 @@ def tiny_source(path, num_classes=10):
 def test_backbone_has_no_head(tmp_path):
     source = tiny_source(str(tmp_path / "src.npz"))
     out = pretrained.write_backbone(source, str(tmp_path / "b.npz"))
-    keys = set(checkpoint.read_npz(out.npz))
+    keys = set(checkpoint_io.read_npz(out.npz))
     assert not any(k.startswith(("head/", "pre_logits/")) for k in keys)
     assert "cls" in keys and len(keys) > 10
     fields = pretrained.transfer_model_config(out, {"dropout_rate": 0.1})
@@ -415,7 +417,7 @@ def test_backbone_has_no_head(tmp_path):
                           num_heads=2, mlp_dim=64, pooling="token",
                           posemb="learn", variant=None, dropout_rate=0.1)
     with pytest.raises(ValueError, match="not a B/16 checkpoint"):
-        pretrained.architecture(
+        pretrained.describe_source(
             pretrained.Source(npz=source.npz, variant="B/16")
         )
 
@@ -472,7 +474,8 @@ def test_all_19_tasks_end_to_end_with_rerun(tmp_path, consistent_mock_data):
     make_manual_files(data_dir, ["NWPU-RESISC45"])  # Retinopathy missing
     mock = dict(num_examples=4, policy=tfds.testing.MockPolicy.USE_CODE)
     with tfds.testing.mock_data(**mock):
-        first = vtab_run.run(config, source, out, model_name="tiny")
+        first = vtab_run.run(config, source, out, train_lib.train_and_evaluate,
+                             model_name="tiny")
     assert list(first["not_run"]) == ["diabetic_retinopathy"]
     assert "downloads/manual" in first["not_run"]["diabetic_retinopathy"]
     records = reports.read_jsonl(os.path.join(out, "results.jsonl"))
@@ -500,16 +503,17 @@ def test_all_19_tasks_end_to_end_with_rerun(tmp_path, consistent_mock_data):
         config, vtab.TASKS["clevr_dist"], fields, backbone, lr=0.01,
         steps=1, train_split="train800val200", eval_split="test",
     )
-    metrics = vtab_run.run_trial(cfg, run_dir)
+    metrics = vtab_run.run_trial(cfg, run_dir, train_lib.train_and_evaluate)
     assert metrics == json.load(open(os.path.join(run_dir, "metrics.json")))
     cfg.optimizer.lr = 0.02
     with pytest.raises(ValueError, match="another config"):
-        vtab_run.run_trial(cfg, run_dir)
+        vtab_run.run_trial(cfg, run_dir, train_lib.train_and_evaluate)
 
     # Rerun with the manual files in place: only Retinopathy runs.
     make_manual_files(data_dir, ["train", "test", "trainLabels.csv"])
     with tfds.testing.mock_data(**mock):
-        second = vtab_run.run(config, source, out, model_name="tiny")
+        second = vtab_run.run(config, source, out, train_lib.train_and_evaluate,
+                             model_name="tiny")
     assert second["not_run"] == {}
     again = reports.read_jsonl(os.path.join(out, "results.jsonl"))
     assert again[:-1] == records  # finished tasks untouched
@@ -553,5 +557,6 @@ def test_run_rejects_unknown_tasks_before_work(tmp_path):
     config = tiny_vtab_config(str(tmp_path))
     with pytest.raises(ValueError, match="Valid tasks: caltech101"):
         vtab_run.run(config, pretrained.Source(npz="/nonexistent.npz"),
-                     str(tmp_path / "o"), tasks="natural,bogus")
+                     str(tmp_path / "o"), train_lib.train_and_evaluate,
+                     tasks="natural,bogus")
     assert not os.path.exists(tmp_path / "o")

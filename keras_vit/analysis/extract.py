@@ -14,7 +14,7 @@ from typing import Optional
 import keras
 import numpy as np
 
-from keras_vit import layers as vit_layers
+from keras_vit import embedding as vit_embedding
 from keras_vit.analysis import core
 from keras_vit.derived import attention_model
 from keras_vit.errors import UsageError
@@ -33,7 +33,7 @@ def _layer(model: keras.Model, name: str, kind: type) -> keras.layers.Layer:
 
 def token_layout(model: keras.Model) -> core.TokenLayout:
     """layout: core.TokenLayout. The model's patch grid and class token."""
-    embedding = _layer(model, "embedding", vit_layers.PatchEmbedding)
+    embedding = _layer(model, "embedding", vit_embedding.PatchEmbedding)
     _, height, width = model.input_shape[:3]
     # The embedding's input is the image, or the ResNet feature map of a
     # hybrid: its grid is that map's size over the (1-pixel) patch size.
@@ -45,7 +45,7 @@ def token_layout(model: keras.Model) -> core.TokenLayout:
         )
     rows, cols = fh // embedding.patch_size, fw // embedding.patch_size
     has_cls = any(
-        isinstance(layer, vit_layers.ClassToken) for layer in model.layers
+        isinstance(layer, vit_embedding.ClassToken) for layer in model.layers
     )
     return core.TokenLayout(
         grid=(rows, cols),
@@ -58,17 +58,17 @@ def position_embeddings(model: keras.Model) -> np.ndarray:
     """table: float32 (T, D). The learned position embeddings, or the fixed
     sin-cos ones (posemb="sincos2d") at the model's patch grid."""
     layer = model.get_layer("posembed_input")
-    if isinstance(layer, vit_layers.SinCosPositionEmbedding):
-        width = _layer(model, "embedding", vit_layers.PatchEmbedding)
+    if isinstance(layer, vit_embedding.SinCosPositionEmbedding):
+        width = _layer(model, "embedding", vit_embedding.PatchEmbedding)
         table = layer.table(token_layout(model).grid, width.hidden_size)
         return np.asarray(keras.ops.convert_to_numpy(table))[0]
-    layer = _layer(model, "posembed_input", vit_layers.PositionEmbedding)
+    layer = _layer(model, "posembed_input", vit_embedding.PositionEmbedding)
     return np.asarray(keras.ops.convert_to_numpy(layer.pos_embedding))[0]
 
 
 def patch_kernel(model: keras.Model) -> np.ndarray:
     """kernel: float32 (P, P, C, D). The patch projection's filters."""
-    layer = _layer(model, "embedding", vit_layers.PatchEmbedding)
+    layer = _layer(model, "embedding", vit_embedding.PatchEmbedding)
     return np.asarray(keras.ops.convert_to_numpy(layer.conv.kernel))
 
 

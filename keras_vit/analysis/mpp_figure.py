@@ -152,8 +152,6 @@ def plot_predictions(
 ) -> str:
     """One row per image: input, corrupted input (outlines: red [mask],
     blue replaced, green kept), target colours, predicted colours."""
-    from matplotlib.patches import Rectangle
-
     n = min(len(pictures.images), int(max_images))
     if n < 1:
         raise UsageError("plot_predictions needs at least one image.")
@@ -161,7 +159,9 @@ def plot_predictions(
                ("corrupted", pictures.corrupted),
                ("target", pictures.targets),
                ("predicted", pictures.predictions))
-    fig = plots._figure(2.2 * len(columns), 2.3 * n + 0.5)
+    fig = plots._figure(2.2 * len(columns), 2.3 * n + 0.5)  # checks matplotlib
+    from matplotlib.patches import Rectangle
+
     cols = pictures.images.shape[2] // patch_size
     for i in range(n):
         for j, (name, images) in enumerate(columns):

@@ -3,26 +3,31 @@
 Figures are built on `matplotlib.figure.Figure` with the Agg canvas, not
 pyplot: no global backend is switched, no figure is left open, and the
 functions work on a machine without a display. Each writes a PNG through a
-temporary name (`keras_vit.checkpoint.workdir.atomic_write`, local or
+temporary name (`keras_vit.checkpoint.atomic.atomic_write`, local or
 gs://), so an interrupted run never leaves a truncated file behind.
 """
 
 from __future__ import annotations
 
-import io
 import math
 from typing import Optional, Sequence, Tuple
 
 import numpy as np
 
 from keras_vit.analysis import core
-from keras_vit.checkpoint.workdir import atomic_write
+from keras_vit.checkpoint.atomic import atomic_write
 from keras_vit.errors import UsageError
 
 
 def _figure(width: float, height: float):
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ImportError:
+        raise ImportError(
+            "The figures need matplotlib: pip install "
+            "'keras-vision-transformer[figures]' (or pip install matplotlib)."
+        ) from None
 
     fig = Figure(figsize=(width, height), dpi=100, layout="constrained")
     FigureCanvasAgg(fig)
@@ -30,9 +35,8 @@ def _figure(width: float, height: float):
 
 
 def _save(fig, path: str) -> str:
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=100, bbox_inches="tight")
-    atomic_write(path, buffer.getvalue())
+    atomic_write(path, lambda tmp: fig.savefig(
+        tmp, format="png", dpi=100, bbox_inches="tight"))
     return path
 
 

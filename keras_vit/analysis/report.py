@@ -19,7 +19,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_vit.analysis import core, extract, plots
-from keras_vit.checkpoint.workdir import atomic_write
+from keras_vit.checkpoint.atomic import atomic_write
 from keras_vit.data import preprocessing
 from keras_vit.errors import UsageError
 

@@ -17,7 +17,7 @@ file or folder, or says that `text` is neither a name nor a URL (a path):
   used without any network access; KERAS_VIT_OFFLINE=1 never downloads.
 
 A download is checked against the size the remote reports before the copy
-(`tf.io.gfile.stat`) and written through `workdir.atomic_write`, so the
+(`tf.io.gfile.stat`) and written through `atomic.atomic_write`, so the
 cache only ever holds complete files: an interrupted or short download
 leaves nothing under the file's name, and the next call downloads it
 again. A lock file beside the target keeps two processes from downloading
@@ -46,7 +46,7 @@ from huggingface_hub.utils import (
 )
 
 from keras_vit.checkpoint import catalog, hub
-from keras_vit.checkpoint import workdir as wd
+from keras_vit.checkpoint.atomic import atomic_write
 from keras_vit.errors import UsageError
 
 CACHE_ENV = "KERAS_VIT_CACHE"
@@ -157,7 +157,7 @@ def _download(url: str, target: str, label: str) -> None:
             )
 
     try:
-        wd.atomic_write(target, copy)
+        atomic_write(target, copy)
     except (tf.errors.OpError, OSError) as error:
         raise UsageError(
             f"The download of {url} stopped after {copied} of {size} bytes "

@@ -14,35 +14,23 @@ keras_vit/commands/convert.py.
 from __future__ import annotations
 
 import os
-import tempfile
 from typing import Optional, Tuple, Union
 
 import keras
 
 from keras_vit.checkpoint import loader
+from keras_vit.checkpoint.atomic import atomic_write
 from keras_vit.checkpoint.npz import LoadReport
 from keras_vit.errors import UsageError
 
 
 def save_keras_atomic(model: keras.Model, path: str) -> None:
-    """Saves `model` to `path` (.keras) through a temporary file."""
+    """Saves `model` to `path` (.keras) atomically (`atomic.atomic_write`)."""
     if not path.endswith(".keras"):
         raise UsageError(
             f"--output {path!r} must end with .keras (Keras's format)."
         )
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(
-        dir=directory, prefix=f".{os.path.basename(path)}.", suffix=".keras"
-    )
-    os.close(fd)
-    try:
-        model.save(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
+    atomic_write(path, model.save)
 
 
 def convert(

@@ -17,8 +17,8 @@ _SIZE_FIELDS = ("patch_size", "hidden_size", "num_layers", "num_heads",
                 "mlp_dim")
 
 
-def architecture(checkpoint: hub.HubCheckpoint) -> Dict[str, Any]:
-    """The checkpoint's architecture, as `loader.architecture` gives it,
+def describe_hub(checkpoint: hub.HubCheckpoint) -> Dict[str, Any]:
+    """The checkpoint's architecture, as `loader.describe_source` gives it,
     plus approximate_gelu, layer_norm_epsilon and pre_logits_activation."""
     info = describe_arrays(
         {k: tuple(v.shape) for k, v in checkpoint.arrays.items()}
@@ -44,7 +44,7 @@ def model_from_hub(
     (None: the checkpoint's own; the position embedding is resized
     otherwise). `num_classes` and `representation_size` as in
     `loader.load_model` (`from_source` is its FROM_SOURCE marker)."""
-    info = architecture(checkpoint)
+    info = describe_hub(checkpoint)
     if representation_size == from_source:
         representation_size = info["representation_size"]
     if num_classes is None:

@@ -147,8 +147,8 @@ def source_kind(text: str) -> str:
         close = catalog.suggestions(text)
         hint = f" Did you mean {', '.join(close)}?" if close else ""
         raise UsageError(
-            f"{text}: no such file or folder, and no released model's "
-            f"name.{hint} A model is {SOURCE_KINDS}."
+            f"{text}: no such file or folder.{hint} A model is "
+            f"{SOURCE_KINDS}."
         )
     if lower.endswith(".npz"):
         return "npz"
@@ -298,7 +298,7 @@ def _npz_image_size(source: Source, content: _NpzContent) -> int:
     return 224
 
 
-def architecture(source: SourceLike) -> Dict[str, Any]:
+def describe_source(source: SourceLike) -> Dict[str, Any]:
     """The source's architecture: MODEL_FIELDS, num_classes, image_size
     (for an .npz: None, or the resolution of a released checkpoint or of a
     fine-tuned AugReg file) and
@@ -326,7 +326,7 @@ def architecture(source: SourceLike) -> Dict[str, Any]:
         info["image_size"] = tuple(model.input_shape[1:3])
         return info
     if source.hub:
-        return hub_model.architecture(hub.read_hub(source.hub))
+        return hub_model.describe_hub(hub.read_hub(source.hub))
     content = _read_npz(source)
     size = None
     if content.info["augreg"] is not None or source.image_size:
@@ -337,7 +337,7 @@ def architecture(source: SourceLike) -> Dict[str, Any]:
     return info
 
 
-def _source_arrays(source: SourceLike):
+def _source_content(source: SourceLike):
     """(arrays, patch grid or None, layout, ignored) of a source, in the
     official layout, for `weights.load_arrays`."""
     source = resolve(source)
@@ -359,9 +359,9 @@ def _source_arrays(source: SourceLike):
     )
 
 
-def model_arrays(source: SourceLike) -> Dict[str, Any]:
+def source_arrays(source: SourceLike) -> Dict[str, Any]:
     """The source's parameters in the official .npz layout."""
-    return _source_arrays(source)[0]
+    return _source_content(source)[0]
 
 
 def write_backbone(
@@ -380,7 +380,7 @@ def write_backbone(
     source = resolve(source)
     drop = ("head/",) if keep_pre_logits else ("head/", "pre_logits/")
     arrays = {
-        k: v for k, v in model_arrays(source).items()
+        k: v for k, v in source_arrays(source).items()
         if not k.startswith(drop)
     }
     checkpoint_io.write_npz(path, arrays)
@@ -396,7 +396,7 @@ def transfer_model_config(
     dropout_rate) that win.
     """
     source = resolve(source)
-    info = architecture(source)
+    info = describe_source(source)
     model = {k: info[k] for k in MODEL_FIELDS if info.get(k) is not None}
     model["variant"] = None  # explicit sizes
     for key, value in (overrides or {}).items():
@@ -419,7 +419,7 @@ def initialise(
         The `LoadReport`.
     """
     source = resolve(source)
-    arrays, grid, layout, ignored = _source_arrays(source)
+    arrays, grid, layout, ignored = _source_content(source)
     return weights.load_arrays(
         model,
         arrays,

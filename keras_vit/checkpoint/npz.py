@@ -1,10 +1,15 @@
-"""Reading, writing and converting official .npz arrays (NumPy only).
+"""Reading, writing and describing official .npz arrays (NumPy only).
 
 The model-independent half of `keras_vit.checkpoint.weights`: safe reading
-of .npz files (no pickles, clear errors for truncated or foreign files),
-atomic writing, conversion of training and big_vision layouts to the
-official one, the architecture a file implies (for "wrong variant" errors),
-the load report, and the position-embedding resize of the official code.
+of .npz files (`read_npz`: no pickles, clear errors for truncated or
+foreign files), atomic writing (`write_npz`, through
+`keras_vit.checkpoint.atomic`), conversion of training (`opt/target/`) and
+big_vision layouts to the official one (`normalize_layout`), the
+architecture a file's shapes imply (`describe_arrays`, and
+`architecture_hint` for "wrong variant" errors) and the load report
+(`LoadReport`). Position-embedding resizing is in
+`keras_vit.checkpoint.posemb`. TensorFlow is imported only for remote
+(gs://) paths.
 """
 
 from __future__ import annotations
@@ -14,8 +19,6 @@ import io
 import math
 import os
 import re
-import tempfile
-import uuid
 import zipfile
 import zlib
 from typing import Dict, List, Mapping, Optional, Tuple, Union
@@ -23,6 +26,7 @@ from typing import Dict, List, Mapping, Optional, Tuple, Union
 import numpy as np
 
 from keras_vit import model as vit_model
+from keras_vit.checkpoint.atomic import atomic_write, is_remote
 from keras_vit.errors import UsageError
 
 Arrays = Dict[str, np.ndarray]
@@ -35,12 +39,8 @@ _ZIP_MAGIC = b"PK"
 _NPY_MAGIC = b"\x93NUMPY"
 
 
-def _is_remote(path: str) -> bool:
-    return "://" in path
-
-
 def _open_for_reading(path: str):
-    if _is_remote(path):
+    if is_remote(path):
         import tensorflow as tf  # only remote paths need TensorFlow
 
         # Read whole: zip access seeks a lot, which some file systems (and
@@ -66,7 +66,7 @@ def read_npz(path: PathLike) -> Arrays:
             message names the file and the problem.
     """
     path = os.fspath(path)
-    if not _is_remote(path) and not os.path.isfile(path):
+    if not is_remote(path) and not os.path.isfile(path):
         raise FileNotFoundError(f"{path}: no such checkpoint file.")
     with _open_for_reading(path) as f:
         magic = f.read(len(_NPY_MAGIC))
@@ -120,43 +120,14 @@ def read_npz(path: PathLike) -> Arrays:
 
 
 def write_npz(path: PathLike, arrays: Mapping[str, np.ndarray]) -> None:
-    """Writes arrays to an .npz file atomically (temp file, then rename).
+    """Writes arrays to an .npz file atomically (`atomic.atomic_write`).
 
     Args:
         path: str or path. Local path or gs:// URL.
         arrays: dict of str to array. Keys may contain "/".
     """
-    path = os.fspath(path)
     arrays = {k: np.asarray(v) for k, v in arrays.items()}
-    if _is_remote(path):
-        import tensorflow as tf  # only remote paths need TensorFlow
-
-        buffer = io.BytesIO()  # zip writing needs tell(), GFile may lack it
-        np.savez(buffer, **arrays)
-        tmp = f"{path}.tmp-{uuid.uuid4().hex}"
-        try:
-            with tf.io.gfile.GFile(tmp, "wb") as f:
-                f.write(buffer.getvalue())
-            tf.io.gfile.rename(tmp, path, overwrite=True)
-        finally:
-            if tf.io.gfile.exists(tmp):
-                tf.io.gfile.remove(tmp)
-        return
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(
-        dir=directory, prefix=f".{os.path.basename(path)}.", suffix=".tmp"
-    )
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.savez(f, **arrays)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
+    atomic_write(path, lambda tmp: np.savez(tmp, **arrays))
 
 
 @dataclasses.dataclass

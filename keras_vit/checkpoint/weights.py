@@ -38,7 +38,6 @@ from keras_vit.checkpoint.npz import (
     Grid,
     LoadReport,
     Shape,
-    describe_arrays,
     normalize_layout,
     read_npz,
     write_npz,
@@ -47,13 +46,10 @@ from keras_vit.checkpoint.posemb import resize_position_embedding, square_grid
 from keras_vit.errors import UsageError
 
 __all__ = [
-    "LoadReport",
-    "describe_arrays",
     "load_arrays",
     "load_npz",
     "model_arrays",
-    "read_npz",
-    "resize_position_embedding",
+    "model_grid",
     "save_npz",
 ]
 

@@ -9,8 +9,9 @@ Layout of a workdir (local or gs://):
     train/, eval/    TensorBoard summaries
     metrics.json     final metrics (test accuracy, steps, images/s, wall time)
 
-Every file is written to a temporary name and renamed, so a crash never
-leaves a half-written file behind.
+Every file is written with `keras_vit.checkpoint.atomic.atomic_write`
+(a temporary name, then a rename), so a crash never leaves a half-written
+file behind.
 """
 
 from __future__ import annotations
@@ -18,13 +19,13 @@ from __future__ import annotations
 import json
 import os
 import re
-import uuid
-from typing import Any, Callable, List, Optional, Union
+from typing import Any, List, Optional
 
 import tensorflow as tf
 
 from keras_vit import build
 from keras_vit import config as config_lib
+from keras_vit.checkpoint.atomic import atomic_write
 from keras_vit.keras_compat import ema_variables
 from keras_vit.errors import UsageError
 
@@ -32,53 +33,6 @@ CONFIG = "config.json"
 LABELS = "labels.txt"
 METRICS = "metrics.json"
 CHECKPOINTS = "checkpoints"
-
-
-def atomic_write(
-    path: str, data: Union[str, bytes, Callable[[str], None]]
-) -> None:
-    """Writes `data` to `path` via a temporary file and a rename.
-
-    The temporary file is a sibling of `path` with its extension,
-    `<name>.tmp-<random><extension>`; it is removed on any error, so `path`
-    keeps its old content (a hard kill can leave it, under a name no reader
-    looks for). A local file is fsynced before the rename.
-
-    Args:
-        path: str. Local path or URL.
-        data: str, bytes, or (local `path` only) a callable that writes the
-            file at the temporary path it is given, e.g. a streamed
-            download that raises when it comes up short.
-    """
-    directory = os.path.dirname(path)
-    if directory:
-        tf.io.gfile.makedirs(directory)
-    root, extension = os.path.splitext(path)
-    tmp = f"{root}.tmp-{uuid.uuid4().hex[:12]}{extension}"
-    local = "://" not in path
-    try:
-        if callable(data):
-            if not local:
-                raise ValueError(f"A writer callable needs a local path, "
-                                 f"not {path}.")
-            data(tmp)
-        else:
-            mode = "wb" if isinstance(data, bytes) else "w"
-            with tf.io.gfile.GFile(tmp, mode) as f:
-                f.write(data)
-        if local:
-            with open(tmp, "rb+") as f:
-                os.fsync(f.fileno())
-        tf.io.gfile.rename(tmp, path, overwrite=True)
-    except BaseException:
-        # E.g. a full disk: `path` keeps its old content; leave no stray
-        # temporary file behind.
-        try:
-            if tf.io.gfile.exists(tmp):
-                tf.io.gfile.remove(tmp)
-        except (tf.errors.OpError, OSError):
-            pass
-        raise
 
 
 def write_json(path: str, obj: Any) -> None:

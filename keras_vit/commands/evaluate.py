@@ -33,10 +33,12 @@ from absl import flags, logging
 from keras_vit import config as config_lib
 from keras_vit.checkpoint import loader as pretrained
 from keras_vit.checkpoint import workdir as wd
+from keras_vit.checkpoint.atomic import atomic_write
 from keras_vit.commands import flags as cli
 from keras_vit.data import sources, vtab
 from keras_vit.evaluation import fewshot, reports, vtab_run
 from keras_vit.evaluation.accuracy import evaluate_model
+from keras_vit.training import distribute, train_lib
 from keras_vit.errors import UsageError
 
 MODES = ("eval", "fewshot", "vtab")
@@ -84,7 +86,7 @@ def _source(values: flags.FlagValues):
 
 
 def _write(path: str, text: str) -> None:
-    wd.atomic_write(path, text)
+    atomic_write(path, text)
     logging.info("Wrote %s", path)
 
 
@@ -181,8 +183,10 @@ def _fewshot_mode(values, source, strategy) -> Dict:
 
 
 def _vtab_mode(values, source, strategy) -> Dict:
-    out = vtab_run.run(values.config, source, _output_dir(values), strategy,
-                       tasks=values.tasks, model_name=values.name)
+    out = vtab_run.run(values.config, source, _output_dir(values),
+                       train_lib.train_and_evaluate, strategy,
+                       tasks=values.tasks, model_name=values.name,
+                       chief=distribute.is_chief(strategy))
     md = out["files"].get("markdown")
     if md:
         with tf.io.gfile.GFile(md) as f:

@@ -11,7 +11,7 @@ import tensorflow as tf
 
 from keras_vit.data import pipeline as input_pipeline
 from keras_vit.data import sources
-from keras_vit.training.trainer import Evaluator
+from keras_vit.scoring.evaluator import Evaluator
 
 
 def evaluate_model(

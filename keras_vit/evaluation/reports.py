@@ -21,6 +21,7 @@ from typing import Dict, List, Mapping, Optional, Sequence
 import tensorflow as tf
 
 from keras_vit.checkpoint import workdir as wd
+from keras_vit.checkpoint.atomic import atomic_write
 from keras_vit.data import vtab
 
 RESULTS_JSONL = "results.jsonl"
@@ -56,7 +57,7 @@ def append_jsonl(path: str, record: Mapping) -> List[dict]:
     records = [r for r in read_jsonl(path) if r.get("task") != record["task"]]
     records.append(dict(record))
     text = "".join(json.dumps(r, sort_keys=True) + "\n" for r in records)
-    wd.atomic_write(path, text)
+    atomic_write(path, text)
     return records
 
 
@@ -127,7 +128,7 @@ def write_csv(path: str, records: Sequence[Mapping]) -> None:
             "steps": r.get("steps", ""),
             "paper_vit_l16_percent": task.paper_vit_l16 if task else "",
         })
-    wd.atomic_write(path, buf.getvalue())
+    atomic_write(path, buf.getvalue())
 
 
 # ------------------------------------------------------------- markdown
@@ -205,8 +206,14 @@ def _figure(width: float, height: float):
     """A figure with its own Agg canvas, outside pyplot: the process's
     backend and pyplot's figure list stay as they were, and no display is
     needed."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ImportError:
+        raise ImportError(
+            "The VTAB charts need matplotlib: pip install "
+            "'keras-vision-transformer[figures]' (or pip install matplotlib)."
+        ) from None
 
     fig = Figure(figsize=(width, height))
     FigureCanvasAgg(fig)
@@ -214,19 +221,18 @@ def _figure(width: float, height: float):
 
 
 def _save_figure(fig, path: str) -> None:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=120, bbox_inches="tight")
-    wd.atomic_write(path, buf.getvalue())
+    atomic_write(path, lambda tmp: fig.savefig(
+        tmp, format="png", dpi=120, bbox_inches="tight"))
 
 
 def plot_tasks(records: Sequence[Mapping], path: str, model_name: str) -> None:
     """Bar chart: top-1 accuracy per task, coloured by group, with the
     paper's ViT-L/16 (I21k) value as a black tick."""
-    from matplotlib.patches import Rectangle
-
     by_task = {r["task"]: r["accuracy"] for r in records}
     tasks = [t for t in vtab.TASKS.values() if t.name in by_task]
-    fig = _figure(max(6.0, 0.55 * len(tasks) + 2), 4.5)
+    fig = _figure(max(6.0, 0.55 * len(tasks) + 2), 4.5)  # checks matplotlib
+    from matplotlib.patches import Rectangle
+
     ax = fig.add_subplot()
     xs = list(range(len(tasks)))
     values = [100.0 * by_task[t.name] for t in tasks]
@@ -311,7 +317,7 @@ def write_vtab_reports(
         "summary": os.path.join(output_dir, SUMMARY_JSON),
     }
     write_csv(paths["csv"], records)
-    wd.atomic_write(
+    atomic_write(
         paths["markdown"], markdown_table(records, model_name, skipped)
     )
     summary = {

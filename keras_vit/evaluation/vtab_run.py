@@ -4,9 +4,11 @@ From a pre-trained model, for every task: a new zero-initialised head,
 fine-tuning with SGD (momentum 0.9, LR 0.01, 2,500 steps, batch 512, cosine
 decay, no weight decay, gradient clipping at norm 1) at 384 x 384 with the
 position embeddings resized, and top-1 accuracy on the test split. Each
-training is one `train_lib.train_and_evaluate` call on a per-task config
+training is one call of the `train_fn` the caller passes (the command line
+passes `training.train_lib.train_and_evaluate`) on a per-task config
 (`task_config`), so every strategy, precision and checkpoint feature of
-training applies here too.
+training applies here too; the evaluation layer itself imports nothing of
+training.
 
 With `vtab.sweep.enabled`, each (lr, steps) pair is trained on train800 and
 scored on val200; the best pair is retrained on train800val200 and scored on
@@ -27,7 +29,7 @@ import itertools
 import json
 import os
 import time
-from typing import Dict, List, Optional, Sequence, Union
+from typing import Callable, Dict, List, Optional, Sequence, Union
 
 import ml_collections
 import tensorflow as tf
@@ -38,7 +40,6 @@ from keras_vit.checkpoint import loader as pretrained
 from keras_vit.checkpoint import workdir as wd
 from keras_vit.data import vtab
 from keras_vit.evaluation import reports
-from keras_vit.training import distribute, train_lib
 from keras_vit.errors import UsageError
 
 BACKBONE = "backbone.npz"
@@ -104,13 +105,22 @@ def task_config(
     return c
 
 
+# (config, workdir, strategy or None) -> metrics dict: one training run
+# (`training.train_lib.train_and_evaluate`).
+TrainFn = Callable[
+    [ml_collections.ConfigDict, str, Optional[tf.distribute.Strategy]], Dict
+]
+
+
 def run_trial(
     config: ml_collections.ConfigDict,
     workdir: str,
+    train_fn: TrainFn,
     strategy: Optional[tf.distribute.Strategy] = None,
     keep_checkpoints: bool = False,
 ) -> Dict:
-    """Trains one config (or reuses its finished metrics.json).
+    """Trains one config with `train_fn` (or reuses its finished
+    metrics.json).
 
     A workdir that already holds another config is an error rather than
     silently mixed results.
@@ -130,7 +140,7 @@ def run_trial(
         if tf.io.gfile.exists(metrics_path):
             logging.info("Reusing the finished trial in %s.", workdir)
             return wd.read_json(metrics_path)
-    metrics = train_lib.train_and_evaluate(config, workdir, strategy)
+    metrics = train_fn(config, workdir, strategy)
     if metrics.get("preempted"):
         raise Preempted(
             f"Stopped at step {metrics.get('step')} in {workdir}: run the "
@@ -152,6 +162,7 @@ def run_task(
     model_fields: Dict,
     backbone: str,
     output_dir: str,
+    train_fn: TrainFn,
     strategy: Optional[tf.distribute.Strategy] = None,
 ) -> Dict:
     """Sweep (optional), final training, test score: the task's record."""
@@ -168,7 +179,7 @@ def run_task(
             )
             metrics = run_trial(
                 cfg, os.path.join(task_dir, _trial_name(lr, steps)),
-                strategy, keep,
+                train_fn, strategy, keep,
             )
             trials.append(dict(lr=float(lr), steps=int(steps),
                                val_accuracy=metrics["test_accuracy"]))
@@ -183,7 +194,8 @@ def run_task(
         config, task, model_fields, backbone, lr=lr, steps=steps,
         train_split=vtab.TRAIN800VAL200, eval_split=vtab.TEST,
     )
-    final = run_trial(cfg, os.path.join(task_dir, FINAL), strategy, keep)
+    final = run_trial(cfg, os.path.join(task_dir, FINAL), train_fn,
+                      strategy, keep)
     record = dict(
         task=task.name,
         title=task.title,
@@ -234,9 +246,11 @@ def run(
     config: ml_collections.ConfigDict,
     source: pretrained.Source,
     output_dir: str,
+    train_fn: TrainFn,
     strategy: Optional[tf.distribute.Strategy] = None,
     tasks: Union[str, Sequence[str], None] = None,
     model_name: Optional[str] = None,
+    chief: bool = True,
 ) -> Dict:
     """Runs the VTAB-1k protocol on the selected tasks.
 
@@ -247,16 +261,19 @@ def run(
         config: ConfigDict. configs/vtab.py.
         source: pretrained.Source. The model to evaluate.
         output_dir: str. Results and per-task runs (local or gs://).
+        train_fn: (config, workdir, strategy) -> metrics: one fine-tuning
+            run (`training.train_lib.train_and_evaluate`).
         strategy: tf.distribute.Strategy or None (default strategy).
         tasks: task and group names (default `config.vtab.tasks`).
         model_name: str or None. The model's name in reports.
+        chief: bool. Whether this worker writes the results (the caller
+            asks its strategy; True on one host).
 
     Returns:
         {"records": [...], "summary": {...}, "not_run": {task: why},
         "preempted": bool, "files": {...}}.
     """
     strategy = strategy or tf.distribute.get_strategy()
-    chief = distribute.is_chief(strategy)
     selected = vtab.select_tasks(
         tasks if tasks is not None else config.vtab.tasks
     )
@@ -291,7 +308,7 @@ def run(
                      task.group, task.num_classes)
         try:
             record = run_task(config, task, model_fields, backbone,
-                              output_dir, strategy)
+                              output_dir, train_fn, strategy)
         except Preempted as e:
             logging.warning("%s", e)
             preempted = True

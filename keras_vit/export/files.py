@@ -24,6 +24,7 @@ from typing import List, Optional, Sequence, Union
 import numpy as np
 import tensorflow as tf
 
+from keras_vit.checkpoint.atomic import atomic_write
 from keras_vit.data import preprocessing
 from keras_vit.errors import UsageError
 
@@ -126,18 +127,6 @@ def remove_tree(path: str) -> None:
             tf.io.gfile.rmtree(path)
     except (tf.errors.OpError, OSError):
         pass
-
-
-def write_bytes_atomically(path: str, data: bytes) -> None:
-    """Writes `data` to a temporary sibling, then renames it over `path`."""
-    tmp = f"{path}.tmp-{os.getpid()}"
-    try:
-        with tf.io.gfile.GFile(tmp, "wb") as f:
-            f.write(data)
-        tf.io.gfile.rename(tmp, path, overwrite=True)
-    except BaseException:
-        remove_tree(tmp)
-        raise
 
 
 # ---------------------------------------------------------------- warm-up
@@ -374,7 +363,7 @@ def update_models_config(
     if not entry.model_platform:
         entry.model_platform = "tensorflow"
     text = text_format.MessageToString(config)
-    write_bytes_atomically(path, text.encode("utf-8"))
+    atomic_write(path, text)
 
 
 def config_base_path(

@@ -19,13 +19,13 @@ published: float32 must equal the Keras model to `VERIFY_ATOL`.
 
 from __future__ import annotations
 
-import os
 from typing import Optional, Sequence
 
 import keras
 import numpy as np
 import tensorflow as tf
 
+from keras_vit.checkpoint.atomic import atomic_write
 from keras_vit.derived import input_image_size
 from keras_vit.export import graph as export_graph
 from keras_vit.errors import UsageError
@@ -148,21 +148,18 @@ def export_litert(
         )
     if verify:
         interpreter_class()  # fail before converting, not after
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    tmp = os.path.join(folder, f".tmp-{os.getpid()}-{os.path.basename(path)}")
-    try:
+
+    def write(tmp: str) -> None:
         wrapped.export(tmp, format="litert", verbose=False,
                        **_converter_options(quantization))
         if verify:
             _verify(tmp, wrapped, quantization)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+
+    atomic_write(path, write)
     if class_names is not None:
-        with open(labels_path(path), "w", encoding="utf-8") as f:
-            f.write("".join(f"{name}\n" for name in class_names))
+        atomic_write(
+            labels_path(path), "".join(f"{name}\n" for name in class_names)
+        )
     return path
 
 

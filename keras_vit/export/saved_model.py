@@ -33,6 +33,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from keras_vit.checkpoint.atomic import atomic_write
 from keras_vit.data import preprocessing
 from keras_vit.derived import (
     input_image_size,
@@ -335,9 +336,7 @@ def write_batching_parameters(export_dir: str) -> Optional[str]:
     path = export_files.join(export_dir, BATCHING_FILE)
     if tf.io.gfile.exists(path):
         return None
-    export_files.write_bytes_atomically(
-        path, (BATCHING_PARAMETERS % (os.cpu_count() or 1)).encode()
-    )
+    atomic_write(path, BATCHING_PARAMETERS % (os.cpu_count() or 1))
     return path
 
 

@@ -239,7 +239,7 @@ def preemption_handler(
             when it starts (its directory is never written: `save` does
             the saving).
         save: step -> None. Saves the checkpoint of that step on this
-            worker (see `checkpoints.CheckpointWriter.save`).
+            worker (see `state.CheckpointWriter.save`).
     """
     if not (is_multi_worker(strategy) or is_tpu(strategy)):
         return None

@@ -52,7 +52,7 @@ def run(
     """Trains to config.total_steps, then evaluates on config.eval_split.
 
     Args:
-        writer: checkpoints.CheckpointWriter. Saves this worker's part of
+        writer: state.CheckpointWriter. Saves this worker's part of
             each checkpoint.
         handler: PreemptionCheckpointHandler or None.
 

@@ -29,7 +29,7 @@ from keras_vit.checkpoint import workdir as wd
 from keras_vit.data import checks as data_checks
 from keras_vit.data import pipeline as input_pipeline
 from keras_vit.data import sources
-from keras_vit.training import checkpoints, cluster, distribute, loop
+from keras_vit.training import cluster, distribute, loop, state
 from keras_vit.training.mpp_trainer import MppTrainer
 from keras_vit.training.resume import TrainingError, restore_latest
 from keras_vit.training.trainer import Trainer
@@ -248,10 +248,10 @@ def train_and_evaluate(
             items["iterator"] = train_iter
     ckpt = tf.train.Checkpoint(**items)
     ckpt_dir = os.path.join(workdir, wd.CHECKPOINTS)
-    writer = checkpoints.CheckpointWriter(
-        ckpt, ckpt_dir, checkpoints.scratch_dir(workdir, _task_name(strategy)),
+    writer = state.CheckpointWriter(
+        ckpt, ckpt_dir, state.scratch_dir(workdir, _task_name(strategy)),
         chief=chief,
-        save_here=checkpoints.saving_needs_every_worker(
+        save_here=state.saving_needs_every_worker(
             list(model.variables) + list(optimizer.variables)
         ),
         keep=int(config.keep_checkpoints),

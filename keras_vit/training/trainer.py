@@ -1,4 +1,5 @@
-"""The distributed training and evaluation steps (TensorFlow).
+"""The distributed training step (TensorFlow); the evaluation step it
+extends is `keras_vit.scoring.evaluator.Evaluator`.
 
 Keras `fit` with `steps_per_execution > 1` fails under MirroredStrategy
 (keras-team/keras#19246), and several steps per host call are what make TPU
@@ -24,101 +25,10 @@ from typing import Dict, Optional
 import keras
 import tensorflow as tf
 
-from keras_vit import keras_compat
-from keras_vit.training.losses import LOSSES, hard_labels, per_example_loss
+from keras_vit.scoring.evaluator import Evaluator
+from keras_vit.training import keras_hooks
+from keras_vit.scoring.losses import hard_labels, per_example_loss
 from keras_vit.errors import UsageError
-
-
-class Evaluator:
-    """The distributed evaluation step of a classifier: loss, top-1 and
-    top-5 accuracy over masked batches.
-
-    Evaluation alone (evaluate.py) uses it as is; `Trainer` extends it, so
-    both score a model with the same step.
-
-    Args:
-        model: keras.Model. Images -> logits; created under
-            `strategy.scope()`.
-        strategy: tf.distribute.Strategy.
-        num_classes: int. Width of the model's output.
-        loss: str. "softmax_xent" or "sigmoid_xent".
-    """
-
-    # The name of the accuracy in logs, summaries and final metrics.
-    accuracy_name = "accuracy"
-
-    def __init__(
-        self,
-        model: keras.Model,
-        strategy: tf.distribute.Strategy,
-        *,
-        num_classes: int,
-        loss: str = "softmax_xent",
-    ):
-        if loss not in LOSSES:
-            raise UsageError(
-                f"Unknown loss {loss!r}: use one of {', '.join(LOSSES)}."
-            )
-        self.model = model
-        self.strategy = strategy
-        self.num_classes = int(num_classes)
-        self.loss = loss
-        self._eval_step = tf.function(self._eval_step_fn)
-
-    def _eval_step_fn(self, images, labels, mask):
-        def step(images, labels, mask):
-            logits = tf.cast(self.model(images, training=False), tf.float32)
-            losses = per_example_loss(
-                labels, logits, self.num_classes, self.loss
-            )
-            top1 = tf.cast(
-                tf.equal(tf.argmax(logits, -1, output_type=tf.int32), labels),
-                tf.float32,
-            )
-            k = min(5, self.num_classes)
-            top5 = tf.cast(tf.nn.in_top_k(labels, logits, k), tf.float32)
-            return (
-                tf.reduce_sum(losses * mask),
-                tf.reduce_sum(top1 * mask),
-                tf.reduce_sum(top5 * mask),
-                tf.reduce_sum(mask),
-            )
-
-        results = self.strategy.run(step, args=(images, labels, mask))
-        return [
-            self.strategy.reduce("SUM", r, axis=None) for r in results
-        ]
-
-    def evaluate(self, dataset, on_batch=None) -> Dict[str, float]:
-        """Loss, top-1 and top-5 accuracy over a distributed eval dataset.
-
-        Args:
-            dataset: iterable of (images, labels, mask) batches, distributed
-                by `strategy`; examples whose mask is 0 (padding) are not
-                counted.
-            on_batch: None, or called after each batch with the 1-based
-                batch index and the metrics so far.
-
-        Returns:
-            {"loss", "accuracy", "top5_accuracy", "num_examples"}.
-        """
-        totals = [0.0, 0.0, 0.0, 0.0]
-        for i, (images, labels, mask) in enumerate(dataset, start=1):
-            values = self._eval_step(images, labels, mask)
-            totals = [t + float(v) for t, v in zip(totals, values)]
-            if on_batch is not None:
-                on_batch(i, _metrics(totals))
-        return _metrics(totals)
-
-
-def _metrics(totals) -> Dict[str, float]:
-    n = max(totals[3], 1.0)
-    return {
-        "loss": totals[0] / n,
-        "accuracy": totals[1] / n,
-        "top5_accuracy": totals[2] / n,
-        "num_examples": int(totals[3]),
-    }
 
 
 class Trainer(Evaluator):
@@ -178,7 +88,7 @@ class Trainer(Evaluator):
         self.skip_nonfinite = bool(skip_nonfinite)
         with strategy.scope():
             optimizer.build(model.trainable_variables)
-        keras_compat.skip_cross_replica_sum(optimizer)
+        keras_hooks.skip_cross_replica_sum(optimizer)
         # The raw weights while the EMA averages are in the model.
         self._raw_weights = None
         if jit_compile:

@@ -1,4 +1,5 @@
-"""Who writes a run's checkpoints, and where.
+"""Who writes a run's training state (model, optimizer, input position)
+to checkpoints, and where.
 
 The chief writes the run's checkpoints into <workdir>/checkpoints with a
 tf.train.CheckpointManager; every worker restores from there. The other

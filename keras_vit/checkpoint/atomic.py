@@ -1,0 +1,134 @@
+"""Atomic file writes, local or remote: every file the project writes goes
+through `atomic_write`.
+
+The content goes to a temporary name beside the destination
+(`<name>.tmp-<random><extension>`), which is renamed over the destination
+once complete. A crash, a full disk or an exception in a writer therefore
+leaves the destination as it was (old content, or absent) and never a
+partial file; the temporary file is removed on every error a process
+survives (a hard kill can leave it, under a name no reader looks for).
+
+Local paths use `os.replace` (atomic on POSIX and Windows) after an
+`fsync`. Remote URLs (`gs://`, any scheme `tf.io.gfile` knows) go through
+`tf.io.gfile`; on GCS an object appears whole when its upload completes,
+so readers never see a partial object either. TensorFlow is imported only
+for remote paths: local writes work where TensorFlow is not installed
+(the benchmarks under the JAX backend).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import uuid
+from typing import Callable, Union
+
+# Writes the file at the (local, temporary) path it is given: for writers
+# that take a path, such as `keras.Model.save` or `np.savez`.
+Writer = Callable[[str], None]
+Content = Union[str, bytes, Writer]
+
+
+def is_remote(path: str) -> bool:
+    """bool. Whether `path` is a URL (gs://, ram://, ...), not a local
+    path."""
+    return "://" in str(path)
+
+
+def temporary_name(path: str) -> str:
+    """str. A fresh temporary sibling of `path` that keeps its extension
+    (Keras and NumPy check it): `a/model.keras` -> `a/model.tmp-<hex>.keras`.
+    """
+    root, extension = os.path.splitext(path)
+    return f"{root}.tmp-{uuid.uuid4().hex[:12]}{extension}"
+
+
+def atomic_write(path: Union[str, os.PathLike], content: Content) -> None:
+    """Writes `content` to `path` via a temporary file and a rename.
+
+    Args:
+        path: str or path. Local path or URL; missing parent folders are
+            created.
+        content: str (written as UTF-8), bytes, or a callable that writes
+            the file at the local path it is given (for remote `path`, a
+            local temporary file that is then copied up).
+    """
+    path = os.fspath(path)
+    if is_remote(path):
+        _write_remote(path, content)
+    else:
+        _write_local(path, content)
+
+
+def _write_local(path: str, content: Content) -> None:
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    tmp = temporary_name(path)
+    try:
+        if callable(content):
+            content(tmp)
+            if not os.path.isfile(tmp):
+                raise RuntimeError(
+                    f"The writer for {path} wrote no file at {tmp}."
+                )
+        else:
+            with open(tmp, "wb") as f:
+                f.write(_as_bytes(content))
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        _remove_local(tmp)
+        raise
+
+
+def _write_remote(path: str, content: Content) -> None:
+    import tensorflow as tf  # only remote paths need TensorFlow
+
+    gfile = tf.io.gfile
+    folder = path.rsplit("/", 1)[0]
+    if folder and not folder.endswith(":/"):
+        gfile.makedirs(folder)
+    tmp = temporary_name(path)
+    local_folder = None
+    try:
+        if callable(content):
+            # Writers take a local path: write there, then copy up.
+            local_folder = tempfile.mkdtemp(prefix="keras_vit_write_")
+            local = os.path.join(local_folder, os.path.basename(path))
+            content(local)
+            gfile.copy(local, tmp, overwrite=True)
+        else:
+            with gfile.GFile(tmp, "wb") as f:
+                f.write(_as_bytes(content))
+        gfile.rename(tmp, path, overwrite=True)
+    except BaseException:
+        try:
+            if gfile.exists(tmp):
+                gfile.remove(tmp)
+        except (tf.errors.OpError, OSError):
+            pass
+        raise
+    finally:
+        if local_folder is not None:
+            shutil.rmtree(local_folder, ignore_errors=True)
+
+
+def _as_bytes(content: Union[str, bytes]) -> bytes:
+    if isinstance(content, str):
+        return content.encode("utf-8")
+    if isinstance(content, (bytes, bytearray, memoryview)):
+        return bytes(content)
+    raise TypeError(
+        f"atomic_write writes str, bytes or a writer callable, not "
+        f"{type(content).__name__}."
+    )
+
+
+def _remove_local(tmp: str) -> None:
+    try:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+    except OSError:
+        pass

@@ -1,0 +1,108 @@
+"""The distributed evaluation step of a classifier, shared by training (the
+trainer's evaluation during a run) and evaluation (`keras_vit.evaluation`):
+loss, top-1 and top-5 accuracy of a model's logits over the masked batches
+of `keras_vit.data.pipeline.eval_dataset` (TensorFlow).
+"""
+
+from __future__ import annotations
+
+from typing import Dict
+
+import keras
+import tensorflow as tf
+
+from keras_vit.errors import UsageError
+from keras_vit.scoring.losses import LOSSES, per_example_loss
+
+
+class Evaluator:
+    """The distributed evaluation step of a classifier: loss, top-1 and
+    top-5 accuracy over masked batches.
+
+    Evaluation alone (`keras_vit.evaluation.accuracy`) uses it as is;
+    `keras_vit.training.trainer.Trainer` extends it, so both score a model
+    with the same step.
+
+    Args:
+        model: keras.Model. Images -> logits; created under
+            `strategy.scope()`.
+        strategy: tf.distribute.Strategy.
+        num_classes: int. Width of the model's output.
+        loss: str. "softmax_xent" or "sigmoid_xent".
+    """
+
+    # The name of the accuracy in logs, summaries and final metrics.
+    accuracy_name = "accuracy"
+
+    def __init__(
+        self,
+        model: keras.Model,
+        strategy: tf.distribute.Strategy,
+        *,
+        num_classes: int,
+        loss: str = "softmax_xent",
+    ):
+        if loss not in LOSSES:
+            raise UsageError(
+                f"Unknown loss {loss!r}: use one of {', '.join(LOSSES)}."
+            )
+        self.model = model
+        self.strategy = strategy
+        self.num_classes = int(num_classes)
+        self.loss = loss
+        self._eval_step = tf.function(self._eval_step_fn)
+
+    def _eval_step_fn(self, images, labels, mask):
+        def step(images, labels, mask):
+            logits = tf.cast(self.model(images, training=False), tf.float32)
+            losses = per_example_loss(
+                labels, logits, self.num_classes, self.loss
+            )
+            top1 = tf.cast(
+                tf.equal(tf.argmax(logits, -1, output_type=tf.int32), labels),
+                tf.float32,
+            )
+            k = min(5, self.num_classes)
+            top5 = tf.cast(tf.nn.in_top_k(labels, logits, k), tf.float32)
+            return (
+                tf.reduce_sum(losses * mask),
+                tf.reduce_sum(top1 * mask),
+                tf.reduce_sum(top5 * mask),
+                tf.reduce_sum(mask),
+            )
+
+        results = self.strategy.run(step, args=(images, labels, mask))
+        return [
+            self.strategy.reduce("SUM", r, axis=None) for r in results
+        ]
+
+    def evaluate(self, dataset, on_batch=None) -> Dict[str, float]:
+        """Loss, top-1 and top-5 accuracy over a distributed eval dataset.
+
+        Args:
+            dataset: iterable of (images, labels, mask) batches, distributed
+                by `strategy`; examples whose mask is 0 (padding) are not
+                counted.
+            on_batch: None, or called after each batch with the 1-based
+                batch index and the metrics so far.
+
+        Returns:
+            {"loss", "accuracy", "top5_accuracy", "num_examples"}.
+        """
+        totals = [0.0, 0.0, 0.0, 0.0]
+        for i, (images, labels, mask) in enumerate(dataset, start=1):
+            values = self._eval_step(images, labels, mask)
+            totals = [t + float(v) for t, v in zip(totals, values)]
+            if on_batch is not None:
+                on_batch(i, _metrics(totals))
+        return _metrics(totals)
+
+
+def _metrics(totals) -> Dict[str, float]:
+    n = max(totals[3], 1.0)
+    return {
+        "loss": totals[0] / n,
+        "accuracy": totals[1] / n,
+        "top5_accuracy": totals[2] / n,
+        "num_examples": int(totals[3]),
+    }

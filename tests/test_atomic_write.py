@@ -1,0 +1,152 @@
+"""keras_vit.checkpoint.atomic: the one helper every file write goes through.
+
+A write either replaces the file whole or leaves the old one: an exception
+in the middle (a full disk, a failing writer) leaves the old content and no
+temporary file; a process killed in the middle leaves the old content, and
+its partial data only under a temporary name.
+"""
+
+import errno
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from keras_vit.checkpoint import atomic
+from keras_vit.checkpoint import npz as checkpoint_io
+from keras_vit.checkpoint.atomic import atomic_write
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _names(folder):
+    return sorted(os.listdir(folder))
+
+
+@pytest.mark.parametrize("content, expected", [
+    ("héllo\n", "héllo\n".encode("utf-8")),
+    (b"\x00\x01binary", b"\x00\x01binary"),
+])
+def test_str_and_bytes_replace_the_file_whole(tmp_path, content, expected):
+    path = tmp_path / "sub" / "out.txt"  # the folder is created
+    atomic_write(path, "old")
+    atomic_write(path, content)
+    assert path.read_bytes() == expected
+    assert _names(path.parent) == ["out.txt"]
+
+
+def test_a_writer_gets_a_temporary_path_with_the_same_extension(tmp_path):
+    seen = []
+
+    def writer(tmp):
+        seen.append(tmp)
+        np.savez(tmp, x=np.arange(3))  # adds .npz unless the name has it
+
+    path = tmp_path / "arrays.npz"
+    atomic_write(str(path), writer)
+    assert seen[0].endswith(".npz") and seen[0] != str(path)
+    assert os.path.dirname(seen[0]) == str(tmp_path)
+    np.testing.assert_array_equal(np.load(path)["x"], np.arange(3))
+    assert _names(tmp_path) == ["arrays.npz"]
+
+
+def test_an_exception_mid_write_keeps_the_old_file(tmp_path):
+    path = tmp_path / "metrics.json"
+    atomic_write(path, '{"accuracy": 0.9}')
+
+    def full_disk(tmp):
+        with open(tmp, "w") as f:
+            f.write('{"accur')  # half of the new content
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with pytest.raises(OSError, match="No space left"):
+        atomic_write(path, full_disk)
+    assert path.read_text() == '{"accuracy": 0.9}'
+    assert _names(tmp_path) == ["metrics.json"]  # no temporary file left
+
+
+def test_an_interrupted_str_write_keeps_the_old_file(tmp_path, monkeypatch):
+    path = tmp_path / "labels.txt"
+    atomic_write(path, "a\nb\n")
+
+    def no_space(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(atomic.os, "fsync", no_space)
+    with pytest.raises(OSError):
+        atomic_write(path, "c\nd\ne\n")
+    assert path.read_text() == "a\nb\n"
+    assert _names(tmp_path) == ["labels.txt"]
+
+
+def test_a_writer_that_writes_nothing_is_an_error(tmp_path):
+    with pytest.raises(RuntimeError, match="wrote no file"):
+        atomic_write(tmp_path / "m.keras", lambda tmp: None)
+    assert _names(tmp_path) == []
+
+
+def test_other_content_is_refused(tmp_path):
+    with pytest.raises(TypeError, match="str, bytes or a writer"):
+        atomic_write(tmp_path / "x", 3)
+    assert _names(tmp_path) == []
+
+
+_KILLED = textwrap.dedent("""
+    import os, sys
+    sys.path.insert(0, sys.argv[1])
+    from keras_vit.checkpoint.atomic import atomic_write
+
+    def killed(tmp):
+        with open(tmp, "w") as f:
+            f.write("partial")
+            f.flush()
+        os._exit(9)  # as a kill -9 in the middle of the write
+
+    atomic_write(sys.argv[2], killed)
+""")
+
+
+def test_a_killed_process_leaves_the_old_file(tmp_path):
+    path = tmp_path / "config.json"
+    atomic_write(path, "{}\n")
+    script = tmp_path / "kill.py"
+    script.write_text(_KILLED)
+    run = subprocess.run([sys.executable, str(script), ROOT, str(path)],
+                         timeout=300)
+    assert run.returncode == 9
+    assert path.read_text() == "{}\n"
+    leftovers = [n for n in _names(tmp_path) if n not in
+                 ("config.json", "kill.py")]
+    # The partial data is only under a temporary name, which the next
+    # write does not reuse.
+    assert len(leftovers) == 1 and leftovers[0].startswith("config.tmp-")
+    assert leftovers[0].endswith(".json")
+    atomic_write(path, '{"a": 1}\n')
+    assert path.read_text() == '{"a": 1}\n'
+
+
+def test_remote_paths_go_through_gfile():
+    tf = pytest.importorskip("tensorflow")
+    root = "ram://keras_vit_atomic_test"
+    atomic_write(f"{root}/a/t.txt", "text")
+    atomic_write(f"{root}/a/b.bin", b"\xff\x00")
+    atomic_write(f"{root}/a/n.npz", lambda tmp: np.savez(tmp, x=np.ones(4)))
+    with tf.io.gfile.GFile(f"{root}/a/t.txt", "rb") as f:
+        assert f.read() == b"text"
+    with tf.io.gfile.GFile(f"{root}/a/b.bin", "rb") as f:
+        assert f.read() == b"\xff\x00"
+    np.testing.assert_array_equal(
+        checkpoint_io.read_npz(f"{root}/a/n.npz")["x"], np.ones(4))
+
+    def failing(tmp):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with pytest.raises(OSError):
+        atomic_write(f"{root}/a/t.txt", failing)
+    with tf.io.gfile.GFile(f"{root}/a/t.txt", "rb") as f:
+        assert f.read() == b"text"
+    assert sorted(tf.io.gfile.listdir(f"{root}/a")) == [
+        "b.bin", "n.npz", "t.txt"]
