@@ -7,14 +7,15 @@ README.md, benchmarks/README.md and docs/*.md show shell commands in
 split) and checks each one as its own test case, named after its file and
 line, so that a renamed flag fails here and not for a user:
 
-- project commands (train.py, evaluate.py, `python -m keras_vit.export`,
-  `keras_vit.checkpoint.convert`, `keras_vit.analysis`, the keras-vit-*
-  console scripts, benchmarks/, scripts/ and docs/ scripts) are parsed by
-  their real parser without running: absl flags with the config file
-  loaded and every `--config.field` override applied (the configs are
-  locked, so a misspelt field fails), argparse parsers with parse_args;
+- project commands (the six keras-vit-* console scripts, train.py,
+  evaluate.py, benchmarks/, scripts/ and docs/ scripts) are parsed by
+  their real parser without running: a command's absl flags as it defines
+  and parses them (keras_vit.commands.flags.parse), the config loaded and
+  every `--config.field` override applied (the configs are locked, so a
+  misspelt field fails); argparse scripts with parse_args;
 - pip lines are parsed (pip's options, each requirement with packaging's
   parser), and every extra they name must exist in setup.cfg;
+- `mkdocs build` runs, strictly, into a temporary folder;
 - external tools (TF Serving in docker, curl, TensorBoard, gsutil, CI) are
   not run; what they say about this project (the paths an export writes,
   model and signature names, the JSON of a request, a logdir) is checked
@@ -22,7 +23,7 @@ line, so that a renamed flag fails here and not for a user:
 - the commands that work on scikit-learn's digits or on small local files
   run for real, shrunk to seconds (RUNS): the digits training, plain and
   few-shot evaluation of that run, two exports, saved_model_cli on an
-  export, a checkpoint conversion and the analysis.
+  export, a checkpoint conversion, two analyses and a prediction.
 
 The options and config fields that the text names outside commands
 (`--config.ema_decay=0.9999`) must exist too.
@@ -49,6 +50,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from typing import Callable, Dict, List, Optional, Tuple
 
@@ -98,6 +100,9 @@ EXTERNAL = {
     "gcloud": "Google Cloud SDK: needs a project",
     "bash": ".ci/run builds a fresh virtual environment from the package "
     "index; CI runs it",
+    "mkdocs": "the documentation site (the docs extra): `mkdocs build` runs "
+    "here, strictly, into a temporary folder; `mkdocs serve` is a server "
+    "for the same site",
 }
 # Packages that pip lines name without setup.cfg declaring them.
 UNDECLARED_PACKAGES = {
@@ -260,14 +265,28 @@ def setup_cfg() -> configparser.ConfigParser:
     return config
 
 
+def entry_points() -> Dict[str, str]:
+    """console script name -> its entry point, "module:function"
+    (setup.cfg)."""
+    text = setup_cfg()["options.entry_points"]["console_scripts"]
+    return dict((s.strip() for s in line.split("=", 1))
+                for line in text.strip().splitlines())
+
+
 def console_scripts() -> Dict[str, str]:
     """console script name -> module of its entry point (setup.cfg)."""
-    text = setup_cfg()["options.entry_points"]["console_scripts"]
-    scripts = {}
-    for line in text.strip().splitlines():
-        name, target = (s.strip() for s in line.split("=", 1))
-        scripts[name] = target.split(":")[0]
-    return scripts
+    return {name: target.split(":")[0]
+            for name, target in entry_points().items()}
+
+
+def console_script_argv(name: str) -> List[str]:
+    """The argv that runs console script `name` as setup.cfg declares it,
+    with this interpreter and this checkout's code (an installed wrapper
+    may predate the checkout's entry points)."""
+    module, function = entry_points()[name].split(":")
+    code = (f"import sys; from {module} import {function}; "
+            f"sys.argv[0] = {name!r}; sys.exit({function}())")
+    return [sys.executable, "-c", code]
 
 
 def classify(command: Command) -> str:
@@ -723,11 +742,37 @@ def check_external(command: Command, workspace) -> str:
         if not match or match.group(1) not in models:
             _fail(command, f"{urls} names no exported model ({models})")
         return "external, not run: " + EXTERNAL[exe]
+    if exe == "mkdocs":
+        return check_mkdocs(command)
     if exe == "bash":
         for word in args:
             if not os.path.exists(os.path.join(ROOT, word)):
                 _fail(command, f"{word} does not exist")
     return "external, not run: " + EXTERNAL[exe]
+
+
+def check_mkdocs(command: Command) -> str:
+    """`mkdocs build` runs strictly (a broken link or a missing API entry
+    fails) into a temporary folder; `mkdocs serve` serves the same site."""
+    args = list(command.argv[1:])
+    if not os.path.exists(os.path.join(ROOT, "mkdocs.yml")):
+        _fail(command, "there is no mkdocs.yml")
+    found = shutil.which("mkdocs", path=_bin_path())
+    if found is None:
+        pytest.skip("mkdocs is not installed (the docs extra)")
+    if args[:1] != ["build"]:
+        return "external, not run: " + EXTERNAL["mkdocs"]
+    site = tempfile.mkdtemp(prefix="keras_vit_site_")
+    try:
+        proc = subprocess.run(
+            [found, "build", "--strict", "--site-dir", site], cwd=ROOT,
+            env=_env(), capture_output=True, text=True,
+            timeout=RUN_TIMEOUT_S)
+    finally:
+        shutil.rmtree(site, ignore_errors=True)
+    if proc.returncode != 0:
+        _fail(command, proc.stderr.strip()[-2000:])
+    return "ran (mkdocs build --strict into a temporary folder)"
 
 
 # ------------------------------------------------------------------ runs
@@ -741,8 +786,9 @@ TINY_TRAINING = (
 )
 # RUNS' keys: the start of the command they run (whatever options the text
 # gives after it run too).
-TRAIN = "python train.py --config=configs/digits.py --workdir=/tmp/vit_digits"
-EXPORT_VIT = "python -m keras_vit.export --export_dir exports --model_name vit"
+TRAIN = "keras-vit-train --config=digits --workdir=/tmp/vit_digits"
+EXPORT_VIT = ("keras-vit-export --model=model.keras --export_dir=exports "
+              "--model_name=vit")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -798,11 +844,19 @@ def _check_fewshot(workspace, command, result):
                   os.path.join(out, "fewshot.md"))
 
 
+def _doc_lines() -> List[str]:
+    """The lines of every document, one after the other."""
+    lines = []
+    for doc in DOCS:
+        with open(os.path.join(ROOT, doc), encoding="utf-8") as f:
+            lines += f.read().splitlines()
+    return lines
+
+
 def readme_export_layout() -> List[str]:
-    """The files that README.md says an export writes (its listing of
-    exports/...)."""
-    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
-        lines = f.read().splitlines()
+    """The files that the documentation says an export writes (its listing
+    of exports/...)."""
+    lines = _doc_lines()
     paths = []
     for language, block in _fences(lines):
         if language or not any("models.config" in t for _, t in block):
@@ -822,7 +876,7 @@ def _check_export(workspace, command, result):
     version = os.path.join(export_dir, model_name, "1")
     assert result.stdout.strip().splitlines()[-1] == version, result.tail()
     layout = readme_export_layout()
-    assert layout, "README.md lists no export layout"
+    assert layout, "the documentation lists no export layout"
     _assert_files(workspace, result, *(
         re.sub(r"^exports/(vit/)?",
                lambda m: export_dir + "/" + (model_name + "/" if m.group(1)
@@ -852,32 +906,41 @@ def _check_convert(workspace, command, result):
 
 
 def _check_analysis(workspace, command, result):
-    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
-        figures = re.findall(r"^\| `(\w+\.png)` \|", f.read(), re.M)
+    figures = re.findall(r"^\| `(\w+\.png)` \|", "\n".join(_doc_lines()),
+                         re.M)
     assert len(figures) == 4, figures
     out = option(command, "output_dir")
     _assert_files(workspace, result, os.path.join(out, "analysis.json"),
                   *(os.path.join(out, name) for name in figures))
 
 
+def _check_predict(workspace, command, result):
+    for name in sorted(os.listdir(workspace.path("photos"))):
+        assert name in result.stdout, result.tail()
+
+
 RUNS: Dict[str, Run] = {
     TRAIN: Run(_check_train, extra=TINY_TRAINING,
                changed="a 1-layer width-32 model for 20 steps"),
-    "python evaluate.py --mode=eval --workdir=/tmp/vit_digits": Run(
+    "keras-vit-evaluate --mode=eval --workdir=/tmp/vit_digits": Run(
         _check_eval, after=(TRAIN,)),
-    "python evaluate.py --mode=fewshot --config=configs/fewshot.py:digits":
+    "keras-vit-evaluate --mode=fewshot --config=fewshot:digits":
         Run(_check_fewshot, after=(TRAIN,)),
     EXPORT_VIT: Run(_check_export,
                     changed="model.keras: a tiny 10-class ViT"),
-    "python -m keras_vit.export --export_dir exports --model_name digits":
-        Run(_check_export, after=(TRAIN,)),
+    "keras-vit-export --model=/tmp/vit_digits --export_dir=exports "
+    "--model_name=digits": Run(_check_export, after=(TRAIN,)),
     "saved_model_cli show --dir exports/vit/1": Run(
         _check_saved_model_cli, after=(EXPORT_VIT,)),
-    "python -m keras_vit.checkpoint.convert --npz ViT-B_16.npz": Run(
-        _check_convert, replace=(("B/16", "Ti/16"),),
-        changed="ViT-B_16.npz holds a Ti/16; --variant Ti/16"),
-    "python -m keras_vit.analysis --model vit.keras --images photos/": Run(
+    "keras-vit-convert --model=ViT-B_16.npz": Run(
+        _check_convert, replace=(("--variant=B/16", "--variant=Ti/16"),),
+        changed="ViT-B_16.npz holds a Ti/16; --variant=Ti/16"),
+    "keras-vit-analysis --model=vit.keras --output_dir=analysis/": Run(
         _check_analysis, changed="vit.keras: a tiny ViT; photos/: 2 PNGs"),
+    "keras-vit-analysis --model=/tmp/vit_digits --digits=8": Run(
+        _check_analysis, after=(TRAIN,)),
+    "keras-vit-predict --model=/tmp/vit_digits photos/": Run(
+        _check_predict, after=(TRAIN,), changed="photos/: 2 PNGs"),
 }
 
 
@@ -961,6 +1024,8 @@ def run_readme_command(workspace: Workspace, key: str) -> Result:
     argv += spec.extra
     if argv[0] in PYTHONS:
         argv[0] = sys.executable
+    elif argv[0] in entry_points():
+        argv[:1] = console_script_argv(argv[0])
     else:
         found = shutil.which(argv[0], path=_bin_path())
         if found is None:
@@ -1047,11 +1112,12 @@ def check_command(command: Command, workspace_getter) -> str:
         done = check_suite(command)
     elif kind == "env":
         done = check_env(command)
-    elif run_key(command):
+    elif run_key(command) and command.doc in DOCS:
         done = "external"
     else:
         done = check_external(command, workspace_getter())
-    key = run_key(command)
+    # Only the documents' own commands run (a sample here is parsed).
+    key = run_key(command) if command.doc in DOCS else None
     if key:
         spec = RUNS[key]
         result = run_readme_command(workspace_getter(), key)
