@@ -13,12 +13,15 @@ import numpy as np
 import pytest
 import safetensors.numpy
 
+import keras_vit
+
 from keras_vit.checkpoint import (
     hub,
     hub_config,
     hub_timm,
     loader,
     timm_registry,
+    weights,
 )
 from keras_vit.commands import predict
 from keras_vit.errors import UsageError
@@ -247,6 +250,33 @@ def test_relu_pooler_is_computed_and_kept_by_save(tmp_path):
     _assert_reference(again, folder)
     with pytest.raises(UsageError, match="pooler_act='quick_gelu'"):
         _load(os.path.join(FIXTURES, "hf_vit_model_quick_gelu"))
+
+
+def test_relu_pooler_is_not_fine_tuned_as_tanh(tmp_path):
+    """A config-built model computes tanh in its pre-logits layer: keeping a
+    relu pooler there is refused; the paper's transfer (pre-logits
+    dropped) and the backbone file without it work."""
+    folder = os.path.join(FIXTURES, "hf_vit_model_relu")
+    info = loader.describe_source(loader.Source(hub=folder))
+    fields = {k: info[k] for k in ("patch_size", "hidden_size", "num_layers",
+                                   "num_heads", "mlp_dim")}
+    model = keras_vit.create_model(
+        None, num_classes=3, image_size=info["image_size"],
+        representation_size=info["representation_size"], **fields)
+    with pytest.raises(UsageError, match="pre-logits layer uses 'relu'"):
+        loader.initialise(model, folder, keep_pre_logits=True)
+    with pytest.raises(UsageError, match="keep_pre_logits=False"):
+        loader.write_backbone(folder, str(tmp_path / "b.npz"),
+                              keep_pre_logits=True)
+    plain = keras_vit.create_model(
+        None, num_classes=3, image_size=info["image_size"], **fields)
+    loader.initialise(plain, folder)
+    np.testing.assert_array_equal(
+        weights.model_arrays(plain)["Transformer/encoder_norm/scale"],
+        loader.source_arrays(folder, False)["Transformer/encoder_norm/scale"])
+    backbone = loader.write_backbone(folder, str(tmp_path / "b.npz"))
+    assert not any(k.startswith("pre_logits/")
+                   for k in np.load(backbone.npz).files)
 
 
 def test_gap_model_loads_exactly_with_or_without_global_pool(tmp_path):

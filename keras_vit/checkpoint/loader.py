@@ -337,31 +337,54 @@ def describe_source(source: SourceLike) -> Dict[str, Any]:
     return info
 
 
-def _source_content(source: SourceLike):
+def _check_pre_logits(source: Source, activation: str) -> None:
+    """Refuses a pre-logits layer this project's models would run with
+    another activation: they build it with tanh (the official ViT's)."""
+    if activation not in ("tanh", None):
+        raise UsageError(
+            f"{source.path}: its pre-logits layer uses {activation!r}, and "
+            "a model built from a config computes tanh there. Fine-tune "
+            "without the pre-logits layer (config.init.keep_pre_logits="
+            "False, the paper's transfer), or load the model itself with "
+            "keras_vit.load_model."
+        )
+
+
+def _source_content(source: SourceLike, keep_pre_logits: bool = True):
     """(arrays, patch grid or None, layout, ignored) of a source, in the
-    official layout, for `weights.load_arrays`."""
+    official layout, for `weights.load_arrays`. With `keep_pre_logits`, a
+    pre-logits layer whose activation is not tanh is refused (the caller
+    leaves it out otherwise)."""
     source = resolve(source)
     if source.npz:
         content = _read_npz(source)
-        return (
-            content.arrays, source.posemb_grid, content.layout,
-            content.ignored,
-        )
-    if source.hub:
+        arrays, grid = content.arrays, source.posemb_grid
+        layout, ignored, activation = content.layout, content.ignored, None
+    elif source.hub:
         checkpoint = hub.read_hub(source.hub)
         patch = int(checkpoint.arrays["embedding/kernel"].shape[0])
+        arrays = checkpoint.arrays
         grid = tuple(s // patch for s in checkpoint.image_size)
-        return checkpoint.arrays, grid, checkpoint.naming, ()
-    model = load_model(source)
-    return (
-        weights.model_arrays(model), weights.model_grid(model), "official",
-        (),
-    )
+        layout, ignored = checkpoint.naming, ()
+        activation = checkpoint.pre_logits_activation
+    else:
+        model = load_model(source)
+        arrays, grid = weights.model_arrays(model), weights.model_grid(model)
+        layout, ignored, activation = "official", (), None
+        if any(layer.name == "pre_logits" for layer in model.layers):
+            activation = keras.activations.serialize(
+                model.get_layer("pre_logits").activation)
+    if keep_pre_logits and any(k.startswith("pre_logits/") for k in arrays):
+        _check_pre_logits(source, activation)
+    return arrays, grid, layout, ignored
 
 
-def source_arrays(source: SourceLike) -> Dict[str, Any]:
-    """The source's parameters in the official .npz layout."""
-    return _source_content(source)[0]
+def source_arrays(
+    source: SourceLike, keep_pre_logits: bool = True
+) -> Dict[str, Any]:
+    """The source's parameters in the official .npz layout; with
+    `keep_pre_logits`, a pre-logits layer that is not tanh is refused."""
+    return _source_content(source, keep_pre_logits)[0]
 
 
 def write_backbone(
@@ -380,7 +403,7 @@ def write_backbone(
     source = resolve(source)
     drop = ("head/",) if keep_pre_logits else ("head/", "pre_logits/")
     arrays = {
-        k: v for k, v in source_arrays(source).items()
+        k: v for k, v in source_arrays(source, keep_pre_logits).items()
         if not k.startswith(drop)
     }
     checkpoint_io.write_npz(path, arrays)
@@ -419,7 +442,7 @@ def initialise(
         The `LoadReport`.
     """
     source = resolve(source)
-    arrays, grid, layout, ignored = _source_content(source)
+    arrays, grid, layout, ignored = _source_content(source, keep_pre_logits)
     return weights.load_arrays(
         model,
         arrays,
