@@ -416,6 +416,49 @@ def quickstart() -> str:
         f"`{d['command']}`, `docs/results/quickstart.json`).\n")
 
 
+POSEMB_PAIRS = (("keras_vit_vs_timm", "keras_vit vs timm"),
+                ("keras_vit_vs_transformers", "keras_vit vs transformers"),
+                ("timm_vs_transformers", "timm vs transformers"))
+
+
+def _small(x: float) -> str:
+    """A relative difference: a percentage, or float32 rounding as such."""
+    return f"{x:.1e}" if x < 1e-3 else pct(x, 1)
+
+
+def posemb_resize() -> str:
+    """How keras_vit's position-embedding resizing (bilinear, corners
+    aligned) differs from timm's and transformers' (bicubic)."""
+    d = load("docs/results/posemb_resize.json")
+    lines = ["| B/16 sin-cos table (width 768), resized | "
+             + " | ".join(label for _, label in POSEMB_PAIRS) + " |",
+             "|---" * (1 + len(POSEMB_PAIRS)) + "|"]
+    for resize, pairs in d["sincos2d_B16_tables"].items():
+        grids = [int(g.split("x")[0]) for g in resize.split("->")]
+        lines.append(f"| {resize.replace('->', ' -> ')} ({grids[0] * 16} "
+                     f"-> {grids[1] * 16} px) | " + " | ".join(
+                         pct(pairs[key]["rms_relative"], 1)
+                         for key, _ in POSEMB_PAIRS) + " |")
+    lines += ["\n(Difference relative to the table's RMS.)\n",
+              "| test model, stored size -> run at | reference | largest "
+              "logit difference (of the largest logit) | top-1 agreement |",
+              "|---|---|---|---|"]
+    libraries = {"timm_vit": "timm", "hf_vit_classifier": "transformers"}
+    for key, r in d["fixture_model_logits"].items():
+        model, sizes = key.split(" ", 1)
+        lines.append(
+            f"| `{model}`, {sizes.replace('->', ' -> ').replace('px', ' px')} | "
+            f"{libraries.get(model, model)} | "
+            f"{_small(r['max_abs_logit_difference_relative'])} | "
+            f"{pct(r['top1_agreement'])} of {r['images']} images |")
+    v = d["versions"]
+    versions = ", ".join(f"{k} {v[k]}" for k in sorted(v))
+    return "\n".join(lines) + (f"\n\n(Random test models of "
+                               f"`tests/fixtures/hub/`; {versions}.)") + \
+        source("docs/results/posemb_resize.json",
+               command="python scripts/posemb_resize_comparison.py")
+
+
 def _assigned(path: str, name: str):
     """The literal value assigned to `name` at the top of a Python file
     (read, not imported)."""
@@ -465,6 +508,7 @@ RENDERERS: Dict[str, Callable[[], str]] = {
     "mpp-label-efficiency": mpp_label_efficiency,
     "litert-agreement": litert_agreement,
     "quickstart": quickstart,
+    "posemb-resize": posemb_resize,
 }
 
 

@@ -157,3 +157,25 @@ def test_no_measured_figure_outside_a_results_block(doc):
     assert not found, (
         f"{doc} states {found} outside a results block: generate it from a "
         "stored result (scripts/results_tables.py) or remove it")
+
+
+def test_posemb_resize_block_states_the_stored_differences():
+    data = json.loads(_read("docs/results/posemb_resize.json"))
+    block = tables.posemb_resize()
+    for resize, pairs in data["sincos2d_B16_tables"].items():
+        row = [ln for ln in block.splitlines()
+               if ln.startswith(f"| {resize.replace('->', ' -> ')} ")]
+        assert len(row) == 1
+        for key, _ in tables.POSEMB_PAIRS:
+            assert f"| {100 * pairs[key]['rms_relative']:.1f}% " in (
+                row[0] + " ")
+    assert block.startswith("| B/16 sin-cos table")
+    rows = [ln for ln in block.splitlines() if ln.startswith("| `")]
+    assert len(rows) == len(data["fixture_model_logits"])
+    for row, r in zip(rows, data["fixture_model_logits"].values()):
+        agree = f"{100 * r['top1_agreement']:.0f}% of {r['images']} images"
+        assert row.endswith(f"| {agree} |")
+        # float32 rounding in scientific notation, differences in percent
+        diff = r["max_abs_logit_difference_relative"]
+        assert (f"{diff:.1e}" if diff < 1e-3 else
+                f"{100 * diff:.1f}%") in row
