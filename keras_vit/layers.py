@@ -17,9 +17,9 @@ matmul, which TensorFlow's CPU runtime fuses with its bias add (and the first
 MLP layer with its GELU, which is why the GELU is that layer's activation).
 See benchmarks/README.md for the measurements.
 
-Training and inference take the same path through each block (one
-attention path, Keras's own LayerNormalization); benchmarks/README.md has
-the measurements of the alternatives that were removed.
+Training and inference take the same path through each block: one
+attention path (`keras_vit.attention`) and `LayerNorm`, Keras's layer in
+fewer passes. benchmarks/README.md has the measurements behind both.
 
 The input layers (patch embedding, class token, position embedding) live in
 `keras_vit.embedding`, the attention layer in `keras_vit.attention`; both
@@ -53,11 +53,44 @@ def gelu_tanh(x):
     return ops.gelu(x, approximate=True)
 
 
-def layer_norm(
-    name: str, epsilon: float = LAYER_NORM_EPSILON
-) -> keras.layers.LayerNormalization:
+@keras.saving.register_keras_serializable(package=PACKAGE)
+class LayerNorm(keras.layers.LayerNormalization):
+    """Keras's LayerNormalization, computed in fewer passes over the input.
+
+    The same weights (`gamma`, `beta`), config and result (to float32
+    rounding); statistics in float32 whatever the compute dtype, as Keras
+    does. Keras forms `rsqrt(var + eps) * gamma` and `-mean * that + beta`
+    as full-size tensors (a broadcast of a (..., 1) tensor against a (D,)
+    one), then `x * scale + shift`: six full-size elementwise passes, three
+    of them broadcasts. Here: centre, square, normalise, scale, shift, five
+    passes with only one-sided broadcasts. Measured in the whole model
+    against Keras's layer, interleaved in one process: see
+    benchmarks/results/attention_paths_*. Normalising over any axis but the
+    last, RMS scaling and the PyTorch backend (where Keras calls a fused
+    kernel) use Keras's own computation.
+    """
+
+    def call(self, inputs):
+        last = [-1], [len(inputs.shape) - 1]
+        if (self.rms_scaling or self.axis not in last
+                or keras.backend.backend() == "torch"):
+            return super().call(inputs)
+        x = inputs
+        if keras.backend.standardize_dtype(x.dtype) in ("float16", "bfloat16"):
+            x = ops.cast(x, "float32")
+        centred = x - ops.mean(x, axis=-1, keepdims=True)
+        variance = ops.mean(ops.square(centred), axis=-1, keepdims=True)
+        y = centred * ops.rsqrt(variance + self.epsilon)
+        if self.gamma is not None:
+            y = y * self.gamma
+        if self.beta is not None:
+            y = y + self.beta
+        return ops.cast(y, self.compute_dtype)
+
+
+def layer_norm(name: str, epsilon: float = LAYER_NORM_EPSILON) -> LayerNorm:
     """LayerNorm with the official epsilon (1e-6), not Keras's 1e-3."""
-    return keras.layers.LayerNormalization(epsilon=epsilon, name=name)
+    return LayerNorm(epsilon=epsilon, name=name)
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
