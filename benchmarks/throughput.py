@@ -21,7 +21,10 @@ repeats interleaved with ours so that load from other processes hits both
 alike; every repeat starts with `--rewarm` untimed steps, since the first
 step after the other model ran is slower. keras-hub is optional and
 imported only here. With `--jax` the same measurements run again in a
-subprocess under KERAS_BACKEND=jax.
+subprocess under KERAS_BACKEND=jax. `--compare_tree NAME=DIR` (repeatable)
+also times keras_vit as another checkout at DIR has it (an earlier commit,
+a candidate change), interleaved with the others in the same process: the
+way to measure what one code path gains.
 
 Writes NAME.json (every sample) and NAME.md (a table) for `--output NAME`.
 """
@@ -30,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import importlib
 import json
 import os
 import platform
@@ -84,6 +88,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--compare_keras_hub", action="store_true")
     p.add_argument("--jax", action="store_true",
                    help="also run under KERAS_BACKEND=jax (subprocess)")
+    p.add_argument("--compare_tree", action="append", default=[],
+                   metavar="NAME=DIR",
+                   help="also time keras_vit as imported from the checkout "
+                        "at DIR, reported as NAME (repeatable)")
     for name in ("patch_size", "hidden_size", "num_layers", "num_heads",
                  "mlp_dim"):
         p.add_argument(f"--{name}", type=int, default=None,
@@ -102,6 +110,15 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     if bad or not modes:
         p.error(f"--mode must list train and/or infer, got {args.mode!r}")
     args.modes = modes
+    args.trees = {}
+    for spec in args.compare_tree:
+        name, _, folder = spec.partition("=")
+        if not name or not os.path.isdir(os.path.join(folder, "keras_vit")):
+            p.error(f"--compare_tree {spec!r}: NAME=DIR, where DIR holds "
+                    "a keras_vit package")
+        if name in ("keras_vit", "keras_hub") or name in args.trees:
+            p.error(f"--compare_tree name {name!r} is taken")
+        args.trees[name] = os.path.abspath(folder)
     for name in ("batch_size", "repeats", "image_size", "matmul_size",
                  "matmul_repeats", "num_classes"):
         if getattr(args, name) < 1:
@@ -263,10 +280,33 @@ def matmul_ceiling(
     return samples
 
 
+def import_tree(folder: str) -> Callable[..., keras.Model]:
+    """`create_model` of the keras_vit package in `folder`, imported beside
+    the one in use: that package's modules are set aside while the other's
+    import, then put back. (Both register their Keras classes under the
+    same names; nothing here saves or loads a model.)"""
+    ours = [k for k in sys.modules
+            if k == "keras_vit" or k.startswith("keras_vit.")]
+    saved = {k: sys.modules.pop(k) for k in ours}
+    sys.path.insert(0, folder)
+    try:
+        return importlib.import_module("keras_vit.model").create_model
+    finally:
+        sys.path.remove(folder)
+        for k in [k for k in sys.modules
+                  if k == "keras_vit" or k.startswith("keras_vit.")]:
+            del sys.modules[k]
+        sys.modules.update(saved)
+
+
 def build_model(which: str, dims: Dict[str, int], args) -> keras.Model:
-    """keras.Model. The classifier to time: ours, or keras-hub's ViT."""
-    if which == "keras_vit":
-        return keras_vit.create_model(
+    """keras.Model. The classifier to time: ours, another checkout's
+    (`--compare_tree`), or keras-hub's ViT."""
+    if which == "keras_vit" or which in args.trees:
+        create = keras_vit.create_model
+        if which in args.trees:
+            create = import_tree(args.trees[which])
+        return create(
             None, num_classes=args.num_classes, image_size=args.image_size,
             **dims
         )
@@ -381,8 +421,9 @@ def run_benchmarks(args: argparse.Namespace) -> Dict[str, Any]:
             f"--image_size {args.image_size} is not divisible by patch size "
             f"{dims['patch_size']}: use a multiple of {dims['patch_size']}."
         )
-    models = ["keras_vit"]
-    notes = []
+    models = ["keras_vit", *args.trees]
+    notes = [f"{name}: keras_vit from {folder}"
+             for name, folder in args.trees.items()]
     hub = keras_hub_available() if args.compare_keras_hub else None
     if args.compare_keras_hub and hub is None:
         notes.append("keras-hub is not installed: comparison skipped "
@@ -439,7 +480,6 @@ def add_derived(result: Dict[str, Any], dtype: str) -> None:
     """
     ceiling = result["ceiling"][dtype]
     fwd = {
-        "keras_vit": result["forward_flops_per_image"],
         "keras_hub": result.get(
             "forward_flops_per_image_all_tokens",
             result["forward_flops_per_image"],
@@ -450,14 +490,15 @@ def add_derived(result: Dict[str, Any], dtype: str) -> None:
         for r in result["rows"] if r["model"] == "keras_hub"
     }
     for row in result["rows"]:
-        flops = fwd[row["model"]] * (3 if row["mode"] == "train" else 1)
+        flops = fwd.get(row["model"], result["forward_flops_per_image"])
+        flops *= 3 if row["mode"] == "train" else 1
         row["model_flops_per_s"] = flops * row["images_per_s"]
         row["mfu"] = row["model_flops_per_s"] / ceiling["flops_per_s"]
         if "cpu_s_per_image" in row:
             row["mfu_cpu"] = flops / row["cpu_s_per_image"] / ceiling.get(
                 "flops_per_cpu_s", float("nan"))
         other = hub.get((row["backend"], row["mode"], row["xla"]))
-        if row["model"] == "keras_vit" and other:
+        if row["model"] != "keras_hub" and other:
             row["vs_keras_hub"] = row["images_per_s"] / other["images_per_s"]
             if "cpu_s_per_image" in row:
                 row["vs_keras_hub_cpu"] = (
@@ -491,7 +532,9 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
     result = run_benchmarks(args)
-    result["args"] = {k: v for k, v in vars(args).items() if k != "modes"}
+    result["args"] = {
+        k: v for k, v in vars(args).items() if k not in ("modes", "trees")
+    }
     result["command"] = "python benchmarks/throughput.py " + " ".join(argv)
     if args.jax and keras.backend.backend() != "jax":
         child = run_jax_child(argv)

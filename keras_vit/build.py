@@ -41,7 +41,7 @@ def dtype_policy(dtype: str):
         keras.config.set_dtype_policy(previous)
 
 
-def model_stride(config) -> int:
+def config_stride(config) -> int:
     """int. Image pixels per token of `config.model`: the patch size, times
     the ResNet stride for hybrids."""
     model = config.model
@@ -60,7 +60,7 @@ def check_mpp(config) -> None:
     work with `config.model`."""
     opts = config.mpp
     mpp.check_options(
-        opts.target, opts.colour_bits, opts.grid_size, model_stride(config),
+        opts.target, opts.colour_bits, opts.grid_size, config_stride(config),
         opts.corrupt_rate, opts.mask_fraction, opts.random_fraction,
     )
 

@@ -10,7 +10,9 @@ implementation (`embedding`, `cls`, `pos_embedding`).
 from __future__ import annotations
 
 import keras
+import numpy as np
 from keras import ops
+
 from keras_vit.errors import UsageError
 
 PACKAGE = "keras_vit"
@@ -104,47 +106,52 @@ class ClassToken(keras.layers.Layer):
         return (input_shape[0], n, input_shape[2])
 
 
-def interpolation_matrix(old: int, new, dtype: str = "float32"):
-    """(new, old) weights of linear interpolation with the corners aligned.
-
-    Row i samples old position i * (old - 1) / (new - 1), the convention of
-    `keras_vit.checkpoint.posemb.resize_position_embedding` (the official
-    `scipy.ndimage.zoom(order=1)`), written as the hat function
-    max(0, 1 - |coordinate - j|) so that it needs only `new` as a tensor:
-    the same two non-zero weights (1 - t, t) per row. `new` may be a
-    run-time scalar, so the matrix follows the input size in a graph.
-    """
-    new_float = ops.cast(new, "float32")
-    step = ops.cast(old - 1, "float32") / ops.maximum(new_float - 1.0, 1.0)
-    coords = ops.cast(ops.arange(new), "float32") * step
-    source = ops.cast(ops.arange(old), "float32")
-    weights = ops.relu(1.0 - ops.abs(coords[:, None] - source[None, :]))
-    return ops.cast(weights, dtype)
+def _cast(x, dtype, xp):
+    """x (a Python number too) in `dtype`, in NumPy or Keras."""
+    return np.asarray(x).astype(dtype) if xp is np else ops.cast(x, dtype)
 
 
-def resize_grid(table, old_grid, new_grid, num_prefix_tokens: int = 0):
+def _resize_axis(x, axis: int, old: int, new, dtype, xp):
+    """`x` resized from `old` to `new` entries along `axis` (0 or 1 of a
+    (rows, cols, D) grid) by linear interpolation with the corners
+    aligned: entry i samples old position i * (old - 1) / (new - 1), the
+    official `scipy.ndimage.zoom(order=1)` convention."""
+    step = _cast(old - 1, dtype, xp) / xp.maximum(_cast(new, dtype, xp) - 1, 1)
+    coords = _cast(xp.arange(new), dtype, xp) * step
+    low = xp.clip(_cast(xp.floor(coords), "int32", xp), 0, old - 1)
+    high = xp.minimum(low + 1, old - 1)
+    t = coords - _cast(low, dtype, xp)
+    t = xp.reshape(t, (-1, 1, 1) if axis == 0 else (1, -1, 1))
+    return (xp.take(x, low, axis=axis) * (1 - t)
+            + xp.take(x, high, axis=axis) * t)
+
+
+def resize_grid(
+    table, old_grid, new_grid, num_prefix_tokens: int = 0, *,
+    dtype: str = "float32", xp=ops,
+):
     """A (1, prefix + rows * cols, D) position table at another patch grid.
 
-    In-graph twin of `resize_position_embedding`: prefix rows kept, the
-    grid resized along rows and then columns (the loader's order), row-major
-    again. Computed in float32; `new_grid` may hold run-time scalars.
+    The prefix rows are kept; the grid rows, reshaped to (rows, cols, D),
+    are resized bilinearly with the corners aligned (`_resize_axis`, rows
+    then columns) in `dtype` and flattened row-major again, in the table's
+    dtype. The one resizer of the package: the checkpoint loader calls it
+    with `xp=numpy` and float64 (the official implementation's precision,
+    on the host whatever the backend); `PositionEmbedding` calls it in the
+    graph with `keras.ops`, where `new_grid` may hold run-time scalars.
     """
     rows, cols = old_grid
-    depth = ops.shape(table)[-1]
+    depth = xp.shape(table)[-1]
     prefix = table[:, :num_prefix_tokens]
-    grid = ops.reshape(
-        ops.cast(table[0, num_prefix_tokens:], "float32"), (rows, cols, depth)
+    grid = xp.reshape(
+        _cast(table[0, num_prefix_tokens:], dtype, xp), (rows, cols, depth)
     )
-    grid = ops.einsum(
-        "ij,jkd->ikd", interpolation_matrix(rows, new_grid[0]), grid
+    grid = _resize_axis(grid, 0, rows, new_grid[0], dtype, xp)
+    grid = _resize_axis(grid, 1, cols, new_grid[1], dtype, xp)
+    grid = xp.reshape(
+        _cast(grid, table.dtype, xp), (1, new_grid[0] * new_grid[1], depth)
     )
-    grid = ops.einsum(
-        "lk,ikd->ild", interpolation_matrix(cols, new_grid[1]), grid
-    )
-    grid = ops.reshape(
-        ops.cast(grid, table.dtype), (1, new_grid[0] * new_grid[1], depth)
-    )
-    return ops.concatenate([prefix, grid], axis=1)
+    return xp.concatenate([prefix, grid], axis=1)
 
 
 def patch_grid(images, stride: int):

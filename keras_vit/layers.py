@@ -17,13 +17,9 @@ matmul, which TensorFlow's CPU runtime fuses with its bias add (and the first
 MLP layer with its GELU, which is why the GELU is that layer's activation).
 See benchmarks/README.md for the measurements.
 
-Inference (any call without `training`) takes a second path through each
-encoder block, with the same weights and the same results to float rounding:
-q, k and v come out of one batched matmul already head-major, the key bias
-is dropped (the softmax cancels it), the value bias joins the output bias,
-and both LayerNorms' scale and shift fold into the kernels that read them.
-Training keeps every weight where it is, so that each gradient is one
-matmul. `tests/test_model.py` checks that the two paths agree.
+Training and inference take the same path through each block: one
+attention path (`keras_vit.attention`) and `LayerNorm`, Keras's layer in
+fewer passes. benchmarks/README.md has the measurements behind both.
 
 The input layers (patch embedding, class token, position embedding) live in
 `keras_vit.embedding`, the attention layer in `keras_vit.attention`.
@@ -34,7 +30,6 @@ from __future__ import annotations
 import keras
 from keras import ops
 
-from keras_vit import attention as _attention
 from keras_vit import remat as _remat
 from keras_vit.attention import MultiHeadSelfAttention
 from keras_vit.droppath import DropPath, stochastic_depth_rates
@@ -60,49 +55,29 @@ class LayerNorm(keras.layers.LayerNormalization):
     as full-size tensors (a broadcast of a (..., 1) tensor against a (D,)
     one), then `x * scale + shift`: six full-size elementwise passes, three
     of them broadcasts. Here: centre, square, normalise, scale, shift, five
-    passes with only one-sided broadcasts, 40% less time for the forward pass
-    and 20% less forward + backward on TensorFlow's CPU runtime
-    (benchmarks/README.md). Normalising over any axis but the last, and the
-    PyTorch backend, where Keras calls a fused kernel, use Keras's own
-    computation.
+    passes with only one-sided broadcasts. Measured in the whole model
+    against Keras's layer, interleaved in one process: see
+    benchmarks/results/attention_paths_*. Normalising over any axis but the
+    last, RMS scaling and the PyTorch backend (where Keras calls a fused
+    kernel) use Keras's own computation.
     """
 
     def call(self, inputs):
-        if not self._fast_path(inputs):
-            return super().call(inputs)
-        y = self.standardize(inputs)  # float32
-        if self.gamma is not None:
-            y = y * self.gamma
-        if self.beta is not None:
-            y = y + self.beta
-        return ops.cast(y, self.compute_dtype)
-
-    def _fast_path(self, inputs) -> bool:
         last = [-1], [len(inputs.shape) - 1]
-        return not (self.rms_scaling or self.axis not in last
-                    or keras.backend.backend() == "torch")  # a fused kernel
-
-    def standardize(self, inputs, dtype="float32"):
-        """(x - mean) / sqrt(var + eps) over the last axis, before `gamma`
-        and `beta`, with float32 statistics; returned in `dtype`. A layer
-        that reads this layer's output through a linear map can fold
-        `gamma` and `beta` into that map's weights instead (see
-        EncoderBlock): two passes over the activations fewer."""
+        if (self.rms_scaling or self.axis not in last
+                or keras.backend.backend() == "torch"):
+            return super().call(inputs)
         x = inputs
         if keras.backend.standardize_dtype(x.dtype) in ("float16", "bfloat16"):
             x = ops.cast(x, "float32")
         centred = x - ops.mean(x, axis=-1, keepdims=True)
         variance = ops.mean(ops.square(centred), axis=-1, keepdims=True)
         y = centred * ops.rsqrt(variance + self.epsilon)
-        return y if dtype == "float32" else ops.cast(y, dtype)
-
-    def affine(self):
-        """(scale, shift) as (D,) tensors in the compute dtype; None where
-        `scale` or `center` is off."""
-        return tuple(
-            None if w is None else ops.cast(w, self.compute_dtype)
-            for w in (self.gamma, self.beta)
-        )
+        if self.gamma is not None:
+            y = y * self.gamma
+        if self.beta is not None:
+            y = y + self.beta
+        return ops.cast(y, self.compute_dtype)
 
 
 def layer_norm(name: str, epsilon: float = LAYER_NORM_EPSILON) -> LayerNorm:
@@ -201,30 +176,13 @@ class EncoderBlock(keras.layers.Layer):
         shape = ops.shape(x)
         width = shape[2]
         queries = 1 if first_token_only else shape[1]
-        # Inference folds both LayerNorms' scale and shift into the weights
-        # of the layer that reads them: two passes over the activations
-        # fewer per norm. Training and JAX on a GPU keep them as layers.
-        fold = not training and not _attention._jax_on_gpu() and all(
-            norm._fast_path(x) for norm in (self.norm1, self.norm2)
+        y = self.attention(
+            self.norm1(x),
+            training=training,
+            return_attention_scores=return_attention_scores,
+            first_token_only=first_token_only,
+            flat=True,
         )
-        if fold:
-            scale, shift = self.norm1.affine()
-            y = self.attention(
-                self.norm1.standardize(x, self.compute_dtype),
-                return_attention_scores=return_attention_scores,
-                first_token_only=first_token_only,
-                flat=True,
-                input_scale=scale,
-                input_shift=shift,
-            )
-        else:
-            y = self.attention(
-                self.norm1(x),
-                training=training,
-                return_attention_scores=return_attention_scores,
-                first_token_only=first_token_only,
-                flat=True,
-            )
         if return_attention_scores:
             y, weights = y
         if first_token_only:
@@ -234,18 +192,7 @@ class EncoderBlock(keras.layers.Layer):
             self.dropout(y, training=training), queries=queries,
             training=training,
         )
-        if fold:
-            kernel, bias = _attention.fold_input_affine(
-                ops.cast(self.mlp1.kernel, self.compute_dtype),
-                ops.cast(self.mlp1.bias, self.compute_dtype),
-                *self.norm2.affine(),
-            )
-            y = ops.matmul(
-                self.norm2.standardize(x, self.compute_dtype), kernel
-            )
-            y = self.mlp1.activation(ops.add(y, bias))
-        else:
-            y = self.mlp1(self.norm2(x))  # with GELU
+        y = self.mlp1(self.norm2(x))  # with GELU
         y = self.dropout(y, training=training)
         y = self.dropout(self.mlp2(y), training=training)
         x = x + self.drop_path(y, queries=queries, training=training)

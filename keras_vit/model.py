@@ -117,6 +117,175 @@ def _image_hw(image_size: ImageSize) -> Tuple[int, int]:
     return hw
 
 
+@dataclasses.dataclass(frozen=True)
+class Numerics:
+    """How each block computes where weights trained elsewhere differ from
+    the official ones (PyTorch: Hugging Face, timm). The defaults are the
+    official implementation's.
+
+    Attributes:
+        approximate_gelu: bool. The MLP's GELU in the tanh approximation;
+            False: the exact erf form, as PyTorch models were trained with.
+        layer_norm_epsilon: float. Every LayerNorm's epsilon: 1e-6
+            officially, 1e-12 in Hugging Face's ViT.
+    """
+
+    approximate_gelu: bool = True
+    layer_norm_epsilon: float = vit_layers.LAYER_NORM_EPSILON
+
+
+@dataclasses.dataclass(frozen=True)
+class _Geometry:
+    """The checked sizes of a model: its encoder, its patches and stem,
+    its input."""
+
+    size: ViTSize
+    patch_size: int
+    resnet_layers: Optional[Tuple[int, ...]]
+    stride: int  # image pixels per token side: patch size x ResNet stride
+    height: int
+    width: int
+
+
+def _resolve_sizes(variant, resnet_layers, explicit):
+    """(ViTSize, patch size, ResNet stages or None): the variant's sizes
+    with the `explicit` ones (a dict of patch_size, hidden_size,
+    num_layers, num_heads, mlp_dim; None: the variant's) over them."""
+    defaults = {}
+    if variant is not None:
+        spec = decode_variant(variant)
+        defaults = dict(dataclasses.asdict(spec.size),
+                        patch_size=spec.patch_size)
+        if resnet_layers is None:
+            resnet_layers = spec.resnet_layers
+    missing = [k for k, v in explicit.items() if v is None and not defaults]
+    if missing:
+        raise UsageError(
+            "variant=None needs explicit sizes; missing: "
+            f"{', '.join(missing)}."
+        )
+    sizes = {k: int(defaults[k] if v is None else v)
+             for k, v in explicit.items()}
+    for arg, value in sizes.items():
+        if value <= 0:
+            raise UsageError(f"{arg} must be positive, got {value}.")
+    if sizes["hidden_size"] % sizes["num_heads"]:
+        raise UsageError(
+            f"num_heads {sizes['num_heads']} does not divide hidden_size "
+            f"{sizes['hidden_size']}: choose a head count that divides the "
+            "width."
+        )
+    if resnet_layers is not None:
+        resnet_layers = tuple(int(n) for n in resnet_layers)
+    patch_size = sizes.pop("patch_size")
+    return ViTSize(**sizes), patch_size, resnet_layers
+
+
+def _geometry(variant, resnet_layers, image_size, **explicit) -> _Geometry:
+    """The checked sizes of a model (`_resolve_sizes`) at `image_size`,
+    whose sides the model's stride must divide."""
+    size, patch_size, resnet_layers = _resolve_sizes(
+        variant, resnet_layers, explicit
+    )
+    height, width = _image_hw(image_size)
+    stride = patch_size
+    if resnet_layers is not None:
+        stride *= resnet.resnet_stride(resnet_layers)
+    for side, value in (("height", height), ("width", width)):
+        if value % stride:
+            what = f"patch size {patch_size}"
+            if resnet_layers is not None:
+                what = f"the total stride {stride} (ResNet x patch size)"
+            raise UsageError(
+                f"image_size {side} {value} is not divisible by {what}: use a "
+                f"multiple of {stride}, e.g. "
+                f"{max(stride, value // stride * stride)}."
+            )
+    return _Geometry(size, patch_size, resnet_layers, stride, height, width)
+
+
+def _check_options(
+    *, num_classes, representation_size, dropout_rate,
+    attention_dropout_rate, stochastic_depth_rate, posemb, pooling,
+) -> None:
+    """A UsageError naming the fix for any option out of its range."""
+    if int(num_classes) < 0:
+        raise UsageError(f"num_classes must be >= 0, got {num_classes}.")
+    if representation_size is not None and int(representation_size) <= 0:
+        raise UsageError(
+            f"representation_size must be positive or None, got "
+            f"{representation_size}."
+        )
+    vit_embedding.check_rate("dropout_rate", dropout_rate)
+    vit_embedding.check_rate("attention_dropout_rate", attention_dropout_rate)
+    vit_embedding.check_rate("stochastic_depth_rate", stochastic_depth_rate)
+    if posemb not in POSEMBS:
+        raise UsageError(
+            f'posemb must be "learn" or "sincos2d", got {posemb!r}.'
+        )
+    if pooling not in ("token", "gap"):
+        raise UsageError(f'pooling must be "token" or "gap", got {pooling!r}.')
+
+
+def _stem(
+    images, geometry: _Geometry, *, pooling: str, posemb: str,
+    dropout_rate: float, resnet_width: int, dynamic_image_size: bool,
+):
+    """Images to the encoder's input tokens: the ResNet of a hybrid, the
+    patch embedding, the class token ("token" pooling) and the position
+    embedding."""
+    x = images
+    if geometry.resnet_layers is not None:
+        x = resnet.ResNetStem(
+            geometry.resnet_layers, width_factor=resnet_width, name="resnet"
+        )(x)
+    x = vit_embedding.PatchEmbedding(
+        geometry.patch_size, geometry.size.hidden_size, name="embedding"
+    )(x)
+    prefix = int(pooling == "token")
+    if prefix:
+        x = vit_embedding.ClassToken(name="cls")(x)
+    if posemb == "sincos2d":
+        # Computed at the grid of the images of every call.
+        return vit_embedding.SinCosPositionEmbedding(
+            geometry.stride, num_prefix_tokens=prefix,
+            dropout_rate=dropout_rate, name="posembed_input",
+        )(x, images)
+    if dynamic_image_size:
+        stride = geometry.stride
+        return vit_embedding.PositionEmbedding(
+            dropout_rate,
+            grid_size=(geometry.height // stride, geometry.width // stride),
+            stride=stride, num_prefix_tokens=prefix, name="posembed_input",
+        )(x, images)
+    return vit_embedding.PositionEmbedding(
+        dropout_rate, name="posembed_input"
+    )(x)
+
+
+def _head(
+    x, *, pooling: str, representation_size: Optional[int],
+    num_classes: int, head_zero_init: bool, head_bias_init: float,
+):
+    """Encoder output to the model's output: the pooled token, the
+    pre-logits layer if asked for, and the classification head unless
+    `num_classes` is 0."""
+    x = vit_layers.TokenPooling(pooling, name="pooling")(x)
+    if representation_size is not None:
+        x = keras.layers.Dense(
+            int(representation_size), activation="tanh", name="pre_logits"
+        )(x)
+    if not num_classes:
+        return x
+    return keras.layers.Dense(
+        int(num_classes),
+        kernel_initializer="zeros" if head_zero_init else "glorot_uniform",
+        bias_initializer=keras.initializers.Constant(float(head_bias_init)),
+        name="head",
+        dtype="float32",  # logits stay float32 under mixed precision
+    )(x)
+
+
 def create_model(
     variant: Optional[str] = "B/16",
     *,
@@ -140,8 +309,7 @@ def create_model(
     all_tokens: bool = False,
     dynamic_image_size: bool = False,
     remat: str = "none",
-    approximate_gelu: bool = True,
-    layer_norm_epsilon: float = vit_layers.LAYER_NORM_EPSILON,
+    numerics: Numerics = Numerics(),
     name: Optional[str] = None,
 ) -> keras.Model:
     """Builds a Vision Transformer as a functional `keras.Model`.
@@ -164,19 +332,14 @@ def create_model(
         attention_dropout_rate: float. Dropout on attention weights.
         head_zero_init: bool. Zero-initialise the head (the paper's choice
             for transfer); otherwise Xavier-uniform.
-        head_bias_init: float. Initial value of every head bias. The
-            authors pre-trained the released ImageNet-21k models with a
-            sigmoid loss and this at -10 (google-research/vision_transformer
-            #2), so that every class starts at probability ~4.5e-5 instead
-            of 0.5 and the first steps are not spent pushing 21k logits
-            down.
+        head_bias_init: float. Initial value of every head bias (-10 for
+            the released ImageNet-21k models' sigmoid loss,
+            google-research/vision_transformer #2).
         posemb: str. "learn" (the paper's learned table, one row per
             token) or "sincos2d" (fixed 2-D sin-cos embeddings of the patch
             grid, big_vision's; no weights, any input size).
         stochastic_depth_rate: float. Stochastic depth of the last encoder
-            block while training; block i of L drops each residual branch
-            of an example with rate * i / (L - 1), linear over depth as in
-            timm and DeiT (`keras_vit.droppath`). Inference is unchanged.
+            block while training, linear over depth (`keras_vit.droppath`).
         patch_size, hidden_size, num_layers, num_heads, mlp_dim: int or None.
             Override the variant's sizes (required when `variant` is None).
         resnet_layers: tuple of int or None. Bottleneck units per ResNet
@@ -184,178 +347,73 @@ def create_model(
         resnet_width: int. ResNet width factor (hybrids only).
         all_tokens: bool. With "token" pooling the last encoder block
             computes only the class token, the one token the head reads
-            (6.3% fewer FLOPs for B/16, the same outputs), and the encoder
-            layer ("Transformer") outputs (batch, 1, width). True computes
-            every token's final state there, for reading patch features
-            from `model.get_layer("Transformer").output`. Weights are the
-            same either way.
+            (6.3% fewer FLOPs for B/16, the same outputs). True computes
+            every token there, for reading patch features from
+            `model.get_layer("Transformer").output`. Same weights.
         dynamic_image_size: bool. Accept images of any height and width
             divisible by the patch size (times the ResNet stride for
             hybrids): the input is (batch, None, None, 3), and every call
             interpolates the position embeddings, kept at the `image_size`
-            grid, to the input's grid, as the checkpoint loader does when
-            it resizes them. The logits at a new size equal those of a
-            model built at that size with the resized weights; the cost is
-            that interpolation on every call. Weights are the same as with
-            False.
+            grid, to the input's grid, as the checkpoint loader does. The
+            same weights as with False.
         remat: str. Rematerialisation of the encoder blocks in training
-            (keras_vit.remat): "none"; "block", each block's activations
-            recomputed in the backward pass instead of kept (one more
-            forward pass per step, a fraction of the activation memory;
-            benchmarks/memory.py); "dots" (JAX backend only), only the
-            dense layers' matmul outputs kept. Gradients, weights and
-            checkpoints are the same as with "none".
-        approximate_gelu: bool. The MLP's GELU in the official tanh
-            approximation; False: the exact erf form, as PyTorch models
-            (Hugging Face, timm) were trained with.
-        layer_norm_epsilon: float. Every LayerNorm's epsilon: 1e-6
-            officially, 1e-12 in Hugging Face's ViT.
+            (`keras_vit.remat`): "none", "block" or "dots" (JAX only). The
+            same gradients and weights, less activation memory for more
+            compute (benchmarks/memory.py).
+        numerics: Numerics. The GELU form and LayerNorm epsilon, for
+            weights trained with other ones (PyTorch: exact GELU; Hugging
+            Face: epsilon 1e-12). The default is the official numerics.
         name: str or None. The model's name.
 
     Returns:
         A `keras.Model` mapping (batch, height, width, 3) images in [-1, 1]
         to logits (batch, num_classes), or to features if num_classes == 0.
     """
-    if variant is not None:
-        spec = decode_variant(variant)
-        size, default_patch = spec.size, spec.patch_size
-        if resnet_layers is None:
-            resnet_layers = spec.resnet_layers
-    else:
-        missing = [
-            arg
-            for arg, value in (
-                ("patch_size", patch_size),
-                ("hidden_size", hidden_size),
-                ("num_layers", num_layers),
-                ("num_heads", num_heads),
-                ("mlp_dim", mlp_dim),
-            )
-            if value is None
-        ]
-        if missing:
-            raise UsageError(
-                "variant=None needs explicit sizes; missing: "
-                f"{', '.join(missing)}."
-            )
-        size, default_patch = None, None
-    patch_size = int(patch_size if patch_size is not None else default_patch)
-    if hidden_size is None:
-        hidden_size = size.hidden_size
-    hidden_size = int(hidden_size)
-    num_layers = int(num_layers if num_layers is not None else size.num_layers)
-    num_heads = int(num_heads if num_heads is not None else size.num_heads)
-    mlp_dim = int(mlp_dim if mlp_dim is not None else size.mlp_dim)
-
-    for arg, value in (
-        ("patch_size", patch_size),
-        ("hidden_size", hidden_size),
-        ("num_layers", num_layers),
-        ("num_heads", num_heads),
-        ("mlp_dim", mlp_dim),
-    ):
-        if value <= 0:
-            raise UsageError(f"{arg} must be positive, got {value}.")
-    if hidden_size % num_heads:
+    geometry = _geometry(
+        variant, resnet_layers, image_size, patch_size=patch_size,
+        hidden_size=hidden_size, num_layers=num_layers, num_heads=num_heads,
+        mlp_dim=mlp_dim,
+    )
+    _check_options(
+        num_classes=num_classes, representation_size=representation_size,
+        dropout_rate=dropout_rate,
+        attention_dropout_rate=attention_dropout_rate,
+        stochastic_depth_rate=stochastic_depth_rate, posemb=posemb,
+        pooling=pooling,
+    )
+    if not isinstance(numerics, Numerics):
         raise UsageError(
-            f"num_heads {num_heads} does not divide hidden_size "
-            f"{hidden_size}: choose a head count that divides the width."
+            f"numerics must be a keras_vit.model.Numerics, got {numerics!r}."
         )
-    if int(num_classes) < 0:
-        raise UsageError(f"num_classes must be >= 0, got {num_classes}.")
-    if representation_size is not None and int(representation_size) <= 0:
-        raise UsageError(
-            f"representation_size must be positive or None, got "
-            f"{representation_size}."
-        )
-    vit_embedding.check_rate("dropout_rate", dropout_rate)
-    vit_embedding.check_rate("attention_dropout_rate", attention_dropout_rate)
-    vit_embedding.check_rate("stochastic_depth_rate", stochastic_depth_rate)
-    if posemb not in POSEMBS:
-        raise UsageError(
-            f'posemb must be "learn" or "sincos2d", got {posemb!r}.'
-        )
-    if pooling not in ("token", "gap"):
-        raise UsageError(f'pooling must be "token" or "gap", got {pooling!r}.')
-
-    height, width = _image_hw(image_size)
-    stride = patch_size
-    if resnet_layers is not None:
-        resnet_layers = tuple(int(n) for n in resnet_layers)
-        stride *= resnet.resnet_stride(resnet_layers)
-    for side, value in (("height", height), ("width", width)):
-        if value % stride:
-            what = f"patch size {patch_size}"
-            if resnet_layers is not None:
-                what = f"the total stride {stride} (ResNet x patch size)"
-            raise UsageError(
-                f"image_size {side} {value} is not divisible by {what}: use a "
-                f"multiple of {stride}, e.g. "
-                f"{max(stride, value // stride * stride)}."
-            )
-
     if dynamic_image_size:
         images = keras.Input((None, None, 3), name="images")
     else:
-        images = keras.Input((height, width, 3), name="images")
-    x = images
-    if resnet_layers is not None:
-        x = resnet.ResNetStem(
-            resnet_layers, width_factor=resnet_width, name="resnet"
-        )(x)
-    x = vit_embedding.PatchEmbedding(
-        patch_size, hidden_size, name="embedding"
-    )(x)
-    if pooling == "token":
-        x = vit_embedding.ClassToken(name="cls")(x)
-    if posemb == "sincos2d":
-        # Computed at the grid of the images of every call.
-        x = vit_embedding.SinCosPositionEmbedding(
-            stride,
-            num_prefix_tokens=int(pooling == "token"),
-            dropout_rate=dropout_rate,
-            name="posembed_input",
-        )(x, images)
-    elif dynamic_image_size:
-        x = vit_embedding.PositionEmbedding(
-            dropout_rate,
-            grid_size=(height // stride, width // stride),
-            stride=stride,
-            num_prefix_tokens=int(pooling == "token"),
-            name="posembed_input",
-        )(x, images)
-    else:
-        x = vit_embedding.PositionEmbedding(
-            dropout_rate, name="posembed_input"
-        )(x)
+        images = keras.Input((geometry.height, geometry.width, 3),
+                             name="images")
+    x = _stem(
+        images, geometry, pooling=pooling, posemb=posemb,
+        dropout_rate=dropout_rate, resnet_width=resnet_width,
+        dynamic_image_size=dynamic_image_size,
+    )
+    size = geometry.size
     x = vit_layers.Encoder(
-        num_layers,
-        num_heads,
-        mlp_dim,
+        size.num_layers,
+        size.num_heads,
+        size.mlp_dim,
         dropout_rate,
         attention_dropout_rate,
         class_token_only=pooling == "token" and not all_tokens,
         stochastic_depth_rate=stochastic_depth_rate,
         remat=remat,
-        approximate_gelu=approximate_gelu,
-        layer_norm_epsilon=layer_norm_epsilon,
+        approximate_gelu=numerics.approximate_gelu,
+        layer_norm_epsilon=numerics.layer_norm_epsilon,
         name="Transformer",
     )(x)
-    x = vit_layers.TokenPooling(pooling, name="pooling")(x)
-    if representation_size is not None:
-        x = keras.layers.Dense(
-            int(representation_size), activation="tanh", name="pre_logits"
-        )(x)
-    if num_classes:
-        x = keras.layers.Dense(
-            int(num_classes),
-            kernel_initializer="zeros" if head_zero_init else "glorot_uniform",
-            bias_initializer=keras.initializers.Constant(
-                float(head_bias_init)
-            ),
-            name="head",
-            dtype="float32",  # logits stay float32 under mixed precision
-        )(x)
+    x = _head(
+        x, pooling=pooling, representation_size=representation_size,
+        num_classes=num_classes, head_zero_init=head_zero_init,
+        head_bias_init=head_bias_init,
+    )
     if name is None:
         name = f"vit_{variant}".replace("/", "_") if variant else "vit"
         name = name.replace("+", "_")

@@ -8,6 +8,7 @@ is.
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -15,7 +16,6 @@ import numpy as np
 import pytest
 
 import keras_vit
-from keras_vit import attention as vit_attention
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
@@ -227,24 +227,38 @@ def test_bad_arguments_name_the_fix(tmp_path, capsys):
         throughput.main(["--variant", "R50+B/16", "--output", "x"])
 
 
-def test_fused_attention_branch_matches_the_two_matmuls(monkeypatch):
-    """The dot_product_attention branch (taken on JAX GPUs) computes the
-    same attention as the default path; forced here on this backend."""
-    layer = vit_attention.MultiHeadSelfAttention(num_heads=3)
-    x = np.random.default_rng(0).normal(size=(2, 5, 48)).astype("float32")
-    layer.build(x.shape)
-    default = np.asarray(layer(x))
-    monkeypatch.setattr(vit_attention, "_jax_on_gpu", lambda: True)
-    calls = []
-    original = vit_attention.ops.dot_product_attention
-    monkeypatch.setattr(
-        vit_attention.ops, "dot_product_attention",
-        lambda *a, **k: calls.append(1) or original(*a, **k),
+def test_compare_tree_times_another_checkout_beside_ours(
+    tmp_path, monkeypatch
+):
+    """`--compare_tree NAME=DIR` builds the model with the keras_vit of
+    DIR, interleaved with ours and reported as NAME, and leaves this
+    process's keras_vit in place."""
+    monkeypatch.setitem(sys.modules, "keras_hub", None)  # as if absent
+    other = tmp_path / "other"
+    shutil.copytree(os.path.join(ROOT, "keras_vit"), other / "keras_vit")
+    marker = "\n\nTREE_MARKER = 1\n"
+    (other / "keras_vit" / "model.py").write_text(
+        (other / "keras_vit" / "model.py").read_text() + marker
     )
-    fused = np.asarray(layer(x))
-    assert calls  # the branch was taken
-    np.testing.assert_allclose(fused, default, rtol=1e-5, atol=1e-6)
-    assert not np.allclose(default, 0.0)
+    prefix = str(tmp_path / "tree")
+    throughput.main(TINY_ARGS + [
+        "--xla", "off", "--mode", "infer", "--compare_keras_hub",
+        "--compare_tree", f"copy={other}", "--output", prefix,
+    ])
+    with open(prefix + ".json") as f:
+        result = json.load(f)
+    rows = {r["model"]: r for r in result["rows"]}
+    assert sorted(rows) == ["copy", "keras_vit"]
+    assert rows["copy"]["params"] == rows["keras_vit"]["params"]
+    assert len(rows["copy"]["seconds"]) == 2
+    assert f"copy: keras_vit from {other}" in result["notes"]
+    create = throughput.import_tree(str(other))
+    assert create.__globals__["TREE_MARKER"] == 1
+    assert not hasattr(sys.modules["keras_vit.model"], "TREE_MARKER")
+    assert sys.modules["keras_vit"] is keras_vit
+    with pytest.raises(SystemExit):
+        throughput.parse_args(["--compare_tree", "x=/nonexistent",
+                               "--output", "x"])
 
 
 LOOP_ARGS = [

@@ -231,6 +231,40 @@ def test_resize_matches_scipy_zoom_and_direct_bilinear(old, new):
     np.testing.assert_allclose(flat, got[0, 1:], atol=1e-7)
 
 
+def _lerp_resize_float64(posemb, new, old, prefix):
+    """The loader's resize as it was written before it became the model
+    core's `resize_grid`: gather the two neighbours along each axis and
+    mix them, in float64 (kept here to pin its results bit for bit)."""
+    def axis(o, n):
+        coords = (np.zeros(n) if n == 1 or o == 1
+                  else np.arange(n) * ((o - 1) / (n - 1)))
+        low = np.clip(np.floor(coords).astype(np.int64), 0, o - 1)
+        return low, np.minimum(low + 1, o - 1), coords - low
+
+    x = posemb[0, prefix:].reshape(old[0], old[1], -1).astype(np.float64)
+    lo, hi, t = axis(old[0], new[0])
+    x = x[lo] * (1 - t)[:, None, None] + x[hi] * t[:, None, None]
+    lo, hi, t = axis(old[1], new[1])
+    x = x[:, lo] * (1 - t)[None, :, None] + x[:, hi] * t[None, :, None]
+    x = x.reshape(1, new[0] * new[1], -1).astype(posemb.dtype)
+    return np.concatenate([posemb[:, :prefix], x], axis=1)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("prefix", [0, 1])
+def test_posemb_resize_bit_identical_to_the_float64_lerp(dtype, prefix):
+    rng = np.random.default_rng(7)
+    for old, new in [((14, 14), (24, 32)), ((7, 5), (3, 9)), ((4, 4), (4, 4)),
+                     ((3, 3), (1, 1)), ((1, 1), (2, 3)), ((24, 24), (14, 14)),
+                     ((14, 14), (37, 11))]:
+        posemb = rng.normal(size=(1, prefix + old[0] * old[1], 6))
+        posemb = posemb.astype(dtype)
+        got = checkpoint.resize_position_embedding(posemb, new, old, prefix)
+        want = _lerp_resize_float64(posemb, new, old, prefix)
+        assert got.dtype == want.dtype == np.dtype(dtype)
+        np.testing.assert_array_equal(got, want)
+
+
 def test_resize_224_to_384x512_and_square_inference():
     posemb = np.random.default_rng(0).normal(size=(1, 197, 4))
     out = posemb_lib.resize_position_embedding(posemb, (24, 32))

@@ -80,12 +80,28 @@ def test_graph_interpolation_equals_the_loaders(old, new, prefix):
         np.testing.assert_array_equal(got, table)
 
 
-def test_interpolation_matrix_rows_sum_to_one_and_align_corners():
-    m = numpy(embedding.interpolation_matrix(5, 9))
-    assert m.shape == (9, 5)
-    np.testing.assert_allclose(m.sum(axis=1), 1.0, atol=1e-6)
-    assert m[0, 0] == 1.0 and m[-1, -1] == 1.0
-    np.testing.assert_allclose(m[1, :2], [0.5, 0.5], atol=1e-6)
+def test_one_resizer_in_numpy_and_in_the_graph():
+    """The loader's resize is the graph's function run in NumPy float64:
+    the same code, so the graph's float32 result differs only by float32
+    rounding, and the corners come through unchanged in both."""
+    table = np.random.default_rng(1).normal(size=(1, 1 + 5 * 3, 4))
+    table = table.astype("float32")
+    host = embedding.resize_grid(table, (5, 3), (9, 7), 1,
+                                 dtype="float64", xp=np)
+    assert isinstance(host, np.ndarray) and host.dtype == np.float32
+    np.testing.assert_array_equal(
+        host, posemb.resize_position_embedding(table, (9, 7), (5, 3), 1)
+    )
+    graph = numpy(embedding.resize_grid(
+        keras.ops.convert_to_tensor(table), (5, 3), (9, 7), 1
+    ))
+    np.testing.assert_allclose(graph, host, rtol=0, atol=1e-6)
+    old = table[0, 1:].reshape(5, 3, 4)
+    for new in (host, graph):
+        grid = new[0, 1:].reshape(9, 7, 4)
+        for (a, b), (c, d) in [((0, 0), (0, 0)), ((4, 2), (8, 6)),
+                               ((0, 2), (0, 6)), ((4, 0), (8, 0))]:
+            np.testing.assert_array_equal(grid[c, d], old[a, b])
 
 
 # ------------------------------------------------- dynamic image size

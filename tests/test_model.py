@@ -10,13 +10,16 @@ import textwrap
 import keras
 import numpy as np
 import pytest
+import scipy.special
 
 import keras_vit
 from keras_vit import attention as vit_attention
 from keras_vit import embedding as vit_embedding
 from keras_vit import layers as vit_layers
 from keras_vit.build import dtype_policy
-from keras_vit.model import HYBRID_RESNETS, VARIANTS
+from keras_vit.checkpoint.weights import save_npz
+from keras_vit.model import HYBRID_RESNETS, VARIANTS, Numerics
+from tests import numpy_reference as ref
 
 # Paper / official repository values: 224 x 224 input, class token, no
 # pre-logits, 1000 classes (see shared reference paper_facts.md). S/32 and B/8
@@ -205,43 +208,70 @@ def _randomise(model, seed=5):
         w.assign(rng.normal(size=w.shape).astype("float32") * scale)
 
 
-def test_inference_path_matches_training_path():
-    """Inference computes attention head-major with the key bias dropped,
-    the value bias moved into the output bias and both LayerNorms' affines
-    folded into the next kernels; training keeps every weight in place.
-    With dropout at 0 the two paths must agree: outputs, attention maps,
-    last-block pruning on or off."""
-    for kwargs in (dict(), dict(all_tokens=True), dict(pooling="gap")):
-        model = tiny(dropout_rate=0.0, **kwargs)
-        _randomise(model)
-        x = images(3)
-        infer = keras.ops.convert_to_numpy(model(x, training=False))
-        train = keras.ops.convert_to_numpy(model(x, training=True))
-        assert np.abs(infer).max() > 1.0  # a real signal, not zeros
-        np.testing.assert_allclose(infer, train, rtol=2e-5, atol=2e-5)
+def _reference_attention_weights(arrays, block, x):
+    """Softmax attention weights of block `block` on encoder input `x`,
+    (batch, heads, tokens, tokens), in NumPy float64 from the .npz arrays."""
+    pre = f"Transformer/encoderblock_{block}/"
+    att = pre + "MultiHeadDotProductAttention_1/"
+    p = {k: np.asarray(v, np.float64) for k, v in arrays.items()}
+    y = ref.layer_norm(x, p[pre + "LayerNorm_0/scale"],
+                       p[pre + "LayerNorm_0/bias"])
+
+    def proj(name):
+        return (np.einsum("btd,dhk->bthk", y, p[f"{att}{name}/kernel"])
+                + p[f"{att}{name}/bias"])
+
+    q, k = proj("query"), proj("key")
+    logits = np.einsum("bqhk,bthk->bhqt", q / np.sqrt(q.shape[-1]), k)
+    return ref.softmax(logits, axis=-1)
+
+
+@pytest.mark.parametrize(
+    "kwargs", [dict(), dict(all_tokens=True), dict(pooling="gap")],
+    ids=["class-token-last-block", "all-tokens", "gap"],
+)
+def test_training_and_inference_calls_match_the_numpy_reference(
+    kwargs, tmp_path
+):
+    """One path for both calls: with dropout at 0, a training call and an
+    inference call give the logits of the independent NumPy forward pass
+    (tests/numpy_reference.py) on the same weights, every bias and
+    LayerNorm shift random; and the attention maps are its softmax."""
+    model = tiny(dropout_rate=0.0, **kwargs)
+    _randomise(model)
+    save_npz(model, tmp_path / "w.npz")
+    arrays = dict(np.load(tmp_path / "w.npz"))
+    x = images(3)
+    want = ref.forward(arrays, x)
+    assert np.abs(want).max() > 1.0  # a real signal, not zeros
+    for training in (False, True):
+        got = keras.ops.convert_to_numpy(model(x, training=training))
+        np.testing.assert_allclose(got, want, rtol=0,
+                                   atol=2e-5 * np.abs(want).max())
     encoder = model.get_layer("Transformer")
     tokens = np.random.default_rng(2).normal(size=(2, 16, 32))
     tokens = tokens.astype("float32")
-    (y_inf, w_inf), (y_tr, w_tr) = (
-        encoder(tokens, training=t, return_attention_scores=True)
-        for t in (False, True)
-    )
-    np.testing.assert_allclose(y_inf, y_tr, rtol=2e-5, atol=2e-5)
-    for a, b in zip(w_inf, w_tr):
-        assert a.shape == b.shape == (2, 4, 16, 16)
-        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    for training in (False, True):
+        _, maps = encoder(tokens, training=training,
+                          return_attention_scores=True)
+        assert maps[0].shape == (2, 4, 16, 16)
+        np.testing.assert_allclose(
+            maps[0], _reference_attention_weights(arrays, 0, tokens),
+            rtol=0, atol=1e-5,
+        )
 
 
-def test_inference_path_under_mixed_bfloat16():
-    """The folded inference path in bfloat16 stays within bfloat16 rounding
-    of the float32 model with the same weights."""
-    ref = tiny(dropout_rate=0.0)
-    _randomise(ref)
+def test_mixed_bfloat16_within_bfloat16_rounding():
+    """Under mixed_bfloat16 the model stays within bfloat16 rounding of
+    the float32 model with the same weights, in training and inference
+    calls, with float32 logits."""
+    ref_model = tiny(dropout_rate=0.0)
+    _randomise(ref_model)
     with dtype_policy("bfloat16"):
         mixed = tiny(dropout_rate=0.0)
-    mixed.set_weights(ref.get_weights())
+    mixed.set_weights(ref_model.get_weights())
     x = images(3)
-    want = keras.ops.convert_to_numpy(ref(x))
+    want = keras.ops.convert_to_numpy(ref_model(x))
     for training in (False, True):
         got = mixed(x, training=training)
         assert keras.backend.standardize_dtype(got.dtype) == "float32"
@@ -250,25 +280,22 @@ def test_inference_path_under_mixed_bfloat16():
         assert err < 0.02, (training, err)
 
 
-def test_attention_layer_folds_an_input_affine():
-    """MultiHeadSelfAttention(x, input_scale=s, input_shift=t) equals the
-    layer applied to x * s + t, and refuses the arguments in training."""
+def test_attention_first_token_only_is_the_first_row():
+    """`first_token_only` gives the first query's row of the full output
+    (keys and values from every token), and `flat` the same rows as a
+    (batch * queries, width) matrix."""
     layer = vit_attention.MultiHeadSelfAttention(num_heads=2)
     layer.build((None, 5, 8))
     rng = np.random.default_rng(4)
     for w in layer.weights:
         w.assign(rng.normal(size=w.shape).astype("float32") * 0.5)
     x = rng.normal(size=(3, 5, 8)).astype("float32")
-    s = rng.normal(size=(8,)).astype("float32")
-    t = rng.normal(size=(8,)).astype("float32")
-    folded = layer(x, input_scale=s, input_shift=t)
-    np.testing.assert_allclose(
-        folded, layer(x * s + t), rtol=1e-5, atol=1e-5
-    )
-    first = layer(x, first_token_only=True, input_scale=s, input_shift=t)
-    np.testing.assert_allclose(first, folded[:, :1], rtol=1e-5, atol=1e-5)
-    with pytest.raises(ValueError, match="inference"):
-        layer(x, training=True, input_scale=s, input_shift=t)
+    full = keras.ops.convert_to_numpy(layer(x))
+    first = keras.ops.convert_to_numpy(layer(x, first_token_only=True))
+    assert first.shape == (3, 1, 8)
+    np.testing.assert_allclose(first, full[:, :1], rtol=1e-6, atol=1e-6)
+    flat = keras.ops.convert_to_numpy(layer(x, flat=True))
+    np.testing.assert_array_equal(flat, full.reshape(15, 8))
 
 
 def test_numerics_follow_the_official_implementation():
@@ -284,6 +311,24 @@ def test_numerics_follow_the_official_implementation():
     )
     y = block.mlp2(keras.ops.gelu(block.mlp1(x), approximate=True)).numpy()
     np.testing.assert_allclose(y, block.mlp2(gelu_tanh).numpy(), atol=1e-6)
+
+
+def test_numerics_for_pytorch_trained_weights():
+    """`Numerics` sets every block's GELU and every LayerNorm's epsilon
+    (Hugging Face: exact GELU, 1e-12); parameters do not change."""
+    model = tiny(numerics=Numerics(approximate_gelu=False,
+                                   layer_norm_epsilon=1e-12))
+    assert model.count_params() == tiny().count_params()
+    encoder = model.get_layer("Transformer")
+    assert encoder.encoder_norm.epsilon == 1e-12
+    for block in encoder.blocks:
+        assert block.norm1.epsilon == block.norm2.epsilon == 1e-12
+        assert not block.approximate_gelu
+    x = np.random.default_rng(1).normal(size=(4, 32)).astype("float32")
+    h = keras.ops.convert_to_numpy(block.mlp1.kernel)
+    h = x @ h + keras.ops.convert_to_numpy(block.mlp1.bias)
+    exact = 0.5 * h * (1 + scipy.special.erf(h / np.sqrt(2)))
+    np.testing.assert_allclose(block.mlp1(x), exact, rtol=1e-5, atol=1e-5)
 
 
 def _norm_pair(shape, axis=-1):
@@ -442,6 +487,7 @@ def test_keras_save_load_is_bit_identical(kwargs, tmp_path):
         (dict(pooling="max"), "pooling must be"),
         (dict(num_classes=-1), "num_classes must be >= 0"),
         (dict(num_layers=0), "num_layers must be positive"),
+        (dict(numerics=dict(approximate_gelu=False)), "must be a keras_vit"),
     ],
 )
 def test_construction_errors(kwargs, message):

@@ -20,7 +20,7 @@ import tensorflow as tf
 
 from keras_vit import mpp
 from keras_vit.analysis import plots
-from keras_vit.build import model_stride
+from keras_vit.build import config_stride
 from keras_vit.checkpoint import workdir as wd
 from keras_vit.data import masking
 from keras_vit.errors import UsageError
@@ -217,6 +217,6 @@ def draw_for_run(
     )
     return plot_predictions(
         pictures, os.path.join(output_dir, FIGURE),
-        patch_size=model_stride(config), titles=titles,
+        patch_size=config_stride(config), titles=titles,
         max_images=max_images,
     )

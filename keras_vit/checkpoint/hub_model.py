@@ -11,7 +11,7 @@ import keras
 
 from keras_vit.checkpoint import hub, weights
 from keras_vit.checkpoint.npz import LoadReport, describe_arrays
-from keras_vit.model import create_model
+from keras_vit.model import Numerics, create_model
 
 _SIZE_FIELDS = ("patch_size", "hidden_size", "num_layers", "num_heads",
                 "mlp_dim")
@@ -58,8 +58,10 @@ def model_from_hub(
         else image_size,
         pooling=info["pooling"],
         representation_size=representation_size,
-        approximate_gelu=checkpoint.approximate_gelu,
-        layer_norm_epsilon=checkpoint.layer_norm_epsilon,
+        numerics=Numerics(
+            approximate_gelu=checkpoint.approximate_gelu,
+            layer_norm_epsilon=checkpoint.layer_norm_epsilon,
+        ),
         **{k: info[k] for k in _SIZE_FIELDS},
     )
     if representation_size is not None:

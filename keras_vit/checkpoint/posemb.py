@@ -1,7 +1,9 @@
-"""Position-embedding resizing: what makes a checkpoint load at another
-resolution. The patch-token grid is interpolated bilinearly with aligned
-corners, in float64, as the official implementation does; the prefix
-(class) token is kept as it is.
+"""Position-embedding resizing of checkpoint arrays: what makes a
+checkpoint load at another resolution. The resizing itself is the model
+core's (`keras_vit.embedding.resize_grid`, the one the position-embedding
+layer runs in the graph), here in NumPy and float64 as the official
+implementation does; this module adds the checks and the grid inference
+that arrays read from a file need.
 """
 
 from __future__ import annotations
@@ -10,9 +12,12 @@ import math
 from typing import Optional, Sequence, Tuple, Union
 
 import numpy as np
+
+from keras_vit.embedding import resize_grid
 from keras_vit.errors import UsageError
 
 Grid = Tuple[int, int]
+
 
 def square_grid(tokens: int) -> Grid:
     """(g, g) for a square grid of `tokens` patches; ValueError otherwise."""
@@ -24,17 +29,6 @@ def square_grid(tokens: int) -> Grid:
             "posemb_grid=(rows, cols)."
         )
     return side, side
-
-
-def _interpolation(old: int, new: int):
-    """Indices and weights along one axis, corners aligned."""
-    if new == 1 or old == 1:
-        coords = np.zeros(new)
-    else:
-        coords = np.arange(new) * ((old - 1) / (new - 1))
-    low = np.clip(np.floor(coords).astype(np.int64), 0, old - 1)
-    high = np.minimum(low + 1, old - 1)
-    return low, high, coords - low
 
 
 def resize_position_embedding(
@@ -75,24 +69,19 @@ def resize_position_embedding(
         raise UsageError(
             f"posemb must be (1, N, D) or (N, D), got {posemb.shape}."
         )
-    prefix, grid = posemb[:num_prefix_tokens], posemb[num_prefix_tokens:]
+    tokens = len(posemb) - num_prefix_tokens
     new_grid = _as_grid(new_grid)
-    old_grid = (
-        square_grid(len(grid)) if old_grid is None else _as_grid(old_grid)
-    )
-    if old_grid[0] * old_grid[1] != len(grid):
+    old_grid = square_grid(tokens) if old_grid is None else _as_grid(old_grid)
+    if old_grid[0] * old_grid[1] != tokens:
         raise UsageError(
-            f"The position embedding has {len(grid)} grid rows, which does "
+            f"The position embedding has {tokens} grid rows, which does "
             f"not match the grid {old_grid[0]}x{old_grid[1]}: pass the grid "
             "it was trained with."
         )
-    x = grid.reshape(old_grid[0], old_grid[1], -1).astype(np.float64)
-    lo, hi, t = _interpolation(old_grid[0], new_grid[0])
-    x = x[lo] * (1 - t)[:, None, None] + x[hi] * t[:, None, None]
-    lo, hi, t = _interpolation(old_grid[1], new_grid[1])
-    x = x[:, lo] * (1 - t)[None, :, None] + x[:, hi] * t[None, :, None]
-    x = x.reshape(new_grid[0] * new_grid[1], -1).astype(posemb.dtype)
-    out = np.concatenate([prefix, x], axis=0)
+    out = resize_grid(
+        posemb[None], old_grid, new_grid, num_prefix_tokens,
+        dtype="float64", xp=np,
+    )[0]
     return out[None] if batched else out
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from keras_vit import mpp
-from keras_vit.build import check_mpp, model_stride
+from keras_vit.build import check_mpp, config_stride
 from keras_vit.data import preprocessing as pp
 from keras_vit.errors import UsageError
 
@@ -70,7 +70,7 @@ def num_patches(config) -> int:
     """int. Patch tokens per image of `config` (image_size over the
     model's stride)."""
     height, width = pp.as_hw(config.image_size)
-    stride = model_stride(config)
+    stride = config_stride(config)
     return (height // stride) * (width // stride)
 
 

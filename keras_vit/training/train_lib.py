@@ -22,7 +22,7 @@ from keras_vit.build import (
     build_model,
     build_optimizer,
     check_mpp,
-    model_stride,
+    config_stride,
 )
 from keras_vit.checkpoint import loader, weights
 from keras_vit.checkpoint import workdir as wd
@@ -62,7 +62,7 @@ def build_trainer(config, model, optimizer, strategy, num_classes: int):
     if config.mpp.enabled:
         return MppTrainer(
             model, optimizer, strategy, target=config.mpp.target,
-            patch_size=model_stride(config),
+            patch_size=config_stride(config),
             colour_bits=int(config.mpp.colour_bits),
             grid_size=int(config.mpp.grid_size), **common,
         )
