@@ -48,7 +48,7 @@ from keras_vit.embedding import (
     SinCosPositionEmbedding,
 )
 from keras_vit.layers import Encoder, EncoderBlock, TokenPooling
-from keras_vit.model import VARIANTS, create_model, decode_variant
+from keras_vit.model import VARIANTS, Numerics, create_model, decode_variant
 from keras_vit.resnet import ResNetStem
 
 __version__ = "0.1.0"
@@ -83,6 +83,7 @@ __all__ = [
     "Encoder",
     "EncoderBlock",
     "MultiHeadSelfAttention",
+    "Numerics",
     "PatchEmbedding",
     "PositionEmbedding",
     "ResNetStem",
