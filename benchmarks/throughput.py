@@ -283,15 +283,21 @@ def matmul_ceiling(
 def import_tree(folder: str) -> Callable[..., keras.Model]:
     """`create_model` of the keras_vit package in `folder`, imported beside
     the one in use: that package's modules are set aside while the other's
-    import, then put back. (Both register their Keras classes under the
-    same names; nothing here saves or loads a model.)"""
+    import, then put back. Both register their Keras classes under the same
+    names, so Keras's registry of serialisable classes is put back too:
+    models saved and loaded afterwards in this process get this package's
+    classes."""
     ours = [k for k in sys.modules
             if k == "keras_vit" or k.startswith("keras_vit.")]
     saved = {k: sys.modules.pop(k) for k in ours}
+    registry = keras.saving.get_custom_objects()
+    registered = dict(registry)
     sys.path.insert(0, folder)
     try:
         return importlib.import_module("keras_vit.model").create_model
     finally:
+        registry.clear()
+        registry.update(registered)
         sys.path.remove(folder)
         for k in [k for k in sys.modules
                   if k == "keras_vit" or k.startswith("keras_vit.")]:

@@ -19,6 +19,8 @@ import functools
 import json
 import os
 
+from keras_vit.checkpoint.atomic import atomic_write
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TARGET = os.path.join(ROOT, "keras_vit", "checkpoint", "timm_registry.py")
 HEADER = '''"""The arguments each timm `vision_transformer` / `deit`
@@ -75,8 +77,13 @@ def _plain(value):
     return getattr(value, "__name__", repr(value))
 
 
+def build_parser() -> argparse.ArgumentParser:
+    """No options: the registry is read from the installed timm."""
+    return argparse.ArgumentParser(description=__doc__.split("\n")[0])
+
+
 def main() -> None:
-    argparse.ArgumentParser(description=__doc__.split("\n")[0]).parse_args()
+    build_parser().parse_args()
     version, found = record()
     groups = {}
     for name, kwargs in sorted(found.items()):
@@ -106,8 +113,7 @@ def main() -> None:
                  "    name: (heads, args)\n"
                  "    for args, names in _GROUPS for name, heads in "
                  "names.items()\n}\n")
-    with open(TARGET, "w") as f:
-        f.write("".join(lines))
+    atomic_write(TARGET, "".join(lines))
     print(f"wrote {TARGET}: {len(found)} names, {len(groups)} groups")
 
 

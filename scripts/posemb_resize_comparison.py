@@ -32,12 +32,17 @@ import os
 
 import keras
 import numpy as np
-import timm
-import torch
-import transformers
-from timm.layers import resample_abs_pos_embed
+
+try:  # the hub_reference extra; main() names it when it is missing
+    import timm
+    import torch
+    import transformers
+    from timm.layers import resample_abs_pos_embed
+except ImportError:
+    timm = torch = transformers = resample_abs_pos_embed = None
 
 from keras_vit.checkpoint import hub, hub_model, posemb
+from keras_vit.checkpoint.atomic import atomic_write
 from keras_vit.embedding import sincos2d_table
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -149,8 +154,17 @@ def outputs() -> dict:
     return results
 
 
+def build_parser() -> argparse.ArgumentParser:
+    """No options: the comparison and its output file are fixed."""
+    return argparse.ArgumentParser(description=__doc__.split("\n")[0])
+
+
 def main() -> None:
-    argparse.ArgumentParser(description=__doc__.split("\n")[0]).parse_args()
+    build_parser().parse_args()
+    if timm is None:
+        raise SystemExit(
+            "error: this comparison needs timm, torch and transformers: "
+            "pip install -e \".[hub_reference]\"")
     result = {
         "what": "keras_vit bilinear, corners aligned, vs timm bicubic "
                 "(antialiased, half-pixel) and transformers bicubic "
@@ -162,9 +176,7 @@ def main() -> None:
         "fixture_model_logits": outputs(),
     }
     os.makedirs(os.path.dirname(OUTPUT), exist_ok=True)
-    with open(OUTPUT, "w") as f:
-        json.dump(result, f, indent=2)
-        f.write("\n")
+    atomic_write(OUTPUT, json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))
 
 

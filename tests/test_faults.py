@@ -27,6 +27,7 @@ import tensorflow as tf
 
 import keras_vit
 from keras_vit import optim
+from keras_vit.checkpoint import atomic
 from keras_vit.checkpoint import workdir as wd
 from keras_vit.data import pipeline as input_pipeline
 from keras_vit.training import train_lib
@@ -437,14 +438,26 @@ def test_failed_write_keeps_old_file_and_leaves_no_temp(tmp_path,
                                                         monkeypatch):
     path = str(tmp_path / "metrics.json")
     wd.write_json(path, {"test_accuracy": 0.5})
-    real = tf.io.gfile.GFile
+    real_open = open
 
-    class FullDisk(real):
+    class FullDisk:
+        """A local file whose write stops half-way on a full disk."""
+
+        def __init__(self, file, mode="r", *args, **kwargs):
+            self._file = real_open(file, mode, *args, **kwargs)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self._file.close()
+
         def write(self, data):
-            super().write(data[: len(data) // 2])
+            self._file.write(data[: len(data) // 2])
             raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(tf.io.gfile, "GFile", FullDisk)
+    # atomic_write writes local files with the built-in open.
+    monkeypatch.setattr(atomic, "open", FullDisk, raising=False)
     with pytest.raises(OSError) as info:
         wd.write_json(path, {"test_accuracy": 0.9})
     monkeypatch.undo()

@@ -323,7 +323,7 @@ def test_finetune_recipe_runs_shrunk_from_an_npz(tmp_path, monkeypatch):
     checkpoint.save_npz(source, npz)
     config = shrink(load(FINETUNE, f"dataset=cifar10,init={npz}"),
                     eval_every_steps=0)
-    assert config.init.npz == npz
+    assert config.init.model == npz
     snapshot = {}
     initialise = train_lib._initialise_from
 
