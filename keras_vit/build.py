@@ -12,9 +12,9 @@ import contextlib
 import keras
 
 from keras_vit import mpp, optim
+from keras_vit.errors import UsageError
 from keras_vit.model import create_model, decode_variant
 from keras_vit.resnet import resnet_stride
-from keras_vit.errors import UsageError
 
 MODEL_KEYS = (
     "variant", "patch_size", "hidden_size", "num_layers", "num_heads",

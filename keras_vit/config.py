@@ -21,6 +21,7 @@ from typing import Any, List, Mapping, Optional
 
 import ml_collections
 from ml_collections.config_dict import placeholder
+
 from keras_vit.errors import UsageError
 
 

@@ -14,6 +14,7 @@ the function to update.
 """
 
 from __future__ import annotations
+
 from keras_vit.errors import UsageError
 
 _EMA_ATTR = "_model_variables_moving_average"

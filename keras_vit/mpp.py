@@ -28,8 +28,8 @@ from keras import ops
 
 from keras_vit import layers as vit_layers
 from keras_vit.embedding import PACKAGE
-from keras_vit.model import create_model
 from keras_vit.errors import UsageError
+from keras_vit.model import create_model
 
 # What is predicted for each corrupted patch: its mean colour (one class of
 # 2**(3 * bits)), the mean colours of a grid_size x grid_size downsized

@@ -31,6 +31,7 @@ from typing import Callable
 
 import keras
 from keras import ops
+
 from keras_vit.errors import UsageError
 
 REMAT_POLICIES = ("none", "block", "dots")

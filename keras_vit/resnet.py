@@ -22,6 +22,7 @@ from typing import Sequence, Tuple
 
 import keras
 from keras import ops
+
 from keras_vit.errors import UsageError
 
 PACKAGE = "keras_vit"

@@ -456,8 +456,9 @@ def posemb_resize() -> str:
     libraries = {"timm_vit": "timm", "hf_vit_classifier": "transformers"}
     for key, r in d["fixture_model_logits"].items():
         model, sizes = key.split(" ", 1)
+        shown = sizes.replace('->', ' -> ').replace('px', ' px')
         lines.append(
-            f"| `{model}`, {sizes.replace('->', ' -> ').replace('px', ' px')} | "
+            f"| `{model}`, {shown} | "
             f"{libraries.get(model, model)} | "
             f"{_small(r['max_abs_logit_difference_relative'])} | "
             f"{pct(r['top1_agreement'])} of {r['images']} images |")

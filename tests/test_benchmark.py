@@ -13,7 +13,6 @@ import subprocess
 import sys
 
 import keras
-import numpy as np
 import pytest
 
 import keras_vit

@@ -12,10 +12,10 @@ from absl import flags
 from ml_collections import config_flags
 
 from keras_vit import config as config_lib
-from keras_vit.errors import UsageError
 from keras_vit import optim
 from keras_vit.checkpoint import workdir as wd
 from keras_vit.commands import flags as cli
+from keras_vit.errors import UsageError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIGS = os.path.join(ROOT, "configs")

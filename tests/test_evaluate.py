@@ -8,7 +8,6 @@ with flags of its own.
 import importlib.util
 import json
 import os
-import sys
 from unittest import mock
 
 import keras
@@ -20,15 +19,15 @@ import tensorflow_datasets as tfds
 from keras_vit import config as config_lib
 from keras_vit import create_model
 from keras_vit.checkpoint import loader as pretrained
-from keras_vit.checkpoint import weights as checkpoint
 from keras_vit.checkpoint import npz as checkpoint_io
+from keras_vit.checkpoint import weights as checkpoint
 from keras_vit.checkpoint.resolution import rebuild_at_resolution
 from keras_vit.commands import evaluate as evaluate_main
 from keras_vit.data import preprocessing
 from keras_vit.data.sources import digits_split
 from keras_vit.evaluation import reports, vtab_run
-from keras_vit.training import train_lib
 from keras_vit.scoring.evaluator import Evaluator
+from keras_vit.training import train_lib
 from tests.strategies import two_cpu_mirrored
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -14,7 +14,6 @@ import pytest
 import safetensors.numpy
 
 import keras_vit
-
 from keras_vit.checkpoint import (
     hub,
     hub_config,

@@ -14,9 +14,9 @@ import shutil
 import subprocess
 import sys
 
-from huggingface_hub import constants as hf_constants
 import numpy as np
 import pytest
+from huggingface_hub import constants as hf_constants
 
 import keras_vit
 from keras_vit.checkpoint import cache, catalog, loader, weights

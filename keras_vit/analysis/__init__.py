@@ -14,7 +14,6 @@ model; `plots` draws the figures; `report.run_analysis` does it all
 (`keras-vit-analysis` on the command line).
 """
 
-from keras_vit.analysis.report import run_analysis
 from keras_vit.analysis.core import (
     TokenLayout,
     attention_rollout,
@@ -41,6 +40,7 @@ from keras_vit.analysis.plots import (
     plot_patch_embedding_pca,
     plot_position_similarity,
 )
+from keras_vit.analysis.report import run_analysis
 
 __all__ = [
     "AttentionStats",

@@ -14,6 +14,7 @@ import dataclasses
 from typing import Sequence, Tuple
 
 import numpy as np
+
 from keras_vit.errors import UsageError
 
 

@@ -35,9 +35,9 @@ from typing import List, Optional
 
 import filelock
 import huggingface_hub
-from huggingface_hub import constants as hf_constants
 import tensorflow as tf
 from absl import logging
+from huggingface_hub import constants as hf_constants
 from huggingface_hub.utils import (
     GatedRepoError,
     LocalEntryNotFoundError,

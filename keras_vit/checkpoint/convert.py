@@ -13,7 +13,6 @@ keras_vit/commands/convert.py.
 
 from __future__ import annotations
 
-import os
 from typing import Optional, Tuple, Union
 
 import keras

@@ -30,13 +30,18 @@ import tensorflow as tf
 
 from keras_vit import mpp
 from keras_vit.checkpoint import (
-    augreg, cache, catalog, hub, hub_model, weights,
+    augreg,
+    cache,
+    catalog,
+    hub,
+    hub_model,
+    weights,
 )
 from keras_vit.checkpoint import npz as checkpoint_io
 from keras_vit.checkpoint import workdir as wd
 from keras_vit.checkpoint.resolution import rebuild_at_resolution
-from keras_vit.model import _image_hw, create_model, decode_variant
 from keras_vit.errors import UsageError
+from keras_vit.model import _image_hw, create_model, decode_variant
 from keras_vit.resnet import resnet_stride
 
 MODEL_FIELDS = (

@@ -26,8 +26,8 @@ import tensorflow as tf
 from keras_vit import build
 from keras_vit import config as config_lib
 from keras_vit.checkpoint.atomic import atomic_write
-from keras_vit.keras_compat import ema_variables
 from keras_vit.errors import UsageError
+from keras_vit.keras_compat import ema_variables
 
 CONFIG = "config.json"
 LABELS = "labels.txt"

@@ -36,10 +36,10 @@ from keras_vit.checkpoint import workdir as wd
 from keras_vit.checkpoint.atomic import atomic_write
 from keras_vit.commands import flags as cli
 from keras_vit.data import sources, vtab
+from keras_vit.errors import UsageError
 from keras_vit.evaluation import fewshot, reports, vtab_run
 from keras_vit.evaluation.accuracy import evaluate_model
 from keras_vit.training import distribute, train_lib
-from keras_vit.errors import UsageError
 
 MODES = ("eval", "fewshot", "vtab")
 # --mode=eval of an .npz or .keras file without a config: its global batch.

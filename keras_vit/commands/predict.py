@@ -36,8 +36,8 @@ from keras_vit.checkpoint import loader
 from keras_vit.commands import flags as cli
 from keras_vit.data import preprocessing
 from keras_vit.derived import input_image_size
-from keras_vit.export import files as export_files
 from keras_vit.errors import UsageError
+from keras_vit.export import files as export_files
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp")
 

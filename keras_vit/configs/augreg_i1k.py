@@ -26,8 +26,8 @@ epochs at 224, as timm's results table lists the released i1k files
 RandAugment is Keras 3's, not big_vision's (keras_vit/data/augment.py).
 """
 
-from keras_vit.checkpoint import augreg
 from keras_vit import config as config_lib
+from keras_vit.checkpoint import augreg
 from keras_vit.config import base_config, parse_config_arg
 
 BATCH = 4096

@@ -28,8 +28,8 @@ them): fine-tuned on ImageNet at 384 (configs/augreg_finetune.py), about
 78.4% top-1 for Ti/16, 83.8% for S/16, 86.0% for B/16, 87.1% for L/16.
 """
 
-from keras_vit.checkpoint import augreg
 from keras_vit import config as config_lib
+from keras_vit.checkpoint import augreg
 from keras_vit.config import base_config, parse_config_arg
 
 BATCH = 4096

@@ -47,6 +47,7 @@ from typing import Callable, Optional, Tuple
 
 import keras
 import tensorflow as tf
+
 from keras_vit.errors import UsageError
 
 # big_vision's RandAugment magnitude M -> Keras's `factor` (see above).

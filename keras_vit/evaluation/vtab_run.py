@@ -39,8 +39,8 @@ from keras_vit import config as config_lib
 from keras_vit.checkpoint import loader as pretrained
 from keras_vit.checkpoint import workdir as wd
 from keras_vit.data import vtab
-from keras_vit.evaluation import reports
 from keras_vit.errors import UsageError
+from keras_vit.evaluation import reports
 
 BACKBONE = "backbone.npz"
 BACKBONE_SOURCE = "backbone.json"

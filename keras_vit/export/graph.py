@@ -29,8 +29,8 @@ import tensorflow as tf
 
 from keras_vit.data import preprocessing
 from keras_vit.derived import features_model, input_image_size, model_stride
-from keras_vit.export import request_checks
 from keras_vit.errors import UsageError
+from keras_vit.export import request_checks
 
 SIGNATURES = ("serving_default", "predict_images", "features")
 ANY_SIZE_SIGNATURE = "predict_any_size"

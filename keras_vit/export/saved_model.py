@@ -40,9 +40,9 @@ from keras_vit.derived import (
     model_stride,
     with_dynamic_image_size,
 )
+from keras_vit.errors import UsageError
 from keras_vit.export import files as export_files
 from keras_vit.export import graph as export_graph
-from keras_vit.errors import UsageError
 
 BATCHING_FILE = "batching_parameters.txt"
 # TF Serving's --batching_parameters_file, tuned for a CPU server: a batch

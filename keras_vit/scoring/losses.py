@@ -4,6 +4,7 @@ from label vectors (Mixup's and CutMix's mixed labels)."""
 from __future__ import annotations
 
 import tensorflow as tf
+
 from keras_vit.errors import UsageError
 
 LOSSES = ("softmax_xent", "sigmoid_xent")

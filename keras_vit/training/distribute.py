@@ -30,10 +30,10 @@ from typing import Callable, Optional
 import tensorflow as tf
 from absl import logging
 
+from keras_vit.errors import UsageError
 from keras_vit.training import cluster
 from keras_vit.training import tpu as tpu_lib
 from keras_vit.training.cluster import SetupError
-from keras_vit.errors import UsageError
 
 STRATEGIES = ("auto", "tpu", "mirrored", "multiworker", "cpu")
 # The exit status after every worker saved on a preemption: TensorFlow's

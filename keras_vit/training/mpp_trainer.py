@@ -23,8 +23,8 @@ import keras
 import tensorflow as tf
 
 from keras_vit import mpp
-from keras_vit.training.trainer import Trainer
 from keras_vit.errors import UsageError
+from keras_vit.training.trainer import Trainer
 
 
 class MppTrainer(Trainer):

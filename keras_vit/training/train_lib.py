@@ -29,11 +29,11 @@ from keras_vit.checkpoint import workdir as wd
 from keras_vit.data import checks as data_checks
 from keras_vit.data import pipeline as input_pipeline
 from keras_vit.data import sources
+from keras_vit.errors import UsageError
 from keras_vit.training import cluster, distribute, loop, state
 from keras_vit.training.mpp_trainer import MppTrainer
 from keras_vit.training.resume import TrainingError, restore_latest
 from keras_vit.training.trainer import Trainer
-from keras_vit.errors import UsageError
 
 __all__ = ["TrainingError", "build_trainer", "train_and_evaluate"]
 

@@ -25,10 +25,10 @@ from typing import Dict, Optional
 import keras
 import tensorflow as tf
 
-from keras_vit.scoring.evaluator import Evaluator
-from keras_vit.training import keras_hooks
-from keras_vit.scoring.losses import hard_labels, per_example_loss
 from keras_vit.errors import UsageError
+from keras_vit.scoring.evaluator import Evaluator
+from keras_vit.scoring.losses import hard_labels, per_example_loss
+from keras_vit.training import keras_hooks
 
 
 class Trainer(Evaluator):
