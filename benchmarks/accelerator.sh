@@ -25,7 +25,8 @@
 # JSON files of benchmarks/results/gpu into docs/performance.md.
 #
 # --smoke: the same runs at tiny sizes (any machine, the CPU too), to check
-# the whole path in a minute or two (tests/test_accelerator.py does).
+# the whole path (tests/test_accelerator.py does); without OUTPUT_DIR its
+# files go to a new temporary folder.
 # --no-wheels: use the installed packages even where .whl/ has wheels.
 # Environment: PYTHON (default python3), BUDGET_S (total seconds, default
 # 450; 1500 with --smoke).
@@ -36,12 +37,16 @@ for arg in "$@"; do
     case $arg in
         --smoke) smoke=1 ;;
         --no-wheels) wheels=0 ;;
-        -h|--help) sed -n '2,34p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,/^set /{/^#/p}' "$0" | sed 's/^# \{0,1\}//'
+                   exit 0 ;;
         -*) echo "accelerator.sh: unknown option $arg (--smoke," \
                  "--no-wheels, OUTPUT_DIR)" >&2; exit 2 ;;
         *) outdir=$arg ;;
     esac
 done
+if [ -z "$outdir" ] && [ "$smoke" = 1 ]; then
+    outdir=$(mktemp -d)  # tiny sizes: never into the stored results
+fi
 outdir=${outdir:-${OUT:-benchmarks/results/gpu}}
 python=${PYTHON:-python3}
 mkdir -p "$outdir" || exit 1

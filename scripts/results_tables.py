@@ -283,7 +283,7 @@ def gpu_throughput() -> str:
              "mode | model | img/s | MFU | vs keras-hub | XLA temporaries "
              "MiB / image | device peak MiB / image |",
              "|---|---|---|---|---|---|---|---|---|"]
-    machines = []
+    machines, notes = [], []
     for name in names:
         data = bench(f"{GPU}/{name}")
         a, m = data["args"], data["machine"]
@@ -301,8 +301,9 @@ def gpu_throughput() -> str:
                 f"{ratio(row.get('vs_keras_hub'))} | "
                 f"{_mib(row.get('xla_temp_bytes_per_example'))} | "
                 f"{_mib(row.get('device_peak_bytes_per_example'))} |")
-        lines += [f"- {name}: {n}" for n in data["notes"]]
-    return "\n".join(lines + [""] + [f"- {m}" for m in machines]) + source(
+        notes += [f"- `{name}`: {n}" for n in data["notes"]]
+    return "\n".join(lines + [""] + [f"- {m}" for m in machines]
+                     + notes) + source(
         f"{BENCH}/{GPU}/*.json", command=GPU_COMMAND)
 
 
