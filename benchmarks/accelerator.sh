@@ -68,8 +68,9 @@ else
     say "no wheels installed: using the installed packages"
 fi
 export PYTHONPATH=$path${PYTHONPATH:+:$PYTHONPATH}
-"$python" - >> "$log" 2>&1 <<'PY'
-import platform, jax, keras
+SMOKE=$smoke "$python" - >> "$log" 2>&1 <<'PY'
+import os, platform, sys
+import jax, keras
 print("python", platform.python_version(), "jax", jax.__version__,
       "keras", keras.__version__, "devices", jax.devices())
 try:
@@ -77,8 +78,17 @@ try:
     print("keras_hub", keras_hub.__version__)
 except ImportError as e:
     print("keras_hub not importable:", e)
+if jax.default_backend() == "cpu" and os.environ["SMOKE"] != "1":
+    sys.exit("JAX sees no GPU (default backend: cpu): the full sizes would "
+             "take hours here; use --smoke to check the path on the CPU.")
 PY
+rc=$?
 command -v nvidia-smi > /dev/null && nvidia-smi -L >> "$log" 2>&1
+if [ "$rc" != 0 ]; then
+    say "the environment check failed (exit $rc):"
+    tail -n 3 "$log" >&2
+    exit 1
+fi
 
 if [ "$smoke" = 1 ]; then
     total=${BUDGET_S:-1500}

@@ -109,6 +109,7 @@ def test_memory_fields_are_exact_only_where_the_peak_rose():
     assert all(v is None for v in got.values())
 
 
+@pytest.mark.slow
 def test_deadline_cuts_repeats_and_skips_what_is_left(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "keras_hub", None)  # as if absent
     prefix = str(tmp_path / "late")
@@ -257,3 +258,17 @@ def test_accelerator_script_refuses_an_unknown_option():
          "--fast"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
     assert "unknown option --fast" in proc.stderr
+
+
+@pytest.mark.slow
+def test_full_sizes_refuse_at_once_without_a_gpu(tmp_path):
+    """Without a GPU the full run stops at its environment check, before
+    any measurement, and names --smoke."""
+    env = dict(os.environ, PYTHON=sys.executable, KERAS_BACKEND="jax")
+    proc = subprocess.run(
+        ["bash", os.path.join(ROOT, "benchmarks", "accelerator.sh"),
+         "--no-wheels", str(tmp_path)],
+        env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1
+    assert "JAX sees no GPU" in proc.stderr and "--smoke" in proc.stderr
+    assert not [p for p in os.listdir(tmp_path) if p.endswith(".json")]
