@@ -234,3 +234,104 @@ def test_pytorch_reader_agrees_where_installed(tmp_path):
     for name in CRAFTED:
         with pytest.raises(UsageError):
             torch_pickle.read_with_torch(_write_crafted(str(tmp_path), name))
+
+
+def _hostile_child(scale, kinds, timeout):
+    """Runs tests/hostile_files' builders `kinds` in one child; returns its
+    records after checking that it ended cleanly and printed no
+    traceback."""
+    run = subprocess.run([sys.executable, CHILD, "hostile", str(scale),
+                          *kinds], capture_output=True, text=True,
+                         timeout=timeout)
+    records = [json.loads(line) for line in run.stdout.splitlines()]
+    started = [r for r in records if r["event"] == "start"]
+    assert run.returncode == 0, (
+        f"child ended with {run.returncode} during {started[-1:]}: "
+        f"{run.stderr[-2000:]}")
+    assert "Traceback" not in run.stderr, run.stderr[-3000:]
+    done = [r for r in records if r["event"] == "done"]
+    assert len(done) == len(started)
+    return done
+
+
+def _check_hostile(done):
+    """0 loads, 0 errors other than one UsageError line naming the file
+    (its basename, or the hf:// URI), each within a memory budget of
+    MAX_EXTRA_BYTES plus twice the file's bytes."""
+    for record in done:
+        label, message = record["label"], record["message"]
+        if label.startswith("control:"):
+            assert record["outcome"] == "ok", record
+            continue
+        assert record["outcome"] == "usage", record
+        assert "\n" not in message, record
+        target = record["target"]
+        name = (target if target.startswith("hf://")
+                else os.path.basename(target.rstrip("/")))
+        assert name in message, record
+        budget = torch_pickle.MAX_EXTRA_BYTES + 2 * record["file_bytes"]
+        assert record["peak_bytes"] <= budget, record
+
+
+TORCH_KINDS = ["deep_nesting", "build_on_records", "inflation"]
+MODEL_KINDS = ["zero_stride", "path_escape", "broken_json", "broken_npz",
+               "uris", "keras_lambda", "controls"]
+
+
+def test_hostile_torch_files_quick():
+    # One of each: containers nested 10,000 deep seven ways (a dict key, a
+    # tensor's size, MARKs, lists, dicts, depth hidden by changing a list
+    # after it was put into another), BUILD on a storage / storage class /
+    # tensor record, zip members inflating to 32 MiB. Each is refused by
+    # one line naming the file, in a child that never crashes.
+    done = _hostile_child(1, TORCH_KINDS, timeout=120)
+    assert len(done) == 13
+    _check_hostile(done)
+    by_label = {r["label"]: r["message"] for r in done}
+    assert "nests containers more than 32 deep" in by_label[
+        "nesting:tuple_dict_key"]
+    assert "changes a container after putting it into another" in by_label[
+        "nesting:hidden_by_mutation"]
+    assert "a BUILD opcode changes a StorageData record" in by_label[
+        "build:storage"]
+    assert ("holds 33554432 bytes, but the pickle declares 4 FloatStorage"
+            in by_label["inflation:storage"])
+    assert "is compressed" in by_label["inflation:declared"]
+    assert "more than the 8388608 it may hold" in by_label[
+        "inflation:pickle"]
+
+
+@pytest.mark.slow
+def test_hostile_corpus_in_one_child_under_a_memory_cap():
+    # Every kind, larger (nesting 40,000 deep, members inflating to
+    # 128 MiB, 32 zero-stride tensors of 67 million elements each), read
+    # the user's way (load_model, a path or an hf:// URI) where the kind is
+    # a model: 0 crashes, 0 tracebacks, 0 loads of a hostile file; the
+    # controls (a folder, a .bin, an index with its shard, a Hugging Face
+    # cache snapshot whose shard links to its own blobs/) load.
+    done = _hostile_child(4, TORCH_KINDS + MODEL_KINDS, timeout=900)
+    _check_hostile(done)
+    labels = {r["label"] for r in done}
+    for kind in ("nesting:", "build:", "inflation:", "zero_stride:",
+                 "escape:", "index:", "config:", "npz:", "hf:", "keras:",
+                 "control:"):
+        assert any(label.startswith(kind) for label in labels), kind
+    by_label = {r["label"]: r["message"] for r in done}
+    assert "views that repeat storage elements" in by_label[
+        "zero_stride:state_dict"]
+    # The arrays a model has no place for are named, never materialised.
+    assert "has 32 array(s) this ViT has no place for, first extra.0 " \
+           "(8191, 8191)" in by_label["zero_stride:model"]
+    for label in ("parent", "absolute", "inner_parent"):
+        assert "outside the model's folder" in by_label[f"escape:{label}"]
+    assert "a link to" in by_label["escape:link"]
+    assert "a link to" in by_label["escape:other_repository"]
+    assert "has no weight_map" in by_label["index:no_weight_map"]
+    assert "nests lists or objects more than 32 deep" in by_label[
+        "config:deep"]
+    assert "holds a JSON list, not an object" in by_label["config:list"]
+    assert "declares shape (4194304, 1048576)" in by_label["npz:huge_shape"]
+    assert "entry 'notes.txt' is not an .npy array" in by_label[
+        "npz:other_member"]
+    assert "'..' is no branch, tag or commit name" in by_label["hf:.."]
+    assert "Keras's safe mode refuses to run it" in by_label["keras:lambda"]

@@ -115,6 +115,12 @@ def _files(path: str) -> Tuple[str, str]:
     return config, weights
 
 
+def _shape(tensors: Mapping[str, Any], key: str) -> Tuple[int, ...]:
+    """An array's shape, without reading it where the mapping knows it."""
+    known = getattr(tensors, "shape", None)
+    return tuple(known(key)) if known else tuple(tensors[key].shape)
+
+
 class _Float32(collections.abc.Mapping):
     """Arrays of `tensors` as float32, each made when first looked up (an
     array the model has no place for is never read)."""
@@ -127,6 +133,9 @@ class _Float32(collections.abc.Mapping):
         if key not in self._made:
             self._made[key] = np.asarray(self._tensors[key], np.float32)
         return self._made[key]
+
+    def shape(self, key: str) -> Tuple[int, ...]:
+        return _shape(self._tensors, key)
 
     def __iter__(self):
         return iter(self._tensors)
@@ -160,6 +169,10 @@ class _Safetensors(collections.abc.Mapping):
                 f"Could not read {key} of {self.path}: {error}"
             ) from None
 
+    def shape(self, key: str) -> Tuple[int, ...]:
+        with safetensors.safe_open(self.path, "np") as f:
+            return tuple(f.get_slice(key).get_shape())
+
     def __iter__(self):
         return iter(self._keys)
 
@@ -178,6 +191,9 @@ class _Shards(collections.abc.Mapping):
 
     def __getitem__(self, key: str):
         return self._where[key][key]
+
+    def shape(self, key: str) -> Tuple[int, ...]:
+        return _shape(self._where[key], key)
 
     def __iter__(self):
         return iter(self._where)
@@ -436,7 +452,7 @@ def read_hub(path: str) -> HubCheckpoint:
     if unused:
         raise UsageError(
             f"{weights_path} has {len(unused)} array(s) this ViT has no "
-            f"place for, first {unused[0]} {tensors[unused[0]].shape}: a "
+            f"place for, first {unused[0]} {_shape(tensors, unused[0])}: a "
             f"{kind} model with parts the plain ViT does not compute "
             "(e.g. a distillation or register token, layer scale, fc_norm)."
         )

@@ -278,16 +278,16 @@ class _Unpickler(pickle.Unpickler):
                 f"storage {_short.repr(entry)[1:-1]} is missing") from None
         # Compared before a byte is inflated: the zip's directory against
         # the pickle, and stored, so the file's own bytes bound the read.
-        if info.compress_type != zipfile.ZIP_STORED:
-            raise pickle.UnpicklingError(
-                f"storage {entry} is compressed; torch.save stores "
-                "storages uncompressed")
         if info.file_size != count * dtype.itemsize:
             raise pickle.UnpicklingError(
                 f"storage {entry} holds {info.file_size} bytes, but the "
                 f"pickle declares {count} {storage.name} elements of "
                 f"{dtype.itemsize} bytes"
             )
+        if info.compress_type != zipfile.ZIP_STORED:
+            raise pickle.UnpicklingError(
+                f"storage {entry} is compressed; torch.save stores "
+                "storages uncompressed")
         record = _StorageData(entry, dtype, count,
                               storage.name == "BFloat16Storage")
         self._storages[key] = record
@@ -481,7 +481,10 @@ def _entries(path: str, state) -> Dict[str, _Tensor]:
         if not isinstance(value, _Tensor):
             raise UsageError(f"{path}: entry {_short.repr(key)} is a "
                              f"{type(value).__name__}, not a tensor.")
-        _check(str(key), value)
+        try:
+            _check(str(key), value)
+        except UsageError as error:
+            raise UsageError(f"{path}: {error}") from None
         tensors[str(key)] = value
     return tensors
 
@@ -560,7 +563,7 @@ def open_without_torch(path: str) -> StateDict:
             storages[record.entry] = np.frombuffer(data, record.dtype)
         return _view(key, tensor, storages[record.entry])
 
-    return StateDict(path, {k: _check(k, t) for k, t in tensors.items()},
+    return StateDict(path, {k: tuple(t.size) for k, t in tensors.items()},
                      make, _limit(tensors))
 
 
