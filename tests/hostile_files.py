@@ -202,12 +202,7 @@ def path_escape(folder: str, scale: int) -> List[Case]:
         model = _index_folder(folder, f"escape_{label}",
                               dict.fromkeys(keys, shard))
         cases.append((f"escape:{label}", "model", model))
-    # A link inside the folder pointing out of it.
-    model = _index_folder(folder, "escape_link",
-                          dict.fromkeys(keys, "model.safetensors"))
-    os.symlink(os.path.join(other, "model.safetensors"),
-               os.path.join(model, "model.safetensors"))
-    os.remove(os.path.join(model, "model.safetensors.index.json"))
+    # A shard that is a link inside the folder pointing out of it.
     model_link = _index_folder(folder, "escape_link_index",
                                dict.fromkeys(keys, "shard.safetensors"))
     os.symlink(os.path.join(other, "model.safetensors"),

@@ -334,4 +334,4 @@ def test_hostile_corpus_in_one_child_under_a_memory_cap():
     assert "entry 'notes.txt' is not an .npy array" in by_label[
         "npz:other_member"]
     assert "'..' is no branch, tag or commit name" in by_label["hf:.."]
-    assert "Keras's safe mode refuses to run it" in by_label["keras:lambda"]
+    assert "Keras's safe mode refuses to run" in by_label["keras:lambda"]
