@@ -24,7 +24,8 @@ import zipfile
 from typing import Callable, Dict, List, Tuple
 
 import numpy as np
-import torch_files
+
+from tests import torch_files
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIXTURES = os.path.join(HERE, "fixtures", "hub")
