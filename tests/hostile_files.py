@@ -296,9 +296,10 @@ def _npy(array: np.ndarray) -> bytes:
 
 def uris(folder: str, scale: int) -> List[Case]:
     """hf:// revisions that name no revision (the child runs with
-    HF_HUB_OFFLINE=1 and HF_HUB_CACHE at a cache holding ORG/NAME)."""
+    HF_HUB_OFFLINE=1 and HF_HUB_CACHE at a cache holding ORG/NAME, whose
+    ref "dir" is a folder)."""
     return [(f"hf:{rev}", "model", f"hf://ORG/NAME@{rev}")
-            for rev in ("..", ".", "x.lock", "a..b")]
+            for rev in ("..", ".", "x.lock", "a..b", "dir")]
 
 
 def keras_lambda(folder: str, scale: int) -> List[Case]:

@@ -4,12 +4,17 @@ as torch.save writes them (tests/torch_files.py), and crafted files that
 declare views outside their storage, each refused with one line naming the
 tensor. Files that could crash the process (read outside memory) are read
 in a child process (tests/torch_fuzz.py), where a segfault shows as a
-failed test."""
+failed test. The hostile corpus of tests/hostile_files.py (deep nesting,
+BUILD on records, inflating zip members, zero-stride amplification, shards
+outside the folder, broken JSON and .npz, hf:// revisions, Lambda layers)
+is read there too, each file's peak memory measured: a quick torch-only
+version, and every kind through load_model (slow)."""
 
 import json
 import os
 import pickle
 import re
+import shutil
 import subprocess
 import sys
 
@@ -18,9 +23,10 @@ import pytest
 
 from keras_vit.checkpoint import torch_pickle
 from keras_vit.errors import UsageError
-from tests import torch_files
+from tests import hostile_files, torch_files
 
 CHILD = os.path.join(os.path.dirname(__file__), "torch_fuzz.py")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _child(*args, timeout=120):
@@ -306,7 +312,8 @@ def test_hostile_corpus_in_one_child_under_a_memory_cap():
     # Every kind, larger (nesting 40,000 deep, members inflating to
     # 128 MiB, 32 zero-stride tensors of 67 million elements each), read
     # the user's way (load_model, a path or an hf:// URI) where the kind is
-    # a model: 0 crashes, 0 tracebacks, 0 loads of a hostile file; the
+    # a model (hf:// URIs from a cache only): 0 crashes, 0 tracebacks, 0
+    # loads of a hostile file, each within its memory budget; the
     # controls (a folder, a .bin, an index with its shard, a Hugging Face
     # cache snapshot whose shard links to its own blobs/) load.
     done = _hostile_child(4, TORCH_KINDS + MODEL_KINDS, timeout=900)
@@ -334,4 +341,70 @@ def test_hostile_corpus_in_one_child_under_a_memory_cap():
     assert "entry 'notes.txt' is not an .npy array" in by_label[
         "npz:other_member"]
     assert "'..' is no branch, tag or commit name" in by_label["hf:.."]
+    assert "refused it (IsADirectoryError" in by_label["hf:dir"]
     assert "Keras's safe mode refuses to run" in by_label["keras:lambda"]
+
+
+def test_checks_run_before_torch_load(tmp_path, monkeypatch):
+    # With PyTorch installed, torch.load(weights_only=True) crashes on the
+    # deeply nested pickle too: every check of this module runs first, and
+    # torch.load is reached only by files that pass them.
+    calls = []
+
+    class FakeTorch:
+        Tensor = np.ndarray
+        bfloat16 = "bfloat16"
+
+        @staticmethod
+        def load(path, **kwargs):
+            calls.append((path, kwargs))
+            return {"w": np.ones((2, 2), np.float32)}
+
+    monkeypatch.setattr(torch_pickle.importlib, "import_module",
+                        lambda name: FakeTorch)
+    hostile = [target for build in (hostile_files.deep_nesting,
+                                    hostile_files.build_on_records,
+                                    hostile_files.inflation)
+               for _, _, target in build(str(tmp_path), 1)]
+    for path in hostile:
+        with pytest.raises(UsageError):
+            torch_pickle.read_state_dict(path, use_torch=True)
+    assert calls == []
+    path = str(tmp_path / "pytorch_model.bin")
+    torch_files.save(path, {"w": np.zeros((2, 2), np.float32)})
+    state = torch_pickle.read_state_dict(path, use_torch=True)
+    assert calls == [(path, {"weights_only": True, "map_location": "cpu"})]
+    assert state.shape("w") == (2, 2)
+
+
+@pytest.mark.slow
+def test_console_script_refuses_hostile_models_in_one_line(tmp_path):
+    # The user's door: keras-vit-convert on a model folder whose
+    # pytorch_model.bin nests tuples 10,000 deep (CPython crashes hashing
+    # it), and on hf://ORG/NAME@..: exit status 1, one error line, no
+    # traceback, nothing written.
+    folder = tmp_path / "model"
+    shutil.copytree(os.path.join(hostile_files.FIXTURES, "hf_vit_model_bin"),
+                    folder)
+    data = hostile_files._deep_pickles(10000)["tuple_dict_key"]
+    weights = str(folder / "pytorch_model.bin")
+    torch_files.write(weights, {}, {"0": np.ones(4, np.float32)},
+                      data_pkl=data)
+    env = dict(os.environ, PYTHONPATH=ROOT, CUDA_VISIBLE_DEVICES="",
+               TF_CPP_MIN_LOG_LEVEL="3", HF_HUB_OFFLINE="1",
+               HF_HUB_CACHE=str(tmp_path / "hf"))
+    for model, says in ((str(folder), f"{weights}: its pickle nests "
+                         "containers more than 32 deep"),
+                        ("hf://ORG/NAME@..", "hf://ORG/NAME@..: '..' is no "
+                         "branch, tag or commit name")):
+        output = tmp_path / "out.keras"
+        run = subprocess.run(
+            [sys.executable, "-m", "keras_vit.commands.convert",
+             f"--model={model}", f"--output={output}"],
+            capture_output=True, text=True, env=env, timeout=300)
+        assert run.returncode == 1, run.stderr[-2000:]
+        assert "Traceback" not in run.stderr, run.stderr[-2000:]
+        errors = [line for line in run.stderr.splitlines()
+                  if line.startswith("keras-vit-convert: error:")]
+        assert len(errors) == 1 and says in errors[0], run.stderr[-2000:]
+        assert not output.exists()

@@ -201,9 +201,11 @@ def hostile(scale: int, kinds) -> None:
         + [hostile_files.controls])}
     with tempfile.TemporaryDirectory() as folder:
         # An hf:// URI is read from this cache only, which holds ORG/NAME
-        # (so that a revision '..' reaches the cache's folders).
+        # (so that a revision '..' would reach the cache's folders).
         repo = os.path.join(folder, "hf", "hub", "models--ORG--NAME")
-        os.makedirs(os.path.join(repo, "refs"))
+        # refs/dir: a ref that is a folder (huggingface_hub raises
+        # IsADirectoryError reading it).
+        os.makedirs(os.path.join(repo, "refs", "dir"))
         os.makedirs(os.path.join(repo, "snapshots", "abc"))
         with open(os.path.join(repo, "refs", "main"), "w") as f:
             f.write("abc")

@@ -409,22 +409,18 @@ def read_keras_model(path: str) -> keras.Model:
     from the file runs), uncompiled.
 
     Raises:
-        UsageError: one line naming the file: it holds Python code (a
-            Lambda layer) that safe mode refuses, or Keras cannot load it.
+        UsageError: one line naming the file when it holds Python code (a
+            Lambda layer's function) that safe mode refuses. Any other
+            error of Keras keeps its type and traceback.
     """
     try:
         return keras.models.load_model(path, compile=False, safe_mode=True)
-    except Exception as error:  # an untrusted file; Keras raises any type
-        text = " ".join(str(error).split())
-        if "safe_mode" in text:
-            raise UsageError(
-                f"{path} holds Python code (a Lambda layer's function), "
-                "which Keras's safe mode refuses to run. Rebuild the model "
-                "without Lambda layers; load it yourself with "
-                "keras.models.load_model(path, safe_mode=False) only if you "
-                "trust the file."
-            ) from None
+    except ValueError as error:
+        if "safe_mode" not in str(error):
+            raise
         raise UsageError(
-            f"Could not load {path} as a Keras model: "
-            f"{type(error).__name__}: {text[:300]}"
-        ) from error
+            f"{path} holds Python code (a Lambda layer's function), which "
+            "Keras's safe mode refuses to run. Rebuild the model without "
+            "Lambda layers; load it yourself with keras.models.load_model("
+            "path, safe_mode=False) only if you trust the file."
+        ) from None
