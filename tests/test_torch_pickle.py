@@ -408,3 +408,32 @@ def test_console_script_refuses_hostile_models_in_one_line(tmp_path):
                   if line.startswith("keras-vit-convert: error:")]
         assert len(errors) == 1 and says in errors[0], run.stderr[-2000:]
         assert not output.exists()
+
+
+@pytest.mark.slow
+def test_budget_counts_each_dtype_as_read(tmp_path):
+    # 20 million float16 elements (40 MB): within 2 x the storage bytes,
+    # so they load; the same views repeated once more than that are
+    # refused. bfloat16 is budgeted as the float32 it is widened to.
+    count = 20_000_000
+    half = np.arange(count, dtype=np.float16)
+    path = str(tmp_path / "half.bin")
+    torch_files.write(path, {"w": torch_files.Tensor("0", 0, (count,), (1,)),
+                             "v": torch_files.Tensor("0", 0, (count,), (1,))},
+                      {"0": half}, kinds={"0": "HalfStorage"})
+    state = torch_pickle.read_state_dict(path, use_torch=False)
+    np.testing.assert_array_equal(state["w"], half)
+    np.testing.assert_array_equal(state["v"], half)
+    torch_files.write(path, {name: torch_files.Tensor("0", 0, (count,), (1,))
+                             for name in "abcd"},
+                      {"0": half}, kinds={"0": "HalfStorage"})
+    state = torch_pickle.read_state_dict(path, use_torch=False)
+    for name in "abc":
+        assert state[name].shape == (count,)
+    with pytest.raises(UsageError, match="views that repeat storage"):
+        state["d"]
+    torch_files.write(path, {name: torch_files.Tensor("0", 0, (count,), (1,))
+                             for name in "ab"},
+                      {"0": half}, kinds={"0": "BFloat16Storage"})
+    state = torch_pickle.read_state_dict(path, use_torch=False)
+    assert state["a"].dtype == np.float32 and state["b"].shape == (count,)

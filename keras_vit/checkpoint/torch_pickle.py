@@ -149,6 +149,11 @@ class _StorageData(_Record):
     def nbytes(self) -> int:
         return self.count * self.dtype.itemsize
 
+    @property
+    def itemsize(self) -> int:
+        """Bytes of one element as read (bfloat16 widened to float32)."""
+        return 4 if self.bfloat16 else self.dtype.itemsize
+
 
 class _Tensor(_Record):
     """What the pickle declares for one tensor; checked, then built."""
@@ -493,13 +498,16 @@ class StateDict(collections.abc.Mapping):
     """A state dict's arrays, each made when it is first looked up.
 
     The keys (and `shape(key)`) are known without reading a tensor; all
-    arrays made together may hold at most `limit` bytes.
+    arrays made together may hold at most `limit` bytes (`itemsizes`: the
+    bytes of one element of each array).
     """
 
     def __init__(self, path: str, shapes: Dict[str, Tuple[int, ...]],
+                 itemsizes: Dict[str, int],
                  make: Callable[[str], np.ndarray], limit: int):
         self.path = path
         self._shapes = shapes
+        self._itemsizes = itemsizes
         self._make = make
         self._limit = limit
         self._made: Dict[str, np.ndarray] = {}
@@ -512,7 +520,7 @@ class StateDict(collections.abc.Mapping):
         if key in self._made:
             return self._made[key]
         shape = self._shapes[key]
-        size = math.prod(shape) * 8  # at most 8 bytes an element
+        size = math.prod(shape) * self._itemsizes[key]
         if self.materialised + size > self._limit:
             raise UsageError(
                 f"{self.path}: its tensors would make more than "
@@ -534,7 +542,9 @@ class StateDict(collections.abc.Mapping):
 
 
 def _limit(tensors: Dict[str, _Tensor]) -> int:
-    stored = {id(t.storage): t.storage.nbytes for t in tensors.values()}
+    """Twice the bytes of the storages, as read, plus MAX_EXTRA_BYTES."""
+    stored = {id(t.storage): t.storage.count * t.storage.itemsize
+              for t in tensors.values()}
     return 2 * sum(stored.values()) + MAX_EXTRA_BYTES
 
 
@@ -564,6 +574,7 @@ def open_without_torch(path: str) -> StateDict:
         return _view(key, tensor, storages[record.entry])
 
     return StateDict(path, {k: tuple(t.size) for k, t in tensors.items()},
+                     {k: t.storage.itemsize for k, t in tensors.items()},
                      make, _limit(tensors))
 
 
@@ -602,6 +613,7 @@ def open_with_torch(path: str) -> StateDict:
         return value.detach().numpy().copy()
 
     return StateDict(path, {k: tuple(v.shape) for k, v in values.items()},
+                     {k: t.storage.itemsize for k, t in checked.items()},
                      make, _limit(checked))
 
 
