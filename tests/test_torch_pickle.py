@@ -10,6 +10,8 @@ outside the folder, broken JSON and .npz, hf:// revisions, Lambda layers)
 is read there too, each file's peak memory measured: a quick torch-only
 version, and every kind through load_model (slow)."""
 
+import collections
+import io
 import json
 import os
 import pickle
@@ -21,7 +23,7 @@ import sys
 import numpy as np
 import pytest
 
-from keras_vit.checkpoint import torch_pickle
+from keras_vit.checkpoint import npz, torch_pickle
 from keras_vit.errors import UsageError
 from tests import hostile_files, torch_files
 
@@ -437,3 +439,34 @@ def test_budget_counts_each_dtype_as_read(tmp_path):
                       {"0": half}, kinds={"0": "BFloat16Storage"})
     state = torch_pickle.read_state_dict(path, use_torch=False)
     assert state["a"].dtype == np.float32 and state["b"].shape == (count,)
+
+
+def test_fuzzed_npz_files_load_right_or_are_refused(tmp_path):
+    # Random bytes of a valid .npz (stored and compressed) changed: every
+    # file loads as numeric arrays (no object arrays) or is refused with
+    # one UsageError line naming it; nothing else is raised.
+    rng = np.random.default_rng(7)
+    arrays = {"a/kernel": np.ones((3, 4), np.float32), "b": np.arange(5)}
+    originals = []
+    for save in (np.savez, np.savez_compressed):
+        buffer = io.BytesIO()
+        save(buffer, **arrays)
+        originals.append(buffer.getvalue())
+    path = str(tmp_path / "x.npz")
+    outcomes = collections.Counter()
+    for case in range(600):
+        data = bytearray(originals[case % 2])
+        for _ in range(int(rng.integers(1, 5))):
+            data[int(rng.integers(len(data)))] = int(rng.integers(256))
+        with open(path, "wb") as f:
+            f.write(bytes(data))
+        try:
+            got = npz.read_npz(path)
+        except UsageError as error:
+            assert "\n" not in str(error) and path in str(error)
+            outcomes["usage"] += 1
+            continue
+        for key, value in got.items():
+            assert isinstance(value, np.ndarray) and not value.dtype.hasobject
+        outcomes["ok"] += 1
+    assert outcomes["ok"] > 20 and outcomes["usage"] > 400, outcomes
