@@ -67,6 +67,10 @@ _HF_URI = re.compile(
     r"^hf://(?P<repo>[\w.-]+/[\w.-]+)(?:@(?P<rev>[^/\s]+))?/?$"
 )
 
+# A revision git accepts as a branch, tag or commit name (one path part:
+# no '..', not starting or ending with '.', not ending with '.lock').
+_REVISION = re.compile(r"^(?!.*\.\.)(?!.*\.lock$)[\w-][\w.-]*(?<!\.)$")
+
 
 @dataclasses.dataclass(frozen=True)
 class Located:
@@ -212,6 +216,12 @@ def hf_snapshot(uri: str) -> str:
             "hf://ORG/NAME@REVISION (e.g. hf://google/vit-base-patch16-224)."
         )
     repo, revision = match.group("repo"), match.group("rev")
+    if revision is not None and not _REVISION.match(revision):
+        raise UsageError(
+            f"{uri}: {revision!r} is no branch, tag or commit name (git "
+            "allows no '..', no leading or trailing '.' and no '.lock' "
+            "ending); name one after @."
+        )
     hf_offline = bool(hf_constants.HF_HUB_OFFLINE) or _truthy(
         os.environ.get("HF_HUB_OFFLINE"))
     local_only = hf_offline or offline()
@@ -250,6 +260,11 @@ def hf_snapshot(uri: str) -> str:
         raise UsageError(
             f"{uri} is not (fully) in the Hugging Face cache ({where}) and "
             f"could not be downloaded: {fix}."
+        ) from None
+    except (OSError, ValueError) as error:  # huggingface_hub's own checks
+        raise UsageError(
+            f"{uri}: the Hugging Face cache or Hub refused it "
+            f"({type(error).__name__}: {_reason(error)})."
         ) from None
     return folder
 

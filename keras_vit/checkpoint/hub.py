@@ -34,16 +34,16 @@ installed, a bounds-checked reader otherwise).
 
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
-import json
 import os
 import re
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 import safetensors.numpy
 
-from keras_vit.checkpoint import hub_config, hub_timm, torch_pickle
+from keras_vit.checkpoint import hub_config, hub_timm, torch_pickle, untrusted
 from keras_vit.checkpoint.npz import describe_arrays
 from keras_vit.errors import UsageError
 
@@ -115,27 +115,128 @@ def _files(path: str) -> Tuple[str, str]:
     return config, weights
 
 
-def read_tensors(path: str) -> Dict[str, np.ndarray]:
-    """The arrays of a safetensors file, a sharded index or a
-    pytorch_model.bin, as float32 numpy arrays (no PyTorch needed)."""
-    if path.endswith(".index.json"):
-        with open(path, encoding="utf-8") as f:
-            shards = dict.fromkeys(json.load(f)["weight_map"].values())
-        folder = os.path.dirname(path)
-        tensors = {}
-        for shard in shards:
-            tensors.update(read_tensors(os.path.join(folder, shard)))
-        return tensors
-    if torch_pickle.is_torch_file(path):
-        tensors = torch_pickle.read_state_dict(path)
-    else:
+def _shape(tensors: Mapping[str, Any], key: str) -> Tuple[int, ...]:
+    """An array's shape, without reading it where the mapping knows it."""
+    known = getattr(tensors, "shape", None)
+    return tuple(known(key)) if known else tuple(tensors[key].shape)
+
+
+class _Float32(collections.abc.Mapping):
+    """Arrays of `tensors` as float32, each made when first looked up (an
+    array the model has no place for is never read)."""
+
+    def __init__(self, tensors: Mapping[str, Any]):
+        self._tensors = tensors
+        self._made: Dict[str, np.ndarray] = {}
+
+    def __getitem__(self, key: str) -> np.ndarray:
+        if key not in self._made:
+            self._made[key] = np.asarray(self._tensors[key], np.float32)
+        return self._made[key]
+
+    def shape(self, key: str) -> Tuple[int, ...]:
+        return _shape(self._tensors, key)
+
+    def __iter__(self):
+        return iter(self._tensors)
+
+    def __len__(self) -> int:
+        return len(self._tensors)
+
+
+class _Safetensors(collections.abc.Mapping):
+    """A safetensors file's arrays, read by the `safetensors` package one
+    by one when looked up."""
+
+    def __init__(self, path: str):
+        self.path = path
         try:
-            tensors = safetensors.numpy.load_file(path)
+            with safetensors.safe_open(path, "np") as f:
+                self._keys = list(f.keys())
         except Exception as error:  # the library raises its own types
             raise UsageError(
                 f"Could not read {path} as safetensors: {error}"
             ) from None
-    return {k: np.asarray(v, dtype=np.float32) for k, v in tensors.items()}
+
+    def __getitem__(self, key: str) -> np.ndarray:
+        if key not in self._keys:
+            raise KeyError(key)
+        try:
+            with safetensors.safe_open(self.path, "np") as f:
+                return f.get_tensor(key)
+        except Exception as error:  # the library raises its own types
+            raise UsageError(
+                f"Could not read {key} of {self.path}: {error}"
+            ) from None
+
+    def shape(self, key: str) -> Tuple[int, ...]:
+        with safetensors.safe_open(self.path, "np") as f:
+            return tuple(f.get_slice(key).get_shape())
+
+    def __iter__(self):
+        return iter(self._keys)
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+
+class _Shards(collections.abc.Mapping):
+    """The arrays of a sharded model: each key read from its shard."""
+
+    def __init__(self, shards: Dict[str, Mapping[str, Any]]):
+        self._where = {}
+        for shard in shards.values():
+            for key in shard:
+                self._where[key] = shard
+
+    def __getitem__(self, key: str):
+        return self._where[key][key]
+
+    def shape(self, key: str) -> Tuple[int, ...]:
+        return _shape(self._where[key], key)
+
+    def __iter__(self):
+        return iter(self._where)
+
+    def __len__(self) -> int:
+        return len(self._where)
+
+
+def _read_index(path: str) -> Mapping[str, Any]:
+    """The arrays of the shards a model.safetensors.index.json names, each
+    shard inside the index's folder (`untrusted.inside_folder`)."""
+    index = untrusted.read_json_object(path)
+    weight_map = index.get("weight_map")
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise UsageError(
+            f"{path} has no weight_map (an object of array name -> shard "
+            "file): not a safetensors index."
+        )
+    folder = os.path.dirname(path) or "."
+    shards = {}
+    for name in weight_map.values():
+        if name not in shards:
+            shard = untrusted.inside_folder(folder, name, path)
+            if not shard.endswith(".safetensors"):
+                raise UsageError(f"{path} names {name!r}, not a "
+                                 ".safetensors shard.")
+            shards[name] = _read_file(shard)
+    return _Shards(shards)
+
+
+def _read_file(path: str) -> Mapping[str, Any]:
+    if path.endswith(".index.json"):
+        return _read_index(path)
+    if torch_pickle.is_torch_file(path):
+        return torch_pickle.read_state_dict(path)
+    return _Safetensors(path)
+
+
+def read_tensors(path: str) -> Mapping[str, np.ndarray]:
+    """The arrays of a safetensors file, a sharded index or a
+    pytorch_model.bin, as float32 numpy arrays (no PyTorch needed), each
+    read when first looked up."""
+    return _Float32(_read_file(path))
 
 
 def _dense(weight: np.ndarray) -> np.ndarray:
@@ -299,11 +400,7 @@ def _fold_normalisation(arrays, mean, std) -> None:
 
 
 def _read_json(path: str) -> Dict[str, Any]:
-    with open(path, encoding="utf-8") as f:
-        try:
-            return json.load(f)
-        except json.JSONDecodeError as error:
-            raise UsageError(f"{path} is not valid JSON: {error}") from None
+    return untrusted.read_json_object(path)
 
 
 def naming(tensors: Dict[str, np.ndarray]) -> str:
@@ -355,7 +452,7 @@ def read_hub(path: str) -> HubCheckpoint:
     if unused:
         raise UsageError(
             f"{weights_path} has {len(unused)} array(s) this ViT has no "
-            f"place for, first {unused[0]} {tensors[unused[0]].shape}: a "
+            f"place for, first {unused[0]} {_shape(tensors, unused[0])}: a "
             f"{kind} model with parts the plain ViT does not compute "
             "(e.g. a distillation or register token, layer scale, fc_norm)."
         )

@@ -583,7 +583,7 @@ def load_model(
     if source.workdir:
         model = wd.restore_model(source.workdir, use_ema=source.use_ema)
     else:
-        model = keras.models.load_model(source.keras_model, compile=False)
+        model = weights.read_keras_model(source.keras_model)
     if mpp.is_mpp_model(model):
         # The mask token and the MPP head are pre-training's: every tool
         # takes the encoder.
