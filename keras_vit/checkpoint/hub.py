@@ -417,6 +417,7 @@ def read_hub(path: str) -> HubCheckpoint:
         settings["posemb_grid"] = hub_timm.check_tokens(
             settings, mapper.arrays, weights_path)
         settings.pop("pooling")
+        settings.pop("stored_size")
     _fold_normalisation(mapper.arrays, settings["mean"], settings["std"])
     return HubCheckpoint(
         path=weights_path, naming=kind, arrays=mapper.arrays, **settings,

@@ -119,6 +119,10 @@ def image_size(model_args, pretrained, known):
         size = known[1].get("img_size")
     if size is None:
         size = 224
+    return _pair(size)
+
+
+def _pair(size):
     if isinstance(size, int) and not isinstance(size, bool):
         size = (size, size)
     if (not isinstance(size, (list, tuple)) or len(size) != 2 or not all(
@@ -260,6 +264,8 @@ def settings(spec: Dict[str, Any]) -> Dict[str, Any]:
     return dict(
         num_heads=int(heads),
         image_size=image_size(model_args, pretrained, known),
+        stored_size=_pair(model_args.get("img_size") or list(
+            pretrained.get("input_size") or (3, 224, 224))[-2:]),
         approximate_gelu=_TIMM_GELU[args.get("act_layer")],
         layer_norm_epsilon=1e-6,
         class_names=class_names(spec.get("label_names",
@@ -314,10 +320,12 @@ def check_tokens(found, arrays, weights_path: str):
             "compute."
         )
     tokens = rows - int(has_cls)
-    if tokens == grid:
-        return built
-    # timm's checkpoint filter resamples a table of another length to the
-    # model's grid, taking the stored grid as square.
+    # The stored grid as timm's checkpoint filter recovers it
+    # (get_pretrained_grid_size): the saved img_size or input_size over
+    # the patch when that accounts for every row, else a square.
+    stored = tuple(s // patch for s in found["stored_size"])
+    if math.prod(stored) == tokens:
+        return stored
     side = math.isqrt(tokens)
     if side * side != tokens:
         raise UsageError(
