@@ -183,3 +183,26 @@ def test_other_resolution_equals_the_library_model_there(name, size):
     got = _run(model, reference[f"pixels_{key}"])
     assert got.shape == want.shape
     np.testing.assert_allclose(got, want, atol=1e-4)
+
+
+def test_timm_input_size_without_fixed_input_size_is_not_the_model_size(
+        tmp_path):
+    # timm takes pretrained_cfg's input_size as img_size only when the
+    # config says fixed_input_size; otherwise it builds VisionTransformer's
+    # 224 and its checkpoint filter resamples the 4 x 4 table to 28 x 28
+    # (timm 1.0.31 builds (224, 224) with a 785-row pos_embed here).
+    folder = _copy(tmp_path, "timm_vit")
+    config = json.loads((folder / "config.json").read_text())
+    del config["model_args"]["img_size"]
+    config["pretrained_cfg"]["fixed_input_size"] = False
+    (folder / "config.json").write_text(json.dumps(config))
+    model, report = loader.load_model(loader.Source(hub=str(folder)),
+                                      with_report=True)
+    assert model.input_shape == (None, 224, 224, 3)
+    assert report.posemb_resized == ((4, 4), (28, 28))
+    stored = hub.read_hub(str(folder)).arrays[
+        "Transformer/posembed_input/pos_embedding"]
+    table = model.get_layer("posembed_input").get_weights()[0]
+    np.testing.assert_allclose(
+        table, posemb.resize_like_library(stored, 28, 4, 1, "timm"),
+        atol=1e-6)
