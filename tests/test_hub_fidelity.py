@@ -8,6 +8,8 @@ shows here as other numbers."""
 import json
 import os
 import shutil
+import subprocess
+import sys
 
 import keras
 import numpy as np
@@ -206,3 +208,32 @@ def test_timm_input_size_without_fixed_input_size_is_not_the_model_size(
     np.testing.assert_allclose(
         table, posemb.resize_like_library(stored, 28, 4, 1, "timm"),
         atol=1e-6)
+
+
+def _convert(*args):
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=root, CUDA_VISIBLE_DEVICES="",
+               TF_CPP_MIN_LOG_LEVEL="3")
+    return subprocess.run(
+        [sys.executable, "-m", "keras_vit.commands.convert", *args],
+        capture_output=True, text=True, env=env, timeout=300)
+
+
+@pytest.mark.slow
+def test_console_script_converts_at_the_library_size_or_names_the_reason(
+        tmp_path):
+    out = tmp_path / "timm_24x40.keras"
+    result = _convert(f"--model={FIXTURES}/timm_vit", "--image_size=24x40",
+                      f"--output={out}")
+    assert result.returncode == 0, result.stderr
+    reference = np.load(os.path.join(FIXTURES, "resized", "timm_vit.npz"))
+    model = keras.models.load_model(out)
+    got = _run(model, reference["pixels_24x40"])
+    np.testing.assert_allclose(got, reference["logits_24x40"], atol=1e-4)
+    result = _convert(f"--model={FIXTURES}/hf_vit_patch_8x4",
+                      f"--output={tmp_path}/p.keras")
+    assert result.returncode == 1
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("keras-vit-convert: error: ")
+    assert "non-square patches (8 x 4 pixels)" in last
+    assert not os.path.exists(tmp_path / "p.keras")
