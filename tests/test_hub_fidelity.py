@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import safetensors.numpy
 
+from keras_vit import create_model
 from keras_vit.checkpoint import hub, loader, posemb
 from keras_vit.errors import UsageError
 
@@ -237,3 +238,21 @@ def test_console_script_converts_at_the_library_size_or_names_the_reason(
     assert last.startswith("keras-vit-convert: error: ")
     assert "non-square patches (8 x 4 pixels)" in last
     assert not os.path.exists(tmp_path / "p.keras")
+
+
+def test_fine_tuning_start_reads_the_stored_grid(tmp_path):
+    # A timm config whose built size (224) is not its table's grid (4 x 4):
+    # initialise() resizes from the grid the table holds.
+    folder = _copy(tmp_path, "timm_vit")
+    config = json.loads((folder / "config.json").read_text())
+    del config["model_args"]["img_size"]
+    config["pretrained_cfg"]["fixed_input_size"] = False
+    (folder / "config.json").write_text(json.dumps(config))
+    target = keras_vit_model(48)
+    report = loader.initialise(target, loader.Source(hub=str(folder)))
+    assert report.posemb_resized == ((4, 4), (6, 6))
+
+
+def keras_vit_model(size):
+    return create_model(None, num_classes=3, image_size=size, patch_size=8,
+                        hidden_size=32, num_layers=2, num_heads=4, mlp_dim=64)

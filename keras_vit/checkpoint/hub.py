@@ -18,14 +18,22 @@ loads:
 
 The architecture comes from the arrays' shapes plus `config.json` (heads,
 image size, GELU form, LayerNorm epsilon, pooling, the pooler's activation,
-class names), each field checked by `hub_config` / `hub_timm`. Anything
+class names), each field checked by `hub_config` / `hub_timm` and read the
+way the library reads it: transformers' `architectures` picks the arrays
+its class uses (a classifier's file may also hold a pooler, a ViTModel's a
+classifier; each class leaves the other part out), timm's image size
+comes from model_args before pretrained_cfg, and an image size the patch
+does not divide loses its remainder as the libraries' convolutions drop
+it. Anything
 the project's ViT does not compute (a distillation token, register tokens,
 layer scale, a norm before the first block, average pooling followed by
 fc_norm, ...) stops the load with its config field or first such key
 named. The pixel normalisation the weights were trained
-with (`image_mean` / `image_std`) is folded into the patch embedding, so
-the model keeps the project's input convention, pixels in [-1, 1]: the
-patch embedding is linear with VALID padding, so the fold is exact.
+with (a transformers processor's rescale and `image_mean` / `image_std`,
+timm's `mean` / `std` with timm's ImageNet defaults) is folded into the
+patch embedding, so the model keeps the project's input convention,
+pixels in [-1, 1]: the patch embedding is linear with VALID padding, so
+the fold is exact.
 
 safetensors files are read with the `safetensors` package's numpy API;
 `pytorch_model.bin` with `torch_pickle` (PyTorch's own reader where it is
