@@ -528,9 +528,13 @@ def quickstart() -> str:
         f"`{d['command']}`, `docs/results/quickstart.json`).\n")
 
 
-POSEMB_PAIRS = (("keras_vit_vs_timm", "keras_vit vs timm"),
-                ("keras_vit_vs_transformers", "keras_vit vs transformers"),
-                ("timm_vs_transformers", "timm vs transformers"))
+POSEMB_PAIRS = (
+    ("keras_vit_timm_way_vs_timm", "keras_vit (timm's way) vs timm"),
+    ("keras_vit_transformers_way_vs_transformers",
+     "keras_vit (transformers' way) vs transformers"),
+    ("official_vs_timm", "official bilinear vs timm"),
+    ("official_vs_transformers", "official bilinear vs transformers"),
+    ("timm_vs_transformers", "timm vs transformers"))
 
 
 def _small(x: float) -> str:
@@ -539,8 +543,9 @@ def _small(x: float) -> str:
 
 
 def posemb_resize() -> str:
-    """How keras_vit's position-embedding resizing (bilinear, corners
-    aligned) differs from timm's and transformers' (bicubic)."""
+    """How keras_vit's position-embedding resizing of hub weights (the
+    library's own way) and the official one (bilinear, corners aligned)
+    differ from timm's and transformers' (bicubic)."""
     d = load("docs/results/posemb_resize.json")
     lines = ["| B/16 sin-cos table (width 768), resized | "
              + " | ".join(label for _, label in POSEMB_PAIRS) + " |",
@@ -549,12 +554,13 @@ def posemb_resize() -> str:
         grids = [int(g.split("x")[0]) for g in resize.split("->")]
         lines.append(f"| {resize.replace('->', ' -> ')} ({grids[0] * 16} "
                      f"-> {grids[1] * 16} px) | " + " | ".join(
-                         pct(pairs[key]["rms_relative"], 1)
+                         _small(pairs[key]["rms_relative"])
                          for key, _ in POSEMB_PAIRS) + " |")
     lines += ["\n(Difference relative to the table's RMS.)\n",
               "| test model, stored size -> run at | reference | largest "
-              "logit difference (of the largest logit) | top-1 agreement |",
-              "|---|---|---|---|"]
+              "logit difference (of the largest logit) | top-1 agreement "
+              "| the same with the official bilinear resize |",
+              "|---|---|---|---|---|"]
     libraries = {"timm_vit": "timm", "hf_vit_classifier": "transformers"}
     for key, r in d["fixture_model_logits"].items():
         model, sizes = key.split(" ", 1)
@@ -563,7 +569,9 @@ def posemb_resize() -> str:
             f"| `{model}`, {shown} | "
             f"{libraries.get(model, model)} | "
             f"{_small(r['max_abs_logit_difference_relative'])} | "
-            f"{pct(r['top1_agreement'])} of {r['images']} images |")
+            f"{pct(r['top1_agreement'])} of {r['images']} images | "
+            f"{_small(r['official_resize_max_abs_logit_difference_relative'])}"
+            " |")
     v = d["versions"]
     versions = ", ".join(f"{k} {v[k]}" for k in sorted(v))
     return "\n".join(lines) + (f"\n\n(Random test models of "

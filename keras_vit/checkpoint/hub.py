@@ -18,14 +18,22 @@ loads:
 
 The architecture comes from the arrays' shapes plus `config.json` (heads,
 image size, GELU form, LayerNorm epsilon, pooling, the pooler's activation,
-class names), each field checked by `hub_config` / `hub_timm`. Anything
+class names), each field checked by `hub_config` / `hub_timm` and read the
+way the library reads it: transformers' `architectures` picks the arrays
+its class uses (a classifier's file may also hold a pooler, a ViTModel's a
+classifier; each class leaves the other part out), timm's image size
+comes from model_args before pretrained_cfg, and an image size the patch
+does not divide loses its remainder as the libraries' convolutions drop
+it. Anything
 the project's ViT does not compute (a distillation token, register tokens,
 layer scale, a norm before the first block, average pooling followed by
 fc_norm, ...) stops the load with its config field or first such key
 named. The pixel normalisation the weights were trained
-with (`image_mean` / `image_std`) is folded into the patch embedding, so
-the model keeps the project's input convention, pixels in [-1, 1]: the
-patch embedding is linear with VALID padding, so the fold is exact.
+with (a transformers processor's rescale and `image_mean` / `image_std`,
+timm's `mean` / `std` with timm's ImageNet defaults) is folded into the
+patch embedding, so the model keeps the project's input convention,
+pixels in [-1, 1]: the patch embedding is linear with VALID padding, so
+the fold is exact.
 
 safetensors files are read with the `safetensors` package's numpy API;
 `pytorch_model.bin` with `torch_pickle` (PyTorch's own reader where it is
@@ -67,13 +75,19 @@ class HubCheckpoint:
         naming: str. HUGGINGFACE or TIMM.
         arrays: dict of str to np.ndarray. Official-layout arrays.
         num_heads: int. Attention heads.
-        image_size: (height, width). The resolution the weights were
-            trained at (their position-embedding grid times the patch).
+        image_size: (height, width). The resolution the library builds
+            the model at (config.json; timm's precedence for timm), less
+            the remainder its patch convolution drops (VALID padding:
+            transformers and timm read only whole patches).
+        posemb_grid: (rows, cols). The patch grid of the stored position
+            table; another grid than image_size's is resized the way the
+            library does (`posemb.resize_like_library`).
         approximate_gelu: bool. Whether the MLP used tanh-approximate GELU.
         layer_norm_epsilon: float.
         class_names: list of str or None. From id2label / label_names.
         mean, std: tuple of 3 floats. The pixel normalisation of the
-            weights, folded into the patch embedding.
+            weights, in terms of pixels / 255 (a transformers processor's
+            rescale folded in), folded into the patch embedding.
         pre_logits_activation: str. The Keras activation of the pre-logits
             layer (a ViTModel's pooler_act), when there is one.
     """
@@ -83,6 +97,7 @@ class HubCheckpoint:
     arrays: Dict[str, np.ndarray]
     num_heads: int
     image_size: Tuple[int, int]
+    posemb_grid: Tuple[int, int]
     approximate_gelu: bool
     layer_norm_epsilon: float
     class_names: Optional[List[str]]
@@ -327,9 +342,26 @@ _HF_LAYER = {
 }
 
 
-def _map_huggingface(tensors, heads: int) -> _Mapper:
+def _map_huggingface(tensors, heads: int,
+                     architecture: Optional[str] = None) -> _Mapper:
+    """The arrays `architecture` (a transformers class, or None: every
+    part the arrays hold) uses, in the official layout; the other class's
+    part (the pooler beside a classifier, a classifier beside the pooler)
+    is left out, as transformers leaves it out."""
     prefix = "vit." if any(k.startswith("vit.") for k in tensors) else ""
     m = _Mapper(tensors, prefix)
+    if architecture is not None:
+        skip = hub_config.HF_ARCHITECTURES[architecture]
+        m.used.update(k for k in tensors if k.startswith(skip) or
+                      k.startswith(prefix + skip))
+    if architecture == "ViTForImageClassification" and not any(
+            k.startswith("classifier.") for k in tensors):
+        raise UsageError(
+            "config.json architectures names ViTForImageClassification, but"
+            " the weights hold no classifier.weight: transformers would "
+            "start that head at random. Load it as a ViTModel (set "
+            "architectures to [\"ViTModel\"]) for its features."
+        )
     names = _HF_LAYER["files"]
     if any(k.startswith(prefix + "layers.") for k in tensors):
         names = _HF_LAYER["transformers5"]
@@ -352,9 +384,11 @@ def _map_huggingface(tensors, heads: int) -> _Mapper:
         m.dense(hf + names["fc1"], f"{block}/{_MLP}/Dense_0")
         m.dense(hf + names["fc2"], f"{block}/{_MLP}/Dense_1")
     m.norm("layernorm", "Transformer/encoder_norm")
-    m.dense("pooler.dense", "pre_logits", required=False)
+    if architecture != "ViTForImageClassification":
+        m.dense("pooler.dense", "pre_logits", required=False)
     m.prefix = ""
-    m.dense("classifier", "head", required=False)
+    if architecture != "ViTModel":
+        m.dense("classifier", "head", required=False)
     return m
 
 
@@ -431,10 +465,19 @@ def read_hub(path: str) -> HubCheckpoint:
     spec = _read_json(config_path)
     tensors = read_tensors(weights_path)
     kind = naming(tensors)
+    kernel = tensors.get("patch_embed.proj.weight")
+    for key in tensors:
+        if key.endswith("embeddings.patch_embeddings.projection.weight"):
+            kernel = tensors[key]
+    if kernel is not None and kernel.ndim == 4:
+        hub_config.check_square_patch(
+            f"{weights_path}: the patch kernel's patch size",
+            kernel.shape[2:])
     if kind == HUGGINGFACE:
         settings = hub_config.hf_settings(
             spec, os.path.dirname(config_path), _read_json)
-        mapper = _map_huggingface(tensors, settings["num_heads"])
+        mapper = _map_huggingface(tensors, settings["num_heads"],
+                                  settings.pop("architecture"))
     else:
         hub_timm.refuse_arrays(spec, tensors, weights_path)
         settings = hub_timm.settings(spec)
@@ -458,14 +501,28 @@ def read_hub(path: str) -> HubCheckpoint:
         )
     info = describe_arrays({k: v.shape for k, v in mapper.arrays.items()})
     size = settings.pop("image_size")
-    settings["image_size"] = (size, size) if isinstance(size, int) else (
-        tuple(size))
+    size = (size, size) if isinstance(size, int) else tuple(size)
+    patch = info["patch_size"]
+    # The libraries' patch convolutions (stride P, VALID padding) drop the
+    # rows and columns past the last whole patch; so does this ViT's, and
+    # the model is built at the size of the pixels that are read.
+    settings["image_size"] = tuple(int(s) // patch * patch for s in size)
+    if min(settings["image_size"]) < 1:
+        raise UsageError(
+            f"config.json image size {list(size)} is smaller than one "
+            f"{patch} x {patch} patch."
+        )
+    grid = tuple(s // patch for s in settings["image_size"])
     if kind == HUGGINGFACE:
         hub_config.check_hf_shapes(spec, info)
+        hub_config.check_hf_grid(spec, mapper.arrays, grid, weights_path)
+        settings["posemb_grid"] = grid
     else:
         hub_timm.check_shapes(spec, info)
-        hub_timm.check_tokens(settings, mapper.arrays, weights_path)
+        settings["posemb_grid"] = hub_timm.check_tokens(
+            settings, mapper.arrays, weights_path)
         settings.pop("pooling")
+        settings.pop("stored_size")
     _fold_normalisation(mapper.arrays, settings["mean"], settings["std"])
     return HubCheckpoint(
         path=weights_path, naming=kind, arrays=mapper.arrays, **settings,

@@ -367,9 +367,8 @@ def _source_content(source: SourceLike, keep_pre_logits: bool = True):
         layout, ignored, activation = content.layout, content.ignored, None
     elif source.hub:
         checkpoint = hub.read_hub(source.hub)
-        patch = int(checkpoint.arrays["embedding/kernel"].shape[0])
         arrays = checkpoint.arrays
-        grid = tuple(s // patch for s in checkpoint.image_size)
+        grid = tuple(checkpoint.posemb_grid)  # the stored table's grid
         layout, ignored = checkpoint.naming, ()
         activation = checkpoint.pre_logits_activation
     else:
