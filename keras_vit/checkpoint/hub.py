@@ -51,7 +51,13 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 import numpy as np
 import safetensors.numpy
 
-from keras_vit.checkpoint import hub_config, hub_timm, torch_pickle, untrusted
+from keras_vit.checkpoint import (
+    hub_config,
+    hub_timm,
+    hub_types,
+    torch_pickle,
+    untrusted,
+)
 from keras_vit.checkpoint.npz import describe_arrays
 from keras_vit.errors import UsageError
 
@@ -452,6 +458,15 @@ def naming(tensors: Dict[str, np.ndarray]) -> str:
     )
 
 
+def _width(tensors) -> int:
+    """The model width: the patch embedding's output channels."""
+    for key in tensors:
+        if key == "patch_embed.proj.weight" or key.endswith(
+                "embeddings.patch_embeddings.projection.weight"):
+            return int(_shape(tensors, key)[0])
+    raise UsageError("No patch embedding kernel among the arrays.")
+
+
 def read_hub(path: str) -> HubCheckpoint:
     """Reads a hub model directory (or weights file) into the official
     layout.
@@ -465,6 +480,7 @@ def read_hub(path: str) -> HubCheckpoint:
     spec = _read_json(config_path)
     tensors = read_tensors(weights_path)
     kind = naming(tensors)
+    hub_types.check_config_types(spec, config_path, timm=kind == TIMM)
     kernel = tensors.get("patch_embed.proj.weight")
     for key in tensors:
         if key.endswith("embeddings.patch_embeddings.projection.weight"):
@@ -476,6 +492,8 @@ def read_hub(path: str) -> HubCheckpoint:
     if kind == HUGGINGFACE:
         settings = hub_config.hf_settings(
             spec, os.path.dirname(config_path), _read_json)
+        hub_types.check_heads(settings["num_heads"], _width(tensors),
+                              config_path)
         mapper = _map_huggingface(tensors, settings["num_heads"],
                                   settings.pop("architecture"))
     else:
@@ -490,6 +508,8 @@ def read_hub(path: str) -> HubCheckpoint:
                 "global_pool='avg') whose config does not say so. Add the "
                 "model's global_pool and fc_norm to config.json's model_args."
             )
+        hub_types.check_heads(settings["num_heads"], _width(tensors),
+                              config_path)
         mapper = _map_timm(tensors, settings["num_heads"], fc_norm)
     unused = mapper.unused()
     if unused:
