@@ -17,8 +17,8 @@ from typing import Any, Dict, Mapping, Optional, Sequence, Tuple, Union
 from keras_vit import embedding as vit_embedding
 from keras_vit import layers as vit_layers
 from keras_vit import resnet
-from keras_vit.remat import check_remat
 from keras_vit.errors import UsageError
+from keras_vit.remat import check_remat
 
 ImageSize = Union[int, Tuple[int, int], Sequence[int]]
 
@@ -243,7 +243,7 @@ class Architecture:
         stride = self.stride
         for side, value in (("height", height), ("width", width)):
             if value % stride:
-                what = f"patch size {self.patch_size}"
+                what = f"patch size {self.patch_size} (the stride {stride})"
                 if self.resnet_layers is not None:
                     what = f"the total stride {stride} (ResNet x patch size)"
                 raise UsageError(

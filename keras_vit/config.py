@@ -57,8 +57,10 @@ def base_config() -> ml_collections.ConfigDict:
     c.val_split = placeholder(str)
     # Split of the final (reported) evaluation.
     c.eval_split = "test"
-    # Number of classes; 0: read from the data source.
-    c.num_classes = 0
+    # Number of classes (the head's width, a positive int); None: read from
+    # the data source. (`create_model(num_classes=0)` is a model without a
+    # head: a training run always has one.)
+    c.num_classes = placeholder(int)
     # Model input resolution (position embeddings follow it).
     c.image_size = 224
     # Shuffle buffer (encoded images, per input pipeline).
@@ -462,9 +464,12 @@ RENAMED = {
 def upgrade(values: Mapping[str, Any]) -> Mapping[str, Any]:
     """A saved config (config.json) with the fields of an older version
     mapped to their successors (RENAMED): init.npz, init.keras_model and
-    init.workdir become init.model."""
+    init.workdir become init.model; num_classes 0, once "from the data",
+    is None."""
     if isinstance(values, ml_collections.ConfigDict):
         values = values.to_dict()
+    if values.get("num_classes") == 0:
+        values = dict(values, num_classes=None)
     init = values.get("init")
     if not isinstance(init, Mapping):
         return values

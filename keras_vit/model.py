@@ -43,7 +43,8 @@ from keras_vit.errors import UsageError
 
 __all__ = [
     "HYBRID_RESNETS", "VARIANTS", "Architecture", "Numerics", "ViTParts",
-    "VisionTransformer", "as_vision_transformer", "create_model",
+    "VisionTransformer", "architecture_of", "as_vision_transformer",
+    "create_model", "dtype_policy_of",
     "decode_variant", "_image_hw",
 ]
 
@@ -299,34 +300,35 @@ def create_model(
 def _legacy_architecture(model: keras.Model) -> Architecture:
     """The Architecture of a functional model built by an older
     `create_model` (a `.keras` file written before `VisionTransformer`),
-    read from its layers' configs."""
+    read from its layers' configs by their types. For the encoder of an
+    MPP model (`keras_vit.mpp`: no pooling layer), the features model
+    `mpp.encoder_model` makes of it."""
     found: Dict[str, Any] = {}
     dense = []
     for layer in model.layers:
         for kind in (resnet.ResNetStem, vit_embedding.PatchEmbedding,
+                     vit_embedding.ClassToken,
                      vit_embedding.PositionEmbedding,
                      vit_embedding.SinCosPositionEmbedding,
                      vit_layers.Encoder, vit_layers.TokenPooling):
             if isinstance(layer, kind):
                 found[kind.__name__] = layer
-        if isinstance(layer, keras.layers.Dense):
+        if "TokenPooling" in found and isinstance(layer, keras.layers.Dense):
             dense.append(layer)
-    needed = ("PatchEmbedding", "Encoder", "TokenPooling")
     posemb = (found.get("PositionEmbedding")
               or found.get("SinCosPositionEmbedding"))
-    if any(k not in found for k in needed) or posemb is None:
+    if posemb is None or any(
+            k not in found for k in ("PatchEmbedding", "Encoder")):
         raise UsageError(
             f"Model {model.name!r} is not a Vision Transformer built by "
             "keras_vit.create_model."
         )
     embed, encoder = found["PatchEmbedding"], found["Encoder"]
-    # The pre-logits layer has an activation (tanh); the head has none.
-    head = [d for d in dense if d.activation is keras.activations.linear]
-    pre_logits = [d for d in dense if d not in head]
+    pooling = "token" if "ClassToken" in found else "gap"
     kwargs = dict(
         patch_size=embed.patch_size, hidden_size=embed.hidden_size,
         num_layers=encoder.num_layers, num_heads=encoder.num_heads,
-        mlp_dim=encoder.mlp_dim, pooling=found["TokenPooling"].pooling,
+        mlp_dim=encoder.mlp_dim, pooling=pooling,
         dropout_rate=encoder.dropout_rate,
         attention_dropout_rate=encoder.attention_dropout_rate,
         stochastic_depth_rate=encoder.stochastic_depth_rate,
@@ -334,39 +336,59 @@ def _legacy_architecture(model: keras.Model) -> Architecture:
         numerics=Numerics(encoder.approximate_gelu,
                           encoder.layer_norm_epsilon),
         posemb="sincos2d" if found.get("SinCosPositionEmbedding") else "learn",
+        all_tokens=("TokenPooling" in found and pooling == "token"
+                    and not encoder.class_token_only),
     )
-    kwargs["all_tokens"] = (kwargs["pooling"] == "token"
-                            and not encoder.class_token_only)
     stem = found.get("ResNetStem")
     if stem is not None:
         kwargs.update(resnet_layers=stem.layers,
                       resnet_width=stem.width_factor)
-    if pre_logits:
+    # After the pooling: the pre-logits layer has an activation (tanh),
+    # the head has none.
+    for layer in dense:
+        if layer.activation is not keras.activations.linear:
+            kwargs.update(
+                representation_size=layer.units,
+                pre_logits_activation=keras.activations.serialize(
+                    layer.activation))
+            continue
         kwargs.update(
-            representation_size=pre_logits[0].units,
-            pre_logits_activation=keras.activations.serialize(
-                pre_logits[0].activation))
-    if head:
-        initializer = head[0].bias_initializer
-        kwargs.update(
-            num_classes=head[0].units,
-            head_zero_init=isinstance(head[0].kernel_initializer,
+            num_classes=layer.units,
+            head_zero_init=isinstance(layer.kernel_initializer,
                                       keras.initializers.Zeros),
-            head_bias_init=float(getattr(initializer, "value", 0.0)))
-    height, width = model.input_shape[1:3]
+            head_bias_init=float(
+                getattr(layer.bias_initializer, "value", 0.0)))
+    height, width = (stem or embed).input.shape[1:3]
+    kwargs["dynamic_image_size"] = height is None
     grid = getattr(posemb, "grid_size", None)
     if grid is not None:  # dynamic: the size the table is kept at
-        stride = posemb.stride
-        height, width = grid[0] * stride, grid[1] * stride
-    kwargs["dynamic_image_size"] = model.input_shape[1] is None
-    if height is None:  # sin-cos at any size: a size it accepts
+        height, width = grid[0] * posemb.stride, grid[1] * posemb.stride
+    elif height is None:  # sin-cos at any size: the smallest it accepts
         height = width = posemb.stride
     kwargs["image_size"] = (height, width)
     for variant in VARIANTS:
         spec = decode_variant(variant).sizes()
-        if all(kwargs.get(k, None) == v for k, v in spec.items()):
+        if all(kwargs.get(k) == v for k, v in spec.items()):
             kwargs["variant"] = variant
     return Architecture(**kwargs)
+
+
+def architecture_of(model: keras.Model) -> Architecture:
+    """The Architecture of a `VisionTransformer`, or of a functional model
+    built by an older `create_model` (read from its layers)."""
+    if isinstance(model, VisionTransformer):
+        return model.architecture
+    return _legacy_architecture(model)
+
+
+def dtype_policy_of(model: keras.Model):
+    """A context in which layers are built under the dtype policy of the
+    encoder of `model` (mixed_bfloat16 for a bfloat16 run's model)."""
+    policy = None
+    for layer in model.layers:
+        if isinstance(layer, vit_layers.Encoder):
+            policy = layer.dtype_policy.name
+    return _dtype_policy(policy)
 
 
 def as_vision_transformer(model: keras.Model) -> VisionTransformer:
@@ -377,12 +399,7 @@ def as_vision_transformer(model: keras.Model) -> VisionTransformer:
     if isinstance(model, VisionTransformer):
         return model
     arch = _legacy_architecture(model)
-    layers = [layer for layer in model.layers if layer.weights]
-    policy = layers[-1].dtype_policy.name if layers else None
-    for layer in layers:
-        if isinstance(layer, vit_layers.Encoder):
-            policy = layer.dtype_policy.name
-    with _dtype_policy(policy):
+    with dtype_policy_of(model):
         new = VisionTransformer(arch, name=model.name)
     new.set_weights(model.get_weights())
     return new
