@@ -9,12 +9,10 @@ from typing import Any, Dict, Optional, Tuple
 
 import keras
 
+from keras_vit.architecture import SIZE_FIELDS, Architecture, Numerics
 from keras_vit.checkpoint import hub, weights
 from keras_vit.checkpoint.npz import LoadReport, describe_arrays
-from keras_vit.model import Numerics, create_model
-
-_SIZE_FIELDS = ("patch_size", "hidden_size", "num_layers", "num_heads",
-                "mlp_dim")
+from keras_vit.model import VisionTransformer
 
 
 def describe_hub(checkpoint: hub.HubCheckpoint) -> Dict[str, Any]:
@@ -51,24 +49,20 @@ def model_from_hub(
         num_classes = info["num_classes"] or 0
     patch = info["patch_size"]
     rows, cols = (s // patch for s in checkpoint.image_size)
-    model = create_model(
-        None,
+    model = VisionTransformer(Architecture(
         num_classes=num_classes,
         image_size=checkpoint.image_size if image_size is None
         else image_size,
         pooling=info["pooling"],
         representation_size=representation_size,
+        # A ViTModel's pooler_act (tanh unless its config says otherwise).
+        pre_logits_activation=checkpoint.pre_logits_activation,
         numerics=Numerics(
             approximate_gelu=checkpoint.approximate_gelu,
             layer_norm_epsilon=checkpoint.layer_norm_epsilon,
         ),
-        **{k: info[k] for k in _SIZE_FIELDS},
-    )
-    if representation_size is not None:
-        # A ViTModel's pooler_act (tanh unless its config says otherwise):
-        # the Dense layer applies and serialises whatever it holds.
-        model.get_layer("pre_logits").activation = keras.activations.get(
-            checkpoint.pre_logits_activation)
+        **{k: info[k] for k in SIZE_FIELDS},
+    ))
     report = weights.load_arrays(
         model,
         checkpoint.arrays,

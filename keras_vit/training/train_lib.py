@@ -147,7 +147,7 @@ def train_and_evaluate(
     """Trains `config` into `workdir` and evaluates on the eval split.
 
     Args:
-        config: ConfigDict. A run config (see keras_vit/config.py).
+        config: ConfigDict. A run config (see keras_vit/config_schema.py).
         workdir: str. The run directory; an existing run there resumes.
         strategy: tf.distribute.Strategy or None (the default strategy).
         on_finish: called on the chief after the final evaluation with the
