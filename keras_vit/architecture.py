@@ -164,7 +164,8 @@ class Architecture:
             `dynamic_image_size`, the size whose patch grid the position
             embeddings are kept at.
         num_classes: int. Width of the head; 0: no head (a features model).
-        variant: str or None. The `VARIANTS` name the sizes came from.
+        variant: str or None. The `VARIANTS` name whose sizes these are
+            (None: sizes of no named variant).
         resnet_layers: tuple of int or None. A hybrid's ResNet stages.
         resnet_width: int. Its width factor.
         pooling, posemb, representation_size, dropout_rate,
@@ -222,7 +223,11 @@ class Architecture:
         for key in [k for k, v in kwargs.items() if v is None]:
             if key not in ("resnet_layers", "representation_size"):
                 del kwargs[key]  # None: the default
-        return cls(variant=variant, **sizes, **kwargs)
+        arch = cls(**sizes, **kwargs)
+        if variant and decode_variant(variant).sizes() == {
+                k: getattr(arch, k) for k in defaults}:
+            arch = arch.replace(variant=variant)  # not when sizes differ
+        return arch
 
     # ------------------------------------------------------------ geometry
     @property

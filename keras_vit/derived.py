@@ -41,6 +41,15 @@ def features_model(model: keras.Model) -> keras.Model:
     )
 
 
+def is_features_model(model: keras.Model) -> bool:
+    """Whether `model` is a keras_vit ViT without a head (num_classes 0, or
+    `features_model`'s output); False for any other model."""
+    try:
+        return not architecture_of(model).num_classes
+    except UsageError:
+        return False
+
+
 class _EncoderWithAttention(keras.layers.Layer):
     """Calls a built `Encoder` with `return_attention_scores=True`.
 

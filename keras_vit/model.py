@@ -293,7 +293,7 @@ def create_model(
         all_tokens=all_tokens, dynamic_image_size=dynamic_image_size,
         remat=remat, numerics=numerics,
     )
-    return VisionTransformer(arch, name=name)
+    return VisionTransformer(arch, name=name or _default_name(variant))
 
 
 # ------------------------------------------ models saved before the class
