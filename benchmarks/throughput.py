@@ -24,7 +24,19 @@ imported only here. With `--jax` the same measurements run again in a
 subprocess under KERAS_BACKEND=jax. `--compare_tree NAME=DIR` (repeatable)
 also times keras_vit as another checkout at DIR has it (an earlier commit,
 a candidate change), interleaved with the others in the same process: the
-way to measure what one code path gains.
+way to measure what one code path gains. `--compare_dpa` also times
+keras_vit with `keras.ops.dot_product_attention` (cuDNN's fused attention
+where the JAX backend can use it) in place of its attention's two matmuls
+and softmax, reported as keras_vit_dpa: the library keeps one attention
+path, the benchmark swaps it in (`DotProductSelfAttention` below).
+
+On the JAX backend every row also has the device memory of the model's
+step: XLA's plan of the compiled step (`memory_analysis()`: temporaries,
+arguments, outputs) and, where the device reports it
+(`memory_stats()`, GPUs and TPUs), the allocator's peak while the model was
+built and warmed up. `--deadline S` cuts repeats and skips configurations
+once S seconds have passed, so that a run fits a fixed time
+(benchmarks/accelerator.sh).
 
 Writes NAME.json (every sample) and NAME.md (a table) for `--output NAME`.
 """
@@ -57,7 +69,12 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import throughput_report as report  # noqa: E402  (beside this file)
 
 import keras_vit  # noqa: E402
+import keras_vit.layers  # noqa: E402
+from keras_vit.attention import MultiHeadSelfAttention  # noqa: E402
 from keras_vit.model import decode_variant  # noqa: E402
+
+START = time.monotonic()  # --deadline counts from here
+DPA = "keras_vit_dpa"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -92,6 +109,13 @@ def build_parser() -> argparse.ArgumentParser:
                    metavar="NAME=DIR",
                    help="also time keras_vit as imported from the checkout "
                         "at DIR, reported as NAME (repeatable)")
+    p.add_argument("--compare_dpa", action="store_true",
+                   help="also time keras_vit with keras.ops."
+                        "dot_product_attention in its attention, reported "
+                        f"as {DPA}")
+    p.add_argument("--deadline", type=float, default=0.0,
+                   help="seconds after the start: past it, repeats are cut "
+                        "(one is kept) and configurations skipped; 0: none")
     for name in ("patch_size", "hidden_size", "num_layers", "num_heads",
                  "mlp_dim"):
         p.add_argument(f"--{name}", type=int, default=None,
@@ -116,14 +140,21 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         if not name or not os.path.isdir(os.path.join(folder, "keras_vit")):
             p.error(f"--compare_tree {spec!r}: NAME=DIR, where DIR holds "
                     "a keras_vit package")
-        if name in ("keras_vit", "keras_hub") or name in args.trees:
+        if name in ("keras_vit", "keras_hub", DPA) or name in args.trees:
             p.error(f"--compare_tree name {name!r} is taken")
         args.trees[name] = os.path.abspath(folder)
     for name in ("batch_size", "repeats", "image_size", "matmul_size",
                  "matmul_repeats", "num_classes"):
         if getattr(args, name) < 1:
             p.error(f"--{name} must be >= 1")
+    if args.deadline < 0:
+        p.error("--deadline must be >= 0 (0: no deadline)")
     return args
+
+
+def past_deadline(args: argparse.Namespace) -> bool:
+    """bool. Whether --deadline seconds have passed since the start."""
+    return bool(args.deadline) and time.monotonic() - START > args.deadline
 
 
 def sizes(args: argparse.Namespace) -> Dict[str, int]:
@@ -241,8 +272,10 @@ def machine_info() -> Dict[str, Any]:
 
         info["jax"] = jax.__version__
         info["accelerators"] = [
-            str(d) for d in jax.devices() if d.platform != "cpu"
+            f"{d.platform}:{d.id} {d.device_kind}" for d in jax.devices()
+            if d.platform != "cpu"
         ]
+        info["device_kind"] = jax.devices()[0].device_kind
     return info
 
 
@@ -250,7 +283,11 @@ def matmul_ceiling(
     size: int, dtype: str, repeats: int
 ) -> Dict[str, List[float]]:
     """dict. FLOPs of a size^3 matmul per wall second ("wall") and per
-    second of this process's CPU time ("cpu"), one sample per repeat."""
+    second of this process's CPU time ("cpu"), one sample per repeat.
+
+    A sample times as many products back to back as take about 0.2 s
+    (one on a CPU, hundreds on a GPU, where one alone is too short to
+    time)."""
     rng = np.random.default_rng(0)
     a = rng.standard_normal((size, size), dtype=np.float32)
     b = rng.standard_normal((size, size), dtype=np.float32)
@@ -261,22 +298,27 @@ def matmul_ceiling(
         a, b = jnp.asarray(a, dtype), jnp.asarray(b, dtype)
         fn = jax.jit(jnp.matmul)
 
-        def run() -> None:
-            fn(a, b).block_until_ready()
+        def run(n: int = 1) -> None:
+            for _ in range(n):  # queued on the device, waited for once
+                out = fn(a, b)
+            out.block_until_ready()
     else:
         import tensorflow as tf
 
         a, b = tf.cast(a, dtype), tf.cast(b, dtype)
         fn = tf.function(tf.matmul)
 
-        def run() -> None:
-            fn(a, b).numpy()
+        def run(n: int = 1) -> None:
+            for _ in range(n):
+                fn(a, b).numpy()
     run()  # warm-up (tracing, thread pools)
+    one = _timed(run, 1)[0]
+    n = max(1, min(1000, round(0.2 / max(one, 1e-6))))
     samples: Dict[str, List[float]] = {"wall": [], "cpu": []}
     for _ in range(repeats):
-        wall, cpu = _timed(run, 1)
-        samples["wall"].append(2.0 * size**3 / wall)
-        samples["cpu"].append(2.0 * size**3 / cpu)
+        wall, cpu = _timed(lambda: run(n), 1)
+        samples["wall"].append(2.0 * size**3 * n / wall)
+        samples["cpu"].append(2.0 * size**3 * n / max(cpu, 1e-9))
     return samples
 
 
@@ -305,13 +347,88 @@ def import_tree(folder: str) -> Callable[..., keras.Model]:
         sys.modules.update(saved)
 
 
+class DotProductSelfAttention(MultiHeadSelfAttention):
+    """keras_vit's attention with `keras.ops.dot_product_attention` in
+    place of its two batched matmuls and softmax: the same weights, the
+    same qkv and output projections (the query scale stays in the qkv
+    kernel, so the op's own scale is 1). Keras dispatches the op to cuDNN's
+    fused (flash) attention on JAX GPUs where the shapes and dtypes allow,
+    otherwise to XLA. A benchmark candidate, not a library path: the
+    attention weights and attention dropout, which the op does not give,
+    fall back to the library's computation."""
+
+    def call(self, x, training=None, return_attention_scores=False,
+             first_token_only=False, flat=False):
+        dropout = self.dropout_rate > 0.0 and bool(training)
+        if return_attention_scores or dropout:
+            return super().call(
+                x, training=training,
+                return_attention_scores=return_attention_scores,
+                first_token_only=first_token_only, flat=flat)
+        ops = keras.ops
+        length, width = ops.shape(x)[1], ops.shape(x)[2]
+        kernel, bias = self._scaled_qkv()
+        qkv = ops.add(ops.matmul(ops.reshape(x, (-1, width)), kernel), bias)
+        qkv = ops.reshape(qkv, (-1, length, 3, self.num_heads,
+                                self.head_dim))
+        q, k, v = ops.unstack(qkv, 3, axis=2)  # (batch, tokens, heads, hd)
+        if first_token_only:
+            q = q[:, :1]
+        y = ops.dot_product_attention(q, k, v, scale=1.0)
+        y = self.out(ops.reshape(y, (-1, width)))
+        if not flat:
+            y = ops.reshape(y, (-1, 1 if first_token_only else length, width))
+        return y
+
+
+def create_dpa_model(*args, **kwargs) -> keras.Model:
+    """`keras_vit.create_model` with every attention layer a
+    `DotProductSelfAttention`: the encoder blocks build theirs while the
+    model is created, so the class they find is swapped for that time."""
+    layers = keras_vit.layers
+    saved = layers.MultiHeadSelfAttention
+    layers.MultiHeadSelfAttention = DotProductSelfAttention
+    try:
+        return keras_vit.create_model(*args, **kwargs)
+    finally:
+        layers.MultiHeadSelfAttention = saved
+
+
+def flash_attention_usable(dims: Dict[str, int], args) -> Dict[str, Any]:
+    """dict. Whether Keras would send `dot_product_attention` to cuDNN's
+    fused attention for this model's shapes (every token querying, and the
+    last block's class token alone), as Keras's JAX backend decides it;
+    None where that cannot be asked (another backend or Keras)."""
+    if keras.backend.backend() != "jax":
+        return {"all_tokens": None, "class_token": None}
+    try:
+        from keras.src.backend.jax.nn import _can_use_flash_attention
+    except ImportError:
+        return {"all_tokens": None, "class_token": None}
+    import jax.numpy as jnp
+
+    dtype = "bfloat16" if args.dtype == "bfloat16" else "float32"
+    tokens = (args.image_size // dims["patch_size"]) ** 2 + 1
+    heads = dims["num_heads"]
+    kv = jnp.zeros((args.batch_size, tokens, heads,
+                    dims["hidden_size"] // heads), dtype)
+    return {
+        "all_tokens": bool(_can_use_flash_attention(kv, kv, kv, None)),
+        "class_token": bool(_can_use_flash_attention(kv[:, :1], kv, kv,
+                                                     None)),
+    }
+
+
 def build_model(which: str, dims: Dict[str, int], args) -> keras.Model:
     """keras.Model. The classifier to time: ours, another checkout's
-    (`--compare_tree`), or keras-hub's ViT."""
-    if which == "keras_vit" or which in args.trees:
+    (`--compare_tree`), ours with `dot_product_attention` (`--compare_dpa`)
+    or keras-hub's ViT."""
+    if which in ("keras_vit", DPA) or which in args.trees:
         create = keras_vit.create_model
         if which in args.trees:
             create = import_tree(args.trees[which])
+        elif which == DPA:
+            create = create_dpa_model
         return create(
             None, num_classes=args.num_classes, image_size=args.image_size,
             **dims
@@ -357,20 +474,137 @@ def _timed(step: Callable, steps: int) -> Tuple[float, float]:
     return time.perf_counter() - start, time.process_time() - cpu
 
 
+def device_memory() -> Optional[Dict[str, int]]:
+    """dict or None. The first JAX device's allocator counters
+    (`bytes_in_use`, `peak_bytes_in_use`, ...), where it keeps them (GPUs,
+    TPUs; not the CPU) and the backend is JAX."""
+    if keras.backend.backend() != "jax":
+        return None
+    import jax
+
+    try:
+        stats = jax.local_devices()[0].memory_stats()
+    except Exception:  # noqa: BLE001  (platforms without the counters)
+        return None
+    return dict(stats) if stats and "peak_bytes_in_use" in stats else None
+
+
+class CompiledMemory:
+    """Records XLA's memory plan of the first step function that Keras's
+    JAX trainer compiles while this context is open: Keras makes its train
+    and predict steps with `jax.jit`, looked up in its JAX trainer module,
+    which is wrapped here so that the first call also lowers and compiles
+    the step ahead of time (XLA caches the executable, so the call that
+    follows does not compile it again) and keeps `memory_analysis()`.
+    Nothing is recorded on other backends or where Keras's internals
+    differ (`plan` stays None)."""
+
+    def __init__(self) -> None:
+        self.plan: Optional[Dict[str, int]] = None
+        self._module: Any = None
+
+    def __enter__(self) -> "CompiledMemory":
+        if keras.backend.backend() != "jax":
+            return self
+        try:
+            from keras.src.backend.jax import trainer as module
+        except ImportError:
+            return self
+        if not callable(getattr(module, "jit", None)):
+            return self
+        self._module, self._jit = module, module.jit
+        module.jit = self._recording_jit
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._module is not None:
+            self._module.jit = self._jit
+
+    def _recording_jit(self, fn: Callable, *args: Any, **kwargs: Any):
+        jitted = self._jit(fn, *args, **kwargs)
+
+        def call(*a: Any, **k: Any) -> Any:
+            if self.plan is None and hasattr(jitted, "lower"):
+                self.plan = {}
+                try:
+                    m = jitted.lower(*a, **k).compile().memory_analysis()
+                    self.plan = {
+                        name: int(getattr(m, f"{name}_size_in_bytes"))
+                        for name in ("temp", "argument", "output", "alias",
+                                     "generated_code")
+                    }
+                except Exception as e:  # noqa: BLE001  (recorded instead)
+                    self.plan = {"error": f"{type(e).__name__}: {e}"[:300]}
+            return jitted(*a, **k)
+
+        return call
+
+
+def memory_fields(plan: Optional[Dict[str, Any]], before: Optional[dict],
+                  after: Optional[dict], batch: int) -> Dict[str, Any]:
+    """dict. A row's device-memory fields, from XLA's plan of the step and
+    the allocator counters before the model was built and after its
+    warm-up. XLA's plan: temporaries (activations, workspaces), arguments
+    (weights, optimizer state, the batch) and outputs, less what outputs
+    reuse of donated arguments; its temporaries per example are the
+    activation memory. The allocator's peak over what was in use before
+    the model was built (weights, optimizer state and the step's
+    temporaries, per example of the batch) is exact only where the peak
+    rose while this model ran; otherwise an earlier, higher peak hides it
+    and the field is None."""
+    out: Dict[str, Any] = {
+        "xla_memory": plan, "xla_step_bytes": None,
+        "xla_temp_bytes_per_example": None,
+        "device_peak_bytes": None, "device_peak_bytes_per_example": None,
+        "device_peak_exact": None, "device_bytes_limit": None,
+    }
+    if plan and "temp" in plan:
+        out["xla_step_bytes"] = (plan["temp"] + plan["argument"]
+                                 + plan["output"] - plan["alias"])
+        out["xla_temp_bytes_per_example"] = plan["temp"] / batch
+    if before and after:
+        exact = after["peak_bytes_in_use"] > before["peak_bytes_in_use"]
+        peak = after["peak_bytes_in_use"] - before["bytes_in_use"]
+        out.update(device_peak_exact=exact, device_peak_bytes=peak,
+                   device_bytes_limit=after.get("bytes_limit"))
+        if exact:
+            out["device_peak_bytes_per_example"] = peak / batch
+    return out
+
+
 def measure_config(
     mode: str, xla: bool, models: List[str], dims, args
-) -> List[Dict[str, Any]]:
-    """list of dict. One result row per model for this (mode, XLA) config."""
-    rows, steps_fns = [], []
+) -> Tuple[List[Dict[str, Any]], List[str]]:
+    """(rows, notes). One result row per model for this (mode, XLA)
+    config. A comparison model (any but keras_vit) that fails to build or
+    compile is left out with a note naming the error."""
+    rows, steps_fns, notes = [], [], []
     for which in models:
+        if which != "keras_vit" and past_deadline(args):
+            notes.append(f"{which} {mode}: skipped, --deadline "
+                         f"{args.deadline:g} s passed")
+            continue
         gc.collect()
         before = memory_mb()["rss_mb"]
         exact = reset_peak_memory()
-        model = build_model(which, dims, args)
-        step = make_step(model, mode, xla, args)
-        start = time.perf_counter()
-        step()  # compiles
-        compile_s = time.perf_counter() - start
+        device_before = device_memory()
+        try:
+            with CompiledMemory() as compiled:
+                model = build_model(which, dims, args)
+                step = make_step(model, mode, xla, args)
+                start = time.perf_counter()
+                step()  # compiles
+                compile_s = time.perf_counter() - start
+        except Exception as e:  # noqa: BLE001  (a candidate may not run)
+            if which == "keras_vit":
+                raise
+            notes.append(f"{which} {mode}: left out, it failed: "
+                         f"{type(e).__name__}: {str(e)[:300]}")
+            print(notes[-1], file=sys.stderr)
+            model = step = None
+            keras.backend.clear_session()
+            gc.collect()
+            continue
         step_s = compile_s
         for _ in range(max(0, args.warmup - 1)):
             step_s = _timed(step, 1)[0]
@@ -384,9 +618,15 @@ def measure_config(
             "peak_rss_mb": mem["peak_mb"],
             "peak_rss_delta_mb": mem["peak_mb"] - before,
             "peak_rss_exact": exact, "seconds": [], "cpu_seconds": [],
+            **memory_fields(compiled.plan, device_before, device_memory(),
+                            args.batch_size),
         })
         steps_fns.append((step, steps, model))
-    for _ in range(args.repeats):  # interleaved: load hits every model alike
+    for repeat in range(args.repeats):  # interleaved: load hits all alike
+        if repeat and past_deadline(args):
+            notes.append(f"{mode}: --deadline {args.deadline:g} s passed "
+                         f"after {repeat} of {args.repeats} repeats")
+            break
         for row, (step, steps, _) in zip(rows, steps_fns):
             for _ in range(args.rewarm):
                 step()
@@ -404,7 +644,7 @@ def measure_config(
     del steps_fns
     keras.backend.clear_session()
     gc.collect()
-    return rows
+    return rows, notes
 
 
 def keras_hub_available() -> Optional[str]:
@@ -427,7 +667,7 @@ def run_benchmarks(args: argparse.Namespace) -> Dict[str, Any]:
             f"--image_size {args.image_size} is not divisible by patch size "
             f"{dims['patch_size']}: use a multiple of {dims['patch_size']}."
         )
-    models = ["keras_vit", *args.trees]
+    models = ["keras_vit", *args.trees] + ([DPA] if args.compare_dpa else [])
     notes = [f"{name}: keras_vit from {folder}"
              for name, folder in args.trees.items()]
     hub = keras_hub_available() if args.compare_keras_hub else None
@@ -453,12 +693,19 @@ def run_benchmarks(args: argparse.Namespace) -> Dict[str, Any]:
         ),
         "ceiling": {}, "rows": [], "notes": notes,
     }
+    if args.compare_dpa:
+        result["flash_attention_usable"] = flash_attention_usable(dims, args)
     dtypes = ["float32"] + (["bfloat16"] if args.dtype == "bfloat16" else [])
     ceil = {d: matmul_ceiling(args.matmul_size, d, args.matmul_repeats)
             for d in dtypes}  # before the models and (below) after them
     for mode in args.modes:
         for xla in xlas:
-            rows = measure_config(mode, xla, models, dims, args)
+            if result["rows"] and past_deadline(args):
+                notes.append(f"{mode} xla={xla}: skipped, --deadline "
+                             f"{args.deadline:g} s passed")
+                continue
+            rows, config_notes = measure_config(mode, xla, models, dims, args)
+            notes.extend(config_notes)
             result["rows"].extend(rows)
             for row in rows:
                 print(f"[{backend}] {row['model']:9s} {mode:5s} xla={xla!s:5s}"
@@ -478,7 +725,8 @@ def run_benchmarks(args: argparse.Namespace) -> Dict[str, Any]:
 
 
 def add_derived(result: Dict[str, Any], dtype: str) -> None:
-    """Adds model FLOP/s, MFU and the ratios to keras-hub to every row.
+    """Adds model FLOP/s, MFU and the ratios to keras-hub (and, for the
+    other comparison models, to keras_vit) to every row.
 
     Each measure comes twice: per wall second (what a user waits for) and
     per second of CPU time (the work done, which load from other processes
@@ -495,6 +743,10 @@ def add_derived(result: Dict[str, Any], dtype: str) -> None:
         (r["backend"], r["mode"], r["xla"]): r
         for r in result["rows"] if r["model"] == "keras_hub"
     }
+    ours = {
+        (r["backend"], r["mode"], r["xla"]): r
+        for r in result["rows"] if r["model"] == "keras_vit"
+    }
     for row in result["rows"]:
         flops = fwd.get(row["model"], result["forward_flops_per_image"])
         flops *= 3 if row["mode"] == "train" else 1
@@ -503,6 +755,9 @@ def add_derived(result: Dict[str, Any], dtype: str) -> None:
         if "cpu_s_per_image" in row:
             row["mfu_cpu"] = flops / row["cpu_s_per_image"] / ceiling.get(
                 "flops_per_cpu_s", float("nan"))
+        base = ours.get((row["backend"], row["mode"], row["xla"]))
+        if row["model"] not in ("keras_vit", "keras_hub") and base:
+            row["vs_keras_vit"] = row["images_per_s"] / base["images_per_s"]
         other = hub.get((row["backend"], row["mode"], row["xla"]))
         if row["model"] != "keras_hub" and other:
             row["vs_keras_hub"] = row["images_per_s"] / other["images_per_s"]

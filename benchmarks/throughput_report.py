@@ -16,7 +16,6 @@ def write_results(prefix: str, result: Dict[str, Any], text: str) -> None:
     atomic_write(prefix + ".md", text)
 
 
-
 def markdown(result: Dict[str, Any]) -> str:
     """str. The results as a markdown report with one table."""
     m, args = result["machine"], result["args"]
@@ -58,18 +57,30 @@ def markdown(result: Dict[str, Any]) -> str:
             f"(range {lo:.1f}-{hi:.1f}); "
             f"{c['flops_per_cpu_s'] / 1e9:.1f} GFLOP per CPU second."
         )
+    flash = result.get("flash_attention_usable")
+    if flash:
+        lines.append(
+            "- cuDNN fused attention usable for `dot_product_attention` "
+            f"(Keras's check): every token {flash['all_tokens']}, class "
+            f"token alone {flash['class_token']}.")
     lines += [f"- {n}" for n in result["notes"]]
     lines += [
         "",
         "| backend | model | mode | XLA | img/s | best img/s | GFLOP/s "
         "| MFU | vs keras-hub | CPU s/img | MFU (CPU time) "
-        "| vs keras-hub (CPU time) | peak RSS MiB | compile s |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| vs keras-hub (CPU time) | peak RSS MiB | XLA temp MiB/img "
+        "| device peak MiB/img | compile s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in result["rows"]:
         ratio, ratio_cpu = (
             f"{r[k]:.2f}x" if k in r else ""
             for k in ("vs_keras_hub", "vs_keras_hub_cpu")
+        )
+        temp, peak = (
+            f"{r[k] / 2**20:.1f}" if r.get(k) is not None else ""
+            for k in ("xla_temp_bytes_per_example",
+                      "device_peak_bytes_per_example")
         )
         lines.append(
             f"| {r['backend']} | {r['model']} | {r['mode']} "
@@ -78,6 +89,7 @@ def markdown(result: Dict[str, Any]) -> str:
             f"| {r['model_flops_per_s'] / 1e9:.1f} "
             f"| {100 * r['mfu']:.0f}% | {ratio} | {r['cpu_s_per_image']:.3f} "
             f"| {100 * r['mfu_cpu']:.0f}% | {ratio_cpu} "
-            f"| {r['peak_rss_mb']:.0f} | {r['compile_s']:.1f} |"
+            f"| {r['peak_rss_mb']:.0f} | {temp} | {peak} "
+            f"| {r['compile_s']:.1f} |"
         )
     return "\n".join(lines) + "\n"

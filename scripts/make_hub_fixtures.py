@@ -36,6 +36,30 @@ reference outputs):
 - timm_vit_avg_fc_norm (no class token), timm_vit_avg_class_token
   (fc_norm False), timm_vit_avg_class_token_fc_norm, timm_vit_pre_norm,
   timm_vit_no_embed_class: models this ViT does not compute (refused).
+- Read as the library reads the folder (each reference from the library's
+  own loader: transformers' from_pretrained, timm's
+  create_model("local-dir:...", pretrained=True) and resolve_data_config):
+  hf_vit_classifier_stray_pooler (ViTForImageClassification whose file
+  also holds vit.pooler.*, which transformers ignores; `logits`),
+  hf_vit_model_stray_classifier (ViTModel with classifier.*;
+  `pooler_output`), hf_vit_no_normalize (do_normalize false),
+  hf_vit_rescale (rescale_factor 1/100 and its own mean / std),
+  hf_vit_no_rescale (do_rescale false, mean / std in pixel units): each
+  `logits` of the processor's pixel_values; timm_vit_img_size_args
+  (model_args img_size 16 x 64 beside pretrained_cfg input_size 32 x 32:
+  timm builds a 2 x 8 grid), timm_vit_no_mean_std (no mean / std in
+  pretrained_cfg: timm's ImageNet defaults).
+- Models the libraries run that need a mapping: hf_vit_size_remainder and
+  timm_vit_size_remainder (image size 35, patch 8: the convolution drops
+  the last 3 pixel rows and columns; reference pixels are 35 x 35),
+  timm_vit_mlp_ratio (mlp_ratio 2.3, an MLP int(2.3 * 16) = 36 wide);
+  hf_vit_patch_8x4 and timm_vit_patch_8x4 (non-square patches, refused).
+- resized/: hf_vit_classifier.npz (transformers with
+  interpolate_pos_encoding=True) and timm_vit.npz (timm's own model built
+  at another img_size from the folder, its checkpoint filter resampling
+  pos_embed) at 48 x 48, 16 x 16 and 24 x 40: `pixels_HxW`, `logits_HxW`.
+- bicubic.npz: torch.nn.functional.interpolate(mode="bicubic",
+  align_corners=False) of random grids, with and without antialias.
 - activations.npz: transformers' ACT2FN of each pooler activation keras_vit
   maps to a Keras activation, on a fixed grid.
 - library_fields.json: the fields of transformers' ViTConfig and the
@@ -270,6 +294,220 @@ def timm_deit_distilled_named() -> None:
     timm_hub.save_for_hf(model, path, safe_serialization=True)
 
 
+def _pixels_at(seed: int, height: int, width: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return rng.integers(0, 256, (2, height, width, 3), dtype=np.uint8)
+
+
+def _save_logits(path: str, pixels, out, output: str = "logits") -> None:
+    if not torch.is_tensor(out):
+        out = getattr(out, output)
+    np.savez(os.path.join(path, "reference.npz"), pixels=pixels,
+             **{output: out.detach().numpy()})
+
+
+def _hf_from_folder(path: str, cls, pixels, processor_kwargs=None,
+                    output: str = "logits") -> None:
+    """The reference as transformers reads `path`: its class's
+    from_pretrained and, with `processor_kwargs`, its image processor's
+    pixel_values (no resize: the pixels are at the model's size)."""
+    model = cls.from_pretrained(path).eval()
+    if processor_kwargs is None:
+        values = _normalised(pixels, (0.5,) * 3, (0.5,) * 3)
+    else:
+        processor = transformers.AutoImageProcessor.from_pretrained(path)
+        values = processor(list(pixels), do_resize=False,
+                           return_tensors="pt")["pixel_values"]
+    with torch.no_grad():
+        _save_logits(path, pixels, model(values), output)
+
+
+def hf_stray_arrays() -> None:
+    # A classifier's folder whose file also holds a pooler.
+    path = _fresh("hf_vit_classifier_stray_pooler")
+    model = transformers.ViTForImageClassification(
+        _hf_config(num_labels=3)).eval()
+    _randomise(model, 20)
+    model.save_pretrained(path)
+    weights = os.path.join(path, "model.safetensors")
+    arrays = safetensors.torch.load_file(weights)
+    generator = torch.Generator().manual_seed(21)
+    arrays["vit.pooler.dense.weight"] = torch.randn(32, 32,
+                                                    generator=generator)
+    arrays["vit.pooler.dense.bias"] = torch.randn(32, generator=generator)
+    safetensors.torch.save_file(arrays, weights, metadata={"format": "pt"})
+    _hf_from_folder(path, transformers.ViTForImageClassification,
+                    _pixels(20))
+    # A ViTModel's folder whose file also holds a classifier.
+    path = _fresh("hf_vit_model_stray_classifier")
+    model = transformers.ViTModel(_hf_config()).eval()
+    _randomise(model, 22)
+    model.save_pretrained(path)
+    weights = os.path.join(path, "model.safetensors")
+    arrays = safetensors.torch.load_file(weights)
+    arrays["classifier.weight"] = torch.randn(4, 32, generator=generator)
+    arrays["classifier.bias"] = torch.randn(4, generator=generator)
+    safetensors.torch.save_file(arrays, weights, metadata={"format": "pt"})
+    _hf_from_folder(path, transformers.ViTModel, _pixels(22),
+                    output="pooler_output")
+
+
+def hf_processors() -> None:
+    for seed, name, kwargs in (
+        (23, "hf_vit_no_normalize", dict(do_normalize=False)),
+        (24, "hf_vit_rescale", dict(rescale_factor=0.01,
+                                    image_mean=[0.3, 0.4, 0.5],
+                                    image_std=[0.2, 0.3, 0.4])),
+        (25, "hf_vit_no_rescale", dict(do_rescale=False,
+                                       image_mean=[100.0, 120.0, 130.0],
+                                       image_std=[50.0, 60.0, 70.0])),
+    ):
+        path = _fresh(name)
+        model = transformers.ViTForImageClassification(
+            _hf_config(num_labels=3)).eval()
+        _randomise(model, seed)
+        model.save_pretrained(path)
+        transformers.ViTImageProcessor(
+            size={"height": SIZE, "width": SIZE}, **kwargs
+        ).save_pretrained(path)
+        _hf_from_folder(path, transformers.ViTForImageClassification,
+                        _pixels(seed), kwargs)
+
+
+def _timm_from_folder(path: str, pixels, **kwargs):
+    """timm's own model and data config of `path` (create_model
+    "local-dir:", pretrained), and its logits on `pixels`."""
+    model = timm.create_model("local-dir:" + path, pretrained=True,
+                              **kwargs).eval()
+    data = timm.data.resolve_data_config(model=model)
+    with torch.no_grad():
+        return model(_normalised(pixels, data["mean"], data["std"]))
+
+
+def _edit_config(path: str, edit) -> None:
+    config_path = os.path.join(path, "config.json")
+    with open(config_path) as f:
+        config = json.load(f)
+    edit(config)
+    with open(config_path, "w") as f:
+        json.dump(config, f, indent=2)
+
+
+def timm_read_as_timm() -> None:
+    # model_args' img_size wins over pretrained_cfg's input_size.
+    args = dict(img_size=(16, 64), patch_size=PATCH, embed_dim=16, depth=1,
+                num_heads=2, mlp_ratio=2.0, num_classes=3)
+    model = timm.create_model("vit_tiny_patch16_224", **args).eval()
+    _randomise(model, 26)
+    path = _fresh("timm_vit_img_size_args")
+    _timm_save(model, path, args)
+
+    def square_input(config):
+        config["pretrained_cfg"]["input_size"] = [3, SIZE, SIZE]
+    _edit_config(path, square_input)
+    pixels = _pixels_at(26, 16, 64)
+    _save_logits(path, pixels, _timm_from_folder(path, pixels))
+    # No mean / std in the config.
+    args = dict(img_size=SIZE, patch_size=PATCH, embed_dim=16, depth=1,
+                num_heads=2, mlp_ratio=2.0, num_classes=3)
+    model = timm.create_model("vit_tiny_patch16_224", **args).eval()
+    _randomise(model, 27)
+    path = _fresh("timm_vit_no_mean_std")
+    _timm_save(model, path, args)
+
+    def no_mean_std(config):
+        del config["pretrained_cfg"]["mean"], config["pretrained_cfg"]["std"]
+    _edit_config(path, no_mean_std)
+    pixels = _pixels(27)
+    _save_logits(path, pixels, _timm_from_folder(path, pixels))
+
+
+def mapped_models() -> None:
+    # Image size 35 with 8-pixel patches: a 4 x 4 grid, 3 pixels dropped.
+    path = _fresh("hf_vit_size_remainder")
+    config = transformers.ViTConfig(
+        hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+        intermediate_size=32, image_size=35, patch_size=PATCH, num_labels=3)
+    model = transformers.ViTForImageClassification(config).eval()
+    _randomise(model, 28)
+    model.save_pretrained(path)
+    _hf_from_folder(path, transformers.ViTForImageClassification,
+                    _pixels_at(28, 35, 35))
+    for seed, name, kwargs in (
+        (29, "timm_vit_size_remainder", dict(img_size=35)),
+        (30, "timm_vit_mlp_ratio", dict(mlp_ratio=2.3)),
+    ):
+        args = dict(img_size=SIZE, patch_size=PATCH, embed_dim=16, depth=1,
+                    num_heads=2, mlp_ratio=2.0, num_classes=3)
+        args.update(kwargs)
+        model = timm.create_model("vit_tiny_patch16_224", **args).eval()
+        _randomise(model, seed)
+        path = _fresh(name)
+        _timm_save(model, path, args)
+        size = args["img_size"]
+        pixels = _pixels_at(seed, size, size)
+        _save_logits(path, pixels, _timm_from_folder(path, pixels))
+    # Non-square patches, which both libraries build.
+    path = _fresh("hf_vit_patch_8x4")
+    config = transformers.ViTConfig(
+        hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+        intermediate_size=32, image_size=SIZE, patch_size=[8, 4],
+        num_labels=3)
+    model = transformers.ViTForImageClassification(config).eval()
+    _randomise(model, 31)
+    model.save_pretrained(path)
+    args = dict(img_size=SIZE, patch_size=(8, 4), embed_dim=16, depth=1,
+                num_heads=2, mlp_ratio=2.0, num_classes=3)
+    model = timm.create_model("vit_tiny_patch16_224", **args).eval()
+    _randomise(model, 32)
+    path = _fresh("timm_vit_patch_8x4")
+    _timm_save(model, path, args)
+
+
+RESIZED = ((48, 48), (16, 16), (24, 40))
+
+
+def resized() -> None:
+    """The libraries' own models at other resolutions, from the
+    hf_vit_classifier and timm_vit folders."""
+    folder = os.path.join(ROOT, "resized")
+    os.makedirs(folder, exist_ok=True)
+    hf = transformers.ViTForImageClassification.from_pretrained(
+        os.path.join(ROOT, "hf_vit_classifier")).eval()
+    out_hf, out_timm = {}, {}
+    for i, (height, width) in enumerate(RESIZED):
+        key = f"{height}x{width}"
+        pixels = _pixels_at(40 + i, height, width)
+        with torch.no_grad():
+            out_hf[f"logits_{key}"] = hf(
+                _normalised(pixels, (0.5,) * 3, (0.5,) * 3),
+                interpolate_pos_encoding=True).logits.numpy()
+        out_hf[f"pixels_{key}"] = pixels
+        out_timm[f"pixels_{key}"] = pixels
+        out_timm[f"logits_{key}"] = _timm_from_folder(
+            os.path.join(ROOT, "timm_vit"), pixels,
+            img_size=(height, width)).numpy()
+    np.savez(os.path.join(folder, "hf_vit_classifier.npz"), **out_hf)
+    np.savez(os.path.join(folder, "timm_vit.npz"), **out_timm)
+
+
+def bicubic() -> None:
+    """torch's bicubic resize of random (1, D, rows, cols) grids."""
+    rng = np.random.default_rng(50)
+    out = {}
+    for old, new in (((4, 4), (6, 6)), ((6, 6), (2, 2)), ((4, 4), (3, 5)),
+                     ((2, 8), (5, 7)), ((7, 3), (7, 3)), ((5, 5), (1, 9))):
+        grid = rng.normal(size=(1, 3, *old))
+        key = "{}x{}_{}x{}".format(*old, *new)
+        out[f"in_{key}"] = grid
+        for antialias in (False, True):
+            out[f"out_{key}_{'aa' if antialias else 'plain'}"] = (
+                torch.nn.functional.interpolate(
+                    torch.from_numpy(grid), size=new, mode="bicubic",
+                    align_corners=False, antialias=antialias).numpy())
+    np.savez(os.path.join(ROOT, "bicubic.npz"), **out)
+
+
 def library_fields() -> None:
     base = set(transformers.PretrainedConfig().to_dict())
     vit = [k for k in transformers.ViTConfig().to_dict() if k not in base]
@@ -285,31 +523,52 @@ def library_fields() -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """No options: the fixtures are fixed."""
-    return argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    """--only NAME ...: write only these groups (the functions of
+    GROUPS); the fixtures are fixed otherwise."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--only", nargs="+", metavar="GROUP",
+                        help="write only these groups (default: all)")
+    return parser
 
 
 def main() -> None:
     global safetensors, timm, timm_hub, torch, transformers
-    build_parser().parse_args()
+    args = build_parser().parse_args()
     import safetensors.torch
     import timm
+    import timm.data
     import torch
     import transformers
     from timm.models import _hub as timm_hub
 
     os.makedirs(ROOT, exist_ok=True)
-    hf_classifier()
-    hf_model_bin()
-    timm_vit()
-    timm_deit_distilled()
-    timm_deit_distilled_named()
-    _hf_pooler("hf_vit_model_relu", "relu", 4)
-    _hf_pooler("hf_vit_model_quick_gelu", "quick_gelu", 5)
-    hf_v5_state_dict()
-    timm_variants()
-    activations()
-    library_fields()
+    groups = {
+        "hf_classifier": hf_classifier,
+        "hf_model_bin": hf_model_bin,
+        "timm_vit": timm_vit,
+        "timm_deit_distilled": timm_deit_distilled,
+        "timm_deit_distilled_named": timm_deit_distilled_named,
+        "hf_poolers": lambda: (
+            _hf_pooler("hf_vit_model_relu", "relu", 4),
+            _hf_pooler("hf_vit_model_quick_gelu", "quick_gelu", 5)),
+        "hf_v5_state_dict": hf_v5_state_dict,
+        "timm_variants": timm_variants,
+        "hf_stray_arrays": hf_stray_arrays,
+        "hf_processors": hf_processors,
+        "timm_read_as_timm": timm_read_as_timm,
+        "mapped_models": mapped_models,
+        "resized": resized,  # after hf_classifier and timm_vit
+        "bicubic": bicubic,
+        "activations": activations,
+        "library_fields": library_fields,
+    }
+    unknown = set(args.only or ()) - set(groups)
+    if unknown:
+        raise SystemExit(f"unknown groups {sorted(unknown)}; "
+                         f"known: {', '.join(groups)}")
+    for name, write in groups.items():
+        if not args.only or name in args.only:
+            write()
     versions = {"torch": torch.__version__,
                 "transformers": transformers.__version__,
                 "timm": timm.__version__}

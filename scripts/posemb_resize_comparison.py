@@ -4,24 +4,29 @@ timm and transformers, measured. Writes docs/results/posemb_resize.json.
     pip install -e ".[hub_reference]"   # torch, torchvision, transformers, timm
     python scripts/posemb_resize_comparison.py
 
-keras_vit resizes the patch grid of a position embedding bilinearly with
-corners aligned (the official ViT code's `scipy.ndimage.zoom(order=1)`
-convention, `keras_vit.checkpoint.posemb`). timm resamples bicubically
-with antialiasing and half-pixel centres (`resample_abs_pos_embed`, used
-when a checkpoint is loaded at another img_size); transformers'
-`ViTModel(..., interpolate_pos_encoding=True)` bicubically with half-pixel
-centres, on every call. Two comparisons:
+The official ViT code resizes the patch grid of a position embedding
+bilinearly with corners aligned (`scipy.ndimage.zoom(order=1)`;
+`keras_vit.checkpoint.posemb.resize_position_embedding`, used for .npz
+files). timm resamples bicubically with antialiasing and half-pixel
+centres (`resample_abs_pos_embed`, used when a checkpoint is loaded at
+another img_size); transformers' `interpolate_pos_encoding=True`
+bicubically with half-pixel centres, without antialiasing. keras_vit
+resizes the table of hub weights the way the library that wrote them does
+(`posemb.resize_like_library`). Two comparisons:
 
 - tables: big_vision's 2-D sin-cos embedding of ViT-B/16 (width 768, a
   smooth table like the learned ones), 14x14 -> 24x24 (224 -> 384 px) and
-  24x24 -> 14x14, resized by each library's own function; the difference
+  24x24 -> 14x14, resized by each library's own function, by the official
+  interpolation and by keras_vit's library-way resizing; the difference
   relative to the table's RMS.
 - outputs: the tiny models of tests/fixtures/hub (random weights, written
-  by timm and transformers) run at a larger resolution by keras_vit and
-  by the library that wrote them; the logit difference relative to the
-  largest logit, and the share of 64 random images whose top-1 class
-  agrees. At the stored 32 px the outputs agree to float32 rounding,
-  which checks the setup.
+  by timm and transformers) run at another resolution by keras_vit
+  (`load_model(folder, image_size)`) and by the library that wrote them;
+  the logit difference relative to the largest logit, the share of 64
+  random images whose top-1 class agrees, and the difference had the
+  table been resized with the official interpolation instead. At the
+  stored 32 px the outputs agree to float32 rounding, which checks the
+  setup.
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ except ImportError:
 
 from keras_vit.checkpoint import hub, hub_model, posemb
 from keras_vit.checkpoint.atomic import atomic_write
+from keras_vit.checkpoint.npz import POSEMB
 from keras_vit.embedding import sincos2d_table
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -76,16 +82,22 @@ def tables() -> dict:
         table = keras.ops.convert_to_numpy(
             sincos2d_table(old, old, 768)).reshape(old * old, 768)
         scale = float(np.sqrt((table ** 2).mean()))
-        mine = posemb.resize_position_embedding(
+        official = posemb.resize_position_embedding(
             table, new, old, num_prefix_tokens=0)
+        as_timm, as_hf = (
+            posemb.resize_like_library(table[None], new, old, 0, library)[0]
+            for library in (hub.TIMM, hub.HUGGINGFACE))
         with torch.no_grad():
             timm_out = resample_abs_pos_embed(
                 torch.from_numpy(table)[None].float(), [new, new],
                 [old, old], num_prefix_tokens=0)[0].numpy()
         hf_out = _transformers_resize(table, old, new)
         results[f"{old}x{old}->{new}x{new}"] = {
-            "keras_vit_vs_timm": _stats(mine, timm_out, scale),
-            "keras_vit_vs_transformers": _stats(mine, hf_out, scale),
+            "official_vs_timm": _stats(official, timm_out, scale),
+            "official_vs_transformers": _stats(official, hf_out, scale),
+            "keras_vit_timm_way_vs_timm": _stats(as_timm, timm_out, scale),
+            "keras_vit_transformers_way_vs_transformers": _stats(
+                as_hf, hf_out, scale),
             "timm_vs_transformers": _stats(timm_out, hf_out, scale),
         }
     return results
@@ -101,8 +113,18 @@ def _normalised(pixels, mean, std) -> torch.Tensor:
     return torch.from_numpy(x.transpose(0, 3, 1, 2).astype(np.float32))
 
 
-def _keras_logits(folder: str, size: int, pixels) -> np.ndarray:
+def _keras_logits(folder: str, size: int, pixels,
+                  official: bool = False) -> np.ndarray:
+    """keras_vit's model of `folder` at `size`; with `official`, its
+    table resized by the official interpolation instead."""
     checkpoint = hub.read_hub(folder)
+    if official:
+        patch = checkpoint.arrays["embedding/kernel"].shape[0]
+        table = checkpoint.arrays[POSEMB]
+        checkpoint.arrays = dict(checkpoint.arrays, **{
+            POSEMB: posemb.resize_position_embedding(
+                table, size // patch, checkpoint.posemb_grid, 1)})
+        checkpoint.posemb_grid = (size // patch,) * 2
     model, _ = hub_model.model_from_hub(checkpoint, size, None, None,
                                         object(), True)
     x = pixels.astype(np.float32) / 127.5 - 1.0
@@ -134,7 +156,7 @@ def _transformers_logits(folder: str, pixels) -> np.ndarray:
 
 def outputs() -> dict:
     results = {}
-    for size in (32, 48, 64):  # 32: the stored size, a check of the setup
+    for size in (32, 16, 48, 64):  # 32: the stored size, a set-up check
         pixels = _images(64, size)
         for name, theirs in (
             ("timm_vit", lambda f: _timm_logits(f, size, pixels)),
@@ -142,11 +164,14 @@ def outputs() -> dict:
         ):
             folder = os.path.join(FIXTURES, name)
             mine = _keras_logits(folder, size, pixels)
+            official = _keras_logits(folder, size, pixels, official=True)
             other = theirs(folder)
             scale = float(np.abs(other).max())
             results[f"{name} 32px->{size}px"] = {
                 "max_abs_logit_difference_relative": float(
                     np.abs(mine - other).max() / scale),
+                "official_resize_max_abs_logit_difference_relative": float(
+                    np.abs(official - other).max() / scale),
                 "top1_agreement": float(
                     (mine.argmax(-1) == other.argmax(-1)).mean()),
                 "images": len(pixels),
@@ -166,9 +191,10 @@ def main() -> None:
             "error: this comparison needs timm, torch and transformers: "
             "pip install -e \".[hub_reference]\"")
     result = {
-        "what": "keras_vit bilinear, corners aligned, vs timm bicubic "
-                "(antialiased, half-pixel) and transformers bicubic "
-                "(half-pixel) position-embedding resizing",
+        "what": "position-embedding resizing: the official bilinear "
+                "(corners aligned) and keras_vit's library-way resizing "
+                "of hub weights vs timm bicubic (antialiased, half-pixel) "
+                "and transformers bicubic (half-pixel)",
         "versions": {"timm": timm.__version__,
                      "transformers": transformers.__version__,
                      "torch": torch.__version__},

@@ -63,6 +63,15 @@ What holds throughout:
   `config.skip_nonfinite=True`, skips exactly that update and counts it;
   a checkpoint of another model is refused before anything is loaded;
   labels beyond the model's classes stop the pipeline.
+- **A model file cannot crash the process, exhaust its memory or reach
+  outside its folder.** The fuzz test of tests/test_torch_pickle.py reads
+  every kind of hostile file below (pickles nesting 40,000 deep, BUILD on
+  storage records, zip members inflating far beyond the file, zero-stride
+  views, shards outside the folder, broken JSON, .npy headers declaring
+  terabytes, hf:// revisions like `..`, Lambda layers) in one child process
+  under a 6 GiB address-space cap: no crash, no traceback, no hostile file
+  loaded, each refused in one line naming the file, within 64 MiB plus
+  twice the file's size of peak memory.
 - **Bad input names the problem and the fix**, or is skipped and counted
   where the user asked for skipping (`config.skip_bad_images=True`).
 - **Every process ends, in bounded time.** A multi-worker worker waits for

@@ -230,13 +230,115 @@ def targets() -> List[Target]:
     ]
 
 
+GPU_TARGET = "B/16 bfloat16 training MFU >= 50% on a GPU (JAX)"
+
+
+def gpu_b16_train_mfu(data: dict) -> float:
+    return keras_vit_row(data, "train", True, "jax")["mfu"]
+
+
 def targets_table() -> str:
     lines = ["| target (2-core CPU, float32) | every run (file in "
              "`benchmarks/results/`) | median | |", "|---|---|---|---|"]
     lines += [t.row() for t in targets()]
-    lines.append("| B/16 bfloat16 training MFU >= 50% on a GPU (JAX) | "
-                 "no run | | not measured |")
+    runs = [f"{GPU}/{n}" for n in gpu_files() if n.startswith("b16_224")
+            and keras_vit_row(bench(f"{GPU}/{n}"), "train", True, "jax")]
+    if runs:
+        lines.append(Target(GPU_TARGET, runs, gpu_b16_train_mfu, 0.5,
+                            pct).row())
+    else:
+        lines.append(f"| {GPU_TARGET} | no run | | not measured |")
     return "\n".join(lines) + "\n"
+
+
+# -------------------------------------------------------------------- GPU
+GPU = "gpu"  # benchmarks/results/gpu: what benchmarks/accelerator.sh wrote
+GPU_COMMAND = "bash benchmarks/accelerator.sh"
+NO_GPU_RUN = (
+    "No GPU run has been made yet: `benchmarks/results/gpu/` holds no "
+    "results. The one command that makes them, on a machine with JAX and "
+    "an NVIDIA GPU (TensorFlow and network access not needed), from the "
+    "repository root: `bash benchmarks/accelerator_wheels.sh` where pip "
+    "reaches the package index (it downloads Keras, keras-hub and "
+    "ml-collections into `.whl/`), then `bash benchmarks/accelerator.sh` "
+    "on the GPU machine; its JSON files go into `benchmarks/results/gpu/` "
+    "and `python scripts/results_tables.py` fills this section.\n")
+
+
+def gpu_files() -> List[str]:
+    """[str]. Names of the stored accelerator.sh runs, sorted."""
+    return sorted(os.path.basename(p)[:-5] for p in glob.glob(
+        os.path.join(ROOT, BENCH, GPU, "*.json")))
+
+
+def _mib(value: Optional[float]) -> str:
+    return "" if value is None else f"{value / MIB:.1f}"
+
+
+def gpu_throughput() -> str:
+    names = gpu_files()
+    if not names:
+        return NO_GPU_RUN
+    lines = ["| run (`benchmarks/results/gpu/`) | variant, image, batch | "
+             "mode | model | img/s | MFU | vs keras-hub | XLA temporaries "
+             "MiB / image | device peak MiB / image |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    machines, notes = [], []
+    for name in names:
+        data = bench(f"{GPU}/{name}")
+        a, m = data["args"], data["machine"]
+        ceiling = data["ceiling"][a["dtype"]]["flops_per_s"]
+        machines.append(
+            f"`{name}`: {m.get('device_kind', m['cpu'])}, jax "
+            f"{m.get('jax')}, keras {m['keras']}, keras-hub "
+            f"{data.get('keras_hub')}; {a['dtype']} matmul ceiling "
+            f"{ceiling / 1e12:.0f} TFLOP/s ({a['matmul_size']}^3).")
+        for row in data["rows"]:
+            lines.append(
+                f"| `{name}` | {a['variant']}, {a['image_size']}, "
+                f"{a['batch_size']} | {row['mode']} | {row['model']} | "
+                f"{row['images_per_s']:.1f} | {_mfu(row['mfu'])} | "
+                f"{ratio(row.get('vs_keras_hub'))} | "
+                f"{_mib(row.get('xla_temp_bytes_per_example'))} | "
+                f"{_mib(row.get('device_peak_bytes_per_example'))} |")
+        notes += [f"- `{name}`: {n}" for n in data["notes"]]
+    return "\n".join(lines + [""] + [f"- {m}" for m in machines]
+                     + notes) + source(
+        f"{BENCH}/{GPU}/*.json", command=GPU_COMMAND)
+
+
+def gpu_attention() -> str:
+    rows = []
+    used = []
+    for name in gpu_files():
+        data = bench(f"{GPU}/{name}")
+        a = data["args"]
+        ours = {r["mode"]: r for r in data["rows"]
+                if r["model"] == "keras_vit"}
+        flash = data.get("flash_attention_usable") or {}
+        for r in data["rows"]:
+            if r["model"] != "keras_vit_dpa" or r["mode"] not in ours:
+                continue
+            base = ours[r["mode"]]
+            temp = [x.get("xla_temp_bytes_per_example") for x in (base, r)]
+            rows.append(
+                f"| {a['variant']}, {a['image_size']}, {a['batch_size']} | "
+                f"{r['mode']} | {r['vs_keras_vit']:.3f} | "
+                f"{'yes' if r['vs_keras_vit'] > 1.03 else 'no'} | "
+                f"{_mib(temp[0])} / {_mib(temp[1])} | "
+                f"{flash.get('all_tokens')} / {flash.get('class_token')} |")
+            if name not in used:
+                used.append(name)
+    if not rows:
+        return ("No GPU run has been made yet (see "
+                "[On a GPU](#on-a-gpu) for the command).\n")
+    head = ["| model, image, batch | mode | `dot_product_attention` speed "
+            "over the one path | faster by more than 3% | XLA temporaries "
+            "MiB / image, one path / `dot_product_attention` | cuDNN fused "
+            "attention usable (every token / class token) |",
+            "|---|---|---|---|---|---|"]
+    return "\n".join(head + rows) + source(
+        *(f"{BENCH}/{GPU}/{n}.json" for n in used), command=GPU_COMMAND)
 
 
 # ------------------------------------------------- other benchmark tables
@@ -426,9 +528,13 @@ def quickstart() -> str:
         f"`{d['command']}`, `docs/results/quickstart.json`).\n")
 
 
-POSEMB_PAIRS = (("keras_vit_vs_timm", "keras_vit vs timm"),
-                ("keras_vit_vs_transformers", "keras_vit vs transformers"),
-                ("timm_vs_transformers", "timm vs transformers"))
+POSEMB_PAIRS = (
+    ("keras_vit_timm_way_vs_timm", "keras_vit (timm's way) vs timm"),
+    ("keras_vit_transformers_way_vs_transformers",
+     "keras_vit (transformers' way) vs transformers"),
+    ("official_vs_timm", "official bilinear vs timm"),
+    ("official_vs_transformers", "official bilinear vs transformers"),
+    ("timm_vs_transformers", "timm vs transformers"))
 
 
 def _small(x: float) -> str:
@@ -437,8 +543,9 @@ def _small(x: float) -> str:
 
 
 def posemb_resize() -> str:
-    """How keras_vit's position-embedding resizing (bilinear, corners
-    aligned) differs from timm's and transformers' (bicubic)."""
+    """How keras_vit's position-embedding resizing of hub weights (the
+    library's own way) and the official one (bilinear, corners aligned)
+    differ from timm's and transformers' (bicubic)."""
     d = load("docs/results/posemb_resize.json")
     lines = ["| B/16 sin-cos table (width 768), resized | "
              + " | ".join(label for _, label in POSEMB_PAIRS) + " |",
@@ -447,12 +554,13 @@ def posemb_resize() -> str:
         grids = [int(g.split("x")[0]) for g in resize.split("->")]
         lines.append(f"| {resize.replace('->', ' -> ')} ({grids[0] * 16} "
                      f"-> {grids[1] * 16} px) | " + " | ".join(
-                         pct(pairs[key]["rms_relative"], 1)
+                         _small(pairs[key]["rms_relative"])
                          for key, _ in POSEMB_PAIRS) + " |")
     lines += ["\n(Difference relative to the table's RMS.)\n",
               "| test model, stored size -> run at | reference | largest "
-              "logit difference (of the largest logit) | top-1 agreement |",
-              "|---|---|---|---|"]
+              "logit difference (of the largest logit) | top-1 agreement "
+              "| the same with the official bilinear resize |",
+              "|---|---|---|---|---|"]
     libraries = {"timm_vit": "timm", "hf_vit_classifier": "transformers"}
     for key, r in d["fixture_model_logits"].items():
         model, sizes = key.split(" ", 1)
@@ -461,7 +569,9 @@ def posemb_resize() -> str:
             f"| `{model}`, {shown} | "
             f"{libraries.get(model, model)} | "
             f"{_small(r['max_abs_logit_difference_relative'])} | "
-            f"{pct(r['top1_agreement'])} of {r['images']} images |")
+            f"{pct(r['top1_agreement'])} of {r['images']} images | "
+            f"{_small(r['official_resize_max_abs_logit_difference_relative'])}"
+            " |")
     v = d["versions"]
     versions = ", ".join(f"{k} {v[k]}" for k in sorted(v))
     return "\n".join(lines) + (f"\n\n(Random test models of "
@@ -511,6 +621,8 @@ RENDERERS: Dict[str, Callable[[], str]] = {
     "throughput-runs": throughput_runs,
     "flop-count": flop_count,
     "targets": targets_table,
+    "gpu-throughput": gpu_throughput,
+    "gpu-attention": gpu_attention,
     "loop-overhead": loop_overhead,
     "memory-tf": memory("memory_tf"),
     "memory-jax": memory("memory_jax"),

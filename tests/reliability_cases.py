@@ -485,6 +485,80 @@ _CASES = [
         ("does not fit the model", "Pass strict=False"),
         "UsageError",
     ),
+    Case(
+        "deep_pickle", BAD_INPUT, "checkpoint",
+        "A pytorch_model.bin whose pickle nests tuples 10,000 deep as a dict "
+        "key (CPython crashes hashing it)",
+        "Refused by the opcode pre-scan before anything is unpickled, with "
+        "or without PyTorch; the process never crashes (the fuzz test of "
+        "tests/test_torch_pickle.py runs every kind of hostile file in a "
+        "child process).",
+        ("its pickle nests containers more than 32 deep",),
+        "UsageError",
+    ),
+    Case(
+        "inflating_bin", BAD_INPUT, "checkpoint",
+        "A pytorch_model.bin whose storage member inflates to 32 MiB where "
+        "the pickle declares 4 floats",
+        "Refused from the zip's directory before a byte is inflated.",
+        ("holds 33554432 bytes, but the pickle declares 4 FloatStorage",),
+        "UsageError",
+    ),
+    Case(
+        "zero_stride_bin", BAD_INPUT, "checkpoint",
+        "A 1 KB pytorch_model.bin with 8 zero-stride tensors of 67 million "
+        "elements each",
+        "Refused when the arrays made from it would pass 2 x its storage "
+        "bytes + 64 MiB (in total, not per tensor).",
+        ("views that repeat storage elements; refusing the file",),
+        "UsageError",
+    ),
+    Case(
+        "index_escape", BAD_INPUT, "checkpoint",
+        "A model.safetensors.index.json whose weight_map names "
+        "../other/model.safetensors (a valid model)",
+        "Refused: shards must lie in the model's folder (links of the "
+        "Hugging Face cache into its own blobs/ excepted).",
+        ("outside the model's folder",),
+        "UsageError",
+    ),
+    Case(
+        "index_no_weight_map", BAD_INPUT, "checkpoint",
+        "A model.safetensors.index.json without weight_map",
+        "One line naming the file.",
+        ("has no weight_map",),
+        "UsageError",
+    ),
+    Case(
+        "config_list", BAD_INPUT, "checkpoint",
+        "A hub model's config.json that is a JSON list",
+        "One line naming the file.",
+        ("holds a JSON list, not an object of named fields",),
+        "UsageError",
+    ),
+    Case(
+        "npy_huge_shape", BAD_INPUT, "checkpoint",
+        "An .npz member whose .npy header declares a shape of 2^39 floats "
+        "over 64 bytes",
+        "Refused from the header before any array is allocated.",
+        ("declares shape (524288, 1048576) of float32",
+         "the file is corrupt or crafted"),
+        "UsageError",
+    ),
+    Case(
+        "keras_lambda", BAD_INPUT, "checkpoint",
+        "A .keras file holding a Lambda layer",
+        "Loaded in Keras's safe mode: one line, no code from the file runs.",
+        ("holds Python code (a Lambda layer's function)",),
+        "UsageError",
+    ),
+    Case(
+        "hf_dotdot_revision", BAD_INPUT, "checkpoint",
+        "`hf://ORG/NAME@..`",
+        "One line before the Hugging Face cache is touched.",
+        ("'..' is no branch, tag or commit name",),
+        "UsageError",
+    ),
     # ------------------------------------------------------------ serving
     Case(
         "serve_garbage_bytes", BAD_INPUT, "export",

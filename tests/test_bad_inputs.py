@@ -23,11 +23,13 @@ from PIL import Image
 
 import keras_vit
 from keras_vit import optim
+from keras_vit.checkpoint import torch_pickle
 from keras_vit.checkpoint import weights as checkpoint
 from keras_vit.data import pipeline as input_pipeline
 from keras_vit.data import sources, vtab
+from keras_vit.errors import UsageError
 from keras_vit.training import train_lib
-from tests import tiny
+from tests import hostile_files, tiny
 from tests.reliability_cases import CASES, check_error, check_says, covers
 from tests.strategies import two_cpu_mirrored
 
@@ -331,6 +333,40 @@ def test_pickled_npz_is_refused(tmp_path):
     with pytest.raises(ValueError) as info:
         checkpoint.load_npz(tiny_vit(), path)
     check_error("pickled_npz", info.value)
+
+
+@covers("deep_pickle", "inflating_bin", "zero_stride_bin", "index_escape",
+        "index_no_weight_map", "config_list", "npy_huge_shape",
+        "keras_lambda", "hf_dotdot_revision")
+def test_hostile_model_files_are_refused_in_one_line(tmp_path, monkeypatch):
+    # In-process, through the user's function, after the child-process fuzz
+    # test (tests/test_torch_pickle.py) showed none of these can crash.
+    folder = str(tmp_path)
+    cases = {label: (reader, target) for build in (
+        hostile_files.deep_nesting, hostile_files.inflation,
+        hostile_files.zero_stride, hostile_files.path_escape,
+        hostile_files.broken_json, hostile_files.broken_npz,
+        hostile_files.keras_lambda, hostile_files.uris)
+        for label, reader, target in build(folder, 1)}
+    monkeypatch.setenv("KERAS_VIT_OFFLINE", "1")
+    for case_id, label in (
+            ("deep_pickle", "nesting:tuple_dict_key"),
+            ("inflating_bin", "inflation:storage"),
+            ("zero_stride_bin", "zero_stride:state_dict"),
+            ("index_escape", "escape:parent"),
+            ("index_no_weight_map", "index:no_weight_map"),
+            ("config_list", "config:list"),
+            ("npy_huge_shape", "npz:huge_shape"),
+            ("keras_lambda", "keras:lambda"),
+            ("hf_dotdot_revision", "hf:..")):
+        reader, target = cases[label]
+        with pytest.raises(UsageError) as info:
+            if reader == "bin":
+                dict(torch_pickle.read_state_dict(target))
+            else:
+                keras_vit.load_model(target)
+        assert "\n" not in str(info.value)
+        check_error(case_id, info.value)
 
 
 @covers("npz_other_variant")

@@ -112,8 +112,14 @@ def _check_hf_read(tmp_path, name, field):
         _copy(tmp_path, name, _set(field, 4))
         assert loader.describe_source(source)["num_heads"] == 4
     elif field == "image_size":
+        # transformers' patch convolution drops the pixels past the last
+        # whole patch: 35 x 39 reads the 32 x 32 of the stored 4 x 4 grid.
+        _copy(tmp_path, name, _set(field, [35, 39]))
+        assert loader.describe_source(source)["image_size"] == (32, 32)
+        # A grid the table does not hold: transformers refuses it too.
         _copy(tmp_path, name, _set(field, [40, 48]))
-        assert loader.describe_source(source)["image_size"] == (40, 48)
+        with pytest.raises(UsageError, match="5 x 6 patch grid.*size mism"):
+            loader.describe_source(source)
     elif field == "layer_norm_eps":
         _copy(tmp_path, name, _set(field, 1e-3))
         assert loader.describe_source(source)["layer_norm_epsilon"] == 1e-3

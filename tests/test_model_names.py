@@ -8,6 +8,7 @@ lays it out, and interrupted or short downloads are simulated by a remote
 reader that fails or lies about its size.
 """
 
+import dataclasses
 import hashlib
 import os
 import shutil
@@ -40,8 +41,25 @@ def tiny_npz(tmp_path_factory):
     return path
 
 
+# The tiny file's architecture: what `tiny_release` makes the catalog say
+# the released names hold.
+TINY = dict(hidden_size=32, num_layers=2, num_heads=2, mlp_dim=64,
+            patch_size=16, resnet_layers=None, num_classes=5, grid=14)
+
+
 @pytest.fixture
-def mirror(tmp_path, monkeypatch, tiny_npz):
+def tiny_release(monkeypatch):
+    """The tiny file stands in for the released files: the catalog's
+    table of what each name holds (`catalog.expected_architecture`) is
+    swapped for the tiny architecture, so that the download and cache
+    mechanics run on a small file; the check itself still runs.
+    tests below check the real table and its refusals."""
+    monkeypatch.setattr(catalog, "expected_architecture",
+                        lambda info: dict(TINY))
+
+
+@pytest.fixture
+def mirror(tmp_path, monkeypatch, tiny_npz, tiny_release):
     """An empty cache, and a directory standing in for gs://vit_models
     that holds the tiny file as two official names."""
     root = tmp_path / "mirror"
@@ -117,7 +135,7 @@ def test_list_models_names_urls_and_variants(monkeypatch):
 
 
 def test_short_name_from_a_filled_cache_equals_the_file(
-    tiny_npz, tmp_path, monkeypatch
+    tiny_npz, tmp_path, monkeypatch, tiny_release
 ):
     monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path / "cache"))
     monkeypatch.setenv(cache.OFFLINE_ENV, "1")
@@ -319,3 +337,96 @@ def test_hf_home_and_offline_from_the_environment(tmp_path):
     assert result.returncode == 0, result.stderr[-2000:]
     reference = loader.load_model(loader.Source(hub=HF_FIXTURE))
     assert f"shape {reference.output_shape}" in result.stdout
+
+
+def test_released_names_imply_their_architecture():
+    def arch(name):
+        return catalog.expected_architecture(catalog.lookup(name))
+
+    assert arch("ViT-B_16") == dict(
+        hidden_size=768, num_layers=12, num_heads=12, mlp_dim=3072,
+        patch_size=16, resnet_layers=None, num_classes=21843, grid=14)
+    assert arch("imagenet21k+imagenet2012/ViT-L_16")["grid"] == 24
+    hybrid = arch("R50+ViT-B_16")
+    assert (hybrid["patch_size"], hybrid["resnet_layers"],
+            hybrid["grid"]) == (1, (3, 4, 9), 14)
+    r_ti = arch("augreg/R_Ti_16-i21k-300ep-lr_0.001-aug_none-wd_0.03-do_0.0-"
+                "sd_0.0")
+    assert (r_ti["patch_size"], r_ti["resnet_layers"], r_ti["grid"]) == (
+        8, (), 7)
+
+
+def test_a_small_model_cached_as_a_release_is_refused(tiny_npz, tmp_path,
+                                                      monkeypatch):
+    monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setenv(cache.OFFLINE_ENV, "1")
+    cached = cache.cache_path("imagenet21k/ViT-B_16.npz")
+    os.makedirs(os.path.dirname(cached))
+    shutil.copy(tiny_npz, cached)
+    with pytest.raises(UsageError, match=(
+            r"cached file .*ViT-B_16.npz is not the released imagenet21k/"
+            r"ViT-B_16 \(B/16\): it holds a model of other sizes \("
+            r"hidden_size 32.* where imagenet21k/ViT-B_16 has hidden_size "
+            r"768.*Delete .* to download")):
+        keras_vit.load_model("ViT-B_16")
+
+
+def test_a_downloaded_file_of_another_model_is_not_cached(
+        tiny_npz, tmp_path, monkeypatch):
+    root = tmp_path / "mirror"
+    os.makedirs(root / "imagenet21k")
+    shutil.copy(tiny_npz, root / "imagenet21k" / "ViT-B_32.npz")
+    monkeypatch.setenv(catalog.BASE_URL_ENV, f"file://{root}")
+    monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.delenv(cache.OFFLINE_ENV, raising=False)
+    with pytest.raises(UsageError, match=(
+            "download of .*ViT-B_32.npz is not the released imagenet21k/"
+            "ViT-B_32 .*nothing was cached")):
+        loader.resolve("ViT-B_32")
+    cached = cache.cache_path("imagenet21k/ViT-B_32.npz")
+    assert not os.path.exists(cached) and not _leftovers(cached)
+
+
+def _with_known_file(monkeypatch, name, size, sha256):
+    info = dataclasses.replace(catalog.lookup(name), size=size,
+                               sha256=sha256)
+    monkeypatch.setitem(catalog._MODELS, info.name, info)
+    monkeypatch.setitem(catalog._SHORT, info.name.split("/", 1)[1], info)
+
+
+def test_known_size_and_sha256_are_checked(mirror, tiny_npz, monkeypatch):
+    with open(tiny_npz, "rb") as f:
+        content = f.read()
+    digest = hashlib.sha256(content).hexdigest()
+    name = "imagenet21k/ViT-B_16"
+    cached = cache.cache_path(name + ".npz")
+    # A wrong size or digest: the download is refused, nothing cached.
+    for size, sha, message in (
+        (len(content) + 1, digest, f"{len(content)} bytes where the release"
+         f" has {len(content) + 1}"),
+        (len(content), "0" * 64, f"SHA-256 {digest} where the release has "
+         "0000"),
+    ):
+        _with_known_file(monkeypatch, name, size, sha)
+        with pytest.raises(UsageError, match=message):
+            loader.resolve("ViT-B_16")
+        assert not os.path.exists(cached)
+    # The right ones: downloaded, hashed once, then read from the stamp.
+    _with_known_file(monkeypatch, name, len(content), digest)
+    assert loader.resolve("ViT-B_16").npz == cached
+    with open(cached + ".sha256") as f:
+        assert f.read().split()[0] == digest
+    real_sha256 = cache._sha256
+    hashed = []
+    monkeypatch.setattr(cache, "_sha256",
+                        lambda path: hashed.append(path) or digest)
+    assert loader.resolve("ViT-B_16").npz == cached
+    assert not hashed
+    # A cached file changed afterwards is hashed again and refused.
+    monkeypatch.setattr(cache, "_sha256", real_sha256)
+    with open(cached, "r+b") as f:
+        f.seek(len(content) // 2)
+        f.write(b"\xff\xfe")
+    with pytest.raises(UsageError, match="cached file .* SHA-256 .* where "
+                       "the release has " + digest):
+        loader.resolve("ViT-B_16")

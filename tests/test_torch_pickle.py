@@ -4,23 +4,31 @@ as torch.save writes them (tests/torch_files.py), and crafted files that
 declare views outside their storage, each refused with one line naming the
 tensor. Files that could crash the process (read outside memory) are read
 in a child process (tests/torch_fuzz.py), where a segfault shows as a
-failed test."""
+failed test. The hostile corpus of tests/hostile_files.py (deep nesting,
+BUILD on records, inflating zip members, zero-stride amplification, shards
+outside the folder, broken JSON and .npz, hf:// revisions, Lambda layers)
+is read there too, each file's peak memory measured: a quick torch-only
+version, and every kind through load_model (slow)."""
 
+import collections
+import io
 import json
 import os
 import pickle
 import re
+import shutil
 import subprocess
 import sys
 
 import numpy as np
 import pytest
 
-from keras_vit.checkpoint import torch_pickle
+from keras_vit.checkpoint import npz, torch_pickle
 from keras_vit.errors import UsageError
-from tests import torch_files
+from tests import hostile_files, torch_files
 
 CHILD = os.path.join(os.path.dirname(__file__), "torch_fuzz.py")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _child(*args, timeout=120):
@@ -111,8 +119,8 @@ CRAFTED = {
                          r"tensor 'w' declares an impossible shape"),
     "repeated_too_much": (("0", 0, (8193, 8192), (0, 0)),
                           np.ones(4, np.float32), {},
-                          r"tensor 'w' declares 67117056 elements over a "
-                          r"storage of 4"),
+                          r"its tensors would make more than 67108896 bytes "
+                          r"of arrays from 16 bytes of storage \(at 'w'"),
     "negative_stride": (("0", 3, (4,), (-1,)), np.ones(4, np.float32), {},
                         r"tensor 'w': negative size, stride or offset"),
     "negative_size": (("0", 0, (-4,), (1,)), np.ones(4, np.float32), {},
@@ -164,11 +172,12 @@ def test_crafted_files_are_refused_in_a_child_process(tmp_path):
 
 def test_crafted_files_are_refused_in_process(tmp_path):
     # Each check runs before any view of memory is made, so refusing in
-    # this process is safe too; here through the public entry point.
+    # this process is safe too; here through the public entry point, whose
+    # arrays are made when looked up (the amplification is refused then).
     for name in CRAFTED:
         path = _write_crafted(str(tmp_path), name)
         with pytest.raises(UsageError, match=CRAFTED[name][3]):
-            torch_pickle.read_state_dict(path, use_torch=False)
+            dict(torch_pickle.read_state_dict(path, use_torch=False))
 
 
 def test_other_pickle_content_is_refused(tmp_path):
@@ -196,7 +205,7 @@ def test_reader_is_chosen_by_whether_torch_is_installed(tmp_path,
     path = str(tmp_path / "pytorch_model.bin")
     torch_files.save(path, {"w": np.ones((2, 2), np.float32)})
     calls = []
-    monkeypatch.setattr(torch_pickle, "read_with_torch",
+    monkeypatch.setattr(torch_pickle, "open_with_torch",
                         lambda p: calls.append(p) or {})
     monkeypatch.setattr(torch_pickle, "HAS_TORCH", True)
     assert torch_pickle.read_state_dict(path) == {} and calls == [path]
@@ -233,3 +242,231 @@ def test_pytorch_reader_agrees_where_installed(tmp_path):
     for name in CRAFTED:
         with pytest.raises(UsageError):
             torch_pickle.read_with_torch(_write_crafted(str(tmp_path), name))
+
+
+def _hostile_child(scale, kinds, timeout):
+    """Runs tests/hostile_files' builders `kinds` in one child; returns its
+    records after checking that it ended cleanly and printed no
+    traceback."""
+    run = subprocess.run([sys.executable, CHILD, "hostile", str(scale),
+                          *kinds], capture_output=True, text=True,
+                         timeout=timeout)
+    records = [json.loads(line) for line in run.stdout.splitlines()]
+    started = [r for r in records if r["event"] == "start"]
+    assert run.returncode == 0, (
+        f"child ended with {run.returncode} during {started[-1:]}: "
+        f"{run.stderr[-2000:]}")
+    assert "Traceback" not in run.stderr, run.stderr[-3000:]
+    done = [r for r in records if r["event"] == "done"]
+    assert len(done) == len(started)
+    return done
+
+
+def _check_hostile(done):
+    """0 loads, 0 errors other than one UsageError line naming the file
+    (its basename, or the hf:// URI), each within a memory budget of
+    MAX_EXTRA_BYTES plus twice the file's bytes."""
+    for record in done:
+        label, message = record["label"], record["message"]
+        if label.startswith("control:"):
+            assert record["outcome"] == "ok", record
+            continue
+        assert record["outcome"] == "usage", record
+        assert "\n" not in message, record
+        target = record["target"]
+        name = (target if target.startswith("hf://")
+                else os.path.basename(target.rstrip("/")))
+        assert name in message, record
+        budget = torch_pickle.MAX_EXTRA_BYTES + 2 * record["file_bytes"]
+        assert record["peak_bytes"] <= budget, record
+
+
+TORCH_KINDS = ["deep_nesting", "build_on_records", "inflation"]
+MODEL_KINDS = ["zero_stride", "path_escape", "broken_json", "broken_npz",
+               "uris", "keras_lambda", "controls"]
+
+
+def test_hostile_torch_files_quick():
+    # One of each: containers nested 10,000 deep seven ways (a dict key, a
+    # tensor's size, MARKs, lists, dicts, depth hidden by changing a list
+    # after it was put into another), BUILD on a storage / storage class /
+    # tensor record, zip members inflating to 32 MiB. Each is refused by
+    # one line naming the file, in a child that never crashes.
+    done = _hostile_child(1, TORCH_KINDS, timeout=120)
+    assert len(done) == 13
+    _check_hostile(done)
+    by_label = {r["label"]: r["message"] for r in done}
+    assert "nests containers more than 32 deep" in by_label[
+        "nesting:tuple_dict_key"]
+    assert "changes a container after putting it into another" in by_label[
+        "nesting:hidden_by_mutation"]
+    assert "a BUILD opcode changes a StorageData record" in by_label[
+        "build:storage"]
+    assert ("holds 33554432 bytes, but the pickle declares 4 FloatStorage"
+            in by_label["inflation:storage"])
+    assert "is compressed" in by_label["inflation:declared"]
+    assert "more than the 8388608 it may hold" in by_label[
+        "inflation:pickle"]
+
+
+@pytest.mark.slow
+def test_hostile_corpus_in_one_child_under_a_memory_cap():
+    # Every kind, larger (nesting 40,000 deep, members inflating to
+    # 128 MiB, 32 zero-stride tensors of 67 million elements each), read
+    # the user's way (load_model, a path or an hf:// URI) where the kind is
+    # a model (hf:// URIs from a cache only): 0 crashes, 0 tracebacks, 0
+    # loads of a hostile file, each within its memory budget; the
+    # controls (a folder, a .bin, an index with its shard, a Hugging Face
+    # cache snapshot whose shard links to its own blobs/) load.
+    done = _hostile_child(4, TORCH_KINDS + MODEL_KINDS, timeout=900)
+    _check_hostile(done)
+    labels = {r["label"] for r in done}
+    for kind in ("nesting:", "build:", "inflation:", "zero_stride:",
+                 "escape:", "index:", "config:", "npz:", "hf:", "keras:",
+                 "control:"):
+        assert any(label.startswith(kind) for label in labels), kind
+    by_label = {r["label"]: r["message"] for r in done}
+    assert "views that repeat storage elements" in by_label[
+        "zero_stride:state_dict"]
+    # The arrays a model has no place for are named, never materialised.
+    assert "has 32 array(s) this ViT has no place for, first extra.0 " \
+           "(8191, 8191)" in by_label["zero_stride:model"]
+    for label in ("parent", "absolute", "inner_parent"):
+        assert "outside the model's folder" in by_label[f"escape:{label}"]
+    assert "a link to" in by_label["escape:link"]
+    assert "a link to" in by_label["escape:other_repository"]
+    assert "has no weight_map" in by_label["index:no_weight_map"]
+    assert "nests lists or objects more than 32 deep" in by_label[
+        "config:deep"]
+    assert "holds a JSON list, not an object" in by_label["config:list"]
+    assert "declares shape (4194304, 1048576)" in by_label["npz:huge_shape"]
+    assert "entry 'notes.txt' is not an .npy array" in by_label[
+        "npz:other_member"]
+    assert "'..' is no branch, tag or commit name" in by_label["hf:.."]
+    assert "refused it (IsADirectoryError" in by_label["hf:dir"]
+    assert "Keras's safe mode refuses to run" in by_label["keras:lambda"]
+
+
+def test_checks_run_before_torch_load(tmp_path, monkeypatch):
+    # With PyTorch installed, torch.load(weights_only=True) crashes on the
+    # deeply nested pickle too: every check of this module runs first, and
+    # torch.load is reached only by files that pass them.
+    calls = []
+
+    class FakeTorch:
+        Tensor = np.ndarray
+        bfloat16 = "bfloat16"
+
+        @staticmethod
+        def load(path, **kwargs):
+            calls.append((path, kwargs))
+            return {"w": np.ones((2, 2), np.float32)}
+
+    monkeypatch.setattr(torch_pickle.importlib, "import_module",
+                        lambda name: FakeTorch)
+    hostile = [target for build in (hostile_files.deep_nesting,
+                                    hostile_files.build_on_records,
+                                    hostile_files.inflation)
+               for _, _, target in build(str(tmp_path), 1)]
+    for path in hostile:
+        with pytest.raises(UsageError):
+            torch_pickle.read_state_dict(path, use_torch=True)
+    assert calls == []
+    path = str(tmp_path / "pytorch_model.bin")
+    torch_files.save(path, {"w": np.zeros((2, 2), np.float32)})
+    state = torch_pickle.read_state_dict(path, use_torch=True)
+    assert calls == [(path, {"weights_only": True, "map_location": "cpu"})]
+    assert state.shape("w") == (2, 2)
+
+
+@pytest.mark.slow
+def test_console_script_refuses_hostile_models_in_one_line(tmp_path):
+    # The user's door: keras-vit-convert on a model folder whose
+    # pytorch_model.bin nests tuples 10,000 deep (CPython crashes hashing
+    # it), and on hf://ORG/NAME@..: exit status 1, one error line, no
+    # traceback, nothing written.
+    folder = tmp_path / "model"
+    shutil.copytree(os.path.join(hostile_files.FIXTURES, "hf_vit_model_bin"),
+                    folder)
+    data = hostile_files._deep_pickles(10000)["tuple_dict_key"]
+    weights = str(folder / "pytorch_model.bin")
+    torch_files.write(weights, {}, {"0": np.ones(4, np.float32)},
+                      data_pkl=data)
+    env = dict(os.environ, PYTHONPATH=ROOT, CUDA_VISIBLE_DEVICES="",
+               TF_CPP_MIN_LOG_LEVEL="3", HF_HUB_OFFLINE="1",
+               HF_HUB_CACHE=str(tmp_path / "hf"))
+    for model, says in ((str(folder), f"{weights}: its pickle nests "
+                         "containers more than 32 deep"),
+                        ("hf://ORG/NAME@..", "hf://ORG/NAME@..: '..' is no "
+                         "branch, tag or commit name")):
+        output = tmp_path / "out.keras"
+        run = subprocess.run(
+            [sys.executable, "-m", "keras_vit.commands.convert",
+             f"--model={model}", f"--output={output}"],
+            capture_output=True, text=True, env=env, timeout=300)
+        assert run.returncode == 1, run.stderr[-2000:]
+        assert "Traceback" not in run.stderr, run.stderr[-2000:]
+        errors = [line for line in run.stderr.splitlines()
+                  if line.startswith("keras-vit-convert: error:")]
+        assert len(errors) == 1 and says in errors[0], run.stderr[-2000:]
+        assert not output.exists()
+
+
+@pytest.mark.slow
+def test_budget_counts_each_dtype_as_read(tmp_path):
+    # 20 million float16 elements (40 MB): within 2 x the storage bytes,
+    # so they load; the same views repeated once more than that are
+    # refused. bfloat16 is budgeted as the float32 it is widened to.
+    count = 20_000_000
+    half = np.arange(count, dtype=np.float16)
+    path = str(tmp_path / "half.bin")
+    torch_files.write(path, {"w": torch_files.Tensor("0", 0, (count,), (1,)),
+                             "v": torch_files.Tensor("0", 0, (count,), (1,))},
+                      {"0": half}, kinds={"0": "HalfStorage"})
+    state = torch_pickle.read_state_dict(path, use_torch=False)
+    np.testing.assert_array_equal(state["w"], half)
+    np.testing.assert_array_equal(state["v"], half)
+    torch_files.write(path, {name: torch_files.Tensor("0", 0, (count,), (1,))
+                             for name in "abcd"},
+                      {"0": half}, kinds={"0": "HalfStorage"})
+    state = torch_pickle.read_state_dict(path, use_torch=False)
+    for name in "abc":
+        assert state[name].shape == (count,)
+    with pytest.raises(UsageError, match="views that repeat storage"):
+        state["d"]
+    torch_files.write(path, {name: torch_files.Tensor("0", 0, (count,), (1,))
+                             for name in "ab"},
+                      {"0": half}, kinds={"0": "BFloat16Storage"})
+    state = torch_pickle.read_state_dict(path, use_torch=False)
+    assert state["a"].dtype == np.float32 and state["b"].shape == (count,)
+
+
+def test_fuzzed_npz_files_load_right_or_are_refused(tmp_path):
+    # Random bytes of a valid .npz (stored and compressed) changed: every
+    # file loads as numeric arrays (no object arrays) or is refused with
+    # one UsageError line naming it; nothing else is raised.
+    rng = np.random.default_rng(7)
+    arrays = {"a/kernel": np.ones((3, 4), np.float32), "b": np.arange(5)}
+    originals = []
+    for save in (np.savez, np.savez_compressed):
+        buffer = io.BytesIO()
+        save(buffer, **arrays)
+        originals.append(buffer.getvalue())
+    path = str(tmp_path / "x.npz")
+    outcomes = collections.Counter()
+    for case in range(600):
+        data = bytearray(originals[case % 2])
+        for _ in range(int(rng.integers(1, 5))):
+            data[int(rng.integers(len(data)))] = int(rng.integers(256))
+        with open(path, "wb") as f:
+            f.write(bytes(data))
+        try:
+            got = npz.read_npz(path)
+        except UsageError as error:
+            assert "\n" not in str(error) and path in str(error)
+            outcomes["usage"] += 1
+            continue
+        for key, value in got.items():
+            assert isinstance(value, np.ndarray) and not value.dtype.hasobject
+        outcomes["ok"] += 1
+    assert outcomes["ok"] > 20 and outcomes["usage"] > 400, outcomes

@@ -4,9 +4,14 @@ a crash (a segfault reading outside a storage) ends only this process.
 
     python tests/torch_fuzz.py files PATH...   # load each file
     python tests/torch_fuzz.py fuzz SEED COUNT  # mutate a valid file
+    python tests/torch_fuzz.py hostile SCALE KIND...  # tests/hostile_files
 
-Only `keras_vit.checkpoint.torch_pickle` (and `keras_vit.errors`) is
-imported, not the keras_vit package, which would import Keras.
+The first two modes, and "hostile" with torch kinds only, import only
+`keras_vit.checkpoint.torch_pickle` (and `keras_vit.errors`), not the
+keras_vit package, which would import Keras; "hostile" with other kinds
+loads each file with `keras_vit.checkpoint.loader.load_model`. Each file's
+peak memory above what the process held before it is reported (Linux's
+VmHWM, reset per file through /proc/self/clear_refs).
 """
 
 from __future__ import annotations
@@ -22,10 +27,15 @@ import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]
-_package = types.ModuleType("keras_vit")
-_package.__path__ = [os.path.join(ROOT, "keras_vit")]
-sys.modules["keras_vit"] = _package
+LIGHT = not (len(sys.argv) > 2 and sys.argv[1] == "hostile"
+             and set(sys.argv[3:]) - {"deep_nesting", "build_on_records",
+                                      "inflation"})
+if LIGHT:
+    _package = types.ModuleType("keras_vit")
+    _package.__path__ = [os.path.join(ROOT, "keras_vit")]
+    sys.modules["keras_vit"] = _package
 
+import hostile_files  # noqa: E402
 import torch_files  # noqa: E402
 
 from keras_vit.checkpoint import torch_pickle  # noqa: E402
@@ -167,13 +177,73 @@ def fuzz(seed: int, count: int) -> None:
             os.remove(path)
 
 
+def _memory(field: str) -> int:
+    """A /proc/self/status field in bytes (VmRSS, VmHWM)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) << 10
+    raise KeyError(field)
+
+
+def _read(reader: str, target: str):
+    if reader == "bin":
+        state = torch_pickle.read_state_dict(target)
+        return {key: state[key].shape for key in state}
+    from keras_vit.checkpoint import loader  # noqa: E402 (model mode)
+
+    return loader.load_model(target)
+
+
+def hostile(scale: int, kinds) -> None:
+    builders = {b.__name__: b for b in (
+        hostile_files.TORCH_KINDS + hostile_files.MODEL_KINDS
+        + [hostile_files.controls])}
+    with tempfile.TemporaryDirectory() as folder:
+        # An hf:// URI is read from this cache only, which holds ORG/NAME
+        # (so that a revision '..' would reach the cache's folders).
+        repo = os.path.join(folder, "hf", "hub", "models--ORG--NAME")
+        # refs/dir: a ref that is a folder (huggingface_hub raises
+        # IsADirectoryError reading it).
+        os.makedirs(os.path.join(repo, "refs", "dir"))
+        os.makedirs(os.path.join(repo, "snapshots", "abc"))
+        with open(os.path.join(repo, "refs", "main"), "w") as f:
+            f.write("abc")
+        os.environ.update(HF_HUB_CACHE=os.path.join(folder, "hf", "hub"),
+                          HF_HUB_OFFLINE="1", KERAS_VIT_OFFLINE="1")
+        for kind in kinds:
+            for label, reader, target in builders[kind](folder, scale):
+                size = (os.path.getsize(target) if os.path.isfile(target)
+                        else sum(os.path.getsize(os.path.join(r, n))
+                                 for r, _, names in os.walk(target)
+                                 for n in names) if os.path.isdir(target)
+                        else 0)
+                _emit(event="start", label=label)
+                with open("/proc/self/clear_refs", "w") as f:
+                    f.write("5")  # resets VmHWM to the current VmRSS
+                before = _memory("VmRSS")
+                try:
+                    _read(reader, target)
+                    outcome, message = "ok", ""
+                except UsageError as error:
+                    outcome, message = "usage", str(error)
+                except Exception as error:  # the test fails on these
+                    outcome, message = "other", repr(error)[:2000]
+                _emit(event="done", label=label, target=target,
+                      outcome=outcome, message=message, file_bytes=size,
+                      peak_bytes=_memory("VmHWM") - before)
+
+
 def main(argv) -> None:
     # A runaway allocation fails as MemoryError (a test failure), not by
-    # exhausting the machine.
-    limit = 4 << 30
+    # exhausting the machine; Keras and TensorFlow reserve ~2.3 GB of
+    # address space on import.
+    limit = (4 if LIGHT else 6) << 30
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     if argv[1] == "files":
         load_files(argv[2:])
+    elif argv[1] == "hostile":
+        hostile(int(argv[2]), argv[3:])
     else:
         fuzz(int(argv[2]), int(argv[3]))
 

@@ -32,9 +32,11 @@ import dataclasses
 import difflib
 import fnmatch
 import os
-from typing import Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
+from keras_vit import model as vit_model
 from keras_vit.checkpoint import augreg
+from keras_vit.resnet import resnet_stride
 
 BASE_URL_ENV = "KERAS_VIT_MODELS_BASE_URL"
 OFFICIAL_BUCKET = "gs://vit_models"
@@ -76,6 +78,14 @@ _AUGREG_FINETUNE_LR = {"L_16": "0.01", "R50_L_32": "0.01", "R26_S_32": "0.01",
                        "B_32": "0.01", "S_32": "0.01"}
 
 
+# The byte size and sha256 of released files, by name: what a downloaded
+# or cached file must match besides the architecture its name implies
+# (`expected_architecture`, checked for every file). Only values computed
+# from the released files themselves belong here; none is recorded yet,
+# so today every file is checked by its architecture alone.
+KNOWN_FILES: Dict[str, Tuple[int, str]] = {}
+
+
 @dataclasses.dataclass(frozen=True)
 class ModelInfo:
     """One released checkpoint.
@@ -90,6 +100,9 @@ class ModelInfo:
             it loads by default.
         num_classes: int or None. The head's width (None: the data set does
             not fix it).
+        size: int or None. The file's size in bytes, where known
+            (`KNOWN_FILES`).
+        sha256: str or None. The file's SHA-256 (hex), where known.
     """
 
     name: str
@@ -97,6 +110,14 @@ class ModelInfo:
     pretrained_on: str
     image_size: int
     num_classes: Optional[int]
+    size: Optional[int] = None
+    sha256: Optional[str] = None
+
+    def __post_init__(self):
+        known = KNOWN_FILES.get(self.name)
+        if known is not None and self.size is None and self.sha256 is None:
+            object.__setattr__(self, "size", int(known[0]))
+            object.__setattr__(self, "sha256", str(known[1]).lower())
 
     @property
     def file(self) -> str:
@@ -114,6 +135,27 @@ def base_url() -> str:
     $KERAS_VIT_MODELS_BASE_URL or gs://vit_models, without a trailing
     slash."""
     return (os.environ.get(BASE_URL_ENV) or OFFICIAL_BUCKET).rstrip("/")
+
+
+def expected_architecture(info: ModelInfo) -> Dict[str, Any]:
+    """What a file released under `info.name` holds: the sizes of its
+    variant (as `npz.describe_arrays` reports them), the head's width
+    (`num_classes`, None when the data set does not fix it) and the side
+    of its square position grid at `info.image_size` (`grid`)."""
+    spec = vit_model.decode_variant(info.variant)
+    stride = spec.patch_size
+    if spec.resnet_layers is not None:
+        stride *= resnet_stride(spec.resnet_layers)
+    return dict(
+        hidden_size=spec.size.hidden_size,
+        num_layers=spec.size.num_layers,
+        num_heads=spec.size.num_heads,
+        mlp_dim=spec.size.mlp_dim,
+        patch_size=spec.patch_size,
+        resnet_layers=spec.resnet_layers,
+        num_classes=info.num_classes,
+        grid=info.image_size // stride,
+    )
 
 
 def official_variant(file_name: str) -> str:

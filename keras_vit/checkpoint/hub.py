@@ -18,14 +18,22 @@ loads:
 
 The architecture comes from the arrays' shapes plus `config.json` (heads,
 image size, GELU form, LayerNorm epsilon, pooling, the pooler's activation,
-class names), each field checked by `hub_config` / `hub_timm`. Anything
+class names), each field checked by `hub_config` / `hub_timm` and read the
+way the library reads it: transformers' `architectures` picks the arrays
+its class uses (a classifier's file may also hold a pooler, a ViTModel's a
+classifier; each class leaves the other part out), timm's image size
+comes from model_args before pretrained_cfg, and an image size the patch
+does not divide loses its remainder as the libraries' convolutions drop
+it. Anything
 the project's ViT does not compute (a distillation token, register tokens,
 layer scale, a norm before the first block, average pooling followed by
 fc_norm, ...) stops the load with its config field or first such key
 named. The pixel normalisation the weights were trained
-with (`image_mean` / `image_std`) is folded into the patch embedding, so
-the model keeps the project's input convention, pixels in [-1, 1]: the
-patch embedding is linear with VALID padding, so the fold is exact.
+with (a transformers processor's rescale and `image_mean` / `image_std`,
+timm's `mean` / `std` with timm's ImageNet defaults) is folded into the
+patch embedding, so the model keeps the project's input convention,
+pixels in [-1, 1]: the patch embedding is linear with VALID padding, so
+the fold is exact.
 
 safetensors files are read with the `safetensors` package's numpy API;
 `pytorch_model.bin` with `torch_pickle` (PyTorch's own reader where it is
@@ -34,16 +42,16 @@ installed, a bounds-checked reader otherwise).
 
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
-import json
 import os
 import re
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 import safetensors.numpy
 
-from keras_vit.checkpoint import hub_config, hub_timm, torch_pickle
+from keras_vit.checkpoint import hub_config, hub_timm, torch_pickle, untrusted
 from keras_vit.checkpoint.npz import describe_arrays
 from keras_vit.errors import UsageError
 
@@ -67,13 +75,19 @@ class HubCheckpoint:
         naming: str. HUGGINGFACE or TIMM.
         arrays: dict of str to np.ndarray. Official-layout arrays.
         num_heads: int. Attention heads.
-        image_size: (height, width). The resolution the weights were
-            trained at (their position-embedding grid times the patch).
+        image_size: (height, width). The resolution the library builds
+            the model at (config.json; timm's precedence for timm), less
+            the remainder its patch convolution drops (VALID padding:
+            transformers and timm read only whole patches).
+        posemb_grid: (rows, cols). The patch grid of the stored position
+            table; another grid than image_size's is resized the way the
+            library does (`posemb.resize_like_library`).
         approximate_gelu: bool. Whether the MLP used tanh-approximate GELU.
         layer_norm_epsilon: float.
         class_names: list of str or None. From id2label / label_names.
         mean, std: tuple of 3 floats. The pixel normalisation of the
-            weights, folded into the patch embedding.
+            weights, in terms of pixels / 255 (a transformers processor's
+            rescale folded in), folded into the patch embedding.
         pre_logits_activation: str. The Keras activation of the pre-logits
             layer (a ViTModel's pooler_act), when there is one.
     """
@@ -83,6 +97,7 @@ class HubCheckpoint:
     arrays: Dict[str, np.ndarray]
     num_heads: int
     image_size: Tuple[int, int]
+    posemb_grid: Tuple[int, int]
     approximate_gelu: bool
     layer_norm_epsilon: float
     class_names: Optional[List[str]]
@@ -115,27 +130,128 @@ def _files(path: str) -> Tuple[str, str]:
     return config, weights
 
 
-def read_tensors(path: str) -> Dict[str, np.ndarray]:
-    """The arrays of a safetensors file, a sharded index or a
-    pytorch_model.bin, as float32 numpy arrays (no PyTorch needed)."""
-    if path.endswith(".index.json"):
-        with open(path, encoding="utf-8") as f:
-            shards = dict.fromkeys(json.load(f)["weight_map"].values())
-        folder = os.path.dirname(path)
-        tensors = {}
-        for shard in shards:
-            tensors.update(read_tensors(os.path.join(folder, shard)))
-        return tensors
-    if torch_pickle.is_torch_file(path):
-        tensors = torch_pickle.read_state_dict(path)
-    else:
+def _shape(tensors: Mapping[str, Any], key: str) -> Tuple[int, ...]:
+    """An array's shape, without reading it where the mapping knows it."""
+    known = getattr(tensors, "shape", None)
+    return tuple(known(key)) if known else tuple(tensors[key].shape)
+
+
+class _Float32(collections.abc.Mapping):
+    """Arrays of `tensors` as float32, each made when first looked up (an
+    array the model has no place for is never read)."""
+
+    def __init__(self, tensors: Mapping[str, Any]):
+        self._tensors = tensors
+        self._made: Dict[str, np.ndarray] = {}
+
+    def __getitem__(self, key: str) -> np.ndarray:
+        if key not in self._made:
+            self._made[key] = np.asarray(self._tensors[key], np.float32)
+        return self._made[key]
+
+    def shape(self, key: str) -> Tuple[int, ...]:
+        return _shape(self._tensors, key)
+
+    def __iter__(self):
+        return iter(self._tensors)
+
+    def __len__(self) -> int:
+        return len(self._tensors)
+
+
+class _Safetensors(collections.abc.Mapping):
+    """A safetensors file's arrays, read by the `safetensors` package one
+    by one when looked up."""
+
+    def __init__(self, path: str):
+        self.path = path
         try:
-            tensors = safetensors.numpy.load_file(path)
+            with safetensors.safe_open(path, "np") as f:
+                self._keys = list(f.keys())
         except Exception as error:  # the library raises its own types
             raise UsageError(
                 f"Could not read {path} as safetensors: {error}"
             ) from None
-    return {k: np.asarray(v, dtype=np.float32) for k, v in tensors.items()}
+
+    def __getitem__(self, key: str) -> np.ndarray:
+        if key not in self._keys:
+            raise KeyError(key)
+        try:
+            with safetensors.safe_open(self.path, "np") as f:
+                return f.get_tensor(key)
+        except Exception as error:  # the library raises its own types
+            raise UsageError(
+                f"Could not read {key} of {self.path}: {error}"
+            ) from None
+
+    def shape(self, key: str) -> Tuple[int, ...]:
+        with safetensors.safe_open(self.path, "np") as f:
+            return tuple(f.get_slice(key).get_shape())
+
+    def __iter__(self):
+        return iter(self._keys)
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+
+class _Shards(collections.abc.Mapping):
+    """The arrays of a sharded model: each key read from its shard."""
+
+    def __init__(self, shards: Dict[str, Mapping[str, Any]]):
+        self._where = {}
+        for shard in shards.values():
+            for key in shard:
+                self._where[key] = shard
+
+    def __getitem__(self, key: str):
+        return self._where[key][key]
+
+    def shape(self, key: str) -> Tuple[int, ...]:
+        return _shape(self._where[key], key)
+
+    def __iter__(self):
+        return iter(self._where)
+
+    def __len__(self) -> int:
+        return len(self._where)
+
+
+def _read_index(path: str) -> Mapping[str, Any]:
+    """The arrays of the shards a model.safetensors.index.json names, each
+    shard inside the index's folder (`untrusted.inside_folder`)."""
+    index = untrusted.read_json_object(path)
+    weight_map = index.get("weight_map")
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise UsageError(
+            f"{path} has no weight_map (an object of array name -> shard "
+            "file): not a safetensors index."
+        )
+    folder = os.path.dirname(path) or "."
+    shards = {}
+    for name in weight_map.values():
+        if name not in shards:
+            shard = untrusted.inside_folder(folder, name, path)
+            if not shard.endswith(".safetensors"):
+                raise UsageError(f"{path} names {name!r}, not a "
+                                 ".safetensors shard.")
+            shards[name] = _read_file(shard)
+    return _Shards(shards)
+
+
+def _read_file(path: str) -> Mapping[str, Any]:
+    if path.endswith(".index.json"):
+        return _read_index(path)
+    if torch_pickle.is_torch_file(path):
+        return torch_pickle.read_state_dict(path)
+    return _Safetensors(path)
+
+
+def read_tensors(path: str) -> Mapping[str, np.ndarray]:
+    """The arrays of a safetensors file, a sharded index or a
+    pytorch_model.bin, as float32 numpy arrays (no PyTorch needed), each
+    read when first looked up."""
+    return _Float32(_read_file(path))
 
 
 def _dense(weight: np.ndarray) -> np.ndarray:
@@ -226,9 +342,26 @@ _HF_LAYER = {
 }
 
 
-def _map_huggingface(tensors, heads: int) -> _Mapper:
+def _map_huggingface(tensors, heads: int,
+                     architecture: Optional[str] = None) -> _Mapper:
+    """The arrays `architecture` (a transformers class, or None: every
+    part the arrays hold) uses, in the official layout; the other class's
+    part (the pooler beside a classifier, a classifier beside the pooler)
+    is left out, as transformers leaves it out."""
     prefix = "vit." if any(k.startswith("vit.") for k in tensors) else ""
     m = _Mapper(tensors, prefix)
+    if architecture is not None:
+        skip = hub_config.HF_ARCHITECTURES[architecture]
+        m.used.update(k for k in tensors if k.startswith(skip) or
+                      k.startswith(prefix + skip))
+    if architecture == "ViTForImageClassification" and not any(
+            k.startswith("classifier.") for k in tensors):
+        raise UsageError(
+            "config.json architectures names ViTForImageClassification, but"
+            " the weights hold no classifier.weight: transformers would "
+            "start that head at random. Load it as a ViTModel (set "
+            "architectures to [\"ViTModel\"]) for its features."
+        )
     names = _HF_LAYER["files"]
     if any(k.startswith(prefix + "layers.") for k in tensors):
         names = _HF_LAYER["transformers5"]
@@ -251,9 +384,11 @@ def _map_huggingface(tensors, heads: int) -> _Mapper:
         m.dense(hf + names["fc1"], f"{block}/{_MLP}/Dense_0")
         m.dense(hf + names["fc2"], f"{block}/{_MLP}/Dense_1")
     m.norm("layernorm", "Transformer/encoder_norm")
-    m.dense("pooler.dense", "pre_logits", required=False)
+    if architecture != "ViTForImageClassification":
+        m.dense("pooler.dense", "pre_logits", required=False)
     m.prefix = ""
-    m.dense("classifier", "head", required=False)
+    if architecture != "ViTModel":
+        m.dense("classifier", "head", required=False)
     return m
 
 
@@ -299,11 +434,7 @@ def _fold_normalisation(arrays, mean, std) -> None:
 
 
 def _read_json(path: str) -> Dict[str, Any]:
-    with open(path, encoding="utf-8") as f:
-        try:
-            return json.load(f)
-        except json.JSONDecodeError as error:
-            raise UsageError(f"{path} is not valid JSON: {error}") from None
+    return untrusted.read_json_object(path)
 
 
 def naming(tensors: Dict[str, np.ndarray]) -> str:
@@ -334,10 +465,19 @@ def read_hub(path: str) -> HubCheckpoint:
     spec = _read_json(config_path)
     tensors = read_tensors(weights_path)
     kind = naming(tensors)
+    kernel = tensors.get("patch_embed.proj.weight")
+    for key in tensors:
+        if key.endswith("embeddings.patch_embeddings.projection.weight"):
+            kernel = tensors[key]
+    if kernel is not None and kernel.ndim == 4:
+        hub_config.check_square_patch(
+            f"{weights_path}: the patch kernel's patch size",
+            kernel.shape[2:])
     if kind == HUGGINGFACE:
         settings = hub_config.hf_settings(
             spec, os.path.dirname(config_path), _read_json)
-        mapper = _map_huggingface(tensors, settings["num_heads"])
+        mapper = _map_huggingface(tensors, settings["num_heads"],
+                                  settings.pop("architecture"))
     else:
         hub_timm.refuse_arrays(spec, tensors, weights_path)
         settings = hub_timm.settings(spec)
@@ -355,20 +495,34 @@ def read_hub(path: str) -> HubCheckpoint:
     if unused:
         raise UsageError(
             f"{weights_path} has {len(unused)} array(s) this ViT has no "
-            f"place for, first {unused[0]} {tensors[unused[0]].shape}: a "
+            f"place for, first {unused[0]} {_shape(tensors, unused[0])}: a "
             f"{kind} model with parts the plain ViT does not compute "
             "(e.g. a distillation or register token, layer scale, fc_norm)."
         )
     info = describe_arrays({k: v.shape for k, v in mapper.arrays.items()})
     size = settings.pop("image_size")
-    settings["image_size"] = (size, size) if isinstance(size, int) else (
-        tuple(size))
+    size = (size, size) if isinstance(size, int) else tuple(size)
+    patch = info["patch_size"]
+    # The libraries' patch convolutions (stride P, VALID padding) drop the
+    # rows and columns past the last whole patch; so does this ViT's, and
+    # the model is built at the size of the pixels that are read.
+    settings["image_size"] = tuple(int(s) // patch * patch for s in size)
+    if min(settings["image_size"]) < 1:
+        raise UsageError(
+            f"config.json image size {list(size)} is smaller than one "
+            f"{patch} x {patch} patch."
+        )
+    grid = tuple(s // patch for s in settings["image_size"])
     if kind == HUGGINGFACE:
         hub_config.check_hf_shapes(spec, info)
+        hub_config.check_hf_grid(spec, mapper.arrays, grid, weights_path)
+        settings["posemb_grid"] = grid
     else:
         hub_timm.check_shapes(spec, info)
-        hub_timm.check_tokens(settings, mapper.arrays, weights_path)
+        settings["posemb_grid"] = hub_timm.check_tokens(
+            settings, mapper.arrays, weights_path)
         settings.pop("pooling")
+        settings.pop("stored_size")
     _fold_normalisation(mapper.arrays, settings["mean"], settings["std"])
     return HubCheckpoint(
         path=weights_path, naming=kind, arrays=mapper.arrays, **settings,

@@ -16,8 +16,9 @@ is listed with how keras_vit honours it:
 
 from __future__ import annotations
 
+import math
 import os
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from keras_vit.errors import UsageError
 
@@ -56,6 +57,18 @@ HF_POOLER_ACTIVATIONS = {
     "linear": "linear", "mish": "mish", "hardswish": "hard_silu",
 }
 
+PROCESSOR_FILE = "preprocessor_config.json"
+# The transformers classes whose arrays this ViT reads, and the parts of a
+# folder's arrays each one uses: ViTForImageClassification builds its ViT
+# without the pooler (add_pooling_layer=False) and classifies the class
+# token; ViTModel has the pooler and no classifier. transformers ignores
+# the other part's arrays when a folder holds both, and so does keras_vit.
+HF_ARCHITECTURES = {
+    "ViTForImageClassification": "pooler.",
+    "ViTModel": "classifier.",
+}
+
+
 def refuse(field: str, value, why: str) -> UsageError:
     return UsageError(f"config.json {field}={value!r}: {why}; this ViT "
                       "does not compute that, so the model is refused.")
@@ -84,18 +97,101 @@ def hf_settings(spec: Dict[str, Any], folder: str,
     if spec.get("num_channels", 3) != 3:
         raise refuse("num_channels", spec["num_channels"],
                       "images that are not RGB")
-    processor = os.path.join(folder, "preprocessor_config.json")
+    check_square_patch("config.json patch_size", spec.get("patch_size"))
+    processor = os.path.join(folder, PROCESSOR_FILE)
     proc = read_json(processor) if os.path.exists(processor) else {}
+    mean, std = processor_normalisation(proc, processor)
     return dict(
         num_heads=int(spec["num_attention_heads"]),
         image_size=spec.get("image_size", 224),
         approximate_gelu=HF_GELU[act],
         layer_norm_epsilon=float(spec.get("layer_norm_eps", 1e-12)),
         class_names=class_names(spec.get("id2label"), hf=True),
-        mean=tuple(proc.get("image_mean", (0.5,) * 3)),
-        std=tuple(proc.get("image_std", (0.5,) * 3)),
+        mean=mean,
+        std=std,
         pre_logits_activation=HF_POOLER_ACTIVATIONS[pooler],
+        architecture=hf_architecture(spec),
     )
+
+
+def hf_architecture(spec: Dict[str, Any]) -> Optional[str]:
+    """The transformers class a config's `architectures` names (one of
+    HF_ARCHITECTURES), or None when it names none (then the arrays tell)."""
+    names = spec.get("architectures") or []
+    if not isinstance(names, list) or not all(
+            isinstance(n, str) for n in names):
+        raise UsageError(
+            f"config.json architectures={names!r}: a list of class names "
+            "is expected (e.g. [\"ViTForImageClassification\"])."
+        )
+    if not names:
+        return None
+    unknown = [n for n in names if n not in HF_ARCHITECTURES]
+    if unknown or len(set(names)) > 1:
+        raise refuse("architectures", names, "a transformers class other "
+                      f"than one of {', '.join(HF_ARCHITECTURES)}")
+    return names[0]
+
+
+def _channels(value, field: str, path: str) -> Tuple[float, ...]:
+    """Three per-channel floats from a number or a list of 1 or 3."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        value = [value]
+    if (not isinstance(value, list) or len(value) not in (1, 3)
+            or not all(isinstance(v, (int, float))
+                       and not isinstance(v, bool) for v in value)):
+        raise UsageError(
+            f"{path} {field}={value!r}: a number or a list of 3 numbers "
+            "(one per RGB channel) is expected."
+        )
+    values = tuple(float(v) for v in value) * (3 // len(value))
+    if not all(math.isfinite(v) for v in values):
+        raise UsageError(f"{path} {field}={value!r} is not finite.")
+    return values
+
+
+def processor_normalisation(proc: Dict[str, Any], path: str):
+    """(mean, std) of pixels / 255 that equal what a transformers image
+    processor feeds the model: `do_rescale` (x rescale_factor, default
+    1/255) and `do_normalize` ((x - image_mean) / image_std, default mean
+    and std 0.5; transformers' defaults for a missing field). Any such
+    affine map of the pixels folds exactly into the patch embedding; a
+    zero scale or std, which no model input can come from, is refused."""
+    if not isinstance(proc, dict):
+        raise UsageError(f"{path} is not a JSON object.")
+    rescale = proc.get("do_rescale", True)
+    factor = proc.get("rescale_factor", 1 / 255) if rescale else 1.0
+    if (isinstance(factor, bool) or not isinstance(factor, (int, float))
+            or not math.isfinite(factor) or factor <= 0):
+        raise UsageError(
+            f"{path} rescale_factor={factor!r}: a positive number is "
+            "expected (transformers multiplies the pixels by it)."
+        )
+    mean, std = (0.0,) * 3, (1.0,) * 3
+    if proc.get("do_normalize", True):
+        mean = _channels(proc.get("image_mean", [0.5] * 3), "image_mean",
+                         path)
+        std = _channels(proc.get("image_std", [0.5] * 3), "image_std", path)
+        if min(abs(s) for s in std) == 0:
+            raise UsageError(
+                f"{path} image_std={list(std)} has a zero: transformers "
+                "would divide by it, so no model input is defined."
+            )
+    # The model sees (p * factor - mean) / std for pixels p in [0, 255]:
+    # in terms of p / 255, mean / (255 factor) and std / (255 factor).
+    unit = 255.0 * float(factor)
+    return (tuple(m / unit for m in mean), tuple(s / unit for s in std))
+
+
+def check_square_patch(field: str, value) -> None:
+    """Refuses a non-square patch size, naming it: this ViT's patch
+    embedding (and the official layout) cuts P x P patches."""
+    if isinstance(value, (list, tuple)) and len(set(value)) > 1:
+        raise UsageError(
+            f"{field}={list(value)!r}: non-square patches "
+            f"({value[0]} x {value[1]} pixels). This ViT's patch embedding "
+            "cuts square P x P patches, so the model is refused."
+        )
 
 
 def disagree(field: str, given, found) -> UsageError:
@@ -127,6 +223,22 @@ def check_hf_shapes(spec: Dict[str, Any], info: Dict[str, Any]) -> None:
             given = patch_size(given)
         if given is not None and value is not None and given != value:
             raise disagree(field, given, value)
+
+
+def check_hf_grid(spec, arrays, grid, weights_path: str) -> None:
+    """The position table holds the class token and the patch grid that
+    transformers builds from config.json's image_size (it refuses a table
+    of another size)."""
+    rows = arrays["Transformer/posembed_input/pos_embedding"].shape[1]
+    want = int("cls" in arrays) + grid[0] * grid[1]
+    if rows != want:
+        raise UsageError(
+            f"{weights_path}: position_embeddings has {rows} rows, where "
+            f"config.json image_size={spec.get('image_size', 224)!r} gives "
+            f"a {grid[0]} x {grid[1]} patch grid and a class token "
+            f"({want}): transformers refuses this folder (size mismatch); "
+            "fix image_size."
+        )
 
 
 def class_names(labels, hf: bool = False) -> Optional[List[str]]:

@@ -11,8 +11,10 @@ import keras
 
 from keras_vit.architecture import SIZE_FIELDS, Architecture, Numerics
 from keras_vit.checkpoint import hub, weights
-from keras_vit.checkpoint.npz import LoadReport, describe_arrays
-from keras_vit.model import VisionTransformer
+from keras_vit.checkpoint.npz import POSEMB, LoadReport, describe_arrays
+from keras_vit.checkpoint.posemb import resize_like_library
+from keras_vit.errors import UsageError
+from keras_vit.model import VisionTransformer, _image_hw
 
 
 def describe_hub(checkpoint: hub.HubCheckpoint) -> Dict[str, Any]:
@@ -39,8 +41,11 @@ def model_from_hub(
     strict: bool,
 ) -> Tuple[keras.Model, LoadReport]:
     """(model, report): the checkpoint built and loaded, at `image_size`
-    (None: the checkpoint's own; the position embedding is resized
-    otherwise). `num_classes` and `representation_size` as in
+    (None: the checkpoint's own). At another patch grid than the stored
+    table's, the table is resized the way the library that wrote the
+    weights resizes it for its own model at that size (`posemb.
+    resize_like_library`: transformers' interpolate_pos_encoding, timm's
+    checkpoint filter). `num_classes` and `representation_size` as in
     `loader.load_model` (`from_source` is its FROM_SOURCE marker)."""
     info = describe_hub(checkpoint)
     if representation_size == from_source:
@@ -48,11 +53,12 @@ def model_from_hub(
     if num_classes is None:
         num_classes = info["num_classes"] or 0
     patch = info["patch_size"]
-    rows, cols = (s // patch for s in checkpoint.image_size)
+    size = checkpoint.image_size if image_size is None else _image_hw(
+        image_size)
+    arrays = library_table(checkpoint, size)
     model = VisionTransformer(Architecture(
         num_classes=num_classes,
-        image_size=checkpoint.image_size if image_size is None
-        else image_size,
+        image_size=size,
         pooling=info["pooling"],
         representation_size=representation_size,
         # A ViTModel's pooler_act (tanh unless its config says otherwise).
@@ -65,11 +71,36 @@ def model_from_hub(
     ))
     report = weights.load_arrays(
         model,
-        checkpoint.arrays,
+        arrays,
         strict=strict,
         keep_pre_logits=representation_size is not None,
-        posemb_grid=(rows, cols),
+        posemb_grid=tuple(s // patch for s in size),
         source=checkpoint.path,
         layout=checkpoint.naming,
     )
+    grid = tuple(s // patch for s in size)
+    if grid != tuple(checkpoint.posemb_grid):
+        report.posemb_resized = (tuple(checkpoint.posemb_grid), grid)
     return model, report
+
+
+def library_table(checkpoint: hub.HubCheckpoint, image_size) -> Dict[str, Any]:
+    """The checkpoint's arrays with the position table at the patch grid
+    of `image_size` ((height, width)), resized as the library that wrote
+    them does (unchanged at the stored grid)."""
+    patch = int(checkpoint.arrays["embedding/kernel"].shape[0])
+    grid = tuple(int(s) // patch for s in image_size)
+    old = tuple(checkpoint.posemb_grid)
+    if grid == old:
+        return checkpoint.arrays
+    if checkpoint.naming == hub.HUGGINGFACE and old[0] != old[1]:
+        raise UsageError(
+            f"{checkpoint.path}: a {old[0]} x {old[1]} position table; "
+            "transformers' interpolate_pos_encoding resizes square ones "
+            "only, so there is no library model at another size to match. "
+            "Load it at its own image size."
+        )
+    arrays = dict(checkpoint.arrays)
+    arrays[POSEMB] = resize_like_library(
+        arrays[POSEMB], grid, old, int("cls" in arrays), checkpoint.naming)
+    return arrays

@@ -22,6 +22,7 @@ from keras_vit.checkpoint.hub_config import (
     NO_EFFECT,
     READ,
     SHAPE,
+    check_square_patch,
     class_names,
     disagree,
     patch_size,
@@ -95,11 +96,41 @@ _TIMM_WHY = {
     "pre_norm": "norm_pre, a LayerNorm before the first block",
     "final_norm": "no LayerNorm after the last block",
 }
+# timm's IMAGENET_DEFAULT_MEAN / _STD: what a pretrained_cfg without mean
+# or std gets (timm's PretrainedCfg and resolve_data_config defaults).
+TIMM_DEFAULT_MEAN = (0.485, 0.456, 0.406)
+TIMM_DEFAULT_STD = (0.229, 0.224, 0.225)
 _TIMM_NAME = re.compile(
     r"^(?:vit|deit)_(tiny|small|base|large|huge|giant)_patch(\d+)_(\d+)"
 )
 _TIMM_HEADS = {"tiny": 3, "small": 6, "base": 12, "large": 16, "huge": 16,
                "giant": 16}
+
+
+def image_size(model_args, pretrained, known):
+    """(height, width) as timm builds it from a hub config: model_args'
+    img_size, else pretrained_cfg's input_size when the config says
+    fixed_input_size (timm's _update_default_model_kwargs), else the
+    architecture's registered img_size, else VisionTransformer's 224."""
+    size = model_args.get("img_size")
+    if size is None and pretrained.get("fixed_input_size"):
+        size = list(pretrained.get("input_size") or (3, 224, 224))[-2:]
+    if size is None and known is not None:
+        size = known[1].get("img_size")
+    if size is None:
+        size = 224
+    return _pair(size)
+
+
+def _pair(size):
+    if isinstance(size, int) and not isinstance(size, bool):
+        size = (size, size)
+    if (not isinstance(size, (list, tuple)) or len(size) != 2 or not all(
+            isinstance(s, int) and not isinstance(s, bool) and s > 0
+            for s in size)):
+        raise UsageError(f"config.json image size {size!r}: a positive "
+                         "int or [height, width] is expected.")
+    return int(size[0]), int(size[1])
 
 
 def check_shapes(spec: Dict[str, Any], info: Dict[str, Any]) -> None:
@@ -112,12 +143,18 @@ def check_shapes(spec: Dict[str, Any], info: Dict[str, Any]) -> None:
         "depth": info["num_layers"],
         "patch_size": info["patch_size"],
         "num_classes": info["num_classes"] or 0,
-        "mlp_ratio": info["mlp_dim"] / width if width else None,
+        "mlp_ratio": info["mlp_dim"],
     }
     for field, value in found.items():
         given = args.get(field)
         if field == "patch_size":
             given = patch_size(given)
+        if field == "mlp_ratio" and isinstance(given, (int, float)) and (
+                width):
+            # timm's Mlp is int(mlp_ratio * embed_dim) wide.
+            if int(given * width) == value:
+                continue
+            value = f"{value} / {width}"
         if given is not None and value is not None and given != value:
             raise disagree(f"model_args.{field}", given, value)
 
@@ -222,20 +259,19 @@ def settings(spec: Dict[str, Any]) -> Dict[str, Any]:
             f"config.json names architecture {arch!r} without num_heads in "
             "model_args: cannot tell the head count."
         )
-    size = pretrained.get("input_size", [3] + [args.get("img_size")] * 2)
-    if size[1] is None:
-        size = [3] + [int(named.group(3))] * 2 if named else [3, 224, 224]
-    if isinstance(size[1], (list, tuple)):  # input_size from img_size pair
-        size = [3, *size[1]]
+    check_square_patch("config.json model_args.patch_size",
+                       args.get("patch_size"))
     return dict(
         num_heads=int(heads),
-        image_size=(int(size[1]), int(size[2])),
+        image_size=image_size(model_args, pretrained, known),
+        stored_size=_pair(model_args.get("img_size") or list(
+            pretrained.get("input_size") or (3, 224, 224))[-2:]),
         approximate_gelu=_TIMM_GELU[args.get("act_layer")],
         layer_norm_epsilon=1e-6,
         class_names=class_names(spec.get("label_names",
                                          pretrained.get("label_names"))),
-        mean=tuple(pretrained.get("mean", (0.5,) * 3)),
-        std=tuple(pretrained.get("std", (0.5,) * 3)),
+        mean=tuple(pretrained.get("mean") or TIMM_DEFAULT_MEAN),
+        std=tuple(pretrained.get("std") or TIMM_DEFAULT_STD),
         pooling="gap" if pool == "avg" else "token",
         fc_norm=bool(args.get("fc_norm")),
     )
@@ -261,9 +297,10 @@ def refuse_arrays(spec, tensors, weights_path: str) -> None:
                              "does not compute that.")
 
 
-def check_tokens(found, arrays, weights_path: str) -> None:
+def check_tokens(found, arrays, weights_path: str):
     """The class token and position table the config describes are the
-    ones the arrays hold."""
+    ones the arrays hold; returns the stored table's patch grid (the
+    built one, or the square grid timm resamples from)."""
     has_cls = "cls" in arrays
     if has_cls != (found["pooling"] == "token"):
         raise UsageError(
@@ -273,7 +310,8 @@ def check_tokens(found, arrays, weights_path: str) -> None:
         )
     rows = arrays["Transformer/posembed_input/pos_embedding"].shape[1]
     patch = arrays["embedding/kernel"].shape[0]
-    grid = math.prod(s // patch for s in found["image_size"])
+    built = tuple(s // patch for s in found["image_size"])
+    grid = math.prod(built)
     if has_cls and rows == grid:
         raise UsageError(
             f"{weights_path}: pos_embed has {rows} rows for {grid} patches "
@@ -281,3 +319,19 @@ def check_tokens(found, arrays, weights_path: str) -> None:
             "token (timm no_embed_class=True), which this ViT does not "
             "compute."
         )
+    tokens = rows - int(has_cls)
+    # The stored grid as timm's checkpoint filter recovers it
+    # (get_pretrained_grid_size): the saved img_size or input_size over
+    # the patch when that accounts for every row, else a square.
+    stored = tuple(s // patch for s in found["stored_size"])
+    if math.prod(stored) == tokens:
+        return stored
+    side = math.isqrt(tokens)
+    if side * side != tokens:
+        raise UsageError(
+            f"{weights_path}: pos_embed has {tokens} patch rows, neither "
+            f"the {built[0]} x {built[1]} grid timm builds from config.json"
+            " nor a square grid timm could resample: the config does not "
+            "describe these weights."
+        )
+    return side, side

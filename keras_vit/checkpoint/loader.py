@@ -372,9 +372,8 @@ def _source_content(source: SourceLike, keep_pre_logits: bool = True):
         layout, ignored, activation = content.layout, content.ignored, None
     elif source.hub:
         checkpoint = hub.read_hub(source.hub)
-        patch = int(checkpoint.arrays["embedding/kernel"].shape[0])
         arrays = checkpoint.arrays
-        grid = tuple(s // patch for s in checkpoint.image_size)
+        grid = tuple(checkpoint.posemb_grid)  # the stored table's grid
         layout, ignored = checkpoint.naming, ()
         activation = checkpoint.pre_logits_activation
     else:
@@ -587,7 +586,7 @@ def load_model(
     if source.workdir:
         model = wd.restore_model(source.workdir, use_ema=source.use_ema)
     else:
-        model = keras.models.load_model(source.keras_model, compile=False)
+        model = weights.read_keras_model(source.keras_model)
         if not mpp.is_mpp_model(model):  # one saved before the class
             model = as_vision_transformer(model)
     if mpp.is_mpp_model(model):

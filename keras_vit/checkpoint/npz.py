@@ -91,6 +91,8 @@ def read_npz(path: PathLike) -> Arrays:
             )
         arrays: Arrays = {}
         try:
+            _check_members(f, path)
+            f.seek(0)
             with np.load(f, allow_pickle=False) as npz:
                 for key in npz.files:
                     try:
@@ -109,7 +111,8 @@ def read_npz(path: PathLike) -> Arrays:
                             f"{path}: entry {key!r} is not a readable array "
                             f"({error}); the file is corrupt."
                         ) from None
-        except (zipfile.BadZipFile, EOFError, zlib.error, OSError) as error:
+        except (zipfile.BadZipFile, EOFError, zlib.error, OSError,
+                NotImplementedError, RuntimeError) as error:
             raise UsageError(
                 f"{path}: truncated or corrupt .npz archive ({error}). "
                 "Download or copy the file again."
@@ -117,6 +120,47 @@ def read_npz(path: PathLike) -> Arrays:
     if not arrays:
         raise UsageError(f"{path}: the .npz archive holds no arrays.")
     return arrays
+
+
+def _check_members(f, path: str) -> None:
+    """Refuses, before any array is read, a member that is not an .npy
+    array or whose header declares other bytes than the member holds (a
+    huge shape over a few bytes), and pickled object arrays."""
+    with zipfile.ZipFile(f) as archive:
+        for info in archive.infolist():
+            key = info.filename
+            if not key.endswith(".npy"):
+                raise UsageError(
+                    f"{path}: entry {key!r} is not an .npy array; an .npz "
+                    "checkpoint holds arrays only."
+                )
+            with archive.open(info) as member:
+                try:
+                    version = np.lib.format.read_magic(member)
+                    shape, _, dtype = (
+                        np.lib.format.read_array_header_1_0(member)
+                        if version == (1, 0) else
+                        np.lib.format.read_array_header_2_0(member))
+                except ValueError as error:
+                    raise UsageError(
+                        f"{path}: entry {key!r} is not an .npy array "
+                        f"({error})."
+                    ) from None
+                header = member.tell()
+            if dtype.hasobject:
+                raise UsageError(
+                    f"{path}: entry {key[:-4]!r} holds pickled Python "
+                    "objects, which are refused (they can run code). A "
+                    "checkpoint holds numeric arrays only."
+                )
+            declared = math.prod(shape) * dtype.itemsize
+            if declared != info.file_size - header:
+                raise UsageError(
+                    f"{path}: entry {key[:-4]!r} declares shape {shape} of "
+                    f"{dtype} ({declared} bytes) but holds "
+                    f"{info.file_size - header} bytes; the file is corrupt "
+                    "or crafted."
+                )
 
 
 def write_npz(path: PathLike, arrays: Mapping[str, np.ndarray]) -> None:

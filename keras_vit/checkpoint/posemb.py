@@ -92,3 +92,83 @@ def _as_grid(grid) -> Grid:
     if len(grid) != 2 or min(grid) < 1:
         raise UsageError(f"A grid is (rows, cols) of positive ints: {grid}.")
     return grid
+
+
+# How each library resizes a position table when its model runs at another
+# resolution: (its name, whether torch's antialiased kernel is used).
+# transformers' ViTEmbeddings.interpolate_pos_encoding calls
+# torch.nn.functional.interpolate(mode="bicubic", align_corners=False);
+# timm's checkpoint_filter_fn calls resample_abs_pos_embed(...,
+# interpolation="bicubic", antialias=True).
+LIBRARY_RESIZE = {"huggingface": False, "timm": True}
+
+
+def _cubic(x: np.ndarray, a: float) -> np.ndarray:
+    """Keys' cubic convolution kernel with parameter `a`."""
+    x = np.abs(x)
+    near = ((a + 2) * x - (a + 3)) * x * x + 1
+    far = ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
+    return np.where(x <= 1, near, np.where(x < 2, far, 0.0))
+
+
+def torch_bicubic_matrix(old: int, new: int, antialias: bool) -> np.ndarray:
+    """The (new, old) float64 matrix of torch's 1-D bicubic resize
+    (`torch.nn.functional.interpolate(mode="bicubic",
+    align_corners=False)` with a target size, so scale = old / new).
+
+    Without antialias (aten's upsample_bicubic2d): source coordinate
+    (i + 0.5) * scale - 0.5, Keys' kernel with a = -0.75 on the four
+    nearest samples, indices clamped to the border. With antialias (aten's
+    _upsample_bicubic2d_aa, PIL's convolution): a = -0.5, the kernel
+    stretched by the scale when shrinking, taps limited to the input and
+    the weights normalised to sum to 1.
+    """
+    scale = old / new
+    matrix = np.zeros((new, old))
+    for i in range(new):
+        if not antialias:
+            src = (i + 0.5) * scale - 0.5
+            base = int(np.floor(src))
+            taps = np.arange(base - 1, base + 3)
+            w = _cubic(src - taps, -0.75)
+            np.add.at(matrix[i], np.clip(taps, 0, old - 1), w)
+            continue
+        support = 2.0 * scale if scale >= 1.0 else 2.0
+        invscale = 1.0 / scale if scale >= 1.0 else 1.0
+        center = scale * (i + 0.5)
+        low = max(int(center - support + 0.5), 0)
+        high = min(int(center + support + 0.5), old)
+        taps = np.arange(low, high)
+        w = _cubic((taps - center + 0.5) * invscale, -0.5)
+        total = w.sum()
+        matrix[i, low:high] = w / total if total != 0.0 else w
+    return matrix
+
+
+def resize_like_library(
+    posemb: np.ndarray, new_grid, old_grid, num_prefix_tokens: int,
+    library: str,
+) -> np.ndarray:
+    """A (1, N, D) position table at another patch grid, resized as
+    `library` ("huggingface" or "timm", `LIBRARY_RESIZE`) does when its
+    own model runs at that grid, in float64: the prefix rows kept, the
+    grid rows resized bicubically by rows then columns (torch's separable
+    kernel), flattened row-major."""
+    antialias = LIBRARY_RESIZE[library]
+    posemb = np.asarray(posemb)
+    new_grid, old_grid = _as_grid(new_grid), _as_grid(old_grid)
+    rows, cols = old_grid
+    prefix = posemb[:, :num_prefix_tokens]
+    grid = posemb[0, num_prefix_tokens:].astype(np.float64)
+    if len(grid) != rows * cols:
+        raise UsageError(
+            f"The position embedding has {len(grid)} grid rows, which does "
+            f"not match the grid {rows}x{cols}."
+        )
+    grid = grid.reshape(rows, cols, -1)
+    grid = np.einsum("ir,rcd->icd",
+                     torch_bicubic_matrix(rows, new_grid[0], antialias), grid)
+    grid = np.einsum("jc,icd->ijd",
+                     torch_bicubic_matrix(cols, new_grid[1], antialias), grid)
+    grid = grid.reshape(1, new_grid[0] * new_grid[1], -1).astype(posemb.dtype)
+    return np.concatenate([prefix, grid], axis=1)

@@ -402,3 +402,25 @@ def save_npz(model: keras.Model, path: Union[str, os.PathLike]) -> None:
     never leaves a partial file at `path`.
     """
     write_npz(path, model_arrays(model))
+
+
+def read_keras_model(path: str) -> keras.Model:
+    """A saved `.keras` model, loaded by Keras in safe mode (no Python code
+    from the file runs), uncompiled.
+
+    Raises:
+        UsageError: one line naming the file when it holds Python code (a
+            Lambda layer's function) that safe mode refuses. Any other
+            error of Keras keeps its type and traceback.
+    """
+    try:
+        return keras.models.load_model(path, compile=False, safe_mode=True)
+    except ValueError as error:
+        if "safe_mode" not in str(error):
+            raise
+        raise UsageError(
+            f"{path} holds Python code (a Lambda layer's function), which "
+            "Keras's safe mode refuses to run. Rebuild the model without "
+            "Lambda layers; load it yourself with keras.models.load_model("
+            "path, safe_mode=False) only if you trust the file."
+        ) from None

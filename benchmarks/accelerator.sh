@@ -1,0 +1,139 @@
+#!/usr/bin/env bash
+# The GPU measurement in one command, at most 7.5 minutes by default:
+#
+#     bash benchmarks/accelerator.sh [--smoke] [--no-wheels] [OUTPUT_DIR]
+#
+# On a machine with JAX and a GPU (no TensorFlow, no network needed), from
+# the repository root. Installs the wheels of .whl/ (made where pip works by
+# benchmarks/accelerator_wheels.sh: Keras, keras-hub, ml-collections and
+# their pure-Python needs) into a temporary folder, then runs
+# benchmarks/throughput.py under KERAS_BACKEND=jax, bfloat16 mixed
+# precision, XLA, training and inference, keras_vit interleaved with
+# keras-hub's ViT in each process, the bf16 matmul ceiling in the same run:
+#
+#   b16_224_b128_bf16  B/16, 224, batch 128, with keras_vit_dpa
+#   b16_384_b32_bf16   B/16, 384, batch 32, with keras_vit_dpa
+#   l16_224_b64_bf16   L/16, 224, batch 64
+#
+# (keras_vit_dpa: keras_vit with keras.ops.dot_product_attention, which
+# Keras sends to cuDNN's fused attention on JAX GPUs where it can.) Each
+# run gets a share of the time (--deadline cuts its repeats and skips what
+# is left once the share is spent) and is killed if it outlasts what is
+# left of the whole budget. Results: OUTPUT_DIR/NAME.json and NAME.md per
+# run and accelerator.log, in OUTPUT_DIR ($OUT if set, else
+# benchmarks/results/gpu); `python scripts/results_tables.py` renders the
+# JSON files of benchmarks/results/gpu into docs/performance.md.
+#
+# --smoke: the same runs at tiny sizes (any machine, the CPU too), to check
+# the whole path (tests/test_accelerator.py does); without OUTPUT_DIR its
+# files go to a new temporary folder.
+# --no-wheels: use the installed packages even where .whl/ has wheels.
+# Environment: PYTHON (default python3), BUDGET_S (total seconds, default
+# 450; 1500 with --smoke).
+set -u -o pipefail
+cd "$(dirname "$0")/.."
+smoke=0 wheels=1 outdir=
+for arg in "$@"; do
+    case $arg in
+        --smoke) smoke=1 ;;
+        --no-wheels) wheels=0 ;;
+        -h|--help) sed -n '2,/^set /{/^#/p}' "$0" | sed 's/^# \{0,1\}//'
+                   exit 0 ;;
+        -*) echo "accelerator.sh: unknown option $arg (--smoke," \
+                 "--no-wheels, OUTPUT_DIR)" >&2; exit 2 ;;
+        *) outdir=$arg ;;
+    esac
+done
+if [ -z "$outdir" ] && [ "$smoke" = 1 ]; then
+    outdir=$(mktemp -d)  # tiny sizes: never into the stored results
+fi
+outdir=${outdir:-${OUT:-benchmarks/results/gpu}}
+python=${PYTHON:-python3}
+mkdir -p "$outdir" || exit 1
+log=$outdir/accelerator.log
+: > "$log"
+say() { echo "$*" | tee -a "$log"; }
+
+export KERAS_BACKEND=jax PYTHONUNBUFFERED=1 TF_CPP_MIN_LOG_LEVEL=3
+path=$PWD
+if [ "$wheels" = 1 ] && compgen -G ".whl/*.whl" > /dev/null; then
+    site=$(mktemp -d)
+    trap 'rm -rf "$site"' EXIT
+    say "installing $(ls .whl/*.whl | wc -l) wheels of .whl/ into $site"
+    "$python" -m pip install -q --no-index --no-deps --no-compile \
+        --no-cache-dir --upgrade --target "$site" .whl/*.whl >> "$log" 2>&1 \
+        || { say "pip install of .whl/ failed: see $log"; exit 1; }
+    path=$site:$path
+else
+    say "no wheels installed: using the installed packages"
+fi
+export PYTHONPATH=$path${PYTHONPATH:+:$PYTHONPATH}
+SMOKE=$smoke "$python" - >> "$log" 2>&1 <<'PY'
+import os, platform, sys
+import jax, keras
+print("python", platform.python_version(), "jax", jax.__version__,
+      "keras", keras.__version__, "devices", jax.devices())
+try:
+    import keras_hub
+    print("keras_hub", keras_hub.__version__)
+except ImportError as e:
+    print("keras_hub not importable:", e)
+if jax.default_backend() == "cpu" and os.environ["SMOKE"] != "1":
+    sys.exit("JAX sees no GPU (default backend: cpu): the full sizes would "
+             "take hours here; use --smoke to check the path on the CPU.")
+PY
+rc=$?
+command -v nvidia-smi > /dev/null && nvidia-smi -L >> "$log" 2>&1
+if [ "$rc" != 0 ]; then
+    say "the environment check failed (exit $rc):"
+    tail -n 3 "$log" >&2
+    exit 1
+fi
+
+if [ "$smoke" = 1 ]; then
+    total=${BUDGET_S:-1500}
+    common=(--patch_size 8 --hidden_size 32 --num_layers 1 --num_heads 2
+            --mlp_dim 64 --num_classes 10 --repeats 2 --steps 1 --warmup 1
+            --rewarm 0 --matmul_size 64 --matmul_repeats 2)
+    small=32 large=48 b128=2 b64=2 b32=2
+else
+    total=${BUDGET_S:-450}
+    common=(--repeats 3 --min_time 1 --warmup 2 --rewarm 1
+            --matmul_size 8192 --matmul_repeats 5)
+    small=224 large=384 b128=128 b64=64 b32=32
+fi
+common+=(--dtype bfloat16 --xla on --mode train,infer --compare_keras_hub)
+
+# measure NAME SHARE ARGS...: one throughput.py run, its --deadline the
+# smaller of SHARE and what is left of the budget less 30 s, killed at
+# what is left.
+failed=0
+measure() {
+    local name=$1 share=$2 left soft
+    shift 2
+    left=$((total - SECONDS))
+    if [ "$left" -lt 40 ]; then
+        say "$name: skipped, ${left}s of the ${total}s budget left"
+        failed=1
+        return
+    fi
+    soft=$((left - 30 < share ? left - 30 : share))
+    say "$name: starting, deadline ${soft}s, killed after ${left}s"
+    timeout --kill-after=5 "$left" "$python" benchmarks/throughput.py \
+        "${common[@]}" "$@" --deadline "$soft" \
+        --output "$outdir/$name" > /dev/null 2>> "$log"
+    local rc=$?
+    say "$name: exit $rc after $((SECONDS))s in all"
+    [ "$rc" = 0 ] || failed=1
+}
+
+scale=$((total * 100 / 450))  # the shares below are for 450 s
+# In order of need: the B/16 target, the attention at 384, then L/16.
+measure b16_224_b128_bf16 $((170 * scale / 100)) --variant B/16 \
+    --image_size "$small" --batch_size "$b128" --compare_dpa
+measure b16_384_b32_bf16 $((150 * scale / 100)) --variant B/16 \
+    --image_size "$large" --batch_size "$b32" --compare_dpa
+measure l16_224_b64_bf16 $((130 * scale / 100)) --variant L/16 \
+    --image_size "$small" --batch_size "$b64"
+say "done in ${SECONDS}s: $(ls "$outdir"/*.json 2>/dev/null | wc -l) result files in $outdir"
+exit $failed

@@ -1,0 +1,274 @@
+"""The GPU measurement (benchmarks/accelerator.sh) and what it adds to the
+throughput harness: the `dot_product_attention` candidate, the device
+memory fields and the deadline.
+
+The GPU machines it is made for have JAX but no TensorFlow and no network,
+and their time is short: so the whole command runs here at tiny sizes on
+the CPU, under the JAX backend with TensorFlow made unimportable, and the
+JSON files it writes must hold every field that the documentation's GPU
+tables read. Nothing here asserts how fast anything is.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import keras
+import numpy as np
+import pytest
+
+import keras_vit
+import keras_vit.layers
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+import throughput  # noqa: E402
+
+from tests.test_results_tables import _load_script  # noqa: E402
+
+tables = _load_script()
+
+TINY = dict(patch_size=8, hidden_size=32, num_layers=2, num_heads=2,
+            mlp_dim=64)
+RUNS = {  # accelerator.sh's runs: does it time keras_vit_dpa?
+    "b16_224_b128_bf16": True, "l16_224_b64_bf16": False,
+    "b16_384_b32_bf16": True,
+}
+ROW_FIELDS = (
+    "backend", "model", "mode", "xla", "dtype", "batch_size", "image_size",
+    "params", "compile_s", "steps_per_repeat", "seconds", "images_per_s",
+    "images_per_s_all", "step_ms", "model_flops_per_s", "mfu",
+    "peak_rss_mb", "xla_memory", "xla_step_bytes",
+    "xla_temp_bytes_per_example", "device_peak_bytes",
+    "device_peak_bytes_per_example", "device_peak_exact",
+    "device_bytes_limit",
+)
+
+
+def test_dpa_model_computes_what_the_library_computes():
+    """keras_vit_dpa: the same weights and outputs as keras_vit, with
+    `dot_product_attention` in every attention layer (the last block's
+    class-token-only query too), and the library's class put back."""
+    ours = keras_vit.create_model(None, num_classes=10, image_size=32,
+                                  **TINY)
+    dpa = throughput.create_dpa_model(None, num_classes=10, image_size=32,
+                                      **TINY)
+    assert keras_vit.layers.MultiHeadSelfAttention is (
+        keras_vit.MultiHeadSelfAttention)
+    swapped = [layer for layer in dpa._flatten_layers()
+               if isinstance(layer, keras_vit.MultiHeadSelfAttention)]
+    assert len(swapped) == TINY["num_layers"]
+    assert all(type(layer) is throughput.DotProductSelfAttention
+               for layer in swapped)
+    assert not any(isinstance(layer, throughput.DotProductSelfAttention)
+                   for layer in ours._flatten_layers())
+    assert dpa.count_params() == ours.count_params()
+    dpa.set_weights(ours.get_weights())
+    images = np.random.default_rng(0).uniform(
+        -1, 1, (3, 32, 32, 3)).astype("float32")
+    np.testing.assert_allclose(
+        keras.ops.convert_to_numpy(dpa(images)),
+        keras.ops.convert_to_numpy(ours(images)), rtol=1e-5, atol=1e-5)
+    # Every token querying, and the attention weights, which the fused op
+    # does not give: from the library's computation.
+    layer, ref = swapped[0], [
+        x for x in ours._flatten_layers()
+        if isinstance(x, keras_vit.MultiHeadSelfAttention)][0]
+    tokens = np.random.default_rng(1).normal(
+        size=(2, 17, 32)).astype("float32")
+    np.testing.assert_allclose(
+        keras.ops.convert_to_numpy(layer(tokens)),
+        keras.ops.convert_to_numpy(ref(tokens)), rtol=1e-5, atol=1e-5)
+    y, weights = layer(tokens, return_attention_scores=True)
+    assert tuple(weights.shape) == (2, 2, 17, 17)
+
+
+def test_memory_fields_are_exact_only_where_the_peak_rose():
+    plan = {"temp": 4000, "argument": 1000, "output": 900, "alias": 800,
+            "generated_code": 0}
+    before = {"bytes_in_use": 500, "peak_bytes_in_use": 3000}
+    rose = {"bytes_in_use": 1500, "peak_bytes_in_use": 4500,
+            "bytes_limit": 10**6}
+    got = throughput.memory_fields(plan, before, rose, batch=4)
+    assert got["xla_step_bytes"] == 4000 + 1000 + 900 - 800
+    assert got["xla_temp_bytes_per_example"] == 1000
+    assert got["device_peak_exact"] is True
+    assert got["device_peak_bytes"] == 4000
+    assert got["device_peak_bytes_per_example"] == 1000
+    assert got["device_bytes_limit"] == 10**6
+    # An earlier, higher peak hides this model's: no per-image figure.
+    hidden = dict(rose, peak_bytes_in_use=3000)
+    got = throughput.memory_fields(plan, before, hidden, batch=4)
+    assert got["device_peak_exact"] is False
+    assert got["device_peak_bytes_per_example"] is None
+    # No counters (the CPU), no plan (another backend).
+    got = throughput.memory_fields(None, None, None, batch=4)
+    assert set(got) == set(ROW_FIELDS[-7:])
+    assert all(v is None for v in got.values())
+
+
+@pytest.mark.slow
+def test_deadline_cuts_repeats_and_skips_what_is_left(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "keras_hub", None)  # as if absent
+    prefix = str(tmp_path / "late")
+    monkeypatch.setattr(throughput, "START", time.monotonic() - 100)
+    throughput.main([
+        "--variant", "Ti/16", "--image_size", "32", "--patch_size", "8",
+        "--hidden_size", "32", "--num_layers", "1", "--num_heads", "2",
+        "--mlp_dim", "64", "--num_classes", "10", "--batch_size", "2",
+        "--repeats", "3", "--steps", "1", "--warmup", "1",
+        "--matmul_size", "64", "--matmul_repeats", "1", "--xla", "off",
+        "--mode", "infer,train", "--compare_dpa", "--deadline", "50",
+        "--output", prefix,
+    ])
+    with open(prefix + ".json") as f:
+        result = json.load(f)
+    # keras_vit's first configuration is kept with one repeat; the
+    # candidate and the second configuration are skipped, and said so.
+    assert [(r["model"], r["mode"]) for r in result["rows"]] == [
+        ("keras_vit", "infer")]
+    assert len(result["rows"][0]["seconds"]) == 1
+    notes = " ".join(result["notes"])
+    assert "keras_vit_dpa infer: skipped" in notes
+    assert "after 1 of 3 repeats" in notes
+    assert "train xla=False: skipped" in notes
+    with pytest.raises(SystemExit):
+        throughput.parse_args(["--deadline", "-1", "--output", "x"])
+
+
+_NO_TENSORFLOW = """
+import importlib.abc, sys
+
+class _NoTensorFlow(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name.split(".")[0] in ("tensorflow", "tensorflow_text",
+                                  "tensorflow_datasets"):
+            raise ImportError("TensorFlow is not installed here: " + name)
+
+sys.meta_path.insert(0, _NoTensorFlow())
+"""
+
+
+@pytest.mark.slow
+def test_device_path_imports_no_tensorflow(tmp_path):
+    """What accelerator.sh runs imports no TensorFlow under the JAX
+    backend, even where TensorFlow is installed (as it is here)."""
+    code = (
+        "import sys\n"
+        f"sys.path[:0] = [{ROOT!r}, {os.path.join(ROOT, 'benchmarks')!r}]\n"
+        "import keras_vit, throughput\n"
+        "try:\n"
+        "    import keras_hub\n"
+        "except ImportError:\n"
+        "    pass\n"
+        "print(sorted(m for m in sys.modules\n"
+        "             if m.split('.')[0] == 'tensorflow'))\n"
+    )
+    env = dict(os.environ, KERAS_BACKEND="jax")
+    proc = subprocess.run([sys.executable, "-c", code], env=env,
+                          capture_output=True, text=True, timeout=300,
+                          cwd=str(tmp_path))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip().splitlines()[-1] == "[]"
+
+
+@pytest.mark.slow
+def test_accelerator_command_end_to_end_at_tiny_sizes(tmp_path, monkeypatch):
+    """`benchmarks/accelerator.sh --smoke`: the GPU command, run here on
+    the CPU under JAX with TensorFlow unimportable in every process; its
+    JSON files hold every field, and the documentation renders them."""
+    guard = tmp_path / "guard"
+    guard.mkdir()
+    (guard / "sitecustomize.py").write_text(_NO_TENSORFLOW)
+    out = tmp_path / "benchmarks" / "results" / "gpu"
+    env = dict(os.environ, PYTHON=sys.executable, KERAS_BACKEND="jax",
+               PYTHONPATH=str(guard))
+    proc = subprocess.run(
+        ["bash", os.path.join(ROOT, "benchmarks", "accelerator.sh"),
+         "--smoke", "--no-wheels", str(out)],
+        env=env, capture_output=True, text=True, timeout=1800)
+    log = (out / "accelerator.log").read_text()
+    assert proc.returncode == 0, proc.stdout + log[-5000:]
+    assert "no wheels installed" in log
+    assert sorted(p for p in os.listdir(out) if p.endswith(".json")) == (
+        sorted(f"{name}.json" for name in RUNS))
+    hub = None
+    for name, dpa in RUNS.items():
+        with open(out / f"{name}.json") as f:
+            result = json.load(f)
+        assert (out / f"{name}.md").exists()
+        assert result["machine"]["backend"] == "jax"
+        assert result["args"]["deadline"] > 0
+        assert set(result["ceiling"]) == {"float32", "bfloat16"}
+        bf16 = result["ceiling"]["bfloat16"]["flops_per_s"]
+        hub = result["keras_hub"]
+        models = ["keras_vit"] + ["keras_vit_dpa"] * dpa + (
+            ["keras_hub"] if hub else [])
+        assert [(r["mode"], r["model"]) for r in result["rows"]] == [
+            (mode, m) for mode in ("train", "infer") for m in models]
+        for r in result["rows"]:
+            missing = [k for k in ROW_FIELDS if k not in r]
+            assert not missing, (name, r["model"], missing)
+            assert (r["backend"], r["dtype"], r["xla"]) == (
+                "jax", "bfloat16", True)
+            plan = r["xla_memory"]
+            assert plan["temp"] > 0 and plan["argument"] > 0, plan
+            assert r["xla_temp_bytes_per_example"] == plan["temp"] / 2
+            flops = (result["forward_flops_per_image_all_tokens"]
+                     if r["model"] == "keras_hub"
+                     else result["forward_flops_per_image"])
+            flops *= 3 if r["mode"] == "train" else 1
+            assert r["mfu"] == pytest.approx(flops * r["images_per_s"] / bf16)
+            if r["model"] == "keras_vit_dpa":
+                assert r["params"] == result["rows"][0]["params"]
+                assert r["vs_keras_vit"] > 0
+        if dpa:
+            assert set(result["flash_attention_usable"]) == {
+                "all_tokens", "class_token"}
+    # The documentation's GPU tables, from these files.
+    monkeypatch.setattr(tables, "ROOT", str(tmp_path))
+    monkeypatch.setattr(tables, "targets", lambda: [])
+    block = tables.gpu_throughput()
+    for name in RUNS:
+        assert f"| `{name}` | " in block
+    assert block.count("| keras_vit_dpa |") == 4
+    attention = tables.gpu_attention()
+    assert attention.count("| train |") == attention.count("| infer |") == 2
+    target = tables.targets_table().splitlines()[-1]
+    assert target.startswith(f"| {tables.GPU_TARGET} | ")
+    assert "(`gpu/b16_224_b128_bf16`)" in target
+
+
+def test_no_gpu_run_is_said_plainly(monkeypatch, tmp_path):
+    monkeypatch.setattr(tables, "ROOT", str(tmp_path))
+    monkeypatch.setattr(tables, "targets", lambda: [])
+    assert tables.gpu_files() == []
+    assert tables.gpu_throughput().startswith("No GPU run has been made yet")
+    assert "bash benchmarks/accelerator.sh" in tables.gpu_throughput()
+    assert tables.gpu_attention().startswith("No GPU run has been made yet")
+    assert tables.targets_table().splitlines()[-1].endswith(
+        "| no run | | not measured |")
+
+
+def test_accelerator_script_refuses_an_unknown_option():
+    proc = subprocess.run(
+        ["bash", os.path.join(ROOT, "benchmarks", "accelerator.sh"),
+         "--fast"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert "unknown option --fast" in proc.stderr
+
+
+@pytest.mark.slow
+def test_full_sizes_refuse_at_once_without_a_gpu(tmp_path):
+    """Without a GPU the full run stops at its environment check, before
+    any measurement, and names --smoke."""
+    env = dict(os.environ, PYTHON=sys.executable, KERAS_BACKEND="jax")
+    proc = subprocess.run(
+        ["bash", os.path.join(ROOT, "benchmarks", "accelerator.sh"),
+         "--no-wheels", str(tmp_path)],
+        env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1
+    assert "JAX sees no GPU" in proc.stderr and "--smoke" in proc.stderr
+    assert not [p for p in os.listdir(tmp_path) if p.endswith(".json")]

@@ -1,0 +1,258 @@
+"""Hub folders read as their own library reads them (issue: never a model
+read differently from its library). Each reference was computed by the
+library's own loader from the same folder (transformers' from_pretrained
+and image processor, timm's create_model("local-dir:...") and data config;
+scripts/make_hub_fixtures.py), so a folder keras_vit reads another way
+shows here as other numbers."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+import safetensors.numpy
+
+from keras_vit import create_model
+from keras_vit.checkpoint import hub, loader, posemb
+from keras_vit.errors import UsageError
+
+FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "hub")
+
+
+def _source(name):
+    return loader.Source(hub=os.path.join(FIXTURES, name))
+
+
+def _run(model, pixels):
+    x = pixels.astype(np.float32) / 127.5 - 1.0
+    return keras.ops.convert_to_numpy(model(x, training=False))
+
+
+def _assert_close(got, want, tol=2e-5):
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, atol=tol * np.abs(want).max())
+
+
+@pytest.mark.parametrize("name, output", [
+    # vit.pooler.* beside the classifier: transformers' class leaves it out.
+    ("hf_vit_classifier_stray_pooler", "logits"),
+    # classifier.* beside a ViTModel: its pooler output, no head.
+    ("hf_vit_model_stray_classifier", "pooler_output"),
+    # preprocessor_config.json: do_normalize false, rescale_factor 1/100
+    # with its own mean / std, do_rescale false with pixel-unit mean / std.
+    ("hf_vit_no_normalize", "logits"),
+    ("hf_vit_rescale", "logits"),
+    ("hf_vit_no_rescale", "logits"),
+    # model_args img_size 16 x 64 beside input_size 32 x 32: a 2 x 8 grid.
+    ("timm_vit_img_size_args", "logits"),
+    # No mean / std in pretrained_cfg: timm's ImageNet defaults.
+    ("timm_vit_no_mean_std", "logits"),
+    # mlp_ratio 2.3 of width 16: an MLP int(36.8) = 36 wide.
+    ("timm_vit_mlp_ratio", "logits"),
+])
+def test_outputs_equal_the_library_reading_the_same_folder(name, output):
+    reference = np.load(os.path.join(FIXTURES, name, "reference.npz"))
+    model = loader.load_model(_source(name))
+    assert model.input_shape[1:3] == reference["pixels"].shape[1:3]
+    _assert_close(_run(model, reference["pixels"]), reference[output])
+
+
+def test_stray_arrays_leave_the_model_as_the_class_builds_it():
+    classifier = loader.load_model(_source("hf_vit_classifier_stray_pooler"))
+    names = [layer.name for layer in classifier.layers]
+    assert "pre_logits" not in names and names[-1] == "head"
+    features = loader.load_model(_source("hf_vit_model_stray_classifier"))
+    assert features.layers[-1].name == "pre_logits"
+    assert features.output_shape == (None, 32)
+
+
+def test_timm_image_size_precedence_and_defaults():
+    info = loader.describe_source(_source("timm_vit_img_size_args"))
+    assert info["image_size"] == (16, 64)
+    checkpoint = hub.read_hub(os.path.join(FIXTURES, "timm_vit_no_mean_std"))
+    assert checkpoint.mean == (0.485, 0.456, 0.406)
+    assert checkpoint.std == (0.229, 0.224, 0.225)
+
+
+@pytest.mark.parametrize("name", ["hf_vit_size_remainder",
+                                  "timm_vit_size_remainder"])
+def test_size_not_divisible_by_the_patch_reads_the_whole_patches(name):
+    # Image size 35, patch 8: the libraries' convolution (stride 8, VALID)
+    # reads the top-left 32 x 32 pixels; the model is built at that size.
+    reference = np.load(os.path.join(FIXTURES, name, "reference.npz"))
+    pixels = reference["pixels"]
+    assert pixels.shape[1:3] == (35, 35)
+    model = loader.load_model(_source(name))
+    assert model.input_shape == (None, 32, 32, 3)
+    _assert_close(_run(model, pixels[:, :32, :32]), reference["logits"])
+
+
+@pytest.mark.parametrize("name", ["hf_vit_patch_8x4", "timm_vit_patch_8x4"])
+def test_non_square_patches_are_refused_for_the_real_reason(name):
+    with pytest.raises(UsageError, match=r"non-square patches \(8 x 4"):
+        loader.load_model(_source(name))
+
+
+def _copy(tmp_path, name, tag=""):
+    folder = tmp_path / (name + tag)
+    shutil.copytree(os.path.join(FIXTURES, name), folder)
+    return folder
+
+
+def _edit(path, **fields):
+    data = json.loads(path.read_text())
+    data.update(fields)
+    path.write_text(json.dumps(data))
+
+
+@pytest.mark.parametrize("fields, message", [
+    (dict(image_std=[0.5, 0.0, 0.5]), "image_std=.* has a zero"),
+    (dict(rescale_factor=0), "rescale_factor=0: a positive number"),
+    (dict(image_mean=[0.5, 0.5]), "image_mean=.*a list of 3 numbers"),
+    (dict(image_mean="imagenet"), "image_mean='imagenet'"),
+])
+def test_processor_values_that_define_no_input_are_refused(
+        tmp_path, fields, message):
+    folder = _copy(tmp_path, "hf_vit_rescale")
+    _edit(folder / "preprocessor_config.json", **fields)
+    with pytest.raises(UsageError, match="preprocessor_config.json " +
+                       message):
+        loader.load_model(loader.Source(hub=str(folder)))
+
+
+def test_scalar_processor_mean_is_broadcast_as_transformers_does(tmp_path):
+    folder = _copy(tmp_path, "hf_vit_rescale")
+    _edit(folder / "preprocessor_config.json", image_mean=0.4,
+          image_std=0.25)
+    checkpoint = hub.read_hub(str(folder))
+    # (p * 0.01 - 0.4) / 0.25 == (p / 255 - 0.4 / 2.55) / (0.25 / 2.55)
+    np.testing.assert_allclose(checkpoint.mean, [0.4 / 2.55] * 3)
+    np.testing.assert_allclose(checkpoint.std, [0.25 / 2.55] * 3)
+
+
+def test_architectures_choose_the_arrays(tmp_path):
+    folder = _copy(tmp_path, "hf_vit_classifier_stray_pooler")
+    _edit(folder / "config.json", architectures=["ViTForMaskedImageModeling"])
+    with pytest.raises(UsageError, match="architectures=.*other than one"):
+        loader.load_model(loader.Source(hub=str(folder)))
+    # A classifier's config whose file has no classifier: transformers
+    # would start the head at random.
+    folder = _copy(tmp_path, "hf_vit_model_stray_classifier")
+    _edit(folder / "config.json", architectures=["ViTForImageClassification"])
+    arrays = safetensors.numpy.load_file(str(folder / "model.safetensors"))
+    safetensors.numpy.save_file(
+        {k: v for k, v in arrays.items() if not k.startswith("classifier")},
+        str(folder / "model.safetensors"))
+    with pytest.raises(UsageError, match="no classifier.weight"):
+        loader.load_model(loader.Source(hub=str(folder)))
+    # Without architectures the arrays tell, as before: both parts.
+    folder = _copy(tmp_path, "hf_vit_model_stray_classifier", "_b")
+    config = json.loads((folder / "config.json").read_text())
+    del config["architectures"]
+    (folder / "config.json").write_text(json.dumps(config))
+    names = [layer.name for layer in
+             loader.load_model(loader.Source(hub=str(folder))).layers]
+    assert names[-2:] == ["pre_logits", "head"]
+
+
+def test_bicubic_equals_torch_interpolate():
+    data = np.load(os.path.join(FIXTURES, "bicubic.npz"))
+    keys = [k[len("in_"):] for k in data if k.startswith("in_")]
+    assert len(keys) == 6
+    for key in keys:
+        grid = data[f"in_{key}"]  # (1, D, rows, cols), float64
+        old, new = ((int(a), int(b)) for a, b in
+                    (part.split("x") for part in key.split("_")))
+        table = grid[0].reshape(grid.shape[1], -1).T[None]  # (1, N, D)
+        for library, tag in (("huggingface", "plain"), ("timm", "aa")):
+            want = data[f"out_{key}_{tag}"][0]
+            got = posemb.resize_like_library(table, new, old, 0, library)
+            got = got[0].T.reshape(want.shape)
+            np.testing.assert_allclose(got, want, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", ["hf_vit_classifier", "timm_vit"])
+@pytest.mark.parametrize("size", [(48, 48), (16, 16), (24, 40)])
+def test_other_resolution_equals_the_library_model_there(name, size):
+    reference = np.load(os.path.join(FIXTURES, "resized", name + ".npz"))
+    key = "{}x{}".format(*size)
+    model, report = loader.load_model(_source(name), size, with_report=True)
+    assert report.posemb_resized == ((4, 4), (size[0] // 8, size[1] // 8))
+    want = reference[f"logits_{key}"]
+    got = _run(model, reference[f"pixels_{key}"])
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, atol=1e-4)
+
+
+def test_timm_input_size_without_fixed_input_size_is_not_the_model_size(
+        tmp_path):
+    # timm takes pretrained_cfg's input_size as img_size only when the
+    # config says fixed_input_size; otherwise it builds VisionTransformer's
+    # 224 and its checkpoint filter resamples the 4 x 4 table to 28 x 28
+    # (timm 1.0.31 builds (224, 224) with a 785-row pos_embed here).
+    folder = _copy(tmp_path, "timm_vit")
+    config = json.loads((folder / "config.json").read_text())
+    del config["model_args"]["img_size"]
+    config["pretrained_cfg"]["fixed_input_size"] = False
+    (folder / "config.json").write_text(json.dumps(config))
+    model, report = loader.load_model(loader.Source(hub=str(folder)),
+                                      with_report=True)
+    assert model.input_shape == (None, 224, 224, 3)
+    assert report.posemb_resized == ((4, 4), (28, 28))
+    stored = hub.read_hub(str(folder)).arrays[
+        "Transformer/posembed_input/pos_embedding"]
+    table = model.get_layer("posembed_input").get_weights()[0]
+    np.testing.assert_allclose(
+        table, posemb.resize_like_library(stored, 28, 4, 1, "timm"),
+        atol=1e-6)
+
+
+def _convert(*args):
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=root, CUDA_VISIBLE_DEVICES="",
+               TF_CPP_MIN_LOG_LEVEL="3")
+    return subprocess.run(
+        [sys.executable, "-m", "keras_vit.commands.convert", *args],
+        capture_output=True, text=True, env=env, timeout=300)
+
+
+@pytest.mark.slow
+def test_console_script_converts_at_the_library_size_or_names_the_reason(
+        tmp_path):
+    out = tmp_path / "timm_24x40.keras"
+    result = _convert(f"--model={FIXTURES}/timm_vit", "--image_size=24x40",
+                      f"--output={out}")
+    assert result.returncode == 0, result.stderr
+    reference = np.load(os.path.join(FIXTURES, "resized", "timm_vit.npz"))
+    model = keras.models.load_model(out)
+    got = _run(model, reference["pixels_24x40"])
+    np.testing.assert_allclose(got, reference["logits_24x40"], atol=1e-4)
+    result = _convert(f"--model={FIXTURES}/hf_vit_patch_8x4",
+                      f"--output={tmp_path}/p.keras")
+    assert result.returncode == 1
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("keras-vit-convert: error: ")
+    assert "non-square patches (8 x 4 pixels)" in last
+    assert not os.path.exists(tmp_path / "p.keras")
+
+
+def test_fine_tuning_start_reads_the_stored_grid(tmp_path):
+    # A timm config whose built size (224) is not its table's grid (4 x 4):
+    # initialise() resizes from the grid the table holds.
+    folder = _copy(tmp_path, "timm_vit")
+    config = json.loads((folder / "config.json").read_text())
+    del config["model_args"]["img_size"]
+    config["pretrained_cfg"]["fixed_input_size"] = False
+    (folder / "config.json").write_text(json.dumps(config))
+    target = keras_vit_model(48)
+    report = loader.initialise(target, loader.Source(hub=str(folder)))
+    assert report.posemb_resized == ((4, 4), (6, 6))
+
+
+def keras_vit_model(size):
+    return create_model(None, num_classes=3, image_size=size, patch_size=8,
+                        hidden_size=32, num_layers=2, num_heads=4, mlp_dim=64)
