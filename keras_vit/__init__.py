@@ -31,6 +31,7 @@ use TensorFlow, except `load_npz` and `save_npz` of local files (NumPy).
 import importlib
 from typing import TYPE_CHECKING
 
+from keras_vit.architecture import Architecture
 from keras_vit.attention import MultiHeadSelfAttention
 from keras_vit.derived import (
     attention_model,
@@ -48,7 +49,13 @@ from keras_vit.embedding import (
     SinCosPositionEmbedding,
 )
 from keras_vit.layers import Encoder, EncoderBlock, TokenPooling
-from keras_vit.model import VARIANTS, Numerics, create_model, decode_variant
+from keras_vit.model import (
+    VARIANTS,
+    Numerics,
+    VisionTransformer,
+    create_model,
+    decode_variant,
+)
 from keras_vit.resnet import ResNetStem
 
 __version__ = "0.1.0"
@@ -78,6 +85,7 @@ _LAZY = {
 }
 
 __all__ = [
+    "Architecture",
     "ClassToken",
     "DropPath",
     "Encoder",
@@ -90,6 +98,7 @@ __all__ = [
     "SinCosPositionEmbedding",
     "TokenPooling",
     "VARIANTS",
+    "VisionTransformer",
     "attention_model",
     "create_model",
     "decode_variant",

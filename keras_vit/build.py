@@ -12,17 +12,12 @@ import contextlib
 import keras
 
 from keras_vit import mpp, optim
+from keras_vit.architecture import CONFIG_FIELDS, Architecture
 from keras_vit.errors import UsageError
-from keras_vit.model import create_model, decode_variant
-from keras_vit.resnet import resnet_stride
+from keras_vit.model import VisionTransformer
 
-MODEL_KEYS = (
-    "variant", "patch_size", "hidden_size", "num_layers", "num_heads",
-    "mlp_dim", "pooling", "representation_size", "dropout_rate",
-    "attention_dropout_rate", "head_zero_init", "head_bias_init",
-    "resnet_layers", "resnet_width", "posemb", "stochastic_depth_rate",
-    "remat",
-)
+# The fields of config.model: the Architecture's (CONFIG_FIELDS).
+MODEL_KEYS = CONFIG_FIELDS
 
 
 @contextlib.contextmanager
@@ -41,18 +36,28 @@ def dtype_policy(dtype: str):
         keras.config.set_dtype_policy(previous)
 
 
-def config_stride(config) -> int:
-    """int. Image pixels per token of `config.model`: the patch size, times
-    the ResNet stride for hybrids."""
-    model = config.model
-    spec = decode_variant(model.variant) if model.variant else None
-    stride = model.patch_size or (spec.patch_size if spec else None)
-    if stride is None:
+def config_architecture(config, num_classes: int = 0) -> Architecture:
+    """The Architecture of `config.model` at `config.image_size`, with
+    `num_classes` classes (0: no head)."""
+    values = config.model.to_dict()
+    unknown = set(values) - set(MODEL_KEYS)
+    if unknown:
         raise UsageError(
-            "config.model.variant is None: set config.model.patch_size."
+            f"Unknown config.model fields {sorted(unknown)}; known: "
+            f"{', '.join(MODEL_KEYS)}."
         )
-    resnet = model.resnet_layers or (spec.resnet_layers if spec else None)
-    return int(stride) * (resnet_stride(resnet) if resnet else 1)
+    image_size = config.image_size
+    if not isinstance(image_size, int):
+        image_size = tuple(image_size)
+    return Architecture.create(
+        values.pop("variant", None), image_size=image_size,
+        num_classes=num_classes, **values)
+
+
+def config_stride(config) -> int:
+    """int. Image pixels per token of `config.model`
+    (`Architecture.stride`)."""
+    return config_architecture(config).stride
 
 
 def check_mpp(config) -> None:
@@ -66,36 +71,25 @@ def check_mpp(config) -> None:
 
 
 def build_model(config, num_classes: int) -> keras.Model:
-    """The model of `config.model` at `config.image_size`: a classifier,
-    or with `config.mpp.enabled` the masked-patch-prediction model
+    """The model of `config.model` at `config.image_size`: a classifier
+    (`VisionTransformer`) of `num_classes` classes, or with
+    `config.mpp.enabled` the masked-patch-prediction model
     (`keras_vit.mpp.create_mpp_model`; `num_classes` is not used)."""
-    kwargs = {
-        k: v
-        for k, v in config.model.to_dict().items()
-        if k in MODEL_KEYS and v is not None
-    }
-    unknown = set(config.model.keys()) - set(MODEL_KEYS)
-    if unknown:
-        raise UsageError(
-            f"Unknown config.model fields {sorted(unknown)}; known: "
-            f"{', '.join(MODEL_KEYS)}."
-        )
-    variant = kwargs.pop("variant", None)
-    image_size = config.image_size
-    if not isinstance(image_size, int):
-        image_size = tuple(image_size)
     if config.mpp.enabled:
         check_mpp(config)
+        arch = config_architecture(config)
+        kwargs = {k: v for k, v in config.model.to_dict().items()
+                  if v is not None}
         opts = config.mpp
         with dtype_policy(config.dtype):
             return mpp.create_mpp_model(
-                variant, target=opts.target, colour_bits=opts.colour_bits,
-                grid_size=opts.grid_size, image_size=image_size, **kwargs
+                kwargs.pop("variant", None), target=opts.target,
+                colour_bits=opts.colour_bits, grid_size=opts.grid_size,
+                image_size=arch.image_size, **kwargs
             )
+    arch = config_architecture(config, num_classes)
     with dtype_policy(config.dtype):
-        return create_model(
-            variant, num_classes=num_classes, image_size=image_size, **kwargs
-        )
+        return VisionTransformer(arch)
 
 
 def build_optimizer(config) -> keras.optimizers.Optimizer:

@@ -1,6 +1,12 @@
 """Models derived from a ViT built by `create_model`, sharing its weights:
 the pre-logits features, attention maps, token features of any encoder
 blocks, and a copy that accepts any image size.
+
+Each reads the model's own description (`VisionTransformer.architecture`
+and `.parts`). A functional model loaded from a `.keras` file written
+before `VisionTransformer` is rebuilt first (`as_vision_transformer`): the
+derived model then shares the rebuilt copy's weights, equal to the
+original's.
 """
 
 from __future__ import annotations
@@ -13,20 +19,35 @@ from keras import ops
 from keras_vit import embedding as vit_embedding
 from keras_vit import layers as vit_layers
 from keras_vit.errors import UsageError
+from keras_vit.model import (
+    VisionTransformer,
+    architecture_of,
+    as_vision_transformer,
+    dtype_policy_of,
+)
 
 
 def features_model(model: keras.Model) -> keras.Model:
     """The same network up to the pre-logits representation (shared weights).
 
     Few-shot probes, fine-tuning and the export's `features` signature use
-    this: the output of `pre_logits` if the model has one, else the pooled
-    token. Calling it does not copy weights.
+    this: the output of the pre-logits layer if the model has one, else the
+    pooled token. Calling it does not copy weights.
     """
-    names = {layer.name for layer in model.layers}
-    last = "pre_logits" if "pre_logits" in names else "pooling"
+    vit = as_vision_transformer(model)
+    last = vit.parts.pre_logits or vit.parts.pooling
     return keras.Model(
-        model.input, model.get_layer(last).output, name=f"{model.name}_features"
+        vit.input, last.output, name=f"{vit.name}_features"
     )
+
+
+def is_features_model(model: keras.Model) -> bool:
+    """Whether `model` is a keras_vit ViT without a head (num_classes 0, or
+    `features_model`'s output); False for any other model."""
+    try:
+        return not architecture_of(model).num_classes
+    except UsageError:
+        return False
 
 
 class _EncoderWithAttention(keras.layers.Layer):
@@ -46,16 +67,6 @@ class _EncoderWithAttention(keras.layers.Layer):
         return self.encoder(x, return_attention_scores=True)
 
 
-def _encoder(model: keras.Model) -> vit_layers.Encoder:
-    for layer in model.layers:
-        if isinstance(layer, vit_layers.Encoder):
-            return layer
-    raise UsageError(
-        f"Model {model.name!r} has no Encoder layer: it is not a Vision "
-        "Transformer built by keras_vit.create_model."
-    )
-
-
 def attention_model(model: keras.Model) -> keras.Model:
     """A model returning (output, [attention weights per layer]).
 
@@ -64,45 +75,37 @@ def attention_model(model: keras.Model) -> keras.Model:
     A separate call path, so training and inference pay nothing for it.
     Works at any input size for a model with `dynamic_image_size`.
     """
-    encoder = _encoder(model)
+    vit = as_vision_transformer(model)
+    parts = vit.parts
     # From the encoder's input in the model's own graph, so that what comes
     # before it (one input or two, a ResNet or not) is reused as it is.
-    x, attention = _EncoderWithAttention(encoder, name="attention")(
-        encoder.input
+    x, attention = _EncoderWithAttention(parts.encoder, name="attention")(
+        parts.encoder.input
     )
-    after = model.layers[model.layers.index(encoder) + 1:]
-    for layer in after:
-        x = layer(x)
+    for layer in (parts.pooling, parts.pre_logits, parts.head):
+        if layer is not None:
+            x = layer(x)
     return keras.Model(
-        model.input, [x, attention], name=f"{model.name}_attention"
+        vit.input, [x, attention], name=f"{vit.name}_attention"
     )
 
 
 def model_stride(model: keras.Model) -> int:
     """int. Image pixels per patch side: the patch size, times the ResNet
-    stride for hybrids. Input sides must be multiples of it."""
-    stride = model.get_layer("embedding").patch_size
-    if "resnet" in {layer.name for layer in model.layers}:
-        stride *= model.get_layer("resnet").stride
-    return stride
+    stride for hybrids (`Architecture.stride`). Input sides must be
+    multiples of it."""
+    return architecture_of(model).stride
 
 
 def input_image_size(model: keras.Model) -> Tuple[int, int]:
-    """(height, width). A fixed-size model's input size (None for a side
-    of unknown size); for a model with `dynamic_image_size`, the size its
-    position embeddings are kept at (the `image_size` it was created
-    with)."""
-    names = {layer.name for layer in model.layers}
-    grid = None
-    if "posembed_input" in names:
-        grid = model.get_layer("posembed_input").grid_size
-    if grid is None:
-        return tuple(
-            None if side is None else int(side)
-            for side in model.input_shape[1:3]
-        )
-    stride = model_stride(model)
-    return grid[0] * stride, grid[1] * stride
+    """(height, width). A fixed-size model's input size; for a model with
+    `dynamic_image_size`, the size its position embeddings are kept at
+    (the `image_size` it was created with), (None, None) with sin-cos
+    position embeddings, which are kept at no size."""
+    arch = architecture_of(model)
+    if arch.dynamic_image_size and arch.posemb == "sincos2d":
+        return None, None
+    return arch.image_size
 
 
 def with_dynamic_image_size(model: keras.Model) -> keras.Model:
@@ -114,39 +117,14 @@ def with_dynamic_image_size(model: keras.Model) -> keras.Model:
     interpolated to each input's. A model that already has a dynamic image
     size is returned as is. The original model is not modified.
     """
-    posembed = model.get_layer("posembed_input")
-    fixed_sincos = isinstance(posembed, vit_embedding.SinCosPositionEmbedding)
-    if posembed.grid_size is not None or (
-        fixed_sincos and model.input_shape[1] is None
-    ):
+    arch = architecture_of(model)
+    if arch.dynamic_image_size:
         return model
-    height, width = input_image_size(model)
-    stride = model_stride(model)
-    has_class_token = any(
-        isinstance(layer, vit_embedding.ClassToken) for layer in model.layers
-    )
-    images = keras.Input((None, None, model.input_shape[-1]), name="images")
-    x = images
-    # create_model's models are a chain of layers, input to output.
-    for layer in model.layers[1:]:
-        config = layer.get_config()
-        if layer is posembed and fixed_sincos:
-            # Computed at every input's grid already.
-            copy = layer.__class__.from_config(config)
-            x = copy(x, images)
-        elif layer is posembed:
-            config.update(
-                grid_size=(height // stride, width // stride),
-                stride=stride,
-                num_prefix_tokens=int(has_class_token),
-            )
-            copy = layer.__class__.from_config(config)
-            x = copy(x, images)
-        else:
-            copy = layer.__class__.from_config(config)
-            x = copy(x)
-        copy.set_weights(layer.get_weights())
-    return keras.Model(images, x, name=model.name)
+    with dtype_policy_of(model):
+        new = VisionTransformer(arch.replace(dynamic_image_size=True),
+                                name=model.name)
+    new.set_weights(model.get_weights())
+    return new
 
 
 class _Intermediates(keras.layers.Layer):
@@ -160,6 +138,8 @@ class _Intermediates(keras.layers.Layer):
 
     def __init__(self, encoder, blocks, norm, output, patch_size,
                  num_prefix_tokens, **kwargs):
+        # patch_size: the patch side on `features`, the patch embedding's
+        # input (the ResNet's feature map for hybrids).
         super().__init__(**kwargs)
         self.encoder = encoder
         self.block_indices = tuple(blocks)
@@ -179,9 +159,7 @@ class _Intermediates(keras.layers.Layer):
                 wanted[i] = self.encoder.encoder_norm(x) if self.norm else x
         outputs = [wanted[i] for i in self.block_indices]
         if self.output_kind == "grid":
-            shape = ops.shape(features)
-            rows = shape[1] // self.patch_size
-            cols = shape[2] // self.patch_size
+            rows, cols = vit_embedding.patch_grid(features, self.patch_size)
             outputs = [
                 ops.reshape(
                     y[:, self.num_prefix_tokens:],
@@ -243,7 +221,8 @@ def intermediate_model(
         raise UsageError(
             f'output must be "tokens" or "grid", got {output!r}.'
         )
-    encoder = _encoder(model)
+    vit = as_vision_transformer(model)
+    encoder = vit.parts.encoder
     count = encoder.num_layers
     asked = [blocks] if isinstance(blocks, int) else list(blocks)
     if not asked:
@@ -258,21 +237,18 @@ def intermediate_model(
         indices.append(int(index) % count)
     if len(set(indices)) != len(indices):
         raise UsageError(f"blocks {asked} name a block twice.")
-    embedding = model.get_layer("embedding")
-    has_class_token = any(
-        isinstance(layer, vit_embedding.ClassToken) for layer in model.layers
-    )
+    embedding = vit.parts.patch_embedding
     outputs = _Intermediates(
         encoder,
         indices,
         bool(norm),
         output,
-        embedding.patch_size,
-        int(has_class_token),
+        vit.architecture.patch_size,
+        vit.architecture.num_prefix_tokens,
         name="intermediates",
     )(encoder.input, embedding.input)
     # A dict, not a list: Keras returns a one-output list as a bare tensor.
     outputs = {f"block_{i}": y for i, y in zip(indices, outputs)}
     return keras.Model(
-        model.input, outputs, name=f"{model.name}_intermediates"
+        vit.input, outputs, name=f"{vit.name}_intermediates"
     )

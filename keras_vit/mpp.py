@@ -26,10 +26,14 @@ from typing import Optional
 import keras
 from keras import ops
 
-from keras_vit import layers as vit_layers
-from keras_vit.embedding import PACKAGE
+from keras_vit.embedding import PACKAGE, patch_grid
 from keras_vit.errors import UsageError
-from keras_vit.model import create_model
+from keras_vit.model import (
+    VisionTransformer,
+    architecture_of,
+    create_model,
+    dtype_policy_of,
+)
 
 # What is predicted for each corrupted patch: its mean colour (one class of
 # 2**(3 * bits)), the mean colours of a grid_size x grid_size downsized
@@ -46,12 +50,14 @@ def check_options(
     target: str,
     colour_bits: int = 3,
     grid_size: int = 4,
-    patch_size: Optional[int] = None,
+    stride: Optional[int] = None,
     corrupt_rate: float = 0.5,
     mask_fraction: float = 0.8,
     random_fraction: float = 0.1,
 ) -> None:
-    """Raises a ValueError naming the fix for options that cannot work."""
+    """Raises a ValueError naming the fix for options that cannot work;
+    `stride`: the model's pixels per token side (`Architecture.stride`),
+    which a colour grid must divide (None: not checked)."""
     if target not in TARGETS:
         raise UsageError(
             f"MPP target {target!r} is unknown: use one of "
@@ -62,12 +68,13 @@ def check_options(
             f"colour_bits must be in 1..8 (3: the paper's 512 classes), got "
             f"{colour_bits}."
         )
-    if target == "colour_grid" and patch_size is not None and (
-        int(grid_size) < 1 or patch_size % int(grid_size)
+    if target == "colour_grid" and stride is not None and (
+        int(grid_size) < 1 or stride % int(grid_size)
     ):
         raise UsageError(
             f"grid_size {grid_size} does not divide the patch size "
-            f"{patch_size}: use a divisor of it (the paper: 4 for 16)."
+            f"{stride} (the model's stride): use a divisor of it (the "
+            "paper: 4 for 16)."
         )
     if not 0.0 < float(corrupt_rate) <= 1.0:
         raise UsageError(
@@ -90,12 +97,13 @@ def num_colour_classes(colour_bits: int = 3) -> int:
 
 
 def output_width(
-    target: str, patch_size: int, colour_bits: int = 3, grid_size: int = 4
+    target: str, stride: int, colour_bits: int = 3, grid_size: int = 4
 ) -> int:
-    """int. The MPP head's outputs per patch token."""
-    check_options(target, colour_bits, grid_size, patch_size)
+    """int. The MPP head's outputs per patch token, for a model of `stride`
+    pixels per token side."""
+    check_options(target, colour_bits, grid_size, stride)
     if target == "pixels":
-        return patch_size * patch_size * 3
+        return stride * stride * 3
     cells = grid_size * grid_size if target == "colour_grid" else 1
     return cells * num_colour_classes(colour_bits)
 
@@ -125,18 +133,7 @@ def colour_centres(classes, colour_bits: int = 3):
     return (bins + 0.5) * (2.0 / levels) - 1.0
 
 
-def _patch_grid(images, patch_size: int):
-    shape = ops.shape(images)
-    for side, value in (("height", shape[1]), ("width", shape[2])):
-        if isinstance(value, int) and value % patch_size:
-            raise UsageError(
-                f"Image {side} {value} is not divisible by the patch size "
-                f"{patch_size}."
-            )
-    return shape[1] // patch_size, shape[2] // patch_size
-
-
-def colour_targets(images, patch_size: int, colour_bits: int = 3,
+def colour_targets(images, stride: int, colour_bits: int = 3,
                    grid_size: int = 1):
     """(batch, patches, grid_size**2) int32 colour classes of each patch.
 
@@ -146,13 +143,13 @@ def colour_targets(images, patch_size: int, colour_bits: int = 3,
 
     Args:
         images: (batch, height, width, 3) in [-1, 1], the model's input.
-        patch_size: int. Pixels per patch side (for hybrids the total
-            stride, the pixels behind one token).
+        stride: int. Image pixels per token side (`Architecture.stride`:
+            the patch size, times the ResNet stride for hybrids).
         colour_bits: int. Bits per channel (3: 512 classes).
-        grid_size: int. Cells per patch side; divides patch_size.
+        grid_size: int. Cells per patch side; divides `stride`.
     """
-    rows, cols = _patch_grid(images, patch_size)
-    cell = patch_size // grid_size
+    rows, cols = patch_grid(images, stride)
+    cell = stride // grid_size
     x = ops.cast(images, "float32")
     x = ops.reshape(x, (-1, rows * grid_size, cell, cols * grid_size, cell,
                         3))
@@ -162,14 +159,15 @@ def colour_targets(images, patch_size: int, colour_bits: int = 3,
     return ops.reshape(classes, (-1, rows * cols, grid_size * grid_size))
 
 
-def patch_pixels(images, patch_size: int):
-    """(batch, patches, patch_size**2 * 3) float32: each patch's pixels
-    (rows, then columns, then RGB), patches row-major."""
-    rows, cols = _patch_grid(images, patch_size)
+def patch_pixels(images, stride: int):
+    """(batch, patches, stride**2 * 3) float32: each patch's pixels (rows,
+    then columns, then RGB), patches row-major; `stride` as in
+    `colour_targets`."""
+    rows, cols = patch_grid(images, stride)
     x = ops.cast(images, "float32")
-    x = ops.reshape(x, (-1, rows, patch_size, cols, patch_size, 3))
+    x = ops.reshape(x, (-1, rows, stride, cols, stride, 3))
     x = ops.transpose(x, (0, 1, 3, 2, 4, 5))
-    return ops.reshape(x, (-1, rows * cols, patch_size * patch_size * 3))
+    return ops.reshape(x, (-1, rows * cols, stride * stride * 3))
 
 
 # ------------------------------------------------------------------ model
@@ -257,13 +255,11 @@ def create_mpp_model(
         variant, num_classes=0, image_size=image_size, pooling=pooling,
         all_tokens=True, **kwargs,
     )
-    layers = {layer.name: layer for layer in base.layers}
-    stride = layers["embedding"].patch_size
-    if "resnet" in layers:
-        stride *= layers["resnet"].stride
-    width = output_width(target, stride, colour_bits, grid_size)
-    height, wide = base.input_shape[1:3]
-    patches = (height // stride) * (wide // stride)
+    arch, parts = base.architecture, base.parts
+    width = output_width(target, arch.stride, colour_bits, grid_size)
+    height, wide = arch.image_size
+    rows, cols = arch.grid()
+    patches = rows * cols
 
     images = keras.Input((height, wide, 3), name="images")
     mode = keras.Input((patches,), dtype="int32", name="mpp_mode")
@@ -272,15 +268,15 @@ def create_mpp_model(
     # names), chained with the corruption between the patch embedding and
     # the position embedding.
     x = images
-    if "resnet" in layers:
-        x = _copy(layers["resnet"])(x)
-    x = _copy(layers["embedding"])(x)
+    if parts.resnet is not None:
+        x = _copy(parts.resnet)(x)
+    x = _copy(parts.patch_embedding)(x)
     x = PatchCorruption(name="mpp_corruption")(x, mode, source)
-    if "cls" in layers:
-        x = _copy(layers["cls"])(x)
-    x = _copy(layers["posembed_input"])(x)
-    x = _copy(layers["Transformer"])(x)
-    if "cls" in layers:
+    if parts.class_token is not None:
+        x = _copy(parts.class_token)(x)
+    x = _copy(parts.position_embedding)(x)
+    x = _copy(parts.encoder)(x)
+    if parts.class_token is not None:
         x = x[:, 1:]
     x = keras.layers.Dense(
         width, name="mpp_head", dtype="float32",  # float32 under bf16
@@ -298,7 +294,7 @@ def is_mpp_model(model: keras.Model) -> bool:
     return any(layer.name == "mpp_head" for layer in model.layers)
 
 
-def encoder_model(model: keras.Model) -> keras.Model:
+def encoder_model(model: keras.Model) -> VisionTransformer:
     """The encoder of an MPP model as a `create_model` features model
     (num_classes=0: images -> pooled representation), weights copied.
 
@@ -310,27 +306,15 @@ def encoder_model(model: keras.Model) -> keras.Model:
         raise UsageError(
             f"Model {model.name!r} is not an MPP model (create_mpp_model)."
         )
-    layers = {layer.name: layer for layer in model.layers}
-    height, width = layers["images"].output.shape[1:3]
-    images = keras.Input((height, width, 3), name="images")
-    x = images
-    copies = []
-    names = ("resnet", "embedding", "cls", "posembed_input")
-    for name in names:
-        if name in layers:
-            copies.append((layers[name], _copy(layers[name])))
-            x = copies[-1][1](x)
-    token = "cls" in layers
-    config = layers["Transformer"].get_config()
-    config["class_token_only"] = token  # only what the pooling reads
-    encoder = vit_layers.Encoder.from_config(config)
-    copies.append((layers["Transformer"], encoder))
-    x = encoder(x)
-    x = vit_layers.TokenPooling(
-        "token" if token else "gap", name="pooling",
-        dtype=encoder.dtype_policy,
-    )(x)
-    for original, copy in copies:
-        copy.set_weights(original.get_weights())
+    arch = architecture_of(model)
     name = model.name[4:] if model.name.startswith("mpp_") else model.name
-    return keras.Model(images, x, name=name)
+    with dtype_policy_of(model):
+        new = VisionTransformer(arch, name=name)
+    parts = new.parts
+    targets = {type(layer): layer for layer in (
+        parts.resnet, parts.patch_embedding, parts.class_token,
+        parts.position_embedding, parts.encoder) if layer is not None}
+    for layer in model.layers:
+        if type(layer) in targets:
+            targets[type(layer)].set_weights(layer.get_weights())
+    return new

@@ -99,7 +99,7 @@ def create_optimizer(
 ) -> keras.optimizers.Optimizer:
     """A Keras optimizer from `config.optimizer` (see configs/*.py).
 
-    Fields (keras_vit/config.py): name (sgd | adam | adamw | lamb), lr,
+    Fields (keras_vit/config_schema.py): name (sgd | adam | adamw | lamb), lr,
     warmup_steps, decay_type, end_lr, momentum (sgd), nesterov (sgd), b1, b2
     (adam*), weight_decay (adamw, lamb: decoupled, multiplied by the
     learning rate as in Flax's Adam), no_decay (variable-name substrings

@@ -600,7 +600,7 @@ def _text(path: str) -> str:
 def variants() -> str:
     """The variant table: sizes and the parameter counts that the tests
     assert against the built models."""
-    order = _assigned("keras_vit/model.py", "VARIANTS")
+    order = _assigned("keras_vit/architecture.py", "VARIANTS")
     counts = dict(_assigned("tests/test_model.py", "GOLDEN"))
     counts.update(_assigned("tests/test_resnet.py", "HYBRID_PARAMS"))
     sizes = _assigned("tests/test_model.py", "SIZES")
@@ -611,7 +611,7 @@ def variants() -> str:
         lines.append(f"| {variant} | {depth} | {width} | {mlp} | {heads} | "
                      f"{counts[variant]:,} |")
     return "\n".join(lines) + (
-        "\n\n(Generated from `keras_vit/model.py` and the counts that "
+        "\n\n(Generated from `keras_vit/architecture.py` and the counts that "
         "`python -m pytest tests/test_model.py tests/test_resnet.py` "
         "asserts against the built models.)\n")
 

@@ -436,8 +436,10 @@ def test_wrong_variant_is_named(tmp_path):
     path = save(tmp_path / "wide.npz", random_arrays(tiny(hidden_size=48)))
     with pytest.raises(ValueError, match="another architecture") as info:
         checkpoint.load_npz(tiny(), path)
-    assert "checkpoint: hidden_size=48" in str(info.value)
-    assert "model:      hidden_size=32" in str(info.value)
+    assert ("checkpoint: patch_size=8, hidden_size=48,"
+            in str(info.value))
+    assert ("model:      patch_size=8, hidden_size=32,"
+            in str(info.value))
 
 
 def test_describe_names_official_variants():

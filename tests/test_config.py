@@ -89,7 +89,7 @@ def test_base_is_locked_and_comments_every_field():
     assert base.is_locked and base.optimizer.is_locked
     with pytest.raises(AttributeError):
         base.new_field = 1
-    with open(os.path.join(ROOT, "keras_vit", "config.py")) as f:
+    with open(os.path.join(ROOT, "keras_vit", "config_schema.py")) as f:
         lines = f.read().splitlines()
     body = lines[lines.index("def base_config() -> ml_collections."
                              "ConfigDict:"):]

@@ -159,7 +159,7 @@ def test_bad_options_name_the_fix():
                        "colour_grid, pixels"):
         mpp.check_options("colour")
     with pytest.raises(ValueError, match="does not divide the patch size"):
-        mpp.check_options("colour_grid", grid_size=3, patch_size=8)
+        mpp.check_options("colour_grid", grid_size=3, stride=8)
     with pytest.raises(ValueError, match="sum <= 1"):
         mpp.check_options("mean_colour", mask_fraction=0.9,
                           random_fraction=0.2)
@@ -206,7 +206,7 @@ def _trainer(target="mean_colour", strategy=None, accumulation=1,
         optimizer = optim.create_optimizer(
             mlc.ConfigDict(dict(name="adam", lr=3e-3)), 100)
     return MppTrainer(model, optimizer, strategy, target=target,
-                      patch_size=4, grid_size=2, global_batch_size=batch,
+                      stride=4, grid_size=2, global_batch_size=batch,
                       accumulation_steps=accumulation, grad_clip_norm=1.0)
 
 

@@ -18,57 +18,55 @@ from keras_vit import embedding as vit_embedding
 from keras_vit.analysis import core
 from keras_vit.derived import attention_model
 from keras_vit.errors import UsageError
+from keras_vit.model import (
+    VisionTransformer,
+    architecture_of,
+    as_vision_transformer,
+)
 
 
-def _layer(model: keras.Model, name: str, kind: type) -> keras.layers.Layer:
-    for layer in model.layers:
-        if layer.name == name and isinstance(layer, kind):
-            return layer
-    raise UsageError(
-        f"Model {model.name!r} has no {kind.__name__} layer named {name!r}: "
-        "the analysis needs a Vision Transformer built by "
-        "keras_vit.create_model (or loaded from its .keras file)."
-    )
+def _vit(model: keras.Model) -> VisionTransformer:
+    try:
+        return as_vision_transformer(model)
+    except UsageError:
+        raise UsageError(
+            f"Model {model.name!r} is not a Vision Transformer: the analysis"
+            " needs one built by keras_vit.create_model (or loaded from its"
+            " .keras file)."
+        ) from None
 
 
 def token_layout(model: keras.Model) -> core.TokenLayout:
     """layout: core.TokenLayout. The model's patch grid and class token."""
-    embedding = _layer(model, "embedding", vit_embedding.PatchEmbedding)
-    _, height, width = model.input_shape[:3]
-    # The embedding's input is the image, or the ResNet feature map of a
-    # hybrid: its grid is that map's size over the (1-pixel) patch size.
-    _, fh, fw = embedding.input.shape[:3]
-    if None in (height, width, fh, fw):
+    arch = architecture_of(model)
+    if model.input_shape[1] is None:
         raise UsageError(
             "The analysis needs a fixed input size; rebuild the model with "
             "an explicit image_size."
         )
-    rows, cols = fh // embedding.patch_size, fw // embedding.patch_size
-    has_cls = any(
-        isinstance(layer, vit_embedding.ClassToken) for layer in model.layers
-    )
+    rows, cols = arch.grid()
     return core.TokenLayout(
         grid=(rows, cols),
-        patch_pixels=(height / rows, width / cols),
-        num_prefix_tokens=int(has_cls),
+        patch_pixels=(arch.stride, arch.stride),
+        num_prefix_tokens=arch.num_prefix_tokens,
     )
 
 
 def position_embeddings(model: keras.Model) -> np.ndarray:
     """table: float32 (T, D). The learned position embeddings, or the fixed
     sin-cos ones (posemb="sincos2d") at the model's patch grid."""
-    layer = model.get_layer("posembed_input")
+    vit = _vit(model)
+    layer = vit.parts.position_embedding
     if isinstance(layer, vit_embedding.SinCosPositionEmbedding):
-        width = _layer(model, "embedding", vit_embedding.PatchEmbedding)
-        table = layer.table(token_layout(model).grid, width.hidden_size)
+        table = layer.table(token_layout(vit).grid,
+                            vit.architecture.hidden_size)
         return np.asarray(keras.ops.convert_to_numpy(table))[0]
-    layer = _layer(model, "posembed_input", vit_embedding.PositionEmbedding)
     return np.asarray(keras.ops.convert_to_numpy(layer.pos_embedding))[0]
 
 
 def patch_kernel(model: keras.Model) -> np.ndarray:
     """kernel: float32 (P, P, C, D). The patch projection's filters."""
-    layer = _layer(model, "embedding", vit_embedding.PatchEmbedding)
+    layer = _vit(model).parts.patch_embedding
     return np.asarray(keras.ops.convert_to_numpy(layer.conv.kernel))
 
 

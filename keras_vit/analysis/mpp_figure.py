@@ -24,6 +24,7 @@ from keras_vit.build import config_stride
 from keras_vit.checkpoint import workdir as wd
 from keras_vit.data import masking
 from keras_vit.errors import UsageError
+from keras_vit.model import architecture_of
 
 # Outline colours of the corruption kinds.
 _EDGES = {mpp.MASKED: "red", mpp.REPLACED: "deepskyblue", mpp.KEPT: "lime"}
@@ -65,16 +66,16 @@ def _from_patches(patches: np.ndarray, h: int, w: int) -> np.ndarray:
     return x.transpose(0, 1, 3, 2, 4, 5).reshape(n, h, w, c)
 
 
-def _paint(images, colours, corrupted, patch_size, grid):
+def _paint(images, colours, corrupted, stride, grid):
     """`images` with each corrupted patch's cells filled by `colours`
     (n, patches, grid * grid, 3)."""
     h, w = images.shape[1:3]
-    cell = patch_size // grid
-    out = _to_patches(images, patch_size).copy()
+    cell = stride // grid
+    out = _to_patches(images, stride).copy()
     fill = colours.reshape(*colours.shape[:2], grid, 1, grid, 1, 3)
     fill = np.broadcast_to(fill, (*colours.shape[:2], grid, cell, grid, cell,
                                   3))
-    fill = fill.reshape(*colours.shape[:2], patch_size, patch_size, 3)
+    fill = fill.reshape(*colours.shape[:2], stride, stride, 3)
     out[corrupted] = fill[corrupted]
     return _from_patches(out, h, w)
 
@@ -94,10 +95,10 @@ def predict(
     """Corrupts `images` (noise drawn with `seed`), runs the MPP model and
     paints its predictions; the options are the run's `config.mpp`."""
     images = np.asarray(images, np.float32)
-    patch_size = model.get_layer("embedding").patch_size
-    if "resnet" in {layer.name for layer in model.layers}:
-        patch_size *= model.get_layer("resnet").stride
-    patches = int(model.get_layer("mpp_mode").output.shape[1])
+    arch = architecture_of(model)
+    stride = arch.stride
+    rows, cols = arch.grid()
+    patches = rows * cols
     noise = np.random.default_rng(seed).uniform(
         size=(len(images), patches, 3)
     ).astype(np.float32)
@@ -109,14 +110,14 @@ def predict(
     ), np.float32)
     h, w = images.shape[1:3]
     corrupted = mode > mpp.NOT_CORRUPTED
-    pieces = _to_patches(images, patch_size)
+    pieces = _to_patches(images, stride)
     shown = pieces.copy()
     rows = np.arange(len(images))[:, None]
     shown[mode == mpp.REPLACED] = pieces[rows, source][mode == mpp.REPLACED]
     shown[mode == mpp.MASKED] = 0.0  # mid grey
     grid = grid_size if target == "colour_grid" else 1
     true_classes = np.asarray(mpp.colour_targets(
-        images, patch_size, colour_bits, grid))
+        images, stride, colour_bits, grid))
     if target == "pixels":
         pixels = outputs.reshape(pieces.shape)
         predicted = np.where(corrupted[..., None, None, None],
@@ -131,11 +132,11 @@ def predict(
         classes = logits.argmax(-1)
         prediction_image = _paint(
             images, np.asarray(mpp.colour_centres(classes, colour_bits)),
-            corrupted, patch_size, grid)
+            corrupted, stride, grid)
         target_image = _paint(
             images, np.asarray(mpp.colour_centres(true_classes,
                                                   colour_bits)),
-            corrupted, patch_size, grid)
+            corrupted, stride, grid)
     right = (classes == true_classes).mean(-1)
     accuracy = (right * corrupted).sum(-1) / np.maximum(corrupted.sum(-1), 1)
     return MppPictures(images, _from_patches(shown, h, w), target_image,
@@ -146,7 +147,7 @@ def plot_predictions(
     pictures: MppPictures,
     path: str,
     *,
-    patch_size: int,
+    stride: int,
     titles: Optional[Sequence[str]] = None,
     max_images: int = 8,
 ) -> str:
@@ -162,7 +163,7 @@ def plot_predictions(
     fig = plots._figure(2.2 * len(columns), 2.3 * n + 0.5)  # checks matplotlib
     from matplotlib.patches import Rectangle
 
-    cols = pictures.images.shape[2] // patch_size
+    cols = pictures.images.shape[2] // stride
     for i in range(n):
         for j, (name, images) in enumerate(columns):
             ax = fig.add_subplot(n, len(columns), i * len(columns) + j + 1)
@@ -180,8 +181,8 @@ def plot_predictions(
                         continue
                     r, c = divmod(p, cols)
                     ax.add_patch(Rectangle(
-                        (c * patch_size - 0.5, r * patch_size - 0.5),
-                        patch_size, patch_size, fill=False,
+                        (c * stride - 0.5, r * stride - 0.5),
+                        stride, stride, fill=False,
                         edgecolor=_EDGES[int(kind)], linewidth=1.2))
     fig.suptitle("Masked patch prediction: colours of the corrupted "
                  "patches\n(outlines: red [mask], blue replaced, green kept)",
@@ -217,6 +218,6 @@ def draw_for_run(
     )
     return plot_predictions(
         pictures, os.path.join(output_dir, FIGURE),
-        patch_size=config_stride(config), titles=titles,
+        stride=config_stride(config), titles=titles,
         max_images=max_images,
     )

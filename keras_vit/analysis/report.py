@@ -21,6 +21,7 @@ import tensorflow as tf
 from keras_vit.analysis import core, extract, plots
 from keras_vit.checkpoint.atomic import atomic_write
 from keras_vit.data import preprocessing
+from keras_vit.derived import is_features_model
 from keras_vit.errors import UsageError
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".gif", ".bmp")
@@ -115,7 +116,7 @@ def digits_images(
 
 
 def _predictions(model: keras.Model, outputs: np.ndarray) -> List[Dict]:
-    if "head" not in {layer.name for layer in model.layers}:
+    if is_features_model(model):
         return [{} for _ in outputs]  # a features model: no classes
     logits = outputs - outputs.max(axis=-1, keepdims=True)
     probs = np.exp(logits) / np.exp(logits).sum(axis=-1, keepdims=True)

@@ -23,11 +23,10 @@ import os
 import re
 from typing import Any, Dict, List, Optional
 
-from keras_vit import model as vit_model
+from keras_vit import architecture
 from keras_vit.errors import UsageError
 
 BUCKET = "gs://vit_models/augreg"
-SIZE_FIELDS = ("hidden_size", "num_layers", "num_heads", "mlp_dim")
 
 # Model names in AugReg file names -> keras_vit variants.
 MODELS = {
@@ -189,10 +188,7 @@ def variant_mismatch(variant: str, info: Dict[str, Any]) -> Dict:
     """{field: (file's, variant's)} for each size where the architecture
     `info` (`keras_vit.checkpoint.npz.describe_arrays`) differs from
     `variant`."""
-    spec = vit_model.decode_variant(variant)
-    want = {k: getattr(spec.size, k) for k in SIZE_FIELDS}
-    want["patch_size"] = spec.patch_size
-    want["resnet_layers"] = spec.resnet_layers
+    want = architecture.decode_variant(variant).sizes()
     return {k: (info[k], v) for k, v in want.items() if info[k] != v}
 
 

@@ -9,14 +9,12 @@ from typing import Any, Dict, Optional, Tuple
 
 import keras
 
+from keras_vit.architecture import SIZE_FIELDS, Architecture, Numerics
 from keras_vit.checkpoint import hub, weights
 from keras_vit.checkpoint.npz import POSEMB, LoadReport, describe_arrays
 from keras_vit.checkpoint.posemb import resize_like_library
 from keras_vit.errors import UsageError
-from keras_vit.model import Numerics, _image_hw, create_model
-
-_SIZE_FIELDS = ("patch_size", "hidden_size", "num_layers", "num_heads",
-                "mlp_dim")
+from keras_vit.model import VisionTransformer, _image_hw
 
 
 def describe_hub(checkpoint: hub.HubCheckpoint) -> Dict[str, Any]:
@@ -58,23 +56,19 @@ def model_from_hub(
     size = checkpoint.image_size if image_size is None else _image_hw(
         image_size)
     arrays = library_table(checkpoint, size)
-    model = create_model(
-        None,
+    model = VisionTransformer(Architecture(
         num_classes=num_classes,
         image_size=size,
         pooling=info["pooling"],
         representation_size=representation_size,
+        # A ViTModel's pooler_act (tanh unless its config says otherwise).
+        pre_logits_activation=checkpoint.pre_logits_activation,
         numerics=Numerics(
             approximate_gelu=checkpoint.approximate_gelu,
             layer_norm_epsilon=checkpoint.layer_norm_epsilon,
         ),
-        **{k: info[k] for k in _SIZE_FIELDS},
-    )
-    if representation_size is not None:
-        # A ViTModel's pooler_act (tanh unless its config says otherwise):
-        # the Dense layer applies and serialises whatever it holds.
-        model.get_layer("pre_logits").activation = keras.activations.get(
-            checkpoint.pre_logits_activation)
+        **{k: info[k] for k in SIZE_FIELDS},
+    ))
     report = weights.load_arrays(
         model,
         arrays,

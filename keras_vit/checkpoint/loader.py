@@ -41,7 +41,12 @@ from keras_vit.checkpoint import npz as checkpoint_io
 from keras_vit.checkpoint import workdir as wd
 from keras_vit.checkpoint.resolution import rebuild_at_resolution
 from keras_vit.errors import UsageError
-from keras_vit.model import _image_hw, create_model, decode_variant
+from keras_vit.model import (
+    _image_hw,
+    as_vision_transformer,
+    create_model,
+    decode_variant,
+)
 from keras_vit.resnet import resnet_stride
 
 MODEL_FIELDS = (
@@ -375,9 +380,8 @@ def _source_content(source: SourceLike, keep_pre_logits: bool = True):
         model = load_model(source)
         arrays, grid = weights.model_arrays(model), weights.model_grid(model)
         layout, ignored, activation = "official", (), None
-        if any(layer.name == "pre_logits" for layer in model.layers):
-            activation = keras.activations.serialize(
-                model.get_layer("pre_logits").activation)
+        if model.architecture.representation_size is not None:
+            activation = model.architecture.pre_logits_activation
     if keep_pre_logits and any(k.startswith("pre_logits/") for k in arrays):
         _check_pre_logits(source, activation)
     return arrays, grid, layout, ignored
@@ -583,6 +587,8 @@ def load_model(
         model = wd.restore_model(source.workdir, use_ema=source.use_ema)
     else:
         model = weights.read_keras_model(source.keras_model)
+        if not mpp.is_mpp_model(model):  # one saved before the class
+            model = as_vision_transformer(model)
     if mpp.is_mpp_model(model):
         # The mask token and the MPP head are pre-training's: every tool
         # takes the encoder.

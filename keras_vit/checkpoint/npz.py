@@ -25,7 +25,7 @@ from typing import Dict, List, Mapping, Optional, Tuple, Union
 
 import numpy as np
 
-from keras_vit import model as vit_model
+from keras_vit import architecture
 from keras_vit.checkpoint.atomic import atomic_write, is_remote
 from keras_vit.errors import UsageError
 
@@ -386,23 +386,16 @@ def describe_arrays(shapes: Dict[str, Shape]) -> Dict[str, object]:
         num_classes=dim("head/kernel", 1),
     )
     info["variant"] = None
-    for name in vit_model.VARIANTS:
-        spec = vit_model.decode_variant(name)
-        if (
-            spec.size.hidden_size == info["hidden_size"]
-            and spec.size.num_layers == info["num_layers"]
-            and spec.size.num_heads == info["num_heads"]
-            and spec.size.mlp_dim == info["mlp_dim"]
-            and spec.patch_size == info["patch_size"]
-            and spec.resnet_layers == info["resnet_layers"]
-        ):
+    for name in architecture.VARIANTS:
+        spec = architecture.decode_variant(name).sizes()
+        if all(info[k] == v for k, v in spec.items()):
             info["variant"] = name
     return info
 
 
+# The Architecture fields that arrays' shapes and names determine.
 _ARCH_FIELDS = (
-    "hidden_size", "num_layers", "num_heads", "mlp_dim", "patch_size",
-    "resnet_layers", "pooling", "posemb",
+    *architecture.SIZE_FIELDS, "resnet_layers", "pooling", "posemb",
 )
 
 

@@ -8,9 +8,8 @@ from typing import Sequence, Union
 import keras
 
 from keras_vit import model as vit_model
+from keras_vit.architecture import image_hw
 from keras_vit.checkpoint.posemb import resize_position_embedding
-from keras_vit.checkpoint.weights import model_grid
-from keras_vit.errors import UsageError
 
 
 def rebuild_at_resolution(
@@ -27,46 +26,23 @@ def rebuild_at_resolution(
         image_size: int or (height, width). The new input size.
 
     Returns:
-        A new `keras.Model`.
+        A new `VisionTransformer`.
     """
-    height, width = vit_model._image_hw(image_size)
-    stride = model.get_layer("embedding").patch_size
-    layer_names = {layer.name for layer in model.layers}
-    if "resnet" in layer_names:
-        stride *= model.get_layer("resnet").stride
-    for side, value in (("height", height), ("width", width)):
-        if value % stride:
-            raise UsageError(
-                f"image_size {side} {value} is not divisible by the model's "
-                f"total stride {stride}: use a multiple of {stride}."
-            )
-    config = model.get_config()
-    inputs = [c for c in config["layers"] if c["class_name"] == "InputLayer"]
-    if len(inputs) != 1:
-        raise UsageError("rebuild_at_resolution needs a single-input model.")
-    batch_shape = list(inputs[0]["config"]["batch_shape"])
-    batch_shape[1:3] = [height, width]
-    inputs[0]["config"]["batch_shape"] = batch_shape
-    # Without their recorded build shapes the layers build at the new size
-    # when the graph is rebuilt.
-    for layer_config in config["layers"]:
-        layer_config.pop("build_config", None)
-        if (layer_config.get("name") == "posembed_input"
-                and "grid_size" in layer_config["config"]):
-            # A model of dynamic image size becomes a fixed one: its table
-            # is resized once here, not interpolated on every call.
-            layer_config["config"]["grid_size"] = None
-    new = model.__class__.from_config(config)
-    prefix = int("cls" in layer_names)
-    for layer in model.layers:
+    vit = vit_model.as_vision_transformer(model)
+    arch = vit.architecture
+    # A model of dynamic image size becomes a fixed one: its table is
+    # resized once here, not interpolated on every call.
+    new_arch = arch.replace(image_size=image_hw(image_size),
+                            dynamic_image_size=False)
+    with vit_model.dtype_policy_of(vit):
+        new = vit_model.VisionTransformer(new_arch, name=vit.name)
+    for layer, target in zip(vit.layers, new.layers):
         weights = layer.get_weights()
-        if not weights:
-            continue
-        target = new.get_layer(layer.name)
-        if layer.name == "posembed_input":
+        if layer is vit.parts.position_embedding and weights:
             weights = [
                 resize_position_embedding(
-                    weights[0], model_grid(new), model_grid(model), prefix
+                    weights[0], new_arch.grid(), arch.grid(),
+                    arch.num_prefix_tokens,
                 )
             ]
         target.set_weights(weights)

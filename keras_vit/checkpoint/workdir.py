@@ -140,7 +140,7 @@ def num_classes(config, workdir: str) -> int:
         return len(names)
     raise UsageError(
         f"{workdir} does not record its class count: its {CONFIG} has "
-        f"num_classes=0 and there is no {LABELS}. Set it in {CONFIG} "
+        f"no num_classes and there is no {LABELS}. Set it in {CONFIG} "
         '("num_classes": N, as --config.num_classes=N does for a new run) '
         f"or write {LABELS} with one class name per line."
     )

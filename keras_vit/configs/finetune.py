@@ -140,7 +140,7 @@ def get_config(arg=None):
     # Above 384 each block's activations are recomputed in the backward
     # pass instead of kept: the same gradients, and at 384 already 7.8x
     # less memory per example for L/16 (1,431 -> 184 MiB, float32), 5.3x
-    # for B/16 at 1.15x the step's CPU time (README "Memory").
+    # for B/16 at 1.15x the step's CPU time (docs/performance.md, "Memory").
     c.model.remat = args["remat"] or (
         "block" if c.image_size > 384 else "none")
     # Examples per evaluation batch (all replicas together).

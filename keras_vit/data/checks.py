@@ -120,7 +120,7 @@ def check_labels(ds: tf.data.Dataset, config) -> tf.data.Dataset:
         f"{LABEL_ERROR}: the data holds a label outside [0, {n}), the "
         f"model's classes (config.num_classes={config.num_classes}). "
         "Set config.num_classes to the number of classes in the data, or to "
-        "0 to read it from the data source; negative labels (unlabelled "
+        "None to read it from the data source; negative labels (unlabelled "
         "examples) cannot be trained on."
     )
 

@@ -31,6 +31,7 @@ from keras_vit.data import pipeline as input_pipeline
 from keras_vit.data import sources, vtab
 from keras_vit.derived import features_model, intermediate_model
 from keras_vit.errors import UsageError
+from keras_vit.model import architecture_of
 
 BIAS_FEATURE = 100.0
 L2_REG = 1024.0
@@ -321,16 +322,16 @@ def probe_model(
     Returns:
         keras.Model. Images to (batch, width) features.
     """
+    arch = architecture_of(model)
     if layer is None:
-        names = {each.name for each in model.layers}
-        return features_model(model) if "head" in names else model
+        return features_model(model) if arch.num_classes else model
     tokens = intermediate_model(model, int(layer), norm=norm)
-    pooling = model.get_layer("pooling").pooling
+    pooling = arch.pooling
     pooled = vit_layers.TokenPooling(pooling, name="probe_pooling")(
         tokens.outputs[0]
     )
     return keras.Model(
-        model.input, pooled, name=f"{model.name}_block{int(layer)}"
+        tokens.input, pooled, name=f"{model.name}_block{int(layer)}"
     )
 
 

@@ -31,6 +31,7 @@ from keras_vit.data import preprocessing
 from keras_vit.derived import features_model, input_image_size, model_stride
 from keras_vit.errors import UsageError
 from keras_vit.export import request_checks
+from keras_vit.model import VisionTransformer
 
 SIGNATURES = ("serving_default", "predict_images", "features")
 ANY_SIZE_SIGNATURE = "predict_any_size"
@@ -104,7 +105,10 @@ def float32_inference_model(model: keras.Model) -> keras.Model:
     previous = keras.config.dtype_policy()
     keras.config.set_dtype_policy("float32")
     try:
-        if isinstance(model, keras.Sequential) or _is_functional(model):
+        if isinstance(model, VisionTransformer):
+            # Built again from its description, under the float32 policy.
+            clone = VisionTransformer(model.architecture, name=model.name)
+        elif isinstance(model, keras.Sequential) or _is_functional(model):
             clone = keras.models.clone_model(
                 model, clone_function=clone_layer
             )

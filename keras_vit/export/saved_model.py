@@ -37,6 +37,7 @@ from keras_vit.checkpoint.atomic import atomic_write
 from keras_vit.data import preprocessing
 from keras_vit.derived import (
     input_image_size,
+    is_features_model,
     model_stride,
     with_dynamic_image_size,
 )
@@ -73,10 +74,8 @@ VERIFY_ATOL = 1e-4
 
 def _num_classes(model: keras.Model) -> int:
     shape = model.output_shape
-    # A keras_vit features model ends at its pooling / pre-logits layer.
-    last = model.layers[-1].name if model.layers else None
     if isinstance(shape, list) or len(shape) != 2 or not shape[-1] or (
-        last in ("pooling", "pre_logits")
+        is_features_model(model)
     ):
         raise UsageError(
             f"export_model needs a classifier with outputs (batch, classes); "

@@ -35,7 +35,7 @@ class MppTrainer(Trainer):
         optimizer: keras Optimizer. Created under `strategy.scope()`.
         strategy: tf.distribute.Strategy.
         target: str. One of `keras_vit.mpp.TARGETS`.
-        patch_size: int. Image pixels per token (the total stride for
+        stride: int. Image pixels per token side (the total stride for
             hybrids).
         colour_bits: int. Bits per colour channel of the colour classes.
         grid_size: int. "colour_grid": cells per patch side.
@@ -53,19 +53,19 @@ class MppTrainer(Trainer):
         strategy: tf.distribute.Strategy,
         *,
         target: str = "mean_colour",
-        patch_size: int,
+        stride: int,
         colour_bits: int = 3,
         grid_size: int = 4,
         **kwargs,
     ):
-        mpp.check_options(target, colour_bits, grid_size, patch_size)
+        mpp.check_options(target, colour_bits, grid_size, stride)
         if not mpp.is_mpp_model(model):
             raise UsageError(
                 f"MppTrainer needs an MPP model (keras_vit.mpp."
                 f"create_mpp_model), got {model.name!r}."
             )
         self.target = target
-        self.patch_size = int(patch_size)
+        self.stride = int(stride)
         self.colour_bits = int(colour_bits)
         self.grid_size = int(grid_size) if target == "colour_grid" else 1
         super().__init__(
@@ -85,7 +85,7 @@ class MppTrainer(Trainer):
         outputs = tf.cast(outputs, tf.float32)
         batch, patches = tf.shape(outputs)[0], tf.shape(outputs)[1]
         if self.target == "pixels":
-            targets = mpp.patch_pixels(images, self.patch_size)
+            targets = mpp.patch_pixels(images, self.stride)
             per_patch = tf.reduce_mean(tf.square(outputs - targets), -1)
             mean_rgb = tf.reduce_mean(
                 tf.reshape(outputs, [batch, patches, -1, 3]), 2
@@ -93,7 +93,7 @@ class MppTrainer(Trainer):
             right = tf.cast(
                 tf.equal(
                     mpp.quantise_colours(mean_rgb, self.colour_bits),
-                    mpp.colour_targets(images, self.patch_size,
+                    mpp.colour_targets(images, self.stride,
                                        self.colour_bits)[..., 0],
                 ),
                 tf.float32,
@@ -101,7 +101,7 @@ class MppTrainer(Trainer):
             top5 = right
         else:
             targets = mpp.colour_targets(
-                images, self.patch_size, self.colour_bits, self.grid_size
+                images, self.stride, self.colour_bits, self.grid_size
             )
             cells = self.grid_size * self.grid_size
             logits = tf.reshape(

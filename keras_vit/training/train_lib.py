@@ -41,9 +41,15 @@ __all__ = ["TrainingError", "build_trainer", "train_and_evaluate"]
 ENCODER_NPZ = "encoder.npz"
 
 def num_classes_of(config) -> int:
-    """The head width of a run of `config`: config.num_classes, else the
-    data source's class count."""
-    if config.num_classes:
+    """The head width of a run of `config`: config.num_classes, else (None)
+    the data source's class count."""
+    if config.num_classes is not None:
+        if int(config.num_classes) < 1:
+            raise UsageError(
+                f"config.num_classes={config.num_classes}: a run's head "
+                "needs a positive class count; leave it None to read it "
+                "from the data."
+            )
         return int(config.num_classes)
     return sources.dataset_info(config).num_classes
 
@@ -62,7 +68,7 @@ def build_trainer(config, model, optimizer, strategy, num_classes: int):
     if config.mpp.enabled:
         return MppTrainer(
             model, optimizer, strategy, target=config.mpp.target,
-            patch_size=config_stride(config),
+            stride=config_stride(config),
             colour_bits=int(config.mpp.colour_bits),
             grid_size=int(config.mpp.grid_size), **common,
         )
@@ -141,7 +147,7 @@ def train_and_evaluate(
     """Trains `config` into `workdir` and evaluates on the eval split.
 
     Args:
-        config: ConfigDict. A run config (see keras_vit/config.py).
+        config: ConfigDict. A run config (see keras_vit/config_schema.py).
         workdir: str. The run directory; an existing run there resumes.
         strategy: tf.distribute.Strategy or None (the default strategy).
         on_finish: called on the chief after the final evaluation with the
@@ -196,7 +202,8 @@ def train_and_evaluate(
             "(a benchmark of the loop, not a training run)."
         )
     data_checks.check_splits(config)  # now, not after training
-    num_classes = int(config.num_classes or info.num_classes)
+    num_classes = (info.num_classes if config.num_classes is None
+                   else num_classes_of(config))
 
     with strategy.scope():
         model = build_model(config, num_classes)

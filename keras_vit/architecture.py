@@ -1,0 +1,374 @@
+"""What a Vision Transformer is: the variants, and `Architecture`, the one
+record of a model's architecture fields.
+
+`VisionTransformer` (keras_vit.model) is built from an `Architecture` and
+returns it from `get_config`; a run config's `model` section holds the same
+fields (`CONFIG_FIELDS`); the checkpoint readers describe a file with them.
+The model's geometry (stride, patch grid, token count) is computed here,
+from the record, and nowhere else.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple, Union
+
+from keras_vit import embedding as vit_embedding
+from keras_vit import layers as vit_layers
+from keras_vit import resnet
+from keras_vit.errors import UsageError
+from keras_vit.remat import check_remat
+
+ImageSize = Union[int, Tuple[int, int], Sequence[int]]
+
+
+@dataclasses.dataclass(frozen=True)
+class ViTSize:
+    """The sizes that define a ViT encoder (paper Table 1)."""
+
+    hidden_size: int
+    num_layers: int
+    mlp_dim: int
+    num_heads: int
+
+
+# Widths (paper Table 1; Ti and S from DeiT / AugReg, as in the official
+# repository's configs).
+WIDTHS = {
+    "Ti": ViTSize(hidden_size=192, num_layers=12, mlp_dim=768, num_heads=3),
+    "S": ViTSize(hidden_size=384, num_layers=12, mlp_dim=1536, num_heads=6),
+    "B": ViTSize(hidden_size=768, num_layers=12, mlp_dim=3072, num_heads=12),
+    "L": ViTSize(hidden_size=1024, num_layers=24, mlp_dim=4096, num_heads=16),
+    "H": ViTSize(hidden_size=1280, num_layers=32, mlp_dim=5120, num_heads=16),
+}
+
+# The variants users can name. Hybrids ("R50+B/16") are a ResNet followed by
+# a ViT on its feature map; their stem and patch size are in HYBRIDS.
+VARIANTS = (
+    "Ti/16", "S/16", "S/32", "B/16", "B/32", "B/8", "L/16", "L/32", "H/14",
+    "R50+B/16", "R50+L/32", "R26+S/32", "R+Ti/16",
+)
+
+# Hybrids: ResNet (BiT) units per stage and the ViT patch size on its
+# feature map. R50+B/16 is ResNet-50 with stage 4 removed and its layers
+# moved into stage 3 (paper Section 4.1). AugReg's R+Ti/16 has no stages:
+# the ResNet root (7x7 stride-2 StdConv, GroupNorm, ReLU, 3x3 stride-2
+# max-pool) and 8x8 patches on its 64-channel map (google-research/
+# vision_transformer vit_jax/configs/models.py, get_r_ti16_config:
+# resnet.num_layers = (), patches 8): a total stride of 32, 7 x 7 tokens
+# at 224; the "16" is AugReg's name, not the stride.
+HYBRIDS = {
+    "R50+B/16": ((3, 4, 9), 1),
+    "R50+L/32": ((3, 4, 6, 3), 1),
+    "R26+S/32": ((2, 2, 2, 2), 1),
+    "R+Ti/16": ((), 8),
+}
+# Units per stage of each hybrid (HYBRIDS without the patch sizes).
+HYBRID_RESNETS = {name: stages for name, (stages, _) in HYBRIDS.items()}
+
+POSEMBS = ("learn", "sincos2d")
+
+_VARIANT_RE = re.compile(r"^(?:(R\d*)\+)?(Ti|S|B|L|H)/(\d+)$")
+
+# The sizes a variant gives and explicit arguments override.
+SIZE_FIELDS = ("patch_size", "hidden_size", "num_layers", "num_heads",
+               "mlp_dim")
+
+
+@dataclasses.dataclass(frozen=True)
+class VariantSpec:
+    """A decoded variant string."""
+
+    size: ViTSize
+    patch_size: int
+    resnet_layers: Optional[Tuple[int, ...]] = None
+
+    def sizes(self) -> Dict[str, Any]:
+        """{field: value} of `SIZE_FIELDS` and resnet_layers."""
+        return dict(dataclasses.asdict(self.size), patch_size=self.patch_size,
+                    resnet_layers=self.resnet_layers)
+
+
+def decode_variant(variant: str) -> VariantSpec:
+    """Decodes "B/16", "L/32", "R50+B/16", ... into sizes.
+
+    For hybrids the ViT patch size is on the ResNet feature map (1, or 8
+    for R+Ti/16); the number after the slash is the variant's name.
+    """
+    if variant not in VARIANTS:
+        raise UsageError(
+            f"Unknown variant {variant!r}. Known variants: "
+            f"{', '.join(VARIANTS)}; or pass variant=None with explicit "
+            "patch_size, hidden_size, num_layers, num_heads and mlp_dim."
+        )
+    match = _VARIANT_RE.match(variant)
+    resnet_name, width, patch = match.groups()
+    if resnet_name:
+        stages, patch_size = HYBRIDS[variant]
+        return VariantSpec(WIDTHS[width], patch_size, stages)
+    return VariantSpec(WIDTHS[width], int(patch))
+
+
+def image_hw(image_size: ImageSize) -> Tuple[int, int]:
+    """(height, width) of an int or (height, width) image size, checked."""
+    if isinstance(image_size, int):
+        hw = (image_size, image_size)
+    else:
+        hw = tuple(int(s) for s in image_size)
+    if len(hw) != 2 or min(hw) <= 0:
+        raise UsageError(
+            f"image_size must be a positive int or (height, width), got "
+            f"{image_size!r}."
+        )
+    return hw
+
+
+def total_stride(patch_size: int,
+                 resnet_layers: Optional[Sequence[int]] = None) -> int:
+    """int. Image pixels per token side: the patch size, times the ResNet
+    stride for hybrids (`resnet_layers` not None). The one formula."""
+    stride = int(patch_size)
+    if resnet_layers is not None:
+        stride *= resnet.resnet_stride(resnet_layers)
+    return stride
+
+
+@dataclasses.dataclass(frozen=True)
+class Numerics:
+    """How each block computes where weights trained elsewhere differ from
+    the official ones (PyTorch: Hugging Face, timm). The defaults are the
+    official implementation's.
+
+    Attributes:
+        approximate_gelu: bool. The MLP's GELU in the tanh approximation;
+            False: the exact erf form, as PyTorch models were trained with.
+        layer_norm_epsilon: float. Every LayerNorm's epsilon: 1e-6
+            officially, 1e-12 in Hugging Face's ViT.
+    """
+
+    approximate_gelu: bool = True
+    layer_norm_epsilon: float = vit_layers.LAYER_NORM_EPSILON
+
+
+@dataclasses.dataclass(frozen=True)
+class Architecture:
+    """Everything that defines a `VisionTransformer`, checked and with the
+    variant's sizes filled in. Build one with `Architecture.create` (the
+    arguments of `keras_vit.create_model`); the fields mean what those
+    arguments mean.
+
+    Attributes:
+        patch_size, hidden_size, num_layers, num_heads, mlp_dim: int.
+        image_size: (height, width). The input size; with
+            `dynamic_image_size`, the size whose patch grid the position
+            embeddings are kept at.
+        num_classes: int. Width of the head; 0: no head (a features model).
+        variant: str or None. The `VARIANTS` name whose sizes these are
+            (None: sizes of no named variant).
+        resnet_layers: tuple of int or None. A hybrid's ResNet stages.
+        resnet_width: int. Its width factor.
+        pooling, posemb, representation_size, dropout_rate,
+            attention_dropout_rate, stochastic_depth_rate, head_zero_init,
+            head_bias_init, all_tokens, dynamic_image_size, remat: as in
+            `create_model`.
+        pre_logits_activation: str. The pre-logits layer's activation
+            ("tanh"; a Hugging Face model's pooler may use another).
+        numerics: Numerics.
+    """
+
+    patch_size: int
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    mlp_dim: int
+    image_size: Tuple[int, int] = (224, 224)
+    num_classes: int = 0
+    variant: Optional[str] = None
+    resnet_layers: Optional[Tuple[int, ...]] = None
+    resnet_width: int = 1
+    pooling: str = "token"
+    posemb: str = "learn"
+    representation_size: Optional[int] = None
+    pre_logits_activation: str = "tanh"
+    dropout_rate: float = 0.0
+    attention_dropout_rate: float = 0.0
+    stochastic_depth_rate: float = 0.0
+    head_zero_init: bool = True
+    head_bias_init: float = 0.0
+    all_tokens: bool = False
+    dynamic_image_size: bool = False
+    remat: str = "none"
+    numerics: Numerics = Numerics()
+
+    def __post_init__(self):
+        _check(self)
+
+    @classmethod
+    def create(cls, variant: Optional[str] = "B/16", **kwargs
+               ) -> "Architecture":
+        """The architecture of `create_model(variant, **kwargs)`: sizes
+        left None come from `variant` (None: all sizes explicit)."""
+        sizes = {k: kwargs.pop(k, None) for k in SIZE_FIELDS}
+        defaults = decode_variant(variant).sizes() if variant else {}
+        missing = [k for k, v in sizes.items() if v is None and not defaults]
+        if missing:
+            raise UsageError(
+                "variant=None needs explicit sizes; missing: "
+                f"{', '.join(missing)}."
+            )
+        sizes = {k: defaults[k] if v is None else v for k, v in sizes.items()}
+        if kwargs.get("resnet_layers") is None and defaults:
+            kwargs["resnet_layers"] = defaults["resnet_layers"]
+        for key in [k for k, v in kwargs.items() if v is None]:
+            if key not in ("resnet_layers", "representation_size"):
+                del kwargs[key]  # None: the default
+        arch = cls(**sizes, **kwargs)
+        if variant and decode_variant(variant).sizes() == {
+                k: getattr(arch, k) for k in defaults}:
+            arch = arch.replace(variant=variant)  # not when sizes differ
+        return arch
+
+    # ------------------------------------------------------------ geometry
+    @property
+    def stride(self) -> int:
+        """int. Image pixels per token side (`total_stride`)."""
+        return total_stride(self.patch_size, self.resnet_layers)
+
+    @property
+    def num_prefix_tokens(self) -> int:
+        """int. Tokens before the patch tokens: 1 with a class token."""
+        return int(self.pooling == "token")
+
+    def grid(self, image_size: Optional[ImageSize] = None) -> Tuple[int, int]:
+        """(rows, cols) of the patch grid at `image_size` (None: the
+        architecture's), whose sides the stride must divide."""
+        height, width = image_hw(
+            self.image_size if image_size is None else image_size)
+        stride = self.stride
+        for side, value in (("height", height), ("width", width)):
+            if value % stride:
+                what = f"patch size {self.patch_size} (the stride {stride})"
+                if self.resnet_layers is not None:
+                    what = f"the total stride {stride} (ResNet x patch size)"
+                raise UsageError(
+                    f"image_size {side} {value} is not divisible by {what}: "
+                    f"use a multiple of {stride}, e.g. "
+                    f"{max(stride, value // stride * stride)}."
+                )
+        return height // stride, width // stride
+
+    def num_tokens(self, image_size: Optional[ImageSize] = None) -> int:
+        """int. The encoder's sequence length at `image_size`."""
+        rows, cols = self.grid(image_size)
+        return self.num_prefix_tokens + rows * cols
+
+    # ------------------------------------------------------- serialisation
+    def to_dict(self) -> Dict[str, Any]:
+        """The fields as JSON-ready values (tuples as lists, `numerics` as a
+        dict); `from_dict` reads it back."""
+        out = dataclasses.asdict(self)
+        out["image_size"] = list(self.image_size)
+        if self.resnet_layers is not None:
+            out["resnet_layers"] = list(self.resnet_layers)
+        return out
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> "Architecture":
+        """An Architecture from `to_dict`'s output; a field it does not know
+        is an error that names it."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise UsageError(
+                f"Unknown architecture fields {unknown}; known: "
+                f"{', '.join(sorted(known))}."
+            )
+        values = dict(values)
+        if isinstance(values.get("numerics"), Mapping):
+            values["numerics"] = Numerics(**values["numerics"])
+        return cls(**values)
+
+    def replace(self, **changes) -> "Architecture":
+        """A copy with `changes`, checked again."""
+        return dataclasses.replace(self, **changes)
+
+
+# Architecture fields a run config's `model` section holds; the input size
+# and the class count are the config's own `image_size` and `num_classes`,
+# all_tokens and dynamic_image_size belong to other uses than training, and
+# pre_logits_activation and numerics to weights trained elsewhere.
+CONFIG_FIELDS = tuple(
+    f.name for f in dataclasses.fields(Architecture)
+    if f.name not in ("image_size", "num_classes", "all_tokens",
+                      "dynamic_image_size", "pre_logits_activation",
+                      "numerics")
+)
+
+
+def _normalised(arch: Architecture) -> Dict[str, Any]:
+    """The fields with Python types fixed (ints, floats, tuples)."""
+    ints = ("patch_size", "hidden_size", "num_layers", "num_heads",
+            "mlp_dim", "num_classes", "resnet_width")
+    floats = ("dropout_rate", "attention_dropout_rate",
+              "stochastic_depth_rate", "head_bias_init")
+    out = {k: int(getattr(arch, k)) for k in ints}
+    out.update({k: float(getattr(arch, k)) for k in floats})
+    out["image_size"] = image_hw(arch.image_size)
+    if arch.resnet_layers is not None:
+        out["resnet_layers"] = tuple(int(n) for n in arch.resnet_layers)
+    if arch.representation_size is not None:
+        out["representation_size"] = int(arch.representation_size)
+    for key in ("head_zero_init", "all_tokens", "dynamic_image_size"):
+        out[key] = bool(getattr(arch, key))
+    return out
+
+
+def _check(arch: Architecture) -> None:
+    """Fixes the field types of `arch` in place (a frozen dataclass's
+    __post_init__) and raises a UsageError naming the fix for any field
+    out of its range."""
+    if arch.variant is not None:
+        decode_variant(arch.variant)  # a known name
+    for field in SIZE_FIELDS:
+        if int(getattr(arch, field)) <= 0:
+            raise UsageError(
+                f"{field} must be positive, got {getattr(arch, field)}.")
+    for key, value in _normalised(arch).items():
+        object.__setattr__(arch, key, value)
+    if arch.hidden_size % arch.num_heads:
+        raise UsageError(
+            f"num_heads {arch.num_heads} does not divide hidden_size "
+            f"{arch.hidden_size}: choose a head count that divides the "
+            "width."
+        )
+    if arch.num_classes < 0:
+        raise UsageError(
+            f"num_classes must be >= 0 (0: no head), got {arch.num_classes}.")
+    if arch.representation_size is not None and arch.representation_size <= 0:
+        raise UsageError(
+            f"representation_size must be positive or None, got "
+            f"{arch.representation_size}."
+        )
+    if arch.resnet_layers is not None and arch.resnet_width < 1:
+        raise UsageError(
+            f"resnet_width must be a positive int, got {arch.resnet_width}.")
+    vit_embedding.check_rate("dropout_rate", arch.dropout_rate)
+    vit_embedding.check_rate("attention_dropout_rate",
+                             arch.attention_dropout_rate)
+    vit_embedding.check_rate("stochastic_depth_rate",
+                             arch.stochastic_depth_rate)
+    if arch.posemb not in POSEMBS:
+        raise UsageError(
+            f'posemb must be "learn" or "sincos2d", got {arch.posemb!r}.'
+        )
+    if arch.pooling not in ("token", "gap"):
+        raise UsageError(
+            f'pooling must be "token" or "gap", got {arch.pooling!r}.')
+    if not isinstance(arch.numerics, Numerics):
+        raise UsageError(
+            "numerics must be a keras_vit.Numerics, got "
+            f"{arch.numerics!r}."
+        )
+    check_remat(arch.remat)
+    arch.grid()  # the stride divides the image size
