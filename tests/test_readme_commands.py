@@ -618,7 +618,10 @@ def check_pip(command: Command) -> str:
 
 
 def check_suite(command: Command) -> str:
-    for word in project_args(command):
+    args = project_args(command)
+    for before, word in zip([""] + args, args):
+        if before in ("-m", "-k", "-p"):  # a marker, keyword or plugin
+            continue
         if not word.startswith("-") and not os.path.exists(
             os.path.join(ROOT, word)
         ):
