@@ -1,4 +1,5 @@
-"""Test set-up: quiet TensorFlow, the TF backend, and two logical CPU devices.
+"""Test set-up: quiet TensorFlow, the TF backend, two logical CPU devices,
+and the two test tiers (tests marked `slow` run only with --run_slow).
 
 Two logical CPU devices give a real 2-replica MirroredStrategy on one CPU,
 which is how replica code is tested here. They must be configured before
@@ -20,3 +21,11 @@ try:
     )
 except RuntimeError:  # devices already initialised (e.g. re-import)
     pass
+
+
+# The two test tiers: the hooks live in tests/tiers.py, where
+# tests/test_tiers.py runs them on a generated test file.
+from tests.tiers import (  # noqa: E402,F401
+    pytest_addoption,
+    pytest_collection_modifyitems,
+)

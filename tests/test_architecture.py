@@ -106,6 +106,7 @@ def test_lazy_names_are_visible_to_the_contracts():
         assert name in keras_vit.__all__
 
 
+@pytest.mark.slow
 def test_import_keras_vit_loads_no_tensorflow():
     # The numpy backend: Keras itself then needs no TensorFlow either.
     code = ("import sys, keras_vit; keras_vit.create_model; "

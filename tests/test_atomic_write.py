@@ -109,6 +109,7 @@ _KILLED = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_a_killed_process_leaves_the_old_file(tmp_path):
     path = tmp_path / "config.json"
     atomic_write(path, "{}\n")

@@ -164,8 +164,11 @@ def _write(tmp_path, model, name):
     return path
 
 
-@pytest.mark.parametrize("variant,size", [("Ti/16", 224), ("R+Ti/16", 64),
-                                          ("S/32", 64)])
+@pytest.mark.parametrize("variant,size", [
+    ("Ti/16", 224),
+    pytest.param("R+Ti/16", 64, marks=pytest.mark.slow),
+    pytest.param("S/32", 64, marks=pytest.mark.slow),
+])
 def test_small_augreg_files_load_end_to_end(tmp_path, variant, size):
     """Files in the official layout (written by save_npz, whose layout
     the shapes-only test above pins down) load with no --variant, at the

@@ -44,7 +44,8 @@ def test_randaugment_magnitude_mapping():
     assert augment.rand_augment(0, 15) is None
 
 
-@pytest.mark.parametrize("dtype", ["uint8", "float32"])
+@pytest.mark.parametrize("dtype", [
+    pytest.param("uint8", marks=pytest.mark.slow), "float32"])
 def test_randaugment_runs_inside_tf_data(dtype):
     fn = augment.rand_augment(2, 15, seed=0)
     picture = _picture(32, 32)
@@ -226,6 +227,7 @@ def test_png_falls_back_to_a_full_decode():
 
 
 # -------------------------------------------------------------- a real run
+@pytest.mark.slow
 def test_training_with_every_option_lowers_the_loss(tmp_path):
     """RandAugment, Mixup + CutMix, sigmoid loss with head bias -2,
     stochastic depth and sin-cos embeddings on the digits: the mean train

@@ -227,6 +227,7 @@ def test_r_ti16_layout_and_parameter_count():
     assert model.count_params() == expected
 
 
+@pytest.mark.slow
 def test_other_augreg_hybrids_keep_their_layout():
     for variant, stages, tokens in (("R26+S/32", (2, 2, 2, 2), 49),
                                     ("R50+L/32", (3, 4, 6, 3), 49)):
@@ -256,6 +257,7 @@ def test_head_bias_init_through_the_config():
                       keras_vit.SinCosPositionEmbedding)
 
 
+@pytest.mark.slow
 def test_options_run_on_the_jax_backend():
     import subprocess
     import sys

@@ -111,6 +111,7 @@ def _mock(fn, *args):
         return fn(*args)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path,arg", [
     (I21K, "variant=S/16,aug=strong2,do=0.1,sd=0.1"),
     (I1K, "variant=B/16,aug=medium2"),
@@ -128,6 +129,7 @@ def test_recipes_run_shrunk(tmp_path, path, arg):
     assert metrics["steps"] == 2 and math.isfinite(metrics["test_loss"])
 
 
+@pytest.mark.slow
 def test_augreg_finetune_runs_from_a_file_named_like_augreg(tmp_path):
     keras.utils.set_random_seed(0)
     source = keras_vit.create_model("R+Ti/16", num_classes=5,

@@ -95,6 +95,7 @@ def test_unreadable_images_are_named(tmp_path):
     assert f"{root}/train/a/truncated.png (Invalid PNG data" in text
 
 
+@pytest.mark.slow
 @covers("skip_bad_images")
 def test_skip_bad_images_counts_and_trains(tmp_path, caplog):
     root = good_folder(tmp_path / "images")
@@ -283,6 +284,7 @@ def test_workdir_on_unknown_file_system(tmp_path):
     assert "nofs" in str(info.value)
 
 
+@pytest.mark.slow
 @covers("config_typo", "missing_workdir", "unknown_strategy")
 def test_command_line_errors(tmp_path):
     train = [sys.executable, os.path.join(ROOT, "train.py"),

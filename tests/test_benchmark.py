@@ -119,6 +119,7 @@ def test_derived_numbers_and_ratio():
     assert "vs_keras_hub" not in hub_infer
 
 
+@pytest.mark.slow
 def test_harness_writes_consistent_json_and_markdown(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "keras_hub", None)  # as if absent
     prefix = str(tmp_path / "tiny")
@@ -185,6 +186,7 @@ assert "tensorflow" not in sys.modules
 """
 
 
+@pytest.mark.slow
 def test_harness_runs_under_jax_without_tensorflow(tmp_path):
     # The GPU machines have JAX but not TensorFlow: the harness, the model
     # and bfloat16 must work there with TensorFlow unimportable.
@@ -227,6 +229,7 @@ def test_bad_arguments_name_the_fix(tmp_path, capsys):
         throughput.main(["--variant", "R50+B/16", "--output", "x"])
 
 
+@pytest.mark.slow
 def test_compare_tree_times_another_checkout_beside_ours(
     tmp_path, monkeypatch
 ):
@@ -284,6 +287,7 @@ def _loop_overhead(*args, cwd):
     )
 
 
+@pytest.mark.slow
 def test_loop_overhead_harness_writes_consistent_results(tmp_path):
     prefix = str(tmp_path / "loop")
     proc = _loop_overhead("--steps_per_loop=2,1", f"--output={prefix}",
@@ -317,6 +321,7 @@ def test_loop_overhead_harness_writes_consistent_results(tmp_path):
     assert len(table) == 1 + 2 and table[1].startswith("| 1 | ")
 
 
+@pytest.mark.slow
 def test_loop_overhead_bad_flags_name_the_fix(tmp_path):
     proc = _loop_overhead("--steps_per_loop=ten", f"--output={tmp_path}/x",
                           cwd=ROOT)

@@ -156,6 +156,7 @@ cluster.run_guarded(lambda: re.match(r"(a+)+$", "a" * 64 + "b"),
 '''
 
 
+@pytest.mark.slow
 def test_guarded_setup_ends_on_time_and_on_sigterm(tmp_path):
     script = tmp_path / "guarded.py"
     script.write_text(GUARDED)

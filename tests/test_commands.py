@@ -138,6 +138,7 @@ def _run(args, **kwargs):
                           text=True, env=env, timeout=300, **kwargs)
 
 
+@pytest.mark.slow
 def test_processes_print_one_line_or_the_traceback(tmp_path):
     # A real process of each kind: the one-line error (python train.py),
     # the traceback with --verbose (a console-script entry point), and a

@@ -8,6 +8,7 @@ Imports are read from the source (inside functions too), not executed.
 
 import ast
 import configparser
+import functools
 import importlib.metadata
 import os
 import re
@@ -115,10 +116,17 @@ def _local_names():
     return names
 
 
+@functools.lru_cache(maxsize=None)
+def _packages_distributions():
+    """Module -> distributions of the environment: read once, since it
+    reads the file list of every installed distribution."""
+    return importlib.metadata.packages_distributions()
+
+
 def _distributions(module: str):
     if module in KNOWN:
         return {_normalise(KNOWN[module])}
-    found = importlib.metadata.packages_distributions().get(module)
+    found = _packages_distributions().get(module)
     return {_normalise(d) for d in found or ()}
 
 

@@ -258,6 +258,7 @@ def test_attention_model_of_a_dynamic_model():
         )
 
 
+@pytest.mark.slow
 def test_jax_backend_runs_two_sizes(tmp_path):
     """On JAX: a dynamic model built there gives the rebuilt models'
     logits at two sizes, called eagerly and through compiled predict."""

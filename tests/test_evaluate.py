@@ -209,6 +209,7 @@ def test_cli_vtab_one_task(tmp_path, capsys):
     assert record["lr"] == 0.01 and record["sweep"] == []
 
 
+@pytest.mark.slow
 def test_sweep_picks_the_best_pair_on_two_replicas(tmp_path):
     spec = importlib.util.spec_from_file_location("vtab_cfg", VTAB_CONFIG)
     module = importlib.util.module_from_spec(spec)

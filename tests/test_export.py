@@ -166,6 +166,7 @@ def _parse_cli_show(text):
     return signatures
 
 
+@pytest.mark.slow
 def test_saved_model_cli_show(exported):
     result = saved_model_cli("show", "--dir", exported[1], "--all")
     sigs = _parse_cli_show(result.stdout)
@@ -185,6 +186,7 @@ def test_saved_model_cli_show(exported):
         "outputs": {"features": ("DT_FLOAT", "(-1, 16)")}}
 
 
+@pytest.mark.slow
 def test_saved_model_cli_run_matches_keras(exported, model, images,
                                            tmp_path):
     datas = [images["jpeg"], images["png"]]
@@ -351,6 +353,7 @@ def test_tfsm_layer_reload(exported, loaded, model):
         loaded.predict_images(tf.constant(pixels))["scores"], atol=1e-6)
 
 
+@pytest.mark.slow
 def test_versions_increment_and_never_overwrite(model, images, tmp_path):
     model_dir = tmp_path / "vit"
     # An existing version, and a crashed export's leftover: a dotted,
@@ -397,7 +400,9 @@ def test_models_config_updated_not_clobbered(model, tmp_path):
     assert sorted(os.listdir(tmp_path / "vit")) == ["1"]
 
 
-@pytest.mark.parametrize("stage", ["write_out", "warmup", "verify"])
+@pytest.mark.parametrize("stage", [
+    pytest.param("write_out", marks=pytest.mark.slow),
+    pytest.param("warmup", marks=pytest.mark.slow), "verify"])
 def test_crash_leaves_no_version(model, tmp_path, monkeypatch, stage):
     def write_then_crash(archive, filepath):
         os.makedirs(filepath)
@@ -421,6 +426,7 @@ def test_crash_leaves_no_version(model, tmp_path, monkeypatch, stage):
     assert not (tmp_path / "models.config").exists()
 
 
+@pytest.mark.slow
 def test_mixed_bfloat16_model_served_in_float32(images, tmp_path):
     reference_model = tiny_model(seed=2)
     with dtype_policy("bfloat16"):
@@ -441,6 +447,7 @@ def test_mixed_bfloat16_model_served_in_float32(images, tmp_path):
     assert bf16_model.dtype_policy.name == "mixed_bfloat16"
 
 
+@pytest.mark.slow
 def test_export_after_mirrored_strategy_training(images, tmp_path):
     strategy = two_cpu_mirrored()
     with strategy.scope():

@@ -36,6 +36,7 @@ def images():
     return make_images()
 
 
+@pytest.mark.slow
 def test_cli_keras_model(model, images, tmp_path):
     keras_path = str(tmp_path / "model.keras")
     model.save(keras_path)

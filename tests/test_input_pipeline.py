@@ -453,6 +453,7 @@ def test_image_folder_trains_through_train_lib(tmp_path):
 
 
 # ------------------------------------------------------------------- TFDS
+@pytest.mark.slow
 def test_tfds_dataset_by_name_trains_through_train_lib(tmp_path):
     import tensorflow_datasets as tfds
 

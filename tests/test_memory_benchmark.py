@@ -85,6 +85,7 @@ def test_a_failed_measurement_is_reported_not_raised():
     assert "MemoryError" in memory_report.progress_line(row)
 
 
+@pytest.mark.slow
 def test_one_real_measurement_of_a_tiny_model():
     """A real child: XLA's buffer assignment of the compiled step, read
     back, and the recomputed matmuls of block remat in its HLO."""

@@ -323,6 +323,7 @@ def test_hugging_face_model_from_the_cache_offline(tmp_path, monkeypatch):
         keras_vit.load_model("hf://test-org/not-downloaded")
 
 
+@pytest.mark.slow
 def test_hf_home_and_offline_from_the_environment(tmp_path):
     """A fresh process with HF_HOME and HF_HUB_OFFLINE=1 set, as a user
     would: the model comes from HF_HOME/hub without the network."""

@@ -471,6 +471,7 @@ def test_mpp_pretrain_recipe_has_the_paper_numbers_and_runs_shrunk(
     assert os.path.exists(metrics["encoder_npz"])
 
 
+@pytest.mark.slow
 def test_mpp_model_keras_file_round_trips_and_runs_on_jax(tmp_path):
     """The .keras file reloads with identical outputs, on TensorFlow and
     on the JAX backend (the model core is portable Keras 3)."""

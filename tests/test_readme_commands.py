@@ -618,7 +618,10 @@ def check_pip(command: Command) -> str:
 
 
 def check_suite(command: Command) -> str:
-    for word in project_args(command):
+    args = project_args(command)
+    for before, word in zip([""] + args, args):
+        if before in ("-m", "-k", "-p"):  # a marker, keyword or plugin
+            continue
         if not word.startswith("-") and not os.path.exists(
             os.path.join(ROOT, word)
         ):
@@ -1129,7 +1132,36 @@ def check_command(command: Command, workspace_getter) -> str:
     return done
 
 
-@pytest.mark.parametrize("command", all_commands(), ids=lambda c: c.id)
+# Processes the checks start: the slow tier (tests/tiers.py).
+STARTS_A_PROCESS = {"tensorboard", "docker", "curl",
+                    "tensorflow_model_server"}
+
+
+def starts_a_process(command: Command) -> bool:
+    """Whether checking the command runs it, or another documented
+    command it needs, in a process of its own: a RUNS entry, a script
+    parsed by absl's --only_check_args, a tool checked against a real run
+    or export, `mkdocs build`."""
+    kind, argv = classify(command), command.argv
+    if command.doc in DOCS and run_key(command):
+        return True
+    if kind == "script":
+        path = os.path.join(ROOT, argv[1])
+        if os.path.exists(path):
+            with open(path, encoding="utf-8") as f:
+                return "app.run(" in f.read()
+        return False
+    return kind == "external" and (
+        argv[0] in STARTS_A_PROCESS or argv[:2] == ("mkdocs", "build"))
+
+
+def _tiered(commands):
+    return [pytest.param(c, marks=pytest.mark.slow) if starts_a_process(c)
+            else c for c in commands]
+
+
+@pytest.mark.parametrize("command", _tiered(all_commands()),
+                         ids=lambda c: c.id)
 def test_readme_command(command, request):
     check_command(command, lambda: request.getfixturevalue("workspace"))
 

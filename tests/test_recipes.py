@@ -283,6 +283,7 @@ def _capture_model(monkeypatch):
     return built
 
 
+@pytest.mark.slow
 def test_pretrain_recipe_runs_shrunk_in_bfloat16(tmp_path, monkeypatch):
     import tensorflow_datasets as tfds
 
@@ -348,6 +349,7 @@ def test_finetune_recipe_runs_shrunk_from_an_npz(tmp_path, monkeypatch):
     assert any(np.array_equal(v, kernel) for v in snapshot.values())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("res", [384, 512])
 def test_finetune_recipe_runs_at_high_resolution(res, tmp_path, monkeypatch):
     """The recipe at the paper's fine-tuning resolutions, with 16 x 16

@@ -235,6 +235,7 @@ JAX_SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_jax_block_and_dots_gradients_equal_plain_ones():
     env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu",
                PYTHONPATH=ROOT)

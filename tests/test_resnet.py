@@ -219,6 +219,7 @@ _JAX_SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_tiny_hybrid_on_jax_backend_matches_numpy():
     env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu")
     result = subprocess.run(

@@ -160,6 +160,7 @@ def _write_crafted(folder, name):
     return path
 
 
+@pytest.mark.slow
 def test_crafted_files_are_refused_in_a_child_process(tmp_path):
     paths = [_write_crafted(str(tmp_path), name) for name in CRAFTED]
     done = _child("files", *paths)
@@ -213,6 +214,7 @@ def test_reader_is_chosen_by_whether_torch_is_installed(tmp_path,
     assert list(torch_pickle.read_state_dict(path)) == ["w"]
 
 
+@pytest.mark.slow
 def test_fuzzed_files_load_right_or_are_refused():
     # Random changes to a valid file's pickle bytes, its views' sizes,
     # strides and offsets, and its storages' bytes and declared counts:

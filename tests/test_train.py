@@ -240,6 +240,7 @@ def test_fine_tune_from_workdir_resizes_and_reinitialises_head(tmp_path):
     assert metrics["steps"] == 4
 
 
+@pytest.mark.slow
 def test_train_py_command_line(tmp_path):
     """train.py with a locked config (the shipped digits, by name, from
     another folder): overrides work, a typo is one line naming the field."""

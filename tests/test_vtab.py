@@ -318,6 +318,7 @@ def test_markdown_and_csv(tmp_path):
     assert rows[0]["accuracy_percent"] == "90.80"
 
 
+@pytest.mark.slow
 def test_charts_leave_matplotlibs_backend_alone(tmp_path):
     """Importing the report writer and drawing both charts neither switches
     the process's backend nor leaves figures in pyplot (Keras itself imports
@@ -466,6 +467,7 @@ def consistent_mock_data(monkeypatch):
     monkeypatch.setattr(cls, "__init__", init)
 
 
+@pytest.mark.slow
 def test_all_19_tasks_end_to_end_with_rerun(tmp_path, consistent_mock_data):
     data_dir = str(tmp_path / "data")
     out = str(tmp_path / "out")
