@@ -68,6 +68,7 @@ def test_timm_config_without_model_args_is_refused_by_head_count(tmp_path):
         keras_vit.load_model(folder)
 
 
+@pytest.mark.slow
 def test_mutated_configs_load_or_are_refused(tmp_path):
     rng = random.Random(0)
     values = [None, [], {}, "x", -1, 0, 10**30, 1.5, float("nan"), True,
