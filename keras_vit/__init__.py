@@ -57,10 +57,11 @@ if TYPE_CHECKING:
     # What `_LAZY` loads on first use, for type checkers and for the import
     # contracts (setup.cfg lists these imports as loaded lazily).
     from keras_vit.checkpoint.catalog import list_models
-    from keras_vit.checkpoint.loader import Source, load_model
+    from keras_vit.checkpoint.loader import load_model
     from keras_vit.checkpoint.npz import LoadReport
     from keras_vit.checkpoint.posemb import resize_position_embedding
     from keras_vit.checkpoint.resolution import rebuild_at_resolution
+    from keras_vit.checkpoint.sources import Source
     from keras_vit.checkpoint.weights import load_npz, save_npz
     from keras_vit.export.saved_model import export_model
 
@@ -71,7 +72,7 @@ _LAZY = {
     "LoadReport": "keras_vit.checkpoint.npz",
     "rebuild_at_resolution": "keras_vit.checkpoint.resolution",
     "resize_position_embedding": "keras_vit.checkpoint.posemb",
-    "Source": "keras_vit.checkpoint.loader",
+    "Source": "keras_vit.checkpoint.sources",
     "load_model": "keras_vit.checkpoint.loader",
     "list_models": "keras_vit.checkpoint.catalog",
     "export_model": "keras_vit.export.saved_model",

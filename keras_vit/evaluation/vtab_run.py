@@ -39,7 +39,7 @@ from keras_vit import config as config_lib
 from keras_vit.checkpoint import loader as pretrained
 from keras_vit.checkpoint import workdir as wd
 from keras_vit.data import vtab
-from keras_vit.errors import UsageError
+from keras_vit.errors import Preempted, UsageError
 from keras_vit.evaluation import reports
 
 BACKBONE = "backbone.npz"
@@ -51,10 +51,6 @@ FINAL = "final"
 # each task's config holds their defaults, so that changing them (e.g.
 # vtab.keep_checkpoints) leaves finished trials valid.
 _RUNNER_FIELDS = ("vtab", "fewshot", "download", "manual_dir")
-
-
-class Preempted(RuntimeError):
-    """Training stopped on SIGTERM; rerunning the command resumes."""
 
 
 def _plain(obj):
@@ -286,7 +282,7 @@ def run(
         k: config.model[k] for k in ("dropout_rate", "attention_dropout_rate")
     }
     model_fields = pretrained.transfer_model_config(
-        pretrained.Source(npz=backbone), overrides
+        pretrained.NpzSource(backbone), overrides
     )
     records: List[Dict] = reports.read_jsonl(results_path)
     done = {r["task"] for r in records}

@@ -150,7 +150,11 @@ def train_and_evaluate(
             exports the SavedModel this way (`keras_vit.commands.train`),
             so training needs nothing from the layers above it.
 
-    Returns the final metrics (also written to workdir/metrics.json).
+    Returns the final metrics (also written to workdir/metrics.json), or,
+    when the run stopped on SIGTERM with a checkpoint saved,
+    {"preempted": True, "step": S} ("restart": True when every worker of a
+    multi-worker or TPU run saved that step); the commands then exit with
+    `distribute.RESTART_EXIT_CODE`.
     """
     if config.mpp.enabled:
         if config.export.enabled:
@@ -305,8 +309,9 @@ def _resume_and_run(
     if handler is not None:
         logging.info(
             "Preemption: PreemptionCheckpointHandler saves a checkpoint on "
-            "every worker at the same step and exits (code %d) when any "
-            "worker is told to stop.", distribute.RESTART_EXIT_CODE,
+            "every worker at the same step and stops the run (the commands "
+            "exit with status %d) when any worker is told to stop.",
+            distribute.RESTART_EXIT_CODE,
         )
     final = loop.run(
         config, workdir, strategy, trainer, train_iter, eval_fn, writer,
@@ -315,8 +320,4 @@ def _resume_and_run(
     if distribute.is_multi_worker(strategy):
         cluster.finish(lambda: distribute.any_worker(strategy, False),
                        handler)
-    if final.get("restart"):
-        # Every worker saved at the same step: the scheduler restarts the
-        # job, and the same command resumes.
-        raise SystemExit(distribute.RESTART_EXIT_CODE)
     return final
