@@ -31,6 +31,9 @@ use TensorFlow, except `load_npz` and `save_npz` of local files (NumPy).
 import importlib
 from typing import TYPE_CHECKING
 
+# First, before Keras loads TensorFlow: a keras-vit-* console script holds
+# back TensorFlow's start-up notices (keras_vit.quiet_start).
+from keras_vit import quiet_start  # noqa: F401
 from keras_vit.attention import MultiHeadSelfAttention
 from keras_vit.derived import (
     attention_model,

@@ -415,7 +415,7 @@ def _command_model(*args):
     command.define_flags(values, argv)
     cli_flags.define_verbose(values)
     cli_flags.parse(values, argv)
-    return cli_flags.load_model(values)
+    return cli_flags.load_flagged_model(values)
 
 
 def test_workdir_source(monkeypatch, tiny_model, tmp_path):

@@ -8,7 +8,6 @@ lays it out, and interrupted or short downloads are simulated by a remote
 reader that fails or lies about its size.
 """
 
-import hashlib
 import os
 import shutil
 import subprocess
@@ -21,11 +20,11 @@ from huggingface_hub import constants as hf_constants
 import keras_vit
 from keras_vit.checkpoint import cache, catalog, loader, weights
 from keras_vit.errors import UsageError
+from tests import model_cache
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-HF_FIXTURE = os.path.join(ROOT, "tests", "fixtures", "hub",
-                          "hf_vit_classifier")
-REVISION = "0123456789abcdef0123456789abcdef01234567"
+HF_FIXTURE = model_cache.HF_FIXTURE
+REVISION = model_cache.REVISION
 
 
 @pytest.fixture(scope="module")
@@ -260,24 +259,7 @@ def test_unknown_name_gives_the_closest_names(tmp_path, monkeypatch):
 
 
 def _hf_cache(root, repo="test-org/tiny-vit"):
-    """The Hugging Face cache layout of `repo` at REVISION: blobs named by
-    their hash, snapshot files linking to them, refs/main naming the
-    revision."""
-    folder = root / ("models--" + repo.replace("/", "--"))
-    snapshot = folder / "snapshots" / REVISION
-    os.makedirs(folder / "blobs")
-    os.makedirs(snapshot)
-    for name in sorted(os.listdir(HF_FIXTURE)):
-        if name == "reference.npz":
-            continue
-        with open(os.path.join(HF_FIXTURE, name), "rb") as f:
-            data = f.read()
-        blob = folder / "blobs" / hashlib.sha256(data).hexdigest()
-        blob.write_bytes(data)
-        os.symlink(os.path.relpath(blob, snapshot), snapshot / name)
-    os.makedirs(folder / "refs")
-    (folder / "refs" / "main").write_text(REVISION)
-    return snapshot
+    return model_cache.fill_hf_cache(root, repo)
 
 
 def test_hugging_face_model_from_the_cache_offline(tmp_path, monkeypatch):

@@ -32,6 +32,7 @@ from typing import Callable, List, Optional, Sequence
 from absl import flags, logging
 
 from keras_vit import config as config_lib
+from keras_vit import quiet_start
 from keras_vit.errors import PREEMPTED_EXIT_CODE, Preempted, UsageError
 from keras_vit.training import cluster
 from keras_vit.training.resume import TrainingError
@@ -216,9 +217,13 @@ def run(
     define_verbose(values)
     define(values, argv)
     if any(a in HELP_ARGS for a in argv[1:]):
+        quiet_start.release()
         print(help_text(program, doc, values))
         return 0
     verbose = any(_VERBOSE.fullmatch(str(a)) for a in argv[1:])
+    # A console script's stderr, held since `import keras_vit`, goes back
+    # without TensorFlow's start-up notices.
+    quiet_start.release()
     logging.use_absl_handler()
     try:
         rest = parse(values, argv)
