@@ -142,8 +142,6 @@ def resolve(
             a SavedModel without `exports`.
     """
     if isinstance(source, Source):
-        if isinstance(source, SavedModelSource) and not exports:
-            source.build()  # refused, saying why
         return source
     if source is None or not str(source).strip():
         raise UsageError(f"No model given: a model is {SOURCE_KINDS}.")
