@@ -28,6 +28,7 @@ from keras_vit.checkpoint.sources import (
     FROM_SOURCE,
     HubSource,
     KerasSource,
+    LiteRTSource,
     SavedModelSource,
     Source,
     WorkdirSource,
@@ -35,7 +36,8 @@ from keras_vit.checkpoint.sources import (
 )
 
 __all__ = [
-    "ARCH_FIELDS", "FROM_SOURCE", "HubSource", "KerasSource", "Loaded",
+    "ARCH_FIELDS", "FROM_SOURCE", "HubSource", "KerasSource", "LiteRTSource",
+    "Loaded",
     "NpzSource", "SOURCE_KINDS", "SavedModelSource", "Source",
     "SourceLike", "WorkdirSource", "class_names", "describe_source",
     "initialise", "load_model", "load_report", "resolve", "source_arrays",

@@ -35,6 +35,7 @@ from keras_vit.checkpoint.npz_source import NpzSource
 from keras_vit.checkpoint.sources import (
     HubSource,
     KerasSource,
+    LiteRTSource,
     SavedModelSource,
     Source,
     WorkdirSource,
@@ -91,6 +92,8 @@ def _path_source(text: str, variant, posemb_grid, use_ema) -> Source:
         return NpzSource(text, variant=variant, posemb_grid=posemb_grid)
     if lower.endswith(".keras"):
         return KerasSource(text)
+    if lower.endswith(".tflite"):
+        return LiteRTSource(text)
     if is_dir:
         if any(tf.io.gfile.exists(os.path.join(text, name))
                for name in hub.WEIGHT_FILES):
@@ -131,15 +134,15 @@ def resolve(
         posemb_grid: (rows, cols) or None. An .npz only: its patch grid
             when not square.
         use_ema: bool. A training workdir: its EMA weights (when kept).
-        exports: bool. Whether an exported SavedModel is taken (a caller
-            that serves predictions); else it is refused.
+        exports: bool. Whether an export (a SavedModel, a .tflite) is
+            taken (a caller that serves predictions); else it is refused.
 
     Raises:
         UsageError: nothing of a model kind is there (one line saying why,
             with the closest released names), a name or URI that is not
             cached and cannot be downloaded (saying how to get it),
             `variant` / `posemb_grid` for a source that records its own, or
-            a SavedModel without `exports`.
+            an export without `exports`.
     """
     if isinstance(source, Source):
         return source
@@ -156,7 +159,7 @@ def resolve(
         resolved = NpzSource(located.path, variant=variant,
                              posemb_grid=posemb_grid,
                              image_size=located.image_size)
-    if isinstance(resolved, SavedModelSource) and not exports:
+    if resolved.export and not exports:
         resolved.build()  # refused, saying why
     for name, value in (("variant", variant), ("posemb_grid", posemb_grid)):
         if value is not None and not isinstance(resolved, NpzSource):

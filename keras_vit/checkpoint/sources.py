@@ -15,8 +15,8 @@ URI, a path) into one of these; everything else asks the source itself:
 The kinds: `WorkdirSource` (a training run's latest checkpoint),
 `KerasSource` (a `.keras` file), `NpzSource` (an official or AugReg
 `.npz`; `keras_vit.checkpoint.npz_source`), `HubSource` (a Hugging Face /
-timm folder) and `SavedModelSource` (an export: it serves predictions,
-nothing else loads it).
+timm folder), and the exports `SavedModelSource` and `LiteRTSource` (they
+serve predictions; nothing else loads them).
 """
 
 from __future__ import annotations
@@ -95,6 +95,8 @@ class Source:
 
     path: str
     kind = "source"
+    # An export: it serves predictions and loads into nothing else.
+    export = False
 
     def describe(self) -> str:
         """str. A short label for reports, e.g. "ViT-B_16.npz"."""
@@ -247,23 +249,44 @@ class HubSource(Source):
         return self._read().class_names
 
 
-@dataclasses.dataclass(frozen=True)
-class SavedModelSource(Source):
-    """An exported SavedModel (a version folder with saved_model.pb, or a
-    TF Serving model folder of numbered versions): it answers requests
-    (`keras-vit-predict`), and is no model to build, train or export."""
+class _Export(Source):
+    """An exported model: it answers requests (keras-vit-predict), and is
+    no model to build, fine-tune or export again."""
 
-    kind = "saved_model"
+    what = "an export"
+    export = True
 
     def _refuse(self, *args, **kwargs):
         raise UsageError(
-            f"{self.path} is an exported SavedModel: it serves predictions "
-            "(keras-vit-predict, TF Serving) but holds no Keras model to "
-            "load, fine-tune or export again. Use the model it was exported "
-            "from (its training workdir, .keras or .npz file)."
+            f"{self.path} is {self.what}: it serves predictions "
+            "(keras-vit-predict) but holds no Keras model to load, "
+            "fine-tune, evaluate or export again. Use the model it was "
+            "exported from (its training workdir, .keras or .npz file)."
         )
 
     architecture = content = build = _refuse
+
+
+@dataclasses.dataclass(frozen=True)
+class LiteRTSource(_Export):
+    """A LiteRT `.tflite` file written by `keras-vit-export --format=litert`
+    (its class names beside it, in `<name>.labels.txt`)."""
+
+    kind = "litert"
+    what = "a LiteRT file"
+
+    def class_names(self) -> Optional[List[str]]:
+        path = self.path[: -len(".tflite")] + ".labels.txt"
+        return wd.read_lines(path) if os.path.exists(path) else None
+
+
+@dataclasses.dataclass(frozen=True)
+class SavedModelSource(_Export):
+    """An exported SavedModel (a version folder with saved_model.pb, or a
+    TF Serving model folder of numbered versions)."""
+
+    kind = "saved_model"
+    what = "an exported SavedModel"
 
     def version(self) -> str:
         """str. The version folder: `path` itself, else its newest

@@ -4,9 +4,9 @@ r"""keras-vit-predict: classify image files with a trained model.
     keras-vit-predict --model=exports/vit cat.jpg dog.png --top_k=3 \
         --output=predictions.csv
 
---model is any model source (`keras_vit.checkpoint.resolve`), or an
+--model is any model source (`keras_vit.checkpoint.resolve`), an
 exported SavedModel (a version folder, or the model folder: its newest
-version).
+version) or a LiteRT file (`keras-vit-export --format=litert`).
 Images are decoded and preprocessed exactly as the export's
 `serving_default` does (`keras_vit.data.preprocessing`), so the answer for
 a file equals the SavedModel's for the same bytes. Each file is decoded
@@ -37,6 +37,7 @@ from keras_vit.commands import flags as cli
 from keras_vit.data import preprocessing
 from keras_vit.derived import input_image_size
 from keras_vit.errors import UsageError
+from keras_vit.export import litert
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp")
 
@@ -128,12 +129,35 @@ def saved_model_predictor(path: str) -> Callable:
     return predict
 
 
+def litert_predictor(path: str, resize_size=None) -> Callable:
+    """The predict function of a LiteRT file (`keras-vit-export
+    --format=litert`): the images preprocessed as serving_default does,
+    then given to the file as the pixels in [0, 255] it takes."""
+    interpreter = litert.interpreter_class()(model_path=path)
+    size = tuple(int(n) for n in interpreter.get_input_details()[0][
+        "shape"][1:3])
+
+    def predict(images: Sequence[bytes]) -> np.ndarray:
+        pixels = np.stack([
+            preprocessing.preprocess_eval(
+                preprocessing.decode_image(tf.constant(image)), size,
+                resize_size,
+            ).numpy()
+            for image in images
+        ])
+        return litert.run_litert(path, (pixels + 1.0) * 127.5)
+
+    return predict
+
+
 def predictor(values, source) -> Callable:
     """The predict function of --model (`source`)."""
     if source.kind == "saved_model":
         if values.resize_size is not None:
             raise UsageError("--resize_size is built into a SavedModel.")
         return saved_model_predictor(source.version())
+    if source.kind == "litert":
+        return litert_predictor(source.path, values.resize_size)
     model = cli.load_flagged_model(values, source, head="predict with")
     return keras_predictor(model, cli.resize_size(values, source))
 
@@ -179,8 +203,9 @@ def write_output(path: str, files, tops, skipped) -> None:
 def define_flags(values: flags.FlagValues, argv: Sequence[str]) -> None:
     """The flags of keras-vit-predict (the images are its arguments)."""
     del argv
-    cli.define_model(values, extra=" Or an exported SavedModel: a version "
-                     "folder, or the model folder (its newest version).")
+    cli.define_model(values, extra=" Or an export: a SavedModel (a version "
+                     "folder, or the model folder: its newest version) or a "
+                     "LiteRT .tflite file.")
     cli.define_resize_size(values)
     cli.define_class_names_file(values)
     flags.DEFINE_integer("top_k", 5, "Classes shown per image.",
