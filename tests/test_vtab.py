@@ -272,7 +272,7 @@ def test_not_prepared_without_download_says_how(tmp_path):
     with pytest.raises(vtab.DataUnavailableError) as e:
         vtab.prepare("dtd", str(tmp_path), download=False)
     assert "tfds build dtd" in str(e.value)
-    assert "--config.download=True" in str(e.value)
+    assert "config.download=True" in str(e.value)
 
 
 # ------------------------------------------------------------- reports

@@ -130,7 +130,7 @@ def check_checkpoint(path: str, model) -> None:
             f"Checkpoint {path} is from a different model than the one "
             f"configured: {problem}. The workdir's config.json no longer "
             "describes its checkpoints: put back the run's own config "
-            "(same model fields), or use a new workdir."
+            "(same model fields), or use a new `workdir`."
         )
 
 

@@ -131,7 +131,7 @@ def run_trial(
             raise UsageError(
                 f"{workdir} holds a run with another config (different "
                 "hyper-parameters, data or backbone). Use a new "
-                "--output_dir, or delete that directory to redo the trial."
+                "`output_dir`, or delete that directory to redo the trial."
             )
         if tf.io.gfile.exists(metrics_path):
             logging.info("Reusing the finished trial in %s.", workdir)
@@ -229,7 +229,7 @@ def prepare_backbone(
             return path
         raise UsageError(
             f"{output_dir} holds results of another pre-trained model "
-            f"({wd.read_json(stamp)}): use a new --output_dir for {wanted}."
+            f"({wd.read_json(stamp)}): use a new `output_dir` for {wanted}."
         )
     logging.info("Writing the headless backbone of %s to %s.",
                  source.describe(), path)

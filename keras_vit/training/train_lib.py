@@ -103,7 +103,7 @@ def _check_workdir_config(config, workdir: str) -> None:
         raise TrainingError(
             f"The workdir {workdir} holds a run with a different model "
             f"config ({_model_signature(old)}) than this one "
-            f"({_model_signature(config)}). Use a new --workdir, or the "
+            f"({_model_signature(config)}). Use a new `workdir`, or the "
             "same config to resume."
         )
 
@@ -239,7 +239,7 @@ def train_and_evaluate(
         tf.io.gfile.makedirs(workdir)
     except tf.errors.OpError as e:
         raise TrainingError(
-            f"Cannot use --workdir {workdir}: {e.message.splitlines()[0]}. "
+            f"Cannot use `workdir` {workdir}: {e.message.splitlines()[0]}. "
             "Check the path and your credentials; gs:// paths need "
             "TensorFlow's GCS file system: pip install -e '.[gcs]' in a "
             "checkout, or pip install 'keras-vision-transformer[gcs]'."
