@@ -1,10 +1,11 @@
 """The error classes of this project's own checks and stops.
 
-`UsageError`: what a user gave (a flag, a config field, a file, an image,
-a model option) cannot be used, and the message names the fix. The
-project's checks of user input raise it (a missing file is a
-FileNotFoundError, a run that cannot go on a
-`keras_vit.training.resume.TrainingError`). The command lines print
+`UsageError`: what a user gave (a flag, a config field, a config's
+argument, a file, an image, a model option, a call the caller can fix)
+cannot be used, and the message names the fix. The project's checks of
+user input raise it, except a missing file (FileNotFoundError) and a run
+that cannot go on (`keras_vit.training.resume.TrainingError`); an export
+that disagrees with its model raises RuntimeError (a fault, not input). The command lines print
 such an error as one line and exit 1 (the traceback follows with
 --verbose); any other exception, a ValueError from inside Keras or
 TensorFlow included, keeps its traceback.
