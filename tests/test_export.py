@@ -22,9 +22,9 @@ from PIL import Image
 from keras_vit import create_model, features_model
 from keras_vit.build import dtype_policy
 from keras_vit.data import preprocessing
+from keras_vit.errors import UsageError
 from keras_vit.export import files as export_files
 from keras_vit.export import saved_model as export_lib
-from keras_vit.errors import UsageError
 from keras_vit.export.saved_model import export_model
 from tests.strategies import two_cpu_mirrored
 
