@@ -6,8 +6,8 @@ cannot be used, and the message names the fix. The project's checks of
 user input raise it, except a missing file (FileNotFoundError) and a run
 that cannot go on (`keras_vit.training.resume.TrainingError`); an export
 that disagrees with its model raises RuntimeError (a fault, not input).
-The command lines print such an error as one line and exit 1 (the traceback follows with
---verbose); any other exception, a ValueError from inside Keras or
+The command lines print such an error as one line and exit 1 (the
+traceback follows with --verbose); any other exception, a ValueError from inside Keras or
 TensorFlow included, keeps its traceback.
 
 `UsageError` is a `ValueError`, so code that caught ValueError still does.
