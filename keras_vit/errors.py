@@ -7,8 +7,8 @@ user input raise it, except a missing file (FileNotFoundError) and a run
 that cannot go on (`keras_vit.training.resume.TrainingError`); an export
 that disagrees with its model raises RuntimeError (a fault, not input).
 The command lines print such an error as one line and exit 1 (the
-traceback follows with --verbose); any other exception, a ValueError from inside Keras or
-TensorFlow included, keeps its traceback.
+traceback follows with --verbose); any other exception, a ValueError
+from inside Keras or TensorFlow included, keeps its traceback.
 
 `UsageError` is a `ValueError`, so code that caught ValueError still does.
 
