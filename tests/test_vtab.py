@@ -494,7 +494,7 @@ def test_all_19_tasks_end_to_end_with_rerun(tmp_path, consistent_mock_data):
     assert not os.path.exists(os.path.join(run_dir, "checkpoints"))
     # A finished trial is reused, not retrained (there is no mock data here,
     # so training would fail); another config in its directory is refused.
-    backbone = os.path.join(out, "backbone.path")
+    backbone = os.path.join(out, "backbone.npz")
     fields = pretrained.transfer_model_config(
         pretrained.NpzSource(backbone),
         {"dropout_rate": 0.0, "attention_dropout_rate": 0.0},
