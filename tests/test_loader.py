@@ -17,6 +17,7 @@ import pytest
 from keras_vit import create_model
 from keras_vit.checkpoint import loader, weights
 from keras_vit.checkpoint import workdir as wd
+from keras_vit.errors import UsageError
 from keras_vit.training import train_lib
 from tests import tiny
 
@@ -140,3 +141,38 @@ def test_workdir_without_class_count_names_the_fix(sources, tmp_path):
     config["num_classes"] = 10
     wd.write_json(config_path, config)
     assert loader.load_model(loader.WorkdirSource(run)).output_shape[-1] == 10
+
+
+def test_the_resolver_refuses_in_one_line_saying_why(tmp_path):
+    def refusal(text, **kwargs):
+        with pytest.raises(UsageError) as info:
+            loader.resolve(text, **kwargs)
+        message = str(info.value)
+        assert "\n" not in message
+        return message
+
+    assert "no such file or folder, and no released model's name" in (
+        refusal(str(tmp_path / "missing.npz")))
+    (tmp_path / "empty").mkdir()
+    assert "is a folder of no model kind" in refusal(str(tmp_path / "empty"))
+    (tmp_path / "notes.txt").write_text("x")
+    assert "is a file of no model kind" in refusal(str(tmp_path / "notes.txt"))
+    for uri in ("hf://org/name@..", "hf://../name", "hf://org/.hidden"):
+        assert "holds no '..'" in refusal(uri), uri
+    # Exports serve predictions only: refused unless the caller serves.
+    version = tmp_path / "export" / "vit" / "3"
+    version.mkdir(parents=True)
+    (version / "saved_model.pb").write_bytes(b"")
+    (version / "assets").mkdir()
+    (version / "assets" / "labels.txt").write_bytes(b"cat\r\ndog\r\n")
+    folder = str(tmp_path / "export" / "vit")
+    assert "is an exported SavedModel" in refusal(folder)
+    served = loader.resolve(folder, exports=True)
+    assert served.kind == "saved_model" and served.version() == str(version)
+    # One reader of label files: CRLF and LF alike.
+    assert loader.class_names(served) == ["cat", "dog"]
+    tflite = tmp_path / "vit.tflite"
+    tflite.write_bytes(b"")
+    assert "is a LiteRT file" in refusal(str(tflite))
+    with pytest.raises(UsageError, match="is a LiteRT file"):
+        loader.load_model(loader.LiteRTSource(str(tflite)))
