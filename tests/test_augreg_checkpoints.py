@@ -202,7 +202,7 @@ def test_name_and_arrays_disagreeing_names_both(tmp_path):
     with pytest.raises(ValueError) as error:
         loader.load_model(loader.NpzSource(right, variant="Ti/16"))
     text = str(error.value)
-    assert "--variant Ti/16" in text and "R+Ti/16" in text
+    assert "`variant`=Ti/16" in text and "R+Ti/16" in text
     # A file not named like AugReg's: the arrays alone, --variant checks.
     plain = _write(tmp_path, model, "my_model")
     with pytest.raises(ValueError, match="not a Ti/16 checkpoint"):

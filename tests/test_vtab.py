@@ -549,7 +549,7 @@ def test_other_backbone_in_the_same_output_dir_is_refused(tmp_path):
     a = tiny_source(str(tmp_path / "a.npz"))
     b = tiny_source(str(tmp_path / "b.npz"))
     vtab_run.prepare_backbone(a, str(tmp_path / "out"))
-    with pytest.raises(ValueError, match="use a new --output_dir"):
+    with pytest.raises(ValueError, match="use a new `output_dir`"):
         vtab_run.prepare_backbone(b, str(tmp_path / "out"))
 
 
