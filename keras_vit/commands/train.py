@@ -9,9 +9,13 @@ evaluate it, and export it for serving when `config.export.enabled`.
 --config names a config shipped in keras_vit/configs (`digits`) or a path
 (`configs/digits.py`, `my_config.py:arg`); --config.FIELD=VALUE overrides a
 field (the config is locked: a misspelt field is an error naming the
-closest). `--model=SOURCE` (short for `--config.init.model=SOURCE`)
-starts from a model: any source the other commands take. Restarting with
-the same --workdir resumes from its latest checkpoint.
+closest); `--config NAME` and `--config=NAME` are the same.
+`--model=SOURCE` (short for `--config.init.model=SOURCE`) starts from a
+model: any source the other commands take (a released name, hf://ORG/NAME,
+a file, a run), resolved once to its local file or folder, whose
+architecture the run takes. Restarting with the same --workdir resumes
+from its latest checkpoint. A run stopped by SIGTERM (preemption) saves a
+checkpoint and exits with status 42.
 """
 
 from __future__ import annotations
