@@ -19,7 +19,7 @@ def _quiet_start():
     if package is None or not package.submodule_search_locations:
         return contextlib.nullcontext()
     path = os.path.join(list(package.submodule_search_locations)[0],
-                        "commands", "quiet_start.py")
+                        "quiet_start.py")
     if not os.path.exists(path):
         return contextlib.nullcontext()
     spec = importlib.util.spec_from_file_location("_quiet_start", path)

@@ -31,6 +31,9 @@ use TensorFlow, except `load_npz` and `save_npz` of local files (NumPy).
 import importlib
 from typing import TYPE_CHECKING
 
+# First, before Keras loads TensorFlow: a keras-vit-* console script holds
+# back TensorFlow's start-up notices (keras_vit.quiet_start).
+from keras_vit import quiet_start  # noqa: F401
 from keras_vit.architecture import Architecture
 from keras_vit.attention import MultiHeadSelfAttention
 from keras_vit.derived import (
@@ -64,10 +67,11 @@ if TYPE_CHECKING:
     # What `_LAZY` loads on first use, for type checkers and for the import
     # contracts (setup.cfg lists these imports as loaded lazily).
     from keras_vit.checkpoint.catalog import list_models
-    from keras_vit.checkpoint.loader import Source, load_model
+    from keras_vit.checkpoint.loader import load_model
     from keras_vit.checkpoint.npz import LoadReport
     from keras_vit.checkpoint.posemb import resize_position_embedding
     from keras_vit.checkpoint.resolution import rebuild_at_resolution
+    from keras_vit.checkpoint.sources import Source
     from keras_vit.checkpoint.weights import load_npz, save_npz
     from keras_vit.export.saved_model import export_model
 
@@ -78,7 +82,7 @@ _LAZY = {
     "LoadReport": "keras_vit.checkpoint.npz",
     "rebuild_at_resolution": "keras_vit.checkpoint.resolution",
     "resize_position_embedding": "keras_vit.checkpoint.posemb",
-    "Source": "keras_vit.checkpoint.loader",
+    "Source": "keras_vit.checkpoint.sources",
     "load_model": "keras_vit.checkpoint.loader",
     "list_models": "keras_vit.checkpoint.catalog",
     "export_model": "keras_vit.export.saved_model",

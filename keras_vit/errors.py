@@ -1,14 +1,31 @@
-"""The one error class of this project's own input checks.
+"""The error classes of this project's own checks and stops.
 
-Every check that keras_vit makes of what a user gave it (a flag, a config
-field, a file, an image, a model option) raises `UsageError` with a message
-that names the fix. The command lines print such an error as one line and
-exit 1 (the traceback follows with --verbose); any other exception, a
-ValueError from inside Keras or TensorFlow included, keeps its traceback.
+`UsageError`: what a user gave (a flag, a config field, a config's
+argument, a file, an image, a model option, a call the caller can fix)
+cannot be used, and the message names the fix. The project's checks of
+user input raise it, except a missing file (FileNotFoundError) and a run
+that cannot go on (`keras_vit.training.resume.TrainingError`); an export
+that disagrees with its model raises RuntimeError (a fault, not input).
+The command lines print such an error as one line and exit 1 (the
+traceback follows with --verbose); any other exception, a ValueError
+from inside Keras or TensorFlow included, keeps its traceback.
 
 `UsageError` is a `ValueError`, so code that caught ValueError still does.
+
+`Preempted`: a run stopped on SIGTERM after saving a checkpoint; every
+command then exits with PREEMPTED_EXIT_CODE, and the same command resumes.
 """
+
+# TensorFlow's restart status (PreemptionCheckpointHandler's exit off Google
+# Cloud), for the job scheduler to restart the job.
+PREEMPTED_EXIT_CODE = 42
 
 
 class UsageError(ValueError):
     """Bad input that the user can fix; the message says how."""
+
+
+class Preempted(Exception):
+    """A run stopped on SIGTERM after saving a checkpoint (every worker at
+    the same step, under a PreemptionCheckpointHandler): it should end; the
+    commands exit with PREEMPTED_EXIT_CODE and the same command resumes."""

@@ -51,7 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    model = loader.load_model(loader.Source(workdir=args.workdir))
+    model = loader.load_model(loader.WorkdirSource(args.workdir))
     size = tuple(model.input_shape[1:3])
     pixels, labels = test_pixels(size)
     logits = keras.ops.convert_to_numpy(model(pixels / 127.5 - 1.0))

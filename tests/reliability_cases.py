@@ -76,8 +76,9 @@ _CASES = [
         "sigterm", FAULT, "training",
         "SIGTERM (what a preempted TPU VM receives), arriving while ckpt-30 "
         "is being written",
-        "The save completes, the run stops at step 30 with exit status 0, "
-        "and the same command resumes from ckpt-30 and runs to the end.",
+        "The save completes, the run stops at step 30 with exit status 42 "
+        "(every command's status after a preemption), and the same command "
+        "resumes from ckpt-30 and runs to the end.",
         ("Stopped at step", "checkpoint saved. Run the same command to "
          "resume."),
     ),
@@ -120,7 +121,7 @@ _CASES = [
         "A clear error before any weight is loaded; config.json is not "
         "rewritten.",
         ("Cannot resume from", "is from a different model",
-         "use a new --workdir"),
+         "use a new `workdir`"),
         "TrainingError",
     ),
     Case(
@@ -311,7 +312,7 @@ _CASES = [
         "missing_data_dir", BAD_INPUT, "data",
         "`dataset='folder'` with a data_dir that does not exist",
         "A clear error.",
-        ("does not exist", "set --config.data_dir"),
+        ("does not exist", "set config.data_dir"),
         "UsageError",
     ),
     # -------------------------------------------------------- bad config
@@ -410,7 +411,7 @@ _CASES = [
         "A workdir on a file system TensorFlow cannot reach (gs:// without "
         "GCS support, a mistyped scheme)",
         "A clear error naming the path and the fix.",
-        ("Cannot use --workdir", "pip install -e '.[gcs]'"),
+        ("Cannot use `workdir`", "pip install -e '.[gcs]'"),
         "TrainingError",
     ),
     Case(

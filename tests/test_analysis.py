@@ -392,11 +392,14 @@ def _analysis(*args):
 
 def test_cli_errors_name_the_fix(tmp_path, capsys):
     out = f"--output_dir={tmp_path}"
+    run = tmp_path / "run"  # a training run's workdir, to the resolver
+    run.mkdir()
+    (run / "config.json").write_text("{}")
     cases = [
         (["--model=x.keras", out], "Give the images"),
         ([f"--model={tmp_path}/missing.keras", "--digits=1", out],
          "missing.keras"),
-        ([f"--model={tmp_path}", "--digits=1", "--variant=B/16", out],
+        ([f"--model={run}", "--digits=1", "--variant=B/16", out],
          "--variant goes with an .npz model only"),
         ([f"--model={tmp_path}", "--digits=1", out], "config.json"),
         (["--model=x.keras", "--digits=1", str(tmp_path), out], "not both"),
@@ -415,7 +418,7 @@ def _command_model(*args):
     command.define_flags(values, argv)
     cli_flags.define_verbose(values)
     cli_flags.parse(values, argv)
-    return cli_flags.load_model(values)
+    return cli_flags.load_flagged_model(values)
 
 
 def test_workdir_source(monkeypatch, tiny_model, tmp_path):
@@ -424,6 +427,7 @@ def test_workdir_source(monkeypatch, tiny_model, tmp_path):
     monkeypatch.setattr(
         workdir, "restore_model", lambda path, use_ema: tiny_model
     )
+    (tmp_path / workdir.CONFIG).write_text("{}")  # a run's workdir
     assert _command_model(f"--model={tmp_path}") is tiny_model
 
 

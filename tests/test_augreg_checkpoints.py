@@ -181,34 +181,34 @@ def test_small_augreg_files_load_end_to_end(tmp_path, variant, size):
     template = PRE if size == 224 else (
         PRE + f"--cifar100-steps_2k-lr_0.01-res_{size}")
     path = _write(tmp_path, model, template.format(NAMES[variant]))
-    loaded = loader.load_model(loader.Source(npz=path))
+    loaded = loader.load_model(loader.NpzSource(path))
     assert loaded.input_shape[1:3] == (size, size)
     assert keras_vit.decode_variant(variant)  # the name's variant
     x = np.random.default_rng(0).uniform(-1, 1, (2, size, size, 3))
     x = x.astype("float32")
     np.testing.assert_allclose(np.asarray(loaded(x)), np.asarray(model(x)),
                                atol=1e-5)
-    info = loader.describe_source(loader.Source(npz=path))
+    info = loader.describe_source(loader.NpzSource(path))
     assert info["variant"] == variant and info["image_size"] == size
     # --variant agreeing with the name is accepted.
-    loader.load_model(loader.Source(npz=path, variant=variant))
+    loader.load_model(loader.NpzSource(path, variant=variant))
 
 
 def test_name_and_arrays_disagreeing_names_both(tmp_path):
     model = keras_vit.create_model("R+Ti/16", num_classes=10, image_size=64)
     wrong_name = _write(tmp_path, model, PRE.format("Ti_16"))
     with pytest.raises(ValueError) as error:
-        loader.load_model(loader.Source(npz=wrong_name))
+        loader.load_model(loader.NpzSource(wrong_name))
     text = str(error.value)
     assert "Ti/16" in text and "R+Ti/16" in text and "patch_size" in text
     right = _write(tmp_path, model, PRE.format("R_Ti_16"))
     with pytest.raises(ValueError) as error:
-        loader.load_model(loader.Source(npz=right, variant="Ti/16"))
+        loader.load_model(loader.NpzSource(right, variant="Ti/16"))
     text = str(error.value)
-    assert "--variant Ti/16" in text and "R+Ti/16" in text
+    assert "`variant`=Ti/16" in text and "R+Ti/16" in text
     # A file not named like AugReg's: the arrays alone, --variant checks.
     plain = _write(tmp_path, model, "my_model")
     with pytest.raises(ValueError, match="not a Ti/16 checkpoint"):
-        loader.load_model(loader.Source(npz=plain, variant="Ti/16"))
-    assert loader.load_model(loader.Source(npz=plain),
+        loader.load_model(loader.NpzSource(plain, variant="Ti/16"))
+    assert loader.load_model(loader.NpzSource(plain),
                              image_size=64).name == "vit_R_Ti_16"

@@ -144,7 +144,7 @@ def test_sincos2d_equals_big_vision_and_has_no_weights(tmp_path):
     assert not any("pos" in k for k in arrays)
     path = str(tmp_path / "m.npz")
     weights.save_npz(model, path)
-    loaded = keras_vit.load_model(keras_vit.Source(npz=path),
+    loaded = keras_vit.load_model(path,
                                   image_size=(16, 24))
     x = images(2, 16, 24)
     np.testing.assert_allclose(

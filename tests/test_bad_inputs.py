@@ -431,12 +431,28 @@ def test_unknown_vtab_task():
 
 
 def test_optimizer_names_in_message_are_the_real_ones():
-    """The listed optimizers are the ones that exist (the fix works)."""
-    for name in optim.OPTIMIZERS:
-        opt = dict(name=name, lr=0.1)
+    """The optimizers the unknown-name message lists are exactly the ones
+    that exist: each listed name builds that optimizer (its Keras class,
+    the schedule's learning rate) and takes a step."""
+    with pytest.raises(ValueError) as info:
+        optim.create_optimizer(mlc.ConfigDict(dict(name="adamm", lr=0.1)),
+                               10)
+    listed = str(info.value).split("use one of ")[1].rstrip(".").split(", ")
+    keras_class = {"sgd": "SGD", "adam": "Adam", "adamw": "AdamW",
+                   "lamb": "Lamb"}
+    assert sorted(listed) == sorted(keras_class)
+    for name in listed:
+        opt = dict(name=name, lr=0.1, warmup_steps=0, decay_type="linear")
         if name in ("adamw", "lamb"):
             opt["weight_decay"] = 0.0
-        assert optim.create_optimizer(mlc.ConfigDict(opt), 10) is not None
+        optimizer = optim.create_optimizer(mlc.ConfigDict(opt), 10)
+        assert type(optimizer).__name__ == keras_class[name], name
+        variable = tf.Variable([1.0, -2.0])
+        optimizer.apply_gradients([(tf.constant([0.5, 0.5]), variable)])
+        assert int(optimizer.iterations.numpy()) == 1, name
+        # A step at the first learning rate (0.1) moved the weights down.
+        moved = np.asarray(variable.numpy()) - np.array([1.0, -2.0])
+        assert np.all(moved < 0) and np.all(moved > -0.2), (name, moved)
 
 
 # ------------------------------------------------------- the published table

@@ -22,9 +22,8 @@ import pytest
 import tensorflow as tf
 from absl import logging as absl_logging
 
-from keras_vit import create_model
-from keras_vit.commands import flags as cli_flags
-from keras_vit.commands import quiet_start
+from keras_vit import create_model, quiet_start
+from keras_vit.commands import runner as cli_flags
 from keras_vit.training import cluster, distribute, state
 from tests.strategies import two_cpu_mirrored
 

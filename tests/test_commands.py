@@ -15,8 +15,10 @@ import pytest
 from absl import flags
 
 from keras_vit import config as config_lib
+from keras_vit.checkpoint import loader
 from keras_vit.checkpoint import workdir as wd
 from keras_vit.commands import flags as cli
+from keras_vit.commands import runner
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COMMANDS = ("train", "evaluate", "export", "convert", "analysis", "predict")
@@ -61,10 +63,12 @@ def test_help_shows_the_same_model_flag_and_verbose(name, capsys):
     assert module(name).main([f"keras-vit-{name}", "--help"]) == 0
     text = capsys.readouterr().out
     assert text.startswith(f"usage: keras-vit-{name} [flags]")
-    # One definition (flags.MODEL_HELP), wrapped as absl wraps help.
-    assert "  --model: The model: a training workdir, a .keras file, an " \
-        "official or AugReg\n    .npz (local or gs://), or a Hugging Face " \
-        "/ timm folder." in text
+    # One definition (flags.MODEL_HELP: the resolver's list of what a
+    # model is, names and hf:// first), as absl wraps help.
+    assert cli.MODEL_HELP.startswith(
+        "The model: a released model's name (keras_vit.list_models(), e.g. "
+        "ViT-B_16), hf://ORG/NAME[@REVISION], a training workdir")
+    assert f"--model: {cli.MODEL_HELP}" in " ".join(text.split())
     assert "--[no]verbose: Debug logging, and the traceback behind a " \
         "one-line error." in text
     for old in ("--keras_model", "--npz", "--hub", "--saved_model",
@@ -81,23 +85,37 @@ def test_bad_model_is_one_line_and_verbose_adds_the_traceback(
     assert module(name).main(argv) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [
-        f"keras-vit-{name}: error: {MISSING}: no such file or folder. A "
-        f"model is {config_source_kinds()}."
+        f"keras-vit-{name}: error: {MISSING}: no such file or folder, and "
+        f"no released model's name. A model is {config_source_kinds()}."
     ]
     assert module(name).main(argv + ["--verbose"]) == 1
     err = capsys.readouterr().err
     assert "Traceback (most recent call last)" in err
     assert "keras_vit.errors.UsageError" in err
     assert err.strip().splitlines()[-1] == f"keras-vit-{name}: error: " \
-        f"{MISSING}: no such file or folder. A model is " \
-        f"{config_source_kinds()}."
+        f"{MISSING}: no such file or folder, and no released model's " \
+        f"name. A model is {config_source_kinds()}."
     assert not os.path.exists(tmp_path / "run")  # nothing started
 
 
 def config_source_kinds():
-    from keras_vit.checkpoint import loader
-
     return loader.SOURCE_KINDS
+
+
+def test_library_words_become_the_commands_flags():
+    values = flags.FlagValues()
+    module("export").define_flags(values, ["keras-vit-export"])
+    message = ("`variant` goes with an .npz model only; `output` is no flag "
+               "here; config.init.model stays")
+    assert runner.shell_words(message, values) == (
+        "--variant goes with an .npz model only; `output` is no flag here; "
+        "config.init.model stays")
+    values = flags.FlagValues()
+    module("train").define_flags(values, ["keras-vit-train"])
+    assert runner.shell_words(
+        "set config.num_classes=N in config.json or keras_vit/config.py",
+        values) == ("set --config.num_classes=N in config.json or "
+                    "keras_vit/config.py")
 
 
 def test_a_bad_flag_is_one_line(tmp_path, capsys):
@@ -149,7 +167,8 @@ def test_processes_print_one_line_or_the_traceback(tmp_path):
     assert result.returncode == 1, result.stderr[-2000:]
     lines = [line for line in result.stderr.splitlines() if "error" in line]
     assert lines == [f"keras-vit-train: error: {MISSING}: no such file or "
-                     f"folder. A model is {config_source_kinds()}."]
+                     "folder, and no released model's name. A model is "
+                     f"{config_source_kinds()}."]
     assert "Traceback" not in result.stderr
     assert not (tmp_path / "run").exists()
 
@@ -158,7 +177,7 @@ def test_processes_print_one_line_or_the_traceback(tmp_path):
     assert result.returncode == 1
     assert "Traceback (most recent call last)" in result.stderr
     assert result.stderr.strip().splitlines()[-1].startswith(
-        f"keras-vit-predict: error: {MISSING}: no such file or folder.")
+        f"keras-vit-predict: error: {MISSING}: no such file or folder,")
 
     path = tmp_path / "m.keras"
     path.write_bytes(b"not read")
@@ -190,6 +209,10 @@ def parse_train(argv):
 
 def test_config_by_name_and_by_path(tmp_path):
     by_name = parse_train(["--config=digits", "--workdir=w"]).config
+    # The space form, as absl users type flags.
+    for argv in (["--config", "digits"], ["--config", "digits:x", ]):
+        spaced = parse_train([*argv, "--workdir=w"]).config
+        assert spaced.to_dict() == by_name.to_dict()
     for path in ("configs/digits.py", "keras_vit/configs/digits.py",
                  os.path.join(ROOT, "configs", "digits.py")):
         cwd = os.getcwd()

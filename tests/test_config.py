@@ -207,7 +207,7 @@ def test_read_config_refuses_an_unknown_saved_field(tmp_path):
 
 
 def test_read_config_without_a_config_says_so(tmp_path):
-    with pytest.raises(FileNotFoundError, match="is .* the --workdir of a "
+    with pytest.raises(FileNotFoundError, match="is .* the workdir of a "
                        "training run"):
         wd.read_config(str(tmp_path))
 

@@ -224,7 +224,7 @@ def test_sweep_picks_the_best_pair_on_two_replicas(tmp_path):
     strategy = two_cpu_mirrored()
     out = str(tmp_path / "out")
     with tfds.testing.mock_data(**MOCK):
-        result = vtab_run.run(config, pretrained.Source(npz=npz), out,
+        result = vtab_run.run(config, pretrained.NpzSource(npz), out,
                               train_lib.train_and_evaluate, strategy,
                               tasks="dsprites_loc")
     (record,) = result["records"]
@@ -264,12 +264,12 @@ def test_keras_file_is_usable_as_a_vtab_source(tmp_path):
     model = tiny(num_classes=10, image_size=16, representation_size=16)
     path = str(tmp_path / "m.keras")
     model.save(path)
-    info = pretrained.describe_source(pretrained.Source(keras_model=path))
+    info = pretrained.describe_source(pretrained.KerasSource(path))
     assert info["num_classes"] == 10 and info["representation_size"] == 16
     assert info["image_size"] == (16, 16)
-    out = pretrained.write_backbone(pretrained.Source(keras_model=path),
+    out = pretrained.write_backbone(pretrained.KerasSource(path),
                                     str(tmp_path / "b.npz"))
-    arrays = checkpoint_io.read_npz(out.npz)
+    arrays = checkpoint_io.read_npz(out.path)
     source = checkpoint.model_arrays(keras.models.load_model(path))
     assert set(arrays) == set(source) - {
         "head/kernel", "head/bias", "pre_logits/kernel", "pre_logits/bias"

@@ -22,6 +22,7 @@ from PIL import Image
 from keras_vit import create_model, features_model
 from keras_vit.build import dtype_policy
 from keras_vit.data import preprocessing
+from keras_vit.errors import UsageError
 from keras_vit.export import files as export_files
 from keras_vit.export import saved_model as export_lib
 from keras_vit.export.saved_model import export_model
@@ -464,7 +465,7 @@ def test_export_after_mirrored_strategy_training(images, tmp_path):
     assert any(np.abs(a - b).max() > 0 for a, b in
                zip(before, model.get_weights()))
     with strategy.scope():
-        with pytest.raises(RuntimeError, match="outside|after leaving"):
+        with pytest.raises(UsageError, match="outside|after leaving"):
             export_model(model, str(tmp_path))
     path = export_model(model, str(tmp_path))
     datas = [images["jpeg"], images["bmp"]]

@@ -29,6 +29,7 @@ import keras_vit
 from keras_vit import optim
 from keras_vit.checkpoint import atomic
 from keras_vit.checkpoint import workdir as wd
+from keras_vit.commands import runner
 from keras_vit.data import pipeline as input_pipeline
 from keras_vit.training import train_lib
 from keras_vit.training.trainer import Trainer
@@ -140,7 +141,7 @@ def test_killed_three_times_and_preempted_then_resumes_exactly(
     )
 
     # 4. SIGTERM while ckpt-30 is being written (held until released):
-    # the save completes, then the run stops there with exit status 0.
+    # the save completes, then the run stops there with exit status 42.
     marker, release = str(tmp_path / "in_merge_4"), str(tmp_path / "go")
     run = Run(tmp_path, workdir, "4.log", extra_env={
         "FAULT_PAUSE_MERGE": "ckpt-30", "FAULT_MARKER": marker,
@@ -150,7 +151,8 @@ def test_killed_three_times_and_preempted_then_resumes_exactly(
     run.proc.send_signal(signal.SIGTERM)
     time.sleep(0.2)
     open(release, "w").close()
-    text = run.finish(timeout=120)
+    # A preempted run's status, in every command.
+    text = run.finish(timeout=120, status=runner.PREEMPTED_EXIT_CODE)
     _resumed_from(text, workdir, "ckpt-20")
     check_says("kill_during_checkpoint_write", text)
     check_says("sigterm", text)

@@ -24,7 +24,7 @@ FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "hub")
 
 
 def _source(name):
-    return loader.Source(hub=os.path.join(FIXTURES, name))
+    return loader.HubSource(os.path.join(FIXTURES, name))
 
 
 def _run(model, pixels):
@@ -121,7 +121,7 @@ def test_processor_values_that_define_no_input_are_refused(
     _edit(folder / "preprocessor_config.json", **fields)
     with pytest.raises(UsageError, match="preprocessor_config.json " +
                        message):
-        loader.load_model(loader.Source(hub=str(folder)))
+        loader.load_model(loader.HubSource(str(folder)))
 
 
 def test_scalar_processor_mean_is_broadcast_as_transformers_does(tmp_path):
@@ -138,7 +138,7 @@ def test_architectures_choose_the_arrays(tmp_path):
     folder = _copy(tmp_path, "hf_vit_classifier_stray_pooler")
     _edit(folder / "config.json", architectures=["ViTForMaskedImageModeling"])
     with pytest.raises(UsageError, match="architectures=.*other than one"):
-        loader.load_model(loader.Source(hub=str(folder)))
+        loader.load_model(loader.HubSource(str(folder)))
     # A classifier's config whose file has no classifier: transformers
     # would start the head at random.
     folder = _copy(tmp_path, "hf_vit_model_stray_classifier")
@@ -148,14 +148,14 @@ def test_architectures_choose_the_arrays(tmp_path):
         {k: v for k, v in arrays.items() if not k.startswith("classifier")},
         str(folder / "model.safetensors"))
     with pytest.raises(UsageError, match="no classifier.weight"):
-        loader.load_model(loader.Source(hub=str(folder)))
+        loader.load_model(loader.HubSource(str(folder)))
     # Without architectures the arrays tell, as before: both parts.
     folder = _copy(tmp_path, "hf_vit_model_stray_classifier", "_b")
     config = json.loads((folder / "config.json").read_text())
     del config["architectures"]
     (folder / "config.json").write_text(json.dumps(config))
     names = [layer.name for layer in
-             loader.load_model(loader.Source(hub=str(folder))).layers]
+             loader.load_model(loader.HubSource(str(folder))).layers]
     assert names[-2:] == ["pre_logits", "head"]
 
 
@@ -180,7 +180,7 @@ def test_bicubic_equals_torch_interpolate():
 def test_other_resolution_equals_the_library_model_there(name, size):
     reference = np.load(os.path.join(FIXTURES, "resized", name + ".npz"))
     key = "{}x{}".format(*size)
-    model, report = loader.load_model(_source(name), size, with_report=True)
+    model, report = loader.load_report(_source(name), size)
     assert report.posemb_resized == ((4, 4), (size[0] // 8, size[1] // 8))
     want = reference[f"logits_{key}"]
     got = _run(model, reference[f"pixels_{key}"])
@@ -199,8 +199,7 @@ def test_timm_input_size_without_fixed_input_size_is_not_the_model_size(
     del config["model_args"]["img_size"]
     config["pretrained_cfg"]["fixed_input_size"] = False
     (folder / "config.json").write_text(json.dumps(config))
-    model, report = loader.load_model(loader.Source(hub=str(folder)),
-                                      with_report=True)
+    model, report = loader.load_report(loader.HubSource(str(folder)))
     assert model.input_shape == (None, 224, 224, 3)
     assert report.posemb_resized == ((4, 4), (28, 28))
     stored = hub.read_hub(str(folder)).arrays[
@@ -249,7 +248,7 @@ def test_fine_tuning_start_reads_the_stored_grid(tmp_path):
     config["pretrained_cfg"]["fixed_input_size"] = False
     (folder / "config.json").write_text(json.dumps(config))
     target = keras_vit_model(48)
-    report = loader.initialise(target, loader.Source(hub=str(folder)))
+    report = loader.initialise(target, loader.HubSource(str(folder)))
     assert report.posemb_resized == ((4, 4), (6, 6))
 
 

@@ -43,7 +43,7 @@ def _copy(tmp_path, name, edit=None):
 
 
 def _load(folder):
-    return loader.load_model(loader.Source(hub=folder))
+    return loader.load_model(loader.HubSource(folder))
 
 
 def _outputs(model, folder):
@@ -106,7 +106,7 @@ def test_each_vit_config_field_is_honoured_or_refused(tmp_path, field):
 
 
 def _check_hf_read(tmp_path, name, field):
-    source = loader.Source(hub=_copy(tmp_path, name))
+    source = loader.HubSource(_copy(tmp_path, name))
     if field == "num_attention_heads":
         assert loader.describe_source(source)["num_heads"] == 2
         _copy(tmp_path, name, _set(field, 4))
@@ -125,7 +125,7 @@ def _check_hf_read(tmp_path, name, field):
         assert loader.describe_source(source)["layer_norm_epsilon"] == 1e-3
     else:  # qkv_bias False: a file without q/k/v biases, zero biases
         assert field == "qkv_bias"
-        path = os.path.join(source.hub, "model.safetensors")
+        path = os.path.join(source.path, "model.safetensors")
         arrays = safetensors.numpy.load_file(path)
         for key in [k for k in arrays if "_proj.bias" in k or
                     "attention.attention." in k and k.endswith(".bias")]:
@@ -186,7 +186,7 @@ def test_each_vision_transformer_argument_is_honoured_or_refused(
 
 
 def _check_timm_read(tmp_path, field):
-    source = loader.Source(hub=_copy(tmp_path, "timm_vit"))
+    source = loader.HubSource(_copy(tmp_path, "timm_vit"))
     if field == "num_heads":
         assert loader.describe_source(source)["num_heads"] == 4
         _copy(tmp_path, "timm_vit", _set(field, 2, args=True))
@@ -199,7 +199,7 @@ def _check_timm_read(tmp_path, field):
         assert loader.describe_source(source)["image_size"] == (32, 40)
     else:  # qkv_bias=False: timm writes no qkv bias; zeros are read
         assert field == "qkv_bias"
-        path = os.path.join(source.hub, "model.safetensors")
+        path = os.path.join(source.path, "model.safetensors")
         arrays = safetensors.numpy.load_file(path)
         for key in [k for k in arrays if k.endswith("attn.qkv.bias")]:
             del arrays[key]
@@ -222,7 +222,7 @@ def test_accepted_non_default_arguments_compute_the_same(tmp_path):
     # act_layer "gelu_tanh" is the tanh GELU; "layernorm" is timm's own
     # LayerNorm; no_embed_class / pool_include_prefix change nothing
     # without a class token.
-    source = loader.Source(hub=_copy(tmp_path, "timm_vit", _set(
+    source = loader.HubSource(_copy(tmp_path, "timm_vit", _set(
         "act_layer", "gelu_tanh", args=True)))
     assert loader.describe_source(source)["approximate_gelu"]
     for field in ("no_embed_class", "pool_include_prefix"):
@@ -262,7 +262,7 @@ def test_relu_pooler_is_not_fine_tuned_as_tanh(tmp_path):
     relu pooler there is refused; the paper's transfer (pre-logits
     dropped) and the backbone file without it work."""
     folder = os.path.join(FIXTURES, "hf_vit_model_relu")
-    info = loader.describe_source(loader.Source(hub=folder))
+    info = loader.describe_source(loader.HubSource(folder))
     fields = {k: info[k] for k in ("patch_size", "hidden_size", "num_layers",
                                    "num_heads", "mlp_dim")}
     model = keras_vit.create_model(
@@ -281,13 +281,13 @@ def test_relu_pooler_is_not_fine_tuned_as_tanh(tmp_path):
         loader.source_arrays(folder, False)["Transformer/encoder_norm/scale"])
     backbone = loader.write_backbone(folder, str(tmp_path / "b.npz"))
     assert not any(k.startswith("pre_logits/")
-                   for k in np.load(backbone.npz).files)
+                   for k in np.load(backbone.path).files)
 
 
 def test_gap_model_loads_exactly_with_or_without_global_pool(tmp_path):
     folder = os.path.join(FIXTURES, "timm_vit_gap")
     model = _load(folder)
-    assert loader.describe_source(loader.Source(hub=folder))["pooling"] == "gap"
+    assert loader.describe_source(loader.HubSource(folder))["pooling"] == "gap"
     _assert_reference(model, folder)
 
     def no_pool(config):  # as a user writes model_args by hand
@@ -345,11 +345,11 @@ def test_average_pooling_this_vit_does_not_compute(name, message):
 # --- part 3: clear refusals, no crashes ----------------------------------
 
 def test_label_names_dict_in_id_order(tmp_path):
-    source = loader.Source(hub=os.path.join(FIXTURES, "timm_vit_label_dict"))
+    source = loader.HubSource(os.path.join(FIXTURES, "timm_vit_label_dict"))
     names = loader.class_names(source)
     assert names == ["red", "green", "blue"]
     model = loader.load_model(source)
-    _assert_reference(model, source.hub)
+    _assert_reference(model, source.path)
     # What keras-vit-predict does with them (a KeyError before).
     tops = predict.top_k(np.asarray([[0.1, 0.7, 0.2]]), names, 2)
     assert tops == [[(1, "green", 0.7), (2, "blue", 0.2)]]
@@ -375,8 +375,7 @@ def test_transformers5_state_dict_loads_as_plain_vit():
     folder = os.path.join(FIXTURES, "hf_vit_v5_state_dict")
     tensors = hub.read_tensors(os.path.join(folder, "pytorch_model.bin"))
     assert "vit.layers.0.attention.q_proj.weight" in tensors
-    model, report = loader.load_model(loader.Source(hub=folder),
-                                      with_report=True)
+    model, report = loader.load_report(loader.HubSource(folder))
     assert report.ok and report.layout == hub.HUGGINGFACE
     _assert_reference(model, folder)
 

@@ -21,7 +21,7 @@ FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "hub")
 
 
 def _source(name):
-    return loader.Source(hub=os.path.join(FIXTURES, name))
+    return loader.HubSource(os.path.join(FIXTURES, name))
 
 
 def _run(model, pixels):
@@ -42,7 +42,7 @@ def _run(model, pixels):
 ])
 def test_outputs_equal_the_reference_implementation(name, output, naming):
     reference = np.load(os.path.join(FIXTURES, name, "reference.npz"))
-    model, report = loader.load_model(_source(name), with_report=True)
+    model, report = loader.load_report(_source(name))
     assert report.layout == naming and report.ok
     want = reference[output]
     got = _run(model, reference["pixels"])
@@ -66,7 +66,7 @@ def test_architecture_and_class_names_from_config():
 
 def test_weights_file_path_and_keras_round_trip(tmp_path):
     path = os.path.join(FIXTURES, "timm_vit", "model.safetensors")
-    model = loader.load_model(loader.Source(hub=path))
+    model = loader.load_model(loader.HubSource(path))
     pixels = np.load(os.path.join(FIXTURES, "timm_vit", "reference.npz"))[
         "pixels"]
     model.save(tmp_path / "timm.keras")
@@ -75,8 +75,7 @@ def test_weights_file_path_and_keras_round_trip(tmp_path):
 
 
 def test_new_resolution_resizes_the_position_embedding():
-    model, report = loader.load_model(
-        _source("hf_vit_classifier"), 48, with_report=True)
+    model, report = loader.load_report(_source("hf_vit_classifier"), 48)
     assert model.input_shape == (None, 48, 48, 3)
     assert report.posemb_resized == ((4, 4), (6, 6))
 
@@ -93,7 +92,7 @@ def test_first_unsupported_key_is_named(tmp_path):
     arrays["blocks.0.ls1.gamma"] = np.ones(32, np.float32)
     safetensors.numpy.save_file(arrays, str(folder / "model.safetensors"))
     with pytest.raises(ValueError, match=r"first blocks\.0\.ls1\.gamma"):
-        loader.load_model(loader.Source(hub=str(folder)))
+        loader.load_model(loader.HubSource(str(folder)))
 
 
 def test_missing_config_and_other_model_types(tmp_path):
@@ -101,16 +100,16 @@ def test_missing_config_and_other_model_types(tmp_path):
     shutil.copytree(os.path.join(FIXTURES, "hf_vit_classifier"), folder)
     os.remove(folder / "config.json")
     with pytest.raises(FileNotFoundError, match="config.json is missing"):
-        loader.load_model(loader.Source(hub=str(folder)))
+        loader.load_model(loader.HubSource(str(folder)))
     with pytest.raises(FileNotFoundError, match="holds none of"):
-        loader.load_model(loader.Source(hub=str(tmp_path)))
+        loader.load_model(loader.HubSource(str(tmp_path)))
     folder = tmp_path / "deit"
     shutil.copytree(os.path.join(FIXTURES, "hf_vit_classifier"), folder)
     config = json.loads((folder / "config.json").read_text())
     config["model_type"] = "deit"
     (folder / "config.json").write_text(json.dumps(config))
     with pytest.raises(ValueError, match="model_type 'deit'"):
-        loader.load_model(loader.Source(hub=str(folder)))
+        loader.load_model(loader.HubSource(str(folder)))
 
 
 def test_state_dict_reader_refuses_code(tmp_path):
@@ -176,6 +175,6 @@ def test_sharded_safetensors(tmp_path):
     (folder / "model.safetensors.index.json").write_text(json.dumps(
         {"weight_map": {k: n for n, part in shards.items() for k in part}}))
     reference = np.load(folder / "reference.npz")
-    model = loader.load_model(loader.Source(hub=str(folder)))
+    model = loader.load_model(loader.HubSource(str(folder)))
     np.testing.assert_allclose(_run(model, reference["pixels"]),
                                reference["logits"], atol=1e-4)

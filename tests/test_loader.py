@@ -17,6 +17,7 @@ import pytest
 from keras_vit import create_model
 from keras_vit.checkpoint import loader, weights
 from keras_vit.checkpoint import workdir as wd
+from keras_vit.errors import UsageError
 from keras_vit.training import train_lib
 from tests import tiny
 
@@ -51,9 +52,9 @@ def sources(tmp_path_factory):
     npz_path = str(root / "model.npz")
     weights.save_npz(model, npz_path)
     return {
-        "workdir": loader.Source(workdir=run),
-        "keras_model": loader.Source(keras_model=keras_path),
-        "npz": loader.Source(npz=npz_path),
+        "workdir": loader.WorkdirSource(run),
+        "keras_model": loader.KerasSource(keras_path),
+        "npz": loader.NpzSource(npz_path),
     }
 
 
@@ -83,9 +84,9 @@ def test_every_source_gives_the_same_model(sources, image_size):
 
 def test_workdir_ema_or_raw_weights(sources):
     x = _images(SIZE)
-    run = sources["workdir"].workdir
-    ema = loader.load_model(loader.Source(workdir=run))
-    raw = loader.load_model(loader.Source(workdir=run, use_ema=False))
+    run = sources["workdir"].path
+    ema = loader.load_model(loader.WorkdirSource(run))
+    raw = loader.load_model(loader.WorkdirSource(run, use_ema=False))
     assert not np.allclose(np.asarray(ema(x)), np.asarray(raw(x)))
 
 
@@ -111,29 +112,67 @@ def test_initialise_from_every_source_alike(sources):
 
 def test_npz_build_options_and_report(sources):
     source = sources["npz"]
-    model, report = loader.load_model(
-        source, SIZE, num_classes=3, with_report=True
-    )
+    model, report = loader.load_report(source, SIZE, num_classes=3)
     assert model.output_shape[-1] == 3 and report.head_initialized
     assert not np.asarray(model.get_layer("head").kernel).any()
     features = loader.load_model(source, SIZE, num_classes=0)
     assert features.output_shape[-1] == 32
     with pytest.raises(ValueError, match="not a B/16 checkpoint"):
-        loader.load_model(loader.Source(npz=source.npz, variant="B/16"))
+        loader.load_model(loader.NpzSource(source.path, variant="B/16"))
     with pytest.raises(ValueError, match="holds its own model"):
         loader.load_model(sources["keras_model"], num_classes=3)
-    with pytest.raises(ValueError, match="an .npz model only"):
-        loader.Source(keras_model="m.keras", posemb_grid=(2, 3))
+    keras_path = sources["keras_model"].path
+    with pytest.raises(ValueError, match="`posemb_grid` goes with an .npz "
+                       "model only"):
+        loader.resolve(keras_path, posemb_grid=(2, 3))
+    # Every source kind from its string, through the one resolver.
+    for kind, source in sources.items():
+        assert loader.resolve(source.path) == source, kind
 
 
 def test_workdir_without_class_count_names_the_fix(sources, tmp_path):
     run = str(tmp_path / "old_run")
-    shutil.copytree(sources["workdir"].workdir, run)
+    shutil.copytree(sources["workdir"].path, run)
     os.remove(os.path.join(run, wd.LABELS))  # as runs once left it
-    with pytest.raises(ValueError, match="--config.num_classes=N"):
-        loader.load_model(loader.Source(workdir=run))
+    with pytest.raises(ValueError, match="config.num_classes=N"):
+        loader.load_model(loader.WorkdirSource(run))
     config_path = os.path.join(run, wd.CONFIG)
     config = json.load(open(config_path))
     config["num_classes"] = 10
     wd.write_json(config_path, config)
-    assert loader.load_model(loader.Source(workdir=run)).output_shape[-1] == 10
+    assert loader.load_model(loader.WorkdirSource(run)).output_shape[-1] == 10
+
+
+def test_the_resolver_refuses_in_one_line_saying_why(tmp_path):
+    def refusal(text, **kwargs):
+        with pytest.raises(UsageError) as info:
+            loader.resolve(text, **kwargs)
+        message = str(info.value)
+        assert "\n" not in message
+        return message
+
+    assert "no such file or folder, and no released model's name" in (
+        refusal(str(tmp_path / "missing.npz")))
+    (tmp_path / "empty").mkdir()
+    assert "is a folder of no model kind" in refusal(str(tmp_path / "empty"))
+    (tmp_path / "notes.txt").write_text("x")
+    assert "is a file of no model kind" in refusal(str(tmp_path / "notes.txt"))
+    for uri in ("hf://org/name@..", "hf://../name", "hf://org/.hidden"):
+        assert "holds no '..'" in refusal(uri), uri
+    # Exports serve predictions only: refused unless the caller serves.
+    version = tmp_path / "export" / "vit" / "3"
+    version.mkdir(parents=True)
+    (version / "saved_model.pb").write_bytes(b"")
+    (version / "assets").mkdir()
+    (version / "assets" / "labels.txt").write_bytes(b"cat\r\ndog\r\n")
+    folder = str(tmp_path / "export" / "vit")
+    assert "is an exported SavedModel" in refusal(folder)
+    served = loader.resolve(folder, exports=True)
+    assert served.kind == "saved_model" and served.version() == str(version)
+    # One reader of label files: CRLF and LF alike.
+    assert loader.class_names(served) == ["cat", "dog"]
+    tflite = tmp_path / "vit.tflite"
+    tflite.write_bytes(b"")
+    assert "is a LiteRT file" in refusal(str(tflite))
+    with pytest.raises(UsageError, match="is a LiteRT file"):
+        loader.load_model(loader.LiteRTSource(str(tflite)))

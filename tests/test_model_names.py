@@ -22,11 +22,11 @@ from huggingface_hub import constants as hf_constants
 import keras_vit
 from keras_vit.checkpoint import cache, catalog, loader, weights
 from keras_vit.errors import UsageError
+from tests import model_cache
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-HF_FIXTURE = os.path.join(ROOT, "tests", "fixtures", "hub",
-                          "hf_vit_classifier")
-REVISION = "0123456789abcdef0123456789abcdef01234567"
+HF_FIXTURE = model_cache.HF_FIXTURE
+REVISION = model_cache.REVISION
 
 
 @pytest.fixture(scope="module")
@@ -142,10 +142,10 @@ def test_short_name_from_a_filled_cache_equals_the_file(
     cached = cache.cache_path("imagenet21k/ViT-B_16.npz")
     os.makedirs(os.path.dirname(cached))
     shutil.copy(tiny_npz, cached)
-    want = _logits(loader.load_model(loader.Source(npz=tiny_npz)))
+    want = _logits(loader.load_model(loader.NpzSource(tiny_npz)))
     for name in ("ViT-B_16", "imagenet21k/ViT-B_16",
                  "gs://vit_models/imagenet21k/ViT-B_16.npz"):
-        assert loader.resolve(name).npz == cached
+        assert loader.resolve(name).path == cached
         model = keras_vit.load_model(name)
         assert model.input_shape[1:3] == (224, 224)
         np.testing.assert_array_equal(_logits(model), want)
@@ -179,9 +179,9 @@ def test_download_from_a_mirror_then_from_the_cache(mirror, monkeypatch):
 def test_mirror_as_a_plain_directory(mirror, tmp_path, monkeypatch):
     monkeypatch.setenv(catalog.BASE_URL_ENV, str(mirror))
     source = loader.resolve("ViT-B_16")
-    assert source.npz == cache.cache_path("imagenet21k/ViT-B_16.npz")
+    assert source.path == cache.cache_path("imagenet21k/ViT-B_16.npz")
     assert source.image_size == 224
-    with open(source.npz, "rb") as a, open(
+    with open(source.path, "rb") as a, open(
         mirror / "imagenet21k" / "ViT-B_16.npz", "rb"
     ) as b:
         assert a.read() == b.read()
@@ -278,24 +278,7 @@ def test_unknown_name_gives_the_closest_names(tmp_path, monkeypatch):
 
 
 def _hf_cache(root, repo="test-org/tiny-vit"):
-    """The Hugging Face cache layout of `repo` at REVISION: blobs named by
-    their hash, snapshot files linking to them, refs/main naming the
-    revision."""
-    folder = root / ("models--" + repo.replace("/", "--"))
-    snapshot = folder / "snapshots" / REVISION
-    os.makedirs(folder / "blobs")
-    os.makedirs(snapshot)
-    for name in sorted(os.listdir(HF_FIXTURE)):
-        if name == "reference.npz":
-            continue
-        with open(os.path.join(HF_FIXTURE, name), "rb") as f:
-            data = f.read()
-        blob = folder / "blobs" / hashlib.sha256(data).hexdigest()
-        blob.write_bytes(data)
-        os.symlink(os.path.relpath(blob, snapshot), snapshot / name)
-    os.makedirs(folder / "refs")
-    (folder / "refs" / "main").write_text(REVISION)
-    return snapshot
+    return model_cache.fill_hf_cache(root, repo)
 
 
 def test_hugging_face_model_from_the_cache_offline(tmp_path, monkeypatch):
@@ -303,11 +286,11 @@ def test_hugging_face_model_from_the_cache_offline(tmp_path, monkeypatch):
     monkeypatch.setattr(hf_constants, "HF_HUB_CACHE",
                         str(tmp_path / "hub"))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    want = _logits(loader.load_model(loader.Source(hub=HF_FIXTURE)), 32)
+    want = _logits(loader.load_model(loader.HubSource(HF_FIXTURE)), 32)
     for uri in ("hf://test-org/tiny-vit",
                 f"hf://test-org/tiny-vit@{REVISION}"):
         source = loader.resolve(uri)
-        assert os.path.realpath(source.hub) == os.path.realpath(snapshot)
+        assert os.path.realpath(source.path) == os.path.realpath(snapshot)
         np.testing.assert_array_equal(
             _logits(keras_vit.load_model(uri), 32), want)
     with pytest.raises(UsageError) as error:
@@ -336,7 +319,7 @@ def test_hf_home_and_offline_from_the_environment(tmp_path):
     result = subprocess.run([sys.executable, "-c", code], env=env,
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
-    reference = loader.load_model(loader.Source(hub=HF_FIXTURE))
+    reference = loader.load_model(loader.HubSource(HF_FIXTURE))
     assert f"shape {reference.output_shape}" in result.stdout
 
 

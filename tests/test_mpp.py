@@ -347,8 +347,8 @@ def test_mpp_resume_after_preemption_matches_uninterrupted_run(
 def test_mpp_encoder_initialises_a_classifier_with_equal_weights(mpp_run):
     workdir, metrics = mpp_run
     trained = {v.path: v.numpy() for v in wd.restore_model(workdir).weights}
-    for source in (loader.Source(workdir=workdir),
-                   loader.Source(npz=metrics["encoder_npz"])):
+    for source in (loader.WorkdirSource(workdir),
+                   loader.NpzSource(metrics["encoder_npz"])):
         classifier = keras_vit.create_model(
             None, num_classes=10, image_size=32, patch_size=8,
             hidden_size=32, num_layers=1, num_heads=4, mlp_dim=64,
@@ -364,16 +364,16 @@ def test_mpp_encoder_initialises_a_classifier_with_equal_weights(mpp_run):
     bigger = keras_vit.create_model(
         None, num_classes=10, image_size=48, patch_size=8, hidden_size=32,
         num_layers=1, num_heads=4, mlp_dim=64)
-    report = loader.initialise(bigger, loader.Source(workdir=workdir))
+    report = loader.initialise(bigger, loader.WorkdirSource(workdir))
     assert report.posemb_resized == ((4, 4), (6, 6))
     # Every tool's model: the encoder as a features model.
-    features = loader.load_model(loader.Source(workdir=workdir))
+    features = loader.load_model(loader.WorkdirSource(workdir))
     assert not mpp.is_mpp_model(features)
     assert features.output_shape == (None, 32)
-    assert loader.describe_source(loader.Source(workdir=workdir))[
+    assert loader.describe_source(loader.WorkdirSource(workdir))[
         "num_classes"] == 0
     # VTAB's backbone file: the same arrays as the run's encoder.npz.
-    backbone = loader.write_backbone(loader.Source(workdir=workdir),
+    backbone = loader.write_backbone(loader.WorkdirSource(workdir),
                                      os.path.join(workdir, "..", "bb.npz"))
     ours = checkpoint_io.read_npz(metrics["encoder_npz"])
     theirs = loader.source_arrays(backbone)

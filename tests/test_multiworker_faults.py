@@ -193,6 +193,7 @@ from absl import logging
 from keras_vit.training import distribute
 from keras_vit.training import train_lib
 from keras_vit.checkpoint import workdir as wd
+from keras_vit.commands import runner
 
 logging.set_verbosity(logging.INFO)
 # Record every file and summary writer this worker creates, and the model.
@@ -229,6 +230,8 @@ c.optimizer.warmup_steps = 0
 metrics = train_lib.train_and_evaluate(c, workdir, strategy)
 np.savez(out, *[v.numpy() for v in built[0].weights])
 print("RESULT " + json.dumps(dict(metrics=metrics, written=written)))
+if metrics.get("preempted"):  # as keras-vit-train ends such a run
+    sys.exit(runner.PREEMPTED_EXIT_CODE)
 '''
 
 

@@ -13,7 +13,7 @@ import pytest
 import tensorflow as tf
 
 import keras_vit
-from keras_vit import keras_compat, optim
+from keras_vit import errors, keras_compat, optim
 from keras_vit.checkpoint import workdir as wd
 from keras_vit.commands import train as train_command
 from keras_vit.training import loop, train_lib
@@ -202,6 +202,52 @@ def test_resume_after_preemption_matches_uninterrupted_run(
     assert resumed["test_accuracy"] == straight["test_accuracy"]
     assert resumed["test_loss"] == pytest.approx(straight["test_loss"],
                                                  rel=1e-6)
+
+
+def test_preempted_command_exits_42_and_closes_its_summaries(
+    tmp_path, monkeypatch, capsys
+):
+    """keras-vit-train stopped by SIGTERM: the checkpoint saved, one line,
+    the one preemption status of every command; the run's TensorBoard
+    writers closed (a process may run many trainings, as VTAB does)."""
+    opened = []
+    create = tf.summary.create_file_writer
+
+    def recorded(path):
+        writer = create(path)
+        close = writer.close
+        entry = {"path": path, "closed": False}
+
+        def closing():
+            entry["closed"] = True
+            close()
+
+        writer.close = closing
+        opened.append(entry)
+        return writer
+
+    monkeypatch.setattr(loop.tf.summary, "create_file_writer", recorded)
+    monkeypatch.setattr(loop, "_Preemption", _StopAfterFirstLoop)
+    workdir = str(tmp_path / "run")
+    argv = [
+        "keras-vit-train", "--config", "digits", f"--workdir={workdir}",
+        "--config.total_steps=24", "--config.steps_per_loop=4",
+        "--config.log_every_steps=8", "--config.eval_every_steps=0",
+        "--config.checkpoint_every_steps=8", "--config.jit_compile=False",
+        "--config.model.num_layers=1", "--config.model.hidden_size=16",
+        "--config.model.mlp_dim=16", "--config.batch_size=32",
+        "--config.optimizer.warmup_steps=4",
+    ]
+    assert train_command.main(argv) == errors.PREEMPTED_EXIT_CODE == 42
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == (
+        "keras-vit-train: preempted: stopped at step 8 with a checkpoint "
+        "saved; run the same command to resume.")
+    ckpts = tf.train.get_checkpoint_state(os.path.join(workdir, "checkpoints"))
+    assert ckpts.model_checkpoint_path.endswith("ckpt-8")
+    assert sorted(os.path.basename(e["path"]) for e in opened) == [
+        "eval", "train"]
+    assert all(e["closed"] for e in opened)
 
 
 def test_workdir_with_another_model_is_refused(tmp_path):

@@ -272,7 +272,7 @@ def test_not_prepared_without_download_says_how(tmp_path):
     with pytest.raises(vtab.DataUnavailableError) as e:
         vtab.prepare("dtd", str(tmp_path), download=False)
     assert "tfds build dtd" in str(e.value)
-    assert "--config.download=True" in str(e.value)
+    assert "config.download=True" in str(e.value)
 
 
 # ------------------------------------------------------------- reports
@@ -404,13 +404,13 @@ def tiny_source(path, num_classes=10):
         representation_size=16, head_zero_init=False,
     )
     checkpoint.save_npz(model, path)
-    return pretrained.Source(npz=path)
+    return pretrained.NpzSource(path)
 
 
 def test_backbone_has_no_head(tmp_path):
     source = tiny_source(str(tmp_path / "src.npz"))
     out = pretrained.write_backbone(source, str(tmp_path / "b.npz"))
-    keys = set(checkpoint_io.read_npz(out.npz))
+    keys = set(checkpoint_io.read_npz(out.path))
     assert not any(k.startswith(("head/", "pre_logits/")) for k in keys)
     assert "cls" in keys and len(keys) > 10
     fields = pretrained.transfer_model_config(out, {"dropout_rate": 0.1})
@@ -419,7 +419,7 @@ def test_backbone_has_no_head(tmp_path):
                           posemb="learn", variant=None, dropout_rate=0.1)
     with pytest.raises(ValueError, match="not a B/16 checkpoint"):
         pretrained.describe_source(
-            pretrained.Source(npz=source.npz, variant="B/16")
+            pretrained.NpzSource(source.path, variant="B/16")
         )
 
 
@@ -498,7 +498,7 @@ def test_all_19_tasks_end_to_end_with_rerun(tmp_path, consistent_mock_data):
     # so training would fail); another config in its directory is refused.
     backbone = os.path.join(out, "backbone.npz")
     fields = pretrained.transfer_model_config(
-        pretrained.Source(npz=backbone),
+        pretrained.NpzSource(backbone),
         {"dropout_rate": 0.0, "attention_dropout_rate": 0.0},
     )
     cfg = vtab_run.task_config(
@@ -551,14 +551,14 @@ def test_other_backbone_in_the_same_output_dir_is_refused(tmp_path):
     a = tiny_source(str(tmp_path / "a.npz"))
     b = tiny_source(str(tmp_path / "b.npz"))
     vtab_run.prepare_backbone(a, str(tmp_path / "out"))
-    with pytest.raises(ValueError, match="use a new --output_dir"):
+    with pytest.raises(ValueError, match="use a new `output_dir`"):
         vtab_run.prepare_backbone(b, str(tmp_path / "out"))
 
 
 def test_run_rejects_unknown_tasks_before_work(tmp_path):
     config = tiny_vtab_config(str(tmp_path))
     with pytest.raises(ValueError, match="Valid tasks: caltech101"):
-        vtab_run.run(config, pretrained.Source(npz="/nonexistent.npz"),
+        vtab_run.run(config, pretrained.NpzSource("/nonexistent.npz"),
                      str(tmp_path / "o"), train_lib.train_and_evaluate,
                      tasks="natural,bogus")
     assert not os.path.exists(tmp_path / "o")

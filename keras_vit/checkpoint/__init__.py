@@ -1,12 +1,14 @@
 """Pre-trained weights in and out of keras_vit models (TensorFlow only for
 remote paths and run directories):
 
-- `loader`: `load_model(source)`, the one function that turns any source
-  (a training run's workdir, a `.keras` file, an official or AugReg `.npz`,
-  a Hugging Face / timm folder, `hf://ORG/NAME`, a released checkpoint's
-  name) into a model; `resolve` makes a source string local; `initialise`
-  for training, `write_backbone` and `transfer_model_config` for
-  fine-tuning;
+- `resolve`: the one resolver, any model string (a released checkpoint's
+  name, `hf://ORG/NAME`, a training run's workdir, a `.keras` file, an
+  official or AugReg `.npz`, a Hugging Face / timm folder, an export) made
+  a local source once; `sources`, `npz_source`: the kinds of source behind
+  one interface;
+- `loader`: `load_model(source)` (the model) and `load_report(source)`
+  (with what was mapped), `initialise` for training, `write_backbone` and
+  `transfer_model_config` for fine-tuning;
 - `catalog`: the released checkpoints' names (`list_models`); `cache`:
   downloads them, and Hugging Face models, once, into a local cache;
 - `npz`: reading, writing and describing official .npz arrays;

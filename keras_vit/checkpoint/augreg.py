@@ -198,10 +198,10 @@ def check_name(path: str, name: AugRegName, info: Dict[str, Any],
     with its arrays (`info`) and with the `variant` asked for."""
     if variant and variant != name.variant:
         raise UsageError(
-            f"--variant {variant} disagrees with the file "
+            f"`variant`={variant} disagrees with the file "
             f"{os.path.basename(path)}, whose AugReg name says "
-            f"{name.variant} ({name.model}). Drop --variant (the name and "
-            f"the arrays give the model) or pass --variant={name.variant}."
+            f"{name.variant} ({name.model}). Drop `variant` (the name and "
+            f"the arrays give the model) or pass `variant`={name.variant}."
         )
     wrong = variant_mismatch(name.variant, info)
     if wrong:

@@ -27,7 +27,7 @@ def save_keras_atomic(model: keras.Model, path: str) -> None:
     """Saves `model` to `path` (.keras) atomically (`atomic.atomic_write`)."""
     if not path.endswith(".keras"):
         raise UsageError(
-            f"--output {path!r} must end with .keras (Keras's format)."
+            f"{path!r} must end with .keras (Keras's format)."
         )
     atomic_write(path, model.save)
 
@@ -45,9 +45,8 @@ def convert(
     folder's LoadReport (None for the other sources)."""
     if not output.endswith(".keras"):
         raise UsageError(
-            f"--output {output!r} must end with .keras (Keras's format)."
+            f"`output` {output!r} must end with .keras (Keras's format)."
         )
-    model, report = loader.load_model(source, image_size, with_report=True,
-                                      **build)
+    model, report = loader.load_report(source, image_size, **build)
     save_keras_atomic(model, output)
     return report

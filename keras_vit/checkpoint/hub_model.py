@@ -1,7 +1,7 @@
 """Builds a keras_vit model from a Hugging Face layout directory
 (`keras_vit.checkpoint.hub`): the architecture from the arrays' shapes and
 config.json, the weights through `weights.load_arrays`. Reached through
-`keras_vit.checkpoint.loader.load_model(Source(hub=PATH))`."""
+`keras_vit.checkpoint.sources.HubSource`."""
 
 from __future__ import annotations
 

@@ -49,13 +49,22 @@ def write_class_names(workdir: str, names: Optional[List[str]]) -> None:
         atomic_write(os.path.join(workdir, LABELS), "\n".join(names) + "\n")
 
 
+def read_lines(path: str) -> List[str]:
+    """The non-empty lines of a text file (class names, one per line), in
+    order, without their line ends (LF or CRLF); local or gs://. The one
+    reader of label files: a run's, an export's, a --class_names_file."""
+    with tf.io.gfile.GFile(path, "rb") as f:
+        text = f.read().decode("utf-8")
+    return [line.rstrip("\r") for line in text.split("\n")
+            if line.strip()]
+
+
 def read_class_names(workdir: str) -> Optional[List[str]]:
     """Class names saved with a run, or None."""
     path = os.path.join(workdir, LABELS)
     if not tf.io.gfile.exists(path):
         return None
-    with tf.io.gfile.GFile(path) as f:
-        return [line.rstrip("\n") for line in f if line.strip()]
+    return read_lines(path)
 
 
 def read_config(workdir: str):
@@ -71,7 +80,7 @@ def read_config(workdir: str):
     path = os.path.join(workdir, CONFIG)
     if not tf.io.gfile.exists(path):
         raise FileNotFoundError(
-            f"{path} not found: is {workdir!r} the --workdir of a training run?"
+            f"{path} not found: is {workdir!r} the workdir of a training run?"
         )
     return config_lib.complete(read_json(path), where=path)
 
@@ -121,7 +130,7 @@ def check_checkpoint(path: str, model) -> None:
             f"Checkpoint {path} is from a different model than the one "
             f"configured: {problem}. The workdir's config.json no longer "
             "describes its checkpoints: put back the run's own config "
-            "(same model fields), or use a new --workdir."
+            "(same model fields), or use a new `workdir`."
         )
 
 
@@ -141,7 +150,7 @@ def num_classes(config, workdir: str) -> int:
     raise UsageError(
         f"{workdir} does not record its class count: its {CONFIG} has "
         f"no num_classes and there is no {LABELS}. Set it in {CONFIG} "
-        '("num_classes": N, as --config.num_classes=N does for a new run) '
+        '("num_classes": N, as config.num_classes=N does for a new run) '
         f"or write {LABELS} with one class name per line."
     )
 
@@ -150,7 +159,7 @@ def restore_model(workdir: str, *, use_ema: bool = True, checkpoint=None):
     """The trained model of a workdir, from its latest checkpoint.
 
     Args:
-        workdir: str. The training run's --workdir.
+        workdir: str. The training run's workdir.
         use_ema: bool. Load the EMA (Polyak) averaged weights when the run
             kept them.
         checkpoint: str or None. A specific checkpoint prefix instead of the

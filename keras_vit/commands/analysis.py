@@ -22,7 +22,6 @@ from typing import Optional, Sequence
 from absl import flags
 
 from keras_vit.analysis import mpp_figure, report
-from keras_vit.checkpoint import loader
 from keras_vit.commands import flags as cli
 from keras_vit.errors import UsageError
 
@@ -56,14 +55,13 @@ def _main(values: flags.FlagValues, images: list) -> None:
             f"--digits=N{both}."
         )
     source = cli.model_source(values)
-    model = cli.load_model(values, source)
+    model = cli.load_flagged_model(values, source)
     size = tuple(model.input_shape[1:3])
     if images:
         pixels, names = report.load_images(images, size)
     else:
         pixels, names = report.digits_images(values.digits, size)
-    class_names = (cli.read_lines(values.class_names_file)
-                   if values.class_names_file else loader.class_names(source))
+    class_names = cli.class_names(values, source)
     data = report.run_analysis(
         model, pixels, values.output_dir, names=names,
         batch_size=values.batch_size,
@@ -71,8 +69,8 @@ def _main(values: flags.FlagValues, images: list) -> None:
         num_components=values.num_components, class_names=class_names,
     )
     # An MPP run: also what its head predicts for corrupted patches.
-    mpp_path = source.workdir and mpp_figure.draw_for_run(
-        source.workdir, pixels, values.output_dir, titles=names,
+    mpp_path = source.run_config() is not None and mpp_figure.draw_for_run(
+        source.path, pixels, values.output_dir, titles=names,
         max_images=values.max_rollout_images,
     )
     if mpp_path:

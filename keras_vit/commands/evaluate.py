@@ -32,11 +32,10 @@ from absl import flags, logging
 
 from keras_vit import config as config_lib
 from keras_vit.checkpoint import loader as pretrained
-from keras_vit.checkpoint import workdir as wd
 from keras_vit.checkpoint.atomic import atomic_write
 from keras_vit.commands import flags as cli
 from keras_vit.data import sources, vtab
-from keras_vit.errors import UsageError
+from keras_vit.errors import Preempted, UsageError
 from keras_vit.evaluation import fewshot, reports, vtab_run
 from keras_vit.evaluation.accuracy import evaluate_model
 from keras_vit.training import distribute, train_lib
@@ -94,10 +93,8 @@ def _eval_mode(values, source, strategy) -> Dict:
     # The data, split, preprocessing and batch of the run's own config.
     if values.config is not None:
         run = values.config
-    elif source.workdir:
-        run = wd.read_config(source.workdir)
     else:
-        run = None
+        run = source.run_config()
     if run is None and not values.dataset:
         raise UsageError(
             "--mode=eval needs a data source: --dataset=digits|folder|<TFDS "
@@ -192,7 +189,9 @@ def _vtab_mode(values, source, strategy) -> Dict:
         with tf.io.gfile.GFile(md) as f:
             print(f.read())
     if out["preempted"]:
-        raise SystemExit("Preempted: run the same command again to resume.")
+        raise Preempted(
+            "a VTAB task stopped with a checkpoint saved; run the same "
+            "command to resume.")
     return out
 
 
@@ -215,7 +214,7 @@ def _main(values: flags.FlagValues, args: list) -> None:
     source = _source(values)
     if values.mode == "vtab":
         vtab.select_tasks(values.tasks or values.config.vtab.tasks)
-    strategy = cli.create_strategy(values, values.config)
+    strategy = cli.strategy(values, values.config)
     {"eval": _eval_mode, "fewshot": _fewshot_mode,
      "vtab": _vtab_mode}[values.mode](values, source, strategy)
 

@@ -87,9 +87,7 @@ def class_names(values: flags.FlagValues,
                          "both.")
     if values.class_names:
         return list(values.class_names)
-    if values.class_names_file:
-        return cli.read_lines(values.class_names_file)
-    return loader.class_names(source)
+    return cli.class_names(values, source)
 
 
 def warmup_images(values: flags.FlagValues):
@@ -111,7 +109,7 @@ def export(values: flags.FlagValues) -> str:
     """str. Exports the --model as the flags say; the new version's path
     (or the .tflite file's)."""
     source = cli.model_source(values)
-    model = cli.load_model(values, source, head="serve")
+    model = cli.load_flagged_model(values, source, head="serve")
     if values.format == "litert":
         return litert.export_litert(
             model,

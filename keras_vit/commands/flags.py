@@ -1,65 +1,34 @@
 """What the six commands share: one definition of each common flag
-(`--model`, `--verbose`, `--config`, the run and shape-hint flags), the
-model they name (`model_source`), and `run`, the one entry point with the
-one error policy.
-
-Each command defines its flags into a FlagValues of its own
-(`define_flags(values, argv)`), so that several commands can be parsed in
-one process (the tests do). `run` parses the command line into it and
-calls the command's main:
-
-- a `UsageError` (this project's checks of what the user gave), a missing
-  or existing file, a missing optional package, a run that cannot go on
-  (`TrainingError`) or a failed strategy set-up prints one line,
-  `keras-vit-<command>: error: <message>`, and exits 1 (a set-up error:
-  its own status); `--verbose` adds the traceback;
-- so does a bad flag or config field;
-- any other exception (a ValueError from inside Keras or TensorFlow
-  included) propagates with its traceback.
+(`--model`, `--config`, the run and shape-hint flags), the model they name
+(`model_source`, `load_flagged_model`) and the strategy (`strategy`).
+`runner.run` is the one entry point, with the one error policy.
 """
 
 from __future__ import annotations
 
-import logging as std_logging
-import re
-import sys
-import traceback
-from typing import Callable, Optional, Sequence, Tuple, Union
+from typing import Optional, Sequence, Tuple, Union
 
-from absl import flags, logging
+import keras
+from absl import flags
 from ml_collections import config_flags
 
-from keras_vit import config as config_lib
 from keras_vit.checkpoint import loader
 from keras_vit.checkpoint import workdir as wd
-from keras_vit.errors import UsageError
-from keras_vit.training import cluster, distribute
-from keras_vit.training.resume import TrainingError
-
-PREFIX = "keras-vit-"
-# Errors that are the user's to fix: one line (the traceback with
-# --verbose). SetupError is a ValueError with an exit status; a missing or
-# existing file and a missing optional package are named by the message.
-ONE_LINE = (UsageError, cluster.SetupError, TrainingError, FileNotFoundError,
-            FileExistsError, ImportError)
-HELP_ARGS = ("-h", "--help", "--helpshort", "--helpfull", "-?")
-_VERBOSE = re.compile(r"--verbose(=(true|t|1|yes))?", re.I)
-
-MODEL_HELP = (
-    "The model: a training workdir, a .keras file, an official or AugReg "
-    ".npz (local or gs://), or a Hugging Face / timm folder."
+from keras_vit.commands.runner import (  # noqa: F401 (the commands' API)
+    define_verbose,
+    normalize_argv,
+    parse,
+    resolve_config_arg,
+    run,
 )
+from keras_vit.errors import UsageError
+from keras_vit.training import distribute
+
+# The one description of what --model takes (the resolver's).
+MODEL_HELP = f"The model: {loader.SOURCE_KINDS}."
 
 
 # ---------------------------------------------------------------- flags
-def define_verbose(values: flags.FlagValues) -> None:
-    flags.DEFINE_boolean(
-        "verbose", False,
-        "Debug logging, and the traceback behind a one-line error.",
-        flag_values=values,
-    )
-
-
 def define_model(values: flags.FlagValues, required: bool = True,
                  extra: str = "", ema: bool = True) -> None:
     """--model (and, with `ema`, --no_ema, which picks a workdir's
@@ -145,7 +114,7 @@ def define_config(values: flags.FlagValues, argv: Sequence[str],
         "finetune, ...) or a path (configs/digits.py); `NAME:arg` passes arg "
         "to its get_config. --config.FIELD=VALUE overrides a field.",
         flag_values=values, lock_config=True,
-        sys_argv=[resolve_config_arg(a) for a in argv],
+        sys_argv=normalize_argv(argv),
     )
     if required:
         flags.mark_flag_as_required("config", flag_values=values)
@@ -175,22 +144,13 @@ def define_run_flags(values: flags.FlagValues) -> None:
     )
 
 
-def resolve_config_arg(arg: str) -> str:
-    """`--config=NAME[:arg]` with a bare NAME of a packaged config becomes
-    its path; other arguments are returned unchanged."""
-    match = re.fullmatch(r"--config=([\w]+)((:.*)?)", str(arg), re.S)
-    if not match:
-        return arg
-    path = config_lib.packaged_config(match.group(1))
-    return arg if path is None else f"--config={path}{match.group(2)}"
-
-
 # ----------------------------------------------------------- the model
-def model_source(values: flags.FlagValues,
-                 text: Optional[str] = None) -> loader.Source:
-    """The Source that --model (or `text`) names, with the hints given."""
+def model_source(values: flags.FlagValues, text: Optional[str] = None, *,
+                 exports: bool = False) -> loader.Source:
+    """The Source that --model (or `text`) names (`loader.resolve`), with
+    the hints given; an exported SavedModel only with `exports`."""
     text = values.model if text is None else text
-    hints = dict(use_ema=not hint(values, "no_ema"))
+    hints = dict(use_ema=not hint(values, "no_ema"), exports=exports)
     for name in ("variant", "posemb_grid"):
         if hint(values, name) is not None:
             hints[name] = hint(values, name)
@@ -203,11 +163,12 @@ def hint(values: flags.FlagValues, name: str):
     return values[name].value if name in values else None
 
 
-def load_model(values: flags.FlagValues,
-               source: Optional[loader.Source] = None, *,
-               image_size=None, head: Optional[str] = None):
-    """keras.Model. `loader.load_model` of the --model source (or
-    `source`) with the shape hints the command line gives.
+def load_flagged_model(values: flags.FlagValues,
+                       source: Optional[loader.Source] = None, *,
+                       image_size=None,
+                       head: Optional[str] = None) -> keras.Model:
+    """`loader.load_model` of the --model source (or `source`) with the
+    shape hints the command line gives.
 
     Args:
         image_size: the resolution to load at; default --image_size.
@@ -217,7 +178,7 @@ def load_model(values: flags.FlagValues,
     """
     source = model_source(values) if source is None else source
     kwargs = {}
-    if (source.npz or source.hub) and hint(values, "representation_size"):
+    if hint(values, "representation_size") is not None:
         kwargs["representation_size"] = hint(values, "representation_size")
     size = image_size if image_size is not None else hint(values,
                                                           "image_size")
@@ -253,9 +214,10 @@ def resize_size(values: flags.FlagValues,
                 source: loader.Source) -> Optional[int]:
     """--resize_size, else a training workdir's eval_resize_size (the
     preprocessing the run evaluated with, which serving must match)."""
-    if values.resize_size is not None or not source.workdir:
+    run_config = source.run_config()
+    if values.resize_size is not None or run_config is None:
         return values.resize_size
-    return wd.read_config(source.workdir).pp.eval_resize_size
+    return run_config.pp.eval_resize_size
 
 
 def define_class_names_file(values: flags.FlagValues) -> None:
@@ -267,52 +229,15 @@ def define_class_names_file(values: flags.FlagValues) -> None:
     )
 
 
-def read_lines(path: str) -> list:
-    """The non-empty lines of a text file (class names), in order."""
-    with open(path, encoding="utf-8") as f:
-        return [line.rstrip("\r\n") for line in f if line.strip()]
+def class_names(values: flags.FlagValues,
+                source: loader.Source) -> Optional[list]:
+    """--class_names_file's lines, else the names the source records."""
+    if values.class_names_file:
+        return wd.read_lines(values.class_names_file)
+    return loader.class_names(source)
 
 
-# ------------------------------------------------------------- logging
-# TensorFlow INFO lines logged again at every trace of a distributed step
-# (TF 2.21): kept for --verbose.
-_TRACE_CHATTER = (
-    "Collective all_reduce tensors",
-    "Collective batch_all_reduce",
-    "Collective all_reduce IndexedSlices",
-    "Collective all_gather",
-    "Reduce to ",  # "... then broadcast to" (MirroredStrategy)
-)
-
-
-class _DropTraceChatter(std_logging.Filter):
-    def filter(self, record) -> bool:
-        return not (
-            record.levelno < std_logging.WARNING
-            and str(record.msg).startswith(_TRACE_CHATTER)
-        )
-
-
-def setup_logging(verbose: bool) -> None:
-    """absl logging at INFO (DEBUG when `verbose`), TensorFlow's Python
-    log lines once each, and without the lines each trace repeats.
-
-    TensorFlow gives its logger a handler of its own when it is imported
-    before absl's is installed, so every line came twice (its format and
-    absl's); absl's alone remains.
-    """
-    logging.set_verbosity(logging.DEBUG if verbose else logging.INFO)
-    tf_logger = std_logging.getLogger("tensorflow")
-    for handler in list(tf_logger.handlers):
-        tf_logger.removeHandler(handler)
-    tf_logger.propagate = True
-    if not verbose and not any(
-        isinstance(f, _DropTraceChatter) for f in tf_logger.filters
-    ):
-        tf_logger.addFilter(_DropTraceChatter())
-
-
-def create_strategy(values: flags.FlagValues, config):
+def strategy(values: flags.FlagValues, config):
     """The strategy of --strategy, --tpu and --cpu_devices (a failed set-up
     raises cluster.SetupError, which `run` prints as one line).
 
@@ -325,101 +250,3 @@ def create_strategy(values: flags.FlagValues, config):
         values.strategy, values.tpu, connect_timeout_s=timeout,
         cpu_devices=values.cpu_devices,
     )
-
-
-# ------------------------------------------------------------- running
-def report(error: BaseException, program: str, verbose: bool) -> int:
-    """Prints `error` as `program: error: message` (after its traceback
-    with `verbose`); returns the exit status."""
-    if verbose:
-        print("".join(traceback.format_exception(error)), file=sys.stderr,
-              end="", flush=True)
-    message = " ".join(str(error).split()) if str(error) else repr(error)
-    print(f"{program}: error: {message}", file=sys.stderr, flush=True)
-    return int(getattr(error, "exit_code", 1))
-
-
-def flag_error_message(error: BaseException, argv: Sequence[str]) -> str:
-    """One line for a bad flag or config field (absl, ml_collections)."""
-    message = str(error.args[0]) if error.args else str(error)
-    message = message.replace("\\n", " ").replace("\n", " ")
-    message = message.replace("\\'", "'").strip('"')
-    # ml_collections says "'field' Did you mean ...": name what it is.
-    named = re.sub(
-        r"^'+([\w.]+)'+\s*", r"unknown config field '\1'. ", message
-    )
-    if named != message:
-        message = named.rstrip("'")
-    if "Did you mean" not in message:
-        message = _with_suggestion(message, argv)
-    where = ("config fields: keras_vit/config.py" if "config" in message
-             else "flags: --help")
-    return f"{message} ({where})"
-
-
-def parse(values: flags.FlagValues, argv: Sequence[str]) -> list:
-    """Parses `argv` (program first) into `values` and absl's own flags;
-    the arguments left (program first). A bad flag or config field raises
-    UsageError naming it."""
-    argv = [resolve_config_arg(a) for a in argv]
-    try:
-        rest = flags.FLAGS(list(argv), known_only=True)
-        return values(rest)
-    except (AttributeError, KeyError, flags.Error) as error:
-        raise UsageError(flag_error_message(error, argv)) from error
-
-
-def help_text(program: str, doc: str, values: flags.FlagValues) -> str:
-    """`program --help`: the command's doc, then its flags, those of every
-    command first."""
-    text = "\n" + values.get_help(include_special_flags=False)
-    for module in values.flags_by_module_dict():
-        title = ("flags of every command" if module == __name__
-                 else f"flags of {program}")
-        text = text.replace(f"\n{module}:\n", f"\n{title}:\n")
-    return f"usage: {program} [flags]\n\n{doc.strip()}\n{text}"
-
-
-def run(
-    name: str,
-    define: Callable[[flags.FlagValues, Sequence[str]], None],
-    main: Callable[[flags.FlagValues, list], Optional[int]],
-    argv: Optional[Sequence[str]] = None,
-    doc: str = "",
-) -> int:
-    """Runs command `name` (keras-vit-`name`): defines its flags, parses
-    `argv` (default sys.argv), calls `main(values, positional arguments)`
-    and returns the exit status, with the error policy of the module doc.
-    """
-    program = PREFIX + name
-    argv = list(sys.argv if argv is None else argv)
-    values = flags.FlagValues()
-    define_verbose(values)
-    define(values, argv)
-    if any(a in HELP_ARGS for a in argv[1:]):
-        print(help_text(program, doc, values))
-        return 0
-    verbose = any(_VERBOSE.fullmatch(str(a)) for a in argv[1:])
-    logging.use_absl_handler()
-    try:
-        rest = parse(values, argv)
-        setup_logging(values.verbose)
-        status = main(values, rest[1:])
-    except ONE_LINE as error:
-        return report(error, program, verbose)
-    return 0 if status is None else int(status)
-
-
-def _with_suggestion(message: str, argv) -> str:
-    """`message` about an unknown --config.<field> plus the closest real
-    field (keras_vit/config.py), or the fields of its section."""
-    match = re.match(r"unknown config field '([\w.]+)'", message)
-    if not match:
-        return message
-    leaf = match.group(1).rpartition(".")[2]
-    for arg in argv:
-        path = re.match(r"--config\.([\w.]+)=?", str(arg))
-        if path and path.group(1).rpartition(".")[2] == leaf:
-            hint = config_lib.unknown_field_message(path.group(1))
-            return f"{message.rstrip('. ')}: {hint}"
-    return message

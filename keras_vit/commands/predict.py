@@ -4,8 +4,9 @@ r"""keras-vit-predict: classify image files with a trained model.
     keras-vit-predict --model=exports/vit cat.jpg dog.png --top_k=3 \
         --output=predictions.csv
 
---model is any model source of the project's one loader, or an exported
-SavedModel (a version folder, or the model folder: its newest version).
+--model is any model source (`keras_vit.checkpoint.resolve`), an
+exported SavedModel (a version folder, or the model folder: its newest
+version) or a LiteRT file (`keras-vit-export --format=litert`).
 Images are decoded and preprocessed exactly as the export's
 `serving_default` does (`keras_vit.data.preprocessing`), so the answer for
 a file equals the SavedModel's for the same bytes. Each file is decoded
@@ -32,15 +33,13 @@ import numpy as np
 import tensorflow as tf
 from absl import flags
 
-from keras_vit.checkpoint import loader
 from keras_vit.commands import flags as cli
 from keras_vit.data import preprocessing
 from keras_vit.derived import input_image_size
 from keras_vit.errors import UsageError
-from keras_vit.export import files as export_files
+from keras_vit.export import litert
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp")
-
 
 
 def list_images(paths: Sequence[str]) -> Tuple[List[str], bool]:
@@ -118,59 +117,49 @@ def keras_predictor(model: keras.Model, resize_size=None) -> Callable:
     return predict
 
 
-def saved_model_version(path: str) -> str:
-    """str. `path` if it is a SavedModel folder, else its newest numbered
-    version (a TF Serving model folder)."""
-    if os.path.exists(os.path.join(path, "saved_model.pb")):
-        return path
-    versions = export_files.existing_versions(path)
-    if not versions:
-        raise UsageError(
-            f"{path} is neither a SavedModel (no saved_model.pb) nor a "
-            "model folder with numbered versions."
-        )
-    return os.path.join(path, str(max(versions)))
-
-
-def saved_model_predictor(path: str) -> Tuple[Callable, List[str]]:
-    """(predict function, class names) of an exported SavedModel."""
-    loaded = tf.saved_model.load(path)
-    signature = loaded.signatures["serving_default"]
+def saved_model_predictor(path: str) -> Callable:
+    """The predict function of the exported SavedModel version `path`."""
+    signature = tf.saved_model.load(path).signatures["serving_default"]
 
     def predict(images: Sequence[bytes]) -> np.ndarray:
         return signature(
             image_bytes=tf.constant(list(images), dtype=tf.string)
         )["probabilities"].numpy()
 
-    with open(os.path.join(path, "assets", "labels.txt"),
-              encoding="utf-8") as f:
-        names = [line.rstrip("\n") for line in f if line.strip()]
-    return predict, names
+    return predict
 
 
-def is_saved_model(path: str) -> bool:
-    """Whether `path` is an exported SavedModel: a version folder
-    (saved_model.pb) or a model folder of numbered versions."""
-    if not os.path.isdir(path):
-        return False
-    if os.path.exists(os.path.join(path, "saved_model.pb")):
-        return True
-    return any(
-        os.path.exists(os.path.join(path, str(v), "saved_model.pb"))
-        for v in export_files.existing_versions(path)
-    )
+def litert_predictor(path: str, resize_size=None) -> Callable:
+    """The predict function of a LiteRT file (`keras-vit-export
+    --format=litert`): the images preprocessed as serving_default does,
+    then given to the file as the pixels in [0, 255] it takes."""
+    interpreter = litert.interpreter_class()(model_path=path)
+    size = tuple(int(n) for n in interpreter.get_input_details()[0][
+        "shape"][1:3])
+
+    def predict(images: Sequence[bytes]) -> np.ndarray:
+        pixels = np.stack([
+            preprocessing.preprocess_eval(
+                preprocessing.decode_image(tf.constant(image)), size,
+                resize_size,
+            ).numpy()
+            for image in images
+        ])
+        return litert.run_litert(path, (pixels + 1.0) * 127.5)
+
+    return predict
 
 
-def predictor(values) -> Tuple[Callable, Optional[List[str]]]:
-    """(predict function, class names or None) of --model."""
-    if is_saved_model(values.model):
+def predictor(values, source) -> Callable:
+    """The predict function of --model (`source`)."""
+    if source.kind == "saved_model":
         if values.resize_size is not None:
             raise UsageError("--resize_size is built into a SavedModel.")
-        return saved_model_predictor(saved_model_version(values.model))
-    source = cli.model_source(values)
-    model = cli.load_model(values, source, head="predict with")
-    resize = cli.resize_size(values, source)
-    return keras_predictor(model, resize), loader.class_names(source)
+        return saved_model_predictor(source.version())
+    if source.kind == "litert":
+        return litert_predictor(source.path, values.resize_size)
+    model = cli.load_flagged_model(values, source, head="predict with")
+    return keras_predictor(model, cli.resize_size(values, source))
 
 
 def top_k(probabilities: np.ndarray, names: Sequence[str], k: int):
@@ -214,8 +203,9 @@ def write_output(path: str, files, tops, skipped) -> None:
 def define_flags(values: flags.FlagValues, argv: Sequence[str]) -> None:
     """The flags of keras-vit-predict (the images are its arguments)."""
     del argv
-    cli.define_model(values, extra=" Or an exported SavedModel: a version "
-                     "folder, or the model folder (its newest version).")
+    cli.define_model(values, extra=" Or an export: a SavedModel (a version "
+                     "folder, or the model folder: its newest version) or a "
+                     "LiteRT .tflite file.")
     cli.define_resize_size(values)
     cli.define_class_names_file(values)
     flags.DEFINE_integer("top_k", 5, "Classes shown per image.",
@@ -237,10 +227,10 @@ def run(args, images: Sequence[str]) -> int:
                          "as arguments.")
     if args.top_k < 1 or args.batch_size < 1:
         raise UsageError("--top_k and --batch_size must be >= 1.")
-    if not is_saved_model(args.model):
-        cli.model_source(args)  # a model is there, before the images
+    # A model is there, before the images are read.
+    source = cli.model_source(args, exports=True)
     files, folder = list_images(images)
-    predict, names = predictor(args)
+    predict = predictor(args, source)
     files, data, skipped = read_images(files, args.skip_bad_images)
     probabilities = []
     for start in range(0, len(data), args.batch_size):
@@ -254,8 +244,7 @@ def run(args, images: Sequence[str]) -> int:
         raise UsageError("No readable image to classify.")
     probabilities = np.concatenate(probabilities)
     num_classes = probabilities.shape[-1]
-    if args.class_names_file:
-        names = cli.read_lines(args.class_names_file)
+    names = cli.class_names(args, source)
     if names is None:
         names = [str(i) for i in range(num_classes)]
     if len(names) != num_classes:

@@ -9,9 +9,13 @@ evaluate it, and export it for serving when `config.export.enabled`.
 --config names a config shipped in keras_vit/configs (`digits`) or a path
 (`configs/digits.py`, `my_config.py:arg`); --config.FIELD=VALUE overrides a
 field (the config is locked: a misspelt field is an error naming the
-closest). `--model=SOURCE` (short for `--config.init.model=SOURCE`)
-starts from a model: any source the other commands take. Restarting with
-the same --workdir resumes from its latest checkpoint.
+closest); `--config NAME` and `--config=NAME` are the same.
+`--model=SOURCE` (short for `--config.init.model=SOURCE`) starts from a
+model: any source the other commands take (a released name, hf://ORG/NAME,
+a file, a run), resolved once to its local file or folder, whose
+architecture the run takes. Restarting with the same --workdir resumes
+from its latest checkpoint. A run stopped by SIGTERM (preemption) saves a
+checkpoint and exits with status 42.
 """
 
 from __future__ import annotations
@@ -23,9 +27,8 @@ from typing import Dict, Optional, Sequence
 import tensorflow as tf
 from absl import flags, logging
 
-from keras_vit.checkpoint import loader
 from keras_vit.commands import flags as cli
-from keras_vit.errors import UsageError
+from keras_vit.errors import Preempted, UsageError
 from keras_vit.export import saved_model
 from keras_vit.training import train_lib
 
@@ -78,12 +81,19 @@ def _main(values: flags.FlagValues, args: list) -> None:
                 f"{config.init.model} name two models to start from: keep "
                 "one."
             )
-        loader.source_kind(values.model)  # a model is there
         config.init.model = values.model
-    elif config.init.model:
-        loader.source_kind(config.init.model)
-    strategy = cli.create_strategy(values, config)
-    run(config, values.workdir, strategy)
+    if config.init.model:
+        # The one resolver: a name or hf:// URI becomes its cached file or
+        # folder once, here, before anything starts.
+        config.init.model = cli.model_source(values,
+                                             config.init.model).path
+    final = run(config, values.workdir, cli.strategy(values, config))
+    if final.get("preempted"):
+        raise Preempted(
+            f"stopped at step {final['step']} with a checkpoint saved; run "
+            "the same command to resume"
+            + (" (on every worker)." if final.get("restart") else ".")
+        )
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

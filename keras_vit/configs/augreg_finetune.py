@@ -26,6 +26,7 @@ them): ImageNet top-1 at 384 about 78.4% (Ti/16), 83.8% (S/16), 86.0%
 from keras_vit.checkpoint import augreg
 from keras_vit.config import parse_config_arg
 from keras_vit.configs import finetune
+from keras_vit.errors import UsageError
 
 DEFAULT = "B_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0"
 
@@ -36,7 +37,7 @@ def get_config(arg=None):
     source = args["init"] or augreg.url(args["name"])
     name = augreg.parse_name(source)
     if name is None or name.fine_tuned:
-        raise ValueError(
+        raise UsageError(
             f"{source!r} is not the name of a pre-trained AugReg file "
             "(e.g. B_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0"
             "-sd_0.0): take one from gs://vit_models/augreg/index.csv."

@@ -29,6 +29,7 @@ RandAugment is Keras 3's, not big_vision's (keras_vit/data/augment.py).
 from keras_vit import config as config_lib
 from keras_vit.checkpoint import augreg
 from keras_vit.config import base_config, parse_config_arg
+from keras_vit.errors import UsageError
 
 BATCH = 4096
 
@@ -39,7 +40,7 @@ def get_config(arg=None):
         wd="0.1", epochs="300",
     )
     if args["variant"] not in augreg.MODELS.values():
-        raise ValueError(
+        raise UsageError(
             f"No AugReg model {args['variant']!r}: use one of "
             f"{', '.join(augreg.MODELS.values())}."
         )

@@ -31,6 +31,7 @@ them): fine-tuned on ImageNet at 384 (configs/augreg_finetune.py), about
 from keras_vit import config as config_lib
 from keras_vit.checkpoint import augreg
 from keras_vit.config import base_config, parse_config_arg
+from keras_vit.errors import UsageError
 
 BATCH = 4096
 
@@ -41,7 +42,7 @@ def get_config(arg=None):
         wd="0.1", epochs="300", dataset="folder",
     )
     if args["variant"] not in augreg.MODELS.values():
-        raise ValueError(
+        raise UsageError(
             f"No AugReg model {args['variant']!r}: use one of "
             f"{', '.join(augreg.MODELS.values())}."
         )

@@ -21,6 +21,7 @@ data set that cannot be prepared is reported and skipped.
 """
 
 from keras_vit.config import base_config
+from keras_vit.errors import UsageError
 
 # name -> (data source, few-shot training pool, test split)
 DATASETS = {
@@ -43,7 +44,7 @@ def get_config(arg=None):
     known = {**DATASETS, **EXTRA}
     unknown = [n for n in names if n not in known]
     if unknown:
-        raise ValueError(
+        raise UsageError(
             f"Unknown few-shot data set(s) {unknown}: choose from "
             f"{', '.join(known)}."
         )

@@ -40,6 +40,7 @@ the learning rates swept per dataset (`lrs` below); the best one was kept.
 
 from keras_vit.config import base_config, parse_config_arg
 from keras_vit.data import vtab
+from keras_vit.errors import UsageError
 
 # Paper Table 4 (steps, swept learning rates) with the splits of the
 # official fine-tuning code: part of the training split is held out as a
@@ -91,7 +92,7 @@ def get_config(arg=None):
     if name.startswith("vtab/"):
         vtab_task, name = name.split("/", 1)[1], "vtab"
     if name not in DATASETS:
-        raise ValueError(
+        raise UsageError(
             f"No fine-tuning recipe for dataset {args['dataset']!r}: use one "
             f"of {', '.join(k for k in DATASETS if k != 'vtab')} or "
             "vtab/<task>."

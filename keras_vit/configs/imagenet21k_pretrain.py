@@ -37,6 +37,7 @@ less. Weight decay: Table 3 lists 0.03 for the ImageNet-21k runs (Section
 
 from keras_vit import config as config_lib
 from keras_vit.config import base_config, parse_config_arg
+from keras_vit.errors import UsageError
 
 # Paper Table 3, ImageNet-21k rows: base LR, weight decay, dropout, epochs.
 TABLE3 = {
@@ -56,7 +57,7 @@ def get_config(arg=None):
                             dataset="folder")
     variant = args["variant"]
     if variant not in TABLE3:
-        raise ValueError(
+        raise UsageError(
             f"No ImageNet-21k recipe for {variant!r} in paper Table 3: use "
             f"one of {', '.join(TABLE3)}."
         )

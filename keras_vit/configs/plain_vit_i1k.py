@@ -22,6 +22,7 @@ big_vision's (keras_vit/data/augment.py), which may move these numbers.
 
 from keras_vit import config as config_lib
 from keras_vit.config import base_config
+from keras_vit.errors import UsageError
 
 BATCH = 1024
 
@@ -31,7 +32,7 @@ def get_config(arg=None):
     for part in filter(None, (arg or "").split(",")):
         key, _, value = part.partition("=")
         if key.strip() != "epochs":
-            raise ValueError(
+            raise UsageError(
                 f"Unknown config argument {part!r}: the only one is "
                 "epochs=N (e.g. :epochs=300)."
             )

@@ -131,7 +131,7 @@ def _folder_index(root: str):
         )
     if not tf.io.gfile.isdir(root):
         raise UsageError(
-            f"Image folder {root!r} does not exist: set --config.data_dir to "
+            f"Image folder {root!r} does not exist: set config.data_dir to "
             "the folder holding <split>/<class>/."
         )
 

@@ -39,7 +39,7 @@ from keras_vit import config as config_lib
 from keras_vit.checkpoint import loader as pretrained
 from keras_vit.checkpoint import workdir as wd
 from keras_vit.data import vtab
-from keras_vit.errors import UsageError
+from keras_vit.errors import Preempted, UsageError
 from keras_vit.evaluation import reports
 
 BACKBONE = "backbone.npz"
@@ -51,10 +51,6 @@ FINAL = "final"
 # each task's config holds their defaults, so that changing them (e.g.
 # vtab.keep_checkpoints) leaves finished trials valid.
 _RUNNER_FIELDS = ("vtab", "fewshot", "download", "manual_dir")
-
-
-class Preempted(RuntimeError):
-    """Training stopped on SIGTERM; rerunning the command resumes."""
 
 
 def _plain(obj):
@@ -135,7 +131,7 @@ def run_trial(
             raise UsageError(
                 f"{workdir} holds a run with another config (different "
                 "hyper-parameters, data or backbone). Use a new "
-                "--output_dir, or delete that directory to redo the trial."
+                "`output_dir`, or delete that directory to redo the trial."
             )
         if tf.io.gfile.exists(metrics_path):
             logging.info("Reusing the finished trial in %s.", workdir)
@@ -233,7 +229,7 @@ def prepare_backbone(
             return path
         raise UsageError(
             f"{output_dir} holds results of another pre-trained model "
-            f"({wd.read_json(stamp)}): use a new --output_dir for {wanted}."
+            f"({wd.read_json(stamp)}): use a new `output_dir` for {wanted}."
         )
     logging.info("Writing the headless backbone of %s to %s.",
                  source.describe(), path)
@@ -286,7 +282,7 @@ def run(
         k: config.model[k] for k in ("dropout_rate", "attention_dropout_rate")
     }
     model_fields = pretrained.transfer_model_config(
-        pretrained.Source(npz=backbone), overrides
+        pretrained.NpzSource(backbone), overrides
     )
     records: List[Dict] = reports.read_jsonl(results_path)
     done = {r["task"] for r in records}

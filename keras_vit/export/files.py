@@ -165,7 +165,7 @@ def load_warmup_images(images: Sequence[WarmupImage]) -> List[bytes]:
         list of bytes. The encoded images.
     """
     if isinstance(images, (bytes, str, os.PathLike, np.ndarray)):
-        raise TypeError(
+        raise UsageError(
             "warmup_images must be a list of images (bytes, paths or "
             "arrays), not a single image: wrap it in a list."
         )
@@ -191,7 +191,7 @@ def load_warmup_images(images: Sequence[WarmupImage]) -> List[bytes]:
         elif isinstance(image, bytes):
             data, what = image, f"warmup_images[{index}]"
         else:
-            raise TypeError(
+            raise UsageError(
                 f"warmup_images[{index}] has type {type(image).__name__}; "
                 "expected bytes, a path or a uint8 array."
             )

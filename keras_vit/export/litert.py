@@ -136,7 +136,7 @@ def export_litert(
     if not str(path).endswith(".tflite"):
         raise UsageError(f"{path}: a LiteRT file's name ends in .tflite.")
     if keras.backend.backend() != "tensorflow":
-        raise RuntimeError(
+        raise UsageError(
             "LiteRT export runs on the TensorFlow backend; set "
             "KERAS_BACKEND=tensorflow."
         )

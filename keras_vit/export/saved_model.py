@@ -104,7 +104,7 @@ def _class_names(class_names, num_classes: int) -> list:
     if class_names is None:
         return [str(i) for i in range(num_classes)]
     if isinstance(class_names, str):
-        raise TypeError("class_names must be a list of str, not one str.")
+        raise UsageError("class_names must be a list of str, not one str.")
     names = [n.decode("utf-8") if isinstance(n, bytes) else n
              for n in class_names]
     if len(names) != num_classes:
@@ -242,12 +242,12 @@ def export_model(
         str. The path of the new version folder.
     """
     if keras.backend.backend() != "tensorflow":
-        raise RuntimeError(
+        raise UsageError(
             "SavedModel export runs on the TensorFlow backend; set "
             f"KERAS_BACKEND=tensorflow (now {keras.backend.backend()!r})."
         )
     if tf.distribute.has_strategy():
-        raise RuntimeError(
+        raise UsageError(
             "export_model was called inside a tf.distribute strategy scope; "
             "call it after leaving `with strategy.scope():` (the model's "
             "variables are copied to plain float32 ones for serving)."

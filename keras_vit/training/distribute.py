@@ -30,20 +30,18 @@ from typing import Callable, Optional
 import tensorflow as tf
 from absl import logging
 
-from keras_vit.errors import UsageError
+from keras_vit.errors import (  # noqa: F401 (Preempted: raised here)
+    PREEMPTED_EXIT_CODE,
+    Preempted,
+    UsageError,
+)
 from keras_vit.training import cluster
 from keras_vit.training import tpu as tpu_lib
 from keras_vit.training.cluster import SetupError
 
 STRATEGIES = ("auto", "tpu", "mirrored", "multiworker", "cpu")
-# The exit status after every worker saved on a preemption: TensorFlow's
-# restart code off Google Cloud, for the job scheduler to restart the job.
-RESTART_EXIT_CODE = 42
-
-
-class Preempted(Exception):
-    """Every worker has saved a checkpoint at the same step after one of
-    them was told to stop: the run should end (with RESTART_EXIT_CODE)."""
+# The exit status of every command after a preemption (keras_vit.errors).
+RESTART_EXIT_CODE = PREEMPTED_EXIT_CODE
 
 
 def create_strategy(

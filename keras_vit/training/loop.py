@@ -63,10 +63,18 @@ def run(
         WorkerLost: a peer of a multi-worker run is gone.
     """
     progress = {"step": trainer.step}
+    # TensorBoard summaries (the chief's): closed when the run ends, so
+    # that a process running many trainings (VTAB) keeps no file open.
+    writers = {}
+    if chief:
+        writers = {
+            name: tf.summary.create_file_writer(os.path.join(workdir, name))
+            for name in ("train", "eval")
+        }
     try:
         return _run(
             config, workdir, strategy, trainer, train_iter, eval_fn, writer,
-            handler, chief, info, batch, on_finish, progress,
+            handler, chief, info, batch, on_finish, progress, writers,
         )
     except tf.errors.OpError as e:
         if not (distribute.is_multi_worker(strategy)
@@ -75,20 +83,17 @@ def run(
         raise WorkerLost(cluster.lost_worker_message(
             e, progress["step"], writer.latest()
         )) from e
+    finally:
+        for summary_writer in writers.values():
+            summary_writer.close()
 
 
 def _run(
     config, workdir, strategy, trainer, train_iter, eval_fn, writer,
-    handler, chief, info, batch, on_finish, progress,
+    handler, chief, info, batch, on_finish, progress, writers,
 ) -> Dict[str, float]:
     model = trainer.model
     total = int(config.total_steps)
-    writers = {}
-    if chief:
-        writers = {
-            name: tf.summary.create_file_writer(os.path.join(workdir, name))
-            for name in ("train", "eval")
-        }
     steps_per_loop = int(config.steps_per_loop)
     log_every = int(config.log_every_steps)
     eval_every = int(config.eval_every_steps)

@@ -72,7 +72,7 @@ def restore_latest(items: dict, ckpt_dir: str) -> Optional[str]:
     raise TrainingError(
         f"No complete checkpoint in {ckpt_dir}: {'; '.join(problems)}. Move "
         "the checkpoints folder away to start from scratch, or use a new "
-        "--workdir."
+        "`workdir`."
     )
 
 
@@ -94,5 +94,5 @@ def _restore(items: dict, path: str) -> None:
         raise TrainingError(
             f"Cannot resume from {path}: it does not match this model/config "
             f"({type(e).__name__}: {str(e).splitlines()[0][:300]}). Use a new "
-            "--workdir."
+            "`workdir`."
         ) from None

@@ -8,6 +8,7 @@ loop in `keras_vit.training.loop`.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import os
@@ -30,6 +31,7 @@ from keras_vit.data import checks as data_checks
 from keras_vit.data import pipeline as input_pipeline
 from keras_vit.data import sources
 from keras_vit.errors import UsageError
+from keras_vit.model import decode_variant
 from keras_vit.training import cluster, distribute, loop, state
 from keras_vit.training.mpp_trainer import MppTrainer
 from keras_vit.training.resume import TrainingError, restore_latest
@@ -107,9 +109,61 @@ def _check_workdir_config(config, workdir: str) -> None:
         raise TrainingError(
             f"The workdir {workdir} holds a run with a different model "
             f"config ({_model_signature(old)}) than this one "
-            f"({_model_signature(config)}). Use a new --workdir, or the "
+            f"({_model_signature(config)}). Use a new `workdir`, or the "
             "same config to resume."
         )
+
+
+# The config.model fields that fix the shapes of the parameters.
+_SHAPE_FIELDS = ("patch_size", "hidden_size", "num_layers", "num_heads",
+                 "mlp_dim", "pooling", "posemb", "resnet_layers",
+                 "resnet_width")
+
+
+def _config_shapes(model) -> Dict:
+    """The _SHAPE_FIELDS that `config.model` builds (a variant's sizes
+    where the fields leave them to it)."""
+    shapes = {k: model[k] for k in _SHAPE_FIELDS}
+    if model.variant:
+        spec = decode_variant(model.variant)
+        named = dict(dataclasses.asdict(spec.size),
+                     patch_size=spec.patch_size,
+                     resnet_layers=spec.resnet_layers)
+        for key, value in named.items():
+            if key in shapes and shapes[key] is None:
+                shapes[key] = value
+    if shapes["resnet_layers"] is not None:
+        shapes["resnet_layers"] = tuple(shapes["resnet_layers"])
+        shapes["resnet_width"] = shapes["resnet_width"] or 1
+    return shapes
+
+
+def _adopt_init_architecture(config) -> None:
+    """Fine-tuning starts from config.init.model's architecture: where the
+    shapes of config.model differ from the source's, the source's replace
+    them (explicit sizes, no variant), with a warning; the other fields
+    (dropout, remat, ...) stay the config's."""
+    if not config.init.model or config.mpp.enabled:
+        return
+    info = loader.describe_source(config.init.model)
+    wanted = {k: (tuple(info[k]) if k == "resnet_layers" and info[k]
+                  else info[k])
+              for k in _SHAPE_FIELDS if info.get(k) is not None}
+    have = _config_shapes(config.model)
+    differ = {k: (have[k], v) for k, v in wanted.items() if have[k] != v}
+    if not differ:
+        return
+    logging.warning(
+        "config.model takes the architecture of %s, the model it starts "
+        "from: %s.", config.init.model,
+        ", ".join(f"{k} {a} -> {b}" for k, (a, b) in sorted(differ.items())),
+    )
+    with config.model.ignore_type():
+        config.model.variant = None
+        for key in _SHAPE_FIELDS:
+            config.model[key] = wanted.get(key)
+        if config.init.keep_pre_logits:
+            config.model.representation_size = info["representation_size"]
 
 
 def _initialise_from(config, model: keras.Model) -> None:
@@ -156,7 +210,11 @@ def train_and_evaluate(
             exports the SavedModel this way (`keras_vit.commands.train`),
             so training needs nothing from the layers above it.
 
-    Returns the final metrics (also written to workdir/metrics.json).
+    Returns the final metrics (also written to workdir/metrics.json), or,
+    when the run stopped on SIGTERM with a checkpoint saved,
+    {"preempted": True, "step": S} ("restart": True when every worker of a
+    multi-worker or TPU run saved that step); the commands then exit with
+    `distribute.RESTART_EXIT_CODE`.
     """
     if config.mpp.enabled:
         if config.export.enabled:
@@ -187,11 +245,12 @@ def train_and_evaluate(
         tf.io.gfile.makedirs(workdir)
     except tf.errors.OpError as e:
         raise TrainingError(
-            f"Cannot use --workdir {workdir}: {e.message.splitlines()[0]}. "
+            f"Cannot use `workdir` {workdir}: {e.message.splitlines()[0]}. "
             "Check the path and your credentials; gs:// paths need "
             "TensorFlow's GCS file system: pip install -e '.[gcs]' in a "
             "checkout, or pip install 'keras-vision-transformer[gcs]'."
         ) from None
+    _adopt_init_architecture(config)
     _check_workdir_config(config, workdir)
     keras.utils.set_random_seed(int(config.seed))
 
@@ -312,8 +371,9 @@ def _resume_and_run(
     if handler is not None:
         logging.info(
             "Preemption: PreemptionCheckpointHandler saves a checkpoint on "
-            "every worker at the same step and exits (code %d) when any "
-            "worker is told to stop.", distribute.RESTART_EXIT_CODE,
+            "every worker at the same step and stops the run (the commands "
+            "exit with status %d) when any worker is told to stop.",
+            distribute.RESTART_EXIT_CODE,
         )
     final = loop.run(
         config, workdir, strategy, trainer, train_iter, eval_fn, writer,
@@ -322,8 +382,4 @@ def _resume_and_run(
     if distribute.is_multi_worker(strategy):
         cluster.finish(lambda: distribute.any_worker(strategy, False),
                        handler)
-    if final.get("restart"):
-        # Every worker saved at the same step: the scheduler restarts the
-        # job, and the same command resumes.
-        raise SystemExit(distribute.RESTART_EXIT_CODE)
     return final

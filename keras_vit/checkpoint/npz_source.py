@@ -1,0 +1,163 @@
+"""`NpzSource`: an official or AugReg `.npz` checkpoint as a model source
+(`keras_vit.checkpoint.sources`).
+
+The architecture is read from the array shapes; `variant` checks it, and
+an AugReg file's name is checked against its arrays. The resolution a file
+loads at by default is a fine-tuned AugReg file's own (from its name), a
+released checkpoint's (its own grid's), else 224.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Dict, Optional, Tuple
+
+from keras_vit.checkpoint import augreg, sources, weights
+from keras_vit.checkpoint import npz as checkpoint_io
+from keras_vit.errors import UsageError
+from keras_vit.model import create_model
+from keras_vit.resnet import resnet_stride
+
+
+@dataclasses.dataclass
+class _NpzContent:
+    arrays: Dict[str, Any]
+    layout: str
+    ignored: list
+    info: Dict[str, Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class NpzSource(sources.Source):
+    """An official-layout `.npz` checkpoint.
+
+    Attributes:
+        path: str. The file (local or a tf.io.gfile URL).
+        variant: str or None. The expected variant ("B/16"); the file's
+            shapes must match it.
+        posemb_grid: (rows, cols) or None. The file's patch grid, needed
+            only when it is not square.
+        image_size: int or None. The resolution a released checkpoint was
+            trained at (`catalog`), its default one (the file's own
+            position-embedding grid wins if they differ).
+    """
+
+    variant: Optional[str] = None
+    posemb_grid: Optional[Tuple[int, int]] = None
+    image_size: Optional[int] = None
+    kind = "npz"
+
+    def __post_init__(self):
+        grid = self.posemb_grid
+        if grid is not None:
+            if isinstance(grid, int):
+                grid = (grid, grid)
+            object.__setattr__(self, "posemb_grid", tuple(int(n) for n in grid))
+
+    def describe(self) -> str:
+        name = super().describe()
+        return f"{name} ({self.variant})" if self.variant else name
+
+    def _read(self, check_variant: bool = True) -> _NpzContent:
+        arrays, layout, ignored = checkpoint_io.normalize_layout(
+            checkpoint_io.read_npz(self.path), self.path
+        )
+        info = sources.arch_from_arrays(arrays)
+        # AugReg files (gs://vit_models/augreg/) say their model and, once
+        # fine-tuned, their resolution in the name.
+        info["augreg"] = augreg.parse_name(self.path)
+        if info["augreg"] is not None and check_variant:
+            augreg.check_name(self.path, info["augreg"], info, self.variant)
+        if self.variant and check_variant:
+            self._check_variant(info)
+        return _NpzContent(arrays, layout, ignored, info)
+
+    def _check_variant(self, info: Dict[str, Any]) -> None:
+        wrong = augreg.variant_mismatch(self.variant, info)
+        if wrong:
+            raise UsageError(
+                f"{self.path} is not a {self.variant} checkpoint: it has "
+                f"{ {k: f for k, (f, _) in wrong.items()} } where "
+                f"{self.variant} has "
+                f"{ {k: v for k, (_, v) in wrong.items()} }. Fix `variant` "
+                f"(the file looks like {info['variant'] or 'a custom size'})."
+            )
+
+    def _default_image_size(self, content: _NpzContent) -> int:
+        name = content.info.get("augreg")
+        if name is not None:
+            return name.image_size
+        if self.image_size:
+            return _file_image_size(content) or self.image_size
+        return 224
+
+    def architecture(self) -> Dict[str, Any]:
+        """As `Source.architecture`; image_size is None unless a released
+        checkpoint's or a fine-tuned AugReg file's resolution is known."""
+        content = self._read()
+        size = None
+        if content.info["augreg"] is not None or self.image_size:
+            size = self._default_image_size(content)
+        info = content.info
+        del info["augreg"]
+        info["image_size"] = size
+        return info
+
+    def content(self) -> sources.Content:
+        content = self._read()
+        return sources.Content(content.arrays, self.posemb_grid,
+                               content.layout, tuple(content.ignored), None)
+
+    def build(self, image_size=None, *, num_classes=None, pooling=None,
+              representation_size=sources.FROM_SOURCE, strict=True):
+        # Non-strict loading builds the named variant even when the file
+        # is another one, to load what fits.
+        content = self._read(check_variant=strict)
+        info = content.info
+        variant = self.variant or info["variant"]
+        if representation_size == sources.FROM_SOURCE:
+            representation_size = info["representation_size"]
+        if num_classes is None:
+            num_classes = info["num_classes"] or 0
+        kwargs = dict(
+            num_classes=num_classes,
+            image_size=self._default_image_size(content)
+            if image_size is None else image_size,
+            pooling=pooling or info["pooling"],
+            posemb=info["posemb"],
+            representation_size=representation_size,
+        )
+        if info["resnet_layers"] is not None:
+            kwargs["resnet_width"] = info["resnet_width"]
+        if not variant:
+            kwargs.update({k: info[k] for k in ("patch_size", "resnet_layers")
+                           + sources.SIZE_FIELDS})
+        model = create_model(variant, **kwargs)
+        report = weights.load_arrays(
+            model,
+            content.arrays,
+            strict=strict,
+            keep_pre_logits=representation_size is not None,
+            posemb_grid=self.posemb_grid,
+            source=str(self.path),
+            layout=content.layout,
+            ignored=content.ignored,
+        )
+        return model, report
+
+
+def _file_image_size(content: _NpzContent) -> Optional[int]:
+    """The resolution a file's learnt, square position-embedding grid was
+    trained at (grid side x patch x ResNet stride), or None."""
+    table = content.arrays.get(checkpoint_io.POSEMB)
+    info = content.info
+    if table is None or table.ndim != 3 or not info["patch_size"]:
+        return None
+    tokens = int(table.shape[1]) - (1 if info["pooling"] == "token" else 0)
+    side = int(round(tokens ** 0.5))
+    if side * side != tokens:
+        return None
+    stride = info["patch_size"]
+    if info["resnet_layers"] is not None:
+        stride *= resnet_stride(info["resnet_layers"])
+    return side * stride

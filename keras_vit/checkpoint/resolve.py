@@ -1,0 +1,170 @@
+"""One way from any model string to a local model source.
+
+`resolve(text)` is the one place where a string a user gives becomes a
+`keras_vit.checkpoint.sources.Source`, once; every tool, every command's
+`--model` and `config.init.model` go through it:
+
+- `hf://ORG/NAME[@REVISION]`: a Hugging Face model, downloaded into the
+  Hugging Face cache (`cache.hf_snapshot`) -> `HubSource`;
+- a released checkpoint's name ("ViT-B_16",
+  "imagenet21k+imagenet2012/ViT-L_16", "augreg/<file>";
+  `keras_vit.list_models()`) or its address in gs://vit_models, downloaded
+  once into $KERAS_VIT_CACHE (`cache.locate`) -> `NpzSource`;
+- a path (local or a tf.io.gfile URL such as gs://BUCKET/...): a `.npz`
+  -> `NpzSource`; a `.keras` file -> `KerasSource`; a folder with Hugging
+  Face weights, or such a weights file -> `HubSource`; an exported
+  SavedModel -> `SavedModelSource`; a training run's workdir (a folder with
+  config.json) -> `WorkdirSource`.
+
+Anything else is refused with one line that says why: a missing path (with
+the closest released names), a name not in the cache while offline (where
+the cache is and how to download), a file or folder of no model kind.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Optional, Tuple, Union
+
+import tensorflow as tf
+
+from keras_vit.checkpoint import cache, catalog, hub
+from keras_vit.checkpoint import workdir as wd
+from keras_vit.checkpoint.npz_source import NpzSource
+from keras_vit.checkpoint.sources import (
+    HubSource,
+    KerasSource,
+    LiteRTSource,
+    SavedModelSource,
+    Source,
+    WorkdirSource,
+    is_saved_model,
+)
+from keras_vit.errors import UsageError
+
+SOURCE_KINDS = (
+    "a released model's name (keras_vit.list_models(), e.g. ViT-B_16), "
+    "hf://ORG/NAME[@REVISION], a training workdir, a .keras file, an "
+    "official .npz (local or gs://) or a Hugging Face / timm folder"
+)
+
+SourceLike = Union[Source, str]
+
+
+def _check_text(text: str) -> None:
+    """Refuses a model string that names a place outside where it points
+    (a `..` step in a Hugging Face repository or revision)."""
+    if text.startswith(cache.HF_PREFIX):
+        parts = re.split(r"[/@]", text[len(cache.HF_PREFIX):].rstrip("/"))
+        if any(p in (".", "..") or ".." in p or p.startswith(".")
+               for p in parts):
+            raise UsageError(
+                f"{text}: a Hugging Face repository or revision holds no "
+                "'..' and starts with no '.'; give hf://ORG/NAME or "
+                "hf://ORG/NAME@REVISION."
+            )
+
+
+def _missing(text: str) -> UsageError:
+    close = catalog.suggestions(text)
+    hint = f" Did you mean {', '.join(close)}?" if close else ""
+    return UsageError(
+        f"{text}: no such file or folder, and no released model's name."
+        f"{hint} A model is {SOURCE_KINDS}."
+    )
+
+
+def _path_source(text: str, variant, posemb_grid, use_ema) -> Source:
+    lower = text.lower().rstrip("/")
+    if "://" not in text and not os.path.exists(text):
+        raise _missing(text)
+    try:
+        is_dir = tf.io.gfile.isdir(text)
+        exists = is_dir or tf.io.gfile.exists(text)
+    except (tf.errors.OpError, NotImplementedError) as error:
+        reason = " ".join(str(getattr(error, "message", error)).split())
+        raise UsageError(f"{text}: cannot be read ({reason}). A model is "
+                         f"{SOURCE_KINDS}.") from None
+    if not exists:
+        raise _missing(text)
+    if lower.endswith(".npz"):
+        return NpzSource(text, variant=variant, posemb_grid=posemb_grid)
+    if lower.endswith(".keras"):
+        return KerasSource(text)
+    if lower.endswith(".tflite"):
+        return LiteRTSource(text)
+    if is_dir:
+        if any(tf.io.gfile.exists(os.path.join(text, name))
+               for name in hub.WEIGHT_FILES):
+            return HubSource(text)
+        if is_saved_model(text):
+            return SavedModelSource(text)
+        if tf.io.gfile.exists(os.path.join(text, wd.CONFIG)):
+            return WorkdirSource(text, use_ema=use_ema)
+        raise UsageError(
+            f"{text} is a folder of no model kind: it holds no {wd.CONFIG} "
+            "(a training run), no Hugging Face weights "
+            f"({', '.join(hub.WEIGHT_FILES)}) and no saved_model.pb. A "
+            f"model is {SOURCE_KINDS}."
+        )
+    if os.path.basename(lower) in hub.WEIGHT_FILES or lower.endswith(
+        (".safetensors", ".bin")
+    ):
+        return HubSource(text)
+    raise UsageError(f"{text} is a file of no model kind: give "
+                     f"{SOURCE_KINDS}.")
+
+
+def resolve(
+    source: SourceLike,
+    *,
+    variant: Optional[str] = None,
+    posemb_grid: Optional[Tuple[int, int]] = None,
+    use_ema: bool = True,
+    exports: bool = False,
+) -> Source:
+    """The local Source that `source` names (see the module doc); a Source
+    is returned as it is.
+
+    Args:
+        source: Source, or a string: a released model's name, hf://ORG/NAME
+            [@REVISION], a gs:// address or a path.
+        variant: str or None. An .npz only: the variant it must be.
+        posemb_grid: (rows, cols) or None. An .npz only: its patch grid
+            when not square.
+        use_ema: bool. A training workdir: its EMA weights (when kept).
+        exports: bool. Whether an export (a SavedModel, a .tflite) is
+            taken (a caller that serves predictions); else it is refused.
+
+    Raises:
+        UsageError: nothing of a model kind is there (one line saying why,
+            with the closest released names), a name or URI that is not
+            cached and cannot be downloaded (saying how to get it),
+            `variant` / `posemb_grid` for a source that records its own, or
+            an export without `exports`.
+    """
+    if isinstance(source, Source):
+        return source
+    if source is None or not str(source).strip():
+        raise UsageError(f"No model given: a model is {SOURCE_KINDS}.")
+    text = str(source).strip()
+    _check_text(text)
+    located = cache.locate(text)
+    if located is None:
+        resolved = _path_source(text, variant, posemb_grid, use_ema)
+    elif located.kind == "hub":
+        resolved = HubSource(located.path)
+    else:
+        resolved = NpzSource(located.path, variant=variant,
+                             posemb_grid=posemb_grid,
+                             image_size=located.image_size)
+    if resolved.export and not exports:
+        resolved.build()  # refused, saying why
+    for name, value in (("variant", variant), ("posemb_grid", posemb_grid)):
+        if value is not None and not isinstance(resolved, NpzSource):
+            raise UsageError(
+                f"`{name}` goes with an .npz model only; {text} is a "
+                f"{resolved.kind} model, which records its own architecture."
+            )
+    return resolved

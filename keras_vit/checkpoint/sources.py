@@ -1,0 +1,328 @@
+"""The kinds of local model source, behind one interface.
+
+`keras_vit.checkpoint.resolve.resolve` turns what a user gives (a name, a
+URI, a path) into one of these; everything else asks the source itself:
+
+- `architecture()`: the architecture fields (`ARCH_FIELDS`), num_classes,
+  image_size and variant;
+- `content()`: the parameters in the official `.npz` layout, with the
+  patch grid of the position embedding (`Content`);
+- `build(...)`: the model and its `LoadReport` (None where nothing was
+  mapped: a workdir or a `.keras` file holds its own model);
+- `class_names()`: the class names the source records, or None;
+- `run_config()`: a training run's config (a workdir only), else None.
+
+The kinds: `WorkdirSource` (a training run's latest checkpoint),
+`KerasSource` (a `.keras` file), `NpzSource` (an official or AugReg
+`.npz`; `keras_vit.checkpoint.npz_source`), `HubSource` (a Hugging Face /
+timm folder), and the exports `SavedModelSource` and `LiteRTSource` (they
+serve predictions; nothing else loads them).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any, Dict, List, NamedTuple, Optional, Tuple
+
+import keras
+
+from keras_vit import mpp
+from keras_vit.checkpoint import hub, hub_model, weights
+from keras_vit.checkpoint import npz as checkpoint_io
+from keras_vit.checkpoint import workdir as wd
+from keras_vit.checkpoint.resolution import rebuild_at_resolution
+from keras_vit.errors import UsageError
+from keras_vit.model import (
+    _image_hw,
+    architecture_of,
+    as_vision_transformer,
+    decode_variant,
+)
+
+ARCH_FIELDS = (
+    "patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim",
+    "pooling", "posemb", "representation_size", "resnet_layers",
+    "resnet_width",
+)
+SIZE_FIELDS = ("hidden_size", "num_layers", "num_heads", "mlp_dim")
+
+# `build(representation_size=...)`'s default: the source's pre-logits
+# layer (None already means "no pre-logits layer").
+FROM_SOURCE = "source"
+
+
+class Content(NamedTuple):
+    """A source's parameters in the official layout.
+
+    Attributes:
+        arrays: dict of str to np.ndarray.
+        grid: (rows, cols) or None. The position embedding's patch grid
+            (None: a square one, read from the table).
+        layout: str. The naming the arrays were read from.
+        ignored: sequence of str. Arrays of the file that were left out.
+        pre_logits_activation: str or None. The pre-logits layer's
+            activation, where there is one and it is known.
+    """
+
+    arrays: Dict[str, Any]
+    grid: Optional[Tuple[int, int]]
+    layout: str
+    ignored: Tuple[str, ...]
+    pre_logits_activation: Optional[str]
+
+
+def arch_from_arrays(arrays: Dict[str, Any]) -> Dict[str, Any]:
+    """The architecture that official-layout arrays describe."""
+    shapes = {k: tuple(v.shape) for k, v in arrays.items()}
+    info = checkpoint_io.describe_arrays(shapes)
+    if info["resnet_layers"] is not None:
+        info["resnet_width"] = int(shapes["conv_root/kernel"][-1]) // 64
+    return info
+
+
+def check_pre_logits(path: str, activation: Optional[str]) -> None:
+    """Refuses a pre-logits layer this project's models would run with
+    another activation: they build it with tanh (the official ViT's)."""
+    if activation not in ("tanh", None):
+        raise UsageError(
+            f"{path}: its pre-logits layer uses {activation!r}, and a model "
+            "built from a config computes tanh there. Fine-tune without the "
+            "pre-logits layer (config.init.keep_pre_logits=False, the "
+            "paper's transfer), or load the model itself with "
+            "keras_vit.load_model."
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class Source:
+    """A local model source (see the module doc); `path` is where it is."""
+
+    path: str
+    kind = "source"
+    # An export: it serves predictions and loads into nothing else.
+    export = False
+
+    def describe(self) -> str:
+        """str. A short label for reports, e.g. "ViT-B_16.npz"."""
+        return os.path.basename(os.path.normpath(self.path))
+
+    def architecture(self) -> Dict[str, Any]:
+        raise NotImplementedError
+
+    def content(self) -> Content:
+        raise NotImplementedError
+
+    def build(self, image_size=None, *, num_classes=None, pooling=None,
+              representation_size=FROM_SOURCE, strict=True):
+        """(keras.Model, LoadReport or None). The source's model as
+        trained (float32), at `image_size` (None: its own); the other
+        arguments choose how an .npz or hub model is built
+        (`keras_vit.load_model`)."""
+        raise NotImplementedError
+
+    def class_names(self) -> Optional[List[str]]:
+        return None
+
+    def run_config(self):
+        """The training run's config (a workdir), else None."""
+        return None
+
+
+class _SavedKerasModel(Source):
+    """A source that holds its model (a workdir, a .keras file)."""
+
+    def _model(self) -> keras.Model:
+        raise NotImplementedError
+
+    def build(self, image_size=None, *, num_classes=None, pooling=None,
+              representation_size=FROM_SOURCE, strict=True):
+        del strict  # nothing is mapped
+        if (num_classes, pooling, representation_size) != (
+            None, None, FROM_SOURCE
+        ):
+            raise UsageError(
+                f"{self.path} holds its own model: `num_classes`, `pooling` "
+                "and `representation_size` choose how an .npz (or a hub "
+                "model: not its pooling) is built."
+            )
+        model = self._model()
+        if mpp.is_mpp_model(model):
+            # The mask token and the MPP head are pre-training's: every
+            # tool takes the encoder.
+            model = mpp.encoder_model(model)
+        if image_size is not None and (
+            tuple(model.input_shape[1:3]) != _image_hw(image_size)
+        ):
+            model = rebuild_at_resolution(model, image_size)
+        return model, None
+
+    def architecture(self) -> Dict[str, Any]:
+        model, _ = self.build()
+        info = arch_from_arrays(weights.model_arrays(model))
+        info["image_size"] = tuple(model.input_shape[1:3])
+        return info
+
+    def content(self) -> Content:
+        model, _ = self.build()
+        activation = None
+        architecture = architecture_of(model)
+        if architecture.representation_size is not None:
+            activation = architecture.pre_logits_activation
+        return Content(weights.model_arrays(model), weights.model_grid(model),
+                       "official", (), activation)
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkdirSource(_SavedKerasModel):
+    """A training run's workdir: its latest checkpoint, the EMA (Polyak)
+    weights when the run kept them and `use_ema`, else the raw ones."""
+
+    use_ema: bool = True
+    kind = "workdir"
+
+    def _model(self) -> keras.Model:
+        return wd.restore_model(self.path, use_ema=self.use_ema)
+
+    def run_config(self):
+        return wd.read_config(self.path)
+
+    def class_names(self) -> Optional[List[str]]:
+        return wd.read_class_names(self.path)
+
+    def architecture(self) -> Dict[str, Any]:
+        config = self.run_config()
+        info = {k: config.model[k] for k in ARCH_FIELDS}
+        info["variant"] = config.model.variant
+        if info["variant"]:
+            spec = decode_variant(info["variant"])
+            for field in SIZE_FIELDS:
+                if info[field] is None:
+                    info[field] = getattr(spec.size, field)
+            if info["patch_size"] is None:
+                info["patch_size"] = spec.patch_size
+        # An MPP run's model is its encoder (see `build`): no head.
+        info["num_classes"] = 0 if config.mpp.enabled else wd.num_classes(
+            config, self.path)
+        info["image_size"] = config.image_size
+        return info
+
+
+@dataclasses.dataclass(frozen=True)
+class KerasSource(_SavedKerasModel):
+    """A `.keras` file."""
+
+    kind = "keras"
+
+    def _model(self) -> keras.Model:
+        model = weights.read_keras_model(self.path)
+        if not mpp.is_mpp_model(model):  # one saved before the class
+            model = as_vision_transformer(model)
+        return model
+
+
+@dataclasses.dataclass(frozen=True)
+class HubSource(Source):
+    """A folder (or its weights file) in the Hugging Face layout: Hugging
+    Face ViT or timm weights beside config.json (`keras_vit.checkpoint.hub`)."""
+
+    kind = "hub"
+
+    def _read(self) -> hub.HubCheckpoint:
+        return hub.read_hub(self.path)
+
+    def architecture(self) -> Dict[str, Any]:
+        return hub_model.describe_hub(self._read())
+
+    def content(self) -> Content:
+        checkpoint = self._read()
+        grid = tuple(checkpoint.posemb_grid)  # the stored table's grid
+        return Content(checkpoint.arrays, grid, checkpoint.naming, (),
+                       checkpoint.pre_logits_activation)
+
+    def build(self, image_size=None, *, num_classes=None, pooling=None,
+              representation_size=FROM_SOURCE, strict=True):
+        if pooling is not None:
+            raise UsageError(
+                f"{self.path}: a hub model is built with its own pooling; "
+                "`pooling` goes with an .npz."
+            )
+        return hub_model.model_from_hub(
+            self._read(), image_size, num_classes, representation_size,
+            FROM_SOURCE, strict,
+        )
+
+    def class_names(self) -> Optional[List[str]]:
+        return self._read().class_names
+
+
+class _Export(Source):
+    """An exported model: it answers requests (keras-vit-predict), and is
+    no model to build, fine-tune or export again."""
+
+    what = "an export"
+    export = True
+
+    def _refuse(self, *args, **kwargs):
+        raise UsageError(
+            f"{self.path} is {self.what}: it serves predictions "
+            "(keras-vit-predict) but holds no Keras model to load, "
+            "fine-tune, evaluate or export again. Use the model it was "
+            "exported from (its training workdir, .keras or .npz file)."
+        )
+
+    architecture = content = build = _refuse
+
+
+@dataclasses.dataclass(frozen=True)
+class LiteRTSource(_Export):
+    """A LiteRT `.tflite` file written by `keras-vit-export --format=litert`
+    (its class names beside it, in `<name>.labels.txt`)."""
+
+    kind = "litert"
+    what = "a LiteRT file"
+
+    def class_names(self) -> Optional[List[str]]:
+        path = self.path[: -len(".tflite")] + ".labels.txt"
+        return wd.read_lines(path) if os.path.exists(path) else None
+
+
+@dataclasses.dataclass(frozen=True)
+class SavedModelSource(_Export):
+    """An exported SavedModel (a version folder with saved_model.pb, or a
+    TF Serving model folder of numbered versions)."""
+
+    kind = "saved_model"
+    what = "an exported SavedModel"
+
+    def version(self) -> str:
+        """str. The version folder: `path` itself, else its newest
+        numbered version."""
+        if os.path.exists(os.path.join(self.path, "saved_model.pb")):
+            return self.path
+        return os.path.join(self.path, str(max(saved_model_versions(
+            self.path))))
+
+    def class_names(self) -> Optional[List[str]]:
+        path = os.path.join(self.version(), "assets", wd.LABELS)
+        return wd.read_lines(path) if os.path.exists(path) else None
+
+
+def saved_model_versions(folder: str) -> List[int]:
+    """The numbered versions of a TF Serving model folder that hold a
+    SavedModel, in order."""
+    if not os.path.isdir(folder):
+        return []
+    return sorted(
+        int(name) for name in os.listdir(folder)
+        if name.isdigit()
+        and os.path.exists(os.path.join(folder, name, "saved_model.pb"))
+    )
+
+
+def is_saved_model(path: str) -> bool:
+    """Whether `path` is an exported SavedModel (see SavedModelSource)."""
+    return os.path.isdir(path) and (
+        os.path.exists(os.path.join(path, "saved_model.pb"))
+        or bool(saved_model_versions(path))
+    )

@@ -1,0 +1,252 @@
+"""`run`: the one entry point of the six commands, with the one error
+policy, and the parsing of their command lines.
+
+Each command defines its flags into a FlagValues of its own
+(`define(values, argv)`), so that several commands can be parsed in one
+process (the tests do). `run` parses the command line into it and calls
+the command's main:
+
+- a `UsageError` (this project's checks of what the user gave), a missing
+  or existing file, a missing optional package, a run that cannot go on
+  (`TrainingError`) or a failed strategy set-up prints one line,
+  `keras-vit-<command>: error: <message>`, and exits 1 (a set-up error:
+  its own status); `--verbose` adds the traceback. The library names its
+  arguments (`variant`) and config fields (config.init.model); the line
+  names the command's flags (--variant, --config.init.model);
+- so does a bad flag or config field;
+- a preempted run (`keras_vit.errors.Preempted`: it saved a checkpoint and
+  stopped on SIGTERM) prints `keras-vit-<command>: preempted: <message>`
+  and exits with PREEMPTED_EXIT_CODE (42, TensorFlow's restart status);
+- any other exception (a ValueError from inside Keras or TensorFlow
+  included) propagates with its traceback.
+"""
+
+from __future__ import annotations
+
+import logging as std_logging
+import re
+import sys
+import traceback
+from typing import Callable, List, Optional, Sequence
+
+from absl import flags, logging
+
+from keras_vit import config as config_lib
+from keras_vit import quiet_start
+from keras_vit.errors import PREEMPTED_EXIT_CODE, Preempted, UsageError
+from keras_vit.training import cluster
+from keras_vit.training.resume import TrainingError
+
+PREFIX = "keras-vit-"
+# Errors that are the user's to fix: one line (the traceback with
+# --verbose). SetupError is a ValueError with an exit status; a missing or
+# existing file and a missing optional package are named by the message.
+ONE_LINE = (UsageError, cluster.SetupError, TrainingError, FileNotFoundError,
+            FileExistsError, ImportError)
+HELP_ARGS = ("-h", "--help", "--helpshort", "--helpfull", "-?")
+_VERBOSE = re.compile(r"--verbose(=(true|t|1|yes))?", re.I)
+# The modules whose flags every command has.
+SHARED_MODULES = (__name__, "keras_vit.commands.flags")
+
+
+def define_verbose(values: flags.FlagValues) -> None:
+    flags.DEFINE_boolean(
+        "verbose", False,
+        "Debug logging, and the traceback behind a one-line error.",
+        flag_values=values,
+    )
+
+
+# ------------------------------------------------------------ --config
+def resolve_config_arg(arg: str) -> str:
+    """`--config=NAME[:arg]` with a bare NAME of a packaged config becomes
+    its path; other arguments are returned unchanged."""
+    match = re.fullmatch(r"--?config=([\w]+)((:.*)?)", str(arg), re.S)
+    if not match:
+        return arg
+    path = config_lib.packaged_config(match.group(1))
+    return arg if path is None else f"--config={path}{match.group(2)}"
+
+
+def normalize_argv(argv: Sequence[str]) -> List[str]:
+    """`argv` with `--config NAME` (the space form) joined into
+    `--config=NAME`, and a packaged config's NAME made its path."""
+    out, args = [], list(argv)
+    i = 0
+    while i < len(args):
+        arg = str(args[i])
+        if arg in ("--config", "-config") and i + 1 < len(args) and not str(
+            args[i + 1]
+        ).startswith("-"):
+            arg = f"--config={args[i + 1]}"
+            i += 1
+        out.append(resolve_config_arg(arg))
+        i += 1
+    return out
+
+
+# ------------------------------------------------------------- logging
+# TensorFlow INFO lines logged again at every trace of a distributed step
+# (TF 2.21): kept for --verbose.
+_TRACE_CHATTER = (
+    "Collective all_reduce tensors",
+    "Collective batch_all_reduce",
+    "Collective all_reduce IndexedSlices",
+    "Collective all_gather",
+    "Reduce to ",  # "... then broadcast to" (MirroredStrategy)
+)
+
+
+class _DropTraceChatter(std_logging.Filter):
+    def filter(self, record) -> bool:
+        return not (
+            record.levelno < std_logging.WARNING
+            and str(record.msg).startswith(_TRACE_CHATTER)
+        )
+
+
+def setup_logging(verbose: bool) -> None:
+    """absl logging at INFO (DEBUG when `verbose`), TensorFlow's Python
+    log lines once each, and without the lines each trace repeats.
+
+    TensorFlow gives its logger a handler of its own when it is imported
+    before absl's is installed, so every line came twice (its format and
+    absl's); absl's alone remains.
+    """
+    logging.set_verbosity(logging.DEBUG if verbose else logging.INFO)
+    tf_logger = std_logging.getLogger("tensorflow")
+    for handler in list(tf_logger.handlers):
+        tf_logger.removeHandler(handler)
+    tf_logger.propagate = True
+    if not verbose and not any(
+        isinstance(f, _DropTraceChatter) for f in tf_logger.filters
+    ):
+        tf_logger.addFilter(_DropTraceChatter())
+
+
+# ------------------------------------------------------------- running
+def shell_words(message: str, values: Optional[flags.FlagValues]) -> str:
+    """A library message worded for the shell: an argument named in
+    backquotes (`variant`) that is one of the command's flags becomes the
+    flag (--variant), and a config field (config.init.model) becomes its
+    override (--config.init.model) where the command takes --config."""
+    if values is None:
+        return message
+
+    def flag(match):
+        name = match.group(1)
+        return f"--{name}" if name in values else match.group(0)
+
+    message = re.sub(r"`(\w+)`", flag, message)
+    if "config" in values:
+        message = re.sub(
+            r"(?<![\w/.`-])config\.(?!json\b|py\b)([a-z_][\w.]*\w)",
+            r"--config.\1", message)
+    return message
+
+
+def report(error: BaseException, program: str, verbose: bool,
+           values: Optional[flags.FlagValues] = None,
+           kind: str = "error") -> int:
+    """Prints `error` as `program: error: message` (after its traceback
+    with `verbose`), worded for the shell; returns the exit status."""
+    if verbose:
+        print("".join(traceback.format_exception(error)), file=sys.stderr,
+              end="", flush=True)
+    message = " ".join(str(error).split()) if str(error) else repr(error)
+    message = shell_words(message, values)
+    print(f"{program}: {kind}: {message}", file=sys.stderr, flush=True)
+    return int(getattr(error, "exit_code", 1))
+
+
+def flag_error_message(error: BaseException, argv: Sequence[str]) -> str:
+    """One line for a bad flag or config field (absl, ml_collections)."""
+    message = str(error.args[0]) if error.args else str(error)
+    message = message.replace("\\n", " ").replace("\n", " ")
+    message = message.replace("\\'", "'").strip('"')
+    # ml_collections says "'field' Did you mean ...": name what it is.
+    named = re.sub(
+        r"^'+([\w.]+)'+\s*", r"unknown config field '\1'. ", message
+    )
+    if named != message:
+        message = named.rstrip("'")
+    if "Did you mean" not in message:
+        message = _with_suggestion(message, argv)
+    where = ("config fields: keras_vit/config.py" if "config" in message
+             else "flags: --help")
+    return f"{message} ({where})"
+
+
+def parse(values: flags.FlagValues, argv: Sequence[str]) -> list:
+    """Parses `argv` (program first) into `values` and absl's own flags;
+    the arguments left (program first). A bad flag or config field raises
+    UsageError naming it."""
+    argv = normalize_argv(argv)
+    try:
+        rest = flags.FLAGS(list(argv), known_only=True)
+        return values(rest)
+    except (AttributeError, KeyError, flags.Error) as error:
+        raise UsageError(flag_error_message(error, argv)) from error
+
+
+def help_text(program: str, doc: str, values: flags.FlagValues) -> str:
+    """`program --help`: the command's doc, then its flags, those of every
+    command first."""
+    text = "\n" + values.get_help(include_special_flags=False)
+    for module in values.flags_by_module_dict():
+        title = ("flags of every command" if module in SHARED_MODULES
+                 else f"flags of {program}")
+        text = text.replace(f"\n{module}:\n", f"\n{title}:\n")
+    return f"usage: {program} [flags]\n\n{doc.strip()}\n{text}"
+
+
+def run(
+    name: str,
+    define: Callable[[flags.FlagValues, Sequence[str]], None],
+    main: Callable[[flags.FlagValues, list], Optional[int]],
+    argv: Optional[Sequence[str]] = None,
+    doc: str = "",
+) -> int:
+    """Runs command `name` (keras-vit-`name`): defines its flags, parses
+    `argv` (default sys.argv), calls `main(values, positional arguments)`
+    and returns the exit status, with the error policy of the module doc.
+    """
+    program = PREFIX + name
+    argv = normalize_argv(sys.argv if argv is None else argv)
+    values = flags.FlagValues()
+    define_verbose(values)
+    define(values, argv)
+    if any(a in HELP_ARGS for a in argv[1:]):
+        quiet_start.release()
+        print(help_text(program, doc, values))
+        return 0
+    verbose = any(_VERBOSE.fullmatch(str(a)) for a in argv[1:])
+    # A console script's stderr, held since `import keras_vit`, goes back
+    # without TensorFlow's start-up notices.
+    quiet_start.release()
+    logging.use_absl_handler()
+    try:
+        rest = parse(values, argv)
+        setup_logging(values.verbose)
+        status = main(values, rest[1:])
+    except ONE_LINE as error:
+        return report(error, program, verbose, values)
+    except Preempted as error:
+        report(error, program, verbose, values, kind="preempted")
+        return PREEMPTED_EXIT_CODE
+    return 0 if status is None else int(status)
+
+
+def _with_suggestion(message: str, argv) -> str:
+    """`message` about an unknown --config.<field> plus the closest real
+    field (keras_vit/config.py), or the fields of its section."""
+    match = re.match(r"unknown config field '([\w.]+)'", message)
+    if not match:
+        return message
+    leaf = match.group(1).rpartition(".")[2]
+    for arg in argv:
+        path = re.match(r"--config\.([\w.]+)=?", str(arg))
+        if path and path.group(1).rpartition(".")[2] == leaf:
+            hint = config_lib.unknown_field_message(path.group(1))
+            return f"{message.rstrip('. ')}: {hint}"
+    return message

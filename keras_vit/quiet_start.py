@@ -1,0 +1,128 @@
+"""Hides TensorFlow's start-up notices from the commands.
+
+TensorFlow's C++ libraries print notices to stderr while they load, before
+TF_CPP_MIN_LOG_LEVEL applies (oneDNN, CPU features), and on a machine
+without an NVIDIA driver two CUDA lines (no CUDA driver; cuInit failed)
+when the devices are listed. `hold` sends stderr to a temporary file while
+TensorFlow loads; `release` lists its devices, then writes back everything
+except those notices (`quiet_tensorflow_start` does both around a block).
+`--verbose` on the command line keeps them all.
+
+The console scripts (keras-vit-*) start holding when `import keras_vit`
+runs (`console_script_start`), before Keras loads TensorFlow, and
+`keras_vit.commands.runner.run` releases; train.py and evaluate.py load
+this module by its path and hold around their import of the command.
+This module uses the standard library only.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import re
+import sys
+import tempfile
+
+# Printed on every machine, whatever TF_CPP_MIN_LOG_LEVEL says.
+_NOTICES = (
+    r"^WARNING: All log messages before absl::InitializeLog\(\) is called "
+    r"are written to STDERR$",
+    r"port\.cc:\d+\] oneDNN custom operations are on",
+    r"cpu_feature_guard\.cc:\d+\] This TensorFlow binary is optimized",
+    r"^To enable the following instructions: .* in other operations, "
+    r"rebuild TensorFlow",
+)
+# Printed where there is no NVIDIA driver, i.e. on a CPU-only machine.
+_NO_GPU = (
+    r"cudart_stub\.cc:\d+\] Could not find cuda drivers on your machine",
+    r"cuda_platform\.cc:\d+\] failed call to cuInit",
+)
+
+
+def _has_nvidia_driver() -> bool:
+    return os.path.exists("/proc/driver/nvidia/version")
+
+
+def noise(line: str, cpu_only: bool) -> bool:
+    """Whether `line` is one of the start-up notices hidden."""
+    patterns = _NOTICES + (_NO_GPU if cpu_only else ())
+    return any(re.search(p, line) for p in patterns)
+
+
+_VERBOSE = r"--verbose(=(true|t|1|yes))?"
+# (saved stderr descriptor, temporary file) while stderr is held.
+_held = []
+
+
+def _verbose(argv) -> bool:
+    return any(re.fullmatch(_VERBOSE, str(a), re.I) for a in argv)
+
+
+def hold(argv=None) -> bool:
+    """Sends stderr (the descriptor) to a temporary file until `release`,
+    unless `argv` asks for --verbose or it is held already; whether it
+    started holding."""
+    argv = sys.argv if argv is None else argv
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    if _held or _verbose(argv):
+        return False
+    sys.stderr.flush()
+    held = tempfile.TemporaryFile()
+    _held.append((os.dup(2), held))
+    os.dup2(held.fileno(), 2)
+    return True
+
+
+def release() -> None:
+    """Lists TensorFlow's devices (where the CUDA notices come from, when
+    it is loaded), gives stderr back and writes to it what was held, less
+    the start-up notices. Does nothing when nothing is held."""
+    if not _held:
+        return
+    try:
+        tf = sys.modules.get("tensorflow")
+        if tf is not None and hasattr(tf, "config"):
+            tf.config.list_physical_devices()
+    finally:
+        saved, held = _held.pop()
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+        held.seek(0)
+        text = held.read().decode(errors="replace")
+        held.close()
+        cpu_only = not _has_nvidia_driver()
+        kept = [line for line in text.splitlines(keepends=True)
+                if not noise(line, cpu_only)]
+        sys.stderr.write("".join(kept))
+        sys.stderr.flush()
+
+
+def console_script_start() -> None:
+    """Holds stderr when this process is a keras-vit-* console script;
+    `release` runs at the latest when the process exits (an error before
+    the command started is still shown)."""
+    if os.path.basename(sys.argv[0] if sys.argv else "").startswith(
+        "keras-vit-"
+    ) and hold():
+        atexit.register(release)
+
+
+@contextlib.contextmanager
+def quiet_tensorflow_start(argv=None):
+    """Within: TensorFlow's start-up notices on stderr are held back (see
+    the module doc); on leaving, TensorFlow's devices are listed (where the
+    CUDA notices come from) and the rest of what was printed goes to
+    stderr."""
+    started = hold(argv)
+    try:
+        yield
+    finally:
+        if started:
+            release()
+
+
+# `import keras_vit` imports this module first, before Keras loads
+# TensorFlow: a console script starts quiet here.
+console_script_start()

@@ -1,0 +1,334 @@
+"""The user's journeys, typed as a user types them: the keras-vit-*
+console scripts run as subprocesses, offline, with a Hugging Face cache
+(HF_HOME) and a $KERAS_VIT_CACHE that the tests fill with tiny models.
+
+- a released name (`--model=ViT-B_16`, `--config digits`) and a Hugging
+  Face model (`--config=digits --config.init.model=hf://ORG/NAME`): fine-
+  tune on the digits, evaluate the run, export it, predict from the export;
+- a .keras file: LiteRT export, then predict from the .tflite;
+- a name and an hf:// model offline with an empty cache: one line about
+  the cache and how to download;
+- the matrix: every command x every kind of source works or is refused in
+  one line that says why.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+from PIL import Image
+
+import keras_vit
+from keras_vit.checkpoint import loader, weights
+from tests import model_cache
+
+pytestmark = pytest.mark.slow
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+COMMANDS = ("train", "evaluate", "export", "convert", "analysis", "predict")
+HF_URI = "hf://test-org/tiny-vit"
+# Two optimizer steps of the digits recipe, evaluated once, at the end.
+FAST = [
+    "--config.total_steps=2", "--config.batch_size=16",
+    "--config.eval_every_steps=0", "--config.checkpoint_every_steps=0",
+    "--config.log_every_steps=1", "--config.jit_compile=False",
+    "--config.optimizer.warmup_steps=1",
+]
+
+
+def _script(name):
+    """The command line that starts console script keras-vit-`name`: the
+    installed script beside this Python, else its entry point under the
+    script's name."""
+    path = os.path.join(os.path.dirname(sys.executable), f"keras-vit-{name}")
+    if os.path.exists(path):
+        return [path]
+    code = (f"import sys; sys.argv[0] = 'keras-vit-{name}'; "
+            f"from keras_vit.commands.{name} import main; sys.exit(main())")
+    return [sys.executable, "-c", code]
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory):
+    """Tiny models where a user's caches keep them: ViT-B_16 (10 classes,
+    the digits' count) in $KERAS_VIT_CACHE, test-org/tiny-vit (5 classes)
+    in the Hugging Face cache; the same ViT-B_16 as .npz and .keras files;
+    two images; the environment of an offline user."""
+    root = tmp_path_factory.mktemp("journeys")
+    keras.utils.set_random_seed(0)
+    model = keras_vit.create_model(
+        None, num_classes=10, image_size=32, patch_size=8, hidden_size=16,
+        num_layers=1, num_heads=2, mlp_dim=16, head_zero_init=False,
+    )
+    npz = str(root / "tiny.npz")
+    weights.save_npz(model, npz)
+    model.save(str(root / "tiny.keras"))
+    model_cache.fill_keras_vit_cache(root / "cache", npz,
+                                     "imagenet21k/ViT-B_16.npz")
+    model_cache.fill_hf_cache(root / "hf_home" / "hub")
+    os.makedirs(root / "images")
+    rng = np.random.default_rng(0)
+    for name in ("a.png", "b.png"):
+        pixels = rng.integers(0, 256, (20, 24, 3), dtype=np.uint8)
+        Image.fromarray(pixels).save(root / "images" / name)
+    env = dict(os.environ, PYTHONPATH=ROOT, CUDA_VISIBLE_DEVICES="",
+               HF_HOME=str(root / "hf_home"), HF_HUB_OFFLINE="1",
+               KERAS_VIT_CACHE=str(root / "cache"), KERAS_VIT_OFFLINE="1")
+    for name in ("HF_HUB_CACHE", "TF_CPP_MIN_LOG_LEVEL",
+                 "KERAS_VIT_MODELS_BASE_URL"):
+        env.pop(name, None)
+    return dict(root=root, npz=npz, keras=str(root / "tiny.keras"),
+                images=str(root / "images"), env=env)
+
+
+def run(home, name, *args, env=None):
+    result = subprocess.run(
+        _script(name) + list(args), capture_output=True, text=True,
+        env=env or home["env"], cwd=str(home["root"]), timeout=600,
+    )
+    return result
+
+
+def ok(result):
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result
+
+
+def one_line_error(result, name):
+    """The one line a refused command printed (exit status 1, no
+    traceback)."""
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr
+    lines = [line for line in result.stderr.splitlines()
+             if line.startswith(f"keras-vit-{name}:")]
+    assert len(lines) == 1, result.stderr[-3000:]
+    return lines[0]
+
+
+def predictions(home, model, tag):
+    """keras-vit-predict's JSON answer for the two images."""
+    out = str(home["root"] / f"{tag}.json")
+    ok(run(home, "predict", f"--model={model}", home["images"],
+           f"--output={out}"))
+    with open(out) as f:
+        data = json.load(f)
+    return {os.path.basename(p["file"]): {t["name"]: t["probability"]
+                                          for t in p["top_k"]}
+            for p in data["predictions"]}
+
+
+def assert_same_answers(a, b, atol):
+    assert a.keys() == b.keys()
+    for image in a:
+        assert a[image].keys() == b[image].keys(), image
+        for name, p in a[image].items():
+            assert abs(p - b[image][name]) <= atol, (image, name)
+
+
+@pytest.fixture(scope="module")
+def runs(home):
+    """Two fine-tuning runs on the digits, typed as a user would: from a
+    released name (--model, `--config NAME`), and from a Hugging Face model
+    (--config.init.model, `--config=NAME`)."""
+    root = home["root"]
+    by_name = str(root / "ft_name")
+    by_hf = str(root / "ft_hf")
+    results = {
+        "name": run(home, "train", "--config", "digits",
+                    f"--workdir={by_name}", "--model=ViT-B_16", *FAST),
+        "hf": run(home, "train", "--config=digits", f"--workdir={by_hf}",
+                  f"--config.init.model={HF_URI}", *FAST),
+    }
+    return dict(results=results, name=by_name, hf=by_hf)
+
+
+@pytest.mark.parametrize("kind", ["name", "hf"])
+def test_fine_tune_evaluate_export_predict(home, runs, kind):
+    result = ok(runs["results"][kind])
+    workdir = runs[kind]
+    # Quiet as python train.py: no TensorFlow start-up notices.
+    for notice in ("cpu_feature_guard", "oneDNN", "cuInit", "cudart_stub"):
+        assert notice not in result.stderr, notice
+    with open(os.path.join(workdir, "config.json")) as f:
+        config = json.load(f)
+    start = config["init"]["model"]
+    if kind == "name":
+        assert start == os.path.join(
+            home["env"]["KERAS_VIT_CACHE"], "vit_models", "imagenet21k",
+            "ViT-B_16.npz")
+    else:
+        assert os.path.realpath(start) == os.path.realpath(os.path.join(
+            home["env"]["HF_HOME"], "hub", "models--test-org--tiny-vit",
+            "snapshots", model_cache.REVISION))
+    # The run is the model it started from, fine-tuned: its architecture.
+    started = loader.describe_source(start)
+    for field in ("hidden_size", "num_layers", "num_heads", "mlp_dim",
+                  "patch_size"):
+        assert config["model"][field] == started[field], field
+    with open(os.path.join(workdir, "metrics.json")) as f:
+        metrics = json.load(f)
+    assert metrics["steps"] == 2 and metrics["test_examples"] == 360
+
+    # keras-vit-evaluate: the run's own numbers again.
+    result = ok(run(home, "evaluate", "--mode=eval", f"--workdir={workdir}"))
+    evaluated = json.loads(result.stdout[result.stdout.index("{"):])
+    assert evaluated["num_examples"] == 360
+    assert evaluated["accuracy"] == metrics["test_accuracy"]
+    assert evaluated["loss"] == pytest.approx(metrics["test_loss"], 1e-5)
+
+    # keras-vit-export, then keras-vit-predict from the export answers as
+    # from the run.
+    export_dir = str(home["root"] / f"export_{kind}")
+    result = ok(run(home, "export", f"--model={workdir}",
+                    f"--export_dir={export_dir}"))
+    version = result.stdout.strip().splitlines()[-1]
+    assert version == os.path.join(export_dir, "vit", "1")
+    served = predictions(home, os.path.join(export_dir, "vit"),
+                         f"served_{kind}")
+    direct = predictions(home, workdir, f"direct_{kind}")
+    assert_same_answers(served, direct, atol=1e-5)
+    # The digits' class names, which the run recorded, top 5 of them.
+    assert len(served["a.png"]) == 5
+    assert set(served["a.png"]) <= {str(i) for i in range(10)}
+
+
+def test_keras_file_to_litert_then_predict(home):
+    out = str(home["root"] / "edge")
+    result = ok(run(home, "export", f"--model={home['keras']}",
+                    f"--export_dir={out}", "--format=litert"))
+    tflite = os.path.join(out, "vit.tflite")
+    assert result.stdout.strip().splitlines()[-1] == tflite
+    on_device = predictions(home, tflite, "litert")
+    keras_file = predictions(home, home["keras"], "keras_file")
+    # float32 LiteRT equals the Keras model (litert.VERIFY_ATOL).
+    assert_same_answers(on_device, keras_file, atol=1e-4)
+
+
+def test_offline_with_an_empty_cache_says_how_to_download(home, tmp_path):
+    env = dict(home["env"], KERAS_VIT_CACHE=str(tmp_path / "empty"),
+               HF_HOME=str(tmp_path / "hf_empty"))
+    line = one_line_error(
+        run(home, "train", "--config", "digits",
+            f"--workdir={tmp_path}/run", "--model=ViT-L_16", env=env),
+        "train")
+    target = os.path.join(str(tmp_path / "empty"), "vit_models",
+                          "imagenet21k", "ViT-L_16.npz")
+    assert "no such file" not in line
+    for part in ("is not in the cache", target, "unset KERAS_VIT_OFFLINE",
+                 "copy the file to"):
+        assert part in line, part
+    assert not os.path.exists(tmp_path / "run")  # nothing started
+    line = one_line_error(
+        run(home, "predict", f"--model={HF_URI}", home["images"], env=env),
+        "predict")
+    assert "no such file" not in line
+    for part in ("not (fully) in the Hugging Face cache",
+                 "hf download test-org/tiny-vit", "unset HF_HUB_OFFLINE"):
+        assert part in line, part
+
+
+# ----------------------------------------------------------- the matrix
+# Runs every cell in one child process, each through its command's entry
+# point (`main(argv)`, what the console script calls), in the environment
+# of the other tests; prints {cell: [status, error line or None]}.
+_DRIVER = r"""
+import contextlib, io, json, sys, traceback
+cells = json.loads(sys.argv[1])
+out = {}
+for key, (name, argv) in cells.items():
+    module = __import__(f"keras_vit.commands.{name}", fromlist=["main"])
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            status = module.main([f"keras-vit-{name}"] + argv)
+    except BaseException:
+        status = "crash: " + traceback.format_exc()[-2000:]
+    lines = [line for line in err.getvalue().splitlines()
+             if line.startswith(f"keras-vit-{name}:")]
+    out[key] = [status, lines]
+print("MATRIX " + json.dumps(out))
+"""
+
+# Expected refusals: (command, source kind) -> what the line says.
+EXPORTS = ("saved_model", "litert")
+REFUSED = {
+    **{(c, k): "serves predictions (keras-vit-predict) but holds no Keras "
+       "model" for c in COMMANDS if c != "predict" for k in EXPORTS},
+    # The Hugging Face model has 5 classes, the digits 10.
+    ("evaluate", "hf"): "The model predicts 5 classes but digits has 10",
+    ("evaluate", "hub_folder"): "The model predicts 5 classes but digits "
+    "has 10",
+}
+
+
+def _argv(name, source, out):
+    return {
+        "train": ["--config=digits", f"--workdir={out}", f"--model={source}",
+                  *FAST],
+        "evaluate": ["--mode=eval", f"--model={source}", "--dataset=digits",
+                     "--batch_size=120"],
+        "export": [f"--model={source}", f"--export_dir={out}",
+                   "--no_warmup", "--no_verify"],
+        "convert": [f"--model={source}", f"--output={out}.keras"],
+        "analysis": [f"--model={source}", "--digits=2",
+                     f"--output_dir={out}"],
+        "predict": [f"--model={source}", "images"],
+    }[name]
+
+
+def test_every_command_with_every_kind_of_source(home, runs, tmp_path):
+    ok(runs["results"]["name"])
+    workdir = runs["name"]
+    exports = tmp_path / "exports"
+    ok(run(home, "export", f"--model={workdir}", f"--export_dir={exports}"))
+    ok(run(home, "export", f"--model={workdir}", f"--export_dir={exports}",
+           "--format=litert"))
+    hub_folder = str(tmp_path / "hub_folder")
+    shutil.copytree(model_cache.HF_FIXTURE, hub_folder)
+    sources = {
+        "name": "ViT-B_16", "hf": HF_URI, "hub_folder": hub_folder,
+        "npz": home["npz"], "keras": home["keras"], "workdir": workdir,
+        "saved_model": str(exports / "vit"),
+        "litert": str(exports / "vit.tflite"),
+    }
+    cells = {
+        f"{name}|{kind}": [name, _argv(name, source,
+                                       str(tmp_path / f"{name}_{kind}"))]
+        for name in COMMANDS for kind, source in sources.items()
+    }
+    # Fine-tuning starts from a name or a URI by config.init.model alike.
+    for kind in ("name", "hf"):
+        cells[f"train|{kind}|init"] = ["train", [
+            "--config=digits", f"--workdir={tmp_path}/init_{kind}",
+            f"--config.init.model={sources[kind]}", *FAST]]
+    result = subprocess.run(
+        [sys.executable, "-c", _DRIVER, json.dumps(cells)],
+        capture_output=True, text=True, env=home["env"],
+        cwd=str(home["root"]), timeout=1800,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    line = [s for s in result.stdout.splitlines() if s.startswith("MATRIX ")]
+    table = json.loads(line[-1][len("MATRIX "):])
+    assert len(table) == len(COMMANDS) * len(sources) + 2
+    for key, (status, lines) in table.items():
+        name, kind = key.split("|")[:2]
+        refusal = REFUSED.get((name, kind))
+        if refusal is None:
+            assert status == 0, (key, status, lines)
+            assert not any(": error:" in s for s in lines), (key, lines)
+        else:
+            assert status == 1, (key, status, lines)
+            assert len(lines) == 1, (key, lines)
+            assert lines[0].startswith(f"keras-vit-{name}: error: "), key
+            assert refusal in lines[0], (key, lines[0])
+    # What the working cells wrote.
+    assert os.path.exists(tmp_path / "convert_hf.keras")
+    assert os.path.exists(tmp_path / "export_name" / "vit" / "1"
+                          / "saved_model.pb")
+    with open(tmp_path / "train_hub_folder" / "metrics.json") as f:
+        assert json.load(f)["steps"] == 2
