@@ -397,14 +397,14 @@ def test_known_size_and_sha256_are_checked(mirror, tiny_npz, monkeypatch):
         assert not os.path.exists(cached)
     # The right ones: downloaded, hashed once, then read from the stamp.
     _with_known_file(monkeypatch, name, len(content), digest)
-    assert loader.resolve("ViT-B_16").npz == cached
+    assert loader.resolve("ViT-B_16").path == cached
     with open(cached + ".sha256") as f:
         assert f.read().split()[0] == digest
     real_sha256 = cache._sha256
     hashed = []
     monkeypatch.setattr(cache, "_sha256",
                         lambda path: hashed.append(path) or digest)
-    assert loader.resolve("ViT-B_16").npz == cached
+    assert loader.resolve("ViT-B_16").path == cached
     assert not hashed
     # A cached file changed afterwards is hashed again and refused.
     monkeypatch.setattr(cache, "_sha256", real_sha256)
