@@ -159,7 +159,12 @@ class Architecture:
     arguments mean.
 
     Attributes:
-        patch_size, hidden_size, num_layers, num_heads, mlp_dim: int.
+        patch_size: int. Pixels per patch side (per token side for a
+            hybrid's ResNet output, see `stride`).
+        hidden_size: int. The token width.
+        num_layers: int. Encoder blocks.
+        num_heads: int. Attention heads.
+        mlp_dim: int. The MLP's hidden width.
         image_size: (height, width). The input size; with
             `dynamic_image_size`, the size whose patch grid the position
             embeddings are kept at.
@@ -168,10 +173,17 @@ class Architecture:
             (None: sizes of no named variant).
         resnet_layers: tuple of int or None. A hybrid's ResNet stages.
         resnet_width: int. Its width factor.
-        pooling, posemb, representation_size, dropout_rate,
-            attention_dropout_rate, stochastic_depth_rate, head_zero_init,
-            head_bias_init, all_tokens, dynamic_image_size, remat: as in
-            `create_model`.
+        pooling: str. "token" or "gap", as in `create_model`.
+        posemb: str. The position embedding, as in `create_model`.
+        representation_size: int or None. The pre-logits width.
+        dropout_rate: float. As in `create_model`.
+        attention_dropout_rate: float. As in `create_model`.
+        stochastic_depth_rate: float. As in `create_model`.
+        head_zero_init: bool. As in `create_model`.
+        head_bias_init: float. As in `create_model`.
+        all_tokens: bool. As in `create_model`.
+        dynamic_image_size: bool. As in `create_model`.
+        remat: As in `create_model`.
         pre_logits_activation: str. The pre-logits layer's activation
             ("tanh"; a Hugging Face model's pooler may use another).
         numerics: Numerics.
