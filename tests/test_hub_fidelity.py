@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import safetensors.numpy
 
-from keras_vit import create_model
+from keras_vit import VisionTransformer, create_model
 from keras_vit.checkpoint import hub, loader, posemb
 from keras_vit.errors import UsageError
 
@@ -186,6 +186,21 @@ def test_other_resolution_equals_the_library_model_there(name, size):
     got = _run(model, reference[f"pixels_{key}"])
     assert got.shape == want.shape
     np.testing.assert_allclose(got, want, atol=1e-4)
+
+
+@pytest.mark.parametrize("name", ["hf_vit_classifier", "timm_vit"])
+def test_fine_tuning_start_at_another_size_is_the_library_model(name):
+    # initialise() (fine-tuning from hub weights) resizes the table as
+    # load_model does: the library's own model at that size.
+    reference = np.load(os.path.join(FIXTURES, "resized", name + ".npz"))
+    size = (24, 40) if name == "timm_vit" else (48, 48)
+    key = "{}x{}".format(*size)
+    loaded = loader.load_model(_source(name), size)
+    target = VisionTransformer(loaded.architecture)
+    report = loader.initialise(target, _source(name))
+    assert report.posemb_resized == ((4, 4), (size[0] // 8, size[1] // 8))
+    got = _run(target, reference[f"pixels_{key}"])
+    np.testing.assert_allclose(got, reference[f"logits_{key}"], atol=1e-4)
 
 
 def test_timm_input_size_without_fixed_input_size_is_not_the_model_size(

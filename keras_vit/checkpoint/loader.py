@@ -119,22 +119,33 @@ def initialise(
     The head is kept only when its shape fits (else it starts at zero, as
     for transfer in the paper); the pre-logits layer only with
     `keep_pre_logits`; the position embedding is resized to the model's
-    patch grid. Strict: anything else that does not fit is an error.
+    patch grid (hub weights the way their library resizes them, as
+    `load_model` does). Strict: anything else that does not fit is an error.
 
     Returns:
         The `LoadReport`.
     """
     source = resolve(source)
     content = _content(source, keep_pre_logits)
-    return weights.load_arrays(
+    arrays, grid = content.arrays, content.grid
+    target = tuple(weights.model_grid(model))
+    resized = isinstance(source, HubSource) and tuple(grid) != target
+    if resized:
+        # Weights from transformers or timm: the table resized as their
+        # library resizes it (the official interpolation is the .npz's).
+        arrays = source.arrays_at(target)
+    report = weights.load_arrays(
         model,
-        content.arrays,
+        arrays,
         keep_pre_logits=keep_pre_logits,
-        posemb_grid=content.grid,
+        posemb_grid=target if resized else grid,
         source=source.path,
         layout=content.layout,
         ignored=content.ignored,
     )
+    if resized:
+        report.posemb_resized = (tuple(grid), target)
+    return report
 
 
 class Loaded(NamedTuple):

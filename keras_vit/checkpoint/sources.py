@@ -240,6 +240,14 @@ class HubSource(Source):
         return Content(checkpoint.arrays, grid, checkpoint.naming, (),
                        checkpoint.pre_logits_activation)
 
+    def arrays_at(self, grid) -> Dict[str, Any]:
+        """The arrays with the position table at patch grid `grid`,
+        resized the way the library that wrote them resizes it."""
+        checkpoint = self._read()
+        patch = int(checkpoint.arrays["embedding/kernel"].shape[0])
+        return hub_model.library_table(checkpoint,
+                                       [int(g) * patch for g in grid])
+
     def build(self, image_size=None, *, num_classes=None, pooling=None,
               representation_size=FROM_SOURCE, strict=True):
         if pooling is not None:
