@@ -98,19 +98,25 @@ def read_images(files: Sequence[str], skip_bad: bool):
     return good, data, skipped
 
 
+def _pixels(images: Sequence[bytes], size, resize_size) -> np.ndarray:
+    """Encoded images as the batch the export's serving_default makes of
+    them: decoded, resized and cropped to `size`, scaled to [-1, 1]."""
+    return np.stack([
+        preprocessing.preprocess_eval(
+            preprocessing.decode_image(tf.constant(image)), size,
+            resize_size,
+        ).numpy()
+        for image in images
+    ])
+
+
 def keras_predictor(model: keras.Model, resize_size=None) -> Callable:
     """A function: list of encoded images -> probabilities (n, K), with the
     preprocessing of the export's serving_default."""
     size = input_image_size(model)
 
     def predict(images: Sequence[bytes]) -> np.ndarray:
-        batch = np.stack([
-            preprocessing.preprocess_eval(
-                preprocessing.decode_image(tf.constant(image)), size,
-                resize_size,
-            ).numpy()
-            for image in images
-        ])
+        batch = _pixels(images, size, resize_size)
         logits = keras.ops.convert_to_numpy(model(batch, training=False))
         return tf.nn.softmax(logits.astype(np.float32), axis=-1).numpy()
 
@@ -138,13 +144,7 @@ def litert_predictor(path: str, resize_size=None) -> Callable:
         "shape"][1:3])
 
     def predict(images: Sequence[bytes]) -> np.ndarray:
-        pixels = np.stack([
-            preprocessing.preprocess_eval(
-                preprocessing.decode_image(tf.constant(image)), size,
-                resize_size,
-            ).numpy()
-            for image in images
-        ])
+        pixels = _pixels(images, size, resize_size)
         return litert.run_litert(path, (pixels + 1.0) * 127.5)
 
     return predict
