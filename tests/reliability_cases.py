@@ -557,7 +557,7 @@ _CASES = [
         "hf_dotdot_revision", BAD_INPUT, "checkpoint",
         "`hf://ORG/NAME@..`",
         "One line before the Hugging Face cache is touched.",
-        ("'..' is no branch, tag or commit name",),
+        ("holds no '..' and starts with no '.'",),
         "UsageError",
     ),
     # ------------------------------------------------------------ serving

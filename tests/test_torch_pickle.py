@@ -344,7 +344,7 @@ def test_hostile_corpus_in_one_child_under_a_memory_cap():
     assert "declares shape (4194304, 1048576)" in by_label["npz:huge_shape"]
     assert "entry 'notes.txt' is not an .npy array" in by_label[
         "npz:other_member"]
-    assert "'..' is no branch, tag or commit name" in by_label["hf:.."]
+    assert "holds no '..' and starts with no '.'" in by_label["hf:.."]
     assert "refused it (IsADirectoryError" in by_label["hf:dir"]
     assert "Keras's safe mode refuses to run" in by_label["keras:lambda"]
 
