@@ -1315,6 +1315,10 @@ def _project_options() -> set:
     for parser in parsers:
         for action in parser._actions:
             options.update(action.option_strings)
+    # The shell scripts' options: the arms of their `case` statements.
+    for path in glob.glob(os.path.join(ROOT, "benchmarks", "*.sh")):
+        with open(path, encoding="utf-8") as f:
+            options.update(re.findall(r"^\s*(--[\w-]+)\)", f.read(), re.M))
     return options
 
 
@@ -1332,7 +1336,8 @@ def test_flags_named_in_the_text_exist(doc):
             span not in console_scripts()
         ):
             problems.append(f"line {line}: setup.cfg declares no {span}")
-        for flag in re.findall(r"(?<![\w-])--[A-Za-z][\w.]*", span):
+        for flag in re.findall(r"(?<![\w-])--[A-Za-z][\w.-]*", span):
+            flag = flag.rstrip(".-")
             if flag.startswith("--config."):
                 field = flag[len("--config."):]
                 if field not in fields and field not in MISSPELT_ON_PURPOSE:
