@@ -18,6 +18,7 @@ import pytest
 import tensorflow as tf
 
 from keras_vit import optim
+from keras_vit.errors import PREEMPTED_EXIT_CODE
 from keras_vit.training import cluster, distribute, train_lib
 from tests.strategies import two_cpu_mirrored
 
@@ -354,7 +355,8 @@ def test_sigterm_saves_stops_and_the_same_command_resumes(tmp_path):
                                 env=_env())
     _wait_for(logs[0], rf"step \d+/{TOTAL}", [proc])
     proc.send_signal(signal.SIGTERM)
-    assert _finish([proc]) == [0]
+    # A preempted run saves, then exits with the one preemption status.
+    assert _finish([proc]) == [PREEMPTED_EXIT_CODE]
     first = open(logs[0]).read()
     stop = int(re.search(r"Stopped at step (\d+) after SIGTERM", first)[1])
     assert 0 < stop < TOTAL
