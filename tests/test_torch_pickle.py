@@ -399,8 +399,8 @@ def test_console_script_refuses_hostile_models_in_one_line(tmp_path):
                HF_HUB_CACHE=str(tmp_path / "hf"))
     for model, says in ((str(folder), f"{weights}: its pickle nests "
                          "containers more than 32 deep"),
-                        ("hf://ORG/NAME@..", "hf://ORG/NAME@..: '..' is no "
-                         "branch, tag or commit name")):
+                        ("hf://ORG/NAME@..", "hf://ORG/NAME@..: a Hugging "
+                         "Face repository or revision holds no '..'")):
         output = tmp_path / "out.keras"
         run = subprocess.run(
             [sys.executable, "-m", "keras_vit.commands.convert",
