@@ -12,6 +12,9 @@ from inside Keras or TensorFlow included, keeps its traceback.
 
 `UsageError` is a `ValueError`, so code that caught ValueError still does.
 
+`one_line(error)`: an exception's message on one line (TensorFlow's span
+several), for a UsageError that names its cause.
+
 `Preempted`: a run stopped on SIGTERM after saving a checkpoint; every
 command then exits with PREEMPTED_EXIT_CODE, and the same command resumes.
 """
@@ -29,3 +32,9 @@ class Preempted(Exception):
     """A run stopped on SIGTERM after saving a checkpoint (every worker at
     the same step, under a PreemptionCheckpointHandler): it should end; the
     commands exit with PREEMPTED_EXIT_CODE and the same command resumes."""
+
+
+def one_line(error: BaseException) -> str:
+    """`error`'s message on one line (TensorFlow's OpError keeps it in
+    `.message`, and spans several lines)."""
+    return " ".join(str(getattr(error, "message", None) or error).split())

@@ -6,6 +6,9 @@ functions are the only imports the contract ignores, and `import keras_vit`
 indeed loads no TensorFlow.
 
 The same check from a shell: `lint-imports setup.cfg`.
+
+No module of the package is over MAX_MODULE_LINES lines: a module that
+grows past it is split along a seam of its own.
 """
 
 import ast
@@ -22,6 +25,7 @@ import keras_vit
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SETUP_CFG = os.path.join(ROOT, "setup.cfg")
 PREFIX = "importlinter:contract:"
+MAX_MODULE_LINES = 400
 
 
 def _contracts():
@@ -117,3 +121,14 @@ def test_import_keras_vit_loads_no_tensorflow():
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-3000:]
     assert run.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_no_module_is_over_the_line_limit():
+    sizes = {}
+    for path in glob.glob(os.path.join(ROOT, "keras_vit", "**", "*.py"),
+                          recursive=True):
+        with open(path, encoding="utf-8") as f:
+            sizes[os.path.relpath(path, ROOT)] = sum(1 for _ in f)
+    assert len(sizes) > 100  # the whole package was read
+    over = {path: n for path, n in sizes.items() if n > MAX_MODULE_LINES}
+    assert over == {}, f"over {MAX_MODULE_LINES} lines: {over}"

@@ -10,8 +10,7 @@ import numpy as np
 import pytest
 
 import keras_vit
-from keras_vit.checkpoint import augreg, loader, weights
-from keras_vit.checkpoint import npz as checkpoint_io
+from keras_vit.checkpoint import augreg, loader, npz_layout, weights
 
 NAMES = {
     "Ti/16": "Ti_16", "S/16": "S_16", "S/32": "S_32", "B/16": "B_16",
@@ -150,7 +149,7 @@ def test_every_augreg_model_is_read_from_name_and_arrays(variant):
     loader builds it."""
     for template, classes, size in ((PRE, 21843, 224), (FINE, 1000, 384)):
         shapes = official_shapes(variant, classes, size)
-        info = checkpoint_io.describe_arrays(shapes)
+        info = npz_layout.describe_arrays(shapes)
         info["resnet_width"] = 1
         assert info["variant"] == variant
         name = augreg.parse_name(template.format(NAMES[variant]))

@@ -14,7 +14,7 @@ import pytest
 import scipy.ndimage
 
 from keras_vit import create_model
-from keras_vit.checkpoint import npz as checkpoint_io
+from keras_vit.checkpoint import npz_layout
 from keras_vit.checkpoint import posemb as posemb_lib
 from keras_vit.checkpoint import weights as checkpoint
 from keras_vit.checkpoint.resolution import rebuild_at_resolution
@@ -453,10 +453,10 @@ def test_describe_names_official_variants():
             768, 12, 64,
         )
         shapes[pre + "MlpBlock_3/Dense_0/kernel"] = (768, 3072)
-    info = checkpoint_io.describe_arrays(shapes)
+    info = npz_layout.describe_arrays(shapes)
     assert info["variant"] == "B/16" and info["num_classes"] == 21843
     assert info["representation_size"] == 768 and info["pooling"] == "token"
     shapes["embedding/kernel"] = (1, 1, 1024, 768)
     for s, n in enumerate((3, 4, 9), start=1):
         shapes[f"block{s}/unit{n}/conv1/kernel"] = (1, 1, 64, 64)
-    assert checkpoint_io.describe_arrays(shapes)["variant"] == "R50+B/16"
+    assert npz_layout.describe_arrays(shapes)["variant"] == "R50+B/16"

@@ -20,7 +20,7 @@ import pytest
 from huggingface_hub import constants as hf_constants
 
 import keras_vit
-from keras_vit.checkpoint import cache, catalog, loader, weights
+from keras_vit.checkpoint import cache, catalog, loader, release, weights
 from keras_vit.errors import UsageError
 from tests import model_cache
 
@@ -400,14 +400,14 @@ def test_known_size_and_sha256_are_checked(mirror, tiny_npz, monkeypatch):
     assert loader.resolve("ViT-B_16").path == cached
     with open(cached + ".sha256") as f:
         assert f.read().split()[0] == digest
-    real_sha256 = cache._sha256
+    real_sha256 = release._sha256
     hashed = []
-    monkeypatch.setattr(cache, "_sha256",
+    monkeypatch.setattr(release, "_sha256",
                         lambda path: hashed.append(path) or digest)
     assert loader.resolve("ViT-B_16").path == cached
     assert not hashed
     # A cached file changed afterwards is hashed again and refused.
-    monkeypatch.setattr(cache, "_sha256", real_sha256)
+    monkeypatch.setattr(release, "_sha256", real_sha256)
     with open(cached, "r+b") as f:
         f.seek(len(content) // 2)
         f.write(b"\xff\xfe")

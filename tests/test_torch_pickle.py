@@ -23,7 +23,7 @@ import sys
 import numpy as np
 import pytest
 
-from keras_vit.checkpoint import npz, torch_pickle
+from keras_vit.checkpoint import npz, torch_checks, torch_pickle
 from keras_vit.errors import UsageError
 from tests import hostile_files, torch_files
 
@@ -279,7 +279,7 @@ def _check_hostile(done):
         name = (target if target.startswith("hf://")
                 else os.path.basename(target.rstrip("/")))
         assert name in message, record
-        budget = torch_pickle.MAX_EXTRA_BYTES + 2 * record["file_bytes"]
+        budget = torch_checks.MAX_EXTRA_BYTES + 2 * record["file_bytes"]
         assert record["peak_bytes"] <= budget, record
 
 

@@ -186,7 +186,7 @@ def url(name: str) -> str:
 
 def variant_mismatch(variant: str, info: Dict[str, Any]) -> Dict:
     """{field: (file's, variant's)} for each size where the architecture
-    `info` (`keras_vit.checkpoint.npz.describe_arrays`) differs from
+    `info` (`keras_vit.checkpoint.npz_layout.describe_arrays`) differs from
     `variant`."""
     want = architecture.decode_variant(variant).sizes()
     return {k: (info[k], v) for k, v in want.items() if info[k] != v}

@@ -17,12 +17,9 @@ file or folder, or says that `text` is neither a name nor a URL (a path):
   used without any network access; KERAS_VIT_OFFLINE=1 never downloads.
 
 A released checkpoint's file, downloaded or found in the cache, is checked
-against what its name implies before it is used (`check_release`): the
-architecture of its variant, its head's width and its patch grid (from the
-arrays' headers, without reading the arrays), and its byte size and
-SHA-256 where the catalog knows them (`catalog.KNOWN_FILES`). A download
-that fails the check is not cached; a cached file that fails it is refused,
-named, with the fix (delete it to download it again).
+against what its name implies before it is used (`release.check_release`).
+A download that fails the check is not cached; a cached file that fails it
+is refused, named, with the fix (delete it to download it again).
 
 A download is checked against the size the remote reports before the copy
 (`tf.io.gfile.stat`) and written through `atomic.atomic_write`, so the
@@ -37,15 +34,12 @@ from __future__ import annotations
 
 import dataclasses
 import glob
-import hashlib
 import os
 import re
-import zipfile
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, List, Optional, Tuple
 
 import filelock
 import huggingface_hub
-import numpy as np
 import tensorflow as tf
 from absl import logging
 from huggingface_hub import constants as hf_constants
@@ -56,10 +50,9 @@ from huggingface_hub.utils import (
     RevisionNotFoundError,
 )
 
-from keras_vit.checkpoint import catalog, hub
+from keras_vit.checkpoint import catalog, hub, release
 from keras_vit.checkpoint.atomic import atomic_write
-from keras_vit.checkpoint.npz import POSEMB, describe_arrays
-from keras_vit.errors import UsageError
+from keras_vit.errors import UsageError, one_line
 
 CACHE_ENV = "KERAS_VIT_CACHE"
 OFFLINE_ENV = "KERAS_VIT_OFFLINE"
@@ -129,11 +122,6 @@ def _remote_size(url: str) -> int:
     return tf.io.gfile.stat(url).length
 
 
-def _reason(error: Exception) -> str:
-    """An exception's message on one line (TensorFlow's span several)."""
-    return " ".join(str(getattr(error, "message", None) or error).split())
-
-
 def _unavailable(label: str, url: str, target: str, reason: str) -> str:
     if offline():
         fix = f"unset {OFFLINE_ENV} to download it"
@@ -147,115 +135,13 @@ def _unavailable(label: str, url: str, target: str, reason: str) -> str:
     )
 
 
-def _npz_shapes(path: str) -> Dict[str, Tuple[int, ...]]:
-    """{key: shape} of an .npz from its members' .npy headers (nothing
-    else is read or inflated)."""
-    shapes = {}
-    try:
-        with zipfile.ZipFile(path) as archive:
-            for member in archive.namelist():
-                if not member.endswith(".npy"):
-                    continue
-                with archive.open(member) as f:
-                    version = np.lib.format.read_magic(f)
-                    read = (np.lib.format.read_array_header_1_0
-                            if version == (1, 0)
-                            else np.lib.format.read_array_header_2_0)
-                    shapes[member[: -len(".npy")]] = tuple(read(f)[0])
-    except (zipfile.BadZipFile, ValueError, OSError, EOFError) as error:
-        raise UsageError(
-            f"{path} is not a readable .npz archive ({_reason(error)})."
-        ) from None
-    return shapes
-
-
-def _sha256(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(CHUNK_BYTES), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def _stamp(path: str) -> str:
-    stat = os.stat(path)
-    return f"{stat.st_size} {stat.st_mtime_ns}"
-
-
-def check_release(path: str, info: catalog.ModelInfo,
-                  cached: Optional[str] = None) -> None:
-    """Refuses a file that is not the release `info` names: another size
-    or SHA-256 than `info` records, or arrays of another architecture,
-    head width or patch grid than `catalog.expected_architecture(info)`.
-    A verified SHA-256 is remembered beside the file (`<file>.sha256`,
-    with its size and modification time), so that it is hashed once.
-
-    Args:
-        path: str. The file to check.
-        info: catalog.ModelInfo. The release it is taken for.
-        cached: str or None. Where the cache keeps it, when `path` is that
-            copy (the error then says to delete it).
-
-    Raises:
-        UsageError: naming the file, the release and what differs.
-    """
-    where = (f"the cached file {cached}" if cached
-             else f"the download of {info.url}")
-    fix = (f"Delete {cached} to download {info.name} again, or put the "
-           "released file there." if cached else
-           f"Check the mirror ({catalog.BASE_URL_ENV}); nothing was "
-           "cached.")
-
-    def refuse(what: str) -> UsageError:
-        return UsageError(f"{where} is not the released {info.name} "
-                          f"({info.variant}): {what}. {fix}")
-
-    actual = os.path.getsize(path)
-    if info.size is not None and actual != info.size:
-        raise refuse(f"{actual} bytes where the release has {info.size}")
-    if info.sha256 is not None:
-        stamp_file = path + ".sha256"
-        stamp = f"{info.sha256} {_stamp(path)}"
-        seen = None
-        if os.path.isfile(stamp_file):
-            with open(stamp_file, encoding="utf-8") as f:
-                seen = f.read().strip()
-        if seen != stamp:
-            digest = _sha256(path)
-            if digest != info.sha256:
-                raise refuse(f"SHA-256 {digest} where the release has "
-                             f"{info.sha256}")
-            if cached:
-                atomic_write(stamp_file, stamp + "\n")
-    shapes = _npz_shapes(path)
-    found = describe_arrays(shapes)
-    want = catalog.expected_architecture(info)
-    grid = want.pop("grid")
-    if want["num_classes"] is None:
-        want.pop("num_classes")
-    wrong = {k: (found[k], v) for k, v in want.items() if found[k] != v}
-    table = shapes.get(POSEMB)
-    if table is not None and len(table) == 3 and not wrong:
-        tokens = table[1] - (1 if found["pooling"] == "token" else 0)
-        if tokens != grid * grid:
-            wrong["position grid"] = (f"{tokens} patches",
-                                      f"{grid} x {grid}")
-    if wrong:
-        raise refuse(
-            f"it holds {found['variant'] or 'a model of other sizes'} "
-            f"({', '.join(f'{k} {f}' for k, (f, _) in wrong.items())}) "
-            f"where {info.name} has "
-            f"{', '.join(f'{k} {v}' for k, (_, v) in wrong.items())}"
-        )
-
-
 def _download(url: str, target: str, label: str,
               check: Optional[Callable[[str], None]] = None) -> None:
     try:
         size = _remote_size(url)
     except (tf.errors.OpError, OSError) as error:
         raise UsageError(
-            _unavailable(label, url, target, _reason(error))) from None
+            _unavailable(label, url, target, one_line(error))) from None
     logging.info("Downloading %s (%.1f MiB) to %s", url, size / 2**20, target)
     copied = 0
 
@@ -282,7 +168,7 @@ def _download(url: str, target: str, label: str,
     except (tf.errors.OpError, OSError) as error:
         raise UsageError(
             f"The download of {url} stopped after {copied} of {size} bytes "
-            f"({_reason(error)}): nothing was cached. Run again to download "
+            f"({one_line(error)}): nothing was cached. Run again to download "
             "it anew."
         ) from error
 
@@ -298,7 +184,7 @@ def fetch(url: str, target: str, label: Optional[str] = None,
           info: Optional[catalog.ModelInfo] = None) -> str:
     """The local copy `target` of the remote file `url`, downloaded first
     when the cache lacks it; with `info`, the file (cached or downloaded)
-    is checked to be that release (`check_release`).
+    is checked to be that release (`release.check_release`).
 
     Raises:
         UsageError: the file is not cached and cannot be downloaded (offline,
@@ -309,7 +195,7 @@ def fetch(url: str, target: str, label: Optional[str] = None,
 
     def check(path: str, cached: Optional[str] = None) -> None:
         if info is not None:
-            check_release(path, info, cached)
+            release.check_release(path, info, cached)
 
     if os.path.isfile(target):
         check(target, target)
@@ -330,13 +216,14 @@ def fetch(url: str, target: str, label: Optional[str] = None,
     return target
 
 
-def hf_snapshot(uri: str) -> str:
-    """The local folder of a Hugging Face model `hf://ORG/NAME[@REVISION]`
-    (downloaded into the Hugging Face cache when not there yet).
+def parse_hf_uri(uri: str) -> Tuple[str, Optional[str]]:
+    """(ORG/NAME, REVISION or None) of `hf://ORG/NAME[@REVISION]`.
 
     Raises:
-        UsageError: a malformed URI, an unknown or gated repository or
-            revision, or a model that is not cached while offline.
+        UsageError: before any cache or network is touched, for a malformed
+            URI, or one naming a place outside where it points: a part with
+            '..' or a leading '.', or a revision git would not accept as a
+            branch, tag or commit name (a trailing '.', a '.lock' ending).
     """
     match = _HF_URI.match(uri.strip())
     if not match:
@@ -345,12 +232,27 @@ def hf_snapshot(uri: str) -> str:
             "hf://ORG/NAME@REVISION (e.g. hf://google/vit-base-patch16-224)."
         )
     repo, revision = match.group("repo"), match.group("rev")
-    if revision is not None and not _REVISION.match(revision):
+    parts = repo.split("/") + ([] if revision is None else [revision])
+    if any(".." in p or p.startswith(".") for p in parts) or (
+            revision is not None and not _REVISION.match(revision)):
         raise UsageError(
-            f"{uri}: {revision!r} is no branch, tag or commit name (git "
-            "allows no '..', no leading or trailing '.' and no '.lock' "
-            "ending); name one after @."
+            f"{uri}: a Hugging Face repository or revision holds no '..' "
+            "and starts with no '.', and a revision (a branch, tag or "
+            "commit name, as git allows) ends with no '.' and no '.lock'; "
+            "give hf://ORG/NAME or hf://ORG/NAME@REVISION."
         )
+    return repo, revision
+
+
+def hf_snapshot(uri: str) -> str:
+    """The local folder of a Hugging Face model `hf://ORG/NAME[@REVISION]`
+    (downloaded into the Hugging Face cache when not there yet).
+
+    Raises:
+        UsageError: a malformed URI, an unknown or gated repository or
+            revision, or a model that is not cached while offline.
+    """
+    repo, revision = parse_hf_uri(uri)
     hf_offline = bool(hf_constants.HF_HUB_OFFLINE) or _truthy(
         os.environ.get("HF_HUB_OFFLINE"))
     local_only = hf_offline or offline()
@@ -393,7 +295,7 @@ def hf_snapshot(uri: str) -> str:
     except (OSError, ValueError) as error:  # huggingface_hub's own checks
         raise UsageError(
             f"{uri}: the Hugging Face cache or Hub refused it "
-            f"({type(error).__name__}: {_reason(error)})."
+            f"({type(error).__name__}: {one_line(error)})."
         ) from None
     return folder
 

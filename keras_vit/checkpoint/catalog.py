@@ -139,7 +139,7 @@ def base_url() -> str:
 
 def expected_architecture(info: ModelInfo) -> Dict[str, Any]:
     """What a file released under `info.name` holds: the sizes of its
-    variant (as `npz.describe_arrays` reports them), the head's width
+    variant (as `npz_layout.describe_arrays` reports them), the head's width
     (`num_classes`, None when the data set does not fix it) and the side
     of its square position grid at `info.image_size` (`grid`)."""
     spec = vit_model.decode_variant(info.variant)

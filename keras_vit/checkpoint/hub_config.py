@@ -209,7 +209,7 @@ def patch_size(value):
 
 def check_hf_shapes(spec: Dict[str, Any], info: Dict[str, Any]) -> None:
     """Refuses a transformers config whose SHAPE fields disagree with the
-    arrays (`info`: `npz.describe_arrays` of the mapped arrays)."""
+    arrays (`info`: `npz_layout.describe_arrays` of the mapped arrays)."""
     found = {
         "hidden_size": info["hidden_size"],
         "num_hidden_layers": info["num_layers"],

@@ -11,7 +11,8 @@ import keras
 
 from keras_vit.architecture import SIZE_FIELDS, Architecture, Numerics
 from keras_vit.checkpoint import hub, weights
-from keras_vit.checkpoint.npz import POSEMB, LoadReport, describe_arrays
+from keras_vit.checkpoint.npz import POSEMB, LoadReport
+from keras_vit.checkpoint.npz_layout import describe_arrays
 from keras_vit.checkpoint.posemb import resize_like_library
 from keras_vit.errors import UsageError
 from keras_vit.model import VisionTransformer, _image_hw

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Dict, Optional, Tuple
 
-from keras_vit.checkpoint import augreg, sources, weights
+from keras_vit.checkpoint import augreg, npz_layout, sources, weights
 from keras_vit.checkpoint import npz as checkpoint_io
 from keras_vit.errors import UsageError
 from keras_vit.model import create_model
@@ -59,7 +59,7 @@ class NpzSource(sources.Source):
         return f"{name} ({self.variant})" if self.variant else name
 
     def _read(self, check_variant: bool = True) -> _NpzContent:
-        arrays, layout, ignored = checkpoint_io.normalize_layout(
+        arrays, layout, ignored = npz_layout.normalize_layout(
             checkpoint_io.read_npz(self.path), self.path
         )
         info = sources.arch_from_arrays(arrays)

@@ -24,7 +24,6 @@ the cache is and how to download), a file or folder of no model kind.
 from __future__ import annotations
 
 import os
-import re
 from typing import Optional, Tuple, Union
 
 import tensorflow as tf
@@ -41,7 +40,7 @@ from keras_vit.checkpoint.sources import (
     WorkdirSource,
     is_saved_model,
 )
-from keras_vit.errors import UsageError
+from keras_vit.errors import UsageError, one_line
 
 SOURCE_KINDS = (
     "a released model's name (keras_vit.list_models(), e.g. ViT-B_16), "
@@ -50,20 +49,6 @@ SOURCE_KINDS = (
 )
 
 SourceLike = Union[Source, str]
-
-
-def _check_text(text: str) -> None:
-    """Refuses a model string that names a place outside where it points
-    (a `..` step in a Hugging Face repository or revision)."""
-    if text.startswith(cache.HF_PREFIX):
-        parts = re.split(r"[/@]", text[len(cache.HF_PREFIX):].rstrip("/"))
-        if any(p in (".", "..") or ".." in p or p.startswith(".")
-               for p in parts):
-            raise UsageError(
-                f"{text}: a Hugging Face repository or revision holds no "
-                "'..' and starts with no '.'; give hf://ORG/NAME or "
-                "hf://ORG/NAME@REVISION."
-            )
 
 
 def _missing(text: str) -> UsageError:
@@ -83,7 +68,7 @@ def _path_source(text: str, variant, posemb_grid, use_ema) -> Source:
         is_dir = tf.io.gfile.isdir(text)
         exists = is_dir or tf.io.gfile.exists(text)
     except (tf.errors.OpError, NotImplementedError) as error:
-        reason = " ".join(str(getattr(error, "message", error)).split())
+        reason = one_line(error)
         raise UsageError(f"{text}: cannot be read ({reason}). A model is "
                          f"{SOURCE_KINDS}.") from None
     if not exists:
@@ -149,7 +134,6 @@ def resolve(
     if source is None or not str(source).strip():
         raise UsageError(f"No model given: a model is {SOURCE_KINDS}.")
     text = str(source).strip()
-    _check_text(text)
     located = cache.locate(text)
     if located is None:
         resolved = _path_source(text, variant, posemb_grid, use_ema)

@@ -28,8 +28,7 @@ from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 import keras
 
 from keras_vit import mpp
-from keras_vit.checkpoint import hub, hub_model, weights
-from keras_vit.checkpoint import npz as checkpoint_io
+from keras_vit.checkpoint import hub, hub_model, npz_layout, weights
 from keras_vit.checkpoint import workdir as wd
 from keras_vit.checkpoint.resolution import rebuild_at_resolution
 from keras_vit.errors import UsageError
@@ -75,7 +74,7 @@ class Content(NamedTuple):
 def arch_from_arrays(arrays: Dict[str, Any]) -> Dict[str, Any]:
     """The architecture that official-layout arrays describe."""
     shapes = {k: tuple(v.shape) for k, v in arrays.items()}
-    info = checkpoint_io.describe_arrays(shapes)
+    info = npz_layout.describe_arrays(shapes)
     if info["resnet_layers"] is not None:
         info["resnet_width"] = int(shapes["conv_root/kernel"][-1]) // 64
     return info

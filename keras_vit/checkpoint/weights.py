@@ -3,8 +3,8 @@
 The official files (google-research/vision_transformer, e.g.
 `gs://vit_models/imagenet21k/ViT-B_16.npz`) are zip archives of arrays keyed
 by "/"-joined Flax parameter paths. `load_npz` maps them onto a model built by
-`keras_vit.create_model`, `save_npz` writes a model back in the same layout,
-and all renaming lives here:
+`keras_vit.create_model`, `save_npz` writes a model back in the same layout
+(the renaming of each variable: `keras_vit.checkpoint.npz_mapping`):
 
 - query/key/value kernels (D, heads, head_dim) are joined into the model's
   fused (D, 3D) `qkv` kernel as [q | k | v]; the output kernel
@@ -24,23 +24,31 @@ go through `tf.io.gfile`.
 
 from __future__ import annotations
 
-import dataclasses
 import os
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+from typing import Dict, Optional, Sequence, Tuple, Union
 
 import keras
 import numpy as np
 
-from keras_vit.checkpoint import npz as checkpoint_io
 from keras_vit.checkpoint.npz import (
     POSEMB,
     Arrays,
     Grid,
     LoadReport,
     Shape,
-    normalize_layout,
     read_npz,
     write_npz,
+)
+from keras_vit.checkpoint.npz_layout import (
+    architecture_hint,
+    normalize_layout,
+)
+from keras_vit.checkpoint.npz_mapping import (
+    Param,
+    dense_params,
+    model_arrays,
+    model_grid,
+    model_params,
 )
 from keras_vit.checkpoint.posemb import resize_position_embedding, square_grid
 from keras_vit.errors import UsageError
@@ -55,167 +63,6 @@ __all__ = [
 
 HEAD_KEYS = ("head/kernel", "head/bias")
 PRE_LOGITS_KEYS = ("pre_logits/kernel", "pre_logits/bias")
-
-
-# ------------------------------------------------------------ the mapping
-
-
-@dataclasses.dataclass
-class _Param:
-    """One model variable and the checkpoint array(s) it corresponds to."""
-
-    variable: keras.Variable
-    keys: Tuple[str, ...]
-    kind: str = "plain"  # plain | q/k/v kernel | q/k/v bias | out | gn
-    heads: int = 0
-
-    def to_file(self, value: np.ndarray) -> Tuple[np.ndarray, ...]:
-        if self.kind == "qkv_kernel":  # (D, 3D) -> 3 x (D, heads, hd)
-            parts = value.reshape(value.shape[0], 3, self.heads, -1)
-            return tuple(parts[:, i] for i in range(3))
-        if self.kind == "qkv_bias":  # (3D,) -> 3 x (heads, hd)
-            return tuple(value.reshape(3, self.heads, -1))
-        if self.kind == "out_kernel":  # (D, D) -> (heads, hd, D)
-            return (value.reshape(self.heads, -1, value.shape[-1]),)
-        if self.kind == "gn":  # released hybrid files store (1, 1, 1, C)
-            return (value.reshape(1, 1, 1, -1),)
-        return (value,)
-
-    def from_file(self, arrays: Sequence[np.ndarray]) -> np.ndarray:
-        if self.kind == "qkv_kernel":
-            return np.concatenate(
-                [a.reshape(a.shape[0], -1) for a in arrays], axis=-1
-            )
-        if self.kind == "qkv_bias":
-            return np.concatenate([a.reshape(-1) for a in arrays])
-        if self.kind == "out_kernel":
-            return arrays[0].reshape(-1, arrays[0].shape[-1])
-        if self.kind == "gn":
-            return arrays[0].reshape(-1)
-        return arrays[0]
-
-    def file_shapes(self) -> Dict[str, Shape]:
-        zeros = np.zeros(self.variable.shape, np.int8)
-        return {k: a.shape for k, a in zip(self.keys, self.to_file(zeros))}
-
-    def accepts(self, expected: Shape, found: Shape) -> bool:
-        if self.kind == "gn":  # both (C,) and (1, 1, 1, C) are in use
-            return found in (expected, expected[-1:])
-        return found == expected
-
-
-def _dense(layer, prefix: str) -> List[_Param]:
-    return [
-        _Param(layer.kernel, (f"{prefix}/kernel",)),
-        _Param(layer.bias, (f"{prefix}/bias",)),
-    ]
-
-
-def _norm(layer, prefix: str, kind: str = "plain") -> List[_Param]:
-    return [
-        _Param(layer.gamma, (f"{prefix}/scale",), kind),
-        _Param(layer.beta, (f"{prefix}/bias",), kind),
-    ]
-
-
-def _resnet_params(stem) -> List[_Param]:
-    params = [
-        _Param(stem.conv_root.kernel, ("conv_root/kernel",)),
-        *_norm(stem.gn_root, "gn_root", "gn"),
-    ]
-    for s, units in enumerate(stem.stage_units(), start=1):
-        for u, unit in enumerate(units, start=1):
-            pre = f"block{s}/unit{u}/"
-            names = ["1", "2", "3"]
-            if unit.needs_projection:
-                names.append("_proj")
-            for n in names:
-                conv, gn = getattr(unit, f"conv{n}"), getattr(unit, f"gn{n}")
-                params.append(_Param(conv.kernel, (f"{pre}conv{n}/kernel",)))
-                params.extend(_norm(gn, f"{pre}gn{n}", "gn"))
-    return params
-
-
-def _model_params(model: keras.Model) -> List[_Param]:
-    """Every variable of a keras_vit model with its official key(s)."""
-    layers = {layer.name: layer for layer in model.layers}
-    for name in ("embedding", "posembed_input", "Transformer"):
-        if name not in layers:
-            raise UsageError(
-                f"The model has no layer named {name!r}: it is not a "
-                "keras_vit Vision Transformer. Build it with "
-                "keras_vit.create_model(...)."
-            )
-    params: List[_Param] = []
-    if "resnet" in layers:
-        params += _resnet_params(layers["resnet"])
-    params += _dense(layers["embedding"].conv, "embedding")
-    if "cls" in layers:
-        params.append(_Param(layers["cls"].cls, ("cls",)))
-    # Fixed sin-cos embeddings (posemb="sincos2d") are not parameters.
-    table = getattr(layers["posembed_input"], "pos_embedding", None)
-    if table is not None:
-        params.append(_Param(table, (POSEMB,)))
-    encoder = layers["Transformer"]
-    for i, block in enumerate(encoder.blocks):
-        pre = f"Transformer/encoderblock_{i}/"
-        att = pre + "MultiHeadDotProductAttention_1/"
-        heads = block.attention.num_heads
-        params += _norm(block.norm1, pre + "LayerNorm_0")
-        params += [
-            _Param(
-                block.attention.qkv.kernel,
-                tuple(f"{att}{n}/kernel" for n in ("query", "key", "value")),
-                "qkv_kernel",
-                heads,
-            ),
-            _Param(
-                block.attention.qkv.bias,
-                tuple(f"{att}{n}/bias" for n in ("query", "key", "value")),
-                "qkv_bias",
-                heads,
-            ),
-            _Param(
-                block.attention.out.kernel, (att + "out/kernel",),
-                "out_kernel", heads,
-            ),
-            _Param(block.attention.out.bias, (att + "out/bias",)),
-        ]
-        params += _norm(block.norm2, pre + "LayerNorm_2")
-        params += _dense(block.mlp1, pre + "MlpBlock_3/Dense_0")
-        params += _dense(block.mlp2, pre + "MlpBlock_3/Dense_1")
-    params += _norm(encoder.encoder_norm, "Transformer/encoder_norm")
-    for name in ("pre_logits", "head"):
-        if name in layers:
-            params += _dense(layers[name], name)
-    return params
-
-
-def model_grid(model: keras.Model) -> Grid:
-    """(rows, cols). The model's patch grid (tokens = rows * cols)."""
-    # A model of dynamic image size keeps its table at a fixed grid.
-    grid = getattr(model.get_layer("posembed_input"), "grid_size", None)
-    if grid is not None:
-        return tuple(grid)
-    embedding = model.get_layer("embedding")
-    shape = embedding.input.shape
-    return (
-        shape[1] // embedding.patch_size,
-        shape[2] // embedding.patch_size,
-    )
-
-
-def model_arrays(model: keras.Model) -> Arrays:
-    """The model's parameters in the official layout (key -> array).
-
-    GroupNorm parameters of the hybrid stem use the released files' shape
-    (1, 1, 1, C).
-    """
-    arrays: Arrays = {}
-    for param in _model_params(model):
-        value = np.asarray(param.variable.numpy())
-        arrays.update(zip(param.keys, param.to_file(value)))
-    return arrays
 
 
 # ---------------------------------------------------------------- loading
@@ -277,10 +124,10 @@ def load_arrays(
 ) -> LoadReport:
     """Like `load_npz`, from a dict of arrays in the official layout."""
     report = LoadReport(path=source, layout=layout, dropped=list(ignored))
-    params = _model_params(model)
+    params = model_params(model)
     arrays = dict(arrays)
     shapes = {k: tuple(np.shape(v)) for k, v in arrays.items()}
-    expected: Dict[str, Tuple[_Param, Shape]] = {}
+    expected: Dict[str, Tuple[Param, Shape]] = {}
     for param in params:
         for key, shape in param.file_shapes().items():
             expected[key] = (param, shape)
@@ -363,7 +210,7 @@ def load_arrays(
     ]
 
     if not report.ok or (report.hints and strict):
-        hint = checkpoint_io.architecture_hint(original_shapes, model_shapes)
+        hint = architecture_hint(original_shapes, model_shapes)
         if hint:
             report.hints.insert(0, hint)
         if strict:
@@ -383,7 +230,7 @@ def load_arrays(
         param.variable.assign(np.asarray(value).astype(dtype))
         report.loaded.extend(param.keys)
     if report.head_initialized:
-        for layer_param in _dense(model.get_layer("head"), "head"):
+        for layer_param in dense_params(model.get_layer("head"), "head"):
             layer_param.variable.assign(
                 np.zeros(layer_param.variable.shape, "float32")
             )
