@@ -66,7 +66,7 @@ def unknown_field_message(name: str, config=None) -> str:
     the section when none is close."""
     if name in RENAMED:
         return (f"config.{name} is now config.{RENAMED[name]} (a model "
-                "source as --model takes: workdir, .keras, .npz, hub folder)")
+                "source, as `model` takes: workdir, .keras, .npz, hub folder)")
     config = base_config() if config is None else config
     close = closest_field(name, config)
     text = f"config.{name} is not a config field"
@@ -217,7 +217,7 @@ def packaged_config(name: str) -> Optional[str]:
     if os.path.exists(name):
         return None
     raise UsageError(
-        f"--config={name}: no such config. Shipped configs: "
+        f"{name}: no such config. Shipped configs: "
         f"{', '.join(packaged_configs())}; or give a path (my_config.py)."
     )
 

@@ -8,8 +8,9 @@ TensorFlow loads; `release` lists its devices, then writes back everything
 except those notices (`quiet_tensorflow_start` does both around a block).
 `--verbose` on the command line keeps them all.
 
-The console scripts (keras-vit-*) start holding when `import keras_vit`
-runs (`console_script_start`), before Keras loads TensorFlow, and
+The console scripts (keras-vit-*), and the commands run as `python -m
+keras_vit.commands.NAME`, start holding when `import keras_vit` runs
+(`console_script_start`), before Keras loads TensorFlow, and
 `keras_vit.commands.runner.run` releases; train.py and evaluate.py load
 this module by its path and hold around their import of the command.
 This module uses the standard library only.
@@ -51,6 +52,8 @@ def noise(line: str, cpu_only: bool) -> bool:
 
 
 _VERBOSE = r"--verbose(=(true|t|1|yes))?"
+# The commands' package, run as `python -m keras_vit.commands.NAME`.
+COMMANDS_PACKAGE = "keras_vit.commands"
 # (saved stderr descriptor, temporary file) while stderr is held.
 _held = []
 
@@ -99,13 +102,32 @@ def release() -> None:
         sys.stderr.flush()
 
 
+def _command_module(argv, orig_argv) -> bool:
+    """Whether this process is `python -m keras_vit.commands.NAME`: while
+    `-m` imports the module's packages, sys.argv[0] is "-m" and
+    sys.orig_argv names the module after the interpreter's options."""
+    if not argv or argv[0] != "-m":
+        return False
+    for i, arg in enumerate(orig_argv[1:], start=1):
+        if arg == "-m":
+            module = orig_argv[i + 1] if i + 1 < len(orig_argv) else ""
+        elif arg.startswith("-m"):
+            module = arg[2:]
+        else:
+            continue
+        return module.startswith(COMMANDS_PACKAGE + ".")
+    return False
+
+
 def console_script_start() -> None:
-    """Holds stderr when this process is a keras-vit-* console script;
-    `release` runs at the latest when the process exits (an error before
-    the command started is still shown)."""
-    if os.path.basename(sys.argv[0] if sys.argv else "").startswith(
-        "keras-vit-"
-    ) and hold():
+    """Holds stderr when this process is a command: a keras-vit-* console
+    script or `python -m keras_vit.commands.NAME`; `release` runs at the
+    latest when the process exits (an error before the command started is
+    still shown)."""
+    argv = sys.argv or [""]
+    command = os.path.basename(argv[0]).startswith("keras-vit-") or (
+        _command_module(argv, getattr(sys, "orig_argv", [])))
+    if command and hold():
         atexit.register(release)
 
 

@@ -102,7 +102,7 @@ def test_a_worker_that_never_comes_is_named_after_the_timeout(
         f"worker 2 ({three_workers[2]}) of TF_CONFIG did not come up within "
         "1 s (config.connect_timeout_s): start the same command on every "
         "worker of TF_CONFIG, check that their addresses are reachable from "
-        "here, or raise --config.connect_timeout_s."
+        "here, or raise config.connect_timeout_s."
     )
     assert info.value.exit_code == 1
     waiting = [r.getMessage() for r in caplog.records
@@ -347,12 +347,12 @@ def test_cpu_devices_mirror_over_logical_cpus():
     assert isinstance(strategy, tf.distribute.MirroredStrategy)
     assert strategy.num_replicas_in_sync == 2
     with pytest.raises(cluster.SetupError, match=(
-            r"--cpu_devices=3: TensorFlow's devices are already set up \(2 "
+            r"`cpu_devices`=3: TensorFlow's devices are already set up \(2 "
             r"CPU device\(s\)\)")):
         distribute.create_strategy("mirrored", cpu_devices=3)
     with pytest.raises(cluster.SetupError, match=(
-            "--cpu_devices=2 splits the CPU for MirroredStrategy: use it "
-            r"with --strategy=mirrored \(or auto\), not --strategy=cpu")):
+            "`cpu_devices`=2 splits the CPU for MirroredStrategy: use it "
+            r"with `strategy`=mirrored \(or auto\), not `strategy`=cpu")):
         distribute.create_strategy("cpu", cpu_devices=2)
 
 

@@ -15,10 +15,13 @@ import pytest
 from absl import flags
 
 from keras_vit import config as config_lib
+from keras_vit import quiet_start
 from keras_vit.checkpoint import loader
 from keras_vit.checkpoint import workdir as wd
 from keras_vit.commands import flags as cli
 from keras_vit.commands import runner
+from keras_vit.training import distribute
+from keras_vit.training.cluster import SetupError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COMMANDS = ("train", "evaluate", "export", "convert", "analysis", "predict")
@@ -116,6 +119,16 @@ def test_library_words_become_the_commands_flags():
         "set config.num_classes=N in config.json or keras_vit/config.py",
         values) == ("set --config.num_classes=N in config.json or "
                     "keras_vit/config.py")
+    # A library message names create_strategy's arguments; keras-vit-train
+    # prints their flags.
+    with pytest.raises(SetupError) as info:
+        distribute.create_strategy("cpu", cpu_devices=2)
+    assert str(info.value) == (
+        "`cpu_devices`=2 splits the CPU for MirroredStrategy: use it with "
+        "`strategy`=mirrored (or auto), not `strategy`=cpu.")
+    assert runner.shell_words(str(info.value), values) == (
+        "--cpu_devices=2 splits the CPU for MirroredStrategy: use it with "
+        "--strategy=mirrored (or auto), not --strategy=cpu.")
 
 
 def test_a_bad_flag_is_one_line(tmp_path, capsys):
@@ -197,6 +210,45 @@ def test_processes_print_one_line_or_the_traceback(tmp_path):
     assert "keras-vit-export: error" not in result.stderr
 
 
+def test_python_dash_m_of_a_command_starts_quiet_too():
+    python = "/usr/bin/python3"
+    for orig in ([python, "-m", "keras_vit.commands.train", "--help"],
+                 [python, "-X", "dev", "-mkeras_vit.commands.predict"]):
+        assert quiet_start._command_module(["-m", "--help"], orig), orig
+    for argv, orig in (
+            (["-m"], [python, "-m", "pytest", "tests"]),
+            (["-m"], [python, "-m", "keras_vit.commandsx"]),
+            (["train.py", "-m"], [python, "train.py", "-m",
+                                  "keras_vit.commands.train"]),
+            (["-c"], [python, "-c", "import keras_vit"])):
+        assert not quiet_start._command_module(argv, orig), orig
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["train", "predict"])
+def test_python_dash_m_help_prints_no_tensorflow_notices(name):
+    # As quiet as the console scripts: TensorFlow's start-up notices only
+    # with --verbose (TF_CPP_MIN_LOG_LEVEL left unset, as a user has it).
+    env = {k: v for k, v in os.environ.items()
+           if k != "TF_CPP_MIN_LOG_LEVEL"}
+    env.update(PYTHONPATH=ROOT, CUDA_VISIBLE_DEVICES="")
+    for verbose in (False, True):
+        result = subprocess.run(
+            [sys.executable, "-m", f"keras_vit.commands.{name}", "--help",
+             *(["--verbose"] if verbose else [])],
+            capture_output=True, text=True, env=env, timeout=300)
+        assert result.returncode == 0, result.stderr[-2000:]
+        assert result.stdout.startswith(f"usage: keras-vit-{name} [flags]")
+        notices = [line for line in result.stderr.splitlines()
+                   if quiet_start.noise(line, cpu_only=True)]
+        if verbose:
+            assert notices, result.stderr  # the notices are there to hide
+        else:
+            assert notices == [], notices
+            for word in ("cudart", "cpu_feature_guard"):
+                assert word not in result.stderr, result.stderr
+
+
 # ---------------------------------------------------------------- configs
 def parse_train(argv):
     values = flags.FlagValues()
@@ -238,13 +290,22 @@ def test_config_by_name_and_by_path(tmp_path):
                        ).config.total_steps == 11
 
 
-def test_unknown_config_name_lists_the_shipped_ones():
+def test_unknown_config_name_lists_the_shipped_ones(capsys):
     with pytest.raises(config_lib.UsageError) as info:
         parse_train(["--config=digitz", "--workdir=w"])
     message = str(info.value)
     assert message.startswith("--config=digitz: no such config. Shipped "
                               "configs: augreg_finetune, augreg_i1k,")
     assert "digits, digits_few_labels," in message
+    # The library names the config, not the flag.
+    with pytest.raises(config_lib.UsageError, match="^digitz: no such "
+                       "config. Shipped configs: augreg_finetune"):
+        config_lib.packaged_config("digitz")
+    # The command: one line, exit status 1, no traceback.
+    assert module("train").main(["keras-vit-train", "--config", "digitz",
+                                 "--workdir=w"]) == 1
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "keras-vit-train: error: " + message]
     assert config_lib.packaged_configs() == sorted(
         n[:-3] for n in os.listdir(os.path.join(ROOT, "keras_vit", "configs"))
         if n.endswith(".py") and n != "__init__.py")

@@ -99,22 +99,22 @@ def _closed_port():
 
 @pytest.mark.parametrize("tpu,failure,says", [
     (None, {"fail_resolver": True},
-     "--strategy=tpu found no TPU: no --tpu, no TPU_NAME and no TPU "
-     "attached to this machine. To fix: run on a TPU VM (--tpu=local), "
-     "pass --tpu=NAME (a Cloud TPU's name) or --tpu=grpc://HOST:8470, or "
-     "train without a TPU: --strategy=auto or --strategy=cpu."),
+     "`strategy`=tpu found no TPU: no `tpu`, no TPU_NAME and no TPU "
+     "attached to this machine. To fix: run on a TPU VM (`tpu`=local), "
+     "pass `tpu`=NAME (a Cloud TPU's name) or `tpu`=grpc://HOST:8470, or "
+     "train without a TPU: `strategy`=auto or `strategy`=cpu."),
     ("local", {"fail_init": tf.errors.NotFoundError(
         None, None, "TPUs not found in the cluster.")},
-     "No TPU is attached to this machine (--tpu=local: NotFoundError: TPUs "
+     "No TPU is attached to this machine (`tpu`=local: NotFoundError: TPUs "
      "not found in the cluster.). To fix: run on a TPU VM"),
     ("my-tpu", {"fail_resolver": urllib.error.URLError(
         ConnectionRefusedError(111, "Connection refused"))},
-     "Cannot look up the Cloud TPU --tpu=my-tpu: its name is resolved "
+     "Cannot look up the Cloud TPU `tpu`=my-tpu: its name is resolved "
      "through the Google Cloud metadata server, which does not answer here "
      "(URLError: <urlopen error [Errno 111] Connection refused>). Run on a "
      "Google Cloud VM of the TPU's project and zone, or run on a TPU VM"),
     ("my-tpu", {"fail_resolver": RuntimeError("HttpError 404 not found")},
-     "Cannot set up the TPU --tpu=my-tpu (RuntimeError: HttpError 404 not "
+     "Cannot set up the TPU `tpu`=my-tpu (RuntimeError: HttpError 404 not "
      "found). Check the name and that the TPU is ready, or run on a TPU VM"),
 ])
 def test_tpu_setup_failures_are_one_line_naming_the_fix(
@@ -131,7 +131,7 @@ def test_unreachable_tpu_address_fails_before_connecting(monkeypatch):
     fake = _FakeTPU(monkeypatch)
     tpu = f"grpc://localhost:{_closed_port()}"
     with pytest.raises(cluster.SetupError, match=(
-        f"Cannot reach the TPU at --tpu={tpu}: nothing answers at "
+        f"Cannot reach the TPU at `tpu`={tpu}: nothing answers at "
         "localhost:")):
         distribute.create_strategy("tpu", tpu)
     assert fake.calls == []
@@ -208,7 +208,7 @@ def test_tpu_strategy_gets_a_preemption_handler(monkeypatch):
 
 @pytest.mark.parametrize("name", ["gpu", "TPU", "", "parameter_server"])
 def test_unknown_strategy_names_fail_clearly(name):
-    with pytest.raises(ValueError, match=r"Unknown --strategy .* use one of "
+    with pytest.raises(ValueError, match=r"Unknown `strategy` .* use one of "
                        r"auto, tpu, mirrored, multiworker, cpu"):
         distribute.create_strategy(name)
 

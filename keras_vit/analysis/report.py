@@ -83,34 +83,35 @@ def load_images(
 
 
 def digits_images(
-    count: int, size: Tuple[int, int]
+    digits: int, size: Tuple[int, int]
 ) -> Tuple[np.ndarray, List[str]]:
-    """The first `count` scikit-learn digits as model input (no download).
+    """The first `digits` scikit-learn digits as model input (no download).
 
     The 8 x 8 grey images (values 0..16) are scaled to [0, 255] and go
     through `preprocess_eval`: bilinear upsampling to `size`, grey tiled
     to RGB, scaled to [-1, 1].
 
     Returns:
-        (images, names): float32 (count, height, width, 3) and names such
+        (images, names): float32 (digits, height, width, 3) and names such
         as "digit #3 (label 3)".
     """
     from sklearn.datasets import load_digits
 
-    digits = load_digits()
-    if not 1 <= count <= len(digits.images):
+    bundled = load_digits()
+    if not 1 <= digits <= len(bundled.images):
         raise UsageError(
-            f"--digits must be between 1 and {len(digits.images)}, got {count}."
+            f"`digits` must be between 1 and {len(bundled.images)}, got "
+            f"{digits}."
         )
     images = [
         preprocessing.preprocess_eval(
             tf.constant(digit[..., None] * (255.0 / 16.0), tf.float32), size
         ).numpy()
-        for digit in digits.images[:count]
+        for digit in bundled.images[:digits]
     ]
     names = [
         f"digit #{i} (label {label})"
-        for i, label in enumerate(digits.target[:count])
+        for i, label in enumerate(bundled.target[:digits])
     ]
     return np.stack(images), names
 

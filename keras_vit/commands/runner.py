@@ -64,7 +64,10 @@ def resolve_config_arg(arg: str) -> str:
     match = re.fullmatch(r"--?config=([\w]+)((:.*)?)", str(arg), re.S)
     if not match:
         return arg
-    path = config_lib.packaged_config(match.group(1))
+    try:
+        path = config_lib.packaged_config(match.group(1))
+    except UsageError as error:
+        raise UsageError(f"--config={error}") from None
     return arg if path is None else f"--config={path}{match.group(2)}"
 
 
@@ -212,7 +215,13 @@ def run(
     and returns the exit status, with the error policy of the module doc.
     """
     program = PREFIX + name
-    argv = normalize_argv(sys.argv if argv is None else argv)
+    argv = sys.argv if argv is None else argv
+    try:
+        argv = normalize_argv(argv)
+    except UsageError as error:  # an unknown --config NAME
+        quiet_start.release()
+        return report(error, program, any(
+            _VERBOSE.fullmatch(str(a)) for a in argv[1:]))
     values = flags.FlagValues()
     define_verbose(values)
     define(values, argv)

@@ -212,7 +212,7 @@ def wait_for_workers(timeout_s: float) -> None:
                     f"within {timeout_s:.0f} s (config.connect_timeout_s): "
                     "start the same command on every worker of TF_CONFIG, "
                     "check that their addresses are reachable from here, or "
-                    "raise --config.connect_timeout_s."
+                    "raise config.connect_timeout_s."
                 )
             if time.monotonic() >= next_log:
                 logging.info(

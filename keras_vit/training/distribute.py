@@ -45,13 +45,13 @@ RESTART_EXIT_CODE = PREEMPTED_EXIT_CODE
 
 
 def create_strategy(
-    name: str = "auto",
+    strategy: str = "auto",
     tpu: Optional[str] = None,
     *,
     connect_timeout_s: Optional[float] = None,
     cpu_devices: int = 0,
 ) -> tf.distribute.Strategy:
-    """Builds the strategy named by `--strategy`.
+    """Builds the strategy named `strategy`.
 
     auto: a TPU if `tpu` is given or one is found, else all local GPUs
     (MirroredStrategy), else the CPU (its `cpu_devices` logical devices
@@ -61,8 +61,9 @@ def create_strategy(
     variable, once every worker has connected.
 
     Args:
-        name: str. One of STRATEGIES.
-        tpu: str or None. --tpu.
+        strategy: str. One of STRATEGIES.
+        tpu: str or None. The TPU's name or grpc:// address; "local" on a
+            TPU VM (`tpu_lib.tpu_strategy`).
         connect_timeout_s: float or None. How long to wait for the workers
             of TF_CONFIG or a remote TPU (None: config.connect_timeout_s's
             default; 0: forever).
@@ -73,43 +74,44 @@ def create_strategy(
     Raises:
         SetupError: the strategy cannot be set up; one line names the fix.
     """
-    if name not in STRATEGIES:
+    if strategy not in STRATEGIES:
         raise SetupError(
-            f"Unknown --strategy {name!r}: use one of {', '.join(STRATEGIES)}."
+            f"Unknown `strategy` {strategy!r}: use one of "
+            f"{', '.join(STRATEGIES)}."
         )
     cpu_devices = int(cpu_devices or 0)
     if cpu_devices > 1:
-        if name not in ("auto", "mirrored"):
+        if strategy not in ("auto", "mirrored"):
             raise SetupError(
-                f"--cpu_devices={cpu_devices} splits the CPU for "
-                f"MirroredStrategy: use it with --strategy=mirrored (or "
-                f"auto), not --strategy={name}."
+                f"`cpu_devices`={cpu_devices} splits the CPU for "
+                f"MirroredStrategy: use it with `strategy`=mirrored (or "
+                f"auto), not `strategy`={strategy}."
             )
         _split_cpu(cpu_devices)
-    if name == "tpu":
+    if strategy == "tpu":
         return tpu_lib.tpu_strategy(
             tpu if tpu is not None else tpu_lib.default_tpu(),
             connect_timeout_s,
         )
-    if name == "auto":
+    if strategy == "auto":
         if tpu is not None:
             return tpu_lib.tpu_strategy(tpu, connect_timeout_s)
-        strategy = (
+        found = (
             tpu_lib.find_tpu(tpu_lib.default_tpu(), connect_timeout_s)
             if tpu_lib.tpu_in_environment() else None
         )
-        if strategy is not None:
-            return strategy
+        if found is not None:
+            return found
         if tf.config.list_logical_devices("GPU"):
             return tf.distribute.MirroredStrategy()
         if cpu_devices > 1:
             return _cpu_mirrored(cpu_devices)
         return tf.distribute.get_strategy()
-    if name == "mirrored":
+    if strategy == "mirrored":
         if cpu_devices > 1 and not tf.config.list_logical_devices("GPU"):
             return _cpu_mirrored(cpu_devices)
         return tf.distribute.MirroredStrategy()
-    if name == "multiworker":
+    if strategy == "multiworker":
         return _multi_worker(cluster.connect_timeout(connect_timeout_s))
     return tf.distribute.OneDeviceStrategy("/cpu:0")
 
@@ -127,8 +129,9 @@ def _split_cpu(count: int) -> None:
         )
     except RuntimeError:
         raise SetupError(
-            f"--cpu_devices={count}: TensorFlow's devices are already set up "
-            f"({len(tf.config.list_logical_devices('CPU'))} CPU device(s)); "
+            f"`cpu_devices`={count}: TensorFlow's devices are already "
+            f"set up ({len(tf.config.list_logical_devices('CPU'))} CPU "
+            "device(s)); "
             "create the strategy before running any TensorFlow op."
         ) from None
 
@@ -166,7 +169,7 @@ def _check_tf_config() -> bool:
     raw = os.environ.get("TF_CONFIG")
     if not raw:
         logging.warning(
-            "--strategy=multiworker without TF_CONFIG: training on this "
+            "MultiWorkerMirroredStrategy without TF_CONFIG: training on this "
             "host only. Set TF_CONFIG to the cluster and this task's place "
             "in it on every worker."
         )

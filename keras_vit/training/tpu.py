@@ -3,7 +3,7 @@ naming the fix for each way it fails.
 
 TPUClusterResolver -> experimental_connect_to_cluster ->
 initialize_tpu_system -> TPUStrategy (the connect step skipped for a TPU
-VM's own TPU, --tpu=local). It must run at program start, before any op.
+VM's own TPU, tpu="local"). It must run at program start, before any op.
 A grpc:// address that does not answer fails at once; a connection that
 hangs ends the process after connect_timeout_s (`cluster.run_guarded`).
 """
@@ -21,9 +21,9 @@ from keras_vit.training.cluster import SetupError
 
 # The choices a failed TPU set-up names.
 _TPU_FIXES = (
-    "run on a TPU VM (--tpu=local), pass --tpu=NAME (a Cloud TPU's name) or "
-    "--tpu=grpc://HOST:8470, or train without a TPU: --strategy=auto or "
-    "--strategy=cpu"
+    "run on a TPU VM (`tpu`=local), pass `tpu`=NAME (a Cloud TPU's name) or "
+    "`tpu`=grpc://HOST:8470, or train without a TPU: `strategy`=auto or "
+    "`strategy`=cpu"
 )
 
 
@@ -47,7 +47,7 @@ def tpu_strategy(
         address = tpu[len("grpc://"):]
         if not cluster.reachable(address, timeout_s=5.0):
             raise SetupError(
-                f"Cannot reach the TPU at --tpu={tpu}: nothing answers at "
+                f"Cannot reach the TPU at `tpu`={tpu}: nothing answers at "
                 f"{address}. Check the address (the TPU's IP and port "
                 f"8470), or {_TPU_FIXES}."
             )
@@ -64,7 +64,7 @@ def tpu_strategy(
     logging.info(
         "Connecting to %s (the process ends with status 1 if that takes "
         "more than %.0f s: config.connect_timeout_s).",
-        f"--tpu={tpu}" if tpu else "the TPU", timeout,
+        f"the TPU {tpu}" if tpu else "the TPU", timeout,
     )
     try:
         return cluster.run_guarded(connect, timeout)
@@ -76,23 +76,23 @@ def _tpu_setup_error(tpu: Optional[str], error: Exception) -> SetupError:
     text = cluster.first_line(error)
     if "Please provide a TPU Name" in text:
         return SetupError(
-            "--strategy=tpu found no TPU: no --tpu, no TPU_NAME and no TPU "
+            "`strategy`=tpu found no TPU: no `tpu`, no TPU_NAME and no TPU "
             f"attached to this machine. To fix: {_TPU_FIXES}."
         )
     if tpu == "local" or "TPUs not found" in text:
         return SetupError(
-            "No TPU is attached to this machine (--tpu=local: "
+            "No TPU is attached to this machine (`tpu`=local: "
             f"{text[:160]}). To fix: {_TPU_FIXES}."
         )
     if isinstance(error, OSError):  # urllib's URLError: the metadata server
         return SetupError(
-            f"Cannot look up the Cloud TPU --tpu={tpu}: its name is resolved "
-            "through the Google Cloud metadata server, which does not "
-            f"answer here ({text}). Run on a Google Cloud VM of the TPU's "
+            f"Cannot look up the Cloud TPU `tpu`={tpu}: its name is "
+            "resolved through the Google Cloud metadata server, which does "
+            f"not answer here ({text}). Run on a Google Cloud VM of the TPU's "
             f"project and zone, or {_TPU_FIXES}."
         )
     return SetupError(
-        f"Cannot set up the TPU --tpu={tpu} ({text}). Check the name and "
+        f"Cannot set up the TPU `tpu`={tpu} ({text}). Check the name and "
         f"that the TPU is ready, or {_TPU_FIXES}."
     )
 
@@ -106,7 +106,7 @@ def find_tpu(tpu: Optional[str], connect_timeout_s: Optional[float]):
 
 
 def default_tpu() -> Optional[str]:
-    """The --tpu to use when none is given: None where TPU_NAME is set (the
+    """The `tpu` to use when none is given: None where TPU_NAME is set (the
     resolver reads it), "local" on a TPU VM (its TPU is attached)."""
     if os.environ.get("TPU_NAME"):
         return None
