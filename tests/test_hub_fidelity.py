@@ -19,22 +19,7 @@ import safetensors.numpy
 from keras_vit import VisionTransformer, create_model
 from keras_vit.checkpoint import hub, loader, posemb
 from keras_vit.errors import UsageError
-
-FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "hub")
-
-
-def _source(name):
-    return loader.HubSource(os.path.join(FIXTURES, name))
-
-
-def _run(model, pixels):
-    x = pixels.astype(np.float32) / 127.5 - 1.0
-    return keras.ops.convert_to_numpy(model(x, training=False))
-
-
-def _assert_close(got, want, tol=2e-5):
-    assert got.shape == want.shape
-    np.testing.assert_allclose(got, want, atol=tol * np.abs(want).max())
+from tests.hub_fixtures import FIXTURES, assert_close, hub_source, run_model
 
 
 @pytest.mark.parametrize("name, output", [
@@ -56,22 +41,22 @@ def _assert_close(got, want, tol=2e-5):
 ])
 def test_outputs_equal_the_library_reading_the_same_folder(name, output):
     reference = np.load(os.path.join(FIXTURES, name, "reference.npz"))
-    model = loader.load_model(_source(name))
+    model = loader.load_model(hub_source(name))
     assert model.input_shape[1:3] == reference["pixels"].shape[1:3]
-    _assert_close(_run(model, reference["pixels"]), reference[output])
+    assert_close(run_model(model, reference["pixels"]), reference[output])
 
 
 def test_stray_arrays_leave_the_model_as_the_class_builds_it():
-    classifier = loader.load_model(_source("hf_vit_classifier_stray_pooler"))
+    classifier = loader.load_model(hub_source("hf_vit_classifier_stray_pooler"))
     names = [layer.name for layer in classifier.layers]
     assert "pre_logits" not in names and names[-1] == "head"
-    features = loader.load_model(_source("hf_vit_model_stray_classifier"))
+    features = loader.load_model(hub_source("hf_vit_model_stray_classifier"))
     assert features.layers[-1].name == "pre_logits"
     assert features.output_shape == (None, 32)
 
 
 def test_timm_image_size_precedence_and_defaults():
-    info = loader.describe_source(_source("timm_vit_img_size_args"))
+    info = loader.describe_source(hub_source("timm_vit_img_size_args"))
     assert info["image_size"] == (16, 64)
     checkpoint = hub.read_hub(os.path.join(FIXTURES, "timm_vit_no_mean_std"))
     assert checkpoint.mean == (0.485, 0.456, 0.406)
@@ -86,15 +71,15 @@ def test_size_not_divisible_by_the_patch_reads_the_whole_patches(name):
     reference = np.load(os.path.join(FIXTURES, name, "reference.npz"))
     pixels = reference["pixels"]
     assert pixels.shape[1:3] == (35, 35)
-    model = loader.load_model(_source(name))
+    model = loader.load_model(hub_source(name))
     assert model.input_shape == (None, 32, 32, 3)
-    _assert_close(_run(model, pixels[:, :32, :32]), reference["logits"])
+    assert_close(run_model(model, pixels[:, :32, :32]), reference["logits"])
 
 
 @pytest.mark.parametrize("name", ["hf_vit_patch_8x4", "timm_vit_patch_8x4"])
 def test_non_square_patches_are_refused_for_the_real_reason(name):
     with pytest.raises(UsageError, match=r"non-square patches \(8 x 4"):
-        loader.load_model(_source(name))
+        loader.load_model(hub_source(name))
 
 
 def _copy(tmp_path, name, tag=""):
@@ -180,10 +165,10 @@ def test_bicubic_equals_torch_interpolate():
 def test_other_resolution_equals_the_library_model_there(name, size):
     reference = np.load(os.path.join(FIXTURES, "resized", name + ".npz"))
     key = "{}x{}".format(*size)
-    model, report = loader.load_report(_source(name), size)
+    model, report = loader.load_report(hub_source(name), size)
     assert report.posemb_resized == ((4, 4), (size[0] // 8, size[1] // 8))
     want = reference[f"logits_{key}"]
-    got = _run(model, reference[f"pixels_{key}"])
+    got = run_model(model, reference[f"pixels_{key}"])
     assert got.shape == want.shape
     np.testing.assert_allclose(got, want, atol=1e-4)
 
@@ -195,11 +180,11 @@ def test_fine_tuning_start_at_another_size_is_the_library_model(name):
     reference = np.load(os.path.join(FIXTURES, "resized", name + ".npz"))
     size = (24, 40) if name == "timm_vit" else (48, 48)
     key = "{}x{}".format(*size)
-    loaded = loader.load_model(_source(name), size)
+    loaded = loader.load_model(hub_source(name), size)
     target = VisionTransformer(loaded.architecture)
-    report = loader.initialise(target, _source(name))
+    report = loader.initialise(target, hub_source(name))
     assert report.posemb_resized == ((4, 4), (size[0] // 8, size[1] // 8))
-    got = _run(target, reference[f"pixels_{key}"])
+    got = run_model(target, reference[f"pixels_{key}"])
     np.testing.assert_allclose(got, reference[f"logits_{key}"], atol=1e-4)
 
 
@@ -243,7 +228,7 @@ def test_console_script_converts_at_the_library_size_or_names_the_reason(
     assert result.returncode == 0, result.stderr
     reference = np.load(os.path.join(FIXTURES, "resized", "timm_vit.npz"))
     model = keras.models.load_model(out)
-    got = _run(model, reference["pixels_24x40"])
+    got = run_model(model, reference["pixels_24x40"])
     np.testing.assert_allclose(got, reference["logits_24x40"], atol=1e-4)
     result = _convert(f"--model={FIXTURES}/hf_vit_patch_8x4",
                       f"--output={tmp_path}/p.keras")

@@ -16,18 +16,7 @@ import pytest
 import safetensors.numpy
 
 from keras_vit.checkpoint import hub, hub_timm, loader, torch_pickle
-
-FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "hub")
-
-
-def _source(name):
-    return loader.HubSource(os.path.join(FIXTURES, name))
-
-
-def _run(model, pixels):
-    # The project's input convention: pixels scaled to [-1, 1].
-    x = pixels.astype(np.float32) / 127.5 - 1.0
-    return keras.ops.convert_to_numpy(model(x, training=False))
+from tests.hub_fixtures import FIXTURES, assert_close, hub_source, run_model
 
 
 @pytest.mark.parametrize("name, output, naming", [
@@ -42,25 +31,23 @@ def _run(model, pixels):
 ])
 def test_outputs_equal_the_reference_implementation(name, output, naming):
     reference = np.load(os.path.join(FIXTURES, name, "reference.npz"))
-    model, report = loader.load_report(_source(name))
+    model, report = loader.load_report(hub_source(name))
     assert report.layout == naming and report.ok
-    want = reference[output]
-    got = _run(model, reference["pixels"])
-    assert got.shape == want.shape
-    np.testing.assert_allclose(got, want, atol=2e-5 * np.abs(want).max())
+    assert_close(run_model(model, reference["pixels"]), reference[output])
 
 
 def test_architecture_and_class_names_from_config():
-    info = loader.describe_source(_source("hf_vit_classifier"))
+    info = loader.describe_source(hub_source("hf_vit_classifier"))
     assert (info["hidden_size"], info["num_layers"], info["num_heads"],
             info["mlp_dim"], info["patch_size"]) == (32, 2, 4, 64, 8)
     assert info["image_size"] == (32, 32) and not info["approximate_gelu"]
     assert info["layer_norm_epsilon"] == 1e-12
-    assert loader.class_names(_source("hf_vit_classifier")) == [
+    assert loader.class_names(hub_source("hf_vit_classifier")) == [
         "cat", "dog", "bird", "fish", "frog"]
-    assert loader.class_names(_source("timm_vit")) == ["red", "green", "blue"]
+    assert loader.class_names(hub_source("timm_vit")) == [
+        "red", "green", "blue"]
     # ViTModel: the pooler is the pre-logits layer, and there is no head.
-    model = loader.load_model(_source("hf_vit_model_bin"))
+    model = loader.load_model(hub_source("hf_vit_model_bin"))
     assert model.layers[-1].name == "pre_logits"
 
 
@@ -71,18 +58,19 @@ def test_weights_file_path_and_keras_round_trip(tmp_path):
         "pixels"]
     model.save(tmp_path / "timm.keras")
     again = keras.models.load_model(tmp_path / "timm.keras")
-    np.testing.assert_array_equal(_run(model, pixels), _run(again, pixels))
+    np.testing.assert_array_equal(run_model(model, pixels),
+                                  run_model(again, pixels))
 
 
 def test_new_resolution_resizes_the_position_embedding():
-    model, report = loader.load_report(_source("hf_vit_classifier"), 48)
+    model, report = loader.load_report(hub_source("hf_vit_classifier"), 48)
     assert model.input_shape == (None, 48, 48, 3)
     assert report.posemb_resized == ((4, 4), (6, 6))
 
 
 def test_distillation_token_is_named():
     with pytest.raises(ValueError, match=r"first dist_token \(1, 1, 16\)"):
-        loader.load_model(_source("timm_deit_distilled"))
+        loader.load_model(hub_source("timm_deit_distilled"))
 
 
 def test_first_unsupported_key_is_named(tmp_path):
@@ -176,5 +164,5 @@ def test_sharded_safetensors(tmp_path):
         {"weight_map": {k: n for n, part in shards.items() for k in part}}))
     reference = np.load(folder / "reference.npz")
     model = loader.load_model(loader.HubSource(str(folder)))
-    np.testing.assert_allclose(_run(model, reference["pixels"]),
+    np.testing.assert_allclose(run_model(model, reference["pixels"]),
                                reference["logits"], atol=1e-4)

@@ -30,23 +30,10 @@ from keras_vit.model import (
     create_model,
 )
 from keras_vit.training.train_lib import num_classes_of
+from tests.legacy_models import LEGACY_MODELS, TINY
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LEGACY = os.path.join(ROOT, "tests", "fixtures", "legacy_keras")
-TINY = dict(patch_size=4, hidden_size=16, num_layers=2, num_heads=2,
-            mlp_dim=32)
-
-# The create_model arguments each legacy file was written with (as in
-# scripts/make_legacy_keras_fixtures.py).
-LEGACY_MODELS = {
-    "tiny_token": dict(TINY, num_classes=3, image_size=16,
-                       representation_size=8, head_zero_init=False),
-    "tiny_gap_features": dict(TINY, num_classes=0, image_size=(16, 24),
-                              pooling="gap"),
-    "tiny_hybrid": dict(TINY, num_classes=5, image_size=16, patch_size=2,
-                        resnet_layers=(), head_zero_init=False),
-}
-
 # Architectures that exercise every field kind.
 CASES = {
     "token_pre_logits": dict(TINY, num_classes=3, image_size=16,

@@ -28,6 +28,7 @@ from keras_vit.checkpoint.hub_config import (
     patch_size,
     refuse,
 )
+from keras_vit.checkpoint.posemb import square_grid
 from keras_vit.errors import UsageError
 
 TIMM_VIT_ARGS = {
@@ -326,12 +327,9 @@ def check_tokens(found, arrays, weights_path: str):
     stored = tuple(s // patch for s in found["stored_size"])
     if math.prod(stored) == tokens:
         return stored
-    side = math.isqrt(tokens)
-    if side * side != tokens:
-        raise UsageError(
-            f"{weights_path}: pos_embed has {tokens} patch rows, neither "
-            f"the {built[0]} x {built[1]} grid timm builds from config.json"
-            " nor a square grid timm could resample: the config does not "
-            "describe these weights."
-        )
-    return side, side
+    return square_grid(tokens, (
+        f"{weights_path}: pos_embed has {tokens} patch rows, neither "
+        f"the {built[0]} x {built[1]} grid timm builds from config.json"
+        " nor a square grid timm could resample: the config does not "
+        "describe these weights."
+    ))

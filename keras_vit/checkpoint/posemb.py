@@ -19,15 +19,16 @@ from keras_vit.errors import UsageError
 Grid = Tuple[int, int]
 
 
-def square_grid(tokens: int) -> Grid:
-    """(g, g) for a square grid of `tokens` patches; ValueError otherwise."""
+def square_grid(tokens: int, refusal: Optional[str] = None) -> Grid:
+    """(g, g) for a square grid of `tokens` patches; otherwise UsageError
+    with `refusal` (default: pass the grid as `posemb_grid`)."""
     side = math.isqrt(tokens)
     if side * side != tokens:
-        raise UsageError(
+        raise UsageError(refusal or (
             f"Cannot infer the patch grid of a position embedding with "
             f"{tokens} patch tokens (not a square): pass its grid as "
             "posemb_grid=(rows, cols)."
-        )
+        ))
     return side, side
 
 
