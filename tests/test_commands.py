@@ -249,6 +249,28 @@ def test_python_dash_m_help_prints_no_tensorflow_notices(name):
                 assert word not in result.stderr, result.stderr
 
 
+@pytest.mark.slow
+def test_console_words_library_messages_as_flags(tmp_path):
+    # The user's door: create_strategy's and packaged_config's messages,
+    # printed by keras-vit-train with the flags the user typed.
+    result = _run(["-m", "keras_vit.commands.train", "--config=digits",
+                   f"--workdir={tmp_path}/run", "--strategy=cpu",
+                   "--cpu_devices=2"])
+    assert result.returncode == 1, result.stderr[-2000:]
+    assert result.stderr.strip().splitlines()[-1] == (
+        "keras-vit-train: error: --cpu_devices=2 splits the CPU for "
+        "MirroredStrategy: use it with --strategy=mirrored (or auto), not "
+        "--strategy=cpu.")
+    result = _run(["-m", "keras_vit.commands.train", "--config", "digitz",
+                   f"--workdir={tmp_path}/run"])
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines() == [
+        "keras-vit-train: error: --config=digitz: no such config. Shipped "
+        f"configs: {', '.join(config_lib.packaged_configs())}; or give a "
+        "path (my_config.py)."]
+
+
 # ---------------------------------------------------------------- configs
 def parse_train(argv):
     values = flags.FlagValues()
