@@ -616,7 +616,47 @@ def variants() -> str:
         "asserts against the built models.)\n")
 
 
+# The model as a class carrying its architecture, against the functional
+# model before it (commit 8f653dc), interleaved with keras-hub.
+CLASS_RUNS = ("model_class_before_after_b16_b8_train",
+              "model_class_before_after_b16_b8_infer")
+CLASS_NAMES = (("keras_vit_before", "before (8f653dc)"),
+               ("keras_vit", "after"), ("keras_hub", "keras-hub"))
+
+
+def model_class_before_after() -> str:
+    lines = ["| mode | model | img/s, each repeat | img/s (median) | "
+             "CPU s per image (median) | vs keras-hub (wall / CPU time) |",
+             "|---|---|---|---|---|---|"]
+    gains = []
+    for name in CLASS_RUNS:
+        data = bench(name)
+        rows = {r["model"]: r for r in data["rows"]}
+        mode = data["args"]["mode"]
+        for model, label in CLASS_NAMES:
+            r = rows[model]
+            each = ", ".join(f"{v:.2f}" for v in r["images_per_s_all"])
+            hub = (f"{ratio(r['vs_keras_hub'])} / "
+                   f"{ratio(r['vs_keras_hub_cpu'])}"
+                   if r.get("vs_keras_hub") else "")
+            lines.append(f"| {mode} | {label} | {each} | "
+                         f"**{r['images_per_s']:.2f}** | "
+                         f"{r['cpu_s_per_image']:.2f} | {hub} |")
+        after, before = rows["keras_vit"], rows["keras_vit_before"]
+        speed = after["images_per_s"] / before["images_per_s"] - 1
+        cpu = after["cpu_s_per_image"] / before["cpu_s_per_image"] - 1
+        gains.append(
+            f"{mode}, after against before: img/s {signed_pct(speed)}, CPU "
+            f"time per image {signed_pct(cpu)}; load average "
+            f"{_load_range(data['machine'])}, "
+            f"{data['args']['repeats']} repeats of "
+            f"{after['steps_per_repeat']} step(s)")
+    return ("\n".join(lines) + "\n\n" + "; ".join(gains) + "."
+            + source(*(f"{BENCH}/{n}.json" for n in CLASS_RUNS)))
+
+
 RENDERERS: Dict[str, Callable[[], str]] = {
+    "model-class-before-after": model_class_before_after,
     "variants": variants,
     "throughput-runs": throughput_runs,
     "flop-count": flop_count,
