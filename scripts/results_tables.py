@@ -655,7 +655,46 @@ def model_class_before_after() -> str:
             + source(*(f"{BENCH}/{n}.json" for n in CLASS_RUNS)))
 
 
+PROFILE_RUN = "step_profile_b16_b8"
+PHASES = ("forward", "backward", "optimizer")
+KINDS = ("matmul", "layout", "elementwise")
+
+
+def step_profile() -> str:
+    """Op self time of one training step by phase and kind, per model."""
+    data = bench(PROFILE_RUN)
+    lines = ["| model | phase | matmul | layout | elementwise | share of the "
+             "model's op time |", "|---|---|---|---|---|---|"]
+    matmul = {}
+    for row in data["rows"]:
+        s = row["summary"]
+        total = sum(sum(k.values()) for k in s.values())
+        for ph in PHASES:
+            k = s.get(ph, {})
+            cells = " | ".join(f"{k.get(n, 0):.2f}" for n in KINDS)
+            lines.append(f"| {row['model']} | {ph} | {cells} | "
+                         f"{pct(sum(k.values()) / total)} |")
+        matmul[row["model"]] = row
+    out = "\n".join(lines) + "\n"
+    if {"keras_vit", "keras_hub"} <= set(matmul):
+        def op(model, *types):
+            times = matmul[model]["op_seconds_per_step"]
+            return sum(sum(times.get(t, {}).values()) for t in types)
+        mm = ("MatMul", "_FusedMatMul", "BatchMatMulV2", "Einsum")
+        bmm = "BatchMatMulV2"
+        out += (f"\nMatmul op time, keras-hub over keras_vit: "
+                f"{ratio(op('keras_hub', *mm) / op('keras_vit', *mm))}; "
+                f"batched matmuls alone (`{bmm}`): "
+                f"{ratio(op('keras_hub', bmm) / op('keras_vit', bmm))}. "
+                f"Load average {data['load'][0]:.1f} at the start, "
+                f"{data['load'][1]:.1f} at the end; {data['args']['steps']} "
+                "profiled steps per model.\n")
+    return out + source(f"{BENCH}/{PROFILE_RUN}.json",
+                        command=data["command"])
+
+
 RENDERERS: Dict[str, Callable[[], str]] = {
+    "step-profile": step_profile,
     "model-class-before-after": model_class_before_after,
     "variants": variants,
     "throughput-runs": throughput_runs,
