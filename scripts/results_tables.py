@@ -181,6 +181,10 @@ def _field(mode: str, field: str, xla: bool = False) -> Callable:
 B16_INFER = ("b16_224_b8_fp32_hm", "b16_224_b8_fp32_hm2")
 B16_TRAIN = ("b16_224_b8_fp32_train_hm9", "b16_224_b8_fp32_train_hm9b",
              "b16_224_b8_fp32_hm2", "b16_224_b8_fp32_hm")
+# B/16 training of the current model (one attention path, the model
+# class) against keras-hub, each run interleaved in one process.
+B16_TRAIN_CURRENT = ("model_class_before_after_b16_b8_train",
+                     "train_lead_b16_b8_fp32", "train_lead_b16_b8_fp32_b")
 TI16_INFER = ("ti16_224_b32_fp32_infer_hm", "ti16_224_b32_fp32_infer_hm2",
               "ti16_224_b32_fp32_infer_hm3")
 
@@ -209,6 +213,9 @@ def targets() -> List[Target]:
                "ceiling (MFU)", B16_INFER, _field("infer", "mfu"), 0.85, pct),
         Target("B/16, 224, batch 8, training, no XLA: >= 1.1x keras-hub",
                B16_TRAIN, _field("train", "vs_keras_hub"), 1.1, x),
+        Target("B/16, 224, batch 8, training, no XLA, the current model: "
+               ">= 1.15x keras-hub", B16_TRAIN_CURRENT,
+               _field("train", "vs_keras_hub"), 1.15, x),
         Target("Ti/16, 224, batch 32, inference, no XLA: >= 1.3x keras-hub",
                TI16_INFER, _field("infer", "vs_keras_hub"), 1.3, x),
         Target("training loop over the bare compiled step, steps_per_loop "
