@@ -336,14 +336,11 @@ class Encoder(keras.layers.Layer):
 
     def compute_output_spec(self, x, training=None,
                             return_attention_scores=False):
-        """What `call` returns, from the shapes alone. Without it, Keras
-        traces every block symbolically to learn this when a functional
-        model is built: about half of the time that building a ViT takes.
-        tests/test_layers_spec.py checks it against Keras's traced spec."""
+        """What `call` returns, from shapes: Keras would trace every block
+        (half the time building a ViT takes). tests/test_layers_spec.py."""
         batch, tokens, width = x.shape
-        out_tokens = (1 if self.class_token_only
-                      and not return_attention_scores else tokens)
-        out = keras.KerasTensor((batch, out_tokens, width),
+        one = self.class_token_only and not return_attention_scores
+        out = keras.KerasTensor((batch, 1 if one else tokens, width),
                                 dtype=self.encoder_norm.compute_dtype)
         if not return_attention_scores:
             return out
