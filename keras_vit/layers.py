@@ -19,9 +19,7 @@ See benchmarks/README.md for the measurements.
 
 Training and inference take the same path through each block: one
 attention path (`keras_vit.attention`) and `LayerNorm`, Keras's layer in
-fewer passes. benchmarks/README.md has the measurements behind both.
-
-The input layers (patch embedding, class token, position embedding) live in
+fewer passes (measured in benchmarks/README.md). The input layers (patch embedding, class token, position embedding) live in
 `keras_vit.embedding`, the attention layer in `keras_vit.attention`.
 """
 
