@@ -66,6 +66,11 @@ class _EncoderWithAttention(keras.layers.Layer):
     def call(self, x):
         return self.encoder(x, return_attention_scores=True)
 
+    def compute_output_spec(self, x):
+        return self.encoder.compute_output_spec(
+            x, return_attention_scores=True
+        )
+
 
 def attention_model(model: keras.Model) -> keras.Model:
     """A model returning (output, [attention weights per layer]).

@@ -19,9 +19,7 @@ See benchmarks/README.md for the measurements.
 
 Training and inference take the same path through each block: one
 attention path (`keras_vit.attention`) and `LayerNorm`, Keras's layer in
-fewer passes. benchmarks/README.md has the measurements behind both.
-
-The input layers (patch embedding, class token, position embedding) live in
+fewer passes (measured in benchmarks/README.md). The input layers (patch embedding, class token, position embedding) live in
 `keras_vit.embedding`, the attention layer in `keras_vit.attention`.
 """
 
@@ -333,6 +331,25 @@ class Encoder(keras.layers.Layer):
         if return_attention_scores:
             return x, all_weights
         return x
+
+    def compute_output_spec(self, x, training=None,
+                            return_attention_scores=False):
+        """What `call` returns, from shapes: Keras would trace every block
+        (half the time building a ViT takes). tests/test_layers_spec.py."""
+        batch, tokens, width = x.shape
+        one = self.class_token_only and not return_attention_scores
+        out = keras.KerasTensor((batch, 1 if one else tokens, width),
+                                dtype=self.encoder_norm.compute_dtype)
+        if not return_attention_scores:
+            return out
+        weights = [
+            keras.KerasTensor(
+                (batch, block.attention.num_heads, tokens, tokens),
+                dtype=block.attention.compute_dtype,
+            )
+            for block in self.blocks
+        ]
+        return out, weights
 
     def get_config(self):
         config = super().get_config()

@@ -13,6 +13,17 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
 import tensorflow as tf  # noqa: E402
 
+# Under pytest-xdist (`-n auto`, the README's test line), the workers share
+# the machine's cores instead of each starting an op thread pool as wide as
+# the machine: on 2 cores, 2 workers of one thread each. (The inter-op pool
+# keeps its default: a 2-replica all-reduce needs both replicas' ops at once.)
+_workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0") or 0)
+if _workers > 1:
+    _cores = (len(os.sched_getaffinity(0))
+              if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+    _threads = max(1, _cores // _workers)
+    tf.config.threading.set_intra_op_parallelism_threads(_threads)
+
 _cpus = tf.config.list_physical_devices("CPU")
 try:
     tf.config.set_logical_device_configuration(

@@ -622,6 +622,11 @@ def check_suite(command: Command) -> str:
     for before, word in zip([""] + args, args):
         if before in ("-m", "-k", "-p"):  # a marker, keyword or plugin
             continue
+        if before == "-n":  # pytest-xdist's worker count
+            if word not in ("auto", "logical") and not word.isdigit():
+                _fail(command, f"-n {word}: pytest-xdist takes a count, "
+                      "auto or logical")
+            continue
         if not word.startswith("-") and not os.path.exists(
             os.path.join(ROOT, word)
         ):

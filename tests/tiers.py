@@ -1,6 +1,6 @@
 """The two test tiers, as pytest hooks that tests/conftest.py imports.
 
-The fast tier (`python -m pytest tests -q`, the README's test line) runs
+The fast tier (`python -m pytest tests -q -n auto`, the README's test line) runs
 every test not marked `slow`. The slow tier (multi-process clusters, child
 processes killed on purpose, the documented commands run as subprocesses,
 packaging resolution, the large fuzz corpora, the command-line journeys)
