@@ -17,10 +17,9 @@ matmul, which TensorFlow's CPU runtime fuses with its bias add (and the first
 MLP layer with its GELU, which is why the GELU is that layer's activation).
 See benchmarks/README.md for the measurements.
 
-Training and inference take the same path through each block: one
-attention path (`keras_vit.attention`) and `LayerNorm`, Keras's layer in
-fewer passes (measured in benchmarks/README.md). The input layers (patch embedding, class token, position embedding) live in
-`keras_vit.embedding`, the attention layer in `keras_vit.attention`.
+Training and inference take the same path through each block: one attention
+path (`keras_vit.attention`) and `LayerNorm`, Keras's layer in fewer passes
+(measured in benchmarks/README.md). The input layers: `keras_vit.embedding`.
 """
 
 from __future__ import annotations
