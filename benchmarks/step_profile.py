@@ -90,7 +90,9 @@ def kind(op_type: str) -> str:
 def phase(op_name: str) -> str:
     """str. "optimizer", "backward" or "forward" for an op's full name."""
     lower = op_name.lower()
-    if lower.startswith(("adam_w/", "adamw/", "optimizer")):
+    # Keras numbers an optimizer's name scope when the process made another
+    # before it (adamw_2/).
+    if re.match(r"(adam_?w|optimizer)(_\d+)?/", lower):
         return "optimizer"
     if "gradient_tape" in lower or "gradients/" in lower:
         return "backward"

@@ -62,6 +62,9 @@ def test_kinds_and_phases():
     assert step_profile.kind("StridedSliceGrad") == "layout"
     assert step_profile.kind("Tanh") == "elementwise"
     assert step_profile.phase("adam_w/Mul_3") == "optimizer"
+    # The scope of a process's second AdamW (as in a whole test run).
+    assert step_profile.phase("adamw_2/Mul_3") == "optimizer"
+    assert step_profile.phase("adam_w_12/Sqrt") == "optimizer"
     assert step_profile.phase("gradient_tape/x/MatMul") == "backward"
     assert step_profile.phase("x/encoder/MatMul") == "forward"
 
