@@ -69,12 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--num_classes", type=int, default=1000)
     p.add_argument("--models", default="keras_vit,keras_hub",
                    help="comma-separated: keras_vit, keras_hub")
-    for name in ("patch_size", "hidden_size", "num_layers", "num_heads",
-                 "mlp_dim"):
-        p.add_argument(f"--{name}", type=int, default=None,
-                       help="override the variant's size")
-    p.add_argument("--output", required=True,
-                   help="path prefix: writes PREFIX.json and PREFIX.md")
+    throughput.add_size_options(p)
     return p
 
 

@@ -116,13 +116,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--deadline", type=float, default=0.0,
                    help="seconds after the start: past it, repeats are cut "
                         "(one is kept) and configurations skipped; 0: none")
+    add_size_options(p)
+    return p
+
+
+def add_size_options(p: argparse.ArgumentParser) -> None:
+    """The options that override the variant's sizes, and --output (this
+    script's and benchmarks/step_profile.py's)."""
     for name in ("patch_size", "hidden_size", "num_layers", "num_heads",
                  "mlp_dim"):
         p.add_argument(f"--{name}", type=int, default=None,
                        help="override the variant's size")
     p.add_argument("--output", required=True,
                    help="path prefix: writes PREFIX.json and PREFIX.md")
-    return p
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
