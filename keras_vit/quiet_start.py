@@ -58,7 +58,9 @@ COMMANDS_PACKAGE = "keras_vit.commands"
 _held = []
 
 
-def _verbose(argv) -> bool:
+def verbose(argv) -> bool:
+    """Whether `argv` (the arguments, without the program) asks for
+    --verbose, in every spelling absl takes."""
     return any(re.fullmatch(_VERBOSE, str(a), re.I) for a in argv)
 
 
@@ -68,7 +70,7 @@ def hold(argv=None) -> bool:
     started holding."""
     argv = sys.argv if argv is None else argv
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    if _held or _verbose(argv):
+    if _held or verbose(argv):
         return False
     sys.stderr.flush()
     held = tempfile.TemporaryFile()

@@ -44,7 +44,6 @@ PREFIX = "keras-vit-"
 ONE_LINE = (UsageError, cluster.SetupError, TrainingError, FileNotFoundError,
             FileExistsError, ImportError)
 HELP_ARGS = ("-h", "--help", "--helpshort", "--helpfull", "-?")
-_VERBOSE = re.compile(r"--verbose(=(true|t|1|yes))?", re.I)
 # The modules whose flags every command has.
 SHARED_MODULES = (__name__, "keras_vit.commands.flags")
 
@@ -216,12 +215,12 @@ def run(
     """
     program = PREFIX + name
     argv = sys.argv if argv is None else argv
+    verbose = quiet_start.verbose(argv[1:])
     try:
         argv = normalize_argv(argv)
     except UsageError as error:  # an unknown --config NAME
         quiet_start.release()
-        return report(error, program, any(
-            _VERBOSE.fullmatch(str(a)) for a in argv[1:]))
+        return report(error, program, verbose)
     values = flags.FlagValues()
     define_verbose(values)
     define(values, argv)
@@ -229,7 +228,6 @@ def run(
         quiet_start.release()
         print(help_text(program, doc, values))
         return 0
-    verbose = any(_VERBOSE.fullmatch(str(a)) for a in argv[1:])
     # A console script's stderr, held since `import keras_vit`, goes back
     # without TensorFlow's start-up notices.
     quiet_start.release()
