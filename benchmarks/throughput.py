@@ -401,16 +401,21 @@ def create_dpa_model(*args, **kwargs) -> keras.Model:
 
 
 def flash_attention_usable(dims: Dict[str, int], args) -> Dict[str, Any]:
-    """dict. Whether Keras would send `dot_product_attention` to cuDNN's
-    fused attention for this model's shapes (every token querying, and the
-    last block's class token alone), as Keras's JAX backend decides it;
-    None where that cannot be asked (another backend or Keras)."""
+    """dict. Whether `dot_product_attention` can run as cuDNN's fused
+    attention for this model's shapes, every token querying and the last
+    block's class token alone: `all_tokens` and `class_token` as Keras's
+    JAX backend decides it before it tries cuDNN (None where that cannot
+    be asked: another backend or Keras), and `jax_cudnn`, what JAX itself
+    says when asked for `implementation="cudnn"`, traced (not run) for
+    inference and for the gradient that training takes: per query shape
+    and mode, `{"accepted": bool, "reason": str}`. Keras's check asks
+    only about inference; where JAX refuses, Keras logs the refusal and
+    falls back to XLA's attention, so `jax_cudnn` says which one a
+    `keras_vit_dpa` row timed."""
+    none = {"all_tokens": None, "class_token": None}
     if keras.backend.backend() != "jax":
-        return {"all_tokens": None, "class_token": None}
-    try:
-        from keras.src.backend.jax.nn import _can_use_flash_attention
-    except ImportError:
-        return {"all_tokens": None, "class_token": None}
+        return dict(none, jax_cudnn=None)
+    import jax
     import jax.numpy as jnp
 
     dtype = "bfloat16" if args.dtype == "bfloat16" else "float32"
@@ -418,10 +423,36 @@ def flash_attention_usable(dims: Dict[str, int], args) -> Dict[str, Any]:
     heads = dims["num_heads"]
     kv = jnp.zeros((args.batch_size, tokens, heads,
                     dims["hidden_size"] // heads), dtype)
+    queries = {"all_tokens": kv, "class_token": kv[:, :1]}
+
+    def attend(q, k, v):
+        return jax.nn.dot_product_attention(q, k, v, scale=1.0,
+                                            implementation="cudnn")
+
+    def loss(q, k, v):
+        return attend(q, k, v).astype("float32").sum()
+
+    probes = {"infer": attend, "train": jax.grad(loss, argnums=(0, 1, 2))}
+    verdicts = {}
+    for which, q in queries.items():
+        verdicts[which] = {}
+        for mode, fn in probes.items():
+            try:
+                jax.eval_shape(fn, q, kv, kv)
+                verdicts[which][mode] = {"accepted": True, "reason": ""}
+            except Exception as e:  # JAX's refusal, whatever its type
+                verdicts[which][mode] = {
+                    "accepted": False,
+                    "reason": f"{type(e).__name__}: {e}".splitlines()[0]}
+    try:
+        from keras.src.backend.jax.nn import _can_use_flash_attention
+    except ImportError:
+        return dict(none, jax_cudnn=verdicts)
     return {
         "all_tokens": bool(_can_use_flash_attention(kv, kv, kv, None)),
         "class_token": bool(_can_use_flash_attention(kv[:, :1], kv, kv,
                                                      None)),
+        "jax_cudnn": verdicts,
     }
 
 

@@ -63,6 +63,13 @@ def markdown(result: Dict[str, Any]) -> str:
             "- cuDNN fused attention usable for `dot_product_attention` "
             f"(Keras's check): every token {flash['all_tokens']}, class "
             f"token alone {flash['class_token']}.")
+        for which, modes in (flash.get("jax_cudnn") or {}).items():
+            said = "; ".join(
+                f"{mode} " + ("accepted" if v["accepted"] else
+                              f"refused ({v['reason']})")
+                for mode, v in modes.items())
+            lines.append(f"- JAX asked for cuDNN attention, "
+                         f"{which.replace('_', ' ')}: {said}.")
     lines += [f"- {n}" for n in result["notes"]]
     lines += [
         "",

@@ -187,6 +187,11 @@ B16_TRAIN_CURRENT = ("model_class_before_after_b16_b8_train",
                      "train_lead_b16_b8_fp32", "train_lead_b16_b8_fp32_b")
 TI16_INFER = ("ti16_224_b32_fp32_infer_hm", "ti16_224_b32_fp32_infer_hm2",
               "ti16_224_b32_fp32_infer_hm3")
+# Ti/16 inference of the current model on the JAX backend (XLA), against
+# keras-hub on JAX, each run interleaved in one process.
+TI16_JAX_INFER = ("ti16_224_b32_fp32_jax_infer_a",
+                  "ti16_224_b32_fp32_jax_infer_b",
+                  "ti16_224_b32_fp32_jax_infer_c")
 
 
 def _loop_total(spl: int) -> Callable:
@@ -218,6 +223,10 @@ def targets() -> List[Target]:
                _field("train", "vs_keras_hub"), 1.15, x),
         Target("Ti/16, 224, batch 32, inference, no XLA: >= 1.3x keras-hub",
                TI16_INFER, _field("infer", "vs_keras_hub"), 1.3, x),
+        Target("Ti/16, 224, batch 32, inference, JAX backend, the current "
+               "model: >= 1.2x keras-hub", TI16_JAX_INFER,
+               lambda data: keras_vit_row(data, "infer", True,
+                                          "jax")["vs_keras_hub"], 1.2, x),
         Target("training loop over the bare compiled step, steps_per_loop "
                "10: < 5%", ["loop_overhead_digits"], _loop_total(10), 0.05,
                signed_pct, at_least=False),
@@ -278,72 +287,130 @@ def gpu_files() -> List[str]:
         os.path.join(ROOT, BENCH, GPU, "*.json")))
 
 
+RUN_SUFFIX = re.compile(r"_run\d+$")  # b16_224_b128_bf16_run2: a rerun
+
+
+def gpu_groups() -> Dict[str, List[str]]:
+    """{configuration: [run name]}. The stored runs grouped by what they
+    measured: a rerun is stored as NAME_runN beside the first run, NAME."""
+    groups: Dict[str, List[str]] = {}
+    for name in gpu_files():
+        groups.setdefault(RUN_SUFFIX.sub("", name), []).append(name)
+    return groups
+
+
 def _mib(value: Optional[float]) -> str:
     return "" if value is None else f"{value / MIB:.1f}"
 
 
-def gpu_throughput() -> str:
-    names = gpu_files()
-    if not names:
-        return NO_GPU_RUN
-    lines = ["| run (`benchmarks/results/gpu/`) | variant, image, batch | "
-             "mode | model | img/s | MFU | vs keras-hub | XLA temporaries "
-             "MiB / image | device peak MiB / image |",
-             "|---|---|---|---|---|---|---|---|---|"]
-    machines, notes = [], []
+def _median(values: Sequence[Optional[float]]) -> Optional[float]:
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def _median_of(rows: Sequence[dict], field: str) -> Optional[float]:
+    return _median([r.get(field) for r in rows])
+
+
+def _rows_by_model(names: Sequence[str]) -> Dict[tuple, List[dict]]:
+    """{(mode, model): [row of each run that has it]}, in the first run's
+    order (a run cut short by its deadline lacks its last rows)."""
+    rows: Dict[tuple, List[dict]] = {}
     for name in names:
-        data = bench(f"{GPU}/{name}")
-        a, m = data["args"], data["machine"]
-        ceiling = data["ceiling"][a["dtype"]]["flops_per_s"]
-        machines.append(
-            f"`{name}`: {m.get('device_kind', m['cpu'])}, jax "
-            f"{m.get('jax')}, keras {m['keras']}, keras-hub "
-            f"{data.get('keras_hub')}; {a['dtype']} matmul ceiling "
-            f"{ceiling / 1e12:.0f} TFLOP/s ({a['matmul_size']}^3).")
-        for row in data["rows"]:
+        for row in bench(f"{GPU}/{name}")["rows"]:
+            rows.setdefault((row["mode"], row["model"]), []).append(row)
+    return rows
+
+
+def gpu_throughput() -> str:
+    groups = gpu_groups()
+    if not groups:
+        return NO_GPU_RUN
+    lines = ["| runs (`benchmarks/results/gpu/`) | variant, image, batch | "
+             "mode | model | img/s, median | img/s of each run | MFU | "
+             "vs keras-hub | XLA temporaries MiB / image | device peak "
+             "MiB / image |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    machines, notes = [], []
+    for names in groups.values():
+        a = bench(f"{GPU}/{names[0]}")["args"]
+        for (mode, model), rows in _rows_by_model(names).items():
+            speeds = [r["images_per_s"] for r in rows]
             lines.append(
-                f"| `{name}` | {a['variant']}, {a['image_size']}, "
-                f"{a['batch_size']} | {row['mode']} | {row['model']} | "
-                f"{row['images_per_s']:.1f} | {_mfu(row['mfu'])} | "
-                f"{ratio(row.get('vs_keras_hub'))} | "
-                f"{_mib(row.get('xla_temp_bytes_per_example'))} | "
-                f"{_mib(row.get('device_peak_bytes_per_example'))} |")
-        notes += [f"- `{name}`: {n}" for n in data["notes"]]
+                f"| {', '.join(f'`{n}`' for n in names)} | {a['variant']}, "
+                f"{a['image_size']}, {a['batch_size']} | {mode} | {model} | "
+                f"{statistics.median(speeds):.1f} | "
+                f"{', '.join(f'{v:.1f}' for v in speeds)} | "
+                f"{_mfu(_median_of(rows, 'mfu'))} | "
+                f"{ratio(_median_of(rows, 'vs_keras_hub'))} | "
+                f"{_mib(_median_of(rows, 'xla_temp_bytes_per_example'))} | "
+                f"{_mib(_median_of(rows, 'device_peak_bytes_per_example'))} |")
+        for name in names:
+            data = bench(f"{GPU}/{name}")
+            m = data["machine"]
+            ceiling = data["ceiling"][a["dtype"]]["flops_per_s"]
+            machines.append(
+                f"`{name}`: {m.get('device_kind', m['cpu'])}, jax "
+                f"{m.get('jax')}, keras {m['keras']}, keras-hub "
+                f"{data.get('keras_hub')}; {a['dtype']} matmul ceiling "
+                f"{ceiling / 1e12:.0f} TFLOP/s ({a['matmul_size']}^3).")
+            notes += [f"- `{name}`: {n}" for n in data["notes"]]
     return "\n".join(lines + [""] + [f"- {m}" for m in machines]
                      + notes) + source(
         f"{BENCH}/{GPU}/*.json", command=GPU_COMMAND)
 
 
+def _cudnn_verdict(flash: dict) -> str:
+    """str. What JAX said when asked for cuDNN's attention, per query
+    shape (every token, class token) and mode, where the run asked."""
+    said = flash.get("jax_cudnn")
+    if not said:
+        return "not asked"
+    out = []
+    for which in ("all_tokens", "class_token"):
+        modes = said.get(which) or {}
+        out.append(", ".join(
+            f"{mode} {'yes' if v['accepted'] else 'no'}"
+            for mode, v in modes.items()))
+    return " / ".join(out)
+
+
 def gpu_attention() -> str:
-    rows = []
-    used = []
-    for name in gpu_files():
-        data = bench(f"{GPU}/{name}")
-        a = data["args"]
-        ours = {r["mode"]: r for r in data["rows"]
-                if r["model"] == "keras_vit"}
-        flash = data.get("flash_attention_usable") or {}
-        for r in data["rows"]:
-            if r["model"] != "keras_vit_dpa" or r["mode"] not in ours:
+    rows, used = [], []
+    for names in gpu_groups().values():
+        a = bench(f"{GPU}/{names[0]}")["args"]
+        by_model = _rows_by_model(names)
+        # Keras's flags, and JAX's answer from the first run that asked.
+        flashes = [bench(f"{GPU}/{n}").get("flash_attention_usable") or {}
+                   for n in names]
+        flash = next((f for f in flashes if f.get("jax_cudnn")), flashes[0])
+        for (mode, model), dpa in by_model.items():
+            ours = by_model.get((mode, "keras_vit"), [])
+            if model != "keras_vit_dpa" or not ours:
                 continue
-            base = ours[r["mode"]]
-            temp = [x.get("xla_temp_bytes_per_example") for x in (base, r)]
+            speeds = [r["vs_keras_vit"] for r in dpa]
+            median = statistics.median(speeds)
+            temp = [_median([x.get("xla_temp_bytes_per_example")
+                             for x in rows_]) for rows_ in (ours, dpa)]
             rows.append(
                 f"| {a['variant']}, {a['image_size']}, {a['batch_size']} | "
-                f"{r['mode']} | {r['vs_keras_vit']:.3f} | "
-                f"{'yes' if r['vs_keras_vit'] > 1.03 else 'no'} | "
+                f"{mode} | **{median:.3f}** "
+                f"({', '.join(f'{v:.3f}' for v in speeds)}) | "
+                f"{'yes' if median > 1.03 else 'no'} | "
                 f"{_mib(temp[0])} / {_mib(temp[1])} | "
-                f"{flash.get('all_tokens')} / {flash.get('class_token')} |")
-            if name not in used:
-                used.append(name)
+                f"{flash.get('all_tokens')} / {flash.get('class_token')} | "
+                f"{_cudnn_verdict(flash)} |")
+            used += [n for n in names if n not in used]
     if not rows:
         return ("No GPU run has been made yet (see "
                 "[On a GPU](#on-a-gpu) for the command).\n")
     head = ["| model, image, batch | mode | `dot_product_attention` speed "
-            "over the one path | faster by more than 3% | XLA temporaries "
-            "MiB / image, one path / `dot_product_attention` | cuDNN fused "
-            "attention usable (every token / class token) |",
-            "|---|---|---|---|---|---|"]
+            "over the one path, median (each run) | faster by more than "
+            "3% | XLA temporaries MiB / image, one path / "
+            "`dot_product_attention` | cuDNN attention per Keras's check "
+            "(every token / class token) | JAX's own answer, asked for "
+            "cuDNN (every token / class token) |",
+            "|---|---|---|---|---|---|---|"]
     return "\n".join(head + rows) + source(
         *(f"{BENCH}/{GPU}/{n}.json" for n in used), command=GPU_COMMAND)
 

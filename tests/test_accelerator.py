@@ -225,8 +225,18 @@ def test_accelerator_command_end_to_end_at_tiny_sizes(tmp_path, monkeypatch):
                 assert r["params"] == result["rows"][0]["params"]
                 assert r["vs_keras_vit"] > 0
         if dpa:
-            assert set(result["flash_attention_usable"]) == {
-                "all_tokens", "class_token"}
+            flash = result["flash_attention_usable"]
+            assert set(flash) == {"all_tokens", "class_token", "jax_cudnn"}
+            # What JAX says when asked for cuDNN's attention, per query
+            # shape and mode; on this CPU it refuses, and says why.
+            for which in ("all_tokens", "class_token"):
+                for mode in ("infer", "train"):
+                    verdict = flash["jax_cudnn"][which][mode]
+                    assert verdict["accepted"] is False, verdict
+                    assert "cuDNN" in verdict["reason"], verdict
+            md = (out / f"{name}.md").read_text()
+            assert ("JAX asked for cuDNN attention, every token: infer "
+                    "refused (RuntimeError: cuDNN") in md
     # The documentation's GPU tables, from these files.
     monkeypatch.setattr(tables, "ROOT", str(tmp_path))
     monkeypatch.setattr(tables, "targets", lambda: [])
@@ -239,6 +249,59 @@ def test_accelerator_command_end_to_end_at_tiny_sizes(tmp_path, monkeypatch):
     target = tables.targets_table().splitlines()[-1]
     assert target.startswith(f"| {tables.GPU_TARGET} | ")
     assert "(`gpu/b16_224_b128_bf16`)" in target
+
+
+def test_gpu_tables_take_the_median_of_every_run(monkeypatch, tmp_path):
+    """A rerun stored as NAME_runN joins NAME's row: the tables give the
+    median of every run and list each one; the MFU target reads them all;
+    JAX's answer about cuDNN is shown where a run recorded it."""
+    stored = os.path.join(ROOT, "benchmarks", "results", "gpu",
+                          "b16_224_b128_bf16.json")
+    with open(stored) as f:
+        first = json.load(f)
+    gpu = tmp_path / "benchmarks" / "results" / "gpu"
+    gpu.mkdir(parents=True)
+    speeds, dpa_ratios = {}, {}
+    for name, scale in (("b16_224_b128_bf16", 1.0),
+                        ("b16_224_b128_bf16_run2", 0.5),
+                        ("b16_224_b128_bf16_run3", 0.75)):
+        run = json.loads(json.dumps(first))
+        for row in run["rows"]:
+            row["images_per_s"] *= scale
+            row["mfu"] *= scale
+        if name.endswith("run3"):
+            run["flash_attention_usable"]["jax_cudnn"] = {
+                which: {"infer": {"accepted": True, "reason": ""},
+                        "train": {"accepted": False, "reason": "no"}}
+                for which in ("all_tokens", "class_token")}
+        speeds[name] = [r["images_per_s"] for r in run["rows"]
+                        if r["model"] == "keras_vit"]
+        dpa_ratios[name] = [r["vs_keras_vit"] for r in run["rows"]
+                            if r["model"] == "keras_vit_dpa"]
+        (gpu / f"{name}.json").write_text(json.dumps(run))
+    monkeypatch.setattr(tables, "ROOT", str(tmp_path))
+    monkeypatch.setattr(tables, "targets", lambda: [])
+    assert tables.gpu_groups() == {"b16_224_b128_bf16": sorted(speeds)}
+    block = tables.gpu_throughput()
+    train = [line for line in block.splitlines()
+             if "| train | keras_vit |" in line]
+    assert len(train) == 1, block  # one row for the three runs
+    median = sorted(s[0] for s in speeds.values())[1]
+    each = ", ".join(f"{speeds[n][0]:.1f}" for n in sorted(speeds))
+    assert f"| {median:.1f} | {each} |" in train[0]
+    target = tables.targets_table().splitlines()[-1]
+    assert target.count("(`gpu/b16_224_b128_bf16") == 3
+    mfu = sorted(keras_vit_mfu * s for s, keras_vit_mfu in zip(
+        (1.0, 0.5, 0.75), [tables.gpu_b16_train_mfu(first)] * 3))[1]
+    assert f"**{tables.pct(mfu)}**" in target
+    attention = tables.gpu_attention()
+    assert attention.count("| train |") == 1
+    # The dot_product_attention ratio is the same in the three runs.
+    assert f"**{dpa_ratios['b16_224_b128_bf16'][0]:.3f}**" in attention
+    # JAX's answer comes from the one run that asked for it.
+    assert "| infer yes, train no / infer yes, train no |" in attention
+    (gpu / "b16_224_b128_bf16_run3.json").unlink()
+    assert "| not asked |" in tables.gpu_attention()
 
 
 def test_no_gpu_run_is_said_plainly(monkeypatch, tmp_path):
