@@ -68,8 +68,10 @@ def markdown(result: Dict[str, Any]) -> str:
                 f"{mode} " + ("accepted" if v["accepted"] else
                               f"refused ({v['reason']})")
                 for mode, v in modes.items())
-            lines.append(f"- JAX asked for cuDNN attention, "
-                         f"{which.replace('_', ' ')}: {said}.")
+            shape = {"all_tokens": "every token",
+                     "class_token": "class token alone"}.get(which, which)
+            lines.append(f"- JAX asked for cuDNN attention, {shape}: "
+                         f"{said}.")
     lines += [f"- {n}" for n in result["notes"]]
     lines += [
         "",

@@ -101,8 +101,10 @@ def _load_range(machine: dict) -> str:
     return f"{min(loads):.1f}-{max(loads):.1f}" if loads else ""
 
 
-def _mfu(value: float) -> str:
+def _mfu(value: Optional[float]) -> str:
     """The MFU, or n/a where it exceeds 100%: a ceiling measured low."""
+    if value is None:
+        return ""
     return pct(value) if value <= 1.0 else "n/a"
 
 
@@ -174,8 +176,9 @@ class Target:
                 f"{'met' if met else 'not met'} |")
 
 
-def _field(mode: str, field: str, xla: bool = False) -> Callable:
-    return lambda data: keras_vit_row(data, mode, xla)[field]
+def _field(mode: str, field: str, xla: bool = False,
+           backend: str = "tensorflow") -> Callable:
+    return lambda data: keras_vit_row(data, mode, xla, backend)[field]
 
 
 B16_INFER = ("b16_224_b8_fp32_hm", "b16_224_b8_fp32_hm2")
@@ -192,6 +195,7 @@ TI16_INFER = ("ti16_224_b32_fp32_infer_hm", "ti16_224_b32_fp32_infer_hm2",
 TI16_JAX_INFER = ("ti16_224_b32_fp32_jax_infer_a",
                   "ti16_224_b32_fp32_jax_infer_b",
                   "ti16_224_b32_fp32_jax_infer_c")
+TI16_JAX_INFER_B8 = tuple(n.replace("_b32_", "_b8_") for n in TI16_JAX_INFER)
 
 
 def _loop_total(spl: int) -> Callable:
@@ -225,8 +229,10 @@ def targets() -> List[Target]:
                TI16_INFER, _field("infer", "vs_keras_hub"), 1.3, x),
         Target("Ti/16, 224, batch 32, inference, JAX backend, the current "
                "model: >= 1.2x keras-hub", TI16_JAX_INFER,
-               lambda data: keras_vit_row(data, "infer", True,
-                                          "jax")["vs_keras_hub"], 1.2, x),
+               _field("infer", "vs_keras_hub", True, "jax"), 1.2, x),
+        Target("Ti/16, 224, batch 8, inference, JAX backend, the current "
+               "model: >= 1.2x keras-hub", TI16_JAX_INFER_B8,
+               _field("infer", "vs_keras_hub", True, "jax"), 1.2, x),
         Target("training loop over the bare compiled step, steps_per_loop "
                "10: < 5%", ["loop_overhead_digits"], _loop_total(10), 0.05,
                signed_pct, at_least=False),
@@ -358,6 +364,44 @@ def gpu_throughput() -> str:
     return "\n".join(lines + [""] + [f"- {m}" for m in machines]
                      + notes) + source(
         f"{BENCH}/{GPU}/*.json", command=GPU_COMMAND)
+
+
+def gpu_summary() -> str:
+    """str. What the GPU runs say, configuration by configuration: the
+    ratios to keras-hub, the training step's temporaries against
+    keras-hub's and the training MFU, each the median of every run."""
+    groups = gpu_groups()
+    if not groups:
+        return ("No GPU run has been made yet (see "
+                "[On a GPU](#on-a-gpu) for the command).\n")
+    speed, memory, mfu = [], [], []
+    for names in groups.values():
+        a = bench(f"{GPU}/{names[0]}")["args"]
+        rows = _rows_by_model(names)
+        what = f"{a['variant']} at {a['image_size']}, batch {a['batch_size']}"
+        train, infer = (
+            _median_of(rows.get((mode, "keras_vit"), []), "vs_keras_hub")
+            for mode in ("train", "infer"))
+        speed.append(f"{what}: {ratio(train)} / {ratio(infer)}")
+        ours, hub = (
+            _median_of(rows.get(("train", m), []), "xla_temp_bytes_per_example")
+            for m in ("keras_vit", "keras_hub"))
+        if ours and hub:
+            memory.append(f"{what}: {_mib(ours)} against {_mib(hub)} MiB "
+                          f"({pct(1 - ours / hub)} less)")
+        ours, hub = (_median_of(rows.get(("train", m), []), "mfu")
+                     for m in ("keras_vit", "keras_hub"))
+        mfu.append(f"{what}: {_mfu(ours)} / {_mfu(hub)}")
+    lines = [
+        "- keras_vit over keras-hub, training / inference: "
+        + "; ".join(speed) + ".",
+        "- XLA's temporaries of the training step per image, keras_vit "
+        "against keras-hub: " + "; ".join(memory) + ".",
+        "- Training MFU (of the bfloat16 matmul ceiling measured in the same "
+        "process), keras_vit / keras-hub: " + "; ".join(mfu) + ".",
+    ]
+    return "\n".join(lines) + source(f"{BENCH}/{GPU}/*.json",
+                                      command=GPU_COMMAND)
 
 
 def _cudnn_verdict(flash: dict) -> str:
@@ -776,6 +820,7 @@ RENDERERS: Dict[str, Callable[[], str]] = {
     "targets": targets_table,
     "gpu-throughput": gpu_throughput,
     "gpu-attention": gpu_attention,
+    "gpu-summary": gpu_summary,
     "loop-overhead": loop_overhead,
     "memory-tf": memory("memory_tf"),
     "memory-jax": memory("memory_jax"),

@@ -298,6 +298,12 @@ def test_gpu_tables_take_the_median_of_every_run(monkeypatch, tmp_path):
     assert attention.count("| train |") == 1
     # The dot_product_attention ratio is the same in the three runs.
     assert f"**{dpa_ratios['b16_224_b128_bf16'][0]:.3f}**" in attention
+    # The summary: each figure the median of the three runs.
+    summary = tables.gpu_summary()
+    train = tables.keras_vit_row(first, "train", True, "jax")
+    assert (f"B/16 at 224, batch 128: {tables.ratio(train['vs_keras_hub'])}"
+            in summary)
+    assert f"B/16 at 224, batch 128: {tables.pct(mfu)} / " in summary
     # JAX's answer comes from the one run that asked for it.
     assert "| infer yes, train no / infer yes, train no |" in attention
     (gpu / "b16_224_b128_bf16_run3.json").unlink()
@@ -311,6 +317,7 @@ def test_no_gpu_run_is_said_plainly(monkeypatch, tmp_path):
     assert tables.gpu_throughput().startswith("No GPU run has been made yet")
     assert "bash benchmarks/accelerator.sh" in tables.gpu_throughput()
     assert tables.gpu_attention().startswith("No GPU run has been made yet")
+    assert tables.gpu_summary().startswith("No GPU run has been made yet")
     assert tables.targets_table().splitlines()[-1].endswith(
         "| no run | | not measured |")
 
