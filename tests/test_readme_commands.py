@@ -108,6 +108,8 @@ EXTERNAL = {
 UNDECLARED_PACKAGES = {
     "tokenizers": "keras-hub's tokenizer, installed beside it with "
     "--no-deps",
+    "regex": "imported by keras-hub's tokenizers, installed beside it "
+    "with --no-deps",
     "namex": "a Keras requirement, carried as a wheel",
     "optree": "a Keras requirement, carried as a wheel",
 }
