@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU measurement in one command, at most 7.5 minutes by default:
 #
-#     bash benchmarks/accelerator.sh [--smoke] [--no-wheels] [OUTPUT_DIR]
+#     bash benchmarks/accelerator.sh [--smoke] [--profile] [--no-wheels]
+#                                    [OUTPUT_DIR]
 #
 # On a machine with JAX and a GPU (no TensorFlow, no network needed), from
 # the repository root. Installs the wheels of .whl/ (made where pip works by
@@ -24,6 +25,11 @@
 # benchmarks/results/gpu); `python scripts/results_tables.py` renders the
 # JSON files of benchmarks/results/gpu into docs/performance.md.
 #
+# --profile: instead of the throughput runs, where B/16's training step
+# (224, batch 128, bfloat16) spends its device time, keras_vit and
+# keras-hub (benchmarks/device_profile.py: kernels by phase and kind, the
+# longest ones by name), written as device_profile_b16_224_b128_bf16.*;
+# at most 4 minutes.
 # --smoke: the same runs at tiny sizes (any machine, the CPU too), to check
 # the whole path (tests/test_accelerator.py does); without OUTPUT_DIR its
 # files go to a new temporary folder.
@@ -32,15 +38,16 @@
 # 450; 1500 with --smoke).
 set -u -o pipefail
 cd "$(dirname "$0")/.."
-smoke=0 wheels=1 outdir=
+smoke=0 wheels=1 profile=0 outdir=
 for arg in "$@"; do
     case $arg in
         --smoke) smoke=1 ;;
         --no-wheels) wheels=0 ;;
+        --profile) profile=1 ;;
         -h|--help) sed -n '2,/^set /{/^#/p}' "$0" | sed 's/^# \{0,1\}//'
                    exit 0 ;;
         -*) echo "accelerator.sh: unknown option $arg (--smoke," \
-                 "--no-wheels, OUTPUT_DIR)" >&2; exit 2 ;;
+                 "--profile, --no-wheels, OUTPUT_DIR)" >&2; exit 2 ;;
         *) outdir=$arg ;;
     esac
 done
@@ -88,6 +95,24 @@ if [ "$rc" != 0 ]; then
     say "the environment check failed (exit $rc):"
     tail -n 3 "$log" >&2
     exit 1
+fi
+
+if [ "$profile" = 1 ]; then
+    if [ "$smoke" = 1 ]; then
+        sizes=(--image_size 32 --batch_size 2 --patch_size 8
+               --hidden_size 32 --num_layers 1 --num_heads 2 --mlp_dim 64
+               --num_classes 10 --steps 1 --warmup 1)
+    else
+        sizes=(--image_size 224 --batch_size 128 --steps 5 --warmup 3)
+    fi
+    name=device_profile_b16_224_b128_bf16
+    say "$name: starting, killed after ${BUDGET_S:-240}s"
+    timeout --kill-after=5 "${BUDGET_S:-240}" "$python" \
+        benchmarks/device_profile.py --variant B/16 --dtype bfloat16 \
+        "${sizes[@]}" --output "$outdir/$name" > /dev/null 2>> "$log"
+    rc=$?
+    say "$name: exit $rc after ${SECONDS}s"
+    exit $rc
 fi
 
 if [ "$smoke" = 1 ]; then

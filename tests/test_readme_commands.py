@@ -755,8 +755,17 @@ def check_external(command: Command, workspace) -> str:
     if exe == "mkdocs":
         return check_mkdocs(command)
     if exe == "bash":
-        for word in args:
-            if not os.path.exists(os.path.join(ROOT, word)):
+        script = args[0] if args else ""
+        if not os.path.isfile(os.path.join(ROOT, script)):
+            _fail(command, f"{script or 'bash'} does not exist")
+        with open(os.path.join(ROOT, script), encoding="utf-8") as f:
+            # A script's options: the arms of its `case` statement.
+            arms = set(re.findall(r"^\s*(--[\w-]+)\)", f.read(), re.M))
+        for word in args[1:]:
+            if word.startswith("--") and word not in arms:
+                _fail(command, f"{script} has no option {word}")
+            if not word.startswith("-") and not os.path.exists(
+                    os.path.join(ROOT, word)):
                 _fail(command, f"{word} does not exist")
     return "external, not run: " + EXTERNAL[exe]
 
