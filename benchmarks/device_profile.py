@@ -42,7 +42,6 @@ from __future__ import annotations
 import argparse
 import collections
 import glob
-import json
 import os
 import re
 import shutil
@@ -67,6 +66,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import jax  # noqa: E402
 import keras  # noqa: E402
 import throughput  # noqa: E402  (beside this file)
+import throughput_report  # noqa: E402
 
 # `%name = type[shape]{layout} opcode(operands), attrs..., metadata={...}`
 INSTRUCTION = re.compile(
@@ -373,11 +373,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         "command": "python benchmarks/device_profile.py "
         + " ".join(argv if argv is not None else sys.argv[1:]),
     }
-    with open(args.output + ".json", "w", encoding="utf-8") as f:
-        json.dump(result, f, indent=1)
     text = report(result)
-    with open(args.output + ".md", "w", encoding="utf-8") as f:
-        f.write(text)
+    throughput_report.write_results(args.output, result, text)
     print(text)
     return 0
 

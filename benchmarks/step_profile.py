@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import collections
 import glob
-import json
 import os
 import re
 import sys
@@ -47,6 +46,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 import throughput  # noqa: E402  (beside this file)
+import throughput_report  # noqa: E402
 from tensorflow.tsl.profiler.protobuf import xplane_pb2  # noqa: E402
 
 OP = re.compile(r"^(?P<name>[^\s#:]+):(?P<type>[A-Z_][A-Za-z0-9_]*)$")
@@ -231,11 +231,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
               + " ".join(argv if argv is not None else sys.argv[1:])}
     for row in rows:
         row["summary"] = summary(row)
-    with open(args.output + ".json", "w", encoding="utf-8") as f:
-        json.dump(result, f, indent=1)
     text = report(result)
-    with open(args.output + ".md", "w", encoding="utf-8") as f:
-        f.write(text)
+    throughput_report.write_results(args.output, result, text)
     print(text)
     return 0
 
