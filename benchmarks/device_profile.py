@@ -52,6 +52,10 @@ from typing import Any, Dict, List, Optional, Sequence
 
 DUMP = ""  # where XLA writes the optimized HLO: set when run as a script
 if __name__ == "__main__":
+    if os.environ.setdefault("KERAS_BACKEND", "jax") != "jax":
+        # Said before Keras (and another backend's framework) is imported.
+        sys.exit("device_profile.py runs under KERAS_BACKEND=jax (the "
+                 f"backend is {os.environ['KERAS_BACKEND']}).")
     # Before JAX starts: XLA reads its flags when the first backend is
     # made. (Only when run: importing this file changes no environment.)
     DUMP = tempfile.mkdtemp(prefix="device_profile_hlo_")
@@ -59,7 +63,6 @@ if __name__ == "__main__":
                                f"--xla_dump_to={DUMP} "
                                "--xla_dump_hlo_as_text "
                                "--xla_dump_hlo_module_re=.*train.*").strip()
-    os.environ.setdefault("KERAS_BACKEND", "jax")
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -363,10 +366,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print("keras-hub is not installed: profiling keras_vit only.",
               file=sys.stderr)
         models.remove("keras_hub")
-    try:
-        rows = [profile_model(m, dims, args) for m in models]
-    finally:
-        shutil.rmtree(DUMP, ignore_errors=True)
+    rows = [profile_model(m, dims, args) for m in models]
     result = {
         "args": vars(args), "sizes": dims, "rows": rows,
         "machine": throughput.machine_info(),
@@ -380,4 +380,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    finally:  # the HLO dump is scratch, however the run ends
+        shutil.rmtree(DUMP, ignore_errors=True)
