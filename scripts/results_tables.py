@@ -305,6 +305,13 @@ def gpu_groups() -> Dict[str, List[str]]:
     return groups
 
 
+def gpu_runs() -> List[Tuple[List[str], List[dict]]]:
+    """[(run names, their results)]. Each configuration's stored runs,
+    read once, grouped as `gpu_groups` groups them."""
+    return [(names, [bench(f"{GPU}/{n}") for n in names])
+            for names in gpu_groups().values()]
+
+
 def _mib(value: Optional[float]) -> str:
     return "" if value is None else f"{value / MIB:.1f}"
 
@@ -318,18 +325,24 @@ def _median_of(rows: Sequence[dict], field: str) -> Optional[float]:
     return _median([r.get(field) for r in rows])
 
 
-def _rows_by_model(names: Sequence[str]) -> Dict[tuple, List[dict]]:
+def _rows_by_model(runs: Sequence[dict]) -> Dict[tuple, List[dict]]:
     """{(mode, model): [row of each run that has it]}, in the first run's
     order (a run cut short by its deadline lacks its last rows)."""
     rows: Dict[tuple, List[dict]] = {}
-    for name in names:
-        for row in bench(f"{GPU}/{name}")["rows"]:
+    for run in runs:
+        for row in run["rows"]:
             rows.setdefault((row["mode"], row["model"]), []).append(row)
     return rows
 
 
+def _group_median(rows: Dict[tuple, List[dict]], mode: str, model: str,
+                  field: str) -> Optional[float]:
+    """The median of `field` over the runs' rows of one mode and model."""
+    return _median_of(rows.get((mode, model), []), field)
+
+
 def gpu_throughput() -> str:
-    groups = gpu_groups()
+    groups = gpu_runs()
     if not groups:
         return NO_GPU_RUN
     lines = ["| runs (`benchmarks/results/gpu/`) | variant, image, batch | "
@@ -338,9 +351,9 @@ def gpu_throughput() -> str:
              "MiB / image |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     machines, notes = [], []
-    for names in groups.values():
-        a = bench(f"{GPU}/{names[0]}")["args"]
-        for (mode, model), rows in _rows_by_model(names).items():
+    for names, runs in groups:
+        a = runs[0]["args"]
+        for (mode, model), rows in _rows_by_model(runs).items():
             speeds = [r["images_per_s"] for r in rows]
             lines.append(
                 f"| {', '.join(f'`{n}`' for n in names)} | {a['variant']}, "
@@ -351,8 +364,7 @@ def gpu_throughput() -> str:
                 f"{ratio(_median_of(rows, 'vs_keras_hub'))} | "
                 f"{_mib(_median_of(rows, 'xla_temp_bytes_per_example'))} | "
                 f"{_mib(_median_of(rows, 'device_peak_bytes_per_example'))} |")
-        for name in names:
-            data = bench(f"{GPU}/{name}")
+        for name, data in zip(names, runs):
             m = data["machine"]
             ceiling = data["ceiling"][a["dtype"]]["flops_per_s"]
             machines.append(
@@ -370,26 +382,25 @@ def gpu_summary() -> str:
     """str. What the GPU runs say, configuration by configuration: the
     ratios to keras-hub, the training step's temporaries against
     keras-hub's and the training MFU, each the median of every run."""
-    groups = gpu_groups()
+    groups = gpu_runs()
     if not groups:
         return ("No GPU run has been made yet (see "
                 "[On a GPU](#on-a-gpu) for the command).\n")
     speed, memory, mfu = [], [], []
-    for names in groups.values():
-        a = bench(f"{GPU}/{names[0]}")["args"]
-        rows = _rows_by_model(names)
+    for _, runs in groups:
+        a = runs[0]["args"]
+        rows = _rows_by_model(runs)
         what = f"{a['variant']} at {a['image_size']}, batch {a['batch_size']}"
-        train, infer = (
-            _median_of(rows.get((mode, "keras_vit"), []), "vs_keras_hub")
-            for mode in ("train", "infer"))
+        train, infer = (_group_median(rows, mode, "keras_vit", "vs_keras_hub")
+                        for mode in ("train", "infer"))
         speed.append(f"{what}: {ratio(train)} / {ratio(infer)}")
-        ours, hub = (
-            _median_of(rows.get(("train", m), []), "xla_temp_bytes_per_example")
-            for m in ("keras_vit", "keras_hub"))
+        ours, hub = (_group_median(rows, "train", m,
+                                   "xla_temp_bytes_per_example")
+                     for m in ("keras_vit", "keras_hub"))
         if ours and hub:
             memory.append(f"{what}: {_mib(ours)} against {_mib(hub)} MiB "
                           f"({pct(1 - ours / hub)} less)")
-        ours, hub = (_median_of(rows.get(("train", m), []), "mfu")
+        ours, hub = (_group_median(rows, "train", m, "mfu")
                      for m in ("keras_vit", "keras_hub"))
         mfu.append(f"{what}: {_mfu(ours)} / {_mfu(hub)}")
     lines = [
@@ -421,12 +432,11 @@ def _cudnn_verdict(flash: dict) -> str:
 
 def gpu_attention() -> str:
     rows, used = [], []
-    for names in gpu_groups().values():
-        a = bench(f"{GPU}/{names[0]}")["args"]
-        by_model = _rows_by_model(names)
+    for names, runs in gpu_runs():
+        a = runs[0]["args"]
+        by_model = _rows_by_model(runs)
         # Keras's flags, and JAX's answer from the first run that asked.
-        flashes = [bench(f"{GPU}/{n}").get("flash_attention_usable") or {}
-                   for n in names]
+        flashes = [run.get("flash_attention_usable") or {} for run in runs]
         flash = next((f for f in flashes if f.get("jax_cudnn")), flashes[0])
         for (mode, model), dpa in by_model.items():
             ours = by_model.get((mode, "keras_vit"), [])
