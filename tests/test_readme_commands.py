@@ -52,7 +52,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Set, Tuple
 
 import pytest
 from packaging.requirements import InvalidRequirement, Requirement
@@ -758,9 +758,7 @@ def check_external(command: Command, workspace) -> str:
         script = args[0] if args else ""
         if not os.path.isfile(os.path.join(ROOT, script)):
             _fail(command, f"{script or 'bash'} does not exist")
-        with open(os.path.join(ROOT, script), encoding="utf-8") as f:
-            # A script's options: the arms of its `case` statement.
-            arms = set(re.findall(r"^\s*(--[\w-]+)\)", f.read(), re.M))
+        arms = _shell_options(os.path.join(ROOT, script))
         for word in args[1:]:
             if word.startswith("--") and word not in arms:
                 _fail(command, f"{script} has no option {word}")
@@ -1300,6 +1298,23 @@ def test_the_six_commands_parse():
             check_command(Command("README.md", 1, (), argv), lambda: None)
 
 
+def test_a_shell_script_command_is_checked_against_its_options():
+    def check(*argv):
+        return check_external(Command("README.md", 1, (), argv), None)
+
+    assert check("bash", "benchmarks/accelerator.sh", "--profile")
+    for argv, says in [
+        (("bash", "benchmarks/accelerator.sh", "--fast"),
+         "benchmarks/accelerator.sh has no option --fast"),
+        (("bash", "benchmarks/nowhere.sh"), "benchmarks/nowhere.sh does "
+         "not exist"),
+        (("bash", "benchmarks/accelerator.sh", "no/such/folder"),
+         "no/such/folder does not exist"),
+    ]:
+        with pytest.raises(ParseError, match=re.escape(says)):
+            check(*argv)
+
+
 def _config_fields() -> set:
     """Every dotted field of every config in configs/ (default argument)."""
     fields = set()
@@ -1331,11 +1346,15 @@ def _project_options() -> set:
     for parser in parsers:
         for action in parser._actions:
             options.update(action.option_strings)
-    # The shell scripts' options: the arms of their `case` statements.
     for path in glob.glob(os.path.join(ROOT, "benchmarks", "*.sh")):
-        with open(path, encoding="utf-8") as f:
-            options.update(re.findall(r"^\s*(--[\w-]+)\)", f.read(), re.M))
+        options |= _shell_options(path)
     return options
+
+
+def _shell_options(path: str) -> Set[str]:
+    """{str}. A shell script's options: the arms of its `case` statement."""
+    with open(path, encoding="utf-8") as f:
+        return set(re.findall(r"^\s*(--[\w-]+)\)", f.read(), re.M))
 
 
 @pytest.mark.parametrize("doc", DOCS)
