@@ -361,11 +361,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     dims = throughput.sizes(args)
     if args.dtype == "bfloat16":
         keras.mixed_precision.set_dtype_policy("mixed_bfloat16")
-    models = [m.strip() for m in args.models.split(",") if m.strip()]
-    if "keras_hub" in models and not throughput.keras_hub_available():
-        print("keras-hub is not installed: profiling keras_vit only.",
-              file=sys.stderr)
-        models.remove("keras_hub")
+    models = throughput.profiled_models(args.models)
     rows = [profile_model(m, dims, args) for m in models]
     result = {
         "args": vars(args), "sizes": dims, "rows": rows,

@@ -218,11 +218,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     args.dtype, args.trees = "float32", {}
     dims = throughput.sizes(args)
-    models = [m.strip() for m in args.models.split(",") if m.strip()]
-    if "keras_hub" in models and not throughput.keras_hub_available():
-        print("keras-hub is not installed: profiling keras_vit only.",
-              file=sys.stderr)
-        models.remove("keras_hub")
+    models = throughput.profiled_models(args.models)
     load = [os.getloadavg()[0]]
     rows = [profile_model(m, dims, args) for m in models]
     load.append(os.getloadavg()[0])

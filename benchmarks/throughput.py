@@ -693,6 +693,18 @@ def keras_hub_available() -> Optional[str]:
     return getattr(keras_hub, "__version__", "unknown")
 
 
+def profiled_models(spec: str) -> List[str]:
+    """[str]. The models a profile's `--models` names (comma-separated),
+    without keras_hub where keras-hub cannot be imported, which it says
+    (benchmarks/step_profile.py, benchmarks/device_profile.py)."""
+    models = [m.strip() for m in spec.split(",") if m.strip()]
+    if "keras_hub" in models and not keras_hub_available():
+        print("keras-hub is not installed: profiling keras_vit only.",
+              file=sys.stderr)
+        models.remove("keras_hub")
+    return models
+
+
 def run_benchmarks(args: argparse.Namespace) -> Dict[str, Any]:
     """dict. Measures everything one process can (one Keras backend)."""
     if args.dtype == "bfloat16":
