@@ -277,15 +277,18 @@ def profile_model(which: str, dims: Dict[str, int],
     by_op: Dict[str, Dict[str, Any]] = {}
     unmatched = 0
     for e in events:
-        info = find_instruction(modules, e)
-        unmatched += info is None
-        row = by_op.setdefault(e["hlo_op"], {
-            "hlo_op": e["hlo_op"], "seconds": 0.0, "count": 0,
-            "kind": kind(info, e["hlo_op"]),
-            "phase": phase(info["op_name"] if info else ""),
-            "op_name": info["op_name"] if info else "",
-            "opcode": info["opcode"] if info else "",
-        })
+        row = by_op.get(e["hlo_op"])
+        if row is None:  # an instruction's first event: look it up once
+            info = find_instruction(modules, e)
+            row = by_op[e["hlo_op"]] = {
+                "hlo_op": e["hlo_op"], "seconds": 0.0, "count": 0,
+                "kind": kind(info, e["hlo_op"]),
+                "phase": phase(info["op_name"] if info else ""),
+                "op_name": info["op_name"] if info else "",
+                "opcode": info["opcode"] if info else "",
+                "matched": info is not None,
+            }
+        unmatched += not row["matched"]
         row["seconds"] += e["ns"] / 1e9 / args.steps
         row["count"] += 1
     table = {p: {k: 0.0 for k in KINDS} for p in PHASES}
