@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The GPU measurement in one command, at most 7.5 minutes by default:
 #
-#     bash benchmarks/accelerator.sh [--smoke] [--profile] [--no-wheels]
-#                                    [OUTPUT_DIR]
+#     bash benchmarks/accelerator.sh [--smoke] [--profile] [--inference]
+#                                    [--no-wheels] [OUTPUT_DIR]
 #
 # On a machine with JAX and a GPU (no TensorFlow, no network needed), from
 # the repository root. Installs the wheels of .whl/ (made where pip works by
@@ -25,29 +25,38 @@
 # benchmarks/results/gpu); `python scripts/results_tables.py` renders the
 # JSON files of benchmarks/results/gpu into docs/performance.md.
 #
-# --profile: instead of the throughput runs, where B/16's training step
-# (224, batch 128, bfloat16) spends its device time, keras_vit and
-# keras-hub (benchmarks/device_profile.py: kernels by phase and kind, the
-# longest ones by name), written as device_profile_b16_224_b128_bf16.*;
-# at most 4 minutes.
+# --profile: instead of the throughput runs, where B/16's training and
+# inference steps (224, batch 128, bfloat16) spend their device time,
+# keras_vit and keras-hub (benchmarks/device_profile.py: kernels by phase
+# and kind, the longest ones by name), written as
+# device_profile_b16_224_b128_bf16.*; then the attention op alone, the
+# library's path against cuDNN's fused attention, at 224 (batch 128) and
+# 384 (batch 32) (benchmarks/attention_kernels.py, attention_kernels_*).
+# --inference: instead of the throughput runs (or after --profile's),
+# inference as users run it: predict_on_batch against the forward pass
+# compiled once and called on inputs already on the device, B/16 at 224,
+# batch 128 (beside keras-hub's) and 1024 (inference_b16_224_*).
 # --smoke: the same runs at tiny sizes (any machine, the CPU too), to check
 # the whole path (tests/test_accelerator.py does); without OUTPUT_DIR its
 # files go to a new temporary folder.
 # --no-wheels: use the installed packages even where .whl/ has wheels.
 # Environment: PYTHON (default python3), BUDGET_S (total seconds, default
-# 450; 1500 with --smoke).
+# 450, 1500 with --smoke; with --profile or --inference, no limit but each
+# run's own).
 set -u -o pipefail
 cd "$(dirname "$0")/.."
-smoke=0 wheels=1 profile=0 outdir=
+smoke=0 wheels=1 profile=0 inference=0 outdir=
 for arg in "$@"; do
     case $arg in
         --smoke) smoke=1 ;;
         --no-wheels) wheels=0 ;;
         --profile) profile=1 ;;
+        --inference) inference=1 ;;
         -h|--help) sed -n '2,/^set /{/^#/p}' "$0" | sed 's/^# \{0,1\}//'
                    exit 0 ;;
         -*) echo "accelerator.sh: unknown option $arg (--smoke," \
-                 "--profile, --no-wheels, OUTPUT_DIR)" >&2; exit 2 ;;
+                 "--profile, --inference, --no-wheels, OUTPUT_DIR)" >&2
+            exit 2 ;;
         *) outdir=$arg ;;
     esac
 done
@@ -97,22 +106,65 @@ if [ "$rc" != 0 ]; then
     exit 1
 fi
 
-if [ "$profile" = 1 ]; then
-    if [ "$smoke" = 1 ]; then
-        sizes=(--image_size 32 --batch_size 2 --patch_size 8
-               --hidden_size 32 --num_layers 1 --num_heads 2 --mlp_dim 64
-               --num_classes 10 --steps 1 --warmup 1)
-    else
-        sizes=(--image_size 224 --batch_size 128 --steps 5 --warmup 3)
+# run NAME SECONDS SCRIPT ARGS...: one script of benchmarks/, killed after
+# SECONDS or what is left of BUDGET_S, whichever is less.
+failed=0
+run() {
+    local name=$1 limit=$2 script=$3 left
+    shift 3
+    left=$((${BUDGET_S:-100000} - SECONDS))
+    [ "$left" -lt "$limit" ] && limit=$left
+    if [ "$limit" -lt 20 ]; then
+        say "$name: skipped, ${left}s of the budget left"
+        failed=1
+        return
     fi
-    name=device_profile_b16_224_b128_bf16
-    say "$name: starting, killed after ${BUDGET_S:-240}s"
-    timeout --kill-after=5 "${BUDGET_S:-240}" "$python" \
-        benchmarks/device_profile.py --variant B/16 --dtype bfloat16 \
-        "${sizes[@]}" --output "$outdir/$name" > /dev/null 2>> "$log"
-    rc=$?
-    say "$name: exit $rc after ${SECONDS}s"
-    exit $rc
+    say "$name: starting, killed after ${limit}s"
+    timeout --kill-after=5 "$limit" "$python" "benchmarks/$script" "$@" \
+        --output "$outdir/$name" > /dev/null 2>> "$log"
+    local rc=$?
+    say "$name: exit $rc after ${SECONDS}s in all"
+    [ "$rc" = 0 ] || failed=1
+}
+
+if [ "$profile" = 1 ] || [ "$inference" = 1 ]; then
+    if [ "$smoke" = 1 ]; then
+        tiny=(--patch_size 8 --hidden_size 32 --num_layers 1 --num_heads 2
+              --mlp_dim 64)
+        s224=32 s384=48 b128=2 b32=2 b1024=4 classes=(--num_classes 10)
+        psteps=(--steps 1 --warmup 1) reps=(--repeats 2 --min_time 0.01)
+        timed=(--repeats 2 --steps 1 --matmul_size 64)
+    else
+        tiny=() s224=224 s384=384 b128=128 b32=32 b1024=1024 classes=()
+        psteps=(--steps 5 --warmup 3) reps=(--repeats 5 --min_time 0.3)
+        timed=(--repeats 5 --min_time 1 --matmul_size 8192)
+    fi
+    if [ "$profile" = 1 ]; then
+        run device_profile_b16_224_b128_bf16 200 device_profile.py \
+            --variant B/16 --dtype bfloat16 --modes train,infer \
+            --image_size "$s224" --batch_size "$b128" "${psteps[@]}" \
+            "${tiny[@]}" "${classes[@]}"
+        for size in "$s224:$b128:224_b128" "$s384:$b32:384_b32"; do
+            IFS=: read -r image batch tag <<< "$size"
+            run "attention_kernels_b16_$tag" 60 attention_kernels.py \
+                --variant B/16 --dtype bfloat16 --image_size "$image" \
+                --batch_size "$batch" "${reps[@]}" "${tiny[@]}"
+        done
+    fi
+    if [ "$inference" = 1 ]; then
+        # predict_on_batch against the compiled forward pass on inputs
+        # already on the device, at a serving batch and a large one.
+        for batch in "$b128:b128:--compare_keras_hub" "$b1024:b1024:"; do
+            IFS=: read -r size tag hub <<< "$batch"
+            run "inference_b16_224_${tag}_bf16" 120 throughput.py \
+                --variant B/16 --image_size "$s224" --batch_size "$size" \
+                --dtype bfloat16 --xla on --mode infer,infer_jit \
+                --warmup 2 --rewarm 1 --matmul_repeats 2 "${timed[@]}" \
+                "${tiny[@]}" "${classes[@]}" ${hub:+"$hub"}
+        done
+    fi
+    say "done in ${SECONDS}s: $(ls "$outdir"/*.json 2>/dev/null | wc -l) result files in $outdir"
+    exit $failed
 fi
 
 if [ "$smoke" = 1 ]; then

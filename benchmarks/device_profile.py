@@ -1,5 +1,5 @@
-"""Where a compiled training step spends its device time, under JAX:
-keras_vit against keras-hub, on a GPU (or the CPU).
+"""Where a compiled training or inference step spends its device time,
+under JAX: keras_vit against keras-hub, on a GPU (or the CPU).
 
     KERAS_BACKEND=jax python benchmarks/device_profile.py --variant B/16 \
         --image_size 224 --batch_size 128 --dtype bfloat16 \
@@ -8,8 +8,9 @@ keras_vit against keras-hub, on a GPU (or the CPU).
 For each model (`throughput.py`'s `build_model`: keras_vit and, where it
 is installed, keras-hub's ViTBackbone with a Dense head), Keras's compiled
 training step (`train_on_batch`, AdamW, `jit_compile=True`, as
-`throughput.py` times it) runs `--steps` times under `jax.profiler`, after
-`--warmup` untimed steps. Nothing here needs TensorFlow: the trace is read
+`throughput.py` times it) and, with `--modes train,infer`, its inference
+step (`predict_on_batch`) run `--steps` times each under `jax.profiler`,
+after `--warmup` untimed steps. Nothing here needs TensorFlow: the trace is read
 with `jax.profiler.ProfileData`, and XLA writes the optimized HLO of every
 program into a temporary folder (`--xla_dump_to`, set before JAX starts),
 from which each traced op gets its opcode, the fused computation it runs
@@ -62,7 +63,8 @@ if __name__ == "__main__":
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " "
                                f"--xla_dump_to={DUMP} "
                                "--xla_dump_hlo_as_text "
-                               "--xla_dump_hlo_module_re=.*train.*").strip()
+                               "--xla_dump_hlo_module_re=.*(train|predict).*"
+                               ).strip()
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -100,7 +102,9 @@ def build_parser() -> argparse.ArgumentParser:
                    default="bfloat16",
                    help="bfloat16: Keras's mixed_bfloat16 policy")
     p.add_argument("--steps", type=int, default=5,
-                   help="profiled training steps per model")
+                   help="profiled steps per model and mode")
+    p.add_argument("--modes", default="train",
+                   help="comma-separated subset of train,infer")
     p.add_argument("--warmup", type=int, default=3,
                    help="untimed steps before profiling (the first compiles)")
     p.add_argument("--num_classes", type=int, default=1000)
@@ -250,11 +254,16 @@ def op_events(path: str) -> List[Dict[str, Any]]:
     return [e for p in chosen for e in events[p]]
 
 
+STEP_MODULE = {"train": "train", "infer": "predict"}  # in Keras's jit names
+
+
 def profile_model(which: str, dims: Dict[str, int],
-                  args: argparse.Namespace) -> Dict[str, Any]:
-    """dict. One model's device time over `args.steps` profiled steps."""
+                  args: argparse.Namespace, mode: str = "train"
+                  ) -> Dict[str, Any]:
+    """dict. One model's device time over `args.steps` profiled steps of
+    `mode` (train or infer)."""
     model = throughput.build_model(which, dims, args)
-    step = throughput.make_step(model, "train", True, args)
+    step = throughput.make_step(model, mode, True, args)
     for _ in range(args.warmup):
         step()
     logdir = tempfile.mkdtemp(prefix="device_profile_")
@@ -268,11 +277,12 @@ def profile_model(which: str, dims: Dict[str, int],
     if not paths:
         raise SystemExit(f"The profiler wrote no trace into {logdir}.")
     events = [e for e in op_events(paths[0])
-              if "train" in e["hlo_module"]]
+              if STEP_MODULE[mode] in e["hlo_module"]]
     shutil.rmtree(logdir, ignore_errors=True)
     if not events:
-        raise SystemExit(f"No op of a training step in the trace {paths[0]}"
-                         " (no event named its HLO module *train*).")
+        raise SystemExit(f"No op of a {mode} step in the trace {paths[0]} "
+                         f"(no event named its HLO module "
+                         f"*{STEP_MODULE[mode]}*).")
     modules = load_modules(DUMP)
     by_op: Dict[str, Dict[str, Any]] = {}
     unmatched = 0
@@ -297,7 +307,7 @@ def profile_model(which: str, dims: Dict[str, int],
     top = sorted(by_op.values(), key=lambda r: -r["seconds"])[:args.top]
     keras.backend.clear_session()
     return {
-        "model": which, "params": model.count_params(),
+        "model": which, "mode": mode, "params": model.count_params(),
         "step_wall_s": wall / args.steps,
         "op_seconds_per_step": sum(r["seconds"] for r in by_op.values()),
         "planes": sorted({e["plane"] for e in events}),
@@ -316,22 +326,25 @@ def report(result: Dict[str, Any]) -> str:
         f"- Machine: {m.get('device_kind', m['cpu'])}; jax {m.get('jax')}, "
         f"keras {m['keras']}.",
         f"- Image {a['image_size']}, batch {a['batch_size']}, {a['dtype']}, "
-        f"{a['steps']} profiled training steps per model; times per step.",
+        f"{a['steps']} profiled steps per model and mode; times per step.",
         "",
-        "| model | step ms (wall) | op ms | phase | matmul | attention | "
-        "layout | elementwise |",
-        "|---|---|---|---|---|---|---|---|",
+        "| model | mode | step ms (wall) | op ms | phase | matmul | "
+        "attention | layout | elementwise |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for row in result["rows"]:
         for ph in PHASES:
             t = row["seconds_per_step"][ph]
+            if row.get("mode") == "infer" and not any(t.values()):
+                continue  # inference has no backward phase
             lines.append(
-                f"| {row['model']} | {1e3 * row['step_wall_s']:.2f} | "
+                f"| {row['model']} | {row.get('mode', 'train')} | "
+                f"{1e3 * row['step_wall_s']:.2f} | "
                 f"{1e3 * row['op_seconds_per_step']:.2f} | {ph} | "
                 + " | ".join(f"{1e3 * t[k]:.2f}" for k in KINDS) + " |")
     for row in result["rows"]:
-        lines += ["", f"## {row['model']}: the {len(row['top'])} "
-                  "instructions that took longest", "",
+        lines += ["", f"## {row['model']} ({row.get('mode', 'train')}): the "
+                  f"{len(row['top'])} instructions that took longest", "",
                   "| ms per step | calls | kind | phase | instruction | "
                   "op name |", "|---|---|---|---|---|---|"]
         steps = a["steps"]
@@ -365,7 +378,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.dtype == "bfloat16":
         keras.mixed_precision.set_dtype_policy("mixed_bfloat16")
     models = throughput.profiled_models(args.models)
-    rows = [profile_model(m, dims, args) for m in models]
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    if not modes or set(modes) - set(STEP_MODULE):
+        raise SystemExit(f"--modes must list train and/or infer, got "
+                         f"{args.modes!r}")
+    rows = [profile_model(m, dims, args, mode)
+            for mode in modes for m in models]
     result = {
         "args": vars(args), "sizes": dims, "rows": rows,
         "machine": throughput.machine_info(),

@@ -28,7 +28,9 @@ way to measure what one code path gains. `--compare_dpa` also times
 keras_vit with `keras.ops.dot_product_attention` (cuDNN's fused attention
 where the JAX backend can use it) in place of its attention's two matmuls
 and softmax, reported as keras_vit_dpa: the library keeps one attention
-path, the benchmark swaps it in (`DotProductSelfAttention` below).
+path, the benchmark swaps it in (`DotProductSelfAttention` below; on
+JAX it pads an odd token count to an even one so that cuDNN also takes
+the training step).
 
 On the JAX backend every row also has the device memory of the model's
 step: XLA's plan of the compiled step (`memory_analysis()`: temporaries,
@@ -75,6 +77,7 @@ from keras_vit.model import decode_variant  # noqa: E402
 
 START = time.monotonic()  # --deadline counts from here
 DPA = "keras_vit_dpa"
+MODES = ("train", "infer", "infer_jit")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -88,7 +91,10 @@ def build_parser() -> argparse.ArgumentParser:
                    choices=("float32", "bfloat16"))
     p.add_argument("--xla", default="both", choices=("on", "off", "both"))
     p.add_argument("--mode", default="train,infer",
-                   help="comma-separated subset of train,infer")
+                   help="comma-separated subset of train,infer,infer_jit "
+                        "(infer: predict_on_batch, as Keras users call it; "
+                        "infer_jit: the model's stateless_call compiled once "
+                        "and called on inputs already on the device)")
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--steps", type=int, default=0,
                    help="steps per repeat; 0 picks enough for --min_time")
@@ -136,9 +142,10 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p = build_parser()
     args = p.parse_args(argv)
     modes = [m.strip() for m in args.mode.split(",") if m.strip()]
-    bad = [m for m in modes if m not in ("train", "infer")]
+    bad = [m for m in modes if m not in MODES]
     if bad or not modes:
-        p.error(f"--mode must list train and/or infer, got {args.mode!r}")
+        p.error(f"--mode must list some of {', '.join(MODES)}, got "
+                f"{args.mode!r}")
     args.modes = modes
     args.trees = {}
     for spec in args.compare_tree:
@@ -380,11 +387,48 @@ class DotProductSelfAttention(MultiHeadSelfAttention):
         q, k, v = ops.unstack(qkv, 3, axis=2)  # (batch, tokens, heads, hd)
         if first_token_only:
             q = q[:, :1]
-        y = ops.dot_product_attention(q, k, v, scale=1.0)
+        if keras.backend.backend() == "jax":
+            y = jax_fused_attention(q, k, v)
+        else:
+            y = ops.dot_product_attention(q, k, v, scale=1.0)
         y = self.out(ops.reshape(y, (-1, width)))
         if not flat:
             y = ops.reshape(y, (-1, 1 if first_token_only else length, width))
         return y
+
+
+def jax_fused_attention(q, k, v):
+    """softmax(q k^T) v on JAX, (batch, tokens, heads, head_dim) each: cuDNN's
+    fused attention where JAX accepts the shapes, else JAX's XLA attention.
+
+    JAX's fused-attention training rule passes an empty bias array where
+    there is none, then asks for even sequence lengths, so an odd token
+    count (197 at 224, 577 at 384) is refused for training; the tokens are
+    padded to an even count, with `key_value_seq_lengths` (and
+    `query_seq_lengths`) the real counts so that the padding key takes no
+    weight, and the padding query row is dropped
+    (benchmarks/attention_kernels.py times it alone)."""
+    import jax
+    import jax.numpy as jnp
+
+    batch, queries, tokens = q.shape[0], q.shape[1], k.shape[1]
+    pad_q, pad_k = queries % 2, tokens % 2
+    if pad_q or pad_k:
+        def pad(x, n):
+            return jnp.pad(x, ((0, 0), (0, n), (0, 0), (0, 0)))
+        q, k, v = pad(q, pad_q), pad(k, pad_k), pad(v, pad_k)
+        lengths = {
+            "query_seq_lengths": jnp.full((batch,), queries, "int32"),
+            "key_value_seq_lengths": jnp.full((batch,), tokens, "int32"),
+        }
+    else:
+        lengths = {}
+    try:
+        y = jax.nn.dot_product_attention(q, k, v, scale=1.0,
+                                         implementation="cudnn", **lengths)
+    except Exception:  # noqa: BLE001  (no GPU, or shapes cuDNN refuses)
+        y = jax.nn.dot_product_attention(q, k, v, scale=1.0, **lengths)
+    return y[:, :queries]
 
 
 def create_dpa_model(*args, **kwargs) -> keras.Model:
@@ -500,7 +544,32 @@ def make_step(model: keras.Model, mode: str, xla: bool, args) -> Callable:
     )
     if mode == "train":
         return lambda: model.train_on_batch(images, labels)
+    if mode == "infer_jit":
+        return compiled_inference(model, images, xla)
     return lambda: model.predict_on_batch(images)
+
+
+def compiled_inference(model: keras.Model, images: Any, xla: bool
+                       ) -> Callable:
+    """A function running the model's forward pass compiled once, on
+    inputs and weights already on the device, and waiting for it: what a
+    serving loop pays per batch, without `predict_on_batch`'s per-call
+    work (its data handling, the state it gathers and writes back, the
+    copy of the outputs to the host). On JAX the model's
+    `stateless_call` under `jax.jit`; on TensorFlow a `tf.function`
+    (with `jit_compile` as `xla` says)."""
+    if keras.backend.backend() == "jax":
+        import jax
+
+        trainable = [v.value for v in model.trainable_variables]
+        other = [v.value for v in model.non_trainable_variables]
+        fn = jax.jit(lambda t, n, x: model.stateless_call(
+            t, n, x, training=False)[0])
+        return lambda: fn(trainable, other, images).block_until_ready()
+    import tensorflow as tf
+
+    fn = tf.function(lambda x: model(x, training=False), jit_compile=xla)
+    return lambda: fn(images).numpy()
 
 
 def _timed(step: Callable, steps: int) -> Tuple[float, float]:
