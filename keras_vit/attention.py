@@ -1,14 +1,18 @@
 """Multi-head self-attention, in portable Keras 3 (`keras.ops` only).
 
-One path for training and inference, on every backend: a fused (D, 3D)
-query/key/value projection, the products as batched matmuls over
+One path for training and inference on every backend and device: a fused
+(D, 3D) query/key/value projection, the products as batched matmuls over
 (batch, heads, tokens, head_dim), one projection out.
 `tests/test_model.py` checks it against an independent NumPy reference.
 
-`keras.ops.dot_product_attention` in its place measured 16% (TensorFlow)
-and 9% (JAX) more CPU time per image for Ti/16 inference on a CPU, and a
-head-major inference path with the LayerNorms folded into the kernels
-gained less than 3% on either backend
+One exception, chosen by a measured rule: on the JAX backend with an
+NVIDIA GPU and a 16-bit compute dtype, softmax(q k^T) v runs as cuDNN's
+fused attention (`keras_vit/fused_attention.py`), which took 1.75x to
+3.1x less time than this path on an H100; the projections around it are
+the same. On a CPU, `keras.ops.dot_product_attention` in this path's
+place measured 16% (TensorFlow) and 9% (JAX) more CPU time per image for
+Ti/16 inference, and a head-major inference path with the LayerNorms
+folded into the kernels gained less than 3% on either backend
 (benchmarks/results/attention_paths.md).
 """
 
@@ -21,6 +25,11 @@ from keras import ops
 
 from keras_vit.embedding import PACKAGE, check_rate
 from keras_vit.errors import UsageError
+
+if keras.backend.backend() == "jax":  # cuDNN's attention on NVIDIA GPUs
+    from keras_vit import fused_attention
+else:
+    fused_attention = None
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
@@ -81,6 +90,13 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         kernel, bias = self._scaled_qkv()
         qkv = ops.add(ops.matmul(ops.reshape(x, (-1, width)), kernel), bias)
         qkv = ops.reshape(qkv, (-1, length, 3, h, hd))
+        fused = None
+        if self._fused(training, return_attention_scores, first_token_only):
+            fused = fused_attention.attention(
+                qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2])
+        if fused is not None:
+            y = self.out(ops.reshape(fused, (-1, width)))
+            return y if flat else ops.reshape(y, (-1, length, width))
         q, k, v = ops.unstack(ops.transpose(qkv, (2, 0, 3, 1, 4)), 3, axis=0)
         if first_token_only:
             q = q[:, :, :1]
@@ -97,6 +113,16 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         if return_attention_scores:
             return y, weights
         return y
+
+    def _fused(self, training, return_attention_scores, first_token_only):
+        """bool. Whether to try cuDNN's fused attention (the module
+        docstring's rule): JAX, an NVIDIA GPU, a 16-bit compute dtype,
+        every token querying, no attention weights asked for and no
+        attention dropout at work."""
+        return (fused_attention is not None and not return_attention_scores
+                and not first_token_only
+                and not (self.dropout_rate > 0.0 and training)
+                and fused_attention.usable(self.compute_dtype, self.head_dim))
 
     def _scaled_qkv(self):
         """The qkv kernel and bias with the query scale 1/sqrt(head_dim)
