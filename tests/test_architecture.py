@@ -132,3 +132,43 @@ def test_no_module_is_over_the_line_limit():
     assert len(sizes) > 100  # the whole package was read
     over = {path: n for path, n in sizes.items() if n > MAX_MODULE_LINES}
     assert over == {}, f"over {MAX_MODULE_LINES} lines: {over}"
+
+
+def _source_interface():
+    from keras_vit.checkpoint import sources
+
+    names = {n for n in dir(sources.Source) if not n.startswith("_")}
+    return names | {f.name for f in
+                    __import__("dataclasses").fields(sources.Source)}
+
+
+# Kind-specific attributes that shared code may read after it checked the
+# kind (`source.kind == ...`): the export kinds' own.
+_KIND_CHECKED = {("keras_vit/commands/predict.py", "version")}
+
+
+def test_shared_code_asks_a_source_only_what_every_kind_answers():
+    """Outside keras_vit/checkpoint/ (where the kinds live), a model
+    source (a variable called `source`) is asked only for the interface
+    of `sources.Source`, which every kind implements: an attribute of one
+    kind (an .npz's `variant`) reached from shared code breaks every
+    other kind (it broke `keras-vit-evaluate --mode=vtab` for all but an
+    .npz)."""
+    interface = _source_interface()
+    found = []
+    for path in glob.glob(os.path.join(ROOT, "keras_vit", "**", "*.py"),
+                          recursive=True):
+        rel = os.path.relpath(path, ROOT).replace(os.sep, "/")
+        if rel.startswith("keras_vit/checkpoint/"):
+            continue
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read())
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Attribute)
+                    and isinstance(node.value, ast.Name)
+                    and node.value.id == "source"
+                    and node.attr not in interface
+                    and (rel, node.attr) not in _KIND_CHECKED):
+                found.append(f"{rel}:{node.lineno} source.{node.attr}")
+    assert not found, found
+    assert "variant" not in interface

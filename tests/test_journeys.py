@@ -8,8 +8,10 @@ console scripts run as subprocesses, offline, with a Hugging Face cache
 - a .keras file: LiteRT export, then predict from the .tflite;
 - a name and an hf:// model offline with an empty cache: one line about
   the cache and how to download;
-- the matrix: every command x every kind of source works or is refused in
-  one line that says why.
+- the matrix: every command (keras-vit-evaluate in each of its three
+  modes) x every kind of source works or is refused in one line that says
+  why; few-shot probes and VTAB-1k read DTD, which TensorFlow Datasets
+  prepared from a loopback download (tests/fake_tfds.py).
 """
 
 import json
@@ -25,12 +27,12 @@ from PIL import Image
 
 import keras_vit
 from keras_vit.checkpoint import loader, weights
-from tests import model_cache
+from keras_vit.data import vtab
+from tests import fake_tfds, model_cache
 
 pytestmark = pytest.mark.slow
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-COMMANDS = ("train", "evaluate", "export", "convert", "analysis", "predict")
 HF_URI = "hf://test-org/tiny-vit"
 # Two optimizer steps of the digits recipe, evaluated once, at the end.
 FAST = [
@@ -100,8 +102,22 @@ def home(tmp_path_factory):
     for name in ("HF_HUB_CACHE", "TF_CPP_MIN_LOG_LEVEL",
                  "KERAS_VIT_MODELS_BASE_URL"):
         env.pop(name, None)
+    # DTD, downloaded by TensorFlow Datasets from the loopback server and
+    # prepared, for the few-shot and VTAB-1k cells.
+    from tensorflow_datasets.image_classification import dtd
+
+    www, tfds_dir = root / "www", str(root / "tfds")
+    os.makedirs(www)
+    fake_tfds.write_dtd_archive(www)
+    real_url = dtd._DATA_URL
+    with fake_tfds.serve(www) as (url, _):
+        dtd._DATA_URL = url
+        try:
+            vtab.prepare("dtd", tfds_dir, download=True)
+        finally:
+            dtd._DATA_URL = real_url
     return dict(root=root, npz=npz, keras=str(root / "tiny.keras"),
-                images=str(root / "images"), env=env)
+                images=str(root / "images"), env=env, tfds=tfds_dir)
 
 
 def run(home, name, *args, env=None):
@@ -274,9 +290,12 @@ print("MATRIX " + json.dumps(out))
 
 # Expected refusals: (command, source kind) -> what the line says.
 EXPORTS = ("saved_model", "litert")
+# keras-vit-evaluate's three modes are three cells of the matrix.
+CELLS = ("train", "evaluate", "evaluate:fewshot", "evaluate:vtab", "export",
+         "convert", "analysis", "predict")
 REFUSED = {
     **{(c, k): "serves predictions (keras-vit-predict) but holds no Keras "
-       "model" for c in COMMANDS if c != "predict" for k in EXPORTS},
+       "model" for c in CELLS if c != "predict" for k in EXPORTS},
     # The Hugging Face model has 5 classes, the digits 10.
     ("evaluate", "hf"): "The model predicts 5 classes but digits has 10",
     ("evaluate", "hub_folder"): "The model predicts 5 classes but digits "
@@ -284,12 +303,34 @@ REFUSED = {
 }
 
 
-def _argv(name, source, out):
+# A few steps of VTAB-1k's protocol at 32 x 32, and few-shot probes at
+# 32 x 32, on the prepared DTD (no download).
+TINY_VTAB = [
+    "--config=vtab", "--tasks=dtd", "--config.image_size=32",
+    "--config.batch_size=8", "--config.eval_batch_size=32",
+    "--config.total_steps=2", "--config.checkpoint_every_steps=0",
+    "--config.jit_compile=False", "--config.shuffle_buffer=8",
+    "--config.download=False",
+]
+TINY_FEWSHOT = [
+    "--config=fewshot:dtd", "--config.image_size=32",
+    "--config.pp.eval_resize_size=32", "--config.batch_size=64",
+    "--config.download=False",
+]
+
+
+def _argv(name, source, out, tfds_dir):
     return {
         "train": ["--config=digits", f"--workdir={out}", f"--model={source}",
                   *FAST],
         "evaluate": ["--mode=eval", f"--model={source}", "--dataset=digits",
                      "--batch_size=120"],
+        "evaluate:fewshot": ["--mode=fewshot", f"--model={source}",
+                             f"--output_dir={out}", *TINY_FEWSHOT,
+                             f"--config.data_dir={tfds_dir}"],
+        "evaluate:vtab": ["--mode=vtab", f"--model={source}",
+                          f"--output_dir={out}", *TINY_VTAB,
+                          f"--config.data_dir={tfds_dir}"],
         "export": [f"--model={source}", f"--export_dir={out}",
                    "--no_warmup", "--no_verify"],
         "convert": [f"--model={source}", f"--output={out}.keras"],
@@ -310,14 +351,16 @@ def test_every_command_with_every_kind_of_source(home, runs, tmp_path):
     shutil.copytree(model_cache.HF_FIXTURE, hub_folder)
     sources = {
         "name": "ViT-B_16", "hf": HF_URI, "hub_folder": hub_folder,
-        "npz": home["npz"], "keras": home["keras"], "workdir": workdir,
+        "npz": home["npz"], "gs": "gs://vit_models/imagenet21k/ViT-B_16.npz",
+        "keras": home["keras"], "workdir": workdir,
         "saved_model": str(exports / "vit"),
         "litert": str(exports / "vit.tflite"),
     }
     cells = {
-        f"{name}|{kind}": [name, _argv(name, source,
-                                       str(tmp_path / f"{name}_{kind}"))]
-        for name in COMMANDS for kind, source in sources.items()
+        f"{cell}|{kind}": [cell.split(":")[0], _argv(
+            cell, source, str(tmp_path / f"{cell.replace(':', '_')}_{kind}"),
+            home["tfds"])]
+        for cell in CELLS for kind, source in sources.items()
     }
     # Fine-tuning starts from a name or a URI by config.init.model alike.
     for kind in ("name", "hf"):
@@ -332,7 +375,7 @@ def test_every_command_with_every_kind_of_source(home, runs, tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     line = [s for s in result.stdout.splitlines() if s.startswith("MATRIX ")]
     table = json.loads(line[-1][len("MATRIX "):])
-    assert len(table) == len(COMMANDS) * len(sources) + 2
+    assert len(table) == len(CELLS) * len(sources) + 2
     for key, (status, lines) in table.items():
         name, kind = key.split("|")[:2]
         refusal = REFUSED.get((name, kind))
@@ -342,7 +385,8 @@ def test_every_command_with_every_kind_of_source(home, runs, tmp_path):
         else:
             assert status == 1, (key, status, lines)
             assert len(lines) == 1, (key, lines)
-            assert lines[0].startswith(f"keras-vit-{name}: error: "), key
+            command = name.split(":")[0]
+            assert lines[0].startswith(f"keras-vit-{command}: error: "), key
             assert refusal in lines[0], (key, lines[0])
     # What the working cells wrote.
     assert os.path.exists(tmp_path / "convert_hf.keras")
@@ -350,3 +394,13 @@ def test_every_command_with_every_kind_of_source(home, runs, tmp_path):
                           / "saved_model.pb")
     with open(tmp_path / "train_hub_folder" / "metrics.json") as f:
         assert json.load(f)["steps"] == 2
+    # Few-shot probes and VTAB-1k from every kind of model source.
+    for kind in sources:
+        if kind in EXPORTS:
+            continue
+        with open(tmp_path / f"evaluate_fewshot_{kind}" / "fewshot.json") as f:
+            assert set(json.load(f)["results"]["dtd"]) == {
+                "1", "5", "10", "25"}, kind
+        with open(tmp_path / f"evaluate_vtab_{kind}" / "results.jsonl") as f:
+            record = json.loads(f.readline())
+        assert (record["task"], record["test_examples"]) == ("dtd", 94), kind

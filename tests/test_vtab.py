@@ -555,6 +555,37 @@ def test_other_backbone_in_the_same_output_dir_is_refused(tmp_path):
         vtab_run.prepare_backbone(b, str(tmp_path / "out"))
 
 
+def test_backbone_of_every_source_kind_and_of_an_earlier_stamp(tmp_path):
+    """A source is asked what every kind answers (its path and kind): a
+    .keras file's backbone is written as an .npz's is; an output_dir
+    stamped by an earlier version (with an .npz's variant) is still the
+    same backbone."""
+    a = tiny_source(str(tmp_path / "a.npz"))
+    model = pretrained.load_model(a, 16)  # the file's own resolution
+    model.save(str(tmp_path / "a.keras"))
+    keras_source = pretrained.resolve(str(tmp_path / "a.keras"))
+    out = str(tmp_path / "out_keras")
+    path = vtab_run.prepare_backbone(keras_source, out)
+    from_npz = vtab_run.prepare_backbone(a, str(tmp_path / "out_npz"))
+    got, want = checkpoint_io.read_npz(path), checkpoint_io.read_npz(from_npz)
+    assert sorted(got) == sorted(want)
+    for key in want:
+        np.testing.assert_array_equal(got[key], want[key])
+    with open(os.path.join(out, vtab_run.BACKBONE_SOURCE)) as f:
+        stamp = json.load(f)
+    assert stamp["kind"] == "keras" and "variant" not in stamp
+    with pytest.raises(ValueError, match="kind 'keras', now 'npz'"):
+        vtab_run.prepare_backbone(pretrained.NpzSource(path), out)
+    # An earlier version's stamp: source, variant, keep_pre_logits.
+    stamp_path = os.path.join(str(tmp_path / "out_npz"),
+                              vtab_run.BACKBONE_SOURCE)
+    with open(stamp_path, "w") as f:
+        json.dump(dict(source=os.path.abspath(a.path), variant=None,
+                       keep_pre_logits=False), f)
+    assert vtab_run.prepare_backbone(a, str(tmp_path / "out_npz")) == (
+        from_npz)
+
+
 def test_run_rejects_unknown_tasks_before_work(tmp_path):
     config = tiny_vtab_config(str(tmp_path))
     with pytest.raises(ValueError, match="Valid tasks: caltech101"):

@@ -164,6 +164,8 @@ def _fewshot_mode(values, source, strategy) -> Dict:
         download=bool(config.download), layer=opts.layer,
         layer_norm=bool(opts.layer_norm),
     )
+    if not results:
+        raise UsageError(_nothing_ran("few-shot data set", not_run))
     name = values.name or source.describe()
     out = dict(model=name, results=results, not_run=not_run,
                config=config.to_dict())
@@ -192,7 +194,21 @@ def _vtab_mode(values, source, strategy) -> Dict:
         raise Preempted(
             "a VTAB task stopped with a checkpoint saved; run the same "
             "command to resume.")
+    selected = {t.name for t in vtab.select_tasks(
+        values.tasks or values.config.vtab.tasks)}
+    if not selected & {r["task"] for r in out["records"]}:
+        raise UsageError(_nothing_ran("VTAB task", out["not_run"]))
     return out
+
+
+def _nothing_ran(what: str, not_run: Dict[str, str]) -> str:
+    """The one line for a run that produced no result: each reason, cut
+    short (the log above has them whole)."""
+    reasons = "; ".join(f"{name}: {why[:160]}" for name, why in
+                        not_run.items())
+    return (f"no {what} produced a result ({reasons or 'none selected'}). "
+            "Prepare the data (config.download, config.data_dir) and run "
+            "the same command again.")
 
 
 def _output_dir(values: flags.FlagValues) -> Optional[str]:

@@ -354,8 +354,10 @@ def prepare_builder(
             download_config=tfds.download.DownloadConfig(manual_dir=manual)
         )
     except Exception as e:  # network, disk, bad manual files: skip it
+        # Only a data set that needs manual files hears where they go.
+        hint = (f" Its manual files ({', '.join(manual_files)}) go into "
+                f"{manual}/." if manual_files else "")
         raise DataUnavailableError(
             f"{label}: preparing {builder.name} failed "
-            f"({type(e).__name__}: {str(e)[:500]}). Manual downloads go "
-            f"into {manual}/."
+            f"({type(e).__name__}: {str(e)[:300]}).{hint}"
         ) from e

@@ -32,6 +32,7 @@ from keras_vit.data import sources, vtab
 from keras_vit.derived import features_model, intermediate_model
 from keras_vit.errors import UsageError
 from keras_vit.model import architecture_of
+from keras_vit.progress import Progress
 
 BIAS_FEATURE = 100.0
 L2_REG = 1024.0
@@ -276,6 +277,7 @@ def run(
     """
     feature_model = probe_model(model, layer, layer_norm)
     results, not_run = {}, {}
+    progress = Progress(len(datasets))
     for data in datasets:
         cfg = data.config(image_size, resize_size)
         try:
@@ -283,8 +285,12 @@ def run(
         except vtab.DataUnavailableError as e:
             logging.warning("Skipping few-shot %s: %s", data.name, e)
             not_run[data.name] = str(e)
+            progress.skip()
             continue
         info = sources.dataset_info(cfg)
+        logging.info("few-shot data set %s: %s (%d classes)%s.",
+                     progress.start(), data.name, info.num_classes,
+                     progress.eta())
         start = time.time()
         train = extract_features(feature_model, cfg, data.train_split,
                                  batch_size, strategy)
@@ -299,6 +305,7 @@ def run(
             ", ".join(f"{k}-shot {100 * v['mean']:.2f}%"
                       for k, v in results[data.name].items()),
         )
+        progress.finish()
     return results, not_run
 
 

@@ -41,6 +41,7 @@ from keras_vit.checkpoint import workdir as wd
 from keras_vit.data import vtab
 from keras_vit.errors import Preempted, UsageError
 from keras_vit.evaluation import reports
+from keras_vit.progress import Progress
 
 BACKBONE = "backbone.npz"
 BACKBONE_SOURCE = "backbone.json"
@@ -213,23 +214,36 @@ def run_task(
     return record
 
 
+# What identifies the backbone an output_dir's results come from: its
+# source's location and kind (the interface every kind of source has) and
+# whether the pre-logits layer was kept. (Earlier stamps also held an
+# .npz's `variant`, which only checked the file: it is not compared.)
+_STAMP_FIELDS = ("source", "kind", "keep_pre_logits")
+
+
 def prepare_backbone(
     source: pretrained.Source,
     output_dir: str,
     keep_pre_logits: bool = False,
 ) -> str:
-    """Writes (once) the source's headless backbone into output_dir."""
+    """Writes (once) the source's headless backbone into output_dir; any
+    kind of source (`pretrained.resolve`)."""
     path = os.path.join(output_dir, BACKBONE)
     stamp = os.path.join(output_dir, BACKBONE_SOURCE)
     wanted = dict(source=os.path.abspath(source.path)
                   if "://" not in source.path else source.path,
-                  variant=source.variant, keep_pre_logits=keep_pre_logits)
+                  kind=source.kind, keep_pre_logits=keep_pre_logits)
     if tf.io.gfile.exists(path) and tf.io.gfile.exists(stamp):
-        if wd.read_json(stamp) == wanted:
+        saved = wd.read_json(stamp)
+        if all(saved.get(k, wanted[k]) == wanted[k] for k in _STAMP_FIELDS):
             return path
+        differ = ", ".join(f"{k} {saved.get(k)!r}, now {wanted[k]!r}"
+                           for k in _STAMP_FIELDS
+                           if saved.get(k, wanted[k]) != wanted[k])
         raise UsageError(
             f"{output_dir} holds results of another pre-trained model "
-            f"({wd.read_json(stamp)}): use a new `output_dir` for {wanted}."
+            f"({differ}): use a new `output_dir` for "
+            f"{source.describe()}."
         )
     logging.info("Writing the headless backbone of %s to %s.",
                  source.describe(), path)
@@ -288,20 +302,23 @@ def run(
     done = {r["task"] for r in records}
     not_run: Dict[str, str] = {}
     preempted = False
-    for task in selected:
-        if task.name in done:
-            logging.info("%s: already done (%s), skipped.", task.name,
-                         results_path)
-            continue
+    todo = [t for t in selected if t.name not in done]
+    if len(todo) < len(selected):
+        logging.info("%d of %d selected tasks already done (%s): skipped.",
+                     len(selected) - len(todo), len(selected), results_path)
+    progress = Progress(len(todo))
+    for task in todo:
         try:
             vtab.prepare(task, config.data_dir, bool(config.download),
                          config.manual_dir)
         except vtab.DataUnavailableError as e:
             logging.warning("Skipping %s: %s", task.name, e)
             not_run[task.name] = str(e)
+            progress.skip()
             continue
-        logging.info("VTAB task %s (%s, %d classes).", task.title,
-                     task.group, task.num_classes)
+        logging.info("VTAB task %s: %s (%s, %d classes)%s.",
+                     progress.start(), task.title, task.group,
+                     task.num_classes, progress.eta())
         try:
             record = run_task(config, task, model_fields, backbone,
                               output_dir, train_fn, strategy)
@@ -309,6 +326,7 @@ def run(
             logging.warning("%s", e)
             preempted = True
             break
+        progress.finish()
         record["model"] = model_name
         if chief:
             records = reports.append_jsonl(results_path, record)

@@ -1,0 +1,158 @@
+"""TensorFlow Datasets prepares a VTAB-1k task on this install, offline:
+its own `download_and_prepare` fetches DTD's archive from a loopback HTTP
+server (tests/fake_tfds.py), extracts and parses it with the unchanged
+builder; then keras-vit-evaluate runs VTAB-1k and few-shot probes on the
+prepared data, typed as a user types them, from a training run's workdir
+and from a Hugging Face folder (the slow tier).
+
+A dependency that TFDS imports only when it prepares data (and does not
+declare) fails here, in CI's new environment, not on a user's first
+download.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from keras_vit.data import vtab
+from tests import fake_tfds, model_cache
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_the_import_tfds_needs_to_prepare_data_is_installed():
+    """TFDS imports importlib_resources lazily, when a builder finds its
+    files; it does not declare it (setup.cfg does)."""
+    from tensorflow_datasets.core import dataset_builder
+
+    assert dataset_builder.importlib_resources.abc.Traversable
+
+
+@pytest.fixture(scope="module")
+def archive(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("www")
+    return folder, fake_tfds.write_dtd_archive(folder)
+
+
+def test_tfds_downloads_and_prepares_a_vtab_task(archive, tmp_path,
+                                                 monkeypatch):
+    from tensorflow_datasets.image_classification import dtd
+
+    folder, counts = archive
+    data_dir = str(tmp_path / "tfds")
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+    with fake_tfds.serve(folder) as (url, requests):
+        monkeypatch.setattr(dtd, "_DATA_URL", url)
+        vtab.prepare("dtd", data_dir, download=True)
+        assert requests == ["/" + fake_tfds.ARCHIVE]
+        vtab.prepare("dtd", data_dir, download=True)  # prepared: no fetch
+        assert len(requests) == 1
+    task = vtab.TASKS["dtd"]
+    builder = task.builder(data_dir)
+    assert builder.is_prepared()
+    assert (builder.name, str(builder.version)) == ("dtd", "3.0.1")
+    splits = builder.info.splits
+    assert {name: splits[name].num_examples
+            for name in ("train", "validation", "test")} == {
+        "train": counts["train1"], "validation": counts["val1"],
+        "test": counts["test1"]}
+    # VTAB-1k's splits of it, through the task's own example mapping.
+    for split, size in (("train800", 800), ("val200", 200)):
+        data = builder.as_dataset(split=task.split(split)).map(
+            task.example_fn)
+        labels = [int(label) for _, label in data.as_numpy_iterator()]
+        assert len(labels) == size
+        assert set(labels) <= set(range(task.num_classes))
+    image, _ = next(iter(builder.as_dataset(split="test").map(
+        task.example_fn)))
+    assert tuple(image.shape) == (16, 16, 3) and image.dtype == "uint8"
+
+
+# ------------------------------------------------------ the commands
+def _script(name):
+    path = os.path.join(os.path.dirname(sys.executable), f"keras-vit-{name}")
+    if os.path.exists(path):
+        return [path]
+    return [sys.executable, "-c",
+            f"import sys; sys.argv[0] = 'keras-vit-{name}'; from "
+            f"keras_vit.commands.{name} import main; sys.exit(main())"]
+
+
+# A few steps of the protocol at 32 x 32, every example of DTD's test
+# split scored.
+TINY_VTAB = [
+    "--config.image_size=32", "--config.batch_size=8",
+    "--config.eval_batch_size=32", "--config.total_steps=2",
+    "--config.checkpoint_every_steps=0", "--config.log_every_steps=1",
+    "--config.jit_compile=False", "--config.shuffle_buffer=8",
+]
+TINY_FEWSHOT = ["--config.image_size=32", "--config.pp.eval_resize_size=32",
+                "--config.batch_size=64"]
+
+
+@pytest.mark.slow
+def test_vtab_and_fewshot_commands_on_data_tfds_prepared(archive, tmp_path):
+    """The first command downloads and prepares DTD (TFDS, from the
+    loopback server) and runs VTAB-1k on it from a training run; the next
+    ones read the prepared data: VTAB-1k from a Hugging Face folder, and
+    few-shot probes from both."""
+    folder, counts = archive
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(fake_tfds.SITECUSTOMIZE)
+    data_dir = str(tmp_path / "tfds")
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", HF_HUB_OFFLINE="1",
+               KERAS_VIT_OFFLINE="1")
+    env = fake_tfds.loopback_env(env, site)
+
+    def run(name, *args):
+        return subprocess.run(_script(name) + list(args), env=env,
+                              capture_output=True, text=True, timeout=900,
+                              cwd=str(tmp_path))
+
+    workdir = str(tmp_path / "run")
+    trained = run("train", "--config=digits", f"--workdir={workdir}",
+                  "--config.total_steps=2", "--config.batch_size=16",
+                  "--config.eval_every_steps=0",
+                  "--config.checkpoint_every_steps=0",
+                  "--config.jit_compile=False",
+                  "--config.optimizer.warmup_steps=1")
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    sources = {"workdir": ["--workdir=" + workdir],
+               "hub": ["--model=" + model_cache.HF_FIXTURE]}
+    with fake_tfds.serve(folder) as (url, requests):
+        env[fake_tfds.URL_ENV] = url
+        for kind, model in sources.items():
+            out = str(tmp_path / f"vtab_{kind}")
+            result = run("evaluate", "--mode=vtab", "--config=vtab",
+                         "--tasks=dtd", f"--output_dir={out}", *model,
+                         f"--config.data_dir={data_dir}", *TINY_VTAB)
+            assert result.returncode == 0, result.stderr[-3000:]
+            assert "Traceback" not in result.stderr
+            assert "VTAB task 1 of 1: DTD" in result.stderr
+            with open(os.path.join(out, "results.jsonl")) as f:
+                record = json.loads(f.readline())
+            assert record["task"] == "dtd"
+            assert record["test_examples"] == counts["test1"]
+            assert 0.0 <= record["accuracy"] <= 1.0
+            for name in ("results.md", "results.csv", "summary.json"):
+                assert os.path.exists(os.path.join(out, name)), name
+            assert "| DTD |" in result.stdout or "DTD" in result.stdout
+        # Downloaded once, by the first command; the rest read the data.
+        assert requests == ["/" + fake_tfds.ARCHIVE]
+        for kind, model in sources.items():
+            out = str(tmp_path / f"fewshot_{kind}")
+            result = run("evaluate", "--mode=fewshot", "--config=fewshot:dtd",
+                         f"--output_dir={out}", *model,
+                         f"--config.data_dir={data_dir}", *TINY_FEWSHOT)
+            assert result.returncode == 0, result.stderr[-3000:]
+            assert "few-shot data set 1 of 1: dtd" in result.stderr
+            with open(os.path.join(out, "fewshot.json")) as f:
+                done = json.load(f)
+            assert set(done["results"]["dtd"]) == {"1", "5", "10", "25"}
+            assert done["not_run"] == {}
+            assert os.path.exists(os.path.join(out, "fewshot.md"))
+        assert len(requests) == 1
