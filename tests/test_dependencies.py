@@ -177,6 +177,11 @@ def test_runtime_imports_are_install_requires():
     assert not missing, "\n".join(missing)
 
 
+# A module of one Keras backend's own, imported (by keras_vit.attention)
+# only when Keras runs on that backend, whose framework it then imports.
+BACKEND_MODULES = {"keras_vit/fused_attention.py": "jax"}
+
+
 def test_optional_imports_are_lazy():
     """An optional dependency is never imported at module level, so that
     `import keras_vit...` works without it."""
@@ -184,8 +189,20 @@ def test_optional_imports_are_lazy():
         f"{os.path.relpath(path, ROOT)} imports {name} at module level"
         for path in _files(RUNTIME)
         for name in _top_level_imports(path) & set(OPTIONAL)
+        if BACKEND_MODULES.get(os.path.relpath(path, ROOT)) != name
     ]
     assert not eager, "\n".join(eager)
+
+
+def test_a_backend_module_loads_only_under_its_backend():
+    import keras
+
+    import keras_vit.attention  # noqa: F401
+
+    assert keras.backend.backend() == "tensorflow"  # the tests' backend
+    for path in BACKEND_MODULES:
+        module = path[:-3].replace("/", ".")
+        assert module not in sys.modules, module
 
 
 def test_test_and_tool_imports_are_declared():

@@ -820,6 +820,7 @@ class Run:
     extra: Tuple[str, ...] = ()  # arguments appended (shrink the run)
     replace: Tuple[Tuple[str, str], ...] = ()  # (written, used) words
     changed: str = "as written"  # what differs from the text
+    env: Tuple[Tuple[str, str], ...] = ()  # variables set (/tmp/ moved)
 
 
 def option(command: Command, name: str) -> Optional[str]:
@@ -859,6 +860,47 @@ def _check_fewshot(workspace, command, result):
     out = option(command, "output_dir")
     _assert_files(workspace, result, os.path.join(out, "fewshot.json"),
                   os.path.join(out, "fewshot.md"))
+
+
+def _check_vtab(workspace, command, result):
+    out = option(command, "output_dir")
+    _assert_files(workspace, result, *(os.path.join(out, name) for name in (
+        "results.jsonl", "results.md", "results.csv", "summary.json")))
+    with open(workspace.path(os.path.join(out, "results.jsonl"))) as f:
+        assert [json.loads(line)["task"] for line in f] == ["dtd"]
+    assert re.search(r"VTAB task \d+ of \d+: DTD", result.stderr), (
+        result.tail())
+
+
+def _check_fewshot_dtd(workspace, command, result):
+    _check_fewshot(workspace, command, result)
+    out = option(command, "output_dir")
+    with open(workspace.path(os.path.join(out, "fewshot.json"))) as f:
+        done = json.load(f)
+    # DTD is prepared here, the pets are not (and not downloaded).
+    assert list(done["results"]) == ["dtd"] and list(done["not_run"]) == [
+        "pets"], done["not_run"]
+
+
+# VTAB-1k and few-shot runs shrunk to seconds, on the DTD that the
+# workspace prepared (TFDS, from a loopback download); nothing downloaded.
+TINY_TRANSFER = (
+    "--config.image_size=32", "--config.batch_size=8",
+    "--config.eval_batch_size=32", "--config.total_steps=2",
+    "--config.checkpoint_every_steps=0", "--config.jit_compile=False",
+    "--config.shuffle_buffer=8", "--config.download=False",
+    "--config.data_dir=/tmp/tfds",
+)
+TINY_FEWSHOT = ("--config.image_size=32", "--config.pp.eval_resize_size=32",
+                "--config.batch_size=64", "--config.download=False",
+                "--config.data_dir=/tmp/tfds")
+# hf://google/vit-base-patch16-224 from an offline Hugging Face cache that
+# holds a tiny stand-in under that name.
+HF_STAND_IN = (("HF_HOME", "/tmp/hf_home"), ("HF_HUB_OFFLINE", "1"))
+HF_CHANGED = ("google/vit-base-patch16-224: a tiny stand-in in an offline "
+              "Hugging Face cache; ")
+TRANSFER_CHANGED = ("a 2-step fine-tuning at 32 x 32, on DTD prepared from "
+                    "a loopback download, other tasks not prepared")
 
 
 def _doc_lines() -> List[str]:
@@ -943,6 +985,18 @@ RUNS: Dict[str, Run] = {
         _check_eval, after=(TRAIN,)),
     "keras-vit-evaluate --mode=fewshot --config=fewshot:digits":
         Run(_check_fewshot, after=(TRAIN,)),
+    "keras-vit-evaluate --mode=vtab --config=vtab --tasks=natural "
+    "--model=hf://google/vit-base-patch16-224": Run(
+        _check_vtab, extra=TINY_TRANSFER, env=HF_STAND_IN,
+        changed=HF_CHANGED + TRANSFER_CHANGED),
+    "keras-vit-evaluate --mode=vtab --config=vtab --tasks=dtd "
+    "--workdir=/tmp/vit_digits": Run(
+        _check_vtab, after=(TRAIN,), extra=TINY_TRANSFER,
+        changed=TRANSFER_CHANGED),
+    "keras-vit-evaluate --mode=fewshot --config=fewshot:dtd,pets": Run(
+        _check_fewshot_dtd, extra=TINY_FEWSHOT, env=HF_STAND_IN,
+        changed=HF_CHANGED + "probes at 32 x 32 on DTD prepared from a "
+        "loopback download, pets not prepared"),
     EXPORT_VIT: Run(_check_export,
                     changed="model.keras: a tiny 10-class ViT"),
     "keras-vit-export --model=/tmp/vit_digits --export_dir=exports "
@@ -1038,7 +1092,7 @@ def run_readme_command(workspace: Workspace, key: str) -> Result:
     command = run_command(key)
     replace = dict(spec.replace)
     argv = [workspace.word(replace.get(w, w)) for w in command.argv]
-    argv += spec.extra
+    argv += [workspace.word(w) for w in spec.extra]
     if argv[0] in PYTHONS:
         argv[0] = sys.executable
     elif argv[0] in entry_points():
@@ -1050,6 +1104,7 @@ def run_readme_command(workspace: Workspace, key: str) -> Result:
         argv[0] = found
     env = _env()
     env.update(w.split("=", 1) for w in command.env)
+    env.update((k, workspace.word(v)) for k, v in spec.env)
     start = time.perf_counter()
     try:
         proc = subprocess.run(argv, cwd=workspace.folder, env=env,
@@ -1096,6 +1151,25 @@ def workspace(tmp_path_factory):
     keras_vit.save_npz(keras_vit.create_model("Ti/16", num_classes=1000),
                        os.path.join(folder, "ViT-B_16.npz"))
     keras.backend.clear_session()
+    # DTD prepared by TFDS from a loopback download (/tmp/tfds), and a tiny
+    # model as google/vit-base-patch16-224 in a Hugging Face cache.
+    from tensorflow_datasets.image_classification import dtd
+
+    from keras_vit.data import vtab
+    from tests import fake_tfds, model_cache
+
+    www = os.path.join(folder, "www")
+    os.makedirs(www)
+    fake_tfds.write_dtd_archive(www)
+    real_url = dtd._DATA_URL
+    with fake_tfds.serve(www) as (url, _):
+        dtd._DATA_URL = url
+        try:
+            vtab.prepare("dtd", os.path.join(folder, "tmp", "tfds"))
+        finally:
+            dtd._DATA_URL = real_url
+    model_cache.fill_hf_cache(os.path.join(folder, "tmp", "hf_home", "hub"),
+                              repo="google/vit-base-patch16-224")
     return Workspace(folder)
 
 

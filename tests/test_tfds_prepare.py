@@ -156,3 +156,78 @@ def test_vtab_and_fewshot_commands_on_data_tfds_prepared(archive, tmp_path):
             assert done["not_run"] == {}
             assert os.path.exists(os.path.join(out, "fewshot.md"))
         assert len(requests) == 1
+
+
+class _Failing:
+    """A TFDS builder that is not prepared and whose download fails."""
+
+    name = "dtd"
+    info = type("Info", (), {"full_name": "dtd/3.0.1"})()
+
+    def is_prepared(self):
+        return False
+
+    def download_and_prepare(self, **kwargs):
+        raise ConnectionError("no route to www.robots.ox.ac.uk")
+
+
+def test_a_failed_download_names_manual_files_only_where_there_are_some(
+        tmp_path):
+    with pytest.raises(vtab.DataUnavailableError) as plain:
+        vtab.prepare_builder(_Failing(), "dtd (DTD)", str(tmp_path))
+    message = str(plain.value)
+    assert "preparing dtd failed (ConnectionError: no route" in message
+    assert "manual" not in message
+    (tmp_path / "downloads" / "manual" / "x").mkdir(parents=True)
+    with pytest.raises(vtab.DataUnavailableError) as manual:
+        vtab.prepare_builder(_Failing(), "resisc45", str(tmp_path),
+                             manual_files=("x",))
+    assert "Its manual files (x) go into" in str(manual.value)
+
+
+def test_progress_counts_and_estimates():
+    from keras_vit.progress import Progress, duration
+
+    now = [0.0]
+    progress = Progress(4, clock=lambda: now[0])
+    progress.skip()
+    assert progress.start() == "2 of 4" and progress.eta() == ""
+    now[0] = 600.0
+    progress.finish()
+    assert progress.start() == "3 of 4"
+    # One done in 10 minutes; this one and the last left.
+    assert progress.eta() == "; 1 done in 10min, about 20min left"
+    assert [duration(s) for s in (5, 119, 7199, 9000)] == [
+        "5s", "119s", "119min", "2.5h"]
+
+
+@pytest.mark.slow
+def test_a_vtab_run_with_no_result_exits_1_with_the_reasons(tmp_path):
+    """No selected task has its data, and nothing may be downloaded: one
+    line with each task's reason, the manual download named for the task
+    that needs one only, exit status 1."""
+    from keras_vit import create_model
+    from keras_vit.checkpoint import weights
+
+    npz = str(tmp_path / "tiny.npz")
+    weights.save_npz(create_model(
+        None, num_classes=10, image_size=32, patch_size=8, hidden_size=16,
+        num_layers=1, num_heads=2, mlp_dim=16), npz)
+    result = subprocess.run(
+        _script("evaluate") + [
+            "--mode=vtab", "--config=vtab", "--tasks=dtd,resisc45",
+            f"--model={npz}", f"--output_dir={tmp_path / 'out'}",
+            "--config.download=False",
+            f"--config.data_dir={tmp_path / 'empty'}"],
+        capture_output=True, text=True, timeout=600, cwd=str(tmp_path),
+        env=dict(os.environ, CUDA_VISIBLE_DEVICES=""))
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr
+    lines = [line for line in result.stderr.splitlines()
+             if line.startswith("keras-vit-evaluate: error:")]
+    assert len(lines) == 1, result.stderr[-3000:]
+    line = lines[0]
+    assert "no VTAB task produced a result (dtd: " in line
+    dtd, resisc = line.split("; resisc45: ")
+    assert "--config.download" in dtd and "manual" not in dtd
+    assert "needs a manual download" in resisc
