@@ -40,7 +40,7 @@ from typing import Dict, List
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from keras_vit.checkpoint.atomic import atomic_write  # noqa: E402
+from keras_vit.storage.atomic import atomic_write  # noqa: E402
 from tests import cluster_harness as harness  # noqa: E402
 
 SCENARIOS = ("missing_peer", "sigterm_waiting", "sigterm_training",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any, Dict
 
-from keras_vit.checkpoint.atomic import atomic_write
+from keras_vit.storage.atomic import atomic_write
 
 
 def write_results(prefix: str, result: Dict[str, Any], text: str) -> None:

@@ -66,25 +66,25 @@ __version__ = "0.1.0"
 if TYPE_CHECKING:
     # What `_LAZY` loads on first use, for type checkers and for the import
     # contracts (setup.cfg lists these imports as loaded lazily).
-    from keras_vit.checkpoint.catalog import list_models
+    from keras_vit.checkpoint.formats.npz import LoadReport
     from keras_vit.checkpoint.loader import load_model
-    from keras_vit.checkpoint.npz import LoadReport
     from keras_vit.checkpoint.posemb import resize_position_embedding
     from keras_vit.checkpoint.resolution import rebuild_at_resolution
     from keras_vit.checkpoint.sources import Source
     from keras_vit.checkpoint.weights import load_npz, save_npz
+    from keras_vit.checkpoint.zoo.catalog import list_models
     from keras_vit.export.saved_model import export_model
 
 # Name -> defining module, imported on first access (module __getattr__).
 _LAZY = {
     "load_npz": "keras_vit.checkpoint.weights",
     "save_npz": "keras_vit.checkpoint.weights",
-    "LoadReport": "keras_vit.checkpoint.npz",
+    "LoadReport": "keras_vit.checkpoint.formats.npz",
     "rebuild_at_resolution": "keras_vit.checkpoint.resolution",
     "resize_position_embedding": "keras_vit.checkpoint.posemb",
     "Source": "keras_vit.checkpoint.sources",
     "load_model": "keras_vit.checkpoint.loader",
-    "list_models": "keras_vit.checkpoint.catalog",
+    "list_models": "keras_vit.checkpoint.zoo.catalog",
     "export_model": "keras_vit.export.saved_model",
 }
 

@@ -9,7 +9,7 @@ Each run trains configs/digits.py's ViT (4 layers, width 128, 8x8 patches
 on 32 x 32 upsampled digits) from scratch on the first `train_examples`
 images of the digits' training split (a stratified shuffle: about a tenth
 per class) for `steps` updates of batch 64, and scores the 360 test
-images. The settings are AugReg's (keras_vit.checkpoint.augreg.AUGMENTATION:
+images. The settings are AugReg's (keras_vit.checkpoint.zoo.augreg.AUGMENTATION:
 RandAugment(N, M) as Keras 3's RandAugment, Mixup alpha), with or without
 dropout and stochastic depth 0.1 ("reg"). The JSON holds every run and the
 mean and standard deviation of each setting; the table is printed.
@@ -30,8 +30,8 @@ from typing import Dict, List
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from keras_vit.checkpoint import augreg  # noqa: E402
-from keras_vit.checkpoint.atomic import atomic_write  # noqa: E402
+from keras_vit.configs import _common as common  # noqa: E402
+from keras_vit.storage.atomic import atomic_write  # noqa: E402
 from keras_vit.training import train_lib  # noqa: E402
 
 OUTPUT = os.path.join(ROOT, "benchmarks", "results", "augreg_digits.json")
@@ -88,7 +88,7 @@ def run_config(setting: str, seed: int, train_examples: int, steps: int):
     c.checkpoint_every_steps = 0
     c.log_every_steps = steps
     c.steps_per_loop = 50
-    augreg.set_augmentation(c, aug)
+    common.set_augmentation(c, aug)
     c.model.dropout_rate = rate
     c.model.stochastic_depth_rate = rate
     return c

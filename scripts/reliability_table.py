@@ -7,7 +7,7 @@ Each row is a case of the table in tests/reliability_cases.py; its test is
 the function decorated `@covers("<case id>")` in tests/test_faults.py,
 tests/test_bad_inputs.py or tests/test_multiworker_faults.py, found here by
 reading their source (they are not imported, so this script needs no
-pytest). The page is written with `keras_vit.checkpoint.atomic`.
+pytest). The page is written with `keras_vit.storage.atomic`.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ DOC = os.path.join(ROOT, "docs", "reliability.md")
 # Importable as a script (python scripts/reliability_table.py).
 sys.path.insert(0, ROOT)
 
-from keras_vit.checkpoint.atomic import atomic_write  # noqa: E402
+from keras_vit.storage.atomic import atomic_write  # noqa: E402
 from tests.reliability_cases import BAD_INPUT, CASES, FAULT  # noqa: E402
 
 TEST_FILES = (

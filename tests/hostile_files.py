@@ -4,7 +4,7 @@ checks the outcomes).
 
 Every builder writes under `folder` and returns a list of
 `(label, reader, target)`: `reader` says how the child reads `target` --
-"bin" (keras_vit.checkpoint.torch_pickle.read_state_dict, every array
+"bin" (keras_vit.checkpoint.formats.torch_pickle.read_state_dict, every array
 looked up) or "model" (keras_vit.checkpoint.loader.load_model, the user's
 function; `target` a path or a model string). `CONTROLS` build files that
 must load, so that a refusal proves the check, not a broken harness.
@@ -163,7 +163,7 @@ def zero_stride(folder: str, scale: int) -> List[Case]:
 
 def torch_files_arrays(path: str) -> Dict[str, np.ndarray]:
     """A fixture's arrays, read by the checked reader."""
-    from keras_vit.checkpoint import torch_pickle  # noqa: E402 (child)
+    from keras_vit.checkpoint.formats import torch_pickle  # noqa: E402 (child)
 
     return torch_pickle.read_without_torch(path)
 

@@ -172,3 +172,19 @@ def test_shared_code_asks_a_source_only_what_every_kind_answers():
                 found.append(f"{rel}:{node.lineno} source.{node.attr}")
     assert not found, found
     assert "variant" not in interface
+
+
+MAX_CHECKPOINT_TOP_MODULES = 12
+
+
+def test_checkpoint_is_laid_out_by_what_it_reads():
+    """keras_vit/checkpoint/ keeps the way in at its top (the resolver,
+    the source interface, the loader) and the readers in folders named
+    by what they read: formats/, hub/, zoo/."""
+    top = sorted(os.path.basename(p) for p in glob.glob(
+        os.path.join(ROOT, "keras_vit", "checkpoint", "*.py")))
+    assert len(top) <= MAX_CHECKPOINT_TOP_MODULES, top
+    for folder, module in (("formats", "npz.py"), ("hub", "timm.py"),
+                           ("zoo", "catalog.py")):
+        assert os.path.exists(os.path.join(
+            ROOT, "keras_vit", "checkpoint", folder, module)), folder

@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 
 import keras_vit
-from keras_vit.checkpoint import augreg, loader, npz_layout, weights
+from keras_vit.checkpoint import loader, weights
+from keras_vit.checkpoint.formats import npz_layout
+from keras_vit.checkpoint.zoo import augreg
 
 NAMES = {
     "Ti/16": "Ti_16", "S/16": "S_16", "S/32": "S_32", "B/16": "B_16",

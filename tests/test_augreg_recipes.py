@@ -9,7 +9,8 @@ import pytest
 from absl import flags
 
 import keras_vit
-from keras_vit.checkpoint import augreg, weights
+from keras_vit.checkpoint import weights
+from keras_vit.checkpoint.zoo import augreg
 from keras_vit.training import train_lib
 from tests.test_recipes import (
     ROOT,

@@ -23,8 +23,8 @@ from PIL import Image
 
 import keras_vit
 from keras_vit import optim
-from keras_vit.checkpoint import torch_pickle
 from keras_vit.checkpoint import weights as checkpoint
+from keras_vit.checkpoint.formats import torch_pickle
 from keras_vit.data import pipeline as input_pipeline
 from keras_vit.data import sources, vtab
 from keras_vit.errors import UsageError

@@ -17,9 +17,9 @@ from absl import flags
 from keras_vit import config as config_lib
 from keras_vit import quiet_start
 from keras_vit.checkpoint import loader
-from keras_vit.checkpoint import workdir as wd
 from keras_vit.commands import flags as cli
 from keras_vit.commands import runner
+from keras_vit.storage import workdir as wd
 from keras_vit.training import distribute
 from keras_vit.training.cluster import SetupError
 

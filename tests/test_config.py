@@ -13,9 +13,9 @@ from ml_collections import config_flags
 
 from keras_vit import config as config_lib
 from keras_vit import optim
-from keras_vit.checkpoint import workdir as wd
 from keras_vit.commands import flags as cli
 from keras_vit.errors import UsageError
+from keras_vit.storage import workdir as wd
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIGS = os.path.join(ROOT, "configs")
@@ -70,7 +70,7 @@ def load(name, arg=None, *overrides, flag_values=None):
 def test_every_configs_file_is_listed():
     assert sorted(ARGS) == sorted(
         f for f in os.listdir(CONFIGS)
-        if f.endswith(".py") and f != "__init__.py"
+        if f.endswith(".py") and not f.startswith("_")
     )
 
 

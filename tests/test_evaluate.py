@@ -19,8 +19,8 @@ import tensorflow_datasets as tfds
 from keras_vit import config as config_lib
 from keras_vit import create_model
 from keras_vit.checkpoint import loader as pretrained
-from keras_vit.checkpoint import npz as checkpoint_io
 from keras_vit.checkpoint import weights as checkpoint
+from keras_vit.checkpoint.formats import npz as checkpoint_io
 from keras_vit.checkpoint.resolution import rebuild_at_resolution
 from keras_vit.commands import evaluate as evaluate_main
 from keras_vit.data import preprocessing

@@ -12,9 +12,9 @@ import pytest
 import tensorflow as tf
 
 from keras_vit import build
-from keras_vit.checkpoint import workdir as workdir_lib
 from keras_vit.commands import export as export_cli
 from keras_vit.export import files as export_files
+from keras_vit.storage import workdir as workdir_lib
 from tests import tiny
 from tests.test_export import (
     ROOT,

@@ -17,7 +17,8 @@ import pytest
 import safetensors.numpy
 
 from keras_vit import VisionTransformer, create_model
-from keras_vit.checkpoint import hub, loader, posemb
+from keras_vit.checkpoint import loader, posemb
+from keras_vit.checkpoint.hub import reader as hub
 from keras_vit.errors import UsageError
 from tests.hub_fixtures import FIXTURES, assert_close, hub_source, run_model
 

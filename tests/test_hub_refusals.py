@@ -14,14 +14,11 @@ import pytest
 import safetensors.numpy
 
 import keras_vit
-from keras_vit.checkpoint import (
-    hub,
-    hub_config,
-    hub_timm,
-    loader,
-    timm_registry,
-    weights,
-)
+from keras_vit.checkpoint import loader, weights
+from keras_vit.checkpoint.hub import config as hub_config
+from keras_vit.checkpoint.hub import reader as hub
+from keras_vit.checkpoint.hub import timm as hub_timm
+from keras_vit.checkpoint.hub import timm_registry
 from keras_vit.commands import predict
 from keras_vit.errors import UsageError
 

@@ -15,7 +15,10 @@ import numpy as np
 import pytest
 import safetensors.numpy
 
-from keras_vit.checkpoint import hub, hub_timm, loader, torch_pickle
+from keras_vit.checkpoint import loader
+from keras_vit.checkpoint.formats import torch_pickle
+from keras_vit.checkpoint.hub import reader as hub
+from keras_vit.checkpoint.hub import timm as hub_timm
 from tests.hub_fixtures import FIXTURES, assert_close, hub_source, run_model
 
 

@@ -59,7 +59,7 @@ def _script(name):
 TINY_RELEASE = dict(hidden_size=16, num_layers=1, num_heads=2, mlp_dim=16,
                     patch_size=8, resnet_layers=None, num_classes=10, grid=4)
 STAND_IN = """\
-from keras_vit.checkpoint import catalog
+from keras_vit.checkpoint.zoo import catalog
 
 catalog.expected_architecture = lambda info: dict({!r})
 """

@@ -16,8 +16,8 @@ import pytest
 
 from keras_vit import create_model
 from keras_vit.checkpoint import loader, weights
-from keras_vit.checkpoint import workdir as wd
 from keras_vit.errors import UsageError
+from keras_vit.storage import workdir as wd
 from keras_vit.training import train_lib
 from tests import tiny
 

@@ -20,7 +20,8 @@ import pytest
 from huggingface_hub import constants as hf_constants
 
 import keras_vit
-from keras_vit.checkpoint import cache, catalog, loader, release, weights
+from keras_vit.checkpoint import loader, weights
+from keras_vit.checkpoint.zoo import cache, catalog, release
 from keras_vit.errors import UsageError
 from tests import model_cache
 

@@ -16,11 +16,11 @@ from keras_vit import build, mpp, optim
 from keras_vit.analysis import mpp_figure
 from keras_vit.analysis import report as analysis_cli
 from keras_vit.checkpoint import loader, weights
-from keras_vit.checkpoint import npz as checkpoint_io
-from keras_vit.checkpoint import workdir as wd
+from keras_vit.checkpoint.formats import npz as checkpoint_io
 from keras_vit.commands import analysis as analysis_command
 from keras_vit.data import masking, sources
 from keras_vit.data import pipeline as input_pipeline
+from keras_vit.storage import workdir as wd
 from keras_vit.training import loop, train_lib
 from keras_vit.training.mpp_trainer import MppTrainer
 from tests import tiny

@@ -192,7 +192,7 @@ import tensorflow as tf
 from absl import logging
 from keras_vit.training import distribute
 from keras_vit.training import train_lib
-from keras_vit.checkpoint import workdir as wd
+from keras_vit.storage import workdir as wd
 from keras_vit.commands import runner
 
 logging.set_verbosity(logging.INFO)

@@ -1,14 +1,14 @@
 """The PyTorch state-dict reader that runs without PyTorch
-(`keras_vit.checkpoint.torch_pickle`): exact round trips of files laid out
-as torch.save writes them (tests/torch_files.py), and crafted files that
+(`keras_vit.checkpoint.formats.torch_pickle`): exact round trips of files laid
+out as torch.save writes them (tests/torch_files.py), and crafted files that
 declare views outside their storage, each refused with one line naming the
-tensor. Files that could crash the process (read outside memory) are read
-in a child process (tests/torch_fuzz.py), where a segfault shows as a
-failed test. The hostile corpus of tests/hostile_files.py (deep nesting,
-BUILD on records, inflating zip members, zero-stride amplification, shards
-outside the folder, broken JSON and .npz, hf:// revisions, Lambda layers)
-is read there too, each file's peak memory measured: a quick torch-only
-version, and every kind through load_model (slow)."""
+tensor. Files that could crash the process (read outside memory) are read in a
+child process (tests/torch_fuzz.py), where a segfault shows as a failed test.
+The hostile corpus of tests/hostile_files.py (deep nesting, BUILD on records,
+inflating zip members, zero-stride amplification, shards outside the folder,
+broken JSON and .npz, hf:// revisions, Lambda layers) is read there too, each
+file's peak memory measured: a quick torch-only version, and every kind
+through load_model (slow)."""
 
 import collections
 import io
@@ -23,7 +23,7 @@ import sys
 import numpy as np
 import pytest
 
-from keras_vit.checkpoint import npz, torch_checks, torch_pickle
+from keras_vit.checkpoint.formats import npz, torch_checks, torch_pickle
 from keras_vit.errors import UsageError
 from tests import hostile_files, torch_files
 

@@ -14,8 +14,8 @@ import tensorflow as tf
 
 import keras_vit
 from keras_vit import errors, keras_compat, optim
-from keras_vit.checkpoint import workdir as wd
 from keras_vit.commands import train as train_command
+from keras_vit.storage import workdir as wd
 from keras_vit.training import loop, train_lib
 from keras_vit.training.trainer import Trainer
 from tests import tiny

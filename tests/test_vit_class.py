@@ -245,7 +245,7 @@ def test_a_model_that_is_no_vit_is_refused_in_one_line():
 
 # ----------------------------------------------------------------- hygiene
 def test_layers_are_found_by_name_only_in_the_npz_mapping():
-    allowed = {os.path.join("checkpoint", "npz_mapping.py"),
+    allowed = {os.path.join("checkpoint", "formats", "npz_mapping.py"),
                os.path.join("checkpoint", "weights.py")}
     found = []
     package = os.path.join(ROOT, "keras_vit")

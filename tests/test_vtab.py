@@ -24,8 +24,8 @@ import tensorflow_datasets as tfds
 from keras_vit import config as config_lib
 from keras_vit import create_model
 from keras_vit.checkpoint import loader as pretrained
-from keras_vit.checkpoint import npz as checkpoint_io
 from keras_vit.checkpoint import weights as checkpoint
+from keras_vit.checkpoint.formats import npz as checkpoint_io
 from keras_vit.data import pipeline as input_pipeline
 from keras_vit.data import preprocessing, sources, vtab, vtab_labels
 from keras_vit.evaluation import reports, vtab_run

@@ -7,7 +7,7 @@ a crash (a segfault reading outside a storage) ends only this process.
     python tests/torch_fuzz.py hostile SCALE KIND...  # tests/hostile_files
 
 The first two modes, and "hostile" with torch kinds only, import only
-`keras_vit.checkpoint.torch_pickle` (with its `torch_checks` and
+`keras_vit.checkpoint.formats.torch_pickle` (with its `torch_checks` and
 keras_vit package, which would import Keras; "hostile" with other kinds
 loads each file with `keras_vit.checkpoint.loader.load_model`. Each file's
 peak memory above what the process held before it is reported (Linux's
@@ -38,7 +38,7 @@ if LIGHT:
 import hostile_files  # noqa: E402
 import torch_files  # noqa: E402
 
-from keras_vit.checkpoint import torch_pickle  # noqa: E402
+from keras_vit.checkpoint.formats import torch_pickle  # noqa: E402
 from keras_vit.errors import UsageError  # noqa: E402
 
 

@@ -21,10 +21,10 @@ import tensorflow as tf
 from keras_vit import mpp
 from keras_vit.analysis import plots
 from keras_vit.build import config_stride
-from keras_vit.checkpoint import workdir as wd
 from keras_vit.data import masking
 from keras_vit.errors import UsageError
 from keras_vit.model import architecture_of
+from keras_vit.storage import workdir as wd
 
 # Outline colours of the corruption kinds.
 _EDGES = {mpp.MASKED: "red", mpp.REPLACED: "deepskyblue", mpp.KEPT: "lime"}

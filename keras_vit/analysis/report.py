@@ -19,10 +19,10 @@ import numpy as np
 import tensorflow as tf
 
 from keras_vit.analysis import core, extract, plots
-from keras_vit.checkpoint.atomic import atomic_write
 from keras_vit.data import preprocessing
 from keras_vit.derived import is_features_model
 from keras_vit.errors import UsageError
+from keras_vit.storage.atomic import atomic_write
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".gif", ".bmp")
 FIGURES = {

@@ -19,8 +19,8 @@ from typing import Any, Dict, NamedTuple, Optional, Sequence, Union
 
 import keras
 
-from keras_vit.checkpoint import npz as checkpoint_io
 from keras_vit.checkpoint import weights
+from keras_vit.checkpoint.formats import npz as checkpoint_io
 from keras_vit.checkpoint.npz_source import NpzSource
 from keras_vit.checkpoint.resolve import SOURCE_KINDS, SourceLike, resolve
 from keras_vit.checkpoint.sources import (

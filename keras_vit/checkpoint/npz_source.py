@@ -12,8 +12,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Dict, Optional, Tuple
 
-from keras_vit.checkpoint import augreg, npz_layout, sources, weights
-from keras_vit.checkpoint import npz as checkpoint_io
+from keras_vit.checkpoint import sources, weights
+from keras_vit.checkpoint.formats import npz as checkpoint_io
+from keras_vit.checkpoint.formats import npz_layout
+from keras_vit.checkpoint.zoo import augreg
 from keras_vit.errors import UsageError
 from keras_vit.model import create_model
 from keras_vit.resnet import resnet_stride

@@ -28,8 +28,10 @@ from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 import keras
 
 from keras_vit import mpp
-from keras_vit.checkpoint import hub, hub_model, npz_layout, weights
-from keras_vit.checkpoint import workdir as wd
+from keras_vit.checkpoint import weights
+from keras_vit.checkpoint.formats import npz_layout
+from keras_vit.checkpoint.hub import model as hub_model
+from keras_vit.checkpoint.hub import reader as hub
 from keras_vit.checkpoint.resolution import rebuild_at_resolution
 from keras_vit.errors import UsageError
 from keras_vit.model import (
@@ -38,6 +40,7 @@ from keras_vit.model import (
     as_vision_transformer,
     decode_variant,
 )
+from keras_vit.storage import workdir as wd
 
 ARCH_FIELDS = (
     "patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim",
@@ -223,7 +226,8 @@ class KerasSource(_SavedKerasModel):
 @dataclasses.dataclass(frozen=True)
 class HubSource(Source):
     """A folder (or its weights file) in the Hugging Face layout: Hugging
-    Face ViT or timm weights beside config.json (`keras_vit.checkpoint.hub`)."""
+    Face ViT or timm weights beside config.json
+    (`keras_vit.checkpoint.hub.reader`)."""
 
     kind = "hub"
 

@@ -4,7 +4,7 @@ The official files (google-research/vision_transformer, e.g.
 `gs://vit_models/imagenet21k/ViT-B_16.npz`) are zip archives of arrays keyed
 by "/"-joined Flax parameter paths. `load_npz` maps them onto a model built by
 `keras_vit.create_model`, `save_npz` writes a model back in the same layout
-(the renaming of each variable: `keras_vit.checkpoint.npz_mapping`):
+(the renaming of each variable: `keras_vit.checkpoint.formats.npz_mapping`):
 
 - query/key/value kernels (D, heads, head_dim) are joined into the model's
   fused (D, 3D) `qkv` kernel as [q | k | v]; the output kernel
@@ -30,7 +30,7 @@ from typing import Dict, Optional, Sequence, Tuple, Union
 import keras
 import numpy as np
 
-from keras_vit.checkpoint.npz import (
+from keras_vit.checkpoint.formats.npz import (
     POSEMB,
     Arrays,
     Grid,
@@ -39,11 +39,11 @@ from keras_vit.checkpoint.npz import (
     read_npz,
     write_npz,
 )
-from keras_vit.checkpoint.npz_layout import (
+from keras_vit.checkpoint.formats.npz_layout import (
     architecture_hint,
     normalize_layout,
 )
-from keras_vit.checkpoint.npz_mapping import (
+from keras_vit.checkpoint.formats.npz_mapping import (
     Param,
     dense_params,
     model_arrays,

@@ -32,12 +32,12 @@ from absl import flags, logging
 
 from keras_vit import config as config_lib
 from keras_vit.checkpoint import loader as pretrained
-from keras_vit.checkpoint.atomic import atomic_write
 from keras_vit.commands import flags as cli
 from keras_vit.data import sources, vtab
 from keras_vit.errors import Preempted, UsageError
 from keras_vit.evaluation import fewshot, reports, vtab_run
 from keras_vit.evaluation.accuracy import evaluate_model
+from keras_vit.storage.atomic import atomic_write
 from keras_vit.training import distribute, train_lib
 
 MODES = ("eval", "fewshot", "vtab")

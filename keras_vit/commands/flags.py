@@ -13,7 +13,6 @@ from absl import flags
 from ml_collections import config_flags
 
 from keras_vit.checkpoint import loader
-from keras_vit.checkpoint import workdir as wd
 from keras_vit.commands.runner import (  # noqa: F401 (the commands' API)
     define_verbose,
     normalize_argv,
@@ -22,6 +21,7 @@ from keras_vit.commands.runner import (  # noqa: F401 (the commands' API)
     run,
 )
 from keras_vit.errors import UsageError
+from keras_vit.storage import workdir as wd
 from keras_vit.training import distribute
 
 # The one description of what --model takes (the resolver's).

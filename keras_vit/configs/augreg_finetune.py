@@ -23,7 +23,7 @@ them): ImageNet top-1 at 384 about 78.4% (Ti/16), 83.8% (S/16), 86.0%
 (B/16), 87.1% (L/16) from the recommended i21k checkpoints.
 """
 
-from keras_vit.checkpoint import augreg
+from keras_vit.checkpoint.zoo import augreg
 from keras_vit.config import parse_config_arg
 from keras_vit.configs import finetune
 from keras_vit.errors import UsageError

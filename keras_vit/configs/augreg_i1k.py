@@ -27,8 +27,9 @@ RandAugment is Keras 3's, not big_vision's (keras_vit/data/augment.py).
 """
 
 from keras_vit import config as config_lib
-from keras_vit.checkpoint import augreg
+from keras_vit.checkpoint.zoo import augreg
 from keras_vit.config import base_config, parse_config_arg
+from keras_vit.configs import _common as common
 from keras_vit.errors import UsageError
 
 BATCH = 4096
@@ -56,7 +57,7 @@ def get_config(arg=None):
     c.pp.train = "pretrain"
     c.pp.eval_resize_size = 256
     # RandAugment and Mixup of the aug setting.
-    augreg.set_augmentation(c, args["aug"])
+    common.set_augmentation(c, args["aug"])
     # The variant (class token, learned position embeddings, no pre-logits
     # layer); dropout and stochastic depth of the run.
     c.model.variant = args["variant"]

@@ -29,8 +29,9 @@ them): fine-tuned on ImageNet at 384 (configs/augreg_finetune.py), about
 """
 
 from keras_vit import config as config_lib
-from keras_vit.checkpoint import augreg
+from keras_vit.checkpoint.zoo import augreg
 from keras_vit.config import base_config, parse_config_arg
+from keras_vit.configs import _common as common
 from keras_vit.errors import UsageError
 
 BATCH = 4096
@@ -56,7 +57,7 @@ def get_config(arg=None):
     # Inception crop and flip at 224 (the base's), JPEGs decoded inside
     # the crop only; RandAugment and Mixup of the aug setting.
     c.pp.train = "pretrain"
-    augreg.set_augmentation(c, args["aug"])
+    common.set_augmentation(c, args["aug"])
     # The variant; class token and learned position embeddings, no
     # pre-logits layer; dropout and stochastic depth of the run.
     c.model.variant = args["variant"]

@@ -37,11 +37,11 @@ from absl import logging
 
 from keras_vit import config as config_lib
 from keras_vit.checkpoint import loader as pretrained
-from keras_vit.checkpoint import workdir as wd
 from keras_vit.data import vtab
 from keras_vit.errors import Preempted, UsageError
 from keras_vit.evaluation import reports
 from keras_vit.progress import Progress
+from keras_vit.storage import workdir as wd
 
 BACKBONE = "backbone.npz"
 BACKBONE_SOURCE = "backbone.json"

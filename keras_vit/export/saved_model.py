@@ -33,7 +33,6 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_vit.checkpoint.atomic import atomic_write
 from keras_vit.data import preprocessing
 from keras_vit.derived import (
     input_image_size,
@@ -44,6 +43,7 @@ from keras_vit.derived import (
 from keras_vit.errors import UsageError
 from keras_vit.export import files as export_files
 from keras_vit.export import graph as export_graph
+from keras_vit.storage.atomic import atomic_write
 
 BATCHING_FILE = "batching_parameters.txt"
 # TF Serving's --batching_parameters_file, tuned for a CPU server: a batch

@@ -17,8 +17,8 @@ from typing import Dict
 import tensorflow as tf
 from absl import logging
 
-from keras_vit.checkpoint import workdir as wd
 from keras_vit.data import checks as data_checks
+from keras_vit.storage import workdir as wd
 from keras_vit.training import cluster, distribute
 from keras_vit.training.resume import TrainingError
 

@@ -26,12 +26,12 @@ from keras_vit.build import (
     config_stride,
 )
 from keras_vit.checkpoint import loader, weights
-from keras_vit.checkpoint import workdir as wd
 from keras_vit.data import checks as data_checks
 from keras_vit.data import pipeline as input_pipeline
 from keras_vit.data import sources
 from keras_vit.errors import UsageError
 from keras_vit.model import decode_variant
+from keras_vit.storage import workdir as wd
 from keras_vit.training import cluster, distribute, loop, state
 from keras_vit.training.mpp_trainer import MppTrainer
 from keras_vit.training.resume import TrainingError, restore_latest

@@ -1,7 +1,7 @@
 """Builds a keras_vit model from a Hugging Face layout directory
-(`keras_vit.checkpoint.hub`): the architecture from the arrays' shapes and
-config.json, the weights through `weights.load_arrays`. Reached through
-`keras_vit.checkpoint.sources.HubSource`."""
+(`keras_vit.checkpoint.hub.reader`): the architecture from the arrays'
+shapes and config.json, the weights through `weights.load_arrays`.
+Reached through `keras_vit.checkpoint.sources.HubSource`."""
 
 from __future__ import annotations
 
@@ -10,9 +10,10 @@ from typing import Any, Dict, Optional, Tuple
 import keras
 
 from keras_vit.architecture import SIZE_FIELDS, Architecture, Numerics
-from keras_vit.checkpoint import hub, weights
-from keras_vit.checkpoint.npz import POSEMB, LoadReport
-from keras_vit.checkpoint.npz_layout import describe_arrays
+from keras_vit.checkpoint import weights
+from keras_vit.checkpoint.formats.npz import POSEMB, LoadReport
+from keras_vit.checkpoint.formats.npz_layout import describe_arrays
+from keras_vit.checkpoint.hub import reader as hub
 from keras_vit.checkpoint.posemb import resize_like_library
 from keras_vit.errors import UsageError
 from keras_vit.model import VisionTransformer, _image_hw

@@ -15,7 +15,7 @@ from typing import Dict, List, Sequence, Tuple
 import keras
 import numpy as np
 
-from keras_vit.checkpoint.npz import POSEMB, Arrays, Grid, Shape
+from keras_vit.checkpoint.formats.npz import POSEMB, Arrays, Grid, Shape
 from keras_vit.errors import UsageError
 
 

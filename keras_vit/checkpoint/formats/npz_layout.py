@@ -13,7 +13,7 @@ from typing import Dict, Optional, Tuple
 import numpy as np
 
 from keras_vit import architecture
-from keras_vit.checkpoint.npz import POSEMB, Arrays, Shape
+from keras_vit.checkpoint.formats.npz import POSEMB, Arrays, Shape
 from keras_vit.errors import UsageError
 
 _BV_RENAMES = (

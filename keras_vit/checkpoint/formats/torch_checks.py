@@ -1,5 +1,5 @@
 """The checks a `torch.save` file passes before anything in it is
-unpickled (`keras_vit.checkpoint.torch_pickle` reads it after them):
+unpickled (`keras_vit.checkpoint.formats.torch_pickle` reads it after them):
 
 - `read_capped`: a zip member's bytes, never inflating past a cap;
 - `check_opcodes`: the opcode pre-scan of the pickle, walked by

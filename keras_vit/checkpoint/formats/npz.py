@@ -3,9 +3,9 @@
 The model-independent half of `keras_vit.checkpoint.weights`: safe reading
 of .npz files (`read_npz`: no pickles, clear errors for truncated or
 foreign files), atomic writing (`write_npz`, through
-`keras_vit.checkpoint.atomic`) and the load report (`LoadReport`). What
+`keras_vit.storage.atomic`) and the load report (`LoadReport`). What
 the arrays' keys and shapes mean (layouts, the architecture they imply) is
-in `keras_vit.checkpoint.npz_layout`; position-embedding resizing in
+in `keras_vit.checkpoint.formats.npz_layout`; position-embedding resizing in
 `keras_vit.checkpoint.posemb`. TensorFlow is imported only for remote
 (gs://) paths.
 """
@@ -22,8 +22,8 @@ from typing import Dict, List, Mapping, Optional, Tuple, Union
 
 import numpy as np
 
-from keras_vit.checkpoint.atomic import atomic_write, is_remote
 from keras_vit.errors import UsageError
+from keras_vit.storage.atomic import atomic_write, is_remote
 
 Arrays = Dict[str, np.ndarray]
 Grid = Tuple[int, int]

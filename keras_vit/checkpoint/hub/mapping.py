@@ -14,7 +14,7 @@ from typing import Callable, Dict, List, Optional
 
 import numpy as np
 
-from keras_vit.checkpoint import hub_config
+from keras_vit.checkpoint.hub import config as hub_config
 from keras_vit.errors import UsageError
 
 _ATT = "MultiHeadDotProductAttention_1"

@@ -15,11 +15,11 @@ from typing import Dict, Optional, Tuple
 
 import numpy as np
 
-from keras_vit.checkpoint import catalog
-from keras_vit.checkpoint.atomic import atomic_write
-from keras_vit.checkpoint.npz import POSEMB
-from keras_vit.checkpoint.npz_layout import describe_arrays
+from keras_vit.checkpoint.formats.npz import POSEMB
+from keras_vit.checkpoint.formats.npz_layout import describe_arrays
+from keras_vit.checkpoint.zoo import catalog
 from keras_vit.errors import UsageError, one_line
+from keras_vit.storage.atomic import atomic_write
 
 _HASH_CHUNK = 16 * 2**20
 

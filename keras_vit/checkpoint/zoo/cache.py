@@ -9,7 +9,7 @@ file or folder, or says that `text` is neither a name nor a URL (a path):
   cache only, as does KERAS_VIT_OFFLINE=1). Only config.json,
   preprocessor_config.json and the weights are fetched: model.safetensors
   (or its shards), else pytorch_model.bin.
-- a released checkpoint's name (`keras_vit.checkpoint.catalog`) or an
+- a released checkpoint's name (`keras_vit.checkpoint.zoo.catalog`) or an
   address in gs://vit_models (or the mirror in $KERAS_VIT_MODELS_BASE_URL):
   downloaded with tf.io.gfile into $KERAS_VIT_CACHE (default
   ~/.cache/keras_vit) under the file's bucket path, e.g.
@@ -50,9 +50,10 @@ from huggingface_hub.utils import (
     RevisionNotFoundError,
 )
 
-from keras_vit.checkpoint import catalog, hub, release
-from keras_vit.checkpoint.atomic import atomic_write
+from keras_vit.checkpoint.hub import reader as hub
+from keras_vit.checkpoint.zoo import catalog, release
 from keras_vit.errors import UsageError, one_line
+from keras_vit.storage.atomic import atomic_write
 
 CACHE_ENV = "KERAS_VIT_CACHE"
 OFFLINE_ENV = "KERAS_VIT_OFFLINE"

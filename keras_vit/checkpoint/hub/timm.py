@@ -16,8 +16,8 @@ import math
 import re
 from typing import Any, Dict, Optional
 
-from keras_vit.checkpoint import timm_registry
-from keras_vit.checkpoint.hub_config import (
+from keras_vit.checkpoint.hub import timm_registry
+from keras_vit.checkpoint.hub.config import (
     CHECKED,
     NO_EFFECT,
     READ,

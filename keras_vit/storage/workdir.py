@@ -9,7 +9,7 @@ Layout of a workdir (local or gs://):
     train/, eval/    TensorBoard summaries
     metrics.json     final metrics (test accuracy, steps, images/s, wall time)
 
-Every file is written with `keras_vit.checkpoint.atomic.atomic_write`
+Every file is written with `keras_vit.storage.atomic.atomic_write`
 (a temporary name, then a rename), so a crash never leaves a half-written
 file behind.
 """
@@ -25,9 +25,9 @@ import tensorflow as tf
 
 from keras_vit import build
 from keras_vit import config as config_lib
-from keras_vit.checkpoint.atomic import atomic_write
 from keras_vit.errors import UsageError
 from keras_vit.keras_compat import ema_variables
+from keras_vit.storage.atomic import atomic_write
 
 CONFIG = "config.json"
 LABELS = "labels.txt"

@@ -17,7 +17,7 @@ A name is the file's path in the bucket without `.npz`
 short name ("ViT-B_16", "R50+ViT-B_16") is the ImageNet-21k pre-trained
 file, the starting point for transfer, and "ViT-B_16-224" /
 "ViT-L_16-224" the ImageNet-1k fine-tuned files at 224. `augreg/<file>`
-takes any name from the AugReg index (`keras_vit.checkpoint.augreg`);
+takes any name from the AugReg index (`keras_vit.checkpoint.zoo.augreg`);
 `list_models()` lists its recommended checkpoints (the best per model, as
 the official README's table).
 
@@ -35,7 +35,7 @@ import os
 from typing import Any, Dict, List, Optional, Tuple
 
 from keras_vit import model as vit_model
-from keras_vit.checkpoint import augreg
+from keras_vit.checkpoint.zoo import augreg
 from keras_vit.resnet import resnet_stride
 
 BASE_URL_ENV = "KERAS_VIT_MODELS_BASE_URL"

@@ -49,7 +49,7 @@ from typing import Dict, Optional, Tuple
 
 import numpy as np
 
-from keras_vit.checkpoint.torch_checks import (
+from keras_vit.checkpoint.formats.torch_checks import (
     MAX_PICKLE_BYTES,
     SHORT,
     StateDict,

@@ -61,19 +61,6 @@ AUGMENTATION = {
 
 
 
-def set_augmentation(config, aug: str) -> None:
-    """Sets a run config's RandAugment (pp.randaug_ops, randaug_magnitude)
-    and Mixup (mix.mixup_alpha) to an AugReg `aug` setting."""
-    if aug not in AUGMENTATION:
-        raise UsageError(
-            f"Unknown aug setting {aug!r}: use one of "
-            f"{', '.join(AUGMENTATION)}."
-        )
-    setting = AUGMENTATION[aug]
-    config.pp.randaug_ops, config.pp.randaug_magnitude = setting["randaug"]
-    config.mix.mixup_alpha = setting["mixup"]
-
-
 _NUMBER = r"\d+(?:\.\d+)?(?:e-?\d+)?"
 _NAME_RE = re.compile(
     rf"^(?P<model>{'|'.join(sorted(MODELS, key=len, reverse=True))})"
@@ -186,8 +173,8 @@ def url(name: str) -> str:
 
 def variant_mismatch(variant: str, info: Dict[str, Any]) -> Dict:
     """{field: (file's, variant's)} for each size where the architecture
-    `info` (`keras_vit.checkpoint.npz_layout.describe_arrays`) differs from
-    `variant`."""
+    `info` (`keras_vit.checkpoint.formats.npz_layout.describe_arrays`)
+    differs from `variant`."""
     want = architecture.decode_variant(variant).sizes()
     return {k: (info[k], v) for k, v in want.items() if info[k] != v}
 

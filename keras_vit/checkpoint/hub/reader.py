@@ -50,15 +50,12 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 import numpy as np
 import safetensors.numpy
 
-from keras_vit.checkpoint import (
-    hub_config,
-    hub_mapping,
-    hub_timm,
-    hub_types,
-    torch_pickle,
-    untrusted,
-)
-from keras_vit.checkpoint.npz_layout import describe_arrays
+from keras_vit.checkpoint.formats import torch_pickle, untrusted
+from keras_vit.checkpoint.formats.npz_layout import describe_arrays
+from keras_vit.checkpoint.hub import config as hub_config
+from keras_vit.checkpoint.hub import config_types as hub_types
+from keras_vit.checkpoint.hub import mapping as hub_mapping
+from keras_vit.checkpoint.hub import timm as hub_timm
 from keras_vit.errors import UsageError
 
 CONFIG_FILE = "config.json"
