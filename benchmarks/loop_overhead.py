@@ -5,8 +5,8 @@ r"""What the training loop costs on top of the bare compiled training step.
         --output=benchmarks/results/loop_overhead_digits
 
 Config fields are overridden as in train.py, e.g. for ViT-Ti/16 at 224:
-    --config.model.variant=Ti/16 --config.image_size=224 \
-    --config.pp.resize_size=256 --config.batch_size=32
+    --config.model.variant=Ti/16 --config.model.image_size=224 \
+    --config.input.pp.resize_size=256 --config.input.batch_size=32
 
 The same training step of the config (same model, optimizer, loss,
 clipping, XLA setting; the default strategy) run three ways:
@@ -99,7 +99,7 @@ def _step_s(run, calls: int, steps: int) -> float:
 
 def in_process_runners(config, num_classes: int, k: int, steps: int):
     """Timers (seconds per step) of the bare step and of Trainer.train."""
-    batch = next(iter(input_pipeline.train_dataset(config, config.batch_size)))
+    batch = next(iter(input_pipeline.train_dataset(config, config.input.batch_size)))
     images, labels = (tf.identity(t) for t in batch)
     trainer = _trainer(config, num_classes)
     strategy = tf.distribute.get_strategy()
@@ -130,20 +130,20 @@ def time_train_lib(config, k: int, steps: int, synthetic: bool):
     """(seconds per step in the train calls, in the whole host loop)."""
     loops = -(-steps // k)
     with config.unlocked():
-        config.synthetic_data = synthetic
-        config.steps_per_loop = k
-        config.log_every_steps = k
-        config.total_steps = (loops + 1) * k  # the first call compiles
-        config.optimizer.warmup_steps = min(  # the schedule's cost is alike
-            config.optimizer.warmup_steps, config.total_steps // 2
+        config.input.synthetic_data = synthetic
+        config.trainer.steps_per_loop = k
+        config.log.every_steps = k
+        config.trainer.total_steps = (loops + 1) * k  # the first call compiles
+        config.schedule.warmup_steps = min(  # the schedule's cost is alike
+            config.schedule.warmup_steps, config.trainer.total_steps // 2
         )
-        config.eval_every_steps = 0
-        config.checkpoint_every_steps = 0
+        config.evals.test.every_steps = 0
+        config.checkpoints.every_steps = 0
         config.export.enabled = False
     with tempfile.TemporaryDirectory() as workdir:
         final = train_lib.train_and_evaluate(config, workdir)
-    return (config.batch_size / final["images_per_sec"],
-            config.batch_size / final["loop_images_per_sec"])
+    return (config.input.batch_size / final["images_per_sec"],
+            config.input.batch_size / final["loop_images_per_sec"])
 
 
 def measure(config, num_classes: int, k: int, steps: int,
@@ -184,7 +184,7 @@ def measure(config, num_classes: int, k: int, steps: int,
         "host_loop_overhead": host,
         "total_overhead": (1 + in_graph) * (1 + host) - 1,
         "input_pipeline_cost": ratio("input_host_loop", "host_loop") - 1,
-        "images_per_s": config.batch_size / med["host_loop"],
+        "images_per_s": config.input.batch_size / med["host_loop"],
     }
 
 

@@ -9,42 +9,51 @@ their arguments.
 from __future__ import annotations
 
 import difflib
+import json
 import os
 import re
-from typing import Any, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional
 
 import ml_collections
+from absl import logging
 
-from keras_vit.config_schema import FREE_FORM, base_config
+from keras_vit.config_schema import EVALUATORS, base_config, evaluator
 from keras_vit.errors import UsageError
 
 __all__ = [
     "base_config", "complete", "field_names", "closest_field",
-    "unknown_field_message", "upgrade", "packaged_configs",
+    "unknown_field_message", "upgrade", "moved_path", "MOVED", "replace",
+    "complete_evaluator", "find_evaluator",
+    "packaged_configs",
     "packaged_config", "parse_config_arg", "epochs_to_steps",
 ]
 
 
 def field_names(config: ml_collections.ConfigDict,
                 prefix: str = "") -> List[str]:
-    """Dotted names of every field of `config`, sub-dicts included."""
+    """Dotted names of every field of `config`, sub-dicts included (each
+    evaluator's fields; not the names a free-form dict holds inside it,
+    such as a few-shot evaluator's data sets)."""
     names = []
     for key in config.keys():
         name = prefix + key
         names.append(name)
         value = config[key]
-        if (isinstance(value, ml_collections.ConfigDict)
-                and name not in FREE_FORM):
+        if isinstance(value, ml_collections.ConfigDict) and not (
+                name.endswith(".datasets") and name.startswith("evals.")):
             names.extend(field_names(value, name + "."))
     return names
 
 
 def closest_field(name: str, config=None) -> Optional[str]:
     """The real field (dotted name) closest to the dotted `name`, or None:
-    a field of the same name in another section ("resize_size" ->
-    "pp.resize_size"), else a sibling with a similar name (a typo), else a
-    similar name in another section."""
+    the field an earlier version's name moved to ("batch_size" ->
+    "input.batch_size"), a field of the same name in another section
+    ("resize_size" -> "input.pp.resize_size"), else a sibling with a
+    similar name (a typo), else a similar name in another section."""
     config = base_config() if config is None else config
+    if name in MOVED:
+        return MOVED[name]
     names = field_names(config)
     parent, _, leaf = name.rpartition(".")
     leaves = {}
@@ -92,8 +101,11 @@ def complete(
     """`values` laid over the base config (or its dotted `section`, e.g.
     "optimizer"): fields `values` leaves out keep their defaults.
 
-    A key the base does not know is an error naming it and the closest real
-    field. Values that were JSON (lists for tuples) are accepted.
+    Values of an earlier version (a saved config.json: flat `batch_size`,
+    `image_size`, ...) are upgraded first (`upgrade`). A key the base does
+    not know is an error naming it and the closest real field. Values that
+    were JSON (lists for tuples) are accepted. Each entry of `evals` is
+    built from its `type`'s fields (`config_schema.EVALUATORS`).
 
     Args:
         values: dict or ConfigDict, nested like the config.
@@ -108,35 +120,58 @@ def complete(
     """
     config = base_config()
     prefix = ""
+    if isinstance(values, ml_collections.ConfigDict):
+        values = values.to_dict()
     if not section:
-        values = upgrade(values)
+        values = upgrade(values, where=where)
     if section:
         for part in section.split("."):
             config = config[part]
         prefix = section + "."
-    if isinstance(values, ml_collections.ConfigDict):
-        values = values.to_dict()
     _lay_over(config, dict(values), prefix, where)
     config.lock()
     return config
 
 
+def replace(config: ml_collections.ConfigDict,
+            **sections: Mapping[str, Any]) -> ml_collections.ConfigDict:
+    """A locked copy of `config` with fields of the named sections set
+    (`replace(config, model={"variant": None})`, dotted sections as
+    `**{"input.pp": {...}}`); `config` itself is never changed: a
+    component that needs another config derives one."""
+    out = config.copy_and_resolve_references()
+    out.unlock()
+    for section, values in sections.items():
+        target = out
+        for part in section.split("."):
+            target = target[part]
+        for key, value in values.items():
+            if key not in target:
+                raise UsageError(unknown_field_message(f"{section}.{key}"))
+            with target.ignore_type():
+                target[key] = value
+    out.lock()
+    return out
+
+
 # Fields that take values of more than one type: an int or (height, width).
-ANY_TYPE = ("image_size",)
+ANY_TYPE = ("model.image_size",)
 
 
 def _lay_over(config, values: Mapping[str, Any], prefix: str,
               where: str) -> None:
     for key, value in values.items():
         name = prefix + key
+        if name == "evals":
+            _lay_evaluators(config, value, where)
+            continue
         if key not in config:
             raise UsageError(
                 f"{where}: {unknown_field_message(name)} "
                 "(keras_vit/config_schema.py defines every field)"
             )
-        if isinstance(config[key], ml_collections.ConfigDict) and (
-            name not in FREE_FORM
-        ):
+        if isinstance(config[key], ml_collections.ConfigDict) and not (
+                name.endswith(".datasets") and name.startswith("evals.")):
             if not isinstance(value, Mapping):
                 raise UsageError(
                     f"{where}: config.{name} is a section of fields, not "
@@ -156,23 +191,201 @@ def _lay_over(config, values: Mapping[str, Any], prefix: str,
             raise UsageError(f"{where}: config.{name}: {e}") from None
 
 
-# Fields of older configs and what replaced them.
+def _lay_evaluators(config, values: Mapping[str, Any], where: str) -> None:
+    """The named evaluators of `values`, each built from its `type`'s
+    fields (an entry the base has keeps its type unless it names
+    another)."""
+    if not isinstance(values, Mapping):
+        raise UsageError(f"{where}: config.evals is a section of named "
+                         f"evaluators, not {values!r}.")
+    for name, entry in values.items():
+        if not isinstance(entry, Mapping):
+            raise UsageError(
+                f"{where}: config.evals.{name} is an evaluator (a section "
+                f"with a `type`: {', '.join(EVALUATORS)}), not {entry!r}.")
+        kind = entry.get("type") or (
+            config.evals[name].type if name in config.evals else None)
+        if kind not in EVALUATORS:
+            raise UsageError(
+                f"{where}: config.evals.{name}.type is {kind!r}: an "
+                f"evaluator is one of {', '.join(EVALUATORS)}.")
+        if name not in config.evals or config.evals[name].type != kind:
+            with config.evals.unlocked():
+                config.evals[name] = evaluator(kind)
+        _lay_over(config.evals[name], dict(entry), f"evals.{name}.", where)
+
+
+def complete_evaluator(values: Mapping[str, Any], kind: str, *,
+                       where: str = "evaluator") -> ml_collections.ConfigDict:
+    """An evaluator of type `kind` (`config_schema.EVALUATORS`) with
+    `values` laid over its defaults; a ConfigDict is returned as it is."""
+    if isinstance(values, ml_collections.ConfigDict):
+        return values
+    entry = evaluator(kind)
+    _lay_over(entry, dict(values, type=kind), f"evals.{kind}.", where)
+    entry.lock()
+    return entry
+
+
+def find_evaluator(evals, kind: str) -> ml_collections.ConfigDict:
+    """The evaluator of type `kind` in a config's `evals` section: the one
+    named `kind`, else the only one of that type."""
+    if kind in evals and evals[kind].type == kind:
+        return evals[kind]
+    found = [e for e in evals.values() if e.type == kind]
+    if len(found) != 1:
+        raise UsageError(
+            f"config.evals has {len(found)} evaluators of type {kind!r}: "
+            f"one is needed (configs/{kind}.py adds config.evals.{kind}; "
+            f"or name yours config.evals.{kind}).")
+    return found[0]
+
+
+# Fields of older configs that name a model source, and what replaced
+# them.
 RENAMED = {
     "init.npz": "init.model",
     "init.keras_model": "init.model",
     "init.workdir": "init.model",
 }
 
+# Where every field of the flat config of earlier versions went (the one
+# table of `upgrade`); a section moved whole maps its every field.
+MOVED = {
+    **{f: f"input.{f}" for f in (
+        "dataset", "vtab_task", "data_dir", "download", "manual_dir",
+        "image_key", "label_key", "skip_bad_images", "train_split",
+        "train_examples_per_class", "batch_size", "shuffle_buffer",
+        "cache_train", "prefetch", "synthetic_data")},
+    "image_size": "model.image_size",
+    "num_classes": "model.num_classes",
+    "eval_split": "evals.test.split",
+    "val_split": "evals.test.val_split",
+    "eval_every_steps": "evals.test.every_steps",
+    "eval_batch_size": "evals.test.batch_size",
+    "cache": "evals.test.cache",
+    "loss": "objective.loss",
+    "label_smoothing": "objective.label_smoothing",
+    "grad_clip_norm": "trainer.grad_clip_norm",
+    **{f"optimizer.{f}": f"schedule.{f}" for f in (
+        "lr", "warmup_steps", "decay_type", "end_lr")},
+    **{f: f"trainer.{f}" for f in (
+        "total_steps", "accumulation_steps", "dtype", "jit_compile",
+        "steps_per_loop", "skip_nonfinite", "ema_decay",
+        "connect_timeout_s")},
+    "checkpoint_every_steps": "checkpoints.every_steps",
+    "keep_checkpoints": "checkpoints.keep",
+    "checkpoint_iterator": "checkpoints.iterator",
+    "log_every_steps": "log.every_steps",
+    **{f"pp.{f}": f"input.pp.{f}" for f in (
+        "train", "resize_size", "eval_resize_size", "area_range", "flip",
+        "randaug_ops", "randaug_magnitude")},
+    **{f"mix.{f}": f"input.mix.{f}" for f in ("mixup_alpha",
+                                               "cutmix_alpha")},
+    **{f"mpp.{f}": f"objective.mpp.{f}" for f in (
+        "enabled", "corrupt_rate", "mask_fraction", "random_fraction",
+        "target", "colour_bits", "grid_size")},
+    **{f"fewshot.{f}": f"evals.fewshot.{f}" for f in (
+        "datasets", "shots", "seeds", "l2_reg", "layer", "layer_norm")},
+    **{f"vtab.{f}": f"evals.vtab.{f}" for f in (
+        "tasks", "keep_checkpoints", "sweep.enabled", "sweep.lrs",
+        "sweep.steps")},
+}
+# Sections of earlier versions whose fields all moved.
+_OLD_SECTIONS = ("pp", "mix", "mpp", "fewshot", "vtab")
 
-def upgrade(values: Mapping[str, Any]) -> Mapping[str, Any]:
-    """A saved config (config.json) with the fields of an older version
-    mapped to their successors (RENAMED): init.npz, init.keras_model and
-    init.workdir become init.model; num_classes 0, once "from the data",
-    is None."""
+
+def moved_path(name: str) -> Optional[str]:
+    """The dotted path that an earlier version's field `name` moved to, or
+    None ("batch_size" -> "input.batch_size")."""
+    return MOVED.get(name)
+
+
+def _set(values: Dict[str, Any], path: str, value: Any) -> None:
+    parts = path.split(".")
+    for part in parts[:-1]:
+        values = values.setdefault(part, {})
+    values[parts[-1]] = value
+
+
+def _pop(values: Dict[str, Any], path: str) -> Any:
+    parts = path.split(".")
+    for part in parts[:-1]:
+        values = values.get(part)
+        if not isinstance(values, dict):
+            return _MISSING
+    return values.pop(parts[-1], _MISSING)
+
+
+def _unused_protocol(old: Mapping[str, Any], kind: str) -> bool:
+    """Whether an earlier version's `fewshot` or `vtab` section holds only
+    its defaults (every earlier config.json has them): nothing to move."""
+    default = json.loads(json.dumps(evaluator(kind).to_dict()))
+    default.pop("type")
+    default.pop("batch_size", None)
+    return not old.get("datasets") and all(
+        old.get(k, v) == v for k, v in default.items())
+
+
+def upgrade(values: Mapping[str, Any], *, where: str = "config"
+            ) -> Mapping[str, Any]:
+    """A config (a saved config.json, a dict) with the fields of an
+    earlier version moved to their place in the sections of this one
+    (`MOVED`), with a one-line notice naming the new paths: the flat
+    `batch_size` becomes `input.batch_size`, ...; init.npz,
+    init.keras_model and init.workdir become init.model; num_classes 0,
+    once "from the data", is None. A field given both ways is an error."""
     if isinstance(values, ml_collections.ConfigDict):
         values = values.to_dict()
-    if values.get("num_classes") == 0:
-        values = dict(values, num_classes=None)
+    values = _upgrade_init(json.loads(json.dumps(dict(values), default=list)))
+    for kind in ("fewshot", "vtab"):
+        old = values.get(kind)
+        if isinstance(old, dict) and _unused_protocol(old, kind):
+            del values[kind]
+    moved = []
+    for old in sorted(MOVED, key=lambda n: -n.count(".")):
+        value = _pop(values, old)
+        if value is _MISSING:
+            continue
+        new = MOVED[old]
+        if _get(values, new) is not _MISSING:
+            raise UsageError(
+                f"{where}: config.{old} and config.{new} are the same field "
+                f"(config.{old} is an earlier version's name): keep "
+                f"config.{new}.")
+        if new == "model.num_classes" and value == 0:
+            value = None
+        _set(values, new, value)
+        moved.append(old)
+    for section in ("vtab.sweep",) + _OLD_SECTIONS:
+        if _get(values, section) == {}:
+            _pop(values, section)
+    for kind in ("fewshot", "vtab"):
+        entry = _get(values, f"evals.{kind}")
+        if isinstance(entry, dict):
+            entry.setdefault("type", kind)
+    if moved:
+        moved.reverse()
+        logging.warning(
+            "%s: fields of an earlier version, read in their new place: %s.",
+            where, ", ".join(f"{o} -> {MOVED[o]}" for o in moved[:4])
+            + (f" and {len(moved) - 4} more" if len(moved) > 4 else ""))
+    return values
+
+
+_MISSING = object()
+
+
+def _get(values: Mapping[str, Any], path: str) -> Any:
+    for part in path.split("."):
+        if not isinstance(values, Mapping) or part not in values:
+            return _MISSING
+        values = values[part]
+    return values
+
+
+def _upgrade_init(values: Dict[str, Any]) -> Dict[str, Any]:
+    """init.npz, init.keras_model and init.workdir become init.model."""
     init = values.get("init")
     if not isinstance(init, Mapping):
         return values

@@ -80,14 +80,14 @@ def run_config(setting: str, seed: int, train_examples: int, steps: int):
     aug, rate = SETTINGS[setting]
     c = _digits_config()
     c.seed = seed
-    c.train_split = f"train[:{train_examples}]"
-    c.batch_size = 64
-    c.total_steps = steps
-    c.optimizer.warmup_steps = min(100, steps // 3)
-    c.eval_every_steps = 0
-    c.checkpoint_every_steps = 0
-    c.log_every_steps = steps
-    c.steps_per_loop = 50
+    c.input.train_split = f"train[:{train_examples}]"
+    c.input.batch_size = 64
+    c.trainer.total_steps = steps
+    c.schedule.warmup_steps = min(100, steps // 3)
+    c.evals.test.every_steps = 0
+    c.checkpoints.every_steps = 0
+    c.log.every_steps = steps
+    c.trainer.steps_per_loop = 50
     common.set_augmentation(c, aug)
     c.model.dropout_rate = rate
     c.model.stochastic_depth_rate = rate
@@ -114,8 +114,8 @@ def main(argv=None) -> int:
             runs.append(dict(
                 setting=setting, seed=seed,
                 aug=SETTINGS[setting][0],
-                randaug=[config.pp.randaug_ops, config.pp.randaug_magnitude],
-                mixup_alpha=config.mix.mixup_alpha,
+                randaug=[config.input.pp.randaug_ops, config.input.pp.randaug_magnitude],
+                mixup_alpha=config.input.mix.mixup_alpha,
                 dropout=config.model.dropout_rate,
                 stochastic_depth=config.model.stochastic_depth_rate,
                 test_accuracy=metrics["test_accuracy"],

@@ -60,7 +60,7 @@ What holds throughout:
   not bit-identical to an uninterrupted run.)
 - **No silent wrong answers.** A non-finite loss or gradient stops training
   (naming the step and the last good checkpoint) or, with
-  `config.skip_nonfinite=True`, skips exactly that update and counts it;
+  `config.trainer.skip_nonfinite=True`, skips exactly that update and counts it;
   a checkpoint of another model is refused before anything is loaded;
   labels beyond the model's classes stop the pipeline.
 - **A model file cannot crash the process, exhaust its memory or reach
@@ -73,9 +73,9 @@ What holds throughout:
   loaded, each refused in one line naming the file, within 64 MiB plus
   twice the file's size of peak memory.
 - **Bad input names the problem and the fix**, or is skipped and counted
-  where the user asked for skipping (`config.skip_bad_images=True`).
+  where the user asked for skipping (`config.input.skip_bad_images=True`).
 - **Every process ends, in bounded time.** A multi-worker worker waits for
-  the others at most `config.connect_timeout_s`, ends on SIGTERM while it
+  the others at most `config.trainer.connect_timeout_s`, ends on SIGTERM while it
   waits, saves and stops with the others on SIGTERM while it trains, and
   stops within seconds when another worker dies; each of these ends in one
   line (the traceback only with `--verbose`).

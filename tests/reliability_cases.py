@@ -95,12 +95,12 @@ _CASES = [
         "checkpoint, which exists and holds finite weights; nothing is "
         "saved after the bad step.",
         ("Non-finite loss", "first at step 13", "Last good checkpoint:",
-         "ckpt-10", "set config.skip_nonfinite=True"),
+         "ckpt-10", "set config.trainer.skip_nonfinite=True"),
         "TrainingError",
     ),
     Case(
         "nan_batch_skipped", FAULT, "training",
-        "NaN in two training batches with `config.skip_nonfinite=True`",
+        "NaN in two training batches with `config.trainer.skip_nonfinite=True`",
         "Both updates are skipped and counted (log, metrics.json "
         "`skipped_steps_this_run`); the run ends at the configured step "
         "with finite checkpoints.",
@@ -164,12 +164,12 @@ _CASES = [
     Case(
         "worker_never_comes", FAULT, "multi-worker",
         "Worker 0 of a 2-worker TF_CONFIG started alone "
-        "(`--config.connect_timeout_s=10`)",
+        "(`--config.trainer.connect_timeout_s=10`)",
         "It waits in Python, logging the missing worker after 5 s and then "
         "every 30 s, and exits with status 1 after the timeout, in one line "
         "that names the missing address (default timeout: 600 s).",
         ("worker 1 (127.0.0.1:", "did not come up within 10 s "
-         "(--config.connect_timeout_s)", "raise --config.connect_timeout_s"),
+         "(--config.trainer.connect_timeout_s)", "raise --config.trainer.connect_timeout_s"),
         "exit status 1",
     ),
     Case(
@@ -219,7 +219,7 @@ _CASES = [
         "A .jpg file of random bytes in an image folder",
         "A clear error naming the file and the decoder's reason.",
         ("Cannot decode 3 image file(s)", "bad.jpg",
-         "Unknown image file format", "set config.skip_bad_images=True"),
+         "Unknown image file format", "set config.input.skip_bad_images=True"),
         "UsageError",
     ),
     Case(
@@ -238,7 +238,7 @@ _CASES = [
     ),
     Case(
         "skip_bad_images", BAD_INPUT, "data",
-        "The same three files with `config.skip_bad_images=True`",
+        "The same three files with `config.input.skip_bad_images=True`",
         "They are left out, counted and named in the log; training runs "
         "on the readable images.",
         ("Skipping 3 unreadable image file(s) of split 'train'",),
@@ -287,17 +287,17 @@ _CASES = [
         "missing_split", BAD_INPUT, "data",
         "An eval split that does not exist (image folder without test/)",
         "A clear error at start-up, before any training.",
-        ("config.eval_split='test'", "has no split 'test'",
+        ("config.evals.test.split='test'", "has no split 'test'",
          "set it to an existing split"),
         "UsageError",
     ),
     Case(
         "labels_out_of_range", BAD_INPUT, "data",
-        "More classes in the data than `config.num_classes` (10 digit "
+        "More classes in the data than `config.model.num_classes` (10 digit "
         "classes, num_classes=5)",
         "A clear error instead of a silently wrong loss.",
-        ("Label out of range", "config.num_classes=5",
-         "Set config.num_classes to the number of classes in the data"),
+        ("Label out of range", "config.model.num_classes=5",
+         "Set config.model.num_classes to the number of classes in the data"),
         "UsageError",
     ),
     Case(
@@ -312,7 +312,7 @@ _CASES = [
         "missing_data_dir", BAD_INPUT, "data",
         "`dataset='folder'` with a data_dir that does not exist",
         "A clear error.",
-        ("does not exist", "set config.data_dir"),
+        ("does not exist", "set config.input.data_dir"),
         "UsageError",
     ),
     # -------------------------------------------------------- bad config

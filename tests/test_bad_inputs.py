@@ -45,14 +45,14 @@ def config(**overrides):
     c.update(dict(batch_size=8, total_steps=2, steps_per_loop=2,
                   log_every_steps=2, eval_every_steps=0,
                   checkpoint_every_steps=0, jit_compile=False))
-    c.optimizer.warmup_steps = 0
+    c.schedule.warmup_steps = 0
     return tiny.set_fields(c, overrides)
 
 
 def folder_config(root, **overrides):
     overrides = dict(dict(image_size=16), **overrides)
     c = config(dataset="folder", data_dir=str(root), **overrides)
-    c.pp.resize_size = None
+    c.input.pp.resize_size = None
     return c
 
 

@@ -275,7 +275,7 @@ def test_compare_tree_times_another_checkout_beside_ours(
 LOOP_ARGS = [
     "--config=configs/digits.py", "--config.model.hidden_size=32",
     "--config.model.mlp_dim=64", "--config.model.num_layers=1",
-    "--config.batch_size=16", "--config.jit_compile=False",
+    "--config.input.batch_size=16", "--config.trainer.jit_compile=False",
     "--steps=2", "--repeats=1",
 ]
 

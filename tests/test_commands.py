@@ -116,8 +116,8 @@ def test_library_words_become_the_commands_flags():
     values = flags.FlagValues()
     module("train").define_flags(values, ["keras-vit-train"])
     assert runner.shell_words(
-        "set config.num_classes=N in config.json or keras_vit/config.py",
-        values) == ("set --config.num_classes=N in config.json or "
+        "set config.model.num_classes=N in config.json or keras_vit/config.py",
+        values) == ("set --config.model.num_classes=N in config.json or "
                     "keras_vit/config.py")
     # A library message names create_strategy's arguments; keras-vit-train
     # prints their flags.
@@ -299,14 +299,14 @@ def test_config_by_name_and_by_path(tmp_path):
     assert os.path.samefile(os.path.join(ROOT, "configs"),
                             config_lib.CONFIGS_DIR)
     few = parse_train(["--config=digits_few_labels:labels=5,init=/r/e.npz",
-                       "--config.total_steps=7", "--workdir=w"]).config
+                       "--config.trainer.total_steps=7", "--workdir=w"]).config
     assert (few.train_examples_per_class, few.init.model, few.total_steps) \
         == (5, "/r/e.npz", 7)
     own = tmp_path / "mine.py"
     own.write_text("from keras_vit.configs import digits\n"
                    "def get_config(arg=None):\n"
                    "    c = digits.get_config()\n"
-                   "    c.total_steps = int(arg)\n"
+                   "    c.trainer.total_steps = int(arg)\n"
                    "    return c\n")
     assert parse_train([f"--config={own}:11", "--workdir=w"]
                        ).config.total_steps == 11

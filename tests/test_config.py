@@ -123,7 +123,7 @@ def test_misspelt_field_in_code_names_the_closest():
      "instead of \"totl_steps\"?"),
     ("--config.resize_size=32",
      "config.resize_size is not a config field; did you mean "
-     "config.pp.resize_size?"),
+     "config.input.pp.resize_size?"),
     ("--config.model.weight_decay=0.1",
      "did you mean config.optimizer.weight_decay?"),
     ("--config.optimizer.learning_rate=0.1",
@@ -147,10 +147,10 @@ def test_complete_lays_values_over_the_defaults():
     c = config_lib.complete({"total_steps": 5, "pp": {"flip": False},
                              "model": {"resnet_layers": [3, 4, 9]},
                              "image_size": [32, 48]})
-    assert c.is_locked and c.total_steps == 5 and not c.pp.flip
-    assert c.pp.train == "finetune"  # a default
+    assert c.is_locked and c.trainer.total_steps == 5 and not c.input.pp.flip
+    assert c.input.pp.train == "finetune"  # a default
     assert c.model.resnet_layers == (3, 4, 9)  # JSON list -> tuple
-    assert tuple(c.image_size) == (32, 48)  # (height, width) allowed
+    assert tuple(c.model.image_size) == (32, 48)  # (height, width) allowed
     opt = config_lib.complete({"name": "sgd"}, "optimizer")
     assert (opt.name, opt.momentum, opt.lr) == ("sgd", 0.9, 1e-3)
     with pytest.raises(ValueError, match=r"did you mean config\.optimizer"
@@ -183,12 +183,12 @@ def test_read_config_of_an_old_workdir_fills_the_defaults(tmp_path):
     saved["total_steps"] = 7
     wd.write_json(str(tmp_path / wd.CONFIG), saved)
     config = wd.read_config(str(tmp_path))
-    assert config.is_locked and config.total_steps == 7
-    assert config.pp.resize_size == 36 and config.pp.eval_resize_size is None
+    assert config.is_locked and config.trainer.total_steps == 7
+    assert config.input.pp.resize_size == 36 and config.input.pp.eval_resize_size is None
     assert config.export.enabled is False and config.export.model_name
-    assert config.skip_nonfinite is False
+    assert config.trainer.skip_nonfinite is False
     assert config.model.resnet_layers is None
-    assert config.vtab.tasks == "all"
+    assert config.evals.vtab.tasks == "all"
     assert tuple(config.optimizer.no_decay) == tuple(
         config_lib.base_config().optimizer.no_decay)
     assert config_lib.field_names(config) == config_lib.field_names(

@@ -334,13 +334,13 @@ TOTAL = 150
 TRAIN_PY = [
     os.path.join(ROOT, "train.py"),
     "--config=" + os.path.join(ROOT, "configs", "digits.py"),
-    "--config.image_size=16", "--config.pp.resize_size=18",
+    "--config.model.image_size=16", "--config.input.pp.resize_size=18",
     "--config.model.num_layers=1", "--config.model.hidden_size=16",
     "--config.model.mlp_dim=16", "--config.model.num_heads=2",
-    f"--config.total_steps={TOTAL}", "--config.steps_per_loop=2",
-    "--config.log_every_steps=2", "--config.eval_every_steps=0",
-    "--config.checkpoint_every_steps=0", "--config.batch_size=16",
-    "--config.jit_compile=False", "--config.optimizer.warmup_steps=0",
+    f"--config.trainer.total_steps={TOTAL}", "--config.trainer.steps_per_loop=2",
+    "--config.log.every_steps=2", "--config.evals.test.every_steps=0",
+    "--config.checkpoints.every_steps=0", "--config.input.batch_size=16",
+    "--config.trainer.jit_compile=False", "--config.schedule.warmup_steps=0",
     "--strategy=auto",
 ]
 

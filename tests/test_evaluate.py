@@ -34,10 +34,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VTAB_CONFIG = os.path.join(ROOT, "configs", "vtab.py")
 FEWSHOT_CONFIG = os.path.join(ROOT, "configs", "fewshot.py")
 TINY_VTAB = [
-    "--config.image_size=32", "--config.batch_size=4",
-    "--config.eval_batch_size=4", "--config.total_steps=1",
-    "--config.steps_per_loop=1", "--config.checkpoint_every_steps=0",
-    "--config.jit_compile=False", "--config.shuffle_buffer=8",
+    "--config.model.image_size=32", "--config.input.batch_size=4",
+    "--config.evals.test.batch_size=4", "--config.trainer.total_steps=1",
+    "--config.trainer.steps_per_loop=1", "--config.checkpoints.every_steps=0",
+    "--config.trainer.jit_compile=False", "--config.input.shuffle_buffer=8",
 ]
 MOCK = dict(num_examples=4, policy=tfds.testing.MockPolicy.USE_CODE)
 
@@ -128,7 +128,7 @@ def test_cli_eval_of_a_run_equals_its_own_final_metrics(tmp_path, capsys):
     config = module.get_config()
     config.model.update(hidden_size=32, num_layers=1, num_heads=2,
                         mlp_dim=64)
-    config.optimizer.warmup_steps = 1
+    config.schedule.warmup_steps = 1
     config.update(total_steps=2, steps_per_loop=1, batch_size=32,
                   jit_compile=False, eval_every_steps=0,
                   checkpoint_every_steps=0, log_every_steps=1)
@@ -198,7 +198,7 @@ def test_cli_vtab_one_task(tmp_path, capsys):
     out = str(tmp_path / "out")
     with tfds.testing.mock_data(**MOCK):
         code = cli("--mode=vtab", f"--config={VTAB_CONFIG}", *TINY_VTAB,
-                   f"--config.data_dir={tmp_path}", f"--model={npz}",
+                   f"--config.input.data_dir={tmp_path}", f"--model={npz}",
                    f"--output_dir={out}", "--tasks=smallnorb_elev",
                    "--name=tiny")
     assert code == 0
@@ -218,7 +218,7 @@ def test_sweep_picks_the_best_pair_on_two_replicas(tmp_path):
     config.update(image_size=32, batch_size=4, eval_batch_size=4,
                   total_steps=1, steps_per_loop=1, checkpoint_every_steps=0,
                   jit_compile=False, shuffle_buffer=8, data_dir=str(tmp_path))
-    config.vtab.sweep.update(enabled=True, lrs=(0.001, 0.5), steps=(1,))
+    config.evals.vtab.sweep.update(enabled=True, lrs=(0.001, 0.5), steps=(1,))
     npz = str(tmp_path / "src.npz")
     checkpoint.save_npz(tiny(num_classes=3, image_size=16), npz)
     strategy = two_cpu_mirrored()
@@ -248,8 +248,8 @@ def test_cli_fewshot_on_digits(tmp_path, capsys):
     tiny(representation_size=16).save(path)
     out = str(tmp_path / "fs")
     code = cli("--mode=fewshot", f"--config={FEWSHOT_CONFIG}:digits",
-               "--config.image_size=32", "--config.pp.eval_resize_size=36",
-               "--config.fewshot.shots=(1,2)", "--config.fewshot.seeds=(0,)",
+               "--config.model.image_size=32", "--config.input.pp.eval_resize_size=36",
+               "--config.evals.fewshot.shots=(1,2)", "--config.evals.fewshot.seeds=(0,)",
                f"--model={path}", f"--output_dir={out}")
     assert code == 0
     saved = json.load(open(os.path.join(out, "fewshot.json")))

@@ -92,7 +92,7 @@ def test_cli_workdir_source(images, tmp_path, capsys):
     config = tiny.digits_base()
     config.model.update(hidden_size=32, num_layers=1, num_heads=2,
                         mlp_dim=64, head_zero_init=False)
-    config.pp.eval_resize_size = 40
+    config.input.pp.eval_resize_size = 40
     names = [f"digit {i}" for i in range(10)]
     # A workdir as a run leaves it: config, labels, a checkpoint.
     workdir = str(tmp_path / "run")

@@ -250,8 +250,8 @@ def test_preprocess_pretrain_seeded():
 # ----------------------------------------------------------------- digits
 def digits_config(**overrides):
     config = tiny.digits_base()
-    config.image_size = 16
-    config.pp.resize_size = 18
+    config.model.image_size = 16
+    config.input.pp.resize_size = 18
     return tiny.set_fields(config, overrides)
 
 
@@ -302,7 +302,7 @@ def test_synthetic_data_repeats_the_first_real_batch():
     config = digits_config()
     real = iter(ip.train_dataset(config, 8))
     first, second = next(real), next(real)
-    config.synthetic_data = True
+    config.input.synthetic_data = True
     synthetic = iter(ip.train_dataset(config, 8))
     for _ in range(3):
         images, labels = next(synthetic)
@@ -424,14 +424,14 @@ def test_image_folder_source(tmp_path):
 
 
 def _tiny_train_config(config, workdir_steps=2):
-    config.total_steps = workdir_steps
-    config.batch_size = 4
-    config.steps_per_loop = 1
-    config.log_every_steps = 1
-    config.eval_every_steps = 0
-    config.checkpoint_every_steps = 0
-    config.jit_compile = False
-    config.optimizer.warmup_steps = 0
+    config.trainer.total_steps = workdir_steps
+    config.input.batch_size = 4
+    config.trainer.steps_per_loop = 1
+    config.log.every_steps = 1
+    config.evals.test.every_steps = 0
+    config.checkpoints.every_steps = 0
+    config.trainer.jit_compile = False
+    config.schedule.warmup_steps = 0
     config.model.hidden_size = 16
     config.model.mlp_dim = 16
     config.model.num_layers = 1

@@ -134,7 +134,7 @@ def test_workdir_without_class_count_names_the_fix(sources, tmp_path):
     run = str(tmp_path / "old_run")
     shutil.copytree(sources["workdir"].path, run)
     os.remove(os.path.join(run, wd.LABELS))  # as runs once left it
-    with pytest.raises(ValueError, match="config.num_classes=N"):
+    with pytest.raises(ValueError, match="config.model.num_classes=N"):
         loader.load_model(loader.WorkdirSource(run))
     config_path = os.path.join(run, wd.CONFIG)
     config = json.load(open(config_path))

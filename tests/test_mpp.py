@@ -408,7 +408,7 @@ def test_examples_per_class_is_a_seeded_draw(tmp_path):
     ds = input_pipeline.train_dataset(config, 30).take(20)
     images = np.concatenate([b[0].numpy() for b in ds])
     assert len({im.tobytes() for im in images}) == 30  # the 30, repeated
-    config.dataset = "mnist"
+    config.input.dataset = "mnist"
     with pytest.raises(ValueError, match="slice train_split instead"):
         input_pipeline.train_dataset(config, 30)
 
@@ -455,14 +455,14 @@ def test_mpp_pretrain_recipe_has_the_paper_numbers_and_runs_shrunk(
     from tests.test_recipes import ROOT, load, shrink
 
     config = load(os.path.join(ROOT, "configs", "mpp_pretrain.py"), "B/16")
-    assert config.mpp.enabled and config.mpp.target == "mean_colour"
-    assert (config.mpp.corrupt_rate, config.mpp.mask_fraction,
-            config.mpp.random_fraction) == (0.5, 0.8, 0.1)
+    assert config.objective.mpp.enabled and config.objective.mpp.target == "mean_colour"
+    assert (config.objective.mpp.corrupt_rate, config.objective.mpp.mask_fraction,
+            config.objective.mpp.random_fraction) == (0.5, 0.8, 0.1)
     opt = config.optimizer
     assert (opt.name, opt.lr, opt.warmup_steps, opt.decay_type) == (
         "adam", 2e-4, 10_000, "cosine")
-    assert (config.batch_size, config.total_steps) == (4096, 1_000_000)
-    assert config.dtype == "bfloat16" and config.model.variant == "B/16"
+    assert (config.input.batch_size, config.trainer.total_steps) == (4096, 1_000_000)
+    assert config.trainer.dtype == "bfloat16" and config.model.variant == "B/16"
     config = shrink(config)
     with tfds.testing.mock_data(num_examples=8,
                                 policy=tfds.testing.MockPolicy.USE_CODE):

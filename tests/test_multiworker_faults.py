@@ -70,7 +70,7 @@ def test_setup_failures_and_waits_end_in_one_line(tmp_path):
     procs = {
         "worker_never_comes": start(
             "worker_never_comes", alone,
-            ["--config.connect_timeout_s=10"]),
+            ["--config.trainer.connect_timeout_s=10"]),
         "sigterm_while_waiting": start("sigterm_while_waiting", waiting),
         "tpu_absent": start("tpu_absent", args=["--strategy=tpu"]),
         "tpu_local_absent": start(
@@ -123,7 +123,7 @@ def test_killed_worker_stops_the_other_and_the_restart_ends_cleanly(
     tmp_path,
 ):
     steps = 200
-    args = ["--config.checkpoint_every_steps=20"]
+    args = ["--config.checkpoints.every_steps=20"]
     workdir = str(tmp_path / "run")
     ckpt_dir = os.path.join(workdir, "checkpoints")
     hosts = [f"127.0.0.1:{p}" for p in harness.free_ports(2)]
@@ -221,12 +221,12 @@ wd.atomic_write, tf.summary.create_file_writer = record_write, record_writer
 train_lib.build_model = record_model
 strategy = distribute.create_strategy("multiworker")
 c = digits.get_config()
-c.image_size, c.pp.resize_size = 16, 18
+c.model.image_size, c.input.pp.resize_size = 16, 18
 c.model.update(hidden_size=16, mlp_dim=16, num_layers=1, num_heads=2)
 c.update(total_steps=int(steps), batch_size=16, steps_per_loop=2,
          log_every_steps=2, eval_every_steps=0, checkpoint_every_steps=0,
          jit_compile=False)
-c.optimizer.warmup_steps = 0
+c.schedule.warmup_steps = 0
 metrics = train_lib.train_and_evaluate(c, workdir, strategy)
 np.savez(out, *[v.numpy() for v in built[0].weights])
 print("RESULT " + json.dumps(dict(metrics=metrics, written=written)))

@@ -64,8 +64,8 @@ FINETUNE_ARGS = [
 @pytest.mark.parametrize("path,arg", [(PRETRAIN, a) for a in PRETRAIN_ARGS]
                          + [(FINETUNE, a) for a in FINETUNE_ARGS])
 def test_recipe_loads_locked_with_overrides(path, arg):
-    config = load(path, arg, "--config.total_steps=7")
-    assert config.is_locked and config.total_steps == 7
+    config = load(path, arg, "--config.trainer.total_steps=7")
+    assert config.is_locked and config.trainer.total_steps == 7
     with pytest.raises(AttributeError):
         config.totl_steps = 3  # a misspelt field is an error
     with pytest.raises((KeyError, AttributeError, flags.Error)):
@@ -150,16 +150,16 @@ def test_pretrain_recipe_has_the_paper_numbers(variant, hidden):
     assert (o.lr, o.weight_decay) == (1e-3, 0.03)  # Table 3, ImageNet-21k
     assert (o.warmup_steps, o.decay_type) == (10_000, "linear")
     assert o.end_lr == 1e-5  # linear decay to 1e-5, not to 0
-    assert c.loss == "sigmoid_xent" and c.model.head_bias_init == -10.0
-    assert c.batch_size == 4096 and c.grad_clip_norm == 1.0
+    assert c.objective.loss == "sigmoid_xent" and c.model.head_bias_init == -10.0
+    assert c.input.batch_size == 4096 and c.trainer.grad_clip_norm == 1.0
     assert c.model.variant == variant
     assert (c.model.dropout_rate, c.model.attention_dropout_rate) == (0.1, 0)
     assert c.model.representation_size == hidden  # pre-logits layer
-    assert c.image_size == 224 and c.pp.train == "pretrain"
-    assert tuple(c.pp.area_range) == (0.05, 1.0) and c.pp.flip
+    assert c.model.image_size == 224 and c.input.pp.train == "pretrain"
+    assert tuple(c.input.pp.area_range) == (0.05, 1.0) and c.input.pp.flip
     # 90 epochs of 14,197,122 - 50,000 held-out images at batch 4096.
-    assert c.total_steps == 310_850 == math.ceil(90 * 14_147_122 / 4096)
-    assert c.dtype == "bfloat16" and c.label_smoothing == 0.0
+    assert c.trainer.total_steps == 310_850 == math.ceil(90 * 14_147_122 / 4096)
+    assert c.trainer.dtype == "bfloat16" and c.objective.label_smoothing == 0.0
     schedule = build.build_optimizer(c)._learning_rate
     assert float(schedule(10_000)) == pytest.approx(1e-3)
     assert float(schedule(310_850)) == pytest.approx(1e-5)
@@ -172,7 +172,7 @@ def test_pretrain_recipe_has_the_paper_numbers(variant, hidden):
         variant=None, patch_size=4, hidden_size=8, num_layers=1,
         num_heads=2, mlp_dim=8, representation_size=8,
     ))
-    small.image_size, small.dtype = 8, "float32"
+    small.model.image_size, small.trainer.dtype = 8, "float32"
     model = build.build_model(small, num_classes=5)
     head = model.get_layer("head")
     np.testing.assert_array_equal(head.bias.numpy(), np.full(5, -10.0))
@@ -208,35 +208,35 @@ def test_finetune_recipe_has_the_paper_numbers(dataset, steps, test_split):
     o = c.optimizer
     assert (o.name, o.momentum, o.decay_type, o.weight_decay) == (
         "sgd", 0.9, "cosine", 0.0)
-    assert c.batch_size == 512 and c.grad_clip_norm == 1.0
-    assert c.total_steps == steps and c.eval_split == test_split
+    assert c.input.batch_size == 512 and c.trainer.grad_clip_norm == 1.0
+    assert c.trainer.total_steps == steps and c.evals.test.split == test_split
     table4 = _module(FINETUNE).DATASETS[dataset]["lrs"]
     assert o.lr in table4
     if dataset == "imagenet2012":
         # Appendix B.1.1: L/16 at 512 with Polyak averaging 0.9999.
-        assert c.image_size == 512 and c.pp.resize_size == 597
-        assert c.ema_decay == 0.9999
+        assert c.model.image_size == 512 and c.input.pp.resize_size == 597
+        assert c.trainer.ema_decay == 0.9999
         b16 = load(FINETUNE, f"dataset={dataset},variant=B/16")
         assert b16.image_size == 384 and b16.ema_decay == 0.9999
         assert load(FINETUNE, "dataset=imagenet2012,variant=H/14"
                     ).image_size == 518
     else:
-        assert c.ema_decay == 0.0
-        assert c.image_size == 384 and c.pp.resize_size == 448
-    assert c.pp.train == "finetune" and c.pp.flip
+        assert c.trainer.ema_decay == 0.0
+        assert c.model.image_size == 384 and c.input.pp.resize_size == 448
+    assert c.input.pp.train == "finetune" and c.input.pp.flip
     assert c.model.head_zero_init and c.model.representation_size is None
     assert c.init.model == "gs://vit_models/imagenet21k/ViT-L_16.npz"
     # The resize follows the resolution: 448 / 384 of it.
     assert load(FINETUNE, f"dataset={dataset}",
-                "--config.image_size=224").pp.resize_size == 261
+                "--config.model.image_size=224").pp.resize_size == 261
     assert build.build_optimizer(c).__class__.__name__ == "SGD"
 
 
 def test_finetune_vtab_task_and_arguments():
     c = load(FINETUNE, "dataset=vtab/dtd,variant=B/16")
-    assert (c.total_steps, c.optimizer.lr) == (2_500, 0.01)
-    assert c.vtab_task == "dtd" and c.dataset.startswith("dtd")
-    assert c.pp.train == "eval" and not c.pp.flip
+    assert (c.trainer.total_steps, c.schedule.lr) == (2_500, 0.01)
+    assert c.input.vtab_task == "dtd" and c.input.dataset.startswith("dtd")
+    assert c.input.pp.train == "eval" and not c.input.pp.flip
     own = load(FINETUNE, "dataset=cifar10,init=/runs/pre")
     assert own.init.model == "/runs/pre"
     keras_file = load(FINETUNE, "dataset=cifar10,init=/m/model.keras")
@@ -267,7 +267,7 @@ def shrink(config, **extra):
         dataset="cifar10", train_split="train", val_split="test",
         eval_split="test",
     ))
-    config.optimizer.warmup_steps = 1
+    config.schedule.warmup_steps = 1
     config.update(extra)
     return config
 
@@ -289,7 +289,7 @@ def test_pretrain_recipe_runs_shrunk_in_bfloat16(tmp_path, monkeypatch):
 
     config = shrink(load(PRETRAIN, "B/16"))
     config.model.representation_size = 16
-    assert config.dtype == "bfloat16"
+    assert config.trainer.dtype == "bfloat16"
     built = _capture_model(monkeypatch)
     with tfds.testing.mock_data(num_examples=8,
                                 policy=tfds.testing.MockPolicy.USE_CODE):
@@ -366,10 +366,10 @@ def test_finetune_recipe_runs_at_high_resolution(res, tmp_path, monkeypatch):
     npz = str(tmp_path / "pre.npz")
     checkpoint.save_npz(source, npz)
     arg = f"dataset=cifar10,init={npz},res={res},remat=block"
-    config = shrink(load(FINETUNE, arg, "--config.dtype=bfloat16"),
+    config = shrink(load(FINETUNE, arg, "--config.trainer.dtype=bfloat16"),
                     eval_every_steps=0, image_size=res, jit_compile=True)
     config.model.patch_size = 16
-    assert config.pp.resize_size == res * 448 // 384
+    assert config.input.pp.resize_size == res * 448 // 384
     built = _capture_model(monkeypatch)
     start = {}
     initialise = train_lib._initialise_from

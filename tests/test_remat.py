@@ -158,7 +158,7 @@ def test_config_field_builds_the_rematerialised_model():
     assert base_config().model.remat == "none"
     config = base_config()
     config.model.update(dict(variant=None, **TINY, remat="block"))
-    config.image_size = 16
+    config.model.image_size = 16
     model = build.build_model(config, num_classes=5)
     assert model.get_layer("Transformer").remat == "block"
 

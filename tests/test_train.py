@@ -231,12 +231,12 @@ def test_preempted_command_exits_42_and_closes_its_summaries(
     workdir = str(tmp_path / "run")
     argv = [
         "keras-vit-train", "--config", "digits", f"--workdir={workdir}",
-        "--config.total_steps=24", "--config.steps_per_loop=4",
-        "--config.log_every_steps=8", "--config.eval_every_steps=0",
-        "--config.checkpoint_every_steps=8", "--config.jit_compile=False",
+        "--config.trainer.total_steps=24", "--config.trainer.steps_per_loop=4",
+        "--config.log.every_steps=8", "--config.evals.test.every_steps=0",
+        "--config.checkpoints.every_steps=8", "--config.trainer.jit_compile=False",
         "--config.model.num_layers=1", "--config.model.hidden_size=16",
-        "--config.model.mlp_dim=16", "--config.batch_size=32",
-        "--config.optimizer.warmup_steps=4",
+        "--config.model.mlp_dim=16", "--config.input.batch_size=32",
+        "--config.schedule.warmup_steps=4",
     ]
     assert train_command.main(argv) == errors.PREEMPTED_EXIT_CODE == 42
     err = capsys.readouterr().err.strip().splitlines()
@@ -261,9 +261,9 @@ def test_workdir_with_another_model_is_refused(tmp_path):
 
 def test_non_finite_loss_stops_with_step_and_checkpoint(tmp_path):
     config = digits_config(total_steps=40)
-    config.optimizer.lr = 1e12
-    config.optimizer.warmup_steps = 0
-    config.grad_clip_norm = 0.0
+    config.schedule.lr = 1e12
+    config.schedule.warmup_steps = 0
+    config.trainer.grad_clip_norm = 0.0
     workdir = str(tmp_path / "run")
     with pytest.raises(train_lib.TrainingError,
                        match=r"Non-finite loss .* in steps \d+-\d+\. Last "
@@ -279,8 +279,8 @@ def test_fine_tune_from_workdir_resizes_and_reinitialises_head(tmp_path):
     source = str(tmp_path / "pre")
     train_lib.train_and_evaluate(digits_config(total_steps=4), source)
     config = digits_config(total_steps=4)
-    config.image_size = 48  # 6 x 6 grid instead of 4 x 4
-    config.pp.resize_size = 52
+    config.model.image_size = 48  # 6 x 6 grid instead of 4 x 4
+    config.input.pp.resize_size = 52
     config.init.model = source
     metrics = train_lib.train_and_evaluate(config, str(tmp_path / "ft"))
     assert metrics["steps"] == 4
@@ -293,10 +293,10 @@ def test_train_py_command_line(tmp_path):
     cmd = [
         sys.executable, os.path.join(ROOT, "train.py"), "--config=digits",
         "--workdir=" + str(tmp_path / "run"),
-        "--config.total_steps=2", "--config.steps_per_loop=1",
+        "--config.trainer.total_steps=2", "--config.trainer.steps_per_loop=1",
         "--config.model.num_layers=1", "--config.model.hidden_size=16",
-        "--config.model.mlp_dim=16", "--config.jit_compile=False",
-        "--config.optimizer.warmup_steps=0",
+        "--config.model.mlp_dim=16", "--config.trainer.jit_compile=False",
+        "--config.schedule.warmup_steps=0",
         "--strategy=cpu",
     ]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300,

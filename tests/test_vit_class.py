@@ -193,7 +193,7 @@ def test_num_classes_none_is_from_the_data_and_zero_no_head():
 
 def test_a_run_refuses_a_class_count_below_one():
     config = config_lib.base_config()
-    config.num_classes = 0
+    config.model.num_classes = 0
     with pytest.raises(UsageError, match="leave it None to read it from "
                        "the data"):
         num_classes_of(config)

@@ -34,8 +34,8 @@ def digits_config(settings=None, **overrides):
     config.model.hidden_size = 32
     config.model.mlp_dim = 64
     config.model.num_layers = 1
-    config.batch_size = 32
-    config.jit_compile = False
+    config.input.batch_size = 32
+    config.trainer.jit_compile = False
     return set_fields(config, {**(settings or {}), **overrides})
 
 

@@ -93,7 +93,7 @@ def predict(
     seed: int = 0,
 ) -> MppPictures:
     """Corrupts `images` (noise drawn with `seed`), runs the MPP model and
-    paints its predictions; the options are the run's `config.mpp`."""
+    paints its predictions; the options are the run's `config.objective.mpp`."""
     images = np.asarray(images, np.float32)
     arch = architecture_of(model)
     stride = arch.stride
@@ -203,13 +203,13 @@ def draw_for_run(
     seed: int = 0,
 ) -> Optional[str]:
     """Draws FIGURE for the workdir of an MPP run (its latest checkpoint,
-    its config.mpp options); returns its path, or None for a run that is
+    its config.objective.mpp options); returns its path, or None for a run that is
     not an MPP run."""
     config = wd.read_config(workdir)
-    if not config.mpp.enabled:
+    if not config.objective.mpp.enabled:
         return None
     model = wd.restore_model(workdir)
-    opts = config.mpp
+    opts = config.objective.mpp
     pictures = predict(
         model, images[:max_images], target=opts.target,
         colour_bits=opts.colour_bits, grid_size=opts.grid_size,
@@ -218,6 +218,6 @@ def draw_for_run(
     )
     return plot_predictions(
         pictures, os.path.join(output_dir, FIGURE),
-        stride=config_stride(config), titles=titles,
+        stride=config_stride(config.model), titles=titles,
         max_images=max_images,
     )

@@ -204,9 +204,9 @@ class WorkdirSource(_SavedKerasModel):
             if info["patch_size"] is None:
                 info["patch_size"] = spec.patch_size
         # An MPP run's model is its encoder (see `build`): no head.
-        info["num_classes"] = 0 if config.mpp.enabled else wd.num_classes(
-            config, self.path)
-        info["image_size"] = config.image_size
+        info["num_classes"] = (0 if config.objective.mpp.enabled
+                               else wd.num_classes(config.model, self.path))
+        info["image_size"] = config.model.image_size
         return info
 
 

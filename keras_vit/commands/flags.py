@@ -217,7 +217,7 @@ def resize_size(values: flags.FlagValues,
     run_config = source.run_config()
     if values.resize_size is not None or run_config is None:
         return values.resize_size
-    return run_config.pp.eval_resize_size
+    return run_config.input.pp.eval_resize_size
 
 
 def define_class_names_file(values: flags.FlagValues) -> None:
@@ -245,7 +245,7 @@ def strategy(values: flags.FlagValues, config):
         config: ConfigDict or None. Its connect_timeout_s bounds the wait
             for other workers or a remote TPU (None: the default).
     """
-    timeout = None if config is None else config.connect_timeout_s
+    timeout = None if config is None else config.trainer.connect_timeout_s
     return distribute.create_strategy(
         values.strategy, values.tpu, connect_timeout_s=timeout,
         cpu_devices=values.cpu_devices,

@@ -9,8 +9,8 @@ targets in closed form; top-1 accuracy on the test split.
 
 Some data sets only: `--config=fewshot:cifar100,pets`. A quick check
 without downloads: `--config=fewshot:digits` with a
-digits run (`--workdir=/tmp/vit_digits --config.image_size=32
---config.pp.eval_resize_size=32`: resized to 32, the whole image as
+digits run (`--workdir=/tmp/vit_digits --config.model.image_size=32
+--config.input.pp.eval_resize_size=32`: resized to 32, the whole image as
 its crop).
 
 Expected: ViT-B/16 and L/16 pre-trained on ImageNet-21k are well above
@@ -50,11 +50,11 @@ def get_config(arg=None):
         )
     c = base_config()
     # Resize to 256, then the central 224 (image_size) crop.
-    c.pp.eval_resize_size = 256
+    c.input.pp.eval_resize_size = 256
     # Feature-extraction batch (all replicas).
-    c.batch_size = 256
+    c.input.batch_size = 256
     # Data sets: name -> data source and splits.
-    c.fewshot.datasets = {
+    c.evals.fewshot.datasets = {
         name: dict(dataset=d, train_split=tr, test_split=te)
         for name, (d, tr, te) in known.items()
         if (name in names) or (not names and name in DATASETS)

@@ -345,7 +345,7 @@ def prepare_builder(
         raise DataUnavailableError(
             f"{label}: {builder.name} is not prepared in "
             f"{data_dir or 'the TFDS data directory'}. Set "
-            f"config.download=True, or run `tfds build {name}` first."
+            f"config.input.download=True, or run `tfds build {name}` first."
         )
     import tensorflow_datasets as tfds
 

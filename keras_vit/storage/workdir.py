@@ -134,23 +134,23 @@ def check_checkpoint(path: str, model) -> None:
         )
 
 
-def num_classes(config, workdir: str) -> int:
-    """The width of a run's head: config.num_classes, else the number of
-    class names the run saved.
+def num_classes(model_config, workdir: str) -> int:
+    """The width of a run's head: its `config.model.num_classes`, else the
+    number of class names the run saved.
 
     Raises:
         ValueError: neither is there (a run directory written before every
             run saved its class names).
     """
-    if config.num_classes:
-        return int(config.num_classes)
+    if model_config.num_classes:
+        return int(model_config.num_classes)
     names = read_class_names(workdir)
     if names:
         return len(names)
     raise UsageError(
         f"{workdir} does not record its class count: its {CONFIG} has "
         f"no num_classes and there is no {LABELS}. Set it in {CONFIG} "
-        '("num_classes": N, as config.num_classes=N does for a new run) '
+        '("num_classes": N, as config.model.num_classes=N does for a new run) '
         f"or write {LABELS} with one class name per line."
     )
 
@@ -181,8 +181,8 @@ def restore_model(workdir: str, *, use_ema: bool = True, checkpoint=None):
         raise FileNotFoundError(
             f"No checkpoint in {directory}: the run has not saved one yet."
         )
-    model = build.build_model(config, num_classes(config, workdir))
-    optimizer = build.build_optimizer(config)
+    model, optimizer = build.build_run(
+        config, num_classes(config.model, workdir))
     optimizer.build(model.trainable_variables)
     check_checkpoint(path, model)
     ckpt = tf.train.Checkpoint(model=model, optimizer=optimizer)
