@@ -25,8 +25,9 @@ durations are summed per training step,
     (under `jvp(...)`), backward (under `transpose(jvp(...))`), and
     "update and other" (the AdamW update, the loss and metric
     bookkeeping, copies XLA added);
-  * by kind: matmul (dot, convolution, cuBLAS and other GEMM calls, and
-    fusions that contain a dot or convolution), attention (cuDNN's fused
+  * by kind: matmul (dot, convolution, cuBLAS and other GEMM calls,
+    cuDNN's convolution calls such as the patch embedding's, and fusions
+    that contain a dot or convolution), attention (cuDNN's fused
     attention calls), layout (copies and transposes, and fusions that do
     nothing else) and elementwise (every other fusion and op: LayerNorm,
     GELU, softmax, casts, the update's arithmetic, reductions).
@@ -91,7 +92,8 @@ LAYOUT_OPS = {"copy", "transpose", "bitcast", "reshape", "copy-start",
               "copy-done", "parameter", "tuple", "get-tuple-element",
               "constant", "broadcast", "slice", "concatenate",
               "dynamic-slice", "dynamic-update-slice", "pad"}
-GEMM_TARGETS = ("gemm", "matmul", "cublas", "__onednn$matmul", "triton_gemm")
+GEMM_TARGETS = ("gemm", "matmul", "cublas", "__onednn$matmul", "triton_gemm",
+                "cudnn$conv")  # __cudnn$convForward, ...BiasActivation...
 ATTENTION_TARGETS = ("fmha", "dot_product_attention", "flash")
 PHASES = ("forward", "backward", "update and other")
 KINDS = ("matmul", "attention", "layout", "elementwise")

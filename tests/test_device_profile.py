@@ -24,7 +24,8 @@ from tests.test_accelerator import _NO_TENSORFLOW  # noqa: E402
 
 # A training step's module as XLA's GPU compiler prints it after
 # optimization (abridged): a Triton GEMM fusion, cuBLAS and cuDNN custom
-# calls, loop fusions, a dot two fusions down, a copy.
+# calls (attention, the patch embedding's convolution and its filter
+# gradient), loop fusions, a dot two fusions down, a copy.
 with open(os.path.join(ROOT, "tests", "fixtures", "hlo",
                        "gpu_train_step.txt"), encoding="utf-8") as _f:
     GPU_MODULE = _f.read()
@@ -36,6 +37,10 @@ def test_a_gpu_module_is_read_by_opcode_target_and_fused_body():
         "gemm_fusion_dot.3": ("matmul", "forward"),
         "custom-call.7": ("matmul", "backward"),
         "custom-call.8": ("attention", "forward"),
+        # cuDNN's convolutions are matmul work (the first GPU profile
+        # counted them as elementwise).
+        "cudnn-conv-bias-activation.3": ("matmul", "forward"),
+        "cudnn-conv.3": ("matmul", "backward"),
         "loop_multiply_fusion": ("elementwise", "forward"),
         "transpose_fusion": ("layout", "update and other"),
         "nested": ("matmul", "update and other"),  # a dot two calls down
