@@ -87,6 +87,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import throughput_report as report  # noqa: E402  (beside this file)
 
 import keras_vit  # noqa: E402
+import keras_vit.attention  # noqa: E402
 import keras_vit.layers  # noqa: E402
 from keras_vit.attention import MultiHeadSelfAttention  # noqa: E402
 from keras_vit.model import decode_variant  # noqa: E402
@@ -894,6 +895,19 @@ def profiled_models(spec: str) -> List[str]:
     return models
 
 
+def library_attention(dims: Dict[str, int], args) -> str:
+    """str. The attention keras_vit takes in this run by the library's own
+    rule (keras_vit/attention.py): "fused" where it tries cuDNN's fused
+    attention (JAX, an NVIDIA GPU, a 16-bit compute dtype, a head width
+    cuDNN takes), else "one_path". Whether a compiled step has the fused
+    kernel is each row's `cudnn_attention`."""
+    module = keras_vit.attention.fused_attention  # None off JAX
+    dtype = "bfloat16" if args.dtype == "bfloat16" else "float32"
+    head = dims["hidden_size"] // dims["num_heads"]
+    return ("fused" if module is not None and module.usable(dtype, head)
+            else "one_path")
+
+
 def checked_sizes(args: argparse.Namespace) -> Dict[str, int]:
     """`sizes(args)`, refused (SystemExit) where the image does not divide
     into patches."""
@@ -944,6 +958,7 @@ def run_benchmarks(args: argparse.Namespace) -> Dict[str, Any]:
         ),
         "ceiling": {}, "rows": [], "notes": notes,
     }
+    result["keras_vit_attention"] = library_attention(dims, args)
     if args.compare_dpa:
         result["flash_attention_usable"] = flash_attention_usable(dims, args)
     dtypes = ["float32"] + (["bfloat16"] if args.dtype == "bfloat16" else [])

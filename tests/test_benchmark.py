@@ -17,6 +17,7 @@ import keras
 import pytest
 
 import keras_vit
+import keras_vit.attention
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
@@ -407,6 +408,25 @@ def test_each_configuration_runs_in_its_own_process(monkeypatch):
         throughput.run_per_config([], throughput.parse_args(
             TINY_ARGS[:2] + ["--image_size", "36", "--patch_size", "8",
                              "--output", "x"]))
+
+
+def test_the_library_attention_of_a_run_is_recorded(monkeypatch):
+    """A run records whether keras_vit took cuDNN's fused attention by the
+    library's own rule: never off JAX, and on JAX where its check says."""
+    args = throughput.parse_args(TINY_ARGS + ["--dtype", "bfloat16",
+                                              "--output", "x"])
+    monkeypatch.setattr(keras_vit.attention, "fused_attention", None)
+    assert throughput.library_attention(TINY, args) == "one_path"
+
+    class Rule:
+        @staticmethod
+        def usable(dtype, head_dim):
+            return (dtype, head_dim) == ("bfloat16", 16)
+
+    monkeypatch.setattr(keras_vit.attention, "fused_attention", Rule)
+    assert throughput.library_attention(TINY, args) == "fused"
+    args.dtype = "float32"
+    assert throughput.library_attention(TINY, args) == "one_path"
 
 
 class _Compiled:
