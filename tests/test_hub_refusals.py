@@ -158,7 +158,7 @@ TIMM_REFUSED = {
 # it is not, as fc_norm=True would be wrong nowhere. It is tested below.
 TIMM_REFUSED.pop("fc_norm")
 TIMM_NO_EFFECT = {
-    "dynamic_img_size": True, "dynamic_img_pad": True, "drop_rate": 0.1,
+    "dynamic_img_size": True, "drop_rate": 0.1,
     "pos_drop_rate": 0.1, "patch_drop_rate": 0.5, "proj_drop_rate": 0.1,
     "attn_drop_rate": 0.1, "drop_path_rate": 0.2, "weight_init": "jax",
     "fix_init": True, "device": "cpu", "dtype": "float32",
@@ -171,6 +171,8 @@ def test_each_vision_transformer_argument_is_honoured_or_refused(
     how = hub_timm.TIMM_VIT_ARGS[field]
     if field == "fc_norm":
         _check_fc_norm(tmp_path)
+    elif field == "dynamic_img_pad":
+        _check_dynamic_img_pad(tmp_path)
     elif how in (hub_config.SHAPE, hub_config.CHECKED):
         folder = _copy(tmp_path, "timm_vit",
                        _set(field, TIMM_REFUSED[field], args=True))
@@ -206,6 +208,21 @@ def _check_timm_read(tmp_path, field):
         safetensors.numpy.save_file(arrays, path)
         _copy(tmp_path, "timm_vit", _set(field, False, args=True))
         _assert_zero_qkv_bias(loader.load_model(source))
+
+
+def _check_dynamic_img_pad(tmp_path):
+    # Nothing to pad at whole patches: timm's outputs.
+    folder = _copy(tmp_path, "timm_vit", _set("dynamic_img_pad", True,
+                                              args=True))
+    _assert_reference(_load(folder), folder)
+    # 35 pixels of 8-pixel patches: timm pads to 40 with zeros, which this
+    # ViT does not compute (without the padding it reads 32, as timm does).
+    folder = _copy(tmp_path, "timm_vit_size_remainder", _set(
+        "dynamic_img_pad", True, args=True))
+    with pytest.raises(UsageError, match=r"model_args.dynamic_img_pad=True:"
+                       r" an image of 35 x 35 pixels padded to whole 8-pixel"
+                       r" patches"):
+        _load(folder)
 
 
 def _check_fc_norm(tmp_path):

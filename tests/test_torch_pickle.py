@@ -207,7 +207,7 @@ def test_reader_is_chosen_by_whether_torch_is_installed(tmp_path,
     torch_files.save(path, {"w": np.ones((2, 2), np.float32)})
     calls = []
     monkeypatch.setattr(torch_pickle, "open_with_torch",
-                        lambda p: calls.append(p) or {})
+                        lambda p, pick=None: calls.append(p) or {})
     monkeypatch.setattr(torch_pickle, "HAS_TORCH", True)
     assert torch_pickle.read_state_dict(path) == {} and calls == [path]
     monkeypatch.setattr(torch_pickle, "HAS_TORCH", False)
