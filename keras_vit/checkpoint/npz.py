@@ -36,7 +36,8 @@ _ZIP_MAGIC = b"PK"
 _NPY_MAGIC = b"\x93NUMPY"
 
 
-def _open_for_reading(path: str):
+def open_for_reading(path: str):
+    """A local file, or a remote one read whole into memory."""
     if is_remote(path):
         import tensorflow as tf  # only remote paths need TensorFlow
 
@@ -65,7 +66,7 @@ def read_npz(path: PathLike) -> Arrays:
     path = os.fspath(path)
     if not is_remote(path) and not os.path.isfile(path):
         raise FileNotFoundError(f"{path}: no such checkpoint file.")
-    with _open_for_reading(path) as f:
+    with open_for_reading(path) as f:
         magic = f.read(len(_NPY_MAGIC))
         f.seek(0)
         if magic.startswith(_NPY_MAGIC):
