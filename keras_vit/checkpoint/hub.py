@@ -188,8 +188,17 @@ def read_hub(path: str) -> HubCheckpoint:
     Raises:
         FileNotFoundError: no weights or no config.json.
         UsageError: another architecture, a config field or a key this ViT
-            cannot honour (named).
+            cannot honour (named, with the folder).
     """
+    try:
+        return _read_hub(path)
+    except UsageError as error:
+        if path in str(error):
+            raise
+        raise UsageError(f"{path}: {error}") from None
+
+
+def _read_hub(path: str) -> HubCheckpoint:
     config_path, weights_path = _files(path)
     spec = _read_json(config_path)
     unwrap = Unwrapped()
