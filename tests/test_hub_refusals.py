@@ -421,3 +421,53 @@ def test_class_token_must_match_the_config(tmp_path):
         config["model_args"]["class_token"] = True
     with pytest.raises(UsageError, match="lack a cls_token"):
         _load(_copy(tmp_path, "timm_vit_gap", token))
+
+
+# --- round 3: configs read as the library reads them ---------------------
+
+def test_left_out_fields_take_vit_config_defaults(tmp_path):
+    # hidden_size left out: ViTConfig's 768, which the 32-wide arrays
+    # contradict (transformers refuses the size mismatch).
+    def no_width(config):
+        del config["hidden_size"]
+    with pytest.raises(UsageError, match=r"hidden_size \(left out: "
+                       r"transformers' ViTConfig default\)=768 disagrees"):
+        _load(_copy(tmp_path, "hf_vit_classifier", no_width))
+    # id2label of 5 names over a 5-row classifier loads; of 2, refused.
+    def two_labels(config):
+        config["id2label"] = {"0": "a", "1": "b"}
+    with pytest.raises(UsageError, match=r"num_labels \(from id2label\)=2 "
+                       r"disagrees with the weights \(5\)"):
+        _load(_copy(tmp_path / "labels", "hf_vit_classifier", two_labels))
+
+
+def test_timm_qkv_bias_follows_its_strict_load(tmp_path):
+    # Biases stored, qkv_bias=False: timm's strict load refuses them.
+    with pytest.raises(UsageError, match="timm builds no query/key/value "
+                       "bias, and its strict load refuses weights with "
+                       r"blocks.0.attn.qkv.bias"):
+        _load(_copy(tmp_path, "timm_vit", _set("qkv_bias", False,
+                                                args=True)))
+    # No biases stored, qkv_bias left at timm's True: refused too.
+    folder = _copy(tmp_path / "none", "timm_vit")
+    path = os.path.join(folder, "model.safetensors")
+    arrays = safetensors.numpy.load_file(path)
+    safetensors.numpy.save_file(
+        {k: v for k, v in arrays.items() if not k.endswith("qkv.bias")},
+        path)
+    with pytest.raises(UsageError, match="timm builds a query/key/value "
+                       "bias, and its strict load refuses weights without"):
+        _load(folder)
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("std", [0.2, 0.0, 0.2], "std=.* has a zero: timm would divide"),
+    ("mean", [0.5, 0.5], "mean=\[0.5, 0.5\]: three numbers is expected"),
+    ("mean", [float("inf")] * 3, "three numbers is expected"),
+])
+def test_timm_normalisation_constants(tmp_path, field, value, message):
+    def edit(config):
+        config["pretrained_cfg"][field] = value
+    folder = _copy(tmp_path, "timm_vit", edit)
+    with pytest.raises(UsageError, match=message):
+        _load(folder)
