@@ -371,6 +371,45 @@ def test_hostile_model_files_are_refused_in_one_line(tmp_path, monkeypatch):
         check_error(case_id, info.value)
 
 
+@covers("link_out_of_folder", "hf_refs_escape", "keras_config_bomb",
+        "npz_member_bomb", "keras_user_model", "keras_not_a_model",
+        "keras_truncated", "npz_complex", "timm_qkv_bias_stray",
+        "timm_zero_std")
+def test_links_bombs_and_other_models_are_refused_in_one_line(
+        tmp_path, monkeypatch):
+    # In-process, through the user's function (the child-process test of
+    # tests/test_torch_pickle.py reads the same files with memory measured).
+    folder = str(tmp_path)
+    cases = {label: target for build in (
+        hostile_files.links_out, hostile_files.archive_bombs,
+        hostile_files.keras_not_vit, hostile_files.odd_configs)
+        for label, _, target in build(folder, 1)}
+    monkeypatch.setenv("KERAS_VIT_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE",
+                        os.path.join(folder, "hf", "hub"))
+    softmax = cases["control:keras_softmax"]
+    model = keras_vit.load_model(softmax)
+    assert type(model.layers[-1]).__name__ == "Softmax"
+    for case_id, label, load in (
+            ("link_out_of_folder", "link:weights", keras_vit.load_model),
+            ("hf_refs_escape", "link:refs_escape", keras_vit.load_model),
+            ("keras_config_bomb", "bomb:keras_config", keras_vit.load_model),
+            ("npz_member_bomb", "bomb:npz_extra", keras_vit.load_model),
+            ("keras_user_model", "control:keras_softmax",
+             keras_vit.checkpoint.loader.describe_source),
+            ("keras_not_a_model", "keras:layer_top", keras_vit.load_model),
+            ("keras_truncated", "keras:cut_short", keras_vit.load_model),
+            ("npz_complex", "dtype:complex", keras_vit.load_model),
+            ("timm_qkv_bias_stray", "config:timm_qkv_bias_false",
+             keras_vit.load_model),
+            ("timm_zero_std", "config:timm_zero_std", keras_vit.load_model)):
+        with pytest.raises(UsageError) as info:
+            load(cases[label])
+        assert "\n" not in str(info.value)
+        check_error(case_id, info.value)
+
+
 @covers("npz_other_variant")
 def test_npz_of_another_variant(tmp_path):
     path = str(tmp_path / "wide.npz")
