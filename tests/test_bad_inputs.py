@@ -518,3 +518,45 @@ def test_reliability_doc_is_current():
             "docs/reliability.md is stale: run "
             "python scripts/reliability_table.py"
         )
+
+
+@pytest.mark.slow
+def test_commands_refuse_a_users_keras_model_by_name(tmp_path):
+    # A .keras functional model of keras_vit's layers plus a Softmax:
+    # keras-vit-predict (it reads a ViT's logits), keras-vit-export (its
+    # features) and keras-vit-evaluate (its logits) each refuse it in one
+    # line naming the file and the Softmax layer, no traceback; the
+    # converter, which only re-saves it, keeps it as Keras saved it.
+    target = dict((label, path) for label, _, path in
+                  hostile_files.keras_not_vit(str(tmp_path), 1))[
+                      "control:keras_softmax"]
+    image = tmp_path / "x.png"
+    Image.fromarray(np.zeros((16, 16, 3), np.uint8)).save(image)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=root, CUDA_VISIBLE_DEVICES="",
+               TF_CPP_MIN_LOG_LEVEL="3")
+    for name, args in (
+            ("predict", [str(image)]),
+            ("export", [f"--export_dir={tmp_path}/exports"]),
+            ("evaluate", ["--mode=eval", "--dataset=digits"])):
+        code = (f"import sys; sys.argv[0] = 'keras-vit-{name}'; from "
+                f"keras_vit.commands.{name} import main; sys.exit(main())")
+        run = subprocess.run(
+            [sys.executable, "-c", code, f"--model={target}", *args],
+            capture_output=True, text=True, env=env, timeout=300)
+        assert run.returncode == 1, run.stderr[-2000:]
+        assert "Traceback" not in run.stderr, run.stderr[-2000:]
+        errors = [line for line in run.stderr.splitlines()
+                  if line.startswith(f"keras-vit-{name}: error:")]
+        assert len(errors) == 1, run.stderr[-2000:]
+        assert target in errors[0] and "'probs' (Softmax)" in errors[0]
+    assert not os.path.exists(tmp_path / "exports")
+    code = ("import sys; sys.argv[0] = 'keras-vit-convert'; from "
+            "keras_vit.commands.convert import main; sys.exit(main())")
+    out = tmp_path / "again.keras"
+    run = subprocess.run([sys.executable, "-c", code, f"--model={target}",
+                          f"--output={out}"], capture_output=True,
+                         text=True, env=env, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert type(keras_vit.load_model(str(out)).layers[-1]).__name__ == (
+        "Softmax")
