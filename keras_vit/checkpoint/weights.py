@@ -297,8 +297,8 @@ def read_keras_model(path: str) -> keras.Model:
         model = keras.models.load_model(path, compile=False, safe_mode=True)
     except ValueError as error:
         if "safe_mode" not in str(error):
-            raise UsageError(f"{path}: Keras cannot load it "
-                             f"({one_line(error)[:500]}).") from None
+            raise UsageError(f"{path}: Keras cannot load it (ValueError: "
+                             f"{one_line(error)[:500]}).") from error
         raise UsageError(
             f"{path} holds Python code (a Lambda layer's function), which "
             "Keras's safe mode refuses to run. Rebuild the model without "
@@ -306,10 +306,11 @@ def read_keras_model(path: str) -> keras.Model:
             "path, safe_mode=False) only if you trust the file."
         ) from None
     except Exception as error:  # an untrusted file: Keras's own types
+        # One line; --verbose shows Keras's traceback (the cause).
         raise UsageError(
             f"{path}: Keras cannot load it ({type(error).__name__}: "
             f"{one_line(error)[:500]})."
-        ) from None
+        ) from error
     if not isinstance(model, keras.Model):
         raise UsageError(
             f"{path} holds a {type(model).__name__}, not a model: a .keras "
