@@ -1,7 +1,7 @@
 """The one command-line language of the six keras-vit-* commands: the same
 --model and --verbose on each, one line (exit 1) for a bad model, the
-traceback with --verbose, and a ValueError from inside Keras left with its
-traceback; the configs shipped in the package; parse_config_arg and the
+traceback with --verbose, a ValueError from inside Keras (a bug, not a
+file Keras cannot read) left with its traceback; the configs shipped in the package; parse_config_arg and the
 steps helper."""
 
 import configparser
@@ -201,10 +201,11 @@ def test_processes_print_one_line_or_the_traceback(tmp_path):
     path = tmp_path / "m.keras"
     path.write_bytes(b"not read")
     code = (
-        "import sys, keras\n"
+        "import sys\n"
+        "from keras_vit.checkpoint import loader\n"
         "def broken(*a, **k):\n"
         "    raise ValueError('a bug inside Keras')\n"
-        "keras.models.load_model = broken\n"
+        "loader.load_model = broken\n"
         "from keras_vit.commands import export\n"
         "sys.exit(export.main(sys.argv))\n"
     )
