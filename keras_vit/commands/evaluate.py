@@ -115,9 +115,9 @@ def _eval_mode(values, source, strategy) -> Dict:
         data.data_dir = values.data_dir
     split = values.split or data.eval_split
     with strategy.scope():
-        model = pretrained.load_model(
+        model = pretrained.require_vit(pretrained.load_model(
             source, values.image_size or (run.image_size if run else None)
-        )
+        ), source.path)
     # The model's resolution, square or not.
     with data.ignore_type():
         data.image_size = tuple(int(n) for n in model.input_shape[1:3])
@@ -155,7 +155,8 @@ def _fewshot_mode(values, source, strategy) -> Dict:
         for name, d in opts.datasets.items()
     ]
     with strategy.scope():
-        model = pretrained.load_model(source, config.image_size)
+        model = pretrained.require_vit(
+            pretrained.load_model(source, config.image_size), source.path)
     results, not_run = fewshot.run(
         model, datasets, shots=tuple(opts.shots), seeds=tuple(opts.seeds),
         l2_reg=float(opts.l2_reg), image_size=config.image_size,
