@@ -39,6 +39,7 @@ from keras_vit.architecture import (
 )
 from keras_vit.architecture import image_hw as _image_hw
 from keras_vit.embedding import PACKAGE
+from keras_vit.errors import UsageError
 
 __all__ = [
     "HYBRID_RESNETS", "VARIANTS", "Architecture", "Numerics", "ViTParts",
@@ -317,9 +318,22 @@ def as_vision_transformer(model: keras.Model) -> VisionTransformer:
     """`model` as a `VisionTransformer`: itself if it is one, else (a
     functional model built by an older `create_model`, as `.keras` files
     written before the class load) the same network rebuilt from the
-    architecture its layers describe, weights copied."""
+    architecture its layers describe, weights copied.
+
+    Raises:
+        UsageError: any other model (one with a layer such a ViT does not
+            have, named), which is never rebuilt as something else.
+    """
     if isinstance(model, VisionTransformer):
         return model
+    foreign = legacy.foreign_layer(model)
+    if foreign:
+        raise UsageError(
+            f"Model {model.name!r} is not a Vision Transformer built by "
+            f"keras_vit.create_model ({foreign}), and is never rebuilt as "
+            "one: what needs a ViT (the commands, fine-tuning from it, its "
+            "features or attention, another resolution) refuses it."
+        )
     arch = legacy.architecture_from_layers(model)
     with dtype_policy_of(model):
         new = VisionTransformer(arch, name=model.name)

@@ -66,12 +66,23 @@ What holds throughout:
 - **A model file cannot crash the process, exhaust its memory or reach
   outside its folder.** The fuzz test of tests/test_torch_pickle.py reads
   every kind of hostile file below (pickles nesting 40,000 deep, BUILD on
-  storage records, zip members inflating far beyond the file, zero-stride
-  views, shards outside the folder, broken JSON, .npy headers declaring
-  terabytes, hf:// revisions like `..`, Lambda layers) in one child process
-  under a 6 GiB address-space cap: no crash, no traceback, no hostile file
-  loaded, each refused in one line naming the file, within 64 MiB plus
-  twice the file's size of peak memory.
+  storage records, zip members inflating far beyond the file in
+  pytorch_model.bin, .keras and .npz files, zero-stride views, shards and
+  files linking outside the folder or the cache's repository, refs/ walking
+  out of snapshots/, broken JSON, .npy headers declaring terabytes,
+  complex and void arrays, hf:// revisions like `..`, Lambda layers, a
+  .keras holding a layer or cut short, configs the weights contradict) in
+  one child process under a 6 GiB address-space cap: no crash, no
+  traceback, no hostile file loaded, no link followed out, each refused in
+  one line naming the file, within 64 MiB plus twice the file's size of
+  peak memory (every archive member's declared size is checked against
+  that bound, from the zip's directory, before anything is inflated).
+- **A model is never silently another.** A `.keras` file is a keras_vit
+  `VisionTransformer` (returned as itself) or any other Keras model
+  (returned as Keras saved it, saying so), never rebuilt from guessed
+  parts; a transformers or timm folder is read with the config fields,
+  defaults and precedence of the library's own loader, or refused by
+  name.
 - **Bad input names the problem and the fix**, or is skipped and counted
   where the user asked for skipping (`config.input.skip_bad_images=True`).
 - **Every process ends, in bounded time.** A multi-worker worker waits for

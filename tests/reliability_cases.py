@@ -560,6 +560,98 @@ _CASES = [
         ("holds no '..' and starts with no '.'",),
         "UsageError",
     ),
+    Case(
+        "link_out_of_folder", BAD_INPUT, "checkpoint",
+        "A model folder whose model.safetensors (or config.json, or "
+        "preprocessor_config.json) is a symbolic link to a valid model's "
+        "file elsewhere",
+        "Refused before the file is read: every file a loader opens "
+        "resolves inside the model's folder; in a Hugging Face cache only "
+        "a snapshot's links into its own repository's blobs/ are followed.",
+        ("is a link to", "outside the model's folder"),
+        "UsageError",
+    ),
+    Case(
+        "hf_refs_escape", BAD_INPUT, "checkpoint",
+        "`hf://ORG/NAME` whose cached refs/main holds "
+        "`../../models--k--l/snapshots/cafe` (another repository's valid "
+        "model)",
+        "Refused: refs/ must name a snapshot of the repository itself.",
+        ("not a snapshot of", "its refs/ file names a path outside"),
+        "UsageError",
+    ),
+    Case(
+        "keras_config_bomb", BAD_INPUT, "checkpoint",
+        "A .keras file whose config.json inflates to 128 MiB",
+        "Refused from the zip's directory before Keras inflates a byte "
+        "(every .keras, .npz and pytorch_model.bin: JSON members at most "
+        "32 MiB, all members at most 64 MiB plus twice the file).",
+        ("config.json declares 134217737 bytes",
+         "more than the 33554432 a model's JSON file may hold"),
+        "UsageError",
+    ),
+    Case(
+        "npz_member_bomb", BAD_INPUT, "checkpoint",
+        "An .npz of a valid model with an extra array member inflating to "
+        "128 MiB from a 0.3 MB file",
+        "Refused before any member is inflated.",
+        ("refused before inflating", "64 MiB plus twice the file's"),
+        "UsageError",
+    ),
+    Case(
+        "keras_user_model", BAD_INPUT, "checkpoint",
+        "A .keras functional model of keras_vit's layers plus a Softmax on "
+        "the logits",
+        "`load_model` gives it back as Keras saved it (all its layers, the "
+        "same outputs), with a warning saying so; what needs a ViT (the "
+        "commands, fine-tuning, features, attention, another resolution) "
+        "refuses it naming the layer. Only a model that is exactly a ViT "
+        "saved before the VisionTransformer class is rebuilt as one.",
+        ("its layer 'probs' (Softmax) comes after a ViT's last layer",
+         "never rebuilt as one"),
+        "UsageError",
+    ),
+    Case(
+        "keras_not_a_model", BAD_INPUT, "checkpoint",
+        "A .keras file whose top-level object is a layer (Dense)",
+        "One line, no traceback.",
+        ("holds a Dense, not a model",),
+        "UsageError",
+    ),
+    Case(
+        "keras_truncated", BAD_INPUT, "checkpoint",
+        "A .keras file cut off half-way",
+        "One line naming it (not Keras's 'File not found').",
+        ("truncated or corrupt .keras archive", "Save or copy the file "
+         "again"),
+        "UsageError",
+    ),
+    Case(
+        "npz_complex", BAD_INPUT, "checkpoint",
+        "An .npz whose head/bias is complex64 (or a void dtype)",
+        "Refused from the header: a checkpoint holds real numbers only "
+        "(no imaginary part dropped).",
+        ("has dtype <c8 (complex64), not a real number",),
+        "UsageError",
+    ),
+    Case(
+        "timm_qkv_bias_stray", BAD_INPUT, "checkpoint",
+        "A timm folder whose model_args say qkv_bias=False beside stored "
+        "query/key/value biases",
+        "Refused, as timm's strict load refuses it (a transformers folder "
+        "with qkv_bias false loads without the biases, as transformers "
+        "reads it).",
+        ("timm builds no query/key/value bias", "its strict load refuses "
+         "weights with blocks.0.attn.qkv.bias"),
+        "UsageError",
+    ),
+    Case(
+        "timm_zero_std", BAD_INPUT, "checkpoint",
+        "A timm folder whose pretrained_cfg std is [0.2, 0, 0.2]",
+        "Refused (it loaded as infinite weights and NaN logits).",
+        ("has a zero: timm would divide the pixels by it",),
+        "UsageError",
+    ),
     # ------------------------------------------------------------ serving
     Case(
         "serve_garbage_bytes", BAD_INPUT, "export",

@@ -39,6 +39,16 @@ from tests.hub_fixtures import FIXTURES, assert_close, hub_source, run_model
     ("timm_vit_no_mean_std", "logits"),
     # mlp_ratio 2.3 of width 16: an MLP int(36.8) = 36 wide.
     ("timm_vit_mlp_ratio", "logits"),
+    # qkv_bias false beside stored q/k/v biases: transformers ignores them.
+    ("hf_vit_qkv_bias_false_stray", "logits"),
+    # No num_attention_heads: ViTConfig's default, 12.
+    ("hf_vit_default_heads", "logits"),
+    # dynamic_img_pad at whole patches: nothing to pad.
+    ("timm_vit_dynamic_pad", "logits"),
+    # A 2-D patch kernel, reshaped by timm's checkpoint filter.
+    ("timm_vit_kernel_2d", "logits"),
+    # A training checkpoint: timm takes state_dict_ema (module. keys).
+    ("timm_vit_ema_checkpoint", "logits"),
 ])
 def test_outputs_equal_the_library_reading_the_same_folder(name, output):
     reference = np.load(os.path.join(FIXTURES, name, "reference.npz"))

@@ -155,7 +155,7 @@ TIMM_REFUSED = {
 # it is not, as fc_norm=True would be wrong nowhere. It is tested below.
 TIMM_REFUSED.pop("fc_norm")
 TIMM_NO_EFFECT = {
-    "dynamic_img_size": True, "dynamic_img_pad": True, "drop_rate": 0.1,
+    "dynamic_img_size": True, "drop_rate": 0.1,
     "pos_drop_rate": 0.1, "patch_drop_rate": 0.5, "proj_drop_rate": 0.1,
     "attn_drop_rate": 0.1, "drop_path_rate": 0.2, "weight_init": "jax",
     "fix_init": True, "device": "cpu", "dtype": "float32",
@@ -168,6 +168,8 @@ def test_each_vision_transformer_argument_is_honoured_or_refused(
     how = hub_timm.TIMM_VIT_ARGS[field]
     if field == "fc_norm":
         _check_fc_norm(tmp_path)
+    elif field == "dynamic_img_pad":
+        _check_dynamic_img_pad(tmp_path)
     elif how in (hub_config.SHAPE, hub_config.CHECKED):
         folder = _copy(tmp_path, "timm_vit",
                        _set(field, TIMM_REFUSED[field], args=True))
@@ -203,6 +205,21 @@ def _check_timm_read(tmp_path, field):
         safetensors.numpy.save_file(arrays, path)
         _copy(tmp_path, "timm_vit", _set(field, False, args=True))
         _assert_zero_qkv_bias(loader.load_model(source))
+
+
+def _check_dynamic_img_pad(tmp_path):
+    # Nothing to pad at whole patches: timm's outputs.
+    folder = _copy(tmp_path, "timm_vit", _set("dynamic_img_pad", True,
+                                              args=True))
+    _assert_reference(_load(folder), folder)
+    # 35 pixels of 8-pixel patches: timm pads to 40 with zeros, which this
+    # ViT does not compute (without the padding it reads 32, as timm does).
+    folder = _copy(tmp_path, "timm_vit_size_remainder", _set(
+        "dynamic_img_pad", True, args=True))
+    with pytest.raises(UsageError, match=r"model_args.dynamic_img_pad=True:"
+                       r" an image of 35 x 35 pixels padded to whole 8-pixel"
+                       r" patches"):
+        _load(folder)
 
 
 def _check_fc_norm(tmp_path):
@@ -401,3 +418,53 @@ def test_class_token_must_match_the_config(tmp_path):
         config["model_args"]["class_token"] = True
     with pytest.raises(UsageError, match="lack a cls_token"):
         _load(_copy(tmp_path, "timm_vit_gap", token))
+
+
+# --- round 3: configs read as the library reads them ---------------------
+
+def test_left_out_fields_take_vit_config_defaults(tmp_path):
+    # hidden_size left out: ViTConfig's 768, which the 32-wide arrays
+    # contradict (transformers refuses the size mismatch).
+    def no_width(config):
+        del config["hidden_size"]
+    with pytest.raises(UsageError, match=r"hidden_size \(left out: "
+                       r"transformers' ViTConfig default\)=768 disagrees"):
+        _load(_copy(tmp_path, "hf_vit_classifier", no_width))
+    # id2label of 5 names over a 5-row classifier loads; of 2, refused.
+    def two_labels(config):
+        config["id2label"] = {"0": "a", "1": "b"}
+    with pytest.raises(UsageError, match=r"num_labels \(from id2label\)=2 "
+                       r"disagrees with the weights \(5\)"):
+        _load(_copy(tmp_path / "labels", "hf_vit_classifier", two_labels))
+
+
+def test_timm_qkv_bias_follows_its_strict_load(tmp_path):
+    # Biases stored, qkv_bias=False: timm's strict load refuses them.
+    with pytest.raises(UsageError, match="timm builds no query/key/value "
+                       "bias, and its strict load refuses weights with "
+                       r"blocks.0.attn.qkv.bias"):
+        _load(_copy(tmp_path, "timm_vit", _set("qkv_bias", False,
+                                                args=True)))
+    # No biases stored, qkv_bias left at timm's True: refused too.
+    folder = _copy(tmp_path / "none", "timm_vit")
+    path = os.path.join(folder, "model.safetensors")
+    arrays = safetensors.numpy.load_file(path)
+    safetensors.numpy.save_file(
+        {k: v for k, v in arrays.items() if not k.endswith("qkv.bias")},
+        path)
+    with pytest.raises(UsageError, match="timm builds a query/key/value "
+                       "bias, and its strict load refuses weights without"):
+        _load(folder)
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("std", [0.2, 0.0, 0.2], "std=.* has a zero: timm would divide"),
+    ("mean", [0.5, 0.5], "mean=\[0.5, 0.5\]: three numbers is expected"),
+    ("mean", [float("inf")] * 3, "three numbers is expected"),
+])
+def test_timm_normalisation_constants(tmp_path, field, value, message):
+    def edit(config):
+        config["pretrained_cfg"][field] = value
+    folder = _copy(tmp_path, "timm_vit", edit)
+    with pytest.raises(UsageError, match=message):
+        _load(folder)

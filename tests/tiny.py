@@ -1,6 +1,7 @@
 """configs/digits.py shrunk for tests: a 1-layer ViT of width 32 that trains
 in seconds. `settings` and `overrides` take dotted field names
-("optimizer.lr")."""
+("schedule.lr"), or the flat names of earlier versions ("total_steps"),
+which go where `keras_vit.config.upgrade` puts them."""
 
 import os
 import sys
@@ -19,8 +20,12 @@ def digits_base():
 
 
 def set_fields(config, fields):
-    """Sets dotted fields ("optimizer.lr": 1e-3) of `config`; returns it."""
+    """Sets dotted fields ("schedule.lr": 1e-3) of `config`, an earlier
+    version's names where they moved; returns it."""
+    from keras_vit import config as config_lib
+
     for key, value in fields.items():
+        key = config_lib.moved_path(key) or key
         target = config
         *path, leaf = key.split(".")
         for part in path:

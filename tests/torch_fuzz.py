@@ -222,15 +222,20 @@ def hostile(scale: int, kinds) -> None:
                 with open("/proc/self/clear_refs", "w") as f:
                     f.write("5")  # resets VmHWM to the current VmRSS
                 before = _memory("VmRSS")
+                loaded = []
                 try:
-                    _read(reader, target)
+                    value = _read(reader, target)
                     outcome, message = "ok", ""
+                    if reader == "model":  # the model's layers, by type
+                        loaded = [type(value).__name__] + [
+                            type(layer).__name__ for layer in value.layers]
                 except UsageError as error:
                     outcome, message = "usage", str(error)
                 except Exception as error:  # the test fails on these
                     outcome, message = "other", repr(error)[:2000]
                 _emit(event="done", label=label, target=target,
                       outcome=outcome, message=message, file_bytes=size,
+                      loaded=loaded,
                       peak_bytes=_memory("VmHWM") - before)
 
 

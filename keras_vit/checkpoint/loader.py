@@ -33,6 +33,7 @@ from keras_vit.checkpoint.sources import (
     Source,
     WorkdirSource,
     check_pre_logits,
+    require_vit,
 )
 
 __all__ = [
@@ -40,7 +41,8 @@ __all__ = [
     "Loaded",
     "NpzSource", "SOURCE_KINDS", "SavedModelSource", "Source",
     "SourceLike", "WorkdirSource", "class_names", "describe_source",
-    "initialise", "load_model", "load_report", "resolve", "source_arrays",
+    "initialise", "load_model", "load_report", "require_vit", "resolve",
+    "source_arrays",
     "transfer_model_config", "write_backbone",
 ]
 

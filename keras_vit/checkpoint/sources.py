@@ -26,8 +26,9 @@ import os
 from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
 import keras
+from absl import logging
 
-from keras_vit import mpp
+from keras_vit import legacy, mpp
 from keras_vit.checkpoint import weights
 from keras_vit.checkpoint.formats import npz_layout
 from keras_vit.checkpoint.hub import model as hub_model
@@ -35,6 +36,7 @@ from keras_vit.checkpoint.hub import reader as hub
 from keras_vit.checkpoint.resolution import rebuild_at_resolution
 from keras_vit.errors import UsageError
 from keras_vit.model import (
+    VisionTransformer,
     _image_hw,
     architecture_of,
     as_vision_transformer,
@@ -81,6 +83,19 @@ def arch_from_arrays(arrays: Dict[str, Any]) -> Dict[str, Any]:
     if info["resnet_layers"] is not None:
         info["resnet_width"] = int(shapes["conv_root/kernel"][-1]) // 64
     return info
+
+
+def require_vit(model: keras.Model, path: str) -> keras.Model:
+    """`model` (loaded from `path`) when it is a `VisionTransformer`, else
+    one UsageError naming the file and the layer no ViT has (a `.keras`
+    file may hold any Keras model, which `load_model` gives back as Keras
+    saved it; what reads a ViT's parts or logits refuses it)."""
+    if isinstance(model, VisionTransformer):
+        return model
+    try:
+        return as_vision_transformer(model)
+    except UsageError as error:
+        raise UsageError(f"{path}: {error}") from None
 
 
 def check_pre_logits(path: str, activation: Optional[str]) -> None:
@@ -159,14 +174,19 @@ class _SavedKerasModel(Source):
             model = rebuild_at_resolution(model, image_size)
         return model, None
 
+    def _vit(self) -> keras.Model:
+        """The model, refused by name when it is no ViT (its architecture
+        and official-layout arrays are a ViT's)."""
+        return require_vit(self.build()[0], self.path)
+
     def architecture(self) -> Dict[str, Any]:
-        model, _ = self.build()
+        model = self._vit()
         info = arch_from_arrays(weights.model_arrays(model))
         info["image_size"] = tuple(model.input_shape[1:3])
         return info
 
     def content(self) -> Content:
-        model, _ = self.build()
+        model = self._vit()
         activation = None
         architecture = architecture_of(model)
         if architecture.representation_size is not None:
@@ -217,9 +237,21 @@ class KerasSource(_SavedKerasModel):
     kind = "keras"
 
     def _model(self) -> keras.Model:
+        """The file's model: a VisionTransformer (or an MPP model) as
+        itself, a ViT saved before the class rebuilt as one (exactly such
+        a model: `legacy.foreign_layer`), any other Keras model as Keras
+        saved it, which the log says."""
         model = weights.read_keras_model(self.path)
-        if not mpp.is_mpp_model(model):  # one saved before the class
-            model = as_vision_transformer(model)
+        if isinstance(model, VisionTransformer) or mpp.is_mpp_model(model):
+            return model
+        foreign = legacy.foreign_layer(model)
+        if not foreign:  # one saved before the class
+            return as_vision_transformer(model)
+        logging.warning(
+            "%s holds a Keras model that is not a keras_vit Vision "
+            "Transformer (%s): it is used as Keras saved it, all its layers"
+            ", for predictions and accuracy; what needs a ViT refuses it.",
+            self.path, foreign)
         return model
 
 

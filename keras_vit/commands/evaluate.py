@@ -106,10 +106,10 @@ def _eval_mode(values, source, strategy) -> Dict:
     inp = _eval_input(values, run)
     split = values.split or (run.evals.test.split if run else "test")
     with strategy.scope():
-        model = pretrained.load_model(
+        model = pretrained.require_vit(pretrained.load_model(
             source,
             values.image_size or (run.model.image_size if run else None)
-        )
+        ), source.path)
     # The model's resolution, square or not.
     image_size = tuple(int(n) for n in model.input_shape[1:3])
     info = sources.dataset_info(inp)
@@ -165,7 +165,9 @@ def _fewshot_mode(values, source, strategy) -> Dict:
         for name, d in opts.datasets.items()
     ]
     with strategy.scope():
-        model = pretrained.load_model(source, config.model.image_size)
+        model = pretrained.require_vit(
+            pretrained.load_model(source, config.model.image_size),
+            source.path)
     results, not_run = fewshot.run(
         model, opts, datasets, image_size=config.model.image_size,
         resize_size=config.input.pp.eval_resize_size, strategy=strategy,

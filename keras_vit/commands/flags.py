@@ -182,7 +182,10 @@ def load_flagged_model(values: flags.FlagValues,
         kwargs["representation_size"] = hint(values, "representation_size")
     size = image_size if image_size is not None else hint(values,
                                                           "image_size")
-    model = loader.load_model(source, size, **kwargs)
+    # The commands read a ViT's logits, features and attention: a .keras
+    # file holding another Keras model is refused by name.
+    model = loader.require_vit(loader.load_model(source, size, **kwargs),
+                               source.path)
     if head is None:
         return model
     if "head" not in {layer.name for layer in model.layers}:

@@ -22,6 +22,7 @@ from typing import Dict, List, Mapping, Optional, Tuple, Union
 
 import numpy as np
 
+from keras_vit.checkpoint.formats import untrusted
 from keras_vit.errors import UsageError
 from keras_vit.storage.atomic import atomic_write, is_remote
 
@@ -35,7 +36,8 @@ _ZIP_MAGIC = b"PK"
 _NPY_MAGIC = b"\x93NUMPY"
 
 
-def _open_for_reading(path: str):
+def open_for_reading(path: str):
+    """A local file, or a remote one read whole into memory."""
     if is_remote(path):
         import tensorflow as tf  # only remote paths need TensorFlow
 
@@ -64,7 +66,7 @@ def read_npz(path: PathLike) -> Arrays:
     path = os.fspath(path)
     if not is_remote(path) and not os.path.isfile(path):
         raise FileNotFoundError(f"{path}: no such checkpoint file.")
-    with _open_for_reading(path) as f:
+    with open_for_reading(path) as f:
         magic = f.read(len(_NPY_MAGIC))
         f.seek(0)
         if magic.startswith(_NPY_MAGIC):
@@ -119,10 +121,17 @@ def read_npz(path: PathLike) -> Arrays:
 
 
 def _check_members(f, path: str) -> None:
-    """Refuses, before any array is read, a member that is not an .npy
-    array or whose header declares other bytes than the member holds (a
-    huge shape over a few bytes), and pickled object arrays."""
+    """Refuses, before any array is read, members that inflate past the
+    bound of every model reader (`untrusted.check_archive`), a member that
+    is not an .npy array or whose header declares other bytes than the
+    member holds (a huge shape over a few bytes), pickled object arrays
+    and arrays that are not real numbers (complex, void, strings)."""
+    size = f.seek(0, io.SEEK_END)
+    f.seek(0)
     with zipfile.ZipFile(f) as archive:
+        # Every member's declared size, from the directory, before any is
+        # inflated: all together within the bound of every model reader.
+        untrusted.check_archive(archive, path, size, lambda name: True)
         for info in archive.infolist():
             key = info.filename
             if not key.endswith(".npy"):
@@ -149,6 +158,7 @@ def _check_members(f, path: str) -> None:
                     "objects, which are refused (they can run code). A "
                     "checkpoint holds numeric arrays only."
                 )
+            untrusted.check_real_dtype(dtype, path, key[:-4])
             declared = math.prod(shape) * dtype.itemsize
             if declared != info.file_size - header:
                 raise UsageError(

@@ -29,6 +29,7 @@ from typing import Callable, Dict, Iterable, Iterator, Tuple
 
 import numpy as np
 
+from keras_vit.checkpoint.formats import untrusted
 from keras_vit.errors import UsageError
 
 _MAX_DIMS = 16
@@ -40,8 +41,9 @@ MAX_PICKLE_BYTES = 8 << 20
 MAX_NESTING = 32
 _MAX_STACK = 1 << 16
 _MAX_MEMO = 1 << 18
-# What the arrays made from one file may hold beyond 2 x its storages.
-MAX_EXTRA_BYTES = 64 << 20
+# What the arrays made from one file may hold beyond 2 x its storages:
+# the bound of every model reader (`untrusted.memory_bound`).
+MAX_EXTRA_BYTES = untrusted.MAX_EXTRA_BYTES
 # The pickle opcodes a state dict saved by torch.save (protocol 2) uses; a
 # file with any other (buffers, frames, extensions, ...) is refused before
 # unpickling.
@@ -98,6 +100,15 @@ def check_view(where: str, stored: int, size, stride,
             "do not fit; the file is corrupt or crafted."
         )
     return size
+
+
+def contiguous(size: Tuple[int, ...]) -> Tuple[int, ...]:
+    """The strides of a C-contiguous tensor of shape `size`."""
+    strides, step = [], 1
+    for n in reversed(size):
+        strides.append(step)
+        step *= n
+    return tuple(reversed(strides))
 
 
 def read_capped(archive: zipfile.ZipFile, info: zipfile.ZipInfo,

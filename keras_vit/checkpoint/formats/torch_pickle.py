@@ -7,14 +7,14 @@ weights only as `torch.save(state_dict)` files: a zip holding a pickle
 Every file is checked before anything is unpickled, with PyTorch
 installed or not:
 
-- the zip (`torch_checks.read_capped`): one `data.pkl` of at most
-  `MAX_PICKLE_BYTES`, read with that cap; every storage stored
+- the zip (`untrusted.check_archive`, `torch_checks.read_capped`): its
+  members under one prefix, inflating within `untrusted.memory_bound`;
+  one `data.pkl` of at most `MAX_PICKLE_BYTES`; every storage stored
   uncompressed (as `torch.save` writes it), its size in the zip's
   directory equal to the bytes the pickle declares for it;
 - the pickle's opcodes (`torch_checks.check_opcodes`): only those
-  `torch.save` writes, nested at most `torch_checks.MAX_NESTING` deep. CPython
-  recurses, and can crash, when it hashes or prints a deeply nested
-  tuple; PyTorch's `weights_only` unpickler too;
+  `torch.save` writes, nested at most `MAX_NESTING` deep (CPython and
+  PyTorch's unpickler recurse, and can crash, on deeper ones);
 - the unpickled records: only tensors and ordered dicts, any other global
   (code a malicious file could run) refused by name; every tensor checked
   against its storage before any view of memory is made: dtype from an
@@ -24,15 +24,14 @@ Then the tensors are read:
 
 - PyTorch installed: by `torch.load(path, weights_only=True,
   map_location="cpu")`, PyTorch's own maintained reader.
-- PyTorch absent (this project does not otherwise need it, and no
-  maintained library reads the format without it: safetensors' converters
-  call torch): from the storages, by the checked views above.
+- PyTorch absent (no maintained library reads the format without it):
+  from the storages, by the checked views above.
 
 Either way `read_state_dict` returns a lazy `torch_checks.StateDict`:
 an array is made when first looked up (arrays the model has no place for
 never are), within a budget of bytes. A file failing any check is refused
 with one line (`UsageError`) naming the file and the reason. Only the zip
-format (PyTorch >= 1.6, every file on the hubs since 2020) is read.
+format (PyTorch >= 1.6) is read.
 """
 
 from __future__ import annotations
@@ -45,10 +44,11 @@ import math
 import os
 import pickle
 import zipfile
-from typing import Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import numpy as np
 
+from keras_vit.checkpoint.formats import untrusted
 from keras_vit.checkpoint.formats.torch_checks import (
     MAX_PICKLE_BYTES,
     SHORT,
@@ -57,6 +57,7 @@ from keras_vit.checkpoint.formats.torch_checks import (
     check_opcodes,
     check_view,
     clip,
+    contiguous,
     is_int,
     read_capped,
 )
@@ -159,7 +160,7 @@ def _view(name: str, tensor: _Tensor, array: np.ndarray) -> np.ndarray:
     if math.prod(size) == 0:
         out = np.zeros(size, array.dtype)
     elif stride == tuple(0 if n == 1 else s for n, s in
-                         zip(size, _contiguous(size))):
+                         zip(size, contiguous(size))):
         out = array[offset:offset + math.prod(size)].reshape(size).copy()
     else:
         # Every index this view reaches was checked above.
@@ -171,14 +172,6 @@ def _view(name: str, tensor: _Tensor, array: np.ndarray) -> np.ndarray:
     if tensor.storage.bfloat16:
         out = (out.astype(np.uint32) << 16).view(np.float32)
     return out
-
-
-def _contiguous(size: Tuple[int, ...]) -> Tuple[int, ...]:
-    strides, step = [], 1
-    for n in reversed(size):
-        strides.append(step)
-        step *= n
-    return tuple(reversed(strides))
 
 
 class _Unpickler(pickle.Unpickler):
@@ -257,6 +250,8 @@ def _open_state(path: str) -> dict:
                 raise UsageError(f"{path} holds no single data.pkl: not a "
                                  "torch.save file.")
             prefix = pickles[0][: -len("/data.pkl")]
+            untrusted.check_archive(archive, path, os.path.getsize(path),
+                                    lambda n: n.startswith(prefix + "/"))
             order = f"{prefix}/byteorder"
             if order in names and read_capped(
                     archive, archive.getinfo(order), 16,
@@ -274,8 +269,14 @@ def _open_state(path: str) -> dict:
         ) from None
 
 
-def _entries(path: str, state) -> Dict[str, _Tensor]:
-    """The state dict's tensors by name, each view checked."""
+Pick = Optional[Callable[[Any], Tuple[str, Any]]]
+
+
+def _entries(path: str, state, pick: Pick = None) -> Dict[str, _Tensor]:
+    """The state dict's tensors by name (the dict `pick` takes out of a
+    wrapping one: `(key, dict)`), each view checked."""
+    if pick is not None:
+        state = pick(state)[1]
     if not isinstance(state, dict):
         raise UsageError(
             f"{path} holds a {type(state).__name__}, not a state dict."
@@ -293,10 +294,10 @@ def _entries(path: str, state) -> Dict[str, _Tensor]:
     return tensors
 
 
-def open_without_torch(path: str) -> StateDict:
+def open_without_torch(path: str, pick: Pick = None) -> StateDict:
     """The tensors of a `torch.save`d state dict, read without PyTorch
     (every check of the module docstring made first), as a `StateDict`."""
-    tensors = _entries(path, _open_state(path))
+    tensors = _entries(path, _open_state(path), pick)
     storages: Dict[str, np.ndarray] = {}
 
     def make(key: str) -> np.ndarray:
@@ -324,17 +325,16 @@ def open_without_torch(path: str) -> StateDict:
 
 
 def read_without_torch(path: str) -> Dict[str, np.ndarray]:
-    """Every tensor of a `torch.save`d state dict, read without PyTorch
-    (see `open_without_torch`), in the file's order."""
+    """Every tensor of a state dict, by `open_without_torch`, in order."""
     state = open_without_torch(path)
     return {key: state[key] for key in state}
 
 
-def open_with_torch(path: str) -> StateDict:
+def open_with_torch(path: str, pick: Pick = None) -> StateDict:
     """The tensors of a `torch.save`d state dict, read by
     `torch.load(weights_only=True)` after every check of the module
     docstring; bfloat16 widened to float32."""
-    checked = _entries(path, _open_state(path))
+    checked = _entries(path, _open_state(path), pick)
     torch = importlib.import_module("torch")
     try:
         state = torch.load(path, weights_only=True, map_location="cpu")
@@ -342,6 +342,8 @@ def open_with_torch(path: str) -> StateDict:
         message = str(error).strip().splitlines()
         raise UsageError(f"Could not read {path}: "
                          f"{message[0] if message else error!r}") from None
+    if pick is not None:
+        state = pick(state)[1]
     if not isinstance(state, dict) or list(map(str, state)) != list(checked):
         raise UsageError(f"{path}: PyTorch reads other entries than the "
                          "checks did; refusing the file.")
@@ -363,14 +365,13 @@ def open_with_torch(path: str) -> StateDict:
 
 
 def read_with_torch(path: str) -> Dict[str, np.ndarray]:
-    """Every tensor of a `torch.save`d state dict, read by PyTorch (see
-    `open_with_torch`), in the file's order."""
+    """Every tensor of a state dict, by `open_with_torch`, in order."""
     state = open_with_torch(path)
     return {key: state[key] for key in state}
 
 
-def read_state_dict(path: str,
-                    use_torch: Optional[bool] = None) -> StateDict:
+def read_state_dict(path: str, use_torch: Optional[bool] = None,
+                    pick: Pick = None) -> StateDict:
     """The tensors of a `torch.save`d state dict, as numpy arrays made
     when first looked up.
 
@@ -378,6 +379,8 @@ def read_state_dict(path: str,
         path: str. A `pytorch_model.bin` (zip format).
         use_torch: bool or None. None: PyTorch's reader when PyTorch is
             installed, else the checked reader of this module.
+        pick: the state dict in the file's object, as `(key, dict)` (a
+            training checkpoint's `state_dict_ema`), or None: the object.
 
     Returns:
         A `StateDict` (a mapping of str to np.ndarray, in the file's
@@ -390,10 +393,5 @@ def read_state_dict(path: str,
             views that would amplify the file (named).
     """
     if HAS_TORCH if use_torch is None else use_torch:
-        return open_with_torch(path)
-    return open_without_torch(path)
-
-
-def is_torch_file(path: str) -> bool:
-    """bool. Whether `path` looks like a `torch.save` file (by name)."""
-    return os.path.splitext(path)[1] in (".bin", ".pt", ".pth")
+        return open_with_torch(path, pick)
+    return open_without_torch(path, pick)

@@ -20,6 +20,7 @@ import math
 import os
 from typing import Any, Dict, List, Optional, Tuple
 
+from keras_vit.checkpoint.formats import untrusted
 from keras_vit.errors import UsageError
 
 READ, SHAPE, CHECKED, NO_EFFECT = "read", "shape", "checked", "no effect"
@@ -45,6 +46,14 @@ HF_VIT_FIELDS = {
     "encoder_stride": NO_EFFECT,
 }
 
+# ViTConfig's defaults: what transformers builds for a field config.json
+# leaves out (pooler_output_size: hidden_size).
+HF_VIT_DEFAULTS = {
+    "hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12,
+    "intermediate_size": 3072, "hidden_act": "gelu", "layer_norm_eps": 1e-12,
+    "image_size": 224, "patch_size": 16, "num_channels": 3, "qkv_bias": True,
+    "pooler_act": "tanh",
+}
 # transformers' `hidden_act` -> whether the MLP's GELU is the tanh form.
 HF_GELU = {"gelu": False, "gelu_python": False, "gelu_new": True,
            "gelu_pytorch_tanh": True, "gelu_python_tanh": True,
@@ -99,10 +108,14 @@ def hf_settings(spec: Dict[str, Any], folder: str,
                       "images that are not RGB")
     check_square_patch("config.json patch_size", spec.get("patch_size"))
     processor = os.path.join(folder, PROCESSOR_FILE)
-    proc = read_json(processor) if os.path.exists(processor) else {}
+    proc = {}
+    if os.path.exists(processor):
+        proc = read_json(untrusted.in_folder(folder, PROCESSOR_FILE,
+                                             processor))
     mean, std = processor_normalisation(proc, processor)
     return dict(
-        num_heads=int(spec["num_attention_heads"]),
+        num_heads=int(spec.get("num_attention_heads",
+                               HF_VIT_DEFAULTS["num_attention_heads"])),
         image_size=spec.get("image_size", 224),
         approximate_gelu=HF_GELU[act],
         layer_norm_epsilon=float(spec.get("layer_norm_eps", 1e-12)),
@@ -111,6 +124,9 @@ def hf_settings(spec: Dict[str, Any], folder: str,
         std=std,
         pre_logits_activation=HF_POOLER_ACTIVATIONS[pooler],
         architecture=hf_architecture(spec),
+        # False: transformers builds no query/key/value bias and ignores
+        # such arrays of the file.
+        qkv_bias=bool(spec.get("qkv_bias", True)),
     )
 
 
@@ -133,10 +149,12 @@ def hf_architecture(spec: Dict[str, Any]) -> Optional[str]:
     return names[0]
 
 
-def _channels(value, field: str, path: str) -> Tuple[float, ...]:
+def channels(value, field: str, path: str) -> Tuple[float, ...]:
     """Three per-channel floats from a number or a list of 1 or 3."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         value = [value]
+    if isinstance(value, tuple):  # a default, not JSON
+        value = list(value)
     if (not isinstance(value, list) or len(value) not in (1, 3)
             or not all(isinstance(v, (int, float))
                        and not isinstance(v, bool) for v in value)):
@@ -169,9 +187,10 @@ def processor_normalisation(proc: Dict[str, Any], path: str):
         )
     mean, std = (0.0,) * 3, (1.0,) * 3
     if proc.get("do_normalize", True):
-        mean = _channels(proc.get("image_mean", [0.5] * 3), "image_mean",
+        mean = channels(proc.get("image_mean", [0.5] * 3), "image_mean",
                          path)
-        std = _channels(proc.get("image_std", [0.5] * 3), "image_std", path)
+        std = channels(proc.get("image_std", [0.5] * 3), "image_std",
+                       path)
         if min(abs(s) for s in std) == 0:
             raise UsageError(
                 f"{path} image_std={list(std)} has a zero: transformers "
@@ -208,8 +227,13 @@ def patch_size(value):
 
 
 def check_hf_shapes(spec: Dict[str, Any], info: Dict[str, Any]) -> None:
-    """Refuses a transformers config whose SHAPE fields disagree with the
-    arrays (`info`: `npz_layout.describe_arrays` of the mapped arrays)."""
+    """Refuses a transformers config whose SHAPE fields, or their
+    ViTConfig defaults where it leaves them out, disagree with the arrays
+    (`info`: `npz_layout.describe_arrays` of the mapped arrays), and a
+    classifier of another width than its labels (id2label; 2 without,
+    transformers' default, for a ViTForImageClassification)."""
+    defaults = dict(HF_VIT_DEFAULTS, pooler_output_size=spec.get(
+        "hidden_size", HF_VIT_DEFAULTS["hidden_size"]))
     found = {
         "hidden_size": info["hidden_size"],
         "num_hidden_layers": info["num_layers"],
@@ -217,11 +241,21 @@ def check_hf_shapes(spec: Dict[str, Any], info: Dict[str, Any]) -> None:
         "patch_size": info["patch_size"],
         "pooler_output_size": info["representation_size"],
     }
+    labels = spec.get("id2label")
+    if labels or hf_architecture(spec) == "ViTForImageClassification":
+        defaults["num_labels"] = len(labels) if labels else 2
+        found["num_labels"] = info["num_classes"]
     for field, value in found.items():
-        given = spec.get(field)
+        given = defaults[field] if field == "num_labels" else (
+            spec.get(field) or defaults[field])
         if field == "patch_size":
             given = patch_size(given)
-        if given is not None and value is not None and given != value:
+        if value is not None and given != value:
+            if not spec.get(field) and field != "num_labels":
+                field += " (left out: transformers' ViTConfig default)"
+            elif field == "num_labels":
+                field += " (from id2label)" if labels else (
+                    " (no id2label: transformers' default)")
             raise disagree(field, given, value)
 
 

@@ -79,11 +79,14 @@ class Mapper:
         return [k for k in self.tensors if k not in self.used]
 
 
-def _stem(m: Mapper, cls: str, posemb: str, patch: str) -> None:
+def _stem(m: Mapper, cls: str, posemb: str, patch: str,
+          kernel: Optional[np.ndarray] = None) -> None:
     m.put("cls", m.take(cls, required=False))
     m.put("Transformer/posembed_input/pos_embedding", m.take(posemb))
-    # (out, in, kh, kw) -> (kh, kw, in, out)
-    m.put("embedding/kernel", m.take(patch + ".weight"),
+    # (out, in, kh, kw) -> (kh, kw, in, out); `kernel`: the stored one as
+    # the library reshapes it.
+    stored = m.take(patch + ".weight")
+    m.put("embedding/kernel", stored if kernel is None else kernel,
           lambda v: v.transpose(2, 3, 1, 0))
     m.put("embedding/bias", m.take(patch + ".bias"))
 
@@ -110,11 +113,13 @@ _HF_LAYER = {
 
 
 def map_huggingface(tensors, heads: int,
-                     architecture: Optional[str] = None) -> Mapper:
+                     architecture: Optional[str] = None,
+                     qkv_bias: bool = True) -> Mapper:
     """The arrays `architecture` (a transformers class, or None: every
     part the arrays hold) uses, in the official layout; the other class's
     part (the pooler beside a classifier, a classifier beside the pooler)
-    is left out, as transformers leaves it out."""
+    is left out, as transformers leaves it out, and so are query/key/value
+    biases with `qkv_bias` False (transformers builds none: zeros)."""
     prefix = "vit." if any(k.startswith("vit.") for k in tensors) else ""
     m = Mapper(tensors, prefix)
     if architecture is not None:
@@ -139,10 +144,11 @@ def map_huggingface(tensors, heads: int,
         hf, block = f"{names['block']}{i}.", f"Transformer/encoderblock_{i}"
         qkv = [names[n] for n in "qkv"]
         m.norm(hf + "layernorm_before", f"{block}/LayerNorm_0")
+        biases = [m.take(hf + n + ".bias", False) for n in qkv]
         m.attention(
             block,
             [m.take(hf + n + ".weight") for n in qkv],
-            [m.take(hf + n + ".bias", False) for n in qkv],
+            biases if qkv_bias else [None] * 3,
             m.take(hf + names["out"] + ".weight"),
             m.take(hf + names["out"] + ".bias"),
             heads,
@@ -159,17 +165,31 @@ def map_huggingface(tensors, heads: int,
     return m
 
 
-def map_timm(tensors, heads: int, fc_norm: bool) -> Mapper:
+def map_timm(tensors, heads: int, fc_norm: bool, qkv_bias=True,
+             kernel: Optional[np.ndarray] = None) -> Mapper:
+    """timm's arrays in the official layout, as timm's strict load takes
+    them: query/key/value biases exactly where `qkv_bias` (the model's
+    argument) builds them; `kernel`: the patch kernel as timm's checkpoint
+    filter reshapes it."""
     m = Mapper(tensors, "")
-    _stem(m, "cls_token", "pos_embed", "patch_embed.proj")
+    _stem(m, "cls_token", "pos_embed", "patch_embed.proj", kernel)
     for i in range(_num_blocks(tensors, r"blocks\.(\d+)\.")):
         t, block = f"blocks.{i}.", f"Transformer/encoderblock_{i}"
         m.norm(t + "norm1", f"{block}/LayerNorm_0")
-        qkv_bias = m.take(t + "attn.qkv.bias", False)
+        bias = m.take(t + "attn.qkv.bias", False)
+        if (bias is None) == bool(qkv_bias):
+            built, stored = ("a", "without") if qkv_bias else ("no", "with")
+            raise UsageError(
+                f"config.json qkv_bias={qkv_bias!r} (model_args, else the "
+                f"architecture's, else timm's True): timm builds {built} "
+                f"query/key/value bias, and its strict load refuses weights "
+                f"{stored} {t}attn.qkv.bias; the config does not describe "
+                "them."
+            )
         m.attention(
             block,
             np.split(m.take(t + "attn.qkv.weight"), 3),
-            [None] * 3 if qkv_bias is None else np.split(qkv_bias, 3),
+            [None] * 3 if bias is None else np.split(bias, 3),
             m.take(t + "attn.proj.weight"),
             m.take(t + "attn.proj.bias"),
             heads,

@@ -35,27 +35,37 @@ patch embedding, so the model keeps the project's input convention,
 pixels in [-1, 1]: the patch embedding is linear with VALID padding, so
 the fold is exact.
 
-safetensors files are read with the `safetensors` package's numpy API;
-`pytorch_model.bin` with `torch_pickle` (PyTorch's own reader where it is
-installed, a bounds-checked reader otherwise).
+The weights files are read by `hub_tensors`: safetensors with the
+`safetensors` package's numpy API, `pytorch_model.bin` with `torch_pickle`
+(PyTorch's own reader where it is installed, a bounds-checked reader
+otherwise). Every file read resolves inside the model's folder
+(`untrusted.in_folder`).
 """
 
 from __future__ import annotations
 
-import collections.abc
 import dataclasses
 import os
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
-import safetensors.numpy
 
-from keras_vit.checkpoint.formats import torch_pickle, untrusted
+from keras_vit.checkpoint.formats import untrusted
 from keras_vit.checkpoint.formats.npz_layout import describe_arrays
 from keras_vit.checkpoint.hub import config as hub_config
-from keras_vit.checkpoint.hub import config_types as hub_types
+from keras_vit.checkpoint.hub import (
+    config_types as hub_types,
+)
 from keras_vit.checkpoint.hub import mapping as hub_mapping
 from keras_vit.checkpoint.hub import timm as hub_timm
+from keras_vit.checkpoint.hub import timm_filter
+from keras_vit.checkpoint.hub.tensors import (
+    Unwrapped,
+    read_tensors,
+)
+from keras_vit.checkpoint.hub.tensors import (
+    shape as _shape,
+)
 from keras_vit.errors import UsageError
 
 CONFIG_FILE = "config.json"
@@ -117,140 +127,19 @@ def _files(path: str) -> Tuple[str, str]:
                 f"{path} holds none of {', '.join(WEIGHT_FILES)}: not a "
                 "model directory in the Hugging Face layout."
             )
-        folder, weights = path, os.path.join(path, found[0])
+        folder, name = path, found[0]
     else:
-        folder, weights = os.path.dirname(path) or ".", path
+        folder, name = os.path.dirname(path) or ".", os.path.basename(path)
     config = os.path.join(folder, CONFIG_FILE)
     if not os.path.exists(config):
         raise FileNotFoundError(
             f"{config} is missing: the Hugging Face layout keeps the "
             "architecture in config.json beside the weights."
         )
-    return config, weights
-
-
-def _shape(tensors: Mapping[str, Any], key: str) -> Tuple[int, ...]:
-    """An array's shape, without reading it where the mapping knows it."""
-    known = getattr(tensors, "shape", None)
-    return tuple(known(key)) if known else tuple(tensors[key].shape)
-
-
-class _Float32(collections.abc.Mapping):
-    """Arrays of `tensors` as float32, each made when first looked up (an
-    array the model has no place for is never read)."""
-
-    def __init__(self, tensors: Mapping[str, Any]):
-        self._tensors = tensors
-        self._made: Dict[str, np.ndarray] = {}
-
-    def __getitem__(self, key: str) -> np.ndarray:
-        if key not in self._made:
-            self._made[key] = np.asarray(self._tensors[key], np.float32)
-        return self._made[key]
-
-    def shape(self, key: str) -> Tuple[int, ...]:
-        return _shape(self._tensors, key)
-
-    def __iter__(self):
-        return iter(self._tensors)
-
-    def __len__(self) -> int:
-        return len(self._tensors)
-
-
-class _Safetensors(collections.abc.Mapping):
-    """A safetensors file's arrays, read by the `safetensors` package one
-    by one when looked up."""
-
-    def __init__(self, path: str):
-        self.path = path
-        try:
-            with safetensors.safe_open(path, "np") as f:
-                self._keys = list(f.keys())
-        except Exception as error:  # the library raises its own types
-            raise UsageError(
-                f"Could not read {path} as safetensors: {error}"
-            ) from None
-
-    def __getitem__(self, key: str) -> np.ndarray:
-        if key not in self._keys:
-            raise KeyError(key)
-        try:
-            with safetensors.safe_open(self.path, "np") as f:
-                return f.get_tensor(key)
-        except Exception as error:  # the library raises its own types
-            raise UsageError(
-                f"Could not read {key} of {self.path}: {error}"
-            ) from None
-
-    def shape(self, key: str) -> Tuple[int, ...]:
-        with safetensors.safe_open(self.path, "np") as f:
-            return tuple(f.get_slice(key).get_shape())
-
-    def __iter__(self):
-        return iter(self._keys)
-
-    def __len__(self) -> int:
-        return len(self._keys)
-
-
-class _Shards(collections.abc.Mapping):
-    """The arrays of a sharded model: each key read from its shard."""
-
-    def __init__(self, shards: Dict[str, Mapping[str, Any]]):
-        self._where = {}
-        for shard in shards.values():
-            for key in shard:
-                self._where[key] = shard
-
-    def __getitem__(self, key: str):
-        return self._where[key][key]
-
-    def shape(self, key: str) -> Tuple[int, ...]:
-        return _shape(self._where[key], key)
-
-    def __iter__(self):
-        return iter(self._where)
-
-    def __len__(self) -> int:
-        return len(self._where)
-
-
-def _read_index(path: str) -> Mapping[str, Any]:
-    """The arrays of the shards a model.safetensors.index.json names, each
-    shard inside the index's folder (`untrusted.inside_folder`)."""
-    index = untrusted.read_json_object(path)
-    weight_map = index.get("weight_map")
-    if not isinstance(weight_map, dict) or not weight_map:
-        raise UsageError(
-            f"{path} has no weight_map (an object of array name -> shard "
-            "file): not a safetensors index."
-        )
-    folder = os.path.dirname(path) or "."
-    shards = {}
-    for name in weight_map.values():
-        if name not in shards:
-            shard = untrusted.inside_folder(folder, name, path)
-            if not shard.endswith(".safetensors"):
-                raise UsageError(f"{path} names {name!r}, not a "
-                                 ".safetensors shard.")
-            shards[name] = _read_file(shard)
-    return _Shards(shards)
-
-
-def _read_file(path: str) -> Mapping[str, Any]:
-    if path.endswith(".index.json"):
-        return _read_index(path)
-    if torch_pickle.is_torch_file(path):
-        return torch_pickle.read_state_dict(path)
-    return _Safetensors(path)
-
-
-def read_tensors(path: str) -> Mapping[str, np.ndarray]:
-    """The arrays of a safetensors file, a sharded index or a
-    pytorch_model.bin, as float32 numpy arrays (no PyTorch needed), each
-    read when first looked up."""
-    return _Float32(_read_file(path))
+    # Every file read resolves inside the folder (the Hugging Face cache's
+    # snapshot -> blobs/ links of the same repository excepted).
+    weights = untrusted.in_folder(folder, name, os.path.join(folder, name))
+    return untrusted.in_folder(folder, CONFIG_FILE, config), weights
 
 
 def _fold_normalisation(arrays, mean, std) -> None:
@@ -304,12 +193,29 @@ def read_hub(path: str) -> HubCheckpoint:
     Raises:
         FileNotFoundError: no weights or no config.json.
         UsageError: another architecture, a config field or a key this ViT
-            cannot honour (named).
+            cannot honour (named, with the folder).
     """
+    try:
+        return _read_hub(path)
+    except UsageError as error:
+        if path in str(error):
+            raise
+        raise UsageError(f"{path}: {error}") from None
+
+
+def _read_hub(path: str) -> HubCheckpoint:
     config_path, weights_path = _files(path)
     spec = _read_json(config_path)
-    tensors = read_tensors(weights_path)
+    unwrap = Unwrapped()
+    tensors = read_tensors(weights_path, unwrap)
     kind = naming(tensors)
+    if unwrap.changed and kind != TIMM:
+        raise UsageError(
+            f"{weights_path} holds its arrays under {unwrap.changed!r}, "
+            "which timm's loader reads and transformers' does not (it "
+            "would start every array at random); save the state dict "
+            "itself."
+        )
     hub_types.check_config_types(spec, config_path, timm=kind == TIMM)
     kernel = tensors.get("patch_embed.proj.weight")
     for key in tensors:
@@ -324,8 +230,9 @@ def read_hub(path: str) -> HubCheckpoint:
             spec, os.path.dirname(config_path), _read_json)
         hub_types.check_heads(settings["num_heads"], _width(tensors),
                               config_path)
-        mapper = hub_mapping.map_huggingface(tensors, settings["num_heads"],
-                                  settings.pop("architecture"))
+        mapper = hub_mapping.map_huggingface(
+            tensors, settings["num_heads"], settings.pop("architecture"),
+            settings.pop("qkv_bias"))
     else:
         hub_timm.refuse_arrays(spec, tensors, weights_path)
         settings = hub_timm.settings(spec)
@@ -340,7 +247,9 @@ def read_hub(path: str) -> HubCheckpoint:
             )
         hub_types.check_heads(settings["num_heads"], _width(tensors),
                               config_path)
-        mapper = hub_mapping.map_timm(tensors, settings["num_heads"], fc_norm)
+        mapper = hub_mapping.map_timm(
+            tensors, settings["num_heads"], fc_norm, settings.pop("qkv_bias"),
+            timm_filter.timm_kernel(tensors, settings, weights_path))
     unused = mapper.unused()
     if unused:
         raise UsageError(
@@ -353,6 +262,9 @@ def read_hub(path: str) -> HubCheckpoint:
     size = settings.pop("image_size")
     size = (size, size) if isinstance(size, int) else tuple(size)
     patch = info["patch_size"]
+    if kind == TIMM:
+        hub_timm.check_padding(settings.pop("dynamic_img_pad"), size, patch)
+        settings.pop("patch_size")
     # The libraries' patch convolutions (stride P, VALID padding) drop the
     # rows and columns past the last whole patch; so does this ViT's, and
     # the model is built at the size of the pixels that are read.
@@ -369,7 +281,7 @@ def read_hub(path: str) -> HubCheckpoint:
         settings["posemb_grid"] = grid
     else:
         hub_timm.check_shapes(spec, info)
-        settings["posemb_grid"] = hub_timm.check_tokens(
+        settings["posemb_grid"] = timm_filter.check_tokens(
             settings, mapper.arrays, weights_path)
         settings.pop("pooling")
         settings.pop("stored_size")

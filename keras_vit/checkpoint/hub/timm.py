@@ -12,7 +12,6 @@ without the class token), each by name.
 
 from __future__ import annotations
 
-import math
 import re
 from typing import Any, Dict, Optional
 
@@ -22,13 +21,13 @@ from keras_vit.checkpoint.hub.config import (
     NO_EFFECT,
     READ,
     SHAPE,
+    channels,
     check_square_patch,
     class_names,
     disagree,
     patch_size,
     refuse,
 )
-from keras_vit.checkpoint.posemb import square_grid
 from keras_vit.errors import UsageError
 
 TIMM_VIT_ARGS = {
@@ -56,7 +55,9 @@ TIMM_VIT_ARGS = {
     "fc_norm": CHECKED,
     "pool_include_prefix": CHECKED,
     "dynamic_img_size": NO_EFFECT,
-    "dynamic_img_pad": NO_EFFECT,
+    # True: timm pads an image to whole patches, which this ViT does not;
+    # read where the image size is whole patches (nothing to pad).
+    "dynamic_img_pad": CHECKED,
     "drop_rate": NO_EFFECT,
     "pos_drop_rate": NO_EFFECT,
     "patch_drop_rate": NO_EFFECT,
@@ -271,11 +272,37 @@ def settings(spec: Dict[str, Any]) -> Dict[str, Any]:
         layer_norm_epsilon=1e-6,
         class_names=class_names(spec.get("label_names",
                                          pretrained.get("label_names"))),
-        mean=tuple(pretrained.get("mean") or TIMM_DEFAULT_MEAN),
-        std=tuple(pretrained.get("std") or TIMM_DEFAULT_STD),
+        mean=channels(pretrained.get("mean") or TIMM_DEFAULT_MEAN,
+                      "pretrained_cfg mean", "config.json"),
+        std=_std(pretrained.get("std") or TIMM_DEFAULT_STD),
         pooling="gap" if pool == "avg" else "token",
         fc_norm=bool(args.get("fc_norm")),
+        # What timm's strict load and its checkpoint filter read.
+        qkv_bias=args.get("qkv_bias", True),
+        dynamic_img_pad=bool(args.get("dynamic_img_pad", False)),
+        patch_size=patch_size(args.get("patch_size", 16)),
     )
+
+
+def _std(value):
+    std = channels(value, "pretrained_cfg std", "config.json")
+    if min(abs(s) for s in std) == 0:
+        raise UsageError(
+            f"config.json pretrained_cfg std={list(value)!r} has a zero: "
+            "timm would divide the pixels by it, so no model input is "
+            "defined."
+        )
+    return std
+
+
+def check_padding(pad: bool, size, patch: int) -> None:
+    """dynamic_img_pad=True: timm pads an image that is not whole patches
+    with zeros to whole patches, which this ViT does not compute (it reads
+    whole patches, as timm does without the padding)."""
+    if pad and any(s % patch for s in size):
+        raise refuse("model_args.dynamic_img_pad", True,
+                     f"an image of {size[0]} x {size[1]} pixels padded to "
+                     f"whole {patch}-pixel patches")
 
 
 def refuse_arrays(spec, tensors, weights_path: str) -> None:
@@ -296,40 +323,3 @@ def refuse_arrays(spec, tensors, weights_path: str) -> None:
         if key in tensors:
             raise UsageError(f"{weights_path} has {key}: {why}; this ViT "
                              "does not compute that.")
-
-
-def check_tokens(found, arrays, weights_path: str):
-    """The class token and position table the config describes are the
-    ones the arrays hold; returns the stored table's patch grid (the
-    built one, or the square grid timm resamples from)."""
-    has_cls = "cls" in arrays
-    if has_cls != (found["pooling"] == "token"):
-        raise UsageError(
-            f"{weights_path}: config.json pools by "
-            f"{'class token' if found['pooling'] == 'token' else 'average'}"
-            f" but the weights {'have' if has_cls else 'lack'} a cls_token."
-        )
-    rows = arrays["Transformer/posembed_input/pos_embedding"].shape[1]
-    patch = arrays["embedding/kernel"].shape[0]
-    built = tuple(s // patch for s in found["image_size"])
-    grid = math.prod(built)
-    if has_cls and rows == grid:
-        raise UsageError(
-            f"{weights_path}: pos_embed has {rows} rows for {grid} patches "
-            "and a class token: position embeddings without the class "
-            "token (timm no_embed_class=True), which this ViT does not "
-            "compute."
-        )
-    tokens = rows - int(has_cls)
-    # The stored grid as timm's checkpoint filter recovers it
-    # (get_pretrained_grid_size): the saved img_size or input_size over
-    # the patch when that accounts for every row, else a square.
-    stored = tuple(s // patch for s in found["stored_size"])
-    if math.prod(stored) == tokens:
-        return stored
-    return square_grid(tokens, (
-        f"{weights_path}: pos_embed has {tokens} patch rows, neither "
-        f"the {built[0]} x {built[1]} grid timm builds from config.json"
-        " nor a square grid timm could resample: the config does not "
-        "describe these weights."
-    ))

@@ -43,6 +43,7 @@ import huggingface_hub
 import tensorflow as tf
 from absl import logging
 from huggingface_hub import constants as hf_constants
+from huggingface_hub.file_download import repo_folder_name
 from huggingface_hub.utils import (
     GatedRepoError,
     LocalEntryNotFoundError,
@@ -50,6 +51,7 @@ from huggingface_hub.utils import (
     RevisionNotFoundError,
 )
 
+from keras_vit.checkpoint.formats import untrusted
 from keras_vit.checkpoint.hub import reader as hub
 from keras_vit.checkpoint.zoo import catalog, release
 from keras_vit.errors import UsageError, one_line
@@ -298,7 +300,12 @@ def hf_snapshot(uri: str) -> str:
             f"{uri}: the Hugging Face cache or Hub refused it "
             f"({type(error).__name__}: {one_line(error)})."
         ) from None
-    return folder
+    # refs/REVISION names the snapshot: it must be one of this
+    # repository's, not a path walking out of snapshots/.
+    repo_cache = os.path.join(hf_constants.HF_HUB_CACHE,
+                              repo_folder_name(repo_id=repo,
+                                               repo_type="model"))
+    return untrusted.check_snapshot(folder, repo_cache, uri)
 
 
 def locate(text: str) -> Optional[Located]:
