@@ -310,6 +310,7 @@ def base_config() -> ml_collections.ConfigDict:
 
 def _accuracy() -> ml_collections.ConfigDict:
     e = ml_collections.ConfigDict()
+    # The evaluator's type (`EVALUATORS`).
     e.type = "accuracy"
     # Split of the final (reported) evaluation.
     e.split = "test"
@@ -330,6 +331,7 @@ def _fewshot() -> ml_collections.ConfigDict:
     # frozen features at model.image_size (input.pp.eval_resize_size, then
     # a central crop).
     e = ml_collections.ConfigDict()
+    # The evaluator's type (`EVALUATORS`).
     e.type = "fewshot"
     # Data sets: name -> dict(dataset, train_split, test_split) (see
     # configs/fewshot.py); their names are the config's to choose.
@@ -345,8 +347,9 @@ def _fewshot() -> ml_collections.ConfigDict:
     # applied if layer_norm (keras_vit.evaluation.fewshot.probe_model).
     e.layer = placeholder(int)
     e.layer_norm = True
-    # Images per feature-extraction batch (all replicas together).
-    e.batch_size = 256
+    # Images per feature-extraction batch (all replicas together); None:
+    # the config's input.batch_size.
+    e.batch_size = placeholder(int)
     return e
 
 
@@ -355,6 +358,7 @@ def _vtab() -> ml_collections.ConfigDict:
     # pre-trained backbone with the config's other sections (input batch,
     # optimizer, schedule, trainer, ...).
     e = ml_collections.ConfigDict()
+    # The evaluator's type (`EVALUATORS`).
     e.type = "vtab"
     # Tasks and groups: "all", "natural", "specialized", "structured" or
     # task names, comma-separated (--tasks wins).

@@ -159,6 +159,10 @@ def _eval_input(values, run):
 def _fewshot_mode(values, source, strategy) -> Dict:
     config = values.config
     opts = config_lib.find_evaluator(config.evals, "fewshot")
+    if opts.batch_size is None:  # the config's batch, as earlier versions
+        opts = config_lib.complete_evaluator(
+            dict(opts.to_dict(), batch_size=int(config.input.batch_size)),
+            "fewshot")
     datasets = [
         fewshot.FewShotData(name, d.dataset, d.train_split, d.test_split,
                             config.input.data_dir)

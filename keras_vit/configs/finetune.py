@@ -129,7 +129,7 @@ def get_config(arg=None):
         c.trainer.ema_decay = 0.9999
     # Resize to image_size * 448 / 384 (follows image_size overrides),
     # random image_size crop, flip (the base's "finetune").
-    c.input.pp.resize_size = c.get_ref("image_size") * 448 // 384
+    c.input.pp.resize_size = c.model.get_ref("image_size") * 448 // 384
     if vtab_task:
         # VTAB: resize only (crops and flips would change the labels of
         # the structured tasks).

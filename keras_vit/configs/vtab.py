@@ -21,6 +21,7 @@ Resisc45 and Retinopathy need a manual download into
 """
 
 from keras_vit.config import base_config
+from keras_vit.config_schema import evaluator
 
 
 def get_config(arg=None):
@@ -52,4 +53,9 @@ def get_config(arg=None):
     # Checkpointing the iterator would store the shuffle buffer of raw
     # images in every checkpoint.
     c.checkpoints.iterator = False
+    # The VTAB-1k evaluator (config_schema.EVALUATORS["vtab"]): all 19
+    # tasks, the fixed recipe (its optional sweep off).
+    with c.unlocked():
+        c.evals.vtab = evaluator("vtab")
+    c.lock()
     return c

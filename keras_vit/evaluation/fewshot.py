@@ -278,7 +278,7 @@ def run(
                                          where="few-shot evaluator")
     feature_model = probe_model(model, opts.layer, bool(opts.layer_norm))
     run_input = input_pipeline.RunInput(image_size=image_size)
-    batch_size = int(opts.batch_size)
+    batch_size = int(opts.batch_size or 256)
     results, not_run = {}, {}
     progress = Progress(len(datasets))
     for data in datasets:
