@@ -82,10 +82,12 @@ _OUTPUT = flags.DEFINE_string(
 
 
 def _trainer(config, num_classes: int):
+    model, optimizer = build.build_run(config, num_classes)
     return train_lib.build_trainer(
-        config, build.build_model(config, num_classes),
-        build.build_optimizer(config), tf.distribute.get_strategy(),
-        num_classes,
+        config.trainer, config.objective, model, optimizer,
+        tf.distribute.get_strategy(), num_classes=num_classes,
+        global_batch=int(config.input.batch_size),
+        stride=build.config_stride(config.model),
     )
 
 
@@ -99,7 +101,10 @@ def _step_s(run, calls: int, steps: int) -> float:
 
 def in_process_runners(config, num_classes: int, k: int, steps: int):
     """Timers (seconds per step) of the bare step and of Trainer.train."""
-    batch = next(iter(input_pipeline.train_dataset(config, config.input.batch_size)))
+    run_input = train_lib.run_input(config.seed, config.model,
+                                    config.objective.mpp)
+    batch = next(iter(input_pipeline.train_dataset(
+        config.input, run_input, config.input.batch_size)))
     images, labels = (tf.identity(t) for t in batch)
     trainer = _trainer(config, num_classes)
     strategy = tf.distribute.get_strategy()
@@ -201,7 +206,7 @@ def main(argv) -> None:
         raise app.UsageError(
             "--steps_per_loop values, --steps and --repeats must be >= 1."
         )
-    num_classes = train_lib.num_classes_of(config)
+    num_classes = train_lib.num_classes_of(config.model, config.input)
     result: Dict[str, Any] = {
         "machine": throughput.machine_info(),
         "command": "python " + " ".join(sys.argv),

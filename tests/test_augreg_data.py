@@ -133,7 +133,7 @@ def test_mixup_or_cutmix_per_batch_and_bad_alphas():
 def test_train_dataset_mixes_labels():
     config = tiny.digits_config()
     config.input.mix.mixup_alpha = 0.2
-    images, soft = next(iter(ip.train_dataset(config, 8)))
+    images, soft = next(iter(ip.train_dataset(*tiny.pipeline(config), 8)))
     assert images.shape == (8, 32, 32, 3)
     assert soft.shape == (8, 10) and soft.dtype == tf.float32
     np.testing.assert_allclose(soft.numpy().sum(1), 1.0, atol=1e-6)

@@ -42,9 +42,9 @@ def config(**overrides):
     c = tiny.digits_base()
     c.model.update(dict(hidden_size=16, mlp_dim=16, num_layers=1,
                         num_heads=2))
-    c.update(dict(batch_size=8, total_steps=2, steps_per_loop=2,
-                  log_every_steps=2, eval_every_steps=0,
-                  checkpoint_every_steps=0, jit_compile=False))
+    tiny.set_fields(c, dict(batch_size=8, total_steps=2, steps_per_loop=2,
+                            log_every_steps=2, eval_every_steps=0,
+                            checkpoint_every_steps=0, jit_compile=False))
     c.schedule.warmup_steps = 0
     return tiny.set_fields(c, overrides)
 
@@ -126,7 +126,7 @@ def _through_pipeline(tmp_path, name, data, image_size):
     with open(root / "train" / "x" / name, "wb") as f:
         f.write(data)
     c = folder_config(root, image_size=image_size)
-    (images, _, _), = input_pipeline.eval_dataset(c, "train", 1).take(1)
+    (images, _, _), = input_pipeline.eval_dataset(*tiny.pipeline(c), "train", 1).take(1)
     return (images.numpy()[0] + 1.0) * 127.5
 
 
@@ -206,7 +206,7 @@ def test_empty_class_folder(tmp_path):
     with open(f"{root}/train/c/readme.txt", "w") as f:
         f.write("images go here")
     with pytest.raises(ValueError) as info:
-        sources.dataset_info(folder_config(root))
+        sources.dataset_info(folder_config(root).input)
     check_error("empty_class_folder", info.value)
     assert f"{root}/train/c" in str(info.value)
 

@@ -13,9 +13,9 @@ from absl import flags
 from ml_collections import config_flags
 
 from keras_vit import config as config_lib
-from keras_vit.config_schema import EVALUATORS, evaluator
 from keras_vit import optim
 from keras_vit.commands import flags as cli
+from keras_vit.config_schema import EVALUATORS, evaluator
 from keras_vit.errors import UsageError
 from keras_vit.storage import workdir as wd
 

@@ -97,8 +97,7 @@ def test_cli_workdir_source(images, tmp_path, capsys):
     # A workdir as a run leaves it: config, labels, a checkpoint.
     workdir = str(tmp_path / "run")
     keras.utils.set_random_seed(7)
-    trained = build.build_model(config, 10)
-    optimizer = build.build_optimizer(config)
+    trained, optimizer = build.build_run(config, 10)
     optimizer.build(trained.trainable_variables)
     workdir_lib.write_json(os.path.join(workdir, workdir_lib.CONFIG),
                            config.to_dict())

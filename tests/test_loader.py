@@ -138,7 +138,7 @@ def test_workdir_without_class_count_names_the_fix(sources, tmp_path):
         loader.load_model(loader.WorkdirSource(run))
     config_path = os.path.join(run, wd.CONFIG)
     config = json.load(open(config_path))
-    config["num_classes"] = 10
+    config["model"]["num_classes"] = 10
     wd.write_json(config_path, config)
     assert loader.load_model(loader.WorkdirSource(run)).output_shape[-1] == 10
 

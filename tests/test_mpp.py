@@ -405,25 +405,25 @@ def test_examples_per_class_is_a_seeded_draw(tmp_path):
     assert set(first) != set(sources.examples_per_class(y, 3, seed=1))
     config = tiny.digits_config({"train_examples_per_class": 3,
                                  "pp.resize_size": None, "batch_size": 30})
-    ds = input_pipeline.train_dataset(config, 30).take(20)
+    ds = input_pipeline.train_dataset(*tiny.pipeline(config), 30).take(20)
     images = np.concatenate([b[0].numpy() for b in ds])
     assert len({im.tobytes() for im in images}) == 30  # the 30, repeated
     config.input.dataset = "mnist"
     with pytest.raises(ValueError, match="slice train_split instead"):
-        input_pipeline.train_dataset(config, 30)
+        input_pipeline.train_dataset(*tiny.pipeline(config), 30)
 
 
 def test_pipeline_draws_the_corruption_seeded():
     config = _mpp_config()
-    features, labels = next(iter(input_pipeline.train_dataset(config, 32)))
+    features, labels = next(iter(input_pipeline.train_dataset(*tiny.pipeline(config), 32)))
     assert set(features) == set(mpp.INPUT_NAMES)
     assert features["mpp_mode"].shape == (32, 16)
     assert ((features["mpp_mode"].numpy() > 0).sum(1) == 8).all()
-    again, _ = next(iter(input_pipeline.train_dataset(config, 32)))
+    again, _ = next(iter(input_pipeline.train_dataset(*tiny.pipeline(config), 32)))
     np.testing.assert_array_equal(again["mpp_mode"], features["mpp_mode"])
-    second, _ = list(input_pipeline.train_dataset(config, 32).take(2))[1]
+    second, _ = list(input_pipeline.train_dataset(*tiny.pipeline(config), 32).take(2))[1]
     assert (second["mpp_mode"].numpy() != features["mpp_mode"].numpy()).any()
-    evals = list(input_pipeline.eval_dataset(config, "test", 128))
+    evals = list(input_pipeline.eval_dataset(*tiny.pipeline(config), "test", 128))
     assert len(evals) == 3 and set(evals[0][0]) == set(mpp.INPUT_NAMES)
 
 
@@ -458,9 +458,9 @@ def test_mpp_pretrain_recipe_has_the_paper_numbers_and_runs_shrunk(
     assert config.objective.mpp.enabled and config.objective.mpp.target == "mean_colour"
     assert (config.objective.mpp.corrupt_rate, config.objective.mpp.mask_fraction,
             config.objective.mpp.random_fraction) == (0.5, 0.8, 0.1)
-    opt = config.optimizer
-    assert (opt.name, opt.lr, opt.warmup_steps, opt.decay_type) == (
-        "adam", 2e-4, 10_000, "cosine")
+    opt, schedule = config.optimizer, config.schedule
+    assert (opt.name, schedule.lr, schedule.warmup_steps,
+            schedule.decay_type) == ("adam", 2e-4, 10_000, "cosine")
     assert (config.input.batch_size, config.trainer.total_steps) == (4096, 1_000_000)
     assert config.trainer.dtype == "bfloat16" and config.model.variant == "B/16"
     config = shrink(config)

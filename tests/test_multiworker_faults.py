@@ -199,7 +199,7 @@ logging.set_verbosity(logging.INFO)
 # Record every file and summary writer this worker creates, and the model.
 written, built = [], []
 atomic_write, file_writer = wd.atomic_write, tf.summary.create_file_writer
-build_model = train_lib.build_model
+build_run = train_lib.build_run
 
 
 def record_write(path, data):
@@ -213,19 +213,21 @@ def record_writer(path, **kwargs):
 
 
 def record_model(*args, **kwargs):
-    built.append(build_model(*args, **kwargs))
-    return built[-1]
+    model, optimizer = build_run(*args, **kwargs)
+    built.append(model)
+    return model, optimizer
 
 
 wd.atomic_write, tf.summary.create_file_writer = record_write, record_writer
-train_lib.build_model = record_model
+train_lib.build_run = record_model
 strategy = distribute.create_strategy("multiworker")
 c = digits.get_config()
 c.model.image_size, c.input.pp.resize_size = 16, 18
 c.model.update(hidden_size=16, mlp_dim=16, num_layers=1, num_heads=2)
-c.update(total_steps=int(steps), batch_size=16, steps_per_loop=2,
-         log_every_steps=2, eval_every_steps=0, checkpoint_every_steps=0,
-         jit_compile=False)
+c.trainer.update(total_steps=int(steps), steps_per_loop=2, jit_compile=False)
+c.input.batch_size = 16
+c.log.every_steps, c.evals.test.every_steps = 2, 0
+c.checkpoints.every_steps = 0
 c.schedule.warmup_steps = 0
 metrics = train_lib.train_and_evaluate(c, workdir, strategy)
 np.savez(out, *[v.numpy() for v in built[0].weights])

@@ -145,7 +145,7 @@ def test_train_and_evaluate_on_digits(tmp_path):
     # The whole host loop takes at least as long as its train calls.
     assert 0 < on_disk["loop_images_per_sec"] <= on_disk["images_per_sec"]
     assert wd.read_class_names(workdir) == [str(i) for i in range(10)]
-    assert wd.read_config(workdir).total_steps == 48
+    assert wd.read_config(workdir).trainer.total_steps == 48
     ckpts = tf.train.get_checkpoint_state(os.path.join(workdir, "checkpoints"))
     assert ckpts.model_checkpoint_path.endswith("ckpt-48")
     # TensorBoard summaries with the promised tags.
@@ -163,7 +163,7 @@ def test_train_and_evaluate_on_digits(tmp_path):
     from keras_vit.data import pipeline as input_pipeline
 
     correct = total = 0
-    for x, y, mask in input_pipeline.eval_dataset(config, "test", 100):
+    for x, y, mask in input_pipeline.eval_dataset(*tiny.pipeline(config), "test", 100):
         pred = np.argmax(model(x).numpy(), -1)
         correct += float(np.sum((pred == y.numpy()) * mask.numpy()))
         total += float(np.sum(mask))

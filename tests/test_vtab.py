@@ -30,6 +30,7 @@ from keras_vit.data import pipeline as input_pipeline
 from keras_vit.data import preprocessing, sources, vtab, vtab_labels
 from keras_vit.evaluation import reports, vtab_run
 from keras_vit.training import train_lib
+from tests import tiny
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -238,9 +239,9 @@ def test_input_pipeline_reads_a_task_with_its_labels():
                                 policy=tfds.testing.MockPolicy.USE_CODE):
         raw = list(tfds.load("dsprites:2.*.*", split="train[:800]"))
         images, labels, mask = next(iter(
-            input_pipeline.eval_dataset(cfg, "train[:800]", 8)
+            input_pipeline.eval_dataset(*tiny.pipeline(cfg), "train[:800]", 8)
         ))
-        info = sources.dataset_info(cfg)
+        info = sources.dataset_info(cfg.input)
     assert info.num_classes == 16
     want = [int(np.floor(int(r["label_orientation"]) / 2.5)) for r in raw]
     np.testing.assert_array_equal(labels.numpy()[:5], want)

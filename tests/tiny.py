@@ -55,3 +55,12 @@ def train_losses(workdir):
                 if v.tag == "loss":
                     losses.append(float(tf.make_ndarray(v.tensor)))
     return losses
+
+
+def pipeline(config):
+    """(config.input, RunInput): what the input pipeline takes of a run
+    config, as training hands them over."""
+    from keras_vit.training import train_lib
+
+    return config.input, train_lib.run_input(config.seed, config.model,
+                                             config.objective.mpp)

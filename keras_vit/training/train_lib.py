@@ -180,7 +180,7 @@ def _checkpoint_items(model, optimizer, data: _Data, with_iterator: bool):
     return items, train_iter
 
 
-def _run_input(seed: int, model_config, mpp_config
+def run_input(seed: int, model_config, mpp_config
                ) -> input_pipeline.RunInput:
     """What the input pipeline takes of a run besides `config.input`."""
     mpp = mpp_config if mpp_config.enabled else None
@@ -254,7 +254,7 @@ def train_and_evaluate(
         config.trainer, config.objective, model, optimizer, strategy,
         num_classes=num_classes, global_batch=batch,
         stride=config_stride(config.model))
-    data = _Data(config.input, _run_input(config.seed, config.model,
+    data = _Data(config.input, run_input(config.seed, config.model,
                                           config.objective.mpp),
                  strategy, batch, batch // trainer.accumulation_steps)
     items, train_iter = _checkpoint_items(model, optimizer, data,
