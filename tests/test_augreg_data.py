@@ -64,7 +64,8 @@ def test_randaugment_in_the_training_preprocessing():
     config = tiny.digits_config()
     config.input.pp.randaug_ops, config.input.pp.randaug_magnitude = 2, 10
     plain = tiny.digits_config()
-    fn, off = (pp.from_config(c, training=True) for c in (config, plain))
+    fn, off = (pp.from_config(c.input.pp, c.model.image_size, c.seed,
+                              training=True) for c in (config, plain))
     picture = tf.constant(_picture(36, 36))
     seed = tf.constant([1, 2], tf.int64)
     augmented = fn(picture, seed).numpy()
@@ -73,7 +74,8 @@ def test_randaugment_in_the_training_preprocessing():
     assert np.abs(augmented - off(picture, seed).numpy()).max() > 0
     config.input.pp.train = "eval"
     with pytest.raises(ValueError, match="randaug_ops"):
-        pp.from_config(config, training=True)
+        pp.from_config(config.input.pp, config.model.image_size,
+                       config.seed, training=True)
 
 
 # ----------------------------------------------------------- Mixup, CutMix

@@ -307,8 +307,8 @@ def test_config_by_name_and_by_path(tmp_path):
                             config_lib.CONFIGS_DIR)
     few = parse_train(["--config=digits_few_labels:labels=5,init=/r/e.npz",
                        "--config.trainer.total_steps=7", "--workdir=w"]).config
-    assert (few.train_examples_per_class, few.init.model, few.total_steps) \
-        == (5, "/r/e.npz", 7)
+    assert (few.input.train_examples_per_class, few.init.model,
+            few.trainer.total_steps) == (5, "/r/e.npz", 7)
     own = tmp_path / "mine.py"
     own.write_text("from keras_vit.configs import digits\n"
                    "def get_config(arg=None):\n"
@@ -316,7 +316,7 @@ def test_config_by_name_and_by_path(tmp_path):
                    "    c.trainer.total_steps = int(arg)\n"
                    "    return c\n")
     assert parse_train([f"--config={own}:11", "--workdir=w"]
-                       ).config.total_steps == 11
+                       ).config.trainer.total_steps == 11
 
 
 def test_unknown_config_name_lists_the_shipped_ones(capsys):

@@ -1326,8 +1326,8 @@ def test_a_renamed_flag_fails_naming_the_command():
         "python", "train.py", "--config=configs/digits.py", "--workdir=w",
         "--config.total_stepz=5"))
     with pytest.raises(ParseError,
-                       match="(?s)README.md line 1 .*total_stepz.* Did you "
-                       "mean \"total_steps\""):
+                       match="(?s)README.md line 1 .*total_stepz.* did you "
+                       "mean config.trainer.total_steps"):
         check_command(bad, lambda: None)
     bad = Command("README.md", 2, (), (
         "keras-vit-export", "--export_dir", "e", "--keras_model", "m.keras"))

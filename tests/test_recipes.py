@@ -99,7 +99,7 @@ SECTION_READERS = {
     ("training/train_lib.py", "trainer_config"): "trainer",
     ("training/train_lib.py", "objective"): "objective",
     ("training/model_init.py", "init"): "init",
-    ("training/loop.py", "trainer"): "trainer",
+    ("training/loop.py", "trainer_config"): "trainer",
     ("training/loop.py", "log"): "log",
     ("training/loop.py", "checkpoints"): "checkpoints",
     ("training/loop.py", "entry"): "evals.test",

@@ -80,7 +80,7 @@ def connect_timeout(connect_timeout_s: Optional[float]) -> float:
     """`connect_timeout_s`, or config.trainer.connect_timeout_s's default when
     None."""
     if connect_timeout_s is None:
-        return float(config_lib.base_config().connect_timeout_s)
+        return float(config_lib.base_config().trainer.connect_timeout_s)
     return float(connect_timeout_s)
 
 

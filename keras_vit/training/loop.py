@@ -58,11 +58,12 @@ class Plan:
     evaluators: Tuple[Tuple[str, Any], ...]
 
     @classmethod
-    def of(cls, trainer, log, checkpoints, evals) -> "Plan":
+    def of(cls, trainer_config, log, checkpoints, evals) -> "Plan":
         """The plan of a run's `trainer`, `log`, `checkpoints` and `evals`
         sections."""
         return cls(
-            int(trainer.total_steps), int(trainer.steps_per_loop),
+            int(trainer_config.total_steps),
+            int(trainer_config.steps_per_loop),
             int(log.every_steps), int(checkpoints.every_steps),
             tuple((name, entry) for name, entry in evals.items()
                   if entry.type == "accuracy"))
