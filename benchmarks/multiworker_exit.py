@@ -53,7 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--repeats", type=int, default=3,
                         help="Runs of each scenario.")
     parser.add_argument("--connect_timeout_s", type=float, default=10.0,
-                        help="missing_peer's --config.trainer.connect_timeout_s.")
+                        help="missing_peer's "
+                        "--config.trainer.connect_timeout_s.")
     parser.add_argument("--scenarios", default=",".join(SCENARIOS),
                         help="Comma-separated subset of: "
                         + ", ".join(SCENARIOS) + ".")

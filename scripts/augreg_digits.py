@@ -114,7 +114,8 @@ def main(argv=None) -> int:
             runs.append(dict(
                 setting=setting, seed=seed,
                 aug=SETTINGS[setting][0],
-                randaug=[config.input.pp.randaug_ops, config.input.pp.randaug_magnitude],
+                randaug=[config.input.pp.randaug_ops,
+                         config.input.pp.randaug_magnitude],
                 mixup_alpha=config.input.mix.mixup_alpha,
                 dropout=config.model.dropout_rate,
                 stochastic_depth=config.model.stochastic_depth_rate,

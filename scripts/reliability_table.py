@@ -86,10 +86,10 @@ What holds throughout:
 - **Bad input names the problem and the fix**, or is skipped and counted
   where the user asked for skipping (`config.input.skip_bad_images=True`).
 - **Every process ends, in bounded time.** A multi-worker worker waits for
-  the others at most `config.trainer.connect_timeout_s`, ends on SIGTERM while it
-  waits, saves and stops with the others on SIGTERM while it trains, and
-  stops within seconds when another worker dies; each of these ends in one
-  line (the traceback only with `--verbose`).
+  the others at most `config.trainer.connect_timeout_s`, ends on SIGTERM
+  while it waits, saves and stops with the others on SIGTERM while it
+  trains, and stops within seconds when another worker dies; each of these
+  ends in one line (the traceback only with `--verbose`).
 
 Known limits: a change of `num_heads` alone keeps every weight shape, so a
 checkpoint cannot reveal it; it is caught by comparing the model fields

@@ -114,7 +114,8 @@ def train(workdir: str, log: str, steps: int, hosts=None, index=0,
           args: Sequence[str] = (), **extra_env) -> Process:
     """Starts worker `index` of `hosts` (None: no TF_CONFIG)."""
     argv = [sys.executable, os.path.join(ROOT, "train.py"), *TRAIN_ARGS,
-            f"--config.trainer.total_steps={steps}", f"--workdir={workdir}", *args]
+            f"--config.trainer.total_steps={steps}", f"--workdir={workdir}",
+            *args]
     config = tf_config(hosts, index) if hosts else None
     return Process(argv, log, env(config, **extra_env))
 

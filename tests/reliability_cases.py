@@ -169,7 +169,8 @@ _CASES = [
         "every 30 s, and exits with status 1 after the timeout, in one line "
         "that names the missing address (default timeout: 600 s).",
         ("worker 1 (127.0.0.1:", "did not come up within 10 s "
-         "(--config.trainer.connect_timeout_s)", "raise --config.trainer.connect_timeout_s"),
+         "(--config.trainer.connect_timeout_s)",
+         "raise --config.trainer.connect_timeout_s"),
         "exit status 1",
     ),
     Case(

@@ -44,13 +44,14 @@ def test_augreg_i21k_recipe(aug, randaug, mixup):
     assert o.weight_decay * sch.lr == pytest.approx(1e-4)
     assert (sch.warmup_steps, sch.decay_type) == (10_000, "cosine")
     assert c.input.batch_size == 4096 and c.trainer.grad_clip_norm == 1.0
-    assert c.objective.loss == "sigmoid_xent" and c.model.head_bias_init == -10.0
+    assert c.objective.loss == "sigmoid_xent"
+    assert c.model.head_bias_init == -10.0
     assert c.input.pp.train == "pretrain" and c.model.image_size == 224
     assert c.model.pooling == "token" and c.model.posemb == "learn"
     assert c.model.representation_size is None
     assert c.trainer.total_steps == math.ceil(300 * 14_147_122 / 4096)
-    assert load(I21K, "variant=B/16,do=0.0,sd=0.0,epochs=30").trainer.total_steps \
-        == math.ceil(30 * 14_147_122 / 4096)
+    assert load(I21K, "variant=B/16,do=0.0,sd=0.0,epochs=30"
+                ).trainer.total_steps == math.ceil(30 * 14_147_122 / 4096)
     with pytest.raises((ValueError, flags.Error), match="aug setting"):
         load(I21K, "aug=heavy")
     with pytest.raises((ValueError, flags.Error), match="No AugReg model"):
@@ -59,7 +60,8 @@ def test_augreg_i21k_recipe(aug, randaug, mixup):
 
 def test_augreg_i1k_and_plain_vit_recipes():
     c = load(I1K, "variant=B/16,aug=medium2")
-    assert (c.input.dataset, c.evals.test.split) == ("imagenet2012", "validation")
+    assert (c.input.dataset, c.evals.test.split) == (
+        "imagenet2012", "validation")
     assert (c.input.pp.randaug_ops, c.input.pp.randaug_magnitude) == (2, 15)
     assert c.input.mix.mixup_alpha == 0.5 and c.input.batch_size == 4096
     assert c.trainer.total_steps == math.ceil(300 * 1_268_355 / 4096)
@@ -88,7 +90,8 @@ def test_augreg_finetune_recipe():
     sch = c.schedule
     assert (o.name, o.momentum, o.weight_decay, sch.lr) == (
         "sgd", 0.9, 0.0, 0.03)
-    assert (c.model.image_size, c.input.pp.resize_size, c.trainer.total_steps) == (
+    assert (c.model.image_size, c.input.pp.resize_size,
+            c.trainer.total_steps) == (
         384, 448, 20_000)
     small = load(FINETUNE, "name=R_Ti_16-i21k-300ep-lr_0.001-aug_none-wd_"
                  "0.03-do_0.0-sd_0.0,dataset=cifar100,res=224")

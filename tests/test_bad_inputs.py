@@ -126,7 +126,8 @@ def _through_pipeline(tmp_path, name, data, image_size):
     with open(root / "train" / "x" / name, "wb") as f:
         f.write(data)
     c = folder_config(root, image_size=image_size)
-    (images, _, _), = input_pipeline.eval_dataset(*tiny.pipeline(c), "train", 1).take(1)
+    (images, _, _), = input_pipeline.eval_dataset(
+        *tiny.pipeline(c), "train", 1).take(1)
     return (images.numpy()[0] + 1.0) * 127.5
 
 

@@ -11,8 +11,8 @@ import configparser
 import functools
 import importlib.metadata
 import os
-import subprocess
 import re
+import subprocess
 import sys
 
 import pytest

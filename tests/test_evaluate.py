@@ -253,8 +253,10 @@ def test_cli_fewshot_on_digits(tmp_path, capsys):
     tiny(representation_size=16).save(path)
     out = str(tmp_path / "fs")
     code = cli("--mode=fewshot", f"--config={FEWSHOT_CONFIG}:digits",
-               "--config.model.image_size=32", "--config.input.pp.eval_resize_size=36",
-               "--config.evals.fewshot.shots=(1,2)", "--config.evals.fewshot.seeds=(0,)",
+               "--config.model.image_size=32",
+               "--config.input.pp.eval_resize_size=36",
+               "--config.evals.fewshot.shots=(1,2)",
+               "--config.evals.fewshot.seeds=(0,)",
                f"--model={path}", f"--output_dir={out}")
     assert code == 0
     saved = json.load(open(os.path.join(out, "fewshot.json")))

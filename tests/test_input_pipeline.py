@@ -356,11 +356,13 @@ def test_eval_dataset_counts_every_example_once():
     assert len(single) == 360
     test_labels = sources.digits_split("test")[1]
     assert sorted(lb for _, lb in single) == sorted(test_labels)
-    sizes = [len(list(ip.eval_dataset(*tiny.pipeline(config), "test", 64, _context(i))))
+    sizes = [len(list(ip.eval_dataset(*tiny.pipeline(config), "test", 64,
+                                      _context(i))))
              for i in range(2)]
     # ceil(360 / 64) = 6 global batches = 12 per pipeline (2 replicas each).
     assert sizes == [12, 12]
-    parts = [_masked(ip.eval_dataset(*tiny.pipeline(config), "test", 64, _context(i)))
+    parts = [_masked(ip.eval_dataset(*tiny.pipeline(config), "test", 64,
+                                     _context(i)))
              for i in range(2)]
     assert (collections.Counter(parts[0]) + collections.Counter(parts[1])
             == collections.Counter(single))
@@ -519,7 +521,8 @@ def test_tfds_sharding_and_eval_padding(prepared_tfds):
     assert shard.decode(raw).shape == (8, 8, 3)
     single = _masked(ip.eval_dataset(*tiny.pipeline(config), "test", 8))
     assert len(single) == 21
-    parts = [list(ip.eval_dataset(*tiny.pipeline(config), "test", 8, _context(i)))
+    parts = [list(ip.eval_dataset(*tiny.pipeline(config), "test", 8,
+                                  _context(i)))
              for i in range(2)]
     assert [len(p) for p in parts] == [6, 6]  # ceil(21 / 8) x 2 replicas
     masked = [_masked(p) for p in parts]
@@ -531,9 +534,11 @@ def test_unknown_sources_fail_clearly():
     with pytest.raises(ValueError, match="Unknown dataset 'no_such_set'"):
         sources.dataset_info(digits_config(dataset="no_such_set").input)
     with pytest.raises(ValueError, match="resize_size .* smaller"):
-        ip.train_dataset(*tiny.pipeline(digits_config(**{"pp.resize_size": 8})), 4)
+        ip.train_dataset(
+            *tiny.pipeline(digits_config(**{"pp.resize_size": 8})), 4)
     with pytest.raises(ValueError, match="Unknown pp.train"):
-        ip.train_dataset(*tiny.pipeline(digits_config(**{"pp.train": "mixup"})), 4)
+        ip.train_dataset(
+            *tiny.pipeline(digits_config(**{"pp.train": "mixup"})), 4)
     with pytest.raises(ValueError, match="Cannot read split"):
         sources.digits_split("train[:5")
     with pytest.raises(ValueError, match="selects no examples"):

@@ -415,15 +415,16 @@ def test_examples_per_class_is_a_seeded_draw(tmp_path):
 
 def test_pipeline_draws_the_corruption_seeded():
     config = _mpp_config()
-    features, labels = next(iter(input_pipeline.train_dataset(*tiny.pipeline(config), 32)))
+    data = tiny.pipeline(config)
+    features, labels = next(iter(input_pipeline.train_dataset(*data, 32)))
     assert set(features) == set(mpp.INPUT_NAMES)
     assert features["mpp_mode"].shape == (32, 16)
     assert ((features["mpp_mode"].numpy() > 0).sum(1) == 8).all()
-    again, _ = next(iter(input_pipeline.train_dataset(*tiny.pipeline(config), 32)))
+    again, _ = next(iter(input_pipeline.train_dataset(*data, 32)))
     np.testing.assert_array_equal(again["mpp_mode"], features["mpp_mode"])
-    second, _ = list(input_pipeline.train_dataset(*tiny.pipeline(config), 32).take(2))[1]
+    second, _ = list(input_pipeline.train_dataset(*data, 32).take(2))[1]
     assert (second["mpp_mode"].numpy() != features["mpp_mode"].numpy()).any()
-    evals = list(input_pipeline.eval_dataset(*tiny.pipeline(config), "test", 128))
+    evals = list(input_pipeline.eval_dataset(*data, "test", 128))
     assert len(evals) == 3 and set(evals[0][0]) == set(mpp.INPUT_NAMES)
 
 
@@ -455,13 +456,15 @@ def test_mpp_pretrain_recipe_has_the_paper_numbers_and_runs_shrunk(
     from tests.test_recipes import ROOT, load, shrink
 
     config = load(os.path.join(ROOT, "configs", "mpp_pretrain.py"), "B/16")
-    assert config.objective.mpp.enabled and config.objective.mpp.target == "mean_colour"
-    assert (config.objective.mpp.corrupt_rate, config.objective.mpp.mask_fraction,
-            config.objective.mpp.random_fraction) == (0.5, 0.8, 0.1)
+    mpp_options = config.objective.mpp
+    assert mpp_options.enabled and mpp_options.target == "mean_colour"
+    assert (mpp_options.corrupt_rate, mpp_options.mask_fraction,
+            mpp_options.random_fraction) == (0.5, 0.8, 0.1)
     opt, schedule = config.optimizer, config.schedule
     assert (opt.name, schedule.lr, schedule.warmup_steps,
             schedule.decay_type) == ("adam", 2e-4, 10_000, "cosine")
-    assert (config.input.batch_size, config.trainer.total_steps) == (4096, 1_000_000)
+    assert (config.input.batch_size, config.trainer.total_steps) == (
+        4096, 1_000_000)
     assert config.trainer.dtype == "bfloat16" and config.model.variant == "B/16"
     config = shrink(config)
     with tfds.testing.mock_data(num_examples=8,

@@ -891,7 +891,8 @@ TINY_TRANSFER = (
     "--config.input.shuffle_buffer=8", "--config.input.download=False",
     "--config.input.data_dir=/tmp/tfds",
 )
-TINY_FEWSHOT = ("--config.model.image_size=32", "--config.input.pp.eval_resize_size=32",
+TINY_FEWSHOT = ("--config.model.image_size=32",
+                "--config.input.pp.eval_resize_size=32",
                 "--config.input.batch_size=64", "--config.input.download=False",
                 "--config.input.data_dir=/tmp/tfds")
 # hf://google/vit-base-patch16-224 from an offline Hugging Face cache that

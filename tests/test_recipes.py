@@ -176,7 +176,8 @@ def test_pretrain_recipe_has_the_paper_numbers(variant, hidden):
     assert (sch.lr, o.weight_decay) == (1e-3, 0.03)  # Table 3, ImageNet-21k
     assert (sch.warmup_steps, sch.decay_type) == (10_000, "linear")
     assert sch.end_lr == 1e-5  # linear decay to 1e-5, not to 0
-    assert c.objective.loss == "sigmoid_xent" and c.model.head_bias_init == -10.0
+    assert c.objective.loss == "sigmoid_xent"
+    assert c.model.head_bias_init == -10.0
     assert c.input.batch_size == 4096 and c.trainer.grad_clip_norm == 1.0
     assert c.model.variant == variant
     assert (c.model.dropout_rate, c.model.attention_dropout_rate) == (0.1, 0)

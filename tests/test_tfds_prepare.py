@@ -89,7 +89,8 @@ TINY_VTAB = [
     "--config.checkpoints.every_steps=0", "--config.log.every_steps=1",
     "--config.trainer.jit_compile=False", "--config.input.shuffle_buffer=8",
 ]
-TINY_FEWSHOT = ["--config.model.image_size=32", "--config.input.pp.eval_resize_size=32",
+TINY_FEWSHOT = ["--config.model.image_size=32",
+                "--config.input.pp.eval_resize_size=32",
                 "--config.input.batch_size=64"]
 
 
@@ -115,7 +116,8 @@ def test_vtab_and_fewshot_commands_on_data_tfds_prepared(archive, tmp_path):
 
     workdir = str(tmp_path / "run")
     trained = run("train", "--config=digits", f"--workdir={workdir}",
-                  "--config.trainer.total_steps=2", "--config.input.batch_size=16",
+                  "--config.trainer.total_steps=2",
+                  "--config.input.batch_size=16",
                   "--config.evals.test.every_steps=0",
                   "--config.checkpoints.every_steps=0",
                   "--config.trainer.jit_compile=False",

@@ -163,7 +163,8 @@ def test_train_and_evaluate_on_digits(tmp_path):
     from keras_vit.data import pipeline as input_pipeline
 
     correct = total = 0
-    for x, y, mask in input_pipeline.eval_dataset(*tiny.pipeline(config), "test", 100):
+    for x, y, mask in input_pipeline.eval_dataset(*tiny.pipeline(config),
+                                                  "test", 100):
         pred = np.argmax(model(x).numpy(), -1)
         correct += float(np.sum((pred == y.numpy()) * mask.numpy()))
         total += float(np.sum(mask))
@@ -233,7 +234,8 @@ def test_preempted_command_exits_42_and_closes_its_summaries(
         "keras-vit-train", "--config", "digits", f"--workdir={workdir}",
         "--config.trainer.total_steps=24", "--config.trainer.steps_per_loop=4",
         "--config.log.every_steps=8", "--config.evals.test.every_steps=0",
-        "--config.checkpoints.every_steps=8", "--config.trainer.jit_compile=False",
+        "--config.checkpoints.every_steps=8",
+        "--config.trainer.jit_compile=False",
         "--config.model.num_layers=1", "--config.model.hidden_size=16",
         "--config.model.mlp_dim=16", "--config.input.batch_size=32",
         "--config.schedule.warmup_steps=4",

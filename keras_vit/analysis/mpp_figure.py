@@ -203,8 +203,8 @@ def draw_for_run(
     seed: int = 0,
 ) -> Optional[str]:
     """Draws FIGURE for the workdir of an MPP run (its latest checkpoint,
-    its config.objective.mpp options); returns its path, or None for a run that is
-    not an MPP run."""
+    its config.objective.mpp options); returns its path, or None for a run
+    that is not an MPP run."""
     config = wd.read_config(workdir)
     if not config.objective.mpp.enabled:
         return None

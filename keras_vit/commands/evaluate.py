@@ -208,7 +208,8 @@ def _vtab_mode(values, source, strategy) -> Dict:
             "a VTAB task stopped with a checkpoint saved; run the same "
             "command to resume.")
     selected = {t.name for t in vtab.select_tasks(
-        values.tasks or config_lib.find_evaluator(values.config.evals, "vtab").tasks)}
+        values.tasks or config_lib.find_evaluator(values.config.evals,
+                                                  "vtab").tasks)}
     if not selected & {r["task"] for r in out["records"]}:
         raise UsageError(_nothing_ran("VTAB task", out["not_run"]))
     return out

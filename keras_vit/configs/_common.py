@@ -15,7 +15,8 @@ def set_augmentation(config, aug: str) -> None:
             f"{', '.join(augreg.AUGMENTATION)}."
         )
     setting = augreg.AUGMENTATION[aug]
-    config.input.pp.randaug_ops, config.input.pp.randaug_magnitude = setting["randaug"]
+    pp = config.input.pp
+    pp.randaug_ops, pp.randaug_magnitude = setting["randaug"]
     config.input.mix.mixup_alpha = setting["mixup"]
 
 

@@ -124,7 +124,8 @@ def get_config(arg=None):
     c.model.image_size = int(args["res"] or 384)
     if name == "imagenet2012":
         # ImageNet: the paper's resolution for the variant.
-        c.model.image_size = int(args["res"] or IMAGENET_RESOLUTION.get(variant, 384))
+        c.model.image_size = int(
+            args["res"] or IMAGENET_RESOLUTION.get(variant, 384))
         # Polyak averaging of the weights, evaluated and exported.
         c.trainer.ema_decay = 0.9999
     # Resize to image_size * 448 / 384 (follows image_size overrides),

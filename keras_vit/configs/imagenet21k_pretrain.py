@@ -20,8 +20,8 @@ Cloud TPU VM (e.g. v3-128 or v4-64), ImageNet-21k as an image folder
 
 A TFDS build of ImageNet-21k instead: add `dataset=NAME` to the argument
 (`:variant=B/16,dataset=NAME`) and set --config.input.train_split /
---config.evals.test.val_split to its split names. Fewer TPU cores: keep the batch and
-add --config.trainer.accumulation_steps=K.
+--config.evals.test.val_split to its split names. Fewer TPU cores: keep
+the batch and add --config.trainer.accumulation_steps=K.
 
 Steps: the fall 2011 release has 14,197,122 images (21,841 classes); 50,000
 are held out for validation, and 90 epochs of the remaining 14,147,122 at

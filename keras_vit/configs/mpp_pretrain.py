@@ -16,10 +16,11 @@ Arguments (comma-separated key=value, or a bare variant): variant (default
 B/16), dataset (a TFDS name, default imagenet2012, or "folder" for
 <data_dir>/train/<class>/*.JPEG), steps (default 1M; the paper saw
 diminishing returns after 100k: `:steps=100000`). The alternatives the
-paper tried are config fields: --config.objective.mpp.target=colour_grid (a 4 x 4
-downsized patch, 16 predictions of 512 classes) or pixels (L2 regression
-of the full patch), --config.objective.mpp.corrupt_rate=0.15. Fewer TPU cores: keep
-the batch and add --config.trainer.accumulation_steps=K.
+paper tried are config fields:
+--config.objective.mpp.target=colour_grid (a 4 x 4 downsized patch, 16
+predictions of 512 classes) or pixels (L2 regression of the full patch),
+--config.objective.mpp.corrupt_rate=0.15. Fewer TPU cores: keep the batch
+and add --config.trainer.accumulation_steps=K.
 
 Expected: fine-tuned on ImageNet (configs/finetune.py:dataset=imagenet2012,
 init=<this workdir>), the paper's ViT-B/16 reached 79.9% top-1, 2 points

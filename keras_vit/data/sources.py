@@ -131,8 +131,8 @@ def _folder_index(root: str):
         )
     if not tf.io.gfile.isdir(root):
         raise UsageError(
-            f"Image folder {root!r} does not exist: set config.input.data_dir to "
-            "the folder holding <split>/<class>/."
+            f"Image folder {root!r} does not exist: set "
+            "config.input.data_dir to the folder holding <split>/<class>/."
         )
 
     def subdirs(path):

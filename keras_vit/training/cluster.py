@@ -209,7 +209,8 @@ def wait_for_workers(timeout_s: float) -> None:
             if timeout_s and elapsed > timeout_s:
                 raise SetupError(
                     f"{describe(missing)} of TF_CONFIG did not come up "
-                    f"within {timeout_s:.0f} s (config.trainer.connect_timeout_s): "
+                    f"within {timeout_s:.0f} s "
+                    "(config.trainer.connect_timeout_s): "
                     "start the same command on every worker of TF_CONFIG, "
                     "check that their addresses are reachable from here, or "
                     "raise config.trainer.connect_timeout_s."
