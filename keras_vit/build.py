@@ -16,9 +16,6 @@ from keras_vit.architecture import CONFIG_FIELDS, Architecture
 from keras_vit.errors import UsageError
 from keras_vit.model import VisionTransformer
 
-# The fields of config.model: the Architecture's (CONFIG_FIELDS).
-MODEL_KEYS = CONFIG_FIELDS
-
 
 @contextlib.contextmanager
 def dtype_policy(dtype: str):
@@ -43,11 +40,11 @@ def config_architecture(model_config, num_classes: int = 0) -> Architecture:
     values = model_config.to_dict()
     values.pop("num_classes", None)
     image_size = values.pop("image_size")
-    unknown = set(values) - set(MODEL_KEYS)
+    unknown = set(values) - set(CONFIG_FIELDS)
     if unknown:
         raise UsageError(
             f"Unknown config.model fields {sorted(unknown)}; known: "
-            f"{', '.join(MODEL_KEYS)}, image_size, num_classes."
+            f"{', '.join(CONFIG_FIELDS)}, image_size, num_classes."
         )
     if not isinstance(image_size, int):
         image_size = tuple(image_size)

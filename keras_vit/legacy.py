@@ -20,12 +20,7 @@ import keras
 from keras_vit import embedding as vit_embedding
 from keras_vit import layers as vit_layers
 from keras_vit import resnet
-from keras_vit.architecture import (
-    VARIANTS,
-    Architecture,
-    Numerics,
-    decode_variant,
-)
+from keras_vit.architecture import Architecture, Numerics, variant_of
 from keras_vit.errors import UsageError
 
 # The layers of a model an older `create_model` built, in their order, each
@@ -155,8 +150,5 @@ def architecture_from_layers(model: keras.Model) -> Architecture:
     elif height is None:  # sin-cos at any size: the smallest it accepts
         height = width = posemb.stride
     kwargs["image_size"] = (height, width)
-    for variant in VARIANTS:
-        spec = decode_variant(variant).sizes()
-        if all(kwargs.get(k) == v for k, v in spec.items()):
-            kwargs["variant"] = variant
+    kwargs["variant"] = variant_of(kwargs)
     return Architecture(**kwargs)

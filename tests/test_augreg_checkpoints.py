@@ -190,7 +190,7 @@ def test_small_augreg_files_load_end_to_end(tmp_path, variant, size):
     np.testing.assert_allclose(np.asarray(loaded(x)), np.asarray(model(x)),
                                atol=1e-5)
     info = loader.describe_source(loader.NpzSource(path))
-    assert info["variant"] == variant and info["image_size"] == size
+    assert info.variant == variant and info.image_size == (size, size)
     # --variant agreeing with the name is accepted.
     loader.load_model(loader.NpzSource(path, variant=variant))
 

@@ -272,8 +272,8 @@ def test_keras_file_is_usable_as_a_vtab_source(tmp_path):
     path = str(tmp_path / "m.keras")
     model.save(path)
     info = pretrained.describe_source(pretrained.KerasSource(path))
-    assert info["num_classes"] == 10 and info["representation_size"] == 16
-    assert info["image_size"] == (16, 16)
+    assert info.num_classes == 10 and info.representation_size == 16
+    assert info.image_size == (16, 16)
     out = pretrained.write_backbone(pretrained.KerasSource(path),
                                     str(tmp_path / "b.npz"))
     arrays = checkpoint_io.read_npz(out.path)

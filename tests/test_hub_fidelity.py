@@ -68,7 +68,7 @@ def test_stray_arrays_leave_the_model_as_the_class_builds_it():
 
 def test_timm_image_size_precedence_and_defaults():
     info = loader.describe_source(hub_source("timm_vit_img_size_args"))
-    assert info["image_size"] == (16, 64)
+    assert info.image_size == (16, 64)
     checkpoint = hub.read_hub(os.path.join(FIXTURES, "timm_vit_no_mean_std"))
     assert checkpoint.mean == (0.485, 0.456, 0.406)
     assert checkpoint.std == (0.229, 0.224, 0.225)

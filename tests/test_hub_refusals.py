@@ -105,21 +105,22 @@ def test_each_vit_config_field_is_honoured_or_refused(tmp_path, field):
 def _check_hf_read(tmp_path, name, field):
     source = loader.HubSource(_copy(tmp_path, name))
     if field == "num_attention_heads":
-        assert loader.describe_source(source)["num_heads"] == 2
+        assert loader.describe_source(source).num_heads == 2
         _copy(tmp_path, name, _set(field, 4))
-        assert loader.describe_source(source)["num_heads"] == 4
+        assert loader.describe_source(source).num_heads == 4
     elif field == "image_size":
         # transformers' patch convolution drops the pixels past the last
         # whole patch: 35 x 39 reads the 32 x 32 of the stored 4 x 4 grid.
         _copy(tmp_path, name, _set(field, [35, 39]))
-        assert loader.describe_source(source)["image_size"] == (32, 32)
+        assert loader.describe_source(source).image_size == (32, 32)
         # A grid the table does not hold: transformers refuses it too.
         _copy(tmp_path, name, _set(field, [40, 48]))
         with pytest.raises(UsageError, match="5 x 6 patch grid.*size mism"):
             loader.describe_source(source)
     elif field == "layer_norm_eps":
         _copy(tmp_path, name, _set(field, 1e-3))
-        assert loader.describe_source(source)["layer_norm_epsilon"] == 1e-3
+        numerics = loader.describe_source(source).numerics
+        assert numerics.layer_norm_epsilon == 1e-3
     else:  # qkv_bias False: a file without q/k/v biases, zero biases
         assert field == "qkv_bias"
         path = os.path.join(source.path, "model.safetensors")
@@ -187,15 +188,15 @@ def test_each_vision_transformer_argument_is_honoured_or_refused(
 def _check_timm_read(tmp_path, field):
     source = loader.HubSource(_copy(tmp_path, "timm_vit"))
     if field == "num_heads":
-        assert loader.describe_source(source)["num_heads"] == 4
+        assert loader.describe_source(source).num_heads == 4
         _copy(tmp_path, "timm_vit", _set(field, 2, args=True))
-        assert loader.describe_source(source)["num_heads"] == 2
+        assert loader.describe_source(source).num_heads == 2
     elif field == "img_size":
         def edit(config):
             del config["pretrained_cfg"]["input_size"]
             config["model_args"]["img_size"] = [32, 40]
         _copy(tmp_path, "timm_vit", edit)
-        assert loader.describe_source(source)["image_size"] == (32, 40)
+        assert loader.describe_source(source).image_size == (32, 40)
     else:  # qkv_bias=False: timm writes no qkv bias; zeros are read
         assert field == "qkv_bias"
         path = os.path.join(source.path, "model.safetensors")
@@ -238,7 +239,7 @@ def test_accepted_non_default_arguments_compute_the_same(tmp_path):
     # without a class token.
     source = loader.HubSource(_copy(tmp_path, "timm_vit", _set(
         "act_layer", "gelu_tanh", args=True)))
-    assert loader.describe_source(source)["approximate_gelu"]
+    assert loader.describe_source(source).numerics.approximate_gelu
     for field in ("no_embed_class", "pool_include_prefix"):
         folder = _copy(tmp_path, "timm_vit_gap", _set(field, True, args=True))
         _assert_reference(_load(folder), folder)
@@ -277,18 +278,18 @@ def test_relu_pooler_is_not_fine_tuned_as_tanh(tmp_path):
     dropped) and the backbone file without it work."""
     folder = os.path.join(FIXTURES, "hf_vit_model_relu")
     info = loader.describe_source(loader.HubSource(folder))
-    fields = {k: info[k] for k in ("patch_size", "hidden_size", "num_layers",
-                                   "num_heads", "mlp_dim")}
+    fields = {k: getattr(info, k) for k in (
+        "patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim")}
     model = keras_vit.create_model(
-        None, num_classes=3, image_size=info["image_size"],
-        representation_size=info["representation_size"], **fields)
+        None, num_classes=3, image_size=info.image_size,
+        representation_size=info.representation_size, **fields)
     with pytest.raises(UsageError, match="pre-logits layer uses 'relu'"):
         loader.initialise(model, folder, keep_pre_logits=True)
     with pytest.raises(UsageError, match="keep_pre_logits=False"):
         loader.write_backbone(folder, str(tmp_path / "b.npz"),
                               keep_pre_logits=True)
     plain = keras_vit.create_model(
-        None, num_classes=3, image_size=info["image_size"], **fields)
+        None, num_classes=3, image_size=info.image_size, **fields)
     loader.initialise(plain, folder)
     np.testing.assert_array_equal(
         weights.model_arrays(plain)["Transformer/encoder_norm/scale"],
@@ -301,7 +302,7 @@ def test_relu_pooler_is_not_fine_tuned_as_tanh(tmp_path):
 def test_gap_model_loads_exactly_with_or_without_global_pool(tmp_path):
     folder = os.path.join(FIXTURES, "timm_vit_gap")
     model = _load(folder)
-    assert loader.describe_source(loader.HubSource(folder))["pooling"] == "gap"
+    assert loader.describe_source(loader.HubSource(folder)).pooling == "gap"
     _assert_reference(model, folder)
 
     def no_pool(config):  # as a user writes model_args by hand

@@ -203,7 +203,7 @@ def test_fine_tune_evaluate_export_predict(home, runs, kind):
     started = loader.describe_source(start)
     for field in ("hidden_size", "num_layers", "num_heads", "mlp_dim",
                   "patch_size"):
-        assert config["model"][field] == started[field], field
+        assert config["model"][field] == getattr(started, field), field
     with open(os.path.join(workdir, "metrics.json")) as f:
         metrics = json.load(f)
     assert metrics["steps"] == 2 and metrics["test_examples"] == 360

@@ -156,7 +156,7 @@ def test_short_name_from_a_filled_cache_equals_the_file(
         num_layers=2, num_heads=2, mlp_dim=64)
     loader.initialise(target, "ViT-B_16")
     np.testing.assert_array_equal(_logits(target), want)
-    assert loader.describe_source("ViT-B_16")["image_size"] == 224
+    assert loader.describe_source("ViT-B_16").image_size == (224, 224)
 
 
 def test_download_from_a_mirror_then_from_the_cache(mirror, monkeypatch):

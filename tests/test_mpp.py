@@ -370,8 +370,8 @@ def test_mpp_encoder_initialises_a_classifier_with_equal_weights(mpp_run):
     features = loader.load_model(loader.WorkdirSource(workdir))
     assert not mpp.is_mpp_model(features)
     assert features.output_shape == (None, 32)
-    assert loader.describe_source(loader.WorkdirSource(workdir))[
-        "num_classes"] == 0
+    assert loader.describe_source(
+        loader.WorkdirSource(workdir)).num_classes == 0
     # VTAB's backbone file: the same arrays as the run's encoder.npz.
     backbone = loader.write_backbone(loader.WorkdirSource(workdir),
                                      os.path.join(workdir, "..", "bb.npz"))

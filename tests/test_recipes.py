@@ -19,6 +19,7 @@ from ml_collections import config_flags
 import keras_vit
 from keras_vit import build, keras_compat, optim
 from keras_vit import config as config_lib
+from keras_vit.architecture import CONFIG_FIELDS
 from keras_vit.checkpoint import weights as checkpoint
 from keras_vit.checkpoint.posemb import resize_position_embedding
 from keras_vit.training import model_init, train_lib
@@ -138,7 +139,7 @@ def test_recipe_has_every_key_the_trainer_reads(path, arg):
             node = node[part]
         missing = sorted(k for k in keys if k not in node)
         assert not missing, f"config.{section or ''} lacks {missing}"
-    assert set(config.model) <= set(build.MODEL_KEYS) | {"image_size",
+    assert set(config.model) <= set(CONFIG_FIELDS) | {"image_size",
                                                          "num_classes"}
 
 

@@ -3,8 +3,8 @@
 `keras_vit.checkpoint.resolve.resolve` turns what a user gives (a name, a
 URI, a path) into one of these; everything else asks the source itself:
 
-- `architecture()`: the architecture fields (`ARCH_FIELDS`), num_classes,
-  image_size and variant;
+- `architecture()`: its `keras_vit.Architecture`, what `build()` builds
+  by default (its sizes, head, pooling, numerics; at its own resolution);
 - `content()`: the parameters in the official `.npz` layout, with the
   patch grid of the position embedding (`Content`);
 - `build(...)`: the model and its `LoadReport` (None where nothing was
@@ -28,9 +28,9 @@ from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 import keras
 from absl import logging
 
-from keras_vit import legacy, mpp
+from keras_vit import build, legacy, mpp
+from keras_vit.architecture import Architecture
 from keras_vit.checkpoint import weights
-from keras_vit.checkpoint.formats import npz_layout
 from keras_vit.checkpoint.hub import model as hub_model
 from keras_vit.checkpoint.hub import reader as hub
 from keras_vit.checkpoint.resolution import rebuild_at_resolution
@@ -40,16 +40,8 @@ from keras_vit.model import (
     _image_hw,
     architecture_of,
     as_vision_transformer,
-    decode_variant,
 )
 from keras_vit.storage import workdir as wd
-
-ARCH_FIELDS = (
-    "patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim",
-    "pooling", "posemb", "representation_size", "resnet_layers",
-    "resnet_width",
-)
-SIZE_FIELDS = ("hidden_size", "num_layers", "num_heads", "mlp_dim")
 
 # `build(representation_size=...)`'s default: the source's pre-logits
 # layer (None already means "no pre-logits layer").
@@ -74,15 +66,6 @@ class Content(NamedTuple):
     layout: str
     ignored: Tuple[str, ...]
     pre_logits_activation: Optional[str]
-
-
-def arch_from_arrays(arrays: Dict[str, Any]) -> Dict[str, Any]:
-    """The architecture that official-layout arrays describe."""
-    shapes = {k: tuple(v.shape) for k, v in arrays.items()}
-    info = npz_layout.describe_arrays(shapes)
-    if info["resnet_layers"] is not None:
-        info["resnet_width"] = int(shapes["conv_root/kernel"][-1]) // 64
-    return info
 
 
 def require_vit(model: keras.Model, path: str) -> keras.Model:
@@ -124,7 +107,9 @@ class Source:
         """str. A short label for reports, e.g. "ViT-B_16.npz"."""
         return os.path.basename(os.path.normpath(self.path))
 
-    def architecture(self) -> Dict[str, Any]:
+    def architecture(self) -> Architecture:
+        """The `Architecture` of the model `build()` gives (its own
+        resolution, head, pooling and numerics)."""
         raise NotImplementedError
 
     def content(self) -> Content:
@@ -179,11 +164,8 @@ class _SavedKerasModel(Source):
         and official-layout arrays are a ViT's)."""
         return require_vit(self.build()[0], self.path)
 
-    def architecture(self) -> Dict[str, Any]:
-        model = self._vit()
-        info = arch_from_arrays(weights.model_arrays(model))
-        info["image_size"] = tuple(model.input_shape[1:3])
-        return info
+    def architecture(self) -> Architecture:
+        return architecture_of(self._vit())
 
     def content(self) -> Content:
         model = self._vit()
@@ -212,22 +194,14 @@ class WorkdirSource(_SavedKerasModel):
     def class_names(self) -> Optional[List[str]]:
         return wd.read_class_names(self.path)
 
-    def architecture(self) -> Dict[str, Any]:
+    def architecture(self) -> Architecture:
+        """From the run's config, without building the model: its `model`
+        section (an MPP run's model is its encoder, see `build`: no
+        head)."""
         config = self.run_config()
-        info = {k: config.model[k] for k in ARCH_FIELDS}
-        info["variant"] = config.model.variant
-        if info["variant"]:
-            spec = decode_variant(info["variant"])
-            for field in SIZE_FIELDS:
-                if info[field] is None:
-                    info[field] = getattr(spec.size, field)
-            if info["patch_size"] is None:
-                info["patch_size"] = spec.patch_size
-        # An MPP run's model is its encoder (see `build`): no head.
-        info["num_classes"] = (0 if config.objective.mpp.enabled
-                               else wd.num_classes(config.model, self.path))
-        info["image_size"] = config.model.image_size
-        return info
+        return build.config_architecture(
+            config.model, 0 if config.objective.mpp.enabled
+            else wd.num_classes(config.model, self.path))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -266,8 +240,8 @@ class HubSource(Source):
     def _read(self) -> hub.HubCheckpoint:
         return hub.read_hub(self.path)
 
-    def architecture(self) -> Dict[str, Any]:
-        return hub_model.describe_hub(self._read())
+    def architecture(self) -> Architecture:
+        return hub_model.hub_architecture(self._read())
 
     def content(self) -> Content:
         checkpoint = self._read()

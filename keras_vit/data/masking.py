@@ -13,7 +13,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from keras_vit import mpp
-from keras_vit.data import preprocessing as pp
+from keras_vit.architecture import patch_grid
 from keras_vit.errors import UsageError
 
 
@@ -68,8 +68,8 @@ def corruption_from_noise(
 def num_patches(image_size, stride: int) -> int:
     """int. Patch tokens per image of a model at `image_size` with
     `stride` image pixels per token."""
-    height, width = pp.as_hw(image_size)
-    return (height // stride) * (width // stride)
+    rows, cols = patch_grid(image_size, stride)
+    return rows * cols
 
 
 def add_corruption(ds: tf.data.Dataset, mpp_config, patches: int,

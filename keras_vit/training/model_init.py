@@ -5,7 +5,6 @@ weights (`initialise_from`)."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 from typing import Dict
@@ -14,9 +13,9 @@ import keras
 import tensorflow as tf
 from absl import logging
 
-from keras_vit.build import MODEL_KEYS
+from keras_vit.architecture import CONFIG_FIELDS, SHAPE_FIELDS
+from keras_vit.build import config_architecture
 from keras_vit.checkpoint import loader
-from keras_vit.model import decode_variant
 from keras_vit.storage import workdir as wd
 from keras_vit.training.resume import TrainingError
 
@@ -26,7 +25,7 @@ def model_signature(config) -> dict:
     rematerialisation) and MPP head."""
     # Rematerialisation changes how gradients are computed, not the model:
     # a run may resume with it switched on or off.
-    sig = {k: config.model[k] for k in MODEL_KEYS if k != "remat"}
+    sig = {k: config.model[k] for k in CONFIG_FIELDS if k != "remat"}
     sig["image_size"] = config.model.image_size
     sig["num_classes"] = config.model.num_classes
     # The MPP head's shape (a classifier has none).
@@ -52,28 +51,9 @@ def check_workdir_config(config, workdir: str) -> None:
         )
 
 
-# The config.model fields that fix the shapes of the parameters.
-_SHAPE_FIELDS = ("patch_size", "hidden_size", "num_layers", "num_heads",
-                 "mlp_dim", "pooling", "posemb", "resnet_layers",
-                 "resnet_width")
-
-
-def _config_shapes(model) -> Dict:
-    """The _SHAPE_FIELDS that `config.model` builds (a variant's sizes
-    where the fields leave them to it)."""
-    shapes = {k: model[k] for k in _SHAPE_FIELDS}
-    if model.variant:
-        spec = decode_variant(model.variant)
-        named = dict(dataclasses.asdict(spec.size),
-                     patch_size=spec.patch_size,
-                     resnet_layers=spec.resnet_layers)
-        for key, value in named.items():
-            if key in shapes and shapes[key] is None:
-                shapes[key] = value
-    if shapes["resnet_layers"] is not None:
-        shapes["resnet_layers"] = tuple(shapes["resnet_layers"])
-        shapes["resnet_width"] = shapes["resnet_width"] or 1
-    return shapes
+# The fields that must agree with the model fine-tuning starts from (a
+# pre-logits layer is dropped or kept by config.init.keep_pre_logits).
+_START_FIELDS = tuple(f for f in SHAPE_FIELDS if f != "representation_size")
 
 
 def init_architecture(init, model_config) -> Dict:
@@ -84,12 +64,11 @@ def init_architecture(init, model_config) -> Dict:
     stay the config's."""
     if not init.model:
         return {}
-    info = loader.describe_source(init.model)
-    wanted = {k: (tuple(info[k]) if k == "resnet_layers" and info[k]
-                  else info[k])
-              for k in _SHAPE_FIELDS if info.get(k) is not None}
-    have = _config_shapes(model_config)
-    differ = {k: (have[k], v) for k, v in wanted.items() if have[k] != v}
+    start = loader.describe_source(init.model)
+    have = config_architecture(model_config)
+    differ = {k: (getattr(have, k), getattr(start, k))
+              for k in _START_FIELDS
+              if getattr(have, k) != getattr(start, k)}
     if not differ:
         return {}
     logging.warning(
@@ -97,10 +76,12 @@ def init_architecture(init, model_config) -> Dict:
         "from: %s.", init.model,
         ", ".join(f"{k} {a} -> {b}" for k, (a, b) in sorted(differ.items())),
     )
-    fields = {key: wanted.get(key) for key in _SHAPE_FIELDS}
+    fields = {key: getattr(start, key) for key in _START_FIELDS}
+    if start.resnet_layers is None:
+        fields["resnet_width"] = None  # a hybrid's alone
     fields["variant"] = None
     if init.keep_pre_logits:
-        fields["representation_size"] = info["representation_size"]
+        fields["representation_size"] = start.representation_size
     return fields
 
 

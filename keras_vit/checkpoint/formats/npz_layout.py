@@ -111,8 +111,9 @@ def describe_arrays(shapes: Dict[str, Shape]) -> Dict[str, object]:
 
     Returns:
         dict with hidden_size, patch_size, num_layers, num_heads, mlp_dim,
-        resnet_layers, pooling, posemb, representation_size, num_classes
-        and variant (a name from `keras_vit.VARIANTS`, or None).
+        resnet_layers (and, for a hybrid, resnet_width), pooling, posemb,
+        representation_size, num_classes and variant (a name from
+        `keras_vit.VARIANTS`, or None).
     """
     def dim(key, axis):
         try:
@@ -143,27 +144,27 @@ def describe_arrays(shapes: Dict[str, Shape]) -> Dict[str, object]:
         representation_size=dim("pre_logits/kernel", 1),
         num_classes=dim("head/kernel", 1),
     )
-    info["variant"] = None
-    for name in architecture.VARIANTS:
-        spec = architecture.decode_variant(name).sizes()
-        if all(info[k] == v for k, v in spec.items()):
-            info["variant"] = name
+    if "conv_root/kernel" in shapes:  # a hybrid's ResNet width factor
+        info["resnet_width"] = int(shapes["conv_root/kernel"][-1]) // 64
+    info["variant"] = architecture.variant_of(info)
     return info
 
 
-# The Architecture fields that arrays' shapes and names determine.
-_ARCH_FIELDS = (
-    *architecture.SIZE_FIELDS, "resnet_layers", "pooling", "posemb",
-)
+# What a hint about another architecture compares: the fields the arrays'
+# names and shapes determine (a pre-logits layer is dropped or kept by
+# the loader's `keep_pre_logits`).
+_HINT_FIELDS = tuple(f for f in architecture.SHAPE_FIELDS
+                     if f != "representation_size")
 
 
 def architecture_hint(file_shapes, model_shapes) -> Optional[str]:
     found, wanted = describe_arrays(file_shapes), describe_arrays(model_shapes)
-    if all(found[f] == wanted[f] for f in _ARCH_FIELDS):
+    if all(found.get(f) == wanted.get(f) for f in _HINT_FIELDS):
         return None
 
     def fmt(info):
-        text = ", ".join(f"{f}={info[f]}" for f in _ARCH_FIELDS)
+        text = ", ".join(f"{f}={info.get(f)}" for f in _HINT_FIELDS
+                         if f != "resnet_width" or info.get(f) is not None)
         if info["variant"]:
             text += f" (variant {info['variant']})"
         return text

@@ -18,20 +18,36 @@ from keras_vit.checkpoint.posemb import resize_like_library
 from keras_vit.errors import UsageError
 from keras_vit.model import VisionTransformer, _image_hw
 
+_OWN = object()  # hub_architecture's default: the checkpoint's own
 
-def describe_hub(checkpoint: hub.HubCheckpoint) -> Dict[str, Any]:
-    """The checkpoint's architecture, as `loader.describe_source` gives it,
-    plus approximate_gelu, layer_norm_epsilon and pre_logits_activation."""
+
+def hub_architecture(checkpoint: hub.HubCheckpoint, image_size=None,
+                     num_classes: Optional[int] = None,
+                     representation_size=_OWN) -> Architecture:
+    """The `Architecture` of a hub checkpoint: its sizes, pooling and head
+    from the arrays, its numerics and pre-logits activation from
+    config.json; at `image_size` (None: the checkpoint's own), with
+    `num_classes` (None: its head's, 0 without one) and
+    `representation_size` (default: its pre-logits layer's)."""
     info = describe_arrays(
-        {k: tuple(v.shape) for k, v in checkpoint.arrays.items()}
-    )
-    info.update(
-        image_size=checkpoint.image_size,
-        approximate_gelu=checkpoint.approximate_gelu,
-        layer_norm_epsilon=checkpoint.layer_norm_epsilon,
+        {k: tuple(v.shape) for k, v in checkpoint.arrays.items()})
+    return Architecture(
+        num_classes=(info["num_classes"] or 0) if num_classes is None
+        else num_classes,
+        image_size=checkpoint.image_size if image_size is None
+        else _image_hw(image_size),
+        pooling=info["pooling"],
+        representation_size=info["representation_size"]
+        if representation_size is _OWN else representation_size,
+        # A ViTModel's pooler_act (tanh unless its config says otherwise).
         pre_logits_activation=checkpoint.pre_logits_activation,
+        numerics=Numerics(
+            approximate_gelu=checkpoint.approximate_gelu,
+            layer_norm_epsilon=checkpoint.layer_norm_epsilon,
+        ),
+        variant=info["variant"],
+        **{k: info[k] for k in SIZE_FIELDS},
     )
-    return info
 
 
 def model_from_hub(
@@ -49,38 +65,21 @@ def model_from_hub(
     resize_like_library`: transformers' interpolate_pos_encoding, timm's
     checkpoint filter). `num_classes` and `representation_size` as in
     `loader.load_model` (`from_source` is its FROM_SOURCE marker)."""
-    info = describe_hub(checkpoint)
-    if representation_size == from_source:
-        representation_size = info["representation_size"]
-    if num_classes is None:
-        num_classes = info["num_classes"] or 0
-    patch = info["patch_size"]
-    size = checkpoint.image_size if image_size is None else _image_hw(
-        image_size)
-    arrays = library_table(checkpoint, size)
-    model = VisionTransformer(Architecture(
-        num_classes=num_classes,
-        image_size=size,
-        pooling=info["pooling"],
-        representation_size=representation_size,
-        # A ViTModel's pooler_act (tanh unless its config says otherwise).
-        pre_logits_activation=checkpoint.pre_logits_activation,
-        numerics=Numerics(
-            approximate_gelu=checkpoint.approximate_gelu,
-            layer_norm_epsilon=checkpoint.layer_norm_epsilon,
-        ),
-        **{k: info[k] for k in SIZE_FIELDS},
-    ))
+    arch = hub_architecture(
+        checkpoint, image_size, num_classes,
+        _OWN if representation_size == from_source else representation_size)
+    arrays = library_table(checkpoint, arch.image_size)
+    model = VisionTransformer(arch)
+    grid = arch.grid()
     report = weights.load_arrays(
         model,
         arrays,
         strict=strict,
-        keep_pre_logits=representation_size is not None,
-        posemb_grid=tuple(s // patch for s in size),
+        keep_pre_logits=arch.representation_size is not None,
+        posemb_grid=grid,
         source=checkpoint.path,
         layout=checkpoint.naming,
     )
-    grid = tuple(s // patch for s in size)
     if grid != tuple(checkpoint.posemb_grid):
         report.posemb_resized = (tuple(checkpoint.posemb_grid), grid)
     return model, report

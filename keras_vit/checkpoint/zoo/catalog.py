@@ -35,8 +35,8 @@ import os
 from typing import Any, Dict, List, Optional, Tuple
 
 from keras_vit import model as vit_model
+from keras_vit.architecture import patch_grid, total_stride
 from keras_vit.checkpoint.zoo import augreg
-from keras_vit.resnet import resnet_stride
 
 BASE_URL_ENV = "KERAS_VIT_MODELS_BASE_URL"
 OFFICIAL_BUCKET = "gs://vit_models"
@@ -143,9 +143,7 @@ def expected_architecture(info: ModelInfo) -> Dict[str, Any]:
     (`num_classes`, None when the data set does not fix it) and the side
     of its square position grid at `info.image_size` (`grid`)."""
     spec = vit_model.decode_variant(info.variant)
-    stride = spec.patch_size
-    if spec.resnet_layers is not None:
-        stride *= resnet_stride(spec.resnet_layers)
+    stride = total_stride(spec.patch_size, spec.resnet_layers)
     return dict(
         hidden_size=spec.size.hidden_size,
         num_layers=spec.size.num_layers,
@@ -154,7 +152,7 @@ def expected_architecture(info: ModelInfo) -> Dict[str, Any]:
         patch_size=spec.patch_size,
         resnet_layers=spec.resnet_layers,
         num_classes=info.num_classes,
-        grid=info.image_size // stride,
+        grid=patch_grid(info.image_size, stride)[0],
     )
 
 
