@@ -87,7 +87,6 @@ def _trainer(config, num_classes: int):
         config.trainer, config.objective, model, optimizer,
         tf.distribute.get_strategy(), num_classes=num_classes,
         global_batch=int(config.input.batch_size),
-        stride=build.config_stride(config.model),
     )
 
 

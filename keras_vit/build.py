@@ -76,19 +76,15 @@ def build_model(model_config, num_classes: int, *, dtype: str = "float32",
     `dtype` (`config.trainer.dtype`): a classifier (`VisionTransformer`)
     of `num_classes` classes, or, given an enabled `config.objective.mpp`
     section, the masked-patch-prediction model
-    (`keras_vit.mpp.create_mpp_model`; `num_classes` is not used)."""
+    (`keras_vit.mpp.MppModel`; `num_classes` is not used)."""
     if mpp_config is not None and mpp_config.enabled:
         check_mpp(mpp_config, model_config)
-        arch = config_architecture(model_config)
-        kwargs = {k: v for k, v in model_config.to_dict().items()
-                  if v is not None and k not in ("image_size", "num_classes")}
         with dtype_policy(dtype):
-            return mpp.create_mpp_model(
-                kwargs.pop("variant", None), target=mpp_config.target,
+            return mpp.MppModel(
+                config_architecture(model_config),
+                target=mpp_config.target,
                 colour_bits=mpp_config.colour_bits,
-                grid_size=mpp_config.grid_size, image_size=arch.image_size,
-                **kwargs
-            )
+                grid_size=mpp_config.grid_size)
     arch = config_architecture(model_config, num_classes)
     with dtype_policy(dtype):
         return VisionTransformer(arch)

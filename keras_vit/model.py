@@ -44,7 +44,7 @@ from keras_vit.errors import UsageError
 __all__ = [
     "HYBRID_RESNETS", "VARIANTS", "Architecture", "Numerics", "ViTParts",
     "VisionTransformer", "architecture_of", "as_vision_transformer",
-    "create_model", "dtype_policy_of",
+    "create_model", "default_name", "dtype_policy_of", "policy_scope",
     "decode_variant", "_image_hw",
 ]
 
@@ -65,13 +65,14 @@ class ViTParts:
     head: Optional[keras.layers.Dense] = None
 
 
-def _default_name(variant: Optional[str]) -> str:
+def default_name(variant: Optional[str]) -> str:
+    """The model name of a variant ("vit_B_16"; "vit" for none)."""
     name = f"vit_{variant}".replace("/", "_") if variant else "vit"
     return name.replace("+", "_")
 
 
 @contextlib.contextmanager
-def _dtype_policy(name: Optional[str]):
+def policy_scope(name: Optional[str]):
     """Layers built under the dtype policy `name` (None: the current)."""
     previous = keras.config.dtype_policy()
     if name is not None:
@@ -160,7 +161,7 @@ class VisionTransformer(keras.Model):
             )
             x = parts["head"](x)
         super().__init__(
-            images, x, name=name or _default_name(arch.variant), **kwargs)
+            images, x, name=name or default_name(arch.variant), **kwargs)
         self.architecture = arch
         self.parts = ViTParts(**parts)
 
@@ -178,7 +179,7 @@ class VisionTransformer(keras.Model):
     def from_config(cls, config, custom_objects=None):
         config = dict(config)
         policy = config.pop("layers_dtype_policy", None)
-        with _dtype_policy(policy):
+        with policy_scope(policy):
             return cls(**config)
 
 
@@ -293,14 +294,16 @@ def create_model(
         all_tokens=all_tokens, dynamic_image_size=dynamic_image_size,
         remat=remat, numerics=numerics,
     )
-    return VisionTransformer(arch, name=name or _default_name(variant))
+    return VisionTransformer(arch, name=name or default_name(variant))
 
 
 def architecture_of(model: keras.Model) -> Architecture:
-    """The Architecture of a `VisionTransformer`, or of a functional model
+    """The Architecture of a `VisionTransformer` (or the encoder of an
+    `keras_vit.mpp.MppModel`), or of a functional model
     built by an older `create_model` (read from its layers)."""
-    if isinstance(model, VisionTransformer):
-        return model.architecture
+    arch = getattr(model, "architecture", None)  # also an MPP model's
+    if isinstance(arch, Architecture):
+        return arch
     return legacy.architecture_from_layers(model)
 
 
@@ -311,7 +314,7 @@ def dtype_policy_of(model: keras.Model):
     for layer in model.layers:
         if isinstance(layer, vit_layers.Encoder):
             policy = layer.dtype_policy.name
-    return _dtype_policy(policy)
+    return policy_scope(policy)
 
 
 def as_vision_transformer(model: keras.Model) -> VisionTransformer:

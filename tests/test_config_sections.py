@@ -128,3 +128,42 @@ def test_an_earlier_versions_run_loads_and_resumes(tmp_path):
     metrics = train_lib.train_and_evaluate(more, run)
     assert (metrics["steps"], metrics["steps_this_run"]) == (3, 1)
     assert more.to_dict() == before
+
+
+def test_an_earlier_versions_mpp_run_loads_and_resumes(tmp_path):
+    """An MPP run an earlier version wrote (its model a plain functional
+    one then, an `MppModel` now): its checkpoint restores into the class,
+    the encoder gives the features it gave then, training resumes."""
+    run = str(tmp_path / "mpp")
+    shutil.copytree(os.path.join(EARLIER, "mpp_workdir"), run)
+    config = wd.read_config(run)
+    assert config.objective.mpp.enabled and config.model.hidden_size == 16
+    model = loader.load_model(run)
+    assert model.output_shape == (None, 16)
+    x = np.random.default_rng(0).uniform(-1, 1, (2, 32, 32, 3)).astype(
+        "float32")
+    np.testing.assert_allclose(
+        np.asarray(model(x)),
+        np.load(os.path.join(EARLIER, "mpp_workdir_features.npy")),
+        atol=1e-6)
+
+    from keras_vit.training import train_lib
+
+    more = config_lib.replace(config, trainer={"total_steps": 3})
+    metrics = train_lib.train_and_evaluate(more, run)
+    assert (metrics["steps"], metrics["steps_this_run"]) == (3, 1)
+
+
+def test_an_earlier_versions_mpp_keras_file_gives_its_encoder():
+    """A .keras MPP model an earlier version saved (a functional model
+    with an `mpp_head`): every tool reads its encoder, with the features
+    it gave then."""
+    path = os.path.join(EARLIER, "mpp.keras")
+    model = loader.load_model(path)
+    assert model.output_shape == (None, 16)
+    assert loader.describe_source(path).hidden_size == 16
+    x = np.random.default_rng(0).uniform(-1, 1, (2, 16, 16, 3)).astype(
+        "float32")
+    np.testing.assert_allclose(
+        np.asarray(model(x)),
+        np.load(os.path.join(EARLIER, "mpp_keras_features.npy")), atol=1e-6)

@@ -205,8 +205,7 @@ def _trainer(target="mean_colour", strategy=None, accumulation=1,
                                      grid_size=2, **SIZES)
         optimizer = optim.create_optimizer(
             mlc.ConfigDict(dict(name="adam", lr=3e-3)), 100)
-    return MppTrainer(model, optimizer, strategy, target=target,
-                      stride=4, grid_size=2, global_batch_size=batch,
+    return MppTrainer(model, optimizer, strategy, global_batch_size=batch,
                       accumulation_steps=accumulation, grad_clip_norm=1.0)
 
 
@@ -490,6 +489,12 @@ def test_mpp_model_keras_file_round_trips_and_runs_on_jax(tmp_path):
     model.save(path)
     again = keras.models.load_model(path)
     np.testing.assert_array_equal(again(features).numpy(), expected)
+    # The file says what the model is: its architecture and its target.
+    assert isinstance(again, mpp.MppModel)
+    assert again.architecture == model.architecture
+    assert (again.target, again.colour_bits, again.grid_size) == (
+        "mean_colour", 3, 4)
+    assert again.architecture.all_tokens and not again.architecture.num_classes
     np.savez(tmp_path / "io.npz", expected=expected, **features)
     pytest.importorskip("jax")
     script = textwrap.dedent(f"""

@@ -51,12 +51,12 @@ def num_classes_of(model_config, inp) -> int:
 
 
 def build_trainer(trainer_config, objective, model, optimizer, strategy, *,
-                  num_classes: int, global_batch: int, stride: int):
+                  num_classes: int, global_batch: int):
     """The `Trainer` of a run's `config.trainer` (accumulation, clipping,
     XLA, non-finite steps) and `config.objective` (loss, label smoothing)
     for a model and optimizer created under `strategy.scope()`, at
-    `global_batch` images per update; an `MppTrainer` (`stride`: the
-    model's pixels per token) with `objective.mpp.enabled`."""
+    `global_batch` images per update; an `MppTrainer` (what the model's
+    head predicts) with `objective.mpp.enabled`."""
     common = dict(
         global_batch_size=int(global_batch),
         accumulation_steps=int(trainer_config.accumulation_steps),
@@ -65,11 +65,7 @@ def build_trainer(trainer_config, objective, model, optimizer, strategy, *,
         skip_nonfinite=bool(trainer_config.skip_nonfinite),
     )
     if objective.mpp.enabled:
-        return MppTrainer(
-            model, optimizer, strategy, target=objective.mpp.target,
-            stride=int(stride), colour_bits=int(objective.mpp.colour_bits),
-            grid_size=int(objective.mpp.grid_size), **common,
-        )
+        return MppTrainer(model, optimizer, strategy, **common)
     return Trainer(
         model, optimizer, strategy, num_classes=num_classes,
         loss=objective.loss,
@@ -252,8 +248,7 @@ def train_and_evaluate(
     )
     trainer = build_trainer(
         config.trainer, config.objective, model, optimizer, strategy,
-        num_classes=num_classes, global_batch=batch,
-        stride=config_stride(config.model))
+        num_classes=num_classes, global_batch=batch)
     data = _Data(config.input, run_input(config.seed, config.model,
                                           config.objective.mpp),
                  strategy, batch, batch // trainer.accumulation_steps)
