@@ -5,13 +5,17 @@ The package is layered; each layer imports only the ones below it
 
     keras_vit/*.py         the model core: portable Keras 3 (`keras.ops`
                            only; runs on the TensorFlow and JAX backends),
-                           the config schema and masked patch prediction
-    keras_vit/checkpoint/  pre-trained weights: the official and AugReg
-                           .npz files, Hugging Face / timm folders, run
-                           directories, atomic file writes, and
-                           `load_model(source)`: any source to a model (a
-                           path, hf://ORG/NAME, a released model's name:
-                           `list_models()`)
+                           `Architecture` (what a model is), the config
+                           schema (a tree of sections, one per component:
+                           config_schema.py) and masked patch prediction
+    keras_vit/storage/     atomic file writes and the run directory
+                           (workdir), local or gs://
+    keras_vit/checkpoint/  pre-trained weights: file formats (formats/),
+                           Hugging Face / timm folders (hub/), the released
+                           checkpoints (zoo/), and `load_model(source)`:
+                           any source to a model (a path, hf://ORG/NAME, a
+                           released model's name: `list_models()`), each
+                           source describing itself as an `Architecture`
     keras_vit/data/        tf.data input: TFDS, image folders, the digits,
                            preprocessing, VTAB task definitions, data checks
     keras_vit/scoring/     the losses and the evaluation step that training

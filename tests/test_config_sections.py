@@ -167,3 +167,44 @@ def test_an_earlier_versions_mpp_keras_file_gives_its_encoder():
     np.testing.assert_allclose(
         np.asarray(model(x)),
         np.load(os.path.join(EARLIER, "mpp_keras_features.npy")), atol=1e-6)
+
+
+def _doc_table():
+    """{section: field names} of docs/development.md's run-config table."""
+    import re
+
+    with open(os.path.join(ROOT, "docs", "development.md")) as f:
+        text = f.read()
+    text = text[text.index("## The run config"):]
+    text = text[:text.index("\n## ")]
+    rows = {}
+    for line in text.splitlines():
+        cells = line.split("|")
+        if len(cells) == 5 and cells[1].strip().startswith("`"):
+            section = cells[1].strip().strip("`")
+            rows[section] = set(re.findall(r"`(\w+)`", cells[2]))
+    return rows
+
+
+def test_the_run_config_table_in_the_docs_is_the_schema():
+    """docs/development.md names every section and every field of the
+    schema, and nothing else (an evaluator's fields: each type's)."""
+    from keras_vit.config_schema import EVALUATORS
+
+    rows = _doc_table()
+    schema = base_config()
+    assert set(rows) == set(schema.keys())
+    for section, named in rows.items():
+        if section == "seed":
+            continue
+        want = set()
+        if section == "evals":
+            for kind, make in EVALUATORS.items():
+                want |= {kind} | set(make().keys()) - {"type"}
+            want.add("type")
+        else:
+            for key, value in schema[section].items():
+                want.add(key)
+                if hasattr(value, "items"):
+                    want |= set(value.keys())
+        assert named == want, (section, named ^ want)
