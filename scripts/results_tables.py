@@ -1335,7 +1335,7 @@ def _text(path: str) -> str:
 def variants() -> str:
     """The variant table: sizes and the parameter counts that the tests
     assert against the built models."""
-    order = _assigned("keras_vit/architecture.py", "VARIANTS")
+    order = _assigned("keras_vit/variants.py", "VARIANTS")
     counts = dict(_assigned("tests/test_model.py", "GOLDEN"))
     counts.update(_assigned("tests/test_resnet.py", "HYBRID_PARAMS"))
     sizes = _assigned("tests/test_model.py", "SIZES")
@@ -1346,7 +1346,7 @@ def variants() -> str:
         lines.append(f"| {variant} | {depth} | {width} | {mlp} | {heads} | "
                      f"{counts[variant]:,} |")
     return "\n".join(lines) + (
-        "\n\n(Generated from `keras_vit/architecture.py` and the counts that "
+        "\n\n(Generated from `keras_vit/variants.py` and the counts that "
         "`python -m pytest tests/test_model.py tests/test_resnet.py` "
         "asserts against the built models.)\n")
 
@@ -1357,37 +1357,51 @@ CLASS_RUNS = ("model_class_before_after_b16_b8_train",
               "model_class_before_after_b16_b8_infer")
 CLASS_NAMES = (("keras_vit_before", "before (8f653dc)"),
                ("keras_vit", "after"), ("keras_hub", "keras-hub"))
+LAYOUT_RUNS = ("layout_before_after_b16_b8",)
+LAYOUT_NAMES = (("before", "before (3a89c59)"),
+                ("keras_vit", "after"), ("keras_hub", "keras-hub"))
 
 
-def model_class_before_after() -> str:
+def _before_after(runs: Sequence[str], names, before: str) -> str:
+    """Each repeat and the medians of interleaved before / after / keras-hub
+    runs, per mode, with after's change against before."""
     lines = ["| mode | model | img/s, each repeat | img/s (median) | "
              "CPU s per image (median) | vs keras-hub (wall / CPU time) |",
              "|---|---|---|---|---|---|"]
     gains = []
-    for name in CLASS_RUNS:
+    for name in runs:
         data = bench(name)
-        rows = {r["model"]: r for r in data["rows"]}
-        mode = data["args"]["mode"]
-        for model, label in CLASS_NAMES:
-            r = rows[model]
-            each = ", ".join(f"{v:.2f}" for v in r["images_per_s_all"])
-            hub = (f"{ratio(r['vs_keras_hub'])} / "
-                   f"{ratio(r['vs_keras_hub_cpu'])}"
-                   if r.get("vs_keras_hub") else "")
-            lines.append(f"| {mode} | {label} | {each} | "
-                         f"**{r['images_per_s']:.2f}** | "
-                         f"{r['cpu_s_per_image']:.2f} | {hub} |")
-        after, before = rows["keras_vit"], rows["keras_vit_before"]
-        speed = after["images_per_s"] / before["images_per_s"] - 1
-        cpu = after["cpu_s_per_image"] / before["cpu_s_per_image"] - 1
-        gains.append(
-            f"{mode}, after against before: img/s {signed_pct(speed)}, CPU "
-            f"time per image {signed_pct(cpu)}; load average "
-            f"{_load_range(data['machine'])}, "
-            f"{data['args']['repeats']} repeats of "
-            f"{after['steps_per_repeat']} step(s)")
+        modes = list(dict.fromkeys(r["mode"] for r in data["rows"]))
+        for mode in modes:
+            rows = {r["model"]: r for r in data["rows"] if r["mode"] == mode}
+            for model, label in names:
+                r = rows[model]
+                each = ", ".join(f"{v:.2f}" for v in r["images_per_s_all"])
+                hub = (f"{ratio(r['vs_keras_hub'])} / "
+                       f"{ratio(r['vs_keras_hub_cpu'])}"
+                       if r.get("vs_keras_hub") else "")
+                lines.append(f"| {mode} | {label} | {each} | "
+                             f"**{r['images_per_s']:.2f}** | "
+                             f"{r['cpu_s_per_image']:.2f} | {hub} |")
+            after, old = rows["keras_vit"], rows[before]
+            speed = after["images_per_s"] / old["images_per_s"] - 1
+            cpu = after["cpu_s_per_image"] / old["cpu_s_per_image"] - 1
+            gains.append(
+                f"{mode}, after against before: img/s {signed_pct(speed)}, "
+                f"CPU time per image {signed_pct(cpu)}; load average "
+                f"{_load_range(data['machine'])}, "
+                f"{data['args']['repeats']} repeats of "
+                f"{after['steps_per_repeat']} step(s)")
     return ("\n".join(lines) + "\n\n" + "; ".join(gains) + "."
-            + source(*(f"{BENCH}/{n}.json" for n in CLASS_RUNS)))
+            + source(*(f"{BENCH}/{n}.json" for n in runs)))
+
+
+def model_class_before_after() -> str:
+    return _before_after(CLASS_RUNS, CLASS_NAMES, "keras_vit_before")
+
+
+def layout_before_after() -> str:
+    return _before_after(LAYOUT_RUNS, LAYOUT_NAMES, "before")
 
 
 PROFILE_RUN = "step_profile_b16_b8"
@@ -1431,6 +1445,7 @@ def step_profile() -> str:
 RENDERERS: Dict[str, Callable[[], str]] = {
     "step-profile": step_profile,
     "model-class-before-after": model_class_before_after,
+    "layout-before-after": layout_before_after,
     "variants": variants,
     "throughput-runs": throughput_runs,
     "flop-count": flop_count,
