@@ -40,8 +40,8 @@ class MppTrainer(Trainer):
         colour_bits: int. Bits per colour channel of the colour classes.
         grid_size: int. "colour_grid": cells per patch side.
         **kwargs: `Trainer`'s batch, accumulation, clipping, XLA and
-            non-finite options (no loss or label smoothing: the objective
-            is fixed).
+            non-finite options (`keras_vit.training.trainer.TrainOptions`;
+            no loss or label smoothing: the objective is fixed).
     """
 
     accuracy_name = "mpp_accuracy"

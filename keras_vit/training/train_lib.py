@@ -220,21 +220,8 @@ def train_and_evaluate(
     """
     on_finish = _finisher(config.objective.mpp, config.export, workdir,
                           on_finish)
-    if config.objective.mpp.enabled:
-        check_mpp(config.objective.mpp, config.model)
     strategy = strategy or tf.distribute.get_strategy()
-    total, batch = int(config.trainer.total_steps), int(
-        config.input.batch_size)
-    if total <= 0:
-        raise UsageError(f"total_steps must be positive, got {total}.")
-    if batch <= 0:
-        raise UsageError(f"batch_size must be positive, got {batch}.")
-    _make_workdir(workdir)
-    if not config.objective.mpp.enabled:
-        config = config_lib.replace(config, model=model_init.init_architecture(
-            config.init, config.model))
-    model_init.check_workdir_config(config, workdir)
-    keras.utils.set_random_seed(int(config.seed))
+    config, batch = _start(config, workdir)
     info = sources.dataset_info(config.input)
     if config.input.synthetic_data:
         logging.warning(
@@ -260,14 +247,8 @@ def train_and_evaluate(
     items, train_iter = _checkpoint_items(model, optimizer, data,
                                           bool(config.checkpoints.iterator))
     chief = distribute.is_chief(strategy)
-    writer = state.CheckpointWriter(
-        tf.train.Checkpoint(**items), os.path.join(workdir, wd.CHECKPOINTS),
-        state.scratch_dir(workdir, _task_name(strategy)), chief=chief,
-        save_here=state.saving_needs_every_worker(
-            list(model.variables) + list(optimizer.variables)
-        ),
-        keep=int(config.checkpoints.keep), step_counter=optimizer.iterations,
-    )
+    writer = _checkpoint_writer(workdir, strategy, items, chief,
+                                int(config.checkpoints.keep))
     run = loop.Run(
         workdir=workdir, strategy=strategy, trainer=trainer,
         train_iter=train_iter, eval_fn=data.eval_fn, writer=writer,
@@ -283,6 +264,42 @@ def train_and_evaluate(
                                items, data, num_classes)
     finally:
         writer.close()
+
+
+def _start(config, workdir: str):
+    """(config, global batch) of a run about to start in `workdir`: its
+    steps and batch checked, the workdir made and checked against the
+    config, fine-tuning's architecture in the config, the seed set."""
+    if config.objective.mpp.enabled:
+        check_mpp(config.objective.mpp, config.model)
+    total, batch = int(config.trainer.total_steps), int(
+        config.input.batch_size)
+    if total <= 0:
+        raise UsageError(f"total_steps must be positive, got {total}.")
+    if batch <= 0:
+        raise UsageError(f"batch_size must be positive, got {batch}.")
+    _make_workdir(workdir)
+    if not config.objective.mpp.enabled:
+        config = config_lib.replace(config, model=model_init.init_architecture(
+            config.init, config.model))
+    model_init.check_workdir_config(config, workdir)
+    keras.utils.set_random_seed(int(config.seed))
+    return config, batch
+
+
+def _checkpoint_writer(workdir: str, strategy, items: Dict, chief: bool,
+                       keep: int) -> state.CheckpointWriter:
+    """The writer of the run's checkpoints of `items` (the model, its
+    optimizer and maybe the training iterator), keeping `keep`."""
+    model, optimizer = items["model"], items["optimizer"]
+    return state.CheckpointWriter(
+        tf.train.Checkpoint(**items), os.path.join(workdir, wd.CHECKPOINTS),
+        state.scratch_dir(workdir, _task_name(strategy)), chief=chief,
+        save_here=state.saving_needs_every_worker(
+            list(model.variables) + list(optimizer.variables)
+        ),
+        keep=keep, step_counter=optimizer.iterations,
+    )
 
 
 def _task_name(strategy) -> str:
