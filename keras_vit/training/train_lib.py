@@ -220,16 +220,17 @@ def train_and_evaluate(
     """
     on_finish = _finisher(config.objective.mpp, config.export, workdir,
                           on_finish)
+    if config.objective.mpp.enabled:
+        check_mpp(config.objective.mpp, config.model)
     strategy = strategy or tf.distribute.get_strategy()
-    config, batch = _start(config, workdir)
-    info = sources.dataset_info(config.input)
-    if config.input.synthetic_data:
-        logging.warning(
-            "synthetic_data=True: every step trains on the same first batch "
-            "(a benchmark of the loop, not a training run)."
-        )
-    splits = data_checks.run_splits(config.input, config.evals)
-    data_checks.check_splits(config.input, splits)  # now, not after training
+    batch = _global_batch(config.trainer, config.input)
+    _make_workdir(workdir)
+    if not config.objective.mpp.enabled:
+        config = config_lib.replace(config, model=model_init.init_architecture(
+            config.init, config.model))
+    model_init.check_workdir_config(config, workdir)
+    keras.utils.set_random_seed(int(config.seed))
+    info, splits = _check_data(config.input, config.evals)
     num_classes = num_classes_of(config.model, config.input)
     with strategy.scope():
         model, optimizer = build_run(config, num_classes)
@@ -266,25 +267,29 @@ def train_and_evaluate(
         writer.close()
 
 
-def _start(config, workdir: str):
-    """(config, global batch) of a run about to start in `workdir`: its
-    steps and batch checked, the workdir made and checked against the
-    config, fine-tuning's architecture in the config, the seed set."""
-    if config.objective.mpp.enabled:
-        check_mpp(config.objective.mpp, config.model)
-    total, batch = int(config.trainer.total_steps), int(
-        config.input.batch_size)
+def _global_batch(trainer_config, inp) -> int:
+    """int. The run's global batch (`config.input.batch_size`), its steps
+    and batch checked."""
+    total, batch = int(trainer_config.total_steps), int(inp.batch_size)
     if total <= 0:
         raise UsageError(f"total_steps must be positive, got {total}.")
     if batch <= 0:
         raise UsageError(f"batch_size must be positive, got {batch}.")
-    _make_workdir(workdir)
-    if not config.objective.mpp.enabled:
-        config = config_lib.replace(config, model=model_init.init_architecture(
-            config.init, config.model))
-    model_init.check_workdir_config(config, workdir)
-    keras.utils.set_random_seed(int(config.seed))
-    return config, batch
+    return batch
+
+
+def _check_data(inp, evals):
+    """(dataset info, the splits the run reads) of `config.input`, those
+    splits checked now rather than after training."""
+    info = sources.dataset_info(inp)
+    if inp.synthetic_data:
+        logging.warning(
+            "synthetic_data=True: every step trains on the same first batch "
+            "(a benchmark of the loop, not a training run)."
+        )
+    splits = data_checks.run_splits(inp, evals)
+    data_checks.check_splits(inp, splits)
+    return info, splits
 
 
 def _checkpoint_writer(workdir: str, strategy, items: Dict, chief: bool,
