@@ -99,8 +99,7 @@ class Numerics:
 class Architecture:
     """Everything that defines a `VisionTransformer`, checked and with the
     variant's sizes filled in. Build one with `Architecture.create` (the
-    arguments of `keras_vit.create_model`); the fields mean what those
-    arguments mean.
+    arguments of `keras_vit.create_model`, which are these fields).
 
     Attributes:
         patch_size: int. Pixels per patch side (per token side for a
@@ -109,28 +108,54 @@ class Architecture:
         num_layers: int. Encoder blocks.
         num_heads: int. Attention heads.
         mlp_dim: int. The MLP's hidden width.
-        image_size: (height, width). The input size; with
-            `dynamic_image_size`, the size whose patch grid the position
-            embeddings are kept at.
-        num_classes: int. Width of the head; 0: no head (a features model).
+        image_size: (height, width). Input resolution; each side must be
+            divisible by the patch size (times the ResNet stride for
+            hybrids). With `dynamic_image_size`, the resolution whose patch
+            grid the position embeddings are kept at.
+        num_classes: int. Width of the classification head; 0: no head, a
+            features model that outputs the (pre-logits) representation.
         variant: str or None. The `VARIANTS` name whose sizes these are
             (None: sizes of no named variant).
-        resnet_layers: tuple of int or None. A hybrid's ResNet stages.
-        resnet_width: int. Its width factor.
-        pooling: str. "token" or "gap", as in `create_model`.
-        posemb: str. The position embedding, as in `create_model`.
-        representation_size: int or None. The pre-logits width.
-        dropout_rate: float. As in `create_model`.
-        attention_dropout_rate: float. As in `create_model`.
-        stochastic_depth_rate: float. As in `create_model`.
-        head_zero_init: bool. As in `create_model`.
-        head_bias_init: float. As in `create_model`.
-        all_tokens: bool. As in `create_model`.
-        dynamic_image_size: bool. As in `create_model`.
-        remat: As in `create_model`.
+        resnet_layers: tuple of int or None. Bottleneck units per ResNet
+            stage: makes a hybrid (overrides a hybrid variant's stages).
+        resnet_width: int. ResNet width factor (hybrids only).
+        pooling: str. "token" (class token, the paper's default) or "gap"
+            (global average of patch tokens, no class token).
+        posemb: str. "learn" (the paper's learned table, one row per
+            token) or "sincos2d" (fixed 2-D sin-cos embeddings of the patch
+            grid, big_vision's; no weights, any input size).
+        representation_size: int or None. Adds the pre-logits layer
+            (Dense + tanh) of this width, as at pre-training time.
         pre_logits_activation: str. The pre-logits layer's activation
             ("tanh"; a Hugging Face model's pooler may use another).
-        numerics: Numerics.
+        dropout_rate: float. Dropout after the position embedding and after
+            every dense layer except the qkv projection.
+        attention_dropout_rate: float. Dropout on attention weights.
+        stochastic_depth_rate: float. Stochastic depth of the last encoder
+            block while training, linear over depth (`keras_vit.droppath`).
+        head_zero_init: bool. Zero-initialise the head (the paper's choice
+            for transfer); otherwise Xavier-uniform.
+        head_bias_init: float. Initial value of every head bias (-10 for
+            the released ImageNet-21k models' sigmoid loss,
+            google-research/vision_transformer #2).
+        all_tokens: bool. With "token" pooling the last encoder block
+            computes only the class token, the one token the head reads
+            (6.3% fewer FLOPs for B/16, the same outputs). True computes
+            every token there, for reading patch features from
+            `model.parts.encoder.output`. Same weights.
+        dynamic_image_size: bool. Accept images of any height and width
+            divisible by the patch size (times the ResNet stride for
+            hybrids): the input is (batch, None, None, 3), and every call
+            interpolates the position embeddings, kept at the `image_size`
+            grid, to the input's grid, as the checkpoint loader does. The
+            same weights as with False.
+        remat: str. Rematerialisation of the encoder blocks in training
+            (`keras_vit.remat`): "none", "block" or "dots" (JAX only). The
+            same gradients and weights, less activation memory for more
+            compute (benchmarks/memory.py).
+        numerics: Numerics. The GELU form and LayerNorm epsilon, for
+            weights trained with other ones (PyTorch: exact GELU; Hugging
+            Face: epsilon 1e-12). The default is the official numerics.
     """
 
     patch_size: int

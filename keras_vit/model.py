@@ -197,7 +197,7 @@ def _position_embedding(arch: Architecture) -> keras.layers.Layer:
                                            name="posembed_input")
 
 
-def create_model(
+def create_model(  # noqa: PLR0913 (the architecture's fields, by name)
     variant: Optional[str] = "B/16",
     *,
     num_classes: int,
@@ -232,68 +232,28 @@ def create_model(
             features model that outputs the (pre-logits) representation.
         image_size: int or (height, width). Input resolution; each side must
             be divisible by the patch size (times the ResNet stride for
-            hybrids). With `dynamic_image_size`, the resolution whose patch
-            grid the position embeddings are kept at.
-        pooling: str. "token" (class token, the paper's default) or "gap"
-            (global average of patch tokens, no class token).
-        representation_size: int or None. Adds the pre-logits layer
-            (Dense + tanh) of this width, as at pre-training time.
-        dropout_rate: float. Dropout after the position embedding and after
-            every dense layer except the qkv projection.
-        attention_dropout_rate: float. Dropout on attention weights.
-        head_zero_init: bool. Zero-initialise the head (the paper's choice
-            for transfer); otherwise Xavier-uniform.
-        head_bias_init: float. Initial value of every head bias (-10 for
-            the released ImageNet-21k models' sigmoid loss,
-            google-research/vision_transformer #2).
-        posemb: str. "learn" (the paper's learned table, one row per
-            token) or "sincos2d" (fixed 2-D sin-cos embeddings of the patch
-            grid, big_vision's; no weights, any input size).
-        stochastic_depth_rate: float. Stochastic depth of the last encoder
-            block while training, linear over depth (`keras_vit.droppath`).
+            hybrids).
         patch_size, hidden_size, num_layers, num_heads, mlp_dim: int or None.
             Override the variant's sizes (required when `variant` is None).
         resnet_layers: tuple of int or None. Bottleneck units per ResNet
             stage: makes a hybrid (overrides a hybrid variant's stages).
-        resnet_width: int. ResNet width factor (hybrids only).
-        all_tokens: bool. With "token" pooling the last encoder block
-            computes only the class token, the one token the head reads
-            (6.3% fewer FLOPs for B/16, the same outputs). True computes
-            every token there, for reading patch features from
-            `model.parts.encoder.output`. Same weights.
-        dynamic_image_size: bool. Accept images of any height and width
-            divisible by the patch size (times the ResNet stride for
-            hybrids): the input is (batch, None, None, 3), and every call
-            interpolates the position embeddings, kept at the `image_size`
-            grid, to the input's grid, as the checkpoint loader does. The
-            same weights as with False.
-        remat: str. Rematerialisation of the encoder blocks in training
-            (`keras_vit.remat`): "none", "block" or "dots" (JAX only). The
-            same gradients and weights, less activation memory for more
-            compute (benchmarks/memory.py).
-        numerics: Numerics. The GELU form and LayerNorm epsilon, for
-            weights trained with other ones (PyTorch: exact GELU; Hugging
-            Face: epsilon 1e-12). The default is the official numerics.
         name: str or None. The model's name.
+        pooling, representation_size, dropout_rate, attention_dropout_rate,
+            head_zero_init, head_bias_init, posemb, stochastic_depth_rate,
+            resnet_width, all_tokens, dynamic_image_size, remat, numerics:
+            the fields of `keras_vit.Architecture` of these names, which
+            says what each does.
 
     Returns:
         A `VisionTransformer` mapping (batch, height, width, 3) images in
         [-1, 1] to logits (batch, num_classes), or to features if
         num_classes == 0; `model.architecture` holds these arguments.
     """
-    arch = Architecture.create(
-        variant, num_classes=num_classes, image_size=image_size,
-        pooling=pooling, representation_size=representation_size,
-        dropout_rate=dropout_rate,
-        attention_dropout_rate=attention_dropout_rate,
-        head_zero_init=head_zero_init, head_bias_init=head_bias_init,
-        posemb=posemb, stochastic_depth_rate=stochastic_depth_rate,
-        patch_size=patch_size, hidden_size=hidden_size,
-        num_layers=num_layers, num_heads=num_heads, mlp_dim=mlp_dim,
-        resnet_layers=resnet_layers, resnet_width=resnet_width,
-        all_tokens=all_tokens, dynamic_image_size=dynamic_image_size,
-        remat=remat, numerics=numerics,
-    )
+    # Every argument but `variant` and `name` is the Architecture field of
+    # its name.
+    fields = dict(locals())
+    del fields["variant"], fields["name"]
+    arch = Architecture.create(variant, **fields)
     return VisionTransformer(arch, name=name or default_name(variant))
 
 

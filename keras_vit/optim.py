@@ -115,6 +115,27 @@ def create_optimizer(
     config's defaults for the rest. `ema_decay` > 0 keeps a Polyak/EMA
     average of the weights. (`grad_clip_norm` is the trainer's.)
     """
+    opt_config, schedule_config = _sections(opt_config, schedule)
+    name = opt_config.name
+    if name not in OPTIMIZERS:
+        raise UsageError(
+            f"Unknown optimizer {name!r}: use one of {', '.join(OPTIMIZERS)}."
+        )
+    common = dict(learning_rate=_schedule(schedule_config, total_steps))
+    if ema_decay:
+        if not 0.0 < ema_decay < 1.0:
+            raise UsageError(f"ema_decay must be in (0, 1), got {ema_decay}.")
+        common.update(
+            use_ema=True, ema_momentum=float(ema_decay),
+            ema_overwrite_frequency=None,
+        )
+    return _optimizer(name, opt_config, common)
+
+
+def _sections(opt_config, schedule):
+    """(optimizer, schedule) sections completed with the base config's
+    defaults, the schedule's fields taken from the optimizer's where
+    earlier versions gave them there."""
     if isinstance(opt_config, ml_collections.ConfigDict):
         opt_config = opt_config.to_dict()
     opt_config = dict(opt_config)
@@ -128,29 +149,27 @@ def create_optimizer(
     )
     schedule_config = config_lib.complete(
         schedule, "schedule", where="schedule config")
-    name = opt_config.name
-    if name not in OPTIMIZERS:
-        raise UsageError(
-            f"Unknown optimizer {name!r}: use one of {', '.join(OPTIMIZERS)}."
-        )
+    return opt_config, schedule_config
+
+
+def _schedule(schedule_config, total_steps: int) -> WarmupDecay:
+    """The learning-rate schedule of a completed `schedule` section."""
     lr = float(schedule_config.lr)
     if lr <= 0:
         raise UsageError(f"schedule.lr must be positive, got {lr}.")
-    schedule = WarmupDecay(
+    return WarmupDecay(
         lr,
         total_steps,
         warmup_steps=int(schedule_config.warmup_steps),
         decay_type=schedule_config.decay_type,
         end_lr=float(schedule_config.end_lr),
     )
-    common = dict(learning_rate=schedule)
-    if ema_decay:
-        if not 0.0 < ema_decay < 1.0:
-            raise UsageError(f"ema_decay must be in (0, 1), got {ema_decay}.")
-        common.update(
-            use_ema=True, ema_momentum=float(ema_decay),
-            ema_overwrite_frequency=None,
-        )
+
+
+def _optimizer(name: str, opt_config,
+               common: dict) -> keras.optimizers.Optimizer:
+    """The optimizer `name` of a completed `optimizer` section, with the
+    `common` arguments (learning rate, EMA)."""
     weight_decay = float(opt_config.weight_decay or 0.0)
     if name == "sgd":
         if weight_decay:

@@ -8,7 +8,9 @@ indeed loads no TensorFlow.
 The same check from a shell: `lint-imports setup.cfg`.
 
 No module of the package is over MAX_MODULE_LINES lines: a module that
-grows past it is split along a seam of its own.
+grows past it is split along a seam of its own; no function is over
+MAX_FUNCTION_LINES lines (the tables aside: the config schema and the
+shipped configs), so that each reads on one screen.
 """
 
 import ast
@@ -26,6 +28,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SETUP_CFG = os.path.join(ROOT, "setup.cfg")
 PREFIX = "importlinter:contract:"
 MAX_MODULE_LINES = 400
+MAX_FUNCTION_LINES = 80
 
 
 def _contracts():
@@ -132,6 +135,48 @@ def test_no_module_is_over_the_line_limit():
     assert len(sizes) > 100  # the whole package was read
     over = {path: n for path, n in sizes.items() if n > MAX_MODULE_LINES}
     assert over == {}, f"over {MAX_MODULE_LINES} lines: {over}"
+
+
+def _functions(tree):
+    """(qualified name, node) of every function and method in `tree`,
+    nested ones included (`Class.method`, `outer.inner`)."""
+    def walk(node, prefix):
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                yield prefix + child.name, child
+                yield from walk(child, f"{prefix}{child.name}.")
+            elif isinstance(child, ast.ClassDef):
+                yield from walk(child, f"{prefix}{child.name}.")
+            else:
+                yield from walk(child, prefix)
+
+    return walk(tree, "")
+
+
+def _is_table(rel, name):
+    """The functions that are tables, one line per entry: the config
+    schema and the shipped configs."""
+    return (rel, name) == ("keras_vit/config_schema.py", "base_config") or (
+        rel.startswith("keras_vit/configs/") and name == "get_config")
+
+
+def test_no_function_is_over_the_line_limit():
+    long_ones, count = {}, 0
+    for path in glob.glob(os.path.join(ROOT, "keras_vit", "**", "*.py"),
+                          recursive=True):
+        rel = os.path.relpath(path, ROOT).replace(os.sep, "/")
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read())
+        for name, node in _functions(tree):
+            count += 1
+            lines = node.end_lineno - node.lineno + 1
+            if lines > MAX_FUNCTION_LINES and not _is_table(rel, name):
+                long_ones[f"{rel}:{name}"] = lines
+    assert count > 500  # every function was read
+    assert long_ones == {}, (
+        f"over {MAX_FUNCTION_LINES} lines (split along a seam: named "
+        f"helpers that each do one thing): {long_ones}"
+    )
 
 
 def _source_interface():

@@ -105,6 +105,16 @@ def test_batch_must_divide_replicas_times_accumulation():
         _run(two_cpu_mirrored(), SGD, batch=15)
 
 
+def test_trainer_options_are_checked_by_name():
+    # Refused before the model, optimizer or strategy is used.
+    with pytest.raises(errors.UsageError, match="unknown option\\(s\\) "
+                                                "batch_size; its options are "
+                                                "num_classes, global_batch"):
+        Trainer(None, None, None, num_classes=5, batch_size=8)
+    with pytest.raises(errors.UsageError, match="needs global_batch_size"):
+        Trainer(None, None, None, num_classes=5)
+
+
 def test_gradient_clipping_bounds_the_update():
     # With SGD without momentum, the first update is exactly -lr * clipped g.
     opt = dict(name="sgd", lr=1.0, momentum=0.0, decay_type="constant")

@@ -24,6 +24,7 @@ go through `tf.io.gfile`.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import zipfile
 from typing import Dict, Optional, Sequence, Tuple, Union
@@ -130,88 +131,13 @@ def load_arrays(
     params = model_params(model)
     arrays = dict(arrays)
     shapes = {k: tuple(np.shape(v)) for k, v in arrays.items()}
-    expected: Dict[str, Tuple[Param, Shape]] = {}
-    for param in params:
-        for key, shape in param.file_shapes().items():
-            expected[key] = (param, shape)
+    expected = _expected(params)
     model_shapes = {k: s for k, (_, s) in expected.items()}
     original_shapes = dict(shapes)
-
-    # Head: keep it only if the file's fits the model's exactly.
-    model_head = {k: expected[k][1] for k in HEAD_KEYS if k in expected}
-    keep_head = bool(model_head) and all(
-        shapes.get(k) == s for k, s in model_head.items()
-    )
-    if not keep_head:
-        reason = (
-            "the model has no head (num_classes=0)"
-            if not model_head
-            else f"the model's head is {model_head['head/kernel']} (another "
-            "class count); it starts at zero, as for transfer in the paper"
-        )
-        for key in HEAD_KEYS:
-            if key in arrays:
-                report.dropped.append((key, shapes.pop(key), reason))
-                del arrays[key]
-            expected.pop(key, None)
-        report.head_initialized = bool(model_head)
-        model_pre = PRE_LOGITS_KEYS[0] in expected
-        file_pre = PRE_LOGITS_KEYS[0] in arrays
-        if file_pre and not (keep_pre_logits and model_pre):
-            why = (
-                "dropped with the head (keep_pre_logits=False)"
-                if not keep_pre_logits
-                else "the model has no pre_logits layer"
-            )
-            for key in PRE_LOGITS_KEYS:
-                if key in arrays:
-                    report.dropped.append((key, shapes.pop(key), why))
-                    del arrays[key]
-        if model_pre and not (keep_pre_logits and file_pre):
-            report.hints.append(
-                "The model has a pre_logits layer but the checkpoint's "
-                "pre-logits are not loaded: pass keep_pre_logits=True (if the "
-                "file has them), or build the model without "
-                "representation_size."
-            )
-
-    # Position embedding: resize to the model's grid if the file's differs.
-    if POSEMB in arrays and POSEMB in expected:
-        found, want = shapes[POSEMB], expected[POSEMB][1]
-        new_grid = model_grid(model)
-        regrid = posemb_grid is not None and tuple(posemb_grid) != new_grid
-        same_width = len(found) == 3 and found[0] == 1 and found[2] == want[2]
-        if (found != want or regrid) and same_width:
-            prefix = int("cls" in expected)
-            if prefix != int("cls" in arrays):
-                report.hints.append(
-                    f"The file's pooling differs from the model's "
-                    f"(pooling={'token' if prefix else 'gap'}): build the "
-                    "model with the checkpoint's pooling."
-                )
-            else:
-                try:
-                    arrays[POSEMB] = resize_position_embedding(
-                        arrays[POSEMB], new_grid, posemb_grid, prefix
-                    )
-                except ValueError as error:
-                    report.hints.append(str(error))
-                else:
-                    shapes[POSEMB] = arrays[POSEMB].shape
-                    old = posemb_grid or square_grid(
-                        found[1] - prefix
-                    )
-                    report.posemb_resized = (tuple(old), new_grid)
-
-    for key, (param, shape) in expected.items():
-        if key not in shapes:
-            report.missing.append((key, shape))
-        elif not param.accepts(shape, shapes[key]):
-            report.mismatched.append((key, shape, original_shapes[key]))
-    report.unexpected = [
-        (k, s) for k, s in shapes.items() if k not in expected
-    ]
-
+    loading = _Loading(report, arrays, shapes, expected)
+    _fit_head(loading, keep_pre_logits)
+    _fit_position_embedding(loading, model_grid(model), posemb_grid)
+    _compare(loading, original_shapes)
     if not report.ok or (report.hints and strict):
         hint = architecture_hint(original_shapes, model_shapes)
         if hint:
@@ -223,7 +149,124 @@ def load_arrays(
                 + "\n".join(report.hints)
                 + "\nPass strict=False to load what fits and get a report."
             )
+    _assign(model, params, arrays, report)
+    return report
 
+
+@dataclasses.dataclass
+class _Loading:
+    """A load in progress: its report, the file's arrays and their shapes
+    (both changed as the head is dropped and the position embedding
+    resized), and key -> (param, shape) of what the model expects."""
+
+    report: LoadReport
+    arrays: Dict[str, np.ndarray]
+    shapes: Dict[str, Shape]
+    expected: Dict[str, Tuple[Param, Shape]]
+
+    def drop(self, keys: Sequence[str], reason: str) -> None:
+        """Drops the file's arrays of `keys` for `reason`, in the report."""
+        for key in keys:
+            if key in self.arrays:
+                self.report.dropped.append(
+                    (key, self.shapes.pop(key), reason))
+                del self.arrays[key]
+
+
+def _expected(params: Sequence[Param]) -> Dict[str, Tuple[Param, Shape]]:
+    """key -> (param, shape in the file) of every array the model takes."""
+    expected: Dict[str, Tuple[Param, Shape]] = {}
+    for param in params:
+        for key, shape in param.file_shapes().items():
+            expected[key] = (param, shape)
+    return expected
+
+
+def _fit_head(loading: _Loading, keep_pre_logits: bool) -> None:
+    """Keeps the file's head only if it fits the model's exactly; else
+    drops it (and, unless kept, its pre-logits) and says why."""
+    expected, report = loading.expected, loading.report
+    model_head = {k: expected[k][1] for k in HEAD_KEYS if k in expected}
+    if model_head and all(
+        loading.shapes.get(k) == s for k, s in model_head.items()
+    ):
+        return
+    reason = (
+        "the model has no head (num_classes=0)"
+        if not model_head
+        else f"the model's head is {model_head['head/kernel']} (another "
+        "class count); it starts at zero, as for transfer in the paper"
+    )
+    loading.drop(HEAD_KEYS, reason)
+    for key in HEAD_KEYS:
+        expected.pop(key, None)
+    report.head_initialized = bool(model_head)
+    model_pre = PRE_LOGITS_KEYS[0] in expected
+    file_pre = PRE_LOGITS_KEYS[0] in loading.arrays
+    if file_pre and not (keep_pre_logits and model_pre):
+        loading.drop(PRE_LOGITS_KEYS, (
+            "dropped with the head (keep_pre_logits=False)"
+            if not keep_pre_logits
+            else "the model has no pre_logits layer"
+        ))
+    if model_pre and not (keep_pre_logits and file_pre):
+        report.hints.append(
+            "The model has a pre_logits layer but the checkpoint's "
+            "pre-logits are not loaded: pass keep_pre_logits=True (if the "
+            "file has them), or build the model without "
+            "representation_size."
+        )
+
+
+def _fit_position_embedding(loading: _Loading, new_grid: Grid,
+                            posemb_grid: Optional[Grid]) -> None:
+    """Resizes the file's position embedding to the model's grid
+    `new_grid` if the file's (`posemb_grid`, or its own shape) differs."""
+    arrays, shapes, report = loading.arrays, loading.shapes, loading.report
+    if POSEMB not in arrays or POSEMB not in loading.expected:
+        return
+    found, want = shapes[POSEMB], loading.expected[POSEMB][1]
+    regrid = posemb_grid is not None and tuple(posemb_grid) != new_grid
+    same_width = len(found) == 3 and found[0] == 1 and found[2] == want[2]
+    if not ((found != want or regrid) and same_width):
+        return
+    prefix = int("cls" in loading.expected)
+    if prefix != int("cls" in arrays):
+        report.hints.append(
+            f"The file's pooling differs from the model's "
+            f"(pooling={'token' if prefix else 'gap'}): build the "
+            "model with the checkpoint's pooling."
+        )
+        return
+    try:
+        arrays[POSEMB] = resize_position_embedding(
+            arrays[POSEMB], new_grid, posemb_grid, prefix
+        )
+    except ValueError as error:
+        report.hints.append(str(error))
+    else:
+        shapes[POSEMB] = arrays[POSEMB].shape
+        old = posemb_grid or square_grid(found[1] - prefix)
+        report.posemb_resized = (tuple(old), new_grid)
+
+
+def _compare(loading: _Loading, original_shapes: Dict[str, Shape]) -> None:
+    """Reports what the model expects and the file lacks or shapes
+    otherwise, and what the file has and the model does not take."""
+    report, shapes = loading.report, loading.shapes
+    for key, (param, shape) in loading.expected.items():
+        if key not in shapes:
+            report.missing.append((key, shape))
+        elif not param.accepts(shape, shapes[key]):
+            report.mismatched.append((key, shape, original_shapes[key]))
+    report.unexpected = [
+        (k, s) for k, s in shapes.items() if k not in loading.expected
+    ]
+
+
+def _assign(model: keras.Model, params: Sequence[Param], arrays: Arrays,
+            report: LoadReport) -> None:
+    """Assigns every param whose arrays fit, and zeroes a dropped head."""
     bad = {k for k, *_ in report.missing + report.mismatched}
     for param in params:
         if any(k in bad or k not in arrays for k in param.keys):
@@ -237,7 +280,6 @@ def load_arrays(
             layer_param.variable.assign(
                 np.zeros(layer_param.variable.shape, "float32")
             )
-    return report
 
 
 # ----------------------------------------------------------------- saving

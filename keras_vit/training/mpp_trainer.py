@@ -37,8 +37,8 @@ class MppTrainer(Trainer):
         optimizer: keras Optimizer. Created under `strategy.scope()`.
         strategy: tf.distribute.Strategy.
         **kwargs: `Trainer`'s batch, accumulation, clipping, XLA and
-            non-finite options (no loss or label smoothing: the objective
-            is fixed).
+            non-finite options (`keras_vit.training.trainer.TrainOptions`;
+            no loss or label smoothing: the objective is fixed).
     """
 
     accuracy_name = "mpp_accuracy"

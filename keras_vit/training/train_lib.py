@@ -219,26 +219,14 @@ def train_and_evaluate(
     if config.objective.mpp.enabled:
         check_mpp(config.objective.mpp, config.model)
     strategy = strategy or tf.distribute.get_strategy()
-    total, batch = int(config.trainer.total_steps), int(
-        config.input.batch_size)
-    if total <= 0:
-        raise UsageError(f"total_steps must be positive, got {total}.")
-    if batch <= 0:
-        raise UsageError(f"batch_size must be positive, got {batch}.")
+    batch = _global_batch(config.trainer, config.input)
     _make_workdir(workdir)
     if not config.objective.mpp.enabled:
         config = config_lib.replace(config, model=model_init.init_architecture(
             config.init, config.model))
     model_init.check_workdir_config(config, workdir)
     keras.utils.set_random_seed(int(config.seed))
-    info = sources.dataset_info(config.input)
-    if config.input.synthetic_data:
-        logging.warning(
-            "synthetic_data=True: every step trains on the same first batch "
-            "(a benchmark of the loop, not a training run)."
-        )
-    splits = data_checks.run_splits(config.input, config.evals)
-    data_checks.check_splits(config.input, splits)  # now, not after training
+    info, splits = _check_data(config.input, config.evals)
     num_classes = num_classes_of(config.model, config.input)
     with strategy.scope():
         model, optimizer = build_run(config, num_classes)
@@ -255,14 +243,8 @@ def train_and_evaluate(
     items, train_iter = _checkpoint_items(model, optimizer, data,
                                           bool(config.checkpoints.iterator))
     chief = distribute.is_chief(strategy)
-    writer = state.CheckpointWriter(
-        tf.train.Checkpoint(**items), os.path.join(workdir, wd.CHECKPOINTS),
-        state.scratch_dir(workdir, _task_name(strategy)), chief=chief,
-        save_here=state.saving_needs_every_worker(
-            list(model.variables) + list(optimizer.variables)
-        ),
-        keep=int(config.checkpoints.keep), step_counter=optimizer.iterations,
-    )
+    writer = _checkpoint_writer(workdir, strategy, items, chief,
+                                int(config.checkpoints.keep))
     run = loop.Run(
         workdir=workdir, strategy=strategy, trainer=trainer,
         train_iter=train_iter, eval_fn=data.eval_fn, writer=writer,
@@ -278,6 +260,46 @@ def train_and_evaluate(
                                items, data, num_classes)
     finally:
         writer.close()
+
+
+def _global_batch(trainer_config, inp) -> int:
+    """int. The run's global batch (`config.input.batch_size`), its steps
+    and batch checked."""
+    total, batch = int(trainer_config.total_steps), int(inp.batch_size)
+    if total <= 0:
+        raise UsageError(f"total_steps must be positive, got {total}.")
+    if batch <= 0:
+        raise UsageError(f"batch_size must be positive, got {batch}.")
+    return batch
+
+
+def _check_data(inp, evals):
+    """(dataset info, the splits the run reads) of `config.input`, those
+    splits checked now rather than after training."""
+    info = sources.dataset_info(inp)
+    if inp.synthetic_data:
+        logging.warning(
+            "synthetic_data=True: every step trains on the same first batch "
+            "(a benchmark of the loop, not a training run)."
+        )
+    splits = data_checks.run_splits(inp, evals)
+    data_checks.check_splits(inp, splits)
+    return info, splits
+
+
+def _checkpoint_writer(workdir: str, strategy, items: Dict, chief: bool,
+                       keep: int) -> state.CheckpointWriter:
+    """The writer of the run's checkpoints of `items` (the model, its
+    optimizer and maybe the training iterator), keeping `keep`."""
+    model, optimizer = items["model"], items["optimizer"]
+    return state.CheckpointWriter(
+        tf.train.Checkpoint(**items), os.path.join(workdir, wd.CHECKPOINTS),
+        state.scratch_dir(workdir, _task_name(strategy)), chief=chief,
+        save_here=state.saving_needs_every_worker(
+            list(model.variables) + list(optimizer.variables)
+        ),
+        keep=keep, step_counter=optimizer.iterations,
+    )
 
 
 def _task_name(strategy) -> str:

@@ -20,6 +20,7 @@ the optimizer's moments and the EMA averages stay exactly as they were.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Dict, Optional
 
 import keras
@@ -31,16 +32,14 @@ from keras_vit.scoring.losses import hard_labels, per_example_loss
 from keras_vit.training import keras_hooks
 
 
-class Trainer(Evaluator):
-    """Distributed train/eval steps for a classifier.
+@dataclasses.dataclass(frozen=True)
+class TrainOptions:
+    """The keyword options of a `Trainer` (and an `MppTrainer`), besides
+    `num_classes`.
 
-    Args:
-        model: keras.Model. Created under `strategy.scope()`.
-        optimizer: keras Optimizer. Created under `strategy.scope()`.
-        strategy: tf.distribute.Strategy.
-        num_classes: int. Width of the model's output.
+    Attributes:
         global_batch_size: int. Examples per optimizer update, all replicas
-            and micro-batches together.
+            and micro-batches together (required).
         accumulation_steps: int. Micro-batches per update.
         grad_clip_norm: float or None. Clip the global gradient norm.
         loss: str. "softmax_xent" or "sigmoid_xent".
@@ -52,6 +51,51 @@ class Trainer(Evaluator):
             NaN or Inf instead of applying them (see the module docstring).
     """
 
+    global_batch_size: int
+    accumulation_steps: int = 1
+    grad_clip_norm: Optional[float] = 1.0
+    loss: str = "softmax_xent"
+    label_smoothing: float = 0.0
+    jit_compile: bool = False
+    skip_nonfinite: bool = False
+
+    @classmethod
+    def of(cls, options: dict) -> "TrainOptions":
+        """The options named in `options`, the others at their defaults.
+
+        Raises:
+            UsageError: an option that `Trainer` does not take, or no
+                global_batch_size.
+        """
+        known = [field.name for field in dataclasses.fields(cls)]
+        unknown = sorted(set(options) - set(known))
+        if unknown:
+            raise UsageError(
+                f"Trainer got unknown option(s) {', '.join(unknown)}; its "
+                f"options are num_classes, {', '.join(known)}."
+            )
+        if "global_batch_size" not in options:
+            raise UsageError(
+                "Trainer needs global_batch_size: the examples per "
+                "optimizer update, all replicas and micro-batches together."
+            )
+        return cls(**options)
+
+
+class Trainer(Evaluator):
+    """Distributed train/eval steps for a classifier.
+
+    Args:
+        model: keras.Model. Created under `strategy.scope()`.
+        optimizer: keras Optimizer. Created under `strategy.scope()`.
+        strategy: tf.distribute.Strategy.
+        num_classes: int. Width of the model's output.
+        **options: the fields of `TrainOptions`, by name:
+            global_batch_size (required), accumulation_steps,
+            grad_clip_norm, loss, label_smoothing, jit_compile,
+            skip_nonfinite. An unknown one raises a UsageError.
+    """
+
     def __init__(
         self,
         model: keras.Model,
@@ -59,14 +103,11 @@ class Trainer(Evaluator):
         strategy: tf.distribute.Strategy,
         *,
         num_classes: int,
-        global_batch_size: int,
-        accumulation_steps: int = 1,
-        grad_clip_norm: Optional[float] = 1.0,
-        loss: str = "softmax_xent",
-        label_smoothing: float = 0.0,
-        jit_compile: bool = False,
-        skip_nonfinite: bool = False,
+        **options,
     ):
+        opts = TrainOptions.of(options)
+        accumulation_steps = opts.accumulation_steps
+        global_batch_size = opts.global_batch_size
         if accumulation_steps < 1:
             raise UsageError(
                 f"accumulation_steps must be >= 1, got {accumulation_steps}."
@@ -79,19 +120,20 @@ class Trainer(Evaluator):
                 f"({accumulation_steps}): use a multiple of "
                 f"{replicas * accumulation_steps}."
             )
-        super().__init__(model, strategy, num_classes=num_classes, loss=loss)
+        super().__init__(model, strategy, num_classes=num_classes,
+                         loss=opts.loss)
         self.optimizer = optimizer
         self.global_batch_size = int(global_batch_size)
         self.accumulation_steps = int(accumulation_steps)
-        self.grad_clip_norm = grad_clip_norm
-        self.label_smoothing = float(label_smoothing)
-        self.skip_nonfinite = bool(skip_nonfinite)
+        self.grad_clip_norm = opts.grad_clip_norm
+        self.label_smoothing = float(opts.label_smoothing)
+        self.skip_nonfinite = bool(opts.skip_nonfinite)
         with strategy.scope():
             optimizer.build(model.trainable_variables)
         keras_hooks.skip_cross_replica_sum(optimizer)
         # The raw weights while the EMA averages are in the model.
         self._raw_weights = None
-        if jit_compile:
+        if opts.jit_compile:
             self._loss_and_grads = tf.function(
                 self._loss_and_grads, jit_compile=True
             )

@@ -32,17 +32,29 @@ def normalize_layout(
         (arrays, layout name, ignored) where ignored lists
         (key, shape, reason) of arrays left out (optimizer state).
     """
-    ignored = []
     if any(k.startswith("opt/target/") for k in arrays):
-        out = {}
-        for key, value in arrays.items():
-            if key.startswith("opt/target/"):
-                out[key[len("opt/target/"):]] = value
-            else:
-                ignored.append((key, value.shape, "optimizer state"))
-        return out, "official, opt/target/ prefix", ignored
+        return _from_training(arrays)
+    if not _is_big_vision(arrays):
+        return dict(arrays), "official", []
+    return _from_big_vision(arrays, source), "big_vision", []
+
+
+def _from_training(arrays: Arrays) -> Tuple[Arrays, str, list]:
+    """A training checkpoint's `opt/target/` arrays, the optimizer state
+    ignored."""
+    ignored = []
+    out = {}
+    for key, value in arrays.items():
+        if key.startswith("opt/target/"):
+            out[key[len("opt/target/"):]] = value
+        else:
+            ignored.append((key, value.shape, "optimizer state"))
+    return out, "official, opt/target/ prefix", ignored
+
+
+def _is_big_vision(arrays: Arrays) -> bool:
     keys = list(arrays)
-    big_vision = (
+    return (
         all(k.startswith("params/") for k in keys)
         or "pos_embedding" in arrays
         or any(
@@ -51,8 +63,12 @@ def normalize_layout(
             for k in keys
         )
     )
-    if not big_vision:
-        return dict(arrays), "official", ignored
+
+
+def _from_big_vision(arrays: Arrays, source: str) -> Arrays:
+    """A big_vision file's arrays in the official layout: prefixes
+    stripped, scanned blocks unstacked, layers renamed, the position
+    embedding given the class token's slot."""
     out = {}
     for key, value in arrays.items():
         if key.startswith("params/"):
@@ -66,20 +82,7 @@ def normalize_layout(
             "(pool_type='map'), which keras_vit does not implement; use a "
             "checkpoint trained with 'tok' or 'gap' pooling."
         )
-    converted: Arrays = {}
-    for key, value in out.items():
-        if key.startswith("Transformer/encoderblock/"):  # scan: stacked
-            rest = key[len("Transformer/encoderblock/"):]
-            for i in range(value.shape[0]):
-                converted[f"Transformer/encoderblock_{i}/{rest}"] = value[i]
-        else:
-            converted[key] = value
-    renamed: Arrays = {}
-    for key, value in converted.items():
-        if key.startswith("Transformer/encoderblock_"):
-            for old, new in _BV_RENAMES:
-                key = key.replace(old, new)
-        renamed[key] = value
+    renamed = _renamed_blocks(_unstacked(out))
     if "pos_embedding" in renamed:
         posemb = renamed.pop("pos_embedding")
         n = posemb.shape[1]
@@ -89,7 +92,32 @@ def normalize_layout(
             zero = np.zeros_like(posemb[:, :1])
             posemb = np.concatenate([zero, posemb], axis=1)
         renamed[POSEMB] = posemb
-    return renamed, "big_vision", ignored
+    return renamed
+
+
+def _unstacked(arrays: Arrays) -> Arrays:
+    """Scanned blocks (stacked under `Transformer/encoderblock/`) as one
+    `encoderblock_{i}` each."""
+    converted: Arrays = {}
+    for key, value in arrays.items():
+        if key.startswith("Transformer/encoderblock/"):  # scan: stacked
+            rest = key[len("Transformer/encoderblock/"):]
+            for i in range(value.shape[0]):
+                converted[f"Transformer/encoderblock_{i}/{rest}"] = value[i]
+        else:
+            converted[key] = value
+    return converted
+
+
+def _renamed_blocks(arrays: Arrays) -> Arrays:
+    """The blocks' layers under their official names."""
+    renamed: Arrays = {}
+    for key, value in arrays.items():
+        if key.startswith("Transformer/encoderblock_"):
+            for old, new in _BV_RENAMES:
+                key = key.replace(old, new)
+        renamed[key] = value
+    return renamed
 
 
 def resnet_stages(keys) -> Tuple[int, ...]:

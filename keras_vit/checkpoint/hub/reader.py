@@ -206,6 +206,31 @@ def read_hub(path: str) -> HubCheckpoint:
 def _read_hub(path: str) -> HubCheckpoint:
     config_path, weights_path = _files(path)
     spec = _read_json(config_path)
+    tensors, kind = _read_weights(weights_path)
+    hub_types.check_config_types(spec, config_path, timm=kind == TIMM)
+    _check_patch_kernel(tensors, weights_path)
+    if kind == HUGGINGFACE:
+        settings, mapper = _map_huggingface(spec, tensors, config_path)
+    else:
+        settings, mapper = _map_timm(spec, tensors, config_path,
+                                     weights_path)
+    unused = mapper.unused()
+    if unused:
+        raise UsageError(
+            f"{weights_path} has {len(unused)} array(s) this ViT has no "
+            f"place for, first {unused[0]} {_shape(tensors, unused[0])}: a "
+            f"{kind} model with parts the plain ViT does not compute "
+            "(e.g. a distillation or register token, layer scale, fc_norm)."
+        )
+    _set_sizes(settings, spec, mapper.arrays, kind, weights_path)
+    _fold_normalisation(mapper.arrays, settings["mean"], settings["std"])
+    return HubCheckpoint(
+        path=weights_path, naming=kind, arrays=mapper.arrays, **settings,
+    )
+
+
+def _read_weights(weights_path: str):
+    """(tensors, naming) of the weights file: timm's or transformers'."""
     unwrap = Unwrapped()
     tensors = read_tensors(weights_path, unwrap)
     kind = naming(tensors)
@@ -216,7 +241,11 @@ def _read_hub(path: str) -> HubCheckpoint:
             "would start every array at random); save the state dict "
             "itself."
         )
-    hub_types.check_config_types(spec, config_path, timm=kind == TIMM)
+    return tensors, kind
+
+
+def _check_patch_kernel(tensors, weights_path: str) -> None:
+    """Refuses a patch kernel that is not square."""
     kernel = tensors.get("patch_embed.proj.weight")
     for key in tensors:
         if key.endswith("embeddings.patch_embeddings.projection.weight"):
@@ -225,40 +254,46 @@ def _read_hub(path: str) -> HubCheckpoint:
         hub_config.check_square_patch(
             f"{weights_path}: the patch kernel's patch size",
             kernel.shape[2:])
-    if kind == HUGGINGFACE:
-        settings = hub_config.hf_settings(
-            spec, os.path.dirname(config_path), _read_json)
-        hub_types.check_heads(settings["num_heads"], _width(tensors),
-                              config_path)
-        mapper = hub_mapping.map_huggingface(
-            tensors, settings["num_heads"], settings.pop("architecture"),
-            settings.pop("qkv_bias"))
-    else:
-        hub_timm.refuse_arrays(spec, tensors, weights_path)
-        settings = hub_timm.settings(spec)
-        fc_norm = settings.pop("fc_norm")
-        if "fc_norm.weight" in tensors and not fc_norm:
-            raise UsageError(
-                f"{weights_path} has fc_norm.weight, but config.json gives "
-                f"global_pool {settings['pooling']!r} without fc_norm=True: "
-                "weights trained with average pooling (timm "
-                "global_pool='avg') whose config does not say so. Add the "
-                "model's global_pool and fc_norm to config.json's model_args."
-            )
-        hub_types.check_heads(settings["num_heads"], _width(tensors),
-                              config_path)
-        mapper = hub_mapping.map_timm(
-            tensors, settings["num_heads"], fc_norm, settings.pop("qkv_bias"),
-            timm_filter.timm_kernel(tensors, settings, weights_path))
-    unused = mapper.unused()
-    if unused:
+
+
+def _map_huggingface(spec, tensors, config_path: str):
+    """(settings, mapper) of a transformers model."""
+    settings = hub_config.hf_settings(
+        spec, os.path.dirname(config_path), _read_json)
+    hub_types.check_heads(settings["num_heads"], _width(tensors),
+                          config_path)
+    mapper = hub_mapping.map_huggingface(
+        tensors, settings["num_heads"], settings.pop("architecture"),
+        settings.pop("qkv_bias"))
+    return settings, mapper
+
+
+def _map_timm(spec, tensors, config_path: str, weights_path: str):
+    """(settings, mapper) of a timm model."""
+    hub_timm.refuse_arrays(spec, tensors, weights_path)
+    settings = hub_timm.settings(spec)
+    fc_norm = settings.pop("fc_norm")
+    if "fc_norm.weight" in tensors and not fc_norm:
         raise UsageError(
-            f"{weights_path} has {len(unused)} array(s) this ViT has no "
-            f"place for, first {unused[0]} {_shape(tensors, unused[0])}: a "
-            f"{kind} model with parts the plain ViT does not compute "
-            "(e.g. a distillation or register token, layer scale, fc_norm)."
+            f"{weights_path} has fc_norm.weight, but config.json gives "
+            f"global_pool {settings['pooling']!r} without fc_norm=True: "
+            "weights trained with average pooling (timm "
+            "global_pool='avg') whose config does not say so. Add the "
+            "model's global_pool and fc_norm to config.json's model_args."
         )
-    info = describe_arrays({k: v.shape for k, v in mapper.arrays.items()})
+    hub_types.check_heads(settings["num_heads"], _width(tensors),
+                          config_path)
+    mapper = hub_mapping.map_timm(
+        tensors, settings["num_heads"], fc_norm, settings.pop("qkv_bias"),
+        timm_filter.timm_kernel(tensors, settings, weights_path))
+    return settings, mapper
+
+
+def _set_sizes(settings: dict, spec, arrays, kind: str,
+               weights_path: str) -> None:
+    """Sets the image size read (whole patches) and the position
+    embedding's grid in `settings`, checked against config.json."""
+    info = describe_arrays({k: v.shape for k, v in arrays.items()})
     size = settings.pop("image_size")
     size = (size, size) if isinstance(size, int) else tuple(size)
     patch = info["patch_size"]
@@ -277,15 +312,11 @@ def _read_hub(path: str) -> HubCheckpoint:
     grid = tuple(s // patch for s in settings["image_size"])
     if kind == HUGGINGFACE:
         hub_config.check_hf_shapes(spec, info)
-        hub_config.check_hf_grid(spec, mapper.arrays, grid, weights_path)
+        hub_config.check_hf_grid(spec, arrays, grid, weights_path)
         settings["posemb_grid"] = grid
     else:
         hub_timm.check_shapes(spec, info)
         settings["posemb_grid"] = timm_filter.check_tokens(
-            settings, mapper.arrays, weights_path)
+            settings, arrays, weights_path)
         settings.pop("pooling")
         settings.pop("stored_size")
-    _fold_normalisation(mapper.arrays, settings["mean"], settings["std"])
-    return HubCheckpoint(
-        path=weights_path, naming=kind, arrays=mapper.arrays, **settings,
-    )
