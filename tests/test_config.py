@@ -1,4 +1,4 @@
-"""The one config schema (keras_vit/config.py): every configs/*.py file is
+"""The one config schema (keras_vit/config_schema.py): every configs/*.py file is
 the base with overrides, unknown fields are errors that name the closest
 real one, the code reads fields directly, and old run directories load with
 the defaults of fields they predate."""
@@ -253,7 +253,7 @@ def test_read_config_without_a_config_says_so(tmp_path):
 
 
 # A `.get(` on a config, a section of one, or a dict of one: the default
-# would live outside keras_vit/config.py.
+# would live outside keras_vit/config_schema.py.
 _CONFIG_GET = re.compile(
     r"(?<![\w.])(config|cfg|opt_config|data_config|dataset_config|opts|"
     r"sweep|init|export|base|run|pp|model)(\.\w+)*\.get\("

@@ -144,7 +144,7 @@ def test_recipe_has_every_key_the_trainer_reads(path, arg):
 
 
 def _comments_above_fields(path):
-    """Every override of the base config (keras_vit/config.py, where each
+    """Every override of the base config (keras_vit/config_schema.py, where each
     field has its own comment) says why above it, or follows another
     override of the same commented group."""
     lines = open(path).read().splitlines()

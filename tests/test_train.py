@@ -324,7 +324,9 @@ def test_train_py_command_line(tmp_path):
     assert typo.returncode == 1
     (line,) = [s for s in typo.stderr.splitlines() if "error" in s]
     assert line.startswith("keras-vit-train: error: unknown config field "
-                           "'totl_steps'. Did you mean \"total_steps\"")
+                           "'totl_steps'")
+    assert "did you mean --config.trainer.total_steps?" in line
+    assert line.endswith("(config fields: keras_vit/config_schema.py)")
     assert "Traceback" not in typo.stderr
 
 

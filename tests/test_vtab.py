@@ -496,8 +496,8 @@ def test_all_19_tasks_end_to_end_with_rerun(tmp_path, consistent_mock_data):
     # its checkpoints were removed after scoring.
     run_dir = os.path.join(out, "runs", "clevr_dist", "final")
     saved = json.load(open(os.path.join(run_dir, "config.json")))
-    assert saved["train_split"] == "train[:800]+train[63000:63200]"
-    assert saved["eval_split"] == "validation"
+    assert saved["input"]["train_split"] == "train[:800]+train[63000:63200]"
+    assert saved["evals"]["test"]["split"] == "validation"
     assert not os.path.exists(os.path.join(run_dir, "checkpoints"))
     # A finished trial is reused, not retrained (there is no mock data here,
     # so training would fail); another config in its directory is refused.

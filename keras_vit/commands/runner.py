@@ -188,7 +188,7 @@ def flag_error_message(error: BaseException, argv: Sequence[str]) -> str:
         message = named.rstrip("'")
     if "Did you mean" not in message:
         message = _with_suggestion(message, argv)
-    where = ("config fields: keras_vit/config.py" if "config" in message
+    where = ("config fields: keras_vit/config_schema.py" if "config" in message
              else "flags: --help")
     return f"{message} ({where})"
 
@@ -260,7 +260,7 @@ def run(
 
 def _with_suggestion(message: str, argv) -> str:
     """`message` about an unknown --config.<field> plus the closest real
-    field (keras_vit/config.py), or the fields of its section."""
+    field (keras_vit/config_schema.py), or the fields of its section."""
     match = re.match(r"unknown config field '([\w.]+)'", message)
     if not match:
         return message
