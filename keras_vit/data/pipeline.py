@@ -229,8 +229,12 @@ def train_dataset(
         seed,
     ) if config.mix.mixup_alpha or config.mix.cutmix_alpha else None
     if mix is not None:  # labels become (batch, classes) mixed vectors
-        ds = ds.map(mix, num_parallel_calls=tf.data.AUTOTUNE,
-                    deterministic=True)
+        # Batch i chooses between Mixup and CutMix by (seed, i): the same
+        # choices whatever else the process has run.
+        ds = ds.enumerate().map(
+            lambda index, batch: mix(*batch, index=index),
+            num_parallel_calls=tf.data.AUTOTUNE, deterministic=True,
+        )
     if config.synthetic_data:
         # For benchmarks: one real batch, served again and again from
         # memory, so that the input work drops out of the timings.
@@ -297,4 +301,5 @@ def pad_batch(images, labels, batch_size: int):
     labels = tf.pad(labels, [[0, pad]])
     mask = tf.pad(tf.ones([n], tf.float32), [[0, pad]])
     images = tf.ensure_shape(images, [batch_size] + images.shape[1:].as_list())
-    return images, tf.ensure_shape(labels, [batch_size]), mask
+    return (images, tf.ensure_shape(labels, [batch_size]),
+            tf.ensure_shape(mask, [batch_size]))
