@@ -40,7 +40,6 @@ import throughput_report as report  # noqa: E402
 
 from keras_vit.data import sources  # noqa: E402
 
-
 WAYS = {"per_folder": False, "glob_per_level": True}
 
 
