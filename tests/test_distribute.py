@@ -244,7 +244,7 @@ def test_tpu_vm_sigterm_saves_stops_and_resumes(tmp_path, monkeypatch,
     config = digits_config(total_steps=12, steps_per_loop=4,
                            eval_every_steps=0, checkpoint_every_steps=0)
     workdir = str(tmp_path / "run")
-    with caplog.at_level("INFO"):
+    with caplog.at_level("INFO", logger="absl"):
         stopped = train_lib.train_and_evaluate(config, workdir)
     assert stopped == {"preempted": True, "step": 4}
     assert "Preemption: a TPU VM's maintenance event or preemption sends " \

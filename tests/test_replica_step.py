@@ -26,7 +26,7 @@ from keras_vit.build import build_model, build_optimizer
 from keras_vit.data import pipeline as input_pipeline
 from keras_vit.training import replica_rng, train_lib
 from keras_vit.training import trainer as trainer_lib
-from tests import tiny
+from tests import tiny, xla_cpu
 from tests.strategies import two_cpu_mirrored
 
 # Dropout everywhere the recipes put it, stochastic depth on both blocks.
@@ -174,6 +174,7 @@ def test_mix_and_mpp_corruption_differ_per_replica():
 
 # --------------------------------------------- the step compiled whole
 @pytest.mark.slow
+@xla_cpu.needed
 @pytest.mark.parametrize("recipe", sorted(RECIPES))
 def test_whole_replica_step_compiles_with_xla(recipe):
     """On one replica (where no merge_call is needed): the training replica
@@ -198,6 +199,7 @@ def test_whole_replica_step_compiles_with_xla(recipe):
 
 
 @pytest.mark.slow
+@xla_cpu.needed
 @pytest.mark.parametrize("recipe", sorted(RECIPES))
 def test_replica_steps_compile_with_xla_on_two_replicas(recipe):
     """2 replicas, jit_compile on: each replica's forward and backward

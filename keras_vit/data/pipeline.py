@@ -229,11 +229,12 @@ def train_dataset(
         seed,
     ) if config.mix.mixup_alpha or config.mix.cutmix_alpha else None
     if mix is not None:  # labels become (batch, classes) mixed vectors
-        # Batch i chooses between Mixup and CutMix by (seed, i): the same
-        # choices whatever else the process has run.
+        # Batch i chooses between Mixup and CutMix by (seed, i), and the
+        # layers' random state advances one batch after the other (one
+        # call at a time: parallel calls would race for it), so that the
+        # same seed draws the same mixes.
         ds = ds.enumerate().map(
-            lambda index, batch: mix(*batch, index=index),
-            num_parallel_calls=tf.data.AUTOTUNE, deterministic=True,
+            lambda index, batch: mix(*batch, index=index)
         )
     if config.synthetic_data:
         # For benchmarks: one real batch, served again and again from
