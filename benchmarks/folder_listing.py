@@ -86,7 +86,7 @@ def make_tree(root: str, splits: int, classes: int, images: int) -> int:
     return folders
 
 
-def main(argv=None) -> None:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--classes", type=int, default=5000)
     parser.add_argument("--splits", type=int, default=2)
@@ -95,6 +95,11 @@ def main(argv=None) -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--output", required=True,
                         help="writes OUTPUT.json and OUTPUT.md")
+    return parser
+
+
+def main(argv=None) -> None:
+    parser = build_parser()
     args = parser.parse_args(argv)
     for name in ("classes", "splits", "images", "repeats"):
         if getattr(args, name) < 1:
