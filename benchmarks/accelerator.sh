@@ -2,15 +2,18 @@
 # The GPU measurement in one command, at most 7.5 minutes by default:
 #
 #     bash benchmarks/accelerator.sh [--smoke] [--profile] [--inference]
-#                                    [--no-wheels] [OUTPUT_DIR]
+#                                    [--training] [--no-wheels] [OUTPUT_DIR]
 #
 # On a machine with JAX and a GPU (no TensorFlow, no network needed), from
 # the repository root. Installs the wheels of .whl/ (made where pip works by
 # benchmarks/accelerator_wheels.sh: Keras, keras-hub, ml-collections and
 # their pure-Python needs) into a temporary folder, then runs
 # benchmarks/throughput.py under KERAS_BACKEND=jax, bfloat16 mixed
-# precision, XLA, training and inference, keras_vit interleaved with
-# keras-hub's ViT in each process, the bf16 matmul ceiling in the same run:
+# precision, XLA, training and inference, each in a fresh process
+# (--process_per_config: in one process, what was compiled after another
+# configuration was cleared ran much slower on a GPU), keras_vit
+# interleaved with keras-hub's ViT in each, the bf16 matmul ceiling in the
+# same run:
 #
 #   b16_224_b128_bf16  B/16, 224, batch 128, with keras_vit_dpa
 #   b16_384_b32_bf16   B/16, 384, batch 32, with keras_vit_dpa
@@ -27,35 +30,44 @@
 #
 # --profile: instead of the throughput runs, where B/16's training and
 # inference steps (224, batch 128, bfloat16) spend their device time,
-# keras_vit and keras-hub (benchmarks/device_profile.py: kernels by phase
-# and kind, the longest ones by name), written as
+# keras_vit and keras-hub, each model and mode in a fresh process
+# (benchmarks/device_profile.py: kernels by phase and kind, the longest
+# ones by name), written as
 # device_profile_b16_224_b128_bf16.*; then the attention op alone, the
-# library's path against cuDNN's fused attention, at 224 (batch 128) and
-# 384 (batch 32) (benchmarks/attention_kernels.py, attention_kernels_*).
+# portable path (one_path) against cuDNN's fused attention, at 224 (batch
+# 128) and 384 (batch 32) (benchmarks/attention_kernels.py,
+# attention_kernels_*).
 # --inference: instead of the throughput runs (or after --profile's),
 # inference as users run it: predict_on_batch against the forward pass
 # compiled once and called on inputs already on the device, B/16 at 224,
-# batch 128 (beside keras-hub's) and 1024 (inference_b16_224_*).
+# batch 128 (beside keras-hub's) and 1024 (inference_b16_224_*), each
+# mode in a fresh process.
+# --training: likewise for training: train_on_batch against the step
+# compiled once with its state kept on the device (throughput.py's
+# train_jit), B/16 at 224, batch 128, beside keras-hub's, each mode in a
+# fresh process (training_b16_224_b128_bf16.*).
 # --smoke: the same runs at tiny sizes (any machine, the CPU too), to check
 # the whole path (tests/test_accelerator.py does); without OUTPUT_DIR its
 # files go to a new temporary folder.
 # --no-wheels: use the installed packages even where .whl/ has wheels.
 # Environment: PYTHON (default python3), BUDGET_S (total seconds, default
-# 450, 1500 with --smoke; with --profile or --inference, no limit but each
-# run's own).
+# 450, 1500 with --smoke; with --profile, --inference or --training, no
+# limit but each run's own).
 set -u -o pipefail
 cd "$(dirname "$0")/.."
-smoke=0 wheels=1 profile=0 inference=0 outdir=
+smoke=0 wheels=1 profile=0 inference=0 training=0 outdir=
 for arg in "$@"; do
     case $arg in
         --smoke) smoke=1 ;;
         --no-wheels) wheels=0 ;;
         --profile) profile=1 ;;
         --inference) inference=1 ;;
+        --training) training=1 ;;
         -h|--help) sed -n '2,/^set /{/^#/p}' "$0" | sed 's/^# \{0,1\}//'
                    exit 0 ;;
         -*) echo "accelerator.sh: unknown option $arg (--smoke," \
-                 "--profile, --inference, --no-wheels, OUTPUT_DIR)" >&2
+                 "--profile, --inference, --training, --no-wheels," \
+                 "OUTPUT_DIR)" >&2
             exit 2 ;;
         *) outdir=$arg ;;
     esac
@@ -127,7 +139,7 @@ run() {
     [ "$rc" = 0 ] || failed=1
 }
 
-if [ "$profile" = 1 ] || [ "$inference" = 1 ]; then
+if [ "$profile" = 1 ] || [ "$inference" = 1 ] || [ "$training" = 1 ]; then
     if [ "$smoke" = 1 ]; then
         tiny=(--patch_size 8 --hidden_size 32 --num_layers 1 --num_heads 2
               --mlp_dim 64)
@@ -140,7 +152,7 @@ if [ "$profile" = 1 ] || [ "$inference" = 1 ]; then
         timed=(--repeats 5 --min_time 1 --matmul_size 8192)
     fi
     if [ "$profile" = 1 ]; then
-        run device_profile_b16_224_b128_bf16 200 device_profile.py \
+        run device_profile_b16_224_b128_bf16 300 device_profile.py \
             --variant B/16 --dtype bfloat16 --modes train,infer \
             --image_size "$s224" --batch_size "$b128" "${psteps[@]}" \
             "${tiny[@]}" "${classes[@]}"
@@ -159,9 +171,20 @@ if [ "$profile" = 1 ] || [ "$inference" = 1 ]; then
             run "inference_b16_224_${tag}_bf16" 120 throughput.py \
                 --variant B/16 --image_size "$s224" --batch_size "$size" \
                 --dtype bfloat16 --xla on --mode infer,infer_jit \
-                --warmup 2 --rewarm 1 --matmul_repeats 2 "${timed[@]}" \
-                "${tiny[@]}" "${classes[@]}" ${hub:+"$hub"}
+                --process_per_config --warmup 2 --rewarm 1 \
+                --matmul_repeats 2 "${timed[@]}" "${tiny[@]}" \
+                "${classes[@]}" ${hub:+"$hub"}
         done
+    fi
+    if [ "$training" = 1 ]; then
+        # train_on_batch against the step compiled once, its state on the
+        # device: what Keras's per-call work costs a training step.
+        run training_b16_224_b128_bf16 240 throughput.py \
+            --variant B/16 --image_size "$s224" --batch_size "$b128" \
+            --dtype bfloat16 --xla on --mode train,train_jit \
+            --process_per_config --compare_keras_hub --warmup 2 \
+            --rewarm 1 --matmul_repeats 2 "${timed[@]}" "${tiny[@]}" \
+            "${classes[@]}"
     fi
     say "done in ${SECONDS}s: $(ls "$outdir"/*.json 2>/dev/null | wc -l) result files in $outdir"
     exit $failed
@@ -179,7 +202,8 @@ else
             --matmul_size 8192 --matmul_repeats 5)
     small=224 large=384 b128=128 b64=64 b32=32
 fi
-common+=(--dtype bfloat16 --xla on --mode train,infer --compare_keras_hub)
+common+=(--dtype bfloat16 --xla on --mode train,infer --compare_keras_hub
+         --process_per_config)
 
 # measure NAME SHARE ARGS...: one throughput.py run, its --deadline the
 # smaller of SHARE and what is left of the budget less 30 s, killed at

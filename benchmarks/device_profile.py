@@ -24,9 +24,10 @@ durations are summed per training step,
   * by phase, from the JAX transformation in the op's name: forward
     (under `jvp(...)`), backward (under `transpose(jvp(...))`), and
     "update and other" (the AdamW update, the loss and metric
-    bookkeeping, copies XLA added);
-  * by kind: matmul (dot, convolution, cuBLAS and other GEMM calls, and
-    fusions that contain a dot or convolution), attention (cuDNN's fused
+    bookkeeping, copies XLA added); an inference step is all forward;
+  * by kind: matmul (dot, convolution, cuBLAS and other GEMM calls,
+    cuDNN's convolution calls such as the patch embedding's, and fusions
+    that contain a dot or convolution), attention (cuDNN's fused
     attention calls), layout (copies and transposes, and fusions that do
     nothing else) and elementwise (every other fusion and op: LayerNorm,
     GELU, softmax, casts, the update's arithmetic, reductions).
@@ -34,7 +35,13 @@ durations are summed per training step,
 On a GPU the kernels of one stream run one after another, so the sum of
 their times against the step's wall time says how busy the device was;
 on the CPU the thunks run on several threads and the sum is CPU time.
-The top `--top` instructions by time are listed with their op names.
+The top `--top` instructions by time are listed with their op names,
+and each row has the time of every custom-call target (cuBLAS, cuDNN).
+
+Each (model, mode) is profiled in a fresh child process of this script
+(`--one_process`: all in this one, each after the last was cleared): in
+one process, what ran after another configuration was cleared has been
+measured much slower on a GPU (docs/performance.md, "On a GPU").
 Writes NAME.json and NAME.md for `--output NAME`.
 """
 
@@ -52,6 +59,7 @@ import time
 from typing import Any, Dict, List, Optional, Sequence
 
 DUMP = ""  # where XLA writes the optimized HLO: set when run as a script
+XLA_FLAGS = os.environ.get("XLA_FLAGS")  # as given, for the child processes
 if __name__ == "__main__":
     if os.environ.setdefault("KERAS_BACKEND", "jax") != "jax":
         # Said before Keras (and another backend's framework) is imported.
@@ -91,7 +99,8 @@ LAYOUT_OPS = {"copy", "transpose", "bitcast", "reshape", "copy-start",
               "copy-done", "parameter", "tuple", "get-tuple-element",
               "constant", "broadcast", "slice", "concatenate",
               "dynamic-slice", "dynamic-update-slice", "pad"}
-GEMM_TARGETS = ("gemm", "matmul", "cublas", "__onednn$matmul", "triton_gemm")
+GEMM_TARGETS = ("gemm", "matmul", "cublas", "__onednn$matmul", "triton_gemm",
+                "cudnn$conv")  # __cudnn$convForward, ...BiasActivation...
 ATTENTION_TARGETS = ("fmha", "dot_product_attention", "flash")
 PHASES = ("forward", "backward", "update and other")
 KINDS = ("matmul", "attention", "layout", "elementwise")
@@ -117,6 +126,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="comma-separated: keras_vit, keras_hub")
     p.add_argument("--top", type=int, default=25,
                    help="instructions listed by time, per model")
+    p.add_argument("--one_process", action="store_true",
+                   help="profile every model and mode in this process, "
+                        "each after the last was cleared (by default each "
+                        "runs in a fresh child process)")
     throughput.add_size_options(p)
     return p
 
@@ -298,17 +311,24 @@ def profile_model(which: str, dims: Dict[str, int],
             row = by_op[e["hlo_op"]] = {
                 "hlo_op": e["hlo_op"], "seconds": 0.0, "count": 0,
                 "kind": kind(info, e["hlo_op"]),
-                "phase": phase(info["op_name"] if info else ""),
+                # An inference step is all forward pass.
+                "phase": (phase(info["op_name"] if info else "")
+                          if mode == "train" else "forward"),
                 "op_name": info["op_name"] if info else "",
                 "opcode": info["opcode"] if info else "",
+                "target": info["target"] if info else "",
                 "matched": info is not None,
             }
         unmatched += not row["matched"]
         row["seconds"] += e["ns"] / 1e9 / args.steps
         row["count"] += 1
     table = {p: {k: 0.0 for k in KINDS} for p in PHASES}
+    targets: Dict[str, float] = {}
     for row in by_op.values():
         table[row["phase"]][row["kind"]] += row["seconds"]
+        if row["target"]:
+            targets[row["target"]] = (targets.get(row["target"], 0.0)
+                                      + row["seconds"])
     top = sorted(by_op.values(), key=lambda r: -r["seconds"])[:args.top]
     keras.backend.clear_session()
     return {
@@ -317,7 +337,8 @@ def profile_model(which: str, dims: Dict[str, int],
         "op_seconds_per_step": sum(r["seconds"] for r in by_op.values()),
         "planes": sorted({e["plane"] for e in events}),
         "events": len(events), "events_unmatched": unmatched,
-        "seconds_per_step": table, "top": top,
+        "seconds_per_step": table, "custom_call_seconds": targets,
+        "top": top,
     }
 
 
@@ -332,6 +353,10 @@ def report(result: Dict[str, Any]) -> str:
         f"keras {m['keras']}.",
         f"- Image {a['image_size']}, batch {a['batch_size']}, {a['dtype']}, "
         f"{a['steps']} profiled steps per model and mode; times per step.",
+        "- " + ("All in one process, each after the last was cleared."
+                if a.get("one_process", True) else
+                "Each model and mode in a fresh process."),
+        *[f"- {n}" for n in result.get("notes", [])],
         "",
         "| model | mode | step ms (wall) | op ms | phase | matmul | "
         "attention | layout | elementwise |",
@@ -387,18 +412,47 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if not modes or set(modes) - set(STEP_MODULE):
         raise SystemExit(f"--modes must list train and/or infer, got "
                          f"{args.modes!r}")
-    rows = [profile_model(m, dims, args, mode)
-            for mode in modes for m in models]
+    argv = list(sys.argv[1:] if argv is None else argv)
+    pairs = [(m, mode) for mode in modes for m in models]
+    notes: List[str] = []
+    if len(pairs) > 1 and not args.one_process:
+        rows, machine = profile_in_children(argv, pairs, notes)
+    else:
+        rows = [profile_model(m, dims, args, mode) for m, mode in pairs]
+        machine = throughput.machine_info()
     result = {
-        "args": vars(args), "sizes": dims, "rows": rows,
-        "machine": throughput.machine_info(),
-        "command": "python benchmarks/device_profile.py "
-        + " ".join(argv if argv is not None else sys.argv[1:]),
+        "args": vars(args), "sizes": dims, "rows": rows, "notes": notes,
+        "machine": machine,
+        "command": "python benchmarks/device_profile.py " + " ".join(argv),
     }
     text = report(result)
     throughput_report.write_results(args.output, result, text)
     print(text)
-    return 0
+    return 1 if notes else 0
+
+
+def profile_in_children(argv: Sequence[str], pairs: Sequence[tuple],
+                        notes: List[str]) -> tuple:
+    """([row], machine). Each (model, mode) of `pairs` profiled by this
+    script in a fresh child process (with XLA's flags as this process was
+    given them: each child sets up its own HLO dump); a child that fails
+    is left out, said in `notes`. This process touches no device."""
+    rows: List[Dict[str, Any]] = []
+    machine: Optional[Dict[str, Any]] = None
+    for model, mode in pairs:
+        part = throughput.run_script(
+            __file__, [*argv, "--models", model, "--modes", mode],
+            env={"XLA_FLAGS": XLA_FLAGS})
+        if "error" in part:
+            notes.append(f"{model} {mode}: its process failed "
+                         f"({part['error']})")
+            print(notes[-1], file=sys.stderr)
+            continue
+        rows += part["rows"]
+        machine = machine or part["machine"]
+    if not rows:
+        raise SystemExit("No profile was made: " + "; ".join(notes))
+    return rows, machine
 
 
 if __name__ == "__main__":

@@ -46,9 +46,9 @@ import tensorflow as tf  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from keras_vit import create_model
-from keras_vit.checkpoint.atomic import atomic_write  # noqa: E402
 from keras_vit.data import preprocessing  # noqa: E402
 from keras_vit.export.saved_model import export_model  # noqa: E402
+from keras_vit.storage.atomic import atomic_write  # noqa: E402
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -5,8 +5,8 @@ r"""What the training loop costs on top of the bare compiled training step.
         --output=benchmarks/results/loop_overhead_digits
 
 Config fields are overridden as in train.py, e.g. for ViT-Ti/16 at 224:
-    --config.model.variant=Ti/16 --config.image_size=224 \
-    --config.pp.resize_size=256 --config.batch_size=32
+    --config.model.variant=Ti/16 --config.model.image_size=224 \
+    --config.input.pp.resize_size=256 --config.input.batch_size=32
 
 The same training step of the config (same model, optimizer, loss,
 clipping, XLA setting; the default strategy) run three ways:
@@ -82,10 +82,11 @@ _OUTPUT = flags.DEFINE_string(
 
 
 def _trainer(config, num_classes: int):
+    model, optimizer = build.build_run(config, num_classes)
     return train_lib.build_trainer(
-        config, build.build_model(config, num_classes),
-        build.build_optimizer(config), tf.distribute.get_strategy(),
-        num_classes,
+        config.trainer, config.objective, model, optimizer,
+        tf.distribute.get_strategy(), num_classes=num_classes,
+        global_batch=int(config.input.batch_size),
     )
 
 
@@ -99,7 +100,10 @@ def _step_s(run, calls: int, steps: int) -> float:
 
 def in_process_runners(config, num_classes: int, k: int, steps: int):
     """Timers (seconds per step) of the bare step and of Trainer.train."""
-    batch = next(iter(input_pipeline.train_dataset(config, config.batch_size)))
+    run_input = train_lib.run_input(config.seed, config.model,
+                                    config.objective.mpp)
+    batch = next(iter(input_pipeline.train_dataset(
+        config.input, run_input, config.input.batch_size)))
     images, labels = (tf.identity(t) for t in batch)
     trainer = _trainer(config, num_classes)
     strategy = tf.distribute.get_strategy()
@@ -130,20 +134,20 @@ def time_train_lib(config, k: int, steps: int, synthetic: bool):
     """(seconds per step in the train calls, in the whole host loop)."""
     loops = -(-steps // k)
     with config.unlocked():
-        config.synthetic_data = synthetic
-        config.steps_per_loop = k
-        config.log_every_steps = k
-        config.total_steps = (loops + 1) * k  # the first call compiles
-        config.optimizer.warmup_steps = min(  # the schedule's cost is alike
-            config.optimizer.warmup_steps, config.total_steps // 2
+        config.input.synthetic_data = synthetic
+        config.trainer.steps_per_loop = k
+        config.log.every_steps = k
+        config.trainer.total_steps = (loops + 1) * k  # the first call compiles
+        config.schedule.warmup_steps = min(  # the schedule's cost is alike
+            config.schedule.warmup_steps, config.trainer.total_steps // 2
         )
-        config.eval_every_steps = 0
-        config.checkpoint_every_steps = 0
+        config.evals.test.every_steps = 0
+        config.checkpoints.every_steps = 0
         config.export.enabled = False
     with tempfile.TemporaryDirectory() as workdir:
         final = train_lib.train_and_evaluate(config, workdir)
-    return (config.batch_size / final["images_per_sec"],
-            config.batch_size / final["loop_images_per_sec"])
+    return (config.input.batch_size / final["images_per_sec"],
+            config.input.batch_size / final["loop_images_per_sec"])
 
 
 def measure(config, num_classes: int, k: int, steps: int,
@@ -184,7 +188,7 @@ def measure(config, num_classes: int, k: int, steps: int,
         "host_loop_overhead": host,
         "total_overhead": (1 + in_graph) * (1 + host) - 1,
         "input_pipeline_cost": ratio("input_host_loop", "host_loop") - 1,
-        "images_per_s": config.batch_size / med["host_loop"],
+        "images_per_s": config.input.batch_size / med["host_loop"],
     }
 
 
@@ -201,7 +205,7 @@ def main(argv) -> None:
         raise app.UsageError(
             "--steps_per_loop values, --steps and --repeats must be >= 1."
         )
-    num_classes = train_lib.num_classes_of(config)
+    num_classes = train_lib.num_classes_of(config.model, config.input)
     result: Dict[str, Any] = {
         "machine": throughput.machine_info(),
         "command": "python " + " ".join(sys.argv),

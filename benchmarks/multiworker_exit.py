@@ -5,7 +5,7 @@ r"""How fast multi-worker train.py processes end: real workers on 127.0.0.1.
 
 Scenarios (the digits, a tiny model, 2 workers of one TF_CONFIG):
 
-- missing_peer: worker 0 alone, --config.connect_timeout_s=T; from the
+- missing_peer: worker 0 alone, --config.trainer.connect_timeout_s=T; from the
   start of its wait (its "MultiWorkerMirroredStrategy: 2 workers" log line)
   to its exit (status 1).
 - sigterm_waiting: SIGTERM to a worker waiting for the other; from the
@@ -40,7 +40,7 @@ from typing import Dict, List
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from keras_vit.checkpoint.atomic import atomic_write  # noqa: E402
+from keras_vit.storage.atomic import atomic_write  # noqa: E402
 from tests import cluster_harness as harness  # noqa: E402
 
 SCENARIOS = ("missing_peer", "sigterm_waiting", "sigterm_training",
@@ -53,7 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--repeats", type=int, default=3,
                         help="Runs of each scenario.")
     parser.add_argument("--connect_timeout_s", type=float, default=10.0,
-                        help="missing_peer's --config.connect_timeout_s.")
+                        help="missing_peer's "
+                        "--config.trainer.connect_timeout_s.")
     parser.add_argument("--scenarios", default=",".join(SCENARIOS),
                         help="Comma-separated subset of: "
                         + ", ".join(SCENARIOS) + ".")
@@ -96,7 +97,7 @@ def run_scenario(name: str, tmp: str, timeout_s: float) -> Dict[str, float]:
     if name == "missing_peer":
         proc = harness.train(
             workdir, f"{log}.log", 50, _hosts(), 0,
-            [f"--config.connect_timeout_s={timeout_s:g}"])
+            [f"--config.trainer.connect_timeout_s={timeout_s:g}"])
         _check(harness.wait_all([proc], 600), [1], [proc])
         start = _logged_at(proc.text(), "MultiWorkerMirroredStrategy: 2")
         return {"wait_to_exit_s": proc.ended - start}
@@ -109,7 +110,7 @@ def run_scenario(name: str, tmp: str, timeout_s: float) -> Dict[str, float]:
     hosts = _hosts()
     steps = 60 if name == "clean_end" else 3000
     procs = [harness.train(workdir, f"{log}{i}.log", steps, hosts, i,
-                           ["--config.checkpoint_every_steps=20"])
+                           ["--config.checkpoints.every_steps=20"])
              for i in range(2)]
     if name == "clean_end":
         _check(harness.wait_all(procs, 600), [0, 0], procs)

@@ -4,7 +4,7 @@
         --batch_size 8 --dtype float32 --xla both --compare_keras_hub \
         --mode train,infer --repeats 5 --output benchmarks/results/b16_cpu
 
-One run measures, for each mode (train, infer) and XLA setting:
+One run measures, for each mode (`--mode`) and XLA setting:
   * images/s as the median over `--repeats` timed repeats, after warm-up
     (the first call compiles); a training step is forward + backward + AdamW
     update through Keras's compiled train function (`train_on_batch`), an
@@ -27,18 +27,33 @@ a candidate change), interleaved with the others in the same process: the
 way to measure what one code path gains. `--compare_dpa` also times
 keras_vit with `keras.ops.dot_product_attention` (cuDNN's fused attention
 where the JAX backend can use it) in place of its attention's two matmuls
-and softmax, reported as keras_vit_dpa: the library keeps one attention
-path, the benchmark swaps it in (`DotProductSelfAttention` below; on
-JAX it pads an odd token count to an even one so that cuDNN also takes
-the training step).
+and softmax, reported as keras_vit_dpa, a benchmark candidate
+(`DotProductSelfAttention` below; on JAX it pads an odd token count to an
+even one so that cuDNN also takes the training step). It was measured
+before the library took cuDNN's fused attention on NVIDIA GPUs
+(keras_vit/fused_attention.py), which pads only where JAX refuses the
+odd count (the training kernel).
+
+`--mode train_jit` (JAX) times the training step compiled once from the
+model's `stateless_call` and the optimizer's `stateless_apply`, its state
+kept on the device from step to step: the device's step without
+`train_on_batch`'s per-call work (gathering the state, writing it back
+into the variables, the logs copied to the host), as `infer_jit` is
+inference without `predict_on_batch`'s. `--process_per_config` runs each
+configuration (mode and XLA setting) in a fresh child process and merges
+their rows into one result: in one process, a configuration compiled
+after an earlier one was cleared has been measured much slower on a GPU
+(docs/performance.md, "On a GPU").
 
 On the JAX backend every row also has the device memory of the model's
 step: XLA's plan of the compiled step (`memory_analysis()`: temporaries,
 arguments, outputs) and, where the device reports it
 (`memory_stats()`, GPUs and TPUs), the allocator's peak while the model was
-built and warmed up. `--deadline S` cuts repeats and skips configurations
-once S seconds have passed, so that a run fits a fixed time
-(benchmarks/accelerator.sh).
+built and warmed up, and `cudnn_attention`: the cuDNN fused-attention
+calls in the compiled step, by custom-call target (`{}`: none; where
+the step's HLO could not be read, None). `--deadline S` cuts repeats and
+skips configurations once S seconds have passed, so that a run fits a
+fixed time (benchmarks/accelerator.sh).
 
 Writes NAME.json (every sample) and NAME.md (a table) for `--output NAME`.
 """
@@ -51,6 +66,7 @@ import importlib
 import json
 import os
 import platform
+import re
 import resource
 import statistics
 import subprocess
@@ -71,13 +87,15 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import throughput_report as report  # noqa: E402  (beside this file)
 
 import keras_vit  # noqa: E402
+import keras_vit.attention  # noqa: E402
 import keras_vit.layers  # noqa: E402
 from keras_vit.attention import MultiHeadSelfAttention  # noqa: E402
 from keras_vit.model import decode_variant  # noqa: E402
 
 START = time.monotonic()  # --deadline counts from here
 DPA = "keras_vit_dpa"
-MODES = ("train", "infer", "infer_jit")
+MODES = ("train", "train_jit", "infer", "infer_jit")
+TRAINING = ("train", "train_jit")  # 3x the forward FLOPs
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -91,10 +109,13 @@ def build_parser() -> argparse.ArgumentParser:
                    choices=("float32", "bfloat16"))
     p.add_argument("--xla", default="both", choices=("on", "off", "both"))
     p.add_argument("--mode", default="train,infer",
-                   help="comma-separated subset of train,infer,infer_jit "
-                        "(infer: predict_on_batch, as Keras users call it; "
-                        "infer_jit: the model's stateless_call compiled once "
-                        "and called on inputs already on the device)")
+                   help="comma-separated subset of train,train_jit,infer,"
+                        "infer_jit (train: train_on_batch and infer: "
+                        "predict_on_batch, as Keras users call them; "
+                        "train_jit (JAX): the training step compiled once, "
+                        "its state kept on the device; infer_jit: the "
+                        "model's stateless_call compiled once and called on "
+                        "inputs already on the device)")
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--steps", type=int, default=0,
                    help="steps per repeat; 0 picks enough for --min_time")
@@ -122,6 +143,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--deadline", type=float, default=0.0,
                    help="seconds after the start: past it, repeats are cut "
                         "(one is kept) and configurations skipped; 0: none")
+    p.add_argument("--process_per_config", action="store_true",
+                   help="run each configuration (mode, XLA setting) in a "
+                        "fresh child process and merge the rows")
     add_size_options(p)
     return p
 
@@ -527,8 +551,12 @@ def build_model(which: str, dims: Dict[str, int], args) -> keras.Model:
     return keras.Model(backbone.input, x, name="keras_hub_vit")
 
 
-def make_step(model: keras.Model, mode: str, xla: bool, args) -> Callable:
-    """A function running one step on a fixed batch and waiting for it."""
+def make_step(model: keras.Model, mode: str, xla: bool, args,
+              recorder: Optional["CompiledMemory"] = None) -> Callable:
+    """A function running one step on a fixed batch and waiting for it.
+    `recorder` keeps XLA's plan of the steps compiled here (train_jit,
+    infer_jit); Keras's own steps are recorded by `CompiledMemory` as
+    Keras compiles them."""
     model.compile(
         optimizer=keras.optimizers.AdamW(learning_rate=1e-4),
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
@@ -544,20 +572,23 @@ def make_step(model: keras.Model, mode: str, xla: bool, args) -> Callable:
     )
     if mode == "train":
         return lambda: model.train_on_batch(images, labels)
+    if mode == "train_jit":
+        return compiled_training(model, images, labels, recorder)
     if mode == "infer_jit":
-        return compiled_inference(model, images, xla)
+        return compiled_inference(model, images, xla, recorder)
     return lambda: model.predict_on_batch(images)
 
 
-def compiled_inference(model: keras.Model, images: Any, xla: bool
+def compiled_inference(model: keras.Model, images: Any, xla: bool,
+                       recorder: Optional["CompiledMemory"] = None
                        ) -> Callable:
     """A function running the model's forward pass compiled once, on
     inputs and weights already on the device, and waiting for it: what a
     serving loop pays per batch, without `predict_on_batch`'s per-call
     work (its data handling, the state it gathers and writes back, the
     copy of the outputs to the host). On JAX the model's
-    `stateless_call` under `jax.jit`; on TensorFlow a `tf.function`
-    (with `jit_compile` as `xla` says)."""
+    `stateless_call` under `jax.jit`, compiled ahead of time; on
+    TensorFlow a `tf.function` (with `jit_compile` as `xla` says)."""
     if keras.backend.backend() == "jax":
         import jax
 
@@ -565,11 +596,66 @@ def compiled_inference(model: keras.Model, images: Any, xla: bool
         other = [v.value for v in model.non_trainable_variables]
         fn = jax.jit(lambda t, n, x: model.stateless_call(
             t, n, x, training=False)[0])
+        fn = fn.lower(trainable, other, images).compile()
+        if recorder is not None:
+            recorder.record(fn)
         return lambda: fn(trainable, other, images).block_until_ready()
     import tensorflow as tf
 
     fn = tf.function(lambda x: model(x, training=False), jit_compile=xla)
     return lambda: fn(images).numpy()
+
+
+def compiled_training(model: keras.Model, images: Any, labels: Any,
+                      recorder: Optional["CompiledMemory"] = None
+                      ) -> Callable:
+    """A function running one training step compiled once (JAX): the
+    model's `stateless_call` under `jax.value_and_grad`, the same loss,
+    and the compiled optimizer's `stateless_apply` (AdamW), in one
+    `jax.jit` whose state (weights, non-trainable variables, optimizer
+    slots) stays on the device from step to step (donated, so updated in
+    place); each call waits for the step's outputs. What a training step
+    costs without `train_on_batch`'s per-call work: gathering the state
+    from the variables, writing it back, the metrics, the logs copied to
+    the host. The model's own variables are left stale (a benchmark's
+    step, not a training loop)."""
+    if keras.backend.backend() != "jax":
+        raise ValueError("train_jit runs on the JAX backend only")
+    import jax
+
+    optimizer = model.optimizer
+    if not optimizer.built:
+        optimizer.build(model.trainable_variables)
+    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+    def loss_and_state(trainable, non_trainable, x, y):
+        logits, non_trainable = model.stateless_call(
+            trainable, non_trainable, x, training=True)
+        return loss_fn(y, logits), non_trainable
+
+    grads_of = jax.value_and_grad(loss_and_state, has_aux=True)
+
+    def train_step(state, x, y):
+        trainable, non_trainable, slots = state
+        (loss, non_trainable), grads = grads_of(trainable, non_trainable,
+                                                x, y)
+        trainable, slots = optimizer.stateless_apply(slots, grads, trainable)
+        return loss, (trainable, non_trainable, slots)
+
+    state = [([v.value for v in model.trainable_variables],
+              [v.value for v in model.non_trainable_variables],
+              [v.value for v in optimizer.variables])]
+    fn = jax.jit(train_step, donate_argnums=0).lower(
+        state[0], images, labels).compile()
+    if recorder is not None:
+        recorder.record(fn)
+
+    def step() -> None:
+        loss, state[0] = fn(state[0], images, labels)
+        jax.block_until_ready((loss, state[0]))
+
+    step.state = state  # [(weights, other variables, slots)], as they are
+    return step
 
 
 def _timed(step: Callable, steps: int) -> Tuple[float, float]:
@@ -607,7 +693,24 @@ class CompiledMemory:
 
     def __init__(self) -> None:
         self.plan: Optional[Dict[str, int]] = None
+        self.cudnn_attention: Optional[Dict[str, int]] = None
         self._module: Any = None
+
+    def record(self, compiled: Any) -> None:
+        """Keeps a compiled JAX step's memory plan and its cuDNN
+        fused-attention calls (the first step recorded only)."""
+        if self.plan is not None:
+            return
+        try:
+            m = compiled.memory_analysis()
+            self.plan = {
+                name: int(getattr(m, f"{name}_size_in_bytes"))
+                for name in ("temp", "argument", "output", "alias",
+                             "generated_code")
+            }
+        except Exception as e:  # noqa: BLE001  (recorded instead)
+            self.plan = {"error": f"{type(e).__name__}: {e}"[:300]}
+        self.cudnn_attention = cudnn_attention_calls(compiled)
 
     def __enter__(self) -> "CompiledMemory":
         if keras.backend.backend() != "jax":
@@ -631,19 +734,35 @@ class CompiledMemory:
 
         def call(*a: Any, **k: Any) -> Any:
             if self.plan is None and hasattr(jitted, "lower"):
-                self.plan = {}
                 try:
-                    m = jitted.lower(*a, **k).compile().memory_analysis()
-                    self.plan = {
-                        name: int(getattr(m, f"{name}_size_in_bytes"))
-                        for name in ("temp", "argument", "output", "alias",
-                                     "generated_code")
-                    }
+                    compiled = jitted.lower(*a, **k).compile()
                 except Exception as e:  # noqa: BLE001  (recorded instead)
                     self.plan = {"error": f"{type(e).__name__}: {e}"[:300]}
+                else:
+                    self.record(compiled)
             return jitted(*a, **k)
 
         return call
+
+
+CUDNN_ATTENTION = re.compile(r'custom_call_target="(__cudnn\$fmha[^"]*)"')
+
+
+def cudnn_attention_calls(compiled: Any) -> Optional[Dict[str, int]]:
+    """{custom-call target: count}. The cuDNN fused-attention calls
+    (`__cudnn$fmha...`: forward, backward) in a compiled JAX step's
+    optimized HLO; {} where there are none, None where the text cannot
+    be read."""
+    try:
+        text = compiled.as_text()
+    except Exception:  # noqa: BLE001  (a JAX without it)
+        return None
+    if not isinstance(text, str):
+        return None
+    counts: Dict[str, int] = {}
+    for target in CUDNN_ATTENTION.findall(text):
+        counts[target] = counts.get(target, 0) + 1
+    return counts
 
 
 def memory_fields(plan: Optional[Dict[str, Any]], before: Optional[dict],
@@ -697,9 +816,10 @@ def measure_config(
         try:
             with CompiledMemory() as compiled:
                 model = build_model(which, dims, args)
-                step = make_step(model, mode, xla, args)
                 start = time.perf_counter()
-                step()  # compiles
+                # train_jit and infer_jit compile here, Keras's steps below
+                step = make_step(model, mode, xla, args, compiled)
+                step()
                 compile_s = time.perf_counter() - start
         except Exception as e:  # noqa: BLE001  (a candidate may not run)
             if which == "keras_vit":
@@ -726,6 +846,7 @@ def measure_config(
             "peak_rss_exact": exact, "seconds": [], "cpu_seconds": [],
             **memory_fields(compiled.plan, device_before, device_memory(),
                             args.batch_size),
+            "cudnn_attention": compiled.cudnn_attention,
         })
         steps_fns.append((step, steps, model))
     for repeat in range(args.repeats):  # interleaved: load hits all alike
@@ -774,17 +895,46 @@ def profiled_models(spec: str) -> List[str]:
     return models
 
 
-def run_benchmarks(args: argparse.Namespace) -> Dict[str, Any]:
-    """dict. Measures everything one process can (one Keras backend)."""
-    if args.dtype == "bfloat16":
-        keras.mixed_precision.set_dtype_policy("mixed_bfloat16")
-    backend = keras.backend.backend()
+def library_attention(dims: Dict[str, int], args) -> str:
+    """str. The attention keras_vit takes in this run by the library's own
+    rule (keras_vit/attention.py): "fused" where it tries cuDNN's fused
+    attention (JAX, an NVIDIA GPU, a 16-bit compute dtype, a head width
+    cuDNN takes), else "one_path". Whether a compiled step has the fused
+    kernel is each row's `cudnn_attention`."""
+    module = keras_vit.attention.fused_attention  # None off JAX
+    dtype = "bfloat16" if args.dtype == "bfloat16" else "float32"
+    head = dims["hidden_size"] // dims["num_heads"]
+    return ("fused" if module is not None and module.usable(dtype, head)
+            else "one_path")
+
+
+def checked_sizes(args: argparse.Namespace) -> Dict[str, int]:
+    """`sizes(args)`, refused (SystemExit) where the image does not divide
+    into patches."""
     dims = sizes(args)
     if args.image_size % dims["patch_size"]:
         raise SystemExit(
             f"--image_size {args.image_size} is not divisible by patch size "
             f"{dims['patch_size']}: use a multiple of {dims['patch_size']}."
         )
+    return dims
+
+
+def configurations(args: argparse.Namespace) -> List[Tuple[str, bool]]:
+    """[(mode, xla)]. The configurations one run measures, in order (JAX
+    always compiles with XLA)."""
+    xlas = {"on": [True], "off": [False], "both": [False, True]}[args.xla]
+    if keras.backend.backend() == "jax":
+        xlas = [True]
+    return [(mode, xla) for mode in args.modes for xla in xlas]
+
+
+def run_benchmarks(args: argparse.Namespace) -> Dict[str, Any]:
+    """dict. Measures everything one process can (one Keras backend)."""
+    if args.dtype == "bfloat16":
+        keras.mixed_precision.set_dtype_policy("mixed_bfloat16")
+    backend = keras.backend.backend()
+    dims = checked_sizes(args)
     models = ["keras_vit", *args.trees] + ([DPA] if args.compare_dpa else [])
     notes = [f"{name}: keras_vit from {folder}"
              for name, folder in args.trees.items()]
@@ -795,9 +945,6 @@ def run_benchmarks(args: argparse.Namespace) -> Dict[str, Any]:
         print(notes[-1], file=sys.stderr)
     elif hub is not None:
         models.append("keras_hub")
-    xlas = {"on": [True], "off": [False], "both": [False, True]}[args.xla]
-    if backend == "jax":
-        xlas = [True]  # JAX always compiles with XLA
     result: Dict[str, Any] = {
         "machine": machine_info(), "sizes": dims, "keras_hub": hub,
         # keras_vit's classifier computes only the class token in its last
@@ -811,23 +958,27 @@ def run_benchmarks(args: argparse.Namespace) -> Dict[str, Any]:
         ),
         "ceiling": {}, "rows": [], "notes": notes,
     }
+    result["keras_vit_attention"] = library_attention(dims, args)
     if args.compare_dpa:
         result["flash_attention_usable"] = flash_attention_usable(dims, args)
     dtypes = ["float32"] + (["bfloat16"] if args.dtype == "bfloat16" else [])
     ceil = {d: matmul_ceiling(args.matmul_size, d, args.matmul_repeats)
             for d in dtypes}  # before the models and (below) after them
-    for mode in args.modes:
-        for xla in xlas:
-            if result["rows"] and past_deadline(args):
-                notes.append(f"{mode} xla={xla}: skipped, --deadline "
-                             f"{args.deadline:g} s passed")
-                continue
-            rows, config_notes = measure_config(mode, xla, models, dims, args)
-            notes.extend(config_notes)
-            result["rows"].extend(rows)
-            for row in rows:
-                print(f"[{backend}] {row['model']:9s} {mode:5s} xla={xla!s:5s}"
-                      f" {row['images_per_s']:8.2f} img/s", file=sys.stderr)
+    for mode, xla in configurations(args):
+        if mode == "train_jit" and backend != "jax":
+            notes.append(f"train_jit xla={xla}: skipped, the JAX backend "
+                         "only")
+            continue
+        if result["rows"] and past_deadline(args):
+            notes.append(f"{mode} xla={xla}: skipped, --deadline "
+                         f"{args.deadline:g} s passed")
+            continue
+        rows, config_notes = measure_config(mode, xla, models, dims, args)
+        notes.extend(config_notes)
+        result["rows"].extend(rows)
+        for row in rows:
+            print(f"[{backend}] {row['model']:9s} {mode:5s} xla={xla!s:5s}"
+                  f" {row['images_per_s']:8.2f} img/s", file=sys.stderr)
     for d in dtypes:
         after = matmul_ceiling(args.matmul_size, d, args.matmul_repeats)
         wall = ceil[d]["wall"] + after["wall"]
@@ -867,7 +1018,7 @@ def add_derived(result: Dict[str, Any], dtype: str) -> None:
     }
     for row in result["rows"]:
         flops = fwd.get(row["model"], result["forward_flops_per_image"])
-        flops *= 3 if row["mode"] == "train" else 1
+        flops *= 3 if row["mode"] in TRAINING else 1
         row["model_flops_per_s"] = flops * row["images_per_s"]
         row["mfu"] = row["model_flops_per_s"] / ceiling["flops_per_s"]
         if "cpu_s_per_image" in row:
@@ -885,21 +1036,106 @@ def add_derived(result: Dict[str, Any], dtype: str) -> None:
                 )
 
 
-def run_jax_child(argv: Sequence[str]) -> Dict[str, Any]:
-    """dict. The same benchmark run in a subprocess under the JAX backend."""
+def run_script(script: str, argv: Sequence[str],
+               env: Optional[Dict[str, Optional[str]]] = None
+               ) -> Dict[str, Any]:
+    """dict. The result that `script` (a benchmark of this folder that
+    writes `--output PREFIX` as PREFIX.json) writes when run with `argv`
+    in a child process, its `--output` a temporary one (argparse keeps the
+    last); {"error": ...} where the child fails. Its stdout (its report)
+    is dropped, its stderr is ours. `env`: variables set for the child
+    (None: unset)."""
+    env = {k: v for k, v in dict(os.environ, **(env or {})).items()
+           if v is not None}
     with tempfile.TemporaryDirectory() as tmp:
-        target = os.path.join(tmp, "jax")
-        # argparse keeps the last --output: the child writes into tmp.
-        child = [a for a in argv if a != "--jax"] + ["--output", target]
-        proc = subprocess.run(  # its table is in ours: keep its stdout out
-            [sys.executable, os.path.abspath(__file__), *child],
-            env=dict(os.environ, KERAS_BACKEND="jax"),
-            stdout=subprocess.DEVNULL,
+        target = os.path.join(tmp, "child")
+        proc = subprocess.run(
+            [sys.executable, os.path.abspath(script), *argv,
+             "--output", target],
+            env=env, stdout=subprocess.DEVNULL,
         )
         if proc.returncode:
-            return {"error": f"JAX run failed with exit code {proc.returncode}"}
+            return {"error": f"{os.path.basename(script)} {' '.join(argv)}:"
+                             f" exit code {proc.returncode}"}
         with open(target + ".json") as f:
             return json.load(f)
+
+
+def run_jax_child(argv: Sequence[str]) -> Dict[str, Any]:
+    """dict. The same benchmark run in a subprocess under the JAX backend."""
+    child = run_script(__file__, [a for a in argv if a != "--jax"],
+                       env={"KERAS_BACKEND": "jax"})
+    if "error" in child:
+        return {"error": f"JAX run failed: {child['error']}"}
+    return child
+
+
+def run_per_config(argv: Sequence[str],
+                   args: argparse.Namespace) -> Dict[str, Any]:
+    """dict. `--process_per_config`: each configuration (mode, XLA
+    setting) measured by this script in a fresh child process, and their
+    results merged (`merge_results`). The deadline counts from this
+    process's start: each child gets what is left of it, and once it has
+    passed the configurations left are skipped. This process measures
+    nothing and leaves the device alone (a JAX process that touched a GPU
+    would hold most of its memory)."""
+    checked_sizes(args)  # refused here, not in every child
+    base = [a for a in argv if a not in ("--process_per_config", "--jax")]
+    parts: List[Dict[str, Any]] = []
+    notes: List[str] = []
+    for mode, xla in configurations(args):
+        left = args.deadline - (time.monotonic() - START)
+        if parts and args.deadline and left <= 0:
+            notes.append(f"{mode} xla={xla}: skipped, --deadline "
+                         f"{args.deadline:g} s passed")
+            continue
+        child = base + ["--mode", mode, "--xla", "on" if xla else "off"]
+        if args.deadline:
+            child += ["--deadline", f"{max(left, 0.001):.3f}"]
+        part = run_script(__file__, child)
+        if "error" in part:
+            notes.append(f"{mode} xla={xla}: its process failed "
+                         f"({part['error']})")
+            print(notes[-1], file=sys.stderr)
+            continue
+        parts.append(part)
+    if not parts:
+        raise SystemExit("No configuration ran: " + "; ".join(notes))
+    result = merge_results(parts, args.dtype)
+    result["notes"] += notes
+    result["failed_configs"] = sum("its process failed" in n for n in notes)
+    return result
+
+
+def merge_results(parts: Sequence[Dict[str, Any]],
+                  dtype: str) -> Dict[str, Any]:
+    """dict. The results of runs of one command that each measured some of
+    its configurations, as one: their rows in order, their notes once
+    each, the matmul ceiling over every run's samples (so the MFU of every
+    row is against the same ceiling), the machine as the first run saw it
+    and the load at the end of the last; the derived fields again."""
+    result = dict(parts[0])
+    result["rows"] = [row for part in parts for row in part["rows"]]
+    result["notes"] = list(dict.fromkeys(
+        note for part in parts for note in part["notes"]))
+    result["machine"] = dict(parts[0]["machine"], load_average_end=parts[
+        -1]["machine"].get("load_average_end"))
+    for part in parts:  # the dot_product_attention check, where asked
+        if part.get("flash_attention_usable"):
+            result["flash_attention_usable"] = part["flash_attention_usable"]
+            break
+    result["ceiling"] = {}
+    for d, first in parts[0]["ceiling"].items():
+        wall = [x for part in parts for x in part["ceiling"][d]["samples"]]
+        cpu = [x for part in parts
+               for x in part["ceiling"][d]["cpu_samples"]]
+        result["ceiling"][d] = {
+            "flops_per_s": statistics.median(wall), "samples": wall,
+            "flops_per_cpu_s": statistics.median(cpu), "cpu_samples": cpu,
+            "size": first["size"],
+        }
+    add_derived(result, dtype)
+    return result
 
 
 def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
@@ -910,7 +1146,11 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
-    result = run_benchmarks(args)
+    if args.process_per_config:
+        result = run_per_config(argv, args)
+    else:
+        result = run_benchmarks(args)
+    failed = result.pop("failed_configs", 0)
     result["args"] = {
         k: v for k, v in vars(args).items() if k not in ("modes", "trees")
     }
@@ -926,6 +1166,9 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     text = report.markdown(result)
     report.write_results(args.output, result, text)
     print(text)
+    if failed:  # written, and said by the exit status
+        raise SystemExit(f"{failed} configuration(s) failed: see the notes "
+                         f"of {args.output}.json")
     return result
 
 

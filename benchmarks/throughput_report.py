@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any, Dict
 
-from keras_vit.checkpoint.atomic import atomic_write
+from keras_vit.storage.atomic import atomic_write
 
 
 def write_results(prefix: str, result: Dict[str, Any], text: str) -> None:
@@ -57,6 +57,12 @@ def markdown(result: Dict[str, Any]) -> str:
             f"(range {lo:.1f}-{hi:.1f}); "
             f"{c['flops_per_cpu_s'] / 1e9:.1f} GFLOP per CPU second."
         )
+    if result.get("keras_vit_attention"):
+        lines.append("- keras_vit's attention, by the library's rule: "
+                     + {"fused": "cuDNN's fused attention"}.get(
+                         result["keras_vit_attention"], "the one path")
+                     + " (each row's compiled step: `cudnn_attention` in "
+                     "the JSON).")
     flash = result.get("flash_attention_usable")
     if flash:
         lines.append(

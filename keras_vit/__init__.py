@@ -5,13 +5,17 @@ The package is layered; each layer imports only the ones below it
 
     keras_vit/*.py         the model core: portable Keras 3 (`keras.ops`
                            only; runs on the TensorFlow and JAX backends),
-                           the config schema and masked patch prediction
-    keras_vit/checkpoint/  pre-trained weights: the official and AugReg
-                           .npz files, Hugging Face / timm folders, run
-                           directories, atomic file writes, and
-                           `load_model(source)`: any source to a model (a
-                           path, hf://ORG/NAME, a released model's name:
-                           `list_models()`)
+                           `Architecture` (what a model is), the config
+                           schema (a tree of sections, one per component:
+                           config_schema.py) and masked patch prediction
+    keras_vit/storage/     atomic file writes and the run directory
+                           (workdir), local or gs://
+    keras_vit/checkpoint/  pre-trained weights: file formats (formats/),
+                           Hugging Face / timm folders (hub/), the released
+                           checkpoints (zoo/), and `load_model(source)`:
+                           any source to a model (a path, hf://ORG/NAME, a
+                           released model's name: `list_models()`), each
+                           source describing itself as an `Architecture`
     keras_vit/data/        tf.data input: TFDS, image folders, the digits,
                            preprocessing, VTAB task definitions, data checks
     keras_vit/scoring/     the losses and the evaluation step that training
@@ -66,25 +70,25 @@ __version__ = "0.1.0"
 if TYPE_CHECKING:
     # What `_LAZY` loads on first use, for type checkers and for the import
     # contracts (setup.cfg lists these imports as loaded lazily).
-    from keras_vit.checkpoint.catalog import list_models
+    from keras_vit.checkpoint.formats.npz import LoadReport
     from keras_vit.checkpoint.loader import load_model
-    from keras_vit.checkpoint.npz import LoadReport
     from keras_vit.checkpoint.posemb import resize_position_embedding
     from keras_vit.checkpoint.resolution import rebuild_at_resolution
     from keras_vit.checkpoint.sources import Source
     from keras_vit.checkpoint.weights import load_npz, save_npz
+    from keras_vit.checkpoint.zoo.catalog import list_models
     from keras_vit.export.saved_model import export_model
 
 # Name -> defining module, imported on first access (module __getattr__).
 _LAZY = {
     "load_npz": "keras_vit.checkpoint.weights",
     "save_npz": "keras_vit.checkpoint.weights",
-    "LoadReport": "keras_vit.checkpoint.npz",
+    "LoadReport": "keras_vit.checkpoint.formats.npz",
     "rebuild_at_resolution": "keras_vit.checkpoint.resolution",
     "resize_position_embedding": "keras_vit.checkpoint.posemb",
     "Source": "keras_vit.checkpoint.sources",
     "load_model": "keras_vit.checkpoint.loader",
-    "list_models": "keras_vit.checkpoint.catalog",
+    "list_models": "keras_vit.checkpoint.zoo.catalog",
     "export_model": "keras_vit.export.saved_model",
 }
 

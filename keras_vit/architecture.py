@@ -1,5 +1,6 @@
-"""What a Vision Transformer is: the variants, and `Architecture`, the one
-record of a model's architecture fields.
+"""What a Vision Transformer is: `Architecture`, the one record of a
+model's architecture fields (the named variants' sizes are
+`keras_vit.variants`, re-exported here).
 
 `VisionTransformer` (keras_vit.model) is built from an `Architecture` and
 returns it from `get_config`; a run config's `model` section holds the same
@@ -11,7 +12,6 @@ from the record, and nowhere else.
 from __future__ import annotations
 
 import dataclasses
-import re
 from typing import Any, Dict, Mapping, Optional, Sequence, Tuple, Union
 
 from keras_vit import embedding as vit_embedding
@@ -19,95 +19,21 @@ from keras_vit import layers as vit_layers
 from keras_vit import resnet
 from keras_vit.errors import UsageError
 from keras_vit.remat import check_remat
-
-ImageSize = Union[int, Tuple[int, int], Sequence[int]]
-
-
-@dataclasses.dataclass(frozen=True)
-class ViTSize:
-    """The sizes that define a ViT encoder (paper Table 1)."""
-
-    hidden_size: int
-    num_layers: int
-    mlp_dim: int
-    num_heads: int
-
-
-# Widths (paper Table 1; Ti and S from DeiT / AugReg, as in the official
-# repository's configs).
-WIDTHS = {
-    "Ti": ViTSize(hidden_size=192, num_layers=12, mlp_dim=768, num_heads=3),
-    "S": ViTSize(hidden_size=384, num_layers=12, mlp_dim=1536, num_heads=6),
-    "B": ViTSize(hidden_size=768, num_layers=12, mlp_dim=3072, num_heads=12),
-    "L": ViTSize(hidden_size=1024, num_layers=24, mlp_dim=4096, num_heads=16),
-    "H": ViTSize(hidden_size=1280, num_layers=32, mlp_dim=5120, num_heads=16),
-}
-
-# The variants users can name. Hybrids ("R50+B/16") are a ResNet followed by
-# a ViT on its feature map; their stem and patch size are in HYBRIDS.
-VARIANTS = (
-    "Ti/16", "S/16", "S/32", "B/16", "B/32", "B/8", "L/16", "L/32", "H/14",
-    "R50+B/16", "R50+L/32", "R26+S/32", "R+Ti/16",
+from keras_vit.variants import (  # noqa: F401  (re-exported)
+    HYBRID_RESNETS,
+    HYBRIDS,
+    POSEMBS,
+    SHAPE_FIELDS,
+    SIZE_FIELDS,
+    VARIANTS,
+    WIDTHS,
+    VariantSpec,
+    ViTSize,
+    decode_variant,
+    variant_of,
 )
 
-# Hybrids: ResNet (BiT) units per stage and the ViT patch size on its
-# feature map. R50+B/16 is ResNet-50 with stage 4 removed and its layers
-# moved into stage 3 (paper Section 4.1). AugReg's R+Ti/16 has no stages:
-# the ResNet root (7x7 stride-2 StdConv, GroupNorm, ReLU, 3x3 stride-2
-# max-pool) and 8x8 patches on its 64-channel map (google-research/
-# vision_transformer vit_jax/configs/models.py, get_r_ti16_config:
-# resnet.num_layers = (), patches 8): a total stride of 32, 7 x 7 tokens
-# at 224; the "16" is AugReg's name, not the stride.
-HYBRIDS = {
-    "R50+B/16": ((3, 4, 9), 1),
-    "R50+L/32": ((3, 4, 6, 3), 1),
-    "R26+S/32": ((2, 2, 2, 2), 1),
-    "R+Ti/16": ((), 8),
-}
-# Units per stage of each hybrid (HYBRIDS without the patch sizes).
-HYBRID_RESNETS = {name: stages for name, (stages, _) in HYBRIDS.items()}
-
-POSEMBS = ("learn", "sincos2d")
-
-_VARIANT_RE = re.compile(r"^(?:(R\d*)\+)?(Ti|S|B|L|H)/(\d+)$")
-
-# The sizes a variant gives and explicit arguments override.
-SIZE_FIELDS = ("patch_size", "hidden_size", "num_layers", "num_heads",
-               "mlp_dim")
-
-
-@dataclasses.dataclass(frozen=True)
-class VariantSpec:
-    """A decoded variant string."""
-
-    size: ViTSize
-    patch_size: int
-    resnet_layers: Optional[Tuple[int, ...]] = None
-
-    def sizes(self) -> Dict[str, Any]:
-        """{field: value} of `SIZE_FIELDS` and resnet_layers."""
-        return dict(dataclasses.asdict(self.size), patch_size=self.patch_size,
-                    resnet_layers=self.resnet_layers)
-
-
-def decode_variant(variant: str) -> VariantSpec:
-    """Decodes "B/16", "L/32", "R50+B/16", ... into sizes.
-
-    For hybrids the ViT patch size is on the ResNet feature map (1, or 8
-    for R+Ti/16); the number after the slash is the variant's name.
-    """
-    if variant not in VARIANTS:
-        raise UsageError(
-            f"Unknown variant {variant!r}. Known variants: "
-            f"{', '.join(VARIANTS)}; or pass variant=None with explicit "
-            "patch_size, hidden_size, num_layers, num_heads and mlp_dim."
-        )
-    match = _VARIANT_RE.match(variant)
-    resnet_name, width, patch = match.groups()
-    if resnet_name:
-        stages, patch_size = HYBRIDS[variant]
-        return VariantSpec(WIDTHS[width], patch_size, stages)
-    return VariantSpec(WIDTHS[width], int(patch))
+ImageSize = Union[int, Tuple[int, int], Sequence[int]]
 
 
 def image_hw(image_size: ImageSize) -> Tuple[int, int]:
@@ -134,6 +60,24 @@ def total_stride(patch_size: int,
     return stride
 
 
+def patch_grid(image_size: ImageSize, stride: int,
+               what: str = "") -> Tuple[int, int]:
+    """(rows, cols) of tokens at `image_size` for `stride` image pixels per
+    token side (`total_stride`): the one place the grid is computed. A side
+    the stride does not divide is an error naming the fix (`what` names the
+    stride: "patch size 16")."""
+    height, width = image_hw(image_size)
+    stride = int(stride)
+    for side, value in (("height", height), ("width", width)):
+        if value % stride:
+            raise UsageError(
+                f"image_size {side} {value} is not divisible by "
+                f"{what or f'the stride {stride}'}: use a multiple of "
+                f"{stride}, e.g. {max(stride, value // stride * stride)}."
+            )
+    return height // stride, width // stride
+
+
 @dataclasses.dataclass(frozen=True)
 class Numerics:
     """How each block computes where weights trained elsewhere differ from
@@ -155,8 +99,7 @@ class Numerics:
 class Architecture:
     """Everything that defines a `VisionTransformer`, checked and with the
     variant's sizes filled in. Build one with `Architecture.create` (the
-    arguments of `keras_vit.create_model`); the fields mean what those
-    arguments mean.
+    arguments of `keras_vit.create_model`, which are these fields).
 
     Attributes:
         patch_size: int. Pixels per patch side (per token side for a
@@ -165,28 +108,54 @@ class Architecture:
         num_layers: int. Encoder blocks.
         num_heads: int. Attention heads.
         mlp_dim: int. The MLP's hidden width.
-        image_size: (height, width). The input size; with
-            `dynamic_image_size`, the size whose patch grid the position
-            embeddings are kept at.
-        num_classes: int. Width of the head; 0: no head (a features model).
+        image_size: (height, width). Input resolution; each side must be
+            divisible by the patch size (times the ResNet stride for
+            hybrids). With `dynamic_image_size`, the resolution whose patch
+            grid the position embeddings are kept at.
+        num_classes: int. Width of the classification head; 0: no head, a
+            features model that outputs the (pre-logits) representation.
         variant: str or None. The `VARIANTS` name whose sizes these are
             (None: sizes of no named variant).
-        resnet_layers: tuple of int or None. A hybrid's ResNet stages.
-        resnet_width: int. Its width factor.
-        pooling: str. "token" or "gap", as in `create_model`.
-        posemb: str. The position embedding, as in `create_model`.
-        representation_size: int or None. The pre-logits width.
-        dropout_rate: float. As in `create_model`.
-        attention_dropout_rate: float. As in `create_model`.
-        stochastic_depth_rate: float. As in `create_model`.
-        head_zero_init: bool. As in `create_model`.
-        head_bias_init: float. As in `create_model`.
-        all_tokens: bool. As in `create_model`.
-        dynamic_image_size: bool. As in `create_model`.
-        remat: As in `create_model`.
+        resnet_layers: tuple of int or None. Bottleneck units per ResNet
+            stage: makes a hybrid (overrides a hybrid variant's stages).
+        resnet_width: int. ResNet width factor (hybrids only).
+        pooling: str. "token" (class token, the paper's default) or "gap"
+            (global average of patch tokens, no class token).
+        posemb: str. "learn" (the paper's learned table, one row per
+            token) or "sincos2d" (fixed 2-D sin-cos embeddings of the patch
+            grid, big_vision's; no weights, any input size).
+        representation_size: int or None. Adds the pre-logits layer
+            (Dense + tanh) of this width, as at pre-training time.
         pre_logits_activation: str. The pre-logits layer's activation
             ("tanh"; a Hugging Face model's pooler may use another).
-        numerics: Numerics.
+        dropout_rate: float. Dropout after the position embedding and after
+            every dense layer except the qkv projection.
+        attention_dropout_rate: float. Dropout on attention weights.
+        stochastic_depth_rate: float. Stochastic depth of the last encoder
+            block while training, linear over depth (`keras_vit.droppath`).
+        head_zero_init: bool. Zero-initialise the head (the paper's choice
+            for transfer); otherwise Xavier-uniform.
+        head_bias_init: float. Initial value of every head bias (-10 for
+            the released ImageNet-21k models' sigmoid loss,
+            google-research/vision_transformer #2).
+        all_tokens: bool. With "token" pooling the last encoder block
+            computes only the class token, the one token the head reads
+            (6.3% fewer FLOPs for B/16, the same outputs). True computes
+            every token there, for reading patch features from
+            `model.parts.encoder.output`. Same weights.
+        dynamic_image_size: bool. Accept images of any height and width
+            divisible by the patch size (times the ResNet stride for
+            hybrids): the input is (batch, None, None, 3), and every call
+            interpolates the position embeddings, kept at the `image_size`
+            grid, to the input's grid, as the checkpoint loader does. The
+            same weights as with False.
+        remat: str. Rematerialisation of the encoder blocks in training
+            (`keras_vit.remat`): "none", "block" or "dots" (JAX only). The
+            same gradients and weights, less activation memory for more
+            compute (benchmarks/memory.py).
+        numerics: Numerics. The GELU form and LayerNorm epsilon, for
+            weights trained with other ones (PyTorch: exact GELU; Hugging
+            Face: epsilon 1e-12). The default is the official numerics.
     """
 
     patch_size: int
@@ -236,8 +205,7 @@ class Architecture:
             if key not in ("resnet_layers", "representation_size"):
                 del kwargs[key]  # None: the default
         arch = cls(**sizes, **kwargs)
-        if variant and decode_variant(variant).sizes() == {
-                k: getattr(arch, k) for k in defaults}:
+        if variant and variant_of(dataclasses.asdict(arch)) == variant:
             arch = arch.replace(variant=variant)  # not when sizes differ
         return arch
 
@@ -255,20 +223,12 @@ class Architecture:
     def grid(self, image_size: Optional[ImageSize] = None) -> Tuple[int, int]:
         """(rows, cols) of the patch grid at `image_size` (None: the
         architecture's), whose sides the stride must divide."""
-        height, width = image_hw(
-            self.image_size if image_size is None else image_size)
-        stride = self.stride
-        for side, value in (("height", height), ("width", width)):
-            if value % stride:
-                what = f"patch size {self.patch_size} (the stride {stride})"
-                if self.resnet_layers is not None:
-                    what = f"the total stride {stride} (ResNet x patch size)"
-                raise UsageError(
-                    f"image_size {side} {value} is not divisible by {what}: "
-                    f"use a multiple of {stride}, e.g. "
-                    f"{max(stride, value // stride * stride)}."
-                )
-        return height // stride, width // stride
+        what = f"patch size {self.patch_size} (the stride {self.stride})"
+        if self.resnet_layers is not None:
+            what = f"the total stride {self.stride} (ResNet x patch size)"
+        return patch_grid(
+            self.image_size if image_size is None else image_size,
+            self.stride, what)
 
     def num_tokens(self, image_size: Optional[ImageSize] = None) -> int:
         """int. The encoder's sequence length at `image_size`."""

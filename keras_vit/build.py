@@ -16,9 +16,6 @@ from keras_vit.architecture import CONFIG_FIELDS, Architecture
 from keras_vit.errors import UsageError
 from keras_vit.model import VisionTransformer
 
-# The fields of config.model: the Architecture's (CONFIG_FIELDS).
-MODEL_KEYS = CONFIG_FIELDS
-
 
 @contextlib.contextmanager
 def dtype_policy(dtype: str):
@@ -36,17 +33,19 @@ def dtype_policy(dtype: str):
         keras.config.set_dtype_policy(previous)
 
 
-def config_architecture(config, num_classes: int = 0) -> Architecture:
-    """The Architecture of `config.model` at `config.image_size`, with
-    `num_classes` classes (0: no head)."""
-    values = config.model.to_dict()
-    unknown = set(values) - set(MODEL_KEYS)
+def config_architecture(model_config, num_classes: int = 0) -> Architecture:
+    """The Architecture of a run's `config.model` section at its
+    image_size, with `num_classes` classes (0: no head; the section's own
+    num_classes is the run's business, not the architecture's)."""
+    values = model_config.to_dict()
+    values.pop("num_classes", None)
+    image_size = values.pop("image_size")
+    unknown = set(values) - set(CONFIG_FIELDS)
     if unknown:
         raise UsageError(
             f"Unknown config.model fields {sorted(unknown)}; known: "
-            f"{', '.join(MODEL_KEYS)}."
+            f"{', '.join(CONFIG_FIELDS)}, image_size, num_classes."
         )
-    image_size = config.image_size
     if not isinstance(image_size, int):
         image_size = tuple(image_size)
     return Architecture.create(
@@ -54,47 +53,60 @@ def config_architecture(config, num_classes: int = 0) -> Architecture:
         num_classes=num_classes, **values)
 
 
-def config_stride(config) -> int:
-    """int. Image pixels per token of `config.model`
+def config_stride(model_config) -> int:
+    """int. Image pixels per token of a `config.model` section
     (`Architecture.stride`)."""
-    return config_architecture(config).stride
+    return config_architecture(model_config).stride
 
 
-def check_mpp(config) -> None:
-    """A ValueError naming the fix for `config.mpp` options that cannot
-    work with `config.model`."""
-    opts = config.mpp
+def check_mpp(mpp_config, model_config) -> None:
+    """A ValueError naming the fix for `config.objective.mpp` options that
+    cannot work with `config.model`."""
+    opts = mpp_config
     mpp.check_options(
-        opts.target, opts.colour_bits, opts.grid_size, config_stride(config),
-        opts.corrupt_rate, opts.mask_fraction, opts.random_fraction,
+        opts.target, opts.colour_bits, opts.grid_size,
+        config_stride(model_config), opts.corrupt_rate, opts.mask_fraction,
+        opts.random_fraction,
     )
 
 
-def build_model(config, num_classes: int) -> keras.Model:
-    """The model of `config.model` at `config.image_size`: a classifier
-    (`VisionTransformer`) of `num_classes` classes, or with
-    `config.mpp.enabled` the masked-patch-prediction model
-    (`keras_vit.mpp.create_mpp_model`; `num_classes` is not used)."""
-    if config.mpp.enabled:
-        check_mpp(config)
-        arch = config_architecture(config)
-        kwargs = {k: v for k, v in config.model.to_dict().items()
-                  if v is not None}
-        opts = config.mpp
-        with dtype_policy(config.dtype):
-            return mpp.create_mpp_model(
-                kwargs.pop("variant", None), target=opts.target,
-                colour_bits=opts.colour_bits, grid_size=opts.grid_size,
-                image_size=arch.image_size, **kwargs
-            )
-    arch = config_architecture(config, num_classes)
-    with dtype_policy(config.dtype):
+def build_model(model_config, num_classes: int, *, dtype: str = "float32",
+                mpp_config=None) -> keras.Model:
+    """The model of a `config.model` section at its image_size, in
+    `dtype` (`config.trainer.dtype`): a classifier (`VisionTransformer`)
+    of `num_classes` classes, or, given an enabled `config.objective.mpp`
+    section, the masked-patch-prediction model
+    (`keras_vit.mpp.MppModel`; `num_classes` is not used)."""
+    if mpp_config is not None and mpp_config.enabled:
+        check_mpp(mpp_config, model_config)
+        with dtype_policy(dtype):
+            return mpp.MppModel(
+                config_architecture(model_config),
+                target=mpp_config.target,
+                colour_bits=mpp_config.colour_bits,
+                grid_size=mpp_config.grid_size)
+    arch = config_architecture(model_config, num_classes)
+    with dtype_policy(dtype):
         return VisionTransformer(arch)
 
 
-def build_optimizer(config) -> keras.optimizers.Optimizer:
-    """The optimizer of `config.optimizer`, with EMA when
-    `config.ema_decay` > 0."""
+def build_optimizer(optimizer_config, schedule_config, trainer_config
+                    ) -> keras.optimizers.Optimizer:
+    """The optimizer of the `config.optimizer` and `config.schedule`
+    sections over `config.trainer.total_steps`, with EMA when
+    `config.trainer.ema_decay` > 0."""
     return optim.create_optimizer(
-        config.optimizer, config.total_steps, config.ema_decay
-    )
+        optimizer_config, trainer_config.total_steps,
+        trainer_config.ema_decay, schedule=schedule_config)
+
+
+def build_run(config, num_classes: int):
+    """(model, optimizer) of a whole run config: the model of its `model`
+    section in `trainer.dtype` (the MPP model with `objective.mpp`), the
+    optimizer of its `optimizer`, `schedule` and `trainer` sections. What
+    training builds, and what a run's checkpoints are read back into."""
+    model = build_model(config.model, num_classes, dtype=config.trainer.dtype,
+                        mpp_config=config.objective.mpp)
+    optimizer = build_optimizer(config.optimizer, config.schedule,
+                                config.trainer)
+    return model, optimizer

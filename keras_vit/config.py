@@ -15,36 +15,44 @@ from typing import Any, List, Mapping, Optional
 
 import ml_collections
 
-from keras_vit.config_schema import FREE_FORM, base_config
+from keras_vit.config_schema import EVALUATORS, base_config, evaluator
+from keras_vit.config_upgrade import MOVED, RENAMED, moved_path, upgrade
 from keras_vit.errors import UsageError
 
 __all__ = [
     "base_config", "complete", "field_names", "closest_field",
-    "unknown_field_message", "upgrade", "packaged_configs",
+    "unknown_field_message", "upgrade", "moved_path", "MOVED", "replace",
+    "complete_evaluator", "find_evaluator",
+    "packaged_configs",
     "packaged_config", "parse_config_arg", "epochs_to_steps",
 ]
 
 
 def field_names(config: ml_collections.ConfigDict,
                 prefix: str = "") -> List[str]:
-    """Dotted names of every field of `config`, sub-dicts included."""
+    """Dotted names of every field of `config`, sub-dicts included (each
+    evaluator's fields; not the names a free-form dict holds inside it,
+    such as a few-shot evaluator's data sets)."""
     names = []
     for key in config.keys():
         name = prefix + key
         names.append(name)
         value = config[key]
-        if (isinstance(value, ml_collections.ConfigDict)
-                and name not in FREE_FORM):
+        if isinstance(value, ml_collections.ConfigDict) and not (
+                name.endswith(".datasets") and name.startswith("evals.")):
             names.extend(field_names(value, name + "."))
     return names
 
 
 def closest_field(name: str, config=None) -> Optional[str]:
     """The real field (dotted name) closest to the dotted `name`, or None:
-    a field of the same name in another section ("resize_size" ->
-    "pp.resize_size"), else a sibling with a similar name (a typo), else a
-    similar name in another section."""
+    the field an earlier version's name moved to ("batch_size" ->
+    "input.batch_size"), a field of the same name in another section
+    ("resize_size" -> "input.pp.resize_size"), else a sibling with a
+    similar name (a typo), else a similar name in another section."""
     config = base_config() if config is None else config
+    if name in MOVED:
+        return MOVED[name]
     names = field_names(config)
     parent, _, leaf = name.rpartition(".")
     leaves = {}
@@ -92,8 +100,11 @@ def complete(
     """`values` laid over the base config (or its dotted `section`, e.g.
     "optimizer"): fields `values` leaves out keep their defaults.
 
-    A key the base does not know is an error naming it and the closest real
-    field. Values that were JSON (lists for tuples) are accepted.
+    Values of an earlier version (a saved config.json: flat `batch_size`,
+    `image_size`, ...) are upgraded first (`upgrade`). A key the base does
+    not know is an error naming it and the closest real field. Values that
+    were JSON (lists for tuples) are accepted. Each entry of `evals` is
+    built from its `type`'s fields (`config_schema.EVALUATORS`).
 
     Args:
         values: dict or ConfigDict, nested like the config.
@@ -108,35 +119,58 @@ def complete(
     """
     config = base_config()
     prefix = ""
+    if isinstance(values, ml_collections.ConfigDict):
+        values = values.to_dict()
     if not section:
-        values = upgrade(values)
+        values = upgrade(values, where=where)
     if section:
         for part in section.split("."):
             config = config[part]
         prefix = section + "."
-    if isinstance(values, ml_collections.ConfigDict):
-        values = values.to_dict()
     _lay_over(config, dict(values), prefix, where)
     config.lock()
     return config
 
 
+def replace(config: ml_collections.ConfigDict,
+            **sections: Mapping[str, Any]) -> ml_collections.ConfigDict:
+    """A locked copy of `config` with fields of the named sections set
+    (`replace(config, model={"variant": None})`, dotted sections as
+    `**{"input.pp": {...}}`); `config` itself is never changed: a
+    component that needs another config derives one."""
+    out = config.copy_and_resolve_references()
+    out.unlock()
+    for section, values in sections.items():
+        target = out
+        for part in section.split("."):
+            target = target[part]
+        for key, value in values.items():
+            if key not in target:
+                raise UsageError(unknown_field_message(f"{section}.{key}"))
+            with target.ignore_type():
+                target[key] = value
+    out.lock()
+    return out
+
+
 # Fields that take values of more than one type: an int or (height, width).
-ANY_TYPE = ("image_size",)
+ANY_TYPE = ("model.image_size",)
 
 
 def _lay_over(config, values: Mapping[str, Any], prefix: str,
               where: str) -> None:
     for key, value in values.items():
         name = prefix + key
+        if name == "evals":
+            _lay_evaluators(config, value, where)
+            continue
         if key not in config:
             raise UsageError(
                 f"{where}: {unknown_field_message(name)} "
                 "(keras_vit/config_schema.py defines every field)"
             )
-        if isinstance(config[key], ml_collections.ConfigDict) and (
-            name not in FREE_FORM
-        ):
+        if isinstance(config[key], ml_collections.ConfigDict) and not (
+                name.endswith(".datasets") and name.startswith("evals.")):
             if not isinstance(value, Mapping):
                 raise UsageError(
                     f"{where}: config.{name} is a section of fields, not "
@@ -156,40 +190,54 @@ def _lay_over(config, values: Mapping[str, Any], prefix: str,
             raise UsageError(f"{where}: config.{name}: {e}") from None
 
 
-# Fields of older configs and what replaced them.
-RENAMED = {
-    "init.npz": "init.model",
-    "init.keras_model": "init.model",
-    "init.workdir": "init.model",
-}
+def _lay_evaluators(config, values: Mapping[str, Any], where: str) -> None:
+    """The named evaluators of `values`, each built from its `type`'s
+    fields (an entry the base has keeps its type unless it names
+    another)."""
+    if not isinstance(values, Mapping):
+        raise UsageError(f"{where}: config.evals is a section of named "
+                         f"evaluators, not {values!r}.")
+    for name, entry in values.items():
+        if not isinstance(entry, Mapping):
+            raise UsageError(
+                f"{where}: config.evals.{name} is an evaluator (a section "
+                f"with a `type`: {', '.join(EVALUATORS)}), not {entry!r}.")
+        kind = entry.get("type") or (
+            config.evals[name].type if name in config.evals else None)
+        if kind not in EVALUATORS:
+            raise UsageError(
+                f"{where}: config.evals.{name}.type is {kind!r}: an "
+                f"evaluator is one of {', '.join(EVALUATORS)}.")
+        if name not in config.evals or config.evals[name].type != kind:
+            with config.evals.unlocked():
+                config.evals[name] = evaluator(kind)
+        _lay_over(config.evals[name], dict(entry), f"evals.{name}.", where)
 
 
-def upgrade(values: Mapping[str, Any]) -> Mapping[str, Any]:
-    """A saved config (config.json) with the fields of an older version
-    mapped to their successors (RENAMED): init.npz, init.keras_model and
-    init.workdir become init.model; num_classes 0, once "from the data",
-    is None."""
+def complete_evaluator(values: Mapping[str, Any], kind: str, *,
+                       where: str = "evaluator") -> ml_collections.ConfigDict:
+    """An evaluator of type `kind` (`config_schema.EVALUATORS`) with
+    `values` laid over its defaults; a ConfigDict is returned as it is."""
     if isinstance(values, ml_collections.ConfigDict):
-        values = values.to_dict()
-    if values.get("num_classes") == 0:
-        values = dict(values, num_classes=None)
-    init = values.get("init")
-    if not isinstance(init, Mapping):
         return values
-    old = [k for k in ("npz", "keras_model", "workdir") if k in init]
-    if not old:
-        return values
-    init = dict(init)
-    given = [init.pop(k) for k in old]
-    given = [g for g in given if g]
-    if len(given) > 1:
+    entry = evaluator(kind)
+    _lay_over(entry, dict(values, type=kind), f"evals.{kind}.", where)
+    entry.lock()
+    return entry
+
+
+def find_evaluator(evals, kind: str) -> ml_collections.ConfigDict:
+    """The evaluator of type `kind` in a config's `evals` section: the one
+    named `kind`, else the only one of that type."""
+    if kind in evals and evals[kind].type == kind:
+        return evals[kind]
+    found = [e for e in evals.values() if e.type == kind]
+    if len(found) != 1:
         raise UsageError(
-            f"config.init names {len(given)} models ({', '.join(given)}): "
-            "keep one, as config.init.model."
-        )
-    if given and not init.setdefault("model", None):
-        init["model"] = given[0]
-    return dict(values, init=init)
+            f"config.evals has {len(found)} evaluators of type {kind!r}: "
+            f"one is needed (configs/{kind}.py adds config.evals.{kind}; "
+            f"or name yours config.evals.{kind}).")
+    return found[0]
 
 
 # ------------------------------------------------------------ configs

@@ -244,7 +244,7 @@ class Encoder(keras.layers.Layer):
             epsilon also for `encoder_norm`).
     """
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 (the architecture's fields, by name)
         self,
         num_layers: int,
         num_heads: int,

@@ -4,7 +4,11 @@ their layers.
 `.keras` files written by earlier releases hold an anonymous functional
 model whose config names no architecture. `architecture_from_layers` reads
 the `Architecture` back from the configs of its layers, found by their
-types; `keras_vit.model.as_vision_transformer` rebuilds the model from it.
+types; `keras_vit.model.as_vision_transformer` rebuilds the model from it,
+only for a model that `foreign_layer` finds to be exactly such a ViT: the
+chain of layers an older `create_model` built, nothing more (a user's
+model that adds a layer to keras_vit's is theirs, never rebuilt as
+something else).
 """
 
 from __future__ import annotations
@@ -16,13 +20,65 @@ import keras
 from keras_vit import embedding as vit_embedding
 from keras_vit import layers as vit_layers
 from keras_vit import resnet
-from keras_vit.architecture import (
-    VARIANTS,
-    Architecture,
-    Numerics,
-    decode_variant,
-)
+from keras_vit.architecture import Architecture, Numerics, variant_of
 from keras_vit.errors import UsageError
+
+# The layers of a model an older `create_model` built, in their order, each
+# taking the previous one's output; the optional ones may be absent. The
+# Dense layers after the pooling are the pre-logits layer (an activation)
+# and the head (linear), by these names.
+_CHAIN = (
+    (keras.layers.InputLayer, True),
+    (resnet.ResNetStem, False),
+    (vit_embedding.PatchEmbedding, True),
+    (vit_embedding.ClassToken, False),
+    ((vit_embedding.PositionEmbedding,
+      vit_embedding.SinCosPositionEmbedding), True),
+    (vit_layers.Encoder, True),
+    (vit_layers.TokenPooling, False),
+    ("pre_logits", False),
+    ("head", False),
+)
+
+
+def _fits(layer, kind) -> bool:
+    if isinstance(kind, str):
+        linear = getattr(layer, "activation", None) is (
+            keras.activations.linear)
+        return (type(layer) is keras.layers.Dense and layer.name == kind
+                and linear == (kind == "head"))
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    return type(layer) in kinds
+
+
+def foreign_layer(model: keras.Model) -> str:
+    """'' when `model` is exactly a functional ViT of an older
+    `create_model` (every layer one of `_CHAIN`, in order, each taking the
+    previous one's output, the last one's output the model's); else what
+    is not, naming the first layer that is none of such a ViT's."""
+    layers = list(getattr(model, "layers", []))
+    if len(getattr(model, "inputs", None) or ()) != 1 or len(
+            getattr(model, "outputs", None) or ()) != 1:
+        return "it has other than one input and one output"
+    kinds = iter(_CHAIN)
+    previous = None
+    for layer in layers:
+        for kind, required in kinds:
+            if _fits(layer, kind):
+                break
+            if required:
+                return (f"its layer {layer.name!r} ({type(layer).__name__}) "
+                        "is none of a ViT's, or not in a ViT's place")
+        else:
+            return (f"its layer {layer.name!r} ({type(layer).__name__}) "
+                    "comes after a ViT's last layer")
+        if previous is not None and layer.input is not previous.output:
+            return (f"its layer {layer.name!r} does not take the output of "
+                    f"{previous.name!r}, as a ViT's layers do")
+        previous = layer
+    if previous is None or model.outputs[0] is not previous.output:
+        return "its output is not its last layer's"
+    return ""
 
 
 def architecture_from_layers(model: keras.Model) -> Architecture:
@@ -94,8 +150,5 @@ def architecture_from_layers(model: keras.Model) -> Architecture:
     elif height is None:  # sin-cos at any size: the smallest it accepts
         height = width = posemb.stride
     kwargs["image_size"] = (height, width)
-    for variant in VARIANTS:
-        spec = decode_variant(variant).sizes()
-        if all(kwargs.get(k) == v for k, v in spec.items()):
-            kwargs["variant"] = variant
+    kwargs["variant"] = variant_of(kwargs)
     return Architecture(**kwargs)

@@ -39,11 +39,12 @@ from keras_vit.architecture import (
 )
 from keras_vit.architecture import image_hw as _image_hw
 from keras_vit.embedding import PACKAGE
+from keras_vit.errors import UsageError
 
 __all__ = [
     "HYBRID_RESNETS", "VARIANTS", "Architecture", "Numerics", "ViTParts",
     "VisionTransformer", "architecture_of", "as_vision_transformer",
-    "create_model", "dtype_policy_of",
+    "create_model", "default_name", "dtype_policy_of", "policy_scope",
     "decode_variant", "_image_hw",
 ]
 
@@ -64,13 +65,14 @@ class ViTParts:
     head: Optional[keras.layers.Dense] = None
 
 
-def _default_name(variant: Optional[str]) -> str:
+def default_name(variant: Optional[str]) -> str:
+    """The model name of a variant ("vit_B_16"; "vit" for none)."""
     name = f"vit_{variant}".replace("/", "_") if variant else "vit"
     return name.replace("+", "_")
 
 
 @contextlib.contextmanager
-def _dtype_policy(name: Optional[str]):
+def policy_scope(name: Optional[str]):
     """Layers built under the dtype policy `name` (None: the current)."""
     previous = keras.config.dtype_policy()
     if name is not None:
@@ -159,7 +161,7 @@ class VisionTransformer(keras.Model):
             )
             x = parts["head"](x)
         super().__init__(
-            images, x, name=name or _default_name(arch.variant), **kwargs)
+            images, x, name=name or default_name(arch.variant), **kwargs)
         self.architecture = arch
         self.parts = ViTParts(**parts)
 
@@ -177,7 +179,7 @@ class VisionTransformer(keras.Model):
     def from_config(cls, config, custom_objects=None):
         config = dict(config)
         policy = config.pop("layers_dtype_policy", None)
-        with _dtype_policy(policy):
+        with policy_scope(policy):
             return cls(**config)
 
 
@@ -195,7 +197,7 @@ def _position_embedding(arch: Architecture) -> keras.layers.Layer:
                                            name="posembed_input")
 
 
-def create_model(
+def create_model(  # noqa: PLR0913 (the architecture's fields, by name)
     variant: Optional[str] = "B/16",
     *,
     num_classes: int,
@@ -230,76 +232,38 @@ def create_model(
             features model that outputs the (pre-logits) representation.
         image_size: int or (height, width). Input resolution; each side must
             be divisible by the patch size (times the ResNet stride for
-            hybrids). With `dynamic_image_size`, the resolution whose patch
-            grid the position embeddings are kept at.
-        pooling: str. "token" (class token, the paper's default) or "gap"
-            (global average of patch tokens, no class token).
-        representation_size: int or None. Adds the pre-logits layer
-            (Dense + tanh) of this width, as at pre-training time.
-        dropout_rate: float. Dropout after the position embedding and after
-            every dense layer except the qkv projection.
-        attention_dropout_rate: float. Dropout on attention weights.
-        head_zero_init: bool. Zero-initialise the head (the paper's choice
-            for transfer); otherwise Xavier-uniform.
-        head_bias_init: float. Initial value of every head bias (-10 for
-            the released ImageNet-21k models' sigmoid loss,
-            google-research/vision_transformer #2).
-        posemb: str. "learn" (the paper's learned table, one row per
-            token) or "sincos2d" (fixed 2-D sin-cos embeddings of the patch
-            grid, big_vision's; no weights, any input size).
-        stochastic_depth_rate: float. Stochastic depth of the last encoder
-            block while training, linear over depth (`keras_vit.droppath`).
+            hybrids).
         patch_size, hidden_size, num_layers, num_heads, mlp_dim: int or None.
             Override the variant's sizes (required when `variant` is None).
         resnet_layers: tuple of int or None. Bottleneck units per ResNet
             stage: makes a hybrid (overrides a hybrid variant's stages).
-        resnet_width: int. ResNet width factor (hybrids only).
-        all_tokens: bool. With "token" pooling the last encoder block
-            computes only the class token, the one token the head reads
-            (6.3% fewer FLOPs for B/16, the same outputs). True computes
-            every token there, for reading patch features from
-            `model.parts.encoder.output`. Same weights.
-        dynamic_image_size: bool. Accept images of any height and width
-            divisible by the patch size (times the ResNet stride for
-            hybrids): the input is (batch, None, None, 3), and every call
-            interpolates the position embeddings, kept at the `image_size`
-            grid, to the input's grid, as the checkpoint loader does. The
-            same weights as with False.
-        remat: str. Rematerialisation of the encoder blocks in training
-            (`keras_vit.remat`): "none", "block" or "dots" (JAX only). The
-            same gradients and weights, less activation memory for more
-            compute (benchmarks/memory.py).
-        numerics: Numerics. The GELU form and LayerNorm epsilon, for
-            weights trained with other ones (PyTorch: exact GELU; Hugging
-            Face: epsilon 1e-12). The default is the official numerics.
         name: str or None. The model's name.
+        pooling, representation_size, dropout_rate, attention_dropout_rate,
+            head_zero_init, head_bias_init, posemb, stochastic_depth_rate,
+            resnet_width, all_tokens, dynamic_image_size, remat, numerics:
+            the fields of `keras_vit.Architecture` of these names, which
+            says what each does.
 
     Returns:
         A `VisionTransformer` mapping (batch, height, width, 3) images in
         [-1, 1] to logits (batch, num_classes), or to features if
         num_classes == 0; `model.architecture` holds these arguments.
     """
-    arch = Architecture.create(
-        variant, num_classes=num_classes, image_size=image_size,
-        pooling=pooling, representation_size=representation_size,
-        dropout_rate=dropout_rate,
-        attention_dropout_rate=attention_dropout_rate,
-        head_zero_init=head_zero_init, head_bias_init=head_bias_init,
-        posemb=posemb, stochastic_depth_rate=stochastic_depth_rate,
-        patch_size=patch_size, hidden_size=hidden_size,
-        num_layers=num_layers, num_heads=num_heads, mlp_dim=mlp_dim,
-        resnet_layers=resnet_layers, resnet_width=resnet_width,
-        all_tokens=all_tokens, dynamic_image_size=dynamic_image_size,
-        remat=remat, numerics=numerics,
-    )
-    return VisionTransformer(arch, name=name or _default_name(variant))
+    # Every argument but `variant` and `name` is the Architecture field of
+    # its name.
+    fields = dict(locals())
+    del fields["variant"], fields["name"]
+    arch = Architecture.create(variant, **fields)
+    return VisionTransformer(arch, name=name or default_name(variant))
 
 
 def architecture_of(model: keras.Model) -> Architecture:
-    """The Architecture of a `VisionTransformer`, or of a functional model
+    """The Architecture of a `VisionTransformer` (or the encoder of an
+    `keras_vit.mpp.MppModel`), or of a functional model
     built by an older `create_model` (read from its layers)."""
-    if isinstance(model, VisionTransformer):
-        return model.architecture
+    arch = getattr(model, "architecture", None)  # also an MPP model's
+    if isinstance(arch, Architecture):
+        return arch
     return legacy.architecture_from_layers(model)
 
 
@@ -310,16 +274,29 @@ def dtype_policy_of(model: keras.Model):
     for layer in model.layers:
         if isinstance(layer, vit_layers.Encoder):
             policy = layer.dtype_policy.name
-    return _dtype_policy(policy)
+    return policy_scope(policy)
 
 
 def as_vision_transformer(model: keras.Model) -> VisionTransformer:
     """`model` as a `VisionTransformer`: itself if it is one, else (a
     functional model built by an older `create_model`, as `.keras` files
     written before the class load) the same network rebuilt from the
-    architecture its layers describe, weights copied."""
+    architecture its layers describe, weights copied.
+
+    Raises:
+        UsageError: any other model (one with a layer such a ViT does not
+            have, named), which is never rebuilt as something else.
+    """
     if isinstance(model, VisionTransformer):
         return model
+    foreign = legacy.foreign_layer(model)
+    if foreign:
+        raise UsageError(
+            f"Model {model.name!r} is not a Vision Transformer built by "
+            f"keras_vit.create_model ({foreign}), and is never rebuilt as "
+            "one: what needs a ViT (the commands, fine-tuning from it, its "
+            "features or attention, another resolution) refuses it."
+        )
     arch = legacy.architecture_from_layers(model)
     with dtype_policy_of(model):
         new = VisionTransformer(arch, name=model.name)

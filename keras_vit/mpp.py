@@ -21,18 +21,22 @@ takes. Which patches are corrupted, and how, is an input of the model
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Optional
 
 import keras
 from keras import ops
 
+from keras_vit import layers as vit_layers
+from keras_vit import legacy
+from keras_vit.architecture import Architecture
 from keras_vit.embedding import PACKAGE, patch_grid
 from keras_vit.errors import UsageError
 from keras_vit.model import (
     VisionTransformer,
-    architecture_of,
-    create_model,
+    default_name,
     dtype_policy_of,
+    policy_scope,
 )
 
 # What is predicted for each corrupted patch: its mean colour (one class of
@@ -208,6 +212,97 @@ def _copy(layer):
     return layer.__class__.from_config(layer.get_config())
 
 
+@keras.saving.register_keras_serializable(package=PACKAGE)
+class MppModel(keras.Model):
+    """The ViT encoder of an `Architecture` with the corruption layer and an
+    MPP head, composed with the Keras functional API from the layers a
+    `VisionTransformer` of that architecture has, under the same names (so
+    its encoder weights are a classifier's).
+
+    Args:
+        architecture: Architecture (or its `to_dict()`). The encoder's: it
+            is kept with no classes, no pre-logits layer and every token
+            computed (the head reads each patch token). Needs a fixed
+            image size.
+        target: str. One of `TARGETS`.
+        colour_bits: int. Bits per colour channel of the colour targets.
+        grid_size: int. "colour_grid": cells per patch side.
+        name: str or None. The model's name (None: "mpp_" and the
+            variant's).
+
+    Attributes:
+        architecture: Architecture. The encoder.
+        target, colour_bits, grid_size: what the head predicts.
+    """
+
+    def __init__(self, architecture: Architecture, *,
+                 target: str = "mean_colour", colour_bits: int = 3,
+                 grid_size: int = 4, name: Optional[str] = None, **kwargs):
+        if not isinstance(architecture, Architecture):
+            architecture = Architecture.from_dict(architecture)
+        if architecture.representation_size is not None:
+            raise UsageError(
+                "An MPP model has no pre-logits layer: leave "
+                "representation_size None for pre-training (fine-tuning "
+                "may add one).")
+        if architecture.dynamic_image_size:
+            raise UsageError("MPP pre-training needs a fixed image_size.")
+        arch = dataclasses.replace(
+            architecture, num_classes=0, all_tokens=True,
+            head_zero_init=True, head_bias_init=0.0)
+        width = output_width(target, arch.stride, colour_bits, grid_size)
+        parts = VisionTransformer(arch).parts
+        rows, cols = arch.grid()
+        images = keras.Input((*arch.image_size, 3), name="images")
+        mode = keras.Input((rows * cols,), dtype="int32", name="mpp_mode")
+        source = keras.Input((rows * cols,), dtype="int32",
+                             name="mpp_source")
+        # Fresh copies of the classifier's layers (same names and weights'
+        # names), chained with the corruption between the patch embedding
+        # and the position embedding.
+        x = images
+        if parts.resnet is not None:
+            x = _copy(parts.resnet)(x)
+        x = _copy(parts.patch_embedding)(x)
+        x = PatchCorruption(name="mpp_corruption")(x, mode, source)
+        if parts.class_token is not None:
+            x = _copy(parts.class_token)(x)
+        x = _copy(parts.position_embedding)(x)
+        x = _copy(parts.encoder)(x)
+        if parts.class_token is not None:
+            x = x[:, 1:]
+        x = keras.layers.Dense(
+            width, name="mpp_head", dtype="float32",  # float32 under bf16
+        )(x)
+        super().__init__(
+            {"images": images, "mpp_mode": mode, "mpp_source": source}, x,
+            name=name or f"mpp_{default_name(arch.variant)}", **kwargs)
+        self.architecture = arch
+        self.target = target
+        self.colour_bits = int(colour_bits)
+        self.grid_size = int(grid_size)
+
+    def get_config(self):
+        return {
+            "name": self.name,
+            "trainable": self.trainable,
+            "architecture": self.architecture.to_dict(),
+            "target": self.target,
+            "colour_bits": self.colour_bits,
+            "grid_size": self.grid_size,
+            "layers_dtype_policy": next(
+                layer.dtype_policy.name for layer in self.layers
+                if isinstance(layer, vit_layers.Encoder)),
+        }
+
+    @classmethod
+    def from_config(cls, config, custom_objects=None):
+        config = dict(config)
+        policy = config.pop("layers_dtype_policy", None)
+        with policy_scope(policy):
+            return cls(**config)
+
+
 def create_mpp_model(
     variant: Optional[str] = "B/16",
     *,
@@ -218,8 +313,9 @@ def create_mpp_model(
     pooling: str = "token",
     name: Optional[str] = None,
     **kwargs,
-) -> keras.Model:
-    """The ViT encoder with the corruption layer and an MPP head.
+) -> MppModel:
+    """The ViT encoder with the corruption layer and an MPP head
+    (`MppModel`).
 
     Args:
         variant: str or None. As for `create_model`.
@@ -237,61 +333,27 @@ def create_mpp_model(
             `head_zero_init` / `head_bias_init` are ignored.
 
     Returns:
-        A `keras.Model` taking {"images": (batch, h, w, 3) in [-1, 1],
+        An `MppModel` taking {"images": (batch, h, w, 3) in [-1, 1],
         "mpp_mode": (batch, patches) int32, "mpp_source": (batch, patches)
         int32} to float32 (batch, patches, output_width(...)) predictions,
         one row per patch token (the class token left out).
     """
-    if kwargs.get("representation_size") is not None:
-        raise UsageError(
-            "An MPP model has no pre-logits layer: leave representation_size"
-            " None for pre-training (fine-tuning may add one)."
-        )
-    for key in ("representation_size", "head_zero_init", "head_bias_init"):
-        kwargs.pop(key, None)
     if kwargs.get("dynamic_image_size"):
         raise UsageError("MPP pre-training needs a fixed image_size.")
-    base = create_model(
-        variant, num_classes=0, image_size=image_size, pooling=pooling,
-        all_tokens=True, **kwargs,
-    )
-    arch, parts = base.architecture, base.parts
-    width = output_width(target, arch.stride, colour_bits, grid_size)
-    height, wide = arch.image_size
-    rows, cols = arch.grid()
-    patches = rows * cols
-
-    images = keras.Input((height, wide, 3), name="images")
-    mode = keras.Input((patches,), dtype="int32", name="mpp_mode")
-    source = keras.Input((patches,), dtype="int32", name="mpp_source")
-    # Fresh copies of create_model's layers (same names and weights'
-    # names), chained with the corruption between the patch embedding and
-    # the position embedding.
-    x = images
-    if parts.resnet is not None:
-        x = _copy(parts.resnet)(x)
-    x = _copy(parts.patch_embedding)(x)
-    x = PatchCorruption(name="mpp_corruption")(x, mode, source)
-    if parts.class_token is not None:
-        x = _copy(parts.class_token)(x)
-    x = _copy(parts.position_embedding)(x)
-    x = _copy(parts.encoder)(x)
-    if parts.class_token is not None:
-        x = x[:, 1:]
-    x = keras.layers.Dense(
-        width, name="mpp_head", dtype="float32",  # float32 under bf16
-    )(x)
-    if name is None:
-        name = f"mpp_{base.name}"
-    return keras.Model(
-        {"images": images, "mpp_mode": mode, "mpp_source": source}, x,
-        name=name,
-    )
+    for key in ("head_zero_init", "head_bias_init"):
+        kwargs.pop(key, None)
+    arch = Architecture.create(variant, num_classes=0, image_size=image_size,
+                               pooling=pooling, all_tokens=True, **kwargs)
+    return MppModel(arch, target=target, colour_bits=colour_bits,
+                    grid_size=grid_size, name=name)
 
 
 def is_mpp_model(model: keras.Model) -> bool:
-    """Whether `model` was built by `create_mpp_model`."""
-    return any(layer.name == "mpp_head" for layer in model.layers)
+    """Whether `model` is an MPP model: an `MppModel`, or a functional one
+    an earlier `create_mpp_model` built (as `.keras` files written before
+    the class load; `encoder_model` reads their encoder)."""
+    return isinstance(model, MppModel) or any(
+        layer.name == "mpp_head" for layer in model.layers)
 
 
 def encoder_model(model: keras.Model) -> VisionTransformer:
@@ -302,11 +364,15 @@ def encoder_model(model: keras.Model) -> VisionTransformer:
     pre-training head for transfer. Pooling follows the MPP model: the
     class token when it has one, else the mean patch token.
     """
-    if not is_mpp_model(model):
+    if isinstance(model, MppModel):
+        arch = model.architecture
+    elif is_mpp_model(model):  # an earlier version's functional model
+        arch = legacy.architecture_from_layers(model)
+    else:
         raise UsageError(
             f"Model {model.name!r} is not an MPP model (create_mpp_model)."
         )
-    arch = architecture_of(model)
+    arch = dataclasses.replace(arch, all_tokens=False)
     name = model.name[4:] if model.name.startswith("mpp_") else model.name
     with dtype_policy_of(model):
         new = VisionTransformer(arch, name=name)

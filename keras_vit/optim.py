@@ -15,6 +15,7 @@ import math
 from typing import Optional
 
 import keras
+import ml_collections
 from keras import ops
 
 from keras_vit import config as config_lib
@@ -94,38 +95,33 @@ class WarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
         )
 
 
-def create_optimizer(
-    opt_config, total_steps: int, ema_decay: Optional[float] = None
-) -> keras.optimizers.Optimizer:
-    """A Keras optimizer from `config.optimizer` (see configs/*.py).
+SCHEDULE_FIELDS = ("lr", "warmup_steps", "decay_type", "end_lr")
 
-    Fields (keras_vit/config_schema.py): name (sgd | adam | adamw | lamb), lr,
-    warmup_steps, decay_type, end_lr, momentum (sgd), nesterov (sgd), b1, b2
-    (adam*), weight_decay (adamw, lamb: decoupled, multiplied by the
-    learning rate as in Flax's Adam), no_decay (variable-name substrings
-    excluded from weight decay). A dict that gives only some of them takes
-    the base config's defaults for the rest. `ema_decay` > 0 keeps a
-    Polyak/EMA average of the weights.
+
+def create_optimizer(
+    opt_config, total_steps: int, ema_decay: Optional[float] = None,
+    *, schedule=None,
+) -> keras.optimizers.Optimizer:
+    """A Keras optimizer from a run config's `optimizer` and `schedule`
+    sections (see configs/*.py).
+
+    Fields (keras_vit/config_schema.py): `opt_config` name (sgd | adam |
+    adamw | lamb), momentum (sgd), nesterov (sgd), b1, b2 (adam*),
+    weight_decay (adamw, lamb: decoupled, multiplied by the learning rate
+    as in Flax's Adam), no_decay (variable-name substrings excluded from
+    weight decay); `schedule` lr, warmup_steps, decay_type, end_lr (given
+    in `opt_config` instead, as earlier versions had them, they are read
+    from there). A dict that gives only some of them takes the base
+    config's defaults for the rest. `ema_decay` > 0 keeps a Polyak/EMA
+    average of the weights. (`grad_clip_norm` is the trainer's.)
     """
-    opt_config = config_lib.complete(
-        opt_config, "optimizer", where="optimizer config"
-    )
+    opt_config, schedule_config = _sections(opt_config, schedule)
     name = opt_config.name
     if name not in OPTIMIZERS:
         raise UsageError(
             f"Unknown optimizer {name!r}: use one of {', '.join(OPTIMIZERS)}."
         )
-    lr = float(opt_config.lr)
-    if lr <= 0:
-        raise UsageError(f"optimizer.lr must be positive, got {lr}.")
-    schedule = WarmupDecay(
-        lr,
-        total_steps,
-        warmup_steps=int(opt_config.warmup_steps),
-        decay_type=opt_config.decay_type,
-        end_lr=float(opt_config.end_lr),
-    )
-    common = dict(learning_rate=schedule)
+    common = dict(learning_rate=_schedule(schedule_config, total_steps))
     if ema_decay:
         if not 0.0 < ema_decay < 1.0:
             raise UsageError(f"ema_decay must be in (0, 1), got {ema_decay}.")
@@ -133,6 +129,47 @@ def create_optimizer(
             use_ema=True, ema_momentum=float(ema_decay),
             ema_overwrite_frequency=None,
         )
+    return _optimizer(name, opt_config, common)
+
+
+def _sections(opt_config, schedule):
+    """(optimizer, schedule) sections completed with the base config's
+    defaults, the schedule's fields taken from the optimizer's where
+    earlier versions gave them there."""
+    if isinstance(opt_config, ml_collections.ConfigDict):
+        opt_config = opt_config.to_dict()
+    opt_config = dict(opt_config)
+    schedule = dict(schedule.to_dict() if isinstance(
+        schedule, ml_collections.ConfigDict) else (schedule or {}))
+    for key in SCHEDULE_FIELDS:
+        if key in opt_config:
+            schedule.setdefault(key, opt_config.pop(key))
+    opt_config = config_lib.complete(
+        opt_config, "optimizer", where="optimizer config"
+    )
+    schedule_config = config_lib.complete(
+        schedule, "schedule", where="schedule config")
+    return opt_config, schedule_config
+
+
+def _schedule(schedule_config, total_steps: int) -> WarmupDecay:
+    """The learning-rate schedule of a completed `schedule` section."""
+    lr = float(schedule_config.lr)
+    if lr <= 0:
+        raise UsageError(f"schedule.lr must be positive, got {lr}.")
+    return WarmupDecay(
+        lr,
+        total_steps,
+        warmup_steps=int(schedule_config.warmup_steps),
+        decay_type=schedule_config.decay_type,
+        end_lr=float(schedule_config.end_lr),
+    )
+
+
+def _optimizer(name: str, opt_config,
+               common: dict) -> keras.optimizers.Optimizer:
+    """The optimizer `name` of a completed `optimizer` section, with the
+    `common` arguments (learning rate, EMA)."""
     weight_decay = float(opt_config.weight_decay or 0.0)
     if name == "sgd":
         if weight_decay:

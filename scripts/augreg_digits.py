@@ -9,7 +9,7 @@ Each run trains configs/digits.py's ViT (4 layers, width 128, 8x8 patches
 on 32 x 32 upsampled digits) from scratch on the first `train_examples`
 images of the digits' training split (a stratified shuffle: about a tenth
 per class) for `steps` updates of batch 64, and scores the 360 test
-images. The settings are AugReg's (keras_vit.checkpoint.augreg.AUGMENTATION:
+images. The settings are AugReg's (keras_vit.checkpoint.zoo.augreg.AUGMENTATION:
 RandAugment(N, M) as Keras 3's RandAugment, Mixup alpha), with or without
 dropout and stochastic depth 0.1 ("reg"). The JSON holds every run and the
 mean and standard deviation of each setting; the table is printed.
@@ -30,8 +30,8 @@ from typing import Dict, List
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from keras_vit.checkpoint import augreg  # noqa: E402
-from keras_vit.checkpoint.atomic import atomic_write  # noqa: E402
+from keras_vit.configs import _common as common  # noqa: E402
+from keras_vit.storage.atomic import atomic_write  # noqa: E402
 from keras_vit.training import train_lib  # noqa: E402
 
 OUTPUT = os.path.join(ROOT, "benchmarks", "results", "augreg_digits.json")
@@ -80,15 +80,15 @@ def run_config(setting: str, seed: int, train_examples: int, steps: int):
     aug, rate = SETTINGS[setting]
     c = _digits_config()
     c.seed = seed
-    c.train_split = f"train[:{train_examples}]"
-    c.batch_size = 64
-    c.total_steps = steps
-    c.optimizer.warmup_steps = min(100, steps // 3)
-    c.eval_every_steps = 0
-    c.checkpoint_every_steps = 0
-    c.log_every_steps = steps
-    c.steps_per_loop = 50
-    augreg.set_augmentation(c, aug)
+    c.input.train_split = f"train[:{train_examples}]"
+    c.input.batch_size = 64
+    c.trainer.total_steps = steps
+    c.schedule.warmup_steps = min(100, steps // 3)
+    c.evals.test.every_steps = 0
+    c.checkpoints.every_steps = 0
+    c.log.every_steps = steps
+    c.trainer.steps_per_loop = 50
+    common.set_augmentation(c, aug)
     c.model.dropout_rate = rate
     c.model.stochastic_depth_rate = rate
     return c
@@ -114,8 +114,9 @@ def main(argv=None) -> int:
             runs.append(dict(
                 setting=setting, seed=seed,
                 aug=SETTINGS[setting][0],
-                randaug=[config.pp.randaug_ops, config.pp.randaug_magnitude],
-                mixup_alpha=config.mix.mixup_alpha,
+                randaug=[config.input.pp.randaug_ops,
+                         config.input.pp.randaug_magnitude],
+                mixup_alpha=config.input.mix.mixup_alpha,
                 dropout=config.model.dropout_rate,
                 stochastic_depth=config.model.stochastic_depth_rate,
                 test_accuracy=metrics["test_accuracy"],

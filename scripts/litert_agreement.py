@@ -24,9 +24,9 @@ import numpy as np
 import tensorflow as tf
 
 from keras_vit.checkpoint import loader
-from keras_vit.checkpoint.atomic import atomic_write
 from keras_vit.data import preprocessing, sources
 from keras_vit.export import litert
+from keras_vit.storage.atomic import atomic_write
 
 
 def test_pixels(size, split: str = "test"):

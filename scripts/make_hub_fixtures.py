@@ -54,6 +54,14 @@ reference outputs):
   the last 3 pixel rows and columns; reference pixels are 35 x 35),
   timm_vit_mlp_ratio (mlp_ratio 2.3, an MLP int(2.3 * 16) = 36 wide);
   hf_vit_patch_8x4 and timm_vit_patch_8x4 (non-square patches, refused).
+- Configs and files the libraries read their own way (references from
+  their loaders): hf_vit_qkv_bias_false_stray (qkv_bias false beside
+  stored biases, which transformers ignores), hf_vit_default_heads (no
+  num_attention_heads: ViTConfig's 12), timm_vit_dynamic_pad
+  (dynamic_img_pad at whole patches), timm_vit_kernel_2d (a 2-D patch
+  kernel, reshaped by timm's checkpoint filter), timm_vit_ema_checkpoint
+  (a training checkpoint with state_dict and a module.-prefixed
+  state_dict_ema, which timm's load_state_dict takes).
 - resized/: hf_vit_classifier.npz (transformers with
   interpolate_pos_encoding=True) and timm_vit.npz (timm's own model built
   at another img_size from the folder, its checkpoint filter resampling
@@ -464,6 +472,64 @@ def mapped_models() -> None:
     _timm_save(model, path, args)
 
 
+def config_variants() -> None:
+    """Configs and files each library reads its own way (each reference
+    from the library's own loader of the folder)."""
+    # qkv_bias false beside stored q/k/v biases: transformers builds none
+    # and ignores them.
+    path = _fresh("hf_vit_qkv_bias_false_stray")
+    model = transformers.ViTForImageClassification(
+        _hf_config(num_labels=3)).eval()
+    _randomise(model, 60)
+    model.save_pretrained(path)
+    _edit_config(path, lambda config: config.update(qkv_bias=False))
+    _hf_from_folder(path, transformers.ViTForImageClassification,
+                    _pixels(60))
+    # No num_attention_heads: ViTConfig's default, 12 (width 24).
+    path = _fresh("hf_vit_default_heads")
+    config = transformers.ViTConfig(
+        hidden_size=24, num_hidden_layers=1, num_attention_heads=12,
+        intermediate_size=32, image_size=SIZE, patch_size=PATCH,
+        num_labels=3)
+    model = transformers.ViTForImageClassification(config).eval()
+    _randomise(model, 61)
+    model.save_pretrained(path)
+    _edit_config(path, lambda config: config.pop("num_attention_heads"))
+    _hf_from_folder(path, transformers.ViTForImageClassification,
+                    _pixels(61))
+    args = dict(img_size=SIZE, patch_size=PATCH, embed_dim=16, depth=1,
+                num_heads=2, mlp_ratio=2.0, num_classes=3)
+    # dynamic_img_pad at whole patches: nothing padded.
+    model = timm.create_model("vit_tiny_patch16_224", dynamic_img_pad=True,
+                              **args).eval()
+    _randomise(model, 62)
+    path = _fresh("timm_vit_dynamic_pad")
+    _timm_save(model, path, dict(args, dynamic_img_pad=True))
+    _save_logits(path, _pixels(62), _timm_from_folder(path, _pixels(62)))
+    # A 2-D patch kernel (out, 3 * P * P), reshaped by timm's filter.
+    model = timm.create_model("vit_tiny_patch16_224", **args).eval()
+    _randomise(model, 63)
+    path = _fresh("timm_vit_kernel_2d")
+    _timm_save(model, path, args)
+    weights = os.path.join(path, "model.safetensors")
+    arrays = safetensors.torch.load_file(weights)
+    kernel = arrays["patch_embed.proj.weight"]
+    arrays["patch_embed.proj.weight"] = kernel.reshape(kernel.shape[0], -1)
+    safetensors.torch.save_file(arrays, weights, metadata={"format": "pt"})
+    _save_logits(path, _pixels(63), _timm_from_folder(path, _pixels(63)))
+    # A training checkpoint: state_dict and state_dict_ema (keys with
+    # DDP's module. prefix), which timm's loader takes.
+    model = timm.create_model("vit_tiny_patch16_224", **args).eval()
+    _randomise(model, 64)
+    path = _fresh("timm_vit_ema_checkpoint")
+    _timm_save(model, path, args, safetensors=False)
+    ema = {"module." + k: v for k, v in model.state_dict().items()}
+    _randomise(model, 65)
+    torch.save({"state_dict": model.state_dict(), "state_dict_ema": ema,
+                "epoch": 3}, os.path.join(path, "pytorch_model.bin"))
+    _save_logits(path, _pixels(64), _timm_from_folder(path, _pixels(64)))
+
+
 RESIZED = ((48, 48), (16, 16), (24, 40))
 
 
@@ -557,6 +623,7 @@ def main() -> None:
         "hf_processors": hf_processors,
         "timm_read_as_timm": timm_read_as_timm,
         "mapped_models": mapped_models,
+        "config_variants": config_variants,
         "resized": resized,  # after hf_classifier and timm_vit
         "bicubic": bicubic,
         "activations": activations,

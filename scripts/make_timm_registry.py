@@ -1,4 +1,4 @@
-"""Writes keras_vit/checkpoint/timm_registry.py: what each architecture
+"""Writes keras_vit/checkpoint/hub/timm_registry.py: what each architecture
 name of timm's `vision_transformer` and `deit` modules passes to
 `VisionTransformer`, read from timm itself.
 
@@ -19,7 +19,7 @@ import functools
 import json
 import os
 
-from keras_vit.checkpoint.atomic import atomic_write
+from keras_vit.storage.atomic import atomic_write
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TARGET = os.path.join(ROOT, "keras_vit", "checkpoint", "timm_registry.py")

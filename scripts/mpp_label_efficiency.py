@@ -37,7 +37,7 @@ if ROOT not in sys.path:
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from keras_vit.checkpoint.atomic import atomic_write  # noqa: E402
+from keras_vit.storage.atomic import atomic_write  # noqa: E402
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -109,9 +109,9 @@ def run(args: argparse.Namespace, argv: Sequence[str] = ()) -> Dict:
     try:
         pretrain = _config("mpp_digits.py")
         if args.pretrain_steps:
-            pretrain.total_steps = args.pretrain_steps
+            pretrain.trainer.total_steps = args.pretrain_steps
         mpp_dir = os.path.join(folder, "mpp")
-        print(f"MPP pre-training, {pretrain.total_steps} steps ...",
+        print(f"MPP pre-training, {pretrain.trainer.total_steps} steps ...",
               flush=True)
         pre = _train(pretrain, mpp_dir)
         print(f"  test MPP accuracy {pre['test_mpp_accuracy']:.4f} "
@@ -126,8 +126,8 @@ def run(args: argparse.Namespace, argv: Sequence[str] = ()) -> Dict:
                 config = _config("digits_few_labels.py", arg)
                 config.seed = seed
                 if args.finetune_steps:
-                    config.total_steps = args.finetune_steps
-                finetune_steps = config.total_steps
+                    config.trainer.total_steps = args.finetune_steps
+                finetune_steps = config.trainer.total_steps
                 metrics = _train(
                     config, os.path.join(folder, f"{arm}_seed{seed}")
                 )

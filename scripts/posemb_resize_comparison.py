@@ -46,10 +46,12 @@ try:  # the hub_reference extra; main() names it when it is missing
 except ImportError:
     timm = torch = transformers = resample_abs_pos_embed = None
 
-from keras_vit.checkpoint import hub, hub_model, posemb
-from keras_vit.checkpoint.atomic import atomic_write
-from keras_vit.checkpoint.npz import POSEMB
+from keras_vit.checkpoint import posemb
+from keras_vit.checkpoint.formats.npz import POSEMB
+from keras_vit.checkpoint.hub import model as hub_model
+from keras_vit.checkpoint.hub import reader as hub
 from keras_vit.embedding import sincos2d_table
+from keras_vit.storage.atomic import atomic_write
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIXTURES = os.path.join(ROOT, "tests", "fixtures", "hub")

@@ -7,7 +7,7 @@ Each row is a case of the table in tests/reliability_cases.py; its test is
 the function decorated `@covers("<case id>")` in tests/test_faults.py,
 tests/test_bad_inputs.py or tests/test_multiworker_faults.py, found here by
 reading their source (they are not imported, so this script needs no
-pytest). The page is written with `keras_vit.checkpoint.atomic`.
+pytest). The page is written with `keras_vit.storage.atomic`.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ DOC = os.path.join(ROOT, "docs", "reliability.md")
 # Importable as a script (python scripts/reliability_table.py).
 sys.path.insert(0, ROOT)
 
-from keras_vit.checkpoint.atomic import atomic_write  # noqa: E402
+from keras_vit.storage.atomic import atomic_write  # noqa: E402
 from tests.reliability_cases import BAD_INPUT, CASES, FAULT  # noqa: E402
 
 TEST_FILES = (
@@ -60,25 +60,36 @@ What holds throughout:
   not bit-identical to an uninterrupted run.)
 - **No silent wrong answers.** A non-finite loss or gradient stops training
   (naming the step and the last good checkpoint) or, with
-  `config.skip_nonfinite=True`, skips exactly that update and counts it;
+  `config.trainer.skip_nonfinite=True`, skips exactly that update and counts it;
   a checkpoint of another model is refused before anything is loaded;
   labels beyond the model's classes stop the pipeline.
 - **A model file cannot crash the process, exhaust its memory or reach
   outside its folder.** The fuzz test of tests/test_torch_pickle.py reads
   every kind of hostile file below (pickles nesting 40,000 deep, BUILD on
-  storage records, zip members inflating far beyond the file, zero-stride
-  views, shards outside the folder, broken JSON, .npy headers declaring
-  terabytes, hf:// revisions like `..`, Lambda layers) in one child process
-  under a 6 GiB address-space cap: no crash, no traceback, no hostile file
-  loaded, each refused in one line naming the file, within 64 MiB plus
-  twice the file's size of peak memory.
+  storage records, zip members inflating far beyond the file in
+  pytorch_model.bin, .keras and .npz files, zero-stride views, shards and
+  files linking outside the folder or the cache's repository, refs/ walking
+  out of snapshots/, broken JSON, .npy headers declaring terabytes,
+  complex and void arrays, hf:// revisions like `..`, Lambda layers, a
+  .keras holding a layer or cut short, configs the weights contradict) in
+  one child process under a 6 GiB address-space cap: no crash, no
+  traceback, no hostile file loaded, no link followed out, each refused in
+  one line naming the file, within 64 MiB plus twice the file's size of
+  peak memory (every archive member's declared size is checked against
+  that bound, from the zip's directory, before anything is inflated).
+- **A model is never silently another.** A `.keras` file is a keras_vit
+  `VisionTransformer` (returned as itself) or any other Keras model
+  (returned as Keras saved it, saying so), never rebuilt from guessed
+  parts; a transformers or timm folder is read with the config fields,
+  defaults and precedence of the library's own loader, or refused by
+  name.
 - **Bad input names the problem and the fix**, or is skipped and counted
-  where the user asked for skipping (`config.skip_bad_images=True`).
+  where the user asked for skipping (`config.input.skip_bad_images=True`).
 - **Every process ends, in bounded time.** A multi-worker worker waits for
-  the others at most `config.connect_timeout_s`, ends on SIGTERM while it
-  waits, saves and stops with the others on SIGTERM while it trains, and
-  stops within seconds when another worker dies; each of these ends in one
-  line (the traceback only with `--verbose`).
+  the others at most `config.trainer.connect_timeout_s`, ends on SIGTERM
+  while it waits, saves and stops with the others on SIGTERM while it
+  trains, and stops within seconds when another worker dies; each of these
+  ends in one line (the traceback only with `--verbose`).
 
 Known limits: a change of `num_heads` alone keeps every weight shape, so a
 checkpoint cannot reveal it; it is caught by comparing the model fields

@@ -159,26 +159,49 @@ def flop_count() -> str:
 
 # ---------------------------------------------------------------- targets
 class Target:
-    """A target met on the median of the runs listed for it."""
+    """A target met on the median of the runs listed for it. `cpu`: the
+    same measure per second of CPU time (a ratio to keras-hub), shown
+    beside each run's and the median's; the target is judged on `value`."""
 
     def __init__(self, what: str, runs: Sequence[str], value: Callable,
-                 want: float, fmt: Callable, at_least: bool = True):
+                 want: float, fmt: Callable, at_least: bool = True,
+                 cpu: Optional[Callable] = None):
         self.what, self.runs, self.value = what, list(runs), value
         self.want, self.fmt, self.at_least = want, fmt, at_least
+        self.cpu = cpu
 
-    def row(self) -> str:
-        values = [self.value(bench(r)) for r in self.runs]
+    def _cells(self) -> Tuple[List[str], str, bool]:
+        """([each run's cell], the median's cell, met)."""
+        data = [bench(r) for r in self.runs]
+        values = [self.value(d) for d in data]
         median = statistics.median(values)
         met = median >= self.want if self.at_least else median <= self.want
-        each = ", ".join(f"{self.fmt(v)} (`{r}`)"
-                         for v, r in zip(values, self.runs))
-        return (f"| {self.what} | {each} | **{self.fmt(median)}** | "
+        shown = [self.fmt(v) for v in values]
+        total = f"**{self.fmt(median)}**"
+        if self.cpu is not None:
+            cpu = [self.cpu(d) for d in data]
+            shown = [f"{s} / {self.fmt(c)}" for s, c in zip(shown, cpu)]
+            total += f" / {self.fmt(statistics.median(cpu))}"
+        return shown, total, met
+
+    def row(self) -> str:
+        shown, total, met = self._cells()
+        each = ", ".join(f"{s} (`{r}`)" for s, r in zip(shown, self.runs))
+        return (f"| {self.what} | {each} | {total} | "
                 f"{'met' if met else 'not met'} |")
 
 
 def _field(mode: str, field: str, xla: bool = False,
            backend: str = "tensorflow") -> Callable:
     return lambda data: keras_vit_row(data, mode, xla, backend)[field]
+
+
+def _hub_ratio(mode: str, xla: bool = False,
+               backend: str = "tensorflow") -> dict:
+    """The keyword arguments of a ratio-to-keras-hub target: the wall-time
+    ratio it is judged on and the CPU-time ratio shown beside it."""
+    return {"value": _field(mode, "vs_keras_hub", xla, backend),
+            "cpu": _field(mode, "vs_keras_hub_cpu", xla, backend)}
 
 
 B16_INFER = ("b16_224_b8_fp32_hm", "b16_224_b8_fp32_hm2")
@@ -217,22 +240,22 @@ def targets() -> List[Target]:
     x = ratio
     return [
         Target("B/16, 224, batch 8, inference, no XLA: >= 1.0x keras-hub",
-               B16_INFER, _field("infer", "vs_keras_hub"), 1.0, x),
+               B16_INFER, want=1.0, fmt=x, **_hub_ratio("infer")),
         Target("B/16 inference, no XLA: >= 85% of the measured matmul "
                "ceiling (MFU)", B16_INFER, _field("infer", "mfu"), 0.85, pct),
         Target("B/16, 224, batch 8, training, no XLA: >= 1.1x keras-hub",
-               B16_TRAIN, _field("train", "vs_keras_hub"), 1.1, x),
+               B16_TRAIN, want=1.1, fmt=x, **_hub_ratio("train")),
         Target("B/16, 224, batch 8, training, no XLA, the current model: "
-               ">= 1.15x keras-hub", B16_TRAIN_CURRENT,
-               _field("train", "vs_keras_hub"), 1.15, x),
+               ">= 1.15x keras-hub", B16_TRAIN_CURRENT, want=1.15, fmt=x,
+               **_hub_ratio("train")),
         Target("Ti/16, 224, batch 32, inference, no XLA: >= 1.3x keras-hub",
-               TI16_INFER, _field("infer", "vs_keras_hub"), 1.3, x),
+               TI16_INFER, want=1.3, fmt=x, **_hub_ratio("infer")),
         Target("Ti/16, 224, batch 32, inference, JAX backend, the current "
-               "model: >= 1.2x keras-hub", TI16_JAX_INFER,
-               _field("infer", "vs_keras_hub", True, "jax"), 1.2, x),
+               "model: >= 1.2x keras-hub", TI16_JAX_INFER, want=1.2, fmt=x,
+               **_hub_ratio("infer", True, "jax")),
         Target("Ti/16, 224, batch 8, inference, JAX backend, the current "
-               "model: >= 1.2x keras-hub", TI16_JAX_INFER_B8,
-               _field("infer", "vs_keras_hub", True, "jax"), 1.2, x),
+               "model: >= 1.2x keras-hub", TI16_JAX_INFER_B8, want=1.2,
+               fmt=x, **_hub_ratio("infer", True, "jax")),
         Target("training loop over the bare compiled step, steps_per_loop "
                "10: < 5%", ["loop_overhead_digits"], _loop_total(10), 0.05,
                signed_pct, at_least=False),
@@ -252,27 +275,6 @@ def targets() -> List[Target]:
     ]
 
 
-GPU_TARGET = "B/16 bfloat16 training MFU >= 50% on a GPU (JAX)"
-
-
-def gpu_b16_train_mfu(data: dict) -> float:
-    return keras_vit_row(data, "train", True, "jax")["mfu"]
-
-
-def targets_table() -> str:
-    lines = ["| target (2-core CPU, float32) | every run (file in "
-             "`benchmarks/results/`) | median | |", "|---|---|---|---|"]
-    lines += [t.row() for t in targets()]
-    runs = [f"{GPU}/{n}" for n in gpu_files() if n.startswith("b16_224")
-            and keras_vit_row(bench(f"{GPU}/{n}"), "train", True, "jax")]
-    if runs:
-        lines.append(Target(GPU_TARGET, runs, gpu_b16_train_mfu, 0.5,
-                            pct).row())
-    else:
-        lines.append(f"| {GPU_TARGET} | no run | | not measured |")
-    return "\n".join(lines) + "\n"
-
-
 # -------------------------------------------------------------------- GPU
 GPU = "gpu"  # benchmarks/results/gpu: what benchmarks/accelerator.sh wrote
 GPU_COMMAND = "bash benchmarks/accelerator.sh"
@@ -285,31 +287,150 @@ NO_GPU_RUN = (
     "ml-collections into `.whl/`), then `bash benchmarks/accelerator.sh` "
     "on the GPU machine; its JSON files go into `benchmarks/results/gpu/` "
     "and `python scripts/results_tables.py` fills this section.\n")
+NO_GPU_SECTION = ("No GPU run has been made yet (see "
+                  "[On a GPU](#on-a-gpu) for the command).\n")
+# Dense bfloat16 FLOP/s of a device's data sheet, by JAX's device kind:
+# the H100 SXM part (80 GB HBM3).
+SPEC_FLOPS = {"NVIDIA H100 80GB HBM3": 989e12}
+FUSED, ONE_PATH = "cuDNN fused", "one path"
+# How keras_vit attended in the stored runs that predate the runs'
+# `keras_vit_attention` and the rows' `cudnn_attention` records: the runs
+# of the library with cuDNN's fused
+# attention are stored as fused_*, every other one ran the one path; the
+# `before` tree of fused_b16_224_b128_bf16 (--compare_tree) is the commit
+# before the fused attention, and onepath_dpa_* timed the candidate that
+# pads the tokens for cuDNN (the earlier runs' candidate was Keras's
+# `dot_product_attention`, which JAX refused cuDNN for in training).
+FUSED_PREFIX = "fused_"  # see benchmarks/results/gpu/README.md
+STORED_TREES = {"before": ONE_PATH}
+PADDED_DPA_PREFIX = "onepath_dpa_"
+ORDINALS = {1: "1st", 2: "2nd", 3: "3rd"}
+OWN_PROCESS = "own process"
 
 
 def gpu_files() -> List[str]:
-    """[str]. Names of the stored accelerator.sh runs, sorted."""
+    """[str]. Names of every stored result of benchmarks/results/gpu,
+    sorted, whatever script wrote it (see `gpu_kind`)."""
     return sorted(os.path.basename(p)[:-5] for p in glob.glob(
         os.path.join(ROOT, BENCH, GPU, "*.json")))
+
+
+def gpu_kind(data: dict) -> str:
+    """str. Which script wrote a stored GPU result: "throughput"
+    (throughput.py), "attention_kernels", "device_profile" or "other"."""
+    rows = data.get("rows") or []
+    if "ceiling" in data and "rows" in data:
+        return "throughput"
+    if rows and "candidate" in rows[0]:
+        return "attention_kernels"
+    if rows and "seconds_per_step" in rows[0]:
+        return "device_profile"
+    return "other"
+
+
+def gpu_results(kind: str) -> List[Tuple[str, dict]]:
+    """[(name, result)]. The stored GPU results of one kind, by name."""
+    out = []
+    for name in gpu_files():
+        data = bench(f"{GPU}/{name}")
+        if gpu_kind(data) == kind:
+            out.append((name, data))
+    return out
+
+
+def attention_of(name: str, row: dict) -> str:
+    """str. Which attention a row of a stored throughput run timed: from
+    the cuDNN fused-attention calls in its compiled step where the row
+    records them, else from the stored run's name (FUSED_PREFIX, ...)."""
+    model, calls = row["model"], row.get("cudnn_attention")
+    candidate = model == "keras_vit_dpa"
+    if calls is not None:
+        if any(calls.values()):
+            return FUSED + (" (candidate)" if candidate else "")
+        if candidate:
+            return "XLA (candidate)"
+        return "no cuDNN attention" if model == "keras_hub" else ONE_PATH
+    if candidate:
+        return ("cuDNN fused, padded (candidate)"
+                if name.startswith(PADDED_DPA_PREFIX) else
+                "Keras `dot_product_attention` (candidate)")
+    if model == "keras_hub":
+        return "keras-hub's"
+    if model in STORED_TREES:
+        return STORED_TREES[model]
+    return FUSED if name.startswith(FUSED_PREFIX) else ONE_PATH
+
+
+def library_of(name: str, data: dict) -> str:
+    """str. Which attention the library took in a stored throughput run by
+    its own rule: FUSED where it tried cuDNN's fused attention, else
+    ONE_PATH. From the run's `keras_vit_attention` where it records it,
+    else from its name (FUSED_PREFIX)."""
+    said = data.get("keras_vit_attention")
+    if said is not None:
+        return FUSED if said == "fused" else ONE_PATH
+    return FUSED if name.startswith(FUSED_PREFIX) else ONE_PATH
+
+
+def place(data: dict, mode: str) -> str:
+    """str. Where a mode's configuration ran in its run's process: first,
+    second, ... (what ran after another configuration was cleared was
+    measured much slower on a GPU), or in its own process
+    (--process_per_config)."""
+    if data["args"].get("process_per_config"):
+        return OWN_PROCESS
+    seen = list(dict.fromkeys((r["mode"], r["xla"]) for r in data["rows"]))
+    n = 1 + [m for m, _ in seen].index(mode)
+    return ORDINALS.get(n, f"{n}th")
+
+
+def first_in_process(data: dict, mode: str) -> bool:
+    return place(data, mode) in (ORDINALS[1], OWN_PROCESS)
+
+
+def _spec(data: dict) -> Optional[float]:
+    return SPEC_FLOPS.get(data["machine"].get("device_kind", ""))
+
+
+def _mfus(row: dict, data: dict) -> str:
+    """"a% / b%": the MFU against the run's measured matmul ceiling and
+    against the device's data-sheet figure (blank where unknown)."""
+    spec = _spec(data)
+    of_spec = pct(row["model_flops_per_s"] / spec) if spec else ""
+    return f"{_mfu(row.get('mfu'))} / {of_spec}"
 
 
 RUN_SUFFIX = re.compile(r"_run\d+$")  # b16_224_b128_bf16_run2: a rerun
 
 
-def gpu_groups() -> Dict[str, List[str]]:
-    """{configuration: [run name]}. The stored runs grouped by what they
-    measured: a rerun is stored as NAME_runN beside the first run, NAME."""
-    groups: Dict[str, List[str]] = {}
-    for name in gpu_files():
-        groups.setdefault(RUN_SUFFIX.sub("", name), []).append(name)
-    return groups
+def gpu_groups() -> Dict[Tuple[str, str], List[str]]:
+    """{(configuration, the library's attention): [run name]}. The stored
+    throughput runs grouped by what they measured: a rerun is stored as
+    NAME_runN beside the first run, NAME, and joins it where the library
+    took the same attention (`library_of`). Files of the other scripts are
+    left out."""
+    groups: Dict[Tuple[str, str], List[str]] = {}
+    for name, data in gpu_results("throughput"):
+        key = (RUN_SUFFIX.sub("", name), library_of(name, data))
+        groups.setdefault(key, []).append(name)
+    return dict(sorted(groups.items(), key=lambda kv: (
+        kv[0][1] != ONE_PATH, kv[0][0])))
 
 
 def gpu_runs() -> List[Tuple[List[str], List[dict]]]:
     """[(run names, their results)]. Each configuration's stored runs,
-    read once, grouped as `gpu_groups` groups them."""
+    read once, grouped as `gpu_groups` groups them (the one path's first,
+    then the fused attention's)."""
     return [(names, [bench(f"{GPU}/{n}") for n in names])
             for names in gpu_groups().values()]
+
+
+def gpu_row(data: dict, mode: str, model: str = "keras_vit"
+            ) -> Optional[dict]:
+    for row in data["rows"]:
+        if (row["mode"], row["model"]) == (mode, model):
+            return row
+    return None
 
 
 def _mib(value: Optional[float]) -> str:
@@ -341,27 +462,39 @@ def _group_median(rows: Dict[tuple, List[dict]], mode: str, model: str,
     return _median_of(rows.get((mode, model), []), field)
 
 
+def _what(a: dict) -> str:
+    return f"{a['variant']}, {a['image_size']}, {a['batch_size']}"
+
+
 def gpu_throughput() -> str:
     groups = gpu_runs()
     if not groups:
         return NO_GPU_RUN
     lines = ["| runs (`benchmarks/results/gpu/`) | variant, image, batch | "
-             "mode | model | img/s, median | img/s of each run | MFU | "
-             "vs keras-hub | XLA temporaries MiB / image | device peak "
-             "MiB / image |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "mode | place in its process | model | attention | img/s, "
+             "median | img/s of each run | MFU (measured ceiling / data "
+             "sheet) | vs keras-hub (wall / CPU time) | XLA temporaries "
+             "MiB / image | device peak MiB / image |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     machines, notes = [], []
     for names, runs in groups:
         a = runs[0]["args"]
+        spec = _spec(runs[0])
         for (mode, model), rows in _rows_by_model(runs).items():
             speeds = [r["images_per_s"] for r in rows]
+            of_spec = (pct(_median_of(rows, "model_flops_per_s") / spec)
+                       if spec else "")
+            hub = ""
+            if _median_of(rows, "vs_keras_hub"):
+                hub = (f"{ratio(_median_of(rows, 'vs_keras_hub'))} / "
+                       f"{ratio(_median_of(rows, 'vs_keras_hub_cpu'))}")
             lines.append(
-                f"| {', '.join(f'`{n}`' for n in names)} | {a['variant']}, "
-                f"{a['image_size']}, {a['batch_size']} | {mode} | {model} | "
+                f"| {', '.join(f'`{n}`' for n in names)} | {_what(a)} | "
+                f"{mode} | {place(runs[0], mode)} | {model} | "
+                f"{attention_of(names[0], rows[0])} | "
                 f"{statistics.median(speeds):.1f} | "
                 f"{', '.join(f'{v:.1f}' for v in speeds)} | "
-                f"{_mfu(_median_of(rows, 'mfu'))} | "
-                f"{ratio(_median_of(rows, 'vs_keras_hub'))} | "
+                f"{_mfu(_median_of(rows, 'mfu'))} / {of_spec} | {hub} | "
                 f"{_mib(_median_of(rows, 'xla_temp_bytes_per_example'))} | "
                 f"{_mib(_median_of(rows, 'device_peak_bytes_per_example'))} |")
         for name, data in zip(names, runs):
@@ -373,46 +506,102 @@ def gpu_throughput() -> str:
                 f"{data.get('keras_hub')}; {a['dtype']} matmul ceiling "
                 f"{ceiling / 1e12:.0f} TFLOP/s ({a['matmul_size']}^3).")
             notes += [f"- `{name}`: {n}" for n in data["notes"]]
-    return "\n".join(lines + [""] + [f"- {m}" for m in machines]
-                     + notes) + source(
+    spec = ", ".join(f"{v / 1e12:.0f} TFLOP/s for the {k}"
+                     for k, v in SPEC_FLOPS.items())
+    return "\n".join(lines + [
+        "", "\"Place in its process\": the configurations of one run "
+        "(its modes) are measured one after the other in one process, "
+        "unless the run gave each its own (`--process_per_config`). MFU "
+        "against the bfloat16 matmul ceiling measured in the same run, and "
+        f"against the device's dense bfloat16 data-sheet figure ({spec}).",
+        ""] + [f"- {m}" for m in machines] + notes) + source(
         f"{BENCH}/{GPU}/*.json", command=GPU_COMMAND)
 
 
+# The runs that the summary's before/after lines read.
+FUSED_B16 = "fused_b16_224_b128_bf16"
+FUSED_L16, ONEPATH_L16 = "fused_l16_224_b64_bf16", "l16_224_b64_bf16"
+PADDED_DPA = "onepath_dpa_b16_224_b128_bf16_train"
+
+
+def _gpu_bench(name: str) -> Optional[dict]:
+    path = os.path.join(ROOT, BENCH, GPU, name + ".json")
+    return bench(f"{GPU}/{name}") if os.path.exists(path) else None
+
+
+def _speed(row: dict, data: dict) -> str:
+    return f"{row['images_per_s']:.0f} img/s ({_mfus(row, data)} MFU)"
+
+
 def gpu_summary() -> str:
-    """str. What the GPU runs say, configuration by configuration: the
-    ratios to keras-hub, the training step's temporaries against
-    keras-hub's and the training MFU, each the median of every run."""
-    groups = gpu_runs()
-    if not groups:
-        return ("No GPU run has been made yet (see "
-                "[On a GPU](#on-a-gpu) for the command).\n")
-    speed, memory, mfu = [], [], []
-    for _, runs in groups:
-        a = runs[0]["args"]
+    """str. What the GPU runs say about the fused attention, training:
+    B/16 before and after in one process, L/16 after against the one
+    path's run, the padded candidate that preceded it; and each training
+    configuration's temporaries against keras-hub's (the median of its
+    runs)."""
+    if not gpu_files():
+        return NO_GPU_SECTION
+    lines, used = [], []
+    data = _gpu_bench(FUSED_B16)
+    if data:
+        ours, before, hub = (gpu_row(data, "train", m)
+                             for m in ("keras_vit", "before", "keras_hub"))
+        lines.append(
+            f"- B/16, 224, batch 128, training, the three models interleaved "
+            f"in one process (`{FUSED_B16}`): keras_vit with the fused "
+            f"attention {_speed(ours, data)}, the commit before it (one "
+            f"path) {_speed(before, data)}, keras-hub {_speed(hub, data)}: "
+            f"{ratio(ours['images_per_s'] / before['images_per_s'])} over "
+            f"the one path, {ratio(ours['vs_keras_hub'])} over keras-hub "
+            f"({ratio(ours['vs_keras_hub_cpu'])} in CPU time).")
+        used.append(FUSED_B16)
+    after, earlier = _gpu_bench(FUSED_L16), _gpu_bench(ONEPATH_L16)
+    if after and earlier:
+        ours, hub = (gpu_row(after, "train", m)
+                     for m in ("keras_vit", "keras_hub"))
+        old = gpu_row(earlier, "train")
+        repeats = len(ours["seconds"])
+        lines.append(
+            f"- L/16, 224, batch 64, training: keras_vit with the fused "
+            f"attention {_speed(ours, after)} against keras-hub "
+            f"{_speed(hub, after)}, {ratio(ours['vs_keras_hub'])} "
+            f"(`{FUSED_L16}`, {repeats} repeat{'s' * (repeats != 1)} "
+            f"before its deadline); the "
+            f"one path, in an earlier run (`{ONEPATH_L16}`): "
+            f"{_speed(old, earlier)}, {ratio(old['vs_keras_hub'])} over "
+            f"keras-hub.")
+        used += [FUSED_L16, ONEPATH_L16]
+    data = _gpu_bench(PADDED_DPA)
+    if data:
+        ours, dpa = (gpu_row(data, "train", m)
+                     for m in ("keras_vit", "keras_vit_dpa"))
+        lines.append(
+            f"- Before the library took it, the same fused attention as a "
+            f"benchmark candidate (`{PADDED_DPA}`, the tokens padded for "
+            f"cuDNN's training kernel): {_speed(dpa, data)} against the "
+            f"one path's {_speed(ours, data)}, "
+            f"{ratio(dpa['vs_keras_vit'])}.")
+        used.append(PADDED_DPA)
+    memory: Dict[str, str] = {}  # the first group of each configuration
+    for names, runs in gpu_runs():
         rows = _rows_by_model(runs)
-        what = f"{a['variant']} at {a['image_size']}, batch {a['batch_size']}"
-        train, infer = (_group_median(rows, mode, "keras_vit", "vs_keras_hub")
-                        for mode in ("train", "infer"))
-        speed.append(f"{what}: {ratio(train)} / {ratio(infer)}")
         ours, hub = (_group_median(rows, "train", m,
                                    "xla_temp_bytes_per_example")
                      for m in ("keras_vit", "keras_hub"))
-        if ours and hub:
-            memory.append(f"{what}: {_mib(ours)} against {_mib(hub)} MiB "
-                          f"({pct(1 - ours / hub)} less)")
-        ours, hub = (_group_median(rows, "train", m, "mfu")
-                     for m in ("keras_vit", "keras_hub"))
-        mfu.append(f"{what}: {_mfu(ours)} / {_mfu(hub)}")
-    lines = [
-        "- keras_vit over keras-hub, training / inference: "
-        + "; ".join(speed) + ".",
-        "- XLA's temporaries of the training step per image, keras_vit "
-        "against keras-hub: " + "; ".join(memory) + ".",
-        "- Training MFU (of the bfloat16 matmul ceiling measured in the same "
-        "process), keras_vit / keras-hub: " + "; ".join(mfu) + ".",
-    ]
-    return "\n".join(lines) + source(f"{BENCH}/{GPU}/*.json",
-                                      command=GPU_COMMAND)
+        what = (f"{_what(runs[0]['args'])} "
+                f"({attention_of(names[0], rows[('train', 'keras_vit')][0])})"
+                if ours else "")
+        if ours and hub and what not in memory:
+            memory[what] = (f"{what}: {_mib(ours)} against {_mib(hub)} MiB "
+                            f"({pct(1 - ours / hub)} less)")
+            used += [n for n in names if n not in used]
+    if memory:
+        lines.append("- XLA's temporaries of the training step per image, "
+                     "keras_vit against keras-hub (variant, image, batch; "
+                     "median of the runs): " + "; ".join(memory.values())
+                     + ".")
+    return "\n".join(lines) + source(
+        *(f"{BENCH}/{GPU}/{n}.json" for n in used), command=GPU_COMMAND)
 
 
 def _cudnn_verdict(flash: dict) -> str:
@@ -447,8 +636,9 @@ def gpu_attention() -> str:
             temp = [_median([x.get("xla_temp_bytes_per_example")
                              for x in rows_]) for rows_ in (ours, dpa)]
             rows.append(
-                f"| {a['variant']}, {a['image_size']}, {a['batch_size']} | "
-                f"{mode} | **{median:.3f}** "
+                f"| {_what(a)} | {mode} | {place(runs[0], mode)} | "
+                f"{attention_of(names[0], dpa[0])} | "
+                f"**{median:.3f}** "
                 f"({', '.join(f'{v:.3f}' for v in speeds)}) | "
                 f"{'yes' if median > 1.03 else 'no'} | "
                 f"{_mib(temp[0])} / {_mib(temp[1])} | "
@@ -456,17 +646,434 @@ def gpu_attention() -> str:
                 f"{_cudnn_verdict(flash)} |")
             used += [n for n in names if n not in used]
     if not rows:
-        return ("No GPU run has been made yet (see "
-                "[On a GPU](#on-a-gpu) for the command).\n")
-    head = ["| model, image, batch | mode | `dot_product_attention` speed "
-            "over the one path, median (each run) | faster by more than "
-            "3% | XLA temporaries MiB / image, one path / "
-            "`dot_product_attention` | cuDNN attention per Keras's check "
-            "(every token / class token) | JAX's own answer, asked for "
-            "cuDNN (every token / class token) |",
-            "|---|---|---|---|---|---|---|"]
+        return NO_GPU_SECTION
+    head = ["| model, image, batch | mode | place in its process | "
+            "candidate | speed over the one path, median (each run) | "
+            "faster by more than 3% | XLA temporaries MiB / image, one "
+            "path / candidate | cuDNN attention per Keras's check (every "
+            "token / class token) | JAX's own answer, asked for cuDNN "
+            "(every token / class token) |",
+            "|---|---|---|---|---|---|---|---|---|"]
     return "\n".join(head + rows) + source(
         *(f"{BENCH}/{GPU}/{n}.json" for n in used), command=GPU_COMMAND)
+
+
+KERNEL_CANDIDATES = {
+    "one_path": "the portable path (two batched matmuls, float32 softmax)",
+    "cudnn": "cuDNN's fused attention, the tokens as they are",
+    "cudnn_even": "cuDNN's, padded to an even token count (the real count "
+                  "as the sequence lengths)",
+    "xla": "JAX's own `dot_product_attention` (XLA)",
+}
+
+
+def gpu_attention_kernels() -> str:
+    """The attention op of one layer alone: each candidate's time, speed
+    over the portable path, error and JAX's refusals."""
+    runs = gpu_results("attention_kernels")
+    if not runs:
+        return NO_GPU_SECTION
+    lines = ["| image (tokens), batch | mode | candidate | ms per layer | "
+             "speed over the portable path | TFLOP/s | largest error "
+             "(largest value) | JAX refused |",
+             "|---|---|---|---|---|---|---|---|"]
+    commands = []
+    for name, data in runs:
+        a = data["args"]
+        for r in data["rows"]:
+            head = (f"| {a['image_size']} ({data['tokens']}), "
+                    f"{a['batch_size']} | {r['mode']} | `{r['candidate']}` |")
+            if r.get("refused"):
+                lines.append(f"{head} | | | | {r['refused']} |")
+                continue
+            lines.append(
+                f"{head} {r['ms']:.3f} | {ratio(r['speedup_vs_one_path'])} | "
+                f"{r['tflops_per_s']:.0f} | {r['max_abs_error']:.3g} "
+                f"({r['ref_max_abs']:.2g}) | |")
+        commands.append(f"`{data['command']}`")
+    legend = "; ".join(f"`{k}`: {v}" for k, v in KERNEL_CANDIDATES.items())
+    m = runs[0][1]["machine"]
+    return "\n".join(lines) + (
+        f"\n\n{legend}. Training: the gradient with respect to q, k and v; "
+        f"B/16's 12 heads of 64, bfloat16, on {m.get('device_kind')} (jax "
+        f"{m.get('jax')}). Commands: {'; '.join(commands)}.") + source(
+        *(f"{BENCH}/{GPU}/{n}.json" for n, _ in runs))
+
+
+PROFILE = "device_profile_b16_224_b128_bf16"
+PROFILE_CMDBUF = "device_profile_cmdbuf_b16_224_b128_bf16"
+PROFILE_KINDS = ("matmul", "attention", "layout", "elementwise")
+CUDNN_CONV = "cudnn-conv"  # the patch embedding's cuDNN convolution calls
+
+
+def _profile_place(data: dict, index: int) -> str:
+    if not data["args"].get("one_process", True):
+        return OWN_PROCESS
+    return ORDINALS.get(index + 1, f"{index + 1}th")
+
+
+def _ms(seconds: float) -> str:
+    return f"{1e3 * seconds:.2f}"
+
+
+def _forward_flops(sizes: dict, image: int, num_classes: int
+                   ) -> Dict[str, float]:
+    """{"total", "attention", "patches"}: keras_vit's forward FLOPs per
+    image as throughput.py counts them (2 per multiply-add, the last
+    block's class token alone), and of them the attention products
+    (Q K^T, A V) and the patch projection."""
+    d, p, layers = sizes["hidden_size"], sizes["patch_size"], sizes[
+        "num_layers"]
+    patches = (image // p) ** 2
+    tokens = patches + 1
+
+    def block(queries):
+        return (tokens * 3 * d * d + 2 * queries * tokens * d
+                + queries * d * d + 2 * queries * d * sizes["mlp_dim"])
+
+    patch = patches * p * p * 3 * d
+    total = patch + (layers - 1) * block(tokens) + block(1) + d * num_classes
+    attention = 2 * tokens * d * ((layers - 1) * tokens + 1)
+    return {"total": 2 * total, "attention": 2 * attention,
+            "patches": 2 * patch}
+
+
+def gpu_profile() -> str:
+    """Where B/16's training and inference steps spent their device time:
+    the phase-by-kind table, what it says against the throughput run of
+    the same code, and its caveats."""
+    data = _gpu_bench(PROFILE)
+    if not data:
+        return NO_GPU_SECTION
+    a = data["args"]
+    lines = ["| model | mode | place in its process | phase | matmul | "
+             "attention | layout | elementwise | op time |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for i, row in enumerate(data["rows"]):
+        for phase_, t in row["seconds_per_step"].items():
+            if not any(t.values()):
+                continue
+            if row["mode"] == "infer":
+                phase_ = "forward (the whole step)"
+            lines.append(
+                f"| {row['model']} | {row['mode']} | "
+                f"{_profile_place(data, i)} | {phase_} | "
+                + " | ".join(_ms(t[k]) for k in PROFILE_KINDS)
+                + f" | {_ms(sum(t.values()))} |")
+    lines.append("\n(Milliseconds of kernel time per step, "
+                 f"{a['steps']} profiled steps after {a['warmup']}.)\n")
+    used = [PROFILE]
+    vit = [r for r in data["rows"] if (r["model"], r["mode"]) == (
+        "keras_vit", "train")][0]
+    table = vit["seconds_per_step"]
+    op = vit["op_seconds_per_step"]
+    kinds = {k: sum(t[k] for t in table.values()) for k in PROFILE_KINDS}
+    conv = {r["phase"]: r["seconds"] for r in vit["top"]
+            if r["hlo_op"].startswith(CUDNN_CONV)}
+    conv_s = sum(conv.values())
+    conv_elementwise = all(r["kind"] == "elementwise" for r in vit["top"]
+                           if r["hlo_op"].startswith(CUDNN_CONV))
+    facts = [
+        f"- keras_vit's training step: {_ms(op)} ms of kernels per step; "
+        f"matmul {_ms(kinds['matmul'])}, attention "
+        f"{_ms(kinds['attention'])}, layout {_ms(kinds['layout'])}, "
+        f"elementwise {_ms(kinds['elementwise'])} "
+        f"({pct(kinds['elementwise'] / op)} of the op time: LayerNorm, "
+        f"GELU, casts, bias and residual adds, the reductions of the bias "
+        f"gradients, the AdamW update)."]
+    if conv and conv_elementwise:
+        facts.append(
+            "- The patch embedding's cuDNN convolution ("
+            + ", ".join(f"{_ms(s)} ms {ph}" for ph, s in conv.items())
+            + ") is counted as elementwise in this stored run: "
+            "device_profile.py did not know cuDNN's convolution calls when "
+            f"it ran (it counts them as matmul now). Without it, "
+            f"elementwise is {_ms(kinds['elementwise'] - conv_s)} ms, "
+            f"{pct((kinds['elementwise'] - conv_s) / op)} of the op time.")
+    run = _gpu_bench(FUSED_B16)
+    if run:
+        used.append(FUSED_B16)
+        row = gpu_row(run, "train")
+        ceiling = run["ceiling"]["bfloat16"]["flops_per_s"]
+        spec = _spec(run)
+        flops = _forward_flops(data["sizes"], a["image_size"],
+                               a["num_classes"])
+        batch = a["batch_size"]
+        per_image = flops["total"] - flops["attention"] - flops["patches"]
+        dense = 3 * batch * per_image
+        step = row["step_ms"] / 1e3
+        model = 3 * batch * flops["total"]
+        facts += [
+            f"- The matmul kernels did {dense / 1e12:.1f} TFLOP per step "
+            f"(the projections, MLPs and head, forward and backward: 3 x "
+            f"{per_image / 1e9:.2f} GFLOP x {batch} images) in "
+            f"{_ms(kinds['matmul'])} ms: "
+            f"{dense / kinds['matmul'] / 1e12:.0f} TFLOP/s, "
+            f"{pct(dense / kinds['matmul'] / ceiling)} of the matmul "
+            f"ceiling measured in `{FUSED_B16}` "
+            f"({ceiling / 1e12:.0f} TFLOP/s).",
+            f"- The same code's training step in `{FUSED_B16}` (first in "
+            f"its process) took {1e3 * step:.2f} ms: "
+            f"{1e3 * (step - op):.1f} ms per step "
+            f"({pct((step - op) / step)}) in which no kernel ran. Kernels "
+            f"of one stream run one after another, so the device waited "
+            f"that long each step; `train_on_batch` copies its logs to the "
+            f"host every step, and the step's per-call work on the host is "
+            f"the likely cause (not measured apart: see `train_jit`).",
+            f"- Busy, the device would run the model's "
+            f"{model / 1e12:.2f} TFLOP per step at "
+            f"{pct(model / op / ceiling)} MFU of the measured ceiling"
+            + (f" ({pct(model / op / spec)} of the data sheet's)"
+               if spec else "")
+            + f"; the measured step is {pct(row['mfu'])}."]
+    infer = [r for r in data["rows"] if (r["model"], r["mode"]) == (
+        "keras_vit", "infer")]
+    if infer and data["args"].get("one_process", True):
+        def mlp2(row):
+            return _median([r["seconds"] for r in row["top"]
+                            if r["op_name"].endswith("/mlp2/dot_general")
+                            and "transpose(" not in r["op_name"]])
+        first, later = mlp2(vit), mlp2(infer[0])
+        if first and later:
+            index = data["rows"].index(infer[0])
+            facts.append(
+                f"- In one process, what was profiled after another "
+                f"configuration was cleared ran slower: the same matmul, "
+                f"keras_vit's forward `mlp2` (every token, same shapes), "
+                f"took {1e3 * first:.3f} ms in the training step profiled "
+                f"first and {1e3 * later:.3f} ms in the inference step "
+                f"profiled {_profile_place(data, index)}: "
+                f"{ratio(later / first)}.")
+    hub = [r for r in data["rows"] if (r["model"], r["mode"]) == (
+        "keras_hub", "train")]
+    if hub and run and data["args"].get("one_process", True):
+        measured = gpu_row(run, "train", "keras_hub")["step_ms"]
+        index = data["rows"].index(hub[0])
+        facts.append(
+            f"- keras-hub was profiled {_profile_place(data, index)} in the "
+            f"same process, after keras_vit's configuration was cleared: "
+            f"its kernels took {_ms(hub[0]['op_seconds_per_step'])} ms per "
+            f"step, more than the {measured:.2f} ms its whole step took "
+            f"in `{FUSED_B16}`. Its rows, like the inference rows, show "
+            f"that slowdown, not the step's own cost.")
+    if infer:
+        if not any(t["attention"] for t in
+                   infer[0]["seconds_per_step"].values()):
+            facts.append(
+                "- The inference step's trace has no instruction counted "
+                "as attention, and the run keeps only the longest "
+                "instructions: whether `predict_on_batch`'s step ran the "
+                "fused kernel cannot be told from it (runs now record the "
+                "cuDNN attention calls of each compiled step, "
+                "`cudnn_attention`).")
+    old = _gpu_bench(PROFILE_CMDBUF)
+    if old:
+        first = old["rows"][0]
+        facts.append(
+            f"- `{PROFILE_CMDBUF}`: the first profile, with XLA's command "
+            f"buffers (CUDA graphs) on: {first['events_unmatched']:,} of "
+            f"{first['events']:,} traced events of keras_vit's training "
+            "step were command buffers, not kernels, so nothing could be "
+            "classified; device_profile.py turns them off since.")
+        used.append(PROFILE_CMDBUF)
+    return "\n".join(lines + facts) + source(
+        *(f"{BENCH}/{GPU}/{n}.json" for n in used),
+        command=data["command"])
+
+
+MODE_CALLS = {"infer": "`predict_on_batch`",
+              "infer_jit": "compiled forward (`infer_jit`)",
+              "train": "`train_on_batch`",
+              "train_jit": "compiled step (`train_jit`)"}
+ATTENTION_KERNELS_224 = "attention_kernels_b16_224_b128"
+
+
+def gpu_inference() -> str:
+    """B/16 inference at 224 as `predict_on_batch` and as the compiled
+    forward pass, every stored run, with where each ran in its process;
+    what keras-hub's rows (the same code in every run) say about the
+    order; the per-call cost of predict_on_batch, estimated."""
+    rows: List[Tuple[tuple, str]] = []
+    used: List[str] = []
+    firsts: Dict[tuple, List[Tuple[dict, str]]] = {}
+    for name, data in gpu_results("throughput"):
+        a = data["args"]
+        if (a["variant"], a["image_size"]) != ("B/16", 224):
+            continue
+        for mode in ("infer", "infer_jit"):
+            ours = gpu_row(data, mode)
+            if not ours:
+                continue
+            hub = gpu_row(data, mode, "keras_hub")
+            where = place(data, mode)
+            label = attention_of(name, ours)
+            hub_speed = f"{hub['images_per_s']:.0f}" if hub else ""
+            rows.append(((a["batch_size"], mode, where != ORDINALS[1],
+                          name),
+                f"| `{name}` | {label} | {a['batch_size']} | "
+                f"{MODE_CALLS[mode]} | {where} | "
+                f"{ours['images_per_s']:.0f} | {ours['step_ms']:.2f} | "
+                f"{_mfus(ours, data)} | {hub_speed} | "
+                f"{ratio(ours.get('vs_keras_hub'))} |"))
+            used.append(name)
+            key = (mode, a["batch_size"], first_in_process(data, mode))
+            firsts.setdefault(key + (library_of(name, data),), []).append(
+                (ours, name))
+            if hub:
+                firsts.setdefault(key + ("keras_hub",), []).append(
+                    (hub, name))
+    if not rows:
+        return NO_GPU_SECTION
+    lines = ["| run | keras_vit attention | batch | call | place in its "
+             "process | keras_vit img/s | ms per batch | MFU (measured "
+             "ceiling / data sheet) | keras-hub img/s | vs keras-hub |",
+             "|---|---|---|---|---|---|---|---|---|---|"] + [
+                 text for _, text in sorted(rows)] + [""]
+
+    def speeds(key):
+        return [f"{r['images_per_s']:.0f} img/s (`{n}`)"
+                for r, n in firsts.get(key, [])]
+
+    for mode in ("infer", "infer_jit"):
+        early = speeds((mode, 128, True, "keras_hub"))
+        late = speeds((mode, 128, False, "keras_hub"))
+        if early and late:
+            lines.append(
+                f"- keras-hub's code is the same in every run. Its "
+                f"{MODE_CALLS[mode]} at batch 128, first in its process: "
+                f"{', '.join(early)}; after another configuration in the "
+                f"same process: {', '.join(late)}.")
+    predict = firsts.get(("infer", 128, True, ONE_PATH))
+    compiled = firsts.get(("infer_jit", 128, True, FUSED))
+    kernels = _gpu_bench(ATTENTION_KERNELS_224)
+    if predict and compiled and kernels:
+        (p, pname), (c, cname) = predict[0], compiled[0]
+        by = {(r["mode"], r["candidate"]): r for r in kernels["rows"]}
+        saved_per_layer = (by[("infer", "one_path")]["ms"]
+                           - by[("infer", "cudnn")]["ms"])
+        layers = kernels["sizes"]["num_layers"] - 1
+        saved = layers * saved_per_layer
+        rest = p["step_ms"] - c["step_ms"]
+        lines.append(
+            f"- `predict_on_batch`'s per-call cost, estimated (no run "
+            f"measured both calls of the same code first in their "
+            f"process): the one path's `predict_on_batch` took "
+            f"{p['step_ms']:.2f} ms per batch (`{pname}`), the fused "
+            f"attention's compiled forward {c['step_ms']:.2f} ms "
+            f"(`{cname}`). Of the difference, the fused kernel saves about "
+            f"{layers} x {saved_per_layer:.3f} = {saved:.2f} ms (the "
+            f"every-token attention layers, at the speeds of "
+            f"`{ATTENTION_KERNELS_224}`; the last block's class-token "
+            f"query takes the portable path in both), leaving about "
+            f"{rest - saved:.1f} ms per call; {rest:.1f} ms if the "
+            f"compiled forward did not run the fused kernel.")
+        used.append(ATTENTION_KERNELS_224)
+    return "\n".join(lines) + source(
+        *(f"{BENCH}/{GPU}/{n}.json" for n in dict.fromkeys(used)),
+        command=GPU_COMMAND)
+
+
+# ---------------------------------------------------------- GPU targets
+GPU_TARGETS = (  # (what, variant, image, batch, mode, field, want)
+    ("B/16, 224, batch 128, training (`train_on_batch`): MFU >= 40%",
+     "B/16", 224, 128, "train", "mfu", 0.40),
+    ("B/16, 224, batch 128, training: >= 1.15x keras-hub",
+     "B/16", 224, 128, "train", "vs_keras_hub", 1.15),
+    ("B/16, 224, batch 128, inference, compiled forward (`infer_jit`): "
+     "MFU >= 40%", "B/16", 224, 128, "infer_jit", "mfu", 0.40),
+    ("B/16, 224, batch 128, inference, compiled forward: >= 1.15x "
+     "keras-hub", "B/16", 224, 128, "infer_jit", "vs_keras_hub", 1.15),
+    ("B/16, 224, batch 128, inference, `predict_on_batch`: MFU >= 40%",
+     "B/16", 224, 128, "infer", "mfu", 0.40),
+    ("B/16, 224, batch 128, inference, `predict_on_batch`: >= 1.15x "
+     "keras-hub", "B/16", 224, 128, "infer", "vs_keras_hub", 1.15),
+    ("L/16, 224, batch 64, training: MFU >= 50%",
+     "L/16", 224, 64, "train", "mfu", 0.50),
+    ("L/16, 224, batch 64, training: >= 1.15x keras-hub",
+     "L/16", 224, 64, "train", "vs_keras_hub", 1.15),
+)
+
+
+def gpu_target_runs(variant: str, image: int, batch: int, mode: str
+                    ) -> List[str]:
+    """[str]. The stored GPU runs a target reads: every throughput run of
+    the configuration, in bfloat16, in which the library took cuDNN's
+    fused attention (the current library on a GPU, `library_of`) and the
+    mode's configuration ran first in its process (or in its own)."""
+    out = []
+    for name, data in gpu_results("throughput"):
+        a = data["args"]
+        if ((a["variant"], a["image_size"], a["batch_size"], a["dtype"])
+                == (variant, image, batch, "bfloat16")
+                and gpu_row(data, mode)
+                and library_of(name, data) == FUSED
+                and first_in_process(data, mode)):
+            out.append(f"{GPU}/{name}")
+    return out
+
+
+class MfuTarget(Target):
+    """An MFU target: each run's MFU against its measured ceiling, and in
+    parentheses against the device's data-sheet figure; judged on the
+    former."""
+
+    def _cells(self) -> Tuple[List[str], str, bool]:
+        data = [bench(r) for r in self.runs]
+        values = [self.value(d) for d in data]
+        specs = [self.value(d, spec=True) for d in data]
+        median = statistics.median(values)
+
+        def cell(v, s):
+            return pct(v) + (f" ({pct(s)})" if s is not None else "")
+
+        shown = [cell(v, s) for v, s in zip(values, specs)]
+        known = [s for s in specs if s is not None]
+        total = f"**{pct(median)}**" + (
+            f" ({pct(statistics.median(known))})" if known else "")
+        return shown, total, median >= self.want
+
+
+def _gpu_value(mode: str, field: str) -> Callable:
+    def value(data: dict, spec: bool = False) -> Optional[float]:
+        row = gpu_row(data, mode)
+        if not spec:
+            return row[field]
+        flops = _spec(data)
+        return row["model_flops_per_s"] / flops if flops else None
+    return value
+
+
+def gpu_targets() -> List[str]:
+    """[str]. The GPU target rows: met or not on the median of the runs
+    `gpu_target_runs` finds; "not measured" where there is none."""
+    out = []
+    for what, variant, image, batch, mode, field, want in GPU_TARGETS:
+        runs = gpu_target_runs(variant, image, batch, mode)
+        if not runs:
+            out.append(f"| {what} | no run of the current library with "
+                       "this configuration first in its process | | not "
+                       "measured |")
+        elif field == "mfu":
+            out.append(MfuTarget(what, runs, _gpu_value(mode, field), want,
+                                 pct).row())
+        else:
+            out.append(Target(what, runs, _gpu_value(mode, field), want,
+                              ratio, cpu=_gpu_value(mode, field + "_cpu")
+                              ).row())
+    return out
+
+
+def targets_table() -> str:
+    lines = ["| target (2-core CPU, float32) | every run: wall / CPU-time "
+             "ratio where both (file in `benchmarks/results/`) | median | |",
+             "|---|---|---|---|"]
+    lines += [t.row() for t in targets()]
+    lines += ["", "| target (one GPU, JAX, bfloat16, XLA) | every run: MFU "
+              "of the measured matmul ceiling (of the data sheet's), or "
+              "wall / CPU-time ratio (file in `benchmarks/results/`) | "
+              "median | |", "|---|---|---|---|"]
+    lines += gpu_targets()
+    return "\n".join(lines) + "\n"
 
 
 # ------------------------------------------------- other benchmark tables
@@ -728,7 +1335,7 @@ def _text(path: str) -> str:
 def variants() -> str:
     """The variant table: sizes and the parameter counts that the tests
     assert against the built models."""
-    order = _assigned("keras_vit/architecture.py", "VARIANTS")
+    order = _assigned("keras_vit/variants.py", "VARIANTS")
     counts = dict(_assigned("tests/test_model.py", "GOLDEN"))
     counts.update(_assigned("tests/test_resnet.py", "HYBRID_PARAMS"))
     sizes = _assigned("tests/test_model.py", "SIZES")
@@ -739,7 +1346,7 @@ def variants() -> str:
         lines.append(f"| {variant} | {depth} | {width} | {mlp} | {heads} | "
                      f"{counts[variant]:,} |")
     return "\n".join(lines) + (
-        "\n\n(Generated from `keras_vit/architecture.py` and the counts that "
+        "\n\n(Generated from `keras_vit/variants.py` and the counts that "
         "`python -m pytest tests/test_model.py tests/test_resnet.py` "
         "asserts against the built models.)\n")
 
@@ -750,37 +1357,51 @@ CLASS_RUNS = ("model_class_before_after_b16_b8_train",
               "model_class_before_after_b16_b8_infer")
 CLASS_NAMES = (("keras_vit_before", "before (8f653dc)"),
                ("keras_vit", "after"), ("keras_hub", "keras-hub"))
+LAYOUT_RUNS = ("layout_before_after_b16_b8",)
+LAYOUT_NAMES = (("before", "before (3a89c59)"),
+                ("keras_vit", "after"), ("keras_hub", "keras-hub"))
 
 
-def model_class_before_after() -> str:
+def _before_after(runs: Sequence[str], names, before: str) -> str:
+    """Each repeat and the medians of interleaved before / after / keras-hub
+    runs, per mode, with after's change against before."""
     lines = ["| mode | model | img/s, each repeat | img/s (median) | "
              "CPU s per image (median) | vs keras-hub (wall / CPU time) |",
              "|---|---|---|---|---|---|"]
     gains = []
-    for name in CLASS_RUNS:
+    for name in runs:
         data = bench(name)
-        rows = {r["model"]: r for r in data["rows"]}
-        mode = data["args"]["mode"]
-        for model, label in CLASS_NAMES:
-            r = rows[model]
-            each = ", ".join(f"{v:.2f}" for v in r["images_per_s_all"])
-            hub = (f"{ratio(r['vs_keras_hub'])} / "
-                   f"{ratio(r['vs_keras_hub_cpu'])}"
-                   if r.get("vs_keras_hub") else "")
-            lines.append(f"| {mode} | {label} | {each} | "
-                         f"**{r['images_per_s']:.2f}** | "
-                         f"{r['cpu_s_per_image']:.2f} | {hub} |")
-        after, before = rows["keras_vit"], rows["keras_vit_before"]
-        speed = after["images_per_s"] / before["images_per_s"] - 1
-        cpu = after["cpu_s_per_image"] / before["cpu_s_per_image"] - 1
-        gains.append(
-            f"{mode}, after against before: img/s {signed_pct(speed)}, CPU "
-            f"time per image {signed_pct(cpu)}; load average "
-            f"{_load_range(data['machine'])}, "
-            f"{data['args']['repeats']} repeats of "
-            f"{after['steps_per_repeat']} step(s)")
+        modes = list(dict.fromkeys(r["mode"] for r in data["rows"]))
+        for mode in modes:
+            rows = {r["model"]: r for r in data["rows"] if r["mode"] == mode}
+            for model, label in names:
+                r = rows[model]
+                each = ", ".join(f"{v:.2f}" for v in r["images_per_s_all"])
+                hub = (f"{ratio(r['vs_keras_hub'])} / "
+                       f"{ratio(r['vs_keras_hub_cpu'])}"
+                       if r.get("vs_keras_hub") else "")
+                lines.append(f"| {mode} | {label} | {each} | "
+                             f"**{r['images_per_s']:.2f}** | "
+                             f"{r['cpu_s_per_image']:.2f} | {hub} |")
+            after, old = rows["keras_vit"], rows[before]
+            speed = after["images_per_s"] / old["images_per_s"] - 1
+            cpu = after["cpu_s_per_image"] / old["cpu_s_per_image"] - 1
+            gains.append(
+                f"{mode}, after against before: img/s {signed_pct(speed)}, "
+                f"CPU time per image {signed_pct(cpu)}; load average "
+                f"{_load_range(data['machine'])}, "
+                f"{data['args']['repeats']} repeats of "
+                f"{after['steps_per_repeat']} step(s)")
     return ("\n".join(lines) + "\n\n" + "; ".join(gains) + "."
-            + source(*(f"{BENCH}/{n}.json" for n in CLASS_RUNS)))
+            + source(*(f"{BENCH}/{n}.json" for n in runs)))
+
+
+def model_class_before_after() -> str:
+    return _before_after(CLASS_RUNS, CLASS_NAMES, "keras_vit_before")
+
+
+def layout_before_after() -> str:
+    return _before_after(LAYOUT_RUNS, LAYOUT_NAMES, "before")
 
 
 PROFILE_RUN = "step_profile_b16_b8"
@@ -824,6 +1445,7 @@ def step_profile() -> str:
 RENDERERS: Dict[str, Callable[[], str]] = {
     "step-profile": step_profile,
     "model-class-before-after": model_class_before_after,
+    "layout-before-after": layout_before_after,
     "variants": variants,
     "throughput-runs": throughput_runs,
     "flop-count": flop_count,
@@ -831,6 +1453,9 @@ RENDERERS: Dict[str, Callable[[], str]] = {
     "gpu-throughput": gpu_throughput,
     "gpu-attention": gpu_attention,
     "gpu-summary": gpu_summary,
+    "gpu-attention-kernels": gpu_attention_kernels,
+    "gpu-profile": gpu_profile,
+    "gpu-inference": gpu_inference,
     "loop-overhead": loop_overhead,
     "memory-tf": memory("memory_tf"),
     "memory-jax": memory("memory_jax"),

@@ -24,12 +24,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 TRAIN_ARGS = [
     "--config=" + os.path.join(ROOT, "configs", "digits.py"),
-    "--config.image_size=16", "--config.pp.resize_size=18",
+    "--config.model.image_size=16", "--config.input.pp.resize_size=18",
     "--config.model.num_layers=1", "--config.model.hidden_size=16",
     "--config.model.mlp_dim=16", "--config.model.num_heads=2",
-    "--config.steps_per_loop=2", "--config.log_every_steps=10",
-    "--config.eval_every_steps=0", "--config.batch_size=16",
-    "--config.jit_compile=False", "--config.optimizer.warmup_steps=0",
+    "--config.trainer.steps_per_loop=2", "--config.log.every_steps=10",
+    "--config.evals.test.every_steps=0", "--config.input.batch_size=16",
+    "--config.trainer.jit_compile=False", "--config.schedule.warmup_steps=0",
     "--strategy=multiworker",
 ]
 
@@ -114,7 +114,8 @@ def train(workdir: str, log: str, steps: int, hosts=None, index=0,
           args: Sequence[str] = (), **extra_env) -> Process:
     """Starts worker `index` of `hosts` (None: no TF_CONFIG)."""
     argv = [sys.executable, os.path.join(ROOT, "train.py"), *TRAIN_ARGS,
-            f"--config.total_steps={steps}", f"--workdir={workdir}", *args]
+            f"--config.trainer.total_steps={steps}", f"--workdir={workdir}",
+            *args]
     config = tf_config(hosts, index) if hosts else None
     return Process(argv, log, env(config, **extra_env))
 

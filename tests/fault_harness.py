@@ -21,11 +21,11 @@ TOTAL = 40
 TRAIN_ARGS = [
     "--config=" + os.path.join(ROOT, "configs", "digits.py"),
     "--config.model.num_layers=1", "--config.model.hidden_size=32",
-    "--config.model.mlp_dim=64", f"--config.total_steps={TOTAL}",
-    "--config.steps_per_loop=5", "--config.checkpoint_every_steps=10",
-    "--config.log_every_steps=5", "--config.eval_every_steps=0",
-    "--config.batch_size=32", "--config.jit_compile=False",
-    "--config.optimizer.warmup_steps=0",
+    "--config.model.mlp_dim=64", f"--config.trainer.total_steps={TOTAL}",
+    "--config.trainer.steps_per_loop=5", "--config.checkpoints.every_steps=10",
+    "--config.log.every_steps=5", "--config.evals.test.every_steps=0",
+    "--config.input.batch_size=32", "--config.trainer.jit_compile=False",
+    "--config.schedule.warmup_steps=0",
     # The default strategy: its input iterator is checkpointed.
     "--strategy=auto",
 ]

@@ -4,7 +4,7 @@ checks the outcomes).
 
 Every builder writes under `folder` and returns a list of
 `(label, reader, target)`: `reader` says how the child reads `target` --
-"bin" (keras_vit.checkpoint.torch_pickle.read_state_dict, every array
+"bin" (keras_vit.checkpoint.formats.torch_pickle.read_state_dict, every array
 looked up) or "model" (keras_vit.checkpoint.loader.load_model, the user's
 function; `target` a path or a model string). `CONTROLS` build files that
 must load, so that a refusal proves the check, not a broken harness.
@@ -15,6 +15,7 @@ must load, so that a refusal proves the check, not a broken harness.
 
 from __future__ import annotations
 
+import collections
 import io
 import json
 import os
@@ -163,7 +164,7 @@ def zero_stride(folder: str, scale: int) -> List[Case]:
 
 def torch_files_arrays(path: str) -> Dict[str, np.ndarray]:
     """A fixture's arrays, read by the checked reader."""
-    from keras_vit.checkpoint import torch_pickle  # noqa: E402 (child)
+    from keras_vit.checkpoint.formats import torch_pickle  # noqa: E402 (child)
 
     return torch_pickle.read_without_torch(path)
 
@@ -312,6 +313,210 @@ def keras_lambda(folder: str, scale: int) -> List[Case]:
     return [("keras:lambda", "model", path)]
 
 
+def links_out(folder: str, scale: int) -> List[Case]:
+    """A model folder's own files that link out of it, each to a valid
+    model's file (so that following the link would load), and a Hugging
+    Face cache whose snapshot file links into another repository's blobs/
+    or whose refs/ walks out of its snapshots/."""
+    other = os.path.join(folder, "elsewhere")
+    shutil.copytree(os.path.join(FIXTURES, "hf_vit_model_bin"), other)
+    shutil.copy(os.path.join(FIXTURES, "hf_vit_classifier",
+                             "model.safetensors"), other)
+    cases = []
+    for label, fixture, name in (
+            ("weights", "hf_vit_classifier", "model.safetensors"),
+            ("config", "hf_vit_classifier", "config.json"),
+            ("processor", "hf_vit_model_bin", "preprocessor_config.json")):
+        model = os.path.join(folder, f"link_{label}")
+        shutil.copytree(os.path.join(FIXTURES, fixture), model)
+        os.remove(os.path.join(model, name))
+        os.symlink(os.path.join(other, name), os.path.join(model, name))
+        cases.append((f"link:{label}", "model", model))
+    # A snapshot's weights (no index) linking to another repository's blob.
+    hub = os.path.join(folder, "hf", "hub")
+    blob = os.path.join(hub, "models--g--h", "blobs", "feed")
+    os.makedirs(os.path.dirname(blob))
+    shutil.copy(os.path.join(FIXTURES, "hf_vit_classifier",
+                             "model.safetensors"), blob)
+    snapshot = os.path.join(hub, "models--i--j", "snapshots", "beef")
+    os.makedirs(snapshot)
+    os.makedirs(os.path.join(hub, "models--i--j", "blobs"))
+    shutil.copy(os.path.join(FIXTURES, "hf_vit_classifier", "config.json"),
+                snapshot)
+    os.symlink(os.path.relpath(blob, snapshot),
+               os.path.join(snapshot, "model.safetensors"))
+    cases.append(("link:other_repository_blob", "model", snapshot))
+    # refs/main of ORG/ESCAPE names a snapshot of another repository (a
+    # valid one), by a relative and by an absolute path.
+    target = os.path.join(hub, "models--k--l", "snapshots", "cafe")
+    shutil.copytree(os.path.join(FIXTURES, "hf_vit_classifier"), target)
+    for name, ref in (("ESCAPE", "../../models--k--l/snapshots/cafe"),
+                      ("ABSOLUTE", target)):
+        repo = os.path.join(hub, f"models--ORG--{name}")
+        os.makedirs(os.path.join(repo, "refs"))
+        os.makedirs(os.path.join(repo, "snapshots"))
+        with open(os.path.join(repo, "refs", "main"), "w") as f:
+            f.write(ref)
+        cases.append((f"link:refs_{name.lower()}", "model",
+                      f"hf://ORG/{name}"))
+    return cases
+
+
+def archive_bombs(folder: str, scale: int) -> List[Case]:
+    """Archive members that inflate far beyond the file: a .keras file's
+    config.json, an .npz's extra array (a valid header, zeros behind it)."""
+    import keras  # noqa: E402 (child, model mode)
+
+    inflated = (128 << 20) * scale
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+    small = os.path.join(folder, "small.keras")
+    model.save(small)
+    with zipfile.ZipFile(small) as archive:
+        stored = {n: archive.read(n) for n in archive.namelist()
+                  if n != "config.json"}
+    keras_bomb = os.path.join(folder, "config_bomb.keras")
+    with zipfile.ZipFile(keras_bomb, "w", zipfile.ZIP_DEFLATED) as archive:
+        for member, data in stored.items():
+            archive.writestr(member, data)
+        with archive.open("config.json", "w", force_zip64=True) as out:
+            out.write(b'{"a": "')
+            for _ in range(inflated >> 20):
+                out.write(b" " * (1 << 20))
+            out.write(b'"}')
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(header, {
+        "descr": "<f4", "fortran_order": False,
+        "shape": (inflated // 4,)})
+    npz_bomb = os.path.join(folder, "extra_bomb.npz")
+    arrays = _npz_members()
+    with zipfile.ZipFile(npz_bomb, "w", zipfile.ZIP_DEFLATED) as archive:
+        for member, data in arrays.items():
+            archive.writestr(member, data)
+        with archive.open("extra.npy", "w", force_zip64=True) as out:
+            out.write(header.getvalue())
+            for _ in range(inflated >> 20):
+                out.write(np.zeros(1 << 18, np.float32).tobytes())
+    # An extra member Keras's format has no place for (it would extract
+    # it to disk).
+    extra = os.path.join(folder, "extra_member.keras")
+    with zipfile.ZipFile(extra, "w") as archive:
+        for member, data in stored.items():
+            archive.writestr(member, data)
+        archive.writestr("config.json", zipfile.ZipFile(small).read(
+            "config.json"))
+        archive.writestr("payload.bin", b"\0" * 1024)
+    return [("bomb:keras_config", "model", keras_bomb),
+            ("bomb:npz_extra", "model", npz_bomb),
+            ("bomb:keras_extra_member", "model", extra)]
+
+
+def _npz_members() -> Dict[str, bytes]:
+    """A tiny official-layout model's .npz members (name.npy -> bytes)."""
+    import keras_vit  # noqa: E402 (child, model mode)
+    from keras_vit.checkpoint import weights  # noqa: E402
+
+    model = keras_vit.create_model(None, num_classes=3, image_size=16,
+                                   patch_size=4, hidden_size=16,
+                                   num_layers=1, num_heads=2, mlp_dim=32)
+    return {f"{k}.npy": _npy(v)
+            for k, v in weights.model_arrays(model).items()}
+
+
+def keras_not_vit(folder: str, scale: int) -> List[Case]:
+    """.keras files that are not a plain keras_vit model: a functional
+    model of keras_vit's layers plus a Softmax on the logits (a user's
+    model: loads as Keras saved it, a control), one whose top-level
+    object is a layer, and one cut short."""
+    import keras  # noqa: E402 (child, model mode)
+
+    import keras_vit  # noqa: E402
+
+    vit = keras_vit.create_model(None, num_classes=3, image_size=16,
+                                 patch_size=4, hidden_size=16, num_layers=1,
+                                 num_heads=2, mlp_dim=32)
+    inputs = keras.Input((16, 16, 3))
+    x = inputs
+    for layer in vit.layers[1:]:
+        x = layer(x)
+    softmax = os.path.join(folder, "vit_softmax.keras")
+    keras.Model(inputs, keras.layers.Softmax(name="probs")(x)).save(softmax)
+    layer = os.path.join(folder, "layer_top.keras")
+    with zipfile.ZipFile(softmax) as source, zipfile.ZipFile(
+            layer, "w") as archive:
+        archive.writestr("config.json", json.dumps(
+            keras.saving.serialize_keras_object(keras.layers.Dense(3))))
+        archive.writestr("metadata.json", source.read("metadata.json"))
+        archive.writestr("model.weights.h5",
+                         source.read("model.weights.h5"))
+    cut = os.path.join(folder, "cut_short.keras")
+    with open(softmax, "rb") as f:
+        data = f.read()
+    with open(cut, "wb") as f:
+        f.write(data[: len(data) // 2])
+    return [("control:keras_softmax", "model", softmax),
+            ("keras:layer_top", "model", layer),
+            ("keras:cut_short", "model", cut)]
+
+
+def odd_configs(folder: str, scale: int) -> List[Case]:
+    """Configs and files their library reads otherwise or refuses: .npz
+    arrays of complex and void dtypes, a timm config whose qkv_bias=False
+    or zero std the weights contradict, a 2-D patch kernel that timm's
+    filter cannot reshape, a transformers file wrapped as a training
+    checkpoint."""
+    cases = []
+    members = _npz_members()
+    for label, array in (("complex", np.ones(3, np.complex64)),
+                         ("void", np.zeros(3, "V8"))):
+        path = os.path.join(folder, f"dtype_{label}.npz")
+        with zipfile.ZipFile(path, "w") as archive:
+            for member, data in members.items():
+                if member != "head/bias.npy":
+                    archive.writestr(member, data)
+            archive.writestr("head/bias.npy", _npy(array))
+        cases.append((f"dtype:{label}", "model", path))
+
+    def timm(label, edit):
+        model = os.path.join(folder, f"timm_{label}")
+        shutil.copytree(os.path.join(FIXTURES, "timm_vit"), model)
+        with open(os.path.join(model, "config.json")) as f:
+            config = json.load(f)
+        edit(config)
+        with open(os.path.join(model, "config.json"), "w") as f:
+            json.dump(config, f)
+        cases.append((f"config:timm_{label}", "model", model))
+        return model
+
+    timm("qkv_bias_false", lambda c: c["model_args"].update(qkv_bias=False))
+    timm("zero_std", lambda c: c["pretrained_cfg"].update(std=[0.2, 0, 0.2]))
+    timm("nan_mean", lambda c: c["pretrained_cfg"].update(
+        mean=[float("nan")] * 3))
+    model = timm("kernel_2d_odd", lambda c: c["model_args"].update(
+        patch_size=16))
+    import safetensors.numpy  # noqa: E402 (child)
+
+    weights = os.path.join(model, "model.safetensors")
+    arrays = safetensors.numpy.load_file(weights)
+    kernel = arrays["patch_embed.proj.weight"]
+    arrays["patch_embed.proj.weight"] = kernel.reshape(kernel.shape[0], -1)
+    safetensors.numpy.save_file(arrays, weights)
+    wrapped = os.path.join(folder, "hf_wrapped")
+    shutil.copytree(os.path.join(FIXTURES, "hf_vit_model_bin"), wrapped)
+    weights = os.path.join(wrapped, "pytorch_model.bin")
+    arrays = torch_files_arrays(weights)
+    tensors = {name: torch_files.Tensor(str(i), 0, a.shape,
+                                        torch_files.contiguous(a.shape))
+               for i, (name, a) in enumerate(arrays.items())}
+    storages = {str(i): a.reshape(-1) for i, a in enumerate(arrays.values())}
+    data = torch_files.pickle_bytes(
+        {"state_dict": collections.OrderedDict(tensors), "epoch": 3},
+        dict.fromkeys(storages, "FloatStorage"),
+        {k: v.size for k, v in storages.items()})
+    torch_files.write(weights, tensors, storages, data_pkl=data)
+    cases.append(("config:hf_wrapped", "model", wrapped))
+    return cases
+
+
 def controls(folder: str, scale: int) -> List[Case]:
     """Files that must load: a plain fixture, its safetensors split into an
     index with a shard, and a Hugging Face cache snapshot whose shard links
@@ -336,4 +541,5 @@ def controls(folder: str, scale: int) -> List[Case]:
 TORCH_KINDS: List[Callable] = [deep_nesting, build_on_records, inflation]
 # Every kind of issue: the torch kinds and those read through load_model.
 MODEL_KINDS: List[Callable] = [zero_stride, path_escape, broken_json,
-                               broken_npz, uris, keras_lambda]
+                               broken_npz, uris, keras_lambda, links_out,
+                               archive_bombs, keras_not_vit, odd_configs]

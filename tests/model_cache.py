@@ -6,7 +6,7 @@ import hashlib
 import os
 import shutil
 
-from keras_vit.checkpoint import cache
+from keras_vit.checkpoint.zoo import cache
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HF_FIXTURE = os.path.join(ROOT, "tests", "fixtures", "hub",

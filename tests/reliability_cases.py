@@ -95,12 +95,12 @@ _CASES = [
         "checkpoint, which exists and holds finite weights; nothing is "
         "saved after the bad step.",
         ("Non-finite loss", "first at step 13", "Last good checkpoint:",
-         "ckpt-10", "set config.skip_nonfinite=True"),
+         "ckpt-10", "set config.trainer.skip_nonfinite=True"),
         "TrainingError",
     ),
     Case(
         "nan_batch_skipped", FAULT, "training",
-        "NaN in two training batches with `config.skip_nonfinite=True`",
+        "NaN in two training batches with `config.trainer.skip_nonfinite=True`",
         "Both updates are skipped and counted (log, metrics.json "
         "`skipped_steps_this_run`); the run ends at the configured step "
         "with finite checkpoints.",
@@ -164,12 +164,13 @@ _CASES = [
     Case(
         "worker_never_comes", FAULT, "multi-worker",
         "Worker 0 of a 2-worker TF_CONFIG started alone "
-        "(`--config.connect_timeout_s=10`)",
+        "(`--config.trainer.connect_timeout_s=10`)",
         "It waits in Python, logging the missing worker after 5 s and then "
         "every 30 s, and exits with status 1 after the timeout, in one line "
         "that names the missing address (default timeout: 600 s).",
         ("worker 1 (127.0.0.1:", "did not come up within 10 s "
-         "(--config.connect_timeout_s)", "raise --config.connect_timeout_s"),
+         "(--config.trainer.connect_timeout_s)",
+         "raise --config.trainer.connect_timeout_s"),
         "exit status 1",
     ),
     Case(
@@ -219,7 +220,7 @@ _CASES = [
         "A .jpg file of random bytes in an image folder",
         "A clear error naming the file and the decoder's reason.",
         ("Cannot decode 3 image file(s)", "bad.jpg",
-         "Unknown image file format", "set config.skip_bad_images=True"),
+         "Unknown image file format", "set config.input.skip_bad_images=True"),
         "UsageError",
     ),
     Case(
@@ -238,7 +239,7 @@ _CASES = [
     ),
     Case(
         "skip_bad_images", BAD_INPUT, "data",
-        "The same three files with `config.skip_bad_images=True`",
+        "The same three files with `config.input.skip_bad_images=True`",
         "They are left out, counted and named in the log; training runs "
         "on the readable images.",
         ("Skipping 3 unreadable image file(s) of split 'train'",),
@@ -287,17 +288,17 @@ _CASES = [
         "missing_split", BAD_INPUT, "data",
         "An eval split that does not exist (image folder without test/)",
         "A clear error at start-up, before any training.",
-        ("config.eval_split='test'", "has no split 'test'",
+        ("config.evals.test.split='test'", "has no split 'test'",
          "set it to an existing split"),
         "UsageError",
     ),
     Case(
         "labels_out_of_range", BAD_INPUT, "data",
-        "More classes in the data than `config.num_classes` (10 digit "
+        "More classes in the data than `config.model.num_classes` (10 digit "
         "classes, num_classes=5)",
         "A clear error instead of a silently wrong loss.",
-        ("Label out of range", "config.num_classes=5",
-         "Set config.num_classes to the number of classes in the data"),
+        ("Label out of range", "config.model.num_classes=5",
+         "Set config.model.num_classes to the number of classes in the data"),
         "UsageError",
     ),
     Case(
@@ -312,7 +313,7 @@ _CASES = [
         "missing_data_dir", BAD_INPUT, "data",
         "`dataset='folder'` with a data_dir that does not exist",
         "A clear error.",
-        ("does not exist", "set config.data_dir"),
+        ("does not exist", "set config.input.data_dir"),
         "UsageError",
     ),
     # -------------------------------------------------------- bad config
@@ -558,6 +559,98 @@ _CASES = [
         "`hf://ORG/NAME@..`",
         "One line before the Hugging Face cache is touched.",
         ("holds no '..' and starts with no '.'",),
+        "UsageError",
+    ),
+    Case(
+        "link_out_of_folder", BAD_INPUT, "checkpoint",
+        "A model folder whose model.safetensors (or config.json, or "
+        "preprocessor_config.json) is a symbolic link to a valid model's "
+        "file elsewhere",
+        "Refused before the file is read: every file a loader opens "
+        "resolves inside the model's folder; in a Hugging Face cache only "
+        "a snapshot's links into its own repository's blobs/ are followed.",
+        ("is a link to", "outside the model's folder"),
+        "UsageError",
+    ),
+    Case(
+        "hf_refs_escape", BAD_INPUT, "checkpoint",
+        "`hf://ORG/NAME` whose cached refs/main holds "
+        "`../../models--k--l/snapshots/cafe` (another repository's valid "
+        "model)",
+        "Refused: refs/ must name a snapshot of the repository itself.",
+        ("not a snapshot of", "its refs/ file names a path outside"),
+        "UsageError",
+    ),
+    Case(
+        "keras_config_bomb", BAD_INPUT, "checkpoint",
+        "A .keras file whose config.json inflates to 128 MiB",
+        "Refused from the zip's directory before Keras inflates a byte "
+        "(every .keras, .npz and pytorch_model.bin: JSON members at most "
+        "32 MiB, all members at most 64 MiB plus twice the file).",
+        ("config.json declares 134217737 bytes",
+         "more than the 33554432 a model's JSON file may hold"),
+        "UsageError",
+    ),
+    Case(
+        "npz_member_bomb", BAD_INPUT, "checkpoint",
+        "An .npz of a valid model with an extra array member inflating to "
+        "128 MiB from a 0.3 MB file",
+        "Refused before any member is inflated.",
+        ("refused before inflating", "64 MiB plus twice the file's"),
+        "UsageError",
+    ),
+    Case(
+        "keras_user_model", BAD_INPUT, "checkpoint",
+        "A .keras functional model of keras_vit's layers plus a Softmax on "
+        "the logits",
+        "`load_model` gives it back as Keras saved it (all its layers, the "
+        "same outputs), with a warning saying so; what needs a ViT (the "
+        "commands, fine-tuning, features, attention, another resolution) "
+        "refuses it naming the layer. Only a model that is exactly a ViT "
+        "saved before the VisionTransformer class is rebuilt as one.",
+        ("its layer 'probs' (Softmax) comes after a ViT's last layer",
+         "never rebuilt as one"),
+        "UsageError",
+    ),
+    Case(
+        "keras_not_a_model", BAD_INPUT, "checkpoint",
+        "A .keras file whose top-level object is a layer (Dense)",
+        "One line, no traceback.",
+        ("holds a Dense, not a model",),
+        "UsageError",
+    ),
+    Case(
+        "keras_truncated", BAD_INPUT, "checkpoint",
+        "A .keras file cut off half-way",
+        "One line naming it (not Keras's 'File not found').",
+        ("truncated or corrupt .keras archive", "Save or copy the file "
+         "again"),
+        "UsageError",
+    ),
+    Case(
+        "npz_complex", BAD_INPUT, "checkpoint",
+        "An .npz whose head/bias is complex64 (or a void dtype)",
+        "Refused from the header: a checkpoint holds real numbers only "
+        "(no imaginary part dropped).",
+        ("has dtype <c8 (complex64), not a real number",),
+        "UsageError",
+    ),
+    Case(
+        "timm_qkv_bias_stray", BAD_INPUT, "checkpoint",
+        "A timm folder whose model_args say qkv_bias=False beside stored "
+        "query/key/value biases",
+        "Refused, as timm's strict load refuses it (a transformers folder "
+        "with qkv_bias false loads without the biases, as transformers "
+        "reads it).",
+        ("timm builds no query/key/value bias", "its strict load refuses "
+         "weights with blocks.0.attn.qkv.bias"),
+        "UsageError",
+    ),
+    Case(
+        "timm_zero_std", BAD_INPUT, "checkpoint",
+        "A timm folder whose pretrained_cfg std is [0.2, 0, 0.2]",
+        "Refused (it loaded as infinite weights and NaN logits).",
+        ("has a zero: timm would divide the pixels by it",),
         "UsageError",
     ),
     # ------------------------------------------------------------ serving

@@ -11,6 +11,7 @@ tables read. Nothing here asserts how fast anything is.
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -208,9 +209,12 @@ def test_accelerator_command_end_to_end_at_tiny_sizes(tmp_path, monkeypatch):
             ["keras_hub"] if hub else [])
         assert [(r["mode"], r["model"]) for r in result["rows"]] == [
             (mode, m) for mode in ("train", "infer") for m in models]
+        assert result["args"]["process_per_config"] is True
+        assert result["keras_vit_attention"] == "one_path"  # the CPU
         for r in result["rows"]:
             missing = [k for k in ROW_FIELDS if k not in r]
             assert not missing, (name, r["model"], missing)
+            assert r["cudnn_attention"] == {}  # no cuDNN on the CPU
             assert (r["backend"], r["dtype"], r["xla"]) == (
                 "jax", "bfloat16", True)
             plan = r["xla_memory"]
@@ -237,77 +241,233 @@ def test_accelerator_command_end_to_end_at_tiny_sizes(tmp_path, monkeypatch):
             md = (out / f"{name}.md").read_text()
             assert ("JAX asked for cuDNN attention, every token: infer "
                     "refused (RuntimeError: cuDNN") in md
-    # The documentation's GPU tables, from these files.
+    # The documentation's GPU tables, from these files: each
+    # configuration in its own process, keras_vit's attention as its
+    # compiled steps recorded it (the one path, on the CPU), so no GPU
+    # target reads these runs.
     monkeypatch.setattr(tables, "ROOT", str(tmp_path))
     monkeypatch.setattr(tables, "targets", lambda: [])
     block = tables.gpu_throughput()
     for name in RUNS:
         assert f"| `{name}` | " in block
-    assert block.count("| keras_vit_dpa |") == 4
+    assert block.count("| own process | keras_vit_dpa | XLA (candidate) |"
+                       ) == 4
+    assert block.count("| own process | keras_vit | one path |") == 6
     attention = tables.gpu_attention()
     assert attention.count("| train |") == attention.count("| infer |") == 2
-    target = tables.targets_table().splitlines()[-1]
-    assert target.startswith(f"| {tables.GPU_TARGET} | ")
-    assert "(`gpu/b16_224_b128_bf16`)" in target
+    gpu = tables.targets_table().split("\n\n")[1].splitlines()[2:]
+    assert all(r.endswith("| not measured |") for r in gpu)
+
+
+@pytest.mark.slow
+def test_inference_and_training_runs_end_to_end_at_tiny_sizes(
+        tmp_path, monkeypatch):
+    """`accelerator.sh --smoke --inference --training`: each call measured
+    in its own process, Keras's calls beside the compiled ones, and the
+    table of every GPU run renders them."""
+    guard = tmp_path / "guard"
+    guard.mkdir()
+    (guard / "sitecustomize.py").write_text(_NO_TENSORFLOW)
+    out = tmp_path / "benchmarks" / "results" / "gpu"
+    env = dict(os.environ, PYTHON=sys.executable, KERAS_BACKEND="jax",
+               PYTHONPATH=str(guard))
+    proc = subprocess.run(
+        ["bash", os.path.join(ROOT, "benchmarks", "accelerator.sh"),
+         "--smoke", "--inference", "--training", "--no-wheels", str(out)],
+        env=env, capture_output=True, text=True, timeout=1200)
+    log = (out / "accelerator.log").read_text()
+    assert proc.returncode == 0, proc.stdout + log[-5000:]
+    modes = {"inference_b16_224_b128_bf16": ("infer", "infer_jit"),
+             "inference_b16_224_b1024_bf16": ("infer", "infer_jit"),
+             "training_b16_224_b128_bf16": ("train", "train_jit")}
+    assert sorted(p[:-5] for p in os.listdir(out) if p.endswith(".json")) \
+        == sorted(modes)
+    for name, want in modes.items():
+        with open(out / f"{name}.json") as f:
+            result = json.load(f)
+        assert result["args"]["process_per_config"] is True
+        ours = [r for r in result["rows"] if r["model"] == "keras_vit"]
+        assert tuple(r["mode"] for r in ours) == want
+        bf16 = result["ceiling"]["bfloat16"]["flops_per_s"]
+        for r in result["rows"]:
+            assert r["cudnn_attention"] == {}
+            flops = (result["forward_flops_per_image_all_tokens"]
+                     if r["model"] == "keras_hub"
+                     else result["forward_flops_per_image"])
+            flops *= 3 if r["mode"].startswith("train") else 1
+            assert r["mfu"] == pytest.approx(flops * r["images_per_s"] / bf16)
+    monkeypatch.setattr(tables, "ROOT", str(tmp_path))
+    block = tables.gpu_throughput()
+    for mode in ("infer", "infer_jit", "train", "train_jit"):
+        assert f"| {mode} | own process | keras_vit | one path |" in block
+
+
+STORED_GPU = os.path.join(ROOT, "benchmarks", "results", "gpu")
+
+
+def _stored(name):
+    with open(os.path.join(STORED_GPU, f"{name}.json")) as f:
+        return json.load(f)
+
+
+def _gpu_folder(tmp_path, runs):
+    """A benchmarks/results/gpu of `runs` ({name: result}) under tmp_path,
+    and the results tables pointed at it."""
+    gpu = tmp_path / "benchmarks" / "results" / "gpu"
+    gpu.mkdir(parents=True)
+    for name, run in runs.items():
+        (gpu / f"{name}.json").write_text(json.dumps(run))
+    return gpu
 
 
 def test_gpu_tables_take_the_median_of_every_run(monkeypatch, tmp_path):
-    """A rerun stored as NAME_runN joins NAME's row: the tables give the
-    median of every run and list each one; the MFU target reads them all;
-    JAX's answer about cuDNN is shown where a run recorded it."""
-    stored = os.path.join(ROOT, "benchmarks", "results", "gpu",
-                          "b16_224_b128_bf16.json")
-    with open(stored) as f:
-        first = json.load(f)
-    gpu = tmp_path / "benchmarks" / "results" / "gpu"
-    gpu.mkdir(parents=True)
-    speeds, dpa_ratios = {}, {}
-    for name, scale in (("b16_224_b128_bf16", 1.0),
-                        ("b16_224_b128_bf16_run2", 0.5),
-                        ("b16_224_b128_bf16_run3", 0.75)):
-        run = json.loads(json.dumps(first))
+    """A rerun stored as NAME_runN joins NAME's row where keras_vit
+    attended the same way: the tables give the median of every run and
+    list each one, and the GPU targets read every run of the fused
+    attention whose configuration came first in its process; the other
+    scripts' files stay out of the throughput tables."""
+    fused, one_path = (_stored("fused_b16_224_b128_bf16"),
+                       _stored("b16_224_b128_bf16"))
+    runs, speeds, mfus = {}, {}, {}
+    for name, scale in (("fused_b16_224_b128_bf16", 1.0),
+                        ("fused_b16_224_b128_bf16_run2", 0.5),
+                        ("fused_b16_224_b128_bf16_run3", 0.75)):
+        run = json.loads(json.dumps(fused))
         for row in run["rows"]:
             row["images_per_s"] *= scale
             row["mfu"] *= scale
-        if name.endswith("run3"):
-            run["flash_attention_usable"]["jax_cudnn"] = {
-                which: {"infer": {"accepted": True, "reason": ""},
-                        "train": {"accepted": False, "reason": "no"}}
-                for which in ("all_tokens", "class_token")}
-        speeds[name] = [r["images_per_s"] for r in run["rows"]
-                        if r["model"] == "keras_vit"]
-        dpa_ratios[name] = [r["vs_keras_vit"] for r in run["rows"]
-                            if r["model"] == "keras_vit_dpa"]
-        (gpu / f"{name}.json").write_text(json.dumps(run))
+            row["model_flops_per_s"] *= scale
+        runs[name] = run
+        speeds[name] = tables.gpu_row(run, "train")["images_per_s"]
+        mfus[name] = tables.gpu_row(run, "train")["mfu"]
+    asked = json.loads(json.dumps(one_path))
+    asked["flash_attention_usable"]["jax_cudnn"] = {
+        which: {"infer": {"accepted": True, "reason": ""},
+                "train": {"accepted": False, "reason": "no"}}
+        for which in ("all_tokens", "class_token")}
+    runs.update({
+        "b16_224_b128_bf16": one_path, "b16_224_b128_bf16_run2": asked,
+        "attention_kernels_b16_224_b128": _stored(
+            "attention_kernels_b16_224_b128"),
+        "device_profile_b16_224_b128_bf16": _stored(
+            "device_profile_b16_224_b128_bf16")})
+    gpu = _gpu_folder(tmp_path, runs)
     monkeypatch.setattr(tables, "ROOT", str(tmp_path))
     monkeypatch.setattr(tables, "targets", lambda: [])
-    assert tables.gpu_groups() == {"b16_224_b128_bf16": sorted(speeds)}
+    assert tables.gpu_groups() == {
+        ("b16_224_b128_bf16", "one path"): [
+            "b16_224_b128_bf16", "b16_224_b128_bf16_run2"],
+        ("fused_b16_224_b128_bf16", "cuDNN fused"): sorted(speeds)}
     block = tables.gpu_throughput()
     train = [line for line in block.splitlines()
-             if "| train | keras_vit |" in line]
+             if "| train | 1st | keras_vit | cuDNN fused |" in line]
     assert len(train) == 1, block  # one row for the three runs
-    median = sorted(s[0] for s in speeds.values())[1]
-    each = ", ".join(f"{speeds[n][0]:.1f}" for n in sorted(speeds))
-    assert f"| {median:.1f} | {each} |" in train[0]
-    target = tables.targets_table().splitlines()[-1]
-    assert target.count("(`gpu/b16_224_b128_bf16") == 3
-    mfu = sorted(keras_vit_mfu * s for s, keras_vit_mfu in zip(
-        (1.0, 0.5, 0.75), [tables.gpu_b16_train_mfu(first)] * 3))[1]
-    assert f"**{tables.pct(mfu)}**" in target
+    each = ", ".join(f"{speeds[n]:.1f}" for n in sorted(speeds))
+    assert f"| {statistics.median(speeds.values()):.1f} | {each} |" in train[0]
+    assert "| infer | 2nd | before | one path |" in block
+    assert "attention_kernels" not in block and "device_profile" not in block
+    gpu_rows = tables.targets_table().split("\n\n")[1].splitlines()
+    mfu = [r for r in gpu_rows if r.startswith(
+        "| B/16, 224, batch 128, training (`train_on_batch`): MFU")][0]
+    assert mfu.count("(`gpu/fused_b16_224_b128_bf16") == 3
+    assert f"**{tables.pct(statistics.median(mfus.values()))}** (" in mfu
+    assert mfu.endswith("| not met |")
+    # Inference came second in these runs: no predict_on_batch target run.
+    predict = [r for r in gpu_rows if "`predict_on_batch`: MFU" in r][0]
+    assert predict.endswith("| not measured |")
+    # Runs that record the library's attention and each compiled step's
+    # cuDNN calls: the record, not the name, says which. A run of the
+    # fused library with each configuration in its own process counts for
+    # predict_on_batch, its step's kernels whatever they were.
+    clean = json.loads(json.dumps(fused))
+    clean["args"]["process_per_config"] = True
+    clean["keras_vit_attention"] = "fused"
+    for row in clean["rows"]:
+        row["cudnn_attention"] = (
+            {"__cudnn$fmhaSoftmax": 11} if (row["model"], row["mode"]) == (
+                "keras_vit", "train") else {})
+    other = json.loads(json.dumps(clean))
+    other["keras_vit_attention"] = "one_path"
+    (gpu / "fused_b16_224_b128_bf16_run4.json").write_text(json.dumps(clean))
+    (gpu / "fused_b16_224_b128_bf16_run5.json").write_text(json.dumps(other))
+    groups = tables.gpu_groups()
+    assert groups[("fused_b16_224_b128_bf16", "one path")] == [
+        "fused_b16_224_b128_bf16_run5"]
+    assert len(groups[("fused_b16_224_b128_bf16", "cuDNN fused")]) == 4
+    gpu_rows = tables.targets_table().split("\n\n")[1].splitlines()
+    predict = [r for r in gpu_rows if "`predict_on_batch`: MFU" in r][0]
+    assert "(`gpu/fused_b16_224_b128_bf16_run4`)" in predict
+    assert "_run5" not in predict
+    block = tables.gpu_throughput()
+    assert "| infer | own process | keras_vit | one path |" in block
+    assert "| train | own process | keras_vit | cuDNN fused |" in block
+    # The candidate table: JAX's answer from the one run that asked.
     attention = tables.gpu_attention()
     assert attention.count("| train |") == 1
-    # The dot_product_attention ratio is the same in the three runs.
-    assert f"**{dpa_ratios['b16_224_b128_bf16'][0]:.3f}**" in attention
-    # The summary: each figure the median of the three runs.
-    summary = tables.gpu_summary()
-    train = tables.keras_vit_row(first, "train", True, "jax")
-    assert (f"B/16 at 224, batch 128: {tables.ratio(train['vs_keras_hub'])}"
-            in summary)
-    assert f"B/16 at 224, batch 128: {tables.pct(mfu)} / " in summary
-    # JAX's answer comes from the one run that asked for it.
+    dpa = [r["vs_keras_vit"] for r in one_path["rows"]
+           if r["model"] == "keras_vit_dpa"]
+    assert f"**{dpa[0]:.3f}**" in attention
     assert "| infer yes, train no / infer yes, train no |" in attention
-    (gpu / "b16_224_b128_bf16_run3.json").unlink()
+    (gpu / "b16_224_b128_bf16_run2.json").unlink()
     assert "| not asked |" in tables.gpu_attention()
+
+
+def test_where_each_configuration_ran_in_its_process():
+    run = _stored("onepath_inference_b16_224_b128_bf16")
+    assert tables.place(run, "infer") == "1st"
+    assert tables.place(run, "infer_jit") == "2nd"
+    assert tables.first_in_process(run, "infer")
+    assert not tables.first_in_process(run, "infer_jit")
+    run["args"]["process_per_config"] = True
+    assert tables.place(run, "infer_jit") == tables.OWN_PROCESS
+    assert tables.first_in_process(run, "infer_jit")
+    # Which attention each row timed, for the stored runs by their names.
+    fused = _stored("fused_b16_224_b128_bf16")
+    by_model = {r["model"]: tables.attention_of("fused_b16_224_b128_bf16", r)
+                for r in fused["rows"]}
+    assert by_model == {"keras_vit": "cuDNN fused", "before": "one path",
+                        "keras_hub": "keras-hub's"}
+    assert tables.attention_of(
+        "b16_224_b128_bf16", {"model": "keras_vit"}) == "one path"
+    assert "padded" in tables.attention_of(
+        "onepath_dpa_b16_224_b128_bf16_train", {"model": "keras_vit_dpa"})
+    kinds = {n: tables.gpu_kind(_stored(n)) for n in (
+        "fused_b16_224_b128_bf16", "attention_kernels_b16_384_b32",
+        "device_profile_b16_224_b128_bf16",
+        "device_profile_cmdbuf_b16_224_b128_bf16")}
+    assert list(kinds.values()) == [
+        "throughput", "attention_kernels", "device_profile",
+        "device_profile"]
+
+
+def test_the_profile_block_states_what_the_stored_files_hold():
+    """The GPU profile's derived figures, from the stored profile and the
+    throughput run of the same code."""
+    profile = _stored("device_profile_b16_224_b128_bf16")
+    run = _stored("fused_b16_224_b128_bf16")
+    block = tables.gpu_profile()
+    vit = profile["rows"][0]
+    assert (vit["model"], vit["mode"]) == ("keras_vit", "train")
+    op = vit["op_seconds_per_step"]
+    step = tables.gpu_row(run, "train")["step_ms"] / 1e3
+    assert f"{1e3 * op:.2f} ms of kernels per step" in block
+    assert f"{1e3 * (step - op):.1f} ms per step" in block
+    flops = tables._forward_flops(profile["sizes"], 224, 1000)
+    assert flops["total"] == run["forward_flops_per_image"]
+    ceiling = run["ceiling"]["bfloat16"]["flops_per_s"]
+    busy = 3 * 128 * flops["total"] / op / ceiling
+    assert f"at {tables.pct(busy)} MFU of the measured ceiling" in block
+    # The stored run counted cuDNN's patch convolution as elementwise.
+    assert "is counted as elementwise in this stored run" in block
+    assert "| keras_vit | infer | 3rd | forward (the whole step) |" in block
+    assert "4,945 of 4,975" in block  # the command-buffer attempt
+    inference = tables.gpu_inference()
+    kernels = _stored("attention_kernels_b16_224_b128")
+    saved = {(r["mode"], r["candidate"]): r.get("ms")
+             for r in kernels["rows"]}
+    per_layer = saved[("infer", "one_path")] - saved[("infer", "cudnn")]
+    assert f"about 11 x {per_layer:.3f} = {11 * per_layer:.2f} ms" in (
+        inference)
 
 
 def test_no_gpu_run_is_said_plainly(monkeypatch, tmp_path):
@@ -316,10 +476,13 @@ def test_no_gpu_run_is_said_plainly(monkeypatch, tmp_path):
     assert tables.gpu_files() == []
     assert tables.gpu_throughput().startswith("No GPU run has been made yet")
     assert "bash benchmarks/accelerator.sh" in tables.gpu_throughput()
-    assert tables.gpu_attention().startswith("No GPU run has been made yet")
-    assert tables.gpu_summary().startswith("No GPU run has been made yet")
-    assert tables.targets_table().splitlines()[-1].endswith(
-        "| no run | | not measured |")
+    for render in (tables.gpu_attention, tables.gpu_summary,
+                   tables.gpu_attention_kernels, tables.gpu_profile,
+                   tables.gpu_inference):
+        assert render().startswith("No GPU run has been made yet")
+    gpu = tables.targets_table().split("\n\n")[1].splitlines()[2:]
+    assert len(gpu) == len(tables.GPU_TARGETS)
+    assert all(r.endswith("| | not measured |") for r in gpu)
 
 
 def test_accelerator_script_refuses_an_unknown_option():

@@ -422,7 +422,7 @@ def _command_model(*args):
 
 
 def test_workdir_source(monkeypatch, tiny_model, tmp_path):
-    from keras_vit.checkpoint import workdir
+    from keras_vit.storage import workdir
 
     monkeypatch.setattr(
         workdir, "restore_model", lambda path, use_ema: tiny_model

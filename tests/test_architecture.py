@@ -8,7 +8,9 @@ indeed loads no TensorFlow.
 The same check from a shell: `lint-imports setup.cfg`.
 
 No module of the package is over MAX_MODULE_LINES lines: a module that
-grows past it is split along a seam of its own.
+grows past it is split along a seam of its own; no function is over
+MAX_FUNCTION_LINES lines (the tables aside: the config schema and the
+shipped configs), so that each reads on one screen.
 """
 
 import ast
@@ -26,6 +28,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SETUP_CFG = os.path.join(ROOT, "setup.cfg")
 PREFIX = "importlinter:contract:"
 MAX_MODULE_LINES = 400
+MAX_FUNCTION_LINES = 80
 
 
 def _contracts():
@@ -134,6 +137,48 @@ def test_no_module_is_over_the_line_limit():
     assert over == {}, f"over {MAX_MODULE_LINES} lines: {over}"
 
 
+def _functions(tree):
+    """(qualified name, node) of every function and method in `tree`,
+    nested ones included (`Class.method`, `outer.inner`)."""
+    def walk(node, prefix):
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                yield prefix + child.name, child
+                yield from walk(child, f"{prefix}{child.name}.")
+            elif isinstance(child, ast.ClassDef):
+                yield from walk(child, f"{prefix}{child.name}.")
+            else:
+                yield from walk(child, prefix)
+
+    return walk(tree, "")
+
+
+def _is_table(rel, name):
+    """The functions that are tables, one line per entry: the config
+    schema and the shipped configs."""
+    return (rel, name) == ("keras_vit/config_schema.py", "base_config") or (
+        rel.startswith("keras_vit/configs/") and name == "get_config")
+
+
+def test_no_function_is_over_the_line_limit():
+    long_ones, count = {}, 0
+    for path in glob.glob(os.path.join(ROOT, "keras_vit", "**", "*.py"),
+                          recursive=True):
+        rel = os.path.relpath(path, ROOT).replace(os.sep, "/")
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read())
+        for name, node in _functions(tree):
+            count += 1
+            lines = node.end_lineno - node.lineno + 1
+            if lines > MAX_FUNCTION_LINES and not _is_table(rel, name):
+                long_ones[f"{rel}:{name}"] = lines
+    assert count > 500  # every function was read
+    assert long_ones == {}, (
+        f"over {MAX_FUNCTION_LINES} lines (split along a seam: named "
+        f"helpers that each do one thing): {long_ones}"
+    )
+
+
 def _source_interface():
     from keras_vit.checkpoint import sources
 
@@ -172,3 +217,19 @@ def test_shared_code_asks_a_source_only_what_every_kind_answers():
                 found.append(f"{rel}:{node.lineno} source.{node.attr}")
     assert not found, found
     assert "variant" not in interface
+
+
+MAX_CHECKPOINT_TOP_MODULES = 12
+
+
+def test_checkpoint_is_laid_out_by_what_it_reads():
+    """keras_vit/checkpoint/ keeps the way in at its top (the resolver,
+    the source interface, the loader) and the readers in folders named
+    by what they read: formats/, hub/, zoo/."""
+    top = sorted(os.path.basename(p) for p in glob.glob(
+        os.path.join(ROOT, "keras_vit", "checkpoint", "*.py")))
+    assert len(top) <= MAX_CHECKPOINT_TOP_MODULES, top
+    for folder, module in (("formats", "npz.py"), ("hub", "timm.py"),
+                           ("zoo", "catalog.py")):
+        assert os.path.exists(os.path.join(
+            ROOT, "keras_vit", "checkpoint", folder, module)), folder

@@ -1,4 +1,4 @@
-"""keras_vit.checkpoint.atomic: the one helper every file write goes through.
+"""keras_vit.storage.atomic: the one helper every file write goes through.
 
 A write either replaces the file whole or leaves the old one: an exception
 in the middle (a full disk, a failing writer) leaves the old content and no
@@ -15,9 +15,9 @@ import textwrap
 import numpy as np
 import pytest
 
-from keras_vit.checkpoint import atomic
-from keras_vit.checkpoint import npz as checkpoint_io
-from keras_vit.checkpoint.atomic import atomic_write
+from keras_vit.checkpoint.formats import npz as checkpoint_io
+from keras_vit.storage import atomic
+from keras_vit.storage.atomic import atomic_write
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -97,7 +97,7 @@ def test_other_content_is_refused(tmp_path):
 _KILLED = textwrap.dedent("""
     import os, sys
     sys.path.insert(0, sys.argv[1])
-    from keras_vit.checkpoint.atomic import atomic_write
+    from keras_vit.storage.atomic import atomic_write
 
     def killed(tmp):
         with open(tmp, "w") as f:

@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 
 import keras_vit
-from keras_vit.checkpoint import augreg, loader, npz_layout, weights
+from keras_vit.checkpoint import loader, weights
+from keras_vit.checkpoint.formats import npz_layout
+from keras_vit.checkpoint.zoo import augreg
 
 NAMES = {
     "Ti/16": "Ti_16", "S/16": "S_16", "S/32": "S_32", "B/16": "B_16",
@@ -188,7 +190,7 @@ def test_small_augreg_files_load_end_to_end(tmp_path, variant, size):
     np.testing.assert_allclose(np.asarray(loaded(x)), np.asarray(model(x)),
                                atol=1e-5)
     info = loader.describe_source(loader.NpzSource(path))
-    assert info["variant"] == variant and info["image_size"] == size
+    assert info.variant == variant and info.image_size == (size, size)
     # --variant agreeing with the name is accepted.
     loader.load_model(loader.NpzSource(path, variant=variant))
 

@@ -62,18 +62,20 @@ def test_randaugment_runs_inside_tf_data(dtype):
 
 def test_randaugment_in_the_training_preprocessing():
     config = tiny.digits_config()
-    config.pp.randaug_ops, config.pp.randaug_magnitude = 2, 10
+    config.input.pp.randaug_ops, config.input.pp.randaug_magnitude = 2, 10
     plain = tiny.digits_config()
-    fn, off = (pp.from_config(c, training=True) for c in (config, plain))
+    fn, off = (pp.from_config(c.input.pp, c.model.image_size, c.seed,
+                              training=True) for c in (config, plain))
     picture = tf.constant(_picture(36, 36))
     seed = tf.constant([1, 2], tf.int64)
     augmented = fn(picture, seed).numpy()
     assert augmented.shape == (32, 32, 3)
     assert -1 <= augmented.min() and augmented.max() <= 1
     assert np.abs(augmented - off(picture, seed).numpy()).max() > 0
-    config.pp.train = "eval"
+    config.input.pp.train = "eval"
     with pytest.raises(ValueError, match="randaug_ops"):
-        pp.from_config(config, training=True)
+        pp.from_config(config.input.pp, config.model.image_size,
+                       config.seed, training=True)
 
 
 # ----------------------------------------------------------- Mixup, CutMix
@@ -132,8 +134,8 @@ def test_mixup_or_cutmix_per_batch_and_bad_alphas():
 
 def test_train_dataset_mixes_labels():
     config = tiny.digits_config()
-    config.mix.mixup_alpha = 0.2
-    images, soft = next(iter(ip.train_dataset(config, 8)))
+    config.input.mix.mixup_alpha = 0.2
+    images, soft = next(iter(ip.train_dataset(*tiny.pipeline(config), 8)))
     assert images.shape == (8, 32, 32, 3)
     assert soft.shape == (8, 10) and soft.dtype == tf.float32
     np.testing.assert_allclose(soft.numpy().sum(1), 1.0, atol=1e-6)
@@ -236,10 +238,10 @@ def test_training_with_every_option_lowers_the_loss(tmp_path):
         total_steps=60, eval_every_steps=0, checkpoint_every_steps=0,
         log_every_steps=20, steps_per_loop=20,
     )
-    config.optimizer.warmup_steps = 5
-    config.pp.randaug_ops, config.pp.randaug_magnitude = 2, 10
-    config.mix.mixup_alpha, config.mix.cutmix_alpha = 0.2, 1.0
-    config.loss = "sigmoid_xent"
+    config.schedule.warmup_steps = 5
+    config.input.pp.randaug_ops, config.input.pp.randaug_magnitude = 2, 10
+    config.input.mix.mixup_alpha, config.input.mix.cutmix_alpha = 0.2, 1.0
+    config.objective.loss = "sigmoid_xent"
     config.model.update(dict(head_bias_init=-2.0, posemb="sincos2d",
                              stochastic_depth_rate=0.1, num_layers=2))
     metrics = train_lib.train_and_evaluate(config, str(tmp_path / "run"))

@@ -247,8 +247,8 @@ def test_head_bias_init_through_the_config():
     config.model.update(dict(variant=None, head_bias_init=-10.0,
                              stochastic_depth_rate=0.1, posemb="sincos2d",
                              **TINY))
-    config.image_size = 16
-    model = build.build_model(config, num_classes=5)
+    config.model.image_size = 16
+    model = build.build_run(config, num_classes=5)[0]
     np.testing.assert_array_equal(
         model.get_layer("head").bias.numpy(), np.full(5, -10.0, "float32")
     )

@@ -9,8 +9,10 @@ import pytest
 from absl import flags
 
 import keras_vit
-from keras_vit.checkpoint import augreg, weights
+from keras_vit.checkpoint import weights
+from keras_vit.checkpoint.zoo import augreg
 from keras_vit.training import train_lib
+from tests import tiny
 from tests.test_recipes import (
     ROOT,
     _comments_above_fields,
@@ -32,22 +34,24 @@ FINETUNE = f"{ROOT}/configs/augreg_finetune.py"
 ])
 def test_augreg_i21k_recipe(aug, randaug, mixup):
     c = load(I21K, f"variant=S/16,aug={aug},do=0.1,sd=0.1")
-    assert (c.pp.randaug_ops, c.pp.randaug_magnitude) == randaug
-    assert c.mix.mixup_alpha == mixup and c.mix.cutmix_alpha == 0.0
+    assert (c.input.pp.randaug_ops, c.input.pp.randaug_magnitude) == randaug
+    assert c.input.mix.mixup_alpha == mixup and c.input.mix.cutmix_alpha == 0.0
     assert (c.model.dropout_rate, c.model.stochastic_depth_rate) == (.1, .1)
     o = c.optimizer
-    assert (o.name, o.lr, o.b1, o.b2) == ("adamw", 1e-3, 0.9, 0.999)
+    sch = c.schedule
+    assert (o.name, sch.lr, o.b1, o.b2) == ("adamw", 1e-3, 0.9, 0.999)
     # big_vision's absolute weight decay 1e-4 = 0.1 x the learning rate.
-    assert o.weight_decay * o.lr == pytest.approx(1e-4)
-    assert (o.warmup_steps, o.decay_type) == (10_000, "cosine")
-    assert c.batch_size == 4096 and c.grad_clip_norm == 1.0
-    assert c.loss == "sigmoid_xent" and c.model.head_bias_init == -10.0
-    assert c.pp.train == "pretrain" and c.image_size == 224
+    assert o.weight_decay * sch.lr == pytest.approx(1e-4)
+    assert (sch.warmup_steps, sch.decay_type) == (10_000, "cosine")
+    assert c.input.batch_size == 4096 and c.trainer.grad_clip_norm == 1.0
+    assert c.objective.loss == "sigmoid_xent"
+    assert c.model.head_bias_init == -10.0
+    assert c.input.pp.train == "pretrain" and c.model.image_size == 224
     assert c.model.pooling == "token" and c.model.posemb == "learn"
     assert c.model.representation_size is None
-    assert c.total_steps == math.ceil(300 * 14_147_122 / 4096)
-    assert load(I21K, "variant=B/16,do=0.0,sd=0.0,epochs=30").total_steps \
-        == math.ceil(30 * 14_147_122 / 4096)
+    assert c.trainer.total_steps == math.ceil(300 * 14_147_122 / 4096)
+    assert load(I21K, "variant=B/16,do=0.0,sd=0.0,epochs=30"
+                ).trainer.total_steps == math.ceil(30 * 14_147_122 / 4096)
     with pytest.raises((ValueError, flags.Error), match="aug setting"):
         load(I21K, "aug=heavy")
     with pytest.raises((ValueError, flags.Error), match="No AugReg model"):
@@ -56,22 +60,24 @@ def test_augreg_i21k_recipe(aug, randaug, mixup):
 
 def test_augreg_i1k_and_plain_vit_recipes():
     c = load(I1K, "variant=B/16,aug=medium2")
-    assert (c.dataset, c.eval_split) == ("imagenet2012", "validation")
-    assert (c.pp.randaug_ops, c.pp.randaug_magnitude) == (2, 15)
-    assert c.mix.mixup_alpha == 0.5 and c.batch_size == 4096
-    assert c.total_steps == math.ceil(300 * 1_268_355 / 4096)
-    assert c.loss == "sigmoid_xent" and c.model.head_bias_init == -6.9
+    assert (c.input.dataset, c.evals.test.split) == (
+        "imagenet2012", "validation")
+    assert (c.input.pp.randaug_ops, c.input.pp.randaug_magnitude) == (2, 15)
+    assert c.input.mix.mixup_alpha == 0.5 and c.input.batch_size == 4096
+    assert c.trainer.total_steps == math.ceil(300 * 1_268_355 / 4096)
+    assert c.objective.loss == "sigmoid_xent" and c.model.head_bias_init == -6.9
     p = load(PLAIN)
     m = p.model
     assert (m.variant, m.pooling, m.posemb) == ("S/16", "gap", "sincos2d")
     assert (m.dropout_rate, m.stochastic_depth_rate) == (0.0, 0.0)
     assert m.representation_size == 384
-    assert p.batch_size == 1024
-    assert p.total_steps == math.ceil(90 * 1_268_355 / 1024)
-    assert (p.pp.randaug_ops, p.pp.randaug_magnitude) == (2, 10)
-    assert p.mix.mixup_alpha == 0.2 and p.loss == "softmax_xent"
-    assert p.optimizer.weight_decay * p.optimizer.lr == pytest.approx(1e-4)
-    assert load(PLAIN, "epochs=300").total_steps == math.ceil(
+    assert p.input.batch_size == 1024
+    assert p.trainer.total_steps == math.ceil(90 * 1_268_355 / 1024)
+    assert (p.input.pp.randaug_ops, p.input.pp.randaug_magnitude) == (2, 10)
+    assert p.input.mix.mixup_alpha == 0.2
+    assert p.objective.loss == "softmax_xent"
+    assert p.optimizer.weight_decay * p.schedule.lr == pytest.approx(1e-4)
+    assert load(PLAIN, "epochs=300").trainer.total_steps == math.ceil(
         300 * 1_268_355 / 1024)
 
 
@@ -81,14 +87,16 @@ def test_augreg_finetune_recipe():
     assert c.init.model == augreg.url(
         "B_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0")
     o = c.optimizer
-    assert (o.name, o.momentum, o.weight_decay, o.lr) == (
+    sch = c.schedule
+    assert (o.name, o.momentum, o.weight_decay, sch.lr) == (
         "sgd", 0.9, 0.0, 0.03)
-    assert (c.image_size, c.pp.resize_size, c.total_steps) == (
+    assert (c.model.image_size, c.input.pp.resize_size,
+            c.trainer.total_steps) == (
         384, 448, 20_000)
     small = load(FINETUNE, "name=R_Ti_16-i21k-300ep-lr_0.001-aug_none-wd_"
                  "0.03-do_0.0-sd_0.0,dataset=cifar100,res=224")
     assert small.model.variant == "R+Ti/16"
-    assert (small.image_size, small.pp.resize_size) == (224, 261)
+    assert (small.model.image_size, small.input.pp.resize_size) == (224, 261)
     with pytest.raises((ValueError, flags.Error),
                        match="pre-trained AugReg file"):
         load(FINETUNE, "name=ViT-B_16")
@@ -139,14 +147,14 @@ def test_augreg_finetune_runs_from_a_file_named_like_augreg(tmp_path):
     weights.save_npz(source, npz)
     config = load(FINETUNE, f"init={npz},dataset=cifar10,res=64")
     assert config.model.variant == "R+Ti/16" and config.init.model == npz
-    config.update(dict(
+    tiny.set_fields(config, dict(
         batch_size=4, eval_batch_size=4, total_steps=2, steps_per_loop=1,
         log_every_steps=1, eval_every_steps=0, checkpoint_every_steps=0,
         jit_compile=False, shuffle_buffer=8, train_split="train",
         val_split="test", eval_split="test", cache_train=False,
     ))
-    config.optimizer.warmup_steps = 1
-    config.pp.resize_size = None
+    config.schedule.warmup_steps = 1
+    config.input.pp.resize_size = None
     metrics = _mock(train_lib.train_and_evaluate, config,
                     str(tmp_path / "ft"))
     assert metrics["steps"] == 2 and math.isfinite(metrics["test_loss"])

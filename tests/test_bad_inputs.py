@@ -23,8 +23,8 @@ from PIL import Image
 
 import keras_vit
 from keras_vit import optim
-from keras_vit.checkpoint import torch_pickle
 from keras_vit.checkpoint import weights as checkpoint
+from keras_vit.checkpoint.formats import torch_pickle
 from keras_vit.data import pipeline as input_pipeline
 from keras_vit.data import sources, vtab
 from keras_vit.errors import UsageError
@@ -42,17 +42,17 @@ def config(**overrides):
     c = tiny.digits_base()
     c.model.update(dict(hidden_size=16, mlp_dim=16, num_layers=1,
                         num_heads=2))
-    c.update(dict(batch_size=8, total_steps=2, steps_per_loop=2,
-                  log_every_steps=2, eval_every_steps=0,
-                  checkpoint_every_steps=0, jit_compile=False))
-    c.optimizer.warmup_steps = 0
+    tiny.set_fields(c, dict(batch_size=8, total_steps=2, steps_per_loop=2,
+                            log_every_steps=2, eval_every_steps=0,
+                            checkpoint_every_steps=0, jit_compile=False))
+    c.schedule.warmup_steps = 0
     return tiny.set_fields(c, overrides)
 
 
 def folder_config(root, **overrides):
     overrides = dict(dict(image_size=16), **overrides)
     c = config(dataset="folder", data_dir=str(root), **overrides)
-    c.pp.resize_size = None
+    c.input.pp.resize_size = None
     return c
 
 
@@ -126,7 +126,8 @@ def _through_pipeline(tmp_path, name, data, image_size):
     with open(root / "train" / "x" / name, "wb") as f:
         f.write(data)
     c = folder_config(root, image_size=image_size)
-    (images, _, _), = input_pipeline.eval_dataset(c, "train", 1).take(1)
+    (images, _, _), = input_pipeline.eval_dataset(
+        *tiny.pipeline(c), "train", 1).take(1)
     return (images.numpy()[0] + 1.0) * 127.5
 
 
@@ -206,7 +207,7 @@ def test_empty_class_folder(tmp_path):
     with open(f"{root}/train/c/readme.txt", "w") as f:
         f.write("images go here")
     with pytest.raises(ValueError) as info:
-        sources.dataset_info(folder_config(root))
+        sources.dataset_info(folder_config(root).input)
     check_error("empty_class_folder", info.value)
     assert f"{root}/train/c" in str(info.value)
 
@@ -371,6 +372,45 @@ def test_hostile_model_files_are_refused_in_one_line(tmp_path, monkeypatch):
         check_error(case_id, info.value)
 
 
+@covers("link_out_of_folder", "hf_refs_escape", "keras_config_bomb",
+        "npz_member_bomb", "keras_user_model", "keras_not_a_model",
+        "keras_truncated", "npz_complex", "timm_qkv_bias_stray",
+        "timm_zero_std")
+def test_links_bombs_and_other_models_are_refused_in_one_line(
+        tmp_path, monkeypatch):
+    # In-process, through the user's function (the child-process test of
+    # tests/test_torch_pickle.py reads the same files with memory measured).
+    folder = str(tmp_path)
+    cases = {label: target for build in (
+        hostile_files.links_out, hostile_files.archive_bombs,
+        hostile_files.keras_not_vit, hostile_files.odd_configs)
+        for label, _, target in build(folder, 1)}
+    monkeypatch.setenv("KERAS_VIT_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE",
+                        os.path.join(folder, "hf", "hub"))
+    softmax = cases["control:keras_softmax"]
+    model = keras_vit.load_model(softmax)
+    assert type(model.layers[-1]).__name__ == "Softmax"
+    for case_id, label, load in (
+            ("link_out_of_folder", "link:weights", keras_vit.load_model),
+            ("hf_refs_escape", "link:refs_escape", keras_vit.load_model),
+            ("keras_config_bomb", "bomb:keras_config", keras_vit.load_model),
+            ("npz_member_bomb", "bomb:npz_extra", keras_vit.load_model),
+            ("keras_user_model", "control:keras_softmax",
+             keras_vit.checkpoint.loader.describe_source),
+            ("keras_not_a_model", "keras:layer_top", keras_vit.load_model),
+            ("keras_truncated", "keras:cut_short", keras_vit.load_model),
+            ("npz_complex", "dtype:complex", keras_vit.load_model),
+            ("timm_qkv_bias_stray", "config:timm_qkv_bias_false",
+             keras_vit.load_model),
+            ("timm_zero_std", "config:timm_zero_std", keras_vit.load_model)):
+        with pytest.raises(UsageError) as info:
+            load(cases[label])
+        assert "\n" not in str(info.value)
+        check_error(case_id, info.value)
+
+
 @covers("npz_other_variant")
 def test_npz_of_another_variant(tmp_path):
     path = str(tmp_path / "wide.npz")
@@ -479,3 +519,45 @@ def test_reliability_doc_is_current():
             "docs/reliability.md is stale: run "
             "python scripts/reliability_table.py"
         )
+
+
+@pytest.mark.slow
+def test_commands_refuse_a_users_keras_model_by_name(tmp_path):
+    # A .keras functional model of keras_vit's layers plus a Softmax:
+    # keras-vit-predict (it reads a ViT's logits), keras-vit-export (its
+    # features) and keras-vit-evaluate (its logits) each refuse it in one
+    # line naming the file and the Softmax layer, no traceback; the
+    # converter, which only re-saves it, keeps it as Keras saved it.
+    target = dict((label, path) for label, _, path in
+                  hostile_files.keras_not_vit(str(tmp_path), 1))[
+                      "control:keras_softmax"]
+    image = tmp_path / "x.png"
+    Image.fromarray(np.zeros((16, 16, 3), np.uint8)).save(image)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=root, CUDA_VISIBLE_DEVICES="",
+               TF_CPP_MIN_LOG_LEVEL="3")
+    for name, args in (
+            ("predict", [str(image)]),
+            ("export", [f"--export_dir={tmp_path}/exports"]),
+            ("evaluate", ["--mode=eval", "--dataset=digits"])):
+        code = (f"import sys; sys.argv[0] = 'keras-vit-{name}'; from "
+                f"keras_vit.commands.{name} import main; sys.exit(main())")
+        run = subprocess.run(
+            [sys.executable, "-c", code, f"--model={target}", *args],
+            capture_output=True, text=True, env=env, timeout=300)
+        assert run.returncode == 1, run.stderr[-2000:]
+        assert "Traceback" not in run.stderr, run.stderr[-2000:]
+        errors = [line for line in run.stderr.splitlines()
+                  if line.startswith(f"keras-vit-{name}: error:")]
+        assert len(errors) == 1, run.stderr[-2000:]
+        assert target in errors[0] and "'probs' (Softmax)" in errors[0]
+    assert not os.path.exists(tmp_path / "exports")
+    code = ("import sys; sys.argv[0] = 'keras-vit-convert'; from "
+            "keras_vit.commands.convert import main; sys.exit(main())")
+    out = tmp_path / "again.keras"
+    run = subprocess.run([sys.executable, "-c", code, f"--model={target}",
+                          f"--output={out}"], capture_output=True,
+                         text=True, env=env, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert type(keras_vit.load_model(str(out)).layers[-1]).__name__ == (
+        "Softmax")

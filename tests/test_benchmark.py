@@ -9,6 +9,7 @@ is.
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 
@@ -16,6 +17,7 @@ import keras
 import pytest
 
 import keras_vit
+import keras_vit.attention
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
@@ -219,7 +221,8 @@ def test_harness_runs_under_jax_without_tensorflow(tmp_path):
 def test_bad_arguments_name_the_fix(tmp_path, capsys):
     with pytest.raises(SystemExit):
         throughput.parse_args(["--mode", "fit", "--output", "x"])
-    assert "--mode must list train and/or infer" in capsys.readouterr().err
+    assert ("--mode must list some of train, train_jit, infer, infer_jit"
+            in capsys.readouterr().err)
     with pytest.raises(SystemExit, match="not divisible by patch size 8"):
         throughput.main(TINY_ARGS[:2] + [
             "--image_size", "36", "--patch_size", "8",
@@ -274,7 +277,7 @@ def test_compare_tree_times_another_checkout_beside_ours(
 LOOP_ARGS = [
     "--config=configs/digits.py", "--config.model.hidden_size=32",
     "--config.model.mlp_dim=64", "--config.model.num_layers=1",
-    "--config.batch_size=16", "--config.jit_compile=False",
+    "--config.input.batch_size=16", "--config.trainer.jit_compile=False",
     "--steps=2", "--repeats=1",
 ]
 
@@ -327,3 +330,172 @@ def test_loop_overhead_bad_flags_name_the_fix(tmp_path):
                           cwd=ROOT)
     assert proc.returncode != 0
     assert "--steps_per_loop takes integers" in proc.stderr
+
+
+def _part(mode, images_per_s, samples, note):
+    """One child's result of a --process_per_config run (the fields that
+    merge_results reads)."""
+    return {
+        "machine": {"cpu": "x", "load_average_end": [float(samples[0])]},
+        "sizes": {}, "keras_hub": "0.1", "forward_flops_per_image": 1e9,
+        "forward_flops_per_image_all_tokens": 2e9,
+        "ceiling": {"float32": {"flops_per_s": statistics.median(samples),
+                                "samples": samples,
+                                "flops_per_cpu_s": 1.0,
+                                "cpu_samples": [1.0] * len(samples),
+                                "size": 64}},
+        "rows": [{"backend": "jax", "model": m, "mode": mode, "xla": True,
+                  "images_per_s": ips, "cpu_s_per_image": 1 / ips}
+                 for m, ips in (("keras_vit", images_per_s),
+                                ("keras_hub", images_per_s / 2))],
+        "notes": ["keras-hub says hello", note],
+    }
+
+
+def test_each_configuration_runs_in_its_own_process(monkeypatch):
+    """--process_per_config: one child per (mode, XLA setting), given what
+    is left of the deadline; the rows merged in order, against one matmul
+    ceiling over every child's samples; a failed child said and counted,
+    a configuration past the deadline skipped."""
+    calls = []
+    parts = {"train": _part("train", 10.0, [100e9, 300e9], "a"),
+             "infer": _part("infer", 40.0, [200e9], "b")}
+
+    def run_script(script, argv, env=None):
+        calls.append((os.path.basename(script), list(argv)))
+        mode = argv[argv.index("--mode", len(argv) - 6) + 1]
+        return parts.get(mode, {"error": "exit code 1"})
+
+    monkeypatch.setattr(throughput, "run_script", run_script)
+    argv = TINY_ARGS + ["--mode", "train,infer_jit,infer", "--xla", "on",
+                        "--deadline", "100", "--jax",
+                        "--process_per_config", "--output", "x"]
+    args = throughput.parse_args(argv)
+    monkeypatch.setattr(throughput, "START", throughput.time.monotonic())
+    result = throughput.run_per_config(argv, args)
+    assert [c[0] for c in calls] == ["throughput.py"] * 3
+    for (_, child), mode in zip(calls, ("train", "infer_jit", "infer")):
+        assert "--process_per_config" not in child and "--jax" not in child
+        # The child's own configuration comes last, so argparse takes it.
+        assert child[-6:-1] == ["--mode", mode, "--xla", "on", "--deadline"]
+        assert 99 < float(child[-1]) <= 100
+    assert [(r["mode"], r["model"]) for r in result["rows"]] == [
+        ("train", "keras_vit"), ("train", "keras_hub"),
+        ("infer", "keras_vit"), ("infer", "keras_hub")]
+    ceiling = result["ceiling"]["float32"]
+    assert ceiling["samples"] == [100e9, 300e9, 200e9]
+    assert ceiling["flops_per_s"] == 200e9
+    train, _, infer, _ = result["rows"]  # MFU against the merged ceiling
+    assert train["mfu"] == pytest.approx(3e9 * 10 / 200e9)
+    assert infer["mfu"] == pytest.approx(1e9 * 40 / 200e9)
+    assert train["vs_keras_hub"] == infer["vs_keras_hub"] == 2.0
+    assert result["machine"]["load_average_end"] == [200e9]  # the last
+    assert result["notes"] == [
+        "keras-hub says hello", "a", "b",
+        "infer_jit xla=True: its process failed (exit code 1)"]
+    assert result["failed_configs"] == 1
+    # Past the deadline, what is left is skipped (the first still runs).
+    calls.clear()
+    monkeypatch.setattr(throughput, "START",
+                        throughput.time.monotonic() - 1000)
+    result = throughput.run_per_config(argv, args)
+    assert len(calls) == 1 and calls[0][1][-1] == "0.001"
+    assert [n for n in result["notes"] if "skipped" in n] == [
+        "infer_jit xla=True: skipped, --deadline 100 s passed",
+        "infer xla=True: skipped, --deadline 100 s passed"]
+    # Refused in this process, not in each child.
+    with pytest.raises(SystemExit, match="not divisible"):
+        throughput.run_per_config([], throughput.parse_args(
+            TINY_ARGS[:2] + ["--image_size", "36", "--patch_size", "8",
+                             "--output", "x"]))
+
+
+def test_the_library_attention_of_a_run_is_recorded(monkeypatch):
+    """A run records whether keras_vit took cuDNN's fused attention by the
+    library's own rule: never off JAX, and on JAX where its check says."""
+    args = throughput.parse_args(TINY_ARGS + ["--dtype", "bfloat16",
+                                              "--output", "x"])
+    monkeypatch.setattr(keras_vit.attention, "fused_attention", None)
+    assert throughput.library_attention(TINY, args) == "one_path"
+
+    class Rule:
+        @staticmethod
+        def usable(dtype, head_dim):
+            return (dtype, head_dim) == ("bfloat16", 16)
+
+    monkeypatch.setattr(keras_vit.attention, "fused_attention", Rule)
+    assert throughput.library_attention(TINY, args) == "fused"
+    args.dtype = "float32"
+    assert throughput.library_attention(TINY, args) == "one_path"
+
+
+class _Compiled:
+    def __init__(self, text):
+        self.text = text
+
+    def as_text(self):
+        if self.text is None:
+            raise RuntimeError("no text")
+        return self.text
+
+
+def test_cudnn_attention_calls_are_counted_in_the_compiled_step():
+    with open(os.path.join(ROOT, "tests", "fixtures", "hlo",
+                           "gpu_train_step.txt"), encoding="utf-8") as f:
+        module = f.read()
+    count = throughput.cudnn_attention_calls
+    assert count(_Compiled(module)) == {"__cudnn$fmhaSoftmax": 1}
+    backward = module.replace("fmhaSoftmax", "fmhaSoftmaxBackward")
+    assert count(_Compiled(module + backward)) == {
+        "__cudnn$fmhaSoftmax": 1, "__cudnn$fmhaSoftmaxBackward": 1}
+    assert count(_Compiled("HloModule m\n")) == {}  # none: the portable path
+    assert count(_Compiled(None)) is None  # unknown
+
+
+_TRAIN_JIT = """
+import os, sys
+os.environ["KERAS_BACKEND"] = "jax"
+sys.path[:0] = [sys.argv[1], os.path.join(sys.argv[1], "benchmarks")]
+import argparse
+import keras, numpy as np
+import throughput
+
+args = argparse.Namespace(batch_size=2, image_size=32, num_classes=10)
+dims = dict(patch_size=8, hidden_size=32, num_layers=2, num_heads=2,
+            mlp_dim=64)
+import keras_vit
+a = keras_vit.create_model(None, num_classes=10, image_size=32, **dims)
+b = keras_vit.create_model(None, num_classes=10, image_size=32, **dims)
+b.set_weights(a.get_weights())
+initial = [v.numpy() for v in a.trainable_variables]
+recorder = throughput.CompiledMemory()
+train = throughput.make_step(a, "train", True, args)
+train_jit = throughput.make_step(b, "train_jit", True, args, recorder)
+for _ in range(2):
+    train()
+    train_jit()
+assert recorder.plan["temp"] > 0, recorder.plan
+assert recorder.cudnn_attention == {}, recorder.cudnn_attention
+# The compiled step's state, after two steps, is Keras's.
+got = train_jit.state[0][0]
+want = [v.numpy() for v in a.trainable_variables]
+worst = max(float(np.max(np.abs(np.asarray(g) - w)))
+            for g, w in zip(got, want))
+moved = max(float(np.max(np.abs(w - i))) for w, i in zip(want, initial))
+assert worst <= 1e-6 and moved > 1e-4, (worst, moved)  # lr 1e-4, 2 steps
+print("ok", worst, moved)
+"""
+
+
+@pytest.mark.slow
+def test_train_jit_takes_the_step_train_on_batch_takes(tmp_path):
+    """--mode train_jit: the compiled step with its state on the device
+    updates the weights as Keras's train_on_batch does (two AdamW steps,
+    float32, on the CPU under JAX), and its memory plan is recorded."""
+    script = tmp_path / "train_jit.py"
+    script.write_text(_TRAIN_JIT)
+    proc = subprocess.run([sys.executable, str(script), ROOT],
+                          capture_output=True, text=True, timeout=600,
+                          env=dict(os.environ, KERAS_BACKEND="jax"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip().startswith("ok")

@@ -14,9 +14,9 @@ import pytest
 import scipy.ndimage
 
 from keras_vit import create_model
-from keras_vit.checkpoint import npz_layout
 from keras_vit.checkpoint import posemb as posemb_lib
 from keras_vit.checkpoint import weights as checkpoint
+from keras_vit.checkpoint.formats import npz_layout
 from keras_vit.checkpoint.resolution import rebuild_at_resolution
 from tests import numpy_reference as ref
 

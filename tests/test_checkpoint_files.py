@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from keras_vit import create_model
-from keras_vit.checkpoint import npz as checkpoint_io
 from keras_vit.checkpoint import weights as checkpoint
+from keras_vit.checkpoint.formats import npz as checkpoint_io
 from keras_vit.commands import convert
 from keras_vit.commands import flags as cli_flags
 from keras_vit.errors import UsageError

@@ -100,9 +100,9 @@ def test_a_worker_that_never_comes_is_named_after_the_timeout(
     assert 1.0 <= waited < 5
     assert str(info.value) == (
         f"worker 2 ({three_workers[2]}) of TF_CONFIG did not come up within "
-        "1 s (config.connect_timeout_s): start the same command on every "
-        "worker of TF_CONFIG, check that their addresses are reachable from "
-        "here, or raise config.connect_timeout_s."
+        "1 s (config.trainer.connect_timeout_s): start the same command on "
+        "every worker of TF_CONFIG, check that their addresses are reachable "
+        "from here, or raise config.trainer.connect_timeout_s."
     )
     assert info.value.exit_code == 1
     waiting = [r.getMessage() for r in caplog.records

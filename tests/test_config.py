@@ -1,4 +1,4 @@
-"""The one config schema (keras_vit/config.py): every configs/*.py file is
+"""The one config schema (keras_vit/config_schema.py): every configs/*.py file is
 the base with overrides, unknown fields are errors that name the closest
 real one, the code reads fields directly, and old run directories load with
 the defaults of fields they predate."""
@@ -7,15 +7,17 @@ import json
 import os
 import re
 
+import ml_collections
 import pytest
 from absl import flags
 from ml_collections import config_flags
 
 from keras_vit import config as config_lib
 from keras_vit import optim
-from keras_vit.checkpoint import workdir as wd
 from keras_vit.commands import flags as cli
+from keras_vit.config_schema import EVALUATORS, evaluator
 from keras_vit.errors import UsageError
+from keras_vit.storage import workdir as wd
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIGS = os.path.join(ROOT, "configs")
@@ -70,18 +72,26 @@ def load(name, arg=None, *overrides, flag_values=None):
 def test_every_configs_file_is_listed():
     assert sorted(ARGS) == sorted(
         f for f in os.listdir(CONFIGS)
-        if f.endswith(".py") and f != "__init__.py"
+        if f.endswith(".py") and not f.startswith("_")
     )
+
+
+def _fields_but_evaluators(config):
+    return [n for n in config_lib.field_names(config)
+            if not n.startswith("evals.") or n.startswith("evals.test.")]
 
 
 @pytest.mark.parametrize("name,arg", CASES)
 def test_configs_file_loads_with_exactly_the_base_fields(name, arg):
-    """No config adds a field the base lacks, or drops one."""
+    """No config adds a field the base lacks, or drops one; an evaluator
+    it adds has exactly its type's fields."""
     config = load(name, arg)
     assert config.is_locked
-    assert config_lib.field_names(config) == config_lib.field_names(
-        config_lib.base_config()
-    )
+    assert _fields_but_evaluators(config) == _fields_but_evaluators(
+        config_lib.base_config())
+    for key, entry in config.evals.items():
+        want = evaluator(entry.type)
+        assert sorted(entry.keys()) == sorted(want.keys()), key
 
 
 def test_base_is_locked_and_comments_every_field():
@@ -93,41 +103,64 @@ def test_base_is_locked_and_comments_every_field():
         lines = f.read().splitlines()
     body = lines[lines.index("def base_config() -> ml_collections."
                              "ConfigDict:"):]
-    fields = 0
+    fields = {"c": 0, "e": 0}
     for i, line in enumerate(body):
-        if re.match(r"    c\.[\w.]+ = ", line):
-            fields += 1
-            # A comment above, or another field of the same commented group.
-            assert body[i - 1].startswith(("    #", "    c.")), line
-    # Every field is assigned once.
-    assert fields == len(config_lib.field_names(base))
+        match = re.match(r"    ([ce])\.[\w.]+ = ", line)
+        if match:
+            fields[match.group(1)] += 1
+            # A comment above, another field of the same commented group,
+            # or a section's first line after a blank one.
+            assert body[i - 1].startswith(("    #", "    c.", "    e.")) or (
+                body[i - 1] == "" and "ConfigDict()" in line), line
+    # Every field is assigned once: the base's, and each evaluator type's.
+    assert fields["c"] == len([n for n in config_lib.field_names(base)
+                               if not n.startswith("evals.")]) + 1
+    assert fields["e"] == sum(
+        len(config_lib.field_names(evaluator(k))) for k in EVALUATORS)
+
+
+def test_the_top_level_is_sections_and_the_seed():
+    """At most four top-level scalars (the seed); everything else is a
+    section handed to its component."""
+    base = config_lib.base_config()
+    scalars = [k for k, v in base.items()
+               if not isinstance(v, ml_collections.ConfigDict)]
+    assert scalars == ["seed"]
+    assert set(base.keys()) == {
+        "seed", "model", "init", "input", "objective", "optimizer",
+        "schedule", "trainer", "checkpoints", "log", "evals", "export"}
 
 
 def test_misspelt_field_in_code_names_the_closest():
     config = load("digits.py")
     with pytest.raises(AttributeError) as e:
-        config.totl_steps = 3
+        config.trainer.totl_steps = 3
     assert 'Did you mean "total_steps" instead of "totl_steps"?' in str(
         e.value)
     with pytest.raises(AttributeError) as e:
         config.optimizer.momentun = 0.5
     assert 'Did you mean "momentum"' in str(e.value)
     with pytest.raises(AttributeError) as e:
-        config.totl_steps  # reading one too
+        config.trainer.totl_steps  # reading one too
     assert 'Did you mean "total_steps"' in str(e.value)
 
 
 @pytest.mark.parametrize("override,says", [
-    ("--config.totl_steps=3",
+    ("--config.trainer.totl_steps=3",
      "unknown config field 'totl_steps'. Did you mean \"total_steps\" "
      "instead of \"totl_steps\"?"),
+    ("--config.totl_steps=3",
+     "config.totl_steps is not a config field; did you mean "
+     "config.trainer.total_steps?"),
     ("--config.resize_size=32",
      "config.resize_size is not a config field; did you mean "
-     "config.pp.resize_size?"),
+     "config.input.pp.resize_size?"),
     ("--config.model.weight_decay=0.1",
      "did you mean config.optimizer.weight_decay?"),
     ("--config.optimizer.learning_rate=0.1",
-     "config.optimizer has: b1, b2, decay_type, end_lr, lr,"),
+     "config.optimizer has: b1, b2, momentum, name, nesterov, no_decay,"),
+    ("--config.schedule.learning_rate=0.1",
+     "config.schedule has: decay_type, end_lr, lr, warmup_steps."),
 ])
 def test_misspelt_field_on_the_command_line_names_the_closest(
     override, says, monkeypatch
@@ -144,15 +177,17 @@ def test_misspelt_field_on_the_command_line_names_the_closest(
 
 
 def test_complete_lays_values_over_the_defaults():
-    c = config_lib.complete({"total_steps": 5, "pp": {"flip": False},
-                             "model": {"resnet_layers": [3, 4, 9]},
-                             "image_size": [32, 48]})
-    assert c.is_locked and c.total_steps == 5 and not c.pp.flip
-    assert c.pp.train == "finetune"  # a default
+    c = config_lib.complete({"trainer": {"total_steps": 5},
+                             "input": {"pp": {"flip": False}},
+                             "model": {"resnet_layers": [3, 4, 9],
+                                       "image_size": [32, 48]}})
+    assert c.is_locked and c.trainer.total_steps == 5 and not c.input.pp.flip
+    assert c.input.pp.train == "finetune"  # a default
     assert c.model.resnet_layers == (3, 4, 9)  # JSON list -> tuple
-    assert tuple(c.image_size) == (32, 48)  # (height, width) allowed
+    assert tuple(c.model.image_size) == (32, 48)  # (height, width) allowed
     opt = config_lib.complete({"name": "sgd"}, "optimizer")
-    assert (opt.name, opt.momentum, opt.lr) == ("sgd", 0.9, 1e-3)
+    assert (opt.name, opt.momentum) == ("sgd", 0.9)
+    assert config_lib.complete({}, "schedule").lr == 1e-3
     with pytest.raises(ValueError, match=r"did you mean config\.optimizer"
                        r"\.momentum\?"):
         config_lib.complete({"momentun": 0.5}, "optimizer")
@@ -168,14 +203,19 @@ def test_optimizer_config_with_an_unknown_field_is_refused():
                                10)
 
 
+EARLIER = os.path.join(ROOT, "tests", "fixtures", "earlier")
+
+
 def _old_run_config():
-    """A digits run's config.json as written before some fields existed
-    (no pp.eval_resize_size, export, skip_nonfinite, resnet fields)."""
-    config = load("digits.py").to_dict()
+    """A digits run's config.json as an earlier version wrote it (the flat
+    fields, tests/fixtures/earlier/), from before some fields existed (no
+    pp.eval_resize_size, export, skip_nonfinite, resnet fields)."""
+    with open(os.path.join(EARLIER, "workdir", wd.CONFIG)) as f:
+        config = json.load(f)
     del config["pp"]["eval_resize_size"], config["export"]
     del config["skip_nonfinite"], config["model"]["resnet_layers"]
     del config["model"]["resnet_width"], config["vtab"]
-    return json.loads(json.dumps(config))
+    return config
 
 
 def test_read_config_of_an_old_workdir_fills_the_defaults(tmp_path):
@@ -183,12 +223,12 @@ def test_read_config_of_an_old_workdir_fills_the_defaults(tmp_path):
     saved["total_steps"] = 7
     wd.write_json(str(tmp_path / wd.CONFIG), saved)
     config = wd.read_config(str(tmp_path))
-    assert config.is_locked and config.total_steps == 7
-    assert config.pp.resize_size == 36 and config.pp.eval_resize_size is None
+    assert config.is_locked and config.trainer.total_steps == 7
+    assert config.input.pp.resize_size == 36
+    assert config.input.pp.eval_resize_size is None
     assert config.export.enabled is False and config.export.model_name
-    assert config.skip_nonfinite is False
+    assert config.trainer.skip_nonfinite is False
     assert config.model.resnet_layers is None
-    assert config.vtab.tasks == "all"
     assert tuple(config.optimizer.no_decay) == tuple(
         config_lib.base_config().optimizer.no_decay)
     assert config_lib.field_names(config) == config_lib.field_names(
@@ -213,7 +253,7 @@ def test_read_config_without_a_config_says_so(tmp_path):
 
 
 # A `.get(` on a config, a section of one, or a dict of one: the default
-# would live outside keras_vit/config.py.
+# would live outside keras_vit/config_schema.py.
 _CONFIG_GET = re.compile(
     r"(?<![\w.])(config|cfg|opt_config|data_config|dataset_config|opts|"
     r"sweep|init|export|base|run|pp|model)(\.\w+)*\.get\("

@@ -24,7 +24,8 @@ from tests.test_accelerator import _NO_TENSORFLOW  # noqa: E402
 
 # A training step's module as XLA's GPU compiler prints it after
 # optimization (abridged): a Triton GEMM fusion, cuBLAS and cuDNN custom
-# calls, loop fusions, a dot two fusions down, a copy.
+# calls (attention, the patch embedding's convolution and its filter
+# gradient), loop fusions, a dot two fusions down, a copy.
 with open(os.path.join(ROOT, "tests", "fixtures", "hlo",
                        "gpu_train_step.txt"), encoding="utf-8") as _f:
     GPU_MODULE = _f.read()
@@ -36,6 +37,10 @@ def test_a_gpu_module_is_read_by_opcode_target_and_fused_body():
         "gemm_fusion_dot.3": ("matmul", "forward"),
         "custom-call.7": ("matmul", "backward"),
         "custom-call.8": ("attention", "forward"),
+        # cuDNN's convolutions are matmul work (the first GPU profile
+        # counted them as elementwise).
+        "cudnn-conv-bias-activation.3": ("matmul", "forward"),
+        "cudnn-conv.3": ("matmul", "backward"),
         "loop_multiply_fusion": ("elementwise", "forward"),
         "transpose_fusion": ("layout", "update and other"),
         "nested": ("matmul", "update and other"),  # a dot two calls down
@@ -90,12 +95,46 @@ def test_it_refuses_another_backend_by_name():
     assert "runs under KERAS_BACKEND=jax" in proc.stderr
 
 
+def test_each_model_and_mode_is_profiled_in_its_own_process(monkeypatch):
+    """The parent runs this script once per (model, mode), with XLA's
+    flags as it was given them (each child dumps its own HLO), keeps the
+    rows in order, and leaves out (and says) what failed."""
+    calls = []
+
+    def run_script(script, argv, env=None):
+        calls.append((os.path.basename(script), argv, env))
+        model, mode = argv[-3], argv[-1]
+        if (model, mode) == ("keras_hub", "infer"):
+            return {"error": "exit code 1"}
+        return {"rows": [{"model": model, "mode": mode}],
+                "machine": {"cpu": model + mode}}
+
+    monkeypatch.setattr(device_profile.throughput, "run_script", run_script)
+    monkeypatch.setattr(device_profile, "XLA_FLAGS", None)
+    notes = []
+    pairs = [("keras_vit", "train"), ("keras_hub", "train"),
+             ("keras_vit", "infer"), ("keras_hub", "infer")]
+    rows, machine = device_profile.profile_in_children(
+        ["--steps", "2", "--models", "keras_vit,keras_hub"], pairs, notes)
+    assert [(r["model"], r["mode"]) for r in rows] == pairs[:3]
+    assert machine == {"cpu": "keras_vittrain"}  # the first child's
+    assert notes == ["keras_hub infer: its process failed (exit code 1)"]
+    for (script, argv, env), (model, mode) in zip(calls, pairs):
+        assert script == "device_profile.py"
+        # The child's own pair comes last, so argparse takes it.
+        assert argv[-4:] == ["--models", model, "--modes", mode]
+        assert env == {"XLA_FLAGS": None}  # unset, as it was
+    with pytest.raises(SystemExit, match="No profile was made"):
+        device_profile.profile_in_children(
+            [], [("keras_hub", "infer")], [])
+
+
 @pytest.mark.slow
 def test_profile_command_end_to_end_at_tiny_sizes(tmp_path):
     """`benchmarks/accelerator.sh --smoke --profile` with TensorFlow
-    unimportable: every traced op of the training step is found in the
-    dumped HLO, the forward and backward matmuls are seen, and the
-    phase-by-kind table adds up to the op time."""
+    unimportable: each model and mode profiled in its own process, every
+    traced op of a step found in the dumped HLO, the forward and backward
+    matmuls seen, and the phase-by-kind table adding up to the op time."""
     guard = tmp_path / "guard"
     guard.mkdir()
     (guard / "sitecustomize.py").write_text(_NO_TENSORFLOW)
@@ -113,21 +152,34 @@ def test_profile_command_end_to_end_at_tiny_sizes(tmp_path):
         result = json.load(f)
     md = (out / f"{name}.md").read_text()
     assert result["args"]["dtype"] == "bfloat16"
-    assert result["rows"][0]["model"] == "keras_vit"
+    assert result["args"]["one_process"] is False
+    assert "Each model and mode in a fresh process." in md
+    models = [r["model"] for r in result["rows"]]
+    assert [(r["model"], r["mode"]) for r in result["rows"]] == [
+        (m, mode) for mode in ("train", "infer") for m in models[:len(
+            models) // 2]]
+    assert models[0] == "keras_vit"
     for row in result["rows"]:
         assert row["planes"] == ["/host:CPU"]
         assert row["events"] > 0 and row["events_unmatched"] == 0
         table = row["seconds_per_step"]
         assert set(table) == set(device_profile.PHASES)
         assert table["forward"]["matmul"] > 0
-        assert table["backward"]["matmul"] > 0
+        if row["mode"] == "train":
+            assert table["backward"]["matmul"] > 0
+            assert any("jvp(" in r["op_name"] for r in row["top"])
+        else:  # an inference step is all forward pass
+            assert not any(table["backward"].values())
+            assert not any(table["update and other"].values())
         total = sum(sum(kinds.values()) for kinds in table.values())
         assert total == pytest.approx(row["op_seconds_per_step"])
         assert row["top"] and all(r["seconds"] > 0 for r in row["top"])
-        assert any("jvp(" in r["op_name"] for r in row["top"])
-        assert f"| {row['model']} | " in md
+        assert isinstance(row["custom_call_seconds"], dict)
+        assert f"| {row['model']} | {row['mode']} | " in md
     assert "instructions that took longest" in md
-    # The HLO dump and the trace are temporary; nothing is left behind
+    # The HLO dumps and the traces are temporary; nothing is left behind
     # in the output folder but the results and the log.
     assert sorted(os.listdir(out)) == sorted(
-        ["accelerator.log", f"{name}.json", f"{name}.md"])
+        ["accelerator.log", f"{name}.json", f"{name}.md"]
+        + [f"attention_kernels_b16_{tag}.{ext}"
+           for tag in ("224_b128", "384_b32") for ext in ("json", "md")])

@@ -20,6 +20,7 @@ import tensorflow as tf
 from keras_vit import optim
 from keras_vit.errors import PREEMPTED_EXIT_CODE
 from keras_vit.training import cluster, distribute, loop, train_lib
+from tests import tiny
 from tests.strategies import two_cpu_mirrored
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -241,8 +242,9 @@ def test_tpu_vm_sigterm_saves_stops_and_resumes(tmp_path, monkeypatch,
 
     monkeypatch.setattr(distribute, "is_tpu", lambda strategy: True)
     monkeypatch.setattr(loop, "_Preemption", _SigtermAfterFirstLoop)
-    config = digits_config(total_steps=12, steps_per_loop=4,
-                           eval_every_steps=0, checkpoint_every_steps=0)
+    config = tiny.set_fields(digits_config(), {
+        "trainer.total_steps": 12, "trainer.steps_per_loop": 4,
+        "evals.test.every_steps": 0, "checkpoints.every_steps": 0})
     workdir = str(tmp_path / "run")
     with caplog.at_level("INFO", logger="absl"):
         stopped = train_lib.train_and_evaluate(config, workdir)
@@ -385,13 +387,14 @@ TOTAL = 150
 TRAIN_PY = [
     os.path.join(ROOT, "train.py"),
     "--config=" + os.path.join(ROOT, "configs", "digits.py"),
-    "--config.image_size=16", "--config.pp.resize_size=18",
+    "--config.model.image_size=16", "--config.input.pp.resize_size=18",
     "--config.model.num_layers=1", "--config.model.hidden_size=16",
     "--config.model.mlp_dim=16", "--config.model.num_heads=2",
-    f"--config.total_steps={TOTAL}", "--config.steps_per_loop=2",
-    "--config.log_every_steps=2", "--config.eval_every_steps=0",
-    "--config.checkpoint_every_steps=0", "--config.batch_size=16",
-    "--config.jit_compile=False", "--config.optimizer.warmup_steps=0",
+    f"--config.trainer.total_steps={TOTAL}",
+    "--config.trainer.steps_per_loop=2",
+    "--config.log.every_steps=2", "--config.evals.test.every_steps=0",
+    "--config.checkpoints.every_steps=0", "--config.input.batch_size=16",
+    "--config.trainer.jit_compile=False", "--config.schedule.warmup_steps=0",
     "--strategy=auto",
 ]
 

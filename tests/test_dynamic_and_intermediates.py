@@ -450,11 +450,11 @@ def test_intermediate_errors_name_the_fix():
 
 # ----------------------------------------------------------- few-shot
 def test_fewshot_probe_of_a_chosen_block():
-    from keras_vit.config import base_config
+    from keras_vit.config_schema import evaluator
     from keras_vit.evaluation import fewshot
 
-    assert base_config().fewshot.layer is None
-    assert base_config().fewshot.layer_norm is True
+    assert evaluator("fewshot").layer is None
+    assert evaluator("fewshot").layer_norm is True
     model = keras_vit.create_model(
         None, num_classes=10, image_size=32, patch_size=8, hidden_size=32,
         num_layers=2, num_heads=2, mlp_dim=64, head_zero_init=False,
@@ -470,8 +470,8 @@ def test_fewshot_probe_of_a_chosen_block():
     np.testing.assert_allclose(block0, want[0][:, 0], rtol=0, atol=1e-5)
     data = fewshot.FewShotData("digits", "digits", "train", "test")
     results, not_run = fewshot.run(
-        model, [data], shots=(5,), seeds=(0,), image_size=32,
-        resize_size=36, batch_size=200, layer=0,
+        model, dict(shots=(5,), seeds=(0,), batch_size=200, layer=0),
+        [data], image_size=32, resize_size=36,
     )
     assert not_run == {}
     assert 0.0 <= results["digits"]["5"]["mean"] <= 1.0

@@ -19,25 +19,27 @@ import tensorflow_datasets as tfds
 from keras_vit import config as config_lib
 from keras_vit import create_model
 from keras_vit.checkpoint import loader as pretrained
-from keras_vit.checkpoint import npz as checkpoint_io
 from keras_vit.checkpoint import weights as checkpoint
+from keras_vit.checkpoint.formats import npz as checkpoint_io
 from keras_vit.checkpoint.resolution import rebuild_at_resolution
 from keras_vit.commands import evaluate as evaluate_main
+from keras_vit.data import pipeline as input_pipeline
 from keras_vit.data import preprocessing
 from keras_vit.data.sources import digits_split
 from keras_vit.evaluation import reports, vtab_run
 from keras_vit.scoring.evaluator import Evaluator
 from keras_vit.training import train_lib
+from tests import tiny as tiny_configs
 from tests.strategies import two_cpu_mirrored
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VTAB_CONFIG = os.path.join(ROOT, "configs", "vtab.py")
 FEWSHOT_CONFIG = os.path.join(ROOT, "configs", "fewshot.py")
 TINY_VTAB = [
-    "--config.image_size=32", "--config.batch_size=4",
-    "--config.eval_batch_size=4", "--config.total_steps=1",
-    "--config.steps_per_loop=1", "--config.checkpoint_every_steps=0",
-    "--config.jit_compile=False", "--config.shuffle_buffer=8",
+    "--config.model.image_size=32", "--config.input.batch_size=4",
+    "--config.evals.test.batch_size=4", "--config.trainer.total_steps=1",
+    "--config.trainer.steps_per_loop=1", "--config.checkpoints.every_steps=0",
+    "--config.trainer.jit_compile=False", "--config.input.shuffle_buffer=8",
 ]
 MOCK = dict(num_examples=4, policy=tfds.testing.MockPolicy.USE_CODE)
 
@@ -76,8 +78,10 @@ def direct_digits_metrics(model, size=32):
     }
 
 
-def digits_config(size=32):
-    return config_lib.complete(dict(dataset="digits", image_size=size))
+def digits_data(size=32):
+    """(config.input, RunInput) of the digits at `size`."""
+    return (config_lib.complete(dict(dataset="digits"), "input"),
+            input_pipeline.RunInput(image_size=size))
 
 
 @pytest.mark.parametrize("replicas", [1, 2])
@@ -93,7 +97,7 @@ def test_evaluate_model_equals_direct_computation(replicas):
         strategy, evaluated = None, model
     # 360 = 2 * 128 + 104: the last batch is padded, the padding masked.
     got = evaluate_main.evaluate_model(
-        evaluated, digits_config(), "test", 128, strategy, progress=True
+        evaluated, *digits_data(), "test", 128, strategy, progress=True
     )
     assert got["num_examples"] == 360
     for key in ("accuracy", "top5_accuracy"):
@@ -114,7 +118,7 @@ def test_evaluate_model_uses_the_trainers_evaluation_step():
 
     with mock.patch.object(Evaluator, "_eval_step_fn", spy):
         got = evaluate_main.evaluate_model(
-            tiny(), digits_config(), "test", 180, progress=False
+            tiny(), *digits_data(), "test", 180, progress=False
         )
     assert traced and got["num_examples"] == 360
 
@@ -128,10 +132,10 @@ def test_cli_eval_of_a_run_equals_its_own_final_metrics(tmp_path, capsys):
     config = module.get_config()
     config.model.update(hidden_size=32, num_layers=1, num_heads=2,
                         mlp_dim=64)
-    config.optimizer.warmup_steps = 1
-    config.update(total_steps=2, steps_per_loop=1, batch_size=32,
-                  jit_compile=False, eval_every_steps=0,
-                  checkpoint_every_steps=0, log_every_steps=1)
+    config.schedule.warmup_steps = 1
+    tiny_configs.set_fields(config, dict(
+        total_steps=2, steps_per_loop=1, batch_size=32, jit_compile=False,
+        eval_every_steps=0, checkpoint_every_steps=0, log_every_steps=1))
     workdir = str(tmp_path / "run")
     final = train_lib.train_and_evaluate(config, workdir)
     capsys.readouterr()
@@ -198,7 +202,7 @@ def test_cli_vtab_one_task(tmp_path, capsys):
     out = str(tmp_path / "out")
     with tfds.testing.mock_data(**MOCK):
         code = cli("--mode=vtab", f"--config={VTAB_CONFIG}", *TINY_VTAB,
-                   f"--config.data_dir={tmp_path}", f"--model={npz}",
+                   f"--config.input.data_dir={tmp_path}", f"--model={npz}",
                    f"--output_dir={out}", "--tasks=smallnorb_elev",
                    "--name=tiny")
     assert code == 0
@@ -215,10 +219,11 @@ def test_sweep_picks_the_best_pair_on_two_replicas(tmp_path):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     config = module.get_config()
-    config.update(image_size=32, batch_size=4, eval_batch_size=4,
-                  total_steps=1, steps_per_loop=1, checkpoint_every_steps=0,
-                  jit_compile=False, shuffle_buffer=8, data_dir=str(tmp_path))
-    config.vtab.sweep.update(enabled=True, lrs=(0.001, 0.5), steps=(1,))
+    tiny_configs.set_fields(config, dict(
+        image_size=32, batch_size=4, eval_batch_size=4, total_steps=1,
+        steps_per_loop=1, checkpoint_every_steps=0, jit_compile=False,
+        shuffle_buffer=8, data_dir=str(tmp_path)))
+    config.evals.vtab.sweep.update(enabled=True, lrs=(0.001, 0.5), steps=(1,))
     npz = str(tmp_path / "src.npz")
     checkpoint.save_npz(tiny(num_classes=3, image_size=16), npz)
     strategy = two_cpu_mirrored()
@@ -248,8 +253,10 @@ def test_cli_fewshot_on_digits(tmp_path, capsys):
     tiny(representation_size=16).save(path)
     out = str(tmp_path / "fs")
     code = cli("--mode=fewshot", f"--config={FEWSHOT_CONFIG}:digits",
-               "--config.image_size=32", "--config.pp.eval_resize_size=36",
-               "--config.fewshot.shots=(1,2)", "--config.fewshot.seeds=(0,)",
+               "--config.model.image_size=32",
+               "--config.input.pp.eval_resize_size=36",
+               "--config.evals.fewshot.shots=(1,2)",
+               "--config.evals.fewshot.seeds=(0,)",
                f"--model={path}", f"--output_dir={out}")
     assert code == 0
     saved = json.load(open(os.path.join(out, "fewshot.json")))
@@ -265,8 +272,8 @@ def test_keras_file_is_usable_as_a_vtab_source(tmp_path):
     path = str(tmp_path / "m.keras")
     model.save(path)
     info = pretrained.describe_source(pretrained.KerasSource(path))
-    assert info["num_classes"] == 10 and info["representation_size"] == 16
-    assert info["image_size"] == (16, 16)
+    assert info.num_classes == 10 and info.representation_size == 16
+    assert info.image_size == (16, 16)
     out = pretrained.write_backbone(pretrained.KerasSource(path),
                                     str(tmp_path / "b.npz"))
     arrays = checkpoint_io.read_npz(out.path)

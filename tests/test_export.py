@@ -501,6 +501,14 @@ def test_argument_errors(model, images, tmp_path):
     assert os.listdir(d) == []
 
 
+def test_unknown_option_is_refused_by_name(tmp_path):
+    # Refused before the model or the folder is looked at.
+    with pytest.raises(UsageError, match="unknown option\\(s\\) top_kk; "
+                                         "its options are model_name, "):
+        export_model(None, str(tmp_path), top_kk=3)
+    assert os.listdir(tmp_path) == []
+
+
 def test_missing_serving_api_is_named(model, tmp_path, monkeypatch):
     # None in sys.modules makes the import fail as if not installed.
     monkeypatch.setitem(

@@ -12,9 +12,9 @@ import pytest
 import tensorflow as tf
 
 from keras_vit import build
-from keras_vit.checkpoint import workdir as workdir_lib
 from keras_vit.commands import export as export_cli
 from keras_vit.export import files as export_files
+from keras_vit.storage import workdir as workdir_lib
 from tests import tiny
 from tests.test_export import (
     ROOT,
@@ -92,13 +92,12 @@ def test_cli_workdir_source(images, tmp_path, capsys):
     config = tiny.digits_base()
     config.model.update(hidden_size=32, num_layers=1, num_heads=2,
                         mlp_dim=64, head_zero_init=False)
-    config.pp.eval_resize_size = 40
+    config.input.pp.eval_resize_size = 40
     names = [f"digit {i}" for i in range(10)]
     # A workdir as a run leaves it: config, labels, a checkpoint.
     workdir = str(tmp_path / "run")
     keras.utils.set_random_seed(7)
-    trained = build.build_model(config, 10)
-    optimizer = build.build_optimizer(config)
+    trained, optimizer = build.build_run(config, 10)
     optimizer.build(trained.trainable_variables)
     workdir_lib.write_json(os.path.join(workdir, workdir_lib.CONFIG),
                            config.to_dict())

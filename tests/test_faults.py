@@ -27,10 +27,10 @@ import tensorflow as tf
 
 import keras_vit
 from keras_vit import optim
-from keras_vit.checkpoint import atomic
-from keras_vit.checkpoint import workdir as wd
 from keras_vit.commands import runner
 from keras_vit.data import pipeline as input_pipeline
+from keras_vit.storage import atomic
+from keras_vit.storage import workdir as wd
 from keras_vit.training import train_lib
 from keras_vit.training.trainer import Trainer
 from tests import tiny

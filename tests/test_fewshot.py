@@ -12,6 +12,7 @@ import pytest
 import tensorflow as tf
 
 from keras_vit import create_model, features_model
+from keras_vit.data import pipeline as input_pipeline
 from keras_vit.data import preprocessing
 from keras_vit.data.sources import digits_split
 from keras_vit.evaluation import fewshot
@@ -122,8 +123,8 @@ def test_evaluator_on_digits_matches_direct_computation():
     model = tiny_digits_model()
     data = fewshot.FewShotData("digits", "digits", "train", "test")
     results, not_run = fewshot.run(
-        model, [data], shots=(1, 5), seeds=(0, 1), image_size=32,
-        resize_size=36, batch_size=100,
+        model, dict(shots=(1, 5), seeds=(0, 1), batch_size=100), [data],
+        image_size=32, resize_size=36,
     )
     assert not_run == {}
     train_x, train_y = digits_features(model, "train")
@@ -144,14 +145,16 @@ def test_evaluator_on_digits_matches_direct_computation():
 
 def test_features_are_the_same_under_two_replicas():
     model = tiny_digits_model()
-    cfg = fewshot.FewShotData("d", "digits", "train", "test").config(32, 36)
-    one = fewshot.extract_features(features_model(model), cfg, "test", 64)
+    inp = fewshot.FewShotData("d", "digits", "train", "test").input(36)
+    run = input_pipeline.RunInput(image_size=32)
+    one = fewshot.extract_features(features_model(model), inp, run, "test",
+                                   64)
     strategy = two_cpu_mirrored()
     with strategy.scope():
         mirrored = tiny_digits_model()
     mirrored.set_weights(model.get_weights())
     two = fewshot.extract_features(
-        features_model(mirrored), cfg, "test", 64, strategy
+        features_model(mirrored), inp, run, "test", 64, strategy
     )
     ref_x, ref_y = digits_features(model, "test")
     assert one[0].shape == (360, 24) and two[0].shape == (360, 24)
@@ -172,13 +175,13 @@ def test_missing_data_is_reported_and_others_run(tmp_path):
         fewshot.FewShotData("digits", "digits", "train", "test"),
     ]
     results, not_run = fewshot.run(
-        model, sets, shots=(1,), seeds=(0,), image_size=32, resize_size=None,
-        batch_size=120, download=False,
+        model, dict(shots=(1,), seeds=(0,), batch_size=120), sets,
+        image_size=32, resize_size=None, download=False,
     )
     assert list(results) == ["digits"]
     assert "imagenet" in not_run and "tfds build imagenet2012" in not_run[
         "imagenet"
     ]
     with pytest.raises(ValueError, match="Unknown few-shot data set"):
-        fewshot.run(model, [fewshot.FewShotData("x", "no_such_set", "a",
-                                                "b")])
+        fewshot.run(model, {}, [fewshot.FewShotData("x", "no_such_set", "a",
+                                                    "b")])

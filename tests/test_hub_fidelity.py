@@ -17,7 +17,8 @@ import pytest
 import safetensors.numpy
 
 from keras_vit import VisionTransformer, create_model
-from keras_vit.checkpoint import hub, loader, posemb
+from keras_vit.checkpoint import loader, posemb
+from keras_vit.checkpoint.hub import reader as hub
 from keras_vit.errors import UsageError
 from tests.hub_fixtures import FIXTURES, assert_close, hub_source, run_model
 
@@ -38,6 +39,16 @@ from tests.hub_fixtures import FIXTURES, assert_close, hub_source, run_model
     ("timm_vit_no_mean_std", "logits"),
     # mlp_ratio 2.3 of width 16: an MLP int(36.8) = 36 wide.
     ("timm_vit_mlp_ratio", "logits"),
+    # qkv_bias false beside stored q/k/v biases: transformers ignores them.
+    ("hf_vit_qkv_bias_false_stray", "logits"),
+    # No num_attention_heads: ViTConfig's default, 12.
+    ("hf_vit_default_heads", "logits"),
+    # dynamic_img_pad at whole patches: nothing to pad.
+    ("timm_vit_dynamic_pad", "logits"),
+    # A 2-D patch kernel, reshaped by timm's checkpoint filter.
+    ("timm_vit_kernel_2d", "logits"),
+    # A training checkpoint: timm takes state_dict_ema (module. keys).
+    ("timm_vit_ema_checkpoint", "logits"),
 ])
 def test_outputs_equal_the_library_reading_the_same_folder(name, output):
     reference = np.load(os.path.join(FIXTURES, name, "reference.npz"))
@@ -57,7 +68,7 @@ def test_stray_arrays_leave_the_model_as_the_class_builds_it():
 
 def test_timm_image_size_precedence_and_defaults():
     info = loader.describe_source(hub_source("timm_vit_img_size_args"))
-    assert info["image_size"] == (16, 64)
+    assert info.image_size == (16, 64)
     checkpoint = hub.read_hub(os.path.join(FIXTURES, "timm_vit_no_mean_std"))
     assert checkpoint.mean == (0.485, 0.456, 0.406)
     assert checkpoint.std == (0.229, 0.224, 0.225)

@@ -14,14 +14,11 @@ import pytest
 import safetensors.numpy
 
 import keras_vit
-from keras_vit.checkpoint import (
-    hub,
-    hub_config,
-    hub_timm,
-    loader,
-    timm_registry,
-    weights,
-)
+from keras_vit.checkpoint import loader, weights
+from keras_vit.checkpoint.hub import config as hub_config
+from keras_vit.checkpoint.hub import reader as hub
+from keras_vit.checkpoint.hub import timm as hub_timm
+from keras_vit.checkpoint.hub import timm_registry
 from keras_vit.commands import predict
 from keras_vit.errors import UsageError
 
@@ -108,21 +105,22 @@ def test_each_vit_config_field_is_honoured_or_refused(tmp_path, field):
 def _check_hf_read(tmp_path, name, field):
     source = loader.HubSource(_copy(tmp_path, name))
     if field == "num_attention_heads":
-        assert loader.describe_source(source)["num_heads"] == 2
+        assert loader.describe_source(source).num_heads == 2
         _copy(tmp_path, name, _set(field, 4))
-        assert loader.describe_source(source)["num_heads"] == 4
+        assert loader.describe_source(source).num_heads == 4
     elif field == "image_size":
         # transformers' patch convolution drops the pixels past the last
         # whole patch: 35 x 39 reads the 32 x 32 of the stored 4 x 4 grid.
         _copy(tmp_path, name, _set(field, [35, 39]))
-        assert loader.describe_source(source)["image_size"] == (32, 32)
+        assert loader.describe_source(source).image_size == (32, 32)
         # A grid the table does not hold: transformers refuses it too.
         _copy(tmp_path, name, _set(field, [40, 48]))
         with pytest.raises(UsageError, match="5 x 6 patch grid.*size mism"):
             loader.describe_source(source)
     elif field == "layer_norm_eps":
         _copy(tmp_path, name, _set(field, 1e-3))
-        assert loader.describe_source(source)["layer_norm_epsilon"] == 1e-3
+        numerics = loader.describe_source(source).numerics
+        assert numerics.layer_norm_epsilon == 1e-3
     else:  # qkv_bias False: a file without q/k/v biases, zero biases
         assert field == "qkv_bias"
         path = os.path.join(source.path, "model.safetensors")
@@ -158,7 +156,7 @@ TIMM_REFUSED = {
 # it is not, as fc_norm=True would be wrong nowhere. It is tested below.
 TIMM_REFUSED.pop("fc_norm")
 TIMM_NO_EFFECT = {
-    "dynamic_img_size": True, "dynamic_img_pad": True, "drop_rate": 0.1,
+    "dynamic_img_size": True, "drop_rate": 0.1,
     "pos_drop_rate": 0.1, "patch_drop_rate": 0.5, "proj_drop_rate": 0.1,
     "attn_drop_rate": 0.1, "drop_path_rate": 0.2, "weight_init": "jax",
     "fix_init": True, "device": "cpu", "dtype": "float32",
@@ -171,6 +169,8 @@ def test_each_vision_transformer_argument_is_honoured_or_refused(
     how = hub_timm.TIMM_VIT_ARGS[field]
     if field == "fc_norm":
         _check_fc_norm(tmp_path)
+    elif field == "dynamic_img_pad":
+        _check_dynamic_img_pad(tmp_path)
     elif how in (hub_config.SHAPE, hub_config.CHECKED):
         folder = _copy(tmp_path, "timm_vit",
                        _set(field, TIMM_REFUSED[field], args=True))
@@ -188,15 +188,15 @@ def test_each_vision_transformer_argument_is_honoured_or_refused(
 def _check_timm_read(tmp_path, field):
     source = loader.HubSource(_copy(tmp_path, "timm_vit"))
     if field == "num_heads":
-        assert loader.describe_source(source)["num_heads"] == 4
+        assert loader.describe_source(source).num_heads == 4
         _copy(tmp_path, "timm_vit", _set(field, 2, args=True))
-        assert loader.describe_source(source)["num_heads"] == 2
+        assert loader.describe_source(source).num_heads == 2
     elif field == "img_size":
         def edit(config):
             del config["pretrained_cfg"]["input_size"]
             config["model_args"]["img_size"] = [32, 40]
         _copy(tmp_path, "timm_vit", edit)
-        assert loader.describe_source(source)["image_size"] == (32, 40)
+        assert loader.describe_source(source).image_size == (32, 40)
     else:  # qkv_bias=False: timm writes no qkv bias; zeros are read
         assert field == "qkv_bias"
         path = os.path.join(source.path, "model.safetensors")
@@ -206,6 +206,21 @@ def _check_timm_read(tmp_path, field):
         safetensors.numpy.save_file(arrays, path)
         _copy(tmp_path, "timm_vit", _set(field, False, args=True))
         _assert_zero_qkv_bias(loader.load_model(source))
+
+
+def _check_dynamic_img_pad(tmp_path):
+    # Nothing to pad at whole patches: timm's outputs.
+    folder = _copy(tmp_path, "timm_vit", _set("dynamic_img_pad", True,
+                                              args=True))
+    _assert_reference(_load(folder), folder)
+    # 35 pixels of 8-pixel patches: timm pads to 40 with zeros, which this
+    # ViT does not compute (without the padding it reads 32, as timm does).
+    folder = _copy(tmp_path, "timm_vit_size_remainder", _set(
+        "dynamic_img_pad", True, args=True))
+    with pytest.raises(UsageError, match=r"model_args.dynamic_img_pad=True:"
+                       r" an image of 35 x 35 pixels padded to whole 8-pixel"
+                       r" patches"):
+        _load(folder)
 
 
 def _check_fc_norm(tmp_path):
@@ -224,7 +239,7 @@ def test_accepted_non_default_arguments_compute_the_same(tmp_path):
     # without a class token.
     source = loader.HubSource(_copy(tmp_path, "timm_vit", _set(
         "act_layer", "gelu_tanh", args=True)))
-    assert loader.describe_source(source)["approximate_gelu"]
+    assert loader.describe_source(source).numerics.approximate_gelu
     for field in ("no_embed_class", "pool_include_prefix"):
         folder = _copy(tmp_path, "timm_vit_gap", _set(field, True, args=True))
         _assert_reference(_load(folder), folder)
@@ -263,18 +278,18 @@ def test_relu_pooler_is_not_fine_tuned_as_tanh(tmp_path):
     dropped) and the backbone file without it work."""
     folder = os.path.join(FIXTURES, "hf_vit_model_relu")
     info = loader.describe_source(loader.HubSource(folder))
-    fields = {k: info[k] for k in ("patch_size", "hidden_size", "num_layers",
-                                   "num_heads", "mlp_dim")}
+    fields = {k: getattr(info, k) for k in (
+        "patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim")}
     model = keras_vit.create_model(
-        None, num_classes=3, image_size=info["image_size"],
-        representation_size=info["representation_size"], **fields)
+        None, num_classes=3, image_size=info.image_size,
+        representation_size=info.representation_size, **fields)
     with pytest.raises(UsageError, match="pre-logits layer uses 'relu'"):
         loader.initialise(model, folder, keep_pre_logits=True)
     with pytest.raises(UsageError, match="keep_pre_logits=False"):
         loader.write_backbone(folder, str(tmp_path / "b.npz"),
                               keep_pre_logits=True)
     plain = keras_vit.create_model(
-        None, num_classes=3, image_size=info["image_size"], **fields)
+        None, num_classes=3, image_size=info.image_size, **fields)
     loader.initialise(plain, folder)
     np.testing.assert_array_equal(
         weights.model_arrays(plain)["Transformer/encoder_norm/scale"],
@@ -287,7 +302,7 @@ def test_relu_pooler_is_not_fine_tuned_as_tanh(tmp_path):
 def test_gap_model_loads_exactly_with_or_without_global_pool(tmp_path):
     folder = os.path.join(FIXTURES, "timm_vit_gap")
     model = _load(folder)
-    assert loader.describe_source(loader.HubSource(folder))["pooling"] == "gap"
+    assert loader.describe_source(loader.HubSource(folder)).pooling == "gap"
     _assert_reference(model, folder)
 
     def no_pool(config):  # as a user writes model_args by hand
@@ -404,3 +419,53 @@ def test_class_token_must_match_the_config(tmp_path):
         config["model_args"]["class_token"] = True
     with pytest.raises(UsageError, match="lack a cls_token"):
         _load(_copy(tmp_path, "timm_vit_gap", token))
+
+
+# --- round 3: configs read as the library reads them ---------------------
+
+def test_left_out_fields_take_vit_config_defaults(tmp_path):
+    # hidden_size left out: ViTConfig's 768, which the 32-wide arrays
+    # contradict (transformers refuses the size mismatch).
+    def no_width(config):
+        del config["hidden_size"]
+    with pytest.raises(UsageError, match=r"hidden_size \(left out: "
+                       r"transformers' ViTConfig default\)=768 disagrees"):
+        _load(_copy(tmp_path, "hf_vit_classifier", no_width))
+    # id2label of 5 names over a 5-row classifier loads; of 2, refused.
+    def two_labels(config):
+        config["id2label"] = {"0": "a", "1": "b"}
+    with pytest.raises(UsageError, match=r"num_labels \(from id2label\)=2 "
+                       r"disagrees with the weights \(5\)"):
+        _load(_copy(tmp_path / "labels", "hf_vit_classifier", two_labels))
+
+
+def test_timm_qkv_bias_follows_its_strict_load(tmp_path):
+    # Biases stored, qkv_bias=False: timm's strict load refuses them.
+    with pytest.raises(UsageError, match="timm builds no query/key/value "
+                       "bias, and its strict load refuses weights with "
+                       r"blocks.0.attn.qkv.bias"):
+        _load(_copy(tmp_path, "timm_vit", _set("qkv_bias", False,
+                                                args=True)))
+    # No biases stored, qkv_bias left at timm's True: refused too.
+    folder = _copy(tmp_path / "none", "timm_vit")
+    path = os.path.join(folder, "model.safetensors")
+    arrays = safetensors.numpy.load_file(path)
+    safetensors.numpy.save_file(
+        {k: v for k, v in arrays.items() if not k.endswith("qkv.bias")},
+        path)
+    with pytest.raises(UsageError, match="timm builds a query/key/value "
+                       "bias, and its strict load refuses weights without"):
+        _load(folder)
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("std", [0.2, 0.0, 0.2], "std=.* has a zero: timm would divide"),
+    ("mean", [0.5, 0.5], "mean=\[0.5, 0.5\]: three numbers is expected"),
+    ("mean", [float("inf")] * 3, "three numbers is expected"),
+])
+def test_timm_normalisation_constants(tmp_path, field, value, message):
+    def edit(config):
+        config["pretrained_cfg"][field] = value
+    folder = _copy(tmp_path, "timm_vit", edit)
+    with pytest.raises(UsageError, match=message):
+        _load(folder)

@@ -15,7 +15,10 @@ import numpy as np
 import pytest
 import safetensors.numpy
 
-from keras_vit.checkpoint import hub, hub_timm, loader, torch_pickle
+from keras_vit.checkpoint import loader
+from keras_vit.checkpoint.formats import torch_pickle
+from keras_vit.checkpoint.hub import reader as hub
+from keras_vit.checkpoint.hub import timm as hub_timm
 from tests.hub_fixtures import FIXTURES, assert_close, hub_source, run_model
 
 
@@ -38,10 +41,10 @@ def test_outputs_equal_the_reference_implementation(name, output, naming):
 
 def test_architecture_and_class_names_from_config():
     info = loader.describe_source(hub_source("hf_vit_classifier"))
-    assert (info["hidden_size"], info["num_layers"], info["num_heads"],
-            info["mlp_dim"], info["patch_size"]) == (32, 2, 4, 64, 8)
-    assert info["image_size"] == (32, 32) and not info["approximate_gelu"]
-    assert info["layer_norm_epsilon"] == 1e-12
+    assert (info.hidden_size, info.num_layers, info.num_heads,
+            info.mlp_dim, info.patch_size) == (32, 2, 4, 64, 8)
+    assert info.image_size == (32, 32) and not info.numerics.approximate_gelu
+    assert info.numerics.layer_norm_epsilon == 1e-12
     assert loader.class_names(hub_source("hf_vit_classifier")) == [
         "cat", "dog", "bird", "fish", "frog"]
     assert loader.class_names(hub_source("timm_vit")) == [

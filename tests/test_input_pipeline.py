@@ -250,8 +250,8 @@ def test_preprocess_pretrain_seeded():
 # ----------------------------------------------------------------- digits
 def digits_config(**overrides):
     config = tiny.digits_base()
-    config.image_size = 16
-    config.pp.resize_size = 18
+    config.model.image_size = 16
+    config.input.pp.resize_size = 18
     return tiny.set_fields(config, overrides)
 
 
@@ -274,12 +274,12 @@ def test_digits_split_is_fixed_and_deterministic():
 
 def test_train_dataset_shapes_dtypes_range():
     config = digits_config()
-    images, labels = next(iter(ip.train_dataset(config, 8)))
+    images, labels = next(iter(ip.train_dataset(*tiny.pipeline(config), 8)))
     assert images.shape == (8, 16, 16, 3) and images.dtype == tf.float32
     assert labels.shape == (8,) and labels.dtype == tf.int32
     assert -1 <= float(tf.reduce_min(images)) < 0
     assert 0 < float(tf.reduce_max(images)) <= 1
-    spec = ip.train_dataset(config, 8).element_spec
+    spec = ip.train_dataset(*tiny.pipeline(config), 8).element_spec
     assert spec[0].shape == (8, 16, 16, 3)  # static: drop_remainder
 
 
@@ -287,10 +287,11 @@ def test_train_dataset_applies_the_seeded_ops_per_example():
     """Element i is preprocess(example i, seed (s, i)): the op in tf.data
     gives what it gives eagerly."""
     config = digits_config(shuffle_buffer=1)
-    seed = ip.pipeline_seed(config)
+    seed = ip.pipeline_seed(config.seed)
     x, y = sources.digits_split("train")
-    images, labels = next(iter(ip.train_dataset(config, 4)))
-    fn = ip.make_preprocess_fn(config, training=True)
+    images, labels = next(iter(ip.train_dataset(*tiny.pipeline(config), 4)))
+    fn = ip.make_preprocess_fn(config.input.pp, config.model.image_size,
+                              config.seed, training=True)
     for i in range(4):
         eager = fn(tf.constant(x[i][..., None]),
                    tf.constant([seed, i], tf.int64))
@@ -300,10 +301,10 @@ def test_train_dataset_applies_the_seeded_ops_per_example():
 
 def test_synthetic_data_repeats_the_first_real_batch():
     config = digits_config()
-    real = iter(ip.train_dataset(config, 8))
+    real = iter(ip.train_dataset(*tiny.pipeline(config), 8))
     first, second = next(real), next(real)
-    config.synthetic_data = True
-    synthetic = iter(ip.train_dataset(config, 8))
+    config.input.synthetic_data = True
+    synthetic = iter(ip.train_dataset(*tiny.pipeline(config), 8))
     for _ in range(3):
         images, labels = next(synthetic)
         np.testing.assert_array_equal(images, first[0])
@@ -320,13 +321,13 @@ def _context(i, pipelines=2, replicas=4):
 
 def _epoch(config, ctx, n):
     """The first `n` training examples of a pipeline, as bytes."""
-    ds = ip.train_dataset(config, 4, ctx).unbatch().take(n)
+    ds = ip.train_dataset(*tiny.pipeline(config), 4, ctx).unbatch().take(n)
     return [(im.numpy().tobytes(), int(lb)) for im, lb in ds]
 
 
 def test_per_replica_batch_and_disjoint_shards_digits():
     config = digits_config(shuffle_buffer=1, **{"pp.train": "eval"})
-    batch = next(iter(ip.train_dataset(config, 8, _context(0))))
+    batch = next(iter(ip.train_dataset(*tiny.pipeline(config), 8, _context(0))))
     assert batch[0].shape == (2, 16, 16, 3)  # 8 over 4 replicas
     shards = [_epoch(config, _context(i), 719 - i) for i in range(2)]
     whole = _epoch(config, None, 1437)
@@ -334,7 +335,7 @@ def test_per_replica_batch_and_disjoint_shards_digits():
     assert (collections.Counter(shards[0]) + collections.Counter(shards[1])
             == collections.Counter(whole))
     with pytest.raises(ValueError, match="multiple of 4"):
-        ip.train_dataset(config, 6, _context(0))
+        ip.train_dataset(*tiny.pipeline(config), 6, _context(0))
 
 
 def _masked(ds):
@@ -351,15 +352,17 @@ def _masked(ds):
 
 def test_eval_dataset_counts_every_example_once():
     config = digits_config()
-    single = _masked(ip.eval_dataset(config, "test", 64))
+    single = _masked(ip.eval_dataset(*tiny.pipeline(config), "test", 64))
     assert len(single) == 360
     test_labels = sources.digits_split("test")[1]
     assert sorted(lb for _, lb in single) == sorted(test_labels)
-    sizes = [len(list(ip.eval_dataset(config, "test", 64, _context(i))))
+    sizes = [len(list(ip.eval_dataset(*tiny.pipeline(config), "test", 64,
+                                      _context(i))))
              for i in range(2)]
     # ceil(360 / 64) = 6 global batches = 12 per pipeline (2 replicas each).
     assert sizes == [12, 12]
-    parts = [_masked(ip.eval_dataset(config, "test", 64, _context(i)))
+    parts = [_masked(ip.eval_dataset(*tiny.pipeline(config), "test", 64,
+                                     _context(i)))
              for i in range(2)]
     assert (collections.Counter(parts[0]) + collections.Counter(parts[1])
             == collections.Counter(single))
@@ -397,16 +400,16 @@ def test_image_folder_source(tmp_path):
     config = digits_config(dataset="folder", data_dir=root, val_split="val",
                            eval_split="val", shuffle_buffer=1,
                            **{"pp.train": "eval"})
-    info = sources.dataset_info(config)
+    info = sources.dataset_info(config.input)
     assert info.class_names == ["cat", "dog", "eel"]
     assert info.num_examples == {"train": 18, "val": 9}
-    assert sources.num_split_examples(config, "train[:50%]") == 9
-    assert sources.num_split_examples(config, "train[-4:]") == 4
+    assert sources.num_split_examples(config.input, "train[:50%]") == 9
+    assert sources.num_split_examples(config.input, "train[-4:]") == 4
     paths, labels = sources.folder_split(root, "train")
     for path, label in zip(paths, labels):
         assert os.path.basename(os.path.dirname(path)) == info.class_names[
             label]
-    seen = _masked(ip.eval_dataset(config, "val", 4))
+    seen = _masked(ip.eval_dataset(*tiny.pipeline(config), "val", 4))
     assert len(seen) == 9
     # Pixels decode to the class's brightness (gray, RGBA, JPEG alike).
     for data, label in seen:
@@ -417,21 +420,21 @@ def test_image_folder_source(tmp_path):
     assert (collections.Counter(shards[0]) + collections.Counter(shards[1])
             == collections.Counter(whole))
     with pytest.raises(ValueError, match="no split 'test'"):
-        ip.eval_dataset(config, "test", 4)
+        ip.eval_dataset(*tiny.pipeline(config), "test", 4)
     missing = digits_config(dataset="folder", data_dir=str(tmp_path / "no"))
     with pytest.raises(ValueError, match="does not exist"):
-        sources.dataset_info(missing)
+        sources.dataset_info(missing.input)
 
 
 def _tiny_train_config(config, workdir_steps=2):
-    config.total_steps = workdir_steps
-    config.batch_size = 4
-    config.steps_per_loop = 1
-    config.log_every_steps = 1
-    config.eval_every_steps = 0
-    config.checkpoint_every_steps = 0
-    config.jit_compile = False
-    config.optimizer.warmup_steps = 0
+    config.trainer.total_steps = workdir_steps
+    config.input.batch_size = 4
+    config.trainer.steps_per_loop = 1
+    config.log.every_steps = 1
+    config.evals.test.every_steps = 0
+    config.checkpoints.every_steps = 0
+    config.trainer.jit_compile = False
+    config.schedule.warmup_steps = 0
     config.model.hidden_size = 16
     config.model.mlp_dim = 16
     config.model.num_layers = 1
@@ -460,9 +463,9 @@ def test_tfds_dataset_by_name_trains_through_train_lib(tmp_path):
     config = _tiny_train_config(digits_config(dataset="cifar10"))
     with tfds.testing.mock_data(num_examples=12,
                                 policy=tfds.testing.MockPolicy.USE_CODE):
-        info = sources.dataset_info(config)
+        info = sources.dataset_info(config.input)
         assert info.num_classes == 10 and len(info.class_names) == 10
-        images, labels = next(iter(ip.train_dataset(config, 4)))
+        images, labels = next(iter(ip.train_dataset(*tiny.pipeline(config), 4)))
         assert images.shape == (4, 16, 16, 3) and labels.dtype == tf.int32
         metrics = train_lib.train_and_evaluate(config, str(tmp_path / "run"))
     assert metrics["steps"] == 2 and metrics["test_examples"] == 12
@@ -503,22 +506,23 @@ def prepared_tfds(tmp_path, monkeypatch):
 def test_tfds_sharding_and_eval_padding(prepared_tfds):
     config = digits_config(dataset="tinyset", data_dir=prepared_tfds,
                            shuffle_buffer=1, **{"pp.train": "eval"})
-    info = sources.dataset_info(config)
+    info = sources.dataset_info(config.input)
     assert info.num_examples == {"train": 50, "test": 21}
-    assert sources.num_split_examples(config, "train[:20%]") == 10
+    assert sources.num_split_examples(config.input, "train[:20%]") == 10
     # One file, two pipelines: even example ranges, not file sharding.
     shards = [_epoch(config, _context(i), 25) for i in range(2)]
     whole = _epoch(config, None, 50)
     assert (collections.Counter(shards[0]) + collections.Counter(shards[1])
             == collections.Counter(whole))
     # Images stay encoded (PNG bytes) through shuffle and cache.
-    shard = ip._shard(config, "train", True, None, 0)
+    shard = ip._shard(config.input, config.seed, "train", True, None, 0)
     assert shard.dataset.element_spec[0].dtype == tf.string
     raw, _ = next(iter(shard.dataset))
     assert shard.decode(raw).shape == (8, 8, 3)
-    single = _masked(ip.eval_dataset(config, "test", 8))
+    single = _masked(ip.eval_dataset(*tiny.pipeline(config), "test", 8))
     assert len(single) == 21
-    parts = [list(ip.eval_dataset(config, "test", 8, _context(i)))
+    parts = [list(ip.eval_dataset(*tiny.pipeline(config), "test", 8,
+                                  _context(i)))
              for i in range(2)]
     assert [len(p) for p in parts] == [6, 6]  # ceil(21 / 8) x 2 replicas
     masked = [_masked(p) for p in parts]
@@ -528,11 +532,13 @@ def test_tfds_sharding_and_eval_padding(prepared_tfds):
 
 def test_unknown_sources_fail_clearly():
     with pytest.raises(ValueError, match="Unknown dataset 'no_such_set'"):
-        sources.dataset_info(digits_config(dataset="no_such_set"))
+        sources.dataset_info(digits_config(dataset="no_such_set").input)
     with pytest.raises(ValueError, match="resize_size .* smaller"):
-        ip.train_dataset(digits_config(**{"pp.resize_size": 8}), 4)
+        ip.train_dataset(
+            *tiny.pipeline(digits_config(**{"pp.resize_size": 8})), 4)
     with pytest.raises(ValueError, match="Unknown pp.train"):
-        ip.train_dataset(digits_config(**{"pp.train": "mixup"}), 4)
+        ip.train_dataset(
+            *tiny.pipeline(digits_config(**{"pp.train": "mixup"})), 4)
     with pytest.raises(ValueError, match="Cannot read split"):
         sources.digits_split("train[:5")
     with pytest.raises(ValueError, match="selects no examples"):

@@ -36,10 +36,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HF_URI = "hf://test-org/tiny-vit"
 # Two optimizer steps of the digits recipe, evaluated once, at the end.
 FAST = [
-    "--config.total_steps=2", "--config.batch_size=16",
-    "--config.eval_every_steps=0", "--config.checkpoint_every_steps=0",
-    "--config.log_every_steps=1", "--config.jit_compile=False",
-    "--config.optimizer.warmup_steps=1",
+    "--config.trainer.total_steps=2", "--config.input.batch_size=16",
+    "--config.evals.test.every_steps=0", "--config.checkpoints.every_steps=0",
+    "--config.log.every_steps=1", "--config.trainer.jit_compile=False",
+    "--config.schedule.warmup_steps=1",
 ]
 
 
@@ -59,7 +59,7 @@ def _script(name):
 TINY_RELEASE = dict(hidden_size=16, num_layers=1, num_heads=2, mlp_dim=16,
                     patch_size=8, resnet_layers=None, num_classes=10, grid=4)
 STAND_IN = """\
-from keras_vit.checkpoint import catalog
+from keras_vit.checkpoint.zoo import catalog
 
 catalog.expected_architecture = lambda info: dict({!r})
 """
@@ -203,7 +203,7 @@ def test_fine_tune_evaluate_export_predict(home, runs, kind):
     started = loader.describe_source(start)
     for field in ("hidden_size", "num_layers", "num_heads", "mlp_dim",
                   "patch_size"):
-        assert config["model"][field] == started[field], field
+        assert config["model"][field] == getattr(started, field), field
     with open(os.path.join(workdir, "metrics.json")) as f:
         metrics = json.load(f)
     assert metrics["steps"] == 2 and metrics["test_examples"] == 360
@@ -306,16 +306,16 @@ REFUSED = {
 # A few steps of VTAB-1k's protocol at 32 x 32, and few-shot probes at
 # 32 x 32, on the prepared DTD (no download).
 TINY_VTAB = [
-    "--config=vtab", "--tasks=dtd", "--config.image_size=32",
-    "--config.batch_size=8", "--config.eval_batch_size=32",
-    "--config.total_steps=2", "--config.checkpoint_every_steps=0",
-    "--config.jit_compile=False", "--config.shuffle_buffer=8",
-    "--config.download=False",
+    "--config=vtab", "--tasks=dtd", "--config.model.image_size=32",
+    "--config.input.batch_size=8", "--config.evals.test.batch_size=32",
+    "--config.trainer.total_steps=2", "--config.checkpoints.every_steps=0",
+    "--config.trainer.jit_compile=False", "--config.input.shuffle_buffer=8",
+    "--config.input.download=False",
 ]
 TINY_FEWSHOT = [
-    "--config=fewshot:dtd", "--config.image_size=32",
-    "--config.pp.eval_resize_size=32", "--config.batch_size=64",
-    "--config.download=False",
+    "--config=fewshot:dtd", "--config.model.image_size=32",
+    "--config.input.pp.eval_resize_size=32", "--config.input.batch_size=64",
+    "--config.input.download=False",
 ]
 
 
@@ -327,10 +327,10 @@ def _argv(name, source, out, tfds_dir):
                      "--batch_size=120"],
         "evaluate:fewshot": ["--mode=fewshot", f"--model={source}",
                              f"--output_dir={out}", *TINY_FEWSHOT,
-                             f"--config.data_dir={tfds_dir}"],
+                             f"--config.input.data_dir={tfds_dir}"],
         "evaluate:vtab": ["--mode=vtab", f"--model={source}",
                           f"--output_dir={out}", *TINY_VTAB,
-                          f"--config.data_dir={tfds_dir}"],
+                          f"--config.input.data_dir={tfds_dir}"],
         "export": [f"--model={source}", f"--export_dir={out}",
                    "--no_warmup", "--no_verify"],
         "convert": [f"--model={source}", f"--output={out}.keras"],

@@ -16,8 +16,8 @@ import pytest
 
 from keras_vit import create_model
 from keras_vit.checkpoint import loader, weights
-from keras_vit.checkpoint import workdir as wd
 from keras_vit.errors import UsageError
+from keras_vit.storage import workdir as wd
 from keras_vit.training import train_lib
 from tests import tiny
 
@@ -134,11 +134,11 @@ def test_workdir_without_class_count_names_the_fix(sources, tmp_path):
     run = str(tmp_path / "old_run")
     shutil.copytree(sources["workdir"].path, run)
     os.remove(os.path.join(run, wd.LABELS))  # as runs once left it
-    with pytest.raises(ValueError, match="config.num_classes=N"):
+    with pytest.raises(ValueError, match="config.model.num_classes=N"):
         loader.load_model(loader.WorkdirSource(run))
     config_path = os.path.join(run, wd.CONFIG)
     config = json.load(open(config_path))
-    config["num_classes"] = 10
+    config["model"]["num_classes"] = 10
     wd.write_json(config_path, config)
     assert loader.load_model(loader.WorkdirSource(run)).output_shape[-1] == 10
 

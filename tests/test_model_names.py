@@ -20,7 +20,8 @@ import pytest
 from huggingface_hub import constants as hf_constants
 
 import keras_vit
-from keras_vit.checkpoint import cache, catalog, loader, release, weights
+from keras_vit.checkpoint import loader, weights
+from keras_vit.checkpoint.zoo import cache, catalog, release
 from keras_vit.errors import UsageError
 from tests import model_cache
 
@@ -155,7 +156,7 @@ def test_short_name_from_a_filled_cache_equals_the_file(
         num_layers=2, num_heads=2, mlp_dim=64)
     loader.initialise(target, "ViT-B_16")
     np.testing.assert_array_equal(_logits(target), want)
-    assert loader.describe_source("ViT-B_16")["image_size"] == 224
+    assert loader.describe_source("ViT-B_16").image_size == (224, 224)
 
 
 def test_download_from_a_mirror_then_from_the_cache(mirror, monkeypatch):

@@ -16,11 +16,11 @@ from keras_vit import build, mpp, optim
 from keras_vit.analysis import mpp_figure
 from keras_vit.analysis import report as analysis_cli
 from keras_vit.checkpoint import loader, weights
-from keras_vit.checkpoint import npz as checkpoint_io
-from keras_vit.checkpoint import workdir as wd
+from keras_vit.checkpoint.formats import npz as checkpoint_io
 from keras_vit.commands import analysis as analysis_command
 from keras_vit.data import masking, sources
 from keras_vit.data import pipeline as input_pipeline
+from keras_vit.storage import workdir as wd
 from keras_vit.training import loop, train_lib
 from keras_vit.training.mpp_trainer import MppTrainer
 from tests import tiny
@@ -205,8 +205,7 @@ def _trainer(target="mean_colour", strategy=None, accumulation=1,
                                      grid_size=2, **SIZES)
         optimizer = optim.create_optimizer(
             mlc.ConfigDict(dict(name="adam", lr=3e-3)), 100)
-    return MppTrainer(model, optimizer, strategy, target=target,
-                      stride=4, grid_size=2, global_batch_size=batch,
+    return MppTrainer(model, optimizer, strategy, global_batch_size=batch,
                       accumulation_steps=accumulation, grad_clip_norm=1.0)
 
 
@@ -370,8 +369,8 @@ def test_mpp_encoder_initialises_a_classifier_with_equal_weights(mpp_run):
     features = loader.load_model(loader.WorkdirSource(workdir))
     assert not mpp.is_mpp_model(features)
     assert features.output_shape == (None, 32)
-    assert loader.describe_source(loader.WorkdirSource(workdir))[
-        "num_classes"] == 0
+    assert loader.describe_source(
+        loader.WorkdirSource(workdir)).num_classes == 0
     # VTAB's backbone file: the same arrays as the run's encoder.npz.
     backbone = loader.write_backbone(loader.WorkdirSource(workdir),
                                      os.path.join(workdir, "..", "bb.npz"))
@@ -405,25 +404,26 @@ def test_examples_per_class_is_a_seeded_draw(tmp_path):
     assert set(first) != set(sources.examples_per_class(y, 3, seed=1))
     config = tiny.digits_config({"train_examples_per_class": 3,
                                  "pp.resize_size": None, "batch_size": 30})
-    ds = input_pipeline.train_dataset(config, 30).take(20)
+    ds = input_pipeline.train_dataset(*tiny.pipeline(config), 30).take(20)
     images = np.concatenate([b[0].numpy() for b in ds])
     assert len({im.tobytes() for im in images}) == 30  # the 30, repeated
-    config.dataset = "mnist"
+    config.input.dataset = "mnist"
     with pytest.raises(ValueError, match="slice train_split instead"):
-        input_pipeline.train_dataset(config, 30)
+        input_pipeline.train_dataset(*tiny.pipeline(config), 30)
 
 
 def test_pipeline_draws_the_corruption_seeded():
     config = _mpp_config()
-    features, labels = next(iter(input_pipeline.train_dataset(config, 32)))
+    data = tiny.pipeline(config)
+    features, labels = next(iter(input_pipeline.train_dataset(*data, 32)))
     assert set(features) == set(mpp.INPUT_NAMES)
     assert features["mpp_mode"].shape == (32, 16)
     assert ((features["mpp_mode"].numpy() > 0).sum(1) == 8).all()
-    again, _ = next(iter(input_pipeline.train_dataset(config, 32)))
+    again, _ = next(iter(input_pipeline.train_dataset(*data, 32)))
     np.testing.assert_array_equal(again["mpp_mode"], features["mpp_mode"])
-    second, _ = list(input_pipeline.train_dataset(config, 32).take(2))[1]
+    second, _ = list(input_pipeline.train_dataset(*data, 32).take(2))[1]
     assert (second["mpp_mode"].numpy() != features["mpp_mode"].numpy()).any()
-    evals = list(input_pipeline.eval_dataset(config, "test", 128))
+    evals = list(input_pipeline.eval_dataset(*data, "test", 128))
     assert len(evals) == 3 and set(evals[0][0]) == set(mpp.INPUT_NAMES)
 
 
@@ -455,14 +455,16 @@ def test_mpp_pretrain_recipe_has_the_paper_numbers_and_runs_shrunk(
     from tests.test_recipes import ROOT, load, shrink
 
     config = load(os.path.join(ROOT, "configs", "mpp_pretrain.py"), "B/16")
-    assert config.mpp.enabled and config.mpp.target == "mean_colour"
-    assert (config.mpp.corrupt_rate, config.mpp.mask_fraction,
-            config.mpp.random_fraction) == (0.5, 0.8, 0.1)
-    opt = config.optimizer
-    assert (opt.name, opt.lr, opt.warmup_steps, opt.decay_type) == (
-        "adam", 2e-4, 10_000, "cosine")
-    assert (config.batch_size, config.total_steps) == (4096, 1_000_000)
-    assert config.dtype == "bfloat16" and config.model.variant == "B/16"
+    mpp_options = config.objective.mpp
+    assert mpp_options.enabled and mpp_options.target == "mean_colour"
+    assert (mpp_options.corrupt_rate, mpp_options.mask_fraction,
+            mpp_options.random_fraction) == (0.5, 0.8, 0.1)
+    opt, schedule = config.optimizer, config.schedule
+    assert (opt.name, schedule.lr, schedule.warmup_steps,
+            schedule.decay_type) == ("adam", 2e-4, 10_000, "cosine")
+    assert (config.input.batch_size, config.trainer.total_steps) == (
+        4096, 1_000_000)
+    assert config.trainer.dtype == "bfloat16" and config.model.variant == "B/16"
     config = shrink(config)
     with tfds.testing.mock_data(num_examples=8,
                                 policy=tfds.testing.MockPolicy.USE_CODE):
@@ -487,6 +489,12 @@ def test_mpp_model_keras_file_round_trips_and_runs_on_jax(tmp_path):
     model.save(path)
     again = keras.models.load_model(path)
     np.testing.assert_array_equal(again(features).numpy(), expected)
+    # The file says what the model is: its architecture and its target.
+    assert isinstance(again, mpp.MppModel)
+    assert again.architecture == model.architecture
+    assert (again.target, again.colour_bits, again.grid_size) == (
+        "mean_colour", 3, 4)
+    assert again.architecture.all_tokens and not again.architecture.num_classes
     np.savez(tmp_path / "io.npz", expected=expected, **features)
     pytest.importorskip("jax")
     script = textwrap.dedent(f"""

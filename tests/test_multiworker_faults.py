@@ -70,7 +70,7 @@ def test_setup_failures_and_waits_end_in_one_line(tmp_path):
     procs = {
         "worker_never_comes": start(
             "worker_never_comes", alone,
-            ["--config.connect_timeout_s=10"]),
+            ["--config.trainer.connect_timeout_s=10"]),
         "sigterm_while_waiting": start("sigterm_while_waiting", waiting),
         "tpu_absent": start("tpu_absent", args=["--strategy=tpu"]),
         "tpu_local_absent": start(
@@ -123,7 +123,7 @@ def test_killed_worker_stops_the_other_and_the_restart_ends_cleanly(
     tmp_path,
 ):
     steps = 200
-    args = ["--config.checkpoint_every_steps=20"]
+    args = ["--config.checkpoints.every_steps=20"]
     workdir = str(tmp_path / "run")
     ckpt_dir = os.path.join(workdir, "checkpoints")
     hosts = [f"127.0.0.1:{p}" for p in harness.free_ports(2)]
@@ -192,14 +192,14 @@ import tensorflow as tf
 from absl import logging
 from keras_vit.training import distribute
 from keras_vit.training import train_lib
-from keras_vit.checkpoint import workdir as wd
+from keras_vit.storage import workdir as wd
 from keras_vit.commands import runner
 
 logging.set_verbosity(logging.INFO)
 # Record every file and summary writer this worker creates, and the model.
 written, built = [], []
 atomic_write, file_writer = wd.atomic_write, tf.summary.create_file_writer
-build_model = train_lib.build_model
+build_run = train_lib.build_run
 
 
 def record_write(path, data):
@@ -213,20 +213,22 @@ def record_writer(path, **kwargs):
 
 
 def record_model(*args, **kwargs):
-    built.append(build_model(*args, **kwargs))
-    return built[-1]
+    model, optimizer = build_run(*args, **kwargs)
+    built.append(model)
+    return model, optimizer
 
 
 wd.atomic_write, tf.summary.create_file_writer = record_write, record_writer
-train_lib.build_model = record_model
+train_lib.build_run = record_model
 strategy = distribute.create_strategy("multiworker")
 c = digits.get_config()
-c.image_size, c.pp.resize_size = 16, 18
+c.model.image_size, c.input.pp.resize_size = 16, 18
 c.model.update(hidden_size=16, mlp_dim=16, num_layers=1, num_heads=2)
-c.update(total_steps=int(steps), batch_size=16, steps_per_loop=2,
-         log_every_steps=2, eval_every_steps=0, checkpoint_every_steps=0,
-         jit_compile=False)
-c.optimizer.warmup_steps = 0
+c.trainer.update(total_steps=int(steps), steps_per_loop=2, jit_compile=False)
+c.input.batch_size = 16
+c.log.every_steps, c.evals.test.every_steps = 2, 0
+c.checkpoints.every_steps = 0
+c.schedule.warmup_steps = 0
 metrics = train_lib.train_and_evaluate(c, workdir, strategy)
 np.savez(out, *[v.numpy() for v in built[0].weights])
 print("RESULT " + json.dumps(dict(metrics=metrics, written=written)))

@@ -26,7 +26,7 @@ line, so that a renamed flag fails here and not for a user:
   export, a checkpoint conversion, two analyses and a prediction.
 
 The options and config fields that the text names outside commands
-(`--config.ema_decay=0.9999`) must exist too.
+(`--config.trainer.ema_decay=0.9999`) must exist too.
 
 `python tests/test_readme_commands.py` lists every command and what is done
 with it.
@@ -794,12 +794,12 @@ def check_mkdocs(command: Command) -> str:
 
 # ------------------------------------------------------------------ runs
 TINY_TRAINING = (
-    "--config.total_steps=20", "--config.steps_per_loop=10",
-    "--config.log_every_steps=10", "--config.eval_every_steps=20",
-    "--config.checkpoint_every_steps=20", "--config.optimizer.warmup_steps=2",
+    "--config.trainer.total_steps=20", "--config.trainer.steps_per_loop=10",
+    "--config.log.every_steps=10", "--config.evals.test.every_steps=20",
+    "--config.checkpoints.every_steps=20", "--config.schedule.warmup_steps=2",
     "--config.model.hidden_size=32", "--config.model.mlp_dim=64",
-    "--config.model.num_layers=1", "--config.batch_size=32",
-    "--config.jit_compile=False",
+    "--config.model.num_layers=1", "--config.input.batch_size=32",
+    "--config.trainer.jit_compile=False",
 )
 # RUNS' keys: the start of the command they run (whatever options the text
 # gives after it run too).
@@ -885,15 +885,16 @@ def _check_fewshot_dtd(workspace, command, result):
 # VTAB-1k and few-shot runs shrunk to seconds, on the DTD that the
 # workspace prepared (TFDS, from a loopback download); nothing downloaded.
 TINY_TRANSFER = (
-    "--config.image_size=32", "--config.batch_size=8",
-    "--config.eval_batch_size=32", "--config.total_steps=2",
-    "--config.checkpoint_every_steps=0", "--config.jit_compile=False",
-    "--config.shuffle_buffer=8", "--config.download=False",
-    "--config.data_dir=/tmp/tfds",
+    "--config.model.image_size=32", "--config.input.batch_size=8",
+    "--config.evals.test.batch_size=32", "--config.trainer.total_steps=2",
+    "--config.checkpoints.every_steps=0", "--config.trainer.jit_compile=False",
+    "--config.input.shuffle_buffer=8", "--config.input.download=False",
+    "--config.input.data_dir=/tmp/tfds",
 )
-TINY_FEWSHOT = ("--config.image_size=32", "--config.pp.eval_resize_size=32",
-                "--config.batch_size=64", "--config.download=False",
-                "--config.data_dir=/tmp/tfds")
+TINY_FEWSHOT = ("--config.model.image_size=32",
+                "--config.input.pp.eval_resize_size=32",
+                "--config.input.batch_size=64", "--config.input.download=False",
+                "--config.input.data_dir=/tmp/tfds")
 # hf://google/vit-base-patch16-224 from an offline Hugging Face cache that
 # holds a tiny stand-in under that name.
 HF_STAND_IN = (("HF_HOME", "/tmp/hf_home"), ("HF_HUB_OFFLINE", "1"))
@@ -1326,8 +1327,8 @@ def test_a_renamed_flag_fails_naming_the_command():
         "python", "train.py", "--config=configs/digits.py", "--workdir=w",
         "--config.total_stepz=5"))
     with pytest.raises(ParseError,
-                       match="(?s)README.md line 1 .*total_stepz.* Did you "
-                       "mean \"total_steps\""):
+                       match="(?s)README.md line 1 .*total_stepz.* did you "
+                       "mean config.trainer.total_steps"):
         check_command(bad, lambda: None)
     bad = Command("README.md", 2, (), (
         "keras-vit-export", "--export_dir", "e", "--keras_model", "m.keras"))

@@ -19,9 +19,10 @@ from ml_collections import config_flags
 import keras_vit
 from keras_vit import build, keras_compat, optim
 from keras_vit import config as config_lib
+from keras_vit.architecture import CONFIG_FIELDS
 from keras_vit.checkpoint import weights as checkpoint
 from keras_vit.checkpoint.posemb import resize_position_embedding
-from keras_vit.training import train_lib
+from keras_vit.training import model_init, train_lib
 from keras_vit.training.trainer import Trainer
 from tests import tiny
 
@@ -64,8 +65,8 @@ FINETUNE_ARGS = [
 @pytest.mark.parametrize("path,arg", [(PRETRAIN, a) for a in PRETRAIN_ARGS]
                          + [(FINETUNE, a) for a in FINETUNE_ARGS])
 def test_recipe_loads_locked_with_overrides(path, arg):
-    config = load(path, arg, "--config.total_steps=7")
-    assert config.is_locked and config.total_steps == 7
+    config = load(path, arg, "--config.trainer.total_steps=7")
+    assert config.is_locked and config.trainer.total_steps == 7
     with pytest.raises(AttributeError):
         config.totl_steps = 3  # a misspelt field is an error
     with pytest.raises((KeyError, AttributeError, flags.Error)):
@@ -84,17 +85,37 @@ def _keys_read(source, variable):
     return set(gets) | set(attrs)
 
 
+# What each component reads, by the name its code gives the section it
+# takes: (module, variable) -> the section of the run config.
+SECTION_READERS = {
+    ("data/pipeline.py", "inp"): "input",
+    ("data/sources.py", "inp"): "input",
+    ("data/checks.py", "inp"): "input",
+    ("data/preprocessing.py", "cfg"): "input.pp",
+    ("data/masking.py", "opts"): "objective.mpp",
+    ("build.py", "model_config"): "model",
+    ("build.py", "mpp_config"): "objective.mpp",
+    ("optim.py", "opt_config"): "optimizer",
+    ("optim.py", "schedule_config"): "schedule",
+    ("training/train_lib.py", "trainer_config"): "trainer",
+    ("training/train_lib.py", "objective"): "objective",
+    ("training/model_init.py", "init"): "init",
+    ("training/loop.py", "trainer_config"): "trainer",
+    ("training/loop.py", "log"): "log",
+    ("training/loop.py", "checkpoints"): "checkpoints",
+    ("training/loop.py", "entry"): "evals.test",
+    ("commands/train.py", "export"): "export",
+}
+
+
 def _all_keys_read():
-    sources = ("training/train_lib.py", "training/loop.py", "build.py",
-               "data/pipeline.py", "data/sources.py", "data/checks.py")
-    top = set().union(*(_keys_read(s, "config") for s in sources))
-    return {
-        "": top,
-        "pp": _keys_read("data/preprocessing.py", "cfg"),
-        "optimizer": _keys_read("optim.py", "opt_config"),
-        "init": _keys_read("training/train_lib.py", "init"),
-        "export": _keys_read("commands/train.py", "export"),
-    }
+    """{section: the fields its components read}, and "" for the
+    sections the orchestrator (train_and_evaluate) reads."""
+    read = {"": _keys_read("training/train_lib.py", "config")}
+    for (source, variable), section in SECTION_READERS.items():
+        read.setdefault(section, set()).update(_keys_read(source,
+                                                          variable))
+    return read
 
 
 @pytest.mark.parametrize("path,arg", [(PRETRAIN, "B/16"),
@@ -103,22 +124,27 @@ def _all_keys_read():
 def test_recipe_has_every_key_the_trainer_reads(path, arg):
     config = load(path, arg)
     read = _all_keys_read()
-    assert {"total_steps", "batch_size", "image_size", "dtype",
-            "checkpoint_iterator", "eval_every_steps"} <= read[""]
+    assert {"trainer", "input", "model", "checkpoints",
+            "evals"} <= read[""]
+    assert {"total_steps", "steps_per_loop"} <= read["trainer"]
+    assert {"train_split", "shuffle_buffer"} <= read["input"]
     # Fields of the other optimizers are not needed.
     name = config.optimizer.name
     read["optimizer"] -= (
         {"b1", "b2", "no_decay"} if name == "sgd" else {"momentum", "nesterov"}
     )
     for section, keys in read.items():
-        node = config[section] if section else config
+        node = config
+        for part in filter(None, section.split(".")):
+            node = node[part]
         missing = sorted(k for k in keys if k not in node)
         assert not missing, f"config.{section or ''} lacks {missing}"
-    assert set(config.model) <= set(build.MODEL_KEYS)
+    assert set(config.model) <= set(CONFIG_FIELDS) | {"image_size",
+                                                         "num_classes"}
 
 
 def _comments_above_fields(path):
-    """Every override of the base config (keras_vit/config.py, where each
+    """Every override of the base config (keras_vit/config_schema.py, where each
     field has its own comment) says why above it, or follows another
     override of the same commented group."""
     lines = open(path).read().splitlines()
@@ -146,21 +172,23 @@ def test_pretrain_recipe_has_the_paper_numbers(variant, hidden):
     ImageNet-21k runs (google-research/vision_transformer #2 and #34)."""
     c = load(PRETRAIN, variant)
     o = c.optimizer
+    sch = c.schedule
     assert (o.name, o.b1, o.b2) == ("adamw", 0.9, 0.999)
-    assert (o.lr, o.weight_decay) == (1e-3, 0.03)  # Table 3, ImageNet-21k
-    assert (o.warmup_steps, o.decay_type) == (10_000, "linear")
-    assert o.end_lr == 1e-5  # linear decay to 1e-5, not to 0
-    assert c.loss == "sigmoid_xent" and c.model.head_bias_init == -10.0
-    assert c.batch_size == 4096 and c.grad_clip_norm == 1.0
+    assert (sch.lr, o.weight_decay) == (1e-3, 0.03)  # Table 3, ImageNet-21k
+    assert (sch.warmup_steps, sch.decay_type) == (10_000, "linear")
+    assert sch.end_lr == 1e-5  # linear decay to 1e-5, not to 0
+    assert c.objective.loss == "sigmoid_xent"
+    assert c.model.head_bias_init == -10.0
+    assert c.input.batch_size == 4096 and c.trainer.grad_clip_norm == 1.0
     assert c.model.variant == variant
     assert (c.model.dropout_rate, c.model.attention_dropout_rate) == (0.1, 0)
     assert c.model.representation_size == hidden  # pre-logits layer
-    assert c.image_size == 224 and c.pp.train == "pretrain"
-    assert tuple(c.pp.area_range) == (0.05, 1.0) and c.pp.flip
+    assert c.model.image_size == 224 and c.input.pp.train == "pretrain"
+    assert tuple(c.input.pp.area_range) == (0.05, 1.0) and c.input.pp.flip
     # 90 epochs of 14,197,122 - 50,000 held-out images at batch 4096.
-    assert c.total_steps == 310_850 == math.ceil(90 * 14_147_122 / 4096)
-    assert c.dtype == "bfloat16" and c.label_smoothing == 0.0
-    schedule = build.build_optimizer(c)._learning_rate
+    assert c.trainer.total_steps == 310_850 == math.ceil(90 * 14_147_122 / 4096)
+    assert c.trainer.dtype == "bfloat16" and c.objective.label_smoothing == 0.0
+    schedule = build.build_run(c, 1)[1]._learning_rate
     assert float(schedule(10_000)) == pytest.approx(1e-3)
     assert float(schedule(310_850)) == pytest.approx(1e-5)
     assert float(schedule(10_000 + (310_850 - 10_000) // 2)) == \
@@ -172,8 +200,8 @@ def test_pretrain_recipe_has_the_paper_numbers(variant, hidden):
         variant=None, patch_size=4, hidden_size=8, num_layers=1,
         num_heads=2, mlp_dim=8, representation_size=8,
     ))
-    small.image_size, small.dtype = 8, "float32"
-    model = build.build_model(small, num_classes=5)
+    small.model.image_size, small.trainer.dtype = 8, "float32"
+    model = build.build_run(small, num_classes=5)[0]
     head = model.get_layer("head")
     np.testing.assert_array_equal(head.bias.numpy(), np.full(5, -10.0))
     logits = model(np.zeros((1, 8, 8, 3), "float32"), training=False)
@@ -181,7 +209,7 @@ def test_pretrain_recipe_has_the_paper_numbers(variant, hidden):
 
 
 def test_pretrain_weight_decay_skips_biases_norms_and_embeddings():
-    opt = build.build_optimizer(load(PRETRAIN, "B/16"))
+    opt = build.build_run(load(PRETRAIN, "B/16"), 1)[1]
     model = keras_vit.create_model(
         None, num_classes=3, image_size=8, patch_size=4, hidden_size=8,
         num_layers=1, num_heads=2, mlp_dim=8, representation_size=8,
@@ -206,42 +234,43 @@ def test_pretrain_weight_decay_skips_biases_norms_and_embeddings():
 def test_finetune_recipe_has_the_paper_numbers(dataset, steps, test_split):
     c = load(FINETUNE, f"dataset={dataset},variant=L/16")
     o = c.optimizer
-    assert (o.name, o.momentum, o.decay_type, o.weight_decay) == (
+    sch = c.schedule
+    assert (o.name, o.momentum, sch.decay_type, o.weight_decay) == (
         "sgd", 0.9, "cosine", 0.0)
-    assert c.batch_size == 512 and c.grad_clip_norm == 1.0
-    assert c.total_steps == steps and c.eval_split == test_split
+    assert c.input.batch_size == 512 and c.trainer.grad_clip_norm == 1.0
+    assert c.trainer.total_steps == steps and c.evals.test.split == test_split
     table4 = _module(FINETUNE).DATASETS[dataset]["lrs"]
-    assert o.lr in table4
+    assert sch.lr in table4
     if dataset == "imagenet2012":
         # Appendix B.1.1: L/16 at 512 with Polyak averaging 0.9999.
-        assert c.image_size == 512 and c.pp.resize_size == 597
-        assert c.ema_decay == 0.9999
+        assert c.model.image_size == 512 and c.input.pp.resize_size == 597
+        assert c.trainer.ema_decay == 0.9999
         b16 = load(FINETUNE, f"dataset={dataset},variant=B/16")
-        assert b16.image_size == 384 and b16.ema_decay == 0.9999
+        assert b16.model.image_size == 384 and b16.trainer.ema_decay == 0.9999
         assert load(FINETUNE, "dataset=imagenet2012,variant=H/14"
-                    ).image_size == 518
+                    ).model.image_size == 518
     else:
-        assert c.ema_decay == 0.0
-        assert c.image_size == 384 and c.pp.resize_size == 448
-    assert c.pp.train == "finetune" and c.pp.flip
+        assert c.trainer.ema_decay == 0.0
+        assert c.model.image_size == 384 and c.input.pp.resize_size == 448
+    assert c.input.pp.train == "finetune" and c.input.pp.flip
     assert c.model.head_zero_init and c.model.representation_size is None
     assert c.init.model == "gs://vit_models/imagenet21k/ViT-L_16.npz"
     # The resize follows the resolution: 448 / 384 of it.
     assert load(FINETUNE, f"dataset={dataset}",
-                "--config.image_size=224").pp.resize_size == 261
-    assert build.build_optimizer(c).__class__.__name__ == "SGD"
+                "--config.model.image_size=224").input.pp.resize_size == 261
+    assert build.build_run(c, 1)[1].__class__.__name__ == "SGD"
 
 
 def test_finetune_vtab_task_and_arguments():
     c = load(FINETUNE, "dataset=vtab/dtd,variant=B/16")
-    assert (c.total_steps, c.optimizer.lr) == (2_500, 0.01)
-    assert c.vtab_task == "dtd" and c.dataset.startswith("dtd")
-    assert c.pp.train == "eval" and not c.pp.flip
+    assert (c.trainer.total_steps, c.schedule.lr) == (2_500, 0.01)
+    assert c.input.vtab_task == "dtd" and c.input.dataset.startswith("dtd")
+    assert c.input.pp.train == "eval" and not c.input.pp.flip
     own = load(FINETUNE, "dataset=cifar10,init=/runs/pre")
     assert own.init.model == "/runs/pre"
     keras_file = load(FINETUNE, "dataset=cifar10,init=/m/model.keras")
     assert keras_file.init.model == "/m/model.keras"
-    assert load(FINETUNE, "dataset=cifar10,lr=0.003").optimizer.lr == 0.003
+    assert load(FINETUNE, "dataset=cifar10,lr=0.003").schedule.lr == 0.003
     with pytest.raises(ValueError, match="No fine-tuning recipe"):
         _module(FINETUNE).get_config("dataset=mnist")
     with pytest.raises(ValueError, match="key=value"):
@@ -260,26 +289,26 @@ TINY = dict(variant=None, patch_size=8, hidden_size=16, num_layers=1,
 def shrink(config, **extra):
     """Tiny model, tiny batch, two steps, the mock TFDS cifar10 splits."""
     config.model.update(TINY)
-    config.update(dict(
+    tiny.set_fields(config, dict(
         image_size=32, batch_size=4, eval_batch_size=4, total_steps=2,
         steps_per_loop=1, log_every_steps=1, eval_every_steps=1,
         checkpoint_every_steps=0, jit_compile=False, shuffle_buffer=8,
         dataset="cifar10", train_split="train", val_split="test",
         eval_split="test",
     ))
-    config.optimizer.warmup_steps = 1
-    config.update(extra)
-    return config
+    config.schedule.warmup_steps = 1
+    return tiny.set_fields(config, extra)
 
 
 def _capture_model(monkeypatch):
     built = []
 
     def record(*args, **kwargs):
-        built.append(build.build_model(*args, **kwargs))
-        return built[-1]
+        model, optimizer = build.build_run(*args, **kwargs)
+        built.append(model)
+        return model, optimizer
 
-    monkeypatch.setattr(train_lib, "build_model", record)
+    monkeypatch.setattr(train_lib, "build_run", record)
     return built
 
 
@@ -289,7 +318,7 @@ def test_pretrain_recipe_runs_shrunk_in_bfloat16(tmp_path, monkeypatch):
 
     config = shrink(load(PRETRAIN, "B/16"))
     config.model.representation_size = 16
-    assert config.dtype == "bfloat16"
+    assert config.trainer.dtype == "bfloat16"
     built = _capture_model(monkeypatch)
     with tfds.testing.mock_data(num_examples=8,
                                 policy=tfds.testing.MockPolicy.USE_CODE):
@@ -326,13 +355,13 @@ def test_finetune_recipe_runs_shrunk_from_an_npz(tmp_path, monkeypatch):
                     eval_every_steps=0)
     assert config.init.model == npz
     snapshot = {}
-    initialise = train_lib._initialise_from
+    initialise = model_init.initialise_from
 
     def record(config, model):
         initialise(config, model)
         snapshot.update({v.path: v.numpy() for v in model.weights})
 
-    monkeypatch.setattr(train_lib, "_initialise_from", record)
+    monkeypatch.setattr(model_init, "initialise_from", record)
     with tfds.testing.mock_data(num_examples=8,
                                 policy=tfds.testing.MockPolicy.USE_CODE):
         metrics = train_lib.train_and_evaluate(config, str(tmp_path / "ft"))
@@ -366,20 +395,20 @@ def test_finetune_recipe_runs_at_high_resolution(res, tmp_path, monkeypatch):
     npz = str(tmp_path / "pre.npz")
     checkpoint.save_npz(source, npz)
     arg = f"dataset=cifar10,init={npz},res={res},remat=block"
-    config = shrink(load(FINETUNE, arg, "--config.dtype=bfloat16"),
+    config = shrink(load(FINETUNE, arg, "--config.trainer.dtype=bfloat16"),
                     eval_every_steps=0, image_size=res, jit_compile=True)
     config.model.patch_size = 16
-    assert config.pp.resize_size == res * 448 // 384
+    assert config.input.pp.resize_size == res * 448 // 384
     built = _capture_model(monkeypatch)
     start = {}
-    initialise = train_lib._initialise_from
+    initialise = model_init.initialise_from
 
     def record(config, model):
         initialise(config, model)
         layer = model.get_layer("posembed_input")
         start["posemb"] = layer.pos_embedding.numpy()
 
-    monkeypatch.setattr(train_lib, "_initialise_from", record)
+    monkeypatch.setattr(model_init, "initialise_from", record)
     with tfds.testing.mock_data(num_examples=8,
                                 policy=tfds.testing.MockPolicy.USE_CODE):
         metrics = train_lib.train_and_evaluate(config, str(tmp_path / "ft"))
@@ -401,8 +430,8 @@ def test_finetune_recipe_runs_at_high_resolution(res, tmp_path, monkeypatch):
 def test_finetune_recipe_rematerialises_above_384():
     assert load(FINETUNE, "dataset=cifar10").model.remat == "none"
     high = load(FINETUNE, "dataset=imagenet2012,variant=L/16,res=512")
-    assert (high.image_size, high.model.remat) == (512, "block")
-    assert high.pp.resize_size == 597
+    assert (high.model.image_size, high.model.remat) == (512, "block")
+    assert high.input.pp.resize_size == 597
     assert load(FINETUNE, "dataset=cifar10,res=512,remat=none").model.remat \
         == "none"
 

@@ -21,7 +21,7 @@ from keras_vit import build, remat
 from keras_vit.checkpoint import weights as checkpoint
 from keras_vit.commands import flags as cli
 from keras_vit.config import base_config
-from keras_vit.training import train_lib
+from keras_vit.training import model_init
 from keras_vit.training.trainer import Trainer
 from tests import xla_cpu
 
@@ -161,8 +161,8 @@ def test_config_field_builds_the_rematerialised_model():
     assert base_config().model.remat == "none"
     config = base_config()
     config.model.update(dict(variant=None, **TINY, remat="block"))
-    config.image_size = 16
-    model = build.build_model(config, num_classes=5)
+    config.model.image_size = 16
+    model = build.build_run(config, num_classes=5)[0]
     assert model.get_layer("Transformer").remat == "block"
 
 
@@ -170,10 +170,10 @@ def test_a_run_may_resume_with_remat_switched():
     """The workdir check compares the model, which remat does not change."""
     plain, rematted = base_config(), base_config()
     rematted.model.remat = "block"
-    assert train_lib._model_signature(plain) == train_lib._model_signature(
+    assert model_init.model_signature(plain) == model_init.model_signature(
         rematted)
     rematted.model.dropout_rate = 0.1
-    assert train_lib._model_signature(plain) != train_lib._model_signature(
+    assert model_init.model_signature(plain) != model_init.model_signature(
         rematted)
 
 

@@ -22,10 +22,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_vit.build import build_model, build_optimizer
+from keras_vit.build import build_run
 from keras_vit.data import pipeline as input_pipeline
-from keras_vit.training import replica_rng, train_lib
-from keras_vit.training import trainer as trainer_lib
+from keras_vit.training import distribute, replica_rng, train_lib
 from tests import tiny, xla_cpu
 from tests.strategies import two_cpu_mirrored
 
@@ -34,42 +33,46 @@ from tests.strategies import two_cpu_mirrored
 # show in the loss and the first update moves the weights.
 RANDOM = {"model.dropout_rate": 0.1, "model.attention_dropout_rate": 0.1,
           "model.stochastic_depth_rate": 0.2, "model.num_layers": 2,
-          "model.head_zero_init": False, "optimizer.warmup_steps": 0}
+          "model.head_zero_init": False, "schedule.warmup_steps": 0}
 
 # Tiny configs shaped like the recipes: AugReg's ViT (block remat, gradient
 # accumulation, Mixup and CutMix, skipped non-finite steps, EMA), masked
 # patch prediction, and a hybrid R50+ViT in bf16.
 RECIPES = {
     "augreg": {"model.remat": "block",
-               "accumulation_steps": 2, "mix.mixup_alpha": 0.2,
-               "mix.cutmix_alpha": 1.0, "skip_nonfinite": True,
-               "ema_decay": 0.99},
-    "mpp": {"mpp.enabled": True, "accumulation_steps": 2},
-    "hybrid": {"dtype": "bfloat16", "model.resnet_layers": (1,),
-               "model.patch_size": 1, "image_size": 16, "pp.resize_size": 18},
+               "trainer.accumulation_steps": 2,
+               "input.mix.mixup_alpha": 0.2, "input.mix.cutmix_alpha": 1.0,
+               "trainer.skip_nonfinite": True, "trainer.ema_decay": 0.99},
+    "mpp": {"objective.mpp.enabled": True, "trainer.accumulation_steps": 2},
+    "hybrid": {"trainer.dtype": "bfloat16", "model.resnet_layers": (1,),
+               "model.patch_size": 1, "model.image_size": 16,
+               "input.pp.resize_size": 18},
 }
 BATCH = 16
 
 
-def _config(recipe="augreg", **overrides):
-    return tiny.digits_config({**RANDOM, **RECIPES[recipe], **overrides})
+def _config(recipe="augreg", overrides=None):
+    return tiny.digits_config({**RANDOM, **RECIPES[recipe],
+                               **(overrides or {})})
 
 
 def _trainer(config, strategy):
     keras.utils.set_random_seed(int(config.seed))
-    classes = train_lib.num_classes_of(config)
+    classes = train_lib.num_classes_of(config.model, config.input)
     with strategy.scope():
-        model = build_model(config, classes)
-        optimizer = build_optimizer(config)
-    return train_lib.build_trainer(config, model, optimizer, strategy,
-                                   classes)
+        model, optimizer = build_run(config, classes)
+    return train_lib.build_trainer(
+        config.trainer, config.objective, model, optimizer, strategy,
+        num_classes=classes, global_batch=int(config.input.batch_size))
 
 
 def _datasets(config, strategy):
+    inp, run = tiny.pipeline(config)
     train = strategy.distribute_datasets_from_function(
-        lambda ctx: input_pipeline.train_dataset(config, BATCH, ctx))
+        lambda ctx: input_pipeline.train_dataset(inp, run, BATCH, ctx))
     evaluation = strategy.distribute_datasets_from_function(
-        lambda ctx: input_pipeline.eval_dataset(config, "test", BATCH, ctx))
+        lambda ctx: input_pipeline.eval_dataset(inp, run, "test", BATCH,
+                                                ctx))
     return train, evaluation
 
 
@@ -160,7 +163,7 @@ def test_mix_and_mpp_corruption_differ_per_replica():
     def draws(config):
         train, _ = _datasets(config, strategy)
         images, labels = next(iter(train))
-        if config.mpp.enabled:
+        if config.objective.mpp.enabled:
             return _local(strategy, images["mpp_mode"])
         # Each row: lambda and 1 - lambda (Mixup), or the box's area.
         return [np.sort(r, -1)[:, -1] for r in _local(strategy, labels)]
@@ -206,7 +209,7 @@ def test_replica_steps_compile_with_xla_on_two_replicas(recipe):
     passes (micro-batches, dropout masks and all) are one XLA computation,
     the training loop runs them, the replicas' masks differ, and the
     evaluation step compiles too."""
-    config = _config(recipe, jit_compile=True)
+    config = _config(recipe, {"trainer.jit_compile": True})
     strategy = two_cpu_mirrored()
     trainer = _trainer(config, strategy)
     assert trainer.jit_compile
@@ -228,11 +231,10 @@ def test_replica_steps_compile_with_xla_on_two_replicas(recipe):
 
 def test_no_jit_function_is_nested_inside_a_tpu_computation(monkeypatch):
     tpu = object.__new__(tf.distribute.TPUStrategy)
-    assert trainer_lib._compiles_replica_step(tpu)
-    assert not trainer_lib._compiles_replica_step(two_cpu_mirrored())
-    monkeypatch.setattr(trainer_lib, "_compiles_replica_step",
-                        lambda strategy: True)
-    trainer = _trainer(_config("augreg", jit_compile=True),
+    assert distribute.is_tpu(tpu)
+    assert not distribute.is_tpu(two_cpu_mirrored())
+    monkeypatch.setattr(distribute, "is_tpu", lambda strategy: True)
+    trainer = _trainer(_config("augreg", {"trainer.jit_compile": True}),
                        tf.distribute.get_strategy())
     assert not trainer.jit_compile
     assert not hasattr(trainer._replica_grads, "experimental_get_tracing_count")

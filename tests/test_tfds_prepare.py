@@ -84,13 +84,14 @@ def _script(name):
 # A few steps of the protocol at 32 x 32, every example of DTD's test
 # split scored.
 TINY_VTAB = [
-    "--config.image_size=32", "--config.batch_size=8",
-    "--config.eval_batch_size=32", "--config.total_steps=2",
-    "--config.checkpoint_every_steps=0", "--config.log_every_steps=1",
-    "--config.jit_compile=False", "--config.shuffle_buffer=8",
+    "--config.model.image_size=32", "--config.input.batch_size=8",
+    "--config.evals.test.batch_size=32", "--config.trainer.total_steps=2",
+    "--config.checkpoints.every_steps=0", "--config.log.every_steps=1",
+    "--config.trainer.jit_compile=False", "--config.input.shuffle_buffer=8",
 ]
-TINY_FEWSHOT = ["--config.image_size=32", "--config.pp.eval_resize_size=32",
-                "--config.batch_size=64"]
+TINY_FEWSHOT = ["--config.model.image_size=32",
+                "--config.input.pp.eval_resize_size=32",
+                "--config.input.batch_size=64"]
 
 
 @pytest.mark.slow
@@ -115,11 +116,12 @@ def test_vtab_and_fewshot_commands_on_data_tfds_prepared(archive, tmp_path):
 
     workdir = str(tmp_path / "run")
     trained = run("train", "--config=digits", f"--workdir={workdir}",
-                  "--config.total_steps=2", "--config.batch_size=16",
-                  "--config.eval_every_steps=0",
-                  "--config.checkpoint_every_steps=0",
-                  "--config.jit_compile=False",
-                  "--config.optimizer.warmup_steps=1")
+                  "--config.trainer.total_steps=2",
+                  "--config.input.batch_size=16",
+                  "--config.evals.test.every_steps=0",
+                  "--config.checkpoints.every_steps=0",
+                  "--config.trainer.jit_compile=False",
+                  "--config.schedule.warmup_steps=1")
     assert trained.returncode == 0, trained.stderr[-3000:]
     sources = {"workdir": ["--workdir=" + workdir],
                "hub": ["--model=" + model_cache.HF_FIXTURE]}
@@ -129,7 +131,7 @@ def test_vtab_and_fewshot_commands_on_data_tfds_prepared(archive, tmp_path):
             out = str(tmp_path / f"vtab_{kind}")
             result = run("evaluate", "--mode=vtab", "--config=vtab",
                          "--tasks=dtd", f"--output_dir={out}", *model,
-                         f"--config.data_dir={data_dir}", *TINY_VTAB)
+                         f"--config.input.data_dir={data_dir}", *TINY_VTAB)
             assert result.returncode == 0, result.stderr[-3000:]
             assert "Traceback" not in result.stderr
             assert "VTAB task 1 of 1: DTD" in result.stderr
@@ -147,7 +149,7 @@ def test_vtab_and_fewshot_commands_on_data_tfds_prepared(archive, tmp_path):
             out = str(tmp_path / f"fewshot_{kind}")
             result = run("evaluate", "--mode=fewshot", "--config=fewshot:dtd",
                          f"--output_dir={out}", *model,
-                         f"--config.data_dir={data_dir}", *TINY_FEWSHOT)
+                         f"--config.input.data_dir={data_dir}", *TINY_FEWSHOT)
             assert result.returncode == 0, result.stderr[-3000:]
             assert "few-shot data set 1 of 1: dtd" in result.stderr
             with open(os.path.join(out, "fewshot.json")) as f:
@@ -217,8 +219,8 @@ def test_a_vtab_run_with_no_result_exits_1_with_the_reasons(tmp_path):
         _script("evaluate") + [
             "--mode=vtab", "--config=vtab", "--tasks=dtd,resisc45",
             f"--model={npz}", f"--output_dir={tmp_path / 'out'}",
-            "--config.download=False",
-            f"--config.data_dir={tmp_path / 'empty'}"],
+            "--config.input.download=False",
+            f"--config.input.data_dir={tmp_path / 'empty'}"],
         capture_output=True, text=True, timeout=600, cwd=str(tmp_path),
         env=dict(os.environ, CUDA_VISIBLE_DEVICES=""))
     assert result.returncode == 1, result.stderr[-3000:]
@@ -229,5 +231,5 @@ def test_a_vtab_run_with_no_result_exits_1_with_the_reasons(tmp_path):
     line = lines[0]
     assert "no VTAB task produced a result (dtd: " in line
     dtd, resisc = line.split("; resisc45: ")
-    assert "--config.download" in dtd and "manual" not in dtd
+    assert "--config.input.download" in dtd and "manual" not in dtd
     assert "needs a manual download" in resisc

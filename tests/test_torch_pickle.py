@@ -1,14 +1,14 @@
 """The PyTorch state-dict reader that runs without PyTorch
-(`keras_vit.checkpoint.torch_pickle`): exact round trips of files laid out
-as torch.save writes them (tests/torch_files.py), and crafted files that
+(`keras_vit.checkpoint.formats.torch_pickle`): exact round trips of files laid
+out as torch.save writes them (tests/torch_files.py), and crafted files that
 declare views outside their storage, each refused with one line naming the
-tensor. Files that could crash the process (read outside memory) are read
-in a child process (tests/torch_fuzz.py), where a segfault shows as a
-failed test. The hostile corpus of tests/hostile_files.py (deep nesting,
-BUILD on records, inflating zip members, zero-stride amplification, shards
-outside the folder, broken JSON and .npz, hf:// revisions, Lambda layers)
-is read there too, each file's peak memory measured: a quick torch-only
-version, and every kind through load_model (slow)."""
+tensor. Files that could crash the process (read outside memory) are read in a
+child process (tests/torch_fuzz.py), where a segfault shows as a failed test.
+The hostile corpus of tests/hostile_files.py (deep nesting, BUILD on records,
+inflating zip members, zero-stride amplification, shards outside the folder,
+broken JSON and .npz, hf:// revisions, Lambda layers) is read there too, each
+file's peak memory measured: a quick torch-only version, and every kind
+through load_model (slow)."""
 
 import collections
 import io
@@ -23,7 +23,7 @@ import sys
 import numpy as np
 import pytest
 
-from keras_vit.checkpoint import npz, torch_checks, torch_pickle
+from keras_vit.checkpoint.formats import npz, torch_checks, torch_pickle
 from keras_vit.errors import UsageError
 from tests import hostile_files, torch_files
 
@@ -207,7 +207,7 @@ def test_reader_is_chosen_by_whether_torch_is_installed(tmp_path,
     torch_files.save(path, {"w": np.ones((2, 2), np.float32)})
     calls = []
     monkeypatch.setattr(torch_pickle, "open_with_torch",
-                        lambda p: calls.append(p) or {})
+                        lambda p, pick=None: calls.append(p) or {})
     monkeypatch.setattr(torch_pickle, "HAS_TORCH", True)
     assert torch_pickle.read_state_dict(path) == {} and calls == [path]
     monkeypatch.setattr(torch_pickle, "HAS_TORCH", False)
@@ -285,7 +285,9 @@ def _check_hostile(done):
 
 TORCH_KINDS = ["deep_nesting", "build_on_records", "inflation"]
 MODEL_KINDS = ["zero_stride", "path_escape", "broken_json", "broken_npz",
-               "uris", "keras_lambda", "controls"]
+               "uris", "keras_lambda", "links_out", "archive_bombs",
+               "keras_not_vit", "odd_configs", "controls"]
+ROUND_THREE = ["links_out", "archive_bombs", "keras_not_vit", "odd_configs"]
 
 
 def test_hostile_torch_files_quick():
@@ -347,6 +349,47 @@ def test_hostile_corpus_in_one_child_under_a_memory_cap():
     assert "holds no '..' and starts with no '.'" in by_label["hf:.."]
     assert "refused it (IsADirectoryError" in by_label["hf:dir"]
     assert "Keras's safe mode refuses to run" in by_label["keras:lambda"]
+
+
+@pytest.mark.slow
+def test_links_bombs_user_models_and_odd_configs_in_a_child():
+    # Each read the user's way in one child: files of a model folder that
+    # link out of it (weights, config.json, preprocessor_config.json), a
+    # cache snapshot linking into another repository's blobs/, refs/main
+    # walking out of snapshots/ (relative and absolute), a .keras
+    # config.json and an .npz member inflating to 128 MiB from a small
+    # file, a .keras member Keras's format has no place for, a .keras
+    # holding a layer or cut short, complex and void .npz arrays, timm
+    # configs the weights contradict (qkv_bias=False, a zero std, a NaN
+    # mean, a 2-D kernel of another patch), a transformers file wrapped
+    # as a training checkpoint: 0 crashes, 0 tracebacks, 0 links followed,
+    # each refused in one line naming it within 64 MiB plus twice its
+    # size; a user's model of keras_vit's layers and a Softmax loads as
+    # Keras saved it, Softmax included.
+    done = _hostile_child(1, ROUND_THREE, timeout=300)
+    _check_hostile(done)
+    by_label = {r["label"]: r for r in done}
+    assert len(by_label) == 19
+    for label in ("weights", "config", "processor", "other_repository_blob"):
+        assert "is a link to" in by_label[f"link:{label}"]["message"]
+        assert "elsewhere" in by_label[f"link:{label}"]["message"] or (
+            "models--g--h" in by_label[f"link:{label}"]["message"])
+    for label in ("escape", "absolute"):
+        assert "its refs/ file names a path outside" in by_label[
+            f"link:refs_{label}"]["message"]
+    assert "refused before inflating" in by_label["bomb:npz_extra"][
+        "message"]
+    assert "config.json declares 134217737 bytes" in by_label[
+        "bomb:keras_config"]["message"]
+    loaded = by_label["control:keras_softmax"]["loaded"]
+    assert loaded[0] == "Functional" and loaded[-1] == "Softmax"
+    assert "holds a Dense, not a model" in by_label["keras:layer_top"][
+        "message"]
+    assert "truncated or corrupt .keras" in by_label["keras:cut_short"][
+        "message"]
+    assert "(complex64), not a real number" in by_label["dtype:complex"][
+        "message"]
+    assert "hf_wrapped" in by_label["config:hf_wrapped"]["message"]
 
 
 def test_checks_run_before_torch_load(tmp_path, monkeypatch):

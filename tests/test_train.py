@@ -14,8 +14,8 @@ import tensorflow as tf
 
 import keras_vit
 from keras_vit import errors, keras_compat, optim
-from keras_vit.checkpoint import workdir as wd
 from keras_vit.commands import train as train_command
+from keras_vit.storage import workdir as wd
 from keras_vit.training import loop, train_lib
 from keras_vit.training.trainer import Trainer
 from tests import tiny
@@ -105,6 +105,16 @@ def test_batch_must_divide_replicas_times_accumulation():
         _run(two_cpu_mirrored(), SGD, batch=15)
 
 
+def test_trainer_options_are_checked_by_name():
+    # Refused before the model, optimizer or strategy is used.
+    with pytest.raises(errors.UsageError, match="unknown option\\(s\\) "
+                                                "batch_size; its options are "
+                                                "num_classes, global_batch"):
+        Trainer(None, None, None, num_classes=5, batch_size=8)
+    with pytest.raises(errors.UsageError, match="needs global_batch_size"):
+        Trainer(None, None, None, num_classes=5)
+
+
 def test_gradient_clipping_bounds_the_update():
     # With SGD without momentum, the first update is exactly -lr * clipped g.
     opt = dict(name="sgd", lr=1.0, momentum=0.0, decay_type="constant")
@@ -145,7 +155,7 @@ def test_train_and_evaluate_on_digits(tmp_path):
     # The whole host loop takes at least as long as its train calls.
     assert 0 < on_disk["loop_images_per_sec"] <= on_disk["images_per_sec"]
     assert wd.read_class_names(workdir) == [str(i) for i in range(10)]
-    assert wd.read_config(workdir).total_steps == 48
+    assert wd.read_config(workdir).trainer.total_steps == 48
     ckpts = tf.train.get_checkpoint_state(os.path.join(workdir, "checkpoints"))
     assert ckpts.model_checkpoint_path.endswith("ckpt-48")
     # TensorBoard summaries with the promised tags.
@@ -163,7 +173,8 @@ def test_train_and_evaluate_on_digits(tmp_path):
     from keras_vit.data import pipeline as input_pipeline
 
     correct = total = 0
-    for x, y, mask in input_pipeline.eval_dataset(config, "test", 100):
+    for x, y, mask in input_pipeline.eval_dataset(*tiny.pipeline(config),
+                                                  "test", 100):
         pred = np.argmax(model(x).numpy(), -1)
         correct += float(np.sum((pred == y.numpy()) * mask.numpy()))
         total += float(np.sum(mask))
@@ -231,12 +242,13 @@ def test_preempted_command_exits_42_and_closes_its_summaries(
     workdir = str(tmp_path / "run")
     argv = [
         "keras-vit-train", "--config", "digits", f"--workdir={workdir}",
-        "--config.total_steps=24", "--config.steps_per_loop=4",
-        "--config.log_every_steps=8", "--config.eval_every_steps=0",
-        "--config.checkpoint_every_steps=8", "--config.jit_compile=False",
+        "--config.trainer.total_steps=24", "--config.trainer.steps_per_loop=4",
+        "--config.log.every_steps=8", "--config.evals.test.every_steps=0",
+        "--config.checkpoints.every_steps=8",
+        "--config.trainer.jit_compile=False",
         "--config.model.num_layers=1", "--config.model.hidden_size=16",
-        "--config.model.mlp_dim=16", "--config.batch_size=32",
-        "--config.optimizer.warmup_steps=4",
+        "--config.model.mlp_dim=16", "--config.input.batch_size=32",
+        "--config.schedule.warmup_steps=4",
     ]
     assert train_command.main(argv) == errors.PREEMPTED_EXIT_CODE == 42
     err = capsys.readouterr().err.strip().splitlines()
@@ -261,9 +273,9 @@ def test_workdir_with_another_model_is_refused(tmp_path):
 
 def test_non_finite_loss_stops_with_step_and_checkpoint(tmp_path):
     config = digits_config(total_steps=40)
-    config.optimizer.lr = 1e12
-    config.optimizer.warmup_steps = 0
-    config.grad_clip_norm = 0.0
+    config.schedule.lr = 1e12
+    config.schedule.warmup_steps = 0
+    config.trainer.grad_clip_norm = 0.0
     workdir = str(tmp_path / "run")
     with pytest.raises(train_lib.TrainingError,
                        match=r"Non-finite loss .* in steps \d+-\d+\. Last "
@@ -279,8 +291,8 @@ def test_fine_tune_from_workdir_resizes_and_reinitialises_head(tmp_path):
     source = str(tmp_path / "pre")
     train_lib.train_and_evaluate(digits_config(total_steps=4), source)
     config = digits_config(total_steps=4)
-    config.image_size = 48  # 6 x 6 grid instead of 4 x 4
-    config.pp.resize_size = 52
+    config.model.image_size = 48  # 6 x 6 grid instead of 4 x 4
+    config.input.pp.resize_size = 52
     config.init.model = source
     metrics = train_lib.train_and_evaluate(config, str(tmp_path / "ft"))
     assert metrics["steps"] == 4
@@ -293,10 +305,10 @@ def test_train_py_command_line(tmp_path):
     cmd = [
         sys.executable, os.path.join(ROOT, "train.py"), "--config=digits",
         "--workdir=" + str(tmp_path / "run"),
-        "--config.total_steps=2", "--config.steps_per_loop=1",
+        "--config.trainer.total_steps=2", "--config.trainer.steps_per_loop=1",
         "--config.model.num_layers=1", "--config.model.hidden_size=16",
-        "--config.model.mlp_dim=16", "--config.jit_compile=False",
-        "--config.optimizer.warmup_steps=0",
+        "--config.model.mlp_dim=16", "--config.trainer.jit_compile=False",
+        "--config.schedule.warmup_steps=0",
         "--strategy=cpu",
     ]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300,
@@ -312,7 +324,9 @@ def test_train_py_command_line(tmp_path):
     assert typo.returncode == 1
     (line,) = [s for s in typo.stderr.splitlines() if "error" in s]
     assert line.startswith("keras-vit-train: error: unknown config field "
-                           "'totl_steps'. Did you mean \"total_steps\"")
+                           "'totl_steps'")
+    assert "did you mean --config.trainer.total_steps?" in line
+    assert line.endswith("(config fields: keras_vit/config_schema.py)")
     assert "Traceback" not in typo.stderr
 
 

@@ -1,13 +1,13 @@
 """The bounded readers of a model's JSON files and shard names
-(`keras_vit.checkpoint.untrusted`): limits exactly where they are said to
-be, and the Hugging Face cache's own links told apart from links out of a
-model's folder."""
+(`keras_vit.checkpoint.formats.untrusted`): limits exactly where they are
+said to be, and the Hugging Face cache's own links told apart from links
+out of a model's folder."""
 
 import os
 
 import pytest
 
-from keras_vit.checkpoint import untrusted
+from keras_vit.checkpoint.formats import untrusted
 from keras_vit.errors import UsageError
 
 

@@ -152,7 +152,7 @@ def test_config_stride_and_model_stride_are_the_architecture_stride():
     config = config_lib.base_config()
     with config.unlocked():
         config.model.variant = "R26+S/32"
-    assert build.config_stride(config) == 32
+    assert build.config_stride(config.model) == 32
     model = create_model(None, num_classes=0, image_size=16, patch_size=2,
                          resnet_layers=(), hidden_size=16, num_layers=1,
                          num_heads=2, mlp_dim=16)
@@ -162,7 +162,8 @@ def test_config_stride_and_model_stride_are_the_architecture_stride():
 # ------------------------------------------------------------------ config
 def test_config_model_holds_the_architecture_fields_and_defaults():
     model_section = config_lib.base_config().model
-    assert set(model_section) == set(CONFIG_FIELDS)
+    assert set(model_section) == set(CONFIG_FIELDS) | {"image_size",
+                                                       "num_classes"}
     defaults = Architecture(patch_size=16, hidden_size=768, num_layers=12,
                             num_heads=12, mlp_dim=3072)
     for field in CONFIG_FIELDS:
@@ -175,28 +176,28 @@ def test_build_model_builds_the_config_architecture():
     config = config_lib.complete(dict(
         image_size=16, model=dict(variant=None, pooling="gap",
                                   representation_size=8, **TINY)))
-    model = build.build_model(config, num_classes=5)
+    model = build.build_run(config, num_classes=5)[0]
     assert isinstance(model, VisionTransformer)
-    assert model.architecture == build.config_architecture(config, 5)
+    assert model.architecture == build.config_architecture(config.model, 5)
     assert model.architecture.pooling == "gap"
     assert model.output_shape == (None, 5)
 
 
 def test_num_classes_none_is_from_the_data_and_zero_no_head():
-    assert config_lib.base_config().num_classes is None
+    assert config_lib.base_config().model.num_classes is None
     # A config.json of an older version said 0 for "from the data".
-    assert config_lib.complete({"num_classes": 0}).num_classes is None
-    assert config_lib.complete({"num_classes": 7}).num_classes == 7
+    assert config_lib.complete({"num_classes": 0}).model.num_classes is None
+    assert config_lib.complete({"num_classes": 7}).model.num_classes == 7
     features = create_model(None, num_classes=0, image_size=16, **TINY)
     assert features.parts.head is None and features.output_shape == (None, 16)
 
 
 def test_a_run_refuses_a_class_count_below_one():
     config = config_lib.base_config()
-    config.num_classes = 0
+    config.model.num_classes = 0
     with pytest.raises(UsageError, match="leave it None to read it from "
                        "the data"):
-        num_classes_of(config)
+        num_classes_of(config.model, config.input)
 
 
 # ------------------------------------------- files written before the class
@@ -245,7 +246,7 @@ def test_a_model_that_is_no_vit_is_refused_in_one_line():
 
 # ----------------------------------------------------------------- hygiene
 def test_layers_are_found_by_name_only_in_the_npz_mapping():
-    allowed = {os.path.join("checkpoint", "npz_mapping.py"),
+    allowed = {os.path.join("checkpoint", "formats", "npz_mapping.py"),
                os.path.join("checkpoint", "weights.py")}
     found = []
     package = os.path.join(ROOT, "keras_vit")

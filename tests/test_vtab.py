@@ -24,12 +24,13 @@ import tensorflow_datasets as tfds
 from keras_vit import config as config_lib
 from keras_vit import create_model
 from keras_vit.checkpoint import loader as pretrained
-from keras_vit.checkpoint import npz as checkpoint_io
 from keras_vit.checkpoint import weights as checkpoint
+from keras_vit.checkpoint.formats import npz as checkpoint_io
 from keras_vit.data import pipeline as input_pipeline
 from keras_vit.data import preprocessing, sources, vtab, vtab_labels
 from keras_vit.evaluation import reports, vtab_run
 from keras_vit.training import train_lib
+from tests import tiny
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -228,7 +229,7 @@ def test_images_become_uint8_rgb():
 
 
 def test_input_pipeline_reads_a_task_with_its_labels():
-    """input_pipeline with config.vtab_task: the task's labels, RGB in
+    """input_pipeline with config.input.vtab_task: the task's labels, RGB in
     [-1, 1], its class count; checked against the raw mock examples."""
     cfg = config_lib.complete(dict(
         dataset="dsprites", vtab_task="dsprites_ori", image_size=16,
@@ -238,9 +239,9 @@ def test_input_pipeline_reads_a_task_with_its_labels():
                                 policy=tfds.testing.MockPolicy.USE_CODE):
         raw = list(tfds.load("dsprites:2.*.*", split="train[:800]"))
         images, labels, mask = next(iter(
-            input_pipeline.eval_dataset(cfg, "train[:800]", 8)
+            input_pipeline.eval_dataset(*tiny.pipeline(cfg), "train[:800]", 8)
         ))
-        info = sources.dataset_info(cfg)
+        info = sources.dataset_info(cfg.input)
     assert info.num_classes == 16
     want = [int(np.floor(int(r["label_orientation"]) / 2.5)) for r in raw]
     np.testing.assert_array_equal(labels.numpy()[:5], want)
@@ -272,7 +273,7 @@ def test_not_prepared_without_download_says_how(tmp_path):
     with pytest.raises(vtab.DataUnavailableError) as e:
         vtab.prepare("dtd", str(tmp_path), download=False)
     assert "tfds build dtd" in str(e.value)
-    assert "config.download=True" in str(e.value)
+    assert "config.input.download=True" in str(e.value)
 
 
 # ------------------------------------------------------------- reports
@@ -366,33 +367,37 @@ def test_task_config_is_the_papers_recipe():
               "variant": None}
     task = vtab.TASKS["caltech101"]
     c = vtab_run.task_config(
-        config, task, fields, "/b.npz", lr=config.optimizer.lr,
-        steps=config.total_steps, train_split="train800val200",
+        config, task, fields, "/b.npz", lr=config.schedule.lr,
+        steps=config.trainer.total_steps, train_split="train800val200",
         eval_split="test",
     )
-    assert (c.optimizer.name, c.optimizer.lr, c.optimizer.momentum) == (
+    assert (c.optimizer.name, c.schedule.lr, c.optimizer.momentum) == (
         "sgd", 0.01, 0.9
     )
-    assert c.optimizer.decay_type == "cosine"
+    assert c.schedule.decay_type == "cosine"
     assert c.optimizer.weight_decay == 0.0
-    assert (c.total_steps, c.batch_size, c.image_size) == (2500, 512, 384)
-    assert c.grad_clip_norm == 1.0
-    assert c.train_split == "train[:800]+train[2754:2954]"
-    assert c.eval_split == "test" and c.num_classes == 102
-    assert c.vtab_task == "caltech101" and c.init.model == "/b.npz"
-    # The backbone's architecture, the other model fields the defaults.
+    assert (c.trainer.total_steps, c.input.batch_size,
+            c.model.image_size) == (2500, 512, 384)
+    assert c.trainer.grad_clip_norm == 1.0
+    assert c.input.train_split == "train[:800]+train[2754:2954]"
+    assert c.evals.test.split == "test" and c.model.num_classes == 102
+    assert c.input.vtab_task == "caltech101" and c.init.model == "/b.npz"
+    # The backbone's architecture, the task's classes, the other model
+    # fields the defaults (the resolution the config's).
     base = config_lib.base_config()
-    assert c.model.to_dict() == {**base.model.to_dict(), **fields}
+    assert c.model.to_dict() == {**base.model.to_dict(), **fields,
+                                 "num_classes": 102, "image_size": 384}
     # The runner's own fields hold their defaults: changing them keeps the
     # finished trials valid.
-    config.vtab.keep_checkpoints = True
+    config.evals.vtab.keep_checkpoints = True
     again = vtab_run.task_config(
         config, task, fields, "/b.npz", lr=0.01, steps=2500,
         train_split="train800val200", eval_split="test",
     )
     assert again.to_dict() == c.to_dict()
-    assert c.vtab.to_dict() == base.vtab.to_dict()
-    assert c.is_locked and not c.pp.flip
+    assert set(c.evals) == {"test"}  # the protocol's own evaluator left out
+    assert not c.input.download or c.input.download == base.input.download
+    assert c.is_locked and not c.input.pp.flip
 
 
 def tiny_source(path, num_classes=10):
@@ -425,16 +430,16 @@ def test_backbone_has_no_head(tmp_path):
 
 def tiny_vtab_config(data_dir):
     c = load_config("vtab")
-    c.image_size = 32
-    c.batch_size = 4
-    c.eval_batch_size = 4
-    c.total_steps = 1
-    c.steps_per_loop = 1
-    c.log_every_steps = 1
-    c.checkpoint_every_steps = 0
-    c.jit_compile = False
-    c.shuffle_buffer = 8
-    c.data_dir = data_dir
+    c.model.image_size = 32
+    c.input.batch_size = 4
+    c.evals.test.batch_size = 4
+    c.trainer.total_steps = 1
+    c.trainer.steps_per_loop = 1
+    c.log.every_steps = 1
+    c.checkpoints.every_steps = 0
+    c.trainer.jit_compile = False
+    c.input.shuffle_buffer = 8
+    c.input.data_dir = data_dir
     return c
 
 
@@ -491,8 +496,8 @@ def test_all_19_tasks_end_to_end_with_rerun(tmp_path, consistent_mock_data):
     # its checkpoints were removed after scoring.
     run_dir = os.path.join(out, "runs", "clevr_dist", "final")
     saved = json.load(open(os.path.join(run_dir, "config.json")))
-    assert saved["train_split"] == "train[:800]+train[63000:63200]"
-    assert saved["eval_split"] == "validation"
+    assert saved["input"]["train_split"] == "train[:800]+train[63000:63200]"
+    assert saved["evals"]["test"]["split"] == "validation"
     assert not os.path.exists(os.path.join(run_dir, "checkpoints"))
     # A finished trial is reused, not retrained (there is no mock data here,
     # so training would fail); another config in its directory is refused.
@@ -507,7 +512,7 @@ def test_all_19_tasks_end_to_end_with_rerun(tmp_path, consistent_mock_data):
     )
     metrics = vtab_run.run_trial(cfg, run_dir, train_lib.train_and_evaluate)
     assert metrics == json.load(open(os.path.join(run_dir, "metrics.json")))
-    cfg.optimizer.lr = 0.02
+    cfg.schedule.lr = 0.02
     with pytest.raises(ValueError, match="another config"):
         vtab_run.run_trial(cfg, run_dir, train_lib.train_and_evaluate)
 

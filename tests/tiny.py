@@ -1,6 +1,7 @@
 """configs/digits.py shrunk for tests: a 1-layer ViT of width 32 that trains
 in seconds. `settings` and `overrides` take dotted field names
-("optimizer.lr")."""
+("schedule.lr"), or the flat names of earlier versions ("total_steps"),
+which go where `keras_vit.config.upgrade` puts them."""
 
 import os
 import sys
@@ -19,8 +20,12 @@ def digits_base():
 
 
 def set_fields(config, fields):
-    """Sets dotted fields ("optimizer.lr": 1e-3) of `config`; returns it."""
+    """Sets dotted fields ("schedule.lr": 1e-3) of `config`, an earlier
+    version's names where they moved; returns it."""
+    from keras_vit import config as config_lib
+
     for key, value in fields.items():
+        key = config_lib.moved_path(key) or key
         target = config
         *path, leaf = key.split(".")
         for part in path:
@@ -34,8 +39,8 @@ def digits_config(settings=None, **overrides):
     config.model.hidden_size = 32
     config.model.mlp_dim = 64
     config.model.num_layers = 1
-    config.batch_size = 32
-    config.jit_compile = False
+    config.input.batch_size = 32
+    config.trainer.jit_compile = False
     return set_fields(config, {**(settings or {}), **overrides})
 
 
@@ -50,3 +55,12 @@ def train_losses(workdir):
                 if v.tag == "loss":
                     losses.append(float(tf.make_ndarray(v.tensor)))
     return losses
+
+
+def pipeline(config):
+    """(config.input, RunInput): what the input pipeline takes of a run
+    config, as training hands them over."""
+    from keras_vit.training import train_lib
+
+    return config.input, train_lib.run_input(config.seed, config.model,
+                                             config.objective.mpp)

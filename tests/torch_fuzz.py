@@ -7,7 +7,7 @@ a crash (a segfault reading outside a storage) ends only this process.
     python tests/torch_fuzz.py hostile SCALE KIND...  # tests/hostile_files
 
 The first two modes, and "hostile" with torch kinds only, import only
-`keras_vit.checkpoint.torch_pickle` (with its `torch_checks` and
+`keras_vit.checkpoint.formats.torch_pickle` (with its `torch_checks` and
 keras_vit package, which would import Keras; "hostile" with other kinds
 loads each file with `keras_vit.checkpoint.loader.load_model`. Each file's
 peak memory above what the process held before it is reported (Linux's
@@ -38,7 +38,7 @@ if LIGHT:
 import hostile_files  # noqa: E402
 import torch_files  # noqa: E402
 
-from keras_vit.checkpoint import torch_pickle  # noqa: E402
+from keras_vit.checkpoint.formats import torch_pickle  # noqa: E402
 from keras_vit.errors import UsageError  # noqa: E402
 
 
@@ -222,15 +222,20 @@ def hostile(scale: int, kinds) -> None:
                 with open("/proc/self/clear_refs", "w") as f:
                     f.write("5")  # resets VmHWM to the current VmRSS
                 before = _memory("VmRSS")
+                loaded = []
                 try:
-                    _read(reader, target)
+                    value = _read(reader, target)
                     outcome, message = "ok", ""
+                    if reader == "model":  # the model's layers, by type
+                        loaded = [type(value).__name__] + [
+                            type(layer).__name__ for layer in value.layers]
                 except UsageError as error:
                     outcome, message = "usage", str(error)
                 except Exception as error:  # the test fails on these
                     outcome, message = "other", repr(error)[:2000]
                 _emit(event="done", label=label, target=target,
                       outcome=outcome, message=message, file_bytes=size,
+                      loaded=loaded,
                       peak_bytes=_memory("VmHWM") - before)
 
 

@@ -18,13 +18,14 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from keras_vit import config as config_lib
 from keras_vit import mpp
 from keras_vit.analysis import plots
 from keras_vit.build import config_stride
-from keras_vit.checkpoint import workdir as wd
 from keras_vit.data import masking
 from keras_vit.errors import UsageError
 from keras_vit.model import architecture_of
+from keras_vit.storage import workdir as wd
 
 # Outline colours of the corruption kinds.
 _EDGES = {mpp.MASKED: "red", mpp.REPLACED: "deepskyblue", mpp.KEPT: "lime"}
@@ -84,26 +85,29 @@ def predict(
     model: keras.Model,
     images: np.ndarray,
     *,
-    target: str = "mean_colour",
-    colour_bits: int = 3,
-    grid_size: int = 4,
-    corrupt_rate: float = 0.5,
-    mask_fraction: float = 0.8,
-    random_fraction: float = 0.1,
     seed: int = 0,
+    **mpp_options,
 ) -> MppPictures:
     """Corrupts `images` (noise drawn with `seed`), runs the MPP model and
-    paints its predictions; the options are the run's `config.mpp`."""
+    paints its predictions.
+
+    Args:
+        model: keras.Model. An MPP model (`keras_vit.mpp.create_mpp_model`).
+        images: float32 (n, height, width, 3) in [-1, 1].
+        seed: int. Seeds the corruption.
+        **mpp_options: fields of the run's `config.objective.mpp` (target,
+            colour_bits, grid_size, corrupt_rate, mask_fraction,
+            random_fraction); the others keep the base config's defaults,
+            and an unknown one is an error naming it.
+    """
+    opts = config_lib.complete(mpp_options, "objective.mpp",
+                               where="mpp_figure.predict")
+    target, colour_bits = opts.target, opts.colour_bits
     images = np.asarray(images, np.float32)
     arch = architecture_of(model)
     stride = arch.stride
     rows, cols = arch.grid()
-    patches = rows * cols
-    noise = np.random.default_rng(seed).uniform(
-        size=(len(images), patches, 3)
-    ).astype(np.float32)
-    mode, source = (np.asarray(t) for t in masking.corruption_from_noise(
-        tf.constant(noise), corrupt_rate, mask_fraction, random_fraction))
+    mode, source = _corruption(len(images), rows * cols, opts, seed)
     outputs = np.asarray(model.predict(
         {"images": images, "mpp_mode": mode, "mpp_source": source},
         verbose=0,
@@ -115,7 +119,7 @@ def predict(
     rows = np.arange(len(images))[:, None]
     shown[mode == mpp.REPLACED] = pieces[rows, source][mode == mpp.REPLACED]
     shown[mode == mpp.MASKED] = 0.0  # mid grey
-    grid = grid_size if target == "colour_grid" else 1
+    grid = opts.grid_size if target == "colour_grid" else 1
     true_classes = np.asarray(mpp.colour_targets(
         images, stride, colour_bits, grid))
     if target == "pixels":
@@ -141,6 +145,18 @@ def predict(
     accuracy = (right * corrupted).sum(-1) / np.maximum(corrupted.sum(-1), 1)
     return MppPictures(images, _from_patches(shown, h, w), target_image,
                        prediction_image, mode, source, accuracy)
+
+
+def _corruption(num_images: int, patches: int, opts, seed: int):
+    """(mode, source), int (num_images, patches): each patch's corruption
+    (`keras_vit.mpp`), drawn with `seed` as the run's options say."""
+    noise = np.random.default_rng(seed).uniform(
+        size=(num_images, patches, 3)
+    ).astype(np.float32)
+    mode, source = (np.asarray(t) for t in masking.corruption_from_noise(
+        tf.constant(noise), opts.corrupt_rate, opts.mask_fraction,
+        opts.random_fraction))
+    return mode, source
 
 
 def plot_predictions(
@@ -203,13 +219,13 @@ def draw_for_run(
     seed: int = 0,
 ) -> Optional[str]:
     """Draws FIGURE for the workdir of an MPP run (its latest checkpoint,
-    its config.mpp options); returns its path, or None for a run that is
-    not an MPP run."""
+    its config.objective.mpp options); returns its path, or None for a run
+    that is not an MPP run."""
     config = wd.read_config(workdir)
-    if not config.mpp.enabled:
+    if not config.objective.mpp.enabled:
         return None
     model = wd.restore_model(workdir)
-    opts = config.mpp
+    opts = config.objective.mpp
     pictures = predict(
         model, images[:max_images], target=opts.target,
         colour_bits=opts.colour_bits, grid_size=opts.grid_size,
@@ -218,6 +234,6 @@ def draw_for_run(
     )
     return plot_predictions(
         pictures, os.path.join(output_dir, FIGURE),
-        stride=config_stride(config), titles=titles,
+        stride=config_stride(config.model), titles=titles,
         max_images=max_images,
     )

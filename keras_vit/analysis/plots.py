@@ -3,7 +3,7 @@
 Figures are built on `matplotlib.figure.Figure` with the Agg canvas, not
 pyplot: no global backend is switched, no figure is left open, and the
 functions work on a machine without a display. Each writes a PNG through a
-temporary name (`keras_vit.checkpoint.atomic.atomic_write`, local or
+temporary name (`keras_vit.storage.atomic.atomic_write`, local or
 gs://), so an interrupted run never leaves a truncated file behind.
 """
 
@@ -15,8 +15,8 @@ from typing import Optional, Sequence, Tuple
 import numpy as np
 
 from keras_vit.analysis import core
-from keras_vit.checkpoint.atomic import atomic_write
 from keras_vit.errors import UsageError
+from keras_vit.storage.atomic import atomic_write
 
 
 def _figure(width: float, height: float):

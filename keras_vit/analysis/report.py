@@ -19,10 +19,10 @@ import numpy as np
 import tensorflow as tf
 
 from keras_vit.analysis import core, extract, plots
-from keras_vit.checkpoint.atomic import atomic_write
 from keras_vit.data import preprocessing
 from keras_vit.derived import is_features_model
 from keras_vit.errors import UsageError
+from keras_vit.storage.atomic import atomic_write
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".gif", ".bmp")
 FIGURES = {
@@ -168,53 +168,13 @@ def run_analysis(
     stats = extract.attention_stats(model, images, batch_size=batch_size)
     layout = stats.layout
     predictions = _predictions(model, stats.outputs)
-    for p in predictions:
-        if p and class_names is not None:
-            p["predicted_name"] = str(class_names[p["predicted_class"]])
-    titles = [
-        f"{name}\npredicted "
-        f"{p.get('predicted_name', p['predicted_class'])} "
-        f"({p['probability']:.2f})"
-        if p
-        else name
-        for name, p in zip(names, predictions)
-    ]
     plots.plot_attention_rollout(
         images,
         stats.rollout_maps,
         out["attention_rollout"],
-        titles=titles,
+        titles=_titles(names, predictions, class_names),
         max_images=max_rollout_images,
     )
-    uniform = core.uniform_attention_distance(layout)
-    plots.plot_mean_attention_distance(
-        stats.mean_distance,
-        out["mean_attention_distance"],
-        uniform_distance=uniform,
-        title=f"{model.name}: mean attention distance ({len(images)} images)",
-    )
-    similarity = core.position_embedding_similarity(
-        extract.position_embeddings(model), layout.num_prefix_tokens
-    )
-    plots.plot_position_similarity(
-        similarity,
-        layout.grid,
-        out["position_embedding_similarity"],
-        title=f"{model.name}: position embedding similarity",
-    )
-    kernel = extract.patch_kernel(model)
-    pca: Dict[str, Any]
-    if kernel.shape[2] == 3 and kernel.shape[0] > 1:
-        components, explained = core.patch_embedding_pca(kernel, num_components)
-        plots.plot_patch_embedding_pca(
-            components, explained, out["patch_embedding_pca"]
-        )
-        pca = {"explained_variance_ratio": _rounded(explained, 6)}
-    else:
-        # Hybrids embed ResNet feature maps with 1 x 1 patches: their
-        # filters are not images.
-        pca = {"skipped": "the patch embedding does not act on RGB pixels"}
-        del out["patch_embedding_pca"]
     data = {
         "model": model.name,
         "layout": {
@@ -231,19 +191,11 @@ def run_analysis(
             if layout.num_prefix_tokens
             else "no class token: mean over all query rows of the rollout"
         ),
-        "mean_attention_distance": {
-            "pixels": _rounded(stats.mean_distance),
-            "per_layer_mean": _rounded(stats.mean_distance.mean(axis=1)),
-            "uniform_attention_pixels": round(uniform, 4),
-            "num_images": len(images),
-            "note": "class token excluded as query and key; each query's "
-            "weights renormalised over the patch keys",
-        },
-        "position_embedding_similarity": {
-            "matrix": _rounded(similarity),
-            "note": "cosine similarity, class token excluded, row-major",
-        },
-        "patch_embedding_pca": pca,
+        "mean_attention_distance": _distance_figure(
+            model, stats, len(images), out["mean_attention_distance"]),
+        "position_embedding_similarity": _similarity_figure(
+            model, layout, out["position_embedding_similarity"]),
+        "patch_embedding_pca": _pca_figure(model, num_components, out),
         "figures": {k: os.path.basename(v) for k, v in out.items()},
     }
     # Compact: the similarity matrix alone has N * N numbers.
@@ -252,3 +204,75 @@ def run_analysis(
         json.dumps(data, separators=(",", ":")),
     )
     return data
+
+
+def _titles(names, predictions: List[Dict], class_names) -> List[str]:
+    """The rollout figure's titles: each image's name and prediction (its
+    class named in `predictions` too, where `class_names` are given)."""
+    for p in predictions:
+        if p and class_names is not None:
+            p["predicted_name"] = str(class_names[p["predicted_class"]])
+    return [
+        f"{name}\npredicted "
+        f"{p.get('predicted_name', p['predicted_class'])} "
+        f"({p['probability']:.2f})"
+        if p
+        else name
+        for name, p in zip(names, predictions)
+    ]
+
+
+def _distance_figure(model: keras.Model, stats, num_images: int,
+                     path: str) -> Dict[str, Any]:
+    """Draws the mean attention distance; its section of analysis.json."""
+    uniform = core.uniform_attention_distance(stats.layout)
+    plots.plot_mean_attention_distance(
+        stats.mean_distance,
+        path,
+        uniform_distance=uniform,
+        title=f"{model.name}: mean attention distance ({num_images} images)",
+    )
+    return {
+        "pixels": _rounded(stats.mean_distance),
+        "per_layer_mean": _rounded(stats.mean_distance.mean(axis=1)),
+        "uniform_attention_pixels": round(uniform, 4),
+        "num_images": num_images,
+        "note": "class token excluded as query and key; each query's "
+        "weights renormalised over the patch keys",
+    }
+
+
+def _similarity_figure(model: keras.Model, layout,
+                       path: str) -> Dict[str, Any]:
+    """Draws the position embeddings' similarity; its section of
+    analysis.json."""
+    similarity = core.position_embedding_similarity(
+        extract.position_embeddings(model), layout.num_prefix_tokens
+    )
+    plots.plot_position_similarity(
+        similarity,
+        layout.grid,
+        path,
+        title=f"{model.name}: position embedding similarity",
+    )
+    return {
+        "matrix": _rounded(similarity),
+        "note": "cosine similarity, class token excluded, row-major",
+    }
+
+
+def _pca_figure(model: keras.Model, num_components: int,
+                out: Dict[str, str]) -> Dict[str, Any]:
+    """Draws the patch filters' principal components; their section of
+    analysis.json. A hybrid's are skipped (and left out of `out`)."""
+    kernel = extract.patch_kernel(model)
+    if kernel.shape[2] == 3 and kernel.shape[0] > 1:
+        components, explained = core.patch_embedding_pca(kernel, num_components)
+        plots.plot_patch_embedding_pca(
+            components, explained, out["patch_embedding_pca"]
+        )
+        return {"explained_variance_ratio": _rounded(explained, 6)}
+    # Hybrids embed ResNet feature maps with 1 x 1 patches: their
+    # filters are not images.
+    del out["patch_embedding_pca"]
+    return {"skipped": "the patch embedding does not act on RGB pixels"}

@@ -19,12 +19,12 @@ from typing import Any, Dict, NamedTuple, Optional, Sequence, Union
 
 import keras
 
-from keras_vit.checkpoint import npz as checkpoint_io
+from keras_vit.architecture import SHAPE_FIELDS, Architecture
 from keras_vit.checkpoint import weights
+from keras_vit.checkpoint.formats import npz as checkpoint_io
 from keras_vit.checkpoint.npz_source import NpzSource
 from keras_vit.checkpoint.resolve import SOURCE_KINDS, SourceLike, resolve
 from keras_vit.checkpoint.sources import (
-    ARCH_FIELDS,
     FROM_SOURCE,
     HubSource,
     KerasSource,
@@ -33,25 +33,28 @@ from keras_vit.checkpoint.sources import (
     Source,
     WorkdirSource,
     check_pre_logits,
+    require_vit,
 )
 
 __all__ = [
-    "ARCH_FIELDS", "FROM_SOURCE", "HubSource", "KerasSource", "LiteRTSource",
+    "FROM_SOURCE", "HubSource", "KerasSource", "LiteRTSource",
     "Loaded",
     "NpzSource", "SOURCE_KINDS", "SavedModelSource", "Source",
     "SourceLike", "WorkdirSource", "class_names", "describe_source",
-    "initialise", "load_model", "load_report", "resolve", "source_arrays",
+    "initialise", "load_model", "load_report", "require_vit", "resolve",
+    "source_arrays",
     "transfer_model_config", "write_backbone",
 ]
 
 ImageSize = Union[int, Sequence[int]]
 
 
-def describe_source(source: SourceLike) -> Dict[str, Any]:
-    """The source's architecture: ARCH_FIELDS, num_classes, image_size
-    (for an .npz: None, or the resolution of a released checkpoint or of a
-    fine-tuned AugReg file) and variant (None when it is not a named
-    variant); a hub model adds its numerics."""
+def describe_source(source: SourceLike) -> Architecture:
+    """The `Architecture` of what `load_model(source)` gives: its sizes,
+    head, pooling, pre-logits layer and numerics, at its own resolution
+    (an .npz: a released checkpoint's or a fine-tuned AugReg file's where
+    known, else 224; `variant` None when the sizes are of no named
+    variant)."""
     return resolve(source).architecture()
 
 
@@ -102,8 +105,11 @@ def transfer_model_config(
     `overrides` are non-None fields of a config's `model` (e.g.
     dropout_rate) that win.
     """
-    info = describe_source(source)
-    model = {k: info[k] for k in ARCH_FIELDS if info.get(k) is not None}
+    arch = describe_source(source)
+    model = {k: getattr(arch, k) for k in SHAPE_FIELDS
+             if getattr(arch, k) is not None}
+    if arch.resnet_layers is None:
+        del model["resnet_width"]  # a hybrid's alone
     model["variant"] = None  # explicit sizes
     for key, value in (overrides or {}).items():
         if value is not None:

@@ -12,11 +12,13 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Dict, Optional, Tuple
 
-from keras_vit.checkpoint import augreg, npz_layout, sources, weights
-from keras_vit.checkpoint import npz as checkpoint_io
+from keras_vit.architecture import SIZE_FIELDS, Architecture, total_stride
+from keras_vit.checkpoint import sources, weights
+from keras_vit.checkpoint.formats import npz as checkpoint_io
+from keras_vit.checkpoint.formats import npz_layout
+from keras_vit.checkpoint.zoo import augreg
 from keras_vit.errors import UsageError
-from keras_vit.model import create_model
-from keras_vit.resnet import resnet_stride
+from keras_vit.model import VisionTransformer
 
 
 @dataclasses.dataclass
@@ -62,7 +64,8 @@ class NpzSource(sources.Source):
         arrays, layout, ignored = npz_layout.normalize_layout(
             checkpoint_io.read_npz(self.path), self.path
         )
-        info = sources.arch_from_arrays(arrays)
+        info = npz_layout.describe_arrays(
+            {k: tuple(v.shape) for k, v in arrays.items()})
         # AugReg files (gs://vit_models/augreg/) say their model and, once
         # fine-tuned, their resolution in the name.
         info["augreg"] = augreg.parse_name(self.path)
@@ -91,17 +94,33 @@ class NpzSource(sources.Source):
             return _file_image_size(content) or self.image_size
         return 224
 
-    def architecture(self) -> Dict[str, Any]:
-        """As `Source.architecture`; image_size is None unless a released
-        checkpoint's or a fine-tuned AugReg file's resolution is known."""
+    def architecture(self) -> Architecture:
+        """As `Source.architecture`: at a released checkpoint's or a
+        fine-tuned AugReg file's resolution where known, else at 224."""
         content = self._read()
-        size = None
-        if content.info["augreg"] is not None or self.image_size:
-            size = self._default_image_size(content)
+        return self._architecture(content, self._default_image_size(content))
+
+    def _architecture(self, content: _NpzContent, image_size, *,
+                      num_classes=None, pooling=None,
+                      representation_size=sources.FROM_SOURCE
+                      ) -> Architecture:
+        """The Architecture the file's arrays describe (`variant` named:
+        that variant's, which non-strict loading builds even when the file
+        is another one, to load what fits), at `image_size`, with the head,
+        pooling and pre-logits layer of the file unless given."""
         info = content.info
-        del info["augreg"]
-        info["image_size"] = size
-        return info
+        if representation_size == sources.FROM_SOURCE:
+            representation_size = info["representation_size"]
+        sizes = {} if self.variant else {
+            k: info[k] for k in SIZE_FIELDS + ("resnet_layers",)}
+        if info["resnet_layers"] is not None:
+            sizes["resnet_width"] = info["resnet_width"]
+        return Architecture.create(
+            self.variant or info["variant"], image_size=image_size,
+            num_classes=(info["num_classes"] or 0) if num_classes is None
+            else num_classes,
+            pooling=pooling or info["pooling"], posemb=info["posemb"],
+            representation_size=representation_size, **sizes)
 
     def content(self) -> sources.Content:
         content = self._read()
@@ -113,31 +132,17 @@ class NpzSource(sources.Source):
         # Non-strict loading builds the named variant even when the file
         # is another one, to load what fits.
         content = self._read(check_variant=strict)
-        info = content.info
-        variant = self.variant or info["variant"]
-        if representation_size == sources.FROM_SOURCE:
-            representation_size = info["representation_size"]
-        if num_classes is None:
-            num_classes = info["num_classes"] or 0
-        kwargs = dict(
-            num_classes=num_classes,
-            image_size=self._default_image_size(content)
+        arch = self._architecture(
+            content, self._default_image_size(content)
             if image_size is None else image_size,
-            pooling=pooling or info["pooling"],
-            posemb=info["posemb"],
-            representation_size=representation_size,
-        )
-        if info["resnet_layers"] is not None:
-            kwargs["resnet_width"] = info["resnet_width"]
-        if not variant:
-            kwargs.update({k: info[k] for k in ("patch_size", "resnet_layers")
-                           + sources.SIZE_FIELDS})
-        model = create_model(variant, **kwargs)
+            num_classes=num_classes, pooling=pooling,
+            representation_size=representation_size)
+        model = VisionTransformer(arch)
         report = weights.load_arrays(
             model,
             content.arrays,
             strict=strict,
-            keep_pre_logits=representation_size is not None,
+            keep_pre_logits=arch.representation_size is not None,
             posemb_grid=self.posemb_grid,
             source=str(self.path),
             layout=content.layout,
@@ -157,7 +162,4 @@ def _file_image_size(content: _NpzContent) -> Optional[int]:
     side = int(round(tokens ** 0.5))
     if side * side != tokens:
         return None
-    stride = info["patch_size"]
-    if info["resnet_layers"] is not None:
-        stride *= resnet_stride(info["resnet_layers"])
-    return side * stride
+    return side * total_stride(info["patch_size"], info["resnet_layers"])

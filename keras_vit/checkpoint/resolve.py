@@ -28,8 +28,7 @@ from typing import Optional, Tuple, Union
 
 import tensorflow as tf
 
-from keras_vit.checkpoint import cache, catalog, hub
-from keras_vit.checkpoint import workdir as wd
+from keras_vit.checkpoint.hub import reader as hub
 from keras_vit.checkpoint.npz_source import NpzSource
 from keras_vit.checkpoint.sources import (
     HubSource,
@@ -40,7 +39,9 @@ from keras_vit.checkpoint.sources import (
     WorkdirSource,
     is_saved_model,
 )
+from keras_vit.checkpoint.zoo import cache, catalog
 from keras_vit.errors import UsageError, one_line
+from keras_vit.storage import workdir as wd
 
 SOURCE_KINDS = (
     "a released model's name (keras_vit.list_models(), e.g. ViT-B_16), "

@@ -3,8 +3,8 @@
 `keras_vit.checkpoint.resolve.resolve` turns what a user gives (a name, a
 URI, a path) into one of these; everything else asks the source itself:
 
-- `architecture()`: the architecture fields (`ARCH_FIELDS`), num_classes,
-  image_size and variant;
+- `architecture()`: its `keras_vit.Architecture`, what `build()` builds
+  by default (its sizes, head, pooling, numerics; at its own resolution);
 - `content()`: the parameters in the official `.npz` layout, with the
   patch grid of the position embedding (`Content`);
 - `build(...)`: the model and its `LoadReport` (None where nothing was
@@ -26,25 +26,22 @@ import os
 from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
 import keras
+from absl import logging
 
-from keras_vit import mpp
-from keras_vit.checkpoint import hub, hub_model, npz_layout, weights
-from keras_vit.checkpoint import workdir as wd
+from keras_vit import build, legacy, mpp
+from keras_vit.architecture import Architecture
+from keras_vit.checkpoint import weights
+from keras_vit.checkpoint.hub import model as hub_model
+from keras_vit.checkpoint.hub import reader as hub
 from keras_vit.checkpoint.resolution import rebuild_at_resolution
 from keras_vit.errors import UsageError
 from keras_vit.model import (
+    VisionTransformer,
     _image_hw,
     architecture_of,
     as_vision_transformer,
-    decode_variant,
 )
-
-ARCH_FIELDS = (
-    "patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim",
-    "pooling", "posemb", "representation_size", "resnet_layers",
-    "resnet_width",
-)
-SIZE_FIELDS = ("hidden_size", "num_layers", "num_heads", "mlp_dim")
+from keras_vit.storage import workdir as wd
 
 # `build(representation_size=...)`'s default: the source's pre-logits
 # layer (None already means "no pre-logits layer").
@@ -71,13 +68,17 @@ class Content(NamedTuple):
     pre_logits_activation: Optional[str]
 
 
-def arch_from_arrays(arrays: Dict[str, Any]) -> Dict[str, Any]:
-    """The architecture that official-layout arrays describe."""
-    shapes = {k: tuple(v.shape) for k, v in arrays.items()}
-    info = npz_layout.describe_arrays(shapes)
-    if info["resnet_layers"] is not None:
-        info["resnet_width"] = int(shapes["conv_root/kernel"][-1]) // 64
-    return info
+def require_vit(model: keras.Model, path: str) -> keras.Model:
+    """`model` (loaded from `path`) when it is a `VisionTransformer`, else
+    one UsageError naming the file and the layer no ViT has (a `.keras`
+    file may hold any Keras model, which `load_model` gives back as Keras
+    saved it; what reads a ViT's parts or logits refuses it)."""
+    if isinstance(model, VisionTransformer):
+        return model
+    try:
+        return as_vision_transformer(model)
+    except UsageError as error:
+        raise UsageError(f"{path}: {error}") from None
 
 
 def check_pre_logits(path: str, activation: Optional[str]) -> None:
@@ -106,7 +107,9 @@ class Source:
         """str. A short label for reports, e.g. "ViT-B_16.npz"."""
         return os.path.basename(os.path.normpath(self.path))
 
-    def architecture(self) -> Dict[str, Any]:
+    def architecture(self) -> Architecture:
+        """The `Architecture` of the model `build()` gives (its own
+        resolution, head, pooling and numerics)."""
         raise NotImplementedError
 
     def content(self) -> Content:
@@ -156,14 +159,16 @@ class _SavedKerasModel(Source):
             model = rebuild_at_resolution(model, image_size)
         return model, None
 
-    def architecture(self) -> Dict[str, Any]:
-        model, _ = self.build()
-        info = arch_from_arrays(weights.model_arrays(model))
-        info["image_size"] = tuple(model.input_shape[1:3])
-        return info
+    def _vit(self) -> keras.Model:
+        """The model, refused by name when it is no ViT (its architecture
+        and official-layout arrays are a ViT's)."""
+        return require_vit(self.build()[0], self.path)
+
+    def architecture(self) -> Architecture:
+        return architecture_of(self._vit())
 
     def content(self) -> Content:
-        model, _ = self.build()
+        model = self._vit()
         activation = None
         architecture = architecture_of(model)
         if architecture.representation_size is not None:
@@ -189,22 +194,14 @@ class WorkdirSource(_SavedKerasModel):
     def class_names(self) -> Optional[List[str]]:
         return wd.read_class_names(self.path)
 
-    def architecture(self) -> Dict[str, Any]:
+    def architecture(self) -> Architecture:
+        """From the run's config, without building the model: its `model`
+        section (an MPP run's model is its encoder, see `build`: no
+        head)."""
         config = self.run_config()
-        info = {k: config.model[k] for k in ARCH_FIELDS}
-        info["variant"] = config.model.variant
-        if info["variant"]:
-            spec = decode_variant(info["variant"])
-            for field in SIZE_FIELDS:
-                if info[field] is None:
-                    info[field] = getattr(spec.size, field)
-            if info["patch_size"] is None:
-                info["patch_size"] = spec.patch_size
-        # An MPP run's model is its encoder (see `build`): no head.
-        info["num_classes"] = 0 if config.mpp.enabled else wd.num_classes(
-            config, self.path)
-        info["image_size"] = config.image_size
-        return info
+        return build.config_architecture(
+            config.model, 0 if config.objective.mpp.enabled
+            else wd.num_classes(config.model, self.path))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -214,24 +211,37 @@ class KerasSource(_SavedKerasModel):
     kind = "keras"
 
     def _model(self) -> keras.Model:
+        """The file's model: a VisionTransformer (or an MPP model) as
+        itself, a ViT saved before the class rebuilt as one (exactly such
+        a model: `legacy.foreign_layer`), any other Keras model as Keras
+        saved it, which the log says."""
         model = weights.read_keras_model(self.path)
-        if not mpp.is_mpp_model(model):  # one saved before the class
-            model = as_vision_transformer(model)
+        if isinstance(model, VisionTransformer) or mpp.is_mpp_model(model):
+            return model
+        foreign = legacy.foreign_layer(model)
+        if not foreign:  # one saved before the class
+            return as_vision_transformer(model)
+        logging.warning(
+            "%s holds a Keras model that is not a keras_vit Vision "
+            "Transformer (%s): it is used as Keras saved it, all its layers"
+            ", for predictions and accuracy; what needs a ViT refuses it.",
+            self.path, foreign)
         return model
 
 
 @dataclasses.dataclass(frozen=True)
 class HubSource(Source):
     """A folder (or its weights file) in the Hugging Face layout: Hugging
-    Face ViT or timm weights beside config.json (`keras_vit.checkpoint.hub`)."""
+    Face ViT or timm weights beside config.json
+    (`keras_vit.checkpoint.hub.reader`)."""
 
     kind = "hub"
 
     def _read(self) -> hub.HubCheckpoint:
         return hub.read_hub(self.path)
 
-    def architecture(self) -> Dict[str, Any]:
-        return hub_model.describe_hub(self._read())
+    def architecture(self) -> Architecture:
+        return hub_model.hub_architecture(self._read())
 
     def content(self) -> Content:
         checkpoint = self._read()

@@ -4,7 +4,7 @@ The official files (google-research/vision_transformer, e.g.
 `gs://vit_models/imagenet21k/ViT-B_16.npz`) are zip archives of arrays keyed
 by "/"-joined Flax parameter paths. `load_npz` maps them onto a model built by
 `keras_vit.create_model`, `save_npz` writes a model back in the same layout
-(the renaming of each variable: `keras_vit.checkpoint.npz_mapping`):
+(the renaming of each variable: `keras_vit.checkpoint.formats.npz_mapping`):
 
 - query/key/value kernels (D, heads, head_dim) are joined into the model's
   fused (D, 3D) `qkv` kernel as [q | k | v]; the output kernel
@@ -24,26 +24,30 @@ go through `tf.io.gfile`.
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import zipfile
 from typing import Dict, Optional, Sequence, Tuple, Union
 
 import keras
 import numpy as np
 
-from keras_vit.checkpoint.npz import (
+from keras_vit.checkpoint.formats import untrusted
+from keras_vit.checkpoint.formats.npz import (
     POSEMB,
     Arrays,
     Grid,
     LoadReport,
     Shape,
+    open_for_reading,
     read_npz,
     write_npz,
 )
-from keras_vit.checkpoint.npz_layout import (
+from keras_vit.checkpoint.formats.npz_layout import (
     architecture_hint,
     normalize_layout,
 )
-from keras_vit.checkpoint.npz_mapping import (
+from keras_vit.checkpoint.formats.npz_mapping import (
     Param,
     dense_params,
     model_arrays,
@@ -51,7 +55,7 @@ from keras_vit.checkpoint.npz_mapping import (
     model_params,
 )
 from keras_vit.checkpoint.posemb import resize_position_embedding, square_grid
-from keras_vit.errors import UsageError
+from keras_vit.errors import UsageError, one_line
 
 __all__ = [
     "load_arrays",
@@ -127,88 +131,13 @@ def load_arrays(
     params = model_params(model)
     arrays = dict(arrays)
     shapes = {k: tuple(np.shape(v)) for k, v in arrays.items()}
-    expected: Dict[str, Tuple[Param, Shape]] = {}
-    for param in params:
-        for key, shape in param.file_shapes().items():
-            expected[key] = (param, shape)
+    expected = _expected(params)
     model_shapes = {k: s for k, (_, s) in expected.items()}
     original_shapes = dict(shapes)
-
-    # Head: keep it only if the file's fits the model's exactly.
-    model_head = {k: expected[k][1] for k in HEAD_KEYS if k in expected}
-    keep_head = bool(model_head) and all(
-        shapes.get(k) == s for k, s in model_head.items()
-    )
-    if not keep_head:
-        reason = (
-            "the model has no head (num_classes=0)"
-            if not model_head
-            else f"the model's head is {model_head['head/kernel']} (another "
-            "class count); it starts at zero, as for transfer in the paper"
-        )
-        for key in HEAD_KEYS:
-            if key in arrays:
-                report.dropped.append((key, shapes.pop(key), reason))
-                del arrays[key]
-            expected.pop(key, None)
-        report.head_initialized = bool(model_head)
-        model_pre = PRE_LOGITS_KEYS[0] in expected
-        file_pre = PRE_LOGITS_KEYS[0] in arrays
-        if file_pre and not (keep_pre_logits and model_pre):
-            why = (
-                "dropped with the head (keep_pre_logits=False)"
-                if not keep_pre_logits
-                else "the model has no pre_logits layer"
-            )
-            for key in PRE_LOGITS_KEYS:
-                if key in arrays:
-                    report.dropped.append((key, shapes.pop(key), why))
-                    del arrays[key]
-        if model_pre and not (keep_pre_logits and file_pre):
-            report.hints.append(
-                "The model has a pre_logits layer but the checkpoint's "
-                "pre-logits are not loaded: pass keep_pre_logits=True (if the "
-                "file has them), or build the model without "
-                "representation_size."
-            )
-
-    # Position embedding: resize to the model's grid if the file's differs.
-    if POSEMB in arrays and POSEMB in expected:
-        found, want = shapes[POSEMB], expected[POSEMB][1]
-        new_grid = model_grid(model)
-        regrid = posemb_grid is not None and tuple(posemb_grid) != new_grid
-        same_width = len(found) == 3 and found[0] == 1 and found[2] == want[2]
-        if (found != want or regrid) and same_width:
-            prefix = int("cls" in expected)
-            if prefix != int("cls" in arrays):
-                report.hints.append(
-                    f"The file's pooling differs from the model's "
-                    f"(pooling={'token' if prefix else 'gap'}): build the "
-                    "model with the checkpoint's pooling."
-                )
-            else:
-                try:
-                    arrays[POSEMB] = resize_position_embedding(
-                        arrays[POSEMB], new_grid, posemb_grid, prefix
-                    )
-                except ValueError as error:
-                    report.hints.append(str(error))
-                else:
-                    shapes[POSEMB] = arrays[POSEMB].shape
-                    old = posemb_grid or square_grid(
-                        found[1] - prefix
-                    )
-                    report.posemb_resized = (tuple(old), new_grid)
-
-    for key, (param, shape) in expected.items():
-        if key not in shapes:
-            report.missing.append((key, shape))
-        elif not param.accepts(shape, shapes[key]):
-            report.mismatched.append((key, shape, original_shapes[key]))
-    report.unexpected = [
-        (k, s) for k, s in shapes.items() if k not in expected
-    ]
-
+    loading = _Loading(report, arrays, shapes, expected)
+    _fit_head(loading, keep_pre_logits)
+    _fit_position_embedding(loading, model_grid(model), posemb_grid)
+    _compare(loading, original_shapes)
     if not report.ok or (report.hints and strict):
         hint = architecture_hint(original_shapes, model_shapes)
         if hint:
@@ -220,7 +149,124 @@ def load_arrays(
                 + "\n".join(report.hints)
                 + "\nPass strict=False to load what fits and get a report."
             )
+    _assign(model, params, arrays, report)
+    return report
 
+
+@dataclasses.dataclass
+class _Loading:
+    """A load in progress: its report, the file's arrays and their shapes
+    (both changed as the head is dropped and the position embedding
+    resized), and key -> (param, shape) of what the model expects."""
+
+    report: LoadReport
+    arrays: Dict[str, np.ndarray]
+    shapes: Dict[str, Shape]
+    expected: Dict[str, Tuple[Param, Shape]]
+
+    def drop(self, keys: Sequence[str], reason: str) -> None:
+        """Drops the file's arrays of `keys` for `reason`, in the report."""
+        for key in keys:
+            if key in self.arrays:
+                self.report.dropped.append(
+                    (key, self.shapes.pop(key), reason))
+                del self.arrays[key]
+
+
+def _expected(params: Sequence[Param]) -> Dict[str, Tuple[Param, Shape]]:
+    """key -> (param, shape in the file) of every array the model takes."""
+    expected: Dict[str, Tuple[Param, Shape]] = {}
+    for param in params:
+        for key, shape in param.file_shapes().items():
+            expected[key] = (param, shape)
+    return expected
+
+
+def _fit_head(loading: _Loading, keep_pre_logits: bool) -> None:
+    """Keeps the file's head only if it fits the model's exactly; else
+    drops it (and, unless kept, its pre-logits) and says why."""
+    expected, report = loading.expected, loading.report
+    model_head = {k: expected[k][1] for k in HEAD_KEYS if k in expected}
+    if model_head and all(
+        loading.shapes.get(k) == s for k, s in model_head.items()
+    ):
+        return
+    reason = (
+        "the model has no head (num_classes=0)"
+        if not model_head
+        else f"the model's head is {model_head['head/kernel']} (another "
+        "class count); it starts at zero, as for transfer in the paper"
+    )
+    loading.drop(HEAD_KEYS, reason)
+    for key in HEAD_KEYS:
+        expected.pop(key, None)
+    report.head_initialized = bool(model_head)
+    model_pre = PRE_LOGITS_KEYS[0] in expected
+    file_pre = PRE_LOGITS_KEYS[0] in loading.arrays
+    if file_pre and not (keep_pre_logits and model_pre):
+        loading.drop(PRE_LOGITS_KEYS, (
+            "dropped with the head (keep_pre_logits=False)"
+            if not keep_pre_logits
+            else "the model has no pre_logits layer"
+        ))
+    if model_pre and not (keep_pre_logits and file_pre):
+        report.hints.append(
+            "The model has a pre_logits layer but the checkpoint's "
+            "pre-logits are not loaded: pass keep_pre_logits=True (if the "
+            "file has them), or build the model without "
+            "representation_size."
+        )
+
+
+def _fit_position_embedding(loading: _Loading, new_grid: Grid,
+                            posemb_grid: Optional[Grid]) -> None:
+    """Resizes the file's position embedding to the model's grid
+    `new_grid` if the file's (`posemb_grid`, or its own shape) differs."""
+    arrays, shapes, report = loading.arrays, loading.shapes, loading.report
+    if POSEMB not in arrays or POSEMB not in loading.expected:
+        return
+    found, want = shapes[POSEMB], loading.expected[POSEMB][1]
+    regrid = posemb_grid is not None and tuple(posemb_grid) != new_grid
+    same_width = len(found) == 3 and found[0] == 1 and found[2] == want[2]
+    if not ((found != want or regrid) and same_width):
+        return
+    prefix = int("cls" in loading.expected)
+    if prefix != int("cls" in arrays):
+        report.hints.append(
+            f"The file's pooling differs from the model's "
+            f"(pooling={'token' if prefix else 'gap'}): build the "
+            "model with the checkpoint's pooling."
+        )
+        return
+    try:
+        arrays[POSEMB] = resize_position_embedding(
+            arrays[POSEMB], new_grid, posemb_grid, prefix
+        )
+    except ValueError as error:
+        report.hints.append(str(error))
+    else:
+        shapes[POSEMB] = arrays[POSEMB].shape
+        old = posemb_grid or square_grid(found[1] - prefix)
+        report.posemb_resized = (tuple(old), new_grid)
+
+
+def _compare(loading: _Loading, original_shapes: Dict[str, Shape]) -> None:
+    """Reports what the model expects and the file lacks or shapes
+    otherwise, and what the file has and the model does not take."""
+    report, shapes = loading.report, loading.shapes
+    for key, (param, shape) in loading.expected.items():
+        if key not in shapes:
+            report.missing.append((key, shape))
+        elif not param.accepts(shape, shapes[key]):
+            report.mismatched.append((key, shape, original_shapes[key]))
+    report.unexpected = [
+        (k, s) for k, s in shapes.items() if k not in loading.expected
+    ]
+
+
+def _assign(model: keras.Model, params: Sequence[Param], arrays: Arrays,
+            report: LoadReport) -> None:
+    """Assigns every param whose arrays fit, and zeroes a dropped head."""
     bad = {k for k, *_ in report.missing + report.mismatched}
     for param in params:
         if any(k in bad or k not in arrays for k in param.keys):
@@ -234,7 +280,6 @@ def load_arrays(
             layer_param.variable.assign(
                 np.zeros(layer_param.variable.shape, "float32")
             )
-    return report
 
 
 # ----------------------------------------------------------------- saving
@@ -251,23 +296,66 @@ def save_npz(model: keras.Model, path: Union[str, os.PathLike]) -> None:
     write_npz(path, model_arrays(model))
 
 
+# The members of a `.keras` file (Keras's saving_lib): its config and
+# metadata, the weights, and the assets of layers that have any.
+_KERAS_MEMBERS = ("config.json", "metadata.json", "model.weights.h5",
+                  "model.weights.npz")
+
+
+def _check_keras_archive(path: str) -> None:
+    """Refuses, from the zip's directory and before Keras inflates a byte,
+    a `.keras` file that is no zip (truncated, corrupt), a member Keras's
+    format has no place for, a config.json over untrusted.MAX_JSON_BYTES
+    or members inflating past `untrusted.memory_bound` of the file."""
+    try:
+        with open_for_reading(path) as f:
+            size = f.seek(0, 2)
+            f.seek(0)
+            with zipfile.ZipFile(f) as archive:
+                untrusted.check_archive(
+                    archive, path, size,
+                    lambda n: n in _KERAS_MEMBERS or n.startswith("assets/"),
+                    json_members=_KERAS_MEMBERS[:2])
+    except (zipfile.BadZipFile, EOFError, OSError) as error:
+        raise UsageError(
+            f"{path}: truncated or corrupt .keras archive ({one_line(error)})"
+            ". Save or copy the file again."
+        ) from None
+
+
 def read_keras_model(path: str) -> keras.Model:
     """A saved `.keras` model, loaded by Keras in safe mode (no Python code
-    from the file runs), uncompiled.
+    from the file runs), uncompiled, after `_check_keras_archive`.
 
     Raises:
-        UsageError: one line naming the file when it holds Python code (a
-            Lambda layer's function) that safe mode refuses. Any other
-            error of Keras keeps its type and traceback.
+        UsageError: one line naming the file when it is truncated or no
+            zip, holds a member Keras's format has none of, inflates past
+            the memory bound, holds Python code (a Lambda layer's
+            function) that safe mode refuses, holds no model (a layer at
+            its top), or Keras cannot load it (its reason).
     """
+    _check_keras_archive(path)
     try:
-        return keras.models.load_model(path, compile=False, safe_mode=True)
+        model = keras.models.load_model(path, compile=False, safe_mode=True)
     except ValueError as error:
         if "safe_mode" not in str(error):
-            raise
+            raise UsageError(f"{path}: Keras cannot load it (ValueError: "
+                             f"{one_line(error)[:500]}).") from error
         raise UsageError(
             f"{path} holds Python code (a Lambda layer's function), which "
             "Keras's safe mode refuses to run. Rebuild the model without "
             "Lambda layers; load it yourself with keras.models.load_model("
             "path, safe_mode=False) only if you trust the file."
         ) from None
+    except Exception as error:  # an untrusted file: Keras's own types
+        # One line; --verbose shows Keras's traceback (the cause).
+        raise UsageError(
+            f"{path}: Keras cannot load it ({type(error).__name__}: "
+            f"{one_line(error)[:500]})."
+        ) from error
+    if not isinstance(model, keras.Model):
+        raise UsageError(
+            f"{path} holds a {type(model).__name__}, not a model: a .keras "
+            "file to load holds a Keras model (model.save(path))."
+        )
+    return model

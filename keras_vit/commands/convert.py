@@ -18,9 +18,10 @@ from typing import Optional, Sequence
 
 from absl import flags
 
-from keras_vit.checkpoint import convert
+from keras_vit.checkpoint import loader
 from keras_vit.commands import flags as cli
 from keras_vit.errors import UsageError
+from keras_vit.storage.atomic import atomic_write
 
 
 def define_flags(values: flags.FlagValues, argv: Sequence[str]) -> None:
@@ -48,6 +49,21 @@ def define_flags(values: flags.FlagValues, argv: Sequence[str]) -> None:
                          flag_values=values)
 
 
+def convert(source, output: str, *, image_size=None, **build):
+    """Loads `source` (`loader.load_report`, with `image_size` and the
+    `build` options it takes: num_classes, pooling, representation_size,
+    strict) and writes it to `output` (.keras) atomically: a crash never
+    leaves a partial file there. Returns the .npz's or hub folder's
+    LoadReport (None for the other sources)."""
+    if not output.endswith(".keras"):
+        raise UsageError(
+            f"`output` {output!r} must end with .keras (Keras's format)."
+        )
+    model, report = loader.load_report(source, image_size, **build)
+    atomic_write(output, model.save)
+    return report
+
+
 def _main(values: flags.FlagValues, args: list) -> None:
     if args:
         raise UsageError(f"Unexpected arguments: {' '.join(args)}")
@@ -58,8 +74,8 @@ def _main(values: flags.FlagValues, args: list) -> None:
             build[name] = values[name].value
     if values.non_strict:
         build["strict"] = False
-    report = convert.convert(source, values.output,
-                             image_size=values.image_size, **build)
+    report = convert(source, values.output, image_size=values.image_size,
+                     **build)
     if report is not None:
         print(report)
     print(f"Wrote {values.output}.")

@@ -32,12 +32,13 @@ from absl import flags, logging
 
 from keras_vit import config as config_lib
 from keras_vit.checkpoint import loader as pretrained
-from keras_vit.checkpoint.atomic import atomic_write
 from keras_vit.commands import flags as cli
+from keras_vit.data import pipeline as input_pipeline
 from keras_vit.data import sources, vtab
 from keras_vit.errors import Preempted, UsageError
 from keras_vit.evaluation import fewshot, reports, vtab_run
 from keras_vit.evaluation.accuracy import evaluate_model
+from keras_vit.storage.atomic import atomic_write
 from keras_vit.training import distribute, train_lib
 
 MODES = ("eval", "fewshot", "vtab")
@@ -60,7 +61,8 @@ def define_flags(values: flags.FlagValues, argv: Sequence[str]) -> None:
                         "gs://); default: --workdir (fewshot and vtab need "
                         "one of them).", flag_values=values)
     flags.DEFINE_string("tasks", None, "vtab: tasks and groups, e.g. "
-                        "natural,dsprites_loc (default: config.vtab.tasks).",
+                        "natural,dsprites_loc (default: "
+                        "config.evals.vtab.tasks).",
                         flag_values=values)
     flags.DEFINE_string("name", None, "The model's name in reports.",
                         flag_values=values)
@@ -101,68 +103,79 @@ def _eval_mode(values, source, strategy) -> Dict:
             "name> (and --split), or --config / --workdir whose config "
             "names one."
         )
-    data = config_lib.base_config()
-    if run is not None:
-        data.update(dict(
-            dataset=run.dataset, data_dir=run.data_dir,
-            image_key=run.image_key, label_key=run.label_key,
-            vtab_task=run.vtab_task, eval_split=run.eval_split,
-        ))
-        data.pp.eval_resize_size = run.pp.eval_resize_size
-    if values.dataset:
-        data.dataset, data.vtab_task = values.dataset, None
-    if values.data_dir:
-        data.data_dir = values.data_dir
-    split = values.split or data.eval_split
+    inp = _eval_input(values, run)
+    split = values.split or (run.evals.test.split if run else "test")
     with strategy.scope():
-        model = pretrained.load_model(
-            source, values.image_size or (run.image_size if run else None)
-        )
+        model = pretrained.require_vit(pretrained.load_model(
+            source,
+            values.image_size or (run.model.image_size if run else None)
+        ), source.path)
     # The model's resolution, square or not.
-    with data.ignore_type():
-        data.image_size = tuple(int(n) for n in model.input_shape[1:3])
-    info = sources.dataset_info(data)
+    image_size = tuple(int(n) for n in model.input_shape[1:3])
+    info = sources.dataset_info(inp)
     width = int(model.output_shape[-1])
     if width != info.num_classes:
         raise UsageError(
-            f"The model predicts {width} classes but {data.dataset} has "
+            f"The model predicts {width} classes but {inp.dataset} has "
             f"{info.num_classes}: evaluate it on the data it was trained "
             "or fine-tuned on (--dataset/--split), or fine-tune it first."
         )
     batch = values.batch_size or (
-        (run.eval_batch_size or run.batch_size) if run else EVAL_BATCH
+        (run.evals.test.batch_size or run.input.batch_size) if run
+        else EVAL_BATCH
     )
     start = time.time()
-    metrics = evaluate_model(model, data, split, int(batch), strategy)
-    metrics.update(dataset=data.dataset, split=split, model=source.describe(),
-                   image_size=list(data.image_size),
+    metrics = evaluate_model(
+        model, inp, input_pipeline.RunInput(image_size=image_size), split,
+        int(batch), strategy)
+    metrics.update(dataset=inp.dataset, split=split, model=source.describe(),
+                   image_size=list(image_size),
                    wall_time_s=time.time() - start)
-    logging.info("eval %s %s: %s", data.dataset, split, metrics)
+    logging.info("eval %s %s: %s", inp.dataset, split, metrics)
     print(json.dumps(metrics, indent=2, sort_keys=True))
     if _output_dir(values):
-        name = f"eval_{data.dataset}_{split}".replace("/", "_")
+        name = f"eval_{inp.dataset}_{split}".replace("/", "_")
         _write(os.path.join(_output_dir(values), name + ".json"),
                json.dumps(metrics, indent=2, sort_keys=True) + "\n")
     return metrics
 
 
+def _eval_input(values, run):
+    """The `config.input` section --mode=eval reads: the run's data
+    source and evaluation preprocessing (its config, or --workdir's),
+    --dataset and --data_dir where given."""
+    fields = {}
+    if run is not None:
+        fields = {k: run.input[k] for k in (
+            "dataset", "data_dir", "image_key", "label_key", "vtab_task")}
+        fields["pp"] = {"eval_resize_size": run.input.pp.eval_resize_size}
+    if values.dataset:
+        fields.update(dataset=values.dataset, vtab_task=None)
+    if values.data_dir:
+        fields["data_dir"] = values.data_dir
+    return config_lib.complete(fields, "input")
+
+
 def _fewshot_mode(values, source, strategy) -> Dict:
     config = values.config
-    opts = config.fewshot
+    opts = config_lib.find_evaluator(config.evals, "fewshot")
+    if opts.batch_size is None:  # the config's batch, as earlier versions
+        opts = config_lib.complete_evaluator(
+            dict(opts.to_dict(), batch_size=int(config.input.batch_size)),
+            "fewshot")
     datasets = [
         fewshot.FewShotData(name, d.dataset, d.train_split, d.test_split,
-                            config.data_dir)
+                            config.input.data_dir)
         for name, d in opts.datasets.items()
     ]
     with strategy.scope():
-        model = pretrained.load_model(source, config.image_size)
+        model = pretrained.require_vit(
+            pretrained.load_model(source, config.model.image_size),
+            source.path)
     results, not_run = fewshot.run(
-        model, datasets, shots=tuple(opts.shots), seeds=tuple(opts.seeds),
-        l2_reg=float(opts.l2_reg), image_size=config.image_size,
-        resize_size=config.pp.eval_resize_size,
-        batch_size=int(config.batch_size), strategy=strategy,
-        download=bool(config.download), layer=opts.layer,
-        layer_norm=bool(opts.layer_norm),
+        model, opts, datasets, image_size=config.model.image_size,
+        resize_size=config.input.pp.eval_resize_size, strategy=strategy,
+        download=bool(config.input.download),
     )
     if not results:
         raise UsageError(_nothing_ran("few-shot data set", not_run))
@@ -195,7 +208,8 @@ def _vtab_mode(values, source, strategy) -> Dict:
             "a VTAB task stopped with a checkpoint saved; run the same "
             "command to resume.")
     selected = {t.name for t in vtab.select_tasks(
-        values.tasks or values.config.vtab.tasks)}
+        values.tasks or config_lib.find_evaluator(values.config.evals,
+                                                  "vtab").tasks)}
     if not selected & {r["task"] for r in out["records"]}:
         raise UsageError(_nothing_ran("VTAB task", out["not_run"]))
     return out
@@ -207,8 +221,8 @@ def _nothing_ran(what: str, not_run: Dict[str, str]) -> str:
     reasons = "; ".join(f"{name}: {why[:160]}" for name, why in
                         not_run.items())
     return (f"no {what} produced a result ({reasons or 'none selected'}). "
-            "Prepare the data (config.download, config.data_dir) and run "
-            "the same command again.")
+            "Prepare the data (config.input.download, "
+            "config.input.data_dir) and run the same command again.")
 
 
 def _output_dir(values: flags.FlagValues) -> Optional[str]:
@@ -229,7 +243,8 @@ def _main(values: flags.FlagValues, args: list) -> None:
             )
     source = _source(values)
     if values.mode == "vtab":
-        vtab.select_tasks(values.tasks or values.config.vtab.tasks)
+        vtab.select_tasks(values.tasks or config_lib.find_evaluator(
+            values.config.evals, "vtab").tasks)
     strategy = cli.strategy(values, values.config)
     {"eval": _eval_mode, "fewshot": _fewshot_mode,
      "vtab": _vtab_mode}[values.mode](values, source, strategy)

@@ -13,7 +13,6 @@ from absl import flags
 from ml_collections import config_flags
 
 from keras_vit.checkpoint import loader
-from keras_vit.checkpoint import workdir as wd
 from keras_vit.commands.runner import (  # noqa: F401 (the commands' API)
     define_verbose,
     normalize_argv,
@@ -22,6 +21,7 @@ from keras_vit.commands.runner import (  # noqa: F401 (the commands' API)
     run,
 )
 from keras_vit.errors import UsageError
+from keras_vit.storage import workdir as wd
 from keras_vit.training import distribute
 
 # The one description of what --model takes (the resolver's).
@@ -182,7 +182,10 @@ def load_flagged_model(values: flags.FlagValues,
         kwargs["representation_size"] = hint(values, "representation_size")
     size = image_size if image_size is not None else hint(values,
                                                           "image_size")
-    model = loader.load_model(source, size, **kwargs)
+    # The commands read a ViT's logits, features and attention: a .keras
+    # file holding another Keras model is refused by name.
+    model = loader.require_vit(loader.load_model(source, size, **kwargs),
+                               source.path)
     if head is None:
         return model
     if "head" not in {layer.name for layer in model.layers}:
@@ -217,7 +220,7 @@ def resize_size(values: flags.FlagValues,
     run_config = source.run_config()
     if values.resize_size is not None or run_config is None:
         return values.resize_size
-    return run_config.pp.eval_resize_size
+    return run_config.input.pp.eval_resize_size
 
 
 def define_class_names_file(values: flags.FlagValues) -> None:
@@ -245,7 +248,7 @@ def strategy(values: flags.FlagValues, config):
         config: ConfigDict or None. Its connect_timeout_s bounds the wait
             for other workers or a remote TPU (None: the default).
     """
-    timeout = None if config is None else config.connect_timeout_s
+    timeout = None if config is None else config.trainer.connect_timeout_s
     return distribute.create_strategy(
         values.strategy, values.tpu, connect_timeout_s=timeout,
         cpu_devices=values.cpu_devices,

@@ -12,7 +12,7 @@ Images are decoded and preprocessed exactly as the export's
 a file equals the SavedModel's for the same bytes. Each file is decoded
 once first: an unreadable one stops the run with its name, or with
 --skip_bad_images is named on stderr and left out (as
-`--config.skip_bad_images` does for training).
+`--config.input.skip_bad_images` does for training).
 
 Prints one line per image (`file: name 0.912, name 0.051, ...`), or writes
 JSON or CSV with --output (by its extension). A progress count goes to

@@ -70,9 +70,23 @@ def resolve_config_arg(arg: str) -> str:
     return arg if path is None else f"--config={path}{match.group(2)}"
 
 
+def upgrade_override(arg: str) -> str:
+    """`--config.FIELD[=VALUE]` of a field an earlier version had
+    elsewhere, at its place now (`--config.batch_size=8` ->
+    `--config.input.batch_size=8`), with a one-line notice; any other
+    argument as it is."""
+    match = re.fullmatch(r"(--?config\.)([\w.]+)((=.*)?)", arg, re.S)
+    new = config_lib.moved_path(match.group(2)) if match else None
+    if new is None:
+        return arg
+    logging.warning("--config.%s is now --config.%s.", match.group(2), new)
+    return f"{match.group(1)}{new}{match.group(3)}"
+
+
 def normalize_argv(argv: Sequence[str]) -> List[str]:
     """`argv` with `--config NAME` (the space form) joined into
-    `--config=NAME`, and a packaged config's NAME made its path."""
+    `--config=NAME`, a packaged config's NAME made its path, and the
+    overrides of fields that moved since an earlier version upgraded."""
     out, args = [], list(argv)
     i = 0
     while i < len(args):
@@ -82,7 +96,7 @@ def normalize_argv(argv: Sequence[str]) -> List[str]:
         ).startswith("-"):
             arg = f"--config={args[i + 1]}"
             i += 1
-        out.append(resolve_config_arg(arg))
+        out.append(upgrade_override(resolve_config_arg(arg)))
         i += 1
     return out
 
@@ -174,7 +188,7 @@ def flag_error_message(error: BaseException, argv: Sequence[str]) -> str:
         message = named.rstrip("'")
     if "Did you mean" not in message:
         message = _with_suggestion(message, argv)
-    where = ("config fields: keras_vit/config.py" if "config" in message
+    where = ("config fields: keras_vit/config_schema.py" if "config" in message
              else "flags: --help")
     return f"{message} ({where})"
 
@@ -246,7 +260,7 @@ def run(
 
 def _with_suggestion(message: str, argv) -> str:
     """`message` about an unknown --config.<field> plus the closest real
-    field (keras_vit/config.py), or the fields of its section."""
+    field (keras_vit/config_schema.py), or the fields of its section."""
     match = re.match(r"unknown config field '([\w.]+)'", message)
     if not match:
         return message

@@ -27,6 +27,7 @@ from typing import Dict, Optional, Sequence
 import tensorflow as tf
 from absl import flags, logging
 
+from keras_vit import config as config_lib
 from keras_vit.commands import flags as cli
 from keras_vit.errors import Preempted, UsageError
 from keras_vit.export import saved_model
@@ -49,7 +50,7 @@ def run(
             model_name=export.model_name,
             class_names=class_names,
             # Serve with the run's own evaluation preprocessing.
-            resize_size=config.pp.eval_resize_size,
+            resize_size=config.input.pp.eval_resize_size,
         )
         logging.info("Exported SavedModel to %s", path)
         return {"export_path": path}
@@ -74,19 +75,20 @@ def _main(values: flags.FlagValues, args: list) -> None:
     if args:
         raise UsageError(f"Unexpected arguments: {' '.join(args)}")
     config = values.config
+    start = config.init.model
     if values.model:
-        if config.init.model and config.init.model != values.model:
+        if start and start != values.model:
             raise UsageError(
-                f"--model={values.model} and config.init.model="
-                f"{config.init.model} name two models to start from: keep "
-                "one."
+                f"--model={values.model} and config.init.model={start} name "
+                "two models to start from: keep one."
             )
-        config.init.model = values.model
-    if config.init.model:
+        start = values.model
+    if start:
         # The one resolver: a name or hf:// URI becomes its cached file or
-        # folder once, here, before anything starts.
-        config.init.model = cli.model_source(values,
-                                             config.init.model).path
+        # folder once, here, before anything starts; the run's config
+        # records it (a copy: the parsed config is not changed).
+        config = config_lib.replace(config, init={
+            "model": cli.model_source(values, start).path})
     final = run(config, values.workdir, cli.strategy(values, config))
     if final.get("preempted"):
         raise Preempted(

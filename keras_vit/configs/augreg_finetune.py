@@ -10,7 +10,7 @@ the one the file's name says.
     python train.py \
         --config=configs/augreg_finetune.py:dataset=imagenet2012,lr=0.01 \
         --workdir=gs://BUCKET/vit/augreg_b16_ft --strategy=tpu --tpu=local \
-        --config.data_dir=gs://BUCKET/tensorflow_datasets
+        --config.input.data_dir=gs://BUCKET/tensorflow_datasets
 
 Arguments (key=value, comma-separated): name (an AugReg pre-trained file
 from its index.csv; default B_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-
@@ -23,7 +23,7 @@ them): ImageNet top-1 at 384 about 78.4% (Ti/16), 83.8% (S/16), 86.0%
 (B/16), 87.1% (L/16) from the recommended i21k checkpoints.
 """
 
-from keras_vit.checkpoint import augreg
+from keras_vit.checkpoint.zoo import augreg
 from keras_vit.config import parse_config_arg
 from keras_vit.configs import finetune
 from keras_vit.errors import UsageError
@@ -49,5 +49,5 @@ def get_config(arg=None):
     c = finetune.get_config(",".join(parts))
     # The fine-tuning resolution; the resize before the random crop follows
     # it (448 / 384 of it).
-    c.image_size = int(args["res"])
+    c.model.image_size = int(args["res"])
     return c

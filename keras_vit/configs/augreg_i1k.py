@@ -12,7 +12,7 @@ class starts at its prior.
     python train.py \
         --config=configs/augreg_i1k.py:variant=B/16,aug=medium2,do=0.1,sd=0.1 \
         --workdir=gs://BUCKET/vit/augreg_i1k_b16 --strategy=tpu --tpu=local \
-        --config.data_dir=gs://BUCKET/tensorflow_datasets
+        --config.input.data_dir=gs://BUCKET/tensorflow_datasets
 
 Arguments (key=value, comma-separated): variant, aug, do, sd, wd, epochs
 as in configs/augreg_i21k.py. ImageNet-1k is TFDS's imagenet2012 (a
@@ -27,8 +27,9 @@ RandAugment is Keras 3's, not big_vision's (keras_vit/data/augment.py).
 """
 
 from keras_vit import config as config_lib
-from keras_vit.checkpoint import augreg
+from keras_vit.checkpoint.zoo import augreg
 from keras_vit.config import base_config, parse_config_arg
+from keras_vit.configs import _common as common
 from keras_vit.errors import UsageError
 
 BATCH = 4096
@@ -46,48 +47,34 @@ def get_config(arg=None):
         )
     c = base_config()
     # ImageNet-1k from TFDS: 1% of train held out for validation; the
-    # reported accuracy is on the validation split.
-    c.dataset = "imagenet2012"
-    c.train_split = "train[:99%]"
-    c.val_split = "train[99%:]"
-    c.eval_split = "validation"
+    # reported accuracy is on the validation split. A large run's common
+    # settings: bfloat16, intervals, shuffle buffer (configs/_common.py).
+    c.input.dataset = "imagenet2012"
+    common.large_run(c, splits=common.IMAGENET1K_SPLITS, batch=BATCH,
+                     eval_batch=1000, eval_every=5_000)
     # Inception crop and flip at 224, JPEGs decoded inside the crop only;
     # evaluation resizes to 256 and takes the central 224.
-    c.pp.train = "pretrain"
-    c.pp.eval_resize_size = 256
+    c.input.pp.train = "pretrain"
+    c.input.pp.eval_resize_size = 256
     # RandAugment and Mixup of the aug setting.
-    augreg.set_augmentation(c, args["aug"])
+    common.set_augmentation(c, args["aug"])
     # The variant (class token, learned position embeddings, no pre-logits
     # layer); dropout and stochastic depth of the run.
     c.model.variant = args["variant"]
     c.model.dropout_rate = float(args["do"])
     c.model.stochastic_depth_rate = float(args["sd"])
     # Sigmoid loss; every class starts at its prior, 1/1000.
-    c.loss = "sigmoid_xent"
+    c.objective.loss = "sigmoid_xent"
     c.model.head_bias_init = -6.9
-    # Examples per update and per evaluation batch.
-    c.batch_size = BATCH
-    c.eval_batch_size = 1000
     # Updates for the epochs of the training split.
-    c.total_steps = config_lib.epochs_to_steps(
+    c.trainer.total_steps = config_lib.epochs_to_steps(
         args["epochs"], config_lib.IMAGENET1K_TRAIN, BATCH
     )
     # Adam with decoupled weight decay (times the learning rate), 10k
     # warm-up steps, cosine decay to 0.
     c.optimizer.name = "adamw"
-    c.optimizer.lr = 1e-3
+    c.schedule.lr = 1e-3
     c.optimizer.weight_decay = float(args["wd"])
-    c.optimizer.warmup_steps = 10_000
-    c.optimizer.decay_type = "cosine"
-    # bfloat16 compute, float32 weights, logits and loss.
-    c.dtype = "bfloat16"
-    # Steps per host call, logging, evaluation and checkpoint intervals.
-    c.steps_per_loop = 100
-    c.log_every_steps = 500
-    c.eval_every_steps = 5_000
-    c.checkpoint_every_steps = 5_000
-    # Augmentation state cannot be checkpointed with the iterator: a
-    # resumed run draws a new data order.
-    c.checkpoint_iterator = False
-    c.shuffle_buffer = 250_000
+    c.schedule.warmup_steps = 10_000
+    c.schedule.decay_type = "cosine"
     return c

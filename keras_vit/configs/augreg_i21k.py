@@ -12,7 +12,7 @@ head bias at -10, class token, no pre-logits layer, bfloat16.
     python train.py \
         --config=configs/augreg_i21k.py:variant=B/16,aug=medium1,do=0.1,sd=0.1 \
         --workdir=gs://BUCKET/vit/augreg_b16 --strategy=tpu --tpu=local \
-        --config.data_dir=gs://BUCKET/imagenet21k
+        --config.input.data_dir=gs://BUCKET/imagenet21k
 
 Arguments (comma-separated key=value): variant (Ti/16, S/16, S/32, B/16,
 B/32, B/8, L/16, R+Ti/16, R26+S/32, R50+L/32), aug (none, light1 =
@@ -29,8 +29,9 @@ them): fine-tuned on ImageNet at 384 (configs/augreg_finetune.py), about
 """
 
 from keras_vit import config as config_lib
-from keras_vit.checkpoint import augreg
+from keras_vit.checkpoint.zoo import augreg
 from keras_vit.config import base_config, parse_config_arg
+from keras_vit.configs import _common as common
 from keras_vit.errors import UsageError
 
 BATCH = 4096
@@ -48,15 +49,16 @@ def get_config(arg=None):
         )
     c = base_config()
     # ImageNet-21k as an image folder (or a TFDS name); 50k training
-    # images held out for validation and the final evaluation.
-    c.dataset = args["dataset"]
-    c.train_split = "train[50000:]"
-    c.val_split = "train[:50000]"
-    c.eval_split = "train[:50000]"
+    # images held out for validation and the final evaluation. A large
+    # run's common settings: bfloat16, intervals, shuffle buffer
+    # (configs/_common.py).
+    c.input.dataset = args["dataset"]
+    common.large_run(c, splits=common.IMAGENET21K_SPLITS, batch=BATCH,
+                     eval_batch=1024, eval_every=10_000)
     # Inception crop and flip at 224 (the base's), JPEGs decoded inside
     # the crop only; RandAugment and Mixup of the aug setting.
-    c.pp.train = "pretrain"
-    augreg.set_augmentation(c, args["aug"])
+    c.input.pp.train = "pretrain"
+    common.set_augmentation(c, args["aug"])
     # The variant; class token and learned position embeddings, no
     # pre-logits layer; dropout and stochastic depth of the run.
     c.model.variant = args["variant"]
@@ -64,33 +66,17 @@ def get_config(arg=None):
     c.model.stochastic_depth_rate = float(args["sd"])
     # Sigmoid loss (ImageNet-21k labels overlap), every class starting at
     # probability ~4.5e-5.
-    c.loss = "sigmoid_xent"
+    c.objective.loss = "sigmoid_xent"
     c.model.head_bias_init = -10.0
-    # Examples per update (accumulation_steps for fewer cores) and per
-    # evaluation batch.
-    c.batch_size = BATCH
-    c.eval_batch_size = 1024
     # Updates for the epochs of the 14.1M training images.
-    c.total_steps = config_lib.epochs_to_steps(
+    c.trainer.total_steps = config_lib.epochs_to_steps(
         args["epochs"], config_lib.IMAGENET21K_TRAIN, BATCH
     )
     # Adam with decoupled weight decay (times the learning rate: 0.1 x
     # 1e-3 = big_vision's 1e-4), 10k warm-up steps, cosine decay to 0.
     c.optimizer.name = "adamw"
-    c.optimizer.lr = 1e-3
+    c.schedule.lr = 1e-3
     c.optimizer.weight_decay = float(args["wd"])
-    c.optimizer.warmup_steps = 10_000
-    c.optimizer.decay_type = "cosine"
-    # bfloat16 compute, float32 weights, logits and loss.
-    c.dtype = "bfloat16"
-    # Steps per host call, logging, evaluation and checkpoint intervals.
-    c.steps_per_loop = 100
-    c.log_every_steps = 500
-    c.eval_every_steps = 10_000
-    c.checkpoint_every_steps = 5_000
-    # The augmentation layers' random state cannot be checkpointed with
-    # the iterator (nor would a 250k-image shuffle buffer fit): a resumed
-    # run draws a new data order.
-    c.checkpoint_iterator = False
-    c.shuffle_buffer = 250_000
+    c.schedule.warmup_steps = 10_000
+    c.schedule.decay_type = "cosine"
     return c

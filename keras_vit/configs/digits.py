@@ -20,23 +20,23 @@ def get_config(arg=None):
     c = base_config()
     # Upsampled 8 x 8 greys: 8 x 8 patches give 16 tokens of 2 x 2 original
     # pixels each.
-    c.image_size = 32
+    c.model.image_size = 32
     # Resize to 36 and take a random 32 crop (small shifts of the digit);
     # no flip: digits are not mirror-symmetric.
-    c.pp.resize_size = 36
-    c.pp.flip = False
+    c.input.pp.resize_size = 36
+    c.input.pp.flip = False
     # A 4-layer ViT of width 128 (explicit sizes, no named variant).
     c.model.update(dict(
         variant=None, patch_size=8, hidden_size=128, num_layers=4,
         num_heads=4, mlp_dim=256,
     ))
     # Small data: small batches, 600 updates (about 53 epochs).
-    c.batch_size = 128
-    c.total_steps = 600
+    c.input.batch_size = 128
+    c.trainer.total_steps = 600
     # AdamW with a short warm-up and cosine decay, some weight decay.
-    c.optimizer.warmup_steps = 100
+    c.schedule.warmup_steps = 100
     c.optimizer.weight_decay = 0.05
     # Evaluate (on the test split) and checkpoint three times per run.
-    c.eval_every_steps = 200
-    c.checkpoint_every_steps = 200
+    c.evals.test.every_steps = 200
+    c.checkpoints.every_steps = 200
     return c

@@ -25,11 +25,11 @@ def get_config(arg=None):
     c = base_config()
     # configs/digits.py's data and preprocessing: 32 x 32 upsampled greys,
     # random 32 crops of a 36 resize, no flip.
-    c.image_size = 32
-    c.pp.resize_size = 36
-    c.pp.flip = False
+    c.model.image_size = 32
+    c.input.pp.resize_size = 36
+    c.input.pp.flip = False
     # Labelled images per class kept from the training split.
-    c.train_examples_per_class = int(args["labels"])
+    c.input.train_examples_per_class = int(args["labels"])
     # configs/digits.py's 4-layer ViT of width 128 (what MPP pre-trains).
     c.model.update(dict(
         variant=None, patch_size=8, hidden_size=128, num_layers=4,
@@ -39,12 +39,12 @@ def get_config(arg=None):
     # its encoder.npz; the head starts at zero. Empty: from scratch.
     c.init.model = args["init"] or None
     # 300 updates of 32 images (96 passes over 100 images at labels=10).
-    c.batch_size = 32
-    c.total_steps = 300
+    c.input.batch_size = 32
+    c.trainer.total_steps = 300
     # AdamW with a short warm-up and cosine decay, some weight decay.
-    c.optimizer.warmup_steps = 30
+    c.schedule.warmup_steps = 30
     c.optimizer.weight_decay = 0.05
     # One evaluation (test split) and one checkpoint, at the end.
-    c.eval_every_steps = 0
-    c.checkpoint_every_steps = 0
+    c.evals.test.every_steps = 0
+    c.checkpoints.every_steps = 0
     return c

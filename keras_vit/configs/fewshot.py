@@ -9,8 +9,8 @@ targets in closed form; top-1 accuracy on the test split.
 
 Some data sets only: `--config=fewshot:cifar100,pets`. A quick check
 without downloads: `--config=fewshot:digits` with a
-digits run (`--workdir=/tmp/vit_digits --config.image_size=32
---config.pp.eval_resize_size=32`: resized to 32, the whole image as
+digits run (`--workdir=/tmp/vit_digits --config.model.image_size=32
+--config.input.pp.eval_resize_size=32`: resized to 32, the whole image as
 its crop).
 
 Expected: ViT-B/16 and L/16 pre-trained on ImageNet-21k are well above
@@ -21,6 +21,7 @@ data set that cannot be prepared is reported and skipped.
 """
 
 from keras_vit.config import base_config
+from keras_vit.config_schema import evaluator
 from keras_vit.errors import UsageError
 
 # name -> (data source, few-shot training pool, test split)
@@ -49,16 +50,20 @@ def get_config(arg=None):
             f"{', '.join(known)}."
         )
     c = base_config()
-    # Resize to 256, then the central 224 (image_size) crop.
-    c.pp.eval_resize_size = 256
-    # Feature-extraction batch (all replicas).
-    c.batch_size = 256
-    # Data sets: name -> data source and splits.
-    c.fewshot.datasets = {
+    # Resize to 256, then the central 224 (model.image_size) crop.
+    c.input.pp.eval_resize_size = 256
+    # Feature-extraction batch (all replicas): the evaluator's batch_size,
+    # else this.
+    c.input.batch_size = 256
+    # The few-shot evaluator (config_schema.EVALUATORS["fewshot"]), its
+    # data sets: name -> data source and splits.
+    with c.unlocked():
+        c.evals.fewshot = evaluator("fewshot")
+    c.evals.fewshot.datasets = {
         name: dict(dataset=d, train_split=tr, test_split=te)
         for name, (d, tr, te) in known.items()
         if (name in names) or (not names and name in DATASETS)
     }
-    # A new sub-dict: lock it too.
+    # New sub-dicts: lock them too.
     c.lock()
     return c

@@ -13,7 +13,7 @@ others), with Polyak averaging of the weights (factor 0.9999).
     python train.py \
         --config=configs/finetune.py:dataset=cifar100,variant=B/16 \
         --workdir=gs://BUCKET/vit/cifar100_b16 --strategy=tpu --tpu=local \
-        --config.data_dir=gs://BUCKET/tensorflow_datasets
+        --config.input.data_dir=gs://BUCKET/tensorflow_datasets
 
 Arguments (comma-separated key=value): dataset (a row of DATASETS below,
 or vtab/<task> for one VTAB-1k task), variant (B/16, L/16, ... of the
@@ -23,14 +23,14 @@ ViT-<variant>.npz), lr (default: the table's), res (the resolution,
 default 384, and for ImageNet the paper's 512 for L/16 and 518 for H/14),
 remat (rematerialisation of the encoder blocks: none or block; default
 block above 384, where activations decide what fits). Short runs on fewer
-cores: --config.accumulation_steps=8 keeps the batch at 512.
+cores: --config.trainer.accumulation_steps=8 keeps the batch at 512.
 
 At 512 (1,025 tokens for L/16), in bfloat16:
 
     python train.py \
         --config=configs/finetune.py:dataset=imagenet2012,variant=L/16,res=512 \
-        --config.dtype=bfloat16 --workdir=gs://BUCKET/vit/in1k_l16_512 \
-        --strategy=tpu --tpu=local --config.data_dir=gs://BUCKET/tfds
+        --config.trainer.dtype=bfloat16 --workdir=gs://BUCKET/vit/in1k_l16_512 \
+        --strategy=tpu --tpu=local --config.input.data_dir=gs://BUCKET/tfds
 
 Expected (paper Table 2, ViT-L/16 pre-trained on ImageNet-21k): ImageNet
 85.30%, CIFAR-10 99.15%, CIFAR-100 93.25%, Pets 94.67%, Flowers 99.61%,
@@ -104,37 +104,38 @@ def get_config(arg=None):
     )
     c = base_config()
     # Data source: a TFDS name (or "folder" with data_dir/<split>/<class>/).
-    c.dataset = name
+    c.input.dataset = name
     # Training split, the held-out split for periodic evaluation, and the
     # split of the final (reported) evaluation (official fine-tuning code).
-    c.train_split = row["train"]
-    c.val_split = row["val"]
-    c.eval_split = row["test"]
+    c.input.train_split = row["train"]
+    c.evals.test.val_split = row["val"]
+    c.evals.test.split = row["test"]
     if vtab_task:
         task = vtab.get_task(vtab_task)
         # The task's TFDS data, its class count and its VTAB-1k splits.
-        c.dataset, c.vtab_task = task.tfds_name, task.name
-        c.num_classes = task.num_classes
-        c.train_split = task.split(row["train"])
-        c.val_split = task.split(row["val"])
-        c.eval_split = task.split(row["test"])
+        c.input.dataset, c.input.vtab_task = task.tfds_name, task.name
+        c.model.num_classes = task.num_classes
+        c.input.train_split = task.split(row["train"])
+        c.evals.test.val_split = task.split(row["val"])
+        c.evals.test.split = task.split(row["test"])
     # Fine-tuning resolution (position embeddings are resized to it): res=,
     # else 384, and for ImageNet the paper's best runs at 512 (L/16) and
     # 518 (H/14).
-    c.image_size = int(args["res"] or 384)
+    c.model.image_size = int(args["res"] or 384)
     if name == "imagenet2012":
         # ImageNet: the paper's resolution for the variant.
-        c.image_size = int(args["res"] or IMAGENET_RESOLUTION.get(variant, 384))
+        c.model.image_size = int(
+            args["res"] or IMAGENET_RESOLUTION.get(variant, 384))
         # Polyak averaging of the weights, evaluated and exported.
-        c.ema_decay = 0.9999
+        c.trainer.ema_decay = 0.9999
     # Resize to image_size * 448 / 384 (follows image_size overrides),
     # random image_size crop, flip (the base's "finetune").
-    c.pp.resize_size = c.get_ref("image_size") * 448 // 384
+    c.input.pp.resize_size = c.model.get_ref("image_size") * 448 // 384
     if vtab_task:
         # VTAB: resize only (crops and flips would change the labels of
         # the structured tasks).
-        c.pp.train = "eval"
-        c.pp.flip = False
+        c.input.pp.train = "eval"
+        c.input.pp.flip = False
     # The pre-trained variant; a new zero-initialised head without the
     # pre-logits layer, no dropout (the base's).
     c.model.variant = variant
@@ -143,30 +144,30 @@ def get_config(arg=None):
     # less memory per example for L/16 (1,431 -> 184 MiB, float32), 5.3x
     # for B/16 at 1.15x the step's CPU time (docs/performance.md, "Memory").
     c.model.remat = args["remat"] or (
-        "block" if c.image_size > 384 else "none")
+        "block" if c.model.image_size > 384 else "none")
     # Examples per evaluation batch (all replicas together).
-    c.eval_batch_size = 512
+    c.evals.test.batch_size = 512
     # Optimizer updates (paper Table 4).
-    c.total_steps = row["steps"]
+    c.trainer.total_steps = row["steps"]
     # SGD with momentum 0.9, linear warm-up then cosine decay to 0, no
     # weight decay; lr from the table (Table 4 sweeps `lrs`). The official
     # code accumulates 8 micro-batches on one TPU v3-8 host
-    # (--config.accumulation_steps=8).
+    # (--config.trainer.accumulation_steps=8).
     c.optimizer.name = "sgd"
-    c.optimizer.lr = float(args["lr"] or row["lr"])
-    c.optimizer.warmup_steps = row["warmup"]
+    c.schedule.lr = float(args["lr"] or row["lr"])
+    c.schedule.warmup_steps = row["warmup"]
     # Log often, evaluate and checkpoint ten times per run.
-    c.log_every_steps = 50
-    c.eval_every_steps = max(row["steps"] // 10, 50)
-    c.checkpoint_every_steps = max(row["steps"] // 10, 50)
+    c.log.every_steps = 50
+    c.evals.test.every_steps = max(row["steps"] // 10, 50)
+    c.checkpoints.every_steps = max(row["steps"] // 10, 50)
     # The input iterator is not checkpointed (its 50k-example shuffle
     # buffer would weigh on every checkpoint); a resumed run draws a new
     # data order.
-    c.checkpoint_iterator = False
+    c.checkpoints.iterator = False
     # A 50k-example shuffle buffer; the small data sets keep their encoded
     # training split in memory.
-    c.shuffle_buffer = 50_000
-    c.cache_train = row["cache"]
+    c.input.shuffle_buffer = 50_000
+    c.input.cache_train = row["cache"]
     # Initialisation: the pre-trained weights (head re-initialised, position
     # embeddings resized).
     c.init.model = init

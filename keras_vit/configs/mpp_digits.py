@@ -25,10 +25,10 @@ def get_config(arg=None):
     c = base_config()
     # Upsampled 8 x 8 greys, cut into 8 x 8 patches of 2 x 2 original
     # pixels (configs/digits.py): 16 tokens per image.
-    c.image_size = 32
+    c.model.image_size = 32
     # Resize to 36 and take a random 32 crop; no flip (as configs/digits.py).
-    c.pp.resize_size = 36
-    c.pp.flip = False
+    c.input.pp.resize_size = 36
+    c.input.pp.flip = False
     # configs/digits.py's 4-layer ViT of width 128: its encoder transfers.
     c.model.update(dict(
         variant=None, patch_size=8, hidden_size=128, num_layers=4,
@@ -36,14 +36,14 @@ def get_config(arg=None):
     ))
     # Masked patch prediction with the paper's corruption and target (the
     # base's mpp fields); the labels are not used.
-    c.mpp.enabled = True
+    c.objective.mpp.enabled = True
     # 1,500 updates of 128 images (about 134 passes over the 1,437).
-    c.batch_size = 128
-    c.total_steps = 1_500
+    c.input.batch_size = 128
+    c.trainer.total_steps = 1_500
     # AdamW with a short warm-up and cosine decay (configs/digits.py's).
-    c.optimizer.warmup_steps = 100
+    c.schedule.warmup_steps = 100
     c.optimizer.weight_decay = 0.05
     # MPP accuracy on the test images and a checkpoint every 500 steps.
-    c.eval_every_steps = 500
-    c.checkpoint_every_steps = 500
+    c.evals.test.every_steps = 500
+    c.checkpoints.every_steps = 500
     return c

@@ -10,16 +10,17 @@ Inception crops with flips; bfloat16 compute. Labels are not used.
 
     python train.py --config=configs/mpp_pretrain.py:B/16 \
         --workdir=gs://BUCKET/vit/mpp_b16 --strategy=tpu --tpu=local \
-        --config.data_dir=gs://BUCKET/tensorflow_datasets
+        --config.input.data_dir=gs://BUCKET/tensorflow_datasets
 
 Arguments (comma-separated key=value, or a bare variant): variant (default
 B/16), dataset (a TFDS name, default imagenet2012, or "folder" for
 <data_dir>/train/<class>/*.JPEG), steps (default 1M; the paper saw
 diminishing returns after 100k: `:steps=100000`). The alternatives the
-paper tried are config fields: --config.mpp.target=colour_grid (a 4 x 4
-downsized patch, 16 predictions of 512 classes) or pixels (L2 regression
-of the full patch), --config.mpp.corrupt_rate=0.15. Fewer TPU cores: keep
-the batch and add --config.accumulation_steps=K.
+paper tried are config fields:
+--config.objective.mpp.target=colour_grid (a 4 x 4 downsized patch, 16
+predictions of 512 classes) or pixels (L2 regression of the full patch),
+--config.objective.mpp.corrupt_rate=0.15. Fewer TPU cores: keep the batch
+and add --config.trainer.accumulation_steps=K.
 
 Expected: fine-tuned on ImageNet (configs/finetune.py:dataset=imagenet2012,
 init=<this workdir>), the paper's ViT-B/16 reached 79.9% top-1, 2 points
@@ -28,6 +29,7 @@ workdir holds encoder.npz, the encoder in the official .npz layout.
 """
 
 from keras_vit.config import base_config, parse_config_arg
+from keras_vit.configs import _common as common
 
 # TFDS ImageNet (ILSVRC-2012) has 1,281,167 training images; 10k of them
 # are held out for the MPP accuracy during training.
@@ -40,42 +42,31 @@ def get_config(arg=None):
         steps="1000000")
     c = base_config()
     # Data source: a TFDS name or "folder" (data_dir/<split>/<class>/...).
-    c.dataset = args["dataset"]
+    c.input.dataset = args["dataset"]
     # Training images, and held-out training images for the MPP accuracy
-    # (labels are not used, so any split of images would do).
-    c.train_split = f"train[{HELD_OUT}:]"
-    c.val_split = f"train[:{HELD_OUT}]"
-    c.eval_split = f"train[:{HELD_OUT}]"
+    # (labels are not used, so any split of images would do); examples per
+    # optimizer update and per evaluation batch; a large run's common
+    # settings: bfloat16 compute with float32 weights (predictions and loss
+    # float32), intervals (the MPP accuracy on the held-out images every
+    # 10k steps), shuffle buffer, no checkpointed iterator
+    # (configs/_common.py).
+    common.large_run(c, splits=(f"train[{HELD_OUT}:]", f"train[:{HELD_OUT}]",
+                                f"train[:{HELD_OUT}]"),
+                     batch=4096, eval_batch=1024, eval_every=10_000)
     # Inception crop and horizontal flip at 224 x 224 (the base's size).
-    c.pp.train = "pretrain"
+    c.input.pp.train = "pretrain"
     # The variant's encoder; no pre-logits layer (the MPP head replaces the
     # classification head) and no dropout.
     c.model.variant = args["variant"]
     # Masked patch prediction, the paper's corruption and 3-bit mean
     # colour target (the base's mpp fields).
-    c.mpp.enabled = True
-    # Examples per optimizer update and per evaluation batch.
-    c.batch_size = 4096
-    c.eval_batch_size = 1024
+    c.objective.mpp.enabled = True
     # Optimizer updates (paper: 1M; 100k already gives most of the gain).
-    c.total_steps = int(args["steps"])
+    c.trainer.total_steps = int(args["steps"])
     # Adam (b1 0.9, b2 0.999; no weight decay), base learning rate 2e-4,
     # 10k linear warm-up steps, cosine decay to 0.
     c.optimizer.name = "adam"
-    c.optimizer.lr = 2e-4
-    c.optimizer.warmup_steps = 10_000
-    c.optimizer.decay_type = "cosine"
-    # bfloat16 compute with float32 weights; predictions and loss float32.
-    c.dtype = "bfloat16"
-    # Training steps per host call (TPUs run a whole loop on device).
-    c.steps_per_loop = 100
-    # Logging, MPP accuracy on the held-out images, checkpoints (steps).
-    c.log_every_steps = 500
-    c.eval_every_steps = 10_000
-    c.checkpoint_every_steps = 5_000
-    # The input iterator is not checkpointed (its shuffle buffer would add
-    # gigabytes to every checkpoint): a resumed run draws a new data order.
-    c.checkpoint_iterator = False
-    # Shuffle buffer of encoded images per input pipeline.
-    c.shuffle_buffer = 250_000
+    c.schedule.lr = 2e-4
+    c.schedule.warmup_steps = 10_000
+    c.schedule.decay_type = "cosine"
     return c

@@ -11,7 +11,7 @@ cross-entropy; evaluation at resize 256, central crop 224.
 
     python train.py --config=configs/plain_vit_i1k.py \
         --workdir=gs://BUCKET/vit/plain_s16 --strategy=tpu --tpu=local \
-        --config.data_dir=gs://BUCKET/tensorflow_datasets
+        --config.input.data_dir=gs://BUCKET/tensorflow_datasets
 
 Argument (optional): epochs (90, 150 or 300): `:epochs=300`.
 
@@ -22,6 +22,7 @@ big_vision's (keras_vit/data/augment.py), which may move these numbers.
 
 from keras_vit import config as config_lib
 from keras_vit.config import base_config
+from keras_vit.configs import _common as common
 from keras_vit.errors import UsageError
 
 BATCH = 1024
@@ -39,18 +40,18 @@ def get_config(arg=None):
         epochs = int(value)
     c = base_config()
     # ImageNet-1k from TFDS: 1% of train held out for validation; the
-    # reported accuracy is on the validation split.
-    c.dataset = "imagenet2012"
-    c.train_split = "train[:99%]"
-    c.val_split = "train[99%:]"
-    c.eval_split = "validation"
+    # reported accuracy is on the validation split. A large run's common
+    # settings: bfloat16, intervals, shuffle buffer (configs/_common.py).
+    c.input.dataset = "imagenet2012"
+    common.large_run(c, splits=common.IMAGENET1K_SPLITS, batch=BATCH,
+                     eval_batch=1000, eval_every=5_000)
     # Inception crop (JPEGs decoded inside it) and flip at 224, then
     # RandAugment(2, 10); evaluation: resize 256, central 224.
-    c.pp.train = "pretrain"
-    c.pp.eval_resize_size = 256
-    c.pp.randaug_ops, c.pp.randaug_magnitude = 2, 10
+    c.input.pp.train = "pretrain"
+    c.input.pp.eval_resize_size = 256
+    c.input.pp.randaug_ops, c.input.pp.randaug_magnitude = 2, 10
     # Mixup with Beta(0.2, 0.2).
-    c.mix.mixup_alpha = 0.2
+    c.input.mix.mixup_alpha = 0.2
     # S/16, global average pooling, sin-cos position embeddings, a
     # pre-logits layer of the width; no dropout, no stochastic depth (the
     # base's).
@@ -58,29 +59,15 @@ def get_config(arg=None):
     c.model.pooling = "gap"
     c.model.posemb = "sincos2d"
     c.model.representation_size = 384
-    # Examples per update and per evaluation batch.
-    c.batch_size = BATCH
-    c.eval_batch_size = 1000
     # Updates for the epochs of the training split.
-    c.total_steps = config_lib.epochs_to_steps(
+    c.trainer.total_steps = config_lib.epochs_to_steps(
         epochs, config_lib.IMAGENET1K_TRAIN, BATCH
     )
     # Adam with decoupled weight decay (times the learning rate: 0.1 x
     # 1e-3 = big_vision's 1e-4), 10k warm-up steps, cosine decay to 0.
     c.optimizer.name = "adamw"
-    c.optimizer.lr = 1e-3
+    c.schedule.lr = 1e-3
     c.optimizer.weight_decay = 0.1
-    c.optimizer.warmup_steps = 10_000
-    c.optimizer.decay_type = "cosine"
-    # bfloat16 compute, float32 weights, logits and loss.
-    c.dtype = "bfloat16"
-    # Steps per host call, logging, evaluation and checkpoint intervals.
-    c.steps_per_loop = 100
-    c.log_every_steps = 500
-    c.eval_every_steps = 5_000
-    c.checkpoint_every_steps = 5_000
-    # Augmentation state cannot be checkpointed with the iterator: a
-    # resumed run draws a new data order.
-    c.checkpoint_iterator = False
-    c.shuffle_buffer = 250_000
+    c.schedule.warmup_steps = 10_000
+    c.schedule.decay_type = "cosine"
     return c

@@ -11,8 +11,8 @@ resized); top-1 accuracy on the test split.
 --model takes any pre-trained model: a training run's workdir, a .keras
 file, a Hugging Face folder. Some tasks only: --tasks=natural,dsprites_loc.
 The small hyper-parameter sweep (2 LRs x 2 step counts on train800 /
-val200, winner retrained on train800val200): --config.vtab.sweep.enabled.
-Cloud TPU: add --strategy=tpu --tpu=local --config.data_dir=gs://...
+val200, winner retrained on train800val200): --config.evals.vtab.sweep.enabled.
+Cloud TPU: add --strategy=tpu --tpu=local --config.input.data_dir=gs://...
 
 Expected (paper Table 9): ViT-L/16 pre-trained on ImageNet-21k reaches
 83.3 (Natural), 84.7 (Specialized), 57.5 (Structured), 72.7 (all 19).
@@ -21,35 +21,41 @@ Resisc45 and Retinopathy need a manual download into
 """
 
 from keras_vit.config import base_config
+from keras_vit.config_schema import evaluator
 
 
 def get_config(arg=None):
     del arg
     c = base_config()
     # The paper's fine-tuning resolution.
-    c.image_size = 384
+    c.model.image_size = 384
     # Resize to image_size only: no random crop or flip, which would change
     # the labels of the structured tasks (object positions, orientations,
     # azimuths).
-    c.pp.train = "eval"
-    c.pp.flip = False
+    c.input.pp.train = "eval"
+    c.input.pp.flip = False
     # Evaluation batch as training's. (The architecture comes from the
     # pre-trained model: config.model only sets its dropout, none here.)
-    c.eval_batch_size = 512
+    c.evals.test.batch_size = 512
     # Optimizer updates per task: SGD with momentum, cosine decay, no
     # warm-up, no weight decay.
-    c.total_steps = 2500
+    c.trainer.total_steps = 2500
     c.optimizer.name = "sgd"
-    c.optimizer.lr = 0.01
+    c.schedule.lr = 0.01
     # Checkpoint every 500 steps, keep one (nineteen tasks' worth of
     # checkpoints add up).
-    c.checkpoint_every_steps = 500
-    c.keep_checkpoints = 1
+    c.checkpoints.every_steps = 500
+    c.checkpoints.keep = 1
     # The 1,000 training examples are cached in memory (decoded); the
     # shuffle buffer holds them all.
-    c.cache_train = True
-    c.shuffle_buffer = 1000
+    c.input.cache_train = True
+    c.input.shuffle_buffer = 1000
     # Checkpointing the iterator would store the shuffle buffer of raw
     # images in every checkpoint.
-    c.checkpoint_iterator = False
+    c.checkpoints.iterator = False
+    # The VTAB-1k evaluator (config_schema.EVALUATORS["vtab"]): all 19
+    # tasks, the fixed recipe (its optional sweep off).
+    with c.unlocked():
+        c.evals.vtab = evaluator("vtab")
+    c.lock()
     return c

@@ -1,7 +1,7 @@
 """Checks that turn bad training data into clear errors (or counted skips).
 
 - Unreadable image files in an image folder (corrupt, truncated, empty):
-  with `config.skip_bad_images` they are found before training (one
+  with `config.input.skip_bad_images` they are found before training (one
   parallel decoding pass per split), left out, counted and named in the log;
   without it, the decoder's error during training is traced back to the
   files (`explained_errors`), so the message names them and the fix.
@@ -79,49 +79,54 @@ def _unreadable(root: str, split: str, paths: Tuple[str, ...]):
     if bad:
         logging.warning(
             "Skipping %d unreadable image file(s) of split %r in %s "
-            "(config.skip_bad_images): %s", len(bad), split, root,
+            "(config.input.skip_bad_images): %s", len(bad), split, root,
             _listing(bad),
         )
     return frozenset(p for p, _ in bad)
 
 
-def drop_unreadable(config, split: str, paths, labels):
-    """`paths`, `labels` without the files that do not decode (found once
-    per split and process; counted and named in the log)."""
-    bad = _unreadable(str(config.data_dir), split, tuple(paths))
+def drop_unreadable(inp, split: str, paths, labels):
+    """`paths`, `labels` of `config.input`'s image folder without the files
+    that do not decode (found once per split and process; counted and named
+    in the log)."""
+    bad = _unreadable(str(inp.data_dir), split, tuple(paths))
     if not bad:
         return paths, labels
     keep = [i for i, p in enumerate(paths) if p not in bad]
     if not keep:
         raise UsageError(
-            f"No readable image in split {split!r} of {config.data_dir}."
+            f"No readable image in split {split!r} of {inp.data_dir}."
         )
     return [paths[i] for i in keep], labels[keep]
 
 
-def _label_bound(config) -> Optional[int]:
-    if config.mpp.enabled:
+def _label_bound(inp, num_classes: Optional[int],
+                 labelled: bool) -> Optional[int]:
+    if not labelled:
         return None  # self-supervised: labels are not used, may be missing
-    n = int(config.num_classes or 0)
+    n = int(num_classes or 0)
     if n:
         return n
     try:
-        return int(sources.dataset_info(config).num_classes)
+        return int(sources.dataset_info(inp).num_classes)
     except (KeyError, AttributeError, TypeError):
         return None  # a label feature without a class count
 
 
-def check_labels(ds: tf.data.Dataset, config) -> tf.data.Dataset:
-    """Fails the pipeline on a label outside [0, num_classes)."""
-    n = _label_bound(config)
+def check_labels(ds: tf.data.Dataset, inp, num_classes: Optional[int],
+                 labelled: bool = True) -> tf.data.Dataset:
+    """Fails the pipeline on a label outside [0, num_classes) (the run's
+    `config.model.num_classes`, None: the data source's); unchecked where
+    the run uses no labels (`labelled` False: masked patch prediction)."""
+    n = _label_bound(inp, num_classes, labelled)
     if n is None:
         return ds
     message = (
         f"{LABEL_ERROR}: the data holds a label outside [0, {n}), the "
-        f"model's classes (config.num_classes={config.num_classes}). "
-        "Set config.num_classes to the number of classes in the data, or to "
-        "None to read it from the data source; negative labels (unlabelled "
-        "examples) cannot be trained on."
+        f"model's classes (config.model.num_classes={num_classes}). "
+        "Set config.model.num_classes to the number of classes in the "
+        "data, or to None to read it from the data source; negative labels "
+        "(unlabelled examples) cannot be trained on."
     )
 
     def check(image, label):
@@ -137,25 +142,30 @@ def check_labels(ds: tf.data.Dataset, config) -> tf.data.Dataset:
                   deterministic=True)
 
 
-def _splits(config) -> List[Tuple[str, str]]:
-    """(config field, split) of the splits a training run reads."""
-    out = [("train_split", config.train_split),
-           ("eval_split", config.eval_split)]
-    if config.eval_every_steps:
-        out.append(("val_split", config.val_split or config.eval_split))
+def run_splits(inp, evals) -> List[Tuple[str, str]]:
+    """(config field, split) of the splits a training run reads: its
+    `config.input` training split and its accuracy evaluators' (`evals`)
+    final and periodic splits."""
+    out = [("input.train_split", inp.train_split)]
+    for name, entry in evals.items():
+        if entry.type != "accuracy":
+            continue
+        out.append((f"evals.{name}.split", entry.split))
+        if entry.every_steps:
+            out.append((f"evals.{name}.val_split",
+                        entry.val_split or entry.split))
     return out
 
 
-def check_splits(config) -> None:
-    """Raises ValueError at start-up for a split that does not exist (the
-    digits data and image folders; TFDS checks its own when reading)."""
-    if config.vtab_task or config.dataset not in (
-        sources.DIGITS, sources.FOLDER
-    ):
+def check_splits(inp, splits: Sequence[Tuple[str, str]]) -> None:
+    """Raises ValueError at start-up for a split (of `run_splits`) that
+    does not exist (the digits data and image folders; TFDS checks its own
+    when reading)."""
+    if inp.vtab_task or inp.dataset not in (sources.DIGITS, sources.FOLDER):
         return
-    for field, split in _splits(config):
+    for field, split in splits:
         try:
-            sources.num_split_examples(config, split)
+            sources.num_split_examples(inp, split)
         except ValueError as error:
             raise UsageError(
                 f"config.{field}={split!r} cannot be used: "
@@ -164,8 +174,10 @@ def check_splits(config) -> None:
             ) from None
 
 
-def explain_input_error(config, error: Exception) -> Optional[Exception]:
-    """A clear error for a failure inside the input pipeline, or None.
+def explain_input_error(inp, splits: Sequence[Tuple[str, str]],
+                        error: Exception) -> Optional[Exception]:
+    """A clear error for a failure inside the input pipeline of a run's
+    `config.input` reading `splits` (`run_splits`), or None.
 
     Label errors keep their own message; for image folders, the splits of
     the run are decoded again to name the files that fail.
@@ -174,11 +186,11 @@ def explain_input_error(config, error: Exception) -> Optional[Exception]:
     match = re.search(re.escape(LABEL_ERROR) + r"[^\]]*", text)
     if match:
         return UsageError(match.group(0).strip())
-    if config.dataset != sources.FOLDER or config.vtab_task:
+    if inp.dataset != sources.FOLDER or inp.vtab_task:
         return None
-    root = config.data_dir
+    root = inp.data_dir
     paths = []
-    for _, split in _splits(config):
+    for _, split in splits:
         name = re.sub(r"\[.*\]$", "", str(split))
         try:
             paths.extend(sources.folder_split(root, name)[0])
@@ -190,18 +202,18 @@ def explain_input_error(config, error: Exception) -> Optional[Exception]:
     return UsageError(
         f"Cannot decode {len(bad)} image file(s) of image folder {root}: "
         f"{_listing(bad)}. Remove or replace these files, or set "
-        "config.skip_bad_images=True to skip unreadable images (they are "
-        "counted and named in the log)."
+        "config.input.skip_bad_images=True to skip unreadable images (they "
+        "are counted and named in the log)."
     )
 
 
 @contextlib.contextmanager
-def explained_errors(config):
+def explained_errors(inp, splits: Sequence[Tuple[str, str]]):
     """Re-raises input-pipeline failures as `explain_input_error` does."""
     try:
         yield
     except tf.errors.InvalidArgumentError as error:
-        better = explain_input_error(config, error)
+        better = explain_input_error(inp, splits, error)
         if better is None:
             raise
         raise better from None

@@ -13,8 +13,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from keras_vit import mpp
-from keras_vit.build import check_mpp, config_stride
-from keras_vit.data import preprocessing as pp
+from keras_vit.architecture import patch_grid
 from keras_vit.errors import UsageError
 
 
@@ -37,7 +36,7 @@ def corruption_from_noise(
     Args:
         noise: float (batch, patches, 3) uniform in [0, 1).
         corrupt_rate, mask_fraction, random_fraction: float. See
-            `config.mpp`.
+            `config.objective.mpp`.
     """
     patches = int(noise.shape[1])
     if patches < 2:
@@ -66,23 +65,22 @@ def corruption_from_noise(
     return tf.cast(mode, tf.int32), tf.cast(source, tf.int32)
 
 
-def num_patches(config) -> int:
-    """int. Patch tokens per image of `config` (image_size over the
-    model's stride)."""
-    height, width = pp.as_hw(config.image_size)
-    stride = config_stride(config)
-    return (height // stride) * (width // stride)
+def num_patches(image_size, stride: int) -> int:
+    """int. Patch tokens per image of a model at `image_size` with
+    `stride` image pixels per token."""
+    rows, cols = patch_grid(image_size, stride)
+    return rows * cols
 
 
-def add_corruption(ds: tf.data.Dataset, config, seed: int) -> tf.data.Dataset:
+def add_corruption(ds: tf.data.Dataset, mpp_config, patches: int,
+                   seed: int) -> tf.data.Dataset:
     """Maps batches (images, *rest) to ({"images", "mpp_mode",
-    "mpp_source"}, *rest), the MPP model's inputs.
+    "mpp_source"}, *rest), the MPP model's inputs, for `patches` tokens per
+    image and the corruption rates of `config.objective.mpp`.
 
     Batch i's corruption comes from stateless noise seeded by (seed, i).
     """
-    check_mpp(config)
-    opts = config.mpp
-    patches = num_patches(config)
+    opts = mpp_config
     rates = (float(opts.corrupt_rate), float(opts.mask_fraction),
              float(opts.random_fraction))
 

@@ -8,9 +8,13 @@ for training (with Mixup or CutMix, `keras_vit.data.augment`, float32
 mixed label vectors (B, classes) instead), and additionally a float32 mask
 (B,) for evaluation, where the last batch is padded to a static shape (TPUs
 need static shapes) and the padding is masked out of every metric. For
-masked patch prediction (`config.mpp.enabled`) the images come as the MPP
-model's inputs, a dict with the corruption drawn by
+masked patch prediction (`config.objective.mpp.enabled`) the images come as
+the MPP model's inputs, a dict with the corruption drawn by
 `keras_vit.data.masking`.
+
+Every pipeline takes a run's `config.input` section and a `RunInput`:
+what else of the run it needs (the model's input size, the seed, the
+head's width, the MPP corruption).
 
 With several input pipelines (one per host or worker, from the strategy's
 `tf.distribute.InputContext`), each reads a disjoint, near-equal part of the
@@ -23,7 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Callable, Optional, Tuple
+from typing import Any, Callable, Optional, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -37,6 +41,28 @@ from keras_vit.errors import UsageError
 
 def _identity(image: tf.Tensor) -> tf.Tensor:
     return image
+
+
+@dataclasses.dataclass(frozen=True)
+class RunInput:
+    """What an input pipeline takes of a run besides its `config.input`.
+
+    Attributes:
+        image_size: int or (height, width). The model's input
+            (`config.model.image_size`).
+        seed: int. `config.seed`: data order and augmentation.
+        num_classes: int or None. The head's width
+            (`config.model.num_classes`; None: the data source's).
+        mpp: ConfigDict or None. `config.objective.mpp` when masked patch
+            prediction is on: the images come with their corruption.
+        patches: int. Patch tokens per image (masked patch prediction).
+    """
+
+    image_size: Any
+    seed: int = 0
+    num_classes: Optional[int] = None
+    mpp: Any = None
+    patches: int = 0
 
 
 @dataclasses.dataclass
@@ -62,36 +88,38 @@ def _pipelines(input_context) -> Tuple[int, int]:
     return input_context.num_input_pipelines, input_context.input_pipeline_id
 
 
-def _shard(config, split: str, training: bool, input_context,
+def _shard(inp, run_seed: int, split: str, training: bool, input_context,
            seed: int) -> _Shard:
     """(image uint8 HWC, label int32) pairs of this pipeline's part of
-    `split`; training shards also shuffle their files or paths."""
+    `split` of `config.input`'s data; training shards also shuffle their
+    files or paths (`seed`); `run_seed` draws the examples kept per
+    class."""
     count, index = _pipelines(input_context)
-    per_class = int(config.train_examples_per_class) if training else 0
-    if per_class and (config.vtab_task or config.dataset not in (
+    per_class = int(inp.train_examples_per_class) if training else 0
+    if per_class and (inp.vtab_task or inp.dataset not in (
             sources.DIGITS, sources.FOLDER)):
         raise UsageError(
-            "config.train_examples_per_class works with the digits and "
-            "image folders; for a TFDS data set slice train_split instead "
-            "(e.g. 'train[:1000]')."
+            "config.input.train_examples_per_class works with the digits "
+            "and image folders; for a TFDS data set slice train_split "
+            "instead (e.g. 'train[:1000]')."
         )
-    if config.dataset == sources.DIGITS and not config.vtab_task:
+    if inp.dataset == sources.DIGITS and not inp.vtab_task:
         x, y = sources.digits_split(split)
         if per_class:
-            keep = sources.examples_per_class(y, per_class, config.seed)
+            keep = sources.examples_per_class(y, per_class, run_seed)
             x, y = x[keep], y[keep]
         ds = tf.data.Dataset.from_tensor_slices(
             (x[index::count, :, :, None], y[index::count])
         )
         return _Shard(ds, len(y))
-    if config.dataset == sources.FOLDER and not config.vtab_task:
-        paths, labels = sources.folder_split(config.data_dir, split)
-        if config.skip_bad_images:
+    if inp.dataset == sources.FOLDER and not inp.vtab_task:
+        paths, labels = sources.folder_split(inp.data_dir, split)
+        if inp.skip_bad_images:
             paths, labels = data_checks.drop_unreadable(
-                config, split, paths, labels
+                inp, split, paths, labels
             )
         if per_class:
-            keep = sources.examples_per_class(labels, per_class, config.seed)
+            keep = sources.examples_per_class(labels, per_class, run_seed)
             paths, labels = [paths[i] for i in keep], labels[keep]
         ds = tf.data.Dataset.from_tensor_slices(
             (paths[index::count], labels[index::count])
@@ -104,13 +132,13 @@ def _shard(config, split: str, training: bool, input_context,
             deterministic=True,
         )
         return _Shard(ds, len(labels), pp.decode_image)
-    return _tfds_shard(config, split, training, input_context, seed)
+    return _tfds_shard(inp, split, training, input_context, seed)
 
 
-def _tfds_shard(config, split, training, input_context, seed) -> _Shard:
+def _tfds_shard(inp, split, training, input_context, seed) -> _Shard:
     import tensorflow_datasets as tfds
 
-    builder = sources.tfds_builder(config)
+    builder = sources.tfds_builder(inp)
     count, index = _pipelines(input_context)
     read_context = None
     part = split
@@ -122,11 +150,11 @@ def _tfds_shard(config, split, training, input_context, seed) -> _Shard:
     read_config = tfds.ReadConfig(
         shuffle_seed=seed, input_context=read_context, skip_prefetch=True
     )
-    image_key, label_key = config.image_key, config.label_key
+    image_key, label_key = inp.image_key, inp.label_key
     # Encoded uint8 images stay encoded until after the shuffle and cache.
     feature = builder.info.features[image_key]
     encoded = (
-        not config.vtab_task
+        not inp.vtab_task
         and isinstance(feature, tfds.features.Image)
         and feature.np_dtype == np.uint8
     )
@@ -140,8 +168,8 @@ def _tfds_shard(config, split, training, input_context, seed) -> _Shard:
     def to_pair(example):
         return example[image_key], tf.cast(example[label_key], tf.int32)
 
-    if config.vtab_task:  # the task's image and derived label
-        to_pair = vtab.get_task(config.vtab_task).example_fn
+    if inp.vtab_task:  # the task's image and derived label
+        to_pair = vtab.get_task(inp.vtab_task).example_fn
     ds = ds.map(to_pair, num_parallel_calls=tf.data.AUTOTUNE)
     exact = read_context is None
     return _Shard(
@@ -163,19 +191,21 @@ def _check_batch(global_batch: int, input_context) -> int:
     return global_batch // replicas
 
 
-def pipeline_seed(config, input_context=None, start_step: int = 0) -> int:
-    """The seed of one input pipeline: differs between pipelines, and
-    between a run and its resumption at `start_step` (when the data order
-    is not restored from a checkpoint)."""
+def pipeline_seed(seed: int, input_context=None, start_step: int = 0) -> int:
+    """The seed of one input pipeline of a run of `seed`: differs between
+    pipelines, and between a run and its resumption at `start_step` (when
+    the data order is not restored from a checkpoint)."""
     _, index = _pipelines(input_context)
-    entropy = [int(config.seed), index, int(start_step)]
+    entropy = [int(seed), index, int(start_step)]
     return int(np.random.SeedSequence(entropy).generate_state(1)[0] >> 1)
 
 
 def train_dataset(
-    config, global_batch: int, input_context=None, *, start_step: int = 0
+    inp, run: RunInput, global_batch: int, input_context=None, *,
+    start_step: int = 0
 ) -> tf.data.Dataset:
-    """Infinite, shuffled, augmented training batches of one replica.
+    """Infinite, shuffled, augmented training batches of one replica, of a
+    run's `config.input` section.
 
     `global_batch` is the batch over all replicas for one forward pass; the
     per-replica batch comes from the strategy's `input_context`. Batches keep
@@ -184,21 +214,22 @@ def train_dataset(
     of replaying the first steps' examples.
     """
     batch = _check_batch(global_batch, input_context)
-    split = config.train_split
-    seed = pipeline_seed(config, input_context, start_step)
-    shard = _shard(config, split, True, input_context, seed)
+    split = inp.train_split
+    seed = pipeline_seed(run.seed, input_context, start_step)
+    shard = _shard(inp, run.seed, split, True, input_context, seed)
     ds = shard.dataset
-    ds = data_checks.check_labels(ds, config)
+    ds = data_checks.check_labels(ds, inp, run.num_classes, run.mpp is None)
     # cache_train: cache the (small) training split only, e.g. VTAB's 1,000
     # examples, without holding a large test split in memory.
-    if config.cache_train:
+    if inp.cache_train:
         ds = ds.cache()
     ds = ds.repeat()
-    ds = ds.shuffle(config.shuffle_buffer, seed=seed)
+    ds = ds.shuffle(inp.shuffle_buffer, seed=seed)
     # Encoded images are decoded by the preprocessing, which decodes a
     # JPEG only inside its Inception crop.
     encoded = shard.decode is not _identity
-    preprocess = make_preprocess_fn(config, training=True, encoded=encoded)
+    preprocess = make_preprocess_fn(inp.pp, run.image_size, run.seed,
+                                    training=True, encoded=encoded)
     decode = _identity if encoded else shard.decode
     # Stateless augmentation seeded by (seed, example index): reproducible,
     # and the iterator stays serialisable, so checkpoints can hold it.
@@ -214,21 +245,20 @@ def train_dataset(
         deterministic=True,
     )
     ds = ds.batch(batch, drop_remainder=True)
-    if config.mpp.enabled and (config.mix.mixup_alpha
-                               or config.mix.cutmix_alpha):
+    mixing = inp.mix.mixup_alpha or inp.mix.cutmix_alpha
+    if run.mpp is not None and mixing:
         raise UsageError(
             "Masked patch prediction has no labels to mix: set "
-            "config.mix.mixup_alpha=0 and config.mix.cutmix_alpha=0 with "
-            "config.mpp.enabled=True."
+            "config.input.mix.mixup_alpha=0 and "
+            "config.input.mix.cutmix_alpha=0 with "
+            "config.objective.mpp.enabled=True."
         )
-    if config.mpp.enabled:  # the model's corruption inputs
-        ds = masking.add_corruption(ds, config, seed + 1)
-    mix = augment.mix_batch(
-        int(config.num_classes or sources.dataset_info(config).num_classes),
-        float(config.mix.mixup_alpha), float(config.mix.cutmix_alpha),
-        seed,
-    ) if config.mix.mixup_alpha or config.mix.cutmix_alpha else None
-    if mix is not None:  # labels become (batch, classes) mixed vectors
+    if run.mpp is not None:  # the model's corruption inputs
+        ds = masking.add_corruption(ds, run.mpp, run.patches, seed + 1)
+    if mixing:  # labels become (batch, classes) mixed vectors
+        mix = augment.mix_batch(
+            int(run.num_classes or sources.dataset_info(inp).num_classes),
+            float(inp.mix.mixup_alpha), float(inp.mix.cutmix_alpha), seed)
         # Batch i chooses between Mixup and CutMix by (seed, i), and the
         # layers' random state advances one batch after the other (one
         # call at a time: parallel calls would race for it), so that the
@@ -236,11 +266,11 @@ def train_dataset(
         ds = ds.enumerate().map(
             lambda index, batch: mix(*batch, index=index)
         )
-    if config.synthetic_data:
+    if inp.synthetic_data:
         # For benchmarks: one real batch, served again and again from
         # memory, so that the input work drops out of the timings.
         ds = ds.take(1).cache().repeat()
-    return ds.prefetch(config.prefetch)
+    return ds.prefetch(inp.prefetch)
 
 
 def is_checkpointable(dataset: tf.data.Dataset) -> bool:
@@ -256,9 +286,12 @@ def is_checkpointable(dataset: tf.data.Dataset) -> bool:
 
 
 def eval_dataset(
-    config, split: str, global_batch: int, input_context=None
+    inp, run: RunInput, split: str, global_batch: int, input_context=None,
+    *, cache: bool = False,
 ) -> tf.data.Dataset:
-    """One pass over `split`: (images, labels, mask), every batch full-size.
+    """One pass over `split` of a run's `config.input` data: (images,
+    labels, mask), every batch full-size; `cache` keeps the split in
+    memory (an accuracy evaluator's `cache`).
 
     The last batch is padded with masked-out examples, so shapes stay static
     and every example is counted exactly once. Where the split's size is
@@ -266,11 +299,13 @@ def eval_dataset(
     replica it feeds (all-padding batches where its part runs out).
     """
     batch = _check_batch(global_batch, input_context)
-    shard = _shard(config, split, False, input_context, 0)
-    ds = data_checks.check_labels(shard.dataset, config)
-    if config.cache:
+    shard = _shard(inp, run.seed, split, False, input_context, 0)
+    ds = data_checks.check_labels(shard.dataset, inp, run.num_classes,
+                                  run.mpp is None)
+    if cache:
         ds = ds.cache()
-    preprocess = make_preprocess_fn(config, training=False)
+    preprocess = make_preprocess_fn(inp.pp, run.image_size, run.seed,
+                                    training=False)
     ds = ds.map(
         lambda raw, label: (preprocess(shard.decode(raw)), label),
         num_parallel_calls=tf.data.AUTOTUNE,
@@ -281,16 +316,16 @@ def eval_dataset(
         count, _ = _pipelines(input_context)
         replicas = input_context.num_replicas_in_sync if input_context else 1
         steps = -(-shard.split_size // global_batch)
-        h, w = pp.as_hw(config.image_size)
+        h, w = pp.as_hw(run.image_size)
         padding = tf.data.Dataset.from_tensors((
             tf.zeros([batch, h, w, 3], tf.float32),
             tf.zeros([batch], tf.int32),
             tf.zeros([batch], tf.float32),
         )).repeat()
         ds = ds.concatenate(padding).take(steps * max(replicas // count, 1))
-    if config.mpp.enabled:  # the same corruption at every evaluation
-        ds = masking.add_corruption(ds, config, pipeline_seed(
-            config, input_context) + 1)
+    if run.mpp is not None:  # the same corruption at every evaluation
+        ds = masking.add_corruption(ds, run.mpp, run.patches, pipeline_seed(
+            run.seed, input_context) + 1)
     return ds.prefetch(tf.data.AUTOTUNE)
 
 

@@ -296,18 +296,20 @@ def _split_seed(seed, n):
     return tf.unstack(tf.random.experimental.stateless_split(seed, n))
 
 
-def from_config(config, training: bool, encoded: bool = False) -> Callable:
+def from_config(pp_config, image_size, seed: int, training: bool,
+                encoded: bool = False) -> Callable:
     """`fn(image, seed=None)`: the preprocessing of a training or evaluation
-    split, from `config.image_size` and `config.pp` (train: 'pretrain',
-    'finetune' or 'eval'; resize_size, eval_resize_size, area_range, flip,
-    randaug_ops, randaug_magnitude). `input_pipeline.make_preprocess_fn` is
-    this function.
+    split at `image_size` (`config.model.image_size`), from a run's
+    `config.input.pp` section (train: 'pretrain', 'finetune' or 'eval';
+    resize_size, eval_resize_size, area_range, flip, randaug_ops,
+    randaug_magnitude); `seed` (`config.seed`) seeds RandAugment.
+    `input_pipeline.make_preprocess_fn` is this function.
 
     With `encoded` (training only), `fn` takes encoded image bytes: decoded
     whole, or, for 'pretrain', a JPEG only inside its crop window
     (`preprocess_pretrain_encoded`)."""
-    size = config.image_size
-    cfg = config.pp
+    size = image_size
+    cfg = pp_config
     resize_size = cfg.resize_size
     if not training:
         eval_resize = cfg.eval_resize_size
@@ -317,7 +319,7 @@ def from_config(config, training: bool, encoded: bool = False) -> Callable:
     kind = cfg.train
     flip = bool(cfg.flip)
     augment = augment_lib.rand_augment(
-        int(cfg.randaug_ops), float(cfg.randaug_magnitude), int(config.seed)
+        int(cfg.randaug_ops), float(cfg.randaug_magnitude), int(seed)
     )
     if augment is not None and kind not in ("pretrain", "finetune"):
         raise UsageError(

@@ -9,7 +9,7 @@
   (the layout of `tfds.folder_dataset.ImageFolder`; class ids are the sorted
   class folder names of all splits). Splits take "train[:90%]" /
   "train[90%:]" / "train[:800]" slices.
-- A VTAB-1k task (`config.vtab_task`): its TFDS builder, split and label
+- A VTAB-1k task (`config.input.vtab_task`): its TFDS builder, split and label
   function from `keras_vit.data.vtab`.
 
 This module answers "which examples and classes are there"; `pipeline`
@@ -187,8 +187,8 @@ def _folder_index(root: str):
         )
     if not tf.io.gfile.isdir(root):
         raise UsageError(
-            f"Image folder {root!r} does not exist: set config.data_dir to "
-            "the folder holding <split>/<class>/."
+            f"Image folder {root!r} does not exist: set "
+            "config.input.data_dir to the folder holding <split>/<class>/."
         )
 
     files: Dict[str, List[Tuple[str, str]]] = {}
@@ -240,11 +240,12 @@ def folder_split(root: str, split: str) -> Tuple[List[str], np.ndarray]:
 
 
 # ----------------------------------------------------------- dataset info
-def dataset_info(config) -> DatasetInfo:
-    """Number of classes, split sizes and class names of a data source."""
-    if config.vtab_task:
-        return _vtab_info(config.vtab_task, config.data_dir)
-    name = config.dataset
+def dataset_info(inp) -> DatasetInfo:
+    """Number of classes, split sizes and class names of the data source
+    of a run's `config.input` section."""
+    if inp.vtab_task:
+        return _vtab_info(inp.vtab_task, inp.data_dir)
+    name = inp.dataset
     if name == DIGITS:
         arrays = _digits_arrays()
         return DatasetInfo(
@@ -253,14 +254,14 @@ def dataset_info(config) -> DatasetInfo:
             class_names=[str(i) for i in range(10)],
         )
     if name == FOLDER:
-        index, names = _folder_index(config.data_dir)
+        index, names = _folder_index(inp.data_dir)
         return DatasetInfo(
             num_classes=len(names),
             num_examples={k: len(v[0]) for k, v in index.items()},
             class_names=list(names),
         )
-    builder = tfds_builder(config)
-    label = builder.info.features[config.label_key]
+    builder = tfds_builder(inp)
+    label = builder.info.features[inp.label_key]
     num_examples = {
         k: int(v.num_examples) for k, v in (builder.info.splits or {}).items()
     }
@@ -272,16 +273,16 @@ def dataset_info(config) -> DatasetInfo:
     )
 
 
-def tfds_builder(config):
+def tfds_builder(inp):
     import tensorflow_datasets as tfds
 
-    if config.vtab_task:
-        return vtab.get_task(config.vtab_task).builder(config.data_dir)
+    if inp.vtab_task:
+        return vtab.get_task(inp.vtab_task).builder(inp.data_dir)
     try:
-        return tfds.builder(config.dataset, data_dir=config.data_dir)
+        return tfds.builder(inp.dataset, data_dir=inp.data_dir)
     except tfds.core.registered.DatasetNotFoundError as e:
         raise UsageError(
-            f"Unknown dataset {config.dataset!r}: use 'digits', 'folder' or a "
+            f"Unknown dataset {inp.dataset!r}: use 'digits', 'folder' or a "
             f"TFDS name (see tfds.list_builders()). ({e})"
         ) from None
 
@@ -293,13 +294,13 @@ def tfds_split_size(builder, split) -> Optional[int]:
         return None  # not prepared (e.g. mock data) or an unusual split
 
 
-def num_split_examples(config, split: str) -> Optional[int]:
+def num_split_examples(inp, split: str) -> Optional[int]:
     """Examples in `split` (slices such as "train[:800]" included)."""
-    if config.dataset == DIGITS and not config.vtab_task:
+    if inp.dataset == DIGITS and not inp.vtab_task:
         return len(digits_split(split)[1])
-    if config.dataset == FOLDER and not config.vtab_task:
-        return len(folder_split(config.data_dir, split)[0])
-    return tfds_split_size(tfds_builder(config), split)
+    if inp.dataset == FOLDER and not inp.vtab_task:
+        return len(folder_split(inp.data_dir, split)[0])
+    return tfds_split_size(tfds_builder(inp), split)
 
 
 def _vtab_info(name: str, data_dir: Optional[str]) -> DatasetInfo:

@@ -120,9 +120,13 @@ class Task:
             return tfds.builder(name, data_dir=data_dir)
 
 
-def _tasks() -> List[Task]:
-    lbl = labels.label_from("label")
-    natural = [
+# The tasks' table, one function per group (the paper's order).
+_LABEL = labels.label_from("label")
+
+
+def _natural_tasks() -> List[Task]:
+    lbl = _LABEL
+    return [
         Task("caltech101", "Caltech101", NATURAL, "caltech101:3.*.*",
              "train[:800]", "train[2754:2954]", "test", 102, lbl,
              paper_vit_l16=90.8),
@@ -145,7 +149,11 @@ def _tasks() -> List[Task]:
              "train[:800]", "train[65931:66131]", "test", 10, lbl,
              paper_vit_l16=80.9),
     ]
-    specialized = [
+
+
+def _specialized_tasks() -> List[Task]:
+    lbl = _LABEL
+    return [
         Task("patch_camelyon", "Camelyon", SPECIALIZED,
              "patch_camelyon:2.*.*", "train[:800]", "validation[:200]",
              "test", 2, lbl, paper_vit_l16=82.5),
@@ -166,7 +174,11 @@ def _tasks() -> List[Task]:
              "detection/data (train/ and test/ unzipped, trainLabels.csv)",
              paper_vit_l16=75.3),
     ]
-    structured = [
+
+
+def _structured_tasks() -> List[Task]:
+    lbl = _LABEL
+    return [
         Task("clevr_count", "Clevr-Count", STRUCTURED, "clevr:3.*.*",
              "train[:800]", "train[63000:63200]", "validation", 8,
              labels.clevr_count_label,
@@ -202,7 +214,10 @@ def _tasks() -> List[Task]:
              "train[:800]", "test[:200]", "test[50%:]", 9,
              labels.label_from("label_elevation"), paper_vit_l16=41.7),
     ]
-    return natural + specialized + structured
+
+
+def _tasks() -> List[Task]:
+    return _natural_tasks() + _specialized_tasks() + _structured_tasks()
 
 
 TASKS: Dict[str, Task] = {t.name: t for t in _tasks()}
@@ -345,7 +360,7 @@ def prepare_builder(
         raise DataUnavailableError(
             f"{label}: {builder.name} is not prepared in "
             f"{data_dir or 'the TFDS data directory'}. Set "
-            f"config.download=True, or run `tfds build {name}` first."
+            f"config.input.download=True, or run `tfds build {name}` first."
         )
     import tensorflow_datasets as tfds
 

@@ -16,7 +16,8 @@ from keras_vit.scoring.evaluator import Evaluator
 
 def evaluate_model(
     model,
-    data_config,
+    inp,
+    run: input_pipeline.RunInput,
     split: str,
     batch_size: int,
     strategy=None,
@@ -26,8 +27,9 @@ def evaluate_model(
 
     Args:
         model: keras.Model. Images in [-1, 1] -> logits.
-        data_config: ConfigDict. `input_pipeline` data fields (dataset,
-            data_dir, image_size, pp, ...).
+        inp: ConfigDict. A `config.input` section: the data source and its
+            evaluation preprocessing.
+        run: input_pipeline.RunInput. The model's input size.
         split: str.
         batch_size: int. Global batch; the last batch is padded and the
             padding masked out.
@@ -43,12 +45,12 @@ def evaluate_model(
     )
     dataset = strategy.distribute_datasets_from_function(
         lambda ctx: input_pipeline.eval_dataset(
-            data_config, split, batch_size, ctx
+            inp, run, split, batch_size, ctx
         )
     )
     on_batch = None
     if progress:
-        total = sources.num_split_examples(data_config, split)
+        total = sources.num_split_examples(inp, split)
         bar = keras.utils.Progbar(
             -(-total // batch_size) if total else None,
             verbose=1 if sys.stdout.isatty() else 2, unit_name="batch",

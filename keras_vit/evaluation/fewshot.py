@@ -126,7 +126,8 @@ def draw_shots(
 # ------------------------------------------------------------- features
 def extract_features(
     feature_model: keras.Model,
-    dataset_config: ml_collections.ConfigDict,
+    inp: ml_collections.ConfigDict,
+    run: input_pipeline.RunInput,
     split: str,
     batch_size: int,
     strategy: Optional[tf.distribute.Strategy] = None,
@@ -136,8 +137,9 @@ def extract_features(
 
     Args:
         feature_model: keras.Model. Images -> features.
-        dataset_config: ConfigDict. Data source fields of
-            `input_pipeline` (dataset, data_dir, image_size, pp, ...).
+        inp: ConfigDict. A `config.input` section: the data source and its
+            evaluation preprocessing (pp.eval_resize_size).
+        run: input_pipeline.RunInput. The model's input size.
         split: str.
         batch_size: int. Global batch.
         strategy: tf.distribute.Strategy or None.
@@ -149,7 +151,7 @@ def extract_features(
     strategy = strategy or tf.distribute.get_strategy()
     dataset = strategy.distribute_datasets_from_function(
         lambda ctx: input_pipeline.eval_dataset(
-            dataset_config, split, batch_size, ctx
+            inp, run, split, batch_size, ctx
         )
     )
 
@@ -174,7 +176,7 @@ def extract_features(
             for t in out
         ]
 
-    total = sources.num_split_examples(dataset_config, split)
+    total = sources.num_split_examples(inp, split)
     batches = -(-total // batch_size) if total else None
     feats, labels, start = [], [], time.time()
     for i, (images, y, mask) in enumerate(dataset, start=1):
@@ -186,8 +188,7 @@ def extract_features(
             logging.info("features %s: batch %d/%s (%.1fs)", split, i,
                          batches or "?", time.time() - start)
     if not feats:
-        raise UsageError(f"Split {split!r} of {dataset_config.dataset} is "
-                         "empty.")
+        raise UsageError(f"Split {split!r} of {inp.dataset} is empty.")
     return np.concatenate(feats), np.concatenate(labels).astype(np.int32)
 
 
@@ -202,14 +203,14 @@ class FewShotData:
     test_split: str
     data_dir: Optional[str] = None
 
-    def config(self, image_size, resize_size) -> ml_collections.ConfigDict:
-        """The input pipeline's config of this data set."""
+    def input(self, resize_size) -> ml_collections.ConfigDict:
+        """The `config.input` section that reads this data set, resized to
+        `resize_size` before the central crop (None: resized only)."""
         return config_lib.complete(dict(
             dataset=self.dataset,
             data_dir=self.data_dir,
-            image_size=image_size,
             pp=dict(eval_resize_size=resize_size),
-        ))
+        ), "input")
 
 
 def evaluate_features(
@@ -241,45 +242,47 @@ def evaluate_features(
 
 def run(
     model: keras.Model,
+    evaluator,
     datasets: Sequence[FewShotData],
-    shots: Sequence[int] = (1, 5, 10, 25),
-    seeds: Sequence[int] = (0, 1, 2),
-    l2_reg: float = L2_REG,
-    image_size: int = 224,
+    *,
+    image_size=224,
     resize_size: Optional[int] = 256,
-    batch_size: int = 256,
     strategy: Optional[tf.distribute.Strategy] = None,
     download: bool = True,
-    layer: Optional[int] = None,
-    layer_norm: bool = True,
 ) -> Tuple[Dict[str, Mapping], Dict[str, str]]:
     """Few-shot linear accuracy of `model`'s frozen representation.
 
     Args:
         model: keras.Model. A keras_vit classifier or features model, built
             at `image_size`.
+        evaluator: a few-shot evaluator (a `config.evals` entry of type
+            "fewshot", or a dict of its fields; the rest take their
+            defaults): shots and seeds (shot counts and random draws per
+            shot count), l2_reg, batch_size (feature extraction, all
+            replicas), layer and layer_norm (which representation to probe,
+            `probe_model`: None, the pre-logits one; an encoder block
+            index, that block's class token, mean patch token with "gap"
+            pooling).
         datasets: FewShotData list.
-        shots, seeds: shot counts and random draws per shot count.
-        l2_reg: float.
         image_size, resize_size: preprocessing: resize to resize_size, take
             the central image_size crop (resize_size None: resize only).
-        batch_size: int. Feature-extraction batch (all replicas).
         strategy: tf.distribute.Strategy or None.
         download: bool. Download and prepare missing TFDS data.
-        layer, layer_norm: which representation to probe (`probe_model`):
-            None, the pre-logits one; an encoder block index, that block's
-            class token (mean patch token with "gap" pooling).
 
     Returns:
         (results, not_run): {data set name: {str(shots): {"mean",
         "per_seed"}}} and {data set name: why it was not run} for data
         that is missing (e.g. a manual download).
     """
-    feature_model = probe_model(model, layer, layer_norm)
+    opts = config_lib.complete_evaluator(evaluator, "fewshot",
+                                         where="few-shot evaluator")
+    feature_model = probe_model(model, opts.layer, bool(opts.layer_norm))
+    run_input = input_pipeline.RunInput(image_size=image_size)
+    batch_size = int(opts.batch_size or 256)
     results, not_run = {}, {}
     progress = Progress(len(datasets))
     for data in datasets:
-        cfg = data.config(image_size, resize_size)
+        inp = data.input(resize_size)
         try:
             _prepare(data, download)
         except vtab.DataUnavailableError as e:
@@ -287,17 +290,18 @@ def run(
             not_run[data.name] = str(e)
             progress.skip()
             continue
-        info = sources.dataset_info(cfg)
+        info = sources.dataset_info(inp)
         logging.info("few-shot data set %s: %s (%d classes)%s.",
                      progress.start(), data.name, info.num_classes,
                      progress.eta())
         start = time.time()
-        train = extract_features(feature_model, cfg, data.train_split,
-                                 batch_size, strategy)
-        test = extract_features(feature_model, cfg, data.test_split,
-                                batch_size, strategy)
+        train = extract_features(feature_model, inp, run_input,
+                                 data.train_split, batch_size, strategy)
+        test = extract_features(feature_model, inp, run_input,
+                                data.test_split, batch_size, strategy)
         results[data.name] = evaluate_features(
-            train, test, info.num_classes, shots, seeds, l2_reg
+            train, test, info.num_classes, tuple(opts.shots),
+            tuple(opts.seeds), float(opts.l2_reg)
         )
         logging.info(
             "few-shot %s (%d train, %d test features, %.0fs): %s", data.name,

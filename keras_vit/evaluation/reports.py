@@ -20,9 +20,9 @@ from typing import Dict, List, Mapping, Optional, Sequence
 
 import tensorflow as tf
 
-from keras_vit.checkpoint import workdir as wd
-from keras_vit.checkpoint.atomic import atomic_write
 from keras_vit.data import vtab
+from keras_vit.storage import workdir as wd
+from keras_vit.storage.atomic import atomic_write
 
 RESULTS_JSONL = "results.jsonl"
 RESULTS_CSV = "results.csv"

@@ -37,69 +37,21 @@ from absl import logging
 
 from keras_vit import config as config_lib
 from keras_vit.checkpoint import loader as pretrained
-from keras_vit.checkpoint import workdir as wd
 from keras_vit.data import vtab
 from keras_vit.errors import Preempted, UsageError
 from keras_vit.evaluation import reports
+from keras_vit.evaluation.vtab_protocol import Protocol, task_config
 from keras_vit.progress import Progress
+from keras_vit.storage import workdir as wd
 
 BACKBONE = "backbone.npz"
 BACKBONE_SOURCE = "backbone.json"
 RUNS = "runs"
 FINAL = "final"
 
-# Fields of the VTAB config that drive the runner, not a task's training:
-# each task's config holds their defaults, so that changing them (e.g.
-# vtab.keep_checkpoints) leaves finished trials valid.
-_RUNNER_FIELDS = ("vtab", "fewshot", "download", "manual_dir")
-
-
 def _plain(obj):
     """JSON round trip (tuples -> lists), to compare configs with files."""
     return json.loads(json.dumps(obj))
-
-
-def task_config(
-    config: ml_collections.ConfigDict,
-    task: vtab.Task,
-    model_fields: Dict,
-    backbone: str,
-    *,
-    lr: float,
-    steps: int,
-    train_split: str,
-    eval_split: str,
-) -> ml_collections.ConfigDict:
-    """The train_lib config that fine-tunes the backbone on one task.
-
-    Args:
-        config: ConfigDict. The VTAB config (configs/vtab.py).
-        task: vtab.Task.
-        model_fields: dict. `config.model` of the backbone's architecture.
-        backbone: str. The headless .npz to initialise from.
-        lr, steps: the learning rate and the number of steps.
-        train_split, eval_split: str. VTAB split names ("train800", ...).
-    """
-    c = config.copy_and_resolve_references()
-    base = config_lib.base_config()
-    for field in _RUNNER_FIELDS:
-        c[field] = base[field]
-    c.dataset = task.tfds_name
-    c.vtab_task = task.name
-    c.num_classes = task.num_classes
-    c.train_split = task.split(train_split)
-    c.val_split = task.split(eval_split)
-    c.eval_split = task.split(eval_split)
-    # The backbone's architecture; the rest (dropout) as the config says.
-    c.model.update(base.model.to_dict())
-    c.model.update(model_fields)
-    c.total_steps = int(steps)
-    c.optimizer.lr = float(lr)
-    c.eval_every_steps = 0  # the protocol scores once, at the end
-    c.init.model = backbone
-    c.export.enabled = False
-    c.lock()
-    return c
 
 
 # (config, workdir, strategy or None) -> metrics dict: one training run
@@ -155,6 +107,7 @@ def _trial_name(lr: float, steps: int) -> str:
 
 def run_task(
     config: ml_collections.ConfigDict,
+    protocol: Protocol,
     task: vtab.Task,
     model_fields: Dict,
     backbone: str,
@@ -164,10 +117,10 @@ def run_task(
 ) -> Dict:
     """Sweep (optional), final training, test score: the task's record."""
     start = time.time()
-    keep = bool(config.vtab.keep_checkpoints)
+    keep = protocol.keep_checkpoints
     task_dir = os.path.join(output_dir, RUNS, task.name)
     trials = []
-    sweep = config.vtab.sweep
+    sweep = protocol.sweep
     if sweep.enabled:
         for lr, steps in itertools.product(sweep.lrs, sweep.steps):
             cfg = task_config(
@@ -186,7 +139,7 @@ def run_task(
         best = max(trials, key=lambda t: t["val_accuracy"])
         lr, steps = best["lr"], best["steps"]
     else:
-        lr, steps = float(config.optimizer.lr), int(config.total_steps)
+        lr, steps = protocol.lr, protocol.steps
     cfg = task_config(
         config, task, model_fields, backbone, lr=lr, steps=steps,
         train_split=vtab.TRAIN800VAL200, eval_split=vtab.TEST,
@@ -203,8 +156,8 @@ def run_task(
         test_examples=final["test_examples"],
         lr=float(lr),
         steps=int(steps),
-        batch_size=int(config.batch_size),
-        image_size=config.image_size,
+        batch_size=protocol.batch_size,
+        image_size=protocol.image_size,
         sweep=trials,
         wall_time_s=time.time() - start,
         finished=datetime.datetime.now(datetime.timezone.utc).isoformat(),
@@ -268,13 +221,14 @@ def run(
     missing (e.g. a manual download) are reported and the run goes on.
 
     Args:
-        config: ConfigDict. configs/vtab.py.
+        config: ConfigDict. configs/vtab.py: its vtab evaluator
+            (`config.evals.vtab`) and each task's training.
         source: pretrained.Source. The model to evaluate.
         output_dir: str. Results and per-task runs (local or gs://).
         train_fn: (config, workdir, strategy) -> metrics: one fine-tuning
             run (`training.train_lib.train_and_evaluate`).
         strategy: tf.distribute.Strategy or None (default strategy).
-        tasks: task and group names (default `config.vtab.tasks`).
+        tasks: task and group names (default `config.evals.vtab.tasks`).
         model_name: str or None. The model's name in reports.
         chief: bool. Whether this worker writes the results (the caller
             asks its strategy; True on one host).
@@ -283,34 +237,30 @@ def run(
         {"records": [...], "summary": {...}, "not_run": {task: why},
         "preempted": bool, "files": {...}}.
     """
+    protocol = Protocol.of(config, config_lib.find_evaluator(config.evals,
+                                                            "vtab"))
     strategy = strategy or tf.distribute.get_strategy()
-    selected = vtab.select_tasks(
-        tasks if tasks is not None else config.vtab.tasks
-    )
+    selected = vtab.select_tasks(tasks if tasks is not None
+                                 else protocol.tasks)
     model_name = model_name or source.describe()
     tf.io.gfile.makedirs(output_dir)
-    results_path = os.path.join(output_dir, reports.RESULTS_JSONL)
-    keep_pre = bool(config.init.keep_pre_logits)
-    backbone = prepare_backbone(source, output_dir, keep_pre)
-    overrides = {
-        k: config.model[k] for k in ("dropout_rate", "attention_dropout_rate")
-    }
+    backbone = prepare_backbone(source, output_dir, protocol.keep_pre_logits)
     model_fields = pretrained.transfer_model_config(
-        pretrained.NpzSource(backbone), overrides
-    )
+        pretrained.NpzSource(backbone), protocol.dropout)
+    results_path = os.path.join(output_dir, reports.RESULTS_JSONL)
     records: List[Dict] = reports.read_jsonl(results_path)
     done = {r["task"] for r in records}
-    not_run: Dict[str, str] = {}
-    preempted = False
     todo = [t for t in selected if t.name not in done]
     if len(todo) < len(selected):
         logging.info("%d of %d selected tasks already done (%s): skipped.",
                      len(selected) - len(todo), len(selected), results_path)
+    not_run: Dict[str, str] = {}
+    preempted = False
     progress = Progress(len(todo))
     for task in todo:
         try:
-            vtab.prepare(task, config.data_dir, bool(config.download),
-                         config.manual_dir)
+            vtab.prepare(task, protocol.data_dir, protocol.download,
+                         protocol.manual_dir)
         except vtab.DataUnavailableError as e:
             logging.warning("Skipping %s: %s", task.name, e)
             not_run[task.name] = str(e)
@@ -320,25 +270,36 @@ def run(
                      progress.start(), task.title, task.group,
                      task.num_classes, progress.eta())
         try:
-            record = run_task(config, task, model_fields, backbone,
-                              output_dir, train_fn, strategy)
+            record = run_task(config, protocol, task, model_fields,
+                              backbone, output_dir, train_fn, strategy)
         except Preempted as e:
             logging.warning("%s", e)
             preempted = True
             break
         progress.finish()
         record["model"] = model_name
+        records = _record(records, record, results_path, chief)
         if chief:
-            records = reports.append_jsonl(results_path, record)
             reports.write_vtab_reports(output_dir, records, model_name,
                                        not_run)
-        else:
-            records.append(record)
+    return _finish(records, not_run, preempted, output_dir, model_name,
+                   chief)
+
+
+def _record(records: List[Dict], record: Dict, results_path: str,
+            chief: bool) -> List[Dict]:
+    if chief:
+        return reports.append_jsonl(results_path, record)
+    return records + [record]
+
+
+def _finish(records, not_run, preempted, output_dir, model_name,
+            chief) -> Dict:
     files = {}
     if chief:
         files = reports.write_vtab_reports(output_dir, records, model_name,
                                            not_run)
-        files["jsonl"] = results_path
+        files["jsonl"] = os.path.join(output_dir, reports.RESULTS_JSONL)
     summary = reports.summarize(records)
     for group in vtab.GROUPS + (vtab.ALL,):
         entry = summary[group]

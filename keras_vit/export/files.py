@@ -24,9 +24,9 @@ from typing import List, Optional, Sequence, Union
 import numpy as np
 import tensorflow as tf
 
-from keras_vit.checkpoint.atomic import atomic_write
 from keras_vit.data import preprocessing
 from keras_vit.errors import UsageError
+from keras_vit.storage.atomic import atomic_write
 
 WARMUP_FILE = "tf_serving_warmup_requests"
 # TF Serving reads at most this many warm-up records.

@@ -208,6 +208,42 @@ def build_endpoints(
         `predict_any_size`).
     """
     size = input_image_size(model)
+    _check_endpoint_arguments(model, class_names, top_k, any_size)
+    forward = _forward(model, (None, None) if any_size else size)
+    classify = _classifier(forward, class_names, top_k)
+    preprocess, images_from_bytes = _image_readers(size, resize_size)
+
+    def serving_default(image_bytes):
+        """Encoded images (JPEG, PNG, GIF, BMP or WebP) -> top-k."""
+        return classify(images_from_bytes(_checked(image_bytes)))
+
+    def predict_images(images):
+        """float32 RGB pixels in [0, 255] (not [0, 1], not [-1, 1])."""
+        images = tf.map_fn(
+            preprocess,
+            request_checks.checked_pixels(images, "predict_images"),
+            fn_output_signature=tf.TensorSpec(size + (3,), tf.float32),
+            name="preprocess",
+        )
+        return classify(images)
+
+    def features_fn(image_bytes):
+        images = images_from_bytes(_checked(image_bytes))
+        _, embedding = forward(images)
+        return {"features": embedding}
+
+    endpoints = {
+        "serving_default": serving_default,
+        "predict_images": predict_images,
+        "features": features_fn,
+    }
+    if any_size:
+        endpoints[ANY_SIZE_SIGNATURE] = _any_size_endpoint(model, classify)
+    return _archive(model, endpoints)
+
+
+def _check_endpoint_arguments(model, class_names, top_k, any_size) -> None:
+    """Raises a UsageError unless `build_endpoints` can serve `model` so."""
     if any_size and model.input_shape[1:3] != (None, None):
         raise UsageError(
             "any_size needs a model with a dynamic image size: create it "
@@ -220,20 +256,21 @@ def build_endpoints(
             f"Need {num_classes} class names and 1 <= top_k <= "
             f"{num_classes}; got {len(class_names)} names, top_k={top_k}."
         )
+
+
+def _forward(model: keras.Model, image_size):
+    """tf.function. Images of `image_size` (or any size: (None, None)) ->
+    float32 (logits, pre-logits features)."""
     # One network with both outputs (features feed the head anyway), traced
-    # once and called by all three endpoints: tracing a deep model is most
+    # once and called by all the endpoints: tracing a deep model is most
     # of the export time.
     both = keras.Model(
         model.input, [model.output, features_model(model).output]
     )
-    names = tf.constant(list(class_names), dtype=tf.string)
-    image_spec = tf.TensorSpec(size + (3,), tf.float32)
-
-    forward_size = (None, None) if any_size else size
 
     @tf.function(
         input_signature=[
-            tf.TensorSpec((None,) + forward_size + (3,), tf.float32)
+            tf.TensorSpec((None,) + tuple(image_size) + (3,), tf.float32)
         ],
         autograph=False,
     )
@@ -241,16 +278,13 @@ def build_endpoints(
         logits, embedding = both(images, training=False)
         return tf.cast(logits, tf.float32), tf.cast(embedding, tf.float32)
 
-    def preprocess(image):
-        return preprocessing.preprocess_eval(image, size, resize_size)
+    return forward
 
-    def images_from_bytes(image_bytes):
-        return tf.map_fn(
-            lambda data: preprocess(decode_checked(data)),
-            image_bytes,
-            fn_output_signature=image_spec,
-            name="decode_and_preprocess",
-        )
+
+def _classifier(forward, class_names: Sequence[str], top_k: int):
+    """Images in [-1, 1] -> the classification outputs of every endpoint:
+    probabilities, the top-k classes, their scores and names."""
+    names = tf.constant(list(class_names), dtype=tf.string)
 
     def classify(images):
         logits, _ = forward(images)
@@ -263,25 +297,40 @@ def build_endpoints(
             "class_names": tf.gather(names, classes),
         }
 
-    def checked(image_bytes):
-        return request_checks.checked_bytes(_check_bytes(image_bytes))
+    return classify
 
-    def serving_default(image_bytes):
-        """Encoded images (JPEG, PNG, GIF, BMP or WebP) -> top-k."""
-        return classify(images_from_bytes(checked(image_bytes)))
 
-    def predict_images(images):
-        """float32 RGB pixels in [0, 255] (not [0, 1], not [-1, 1])."""
-        images = tf.map_fn(
-            preprocess,
-            request_checks.checked_pixels(images, "predict_images"),
-            fn_output_signature=image_spec, name="preprocess",
+def _image_readers(size, resize_size):
+    """(preprocess, images_from_bytes): one image's evaluation
+    preprocessing to the model's `size`, and a batch of encoded images
+    decoded and preprocessed."""
+    image_spec = tf.TensorSpec(size + (3,), tf.float32)
+
+    def preprocess(image):
+        return preprocessing.preprocess_eval(image, size, resize_size)
+
+    def images_from_bytes(image_bytes):
+        return tf.map_fn(
+            lambda data: preprocess(decode_checked(data)),
+            image_bytes,
+            fn_output_signature=image_spec,
+            name="decode_and_preprocess",
         )
-        return classify(images)
+
+    return preprocess, images_from_bytes
+
+
+def _checked(image_bytes):
+    return request_checks.checked_bytes(_check_bytes(image_bytes))
+
+
+def _any_size_endpoint(model: keras.Model, classify):
+    """The `predict_any_size` endpoint: pixels whose sides are multiples of
+    the model's stride, run at their own size."""
+    stride = model_stride(model)
 
     def predict_any_size(images):
         images = request_checks.checked_pixels(images, ANY_SIZE_SIGNATURE)
-        stride = model_stride(model)
         divisible = tf.debugging.assert_equal(
             tf.shape(images)[1:3] % stride, 0,
             message=f"predict_any_size needs a height and width that are "
@@ -293,14 +342,16 @@ def build_endpoints(
             images = preprocessing.scale_to_unit_range(images)
         return classify(images)
 
-    def features_fn(image_bytes):
-        images = images_from_bytes(checked(image_bytes))
-        _, embedding = forward(images)
-        return {"features": embedding}
+    return predict_any_size
 
+
+def _archive(model: keras.Model, endpoints: dict):
+    """keras.export.ExportArchive. `endpoints` (name -> function)
+    registered, on encoded bytes or on pixels as their names say."""
     bytes_spec = tf.TensorSpec([None], tf.string, name="image_bytes")
     pixels_spec = tf.TensorSpec([None, None, None, 3], tf.float32,
                                 name="images")
+    on_bytes = {"serving_default", "features"}
     archive = keras.export.ExportArchive()
     # Not `archive.track(model)`: the endpoints already capture every
     # variable they use, and tracking would make the writer trace each
@@ -309,11 +360,7 @@ def build_endpoints(
     archive.variables.extend(model.weights)
     archive.trainable_variables.extend(model.trainable_weights)
     archive.non_trainable_variables.extend(model.non_trainable_weights)
-    archive.add_endpoint("serving_default", serving_default, [bytes_spec])
-    archive.add_endpoint("predict_images", predict_images, [pixels_spec])
-    archive.add_endpoint("features", features_fn, [bytes_spec])
-    if any_size:
-        archive.add_endpoint(
-            ANY_SIZE_SIGNATURE, predict_any_size, [pixels_spec]
-        )
+    for name, function in endpoints.items():
+        spec = bytes_spec if name in on_bytes else pixels_spec
+        archive.add_endpoint(name, function, [spec])
     return archive

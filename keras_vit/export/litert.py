@@ -25,10 +25,10 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_vit.checkpoint.atomic import atomic_write
 from keras_vit.derived import input_image_size
 from keras_vit.errors import UsageError
 from keras_vit.export import graph as export_graph
+from keras_vit.storage.atomic import atomic_write
 
 QUANTIZATIONS = ("float32", "float16", "int8")
 INPUT_NAME = "images"

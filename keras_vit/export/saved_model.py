@@ -24,6 +24,7 @@ load, and an existing version is never overwritten.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 import os
@@ -33,7 +34,6 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_vit.checkpoint.atomic import atomic_write
 from keras_vit.data import preprocessing
 from keras_vit.derived import (
     input_image_size,
@@ -44,6 +44,9 @@ from keras_vit.derived import (
 from keras_vit.errors import UsageError
 from keras_vit.export import files as export_files
 from keras_vit.export import graph as export_graph
+from keras_vit.export import options as export_options
+from keras_vit.export.options import ExportOptions
+from keras_vit.storage.atomic import atomic_write
 
 BATCHING_FILE = "batching_parameters.txt"
 # TF Serving's --batching_parameters_file, tuned for a CPU server: a batch
@@ -98,27 +101,6 @@ def _input_size(model: keras.Model):
             f"images of a fixed size; {model.name!r} takes {shape}."
         )
     return int(shape[1]), int(shape[2])
-
-
-def _class_names(class_names, num_classes: int) -> list:
-    if class_names is None:
-        return [str(i) for i in range(num_classes)]
-    if isinstance(class_names, str):
-        raise UsageError("class_names must be a list of str, not one str.")
-    names = [n.decode("utf-8") if isinstance(n, bytes) else n
-             for n in class_names]
-    if len(names) != num_classes:
-        raise UsageError(
-            f"{len(names)} class_names for a model with {num_classes} "
-            "classes: give one name per class, in label order."
-        )
-    for index, name in enumerate(names):
-        if not isinstance(name, str) or "\n" in name:
-            raise UsageError(
-                f"class_names[{index}] = {name!r}: names must be str "
-                "without newlines."
-            )
-    return names
 
 
 def _reference_probabilities(model, images: Sequence[bytes], size,
@@ -189,21 +171,8 @@ def _any_size_error(loaded, model: keras.Model) -> float:
     return float(np.max(np.abs(got - want)))
 
 
-def export_model(
-    model: keras.Model,
-    export_dir: str,
-    *,
-    model_name: str = "vit",
-    class_names: Optional[Sequence[str]] = None,
-    top_k: int = 5,
-    warmup_images: Optional[Sequence[export_files.WarmupImage]] = None,
-    version: Optional[int] = None,
-    resize_size: Optional[preprocessing.Size] = None,
-    serving_base_dir: Optional[str] = None,
-    verify: bool = True,
-    dynamic_size: bool = False,
-) -> str:
-    """Writes `model` as version `version` of `model_name` for TF Serving.
+def export_model(model: keras.Model, export_dir: str, **options) -> str:
+    """Writes `model` as a version of `model_name` for TF Serving.
 
     Args:
         model: keras.Model. A built classifier taking (batch, H, W, 3)
@@ -213,34 +182,39 @@ def export_model(
         export_dir: str. The server's model root: the version goes to
             `<export_dir>/<model_name>/<version>/`, and `<export_dir>/
             models.config` lists the models in it.
-        model_name: str. The name clients use (`/v1/models/<name>`).
-        class_names: sequence of str or None. One name per class, in label
-            order; None names classes "0" .. "K-1".
-        top_k: int. How many top classes each answer lists (at most K).
-        warmup_images: sequence or None. Images for TF Serving's warm-up
-            file (encoded bytes, paths or uint8 arrays); None uses small
-            synthetic JPEG and PNG images; an empty list writes no file.
-        version: int or None. The version number; None takes one more than
-            the highest existing. An existing version is never replaced.
-        resize_size: int, (height, width) or None. Resize then central-crop
-            to the input size, as `preprocess_eval` does for evaluation with
-            the same argument; None resizes straight to the input size.
-        serving_base_dir: str or None. Where the server sees `export_dir`
-            (e.g. "/models" in a container), for models.config; None uses
-            the local absolute path. Also replaces this model's existing
-            base_path in models.config.
-        verify: bool. Reload the written SavedModel, replay the warm-up
-            requests and compare with the Keras model before publishing.
-        dynamic_size: bool. Also serve `predict_any_size`: pixels of any
-            height and width that are multiples of the model's stride, run
-            at that size (position embeddings interpolated on every call).
-            A fixed-size model is served through a dynamic-size copy
-            (`keras_vit.with_dynamic_image_size`); the other signatures
-            still resize to its size.
+        **options: the fields of
+            `keras_vit.export.options.ExportOptions`, by name: model_name,
+            class_names, top_k, warmup_images, version, resize_size,
+            serving_base_dir, verify, dynamic_size. An unknown one raises
+            a UsageError.
 
     Returns:
         str. The path of the new version folder.
     """
+    opts = ExportOptions.of(options)
+    _check_session()
+    target = _target(model, export_dir, opts)
+    serving_model = export_graph.float32_inference_model(model)
+    if opts.dynamic_size:
+        serving_model = with_dynamic_image_size(serving_model)
+    archive = export_graph.build_endpoints(
+        serving_model, target.names, target.top_k, opts.resize_size,
+        any_size=opts.dynamic_size,
+    )
+    path = _write_version(archive, serving_model, target, opts)
+    write_batching_parameters(target.export_dir)
+    export_files.update_models_config(
+        target.config_path,
+        opts.model_name,
+        export_files.config_base_path(target.export_dir, opts.model_name,
+                                      opts.serving_base_dir),
+        replace_base_path=opts.serving_base_dir is not None,
+    )
+    return path
+
+
+def _check_session() -> None:
+    """Raises unless this process can write a SavedModel for serving."""
     if keras.backend.backend() != "tensorflow":
         raise UsageError(
             "SavedModel export runs on the TensorFlow backend; set "
@@ -253,79 +227,79 @@ def export_model(
             "variables are copied to plain float32 ones for serving)."
         )
     export_files.require_serving_api()
-    export_files.check_model_name(model_name)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Target:
+    """What a new version holds and where it goes, checked before any of
+    it is written."""
+
+    export_dir: str
+    config_path: str
+    model_dir: str
+    names: list
+    size: tuple
+    top_k: int
+    images: list
+
+
+def _target(model: keras.Model, export_dir: str,
+            opts: ExportOptions) -> _Target:
+    """The checked `_Target` of exporting `model` to `export_dir`."""
+    export_files.check_model_name(opts.model_name)
     num_classes = _num_classes(model)
     size = _input_size(model)
-    names = _class_names(class_names, num_classes)
-    if isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) \
-            or top_k < 1:
-        raise UsageError(f"top_k must be an int >= 1, got {top_k!r}.")
-    top_k = min(int(top_k), num_classes)
-    auto_version = version is None
-    if not auto_version and (
-        isinstance(version, bool)
-        or not isinstance(version, (int, np.integer))
-        or version < 0
-    ):
-        raise UsageError(
-            f"version must be a non-negative int or None, got {version!r}."
-        )
-    if warmup_images is None:
+    names = export_options.class_names(opts.class_names, num_classes)
+    top_k = export_options.checked_top_k(opts.top_k, num_classes)
+    export_options.check_version(opts.version)
+    if opts.warmup_images is None:
         images = export_files.default_warmup_images()
     else:
-        images = export_files.load_warmup_images(warmup_images)
+        images = export_files.load_warmup_images(opts.warmup_images)
     export_dir = os.fspath(export_dir)
     config_path = export_files.join(export_dir, export_files.CONFIG_FILE)
     export_files.read_models_config(config_path)  # fail before exporting
-
-    model_dir = export_files.join(export_dir, model_name)
-    if not auto_version and tf.io.gfile.exists(
-        export_files.join(model_dir, str(version))
+    model_dir = export_files.join(export_dir, opts.model_name)
+    if opts.version is not None and tf.io.gfile.exists(
+        export_files.join(model_dir, str(opts.version))
     ):
         raise FileExistsError(
-            f"Version {version} of {model_name!r} already exists in "
-            f"{model_dir}; pass another version (or none for the next)."
+            f"Version {opts.version} of {opts.model_name!r} already exists "
+            f"in {model_dir}; pass another version (or none for the next)."
         )
+    return _Target(export_dir, config_path, model_dir, names, size, top_k,
+                   images)
 
-    serving_model = export_graph.float32_inference_model(model)
-    if dynamic_size:
-        serving_model = with_dynamic_image_size(serving_model)
-    archive = export_graph.build_endpoints(
-        serving_model, names, top_k, resize_size, any_size=dynamic_size
-    )
-    tf.io.gfile.makedirs(model_dir)
-    if auto_version:
-        version = export_files.next_version(model_dir)
+
+def _write_version(archive, serving_model: keras.Model, target: _Target,
+                   opts: ExportOptions) -> str:
+    """Writes, verifies and publishes the new version; its path. A failure
+    at any step leaves no trace of it."""
+    auto_version = opts.version is None
+    tf.io.gfile.makedirs(target.model_dir)
+    version = (export_files.next_version(target.model_dir) if auto_version
+               else opts.version)
     # TF Serving ignores folders whose name is not an integer.
-    tmp_dir = export_files.join(model_dir, f".tmp-{version}-{os.getpid()}")
+    tmp_dir = export_files.join(target.model_dir,
+                                f".tmp-{version}-{os.getpid()}")
     export_files.remove_tree(tmp_dir)
     try:
         _write_saved_model(archive, tmp_dir)
-        _write_extras(tmp_dir, model_name, names, images, size, top_k,
-                      serving_model, resize_size, dynamic_size)
-        if verify:
+        _write_extras(tmp_dir, serving_model, target, opts)
+        if opts.verify:
             # Without warm-up images, still compare on synthetic ones.
             verify_export(
                 tmp_dir,
                 serving_model,
-                images or export_files.default_warmup_images(),
-                resize_size,
+                target.images or export_files.default_warmup_images(),
+                opts.resize_size,
             )
-        path = export_files.publish_version(
-            tmp_dir, model_dir, int(version), auto_version
+        return export_files.publish_version(
+            tmp_dir, target.model_dir, int(version), auto_version
         )
     except BaseException:
         export_files.remove_tree(tmp_dir)
         raise
-    write_batching_parameters(export_dir)
-    export_files.update_models_config(
-        config_path,
-        model_name,
-        export_files.config_base_path(export_dir, model_name,
-                                      serving_base_dir),
-        replace_base_path=serving_base_dir is not None,
-    )
-    return path
 
 
 def write_batching_parameters(export_dir: str) -> Optional[str]:
@@ -343,34 +317,44 @@ def _write_saved_model(archive, path: str) -> None:
     archive.write_out(path, verbose=False)
 
 
-def _write_extras(path, model_name, names, images, size, top_k, model,
-                  resize_size, any_size=False):
+def _write_extras(path: str, model: keras.Model, target: _Target,
+                  opts: ExportOptions) -> None:
+    """Writes the labels, the warm-up requests and export.json beside the
+    SavedModel at `path`."""
     assets = export_files.join(path, "assets")
     tf.io.gfile.makedirs(assets)
     with tf.io.gfile.GFile(export_files.join(assets, "labels.txt"), "w") as f:
-        f.write("".join(f"{name}\n" for name in names))
+        f.write("".join(f"{name}\n" for name in target.names))
     extra = export_files.join(path, "assets.extra")
     tf.io.gfile.makedirs(extra)
-    requests = export_files.warmup_requests(model_name, images, size)
+    requests = export_files.warmup_requests(opts.model_name, target.images,
+                                            target.size)
     if requests:
         export_files.write_warmup_file(
             export_files.join(extra, export_files.WARMUP_FILE), requests
         )
+    info = _export_info(model, target, opts)
+    with tf.io.gfile.GFile(export_files.join(extra, "export.json"), "w") as f:
+        json.dump(info, f, indent=2)
+
+
+def _export_info(model: keras.Model, target: _Target,
+                 opts: ExportOptions) -> dict:
+    """dict. What export.json says of the version."""
     signatures = list(export_graph.SIGNATURES) + (
-        [export_graph.ANY_SIZE_SIGNATURE] if any_size else []
+        [export_graph.ANY_SIZE_SIGNATURE] if opts.dynamic_size else []
     )
-    info = {
-        "model_name": model_name,
+    resize_size = opts.resize_size
+    return {
+        "model_name": opts.model_name,
         "keras_model_name": model.name,
-        "image_size": list(size),
+        "image_size": list(target.size),
         "resize_size": None if resize_size is None
         else list(preprocessing.as_hw(resize_size)),
-        "num_classes": len(names),
-        "top_k": top_k,
+        "num_classes": len(target.names),
+        "top_k": target.top_k,
         "signatures": signatures,
         "inputs": {name: INPUT_DOCS[name] for name in signatures},
         "exported_at": datetime.datetime.now(datetime.timezone.utc)
         .isoformat(timespec="seconds"),
     }
-    with tf.io.gfile.GFile(export_files.join(extra, "export.json"), "w") as f:
-        json.dump(info, f, indent=2)

@@ -77,10 +77,10 @@ class Task:
 
 
 def connect_timeout(connect_timeout_s: Optional[float]) -> float:
-    """`connect_timeout_s`, or config.connect_timeout_s's default when
+    """`connect_timeout_s`, or config.trainer.connect_timeout_s's default when
     None."""
     if connect_timeout_s is None:
-        return float(config_lib.base_config().connect_timeout_s)
+        return float(config_lib.base_config().trainer.connect_timeout_s)
     return float(connect_timeout_s)
 
 
@@ -209,16 +209,17 @@ def wait_for_workers(timeout_s: float) -> None:
             if timeout_s and elapsed > timeout_s:
                 raise SetupError(
                     f"{describe(missing)} of TF_CONFIG did not come up "
-                    f"within {timeout_s:.0f} s (config.connect_timeout_s): "
+                    f"within {timeout_s:.0f} s "
+                    "(config.trainer.connect_timeout_s): "
                     "start the same command on every worker of TF_CONFIG, "
                     "check that their addresses are reachable from here, or "
-                    "raise config.connect_timeout_s."
+                    "raise config.trainer.connect_timeout_s."
                 )
             if time.monotonic() >= next_log:
                 logging.info(
                     "Waiting for the workers of TF_CONFIG: %s not up after "
                     "%.0f s; giving up after %.0f s "
-                    "(config.connect_timeout_s).",
+                    "(config.trainer.connect_timeout_s).",
                     describe(missing), elapsed, timeout_s,
                 )
                 next_log += LOG_EVERY_S

@@ -69,8 +69,8 @@ def create_strategy(
         tpu: str or None. The TPU's name or grpc:// address; "local" on a
             TPU VM (`tpu_lib.tpu_strategy`).
         connect_timeout_s: float or None. How long to wait for the workers
-            of TF_CONFIG or a remote TPU (None: config.connect_timeout_s's
-            default; 0: forever).
+            of TF_CONFIG or a remote TPU (None:
+            config.trainer.connect_timeout_s's default; 0: forever).
         cpu_devices: int. Split the CPU into this many logical devices
             (auto and mirrored without GPUs: one replica each); 0 or 1:
             leave it whole.
@@ -221,7 +221,10 @@ def is_multi_worker(strategy: tf.distribute.Strategy) -> bool:
 
 
 def is_tpu(strategy: tf.distribute.Strategy) -> bool:
-    return isinstance(strategy, tf.distribute.TPUStrategy)
+    """Whether `strategy` runs on TPUs (it then compiles the whole replica
+    step with XLA itself: the step is one TPU computation)."""
+    return isinstance(strategy, (tf.distribute.TPUStrategy,
+                                 tf.distribute.experimental.TPUStrategy))
 
 
 def preemption_handler(

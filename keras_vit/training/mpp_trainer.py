@@ -28,49 +28,41 @@ from keras_vit.training.trainer import Trainer
 
 
 class MppTrainer(Trainer):
-    """`Trainer` for the model of `keras_vit.mpp.create_mpp_model`.
+    """`Trainer` for an MPP model (`keras_vit.mpp.MppModel`): the loss and
+    accuracies of what its head predicts (the model's `target`,
+    `colour_bits`, `grid_size`; its architecture's stride).
 
     Args:
-        model: keras.Model. An MPP model, created under `strategy.scope()`.
+        model: MppModel. Created under `strategy.scope()`.
         optimizer: keras Optimizer. Created under `strategy.scope()`.
         strategy: tf.distribute.Strategy.
-        target: str. One of `keras_vit.mpp.TARGETS`.
-        stride: int. Image pixels per token side (the total stride for
-            hybrids).
-        colour_bits: int. Bits per colour channel of the colour classes.
-        grid_size: int. "colour_grid": cells per patch side.
         **kwargs: `Trainer`'s batch, accumulation, clipping, XLA and
-            non-finite options (no loss or label smoothing: the objective
-            is fixed).
+            non-finite options (`keras_vit.training.trainer.TrainOptions`;
+            no loss or label smoothing: the objective is fixed).
     """
 
     accuracy_name = "mpp_accuracy"
 
     def __init__(
         self,
-        model: keras.Model,
+        model: mpp.MppModel,
         optimizer: keras.optimizers.Optimizer,
         strategy: tf.distribute.Strategy,
-        *,
-        target: str = "mean_colour",
-        stride: int,
-        colour_bits: int = 3,
-        grid_size: int = 4,
         **kwargs,
     ):
-        mpp.check_options(target, colour_bits, grid_size, stride)
-        if not mpp.is_mpp_model(model):
+        if not isinstance(model, mpp.MppModel):
             raise UsageError(
-                f"MppTrainer needs an MPP model (keras_vit.mpp."
+                f"MppTrainer needs an MPP model (keras_vit.mpp.MppModel, "
                 f"create_mpp_model), got {model.name!r}."
             )
-        self.target = target
-        self.stride = int(stride)
-        self.colour_bits = int(colour_bits)
-        self.grid_size = int(grid_size) if target == "colour_grid" else 1
+        self.target = model.target
+        self.stride = model.architecture.stride
+        self.colour_bits = model.colour_bits
+        self.grid_size = (model.grid_size if self.target == "colour_grid"
+                          else 1)
         super().__init__(
             model, optimizer, strategy,
-            num_classes=mpp.num_colour_classes(colour_bits), **kwargs,
+            num_classes=mpp.num_colour_classes(self.colour_bits), **kwargs,
         )
 
     def objective(

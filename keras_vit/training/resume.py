@@ -12,7 +12,7 @@ from typing import Optional
 import tensorflow as tf
 from absl import logging
 
-from keras_vit.checkpoint import workdir as wd
+from keras_vit.storage import workdir as wd
 
 
 class TrainingError(RuntimeError):

@@ -44,7 +44,7 @@ def tpu_strategy(
             VM (the TPU attached to this host). None: found from the
             environment (e.g. TPU_NAME) by the resolver.
         connect_timeout_s: float or None. Give up connecting after this
-            many seconds (None: config.connect_timeout_s's default).
+            many seconds (None: config.trainer.connect_timeout_s's default).
 
     Raises:
         SetupError: no TPU, or it cannot be reached; the message names the
@@ -74,7 +74,7 @@ def tpu_strategy(
     timeout = cluster.connect_timeout(connect_timeout_s)
     logging.info(
         "Connecting to %s (the process ends with status 1 if that takes "
-        "more than %.0f s: config.connect_timeout_s).",
+        "more than %.0f s: config.trainer.connect_timeout_s).",
         f"the TPU {tpu}" if tpu else "the TPU", timeout,
     )
     try:

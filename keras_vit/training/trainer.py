@@ -22,6 +22,7 @@ the optimizer's moments and the EMA averages stay exactly as they were.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Dict, Optional
 
 import keras
@@ -31,19 +32,17 @@ from keras_vit import keras_compat
 from keras_vit.errors import UsageError
 from keras_vit.scoring.evaluator import Evaluator
 from keras_vit.scoring.losses import hard_labels, per_example_loss
-from keras_vit.training import keras_hooks, replica_rng
+from keras_vit.training import distribute, keras_hooks, replica_rng
 
 
-class Trainer(Evaluator):
-    """Distributed train/eval steps for a classifier.
+@dataclasses.dataclass(frozen=True)
+class TrainOptions:
+    """The keyword options of a `Trainer` (and an `MppTrainer`), besides
+    `num_classes`.
 
-    Args:
-        model: keras.Model. Created under `strategy.scope()`.
-        optimizer: keras Optimizer. Created under `strategy.scope()`.
-        strategy: tf.distribute.Strategy.
-        num_classes: int. Width of the model's output.
+    Attributes:
         global_batch_size: int. Examples per optimizer update, all replicas
-            and micro-batches together.
+            and micro-batches together (required).
         accumulation_steps: int. Micro-batches per update.
         grad_clip_norm: float or None. Clip the global gradient norm.
         loss: str. "softmax_xent" or "sigmoid_xent".
@@ -58,6 +57,51 @@ class Trainer(Evaluator):
             NaN or Inf instead of applying them (see the module docstring).
     """
 
+    global_batch_size: int
+    accumulation_steps: int = 1
+    grad_clip_norm: Optional[float] = 1.0
+    loss: str = "softmax_xent"
+    label_smoothing: float = 0.0
+    jit_compile: bool = False
+    skip_nonfinite: bool = False
+
+    @classmethod
+    def of(cls, options: dict) -> "TrainOptions":
+        """The options named in `options`, the others at their defaults.
+
+        Raises:
+            UsageError: an option that `Trainer` does not take, or no
+                global_batch_size.
+        """
+        known = [field.name for field in dataclasses.fields(cls)]
+        unknown = sorted(set(options) - set(known))
+        if unknown:
+            raise UsageError(
+                f"Trainer got unknown option(s) {', '.join(unknown)}; its "
+                f"options are num_classes, {', '.join(known)}."
+            )
+        if "global_batch_size" not in options:
+            raise UsageError(
+                "Trainer needs global_batch_size: the examples per "
+                "optimizer update, all replicas and micro-batches together."
+            )
+        return cls(**options)
+
+
+class Trainer(Evaluator):
+    """Distributed train/eval steps for a classifier.
+
+    Args:
+        model: keras.Model. Created under `strategy.scope()`.
+        optimizer: keras Optimizer. Created under `strategy.scope()`.
+        strategy: tf.distribute.Strategy.
+        num_classes: int. Width of the model's output.
+        **options: the fields of `TrainOptions`, by name:
+            global_batch_size (required), accumulation_steps,
+            grad_clip_norm, loss, label_smoothing, jit_compile,
+            skip_nonfinite. An unknown one raises a UsageError.
+    """
+
     def __init__(
         self,
         model: keras.Model,
@@ -65,14 +109,11 @@ class Trainer(Evaluator):
         strategy: tf.distribute.Strategy,
         *,
         num_classes: int,
-        global_batch_size: int,
-        accumulation_steps: int = 1,
-        grad_clip_norm: Optional[float] = 1.0,
-        loss: str = "softmax_xent",
-        label_smoothing: float = 0.0,
-        jit_compile: bool = False,
-        skip_nonfinite: bool = False,
+        **options,
     ):
+        opts = TrainOptions.of(options)
+        accumulation_steps = opts.accumulation_steps
+        global_batch_size = opts.global_batch_size
         if accumulation_steps < 1:
             raise UsageError(
                 f"accumulation_steps must be >= 1, got {accumulation_steps}."
@@ -85,13 +126,14 @@ class Trainer(Evaluator):
                 f"({accumulation_steps}): use a multiple of "
                 f"{replicas * accumulation_steps}."
             )
-        super().__init__(model, strategy, num_classes=num_classes, loss=loss)
+        super().__init__(model, strategy, num_classes=num_classes,
+                         loss=opts.loss)
         self.optimizer = optimizer
         self.global_batch_size = int(global_batch_size)
         self.accumulation_steps = int(accumulation_steps)
-        self.grad_clip_norm = grad_clip_norm
-        self.label_smoothing = float(label_smoothing)
-        self.skip_nonfinite = bool(skip_nonfinite)
+        self.grad_clip_norm = opts.grad_clip_norm
+        self.label_smoothing = float(opts.label_smoothing)
+        self.skip_nonfinite = bool(opts.skip_nonfinite)
         with strategy.scope():
             optimizer.build(model.trainable_variables)
         keras_hooks.skip_cross_replica_sum(optimizer)
@@ -103,8 +145,8 @@ class Trainer(Evaluator):
         # On a TPU the whole replica step is one XLA computation already:
         # a jit-compiled function nested inside it is not what TPUStrategy
         # (nor Keras, which turns XLA off under every strategy) runs.
-        self.jit_compile = bool(jit_compile) and not _compiles_replica_step(
-            strategy)
+        self.jit_compile = (bool(opts.jit_compile)
+                            and not distribute.is_tpu(strategy))
         if self.jit_compile:
             self._replica_grads = tf.function(
                 self._replica_grads, jit_compile=True
@@ -344,13 +386,6 @@ class Trainer(Evaluator):
                 for var, raw in zip(variables, self._raw_weights):
                     var.assign(raw)
                 self._raw_weights = None
-
-
-def _compiles_replica_step(strategy) -> bool:
-    """Whether `strategy` compiles the whole replica step with XLA itself
-    (TPUStrategy: the step is one TPU computation)."""
-    return isinstance(strategy, (tf.distribute.TPUStrategy,
-                                 tf.distribute.experimental.TPUStrategy))
 
 
 def _split(tensor, k: int):

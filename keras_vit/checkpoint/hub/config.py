@@ -1,0 +1,298 @@
+"""What a hub model's `config.json` says, checked field by field.
+
+Every field of transformers' `ViTConfig` (`HF_VIT_FIELDS`, here) and every
+argument of timm's `VisionTransformer.__init__` (`hub_timm.TIMM_VIT_ARGS`)
+is listed with how keras_vit honours it:
+
+- READ: builds the model (heads, image size, epsilon, GELU form, ...).
+- SHAPE: checked against the arrays' shapes; a disagreement is refused.
+- CHECKED: honoured for the values this ViT computes; any other value is
+  refused with the field named.
+- NO_EFFECT: training, initialisation or run-time options that leave the
+  outputs at the stored resolution unchanged (dropout rates, weight init,
+  timm's dynamic_img_size, the device).
+
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any, Dict, List, Optional, Tuple
+
+from keras_vit.checkpoint.formats import untrusted
+from keras_vit.errors import UsageError
+
+READ, SHAPE, CHECKED, NO_EFFECT = "read", "shape", "checked", "no effect"
+
+HF_VIT_FIELDS = {
+    "hidden_size": SHAPE,
+    "num_hidden_layers": SHAPE,
+    "intermediate_size": SHAPE,
+    "patch_size": SHAPE,
+    "pooler_output_size": SHAPE,  # the pooler's width, when it has one
+    "num_attention_heads": READ,
+    "image_size": READ,
+    "layer_norm_eps": READ,
+    "qkv_bias": READ,  # False: zero query/key/value biases
+    "hidden_act": CHECKED,  # a GELU form
+    "pooler_act": CHECKED,  # an activation Keras computes exactly
+    "num_channels": CHECKED,  # 3
+    "hidden_dropout_prob": NO_EFFECT,
+    "attention_probs_dropout_prob": NO_EFFECT,
+    "initializer_range": NO_EFFECT,
+    # The stride of ViTForMaskedImageModeling's decoder, whose arrays are
+    # refused as arrays this ViT has no place for.
+    "encoder_stride": NO_EFFECT,
+}
+
+# ViTConfig's defaults: what transformers builds for a field config.json
+# leaves out (pooler_output_size: hidden_size).
+HF_VIT_DEFAULTS = {
+    "hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12,
+    "intermediate_size": 3072, "hidden_act": "gelu", "layer_norm_eps": 1e-12,
+    "image_size": 224, "patch_size": 16, "num_channels": 3, "qkv_bias": True,
+    "pooler_act": "tanh",
+}
+# transformers' `hidden_act` -> whether the MLP's GELU is the tanh form.
+HF_GELU = {"gelu": False, "gelu_python": False, "gelu_new": True,
+           "gelu_pytorch_tanh": True, "gelu_python_tanh": True,
+           "gelu_fast": True}
+# transformers' `pooler_act` -> the Keras activation computing the same
+# function (tests/fixtures/hub/activations.npz holds transformers' values).
+HF_POOLER_ACTIVATIONS = {
+    "tanh": "tanh", "relu": "relu", "relu6": "relu6", "sigmoid": "sigmoid",
+    "silu": "silu", "swish": "silu", "gelu": "gelu", "gelu_python": "gelu",
+    "linear": "linear", "mish": "mish", "hardswish": "hard_silu",
+}
+
+PROCESSOR_FILE = "preprocessor_config.json"
+# The transformers classes whose arrays this ViT reads, and the parts of a
+# folder's arrays each one uses: ViTForImageClassification builds its ViT
+# without the pooler (add_pooling_layer=False) and classifies the class
+# token; ViTModel has the pooler and no classifier. transformers ignores
+# the other part's arrays when a folder holds both, and so does keras_vit.
+HF_ARCHITECTURES = {
+    "ViTForImageClassification": "pooler.",
+    "ViTModel": "classifier.",
+}
+
+
+def refuse(field: str, value, why: str) -> UsageError:
+    return UsageError(f"config.json {field}={value!r}: {why}; this ViT "
+                      "does not compute that, so the model is refused.")
+
+
+def hf_settings(spec: Dict[str, Any], folder: str,
+                read_json) -> Dict[str, Any]:
+    """The settings of a transformers ViT config (every ViTConfig field
+    either honoured or refused by name)."""
+    model_type = spec.get("model_type", "vit")
+    if model_type != "vit":
+        raise UsageError(
+            f"config.json says model_type {model_type!r}; only 'vit' "
+            "(ViTForImageClassification / ViTModel) is read. For DeiT, load"
+            " the timm checkpoint (facebook/deit-*: timm/deit_*) instead."
+        )
+    act = spec.get("hidden_act", "gelu")
+    if act not in HF_GELU:
+        raise refuse("hidden_act", act, "an MLP activation that is not "
+                      f"one of the GELU forms {sorted(HF_GELU)}")
+    pooler = spec.get("pooler_act", "tanh")
+    if pooler not in HF_POOLER_ACTIVATIONS:
+        raise refuse("pooler_act", pooler, "a pooler activation with no "
+                      "exact Keras equivalent (read: "
+                      f"{', '.join(sorted(HF_POOLER_ACTIVATIONS))})")
+    if spec.get("num_channels", 3) != 3:
+        raise refuse("num_channels", spec["num_channels"],
+                      "images that are not RGB")
+    check_square_patch("config.json patch_size", spec.get("patch_size"))
+    processor = os.path.join(folder, PROCESSOR_FILE)
+    proc = {}
+    if os.path.exists(processor):
+        proc = read_json(untrusted.in_folder(folder, PROCESSOR_FILE,
+                                             processor))
+    mean, std = processor_normalisation(proc, processor)
+    return dict(
+        num_heads=int(spec.get("num_attention_heads",
+                               HF_VIT_DEFAULTS["num_attention_heads"])),
+        image_size=spec.get("image_size", 224),
+        approximate_gelu=HF_GELU[act],
+        layer_norm_epsilon=float(spec.get("layer_norm_eps", 1e-12)),
+        class_names=class_names(spec.get("id2label"), hf=True),
+        mean=mean,
+        std=std,
+        pre_logits_activation=HF_POOLER_ACTIVATIONS[pooler],
+        architecture=hf_architecture(spec),
+        # False: transformers builds no query/key/value bias and ignores
+        # such arrays of the file.
+        qkv_bias=bool(spec.get("qkv_bias", True)),
+    )
+
+
+def hf_architecture(spec: Dict[str, Any]) -> Optional[str]:
+    """The transformers class a config's `architectures` names (one of
+    HF_ARCHITECTURES), or None when it names none (then the arrays tell)."""
+    names = spec.get("architectures") or []
+    if not isinstance(names, list) or not all(
+            isinstance(n, str) for n in names):
+        raise UsageError(
+            f"config.json architectures={names!r}: a list of class names "
+            "is expected (e.g. [\"ViTForImageClassification\"])."
+        )
+    if not names:
+        return None
+    unknown = [n for n in names if n not in HF_ARCHITECTURES]
+    if unknown or len(set(names)) > 1:
+        raise refuse("architectures", names, "a transformers class other "
+                      f"than one of {', '.join(HF_ARCHITECTURES)}")
+    return names[0]
+
+
+def channels(value, field: str, path: str) -> Tuple[float, ...]:
+    """Three per-channel floats from a number or a list of 1 or 3."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        value = [value]
+    if isinstance(value, tuple):  # a default, not JSON
+        value = list(value)
+    if (not isinstance(value, list) or len(value) not in (1, 3)
+            or not all(isinstance(v, (int, float))
+                       and not isinstance(v, bool) for v in value)):
+        raise UsageError(
+            f"{path} {field}={value!r}: a number or a list of 3 numbers "
+            "(one per RGB channel) is expected."
+        )
+    values = tuple(float(v) for v in value) * (3 // len(value))
+    if not all(math.isfinite(v) for v in values):
+        raise UsageError(f"{path} {field}={value!r} is not finite.")
+    return values
+
+
+def processor_normalisation(proc: Dict[str, Any], path: str):
+    """(mean, std) of pixels / 255 that equal what a transformers image
+    processor feeds the model: `do_rescale` (x rescale_factor, default
+    1/255) and `do_normalize` ((x - image_mean) / image_std, default mean
+    and std 0.5; transformers' defaults for a missing field). Any such
+    affine map of the pixels folds exactly into the patch embedding; a
+    zero scale or std, which no model input can come from, is refused."""
+    if not isinstance(proc, dict):
+        raise UsageError(f"{path} is not a JSON object.")
+    rescale = proc.get("do_rescale", True)
+    factor = proc.get("rescale_factor", 1 / 255) if rescale else 1.0
+    if (isinstance(factor, bool) or not isinstance(factor, (int, float))
+            or not math.isfinite(factor) or factor <= 0):
+        raise UsageError(
+            f"{path} rescale_factor={factor!r}: a positive number is "
+            "expected (transformers multiplies the pixels by it)."
+        )
+    mean, std = (0.0,) * 3, (1.0,) * 3
+    if proc.get("do_normalize", True):
+        mean = channels(proc.get("image_mean", [0.5] * 3), "image_mean",
+                         path)
+        std = channels(proc.get("image_std", [0.5] * 3), "image_std",
+                       path)
+        if min(abs(s) for s in std) == 0:
+            raise UsageError(
+                f"{path} image_std={list(std)} has a zero: transformers "
+                "would divide by it, so no model input is defined."
+            )
+    # The model sees (p * factor - mean) / std for pixels p in [0, 255]:
+    # in terms of p / 255, mean / (255 factor) and std / (255 factor).
+    unit = 255.0 * float(factor)
+    return (tuple(m / unit for m in mean), tuple(s / unit for s in std))
+
+
+def check_square_patch(field: str, value) -> None:
+    """Refuses a non-square patch size, naming it: this ViT's patch
+    embedding (and the official layout) cuts P x P patches."""
+    if isinstance(value, (list, tuple)) and len(set(value)) > 1:
+        raise UsageError(
+            f"{field}={list(value)!r}: non-square patches "
+            f"({value[0]} x {value[1]} pixels). This ViT's patch embedding "
+            "cuts square P x P patches, so the model is refused."
+        )
+
+
+def disagree(field: str, given, found) -> UsageError:
+    return UsageError(
+        f"config.json {field}={given!r} disagrees with the weights "
+        f"({found}): the folder mixes two models."
+    )
+
+
+def patch_size(value):
+    if isinstance(value, (list, tuple)) and len(set(value)) == 1:
+        return value[0]
+    return value
+
+
+def check_hf_shapes(spec: Dict[str, Any], info: Dict[str, Any]) -> None:
+    """Refuses a transformers config whose SHAPE fields, or their
+    ViTConfig defaults where it leaves them out, disagree with the arrays
+    (`info`: `npz_layout.describe_arrays` of the mapped arrays), and a
+    classifier of another width than its labels (id2label; 2 without,
+    transformers' default, for a ViTForImageClassification)."""
+    defaults = dict(HF_VIT_DEFAULTS, pooler_output_size=spec.get(
+        "hidden_size", HF_VIT_DEFAULTS["hidden_size"]))
+    found = {
+        "hidden_size": info["hidden_size"],
+        "num_hidden_layers": info["num_layers"],
+        "intermediate_size": info["mlp_dim"],
+        "patch_size": info["patch_size"],
+        "pooler_output_size": info["representation_size"],
+    }
+    labels = spec.get("id2label")
+    if labels or hf_architecture(spec) == "ViTForImageClassification":
+        defaults["num_labels"] = len(labels) if labels else 2
+        found["num_labels"] = info["num_classes"]
+    for field, value in found.items():
+        given = defaults[field] if field == "num_labels" else (
+            spec.get(field) or defaults[field])
+        if field == "patch_size":
+            given = patch_size(given)
+        if value is not None and given != value:
+            if not spec.get(field) and field != "num_labels":
+                field += " (left out: transformers' ViTConfig default)"
+            elif field == "num_labels":
+                field += " (from id2label)" if labels else (
+                    " (no id2label: transformers' default)")
+            raise disagree(field, given, value)
+
+
+def check_hf_grid(spec, arrays, grid, weights_path: str) -> None:
+    """The position table holds the class token and the patch grid that
+    transformers builds from config.json's image_size (it refuses a table
+    of another size)."""
+    rows = arrays["Transformer/posembed_input/pos_embedding"].shape[1]
+    want = int("cls" in arrays) + grid[0] * grid[1]
+    if rows != want:
+        raise UsageError(
+            f"{weights_path}: position_embeddings has {rows} rows, where "
+            f"config.json image_size={spec.get('image_size', 224)!r} gives "
+            f"a {grid[0]} x {grid[1]} patch grid and a class token "
+            f"({want}): transformers refuses this folder (size mismatch); "
+            "fix image_size."
+        )
+
+
+def class_names(labels, hf: bool = False) -> Optional[List[str]]:
+    """A list of names in class-id order, from transformers' id2label or
+    timm's label_names (a list, or {id: name} with ids as JSON strings or
+    ints; an id missing from a dict keeps its number as its name)."""
+    if not labels:
+        return None
+    if isinstance(labels, (list, tuple)):
+        return [str(n) for n in labels]
+    if not isinstance(labels, dict):
+        raise UsageError("config.json label names must be a list or an "
+                         f"{{id: name}} object, not {type(labels).__name__}.")
+    try:
+        names = {int(k): str(v) for k, v in labels.items()}
+    except ValueError:
+        raise UsageError("config.json label ids must be integers, got "
+                         f"{sorted(labels)[:3]}.") from None
+    if hf and all(v == f"LABEL_{k}" for k, v in names.items()):
+        return None  # transformers' placeholder names
+    if min(names) < 0:
+        raise UsageError(f"config.json label id {min(names)} is negative.")
+    return [names.get(i, str(i)) for i in range(max(names) + 1)]

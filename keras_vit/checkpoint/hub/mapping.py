@@ -1,0 +1,204 @@
+"""Hub arrays into the official `.npz` layout: the names of the Hugging
+Face `ViTForImageClassification` / `ViTModel` files (transformers 4 and
+save_pretrained, and transformers 5's in-memory naming) and of timm's
+`vision_transformer`, each mapped to the official key, PyTorch's (out, in)
+Linear kernels transposed and the attention's fused or separate q/k/v
+split into heads. `Mapper.unused` lists what no official key took
+(`hub.read_hub` refuses a file with any).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Callable, Dict, List, Optional
+
+import numpy as np
+
+from keras_vit.checkpoint.hub import config as hub_config
+from keras_vit.errors import UsageError
+
+_ATT = "MultiHeadDotProductAttention_1"
+_MLP = "MlpBlock_3"
+
+
+def _dense(weight: np.ndarray) -> np.ndarray:
+    # PyTorch Linear stores (out, in); the official kernels are (in, out).
+    return np.ascontiguousarray(weight.T)
+
+
+class Mapper:
+    """Moves hub arrays into the official layout, tracking what is used."""
+
+    def __init__(self, tensors: Dict[str, np.ndarray], prefix: str):
+        self.tensors = tensors
+        self.prefix = prefix
+        self.used = set()
+        self.arrays: Dict[str, np.ndarray] = {}
+
+    def has(self, key: str) -> bool:
+        return self.prefix + key in self.tensors
+
+    def take(self, key: str, required: bool = True):
+        full = self.prefix + key
+        if full not in self.tensors:
+            if required:
+                raise UsageError(f"The checkpoint lacks {full}.")
+            return None
+        self.used.add(full)
+        return self.tensors[full]
+
+    def put(self, key: str, value: Optional[np.ndarray],
+            fn: Callable = lambda v: v) -> None:
+        if value is not None:
+            self.arrays[key] = np.ascontiguousarray(fn(value), np.float32)
+
+    def attention(self, block: str, qkv, bias, out_w, out_b, heads: int):
+        width = qkv[0].shape[1]
+        head_dim = width // heads
+        for name, w, b in zip(("query", "key", "value"), qkv, bias):
+            self.put(f"{block}/{_ATT}/{name}/kernel",
+                     _dense(w).reshape(width, heads, head_dim))
+            self.put(f"{block}/{_ATT}/{name}/bias",
+                     np.zeros(width) if b is None else b,
+                     lambda v: v.reshape(heads, head_dim))
+        self.put(f"{block}/{_ATT}/out/kernel",
+                 _dense(out_w).reshape(heads, head_dim, -1))
+        self.put(f"{block}/{_ATT}/out/bias", out_b)
+
+    def norm(self, key: str, official: str) -> None:
+        self.put(f"{official}/scale", self.take(key + ".weight"))
+        self.put(f"{official}/bias", self.take(key + ".bias"))
+
+    def dense(self, key: str, official: str, required: bool = True) -> None:
+        weight = self.take(key + ".weight", required)
+        if weight is not None:
+            self.put(f"{official}/kernel", _dense(weight))
+            self.put(f"{official}/bias", self.take(key + ".bias"))
+
+    def unused(self) -> List[str]:
+        return [k for k in self.tensors if k not in self.used]
+
+
+def _stem(m: Mapper, cls: str, posemb: str, patch: str,
+          kernel: Optional[np.ndarray] = None) -> None:
+    m.put("cls", m.take(cls, required=False))
+    m.put("Transformer/posembed_input/pos_embedding", m.take(posemb))
+    # (out, in, kh, kw) -> (kh, kw, in, out); `kernel`: the stored one as
+    # the library reshapes it.
+    stored = m.take(patch + ".weight")
+    m.put("embedding/kernel", stored if kernel is None else kernel,
+          lambda v: v.transpose(2, 3, 1, 0))
+    m.put("embedding/bias", m.take(patch + ".bias"))
+
+
+def _num_blocks(tensors, pattern: str) -> int:
+    found = {int(m.group(1)) for k in tensors
+             for m in [re.match(pattern, k)] if m}
+    return max(found) + 1 if found else 0
+
+
+# transformers' module names inside one encoder layer: the hub files'
+# (transformers 4 and save_pretrained) and transformers 5's in memory.
+_HF_LAYER = {
+    "files": dict(blocks=r"encoder\.layer\.(\d+)\.", block="encoder.layer.",
+                  q="attention.attention.query", k="attention.attention.key",
+                  v="attention.attention.value",
+                  out="attention.output.dense", fc1="intermediate.dense",
+                  fc2="output.dense"),
+    "transformers5": dict(blocks=r"layers\.(\d+)\.", block="layers.",
+                          q="attention.q_proj", k="attention.k_proj",
+                          v="attention.v_proj", out="attention.o_proj",
+                          fc1="mlp.fc1", fc2="mlp.fc2"),
+}
+
+
+def map_huggingface(tensors, heads: int,
+                     architecture: Optional[str] = None,
+                     qkv_bias: bool = True) -> Mapper:
+    """The arrays `architecture` (a transformers class, or None: every
+    part the arrays hold) uses, in the official layout; the other class's
+    part (the pooler beside a classifier, a classifier beside the pooler)
+    is left out, as transformers leaves it out, and so are query/key/value
+    biases with `qkv_bias` False (transformers builds none: zeros)."""
+    prefix = "vit." if any(k.startswith("vit.") for k in tensors) else ""
+    m = Mapper(tensors, prefix)
+    if architecture is not None:
+        skip = hub_config.HF_ARCHITECTURES[architecture]
+        m.used.update(k for k in tensors if k.startswith(skip) or
+                      k.startswith(prefix + skip))
+    if architecture == "ViTForImageClassification" and not any(
+            k.startswith("classifier.") for k in tensors):
+        raise UsageError(
+            "config.json architectures names ViTForImageClassification, but"
+            " the weights hold no classifier.weight: transformers would "
+            "start that head at random. Load it as a ViTModel (set "
+            "architectures to [\"ViTModel\"]) for its features."
+        )
+    names = _HF_LAYER["files"]
+    if any(k.startswith(prefix + "layers.") for k in tensors):
+        names = _HF_LAYER["transformers5"]
+    _stem(m, "embeddings.cls_token", "embeddings.position_embeddings",
+          "embeddings.patch_embeddings.projection")
+    layers = _num_blocks(tensors, re.escape(prefix) + names["blocks"])
+    for i in range(layers):
+        hf, block = f"{names['block']}{i}.", f"Transformer/encoderblock_{i}"
+        qkv = [names[n] for n in "qkv"]
+        m.norm(hf + "layernorm_before", f"{block}/LayerNorm_0")
+        biases = [m.take(hf + n + ".bias", False) for n in qkv]
+        m.attention(
+            block,
+            [m.take(hf + n + ".weight") for n in qkv],
+            biases if qkv_bias else [None] * 3,
+            m.take(hf + names["out"] + ".weight"),
+            m.take(hf + names["out"] + ".bias"),
+            heads,
+        )
+        m.norm(hf + "layernorm_after", f"{block}/LayerNorm_2")
+        m.dense(hf + names["fc1"], f"{block}/{_MLP}/Dense_0")
+        m.dense(hf + names["fc2"], f"{block}/{_MLP}/Dense_1")
+    m.norm("layernorm", "Transformer/encoder_norm")
+    if architecture != "ViTForImageClassification":
+        m.dense("pooler.dense", "pre_logits", required=False)
+    m.prefix = ""
+    if architecture != "ViTModel":
+        m.dense("classifier", "head", required=False)
+    return m
+
+
+def map_timm(tensors, heads: int, fc_norm: bool, qkv_bias=True,
+             kernel: Optional[np.ndarray] = None) -> Mapper:
+    """timm's arrays in the official layout, as timm's strict load takes
+    them: query/key/value biases exactly where `qkv_bias` (the model's
+    argument) builds them; `kernel`: the patch kernel as timm's checkpoint
+    filter reshapes it."""
+    m = Mapper(tensors, "")
+    _stem(m, "cls_token", "pos_embed", "patch_embed.proj", kernel)
+    for i in range(_num_blocks(tensors, r"blocks\.(\d+)\.")):
+        t, block = f"blocks.{i}.", f"Transformer/encoderblock_{i}"
+        m.norm(t + "norm1", f"{block}/LayerNorm_0")
+        bias = m.take(t + "attn.qkv.bias", False)
+        if (bias is None) == bool(qkv_bias):
+            built, stored = ("a", "without") if qkv_bias else ("no", "with")
+            raise UsageError(
+                f"config.json qkv_bias={qkv_bias!r} (model_args, else the "
+                f"architecture's, else timm's True): timm builds {built} "
+                f"query/key/value bias, and its strict load refuses weights "
+                f"{stored} {t}attn.qkv.bias; the config does not describe "
+                "them."
+            )
+        m.attention(
+            block,
+            np.split(m.take(t + "attn.qkv.weight"), 3),
+            [None] * 3 if bias is None else np.split(bias, 3),
+            m.take(t + "attn.proj.weight"),
+            m.take(t + "attn.proj.bias"),
+            heads,
+        )
+        m.norm(t + "norm2", f"{block}/LayerNorm_2")
+        m.dense(t + "mlp.fc1", f"{block}/{_MLP}/Dense_0")
+        m.dense(t + "mlp.fc2", f"{block}/{_MLP}/Dense_1")
+    # With class-token pooling, timm's fc_norm normalises the pooled
+    # token: the same LayerNorm as a final norm of every token, read there.
+    m.norm("fc_norm" if fc_norm else "norm", "Transformer/encoder_norm")
+    m.dense("head", "head", required=False)
+    return m

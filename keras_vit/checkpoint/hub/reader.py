@@ -1,0 +1,322 @@
+"""ViT weights in the Hugging Face layout, from `transformers` or `timm`.
+
+A local directory (or a weights file inside one) as the hubs store a model:
+`config.json` beside `model.safetensors` (or a sharded
+`model.safetensors.index.json`, or `pytorch_model.bin`). Two namings are
+read, both into the official `.npz` layout that `weights.load_arrays`
+loads (the key mapping: `hub_mapping`):
+
+- Hugging Face `ViTForImageClassification` / `ViTModel`
+  (`vit.encoder.layer.0.attention.attention.query.weight`, ...;
+  `google/vit-*`), and the naming transformers 5 uses in memory, which a
+  `torch.save(model.state_dict())` writes (`vit.layers.0.attention.q_proj`).
+  The `pooler` of a `ViTModel` becomes the pre-logits layer (Dense on the
+  class token with the config's `pooler_act`, the same computation).
+- timm `vision_transformer` (`blocks.0.attn.qkv.weight`, ...): plain ViT,
+  AugReg, the GAP models, DeiT without the distillation token, DINO
+  backbones.
+
+The architecture comes from the arrays' shapes plus `config.json` (heads,
+image size, GELU form, LayerNorm epsilon, pooling, the pooler's activation,
+class names), each field checked by `hub_config` / `hub_timm` and read the
+way the library reads it: transformers' `architectures` picks the arrays
+its class uses (a classifier's file may also hold a pooler, a ViTModel's a
+classifier; each class leaves the other part out), timm's image size
+comes from model_args before pretrained_cfg, and an image size the patch
+does not divide loses its remainder as the libraries' convolutions drop
+it. Anything
+the project's ViT does not compute (a distillation token, register tokens,
+layer scale, a norm before the first block, average pooling followed by
+fc_norm, ...) stops the load with its config field or first such key
+named. The pixel normalisation the weights were trained
+with (a transformers processor's rescale and `image_mean` / `image_std`,
+timm's `mean` / `std` with timm's ImageNet defaults) is folded into the
+patch embedding, so the model keeps the project's input convention,
+pixels in [-1, 1]: the patch embedding is linear with VALID padding, so
+the fold is exact.
+
+The weights files are read by `hub_tensors`: safetensors with the
+`safetensors` package's numpy API, `pytorch_model.bin` with `torch_pickle`
+(PyTorch's own reader where it is installed, a bounds-checked reader
+otherwise). Every file read resolves inside the model's folder
+(`untrusted.in_folder`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any, Dict, List, Optional, Tuple
+
+import numpy as np
+
+from keras_vit.checkpoint.formats import untrusted
+from keras_vit.checkpoint.formats.npz_layout import describe_arrays
+from keras_vit.checkpoint.hub import config as hub_config
+from keras_vit.checkpoint.hub import (
+    config_types as hub_types,
+)
+from keras_vit.checkpoint.hub import mapping as hub_mapping
+from keras_vit.checkpoint.hub import timm as hub_timm
+from keras_vit.checkpoint.hub import timm_filter
+from keras_vit.checkpoint.hub.tensors import (
+    Unwrapped,
+    read_tensors,
+)
+from keras_vit.checkpoint.hub.tensors import (
+    shape as _shape,
+)
+from keras_vit.errors import UsageError
+
+CONFIG_FILE = "config.json"
+WEIGHT_FILES = (
+    "model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+)
+HUGGINGFACE = "huggingface"
+TIMM = "timm"
+
+@dataclasses.dataclass
+class HubCheckpoint:
+    """A hub model read into the official layout.
+
+    Attributes:
+        path: str. The weights file read.
+        naming: str. HUGGINGFACE or TIMM.
+        arrays: dict of str to np.ndarray. Official-layout arrays.
+        num_heads: int. Attention heads.
+        image_size: (height, width). The resolution the library builds
+            the model at (config.json; timm's precedence for timm), less
+            the remainder its patch convolution drops (VALID padding:
+            transformers and timm read only whole patches).
+        posemb_grid: (rows, cols). The patch grid of the stored position
+            table; another grid than image_size's is resized the way the
+            library does (`posemb.resize_like_library`).
+        approximate_gelu: bool. Whether the MLP used tanh-approximate GELU.
+        layer_norm_epsilon: float.
+        class_names: list of str or None. From id2label / label_names.
+        mean, std: tuple of 3 floats. The pixel normalisation of the
+            weights, in terms of pixels / 255 (a transformers processor's
+            rescale folded in), folded into the patch embedding.
+        pre_logits_activation: str. The Keras activation of the pre-logits
+            layer (a ViTModel's pooler_act), when there is one.
+    """
+
+    path: str
+    naming: str
+    arrays: Dict[str, np.ndarray]
+    num_heads: int
+    image_size: Tuple[int, int]
+    posemb_grid: Tuple[int, int]
+    approximate_gelu: bool
+    layer_norm_epsilon: float
+    class_names: Optional[List[str]]
+    mean: Tuple[float, ...]
+    std: Tuple[float, ...]
+    pre_logits_activation: str = "tanh"
+
+
+def _files(path: str) -> Tuple[str, str]:
+    """(config.json, weights file) for a directory or a weights file."""
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{path} does not exist.")
+    if os.path.isdir(path):
+        found = [f for f in WEIGHT_FILES
+                 if os.path.exists(os.path.join(path, f))]
+        if not found:
+            raise FileNotFoundError(
+                f"{path} holds none of {', '.join(WEIGHT_FILES)}: not a "
+                "model directory in the Hugging Face layout."
+            )
+        folder, name = path, found[0]
+    else:
+        folder, name = os.path.dirname(path) or ".", os.path.basename(path)
+    config = os.path.join(folder, CONFIG_FILE)
+    if not os.path.exists(config):
+        raise FileNotFoundError(
+            f"{config} is missing: the Hugging Face layout keeps the "
+            "architecture in config.json beside the weights."
+        )
+    # Every file read resolves inside the folder (the Hugging Face cache's
+    # snapshot -> blobs/ links of the same repository excepted).
+    weights = untrusted.in_folder(folder, name, os.path.join(folder, name))
+    return untrusted.in_folder(folder, CONFIG_FILE, config), weights
+
+
+def _fold_normalisation(arrays, mean, std) -> None:
+    """Makes the patch embedding take [-1, 1] pixels instead of
+    (pixels / 255 - mean) / std: with x = p / 255 and y = 2x - 1 (the
+    project's input), (x - mean) / std = y * a + c, a = 1 / (2 std),
+    c = (0.5 - mean) / std, per channel."""
+    mean, std = np.asarray(mean, np.float64), np.asarray(std, np.float64)
+    if np.allclose(mean, 0.5) and np.allclose(std, 0.5):
+        return  # a = 1, c = 0
+    kernel = arrays["embedding/kernel"].astype(np.float64)  # (p, p, 3, D)
+    a, c = 1.0 / (2.0 * std), (0.5 - mean) / std
+    arrays["embedding/bias"] = (
+        arrays["embedding/bias"] + np.einsum("hwcd,c->d", kernel, c)
+    ).astype(np.float32)
+    arrays["embedding/kernel"] = (kernel * a[:, None]).astype(np.float32)
+
+
+def _read_json(path: str) -> Dict[str, Any]:
+    return untrusted.read_json_object(path)
+
+
+def naming(tensors: Dict[str, np.ndarray]) -> str:
+    """HUGGINGFACE or TIMM, from the keys."""
+    keys = list(tensors)
+    if any(k.endswith("embeddings.patch_embeddings.projection.weight")
+           for k in keys):
+        return HUGGINGFACE
+    if "patch_embed.proj.weight" in tensors:
+        return TIMM
+    raise UsageError(
+        "Neither Hugging Face ViT nor timm vision_transformer naming (no "
+        "embeddings.patch_embeddings.projection.weight or "
+        f"patch_embed.proj.weight); first key: {keys[0] if keys else None}."
+    )
+
+
+def _width(tensors) -> int:
+    """The model width: the patch embedding's output channels."""
+    for key in tensors:
+        if key == "patch_embed.proj.weight" or key.endswith(
+                "embeddings.patch_embeddings.projection.weight"):
+            return int(_shape(tensors, key)[0])
+    raise UsageError("No patch embedding kernel among the arrays.")
+
+
+def read_hub(path: str) -> HubCheckpoint:
+    """Reads a hub model directory (or weights file) into the official
+    layout.
+
+    Raises:
+        FileNotFoundError: no weights or no config.json.
+        UsageError: another architecture, a config field or a key this ViT
+            cannot honour (named, with the folder).
+    """
+    try:
+        return _read_hub(path)
+    except UsageError as error:
+        if path in str(error):
+            raise
+        raise UsageError(f"{path}: {error}") from None
+
+
+def _read_hub(path: str) -> HubCheckpoint:
+    config_path, weights_path = _files(path)
+    spec = _read_json(config_path)
+    tensors, kind = _read_weights(weights_path)
+    hub_types.check_config_types(spec, config_path, timm=kind == TIMM)
+    _check_patch_kernel(tensors, weights_path)
+    if kind == HUGGINGFACE:
+        settings, mapper = _map_huggingface(spec, tensors, config_path)
+    else:
+        settings, mapper = _map_timm(spec, tensors, config_path,
+                                     weights_path)
+    unused = mapper.unused()
+    if unused:
+        raise UsageError(
+            f"{weights_path} has {len(unused)} array(s) this ViT has no "
+            f"place for, first {unused[0]} {_shape(tensors, unused[0])}: a "
+            f"{kind} model with parts the plain ViT does not compute "
+            "(e.g. a distillation or register token, layer scale, fc_norm)."
+        )
+    _set_sizes(settings, spec, mapper.arrays, kind, weights_path)
+    _fold_normalisation(mapper.arrays, settings["mean"], settings["std"])
+    return HubCheckpoint(
+        path=weights_path, naming=kind, arrays=mapper.arrays, **settings,
+    )
+
+
+def _read_weights(weights_path: str):
+    """(tensors, naming) of the weights file: timm's or transformers'."""
+    unwrap = Unwrapped()
+    tensors = read_tensors(weights_path, unwrap)
+    kind = naming(tensors)
+    if unwrap.changed and kind != TIMM:
+        raise UsageError(
+            f"{weights_path} holds its arrays under {unwrap.changed!r}, "
+            "which timm's loader reads and transformers' does not (it "
+            "would start every array at random); save the state dict "
+            "itself."
+        )
+    return tensors, kind
+
+
+def _check_patch_kernel(tensors, weights_path: str) -> None:
+    """Refuses a patch kernel that is not square."""
+    kernel = tensors.get("patch_embed.proj.weight")
+    for key in tensors:
+        if key.endswith("embeddings.patch_embeddings.projection.weight"):
+            kernel = tensors[key]
+    if kernel is not None and kernel.ndim == 4:
+        hub_config.check_square_patch(
+            f"{weights_path}: the patch kernel's patch size",
+            kernel.shape[2:])
+
+
+def _map_huggingface(spec, tensors, config_path: str):
+    """(settings, mapper) of a transformers model."""
+    settings = hub_config.hf_settings(
+        spec, os.path.dirname(config_path), _read_json)
+    hub_types.check_heads(settings["num_heads"], _width(tensors),
+                          config_path)
+    mapper = hub_mapping.map_huggingface(
+        tensors, settings["num_heads"], settings.pop("architecture"),
+        settings.pop("qkv_bias"))
+    return settings, mapper
+
+
+def _map_timm(spec, tensors, config_path: str, weights_path: str):
+    """(settings, mapper) of a timm model."""
+    hub_timm.refuse_arrays(spec, tensors, weights_path)
+    settings = hub_timm.settings(spec)
+    fc_norm = settings.pop("fc_norm")
+    if "fc_norm.weight" in tensors and not fc_norm:
+        raise UsageError(
+            f"{weights_path} has fc_norm.weight, but config.json gives "
+            f"global_pool {settings['pooling']!r} without fc_norm=True: "
+            "weights trained with average pooling (timm "
+            "global_pool='avg') whose config does not say so. Add the "
+            "model's global_pool and fc_norm to config.json's model_args."
+        )
+    hub_types.check_heads(settings["num_heads"], _width(tensors),
+                          config_path)
+    mapper = hub_mapping.map_timm(
+        tensors, settings["num_heads"], fc_norm, settings.pop("qkv_bias"),
+        timm_filter.timm_kernel(tensors, settings, weights_path))
+    return settings, mapper
+
+
+def _set_sizes(settings: dict, spec, arrays, kind: str,
+               weights_path: str) -> None:
+    """Sets the image size read (whole patches) and the position
+    embedding's grid in `settings`, checked against config.json."""
+    info = describe_arrays({k: v.shape for k, v in arrays.items()})
+    size = settings.pop("image_size")
+    size = (size, size) if isinstance(size, int) else tuple(size)
+    patch = info["patch_size"]
+    if kind == TIMM:
+        hub_timm.check_padding(settings.pop("dynamic_img_pad"), size, patch)
+        settings.pop("patch_size")
+    # The libraries' patch convolutions (stride P, VALID padding) drop the
+    # rows and columns past the last whole patch; so does this ViT's, and
+    # the model is built at the size of the pixels that are read.
+    settings["image_size"] = tuple(int(s) // patch * patch for s in size)
+    if min(settings["image_size"]) < 1:
+        raise UsageError(
+            f"config.json image size {list(size)} is smaller than one "
+            f"{patch} x {patch} patch."
+        )
+    grid = tuple(s // patch for s in settings["image_size"])
+    if kind == HUGGINGFACE:
+        hub_config.check_hf_shapes(spec, info)
+        hub_config.check_hf_grid(spec, arrays, grid, weights_path)
+        settings["posemb_grid"] = grid
+    else:
+        hub_timm.check_shapes(spec, info)
+        settings["posemb_grid"] = timm_filter.check_tokens(
+            settings, arrays, weights_path)
+        settings.pop("pooling")
+        settings.pop("stored_size")

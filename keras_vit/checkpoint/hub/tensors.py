@@ -1,0 +1,165 @@
+"""The weights files of a Hugging Face / timm folder, read lazily
+(`keras_vit.checkpoint.hub.reader` reads the folder): `model.safetensors` with
+the `safetensors` package's NumPy API, a sharded
+`model.safetensors.index.json` (its shards inside the folder:
+`untrusted.inside_folder`), and `pytorch_model.bin` with `torch_pickle`
+(timm's reading of a training checkpoint through `Unwrapped`). Every
+array is made when first looked up, as float32, and only when its dtype
+is a real number (`untrusted.check_real_dtype`).
+"""
+
+from __future__ import annotations
+
+import collections.abc
+import os
+from typing import Any, Dict, Mapping, Optional, Tuple
+
+import numpy as np
+import safetensors.numpy
+
+from keras_vit.checkpoint.formats import torch_pickle, untrusted
+from keras_vit.checkpoint.hub import timm_filter
+from keras_vit.errors import UsageError
+
+
+def shape(tensors: Mapping[str, Any], key: str) -> Tuple[int, ...]:
+    """An array's shape, without reading it where the mapping knows it."""
+    known = getattr(tensors, "shape", None)
+    return tuple(known(key)) if known else tuple(tensors[key].shape)
+
+
+class _Float32(collections.abc.Mapping):
+    """Arrays of `tensors` as float32, each made when first looked up (an
+    array the model has no place for is never read)."""
+
+    def __init__(self, tensors: Mapping[str, Any], path: str):
+        self._tensors = tensors
+        self._path = path
+        self._made: Dict[str, np.ndarray] = {}
+
+    def __getitem__(self, key: str) -> np.ndarray:
+        if key not in self._made:
+            value = self._tensors[key]
+            untrusted.check_real_dtype(value.dtype, self._path, key)
+            self._made[key] = np.asarray(value, np.float32)
+        return self._made[key]
+
+    def shape(self, key: str) -> Tuple[int, ...]:
+        return shape(self._tensors, key)
+
+    def __iter__(self):
+        return iter(self._tensors)
+
+    def __len__(self) -> int:
+        return len(self._tensors)
+
+
+class _Safetensors(collections.abc.Mapping):
+    """A safetensors file's arrays, read by the `safetensors` package one
+    by one when looked up."""
+
+    def __init__(self, path: str):
+        self.path = path
+        try:
+            with safetensors.safe_open(path, "np") as f:
+                self._keys = list(f.keys())
+        except Exception as error:  # the library raises its own types
+            raise UsageError(
+                f"Could not read {path} as safetensors: {error}"
+            ) from None
+
+    def __getitem__(self, key: str) -> np.ndarray:
+        if key not in self._keys:
+            raise KeyError(key)
+        try:
+            with safetensors.safe_open(self.path, "np") as f:
+                return f.get_tensor(key)
+        except Exception as error:  # the library raises its own types
+            raise UsageError(
+                f"Could not read {key} of {self.path}: {error}"
+            ) from None
+
+    def shape(self, key: str) -> Tuple[int, ...]:
+        with safetensors.safe_open(self.path, "np") as f:
+            return tuple(f.get_slice(key).get_shape())
+
+    def __iter__(self):
+        return iter(self._keys)
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+
+class _Shards(collections.abc.Mapping):
+    """The arrays of a sharded model: each key read from its shard."""
+
+    def __init__(self, shards: Dict[str, Mapping[str, Any]]):
+        self._where = {}
+        for shard in shards.values():
+            for key in shard:
+                self._where[key] = shard
+
+    def __getitem__(self, key: str):
+        return self._where[key][key]
+
+    def shape(self, key: str) -> Tuple[int, ...]:
+        return shape(self._where[key], key)
+
+    def __iter__(self):
+        return iter(self._where)
+
+    def __len__(self) -> int:
+        return len(self._where)
+
+
+def _read_index(path: str) -> Mapping[str, Any]:
+    """The arrays of the shards a model.safetensors.index.json names, each
+    shard inside the index's folder (`untrusted.inside_folder`)."""
+    index = untrusted.read_json_object(path)
+    weight_map = index.get("weight_map")
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise UsageError(
+            f"{path} has no weight_map (an object of array name -> shard "
+            "file): not a safetensors index."
+        )
+    folder = os.path.dirname(path) or "."
+    shards = {}
+    for name in weight_map.values():
+        if name not in shards:
+            shard = untrusted.inside_folder(folder, name, path)
+            if not shard.endswith(".safetensors"):
+                raise UsageError(f"{path} names {name!r}, not a "
+                                 ".safetensors shard.")
+            shards[name] = _read_file(shard)
+    return _Shards(shards)
+
+
+class Unwrapped:
+    """timm's reading of a torch file (`timm_filter.checkpoint_entry`: a
+    training checkpoint's state_dict_ema, ...), remembering what it took
+    that a plain state dict would not have given."""
+
+    def __init__(self):
+        self.changed = ""
+
+    def __call__(self, checkpoint):
+        key, state = timm_filter.checkpoint_entry(checkpoint)
+        self.changed = self.changed or key
+        return key, state
+
+
+def _read_file(path: str, unwrap: Optional[Unwrapped] = None):
+    if path.endswith(".index.json"):
+        return _read_index(path)
+    if os.path.splitext(path)[1] in (".bin", ".pt", ".pth"):
+        return torch_pickle.read_state_dict(path, pick=unwrap)
+    return _Safetensors(path)
+
+
+def read_tensors(path: str, unwrap: Optional[Unwrapped] = None
+                 ) -> Mapping[str, np.ndarray]:
+    """The arrays of a safetensors file, a sharded index or a
+    pytorch_model.bin, as float32 numpy arrays (no PyTorch needed), each
+    read when first looked up; arrays that are not real numbers are
+    refused. `unwrap`: a torch file's state dict as timm takes it."""
+    return _Float32(_read_file(path, unwrap), path)

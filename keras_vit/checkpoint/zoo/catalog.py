@@ -1,0 +1,274 @@
+"""The released ViT checkpoints by name: what
+`keras_vit.load_model("ViT-B_16")` and `keras_vit.list_models()` know.
+
+The official files (google-research/vision_transformer) live in the
+`gs://vit_models` bucket:
+
+    imagenet21k/               pre-trained on ImageNet-21k (224 x 224, the
+                               21,843-class head all zeros)
+    imagenet21k+imagenet2012/  the same, fine-tuned on ImageNet-1k at 384
+                               (at 224 for the "-224" files)
+    sam/                       trained on ImageNet-1k with the SAM optimizer
+    augreg/                    "How to train your ViT?" (AugReg): every file
+                               of its index.csv, pre-trained and fine-tuned
+
+A name is the file's path in the bucket without `.npz`
+("imagenet21k+imagenet2012/ViT-B_16", "augreg/S_16-i21k-300ep-..."); a
+short name ("ViT-B_16", "R50+ViT-B_16") is the ImageNet-21k pre-trained
+file, the starting point for transfer, and "ViT-B_16-224" /
+"ViT-L_16-224" the ImageNet-1k fine-tuned files at 224. `augreg/<file>`
+takes any name from the AugReg index (`keras_vit.checkpoint.zoo.augreg`);
+`list_models()` lists its recommended checkpoints (the best per model, as
+the official README's table).
+
+The bucket's address comes from $KERAS_VIT_MODELS_BASE_URL (default
+gs://vit_models), so a mirror (another bucket, a local directory, an
+`https://` or `file://` URL that tf.io.gfile reads) serves the same names.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import fnmatch
+import os
+from typing import Any, Dict, List, Optional, Tuple
+
+from keras_vit import model as vit_model
+from keras_vit.architecture import patch_grid, total_stride
+from keras_vit.checkpoint.zoo import augreg
+
+BASE_URL_ENV = "KERAS_VIT_MODELS_BASE_URL"
+OFFICIAL_BUCKET = "gs://vit_models"
+
+_IN21K = "ImageNet-21k"
+_IN21K_IN1K = "ImageNet-21k, fine-tuned on ImageNet-1k"
+_AUGREG_DATA = {"i21k": "ImageNet-21k", "i1k": "ImageNet-1k",
+                "imagenet2012": "ImageNet-1k"}
+
+# The files of the bucket's directories (the official README and model
+# configs): (directory, pre-trained on, resolution, classes, file names).
+_DIRECTORIES = (
+    ("imagenet21k", _IN21K, 224, 21843,
+     ("ViT-B_8", "ViT-B_16", "ViT-B_32", "ViT-L_16", "ViT-L_32", "ViT-H_14",
+      "R50+ViT-B_16")),
+    ("imagenet21k+imagenet2012", _IN21K_IN1K, 384, 1000,
+     ("ViT-B_8", "ViT-B_16", "ViT-B_32", "ViT-L_16", "ViT-L_32",
+      "R50+ViT-B_16")),
+    ("imagenet21k+imagenet2012", _IN21K_IN1K, 224, 1000,
+     ("ViT-B_16-224", "ViT-L_16-224")),
+    ("sam", "ImageNet-1k (SAM optimizer)", 224, 1000,
+     ("ViT-B_16", "ViT-B_32")),
+)
+
+# AugReg's recommended checkpoints: the pre-trained file with the best
+# upstream metrics per model, and its ImageNet-1k fine-tuning at 384.
+_AUGREG_BEST = (
+    "L_16-i21k-300ep-lr_0.001-aug_strong1-wd_0.1-do_0.0-sd_0.0",
+    "B_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0",
+    "S_16-i21k-300ep-lr_0.001-aug_light1-wd_0.03-do_0.0-sd_0.0",
+    "R50_L_32-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.1-sd_0.1",
+    "R26_S_32-i21k-300ep-lr_0.001-aug_light1-wd_0.1-do_0.0-sd_0.0",
+    "Ti_16-i21k-300ep-lr_0.001-aug_none-wd_0.03-do_0.0-sd_0.0",
+    "B_32-i21k-300ep-lr_0.001-aug_light1-wd_0.1-do_0.0-sd_0.0",
+    "S_32-i21k-300ep-lr_0.001-aug_none-wd_0.1-do_0.0-sd_0.0",
+    "R_Ti_16-i21k-300ep-lr_0.001-aug_none-wd_0.03-do_0.0-sd_0.0",
+)
+_AUGREG_FINETUNE_LR = {"L_16": "0.01", "R50_L_32": "0.01", "R26_S_32": "0.01",
+                       "B_32": "0.01", "S_32": "0.01"}
+
+
+# The byte size and sha256 of released files, by name: what a downloaded
+# or cached file must match besides the architecture its name implies
+# (`expected_architecture`, checked for every file). Only values computed
+# from the released files themselves belong here; none is recorded yet,
+# so today every file is checked by its architecture alone.
+KNOWN_FILES: Dict[str, Tuple[int, str]] = {}
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelInfo:
+    """One released checkpoint.
+
+    Attributes:
+        name: str. What `load_model` takes: the file's path in the bucket
+            without `.npz` ("imagenet21k/ViT-B_16").
+        variant: str. The keras_vit variant ("B/16", "R50+B/16").
+        pretrained_on: str. The training data ("ImageNet-21k", "ImageNet-21k,
+            fine-tuned on ImageNet-1k").
+        image_size: int. The resolution the file was trained at, at which
+            it loads by default.
+        num_classes: int or None. The head's width (None: the data set does
+            not fix it).
+        size: int or None. The file's size in bytes, where known
+            (`KNOWN_FILES`).
+        sha256: str or None. The file's SHA-256 (hex), where known.
+    """
+
+    name: str
+    variant: str
+    pretrained_on: str
+    image_size: int
+    num_classes: Optional[int]
+    size: Optional[int] = None
+    sha256: Optional[str] = None
+
+    def __post_init__(self):
+        known = KNOWN_FILES.get(self.name)
+        if known is not None and self.size is None and self.sha256 is None:
+            object.__setattr__(self, "size", int(known[0]))
+            object.__setattr__(self, "sha256", str(known[1]).lower())
+
+    @property
+    def file(self) -> str:
+        """str. The file's path in the bucket ("imagenet21k/ViT-B_16.npz")."""
+        return self.name + ".npz"
+
+    @property
+    def url(self) -> str:
+        """str. Where the file is downloaded from (`base_url()`)."""
+        return f"{base_url()}/{self.file}"
+
+
+def base_url() -> str:
+    """str. The bucket the names are downloaded from:
+    $KERAS_VIT_MODELS_BASE_URL or gs://vit_models, without a trailing
+    slash."""
+    return (os.environ.get(BASE_URL_ENV) or OFFICIAL_BUCKET).rstrip("/")
+
+
+def expected_architecture(info: ModelInfo) -> Dict[str, Any]:
+    """What a file released under `info.name` holds: the sizes of its
+    variant (as `npz_layout.describe_arrays` reports them), the head's width
+    (`num_classes`, None when the data set does not fix it) and the side
+    of its square position grid at `info.image_size` (`grid`)."""
+    spec = vit_model.decode_variant(info.variant)
+    stride = total_stride(spec.patch_size, spec.resnet_layers)
+    return dict(
+        hidden_size=spec.size.hidden_size,
+        num_layers=spec.size.num_layers,
+        num_heads=spec.size.num_heads,
+        mlp_dim=spec.size.mlp_dim,
+        patch_size=spec.patch_size,
+        resnet_layers=spec.resnet_layers,
+        num_classes=info.num_classes,
+        grid=patch_grid(info.image_size, stride)[0],
+    )
+
+
+def official_variant(file_name: str) -> str:
+    """The keras_vit variant of an official file name: "ViT-B_16-224" ->
+    "B/16", "R50+ViT-B_16" -> "R50+B/16"."""
+    name = file_name.split("-224")[0].replace("ViT-", "")
+    size, patch = name.rsplit("_", 1)
+    return f"{size}/{patch}"
+
+
+def _augreg_info(name: str) -> Optional[ModelInfo]:
+    parsed = augreg.parse_name(name)
+    if parsed is None:
+        return None
+    data = _AUGREG_DATA[parsed.dataset]
+    if parsed.fine_tuned:
+        adapt = parsed.adapt_dataset
+        data += f", fine-tuned on {_AUGREG_DATA.get(adapt, adapt)}"
+    return ModelInfo(f"augreg/{name}", parsed.variant, f"{data} (AugReg)",
+                     parsed.image_size, parsed.num_classes)
+
+
+def _augreg_best() -> List[str]:
+    names = []
+    for name in _AUGREG_BEST:
+        model = name.split("-", 1)[0]
+        lr = _AUGREG_FINETUNE_LR.get(model, "0.03")
+        names += [name, f"{name}--imagenet2012-steps_20k-lr_{lr}-res_384"]
+    return names
+
+
+def _table() -> List[ModelInfo]:
+    models = [
+        ModelInfo(f"{directory}/{file}", official_variant(file), data, size,
+                  classes)
+        for directory, data, size, classes, files in _DIRECTORIES
+        for file in files
+    ]
+    return models + [_augreg_info(name) for name in _augreg_best()]
+
+
+def _short_names(models) -> Dict[str, ModelInfo]:
+    """File name -> the imagenet21k file of that name, else the only one."""
+    short = {}
+    for info in models:
+        directory, file = info.name.split("/", 1)
+        if directory != "augreg" and (
+            file not in short or directory == "imagenet21k"
+        ):
+            short[file] = info
+    return short
+
+
+_MODELS = {info.name: info for info in _table()}
+_SHORT = _short_names(_MODELS.values())
+
+
+def list_models(pattern: Optional[str] = None) -> List[ModelInfo]:
+    """The released checkpoints `keras_vit.load_model` takes by name.
+
+    Args:
+        pattern: str or None. Keep the names matching this shell pattern
+            (`fnmatch`, case-insensitive), e.g. "*B_16*" or "augreg/*".
+
+    Returns:
+        list of ModelInfo, in the bucket's order: imagenet21k,
+        imagenet21k+imagenet2012, sam, then AugReg's recommended ones
+        (`augreg/<file>` also takes every other file of AugReg's
+        index.csv). The short names ("ViT-B_16") are the imagenet21k files.
+    """
+    models = list(_MODELS.values())
+    if pattern:
+        models = [m for m in models
+                  if fnmatch.fnmatch(m.name.lower(), pattern.lower())]
+    return models
+
+
+def bucket_path(text: str) -> Optional[str]:
+    """The path in the bucket that an address in gs://vit_models or in the
+    mirror (`base_url()`) points at ("imagenet21k/ViT-B_16.npz"), or None
+    for any other string."""
+    for prefix in {OFFICIAL_BUCKET, base_url()}:
+        if text.startswith(prefix + "/"):
+            return text[len(prefix) + 1:]
+    return None
+
+
+def lookup(text: str) -> Optional[ModelInfo]:
+    """The released checkpoint that `text` names, or None.
+
+    `text` is a name from `list_models()` or a short one ("ViT-B_16"), with
+    or without `.npz`; `augreg/<file>` (or the bare AugReg file name) for
+    any file of AugReg's index; or the file's address in gs://vit_models or
+    in the configured mirror.
+    """
+    text = text.strip()
+    relative = bucket_path(text)
+    name = relative if relative is not None else text
+    if name.endswith(".npz"):
+        name = name[: -len(".npz")]
+    if name in _MODELS:
+        return _MODELS[name]
+    if relative is None and name in _SHORT:
+        return _SHORT[name]
+    if name.startswith("augreg/"):
+        return _augreg_info(name[len("augreg/"):])
+    if relative is None and "/" not in name:
+        return _augreg_info(name)
+    return None
+
+
+def suggestions(text: str, n: int = 3) -> List[str]:
+    """The known names closest to `text` (difflib, ignoring case), best
+    first."""
+    names = {name.lower(): name for name in [*_SHORT, *_MODELS]}
+    close = difflib.get_close_matches(text.strip().lower(), list(names), n=n,
+                                      cutoff=0.5)
+    return [names[name] for name in close]

@@ -1,0 +1,101 @@
+"""What a VTAB-1k run takes of its config: the protocol's own options
+(`Protocol`) and each task's training config (`task_config`, the paper's
+recipe on the task's splits, a new config each time)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Dict, Optional
+
+import ml_collections
+
+from keras_vit import config as config_lib
+from keras_vit.data import vtab
+
+
+@dataclasses.dataclass(frozen=True)
+class Protocol:
+    """What the runner takes of a VTAB config besides each task's training
+    config: its vtab evaluator's tasks, sweep and checkpoint keeping, the
+    fixed recipe's learning rate and steps, the batch and resolution (for
+    the records), the backbone's pre-logits choice, the dropout the tasks
+    train with, and where task data is prepared."""
+
+    tasks: Any
+    keep_checkpoints: bool
+    sweep: Any
+    lr: float
+    steps: int
+    batch_size: int
+    image_size: Any
+    keep_pre_logits: bool
+    dropout: Dict[str, float]
+    data_dir: Optional[str]
+    download: bool
+    manual_dir: Optional[str]
+
+    @classmethod
+    def of(cls, config, evaluator) -> "Protocol":
+        """The protocol of a VTAB config and its vtab `evaluator`."""
+        return cls(
+            tasks=evaluator.tasks,
+            keep_checkpoints=bool(evaluator.keep_checkpoints),
+            sweep=evaluator.sweep, lr=float(config.schedule.lr),
+            steps=int(config.trainer.total_steps),
+            batch_size=int(config.input.batch_size),
+            image_size=config.model.image_size,
+            keep_pre_logits=bool(config.init.keep_pre_logits),
+            dropout={k: config.model[k] for k in (
+                "dropout_rate", "attention_dropout_rate")},
+            data_dir=config.input.data_dir,
+            download=bool(config.input.download),
+            manual_dir=config.input.manual_dir,
+        )
+
+
+def task_config(
+    config: ml_collections.ConfigDict,
+    task: vtab.Task,
+    model_fields: Dict,
+    backbone: str,
+    *,
+    lr: float,
+    steps: int,
+    train_split: str,
+    eval_split: str,
+) -> ml_collections.ConfigDict:
+    """The train_lib config that fine-tunes the backbone on one task (a
+    new config: `config` is not changed).
+
+    Args:
+        config: ConfigDict. The VTAB config (configs/vtab.py).
+        task: vtab.Task.
+        model_fields: dict. `config.model` of the backbone's architecture.
+        backbone: str. The headless .npz to initialise from.
+        lr, steps: the learning rate and the number of steps.
+        train_split, eval_split: str. VTAB split names ("train800", ...).
+    """
+    base = config_lib.base_config()
+    # The runner's own fields (its evaluators but the accuracy one, where
+    # data is prepared) hold their defaults in each task's config, so that
+    # changing them (e.g. evals.vtab.keep_checkpoints) leaves finished
+    # trials valid.
+    values = config.to_dict()
+    values["evals"] = {"test": values["evals"]["test"]}
+    values["input"].update(download=base.input.download,
+                           manual_dir=base.input.manual_dir)
+    # The backbone's architecture; the rest (dropout) as the config says.
+    values["model"] = dict(base.model.to_dict(), **model_fields,
+                           num_classes=task.num_classes,
+                           image_size=values["model"]["image_size"])
+    return config_lib.replace(
+        config_lib.complete(values),
+        input=dict(dataset=task.tfds_name, vtab_task=task.name,
+                   train_split=task.split(train_split)),
+        trainer={"total_steps": int(steps)}, schedule={"lr": float(lr)},
+        init={"model": backbone}, export={"enabled": False},
+        # The protocol scores once, at the end.
+        **{"evals.test": dict(split=task.split(eval_split),
+                              val_split=task.split(eval_split),
+                              every_steps=0)},
+    )

@@ -1,0 +1,120 @@
+"""The options of a SavedModel export (`export_model`'s keyword arguments)
+and their checks: one frozen record, documented once.
+
+    options = ExportOptions.of({"model_name": "vit", "top_k": 3})
+
+An unknown option is refused by name (a `UsageError`), as are option values
+that could not be served (see `checked_top_k`, `check_version`,
+`class_names`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional, Sequence
+
+import numpy as np
+
+from keras_vit.data import preprocessing
+from keras_vit.errors import UsageError
+from keras_vit.export import files as export_files
+
+
+@dataclasses.dataclass(frozen=True)
+class ExportOptions:
+    """The keyword options of `keras_vit.export.saved_model.export_model`.
+
+    Attributes:
+        model_name: str. The name clients use (`/v1/models/<name>`).
+        class_names: sequence of str or None. One name per class, in label
+            order; None names classes "0" .. "K-1".
+        top_k: int. How many top classes each answer lists (at most K).
+        warmup_images: sequence or None. Images for TF Serving's warm-up
+            file (encoded bytes, paths or uint8 arrays); None uses small
+            synthetic JPEG and PNG images; an empty list writes no file.
+        version: int or None. The version number; None takes one more than
+            the highest existing. An existing version is never replaced.
+        resize_size: int, (height, width) or None. Resize then central-crop
+            to the input size, as `preprocess_eval` does for evaluation with
+            the same argument; None resizes straight to the input size.
+        serving_base_dir: str or None. Where the server sees `export_dir`
+            (e.g. "/models" in a container), for models.config; None uses
+            the local absolute path. Also replaces this model's existing
+            base_path in models.config.
+        verify: bool. Reload the written SavedModel, replay the warm-up
+            requests and compare with the Keras model before publishing.
+        dynamic_size: bool. Also serve `predict_any_size`: pixels of any
+            height and width that are multiples of the model's stride, run
+            at that size (position embeddings interpolated on every call).
+            A fixed-size model is served through a dynamic-size copy
+            (`keras_vit.with_dynamic_image_size`); the other signatures
+            still resize to its size.
+    """
+
+    model_name: str = "vit"
+    class_names: Optional[Sequence[str]] = None
+    top_k: int = 5
+    warmup_images: Optional[Sequence[export_files.WarmupImage]] = None
+    version: Optional[int] = None
+    resize_size: Optional[preprocessing.Size] = None
+    serving_base_dir: Optional[str] = None
+    verify: bool = True
+    dynamic_size: bool = False
+
+    @classmethod
+    def of(cls, options: dict) -> "ExportOptions":
+        """The options named in `options`, the others at their defaults.
+
+        Raises:
+            UsageError: an option that `export_model` does not take.
+        """
+        known = [field.name for field in dataclasses.fields(cls)]
+        unknown = sorted(set(options) - set(known))
+        if unknown:
+            raise UsageError(
+                f"export_model got unknown option(s) {', '.join(unknown)}; "
+                f"its options are {', '.join(known)}."
+            )
+        return cls(**options)
+
+
+def class_names(names, num_classes: int) -> list:
+    """list of str. `names` checked against the model's `num_classes`
+    (bytes decoded); None names the classes "0" .. "K-1"."""
+    if names is None:
+        return [str(i) for i in range(num_classes)]
+    if isinstance(names, str):
+        raise UsageError("class_names must be a list of str, not one str.")
+    names = [n.decode("utf-8") if isinstance(n, bytes) else n for n in names]
+    if len(names) != num_classes:
+        raise UsageError(
+            f"{len(names)} class_names for a model with {num_classes} "
+            "classes: give one name per class, in label order."
+        )
+    for index, name in enumerate(names):
+        if not isinstance(name, str) or "\n" in name:
+            raise UsageError(
+                f"class_names[{index}] = {name!r}: names must be str "
+                "without newlines."
+            )
+    return names
+
+
+def checked_top_k(top_k, num_classes: int) -> int:
+    """int. `top_k` (an int >= 1), at most `num_classes`."""
+    if isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) \
+            or top_k < 1:
+        raise UsageError(f"top_k must be an int >= 1, got {top_k!r}.")
+    return min(int(top_k), num_classes)
+
+
+def check_version(version) -> None:
+    """Raises a UsageError unless `version` is None or an int >= 0."""
+    if version is not None and (
+        isinstance(version, bool)
+        or not isinstance(version, (int, np.integer))
+        or version < 0
+    ):
+        raise UsageError(
+            f"version must be a non-negative int or None, got {version!r}."
+        )

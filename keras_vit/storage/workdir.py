@@ -1,0 +1,195 @@
+"""What a training run leaves in its workdir, and how to read it back.
+
+Layout of a workdir (local or gs://):
+    config.json      the run's config (written once; checked on resume)
+    labels.txt       class names, one per line ("0", "1", ... when the
+                     data names none), so the head width is known
+    checkpoints/     tf.train.CheckpointManager checkpoints (model, optimizer
+                     incl. EMA averages, input iterator where supported)
+    train/, eval/    TensorBoard summaries
+    metrics.json     final metrics (test accuracy, steps, images/s, wall time)
+
+Every file is written with `keras_vit.storage.atomic.atomic_write`
+(a temporary name, then a rename), so a crash never leaves a half-written
+file behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from typing import Any, List, Optional
+
+import tensorflow as tf
+
+from keras_vit import build
+from keras_vit import config as config_lib
+from keras_vit.errors import UsageError
+from keras_vit.keras_compat import ema_variables
+from keras_vit.storage.atomic import atomic_write
+
+CONFIG = "config.json"
+LABELS = "labels.txt"
+METRICS = "metrics.json"
+CHECKPOINTS = "checkpoints"
+
+
+def write_json(path: str, obj: Any) -> None:
+    atomic_write(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
+
+
+def read_json(path: str) -> Any:
+    with tf.io.gfile.GFile(path) as f:
+        return json.load(f)
+
+
+def write_class_names(workdir: str, names: Optional[List[str]]) -> None:
+    if names:
+        atomic_write(os.path.join(workdir, LABELS), "\n".join(names) + "\n")
+
+
+def read_lines(path: str) -> List[str]:
+    """The non-empty lines of a text file (class names, one per line), in
+    order, without their line ends (LF or CRLF); local or gs://. The one
+    reader of label files: a run's, an export's, a --class_names_file."""
+    with tf.io.gfile.GFile(path, "rb") as f:
+        text = f.read().decode("utf-8")
+    return [line.rstrip("\r") for line in text.split("\n")
+            if line.strip()]
+
+
+def read_class_names(workdir: str) -> Optional[List[str]]:
+    """Class names saved with a run, or None."""
+    path = os.path.join(workdir, LABELS)
+    if not tf.io.gfile.exists(path):
+        return None
+    return read_lines(path)
+
+
+def read_config(workdir: str):
+    """The run's config as a locked ml_collections.ConfigDict: its saved
+    values laid over `keras_vit.config.base_config()`, so a field the run
+    predates takes its default.
+
+    Raises:
+        FileNotFoundError: no config.json in `workdir`.
+        ValueError: config.json holds a field the base config does not
+            know (named, with the closest real one).
+    """
+    path = os.path.join(workdir, CONFIG)
+    if not tf.io.gfile.exists(path):
+        raise FileNotFoundError(
+            f"{path} not found: is {workdir!r} the workdir of a training run?"
+        )
+    return config_lib.complete(read_json(path), where=path)
+
+
+# Where a training checkpoint keeps the weights: the optimizer tracks the
+# model's trainable variables as a list, which is their shortest path in the
+# checkpoint's object graph, so it names them by position.
+_TRAINABLE_KEY = re.compile(
+    r"^optimizer/_trainable_variables/(\d+)/\.ATTRIBUTES/VARIABLE_VALUE$"
+)
+
+
+def check_checkpoint(path: str, model) -> None:
+    """Raises ValueError unless the training checkpoint `path` holds exactly
+    the trainable weights of `model` (same number, same shapes, in order).
+
+    A checkpoint restores the optimizer's weight list by position, so one
+    from another model could otherwise load silently in part (fewer layers)
+    or fail with a bare shape error. Checkpoints without that list (not
+    written by a training run) are not checked.
+    """
+    shapes = tf.train.load_checkpoint(path).get_variable_to_shape_map()
+    saved = {}
+    for key, shape in shapes.items():
+        match = _TRAINABLE_KEY.match(key)
+        if match:
+            saved[int(match.group(1))] = tuple(shape)
+    if not saved:
+        return
+    variables = list(model.trainable_variables)
+    problem = None
+    if len(saved) != len(variables):
+        problem = (
+            f"it holds {len(saved)} trainable weights, the model "
+            f"{len(variables)}"
+        )
+    for i, var in enumerate(variables):
+        if problem:
+            break
+        if saved.get(i) != tuple(var.shape):
+            problem = (
+                f"weight #{i} ({var.path}) has shape {tuple(var.shape)} in "
+                f"the model but {saved.get(i)} in the checkpoint"
+            )
+    if problem:
+        raise UsageError(
+            f"Checkpoint {path} is from a different model than the one "
+            f"configured: {problem}. The workdir's config.json no longer "
+            "describes its checkpoints: put back the run's own config "
+            "(same model fields), or use a new `workdir`."
+        )
+
+
+def num_classes(model_config, workdir: str) -> int:
+    """The width of a run's head: its `config.model.num_classes`, else the
+    number of class names the run saved.
+
+    Raises:
+        ValueError: neither is there (a run directory written before every
+            run saved its class names).
+    """
+    if model_config.num_classes:
+        return int(model_config.num_classes)
+    names = read_class_names(workdir)
+    if names:
+        return len(names)
+    raise UsageError(
+        f"{workdir} does not record its class count: its {CONFIG} has "
+        f"no num_classes and there is no {LABELS}. Set it in {CONFIG} "
+        '("num_classes": N, as config.model.num_classes=N does for a new run) '
+        f"or write {LABELS} with one class name per line."
+    )
+
+
+def restore_model(workdir: str, *, use_ema: bool = True, checkpoint=None):
+    """The trained model of a workdir, from its latest checkpoint.
+
+    Args:
+        workdir: str. The training run's workdir.
+        use_ema: bool. Load the EMA (Polyak) averaged weights when the run
+            kept them.
+        checkpoint: str or None. A specific checkpoint prefix instead of the
+            latest one.
+
+    Returns:
+        A float32 `keras.Model` with the checkpoint's weights.
+
+    Raises:
+        FileNotFoundError: no config.json or no checkpoint.
+        ValueError: the checkpoint holds another model than config.json
+            describes (see `check_checkpoint`), or the class count is
+            recorded nowhere (see `num_classes`).
+    """
+    config = read_config(workdir)
+    directory = os.path.join(workdir, CHECKPOINTS)
+    path = checkpoint or tf.train.latest_checkpoint(directory)
+    if path is None:
+        raise FileNotFoundError(
+            f"No checkpoint in {directory}: the run has not saved one yet."
+        )
+    model, optimizer = build.build_run(
+        config, num_classes(config.model, workdir))
+    optimizer.build(model.trainable_variables)
+    check_checkpoint(path, model)
+    ckpt = tf.train.Checkpoint(model=model, optimizer=optimizer)
+    ckpt.read(path).expect_partial()
+    if use_ema and getattr(optimizer, "use_ema", False):
+        for var, avg in zip(
+            model.trainable_variables, ema_variables(optimizer)
+        ):
+            var.assign(avg)
+    return model

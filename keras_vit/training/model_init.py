@@ -1,0 +1,99 @@
+"""A run's model against where it starts: the workdir it resumes in must
+hold the same model (`check_workdir_config`), and fine-tuning takes the
+architecture of the model it starts from (`init_architecture`) and its
+weights (`initialise_from`)."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Dict
+
+import keras
+import tensorflow as tf
+from absl import logging
+
+from keras_vit.architecture import CONFIG_FIELDS, SHAPE_FIELDS
+from keras_vit.build import config_architecture
+from keras_vit.checkpoint import loader
+from keras_vit.storage import workdir as wd
+from keras_vit.training.resume import TrainingError
+
+
+def model_signature(config) -> dict:
+    """What fixes a run's parameters: its `config.model` section (but
+    rematerialisation) and MPP head."""
+    # Rematerialisation changes how gradients are computed, not the model:
+    # a run may resume with it switched on or off.
+    sig = {k: config.model[k] for k in CONFIG_FIELDS if k != "remat"}
+    sig["image_size"] = config.model.image_size
+    sig["num_classes"] = config.model.num_classes
+    # The MPP head's shape (a classifier has none).
+    mpp = config.objective.mpp
+    sig["mpp"] = [mpp.target, mpp.colour_bits, mpp.grid_size] if (
+        mpp.enabled) else None
+    # As the saved file holds it (tuples as lists).
+    return json.loads(json.dumps(sig))
+
+
+def check_workdir_config(config, workdir: str) -> None:
+    """A workdir holds one run: resuming with another model is an error."""
+    if not tf.io.gfile.exists(os.path.join(workdir, wd.CONFIG)):
+        return
+    # Fields the saved config predates take their defaults.
+    old = wd.read_config(workdir)
+    if model_signature(old) != model_signature(config):
+        raise TrainingError(
+            f"The workdir {workdir} holds a run with a different model "
+            f"config ({model_signature(old)}) than this one "
+            f"({model_signature(config)}). Use a new `workdir`, or the "
+            "same config to resume."
+        )
+
+
+# The fields that must agree with the model fine-tuning starts from (a
+# pre-logits layer is dropped or kept by config.init.keep_pre_logits).
+_START_FIELDS = tuple(f for f in SHAPE_FIELDS if f != "representation_size")
+
+
+def init_architecture(init, model_config) -> Dict:
+    """Fine-tuning starts from `config.init.model`'s architecture: the
+    `config.model` fields to change where its shapes differ from the
+    source's (the source's, as explicit sizes with no variant; {} when
+    they agree), with a warning; the other fields (dropout, remat, ...)
+    stay the config's."""
+    if not init.model:
+        return {}
+    start = loader.describe_source(init.model)
+    have = config_architecture(model_config)
+    differ = {k: (getattr(have, k), getattr(start, k))
+              for k in _START_FIELDS
+              if getattr(have, k) != getattr(start, k)}
+    if not differ:
+        return {}
+    logging.warning(
+        "config.model takes the architecture of %s, the model it starts "
+        "from: %s.", init.model,
+        ", ".join(f"{k} {a} -> {b}" for k, (a, b) in sorted(differ.items())),
+    )
+    fields = {key: getattr(start, key) for key in _START_FIELDS}
+    if start.resnet_layers is None:
+        fields["resnet_width"] = None  # a hybrid's alone
+    fields["variant"] = None
+    if init.keep_pre_logits:
+        fields["representation_size"] = start.representation_size
+    return fields
+
+
+def initialise_from(init, model: keras.Model) -> None:
+    """Fine-tuning: weights from `config.init` (a released .npz, a .keras
+    file, another run's workdir, ...; `loader.initialise`). The head is kept
+    only if its shape fits (else it starts at zero); position embeddings
+    are resized to this model's grid."""
+    if not init.model:
+        return
+    source = loader.resolve(init.model)
+    report = loader.initialise(
+        model, source, keep_pre_logits=bool(init.keep_pre_logits)
+    )
+    logging.info("Initialised from %s: %s", source.path, report)
