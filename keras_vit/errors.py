@@ -38,3 +38,15 @@ def one_line(error: BaseException) -> str:
     """`error`'s message on one line (TensorFlow's OpError keeps it in
     `.message`, and spans several lines)."""
     return " ".join(str(getattr(error, "message", None) or error).split())
+
+
+def check_options(options, known, who: str, also: str = "") -> None:
+    """A UsageError naming the keyword options in `options` that `who`
+    does not take (`known`: the names it takes; `also`: others it takes
+    outside them, as written in the message)."""
+    unknown = sorted(set(options) - set(known))
+    if unknown:
+        raise UsageError(
+            f"{who} got unknown option(s) {', '.join(unknown)}; its options "
+            f"are {also}{', '.join(known)}."
+        )

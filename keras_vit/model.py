@@ -44,7 +44,8 @@ from keras_vit.errors import UsageError
 __all__ = [
     "HYBRID_RESNETS", "VARIANTS", "Architecture", "Numerics", "ViTParts",
     "VisionTransformer", "architecture_of", "as_vision_transformer",
-    "create_model", "default_name", "dtype_policy_of", "policy_scope",
+    "create_model", "default_name", "dtype_policy_of", "from_policy_config",
+    "policy_scope",
     "decode_variant", "_image_hw",
 ]
 
@@ -177,10 +178,16 @@ class VisionTransformer(keras.Model):
 
     @classmethod
     def from_config(cls, config, custom_objects=None):
-        config = dict(config)
-        policy = config.pop("layers_dtype_policy", None)
-        with policy_scope(policy):
-            return cls(**config)
+        return from_policy_config(cls, config)
+
+
+def from_policy_config(cls, config: Dict[str, Any]):
+    """`cls(**config)` built under the dtype policy its config records
+    (`layers_dtype_policy`): a functional model class's `from_config`."""
+    config = dict(config)
+    policy = config.pop("layers_dtype_policy", None)
+    with policy_scope(policy):
+        return cls(**config)
 
 
 def _position_embedding(arch: Architecture) -> keras.layers.Layer:

@@ -36,7 +36,7 @@ from keras_vit.model import (
     VisionTransformer,
     default_name,
     dtype_policy_of,
-    policy_scope,
+    from_policy_config,
 )
 
 # What is predicted for each corrupted patch: its mean colour (one class of
@@ -297,10 +297,7 @@ class MppModel(keras.Model):
 
     @classmethod
     def from_config(cls, config, custom_objects=None):
-        config = dict(config)
-        policy = config.pop("layers_dtype_policy", None)
-        with policy_scope(policy):
-            return cls(**config)
+        return from_policy_config(cls, config)
 
 
 def create_mpp_model(

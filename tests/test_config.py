@@ -1,5 +1,5 @@
-"""The one config schema (keras_vit/config_schema.py): every configs/*.py file is
-the base with overrides, unknown fields are errors that name the closest
+"""The one config schema (keras_vit/config_schema.py): every configs/*.py
+file is the base with overrides, unknown fields are errors that name the closest
 real one, the code reads fields directly, and old run directories load with
 the defaults of fields they predate."""
 

@@ -16,7 +16,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from keras_vit.data import preprocessing
-from keras_vit.errors import UsageError
+from keras_vit.errors import UsageError, check_options
 from keras_vit.export import files as export_files
 
 
@@ -68,13 +68,8 @@ class ExportOptions:
         Raises:
             UsageError: an option that `export_model` does not take.
         """
-        known = [field.name for field in dataclasses.fields(cls)]
-        unknown = sorted(set(options) - set(known))
-        if unknown:
-            raise UsageError(
-                f"export_model got unknown option(s) {', '.join(unknown)}; "
-                f"its options are {', '.join(known)}."
-            )
+        check_options(options, [f.name for f in dataclasses.fields(cls)],
+                      "export_model")
         return cls(**options)
 
 

@@ -29,7 +29,7 @@ import keras
 import tensorflow as tf
 
 from keras_vit import keras_compat
-from keras_vit.errors import UsageError
+from keras_vit.errors import UsageError, check_options
 from keras_vit.scoring.evaluator import Evaluator
 from keras_vit.scoring.losses import hard_labels, per_example_loss
 from keras_vit.training import distribute, keras_hooks, replica_rng
@@ -73,13 +73,8 @@ class TrainOptions:
             UsageError: an option that `Trainer` does not take, or no
                 global_batch_size.
         """
-        known = [field.name for field in dataclasses.fields(cls)]
-        unknown = sorted(set(options) - set(known))
-        if unknown:
-            raise UsageError(
-                f"Trainer got unknown option(s) {', '.join(unknown)}; its "
-                f"options are num_classes, {', '.join(known)}."
-            )
+        check_options(options, [f.name for f in dataclasses.fields(cls)],
+                      "Trainer", also="num_classes, ")
         if "global_batch_size" not in options:
             raise UsageError(
                 "Trainer needs global_batch_size: the examples per "

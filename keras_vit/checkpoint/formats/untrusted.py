@@ -120,15 +120,8 @@ def inside_folder(folder: str, name: Any, what: str) -> str:
             f"{what} names {name!r}, outside the model's folder {folder}; "
             "a model's files must lie in its own folder."
         )
-    path = os.path.join(folder, *parts)
-    real = os.path.realpath(path)
-    if not any(os.path.commonpath([real, root]) == root
-               for root in _roots(folder)):
-        raise UsageError(
-            f"{what} names {name!r}, a link to {real}, outside the model's "
-            f"folder {folder}; a model's files must lie in its own folder."
-        )
-    return path
+    return _kept_inside(folder, os.path.join(folder, *parts),
+                        f"{what} names {name!r}, a link to", "")
 
 
 def in_folder(folder: str, name: str, what: str) -> str:
@@ -136,14 +129,20 @@ def in_folder(folder: str, name: str, what: str) -> str:
     naming `what`) when it is a link that leads out of the folder (the
     Hugging Face cache's snapshot links into the repository's own
     `blobs/` excepted, as for `inside_folder`)."""
-    path = os.path.join(folder, name)
+    return _kept_inside(folder, os.path.join(folder, name),
+                        f"{what} is a link to",
+                        " (copy the file in if you mean it)")
+
+
+def _kept_inside(folder: str, path: str, said: str, advice: str) -> str:
+    """`path`, refused (`said`, where it leads, `advice`) when it resolves
+    outside `folder` and the cache roots that `_roots` allows."""
     real = os.path.realpath(path)
     if not any(os.path.commonpath([real, root]) == root
                for root in _roots(folder)):
         raise UsageError(
-            f"{what} is a link to {real}, outside the model's folder "
-            f"{folder}; a model's files must lie in its own folder (copy "
-            "the file in if you mean it)."
+            f"{said} {real}, outside the model's folder {folder}; a model's "
+            f"files must lie in its own folder{advice}."
         )
     return path
 
