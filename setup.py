@@ -13,10 +13,10 @@ package is built, from the environment:
 
 setup.cfg's install_requires names the default (`tensorflow`, at the
 bounds CI installs); for the TPU build that line becomes `tensorflow-tpu`
-and the `tpu` extra exists. The default build has no `tpu` extra, so that
-pip warns about `.[tpu]` rather than installing a TensorFlow without TPU
-support. tests/test_packaging.py resolves both builds with
-`pip install --dry-run --report`.
+and the `tpu` extra (libtpu) exists, both pinned. The default build has
+no `tpu` extra, so that pip warns about `.[tpu]` rather than installing a
+TensorFlow without TPU support. tests/test_packaging.py resolves both
+builds with `pip install --dry-run --report`.
 """
 
 import configparser
@@ -28,10 +28,14 @@ from setuptools import setup
 CHOICE = "KERAS_VIT_TENSORFLOW"
 # The distributions of the `tensorflow` module and their requirement.
 # tensorflow-tpu follows TensorFlow's releases with a delay (its newest is
-# 2.20), so its lower bound is one minor below TensorFlow's.
+# 2.20.0) and asks for an open range of libtpu releases, of which the
+# newest do not find the TPU with it; so the TPU build pins the pair it is
+# tested with: tensorflow-tpu here, libtpu in setup.cfg's `tpu` extra
+# (keras_vit/training/tpu_env.py holds the same pair and checks it at
+# start-up; tests/test_tpu_env.py checks that all three agree).
 TENSORFLOW = {
     "tensorflow": None,  # as setup.cfg says
-    "tensorflow-tpu": "tensorflow-tpu>=2.20,<2.22",
+    "tensorflow-tpu": "tensorflow-tpu==2.20.0",
 }
 TPU_EXTRA = "tpu"
 

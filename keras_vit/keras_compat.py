@@ -2,7 +2,7 @@
 
 Everything else goes through public Keras API; in particular the trainer
 puts the EMA averages into the model with the public
-`optimizer.finalize_variable_values`. The function below says why it
+`optimizer.finalize_variable_values`. Each function below says why it
 exists. The other internal, a tf.distribute concern, lives with the
 training code: `keras_vit.training.keras_hooks.skip_cross_replica_sum`.
 
@@ -18,6 +18,8 @@ from __future__ import annotations
 from keras_vit.errors import UsageError
 
 _EMA_ATTR = "_model_variables_moving_average"
+# The name `keras.random.SeedGenerator` gives its state variable.
+SEED_STATE_NAME = "seed_generator_state"
 
 
 def ema_variables(optimizer) -> list:
@@ -42,3 +44,19 @@ def ema_variables(optimizer) -> list:
             "use keras >= 3.15, < 3.16."
         )
     return list(averages)
+
+
+def seed_states(model) -> list:
+    """The state variables of the model's random seed generators (one per
+    `keras.layers.Dropout`, stochastic depth included), in the order of
+    `model.non_trainable_variables`.
+
+    Each is (seed, counter): a dropout layer draws its mask from the
+    state's value and then adds one to the counter. The distributed
+    trainer gives each replica and step its own values for them
+    (`keras_vit.training.replica_rng`), since one shared state would make
+    every replica draw the same masks. Keras names these variables but
+    lists no public way to find a layer's seed generators, hence the name.
+    """
+    return [v for v in model.non_trainable_variables
+            if v.name == SEED_STATE_NAME]

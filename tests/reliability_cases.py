@@ -427,8 +427,8 @@ _CASES = [
         "tpu_local_absent", BAD_INPUT, "CLI",
         "`--strategy=tpu --tpu=local` where no TPU is attached",
         "One line naming the fixes, no traceback.",
-        ("No TPU is attached to this machine (--tpu=local",
-         "--strategy=auto or --strategy=cpu"),
+        ("Cannot initialise this machine's TPU (--tpu=local",
+         "TensorFlow says:", "Found:", "--strategy=auto or --strategy=cpu"),
         "exit status 1",
     ),
     Case(

@@ -19,7 +19,8 @@ import tensorflow as tf
 
 from keras_vit import optim
 from keras_vit.errors import PREEMPTED_EXIT_CODE
-from keras_vit.training import cluster, distribute, train_lib
+from keras_vit.training import cluster, distribute, loop, train_lib
+from tests import tiny
 from tests.strategies import two_cpu_mirrored
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -105,8 +106,9 @@ def _closed_port():
      "train without a TPU: `strategy`=auto or `strategy`=cpu."),
     ("local", {"fail_init": tf.errors.NotFoundError(
         None, None, "TPUs not found in the cluster.")},
-     "No TPU is attached to this machine (`tpu`=local: NotFoundError: TPUs "
-     "not found in the cluster.). To fix: run on a TPU VM"),
+     "Cannot initialise this machine's TPU (`tpu`=local: "
+     "TPUClusterResolver, then initialize_tpu_system); TensorFlow says: "
+     "NotFoundError: TPUs not found in the cluster. Found: "),
     ("my-tpu", {"fail_resolver": urllib.error.URLError(
         ConnectionRefusedError(111, "Connection refused"))},
      "Cannot look up the Cloud TPU `tpu`=my-tpu: its name is resolved "
@@ -179,31 +181,82 @@ def test_auto_finds_a_tpu_from_the_environment(monkeypatch):
             is tf.distribute.get_strategy())
 
 
-def test_tpu_strategy_gets_a_preemption_handler(monkeypatch):
-    _FakeTPU(monkeypatch)
+def test_only_multi_worker_strategies_get_a_preemption_handler(
+        monkeypatch):
     made = []
     monkeypatch.setattr(
         tf.distribute.experimental, "PreemptionCheckpointHandler",
         lambda resolver, manager, termination_config: made.append(
             (resolver, manager, termination_config)) or "h",
     )
-    strategy = distribute.create_strategy("tpu", "local")
     saved = []
-    assert distribute.preemption_handler(
-        strategy, "manager", saved.append) == "h"
-    (resolver, manager, config), = made
-    assert (resolver, manager) == (strategy.cluster_resolver, "manager")
-    # It saves through the run's own writer, then hands the exit back to
-    # the host loop (instead of TensorFlow's sys.exit).
-    config.save_fn(checkpoint_number=30)
-    assert saved == [30]
-    with pytest.raises(distribute.Preempted):
-        config.exit_fn()
-    # One-host strategies have none: the SIGTERM flag does the work.
+    # A TPU VM: TensorFlow's handler does nothing on Google Cloud's TPUs,
+    # so none is made; the SIGTERM flag does the work (next test).
+    _FakeTPU(monkeypatch)
+    tpu = distribute.create_strategy("tpu", "local")
+    assert distribute.preemption_handler(tpu, "manager", saved.append) is None
+    # One-host strategies have none either.
     assert distribute.preemption_handler(
         tf.distribute.get_strategy(), "manager", saved.append) is None
     assert distribute.preemption_handler(
         two_cpu_mirrored(), "m", saved.append) is None
+    # A multi-worker one has one, which saves through the run's own writer,
+    # then hands the exit back to the host loop (not TensorFlow's sys.exit).
+    monkeypatch.setattr(distribute, "is_multi_worker", lambda s: True)
+    monkeypatch.setattr(distribute.cluster, "quiet_watcher_errors",
+                        lambda: None)
+    worker = types.SimpleNamespace(cluster_resolver="resolver")
+    assert distribute.preemption_handler(
+        worker, "manager", saved.append) == "h"
+    (resolver, manager, config), = made
+    assert (resolver, manager) == ("resolver", "manager")
+    config.save_fn(checkpoint_number=30)
+    assert saved == [30]
+    with pytest.raises(distribute.Preempted):
+        config.exit_fn()
+
+
+class _SigtermAfterFirstLoop(distribute.SigtermFlag):
+    """The real SIGTERM flag; a real SIGTERM reaches this process when the
+    host loop first asks, as a TPU VM's maintenance event sends one."""
+
+    @property
+    def requested(self):
+        if not self._sent:
+            self._sent = True
+            os.kill(os.getpid(), signal.SIGTERM)
+        return self._requested
+
+    @requested.setter
+    def requested(self, value):
+        self._requested = value
+        self._sent = getattr(self, "_sent", False)
+
+
+def test_tpu_vm_sigterm_saves_stops_and_resumes(tmp_path, monkeypatch,
+                                                caplog):
+    """A TPU run (the default strategy standing in for TPUStrategy):
+    no handler, the log says what saves the checkpoint, and a SIGTERM
+    saves at the next step boundary and stops; the same call resumes."""
+    from tests.test_train import digits_config
+
+    monkeypatch.setattr(distribute, "is_tpu", lambda strategy: True)
+    monkeypatch.setattr(loop, "_Preemption", _SigtermAfterFirstLoop)
+    config = tiny.set_fields(digits_config(), {
+        "trainer.total_steps": 12, "trainer.steps_per_loop": 4,
+        "evals.test.every_steps": 0, "checkpoints.every_steps": 0})
+    workdir = str(tmp_path / "run")
+    with caplog.at_level("INFO", logger="absl"):
+        stopped = train_lib.train_and_evaluate(config, workdir)
+    assert stopped == {"preempted": True, "step": 4}
+    assert "Preemption: a TPU VM's maintenance event or preemption sends " \
+        "SIGTERM" in caplog.text
+    assert "Stopped at step 4 after SIGTERM; checkpoint saved" in caplog.text
+    assert tf.train.latest_checkpoint(
+        os.path.join(workdir, "checkpoints")).endswith("ckpt-4")
+    monkeypatch.setattr(loop, "_Preemption", distribute.SigtermFlag)
+    resumed = train_lib.train_and_evaluate(config, workdir)
+    assert resumed["steps"] == 12 and resumed["steps_this_run"] == 8
 
 
 @pytest.mark.parametrize("name", ["gpu", "TPU", "", "parameter_server"])

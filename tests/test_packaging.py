@@ -19,6 +19,8 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.version import Version
 
+from keras_vit.training import tpu_env
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # Distributions that install the `tensorflow` module.
@@ -106,7 +108,9 @@ def test_pip_resolves_one_tensorflow(tmp_path, choice, tensorflow):
         assert "does not provide the extra 'tpu'" in run.stderr
         assert Version("2.21") <= resolved["tensorflow"] < Version("2.22")
     else:
-        assert Version("2.20") <= resolved[tensorflow] < Version("2.22")
+        # The pair the TPU build pins (keras_vit/training/tpu_env.py).
+        assert resolved[tensorflow] == Version(tpu_env.TENSORFLOW_TPU)
+        assert resolved["libtpu"] == Version(tpu_env.LIBTPU)
     assert Version("3.15") <= resolved["keras"] < Version("3.16")
     # The package itself needs neither scipy, pillow nor matplotlib (the
     # tests and figures do: extras); scikit-learn brings scipy and

@@ -23,6 +23,7 @@ from keras_vit.commands import flags as cli
 from keras_vit.config import base_config
 from keras_vit.training import model_init
 from keras_vit.training.trainer import Trainer
+from tests import xla_cpu
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = dict(patch_size=8, hidden_size=32, num_layers=2, num_heads=2,
@@ -93,6 +94,7 @@ def _compiled_dots(model):
     return len(re.findall(r" dot\(", hlo))
 
 
+@xla_cpu.needed
 def test_the_backward_pass_recomputes_each_block():
     """XLA keeps TensorFlow's recomputation: in every block, the qkv
     projection, both attention products, the output projection and the
@@ -103,6 +105,7 @@ def test_the_backward_pass_recomputes_each_block():
     assert _compiled_dots(rematted) == _compiled_dots(plain) + 5 * 2
 
 
+@xla_cpu.needed
 def test_training_steps_with_remat_give_the_same_weights():
     """The trainer's XLA-compiled steps, with dropout: the same weights."""
     strategy = tf.distribute.get_strategy()

@@ -100,9 +100,11 @@ def mix_batch(
     cutmix_alpha: float = 0.0,
     seed: Optional[int] = None,
 ) -> Optional[Callable[[tf.Tensor, tf.Tensor], Tuple[tf.Tensor, tf.Tensor]]]:
-    """`fn(images, labels)`: a batch mixed by Mixup and/or CutMix, with
-    integer labels (B,) in and float32 mixed labels (B, num_classes) out,
-    each row summing to 1; None when both alphas are 0.
+    """`fn(images, labels, index=None)`: a batch mixed by Mixup and/or
+    CutMix, with integer labels (B,) in and float32 mixed labels
+    (B, num_classes) out, each row summing to 1; None when both alphas are
+    0. With both, batch `index` (the input pipeline's count) chooses one
+    of them by (seed, index), with a stateless draw.
 
     Args:
         num_classes: int. Width of the label vectors.
@@ -137,12 +139,17 @@ def mix_batch(
         return (tf.cast(out["images"], tf.float32),
                 tf.cast(out["labels"], tf.float32))
 
-    def apply(images, labels):
+    def apply(images, labels, index=None):
         onehot = tf.one_hot(labels, num_classes, dtype=tf.float32)
         images = tf.cast(images, tf.float32)
         if len(mixers) == 1:
             return one(mixers[0], images, onehot)
-        use_mixup = tf.random.uniform([], seed=seed) < 0.5
+        if index is None:
+            use_mixup = tf.random.uniform([], seed=seed) < 0.5
+        else:  # stateless: reproducible whatever ran before
+            use_mixup = tf.random.stateless_uniform([], seed=tf.stack([
+                tf.constant(seed or 0, tf.int64), tf.cast(index, tf.int64)
+            ])) < 0.5
         return tf.cond(
             use_mixup,
             lambda: one(mixers[0], images, onehot),

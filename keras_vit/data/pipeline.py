@@ -259,8 +259,13 @@ def train_dataset(
         mix = augment.mix_batch(
             int(run.num_classes or sources.dataset_info(inp).num_classes),
             float(inp.mix.mixup_alpha), float(inp.mix.cutmix_alpha), seed)
-        ds = ds.map(mix, num_parallel_calls=tf.data.AUTOTUNE,
-                    deterministic=True)
+        # Batch i chooses between Mixup and CutMix by (seed, i), and the
+        # layers' random state advances one batch after the other (one
+        # call at a time: parallel calls would race for it), so that the
+        # same seed draws the same mixes.
+        ds = ds.enumerate().map(
+            lambda index, batch: mix(*batch, index=index)
+        )
     if inp.synthetic_data:
         # For benchmarks: one real batch, served again and again from
         # memory, so that the input work drops out of the timings.
@@ -332,4 +337,5 @@ def pad_batch(images, labels, batch_size: int):
     labels = tf.pad(labels, [[0, pad]])
     mask = tf.pad(tf.ones([n], tf.float32), [[0, pad]])
     images = tf.ensure_shape(images, [batch_size] + images.shape[1:].as_list())
-    return images, tf.ensure_shape(labels, [batch_size]), mask
+    return (images, tf.ensure_shape(labels, [batch_size]),
+            tf.ensure_shape(mask, [batch_size]))

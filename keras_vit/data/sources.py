@@ -120,6 +120,62 @@ def _slice(bounds, n: int, split: str) -> Tuple[int, int]:
     return start, stop
 
 
+def list_class_folders(
+    root: str, per_level: Optional[bool] = None
+) -> Dict[str, Dict[str, List[str]]]:
+    """{split: {class: sorted image file names}} of `root`/<split>/<class>/.
+
+    Two ways, the same result (tests/test_folder_listing.py):
+    `per_level` (the default for gs:// and other remote file systems):
+    one glob per level, two calls in all however many folders there are;
+    otherwise (the default for local folders) a listing of every folder
+    and a check of every entry. On gs:// every call is at least one
+    request: ImageNet-21k's 21,841 class folders cost some 44,000 folder
+    by folder, against two paged listings of its 14.2 million objects
+    (1,000 a page: about 28,400 requests); on a local disk the per-folder
+    listing is the faster (benchmarks/folder_listing.py,
+    docs/performance.md).
+    """
+    if per_level is None:
+        per_level = "://" in root
+    if not per_level:
+        return _per_folder(root)
+    images: Dict[str, List[str]] = {}
+    for path in tf.io.gfile.glob(os.path.join(root, "*", "*", "*")):
+        folder, name = os.path.split(path.rstrip("/"))
+        if name.lower().endswith(IMAGE_EXTENSIONS):
+            images.setdefault(folder, []).append(name)
+    tree: Dict[str, Dict[str, List[str]]] = {}
+    for path in tf.io.gfile.glob(os.path.join(root, "*", "*")):
+        path = path.rstrip("/")
+        # A folder holds images, or is one without any (a file beside the
+        # class folders is neither).
+        if path not in images and not tf.io.gfile.isdir(path):
+            continue
+        split_dir, name = os.path.split(path)
+        tree.setdefault(os.path.basename(split_dir), {})[name] = sorted(
+            images.get(path, [])
+        )
+    return tree
+
+
+def _per_folder(root: str) -> Dict[str, Dict[str, List[str]]]:
+    def subdirs(path):
+        return sorted(
+            d.rstrip("/") for d in tf.io.gfile.listdir(path)
+            if tf.io.gfile.isdir(os.path.join(path, d))
+        )
+
+    tree: Dict[str, Dict[str, List[str]]] = {}
+    for split in subdirs(root):
+        for name in subdirs(os.path.join(root, split)):
+            tree.setdefault(split, {})[name] = sorted(
+                f for f in tf.io.gfile.listdir(os.path.join(root, split, name))
+                if f.lower().endswith(IMAGE_EXTENSIONS)
+            )
+    return tree
+
+
 @functools.lru_cache(maxsize=8)
 def _folder_index(root: str):
     """{split: (paths, labels)}, class names; labels index the sorted class
@@ -135,21 +191,10 @@ def _folder_index(root: str):
             "config.input.data_dir to the folder holding <split>/<class>/."
         )
 
-    def subdirs(path):
-        return sorted(
-            d.rstrip("/") for d in tf.io.gfile.listdir(path)
-            if tf.io.gfile.isdir(os.path.join(path, d))
-        )
-
     files: Dict[str, List[Tuple[str, str]]] = {}
-    for split in subdirs(root):
-        for name in subdirs(os.path.join(root, split)):
+    for split, classes in sorted(list_class_folders(root).items()):
+        for name, images in sorted(classes.items()):
             folder = os.path.join(root, split, name)
-            images = [
-                (os.path.join(folder, f), name)
-                for f in sorted(tf.io.gfile.listdir(folder))
-                if f.lower().endswith(IMAGE_EXTENSIONS)
-            ]
             # An empty class folder would silently drop (or never train)
             # its class; hidden ones (.ipynb_checkpoints) are not classes.
             if not images and not name.startswith("."):
@@ -158,7 +203,9 @@ def _folder_index(root: str):
                     f"({', '.join(IMAGE_EXTENSIONS)}; other files are "
                     "ignored): add images or remove the folder."
                 )
-            files.setdefault(split, []).extend(images)
+            files.setdefault(split, []).extend(
+                (os.path.join(folder, f), name) for f in images
+            )
     names = sorted({name for pairs in files.values() for _, name in pairs})
     if not names:
         raise UsageError(

@@ -52,26 +52,29 @@ class Evaluator:
         self.loss = loss
         self._eval_step = tf.function(self._eval_step_fn)
 
-    def _eval_step_fn(self, images, labels, mask):
-        def step(images, labels, mask):
-            logits = tf.cast(self.model(images, training=False), tf.float32)
-            losses = per_example_loss(
-                labels, logits, self.num_classes, self.loss
-            )
-            top1 = tf.cast(
-                tf.equal(tf.argmax(logits, -1, output_type=tf.int32), labels),
-                tf.float32,
-            )
-            k = min(5, self.num_classes)
-            top5 = tf.cast(tf.nn.in_top_k(labels, logits, k), tf.float32)
-            return (
-                tf.reduce_sum(losses * mask),
-                tf.reduce_sum(top1 * mask),
-                tf.reduce_sum(top5 * mask),
-                tf.reduce_sum(mask),
-            )
+    def _eval_replica_fn(self, images, labels, mask):
+        """One replica's sums over its batch: (loss, top-1, top-5, count)
+        of the examples whose mask is 1 (replica context; static shapes, so
+        that XLA compiles it, as a TPU does)."""
+        logits = tf.cast(self.model(images, training=False), tf.float32)
+        losses = per_example_loss(labels, logits, self.num_classes, self.loss)
+        top1 = tf.cast(
+            tf.equal(tf.argmax(logits, -1, output_type=tf.int32), labels),
+            tf.float32,
+        )
+        k = min(5, self.num_classes)
+        top5 = tf.cast(tf.nn.in_top_k(labels, logits, k), tf.float32)
+        return (
+            tf.reduce_sum(losses * mask),
+            tf.reduce_sum(top1 * mask),
+            tf.reduce_sum(top5 * mask),
+            tf.reduce_sum(mask),
+        )
 
-        results = self.strategy.run(step, args=(images, labels, mask))
+    def _eval_step_fn(self, images, labels, mask):
+        results = self.strategy.run(
+            self._eval_replica_fn, args=(images, labels, mask)
+        )
         return [
             self.strategy.reduce("SUM", r, axis=None) for r in results
         ]

@@ -15,9 +15,13 @@ TPU) is bounded by `connect_timeout_s` and ends on SIGTERM
 a `cluster.SetupError` whose one line names the fix.
 
 Preemption: `SigtermFlag` lets the host loop checkpoint and stop on SIGTERM
-(one host, and Cloud TPU VMs); for multi-worker and TPU strategies
-`preemption_handler` adds TensorFlow's PreemptionCheckpointHandler, which
-makes every worker save at the same step and then raises `Preempted`.
+(one host, and Cloud TPU VMs, whose maintenance events and preemptions
+send it); for multi-worker strategies `preemption_handler` adds
+TensorFlow's PreemptionCheckpointHandler, which makes every worker save at
+the same step and then raises `Preempted`. TPUStrategy gets none: on
+Google Cloud's TPU VMs TensorFlow's handler does nothing (it logs that TPUs
+on GCP are not supported, and `save_checkpoint_if_preempted` returns at
+once), so there SIGTERM is what saves the checkpoint.
 """
 
 from __future__ import annotations
@@ -217,22 +221,26 @@ def is_multi_worker(strategy: tf.distribute.Strategy) -> bool:
 
 
 def is_tpu(strategy: tf.distribute.Strategy) -> bool:
-    return isinstance(strategy, tf.distribute.TPUStrategy)
+    """Whether `strategy` runs on TPUs (it then compiles the whole replica
+    step with XLA itself: the step is one TPU computation)."""
+    return isinstance(strategy, (tf.distribute.TPUStrategy,
+                                 tf.distribute.experimental.TPUStrategy))
 
 
 def preemption_handler(
     strategy: tf.distribute.Strategy, manager, save: Callable[[int], None]
 ):
-    """TensorFlow's PreemptionCheckpointHandler for the strategies it
-    supports (multi-worker MultiWorkerMirroredStrategy, TPUStrategy), else
-    None.
+    """TensorFlow's PreemptionCheckpointHandler for a multi-worker
+    MultiWorkerMirroredStrategy, else None.
 
     Call `save_checkpoint_if_preempted(checkpoint_number=step)` between host
     loops: when any worker is told to stop, all of them call `save(step)` at
     the same step and then it raises `Preempted` (instead of TensorFlow's
     sys.exit), so that the run can end cleanly. Off Google Cloud it owns
-    SIGTERM; on Cloud TPU VMs it does nothing, and `SigtermFlag` does the
-    work.
+    SIGTERM. TensorFlow's handler does nothing on Google Cloud's TPU VMs
+    and CPU VMs (TF 2.20 and 2.21: it logs that they are not supported and
+    `save_checkpoint_if_preempted` returns at once), so a TPUStrategy gets
+    none: `SigtermFlag` saves on the SIGTERM a TPU VM receives.
 
     Args:
         strategy: tf.distribute.Strategy.
@@ -242,7 +250,7 @@ def preemption_handler(
         save: step -> None. Saves the checkpoint of that step on this
             worker (see `state.CheckpointWriter.save`).
     """
-    if not (is_multi_worker(strategy) or is_tpu(strategy)):
+    if not is_multi_worker(strategy):
         return None
     cluster.quiet_watcher_errors()
 

@@ -129,18 +129,13 @@ class MppTrainer(Trainer):
         grads = tape.gradient(scaled, variables)
         return tf.reduce_sum(losses), tf.reduce_sum(right), grads
 
-    def _eval_step_fn(self, features, labels, mask):
-        def step(features, mask):
-            outputs = self.model(features, training=False)
-            losses, right, top5 = self.objective(features, outputs)
-            return (
-                tf.reduce_sum(losses * mask),
-                tf.reduce_sum(right * mask),
-                tf.reduce_sum(top5 * mask),
-                tf.reduce_sum(mask),
-            )
-
-        results = self.strategy.run(step, args=(features, mask))
-        return [
-            self.strategy.reduce("SUM", r, axis=None) for r in results
-        ]
+    def _eval_replica_fn(self, features, labels, mask):
+        del labels  # self-supervised
+        outputs = self.model(features, training=False)
+        losses, right, top5 = self.objective(features, outputs)
+        return (
+            tf.reduce_sum(losses * mask),
+            tf.reduce_sum(right * mask),
+            tf.reduce_sum(top5 * mask),
+            tf.reduce_sum(mask),
+        )

@@ -6,6 +6,13 @@ initialize_tpu_system -> TPUStrategy (the connect step skipped for a TPU
 VM's own TPU, tpu="local"). It must run at program start, before any op.
 A grpc:// address that does not answer fails at once; a connection that
 hangs ends the process after connect_timeout_s (`cluster.run_guarded`).
+
+On a TPU VM, start-up first checks the installed TensorFlow and libtpu
+against the tested pair and warns with the command that installs it; a
+failed initialisation says what was tried, TensorFlow's own reason and
+the cause found on the machine (`tpu_env.diagnose`: a TensorFlow without
+TPU support, no TPU, a TPU in use, libtpu off, missing or mismatched),
+each with its fix.
 """
 
 from __future__ import annotations
@@ -16,7 +23,7 @@ from typing import Optional
 import tensorflow as tf
 from absl import logging
 
-from keras_vit.training import cluster
+from keras_vit.training import cluster, tpu_env
 from keras_vit.training.cluster import SetupError
 
 # The choices a failed TPU set-up names.
@@ -52,6 +59,10 @@ def tpu_strategy(
                 f"8470), or {_TPU_FIXES}."
             )
 
+    if tpu == "local":
+        for problem, fix in tpu_env.version_problems():
+            logging.warning("TPU install: %s. To fix: %s.", problem, fix)
+
     def connect():
         resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu)
         if tpu != "local":
@@ -79,11 +90,8 @@ def _tpu_setup_error(tpu: Optional[str], error: Exception) -> SetupError:
             "`strategy`=tpu found no TPU: no `tpu`, no TPU_NAME and no TPU "
             f"attached to this machine. To fix: {_TPU_FIXES}."
         )
-    if tpu == "local" or "TPUs not found" in text:
-        return SetupError(
-            "No TPU is attached to this machine (`tpu`=local: "
-            f"{text[:160]}). To fix: {_TPU_FIXES}."
-        )
+    if tpu == "local":
+        return local_tpu_error(text)
     if isinstance(error, OSError):  # urllib's URLError: the metadata server
         return SetupError(
             f"Cannot look up the Cloud TPU `tpu`={tpu}: its name is "
@@ -94,6 +102,19 @@ def _tpu_setup_error(tpu: Optional[str], error: Exception) -> SetupError:
     return SetupError(
         f"Cannot set up the TPU `tpu`={tpu} ({text}). Check the name and "
         f"that the TPU is ready, or {_TPU_FIXES}."
+    )
+
+
+def local_tpu_error(text: str) -> SetupError:
+    """The one line for a failed initialisation of this machine's own TPU:
+    what was tried, TensorFlow's reason and the cause found here."""
+    reason = text.split("Failed in initialization:", 1)[-1].strip(" .")
+    cause, fix = tpu_env.diagnose()
+    return SetupError(
+        "Cannot initialise this machine's TPU (`tpu`=local: "
+        "TPUClusterResolver, then initialize_tpu_system); TensorFlow says: "
+        f"{reason[:200]}. Found: {cause}. To fix: "
+        f"{fix + ', or ' if fix else ''}{_TPU_FIXES}."
     )
 
 

@@ -211,7 +211,7 @@ def train_and_evaluate(
     Returns the final metrics (also written to workdir/metrics.json), or,
     when the run stopped on SIGTERM with a checkpoint saved,
     {"preempted": True, "step": S} ("restart": True when every worker of a
-    multi-worker or TPU run saved that step); the commands then exit with
+    multi-worker run saved that step); the commands then exit with
     `distribute.RESTART_EXIT_CODE`.
     """
     on_finish = _finisher(config.objective.mpp, config.export, workdir,
@@ -343,8 +343,16 @@ def _resume_and_run(saved_config: Dict, init, plan: loop.Plan,
         logging.info(
             "Preemption: PreemptionCheckpointHandler saves a checkpoint on "
             "every worker at the same step and stops the run (the commands "
-            "exit with status %d) when any worker is told to stop.",
+            "exit with status %d) when any worker is told to stop; where it "
+            "does not watch (Google Cloud CPU VMs), SIGTERM does the same.",
             distribute.RESTART_EXIT_CODE,
+        )
+    elif distribute.is_tpu(run.strategy):
+        logging.info(
+            "Preemption: a TPU VM's maintenance event or preemption sends "
+            "SIGTERM; training then saves a checkpoint at the next step "
+            "boundary and stops (the commands exit with status %d); the "
+            "same command resumes.", distribute.RESTART_EXIT_CODE,
         )
     final = loop.run(plan, run)
     if distribute.is_multi_worker(run.strategy):

@@ -8,9 +8,11 @@ training fast. So the loop is our own: `strategy.run` of one step inside a
 
 Per step and replica: the per-replica batch is split into
 `accumulation_steps` micro-batches whose gradients are summed (so k x b
-accumulated equals one step of k*b); the loss is the example sum over the
-GLOBAL batch, so the cross-replica SUM of gradients is the global mean
-gradient; it is clipped at its global norm and applied once.
+accumulated equals one step of k*b), and each replica and micro-batch
+draws dropout and stochastic-depth masks of its own (`replica_rng`); the
+loss is the example sum over the GLOBAL batch, so the cross-replica SUM of
+gradients is the global mean gradient; it is clipped at its global norm
+and applied once.
 
 A step whose loss or gradient norm is not finite is counted (and reported
 with its index). With `skip_nonfinite`, it is also skipped: the step counter
@@ -26,10 +28,11 @@ from typing import Dict, Optional
 import keras
 import tensorflow as tf
 
+from keras_vit import keras_compat
 from keras_vit.errors import UsageError, check_options
 from keras_vit.scoring.evaluator import Evaluator
 from keras_vit.scoring.losses import hard_labels, per_example_loss
-from keras_vit.training import keras_hooks
+from keras_vit.training import distribute, keras_hooks, replica_rng
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,8 +48,11 @@ class TrainOptions:
         loss: str. "softmax_xent" or "sigmoid_xent".
         label_smoothing: float.
         jit_compile: bool. XLA-compile each replica's forward and backward
-            pass (the cross-replica reduction and the update stay outside,
-            where every strategy supports them).
+            passes, its micro-batches included (the cross-replica
+            reduction and the update stay outside, where every strategy
+            supports them). On a TPU, TPUStrategy compiles the whole
+            replica step with XLA whatever this says, and no compiled
+            function is nested inside it.
         skip_nonfinite: bool. Skip updates whose loss or gradient norm is
             NaN or Inf instead of applying them (see the module docstring).
     """
@@ -128,9 +134,17 @@ class Trainer(Evaluator):
         keras_hooks.skip_cross_replica_sum(optimizer)
         # The raw weights while the EMA averages are in the model.
         self._raw_weights = None
-        if opts.jit_compile:
-            self._loss_and_grads = tf.function(
-                self._loss_and_grads, jit_compile=True
+        # The model's dropout seed generators, which each replica reads
+        # with values of its own (replica_rng).
+        self._seed_states = keras_compat.seed_states(model)
+        # On a TPU the whole replica step is one XLA computation already:
+        # a jit-compiled function nested inside it is not what TPUStrategy
+        # (nor Keras, which turns XLA off under every strategy) runs.
+        self.jit_compile = (bool(opts.jit_compile)
+                            and not distribute.is_tpu(strategy))
+        if self.jit_compile:
+            self._replica_grads = tf.function(
+                self._replica_grads, jit_compile=True
             )
         self._train_loop = tf.function(self._train_loop_fn)
 
@@ -160,30 +174,41 @@ class Trainer(Evaluator):
         )
         return tf.reduce_sum(losses), correct, grads
 
-    def _train_step_fn(self, images, labels):
-        """One optimizer update on this replica's batch (replica context)."""
+    def _seeded_loss_and_grads(self, images, labels, key, micro):
+        """`_loss_and_grads` with this replica's dropout masks for
+        micro-batch `micro` of the step of `key` (replica_rng)."""
+        with replica_rng.scope(self._seed_states, key, micro):
+            return self._loss_and_grads(images, labels)
+
+    def _replica_grads(self, images, labels, key):
+        """This replica's loss sum, correct count and gradient sum over
+        its batch, `accumulation_steps` micro-batches (replica context;
+        one XLA computation with `jit_compile`)."""
         k = self.accumulation_steps
         if k == 1:
-            loss_sum, correct, grads = self._loss_and_grads(images, labels)
-        else:
-            b = tf.shape(labels)[0] // k
-            # Images may be a dict of model inputs (masked patch prediction).
-            micro = tf.nest.map_structure(
-                lambda t: tf.reshape(t, tf.concat([[k, b], tf.shape(t)[1:]],
-                                                  0)),
-                (images, labels),
+            return self._seeded_loss_and_grads(images, labels, key, 0)
+        # Images may be a dict of model inputs (masked patch prediction).
+        micro = tf.nest.map_structure(
+            lambda t: _split(t, k), (images, labels)
+        )
+        variables = self.model.trainable_variables
+        grads = [tf.zeros_like(v) for v in variables]
+        loss_sum = tf.constant(0.0)
+        correct = tf.constant(0.0)
+        for i in tf.range(k):
+            l_i, c_i, g_i = self._seeded_loss_and_grads(
+                *tf.nest.map_structure(lambda t: t[i], micro), key, i
             )
-            variables = self.model.trainable_variables
-            grads = [tf.zeros_like(v) for v in variables]
-            loss_sum = tf.constant(0.0)
-            correct = tf.constant(0.0)
-            for i in tf.range(k):
-                l_i, c_i, g_i = self._loss_and_grads(
-                    *tf.nest.map_structure(lambda t: t[i], micro)
-                )
-                grads = [g + gi for g, gi in zip(grads, g_i)]
-                loss_sum += l_i
-                correct += c_i
+            grads = [g + gi for g, gi in zip(grads, g_i)]
+            loss_sum += l_i
+            correct += c_i
+        return loss_sum, correct, grads
+
+    def _train_step_fn(self, images, labels):
+        """One optimizer update on this replica's batch (replica context)."""
+        key = replica_rng.step_key(self.optimizer.iterations,
+                                   replica_rng.replica_id())
+        loss_sum, correct, grads = self._replica_grads(images, labels, key)
         ctx = tf.distribute.get_replica_context()
         # The loss sum rides along with the gradients: one all-reduce.
         *grads, total_loss = ctx.all_reduce(
@@ -214,9 +239,12 @@ class Trainer(Evaluator):
         """Applies `grads` if `finite`, else only advances the step counter.
 
         A `tf.cond` around `apply_gradients` in replica context is only
-        allowed where the strategy needs no `merge_call` (the default
-        strategy, TPUs); elsewhere (MirroredStrategy, ...) the condition is
-        taken in cross-replica context, as Keras's LossScaleOptimizer does.
+        allowed where the strategy needs no `merge_call` for variable
+        updates (the default strategy, a GPU MirroredStrategy under XLA);
+        elsewhere (MirroredStrategy, MultiWorkerMirroredStrategy, and
+        TPUStrategy, which uses merge_call by default in TF 2.20 and 2.21)
+        the condition is taken in cross-replica context, as Keras's
+        LossScaleOptimizer does.
         """
         optimizer = self.optimizer
         variables = self.model.trainable_variables
@@ -353,3 +381,14 @@ class Trainer(Evaluator):
                 for var, raw in zip(variables, self._raw_weights):
                     var.assign(raw)
                 self._raw_weights = None
+
+
+def _split(tensor, k: int):
+    """(k * b, ...) -> (k, b, ...): the micro-batches of a replica's
+    batch, with static shapes where the batch has one (XLA, TPUs)."""
+    shape = tensor.shape.as_list()
+    if all(d is not None for d in shape):
+        return tf.reshape(tensor, [k, shape[0] // k] + shape[1:])
+    dynamic = tf.shape(tensor)
+    return tf.reshape(tensor, tf.concat([[k, dynamic[0] // k], dynamic[1:]],
+                                        0))
