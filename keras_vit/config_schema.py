@@ -36,7 +36,7 @@ and nowhere else.
 from __future__ import annotations
 
 import ml_collections
-from ml_collections.config_dict import placeholder
+from ml_collections.config_dict import FieldReference, placeholder
 
 
 def base_config() -> ml_collections.ConfigDict:
@@ -49,8 +49,12 @@ def base_config() -> ml_collections.ConfigDict:
     # keras_vit.create_model arguments. Sizes left None come from the
     # variant; variant None builds from the explicit sizes alone.
     c.model = ml_collections.ConfigDict()
-    # "B/16", "L/16", "R50+B/16", ... (keras_vit.VARIANTS).
-    c.model.variant = "B/16"
+    # "B/16", "L/16", "R50+B/16", ... (keras_vit.VARIANTS). A str field
+    # that a config may set to None and the command line still switches
+    # (--config.model.variant=Ti/16), which then also clears the explicit
+    # sizes below that the command line does not give
+    # (keras_vit.config.variant_fields).
+    c.model.variant = FieldReference("B/16", field_type=str)
     # Explicit sizes (None: the variant's).
     c.model.patch_size = placeholder(int)
     c.model.hidden_size = placeholder(int)
