@@ -54,6 +54,7 @@ ARGS = {
     "augreg_i1k.py": [None, "variant=S/16,aug=light1"],
     "augreg_finetune.py": [None, "dataset=cifar100,lr=0.03,res=224"],
     "plain_vit_i1k.py": [None, "epochs=300"],
+    "folder.py": [None, "/tmp/photos", "data_dir=gs://bucket/photos"],
 }
 CASES = [(name, arg) for name, args in ARGS.items() for arg in args]
 
