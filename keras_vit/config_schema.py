@@ -36,7 +36,10 @@ and nowhere else.
 from __future__ import annotations
 
 import ml_collections
-from ml_collections.config_dict import placeholder
+from ml_collections.config_dict import FieldReference, placeholder
+
+# The resolution of a model trained from scratch (unless a config says).
+SCRATCH_IMAGE_SIZE = 224
 
 
 def base_config() -> ml_collections.ConfigDict:
@@ -49,8 +52,10 @@ def base_config() -> ml_collections.ConfigDict:
     # keras_vit.create_model arguments. Sizes left None come from the
     # variant; variant None builds from the explicit sizes alone.
     c.model = ml_collections.ConfigDict()
-    # "B/16", "L/16", "R50+B/16", ... (keras_vit.VARIANTS).
-    c.model.variant = "B/16"
+    # "B/16", "L/16", "R50+B/16", ... (keras_vit.VARIANTS); None: explicit
+    # sizes. A typed field, so that --config.model.variant still switches
+    # it (and the sizes: keras_vit.config.command_line_variant).
+    c.model.variant = FieldReference("B/16", field_type=str)
     # Explicit sizes (None: the variant's).
     c.model.patch_size = placeholder(int)
     c.model.hidden_size = placeholder(int)
@@ -68,9 +73,9 @@ def base_config() -> ml_collections.ConfigDict:
     # Position embeddings: "learn" (the paper's table) or "sincos2d" (fixed
     # 2-D sin-cos, big_vision's plain ViT; no weights).
     c.model.posemb = "learn"
-    # Model input resolution (position embeddings follow it): an int, or
-    # (height, width).
-    c.model.image_size = 224
+    # Input resolution (position embeddings follow it): an int or (height,
+    # width); 0: init.model's resolution, else SCRATCH_IMAGE_SIZE.
+    c.model.image_size = SCRATCH_IMAGE_SIZE
     # Number of classes (the head's width, a positive int); None: read from
     # the data source. (`create_model(num_classes=0)` is a model without a
     # head: a training run always has one.)
@@ -242,8 +247,12 @@ def base_config() -> ml_collections.ConfigDict:
 
     # ------------------------------------------------------------- trainer
     c.trainer = ml_collections.ConfigDict()
-    # Optimizer updates.
+    # Optimizer updates; 0: `epochs` passes over the training split,
+    # counted when the run starts, warm-up and periods fitted to them
+    # (keras_vit/training/data_fit.py).
     c.trainer.total_steps = 10_000
+    # Passes over the training split when total_steps is 0.
+    c.trainer.epochs = 0.0
     # Micro-batches per update (gradient accumulation): keeps
     # input.batch_size when one step of the accelerators cannot hold it.
     c.trainer.accumulation_steps = 1

@@ -6,11 +6,15 @@
         --model vit cat.jpg dog.png
 
 Sends the image files as they are (the export decodes and preprocesses
-them) to `serving_default` and prints each image's top classes. REST
-carries the bytes as base64 under {"b64": ...}, which the server decodes;
-gRPC sends the raw bytes in a DT_STRING tensor (needs the `serving`
-extra: tensorflow-serving-api and grpcio). One request holds every image;
-a bad one is answered with an error naming its index (`image_bytes[i]`).
+them) to `serving_default` and prints each image's top classes; `features`
+prints each image's pre-logits embedding, and `predict_images` sends the
+decoded RGB pixels (float32 in [0, 255]) instead of the files. REST
+carries the bytes as base64 under {"b64": ...}, which the server decodes,
+and pixels as nested lists; gRPC sends the raw bytes in a DT_STRING tensor
+and pixels in a DT_FLOAT one (needs the `serving` extra:
+tensorflow-serving-api and grpcio). One request holds every image
+(`predict_images`: of one size); a bad one is answered with an error
+naming its index (`image_bytes[i]`).
 """
 
 from __future__ import annotations
@@ -25,50 +29,75 @@ from typing import Dict, List, Sequence
 import numpy as np
 
 OUTPUTS = ("class_names", "scores")
+# The input of each signature of an export: encoded image files, or RGB
+# pixels (float32 in [0, 255], any height and width).
+INPUTS = {"serving_default": "image_bytes", "features": "image_bytes",
+          "predict_images": "images"}
+
+
+def pixels(images: Sequence[bytes]) -> np.ndarray:
+    """float32 [batch, H, W, 3] in [0, 255]: the decoded RGB pixels of
+    image files of one size (what `predict_images` takes)."""
+    import tensorflow as tf
+
+    decoded = [tf.io.decode_image(image, channels=3, expand_animations=False)
+               for image in images]
+    if len({tuple(d.shape) for d in decoded}) > 1:
+        raise SystemExit("predict_images takes images of one size per "
+                         "request: send them one at a time.")
+    return tf.cast(tf.stack(decoded), tf.float32).numpy()
 
 
 def rest_request(images: Sequence[bytes],
                  signature: str = "serving_default") -> Dict:
-    """dict. The JSON body of a REST predict request (row format)."""
-    return {
-        "signature_name": signature,
-        "instances": [
-            {"b64": base64.b64encode(image).decode("ascii")}
-            for image in images
-        ],
-    }
+    """dict. The JSON body of a REST predict request (row format): the
+    files as base64 under "b64", or for `predict_images` the pixels."""
+    if INPUTS[signature] == "images":
+        instances = pixels(images).tolist()
+    else:
+        instances = [{"b64": base64.b64encode(image).decode("ascii")}
+                     for image in images]
+    return {"signature_name": signature, "instances": instances}
 
 
 def rest_predict(url: str, model: str, images: Sequence[bytes],
-                 timeout: float = 30.0) -> List[Dict]:
+                 timeout: float = 30.0,
+                 signature: str = "serving_default") -> List[Dict]:
     """list of dict. One prediction per image, from
     POST <url>/v1/models/<model>:predict."""
-    body = json.dumps(rest_request(images)).encode()
+    body = json.dumps(rest_request(images, signature)).encode()
     request = urllib.request.Request(
         f"{url.rstrip('/')}/v1/models/{model}:predict", data=body,
         headers={"Content-Type": "application/json"},
     )
     with urllib.request.urlopen(request, timeout=timeout) as answer:
-        return json.load(answer)["predictions"]
+        predictions = json.load(answer)["predictions"]
+    # A signature with one output (features) answers without its name.
+    return [p if isinstance(p, dict) else {"features": p}
+            for p in predictions]
 
 
 def grpc_request(model: str, images: Sequence[bytes],
                  signature: str = "serving_default"):
-    """A tensorflow_serving PredictRequest with the raw image bytes."""
+    """A tensorflow_serving PredictRequest with the raw image bytes (for
+    `predict_images`, the pixels)."""
     import tensorflow as tf
     from tensorflow_serving.apis import predict_pb2
 
     request = predict_pb2.PredictRequest()
     request.model_spec.name = model
     request.model_spec.signature_name = signature
-    request.inputs["image_bytes"].CopyFrom(
-        tf.make_tensor_proto(list(images), dtype=tf.string)
-    )
+    if INPUTS[signature] == "images":
+        tensor = tf.make_tensor_proto(pixels(images), dtype=tf.float32)
+    else:
+        tensor = tf.make_tensor_proto(list(images), dtype=tf.string)
+    request.inputs[INPUTS[signature]].CopyFrom(tensor)
     return request
 
 
 def grpc_predict(address: str, model: str, images: Sequence[bytes],
-                 timeout: float = 30.0) -> List[Dict]:
+                 timeout: float = 30.0,
+                 signature: str = "serving_default") -> List[Dict]:
     """list of dict. One prediction per image, from the gRPC
     PredictionService at `address` (host:port)."""
     import grpc
@@ -77,7 +106,8 @@ def grpc_predict(address: str, model: str, images: Sequence[bytes],
 
     with grpc.insecure_channel(address) as channel:
         stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
-        answer = stub.Predict(grpc_request(model, images), timeout=timeout)
+        answer = stub.Predict(grpc_request(model, images, signature),
+                              timeout=timeout)
     outputs = {k: tf.make_ndarray(v) for k, v in answer.outputs.items()}
     return [
         {k: outputs[k][i].tolist() for k in outputs}
@@ -86,7 +116,12 @@ def grpc_predict(address: str, model: str, images: Sequence[bytes],
 
 
 def describe(prediction: Dict) -> str:
-    """str. "name 0.912, name 0.051, ..." of one prediction."""
+    """str. "name 0.912, name 0.051, ..." of one prediction; of a
+    `features` answer, its width and first values."""
+    if "class_names" not in prediction:
+        values = np.asarray(prediction["features"], np.float64)
+        head = ", ".join(f"{v:.3f}" for v in values[:4])
+        return f"features [{values.size}]: {head}, ..."
     names = [n.decode() if isinstance(n, bytes) else str(n)
              for n in prediction["class_names"]]
     scores = np.asarray(prediction["scores"], np.float64)
@@ -99,6 +134,9 @@ def build_parser() -> argparse.ArgumentParser:
     server.add_argument("--rest", help="e.g. http://localhost:8501")
     server.add_argument("--grpc", help="e.g. localhost:8500")
     parser.add_argument("--model", default="vit")
+    parser.add_argument("--signature", default="serving_default",
+                        choices=sorted(INPUTS),
+                        help="the export's signature to ask")
     parser.add_argument("images", nargs="+")
     return parser
 
@@ -110,9 +148,11 @@ def main(argv=None) -> int:
         with open(path, "rb") as f:
             images.append(f.read())
     if args.rest:
-        predictions = rest_predict(args.rest, args.model, images)
+        predictions = rest_predict(args.rest, args.model, images,
+                                   signature=args.signature)
     else:
-        predictions = grpc_predict(args.grpc, args.model, images)
+        predictions = grpc_predict(args.grpc, args.model, images,
+                                   signature=args.signature)
     for path, prediction in zip(args.images, predictions):
         print(f"{path}: {describe(prediction)}")
     return 0

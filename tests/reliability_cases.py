@@ -379,9 +379,10 @@ _CASES = [
     ),
     Case(
         "zero_total_steps", BAD_INPUT, "config",
-        "total_steps 0",
-        "A clear error.",
-        ("total_steps must be positive, got 0",),
+        "total_steps 0 without epochs",
+        "A clear error naming both fields.",
+        ("config.trainer.total_steps is 0", "epochs is 0.0",
+         "set one of them above 0"),
         "UsageError",
     ),
     Case(

@@ -365,6 +365,31 @@ def test_train_model_flag_sets_init_model(tmp_path):
             "--model=/b.npz"]), [])
 
 
+def test_train_model_flag_wins_over_the_config_files_start():
+    """--model replaces the start a config file sets (finetune's released
+    B/16); a size trains that variant from scratch, the sizes given on the
+    command line kept; a start given twice on the command line is an
+    error."""
+    start_from = module("train").start_from
+    config = start_from(parse_train([
+        "--config=finetune:dataset=cifar10", "--workdir=w",
+        "--model=ViT-L_16"]))
+    assert config.init.model == "ViT-L_16"
+    config = start_from(parse_train([
+        "--config=finetune:dataset=cifar10", "--workdir=w", "--model=Ti/16",
+        "--config.model.hidden_size=32"]))
+    assert config.init.model is None and config.model.variant == "Ti/16"
+    assert config.model.hidden_size == 32
+    config = start_from(parse_train(["--config=digits", "--workdir=w",
+                                     "--model=S/16"]))
+    assert (config.model.variant, config.model.patch_size,
+            config.model.hidden_size) == ("S/16", None, None)
+    with pytest.raises(config_lib.UsageError, match="two models"):
+        start_from(parse_train([
+            "--config=digits", "--workdir=w", "--model=Ti/16",
+            "--config.init.model=/a.npz"]))
+
+
 def test_parse_config_arg():
     parse = config_lib.parse_config_arg
     assert parse(None, "variant", variant="B/16", aug="none") == {

@@ -12,8 +12,8 @@ import pytest
 from absl import flags
 from ml_collections import config_flags
 
+from keras_vit import build, optim
 from keras_vit import config as config_lib
-from keras_vit import optim
 from keras_vit.commands import flags as cli
 from keras_vit.config_schema import EVALUATORS, evaluator
 from keras_vit.errors import UsageError
@@ -54,6 +54,7 @@ ARGS = {
     "augreg_i1k.py": [None, "variant=S/16,aug=light1"],
     "augreg_finetune.py": [None, "dataset=cifar100,lr=0.03,res=224"],
     "plain_vit_i1k.py": [None, "epochs=300"],
+    "folder.py": [None, "/tmp/photos", "data_dir=gs://bucket/photos"],
 }
 CASES = [(name, arg) for name, args in ARGS.items() for arg in args]
 
@@ -174,6 +175,43 @@ def test_misspelt_field_on_the_command_line_names_the_closest(
         cli.parse(values, argv)
     message = str(e.value)
     assert says in message and "\n" not in message, message
+
+
+def _train_command_config(*args):
+    """The config keras-vit-train parses from `args` (its own flags and
+    parser, as the console script; nothing runs)."""
+    from keras_vit.commands import train
+
+    argv = ["keras-vit-train", "--workdir=w", *args]
+    values = flags.FlagValues()
+    train.define_flags(values, argv)
+    cli.define_verbose(values)
+    cli.parse(values, argv)
+    return values.config
+
+
+@pytest.mark.parametrize("name", config_lib.packaged_configs())
+def test_every_shipped_config_switches_the_variant_on_the_command_line(name):
+    """--config.model.variant=Ti/16 parses on every shipped config (a
+    config that sets variant None, such as digits, included) and builds
+    Ti/16: the sizes the config gave explicitly give way, those given on
+    the command line stay."""
+    config = _train_command_config(f"--config={name}",
+                                   "--config.model.variant=Ti/16")
+    model = config_lib.replace(config, model={"image_size": 224}).model
+    arch = build.config_architecture(model)
+    assert (arch.variant, arch.patch_size, arch.hidden_size,
+            arch.num_layers) == ("Ti/16", 16, 192, 12)
+    config = _train_command_config(
+        f"--config={name}", "--config.model.variant=S/32",
+        "--config.model.num_layers=1")
+    assert (config.model.variant, config.model.num_layers,
+            config.model.hidden_size) == ("S/32", 1, None)
+
+
+def test_a_config_without_a_variant_keeps_its_sizes():
+    config = _train_command_config("--config=digits")
+    assert config.model.variant is None and config.model.hidden_size == 128
 
 
 def test_complete_lays_values_over_the_defaults():

@@ -119,6 +119,7 @@ MISSPELT_ON_PURPOSE = {"model.hiden_size"}
 MIN_COMMANDS = {
     "train": 5, "evaluate": 8, "export": 3, "convert": 1, "analysis": 1,
     "script": 8, "pip": 8, "suite": 2, "env": 1, "external": 8,
+    "snippet": 2,
 }
 RUN_TIMEOUT_S = 300
 
@@ -293,7 +294,8 @@ def console_script_argv(name: str) -> List[str]:
 
 def classify(command: Command) -> str:
     """The command's class: train, evaluate, export, convert, analysis,
-    script, pip, suite, env, external, or unknown."""
+    script, snippet (`python -c CODE`), pip, suite, env, external, or
+    unknown."""
     argv = command.argv
     if not argv:
         return "unknown"
@@ -305,6 +307,8 @@ def classify(command: Command) -> str:
             if argv[2] == "pytest":
                 return "suite"
             return MODULES.get(argv[2], "unknown")
+        if argv[1:2] == ("-c",) and len(argv) == 3:
+            return "snippet"
         if len(argv) > 1 and argv[1] in SCRIPTS:
             return SCRIPTS[argv[1]]
         if len(argv) > 1 and re.fullmatch(
@@ -619,6 +623,16 @@ def check_pip(command: Command) -> str:
     return "parsed (pip's options; extras and packages checked)"
 
 
+def check_snippet(command: Command) -> str:
+    """`python -c CODE`: the code compiles (RUNS runs the ones whose
+    output a documented command reads)."""
+    try:
+        compile(command.argv[2], f"{command.doc}:{command.line}", "exec")
+    except SyntaxError as error:
+        _fail(command, f"the Python code does not compile: {error}")
+    return "compiled (Python)"
+
+
 def check_suite(command: Command) -> str:
     args = project_args(command)
     for before, word in zip([""] + args, args):
@@ -812,8 +826,9 @@ EXPORT_VIT = ("keras-vit-export --model=model.keras --export_dir=exports "
 class Run:
     """How a documented command runs here: `/tmp/` paths move into a fresh
     folder, which also holds the inputs the text assumes (model.keras,
-    labels.txt, photos/, ViT-B_16.npz) and links to configs/, train.py and
-    evaluate.py; `python` is this interpreter."""
+    labels.txt, photos/, my_photos/, cat.jpg, ViT-B_16.npz) and links to
+    configs/,
+    train.py and evaluate.py; `python` is this interpreter."""
 
     check: Callable  # check(workspace, command, result) -> None
     after: Tuple[str, ...] = ()  # RUNS keys whose output this one reads
@@ -979,7 +994,85 @@ def _check_predict(workspace, command, result):
         assert name in result.stdout, result.tail()
 
 
+def _check_folder_train(workspace, command, result):
+    _check_train(workspace, command, result)
+    workdir = option(command, "workdir")
+    with open(workspace.path(os.path.join(workdir, "config.json"))) as f:
+        saved = json.load(f)
+    # The resolution of the model it started from; 2 epochs of 20 photos
+    # at batch 8; the held-out fifth scored.
+    assert saved["model"]["image_size"] == 32, saved["model"]
+    assert saved["trainer"]["total_steps"] == 5, saved["trainer"]
+    assert saved["evals"]["test"]["split"] == "val"
+
+
+def _check_predict_folder(workspace, command, result):
+    folder = workspace.path([a for a in command.argv
+                             if not a.startswith("-")][-1])
+    for name in sorted(os.listdir(folder)):
+        assert name in result.stdout, result.tail()
+
+
+def _check_npy(workspace, command, result):
+    import numpy as np
+
+    name = re.search(r"np\.save\('([^']+)'", command.argv[2]).group(1)
+    _assert_files(workspace, result, name)
+    assert np.load(workspace.path(name)).shape[0] == 1  # a batch of one
+
+
+def _check_saved_model_run(workspace, command, result):
+    """The outputs of the signature the command runs."""
+    from keras_vit.export import graph
+
+    signature = option(command, "signature_def")
+    assert signature in graph.SIGNATURES, signature
+    keys = (["features"] if signature == "features" else
+            ["class_names", "classes", "probabilities", "scores"])
+    for key in keys:
+        assert f"Result for output key {key}:" in result.stdout, (
+            result.tail())
+    if signature != "features":  # labels.txt's names, as bytes
+        assert re.search(r"\[\[b'\d'", result.stdout), result.tail()
+
+
+# saved_model_cli with image bytes: the .npy files the text makes first.
+CAT_NPY = ("python -c import numpy as np; np.save('cat.npy', np.array("
+           "[open('cat.jpg', 'rb').read()], dtype=np.bytes_))")
+PIXELS_NPY = ("python -c import numpy as np, tensorflow as tf; np.save("
+              "'pixels.npy', tf.cast(tf.io.decode_image(open('cat.jpg', "
+              "'rb').read(), channels=3)[None], tf.float32).numpy())")
+SAVED_MODEL_RUN = ("saved_model_cli run --dir exports/vit/1 --tag_set serve "
+                   "--signature_def ")
+CAT_CHANGED = "cat.jpg: a JPEG crop of scikit-learn's china.jpg"
+
+# The README's own photos: the tiny model.keras in place of the download
+# of ViT-B_16 (its 32 x 32 input the run takes), a short run.
+FOLDER_TRAIN = "keras-vit-train --config=folder:my_photos"
+FOLDER_CHANGED = ("my_photos/: 12 JPEG crops of each of scikit-learn's two "
+                  "sample photos; ")
+
 RUNS: Dict[str, Run] = {
+    CAT_NPY: Run(_check_npy, changed=CAT_CHANGED),
+    PIXELS_NPY: Run(_check_npy, changed=CAT_CHANGED),
+    SAVED_MODEL_RUN + "serving_default --inputs image_bytes=cat.npy": Run(
+        _check_saved_model_run, after=(EXPORT_VIT, CAT_NPY)),
+    SAVED_MODEL_RUN + "features --inputs image_bytes=cat.npy": Run(
+        _check_saved_model_run, after=(EXPORT_VIT, CAT_NPY)),
+    SAVED_MODEL_RUN + "predict_images --inputs images=pixels.npy": Run(
+        _check_saved_model_run, after=(EXPORT_VIT, PIXELS_NPY)),
+    FOLDER_TRAIN: Run(
+        _check_folder_train,
+        replace=(("--model=ViT-B_16", "--model=model.keras"),),
+        extra=("--config.trainer.epochs=2", "--config.input.batch_size=8",
+               "--config.trainer.jit_compile=False"),
+        changed=FOLDER_CHANGED + "--model=model.keras (a tiny ViT at 32 x "
+        "32) in place of the download of ViT-B_16; 2 epochs at batch 8"),
+    "keras-vit-evaluate --mode=eval --workdir=/tmp/vit_photos": Run(
+        _check_eval, after=(FOLDER_TRAIN,)),
+    "keras-vit-predict --model=/tmp/vit_photos my_photos/flower/": Run(
+        _check_predict_folder, after=(FOLDER_TRAIN,),
+        changed=FOLDER_CHANGED.rstrip("; ")),
     TRAIN: Run(_check_train, extra=TINY_TRAINING,
                changed="a 1-layer width-32 model for 20 steps"),
     "keras-vit-evaluate --mode=eval --workdir=/tmp/vit_digits": Run(
@@ -1129,6 +1222,7 @@ def workspace(tmp_path_factory):
     from PIL import Image
 
     import keras_vit
+    from tests.photo_folder import write_photo_folder
 
     folder = str(tmp_path_factory.mktemp("readme"))
     os.makedirs(os.path.join(folder, "tmp"))
@@ -1142,6 +1236,9 @@ def workspace(tmp_path_factory):
         tiny.save(os.path.join(folder, name))
     with open(os.path.join(folder, "labels.txt"), "w") as f:
         f.write("\n".join(str(i) for i in range(10)) + "\n")
+    write_photo_folder(os.path.join(folder, "my_photos"))
+    shutil.copy(os.path.join(folder, "my_photos", "china", "china_00.jpg"),
+                os.path.join(folder, "cat.jpg"))
     os.makedirs(os.path.join(folder, "photos"))
     rng = np.random.default_rng(0)
     for i in range(2):
@@ -1202,6 +1299,8 @@ def check_command(command: Command, workspace_getter) -> str:
         done = check_pip(command)
     elif kind == "suite":
         done = check_suite(command)
+    elif kind == "snippet":
+        done = check_snippet(command)
     elif kind == "env":
         done = check_env(command)
     elif run_key(command) and command.doc in DOCS:
@@ -1423,7 +1522,20 @@ def _project_options() -> set:
             options.update(action.option_strings)
     for path in glob.glob(os.path.join(ROOT, "benchmarks", "*.sh")):
         options |= _shell_options(path)
-    return options
+    return options | _saved_model_cli_options()
+
+
+@functools.lru_cache(maxsize=None)
+def _saved_model_cli_options() -> frozenset:
+    """{str}. The options of TensorFlow's saved_model_cli (docs/export.md
+    runs it), as its `--helpfull` lists them."""
+    exe = shutil.which("saved_model_cli", path=os.pathsep.join(
+        [os.path.dirname(sys.executable), os.environ.get("PATH", "")]))
+    if exe is None:
+        return frozenset()
+    text = subprocess.run([exe, "run", "--helpfull"], capture_output=True,
+                          text=True, timeout=120).stdout
+    return frozenset(re.findall(r"(?<![\w-])--[a-z][\w]*", text))
 
 
 def _shell_options(path: str) -> Set[str]:

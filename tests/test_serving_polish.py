@@ -18,7 +18,7 @@ from keras_vit import create_model
 from keras_vit.analysis.report import run_analysis
 from keras_vit.data import preprocessing
 from keras_vit.export import files as export_files
-from keras_vit.export import saved_model
+from keras_vit.export import graph, saved_model
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NAMES = ["cat", "dog", "bird"]
@@ -148,6 +148,42 @@ def test_rest_and_grpc_client_requests(exported, model, images):
     answer = {k: v.numpy()[0] for k, v in out.items()}
     top = NAMES[int(np.argmax(want[0]))]
     assert client.describe(answer).startswith(top + " ")
+
+
+@pytest.mark.parametrize("signature", ["serving_default", "features",
+                                       "predict_images"])
+def test_rest_and_grpc_requests_of_every_signature(exported, images,
+                                                   signature):
+    """The client's REST body and gRPC request of each signature the
+    export has, run on that signature: the same answer as the image
+    files sent to serving_default / features."""
+    client = _client()
+    assert set(client.INPUTS) == set(graph.SIGNATURES)
+    loaded = exported[2]
+    datas = [images["PNG"], images["PNG"]]
+    fn = loaded.signatures[signature]
+    reference = loaded.signatures[
+        "features" if signature == "features" else "serving_default"](
+        image_bytes=tf.constant(datas))
+    key = "features" if signature == "features" else "probabilities"
+    body = json.loads(json.dumps(client.rest_request(datas, signature)))
+    assert body["signature_name"] == signature
+    if client.INPUTS[signature] == "images":
+        rest_inputs = {"images": tf.constant(body["instances"], tf.float32)}
+    else:
+        rest_inputs = {"image_bytes": tf.constant(
+            [base64.b64decode(i["b64"]) for i in body["instances"]])}
+    request = client.grpc_request("vit", datas, signature)
+    assert request.model_spec.signature_name == signature
+    grpc_inputs = export_files.request_inputs(request)
+    assert list(grpc_inputs) == [client.INPUTS[signature]]
+    for inputs in (rest_inputs, {k: tf.constant(v)
+                                 for k, v in grpc_inputs.items()}):
+        np.testing.assert_allclose(fn(**inputs)[key].numpy(),
+                                   reference[key].numpy(), atol=1e-5)
+    if signature == "features":
+        answer = {"features": reference[key].numpy()[0]}
+        assert client.describe(answer).startswith("features [16]: ")
 
 
 def test_rollout_titles_name_the_classes(model, tmp_path):

@@ -42,6 +42,7 @@ from keras_vit.checkpoint.sources import (
 from keras_vit.checkpoint.zoo import cache, catalog
 from keras_vit.errors import UsageError, one_line
 from keras_vit.storage import workdir as wd
+from keras_vit.variants import VARIANTS
 
 SOURCE_KINDS = (
     "a released model's name (keras_vit.list_models(), e.g. ViT-B_16), "
@@ -53,12 +54,30 @@ SourceLike = Union[Source, str]
 
 
 def _missing(text: str) -> UsageError:
+    if text in VARIANTS:
+        return UsageError(_size_message(text))
+    release = next(filter(None, (catalog.lookup(t) for t in (
+        text, os.path.basename(text.rstrip("/\\"))))), None)
+    if release is not None and catalog.is_path(text):
+        return UsageError(
+            f"{text}: no such local file (a path is never downloaded). To "
+            f"download the released {release.name}, give its name: "
+            f"{catalog.download_name(release)}."
+        )
     close = catalog.suggestions(text)
     hint = f" Did you mean {', '.join(close)}?" if close else ""
     return UsageError(
         f"{text}: no such file or folder, and no released model's name."
         f"{hint} A model is {SOURCE_KINDS}."
     )
+
+
+def _size_message(variant: str) -> str:
+    release = catalog.pretrained(variant)
+    weights = (f"; the released pre-trained {variant} is "
+               f"{catalog.download_name(release)}") if release else ""
+    return (f"{variant} is a size, not a model with weights{weights} "
+            f"(keras-vit-train --model={variant} trains one from scratch).")
 
 
 def _path_source(text: str, variant, posemb_grid, use_ema) -> Source:

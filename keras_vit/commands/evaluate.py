@@ -105,6 +105,8 @@ def _eval_mode(values, source, strategy) -> Dict:
         )
     inp = _eval_input(values, run)
     split = values.split or (run.evals.test.split if run else "test")
+    if inp.dataset == sources.FOLDER and not inp.vtab_task:
+        split = sources.resolve_split(inp.data_dir, split)  # "val|test"
     with strategy.scope():
         model = pretrained.require_vit(pretrained.load_model(
             source,

@@ -30,6 +30,7 @@ import traceback
 from typing import Callable, List, Optional, Sequence
 
 from absl import flags, logging
+from ml_collections import config_flags
 
 from keras_vit import config as config_lib
 from keras_vit import quiet_start
@@ -200,9 +201,14 @@ def parse(values: flags.FlagValues, argv: Sequence[str]) -> list:
     argv = normalize_argv(argv)
     try:
         rest = flags.FLAGS(list(argv), known_only=True)
-        return values(rest)
+        rest = values(rest)
     except (AttributeError, KeyError, flags.Error) as error:
         raise UsageError(flag_error_message(error, argv)) from error
+    if "config" in values and values.config is not None:
+        # --config.model.variant=Ti/16 switches the model, sizes included.
+        config_lib.command_line_variant(
+            values.config, config_flags.get_override_values(values["config"]))
+    return rest
 
 
 def help_text(program: str, doc: str, values: flags.FlagValues) -> str:

@@ -10,28 +10,32 @@ evaluate it, and export it for serving when `config.export.enabled`.
 (`configs/digits.py`, `my_config.py:arg`); --config.FIELD=VALUE overrides a
 field (the config is locked: a misspelt field is an error naming the
 closest); `--config NAME` and `--config=NAME` are the same.
-`--model=SOURCE` (short for `--config.init.model=SOURCE`) starts from a
-model: any source the other commands take (a released name, hf://ORG/NAME,
-a file, a run), resolved once to its local file or folder, whose
-architecture the run takes. Restarting with the same --workdir resumes
-from its latest checkpoint. A run stopped by SIGTERM (preemption) saves a
-checkpoint and exits with status 42.
+`--model=SOURCE` (short for `--config.init.model=SOURCE`, and in place of
+the config file's) starts from a model: any source the other commands take
+(a released name, hf://ORG/NAME, a file, a run), resolved once to its
+local file or folder, whose architecture the run takes; `--model=Ti/16`
+(a size, Ti/16 ... H/14) trains that variant from scratch. Restarting
+with the same --workdir resumes from its latest checkpoint. A run stopped
+by SIGTERM (preemption) saves a checkpoint and exits with status 42.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import sys
 from typing import Dict, Optional, Sequence
 
 import tensorflow as tf
 from absl import flags, logging
+from ml_collections import config_flags
 
 from keras_vit import config as config_lib
 from keras_vit.commands import flags as cli
 from keras_vit.errors import Preempted, UsageError
 from keras_vit.export import saved_model
 from keras_vit.training import train_lib
+from keras_vit.variants import VARIANTS
 
 
 def run(
@@ -68,27 +72,45 @@ def define_flags(values: flags.FlagValues, argv: Sequence[str]) -> None:
     flags.mark_flag_as_required("workdir", flag_values=values)
     cli.define_model(values, required=False, ema=False, extra=(
         " The model to start from (fine-tuning): short for "
-        "--config.init.model."))
+        "--config.init.model; or a size (Ti/16 ... H/14) to train from "
+        "scratch."))
+
+
+def start_from(values: flags.FlagValues):
+    """The parsed config with the model --model names: a size (`Ti/16`,
+    keras_vit.VARIANTS) is that variant from scratch, any other source the
+    model to start from (config.init.model). --model wins over the config
+    file's own init.model; another one given on the command line too
+    (--config.init.model, a config argument's init=) is an error."""
+    config, model = values.config, values.model
+    if not model:
+        return config
+    given = config_flags.get_override_values(values["config"])
+    start = given.get("init.model")
+    arg = config_flags.get_config_filename(values["config"]).partition(":")
+    if start is None and re.search(r"(?:^|,)\s*init=", arg[2]):
+        start = config.init.model  # the config argument's init=
+    if start not in (None, model):
+        raise UsageError(
+            f"--model={model} and config.init.model={start} name two models "
+            "to start from: keep one.")
+    if model in VARIANTS:
+        return config_lib.replace(
+            config, model=config_lib.variant_fields(model, given),
+            init={"model": None})
+    return config_lib.replace(config, init={"model": model})
 
 
 def _main(values: flags.FlagValues, args: list) -> None:
     if args:
         raise UsageError(f"Unexpected arguments: {' '.join(args)}")
-    config = values.config
-    start = config.init.model
-    if values.model:
-        if start and start != values.model:
-            raise UsageError(
-                f"--model={values.model} and config.init.model={start} name "
-                "two models to start from: keep one."
-            )
-        start = values.model
-    if start:
+    config = start_from(values)
+    if config.init.model:
         # The one resolver: a name or hf:// URI becomes its cached file or
         # folder once, here, before anything starts; the run's config
         # records it (a copy: the parsed config is not changed).
         config = config_lib.replace(config, init={
-            "model": cli.model_source(values, start).path})
+            "model": cli.model_source(values, config.init.model).path})
     final = run(config, values.workdir, cli.strategy(values, config))
     if final.get("preempted"):
         raise Preempted(

@@ -18,12 +18,16 @@ others), with Polyak averaging of the weights (factor 0.9999).
 Arguments (comma-separated key=value): dataset (a row of DATASETS below,
 or vtab/<task> for one VTAB-1k task), variant (B/16, L/16, ... of the
 checkpoint), init (a released .npz, a .keras file or a train.py workdir;
-default: the released ImageNet-21k checkpoint gs://vit_models/imagenet21k/
-ViT-<variant>.npz), lr (default: the table's), res (the resolution,
-default 384, and for ImageNet the paper's 512 for L/16 and 518 for H/14),
-remat (rematerialisation of the encoder blocks: none or block; default
-block above 384, where activations decide what fits). Short runs on fewer
-cores: --config.trainer.accumulation_steps=8 keeps the batch at 512.
+default: the released ImageNet-21k checkpoint of the variant,
+gs://vit_models/imagenet21k/ViT-<variant>.npz, or for the sizes only
+AugReg released (Ti/16, S/16, S/32 and AugReg's hybrids) AugReg's
+recommended ImageNet-21k file, `keras_vit.checkpoint.zoo.catalog.
+pretrained`; a variant with no released checkpoint needs init), lr
+(default: the table's), res (the resolution, default 384, and for
+ImageNet the paper's 512 for L/16 and 518 for H/14), remat
+(rematerialisation of the encoder blocks: none or block; default block
+above 384, where activations decide what fits). Short runs on fewer cores:
+--config.trainer.accumulation_steps=8 keeps the batch at 512.
 
 At 512 (1,025 tokens for L/16), in bfloat16:
 
@@ -38,6 +42,7 @@ VTAB 72.72% (mean of 19 tasks); ViT-B/16 is a little lower. Table 4 lists
 the learning rates swept per dataset (`lrs` below); the best one was kept.
 """
 
+from keras_vit.checkpoint.zoo import catalog
 from keras_vit.config import base_config, parse_config_arg
 from keras_vit.data import vtab
 from keras_vit.errors import UsageError
@@ -78,10 +83,23 @@ DATASETS = {
         steps=2_500, lrs=(0.01,), lr=0.01, warmup=0, cache=True,
     ),
 }
-CHECKPOINTS = "gs://vit_models/imagenet21k"
 # Appendix B.1.1: the ImageNet results of Table 2 fine-tune at a higher
 # resolution and with Polyak averaging (factor 0.9999).
 IMAGENET_RESOLUTION = {"L/16": 512, "H/14": 518}
+
+
+def _released(variant: str) -> str:
+    """The address of the released ImageNet-21k checkpoint of `variant`
+    (the official file, else AugReg's), or an error naming those there
+    are."""
+    release = catalog.pretrained(variant)
+    if release is None:
+        raise UsageError(
+            f"No released pre-trained checkpoint of variant {variant!r} to "
+            "fine-tune: released ones are of "
+            f"{', '.join(catalog.pretrained_variants())}; or give init=SOURCE."
+        )
+    return f"{catalog.OFFICIAL_BUCKET}/{release.file}"
 
 
 def get_config(arg=None):
@@ -99,9 +117,7 @@ def get_config(arg=None):
         )
     row = DATASETS[name]
     variant = args["variant"]
-    init = args["init"] or (
-        f"{CHECKPOINTS}/ViT-{variant.replace('/', '_')}.npz"
-    )
+    init = args["init"] or _released(variant)
     c = base_config()
     # Data source: a TFDS name (or "folder" with data_dir/<split>/<class>/).
     c.input.dataset = name

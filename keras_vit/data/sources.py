@@ -7,8 +7,13 @@
   strings ("train[:98%]").
 - "folder": an image folder `data_dir/<split>/<class>/*.jpg|jpeg|png|gif|bmp`
   (the layout of `tfds.folder_dataset.ImageFolder`; class ids are the sorted
-  class folder names of all splits). Splits take "train[:90%]" /
-  "train[90%:]" / "train[:800]" slices.
+  class folder names of all splits), or one of class folders alone,
+  `data_dir/<class>/*.jpg`, whose splits are "train" and "val", a fixed
+  draw of each class's images (`VAL_SHARE` of them, at least one, into
+  "val"; seed 0, so every run and command holds out the same images).
+  Splits take "train[:90%]" / "train[90%:]" / "train[:800]" slices, and
+  "val|test" names the first of these splits that the folder has
+  (`resolve_split`).
 - A VTAB-1k task (`config.input.vtab_task`): its TFDS builder, split and label
   function from `keras_vit.data.vtab`.
 
@@ -33,6 +38,12 @@ from keras_vit.errors import UsageError
 DIGITS = "digits"
 FOLDER = "folder"
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".gif", ".bmp")
+# A folder of class folders alone: the share of each class held out as its
+# "val" split.
+VAL_SHARE = 0.2
+FLAT_SPLITS = ("train", "val")
+
+
 @dataclasses.dataclass
 class DatasetInfo:
     """What the trainer needs to know about a data source."""
@@ -160,20 +171,80 @@ def list_class_folders(
 
 
 def _per_folder(root: str) -> Dict[str, Dict[str, List[str]]]:
-    def subdirs(path):
-        return sorted(
-            d.rstrip("/") for d in tf.io.gfile.listdir(path)
-            if tf.io.gfile.isdir(os.path.join(path, d))
-        )
-
     tree: Dict[str, Dict[str, List[str]]] = {}
-    for split in subdirs(root):
-        for name in subdirs(os.path.join(root, split)):
+    for split in _subdirs(root):
+        for name in _subdirs(os.path.join(root, split)):
             tree.setdefault(split, {})[name] = sorted(
                 f for f in tf.io.gfile.listdir(os.path.join(root, split, name))
                 if f.lower().endswith(IMAGE_EXTENSIONS)
             )
     return tree
+
+
+def _subdirs(path: str) -> List[str]:
+    return sorted(
+        d.rstrip("/") for d in tf.io.gfile.listdir(path)
+        if tf.io.gfile.isdir(os.path.join(path, d))
+    )
+
+
+def _images(folder: str, name: str) -> List[Tuple[str, str]]:
+    """(path, class `name`) of the images directly in `folder`."""
+    return [(os.path.join(folder, f), name)
+            for f in sorted(tf.io.gfile.listdir(folder))
+            if f.lower().endswith(IMAGE_EXTENSIONS)]
+
+
+def _class_folders(root: str, split_dir: str) -> List[Tuple[str, str]]:
+    """The images of the class folders in `split_dir`, a folder of `root`
+    ("" for root itself)."""
+    pairs = []
+    for name in _subdirs(os.path.join(root, split_dir)):
+        folder = os.path.join(root, split_dir, name)
+        images = _images(folder, name)
+        _check_class_folder(folder, name, images)
+        pairs.extend(images)
+    return pairs
+
+
+def _held_out(pairs: List[Tuple[str, str]]) -> Dict[str, list]:
+    """{"train", "val"} of the images of a folder of class folders: of each
+    class, a fixed draw of VAL_SHARE (at least one image when it has two)
+    into "val"."""
+    split = {name: [] for name in FLAT_SPLITS}
+    rng = np.random.default_rng(0)
+    for name in sorted({c for _, c in pairs}):
+        mine = [p for p in pairs if p[1] == name]
+        n_val = max(1, round(VAL_SHARE * len(mine))) if len(mine) > 1 else 0
+        order = rng.permutation(len(mine))
+        split["val"] += [mine[i] for i in order[:n_val]]
+        split["train"] += [mine[i] for i in order[n_val:]]
+    return split
+
+
+def _split_folders(root: str) -> Dict[str, List[Tuple[str, str]]]:
+    """{split: (path, class)} of `root`/<split>/<class>/ images, listed by
+    `list_class_folders`."""
+    files: Dict[str, List[Tuple[str, str]]] = {}
+    for split, classes in sorted(list_class_folders(root).items()):
+        for name, images in sorted(classes.items()):
+            folder = os.path.join(root, split, name)
+            _check_class_folder(folder, name, images)
+            files.setdefault(split, []).extend(
+                (os.path.join(folder, f), name) for f in images
+            )
+    return files
+
+
+def _check_class_folder(folder: str, name: str, images) -> None:
+    """An empty class folder would silently drop (or never train) its
+    class; hidden ones (.ipynb_checkpoints) are not classes."""
+    if not images and not name.startswith("."):
+        raise UsageError(
+            f"Class folder {folder} has no images "
+            f"({', '.join(IMAGE_EXTENSIONS)}; other files are "
+            "ignored): add images or remove the folder."
+        )
 
 
 @functools.lru_cache(maxsize=8)
@@ -183,34 +254,26 @@ def _folder_index(root: str):
     if not root:
         raise UsageError(
             "dataset='folder' needs data_dir: the folder that holds "
-            "<split>/<class>/*.jpg|png."
+            "<class>/*.jpg|png or <split>/<class>/*.jpg|png "
+            "(config.input.data_dir; the folder config: --config=folder:PATH)."
         )
     if not tf.io.gfile.isdir(root):
         raise UsageError(
             f"Image folder {root!r} does not exist: set "
-            "config.input.data_dir to the folder holding <split>/<class>/."
+            "config.input.data_dir to the folder holding <class>/ or "
+            "<split>/<class>/."
         )
-
-    files: Dict[str, List[Tuple[str, str]]] = {}
-    for split, classes in sorted(list_class_folders(root).items()):
-        for name, images in sorted(classes.items()):
-            folder = os.path.join(root, split, name)
-            # An empty class folder would silently drop (or never train)
-            # its class; hidden ones (.ipynb_checkpoints) are not classes.
-            if not images and not name.startswith("."):
-                raise UsageError(
-                    f"Class folder {folder} has no images "
-                    f"({', '.join(IMAGE_EXTENSIONS)}; other files are "
-                    "ignored): add images or remove the folder."
-                )
-            files.setdefault(split, []).extend(
-                (os.path.join(folder, f), name) for f in images
-            )
+    tops = [d for d in _subdirs(root) if not d.startswith(".")]
+    if any(_images(os.path.join(root, d), d) for d in tops):
+        files = _held_out(_class_folders(root, ""))
+    else:
+        files = _split_folders(root)
+    files = {split: pairs for split, pairs in files.items() if pairs}
     names = sorted({name for pairs in files.values() for _, name in pairs})
     if not names:
         raise UsageError(
             f"No images ({', '.join(IMAGE_EXTENSIONS)}) found under "
-            f"{root}/<split>/<class>/."
+            f"{root}/<class>/ or {root}/<split>/<class>/."
         )
     ids = {n: i for i, n in enumerate(names)}
     index = {}
@@ -225,10 +288,28 @@ def _folder_index(root: str):
     return index, names
 
 
+def resolve_split(root: str, split: str) -> str:
+    """`split` of the image folder `root` with its alternatives ("val|test":
+    the first of them that the folder has) made the one it has; the slice
+    kept."""
+    name, bounds = _parse_split(split)
+    if "|" not in name:
+        return split
+    index, _ = _folder_index(root)
+    choices = [n.strip() for n in name.split("|")]
+    found = next((n for n in choices if n in index), None)
+    if found is None:
+        raise UsageError(
+            f"Image folder {root} has none of the splits {', '.join(choices)}"
+            f"; it has {sorted(index)}."
+        )
+    return found + (f"[{bounds[0]}:{bounds[1]}]" if any(bounds) else "")
+
+
 def folder_split(root: str, split: str) -> Tuple[List[str], np.ndarray]:
     """(file paths, labels) of a (sliced) split of an image folder."""
     index, _ = _folder_index(root)
-    name, bounds = _parse_split(split)
+    name, bounds = _parse_split(resolve_split(root, split))
     if name not in index:
         raise UsageError(
             f"Image folder {root} has no split {name!r} with images; it has "
@@ -301,6 +382,22 @@ def num_split_examples(inp, split: str) -> Optional[int]:
     if inp.dataset == FOLDER and not inp.vtab_task:
         return len(folder_split(inp.data_dir, split)[0])
     return tfds_split_size(tfds_builder(inp), split)
+
+
+def training_examples(inp) -> Optional[int]:
+    """Examples a run of `config.input` trains on: its train_split, at
+    most train_examples_per_class of each class (the digits and image
+    folders); None where the data source does not say (a TFDS data set
+    not prepared)."""
+    per_class = int(inp.train_examples_per_class)
+    if not per_class:
+        return num_split_examples(inp, inp.train_split)
+    if inp.dataset == FOLDER and not inp.vtab_task:
+        labels = folder_split(inp.data_dir, inp.train_split)[1]
+    else:
+        labels = digits_split(inp.train_split)[1]
+    counts = np.unique(labels, return_counts=True)[1]
+    return int(np.minimum(counts, per_class).sum())
 
 
 def _vtab_info(name: str, data_dir: Optional[str]) -> DatasetInfo:

@@ -10,12 +10,14 @@ import os
 from typing import Dict
 
 import keras
+import ml_collections
 import tensorflow as tf
 from absl import logging
 
 from keras_vit.architecture import CONFIG_FIELDS, SHAPE_FIELDS
 from keras_vit.build import config_architecture
 from keras_vit.checkpoint import loader
+from keras_vit.config_schema import SCRATCH_IMAGE_SIZE
 from keras_vit.storage import workdir as wd
 from keras_vit.training.resume import TrainingError
 
@@ -61,22 +63,32 @@ def init_architecture(init, model_config) -> Dict:
     `config.model` fields to change where its shapes differ from the
     source's (the source's, as explicit sizes with no variant; {} when
     they agree), with a warning; the other fields (dropout, remat, ...)
-    stay the config's."""
+    stay the config's. An image_size of 0 becomes the source's resolution
+    (SCRATCH_IMAGE_SIZE without one)."""
     if not init.model:
-        return {}
+        return {"image_size": SCRATCH_IMAGE_SIZE} if (
+            model_config.image_size == 0) else {}
     start = loader.describe_source(init.model)
+    size = {}
+    if model_config.image_size == 0:  # the source's own resolution
+        height, width = start.image_size
+        size = {"image_size": height if height == width else [height, width]}
+        logging.info("config.model.image_size 0: %s, the resolution of %s.",
+                     size["image_size"], init.model)
+        model_config = ml_collections.ConfigDict(
+            dict(model_config.to_dict(), **size))
     have = config_architecture(model_config)
     differ = {k: (getattr(have, k), getattr(start, k))
               for k in _START_FIELDS
               if getattr(have, k) != getattr(start, k)}
     if not differ:
-        return {}
+        return size
     logging.warning(
         "config.model takes the architecture of %s, the model it starts "
         "from: %s.", init.model,
         ", ".join(f"{k} {a} -> {b}" for k, (a, b) in sorted(differ.items())),
     )
-    fields = {key: getattr(start, key) for key in _START_FIELDS}
+    fields = dict(size, **{key: getattr(start, key) for key in _START_FIELDS})
     if start.resnet_layers is None:
         fields["resnet_width"] = None  # a hybrid's alone
     fields["variant"] = None

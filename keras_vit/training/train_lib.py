@@ -25,7 +25,14 @@ from keras_vit.data import masking, sources
 from keras_vit.data import pipeline as input_pipeline
 from keras_vit.errors import UsageError
 from keras_vit.storage import workdir as wd
-from keras_vit.training import cluster, distribute, loop, model_init, state
+from keras_vit.training import (
+    cluster,
+    data_fit,
+    distribute,
+    loop,
+    model_init,
+    state,
+)
 from keras_vit.training.mpp_trainer import MppTrainer
 from keras_vit.training.resume import TrainingError, restore_latest
 from keras_vit.training.trainer import Trainer
@@ -219,6 +226,9 @@ def train_and_evaluate(
     if config.objective.mpp.enabled:
         check_mpp(config.objective.mpp, config.model)
     strategy = strategy or tf.distribute.get_strategy()
+    config = config_lib.replace(config, **data_fit.fit(
+        config.input, config.trainer, config.schedule, config.log,
+        config.checkpoints, config.evals))
     batch = _global_batch(config.trainer, config.input)
     _make_workdir(workdir)
     if not config.objective.mpp.enabled:

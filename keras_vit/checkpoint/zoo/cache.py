@@ -311,12 +311,15 @@ def hf_snapshot(uri: str) -> str:
 def locate(text: str) -> Optional[Located]:
     """What `text` names, made local; None when it is neither a Hugging Face
     URI, a released checkpoint's name nor an address in gs://vit_models
-    (a local path or another URL, read where it is)."""
+    (a local path or another URL, read where it is: a string ending in
+    .npz or with a directory part no released name has is one, existing or
+    not, `catalog.is_path`; only a name or an address downloads)."""
     if text.startswith(HF_PREFIX):
         return Located("hub", hf_snapshot(text))
     bucket_path = catalog.bucket_path(text)
-    if bucket_path is None and os.path.exists(text):
-        return None
+    if bucket_path is None and (os.path.exists(text) or catalog.is_path(
+            text)):
+        return None  # a path ("ViT-B_16.npz"): read where it is, if it is
     info = catalog.lookup(text)
     if info is not None:
         target = cache_path(info.file)

@@ -15,8 +15,12 @@ The official files (google-research/vision_transformer) live in the
 A name is the file's path in the bucket without `.npz`
 ("imagenet21k+imagenet2012/ViT-B_16", "augreg/S_16-i21k-300ep-..."); a
 short name ("ViT-B_16", "R50+ViT-B_16") is the ImageNet-21k pre-trained
-file, the starting point for transfer, and "ViT-B_16-224" /
-"ViT-L_16-224" the ImageNet-1k fine-tuned files at 224. `augreg/<file>`
+file, the starting point for transfer (for the sizes only AugReg released,
+"ViT-Ti_16", "ViT-S_16", "ViT-S_32", "R+ViT-Ti_16", "R26+ViT-S_32" and
+"R50+ViT-L_32", AugReg's recommended ImageNet-21k file), and
+"ViT-B_16-224" / "ViT-L_16-224" the ImageNet-1k fine-tuned files at 224.
+A string ending in `.npz`, or with a directory part that is no released
+name's, is a path (`is_path`): never a download. `augreg/<file>`
 takes any name from the AugReg index (`keras_vit.checkpoint.zoo.augreg`);
 `list_models()` lists its recommended checkpoints (the best per model, as
 the official README's table).
@@ -195,8 +199,17 @@ def _table() -> List[ModelInfo]:
     return models + [_augreg_info(name) for name in _augreg_best()]
 
 
+def short_name(variant: str) -> str:
+    """The official file name of a variant: "B/16" -> "ViT-B_16",
+    "R50+B/16" -> "R50+ViT-B_16" (`official_variant` reversed)."""
+    stem, _, size = variant.rpartition("+")
+    return f"{stem + '+' if stem else ''}ViT-{size.replace('/', '_')}"
+
+
 def _short_names(models) -> Dict[str, ModelInfo]:
-    """File name -> the imagenet21k file of that name, else the only one."""
+    """File name -> the imagenet21k file of that name, else the only one;
+    a size only AugReg released -> AugReg's recommended ImageNet-21k
+    file of it."""
     short = {}
     for info in models:
         directory, file = info.name.split("/", 1)
@@ -204,6 +217,9 @@ def _short_names(models) -> Dict[str, ModelInfo]:
             file not in short or directory == "imagenet21k"
         ):
             short[file] = info
+    for info in models:
+        if info.name.startswith("augreg/") and "--" not in info.name:
+            short.setdefault(short_name(info.variant), info)
     return short
 
 
@@ -222,7 +238,9 @@ def list_models(pattern: Optional[str] = None) -> List[ModelInfo]:
         list of ModelInfo, in the bucket's order: imagenet21k,
         imagenet21k+imagenet2012, sam, then AugReg's recommended ones
         (`augreg/<file>` also takes every other file of AugReg's
-        index.csv). The short names ("ViT-B_16") are the imagenet21k files.
+        index.csv). The short names ("ViT-B_16") are the imagenet21k files
+        (for Ti, S and AugReg's hybrids: AugReg's recommended ImageNet-21k
+        files, "ViT-Ti_16").
     """
     models = list(_MODELS.values())
     if pattern:
@@ -263,6 +281,48 @@ def lookup(text: str) -> Optional[ModelInfo]:
     if relative is None and "/" not in name:
         return _augreg_info(name)
     return None
+
+
+def pretrained(variant: str) -> Optional[ModelInfo]:
+    """The released ImageNet-21k pre-trained checkpoint of `variant` (its
+    short name's: the official file, else AugReg's recommended one), or
+    None when no size of that name was released."""
+    return _SHORT.get(short_name(variant))
+
+
+def download_name(info: ModelInfo) -> str:
+    """The shortest name that downloads `info`: its short name where that
+    is it ("ViT-B_16"), else its name."""
+    short = os.path.basename(info.name)
+    return short if _SHORT.get(short) == info else (
+        next((n for n, i in _SHORT.items() if i == info), info.name))
+
+
+def pretrained_variants() -> List[str]:
+    """The variants that `pretrained` finds a checkpoint of."""
+    return sorted({info.variant for name, info in _SHORT.items()
+                   if name == short_name(info.variant)})
+
+
+def _is_name(text: str) -> bool:
+    """Whether `text` (a directory part, no .npz) is a released name."""
+    return text in _MODELS or (text.startswith("augreg/") and augreg
+                               .parse_name(text[len("augreg/"):]) is not None)
+
+
+def is_path(text: str) -> bool:
+    """Whether `text` is a path, never a name to download: it ends in
+    `.npz`, starts with "/", "./", "../" or "~", or has a directory part
+    that no released name has (an address in gs://vit_models is neither:
+    `bucket_path`)."""
+    text = text.strip()
+    if bucket_path(text) is not None:
+        return False
+    if text.lower().endswith(".npz") or text.startswith(
+            ("/", "./", "../", "~")):
+        return True
+    has_folder = "/" in text or os.sep in text
+    return has_folder and not _is_name(text)
 
 
 def suggestions(text: str, n: int = 3) -> List[str]:

@@ -1,0 +1,83 @@
+"""What a run config leaves to its data, settled when the run starts: the
+length of a run given in epochs (`config.trainer.total_steps` 0: the
+steps of `trainer.epochs` passes over the training split, with the
+warm-up and the log, checkpoint and evaluation periods fitted inside
+them), and an image folder's split alternatives ("val|test": the one the
+folder has). The run's config.json records what was settled, so that
+resuming, keras-vit-evaluate and the logs read plain numbers and splits."""
+
+from __future__ import annotations
+
+import math
+from typing import Dict
+
+from absl import logging
+
+from keras_vit.data import sources
+from keras_vit.errors import UsageError
+
+# A derived run warms up for at most this share of its steps.
+WARMUP_SHARE = 0.1
+
+
+def fit(inp, trainer, schedule, log, checkpoints, evals) -> Dict[str, dict]:
+    """The sections of a run config to change (`config.replace`'s
+    arguments; {} when there is nothing to settle), from its `input`,
+    `trainer`, `schedule`, `log`, `checkpoints` and `evals` sections."""
+    out = _splits(inp, evals)
+    if int(trainer.total_steps) != 0:
+        return out
+    if float(trainer.epochs) <= 0:
+        raise UsageError(
+            "config.trainer.total_steps is 0, which asks for the steps of "
+            "config.trainer.epochs passes over the training split, but "
+            f"epochs is {trainer.epochs}: set one of them above 0.")
+    examples = sources.training_examples(inp)
+    if not examples:
+        raise UsageError(
+            f"config.trainer.total_steps is 0 but the size of "
+            f"{inp.dataset}'s split {inp.train_split!r} is not known: set "
+            "config.trainer.total_steps.")
+    batch = int(inp.batch_size)
+    epoch = max(1, math.ceil(examples / batch))
+    total = max(1, math.ceil(float(trainer.epochs) * examples / batch))
+    warmup = min(int(schedule.warmup_steps), int(WARMUP_SHARE * total))
+    out.update(trainer={"total_steps": total},
+               schedule={"warmup_steps": warmup},
+               log={"every_steps": _within(log.every_steps, epoch)},
+               checkpoints={"every_steps": _within(checkpoints.every_steps,
+                                                   epoch)})
+    for name, entry in evals.items():
+        if entry.type == "accuracy":
+            out.setdefault(f"evals.{name}", {})["every_steps"] = _within(
+                entry.every_steps, epoch)
+    logging.info(
+        "%s epochs of %d training images at batch %d: %d steps (%d per "
+        "epoch), %d warm-up steps.", trainer.epochs, examples, batch, total,
+        epoch, warmup)
+    return out
+
+
+def _within(every: int, epoch: int) -> int:
+    """A period (0: none) of at most one epoch."""
+    return min(int(every), epoch) if int(every) > 0 else 0
+
+
+def _splits(inp, evals) -> Dict[str, dict]:
+    """The split fields of an image folder whose alternatives ("val|test")
+    name one split of the folder, each made that split."""
+    if inp.dataset != sources.FOLDER or inp.vtab_task:
+        return {}
+    out = {}
+
+    def settle(section: str, field: str, split) -> None:
+        if split and "|" in split:
+            out.setdefault(section, {})[field] = sources.resolve_split(
+                inp.data_dir, split)
+
+    settle("input", "train_split", inp.train_split)
+    for name, entry in evals.items():
+        if entry.type == "accuracy":
+            settle(f"evals.{name}", "split", entry.split)
+            settle(f"evals.{name}", "val_split", entry.val_split)
+    return out

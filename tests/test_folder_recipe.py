@@ -1,0 +1,177 @@
+"""Your own images in one command: the `folder` recipe
+(keras_vit/configs/folder.py) on a folder of real photos (crops of
+scikit-learn's china.jpg and flower.jpg, tests/photo_folder.py).
+
+- the image folder's layouts: class folders alone (a fixed fifth of each
+  class held out as "val") or with their own split folders, and the split
+  alternatives ("val|test") the recipe names;
+- what the run settles from its data (keras_vit/training/data_fit.py):
+  the steps of `trainer.epochs` passes, the warm-up and periods inside
+  them; the resolution of the model it starts from
+  (`config.model.image_size` 0);
+- the journey, typed as a user types it: keras-vit-train --config=folder:
+  PHOTOS --model=Ti/16 (a tiny one), then keras-vit-evaluate on the
+  workdir, keras-vit-export and keras-vit-predict on a photo, each a
+  console script in a process of its own.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import keras
+import pytest
+
+import keras_vit
+from keras_vit import config as config_lib
+from keras_vit.configs import folder
+from keras_vit.data import sources
+from keras_vit.errors import UsageError
+from keras_vit.training import data_fit, model_init
+from tests.photo_folder import write_photo_folder
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The tiny model the journey trains: Ti/16 with its sizes overridden.
+TINY = ["--config.model.hidden_size=32", "--config.model.num_layers=1",
+        "--config.model.num_heads=2", "--config.model.mlp_dim=64",
+        "--config.model.image_size=32", "--config.trainer.jit_compile=False",
+        "--config.trainer.epochs=3", "--config.input.batch_size=8"]
+
+
+def _index(root):
+    sources._folder_index.cache_clear()
+    return sources._folder_index(str(root))
+
+
+def test_class_folders_alone_hold_out_a_fifth_of_each_class(tmp_path):
+    names = write_photo_folder(tmp_path, per_class=10)
+    index, found = _index(tmp_path)
+    assert found == names == ["china", "flower"]
+    assert {k: len(v[0]) for k, v in index.items()} == {"train": 16,
+                                                        "val": 4}
+    assert sorted(index["val"][1].tolist()) == [0, 0, 1, 1]
+    assert not set(index["train"][0]) & set(index["val"][0])
+    # The same images held out in every process.
+    again, _ = _index(tmp_path)
+    assert again["val"][0] == index["val"][0]
+    root = str(tmp_path)
+    assert sources.resolve_split(root, "val|test") == "val"
+    assert sources.resolve_split(root, "test|val[:50%]") == "val[:50%]"
+    assert len(sources.folder_split(root, "test|val")[0]) == 4
+    with pytest.raises(UsageError, match=r"has none of the splits test, "
+                       r"valid; it has \['train', 'val'\]"):
+        sources.resolve_split(root, "test|valid")
+
+
+def test_a_folder_with_split_folders_uses_its_own(tmp_path):
+    for split, count in (("train", 6), ("validation", 2), ("test", 3)):
+        write_photo_folder(tmp_path, per_class=count, split=split)
+    index, _ = _index(tmp_path)
+    assert {k: len(v[0]) for k, v in index.items()} == {
+        "train": 12, "validation": 4, "test": 6}
+    config = folder.get_config(str(tmp_path))
+    root = config.input.data_dir
+    assert sources.resolve_split(root, config.evals.test.split) == "test"
+    assert sources.resolve_split(
+        root, config.evals.test.val_split) == "validation"
+
+
+def _fitted(config):
+    return config_lib.replace(config, **data_fit.fit(
+        config.input, config.trainer, config.schedule, config.log,
+        config.checkpoints, config.evals))
+
+
+def test_the_run_follows_the_data(tmp_path):
+    """10 epochs of 20 images at batch 8: 25 steps (3 per epoch), a
+    warm-up of 2 (a tenth), the periods one epoch; the splits settled."""
+    write_photo_folder(tmp_path, per_class=12)
+    _index(tmp_path)
+    config = _fitted(config_lib.replace(
+        folder.get_config(f"data_dir={tmp_path}"), input={"batch_size": 8}))
+    assert config.trainer.total_steps == 25
+    assert config.schedule.warmup_steps == 2
+    assert (config.log.every_steps, config.checkpoints.every_steps,
+            config.evals.test.every_steps) == (3, 3, 3)
+    assert (config.input.train_split, config.evals.test.split,
+            config.evals.test.val_split) == ("train", "val", "val")
+    # Steps given: kept as they are.
+    given = _fitted(config_lib.replace(folder.get_config(str(tmp_path)),
+                                       trainer={"total_steps": 7}))
+    assert given.trainer.total_steps == 7
+    assert given.schedule.warmup_steps == 100
+    with pytest.raises(UsageError, match="set one of them above 0"):
+        _fitted(config_lib.replace(folder.get_config(str(tmp_path)),
+                                   trainer={"epochs": 0.0}))
+    with pytest.raises(UsageError, match=r"needs data_dir.*--config=folder:"
+                       r"PATH"):
+        _fitted(folder.get_config())
+
+
+def test_the_resolution_follows_the_model_it_starts_from(tmp_path):
+    model_config = folder.get_config().model
+    init = config_lib.complete({}, "init")
+    assert model_init.init_architecture(init, model_config) == {
+        "image_size": 224}
+    tiny = keras_vit.create_model(None, num_classes=3, image_size=48,
+                                  patch_size=16, hidden_size=16, num_layers=1,
+                                  num_heads=2, mlp_dim=16)
+    path = str(tmp_path / "tiny.keras")
+    tiny.save(path)
+    keras.backend.clear_session()
+    init = config_lib.complete({"model": path}, "init")
+    fields = model_init.init_architecture(init, model_config)
+    assert fields["image_size"] == 48 and fields["hidden_size"] == 16
+    # Said by the user: kept.
+    said = config_lib.replace(folder.get_config(), model={"image_size": 32})
+    assert "image_size" not in model_init.init_architecture(init,
+                                                            said.model)
+
+
+# ------------------------------------------------------------- the journey
+def _script(name):
+    path = os.path.join(os.path.dirname(sys.executable), f"keras-vit-{name}")
+    if os.path.exists(path):
+        return [path]
+    return [sys.executable, "-c",
+            f"import sys; sys.argv[0] = 'keras-vit-{name}'; from "
+            f"keras_vit.commands.{name} import main; sys.exit(main())"]
+
+
+def _run(cwd, name, *args):
+    env = dict(os.environ, PYTHONPATH=ROOT, CUDA_VISIBLE_DEVICES="",
+               KERAS_VIT_OFFLINE="1", HF_HUB_OFFLINE="1")
+    result = subprocess.run(_script(name) + list(args), capture_output=True,
+                            text=True, cwd=str(cwd), env=env, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result
+
+
+def test_own_photos_train_evaluate_export_predict(tmp_path):
+    classes = write_photo_folder(tmp_path / "photos", per_class=12)
+    _run(tmp_path, "train", "--config=folder:photos", "--model=Ti/16",
+         "--workdir=run", *TINY)
+    with open(tmp_path / "run" / "metrics.json") as f:
+        metrics = json.load(f)
+    assert {"test_accuracy", "test_loss", "test_examples"} <= set(metrics)
+    assert metrics["test_examples"] == 4 and metrics["steps"] == 8
+    with open(tmp_path / "run" / "config.json") as f:
+        saved = json.load(f)
+    assert saved["trainer"]["total_steps"] == 8  # 3 epochs of 20 at 8
+    assert saved["evals"]["test"]["split"] == "val"
+    assert (tmp_path / "run" / "labels.txt").read_text().split() == classes
+    evaluated = _run(tmp_path, "evaluate", "--mode=eval", "--workdir=run")
+    result = json.loads(evaluated.stdout[evaluated.stdout.index("{"):])
+    assert result["split"] == "val" and result["num_examples"] == 4
+    assert 0.0 <= result["accuracy"] <= 1.0
+    exported = _run(tmp_path, "export", "--model=run", "--export_dir=exports",
+                    "--model_name=photos")
+    version = exported.stdout.strip().splitlines()[-1]
+    assert version == os.path.join("exports", "photos", "1")
+    assert (tmp_path / version / "saved_model.pb").exists()
+    photo = os.path.join("photos", "china", "china_00.jpg")
+    answer = _run(tmp_path, "predict", "--model=exports/photos", photo)
+    line = answer.stdout.strip().splitlines()[-1]
+    assert line.startswith(f"{photo}: ")
+    assert line.split(": ", 1)[1].split()[0] in classes
