@@ -6,12 +6,29 @@ which is how replica code is tested here. They must be configured before
 TensorFlow initialises its devices, hence at import time of the conftest.
 """
 
+import importlib.util
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
-import tensorflow as tf  # noqa: E402
+
+def _quiet_start():
+    """keras_vit/quiet_start.py, loaded by its path: `import keras_vit`
+    would import TensorFlow before the notices are held."""
+    path = os.path.join(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__))), "keras_vit", "quiet_start.py")
+    spec = importlib.util.spec_from_file_location("_tests_quiet_start", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# TensorFlow's start-up notices (printed whatever TF_CPP_MIN_LOG_LEVEL says)
+# held back as the commands hold them: under pytest-xdist a worker's would
+# reach the terminal when it exits, after the run's summary.
+with _quiet_start().quiet_tensorflow_start([]):
+    import tensorflow as tf  # noqa: E402
 
 # Under pytest-xdist (`-n auto`, the README's test line), the workers share
 # the machine's cores instead of each starting an op thread pool as wide as
