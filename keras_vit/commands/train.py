@@ -14,8 +14,9 @@ closest); `--config NAME` and `--config=NAME` are the same.
 model: any source the other commands take (a released name, hf://ORG/NAME,
 a file, a run), resolved once to its local file or folder, whose
 architecture the run takes. Restarting with the same --workdir resumes
-from its latest checkpoint. A run stopped by SIGTERM (preemption) saves a
-checkpoint and exits with status 42.
+from its latest checkpoint. A run stopped by SIGTERM (preemption) or
+Ctrl-C saves a checkpoint at the next step and exits with status 42; a
+second Ctrl-C stops at once (status 130).
 """
 
 from __future__ import annotations
@@ -90,6 +91,10 @@ def _main(values: flags.FlagValues, args: list) -> None:
         config = config_lib.replace(config, init={
             "model": cli.model_source(values, start).path})
     final = run(config, values.workdir, cli.strategy(values, config))
+    if final.get("preempted") and final.get("signal") == "Ctrl-C":
+        raise Preempted(
+            f"Ctrl-C at step {final['step']}, checkpoint saved; run the "
+            "same command to resume.", kind="stopped")
     if final.get("preempted"):
         raise Preempted(
             f"stopped at step {final['step']} with a checkpoint saved; run "

@@ -14,8 +14,9 @@ TPU) is bounded by `connect_timeout_s` and ends on SIGTERM
 (`cluster.wait_for_workers`, `cluster.run_guarded`); every set-up failure is
 a `cluster.SetupError` whose one line names the fix.
 
-Preemption: `SigtermFlag` lets the host loop checkpoint and stop on SIGTERM
-(one host, and Cloud TPU VMs); for multi-worker and TPU strategies
+Preemption: `keras_vit.training.interrupt.StopRequest` lets the host loop
+checkpoint and stop on SIGTERM or Ctrl-C (one host, and Cloud TPU VMs);
+for multi-worker and TPU strategies
 `preemption_handler` adds TensorFlow's PreemptionCheckpointHandler, which
 makes every worker save at the same step and then raises `Preempted`.
 """
@@ -24,7 +25,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 from typing import Callable, Optional
 
 import tensorflow as tf
@@ -231,8 +231,8 @@ def preemption_handler(
     loops: when any worker is told to stop, all of them call `save(step)` at
     the same step and then it raises `Preempted` (instead of TensorFlow's
     sys.exit), so that the run can end cleanly. Off Google Cloud it owns
-    SIGTERM; on Cloud TPU VMs it does nothing, and `SigtermFlag` does the
-    work.
+    SIGTERM; on Cloud TPU VMs it does nothing, and
+    `interrupt.StopRequest` does the work.
 
     Args:
         strategy: tf.distribute.Strategy.
@@ -256,47 +256,6 @@ def preemption_handler(
     return tf.distribute.experimental.PreemptionCheckpointHandler(
         strategy.cluster_resolver, manager, termination_config=config
     )
-
-
-def _owned_by_handler(handler) -> bool:
-    owner = getattr(handler, "__self__", None)
-    return isinstance(
-        owner, tf.distribute.experimental.PreemptionCheckpointHandler
-    )
-
-
-class SigtermFlag:
-    """Records SIGTERM (what a preempted VM receives) so that the host loop
-    can checkpoint and stop at a step boundary.
-
-    A context manager; leaves SIGTERM alone where a PreemptionCheckpointHandler
-    already handles it, and outside the main thread.
-    """
-
-    def __init__(self):
-        self.requested = False
-        self.installed = False
-        self._previous = None
-
-    def __enter__(self):
-        try:
-            current = signal.getsignal(signal.SIGTERM)
-            if not _owned_by_handler(current):
-                self._previous = signal.signal(signal.SIGTERM, self._handle)
-                self.installed = True
-        except ValueError:  # not the main thread
-            pass
-        return self
-
-    def _handle(self, signum, frame):
-        logging.warning("SIGTERM received: saving a checkpoint and stopping.")
-        self.requested = True
-
-    def __exit__(self, *exc):
-        if self.installed:
-            signal.signal(signal.SIGTERM, self._previous)
-            self.installed = False
-        return False
 
 
 def any_worker(strategy: tf.distribute.Strategy, flag: bool) -> bool:
