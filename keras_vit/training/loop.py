@@ -20,6 +20,7 @@ from typing import Any, Callable, Dict, Optional, Tuple
 import tensorflow as tf
 from absl import logging
 
+from keras_vit import progress
 from keras_vit.storage import workdir as wd
 from keras_vit.training import (
     cluster,
@@ -56,14 +57,15 @@ class WorkerLost(TrainingError):
 @dataclasses.dataclass(frozen=True)
 class Plan:
     """What the host loop takes of a run's config: its `trainer` steps,
-    its `log` and `checkpoints` periods and its accuracy evaluators (name,
-    entry of `evals`)."""
+    its `log` and `checkpoints` periods, its accuracy evaluators (name,
+    entry of `evals`) and the seconds between progress lines."""
 
     total_steps: int
     steps_per_loop: int
     log_every: int
     checkpoint_every: int
     evaluators: Tuple[Tuple[str, Any], ...]
+    progress_every_s: float = progress.EVERY_S
 
     @classmethod
     def of(cls, trainer_config, log, checkpoints, evals) -> "Plan":
@@ -74,7 +76,8 @@ class Plan:
             int(trainer_config.steps_per_loop),
             int(log.every_steps), int(checkpoints.every_steps),
             tuple((name, entry) for name, entry in evals.items()
-                  if entry.type == "accuracy"))
+                  if entry.type == "accuracy"),
+            float(log.every_seconds))
 
 
 @dataclasses.dataclass
@@ -97,6 +100,8 @@ class Run:
             the final evaluation.
         explained: () -> context manager turning input-pipeline failures
             into clear errors (`data.checks.explained_errors`).
+        eval_progress: (evaluator entry, split, seconds) -> the `on_batch`
+            of an evaluation that reports its progress, or None.
     """
 
     workdir: str
@@ -111,6 +116,7 @@ class Run:
     batch: int
     on_finish: Optional[Callable]
     explained: Callable
+    eval_progress: Optional[Callable] = None
 
 
 def run(plan: Plan, r: Run) -> Dict[str, float]:
@@ -153,6 +159,8 @@ class _HostLoop:
         self.t_start = time.time()
         self.pacer = pacing.Pacer(r.trainer)
         self.compiled = False
+        self.rate = progress.Rate(plan.total_steps, "step",
+                                  plan.progress_every_s, images=r.batch)
         self._reset_window()
         # TensorBoard summaries (the chief's): closed when the run ends, so
         # that a process running many trainings (VTAB) keeps no file open.
@@ -217,11 +225,14 @@ class _HostLoop:
     def _after_call(self, done: int, metrics, seconds: float) -> None:
         """After each train call: `done` steps of the current request,
         the call's metrics and its seconds."""
-        del done, metrics
+        del metrics
         if not self.compiled:
             self.compiled = True
             logging.info("Compiled: the first train call took %.1f s; "
                          "training.", seconds)
+        line = self.rate.update(self.step + done)
+        if line:
+            logging.info("train: %s", line)
 
     def _count(self, metrics, stop: int, dt: float, timed: bool) -> None:
         """Checks and accumulates one train call's metrics, and logs them
@@ -286,12 +297,20 @@ class _HostLoop:
             if not _boundary(self.step, int(entry.every_steps)):
                 continue
             split = entry.val_split or entry.split
-            with self.r.explained():
-                results = self.r.trainer.evaluate(self.r.eval_fn(entry,
-                                                                 split))
+            results = self._evaluate(entry, split)
             reporting.log_eval(self.writers, self.step, split, results,
                       self.r.trainer.accuracy_name)
         return time.time() - t1
+
+    def _evaluate(self, entry, split: str) -> Dict[str, Any]:
+        """One evaluation of accuracy evaluator `entry` on `split`, its
+        progress told every `plan.progress_every_s` seconds."""
+        r = self.r
+        on_batch = r.eval_progress(entry, split, self.plan.progress_every_s
+                                   ) if r.eval_progress else None
+        with r.explained():
+            return r.trainer.evaluate(r.eval_fn(entry, split),
+                                      on_batch=on_batch)
 
     def _preempted(self, preemption, saved: bool
                    ) -> Optional[Dict[str, Any]]:
@@ -324,8 +343,7 @@ class _HostLoop:
         r, trainer = self.r, self.r.trainer
         final: Dict[str, Any] = {}
         for name, entry in self.plan.evaluators:
-            with r.explained():
-                results = trainer.evaluate(r.eval_fn(entry, entry.split))
+            results = self._evaluate(entry, entry.split)
             reporting.log_eval(self.writers, self.step, entry.split, results,
                       trainer.accuracy_name)
             final.update(reporting.final_metrics(name, entry.split, results,
