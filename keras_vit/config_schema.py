@@ -294,6 +294,9 @@ def base_config() -> ml_collections.ConfigDict:
     c.log = ml_collections.ConfigDict()
     # Train-metric logging interval (steps).
     c.log.every_steps = 100
+    # A progress line (step, %, elapsed, time left, images/s) of training
+    # and evaluation at least this often (seconds of wall time); 0: none.
+    c.log.every_seconds = 10.0
 
     # ---------------------------------------------------------------- evals
     # Named evaluators (`EVALUATORS` gives each type's fields). A training

@@ -15,13 +15,17 @@ from inside Keras or TensorFlow included, keeps its traceback.
 `one_line(error)`: an exception's message on one line (TensorFlow's span
 several), for a UsageError that names its cause.
 
-`Preempted`: a run stopped on SIGTERM after saving a checkpoint; every
-command then exits with PREEMPTED_EXIT_CODE, and the same command resumes.
+`Preempted`: a run stopped on SIGTERM or Ctrl-C after saving a checkpoint;
+every command then exits with PREEMPTED_EXIT_CODE, and the same command
+resumes. A second Ctrl-C stops at once, with INTERRUPTED_EXIT_CODE.
 """
 
 # TensorFlow's restart status (PreemptionCheckpointHandler's exit off Google
 # Cloud), for the job scheduler to restart the job.
 PREEMPTED_EXIT_CODE = 42
+# A process stopped at once by Ctrl-C (128 + SIGINT, as a shell reports
+# one that Ctrl-C ended).
+INTERRUPTED_EXIT_CODE = 130
 
 
 class UsageError(ValueError):
@@ -29,9 +33,19 @@ class UsageError(ValueError):
 
 
 class Preempted(Exception):
-    """A run stopped on SIGTERM after saving a checkpoint (every worker at
-    the same step, under a PreemptionCheckpointHandler): it should end; the
-    commands exit with PREEMPTED_EXIT_CODE and the same command resumes."""
+    """A run stopped on SIGTERM or Ctrl-C after saving a checkpoint (every
+    worker at the same step, under a PreemptionCheckpointHandler): it
+    should end; the commands exit with PREEMPTED_EXIT_CODE and the same
+    command resumes.
+
+    Attributes:
+        kind: str. How the commands' one line calls it: "preempted"
+            (SIGTERM) or "stopped" (Ctrl-C).
+    """
+
+    def __init__(self, message: str = "", kind: str = "preempted"):
+        super().__init__(message)
+        self.kind = kind
 
 
 def one_line(error: BaseException) -> str:

@@ -9,6 +9,10 @@ from __future__ import annotations
 import time
 from typing import Callable, List
 
+# Seconds between progress lines where no config says (the run config's is
+# `log.every_seconds`).
+EVERY_S = 10.0
+
 
 def duration(seconds: float) -> str:
     """str. A duration as a person reads it: 45s, 12min, 3.5h."""
@@ -54,3 +58,59 @@ class Progress:
         return (f"; {len(self.durations)} done in "
                 f"{duration(sum(self.durations))}, about "
                 f"{duration(mean * left)} left")
+
+
+class Rate:
+    """Progress through `total` units of one long piece of work (training
+    steps, evaluation batches), told by time: `update(done)` returns a
+    line at most every `every_s` seconds of wall time, else None:
+
+        step 1200 of 6000 (20%), 1min elapsed, about 4min left,
+        5012 images/s
+
+    The estimate of the time left and the throughput come from the units
+    done since the first `update` (which only starts the clock: a first
+    call that compiles is not counted).
+
+    Args:
+        total: int or None (unknown: no percentage, no estimate).
+        unit: str. What a unit is called ("step", "batch").
+        every_s: float. Seconds between lines; 0: never.
+        images: int. Images per unit, for the throughput (0: none shown).
+        clock: () -> seconds.
+    """
+
+    def __init__(self, total, unit: str = "step", every_s: float = 10.0,
+                 images: int = 0, clock: Callable[[], float] = time.time):
+        self.total = int(total) if total else None
+        self.unit, self.every_s, self.images = unit, float(every_s), images
+        self._clock = clock
+        self._began = self._last = clock()
+        self._first = None  # (time, done) of the first update
+
+    def update(self, done: int) -> "str | None":
+        """The line for `done` units when one is due, else None."""
+        now = self._clock()
+        if self._first is None:
+            self._first = (now, int(done))
+        if not self.every_s or now - self._last < self.every_s:
+            return None
+        self._last = now
+        return self.line(done, now)
+
+    def line(self, done: int, now: "float | None" = None) -> str:
+        """"step 1200 of 6000 (20%), 1min elapsed, about 4min left,
+        5012 images/s" (the parts known)."""
+        now = self._clock() if now is None else now
+        parts = [f"{self.unit} {done}"]
+        if self.total:
+            parts[0] += f" of {self.total} ({100.0 * done / self.total:.0f}%)"
+        parts.append(f"{duration(now - self._began)} elapsed")
+        t0, d0 = self._first or (now, done)
+        rate = (done - d0) / (now - t0) if now > t0 and done > d0 else 0.0
+        if rate and self.total:
+            parts.append(f"about {duration((self.total - done) / rate)} "
+                         "left")
+        if rate and self.images:
+            parts.append(f"{rate * self.images:.1f} images/s")
+        return ", ".join(parts)

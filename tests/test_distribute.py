@@ -19,7 +19,7 @@ import tensorflow as tf
 
 from keras_vit import optim
 from keras_vit.errors import PREEMPTED_EXIT_CODE
-from keras_vit.training import cluster, distribute, loop, train_lib
+from keras_vit.training import cluster, distribute, interrupt, loop, train_lib
 from tests import tiny
 from tests.strategies import two_cpu_mirrored
 
@@ -303,14 +303,28 @@ def test_is_chief(cluster, task_type, task_id, chief):
 
 
 # -------------------------------------------------------------- SIGTERM
-def test_sigterm_flag_records_the_signal_and_restores_the_handler():
-    before = signal.getsignal(signal.SIGTERM)
-    with distribute.SigtermFlag() as flag:
+def test_stop_request_records_the_signal_and_restores_the_handlers():
+    before = [signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)]
+    told = []
+    with interrupt.StopRequest() as flag:
+        flag.on_signal = lambda: told.append(1)
         assert flag.installed and not flag.requested
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(0.05)  # Python handlers run between bytecodes
-        assert flag.requested
-    assert signal.getsignal(signal.SIGTERM) is before
+        assert flag.requested and flag.name == "SIGTERM" and told
+    assert [signal.getsignal(s)
+            for s in (signal.SIGTERM, signal.SIGINT)] == before
+
+
+def test_ctrl_c_once_asks_to_stop_twice_stops_at_once():
+    with interrupt.StopRequest() as flag:
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.05)
+        assert flag.requested and flag.name == "Ctrl-C"
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
 def test_sigterm_flag_leaves_a_preemption_handler_in_charge():
@@ -327,8 +341,8 @@ def test_sigterm_flag_leaves_a_preemption_handler_in_charge():
     handler = Handler()
     previous = signal.signal(signal.SIGTERM, handler.on_sigterm)
     try:
-        with distribute.SigtermFlag() as flag:
-            assert not flag.installed
+        with interrupt.StopRequest() as flag:
+            assert signal.getsignal(signal.SIGTERM) == handler.on_sigterm
             os.kill(os.getpid(), signal.SIGTERM)
             time.sleep(0.05)
         assert handler.seen == [signal.SIGTERM] and not flag.requested

@@ -129,7 +129,8 @@ def _eval_mode(values, source, strategy) -> Dict:
     start = time.time()
     metrics = evaluate_model(
         model, inp, input_pipeline.RunInput(image_size=image_size), split,
-        int(batch), strategy)
+        int(batch), strategy,
+        every_s=(run or config_lib.base_config()).log.every_seconds)
     metrics.update(dataset=inp.dataset, split=split, model=source.describe(),
                    image_size=list(image_size),
                    wall_time_s=time.time() - start)
@@ -178,6 +179,7 @@ def _fewshot_mode(values, source, strategy) -> Dict:
         model, opts, datasets, image_size=config.model.image_size,
         resize_size=config.input.pp.eval_resize_size, strategy=strategy,
         download=bool(config.input.download),
+        every_s=float(config.log.every_seconds),
     )
     if not results:
         raise UsageError(_nothing_ran("few-shot data set", not_run))

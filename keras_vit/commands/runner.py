@@ -16,7 +16,10 @@ the command's main:
 - so does a bad flag or config field;
 - a preempted run (`keras_vit.errors.Preempted`: it saved a checkpoint and
   stopped on SIGTERM) prints `keras-vit-<command>: preempted: <message>`
-  and exits with PREEMPTED_EXIT_CODE (42, TensorFlow's restart status);
+  (`stopped:` after Ctrl-C) and exits with PREEMPTED_EXIT_CODE (42,
+  TensorFlow's restart status);
+- Ctrl-C anywhere else, or a second one, prints one line and exits with
+  INTERRUPTED_EXIT_CODE (130);
 - any other exception (a ValueError from inside Keras or TensorFlow
   included) propagates with its traceback.
 """
@@ -34,7 +37,12 @@ from ml_collections import config_flags
 
 from keras_vit import config as config_lib
 from keras_vit import quiet_start
-from keras_vit.errors import PREEMPTED_EXIT_CODE, Preempted, UsageError
+from keras_vit.errors import (
+    INTERRUPTED_EXIT_CODE,
+    PREEMPTED_EXIT_CODE,
+    Preempted,
+    UsageError,
+)
 from keras_vit.training import cluster
 from keras_vit.training.resume import TrainingError
 
@@ -259,9 +267,23 @@ def run(
     except ONE_LINE as error:
         return report(error, program, verbose, values)
     except Preempted as error:
-        report(error, program, verbose, values, kind="preempted")
+        report(error, program, verbose, values, kind=error.kind)
         return PREEMPTED_EXIT_CODE
+    except KeyboardInterrupt as error:
+        return _interrupted(error, program, verbose)
     return 0 if status is None else int(status)
+
+
+def _interrupted(error: KeyboardInterrupt, program: str,
+                 verbose: bool) -> int:
+    """Ctrl-C outside a training loop's checkpointing (or twice): one
+    line, INTERRUPTED_EXIT_CODE."""
+    if verbose:
+        print("".join(traceback.format_exception(error)), file=sys.stderr,
+              end="", flush=True)
+    print(f"{program}: interrupted: stopped at once (Ctrl-C).",
+          file=sys.stderr, flush=True)
+    return INTERRUPTED_EXIT_CODE
 
 
 def _with_suggestion(message: str, argv) -> str:

@@ -16,7 +16,8 @@ the config file's) starts from a model: any source the other commands take
 local file or folder, whose architecture the run takes; `--model=Ti/16`
 (a size, Ti/16 ... H/14) trains that variant from scratch. Restarting
 with the same --workdir resumes from its latest checkpoint. A run stopped
-by SIGTERM (preemption) saves a checkpoint and exits with status 42.
+by SIGTERM (preemption) or Ctrl-C saves a checkpoint at the next step and
+exits with status 42; a second Ctrl-C stops at once (status 130).
 """
 
 from __future__ import annotations
@@ -112,6 +113,10 @@ def _main(values: flags.FlagValues, args: list) -> None:
         config = config_lib.replace(config, init={
             "model": cli.model_source(values, config.init.model).path})
     final = run(config, values.workdir, cli.strategy(values, config))
+    if final.get("preempted") and final.get("signal") == "Ctrl-C":
+        raise Preempted(
+            f"Ctrl-C at step {final['step']}, checkpoint saved; run the "
+            "same command to resume.", kind="stopped")
     if final.get("preempted"):
         raise Preempted(
             f"stopped at step {final['step']} with a checkpoint saved; run "

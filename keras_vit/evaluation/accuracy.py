@@ -6,11 +6,12 @@ from __future__ import annotations
 import sys
 from typing import Dict
 
-import keras
 import tensorflow as tf
 
 from keras_vit.data import pipeline as input_pipeline
 from keras_vit.data import sources
+from keras_vit.progress import EVERY_S
+from keras_vit.scoring import evaluator as evaluator_lib
 from keras_vit.scoring.evaluator import Evaluator
 
 
@@ -22,6 +23,7 @@ def evaluate_model(
     batch_size: int,
     strategy=None,
     progress: bool = True,
+    every_s: float = EVERY_S,
 ) -> Dict[str, float]:
     """Top-1, top-5 accuracy and mean loss of `model` on one split.
 
@@ -34,7 +36,9 @@ def evaluate_model(
         batch_size: int. Global batch; the last batch is padded and the
             padding masked out.
         strategy: tf.distribute.Strategy or None.
-        progress: bool. Show a progress bar.
+        progress: bool. Show progress: a bar on a terminal, else a line
+            (batch, %, elapsed, time left, images/s) every `every_s`
+            seconds.
 
     Returns:
         {"accuracy", "top5_accuracy", "loss", "num_examples"}.
@@ -51,12 +55,8 @@ def evaluate_model(
     on_batch = None
     if progress:
         total = sources.num_split_examples(inp, split)
-        bar = keras.utils.Progbar(
-            -(-total // batch_size) if total else None,
-            verbose=1 if sys.stdout.isatty() else 2, unit_name="batch",
-        )
-
-        def on_batch(i, metrics):
-            bar.update(i, [("top1", metrics["accuracy"])])
-
+        on_batch = evaluator_lib.progress_callback(
+            -(-total // batch_size) if total else None, batch_size,
+            f"eval {split}", every_s, bar=sys.stdout.isatty())
     return evaluator.evaluate(dataset, on_batch=on_batch)
+

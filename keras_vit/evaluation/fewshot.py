@@ -32,7 +32,7 @@ from keras_vit.data import sources, vtab
 from keras_vit.derived import features_model, intermediate_model
 from keras_vit.errors import UsageError
 from keras_vit.model import architecture_of
-from keras_vit.progress import Progress
+from keras_vit.progress import EVERY_S, Progress, Rate
 
 BIAS_FEATURE = 100.0
 L2_REG = 1024.0
@@ -131,7 +131,7 @@ def extract_features(
     split: str,
     batch_size: int,
     strategy: Optional[tf.distribute.Strategy] = None,
-    log_every: int = 50,
+    every_s: float = EVERY_S,
 ) -> Tuple[np.ndarray, np.ndarray]:
     """Features and labels of one split (padding removed).
 
@@ -143,7 +143,8 @@ def extract_features(
         split: str.
         batch_size: int. Global batch.
         strategy: tf.distribute.Strategy or None.
-        log_every: int. Log progress every so many batches.
+        every_s: float. Seconds between progress lines (batch, %,
+            elapsed, time left, images/s); 0: none.
 
     Returns:
         (features (N, D) float32, labels (N,) int32).
@@ -178,15 +179,17 @@ def extract_features(
 
     total = sources.num_split_examples(inp, split)
     batches = -(-total // batch_size) if total else None
-    feats, labels, start = [], [], time.time()
+    feats, labels = [], []
+    rate = Rate(batches, "batch", every_s, images=batch_size)
+    rate.update(0)
     for i, (images, y, mask) in enumerate(dataset, start=1):
         f, y, mask = (t.numpy() for t in step(images, y, mask))
         keep = mask > 0
         feats.append(f[keep])
         labels.append(y[keep])
-        if log_every and i % log_every == 0:
-            logging.info("features %s: batch %d/%s (%.1fs)", split, i,
-                         batches or "?", time.time() - start)
+        line = rate.update(i)
+        if line:
+            logging.info("features of %s: %s", split, line)
     if not feats:
         raise UsageError(f"Split {split!r} of {inp.dataset} is empty.")
     return np.concatenate(feats), np.concatenate(labels).astype(np.int32)
@@ -249,6 +252,7 @@ def run(
     resize_size: Optional[int] = 256,
     strategy: Optional[tf.distribute.Strategy] = None,
     download: bool = True,
+    every_s: float = EVERY_S,
 ) -> Tuple[Dict[str, Mapping], Dict[str, str]]:
     """Few-shot linear accuracy of `model`'s frozen representation.
 
@@ -268,6 +272,8 @@ def run(
             the central image_size crop (resize_size None: resize only).
         strategy: tf.distribute.Strategy or None.
         download: bool. Download and prepare missing TFDS data.
+        every_s: float. Seconds between progress lines of the feature
+            extraction (`config.log.every_seconds`); 0: none.
 
     Returns:
         (results, not_run): {data set name: {str(shots): {"mean",
@@ -296,9 +302,11 @@ def run(
                      progress.eta())
         start = time.time()
         train = extract_features(feature_model, inp, run_input,
-                                 data.train_split, batch_size, strategy)
+                                 data.train_split, batch_size, strategy,
+                                 every_s)
         test = extract_features(feature_model, inp, run_input,
-                                data.test_split, batch_size, strategy)
+                                data.test_split, batch_size, strategy,
+                                every_s)
         results[data.name] = evaluate_features(
             train, test, info.num_classes, tuple(opts.shots),
             tuple(opts.seeds), float(opts.l2_reg)

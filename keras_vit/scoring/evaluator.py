@@ -6,12 +6,14 @@ of `keras_vit.data.pipeline.eval_dataset` (TensorFlow).
 
 from __future__ import annotations
 
-from typing import Dict
+from typing import Callable, Dict, Optional
 
 import keras
 import tensorflow as tf
+from absl import logging
 
 from keras_vit.errors import UsageError
+from keras_vit.progress import EVERY_S, Rate
 from keras_vit.scoring.losses import LOSSES, per_example_loss
 
 
@@ -109,3 +111,26 @@ def _metrics(totals) -> Dict[str, float]:
         "top5_accuracy": totals[2] / n,
         "num_examples": int(totals[3]),
     }
+
+
+def progress_callback(batches: Optional[int], batch_size: int, what: str,
+                      every_s: float = EVERY_S, bar: bool = False
+                      ) -> Callable[[int, Dict], None]:
+    """An `Evaluator.evaluate` `on_batch` that shows its progress through
+    `batches` batches (None: unknown): a Keras progress bar (`bar`, for a
+    terminal), else a log line `what: batch i of n (p%), ... images/s`
+    every `every_s` seconds."""
+    if bar:
+        progbar = keras.utils.Progbar(batches, unit_name="batch")
+        return lambda i, metrics: progbar.update(
+            i, [("top1", metrics["accuracy"])])
+    rate = Rate(batches, "batch", every_s, images=batch_size)
+    rate.update(0)
+
+    def on_batch(i, metrics):
+        del metrics
+        line = rate.update(i)
+        if line:
+            logging.info("%s: %s", what, line)
+
+    return on_batch

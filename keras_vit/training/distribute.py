@@ -14,21 +14,21 @@ TPU) is bounded by `connect_timeout_s` and ends on SIGTERM
 (`cluster.wait_for_workers`, `cluster.run_guarded`); every set-up failure is
 a `cluster.SetupError` whose one line names the fix.
 
-Preemption: `SigtermFlag` lets the host loop checkpoint and stop on SIGTERM
-(one host, and Cloud TPU VMs, whose maintenance events and preemptions
-send it); for multi-worker strategies `preemption_handler` adds
-TensorFlow's PreemptionCheckpointHandler, which makes every worker save at
-the same step and then raises `Preempted`. TPUStrategy gets none: on
-Google Cloud's TPU VMs TensorFlow's handler does nothing (it logs that TPUs
-on GCP are not supported, and `save_checkpoint_if_preempted` returns at
-once), so there SIGTERM is what saves the checkpoint.
+Preemption: `keras_vit.training.interrupt.StopRequest` lets the host loop
+checkpoint and stop on SIGTERM or Ctrl-C (one host, and Cloud TPU VMs,
+whose maintenance events and preemptions send SIGTERM); for multi-worker
+strategies `preemption_handler` adds TensorFlow's
+PreemptionCheckpointHandler, which makes every worker save at the same
+step and then raises `Preempted`. TPUStrategy gets none: on Google Cloud's
+TPU VMs TensorFlow's handler does nothing (it logs that TPUs on GCP are
+not supported, and `save_checkpoint_if_preempted` returns at once), so
+there SIGTERM is what saves the checkpoint.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import signal
 from typing import Callable, Optional
 
 import tensorflow as tf
@@ -240,7 +240,7 @@ def preemption_handler(
     SIGTERM. TensorFlow's handler does nothing on Google Cloud's TPU VMs
     and CPU VMs (TF 2.20 and 2.21: it logs that they are not supported and
     `save_checkpoint_if_preempted` returns at once), so a TPUStrategy gets
-    none: `SigtermFlag` saves on the SIGTERM a TPU VM receives.
+    none: `interrupt.StopRequest` saves on the SIGTERM a TPU VM receives.
 
     Args:
         strategy: tf.distribute.Strategy.
@@ -264,47 +264,6 @@ def preemption_handler(
     return tf.distribute.experimental.PreemptionCheckpointHandler(
         strategy.cluster_resolver, manager, termination_config=config
     )
-
-
-def _owned_by_handler(handler) -> bool:
-    owner = getattr(handler, "__self__", None)
-    return isinstance(
-        owner, tf.distribute.experimental.PreemptionCheckpointHandler
-    )
-
-
-class SigtermFlag:
-    """Records SIGTERM (what a preempted VM receives) so that the host loop
-    can checkpoint and stop at a step boundary.
-
-    A context manager; leaves SIGTERM alone where a PreemptionCheckpointHandler
-    already handles it, and outside the main thread.
-    """
-
-    def __init__(self):
-        self.requested = False
-        self.installed = False
-        self._previous = None
-
-    def __enter__(self):
-        try:
-            current = signal.getsignal(signal.SIGTERM)
-            if not _owned_by_handler(current):
-                self._previous = signal.signal(signal.SIGTERM, self._handle)
-                self.installed = True
-        except ValueError:  # not the main thread
-            pass
-        return self
-
-    def _handle(self, signum, frame):
-        logging.warning("SIGTERM received: saving a checkpoint and stopping.")
-        self.requested = True
-
-    def __exit__(self, *exc):
-        if self.installed:
-            signal.signal(signal.SIGTERM, self._previous)
-            self.installed = False
-        return False
 
 
 def any_worker(strategy: tf.distribute.Strategy, flag: bool) -> bool:

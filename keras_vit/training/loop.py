@@ -1,10 +1,12 @@
 """The host loop of a training run.
 
-It calls `Trainer.train` for `steps_per_loop` steps at a time and, between
-calls, logs, writes TensorBoard summaries, evaluates, checkpoints and reacts
-to SIGTERM (what a preempted TPU VM receives) by saving at the next step
-boundary and stopping. In a multi-worker run, a worker that dies stops the
-others with one line naming it (`WorkerLost`).
+It trains up to the next boundary (at most `steps_per_loop` steps, in
+train calls of a few seconds each: `pacing`) and, at boundaries, logs,
+writes TensorBoard summaries, evaluates and checkpoints. SIGTERM (what a
+preempted TPU VM receives) and Ctrl-C end the train call in flight after
+its step; the loop then saves and stops (`interrupt`). In a multi-worker
+run, a worker that dies stops the others with one line naming it
+(`WorkerLost`).
 """
 
 from __future__ import annotations
@@ -18,13 +20,20 @@ from typing import Any, Callable, Dict, Optional, Tuple
 import tensorflow as tf
 from absl import logging
 
+from keras_vit import progress
 from keras_vit.storage import workdir as wd
-from keras_vit.training import cluster, distribute
+from keras_vit.training import (
+    cluster,
+    distribute,
+    interrupt,
+    pacing,
+    reporting,
+)
 from keras_vit.training.resume import TrainingError
 
-# Records SIGTERM so the loop can checkpoint and stop cleanly (a name of
-# its own here so that tests can stand in for a signal).
-_Preemption = distribute.SigtermFlag
+# Records SIGTERM and Ctrl-C so the loop can checkpoint and stop cleanly (a
+# name of its own here so that tests can stand in for a signal).
+_Preemption = interrupt.StopRequest
 
 
 def _boundary(step: int, every: int) -> bool:
@@ -48,14 +57,15 @@ class WorkerLost(TrainingError):
 @dataclasses.dataclass(frozen=True)
 class Plan:
     """What the host loop takes of a run's config: its `trainer` steps,
-    its `log` and `checkpoints` periods and its accuracy evaluators (name,
-    entry of `evals`)."""
+    its `log` and `checkpoints` periods, its accuracy evaluators (name,
+    entry of `evals`) and the seconds between progress lines."""
 
     total_steps: int
     steps_per_loop: int
     log_every: int
     checkpoint_every: int
     evaluators: Tuple[Tuple[str, Any], ...]
+    progress_every_s: float = progress.EVERY_S
 
     @classmethod
     def of(cls, trainer_config, log, checkpoints, evals) -> "Plan":
@@ -66,7 +76,8 @@ class Plan:
             int(trainer_config.steps_per_loop),
             int(log.every_steps), int(checkpoints.every_steps),
             tuple((name, entry) for name, entry in evals.items()
-                  if entry.type == "accuracy"))
+                  if entry.type == "accuracy"),
+            float(log.every_seconds))
 
 
 @dataclasses.dataclass
@@ -89,6 +100,8 @@ class Run:
             the final evaluation.
         explained: () -> context manager turning input-pipeline failures
             into clear errors (`data.checks.explained_errors`).
+        eval_progress: (evaluator entry, split, seconds) -> the `on_batch`
+            of an evaluation that reports its progress, or None.
     """
 
     workdir: str
@@ -103,6 +116,7 @@ class Run:
     batch: int
     on_finish: Optional[Callable]
     explained: Callable
+    eval_progress: Optional[Callable] = None
 
 
 def run(plan: Plan, r: Run) -> Dict[str, float]:
@@ -143,6 +157,10 @@ class _HostLoop:
         self.loop_time = 0.0
         self.skipped = 0
         self.t_start = time.time()
+        self.pacer = pacing.Pacer(r.trainer)
+        self.compiled = False
+        self.rate = progress.Rate(plan.total_steps, "step",
+                                  plan.progress_every_s, images=r.batch)
         self._reset_window()
         # TensorBoard summaries (the chief's): closed when the run ends, so
         # that a process running many trainings (VTAB) keeps no file open.
@@ -165,6 +183,11 @@ class _HostLoop:
 
     def run(self) -> Dict[str, float]:
         with _Preemption() as preemption:
+            # The request reaches the step in flight (`interrupt`).
+            preemption.on_signal = self.r.trainer.request_stop
+            if self.step < self.plan.total_steps:
+                logging.info("Tracing and compiling the training step "
+                             "(the first train call).")
             while self.step < self.plan.total_steps:
                 stopped = self._one_call(preemption)
                 if stopped is not None:
@@ -180,11 +203,14 @@ class _HostLoop:
                           *(e.every_steps for _, e in plan.evaluators))
         t0 = time.time()
         with r.explained():
-            metrics = r.trainer.train(r.train_iter, stop - self.step)
+            metrics = self.pacer.train(r.train_iter, stop - self.step,
+                                       self._after_call)
         dt = time.time() - t0
         timed = self.step > self.start_step
-        self._count(metrics, stop, dt, timed)
-        scheduled = self._periodic_evaluations()
+        self._count(metrics, self.step + metrics["steps"], dt, timed)
+        # Stopping: no evaluation before the checkpoint.
+        scheduled = 0.0 if r.trainer.stop_requested() else (
+            self._periodic_evaluations())
         saved = _boundary(self.step, plan.checkpoint_every) or (
             self.step == plan.total_steps)
         if saved:
@@ -196,10 +222,24 @@ class _HostLoop:
             self.loop_time += time.time() - t0 - scheduled
         return stopped
 
+    def _after_call(self, done: int, metrics, seconds: float) -> None:
+        """After each train call: `done` steps of the current request,
+        the call's metrics and its seconds."""
+        del metrics
+        if not self.compiled:
+            self.compiled = True
+            logging.info("Compiled: the first train call took %.1f s; "
+                         "training.", seconds)
+        line = self.rate.update(self.step + done)
+        if line:
+            logging.info("train: %s", line)
+
     def _count(self, metrics, stop: int, dt: float, timed: bool) -> None:
         """Checks and accumulates one train call's metrics, and logs them
         at a log boundary (and after the first, compiling call)."""
         trainer = self.r.trainer
+        if stop == self.step:
+            return  # stopped before a step
         bad = metrics["nonfinite_steps"]
         if not trainer.skip_nonfinite and (
             bad or not math.isfinite(metrics["loss"])
@@ -239,7 +279,7 @@ class _HostLoop:
         # shows that training runs long before the first log_every.
         if (_boundary(self.step, self.plan.log_every)
                 or self.step == self.plan.total_steps or not timed):
-            _log_train(
+            reporting.log_train(
                 trainer, self.writers, self.step, self.plan.total_steps,
                 self.window, self.window_time, self.r.batch,
                 "" if timed else " (first call: with tracing and "
@@ -257,12 +297,20 @@ class _HostLoop:
             if not _boundary(self.step, int(entry.every_steps)):
                 continue
             split = entry.val_split or entry.split
-            with self.r.explained():
-                results = self.r.trainer.evaluate(self.r.eval_fn(entry,
-                                                                 split))
-            _log_eval(self.writers, self.step, split, results,
+            results = self._evaluate(entry, split)
+            reporting.log_eval(self.writers, self.step, split, results,
                       self.r.trainer.accuracy_name)
         return time.time() - t1
+
+    def _evaluate(self, entry, split: str) -> Dict[str, Any]:
+        """One evaluation of accuracy evaluator `entry` on `split`, its
+        progress told every `plan.progress_every_s` seconds."""
+        r = self.r
+        on_batch = r.eval_progress(entry, split, self.plan.progress_every_s
+                                   ) if r.eval_progress else None
+        with r.explained():
+            return r.trainer.evaluate(r.eval_fn(entry, split),
+                                      on_batch=on_batch)
 
     def _preempted(self, preemption, saved: bool
                    ) -> Optional[Dict[str, Any]]:
@@ -282,11 +330,12 @@ class _HostLoop:
         if distribute.any_worker(r.strategy, preemption.requested):
             if not saved:
                 r.writer.save(step)
+            name = getattr(preemption, "name", "") or "SIGTERM"
             logging.warning(
-                "Stopped at step %d after SIGTERM; checkpoint saved. "
-                "Run the same command to resume.", step,
+                "Stopped at step %d after %s; checkpoint saved. "
+                "Run the same command to resume.", step, name,
             )
-            return {"preempted": True, "step": step}
+            return {"preempted": True, "step": step, "signal": name}
         return None
 
     def _finish(self) -> Dict[str, float]:
@@ -294,11 +343,10 @@ class _HostLoop:
         r, trainer = self.r, self.r.trainer
         final: Dict[str, Any] = {}
         for name, entry in self.plan.evaluators:
-            with r.explained():
-                results = trainer.evaluate(r.eval_fn(entry, entry.split))
-            _log_eval(self.writers, self.step, entry.split, results,
+            results = self._evaluate(entry, entry.split)
+            reporting.log_eval(self.writers, self.step, entry.split, results,
                       trainer.accuracy_name)
-            final.update(_final_metrics(name, entry.split, results,
+            final.update(reporting.final_metrics(name, entry.split, results,
                                         trainer.accuracy_name))
         trained = self.step - self.start_step
         final.update({
@@ -330,59 +378,3 @@ class _HostLoop:
                 if trainer.has_ema:
                     trainer.swap_ema_weights()
         return final
-
-
-def _final_metrics(name: str, split: str, results, accuracy_name: str
-                   ) -> Dict[str, Any]:
-    """metrics.json's fields of one accuracy evaluator: the one named
-    "test" gives test_accuracy, test_loss, ... and eval_split ("test_mpp_
-    accuracy" for masked patch prediction), another NAME_accuracy, ... and
-    NAME_split."""
-    out = {
-        f"{name}_{accuracy_name}": results["accuracy"],
-        f"{name}_top5_{accuracy_name}": results["top5_accuracy"],
-        f"{name}_loss": results["loss"],
-        f"{name}_examples": results["num_examples"],
-    }
-    out["eval_split" if name == "test" else f"{name}_split"] = split
-    return out
-
-
-def _log_train(trainer, writers, step, total, window, seconds, batch,
-               note=""):
-    steps = max(window["steps"], 1)
-    applied = window.get("applied", steps)  # skipped steps excluded
-    loss = window["loss"] / applied if applied else float("nan")
-    accuracy = window["accuracy"] / applied if applied else float("nan")
-    grad_norm = window["grad_norm"] / applied if applied else float("nan")
-    images_per_sec = steps * batch / seconds if seconds else 0.0
-    lr = trainer.learning_rate()
-    name = trainer.accuracy_name
-    logging.info(
-        "step %d/%d: loss %.4f %s %.4f lr %.3g grad_norm %.3g "
-        "images/s %.1f%s", step, total, loss, name, accuracy, lr, grad_norm,
-        images_per_sec, note,
-    )
-    if "train" in writers:
-        with writers["train"].as_default(step=step):
-            tf.summary.scalar("loss", loss)
-            tf.summary.scalar(name, accuracy)
-            tf.summary.scalar("learning_rate", lr)
-            tf.summary.scalar("grad_norm", grad_norm)
-            tf.summary.scalar("images_per_sec", images_per_sec)
-            tf.summary.scalar("step_time_s", seconds / steps)
-        writers["train"].flush()
-
-
-def _log_eval(writers, step, split, results, name="accuracy"):
-    logging.info(
-        "eval %s at step %d: %s %.4f top5 %.4f loss %.4f (%d examples)",
-        split, step, name, results["accuracy"], results["top5_accuracy"],
-        results["loss"], results["num_examples"],
-    )
-    if "eval" in writers:
-        with writers["eval"].as_default(step=step):
-            for key in ("accuracy", "top5_accuracy", "loss"):
-                tf.summary.scalar(key.replace("accuracy", name),
-                                  results[key])
-        writers["eval"].flush()

@@ -24,6 +24,7 @@ from keras_vit.data import checks as data_checks
 from keras_vit.data import masking, sources
 from keras_vit.data import pipeline as input_pipeline
 from keras_vit.errors import UsageError
+from keras_vit.scoring import evaluator
 from keras_vit.storage import workdir as wd
 from keras_vit.training import (
     cluster,
@@ -146,6 +147,15 @@ class _Data:
                 cache=bool(entry.cache))
         )
 
+    def eval_progress(self, entry, split: str, every_s: float):
+        """The `on_batch` that tells an evaluation's progress (`eval_fn`'s
+        batches) every `every_s` seconds."""
+        eval_batch = int(entry.batch_size or self.micro_batch)
+        total = sources.num_split_examples(self.inp, split)
+        return evaluator.progress_callback(
+            -(-total // eval_batch) if total else None, eval_batch,
+            f"eval {split}", every_s)
+
     def make_iterator(self, start_step: int):
         def dataset_fn(ctx):
             ds = input_pipeline.train_dataset(
@@ -236,8 +246,11 @@ def train_and_evaluate(
             config.init, config.model))
     model_init.check_workdir_config(config, workdir)
     keras.utils.set_random_seed(int(config.seed))
+    logging.info("Reading the data: %s.", config.input.vtab_task
+                 or config.input.dataset)
     info, splits = _check_data(config.input, config.evals)
     num_classes = num_classes_of(config.model, config.input)
+    logging.info("Building the model and its optimizer.")
     with strategy.scope():
         model, optimizer = build_run(config, num_classes)
     logging.info(
@@ -262,6 +275,7 @@ def train_and_evaluate(
         on_finish=on_finish,
         explained=functools.partial(data_checks.explained_errors,
                                     config.input, splits),
+        eval_progress=data.eval_progress,
     )
     plan = loop.Plan.of(config.trainer, config.log, config.checkpoints,
                         config.evals)

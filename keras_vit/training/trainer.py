@@ -146,6 +146,14 @@ class Trainer(Evaluator):
             self._replica_grads = tf.function(
                 self._replica_grads, jit_compile=True
             )
+        # A stop request (SIGTERM, Ctrl-C) ends a train call after the step
+        # in flight, where every replica runs in this process; a multi-worker
+        # or TPU run stops between host calls, every worker at the same step.
+        self.stoppable = not (distribute.is_multi_worker(strategy)
+                              or distribute.is_tpu(strategy))
+        with tf.init_scope(), tf.device("/cpu:0"):
+            self._stop = tf.Variable(False, trainable=False,
+                                     name="stop_request")
         self._train_loop = tf.function(self._train_loop_fn)
 
     # ------------------------------------------------------------- training
@@ -281,8 +289,13 @@ class Trainer(Evaluator):
             "grad_norm": tf.constant(0.0),
             "nonfinite": tf.constant(0.0),
             "first_nonfinite": tf.constant(-1),
+            "steps": tf.constant(0),
         }
         for i in tf.range(steps):
+            if self.stoppable:
+                if self._stop.read_value():
+                    break
+            sums["steps"] += 1
             images, labels = next(iterator)
             loss_sum, correct, grad_norm, finite = strategy.run(
                 self._train_step_fn, args=(images, labels)
@@ -300,15 +313,26 @@ class Trainer(Evaluator):
             )
         return sums
 
-    def train(self, iterator, steps: int) -> Dict[str, float]:
-        """Runs `steps` optimizer updates in one host call.
+    def request_stop(self) -> None:
+        """Ends the train call in flight after its current step (where the
+        run is `stoppable`; any thread may call it)."""
+        self._stop.assign(True)
 
-        Returns the mean loss, accuracy and gradient norm over those steps
-        (with `skip_nonfinite`: over the applied steps; NaN if none was),
-        `nonfinite_steps`, the number of steps whose loss or gradient norm
-        was NaN or Inf (skipped with `skip_nonfinite`), and
-        `first_nonfinite_step`, the 1-based index of the first of them in
-        this call, or None.
+    def stop_requested(self) -> bool:
+        """Whether `request_stop` was called (False where the run is not
+        `stoppable`: its workers must agree on every step)."""
+        return self.stoppable and bool(self._stop.numpy())
+
+    def train(self, iterator, steps: int) -> Dict[str, float]:
+        """Runs `steps` optimizer updates in one host call, fewer after
+        `request_stop`.
+
+        Returns `steps`, the updates run; the mean loss, accuracy and
+        gradient norm over them (with `skip_nonfinite`: over the applied
+        steps; NaN if none was), `nonfinite_steps`, the number of steps
+        whose loss or gradient norm was NaN or Inf (skipped with
+        `skip_nonfinite`), and `first_nonfinite_step`, the 1-based index of
+        the first of them in this call, or None.
         """
         if steps < 1:
             raise UsageError(f"steps must be >= 1, got {steps}.")
@@ -319,12 +343,14 @@ class Trainer(Evaluator):
                 "training."
             )
         sums = self._train_loop(iterator, tf.constant(steps, tf.int32))
+        steps = int(sums["steps"])
         bad = int(round(float(sums["nonfinite"])))
         first = int(sums["first_nonfinite"])
         applied = steps - bad if self.skip_nonfinite else steps
         examples = float(applied * self.global_batch_size)
         nan = float("nan")
         return {
+            "steps": steps,
             "loss": float(sums["loss"]) / examples if applied else nan,
             "accuracy": float(sums["correct"]) / examples if applied else nan,
             "grad_norm": float(sums["grad_norm"]) / applied if applied else nan,

@@ -1,0 +1,181 @@
+"""SIGTERM and Ctrl-C during training: save at the next step boundary and
+stop.
+
+`StopRequest` is the host loop's context manager. While it is entered:
+
+- SIGTERM (a preempted VM) and the first Ctrl-C (SIGINT) set `requested`;
+  the host loop then saves a checkpoint and stops (the commands exit with
+  PREEMPTED_EXIT_CODE). A PreemptionCheckpointHandler that owns SIGTERM
+  (multi-worker and TPU runs) keeps it.
+- The request reaches the training step in flight, not only the host
+  loop: a Python signal handler runs only once the main thread is back
+  from TensorFlow, so a watcher thread, woken through `signal.
+  set_wakeup_fd` the moment a signal arrives, calls `on_signal` (the
+  trainer's `request_stop`, a variable its in-graph loop reads between
+  steps).
+- A second Ctrl-C stops at once: KeyboardInterrupt in the main thread
+  (the commands print one line and exit with status 130), and if the main
+  thread is still inside TensorFlow `HARD_STOP_S` later (compiling, say),
+  the process ends there with status 130. Checkpoints are written under a
+  temporary name and then listed in the `checkpoint` file, which is
+  replaced atomically: a stop in the middle of a save leaves the previous
+  checkpoint the latest.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import signal
+import threading
+from typing import Callable, Optional
+
+import tensorflow as tf
+from absl import logging
+
+from keras_vit.errors import INTERRUPTED_EXIT_CODE
+
+# Seconds the main thread has to raise KeyboardInterrupt after a second
+# Ctrl-C before the process ends without it.
+HARD_STOP_S = 2.0
+_NAMES = {signal.SIGTERM: "SIGTERM", signal.SIGINT: "Ctrl-C"}
+
+
+def _owned_by_handler(handler) -> bool:
+    owner = getattr(handler, "__self__", None)
+    return isinstance(
+        owner, tf.distribute.experimental.PreemptionCheckpointHandler
+    )
+
+
+class StopRequest:
+    """Records SIGTERM and Ctrl-C so that the host loop can checkpoint and
+    stop at a step boundary (see the module doc).
+
+    A context manager. Outside the main thread it installs nothing.
+
+    Attributes:
+        requested: bool. A signal asked the run to stop.
+        name: str. "SIGTERM" or "Ctrl-C", the signal that asked first.
+        on_signal: () -> None, called at once (from the watcher thread)
+            and again from the signal handler; the host loop sets it.
+    """
+
+    def __init__(self):
+        self.requested = False
+        self.name = ""
+        self.installed = False
+        self.on_signal: Callable[[], None] = lambda: None
+        self._previous = {}
+        # Ctrl-C as the handler saw it, as the watcher saw it; raised once.
+        self._interrupts = self._seen = 0
+        self._raised = False
+        self._open = False  # between __enter__ and __exit__
+        self._pipe = None
+        self._wakeup = None
+        self._watcher: Optional[threading.Thread] = None
+        self._hard_stop: Optional[threading.Timer] = None
+
+    # -------------------------------------------------------------- set-up
+    def __enter__(self):
+        try:
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                current = signal.getsignal(signum)
+                if signum == signal.SIGTERM and _owned_by_handler(current):
+                    continue
+                self._previous[signum] = signal.signal(signum, self._handle)
+        except ValueError:  # not the main thread
+            return self
+        self._open = True
+        self.installed = bool(self._previous)
+        self._start_watcher()
+        return self
+
+    def _start_watcher(self) -> None:
+        read, write = os.pipe()
+        flags = fcntl.fcntl(write, fcntl.F_GETFL)
+        fcntl.fcntl(write, fcntl.F_SETFL, flags | os.O_NONBLOCK)
+        try:
+            self._wakeup = signal.set_wakeup_fd(write,
+                                                warn_on_full_buffer=False)
+        except (ValueError, OSError):
+            os.close(read)
+            os.close(write)
+            return
+        self._pipe = (read, write)
+        self._watcher = threading.Thread(target=self._watch, daemon=True,
+                                         name="keras_vit-stop-watcher")
+        self._watcher.start()
+
+    def __exit__(self, *exc):
+        self._open = False
+        if self._pipe is not None:
+            signal.set_wakeup_fd(self._wakeup)
+            read, write = self._pipe
+            os.write(write, b"\0")  # wakes the watcher, which ends
+            self._watcher.join(timeout=5)
+            os.close(read)
+            os.close(write)
+            self._pipe = None
+        if self._hard_stop is not None:
+            self._hard_stop.cancel()
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous)
+        self._previous = {}
+        self.installed = False
+        if exc[0] is None and self._twice():
+            # Ctrl-C twice, the second while the run saved and stopped.
+            self._raised = True
+            raise KeyboardInterrupt
+        return False
+
+    # ------------------------------------------------------------- signals
+    def _watch(self) -> None:
+        """The watcher thread: reacts the moment a signal arrives, while
+        the main thread may be inside a TensorFlow call."""
+        while True:
+            data = os.read(self._pipe[0], 64)
+            if not data or 0 in data:
+                return
+            for signum in data:
+                if signum not in self._previous:
+                    continue
+                self.on_signal()
+                if signum == signal.SIGINT:
+                    self._seen += 1
+            if self._seen >= 2 and self._hard_stop is None:
+                self._hard_stop = threading.Timer(HARD_STOP_S,
+                                                  self._end_now)
+                self._hard_stop.daemon = True
+                self._hard_stop.start()
+
+    def _end_now(self) -> None:
+        """Ends the process after a second Ctrl-C that the main thread
+        could not act on in time (it is inside a long TensorFlow call)."""
+        if not self._open:
+            return
+        os.write(2, b"Ctrl-C twice: stopped at once; the last complete "
+                 b"checkpoint is the one to resume from.\n")
+        os._exit(INTERRUPTED_EXIT_CODE)
+
+    def _twice(self) -> bool:
+        """Ctrl-C came twice: counted by the handler, or by the watcher
+        where two signals reached the handler as one (Python runs it once
+        for signals that arrive while the main thread is in TensorFlow)."""
+        return max(self._interrupts, self._seen) >= 2 and not self._raised
+
+    def _handle(self, signum, frame):
+        del frame
+        if signum == signal.SIGINT:
+            self._interrupts += 1
+            if self._twice():
+                self._raised = True
+                raise KeyboardInterrupt
+        if not self.requested:
+            self.name = _NAMES.get(signum, f"signal {signum}")
+            again = (" (Ctrl-C again stops at once)"
+                     if signum == signal.SIGINT else "")
+            logging.warning("%s: saving a checkpoint at the next step, then "
+                            "stopping%s.", self.name, again)
+        self.requested = True
+        self.on_signal()

@@ -1,0 +1,65 @@
+"""What the host loop tells: its log lines, TensorBoard summaries and the
+fields of metrics.json."""
+
+from __future__ import annotations
+
+from typing import Any, Dict
+
+import tensorflow as tf
+from absl import logging
+
+
+def final_metrics(name: str, split: str, results, accuracy_name: str
+                   ) -> Dict[str, Any]:
+    """metrics.json's fields of one accuracy evaluator: the one named
+    "test" gives test_accuracy, test_loss, ... and eval_split ("test_mpp_
+    accuracy" for masked patch prediction), another NAME_accuracy, ... and
+    NAME_split."""
+    out = {
+        f"{name}_{accuracy_name}": results["accuracy"],
+        f"{name}_top5_{accuracy_name}": results["top5_accuracy"],
+        f"{name}_loss": results["loss"],
+        f"{name}_examples": results["num_examples"],
+    }
+    out["eval_split" if name == "test" else f"{name}_split"] = split
+    return out
+
+
+def log_train(trainer, writers, step, total, window, seconds, batch,
+               note=""):
+    steps = max(window["steps"], 1)
+    applied = window.get("applied", steps)  # skipped steps excluded
+    loss = window["loss"] / applied if applied else float("nan")
+    accuracy = window["accuracy"] / applied if applied else float("nan")
+    grad_norm = window["grad_norm"] / applied if applied else float("nan")
+    images_per_sec = steps * batch / seconds if seconds else 0.0
+    lr = trainer.learning_rate()
+    name = trainer.accuracy_name
+    logging.info(
+        "step %d/%d: loss %.4f %s %.4f lr %.3g grad_norm %.3g "
+        "images/s %.1f%s", step, total, loss, name, accuracy, lr, grad_norm,
+        images_per_sec, note,
+    )
+    if "train" in writers:
+        with writers["train"].as_default(step=step):
+            tf.summary.scalar("loss", loss)
+            tf.summary.scalar(name, accuracy)
+            tf.summary.scalar("learning_rate", lr)
+            tf.summary.scalar("grad_norm", grad_norm)
+            tf.summary.scalar("images_per_sec", images_per_sec)
+            tf.summary.scalar("step_time_s", seconds / steps)
+        writers["train"].flush()
+
+
+def log_eval(writers, step, split, results, name="accuracy"):
+    logging.info(
+        "eval %s at step %d: %s %.4f top5 %.4f loss %.4f (%d examples)",
+        split, step, name, results["accuracy"], results["top5_accuracy"],
+        results["loss"], results["num_examples"],
+    )
+    if "eval" in writers:
+        with writers["eval"].as_default(step=step):
+            for key in ("accuracy", "top5_accuracy", "loss"):
+                tf.summary.scalar(key.replace("accuracy", name),
+                                  results[key])
+        writers["eval"].flush()

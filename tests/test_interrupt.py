@@ -1,0 +1,93 @@
+"""Ctrl-C on keras-vit-train as a user presses it (a real SIGINT to the
+console script): once, it saves a checkpoint after the step in flight and
+exits with the preemption status and one line; twice, it stops at once and
+the last checkpoint stays whole; the same command resumes either way."""
+
+import re
+import signal
+import time
+
+import pytest
+import tensorflow as tf
+
+from keras_vit.errors import INTERRUPTED_EXIT_CODE, PREEMPTED_EXIT_CODE
+from tests import console
+
+pytestmark = pytest.mark.slow
+
+TOTAL = 1_000_000
+# One host call would hold every step (steps_per_loop = total_steps, no
+# log, evaluation or checkpoint boundary before the end): the run stops
+# early only if the stop reaches the train call in flight.
+LONG = [
+    *console.TINY_DIGITS, f"--config.trainer.steps_per_loop={TOTAL}",
+    f"--config.log.every_steps={TOTAL}", "--config.evals.test.every_steps=0",
+]
+
+
+def _resumes(workdir, step, tmp_path, **flags):
+    """The same command, to a near end: it resumes from ckpt-`step`."""
+    args = [*LONG, f"--workdir={workdir}",
+            f"--config.trainer.total_steps={step + 20}",
+            *(f"--config.{k}={v}" for k, v in flags.items())]
+    result = console.run("train", args)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (f"Resumed from {workdir}/checkpoints/ckpt-{step} at step "
+            f"{step}") in result.stderr
+
+
+def test_ctrl_c_saves_at_the_next_step_and_the_same_command_resumes(
+        tmp_path):
+    workdir = tmp_path / "run"
+    log = tmp_path / "first.log"
+    proc = console.start("train", [
+        *LONG, f"--config.trainer.total_steps={TOTAL}",
+        "--config.checkpoints.every_steps=0", f"--workdir={workdir}"], log)
+    console.wait_for(log, r"Compiled: the first train call", proc)
+    time.sleep(1.0)  # into the one long host call
+    proc.send_signal(signal.SIGINT)
+    assert console.finish(proc, timeout=120) == PREEMPTED_EXIT_CODE
+    text = log.read_text()
+    last = text.strip().splitlines()[-1]
+    step = int(re.fullmatch(r".* at step (\d+),.*", last)[1])
+    assert last == (f"keras-vit-train: stopped: Ctrl-C at step {step}, "
+                    "checkpoint saved; run the same command to resume.")
+    assert "Traceback" not in text and "KeyboardInterrupt" not in text
+    assert 0 < step < TOTAL
+    latest = tf.train.latest_checkpoint(str(workdir / "checkpoints"))
+    assert latest.endswith(f"ckpt-{step}")
+    assert not (workdir / "metrics.json").exists()
+    _resumes(workdir, step, tmp_path, **{"checkpoints.every_steps": 0})
+
+
+def test_ctrl_c_twice_stops_at_once_and_the_last_checkpoint_stays_whole(
+        tmp_path):
+    workdir = tmp_path / "run"
+    log = tmp_path / "first.log"
+    # A checkpoint every 50 steps (a fraction of a second): the second
+    # Ctrl-C comes while one is being written or about to be.
+    proc = console.start("train", [
+        *LONG, f"--config.trainer.total_steps={TOTAL}",
+        "--config.checkpoints.every_steps=50", "--config.checkpoints.keep=2",
+        f"--workdir={workdir}"], log)
+    state = workdir / "checkpoints" / "checkpoint"
+    deadline = time.time() + 240
+    while not (state.exists() and "ckpt-100" in state.read_text()):
+        assert proc.poll() is None and time.time() < deadline, log.read_text()
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    time.sleep(0.02)
+    proc.send_signal(signal.SIGINT)
+    assert console.finish(proc, timeout=120) == INTERRUPTED_EXIT_CODE
+    text = log.read_text()
+    assert "Traceback" not in text
+    assert text.strip().splitlines()[-1] in (
+        "keras-vit-train: interrupted: stopped at once (Ctrl-C).",
+        "Ctrl-C twice: stopped at once; the last complete checkpoint is the "
+        "one to resume from.")
+    latest = tf.train.latest_checkpoint(str(workdir / "checkpoints"))
+    step = int(latest.rpartition("-")[2])
+    reader = tf.train.load_checkpoint(latest)  # listed means whole
+    assert reader.get_variable_to_shape_map()
+    _resumes(workdir, step, tmp_path, **{"checkpoints.every_steps": 50,
+                                         "checkpoints.keep": 2})

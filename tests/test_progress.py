@@ -1,0 +1,96 @@
+"""Progress a person can read: a line every few seconds of wall time with
+the step, the share done, the time spent, the time left and the images
+per second, for training (whatever log.every_steps says), evaluation and
+few-shot feature extraction (VTAB's fine-tunings are training runs);
+keras_vit/progress.py's `Rate` makes the lines."""
+
+import logging
+import re
+
+import pytest
+
+from keras_vit.data import pipeline as input_pipeline
+from keras_vit.evaluation import fewshot
+from keras_vit.progress import Rate
+from tests import console
+from tests.test_fewshot import features_model, tiny_digits_model
+
+LINE = (r"step (\d+) of (\d+) \((\d+)%\), \d+s elapsed, about \d+(s|min) "
+        r"left, [\d.]+ images/s")
+
+
+class _Clock:
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_rate_tells_by_time_with_share_time_left_and_throughput():
+    clock = _Clock()
+    rate = Rate(1000, "step", every_s=10, images=32, clock=clock)
+    assert rate.update(0) is None  # starts the clock
+    clock.now += 4
+    assert rate.update(100) is None  # not yet due
+    clock.now += 6
+    assert rate.update(250) == (
+        "step 250 of 1000 (25%), 10s elapsed, about 30s left, "
+        "800.0 images/s")
+    clock.now += 1
+    assert rate.update(275) is None
+    clock.now += 9
+    assert re.fullmatch(LINE, rate.update(500))
+
+
+def test_rate_leaves_out_what_it_cannot_know():
+    clock = _Clock()
+    rate = Rate(None, "batch", every_s=1, clock=clock)
+    rate.update(0)
+    clock.now += 2
+    assert rate.update(7) == "batch 7, 2s elapsed"
+    assert Rate(10, every_s=0, clock=clock).update(5) is None  # 0: never
+
+
+def test_fewshot_features_tell_their_progress(caplog):
+    model = features_model(tiny_digits_model())
+    inp = fewshot.FewShotData("d", "digits", "train", "test").input(36)
+    run = input_pipeline.RunInput(image_size=32)
+    with caplog.at_level(logging.INFO):
+        fewshot.extract_features(model, inp, run, "test", 64,
+                                 every_s=1e-9)
+    lines = [r.getMessage() for r in caplog.records
+             if r.getMessage().startswith("features of test:")]
+    assert lines[-1].startswith("features of test: batch 6 of 6 (100%), ")
+    assert "images/s" in lines[-1]
+
+
+@pytest.mark.slow
+def test_training_and_evaluation_tell_progress_every_few_seconds(tmp_path):
+    """No log.every_steps boundary before the end: the lines come from the
+    clock (log.every_seconds, 10 s by default, 0.5 s here)."""
+    workdir = tmp_path / "run"
+    total = 1500
+    result = console.run("train", [
+        *console.TINY_DIGITS, f"--workdir={workdir}",
+        f"--config.trainer.total_steps={total}",
+        f"--config.trainer.steps_per_loop={total}",
+        f"--config.log.every_steps={total}",
+        "--config.evals.test.every_steps=0", "--config.log.every_seconds=0.5",
+        "--config.evals.test.batch_size=8"])
+    assert result.returncode == 0, result.stderr[-3000:]
+    head = result.stderr.splitlines()[:6]
+    assert any("Reading the data: digits." in line for line in head), head
+    train = re.findall(r"\] train: " + LINE, result.stderr)
+    assert len(train) >= 2, result.stderr[-3000:]
+    assert all(0 < int(step) <= total for step, *_ in train)
+    assert [int(p) for *_, p, _ in train] == sorted(
+        int(p) for *_, p, _ in train)
+    assert re.search(r"\] eval test: batch \d+ of 45 \(\d+%\), ",
+                     result.stderr), result.stderr[-3000:]
+    # keras-vit-evaluate reads the run's config: the same cadence.
+    result = console.run("evaluate", ["--mode=eval", f"--workdir={workdir}",
+                                      "--batch_size=8"])
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert re.search(r"\] eval test: batch \d+ of 45 \(\d+%\), .* left, "
+                     r"[\d.]+ images/s", result.stderr), result.stderr[-3000:]
