@@ -216,7 +216,7 @@ def test_only_multi_worker_strategies_get_a_preemption_handler(
         config.exit_fn()
 
 
-class _SigtermAfterFirstLoop(distribute.SigtermFlag):
+class _SigtermAfterFirstLoop(interrupt.StopRequest):
     """The real SIGTERM flag; a real SIGTERM reaches this process when the
     host loop first asks, as a TPU VM's maintenance event sends one."""
 
@@ -248,13 +248,13 @@ def test_tpu_vm_sigterm_saves_stops_and_resumes(tmp_path, monkeypatch,
     workdir = str(tmp_path / "run")
     with caplog.at_level("INFO", logger="absl"):
         stopped = train_lib.train_and_evaluate(config, workdir)
-    assert stopped == {"preempted": True, "step": 4}
+    assert stopped == {"preempted": True, "step": 4, "signal": "SIGTERM"}
     assert "Preemption: a TPU VM's maintenance event or preemption sends " \
         "SIGTERM" in caplog.text
     assert "Stopped at step 4 after SIGTERM; checkpoint saved" in caplog.text
     assert tf.train.latest_checkpoint(
         os.path.join(workdir, "checkpoints")).endswith("ckpt-4")
-    monkeypatch.setattr(loop, "_Preemption", distribute.SigtermFlag)
+    monkeypatch.setattr(loop, "_Preemption", interrupt.StopRequest)
     resumed = train_lib.train_and_evaluate(config, workdir)
     assert resumed["steps"] == 12 and resumed["steps_this_run"] == 8
 
