@@ -65,7 +65,7 @@ class NpzSource(sources.Source):
             checkpoint_io.read_npz(self.path), self.path
         )
         info = npz_layout.describe_arrays(
-            {k: tuple(v.shape) for k, v in arrays.items()})
+            {k: checkpoint_io.shape_of(arrays, k) for k in arrays})
         # AugReg files (gs://vit_models/augreg/) say their model and, once
         # fine-tuned, their resolution in the name.
         info["augreg"] = augreg.parse_name(self.path)

@@ -24,10 +24,13 @@ go through `tf.io.gfile`.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
+import json
 import os
 import zipfile
-from typing import Dict, Optional, Sequence, Tuple, Union
+import zlib
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple, Union
 
 import keras
 import numpy as np
@@ -41,6 +44,7 @@ from keras_vit.checkpoint.formats.npz import (
     Shape,
     open_for_reading,
     read_npz,
+    shape_of,
     write_npz,
 )
 from keras_vit.checkpoint.formats.npz_layout import (
@@ -129,8 +133,10 @@ def load_arrays(
     """Like `load_npz`, from a dict of arrays in the official layout."""
     report = LoadReport(path=source, layout=layout, dropped=list(ignored))
     params = model_params(model)
-    arrays = dict(arrays)
-    shapes = {k: tuple(np.shape(v)) for k, v in arrays.items()}
+    shapes = {k: shape_of(arrays, k) for k in arrays}
+    # An array is inflated when first used (`read_npz` reads lazily): one
+    # the model has no place for never is.
+    arrays = _OnDemand(arrays)
     expected = _expected(params)
     model_shapes = {k: s for k, (_, s) in expected.items()}
     original_shapes = dict(shapes)
@@ -151,6 +157,24 @@ def load_arrays(
             )
     _assign(model, params, arrays, report)
     return report
+
+
+class _OnDemand(collections.UserDict):
+    """A changeable copy of a mapping of arrays whose values are looked up
+    in the original when first read (then kept)."""
+
+    _PENDING = object()
+
+    def __init__(self, source: Mapping[str, np.ndarray]):
+        super().__init__()
+        self._source = source
+        self.data = dict.fromkeys(source, self._PENDING)
+
+    def __getitem__(self, key: str) -> np.ndarray:
+        value = self.data[key]
+        if value is self._PENDING:
+            value = self.data[key] = self._source[key]
+        return value
 
 
 @dataclasses.dataclass
@@ -316,11 +340,87 @@ def _check_keras_archive(path: str) -> None:
                     archive, path, size,
                     lambda n: n in _KERAS_MEMBERS or n.startswith("assets/"),
                     json_members=_KERAS_MEMBERS[:2])
-    except (zipfile.BadZipFile, EOFError, OSError) as error:
+                _check_declared_size(archive, path)
+    except (zipfile.BadZipFile, EOFError, OSError, zlib.error) as error:
         raise UsageError(
             f"{path}: truncated or corrupt .keras archive ({one_line(error)})"
             ". Save or copy the file again."
         ) from None
+
+
+def _check_declared_size(archive: zipfile.ZipFile, path: str) -> None:
+    """Refuses a `.keras` file whose config.json declares more parameters
+    than its weights member can hold (at one byte a parameter, the
+    smallest Keras stores: int8), before Keras builds the model, which
+    allocates every declared weight."""
+    names = set(archive.namelist())
+    if "config.json" not in names:
+        return
+    try:
+        config = json.loads(archive.read("config.json"))
+    except RecursionError:
+        raise UsageError(f"{path}: its config.json nests too deep for a "
+                         "model's; the file is corrupt or crafted.") from None
+    except ValueError as error:
+        raise UsageError(f"{path}: its config.json is not JSON "
+                         f"({one_line(error)[:200]}).") from None
+    held = sum(archive.getinfo(n).file_size for n in _KERAS_MEMBERS[2:]
+               if n in names)
+    declared = _declared_parameters(config)
+    if declared > held + (1 << 20):
+        raise UsageError(
+            f"{path} declares at least {declared:,} parameters, more than "
+            f"its weights ({held:,} bytes) hold: refused before Keras "
+            "builds it. The file is corrupt or crafted; save the model "
+            "again (model.save).")
+
+
+def _positive(value: Any) -> int:
+    ok = isinstance(value, int) and not isinstance(value, bool) and value > 0
+    return value if ok else 0
+
+
+def _declared_parameters(config: Any) -> int:
+    """A lower bound of the parameters a .keras config declares: of every
+    layer config whose sizes say it (a keras_vit model's architecture;
+    an encoder, patch embedding, Dense or Embedding layer with the input
+    width its build_config records)."""
+    total, todo = 0, [config]
+    while todo:
+        item = todo.pop()
+        if isinstance(item, list):
+            todo.extend(item)
+        elif isinstance(item, dict):
+            todo.extend(item.values())
+            if "class_name" in item and isinstance(item.get("config"), dict):
+                total += _layer_parameters(item["config"],
+                                           item.get("build_config"))
+    return total
+
+
+def _layer_parameters(cfg: Dict[str, Any], build: Any) -> int:
+    """A lower bound of one layer config's parameters (0 where its sizes
+    do not say)."""
+    arch = cfg.get("architecture")
+    if isinstance(arch, dict):
+        width, depth, mlp, patch = (_positive(arch.get(k)) for k in (
+            "hidden_size", "num_layers", "mlp_dim", "patch_size"))
+        return (depth * (4 * width * width + 2 * width * mlp)
+                + patch * patch * width
+                + width * _positive(arch.get("num_classes")))
+    shape = build.get("input_shape") if isinstance(build, dict) else None
+    width = _positive(shape[-1]) if isinstance(shape, list) and shape else 0
+    if "mlp_dim" in cfg:  # keras_vit's Encoder and EncoderBlock
+        return max(1, _positive(cfg.get("num_layers"))) * (
+            4 * width * width + 2 * width * _positive(cfg.get("mlp_dim")))
+    if "units" in cfg:
+        return width * _positive(cfg.get("units"))
+    if "patch_size" in cfg and "hidden_size" in cfg:
+        return (_positive(cfg["patch_size"]) ** 2 * width
+                * _positive(cfg["hidden_size"]))
+    if "input_dim" in cfg and "output_dim" in cfg:
+        return _positive(cfg["input_dim"]) * _positive(cfg["output_dim"])
+    return 0
 
 
 def read_keras_model(path: str) -> keras.Model:
