@@ -12,7 +12,6 @@ in `keras_vit.checkpoint.formats.npz_layout`; position-embedding resizing in
 
 from __future__ import annotations
 
-import collections.abc
 import dataclasses
 import io
 import math
@@ -20,9 +19,7 @@ import os
 import zipfile
 import zlib
 from typing import (
-    Callable,
     Dict,
-    Iterator,
     List,
     Mapping,
     Optional,
@@ -33,13 +30,13 @@ from typing import (
 import numpy as np
 
 from keras_vit.checkpoint.formats import untrusted
+from keras_vit.checkpoint.formats.lazy import LazyArrays, Shape
 from keras_vit.errors import UsageError
 from keras_vit.storage.atomic import atomic_write, is_remote
 
 Arrays = Dict[str, np.ndarray]
 Grid = Tuple[int, int]
 PathLike = Union[str, os.PathLike]
-Shape = Tuple[int, ...]
 
 POSEMB = "Transformer/posembed_input/pos_embedding"
 _ZIP_MAGIC = b"PK"
@@ -56,60 +53,6 @@ def open_for_reading(path: str):
         with tf.io.gfile.GFile(path, "rb") as f:
             return io.BytesIO(f.read())
     return open(path, "rb")
-
-
-def shape_of(arrays: Mapping[str, np.ndarray], key: str) -> Shape:
-    """An array's shape, without inflating it where the mapping knows it
-    (`LazyArrays`)."""
-    known = getattr(arrays, "shape", None)
-    if callable(known):
-        return tuple(known(key))
-    return tuple(np.shape(arrays[key]))
-
-
-class LazyArrays(collections.abc.Mapping):
-    """A read-only mapping of arrays whose shapes are known and whose values
-    are made by `make(key)` each time one is looked up (nothing is kept):
-    an array nobody looks up is never made.
-
-    Attributes:
-        made: list of str. The keys looked up, in order (what was read).
-    """
-
-    def __init__(self, shapes: Mapping[str, Shape],
-                 make: Callable[[str], np.ndarray]):
-        self._shapes = dict(shapes)
-        self._make = make
-        self.made: List[str] = []
-
-    def shape(self, key: str) -> Shape:
-        return self._shapes[key]
-
-    def __getitem__(self, key: str) -> np.ndarray:
-        if key not in self._shapes:
-            raise KeyError(key)
-        self.made.append(key)
-        return self._make(key)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._shapes)
-
-    def __len__(self) -> int:
-        return len(self._shapes)
-
-    def __contains__(self, key) -> bool:
-        return key in self._shapes
-
-
-def renamed(arrays: Mapping[str, np.ndarray],
-            names: Mapping[str, str]) -> Mapping[str, np.ndarray]:
-    """{new: arrays[old]} for `names` {new: old}, as lazy as `arrays`: of a
-    `LazyArrays`, another whose arrays are made when looked up."""
-    if isinstance(arrays, LazyArrays):
-        return LazyArrays({new: arrays.shape(old) for new, old in
-                           names.items()},
-                          lambda new: arrays[names[new]])
-    return {new: arrays[old] for new, old in names.items()}
 
 
 @dataclasses.dataclass(frozen=True)

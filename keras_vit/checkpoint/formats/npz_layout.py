@@ -13,14 +13,8 @@ from typing import Dict, Optional, Tuple
 import numpy as np
 
 from keras_vit import architecture
-from keras_vit.checkpoint.formats.npz import (
-    POSEMB,
-    Arrays,
-    LazyArrays,
-    Shape,
-    renamed,
-    shape_of,
-)
+from keras_vit.checkpoint.formats.lazy import LazyArrays, renamed, shape_of
+from keras_vit.checkpoint.formats.npz import POSEMB, Arrays, Shape
 from keras_vit.errors import UsageError
 
 _BV_RENAMES = (
