@@ -453,9 +453,36 @@ def keras_not_vit(folder: str, scale: int) -> List[Case]:
         data = f.read()
     with open(cut, "wb") as f:
         f.write(data[: len(data) // 2])
+    # Files of a few kB whose config.json declares a model of billions of
+    # parameters: Keras would allocate them all before reading a weight.
+    huge_vit = _with_config(vit, os.path.join(folder, "huge_vit.keras"),
+                            lambda c: c["config"]["architecture"].update(
+                                hidden_size=65536, num_layers=64,
+                                mlp_dim=262144))
+    dense = keras.Sequential([keras.Input((4096,)), keras.layers.Dense(2)])
+    huge_dense = _with_config(dense, os.path.join(folder, "huge_dense.keras"),
+                              lambda c: c["config"]["layers"][-1][
+                                  "config"].update(units=1 << 20))
     return [("control:keras_softmax", "model", softmax),
             ("keras:layer_top", "model", layer),
-            ("keras:cut_short", "model", cut)]
+            ("keras:cut_short", "model", cut),
+            ("keras:huge_vit", "model", huge_vit),
+            ("keras:huge_dense", "model", huge_dense)]
+
+
+def _with_config(model, path: str, change: Callable) -> str:
+    """`model` saved at `path` with its config.json changed by `change`
+    (the weights as saved)."""
+    model.save(path)
+    with zipfile.ZipFile(path) as archive:
+        stored = {n: archive.read(n) for n in archive.namelist()}
+    config = json.loads(stored["config.json"])
+    change(config)
+    stored["config.json"] = json.dumps(config).encode()
+    with zipfile.ZipFile(path, "w") as archive:
+        for member, data in stored.items():
+            archive.writestr(member, data)
+    return path
 
 
 def odd_configs(folder: str, scale: int) -> List[Case]:

@@ -629,6 +629,17 @@ _CASES = [
         "UsageError",
     ),
     Case(
+        "keras_declares_huge_model", BAD_INPUT, "checkpoint",
+        "A .keras file of a few kB whose config.json declares a ViT of "
+        "billions of parameters (or a Dense layer of 4 billion)",
+        "Refused from config.json and the weights member's size before "
+        "Keras builds the model (which allocates every declared weight): "
+        "the declared parameters, at one byte each, must fit the weights.",
+        ("parameters, more than its weights", "refused before Keras "
+         "builds it"),
+        "UsageError",
+    ),
+    Case(
         "npz_complex", BAD_INPUT, "checkpoint",
         "An .npz whose head/bias is complex64 (or a void dtype)",
         "Refused from the header: a checkpoint holds real numbers only "

@@ -374,8 +374,8 @@ def test_hostile_model_files_are_refused_in_one_line(tmp_path, monkeypatch):
 
 @covers("link_out_of_folder", "hf_refs_escape", "keras_config_bomb",
         "npz_member_bomb", "keras_user_model", "keras_not_a_model",
-        "keras_truncated", "npz_complex", "timm_qkv_bias_stray",
-        "timm_zero_std")
+        "keras_truncated", "keras_declares_huge_model", "npz_complex",
+        "timm_qkv_bias_stray", "timm_zero_std")
 def test_links_bombs_and_other_models_are_refused_in_one_line(
         tmp_path, monkeypatch):
     # In-process, through the user's function (the child-process test of
@@ -401,6 +401,10 @@ def test_links_bombs_and_other_models_are_refused_in_one_line(
              keras_vit.checkpoint.loader.describe_source),
             ("keras_not_a_model", "keras:layer_top", keras_vit.load_model),
             ("keras_truncated", "keras:cut_short", keras_vit.load_model),
+            ("keras_declares_huge_model", "keras:huge_vit",
+             keras_vit.load_model),
+            ("keras_declares_huge_model", "keras:huge_dense",
+             keras_vit.load_model),
             ("npz_complex", "dtype:complex", keras_vit.load_model),
             ("timm_qkv_bias_stray", "config:timm_qkv_bias_false",
              keras_vit.load_model),

@@ -198,3 +198,47 @@ def test_convert_argument_checks(tmp_path, capsys):
     ])
     assert rc == 1 and "no such file or folder" in capsys.readouterr().err
     assert os.listdir(tmp_path) == ["model.npz"]
+
+
+@pytest.mark.parametrize("layout", ["official", "training"])
+def test_members_the_model_has_no_place_for_are_never_inflated(
+        tmp_path, monkeypatch, capsys, layout):
+    """keras-vit-convert on an .npz with a 48 MiB member no layer takes
+    (within the archive bound: refused by name, as strict loading does),
+    and on a training checkpoint whose optimizer state is as big as the
+    model (converted): the unused members are never inflated; the arrays
+    the model loads are, each once, and give the file's model."""
+    model = tiny(num_layers=1)
+    arrays = random_arrays(model)
+    if layout == "official":
+        members = dict(arrays, extra=np.zeros(12 << 20, np.float32))
+        unused = {"extra"}
+    else:
+        members = {f"opt/target/{k}": v for k, v in arrays.items()}
+        members.update({f"opt/state/{k}": v for k, v in arrays.items()})
+        unused = {f"opt/state/{k}" for k in arrays}
+    npz = str(tmp_path / "model.npz")
+    np.savez_compressed(npz, **members)
+    inflated = []
+    real = checkpoint_io._inflate
+
+    def spy(path, opener, member):
+        inflated.append(member.name[:-4])
+        return real(path, opener, member)
+
+    monkeypatch.setattr(checkpoint_io, "_inflate", spy)
+    output = tmp_path / "model.keras"
+    rc = convert.main([
+        "keras-vit-convert", "--model", npz, "--num_classes", "5",
+        "--image_size", "32", "--output", str(output)])
+    assert not unused & set(inflated), sorted(unused & set(inflated))
+    if layout == "official":
+        assert rc == 1
+        assert "unexpected in file: extra (12582912,)" in (
+            capsys.readouterr().err)
+        return
+    assert rc == 0, capsys.readouterr().err
+    assert sorted(inflated) == sorted(
+        k for k in members if k not in unused)
+    x = images(32)
+    assert_close(keras.models.load_model(output)(x), ref.forward(arrays, x))

@@ -16,6 +16,7 @@ from keras_vit.architecture import SIZE_FIELDS, Architecture, total_stride
 from keras_vit.checkpoint import sources, weights
 from keras_vit.checkpoint.formats import npz as checkpoint_io
 from keras_vit.checkpoint.formats import npz_layout
+from keras_vit.checkpoint.formats.lazy import shape_of
 from keras_vit.checkpoint.zoo import augreg
 from keras_vit.errors import UsageError
 from keras_vit.model import VisionTransformer
@@ -65,7 +66,7 @@ class NpzSource(sources.Source):
             checkpoint_io.read_npz(self.path), self.path
         )
         info = npz_layout.describe_arrays(
-            {k: tuple(v.shape) for k, v in arrays.items()})
+            {k: shape_of(arrays, k) for k in arrays})
         # AugReg files (gs://vit_models/augreg/) say their model and, once
         # fine-tuned, their resolution in the name.
         info["augreg"] = augreg.parse_name(self.path)

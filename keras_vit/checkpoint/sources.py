@@ -31,6 +31,7 @@ from absl import logging
 from keras_vit import build, legacy, mpp
 from keras_vit.architecture import Architecture
 from keras_vit.checkpoint import weights
+from keras_vit.checkpoint.formats import keras_file
 from keras_vit.checkpoint.hub import model as hub_model
 from keras_vit.checkpoint.hub import reader as hub
 from keras_vit.checkpoint.resolution import rebuild_at_resolution
@@ -215,7 +216,7 @@ class KerasSource(_SavedKerasModel):
         itself, a ViT saved before the class rebuilt as one (exactly such
         a model: `legacy.foreign_layer`), any other Keras model as Keras
         saved it, which the log says."""
-        model = weights.read_keras_model(self.path)
+        model = keras_file.read_keras_model(self.path)
         if isinstance(model, VisionTransformer) or mpp.is_mpp_model(model):
             return model
         foreign = legacy.foreign_layer(model)

@@ -24,22 +24,21 @@ go through `tf.io.gfile`.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import os
-import zipfile
-from typing import Dict, Optional, Sequence, Tuple, Union
+from typing import Dict, Mapping, Optional, Sequence, Tuple, Union
 
 import keras
 import numpy as np
 
-from keras_vit.checkpoint.formats import untrusted
+from keras_vit.checkpoint.formats.lazy import shape_of
 from keras_vit.checkpoint.formats.npz import (
     POSEMB,
     Arrays,
     Grid,
     LoadReport,
     Shape,
-    open_for_reading,
     read_npz,
     write_npz,
 )
@@ -55,7 +54,7 @@ from keras_vit.checkpoint.formats.npz_mapping import (
     model_params,
 )
 from keras_vit.checkpoint.posemb import resize_position_embedding, square_grid
-from keras_vit.errors import UsageError, one_line
+from keras_vit.errors import UsageError
 
 __all__ = [
     "load_arrays",
@@ -129,8 +128,10 @@ def load_arrays(
     """Like `load_npz`, from a dict of arrays in the official layout."""
     report = LoadReport(path=source, layout=layout, dropped=list(ignored))
     params = model_params(model)
-    arrays = dict(arrays)
-    shapes = {k: tuple(np.shape(v)) for k, v in arrays.items()}
+    shapes = {k: shape_of(arrays, k) for k in arrays}
+    # An array is inflated when first used (`read_npz` reads lazily): one
+    # the model has no place for never is.
+    arrays = _OnDemand(arrays)
     expected = _expected(params)
     model_shapes = {k: s for k, (_, s) in expected.items()}
     original_shapes = dict(shapes)
@@ -151,6 +152,24 @@ def load_arrays(
             )
     _assign(model, params, arrays, report)
     return report
+
+
+class _OnDemand(collections.UserDict):
+    """A changeable copy of a mapping of arrays whose values are looked up
+    in the original when first read (then kept)."""
+
+    _PENDING = object()
+
+    def __init__(self, source: Mapping[str, np.ndarray]):
+        super().__init__()
+        self._source = source
+        self.data = dict.fromkeys(source, self._PENDING)
+
+    def __getitem__(self, key: str) -> np.ndarray:
+        value = self.data[key]
+        if value is self._PENDING:
+            value = self.data[key] = self._source[key]
+        return value
 
 
 @dataclasses.dataclass
@@ -294,68 +313,3 @@ def save_npz(model: keras.Model, path: Union[str, os.PathLike]) -> None:
     never leaves a partial file at `path`.
     """
     write_npz(path, model_arrays(model))
-
-
-# The members of a `.keras` file (Keras's saving_lib): its config and
-# metadata, the weights, and the assets of layers that have any.
-_KERAS_MEMBERS = ("config.json", "metadata.json", "model.weights.h5",
-                  "model.weights.npz")
-
-
-def _check_keras_archive(path: str) -> None:
-    """Refuses, from the zip's directory and before Keras inflates a byte,
-    a `.keras` file that is no zip (truncated, corrupt), a member Keras's
-    format has no place for, a config.json over untrusted.MAX_JSON_BYTES
-    or members inflating past `untrusted.memory_bound` of the file."""
-    try:
-        with open_for_reading(path) as f:
-            size = f.seek(0, 2)
-            f.seek(0)
-            with zipfile.ZipFile(f) as archive:
-                untrusted.check_archive(
-                    archive, path, size,
-                    lambda n: n in _KERAS_MEMBERS or n.startswith("assets/"),
-                    json_members=_KERAS_MEMBERS[:2])
-    except (zipfile.BadZipFile, EOFError, OSError) as error:
-        raise UsageError(
-            f"{path}: truncated or corrupt .keras archive ({one_line(error)})"
-            ". Save or copy the file again."
-        ) from None
-
-
-def read_keras_model(path: str) -> keras.Model:
-    """A saved `.keras` model, loaded by Keras in safe mode (no Python code
-    from the file runs), uncompiled, after `_check_keras_archive`.
-
-    Raises:
-        UsageError: one line naming the file when it is truncated or no
-            zip, holds a member Keras's format has none of, inflates past
-            the memory bound, holds Python code (a Lambda layer's
-            function) that safe mode refuses, holds no model (a layer at
-            its top), or Keras cannot load it (its reason).
-    """
-    _check_keras_archive(path)
-    try:
-        model = keras.models.load_model(path, compile=False, safe_mode=True)
-    except ValueError as error:
-        if "safe_mode" not in str(error):
-            raise UsageError(f"{path}: Keras cannot load it (ValueError: "
-                             f"{one_line(error)[:500]}).") from error
-        raise UsageError(
-            f"{path} holds Python code (a Lambda layer's function), which "
-            "Keras's safe mode refuses to run. Rebuild the model without "
-            "Lambda layers; load it yourself with keras.models.load_model("
-            "path, safe_mode=False) only if you trust the file."
-        ) from None
-    except Exception as error:  # an untrusted file: Keras's own types
-        # One line; --verbose shows Keras's traceback (the cause).
-        raise UsageError(
-            f"{path}: Keras cannot load it ({type(error).__name__}: "
-            f"{one_line(error)[:500]})."
-        ) from error
-    if not isinstance(model, keras.Model):
-        raise UsageError(
-            f"{path} holds a {type(model).__name__}, not a model: a .keras "
-            "file to load holds a Keras model (model.save(path))."
-        )
-    return model

@@ -18,18 +18,25 @@ import math
 import os
 import zipfile
 import zlib
-from typing import Dict, List, Mapping, Optional, Tuple, Union
+from typing import (
+    Dict,
+    List,
+    Mapping,
+    Optional,
+    Tuple,
+    Union,
+)
 
 import numpy as np
 
 from keras_vit.checkpoint.formats import untrusted
+from keras_vit.checkpoint.formats.lazy import LazyArrays, Shape
 from keras_vit.errors import UsageError
 from keras_vit.storage.atomic import atomic_write, is_remote
 
 Arrays = Dict[str, np.ndarray]
 Grid = Tuple[int, int]
 PathLike = Union[str, os.PathLike]
-Shape = Tuple[int, ...]
 
 POSEMB = "Transformer/posembed_input/pos_embedding"
 _ZIP_MAGIC = b"PK"
@@ -48,125 +55,207 @@ def open_for_reading(path: str):
     return open(path, "rb")
 
 
-def read_npz(path: PathLike) -> Arrays:
-    """Reads every array of an .npz file, refusing pickled objects.
+@dataclasses.dataclass(frozen=True)
+class _Member:
+    """An .npz member as its checked header declares it."""
+
+    name: str
+    shape: Shape
+    dtype: np.dtype
+    fortran: bool
+    file_size: int
+    crc: int
+
+
+def read_npz(path: PathLike) -> LazyArrays:
+    """The arrays of an .npz file, checked, each inflated when looked up.
+
+    Every member is checked from the zip's directory and its .npy header
+    before any is inflated (`_check_members`: the archive's bound, .npy
+    arrays of real numbers only, no pickles, each header's bytes equal to
+    the member's); a member is then inflated only when its key is looked
+    up, one at a time, so an array nobody asks for (a training
+    checkpoint's optimizer state) is never inflated. `dict(read_npz(p))`
+    reads them all.
 
     Args:
         path: str or path. Local path, or gs:// (any `tf.io.gfile` URL).
 
     Returns:
-        dict of str to np.ndarray, in the file's order.
+        LazyArrays of str to np.ndarray, in the file's order (`shape(key)`
+        without inflating).
 
     Raises:
         FileNotFoundError: no such local file.
-        ValueError: the file is not an .npz archive, is truncated or
-            corrupt, holds pickled Python objects, or holds no arrays; the
-            message names the file and the problem.
+        UsageError: the file is not an .npz archive, is truncated or
+            corrupt, holds pickled Python objects, or holds no arrays (on
+            reading); an array that no longer matches its checked header
+            (on lookup). The message names the file and the problem.
     """
     path = os.fspath(path)
     if not is_remote(path) and not os.path.isfile(path):
         raise FileNotFoundError(f"{path}: no such checkpoint file.")
     with open_for_reading(path) as f:
-        magic = f.read(len(_NPY_MAGIC))
-        f.seek(0)
-        if magic.startswith(_NPY_MAGIC):
-            raise UsageError(
-                f"{path}: a single .npy array, not an .npz archive of named "
-                "parameters. Save checkpoints with keras_vit.save_npz or "
-                "np.savez(path, **arrays)."
-            )
-        if magic[:1] == b"\x80":
-            raise UsageError(
-                f"{path}: a Python pickle, not an .npz archive. Pickles can "
-                "run code when loaded and are refused; convert it to .npz "
-                "(np.savez) where it came from."
-            )
-        if not magic.startswith(_ZIP_MAGIC):
-            raise UsageError(
-                f"{path}: not an .npz archive (it does not start with the "
-                "zip signature). Check the path; an HTML error page or an "
-                "interrupted download looks like this."
-            )
-        arrays: Arrays = {}
+        _check_magic(f.read(len(_NPY_MAGIC)), path)
+        # A remote file is read whole once; a local one is opened again for
+        # each array looked up.
+        data = f.getvalue() if isinstance(f, io.BytesIO) else None
         try:
-            _check_members(f, path)
-            f.seek(0)
-            with np.load(f, allow_pickle=False) as npz:
-                for key in npz.files:
-                    try:
-                        arrays[key] = npz[key]
-                    except ValueError as error:
-                        if "pickle" in str(error) or "Object arrays" in str(
-                            error
-                        ):
-                            raise UsageError(
-                                f"{path}: entry {key!r} holds pickled Python "
-                                "objects, which are refused (they can run "
-                                "code). A checkpoint holds numeric arrays "
-                                "only."
-                            ) from None
-                        raise UsageError(
-                            f"{path}: entry {key!r} is not a readable array "
-                            f"({error}); the file is corrupt."
-                        ) from None
-        except (zipfile.BadZipFile, EOFError, zlib.error, OSError,
-                NotImplementedError, RuntimeError) as error:
-            raise UsageError(
-                f"{path}: truncated or corrupt .npz archive ({error}). "
-                "Download or copy the file again."
-            ) from None
-    if not arrays:
+            members = _check_members(f, path)
+        except _CORRUPT as error:
+            raise _corrupt(path, error) from None
+    if not members:
         raise UsageError(f"{path}: the .npz archive holds no arrays.")
-    return arrays
+
+    def opener():
+        return io.BytesIO(data) if data is not None else open(path, "rb")
+
+    return LazyArrays({k: m.shape for k, m in members.items()},
+                      lambda key: _inflate(path, opener, members[key]))
 
 
-def _check_members(f, path: str) -> None:
+_CORRUPT = (zipfile.BadZipFile, EOFError, zlib.error, OSError,
+            NotImplementedError, RuntimeError, ValueError)
+
+
+def _corrupt(path: str, error: BaseException) -> UsageError:
+    return UsageError(f"{path}: truncated or corrupt .npz archive "
+                      f"({error}). Download or copy the file again.")
+
+
+def _check_magic(magic: bytes, path: str) -> None:
+    """Refuses a file that is no zip archive, naming what it is."""
+    if magic.startswith(_NPY_MAGIC):
+        raise UsageError(
+            f"{path}: a single .npy array, not an .npz archive of named "
+            "parameters. Save checkpoints with keras_vit.save_npz or "
+            "np.savez(path, **arrays)."
+        )
+    if magic[:1] == b"\x80":
+        raise UsageError(
+            f"{path}: a Python pickle, not an .npz archive. Pickles can "
+            "run code when loaded and are refused; convert it to .npz "
+            "(np.savez) where it came from."
+        )
+    if not magic.startswith(_ZIP_MAGIC):
+        raise UsageError(
+            f"{path}: not an .npz archive (it does not start with the "
+            "zip signature). Check the path; an HTML error page or an "
+            "interrupted download looks like this."
+        )
+
+
+def _inflate(path: str, opener, member: _Member) -> np.ndarray:
+    """One member's array, inflated from the file after its directory
+    entry and header are found unchanged since `_check_members`; exactly
+    the bytes the header declares are read, in bounded chunks."""
+    key = member.name[:-4]
+    try:
+        with opener() as f, zipfile.ZipFile(f) as archive:
+            info = archive.getinfo(member.name)
+            if (info.file_size, info.CRC) != (member.file_size, member.crc):
+                raise UsageError(f"{path}: entry {key!r} changed after the "
+                                 "file was checked; load it again.")
+            with archive.open(info) as stream:
+                if _read_header(stream, path, member.name)[:3] != (
+                        member.shape, member.fortran, member.dtype):
+                    raise UsageError(f"{path}: entry {key!r} changed after "
+                                     "the file was checked; load it again.")
+                shape = member.shape[::-1] if member.fortran else member.shape
+                array = np.empty(shape, member.dtype)
+                _read_into(stream, array.reshape(-1).view(np.uint8), path,
+                           key)
+                if stream.read(1):  # also checks the member's CRC
+                    raise UsageError(f"{path}: entry {key!r} holds more "
+                                     "bytes than its header declares.")
+    except UsageError:
+        raise
+    except _CORRUPT as error:
+        raise _corrupt(path, error) from None
+    return array.T if member.fortran else array
+
+
+def _read_into(stream, out: np.ndarray, path: str, key: str) -> None:
+    """Fills the bytes `out` from `stream`, 1 MiB at a time."""
+    done = 0
+    while done < out.size:
+        chunk = stream.read(min(1 << 20, out.size - done))
+        if not chunk:
+            raise UsageError(f"{path}: entry {key!r} ends before the "
+                             "bytes its header declares; the file is "
+                             "truncated or corrupt.")
+        out[done:done + len(chunk)] = np.frombuffer(chunk, np.uint8)
+        done += len(chunk)
+
+
+def _read_header(member, path: str, name: str):
+    """(shape, fortran_order, dtype, header bytes) of an .npy member."""
+    try:
+        version = np.lib.format.read_magic(member)
+        shape, fortran, dtype = (
+            np.lib.format.read_array_header_1_0(member)
+            if version == (1, 0) else
+            np.lib.format.read_array_header_2_0(member))
+    except ValueError as error:
+        raise UsageError(
+            f"{path}: entry {name!r} is not an .npy array ({error})."
+        ) from None
+    return tuple(shape), bool(fortran), dtype, member.tell()
+
+
+def _check_members(f, path: str) -> Dict[str, _Member]:
     """Refuses, before any array is read, members that inflate past the
     bound of every model reader (`untrusted.check_archive`), a member that
     is not an .npy array or whose header declares other bytes than the
     member holds (a huge shape over a few bytes), pickled object arrays
-    and arrays that are not real numbers (complex, void, strings)."""
+    and arrays that are not real numbers (complex, void, strings).
+
+    Returns:
+        dict of key (the name without `.npy`) to its checked `_Member`.
+    """
     size = f.seek(0, io.SEEK_END)
     f.seek(0)
+    members: Dict[str, _Member] = {}
     with zipfile.ZipFile(f) as archive:
         # Every member's declared size, from the directory, before any is
         # inflated: all together within the bound of every model reader.
         untrusted.check_archive(archive, path, size, lambda name: True)
         for info in archive.infolist():
-            key = info.filename
-            if not key.endswith(".npy"):
-                raise UsageError(
-                    f"{path}: entry {key!r} is not an .npy array; an .npz "
-                    "checkpoint holds arrays only."
-                )
-            with archive.open(info) as member:
-                try:
-                    version = np.lib.format.read_magic(member)
-                    shape, _, dtype = (
-                        np.lib.format.read_array_header_1_0(member)
-                        if version == (1, 0) else
-                        np.lib.format.read_array_header_2_0(member))
-                except ValueError as error:
-                    raise UsageError(
-                        f"{path}: entry {key!r} is not an .npy array "
-                        f"({error})."
-                    ) from None
-                header = member.tell()
-            if dtype.hasobject:
-                raise UsageError(
-                    f"{path}: entry {key[:-4]!r} holds pickled Python "
-                    "objects, which are refused (they can run code). A "
-                    "checkpoint holds numeric arrays only."
-                )
-            untrusted.check_real_dtype(dtype, path, key[:-4])
-            declared = math.prod(shape) * dtype.itemsize
-            if declared != info.file_size - header:
-                raise UsageError(
-                    f"{path}: entry {key[:-4]!r} declares shape {shape} of "
-                    f"{dtype} ({declared} bytes) but holds "
-                    f"{info.file_size - header} bytes; the file is corrupt "
-                    "or crafted."
-                )
+            members.update(_check_member(archive, info, path, members))
+    return members
+
+
+def _check_member(archive, info, path: str, seen) -> Dict[str, _Member]:
+    """{key: _Member} of one archive member, after its checks (see
+    `_check_members`); only its header is inflated."""
+    name = info.filename
+    if not name.endswith(".npy"):
+        raise UsageError(
+            f"{path}: entry {name!r} is not an .npy array; an .npz "
+            "checkpoint holds arrays only."
+        )
+    key = name[:-4]
+    if key in seen:
+        raise UsageError(f"{path}: entry {key!r} appears twice; the file "
+                         "is corrupt or crafted.")
+    with archive.open(info) as member:
+        shape, fortran, dtype, header = _read_header(member, path, name)
+    if dtype.hasobject:
+        raise UsageError(
+            f"{path}: entry {key!r} holds pickled Python objects, which "
+            "are refused (they can run code). A checkpoint holds numeric "
+            "arrays only."
+        )
+    untrusted.check_real_dtype(dtype, path, key)
+    declared = math.prod(shape) * dtype.itemsize
+    if declared != info.file_size - header:
+        raise UsageError(
+            f"{path}: entry {key!r} declares shape {shape} of {dtype} "
+            f"({declared} bytes) but holds {info.file_size - header} bytes;"
+            " the file is corrupt or crafted."
+        )
+    return {key: _Member(name, shape, dtype, fortran, info.file_size,
+                         info.CRC)}
 
 
 def write_npz(path: PathLike, arrays: Mapping[str, np.ndarray]) -> None:

@@ -13,6 +13,7 @@ from typing import Dict, Optional, Tuple
 import numpy as np
 
 from keras_vit import architecture
+from keras_vit.checkpoint.formats.lazy import LazyArrays, renamed, shape_of
 from keras_vit.checkpoint.formats.npz import POSEMB, Arrays, Shape
 from keras_vit.errors import UsageError
 
@@ -35,21 +36,23 @@ def normalize_layout(
     if any(k.startswith("opt/target/") for k in arrays):
         return _from_training(arrays)
     if not _is_big_vision(arrays):
-        return dict(arrays), "official", []
+        # Read lazily (`read_npz`), an array is inflated when looked up.
+        official = arrays if isinstance(arrays, LazyArrays) else dict(arrays)
+        return official, "official", []
     return _from_big_vision(arrays, source), "big_vision", []
 
 
 def _from_training(arrays: Arrays) -> Tuple[Arrays, str, list]:
     """A training checkpoint's `opt/target/` arrays, the optimizer state
-    ignored."""
+    ignored (never inflated when `arrays` is read lazily)."""
     ignored = []
-    out = {}
-    for key, value in arrays.items():
+    names = {}
+    for key in arrays:
         if key.startswith("opt/target/"):
-            out[key[len("opt/target/"):]] = value
+            names[key[len("opt/target/"):]] = key
         else:
-            ignored.append((key, value.shape, "optimizer state"))
-    return out, "official, opt/target/ prefix", ignored
+            ignored.append((key, shape_of(arrays, key), "optimizer state"))
+    return renamed(arrays, names), "official, opt/target/ prefix", ignored
 
 
 def _is_big_vision(arrays: Arrays) -> bool:
