@@ -5,7 +5,10 @@ config.checkpoints.keep_best asks, and a finished run neither trained nor
 measured again by the same command."""
 
 import json
+import logging
 import os
+import re
+import sys
 
 import pytest
 from PIL import Image
@@ -80,8 +83,12 @@ def test_history_best_checkpoint_curves_and_a_finished_run(tmp_path):
     assert text.startswith(after_first) and len(text) > len(after_first)
     rows = history.read_history(str(workdir))
     train = [r for r in rows if r["split"] == "train"]
-    assert [r["step"] for r in train] == sorted(r["step"] for r in train)
-    assert train[-1]["step"] == 80 and sum(r["steps"] for r in train) == 80
+    # One row per logged step ("step N/80: loss ..."), of both runs.
+    logged = [int(n) for n in re.findall(r"step (\d+)/\d+: loss",
+                                         first.stderr + second.stderr)]
+    assert [r["step"] for r in train] == logged
+    assert logged[-1] == 80 and {10, 20, 30, 40, 50, 80} <= set(logged)
+    assert sum(r["steps"] for r in train) == 80
     for key in ("loss", "accuracy", "learning_rate", "grad_norm",
                 "images_per_sec", "wall_time"):
         assert all(r[key] is not None for r in train), key
@@ -106,8 +113,7 @@ def test_history_best_checkpoint_curves_and_a_finished_run(tmp_path):
                                                      abs=1e-6)
     assert os.listdir(workdir / "checkpoints") != []
     result = console.run("evaluate", [
-        "--mode=eval", f"--model={workdir}/best", "--dataset=digits",
-        "--batch_size=16"])
+        "--mode=eval", f"--model={workdir}/best"])
     assert result.returncode == 0, result.stderr[-3000:]
     assert json.loads(result.stdout)["accuracy"] == pytest.approx(
         best["accuracy"], abs=1e-6)
@@ -123,3 +129,49 @@ def test_history_best_checkpoint_curves_and_a_finished_run(tmp_path):
     assert "Compiling" not in third.stderr and "Resumed" not in third.stderr
     assert (workdir / "metrics.json").read_bytes() == metrics
     assert csv_path.read_bytes() == log
+
+
+def _history_workdir(path):
+    path.mkdir()
+    writer = history.HistoryWriter(str(path))
+    for step in (1, 10, 20):
+        writer.add(step, "train", loss=2.0 / step, accuracy=step / 40,
+                   learning_rate=1e-3, grad_norm=1.0, steps=10,
+                   images_per_sec=100.0)
+    writer.add(20, "test", loss=1.5, accuracy=0.4, top5_accuracy=0.9)
+    return path
+
+
+def test_analysis_curves_flag_and_its_errors(tmp_path, capsys):
+    from keras_vit.commands import analysis
+
+    run = _history_workdir(tmp_path / "run")
+    assert analysis.main(["keras-vit-analysis", f"--curves={run}"]) == 0
+    assert capsys.readouterr().out.strip() == str(run / "training_curves.png")
+    assert Image.open(run / "training_curves.png").size[0] > 600
+    cases = [
+        ([f"--curves={run}", "--model=x.keras"], "give it alone"),
+        ([f"--curves={tmp_path}"], "no history.csv with training rows"),
+        ([f"--output_dir={tmp_path}"], "or --curves=WORKDIR"),
+    ]
+    for args, message in cases:
+        assert analysis.main(["keras-vit-analysis", *args]) == 1
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and message in err[0], err
+
+
+def test_train_skips_the_curves_without_matplotlib(tmp_path, monkeypatch,
+                                                    caplog):
+    from keras_vit.commands import train
+
+    run = _history_workdir(tmp_path / "run")
+    # matplotlib not installed: its import fails.
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
+    monkeypatch.setitem(sys.modules, "matplotlib.backends.backend_agg", None)
+    caplog.set_level(logging.INFO)
+    assert train._draw_curves(str(run)) == {}
+    assert not (run / "training_curves.png").exists()
+    lines = [r.getMessage() for r in caplog.records
+             if "training_curves.png" in r.getMessage()]
+    assert len(lines) == 1 and "matplotlib" in lines[0], lines

@@ -72,6 +72,9 @@ def _draw_curves(workdir: str) -> Dict:
     """training_curves.png of the run, where matplotlib is installed."""
     try:
         path = curves.draw_curves(workdir)
+    except UsageError as e:  # no training rows: nothing to draw
+        logging.info("No %s: %s", curves.FILE, e)
+        return {}
     except ImportError:
         logging.info("No %s: it needs matplotlib (pip install matplotlib; "
                      "then keras-vit-analysis --curves=%s).", curves.FILE,
