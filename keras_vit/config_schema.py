@@ -287,6 +287,9 @@ def base_config() -> ml_collections.ConfigDict:
     c.checkpoints.every_steps = 1000
     # Checkpoints kept in the workdir.
     c.checkpoints.keep = 3
+    # An accuracy evaluator's name: keep the checkpoint of its best accuracy
+    # in <workdir>/best/, which `keep` never deletes; None: none kept.
+    c.checkpoints.keep_best = placeholder(str)
     # Also checkpoint the input iterator (exact resume of the data order);
     # its shuffle buffer goes into every checkpoint.
     c.checkpoints.iterator = True

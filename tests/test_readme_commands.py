@@ -452,7 +452,8 @@ def check_project_command(command: Command, kind: str) -> str:
     values, rest = parse_absl(command, kind)
     if command.elided:
         return "parsed (absl flags)"
-    if kind == "analysis" and bool(rest) == (values.digits is not None):
+    if kind == "analysis" and not values.curves and bool(rest) == (
+            values.digits is not None):
         _fail(command, "give images (arguments) or --digits, one of them")
     if kind == "predict" and not rest:
         _fail(command, "give the images to classify as arguments")
@@ -862,7 +863,7 @@ def _check_train(workspace, command, result):
     _assert_files(workspace, result, *(
         os.path.join(workdir, name) for name in (
             "config.json", "labels.txt", "checkpoints", "train", "eval",
-            "metrics.json")))
+            "history.csv", "training_curves.png", "metrics.json")))
     with open(workspace.path(os.path.join(workdir, "metrics.json"))) as f:
         assert "test_accuracy" in json.load(f)
 
@@ -989,6 +990,12 @@ def _check_analysis(workspace, command, result):
                   *(os.path.join(out, name) for name in figures))
 
 
+def _check_curves(workspace, command, result):
+    path = os.path.join(option(command, "curves"), "training_curves.png")
+    _assert_files(workspace, result, path)
+    assert result.stdout.strip().endswith(path), result.tail()
+
+
 def _check_predict(workspace, command, result):
     for name in sorted(os.listdir(workspace.path("photos"))):
         assert name in result.stdout, result.tail()
@@ -1104,6 +1111,8 @@ RUNS: Dict[str, Run] = {
         _check_analysis, changed="vit.keras: a tiny ViT; photos/: 2 PNGs"),
     "keras-vit-analysis --model=/tmp/vit_digits --digits=8": Run(
         _check_analysis, after=(TRAIN,)),
+    "keras-vit-analysis --curves=/tmp/vit_digits": Run(
+        _check_curves, after=(TRAIN,)),
     "keras-vit-predict --model=/tmp/vit_digits photos/": Run(
         _check_predict, after=(TRAIN,), changed="photos/: 2 PNGs"),
 }

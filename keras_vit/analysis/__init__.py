@@ -11,7 +11,8 @@
 
 The numerics (`keras_vit.analysis.core`) are NumPy only; `extract` reads a
 model; `plots` draws the figures; `report.run_analysis` does it all
-(`keras-vit-analysis` on the command line).
+(`keras-vit-analysis` on the command line). `curves.draw_curves` draws a
+training run's loss, accuracy and learning rate from its history.
 """
 
 from keras_vit.analysis.core import (
@@ -27,6 +28,7 @@ from keras_vit.analysis.core import (
     uniform_attention_distance,
     upsample_bilinear,
 )
+from keras_vit.analysis.curves import draw_curves
 from keras_vit.analysis.extract import (
     AttentionStats,
     attention_stats,
@@ -47,6 +49,7 @@ __all__ = [
     "TokenLayout",
     "attention_rollout",
     "attention_stats",
+    "draw_curves",
     "mean_attention_distance",
     "patch_centres",
     "patch_distances",

@@ -1,9 +1,10 @@
 r"""keras-vit-analysis: the paper's analysis figures (Section 4.5) of a
-model in one command.
+model in one command, or a training run's curves.
 
     keras-vit-analysis --model=vit.keras --output_dir=analysis/ photos/
     keras-vit-analysis --model=/tmp/vit_digits --digits=8 \
         --output_dir=/tmp/analysis
+    keras-vit-analysis --curves=/tmp/vit_digits
 
 writes attention_rollout.png, mean_attention_distance.png,
 position_embedding_similarity.png, patch_embedding_pca.png and
@@ -11,6 +12,10 @@ analysis.json (the numbers behind them) into --output_dir (local or gs://),
 and for a masked-patch-prediction run also mpp_predictions.png. The images
 are the positional arguments (files and folders) or, with no data at hand,
 scikit-learn's bundled digits (--digits=N). Prints the paths written.
+
+--curves=WORKDIR draws a training run's loss, accuracy and learning rate
+over the steps, from its history.csv, into training_curves.png in
+--output_dir (default: the workdir).
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from typing import Optional, Sequence
 
 from absl import flags
 
-from keras_vit.analysis import mpp_figure, report
+from keras_vit.analysis import curves, mpp_figure, report
 from keras_vit.commands import flags as cli
 from keras_vit.errors import UsageError
 
@@ -29,11 +34,14 @@ from keras_vit.errors import UsageError
 def define_flags(values: flags.FlagValues, argv: Sequence[str]) -> None:
     """The flags of keras-vit-analysis."""
     del argv
-    cli.define_model(values)
+    cli.define_model(values, required=False)
     cli.define_hints(values, "variant", "image_size")
     flags.DEFINE_string("output_dir", None, "Where the figures and "
-                        "analysis.json go.", flag_values=values,
-                        required=True)
+                        "analysis.json go (--curves: default the workdir).",
+                        flag_values=values)
+    flags.DEFINE_string("curves", None, "A training run's workdir: draw its "
+                        "loss, accuracy and learning rate over the steps "
+                        "(training_curves.png) instead.", flag_values=values)
     flags.DEFINE_integer("digits", None, "Use the first N scikit-learn "
                          "digits (bundled, no download) instead of image "
                          "arguments.", flag_values=values)
@@ -48,6 +56,17 @@ def define_flags(values: flags.FlagValues, argv: Sequence[str]) -> None:
 
 
 def _main(values: flags.FlagValues, images: list) -> None:
+    if values.curves:
+        if values.model or images or values.digits is not None:
+            raise UsageError("--curves draws a run's training curves: give "
+                             "it alone (with --output_dir), not with "
+                             "--model, --digits or images.")
+        print(curves.draw_curves(values.curves, values.output_dir))
+        return
+    if not (values.model and values.output_dir):
+        raise UsageError("Give --model and --output_dir (the attention "
+                         "figures), or --curves=WORKDIR (a run's training "
+                         "curves).")
     if bool(images) == (values.digits is not None):
         both = " (not both)" if images else ""
         raise UsageError(

@@ -32,10 +32,11 @@ from absl import flags, logging
 from ml_collections import config_flags
 
 from keras_vit import config as config_lib
+from keras_vit.analysis import curves
 from keras_vit.commands import flags as cli
 from keras_vit.errors import Preempted, UsageError
 from keras_vit.export import saved_model
-from keras_vit.training import train_lib
+from keras_vit.training import distribute, train_lib
 from keras_vit.variants import VARIANTS
 
 
@@ -44,7 +45,8 @@ def run(
 ) -> Dict:
     """`train_lib.train_and_evaluate`, then the export the config asks for.
 
-    Returns the final metrics, with "export_path" when it exported.
+    Returns the final metrics, with "export_path" when it exported and
+    "curves" when it drew training_curves.png (`analysis.curves`).
     """
     export = config.export
 
@@ -60,10 +62,30 @@ def run(
         logging.info("Exported SavedModel to %s", path)
         return {"export_path": path}
 
-    return train_lib.train_and_evaluate(
+    final = train_lib.train_and_evaluate(
         config, workdir, strategy,
         on_finish=export_final if export.enabled else None,
     )
+    if not (final.get("preempted") or final.get("finished_before")) and (
+            distribute.is_chief(strategy or tf.distribute.get_strategy())):
+        final.update(_draw_curves(workdir))
+    return final
+
+
+def _draw_curves(workdir: str) -> Dict:
+    """training_curves.png of the run, where matplotlib is installed."""
+    try:
+        path = curves.draw_curves(workdir)
+    except UsageError as e:  # no training rows: nothing to draw
+        logging.info("No %s: %s", curves.FILE, e)
+        return {}
+    except ImportError:
+        logging.info("No %s: it needs matplotlib (pip install matplotlib; "
+                     "then keras-vit-analysis --curves=%s).", curves.FILE,
+                     workdir)
+        return {}
+    logging.info("Training curves: %s", path)
+    return {"curves": path}
 
 
 def define_flags(values: flags.FlagValues, argv: Sequence[str]) -> None:

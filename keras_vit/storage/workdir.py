@@ -7,11 +7,17 @@ Layout of a workdir (local or gs://):
     checkpoints/     tf.train.CheckpointManager checkpoints (model, optimizer
                      incl. EMA averages, input iterator where supported)
     train/, eval/    TensorBoard summaries
+    history.csv      a row per logged step and per evaluation, appended
+                     (`keras_vit.storage.history`)
     metrics.json     final metrics (test accuracy, steps, images/s, wall time)
+    training_curves.png  loss, accuracy and learning rate over the steps
+                     (the train command, with matplotlib)
+    best/            the best checkpoint, a workdir of its own
+                     (config.checkpoints.keep_best)
 
-Every file is written with `keras_vit.storage.atomic.atomic_write`
-(a temporary name, then a rename), so a crash never leaves a half-written
-file behind.
+Every file but history.csv is written with
+`keras_vit.storage.atomic.atomic_write` (a temporary name, then a rename),
+so a crash never leaves a half-written file behind.
 """
 
 from __future__ import annotations
@@ -65,6 +71,24 @@ def read_class_names(workdir: str) -> Optional[List[str]]:
     if not tf.io.gfile.exists(path):
         return None
     return read_lines(path)
+
+
+def finished_run(workdir: str, total_steps: int) -> Optional[dict]:
+    """The final metrics of the run in `workdir` with "finished_before":
+    True when it has finished `total_steps` steps (metrics.json says so and
+    its latest checkpoint is of that step), else None."""
+    path = os.path.join(workdir, METRICS)
+    if not tf.io.gfile.exists(path):
+        return None
+    try:
+        metrics = read_json(path)
+    except (ValueError, tf.errors.OpError):
+        return None
+    latest = tf.train.latest_checkpoint(os.path.join(workdir, CHECKPOINTS))
+    if not (isinstance(metrics, dict) and metrics.get("steps") == total_steps
+            and latest and latest.endswith(f"-{total_steps}")):
+        return None
+    return dict(metrics, finished_before=True)
 
 
 def read_config(workdir: str):

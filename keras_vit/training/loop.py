@@ -102,6 +102,8 @@ class Run:
             into clear errors (`data.checks.explained_errors`).
         eval_progress: (evaluator entry, split, seconds) -> the `on_batch`
             of an evaluation that reports its progress, or None.
+        records: records.RunRecords or None. The history rows and the best
+            checkpoint.
     """
 
     workdir: str
@@ -117,6 +119,7 @@ class Run:
     on_finish: Optional[Callable]
     explained: Callable
     eval_progress: Optional[Callable] = None
+    records: Any = None
 
 
 def run(plan: Plan, r: Run) -> Dict[str, float]:
@@ -175,6 +178,8 @@ class _HostLoop:
     def close(self) -> None:
         for summary_writer in self.writers.values():
             summary_writer.close()
+        if self.r.records is not None:
+            self.r.records.close()
 
     def _reset_window(self) -> None:
         self.window = {"loss": 0.0, "accuracy": 0.0, "grad_norm": 0.0,
@@ -279,12 +284,14 @@ class _HostLoop:
         # shows that training runs long before the first log_every.
         if (_boundary(self.step, self.plan.log_every)
                 or self.step == self.plan.total_steps or not timed):
-            reporting.log_train(
+            logged = reporting.log_train(
                 trainer, self.writers, self.step, self.plan.total_steps,
                 self.window, self.window_time, self.r.batch,
                 "" if timed else " (first call: with tracing and "
                 "compilation)",
             )
+            if self.r.records is not None:
+                self.r.records.train_row(self.step, logged)
             self._reset_window()
 
     def _periodic_evaluations(self) -> float:
@@ -293,24 +300,29 @@ class _HostLoop:
         if self.step >= self.plan.total_steps:
             return 0.0
         t1 = time.time()
-        for _, entry in self.plan.evaluators:
+        for name, entry in self.plan.evaluators:
             if not _boundary(self.step, int(entry.every_steps)):
                 continue
             split = entry.val_split or entry.split
-            results = self._evaluate(entry, split)
+            results = self._evaluate(name, entry, split, compared=True)
             reporting.log_eval(self.writers, self.step, split, results,
                       self.r.trainer.accuracy_name)
         return time.time() - t1
 
-    def _evaluate(self, entry, split: str) -> Dict[str, Any]:
-        """One evaluation of accuracy evaluator `entry` on `split`, its
-        progress told every `plan.progress_every_s` seconds."""
+    def _evaluate(self, name: str, entry, split: str,
+                  compared: bool) -> Dict[str, Any]:
+        """One evaluation of accuracy evaluator `name` on `split`, its
+        progress told every `plan.progress_every_s` seconds; recorded (and
+        `compared` for the best checkpoint)."""
         r = self.r
         on_batch = r.eval_progress(entry, split, self.plan.progress_every_s
                                    ) if r.eval_progress else None
         with r.explained():
-            return r.trainer.evaluate(r.eval_fn(entry, split),
-                                      on_batch=on_batch)
+            results = r.trainer.evaluate(r.eval_fn(entry, split),
+                                         on_batch=on_batch)
+        if r.records is not None:
+            r.records.evaluation(name, self.step, split, results, compared)
+        return results
 
     def _preempted(self, preemption, saved: bool
                    ) -> Optional[Dict[str, Any]]:
@@ -343,7 +355,8 @@ class _HostLoop:
         r, trainer = self.r, self.r.trainer
         final: Dict[str, Any] = {}
         for name, entry in self.plan.evaluators:
-            results = self._evaluate(entry, entry.split)
+            results = self._evaluate(name, entry, entry.split, compared=(
+                entry.val_split in (None, entry.split)))
             reporting.log_eval(self.writers, self.step, entry.split, results,
                       trainer.accuracy_name)
             final.update(reporting.final_metrics(name, entry.split, results,

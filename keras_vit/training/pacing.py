@@ -5,7 +5,7 @@ The host loop asks for the steps up to its next boundary (at most
 (`Trainer.stoppable`), `Pacer` runs them as train calls of about `CALL_S`
 seconds each: one call when the steps are fast, as before, and one step
 per call when a step takes longer. Between calls the host loop reports
-progress and writes the run's history; a stop request (SIGTERM, Ctrl-C)
+progress; a stop request (SIGTERM, Ctrl-C)
 ends the call in flight after its current step. A multi-worker or TPU run
 keeps one call per boundary, the same on every worker.
 

@@ -49,6 +49,9 @@ def log_train(trainer, writers, step, total, window, seconds, batch,
             tf.summary.scalar("images_per_sec", images_per_sec)
             tf.summary.scalar("step_time_s", seconds / steps)
         writers["train"].flush()
+    return {"loss": loss, "accuracy": accuracy, "learning_rate": lr,
+            "grad_norm": grad_norm, "images_per_sec": images_per_sec,
+            "steps": window["steps"]}
 
 
 def log_eval(writers, step, split, results, name="accuracy"):

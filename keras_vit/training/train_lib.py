@@ -8,23 +8,21 @@ loop in `keras_vit.training.loop`.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import os
-from typing import Any, Callable, Dict, List, Optional
+from typing import Callable, Dict, Optional
 
 import keras
 import tensorflow as tf
 from absl import logging
 
 from keras_vit import config as config_lib
-from keras_vit.build import build_run, check_mpp, config_stride
+from keras_vit.build import build_run, check_mpp
 from keras_vit.checkpoint import weights
 from keras_vit.data import checks as data_checks
-from keras_vit.data import masking, sources
-from keras_vit.data import pipeline as input_pipeline
+from keras_vit.data import sources
 from keras_vit.errors import UsageError
-from keras_vit.scoring import evaluator
+from keras_vit.storage import history
 from keras_vit.storage import workdir as wd
 from keras_vit.training import (
     cluster,
@@ -32,13 +30,18 @@ from keras_vit.training import (
     distribute,
     loop,
     model_init,
+    records,
+    run_data,
     state,
 )
 from keras_vit.training.mpp_trainer import MppTrainer
 from keras_vit.training.resume import TrainingError, restore_latest
 from keras_vit.training.trainer import Trainer
 
-__all__ = ["TrainingError", "build_trainer", "train_and_evaluate"]
+__all__ = ["TrainingError", "build_trainer", "run_input",
+           "train_and_evaluate"]
+# What the input pipeline takes of a run besides `config.input`.
+run_input = run_data.run_input
 
 # An MPP run's encoder in the official .npz layout, in its workdir.
 ENCODER_NPZ = "encoder.npz"
@@ -125,85 +128,6 @@ def _make_workdir(workdir: str) -> None:
         ) from None
 
 
-@dataclasses.dataclass
-class _Data:
-    """A run's distributed data: training iterators and evaluation
-    passes of its `config.input` section."""
-
-    inp: Any
-    run: input_pipeline.RunInput
-    strategy: Any
-    batch: int
-    micro_batch: int
-    checkpointable: List[bool] = dataclasses.field(default_factory=list)
-
-    def eval_fn(self, entry, split: str):
-        """One evaluation pass over `split` for an accuracy evaluator
-        `entry` (its batch, else the training micro-batch; its cache)."""
-        eval_batch = int(entry.batch_size or self.micro_batch)
-        return self.strategy.distribute_datasets_from_function(
-            lambda ctx: input_pipeline.eval_dataset(
-                self.inp, self.run, split, eval_batch, ctx,
-                cache=bool(entry.cache))
-        )
-
-    def eval_progress(self, entry, split: str, every_s: float):
-        """The `on_batch` that tells an evaluation's progress (`eval_fn`'s
-        batches) every `every_s` seconds."""
-        eval_batch = int(entry.batch_size or self.micro_batch)
-        total = sources.num_split_examples(self.inp, split)
-        return evaluator.progress_callback(
-            -(-total // eval_batch) if total else None, eval_batch,
-            f"eval {split}", every_s)
-
-    def make_iterator(self, start_step: int):
-        def dataset_fn(ctx):
-            ds = input_pipeline.train_dataset(
-                self.inp, self.run, self.batch, ctx, start_step=start_step
-            )
-            self.checkpointable.append(input_pipeline.is_checkpointable(ds))
-            return ds
-
-        return iter(self.strategy.distribute_datasets_from_function(
-            dataset_fn))
-
-
-def _checkpoint_items(model, optimizer, data: _Data, with_iterator: bool):
-    """(what each checkpoint holds, the training iterator made now or
-    None): the iterator too where `config.checkpoints.iterator` asks and
-    the strategy and pipeline allow."""
-    items = dict(model=model, optimizer=optimizer)
-    if not with_iterator:
-        return items, None
-    train_iter = data.make_iterator(0)
-    if not isinstance(train_iter, tf.__internal__.tracking.Trackable):
-        logging.warning(
-            "The %s input iterator cannot be checkpointed: a resumed run "
-            "draws a new data order.", type(data.strategy).__name__,
-        )
-    elif not all(data.checkpointable):
-        logging.warning(
-            "The input pipeline reads from Python (a generator or "
-            "py_function) or keeps random state in a variable (Keras's "
-            "RandAugment, MixUp, CutMix), which cannot be checkpointed: "
-            "a resumed run draws a new data order."
-        )
-    else:
-        items["iterator"] = train_iter
-    return items, train_iter
-
-
-def run_input(seed: int, model_config, mpp_config
-               ) -> input_pipeline.RunInput:
-    """What the input pipeline takes of a run besides `config.input`."""
-    mpp = mpp_config if mpp_config.enabled else None
-    patches = masking.num_patches(
-        model_config.image_size, config_stride(model_config)) if mpp else 0
-    return input_pipeline.RunInput(
-        image_size=model_config.image_size, seed=int(seed),
-        num_classes=model_config.num_classes, mpp=mpp, patches=patches)
-
-
 def train_and_evaluate(
     config,
     workdir: str,
@@ -225,10 +149,13 @@ def train_and_evaluate(
             exports the SavedModel this way (`keras_vit.commands.train`),
             so training needs nothing from the layers above it.
 
-    Returns the final metrics (also written to workdir/metrics.json), or,
-    when the run stopped on SIGTERM with a checkpoint saved,
-    {"preempted": True, "step": S} ("restart": True when every worker of a
-    multi-worker run saved that step); the commands then exit with
+    Returns the final metrics (also written to workdir/metrics.json); those
+    of metrics.json with "finished_before": True when the workdir holds
+    the run finished already (nothing is trained or measured again); or,
+    when the run stopped on SIGTERM or Ctrl-C with a checkpoint saved,
+    {"preempted": True, "step": S, "signal": "SIGTERM" or "Ctrl-C"}
+    ("restart": True when every worker of a multi-worker or TPU run saved
+    that step); the commands then exit with
     `distribute.RESTART_EXIT_CODE`.
     """
     on_finish = _finisher(config.objective.mpp, config.export, workdir,
@@ -245,6 +172,15 @@ def train_and_evaluate(
         config = config_lib.replace(config, model=model_init.init_architecture(
             config.init, config.model))
     model_init.check_workdir_config(config, workdir)
+    finished = wd.finished_run(workdir, int(config.trainer.total_steps))
+    if finished is not None:
+        logging.info(
+            "The run in %s has finished: step %d of %d. Its results: %s. To "
+            "train on, raise config.trainer.total_steps.", workdir,
+            finished["steps"], finished["steps"],
+            os.path.join(workdir, wd.METRICS))
+        return finished
+    best = records.best_evaluator(config.checkpoints, config.evals)
     keras.utils.set_random_seed(int(config.seed))
     logging.info("Reading the data: %s.", config.input.vtab_task
                  or config.input.dataset)
@@ -260,30 +196,47 @@ def train_and_evaluate(
     trainer = build_trainer(
         config.trainer, config.objective, model, optimizer, strategy,
         num_classes=num_classes, global_batch=batch)
-    data = _Data(config.input, run_input(config.seed, config.model,
-                                          config.objective.mpp),
-                 strategy, batch, batch // trainer.accumulation_steps)
-    items, train_iter = _checkpoint_items(model, optimizer, data,
-                                          bool(config.checkpoints.iterator))
-    chief = distribute.is_chief(strategy)
-    writer = _checkpoint_writer(workdir, strategy, items, chief,
-                                int(config.checkpoints.keep))
-    run = loop.Run(
-        workdir=workdir, strategy=strategy, trainer=trainer,
-        train_iter=train_iter, eval_fn=data.eval_fn, writer=writer,
-        handler=None, chief=chief, info=info, batch=batch,
-        on_finish=on_finish,
-        explained=functools.partial(data_checks.explained_errors,
-                                    config.input, splits),
-        eval_progress=data.eval_progress,
-    )
+    data = run_data.RunData(
+        config.input, run_input(config.seed, config.model,
+                                config.objective.mpp),
+        strategy, batch, batch // trainer.accumulation_steps, splits)
+    run, items = _host_run(workdir, trainer, data, config.checkpoints, best,
+                           info, on_finish)
     plan = loop.Plan.of(config.trainer, config.log, config.checkpoints,
                         config.evals)
     try:
         return _resume_and_run(config.to_dict(), config.init, plan, run,
                                items, data, num_classes)
     finally:
-        writer.close()
+        run.writer.close()
+
+
+def _host_run(workdir: str, trainer, data: run_data.RunData, checkpoints,
+              best: Optional[str], info, on_finish):
+    """(the loop.Run of a run, what its checkpoints hold): its checkpoint
+    writer (`config.checkpoints`), history and best checkpoint (`best`:
+    the evaluator whose best accuracy is kept, or None)."""
+    strategy = data.strategy
+    items, train_iter = run_data.checkpoint_items(
+        trainer.model, trainer.optimizer, data, bool(checkpoints.iterator))
+    chief = distribute.is_chief(strategy)
+    writer = _checkpoint_writer(workdir, strategy, items, chief,
+                                int(checkpoints.keep))
+    keeper = None
+    if best is not None:
+        weights_only = {k: items[k] for k in ("model", "optimizer")}
+        keeper = records.BestKeeper(best, workdir, _checkpoint_writer(
+            workdir, strategy, weights_only, chief, 1, folder=records.BEST))
+    run = loop.Run(
+        workdir=workdir, strategy=strategy, trainer=trainer,
+        train_iter=train_iter, eval_fn=data.eval_fn, writer=writer,
+        handler=None, chief=chief, info=info, batch=data.batch,
+        on_finish=on_finish, explained=data.explained,
+        eval_progress=data.eval_progress,
+        records=records.RunRecords(history.HistoryWriter(workdir, chief),
+                                   keeper),
+    )
+    return run, items
 
 
 def _global_batch(trainer_config, inp) -> int:
@@ -312,13 +265,16 @@ def _check_data(inp, evals):
 
 
 def _checkpoint_writer(workdir: str, strategy, items: Dict, chief: bool,
-                       keep: int) -> state.CheckpointWriter:
+                       keep: int, folder: str = "") -> state.CheckpointWriter:
     """The writer of the run's checkpoints of `items` (the model, its
-    optimizer and maybe the training iterator), keeping `keep`."""
+    optimizer and maybe the training iterator), keeping `keep`, in
+    <workdir>/[<folder>/]checkpoints."""
     model, optimizer = items["model"], items["optimizer"]
+    task = _task_name(strategy) + (f"_{folder}" if folder else "")
     return state.CheckpointWriter(
-        tf.train.Checkpoint(**items), os.path.join(workdir, wd.CHECKPOINTS),
-        state.scratch_dir(workdir, _task_name(strategy)), chief=chief,
+        tf.train.Checkpoint(**items),
+        os.path.join(workdir, folder, wd.CHECKPOINTS),
+        state.scratch_dir(workdir, task), chief=chief,
         save_here=state.saving_needs_every_worker(
             list(model.variables) + list(optimizer.variables)
         ),
@@ -335,7 +291,7 @@ def _task_name(strategy) -> str:
 
 
 def _resume_and_run(saved_config: Dict, init, plan: loop.Plan,
-                    run: loop.Run, items: Dict, data: _Data,
+                    run: loop.Run, items: Dict, data: run_data.RunData,
                     num_classes: int) -> Dict[str, float]:
     """Resumes from the latest checkpoint (or initialises from `init`),
     records the run's config and class names, and runs the host loop."""

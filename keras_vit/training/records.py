@@ -1,0 +1,124 @@
+"""What a training run keeps besides its rolling checkpoints: its history
+(<workdir>/history.csv, `keras_vit.storage.history`) and, where
+`config.checkpoints.keep_best` names an accuracy evaluator, the checkpoint
+of that evaluator's best accuracy so far in <workdir>/best/.
+
+<workdir>/best/ is a workdir of its own (config.json, labels.txt,
+checkpoints/ with the one best checkpoint, best.json: its step, split and
+accuracy), so every command that takes a run takes it:
+`--model=<workdir>/best`. The rolling `config.checkpoints.keep` never
+touches it.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Dict, Optional
+
+import tensorflow as tf
+from absl import logging
+
+from keras_vit.errors import UsageError
+from keras_vit.storage import history
+from keras_vit.storage import workdir as wd
+
+BEST = "best"
+BEST_JSON = "best.json"
+
+
+def best_evaluator(checkpoints, evals) -> Optional[str]:
+    """The accuracy evaluator `config.checkpoints.keep_best` names (None:
+    keep no best checkpoint).
+
+    Raises:
+        UsageError: it names no accuracy evaluator of `config.evals`.
+    """
+    name = checkpoints.keep_best
+    if not name:
+        return None
+    entry = evals.get(name) if name in evals else None
+    if entry is None or entry.type != "accuracy":
+        names = [n for n, e in evals.items() if e.type == "accuracy"]
+        raise UsageError(
+            f"config.checkpoints.keep_best={name!r} names no accuracy "
+            f"evaluator of config.evals; the run's: "
+            f"{', '.join(names) or 'none'}.")
+    return name
+
+
+class BestKeeper:
+    """Saves the checkpoint of evaluator `name`'s best accuracy into
+    <workdir>/best/ (see the module doc).
+
+    Args:
+        name: str. The accuracy evaluator whose periodic evaluations (and
+            final one, when it is on the same split) are compared.
+        workdir: str. The run's workdir.
+        writer: state.CheckpointWriter of <workdir>/best/checkpoints,
+            keeping one.
+    """
+
+    def __init__(self, name: str, workdir: str, writer):
+        self.name, self.workdir, self.writer = name, workdir, writer
+        self.folder = os.path.join(workdir, BEST)
+        path = os.path.join(self.folder, BEST_JSON)
+        # A resumed run competes with the best of its earlier part.
+        self.best = (wd.read_json(path)["accuracy"]
+                     if tf.io.gfile.exists(path) else None)
+
+    def offer(self, step: int, split: str, accuracy: float) -> None:
+        """Keeps this step's weights if `accuracy` beats the best so far."""
+        if self.best is not None and not accuracy > self.best:
+            return
+        self.best = float(accuracy)
+        self.writer.save(step)
+        if not self.writer.chief:
+            return
+        for name in (wd.CONFIG, wd.LABELS):
+            source = os.path.join(self.workdir, name)
+            if tf.io.gfile.exists(source):
+                tf.io.gfile.copy(source, os.path.join(self.folder, name),
+                                 overwrite=True)
+        wd.write_json(os.path.join(self.folder, BEST_JSON), {
+            "step": int(step), "evaluator": self.name, "split": split,
+            "accuracy": self.best})
+        logging.info("Best %s accuracy so far, %.4f at step %d: kept in %s.",
+                     split, self.best, step, self.folder)
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+class RunRecords:
+    """The history rows and the best checkpoint of one training run.
+
+    Args:
+        history: storage.history.HistoryWriter.
+        best: BestKeeper or None.
+    """
+
+    def __init__(self, history_writer: history.HistoryWriter,
+                 best: Optional[BestKeeper] = None):
+        self.history, self.best = history_writer, best
+
+    def train_row(self, step: int, logged: Dict[str, Any]) -> None:
+        """The row of one logged training step (`reporting.log_train`'s
+        values: the means since the last logged step, its learning rate,
+        gradient norm, images/s and the steps it covers)."""
+        self.history.add(step, "train", **logged)
+
+    def evaluation(self, name: str, step: int, split: str,
+                   results: Dict[str, Any], compared: bool) -> None:
+        """One evaluation's row; evaluator `name`'s accuracy goes to the
+        best checkpoint's comparison where `compared` (its periodic
+        evaluations, and its final one on the same split)."""
+        self.history.add(step, split, loss=results["loss"],
+                         accuracy=results["accuracy"],
+                         top5_accuracy=results["top5_accuracy"])
+        if compared and self.best is not None and name == self.best.name:
+            self.best.offer(step, split, results["accuracy"])
+
+    def close(self) -> None:
+        self.history.flush()
+        if self.best is not None:
+            self.best.close()

@@ -1,0 +1,177 @@
+"""A run's history is kept: history.csv appended row by row (on resume
+too, never truncated), the training curves drawn at the end and by
+`keras-vit-analysis --curves`, the best checkpoint kept apart when
+config.checkpoints.keep_best asks, and a finished run neither trained nor
+measured again by the same command."""
+
+import json
+import logging
+import os
+import re
+import sys
+
+import pytest
+from PIL import Image
+
+from keras_vit import config as config_lib
+from keras_vit.errors import UsageError
+from keras_vit.storage import history
+from keras_vit.training import records
+from tests import console
+
+
+def test_history_appends_and_reads_back_the_latest_rows(tmp_path):
+    writer = history.HistoryWriter(str(tmp_path))
+    for step in (10, 20, 30):
+        writer.add(step, "train", loss=1.0 / step, steps=10,
+                   learning_rate=0.1)
+    writer.add(30, "test", accuracy=0.5, loss=0.9)
+    path = tmp_path / history.FILE
+    first = path.read_text()
+    assert first.splitlines()[0] == ",".join(history.COLUMNS)
+    # A crash cut the last row; a resumed run (from step 20) appends.
+    path.write_text(first + "25,train,0.3")
+    writer = history.HistoryWriter(str(tmp_path))
+    writer.add(25, "train", loss=0.04, steps=5)
+    writer.add(35, "train", loss=0.03, steps=10)
+    text = path.read_text()
+    assert text.startswith(first) and text.count("step,split") == 1
+    rows = history.read_history(str(tmp_path))
+    assert [(r["step"], r["split"]) for r in rows] == [
+        (10, "train"), (20, "train"), (30, "test"), (25, "train"),
+        (35, "train")]
+    assert rows[3]["loss"] == pytest.approx(0.04)
+    assert rows[2]["accuracy"] == 0.5 and rows[2]["grad_norm"] is None
+    assert history.read_history(str(tmp_path / "nothing")) == []
+
+
+def test_keep_best_must_name_an_accuracy_evaluator():
+    config = config_lib.base_config()
+    assert records.best_evaluator(config.checkpoints, config.evals) is None
+    config.checkpoints.keep_best = "test"
+    assert records.best_evaluator(config.checkpoints, config.evals) == "test"
+    config.checkpoints.keep_best = "val"
+    with pytest.raises(UsageError, match=r"keep_best='val' names no "
+                       r"accuracy evaluator of config.evals; the run's: "
+                       r"test\."):
+        records.best_evaluator(config.checkpoints, config.evals)
+
+
+def _train(workdir, total):
+    return console.run("train", [
+        *console.TINY_DIGITS, f"--workdir={workdir}",
+        f"--config.trainer.total_steps={total}",
+        "--config.trainer.steps_per_loop=10", "--config.log.every_steps=10",
+        "--config.checkpoints.every_steps=20",
+        "--config.evals.test.every_steps=20",
+        "--config.checkpoints.keep_best=test", "--config.checkpoints.keep=1",
+        "--config.schedule.lr=0.003"])
+
+
+@pytest.mark.slow
+def test_history_best_checkpoint_curves_and_a_finished_run(tmp_path):
+    workdir = tmp_path / "run"
+    first = _train(workdir, 40)
+    assert first.returncode == 0, first.stderr[-3000:]
+    csv_path = workdir / history.FILE
+    after_first = csv_path.read_text()
+    # Resumed to 80 steps: appended, never truncated.
+    second = _train(workdir, 80)
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert "Resumed from" in second.stderr
+    text = csv_path.read_text()
+    assert text.startswith(after_first) and len(text) > len(after_first)
+    rows = history.read_history(str(workdir))
+    train = [r for r in rows if r["split"] == "train"]
+    # One row per logged step ("step N/80: loss ..."), of both runs.
+    logged = [int(n) for n in re.findall(r"step (\d+)/\d+: loss",
+                                         first.stderr + second.stderr)]
+    assert [r["step"] for r in train] == logged
+    assert logged[-1] == 80 and {10, 20, 30, 40, 50, 80} <= set(logged)
+    assert sum(r["steps"] for r in train) == 80
+    for key in ("loss", "accuracy", "learning_rate", "grad_norm",
+                "images_per_sec", "wall_time"):
+        assert all(r[key] is not None for r in train), key
+    evals = [r["step"] for r in rows if r["split"] == "test"]
+    assert evals == [20, 40, 60, 80]  # 40: the first run's final one
+
+    # The curves, at the end and from any workdir.
+    assert (workdir / "training_curves.png").exists()
+    result = console.run("analysis", [f"--curves={workdir}",
+                                      f"--output_dir={tmp_path}/fig"])
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip() == f"{tmp_path}/fig/training_curves.png"
+    assert Image.open(result.stdout.strip()).size[0] > 600
+
+    # The best test accuracy's checkpoint: a workdir of its own.
+    best = json.loads((workdir / "best" / "best.json").read_text())
+    accuracies = {r["step"]: r["accuracy"] for r in rows
+                  if r["split"] == "test"}
+    assert best["accuracy"] == pytest.approx(max(accuracies.values()),
+                                             abs=1e-6)
+    assert accuracies[best["step"]] == pytest.approx(best["accuracy"],
+                                                     abs=1e-6)
+    assert os.listdir(workdir / "checkpoints") != []
+    result = console.run("evaluate", [
+        "--mode=eval", f"--model={workdir}/best"])
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads(result.stdout)["accuracy"] == pytest.approx(
+        best["accuracy"], abs=1e-6)
+
+    # The same command again: finished, nothing trained or measured.
+    metrics = (workdir / "metrics.json").read_bytes()
+    log = csv_path.read_bytes()
+    third = _train(workdir, 80)
+    assert third.returncode == 0, third.stderr[-3000:]
+    assert f"The run in {workdir} has finished: step 80 of 80." in (
+        third.stderr)
+    assert f"{workdir}/metrics.json" in third.stderr
+    assert "Compiling" not in third.stderr and "Resumed" not in third.stderr
+    assert (workdir / "metrics.json").read_bytes() == metrics
+    assert csv_path.read_bytes() == log
+
+
+def _history_workdir(path):
+    path.mkdir()
+    writer = history.HistoryWriter(str(path))
+    for step in (1, 10, 20):
+        writer.add(step, "train", loss=2.0 / step, accuracy=step / 40,
+                   learning_rate=1e-3, grad_norm=1.0, steps=10,
+                   images_per_sec=100.0)
+    writer.add(20, "test", loss=1.5, accuracy=0.4, top5_accuracy=0.9)
+    return path
+
+
+def test_analysis_curves_flag_and_its_errors(tmp_path, capsys):
+    from keras_vit.commands import analysis
+
+    run = _history_workdir(tmp_path / "run")
+    assert analysis.main(["keras-vit-analysis", f"--curves={run}"]) == 0
+    assert capsys.readouterr().out.strip() == str(run / "training_curves.png")
+    assert Image.open(run / "training_curves.png").size[0] > 600
+    cases = [
+        ([f"--curves={run}", "--model=x.keras"], "give it alone"),
+        ([f"--curves={tmp_path}"], "no history.csv with training rows"),
+        ([f"--output_dir={tmp_path}"], "or --curves=WORKDIR"),
+    ]
+    for args, message in cases:
+        assert analysis.main(["keras-vit-analysis", *args]) == 1
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and message in err[0], err
+
+
+def test_train_skips_the_curves_without_matplotlib(tmp_path, monkeypatch,
+                                                    caplog):
+    from keras_vit.commands import train
+
+    run = _history_workdir(tmp_path / "run")
+    # matplotlib not installed: its import fails.
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
+    monkeypatch.setitem(sys.modules, "matplotlib.backends.backend_agg", None)
+    caplog.set_level(logging.INFO)
+    assert train._draw_curves(str(run)) == {}
+    assert not (run / "training_curves.png").exists()
+    lines = [r.getMessage() for r in caplog.records
+             if "training_curves.png" in r.getMessage()]
+    assert len(lines) == 1 and "matplotlib" in lines[0], lines
