@@ -1,5 +1,5 @@
 r"""How an image folder is listed before the first step, both ways of
-`keras_vit.data.sources.list_class_folders`: a listing of every folder
+`keras_vit.data.folders.list_class_folders`: a listing of every folder
 and a directory check of every entry (`per_folder`, the way for local
 folders) against one glob per level (`glob_per_level`, the way for
 gs://), on a local tree of <split>/<class>/ folders: the time and the
@@ -38,17 +38,17 @@ sys.path[:0] = [HERE, os.path.dirname(HERE)]
 import throughput  # noqa: E402  (beside this file: machine_info)
 import throughput_report as report  # noqa: E402
 
-from keras_vit.data import sources  # noqa: E402
+from keras_vit.data import folders  # noqa: E402
 
 WAYS = {"per_folder": False, "glob_per_level": True}
 
 
 def per_folder(root: str) -> Dict[str, Dict[str, List[str]]]:
-    return sources.list_class_folders(root, per_level=False)
+    return folders.list_class_folders(root, per_level=False)
 
 
 def glob_per_level(root: str) -> Dict[str, Dict[str, List[str]]]:
-    return sources.list_class_folders(root, per_level=True)
+    return folders.list_class_folders(root, per_level=True)
 
 
 def count_calls(fn, root: str) -> Dict[str, int]:

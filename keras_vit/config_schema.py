@@ -2,26 +2,21 @@
 default, in sections that are each handed to one component (big_vision's
 way):
 
-    seed          the one top-level field: parameters, data order,
-                  augmentation
+    seed          the one top-level field: parameters, data, augmentation
     model         the model builder: the `Architecture` fields a run
                   chooses, the input resolution and the head's width
     init          where fine-tuning starts (any model source)
     input         the input pipeline: data set, splits, batch, shuffle,
                   caching, preprocessing (`pp`) and batch mixing (`mix`)
-    objective     the loss (softmax or sigmoid, label smoothing) or masked
-                  patch prediction (`mpp`)
+    objective     the loss, or masked patch prediction (`mpp`)
     optimizer     the optimizer and its weight decay
     schedule      the learning rate over the steps
-    trainer       steps, accumulation, gradient clipping, precision, XLA,
-                  steps per host call, EMA, what to do with a non-finite
-                  step
-    checkpoints   how often and how many, and the input iterator's
+    trainer       steps, accumulation, clipping, precision, XLA, steps
+                  per host call, EMA, what a non-finite step does
+    checkpoints   how often, how many, the best, the input iterator's
     log           how often the training metrics are logged
-    evals         named evaluators, each with a `type`: "accuracy" (the
-                  training run's periodic and final evaluation), "fewshot"
-                  and "vtab" (keras-vit-evaluate's protocols); each with
-                  its own split(s), period and batch (`EVALUATORS`)
+    evals         named evaluators, each with a `type` (`EVALUATORS`):
+                  "accuracy" (the training run's), "fewshot", "vtab"
     export        the SavedModel written at the end of a run
 
 `base_config()` is what every file in configs/ starts from; each overrides

@@ -1094,6 +1094,26 @@ def loop_overhead() -> str:
         f"{BENCH}/loop_overhead_digits.json", command=data["command"])
 
 
+def folder_run() -> str:
+    """The folder config's commands at a real model size (the median of
+    every stored run of benchmarks/folder_run.py, one paragraph a file)."""
+    parts = []
+    for path in sorted(glob.glob(os.path.join(ROOT, BENCH,
+                                              "folder_run_*.json"))):
+        data = load(path)
+        m, args, runs = data["machine"], data["args"], data["runs"]
+        parts.append(
+            f"{args['model']} on {2 * args['per_class']} photos "
+            f"({runs[0]['steps']} steps), {len(runs)} run(s) on {m['cpu']}, "
+            f"{m['cores']} cores: training "
+            f"**{data['median_s']['train']:.0f} s**, evaluation "
+            f"{data['median_s']['evaluate']:.0f} s, prediction "
+            f"{data['median_s']['predict']:.0f} s, each the median of every "
+            "run, each a new process from start to exit."
+            + source(os.path.relpath(path, ROOT), command=data["command"]))
+    return "\n".join(parts)
+
+
 def memory(name: str) -> Callable[[], str]:
     def render() -> str:
         data = bench(name)
@@ -1457,6 +1477,7 @@ RENDERERS: Dict[str, Callable[[], str]] = {
     "gpu-profile": gpu_profile,
     "gpu-inference": gpu_inference,
     "loop-overhead": loop_overhead,
+    "folder-run": folder_run,
     "memory-tf": memory("memory_tf"),
     "memory-jax": memory("memory_jax"),
     "multiworker-exit": multiworker_exit,

@@ -25,8 +25,8 @@ import keras_vit
 from keras_vit import optim
 from keras_vit.checkpoint import weights as checkpoint
 from keras_vit.checkpoint.formats import torch_pickle
+from keras_vit.data import folders, sources, vtab
 from keras_vit.data import pipeline as input_pipeline
-from keras_vit.data import sources, vtab
 from keras_vit.errors import UsageError
 from keras_vit.training import train_lib
 from tests import hostile_files, tiny
@@ -193,7 +193,7 @@ def test_non_image_files_are_ignored(tmp_path):
     for junk in ("notes.txt", ".DS_Store"):
         with open(f"{root}/train/a/{junk}", "w") as f:
             f.write("not an image")
-    paths, labels = sources.folder_split(str(root), "train")
+    paths, labels = folders.folder_split(str(root), "train")
     assert sorted(os.path.basename(p) for p in paths) == ["0.png", "0.png",
                                                           "1.png", "1.png"]
     assert sorted(labels.tolist()) == [0, 0, 1, 1]

@@ -1,5 +1,5 @@
 """Image folders on gs:// are listed with one glob per level, local ones
-folder by folder (`sources.list_class_folders`); both ways find the same
+folder by folder (`folders.list_class_folders`); both ways find the same
 folders and files, odd entries included; the benchmark that compares the
 two (benchmarks/folder_listing.py) writes consistent results."""
 
@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from keras_vit.data import sources
+from keras_vit.data import folders, sources
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(ROOT, "benchmarks", "folder_listing.py")
@@ -34,8 +34,8 @@ def test_one_glob_per_level_finds_what_the_folder_listing_found(tmp_path):
     _touch(os.path.join(root, "train", ".hidden", "h.jpg"))
     os.makedirs(os.path.join(root, "train", ".ipynb_checkpoints"))
     os.makedirs(os.path.join(root, "empty_split"))
-    tree = sources.list_class_folders(root, per_level=True)
-    assert tree == sources.list_class_folders(root)  # folder by folder
+    tree = folders.list_class_folders(root, per_level=True)
+    assert tree == folders.list_class_folders(root)  # folder by folder
     assert tree["train"]["dog"] == ["a.png", "b.JPG", "c.jpeg"]
     assert tree["train"][".ipynb_checkpoints"] == []
     assert set(tree) == {"train", "test"}
@@ -46,17 +46,17 @@ def test_remote_folders_are_listed_one_glob_per_level(monkeypatch):
     monkeypatch.setattr(sources.tf.io.gfile, "glob",
                         lambda pattern: globs.append(pattern) or [])
     monkeypatch.setattr(sources.tf.io.gfile, "listdir", None)  # unused
-    assert sources.list_class_folders("gs://bucket/i21k") == {}
+    assert folders.list_class_folders("gs://bucket/i21k") == {}
     assert globs == ["gs://bucket/i21k/*/*/*", "gs://bucket/i21k/*/*"]
 
 
 def test_an_empty_class_folder_is_still_refused(tmp_path):
     _touch(str(tmp_path / "train" / "cat" / "a.jpg"))
     os.makedirs(tmp_path / "train" / "dog")
-    sources._folder_index.cache_clear()
+    folders.folder_index.cache_clear()
     with pytest.raises(sources.UsageError, match="Class folder .*dog has no "
                        "images"):
-        sources.folder_split(str(tmp_path), "train")
+        folders.folder_split(str(tmp_path), "train")
 
 
 @pytest.mark.slow

@@ -26,7 +26,7 @@ import pytest
 import keras_vit
 from keras_vit import config as config_lib
 from keras_vit.configs import folder
-from keras_vit.data import sources
+from keras_vit.data import folders
 from keras_vit.errors import UsageError
 from keras_vit.training import data_fit, model_init
 from tests.photo_folder import write_photo_folder
@@ -40,8 +40,8 @@ TINY = ["--config.model.hidden_size=32", "--config.model.num_layers=1",
 
 
 def _index(root):
-    sources._folder_index.cache_clear()
-    return sources._folder_index(str(root))
+    folders.folder_index.cache_clear()
+    return folders.folder_index(str(root))
 
 
 def test_class_folders_alone_hold_out_a_fifth_of_each_class(tmp_path):
@@ -56,12 +56,12 @@ def test_class_folders_alone_hold_out_a_fifth_of_each_class(tmp_path):
     again, _ = _index(tmp_path)
     assert again["val"][0] == index["val"][0]
     root = str(tmp_path)
-    assert sources.resolve_split(root, "val|test") == "val"
-    assert sources.resolve_split(root, "test|val[:50%]") == "val[:50%]"
-    assert len(sources.folder_split(root, "test|val")[0]) == 4
+    assert folders.resolve_split(root, "val|test") == "val"
+    assert folders.resolve_split(root, "test|val[:50%]") == "val[:50%]"
+    assert len(folders.folder_split(root, "test|val")[0]) == 4
     with pytest.raises(UsageError, match=r"has none of the splits test, "
                        r"valid; it has \['train', 'val'\]"):
-        sources.resolve_split(root, "test|valid")
+        folders.resolve_split(root, "test|valid")
 
 
 def test_a_folder_with_split_folders_uses_its_own(tmp_path):
@@ -72,8 +72,8 @@ def test_a_folder_with_split_folders_uses_its_own(tmp_path):
         "train": 12, "validation": 4, "test": 6}
     config = folder.get_config(str(tmp_path))
     root = config.input.data_dir
-    assert sources.resolve_split(root, config.evals.test.split) == "test"
-    assert sources.resolve_split(
+    assert folders.resolve_split(root, config.evals.test.split) == "test"
+    assert folders.resolve_split(
         root, config.evals.test.val_split) == "validation"
 
 

@@ -14,9 +14,9 @@ import pytest
 import tensorflow as tf
 from PIL import Image
 
+from keras_vit.data import folders, sources
 from keras_vit.data import pipeline as ip
 from keras_vit.data import preprocessing as pp
-from keras_vit.data import sources
 from keras_vit.training import train_lib
 from tests import tiny
 
@@ -405,7 +405,7 @@ def test_image_folder_source(tmp_path):
     assert info.num_examples == {"train": 18, "val": 9}
     assert sources.num_split_examples(config.input, "train[:50%]") == 9
     assert sources.num_split_examples(config.input, "train[-4:]") == 4
-    paths, labels = sources.folder_split(root, "train")
+    paths, labels = folders.folder_split(root, "train")
     for path, label in zip(paths, labels):
         assert os.path.basename(os.path.dirname(path)) == info.class_names[
             label]

@@ -33,8 +33,8 @@ from absl import flags, logging
 from keras_vit import config as config_lib
 from keras_vit.checkpoint import loader as pretrained
 from keras_vit.commands import flags as cli
+from keras_vit.data import folders, sources, vtab
 from keras_vit.data import pipeline as input_pipeline
-from keras_vit.data import sources, vtab
 from keras_vit.errors import Preempted, UsageError
 from keras_vit.evaluation import fewshot, reports, vtab_run
 from keras_vit.evaluation.accuracy import evaluate_model
@@ -106,7 +106,7 @@ def _eval_mode(values, source, strategy) -> Dict:
     inp = _eval_input(values, run)
     split = values.split or (run.evals.test.split if run else "test")
     if inp.dataset == sources.FOLDER and not inp.vtab_task:
-        split = sources.resolve_split(inp.data_dir, split)  # "val|test"
+        split = folders.resolve_split(inp.data_dir, split)  # "val|test"
     with strategy.scope():
         model = pretrained.require_vit(pretrained.load_model(
             source,

@@ -20,8 +20,8 @@ from typing import List, Optional, Sequence, Tuple
 import tensorflow as tf
 from absl import logging
 
+from keras_vit.data import folders, sources
 from keras_vit.data import preprocessing as pp
-from keras_vit.data import sources
 from keras_vit.errors import UsageError
 
 LABEL_ERROR = "Label out of range"
@@ -193,7 +193,7 @@ def explain_input_error(inp, splits: Sequence[Tuple[str, str]],
     for _, split in splits:
         name = re.sub(r"\[.*\]$", "", str(split))
         try:
-            paths.extend(sources.folder_split(root, name)[0])
+            paths.extend(folders.folder_split(root, name)[0])
         except ValueError:
             continue
     bad = find_unreadable_images(sorted(set(paths)))

@@ -32,7 +32,7 @@ from typing import Any, Callable, Optional, Tuple
 import numpy as np
 import tensorflow as tf
 
-from keras_vit.data import augment, masking, sources, vtab
+from keras_vit.data import augment, folders, masking, sources, vtab
 from keras_vit.data import checks as data_checks
 from keras_vit.data import preprocessing as pp
 from keras_vit.data.preprocessing import from_config as make_preprocess_fn
@@ -113,7 +113,7 @@ def _shard(inp, run_seed: int, split: str, training: bool, input_context,
         )
         return _Shard(ds, len(y))
     if inp.dataset == sources.FOLDER and not inp.vtab_task:
-        paths, labels = sources.folder_split(inp.data_dir, split)
+        paths, labels = folders.folder_split(inp.data_dir, split)
         if inp.skip_bad_images:
             paths, labels = data_checks.drop_unreadable(
                 inp, split, paths, labels

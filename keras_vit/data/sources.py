@@ -25,23 +25,15 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import os
-import re
-from typing import Dict, List, Optional, Tuple
+from typing import List, Optional, Tuple
 
 import numpy as np
-import tensorflow as tf
 
-from keras_vit.data import vtab
+from keras_vit.data import folders, vtab
 from keras_vit.errors import UsageError
 
 DIGITS = "digits"
 FOLDER = "folder"
-IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".gif", ".bmp")
-# A folder of class folders alone: the share of each class held out as its
-# "val" split.
-VAL_SHARE = 0.2
-FLAT_SPLITS = ("train", "val")
 
 
 @dataclasses.dataclass
@@ -72,14 +64,14 @@ def _digits_arrays():
 def digits_split(split: str) -> Tuple[np.ndarray, np.ndarray]:
     """(images uint8 (N, 8, 8), labels int32 (N,)) of "train" or "test",
     slices ("train[:80%]") included."""
-    name, bounds = _parse_split(split)
+    name, bounds = folders.parse_split(split)
     arrays = _digits_arrays()
     if name not in arrays:
         raise UsageError(
             f"The digits data has splits 'train' and 'test', got {split!r}."
         )
     x, y = arrays[name]
-    start, stop = _slice(bounds, len(y), split)
+    start, stop = folders.split_bounds(bounds, len(y), split)
     return x[start:stop], y[start:stop]
 
 
@@ -102,225 +94,6 @@ def examples_per_class(labels: np.ndarray, count: int,
 
 
 # ----------------------------------------------------------- image folder
-_SPLIT_RE = re.compile(r"^([^\[\]]+)(?:\[(-?\d*%?):(-?\d*%?)\])?$")
-
-
-def _parse_split(split: str):
-    match = _SPLIT_RE.match(str(split).strip())
-    if not match:
-        raise UsageError(
-            f"Cannot read split {split!r}: use a name, optionally sliced as "
-            "'train[:90%]', 'train[90%:]' or 'train[100:200]'."
-        )
-    return match.group(1), (match.group(2) or "", match.group(3) or "")
-
-
-def _slice(bounds, n: int, split: str) -> Tuple[int, int]:
-    def index(text: str, default: int) -> int:
-        if not text:
-            return default
-        value = (
-            round(n * int(text[:-1]) / 100) if text.endswith("%")
-            else int(text)
-        )
-        return min(max(value + n if value < 0 else value, 0), n)
-
-    start, stop = index(bounds[0], 0), index(bounds[1], n)
-    if stop <= start:
-        raise UsageError(f"Split {split!r} selects no examples (of {n}).")
-    return start, stop
-
-
-def list_class_folders(
-    root: str, per_level: Optional[bool] = None
-) -> Dict[str, Dict[str, List[str]]]:
-    """{split: {class: sorted image file names}} of `root`/<split>/<class>/.
-
-    Two ways, the same result (tests/test_folder_listing.py):
-    `per_level` (the default for gs:// and other remote file systems):
-    one glob per level, two calls in all however many folders there are;
-    otherwise (the default for local folders) a listing of every folder
-    and a check of every entry. On gs:// every call is at least one
-    request: ImageNet-21k's 21,841 class folders cost some 44,000 folder
-    by folder, against two paged listings of its 14.2 million objects
-    (1,000 a page: about 28,400 requests); on a local disk the per-folder
-    listing is the faster (benchmarks/folder_listing.py,
-    docs/performance.md).
-    """
-    if per_level is None:
-        per_level = "://" in root
-    if not per_level:
-        return _per_folder(root)
-    images: Dict[str, List[str]] = {}
-    for path in tf.io.gfile.glob(os.path.join(root, "*", "*", "*")):
-        folder, name = os.path.split(path.rstrip("/"))
-        if name.lower().endswith(IMAGE_EXTENSIONS):
-            images.setdefault(folder, []).append(name)
-    tree: Dict[str, Dict[str, List[str]]] = {}
-    for path in tf.io.gfile.glob(os.path.join(root, "*", "*")):
-        path = path.rstrip("/")
-        # A folder holds images, or is one without any (a file beside the
-        # class folders is neither).
-        if path not in images and not tf.io.gfile.isdir(path):
-            continue
-        split_dir, name = os.path.split(path)
-        tree.setdefault(os.path.basename(split_dir), {})[name] = sorted(
-            images.get(path, [])
-        )
-    return tree
-
-
-def _per_folder(root: str) -> Dict[str, Dict[str, List[str]]]:
-    tree: Dict[str, Dict[str, List[str]]] = {}
-    for split in _subdirs(root):
-        for name in _subdirs(os.path.join(root, split)):
-            tree.setdefault(split, {})[name] = sorted(
-                f for f in tf.io.gfile.listdir(os.path.join(root, split, name))
-                if f.lower().endswith(IMAGE_EXTENSIONS)
-            )
-    return tree
-
-
-def _subdirs(path: str) -> List[str]:
-    return sorted(
-        d.rstrip("/") for d in tf.io.gfile.listdir(path)
-        if tf.io.gfile.isdir(os.path.join(path, d))
-    )
-
-
-def _images(folder: str, name: str) -> List[Tuple[str, str]]:
-    """(path, class `name`) of the images directly in `folder`."""
-    return [(os.path.join(folder, f), name)
-            for f in sorted(tf.io.gfile.listdir(folder))
-            if f.lower().endswith(IMAGE_EXTENSIONS)]
-
-
-def _class_folders(root: str, split_dir: str) -> List[Tuple[str, str]]:
-    """The images of the class folders in `split_dir`, a folder of `root`
-    ("" for root itself)."""
-    pairs = []
-    for name in _subdirs(os.path.join(root, split_dir)):
-        folder = os.path.join(root, split_dir, name)
-        images = _images(folder, name)
-        _check_class_folder(folder, name, images)
-        pairs.extend(images)
-    return pairs
-
-
-def _held_out(pairs: List[Tuple[str, str]]) -> Dict[str, list]:
-    """{"train", "val"} of the images of a folder of class folders: of each
-    class, a fixed draw of VAL_SHARE (at least one image when it has two)
-    into "val"."""
-    split = {name: [] for name in FLAT_SPLITS}
-    rng = np.random.default_rng(0)
-    for name in sorted({c for _, c in pairs}):
-        mine = [p for p in pairs if p[1] == name]
-        n_val = max(1, round(VAL_SHARE * len(mine))) if len(mine) > 1 else 0
-        order = rng.permutation(len(mine))
-        split["val"] += [mine[i] for i in order[:n_val]]
-        split["train"] += [mine[i] for i in order[n_val:]]
-    return split
-
-
-def _split_folders(root: str) -> Dict[str, List[Tuple[str, str]]]:
-    """{split: (path, class)} of `root`/<split>/<class>/ images, listed by
-    `list_class_folders`."""
-    files: Dict[str, List[Tuple[str, str]]] = {}
-    for split, classes in sorted(list_class_folders(root).items()):
-        for name, images in sorted(classes.items()):
-            folder = os.path.join(root, split, name)
-            _check_class_folder(folder, name, images)
-            files.setdefault(split, []).extend(
-                (os.path.join(folder, f), name) for f in images
-            )
-    return files
-
-
-def _check_class_folder(folder: str, name: str, images) -> None:
-    """An empty class folder would silently drop (or never train) its
-    class; hidden ones (.ipynb_checkpoints) are not classes."""
-    if not images and not name.startswith("."):
-        raise UsageError(
-            f"Class folder {folder} has no images "
-            f"({', '.join(IMAGE_EXTENSIONS)}; other files are "
-            "ignored): add images or remove the folder."
-        )
-
-
-@functools.lru_cache(maxsize=8)
-def _folder_index(root: str):
-    """{split: (paths, labels)}, class names; labels index the sorted class
-    folder names over all splits. Files are listed once per process."""
-    if not root:
-        raise UsageError(
-            "dataset='folder' needs data_dir: the folder that holds "
-            "<class>/*.jpg|png or <split>/<class>/*.jpg|png "
-            "(config.input.data_dir; the folder config: --config=folder:PATH)."
-        )
-    if not tf.io.gfile.isdir(root):
-        raise UsageError(
-            f"Image folder {root!r} does not exist: set "
-            "config.input.data_dir to the folder holding <class>/ or "
-            "<split>/<class>/."
-        )
-    tops = [d for d in _subdirs(root) if not d.startswith(".")]
-    if any(_images(os.path.join(root, d), d) for d in tops):
-        files = _held_out(_class_folders(root, ""))
-    else:
-        files = _split_folders(root)
-    files = {split: pairs for split, pairs in files.items() if pairs}
-    names = sorted({name for pairs in files.values() for _, name in pairs})
-    if not names:
-        raise UsageError(
-            f"No images ({', '.join(IMAGE_EXTENSIONS)}) found under "
-            f"{root}/<class>/ or {root}/<split>/<class>/."
-        )
-    ids = {n: i for i, n in enumerate(names)}
-    index = {}
-    for split, pairs in files.items():
-        # A fixed order that mixes the classes, so that slices such as
-        # train[:90%] hold every class.
-        order = np.random.default_rng(0).permutation(len(pairs))
-        index[split] = (
-            [pairs[i][0] for i in order],
-            np.array([ids[pairs[i][1]] for i in order], np.int32),
-        )
-    return index, names
-
-
-def resolve_split(root: str, split: str) -> str:
-    """`split` of the image folder `root` with its alternatives ("val|test":
-    the first of them that the folder has) made the one it has; the slice
-    kept."""
-    name, bounds = _parse_split(split)
-    if "|" not in name:
-        return split
-    index, _ = _folder_index(root)
-    choices = [n.strip() for n in name.split("|")]
-    found = next((n for n in choices if n in index), None)
-    if found is None:
-        raise UsageError(
-            f"Image folder {root} has none of the splits {', '.join(choices)}"
-            f"; it has {sorted(index)}."
-        )
-    return found + (f"[{bounds[0]}:{bounds[1]}]" if any(bounds) else "")
-
-
-def folder_split(root: str, split: str) -> Tuple[List[str], np.ndarray]:
-    """(file paths, labels) of a (sliced) split of an image folder."""
-    index, _ = _folder_index(root)
-    name, bounds = _parse_split(resolve_split(root, split))
-    if name not in index:
-        raise UsageError(
-            f"Image folder {root} has no split {name!r} with images; it has "
-            f"{sorted(index)}."
-        )
-    paths, labels = index[name]
-    start, stop = _slice(bounds, len(paths), split)
-    return paths[start:stop], labels[start:stop]
-
-
-# ----------------------------------------------------------- dataset info
 def dataset_info(inp) -> DatasetInfo:
     """Number of classes, split sizes and class names of the data source
     of a run's `config.input` section."""
@@ -335,7 +108,7 @@ def dataset_info(inp) -> DatasetInfo:
             class_names=[str(i) for i in range(10)],
         )
     if name == FOLDER:
-        index, names = _folder_index(inp.data_dir)
+        index, names = folders.folder_index(inp.data_dir)
         return DatasetInfo(
             num_classes=len(names),
             num_examples={k: len(v[0]) for k, v in index.items()},
@@ -380,7 +153,7 @@ def num_split_examples(inp, split: str) -> Optional[int]:
     if inp.dataset == DIGITS and not inp.vtab_task:
         return len(digits_split(split)[1])
     if inp.dataset == FOLDER and not inp.vtab_task:
-        return len(folder_split(inp.data_dir, split)[0])
+        return len(folders.folder_split(inp.data_dir, split)[0])
     return tfds_split_size(tfds_builder(inp), split)
 
 
@@ -393,7 +166,7 @@ def training_examples(inp) -> Optional[int]:
     if not per_class:
         return num_split_examples(inp, inp.train_split)
     if inp.dataset == FOLDER and not inp.vtab_task:
-        labels = folder_split(inp.data_dir, inp.train_split)[1]
+        labels = folders.folder_split(inp.data_dir, inp.train_split)[1]
     else:
         labels = digits_split(inp.train_split)[1]
     counts = np.unique(labels, return_counts=True)[1]

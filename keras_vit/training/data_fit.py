@@ -13,7 +13,7 @@ from typing import Dict
 
 from absl import logging
 
-from keras_vit.data import sources
+from keras_vit.data import folders, sources
 from keras_vit.errors import UsageError
 
 # A derived run warms up for at most this share of its steps.
@@ -72,7 +72,7 @@ def _splits(inp, evals) -> Dict[str, dict]:
 
     def settle(section: str, field: str, split) -> None:
         if split and "|" in split:
-            out.setdefault(section, {})[field] = sources.resolve_split(
+            out.setdefault(section, {})[field] = folders.resolve_split(
                 inp.data_dir, split)
 
     settle("input", "train_split", inp.train_split)

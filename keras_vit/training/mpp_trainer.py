@@ -37,7 +37,7 @@ class MppTrainer(Trainer):
         optimizer: keras Optimizer. Created under `strategy.scope()`.
         strategy: tf.distribute.Strategy.
         **kwargs: `Trainer`'s batch, accumulation, clipping, XLA and
-            non-finite options (`keras_vit.training.trainer.TrainOptions`;
+            non-finite options (`keras_vit.training.train_options.TrainOptions`;
             no loss or label smoothing: the objective is fixed).
     """
 

@@ -172,13 +172,8 @@ def train_and_evaluate(
         config = config_lib.replace(config, model=model_init.init_architecture(
             config.init, config.model))
     model_init.check_workdir_config(config, workdir)
-    finished = wd.finished_run(workdir, int(config.trainer.total_steps))
+    finished = _finished_before(workdir, int(config.trainer.total_steps))
     if finished is not None:
-        logging.info(
-            "The run in %s has finished: step %d of %d. Its results: %s. To "
-            "train on, raise config.trainer.total_steps.", workdir,
-            finished["steps"], finished["steps"],
-            os.path.join(workdir, wd.METRICS))
         return finished
     best = records.best_evaluator(config.checkpoints, config.evals)
     keras.utils.set_random_seed(int(config.seed))
@@ -209,6 +204,19 @@ def train_and_evaluate(
                                items, data, num_classes)
     finally:
         run.writer.close()
+
+
+def _finished_before(workdir: str, total_steps: int) -> Optional[Dict]:
+    """The metrics of the run `workdir` holds if it finished its
+    `total_steps` already (said in one line), else None."""
+    finished = wd.finished_run(workdir, total_steps)
+    if finished is not None:
+        logging.info(
+            "The run in %s has finished: step %d of %d. Its results: %s. To "
+            "train on, raise config.trainer.total_steps.", workdir,
+            finished["steps"], finished["steps"],
+            os.path.join(workdir, wd.METRICS))
+    return finished
 
 
 def _host_run(workdir: str, trainer, data: run_data.RunData, checkpoints,

@@ -97,10 +97,10 @@ def _declared_parameters(config: Any) -> int:
     return total
 
 
-def _layer_parameters(cfg: Dict[str, Any], build: Any) -> int:
+def _layer_parameters(fields: Dict[str, Any], build: Any) -> int:
     """A lower bound of one layer config's parameters (0 where its sizes
     do not say)."""
-    arch = cfg.get("architecture")
+    arch = fields.get("architecture")
     if isinstance(arch, dict):
         width, depth, mlp, patch = (_positive(arch.get(k)) for k in (
             "hidden_size", "num_layers", "mlp_dim", "patch_size"))
@@ -109,16 +109,16 @@ def _layer_parameters(cfg: Dict[str, Any], build: Any) -> int:
                 + width * _positive(arch.get("num_classes")))
     shape = build.get("input_shape") if isinstance(build, dict) else None
     width = _positive(shape[-1]) if isinstance(shape, list) and shape else 0
-    if "mlp_dim" in cfg:  # keras_vit's Encoder and EncoderBlock
-        return max(1, _positive(cfg.get("num_layers"))) * (
-            4 * width * width + 2 * width * _positive(cfg.get("mlp_dim")))
-    if "units" in cfg:
-        return width * _positive(cfg.get("units"))
-    if "patch_size" in cfg and "hidden_size" in cfg:
-        return (_positive(cfg["patch_size"]) ** 2 * width
-                * _positive(cfg["hidden_size"]))
-    if "input_dim" in cfg and "output_dim" in cfg:
-        return _positive(cfg["input_dim"]) * _positive(cfg["output_dim"])
+    if "mlp_dim" in fields:  # keras_vit's Encoder and EncoderBlock
+        return max(1, _positive(fields.get("num_layers"))) * (
+            4 * width * width + 2 * width * _positive(fields.get("mlp_dim")))
+    if "units" in fields:
+        return width * _positive(fields.get("units"))
+    if "patch_size" in fields and "hidden_size" in fields:
+        return (_positive(fields["patch_size"]) ** 2 * width
+                * _positive(fields["hidden_size"]))
+    if "input_dim" in fields and "output_dim" in fields:
+        return _positive(fields["input_dim"]) * _positive(fields["output_dim"])
     return 0
 
 
