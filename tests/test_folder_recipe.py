@@ -18,7 +18,6 @@ scikit-learn's china.jpg and flower.jpg, tests/photo_folder.py).
 import json
 import os
 import subprocess
-import sys
 
 import keras
 import pytest
@@ -29,6 +28,7 @@ from keras_vit.configs import folder
 from keras_vit.data import folders
 from keras_vit.errors import UsageError
 from keras_vit.training import data_fit, model_init
+from tests.console import script as _script
 from tests.photo_folder import write_photo_folder
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -130,13 +130,6 @@ def test_the_resolution_follows_the_model_it_starts_from(tmp_path):
 
 
 # ------------------------------------------------------------- the journey
-def _script(name):
-    path = os.path.join(os.path.dirname(sys.executable), f"keras-vit-{name}")
-    if os.path.exists(path):
-        return [path]
-    return [sys.executable, "-c",
-            f"import sys; sys.argv[0] = 'keras-vit-{name}'; from "
-            f"keras_vit.commands.{name} import main; sys.exit(main())"]
 
 
 def _run(cwd, name, *args):

@@ -29,6 +29,7 @@ import keras_vit
 from keras_vit.checkpoint import loader, weights
 from keras_vit.data import vtab
 from tests import fake_tfds, model_cache
+from tests.console import script as _script
 
 pytestmark = pytest.mark.slow
 
@@ -43,16 +44,6 @@ FAST = [
 ]
 
 
-def _script(name):
-    """The command line that starts console script keras-vit-`name`: the
-    installed script beside this Python, else its entry point under the
-    script's name."""
-    path = os.path.join(os.path.dirname(sys.executable), f"keras-vit-{name}")
-    if os.path.exists(path):
-        return [path]
-    code = (f"import sys; sys.argv[0] = 'keras-vit-{name}'; "
-            f"from keras_vit.commands.{name} import main; sys.exit(main())")
-    return [sys.executable, "-c", code]
 
 
 # What the tiny stand-in for ViT-B_16 holds (`catalog.expected_architecture`).

@@ -11,7 +11,6 @@ import importlib
 import io
 import os
 import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -20,6 +19,7 @@ from keras_vit import VARIANTS
 from keras_vit.checkpoint.zoo import catalog
 from keras_vit.configs import finetune
 from keras_vit.errors import UsageError
+from tests.console import script
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 AUGREG_TI16 = "augreg/Ti_16-i21k-300ep-lr_0.001-aug_none-wd_0.03-do_0.0-sd_0.0"
@@ -28,15 +28,6 @@ AUGREG_TI16 = "augreg/Ti_16-i21k-300ep-lr_0.001-aug_none-wd_0.03-do_0.0-sd_0.0"
 TIMEOUT_S = 120
 
 
-def script(name):
-    """The console script keras-vit-`name` beside this Python, else its
-    entry point under the script's name."""
-    path = os.path.join(os.path.dirname(sys.executable), f"keras-vit-{name}")
-    if os.path.exists(path):
-        return [path]
-    return [sys.executable, "-c",
-            f"import sys; sys.argv[0] = 'keras-vit-{name}'; from "
-            f"keras_vit.commands.{name} import main; sys.exit(main())"]
 
 
 @pytest.fixture(params=["in_process", pytest.param(

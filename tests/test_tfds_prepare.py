@@ -13,12 +13,12 @@ download.
 import json
 import os
 import subprocess
-import sys
 
 import pytest
 
 from keras_vit.data import vtab
 from tests import fake_tfds, model_cache
+from tests.console import script as _script
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -72,13 +72,6 @@ def test_tfds_downloads_and_prepares_a_vtab_task(archive, tmp_path,
 
 
 # ------------------------------------------------------ the commands
-def _script(name):
-    path = os.path.join(os.path.dirname(sys.executable), f"keras-vit-{name}")
-    if os.path.exists(path):
-        return [path]
-    return [sys.executable, "-c",
-            f"import sys; sys.argv[0] = 'keras-vit-{name}'; from "
-            f"keras_vit.commands.{name} import main; sys.exit(main())"]
 
 
 # A few steps of the protocol at 32 x 32, every example of DTD's test
