@@ -1,0 +1,67 @@
+"""Quiet by default: the console scripts, run as a user types them, print
+no TensorFlow line that is not about the run (all of them with
+--verbose), short messages, limits that name their flags, and a --help
+that loads no TensorFlow."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# A message the project prints stays under this many characters.
+MAX_MESSAGE = 300
+
+
+def _script(name):
+    """The command line of console script keras-vit-`name`: the installed
+    script beside this Python, else its entry point under that name."""
+    path = os.path.join(os.path.dirname(sys.executable), f"keras-vit-{name}")
+    if os.path.exists(path):
+        return [path]
+    code = (f"import sys; sys.argv[0] = 'keras-vit-{name}'; "
+            f"from keras_vit.commands.{name} import main; sys.exit(main())")
+    return [sys.executable, "-c", code]
+
+
+def _env(**extra):
+    # As a user has it: TF_CPP_MIN_LOG_LEVEL unset.
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("TF_CPP_MIN_LOG_LEVEL", "KERAS_BACKEND")}
+    env.update(PYTHONPATH=ROOT, CUDA_VISIBLE_DEVICES="", **extra)
+    return env
+
+
+def run(name, *args, cwd=None, timeout=600):
+    return subprocess.run(_script(name) + [str(a) for a in args],
+                          capture_output=True, text=True, env=_env(),
+                          cwd=cwd or ROOT, timeout=timeout)
+
+
+def error_line(result, name):
+    """The one error line of a refused command."""
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr
+    lines = [line for line in result.stderr.splitlines()
+             if line.startswith(f"keras-vit-{name}: error: ")]
+    assert len(lines) == 1, result.stderr[-3000:]
+    return lines[0]
+
+
+# ------------------------------------------------ short messages (item 2)
+@pytest.mark.slow
+def test_workdir_of_another_run_names_only_the_differing_field(tmp_path):
+    from keras_vit.configs import digits
+
+    saved = digits.get_config()
+    saved.model.hidden_size = 192
+    workdir = tmp_path / "run"
+    workdir.mkdir()
+    (workdir / "config.json").write_text(json.dumps(saved.to_dict()))
+    line = error_line(run("train", "--config=digits", f"--workdir={workdir}",
+                          "--config.model.hidden_size=64"), "train")
+    assert "--config.model.hidden_size: 192 in the workdir, 64 asked" in line
+    assert "num_layers" not in line  # only the field that differs
+    assert len(line) < MAX_MESSAGE, line
