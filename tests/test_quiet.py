@@ -65,3 +65,35 @@ def test_workdir_of_another_run_names_only_the_differing_field(tmp_path):
     assert "--config.model.hidden_size: 192 in the workdir, 64 asked" in line
     assert "num_layers" not in line  # only the field that differs
     assert len(line) < MAX_MESSAGE, line
+
+
+# ------------------------------------- limits name their flags (item 3)
+@pytest.mark.slow
+def test_a_limit_names_the_flags_that_set_it(tmp_path):
+    line = error_line(run("train", "--config=digits",
+                          f"--workdir={tmp_path}/run",
+                          "--config.trainer.total_steps=10"), "train")
+    assert line == (
+        "keras-vit-train: error: --config.schedule.warmup_steps=100 must be "
+        "in [0, --config.trainer.total_steps=10].")
+
+
+def test_every_limit_names_its_config_field():
+    from keras_vit import config_limits
+    from keras_vit.config import base_config
+    from keras_vit.errors import UsageError
+
+    for path, low, high, _ in config_limits.LIMITS:
+        config = base_config()
+        config.unlock()
+        section, _, field = path.rpartition(".")
+        bad = (low if isinstance(low, (int, float)) else 0) - 1
+        node = config
+        for key in section.split("."):
+            node = node[key]
+        node[field] = bad if isinstance(node[field], int) or node[
+            field] is None else float(bad)
+        with pytest.raises(UsageError, match=rf"^config\.{path}=") as info:
+            config_limits.check_limits(config)
+        assert len(str(info.value)) < MAX_MESSAGE
+    config_limits.check_limits(base_config())  # the defaults are in range

@@ -18,6 +18,7 @@ import tensorflow as tf
 from absl import logging
 
 from keras_vit import config as config_lib
+from keras_vit import config_limits
 from keras_vit.build import build_run, check_mpp, config_stride
 from keras_vit.checkpoint import weights
 from keras_vit.data import checks as data_checks
@@ -219,6 +220,7 @@ def train_and_evaluate(
     if config.objective.mpp.enabled:
         check_mpp(config.objective.mpp, config.model)
     strategy = strategy or tf.distribute.get_strategy()
+    config_limits.check_limits(config)
     batch = _global_batch(config.trainer, config.input)
     _make_workdir(workdir)
     if not config.objective.mpp.enabled:
