@@ -37,33 +37,37 @@ from typing import TYPE_CHECKING
 
 # First, before Keras loads TensorFlow: a keras-vit-* console script holds
 # back TensorFlow's start-up notices (keras_vit.quiet_start).
-from keras_vit import quiet_start  # noqa: F401
-from keras_vit.architecture import Architecture
-from keras_vit.attention import MultiHeadSelfAttention
-from keras_vit.derived import (
-    attention_model,
-    features_model,
-    input_image_size,
-    intermediate_model,
-    model_stride,
-    with_dynamic_image_size,
-)
-from keras_vit.droppath import DropPath
-from keras_vit.embedding import (
-    ClassToken,
-    PatchEmbedding,
-    PositionEmbedding,
-    SinCosPositionEmbedding,
-)
-from keras_vit.layers import Encoder, EncoderBlock, TokenPooling
-from keras_vit.model import (
-    VARIANTS,
-    Numerics,
-    VisionTransformer,
-    create_model,
-    decode_variant,
-)
-from keras_vit.resnet import ResNetStem
+from keras_vit import quiet_start
+
+# A command asked for its --help (quiet_start.help_only) prints its flags
+# and exits: the model core, hence Keras and TensorFlow, is not loaded.
+if not quiet_start.help_only():
+    from keras_vit.architecture import Architecture
+    from keras_vit.attention import MultiHeadSelfAttention
+    from keras_vit.derived import (
+        attention_model,
+        features_model,
+        input_image_size,
+        intermediate_model,
+        model_stride,
+        with_dynamic_image_size,
+    )
+    from keras_vit.droppath import DropPath
+    from keras_vit.embedding import (
+        ClassToken,
+        PatchEmbedding,
+        PositionEmbedding,
+        SinCosPositionEmbedding,
+    )
+    from keras_vit.layers import Encoder, EncoderBlock, TokenPooling
+    from keras_vit.model import (
+        VARIANTS,
+        Numerics,
+        VisionTransformer,
+        create_model,
+        decode_variant,
+    )
+    from keras_vit.resnet import ResNetStem
 
 __version__ = "0.1.0"
 

@@ -19,6 +19,14 @@ from keras_vit.config_schema import EVALUATORS, base_config, evaluator
 from keras_vit.config_upgrade import MOVED, RENAMED, moved_path, upgrade
 from keras_vit.errors import UsageError
 
+# What a model source (config.init.model, the commands' --model) can be:
+# `keras_vit.checkpoint.resolve` takes each.
+SOURCE_KINDS = (
+    "a released model's name (keras_vit.list_models(), e.g. ViT-B_16), "
+    "hf://ORG/NAME[@REVISION], a training workdir, a .keras file, an "
+    "official .npz (local or gs://) or a Hugging Face / timm folder"
+)
+
 __all__ = [
     "base_config", "complete", "field_names", "closest_field",
     "unknown_field_message", "upgrade", "moved_path", "MOVED", "replace",

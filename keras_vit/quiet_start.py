@@ -52,6 +52,8 @@ def noise(line: str, cpu_only: bool) -> bool:
 
 
 _VERBOSE = r"--verbose(=(true|t|1|yes))?"
+# The arguments that ask a command for its help.
+HELP_ARGS = ("-h", "--help", "--helpshort", "--helpfull", "-?")
 # The commands' package, run as `python -m keras_vit.commands.NAME`.
 COMMANDS_PACKAGE = "keras_vit.commands"
 # (saved stderr descriptor, temporary file) while stderr is held.
@@ -121,15 +123,26 @@ def _command_module(argv, orig_argv) -> bool:
     return False
 
 
-def console_script_start() -> None:
-    """Holds stderr when this process is a command: a keras-vit-* console
-    script or `python -m keras_vit.commands.NAME`; `release` runs at the
-    latest when the process exits (an error before the command started is
-    still shown)."""
-    argv = sys.argv or [""]
-    command = os.path.basename(argv[0]).startswith("keras-vit-") or (
+def is_command(argv=None) -> bool:
+    """Whether this process (its `argv`, default sys.argv) is a command: a
+    keras-vit-* console script or `python -m keras_vit.commands.NAME`."""
+    argv = (sys.argv if argv is None else argv) or [""]
+    return os.path.basename(str(argv[0])).startswith("keras-vit-") or (
         _command_module(argv, getattr(sys, "orig_argv", [])))
-    if command and hold():
+
+
+def help_only(argv=None) -> bool:
+    """Whether this process is a command asked for its help (`HELP_ARGS`):
+    it prints its flags and loads no model, hence no Keras or TensorFlow."""
+    argv = sys.argv if argv is None else argv
+    return is_command(argv) and any(str(a) in HELP_ARGS for a in argv[1:])
+
+
+def console_script_start() -> None:
+    """Holds stderr when this process is a command (`is_command`);
+    `release` runs at the latest when the process exits (an error before
+    the command started is still shown)."""
+    if is_command() and hold():
         atexit.register(release)
 
 

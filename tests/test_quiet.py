@@ -97,3 +97,33 @@ def test_every_limit_names_its_config_field():
             config_limits.check_limits(config)
         assert len(str(info.value)) < MAX_MESSAGE
     config_limits.check_limits(base_config())  # the defaults are in range
+
+
+# ------------------------------------- --help loads no TensorFlow (item 4)
+COMMANDS = ("train", "evaluate", "export", "predict", "convert", "analysis")
+# Run as the console script runs it; prints the modules loaded at the end.
+HELP_PROBE = (
+    "import atexit, sys\n"
+    "atexit.register(lambda: print('LOADED', sorted({m.split('.')[0] for m "
+    "in sys.modules if m.split('.')[0] in ('tensorflow', 'keras')}), "
+    "file=sys.stderr))\n"
+    "sys.argv[0] = 'keras-vit-{name}'\n"
+    "from keras_vit.commands.{name} import main\n"
+    "sys.exit(main())\n")
+
+
+@pytest.mark.parametrize("name", COMMANDS)
+def test_help_loads_no_tensorflow_and_prints_each_heading_once(name):
+    result = subprocess.run(
+        [sys.executable, "-c", HELP_PROBE.replace("{name}", name), "--help"],
+        capture_output=True, text=True, env=_env(), cwd=ROOT, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.startswith(f"usage: keras-vit-{name} [flags]")
+    assert "LOADED []" in result.stderr, result.stderr[-3000:]
+    headings = [line for line in result.stdout.splitlines()
+                if line.startswith("flags of ")]
+    assert headings and len(headings) == len(set(headings)), headings
+    # The flags are all there: --verbose (every command) and --model or
+    # --config (each command's own).
+    assert "--[no]verbose" in result.stdout
+    assert "--model" in result.stdout or "--config" in result.stdout

@@ -34,16 +34,22 @@ from absl import flags, logging
 from keras_vit import config as config_lib
 from keras_vit import quiet_start
 from keras_vit.errors import PREEMPTED_EXIT_CODE, Preempted, UsageError
-from keras_vit.training import cluster
-from keras_vit.training.resume import TrainingError
 
 PREFIX = "keras-vit-"
-# Errors that are the user's to fix: one line (the traceback with
-# --verbose). SetupError is a ValueError with an exit status; a missing or
-# existing file and a missing optional package are named by the message.
-ONE_LINE = (UsageError, cluster.SetupError, TrainingError, FileNotFoundError,
+
+
+def one_line_errors() -> tuple:
+    """Errors that are the user's to fix: one line (the traceback with
+    --verbose). SetupError is a ValueError with an exit status; a missing
+    or existing file and a missing optional package are named by the
+    message. (Imported here: the training modules load TensorFlow, which
+    `--help` does without.)"""
+    from keras_vit.training import cluster
+    from keras_vit.training.resume import TrainingError
+
+    return (UsageError, cluster.SetupError, TrainingError, FileNotFoundError,
             FileExistsError, ImportError)
-HELP_ARGS = ("-h", "--help", "--helpshort", "--helpfull", "-?")
+HELP_ARGS = quiet_start.HELP_ARGS
 # The modules whose flags every command has.
 SHARED_MODULES = (__name__, "keras_vit.commands.flags")
 
@@ -205,15 +211,33 @@ def parse(values: flags.FlagValues, argv: Sequence[str]) -> list:
         raise UsageError(flag_error_message(error, argv)) from error
 
 
+EVERY_COMMAND = "flags of every command"
+
+
 def help_text(program: str, doc: str, values: flags.FlagValues) -> str:
-    """`program --help`: the command's doc, then its flags, those of every
-    command first."""
-    text = "\n" + values.get_help(include_special_flags=False)
-    for module in values.flags_by_module_dict():
-        title = ("flags of every command" if module in SHARED_MODULES
-                 else f"flags of {program}")
-        text = text.replace(f"\n{module}:\n", f"\n{title}:\n")
-    return f"usage: {program} [flags]\n\n{doc.strip()}\n{text}"
+    """`program --help`: the command's doc, then its flags under one
+    heading each, those of every command first, by name."""
+    titles = {module: (EVERY_COMMAND if module in SHARED_MODULES
+                       else f"flags of {program}")
+              for module in values.flags_by_module_dict()}
+    sections = {}
+    text = values.get_help(include_special_flags=False)
+    # absl's help: per module, a "module:" line, then its flags, each
+    # "  --name: help" and more indented lines.
+    for block in re.split(r"\n(?=\S)", text.strip("\n")):
+        head, _, body = block.partition("\n")
+        title = titles.get(head.rstrip(":"), head.rstrip(":"))
+        entries = re.split(r"\n(?=  -)", "\n" + body.rstrip())
+        sections.setdefault(title, []).extend(e for e in entries if e)
+    order = sorted(sections, key=lambda title: title != EVERY_COMMAND)
+    text = "\n\n".join(
+        f"{title}:\n" + "\n".join(sorted(sections[title], key=_flag_name))
+        for title in order)
+    return f"usage: {program} [flags]\n\n{doc.strip()}\n\n{text}"
+
+
+def _flag_name(entry: str) -> str:
+    return re.sub(r"^\s*--(\[no\])?", "", entry)
 
 
 def run(
@@ -242,15 +266,17 @@ def run(
         quiet_start.release()
         print(help_text(program, doc, values))
         return 0
-    # A console script's stderr, held since `import keras_vit`, goes back
-    # without TensorFlow's start-up notices.
+    # TensorFlow loads here (with the training modules), then a console
+    # script's stderr, held since `import keras_vit`, goes back without
+    # TensorFlow's start-up notices.
+    one_line = one_line_errors()
     quiet_start.release()
     logging.use_absl_handler()
     try:
         rest = parse(values, argv)
         setup_logging(values.verbose)
         status = main(values, rest[1:])
-    except ONE_LINE as error:
+    except one_line as error:
         return report(error, program, verbose, values)
     except Preempted as error:
         report(error, program, verbose, values, kind="preempted")

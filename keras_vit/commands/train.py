@@ -22,16 +22,23 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Dict, Optional, Sequence
+from typing import TYPE_CHECKING, Dict, Optional, Sequence
 
-import tensorflow as tf
 from absl import flags, logging
 
 from keras_vit import config as config_lib
 from keras_vit.commands import flags as cli
+from keras_vit.commands.lazy import lazy_module
 from keras_vit.errors import Preempted, UsageError
-from keras_vit.export import saved_model
-from keras_vit.training import train_lib
+
+if TYPE_CHECKING:  # imported on first use: --help loads no TensorFlow
+    import tensorflow as tf
+
+    from keras_vit.export import saved_model
+    from keras_vit.training import train_lib
+else:
+    saved_model = lazy_module("keras_vit.export.saved_model")
+    train_lib = lazy_module("keras_vit.training.train_lib")
 
 
 def run(
