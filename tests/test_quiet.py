@@ -5,6 +5,7 @@ that loads no TensorFlow."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -127,3 +128,89 @@ def test_help_loads_no_tensorflow_and_prints_each_heading_once(name):
     # --config (each command's own).
     assert "--[no]verbose" in result.stdout
     assert "--model" in result.stdout or "--config" in result.stdout
+
+
+# ------------------------------- TensorFlow's notices stay off (item 1)
+def _messages(stderr):
+    """The lines of `stderr`, each without absl's prefix (level, time,
+    thread, file:line)."""
+    return [re.sub(r"^[IWEF]\d{4} [\d:.]+\s+\d+ [\w.]+:\d+\] ", "", line)
+            for line in stderr.splitlines()]
+
+
+def _tiny_model(path):
+    from keras_vit import create_model
+
+    create_model(image_size=32, patch_size=8, hidden_size=16, num_layers=1,
+                 num_heads=2, mlp_dim=16, num_classes=3).save(str(path))
+    return str(path)
+
+
+def _jpegs(folder):
+    """A good JPEG, a truncated one (unreadable) and one with extraneous
+    bytes (readable: libjpeg warns)."""
+    import numpy as np
+    import tensorflow as tf
+
+    pixels = np.random.default_rng(0).integers(0, 255, (32, 32, 3))
+    data = tf.io.encode_jpeg(tf.constant(pixels, tf.uint8)).numpy()
+    folder.mkdir()
+    (folder / "good.jpg").write_bytes(data)
+    (folder / "truncated.jpg").write_bytes(data[:len(data) // 2])
+    (folder / "corrupt.jpg").write_bytes(data[:300] + b"\xff\xd0" + data[300:])
+    return str(folder)
+
+
+JPEG_NOTICES = ("jpeg_mem.cc", "Corrupt JPEG data", "Premature end of JPEG")
+
+
+@pytest.mark.slow
+def test_training_prints_no_checkpoint_notices(tmp_path):
+    tiny = ["--config=digits", "--config.trainer.total_steps=4",
+            "--config.schedule.warmup_steps=1",
+            "--config.checkpoints.every_steps=2",
+            "--config.evals.test.every_steps=0",
+            "--config.model.hidden_size=16", "--config.model.num_layers=1",
+            "--config.model.mlp_dim=16", "--config.input.batch_size=16"]
+    result = run("train", *tiny, f"--workdir={tmp_path}/run")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Sharding callback duration" not in result.stderr
+    assert "Final test metrics: test_accuracy" in result.stderr
+    assert max(map(len, _messages(result.stderr))) < MAX_MESSAGE, \
+        result.stderr
+    result = run("train", *tiny, f"--workdir={tmp_path}/verbose",
+                 "--verbose")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Sharding callback duration" in result.stderr
+
+
+@pytest.mark.slow
+def test_export_prints_no_signature_notices(tmp_path):
+    model = _tiny_model(tmp_path / "tiny.keras")
+    result = run("export", f"--model={model}", f"--export_dir={tmp_path}/a")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip() == f"{tmp_path}/a/vit/1"
+    assert "signature_serialization" not in result.stderr
+    assert max(map(len, _messages(result.stderr)), default=0) < \
+        MAX_MESSAGE, result.stderr
+    result = run("export", f"--model={model}", f"--export_dir={tmp_path}/b",
+                 "--verbose")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "contains input name(s)" in result.stderr
+
+
+@pytest.mark.slow
+def test_bad_jpegs_are_reported_once_in_the_commands_words(tmp_path):
+    model = _tiny_model(tmp_path / "tiny.keras")
+    images = _jpegs(tmp_path / "images")
+    result = run("predict", f"--model={model}", "--skip_bad_images", images)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"skipped {images}/truncated.jpg: " in result.stderr
+    assert not [line for line in result.stderr.splitlines()
+                if any(word in line for word in JPEG_NOTICES)], result.stderr
+    assert f"{images}/corrupt.jpg: " in result.stdout  # it decodes
+    result = run("predict", f"--model={model}", "--skip_bad_images", images,
+                 "--verbose")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Premature end of JPEG data" in result.stderr
+    assert "Corrupt JPEG data" in result.stderr

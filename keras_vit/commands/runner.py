@@ -119,12 +119,38 @@ _TRACE_CHATTER = (
 )
 
 
+# TensorFlow INFO lines about its own work, not the user's run: at every
+# checkpoint save (functional_saver.py), a SavedModel signature's input
+# names, renamed (signature_serialization.py: lines of thousands of
+# characters), and a SavedModel's files in the folder it is written to
+# before the command moves it (builder_impl.py, fingerprinting_utils.py);
+# kept for --verbose.
+_TF_NOTICES = (
+    "Sharding callback duration",
+    "Function `%s` contains input name(s)",
+    "Assets written to",
+    "No assets to write",
+    "Writing fingerprint to",
+)
+
+
 class _DropTraceChatter(std_logging.Filter):
+    """Drops the INFO records whose message starts with one of `prefixes`."""
+
+    def __init__(self, prefixes=_TRACE_CHATTER):
+        super().__init__()
+        self.prefixes = tuple(prefixes)
+
     def filter(self, record) -> bool:
         return not (
             record.levelno < std_logging.WARNING
-            and str(record.msg).startswith(_TRACE_CHATTER)
+            and str(record.msg).startswith(self.prefixes)
         )
+
+
+def _add_filter(logger: std_logging.Logger, prefixes) -> None:
+    if not any(isinstance(f, _DropTraceChatter) for f in logger.filters):
+        logger.addFilter(_DropTraceChatter(prefixes))
 
 
 def setup_logging(verbose: bool) -> None:
@@ -140,10 +166,9 @@ def setup_logging(verbose: bool) -> None:
     for handler in list(tf_logger.handlers):
         tf_logger.removeHandler(handler)
     tf_logger.propagate = True
-    if not verbose and not any(
-        isinstance(f, _DropTraceChatter) for f in tf_logger.filters
-    ):
-        tf_logger.addFilter(_DropTraceChatter())
+    if not verbose:
+        _add_filter(tf_logger, _TRACE_CHATTER + _TF_NOTICES)
+        _add_filter(std_logging.getLogger("absl"), _TF_NOTICES)
 
 
 # ------------------------------------------------------------- running
@@ -271,6 +296,8 @@ def run(
     # TensorFlow's start-up notices.
     one_line = one_line_errors()
     quiet_start.release()
+    if not verbose and quiet_start.is_command():
+        quiet_start.filter_stderr()
     logging.use_absl_handler()
     try:
         rest = parse(values, argv)

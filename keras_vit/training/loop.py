@@ -18,6 +18,7 @@ from typing import Any, Callable, Dict, Optional, Tuple
 import tensorflow as tf
 from absl import logging
 
+from keras_vit import progress
 from keras_vit.storage import workdir as wd
 from keras_vit.training import cluster, distribute
 from keras_vit.training.resume import TrainingError
@@ -318,7 +319,8 @@ class _HostLoop:
         })
         if r.chief:
             wd.write_json(os.path.join(r.workdir, wd.METRICS), final)
-        logging.info("Final %s metrics: %s", final.get("eval_split"), final)
+        logging.info("Final %s metrics: %s", final.get("eval_split"),
+                     progress.short_metrics(final))
         if r.chief and r.on_finish is not None:
             # The model as it is evaluated: with the EMA weights if kept.
             if trainer.has_ema:
