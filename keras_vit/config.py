@@ -17,7 +17,7 @@ import ml_collections
 
 from keras_vit.config_schema import EVALUATORS, base_config, evaluator
 from keras_vit.config_upgrade import MOVED, RENAMED, moved_path, upgrade
-from keras_vit.errors import UsageError
+from keras_vit.errors import UsageError, shorten
 
 # What a model source (config.init.model, the commands' --model) can be:
 # `keras_vit.checkpoint.resolve` takes each.
@@ -204,12 +204,13 @@ def _lay_evaluators(config, values: Mapping[str, Any], where: str) -> None:
     another)."""
     if not isinstance(values, Mapping):
         raise UsageError(f"{where}: config.evals is a section of named "
-                         f"evaluators, not {values!r}.")
+                         f"evaluators, not {shorten(values)}.")
     for name, entry in values.items():
         if not isinstance(entry, Mapping):
             raise UsageError(
                 f"{where}: config.evals.{name} is an evaluator (a section "
-                f"with a `type`: {', '.join(EVALUATORS)}), not {entry!r}.")
+                f"with a `type`: {', '.join(EVALUATORS)}), not "
+                f"{shorten(entry)}.")
         kind = entry.get("type") or (
             config.evals[name].type if name in config.evals else None)
         if kind not in EVALUATORS:

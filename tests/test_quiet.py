@@ -214,3 +214,16 @@ def test_bad_jpegs_are_reported_once_in_the_commands_words(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     assert "Premature end of JPEG data" in result.stderr
     assert "Corrupt JPEG data" in result.stderr
+
+
+def test_a_value_quoted_in_a_message_is_cut():
+    from keras_vit import config as config_lib
+    from keras_vit.errors import UsageError, shorten
+
+    assert shorten("abc") == "abc"
+    assert shorten(list(range(100)), 20) == "[0, 1, 2, 3, 4, 5..."
+    evals = {"test": {"type": "accuracy"}, "big": list(range(1000))}
+    with pytest.raises(UsageError, match="config.evals.big is an evaluator"
+                       ) as info:
+        config_lib.complete({"evals": evals})
+    assert len(str(info.value)) < MAX_MESSAGE

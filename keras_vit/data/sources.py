@@ -28,7 +28,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_vit.data import vtab
-from keras_vit.errors import UsageError
+from keras_vit.errors import UsageError, shorten
 
 DIGITS = "digits"
 FOLDER = "folder"
@@ -232,7 +232,7 @@ def folder_split(root: str, split: str) -> Tuple[List[str], np.ndarray]:
     if name not in index:
         raise UsageError(
             f"Image folder {root} has no split {name!r} with images; it has "
-            f"{sorted(index)}."
+            f"{shorten(', '.join(sorted(index)), 120)}."
         )
     paths, labels = index[name]
     start, stop = _slice(bounds, len(paths), split)
