@@ -227,3 +227,12 @@ def test_a_value_quoted_in_a_message_is_cut():
                        ) as info:
         config_lib.complete({"evals": evals})
     assert len(str(info.value)) < MAX_MESSAGE
+
+
+@pytest.mark.slow
+def test_a_commands_own_limit_names_its_flag(tmp_path):
+    model = _tiny_model(tmp_path / "tiny.keras")
+    line = error_line(run("analysis", f"--model={model}", "--digits=2",
+                          f"--output_dir={tmp_path}/out", "--batch_size=0"),
+                      "analysis")
+    assert line == "keras-vit-analysis: error: --batch_size=0: must be >= 1."
