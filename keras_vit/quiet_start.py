@@ -164,8 +164,8 @@ def console_script_start() -> None:
 # command had it) line by line, less the lines matching argv[1]; a line
 # left unfinished for 50 ms (a progress bar's) is copied as it is.
 _FILTER = r"""
-import os, re, select
-pattern = re.compile(os.sys.argv[1])
+import os, re, select, sys
+pattern = re.compile(sys.argv[1])
 def emit(data):
     while data:
         data = data[os.write(1, data):]
