@@ -27,7 +27,8 @@ The package is layered; each layer imports only the ones below it
     keras_vit/analysis/    attention maps and the paper's Section 4.5 figures
     keras_vit/commands/    the command lines
 
-`import keras_vit` loads the model core only. The checkpoint and export
+`import keras_vit` loads the model core only (and a command asked for its
+`--help` not even that: it loads no Keras). The checkpoint and export
 functions named at the end of `__all__` load on first use (`_LAZY`): they
 use TensorFlow, except `load_npz` and `save_npz` of local files (NumPy).
 """
