@@ -32,7 +32,7 @@ __all__ = [
     "unknown_field_message", "upgrade", "moved_path", "MOVED", "replace",
     "complete_evaluator", "find_evaluator",
     "packaged_configs",
-    "packaged_config", "parse_config_arg", "epochs_to_steps",
+    "packaged_config", "parse_config_arg", "epochs_to_steps", "differences",
 ]
 
 
@@ -315,3 +315,28 @@ def epochs_to_steps(epochs: float, images: int, batch: int) -> int:
     """Optimizer updates for `epochs` passes over `images` at `batch`
     (rounded up)."""
     return -(-int(float(epochs) * images) // int(batch))
+
+
+def _flat(values: Mapping[str, Any], prefix: str = "") -> dict:
+    out = {}
+    for key, value in values.items():
+        if isinstance(value, Mapping):
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def differences(saved: Mapping[str, Any], asked: Mapping[str, Any],
+                limit: int = 3) -> str:
+    """The fields where two configs (nested dicts) differ, as
+    `config.A.B: SAVED in the workdir, ASKED asked` ("; "-separated, at
+    most `limit` named, each value cut short); "" when they agree."""
+    saved, asked = _flat(saved), _flat(asked)
+    keys = [k for k in sorted(set(saved) | set(asked))
+            if saved.get(k) != asked.get(k)]
+    parts = [f"config.{k}: {shorten(repr(saved.get(k)), 40)} in the workdir, "
+             f"{shorten(repr(asked.get(k)), 40)} asked" for k in keys[:limit]]
+    if len(keys) > limit:
+        parts.append(f"and {len(keys) - limit} more")
+    return "; ".join(parts)

@@ -236,3 +236,20 @@ def test_a_commands_own_limit_names_its_flag(tmp_path):
                           f"--output_dir={tmp_path}/out", "--batch_size=0"),
                       "analysis")
     assert line == "keras-vit-analysis: error: --batch_size=0: must be >= 1."
+
+
+def test_two_configs_differ_by_their_fields_named():
+    from keras_vit import config as config_lib
+
+    saved = config_lib.base_config().to_dict()
+    asked = config_lib.base_config().to_dict()
+    assert config_lib.differences(saved, asked) == ""
+    asked["schedule"]["lr"] = 0.02
+    asked["input"]["dataset"] = "x" * 500
+    for i, field in enumerate(("dropout_rate", "attention_dropout_rate")):
+        asked["model"][field] = 0.1 * (i + 1)
+    text = config_lib.differences(saved, asked)
+    assert text.startswith("config.input.dataset: 'digits' in the workdir, ")
+    assert "config.model.attention_dropout_rate: 0.0 in the workdir, 0.2 " \
+        "asked" in text
+    assert text.endswith("; and 1 more") and len(text) < MAX_MESSAGE
