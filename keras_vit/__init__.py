@@ -27,7 +27,8 @@ The package is layered; each layer imports only the ones below it
     keras_vit/analysis/    attention maps and the paper's Section 4.5 figures
     keras_vit/commands/    the command lines
 
-`import keras_vit` loads the model core only. The checkpoint and export
+`import keras_vit` loads the model core only (and a command asked for its
+`--help` not even that: it loads no Keras). The checkpoint and export
 functions named at the end of `__all__` load on first use (`_LAZY`): they
 use TensorFlow, except `load_npz` and `save_npz` of local files (NumPy).
 """
@@ -37,33 +38,37 @@ from typing import TYPE_CHECKING
 
 # First, before Keras loads TensorFlow: a keras-vit-* console script holds
 # back TensorFlow's start-up notices (keras_vit.quiet_start).
-from keras_vit import quiet_start  # noqa: F401
-from keras_vit.architecture import Architecture
-from keras_vit.attention import MultiHeadSelfAttention
-from keras_vit.derived import (
-    attention_model,
-    features_model,
-    input_image_size,
-    intermediate_model,
-    model_stride,
-    with_dynamic_image_size,
-)
-from keras_vit.droppath import DropPath
-from keras_vit.embedding import (
-    ClassToken,
-    PatchEmbedding,
-    PositionEmbedding,
-    SinCosPositionEmbedding,
-)
-from keras_vit.layers import Encoder, EncoderBlock, TokenPooling
-from keras_vit.model import (
-    VARIANTS,
-    Numerics,
-    VisionTransformer,
-    create_model,
-    decode_variant,
-)
-from keras_vit.resnet import ResNetStem
+from keras_vit import quiet_start
+
+# A command asked for its --help (quiet_start.help_only) prints its flags
+# and exits: the model core, hence Keras and TensorFlow, is not loaded.
+if not quiet_start.help_only():
+    from keras_vit.architecture import Architecture
+    from keras_vit.attention import MultiHeadSelfAttention
+    from keras_vit.derived import (
+        attention_model,
+        features_model,
+        input_image_size,
+        intermediate_model,
+        model_stride,
+        with_dynamic_image_size,
+    )
+    from keras_vit.droppath import DropPath
+    from keras_vit.embedding import (
+        ClassToken,
+        PatchEmbedding,
+        PositionEmbedding,
+        SinCosPositionEmbedding,
+    )
+    from keras_vit.layers import Encoder, EncoderBlock, TokenPooling
+    from keras_vit.model import (
+        VARIANTS,
+        Numerics,
+        VisionTransformer,
+        create_model,
+        decode_variant,
+    )
+    from keras_vit.resnet import ResNetStem
 
 __version__ = "0.1.0"
 

@@ -17,8 +17,16 @@ import ml_collections
 
 from keras_vit.config_schema import EVALUATORS, base_config, evaluator
 from keras_vit.config_upgrade import MOVED, RENAMED, moved_path, upgrade
-from keras_vit.errors import UsageError
+from keras_vit.errors import UsageError, shorten
 from keras_vit.variants import SIZE_FIELDS
+
+# What a model source (config.init.model, the commands' --model) can be:
+# `keras_vit.checkpoint.resolve` takes each.
+SOURCE_KINDS = (
+    "a released model's name (keras_vit.list_models(), e.g. ViT-B_16), "
+    "hf://ORG/NAME[@REVISION], a training workdir, a .keras file, an "
+    "official .npz (local or gs://) or a Hugging Face / timm folder"
+)
 
 __all__ = [
     "base_config", "complete", "field_names", "closest_field",
@@ -26,7 +34,7 @@ __all__ = [
     "complete_evaluator", "find_evaluator",
     "packaged_configs",
     "packaged_config", "parse_config_arg", "epochs_to_steps",
-    "variant_fields", "command_line_variant",
+    "variant_fields", "command_line_variant", "differences",
 ]
 
 
@@ -230,12 +238,13 @@ def _lay_evaluators(config, values: Mapping[str, Any], where: str) -> None:
     another)."""
     if not isinstance(values, Mapping):
         raise UsageError(f"{where}: config.evals is a section of named "
-                         f"evaluators, not {values!r}.")
+                         f"evaluators, not {shorten(values)}.")
     for name, entry in values.items():
         if not isinstance(entry, Mapping):
             raise UsageError(
                 f"{where}: config.evals.{name} is an evaluator (a section "
-                f"with a `type`: {', '.join(EVALUATORS)}), not {entry!r}.")
+                f"with a `type`: {', '.join(EVALUATORS)}), not "
+                f"{shorten(entry)}.")
         kind = entry.get("type") or (
             config.evals[name].type if name in config.evals else None)
         if kind not in EVALUATORS:
@@ -340,3 +349,28 @@ def epochs_to_steps(epochs: float, images: int, batch: int) -> int:
     """Optimizer updates for `epochs` passes over `images` at `batch`
     (rounded up)."""
     return -(-int(float(epochs) * images) // int(batch))
+
+
+def _flat(values: Mapping[str, Any], prefix: str = "") -> dict:
+    out = {}
+    for key, value in values.items():
+        if isinstance(value, Mapping):
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def differences(saved: Mapping[str, Any], asked: Mapping[str, Any],
+                limit: int = 3) -> str:
+    """The fields where two configs (nested dicts) differ, as
+    `config.A.B: SAVED in the workdir, ASKED asked` ("; "-separated, at
+    most `limit` named, each value cut short); "" when they agree."""
+    saved, asked = _flat(saved), _flat(asked)
+    keys = [k for k in sorted(set(saved) | set(asked))
+            if saved.get(k) != asked.get(k)]
+    parts = [f"config.{k}: {shorten(repr(saved.get(k)), 40)} in the workdir, "
+             f"{shorten(repr(asked.get(k)), 40)} asked" for k in keys[:limit]]
+    if len(keys) > limit:
+        parts.append(f"and {len(keys) - limit} more")
+    return "; ".join(parts)

@@ -64,3 +64,11 @@ def check_options(options, known, who: str, also: str = "") -> None:
             f"{who} got unknown option(s) {', '.join(unknown)}; its options "
             f"are {also}{', '.join(known)}."
         )
+
+
+def shorten(value, limit: int = 60) -> str:
+    """`value` as a message quotes it (a str as it is, anything else its
+    repr) on one line, cut to `limit` characters ("..." at the end): a
+    message stays short whatever the value holds."""
+    text = " ".join((value if isinstance(value, str) else repr(value)).split())
+    return text if len(text) <= limit else text[:limit - 3] + "..."

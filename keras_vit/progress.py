@@ -114,3 +114,18 @@ class Rate:
         if rate and self.images:
             parts.append(f"{rate * self.images:.1f} images/s")
         return ", ".join(parts)
+
+
+def short_metrics(metrics: dict, limit: int = 160) -> str:
+    """str. `metrics` on one short line: `name value` pairs in order,
+    numbers to 4 significant digits, cut after `limit` characters at a
+    pair (", ..." follows; the whole dict is the run's metrics.json)."""
+    parts = []
+    for name, value in metrics.items():
+        if isinstance(value, float):
+            value = f"{value:.4g}"
+        parts.append(f"{name} {value}")
+    text = ", ".join(parts)
+    if len(text) <= limit:
+        return text
+    return text[:limit].rsplit(", ", 1)[0] + ", ..."

@@ -13,6 +13,10 @@ keras_vit.commands.NAME`, start holding when `import keras_vit` runs
 (`console_script_start`), before Keras loads TensorFlow, and
 `keras_vit.commands.runner.run` releases; train.py and evaluate.py load
 this module by its path and hold around their import of the command.
+While a command runs, `filter_stderr` (which `runner.run` starts unless
+`--verbose`) keeps off stderr, at the descriptor, the notices TensorFlow's
+C++ code and libjpeg print about an image file the command names itself
+(`RUN_NOTICES`: a truncated or corrupt JPEG); every other line passes.
 This module uses the standard library only.
 """
 
@@ -22,6 +26,7 @@ import atexit
 import contextlib
 import os
 import re
+import subprocess
 import sys
 import tempfile
 
@@ -41,6 +46,15 @@ _NO_GPU = (
 )
 
 
+# Printed while a command runs, by TensorFlow's C++ decoder (jpeg_mem.cc)
+# or by libjpeg itself, about an image file that the command reports in its
+# own words (a skipped or refused file) or that decodes all the same.
+RUN_NOTICES = (
+    r"jpeg_mem\.cc:\d+\] (Premature end of JPEG|Corrupt JPEG data)",
+    r"^(Corrupt JPEG data|Premature end of JPEG (file|data))\b",
+)
+
+
 def _has_nvidia_driver() -> bool:
     return os.path.exists("/proc/driver/nvidia/version")
 
@@ -52,6 +66,8 @@ def noise(line: str, cpu_only: bool) -> bool:
 
 
 _VERBOSE = r"--verbose(=(true|t|1|yes))?"
+# The arguments that ask a command for its help.
+HELP_ARGS = ("-h", "--help", "--helpshort", "--helpfull", "-?")
 # The commands' package, run as `python -m keras_vit.commands.NAME`.
 COMMANDS_PACKAGE = "keras_vit.commands"
 # (saved stderr descriptor, temporary file) while stderr is held.
@@ -121,16 +137,95 @@ def _command_module(argv, orig_argv) -> bool:
     return False
 
 
-def console_script_start() -> None:
-    """Holds stderr when this process is a command: a keras-vit-* console
-    script or `python -m keras_vit.commands.NAME`; `release` runs at the
-    latest when the process exits (an error before the command started is
-    still shown)."""
-    argv = sys.argv or [""]
-    command = os.path.basename(argv[0]).startswith("keras-vit-") or (
+def is_command(argv=None) -> bool:
+    """Whether this process (its `argv`, default sys.argv) is a command: a
+    keras-vit-* console script or `python -m keras_vit.commands.NAME`."""
+    argv = (sys.argv if argv is None else argv) or [""]
+    return os.path.basename(str(argv[0])).startswith("keras-vit-") or (
         _command_module(argv, getattr(sys, "orig_argv", [])))
-    if command and hold():
+
+
+def help_only(argv=None) -> bool:
+    """Whether this process is a command asked for its help (`HELP_ARGS`):
+    it prints its flags and loads no model, hence no Keras or TensorFlow."""
+    argv = sys.argv if argv is None else argv
+    return is_command(argv) and any(str(a) in HELP_ARGS for a in argv[1:])
+
+
+def console_script_start() -> None:
+    """Holds stderr when this process is a command (`is_command`);
+    `release` runs at the latest when the process exits (an error before
+    the command started is still shown)."""
+    if is_command() and hold():
         atexit.register(release)
+
+
+# The filter: a process that copies its stdin to its stdout (stderr, as the
+# command had it) line by line, less the lines matching argv[1]; a line
+# left unfinished for 50 ms (a progress bar's) is copied as it is.
+_FILTER = r"""
+import os, re, select, sys
+pattern = re.compile(sys.argv[1])
+def emit(data):
+    while data:
+        data = data[os.write(1, data):]
+rest = b""
+while True:
+    if rest and not select.select([0], [], [], 0.05)[0]:
+        emit(rest)
+        rest = b""
+        continue
+    chunk = os.read(0, 65536)
+    if not chunk:
+        break
+    *lines, rest = (rest + chunk).split(b"\n")
+    emit(b"".join(line + b"\n" for line in lines
+                  if not pattern.search(line.decode("utf-8", "replace"))))
+emit(rest)
+"""
+# (the filter process, saved stderr descriptor) while filtering.
+_filtering = []
+
+
+def filter_stderr(patterns=RUN_NOTICES) -> bool:
+    """Until the process exits (or `stop_filtering`), the lines written to
+    stderr (the descriptor: Python's, TensorFlow's C++ code's, libjpeg's)
+    that match one of `patterns` are left out; whether it started (not
+    when filtering already, or when the filter process cannot start)."""
+    if _filtering:
+        return False
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        # Its own session: Ctrl-C stops the command, which then still
+        # prints through the filter; it ends when the command's end closes
+        # its stdin.
+        process = subprocess.Popen(
+            [sys.executable, "-S", "-I", "-c", _FILTER, "|".join(patterns)],
+            stdin=subprocess.PIPE, stdout=saved, start_new_session=True)
+    except OSError:
+        os.close(saved)
+        return False
+    os.dup2(process.stdin.fileno(), 2)
+    process.stdin.close()
+    _filtering.append((process, saved))
+    atexit.register(stop_filtering)
+    return True
+
+
+def stop_filtering(timeout: float = 2.0) -> None:
+    """Gives stderr back and waits (at most `timeout` seconds) for the
+    filter to copy what it was sent."""
+    if not _filtering:
+        return
+    process, saved = _filtering.pop()
+    sys.stderr.flush()
+    os.dup2(saved, 2)
+    os.close(saved)
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        pass  # a child process still holds the pipe: it ends with it
 
 
 @contextlib.contextmanager

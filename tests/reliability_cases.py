@@ -344,14 +344,14 @@ _CASES = [
         "zero_batch", BAD_INPUT, "config",
         "batch_size 0",
         "A clear error.",
-        ("batch_size must be positive, got 0",),
+        ("config.input.batch_size=0 must be > 0",),
         "UsageError",
     ),
     Case(
         "negative_batch", BAD_INPUT, "config",
         "batch_size -8",
         "A clear error.",
-        ("batch_size must be positive, got -8",),
+        ("config.input.batch_size=-8 must be > 0",),
         "UsageError",
     ),
     Case(

@@ -27,6 +27,7 @@ from keras_vit.data import pipeline as input_pipeline
 from keras_vit.data import preprocessing
 from keras_vit.data.sources import digits_split
 from keras_vit.evaluation import reports, vtab_run
+from keras_vit.evaluation.accuracy import evaluate_model
 from keras_vit.scoring.evaluator import Evaluator
 from keras_vit.training import train_lib
 from tests import tiny as tiny_configs
@@ -96,7 +97,7 @@ def test_evaluate_model_equals_direct_computation(replicas):
     else:
         strategy, evaluated = None, model
     # 360 = 2 * 128 + 104: the last batch is padded, the padding masked.
-    got = evaluate_main.evaluate_model(
+    got = evaluate_model(
         evaluated, *digits_data(), "test", 128, strategy, progress=True
     )
     assert got["num_examples"] == 360
@@ -117,7 +118,7 @@ def test_evaluate_model_uses_the_trainers_evaluation_step():
         return step(self, *args)
 
     with mock.patch.object(Evaluator, "_eval_step_fn", spy):
-        got = evaluate_main.evaluate_model(
+        got = evaluate_model(
             tiny(), *digits_data(), "test", 180, progress=False
         )
     assert traced and got["num_examples"] == 360

@@ -78,9 +78,11 @@ def _keys_read(source, variable):
     with open(os.path.join(ROOT, "keras_vit", source)) as f:
         text = f.read()
     gets = re.findall(rf"\b{variable}\.get\(\s*\"(\w+)\"", text)
-    # "config.json" (a run directory's file) and "config.py" are not fields.
+    # "config.json" (a run directory's file) and "config.py" are not fields,
+    # nor is a module path ("keras_vit.export.saved_model").
     attrs = re.findall(
-        rf"\b{variable}\.(?!json\b|py\b)([a-z_]\w*)\b(?!\s*\()", text
+        rf"(?<!keras_vit\.)\b{variable}\.(?!json\b|py\b)([a-z_]\w*)\b"
+        r"(?!\s*\()", text
     )
     return set(gets) | set(attrs)
 

@@ -291,7 +291,8 @@ def patch_embedding_pca(
     _, singular, vt = np.linalg.svd(filters, full_matrices=False)
     k = min(int(num_components), vt.shape[0])
     if k < 1:
-        raise UsageError(f"num_components must be >= 1, got {num_components}.")
+        raise UsageError(
+            f"`num_components`={num_components}: must be >= 1.")
     variance = singular**2
     total = variance.sum()
     explained = variance[:k] / (total if total > 0 else 1.0)

@@ -116,7 +116,7 @@ def attention_stats(
             "model's input size (keras_vit.data.preprocessing.preprocess_eval)."
         )
     if batch_size < 1:
-        raise UsageError(f"batch_size must be >= 1, got {batch_size}.")
+        raise UsageError(f"`batch_size`={batch_size}: must be >= 1.")
     layout = token_layout(model)
     if attention is None:
         attention = attention_model(model)

@@ -40,15 +40,10 @@ from keras_vit.checkpoint.sources import (
     is_saved_model,
 )
 from keras_vit.checkpoint.zoo import cache, catalog
+from keras_vit.config import SOURCE_KINDS
 from keras_vit.errors import UsageError, one_line
 from keras_vit.storage import workdir as wd
 from keras_vit.variants import VARIANTS
-
-SOURCE_KINDS = (
-    "a released model's name (keras_vit.list_models(), e.g. ViT-B_16), "
-    "hf://ORG/NAME[@REVISION], a training workdir, a .keras file, an "
-    "official .npz (local or gs://) or a Hugging Face / timm folder"
-)
 
 SourceLike = Union[Source, str]
 

@@ -22,13 +22,20 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
 
 from absl import flags
 
-from keras_vit.analysis import curves, mpp_figure, report
 from keras_vit.commands import flags as cli
+from keras_vit.commands.lazy import lazy_module
 from keras_vit.errors import UsageError
+
+if TYPE_CHECKING:  # imported on first use: --help loads no TensorFlow
+    from keras_vit.analysis import curves, mpp_figure, report
+else:
+    curves = lazy_module("keras_vit.analysis.curves")
+    mpp_figure = lazy_module("keras_vit.analysis.mpp_figure")
+    report = lazy_module("keras_vit.analysis.report")
 
 
 def define_flags(values: flags.FlagValues, argv: Sequence[str]) -> None:

@@ -14,14 +14,20 @@ written; a crash never leaves a partial file at --output.
 from __future__ import annotations
 
 import sys
-from typing import Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
 
 from absl import flags
 
-from keras_vit.checkpoint import loader
 from keras_vit.commands import flags as cli
+from keras_vit.commands.lazy import lazy_module
 from keras_vit.errors import UsageError
-from keras_vit.storage.atomic import atomic_write
+
+if TYPE_CHECKING:  # imported on first use: --help loads no TensorFlow
+    from keras_vit.checkpoint import loader
+    from keras_vit.storage import atomic
+else:
+    loader = lazy_module("keras_vit.checkpoint.loader")
+    atomic = lazy_module("keras_vit.storage.atomic")
 
 
 def define_flags(values: flags.FlagValues, argv: Sequence[str]) -> None:
@@ -60,7 +66,7 @@ def convert(source, output: str, *, image_size=None, **build):
             f"`output` {output!r} must end with .keras (Keras's format)."
         )
     model, report = loader.load_report(source, image_size, **build)
-    atomic_write(output, model.save)
+    atomic.atomic_write(output, model.save)
     return report
 
 

@@ -25,21 +25,38 @@ import json
 import os
 import sys
 import time
-from typing import Dict, Optional, Sequence
+from typing import TYPE_CHECKING, Dict, Optional, Sequence
 
-import tensorflow as tf
 from absl import flags, logging
 
 from keras_vit import config as config_lib
-from keras_vit.checkpoint import loader as pretrained
 from keras_vit.commands import flags as cli
-from keras_vit.data import folders, sources, vtab
-from keras_vit.data import pipeline as input_pipeline
+from keras_vit.commands.lazy import lazy_module
 from keras_vit.errors import Preempted, UsageError
-from keras_vit.evaluation import fewshot, reports, vtab_run
-from keras_vit.evaluation.accuracy import evaluate_model
-from keras_vit.storage.atomic import atomic_write
-from keras_vit.training import distribute, train_lib
+
+if TYPE_CHECKING:  # imported on first use: --help loads no TensorFlow
+    import tensorflow as tf
+
+    from keras_vit.checkpoint import loader as pretrained
+    from keras_vit.data import folders, sources, vtab
+    from keras_vit.data import pipeline as input_pipeline
+    from keras_vit.evaluation import accuracy, fewshot, reports, vtab_run
+    from keras_vit.storage import atomic
+    from keras_vit.training import distribute, train_lib
+else:
+    tf = lazy_module("tensorflow")
+    pretrained = lazy_module("keras_vit.checkpoint.loader")
+    input_pipeline = lazy_module("keras_vit.data.pipeline")
+    folders = lazy_module("keras_vit.data.folders")
+    sources = lazy_module("keras_vit.data.sources")
+    vtab = lazy_module("keras_vit.data.vtab")
+    accuracy = lazy_module("keras_vit.evaluation.accuracy")
+    fewshot = lazy_module("keras_vit.evaluation.fewshot")
+    reports = lazy_module("keras_vit.evaluation.reports")
+    vtab_run = lazy_module("keras_vit.evaluation.vtab_run")
+    atomic = lazy_module("keras_vit.storage.atomic")
+    distribute = lazy_module("keras_vit.training.distribute")
+    train_lib = lazy_module("keras_vit.training.train_lib")
 
 MODES = ("eval", "fewshot", "vtab")
 # --mode=eval of an .npz or .keras file without a config: its global batch.
@@ -87,7 +104,7 @@ def _source(values: flags.FlagValues):
 
 
 def _write(path: str, text: str) -> None:
-    atomic_write(path, text)
+    atomic.atomic_write(path, text)
     logging.info("Wrote %s", path)
 
 
@@ -127,7 +144,7 @@ def _eval_mode(values, source, strategy) -> Dict:
         else EVAL_BATCH
     )
     start = time.time()
-    metrics = evaluate_model(
+    metrics = accuracy.evaluate_model(
         model, inp, input_pipeline.RunInput(image_size=image_size), split,
         int(batch), strategy,
         every_s=(run or config_lib.base_config()).log.every_seconds)

@@ -24,15 +24,23 @@ from __future__ import annotations
 import glob
 import os
 import sys
-from typing import List, Optional, Sequence
+from typing import TYPE_CHECKING, List, Optional, Sequence
 
 from absl import flags
 
-from keras_vit.checkpoint import loader
 from keras_vit.commands import flags as cli
+from keras_vit.commands.lazy import lazy_module
 from keras_vit.errors import UsageError
-from keras_vit.export import litert
-from keras_vit.export.saved_model import export_model
+
+if TYPE_CHECKING:  # imported on first use: --help loads no TensorFlow
+    from keras_vit.checkpoint import loader
+    from keras_vit.export import litert, saved_model
+else:
+    litert = lazy_module("keras_vit.export.litert")
+    saved_model = lazy_module("keras_vit.export.saved_model")
+
+# --quantization's choices: keras_vit.export.litert.QUANTIZATIONS.
+QUANTIZATIONS = ("float32", "float16", "int8")
 
 
 def define_flags(values: flags.FlagValues, argv: Sequence[str]) -> None:
@@ -49,7 +57,7 @@ def define_flags(values: flags.FlagValues, argv: Sequence[str]) -> None:
     flags.DEFINE_enum("format", "saved_model", ["saved_model", "litert"],
                       "saved_model: TF Serving; litert: a .tflite file for "
                       "phones and edge devices.", flag_values=values)
-    flags.DEFINE_enum("quantization", "float32", list(litert.QUANTIZATIONS),
+    flags.DEFINE_enum("quantization", "float32", list(QUANTIZATIONS),
                       "--format=litert: float32, float16 weights, or int8 "
                       "(dynamic-range) weights.", flag_values=values)
     flags.DEFINE_string("model_name", "vit", "The name clients use in URLs.",
@@ -120,7 +128,7 @@ def export(values: flags.FlagValues) -> str:
         )
     if values.quantization != "float32":
         raise UsageError("--quantization goes with --format=litert only.")
-    return export_model(
+    return saved_model.export_model(
         model,
         values.export_dir,
         model_name=values.model_name,

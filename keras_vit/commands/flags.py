@@ -6,13 +6,11 @@
 
 from __future__ import annotations
 
-from typing import Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Optional, Sequence, Tuple, Union
 
-import keras
 from absl import flags
 from ml_collections import config_flags
 
-from keras_vit.checkpoint import loader
 from keras_vit.commands.runner import (  # noqa: F401 (the commands' API)
     define_verbose,
     normalize_argv,
@@ -20,12 +18,18 @@ from keras_vit.commands.runner import (  # noqa: F401 (the commands' API)
     resolve_config_arg,
     run,
 )
+from keras_vit.config import SOURCE_KINDS
 from keras_vit.errors import UsageError
-from keras_vit.storage import workdir as wd
-from keras_vit.training import distribute
 
-# The one description of what --model takes (the resolver's).
-MODEL_HELP = f"The model: {loader.SOURCE_KINDS}."
+if TYPE_CHECKING:
+    import keras
+
+    from keras_vit.checkpoint import loader
+
+# The one description of what --model takes (the resolver's). The flags
+# are defined without Keras or TensorFlow (`--help` loads neither); the
+# functions that load a model import them.
+MODEL_HELP = f"The model: {SOURCE_KINDS}."
 
 
 # ---------------------------------------------------------------- flags
@@ -149,6 +153,8 @@ def model_source(values: flags.FlagValues, text: Optional[str] = None, *,
                  exports: bool = False) -> loader.Source:
     """The Source that --model (or `text`) names (`loader.resolve`), with
     the hints given; an exported SavedModel only with `exports`."""
+    from keras_vit.checkpoint import loader
+
     text = values.model if text is None else text
     hints = dict(use_ema=not hint(values, "no_ema"), exports=exports)
     for name in ("variant", "posemb_grid"):
@@ -176,6 +182,8 @@ def load_flagged_model(values: flags.FlagValues,
             ("serve", "predict with"): a model without a classification
             head is then an error naming the fix.
     """
+    from keras_vit.checkpoint import loader
+
     source = model_source(values) if source is None else source
     kwargs = {}
     if hint(values, "representation_size") is not None:
@@ -235,6 +243,9 @@ def define_class_names_file(values: flags.FlagValues) -> None:
 def class_names(values: flags.FlagValues,
                 source: loader.Source) -> Optional[list]:
     """--class_names_file's lines, else the names the source records."""
+    from keras_vit.checkpoint import loader
+    from keras_vit.storage import workdir as wd
+
     if values.class_names_file:
         return wd.read_lines(values.class_names_file)
     return loader.class_names(source)
@@ -248,6 +259,8 @@ def strategy(values: flags.FlagValues, config):
         config: ConfigDict or None. Its connect_timeout_s bounds the wait
             for other workers or a remote TPU (None: the default).
     """
+    from keras_vit.training import distribute
+
     timeout = None if config is None else config.trainer.connect_timeout_s
     return distribute.create_strategy(
         values.strategy, values.tpu, connect_timeout_s=timeout,

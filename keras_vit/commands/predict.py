@@ -26,18 +26,28 @@ import json
 import os
 import re
 import sys
-from typing import Callable, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Callable, List, Optional, Sequence, Tuple
 
-import keras
 import numpy as np
-import tensorflow as tf
 from absl import flags
 
 from keras_vit.commands import flags as cli
-from keras_vit.data import preprocessing
-from keras_vit.derived import input_image_size
+from keras_vit.commands.lazy import lazy_module
 from keras_vit.errors import UsageError
-from keras_vit.export import litert
+
+if TYPE_CHECKING:  # imported on first use: --help loads no TensorFlow
+    import keras
+    import tensorflow as tf
+
+    from keras_vit import derived
+    from keras_vit.data import preprocessing
+    from keras_vit.export import litert
+else:
+    keras = lazy_module("keras")
+    tf = lazy_module("tensorflow")
+    derived = lazy_module("keras_vit.derived")
+    preprocessing = lazy_module("keras_vit.data.preprocessing")
+    litert = lazy_module("keras_vit.export.litert")
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp")
 
@@ -113,7 +123,7 @@ def _pixels(images: Sequence[bytes], size, resize_size) -> np.ndarray:
 def keras_predictor(model: keras.Model, resize_size=None) -> Callable:
     """A function: list of encoded images -> probabilities (n, K), with the
     preprocessing of the export's serving_default."""
-    size = input_image_size(model)
+    size = derived.input_image_size(model)
 
     def predict(images: Sequence[bytes]) -> np.ndarray:
         batch = _pixels(images, size, resize_size)

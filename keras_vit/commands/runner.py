@@ -43,16 +43,22 @@ from keras_vit.errors import (
     Preempted,
     UsageError,
 )
-from keras_vit.training import cluster
-from keras_vit.training.resume import TrainingError
 
 PREFIX = "keras-vit-"
-# Errors that are the user's to fix: one line (the traceback with
-# --verbose). SetupError is a ValueError with an exit status; a missing or
-# existing file and a missing optional package are named by the message.
-ONE_LINE = (UsageError, cluster.SetupError, TrainingError, FileNotFoundError,
+
+
+def one_line_errors() -> tuple:
+    """Errors that are the user's to fix: one line (the traceback with
+    --verbose). SetupError is a ValueError with an exit status; a missing
+    or existing file and a missing optional package are named by the
+    message. (Imported here: the training modules load TensorFlow, which
+    `--help` does without.)"""
+    from keras_vit.training import cluster
+    from keras_vit.training.resume import TrainingError
+
+    return (UsageError, cluster.SetupError, TrainingError, FileNotFoundError,
             FileExistsError, ImportError)
-HELP_ARGS = ("-h", "--help", "--helpshort", "--helpfull", "-?")
+HELP_ARGS = quiet_start.HELP_ARGS
 # The modules whose flags every command has.
 SHARED_MODULES = (__name__, "keras_vit.commands.flags")
 
@@ -122,12 +128,38 @@ _TRACE_CHATTER = (
 )
 
 
+# TensorFlow INFO lines about its own work, not the user's run: at every
+# checkpoint save (functional_saver.py), a SavedModel signature's input
+# names, renamed (signature_serialization.py: lines of thousands of
+# characters), and a SavedModel's files in the folder it is written to
+# before the command moves it (builder_impl.py, fingerprinting_utils.py);
+# kept for --verbose.
+_TF_NOTICES = (
+    "Sharding callback duration",
+    "Function `%s` contains input name(s)",
+    "Assets written to",
+    "No assets to write",
+    "Writing fingerprint to",
+)
+
+
 class _DropTraceChatter(std_logging.Filter):
+    """Drops the INFO records whose message starts with one of `prefixes`."""
+
+    def __init__(self, prefixes=_TRACE_CHATTER):
+        super().__init__()
+        self.prefixes = tuple(prefixes)
+
     def filter(self, record) -> bool:
         return not (
             record.levelno < std_logging.WARNING
-            and str(record.msg).startswith(_TRACE_CHATTER)
+            and str(record.msg).startswith(self.prefixes)
         )
+
+
+def _add_filter(logger: std_logging.Logger, prefixes) -> None:
+    if not any(isinstance(f, _DropTraceChatter) for f in logger.filters):
+        logger.addFilter(_DropTraceChatter(prefixes))
 
 
 def setup_logging(verbose: bool) -> None:
@@ -143,10 +175,9 @@ def setup_logging(verbose: bool) -> None:
     for handler in list(tf_logger.handlers):
         tf_logger.removeHandler(handler)
     tf_logger.propagate = True
-    if not verbose and not any(
-        isinstance(f, _DropTraceChatter) for f in tf_logger.filters
-    ):
-        tf_logger.addFilter(_DropTraceChatter())
+    if not verbose:
+        _add_filter(tf_logger, _TRACE_CHATTER + _TF_NOTICES)
+        _add_filter(std_logging.getLogger("absl"), _TF_NOTICES)
 
 
 # ------------------------------------------------------------- running
@@ -219,15 +250,33 @@ def parse(values: flags.FlagValues, argv: Sequence[str]) -> list:
     return rest
 
 
+EVERY_COMMAND = "flags of every command"
+
+
 def help_text(program: str, doc: str, values: flags.FlagValues) -> str:
-    """`program --help`: the command's doc, then its flags, those of every
-    command first."""
-    text = "\n" + values.get_help(include_special_flags=False)
-    for module in values.flags_by_module_dict():
-        title = ("flags of every command" if module in SHARED_MODULES
-                 else f"flags of {program}")
-        text = text.replace(f"\n{module}:\n", f"\n{title}:\n")
-    return f"usage: {program} [flags]\n\n{doc.strip()}\n{text}"
+    """`program --help`: the command's doc, then its flags under one
+    heading each, those of every command first, by name."""
+    titles = {module: (EVERY_COMMAND if module in SHARED_MODULES
+                       else f"flags of {program}")
+              for module in values.flags_by_module_dict()}
+    sections = {}
+    text = values.get_help(include_special_flags=False)
+    # absl's help: per module, a "module:" line, then its flags, each
+    # "  --name: help" and more indented lines.
+    for block in re.split(r"\n(?=\S)", text.strip("\n")):
+        head, _, body = block.partition("\n")
+        title = titles.get(head.rstrip(":"), head.rstrip(":"))
+        entries = re.split(r"\n(?=  -)", "\n" + body.rstrip())
+        sections.setdefault(title, []).extend(e for e in entries if e)
+    order = sorted(sections, key=lambda title: title != EVERY_COMMAND)
+    text = "\n\n".join(
+        f"{title}:\n" + "\n".join(sorted(sections[title], key=_flag_name))
+        for title in order)
+    return f"usage: {program} [flags]\n\n{doc.strip()}\n\n{text}"
+
+
+def _flag_name(entry: str) -> str:
+    return re.sub(r"^\s*--(\[no\])?", "", entry)
 
 
 def run(
@@ -256,15 +305,19 @@ def run(
         quiet_start.release()
         print(help_text(program, doc, values))
         return 0
-    # A console script's stderr, held since `import keras_vit`, goes back
-    # without TensorFlow's start-up notices.
+    # TensorFlow loads here (with the training modules), then a console
+    # script's stderr, held since `import keras_vit`, goes back without
+    # TensorFlow's start-up notices.
+    one_line = one_line_errors()
     quiet_start.release()
+    if not verbose and quiet_start.is_command():
+        quiet_start.filter_stderr()
     logging.use_absl_handler()
     try:
         rest = parse(values, argv)
         setup_logging(values.verbose)
         status = main(values, rest[1:])
-    except ONE_LINE as error:
+    except one_line as error:
         return report(error, program, verbose, values)
     except Preempted as error:
         report(error, program, verbose, values, kind=error.kind)

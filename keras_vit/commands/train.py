@@ -25,19 +25,28 @@ from __future__ import annotations
 import os
 import re
 import sys
-from typing import Dict, Optional, Sequence
+from typing import TYPE_CHECKING, Dict, Optional, Sequence
 
-import tensorflow as tf
 from absl import flags, logging
 from ml_collections import config_flags
 
 from keras_vit import config as config_lib
-from keras_vit.analysis import curves
 from keras_vit.commands import flags as cli
+from keras_vit.commands.lazy import lazy_module
 from keras_vit.errors import Preempted, UsageError
-from keras_vit.export import saved_model
-from keras_vit.training import distribute, train_lib
 from keras_vit.variants import VARIANTS
+
+if TYPE_CHECKING:  # imported on first use: --help loads no TensorFlow
+    import tensorflow as tf
+
+    from keras_vit.analysis import curves
+    from keras_vit.export import saved_model
+    from keras_vit.training import distribute, train_lib
+else:
+    curves = lazy_module("keras_vit.analysis.curves")
+    saved_model = lazy_module("keras_vit.export.saved_model")
+    distribute = lazy_module("keras_vit.training.distribute")
+    train_lib = lazy_module("keras_vit.training.train_lib")
 
 
 def run(

@@ -20,7 +20,7 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 import tensorflow as tf
 
-from keras_vit.errors import UsageError
+from keras_vit.errors import UsageError, shorten
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".gif", ".bmp")
 # A folder of class folders alone: the share of each class held out as its
@@ -240,7 +240,7 @@ def folder_split(root: str, split: str) -> Tuple[List[str], np.ndarray]:
     if name not in index:
         raise UsageError(
             f"Image folder {root} has no split {name!r} with images; it has "
-            f"{sorted(index)}."
+            f"{shorten(', '.join(sorted(index)), 120)}."
         )
     paths, labels = index[name]
     start, stop = split_bounds(bounds, len(paths), split)

@@ -80,11 +80,13 @@ def run_trial(
         # Laid over the base config: fields added since the trial ran
         # take their defaults.
         saved = wd.read_config(workdir).to_dict()
-        if _plain(saved) != _plain(config.to_dict()):
+        differ = config_lib.differences(_plain(saved),
+                                        _plain(config.to_dict()))
+        if differ:
             raise UsageError(
-                f"{workdir} holds a run with another config (different "
-                "hyper-parameters, data or backbone). Use a new "
-                "`output_dir`, or delete that directory to redo the trial."
+                f"{workdir} holds a run with another config: {differ}. Use "
+                "a new `output_dir`, or delete that directory to redo the "
+                "trial."
             )
         if tf.io.gfile.exists(metrics_path):
             logging.info("Reusing the finished trial in %s.", workdir)

@@ -379,7 +379,8 @@ class _HostLoop:
         })
         if r.chief:
             wd.write_json(os.path.join(r.workdir, wd.METRICS), final)
-        logging.info("Final %s metrics: %s", final.get("eval_split"), final)
+        logging.info("Final %s metrics: %s", final.get("eval_split"),
+                     progress.short_metrics(final))
         if r.chief and r.on_finish is not None:
             # The model as it is evaluated: with the EMA weights if kept.
             if trainer.has_ema:

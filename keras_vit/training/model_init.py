@@ -44,13 +44,41 @@ def check_workdir_config(config, workdir: str) -> None:
         return
     # Fields the saved config predates take their defaults.
     old = wd.read_config(workdir)
-    if model_signature(old) != model_signature(config):
+    differ = signature_differences(model_signature(old),
+                                   model_signature(config))
+    if differ:
         raise TrainingError(
-            f"The workdir {workdir} holds a run with a different model "
-            f"config ({model_signature(old)}) than this one "
-            f"({model_signature(config)}). Use a new `workdir`, or the "
-            "same config to resume."
+            f"The workdir {workdir} holds a run with a different model: "
+            f"{differ}. Use a new `workdir`, or the same config to resume."
         )
+
+
+# At most this many differing fields are named, each value cut to
+# _MAX_VALUE characters: the error stays one short line.
+_MAX_NAMED, _MAX_VALUE = 3, 40
+
+
+def _field_path(key: str) -> str:
+    """A signature key's config field (the MPP head is config.objective's)."""
+    return "config.objective.mpp" if key == "mpp" else f"config.model.{key}"
+
+
+def _short(value) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= _MAX_VALUE else text[:_MAX_VALUE - 3] + "..."
+
+
+def signature_differences(saved: dict, asked: dict) -> str:
+    """The fields where two `model_signature`s differ, as `config.model.F:
+    SAVED in the workdir, ASKED asked` ("; "-separated, at most _MAX_NAMED
+    named); "" when they agree."""
+    keys = [k for k in sorted(set(saved) | set(asked))
+            if saved.get(k) != asked.get(k)]
+    parts = [f"{_field_path(k)}: {_short(saved.get(k))} in the workdir, "
+             f"{_short(asked.get(k))} asked" for k in keys[:_MAX_NAMED]]
+    if len(keys) > _MAX_NAMED:
+        parts.append(f"and {len(keys) - _MAX_NAMED} more")
+    return "; ".join(parts)
 
 
 # The fields that must agree with the model fine-tuning starts from (a

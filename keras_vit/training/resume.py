@@ -12,6 +12,7 @@ from typing import Optional
 import tensorflow as tf
 from absl import logging
 
+from keras_vit.errors import shorten
 from keras_vit.storage import workdir as wd
 
 
@@ -70,7 +71,8 @@ def restore_latest(items: dict, ckpt_dir: str) -> Optional[str]:
                     "checkpoint.", path, e,
                 )
     raise TrainingError(
-        f"No complete checkpoint in {ckpt_dir}: {'; '.join(problems)}. Move "
+        f"No complete checkpoint in {ckpt_dir}: "
+        f"{shorten('; '.join(problems), 200)}. Move "
         "the checkpoints folder away to start from scratch, or use a new "
         "`workdir`."
     )

@@ -17,6 +17,7 @@ import tensorflow as tf
 from absl import logging
 
 from keras_vit import config as config_lib
+from keras_vit import config_limits
 from keras_vit.build import build_run, check_mpp
 from keras_vit.checkpoint import weights
 from keras_vit.data import checks as data_checks
@@ -166,6 +167,7 @@ def train_and_evaluate(
     config = config_lib.replace(config, **data_fit.fit(
         config.input, config.trainer, config.schedule, config.log,
         config.checkpoints, config.evals))
+    config_limits.check_limits(config)
     batch = _global_batch(config.trainer, config.input)
     _make_workdir(workdir)
     if not config.objective.mpp.enabled:

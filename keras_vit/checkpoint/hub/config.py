@@ -21,7 +21,7 @@ import os
 from typing import Any, Dict, List, Optional, Tuple
 
 from keras_vit.checkpoint.formats import untrusted
-from keras_vit.errors import UsageError
+from keras_vit.errors import UsageError, shorten
 
 READ, SHAPE, CHECKED, NO_EFFECT = "read", "shape", "checked", "no effect"
 
@@ -137,8 +137,9 @@ def hf_architecture(spec: Dict[str, Any]) -> Optional[str]:
     if not isinstance(names, list) or not all(
             isinstance(n, str) for n in names):
         raise UsageError(
-            f"config.json architectures={names!r}: a list of class names "
-            "is expected (e.g. [\"ViTForImageClassification\"])."
+            f"config.json architectures={shorten(names)}: a list of class "
+            "names"
+            " is expected (e.g. [\"ViTForImageClassification\"])."
         )
     if not names:
         return None

@@ -1,0 +1,90 @@
+"""The numeric limits of a run config, checked before a run starts, each
+error naming the field that breaks it and the field behind a limit taken
+from another (`config.schedule.warmup_steps=20 must be in [0,
+config.trainer.total_steps=10]`): the commands word a config field as its
+override, `--config.schedule.warmup_steps`.
+
+The library checks the same values where they are used (an optimizer's
+schedule, a layer's rate); this names them as a run config sets them.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Tuple, Union
+
+from keras_vit.errors import UsageError
+
+Bound = Union[None, float, str]  # a number, a field's path, or no bound
+
+# (field, low, high, brackets): the value must lie between `low` and
+# `high` (None: no bound; a str: that field's value), "[" / "]" closed and
+# "(" / ")" open ends, as the message writes them.
+LIMITS: Tuple[Tuple[str, Bound, Bound, str], ...] = (
+    ("trainer.total_steps", 0, None, "(]"),
+    ("input.batch_size", 0, None, "(]"),
+    ("schedule.warmup_steps", 0, "trainer.total_steps", "[]"),
+    ("schedule.lr", 0, None, "(]"),
+    ("schedule.end_lr", 0, None, "[]"),
+    ("trainer.ema_decay", 0, 1, "[)"),
+    ("trainer.accumulation_steps", 1, None, "[]"),
+    ("trainer.steps_per_loop", 1, None, "[]"),
+    ("model.patch_size", 0, None, "(]"),
+    ("model.hidden_size", 0, None, "(]"),
+    ("model.num_layers", 1, None, "[]"),
+    ("model.num_heads", 0, None, "(]"),
+    ("model.mlp_dim", 0, None, "(]"),
+    ("model.image_size", 0, None, "(]"),
+    ("model.dropout_rate", 0, 1, "[)"),
+    ("model.attention_dropout_rate", 0, 1, "[)"),
+    ("model.stochastic_depth_rate", 0, 1, "[)"),
+    ("input.train_examples_per_class", 0, None, "[]"),
+    ("input.pp.randaug_ops", 0, None, "[]"),
+    ("input.pp.randaug_magnitude", 0, None, "[]"),
+    ("input.mix.mixup_alpha", 0, None, "[]"),
+    ("input.mix.cutmix_alpha", 0, 1, "[]"),
+    ("objective.label_smoothing", 0, 1, "[)"),
+    ("objective.mpp.corrupt_rate", 0, 1, "(]"),
+    ("objective.mpp.colour_bits", 1, 8, "[]"),
+)
+
+
+def _value(config, path: str):
+    node = config
+    for key in path.split("."):
+        node = node[key]
+    return node
+
+
+def _bound(config, bound: Bound) -> Tuple[Optional[float], str]:
+    """(value, as written) of a bound: a number, or a field's value."""
+    if isinstance(bound, str):
+        value = _value(config, bound)
+        return value, f"config.{bound}={value}"
+    return bound, "" if bound is None else str(bound)
+
+
+def _wanted(low: str, high: str, brackets: str, open_low: bool) -> str:
+    if not high:
+        return f"must be {'>' if open_low else '>='} {low}"
+    return f"must be in {brackets[0]}{low}, {high}{brackets[1]}"
+
+
+def check_limits(config) -> None:
+    """A UsageError naming the first field of run config `config` outside
+    its limits (`LIMITS`); fields left None are not checked."""
+    for path, low, high, brackets in LIMITS:
+        value = _value(config, path)
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            continue  # None (unset), or a size given as (height, width)
+        low_value, low_text = _bound(config, low)
+        high_value, high_text = _bound(config, high)
+        open_low, open_high = brackets[0] == "(", brackets[1] == ")"
+        below = low_value is not None and (
+            value < low_value or (open_low and value == low_value))
+        above = high_value is not None and (
+            value > high_value or (open_high and value == high_value))
+        if below or above:
+            raise UsageError(
+                f"config.{path}={value} "
+                f"{_wanted(low_text, high_text, brackets, open_low)}."
+            )

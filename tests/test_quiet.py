@@ -1,0 +1,255 @@
+"""Quiet by default: the console scripts, run as a user types them, print
+no TensorFlow line that is not about the run (all of them with
+--verbose), short messages, limits that name their flags, and a --help
+that loads no TensorFlow."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# A message the project prints stays under this many characters.
+MAX_MESSAGE = 300
+
+
+def _script(name):
+    """The command line of console script keras-vit-`name`: the installed
+    script beside this Python, else its entry point under that name."""
+    path = os.path.join(os.path.dirname(sys.executable), f"keras-vit-{name}")
+    if os.path.exists(path):
+        return [path]
+    code = (f"import sys; sys.argv[0] = 'keras-vit-{name}'; "
+            f"from keras_vit.commands.{name} import main; sys.exit(main())")
+    return [sys.executable, "-c", code]
+
+
+def _env(**extra):
+    # As a user has it: TF_CPP_MIN_LOG_LEVEL unset.
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("TF_CPP_MIN_LOG_LEVEL", "KERAS_BACKEND")}
+    env.update(PYTHONPATH=ROOT, CUDA_VISIBLE_DEVICES="", **extra)
+    return env
+
+
+def run(name, *args, cwd=None, timeout=600):
+    return subprocess.run(_script(name) + [str(a) for a in args],
+                          capture_output=True, text=True, env=_env(),
+                          cwd=cwd or ROOT, timeout=timeout)
+
+
+def error_line(result, name):
+    """The one error line of a refused command."""
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr
+    lines = [line for line in result.stderr.splitlines()
+             if line.startswith(f"keras-vit-{name}: error: ")]
+    assert len(lines) == 1, result.stderr[-3000:]
+    return lines[0]
+
+
+# ------------------------------------------------ short messages (item 2)
+@pytest.mark.slow
+def test_workdir_of_another_run_names_only_the_differing_field(tmp_path):
+    from keras_vit.configs import digits
+
+    saved = digits.get_config()
+    saved.model.hidden_size = 192
+    workdir = tmp_path / "run"
+    workdir.mkdir()
+    (workdir / "config.json").write_text(json.dumps(saved.to_dict()))
+    line = error_line(run("train", "--config=digits", f"--workdir={workdir}",
+                          "--config.model.hidden_size=64"), "train")
+    assert "--config.model.hidden_size: 192 in the workdir, 64 asked" in line
+    assert "num_layers" not in line  # only the field that differs
+    assert len(line) < MAX_MESSAGE, line
+
+
+# ------------------------------------- limits name their flags (item 3)
+@pytest.mark.slow
+def test_a_limit_names_the_flags_that_set_it(tmp_path):
+    line = error_line(run("train", "--config=digits",
+                          f"--workdir={tmp_path}/run",
+                          "--config.trainer.total_steps=10"), "train")
+    assert line == (
+        "keras-vit-train: error: --config.schedule.warmup_steps=100 must be "
+        "in [0, --config.trainer.total_steps=10].")
+
+
+def test_every_limit_names_its_config_field():
+    from keras_vit import config_limits
+    from keras_vit.config import base_config
+    from keras_vit.errors import UsageError
+
+    for path, low, high, _ in config_limits.LIMITS:
+        config = base_config()
+        config.unlock()
+        section, _, field = path.rpartition(".")
+        bad = (low if isinstance(low, (int, float)) else 0) - 1
+        node = config
+        for key in section.split("."):
+            node = node[key]
+        node[field] = bad if isinstance(node[field], int) or node[
+            field] is None else float(bad)
+        with pytest.raises(UsageError, match=rf"^config\.{path}=") as info:
+            config_limits.check_limits(config)
+        assert len(str(info.value)) < MAX_MESSAGE
+    config_limits.check_limits(base_config())  # the defaults are in range
+
+
+# ------------------------------------- --help loads no TensorFlow (item 4)
+COMMANDS = ("train", "evaluate", "export", "predict", "convert", "analysis")
+# Run as the console script runs it; prints the modules loaded at the end.
+HELP_PROBE = (
+    "import atexit, sys\n"
+    "atexit.register(lambda: print('LOADED', sorted({m.split('.')[0] for m "
+    "in sys.modules if m.split('.')[0] in ('tensorflow', 'keras')}), "
+    "file=sys.stderr))\n"
+    "sys.argv[0] = 'keras-vit-{name}'\n"
+    "from keras_vit.commands.{name} import main\n"
+    "sys.exit(main())\n")
+
+
+@pytest.mark.parametrize("name", COMMANDS)
+def test_help_loads_no_tensorflow_and_prints_each_heading_once(name):
+    result = subprocess.run(
+        [sys.executable, "-c", HELP_PROBE.replace("{name}", name), "--help"],
+        capture_output=True, text=True, env=_env(), cwd=ROOT, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.startswith(f"usage: keras-vit-{name} [flags]")
+    assert "LOADED []" in result.stderr, result.stderr[-3000:]
+    headings = [line for line in result.stdout.splitlines()
+                if line.startswith("flags of ")]
+    assert headings and len(headings) == len(set(headings)), headings
+    # The flags are all there: --verbose (every command) and --model or
+    # --config (each command's own).
+    assert "--[no]verbose" in result.stdout
+    assert "--model" in result.stdout or "--config" in result.stdout
+
+
+# ------------------------------- TensorFlow's notices stay off (item 1)
+def _messages(stderr):
+    """The lines of `stderr`, each without absl's prefix (level, time,
+    thread, file:line)."""
+    return [re.sub(r"^[IWEF]\d{4} [\d:.]+\s+\d+ [\w.]+:\d+\] ", "", line)
+            for line in stderr.splitlines()]
+
+
+def _tiny_model(path):
+    from keras_vit import create_model
+
+    create_model(image_size=32, patch_size=8, hidden_size=16, num_layers=1,
+                 num_heads=2, mlp_dim=16, num_classes=3).save(str(path))
+    return str(path)
+
+
+def _jpegs(folder):
+    """A good JPEG, a truncated one (unreadable) and one with extraneous
+    bytes (readable: libjpeg warns)."""
+    import numpy as np
+    import tensorflow as tf
+
+    pixels = np.random.default_rng(0).integers(0, 255, (32, 32, 3))
+    data = tf.io.encode_jpeg(tf.constant(pixels, tf.uint8)).numpy()
+    folder.mkdir()
+    (folder / "good.jpg").write_bytes(data)
+    (folder / "truncated.jpg").write_bytes(data[:len(data) // 2])
+    (folder / "corrupt.jpg").write_bytes(data[:300] + b"\xff\xd0" + data[300:])
+    return str(folder)
+
+
+JPEG_NOTICES = ("jpeg_mem.cc", "Corrupt JPEG data", "Premature end of JPEG")
+
+
+@pytest.mark.slow
+def test_training_prints_no_checkpoint_notices(tmp_path):
+    tiny = ["--config=digits", "--config.trainer.total_steps=4",
+            "--config.schedule.warmup_steps=1",
+            "--config.checkpoints.every_steps=2",
+            "--config.evals.test.every_steps=0",
+            "--config.model.hidden_size=16", "--config.model.num_layers=1",
+            "--config.model.mlp_dim=16", "--config.input.batch_size=16"]
+    result = run("train", *tiny, f"--workdir={tmp_path}/run")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Sharding callback duration" not in result.stderr
+    assert "Final test metrics: test_accuracy" in result.stderr
+    assert max(map(len, _messages(result.stderr))) < MAX_MESSAGE, \
+        result.stderr
+    result = run("train", *tiny, f"--workdir={tmp_path}/verbose",
+                 "--verbose")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Sharding callback duration" in result.stderr
+
+
+@pytest.mark.slow
+def test_export_prints_no_signature_notices(tmp_path):
+    model = _tiny_model(tmp_path / "tiny.keras")
+    result = run("export", f"--model={model}", f"--export_dir={tmp_path}/a")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip() == f"{tmp_path}/a/vit/1"
+    assert "signature_serialization" not in result.stderr
+    assert max(map(len, _messages(result.stderr)), default=0) < \
+        MAX_MESSAGE, result.stderr
+    result = run("export", f"--model={model}", f"--export_dir={tmp_path}/b",
+                 "--verbose")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "contains input name(s)" in result.stderr
+
+
+@pytest.mark.slow
+def test_bad_jpegs_are_reported_once_in_the_commands_words(tmp_path):
+    model = _tiny_model(tmp_path / "tiny.keras")
+    images = _jpegs(tmp_path / "images")
+    result = run("predict", f"--model={model}", "--skip_bad_images", images)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"skipped {images}/truncated.jpg: " in result.stderr
+    assert not [line for line in result.stderr.splitlines()
+                if any(word in line for word in JPEG_NOTICES)], result.stderr
+    assert f"{images}/corrupt.jpg: " in result.stdout  # it decodes
+    result = run("predict", f"--model={model}", "--skip_bad_images", images,
+                 "--verbose")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Premature end of JPEG data" in result.stderr
+    assert "Corrupt JPEG data" in result.stderr
+
+
+def test_a_value_quoted_in_a_message_is_cut():
+    from keras_vit import config as config_lib
+    from keras_vit.errors import UsageError, shorten
+
+    assert shorten("abc") == "abc"
+    assert shorten(list(range(100)), 20) == "[0, 1, 2, 3, 4, 5..."
+    evals = {"test": {"type": "accuracy"}, "big": list(range(1000))}
+    with pytest.raises(UsageError, match="config.evals.big is an evaluator"
+                       ) as info:
+        config_lib.complete({"evals": evals})
+    assert len(str(info.value)) < MAX_MESSAGE
+
+
+@pytest.mark.slow
+def test_a_commands_own_limit_names_its_flag(tmp_path):
+    model = _tiny_model(tmp_path / "tiny.keras")
+    line = error_line(run("analysis", f"--model={model}", "--digits=2",
+                          f"--output_dir={tmp_path}/out", "--batch_size=0"),
+                      "analysis")
+    assert line == "keras-vit-analysis: error: --batch_size=0: must be >= 1."
+
+
+def test_two_configs_differ_by_their_fields_named():
+    from keras_vit import config as config_lib
+
+    saved = config_lib.base_config().to_dict()
+    asked = config_lib.base_config().to_dict()
+    assert config_lib.differences(saved, asked) == ""
+    asked["schedule"]["lr"] = 0.02
+    asked["input"]["dataset"] = "x" * 500
+    for i, field in enumerate(("dropout_rate", "attention_dropout_rate")):
+        asked["model"][field] = 0.1 * (i + 1)
+    text = config_lib.differences(saved, asked)
+    assert text.startswith("config.input.dataset: 'digits' in the workdir, ")
+    assert "config.model.attention_dropout_rate: 0.0 in the workdir, 0.2 " \
+        "asked" in text
+    assert text.endswith("; and 1 more") and len(text) < MAX_MESSAGE
