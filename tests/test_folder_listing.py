@@ -43,9 +43,9 @@ def test_one_glob_per_level_finds_what_the_folder_listing_found(tmp_path):
 
 def test_remote_folders_are_listed_one_glob_per_level(monkeypatch):
     globs = []
-    monkeypatch.setattr(sources.tf.io.gfile, "glob",
+    monkeypatch.setattr(folders.tf.io.gfile, "glob",
                         lambda pattern: globs.append(pattern) or [])
-    monkeypatch.setattr(sources.tf.io.gfile, "listdir", None)  # unused
+    monkeypatch.setattr(folders.tf.io.gfile, "listdir", None)  # unused
     assert folders.list_class_folders("gs://bucket/i21k") == {}
     assert globs == ["gs://bucket/i21k/*/*/*", "gs://bucket/i21k/*/*"]
 

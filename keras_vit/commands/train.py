@@ -43,6 +43,7 @@ if TYPE_CHECKING:  # imported on first use: --help loads no TensorFlow
     from keras_vit.export import saved_model
     from keras_vit.training import distribute, train_lib
 else:
+    tf = lazy_module("tensorflow")
     curves = lazy_module("keras_vit.analysis.curves")
     saved_model = lazy_module("keras_vit.export.saved_model")
     distribute = lazy_module("keras_vit.training.distribute")
