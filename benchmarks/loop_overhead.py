@@ -244,9 +244,10 @@ def markdown(result: Dict[str, Any]) -> str:
         f"{m.get('tensorflow')}, Keras {m['keras']}; load average (1 min) "
         f"{m['load_average'][0]:.2f} at start, "
         f"{m['load_average_end'][0]:.2f} at end.",
-        f"- Model: {sizes}; image {c['image_size']}, batch {c['batch_size']}, "
-        f"{c['optimizer']['name']}, XLA {'on' if c['jit_compile'] else 'off'}"
-        f", data {c['dataset']}.",
+        f"- Model: {sizes}; image {c['model']['image_size']}, batch "
+        f"{c['input']['batch_size']}, {c['optimizer']['name']}, XLA "
+        f"{'on' if c['trainer']['jit_compile'] else 'off'}, data "
+        f"{c['input']['dataset']}.",
         "",
         "| steps_per_loop | bare step ms | Trainer.train ms "
         "| in-graph loop | host loop | **loop total** "

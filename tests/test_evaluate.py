@@ -242,11 +242,12 @@ def test_sweep_picks_the_best_pair_on_two_replicas(tmp_path):
     assert sorted(os.listdir(runs)) == ["final", "lr0.001_steps1",
                                         "lr0.5_steps1"]
     trial = json.load(open(os.path.join(runs, "lr0.5_steps1", "config.json")))
-    assert trial["train_split"] == "train[:800]"
-    assert trial["eval_split"] == "train[589824:590024]"
+    assert trial["input"]["train_split"] == "train[:800]"
+    assert trial["evals"]["test"]["split"] == "train[589824:590024]"
     final = json.load(open(os.path.join(runs, "final", "config.json")))
-    assert final["optimizer"]["lr"] == record["lr"]
-    assert final["train_split"] == "train[:800]+train[589824:590024]"
+    assert final["schedule"]["lr"] == record["lr"]
+    assert final["input"]["train_split"] == (
+        "train[:800]+train[589824:590024]")
 
 
 def test_cli_fewshot_on_digits(tmp_path, capsys):
