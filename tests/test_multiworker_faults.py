@@ -302,6 +302,6 @@ def test_two_workers_preempted_resume_with_identical_weights(tmp_path):
     for key in weights[0].files:
         np.testing.assert_array_equal(weights[0][key], weights[1][key])
     assert sorted(os.listdir(workdir)) == [
-        "checkpoints", "config.json", "eval", "labels.txt", "metrics.json",
-        "train",
+        "checkpoints", "config.json", "eval", "history.csv", "labels.txt",
+        "metrics.json", "train",
     ]

@@ -369,7 +369,7 @@ def test_links_bombs_user_models_and_odd_configs_in_a_child():
     done = _hostile_child(1, ROUND_THREE, timeout=300)
     _check_hostile(done)
     by_label = {r["label"]: r for r in done}
-    assert len(by_label) == 19
+    assert len(by_label) == 21
     for label in ("weights", "config", "processor", "other_repository_blob"):
         assert "is a link to" in by_label[f"link:{label}"]["message"]
         assert "elsewhere" in by_label[f"link:{label}"]["message"] or (
@@ -387,6 +387,9 @@ def test_links_bombs_user_models_and_odd_configs_in_a_child():
         "message"]
     assert "truncated or corrupt .keras" in by_label["keras:cut_short"][
         "message"]
+    for label in ("huge_vit", "huge_dense"):
+        assert "refused before Keras builds it" in by_label[
+            f"keras:{label}"]["message"]
     assert "(complex64), not a real number" in by_label["dtype:complex"][
         "message"]
     assert "hf_wrapped" in by_label["config:hf_wrapped"]["message"]
