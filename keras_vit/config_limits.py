@@ -33,7 +33,8 @@ LIMITS: Tuple[Tuple[str, Bound, Bound, str], ...] = (
     ("model.num_layers", 1, None, "[]"),
     ("model.num_heads", 0, None, "(]"),
     ("model.mlp_dim", 0, None, "(]"),
-    ("model.image_size", 0, None, "(]"),
+    # 0: the starting model's resolution (the folder config).
+    ("model.image_size", 0, None, "[]"),
     ("model.dropout_rate", 0, 1, "[)"),
     ("model.attention_dropout_rate", 0, 1, "[)"),
     ("model.stochastic_depth_rate", 0, 1, "[)"),

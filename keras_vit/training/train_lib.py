@@ -167,13 +167,12 @@ def train_and_evaluate(
     config = config_lib.replace(config, **data_fit.fit(
         config.input, config.trainer, config.schedule, config.log,
         config.checkpoints, config.evals))
+    config_limits.check_limits(config)
     batch = _global_batch(config.trainer, config.input)
     _make_workdir(workdir)
     if not config.objective.mpp.enabled:
         config = config_lib.replace(config, model=model_init.init_architecture(
             config.init, config.model))
-    # After the model source settled the sizes (model.image_size 0: its).
-    config_limits.check_limits(config)
     model_init.check_workdir_config(config, workdir)
     finished = _finished_before(workdir, int(config.trainer.total_steps))
     if finished is not None:
