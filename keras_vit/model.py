@@ -245,11 +245,12 @@ def create_model(  # noqa: PLR0913 (the architecture's fields, by name)
         resnet_layers: tuple of int or None. Bottleneck units per ResNet
             stage: makes a hybrid (overrides a hybrid variant's stages).
         name: str or None. The model's name.
-        pooling, representation_size, dropout_rate, attention_dropout_rate,
-            head_zero_init, head_bias_init, posemb, stochastic_depth_rate,
-            resnet_width, all_tokens, dynamic_image_size, remat, numerics:
-            the fields of `keras_vit.Architecture` of these names, which
-            says what each does.
+        pooling: str. This and representation_size, dropout_rate,
+            attention_dropout_rate, head_zero_init, head_bias_init,
+            posemb, stochastic_depth_rate, resnet_width, all_tokens,
+            dynamic_image_size, remat and numerics are the fields of
+            `keras_vit.Architecture` of these names, which says what each
+            does.
 
     Returns:
         A `VisionTransformer` mapping (batch, height, width, 3) images in
