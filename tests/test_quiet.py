@@ -11,20 +11,13 @@ import sys
 
 import pytest
 
+from tests.console import script as _script
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # A message the project prints stays under this many characters.
 MAX_MESSAGE = 300
 
 
-def _script(name):
-    """The command line of console script keras-vit-`name`: the installed
-    script beside this Python, else its entry point under that name."""
-    path = os.path.join(os.path.dirname(sys.executable), f"keras-vit-{name}")
-    if os.path.exists(path):
-        return [path]
-    code = (f"import sys; sys.argv[0] = 'keras-vit-{name}'; "
-            f"from keras_vit.commands.{name} import main; sys.exit(main())")
-    return [sys.executable, "-c", code]
 
 
 def _env(**extra):
