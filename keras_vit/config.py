@@ -11,7 +11,7 @@ from __future__ import annotations
 import difflib
 import os
 import re
-from typing import Any, Iterable, List, Mapping, Optional
+from typing import Any, Callable, Iterable, List, Mapping, Optional
 
 import ml_collections
 
@@ -35,6 +35,7 @@ __all__ = [
     "packaged_configs",
     "packaged_config", "parse_config_arg", "epochs_to_steps",
     "variant_fields", "command_line_variant", "differences",
+    "named_differences",
 ]
 
 
@@ -366,11 +367,21 @@ def differences(saved: Mapping[str, Any], asked: Mapping[str, Any],
     """The fields where two configs (nested dicts) differ, as
     `config.A.B: SAVED in the workdir, ASKED asked` ("; "-separated, at
     most `limit` named, each value cut short); "" when they agree."""
-    saved, asked = _flat(saved), _flat(asked)
+    return named_differences(_flat(saved), _flat(asked),
+                             lambda key: f"config.{key}",
+                             lambda value: shorten(repr(value), 40), limit)
+
+
+def named_differences(saved: Mapping[str, Any], asked: Mapping[str, Any],
+                      path: Callable[[str], str],
+                      render: Callable[[Any], str], limit: int = 3) -> str:
+    """The keys where two flat mappings differ, as `PATH: SAVED in the
+    workdir, ASKED asked` (`path(key)`, `render(value)`; "; "-separated,
+    at most `limit` named, then how many more); "" when they agree."""
     keys = [k for k in sorted(set(saved) | set(asked))
             if saved.get(k) != asked.get(k)]
-    parts = [f"config.{k}: {shorten(repr(saved.get(k)), 40)} in the workdir, "
-             f"{shorten(repr(asked.get(k)), 40)} asked" for k in keys[:limit]]
+    parts = [f"{path(k)}: {render(saved.get(k))} in the workdir, "
+             f"{render(asked.get(k))} asked" for k in keys[:limit]]
     if len(keys) > limit:
         parts.append(f"and {len(keys) - limit} more")
     return "; ".join(parts)

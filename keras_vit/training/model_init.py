@@ -14,10 +14,12 @@ import ml_collections
 import tensorflow as tf
 from absl import logging
 
+from keras_vit import config as config_lib
 from keras_vit.architecture import CONFIG_FIELDS, SHAPE_FIELDS
 from keras_vit.build import config_architecture
 from keras_vit.checkpoint import loader
 from keras_vit.config_schema import SCRATCH_IMAGE_SIZE
+from keras_vit.errors import shorten
 from keras_vit.storage import workdir as wd
 from keras_vit.training.resume import TrainingError
 
@@ -63,22 +65,13 @@ def _field_path(key: str) -> str:
     return "config.objective.mpp" if key == "mpp" else f"config.model.{key}"
 
 
-def _short(value) -> str:
-    text = json.dumps(value)
-    return text if len(text) <= _MAX_VALUE else text[:_MAX_VALUE - 3] + "..."
-
-
 def signature_differences(saved: dict, asked: dict) -> str:
     """The fields where two `model_signature`s differ, as `config.model.F:
     SAVED in the workdir, ASKED asked` ("; "-separated, at most _MAX_NAMED
     named); "" when they agree."""
-    keys = [k for k in sorted(set(saved) | set(asked))
-            if saved.get(k) != asked.get(k)]
-    parts = [f"{_field_path(k)}: {_short(saved.get(k))} in the workdir, "
-             f"{_short(asked.get(k))} asked" for k in keys[:_MAX_NAMED]]
-    if len(keys) > _MAX_NAMED:
-        parts.append(f"and {len(keys) - _MAX_NAMED} more")
-    return "; ".join(parts)
+    return config_lib.named_differences(
+        saved, asked, _field_path,
+        lambda value: shorten(json.dumps(value), _MAX_VALUE), _MAX_NAMED)
 
 
 # The fields that must agree with the model fine-tuning starts from (a
