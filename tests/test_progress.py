@@ -4,7 +4,6 @@ per second, for training (whatever log.every_steps says), evaluation and
 few-shot feature extraction (VTAB's fine-tunings are training runs);
 keras_vit/progress.py's `Rate` makes the lines."""
 
-import json
 import logging
 import re
 
@@ -69,7 +68,9 @@ def test_fewshot_features_tell_their_progress(caplog):
 @pytest.mark.slow
 def test_training_and_evaluation_tell_progress_every_few_seconds(tmp_path):
     """No log.every_steps boundary before the end: the lines come from the
-    clock (log.every_seconds, 10 s by default, 0.5 s here)."""
+    clock (log.every_seconds, 10 s by default, 0.05 s here: shorter than
+    tracing an evaluation step, so each evaluation owes a line whatever
+    the machine's speed)."""
     workdir = tmp_path / "run"
     total = 1500
     result = console.run("train", [
@@ -77,7 +78,7 @@ def test_training_and_evaluation_tell_progress_every_few_seconds(tmp_path):
         f"--config.trainer.total_steps={total}",
         f"--config.trainer.steps_per_loop={total}",
         f"--config.log.every_steps={total}",
-        "--config.evals.test.every_steps=0", "--config.log.every_seconds=0.5",
+        "--config.evals.test.every_steps=0", "--config.log.every_seconds=0.05",
         "--config.evals.test.batch_size=8"])
     assert result.returncode == 0, result.stderr[-3000:]
     head = result.stderr.splitlines()[:6]
@@ -93,8 +94,6 @@ def test_training_and_evaluation_tell_progress_every_few_seconds(tmp_path):
     result = console.run("evaluate", ["--mode=eval", f"--workdir={workdir}",
                                       "--batch_size=8"])
     assert result.returncode == 0, result.stderr[-3000:]
-    # A line is due every 0.5 s: an evaluation that ended sooner owes none.
-    wall = json.loads(result.stdout[result.stdout.index("{"):])["wall_time_s"]
-    assert wall < 1.0 or re.search(
+    assert re.search(
         r"\] eval test: batch \d+ of 45 \(\d+%\), .* left, [\d.]+ images/s",
         result.stderr), result.stderr[-3000:]
