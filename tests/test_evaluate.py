@@ -88,7 +88,7 @@ def digits_data(size=32):
 @pytest.mark.parametrize("replicas", [1, 2])
 def test_evaluate_model_equals_direct_computation(replicas):
     model = tiny()
-    want = direct_digits_metrics(model)
+    want = direct_digits_metrics(model, 16)
     if replicas == 2:
         strategy = two_cpu_mirrored()
         with strategy.scope():
@@ -159,6 +159,17 @@ def test_cli_eval_of_npz_and_keras_at_another_resolution(tmp_path, capsys):
     checkpoint.save_npz(model, npz)
     keras_path = str(tmp_path / "m.keras")
     model.save(keras_path)
+    # Without --image_size, both evaluate at the resolution the model was
+    # trained at (an .npz: its own position-embedding grid's), not at 224.
+    want = direct_digits_metrics(model, 16)
+    for source in (f"--model={npz}", f"--model={keras_path}"):
+        assert cli("--mode=eval", source, "--dataset=digits",
+                   "--split=test") == 0
+        printed = capsys.readouterr().out
+        got = json.loads(printed[printed.index("{"):])
+        assert got["image_size"] == [16, 16]
+        assert got["accuracy"] == pytest.approx(want["accuracy"])
+        assert got["loss"] == pytest.approx(want["loss"], rel=1e-4)
     # The reference: the same weights rebuilt at 32 (position embeddings
     # resized by the checkpoint module).
     want = direct_digits_metrics(rebuild_at_resolution(model, 32))

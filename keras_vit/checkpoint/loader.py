@@ -52,8 +52,8 @@ ImageSize = Union[int, Sequence[int]]
 def describe_source(source: SourceLike) -> Architecture:
     """The `Architecture` of what `load_model(source)` gives: its sizes,
     head, pooling, pre-logits layer and numerics, at its own resolution
-    (an .npz: a released checkpoint's or a fine-tuned AugReg file's where
-    known, else 224; `variant` None when the sizes are of no named
+    (an .npz: a fine-tuned AugReg file's, else its own position-embedding
+    grid's, else 224; `variant` None when the sizes are of no named
     variant)."""
     return resolve(source).architecture()
 
@@ -208,8 +208,8 @@ def load_model(
             hf://ORG/NAME[@REVISION], a gs:// address or a path.
         image_size: int, (height, width) or None. Rebuild at this
             resolution (position embeddings resized); None keeps the
-            source's (for an .npz: a released checkpoint's resolution, the
-            resolution in a fine-tuned AugReg file's name, else 224).
+            source's (for an .npz: the resolution in a fine-tuned AugReg
+            file's name, else its own position-embedding grid's, else 224).
         num_classes: int or None. An .npz or hub model: the head's width;
             the file's head is kept when it has this width, else the head
             starts at zero; 0 builds a features model. None: the file's.

@@ -3,8 +3,9 @@
 
 The architecture is read from the array shapes; `variant` checks it, and
 an AugReg file's name is checked against its arrays. The resolution a file
-loads at by default is a fine-tuned AugReg file's own (from its name), a
-released checkpoint's (its own grid's), else 224.
+loads at by default is a fine-tuned AugReg file's own (from its name), else
+the one its own square position-embedding grid was learnt at (grid side x
+patch x ResNet stride), else a released checkpoint's, else 224.
 """
 
 from __future__ import annotations
@@ -91,13 +92,15 @@ class NpzSource(sources.Source):
         name = content.info.get("augreg")
         if name is not None:
             return name.image_size
-        if self.image_size:
-            return _file_image_size(content) or self.image_size
-        return 224
+        # The file's own grid: an .npz that another tool or a small run
+        # wrote is evaluated at the resolution it was trained at, not at
+        # 224 with its position embeddings stretched.
+        return _file_image_size(content) or self.image_size or 224
 
     def architecture(self) -> Architecture:
-        """As `Source.architecture`: at a released checkpoint's or a
-        fine-tuned AugReg file's resolution where known, else at 224."""
+        """As `Source.architecture`: at a fine-tuned AugReg file's
+        resolution, else its own grid's, else a released checkpoint's, else
+        at 224."""
         content = self._read()
         return self._architecture(content, self._default_image_size(content))
 
