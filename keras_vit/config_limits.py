@@ -70,22 +70,75 @@ def _wanted(low: str, high: str, brackets: str, open_low: bool) -> str:
     return f"must be in {brackets[0]}{low}, {high}{brackets[1]}"
 
 
+# Per evaluator type (`config_schema.EVALUATORS`), the limits of its
+# fields, as LIMITS words them, for every entry of `evals` of that type.
+EVALUATOR_LIMITS = {
+    # batch_size 0 or None: the training (or input) batch.
+    "accuracy": (("batch_size", 0, None, "[]"),
+                 ("every_steps", 0, None, "[]")),
+    "fewshot": (("batch_size", 0, None, "[]"),
+                ("l2_reg", 0, None, "(]")),
+    "vtab": (),
+}
+# Per evaluator type, its fields that list values: (field, low, brackets)
+# for every value, and at least one value.
+EVALUATOR_LISTS = {
+    "accuracy": (),
+    "fewshot": (("shots", 1, "[]"), ("seeds", None, "[]")),
+    "vtab": (("sweep.lrs", 0, "(]"), ("sweep.steps", 1, "[]")),
+}
+
+
+def _check(config, path: str, value, low: Bound, high: Bound,
+           brackets: str) -> None:
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return  # None (unset), or a size given as (height, width)
+    low_value, low_text = _bound(config, low)
+    high_value, high_text = _bound(config, high)
+    open_low, open_high = brackets[0] == "(", brackets[1] == ")"
+    below = low_value is not None and (
+        value < low_value or (open_low and value == low_value))
+    above = high_value is not None and (
+        value > high_value or (open_high and value == high_value))
+    if below or above:
+        raise UsageError(
+            f"config.{path}={value} "
+            f"{_wanted(low_text, high_text, brackets, open_low)}."
+        )
+
+
+def _check_list(path: str, values, low: Bound, brackets: str) -> None:
+    """Each of `values` (a tuple or list of numbers) at least `low`
+    (None: any number), and one value or more."""
+    written = ",".join(str(v) for v in values) if isinstance(
+        values, (tuple, list)) else str(values)
+    if not isinstance(values, (tuple, list)) or not values:
+        raise UsageError(
+            f"config.{path}={written or '()'} must list one value or more "
+            f"(e.g. config.{path}=1,2).")
+    for value in values:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise UsageError(
+                f"config.{path}={written}: {value!r} is not a number.")
+        if low is not None and (value < low or (
+                brackets[0] == "(" and value == low)):
+            raise UsageError(
+                f"config.{path}={written}: each value must be "
+                f"{'>' if brackets[0] == '(' else '>='} {low}.")
+
+
 def check_limits(config) -> None:
     """A UsageError naming the first field of run config `config` outside
-    its limits (`LIMITS`); fields left None are not checked."""
+    its limits (`LIMITS`, and `EVALUATOR_LIMITS` / `EVALUATOR_LISTS` for
+    each entry of `config.evals` by its type); fields left None are not
+    checked."""
     for path, low, high, brackets in LIMITS:
-        value = _value(config, path)
-        if not isinstance(value, (int, float)) or isinstance(value, bool):
-            continue  # None (unset), or a size given as (height, width)
-        low_value, low_text = _bound(config, low)
-        high_value, high_text = _bound(config, high)
-        open_low, open_high = brackets[0] == "(", brackets[1] == ")"
-        below = low_value is not None and (
-            value < low_value or (open_low and value == low_value))
-        above = high_value is not None and (
-            value > high_value or (open_high and value == high_value))
-        if below or above:
-            raise UsageError(
-                f"config.{path}={value} "
-                f"{_wanted(low_text, high_text, brackets, open_low)}."
-            )
+        _check(config, path, _value(config, path), low, high, brackets)
+    for name in config.evals:
+        kind = config.evals[name].type
+        for field, low, high, brackets in EVALUATOR_LIMITS.get(kind, ()):
+            path = f"evals.{name}.{field}"
+            _check(config, path, _value(config, path), low, high, brackets)
+        for field, low, brackets in EVALUATOR_LISTS.get(kind, ()):
+            path = f"evals.{name}.{field}"
+            _check_list(path, _value(config, path), low, brackets)

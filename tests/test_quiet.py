@@ -93,6 +93,56 @@ def test_every_limit_names_its_config_field():
     config_limits.check_limits(base_config())  # the defaults are in range
 
 
+def test_every_evaluator_limit_names_its_config_field():
+    from keras_vit import config_limits
+    from keras_vit.configs import fewshot, vtab
+    from keras_vit.errors import UsageError
+
+    configs = {"fewshot": fewshot.get_config("digits"),
+               "vtab": vtab.get_config(), "accuracy": vtab.get_config()}
+    names = {"fewshot": "fewshot", "vtab": "vtab", "accuracy": "test"}
+    for kind, limits in config_limits.EVALUATOR_LIMITS.items():
+        for field, low, _, _ in limits:
+            config = configs[kind].copy_and_resolve_references()
+            config.unlock()
+            config.evals[names[kind]][field] = low - 1
+            with pytest.raises(UsageError, match=(
+                    rf"^config\.evals\.{names[kind]}\.{field}=")):
+                config_limits.check_limits(config)
+    for kind, lists in config_limits.EVALUATOR_LISTS.items():
+        for field, low, _ in lists:
+            for bad in [()] + ([(low - 1,)] if low is not None else []):
+                config = configs[kind].copy_and_resolve_references()
+                config.unlock()
+                node = config.evals[names[kind]]
+                *parents, leaf = field.split(".")
+                for key in parents:
+                    node = node[key]
+                node[leaf] = bad
+                with pytest.raises(UsageError, match=(
+                        rf"^config\.evals\.{names[kind]}\.{field}=")):
+                    config_limits.check_limits(config)
+    for config in configs.values():
+        config_limits.check_limits(config)  # the defaults are in range
+
+
+def test_a_few_shot_limit_is_told_before_any_model_loads(tmp_path):
+    # Zero shots would score a probe that saw no example; no seed would
+    # average nothing. The model named does not exist: the limit comes
+    # first.
+    for flag, says in (
+            ("--config.evals.fewshot.shots=0,5",
+             "--config.evals.fewshot.shots=0,5: each value must be >= 1."),
+            ("--config.evals.fewshot.seeds=()",
+             "--config.evals.fewshot.seeds=() must list one value or more")):
+        line = error_line(run(
+            "evaluate", "--mode=fewshot", "--config=fewshot:digits",
+            f"--model={tmp_path}/none.npz", f"--output_dir={tmp_path}/out",
+            flag), "evaluate")
+        assert line.startswith(f"keras-vit-evaluate: error: {says}"), line
+    assert not (tmp_path / "out").exists()
+
+
 # ------------------------------------- --help loads no TensorFlow (item 4)
 COMMANDS = ("train", "evaluate", "export", "predict", "convert", "analysis")
 # Run as the console script runs it; prints the modules loaded at the end.

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Dict, Optional, Sequence
 from absl import flags, logging
 
 from keras_vit import config as config_lib
+from keras_vit import config_limits
 from keras_vit.commands import flags as cli
 from keras_vit.commands.lazy import lazy_module
 from keras_vit.errors import Preempted, UsageError
@@ -262,6 +263,9 @@ def _main(values: flags.FlagValues, args: list) -> None:
                 f"--mode={values.mode} needs {' and '.join(missing)} "
                 f"(e.g. --config={values.mode})."
             )
+    if values.config is not None:
+        # Before the model loads: a field out of range named as its flag.
+        config_limits.check_limits(values.config)
     source = _source(values)
     if values.mode == "vtab":
         vtab.select_tasks(values.tasks or config_lib.find_evaluator(
