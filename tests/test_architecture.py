@@ -179,6 +179,32 @@ def test_no_function_is_over_the_line_limit():
     )
 
 
+def test_no_function_imports_a_module_of_the_package():
+    """A module names what it needs at its top (a command: `lazy_module`,
+    for a `--help` without TensorFlow); an import inside a function would
+    hide a cycle from the contracts."""
+    inside, count = [], 0
+    for path in glob.glob(os.path.join(ROOT, "keras_vit", "**", "*.py"),
+                          recursive=True):
+        rel = os.path.relpath(path, ROOT).replace(os.sep, "/")
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read())
+        for name, node in _functions(tree):
+            count += 1
+            for child in ast.walk(node):
+                if isinstance(child, ast.Import):
+                    modules = [a.name for a in child.names]
+                elif isinstance(child, ast.ImportFrom):
+                    modules = ["." if child.level else child.module or ""]
+                else:
+                    continue
+                if any(m == "." or m.split(".")[0] == "keras_vit"
+                       for m in modules):
+                    inside.append(f"{rel}:{child.lineno} ({name})")
+    assert count > 500  # every function was read
+    assert inside == [], inside
+
+
 def _source_interface():
     from keras_vit.checkpoint import sources
 

@@ -173,6 +173,19 @@ def test_help_loads_no_tensorflow_and_prints_each_heading_once(name):
     assert "--model" in result.stdout or "--config" in result.stdout
 
 
+@pytest.mark.parametrize("name", ("train", "evaluate"))
+def test_help_into_a_closed_pipe_ends_quietly(name):
+    """`keras-vit-train --help | head`: the reader closes the pipe early;
+    the command ends with status 0 and no traceback."""
+    proc = subprocess.Popen(_script(name) + ["--help"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=_env(), cwd=ROOT)
+    proc.stdout.close()  # before the command writes a byte
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err[-3000:]
+    assert "Traceback" not in err and "BrokenPipe" not in err, err[-3000:]
+
+
 # ------------------------------- TensorFlow's notices stay off (item 1)
 def _messages(stderr):
     """The lines of `stderr`, each without absl's prefix (level, time,

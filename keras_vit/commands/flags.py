@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Optional, Sequence, Tuple, Union
 from absl import flags
 from ml_collections import config_flags
 
+from keras_vit.commands.lazy import lazy_module
 from keras_vit.commands.runner import (  # noqa: F401 (the commands' API)
     define_verbose,
     normalize_argv,
@@ -21,10 +22,16 @@ from keras_vit.commands.runner import (  # noqa: F401 (the commands' API)
 from keras_vit.config import SOURCE_KINDS
 from keras_vit.errors import UsageError
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # what type checkers and the import contracts read
     import keras
 
     from keras_vit.checkpoint import loader
+    from keras_vit.storage import workdir as wd
+    from keras_vit.training import distribute
+else:  # imported at first use: `--help` loads no Keras or TensorFlow
+    loader = lazy_module("keras_vit.checkpoint.loader")
+    wd = lazy_module("keras_vit.storage.workdir")
+    distribute = lazy_module("keras_vit.training.distribute")
 
 # The one description of what --model takes (the resolver's). The flags
 # are defined without Keras or TensorFlow (`--help` loads neither); the
@@ -153,8 +160,6 @@ def model_source(values: flags.FlagValues, text: Optional[str] = None, *,
                  exports: bool = False) -> loader.Source:
     """The Source that --model (or `text`) names (`loader.resolve`), with
     the hints given; an exported SavedModel only with `exports`."""
-    from keras_vit.checkpoint import loader
-
     text = values.model if text is None else text
     hints = dict(use_ema=not hint(values, "no_ema"), exports=exports)
     for name in ("variant", "posemb_grid"):
@@ -182,8 +187,6 @@ def load_flagged_model(values: flags.FlagValues,
             ("serve", "predict with"): a model without a classification
             head is then an error naming the fix.
     """
-    from keras_vit.checkpoint import loader
-
     source = model_source(values) if source is None else source
     kwargs = {}
     if hint(values, "representation_size") is not None:
@@ -243,9 +246,6 @@ def define_class_names_file(values: flags.FlagValues) -> None:
 def class_names(values: flags.FlagValues,
                 source: loader.Source) -> Optional[list]:
     """--class_names_file's lines, else the names the source records."""
-    from keras_vit.checkpoint import loader
-    from keras_vit.storage import workdir as wd
-
     if values.class_names_file:
         return wd.read_lines(values.class_names_file)
     return loader.class_names(source)
@@ -259,8 +259,6 @@ def strategy(values: flags.FlagValues, config):
         config: ConfigDict or None. Its connect_timeout_s bounds the wait
             for other workers or a remote TPU (None: the default).
     """
-    from keras_vit.training import distribute
-
     timeout = None if config is None else config.trainer.connect_timeout_s
     return distribute.create_strategy(
         values.strategy, values.tpu, connect_timeout_s=timeout,

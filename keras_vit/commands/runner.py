@@ -27,22 +27,30 @@ the command's main:
 from __future__ import annotations
 
 import logging as std_logging
+import os
 import re
 import sys
 import traceback
-from typing import Callable, List, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, List, Optional, Sequence
 
 from absl import flags, logging
 from ml_collections import config_flags
 
 from keras_vit import config as config_lib
 from keras_vit import quiet_start
+from keras_vit.commands.lazy import lazy_module
 from keras_vit.errors import (
     INTERRUPTED_EXIT_CODE,
     PREEMPTED_EXIT_CODE,
     Preempted,
     UsageError,
 )
+
+if TYPE_CHECKING:  # what type checkers and the import contracts read
+    from keras_vit.training import cluster, resume
+else:  # the training modules load TensorFlow, which `--help` does without
+    cluster = lazy_module("keras_vit.training.cluster")
+    resume = lazy_module("keras_vit.training.resume")
 
 PREFIX = "keras-vit-"
 
@@ -51,13 +59,9 @@ def one_line_errors() -> tuple:
     """Errors that are the user's to fix: one line (the traceback with
     --verbose). SetupError is a ValueError with an exit status; a missing
     or existing file and a missing optional package are named by the
-    message. (Imported here: the training modules load TensorFlow, which
-    `--help` does without.)"""
-    from keras_vit.training import cluster
-    from keras_vit.training.resume import TrainingError
-
-    return (UsageError, cluster.SetupError, TrainingError, FileNotFoundError,
-            FileExistsError, ImportError)
+    message."""
+    return (UsageError, cluster.SetupError, resume.TrainingError,
+            FileNotFoundError, FileExistsError, ImportError)
 HELP_ARGS = quiet_start.HELP_ARGS
 # The modules whose flags every command has.
 SHARED_MODULES = (__name__, "keras_vit.commands.flags")
@@ -303,7 +307,11 @@ def run(
     define(values, argv)
     if any(a in HELP_ARGS for a in argv[1:]):
         quiet_start.release()
-        print(help_text(program, doc, values))
+        try:
+            print(help_text(program, doc, values), flush=True)
+        except BrokenPipeError:  # `--help | head`: the reader stopped
+            # Python's own advice: nothing more goes to the closed pipe.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     # TensorFlow loads here (with the training modules), then a console
     # script's stderr, held since `import keras_vit`, goes back without
