@@ -46,6 +46,16 @@ LIMITS: Tuple[Tuple[str, Bound, Bound, str], ...] = (
     ("objective.label_smoothing", 0, 1, "[)"),
     ("objective.mpp.corrupt_rate", 0, 1, "(]"),
     ("objective.mpp.colour_bits", 1, 8, "[]"),
+    # Periods: 0 turns checkpoints (but the last) and progress lines off.
+    ("checkpoints.every_steps", 0, None, "[]"),
+    ("checkpoints.keep", 1, None, "[]"),
+    ("log.every_steps", 1, None, "[]"),
+    ("log.every_seconds", 0, None, "[]"),
+    ("input.shuffle_buffer", 1, None, "[]"),
+    ("input.prefetch", -1, None, "[]"),  # -1: tf.data.AUTOTUNE
+    ("trainer.grad_clip_norm", 0, None, "[]"),  # 0 or None: no clipping
+    ("trainer.connect_timeout_s", 0, None, "[]"),
+    ("seed", 0, 2**32 - 1, "[]"),
 )
 
 

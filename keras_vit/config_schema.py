@@ -251,8 +251,8 @@ def base_config() -> ml_collections.ConfigDict:
     # Micro-batches per update (gradient accumulation): keeps
     # input.batch_size when one step of the accelerators cannot hold it.
     c.trainer.accumulation_steps = 1
-    # Clip the global norm of each update's gradient (paper: 1); None: no
-    # clipping.
+    # Clip the global norm of each update's gradient (paper: 1); 0 or None:
+    # no clipping.
     c.trainer.grad_clip_norm = 1.0
     # "float32" or "bfloat16" (mixed_bfloat16: bf16 compute, f32 weights;
     # logits and loss stay float32).

@@ -16,7 +16,8 @@ this module by its path and hold around their import of the command.
 While a command runs, `filter_stderr` (which `runner.run` starts unless
 `--verbose`) keeps off stderr, at the descriptor, the notices TensorFlow's
 C++ code and libjpeg print about an image file the command names itself
-(`RUN_NOTICES`: a truncated or corrupt JPEG); every other line passes.
+(`RUN_NOTICES`: a truncated or corrupt JPEG), and LiteRT's notice of its
+CPU delegate; every other line passes.
 This module uses the standard library only.
 """
 
@@ -48,10 +49,14 @@ _NO_GPU = (
 
 # Printed while a command runs, by TensorFlow's C++ decoder (jpeg_mem.cc)
 # or by libjpeg itself, about an image file that the command reports in its
-# own words (a skipped or refused file) or that decodes all the same.
+# own words (a skipped or refused file) or that decodes all the same; and
+# LiteRT's delegate notice.
 RUN_NOTICES = (
     r"jpeg_mem\.cc:\d+\] (Premature end of JPEG|Corrupt JPEG data)",
     r"^(Corrupt JPEG data|Premature end of JPEG (file|data))\b",
+    # LiteRT's interpreter, on every .tflite it runs (export's check,
+    # predict): a notice about its CPU kernels, not about the run.
+    r"^INFO: Created TensorFlow Lite XNNPACK delegate for CPU\.$",
 )
 
 

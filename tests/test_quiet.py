@@ -83,7 +83,7 @@ def test_every_limit_names_its_config_field():
         section, _, field = path.rpartition(".")
         bad = (low if isinstance(low, (int, float)) else 0) - 1
         node = config
-        for key in section.split("."):
+        for key in filter(None, section.split(".")):
             node = node[key]
         node[field] = bad if isinstance(node[field], int) or node[
             field] is None else float(bad)
@@ -141,6 +141,23 @@ def test_a_few_shot_limit_is_told_before_any_model_loads(tmp_path):
             flag), "evaluate")
         assert line.startswith(f"keras-vit-evaluate: error: {says}"), line
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("name, config, says", [
+    ("evaluate", "fewshot:digitz", "Unknown few-shot data set(s) ['digitz']"),
+    ("train", "finetune:dataset=cifar10,variant=X/16",
+     "No released pre-trained checkpoint of variant 'X/16'"),
+])
+def test_a_config_argument_error_is_its_own_line(tmp_path, name, config,
+                                                 says):
+    # get_config raised: the line is its message, not ml_collections'
+    # flattened traceback.
+    line = error_line(run(name, f"--config={config}", "--model=x",
+                          f"--workdir={tmp_path}/run",
+                          f"--output_dir={tmp_path}/out"), name)
+    assert line.startswith(f"keras-vit-{name}: error: {says}"), line
+    assert "Traceback" not in line and "config_flags.py" not in line
+    assert len(line) < MAX_MESSAGE, line
 
 
 # ------------------------------------- --help loads no TensorFlow (item 4)

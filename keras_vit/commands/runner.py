@@ -222,6 +222,15 @@ def report(error: BaseException, program: str, verbose: bool,
 def flag_error_message(error: BaseException, argv: Sequence[str]) -> str:
     """One line for a bad flag or config field (absl, ml_collections)."""
     message = str(error.args[0]) if error.args else str(error)
+    # A config file's get_config raised: ml_collections puts the whole
+    # traceback in the flag's message; its last line says what is wrong.
+    head, marker, trace = message.partition(
+        "Error whilst parsing config file:")
+    if marker and "Traceback (most recent call last)" in trace:
+        last = trace.strip().splitlines()[-1]
+        if re.match(r"^[\w.]*UsageError: ", last):
+            return re.sub(r"^[\w.]*UsageError: ", "", last)
+        return f"{head.strip()} {re.sub(r'^[a-z_.]+[.]', '', last)}"
     message = message.replace("\\n", " ").replace("\n", " ")
     message = message.replace("\\'", "'").strip('"')
     # ml_collections says "'field' Did you mean ...": name what it is.
