@@ -280,6 +280,30 @@ def test_cli_fewshot_on_digits(tmp_path, capsys):
     assert "| digits |" in capsys.readouterr().out
 
 
+def test_cli_fewshot_at_the_image_size_flag(tmp_path, capsys):
+    """--image_size replaces the config's model.image_size and scales its
+    resize alike (224 / 256 -> 16 / 18): the same numbers as the config
+    fields set by hand, at a resolution other than the model's 32."""
+    path = str(tmp_path / "m.keras")
+    tiny(representation_size=16).save(path)
+    common = ("--mode=fewshot", f"--config={FEWSHOT_CONFIG}:digits",
+              "--config.evals.fewshot.shots=(2,)",
+              "--config.evals.fewshot.seeds=(0,)", f"--model={path}")
+    saved = []
+    for name, extra in (("flag", ("--image_size=16",)),
+                        ("fields", ("--config.model.image_size=16",
+                                    "--config.input.pp.eval_resize_size=18"))):
+        out = str(tmp_path / name)
+        assert cli(*common, *extra, f"--output_dir={out}") == 0
+        with open(os.path.join(out, "fewshot.json")) as f:
+            saved.append(json.load(f))
+    capsys.readouterr()
+    by_flag, by_fields = saved
+    assert (by_flag["image_size"], by_flag["resize_size"]) == (16, 18)
+    assert (by_fields["image_size"], by_fields["resize_size"]) == (16, 18)
+    assert by_flag["results"] == by_fields["results"]
+
+
 def test_keras_file_is_usable_as_a_vtab_source(tmp_path):
     model = tiny(num_classes=10, image_size=16, representation_size=16)
     path = str(tmp_path / "m.keras")

@@ -189,13 +189,13 @@ def _fewshot_mode(values, source, strategy) -> Dict:
                             config.input.data_dir)
         for name, d in opts.datasets.items()
     ]
+    image_size, resize_size = _fewshot_sizes(values, config)
     with strategy.scope():
         model = pretrained.require_vit(
-            pretrained.load_model(source, config.model.image_size),
-            source.path)
+            pretrained.load_model(source, image_size), source.path)
     results, not_run = fewshot.run(
-        model, opts, datasets, image_size=config.model.image_size,
-        resize_size=config.input.pp.eval_resize_size, strategy=strategy,
+        model, opts, datasets, image_size=image_size,
+        resize_size=resize_size, strategy=strategy,
         download=bool(config.input.download),
         every_s=float(config.log.every_seconds),
     )
@@ -203,6 +203,7 @@ def _fewshot_mode(values, source, strategy) -> Dict:
         raise UsageError(_nothing_ran("few-shot data set", not_run))
     name = values.name or source.describe()
     out = dict(model=name, results=results, not_run=not_run,
+               image_size=image_size, resize_size=resize_size,
                config=config.to_dict())
     _write(os.path.join(_output_dir(values), "fewshot.json"),
            json.dumps(out, indent=2, sort_keys=True) + "\n")
@@ -214,6 +215,32 @@ def _fewshot_mode(values, source, strategy) -> Dict:
     _write(os.path.join(_output_dir(values), "fewshot.md"), text)
     print(text)
     return out
+
+
+def _fewshot_sizes(values, config):
+    """(image_size, resize_size) of the few-shot features: the config's
+    (model.image_size, input.pp.eval_resize_size); --image_size, when
+    given, replaces the first and scales the second alike (the config's
+    256 / 224 becomes 64 / 56 at --image_size=56)."""
+    image_size = config.model.image_size
+    resize_size = config.input.pp.eval_resize_size
+    if values.image_size:
+        wanted = values.image_size
+        if isinstance(wanted, (tuple, list)):
+            if wanted[0] != wanted[1]:
+                raise UsageError(
+                    f"--image_size={wanted[0]}x{wanted[1]}: few-shot "
+                    "features are taken at a square size (--image_size=N).")
+            wanted = wanted[0]
+        wanted = int(wanted)
+        if resize_size and isinstance(image_size, int) and image_size > 0:
+            resize_size = max(wanted, round(resize_size * wanted /
+                                            image_size))
+        image_size = wanted
+    logging.info("Few-shot features at %s x %s (resized to %s, then the "
+                 "central crop).", image_size, image_size,
+                 resize_size or image_size)
+    return image_size, resize_size
 
 
 def _vtab_mode(values, source, strategy) -> Dict:

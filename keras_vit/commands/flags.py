@@ -102,7 +102,8 @@ _HINT_HELP = {
     "num_classes": "An .npz model: the head's class count (checked against "
     "the file's).",
     "image_size": "Input resolution, 384 or HEIGHTxWIDTH (position "
-    "embeddings resized); default: the model's (an .npz: 224).",
+    "embeddings resized); default: the model's (an .npz: its position-"
+    "embedding grid's; --mode=fewshot: the config's model.image_size).",
     "representation_size": "An .npz model: its pre-logits width (default: "
     "the file's).",
 }
