@@ -118,6 +118,29 @@ def test_skip_bad_images_counts_and_trains(tmp_path, caplog):
     assert metrics["test_examples"] == 8
 
 
+def test_evaluate_names_the_images_it_cannot_decode(tmp_path):
+    """keras-vit-evaluate --mode=eval on a folder split with bad files:
+    one line naming them and the fix, as training says it."""
+    from tests import console
+
+    root = good_folder(tmp_path / "images", splits=("train",))
+    add_bad_files(root)
+    model = str(tmp_path / "m.keras")
+    keras_vit.create_model(
+        None, num_classes=2, image_size=16, patch_size=8, hidden_size=16,
+        num_layers=1, num_heads=2, mlp_dim=16).save(model)
+    result = console.run("evaluate", [
+        "--mode=eval", f"--model={model}", "--dataset=folder",
+        f"--data_dir={root}", "--split=train", "--batch_size=4"])
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    (line,) = [x for x in result.stderr.splitlines()
+               if x.startswith("keras-vit-evaluate: error: ")]
+    assert "Cannot decode 3 image file(s)" in line
+    assert f"{root}/train/a/truncated.png" in line
+    assert "skip_bad_images" in line
+
+
 def _through_pipeline(tmp_path, name, data, image_size):
     """The one image of a folder, as the evaluation pipeline yields it,
     mapped back from [-1, 1] to [0, 255]."""

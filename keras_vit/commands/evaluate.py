@@ -168,7 +168,8 @@ def _eval_input(values, run):
     fields = {}
     if run is not None:
         fields = {k: run.input[k] for k in (
-            "dataset", "data_dir", "image_key", "label_key", "vtab_task")}
+            "dataset", "data_dir", "image_key", "label_key", "vtab_task",
+            "skip_bad_images")}
         fields["pp"] = {"eval_resize_size": run.input.pp.eval_resize_size}
     if values.dataset:
         fields.update(dataset=values.dataset, vtab_task=None)

@@ -8,6 +8,7 @@ from typing import Dict
 
 import tensorflow as tf
 
+from keras_vit.data import checks as data_checks
 from keras_vit.data import pipeline as input_pipeline
 from keras_vit.data import sources
 from keras_vit.progress import EVERY_S
@@ -58,5 +59,8 @@ def evaluate_model(
         on_batch = evaluator_lib.progress_callback(
             -(-total // batch_size) if total else None, batch_size,
             f"eval {split}", every_s, bar=sys.stdout.isatty())
-    return evaluator.evaluate(dataset, on_batch=on_batch)
+    # An image that does not decode: named, with the fix (not the
+    # decoder's traceback).
+    with data_checks.explained_errors(inp, [("eval", split)]):
+        return evaluator.evaluate(dataset, on_batch=on_batch)
 
