@@ -160,6 +160,26 @@ def test_a_config_argument_error_is_its_own_line(tmp_path, name, config,
     assert len(line) < MAX_MESSAGE, line
 
 
+@pytest.mark.parametrize("name, flag", [
+    ("evaluate", "--output_dir=FILE/sub"), ("export", "--export_dir=FILE/sub"),
+    ("predict", "--output=FILE/p.json"), ("analysis", "--output_dir=FILE/sub"),
+    ("convert", "--output=FILE/m.keras")])
+def test_an_output_path_through_a_file_is_refused_first(tmp_path, name,
+                                                        flag):
+    """Before the model (a missing one here) or any work: one line naming
+    the file in the way."""
+    blocker = tmp_path / "notes.txt"
+    blocker.write_text("mine\n")
+    extra = {"evaluate": ["--mode=eval", "--dataset=digits"],
+             "analysis": ["--digits=2"], "predict": [str(tmp_path)]}
+    line = error_line(run(name, f"--model={tmp_path}/none.keras",
+                          flag.replace("FILE", str(blocker)),
+                          *extra.get(name, [])), name)
+    assert line.endswith(f"{blocker} is a file, not a folder. Choose "
+                         "another path."), line
+    assert blocker.read_text() == "mine\n"
+
+
 # ------------------------------------- --help loads no TensorFlow (item 4)
 COMMANDS = ("train", "evaluate", "export", "predict", "convert", "analysis")
 # Run as the console script runs it; prints the modules loaded at the end.

@@ -63,6 +63,7 @@ def define_flags(values: flags.FlagValues, argv: Sequence[str]) -> None:
 
 
 def _main(values: flags.FlagValues, images: list) -> None:
+    cli.check_output_path(values, "output_dir")
     if values.curves:
         if values.model or images or values.digits is not None:
             raise UsageError("--curves draws a run's training curves: give "

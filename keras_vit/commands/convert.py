@@ -73,6 +73,7 @@ def convert(source, output: str, *, image_size=None, **build):
 def _main(values: flags.FlagValues, args: list) -> None:
     if args:
         raise UsageError(f"Unexpected arguments: {' '.join(args)}")
+    cli.check_output_path(values, "output", folder=False)
     source = cli.model_source(values)
     build = {}
     for name in ("num_classes", "pooling", "representation_size"):

@@ -291,6 +291,7 @@ def _main(values: flags.FlagValues, args: list) -> None:
                 f"--mode={values.mode} needs {' and '.join(missing)} "
                 f"(e.g. --config={values.mode})."
             )
+    cli.check_output_path(values, "output_dir")
     if values.config is not None:
         # Before the model loads: a field out of range named as its flag.
         config_limits.check_limits(values.config)

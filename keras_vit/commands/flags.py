@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Optional, Sequence, Tuple, Union
 
 from absl import flags
@@ -154,6 +155,24 @@ def define_run_flags(values: flags.FlagValues) -> None:
         "for --strategy=mirrored (or auto) on a machine without GPUs: "
         "multi-device training on a laptop.", flag_values=values,
     )
+
+
+# ------------------------------------------------------- what is written
+def check_output_path(values: flags.FlagValues, name: str,
+                      folder: bool = True) -> None:
+    """A UsageError, before any work, when local path --`name` (a folder;
+    `folder` False: a file, whose folder is checked) cannot be made because
+    a part of it is a file; gs:// paths are the storage's to check."""
+    path = values[name].value
+    if not path or "://" in str(path):
+        return
+    probe = os.path.abspath(str(path) if folder
+                            else os.path.dirname(os.path.abspath(str(path))))
+    while not os.path.exists(probe) and os.path.dirname(probe) != probe:
+        probe = os.path.dirname(probe)
+    if os.path.exists(probe) and not os.path.isdir(probe):
+        raise UsageError(f"--{name}={path}: {probe} is a file, not a "
+                         "folder. Choose another path.")
 
 
 # ----------------------------------------------------------- the model

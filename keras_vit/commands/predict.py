@@ -237,6 +237,7 @@ def run(args, images: Sequence[str]) -> int:
                          "as arguments.")
     if args.top_k < 1 or args.batch_size < 1:
         raise UsageError("--top_k and --batch_size must be >= 1.")
+    cli.check_output_path(args, "output", folder=False)
     # A model is there, before the images are read.
     source = cli.model_source(args, exports=True)
     files, folder = list_images(images)
