@@ -139,11 +139,20 @@ def _check_list(path: str, values, low: Bound, brackets: str) -> None:
 
 def check_limits(config) -> None:
     """A UsageError naming the first field of run config `config` outside
-    its limits (`LIMITS`, and `EVALUATOR_LIMITS` / `EVALUATOR_LISTS` for
-    each entry of `config.evals` by its type); fields left None are not
-    checked."""
+    its limits (`LIMITS`, then `check_evaluators`); fields left None are
+    not checked. A training run checks them once its data has settled
+    what the config leaves to it (`training.data_fit`)."""
     for path, low, high, brackets in LIMITS:
         _check(config, path, _value(config, path), low, high, brackets)
+    check_evaluators(config)
+
+
+def check_evaluators(config) -> None:
+    """A UsageError naming the first field of an entry of `config.evals`
+    outside its type's limits (`EVALUATOR_LIMITS`, `EVALUATOR_LISTS`):
+    what keras-vit-evaluate checks of the config it is given (a training
+    config's own fields, such as a total_steps of 0 that its data settles,
+    are the training run's)."""
     for name in config.evals:
         kind = config.evals[name].type
         for field, low, high, brackets in EVALUATOR_LIMITS.get(kind, ()):

@@ -158,6 +158,14 @@ def test_own_photos_train_evaluate_export_predict(tmp_path):
     result = json.loads(evaluated.stdout[evaluated.stdout.index("{"):])
     assert result["split"] == "val" and result["num_examples"] == 4
     assert 0.0 <= result["accuracy"] <= 1.0
+    # The folder config itself (its total_steps 0 and image_size 0 are
+    # the training run's to settle): the same numbers at the run's size.
+    again = _run(tmp_path, "evaluate", "--mode=eval", "--config=folder:photos",
+                 "--model=run")
+    again = json.loads(again.stdout[again.stdout.index("{"):])
+    assert again["image_size"] == result["image_size"]
+    assert again["accuracy"] == result["accuracy"]
+    assert again["loss"] == pytest.approx(result["loss"], rel=1e-5)
     exported = _run(tmp_path, "export", "--model=run", "--export_dir=exports",
                     "--model_name=photos")
     version = exported.stdout.strip().splitlines()[-1]

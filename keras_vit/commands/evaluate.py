@@ -126,9 +126,11 @@ def _eval_mode(values, source, strategy) -> Dict:
     if inp.dataset == sources.FOLDER and not inp.vtab_task:
         split = folders.resolve_split(inp.data_dir, split)  # "val|test"
     with strategy.scope():
+        # (A model.image_size of 0, the folder config's: the model's own.)
         model = pretrained.require_vit(pretrained.load_model(
             source,
             values.image_size or (run.model.image_size if run else None)
+            or None
         ), source.path)
     # The model's resolution, square or not.
     image_size = tuple(int(n) for n in model.input_shape[1:3])
@@ -193,7 +195,7 @@ def _fewshot_mode(values, source, strategy) -> Dict:
     image_size, resize_size = _fewshot_sizes(values, config)
     with strategy.scope():
         model = pretrained.require_vit(
-            pretrained.load_model(source, image_size), source.path)
+            pretrained.load_model(source, image_size or None), source.path)
     results, not_run = fewshot.run(
         model, opts, datasets, image_size=image_size,
         resize_size=resize_size, strategy=strategy,
@@ -294,7 +296,7 @@ def _main(values: flags.FlagValues, args: list) -> None:
     cli.check_output_path(values, "output_dir")
     if values.config is not None:
         # Before the model loads: a field out of range named as its flag.
-        config_limits.check_limits(values.config)
+        config_limits.check_evaluators(values.config)
     source = _source(values)
     if values.mode == "vtab":
         vtab.select_tasks(values.tasks or config_lib.find_evaluator(
