@@ -27,6 +27,7 @@ import atexit
 import contextlib
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -157,11 +158,50 @@ def help_only(argv=None) -> bool:
     return is_command(argv) and any(str(a) in HELP_ARGS for a in argv[1:])
 
 
+# A process stopped at once by Ctrl-C (keras_vit.errors.INTERRUPTED_EXIT_CODE).
+_INTERRUPTED = 130
+
+
+def _program(argv) -> str:
+    """keras-vit-NAME of a command's argv (a console script, or the module
+    file of `python -m keras_vit.commands.NAME`)."""
+    name = os.path.basename(str(argv[0])) if argv else ""
+    if not name.startswith("keras-vit-"):
+        name = "keras-vit-" + os.path.splitext(name)[0]
+    return name
+
+
+def _stop_while_starting(signum, frame) -> None:
+    """Ctrl-C while a command starts (loading TensorFlow and Keras, before
+    it has written anything): one line and status 130 at once, not a
+    traceback from inside an import, nor a KeyboardInterrupt that a
+    library's callback swallows."""
+    del signum, frame
+    out = _held[-1][0] if _held else 2
+    os.write(out, f"{_program(sys.argv)}: interrupted: stopped at once "
+             "(Ctrl-C).\n".encode())
+    os._exit(_INTERRUPTED)
+
+
+def started() -> None:
+    """The command's own handling of Ctrl-C begins (`runner.run`, before
+    the command's work): KeyboardInterrupt again."""
+    if signal.getsignal(signal.SIGINT) is _stop_while_starting:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def console_script_start() -> None:
     """Holds stderr when this process is a command (`is_command`);
     `release` runs at the latest when the process exits (an error before
-    the command started is still shown)."""
-    if is_command() and hold():
+    the command started is still shown). Until `started`, Ctrl-C stops
+    the command at once with one line."""
+    if not is_command():
+        return
+    try:
+        signal.signal(signal.SIGINT, _stop_while_starting)
+    except ValueError:  # not the main thread
+        pass
+    if hold():
         atexit.register(release)
 
 

@@ -91,3 +91,23 @@ def test_ctrl_c_twice_stops_at_once_and_the_last_checkpoint_stays_whole(
     assert reader.get_variable_to_shape_map()
     _resumes(workdir, step, tmp_path, **{"checkpoints.every_steps": 50,
                                          "checkpoints.keep": 2})
+
+
+@pytest.mark.parametrize("name", ["train", "predict"])
+def test_ctrl_c_while_the_command_starts_is_one_line(tmp_path, name):
+    """Ctrl-C while TensorFlow and Keras load (half a second in): no
+    traceback from inside an import, one line, status 130, nothing
+    written."""
+    log = tmp_path / "log"
+    workdir = tmp_path / "run"
+    args = {"train": [*LONG, f"--workdir={workdir}"],
+            "predict": [f"--model={workdir}", str(tmp_path)]}[name]
+    proc = console.start(name, args, log)
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    assert console.finish(proc, timeout=120) == INTERRUPTED_EXIT_CODE
+    text = log.read_text()
+    assert "Traceback" not in text and "KeyboardInterrupt" not in text, text
+    assert text.strip().splitlines()[-1] == (
+        f"keras-vit-{name}: interrupted: stopped at once (Ctrl-C).")
+    assert not workdir.exists()

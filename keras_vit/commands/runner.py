@@ -330,6 +330,7 @@ def run(
     if not verbose and quiet_start.is_command():
         quiet_start.filter_stderr()
     logging.use_absl_handler()
+    quiet_start.started()
     try:
         rest = parse(values, argv)
         setup_logging(values.verbose)
