@@ -160,18 +160,25 @@ def _is_table(rel, name):
         rel.startswith("keras_vit/configs/") and name == "get_config")
 
 
-def test_no_function_is_over_the_line_limit():
-    long_ones, count = {}, 0
+def _package_functions():
+    """(module path, qualified name, node) of every function of the
+    package (`_functions` of each module)."""
     for path in glob.glob(os.path.join(ROOT, "keras_vit", "**", "*.py"),
                           recursive=True):
         rel = os.path.relpath(path, ROOT).replace(os.sep, "/")
         with open(path, encoding="utf-8") as f:
             tree = ast.parse(f.read())
         for name, node in _functions(tree):
-            count += 1
-            lines = node.end_lineno - node.lineno + 1
-            if lines > MAX_FUNCTION_LINES and not _is_table(rel, name):
-                long_ones[f"{rel}:{name}"] = lines
+            yield rel, name, node
+
+
+def test_no_function_is_over_the_line_limit():
+    long_ones, count = {}, 0
+    for rel, name, node in _package_functions():
+        count += 1
+        lines = node.end_lineno - node.lineno + 1
+        if lines > MAX_FUNCTION_LINES and not _is_table(rel, name):
+            long_ones[f"{rel}:{name}"] = lines
     assert count > 500  # every function was read
     assert long_ones == {}, (
         f"over {MAX_FUNCTION_LINES} lines (split along a seam: named "
@@ -184,23 +191,18 @@ def test_no_function_imports_a_module_of_the_package():
     for a `--help` without TensorFlow); an import inside a function would
     hide a cycle from the contracts."""
     inside, count = [], 0
-    for path in glob.glob(os.path.join(ROOT, "keras_vit", "**", "*.py"),
-                          recursive=True):
-        rel = os.path.relpath(path, ROOT).replace(os.sep, "/")
-        with open(path, encoding="utf-8") as f:
-            tree = ast.parse(f.read())
-        for name, node in _functions(tree):
-            count += 1
-            for child in ast.walk(node):
-                if isinstance(child, ast.Import):
-                    modules = [a.name for a in child.names]
-                elif isinstance(child, ast.ImportFrom):
-                    modules = ["." if child.level else child.module or ""]
-                else:
-                    continue
-                if any(m == "." or m.split(".")[0] == "keras_vit"
-                       for m in modules):
-                    inside.append(f"{rel}:{child.lineno} ({name})")
+    for rel, name, node in _package_functions():
+        count += 1
+        for child in ast.walk(node):
+            if isinstance(child, ast.Import):
+                modules = [a.name for a in child.names]
+            elif isinstance(child, ast.ImportFrom):
+                modules = ["." if child.level else child.module or ""]
+            else:
+                continue
+            if any(m == "." or m.split(".")[0] == "keras_vit"
+                   for m in modules):
+                inside.append(f"{rel}:{child.lineno} ({name})")
     assert count > 500  # every function was read
     assert inside == [], inside
 
