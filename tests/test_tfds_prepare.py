@@ -226,3 +226,51 @@ def test_a_vtab_run_with_no_result_exits_1_with_the_reasons(tmp_path):
     dtd, resisc = line.split("; resisc45: ")
     assert "--config.input.download" in dtd and "manual" not in dtd
     assert "needs a manual download" in resisc
+
+
+@pytest.mark.slow
+def test_training_on_a_tfds_name_prepares_it_first(archive, tmp_path):
+    """keras-vit-train --config.input.dataset=dtd on a data directory
+    without it: TFDS downloads (from the loopback server) and prepares it,
+    then the run trains and scores DTD's test split; with
+    config.input.download=False, one line names the fix."""
+    folder, counts = archive
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(fake_tfds.SITECUSTOMIZE)
+    env = fake_tfds.loopback_env(dict(
+        os.environ, CUDA_VISIBLE_DEVICES="", HF_HUB_OFFLINE="1",
+        KERAS_VIT_OFFLINE="1"), site)
+    args = ["--config=digits", "--config.input.dataset=dtd",
+            "--config.evals.test.split=test",
+            f"--config.input.data_dir={tmp_path / 'tfds'}",
+            "--config.model.image_size=16", "--config.input.pp.resize_size=18",
+            "--config.input.batch_size=16", "--config.trainer.total_steps=2",
+            "--config.schedule.warmup_steps=1",
+            "--config.evals.test.every_steps=0",
+            "--config.checkpoints.every_steps=0",
+            "--config.trainer.jit_compile=False"]
+
+    def train(name, *extra):
+        return subprocess.run(
+            _script("train") + args + [f"--workdir={tmp_path / name}",
+                                       *extra],
+            env=env, capture_output=True, text=True, timeout=900,
+            cwd=str(tmp_path))
+
+    refused = train("refused", "--config.input.download=False")
+    assert refused.returncode == 1, refused.stderr[-3000:]
+    assert "Traceback" not in refused.stderr
+    assert refused.stderr.strip().splitlines()[-1].startswith(
+        "keras-vit-train: error: dtd: dtd is not prepared in "), (
+        refused.stderr[-3000:])
+    with fake_tfds.serve(folder) as (url, requests):
+        env[fake_tfds.URL_ENV] = url
+        result = train("run")
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert requests == ["/" + fake_tfds.ARCHIVE]
+    assert "TFDS downloads and prepares it" in result.stderr
+    with open(tmp_path / "run" / "metrics.json") as f:
+        metrics = json.load(f)
+    assert metrics["steps"] == 2
+    assert metrics["test_examples"] == counts["test1"]

@@ -28,6 +28,7 @@ import functools
 from typing import List, Optional, Tuple
 
 import numpy as np
+from absl import logging
 
 from keras_vit.data import folders, vtab
 from keras_vit.errors import UsageError
@@ -133,12 +134,24 @@ def tfds_builder(inp):
     if inp.vtab_task:
         return vtab.get_task(inp.vtab_task).builder(inp.data_dir)
     try:
-        return tfds.builder(inp.dataset, data_dir=inp.data_dir)
+        builder = tfds.builder(inp.dataset, data_dir=inp.data_dir)
     except tfds.core.registered.DatasetNotFoundError as e:
         raise UsageError(
             f"Unknown dataset {inp.dataset!r}: use 'digits', 'folder' or a "
             f"TFDS name (see tfds.list_builders()). ({e})"
         ) from None
+    # A data set not on disk yet: TFDS's own download_and_prepare, once
+    # (config.input.download), as the VTAB tasks and few-shot sets do.
+    if not builder.is_prepared():
+        logging.info("%s is not prepared in %s: TFDS downloads and prepares "
+                     "it (config.input.download).", inp.dataset,
+                     inp.data_dir or "the TFDS data directory")
+        try:
+            vtab.prepare_builder(builder, inp.dataset, inp.data_dir,
+                                 bool(inp.download), inp.manual_dir)
+        except vtab.DataUnavailableError as e:
+            raise UsageError(str(e)) from None
+    return builder
 
 
 def tfds_split_size(builder, split) -> Optional[int]:
