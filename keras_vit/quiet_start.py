@@ -162,6 +162,11 @@ def help_only(argv=None) -> bool:
 _INTERRUPTED = 130
 
 
+def interrupted_line(program: str) -> str:
+    """The one line of a command that Ctrl-C stopped at once."""
+    return f"{program}: interrupted: stopped at once (Ctrl-C)."
+
+
 def _program(argv) -> str:
     """keras-vit-NAME of a command's argv (a console script, or the module
     file of `python -m keras_vit.commands.NAME`)."""
@@ -178,8 +183,7 @@ def _stop_while_starting(signum, frame) -> None:
     library's callback swallows."""
     del signum, frame
     out = _held[-1][0] if _held else 2
-    os.write(out, f"{_program(sys.argv)}: interrupted: stopped at once "
-             "(Ctrl-C).\n".encode())
+    os.write(out, (interrupted_line(_program(sys.argv)) + "\n").encode())
     os._exit(_INTERRUPTED)
 
 

@@ -352,8 +352,8 @@ def _interrupted(error: KeyboardInterrupt, program: str,
     if verbose:
         print("".join(traceback.format_exception(error)), file=sys.stderr,
               end="", flush=True)
-    print(f"{program}: interrupted: stopped at once (Ctrl-C).",
-          file=sys.stderr, flush=True)
+    print(quiet_start.interrupted_line(program), file=sys.stderr,
+          flush=True)
     return INTERRUPTED_EXIT_CODE
 
 

@@ -28,7 +28,6 @@ import functools
 from typing import List, Optional, Tuple
 
 import numpy as np
-from absl import logging
 
 from keras_vit.data import folders, vtab
 from keras_vit.errors import UsageError
@@ -142,15 +141,11 @@ def tfds_builder(inp):
         ) from None
     # A data set not on disk yet: TFDS's own download_and_prepare, once
     # (config.input.download), as the VTAB tasks and few-shot sets do.
-    if not builder.is_prepared():
-        logging.info("%s is not prepared in %s: TFDS downloads and prepares "
-                     "it (config.input.download).", inp.dataset,
-                     inp.data_dir or "the TFDS data directory")
-        try:
-            vtab.prepare_builder(builder, inp.dataset, inp.data_dir,
-                                 bool(inp.download), inp.manual_dir)
-        except vtab.DataUnavailableError as e:
-            raise UsageError(str(e)) from None
+    try:
+        vtab.prepare_builder(builder, inp.dataset, inp.data_dir,
+                             bool(inp.download), inp.manual_dir)
+    except vtab.DataUnavailableError as e:
+        raise UsageError(str(e)) from None
     return builder
 
 

@@ -364,6 +364,9 @@ def prepare_builder(
         )
     import tensorflow_datasets as tfds
 
+    logging.info("%s is not prepared in %s: TFDS downloads and prepares it "
+                 "(config.input.download).", label,
+                 data_dir or "the TFDS data directory")
     try:
         builder.download_and_prepare(
             download_config=tfds.download.DownloadConfig(manual_dir=manual)
