@@ -45,7 +45,8 @@
 # --training: likewise for training: train_on_batch against the step
 # compiled once with its state kept on the device (throughput.py's
 # train_jit), B/16 at 224, batch 128, beside keras-hub's, each mode in a
-# fresh process (training_b16_224_b128_bf16.*).
+# fresh process (training_b16_224_b128_bf16.*), then L/16 at 224, batch
+# 64, alone (training_l16_224_b64_bf16.*).
 # --smoke: the same runs at tiny sizes (any machine, the CPU too), to check
 # the whole path (tests/test_accelerator.py does); without OUTPUT_DIR its
 # files go to a new temporary folder.
@@ -143,11 +144,12 @@ if [ "$profile" = 1 ] || [ "$inference" = 1 ] || [ "$training" = 1 ]; then
     if [ "$smoke" = 1 ]; then
         tiny=(--patch_size 8 --hidden_size 32 --num_layers 1 --num_heads 2
               --mlp_dim 64)
-        s224=32 s384=48 b128=2 b32=2 b1024=4 classes=(--num_classes 10)
+        s224=32 s384=48 b128=2 b64=2 b32=2 b1024=4 classes=(--num_classes 10)
         psteps=(--steps 1 --warmup 1) reps=(--repeats 2 --min_time 0.01)
         timed=(--repeats 2 --steps 1 --matmul_size 64)
     else
-        tiny=() s224=224 s384=384 b128=128 b32=32 b1024=1024 classes=()
+        tiny=() s224=224 s384=384 b128=128 b64=64 b32=32 b1024=1024
+        classes=()
         psteps=(--steps 5 --warmup 3) reps=(--repeats 5 --min_time 0.3)
         timed=(--repeats 5 --min_time 1 --matmul_size 8192)
     fi
@@ -185,6 +187,13 @@ if [ "$profile" = 1 ] || [ "$inference" = 1 ] || [ "$training" = 1 ]; then
             --process_per_config --compare_keras_hub --warmup 2 \
             --rewarm 1 --matmul_repeats 2 "${timed[@]}" "${tiny[@]}" \
             "${classes[@]}"
+        # L/16 likewise, without keras-hub (its ratio is in the throughput
+        # runs), last: cut to its deadline, skipped if the budget is spent.
+        run training_l16_224_b64_bf16 200 throughput.py \
+            --variant L/16 --image_size "$s224" --batch_size "$b64" \
+            --dtype bfloat16 --xla on --mode train,train_jit \
+            --process_per_config --warmup 2 --rewarm 1 --deadline 150 \
+            --matmul_repeats 2 "${timed[@]}" "${tiny[@]}" "${classes[@]}"
     fi
     say "done in ${SECONDS}s: $(ls "$outdir"/*.json 2>/dev/null | wc -l) result files in $outdir"
     exit $failed

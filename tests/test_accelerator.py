@@ -282,7 +282,8 @@ def test_inference_and_training_runs_end_to_end_at_tiny_sizes(
     assert proc.returncode == 0, proc.stdout + log[-5000:]
     modes = {"inference_b16_224_b128_bf16": ("infer", "infer_jit"),
              "inference_b16_224_b1024_bf16": ("infer", "infer_jit"),
-             "training_b16_224_b128_bf16": ("train", "train_jit")}
+             "training_b16_224_b128_bf16": ("train", "train_jit"),
+             "training_l16_224_b64_bf16": ("train", "train_jit")}
     assert sorted(p[:-5] for p in os.listdir(out) if p.endswith(".json")) \
         == sorted(modes)
     for name, want in modes.items():
