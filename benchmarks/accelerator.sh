@@ -46,7 +46,10 @@
 # compiled once with its state kept on the device (throughput.py's
 # train_jit), B/16 at 224, batch 128, beside keras-hub's, each mode in a
 # fresh process (training_b16_224_b128_bf16.*), then L/16 at 224, batch
-# 64, alone (training_l16_224_b64_bf16.*).
+# 64, alone (training_l16_224_b64_bf16.*). With both, in order of need:
+# B/16 training, inference at batch 128, L/16 training, inference at
+# batch 1024. Each throughput run stops its repeats 30 s before its time
+# limit, so that it writes what it measured.
 # --smoke: the same runs at tiny sizes (any machine, the CPU too), to check
 # the whole path (tests/test_accelerator.py does); without OUTPUT_DIR its
 # files go to a new temporary folder.
@@ -132,6 +135,9 @@ run() {
         failed=1
         return
     fi
+    # throughput.py stops its repeats 30 s before it would be killed, so
+    # that it writes what it measured.
+    [ "$script" = throughput.py ] && set -- "$@" --deadline $((limit - 30))
     say "$name: starting, killed after ${limit}s"
     timeout --kill-after=5 "$limit" "$python" "benchmarks/$script" "$@" \
         --output "$outdir/$name" > /dev/null 2>> "$log"
@@ -165,36 +171,34 @@ if [ "$profile" = 1 ] || [ "$inference" = 1 ] || [ "$training" = 1 ]; then
                 --batch_size "$batch" "${reps[@]}" "${tiny[@]}"
         done
     fi
-    if [ "$inference" = 1 ]; then
-        # predict_on_batch against the compiled forward pass on inputs
-        # already on the device, at a serving batch and a large one.
-        for batch in "$b128:b128:--compare_keras_hub" "$b1024:b1024:"; do
-            IFS=: read -r size tag hub <<< "$batch"
-            run "inference_b16_224_${tag}_bf16" 120 throughput.py \
-                --variant B/16 --image_size "$s224" --batch_size "$size" \
-                --dtype bfloat16 --xla on --mode infer,infer_jit \
-                --process_per_config --warmup 2 --rewarm 1 \
-                --matmul_repeats 2 "${timed[@]}" "${tiny[@]}" \
-                "${classes[@]}" ${hub:+"$hub"}
-        done
-    fi
-    if [ "$training" = 1 ]; then
-        # train_on_batch against the step compiled once, its state on the
-        # device: what Keras's per-call work costs a training step.
-        run training_b16_224_b128_bf16 240 throughput.py \
-            --variant B/16 --image_size "$s224" --batch_size "$b128" \
-            --dtype bfloat16 --xla on --mode train,train_jit \
-            --process_per_config --compare_keras_hub --warmup 2 \
+    # In order of need: B/16 training, then inference at batch 128 (the
+    # targets' rows), then L/16 training and inference at batch 1024.
+    train() {  # NAME SECONDS VARIANT BATCH [--compare_keras_hub]
+        run "$1" "$2" throughput.py --variant "$3" --image_size "$s224" \
+            --batch_size "$4" --dtype bfloat16 --xla on \
+            --mode train,train_jit --process_per_config --warmup 2 \
             --rewarm 1 --matmul_repeats 2 "${timed[@]}" "${tiny[@]}" \
-            "${classes[@]}"
-        # L/16 likewise, without keras-hub (its ratio is in the throughput
-        # runs), last: cut to its deadline, skipped if the budget is spent.
-        run training_l16_224_b64_bf16 200 throughput.py \
-            --variant L/16 --image_size "$s224" --batch_size "$b64" \
-            --dtype bfloat16 --xla on --mode train,train_jit \
-            --process_per_config --warmup 2 --rewarm 1 --deadline 150 \
-            --matmul_repeats 2 "${timed[@]}" "${tiny[@]}" "${classes[@]}"
-    fi
+            "${classes[@]}" "${@:5}"
+    }
+    infer() {  # NAME SECONDS BATCH [--compare_keras_hub]
+        run "$1" "$2" throughput.py --variant B/16 --image_size "$s224" \
+            --batch_size "$3" --dtype bfloat16 --xla on \
+            --mode infer,infer_jit --process_per_config --warmup 2 \
+            --rewarm 1 --matmul_repeats 2 "${timed[@]}" "${tiny[@]}" \
+            "${classes[@]}" "${@:4}"
+    }
+    # train_on_batch against the step compiled once, its state on the
+    # device: what Keras's per-call work costs a training step.
+    [ "$training" = 1 ] && train training_b16_224_b128_bf16 240 B/16 \
+        "$b128" --compare_keras_hub
+    # predict_on_batch against the compiled forward pass on inputs
+    # already on the device, at a serving batch and a large one.
+    [ "$inference" = 1 ] && infer inference_b16_224_b128_bf16 240 \
+        "$b128" --compare_keras_hub
+    # L/16 without keras-hub (its ratio is in the throughput runs).
+    [ "$training" = 1 ] && train training_l16_224_b64_bf16 200 L/16 "$b64"
+    [ "$inference" = 1 ] && infer inference_b16_224_b1024_bf16 150 \
+        "$b1024"
     say "done in ${SECONDS}s: $(ls "$outdir"/*.json 2>/dev/null | wc -l) result files in $outdir"
     exit $failed
 fi

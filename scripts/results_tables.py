@@ -502,8 +502,10 @@ def gpu_throughput() -> str:
             ceiling = data["ceiling"][a["dtype"]]["flops_per_s"]
             machines.append(
                 f"`{name}`: {m.get('device_kind', m['cpu'])}, jax "
-                f"{m.get('jax')}, keras {m['keras']}, keras-hub "
-                f"{data.get('keras_hub')}; {a['dtype']} matmul ceiling "
+                f"{m.get('jax')}, keras {m['keras']}"
+                + (f", keras-hub {data['keras_hub']}"
+                   if data.get("keras_hub") else " (no keras-hub row)")
+                + f"; {a['dtype']} matmul ceiling "
                 f"{ceiling / 1e12:.0f} TFLOP/s ({a['matmul_size']}^3).")
             notes += [f"- `{name}`: {n}" for n in data["notes"]]
     spec = ", ".join(f"{v / 1e12:.0f} TFLOP/s for the {k}"
@@ -668,39 +670,57 @@ KERNEL_CANDIDATES = {
 
 
 def gpu_attention_kernels() -> str:
-    """The attention op of one layer alone: each candidate's time, speed
-    over the portable path, error and JAX's refusals."""
+    """The attention op of one layer alone: each candidate's time (the
+    median of the runs of its configuration, a rerun stored as
+    NAME_runN), speed over the portable path, error and JAX's
+    refusals."""
     runs = gpu_results("attention_kernels")
     if not runs:
         return NO_GPU_SECTION
-    lines = ["| image (tokens), batch | mode | candidate | ms per layer | "
-             "speed over the portable path | TFLOP/s | largest error "
-             "(largest value) | JAX refused |",
+    lines = ["| image (tokens), batch | mode | candidate | ms per layer, "
+             "median (each run) | speed over the portable path | TFLOP/s "
+             "| largest error (largest value) | JAX refused |",
              "|---|---|---|---|---|---|---|---|"]
-    commands = []
+    groups: Dict[str, List[dict]] = {}
     for name, data in runs:
+        groups.setdefault(RUN_SUFFIX.sub("", name), []).append(data)
+    for data_list in groups.values():
+        data = data_list[0]
         a = data["args"]
-        for r in data["rows"]:
+        for i, r in enumerate(data["rows"]):
             head = (f"| {a['image_size']} ({data['tokens']}), "
                     f"{a['batch_size']} | {r['mode']} | `{r['candidate']}` |")
             if r.get("refused"):
                 lines.append(f"{head} | | | | {r['refused']} |")
                 continue
+            same = [d["rows"][i] for d in data_list
+                    if (d["rows"][i]["mode"], d["rows"][i]["candidate"])
+                    == (r["mode"], r["candidate"])
+                    and d["rows"][i].get("ms") is not None]
+            each = ", ".join(f"{x['ms']:.3f}" for x in same)
             lines.append(
-                f"{head} {r['ms']:.3f} | {ratio(r['speedup_vs_one_path'])} | "
-                f"{r['tflops_per_s']:.0f} | {r['max_abs_error']:.3g} "
+                f"{head} **{_median_of(same, 'ms'):.3f}** ({each}) | "
+                f"{ratio(_median_of(same, 'speedup_vs_one_path'))} | "
+                f"{_median_of(same, 'tflops_per_s'):.0f} | "
+                f"{max(x['max_abs_error'] for x in same):.3g} "
                 f"({r['ref_max_abs']:.2g}) | |")
-        commands.append(f"`{data['command']}`")
     legend = "; ".join(f"`{k}`: {v}" for k, v in KERNEL_CANDIDATES.items())
     m = runs[0][1]["machine"]
     return "\n".join(lines) + (
         f"\n\n{legend}. Training: the gradient with respect to q, k and v; "
         f"B/16's 12 heads of 64, bfloat16, on {m.get('device_kind')} (jax "
-        f"{m.get('jax')}). Commands: {'; '.join(commands)}.") + source(
+        f"{m.get('jax')}); speed, TFLOP/s: the median of the runs; error: "
+        f"the largest of the runs. Each run's command is in its JSON "
+        f"(`bash benchmarks/accelerator.sh --profile` ran them).") + source(
         *(f"{BENCH}/{GPU}/{n}.json" for n, _ in runs))
 
 
 PROFILE = "device_profile_b16_224_b128_bf16"
+# The profile of every model and mode in one process (before
+# device_profile.py gave each its own): kept for what it shows of that.
+PROFILE_ONE_PROCESS = "device_profile_oneprocess_b16_224_b128_bf16"
+# train_on_batch and the compiled step, each in its own process.
+TRAINING_B16 = "training_b16_224_b128_bf16"
 PROFILE_CMDBUF = "device_profile_cmdbuf_b16_224_b128_bf16"
 PROFILE_KINDS = ("matmul", "attention", "layout", "elementwise")
 CUDNN_CONV = "cudnn-conv"  # the patch embedding's cuDNN convolution calls
@@ -790,82 +810,8 @@ def gpu_profile() -> str:
             f"it ran (it counts them as matmul now). Without it, "
             f"elementwise is {_ms(kinds['elementwise'] - conv_s)} ms, "
             f"{pct((kinds['elementwise'] - conv_s) / op)} of the op time.")
-    run = _gpu_bench(FUSED_B16)
-    if run:
-        used.append(FUSED_B16)
-        row = gpu_row(run, "train")
-        ceiling = run["ceiling"]["bfloat16"]["flops_per_s"]
-        spec = _spec(run)
-        flops = _forward_flops(data["sizes"], a["image_size"],
-                               a["num_classes"])
-        batch = a["batch_size"]
-        per_image = flops["total"] - flops["attention"] - flops["patches"]
-        dense = 3 * batch * per_image
-        step = row["step_ms"] / 1e3
-        model = 3 * batch * flops["total"]
-        facts += [
-            f"- The matmul kernels did {dense / 1e12:.1f} TFLOP per step "
-            f"(the projections, MLPs and head, forward and backward: 3 x "
-            f"{per_image / 1e9:.2f} GFLOP x {batch} images) in "
-            f"{_ms(kinds['matmul'])} ms: "
-            f"{dense / kinds['matmul'] / 1e12:.0f} TFLOP/s, "
-            f"{pct(dense / kinds['matmul'] / ceiling)} of the matmul "
-            f"ceiling measured in `{FUSED_B16}` "
-            f"({ceiling / 1e12:.0f} TFLOP/s).",
-            f"- The same code's training step in `{FUSED_B16}` (first in "
-            f"its process) took {1e3 * step:.2f} ms: "
-            f"{1e3 * (step - op):.1f} ms per step "
-            f"({pct((step - op) / step)}) in which no kernel ran. Kernels "
-            f"of one stream run one after another, so the device waited "
-            f"that long each step; `train_on_batch` copies its logs to the "
-            f"host every step, and the step's per-call work on the host is "
-            f"the likely cause (not measured apart: see `train_jit`).",
-            f"- Busy, the device would run the model's "
-            f"{model / 1e12:.2f} TFLOP per step at "
-            f"{pct(model / op / ceiling)} MFU of the measured ceiling"
-            + (f" ({pct(model / op / spec)} of the data sheet's)"
-               if spec else "")
-            + f"; the measured step is {pct(row['mfu'])}."]
-    infer = [r for r in data["rows"] if (r["model"], r["mode"]) == (
-        "keras_vit", "infer")]
-    if infer and data["args"].get("one_process", True):
-        def mlp2(row):
-            return _median([r["seconds"] for r in row["top"]
-                            if r["op_name"].endswith("/mlp2/dot_general")
-                            and "transpose(" not in r["op_name"]])
-        first, later = mlp2(vit), mlp2(infer[0])
-        if first and later:
-            index = data["rows"].index(infer[0])
-            facts.append(
-                f"- In one process, what was profiled after another "
-                f"configuration was cleared ran slower: the same matmul, "
-                f"keras_vit's forward `mlp2` (every token, same shapes), "
-                f"took {1e3 * first:.3f} ms in the training step profiled "
-                f"first and {1e3 * later:.3f} ms in the inference step "
-                f"profiled {_profile_place(data, index)}: "
-                f"{ratio(later / first)}.")
-    hub = [r for r in data["rows"] if (r["model"], r["mode"]) == (
-        "keras_hub", "train")]
-    if hub and run and data["args"].get("one_process", True):
-        measured = gpu_row(run, "train", "keras_hub")["step_ms"]
-        index = data["rows"].index(hub[0])
-        facts.append(
-            f"- keras-hub was profiled {_profile_place(data, index)} in the "
-            f"same process, after keras_vit's configuration was cleared: "
-            f"its kernels took {_ms(hub[0]['op_seconds_per_step'])} ms per "
-            f"step, more than the {measured:.2f} ms its whole step took "
-            f"in `{FUSED_B16}`. Its rows, like the inference rows, show "
-            f"that slowdown, not the step's own cost.")
-    if infer:
-        if not any(t["attention"] for t in
-                   infer[0]["seconds_per_step"].values()):
-            facts.append(
-                "- The inference step's trace has no instruction counted "
-                "as attention, and the run keeps only the longest "
-                "instructions: whether `predict_on_batch`'s step ran the "
-                "fused kernel cannot be told from it (runs now record the "
-                "cuDNN attention calls of each compiled step, "
-                "`cudnn_attention`).")
+    facts += _profile_step(data, kinds, op, used)
+    facts += _profile_others(data, vit, used)
     old = _gpu_bench(PROFILE_CMDBUF)
     if old:
         first = old["rows"][0]
@@ -879,6 +825,124 @@ def gpu_profile() -> str:
     return "\n".join(lines + facts) + source(
         *(f"{BENCH}/{GPU}/{n}.json" for n in used),
         command=data["command"])
+
+
+def _profile_step(data: dict, kinds: Dict[str, float], op: float,
+                  used: List[str]) -> List[str]:
+    """Bullets: the matmul kernels' rate, and the profiled kernel time
+    against the whole training step as `train_on_batch` and as the
+    compiled step (`TRAINING_B16`, each in its own process; else the
+    older `FUSED_B16`)."""
+    name = TRAINING_B16 if _gpu_bench(TRAINING_B16) else FUSED_B16
+    run = _gpu_bench(name)
+    if not run:
+        return []
+    used.append(name)
+    a = data["args"]
+    ceiling = run["ceiling"]["bfloat16"]["flops_per_s"]
+    spec = _spec(run)
+    flops = _forward_flops(data["sizes"], a["image_size"], a["num_classes"])
+    batch = a["batch_size"]
+    per_image = flops["total"] - flops["attention"] - flops["patches"]
+    dense = 3 * batch * per_image
+    model = 3 * batch * flops["total"]
+    out = [
+        f"- The matmul kernels did {dense / 1e12:.1f} TFLOP per step (the "
+        f"projections, MLPs and head, forward and backward: 3 x "
+        f"{per_image / 1e9:.2f} GFLOP x {batch} images) in "
+        f"{_ms(kinds['matmul'])} ms (the patch embedding's convolution "
+        f"included): {dense / kinds['matmul'] / 1e12:.0f} TFLOP/s, "
+        f"{pct(dense / kinds['matmul'] / ceiling)} of the matmul ceiling "
+        f"measured in `{name}` ({ceiling / 1e12:.0f} TFLOP/s). The matmuls "
+        f"run near the ceiling; the rest of the op time is what keeps the "
+        f"step from it.",
+        f"- Busy with kernels alone, the device would run the model's "
+        f"{model / 1e12:.2f} TFLOP per step at {pct(model / op / ceiling)} "
+        f"MFU of the measured ceiling"
+        + (f" ({pct(model / op / spec)} of the data sheet's)" if spec
+           else "") + "."]
+    train, jit = gpu_row(run, "train"), gpu_row(run, "train_jit")
+    if train and jit and place(run, "train") == OWN_PROCESS:
+        t, j = train["step_ms"] / 1e3, jit["step_ms"] / 1e3
+        out.append(
+            f"- The whole step, each call in its own process "
+            f"(`{name}`): `train_on_batch` {1e3 * t:.2f} ms "
+            f"({pct(train['mfu'])} MFU), the compiled step (`train_jit`: "
+            f"the same step compiled once, its state kept on the device) "
+            f"{1e3 * j:.2f} ms ({pct(jit['mfu'])}). Keras's per-call work "
+            f"(gathering the state from the variables and writing it back, "
+            f"the metrics, the logs copied to the host) costs "
+            f"{1e3 * (t - j):.1f} ms a step ({pct((t - j) / t)}); the "
+            f"compiled step still spends {1e3 * (j - op):.1f} ms "
+            f"({pct((j - op) / j)}) beyond the profiled kernels (waiting "
+            f"for each step's outputs before the next is launched; the "
+            f"profile ran with XLA's command buffers off, the timed steps "
+            f"with them on).")
+    elif train:
+        t = train["step_ms"] / 1e3
+        out.append(
+            f"- The same code's training step in `{name}` took "
+            f"{1e3 * t:.2f} ms: {1e3 * (t - op):.1f} ms per step "
+            f"({pct((t - op) / t)}) in which no kernel ran; the measured "
+            f"step is {pct(train['mfu'])}.")
+    return out
+
+
+def _profile_others(data: dict, vit: dict, used: List[str]) -> List[str]:
+    """Bullets: keras-hub's kernels against keras_vit's (each in its own
+    process), whether the inference step ran the fused attention, and
+    what the older one-process profile showed of profiling one
+    configuration after another."""
+    out = []
+    rows = {(r["model"], r["mode"]): r for r in data["rows"]}
+    own = not data["args"].get("one_process", True)
+    hub = rows.get(("keras_hub", "train"))
+    if hub and own:
+        def total(row, kind):
+            return sum(t[kind] for t in row["seconds_per_step"].values())
+        out.append(
+            f"- keras-hub's training step, in its own process: "
+            f"{_ms(hub['op_seconds_per_step'])} ms of kernels per step, "
+            f"{ratio(hub['op_seconds_per_step'] / vit['op_seconds_per_step'])}"
+            f" keras_vit's; matmul {_ms(total(hub, 'matmul'))} ms (its "
+            f"attention products among them: no fused attention in its "
+            f"training step), elementwise {_ms(total(hub, 'elementwise'))} "
+            f"ms, layout {_ms(total(hub, 'layout'))} ms.")
+    for model in ("keras_vit", "keras_hub"):
+        infer = rows.get((model, "infer"))
+        if infer and own:
+            attention = sum(t["attention"]
+                            for t in infer["seconds_per_step"].values())
+            out.append(
+                f"- {model}'s inference step (`predict_on_batch`'s): "
+                f"{_ms(infer['op_seconds_per_step'])} ms of kernels per "
+                f"batch, {_ms(attention)} ms of them cuDNN's fused "
+                f"attention.")
+    one = _gpu_bench(PROFILE_ONE_PROCESS)
+    if one:
+        first = [r for r in one["rows"] if (r["model"], r["mode"]) == (
+            "keras_vit", "train")]
+        later = [r for r in one["rows"] if (r["model"], r["mode"]) == (
+            "keras_vit", "infer")]
+
+        def mlp2(row):
+            return _median([r["seconds"] for r in row["top"]
+                            if r["op_name"].endswith("/mlp2/dot_general")
+                            and "transpose(" not in r["op_name"]])
+        if first and later and mlp2(first[0]) and mlp2(later[0]):
+            index = one["rows"].index(later[0])
+            out.append(
+                f"- `{PROFILE_ONE_PROCESS}`, the earlier profile of every "
+                f"model and mode in one process: what was profiled after "
+                f"another configuration was cleared ran slower; the same "
+                f"matmul, keras_vit's forward `mlp2` (every token, same "
+                f"shapes), took {1e3 * mlp2(first[0]):.3f} ms in the "
+                f"training step profiled first and "
+                f"{1e3 * mlp2(later[0]):.3f} ms in the inference step "
+                f"profiled {_profile_place(one, index)}: "
+                f"{ratio(mlp2(later[0]) / mlp2(first[0]))}.")
+            used.append(PROFILE_ONE_PROCESS)
+    return out
 
 
 MODE_CALLS = {"infer": "`predict_on_batch`",
@@ -943,6 +1007,16 @@ def gpu_inference() -> str:
                 f"{MODE_CALLS[mode]} at batch 128, first in its process: "
                 f"{', '.join(early)}; after another configuration in the "
                 f"same process: {', '.join(late)}.")
+    for name, data in gpu_results("throughput"):
+        p, c = gpu_row(data, "infer"), gpu_row(data, "infer_jit")
+        if p and c and place(data, "infer") == OWN_PROCESS:
+            lines.append(
+                f"- `predict_on_batch`'s per-call cost, measured "
+                f"(`{name}`, batch {data['args']['batch_size']}, each call "
+                f"in its own process): {p['step_ms']:.2f} ms per batch "
+                f"against the compiled forward's {c['step_ms']:.2f} ms, "
+                f"{p['step_ms'] - c['step_ms']:.1f} ms a call "
+                f"({pct((p['step_ms'] - c['step_ms']) / p['step_ms'])}).")
     predict = firsts.get(("infer", 128, True, ONE_PATH))
     compiled = firsts.get(("infer_jit", 128, True, FUSED))
     kernels = _gpu_bench(ATTENTION_KERNELS_224)
@@ -955,9 +1029,10 @@ def gpu_inference() -> str:
         saved = layers * saved_per_layer
         rest = p["step_ms"] - c["step_ms"]
         lines.append(
-            f"- `predict_on_batch`'s per-call cost, estimated (no run "
-            f"measured both calls of the same code first in their "
-            f"process): the one path's `predict_on_batch` took "
+            f"- `predict_on_batch`'s per-call cost at batch 128, "
+            f"estimated (no stored run measured both calls of the same "
+            f"code at that batch, each first in its process): the one "
+            f"path's `predict_on_batch` took "
             f"{p['step_ms']:.2f} ms per batch (`{pname}`), the fused "
             f"attention's compiled forward {c['step_ms']:.2f} ms "
             f"(`{cname}`). Of the difference, the fused kernel saves about "
@@ -973,12 +1048,62 @@ def gpu_inference() -> str:
         command=GPU_COMMAND)
 
 
+LOGGED_ROW = re.compile(
+    r"^\[(\w+)\] (\S+) (\S+) xla=\w+\s+([\d.]+) img/s$")
+RUN_LINE = re.compile(r"^(\S+): (starting|exit (\d+))")
+
+
+def gpu_logged_only() -> str:
+    """The rows that a GPU run printed to its log but never wrote to a
+    result: runs that `accelerator.sh` stopped at their time limit (exit
+    124) before throughput.py wrote its JSON. Read from the stored logs
+    (benchmarks/results/gpu/accelerator_runN.log); kept out of every
+    table and target."""
+    lines = ["| log | run | batch | model | call | img/s | ms per batch "
+             "| keras_vit vs keras-hub |", "|---|---|---|---|---|---|---|---|"]
+    used = []
+    for path in sorted(glob.glob(os.path.join(ROOT, BENCH, GPU,
+                                              "accelerator_run*.log"))):
+        log = os.path.basename(path)
+        run, rows = None, []
+        with open(path) as f:
+            for text in f:
+                text = text.rstrip("\n")
+                m = RUN_LINE.match(text)
+                if m and m.group(2) == "starting":
+                    run, rows = m.group(1), []
+                elif m and m.group(3) == "124" and m.group(1) == run and rows:
+                    batch = int(re.findall(r"_b(\d+)_", run)[-1])
+                    speed = {(r[1], r[2]): float(r[3]) for r in rows}
+                    for _, model, mode, ips in rows:
+                        hub = speed.get(("keras_hub", mode))
+                        vs = (ratio(float(ips) / hub)
+                              if model == "keras_vit" and hub else "")
+                        lines.append(
+                            f"| `{log}` | `{run}` | {batch} | {model} | "
+                            f"{MODE_CALLS[mode]} | {float(ips):.0f} | "
+                            f"{1e3 * batch / float(ips):.2f} | {vs} |")
+                    if log not in used:
+                        used.append(log)
+                    run = None
+                elif run:
+                    m = LOGGED_ROW.match(text)
+                    if m:
+                        rows.append(m.groups())
+    if not used:
+        return "No GPU run was stopped before it wrote its result."
+    return "\n".join(lines) + source(
+        *(f"{BENCH}/{GPU}/{n}" for n in used), command=GPU_COMMAND)
+
+
 # ---------------------------------------------------------- GPU targets
 GPU_TARGETS = (  # (what, variant, image, batch, mode, field, want)
     ("B/16, 224, batch 128, training (`train_on_batch`): MFU >= 40%",
      "B/16", 224, 128, "train", "mfu", 0.40),
     ("B/16, 224, batch 128, training: >= 1.15x keras-hub",
      "B/16", 224, 128, "train", "vs_keras_hub", 1.15),
+    ("B/16, 224, batch 128, training, compiled step (`train_jit`): "
+     "MFU >= 40%", "B/16", 224, 128, "train_jit", "mfu", 0.40),
     ("B/16, 224, batch 128, inference, compiled forward (`infer_jit`): "
      "MFU >= 40%", "B/16", 224, 128, "infer_jit", "mfu", 0.40),
     ("B/16, 224, batch 128, inference, compiled forward: >= 1.15x "
@@ -987,25 +1112,30 @@ GPU_TARGETS = (  # (what, variant, image, batch, mode, field, want)
      "B/16", 224, 128, "infer", "mfu", 0.40),
     ("B/16, 224, batch 128, inference, `predict_on_batch`: >= 1.15x "
      "keras-hub", "B/16", 224, 128, "infer", "vs_keras_hub", 1.15),
-    ("L/16, 224, batch 64, training: MFU >= 50%",
+    ("L/16, 224, batch 64, training (`train_on_batch`): MFU >= 50%",
      "L/16", 224, 64, "train", "mfu", 0.50),
+    ("L/16, 224, batch 64, training, compiled step (`train_jit`): "
+     "MFU >= 50%", "L/16", 224, 64, "train_jit", "mfu", 0.50),
     ("L/16, 224, batch 64, training: >= 1.15x keras-hub",
      "L/16", 224, 64, "train", "vs_keras_hub", 1.15),
 )
 
 
-def gpu_target_runs(variant: str, image: int, batch: int, mode: str
-                    ) -> List[str]:
+def gpu_target_runs(variant: str, image: int, batch: int, mode: str,
+                    field: str = "mfu") -> List[str]:
     """[str]. The stored GPU runs a target reads: every throughput run of
-    the configuration, in bfloat16, in which the library took cuDNN's
-    fused attention (the current library on a GPU, `library_of`) and the
-    mode's configuration ran first in its process (or in its own)."""
+    the configuration, in bfloat16, that has the target's field (a run
+    without keras-hub has no ratio to it), in which the library took
+    cuDNN's fused attention (the current library on a GPU, `library_of`)
+    and the mode's configuration ran first in its process (or in its
+    own)."""
     out = []
     for name, data in gpu_results("throughput"):
         a = data["args"]
+        row = gpu_row(data, mode)
         if ((a["variant"], a["image_size"], a["batch_size"], a["dtype"])
                 == (variant, image, batch, "bfloat16")
-                and gpu_row(data, mode)
+                and row and row.get(field) is not None
                 and library_of(name, data) == FUSED
                 and first_in_process(data, mode)):
             out.append(f"{GPU}/{name}")
@@ -1048,7 +1178,7 @@ def gpu_targets() -> List[str]:
     `gpu_target_runs` finds; "not measured" where there is none."""
     out = []
     for what, variant, image, batch, mode, field, want in GPU_TARGETS:
-        runs = gpu_target_runs(variant, image, batch, mode)
+        runs = gpu_target_runs(variant, image, batch, mode, field)
         if not runs:
             out.append(f"| {what} | no run of the current library with "
                        "this configuration first in its process | | not "
@@ -1476,6 +1606,7 @@ RENDERERS: Dict[str, Callable[[], str]] = {
     "gpu-attention-kernels": gpu_attention_kernels,
     "gpu-profile": gpu_profile,
     "gpu-inference": gpu_inference,
+    "gpu-logged-only": gpu_logged_only,
     "loop-overhead": loop_overhead,
     "folder-run": folder_run,
     "memory-tf": memory("memory_tf"),

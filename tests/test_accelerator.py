@@ -446,25 +446,36 @@ def test_where_each_configuration_ran_in_its_process():
 
 def test_the_profile_block_states_what_the_stored_files_hold():
     """The GPU profile's derived figures, from the stored profile and the
-    throughput run of the same code."""
+    training run of the same code (train_on_batch and the compiled step,
+    each in its own process)."""
     profile = _stored("device_profile_b16_224_b128_bf16")
-    run = _stored("fused_b16_224_b128_bf16")
+    run = _stored("training_b16_224_b128_bf16")
     block = tables.gpu_profile()
     vit = profile["rows"][0]
     assert (vit["model"], vit["mode"]) == ("keras_vit", "train")
     op = vit["op_seconds_per_step"]
     step = tables.gpu_row(run, "train")["step_ms"] / 1e3
+    jit = tables.gpu_row(run, "train_jit")["step_ms"] / 1e3
     assert f"{1e3 * op:.2f} ms of kernels per step" in block
-    assert f"{1e3 * (step - op):.1f} ms per step" in block
+    assert f"costs {1e3 * (step - jit):.1f} ms a step" in block
+    assert f"still spends {1e3 * (jit - op):.1f} ms" in block
     flops = tables._forward_flops(profile["sizes"], 224, 1000)
     assert flops["total"] == run["forward_flops_per_image"]
     ceiling = run["ceiling"]["bfloat16"]["flops_per_s"]
     busy = 3 * 128 * flops["total"] / op / ceiling
     assert f"at {tables.pct(busy)} MFU of the measured ceiling" in block
-    # The stored run counted cuDNN's patch convolution as elementwise.
-    assert "is counted as elementwise in this stored run" in block
-    assert "| keras_vit | infer | 3rd | forward (the whole step) |" in block
-    assert "4,945 of 4,975" in block  # the command-buffer attempt
+    # Each model and mode was profiled in its own process; the convolution
+    # is counted as matmul now.
+    assert "| keras_vit | infer | own process | forward (the whole step) |" \
+        in block
+    assert "is counted as elementwise in this stored run" not in block
+    hub = profile["rows"][1]
+    assert (hub["model"], hub["mode"]) == ("keras_hub", "train")
+    assert (f"{tables.ratio(hub['op_seconds_per_step'] / op)} keras_vit's"
+            in block)
+    # The earlier one-process profile and the command-buffer attempt.
+    assert "took 0.164 ms in the training step profiled first" in block
+    assert "4,945 of 4,975" in block
     inference = tables.gpu_inference()
     kernels = _stored("attention_kernels_b16_224_b128")
     saved = {(r["mode"], r["candidate"]): r.get("ms")
@@ -472,6 +483,49 @@ def test_the_profile_block_states_what_the_stored_files_hold():
     per_layer = saved[("infer", "one_path")] - saved[("infer", "cudnn")]
     assert f"about 11 x {per_layer:.3f} = {11 * per_layer:.2f} ms" in (
         inference)
+    b1024 = _stored("inference_b16_224_b1024_bf16")
+    p, c = (tables.gpu_row(b1024, m)["step_ms"] for m in ("infer",
+                                                          "infer_jit"))
+    assert f"{p - c:.1f} ms a call" in inference
+
+
+def test_attention_kernel_table_gives_the_median_of_its_runs():
+    """A rerun of attention_kernels.py stored as NAME_runN joins NAME's
+    rows: one row per candidate, the median time, each run's time."""
+    block = tables.gpu_attention_kernels()
+    first = _stored("attention_kernels_b16_224_b128")
+    second = _stored("attention_kernels_b16_224_b128_run2")
+    a, b = first["rows"][0]["ms"], second["rows"][0]["ms"]
+    assert (first["rows"][0]["mode"], first["rows"][0]["candidate"]) == (
+        "infer", "one_path")
+    assert f"| 224 (197), 128 | infer | `one_path` | **{(a + b) / 2:.3f}** " \
+        f"({a:.3f}, {b:.3f}) |" in block
+    assert block.count("| 224 (197), 128 | infer | `one_path` |") == 1
+
+
+def test_rows_of_a_run_stopped_before_its_result_are_read_from_its_log(
+        monkeypatch, tmp_path):
+    """A run that accelerator.sh stopped at its limit (exit 124) wrote no
+    JSON: the rows it printed are listed from its log, with its batch and
+    keras_vit's ratio to keras-hub; a run that ended is not listed."""
+    gpu = _gpu_folder(tmp_path, {})
+    (gpu / "accelerator_run1.log").write_text(
+        "inference_b16_224_b128_bf16: starting, killed after 120s\n"
+        "[jax] keras_vit infer xla=True   8000.00 img/s\n"
+        "[jax] keras_hub infer xla=True   6400.00 img/s\n"
+        "inference_b16_224_b128_bf16: exit 124 after 361s in all\n"
+        "training_b16_224_b128_bf16: starting, killed after 88s\n"
+        "[jax] keras_vit train xla=True   2000.00 img/s\n"
+        "training_b16_224_b128_bf16: exit 0 after 400s in all\n")
+    monkeypatch.setattr(tables, "ROOT", str(tmp_path))
+    block = tables.gpu_logged_only()
+    assert ("| `accelerator_run1.log` | `inference_b16_224_b128_bf16` | 128 "
+            "| keras_vit | `predict_on_batch` | 8000 | 16.00 | 1.25x |"
+            in block)
+    assert "| keras_hub | `predict_on_batch` | 6400 | 20.00 |  |" in block
+    assert "training_b16" not in block
+    (gpu / "accelerator_run1.log").write_text("")
+    assert tables.gpu_logged_only().startswith("No GPU run was stopped")
 
 
 def test_no_gpu_run_is_said_plainly(monkeypatch, tmp_path):
