@@ -332,6 +332,15 @@ _CASES = [
         "UsageError",
     ),
     Case(
+        "unknown_model_size", BAD_INPUT, "CLI",
+        "A model size that does not exist (`keras-vit-train --model=Ti/17`)",
+        "One line before anything is written (no workdir is made), with the "
+        "closest sizes and every size.",
+        ("Ti/17: no such size, file or folder", "Did you mean Ti/16",
+         "The sizes are Ti/16, S/16"),
+        "UsageError",
+    ),
+    Case(
         "config_typo", BAD_INPUT, "CLI",
         "A misspelt nested config field (`--config.model.hiden_size=64`)",
         "train.py stops before doing anything (the config is locked), with "

@@ -141,6 +141,23 @@ def test_evaluate_names_the_images_it_cannot_decode(tmp_path):
     assert "skip_bad_images" in line
 
 
+@covers("unknown_model_size")
+def test_train_names_the_closest_sizes_for_an_unknown_one(tmp_path):
+    """keras-vit-train --model=Ti/17: one line with the closest sizes,
+    exit 1, and no workdir made."""
+    from tests import console
+
+    workdir = tmp_path / "run"
+    result = console.run("train", console.TINY_DIGITS + [
+        "--model=Ti/17", f"--workdir={workdir}"])
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    (line,) = [x for x in result.stderr.splitlines()
+               if x.startswith("keras-vit-train: error: ")]
+    check_says("unknown_model_size", line)
+    assert not workdir.exists()
+
+
 def _through_pipeline(tmp_path, name, data, image_size):
     """The one image of a folder, as the evaluation pipeline yields it,
     mapped back from [-1, 1] to [0, 255]."""

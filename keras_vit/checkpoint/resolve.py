@@ -23,7 +23,9 @@ the cache is and how to download), a file or folder of no model kind.
 
 from __future__ import annotations
 
+import difflib
 import os
+import re
 from typing import Optional, Tuple, Union
 
 import tensorflow as tf
@@ -46,6 +48,9 @@ from keras_vit.storage import workdir as wd
 from keras_vit.variants import VARIANTS
 
 SourceLike = Union[Source, str]
+# What reads as a model size (Ti/16, B/32, ...), not a path: a family and
+# a patch size, no folder or file name around them.
+SIZE_LIKE = re.compile(r"^(R\d*\+)?[A-Za-z]{1,2}/\d{1,2}$")
 
 
 def _missing(text: str) -> UsageError:
@@ -59,6 +64,14 @@ def _missing(text: str) -> UsageError:
             f"download the released {release.name}, give its name: "
             f"{catalog.download_name(release)}."
         )
+    if SIZE_LIKE.match(text):
+        close = [v for v in VARIANTS if v.lower() == text.lower()] or \
+            difflib.get_close_matches(text, list(VARIANTS), n=3, cutoff=0.5)
+        hint = f" Did you mean {', '.join(close)}?" if close else ""
+        return UsageError(
+            f"{text}: no such size, file or folder.{hint} The sizes are "
+            f"{', '.join(VARIANTS)} (keras-vit-train trains one from "
+            f"scratch); a model is {SOURCE_KINDS}.")
     close = catalog.suggestions(text)
     hint = f" Did you mean {', '.join(close)}?" if close else ""
     return UsageError(
