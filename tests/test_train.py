@@ -269,6 +269,36 @@ def test_workdir_with_another_model_is_refused(tmp_path):
     other.model.hidden_size = 48
     with pytest.raises(train_lib.TrainingError, match="different model"):
         train_lib.train_and_evaluate(other, workdir)
+    # A size's name stands for its sizes: the sizes that differ are named,
+    # not the name against a null.
+    sized = digits_config(total_steps=4)
+    sized.model.variant = "Ti/16"
+    for field in ("hidden_size", "num_layers", "patch_size"):
+        sized.model[field] = None
+    with pytest.raises(train_lib.TrainingError) as error:
+        train_lib.train_and_evaluate(sized, workdir)
+    message = str(error.value)
+    assert "config.model.hidden_size: " in message
+    assert "192 asked" in message
+    assert "null" not in message and "variant" not in message
+
+
+def test_a_size_name_and_its_sizes_are_one_model():
+    """model_signature resolves config.model.variant into its sizes."""
+    from keras_vit.training import model_init
+    from keras_vit.variants import WIDTHS
+
+    named = digits_config(total_steps=4)
+    named.model.variant = "Ti/16"
+    spelt = digits_config(total_steps=4)
+    spelt.model.variant = None
+    spelt.model.patch_size = 16
+    named.model.patch_size = None
+    for field in ("hidden_size", "num_layers", "num_heads", "mlp_dim"):
+        named.model[field] = None
+        spelt.model[field] = getattr(WIDTHS["Ti"], field)
+    assert model_init.model_signature(named) == model_init.model_signature(
+        spelt)
 
 
 def test_non_finite_loss_stops_with_step_and_checkpoint(tmp_path):

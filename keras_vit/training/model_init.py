@@ -29,7 +29,16 @@ def model_signature(config) -> dict:
     rematerialisation) and MPP head."""
     # Rematerialisation changes how gradients are computed, not the model:
     # a run may resume with it switched on or off.
-    sig = {k: config.model[k] for k in CONFIG_FIELDS if k != "remat"}
+    # A size's name (variant) stands for its sizes: the signature holds
+    # the sizes it resolves to, so that a run saved with variant B/16 and
+    # one asking for hidden_size 768, ... agree, and a difference is
+    # named by the size that differs (not "null asked").
+    try:
+        arch = config_architecture(config.model)
+        sig = {k: getattr(arch, k) for k in CONFIG_FIELDS
+               if k not in ("remat", "variant")}
+    except (ValueError, TypeError, KeyError):  # left to the run's checks
+        sig = {k: config.model[k] for k in CONFIG_FIELDS if k != "remat"}
     sig["image_size"] = config.model.image_size
     sig["num_classes"] = config.model.num_classes
     # The MPP head's shape (a classifier has none).
