@@ -332,6 +332,17 @@ _CASES = [
         "UsageError",
     ),
     Case(
+        "resume_other_optimizer", BAD_INPUT, "training",
+        "The same workdir resumed with another optimizer "
+        "(`--config.optimizer.name=sgd` on an adamw run's checkpoints)",
+        "One line before anything is restored or written, naming the field "
+        "and the three ways on; the checkpoints are left as they were.",
+        ("holds checkpoints of another optimizer state",
+         '--config.optimizer.name: "adamw" in the workdir, "sgd" asked',
+         "Resume with the run's own optimizer"),
+        "TrainingError",
+    ),
+    Case(
         "unknown_model_size", BAD_INPUT, "CLI",
         "A model size that does not exist (`keras-vit-train --model=Ti/17`)",
         "One line before anything is written (no workdir is made), with the "

@@ -141,6 +141,35 @@ def test_evaluate_names_the_images_it_cannot_decode(tmp_path):
     assert "skip_bad_images" in line
 
 
+@covers("resume_other_optimizer")
+def test_resuming_with_another_optimizer_names_the_field(tmp_path):
+    """keras-vit-train on a workdir with checkpoints, asked for another
+    optimizer: one line naming the field, exit 1, the checkpoints kept."""
+    from tests import console
+
+    workdir = tmp_path / "run"
+    first = console.run("train", console.TINY_DIGITS + [
+        "--config.trainer.total_steps=4",
+        "--config.checkpoints.every_steps=2", f"--workdir={workdir}"])
+    assert first.returncode == 0, first.stderr[-3000:]
+    before = sorted(os.listdir(workdir / "checkpoints"))
+    result = console.run("train", console.TINY_DIGITS + [
+        "--config.trainer.total_steps=8", "--config.optimizer.name=sgd",
+        f"--workdir={workdir}"])
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    (line,) = [x for x in result.stderr.splitlines()
+               if x.startswith("keras-vit-train: error: ")]
+    check_says("resume_other_optimizer", line)
+    assert "Value in checkpoint could not be found" not in result.stderr
+    assert sorted(os.listdir(workdir / "checkpoints")) == before
+    # The run's own optimizer resumes it, with a new learning rate.
+    again = console.run("train", console.TINY_DIGITS + [
+        "--config.trainer.total_steps=6", "--config.schedule.lr=0.0005",
+        f"--workdir={workdir}"])
+    assert again.returncode == 0, again.stderr[-3000:]
+
+
 @covers("unknown_model_size")
 def test_train_names_the_closest_sizes_for_an_unknown_one(tmp_path):
     """keras-vit-train --model=Ti/17: one line with the closest sizes,

@@ -49,8 +49,23 @@ def model_signature(config) -> dict:
     return json.loads(json.dumps(sig))
 
 
+def optimizer_signature(config) -> dict:
+    """What fixes the variables of a run's optimizer state, which a
+    checkpoint holds: the optimizer (`config.optimizer.name`), whether SGD
+    keeps a momentum, and whether an EMA of the weights is kept
+    (`config.trainer.ema_decay`). The learning rate, its schedule and the
+    other hyper-parameters may change on resume."""
+    name = str(config.optimizer.name)
+    return {"optimizer.name": name,
+            "optimizer.momentum": (float(config.optimizer.momentum) != 0.0
+                                   if name == "sgd" else None),
+            "trainer.ema_decay": bool(config.trainer.ema_decay)}
+
+
 def check_workdir_config(config, workdir: str) -> None:
-    """A workdir holds one run: resuming with another model is an error."""
+    """A workdir holds one run: resuming with another model is an error,
+    as is resuming its checkpoints with an optimizer whose state they do
+    not hold."""
     if not tf.io.gfile.exists(os.path.join(workdir, wd.CONFIG)):
         return
     # Fields the saved config predates take their defaults.
@@ -61,6 +76,18 @@ def check_workdir_config(config, workdir: str) -> None:
         raise TrainingError(
             f"The workdir {workdir} holds a run with a different model: "
             f"{differ}. Use a new `workdir`, or the same config to resume."
+        )
+    if not tf.train.latest_checkpoint(os.path.join(workdir, wd.CHECKPOINTS)):
+        return  # nothing to restore the optimizer from
+    differ = config_lib.named_differences(
+        optimizer_signature(old), optimizer_signature(config),
+        lambda key: f"config.{key}", json.dumps)
+    if differ:
+        raise TrainingError(
+            f"The workdir {workdir} holds checkpoints of another optimizer "
+            f"state: {differ}. Resume with the run's own optimizer, use a "
+            "new `workdir`, or start a new run from this one's weights "
+            f"(--model={workdir})."
         )
 
 
