@@ -245,6 +245,17 @@ _CASES = [
         ("Skipping 3 unreadable image file(s) of split 'train'",),
     ),
     Case(
+        "bad_image_in_eval_split", BAD_INPUT, "data",
+        "An undecodable file in the folder's val/ split, which the run "
+        "evaluates on after each epoch",
+        "Found at start-up, before any step: one line naming the file and "
+        "the fix (with `skip_bad_images`, left out and named in the log "
+        "once), not a failure at the first evaluation an epoch later.",
+        ("Cannot decode 1 image file(s) of image folder",
+         "/val/a/bad.jpg", "config.input.skip_bad_images=True"),
+        "UsageError",
+    ),
+    Case(
         "grayscale_png", BAD_INPUT, "data",
         "Grayscale PNG",
         "Works: three equal channels, exactly the file's values.",

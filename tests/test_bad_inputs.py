@@ -95,6 +95,42 @@ def test_unreadable_images_are_named(tmp_path):
     assert f"{root}/train/a/truncated.png (Invalid PNG data" in text
 
 
+@covers("bad_image_in_eval_split")
+def test_a_bad_image_in_the_eval_split_stops_the_run_before_it_trains(
+        tmp_path, caplog):
+    """keras-vit-train --config=folder:ROOT whose val/ holds a file that
+    does not decode: one line at start-up naming it, no step trained, no
+    checkpoint; with skip_bad_images the run trains and evaluates on the
+    rest, the file named in the log once."""
+    from tests import console
+
+    root = good_folder(tmp_path / "images", splits=("train", "val"))
+    with open(f"{root}/val/a/bad.jpg", "wb") as f:
+        f.write(RNG.integers(0, 256, 500, dtype=np.uint8).tobytes())
+    workdir = tmp_path / "run"
+    result = console.run("train", [f"--config=folder:{root}",
+                                   f"--workdir={workdir}"])
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    (line,) = [x for x in result.stderr.splitlines()
+               if x.startswith("keras-vit-train: error: ")]
+    check_says("bad_image_in_eval_split", line)
+    assert not (workdir / "checkpoints").exists()
+    assert "Compiled: the first train call" not in result.stderr
+    # Skipping: trained, evaluated on the 8 readable val images, the file
+    # named once.
+    caplog.set_level("WARNING")
+    c = folder_config(root, skip_bad_images=True)
+    c.input.train_split = "train"
+    c.evals.test.split = c.evals.test.val_split = "val"
+    c.evals.test.every_steps = 1
+    metrics = train_lib.train_and_evaluate(c, str(tmp_path / "skip"))
+    named = [r.getMessage() for r in caplog.records
+             if f"{root}/val/a/bad.jpg" in r.getMessage()]
+    assert len(named) == 1 and "of split 'val'" in named[0]
+    assert metrics["test_examples"] == 8
+
+
 @pytest.mark.slow
 @covers("skip_bad_images")
 def test_skip_bad_images_counts_and_trains(tmp_path, caplog):

@@ -199,12 +199,40 @@ def explain_input_error(inp, splits: Sequence[Tuple[str, str]],
     bad = find_unreadable_images(sorted(set(paths)))
     if not bad:
         return None
+    return _undecodable(root, bad)
+
+
+def _undecodable(root: str, bad: Sequence[Tuple[str, str]]) -> UsageError:
     return UsageError(
         f"Cannot decode {len(bad)} image file(s) of image folder {root}: "
         f"{_listing(bad)}. Remove or replace these files, or set "
         "config.input.skip_bad_images=True to skip unreadable images (they "
         "are counted and named in the log)."
     )
+
+
+def check_evaluation_images(inp, splits: Sequence[Tuple[str, str]]) -> None:
+    """An image folder's evaluation splits (of `run_splits`) decoded once
+    at start-up, so that a bad file there stops the run before it trains,
+    not at its first evaluation an epoch later: with
+    `config.input.skip_bad_images` the files are left out (counted and
+    named in the log, once: the evaluation reuses what was found), else a
+    UsageError names them and the fix. The training split is checked as
+    it is read (`explained_errors`), or, skipping, when its data set is
+    built."""
+    if inp.dataset != sources.FOLDER or inp.vtab_task:
+        return
+    evaluated = dict.fromkeys(split for field, split in splits
+                              if field.startswith("evals."))
+    bad: List[Tuple[str, str]] = []
+    for split in evaluated:
+        paths, labels = folders.folder_split(inp.data_dir, split)
+        if inp.skip_bad_images:
+            drop_unreadable(inp, split, paths, labels)
+        else:
+            bad.extend(find_unreadable_images(paths))
+    if bad:
+        raise _undecodable(inp.data_dir, sorted(set(bad)))
 
 
 @contextlib.contextmanager

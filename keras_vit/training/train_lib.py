@@ -271,6 +271,7 @@ def _check_data(inp, evals):
         )
     splits = data_checks.run_splits(inp, evals)
     data_checks.check_splits(inp, splits)
+    data_checks.check_evaluation_images(inp, splits)
     return info, splits
 
 
