@@ -34,7 +34,8 @@ __all__ = [
     "complete_evaluator", "find_evaluator",
     "packaged_configs",
     "packaged_config", "parse_config_arg", "epochs_to_steps",
-    "variant_fields", "command_line_variant", "differences",
+    "variant_fields", "command_line_variant", "command_line_nones",
+    "differences",
     "named_differences",
 ]
 
@@ -194,6 +195,37 @@ def command_line_variant(config: ml_collections.ConfigDict,
     for key, value in variant_fields(config.model.variant,
                                      overridden).items():
         config.model[key] = value
+
+
+# What a user types on the command line for "no value".
+NONE_WORDS = ("none", "null")
+# Typed fields whose None is meaningful though their schema default is
+# not (variant None: the explicit sizes).
+NULLABLE = ("model.variant",)
+
+
+def command_line_nones(config: ml_collections.ConfigDict,
+                       overridden: Mapping[str, Any]) -> None:
+    """--config.FIELD=None (or null) for a field that may be None (its
+    schema default is None, or NULLABLE) sets it to None: ml_collections
+    keeps the word as a string for such a field, which then read as a
+    variant, a model or a split named "None". Changes `config` in
+    place."""
+    base = base_config()
+    for dotted, value in overridden.items():
+        if not (isinstance(value, str)
+                and value.strip().lower() in NONE_WORDS):
+            continue
+        *parents, leaf = dotted.split(".")
+        schema, target = base, config
+        try:
+            for part in parents:
+                schema, target = schema[part], target[part]
+            default = schema[leaf]
+        except (KeyError, AttributeError, TypeError):
+            continue  # a field the schema does not hold (an evaluator's)
+        if default is None or dotted in NULLABLE:
+            target[leaf] = None
 
 
 # Fields that take values of more than one type: an int or (height, width).

@@ -209,6 +209,21 @@ def test_every_shipped_config_switches_the_variant_on_the_command_line(name):
             config.model.hidden_size) == ("S/32", 1, None)
 
 
+def test_none_on_the_command_line_is_none_where_a_field_may_be_none():
+    """--config.FIELD=None (or null) gives None, not the word, for a field
+    that may be None; elsewhere the word stays what the user typed."""
+    config = _train_command_config(
+        "--config=digits", "--config.model.variant=None",
+        "--config.init.model=null", "--config.evals.test.split=None")
+    assert config.model.variant is None and config.init.model is None
+    assert config.model.hidden_size == 128  # digits' own sizes stay
+    assert config.evals.test.split == "None"  # no schema default of None
+    config = _train_command_config("--config=plain_vit_i1k",
+                                   "--config.model.variant=none",
+                                   "--config.model.hidden_size=64")
+    assert config.model.variant is None and config.model.hidden_size == 64
+
+
 def test_a_config_without_a_variant_keeps_its_sizes():
     config = _train_command_config("--config=digits")
     assert config.model.variant is None and config.model.hidden_size == 128
@@ -313,3 +328,19 @@ def _config_gets(path):
 @pytest.mark.parametrize("path", _SOURCES)
 def test_code_reads_config_fields_directly(path):
     assert not _config_gets(path)
+
+
+def test_train_takes_variant_none_as_the_configs_own_sizes(tmp_path):
+    """keras-vit-train --config=digits --config.model.variant=None trains
+    digits' own explicit sizes (it failed with "Unknown variant 'None'",
+    after making the workdir)."""
+    from tests import console
+
+    workdir = tmp_path / "run"
+    result = console.run("train", console.TINY_DIGITS + [
+        "--config.model.variant=None", "--config.trainer.total_steps=2",
+        f"--workdir={workdir}"])
+    assert result.returncode == 0, result.stderr[-3000:]
+    with open(workdir / "config.json") as f:
+        model = json.load(f)["model"]
+    assert model["variant"] is None and model["hidden_size"] == 16

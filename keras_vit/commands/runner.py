@@ -257,9 +257,11 @@ def parse(values: flags.FlagValues, argv: Sequence[str]) -> list:
     except (AttributeError, KeyError, flags.Error) as error:
         raise UsageError(flag_error_message(error, argv)) from error
     if "config" in values and values.config is not None:
+        overrides = config_flags.get_override_values(values["config"])
+        # --config.model.variant=None: None, not the word.
+        config_lib.command_line_nones(values.config, overrides)
         # --config.model.variant=Ti/16 switches the model, sizes included.
-        config_lib.command_line_variant(
-            values.config, config_flags.get_override_values(values["config"]))
+        config_lib.command_line_variant(values.config, overrides)
     return rest
 
 
