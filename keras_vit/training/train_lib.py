@@ -18,7 +18,7 @@ from absl import logging
 
 from keras_vit import config as config_lib
 from keras_vit import config_limits
-from keras_vit.build import build_run, check_mpp
+from keras_vit.build import build_run, check_mpp, config_architecture
 from keras_vit.checkpoint import weights
 from keras_vit.data import checks as data_checks
 from keras_vit.data import sources
@@ -169,10 +169,12 @@ def train_and_evaluate(
         config.checkpoints, config.evals))
     config_limits.check_limits(config)
     batch = _global_batch(config.trainer, config.input)
-    _make_workdir(workdir)
     if not config.objective.mpp.enabled:
         config = config_lib.replace(config, model=model_init.init_architecture(
             config.init, config.model))
+    if config.model.image_size:  # an unknown size: before the workdir
+        config_architecture(config.model)
+    _make_workdir(workdir)
     model_init.check_workdir_config(config, workdir)
     finished = _finished_before(workdir, int(config.trainer.total_steps))
     if finished is not None:
