@@ -95,6 +95,16 @@ def test_unreadable_images_are_named(tmp_path):
     assert f"{root}/train/a/truncated.png (Invalid PNG data" in text
 
 
+def _error_line(result, command):
+    """The one error line of a console script that failed with status 1
+    and no traceback."""
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    (line,) = [x for x in result.stderr.splitlines()
+               if x.startswith(f"keras-vit-{command}: error: ")]
+    return line
+
+
 @covers("bad_image_in_eval_split")
 def test_a_bad_image_in_the_eval_split_stops_the_run_before_it_trains(
         tmp_path, caplog):
@@ -110,10 +120,7 @@ def test_a_bad_image_in_the_eval_split_stops_the_run_before_it_trains(
     workdir = tmp_path / "run"
     result = console.run("train", [f"--config=folder:{root}",
                                    f"--workdir={workdir}"])
-    assert result.returncode == 1, result.stderr[-3000:]
-    assert "Traceback" not in result.stderr, result.stderr[-3000:]
-    (line,) = [x for x in result.stderr.splitlines()
-               if x.startswith("keras-vit-train: error: ")]
+    line = _error_line(result, "train")
     check_says("bad_image_in_eval_split", line)
     assert not (workdir / "checkpoints").exists()
     assert "Compiled: the first train call" not in result.stderr
@@ -168,10 +175,7 @@ def test_evaluate_names_the_images_it_cannot_decode(tmp_path):
     result = console.run("evaluate", [
         "--mode=eval", f"--model={model}", "--dataset=folder",
         f"--data_dir={root}", "--split=train", "--batch_size=4"])
-    assert result.returncode == 1, result.stderr[-3000:]
-    assert "Traceback" not in result.stderr, result.stderr[-3000:]
-    (line,) = [x for x in result.stderr.splitlines()
-               if x.startswith("keras-vit-evaluate: error: ")]
+    line = _error_line(result, "evaluate")
     assert "Cannot decode 3 image file(s)" in line
     assert f"{root}/train/a/truncated.png" in line
     assert "skip_bad_images" in line
@@ -192,10 +196,7 @@ def test_resuming_with_another_optimizer_names_the_field(tmp_path):
     result = console.run("train", console.TINY_DIGITS + [
         "--config.trainer.total_steps=8", "--config.optimizer.name=sgd",
         f"--workdir={workdir}"])
-    assert result.returncode == 1, result.stderr[-3000:]
-    assert "Traceback" not in result.stderr, result.stderr[-3000:]
-    (line,) = [x for x in result.stderr.splitlines()
-               if x.startswith("keras-vit-train: error: ")]
+    line = _error_line(result, "train")
     check_says("resume_other_optimizer", line)
     assert "Value in checkpoint could not be found" not in result.stderr
     assert sorted(os.listdir(workdir / "checkpoints")) == before
@@ -215,10 +216,7 @@ def test_train_names_the_closest_sizes_for_an_unknown_one(tmp_path):
     workdir = tmp_path / "run"
     result = console.run("train", console.TINY_DIGITS + [
         "--model=Ti/17", f"--workdir={workdir}"])
-    assert result.returncode == 1, result.stderr[-3000:]
-    assert "Traceback" not in result.stderr, result.stderr[-3000:]
-    (line,) = [x for x in result.stderr.splitlines()
-               if x.startswith("keras-vit-train: error: ")]
+    line = _error_line(result, "train")
     check_says("unknown_model_size", line)
     assert not workdir.exists()
 
