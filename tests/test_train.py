@@ -283,6 +283,24 @@ def test_workdir_with_another_model_is_refused(tmp_path):
     assert "null" not in message and "variant" not in message
 
 
+def test_a_saved_model_that_builds_nothing_is_compared_as_written(
+        tmp_path):
+    """A workdir whose config.json names sizes that build no model (a
+    variant this version does not know) is compared field by field, as
+    written: the variant is named, nothing raised from deep inside."""
+    from keras_vit.storage import workdir as wd
+    from keras_vit.training import model_init
+
+    saved = digits_config(total_steps=4)
+    saved.model.variant = "B/15"
+    wd.write_json(str(tmp_path / wd.CONFIG), saved.to_dict())
+    with pytest.raises(train_lib.TrainingError) as error:
+        model_init.check_workdir_config(digits_config(total_steps=4),
+                                        str(tmp_path))
+    assert 'config.model.variant: "B/15" in the workdir, null asked' in str(
+        error.value)
+
+
 def test_a_size_name_and_its_sizes_are_one_model():
     """model_signature resolves config.model.variant into its sizes."""
     from keras_vit.training import model_init

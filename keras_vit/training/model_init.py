@@ -24,20 +24,21 @@ from keras_vit.storage import workdir as wd
 from keras_vit.training.resume import TrainingError
 
 
-def model_signature(config) -> dict:
+def model_signature(config, resolved: bool = True) -> dict:
     """What fixes a run's parameters: its `config.model` section (but
-    rematerialisation) and MPP head."""
+    rematerialisation) and MPP head. `resolved`: a size's name (variant)
+    stands for the sizes it resolves to, so that a run saved with variant
+    B/16 and one asking for hidden_size 768, ... agree, and a difference
+    is named by the size that differs, not "null asked" (raises what
+    `config_architecture` raises for sizes that build no model); else the
+    section's fields as they are."""
     # Rematerialisation changes how gradients are computed, not the model:
     # a run may resume with it switched on or off.
-    # A size's name (variant) stands for its sizes: the signature holds
-    # the sizes it resolves to, so that a run saved with variant B/16 and
-    # one asking for hidden_size 768, ... agree, and a difference is
-    # named by the size that differs (not "null asked").
-    try:
+    if resolved:
         arch = config_architecture(config.model)
         sig = {k: getattr(arch, k) for k in CONFIG_FIELDS
                if k not in ("remat", "variant")}
-    except (ValueError, TypeError, KeyError):  # left to the run's checks
+    else:
         sig = {k: config.model[k] for k in CONFIG_FIELDS if k != "remat"}
     sig["image_size"] = config.model.image_size
     sig["num_classes"] = config.model.num_classes
@@ -70,8 +71,12 @@ def check_workdir_config(config, workdir: str) -> None:
         return
     # Fields the saved config predates take their defaults.
     old = wd.read_config(workdir)
-    differ = signature_differences(model_signature(old),
-                                   model_signature(config))
+    try:
+        saved, asked = model_signature(old), model_signature(config)
+    except (ValueError, TypeError, KeyError):  # compared as written
+        saved, asked = (model_signature(old, resolved=False),
+                        model_signature(config, resolved=False))
+    differ = signature_differences(saved, asked)
     if differ:
         raise TrainingError(
             f"The workdir {workdir} holds a run with a different model: "
