@@ -11,14 +11,13 @@ from __future__ import annotations
 import difflib
 import os
 import re
-from typing import Any, Callable, Iterable, List, Mapping, Optional
+from typing import Any, Callable, List, Mapping, Optional
 
 import ml_collections
 
 from keras_vit.config_schema import EVALUATORS, base_config, evaluator
 from keras_vit.config_upgrade import MOVED, RENAMED, moved_path, upgrade
 from keras_vit.errors import UsageError, shorten
-from keras_vit.variants import SIZE_FIELDS
 
 # What a model source (config.init.model, the commands' --model) can be:
 # `keras_vit.checkpoint.resolve` takes each.
@@ -34,7 +33,6 @@ __all__ = [
     "complete_evaluator", "find_evaluator",
     "packaged_configs",
     "packaged_config", "parse_config_arg", "epochs_to_steps",
-    "variant_fields", "command_line_variant", "command_line_nones",
     "differences",
     "named_differences",
 ]
@@ -163,69 +161,6 @@ def replace(config: ml_collections.ConfigDict,
                 target[key] = value
     out.lock()
     return out
-
-
-# The config.model fields a variant gives (its sizes and a hybrid's ResNet).
-VARIANT_FIELDS = SIZE_FIELDS + ("resnet_layers", "resnet_width")
-
-
-def variant_fields(variant: Optional[str],
-                   keep: Iterable[str] = ()) -> dict:
-    """The `config.model` fields that build `variant`: the variant, and
-    None (the variant's own) for each of its sizes set explicitly, except
-    the dotted fields in `keep` ("model.hidden_size": given on the command
-    line, which win over the variant's)."""
-    keep = set(keep)
-    fields = {"variant": variant}
-    fields.update((f, None) for f in VARIANT_FIELDS
-                  if f"model.{f}" not in keep)
-    return fields
-
-
-def command_line_variant(config: ml_collections.ConfigDict,
-                         overridden: Iterable[str]) -> None:
-    """A variant named on the command line (`overridden`: the dotted fields
-    its --config.FIELD=VALUE set) switches the model: the sizes that the
-    config file gave explicitly (digits' 4-layer width-128 ViT) give way to
-    the variant's, those also on the command line stay. Changes `config`
-    (a parsed, locked one) in place."""
-    overridden = set(overridden)
-    if "model.variant" not in overridden or not config.model.variant:
-        return
-    for key, value in variant_fields(config.model.variant,
-                                     overridden).items():
-        config.model[key] = value
-
-
-# What a user types on the command line for "no value".
-NONE_WORDS = ("none", "null")
-# Typed fields whose None is meaningful though their schema default is
-# not (variant None: the explicit sizes).
-NULLABLE = ("model.variant",)
-
-
-def command_line_nones(config: ml_collections.ConfigDict,
-                       overridden: Mapping[str, Any]) -> None:
-    """--config.FIELD=None (or null) for a field that may be None (its
-    schema default is None, or NULLABLE) sets it to None: ml_collections
-    keeps the word as a string for such a field, which then read as a
-    variant, a model or a split named "None". Changes `config` in
-    place."""
-    base = base_config()
-    for dotted, value in overridden.items():
-        if not (isinstance(value, str)
-                and value.strip().lower() in NONE_WORDS):
-            continue
-        *parents, leaf = dotted.split(".")
-        schema, target = base, config
-        try:
-            for part in parents:
-                schema, target = schema[part], target[part]
-            default = schema[leaf]
-        except (KeyError, AttributeError, TypeError):
-            continue  # a field the schema does not hold (an evaluator's)
-        if default is None or dotted in NULLABLE:
-            target[leaf] = None
 
 
 # Fields that take values of more than one type: an int or (height, width).

@@ -49,7 +49,7 @@ def base_config() -> ml_collections.ConfigDict:
     c.model = ml_collections.ConfigDict()
     # "B/16", "L/16", "R50+B/16", ... (keras_vit.VARIANTS); None: explicit
     # sizes. A typed field, so that --config.model.variant still switches
-    # it (and the sizes: keras_vit.config.command_line_variant).
+    # it (and the sizes: keras_vit.config_overrides.command_line_variant).
     c.model.variant = FieldReference("B/16", field_type=str)
     # Explicit sizes (None: the variant's).
     c.model.patch_size = placeholder(int)

@@ -355,7 +355,8 @@ _CASES = [
     ),
     Case(
         "unknown_model_size", BAD_INPUT, "CLI",
-        "A model size that does not exist (`keras-vit-train --model=Ti/17`)",
+        "A model size that does not exist (`--model=Ti/17`, "
+        "keras-vit-train)",
         "One line before anything is written (no workdir is made), with the "
         "closest sizes and every size.",
         ("Ti/17: no such size, file or folder", "Did you mean Ti/16",

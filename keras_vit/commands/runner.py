@@ -37,7 +37,7 @@ from absl import flags, logging
 from ml_collections import config_flags
 
 from keras_vit import config as config_lib
-from keras_vit import quiet_start
+from keras_vit import config_overrides, quiet_start
 from keras_vit.commands.lazy import lazy_module
 from keras_vit.errors import (
     INTERRUPTED_EXIT_CODE,
@@ -259,9 +259,9 @@ def parse(values: flags.FlagValues, argv: Sequence[str]) -> list:
     if "config" in values and values.config is not None:
         overrides = config_flags.get_override_values(values["config"])
         # --config.model.variant=None: None, not the word.
-        config_lib.command_line_nones(values.config, overrides)
+        config_overrides.command_line_nones(values.config, overrides)
         # --config.model.variant=Ti/16 switches the model, sizes included.
-        config_lib.command_line_variant(values.config, overrides)
+        config_overrides.command_line_variant(values.config, overrides)
     return rest
 
 
