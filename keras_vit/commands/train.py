@@ -31,6 +31,7 @@ from absl import flags, logging
 from ml_collections import config_flags
 
 from keras_vit import config as config_lib
+from keras_vit import config_overrides
 from keras_vit.commands import flags as cli
 from keras_vit.commands.lazy import lazy_module
 from keras_vit.errors import Preempted, UsageError
@@ -129,7 +130,7 @@ def start_from(values: flags.FlagValues):
             "to start from: keep one.")
     if model in VARIANTS:
         return config_lib.replace(
-            config, model=config_lib.variant_fields(model, given),
+            config, model=config_overrides.variant_fields(model, given),
             init={"model": None})
     return config_lib.replace(config, init={"model": model})
 
