@@ -78,13 +78,22 @@ def test_ctrl_c_twice_stops_at_once_and_the_last_checkpoint_stays_whole(
     proc.send_signal(signal.SIGINT)
     time.sleep(0.02)
     proc.send_signal(signal.SIGINT)
-    assert console.finish(proc, timeout=120) == INTERRUPTED_EXIT_CODE
+    code = console.finish(proc, timeout=120)
     text = log.read_text()
     assert "Traceback" not in text
-    assert text.strip().splitlines()[-1] in (
-        "keras-vit-train: interrupted: stopped at once (Ctrl-C).",
-        "Ctrl-C twice: stopped at once; the last complete checkpoint is the "
-        "one to resume from.")
+    last = text.strip().splitlines()[-1]
+    if code == PREEMPTED_EXIT_CODE:
+        # The first Ctrl-C's checkpoint was written and the run was ending
+        # before the second arrived: the one-Ctrl-C end, also clean.
+        assert re.fullmatch(r"keras-vit-train: stopped: Ctrl-C at step "
+                            r"\d+, checkpoint saved; run the same command "
+                            r"to resume\.", last), last
+    else:
+        assert code == INTERRUPTED_EXIT_CODE, text[-3000:]
+        assert last in (
+            "keras-vit-train: interrupted: stopped at once (Ctrl-C).",
+            "Ctrl-C twice: stopped at once; the last complete checkpoint is "
+            "the one to resume from.")
     latest = tf.train.latest_checkpoint(str(workdir / "checkpoints"))
     step = int(latest.rpartition("-")[2])
     reader = tf.train.load_checkpoint(latest)  # listed means whole
