@@ -59,11 +59,13 @@ def command_line_nones(config: ml_collections.ConfigDict,
     keeps the word as a string for such a field, which then read as a
     variant, a model or a split named "None". Changes `config` in
     place."""
-    base = base_config()
+    base = None  # the schema, read once a None word is seen
     for dotted, value in overridden.items():
         if not (isinstance(value, str)
                 and value.strip().lower() in NONE_WORDS):
             continue
+        if base is None:
+            base = base_config()
         *parents, leaf = dotted.split(".")
         schema, target = base, config
         try:

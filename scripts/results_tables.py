@@ -723,7 +723,6 @@ PROFILE_ONE_PROCESS = "device_profile_oneprocess_b16_224_b128_bf16"
 TRAINING_B16 = "training_b16_224_b128_bf16"
 PROFILE_CMDBUF = "device_profile_cmdbuf_b16_224_b128_bf16"
 PROFILE_KINDS = ("matmul", "attention", "layout", "elementwise")
-CUDNN_CONV = "cudnn-conv"  # the patch embedding's cuDNN convolution calls
 
 
 def _profile_place(data: dict, index: int) -> str:
@@ -788,11 +787,6 @@ def gpu_profile() -> str:
     table = vit["seconds_per_step"]
     op = vit["op_seconds_per_step"]
     kinds = {k: sum(t[k] for t in table.values()) for k in PROFILE_KINDS}
-    conv = {r["phase"]: r["seconds"] for r in vit["top"]
-            if r["hlo_op"].startswith(CUDNN_CONV)}
-    conv_s = sum(conv.values())
-    conv_elementwise = all(r["kind"] == "elementwise" for r in vit["top"]
-                           if r["hlo_op"].startswith(CUDNN_CONV))
     facts = [
         f"- keras_vit's training step: {_ms(op)} ms of kernels per step; "
         f"matmul {_ms(kinds['matmul'])}, attention "
@@ -801,15 +795,6 @@ def gpu_profile() -> str:
         f"({pct(kinds['elementwise'] / op)} of the op time: LayerNorm, "
         f"GELU, casts, bias and residual adds, the reductions of the bias "
         f"gradients, the AdamW update)."]
-    if conv and conv_elementwise:
-        facts.append(
-            "- The patch embedding's cuDNN convolution ("
-            + ", ".join(f"{_ms(s)} ms {ph}" for ph, s in conv.items())
-            + ") is counted as elementwise in this stored run: "
-            "device_profile.py did not know cuDNN's convolution calls when "
-            f"it ran (it counts them as matmul now). Without it, "
-            f"elementwise is {_ms(kinds['elementwise'] - conv_s)} ms, "
-            f"{pct((kinds['elementwise'] - conv_s) / op)} of the op time.")
     facts += _profile_step(data, kinds, op, used)
     facts += _profile_others(data, vit, used)
     old = _gpu_bench(PROFILE_CMDBUF)

@@ -224,15 +224,16 @@ def check_evaluation_images(inp, splits: Sequence[Tuple[str, str]]) -> None:
         return
     evaluated = dict.fromkeys(split for field, split in splits
                               if field.startswith("evals."))
-    bad: List[Tuple[str, str]] = []
+    paths = {}  # every file once, where the splits overlap
     for split in evaluated:
-        paths, labels = folders.folder_split(inp.data_dir, split)
+        files, labels = folders.folder_split(inp.data_dir, split)
         if inp.skip_bad_images:
-            drop_unreadable(inp, split, paths, labels)
+            drop_unreadable(inp, split, files, labels)
         else:
-            bad.extend(find_unreadable_images(paths))
+            paths.update(dict.fromkeys(files))
+    bad = find_unreadable_images(sorted(paths))
     if bad:
-        raise _undecodable(inp.data_dir, sorted(set(bad)))
+        raise _undecodable(inp.data_dir, bad)
 
 
 @contextlib.contextmanager
