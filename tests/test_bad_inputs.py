@@ -198,6 +198,7 @@ def test_resuming_with_another_optimizer_names_the_field(tmp_path):
         f"--workdir={workdir}"])
     line = _error_line(result, "train")
     check_says("resume_other_optimizer", line)
+    assert "optimizer.momentum" not in line  # SGD's own, not adamw's
     assert "Value in checkpoint could not be found" not in result.stderr
     assert sorted(os.listdir(workdir / "checkpoints")) == before
     # The run's own optimizer resumes it, with a new learning rate.

@@ -84,9 +84,12 @@ def check_workdir_config(config, workdir: str) -> None:
         )
     if not tf.train.latest_checkpoint(os.path.join(workdir, wd.CHECKPOINTS)):
         return  # nothing to restore the optimizer from
+    saved, asked = optimizer_signature(old), optimizer_signature(config)
+    if saved["optimizer.name"] != asked["optimizer.name"]:
+        # SGD's momentum is SGD's: another optimizer is named alone.
+        del saved["optimizer.momentum"], asked["optimizer.momentum"]
     differ = config_lib.named_differences(
-        optimizer_signature(old), optimizer_signature(config),
-        lambda key: f"config.{key}", json.dumps)
+        saved, asked, lambda key: f"config.{key}", json.dumps)
     if differ:
         raise TrainingError(
             f"The workdir {workdir} holds checkpoints of another optimizer "
