@@ -32,7 +32,11 @@ and softmax, reported as keras_vit_dpa, a benchmark candidate
 even one so that cuDNN also takes the training step). It was measured
 before the library took cuDNN's fused attention on NVIDIA GPUs
 (keras_vit/fused_attention.py), which pads only where JAX refuses the
-odd count (the training kernel).
+odd count (the training kernel). `--compare_one_path` also times
+keras_vit with that fused attention turned off, reported as
+keras_vit_one_path: the library's portable path in the same process, the
+way to measure what the fused attention gains where the library takes it
+(`OnePathSelfAttention` below).
 
 `--mode train_jit` (JAX) times the training step compiled once from the
 model's `stateless_call` and the optimizer's `stateless_apply`, its state
@@ -94,6 +98,7 @@ from keras_vit.model import decode_variant  # noqa: E402
 
 START = time.monotonic()  # --deadline counts from here
 DPA = "keras_vit_dpa"
+ONE_PATH = "keras_vit_one_path"
 MODES = ("train", "train_jit", "infer", "infer_jit")
 TRAINING = ("train", "train_jit")  # 3x the forward FLOPs
 
@@ -140,6 +145,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also time keras_vit with keras.ops."
                         "dot_product_attention in its attention, reported "
                         f"as {DPA}")
+    p.add_argument("--compare_one_path", action="store_true",
+                   help="also time keras_vit with its cuDNN fused "
+                        "attention turned off (its portable path "
+                        f"everywhere), reported as {ONE_PATH}")
     p.add_argument("--deadline", type=float, default=0.0,
                    help="seconds after the start: past it, repeats are cut "
                         "(one is kept) and configurations skipped; 0: none")
@@ -177,7 +186,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         if not name or not os.path.isdir(os.path.join(folder, "keras_vit")):
             p.error(f"--compare_tree {spec!r}: NAME=DIR, where DIR holds "
                     "a keras_vit package")
-        if name in ("keras_vit", "keras_hub", DPA) or name in args.trees:
+        if (name in ("keras_vit", "keras_hub", DPA, ONE_PATH)
+                or name in args.trees):
             p.error(f"--compare_tree name {name!r} is taken")
         args.trees[name] = os.path.abspath(folder)
     for name in ("batch_size", "repeats", "image_size", "matmul_size",
@@ -455,17 +465,41 @@ def jax_fused_attention(q, k, v):
     return y[:, :queries]
 
 
-def create_dpa_model(*args, **kwargs) -> keras.Model:
-    """`keras_vit.create_model` with every attention layer a
-    `DotProductSelfAttention`: the encoder blocks build theirs while the
-    model is created, so the class they find is swapped for that time."""
+class OnePathSelfAttention(MultiHeadSelfAttention):
+    """keras_vit's attention with its cuDNN fused attention turned off:
+    the library's portable path on every backend and device, the same
+    weights. A benchmark candidate: where the library's rule takes the
+    fused kernel (JAX, an NVIDIA GPU, a 16-bit compute dtype), this is
+    what the library would run without it."""
+
+    def _fused(self, training, return_attention_scores, first_token_only):
+        return False
+
+
+def create_model_with(attention: type, *args, **kwargs) -> keras.Model:
+    """`keras_vit.create_model` with every attention layer an `attention`
+    (a subclass of the library's): the encoder blocks build theirs while
+    the model is created, so the class they find is swapped for that
+    time."""
     layers = keras_vit.layers
     saved = layers.MultiHeadSelfAttention
-    layers.MultiHeadSelfAttention = DotProductSelfAttention
+    layers.MultiHeadSelfAttention = attention
     try:
         return keras_vit.create_model(*args, **kwargs)
     finally:
         layers.MultiHeadSelfAttention = saved
+
+
+def create_dpa_model(*args, **kwargs) -> keras.Model:
+    """`keras_vit.create_model` with every attention layer a
+    `DotProductSelfAttention`."""
+    return create_model_with(DotProductSelfAttention, *args, **kwargs)
+
+
+def create_one_path_model(*args, **kwargs) -> keras.Model:
+    """`keras_vit.create_model` with every attention layer a
+    `OnePathSelfAttention`."""
+    return create_model_with(OnePathSelfAttention, *args, **kwargs)
 
 
 def flash_attention_usable(dims: Dict[str, int], args) -> Dict[str, Any]:
@@ -526,14 +560,17 @@ def flash_attention_usable(dims: Dict[str, int], args) -> Dict[str, Any]:
 
 def build_model(which: str, dims: Dict[str, int], args) -> keras.Model:
     """keras.Model. The classifier to time: ours, another checkout's
-    (`--compare_tree`), ours with `dot_product_attention` (`--compare_dpa`)
-    or keras-hub's ViT."""
-    if which in ("keras_vit", DPA) or which in args.trees:
+    (`--compare_tree`), ours with `dot_product_attention` (`--compare_dpa`),
+    ours without the fused attention (`--compare_one_path`) or keras-hub's
+    ViT."""
+    if which in ("keras_vit", DPA, ONE_PATH) or which in args.trees:
         create = keras_vit.create_model
         if which in args.trees:
             create = import_tree(args.trees[which])
         elif which == DPA:
             create = create_dpa_model
+        elif which == ONE_PATH:
+            create = create_one_path_model
         return create(
             None, num_classes=args.num_classes, image_size=args.image_size,
             **dims
@@ -935,7 +972,9 @@ def run_benchmarks(args: argparse.Namespace) -> Dict[str, Any]:
         keras.mixed_precision.set_dtype_policy("mixed_bfloat16")
     backend = keras.backend.backend()
     dims = checked_sizes(args)
-    models = ["keras_vit", *args.trees] + ([DPA] if args.compare_dpa else [])
+    models = (["keras_vit", *args.trees]
+              + ([ONE_PATH] if args.compare_one_path else [])
+              + ([DPA] if args.compare_dpa else []))
     notes = [f"{name}: keras_vit from {folder}"
              for name, folder in args.trees.items()]
     hub = keras_hub_available() if args.compare_keras_hub else None

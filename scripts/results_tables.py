@@ -621,7 +621,16 @@ def _cudnn_verdict(flash: dict) -> str:
     return " / ".join(out)
 
 
+ONE_PATH_MODEL = "keras_vit_one_path"  # throughput.py --compare_one_path
+
+
 def gpu_attention() -> str:
+    """Each candidate attention against the one path, end to end, in the
+    same process: the Keras-op and padded candidates of the runs made
+    before the library took the fused attention (`--compare_dpa`, the
+    library then the one path), and the library itself against its one
+    path (`--compare_one_path`, the library then the fused attention on a
+    GPU)."""
     rows, used = [], []
     for names, runs in gpu_runs():
         a = runs[0]["args"]
@@ -629,22 +638,29 @@ def gpu_attention() -> str:
         # Keras's flags, and JAX's answer from the first run that asked.
         flashes = [run.get("flash_attention_usable") or {} for run in runs]
         flash = next((f for f in flashes if f.get("jax_cudnn")), flashes[0])
-        for (mode, model), dpa in by_model.items():
+        for (mode, model), other in by_model.items():
             ours = by_model.get((mode, "keras_vit"), [])
-            if model != "keras_vit_dpa" or not ours:
+            if model not in ("keras_vit_dpa", ONE_PATH_MODEL) or not ours:
                 continue
-            speeds = [r["vs_keras_vit"] for r in dpa]
+            if model == ONE_PATH_MODEL:  # the library is the candidate
+                speeds = [1 / r["vs_keras_vit"] for r in other]
+                pair = (other, ours)
+                label = f"the library: {attention_of(names[0], ours[0])}"
+            else:
+                speeds = [r["vs_keras_vit"] for r in other]
+                pair = (ours, other)
+                label = attention_of(names[0], other[0])
             median = statistics.median(speeds)
             temp = [_median([x.get("xla_temp_bytes_per_example")
-                             for x in rows_]) for rows_ in (ours, dpa)]
+                             for x in rows_]) for rows_ in pair]
+            keras_check = (f"{flash.get('all_tokens')} / "
+                           f"{flash.get('class_token')}" if flash else "")
             rows.append(
                 f"| {_what(a)} | {mode} | {place(runs[0], mode)} | "
-                f"{attention_of(names[0], dpa[0])} | "
-                f"**{median:.3f}** "
+                f"{label} | **{median:.3f}** "
                 f"({', '.join(f'{v:.3f}' for v in speeds)}) | "
                 f"{'yes' if median > 1.03 else 'no'} | "
-                f"{_mib(temp[0])} / {_mib(temp[1])} | "
-                f"{flash.get('all_tokens')} / {flash.get('class_token')} | "
+                f"{_mib(temp[0])} / {_mib(temp[1])} | {keras_check} | "
                 f"{_cudnn_verdict(flash)} |")
             used += [n for n in names if n not in used]
     if not rows:
@@ -934,14 +950,13 @@ MODE_CALLS = {"infer": "`predict_on_batch`",
               "infer_jit": "compiled forward (`infer_jit`)",
               "train": "`train_on_batch`",
               "train_jit": "compiled step (`train_jit`)"}
-ATTENTION_KERNELS_224 = "attention_kernels_b16_224_b128"
 
 
 def gpu_inference() -> str:
     """B/16 inference at 224 as `predict_on_batch` and as the compiled
     forward pass, every stored run, with where each ran in its process;
     what keras-hub's rows (the same code in every run) say about the
-    order; the per-call cost of predict_on_batch, estimated."""
+    order; the per-call cost of predict_on_batch, measured."""
     rows: List[Tuple[tuple, str]] = []
     used: List[str] = []
     firsts: Dict[tuple, List[Tuple[dict, str]]] = {}
@@ -1002,32 +1017,6 @@ def gpu_inference() -> str:
                 f"against the compiled forward's {c['step_ms']:.2f} ms, "
                 f"{p['step_ms'] - c['step_ms']:.1f} ms a call "
                 f"({pct((p['step_ms'] - c['step_ms']) / p['step_ms'])}).")
-    predict = firsts.get(("infer", 128, True, ONE_PATH))
-    compiled = firsts.get(("infer_jit", 128, True, FUSED))
-    kernels = _gpu_bench(ATTENTION_KERNELS_224)
-    if predict and compiled and kernels:
-        (p, pname), (c, cname) = predict[0], compiled[0]
-        by = {(r["mode"], r["candidate"]): r for r in kernels["rows"]}
-        saved_per_layer = (by[("infer", "one_path")]["ms"]
-                           - by[("infer", "cudnn")]["ms"])
-        layers = kernels["sizes"]["num_layers"] - 1
-        saved = layers * saved_per_layer
-        rest = p["step_ms"] - c["step_ms"]
-        lines.append(
-            f"- `predict_on_batch`'s per-call cost at batch 128, "
-            f"estimated (no stored run measured both calls of the same "
-            f"code at that batch, each first in its process): the one "
-            f"path's `predict_on_batch` took "
-            f"{p['step_ms']:.2f} ms per batch (`{pname}`), the fused "
-            f"attention's compiled forward {c['step_ms']:.2f} ms "
-            f"(`{cname}`). Of the difference, the fused kernel saves about "
-            f"{layers} x {saved_per_layer:.3f} = {saved:.2f} ms (the "
-            f"every-token attention layers, at the speeds of "
-            f"`{ATTENTION_KERNELS_224}`; the last block's class-token "
-            f"query takes the portable path in both), leaving about "
-            f"{rest - saved:.1f} ms per call; {rest:.1f} ms if the "
-            f"compiled forward did not run the fused kernel.")
-        used.append(ATTENTION_KERNELS_224)
     return "\n".join(lines) + source(
         *(f"{BENCH}/{GPU}/{n}.json" for n in dict.fromkeys(used)),
         command=GPU_COMMAND)

@@ -33,7 +33,7 @@ tables = _load_script()
 
 TINY = dict(patch_size=8, hidden_size=32, num_layers=2, num_heads=2,
             mlp_dim=64)
-RUNS = {  # accelerator.sh's runs: does it time keras_vit_dpa?
+RUNS = {  # accelerator.sh's runs: does it time keras_vit_one_path?
     "b16_224_b128_bf16": True, "l16_224_b64_bf16": False,
     "b16_384_b32_bf16": True,
 }
@@ -84,6 +84,53 @@ def test_dpa_model_computes_what_the_library_computes():
         keras.ops.convert_to_numpy(ref(tokens)), rtol=1e-5, atol=1e-5)
     y, weights = layer(tokens, return_attention_scores=True)
     assert tuple(weights.shape) == (2, 2, 17, 17)
+
+
+def test_one_path_model_never_takes_the_fused_attention(monkeypatch):
+    """keras_vit_one_path: the same weights and outputs as keras_vit's
+    portable path, also where the library's rule would send the attention
+    to the fused kernel (here a stand-in kernel that answers zeros, so
+    that taking it shows in the output)."""
+    ours = keras_vit.create_model(None, num_classes=10, image_size=32,
+                                  **TINY)
+    one = throughput.create_one_path_model(None, num_classes=10,
+                                           image_size=32, **TINY)
+    assert keras_vit.layers.MultiHeadSelfAttention is (
+        keras_vit.MultiHeadSelfAttention)
+    swapped = [layer for layer in one._flatten_layers()
+               if isinstance(layer, keras_vit.MultiHeadSelfAttention)]
+    assert len(swapped) == TINY["num_layers"]
+    assert all(type(layer) is throughput.OnePathSelfAttention
+               for layer in swapped)
+    assert one.count_params() == ours.count_params()
+    rng = np.random.default_rng(2)  # the head starts at zero: not here
+    ours.set_weights([rng.normal(0, 0.2, w.shape).astype("float32")
+                      for w in ours.get_weights()])
+    one.set_weights(ours.get_weights())
+    images = np.random.default_rng(0).uniform(
+        -1, 1, (3, 32, 32, 3)).astype("float32")
+    portable = keras.ops.convert_to_numpy(ours(images))
+
+    class ZeroKernel:  # the fused kernel's stand-in: usable everywhere
+        calls = 0
+
+        @staticmethod
+        def usable(dtype, head_dim):
+            return True
+
+        @classmethod
+        def attention(cls, q, k, v):
+            cls.calls += 1
+            return keras.ops.zeros_like(q)
+
+    monkeypatch.setattr(keras_vit.attention, "fused_attention", ZeroKernel)
+    fused = keras.ops.convert_to_numpy(ours(images))
+    assert ZeroKernel.calls == 1  # every-token blocks; the last queries one
+    assert not np.allclose(fused, portable, atol=1e-3)
+    ZeroKernel.calls = 0
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(one(images)),
+                               portable, rtol=1e-5, atol=1e-5)
+    assert ZeroKernel.calls == 0
 
 
 def test_memory_fields_are_exact_only_where_the_peak_rose():
@@ -199,7 +246,7 @@ def test_accelerator_command_end_to_end_at_tiny_sizes(tmp_path, monkeypatch):
     assert sorted(p for p in os.listdir(out) if p.endswith(".json")) == (
         sorted(f"{name}.json" for name in RUNS))
     hub = None
-    for name, dpa in RUNS.items():
+    for name, one_path in RUNS.items():
         with open(out / f"{name}.json") as f:
             result = json.load(f)
         assert (out / f"{name}.md").exists()
@@ -208,11 +255,12 @@ def test_accelerator_command_end_to_end_at_tiny_sizes(tmp_path, monkeypatch):
         assert set(result["ceiling"]) == {"float32", "bfloat16"}
         bf16 = result["ceiling"]["bfloat16"]["flops_per_s"]
         hub = result["keras_hub"]
-        models = ["keras_vit"] + ["keras_vit_dpa"] * dpa + (
+        models = ["keras_vit"] + ["keras_vit_one_path"] * one_path + (
             ["keras_hub"] if hub else [])
         assert [(r["mode"], r["model"]) for r in result["rows"]] == [
             (mode, m) for mode in ("train", "infer") for m in models]
         assert result["args"]["process_per_config"] is True
+        assert result["args"]["compare_one_path"] is one_path
         assert result["keras_vit_attention"] == "one_path"  # the CPU
         for r in result["rows"]:
             missing = [k for k in ROW_FIELDS if k not in r]
@@ -228,22 +276,9 @@ def test_accelerator_command_end_to_end_at_tiny_sizes(tmp_path, monkeypatch):
                      else result["forward_flops_per_image"])
             flops *= 3 if r["mode"] == "train" else 1
             assert r["mfu"] == pytest.approx(flops * r["images_per_s"] / bf16)
-            if r["model"] == "keras_vit_dpa":
+            if r["model"] == "keras_vit_one_path":
                 assert r["params"] == result["rows"][0]["params"]
                 assert r["vs_keras_vit"] > 0
-        if dpa:
-            flash = result["flash_attention_usable"]
-            assert set(flash) == {"all_tokens", "class_token", "jax_cudnn"}
-            # What JAX says when asked for cuDNN's attention, per query
-            # shape and mode; on this CPU it refuses, and says why.
-            for which in ("all_tokens", "class_token"):
-                for mode in ("infer", "train"):
-                    verdict = flash["jax_cudnn"][which][mode]
-                    assert verdict["accepted"] is False, verdict
-                    assert "cuDNN" in verdict["reason"], verdict
-            md = (out / f"{name}.md").read_text()
-            assert ("JAX asked for cuDNN attention, every token: infer "
-                    "refused (RuntimeError: cuDNN") in md
     # The documentation's GPU tables, from these files: each
     # configuration in its own process, keras_vit's attention as its
     # compiled steps recorded it (the one path, on the CPU), so no GPU
@@ -253,13 +288,52 @@ def test_accelerator_command_end_to_end_at_tiny_sizes(tmp_path, monkeypatch):
     block = tables.gpu_throughput()
     for name in RUNS:
         assert f"| `{name}` | " in block
-    assert block.count("| own process | keras_vit_dpa | XLA (candidate) |"
+    assert block.count("| own process | keras_vit_one_path | one path |"
                        ) == 4
     assert block.count("| own process | keras_vit | one path |") == 6
+    # The library against its one path, each B/16 run and mode (on the
+    # CPU the library takes the one path too).
     attention = tables.gpu_attention()
     assert attention.count("| train |") == attention.count("| infer |") == 2
+    assert attention.count("| the library: one path |") == 4
     gpu = tables.targets_table().split("\n\n")[1].splitlines()[2:]
     assert all(r.endswith("| not measured |") for r in gpu)
+
+
+@pytest.mark.slow
+def test_dpa_candidate_records_what_jax_says_of_cudnn(tmp_path):
+    """`throughput.py --compare_dpa` under JAX: the candidate's rows, and
+    what Keras's check and JAX itself say of cuDNN's attention for each
+    query shape and mode (on this CPU JAX refuses, and says why)."""
+    guard = tmp_path / "guard"
+    guard.mkdir()
+    (guard / "sitecustomize.py").write_text(_NO_TENSORFLOW)
+    prefix = tmp_path / "dpa"
+    env = dict(os.environ, KERAS_BACKEND="jax", PYTHONPATH=str(guard))
+    proc = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "benchmarks", "throughput.py"),
+         "--variant", "Ti/16", "--image_size", "32", "--patch_size", "8",
+         "--hidden_size", "32", "--num_layers", "1", "--num_heads", "2",
+         "--mlp_dim", "64", "--num_classes", "10", "--batch_size", "2",
+         "--repeats", "1", "--steps", "1", "--warmup", "1", "--rewarm", "0",
+         "--matmul_size", "64", "--matmul_repeats", "1", "--xla", "on",
+         "--dtype", "bfloat16", "--mode", "train,infer", "--compare_dpa",
+         "--output", str(prefix)],
+        env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads((tmp_path / "dpa.json").read_text())
+    assert [(r["mode"], r["model"]) for r in result["rows"]] == [
+        (m, name) for m in ("train", "infer")
+        for name in ("keras_vit", "keras_vit_dpa")]
+    flash = result["flash_attention_usable"]
+    assert set(flash) == {"all_tokens", "class_token", "jax_cudnn"}
+    for which in ("all_tokens", "class_token"):
+        for mode in ("infer", "train"):
+            verdict = flash["jax_cudnn"][which][mode]
+            assert verdict["accepted"] is False, verdict
+            assert "cuDNN" in verdict["reason"], verdict
+    assert ("JAX asked for cuDNN attention, every token: infer refused "
+            "(RuntimeError: cuDNN") in (tmp_path / "dpa.md").read_text()
 
 
 @pytest.mark.slow
@@ -476,17 +550,20 @@ def test_the_profile_block_states_what_the_stored_files_hold():
     # The earlier one-process profile and the command-buffer attempt.
     assert "took 0.164 ms in the training step profiled first" in block
     assert "4,945 of 4,975" in block
+    # predict_on_batch's per-call cost, measured at both batches, each
+    # call in its own process; the estimate at batch 128 from other runs
+    # is no longer given once a stored run measures it.
     inference = tables.gpu_inference()
-    kernels = _stored("attention_kernels_b16_224_b128")
-    saved = {(r["mode"], r["candidate"]): r.get("ms")
-             for r in kernels["rows"]}
-    per_layer = saved[("infer", "one_path")] - saved[("infer", "cudnn")]
-    assert f"about 11 x {per_layer:.3f} = {11 * per_layer:.2f} ms" in (
-        inference)
-    b1024 = _stored("inference_b16_224_b1024_bf16")
-    p, c = (tables.gpu_row(b1024, m)["step_ms"] for m in ("infer",
-                                                          "infer_jit"))
-    assert f"{p - c:.1f} ms a call" in inference
+    for name in ("inference_b16_224_b1024_bf16",
+                 "inference_b16_224_b128_bf16"):
+        run = _stored(name)
+        p, c = (tables.gpu_row(run, m)["step_ms"]
+                for m in ("infer", "infer_jit"))
+        assert (f"(`{name}`, batch {run['args']['batch_size']}, each call "
+                f"in its own process): {p:.2f} ms per batch against the "
+                f"compiled forward's {c:.2f} ms, {p - c:.1f} ms a call"
+                ) in inference
+    assert "estimated (no stored run measured" not in inference
 
 
 def test_attention_kernel_table_gives_the_median_of_its_runs():
