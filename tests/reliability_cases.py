@@ -699,6 +699,18 @@ _CASES = [
     ),
     # ------------------------------------------------------------ serving
     Case(
+        "output_exists", BAD_INPUT, "export",
+        "keras-vit-convert's `--output`, or keras-vit-export's LiteRT file "
+        "(`<model_name>.tflite`, e.g. an int8 export after a float32 one "
+        "of the same name), is already there",
+        "UsageError before any model is loaded; the file is kept. "
+        "`--overwrite` replaces it (written atomically). A SavedModel "
+        "version is never replaced.",
+        ("already exists: pass --overwrite to replace it, or choose "
+         "another",),
+        "UsageError",
+    ),
+    Case(
         "serve_garbage_bytes", BAD_INPUT, "export",
         "Serving request with bytes that are no image",
         "InvalidArgumentError from the SavedModel, naming the formats.",

@@ -15,6 +15,7 @@ import os
 import subprocess
 import sys
 
+import keras
 import ml_collections as mlc
 import numpy as np
 import pytest
@@ -220,6 +221,46 @@ def test_train_names_the_closest_sizes_for_an_unknown_one(tmp_path):
     line = _error_line(result, "train")
     check_says("unknown_model_size", line)
     assert not workdir.exists()
+
+
+@covers("output_exists")
+def test_an_existing_output_is_kept_unless_overwrite(tmp_path):
+    """keras-vit-convert onto a file already there, and keras-vit-export
+    --format=litert onto an existing <model_name>.tflite: one line each
+    naming --overwrite, exit 1, the file as it was; convert --overwrite
+    replaces it; --overwrite with a SavedModel is refused."""
+    from tests import console
+
+    source = tmp_path / "vit.keras"
+    keras_vit.create_model(None, num_classes=3, image_size=16, patch_size=8,
+                           hidden_size=16, num_layers=1, num_heads=2,
+                           mlp_dim=16).save(source)
+    output = tmp_path / "out.keras"
+    output.write_bytes(b"an earlier result")
+    result = console.run("convert", [f"--model={source}",
+                                     f"--output={output}"])
+    check_says("output_exists", _error_line(result, "convert"))
+    assert output.read_bytes() == b"an earlier result"
+    result = console.run("convert", [f"--model={source}",
+                                     f"--output={output}", "--overwrite"])
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert keras.models.load_model(output).count_params() == (
+        keras.models.load_model(source).count_params())
+    edge = tmp_path / "edge"
+    edge.mkdir()
+    (edge / "vit.tflite").write_bytes(b"a float32 export")
+    result = console.run("export", [
+        f"--model={source}", f"--export_dir={edge}", "--format=litert",
+        "--quantization=int8"])
+    line = _error_line(result, "export")
+    check_says("output_exists", line)
+    assert "--model_name" in line
+    assert (edge / "vit.tflite").read_bytes() == b"a float32 export"
+    result = console.run("export", [
+        f"--model={source}", f"--export_dir={edge}", "--overwrite"])
+    assert "--overwrite goes with --format=litert only" in _error_line(
+        result, "export")
+    assert sorted(os.listdir(edge)) == ["vit.tflite"]
 
 
 def _through_pipeline(tmp_path, name, data, image_size):

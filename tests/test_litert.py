@@ -85,6 +85,19 @@ def test_int8_from_the_command_line(model, pixels, tmp_path):
     np.testing.assert_allclose(got, _keras_probabilities(model, pixels),
                                atol=0.05)
     assert (tmp_path / "out" / "tiny.labels.txt").read_text().split() == NAMES
+    # A float32 export under the same name keeps the int8 file unless
+    # --overwrite, which replaces it.
+    again = ["keras-vit-export", "--export_dir", str(tmp_path / "out"),
+             "--model_name", "tiny", "--model", str(tmp_path / "vit.keras"),
+             "--format", "litert"]
+    int8 = path.read_bytes()
+    assert cli.main(again) == 1
+    assert path.read_bytes() == int8
+    assert cli.main(again + ["--overwrite"]) == 0
+    assert path.read_bytes() != int8
+    np.testing.assert_allclose(litert.run_litert(str(path), pixels),
+                               _keras_probabilities(model, pixels),
+                               atol=1e-4)
 
 
 def test_bad_arguments(model, tmp_path, capsys):

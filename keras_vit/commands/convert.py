@@ -8,7 +8,8 @@ An .npz's architecture is read from its shapes (--variant checks it);
 --num_classes sets the head (the file's is kept when the width matches,
 else it starts at zero; 0 gives a features model), --pooling and
 --representation_size how it is built. Prints the load report and the file
-written; a crash never leaves a partial file at --output.
+written; a crash never leaves a partial file at --output, and a file
+already there is kept unless --overwrite.
 """
 
 from __future__ import annotations
@@ -44,6 +45,9 @@ def define_flags(values: flags.FlagValues, argv: Sequence[str]) -> None:
     )
     flags.DEFINE_string("output", None, "The .keras file to write.",
                         flag_values=values, required=True)
+    flags.DEFINE_boolean("overwrite", False, "Replace --output where a file "
+                         "is there already (by default refused).",
+                         flag_values=values)
     flags.DEFINE_enum("pooling", None, ["token", "gap"], "An .npz model: "
                       "the pooling to build (default: the file's).",
                       flag_values=values)
@@ -74,6 +78,8 @@ def _main(values: flags.FlagValues, args: list) -> None:
     if args:
         raise UsageError(f"Unexpected arguments: {' '.join(args)}")
     cli.check_output_path(values, "output", folder=False)
+    if not values.overwrite:
+        cli.check_not_written(values.output, "output")
     source = cli.model_source(values)
     build = {}
     for name in ("num_classes", "pooling", "representation_size"):

@@ -15,8 +15,9 @@ untrained).
 
 --format=saved_model (default) writes <export_dir>/<model_name>/<version>/
 and <export_dir>/models.config; --format=litert writes
-<export_dir>/<model_name>.tflite (and .labels.txt). Prints the path
-written.
+<export_dir>/<model_name>.tflite (and .labels.txt), refused where that
+file exists unless --overwrite (name each quantization's file with its
+own --model_name). Prints the path written.
 """
 
 from __future__ import annotations
@@ -62,6 +63,10 @@ def define_flags(values: flags.FlagValues, argv: Sequence[str]) -> None:
                       "(dynamic-range) weights.", flag_values=values)
     flags.DEFINE_string("model_name", "vit", "The name clients use in URLs.",
                         flag_values=values)
+    flags.DEFINE_boolean("overwrite", False, "--format=litert: replace "
+                         "<model_name>.tflite where it exists (by default "
+                         "refused; a SavedModel version is never "
+                         "replaced).", flag_values=values)
     flags.DEFINE_list("class_names", None, "Class names, comma-separated, in "
                       "label order (default: the model's own, if it has "
                       "any).", flag_values=values)
@@ -116,18 +121,25 @@ def warmup_images(values: flags.FlagValues):
 def export(values: flags.FlagValues) -> str:
     """str. Exports the --model as the flags say; the new version's path
     (or the .tflite file's)."""
+    tflite = os.path.join(values.export_dir, f"{values.model_name}.tflite")
+    if values.format == "litert" and not values.overwrite:
+        cli.check_not_written(tflite, "model_name")
+    if values.format != "litert" and values.quantization != "float32":
+        raise UsageError("--quantization goes with --format=litert only.")
+    if values.format != "litert" and values.overwrite:
+        raise UsageError("--overwrite goes with --format=litert only: a "
+                         "SavedModel version is never replaced (pass "
+                         "another --version, or none for the next).")
     source = cli.model_source(values)
     model = cli.load_flagged_model(values, source, head="serve")
     if values.format == "litert":
         return litert.export_litert(
             model,
-            os.path.join(values.export_dir, f"{values.model_name}.tflite"),
+            tflite,
             quantization=values.quantization,
             class_names=class_names(values, source),
             verify=not values.no_verify,
         )
-    if values.quantization != "float32":
-        raise UsageError("--quantization goes with --format=litert only.")
     return saved_model.export_model(
         model,
         values.export_dir,

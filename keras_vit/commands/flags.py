@@ -22,6 +22,7 @@ from keras_vit.commands.runner import (  # noqa: F401 (the commands' API)
 )
 from keras_vit.config import SOURCE_KINDS
 from keras_vit.errors import UsageError
+from keras_vit.storage import atomic
 
 if TYPE_CHECKING:  # what type checkers and the import contracts read
     import keras
@@ -173,6 +174,16 @@ def check_output_path(values: flags.FlagValues, name: str,
     if os.path.exists(probe) and not os.path.isdir(probe):
         raise UsageError(f"--{name}={path}: {probe} is a file, not a "
                          "folder. Choose another path.")
+
+
+def check_not_written(path: str, flag: str) -> None:
+    """A UsageError, before any work, when a file is already at `path`
+    (the output that --`flag` names) and --overwrite was not given: a
+    user's earlier result is never replaced by accident."""
+    if atomic.exists(path):
+        raise UsageError(
+            f"{path} already exists: pass --overwrite to replace it, or "
+            f"choose another --{flag}.")
 
 
 # ----------------------------------------------------------- the model

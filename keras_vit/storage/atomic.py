@@ -36,6 +36,17 @@ def is_remote(path: str) -> bool:
     return "://" in str(path)
 
 
+def exists(path: Union[str, os.PathLike]) -> bool:
+    """bool. Whether a file or folder is at `path` (local, or a URL through
+    `tf.io.gfile`)."""
+    path = os.fspath(path)
+    if not is_remote(path):
+        return os.path.exists(path)
+    import tensorflow as tf  # only remote paths need TensorFlow
+
+    return tf.io.gfile.exists(path)
+
+
 def temporary_name(path: str) -> str:
     """str. A fresh temporary sibling of `path` that keeps its extension
     (Keras and NumPy check it): `a/model.keras` -> `a/model.tmp-<hex>.keras`.
