@@ -24,6 +24,7 @@ import pytest
 
 import keras_vit
 from keras_vit import config as config_lib
+from keras_vit.configs import digits as digits_recipe
 from keras_vit.configs import folder
 from keras_vit.data import folders
 from keras_vit.errors import UsageError
@@ -96,11 +97,24 @@ def test_the_run_follows_the_data(tmp_path):
             config.evals.test.every_steps) == (3, 3, 3)
     assert (config.input.train_split, config.evals.test.split,
             config.evals.test.val_split) == ("train", "val", "val")
-    # Steps given: kept as they are.
+    # Steps given: kept as they are; the config's warm-up, longer than
+    # the run, held to a tenth of it, and a warm-up that fits kept.
     given = _fitted(config_lib.replace(folder.get_config(str(tmp_path)),
-                                       trainer={"total_steps": 7}))
-    assert given.trainer.total_steps == 7
-    assert given.schedule.warmup_steps == 100
+                                       trainer={"total_steps": 30}))
+    assert given.trainer.total_steps == 30
+    assert given.schedule.warmup_steps == 3
+    assert given.log.every_steps == 1_000
+    fits = _fitted(config_lib.replace(folder.get_config(str(tmp_path)),
+                                      trainer={"total_steps": 30},
+                                      schedule={"warmup_steps": 20}))
+    assert fits.schedule.warmup_steps == 20
+    # A config that does not count epochs keeps its warm-up: the limits
+    # check names it.
+    digits = config_lib.replace(digits_recipe.get_config(),
+                                trainer={"total_steps": 7})
+    assert digits.schedule.warmup_steps > 7
+    assert _fitted(digits).schedule.warmup_steps == (
+        digits.schedule.warmup_steps)
     with pytest.raises(UsageError, match="set one of them above 0"):
         _fitted(config_lib.replace(folder.get_config(str(tmp_path)),
                                    trainer={"epochs": 0.0}))
@@ -139,6 +153,23 @@ def _run(cwd, name, *args):
                             text=True, cwd=str(cwd), env=env, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     return result
+
+
+def test_own_photos_with_a_step_count_given(tmp_path):
+    """--config.trainer.total_steps on the folder config: the run trains
+    those steps, its warm-up held to a tenth of them (the config's 100
+    would not fit)."""
+    write_photo_folder(tmp_path / "photos", per_class=6)
+    result = _run(tmp_path, "train", "--config=folder:photos",
+                  "--model=Ti/16", "--workdir=run", *TINY,
+                  "--config.trainer.total_steps=20")
+    with open(tmp_path / "run" / "config.json") as f:
+        saved = json.load(f)
+    assert saved["trainer"]["total_steps"] == 20
+    assert saved["schedule"]["warmup_steps"] == 2
+    assert "warm-up of 100 steps held to 2" in result.stderr
+    with open(tmp_path / "run" / "metrics.json") as f:
+        assert json.load(f)["steps"] == 20
 
 
 def test_own_photos_train_evaluate_export_predict(tmp_path):

@@ -26,7 +26,9 @@ The run follows the data: 10 passes over the training images at batch 32
 them, an evaluation and a checkpoint after every pass; SGD with momentum
 and a cosine decay, the paper's fine-tuning recipe (Appendix B.1.1) at a
 learning rate for small batches. Any of it is a --config override
-(--config.trainer.epochs=3, --config.model.image_size=384, ...).
+(--config.trainer.epochs=3, --config.model.image_size=384, ...); with
+--config.trainer.total_steps given instead, a warm-up longer than those
+steps is held to a tenth of them.
 """
 
 import os

@@ -26,7 +26,7 @@ def fit(inp, trainer, schedule, log, checkpoints, evals) -> Dict[str, dict]:
     `trainer`, `schedule`, `log`, `checkpoints` and `evals` sections."""
     out = _splits(inp, evals)
     if int(trainer.total_steps) != 0:
-        return out
+        return _fit_given_steps(out, trainer, schedule)
     if float(trainer.epochs) <= 0:
         raise UsageError(
             "config.trainer.total_steps is 0, which asks for the steps of "
@@ -55,6 +55,25 @@ def fit(inp, trainer, schedule, log, checkpoints, evals) -> Dict[str, dict]:
         "%s epochs of %d training images at batch %d: %d steps (%d per "
         "epoch), %d warm-up steps.", trainer.epochs, examples, batch, total,
         epoch, warmup)
+    return out
+
+
+def _fit_given_steps(out: Dict[str, dict], trainer, schedule
+                     ) -> Dict[str, dict]:
+    """A config that counts its run in epochs (the folder config), given
+    total_steps instead: a warm-up longer than the run (the config's cap
+    for epoch-sized runs) is held to its share of the steps given, as an
+    epoch-sized run's is; every other config keeps its values, and the
+    limits check names a warm-up that does not fit."""
+    total, warmup = int(trainer.total_steps), int(schedule.warmup_steps)
+    if float(trainer.epochs) <= 0 or total <= 0 or warmup <= total:
+        return out
+    fitted = int(WARMUP_SHARE * total)
+    out["schedule"] = {"warmup_steps": fitted}
+    logging.info(
+        "total_steps=%d given: the config's warm-up of %d steps held to %d "
+        "(a tenth of the run; --config.schedule.warmup_steps sets it).",
+        total, warmup, fitted)
     return out
 
 
