@@ -123,8 +123,15 @@ def test_a_bad_image_in_the_eval_split_stops_the_run_before_it_trains(
                                    f"--workdir={workdir}"])
     line = _error_line(result, "train")
     check_says("bad_image_in_eval_split", line)
-    assert not (workdir / "checkpoints").exists()
+    assert not workdir.exists()  # the workdir the run made is gone
     assert "Compiled: the first train call" not in result.stderr
+    # A workdir the user made, or one holding a file, is kept.
+    workdir.mkdir()
+    (workdir / "notes.txt").write_text("mine")
+    result = console.run("train", [f"--config=folder:{root}",
+                                   f"--workdir={workdir}"])
+    check_says("bad_image_in_eval_split", _error_line(result, "train"))
+    assert os.listdir(workdir) == ["notes.txt"]
     # Skipping: trained, evaluated on the 8 readable val images, the file
     # named once.
     caplog.set_level("WARNING")

@@ -129,6 +129,18 @@ def _make_workdir(workdir: str) -> None:
         ) from None
 
 
+def _remove_if_empty(workdir: str) -> None:
+    """Removes the workdir a run made when it holds no file (its set-up
+    refused the run before writing anything); a file anywhere keeps it."""
+    try:
+        for _, _, files in tf.io.gfile.walk(workdir):
+            if files:
+                return
+        tf.io.gfile.rmtree(workdir)
+    except tf.errors.OpError:
+        pass
+
+
 def train_and_evaluate(
     config,
     workdir: str,
@@ -174,11 +186,32 @@ def train_and_evaluate(
             config.init, config.model))
     if config.model.image_size:  # an unknown size: before the workdir
         config_architecture(config.model)
+    created = not tf.io.gfile.exists(workdir)
     _make_workdir(workdir)
-    model_init.check_workdir_config(config, workdir)
-    finished = _finished_before(workdir, int(config.trainer.total_steps))
-    if finished is not None:
-        return finished
+    try:  # refused before anything is written: no empty workdir left
+        model_init.check_workdir_config(config, workdir)
+        finished = _finished_before(workdir, int(config.trainer.total_steps))
+        if finished is not None:
+            return finished
+        run, items, data, num_classes = _set_up(config, workdir, strategy,
+                                                batch, on_finish)
+    except BaseException:
+        if created:
+            _remove_if_empty(workdir)
+        raise
+    plan = loop.Plan.of(config.trainer, config.log, config.checkpoints,
+                        config.evals)
+    try:
+        return _resume_and_run(config.to_dict(), config.init, plan, run,
+                               items, data, num_classes)
+    finally:
+        run.writer.close()
+
+
+def _set_up(config, workdir: str, strategy, batch: int, on_finish):
+    """(loop.Run, its checkpoint items, run_data.RunData, class count):
+    the data checked, the model, optimizer and trainer built, the run's
+    writers made; nothing written yet."""
     best = records.best_evaluator(config.checkpoints, config.evals)
     keras.utils.set_random_seed(int(config.seed))
     logging.info("Reading the data: %s.", config.input.vtab_task
@@ -190,8 +223,8 @@ def train_and_evaluate(
         model, optimizer = build_run(config, num_classes)
     logging.info(
         "Model %s: %s parameters, %d replicas.",
-        model.name, f"{model.count_params():,}", strategy.num_replicas_in_sync,
-    )
+        model.name, f"{model.count_params():,}",
+        strategy.num_replicas_in_sync)
     trainer = build_trainer(
         config.trainer, config.objective, model, optimizer, strategy,
         num_classes=num_classes, global_batch=batch)
@@ -201,13 +234,7 @@ def train_and_evaluate(
         strategy, batch, batch // trainer.accumulation_steps, splits)
     run, items = _host_run(workdir, trainer, data, config.checkpoints, best,
                            info, on_finish)
-    plan = loop.Plan.of(config.trainer, config.log, config.checkpoints,
-                        config.evals)
-    try:
-        return _resume_and_run(config.to_dict(), config.init, plan, run,
-                               items, data, num_classes)
-    finally:
-        run.writer.close()
+    return run, items, data, num_classes
 
 
 def _finished_before(workdir: str, total_steps: int) -> Optional[Dict]:
