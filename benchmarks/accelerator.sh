@@ -51,6 +51,12 @@
 # B/16 training, inference at batch 128, L/16 training, inference at
 # batch 1024. Each throughput run stops its repeats 30 s before its time
 # limit, so that it writes what it measured.
+# --xla-options: B/16's training step compiled once (train_jit; 224,
+# batch 128) under XLA's defaults and under each of XLA_OPTIONS below (set
+# as XLA_FLAGS), each in its own process (xla_TAG_b16_224_b128_bf16.*):
+# whether XLA fuses more of the elementwise work that the profile found
+# around the matmuls (cuBLASLt's bias and GELU epilogues, Triton GEMM
+# fusions).
 # --smoke: the same runs at tiny sizes (any machine, the CPU too), to check
 # the whole path (tests/test_accelerator.py does); without OUTPUT_DIR its
 # files go to a new temporary folder.
@@ -60,7 +66,7 @@
 # limit but each run's own).
 set -u -o pipefail
 cd "$(dirname "$0")/.."
-smoke=0 wheels=1 profile=0 inference=0 training=0 outdir=
+smoke=0 wheels=1 profile=0 inference=0 training=0 xla_options=0 outdir=
 for arg in "$@"; do
     case $arg in
         --smoke) smoke=1 ;;
@@ -68,10 +74,12 @@ for arg in "$@"; do
         --profile) profile=1 ;;
         --inference) inference=1 ;;
         --training) training=1 ;;
+        --xla-options) xla_options=1 ;;
         -h|--help) sed -n '2,/^set /{/^#/p}' "$0" | sed 's/^# \{0,1\}//'
                    exit 0 ;;
         -*) echo "accelerator.sh: unknown option $arg (--smoke," \
-                 "--profile, --inference, --training, --no-wheels," \
+                 "--profile, --inference, --training, --xla-options," \
+                 "--no-wheels," \
                  "OUTPUT_DIR)" >&2
             exit 2 ;;
         *) outdir=$arg ;;
@@ -147,7 +155,15 @@ run() {
     [ "$rc" = 0 ] || failed=1
 }
 
-if [ "$profile" = 1 ] || [ "$inference" = 1 ] || [ "$training" = 1 ]; then
+# XLA_OPTIONS: TAG=FLAGS, each a run of --xla-options after XLA's
+# defaults (TAG "default", no flags).
+XLA_OPTIONS=(
+    "cublaslt=--xla_gpu_enable_cublaslt=true"
+    "triton_gemm_any=--xla_gpu_triton_gemm_any=true"
+    "no_triton_gemm=--xla_gpu_enable_triton_gemm=false"
+)
+if [ "$profile" = 1 ] || [ "$inference" = 1 ] || [ "$training" = 1 ] \
+        || [ "$xla_options" = 1 ]; then
     if [ "$smoke" = 1 ]; then
         tiny=(--patch_size 8 --hidden_size 32 --num_layers 1 --num_heads 2
               --mlp_dim 64)
@@ -200,6 +216,17 @@ if [ "$profile" = 1 ] || [ "$inference" = 1 ] || [ "$training" = 1 ]; then
     [ "$training" = 1 ] && train training_l16_224_b64_bf16 200 L/16 "$b64"
     [ "$inference" = 1 ] && infer inference_b16_224_b1024_bf16 150 \
         "$b1024"
+    if [ "$xla_options" = 1 ]; then
+        for option in "default=" "${XLA_OPTIONS[@]}"; do
+            tag=${option%%=*}
+            XLA_FLAGS="${option#*=}" run "xla_${tag}_b16_224_b128_bf16" 100 \
+                throughput.py --variant B/16 --image_size "$s224" \
+                --batch_size "$b128" --dtype bfloat16 --xla on \
+                --mode train_jit --process_per_config --warmup 2 \
+                --rewarm 1 --matmul_repeats 2 "${timed[@]}" "${tiny[@]}" \
+                "${classes[@]}"
+        done
+    fi
     say "done in ${SECONDS}s: $(ls "$outdir"/*.json 2>/dev/null | wc -l) result files in $outdir"
     exit $failed
 fi

@@ -323,6 +323,8 @@ def machine_info() -> Dict[str, Any]:
             if d.platform != "cpu"
         ]
         info["device_kind"] = jax.devices()[0].device_kind
+    # XLA's options of the run (accelerator.sh --xla-options sets them).
+    info["xla_flags"] = os.environ.get("XLA_FLAGS", "").strip()
     return info
 
 

@@ -1070,6 +1070,48 @@ def gpu_logged_only() -> str:
         *(f"{BENCH}/{GPU}/{n}" for n in used), command=GPU_COMMAND)
 
 
+XLA_OPTION_RUN = re.compile(r"^xla_(\w+?)_b16_224_b128_bf16(_run\d+)?$")
+
+
+def gpu_xla_options() -> str:
+    """B/16's compiled training step under XLA's defaults and under each
+    option `accelerator.sh --xla-options` tried (its runs
+    xla_TAG_b16_224_b128_bf16): speed and MFU, the median of each
+    option's runs, against the defaults' median."""
+    runs: Dict[str, List[Tuple[str, dict]]] = {}
+    for name, data in gpu_results("throughput"):
+        m = XLA_OPTION_RUN.match(name)
+        if m and gpu_row(data, "train_jit"):
+            runs.setdefault(m.group(1), []).append((name, data))
+    if not runs:
+        return ("No run of `bash benchmarks/accelerator.sh --xla-options` "
+                "is stored yet.")
+
+    def speed(tag):
+        return statistics.median(gpu_row(d, "train_jit")["images_per_s"]
+                                 for _, d in runs[tag])
+
+    base = speed("default") if "default" in runs else None
+    lines = ["| XLA options (`XLA_FLAGS`) | runs | img/s, median | MFU "
+             "(measured ceiling / data sheet), median | vs XLA's defaults |",
+             "|---|---|---|---|---|"]
+    used = []
+    for tag in sorted(runs, key=lambda t: (t != "default", t)):
+        rows = [(gpu_row(d, "train_jit"), d) for _, d in runs[tag]]
+        flags = rows[0][1]["machine"].get("xla_flags") or "(none)"
+        mfu = statistics.median(r["mfu"] for r, _ in rows)
+        spec = [r["model_flops_per_s"] / _spec(d) for r, d in rows
+                if _spec(d)]
+        lines.append(
+            f"| `{flags}` | {len(rows)} | {speed(tag):.0f} | {pct(mfu)} / "
+            f"{pct(statistics.median(spec)) if spec else ''} | "
+            f"{ratio(speed(tag) / base) if base else ''} |")
+        used += [n for n, _ in runs[tag]]
+    return "\n".join(lines) + source(
+        *(f"{BENCH}/{GPU}/{n}.json" for n in used),
+        command="bash benchmarks/accelerator.sh --xla-options")
+
+
 # ---------------------------------------------------------- GPU targets
 GPU_TARGETS = (  # (what, variant, image, batch, mode, field, want)
     ("B/16, 224, batch 128, training (`train_on_batch`): MFU >= 40%",
@@ -1102,13 +1144,14 @@ def gpu_target_runs(variant: str, image: int, batch: int, mode: str,
     without keras-hub has no ratio to it), in which the library took
     cuDNN's fused attention (the current library on a GPU, `library_of`)
     and the mode's configuration ran first in its process (or in its
-    own)."""
+    own), under XLA's default options."""
     out = []
     for name, data in gpu_results("throughput"):
         a = data["args"]
         row = gpu_row(data, mode)
         if ((a["variant"], a["image_size"], a["batch_size"], a["dtype"])
                 == (variant, image, batch, "bfloat16")
+                and not data["machine"].get("xla_flags")
                 and row and row.get(field) is not None
                 and library_of(name, data) == FUSED
                 and first_in_process(data, mode)):
@@ -1581,6 +1624,7 @@ RENDERERS: Dict[str, Callable[[], str]] = {
     "gpu-profile": gpu_profile,
     "gpu-inference": gpu_inference,
     "gpu-logged-only": gpu_logged_only,
+    "gpu-xla-options": gpu_xla_options,
     "loop-overhead": loop_overhead,
     "folder-run": folder_run,
     "memory-tf": memory("memory_tf"),

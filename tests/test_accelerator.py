@@ -380,6 +380,42 @@ def test_inference_and_training_runs_end_to_end_at_tiny_sizes(
         assert f"| {mode} | own process | keras_vit | one path |" in block
 
 
+@pytest.mark.slow
+def test_xla_options_run_end_to_end_at_tiny_sizes(tmp_path, monkeypatch):
+    """`accelerator.sh --smoke --xla-options`: the compiled training step
+    under XLA's defaults and under each option, each in its own process
+    with its XLA_FLAGS (XLA takes its GPU options on the CPU too), the
+    options recorded in each result and compared in their table."""
+    guard = tmp_path / "guard"
+    guard.mkdir()
+    (guard / "sitecustomize.py").write_text(_NO_TENSORFLOW)
+    out = tmp_path / "benchmarks" / "results" / "gpu"
+    env = dict(os.environ, PYTHON=sys.executable, KERAS_BACKEND="jax",
+               PYTHONPATH=str(guard))
+    env.pop("XLA_FLAGS", None)
+    proc = subprocess.run(
+        ["bash", os.path.join(ROOT, "benchmarks", "accelerator.sh"),
+         "--smoke", "--xla-options", "--no-wheels", str(out)],
+        env=env, capture_output=True, text=True, timeout=1200)
+    log = (out / "accelerator.log").read_text()
+    assert proc.returncode == 0, proc.stdout + log[-5000:]
+    flags = {"default": "", "cublaslt": "--xla_gpu_enable_cublaslt=true",
+             "triton_gemm_any": "--xla_gpu_triton_gemm_any=true",
+             "no_triton_gemm": "--xla_gpu_enable_triton_gemm=false"}
+    assert sorted(p[:-5] for p in os.listdir(out) if p.endswith(".json")) \
+        == sorted(f"xla_{tag}_b16_224_b128_bf16" for tag in flags)
+    for tag, want in flags.items():
+        with open(out / f"xla_{tag}_b16_224_b128_bf16.json") as f:
+            result = json.load(f)
+        assert result["machine"]["xla_flags"] == want
+        assert [(r["model"], r["mode"]) for r in result["rows"]] == [
+            ("keras_vit", "train_jit")]
+    monkeypatch.setattr(tables, "ROOT", str(tmp_path))
+    block = tables.gpu_xla_options()
+    for want in flags.values():
+        assert f"| `{want or '(none)'}` | 1 |" in block
+
+
 STORED_GPU = os.path.join(ROOT, "benchmarks", "results", "gpu")
 
 
@@ -396,6 +432,41 @@ def _gpu_folder(tmp_path, runs):
     for name, run in runs.items():
         (gpu / f"{name}.json").write_text(json.dumps(run))
     return gpu
+
+
+def test_xla_option_runs_are_compared_and_count_toward_no_target(
+        monkeypatch, tmp_path):
+    """`accelerator.sh --xla-options`' runs (xla_TAG_b16_224_b128_bf16):
+    each option's median against the defaults' in their own table; only
+    the run under XLA's defaults is read by the train_jit target."""
+    stored = _stored("training_b16_224_b128_bf16_run2")
+    runs = {}
+    for tag, flags, scale in (("default", "", 1.0),
+                              ("cublaslt", "--xla_gpu_enable_cublaslt=true",
+                               1.1),
+                              ("no_triton_gemm",
+                               "--xla_gpu_enable_triton_gemm=false", 0.9)):
+        run = json.loads(json.dumps(stored))
+        run["machine"]["xla_flags"] = flags
+        run["rows"] = [r for r in run["rows"] if r["mode"] == "train_jit"
+                       and r["model"] == "keras_vit"]
+        for row in run["rows"]:
+            for field in ("images_per_s", "mfu", "model_flops_per_s"):
+                row[field] *= scale
+        runs[f"xla_{tag}_b16_224_b128_bf16"] = run
+    _gpu_folder(tmp_path, runs)
+    monkeypatch.setattr(tables, "ROOT", str(tmp_path))
+    assert tables.gpu_target_runs("B/16", 224, 128, "train_jit") == [
+        "gpu/xla_default_b16_224_b128_bf16"]
+    block = tables.gpu_xla_options()
+    lines = block.splitlines()
+    base = tables.gpu_row(runs["xla_default_b16_224_b128_bf16"],
+                          "train_jit")["images_per_s"]
+    assert lines[2].startswith(f"| `(none)` | 1 | {base:.0f} | ")
+    assert lines[3].startswith("| `--xla_gpu_enable_cublaslt=true` | 1 |")
+    assert lines[3].endswith("| 1.10x |")
+    assert lines[4].endswith("| 0.90x |")
+    assert "bash benchmarks/accelerator.sh --xla-options" in block
 
 
 def test_gpu_tables_take_the_median_of_every_run(monkeypatch, tmp_path):
