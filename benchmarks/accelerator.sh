@@ -25,7 +25,9 @@
 # run gets a share of the time (--deadline cuts its repeats and skips what
 # is left once the share is spent) and is killed if it outlasts what is
 # left of the whole budget. Results: OUTPUT_DIR/NAME.json and NAME.md per
-# run and accelerator.log, in OUTPUT_DIR ($OUT if set, else
+# run and accelerator.log (NAME_runN and accelerator_runN.log where the
+# folder holds that name already: nothing stored is written over), in
+# OUTPUT_DIR ($OUT if set, else
 # benchmarks/results/gpu); `python scripts/results_tables.py` renders the
 # JSON files of benchmarks/results/gpu into docs/performance.md.
 #
@@ -91,7 +93,15 @@ fi
 outdir=${outdir:-${OUT:-benchmarks/results/gpu}}
 python=${PYTHON:-python3}
 mkdir -p "$outdir" || exit 1
-log=$outdir/accelerator.log
+# free NAME EXT: NAME, or NAME_runN (the next free N) where OUTPUT_DIR
+# holds NAME.EXT already: a stored result or log is never written over.
+free() {
+    local n=2
+    if [ ! -e "$outdir/$1.$2" ]; then echo "$1"; return; fi
+    while [ -e "$outdir/${1}_run$n.$2" ]; do n=$((n + 1)); done
+    echo "${1}_run$n"
+}
+log=$outdir/$(free accelerator log).log
 : > "$log"
 say() { echo "$*" | tee -a "$log"; }
 
@@ -135,7 +145,8 @@ fi
 # SECONDS or what is left of BUDGET_S, whichever is less.
 failed=0
 run() {
-    local name=$1 limit=$2 script=$3 left
+    local name limit=$2 script=$3 left
+    name=$(free "$1" json)
     shift 3
     left=$((${BUDGET_S:-100000} - SECONDS))
     [ "$left" -lt "$limit" ] && limit=$left
@@ -251,7 +262,8 @@ common+=(--dtype bfloat16 --xla on --mode train,infer --compare_keras_hub
 # what is left.
 failed=0
 measure() {
-    local name=$1 share=$2 left soft
+    local name share=$2 left soft
+    name=$(free "$1" json)
     shift 2
     left=$((total - SECONDS))
     if [ "$left" -lt 40 ]; then

@@ -393,19 +393,31 @@ def test_xla_options_run_end_to_end_at_tiny_sizes(tmp_path, monkeypatch):
     env = dict(os.environ, PYTHON=sys.executable, KERAS_BACKEND="jax",
                PYTHONPATH=str(guard))
     env.pop("XLA_FLAGS", None)
+    # A result and a log stored under the names the run would write: kept,
+    # and the run's own written beside them as NAME_run2.
+    out.mkdir(parents=True)
+    stored = out / "xla_default_b16_224_b128_bf16.json"
+    stored.write_text('{"stored": true}')
+    (out / "accelerator.log").write_text("an earlier run's log")
     proc = subprocess.run(
         ["bash", os.path.join(ROOT, "benchmarks", "accelerator.sh"),
          "--smoke", "--xla-options", "--no-wheels", str(out)],
         env=env, capture_output=True, text=True, timeout=1200)
-    log = (out / "accelerator.log").read_text()
+    log = (out / "accelerator_run2.log").read_text()
     assert proc.returncode == 0, proc.stdout + log[-5000:]
-    flags = {"default": "", "cublaslt": "--xla_gpu_enable_cublaslt=true",
+    assert (out / "accelerator.log").read_text() == "an earlier run's log"
+    assert json.loads(stored.read_text()) == {"stored": True}
+    stored.unlink()
+    flags = {"default_run2": "", "cublaslt": "--xla_gpu_enable_cublaslt=true",
              "triton_gemm_any": "--xla_gpu_triton_gemm_any=true",
              "no_triton_gemm": "--xla_gpu_enable_triton_gemm=false"}
+    names = {tag: (f"xla_{tag}_b16_224_b128_bf16" if tag != "default_run2"
+                   else "xla_default_b16_224_b128_bf16_run2")
+             for tag in flags}
     assert sorted(p[:-5] for p in os.listdir(out) if p.endswith(".json")) \
-        == sorted(f"xla_{tag}_b16_224_b128_bf16" for tag in flags)
+        == sorted(names.values())
     for tag, want in flags.items():
-        with open(out / f"xla_{tag}_b16_224_b128_bf16.json") as f:
+        with open(out / f"{names[tag]}.json") as f:
             result = json.load(f)
         assert result["machine"]["xla_flags"] == want
         assert [(r["model"], r["mode"]) for r in result["rows"]] == [

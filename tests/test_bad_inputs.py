@@ -125,13 +125,22 @@ def test_a_bad_image_in_the_eval_split_stops_the_run_before_it_trains(
     check_says("bad_image_in_eval_split", line)
     assert not workdir.exists()  # the workdir the run made is gone
     assert "Compiled: the first train call" not in result.stderr
-    # A workdir the user made, or one holding a file, is kept.
+    # A workdir the user made is kept, empty as it was.
     workdir.mkdir()
-    (workdir / "notes.txt").write_text("mine")
     result = console.run("train", [f"--config=folder:{root}",
                                    f"--workdir={workdir}"])
     check_says("bad_image_in_eval_split", _error_line(result, "train"))
-    assert os.listdir(workdir) == ["notes.txt"]
+    assert workdir.is_dir() and os.listdir(workdir) == []
+    # What the run removes: a tree of folders without a file, never one
+    # holding a file anywhere in it.
+    (workdir / "a" / "b").mkdir(parents=True)
+    (workdir / "c" / "notes.txt").parent.mkdir()
+    (workdir / "c" / "notes.txt").write_text("mine")
+    train_lib._remove_if_empty(str(workdir))
+    assert (workdir / "c" / "notes.txt").read_text() == "mine"
+    os.remove(workdir / "c" / "notes.txt")
+    train_lib._remove_if_empty(str(workdir))
+    assert not workdir.exists()
     # Skipping: trained, evaluated on the 8 readable val images, the file
     # named once.
     caplog.set_level("WARNING")

@@ -95,6 +95,9 @@ def test_int8_from_the_command_line(model, pixels, tmp_path):
     assert path.read_bytes() == int8
     assert cli.main(again + ["--overwrite"]) == 0
     assert path.read_bytes() != int8
+    # This model names no classes: the int8 file's names are not left
+    # beside it as if they were its own.
+    assert not (tmp_path / "out" / "tiny.labels.txt").exists()
     np.testing.assert_allclose(litert.run_litert(str(path), pixels),
                                _keras_probabilities(model, pixels),
                                atol=1e-4)

@@ -19,7 +19,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_vit.analysis import core, extract, plots
-from keras_vit.data import preprocessing
+from keras_vit.data import checks, preprocessing
 from keras_vit.derived import is_features_model
 from keras_vit.errors import UsageError
 from keras_vit.storage.atomic import atomic_write
@@ -76,7 +76,8 @@ def load_images(
             image = preprocessing.decode_image(tf.constant(data))
         except (tf.errors.InvalidArgumentError, ValueError) as error:
             raise UsageError(
-                f"Cannot decode {file!r} as JPEG, PNG, GIF or BMP: {error}"
+                f"Cannot decode {file!r} as JPEG, PNG, GIF or BMP: "
+                f"{checks.decode_reason(error)}."
             ) from None
         images.append(preprocessing.preprocess_eval(image, size).numpy())
     return np.stack(images), [os.path.basename(f) for f in files]

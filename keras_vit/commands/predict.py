@@ -24,7 +24,6 @@ from __future__ import annotations
 import csv
 import json
 import os
-import re
 import sys
 from typing import TYPE_CHECKING, Callable, List, Optional, Sequence, Tuple
 
@@ -40,13 +39,14 @@ if TYPE_CHECKING:  # imported on first use: --help loads no TensorFlow
     import tensorflow as tf
 
     from keras_vit import derived
-    from keras_vit.data import preprocessing
+    from keras_vit.data import checks, preprocessing
     from keras_vit.export import litert
 else:
     keras = lazy_module("keras")
     tf = lazy_module("tensorflow")
     derived = lazy_module("keras_vit.derived")
     preprocessing = lazy_module("keras_vit.data.preprocessing")
+    checks = lazy_module("keras_vit.data.checks")
     litert = lazy_module("keras_vit.export.litert")
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp")
@@ -76,13 +76,6 @@ def list_images(paths: Sequence[str]) -> Tuple[List[str], bool]:
     return files, folder
 
 
-def _reason(error: tf.errors.OpError) -> str:
-    """The decoder's message without TensorFlow's node and op names."""
-    text = error.message.strip().splitlines()[0]
-    text = re.sub(r"^\{\{[^}]*\}\}\s*", "", text)
-    return re.sub(r"\s*\[Op:.*$", "", text).strip()
-
-
 def read_images(files: Sequence[str], skip_bad: bool):
     """(good files, their bytes, [(file, reason)] skipped). Each file is
     decoded once, with the decoder every other path uses."""
@@ -93,8 +86,7 @@ def read_images(files: Sequence[str], skip_bad: bool):
         try:
             preprocessing.decode_image(tf.constant(raw))
         except (tf.errors.InvalidArgumentError, ValueError) as error:
-            reason = _reason(error) if isinstance(
-                error, tf.errors.OpError) else str(error)
+            reason = checks.decode_reason(error)
             if not skip_bad:
                 raise UsageError(
                     f"{path} is not a readable image ({reason}); pass "

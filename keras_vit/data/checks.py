@@ -29,8 +29,11 @@ LABEL_ERROR = "Label out of range"
 _MAX_NAMED = 10
 
 
-def _reason(error: tf.errors.OpError) -> str:
-    """The decoder's message without TensorFlow's node and op decorations."""
+def decode_reason(error: Exception) -> str:
+    """The decoder's message without TensorFlow's node and op decorations
+    (an OpError's), or the error's own text."""
+    if not isinstance(error, tf.errors.OpError):
+        return str(error)
     text = error.message.strip().splitlines()[0]
     text = re.sub(r"^\{\{[^}]*\}\}\s*", "", text)
     return re.sub(r"\s*\[Op:.*$", "", text).strip()
@@ -62,7 +65,7 @@ def find_unreadable_images(paths: Sequence[str]) -> List[Tuple[str, str]]:
             _decode(tf.constant(path))
             reason = "could not be read"
         except tf.errors.OpError as error:
-            reason = _reason(error)
+            reason = decode_reason(error)
         bad.append((path, reason))
     return bad
 

@@ -160,6 +160,9 @@ def export_litert(
         atomic_write(
             labels_path(path), "".join(f"{name}\n" for name in class_names)
         )
+    elif tf.io.gfile.exists(labels_path(path)):
+        # An earlier file's class names would be read as this one's.
+        tf.io.gfile.remove(labels_path(path))
     return path
 
 

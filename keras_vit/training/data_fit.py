@@ -71,9 +71,9 @@ def _fit_given_steps(out: Dict[str, dict], trainer, schedule
     fitted = int(WARMUP_SHARE * total)
     out["schedule"] = {"warmup_steps": fitted}
     logging.info(
-        "total_steps=%d given: the config's warm-up of %d steps held to %d "
-        "(a tenth of the run; --config.schedule.warmup_steps sets it).",
-        total, warmup, fitted)
+        "total_steps=%d given: a warm-up of %d steps would not fit; held to "
+        "%d, a tenth of the run (--config.schedule.warmup_steps of at most "
+        "%d sets another).", total, warmup, fitted, total)
     return out
 
 

@@ -117,9 +117,12 @@ def _finisher(mpp_config, export, workdir: str, on_finish):
     return on_finish
 
 
-def _make_workdir(workdir: str) -> None:
+def _make_workdir(workdir: str) -> bool:
+    """Makes `workdir` where it is missing; whether it was missing."""
     try:
+        missing = not tf.io.gfile.exists(workdir)
         tf.io.gfile.makedirs(workdir)
+        return missing
     except tf.errors.OpError as e:
         raise TrainingError(
             f"Cannot use `workdir` {workdir}: {e.message.splitlines()[0]}. "
@@ -186,8 +189,10 @@ def train_and_evaluate(
             config.init, config.model))
     if config.model.image_size:  # an unknown size: before the workdir
         config_architecture(config.model)
-    created = not tf.io.gfile.exists(workdir)
-    _make_workdir(workdir)
+    # A run alone on its machine removes the workdir it made where its
+    # set-up refuses the run (workers of a cluster share theirs).
+    created = _make_workdir(workdir) and not (
+        distribute.is_multi_worker(strategy) or distribute.is_tpu(strategy))
     try:  # refused before anything is written: no empty workdir left
         model_init.check_workdir_config(config, workdir)
         finished = _finished_before(workdir, int(config.trainer.total_steps))
