@@ -48,6 +48,18 @@ ROW_FIELDS = (
 )
 
 
+def _swapped(model, attention):
+    """The attention layers of `model`, each an `attention`, one per
+    block; the library's own class put back after the build."""
+    assert keras_vit.layers.MultiHeadSelfAttention is (
+        keras_vit.MultiHeadSelfAttention)
+    swapped = [layer for layer in model._flatten_layers()
+               if isinstance(layer, keras_vit.MultiHeadSelfAttention)]
+    assert len(swapped) == TINY["num_layers"]
+    assert all(type(layer) is attention for layer in swapped)
+    return swapped
+
+
 def test_dpa_model_computes_what_the_library_computes():
     """keras_vit_dpa: the same weights and outputs as keras_vit, with
     `dot_product_attention` in every attention layer (the last block's
@@ -56,13 +68,7 @@ def test_dpa_model_computes_what_the_library_computes():
                                   **TINY)
     dpa = throughput.create_dpa_model(None, num_classes=10, image_size=32,
                                       **TINY)
-    assert keras_vit.layers.MultiHeadSelfAttention is (
-        keras_vit.MultiHeadSelfAttention)
-    swapped = [layer for layer in dpa._flatten_layers()
-               if isinstance(layer, keras_vit.MultiHeadSelfAttention)]
-    assert len(swapped) == TINY["num_layers"]
-    assert all(type(layer) is throughput.DotProductSelfAttention
-               for layer in swapped)
+    swapped = _swapped(dpa, throughput.DotProductSelfAttention)
     assert not any(isinstance(layer, throughput.DotProductSelfAttention)
                    for layer in ours._flatten_layers())
     assert dpa.count_params() == ours.count_params()
@@ -95,13 +101,7 @@ def test_one_path_model_never_takes_the_fused_attention(monkeypatch):
                                   **TINY)
     one = throughput.create_one_path_model(None, num_classes=10,
                                            image_size=32, **TINY)
-    assert keras_vit.layers.MultiHeadSelfAttention is (
-        keras_vit.MultiHeadSelfAttention)
-    swapped = [layer for layer in one._flatten_layers()
-               if isinstance(layer, keras_vit.MultiHeadSelfAttention)]
-    assert len(swapped) == TINY["num_layers"]
-    assert all(type(layer) is throughput.OnePathSelfAttention
-               for layer in swapped)
+    _swapped(one, throughput.OnePathSelfAttention)
     assert one.count_params() == ours.count_params()
     rng = np.random.default_rng(2)  # the head starts at zero: not here
     ours.set_weights([rng.normal(0, 0.2, w.shape).astype("float32")
@@ -199,6 +199,26 @@ sys.meta_path.insert(0, _NoTensorFlow())
 """
 
 
+def run_accelerator(tmp_path, out, *options, log="accelerator.log",
+                    timeout=1200):
+    """`bash benchmarks/accelerator.sh --smoke --no-wheels OPTIONS OUT`
+    under JAX with TensorFlow unimportable in every process; asserts it
+    succeeded and returns its log (OUT/`log`)."""
+    guard = tmp_path / "guard"
+    guard.mkdir(exist_ok=True)
+    (guard / "sitecustomize.py").write_text(_NO_TENSORFLOW)
+    env = dict(os.environ, PYTHON=sys.executable, KERAS_BACKEND="jax",
+               PYTHONPATH=str(guard))
+    env.pop("XLA_FLAGS", None)
+    proc = subprocess.run(
+        ["bash", os.path.join(ROOT, "benchmarks", "accelerator.sh"),
+         "--smoke", *options, "--no-wheels", str(out)],
+        env=env, capture_output=True, text=True, timeout=timeout)
+    text = (out / log).read_text()
+    assert proc.returncode == 0, proc.stdout + text[-5000:]
+    return text
+
+
 @pytest.mark.slow
 def test_device_path_imports_no_tensorflow(tmp_path):
     """What accelerator.sh runs of this project imports no TensorFlow
@@ -230,18 +250,8 @@ def test_accelerator_command_end_to_end_at_tiny_sizes(tmp_path, monkeypatch):
     """`benchmarks/accelerator.sh --smoke`: the GPU command, run here on
     the CPU under JAX with TensorFlow unimportable in every process; its
     JSON files hold every field, and the documentation renders them."""
-    guard = tmp_path / "guard"
-    guard.mkdir()
-    (guard / "sitecustomize.py").write_text(_NO_TENSORFLOW)
     out = tmp_path / "benchmarks" / "results" / "gpu"
-    env = dict(os.environ, PYTHON=sys.executable, KERAS_BACKEND="jax",
-               PYTHONPATH=str(guard))
-    proc = subprocess.run(
-        ["bash", os.path.join(ROOT, "benchmarks", "accelerator.sh"),
-         "--smoke", "--no-wheels", str(out)],
-        env=env, capture_output=True, text=True, timeout=1800)
-    log = (out / "accelerator.log").read_text()
-    assert proc.returncode == 0, proc.stdout + log[-5000:]
+    log = run_accelerator(tmp_path, out, timeout=1800)
     assert "no wheels installed" in log
     assert sorted(p for p in os.listdir(out) if p.endswith(".json")) == (
         sorted(f"{name}.json" for name in RUNS))
@@ -342,18 +352,8 @@ def test_inference_and_training_runs_end_to_end_at_tiny_sizes(
     """`accelerator.sh --smoke --inference --training`: each call measured
     in its own process, Keras's calls beside the compiled ones, and the
     table of every GPU run renders them."""
-    guard = tmp_path / "guard"
-    guard.mkdir()
-    (guard / "sitecustomize.py").write_text(_NO_TENSORFLOW)
     out = tmp_path / "benchmarks" / "results" / "gpu"
-    env = dict(os.environ, PYTHON=sys.executable, KERAS_BACKEND="jax",
-               PYTHONPATH=str(guard))
-    proc = subprocess.run(
-        ["bash", os.path.join(ROOT, "benchmarks", "accelerator.sh"),
-         "--smoke", "--inference", "--training", "--no-wheels", str(out)],
-        env=env, capture_output=True, text=True, timeout=1200)
-    log = (out / "accelerator.log").read_text()
-    assert proc.returncode == 0, proc.stdout + log[-5000:]
+    run_accelerator(tmp_path, out, "--inference", "--training")
     modes = {"inference_b16_224_b128_bf16": ("infer", "infer_jit"),
              "inference_b16_224_b1024_bf16": ("infer", "infer_jit"),
              "training_b16_224_b128_bf16": ("train", "train_jit"),
@@ -386,25 +386,14 @@ def test_xla_options_run_end_to_end_at_tiny_sizes(tmp_path, monkeypatch):
     under XLA's defaults and under each option, each in its own process
     with its XLA_FLAGS (XLA takes its GPU options on the CPU too), the
     options recorded in each result and compared in their table."""
-    guard = tmp_path / "guard"
-    guard.mkdir()
-    (guard / "sitecustomize.py").write_text(_NO_TENSORFLOW)
     out = tmp_path / "benchmarks" / "results" / "gpu"
-    env = dict(os.environ, PYTHON=sys.executable, KERAS_BACKEND="jax",
-               PYTHONPATH=str(guard))
-    env.pop("XLA_FLAGS", None)
     # A result and a log stored under the names the run would write: kept,
     # and the run's own written beside them as NAME_run2.
     out.mkdir(parents=True)
     stored = out / "xla_default_b16_224_b128_bf16.json"
     stored.write_text('{"stored": true}')
     (out / "accelerator.log").write_text("an earlier run's log")
-    proc = subprocess.run(
-        ["bash", os.path.join(ROOT, "benchmarks", "accelerator.sh"),
-         "--smoke", "--xla-options", "--no-wheels", str(out)],
-        env=env, capture_output=True, text=True, timeout=1200)
-    log = (out / "accelerator_run2.log").read_text()
-    assert proc.returncode == 0, proc.stdout + log[-5000:]
+    run_accelerator(tmp_path, out, "--xla-options", log="accelerator_run2.log")
     assert (out / "accelerator.log").read_text() == "an earlier run's log"
     assert json.loads(stored.read_text()) == {"stored": True}
     stored.unlink()

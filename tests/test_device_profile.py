@@ -20,7 +20,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 import device_profile  # noqa: E402
 
-from tests.test_accelerator import _NO_TENSORFLOW  # noqa: E402
+from tests.test_accelerator import run_accelerator  # noqa: E402
 
 # A training step's module as XLA's GPU compiler prints it after
 # optimization (abridged): a Triton GEMM fusion, cuBLAS and cuDNN custom
@@ -135,18 +135,8 @@ def test_profile_command_end_to_end_at_tiny_sizes(tmp_path):
     unimportable: each model and mode profiled in its own process, every
     traced op of a step found in the dumped HLO, the forward and backward
     matmuls seen, and the phase-by-kind table adding up to the op time."""
-    guard = tmp_path / "guard"
-    guard.mkdir()
-    (guard / "sitecustomize.py").write_text(_NO_TENSORFLOW)
     out = tmp_path / "out"
-    env = dict(os.environ, PYTHON=sys.executable, KERAS_BACKEND="jax",
-               PYTHONPATH=str(guard))
-    proc = subprocess.run(
-        ["bash", os.path.join(ROOT, "benchmarks", "accelerator.sh"),
-         "--smoke", "--profile", "--no-wheels", str(out)],
-        env=env, capture_output=True, text=True, timeout=900)
-    log = (out / "accelerator.log").read_text()
-    assert proc.returncode == 0, proc.stdout + log[-5000:]
+    run_accelerator(tmp_path, out, "--profile", timeout=900)
     name = "device_profile_b16_224_b128_bf16"
     with open(out / f"{name}.json") as f:
         result = json.load(f)
