@@ -198,8 +198,28 @@ def train_and_evaluate(
         finished = _finished_before(workdir, int(config.trainer.total_steps))
         if finished is not None:
             return finished
-        run, items, data, num_classes = _set_up(config, workdir, strategy,
-                                                batch, on_finish)
+        best = records.best_evaluator(config.checkpoints, config.evals)
+        keras.utils.set_random_seed(int(config.seed))
+        logging.info("Reading the data: %s.", config.input.vtab_task
+                     or config.input.dataset)
+        info, splits = _check_data(config.input, config.evals)
+        num_classes = num_classes_of(config.model, config.input)
+        logging.info("Building the model and its optimizer.")
+        with strategy.scope():
+            model, optimizer = build_run(config, num_classes)
+        logging.info(
+            "Model %s: %s parameters, %d replicas.",
+            model.name, f"{model.count_params():,}",
+            strategy.num_replicas_in_sync)
+        trainer = build_trainer(
+            config.trainer, config.objective, model, optimizer, strategy,
+            num_classes=num_classes, global_batch=batch)
+        data = run_data.RunData(
+            config.input, run_input(config.seed, config.model,
+                                    config.objective.mpp),
+            strategy, batch, batch // trainer.accumulation_steps, splits)
+        run, items = _host_run(workdir, trainer, data, config.checkpoints, best,
+                               info, on_finish)
     except BaseException:
         if created:
             _remove_if_empty(workdir)
@@ -211,35 +231,6 @@ def train_and_evaluate(
                                items, data, num_classes)
     finally:
         run.writer.close()
-
-
-def _set_up(config, workdir: str, strategy, batch: int, on_finish):
-    """(loop.Run, its checkpoint items, run_data.RunData, class count):
-    the data checked, the model, optimizer and trainer built, the run's
-    writers made; nothing written yet."""
-    best = records.best_evaluator(config.checkpoints, config.evals)
-    keras.utils.set_random_seed(int(config.seed))
-    logging.info("Reading the data: %s.", config.input.vtab_task
-                 or config.input.dataset)
-    info, splits = _check_data(config.input, config.evals)
-    num_classes = num_classes_of(config.model, config.input)
-    logging.info("Building the model and its optimizer.")
-    with strategy.scope():
-        model, optimizer = build_run(config, num_classes)
-    logging.info(
-        "Model %s: %s parameters, %d replicas.",
-        model.name, f"{model.count_params():,}",
-        strategy.num_replicas_in_sync)
-    trainer = build_trainer(
-        config.trainer, config.objective, model, optimizer, strategy,
-        num_classes=num_classes, global_batch=batch)
-    data = run_data.RunData(
-        config.input, run_input(config.seed, config.model,
-                                config.objective.mpp),
-        strategy, batch, batch // trainer.accumulation_steps, splits)
-    run, items = _host_run(workdir, trainer, data, config.checkpoints, best,
-                           info, on_finish)
-    return run, items, data, num_classes
 
 
 def _finished_before(workdir: str, total_steps: int) -> Optional[Dict]:
