@@ -8,6 +8,7 @@ loop in `keras_vit.training.loop`.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 from typing import Callable, Dict, Optional
@@ -132,6 +133,22 @@ def _make_workdir(workdir: str) -> bool:
         ) from None
 
 
+@contextlib.contextmanager
+def _made_workdir(workdir: str, strategy):
+    """Makes `workdir` for the block, the run's set-up: where the block
+    raises (the run refused before anything is written) and this call
+    made the folder, it is removed again if it holds no file. Not for the
+    workers of a cluster, which share theirs."""
+    created = _make_workdir(workdir) and not (
+        distribute.is_multi_worker(strategy) or distribute.is_tpu(strategy))
+    try:
+        yield
+    except BaseException:
+        if created:
+            _remove_if_empty(workdir)
+        raise
+
+
 def _remove_if_empty(workdir: str) -> None:
     """Removes the workdir a run made when it holds no file (its set-up
     refused the run before writing anything); a file anywhere keeps it."""
@@ -189,11 +206,7 @@ def train_and_evaluate(
             config.init, config.model))
     if config.model.image_size:  # an unknown size: before the workdir
         config_architecture(config.model)
-    # A run alone on its machine removes the workdir it made where its
-    # set-up refuses the run (workers of a cluster share theirs).
-    created = _make_workdir(workdir) and not (
-        distribute.is_multi_worker(strategy) or distribute.is_tpu(strategy))
-    try:  # refused before anything is written: no empty workdir left
+    with _made_workdir(workdir, strategy):  # removed if refused here
         model_init.check_workdir_config(config, workdir)
         finished = _finished_before(workdir, int(config.trainer.total_steps))
         if finished is not None:
@@ -220,10 +233,6 @@ def train_and_evaluate(
             strategy, batch, batch // trainer.accumulation_steps, splits)
         run, items = _host_run(workdir, trainer, data, config.checkpoints, best,
                                info, on_finish)
-    except BaseException:
-        if created:
-            _remove_if_empty(workdir)
-        raise
     plan = loop.Plan.of(config.trainer, config.log, config.checkpoints,
                         config.evals)
     try:
