@@ -444,6 +444,27 @@ def test_batch_not_divisible_by_replicas(tmp_path):
     check_error("batch_not_divisible", info.value)
 
 
+def test_a_starting_model_that_does_not_load_leaves_no_workdir(
+        tmp_path, monkeypatch):
+    """A run refused while it loads its starting weights (after its
+    set-up, before it writes anything): the workdir it made is removed;
+    one the user made is kept."""
+    from keras_vit.training import model_init
+
+    def refuse(init, model):
+        raise UsageError("the starting checkpoint does not fit")
+
+    monkeypatch.setattr(model_init, "initialise_from", refuse)
+    workdir = tmp_path / "run"
+    with pytest.raises(UsageError, match="does not fit"):
+        train_lib.train_and_evaluate(config(), str(workdir))
+    assert not workdir.exists()
+    workdir.mkdir()
+    with pytest.raises(UsageError, match="does not fit"):
+        train_lib.train_and_evaluate(config(), str(workdir))
+    assert workdir.is_dir()
+
+
 @covers("unsupported_filesystem")
 def test_workdir_on_unknown_file_system(tmp_path):
     with pytest.raises(train_lib.TrainingError) as info:

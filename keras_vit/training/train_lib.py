@@ -135,10 +135,11 @@ def _make_workdir(workdir: str) -> bool:
 
 @contextlib.contextmanager
 def _made_workdir(workdir: str, strategy):
-    """Makes `workdir` for the block, the run's set-up: where the block
-    raises (the run refused before anything is written) and this call
-    made the folder, it is removed again if it holds no file. Not for the
-    workers of a cluster, which share theirs."""
+    """Makes `workdir` for the block, the run: where the block raises and
+    this call made the folder, it is removed again if it holds no file
+    (the run was refused before it wrote anything: a bad input found at
+    set-up, a starting checkpoint that does not fit). Not for the workers
+    of a cluster, which share theirs."""
     created = _make_workdir(workdir) and not (
         distribute.is_multi_worker(strategy) or distribute.is_tpu(strategy))
     try:
@@ -206,7 +207,7 @@ def train_and_evaluate(
             config.init, config.model))
     if config.model.image_size:  # an unknown size: before the workdir
         config_architecture(config.model)
-    with _made_workdir(workdir, strategy):  # removed if refused here
+    with _made_workdir(workdir, strategy):  # removed if refused
         model_init.check_workdir_config(config, workdir)
         finished = _finished_before(workdir, int(config.trainer.total_steps))
         if finished is not None:
@@ -233,13 +234,13 @@ def train_and_evaluate(
             strategy, batch, batch // trainer.accumulation_steps, splits)
         run, items = _host_run(workdir, trainer, data, config.checkpoints, best,
                                info, on_finish)
-    plan = loop.Plan.of(config.trainer, config.log, config.checkpoints,
-                        config.evals)
-    try:
-        return _resume_and_run(config.to_dict(), config.init, plan, run,
-                               items, data, num_classes)
-    finally:
-        run.writer.close()
+        plan = loop.Plan.of(config.trainer, config.log, config.checkpoints,
+                            config.evals)
+        try:
+            return _resume_and_run(config.to_dict(), config.init, plan, run,
+                                   items, data, num_classes)
+        finally:
+            run.writer.close()
 
 
 def _finished_before(workdir: str, total_steps: int) -> Optional[Dict]:
