@@ -959,11 +959,22 @@ def gpu_inference() -> str:
     order; the per-call cost of predict_on_batch, measured."""
     rows: List[Tuple[tuple, str]] = []
     used: List[str] = []
-    firsts: Dict[tuple, List[Tuple[dict, str]]] = {}
+    per_call: List[str] = []
+    # keras-hub's rows by (mode, batch, first in its process).
+    hubs: Dict[tuple, List[Tuple[dict, str]]] = {}
     for name, data in gpu_results("throughput"):
         a = data["args"]
         if (a["variant"], a["image_size"]) != ("B/16", 224):
             continue
+        p, c = gpu_row(data, "infer"), gpu_row(data, "infer_jit")
+        if p and c and place(data, "infer") == OWN_PROCESS:
+            per_call.append(
+                f"- `predict_on_batch`'s per-call cost, measured "
+                f"(`{name}`, batch {a['batch_size']}, each call in its own "
+                f"process): {p['step_ms']:.2f} ms per batch against the "
+                f"compiled forward's {c['step_ms']:.2f} ms, "
+                f"{p['step_ms'] - c['step_ms']:.1f} ms a call "
+                f"({pct((p['step_ms'] - c['step_ms']) / p['step_ms'])}).")
         for mode in ("infer", "infer_jit"):
             ours = gpu_row(data, mode)
             if not ours:
@@ -980,12 +991,9 @@ def gpu_inference() -> str:
                 f"{_mfus(ours, data)} | {hub_speed} | "
                 f"{ratio(ours.get('vs_keras_hub'))} |"))
             used.append(name)
-            key = (mode, a["batch_size"], first_in_process(data, mode))
-            firsts.setdefault(key + (library_of(name, data),), []).append(
-                (ours, name))
             if hub:
-                firsts.setdefault(key + ("keras_hub",), []).append(
-                    (hub, name))
+                key = (mode, a["batch_size"], first_in_process(data, mode))
+                hubs.setdefault(key, []).append((hub, name))
     if not rows:
         return NO_GPU_SECTION
     lines = ["| run | keras_vit attention | batch | call | place in its "
@@ -996,27 +1004,18 @@ def gpu_inference() -> str:
 
     def speeds(key):
         return [f"{r['images_per_s']:.0f} img/s (`{n}`)"
-                for r, n in firsts.get(key, [])]
+                for r, n in hubs.get(key, [])]
 
     for mode in ("infer", "infer_jit"):
-        early = speeds((mode, 128, True, "keras_hub"))
-        late = speeds((mode, 128, False, "keras_hub"))
+        early = speeds((mode, 128, True))
+        late = speeds((mode, 128, False))
         if early and late:
             lines.append(
                 f"- keras-hub's code is the same in every run. Its "
                 f"{MODE_CALLS[mode]} at batch 128, first in its process: "
                 f"{', '.join(early)}; after another configuration in the "
                 f"same process: {', '.join(late)}.")
-    for name, data in gpu_results("throughput"):
-        p, c = gpu_row(data, "infer"), gpu_row(data, "infer_jit")
-        if p and c and place(data, "infer") == OWN_PROCESS:
-            lines.append(
-                f"- `predict_on_batch`'s per-call cost, measured "
-                f"(`{name}`, batch {data['args']['batch_size']}, each call "
-                f"in its own process): {p['step_ms']:.2f} ms per batch "
-                f"against the compiled forward's {c['step_ms']:.2f} ms, "
-                f"{p['step_ms'] - c['step_ms']:.1f} ms a call "
-                f"({pct((p['step_ms'] - c['step_ms']) / p['step_ms'])}).")
+    lines += per_call
     return "\n".join(lines) + source(
         *(f"{BENCH}/{GPU}/{n}.json" for n in dict.fromkeys(used)),
         command=GPU_COMMAND)
@@ -1087,11 +1086,10 @@ def gpu_xla_options() -> str:
         return ("No run of `bash benchmarks/accelerator.sh --xla-options` "
                 "is stored yet.")
 
-    def speed(tag):
-        return statistics.median(gpu_row(d, "train_jit")["images_per_s"]
-                                 for _, d in runs[tag])
-
-    base = speed("default") if "default" in runs else None
+    speed = {tag: statistics.median(gpu_row(d, "train_jit")["images_per_s"]
+                                    for _, d in found)
+             for tag, found in runs.items()}
+    base = speed.get("default")
     lines = ["| XLA options (`XLA_FLAGS`) | runs | img/s, median | MFU "
              "(measured ceiling / data sheet), median | vs XLA's defaults |",
              "|---|---|---|---|---|"]
@@ -1103,9 +1101,9 @@ def gpu_xla_options() -> str:
         spec = [r["model_flops_per_s"] / _spec(d) for r, d in rows
                 if _spec(d)]
         lines.append(
-            f"| `{flags}` | {len(rows)} | {speed(tag):.0f} | {pct(mfu)} / "
+            f"| `{flags}` | {len(rows)} | {speed[tag]:.0f} | {pct(mfu)} / "
             f"{pct(statistics.median(spec)) if spec else ''} | "
-            f"{ratio(speed(tag) / base) if base else ''} |")
+            f"{ratio(speed[tag] / base) if base else ''} |")
         used += [n for n, _ in runs[tag]]
     return "\n".join(lines) + source(
         *(f"{BENCH}/{GPU}/{n}.json" for n in used),

@@ -124,8 +124,7 @@ def export(values: flags.FlagValues) -> str:
     tflite = os.path.join(values.export_dir, f"{values.model_name}.tflite")
     if values.format == "litert" and not values.overwrite:
         cli.check_not_written(tflite, "model_name")
-        cli.check_not_written(tflite[:-len(".tflite")] + ".labels.txt",
-                              "model_name")
+        cli.check_not_written(litert.labels_path(tflite), "model_name")
     if values.format != "litert" and values.quantization != "float32":
         raise UsageError("--quantization goes with --format=litert only.")
     if values.format != "litert" and values.overwrite:
