@@ -77,7 +77,7 @@ def load_images(
         except (tf.errors.InvalidArgumentError, ValueError) as error:
             raise UsageError(
                 f"Cannot decode {file!r} as JPEG, PNG, GIF or BMP: "
-                f"{checks.decode_reason(error)}."
+                f"{checks.decode_reason(error).rstrip('.')}."
             ) from None
         images.append(preprocessing.preprocess_eval(image, size).numpy())
     return np.stack(images), [os.path.basename(f) for f in files]
