@@ -214,6 +214,37 @@ _CASES = [
         "non-chief worker wrote no checkpoint anywhere.",
         ("Final test metrics",),
     ),
+    Case(
+        "multiworker_tfds_prepare", FAULT, "multi-worker",
+        "Two workers start on a TFDS data set that is not prepared yet in "
+        "the data directory they share (config.input.download)",
+        "Worker 0 alone downloads and prepares it while the other waits "
+        "for its word through TensorFlow's coordination service (logged "
+        "after 5 s, then every 30 s); the other then reads it, and both "
+        "finish the run. Two workers preparing one folder at once would "
+        "both fail.",
+        ("TFDS downloads and prepares it (config.input.download)",),
+    ),
+    Case(
+        "multiworker_tfds_chief_fails", FAULT, "multi-worker",
+        "Worker 0 cannot download the TFDS data set that both workers wait "
+        "for",
+        "Worker 0 stops with the reason; the waiting worker stops with the "
+        "same reason, naming worker 0, in one line (status 1). In VTAB-1k "
+        "and few-shot runs both workers skip that data set instead.",
+        ("The chief (worker 0 (127.0.0.1:", "could not prepare dtd:"),
+        "exit status 1",
+    ),
+    Case(
+        "multiworker_tfds_chief_lost", FAULT, "multi-worker",
+        "`kill -9` of worker 0 while it downloads the data set the other "
+        "worker waits for",
+        "The waiting worker stops (the test allows it a minute) with one "
+        "line naming worker 0 and what to do (status 1).",
+        ("The chief (worker 0 (127.0.0.1:", "stopped while it prepared "
+         "dtd", "run the same command on every worker again"),
+        "exit status 1",
+    ),
     # ---------------------------------------------------------- bad data
     Case(
         "corrupt_image", BAD_INPUT, "data",

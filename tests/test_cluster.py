@@ -24,7 +24,9 @@ from absl import logging as absl_logging
 
 from keras_vit import create_model, quiet_start
 from keras_vit.commands import runner as cli_flags
-from keras_vit.training import cluster, distribute, state
+from keras_vit.data import sources, vtab
+from keras_vit.errors import UsageError
+from keras_vit.training import cluster, data_turn, distribute, state
 from tests.strategies import two_cpu_mirrored
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -177,6 +179,150 @@ def test_guarded_setup_ends_on_time_and_on_sigterm(tmp_path):
         for proc in (timed, termed):
             proc.kill()
             proc.wait()
+
+
+# --------------------------------------------- a data set, chief first
+class _Store:
+    """The coordination service's key-value store as TensorFlow's eager
+    context answers: a get times out (DeadlineExceededError) until the key
+    is set (after `ready_after` gets, the chief sets it to `word`), and a
+    gone chief is UnavailableError."""
+
+    def __init__(self, word=None, ready_after=0, gone=False):
+        self.values, self.gets = {}, []
+        self.word, self.ready_after, self.gone = word, ready_after, gone
+
+    def set_config_key_value(self, key, value):
+        assert key not in self.values  # the service refuses a second set
+        self.values[key] = value
+
+    def get_config_key_value(self, key, timeout_in_ms):
+        self.gets.append((key, timeout_in_ms))
+        if self.gone:
+            raise tf.errors.UnavailableError(
+                None, None, "failed to connect to all addresses")
+        if len(self.gets) > self.ready_after and self.word is not None:
+            self.values.setdefault(key, self.word)
+        if key not in self.values:
+            raise tf.errors.DeadlineExceededError(
+                None, None, f"GetKeyValue() timed out with key: {key}")
+        return self.values[key]
+
+
+def _prepare(log, result="prepared"):
+    def prepare():
+        log.append("prepare")
+        return result
+    return prepare
+
+
+def test_outside_a_cluster_the_data_is_prepared_at_once():
+    log, store = [], _Store()
+    assert data_turn.chief_first(_prepare(log), "dtd", multi_worker=False,
+                               chief=False, store=store) == "prepared"
+    assert log == ["prepare"] and store.values == {} and store.gets == []
+
+
+def test_the_chief_prepares_then_says_so():
+    log, store = [], _Store()
+    assert data_turn.chief_first(_prepare(log), "dtd", multi_worker=True,
+                               chief=True, store=store) == "prepared"
+    assert log == ["prepare"] and store.gets == []
+    [(key, word)] = store.values.items()
+    assert key.startswith("keras_vit/prepared/") and key.endswith("/dtd")
+    assert word == "done"
+    # The next data set of the run has a key of its own.
+    data_turn.chief_first(_prepare(log), "dtd", multi_worker=True, chief=True,
+                        store=store)
+    assert len(store.values) == 2
+
+
+def test_a_worker_waits_for_the_chiefs_word_then_prepares(three_workers,
+                                                          caplog):
+    log, now = [], [0.0]
+    store = _Store(word="done", ready_after=3)
+
+    def clock():
+        now[0] += 4.0  # each poll's wait
+        return now[0]
+
+    with caplog.at_level("INFO"):
+        assert data_turn.chief_first(
+            _prepare(log), "dtd", multi_worker=True, chief=False,
+            store=store, poll_s=2.5, clock=clock) == "prepared"
+    assert log == ["prepare"]  # after the word, not before
+    assert len(store.gets) == 4 and store.gets[0][1] == 2500
+    waits = [r.getMessage() for r in caplog.records
+             if "Waiting" in r.getMessage()]
+    assert waits and all(
+        f"for the chief (worker 0 ({three_workers[0]})) to download and "
+        "prepare dtd (config.input.download)" in w for w in waits)
+
+
+@pytest.mark.parametrize("error", [
+    vtab.DataUnavailableError("dtd (DTD): preparing dtd failed "
+                              "(ConnectionError: no route)."),
+    UsageError("Unknown dataset 'dtdd': use 'digits', 'folder' or a TFDS "
+               "name."),
+])
+def test_the_chiefs_failure_stops_every_worker_with_its_reason(
+        three_workers, error):
+    """The chief raises its own error and says so; a waiting worker raises
+    the same kind (a VTAB task or few-shot set is then skipped on every
+    worker alike) with the chief's reason, and prepares nothing."""
+    store, log = _Store(), []
+
+    def failing():
+        raise error
+
+    with pytest.raises(type(error)):
+        data_turn.chief_first(failing, "dtd", multi_worker=True, chief=True,
+                            store=store)
+    [word] = store.values.values()
+    with pytest.raises(type(error)) as raised:
+        data_turn.chief_first(_prepare(log), "dtd", multi_worker=True,
+                            chief=False, store=_Store(word=word))
+    assert str(raised.value) == (
+        f"The chief (worker 0 ({three_workers[0]})) could not prepare dtd: "
+        f"{error}")
+    assert log == []
+
+
+def test_a_chief_gone_before_its_word_is_one_line(three_workers):
+    log = []
+    with pytest.raises(cluster.SetupError) as raised:
+        data_turn.chief_first(_prepare(log), "dtd", multi_worker=True,
+                            chief=False, store=_Store(gone=True))
+    assert str(raised.value).startswith(
+        f"The chief (worker 0 ({three_workers[0]})) stopped while it "
+        "prepared dtd, before this worker could read it: see the chief's "
+        "log")
+    assert log == []
+
+
+def test_the_run_prepares_tfds_data_in_the_clusters_turn(monkeypatch):
+    """train_and_evaluate's set-up, in a multi-worker run on a TFDS name,
+    hands the data's preparation to data_turn.chief_first; on the digits,
+    and in a one-worker run, nothing is handed."""
+    from keras_vit import config as config_lib
+    from keras_vit.training import train_lib
+
+    turns = []
+    monkeypatch.setattr(distribute, "is_multi_worker", lambda s: True)
+    monkeypatch.setattr(distribute, "is_chief", lambda s: False)
+    monkeypatch.setattr(data_turn, "chief_first", lambda prepare, name, **kw:
+                        turns.append((prepare.func, name, kw)))
+    inp = config_lib.base_config().input
+    inp.dataset = "dtd"
+    train_lib._prepare_data(inp, None)
+    assert turns == [(sources.prepare, "dtd",
+                      {"multi_worker": True, "chief": False})]
+    inp.dataset = "digits"
+    train_lib._prepare_data(inp, None)
+    monkeypatch.setattr(distribute, "is_multi_worker", lambda s: False)
+    inp.dataset = "dtd"
+    train_lib._prepare_data(inp, None)
+    assert len(turns) == 1
 
 
 # ------------------------------------------------------------ lost peers

@@ -174,10 +174,17 @@ def test_missing_data_is_reported_and_others_run(tmp_path):
                             "validation", str(tmp_path)),
         fewshot.FewShotData("digits", "digits", "train", "test"),
     ]
+    turns = []
+
+    def in_turn(prepare, name):  # a multi-worker run's chief first
+        turns.append(name)
+        return prepare()
+
     results, not_run = fewshot.run(
         model, dict(shots=(1,), seeds=(0,), batch_size=120), sets,
-        image_size=32, resize_size=None, download=False,
+        image_size=32, resize_size=None, download=False, in_turn=in_turn,
     )
+    assert turns == ["imagenet", "digits"]
     assert list(results) == ["digits"]
     assert "imagenet" in not_run and "tfds build imagenet2012" in not_run[
         "imagenet"

@@ -9,12 +9,14 @@ preemption test, whose workers record every file they write. Every wait is
 bounded, so a hang fails here instead of hanging the suite.
 """
 
+import http.server
 import json
 import os
 import re
 import signal
 import socket
 import sys
+import threading
 import time
 
 import numpy as np
@@ -23,6 +25,7 @@ import tensorflow as tf
 
 from keras_vit.training import state
 from tests import cluster_harness as harness
+from tests import fake_tfds
 from tests.reliability_cases import check_says, covers
 
 ROOT = harness.ROOT
@@ -305,3 +308,108 @@ def test_two_workers_preempted_resume_with_identical_weights(tmp_path):
         "checkpoints", "config.json", "eval", "history.csv", "labels.txt",
         "metrics.json", "train",
     ]
+
+
+# ------------------------------------------------ a TFDS data set to prepare
+@pytest.fixture(scope="module")
+def dtd_archive(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("www")
+    return folder, fake_tfds.write_dtd_archive(folder)
+
+
+def _dtd_workers(tmp_path, url, tag):
+    """Two workers of one cluster that train on DTD, downloaded from `url`
+    (the loopback server) into the data directory they share."""
+    site = tmp_path / "site"
+    site.mkdir(exist_ok=True)
+    (site / "sitecustomize.py").write_text(fake_tfds.SITECUSTOMIZE)
+    env = {fake_tfds.URL_ENV: url, "HF_HUB_OFFLINE": "1",
+           "KERAS_VIT_OFFLINE": "1", "NO_PROXY": "127.0.0.1,localhost",
+           "no_proxy": "127.0.0.1,localhost",
+           "PYTHONPATH": os.pathsep.join([str(site), ROOT])}
+    args = ["--config.input.dataset=dtd", "--config.evals.test.split=test",
+            f"--config.input.data_dir={tmp_path / 'tfds'}"]
+    hosts = [f"127.0.0.1:{p}" for p in harness.free_ports(2)]
+    return [harness.train(str(tmp_path / f"{tag}_run"),
+                          str(tmp_path / f"{tag}{i}.log"), 2, hosts, i, args,
+                          **env)
+            for i in range(2)]
+
+
+@pytest.mark.slow
+@covers("multiworker_tfds_prepare")
+def test_the_chief_alone_downloads_and_prepares_a_data_set(dtd_archive,
+                                                           tmp_path):
+    """DTD, not prepared in the data directory the two workers share: the
+    chief downloads it (one request) and prepares it while the other waits
+    for its word, then reads it; both finish. (Each preparing it at once
+    into one folder fails both.)"""
+    folder, counts = dtd_archive
+    with fake_tfds.serve(folder) as (url, requests):
+        workers = _dtd_workers(tmp_path, url, "shared")
+        codes = harness.wait_all(workers, timeout=600)
+        assert codes == [0, 0], "\n".join(w.text()[-3000:] for w in workers)
+        assert requests == ["/" + fake_tfds.ARCHIVE]
+    chief, other = (w.text() for w in workers)
+    check_says("multiworker_tfds_prepare", chief)
+    assert "TFDS downloads and prepares it" not in other
+    _no_traceback(chief + other)
+    with open(tmp_path / "shared_run" / "metrics.json") as f:
+        metrics = json.load(f)
+    assert metrics["steps"] == 2
+    assert metrics["test_examples"] == counts["test1"]
+
+
+class _Held(http.server.BaseHTTPRequestHandler):
+    """Answers no request until the test lets it go (a download that
+    hangs), then 404."""
+
+    release = threading.Event()
+
+    def log_message(self, *args):
+        del args
+
+    def do_GET(self):  # noqa: N802  (the handler's name)
+        self.release.wait(120)
+        self.send_error(404)
+
+
+@pytest.mark.slow
+@covers("multiworker_tfds_chief_fails", "multiworker_tfds_chief_lost")
+def test_a_chief_that_cannot_prepare_the_data_stops_every_worker(tmp_path):
+    """The chief's download fails (404): it stops with its reason, and the
+    other worker, which waited, with the same reason naming the chief.
+    Then a chief killed while it downloads: the waiting worker, which says
+    that it waits, stops in one line naming it."""
+    empty = tmp_path / "www"
+    empty.mkdir()
+    with fake_tfds.serve(empty) as (url, _):
+        workers = _dtd_workers(tmp_path, url, "missing")
+        codes = harness.wait_all(workers, timeout=300)
+    assert codes == [1, 1], "\n".join(w.text()[-3000:] for w in workers)
+    chief, other = (_error_line(w.text()) for w in workers)
+    assert "preparing dtd failed" in chief
+    check_says("multiworker_tfds_chief_fails", other)
+    assert "preparing dtd failed" in other
+    _no_traceback(workers[0].text() + workers[1].text())
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Held)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        host, port = server.server_address[:2]
+        workers = _dtd_workers(
+            tmp_path, f"http://{host}:{port}/{fake_tfds.ARCHIVE}", "lost")
+        harness.wait_for(workers, "Waiting .* for the chief", 1,
+                         timeout=300)
+        killed = time.time()
+        workers[0].kill()
+        codes = harness.wait_all(workers, timeout=120)
+    finally:
+        _Held.release.set()
+        server.shutdown()
+        server.server_close()
+    assert codes == [-signal.SIGKILL, 1], workers[1].text()[-3000:]
+    assert workers[1].ended - killed < 60
+    text = workers[1].text()
+    check_says("multiworker_tfds_chief_lost", _error_line(text))
+    _no_traceback(text)

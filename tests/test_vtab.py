@@ -591,6 +591,32 @@ def test_backbone_of_every_source_kind_and_of_an_earlier_stamp(tmp_path):
         from_npz)
 
 
+def test_each_tasks_data_is_prepared_in_the_clusters_turn(tmp_path):
+    """run() hands each task's preparation to `in_turn` (a multi-worker
+    run's chief first, `training.distribute.prepare_in_turn`); what it
+    raises (here the chief's failure passed on, and a task not prepared)
+    skips that task as a missing download does, and the run goes on."""
+    config = tiny_vtab_config(str(tmp_path / "empty"))
+    config.input.download = False
+    turns = []
+
+    def in_turn(prepare, name):
+        turns.append(name)
+        if name == "dtd":
+            raise vtab.DataUnavailableError(
+                "The chief (worker 0 (h:1)) could not prepare dtd: no route")
+        return prepare()
+
+    result = vtab_run.run(config, tiny_source(str(tmp_path / "src.npz")),
+                          str(tmp_path / "out"), train_lib.train_and_evaluate,
+                          tasks="dtd,caltech101", in_turn=in_turn)
+    assert turns == ["caltech101", "dtd"]  # VTAB's order
+    assert result["records"] == []
+    assert result["not_run"]["dtd"] == (
+        "The chief (worker 0 (h:1)) could not prepare dtd: no route")
+    assert "is not prepared in" in result["not_run"]["caltech101"]
+
+
 def test_run_rejects_unknown_tasks_before_work(tmp_path):
     config = tiny_vtab_config(str(tmp_path))
     with pytest.raises(ValueError, match="Valid tasks: caltech101"):

@@ -201,6 +201,7 @@ def _fewshot_mode(values, source, strategy) -> Dict:
         resize_size=resize_size, strategy=strategy,
         download=bool(config.input.download),
         every_s=float(config.log.every_seconds),
+        in_turn=distribute.prepare_in_turn(strategy),
     )
     if not results:
         raise UsageError(_nothing_ran("few-shot data set", not_run))
@@ -250,7 +251,8 @@ def _vtab_mode(values, source, strategy) -> Dict:
     out = vtab_run.run(values.config, source, _output_dir(values),
                        train_lib.train_and_evaluate, strategy,
                        tasks=values.tasks, model_name=values.name,
-                       chief=distribute.is_chief(strategy))
+                       chief=distribute.is_chief(strategy),
+                       in_turn=distribute.prepare_in_turn(strategy))
     md = out["files"].get("markdown")
     if md:
         with tf.io.gfile.GFile(md) as f:

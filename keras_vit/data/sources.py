@@ -25,9 +25,10 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
+from absl import logging
 
 from keras_vit.data import folders, vtab
 from keras_vit.errors import UsageError
@@ -125,6 +126,55 @@ def dataset_info(inp) -> DatasetInfo:
         num_examples=num_examples,
         class_names=names,
     )
+
+
+def tfds_name(inp) -> Optional[str]:
+    """The name of `config.input`'s data where TFDS downloads and prepares
+    it (a VTAB task or a TFDS data set); None for the digits and image
+    folders."""
+    if inp.vtab_task:
+        return inp.vtab_task
+    return None if inp.dataset in (DIGITS, FOLDER) else inp.dataset
+
+
+def prepare(inp) -> None:
+    """Makes `config.input`'s data readable: a TFDS data set or VTAB task
+    not on disk yet is downloaded and prepared where config.input.download
+    allows (else UsageError naming the fix); the digits and image folders
+    need nothing."""
+    if inp.vtab_task:
+        try:
+            vtab.prepare(inp.vtab_task, inp.data_dir, bool(inp.download),
+                         inp.manual_dir)
+        except vtab.DataUnavailableError as e:
+            raise UsageError(str(e)) from None
+    elif tfds_name(inp):
+        tfds_builder(inp)
+
+
+def at_once(prepare_fn: Callable[[], object], name: str):
+    """`prepare_fn()`: a data set's preparation run now, in no cluster's
+    turn (the default of the evaluators' `in_turn`)."""
+    del name
+    return prepare_fn()
+
+
+def prepared_or_skipped(prepare_fn: Callable[[], object], name: str,
+                        label: str, in_turn: Optional[Callable],
+                        not_run: Dict[str, str], progress) -> bool:
+    """Whether data set `name` can be read once `prepare_fn` (its download
+    and preparation) has run in the cluster's turn (`in_turn(prepare_fn,
+    name)`, a multi-worker run's chief first; None: at once). Where it
+    cannot (DataUnavailableError), it is skipped: "Skipping <label>: why"
+    logged, the reason kept in `not_run[name]`, `progress.skip()`."""
+    try:
+        (in_turn or at_once)(prepare_fn, name)
+    except vtab.DataUnavailableError as e:
+        logging.warning("Skipping %s: %s", label, e)
+        not_run[name] = str(e)
+        progress.skip()
+        return False
+    return True
 
 
 def tfds_builder(inp):

@@ -16,8 +16,9 @@ the push-through identity).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
-from typing import Dict, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Dict, Mapping, Optional, Sequence, Tuple
 
 import keras
 import ml_collections
@@ -243,7 +244,7 @@ def evaluate_features(
     return out
 
 
-def run(
+def run(  # noqa: PLR0913 (its options, by keyword)
     model: keras.Model,
     evaluator,
     datasets: Sequence[FewShotData],
@@ -253,6 +254,7 @@ def run(
     strategy: Optional[tf.distribute.Strategy] = None,
     download: bool = True,
     every_s: float = EVERY_S,
+    in_turn: Optional[Callable] = None,
 ) -> Tuple[Dict[str, Mapping], Dict[str, str]]:
     """Few-shot linear accuracy of `model`'s frozen representation.
 
@@ -274,6 +276,9 @@ def run(
         download: bool. Download and prepare missing TFDS data.
         every_s: float. Seconds between progress lines of the feature
             extraction (`config.log.every_seconds`); 0: none.
+        in_turn: (prepare, name) -> None: runs a data set's download and
+            preparation in the cluster's turn (the chief's first,
+            `training.distribute.prepare_in_turn`); None: at once.
 
     Returns:
         (results, not_run): {data set name: {str(shots): {"mean",
@@ -289,12 +294,9 @@ def run(
     progress = Progress(len(datasets))
     for data in datasets:
         inp = data.input(resize_size)
-        try:
-            _prepare(data, download)
-        except vtab.DataUnavailableError as e:
-            logging.warning("Skipping few-shot %s: %s", data.name, e)
-            not_run[data.name] = str(e)
-            progress.skip()
+        if not sources.prepared_or_skipped(
+                functools.partial(_prepare, data, download), data.name,
+                f"few-shot {data.name}", in_turn, not_run, progress):
             continue
         info = sources.dataset_info(inp)
         logging.info("few-shot data set %s: %s (%d classes)%s.",

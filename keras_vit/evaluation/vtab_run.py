@@ -25,6 +25,7 @@ Layout of the output directory:
 from __future__ import annotations
 
 import datetime
+import functools
 import itertools
 import json
 import os
@@ -37,7 +38,7 @@ from absl import logging
 
 from keras_vit import config as config_lib
 from keras_vit.checkpoint import loader as pretrained
-from keras_vit.data import vtab
+from keras_vit.data import sources, vtab
 from keras_vit.errors import Preempted, UsageError
 from keras_vit.evaluation import reports
 from keras_vit.evaluation.vtab_protocol import Protocol, task_config
@@ -207,7 +208,7 @@ def prepare_backbone(
     return path
 
 
-def run(
+def run(  # noqa: PLR0913 (the protocol's parts and options)
     config: ml_collections.ConfigDict,
     source: pretrained.Source,
     output_dir: str,
@@ -216,6 +217,7 @@ def run(
     tasks: Union[str, Sequence[str], None] = None,
     model_name: Optional[str] = None,
     chief: bool = True,
+    in_turn: Optional[Callable] = None,
 ) -> Dict:
     """Runs the VTAB-1k protocol on the selected tasks.
 
@@ -234,6 +236,9 @@ def run(
         model_name: str or None. The model's name in reports.
         chief: bool. Whether this worker writes the results (the caller
             asks its strategy; True on one host).
+        in_turn: (prepare, name) -> None: runs a task's download and
+            preparation in the cluster's turn (the chief's first,
+            `training.distribute.prepare_in_turn`); None: at once.
 
     Returns:
         {"records": [...], "summary": {...}, "not_run": {task: why},
@@ -260,13 +265,10 @@ def run(
     preempted = False
     progress = Progress(len(todo))
     for task in todo:
-        try:
-            vtab.prepare(task, protocol.data_dir, protocol.download,
-                         protocol.manual_dir)
-        except vtab.DataUnavailableError as e:
-            logging.warning("Skipping %s: %s", task.name, e)
-            not_run[task.name] = str(e)
-            progress.skip()
+        if not sources.prepared_or_skipped(functools.partial(
+                vtab.prepare, task, protocol.data_dir, protocol.download,
+                protocol.manual_dir), task.name, task.name, in_turn, not_run,
+                progress):
             continue
         logging.info("VTAB task %s: %s (%s, %d classes)%s.",
                      progress.start(), task.title, task.group,

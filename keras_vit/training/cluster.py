@@ -1,5 +1,6 @@
 """Multi-worker runs as processes: forming the cluster in bounded time,
-naming a lost worker, and ending every worker together.
+naming a lost worker, and ending every worker together (a data set's
+preparation on the chief first: `keras_vit.training.data_turn`).
 
 TensorFlow forms a MultiWorkerMirroredStrategy cluster (and connects to a
 remote TPU) inside C++ calls that hold Python's global lock and have no

@@ -27,6 +27,7 @@ there SIGTERM is what saves the checkpoint.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from typing import Callable, Optional
@@ -39,7 +40,7 @@ from keras_vit.errors import (  # noqa: F401 (Preempted: raised here)
     Preempted,
     UsageError,
 )
-from keras_vit.training import cluster
+from keras_vit.training import cluster, data_turn
 from keras_vit.training import tpu as tpu_lib
 from keras_vit.training.cluster import SetupError
 
@@ -218,6 +219,15 @@ def is_multi_worker(strategy: tf.distribute.Strategy) -> bool:
         return False
     spec = strategy.cluster_resolver.cluster_spec().as_dict()
     return sum(len(tasks) for tasks in spec.values()) > 1
+
+
+def prepare_in_turn(strategy: tf.distribute.Strategy) -> Callable:
+    """(prepare, name) -> prepare's result: data set `name`'s download and
+    preparation in this run's turn (`data_turn.chief_first`): the chief's
+    first in a multi-worker run, at once in any other."""
+    return functools.partial(
+        data_turn.chief_first, multi_worker=is_multi_worker(strategy),
+        chief=is_chief(strategy))
 
 
 def is_tpu(strategy: tf.distribute.Strategy) -> bool:
