@@ -37,15 +37,19 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+# Importable as a script (python benchmarks/export_latency.py) from the repo.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+# First: keras_vit holds TensorFlow's start-up notices back while it
+# loads Keras (keras_vit.quiet_start).
+import keras_vit  # noqa: E402, F401, I001
+
+# isort: split
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-# Importable as a script (python benchmarks/export_latency.py) from the repo.
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from keras_vit import create_model
+from keras_vit import create_model  # noqa: E402
 from keras_vit.data import preprocessing  # noqa: E402
 from keras_vit.export.saved_model import export_model  # noqa: E402
 from keras_vit.storage.atomic import atomic_write  # noqa: E402

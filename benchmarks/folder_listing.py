@@ -29,12 +29,15 @@ import time
 from typing import Dict, List
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-
-import tensorflow as tf  # noqa: E402
-
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [HERE, os.path.dirname(HERE)]
 
+# First: keras_vit holds TensorFlow's start-up notices back while it
+# loads Keras (keras_vit.quiet_start).
+import keras_vit  # noqa: E402, F401
+
+# isort: split
+import tensorflow as tf  # noqa: E402
 import throughput  # noqa: E402  (beside this file: machine_info)
 import throughput_report as report  # noqa: E402
 

@@ -50,16 +50,19 @@ from typing import Any, Dict, List
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-
-import keras  # noqa: E402
-import tensorflow as tf  # noqa: E402
-from absl import app, flags, logging  # noqa: E402
-from ml_collections import config_flags  # noqa: E402
-
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+# First: keras_vit holds TensorFlow's start-up notices back while it
+# loads Keras (keras_vit.quiet_start).
+import keras_vit  # noqa: E402, F401
+
+# isort: split
+import keras  # noqa: E402
+import tensorflow as tf  # noqa: E402
 import throughput  # noqa: E402  (beside this file: machine_info)
 import throughput_report as report  # noqa: E402
+from absl import app, flags, logging  # noqa: E402
+from ml_collections import config_flags  # noqa: E402
 
 from keras_vit import build  # noqa: E402
 from keras_vit.data import pipeline as input_pipeline  # noqa: E402

@@ -36,10 +36,14 @@ os.environ["XLA_FLAGS"] = " ".join(filter(None, [
     "--xla_dump_hlo_module_re=.*loss_and_grads.*",
 ]))
 
+# First: keras_vit holds TensorFlow's start-up notices back while it
+# loads Keras (keras_vit.quiet_start).
+import keras_vit  # noqa: E402
+
+# isort: split
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
-import keras_vit  # noqa: E402
 from keras_vit.model import decode_variant  # noqa: E402
 
 

@@ -42,7 +42,13 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+# First: keras_vit holds TensorFlow's start-up notices back while it
+# loads Keras (keras_vit.quiet_start).
+import keras_vit  # noqa: E402, F401
+
+# isort: split
 import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 import throughput  # noqa: E402  (beside this file)

@@ -81,16 +81,18 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
-
 # Importable as a script (python benchmarks/throughput.py) from the repo root.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+# First: keras_vit holds TensorFlow's start-up notices back while it
+# loads Keras (keras_vit.quiet_start).
+import keras_vit  # noqa: E402, I001
+
+# isort: split
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
 import throughput_report as report  # noqa: E402  (beside this file)
 
-import keras_vit  # noqa: E402
 import keras_vit.attention  # noqa: E402
 import keras_vit.layers  # noqa: E402
 from keras_vit.attention import MultiHeadSelfAttention  # noqa: E402

@@ -70,6 +70,9 @@ if not quiet_start.help_only():
     )
     from keras_vit.resnet import ResNetStem
 
+    # A repository script (scripts/, benchmarks/) prints from here on.
+    quiet_start.script_ready()
+
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:

@@ -194,11 +194,42 @@ def started() -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+# The folders of this repository's own scripts (`python scripts/NAME.py`,
+# `python benchmarks/NAME.py`), beside the package.
+SCRIPT_FOLDERS = ("scripts", "benchmarks")
+
+
+def is_repository_script(argv=None) -> bool:
+    """Whether this process (its `argv`, default sys.argv) runs one of the
+    repository's own scripts (`SCRIPT_FOLDERS`, beside this package)."""
+    argv = (sys.argv if argv is None else argv) or [""]
+    program = str(argv[0])
+    if not program.endswith(".py"):
+        return False
+    folder = os.path.dirname(os.path.realpath(program))
+    root = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
+    return (os.path.dirname(folder) == root
+            and os.path.basename(folder) in SCRIPT_FOLDERS)
+
+
+def script_ready() -> None:
+    """`import keras_vit` has loaded the model core (hence Keras and
+    TensorFlow): a repository script's held stderr is given back, less
+    the start-up notices, so that what it prints next comes as it runs."""
+    if is_repository_script():
+        release()
+
+
 def console_script_start() -> None:
     """Holds stderr when this process is a command (`is_command`);
     `release` runs at the latest when the process exits (an error before
     the command started is still shown). Until `started`, Ctrl-C stops
-    the command at once with one line."""
+    the command at once with one line. A repository script's stderr is
+    held too, until `script_ready` (Ctrl-C as Python has it)."""
+    if is_repository_script():
+        if hold():
+            atexit.register(release)
+        return
     if not is_command():
         return
     try:

@@ -19,6 +19,11 @@ import json
 import os
 import tempfile
 
+# First: keras_vit holds TensorFlow's start-up notices back while it
+# loads Keras (keras_vit.quiet_start).
+import keras_vit  # noqa: F401
+
+# isort: split
 import keras
 import numpy as np
 import tensorflow as tf

@@ -14,12 +14,17 @@ tests/legacy_models.py (which the test reads too).
 import os
 import sys
 
-import keras
-import numpy as np
-
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Importable as a script (python scripts/make_legacy_keras_fixtures.py).
 sys.path.insert(0, ROOT)
+
+# First: keras_vit holds TensorFlow's start-up notices back while it
+# loads Keras (keras_vit.quiet_start).
+import keras_vit  # noqa: E402, F401
+
+# isort: split
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
 
 from keras_vit.model import create_model  # noqa: E402
 from tests.legacy_models import LEGACY_MODELS  # noqa: E402
@@ -27,7 +32,10 @@ from tests.legacy_models import LEGACY_MODELS  # noqa: E402
 OUT = os.path.join(ROOT, "tests", "fixtures", "legacy_keras")
 
 
-def main():
+def main(argv=None):
+    argparse.ArgumentParser(
+        description="Writes (replaces) the .keras files and outputs of "
+        f"{os.path.relpath(OUT, ROOT)}.").parse_args(argv)
     os.makedirs(OUT, exist_ok=True)
     keras.utils.set_random_seed(0)
     outputs = {}

@@ -35,6 +35,11 @@ import argparse
 import json
 import os
 
+# First: keras_vit holds TensorFlow's start-up notices back while it
+# loads Keras (keras_vit.quiet_start).
+import keras_vit  # noqa: F401
+
+# isort: split
 import keras
 import numpy as np
 
