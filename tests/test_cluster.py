@@ -216,6 +216,25 @@ def _prepare(log, result="prepared"):
     return prepare
 
 
+@pytest.fixture(autouse=True)
+def _no_word_said(monkeypatch):
+    """Each test's chief has given no word yet (data_turn remembers the
+    data sets it has, per process)."""
+    monkeypatch.setattr(data_turn, "_said", set())
+
+
+def test_tensorflow_has_the_key_value_store_data_turn_uses():
+    """The coordination service's store has no public API: data_turn calls
+    the eager context's methods (TF 2.21); a TensorFlow without them fails
+    here."""
+    import inspect
+
+    context = data_turn.tf_context.context()
+    assert callable(context.set_config_key_value)
+    assert list(inspect.signature(
+        context.get_config_key_value).parameters) == ["key", "timeout_in_ms"]
+
+
 def test_outside_a_cluster_the_data_is_prepared_at_once():
     log, store = [], _Store()
     assert data_turn.chief_first(_prepare(log), "dtd", multi_worker=False,
@@ -228,13 +247,35 @@ def test_the_chief_prepares_then_says_so():
     assert data_turn.chief_first(_prepare(log), "dtd", multi_worker=True,
                                chief=True, store=store) == "prepared"
     assert log == ["prepare"] and store.gets == []
-    [(key, word)] = store.values.items()
-    assert key.startswith("keras_vit/prepared/") and key.endswith("/dtd")
-    assert word == "done"
-    # The next data set of the run has a key of its own.
-    data_turn.chief_first(_prepare(log), "dtd", multi_worker=True, chief=True,
-                        store=store)
-    assert len(store.values) == 2
+    assert store.values == {"keras_vit/prepared/dtd": "done"}
+    # Its word is given once per data set (a VTAB task's training run
+    # prepares it again); another data set has a key of its own.
+    data_turn.chief_first(_prepare(log), "dtd", multi_worker=True,
+                          chief=True, store=store)
+    data_turn.chief_first(_prepare(log), "cifar10", multi_worker=True,
+                          chief=True, store=store)
+    assert log == ["prepare"] * 3
+    assert store.values == {"keras_vit/prepared/dtd": "done",
+                            "keras_vit/prepared/cifar10": "done"}
+
+
+def test_a_worker_that_cannot_follow_the_chief_stops_instead_of_skipping(
+        three_workers):
+    """The chief prepared the data; this worker cannot (its own data_dir,
+    downloads off): a one-line UsageError naming the fix, never the
+    DataUnavailableError that would have it skip the set alone."""
+    def unavailable():
+        raise vtab.DataUnavailableError(
+            "dtd: dtd is not prepared in /local/tfds.")
+
+    with pytest.raises(UsageError) as raised:
+        data_turn.chief_first(unavailable, "dtd", multi_worker=True,
+                              chief=False, store=_Store(word="done"))
+    assert str(raised.value) == (
+        f"The chief (worker 0 ({three_workers[0]})) prepared dtd but this "
+        "worker cannot read or prepare it (dtd: dtd is not prepared in "
+        "/local/tfds.): share config.input.data_dir between the workers "
+        "(e.g. gs://), or prepare dtd on every worker first.")
 
 
 def test_a_worker_waits_for_the_chiefs_word_then_prepares(three_workers,
@@ -264,6 +305,10 @@ def test_a_worker_waits_for_the_chiefs_word_then_prepares(three_workers,
                               "(ConnectionError: no route)."),
     UsageError("Unknown dataset 'dtdd': use 'digits', 'folder' or a TFDS "
                "name."),
+    # A long reason comes whole: its fix is at the end.
+    vtab.DataUnavailableError("retinopathy needs a manual download: " +
+                              "x" * 400 + " (or run `tfds build`)."),
+    tf.errors.PermissionDeniedError(None, None, "gs://b/tfds: denied"),
 ])
 def test_the_chiefs_failure_stops_every_worker_with_its_reason(
         three_workers, error):
@@ -279,12 +324,16 @@ def test_the_chiefs_failure_stops_every_worker_with_its_reason(
         data_turn.chief_first(failing, "dtd", multi_worker=True, chief=True,
                             store=store)
     [word] = store.values.values()
-    with pytest.raises(type(error)) as raised:
+    passed_on = type(error) if isinstance(
+        error, (vtab.DataUnavailableError, UsageError)) else UsageError
+    with pytest.raises(passed_on) as raised:
         data_turn.chief_first(_prepare(log), "dtd", multi_worker=True,
-                            chief=False, store=_Store(word=word))
+                              chief=False, store=_Store(word=word))
+    reason = str(error) if passed_on is type(error) else (
+        f"{type(error).__name__}: {error}")
     assert str(raised.value) == (
         f"The chief (worker 0 ({three_workers[0]})) could not prepare dtd: "
-        f"{error}")
+        f"{reason}")
     assert log == []
 
 
@@ -526,6 +575,40 @@ def test_tensorflow_start_up_notices_are_held_back(capfd):
     with quiet_start.quiet_tensorflow_start(argv=["train.py", "--verbose"]):
         os.write(2, lines[1].encode())
     assert capfd.readouterr().err == lines[1]
+
+
+def test_only_the_repositorys_scripts_count_as_its_scripts(tmp_path):
+    here = os.path.join(ROOT, "benchmarks", "throughput.py")
+    assert quiet_start.is_repository_script([here, "--help"])
+    assert quiet_start.is_repository_script(
+        [os.path.join(ROOT, "scripts", "results_tables.py")])
+    for argv in ([str(tmp_path / "scripts" / "x.py")],
+                 [os.path.join(ROOT, "train.py")],
+                 [os.path.join(ROOT, "tests", "tiny.py")],
+                 ["keras-vit-train"], []):
+        assert not quiet_start.is_repository_script(argv), argv
+
+
+@pytest.mark.parametrize("script", [
+    "benchmarks/throughput.py", "benchmarks/loop_overhead.py",
+    "scripts/posemb_resize_comparison.py",
+])
+def test_the_repositorys_scripts_start_without_tensorflows_notices(script):
+    """A benchmark or script run as documented (`python benchmarks/
+    throughput.py ...`) prints its own output only: TensorFlow's start-up
+    notices are held back while `import keras_vit` loads it; --verbose
+    keeps them."""
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
+    env.pop("TF_CPP_MIN_LOG_LEVEL", None)
+    quiet = subprocess.run([sys.executable, script, "--help"], cwd=ROOT,
+                           env=env, capture_output=True, text=True,
+                           timeout=300)
+    # Its help (absl's --help exits with status 1, argparse's with 0).
+    assert quiet.stdout.strip() and quiet.returncode in (0, 1), (
+        quiet.stderr[-3000:])
+    for notice in ("oneDNN custom operations", "cpu_feature_guard",
+                   "absl::InitializeLog", "cudart_stub"):
+        assert notice not in quiet.stderr, quiet.stderr[-3000:]
 
 
 @pytest.mark.parametrize("verbose", [False, True])

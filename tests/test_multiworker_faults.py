@@ -360,6 +360,77 @@ def test_the_chief_alone_downloads_and_prepares_a_data_set(dtd_archive,
     assert metrics["test_examples"] == counts["test1"]
 
 
+def _evaluate_workers(tmp_path, url, tag, args):
+    """Two keras-vit-evaluate workers (evaluate.py, as train.py in
+    cluster_harness) of one cluster, that download DTD from `url`."""
+    site = tmp_path / "site"
+    site.mkdir(exist_ok=True)
+    (site / "sitecustomize.py").write_text(fake_tfds.SITECUSTOMIZE)
+    hosts = [f"127.0.0.1:{p}" for p in harness.free_ports(2)]
+    return [harness.Process(
+        [sys.executable, os.path.join(ROOT, "evaluate.py"), *args,
+         f"--output_dir={tmp_path / f'{tag}_out{i}'}",
+         "--strategy=multiworker"],
+        str(tmp_path / f"{tag}{i}.log"),
+        harness.env(harness.tf_config(hosts, i), **{
+            fake_tfds.URL_ENV: url, "HF_HUB_OFFLINE": "1",
+            "KERAS_VIT_OFFLINE": "1", "NO_PROXY": "127.0.0.1,localhost",
+            "no_proxy": "127.0.0.1,localhost",
+            "PYTHONPATH": os.pathsep.join([str(site), ROOT])}))
+        for i in range(2)]
+
+
+@pytest.mark.slow
+@covers("multiworker_tfds_chief_fails")
+def test_evaluation_prepares_the_data_on_the_chief_first(dtd_archive,
+                                                         tmp_path):
+    """keras-vit-evaluate on two workers: --mode=eval on DTD (not prepared
+    in the shared data directory) downloads it once, on the chief, and
+    both workers score its test split; --mode=fewshot whose download fails
+    on the chief skips the set on both workers alike (each then ends with
+    status 1: no set produced a result), the other naming the chief."""
+    from keras_vit import create_model
+    from keras_vit.checkpoint import weights
+
+    folder, counts = dtd_archive
+    npz = str(tmp_path / "dtd47.npz")
+    weights.save_npz(create_model(
+        None, num_classes=47, image_size=16, patch_size=8, hidden_size=16,
+        num_layers=1, num_heads=2, mlp_dim=16), npz)
+    with fake_tfds.serve(folder) as (url, requests):
+        workers = _evaluate_workers(tmp_path, url, "eval", [
+            "--mode=eval", f"--model={npz}", "--dataset=dtd",
+            "--split=test", "--batch_size=16",
+            f"--data_dir={tmp_path / 'tfds'}"])
+        codes = harness.wait_all(workers, timeout=600)
+        assert codes == [0, 0], "\n".join(w.text()[-3000:] for w in workers)
+        assert requests == ["/" + fake_tfds.ARCHIVE]
+    assert "TFDS downloads and prepares it" in workers[0].text()
+    assert "TFDS downloads and prepares it" not in workers[1].text()
+    with open(tmp_path / "eval_out0" / "eval_dtd_test.json") as f:
+        assert json.load(f)["num_examples"] == counts["test1"]
+
+    empty = tmp_path / "www"
+    empty.mkdir()
+    with fake_tfds.serve(empty) as (url, _):
+        workers = _evaluate_workers(tmp_path, url, "fewshot", [
+            "--mode=fewshot", "--config=fewshot:dtd", f"--model={npz}",
+            "--config.model.image_size=16",
+            "--config.input.pp.eval_resize_size=16",
+            f"--config.input.data_dir={tmp_path / 'tfds_fewshot'}"])
+        codes = harness.wait_all(workers, timeout=600)
+    assert codes == [1, 1], "\n".join(w.text()[-3000:] for w in workers)
+    chief, other = (
+        [line for line in w.text().splitlines()
+         if line.startswith("keras-vit-evaluate: error: ")] for w in workers)
+    assert len(chief) == len(other) == 1
+    assert "no few-shot data set produced a result (dtd: " in chief[0]
+    assert "preparing dtd failed" in chief[0]
+    assert "no few-shot data set produced a result (dtd: The chief " \
+        "(worker 0 (127.0.0.1:" in other[0]
+    _no_traceback(workers[0].text() + workers[1].text())
+
+
 class _Held(http.server.BaseHTTPRequestHandler):
     """Answers no request until the test lets it go (a download that
     hangs), then 404."""
@@ -393,6 +464,7 @@ def test_a_chief_that_cannot_prepare_the_data_stops_every_worker(tmp_path):
     assert "preparing dtd failed" in other
     _no_traceback(workers[0].text() + workers[1].text())
 
+    _Held.release.clear()
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Held)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:

@@ -274,4 +274,3 @@ def test_training_on_a_tfds_name_prepares_it_first(archive, tmp_path):
         metrics = json.load(f)
     assert metrics["steps"] == 2
     assert metrics["test_examples"] == counts["test1"]
-

@@ -129,26 +129,19 @@ def dataset_info(inp) -> DatasetInfo:
 
 
 def tfds_name(inp) -> Optional[str]:
-    """The name of `config.input`'s data where TFDS downloads and prepares
-    it (a VTAB task or a TFDS data set); None for the digits and image
-    folders."""
-    if inp.vtab_task:
-        return inp.vtab_task
-    return None if inp.dataset in (DIGITS, FOLDER) else inp.dataset
+    """The TFDS data set of `config.input` that its readers download and
+    prepare (`tfds_builder`); None for the digits, image folders and VTAB
+    tasks (the VTAB-1k run prepares those: `vtab.prepare`)."""
+    if inp.vtab_task or inp.dataset in (DIGITS, FOLDER):
+        return None
+    return inp.dataset
 
 
 def prepare(inp) -> None:
-    """Makes `config.input`'s data readable: a TFDS data set or VTAB task
-    not on disk yet is downloaded and prepared where config.input.download
-    allows (else UsageError naming the fix); the digits and image folders
-    need nothing."""
-    if inp.vtab_task:
-        try:
-            vtab.prepare(inp.vtab_task, inp.data_dir, bool(inp.download),
-                         inp.manual_dir)
-        except vtab.DataUnavailableError as e:
-            raise UsageError(str(e)) from None
-    elif tfds_name(inp):
+    """Makes `config.input`'s TFDS data set (`tfds_name`) readable: if it
+    is not on disk yet, TFDS downloads and prepares it where
+    config.input.download allows (else UsageError naming the fix)."""
+    if tfds_name(inp):
         tfds_builder(inp)
 
 

@@ -13,7 +13,6 @@ evaluators, has every worker skip that data set alike.
 
 from __future__ import annotations
 
-import itertools
 import time
 from typing import Callable
 
@@ -32,18 +31,18 @@ from keras_vit.training.cluster import (
     LOG_EVERY_S,
     SetupError,
     cluster_tasks,
-    first_line,
 )
 
 # Seconds each wait for the chief's word on a data set lasts (`chief_first`).
 PREPARE_POLL_S = 5.0
-# The coordination service's key of the chief's word on the n-th data set
-# this process prepares: every worker prepares the same ones in the same
-# order, so the counts agree.
-_PREPARED_KEY = "keras_vit/prepared/{}/{}"
-_prepared = itertools.count()
+# The coordination service's key of the chief's word on a data set. Keyed
+# by name, not by call: workers whose calls differ in number (one skips a
+# VTAB task that another still runs) still read the right word.
+_PREPARED_KEY = "keras_vit/prepared/{}"
+# The data sets this process (the chief) has given its word on.
+_said = set()
 # The errors a chief's failed preparation raises again on the other workers
-# (by name; any other: UsageError).
+# (by name; any other: UsageError, its name in the text).
 _PASSED_ON = {e.__name__: e for e in (DataUnavailableError, UsageError)}
 
 
@@ -66,32 +65,54 @@ def chief_first(prepare: Callable[[], object], name: str, *,
             which the wait logs (after FIRST_LOG_S, then every LOG_EVERY_S).
 
     Raises:
-        What `prepare` raises; on a waiting worker, the chief's
-        DataUnavailableError or UsageError again (naming the chief), and
+        What `prepare` raises on the chief. On another worker: the chief's
+        DataUnavailableError or UsageError again (naming the chief);
+        UsageError where the chief prepared the data and this worker cannot
+        (it must not skip a data set alone: the workers would part); and
         SetupError when the chief stopped before it said a word.
     """
     if not multi_worker:
         return prepare()
     store = store or tf_context.context()
-    key = _PREPARED_KEY.format(next(_prepared), name)
+    key = _PREPARED_KEY.format(name)
     if chief:
-        try:
-            result = prepare()
-        except Exception as e:
-            store.set_config_key_value(
-                key, f"failed {type(e).__name__} {first_line(e)}")
-            raise
-        store.set_config_key_value(key, "done")
-        return result
+        return _prepare_and_say(prepare, name, store, key)
     word = _chief_word(store, key, name, poll_s, clock)
     if word.startswith("failed "):
         kind, _, reason = word[len("failed "):].partition(" ")
-        reason = reason.split(": ", 1)[-1]
         if reason.startswith(f"{name}: "):  # the chief's error names it
             reason = reason[len(name) + 2:]
-        raise _PASSED_ON.get(kind, UsageError)(
-            f"The chief ({_chief()}) could not prepare {name}: {reason}")
-    return prepare()
+        error = _PASSED_ON.get(kind)
+        raise (error or UsageError)(
+            f"The chief ({_chief()}) could not prepare {name}: "
+            f"{reason if error else f'{kind}: {reason}'}")
+    try:
+        return prepare()
+    except DataUnavailableError as e:
+        raise UsageError(
+            f"The chief ({_chief()}) prepared {name} but this worker cannot "
+            f"read or prepare it ({e}): share config.input.data_dir between "
+            f"the workers (e.g. gs://), or prepare {name} on every worker "
+            "first."
+        ) from None
+
+
+def _prepare_and_say(prepare, name: str, store, key: str):
+    """The chief: `prepare()`, then its word on `key` ("done", or "failed
+    <error type> <the message's first line>"), once per data set."""
+    try:
+        result = prepare()
+    except Exception as e:
+        if name not in _said:
+            _said.add(name)
+            lines = str(e).strip().splitlines() or [""]
+            store.set_config_key_value(
+                key, f"failed {type(e).__name__} {lines[0]}")
+        raise
+    if name not in _said:
+        _said.add(name)
+        store.set_config_key_value(key, "done")
+    return result
 
 
 def _chief() -> str:

@@ -245,9 +245,10 @@ def train_and_evaluate(
 
 
 def _prepare_data(inp, strategy) -> None:
-    """The TFDS data of a multi-worker run: prepared by the chief first,
-    then by the other workers (`data_turn.chief_first`), so that no two write
-    it at once; any other run prepares it where it first reads it."""
+    """The TFDS data set of a multi-worker run: prepared by the chief
+    first, then by the other workers (`data_turn.chief_first`), so that no
+    two write it at once; any other run prepares it where it first reads
+    it (`sources.tfds_builder`)."""
     name = sources.tfds_name(inp)
     if name and distribute.is_multi_worker(strategy):
         distribute.prepare_in_turn(strategy)(
