@@ -440,3 +440,19 @@ def test_export_at_the_end_of_a_run(tmp_path):
     np.testing.assert_allclose(probabilities, expected, atol=1e-5)
     names = served(images=tf.constant(pixels))["class_names"].numpy()
     assert {n.decode() for n in names.ravel()} <= {str(i) for i in range(10)}
+
+
+@pytest.mark.parametrize("field, value", [
+    ("trainer.total_steps", 0), ("input.batch_size", -8)])
+def test_the_api_names_the_config_field_of_a_bad_step_or_batch(field,
+                                                               value):
+    """train_and_evaluate called from Python (the commands check limits
+    before): the message names the field as the config spells it."""
+    from keras_vit import config as config_lib
+
+    config = config_lib.base_config()
+    section, name = field.split(".")
+    setattr(config[section], name, value)
+    with pytest.raises(errors.UsageError, match=(
+            rf"^config\.{field} must be positive, got {value}\.$")):
+        train_lib._global_batch(config.trainer, config.input)

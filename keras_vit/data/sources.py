@@ -83,7 +83,8 @@ def examples_per_class(labels: np.ndarray, count: int,
     the same labels and seed, whatever the model or run."""
     if int(count) < 0:
         raise UsageError(
-            f"train_examples_per_class must be >= 0 (0: all), got {count}."
+            f"config.input.train_examples_per_class must be >= 0 (0: all), "
+            f"got {count}."
         )
     labels = np.asarray(labels)
     rng = np.random.default_rng(int(seed))

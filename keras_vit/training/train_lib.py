@@ -301,9 +301,11 @@ def _global_batch(trainer_config, inp) -> int:
     and batch checked."""
     total, batch = int(trainer_config.total_steps), int(inp.batch_size)
     if total <= 0:
-        raise UsageError(f"total_steps must be positive, got {total}.")
+        raise UsageError(
+            f"config.trainer.total_steps must be positive, got {total}.")
     if batch <= 0:
-        raise UsageError(f"batch_size must be positive, got {batch}.")
+        raise UsageError(
+            f"config.input.batch_size must be positive, got {batch}.")
     return batch
 
 
