@@ -11,6 +11,7 @@ tests/legacy_models.py (which the test reads too).
     python scripts/make_legacy_keras_fixtures.py
 """
 
+import argparse
 import os
 import sys
 
