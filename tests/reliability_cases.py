@@ -230,10 +230,22 @@ _CASES = [
         "Worker 0 cannot download the TFDS data set that both workers wait "
         "for",
         "Worker 0 stops with the reason; the waiting worker stops with the "
-        "same reason, naming worker 0, in one line (status 1). A few-shot "
-        "run of keras-vit-evaluate skips that data set on both workers "
-        "instead (a VTAB-1k run likewise, tested in one process).",
+        "same reason, naming worker 0, in one line (status 1).",
         ("The chief (worker 0 (127.0.0.1:", "could not prepare dtd:"),
+        "exit status 1",
+    ),
+    Case(
+        "multiworker_evaluate_prepare", FAULT, "multi-worker",
+        "keras-vit-evaluate on two workers, on a TFDS data set not prepared "
+        "yet: `--mode=eval` in a shared data directory, and `--mode=fewshot` "
+        "whose download fails",
+        "Evaluation downloads and prepares it on worker 0 alone (one "
+        "download), and both workers score it. A few-shot run skips the "
+        "set that worker 0 cannot prepare on both workers alike (a VTAB-1k "
+        "run likewise, tested in one process); with no set left, each ends "
+        "with status 1, the other worker naming worker 0.",
+        ("no few-shot data set produced a result (dtd: The chief (worker 0 "
+         "(127.0.0.1:",),
         "exit status 1",
     ),
     Case(

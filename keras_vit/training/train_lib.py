@@ -299,14 +299,12 @@ def _host_run(workdir: str, trainer, data: run_data.RunData, checkpoints,
 def _global_batch(trainer_config, inp) -> int:
     """int. The run's global batch (`config.input.batch_size`), its steps
     and batch checked."""
-    total, batch = int(trainer_config.total_steps), int(inp.batch_size)
-    if total <= 0:
-        raise UsageError(
-            f"config.trainer.total_steps must be positive, got {total}.")
-    if batch <= 0:
-        raise UsageError(
-            f"config.input.batch_size must be positive, got {batch}.")
-    return batch
+    for field, value in (("trainer.total_steps", trainer_config.total_steps),
+                         ("input.batch_size", inp.batch_size)):
+        if int(value) <= 0:
+            raise UsageError(
+                f"config.{field} must be positive, got {int(value)}.")
+    return int(inp.batch_size)
 
 
 def _check_data(inp, evals):
