@@ -350,11 +350,11 @@ def test_a_chief_gone_before_its_word_is_one_line(three_workers):
 
 
 def test_the_run_prepares_tfds_data_in_the_clusters_turn(monkeypatch):
-    """train_and_evaluate's set-up, in a multi-worker run on a TFDS name,
-    hands the data's preparation to data_turn.chief_first; on the digits,
-    and in a one-worker run, nothing is handed."""
+    """prepare_input (train_and_evaluate's set-up, keras-vit-evaluate's
+    eval mode), in a multi-worker run on a TFDS name, hands the data's
+    preparation to data_turn.chief_first; on the digits, and in a
+    one-worker run, nothing is handed."""
     from keras_vit import config as config_lib
-    from keras_vit.training import train_lib
 
     turns = []
     monkeypatch.setattr(distribute, "is_multi_worker", lambda s: True)
@@ -363,14 +363,14 @@ def test_the_run_prepares_tfds_data_in_the_clusters_turn(monkeypatch):
                         turns.append((prepare.func, name, kw)))
     inp = config_lib.base_config().input
     inp.dataset = "dtd"
-    train_lib._prepare_data(inp, None)
+    distribute.prepare_input(inp, None)
     assert turns == [(sources.prepare, "dtd",
                       {"multi_worker": True, "chief": False})]
     inp.dataset = "digits"
-    train_lib._prepare_data(inp, None)
+    distribute.prepare_input(inp, None)
     monkeypatch.setattr(distribute, "is_multi_worker", lambda s: False)
     inp.dataset = "dtd"
-    train_lib._prepare_data(inp, None)
+    distribute.prepare_input(inp, None)
     assert len(turns) == 1
 
 

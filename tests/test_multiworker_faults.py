@@ -317,22 +317,27 @@ def dtd_archive(tmp_path_factory):
     return folder, fake_tfds.write_dtd_archive(folder)
 
 
-def _dtd_workers(tmp_path, url, tag):
-    """Two workers of one cluster that train on DTD, downloaded from `url`
-    (the loopback server) into the data directory they share."""
+def _dtd_env(tmp_path, url):
+    """What a worker's environment adds to download DTD from `url` (the
+    loopback server): tests/fake_tfds.py's sitecustomize first on its
+    path, no proxy for 127.0.0.1, offline otherwise."""
     site = tmp_path / "site"
     site.mkdir(exist_ok=True)
     (site / "sitecustomize.py").write_text(fake_tfds.SITECUSTOMIZE)
-    env = {fake_tfds.URL_ENV: url, "HF_HUB_OFFLINE": "1",
-           "KERAS_VIT_OFFLINE": "1", "NO_PROXY": "127.0.0.1,localhost",
-           "no_proxy": "127.0.0.1,localhost",
-           "PYTHONPATH": os.pathsep.join([str(site), ROOT])}
+    return fake_tfds.loopback_env(
+        {fake_tfds.URL_ENV: url, "HF_HUB_OFFLINE": "1",
+         "KERAS_VIT_OFFLINE": "1", "PYTHONPATH": ROOT}, site)
+
+
+def _dtd_workers(tmp_path, url, tag):
+    """Two workers of one cluster that train on DTD, downloaded from `url`
+    into the data directory they share."""
     args = ["--config.input.dataset=dtd", "--config.evals.test.split=test",
             f"--config.input.data_dir={tmp_path / 'tfds'}"]
     hosts = [f"127.0.0.1:{p}" for p in harness.free_ports(2)]
     return [harness.train(str(tmp_path / f"{tag}_run"),
                           str(tmp_path / f"{tag}{i}.log"), 2, hosts, i, args,
-                          **env)
+                          **_dtd_env(tmp_path, url))
             for i in range(2)]
 
 
@@ -363,20 +368,14 @@ def test_the_chief_alone_downloads_and_prepares_a_data_set(dtd_archive,
 def _evaluate_workers(tmp_path, url, tag, args):
     """Two keras-vit-evaluate workers (evaluate.py, as train.py in
     cluster_harness) of one cluster, that download DTD from `url`."""
-    site = tmp_path / "site"
-    site.mkdir(exist_ok=True)
-    (site / "sitecustomize.py").write_text(fake_tfds.SITECUSTOMIZE)
     hosts = [f"127.0.0.1:{p}" for p in harness.free_ports(2)]
     return [harness.Process(
         [sys.executable, os.path.join(ROOT, "evaluate.py"), *args,
          f"--output_dir={tmp_path / f'{tag}_out{i}'}",
          "--strategy=multiworker"],
         str(tmp_path / f"{tag}{i}.log"),
-        harness.env(harness.tf_config(hosts, i), **{
-            fake_tfds.URL_ENV: url, "HF_HUB_OFFLINE": "1",
-            "KERAS_VIT_OFFLINE": "1", "NO_PROXY": "127.0.0.1,localhost",
-            "no_proxy": "127.0.0.1,localhost",
-            "PYTHONPATH": os.pathsep.join([str(site), ROOT])}))
+        harness.env(harness.tf_config(hosts, i),
+                    **_dtd_env(tmp_path, url)))
         for i in range(2)]
 
 

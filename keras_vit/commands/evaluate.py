@@ -21,7 +21,6 @@ otherwise. --strategy / --tpu as for keras-vit-train.
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import sys
@@ -135,9 +134,7 @@ def _eval_mode(values, source, strategy) -> Dict:
         ), source.path)
     # The model's resolution, square or not.
     image_size = tuple(int(n) for n in model.input_shape[1:3])
-    if sources.tfds_name(inp):  # in a cluster, the chief's download first
-        distribute.prepare_in_turn(strategy)(
-            functools.partial(sources.prepare, inp), sources.tfds_name(inp))
+    distribute.prepare_input(inp, strategy)  # a cluster's: chief first
     info = sources.dataset_info(inp)
     width = int(model.output_shape[-1])
     if width != info.num_classes:

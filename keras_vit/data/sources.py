@@ -146,13 +146,6 @@ def prepare(inp) -> None:
         tfds_builder(inp)
 
 
-def at_once(prepare_fn: Callable[[], object], name: str):
-    """`prepare_fn()`: a data set's preparation run now, in no cluster's
-    turn (the default of the evaluators' `in_turn`)."""
-    del name
-    return prepare_fn()
-
-
 def prepared_or_skipped(prepare_fn: Callable[[], object], name: str,
                         label: str, in_turn: Optional[Callable],
                         not_run: Dict[str, str], progress) -> bool:
@@ -162,7 +155,10 @@ def prepared_or_skipped(prepare_fn: Callable[[], object], name: str,
     cannot (DataUnavailableError), it is skipped: "Skipping <label>: why"
     logged, the reason kept in `not_run[name]`, `progress.skip()`."""
     try:
-        (in_turn or at_once)(prepare_fn, name)
+        if in_turn is None:
+            prepare_fn()
+        else:
+            in_turn(prepare_fn, name)
     except vtab.DataUnavailableError as e:
         logging.warning("Skipping %s: %s", label, e)
         not_run[name] = str(e)

@@ -35,6 +35,7 @@ from typing import Callable, Optional
 import tensorflow as tf
 from absl import logging
 
+from keras_vit.data import sources
 from keras_vit.errors import (  # noqa: F401 (Preempted: raised here)
     PREEMPTED_EXIT_CODE,
     Preempted,
@@ -228,6 +229,17 @@ def prepare_in_turn(strategy: tf.distribute.Strategy) -> Callable:
     return functools.partial(
         data_turn.chief_first, multi_worker=is_multi_worker(strategy),
         chief=is_chief(strategy))
+
+
+def prepare_input(inp, strategy: tf.distribute.Strategy) -> None:
+    """`config.input`'s TFDS data set (`sources.tfds_name`) in a
+    multi-worker run: prepared by the chief first, then by the other
+    workers (`prepare_in_turn`), so that no two write it at once; any other
+    run prepares it where it first reads it (`sources.tfds_builder`)."""
+    name = sources.tfds_name(inp)
+    if name and is_multi_worker(strategy):
+        prepare_in_turn(strategy)(functools.partial(sources.prepare, inp),
+                                  name)
 
 
 def is_tpu(strategy: tf.distribute.Strategy) -> bool:

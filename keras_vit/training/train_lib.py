@@ -197,7 +197,7 @@ def train_and_evaluate(
     if config.objective.mpp.enabled:
         check_mpp(config.objective.mpp, config.model)
     strategy = strategy or tf.distribute.get_strategy()
-    _prepare_data(config.input, strategy)
+    distribute.prepare_input(config.input, strategy)
     config = config_lib.replace(config, **data_fit.fit(
         config.input, config.trainer, config.schedule, config.log,
         config.checkpoints, config.evals))
@@ -242,17 +242,6 @@ def train_and_evaluate(
                                    items, data, num_classes)
         finally:
             run.writer.close()
-
-
-def _prepare_data(inp, strategy) -> None:
-    """The TFDS data set of a multi-worker run: prepared by the chief
-    first, then by the other workers (`data_turn.chief_first`), so that no
-    two write it at once; any other run prepares it where it first reads
-    it (`sources.tfds_builder`)."""
-    name = sources.tfds_name(inp)
-    if name and distribute.is_multi_worker(strategy):
-        distribute.prepare_in_turn(strategy)(
-            functools.partial(sources.prepare, inp), name)
 
 
 def _finished_before(workdir: str, total_steps: int) -> Optional[Dict]:
