@@ -42,7 +42,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # First: keras_vit holds TensorFlow's start-up notices back while it
 # loads Keras (keras_vit.quiet_start).
-import keras_vit  # noqa: E402, F401, I001
+import keras_vit  # noqa: E402, F401
 
 # isort: split
 import keras  # noqa: E402
