@@ -533,6 +533,13 @@ def test_tfds_sharding_and_eval_padding(prepared_tfds):
 def test_unknown_sources_fail_clearly():
     with pytest.raises(ValueError, match="Unknown dataset 'no_such_set'"):
         sources.dataset_info(digits_config(dataset="no_such_set").input)
+    # One line naming the closest TFDS names, not TFDS's list of them all.
+    with pytest.raises(ValueError) as raised:
+        sources.dataset_info(digits_config(dataset="cifar1").input)
+    assert str(raised.value) == (
+        "Unknown dataset 'cifar1': use 'digits', 'folder' or a TFDS name "
+        "(see tfds.list_builders()); the closest: cifar10, cifar100, "
+        "cifar10_n.")
     with pytest.raises(ValueError, match="resize_size .* smaller"):
         ip.train_dataset(
             *tiny.pipeline(digits_config(**{"pp.resize_size": 8})), 4)

@@ -24,6 +24,7 @@ turns them into batches and `checks` validates them, both on top of it.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import functools
 from typing import Callable, Dict, List, Optional, Tuple
 
@@ -167,18 +168,30 @@ def prepared_or_skipped(prepare_fn: Callable[[], object], name: str,
     return True
 
 
-def tfds_builder(inp):
+def named_builder(name: str, data_dir: Optional[str],
+                  what: str = "dataset"):
+    """TFDS's builder of data set `name` in `data_dir`; an unknown name is
+    a one-line UsageError that names the closest TFDS names (TFDS's own
+    error lists every data set it has, hundreds of them)."""
     import tensorflow_datasets as tfds
 
+    try:
+        return tfds.builder(name, data_dir=data_dir)
+    except tfds.core.registered.DatasetNotFoundError:
+        close = difflib.get_close_matches(  # TFDS's own, no download
+            name.split("/")[0],
+            tfds.list_builders(with_community_datasets=False), n=3)
+        raise UsageError(
+            f"Unknown {what} {name!r}: use 'digits', 'folder' or a TFDS "
+            "name (see tfds.list_builders())"
+            + (f"; the closest: {', '.join(close)}." if close else ".")
+        ) from None
+
+
+def tfds_builder(inp):
     if inp.vtab_task:
         return vtab.get_task(inp.vtab_task).builder(inp.data_dir)
-    try:
-        builder = tfds.builder(inp.dataset, data_dir=inp.data_dir)
-    except tfds.core.registered.DatasetNotFoundError as e:
-        raise UsageError(
-            f"Unknown dataset {inp.dataset!r}: use 'digits', 'folder' or a "
-            f"TFDS name (see tfds.list_builders()). ({e})"
-        ) from None
+    builder = named_builder(inp.dataset, inp.data_dir)
     # A data set not on disk yet: TFDS's own download_and_prepare, once
     # (config.input.download), as the VTAB tasks and few-shot sets do.
     try:

@@ -359,13 +359,6 @@ def probe_model(
 def _prepare(data: FewShotData, download: bool) -> None:
     if data.dataset in (sources.DIGITS, sources.FOLDER):
         return
-    import tensorflow_datasets as tfds
-
-    try:
-        builder = tfds.builder(data.dataset, data_dir=data.data_dir)
-    except tfds.core.registered.DatasetNotFoundError as e:
-        raise UsageError(
-            f"Unknown few-shot data set {data.dataset!r}: use 'digits', "
-            f"'folder' or a TFDS name. ({e})"
-        ) from None
+    builder = sources.named_builder(data.dataset, data.data_dir,
+                                    "few-shot data set")
     vtab.prepare_builder(builder, data.name, data.data_dir, download)
