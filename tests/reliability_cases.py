@@ -258,6 +258,20 @@ _CASES = [
          "dtd", "run the same command on every worker again"),
         "exit status 1",
     ),
+    Case(
+        "multiworker_folder_not_shared", BAD_INPUT, "multi-worker",
+        "Each worker with a folder of its own under the workdir they name "
+        "(a local disk on every host), for keras-vit-train and for "
+        "keras-vit-evaluate --mode=vtab's output folder",
+        "Before any worker reads or writes the run, every worker stops "
+        "(status 1) with the same line: which workers do not see the "
+        "chief's files, and to give all of them one shared folder. "
+        "(Resumed on worker 0 and started again on the others, the run "
+        "would hang or train on from weights that differ.)",
+        ("worker 1 (127.0.0.1:", "does not see the files the chief (worker "
+         "0 (127.0.0.1:", "give all workers one shared folder (e.g. gs://"),
+        "exit status 1",
+    ),
     # ---------------------------------------------------------- bad data
     Case(
         "corrupt_image", BAD_INPUT, "data",

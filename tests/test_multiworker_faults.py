@@ -429,6 +429,57 @@ def test_evaluation_prepares_the_data_on_the_chief_first(dtd_archive,
     _no_traceback(workers[0].text() + workers[1].text())
 
 
+@pytest.mark.slow
+@covers("multiworker_folder_not_shared")
+def test_workers_without_one_shared_folder_stop_before_they_start(
+        tmp_path):
+    """Each worker with a folder of its own under the path they name (a
+    local disk on every host): two keras-vit-train workers, and two
+    keras-vit-evaluate --mode=vtab workers, all four at once. Every worker
+    stops with the same line (status 1) before it reads or writes a run
+    (resumed on one worker and started again on the other, the workers
+    would part), and the chief's check file is gone."""
+    from keras_vit import create_model
+    from keras_vit.checkpoint import weights
+
+    npz = str(tmp_path / "backbone.npz")
+    weights.save_npz(create_model(
+        None, num_classes=10, image_size=16, patch_size=8, hidden_size=16,
+        num_layers=1, num_heads=2, mlp_dim=16), npz)
+    for i in range(2):  # each host's folder, as one path on two disks
+        (tmp_path / f"host{i}" / "run").mkdir(parents=True)
+    hosts = [f"127.0.0.1:{p}" for p in harness.free_ports(2)]
+    train = [harness.train(str(tmp_path / f"host{i}" / "run"),
+                           str(tmp_path / f"train{i}.log"), 2, hosts, i)
+             for i in range(2)]
+    hosts = [f"127.0.0.1:{p}" for p in harness.free_ports(2)]
+    vtab = [harness.Process(
+        [sys.executable, os.path.join(ROOT, "evaluate.py"), "--mode=vtab",
+         "--config=" + os.path.join(ROOT, "configs", "vtab.py"),
+         f"--model={npz}", f"--output_dir={tmp_path / f'host{i}' / 'vtab'}",
+         "--strategy=multiworker"],
+        str(tmp_path / f"vtab{i}.log"), harness.env(harness.tf_config(
+            hosts, i))) for i in range(2)]
+    codes = harness.wait_all(train + vtab, timeout=300)
+    assert codes == [1, 1, 1, 1], "\n".join(w.text()[-3000:]
+                                             for w in train + vtab)
+    for workers, command, what in ((train, "keras-vit-train", "workdir"),
+                                   (vtab, "keras-vit-evaluate",
+                                    "output folder")):
+        lines = [[line for line in w.text().splitlines()
+                  if line.startswith(f"{command}: error: ")]
+                 for w in workers]
+        assert [len(x) for x in lines] == [1, 1], lines
+        check_says("multiworker_folder_not_shared", lines[1][0])
+        assert f"writes into the {what} " in lines[0][0]
+        assert lines[0][0].replace("host0", "host1") == lines[1][0]
+        _no_traceback(workers[0].text() + workers[1].text())
+    for i in range(2):
+        assert sorted(os.listdir(tmp_path / f"host{i}" / "run")) == []
+        assert not any(n.startswith(".keras_vit_shared") for n in
+                       os.listdir(tmp_path / f"host{i}" / "vtab"))
+
+
 class _Held(http.server.BaseHTTPRequestHandler):
     """Answers no request until the test lets it go (a download that
     hangs), then 404."""

@@ -249,6 +249,9 @@ def _fewshot_sizes(values, config):
 
 
 def _vtab_mode(values, source, strategy) -> Dict:
+    # Finished tasks and trials are read back from there: one folder.
+    tf.io.gfile.makedirs(_output_dir(values))
+    distribute.check_shared(_output_dir(values), "output folder", strategy)
     out = vtab_run.run(values.config, source, _output_dir(values),
                        train_lib.train_and_evaluate, strategy,
                        tasks=values.tasks, model_name=values.name,

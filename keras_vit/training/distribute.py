@@ -30,7 +30,7 @@ from __future__ import annotations
 import functools
 import json
 import os
-from typing import Callable, Optional
+from typing import Callable, List, Optional
 
 import tensorflow as tf
 from absl import logging
@@ -41,7 +41,7 @@ from keras_vit.errors import (  # noqa: F401 (Preempted: raised here)
     Preempted,
     UsageError,
 )
-from keras_vit.training import cluster, data_turn
+from keras_vit.training import cluster, data_turn, shared_folder
 from keras_vit.training import tpu as tpu_lib
 from keras_vit.training.cluster import SetupError
 
@@ -307,3 +307,38 @@ def any_worker(strategy: tf.distribute.Strategy, flag: bool) -> bool:
 
 
 _SUM_FNS = {}
+
+
+def sum_over_workers(strategy: tf.distribute.Strategy,
+                     values: List[float]) -> List[float]:
+    """The element-wise sum over the workers of the `values` each worker
+    passes (an all-reduce; each worker counted once, whatever its number of
+    replicas)."""
+    fn = _VECTOR_SUMS.get(id(strategy))
+    if fn is None:
+        share = 1.0 / len(strategy.extended.worker_devices)
+
+        @tf.function
+        def fn(value):
+            per_replica = strategy.run(lambda v: v * share, args=(value,))
+            return strategy.reduce("SUM", per_replica, axis=None)
+
+        _VECTOR_SUMS[id(strategy)] = fn
+    return [float(v) for v in fn(tf.constant(values, tf.float32)).numpy()]
+
+
+_VECTOR_SUMS = {}
+
+
+def check_shared(folder: str, what: str,
+                 strategy: tf.distribute.Strategy) -> None:
+    """In a multi-worker run, a UsageError on every worker alike where
+    some worker does not see the files the chief writes into `folder`
+    (`shared_folder.check`); nothing in any other run."""
+    if not is_multi_worker(strategy):
+        return
+    tasks, this = cluster.cluster_tasks()
+    if this is None:
+        return
+    shared_folder.check(folder, what, tasks=tasks, this=tasks.index(this),
+                        sum_fn=functools.partial(sum_over_workers, strategy))

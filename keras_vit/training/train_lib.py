@@ -209,6 +209,7 @@ def train_and_evaluate(
     if config.model.image_size:  # an unknown size: before the workdir
         config_architecture(config.model)
     with _made_workdir(workdir, strategy):  # removed if refused
+        distribute.check_shared(workdir, "workdir", strategy)
         model_init.check_workdir_config(config, workdir)
         finished = _finished_before(workdir, int(config.trainer.total_steps))
         if finished is not None:
