@@ -379,6 +379,54 @@ def test_head_kept_or_dropped_and_zero_initialised(tmp_path):
     assert_close(feats(x), ref.features(body, x))
 
 
+@pytest.mark.parametrize("edit, says", [
+    (lambda a: a.update({"head/bias": a["head/bias"][:4]}),
+     "its head/kernel (24, 5) and head/bias (4,) disagree on the class "
+     "count"),
+    (lambda a: a.update({"head/kernel": a["head/kernel"][:16]}),
+     "its head/kernel (16, 5) takes 16 features but the pre-logits give 24"),
+    (lambda a: a.pop("head/bias"), "it has head/kernel but no head/bias"),
+])
+def test_a_head_that_does_not_fit_its_own_file_is_refused(tmp_path, edit,
+                                                         says):
+    """A damaged head is not "another class count": it is never dropped
+    and zeroed in silence (a model that answers every class alike), for a
+    model of the file's class count or of another."""
+    arrays = random_arrays(tiny(num_classes=5, representation_size=24))
+    edit(arrays)
+    path = save(tmp_path / "c.npz", arrays)
+    for classes in (5, 7):
+        model = tiny(num_classes=classes, representation_size=24)
+        before = [w.numpy().copy() for w in model.weights]
+        with pytest.raises(ValueError, match="classification head is "
+                           "malformed") as caught:
+            checkpoint.load_npz(model, path, keep_pre_logits=True)
+        assert says in str(caught.value)
+        assert all(np.array_equal(b, w.numpy())
+                   for b, w in zip(before, model.weights))
+    # Not strict: what fits loads, and the report says what is wrong.
+    report = checkpoint.load_npz(tiny(num_classes=5), path, strict=False)
+    assert any(says in h for h in report.hints)
+
+
+def test_a_damaged_head_is_one_line_at_the_users_door(tmp_path):
+    """keras-vit-predict on an .npz whose head/bias lost an entry."""
+    from PIL import Image
+
+    from tests import console
+
+    arrays = random_arrays(tiny(num_classes=5))
+    arrays["head/bias"] = arrays["head/bias"][:4]
+    path = save(tmp_path / "c.npz", arrays)
+    Image.new("RGB", (32, 32), (200, 30, 30)).save(tmp_path / "a.png")
+    out = console.run("predict", [f"--model={path}",
+                                  str(tmp_path / "a.png")])
+    assert out.returncode != 0
+    lines = [line for line in out.stderr.splitlines() if "error:" in line]
+    assert len(lines) == 1 and "classification head is malformed" in lines[0]
+    assert "Traceback" not in out.stderr
+
+
 def keras_features(model, x):
     from keras_vit import features_model
 

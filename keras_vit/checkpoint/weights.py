@@ -201,10 +201,39 @@ def _expected(params: Sequence[Param]) -> Dict[str, Tuple[Param, Shape]]:
     return expected
 
 
+def _malformed_head(shapes: Dict[str, Shape]) -> Optional[str]:
+    """Why the file's head arrays do not fit each other or the features
+    they read (None where they do, or where the file has no head): a
+    damaged file, never a head to drop for another class count."""
+    kernel, bias = shapes.get(HEAD_KEYS[0]), shapes.get(HEAD_KEYS[1])
+    if kernel is None and bias is None:
+        return None
+    if kernel is None or bias is None:
+        present, absent = ((HEAD_KEYS[0], HEAD_KEYS[1]) if bias is None
+                           else (HEAD_KEYS[1], HEAD_KEYS[0]))
+        return f"it has {present} but no {absent}"
+    if len(kernel) != 2 or len(bias) != 1 or kernel[1] != bias[0]:
+        return (f"its {HEAD_KEYS[0]} {kernel} and {HEAD_KEYS[1]} {bias} "
+                "disagree on the class count")
+    pre = shapes.get(PRE_LOGITS_KEYS[0])
+    width = pre[-1] if pre else shapes.get("Transformer/encoder_norm/scale", (None,))[0]
+    if width is not None and kernel[0] != width:
+        return (f"its {HEAD_KEYS[0]} {kernel} takes {kernel[0]} features "
+                f"but the {'pre-logits' if pre else 'encoder'} give {width}")
+    return None
+
+
 def _fit_head(loading: _Loading, keep_pre_logits: bool) -> None:
     """Keeps the file's head only if it fits the model's exactly; else
-    drops it (and, unless kept, its pre-logits) and says why."""
+    drops it (and, unless kept, its pre-logits) and says why. A head that
+    does not fit its own file is named (`_malformed_head`): strict loads
+    refuse it."""
     expected, report = loading.expected, loading.report
+    malformed = _malformed_head(loading.shapes)
+    if malformed:
+        report.hints.append(
+            f"The file's classification head is malformed: {malformed}. "
+            "The file is damaged or was edited; download it again.")
     model_head = {k: expected[k][1] for k in HEAD_KEYS if k in expected}
     if model_head and all(
         loading.shapes.get(k) == s for k, s in model_head.items()
