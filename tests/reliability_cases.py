@@ -345,8 +345,62 @@ _CASES = [
     ),
     Case(
         "non_image_files", BAD_INPUT, "data",
-        "Non-image files in class folders (notes.txt, .DS_Store)",
-        "Ignored: only .jpg, .jpeg, .png, .gif and .bmp files are read.",
+        "Non-image files in class folders (notes.txt, .DS_Store), hidden "
+        "folders (.thumbnails/) and macOS's ._IMG_1.jpg companions",
+        "Ignored: only .jpg, .jpeg, .png, .gif, .bmp and .webp files are "
+        "read, and no hidden file or folder is an image, a class or a "
+        "split.",
+    ),
+    Case(
+        "stray_image_beside_class_folders", BAD_INPUT, "data",
+        "An image directly in train/ beside its class folders "
+        "(train/IMG_1234.jpg)",
+        "The folder is still read as <split>/<class>/ (its top folders are "
+        "named as splits), and the log says which images are in no class "
+        "folder and are not read.",
+        ("are in no class folder (<split>/<class>/) and are not read",),
+    ),
+    Case(
+        "unreadable_entry_in_class_folder", BAD_INPUT, "data",
+        "A broken symbolic link, a folder named like an image (burst.jpg/) "
+        "and a BMP with a colour table (8 bits per pixel, which "
+        "TensorFlow's decoder reads as grey colour indices) in a class "
+        "folder",
+        "The same one-line error as for a corrupt file, naming each and "
+        "why; with config.input.skip_bad_images they are skipped and named.",
+        ("Cannot decode 3 image file(s)", "No such file or directory",
+         "burst.jpg", "A BMP with a colour table (8 bits per pixel or "
+         "fewer)", "Save the image as PNG or JPEG"),
+        "UsageError",
+    ),
+    Case(
+        "class_without_training_images", BAD_INPUT, "data",
+        "A class folder in val/ with no counterpart in train/ (val/dogs/ "
+        "misspelt beside train/dog/), or a folder of one class",
+        "A clear error before training that names the class, or says that "
+        "a classifier needs two classes (an evaluation may still read "
+        "such a folder).",
+        ("class dogs has images in val but none in train/",
+         "rename the folder to the class it belongs to"),
+        "UsageError",
+    ),
+    Case(
+        "class_all_unreadable_when_skipping", BAD_INPUT, "data",
+        "With config.input.skip_bad_images, every image of one class "
+        "unreadable",
+        "A clear error naming the class (as for an empty class folder), "
+        "not a model with a class it never trains.",
+        ("Every image of class c in split 'train'", "is unreadable"),
+        "UsageError",
+    ),
+    Case(
+        "non_utf8_file_name", BAD_INPUT, "data",
+        "A file name that is not UTF-8 in an image folder (from an old "
+        "archive)",
+        "One line naming the folder and the name's bytes, and a way to "
+        "rename it.",
+        ("is not UTF-8", "convmv"),
+        "UsageError",
     ),
     Case(
         "empty_class_folder", BAD_INPUT, "data",

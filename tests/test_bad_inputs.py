@@ -12,6 +12,7 @@ import base64
 import importlib.util
 import io
 import os
+import shutil
 import subprocess
 import sys
 
@@ -28,6 +29,7 @@ from keras_vit.checkpoint import weights as checkpoint
 from keras_vit.checkpoint.formats import torch_pickle
 from keras_vit.data import folders, sources, vtab
 from keras_vit.data import pipeline as input_pipeline
+from keras_vit.data import preprocessing as pp
 from keras_vit.errors import UsageError
 from keras_vit.training import train_lib
 from tests import hostile_files, tiny
@@ -354,10 +356,108 @@ def test_non_image_files_are_ignored(tmp_path):
     for junk in ("notes.txt", ".DS_Store"):
         with open(f"{root}/train/a/{junk}", "w") as f:
             f.write("not an image")
+    save(f"{root}/train/.thumbnails/t.png", np.zeros((4, 4, 3), np.uint8))
+    save(f"{root}/train/a/._0.png", np.zeros((4, 4, 3), np.uint8))
+    save(f"{root}/train/b/w.webp", np.zeros((4, 4, 3), np.uint8), fmt="WEBP")
     paths, labels = folders.folder_split(str(root), "train")
-    assert sorted(os.path.basename(p) for p in paths) == ["0.png", "0.png",
-                                                          "1.png", "1.png"]
-    assert sorted(labels.tolist()) == [0, 0, 1, 1]
+    assert sorted(os.path.basename(p) for p in paths) == [
+        "0.png", "0.png", "1.png", "1.png", "w.webp"]
+    assert sorted(labels.tolist()) == [0, 0, 1, 1, 1]
+    assert folders.folder_index(str(root))[1] == ["a", "b"]
+    # The flat layout alike: a hidden folder is no class.
+    flat = good_folder(tmp_path / "flat", splits=("",), n=3)
+    save(f"{flat}/.thumbnails/t.png", np.zeros((4, 4, 3), np.uint8))
+    assert folders.folder_index(str(flat))[1] == ["a", "b"]
+
+
+@covers("stray_image_beside_class_folders")
+def test_a_stray_image_beside_the_class_folders_keeps_the_layout(
+        tmp_path, caplog):
+    root = good_folder(tmp_path / "images", splits=("train", "val"))
+    save(f"{root}/train/IMG_1234.png", np.zeros((4, 4, 3), np.uint8))
+    save(f"{root}/val/IMG_1235.png", np.zeros((4, 4, 3), np.uint8))
+    caplog.set_level("WARNING")
+    index, names = folders.folder_index(str(root))
+    assert names == ["a", "b"] and sorted(index) == ["train", "val"]
+    assert len(index["train"][0]) == len(index["val"][0]) == 8
+    check_says("stray_image_beside_class_folders", caplog.text)
+    assert "train/, val/" in caplog.text
+
+
+@covers("unreadable_entry_in_class_folder")
+def test_links_folders_and_palette_bmps_are_named_like_corrupt_files(
+        tmp_path):
+    """Each used to stop training with TensorFlow's traceback, or (the
+    BMP) to train on a nearly black image."""
+    root = good_folder(tmp_path / "images")
+    os.symlink("/nonexistent/gone.png", f"{root}/train/a/link.png")
+    save(f"{root}/train/a/burst.jpg/frame0.jpg",
+         np.zeros((4, 4, 3), np.uint8), fmt="JPEG")
+    colours = np.zeros((8, 8, 3), np.uint8)
+    colours[:, :4] = (255, 0, 0)
+    colours[:, 4:] = (0, 0, 255)
+    Image.fromarray(colours).convert(
+        "P", palette=Image.Palette.ADAPTIVE).save(f"{root}/train/b/p8.bmp")
+    Image.fromarray(colours).save(f"{root}/train/b/rgb24.bmp")
+    with pytest.raises(ValueError) as info:
+        train_lib.train_and_evaluate(folder_config(root),
+                                     str(tmp_path / "run"))
+    check_error("unreadable_entry_in_class_folder", info.value)
+    text = str(info.value)
+    for name in ("link.png", "burst.jpg", "p8.bmp"):
+        assert f"{root}/train/" in text and name in text
+    assert "rgb24.bmp" not in text
+    decoded = pp.decode_image(
+        tf.io.read_file(f"{root}/train/b/rgb24.bmp")).numpy()
+    np.testing.assert_array_equal(decoded, colours)  # 24-bit: its colours
+    # Skipping: trained on the rest.
+    metrics = train_lib.train_and_evaluate(
+        folder_config(root, skip_bad_images=True), str(tmp_path / "skip"))
+    assert metrics["steps"] == 2
+
+
+@covers("class_without_training_images")
+def test_a_class_without_training_images_is_refused(tmp_path):
+    root = good_folder(tmp_path / "images", splits=("train", "val"))
+    os.rename(f"{root}/val/b", f"{root}/val/dogs")
+    c = folder_config(root)
+    c.evals.test.split = "val"
+    with pytest.raises(ValueError) as info:
+        train_lib.train_and_evaluate(c, str(tmp_path / "run"))
+    check_error("class_without_training_images", info.value)
+    assert not (tmp_path / "run").exists()
+    one = good_folder(tmp_path / "one", splits=("",), n=3)
+    shutil.rmtree(f"{one}/b")
+    c.input.data_dir = str(one)
+    with pytest.raises(UsageError, match=r"has one class \(a\): a "
+                       "classifier needs at least two class folders"):
+        train_lib.train_and_evaluate(c, str(tmp_path / "run"))
+    # Evaluation may read one class.
+    assert folders.folder_index(str(one))[1] == ["a"]
+
+
+@covers("class_all_unreadable_when_skipping")
+def test_a_class_of_unreadable_images_is_refused_when_skipping(tmp_path):
+    root = good_folder(tmp_path / "images")
+    os.makedirs(f"{root}/train/c")
+    for i in range(3):
+        with open(f"{root}/train/c/{i}.jpg", "w") as f:
+            f.write("not a jpeg")
+    with pytest.raises(ValueError) as info:
+        train_lib.train_and_evaluate(
+            folder_config(root, skip_bad_images=True), str(tmp_path / "run"))
+    check_error("class_all_unreadable_when_skipping", info.value)
+
+
+@covers("non_utf8_file_name")
+def test_a_file_name_that_is_not_utf8_is_one_line(tmp_path):
+    root = good_folder(tmp_path / "images")
+    os.rename(f"{root}/train/a/0.png",
+              os.fsencode(f"{root}/train/a/") + b"caf\xe9.png")
+    with pytest.raises(ValueError) as info:
+        folders.folder_index(str(root))
+    check_error("non_utf8_file_name", info.value)
+    assert f"{root}/train/a" in str(info.value)
 
 
 # -------------------------------------------------------- folders, splits

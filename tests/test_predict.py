@@ -148,3 +148,33 @@ def test_usage_errors(setup, capsys):
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and message in err[0], err
         assert err[0].startswith("keras-vit-predict: error: ")
+
+
+def test_folders_are_walked_through_links_and_past_hidden_names(tmp_path):
+    """A linked class folder is read (as training reads it), a link to a
+    parent folder ends the walk, hidden files and folders are not images,
+    and a broken link is a bad file: with --skip_bad_images, skipped."""
+    png = _encode(np.zeros((8, 8, 3), np.uint8), "PNG")
+    elsewhere = tmp_path / "elsewhere" / "bird"
+    elsewhere.mkdir(parents=True)
+    (elsewhere / "b.png").write_bytes(png)
+    root = tmp_path / "photos"
+    (root / "cat" / ".thumbnails").mkdir(parents=True)
+    (root / "cat" / "c.png").write_bytes(png)
+    (root / "cat" / "._c.png").write_bytes(b"macOS resource fork")
+    (root / "cat" / ".thumbnails" / "t.png").write_bytes(png)
+    os.symlink(elsewhere, root / "bird")
+    os.symlink(root, root / "cat" / "loop")
+    files, folder = predict.list_images([str(root)])
+    assert folder and files == [str(root / "bird" / "b.png"),
+                                str(root / "cat" / "c.png")]
+    os.symlink(tmp_path / "gone.png", root / "cat" / "gone.png")
+    files, _ = predict.list_images([str(root)])
+    good, data, skipped = predict.read_images(files, skip_bad=True)
+    assert good == [str(root / "bird" / "b.png"), str(root / "cat" / "c.png")]
+    assert skipped == [(str(root / "cat" / "gone.png"),
+                        "No such file or directory")]
+    with pytest.raises(ValueError, match="gone.png is not a readable image "
+                       r"\(No such file or directory\); pass "
+                       "--skip_bad_images"):
+        predict.read_images(files, skip_bad=False)

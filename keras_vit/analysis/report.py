@@ -19,12 +19,12 @@ import numpy as np
 import tensorflow as tf
 
 from keras_vit.analysis import core, extract, plots
-from keras_vit.data import checks, preprocessing
+from keras_vit.data import checks, folders, preprocessing
 from keras_vit.derived import is_features_model
 from keras_vit.errors import UsageError
 from keras_vit.storage.atomic import atomic_write
 
-IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".gif", ".bmp")
+IMAGE_EXTENSIONS = folders.IMAGE_EXTENSIONS
 FIGURES = {
     "attention_rollout": "attention_rollout.png",
     "mean_attention_distance": "mean_attention_distance.png",
@@ -43,6 +43,7 @@ def _list_images(paths: Sequence[str]) -> List[str]:
                 os.path.join(path, name)
                 for name in tf.io.gfile.listdir(path)
                 if name.lower().endswith(IMAGE_EXTENSIONS)
+                and not name.startswith(".")
             )
             if not found:
                 raise UsageError(

@@ -216,7 +216,8 @@ def _malformed_head(shapes: Dict[str, Shape]) -> Optional[str]:
         return (f"its {HEAD_KEYS[0]} {kernel} and {HEAD_KEYS[1]} {bias} "
                 "disagree on the class count")
     pre = shapes.get(PRE_LOGITS_KEYS[0])
-    width = pre[-1] if pre else shapes.get("Transformer/encoder_norm/scale", (None,))[0]
+    norm = shapes.get("Transformer/encoder_norm/scale")
+    width = pre[-1] if pre else (norm[0] if norm else None)
     if width is not None and kernel[0] != width:
         return (f"its {HEAD_KEYS[0]} {kernel} takes {kernel[0]} features "
                 f"but the {'pre-logits' if pre else 'encoder'} give {width}")

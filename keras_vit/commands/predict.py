@@ -59,11 +59,7 @@ def list_images(paths: Sequence[str]) -> Tuple[List[str], bool]:
     for path in paths:
         if os.path.isdir(path):
             folder = True
-            found = sorted(
-                os.path.join(root, name)
-                for root, _, names in os.walk(path) for name in names
-                if name.lower().endswith(IMAGE_EXTENSIONS)
-            )
+            found = _walk_images(path)
             if not found:
                 raise UsageError(
                     f"No images ({', '.join(IMAGE_EXTENSIONS)}) in {path}."
@@ -76,17 +72,37 @@ def list_images(paths: Sequence[str]) -> Tuple[List[str], bool]:
     return files, folder
 
 
+def _walk_images(top: str) -> List[str]:
+    """The images under `top`, sorted: linked folders followed (each real
+    folder once, so a link to a parent ends), hidden names skipped (as
+    training's image folders skip them)."""
+    found, seen = [], set()
+    for root, dirs, names in os.walk(top, followlinks=True):
+        real = os.path.realpath(root)
+        if real in seen:
+            dirs[:] = []
+            continue
+        seen.add(real)
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        found.extend(os.path.join(root, n) for n in names
+                     if n.lower().endswith(IMAGE_EXTENSIONS)
+                     and not n.startswith("."))
+    return sorted(found)
+
+
 def read_images(files: Sequence[str], skip_bad: bool):
     """(good files, their bytes, [(file, reason)] skipped). Each file is
     decoded once, with the decoder every other path uses."""
     good, data, skipped = [], [], []
     for path in files:
-        with open(path, "rb") as f:
-            raw = f.read()
         try:
+            with open(path, "rb") as f:
+                raw = f.read()
             preprocessing.decode_image(tf.constant(raw))
-        except (tf.errors.InvalidArgumentError, ValueError) as error:
-            reason = checks.decode_reason(error)
+        except (tf.errors.InvalidArgumentError, ValueError, OSError) as error:
+            reason = (checks.decode_reason(error)
+                      if not isinstance(error, OSError)
+                      else error.strerror or str(error))
             if not skip_bad:
                 raise UsageError(
                     f"{path} is not a readable image ({reason}); pass "

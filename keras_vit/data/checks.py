@@ -100,6 +100,13 @@ def drop_unreadable(inp, split: str, paths, labels):
         raise UsageError(
             f"No readable image in split {split!r} of {inp.data_dir}."
         )
+    lost = sorted(set(labels.tolist()) - set(labels[keep].tolist()))
+    if lost:  # as an empty class folder: a class never trained or scored
+        names = folders.folder_index(inp.data_dir)[1]
+        raise UsageError(
+            f"Every image of class {', '.join(names[i] for i in lost)} in "
+            f"split {split!r} of {inp.data_dir} is unreadable (named in the "
+            "log above): replace them, or remove the class folder.")
     return [paths[i] for i in keep], labels[keep]
 
 
@@ -214,6 +221,14 @@ def _undecodable(root: str, bad: Sequence[Tuple[str, str]]) -> UsageError:
     )
 
 
+def check_training_classes(inp, labelled: bool) -> None:
+    """An image folder that a classifier trains on (`labelled`) has two
+    classes or more, each with training images
+    (`folders.check_training_classes`)."""
+    if labelled and inp.dataset == sources.FOLDER and not inp.vtab_task:
+        folders.check_training_classes(inp.data_dir, inp.train_split)
+
+
 def check_evaluation_images(inp, splits: Sequence[Tuple[str, str]]) -> None:
     """An image folder's evaluation splits (of `run_splits`) decoded once
     at start-up, so that a bad file there stops the run before it trains,
@@ -239,12 +254,20 @@ def check_evaluation_images(inp, splits: Sequence[Tuple[str, str]]) -> None:
         raise _undecodable(inp.data_dir, bad)
 
 
+# What reading a bad file raises in the input pipeline: undecodable bytes
+# (InvalidArgument), a broken link (NotFound), a folder with an image's
+# name (FailedPrecondition), a file this user may not read.
+_READ_ERRORS = (tf.errors.InvalidArgumentError, tf.errors.NotFoundError,
+                tf.errors.FailedPreconditionError,
+                tf.errors.PermissionDeniedError)
+
+
 @contextlib.contextmanager
 def explained_errors(inp, splits: Sequence[Tuple[str, str]]):
     """Re-raises input-pipeline failures as `explain_input_error` does."""
     try:
         yield
-    except tf.errors.InvalidArgumentError as error:
+    except _READ_ERRORS as error:
         better = explain_input_error(inp, splits, error)
         if better is None:
             raise

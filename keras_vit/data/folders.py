@@ -19,10 +19,14 @@ from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 import tensorflow as tf
+from absl import logging
 
 from keras_vit.errors import UsageError, shorten
 
-IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".gif", ".bmp")
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp")
+# The top folders that make a folder one of splits, <split>/<class>/, even
+# where a stray image lies beside their class folders.
+SPLIT_NAMES = ("train", "val", "validation", "valid", "test")
 # A folder of class folders alone: the share of each class held out as its
 # "val" split.
 VAL_SHARE = 0.2
@@ -81,11 +85,13 @@ def list_class_folders(
     images: Dict[str, List[str]] = {}
     for path in tf.io.gfile.glob(os.path.join(root, "*", "*", "*")):
         folder, name = os.path.split(path.rstrip("/"))
-        if name.lower().endswith(IMAGE_EXTENSIONS):
+        if _is_image(name) and not _hidden(os.path.relpath(folder, root)):
             images.setdefault(folder, []).append(name)
     tree: Dict[str, Dict[str, List[str]]] = {}
     for path in tf.io.gfile.glob(os.path.join(root, "*", "*")):
         path = path.rstrip("/")
+        if _hidden(os.path.relpath(path, root)):
+            continue
         # A folder holds images, or is one without any (a file beside the
         # class folders is neither).
         if path not in images and not tf.io.gfile.isdir(path):
@@ -102,24 +108,46 @@ def _per_folder(root: str) -> Dict[str, Dict[str, List[str]]]:
     for split in _subdirs(root):
         for name in _subdirs(os.path.join(root, split)):
             tree.setdefault(split, {})[name] = sorted(
-                f for f in tf.io.gfile.listdir(os.path.join(root, split, name))
-                if f.lower().endswith(IMAGE_EXTENSIONS)
-            )
+                f for f in _listdir(os.path.join(root, split, name))
+                if _is_image(f))
     return tree
 
 
+def _hidden(relative: str) -> bool:
+    """Whether a path under the image folder passes through a hidden name
+    (.thumbnails/, .ipynb_checkpoints/, macOS's ._IMG_1.jpg companions):
+    never a split, a class or an image."""
+    return any(part.startswith(".") for part in relative.split(os.sep))
+
+
+def _is_image(name: str) -> bool:
+    return name.lower().endswith(IMAGE_EXTENSIONS) and not name.startswith(".")
+
+
+def _listdir(path: str) -> List[str]:
+    """The entries of `path`; a name that is not UTF-8 (an old archive's)
+    is one line naming the folder, not a decoding error inside TensorFlow."""
+    try:
+        return tf.io.gfile.listdir(path)
+    except UnicodeDecodeError as e:
+        raise UsageError(
+            f"A file name in {path} is not UTF-8 ({e.object[:e.end]!r}...): "
+            "rename the file (e.g. `convmv -f latin1 -t utf8 -r --notest "
+            f"{path}`).") from None
+
+
 def _subdirs(path: str) -> List[str]:
+    """The sub-folders of `path` that are not hidden, sorted."""
     return sorted(
-        d.rstrip("/") for d in tf.io.gfile.listdir(path)
-        if tf.io.gfile.isdir(os.path.join(path, d))
+        d.rstrip("/") for d in _listdir(path)
+        if not d.startswith(".") and tf.io.gfile.isdir(os.path.join(path, d))
     )
 
 
 def _images(folder: str, name: str) -> List[Tuple[str, str]]:
     """(path, class `name`) of the images directly in `folder`."""
     return [(os.path.join(folder, f), name)
-            for f in sorted(tf.io.gfile.listdir(folder))
-            if f.lower().endswith(IMAGE_EXTENSIONS)]
+            for f in sorted(_listdir(folder)) if _is_image(f)]
 
 
 def _class_folders(root: str, split_dir: str) -> List[Tuple[str, str]]:
@@ -174,6 +202,48 @@ def _check_class_folder(folder: str, name: str, images) -> None:
         )
 
 
+def _layout(root: str) -> Dict[str, List[Tuple[str, str]]]:
+    """{split: (path, class)} of either layout: <split>/<class>/ where a
+    top folder is named as a split (SPLIT_NAMES) and holds class folders,
+    or where no top folder holds images; else <class>/, held out."""
+    tops = _subdirs(root)
+    splits = [d for d in tops if d.lower() in SPLIT_NAMES
+              and _subdirs(os.path.join(root, d))]
+    if not splits and any(_images(os.path.join(root, d), d) for d in tops):
+        return _held_out(_class_folders(root, ""))
+    stray = [d for d in tops if _images(os.path.join(root, d), d)]
+    if stray:  # images beside the class folders of a split
+        logging.warning(
+            "Image folder %s: the images directly in %s are in no class "
+            "folder (<split>/<class>/) and are not read.", root,
+            ", ".join(f"{d}/" for d in stray))
+    return _split_folders(root)
+
+
+def check_training_classes(root: str, train_split: str) -> None:
+    """The classes of an image folder that a classifier trains on: one
+    class is nothing to learn, and a class with images in another split but
+    none in `train_split` (a misspelt folder) one the model never learns
+    (an evaluation may read one class, or a split of its own)."""
+    index, names = folder_index(root)
+    files = {split: [(None, names[i]) for i in labels]
+             for split, (_, labels) in index.items()}
+    if len(names) < 2:
+        raise UsageError(
+            f"Image folder {root} has one class ({names[0]}): a classifier "
+            "needs at least two class folders.")
+    train = files.get(parse_split(train_split)[0])
+    untrained = sorted(set(names) - {n for _, n in train}) if train else []
+    if untrained:
+        splits = sorted(s for s, pairs in files.items()
+                        if {n for _, n in pairs} & set(untrained))
+        raise UsageError(
+            f"Image folder {root}: class {', '.join(untrained)} has images "
+            f"in {', '.join(splits)} but none in {parse_split(train_split)[0]}"
+            "/, so the model would never learn it: add its training images, "
+            "or rename the folder to the class it belongs to.")
+
+
 @functools.lru_cache(maxsize=8)
 def folder_index(root: str):
     """{split: (paths, labels)}, class names; labels index the sorted class
@@ -190,12 +260,7 @@ def folder_index(root: str):
             "config.input.data_dir to the folder holding <class>/ or "
             "<split>/<class>/."
         )
-    tops = [d for d in _subdirs(root) if not d.startswith(".")]
-    if any(_images(os.path.join(root, d), d) for d in tops):
-        files = _held_out(_class_folders(root, ""))
-    else:
-        files = _split_folders(root)
-    files = {split: pairs for split, pairs in files.items() if pairs}
+    files = {split: pairs for split, pairs in _layout(root).items() if pairs}
     names = sorted({name for pairs in files.values() for _, name in pairs})
     if not names:
         raise UsageError(

@@ -79,11 +79,29 @@ def decode_image(data: tf.Tensor) -> tf.Tensor:
         message="Empty image: got a zero-length string instead of encoded "
         "image bytes (JPEG, PNG, GIF, BMP or WebP).",
     )
-    image = tf.io.decode_image(
-        data, channels=0, dtype=tf.uint8, expand_animations=False
-    )
+    with tf.control_dependencies([_refuse_palette_bmp(data)]):
+        image = tf.io.decode_image(
+            data, channels=0, dtype=tf.uint8, expand_animations=False
+        )
     image.set_shape([None, None, None])
     return tf.ensure_shape(to_rgb(image), [None, None, 3])
+
+
+def _refuse_palette_bmp(data: tf.Tensor):
+    """A BMP of 8 bits per pixel or fewer holds indices into its colour
+    table; TensorFlow's decoder returns the indices as grey levels (a
+    nearly black image, silently), so such files are an error here."""
+    head = tf.strings.substr(
+        tf.strings.join([tf.strings.substr(data, 0, 30), "\0" * 30]), 0, 30)
+    bits = tf.io.decode_raw(tf.strings.substr(head, 28, 2), tf.uint16,
+                            little_endian=True)[0]
+    palette = tf.logical_and(tf.equal(tf.strings.substr(head, 0, 2), "BM"),
+                             tf.less_equal(bits, 8))
+    return tf.debugging.assert_equal(
+        palette, False,
+        message="A BMP with a colour table (8 bits per pixel or fewer): "
+        "TensorFlow's BMP decoder reads its colour indices, not its colours. "
+        "Save the image as PNG or JPEG, or as a 24-bit BMP.")
 
 
 def scale_to_unit_range(image: tf.Tensor) -> tf.Tensor:

@@ -142,6 +142,8 @@ def _made_workdir(workdir: str, strategy):
     of a cluster, which share theirs."""
     created = _make_workdir(workdir) and not (
         distribute.is_multi_worker(strategy) or distribute.is_tpu(strategy))
+    # A cluster's workers must see one folder (before any reads it).
+    distribute.check_shared(workdir, "workdir", strategy)
     try:
         yield
     except BaseException:
@@ -209,7 +211,6 @@ def train_and_evaluate(
     if config.model.image_size:  # an unknown size: before the workdir
         config_architecture(config.model)
     with _made_workdir(workdir, strategy):  # removed if refused
-        distribute.check_shared(workdir, "workdir", strategy)
         model_init.check_workdir_config(config, workdir)
         finished = _finished_before(workdir, int(config.trainer.total_steps))
         if finished is not None:
@@ -218,7 +219,7 @@ def train_and_evaluate(
         keras.utils.set_random_seed(int(config.seed))
         logging.info("Reading the data: %s.", config.input.vtab_task
                      or config.input.dataset)
-        info, splits = _check_data(config.input, config.evals)
+        info, splits = _check_data(config)
         num_classes = num_classes_of(config.model, config.input)
         logging.info("Building the model and its optimizer.")
         with strategy.scope():
@@ -297,9 +298,11 @@ def _global_batch(trainer_config, inp) -> int:
     return int(inp.batch_size)
 
 
-def _check_data(inp, evals):
+def _check_data(config):
     """(dataset info, the splits the run reads) of `config.input`, those
-    splits checked now rather than after training."""
+    splits (and, where the run learns them, its classes) checked now rather
+    than after training."""
+    inp, evals = config.input, config.evals
     info = sources.dataset_info(inp)
     if inp.synthetic_data:
         logging.warning(
@@ -308,6 +311,7 @@ def _check_data(inp, evals):
         )
     splits = data_checks.run_splits(inp, evals)
     data_checks.check_splits(inp, splits)
+    data_checks.check_training_classes(inp, not config.objective.mpp.enabled)
     data_checks.check_evaluation_images(inp, splits)
     return info, splits
 
