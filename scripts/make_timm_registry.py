@@ -22,23 +22,28 @@ import os
 from keras_vit.storage.atomic import atomic_write
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TARGET = os.path.join(ROOT, "keras_vit", "checkpoint", "timm_registry.py")
+TARGET = os.path.join(ROOT, "keras_vit", "checkpoint", "hub",
+                      "timm_registry.py")
 HEADER = '''"""The arguments each timm `vision_transformer` / `deit`
 architecture name passes to `VisionTransformer` (timm {version}), written by
 scripts/make_timm_registry.py: do not edit by hand.
 
 `ARCHITECTURES[name]` is (num_heads, arguments), the arguments beyond the
-sizes (patch_size, embed_dim, depth, mlp_ratio, img_size); values that are
-not JSON (a layer class, a partial) are kept as their names, which keras_vit
-refuses by name. `distilled: True` marks DeiT's VisionTransformerDistilled.
+sizes (patch_size, embed_dim, depth, mlp_ratio), img_size included where
+the entrypoint passes one (timm builds that size when model_args give
+none); values that are not JSON (a layer class, a partial) are kept as
+their names, which keras_vit refuses by name. `distilled: True` marks
+DeiT's VisionTransformerDistilled.
 """
 
 TIMM_VERSION = {version!r}
 
 _GROUPS = [
 '''
-SIZES = {"patch_size", "embed_dim", "depth", "mlp_ratio", "img_size",
-         "num_heads"}
+# The sizes the arrays' shapes give (checked against them). img_size is
+# kept: a few entrypoints pass one (beit3_giant_patch14_336: 336), and
+# timm builds it before pretrained_cfg's input_size.
+SIZES = {"patch_size", "embed_dim", "depth", "mlp_ratio", "num_heads"}
 
 
 class _Recorded(Exception):

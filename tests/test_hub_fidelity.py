@@ -19,6 +19,7 @@ import safetensors.numpy
 from keras_vit import VisionTransformer, create_model
 from keras_vit.checkpoint import loader, posemb
 from keras_vit.checkpoint.hub import reader as hub
+from keras_vit.checkpoint.hub import timm_defaults, timm_registry
 from keras_vit.errors import UsageError
 from tests.hub_fixtures import FIXTURES, assert_close, hub_source, run_model
 
@@ -266,3 +267,117 @@ def test_fine_tuning_start_reads_the_stored_grid(tmp_path):
 def keras_vit_model(size):
     return create_model(None, num_classes=3, image_size=size, patch_size=8,
                         hidden_size=32, num_layers=2, num_heads=4, mlp_dim=64)
+
+
+# transformers.image_utils' constants, as its image processors default to.
+_HALF = ((0.5,) * 3, (0.5,) * 3)
+_IMAGENET = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
+_CLIP = ((0.48145466, 0.4578275, 0.40821073),
+         (0.26862954, 0.26130258, 0.27577711))
+
+
+def _with_processor(tmp_path, tag, **fields):
+    folder = _copy(tmp_path, "hf_vit_classifier", tag)
+    (folder / "preprocessor_config.json").write_text(json.dumps(fields))
+    return str(folder)
+
+
+@pytest.mark.parametrize("fields, normalisation", [
+    (dict(image_processor_type="ViTImageProcessor"), _HALF),
+    (dict(image_processor_type="CLIPImageProcessor"), _CLIP),
+    (dict(image_processor_type="CLIPImageProcessorFast"), _CLIP),
+    (dict(image_processor_type="BitImageProcessor"), _CLIP),
+    (dict(image_processor_type="DeiTImageProcessor"), _IMAGENET),
+    (dict(image_processor_type="ConvNextImageProcessor"), _IMAGENET),
+    (dict(image_processor_type="BeitImageProcessor"), _HALF),
+    # The older feature extractors: AutoImageProcessor reads
+    # feature_extractor_type's ...FeatureExtractor as ...ImageProcessor,
+    # below an image_processor_type.
+    (dict(feature_extractor_type="DeiTFeatureExtractor"), _IMAGENET),
+    (dict(feature_extractor_type="CLIPFeatureExtractor",
+          image_processor_type="ViTImageProcessor"), _HALF),
+    # A field the file gives wins over its class's default.
+    (dict(image_processor_type="CLIPImageProcessor", image_mean=[0.5] * 3),
+     ((0.5,) * 3, _CLIP[1])),
+])
+def test_processor_class_defaults_are_the_ones_transformers_uses(
+        tmp_path, fields, normalisation):
+    folder = _with_processor(tmp_path, "", **fields)
+    checkpoint = hub.read_hub(folder)
+    np.testing.assert_allclose(checkpoint.mean, normalisation[0])
+    np.testing.assert_allclose(checkpoint.std, normalisation[1])
+    # The model on pixels whose (p / 255 - mean) / std equals the
+    # reference pixels' (p / 255 - 0.5) / 0.5 gives transformers' logits.
+    reference = np.load(os.path.join(folder, "reference.npz"))
+    unit = reference["pixels"].astype(np.float64) / 255
+    mean, std = (np.asarray(v) for v in normalisation)
+    moved = mean + std * (unit - 0.5) / 0.5
+    model = loader.load_model(loader.HubSource(folder))
+    got = keras.ops.convert_to_numpy(model(
+        (2 * moved - 1).astype(np.float32), training=False))
+    assert_close(got, reference["logits"])
+
+
+def test_unknown_processor_class_without_mean_and_std_is_refused(tmp_path):
+    folder = _with_processor(tmp_path, "", image_processor_type="Foo"
+                             "ImageProcessor", image_std=[0.5] * 3)
+    with pytest.raises(UsageError, match=r"preprocessor_config.json names "
+                       r"image processor 'FooImageProcessor', whose default"
+                       r" image_mean is not known here"):
+        loader.load_model(loader.HubSource(folder))
+    # Given both, its defaults do not matter.
+    folder = _with_processor(tmp_path, "_given", image_processor_type="Foo"
+                             "ImageProcessor", image_mean=[0.5] * 3,
+                             image_std=[0.5] * 3)
+    reference = np.load(os.path.join(folder, "reference.npz"))
+    model = loader.load_model(loader.HubSource(folder))
+    assert_close(run_model(model, reference["pixels"]), reference["logits"])
+
+
+def _timm_config(tmp_path, tag, architecture, fixed, **args):
+    folder = _copy(tmp_path, "timm_vit", tag)
+    config = json.loads((folder / "config.json").read_text())
+    config["architecture"] = architecture
+    del config["model_args"]["img_size"]
+    config["model_args"].update(args)
+    config["pretrained_cfg"]["fixed_input_size"] = fixed
+    (folder / "config.json").write_text(json.dumps(config))
+    return loader.HubSource(str(folder))
+
+
+def test_timm_image_size_follows_its_factory(tmp_path):
+    # timm 1.0.31's vit_tiny_patch16_384 entrypoint passes no img_size: a
+    # config without model_args.img_size is built at pretrained_cfg's
+    # input_size (32 x 32) with fixed_input_size, else at 224.
+    source = _timm_config(tmp_path, "fixed", "vit_tiny_patch16_384", True)
+    reference = np.load(os.path.join(FIXTURES, "timm_vit", "reference.npz"))
+    model = loader.load_model(source)
+    assert model.input_shape == (None, 32, 32, 3)
+    assert_close(run_model(model, reference["pixels"]), reference["logits"])
+    source = _timm_config(tmp_path, "free", "vit_tiny_patch16_384", False)
+    assert loader.describe_source(source).image_size == (224, 224)
+    # dynamic_img_size in model_args turns fixed_input_size off (timm's
+    # hub config parsing): 224 again, the stored 4 x 4 table resampled.
+    source = _timm_config(tmp_path, "dynamic", "vit_tiny_patch16_224", True,
+                          dynamic_img_size=True)
+    model, report = loader.load_report(source)
+    assert model.input_shape == (None, 224, 224, 3)
+    assert report.posemb_resized == ((4, 4), (28, 28))
+
+
+def test_timm_registered_img_size_comes_before_input_size():
+    # The entrypoints of timm 1.0.31 that pass img_size themselves.
+    sized = {name: args["img_size"] for name, (_, args)
+             in timm_registry.ARCHITECTURES.items() if "img_size" in args}
+    assert sized == {
+        "beit3_giant_patch14_336": 336, "vit_base_patch16_radio_v3": 512,
+        "vit_large_patch16_radio_v3": 512, "vit_huge_patch16_radio_v3": 512,
+        "vit_giant_patch16_radio_v3": 512, "vit_huge_patch16_radio_v4": 512,
+        "vit_so400m_patch16_radio_v4": 512}
+    known = timm_registry.ARCHITECTURES["beit3_giant_patch14_336"]
+    fixed = {"input_size": [3, 224, 224], "fixed_input_size": True}
+    assert timm_defaults.image_size({}, fixed, known) == 336
+    assert timm_defaults.image_size({"img_size": 448}, fixed, known) == 448
+    plain = timm_registry.ARCHITECTURES["vit_base_patch16_384"]
+    assert timm_defaults.image_size({}, fixed, plain) == [224, 224]
+    assert timm_defaults.image_size({}, {}, plain) == 224

@@ -469,3 +469,110 @@ def test_timm_normalisation_constants(tmp_path, field, value, message):
     folder = _copy(tmp_path, "timm_vit", edit)
     with pytest.raises(UsageError, match=message):
         _load(folder)
+
+
+# --- round 4: PretrainedConfig's labels, timm's pretrained_cfg defaults --
+
+def _labels(num_labels=None, id2label=None):
+    def edit(config):
+        config.pop("id2label"), config.pop("label2id")
+        if num_labels is not None:
+            config["num_labels"] = num_labels
+        if id2label is not None:
+            config["id2label"] = id2label
+    return edit
+
+
+def test_num_labels_without_id2label_is_honoured(tmp_path):
+    # transformers' PretrainedConfig: no id2label, num_labels=5 builds
+    # LABEL_0 .. LABEL_4 and a 5-wide classifier: the same model.
+    folder = _copy(tmp_path, "hf_vit_classifier", _labels(5))
+    _assert_reference(_load(folder), folder)
+    assert loader.class_names(loader.HubSource(folder)) is None
+    # num_labels of another width than the classifier, or beside an
+    # id2label of another length (transformers warns and keeps id2label's).
+    with pytest.raises(UsageError, match=r"config.json num_labels=3 "
+                       r"disagrees with the weights \(5\)"):
+        _load(_copy(tmp_path / "three", "hf_vit_classifier", _labels(3)))
+    names = {str(i): f"c{i}" for i in range(5)}
+    with pytest.raises(UsageError, match=r"num_labels=4 disagrees with its "
+                       r"id2label \(5 names\): transformers keeps"):
+        _load(_copy(tmp_path / "both", "hf_vit_classifier",
+                    _labels(4, names)))
+    folder = _copy(tmp_path / "agree", "hf_vit_classifier", _labels(5, names))
+    _assert_reference(_load(folder), folder)
+    # Neither: PretrainedConfig's 2.
+    with pytest.raises(UsageError, match=r"num_labels \(no id2label: "
+                       r"transformers' default\)=2 disagrees"):
+        _load(_copy(tmp_path / "none", "hf_vit_classifier", _labels()))
+
+
+def _timm_edit(args=None, top=None, pretrained=None, drop_args=()):
+    def edit(config):
+        for key in drop_args:
+            config["model_args"].pop(key)
+        config["model_args"].update(args or {})
+        for key, value in (top or {}).items():
+            if value is None:
+                config.pop(key, None)
+            else:
+                config[key] = value
+        for key, value in (pretrained or {}).items():
+            if value is None:
+                config["pretrained_cfg"].pop(key, None)
+            else:
+                config["pretrained_cfg"][key] = value
+    return edit
+
+
+def test_timm_in_chans_from_pretrained_input_size(tmp_path):
+    # Without model_args.in_chans timm builds input_size[0] channels
+    # (_update_default_model_kwargs), here 1: refused like in_chans=1.
+    edit = _timm_edit(drop_args=["in_chans"],
+                      pretrained={"input_size": [1, 32, 32]})
+    with pytest.raises(UsageError, match=r"config.json pretrained_cfg."
+                       r"input_size=\[1, 32, 32\]: timm builds in_chans=1"):
+        _load(_copy(tmp_path, "timm_vit", edit))
+    # model_args' in_chans=3 comes first: timm loads the RGB kernel.
+    edit = _timm_edit(pretrained={"input_size": [1, 32, 32]})
+    folder = _copy(tmp_path / "rgb", "timm_vit", edit)
+    _assert_reference(_load(folder), folder)
+    with pytest.raises(UsageError, match=r"config.json in_chans=1: images "
+                       r"that are not RGB"):
+        _load(_copy(tmp_path / "one", "timm_vit",
+                    _timm_edit(args={"in_chans": 1})))
+
+
+@pytest.mark.parametrize("edit, message", [
+    # The top-level num_classes, copied over pretrained_cfg's by timm's
+    # hub config parsing, builds a 5-wide head: its strict load refuses 3.
+    (_timm_edit(drop_args=["num_classes"], top={"num_classes": 5}),
+     r"config.json num_classes=5 disagrees with the weights \(3\)"),
+    (_timm_edit(drop_args=["num_classes"], top={"num_classes": None},
+                pretrained={"num_classes": 5}),
+     r"config.json pretrained_cfg.num_classes=5 disagrees with the weights"),
+    (_timm_edit(drop_args=["num_classes"], top={"num_classes": None},
+                pretrained={"num_classes": None}),
+     r"num_classes \(left out: timm's PretrainedCfg default\)=1000 "
+     r"disagrees with the weights \(3\)"),
+    # model_args builds 3, pretrained_cfg says 5 (or 0): timm's loader
+    # drops the stored head and starts it at random.
+    (_timm_edit(top={"num_classes": 5}),
+     r"config.json num_classes=5 is not the 3 classes timm builds "
+     r"\(model_args.num_classes\): its loader then drops the stored head"),
+    (_timm_edit(top={"num_classes": 0}), r"num_classes=0 is not the 3"),
+    # label_offset: timm cuts the stored head's first rows before loading.
+    (_timm_edit(pretrained={"label_offset": 1}),
+     r"config.json pretrained_cfg.label_offset=1: timm's loader drops the "
+     r"stored head's first 1 row"),
+])
+def test_timm_num_classes_as_its_factory_builds_them(tmp_path, edit,
+                                                     message):
+    with pytest.raises(UsageError, match=message):
+        _load(_copy(tmp_path, "timm_vit", edit))
+
+
+def test_timm_num_classes_from_the_top_level_loads(tmp_path):
+    folder = _copy(tmp_path, "timm_vit", _timm_edit(
+        drop_args=["num_classes"], pretrained={"num_classes": 7}))
+    _assert_reference(_load(folder), folder)  # the top-level 3 wins

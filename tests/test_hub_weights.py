@@ -7,7 +7,9 @@ import io
 import json
 import os
 import pickle
+import re
 import shutil
+import struct
 import zipfile
 
 import keras
@@ -169,3 +171,104 @@ def test_sharded_safetensors(tmp_path):
     model = loader.load_model(loader.HubSource(str(folder)))
     np.testing.assert_allclose(run_model(model, reference["pixels"]),
                                reference["logits"], atol=1e-4)
+
+
+def _edited_arrays(tmp_path, name, edit):
+    """A copy of fixture `name` whose model.safetensors `edit` changed."""
+    folder = tmp_path / name
+    shutil.copytree(os.path.join(FIXTURES, name), folder)
+    path = str(folder / "model.safetensors")
+    arrays = safetensors.numpy.load_file(path)
+    edit(arrays)
+    safetensors.numpy.save_file(arrays, path)
+    return str(folder)
+
+
+_Q_BIAS = "vit.encoder.layer.0.attention.attention.query.bias"
+
+
+@pytest.mark.parametrize("name, key, cut, message", [
+    # A query bias of 16 for a 32-wide model cannot be split into heads.
+    ("hf_vit_classifier", _Q_BIAS, slice(16), r"\(16,\), where a model 32 "
+     r"wide \(its patch embedding's width\) needs \(32,\)"),
+    ("hf_vit_classifier", "vit.encoder.layer.1.attention.output.dense."
+     "weight", (slice(None), slice(24)), r"\(32, 24\), .* needs \(32, 32\)"),
+    # timm's fused qkv: 95 or 48 rows do not split in three 32-row parts.
+    ("timm_vit", "blocks.0.attn.qkv.weight", slice(95),
+     r"\(95, 32\), .* needs \(96, 32\)"),
+    ("timm_vit", "blocks.0.attn.qkv.bias", slice(48),
+     r"\(48,\), .* needs \(96,\)"),
+    # A head bias of 4 beside 5 classes, a classifier 16 wide.
+    ("hf_vit_classifier", "classifier.bias", slice(4),
+     r"\(4,\), .* needs \(5,\)"),
+    ("hf_vit_classifier", "classifier.weight", (slice(None), slice(16)),
+     r"\(5, 16\), .* needs \(5, 32\)"),
+])
+def test_mis_shaped_arrays_are_refused_by_name(tmp_path, name, key, cut,
+                                               message):
+    def edit(arrays):
+        arrays[key] = np.ascontiguousarray(arrays[key][cut])
+    folder = _edited_arrays(tmp_path, name, edit)
+    with pytest.raises(ValueError) as error:
+        loader.load_model(loader.HubSource(folder))
+    assert type(error.value).__name__ == "UsageError"
+    text = str(error.value)
+    assert "\n" not in text and text.startswith(folder)
+    assert re.search(re.escape(key) + " has shape " + message, text), text
+
+
+def _write_bf16_safetensors(path, arrays):
+    """A safetensors file of BF16 arrays, written from the format's
+    specification (8-byte header length, JSON header, raw data): each
+    float32 rounded to bfloat16, nearest even. Returns the float32 each
+    stored 16 bits stand for."""
+    header, chunks, held, offset = {}, [], {}, 0
+    for key, value in sorted(arrays.items()):
+        bits = np.ascontiguousarray(value, np.float32).view(np.uint32)
+        rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
+        data = rounded.astype("<u2").tobytes()
+        header[key] = {"dtype": "BF16", "shape": list(value.shape),
+                       "data_offsets": [offset, offset + len(data)]}
+        held[key] = (rounded.astype(np.uint32) << 16).view(np.float32)
+        chunks.append(data)
+        offset += len(data)
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + b"".join(chunks))
+    return held
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_half_precision_safetensors_hold_the_same_numbers(tmp_path, dtype):
+    # A bfloat16 or float16 array is held as the float32 of the same
+    # number: the model equals one read from those float32 values.
+    if dtype == "bfloat16":
+        pytest.importorskip("ml_dtypes")  # what safetensors reads BF16 as
+    source = os.path.join(FIXTURES, "hf_vit_classifier")
+    arrays = safetensors.numpy.load_file(
+        os.path.join(source, "model.safetensors"))
+    half, wide = tmp_path / "half", tmp_path / "float32"
+    for folder in (half, wide):
+        folder.mkdir()
+        shutil.copy(os.path.join(source, "config.json"), folder)
+    if dtype == "bfloat16":
+        held = _write_bf16_safetensors(str(half / "model.safetensors"),
+                                       arrays)
+    else:
+        stored = {k: v.astype(np.float16) for k, v in arrays.items()}
+        safetensors.numpy.save_file(stored, str(half / "model.safetensors"))
+        held = {k: v.astype(np.float32) for k, v in stored.items()}
+    safetensors.numpy.save_file(held, str(wide / "model.safetensors"))
+    got, want = hub.read_hub(str(half)), hub.read_hub(str(wide))
+    assert sorted(got.arrays) == sorted(want.arrays)
+    for key, value in want.arrays.items():
+        assert got.arrays[key].dtype == np.float32
+        np.testing.assert_array_equal(got.arrays[key], value)
+    # And the rounding is the only change: transformers' logits within
+    # the half type's precision.
+    reference = np.load(os.path.join(source, "reference.npz"))
+    model = loader.load_model(loader.HubSource(str(half)))
+    logits = run_model(model, reference["pixels"])
+    np.testing.assert_allclose(logits, reference["logits"],
+                               atol=0.05 * np.abs(reference["logits"]).max())

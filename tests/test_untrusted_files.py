@@ -5,6 +5,7 @@ out of a model's folder."""
 
 import os
 
+import numpy as np
 import pytest
 
 from keras_vit.checkpoint.formats import untrusted
@@ -86,3 +87,15 @@ def test_hugging_face_cache_links_into_own_blobs_only(tmp_path):
                plain / "own.safetensors")
     with pytest.raises(UsageError, match="outside the model's folder"):
         untrusted.inside_folder(str(plain), "own.safetensors", "i")
+
+
+def test_real_dtypes_include_bfloat16_not_raw_bytes():
+    # ml_dtypes' bfloat16 (numpy kind 'V', as safetensors reads BF16) is a
+    # real number; raw 2-byte voids, complex numbers and strings are not.
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    for dtype in (ml_dtypes.bfloat16, np.float16, np.float64, np.int32):
+        untrusted.check_real_dtype(dtype, "m.safetensors", "w")
+    for dtype in ("V2", np.complex64, "U3"):
+        with pytest.raises(UsageError, match=r"m.safetensors: array 'w' has"
+                           r" dtype .*, not a real number"):
+            untrusted.check_real_dtype(dtype, "m.safetensors", "w")

@@ -21,8 +21,8 @@ and the dtypes of its arrays.
   `MAX_JSON_BYTES`, and all of them together at most `memory_bound` of
   the file's size (`MAX_EXTRA_BYTES` plus twice the file's bytes: the
   bound every reader of a model file keeps to).
-- `check_real_dtype`: arrays of real numbers only (no complex, void,
-  string, date or object arrays).
+- `check_real_dtype`: arrays of real numbers only (bfloat16 included; no
+  complex, void, string, date or object arrays).
 """
 
 from __future__ import annotations
@@ -227,12 +227,22 @@ def check_archive(archive: zipfile.ZipFile, path: str, file_bytes: int,
         )
 
 
+def _bfloat16():
+    """ml_dtypes' bfloat16 (the dtype the `safetensors` package gives a
+    BF16 array), or None where ml_dtypes is not loaded: an array of that
+    dtype exists only once ml_dtypes is (TensorFlow and safetensors
+    load it), so it is looked up, never imported here."""
+    ml_dtypes = sys.modules.get("ml_dtypes")
+    return None if ml_dtypes is None else np.dtype(ml_dtypes.bfloat16)
+
+
 def check_real_dtype(dtype, path: str, key: str) -> None:
     """Refuses an array whose dtype is not a real number (bool, integer
-    or floating point): complex, void (raw bytes), strings, dates and
-    objects have no place in a checkpoint."""
-    dtype = np.dtype(dtype)
-    if dtype.kind not in "biuf":
+    or floating point, bfloat16 included: ml_dtypes' bfloat16 has numpy
+    kind 'V', and its float32 is the same number): complex, void (raw
+    bytes), strings, dates and objects have no place in a checkpoint."""
+    dtype, bfloat16 = np.dtype(dtype), _bfloat16()
+    if dtype.kind not in "biuf" and (bfloat16 is None or dtype != bfloat16):
         raise UsageError(
             f"{path}: array {key!r} has dtype {dtype.str} ({dtype}), not a "
             "real number; a checkpoint holds real numeric arrays only."

@@ -67,6 +67,25 @@ HF_POOLER_ACTIVATIONS = {
 }
 
 PROCESSOR_FILE = "preprocessor_config.json"
+# transformers.image_utils' constants: IMAGENET_STANDARD_*, IMAGENET_DEFAULT_*
+# and OPENAI_CLIP_*.
+_STANDARD = ((0.5, 0.5, 0.5), (0.5, 0.5, 0.5))
+_IMAGENET = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
+_CLIP = ((0.48145466, 0.4578275, 0.40821073),
+         (0.26862954, 0.26130258, 0.27577711))
+# The (image_mean, image_std) each image processor class that a ViT
+# folder's preprocessor_config.json names uses where the file leaves them
+# out (each class's __init__ defaults; all rescale by 1/255 and
+# normalise by default).
+PROCESSOR_DEFAULTS = {
+    "ViTImageProcessor": _STANDARD,
+    "BeitImageProcessor": _STANDARD,
+    "SiglipImageProcessor": _STANDARD,
+    "DeiTImageProcessor": _IMAGENET,
+    "ConvNextImageProcessor": _IMAGENET,
+    "CLIPImageProcessor": _CLIP,
+    "BitImageProcessor": _CLIP,
+}
 # The transformers classes whose arrays this ViT reads, and the parts of a
 # folder's arrays each one uses: ViTForImageClassification builds its ViT
 # without the pooler (add_pooling_layer=False) and classifies the class
@@ -169,15 +188,39 @@ def channels(value, field: str, path: str) -> Tuple[float, ...]:
     return values
 
 
+def processor_class(proc: Dict[str, Any], path: str) -> str:
+    """The image processor class transformers' AutoImageProcessor builds
+    for a ViT folder: `image_processor_type`, else the older
+    `feature_extractor_type` with FeatureExtractor read as ImageProcessor,
+    else ViTConfig's ViTImageProcessor; a fast variant ('...Fast') has its
+    slow class's defaults."""
+    name = proc.get("image_processor_type")
+    field = "image_processor_type"
+    if name is None and proc.get("feature_extractor_type") is not None:
+        field = "feature_extractor_type"
+        name = proc[field]
+        if isinstance(name, str):
+            name = name.replace("FeatureExtractor", "ImageProcessor")
+    if name is None:
+        return "ViTImageProcessor"
+    if not isinstance(name, str):
+        raise UsageError(f"{path} {field}={shorten(name)}: a transformers "
+                         "class name (a string) is expected.")
+    return name[:-len("Fast")] if name.endswith("Fast") else name
+
+
 def processor_normalisation(proc: Dict[str, Any], path: str):
     """(mean, std) of pixels / 255 that equal what a transformers image
     processor feeds the model: `do_rescale` (x rescale_factor, default
     1/255) and `do_normalize` ((x - image_mean) / image_std, default mean
-    and std 0.5; transformers' defaults for a missing field). Any such
-    affine map of the pixels folds exactly into the patch embedding; a
-    zero scale or std, which no model input can come from, is refused."""
+    and std those of the processor class, `PROCESSOR_DEFAULTS`;
+    transformers' defaults for a missing field). Any such affine map of
+    the pixels folds exactly into the patch embedding; a zero scale or
+    std, which no model input can come from, is refused, and so is a
+    class of unknown defaults that leaves image_mean or image_std out."""
     if not isinstance(proc, dict):
         raise UsageError(f"{path} is not a JSON object.")
+    kind = processor_class(proc, path)
     rescale = proc.get("do_rescale", True)
     factor = proc.get("rescale_factor", 1 / 255) if rescale else 1.0
     if (isinstance(factor, bool) or not isinstance(factor, (int, float))
@@ -188,10 +231,20 @@ def processor_normalisation(proc: Dict[str, Any], path: str):
         )
     mean, std = (0.0,) * 3, (1.0,) * 3
     if proc.get("do_normalize", True):
-        mean = channels(proc.get("image_mean", [0.5] * 3), "image_mean",
-                         path)
-        std = channels(proc.get("image_std", [0.5] * 3), "image_std",
-                       path)
+        default = PROCESSOR_DEFAULTS.get(kind)
+        unset = [f for f in ("image_mean", "image_std")
+                 if proc.get(f) is None]
+        if default is None and unset:
+            raise UsageError(
+                f"{path} names image processor {kind!r}, whose default "
+                f"{unset[0]} is not known here (known: "
+                f"{', '.join(sorted(PROCESSOR_DEFAULTS))}): add image_mean "
+                "and image_std to the file."
+            )
+        mean = channels(proc.get("image_mean") if proc.get(
+            "image_mean") is not None else default[0], "image_mean", path)
+        std = channels(proc.get("image_std") if proc.get(
+            "image_std") is not None else default[1], "image_std", path)
         if min(abs(s) for s in std) == 0:
             raise UsageError(
                 f"{path} image_std={list(std)} has a zero: transformers "
@@ -231,8 +284,9 @@ def check_hf_shapes(spec: Dict[str, Any], info: Dict[str, Any]) -> None:
     """Refuses a transformers config whose SHAPE fields, or their
     ViTConfig defaults where it leaves them out, disagree with the arrays
     (`info`: `npz_layout.describe_arrays` of the mapped arrays), and a
-    classifier of another width than its labels (id2label; 2 without,
-    transformers' default, for a ViTForImageClassification)."""
+    classifier of another width than its labels (id2label, else
+    num_labels, else 2, transformers' default, for a
+    ViTForImageClassification)."""
     defaults = dict(HF_VIT_DEFAULTS, pooler_output_size=spec.get(
         "hidden_size", HF_VIT_DEFAULTS["hidden_size"]))
     found = {
@@ -242,9 +296,10 @@ def check_hf_shapes(spec: Dict[str, Any], info: Dict[str, Any]) -> None:
         "patch_size": info["patch_size"],
         "pooler_output_size": info["representation_size"],
     }
-    labels = spec.get("id2label")
-    if labels or hf_architecture(spec) == "ViTForImageClassification":
-        defaults["num_labels"] = len(labels) if labels else 2
+    labels, count = spec.get("id2label"), spec.get("num_labels")
+    if (labels or count is not None
+            or hf_architecture(spec) == "ViTForImageClassification"):
+        defaults["num_labels"] = _num_labels(labels, count)
         found["num_labels"] = info["num_classes"]
     for field, value in found.items():
         given = defaults[field] if field == "num_labels" else (
@@ -254,10 +309,24 @@ def check_hf_shapes(spec: Dict[str, Any], info: Dict[str, Any]) -> None:
         if value is not None and given != value:
             if not spec.get(field) and field != "num_labels":
                 field += " (left out: transformers' ViTConfig default)"
-            elif field == "num_labels":
+            elif field == "num_labels" and (labels or count is None):
                 field += " (from id2label)" if labels else (
                     " (no id2label: transformers' default)")
             raise disagree(field, given, value)
+
+
+def _num_labels(labels, count) -> int:
+    """The classifier width transformers' PretrainedConfig builds:
+    id2label's length, else num_labels (LABEL_0 .. LABEL_{n-1}), else 2.
+    num_labels beside an id2label of another length (transformers warns
+    and drops it) is refused: the folder says two things."""
+    if labels and count is not None and count != len(labels):
+        raise UsageError(
+            f"config.json num_labels={count!r} disagrees with its id2label "
+            f"({len(labels)} names): transformers keeps id2label's and "
+            "warns. Remove num_labels or make the two agree."
+        )
+    return len(labels) if labels else (2 if count is None else count)
 
 
 def check_hf_grid(spec, arrays, grid, weights_path: str) -> None:

@@ -99,6 +99,7 @@ HF_FIELDS: Dict[str, Check] = {
     "patch_size": _SIZE,
     "layer_norm_eps": (_positive_number, "a positive number"),
     "id2label": _LABELS,
+    "num_labels": (_count, "an integer >= 0"),
 }
 
 # A timm hub config.json: its top level, model_args and pretrained_cfg.
@@ -106,6 +107,7 @@ TIMM_FIELDS: Dict[str, Check] = {
     "architecture": _STR,
     "global_pool": _STR,
     "label_names": _LABELS,
+    "num_classes": (_count, "an integer >= 0"),
     "model_args": (_object, "an object"),
     "pretrained_cfg": (_object, "an object"),
 }

@@ -15,6 +15,7 @@ from typing import Callable, Dict, List, Optional
 import numpy as np
 
 from keras_vit.checkpoint.hub import config as hub_config
+from keras_vit.checkpoint.hub.tensors import shape as stored_shape
 from keras_vit.errors import UsageError
 
 _ATT = "MultiHeadDotProductAttention_1"
@@ -34,6 +35,10 @@ class Mapper:
         self.prefix = prefix
         self.used = set()
         self.arrays: Dict[str, np.ndarray] = {}
+        self.width = 0  # the patch embedding's output channels
+
+    def set_width(self, patch_kernel: str) -> None:
+        self.width = int(stored_shape(self.tensors, patch_kernel)[0])
 
     def has(self, key: str) -> bool:
         return self.prefix + key in self.tensors
@@ -46,6 +51,22 @@ class Mapper:
             return None
         self.used.add(full)
         return self.tensors[full]
+
+    def shaped(self, key: str, want, required: bool = True):
+        """`take(key)`, refused in one line naming the array, its shape
+        and the shape a model of the patch embedding's width needs (a
+        query bias of another width cannot be split into its heads)."""
+        full = self.prefix + key
+        if full in self.tensors:
+            got = stored_shape(self.tensors, full)
+            if got != tuple(want):
+                raise UsageError(
+                    f"{full} has shape {got}, where a model {self.width} "
+                    f"wide (its patch embedding's width) needs "
+                    f"{tuple(want)}: the arrays are not one ViT's; the "
+                    "file is refused."
+                )
+        return self.take(key, required)
 
     def put(self, key: str, value: Optional[np.ndarray],
             fn: Callable = lambda v: v) -> None:
@@ -66,14 +87,23 @@ class Mapper:
         self.put(f"{block}/{_ATT}/out/bias", out_b)
 
     def norm(self, key: str, official: str) -> None:
-        self.put(f"{official}/scale", self.take(key + ".weight"))
-        self.put(f"{official}/bias", self.take(key + ".bias"))
+        width = (self.width,)
+        self.put(f"{official}/scale", self.shaped(key + ".weight", width))
+        self.put(f"{official}/bias", self.shaped(key + ".bias", width))
 
-    def dense(self, key: str, official: str, required: bool = True) -> None:
-        weight = self.take(key + ".weight", required)
-        if weight is not None:
-            self.put(f"{official}/kernel", _dense(weight))
-            self.put(f"{official}/bias", self.take(key + ".bias"))
+    def dense(self, key: str, official: str, required: bool = True,
+              inputs: Optional[int] = None) -> int:
+        """A Linear (out, in) as a Dense, `in` the model width or
+        `inputs`, one bias per output; returns `out` (0: none)."""
+        full = self.prefix + key + ".weight"
+        if full not in self.tensors:
+            self.take(key + ".weight", required)
+            return 0
+        rows = stored_shape(self.tensors, full)[:1] or (0,)
+        weight = self.shaped(key + ".weight", rows + (inputs or self.width,))
+        self.put(f"{official}/kernel", _dense(weight))
+        self.put(f"{official}/bias", self.shaped(key + ".bias", rows))
+        return rows[0]
 
     def unused(self) -> List[str]:
         return [k for k in self.tensors if k not in self.used]
@@ -139,29 +169,34 @@ def map_huggingface(tensors, heads: int,
         names = _HF_LAYER["transformers5"]
     _stem(m, "embeddings.cls_token", "embeddings.position_embeddings",
           "embeddings.patch_embeddings.projection")
+    m.set_width(prefix + "embeddings.patch_embeddings.projection.weight")
+    width = m.width
     layers = _num_blocks(tensors, re.escape(prefix) + names["blocks"])
     for i in range(layers):
         hf, block = f"{names['block']}{i}.", f"Transformer/encoderblock_{i}"
         qkv = [names[n] for n in "qkv"]
         m.norm(hf + "layernorm_before", f"{block}/LayerNorm_0")
-        biases = [m.take(hf + n + ".bias", False) for n in qkv]
+        # Without qkv_bias transformers builds no bias and ignores these.
+        biases = [m.shaped(hf + n + ".bias", (width,), False) if qkv_bias
+                  else m.take(hf + n + ".bias", False) for n in qkv]
         m.attention(
             block,
-            [m.take(hf + n + ".weight") for n in qkv],
+            [m.shaped(hf + n + ".weight", (width, width)) for n in qkv],
             biases if qkv_bias else [None] * 3,
-            m.take(hf + names["out"] + ".weight"),
-            m.take(hf + names["out"] + ".bias"),
+            m.shaped(hf + names["out"] + ".weight", (width, width)),
+            m.shaped(hf + names["out"] + ".bias", (width,)),
             heads,
         )
         m.norm(hf + "layernorm_after", f"{block}/LayerNorm_2")
-        m.dense(hf + names["fc1"], f"{block}/{_MLP}/Dense_0")
-        m.dense(hf + names["fc2"], f"{block}/{_MLP}/Dense_1")
+        mlp = m.dense(hf + names["fc1"], f"{block}/{_MLP}/Dense_0")
+        m.dense(hf + names["fc2"], f"{block}/{_MLP}/Dense_1", inputs=mlp)
     m.norm("layernorm", "Transformer/encoder_norm")
+    pooled = 0
     if architecture != "ViTForImageClassification":
-        m.dense("pooler.dense", "pre_logits", required=False)
+        pooled = m.dense("pooler.dense", "pre_logits", required=False)
     m.prefix = ""
     if architecture != "ViTModel":
-        m.dense("classifier", "head", required=False)
+        m.dense("classifier", "head", required=False, inputs=pooled or None)
     return m
 
 
@@ -173,10 +208,12 @@ def map_timm(tensors, heads: int, fc_norm: bool, qkv_bias=True,
     filter reshapes it."""
     m = Mapper(tensors, "")
     _stem(m, "cls_token", "pos_embed", "patch_embed.proj", kernel)
+    m.set_width("patch_embed.proj.weight")
+    width = m.width
     for i in range(_num_blocks(tensors, r"blocks\.(\d+)\.")):
         t, block = f"blocks.{i}.", f"Transformer/encoderblock_{i}"
         m.norm(t + "norm1", f"{block}/LayerNorm_0")
-        bias = m.take(t + "attn.qkv.bias", False)
+        bias = m.shaped(t + "attn.qkv.bias", (3 * width,), False)
         if (bias is None) == bool(qkv_bias):
             built, stored = ("a", "without") if qkv_bias else ("no", "with")
             raise UsageError(
@@ -188,15 +225,15 @@ def map_timm(tensors, heads: int, fc_norm: bool, qkv_bias=True,
             )
         m.attention(
             block,
-            np.split(m.take(t + "attn.qkv.weight"), 3),
+            np.split(m.shaped(t + "attn.qkv.weight", (3 * width, width)), 3),
             [None] * 3 if bias is None else np.split(bias, 3),
-            m.take(t + "attn.proj.weight"),
-            m.take(t + "attn.proj.bias"),
+            m.shaped(t + "attn.proj.weight", (width, width)),
+            m.shaped(t + "attn.proj.bias", (width,)),
             heads,
         )
         m.norm(t + "norm2", f"{block}/LayerNorm_2")
-        m.dense(t + "mlp.fc1", f"{block}/{_MLP}/Dense_0")
-        m.dense(t + "mlp.fc2", f"{block}/{_MLP}/Dense_1")
+        mlp = m.dense(t + "mlp.fc1", f"{block}/{_MLP}/Dense_0")
+        m.dense(t + "mlp.fc2", f"{block}/{_MLP}/Dense_1", inputs=mlp)
     # With class-token pooling, timm's fc_norm normalises the pooled
     # token: the same LayerNorm as a final norm of every token, read there.
     m.norm("fc_norm" if fc_norm else "norm", "Transformer/encoder_norm")

@@ -3,8 +3,9 @@
 Every argument of timm's `VisionTransformer.__init__` is listed in
 `TIMM_VIT_ARGS` with how keras_vit honours it (the categories of
 `hub_config`). A timm folder's `model_args` hold only what its maker
-passed; the rest comes from the architecture name's registration, as timm
-itself builds it (`timm_registry`, read from timm). A field that cannot be
+passed; the rest comes from the architecture name's registration and
+the pretrained_cfg, as timm itself builds it (`timm_registry`, read from
+timm; `timm_defaults`). A field that cannot be
 known is refused, and so is a part the arrays show that this ViT does not
 compute (a distillation or register token, norm_pre, position embeddings
 without the class token), each by name.
@@ -15,7 +16,6 @@ from __future__ import annotations
 import re
 from typing import Any, Dict, Optional
 
-from keras_vit.checkpoint.hub import timm_registry
 from keras_vit.checkpoint.hub.config import (
     CHECKED,
     NO_EFFECT,
@@ -27,6 +27,13 @@ from keras_vit.checkpoint.hub.config import (
     disagree,
     patch_size,
     refuse,
+)
+from keras_vit.checkpoint.hub.timm_defaults import (
+    check_classes,
+    check_in_chans,
+    image_size,
+    pretrained_cfg,
+    timm_architecture,
 )
 from keras_vit.errors import UsageError
 
@@ -97,6 +104,7 @@ _TIMM_WHY = {
     "reg_tokens": "register tokens",
     "pre_norm": "norm_pre, a LayerNorm before the first block",
     "final_norm": "no LayerNorm after the last block",
+    "in_chans": "images that are not RGB (3 channels)",
 }
 # timm's IMAGENET_DEFAULT_MEAN / _STD: what a pretrained_cfg without mean
 # or std gets (timm's PretrainedCfg and resolve_data_config defaults).
@@ -107,21 +115,6 @@ _TIMM_NAME = re.compile(
 )
 _TIMM_HEADS = {"tiny": 3, "small": 6, "base": 12, "large": 16, "huge": 16,
                "giant": 16}
-
-
-def image_size(model_args, pretrained, known):
-    """(height, width) as timm builds it from a hub config: model_args'
-    img_size, else pretrained_cfg's input_size when the config says
-    fixed_input_size (timm's _update_default_model_kwargs), else the
-    architecture's registered img_size, else VisionTransformer's 224."""
-    size = model_args.get("img_size")
-    if size is None and pretrained.get("fixed_input_size"):
-        size = list(pretrained.get("input_size") or (3, 224, 224))[-2:]
-    if size is None and known is not None:
-        size = known[1].get("img_size")
-    if size is None:
-        size = 224
-    return _pair(size)
 
 
 def _pair(size):
@@ -140,11 +133,11 @@ def check_shapes(spec: Dict[str, Any], info: Dict[str, Any]) -> None:
     arrays."""
     args = spec.get("model_args") or {}
     width = info["hidden_size"]
+    check_classes(spec, info["num_classes"] or 0)
     found = {
         "embed_dim": width,
         "depth": info["num_layers"],
         "patch_size": info["patch_size"],
-        "num_classes": info["num_classes"] or 0,
         "mlp_ratio": info["mlp_dim"],
     }
     for field, value in found.items():
@@ -159,13 +152,6 @@ def check_shapes(spec: Dict[str, Any], info: Dict[str, Any]) -> None:
             value = f"{value} / {width}"
         if given is not None and value is not None and given != value:
             raise disagree(f"model_args.{field}", given, value)
-
-
-def timm_architecture(spec: Dict[str, Any]):
-    """(name, registered (heads, args) or None): the architecture of a
-    timm config, without a pretrained tag (`vit_b.augreg` -> `vit_b`)."""
-    arch = str(spec.get("architecture", "")).split(".")[0]
-    return arch, timm_registry.ARCHITECTURES.get(arch)
 
 
 def is_distilled(spec: Dict[str, Any]) -> bool:
@@ -245,10 +231,9 @@ def settings(spec: Dict[str, Any]) -> Dict[str, Any]:
     honoured or refused by name)."""
     arch, known = timm_architecture(spec)
     model_args = spec.get("model_args") or {}
-    pretrained = spec.get("pretrained_cfg")
-    if pretrained is None:  # timm's older single-dict config
-        pretrained = spec
+    pretrained = pretrained_cfg(spec)
     args = {**(known[1] if known else {}), **model_args}
+    check_in_chans(args, pretrained)
     pool = _pool(spec, arch, known, model_args)
     refusal = _timm_refusal(args, pool)
     if refusal is not None:
@@ -265,7 +250,7 @@ def settings(spec: Dict[str, Any]) -> Dict[str, Any]:
                        args.get("patch_size"))
     return dict(
         num_heads=int(heads),
-        image_size=image_size(model_args, pretrained, known),
+        image_size=_pair(image_size(model_args, pretrained, known)),
         stored_size=_pair(model_args.get("img_size") or list(
             pretrained.get("input_size") or (3, 224, 224))[-2:]),
         approximate_gelu=_TIMM_GELU[args.get("act_layer")],

@@ -3,9 +3,11 @@ architecture name passes to `VisionTransformer` (timm 1.0.31), written by
 scripts/make_timm_registry.py: do not edit by hand.
 
 `ARCHITECTURES[name]` is (num_heads, arguments), the arguments beyond the
-sizes (patch_size, embed_dim, depth, mlp_ratio, img_size); values that are
-not JSON (a layer class, a partial) are kept as their names, which keras_vit
-refuses by name. `distilled: True` marks DeiT's VisionTransformerDistilled.
+sizes (patch_size, embed_dim, depth, mlp_ratio), img_size included where
+the entrypoint passes one (timm builds that size when model_args give
+none); values that are not JSON (a layer class, a partial) are kept as
+their names, which keras_vit refuses by name. `distilled: True` marks
+DeiT's VisionTransformerDistilled.
 """
 
 TIMM_VERSION = '1.0.31'
@@ -37,7 +39,17 @@ _GROUPS = [
         'scale_mlp_norm': True,
     }, {
         'beit3_base_patch16_224': 12, 'beit3_giant_patch14_224': 16,
-        'beit3_giant_patch14_336': 16, 'beit3_large_patch16_224': 16,
+        'beit3_large_patch16_224': 16,
+    }),
+    ({
+        'class_token': True,
+        'global_pool': 'avg',
+        'img_size': 336,
+        'norm_layer': 'LayerNorm(eps=1e-05)',
+        'scale_attn_norm': True,
+        'scale_mlp_norm': True,
+    }, {
+        'beit3_giant_patch14_336': 16,
     }),
     ({'init_values': 1e-06, 'no_embed_class': True}, {
         'deit3_base_patch16_224': 12, 'deit3_base_patch16_384': 12,
@@ -164,6 +176,7 @@ _GROUPS = [
     }),
     ({
         'final_norm': False,
+        'img_size': 512,
         'init_values': 1e-05,
         'no_embed_class': True,
         'reg_tokens': 7,
@@ -311,10 +324,20 @@ _GROUPS = [
     }, {
         'vit_giant_patch14_reg4_dinov2': 24,
     }),
-    ({'final_norm': False, 'no_embed_class': True, 'reg_tokens': 7}, {
+    ({
+        'final_norm': False,
+        'img_size': 512,
+        'no_embed_class': True,
+        'reg_tokens': 7,
+    }, {
         'vit_giant_patch16_radio_v3': 24, 'vit_huge_patch16_radio_v3': 16,
     }),
-    ({'final_norm': False, 'no_embed_class': True, 'reg_tokens': 9}, {
+    ({
+        'final_norm': False,
+        'img_size': 512,
+        'no_embed_class': True,
+        'reg_tokens': 9,
+    }, {
         'vit_huge_patch16_radio_v4': 16, 'vit_so400m_patch16_radio_v4': 16,
     }),
     ({'dynamic_img_size': True, 'final_norm': False, 'init_values': 0.1}, {
