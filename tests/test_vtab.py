@@ -624,3 +624,43 @@ def test_run_rejects_unknown_tasks_before_work(tmp_path):
                      str(tmp_path / "o"), train_lib.train_and_evaluate,
                      tasks="natural,bogus")
     assert not os.path.exists(tmp_path / "o")
+
+
+def test_a_rerun_of_another_recipe_is_refused(tmp_path, monkeypatch):
+    """Finished tasks of one recipe and new tasks of another would be
+    averaged into one group mean: a rerun into the same output folder with
+    another learning rate (a recipe field) is refused by name, before any
+    task trains; one that changes only what does not make the scores (the
+    task list, logging, where checkpoints go) goes on."""
+    from keras_vit.configs import vtab as vtab_config
+
+    monkeypatch.setattr(vtab_run, "prepare_backbone",
+                        lambda source, out, keep=False: "/b.npz")
+    monkeypatch.setattr(pretrained, "transfer_model_config",
+                        lambda source, overrides=None: {"hidden_size": 8})
+    monkeypatch.setattr(vtab, "prepare", lambda *args, **kwargs: None)
+    trained = []
+
+    def train_fn(config, workdir, strategy):
+        trained.append((workdir, config.schedule.lr))
+        return dict(test_accuracy=0.5, test_top5_accuracy=1.0, test_loss=1.0,
+                    test_examples=10)
+
+    source = tiny_source(str(tmp_path / "src.npz"))
+    out = str(tmp_path / "out")
+    config = vtab_config.get_config()
+    config.evals.vtab.sweep.enabled = False
+    assert len(vtab_run.run(config, source, out, train_fn,
+                            tasks="dtd")["records"]) == 1
+    other = vtab_config.get_config()
+    other.evals.vtab.sweep.enabled = False
+    other.schedule.lr = 0.003
+    with pytest.raises(ValueError, match=(
+            r"holds VTAB results of another recipe \(config.schedule.lr: "
+            r"0.01 there, 0.003 asked\)")):
+        vtab_run.run(other, source, out, train_fn, tasks="dtd,cifar100")
+    assert len(trained) == 1
+    config.log.every_steps = 7
+    result = vtab_run.run(config, source, out, train_fn, tasks="dtd,cifar100")
+    assert [r["task"] for r in result["records"]] == ["dtd", "cifar100"]
+    assert len(trained) == 2

@@ -5,6 +5,7 @@ recipe on the task's splits, a new config each time)."""
 from __future__ import annotations
 
 import dataclasses
+import json
 from typing import Any, Dict, Optional
 
 import ml_collections
@@ -51,6 +52,35 @@ class Protocol:
             download=bool(config.input.download),
             manual_dir=config.input.manual_dir,
         )
+
+
+# The fields of a VTAB config that change a task's score (the recipe), by
+# section; every other field (where data and checkpoints go, how often to
+# log, the task list) may change between runs into one output folder.
+_RECIPE = {
+    "model": None, "objective": None, "optimizer": None, "schedule": None,
+    "init": ("keep_pre_logits",),
+    "trainer": ("total_steps", "epochs", "grad_clip_norm", "dtype",
+                "ema_decay", "skip_nonfinite"),
+    "input": ("batch_size", "pp", "mix", "train_examples_per_class"),
+}
+
+
+def recipe(config: ml_collections.ConfigDict) -> Dict:
+    """The recipe of a VTAB config (`_RECIPE`, its seed and its vtab
+    evaluator's sweep), as plain JSON values: finished tasks of another
+    recipe do not mix with new ones in one output folder's means."""
+    plain = json.loads(json.dumps(config.to_dict()))
+    out = {"seed": plain["seed"]}
+    for section, fields in _RECIPE.items():
+        values = plain[section]
+        if section == "model":
+            values = {k: v for k, v in values.items() if k != "remat"}
+        out[section] = (values if fields is None else
+                        {k: values[k] for k in fields if k in values})
+    sweep = config_lib.find_evaluator(config.evals, "vtab").sweep
+    out["sweep"] = json.loads(json.dumps(sweep.to_dict()))
+    return out
 
 
 def task_config(
