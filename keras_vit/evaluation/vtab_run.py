@@ -244,8 +244,8 @@ def run(  # noqa: PLR0913 (the protocol's parts and options)
 ) -> Dict:
     """Runs the VTAB-1k protocol on the selected tasks.
 
-    Finished tasks (in results.jsonl) are skipped; tasks whose data is
-    missing (e.g. a manual download) are reported and the run goes on.
+    Finished tasks (in results.jsonl, of the same recipe: `check_recipe`)
+    are skipped; tasks whose data is missing are reported; the run goes on.
 
     Args:
         config: ConfigDict. configs/vtab.py: its vtab evaluator
@@ -280,8 +280,7 @@ def run(  # noqa: PLR0913 (the protocol's parts and options)
     results_path = os.path.join(output_dir, reports.RESULTS_JSONL)
     records: List[Dict] = reports.read_jsonl(results_path)
     check_recipe(config, output_dir, bool(records), chief)
-    done = {r["task"] for r in records}
-    todo = [t for t in selected if t.name not in done]
+    todo = [t for t in selected if all(r["task"] != t.name for r in records)]
     if len(todo) < len(selected):
         logging.info("%d of %d selected tasks already done (%s): skipped.",
                      len(selected) - len(todo), len(selected), results_path)

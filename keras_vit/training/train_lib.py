@@ -219,7 +219,7 @@ def train_and_evaluate(
         keras.utils.set_random_seed(int(config.seed))
         logging.info("Reading the data: %s.", config.input.vtab_task
                      or config.input.dataset)
-        info, splits = _check_data(config)
+        info, splits = _check_data(config.input, config.evals, config.objective)
         num_classes = num_classes_of(config.model, config.input)
         logging.info("Building the model and its optimizer.")
         with strategy.scope():
@@ -298,11 +298,10 @@ def _global_batch(trainer_config, inp) -> int:
     return int(inp.batch_size)
 
 
-def _check_data(config):
+def _check_data(inp, evals, objective):
     """(dataset info, the splits the run reads) of `config.input`, those
-    splits (and, where the run learns them, its classes) checked now rather
-    than after training."""
-    inp, evals = config.input, config.evals
+    splits (and, where the run learns them, its classes: not masked patch
+    prediction) checked now rather than after training."""
     info = sources.dataset_info(inp)
     if inp.synthetic_data:
         logging.warning(
@@ -311,7 +310,7 @@ def _check_data(config):
         )
     splits = data_checks.run_splits(inp, evals)
     data_checks.check_splits(inp, splits)
-    data_checks.check_training_classes(inp, not config.objective.mpp.enabled)
+    data_checks.check_training_classes(inp, not objective.mpp.enabled)
     data_checks.check_evaluation_images(inp, splits)
     return info, splits
 
