@@ -23,6 +23,7 @@ import argparse
 import base64
 import json
 import sys
+import urllib.error
 import urllib.request
 from typing import Dict, List, Sequence
 
@@ -40,6 +41,13 @@ def pixels(images: Sequence[bytes]) -> np.ndarray:
     image files of one size (what `predict_images` takes)."""
     import tensorflow as tf
 
+    for image in images:
+        # TensorFlow's decoder reads such a BMP's colour indices as grey.
+        if image[:2] == b"BM" and len(image) >= 30 and int.from_bytes(
+                image[28:30], "little") <= 8:
+            raise SystemExit("A BMP with a colour table (8 bits per pixel or "
+                             "fewer): save it as PNG or JPEG, or send the "
+                             "file itself (serving_default).")
     decoded = [tf.io.decode_image(image, channels=3, expand_animations=False)
                for image in images]
     if len({tuple(d.shape) for d in decoded}) > 1:
@@ -70,8 +78,20 @@ def rest_predict(url: str, model: str, images: Sequence[bytes],
         f"{url.rstrip('/')}/v1/models/{model}:predict", data=body,
         headers={"Content-Type": "application/json"},
     )
-    with urllib.request.urlopen(request, timeout=timeout) as answer:
-        predictions = json.load(answer)["predictions"]
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as answer:
+            predictions = json.load(answer)["predictions"]
+    except urllib.error.HTTPError as e:  # the server's answer: its words
+        body = e.read().decode("utf-8", "replace")
+        try:
+            body = json.loads(body).get("error", body)
+        except (ValueError, AttributeError):
+            pass
+        raise SystemExit(f"error: {url} answered {e.code}: {body}") from None
+    except urllib.error.URLError as e:
+        raise SystemExit(f"error: cannot reach {url}: {e.reason}") from None
+    except OSError as e:  # a timeout, a connection reset
+        raise SystemExit(f"error: no answer from {url}: {e}") from None
     # A signature with one output (features) answers without its name.
     return [p if isinstance(p, dict) else {"features": p}
             for p in predictions]
@@ -106,8 +126,12 @@ def grpc_predict(address: str, model: str, images: Sequence[bytes],
 
     with grpc.insecure_channel(address) as channel:
         stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
-        answer = stub.Predict(grpc_request(model, images, signature),
-                              timeout=timeout)
+        try:
+            answer = stub.Predict(grpc_request(model, images, signature),
+                                  timeout=timeout)
+        except grpc.RpcError as e:
+            raise SystemExit(f"error: {address} answered {e.code().name}: "
+                             f"{e.details()}") from None
     outputs = {k: tf.make_ndarray(v) for k, v in answer.outputs.items()}
     return [
         {k: outputs[k][i].tolist() for k in outputs}

@@ -2,7 +2,8 @@
 gets for each: the table behind docs/reliability.md.
 
 Every case is proved by one test in tests/test_faults.py,
-tests/test_bad_inputs.py or tests/test_multiworker_faults.py (decorated
+tests/test_bad_inputs.py, tests/test_multiworker_faults.py or
+tests/test_serving_polish.py (decorated
 `@covers(case_id)`); that test asserts
 the error type and that each excerpt in `says` appears verbatim in what the
 user sees (the exception message or the log). scripts/reliability_table.py
@@ -844,6 +845,16 @@ _CASES = [
         "Serving request with base64 text instead of the bytes",
         "InvalidArgumentError naming the REST b64 wrapping.",
         ("looks like base64 text", "Send the raw file bytes"),
+        "InvalidArgumentError",
+    ),
+    Case(
+        "serve_decompression_bomb", BAD_INPUT, "export",
+        "Serving request with a PNG of a few kilobytes whose header declares "
+        "20,000 x 20,000 pixels (some 6 GB once decoded), alone or in a "
+        "batch; the same limit holds for training and keras-vit-predict",
+        "InvalidArgumentError from the header, before decoding: the memory "
+        "is never taken.",
+        ("declares more than 134,217,728 pixels", "Resize it first"),
         "InvalidArgumentError",
     ),
     Case(

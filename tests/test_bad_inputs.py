@@ -853,3 +853,24 @@ def test_commands_refuse_a_users_keras_model_by_name(tmp_path):
     assert run.returncode == 0, run.stderr[-2000:]
     assert type(keras_vit.load_model(str(out)).layers[-1]).__name__ == (
         "Softmax")
+
+
+@pytest.mark.parametrize("fmt, options, mode", [
+    ("PNG", {}, "RGB"), ("GIF", {}, "RGB"), ("BMP", {}, "RGB"),
+    ("JPEG", {}, "RGB"), ("WEBP", {"lossless": True}, "RGB"),
+    ("WEBP", {"quality": 80}, "RGB"), ("WEBP", {}, "RGBA"),
+])
+def test_the_declared_pixels_are_read_from_each_header(fmt, options, mode):
+    """width x height as each format's header declares it (lossless WebP
+    is VP8L, lossy VP8, with alpha VP8X), before anything is decoded."""
+    channels = len(mode)
+    buffer = io.BytesIO()
+    Image.fromarray(RNG.integers(0, 256, (21, 33, channels), np.uint8),
+                    mode).save(buffer, fmt, **options)
+    data = buffer.getvalue()
+    assert int(pp.declared_pixels(tf.constant(data))) == 21 * 33
+    assert pp.decode_image(tf.constant(data)).shape == (21, 33, 3)
+    if fmt == "BMP":  # a top-down BMP declares a negative height
+        top_down = bytearray(data)
+        top_down[22:26] = (-21).to_bytes(4, "little", signed=True)
+        assert int(pp.declared_pixels(tf.constant(bytes(top_down)))) == 693

@@ -487,6 +487,11 @@ def test_argument_errors(model, images, tmp_path):
     d = str(tmp_path)
     with pytest.raises(ValueError, match="5 classes"):
         export_model(model, d, class_names=["a", "b"])
+    # A blank name would be a blank line of labels.txt, which readers skip.
+    with pytest.raises(ValueError, match=r"class_names\[1\] = ' ': names "
+                       r"must be str without newlines, and not blank \(name "
+                       r'a class without one by its index, "1"\)'):
+        export_model(model, d, class_names=["a", " ", "c", "d", "e"])
     with pytest.raises(ValueError, match="top_k"):
         export_model(model, d, top_k=0)
     with pytest.raises(ValueError, match="model_name"):

@@ -7,6 +7,9 @@ import importlib.util
 import io
 import json
 import os
+import resource
+import struct
+import zlib
 
 import keras
 import numpy as np
@@ -19,6 +22,7 @@ from keras_vit.analysis.report import run_analysis
 from keras_vit.data import preprocessing
 from keras_vit.export import files as export_files
 from keras_vit.export import graph, saved_model
+from tests.reliability_cases import check_error, covers
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NAMES = ["cat", "dog", "bird"]
@@ -89,6 +93,54 @@ def test_bad_image_of_a_batch_is_named_by_index(exported, images, bad,
            "base64": base64.b64encode(jpeg)}.get(bad, bad)
     with pytest.raises(tf.errors.InvalidArgumentError, match=message):
         _serve(exported[2], [jpeg, images["PNG"], bad, jpeg])
+
+
+def _png_bomb(side: int, rows: int = 8) -> bytes:
+    """A valid PNG header declaring side x side RGB pixels, with only a few
+    rows of compressed zeros: a few kilobytes."""
+    def chunk(kind, data):
+        return (struct.pack(">I", len(data)) + kind + data
+                + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF))
+    row = b"\0" * (1 + 3 * side)
+    deflate = zlib.compressobj(9)
+    idat = b"".join(deflate.compress(row) for _ in range(rows))
+    return (b"\x89PNG\r\n\x1a\n"
+            + chunk(b"IHDR", struct.pack(">IIBBBBB", side, side, 8, 2, 0, 0,
+                                         0))
+            + chunk(b"IDAT", idat + deflate.flush()) + chunk(b"IEND", b""))
+
+
+@covers("serve_decompression_bomb")
+def test_an_image_that_declares_too_many_pixels_is_refused_unread(
+        exported, images):
+    """A decompression bomb: some kilobytes that declare 20,000 x 20,000
+    pixels (6.4 GB as float32 once decoded) are refused from the header,
+    alone and in a batch, without the memory; so is a palette BMP, by its
+    own reason in a batch too."""
+    bomb = _png_bomb(20000)
+    assert len(bomb) < 20000
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    for datas, index in (([bomb], 0), ([images["PNG"], bomb], 1)):
+        with pytest.raises(tf.errors.InvalidArgumentError, match=(
+                rf"image_bytes\[{index}\]: " if len(datas) > 1 else "")
+                + "The header of the image file declares more than "
+                "134,217,728 pixels") as info:
+            _serve(exported[2], datas)
+        check_error("serve_decompression_bomb", info.value)
+    grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+    assert grown < 500 * 1024  # KiB: not the gigabytes of a decode
+    palette = io.BytesIO()
+    Image.new("P", (20, 20), 3).save(palette, "BMP")
+    with pytest.raises(tf.errors.InvalidArgumentError, match=(
+            r"image_bytes\[1\]: A BMP with a colour table")):
+        _serve(exported[2], [images["PNG"], palette.getvalue()])
+
+
+def test_an_empty_batch_gets_empty_answers(exported):
+    for name in ("serving_default", "features"):
+        out = exported[2].signatures[name](
+            image_bytes=tf.constant([], tf.string))
+        assert all(v.shape[0] == 0 for v in out.values()), name
 
 
 def test_webp_is_served(exported, model, images):
@@ -193,3 +245,44 @@ def test_rollout_titles_name_the_classes(model, tmp_path):
     for entry in data["images"]:
         assert entry["predicted_name"] == NAMES[entry["predicted_class"]]
     assert os.path.exists(tmp_path / "attention_rollout.png")
+
+
+def test_the_client_shows_the_servers_refusal_in_one_line(images, capsys):
+    """A REST server that answers 400 (as TF Serving does for a bad image)
+    and a closed port: one line each, the server's own words, no
+    traceback; a palette BMP is refused before predict_images sends its
+    grey indices as pixels."""
+    import http.server
+    import threading
+
+    class Refusing(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            del args
+
+        def do_POST(self):  # noqa: N802 (the handler's name)
+            self.rfile.read(int(self.headers["Content-Length"]))
+            body = json.dumps({"error": "image_bytes[1]: Invalid JPEG "
+                                        "data"}).encode()
+            self.send_response(400)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Refusing)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_port}"
+    client = _client()
+    try:
+        with pytest.raises(SystemExit, match=(
+                rf"error: {url} answered 400: image_bytes\[1\]: Invalid JPEG "
+                "data")):
+            client.rest_predict(url, "vit", [images["JPEG"], b"\xff\xd8"])
+    finally:
+        server.shutdown()
+        server.server_close()
+    with pytest.raises(SystemExit, match=f"error: cannot reach {url}"):
+        client.rest_predict(url, "vit", [images["JPEG"]], timeout=5)
+    palette = io.BytesIO()
+    Image.new("P", (20, 20), 3).save(palette, "BMP")
+    with pytest.raises(SystemExit, match="A BMP with a colour table"):
+        client.rest_request([palette.getvalue()], "predict_images")

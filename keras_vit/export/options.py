@@ -87,10 +87,12 @@ def class_names(names, num_classes: int) -> list:
             "classes: give one name per class, in label order."
         )
     for index, name in enumerate(names):
-        if not isinstance(name, str) or "\n" in name:
+        # labels.txt holds a name a line; a blank line is no name when read.
+        if not isinstance(name, str) or "\n" in name or not name.strip():
             raise UsageError(
                 f"class_names[{index}] = {name!r}: names must be str "
-                "without newlines."
+                "without newlines, and not blank (name a class without one "
+                f'by its index, "{index}").'
             )
     return names
 

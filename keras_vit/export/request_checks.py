@@ -60,7 +60,10 @@ _SIGNATURES = (
 
 
 def _first(bad: tf.Tensor) -> tf.Tensor:
-    return tf.argmax(tf.cast(bad, tf.int32), output_type=tf.int32)
+    """The first index where `bad` holds (0 where none does, an empty
+    batch included: argmax has no answer for one)."""
+    flags = tf.concat([tf.cast(bad, tf.int32), [0]], 0)
+    return tf.argmax(flags, output_type=tf.int32)
 
 
 def _assert_none(bad: tf.Tensor, message) -> tf.Operation:
@@ -68,7 +71,7 @@ def _assert_none(bad: tf.Tensor, message) -> tf.Operation:
     (a str, or a [batch] string tensor of per-image messages)."""
     index = _first(bad)
     if not isinstance(message, str):
-        message = tf.gather(message, index)
+        message = tf.gather(tf.concat([message, [""]], 0), index)
     text = tf.strings.join(
         [tf.strings.format("image_bytes[{}]: ", index), message]
     )
@@ -102,7 +105,17 @@ def _failure_reasons(image_bytes: tf.Tensor) -> tf.Tensor:
                 tf.strings.substr(image_bytes, offset, len(magic)), magic
             ))
         reasons = tf.where(match, reason, reasons)
-    return reasons
+    # What the header says, where the decoder's own words are lost: a
+    # palette BMP, and (but for a JPEG) more pixels than are decoded.
+    header = tf.map_fn(
+        lambda data: tf.stack([
+            tf.cast(preprocessing.is_palette_bmp(data), tf.int64),
+            preprocessing.declared_pixels(data, jpeg=False)]),
+        image_bytes, fn_output_signature=tf.int64)
+    reasons = tf.where(header[:, 0] > 0, preprocessing.PALETTE_BMP_MESSAGE,
+                       reasons)
+    return tf.where(header[:, 1] > preprocessing.MAX_PIXELS,
+                    preprocessing.HUGE_MESSAGE, reasons)
 
 
 def checked_bytes(image_bytes: tf.Tensor) -> tf.Tensor:
