@@ -351,15 +351,19 @@ def test_image_smaller_than_a_patch(tmp_path):
 
 
 @covers("non_image_files")
-def test_non_image_files_are_ignored(tmp_path):
+def test_non_image_files_are_ignored(tmp_path, caplog):
     root = good_folder(tmp_path / "images", splits=("train",), n=2)
-    for junk in ("notes.txt", ".DS_Store"):
+    for junk in ("notes.txt", ".DS_Store", "IMG_1.HEIC"):
         with open(f"{root}/train/a/{junk}", "w") as f:
             f.write("not an image")
+    with open(f"{root}/train/b/more.txt", "w") as f:
+        f.write("not an image")
     save(f"{root}/train/.thumbnails/t.png", np.zeros((4, 4, 3), np.uint8))
     save(f"{root}/train/a/._0.png", np.zeros((4, 4, 3), np.uint8))
     save(f"{root}/train/b/w.webp", np.zeros((4, 4, 3), np.uint8), fmt="WEBP")
+    caplog.set_level("WARNING")
     paths, labels = folders.folder_split(str(root), "train")
+    check_says("non_image_files", caplog.text)
     assert sorted(os.path.basename(p) for p in paths) == [
         "0.png", "0.png", "1.png", "1.png", "w.webp"]
     assert sorted(labels.tolist()) == [0, 0, 1, 1, 1]

@@ -12,6 +12,7 @@ data source on top of it.
 
 from __future__ import annotations
 
+import collections
 import functools
 import os
 import re
@@ -85,8 +86,9 @@ def list_class_folders(
     images: Dict[str, List[str]] = {}
     for path in tf.io.gfile.glob(os.path.join(root, "*", "*", "*")):
         folder, name = os.path.split(path.rstrip("/"))
-        if _is_image(name) and not _hidden(os.path.relpath(folder, root)):
-            images.setdefault(folder, []).append(name)
+        if not path.endswith("/") and not _hidden(
+                os.path.relpath(folder, root)):
+            images.setdefault(folder, []).extend(_images_of([name]))
     tree: Dict[str, Dict[str, List[str]]] = {}
     for path in tf.io.gfile.glob(os.path.join(root, "*", "*")):
         path = path.rstrip("/")
@@ -107,9 +109,8 @@ def _per_folder(root: str) -> Dict[str, Dict[str, List[str]]]:
     tree: Dict[str, Dict[str, List[str]]] = {}
     for split in _subdirs(root):
         for name in _subdirs(os.path.join(root, split)):
-            tree.setdefault(split, {})[name] = sorted(
-                f for f in _listdir(os.path.join(root, split, name))
-                if _is_image(f))
+            tree.setdefault(split, {})[name] = sorted(_images_of(
+                _listdir(os.path.join(root, split, name))))
     return tree
 
 
@@ -122,6 +123,24 @@ def _hidden(relative: str) -> bool:
 
 def _is_image(name: str) -> bool:
     return name.lower().endswith(IMAGE_EXTENSIONS) and not name.startswith(".")
+
+
+# Files of the folder being listed that are not read, by extension
+# (`_images_of`; `folder_index` logs them once).
+_NOT_READ: collections.Counter = collections.Counter()
+
+
+def _images_of(names) -> List[str]:
+    """The image file names of `names`; the others with an extension
+    (.tiff, .heic, .txt: a name without one may be a folder) are counted
+    in _NOT_READ."""
+    out = []
+    for name in names:
+        if _is_image(name):
+            out.append(name)
+        elif not name.startswith(".") and "." in name.strip("."):
+            _NOT_READ[os.path.splitext(name)[1].lower()] += 1
+    return out
 
 
 def _listdir(path: str) -> List[str]:
@@ -147,7 +166,7 @@ def _subdirs(path: str) -> List[str]:
 def _images(folder: str, name: str) -> List[Tuple[str, str]]:
     """(path, class `name`) of the images directly in `folder`."""
     return [(os.path.join(folder, f), name)
-            for f in sorted(_listdir(folder)) if _is_image(f)]
+            for f in _images_of(sorted(_listdir(folder)))]
 
 
 def _class_folders(root: str, split_dir: str) -> List[Tuple[str, str]]:
@@ -210,6 +229,7 @@ def _layout(root: str) -> Dict[str, List[Tuple[str, str]]]:
     splits = [d for d in tops if d.lower() in SPLIT_NAMES
               and _subdirs(os.path.join(root, d))]
     if not splits and any(_images(os.path.join(root, d), d) for d in tops):
+        _NOT_READ.clear()  # counted again as the class folders are listed
         return _held_out(_class_folders(root, ""))
     stray = [d for d in tops if _images(os.path.join(root, d), d)]
     if stray:  # images beside the class folders of a split
@@ -260,7 +280,14 @@ def folder_index(root: str):
             "config.input.data_dir to the folder holding <class>/ or "
             "<split>/<class>/."
         )
+    _NOT_READ.clear()
     files = {split: pairs for split, pairs in _layout(root).items() if pairs}
+    if _NOT_READ:
+        logging.warning(
+            "Image folder %s: %s not read (only %s are images here).", root,
+            ", ".join(f"{n} {ext} file{'s' if n > 1 else ''}"
+                      for ext, n in sorted(_NOT_READ.items())),
+            ", ".join(IMAGE_EXTENSIONS))
     names = sorted({name for pairs in files.values() for _, name in pairs})
     if not names:
         raise UsageError(
