@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from keras_vit.data import preprocessing
+from keras_vit.data import image_headers, preprocessing
 
 FORMATS = "JPEG, PNG, GIF, BMP or WebP"
 # A prefix made only of these characters is base64 text, not an image: the
@@ -109,13 +109,13 @@ def _failure_reasons(image_bytes: tf.Tensor) -> tf.Tensor:
     # palette BMP, and (but for a JPEG) more pixels than are decoded.
     header = tf.map_fn(
         lambda data: tf.stack([
-            tf.cast(preprocessing.is_palette_bmp(data), tf.int64),
-            preprocessing.declared_pixels(data, jpeg=False)]),
+            tf.cast(image_headers.is_palette_bmp(data), tf.int64),
+            image_headers.declared_pixels(data, jpeg=False)]),
         image_bytes, fn_output_signature=tf.int64)
-    reasons = tf.where(header[:, 0] > 0, preprocessing.PALETTE_BMP_MESSAGE,
+    reasons = tf.where(header[:, 0] > 0, image_headers.PALETTE_BMP_MESSAGE,
                        reasons)
-    return tf.where(header[:, 1] > preprocessing.MAX_PIXELS,
-                    preprocessing.HUGE_MESSAGE, reasons)
+    return tf.where(header[:, 1] > image_headers.MAX_PIXELS,
+                    image_headers.HUGE_MESSAGE, reasons)
 
 
 def checked_bytes(image_bytes: tf.Tensor) -> tf.Tensor:
