@@ -284,16 +284,32 @@ def _normalised(arch: Architecture) -> Dict[str, Any]:
             "mlp_dim", "num_classes", "resnet_width")
     floats = ("dropout_rate", "attention_dropout_rate",
               "stochastic_depth_rate", "head_bias_init")
-    out = {k: int(getattr(arch, k)) for k in ints}
-    out.update({k: float(getattr(arch, k)) for k in floats})
+    out = {k: _typed(arch, k, int) for k in ints}
+    out.update({k: _typed(arch, k, float) for k in floats})
     out["image_size"] = image_hw(arch.image_size)
     if arch.resnet_layers is not None:
-        out["resnet_layers"] = tuple(int(n) for n in arch.resnet_layers)
+        out["resnet_layers"] = _typed(
+            arch, "resnet_layers", lambda v: tuple(
+                int(n) for n in ((v,) if isinstance(v, int) else v)),
+            "ints, e.g. 3,4,9 (R50's stages)")
     if arch.representation_size is not None:
-        out["representation_size"] = int(arch.representation_size)
+        out["representation_size"] = _typed(arch, "representation_size",
+                                             int)
     for key in ("head_zero_init", "all_tokens", "dynamic_image_size"):
         out[key] = bool(getattr(arch, key))
     return out
+
+
+def _typed(arch: Architecture, field: str, kind, what: str = ""):
+    """`arch`'s `field` as `kind` (int, float, or a converter); a value of
+    another kind is a UsageError naming the field (config.model.FIELD)."""
+    value = getattr(arch, field)
+    try:
+        return kind(value)
+    except (TypeError, ValueError):
+        what = what or f"a{'n' if kind is int else ''} {kind.__name__}"
+        raise UsageError(
+            f"config.model.{field} must be {what}, got {value!r}.") from None
 
 
 def _check(arch: Architecture) -> None:

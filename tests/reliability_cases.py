@@ -471,6 +471,30 @@ _CASES = [
         "TrainingError",
     ),
     Case(
+        "resume_other_input", BAD_INPUT, "training",
+        "A workdir whose checkpoints hold the data order resumed with other "
+        "training data (`--config.input.batch_size=8` on a batch-16 run)",
+        "One line before anything is restored or written, naming the field "
+        "and the way on (the data order drawn anew); it used to fail on the "
+        "first batch with TensorFlow's traceback, or (another subset of the "
+        "data) to read the old data while config.json named the new.",
+        ("holds checkpoints of the data order of other training data",
+         "config.input.batch_size: 16 in the workdir, 8 asked",
+         "--config.checkpoints.iterator=False"),
+        "TrainingError",
+    ),
+    Case(
+        "resume_other_start_model", BAD_INPUT, "training",
+        "A workdir with checkpoints given `--model=SOURCE` that is not the "
+        "model the run started from",
+        "One line: the run resumes from its own checkpoints and would not "
+        "read SOURCE (config.json would have named it); leave --model out, "
+        "or use a new workdir.",
+        ("resumes from its own checkpoints", "would not be read",
+         "Leave --model out to resume"),
+        "TrainingError",
+    ),
+    Case(
         "unknown_model_size", BAD_INPUT, "CLI",
         "A model size that does not exist (`--model=Ti/17`, "
         "keras-vit-train)",

@@ -227,6 +227,36 @@ def test_resuming_with_another_optimizer_names_the_field(tmp_path):
     assert again.returncode == 0, again.stderr[-3000:]
 
 
+@covers("resume_other_input", "resume_other_start_model")
+def test_resuming_with_other_data_or_start_model_names_the_field(tmp_path):
+    """keras-vit-train on a workdir with checkpoints of its data order,
+    given another batch, or a model to start from that it would not read:
+    one line each, the checkpoints and config.json kept; with the data
+    order drawn anew the other batch resumes."""
+    from tests import console
+
+    workdir = tmp_path / "run"
+    first = console.run("train", console.TINY_DIGITS + [
+        "--config.trainer.total_steps=4",
+        "--config.checkpoints.every_steps=2", f"--workdir={workdir}"])
+    assert first.returncode == 0, first.stderr[-3000:]
+    config = (workdir / "config.json").read_text()
+    other = tmp_path / "other_run"  # a source of the same architecture
+    shutil.copytree(workdir, other)
+    for case, args in (
+            ("resume_other_input", ["--config.input.batch_size=8"]),
+            ("resume_other_start_model", [f"--model={other}"])):
+        result = console.run("train", console.TINY_DIGITS + [
+            "--config.trainer.total_steps=8", *args, f"--workdir={workdir}"])
+        check_says(case, _error_line(result, "train"))
+        assert (workdir / "config.json").read_text() == config
+    again = console.run("train", console.TINY_DIGITS + [
+        "--config.trainer.total_steps=6", "--config.input.batch_size=8",
+        "--config.checkpoints.iterator=False", f"--workdir={workdir}"])
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "Resumed from" in again.stderr and "drawn anew" in again.stderr
+
+
 @covers("unknown_model_size")
 def test_train_names_the_closest_sizes_for_an_unknown_one(tmp_path):
     """keras-vit-train --model=Ti/17: one line with the closest sizes,

@@ -58,10 +58,10 @@ PREFIX = "keras-vit-"
 def one_line_errors() -> tuple:
     """Errors that are the user's to fix: one line (the traceback with
     --verbose). SetupError is a ValueError with an exit status; a missing
-    or existing file and a missing optional package are named by the
-    message."""
+    or existing file, one this user may not write (a read-only workdir)
+    and a missing optional package are named by the message."""
     return (UsageError, cluster.SetupError, resume.TrainingError,
-            FileNotFoundError, FileExistsError, ImportError)
+            FileNotFoundError, FileExistsError, PermissionError, ImportError)
 HELP_ARGS = quiet_start.HELP_ARGS
 # The modules whose flags every command has.
 SHARED_MODULES = (__name__, "keras_vit.commands.flags")
@@ -81,12 +81,31 @@ def resolve_config_arg(arg: str) -> str:
     its path; other arguments are returned unchanged."""
     match = re.fullmatch(r"--?config=([\w]+)((:.*)?)", str(arg), re.S)
     if not match:
+        _check_config_path(str(arg))
         return arg
     try:
         path = config_lib.packaged_config(match.group(1))
     except UsageError as error:
         raise UsageError(f"--config={error}") from None
     return arg if path is None else f"--config={path}{match.group(2)}"
+
+
+def _check_config_path(arg: str) -> None:
+    """`--config=PATH[:arg]` names a file: one line where it does not
+    (ml_collections would raise an OSError twice, with tracebacks)."""
+    match = re.fullmatch(r"--?config=(.*)", arg, re.S)
+    if not match:
+        return
+    path = match.group(1).split(":", 1)[0]
+    if not path:
+        raise UsageError("--config= names no config: give a shipped one "
+                         f"({', '.join(config_lib.packaged_configs())}) or "
+                         "a path (my_config.py).")
+    if "://" not in match.group(1) and not os.path.isfile(path):
+        raise UsageError(
+            f"--config={match.group(1)}: {path} is no file. Give a shipped "
+            f"config ({', '.join(config_lib.packaged_configs())}) or the "
+            "path of a config file.")
 
 
 def upgrade_override(arg: str) -> str:

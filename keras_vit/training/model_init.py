@@ -84,6 +84,8 @@ def check_workdir_config(config, workdir: str) -> None:
         )
     if not tf.train.latest_checkpoint(os.path.join(workdir, wd.CHECKPOINTS)):
         return  # nothing to restore the optimizer from
+    _check_resumed_input(old, config, workdir)
+    _check_resumed_start(old, config, workdir)
     saved, asked = optimizer_signature(old), optimizer_signature(config)
     if saved["optimizer.name"] != asked["optimizer.name"]:
         # SGD's momentum is SGD's: another optimizer is named alone.
@@ -97,6 +99,53 @@ def check_workdir_config(config, workdir: str) -> None:
             "new `workdir`, or start a new run from this one's weights "
             f"(--model={workdir})."
         )
+
+
+# The config.input fields that make the training data's order, which a
+# checkpoint of the data iterator (config.checkpoints.iterator) holds.
+_ORDER_FIELDS = ("dataset", "data_dir", "vtab_task", "train_split",
+                 "batch_size", "train_examples_per_class", "shuffle_buffer",
+                 "cache_train", "image_key", "label_key", "pp", "mix")
+
+
+def _plain(section, fields) -> dict:
+    return {k: json.loads(json.dumps(section.to_dict().get(k)))
+            for k in fields}
+
+
+def _check_resumed_input(old, config, workdir: str) -> None:
+    """A checkpointed data iterator resumes the data it was made of: with
+    another batch, split or preprocessing it would fail on its first batch,
+    or go on reading the old data while config.json names the new."""
+    if not config.checkpoints.iterator:
+        return  # the data order is drawn anew from the step
+    differ = config_lib.named_differences(
+        _plain(old.input, _ORDER_FIELDS), _plain(config.input, _ORDER_FIELDS),
+        lambda key: f"config.input.{key}",
+        lambda value: shorten(json.dumps(value), _MAX_VALUE), _MAX_NAMED)
+    if differ:
+        raise TrainingError(
+            f"The workdir {workdir} holds checkpoints of the data order of "
+            f"other training data: {differ}. Resume with the run's own "
+            "input, or set --config.checkpoints.iterator=False to resume "
+            "with this input, its order drawn anew.")
+
+
+def _check_resumed_start(old, config, workdir: str) -> None:
+    """A run resumes from its own checkpoints: a model to start from other
+    than the run's would not be read, though config.json would name it."""
+    saved, asked = old.init.model, config.init.model
+    if asked and asked != saved and not (saved and _same_path(saved, asked)):
+        raise TrainingError(
+            f"The workdir {workdir} resumes from its own checkpoints "
+            f"(it started from {saved or 'scratch'}): --model={asked} "
+            "would not be read. Leave --model out to resume, or use a new "
+            f"workdir to fine-tune from {asked}.")
+
+
+def _same_path(a: str, b: str) -> bool:
+    return "://" not in a + b and os.path.abspath(
+        os.path.expanduser(a)) == os.path.abspath(os.path.expanduser(b))
 
 
 # At most this many differing fields are named, each value cut to
