@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import re
+import shutil
 import sys
 
 import pytest
@@ -175,3 +176,25 @@ def test_train_skips_the_curves_without_matplotlib(tmp_path, monkeypatch,
     lines = [r.getMessage() for r in caplog.records
              if "training_curves.png" in r.getMessage()]
     assert len(lines) == 1 and "matplotlib" in lines[0], lines
+
+
+def test_a_run_started_again_keeps_the_earlier_history_apart(tmp_path):
+    """Its checkpoints deleted, a workdir's run starts at step 0 again:
+    the earlier run's history.csv is kept apart (history.before-1.csv,
+    said in the log), and history.csv holds the new run's rows alone, so
+    the curves do not mix two runs."""
+    workdir = tmp_path / "run"
+    args = console.TINY_DIGITS + ["--config.checkpoints.every_steps=2",
+                                  "--config.log.every_steps=2",
+                                  f"--workdir={workdir}"]
+    first = console.run("train", args + ["--config.trainer.total_steps=4"])
+    assert first.returncode == 0, first.stderr[-3000:]
+    earlier = (workdir / history.FILE).read_text()
+    shutil.rmtree(workdir / "checkpoints")
+    again = console.run("train", args + ["--config.trainer.total_steps=2"])
+    assert again.returncode == 0, again.stderr[-3000:]
+    kept = workdir / "history.before-1.csv"
+    assert kept.read_text() == earlier
+    assert f"that history is kept apart in {kept}" in again.stderr
+    steps = [r["step"] for r in history.read_history(str(workdir))]
+    assert steps and max(steps) == 2  # the new run's rows alone

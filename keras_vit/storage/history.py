@@ -28,7 +28,7 @@ import io
 import math
 import os
 import time
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 import tensorflow as tf
 
@@ -107,6 +107,22 @@ class HistoryWriter:
                 text = header + text
             f.write(text)
             f.flush()
+
+
+def set_aside(workdir: str) -> Optional[str]:
+    """Moves the history.csv of a run that starts again from step 0 (its
+    checkpoints gone) to history.before-N.csv, the first free N, so that
+    the new run's rows do not mix with it; the new path, or None where
+    there was none."""
+    path = os.path.join(workdir, FILE)
+    if not tf.io.gfile.exists(path):
+        return None
+    n = 1
+    while tf.io.gfile.exists(os.path.join(workdir, f"history.before-{n}.csv")):
+        n += 1
+    target = os.path.join(workdir, f"history.before-{n}.csv")
+    tf.io.gfile.rename(path, target)
+    return target
 
 
 def read_history(workdir: str) -> List[Dict]:

@@ -122,3 +122,16 @@ class RunRecords:
         self.history.flush()
         if self.best is not None:
             self.best.close()
+
+
+def set_history_aside(workdir: str, chief: bool) -> None:
+    """A run that starts at step 0 where an earlier one logged (its
+    checkpoints deleted, or it stopped before its first) keeps that
+    history apart (`history.set_aside`), said in the log, so that the two
+    runs' rows and curves do not mix."""
+    moved = history.set_aside(workdir) if chief else None
+    if moved:
+        logging.warning(
+            "The workdir %s has no checkpoint but an earlier run's "
+            "history: training starts at step 0, and that history is kept "
+            "apart in %s.", workdir, moved)

@@ -356,6 +356,7 @@ def _resume_and_run(saved_config: Dict, init, plan: loop.Plan,
         )
     else:
         model_init.initialise_from(init, trainer.model)
+        records.set_history_aside(run.workdir, run.chief)
     # Only now: a workdir whose checkpoints do not fit keeps its config.
     if run.chief:
         wd.write_json(os.path.join(run.workdir, wd.CONFIG), saved_config)
