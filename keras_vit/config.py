@@ -281,6 +281,15 @@ def packaged_config(name: str) -> Optional[str]:
     )
 
 
+def no_config_arg(arg: Optional[str], name: str) -> None:
+    """Refuses an argument given to a config that takes none
+    (`--config=digits:foo`), rather than dropping it in silence."""
+    if arg:
+        raise UsageError(
+            f"--config={name}:{arg}: the {name} config takes no argument; "
+            f"use --config={name} and --config.FIELD=VALUE overrides.")
+
+
 def parse_config_arg(
     arg: Optional[str], bare_key: Optional[str] = None, **defaults: str
 ) -> dict:

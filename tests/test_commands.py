@@ -295,9 +295,12 @@ def parse_train(argv):
 def test_config_by_name_and_by_path(tmp_path):
     by_name = parse_train(["--config=digits", "--workdir=w"]).config
     # The space form, as absl users type flags.
-    for argv in (["--config", "digits"], ["--config", "digits:x", ]):
-        spaced = parse_train([*argv, "--workdir=w"]).config
-        assert spaced.to_dict() == by_name.to_dict()
+    spaced = parse_train(["--config", "digits", "--workdir=w"]).config
+    assert spaced.to_dict() == by_name.to_dict()
+    # An argument to a config that takes none is refused, not dropped.
+    with pytest.raises(Exception, match="the digits config takes no "
+                       "argument; use --config=digits and"):
+        parse_train(["--config", "digits:x", "--workdir=w"])
     for path in ("configs/digits.py", "keras_vit/configs/digits.py",
                  os.path.join(ROOT, "configs", "digits.py")):
         cwd = os.getcwd()
@@ -417,3 +420,19 @@ def test_epochs_to_steps():
     assert steps("300", config_lib.IMAGENET21K_TRAIN, 4096) == 1_036_167
     assert steps(300, config_lib.IMAGENET1K_TRAIN, 4096) == 92_898
     assert steps(1, 10, 4) == 3 and steps(1, 8, 4) == 2
+
+
+def test_convert_names_what_the_keras_file_does_not_keep(tmp_path, caplog):
+    """A hub model's class names stay behind in a .keras file: one warning
+    line names them and the flag that gives them to predict and export."""
+    from keras_vit.commands import convert
+
+    hub = os.path.join(os.path.dirname(__file__), "fixtures", "hub",
+                       "hf_vit_classifier")
+    out = str(tmp_path / "m.keras")
+    assert convert.main(["keras-vit-convert", f"--model={hub}",
+                         f"--output={out}"]) == 0
+    (line,) = [r.getMessage() for r in caplog.records
+               if "does not keep" in r.getMessage()]
+    assert "class names" in line and "--class_names_file" in line
+    assert "--resize_size" not in line  # a hub model records none

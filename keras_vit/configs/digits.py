@@ -12,11 +12,12 @@ Expected: >= 95% test accuracy (about 97-98%) in under 5 minutes on a
 2-core CPU; metrics.json in the workdir holds the numbers.
 """
 
+from keras_vit import config as config_lib
 from keras_vit.config import base_config
 
 
 def get_config(arg=None):
-    del arg
+    config_lib.no_config_arg(arg, "digits")
     c = base_config()
     # Upsampled 8 x 8 greys: 8 x 8 patches give 16 tokens of 2 x 2 original
     # pixels each.

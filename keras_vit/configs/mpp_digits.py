@@ -17,11 +17,12 @@ scripts/mpp_label_efficiency.py compares fine-tuning from it with
 training from scratch on a few labels per class.
 """
 
+from keras_vit import config as config_lib
 from keras_vit.config import base_config
 
 
 def get_config(arg=None):
-    del arg
+    config_lib.no_config_arg(arg, "mpp_digits")
     c = base_config()
     # Upsampled 8 x 8 greys, cut into 8 x 8 patches of 2 x 2 original
     # pixels (configs/digits.py): 16 tokens per image.

@@ -20,12 +20,13 @@ Resisc45 and Retinopathy need a manual download into
 <data_dir>/downloads/manual/ (the run says what is missing and goes on).
 """
 
+from keras_vit import config as config_lib
 from keras_vit.config import base_config
 from keras_vit.config_schema import evaluator
 
 
 def get_config(arg=None):
-    del arg
+    config_lib.no_config_arg(arg, "vtab")
     c = base_config()
     # The paper's fine-tuning resolution.
     c.model.image_size = 384
