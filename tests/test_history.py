@@ -124,10 +124,17 @@ def test_history_best_checkpoint_curves_and_a_finished_run(tmp_path):
     log = csv_path.read_bytes()
     third = _train(workdir, 80)
     assert third.returncode == 0, third.stderr[-3000:]
-    assert f"The run in {workdir} has finished: step 80 of 80." in (
-        third.stderr)
+    assert f"The run in {workdir} has finished: step 80 of 80 (80 asked)." \
+        in third.stderr
     assert f"{workdir}/metrics.json" in third.stderr
     assert "Compiling" not in third.stderr and "Resumed" not in third.stderr
+    assert (workdir / "metrics.json").read_bytes() == metrics
+    assert csv_path.read_bytes() == log
+    # Fewer steps asked of the finished run: the same, nothing rewritten.
+    fourth = _train(workdir, 40)
+    assert fourth.returncode == 0, fourth.stderr[-3000:]
+    assert "has finished: step 80 of 80 (40 asked)." in fourth.stderr
+    assert "Resumed" not in fourth.stderr
     assert (workdir / "metrics.json").read_bytes() == metrics
     assert csv_path.read_bytes() == log
 

@@ -75,8 +75,9 @@ def read_class_names(workdir: str) -> Optional[List[str]]:
 
 def finished_run(workdir: str, total_steps: int) -> Optional[dict]:
     """The final metrics of the run in `workdir` with "finished_before":
-    True when it has finished `total_steps` steps (metrics.json says so and
-    its latest checkpoint is of that step), else None."""
+    True when it has finished `total_steps` steps or more (metrics.json says
+    so and its latest checkpoint is of that step: fewer steps asked of a
+    finished run train none), else None."""
     path = os.path.join(workdir, METRICS)
     if not tf.io.gfile.exists(path):
         return None
@@ -85,8 +86,9 @@ def finished_run(workdir: str, total_steps: int) -> Optional[dict]:
     except (ValueError, tf.errors.OpError):
         return None
     latest = tf.train.latest_checkpoint(os.path.join(workdir, CHECKPOINTS))
-    if not (isinstance(metrics, dict) and metrics.get("steps") == total_steps
-            and latest and latest.endswith(f"-{total_steps}")):
+    steps = metrics.get("steps") if isinstance(metrics, dict) else None
+    if not (isinstance(steps, int) and steps >= total_steps
+            and latest and latest.endswith(f"-{steps}")):
         return None
     return dict(metrics, finished_before=True)
 

@@ -252,9 +252,9 @@ def _finished_before(workdir: str, total_steps: int) -> Optional[Dict]:
     finished = wd.finished_run(workdir, total_steps)
     if finished is not None:
         logging.info(
-            "The run in %s has finished: step %d of %d. Its results: %s. To "
-            "train on, raise config.trainer.total_steps.", workdir,
-            finished["steps"], finished["steps"],
+            "The run in %s has finished: step %d of %d (%d asked). Its "
+            "results: %s. To train on, raise config.trainer.total_steps.",
+            workdir, finished["steps"], finished["steps"], total_steps,
             os.path.join(workdir, wd.METRICS))
     return finished
 
