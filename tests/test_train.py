@@ -456,3 +456,24 @@ def test_the_api_names_the_config_field_of_a_bad_step_or_batch(field,
     with pytest.raises(errors.UsageError, match=(
             rf"^config\.{field} must be positive, got {value}\.$")):
         train_lib._global_batch(config.trainer, config.input)
+
+
+def test_fine_tuning_says_when_the_source_computes_otherwise(tmp_path):
+    """keras-vit-train --model=<a Hugging Face folder>: its exact GELU and
+    LayerNorm epsilon 1e-12 are not the official numerics the run's model
+    computes with; the log says so, naming both."""
+    from tests import console
+
+    folder = os.path.join(os.path.dirname(__file__), "fixtures", "hub",
+                          "hf_vit_classifier")
+    result = console.run("train", console.TINY_DIGITS[:1] + [
+        f"--model={folder}", "--config.model.image_size=16",
+        "--config.input.pp.resize_size=18", "--config.input.batch_size=16",
+        "--config.trainer.jit_compile=False",
+        "--config.schedule.warmup_steps=0", "--config.trainer.total_steps=2",
+        f"--workdir={tmp_path / 'run'}"])
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (f"{folder} computes its blocks otherwise (GELU exact (erf), "
+            "LayerNorm epsilon 1e-12) than the model it starts here (GELU "
+            "tanh, LayerNorm epsilon 1e-06, the official ViT's)"
+            ) in result.stderr

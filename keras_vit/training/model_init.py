@@ -20,6 +20,7 @@ from keras_vit.build import config_architecture
 from keras_vit.checkpoint import loader
 from keras_vit.config_schema import SCRATCH_IMAGE_SIZE
 from keras_vit.errors import shorten
+from keras_vit.model import architecture_of
 from keras_vit.storage import workdir as wd
 from keras_vit.training.resume import TrainingError
 
@@ -223,3 +224,16 @@ def initialise_from(init, model: keras.Model) -> None:
         model, source, keep_pre_logits=bool(init.keep_pre_logits)
     )
     logging.info("Initialised from %s: %s", source.path, report)
+    theirs = loader.describe_source(source).numerics
+    ours = architecture_of(model).numerics
+    if theirs != ours:  # a run's config holds the official numerics
+        logging.warning(
+            "%s computes its blocks otherwise (%s) than the model it "
+            "starts here (%s, the official ViT's): its outputs move a "
+            "little before the first step, and fine-tuning adapts to them.",
+            source.path, _numerics(theirs), _numerics(ours))
+
+
+def _numerics(numerics) -> str:
+    return (f"GELU {'tanh' if numerics.approximate_gelu else 'exact (erf)'}"
+            f", LayerNorm epsilon {numerics.layer_norm_epsilon:g}")
