@@ -475,3 +475,52 @@ def test_hybrid_layout_and_no_rgb_filters(tmp_path, images):
         [cli.JSON_NAME]
         + [f for k, f in cli.FIGURES.items() if k != "patch_embedding_pca"]
     )
+
+
+@pytest.fixture(scope="module")
+def mpp_ema_run(tmp_path_factory):
+    """A 2-step MPP run at image 16 that keeps EMA weights."""
+    from keras_vit.training import train_lib
+    from tests import tiny
+
+    config = tiny.digits_config({
+        "objective.mpp.enabled": True, "model.image_size": 16,
+        "model.patch_size": 4, "trainer.ema_decay": 0.5,
+        "schedule.warmup_steps": 1,
+        "trainer.total_steps": 2, "trainer.steps_per_loop": 1,
+        "checkpoints.every_steps": 0, "log.every_steps": 1,
+        "evals.test.every_steps": 0})
+    workdir = str(tmp_path_factory.mktemp("mpp_ema"))
+    train_lib.train_and_evaluate(config, workdir)
+    keras.backend.clear_session()
+    return workdir
+
+
+def test_cli_mpp_figure_uses_the_same_model(mpp_ema_run, tmp_path,
+                                            monkeypatch, capsys):
+    """--image_size and --no_ema reach the MPP figure: it is drawn at 24
+    (not a traceback at the run's 16) from the raw weights, as the other
+    figures are."""
+    from keras_vit.analysis import mpp_figure
+    from keras_vit.storage import workdir as wd
+
+    calls = []
+    restore = wd.restore_model
+
+    def spy(path, **kwargs):
+        calls.append(kwargs.get("use_ema", True))
+        return restore(path, **kwargs)
+
+    monkeypatch.setattr(wd, "restore_model", spy)
+    out = str(tmp_path / "analysis")
+    assert _analysis(f"--model={mpp_ema_run}", "--image_size=24",
+                     "--no_ema", "--digits=2", f"--output_dir={out}") == 0
+    assert os.path.join(out, mpp_figure.FIGURE) in capsys.readouterr().out
+    _assert_png(os.path.join(out, mpp_figure.FIGURE))
+    assert calls and not any(calls)  # raw weights, everywhere
+    # The rebuilt MPP model: its encoder is the one the figures read.
+    model = mpp_figure._at_resolution(
+        restore(mpp_ema_run, use_ema=False), 24,
+        wd.read_config(mpp_ema_run).objective.mpp)
+    assert model.architecture.image_size == (24, 24)
+    assert tuple(model.output_shape[1:2]) == (36,)

@@ -320,3 +320,124 @@ def test_keras_file_is_usable_as_a_vtab_source(tmp_path):
     }
     for key, value in arrays.items():
         np.testing.assert_array_equal(value, source[key])
+
+
+# ---------------------------------- the model source, as a user gives it
+def _printed_metrics(capsys):
+    printed = capsys.readouterr().out
+    return json.loads(printed[printed.index("{"):])
+
+
+def _one_line_error(capsys):
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(
+        "keras-vit-evaluate: error: "), err
+    return err[0]
+
+
+@pytest.fixture(scope="module")
+def resize_run(tmp_path_factory):
+    """A 2-step digits run at image 16 that evaluates resized to 24, then
+    the central 16 crop."""
+    config = tiny_configs.digits_config({
+        "model.image_size": 16, "input.pp.eval_resize_size": 24,
+        "trainer.total_steps": 2, "trainer.steps_per_loop": 1,
+        "checkpoints.every_steps": 0, "schedule.warmup_steps": 1,
+        "log.every_steps": 1, "evals.test.every_steps": 0})
+    workdir = str(tmp_path_factory.mktemp("resize_run"))
+    train_lib.train_and_evaluate(config, workdir)
+    keras.backend.clear_session()
+    return workdir
+
+
+def test_cli_eval_refuses_a_model_without_head_by_name(tmp_path, capsys):
+    """A features model whose width equals the class count is not scored
+    as if its features were logits; a wider one is not "predicts 16
+    classes"."""
+    for width in (10, 16):
+        path = str(tmp_path / f"features{width}.keras")
+        tiny(num_classes=0, representation_size=width).save(path)
+        assert cli("--mode=eval", f"--model={path}", "--dataset=digits") == 1
+        err = _one_line_error(capsys)
+        assert f"{path} has no classification head" in err
+        assert "nothing to evaluate" in err and "predicts" not in err
+
+
+def test_cli_eval_with_a_config_uses_the_models_own_size(tmp_path, capsys):
+    """--config gives the data and batch; the model keeps its resolution
+    (16, not the config's model.image_size) unless --image_size."""
+    path = str(tmp_path / "m.keras")
+    model = tiny(image_size=16)
+    model.save(path)
+    config = os.path.join(ROOT, "configs", "digits.py")
+    assert cli("--mode=eval", f"--config={config}",
+               "--config.model.image_size=32", f"--model={path}") == 0
+    got = _printed_metrics(capsys)
+    assert got["image_size"] == [16, 16]
+    want = direct_digits_metrics(model, 16)
+    assert got["accuracy"] == pytest.approx(want["accuracy"])
+    assert cli("--mode=eval", f"--config={config}", f"--model={path}",
+               "--image_size=32") == 0
+    assert _printed_metrics(capsys)["image_size"] == [32, 32]
+
+
+def test_cli_eval_scales_the_runs_resize_with_image_size(resize_run,
+                                                         capsys):
+    """The run's eval_resize_size 24 at 16 is 48 at --image_size=32 (no
+    EnsureShape traceback) and 12 at 8 (not a small centre crop)."""
+    for size, resize in ((None, 24), (32, 48), (8, 12)):
+        extra = [f"--image_size={size}"] if size else []
+        assert cli("--mode=eval", f"--model={resize_run}", *extra) == 0
+        got = _printed_metrics(capsys)
+        assert got["resize_size"] == resize
+        assert got["image_size"] == [size or 16] * 2
+        assert got["num_examples"] == 360
+
+
+def test_scaled_resize_is_the_one_rule():
+    from keras_vit.commands import flags as cli_flags
+
+    assert cli_flags.scaled_resize(None, 16, 32) is None
+    assert cli_flags.scaled_resize(24, 16, 32) == 48
+    assert cli_flags.scaled_resize(24, 16, 8) == 12
+    assert cli_flags.scaled_resize(256, 224, 56) == 64
+    assert cli_flags.scaled_resize(18, 16, (16, 32)) == 36
+    assert cli_flags.scaled_resize(18, 0, 32) == 32  # never below the image
+
+
+def test_cli_eval_reads_the_data_of_workdir_beside_model(resize_run,
+                                                         tmp_path, capsys):
+    """--workdir=RUN --model=M.keras: M on the run's data (its config),
+    results into the run's folder; a --workdir without a config names the
+    real fix."""
+    path = str(tmp_path / "m.keras")
+    tiny(image_size=16).save(path)
+    out = str(tmp_path / "out")
+    os.makedirs(out)
+    assert cli("--mode=eval", f"--workdir={out}", f"--model={path}") == 1
+    err = _one_line_error(capsys)
+    assert f"--workdir={out} holds no config.json" in err
+    assert "--dataset=" in err
+    assert cli("--mode=eval", f"--workdir={resize_run}", f"--model={path}",
+               f"--output_dir={out}") == 0
+    got = _printed_metrics(capsys)
+    assert got["dataset"] == "digits" and got["num_examples"] == 360
+    assert os.path.exists(os.path.join(out, "eval_digits_test.json"))
+
+
+def test_export_scales_the_runs_resize_with_image_size(resize_run, tmp_path,
+                                                       capsys):
+    """keras-vit-export --image_size=32 of a run that evaluates resized to
+    24 at 16: resized to 48, then the central 32 (no EnsureShape
+    traceback), the same rule as --mode=eval."""
+    from keras_vit.commands import export as export_main
+    from keras_vit.export import saved_model
+
+    out = str(tmp_path / "exports")
+    with mock.patch.object(saved_model, "export_model",
+                           wraps=saved_model.export_model) as spy:
+        assert export_main.main([
+            "keras-vit-export", f"--model={resize_run}", "--image_size=32",
+            f"--export_dir={out}"]) == 0
+    assert spy.call_args.kwargs["resize_size"] == 48
+    capsys.readouterr()

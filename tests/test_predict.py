@@ -178,3 +178,46 @@ def test_folders_are_walked_through_links_and_past_hidden_names(tmp_path):
                        r"\(No such file or directory\); pass "
                        "--skip_bad_images"):
         predict.read_images(files, skip_bad=False)
+
+
+def test_tilde_in_model_is_the_home_folder(setup, monkeypatch, capsys):
+    """`--model=~/vit.keras` (bash expands no ~ after `=`) and
+    keras_vit.load_model("~/...") read the home folder's file."""
+    import keras_vit
+
+    root, _ = setup
+    monkeypatch.setenv("HOME", str(root))
+    image = str(root / "photos" / "img0.jpeg")
+    assert run_predict([image, "--model=~/vit.keras"]) == 0
+    assert "img0.jpeg" in capsys.readouterr().out
+    assert keras_vit.load_model("~/vit.npz").output_shape[-1] == 4
+
+
+def test_hub_config_without_weights_names_the_missing_file(setup, tmp_path,
+                                                           capsys):
+    root, _ = setup
+    folder = tmp_path / "hf_config_only"
+    folder.mkdir()
+    config = os.path.join(HUB, "hf_vit_classifier", "config.json")
+    (folder / "config.json").write_text(open(config).read())
+    assert run_predict([str(root / "photos"), f"--model={folder}"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "is not a config field" not in err[0], err
+    assert "Hugging Face model's config.json but not its weights" in err[0]
+    assert "model.safetensors (or pytorch_model.bin)" in err[0]
+
+
+def test_keras_model_of_no_vit_warns_as_it_is_refused(setup, tmp_path,
+                                                      capsys, caplog):
+    root, _ = setup
+    inputs = keras.Input((SIZE, SIZE, 3))
+    outputs = keras.layers.Dense(4)(keras.layers.Flatten()(inputs))
+    path = str(tmp_path / "not_vit.keras")
+    keras.Model(inputs, outputs).save(path)
+    assert run_predict([str(root / "photos"), f"--model={path}"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "not a Vision Transformer" in err[0], err
+    warned = " ".join(r.getMessage() for r in caplog.records
+                      if "not a keras_vit Vision" in r.getMessage())
+    assert "the keras-vit commands" in warned and "refuse it" in warned
+    assert "for predictions and accuracy" not in warned

@@ -21,7 +21,9 @@ import tensorflow as tf
 from keras_vit import config as config_lib
 from keras_vit import mpp
 from keras_vit.analysis import plots
+from keras_vit.architecture import image_hw
 from keras_vit.build import config_stride
+from keras_vit.checkpoint.posemb import resize_position_embedding
 from keras_vit.data import masking
 from keras_vit.errors import UsageError
 from keras_vit.model import architecture_of
@@ -217,15 +219,27 @@ def draw_for_run(
     titles: Optional[Sequence[str]] = None,
     max_images: int = 8,
     seed: int = 0,
+    image_size=None,
+    use_ema: bool = True,
 ) -> Optional[str]:
     """Draws FIGURE for the workdir of an MPP run (its latest checkpoint,
     its config.objective.mpp options); returns its path, or None for a run
-    that is not an MPP run."""
+    that is not an MPP run.
+
+    Args:
+        image_size: int, (height, width) or None. The resolution of
+            `images`, which the model is rebuilt at (position embeddings
+            resized) when it is not the run's; None: the run's.
+        use_ema: bool. The run's EMA (Polyak) weights when it kept them,
+            else the raw ones (as `WorkdirSource`).
+    """
     config = wd.read_config(workdir)
     if not config.objective.mpp.enabled:
         return None
-    model = wd.restore_model(workdir)
     opts = config.objective.mpp
+    model = wd.restore_model(workdir, use_ema=use_ema)
+    if image_size is not None:
+        model = _at_resolution(model, image_size, opts)
     pictures = predict(
         model, images[:max_images], target=opts.target,
         colour_bits=opts.colour_bits, grid_size=opts.grid_size,
@@ -237,3 +251,24 @@ def draw_for_run(
         stride=config_stride(config.model), titles=titles,
         max_images=max_images,
     )
+
+
+def _at_resolution(model: keras.Model, image_size, opts) -> keras.Model:
+    """MPP model `model` at input size `image_size`: the same weights,
+    its position embedding resized to the new patch grid."""
+    hw = image_hw(image_size)
+    arch = architecture_of(model)
+    if tuple(arch.image_size) == hw:
+        return model
+    new = mpp.MppModel(dataclasses.replace(arch, image_size=hw),
+                       target=opts.target, colour_bits=opts.colour_bits,
+                       grid_size=opts.grid_size, name=model.name)
+    old = {layer.name: layer for layer in model.layers}
+    for layer in new.layers:
+        weights = old[layer.name].get_weights()
+        if layer.name == "posembed_input" and weights:
+            weights = [resize_position_embedding(
+                weights[0], new.architecture.grid(), arch.grid(),
+                arch.num_prefix_tokens)]
+        layer.set_weights(weights)
+    return new

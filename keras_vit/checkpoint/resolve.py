@@ -24,6 +24,7 @@ the cache is and how to download), a file or folder of no model kind.
 from __future__ import annotations
 
 import difflib
+import json
 import os
 import re
 from typing import Optional, Tuple, Union
@@ -114,6 +115,7 @@ def _path_source(text: str, variant, posemb_grid, use_ema) -> Source:
         if is_saved_model(text):
             return SavedModelSource(text)
         if tf.io.gfile.exists(os.path.join(text, wd.CONFIG)):
+            _check_not_hub_config(text)
             return WorkdirSource(text, use_ema=use_ema)
         raise UsageError(
             f"{text} is a folder of no model kind: it holds no {wd.CONFIG} "
@@ -127,6 +129,26 @@ def _path_source(text: str, variant, posemb_grid, use_ema) -> Source:
         return HubSource(text)
     raise UsageError(f"{text} is a file of no model kind: give "
                      f"{SOURCE_KINDS}.")
+
+
+def _check_not_hub_config(folder: str) -> None:
+    """A UsageError when the config.json of `folder` is a Hugging Face
+    (transformers) model's, not a training run's: its weights are
+    missing."""
+    try:
+        with tf.io.gfile.GFile(os.path.join(folder, wd.CONFIG)) as f:
+            fields = json.load(f)
+    except (tf.errors.OpError, ValueError):
+        return  # the workdir's reader says what is wrong with it
+    if isinstance(fields, dict) and ("model_type" in fields
+                                     or "architectures" in fields):
+        raise UsageError(
+            f"{folder} holds a Hugging Face model's {wd.CONFIG} but not its "
+            "weights: download model.safetensors (or pytorch_model.bin) "
+            "into it "
+            "(`hf download ORG/NAME --local-dir ...`), or give "
+            "--model=hf://ORG/NAME."
+        )
 
 
 def resolve(
@@ -161,7 +183,9 @@ def resolve(
         return source
     if source is None or not str(source).strip():
         raise UsageError(f"No model given: a model is {SOURCE_KINDS}.")
-    text = str(source).strip()
+    # A local path as a shell would read it: `--model=~/m.keras` reaches
+    # here unexpanded (bash expands no ~ after `=`).
+    text = os.path.expanduser(str(source).strip())
     located = cache.locate(text)
     if located is None:
         resolved = _path_source(text, variant, posemb_grid, use_ema)

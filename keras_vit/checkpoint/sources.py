@@ -224,9 +224,9 @@ class KerasSource(_SavedKerasModel):
             return as_vision_transformer(model)
         logging.warning(
             "%s holds a Keras model that is not a keras_vit Vision "
-            "Transformer (%s): it is used as Keras saved it, all its layers"
-            ", for predictions and accuracy; what needs a ViT refuses it.",
-            self.path, foreign)
+            "Transformer (%s): keras_vit.load_model gives it back as Keras "
+            "saved it; the keras-vit commands and what else needs a ViT "
+            "refuse it.", self.path, foreign)
         return model
 
 

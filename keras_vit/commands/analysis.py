@@ -96,9 +96,12 @@ def _main(values: flags.FlagValues, images: list) -> None:
         num_components=values.num_components, class_names=class_names,
     )
     # An MPP run: also what its head predicts for corrupted patches.
+    # The same model as the figures above: its size and weights (EMA or
+    # raw, --no_ema).
     mpp_path = source.run_config() is not None and mpp_figure.draw_for_run(
         source.path, pixels, values.output_dir, titles=names,
-        max_images=values.max_rollout_images,
+        max_images=values.max_rollout_images, image_size=size,
+        use_ema=getattr(source, "use_ema", True),
     )
     if mpp_path:
         data["figures"]["mpp_predictions"] = os.path.basename(mpp_path)

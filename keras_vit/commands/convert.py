@@ -17,7 +17,7 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING, Optional, Sequence
 
-from absl import flags
+from absl import flags, logging
 
 from keras_vit.commands import flags as cli
 from keras_vit.commands.lazy import lazy_module
@@ -91,7 +91,31 @@ def _main(values: flags.FlagValues, args: list) -> None:
                      **build)
     if report is not None:
         print(report)
+    _warn_not_carried(values, source, "num_classes" in build)
     print(f"Wrote {values.output}.")
+
+
+def _warn_not_carried(values: flags.FlagValues, source,
+                      new_head: bool) -> None:
+    """One warning line naming what the source records beside its weights
+    that a .keras file does not keep (its class names, its eval resize),
+    and how predict and export take it instead."""
+    lost = []
+    names = None if new_head else loader.class_names(source)
+    if names:
+        lost.append(f"its {len(names)} class names (pass them as "
+                    "--class_names_file=FILE, one per line)")
+    run = source.run_config()
+    if run is not None and run.input.pp.eval_resize_size:
+        resize = cli.scaled_resize(
+            run.input.pp.eval_resize_size, run.model.image_size,
+            values.image_size or run.model.image_size)
+        lost.append(f"its evaluation resize (pass --resize_size={resize})")
+    if lost:
+        logging.warning(
+            "%s does not keep %s of %s: give keras-vit-predict and "
+            "keras-vit-export --model=%s these flags.", values.output,
+            " and ".join(lost), source.path, values.output)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

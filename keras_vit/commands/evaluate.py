@@ -43,6 +43,7 @@ if TYPE_CHECKING:  # imported on first use: --help loads no TensorFlow
     from keras_vit.data import pipeline as input_pipeline
     from keras_vit.evaluation import accuracy, fewshot, reports, vtab_run
     from keras_vit.storage import atomic
+    from keras_vit.storage import workdir as wd
     from keras_vit.training import distribute, train_lib
 else:
     tf = lazy_module("tensorflow")
@@ -56,6 +57,7 @@ else:
     reports = lazy_module("keras_vit.evaluation.reports")
     vtab_run = lazy_module("keras_vit.evaluation.vtab_run")
     atomic = lazy_module("keras_vit.storage.atomic")
+    wd = lazy_module("keras_vit.storage.workdir")
     distribute = lazy_module("keras_vit.training.distribute")
     train_lib = lazy_module("keras_vit.training.train_lib")
 
@@ -109,31 +111,45 @@ def _write(path: str, text: str) -> None:
     logging.info("Wrote %s", path)
 
 
-def _eval_mode(values, source, strategy) -> Dict:
-    # The data, split, preprocessing and batch of the run's own config.
+def _run_config(values, source):
+    """The config whose data, split, preprocessing and batch --mode=eval
+    uses: --config, else the model's run (a workdir), else --workdir's
+    (the run whose folder receives the results); None when none is."""
     if values.config is not None:
-        run = values.config
-    else:
-        run = source.run_config()
+        return values.config
+    run = source.run_config()
+    if run is None and values.workdir and values.model:
+        if atomic.exists(os.path.join(values.workdir, wd.CONFIG)):
+            return wd.read_config(values.workdir)
     if run is None and not values.dataset:
+        where = (f"--workdir={values.workdir} holds no {wd.CONFIG}"
+                 if values.workdir else f"{source.describe()} is no "
+                 "training run")
         raise UsageError(
-            "--mode=eval needs a data source: --dataset=digits|folder|<TFDS "
-            "name> (and --split), or --config / --workdir whose config "
-            "names one."
+            f"--mode=eval needs a data source and {where}: pass "
+            "--dataset=digits|folder|<TFDS name> (and --split), or "
+            "--config=CONFIG (or --workdir=RUN) whose config names one."
         )
-    inp = _eval_input(values, run)
+    return run
+
+
+def _eval_mode(values, source, strategy) -> Dict:
+    run = _run_config(values, source)
+    with strategy.scope():
+        # At the model's own resolution unless --image_size (a config's
+        # model.image_size is the run's, not this model's); a model
+        # without a classification head is refused by name.
+        model = cli.load_flagged_model(values, source, head="evaluate")
+    # The model's resolution, square or not.
+    image_size = tuple(int(n) for n in model.input_shape[1:3])
+    inp = _eval_input(values, run, image_size)
+    resize = inp.pp.eval_resize_size
+    logging.info("Evaluating at %s x %s (%s).", *image_size,
+                 f"resized to {resize}, then the central crop" if resize
+                 else "resized to it directly")
     split = values.split or (run.evals.test.split if run else "test")
     if inp.dataset == sources.FOLDER and not inp.vtab_task:
         split = folders.resolve_split(inp.data_dir, split)  # "val|test"
-    with strategy.scope():
-        # (A model.image_size of 0, the folder config's: the model's own.)
-        model = pretrained.require_vit(pretrained.load_model(
-            source,
-            values.image_size or (run.model.image_size if run else None)
-            or None
-        ), source.path)
-    # The model's resolution, square or not.
-    image_size = tuple(int(n) for n in model.input_shape[1:3])
     distribute.prepare_input(inp, strategy)  # a cluster's: chief first
     info = sources.dataset_info(inp)
     width = int(model.output_shape[-1])
@@ -154,6 +170,7 @@ def _eval_mode(values, source, strategy) -> Dict:
         every_s=(run or config_lib.base_config()).log.every_seconds)
     metrics.update(dataset=inp.dataset, split=split, model=source.describe(),
                    image_size=list(image_size),
+                   resize_size=inp.pp.eval_resize_size,
                    wall_time_s=time.time() - start)
     logging.info("eval %s %s: %s", inp.dataset, split, metrics)
     print(json.dumps(metrics, indent=2, sort_keys=True))
@@ -164,16 +181,19 @@ def _eval_mode(values, source, strategy) -> Dict:
     return metrics
 
 
-def _eval_input(values, run):
+def _eval_input(values, run, image_size):
     """The `config.input` section --mode=eval reads: the run's data
-    source and evaluation preprocessing (its config, or --workdir's),
+    source and evaluation preprocessing (its config, or --workdir's; its
+    eval_resize_size scaled from its model.image_size to `image_size`),
     --dataset and --data_dir where given."""
     fields = {}
     if run is not None:
         fields = {k: run.input[k] for k in (
             "dataset", "data_dir", "image_key", "label_key", "vtab_task",
             "skip_bad_images")}
-        fields["pp"] = {"eval_resize_size": run.input.pp.eval_resize_size}
+        fields["pp"] = {"eval_resize_size": cli.scaled_resize(
+            run.input.pp.eval_resize_size, run.model.image_size,
+            image_size)}
     if values.dataset:
         fields.update(dataset=values.dataset, vtab_task=None)
     if values.data_dir:
@@ -238,9 +258,8 @@ def _fewshot_sizes(values, config):
                     "features are taken at a square size (--image_size=N).")
             wanted = wanted[0]
         wanted = int(wanted)
-        if resize_size and isinstance(image_size, int) and image_size > 0:
-            resize_size = max(wanted, round(resize_size * wanted /
-                                            image_size))
+        if isinstance(image_size, int):
+            resize_size = cli.scaled_resize(resize_size, image_size, wanted)
         image_size = wanted
     logging.info("Few-shot features at %s x %s (resized to %s, then the "
                  "central crop).", image_size, image_size,

@@ -258,11 +258,39 @@ def define_resize_size(values: flags.FlagValues) -> None:
 def resize_size(values: flags.FlagValues,
                 source: loader.Source) -> Optional[int]:
     """--resize_size, else a training workdir's eval_resize_size (the
-    preprocessing the run evaluated with, which serving must match)."""
+    preprocessing the run evaluated with, which serving must match),
+    scaled to --image_size when that differs from the run's
+    (`scaled_resize`)."""
     run_config = source.run_config()
     if values.resize_size is not None or run_config is None:
         return values.resize_size
-    return run_config.input.pp.eval_resize_size
+    wanted = hint(values, "image_size") or run_config.model.image_size
+    return scaled_resize(run_config.input.pp.eval_resize_size,
+                         run_config.model.image_size, wanted)
+
+
+def _hw(size) -> Tuple[int, int]:
+    if isinstance(size, (tuple, list)):
+        return int(size[0]), int(size[1])
+    return int(size), int(size)
+
+
+def scaled_resize(resize: Optional[int], trained_size,
+                  image_size) -> Optional[int]:
+    """The eval resize (resize to it, then the central crop) for
+    `image_size` of one set for `trained_size`: scaled alike, so the crop
+    keeps the same share of the image, and never below the image's side
+    (24 at 16 -> 48 at 32, 12 at 8). None stays None; an unknown
+    `trained_size` (0 or None) leaves `resize`, at least the image's side.
+    """
+    if resize is None:
+        return None
+    rows, cols = _hw(image_size)
+    if trained_size and min(_hw(trained_size)) > 0:
+        trained_rows, trained_cols = _hw(trained_size)
+        resize = round(int(resize) * max(rows / trained_rows,
+                                         cols / trained_cols))
+    return max(rows, cols, int(resize))
 
 
 def define_class_names_file(values: flags.FlagValues) -> None:

@@ -316,6 +316,7 @@ def locate(text: str) -> Optional[Located]:
     not, `catalog.is_path`; only a name or an address downloads)."""
     if text.startswith(HF_PREFIX):
         return Located("hub", hf_snapshot(text))
+    text = os.path.expanduser(text)  # "~/ViT-B_16.npz": a local path
     bucket_path = catalog.bucket_path(text)
     if bucket_path is None and (os.path.exists(text) or catalog.is_path(
             text)):
