@@ -6,7 +6,9 @@ None is None where a field may be None (`command_line_nones`)."""
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping, Optional
+import functools
+import re
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import ml_collections
 
@@ -76,3 +78,28 @@ def command_line_nones(config: ml_collections.ConfigDict,
             continue  # a field the schema does not hold (an evaluator's)
         if default is None or dotted in NULLABLE:
             target[leaf] = None
+
+
+_NONE_ARG = re.compile(r"--?config\.([\w.]+)=(\w+)")
+
+
+def held_nones(argv: Sequence[str]) -> Tuple[List[str], Dict[str, str]]:
+    """(`argv` without the --config.FIELD=None of the fields whose schema
+    default is None, {FIELD: the word}): ml_collections' parser of an int
+    or float field refuses the word before `command_line_nones` could make
+    it None; the caller passes the held words to it once parsed."""
+    kept, held, base = [], {}, None
+    for arg in argv:
+        match = _NONE_ARG.fullmatch(str(arg))
+        if match and match.group(2).lower() in NONE_WORDS:
+            base = base if base is not None else base_config()
+            try:
+                default = functools.reduce(lambda c, k: c[k],
+                                           match.group(1).split("."), base)
+            except (KeyError, AttributeError, TypeError):
+                default = ""  # not in the schema: as typed
+            if default is None:
+                held[match.group(1)] = match.group(2)
+                continue
+        kept.append(arg)
+    return kept, held

@@ -222,6 +222,13 @@ def test_none_on_the_command_line_is_none_where_a_field_may_be_none():
                                    "--config.model.variant=none",
                                    "--config.model.hidden_size=64")
     assert config.model.variant is None and config.model.hidden_size == 64
+    # An int field whose default is None: ml_collections' int parser
+    # would refuse the word before it could become None.
+    config = _train_command_config(
+        "--config=digits", "--config.input.pp.resize_size=None",
+        "--config.model.representation_size=null")
+    assert config.input.pp.resize_size is None
+    assert config.model.representation_size is None
 
 
 def test_a_config_without_a_variant_keeps_its_sizes():

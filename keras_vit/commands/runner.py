@@ -269,7 +269,9 @@ def parse(values: flags.FlagValues, argv: Sequence[str]) -> list:
     """Parses `argv` (program first) into `values` and absl's own flags;
     the arguments left (program first). A bad flag or config field raises
     UsageError naming it."""
-    argv = normalize_argv(argv)
+    argv, held = normalize_argv(argv), {}
+    if "config" in values:  # --config.FIELD=None of an int field: after
+        argv, held = config_overrides.held_nones(argv)
     try:
         rest = flags.FLAGS(list(argv), known_only=True)
         rest = values(rest)
@@ -278,7 +280,8 @@ def parse(values: flags.FlagValues, argv: Sequence[str]) -> list:
     if "config" in values and values.config is not None:
         overrides = config_flags.get_override_values(values["config"])
         # --config.model.variant=None: None, not the word.
-        config_overrides.command_line_nones(values.config, overrides)
+        config_overrides.command_line_nones(values.config,
+                                            {**overrides, **held})
         # --config.model.variant=Ti/16 switches the model, sizes included.
         config_overrides.command_line_variant(values.config, overrides)
     return rest
