@@ -163,6 +163,15 @@ def _subdirs(path: str) -> List[str]:
     )
 
 
+def _has_subfolder(path: str) -> bool:
+    """Whether `path` holds a folder that is not hidden. Names of images
+    are not asked about: a split of class folders costs one question, a
+    folder of images none (each is a request on gs://)."""
+    return any(not n.startswith(".") and not _is_image(n)
+               and tf.io.gfile.isdir(os.path.join(path, n))
+               for n in _listdir(path))
+
+
 def _images(folder: str, name: str) -> List[Tuple[str, str]]:
     """(path, class `name`) of the images directly in `folder`."""
     return [(os.path.join(folder, f), name)
@@ -227,11 +236,12 @@ def _layout(root: str) -> Dict[str, List[Tuple[str, str]]]:
     or where no top folder holds images; else <class>/, held out."""
     tops = _subdirs(root)
     splits = [d for d in tops if d.lower() in SPLIT_NAMES
-              and _subdirs(os.path.join(root, d))]
+              and _has_subfolder(os.path.join(root, d))]
     if not splits and any(_images(os.path.join(root, d), d) for d in tops):
         _NOT_READ.clear()  # counted again as the class folders are listed
         return _held_out(_class_folders(root, ""))
-    stray = [d for d in tops if _images(os.path.join(root, d), d)]
+    # (Without a split-named folder, none of the tops holds an image.)
+    stray = [d for d in tops if splits and _images(os.path.join(root, d), d)]
     if stray:  # images beside the class folders of a split
         logging.warning(
             "Image folder %s: the images directly in %s are in no class "
