@@ -139,9 +139,15 @@ def checked_bytes(image_bytes: tf.Tensor) -> tf.Tensor:
             lambda: _decodable(image_bytes),
             lambda: tf.ones([count], tf.bool),
         )
-        decodes = _assert_none(
-            tf.logical_not(ok), _failure_reasons(image_bytes)
+        # The reasons are read only where an image failed: not on every
+        # request.
+        failed = tf.logical_not(ok)
+        reasons = tf.cond(
+            tf.reduce_any(failed),
+            lambda: _failure_reasons(image_bytes),
+            lambda: tf.fill(tf.shape(image_bytes), ""),
         )
+        decodes = _assert_none(failed, reasons)
     with tf.control_dependencies([decodes]):
         return tf.identity(image_bytes)
 
