@@ -294,19 +294,7 @@ def any_worker(strategy: tf.distribute.Strategy, flag: bool) -> bool:
     stops at the same step."""
     if not is_multi_worker(strategy):
         return bool(flag)
-    fn = _SUM_FNS.get(id(strategy))
-    if fn is None:
-
-        @tf.function
-        def fn(value):
-            per_replica = strategy.run(tf.identity, args=(value,))
-            return strategy.reduce("SUM", per_replica, axis=None)
-
-        _SUM_FNS[id(strategy)] = fn
-    return bool(fn(tf.constant(1.0 if flag else 0.0)) > 0)
-
-
-_SUM_FNS = {}
+    return sum_over_workers(strategy, [1.0 if flag else 0.0])[0] > 0
 
 
 def sum_over_workers(strategy: tf.distribute.Strategy,
