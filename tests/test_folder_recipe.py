@@ -123,6 +123,27 @@ def test_the_run_follows_the_data(tmp_path):
         _fitted(folder.get_config())
 
 
+def test_an_epoch_counts_the_images_trained_on(tmp_path):
+    """With skip_bad_images, the files left out are not counted in the
+    run's length: 10 epochs of the 24 readable images of 28 at batch 8
+    are 30 steps, not 35."""
+    write_photo_folder(tmp_path, per_class=12, split="train")
+    write_photo_folder(tmp_path, per_class=2, split="val")
+    for i in range(4):
+        (tmp_path / "train" / "china" / f"bad{i}.jpg").write_bytes(
+            b"not an image")
+    _index(tmp_path)
+
+    def steps(**inp):
+        return _fitted(config_lib.replace(
+            folder.get_config(f"data_dir={tmp_path}"),
+            input=dict(batch_size=8, **inp))).trainer.total_steps
+
+    assert steps() == 35
+    assert steps(skip_bad_images=True) == 30
+    assert steps(skip_bad_images=True, train_examples_per_class=10) == 25
+
+
 def test_the_resolution_follows_the_model_it_starts_from(tmp_path):
     model_config = folder.get_config().model
     init = config_lib.complete({}, "init")

@@ -110,6 +110,18 @@ def drop_unreadable(inp, split: str, paths, labels):
     return [paths[i] for i in keep], labels[keep]
 
 
+def training_examples(inp) -> Optional[int]:
+    """`sources.training_examples` of `config.input`, without the files
+    that `skip_bad_images` leaves out of an image folder (so that a run
+    sized in epochs counts the images it trains on)."""
+    if not (inp.skip_bad_images and inp.dataset == sources.FOLDER
+            and not inp.vtab_task):
+        return sources.training_examples(inp)
+    paths, labels = drop_unreadable(inp, inp.train_split, *folders.folder_split(
+        inp.data_dir, inp.train_split))
+    return sources.examples_kept(labels, int(inp.train_examples_per_class))
+
+
 def _label_bound(inp, num_classes: Optional[int],
                  labelled: bool) -> Optional[int]:
     if not labelled:

@@ -230,6 +230,14 @@ def training_examples(inp) -> Optional[int]:
         labels = folders.folder_split(inp.data_dir, inp.train_split)[1]
     else:
         labels = digits_split(inp.train_split)[1]
+    return examples_kept(labels, per_class)
+
+
+def examples_kept(labels: np.ndarray, per_class: int) -> int:
+    """How many of the examples with `labels` a run keeps: at most
+    `per_class` of each class (0: all)."""
+    if not per_class:
+        return len(labels)
     counts = np.unique(labels, return_counts=True)[1]
     return int(np.minimum(counts, per_class).sum())
 

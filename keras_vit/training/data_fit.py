@@ -13,6 +13,7 @@ from typing import Dict
 
 from absl import logging
 
+from keras_vit.data import checks as data_checks
 from keras_vit.data import folders, sources
 from keras_vit.errors import UsageError
 
@@ -32,7 +33,7 @@ def fit(inp, trainer, schedule, log, checkpoints, evals) -> Dict[str, dict]:
             "config.trainer.total_steps is 0, which asks for the steps of "
             "config.trainer.epochs passes over the training split, but "
             f"epochs is {trainer.epochs}: set one of them above 0.")
-    examples = sources.training_examples(inp)
+    examples = data_checks.training_examples(inp)
     if not examples:
         raise UsageError(
             f"config.trainer.total_steps is 0 but the size of "
