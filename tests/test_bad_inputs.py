@@ -13,6 +13,7 @@ import importlib.util
 import io
 import os
 import shutil
+import struct
 import subprocess
 import sys
 
@@ -909,3 +910,35 @@ def test_the_declared_pixels_are_read_from_each_header(fmt, options, mode):
         top_down[22:26] = (-21).to_bytes(4, "little", signed=True)
         declared = image_headers.declared_pixels(tf.constant(bytes(top_down)))
         assert int(declared) == 693
+
+
+def test_an_animated_gif_declares_the_pixels_of_all_its_frames():
+    """TensorFlow decodes every frame of a GIF, each at its own size and
+    returned at the screen's: the frames are summed, a frame larger than
+    the screen counted at its size; the walk stops past the limit, and a
+    file cut short counts the frames it holds."""
+    frames = [Image.fromarray(RNG.integers(0, 256, (21, 33, 3), np.uint8))
+              for _ in range(3)]
+    buffer = io.BytesIO()
+    frames[0].save(buffer, "GIF", save_all=True, append_images=frames[1:])
+    data = buffer.getvalue()
+    assert int(image_headers.declared_pixels(tf.constant(data))) == 3 * 693
+    assert pp.decode_image(tf.constant(data)).shape == (21, 33, 3)
+    assert int(image_headers.declared_pixels(
+        tf.constant(data[:len(data) // 2]))) in (693, 2 * 693)
+    # A frame that declares 300 x 200 on a 33 x 21 screen.
+    at = data.index(b"\x2c\0\0\0\0" + struct.pack("<HH", 33, 21))
+    big = bytearray(data)
+    big[at + 5:at + 9] = struct.pack("<HH", 300, 200)
+    assert int(image_headers.declared_pixels(tf.constant(bytes(big)))) == (
+        60000 + 2 * 693)
+    # Past the limit the walk stops: 2**14 frames of 2**12 x 2**12.
+    block = data[at:-1].replace(struct.pack("<HH", 33, 21),
+                                struct.pack("<HH", 4096, 4096), 1)
+    many = data[:at] + block * 2**14 + b";"
+    declared = int(image_headers.declared_pixels(tf.constant(many)))
+    assert image_headers.MAX_PIXELS < declared <= (
+        image_headers.MAX_PIXELS + 4096 * 4096)
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match="summed over the frames of an animated GIF"):
+        pp.decode_image(tf.constant(many))

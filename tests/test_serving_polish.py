@@ -110,17 +110,30 @@ def _png_bomb(side: int, rows: int = 8) -> bytes:
             + chunk(b"IDAT", idat + deflate.flush()) + chunk(b"IEND", b""))
 
 
+def _gif_bomb(side, frames):
+    """An animated GIF of `frames` copies of one `side` x `side` frame of
+    one colour: some kilobytes a frame, decoded all at once."""
+    buffer = io.BytesIO()
+    Image.new("P", (side, side), 0).save(buffer, "GIF")
+    data = buffer.getvalue()
+    at = data.index(b"\x2c\0\0\0\0" + struct.pack("<HH", side, side))
+    return data[:-1] + data[at:-1] * (frames - 1) + b";"
+
+
 @covers("serve_decompression_bomb")
 def test_an_image_that_declares_too_many_pixels_is_refused_unread(
         exported, images):
     """A decompression bomb: some kilobytes that declare 20,000 x 20,000
     pixels (6.4 GB as float32 once decoded) are refused from the header,
-    alone and in a batch, without the memory; so is a palette BMP, by its
-    own reason in a batch too."""
-    bomb = _png_bomb(20000)
-    assert len(bomb) < 20000
+    alone and in a batch, without the memory; so is an animated GIF of
+    ten 4096 x 4096 frames (135 kB; 640 MB as the decoder's bytes), each
+    frame within the limit; so is a palette BMP, by its own reason in a
+    batch too."""
+    bomb, gif = _png_bomb(20000), _gif_bomb(4096, 10)
+    assert len(bomb) < 20000 and len(gif) < 200_000
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    for datas, index in (([bomb], 0), ([images["PNG"], bomb], 1)):
+    for datas, index in (([bomb], 0), ([images["PNG"], bomb], 1),
+                         ([gif], 0), ([images["PNG"], gif], 1)):
         with pytest.raises(tf.errors.InvalidArgumentError, match=(
                 rf"image_bytes\[{index}\]: " if len(datas) > 1 else "")
                 + "The header of the image file declares more than "
