@@ -104,7 +104,7 @@ def gif_pixels(data: tf.Tensor) -> tf.Tensor:
     own size or the logical screen's, whichever is larger (TensorFlow's
     decoder reads every frame at its own size and returns each at the
     screen's, though one is kept). The walk over the file's blocks stops
-    once MAX_PIXELS is passed; it costs some 30 microseconds a kilobyte.
+    once MAX_PIXELS is passed (a graph loop: its cost grows with the file).
 
     The layout (GIF89a): a 13-byte header whose byte 10 flags a global
     colour table; then blocks until the trailer: an extension (0x21,
