@@ -120,6 +120,16 @@ def _gif_bomb(side, frames):
     return data[:-1] + data[at:-1] * (frames - 1) + b";"
 
 
+def _jpeg_bomb(side):
+    """A JPEG of 16 x 16 pixels whose frame header says `side` x `side`."""
+    buffer = io.BytesIO()
+    Image.new("RGB", (16, 16), (9, 99, 199)).save(buffer, "JPEG")
+    data = bytearray(buffer.getvalue())
+    at = data.index(b"\xff\xc0")
+    data[at + 5:at + 9] = struct.pack(">HH", side, side)
+    return bytes(data)
+
+
 @covers("serve_decompression_bomb")
 def test_an_image_that_declares_too_many_pixels_is_refused_unread(
         exported, images):
@@ -127,13 +137,15 @@ def test_an_image_that_declares_too_many_pixels_is_refused_unread(
     pixels (6.4 GB as float32 once decoded) are refused from the header,
     alone and in a batch, without the memory; so is an animated GIF of
     ten 4096 x 4096 frames (135 kB; 640 MB as the decoder's bytes), each
-    frame within the limit; so is a palette BMP, by its own reason in a
-    batch too."""
+    frame within the limit, and a JPEG that declares 20,000 x 20,000 (with
+    its own reason in a batch, not the decoder's); so is a palette BMP, by
+    its own reason in a batch too."""
     bomb, gif = _png_bomb(20000), _gif_bomb(4096, 10)
     assert len(bomb) < 20000 and len(gif) < 200_000
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     for datas, index in (([bomb], 0), ([images["PNG"], bomb], 1),
-                         ([gif], 0), ([images["PNG"], gif], 1)):
+                         ([gif], 0), ([images["PNG"], gif], 1),
+                         ([images["PNG"], _jpeg_bomb(20000)], 1)):
         with pytest.raises(tf.errors.InvalidArgumentError, match=(
                 rf"image_bytes\[{index}\]: " if len(datas) > 1 else "")
                 + "The header of the image file declares more than "

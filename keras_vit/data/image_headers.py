@@ -59,10 +59,10 @@ def is_palette_bmp(data: tf.Tensor) -> tf.Tensor:
                           tf.less_equal(_number(head, 28, 2), 8))
 
 
-def declared_pixels(data: tf.Tensor, jpeg: bool = True) -> tf.Tensor:
+def declared_pixels(data: tf.Tensor) -> tf.Tensor:
     """int64: width x height as the header of a PNG, GIF, BMP, WebP or
-    (`jpeg`) JPEG file declares them (0 for anything else; a corrupt JPEG
-    fails as decoding it would)."""
+    JPEG file declares them (0 for anything else; a corrupt JPEG fails as
+    decoding it would)."""
     head = _head(data)
 
     def magic(offset, value):
@@ -87,7 +87,7 @@ def declared_pixels(data: tf.Tensor, jpeg: bool = True) -> tf.Tensor:
         (tf.logical_and(webp, magic(12, b"VP8 ")),
          (_number(head, 26, 2) & 0x3FFF) * (_number(head, 28, 2) & 0x3FFF)),
     ]
-    pixels = tf.constant(0, tf.int64) if not jpeg else tf.cond(
+    pixels = tf.cond(
         magic(0, b"\xff\xd8\xff"),
         lambda: tf.reduce_prod(tf.cast(
             tf.image.extract_jpeg_shape(data)[:2], tf.int64)),

@@ -106,12 +106,17 @@ def _failure_reasons(image_bytes: tf.Tensor) -> tf.Tensor:
             ))
         reasons = tf.where(match, reason, reasons)
     # What the header says, where the decoder's own words are lost: a
-    # palette BMP, and (but for a JPEG) more pixels than are decoded.
-    header = tf.map_fn(
-        lambda data: tf.stack([
-            tf.cast(image_headers.is_palette_bmp(data), tf.int64),
-            image_headers.declared_pixels(data, jpeg=False)]),
-        image_bytes, fn_output_signature=tf.int64)
+    # palette BMP, and more pixels than are decoded (0 where the header
+    # does not read: a JPEG's is read by its decoder's parser).
+    count = tf.shape(image_bytes)[0]
+    ds = tf.data.Dataset.from_tensor_slices((tf.range(count), image_bytes))
+    ds = ds.map(lambda i, data: (i, tf.stack([
+        tf.cast(image_headers.is_palette_bmp(data), tf.int64),
+        image_headers.declared_pixels(data)]))).ignore_errors()
+    header = ds.reduce(
+        tf.zeros([count, 2], tf.int64),
+        lambda read, item: tf.tensor_scatter_nd_update(
+            read, [[item[0]]], [item[1]]))
     reasons = tf.where(header[:, 0] > 0, image_headers.PALETTE_BMP_MESSAGE,
                        reasons)
     return tf.where(header[:, 1] > image_headers.MAX_PIXELS,
