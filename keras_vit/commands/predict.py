@@ -32,6 +32,7 @@ from absl import flags
 
 from keras_vit.commands import flags as cli
 from keras_vit.commands.lazy import lazy_module
+from keras_vit.data.image_files import IMAGE_EXTENSIONS, is_image
 from keras_vit.errors import UsageError
 
 if TYPE_CHECKING:  # imported on first use: --help loads no TensorFlow
@@ -48,8 +49,6 @@ else:
     preprocessing = lazy_module("keras_vit.data.preprocessing")
     checks = lazy_module("keras_vit.data.checks")
     litert = lazy_module("keras_vit.export.litert")
-
-IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp")
 
 
 def list_images(paths: Sequence[str]) -> Tuple[List[str], bool]:
@@ -84,9 +83,7 @@ def _walk_images(top: str) -> List[str]:
             continue
         seen.add(real)
         dirs[:] = [d for d in dirs if not d.startswith(".")]
-        found.extend(os.path.join(root, n) for n in names
-                     if n.lower().endswith(IMAGE_EXTENSIONS)
-                     and not n.startswith("."))
+        found.extend(os.path.join(root, n) for n in names if is_image(n))
     return sorted(found)
 
 

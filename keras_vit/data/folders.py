@@ -22,9 +22,11 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
+from keras_vit.data.image_files import IMAGE_EXTENSIONS
+from keras_vit.data.image_files import is_hidden as _hidden
+from keras_vit.data.image_files import is_image as _is_image
 from keras_vit.errors import UsageError, shorten
 
-IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp")
 # The top folders that make a folder one of splits, <split>/<class>/, even
 # where a stray image lies beside their class folders.
 SPLIT_NAMES = ("train", "val", "validation", "valid", "test")
@@ -112,17 +114,6 @@ def _per_folder(root: str) -> Dict[str, Dict[str, List[str]]]:
             tree.setdefault(split, {})[name] = sorted(_images_of(
                 _listdir(os.path.join(root, split, name))))
     return tree
-
-
-def _hidden(relative: str) -> bool:
-    """Whether a path under the image folder passes through a hidden name
-    (.thumbnails/, .ipynb_checkpoints/, macOS's ._IMG_1.jpg companions):
-    never a split, a class or an image."""
-    return any(part.startswith(".") for part in relative.split(os.sep))
-
-
-def _is_image(name: str) -> bool:
-    return name.lower().endswith(IMAGE_EXTENSIONS) and not name.startswith(".")
 
 
 # Files of the folder being listed that are not read, by extension
