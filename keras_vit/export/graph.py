@@ -215,7 +215,7 @@ def build_endpoints(
 
     def serving_default(image_bytes):
         """Encoded images (JPEG, PNG, GIF, BMP or WebP) -> top-k."""
-        return classify(images_from_bytes(_checked(image_bytes)))
+        return classify(images_from_bytes(image_bytes))
 
     def predict_images(images):
         """float32 RGB pixels in [0, 255] (not [0, 1], not [-1, 1])."""
@@ -228,7 +228,7 @@ def build_endpoints(
         return classify(images)
 
     def features_fn(image_bytes):
-        images = images_from_bytes(_checked(image_bytes))
+        images = images_from_bytes(image_bytes)
         _, embedding = forward(images)
         return {"features": embedding}
 
@@ -310,18 +310,11 @@ def _image_readers(size, resize_size):
         return preprocessing.preprocess_eval(image, size, resize_size)
 
     def images_from_bytes(image_bytes):
-        return tf.map_fn(
-            lambda data: preprocess(decode_checked(data)),
-            image_bytes,
-            fn_output_signature=image_spec,
-            name="decode_and_preprocess",
-        )
+        return request_checks.decoded(
+            _check_bytes(image_bytes),
+            lambda data: preprocess(decode_checked(data)), image_spec)
 
     return preprocess, images_from_bytes
-
-
-def _checked(image_bytes):
-    return request_checks.checked_bytes(_check_bytes(image_bytes))
 
 
 def _any_size_endpoint(model: keras.Model, classify):

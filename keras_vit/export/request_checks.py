@@ -3,12 +3,12 @@ image in a batch that caused them.
 
 TF Serving answers a failed request with the op's message only. A decoder
 error inside the per-image loop of a batch does not say which image it
-was, so before decoding, every image of the batch is checked (empty,
-base64 text, decodable) and the first bad one is named by its index:
-"image_bytes[3]: Invalid JPEG data ...". The decodability scan decodes
-each image of a multi-image batch once more (in a tf.data pass that skips
-failures and records which succeeded); a single image is not scanned,
-since its index is 0 and the decoder's own message follows.
+was, so every image of the batch is checked (empty, base64 text) and
+decoded in a tf.data pass that skips failures and records which images
+came through; where one did not, the first is named by its index and what
+its header says: "image_bytes[3]: Invalid JPEG data ...". Each image is
+decoded once. A single image is decoded as it is, since its index is 0
+and the decoder's own message follows.
 
 Pixel inputs are checked for their range, including the usual mistake of
 sending images scaled to [0, 1] (or [-1, 1]) instead of [0, 255].
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from keras_vit.data import image_headers, preprocessing
+from keras_vit.data import image_headers
 
 FORMATS = "JPEG, PNG, GIF, BMP or WebP"
 # A prefix made only of these characters is base64 text, not an image: the
@@ -78,20 +78,22 @@ def _assert_none(bad: tf.Tensor, message) -> tf.Operation:
     return tf.debugging.Assert(tf.logical_not(tf.reduce_any(bad)), [text])
 
 
-def _decodable(image_bytes: tf.Tensor) -> tf.Tensor:
-    """bool [batch]: which images decode."""
+def _decoded_all(image_bytes: tf.Tensor, decode, spec: tf.TensorSpec):
+    """(images, ok): `decode` of each image that decodes, in order (every
+    image where all do), and bool [batch]: which did."""
     count = tf.shape(image_bytes)[0]
     ds = tf.data.Dataset.from_tensor_slices((tf.range(count), image_bytes))
-    # Only indices come out; the shape op makes the decode run.
-    ds = ds.map(
-        lambda i, data: tf.identity(i) + 0 * tf.shape(
-            preprocessing.decode_image(data)
-        )[0]
-    ).ignore_errors()
-    return ds.reduce(
-        tf.zeros([count], tf.bool),
-        lambda ok, i: tf.tensor_scatter_nd_update(ok, [[i]], [True]),
-    )
+    ds = ds.map(lambda i, data: (i, decode(data)),
+                num_parallel_calls=tf.data.AUTOTUNE,
+                deterministic=True).ignore_errors()
+    # A last element that is always there: one batch of everything.
+    ds = ds.concatenate(tf.data.Dataset.from_tensors(
+        (tf.constant(-1), tf.zeros(spec.shape, spec.dtype))))
+    indices, images = ds.batch(
+        tf.cast(count, tf.int64) + 1).get_single_element()
+    ok = tf.scatter_nd(indices[:-1, None], tf.ones_like(indices[:-1]),
+                       [count]) > 0
+    return images[:-1], ok
 
 
 def _failure_reasons(image_bytes: tf.Tensor) -> tf.Tensor:
@@ -123,9 +125,11 @@ def _failure_reasons(image_bytes: tf.Tensor) -> tf.Tensor:
                     image_headers.HUGE_MESSAGE, reasons)
 
 
-def checked_bytes(image_bytes: tf.Tensor) -> tf.Tensor:
-    """`image_bytes` ([batch] strings), once every image is known to be
-    non-empty, not base64 text and (for batches of more than one)
+def decoded(image_bytes: tf.Tensor, decode, spec: tf.TensorSpec
+            ) -> tf.Tensor:
+    """`decode` (one image's bytes -> a tensor of `spec`) of each of
+    `image_bytes` ([batch] strings), stacked, once every image is known to
+    be non-empty, not base64 text and (for batches of more than one)
     decodable; otherwise an InvalidArgumentError naming the first bad
     image's index and the problem."""
     lengths = tf.strings.length(image_bytes)
@@ -139,10 +143,11 @@ def checked_bytes(image_bytes: tf.Tensor) -> tf.Tensor:
              _assert_none(base64, BASE64_MESSAGE)]
     with tf.control_dependencies(first):
         count = tf.shape(image_bytes)[0]
-        ok = tf.cond(
+        images, ok = tf.cond(
             count > 1,
-            lambda: _decodable(image_bytes),
-            lambda: tf.ones([count], tf.bool),
+            lambda: _decoded_all(image_bytes, decode, spec),
+            lambda: (tf.map_fn(decode, image_bytes, fn_output_signature=spec),
+                     tf.ones([count], tf.bool)),
         )
         # The reasons are read only where an image failed: not on every
         # request.
@@ -154,7 +159,7 @@ def checked_bytes(image_bytes: tf.Tensor) -> tf.Tensor:
         )
         decodes = _assert_none(failed, reasons)
     with tf.control_dependencies([decodes]):
-        return tf.identity(image_bytes)
+        return tf.identity(images)
 
 
 def checked_pixels(images: tf.Tensor, signature: str) -> tf.Tensor:
