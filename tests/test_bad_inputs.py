@@ -912,33 +912,59 @@ def test_the_declared_pixels_are_read_from_each_header(fmt, options, mode):
         assert int(declared) == 693
 
 
+def _gif(frames, screen=(33, 21)):
+    """A GIF of one 33 x 21 frame written by PIL, its image block repeated
+    with each (width, height) of `frames`: the LZW data then fits none
+    but the first; enough for what the headers declare."""
+    buffer = io.BytesIO()
+    Image.new("P", (33, 21), 1).save(buffer, "GIF")
+    data = buffer.getvalue()
+    at = data.index(b"\x2c\0\0\0\0" + struct.pack("<HH", 33, 21))
+    block = data[at:-1]
+    head = data[:6] + struct.pack("<HH", *screen) + data[10:at]
+    return head + b"".join(block[:5] + struct.pack("<HH", *shape) + block[9:]
+                           for shape in frames) + b";"
+
+
 def test_an_animated_gif_declares_the_pixels_of_all_its_frames():
-    """TensorFlow decodes every frame of a GIF, each at its own size and
-    returned at the screen's: the frames are summed, a frame larger than
-    the screen counted at its size; the walk stops past the limit, and a
-    file cut short counts the frames it holds."""
+    """TensorFlow decodes every frame of a GIF and returns each at the
+    largest frame width and height (not the screen's): frames x that is
+    declared; the walk stops past the limit, reads an extension as giflib
+    does, and a file of too many blocks is refused unread."""
     frames = [Image.fromarray(RNG.integers(0, 256, (21, 33, 3), np.uint8))
               for _ in range(3)]
     buffer = io.BytesIO()
     frames[0].save(buffer, "GIF", save_all=True, append_images=frames[1:])
     data = buffer.getvalue()
     assert int(image_headers.declared_pixels(tf.constant(data))) == 3 * 693
+    assert tf.io.decode_gif(data).shape == (3, 21, 33, 3)
     assert pp.decode_image(tf.constant(data)).shape == (21, 33, 3)
     assert int(image_headers.declared_pixels(
         tf.constant(data[:len(data) // 2]))) in (693, 2 * 693)
-    # A frame that declares 300 x 200 on a 33 x 21 screen.
-    at = data.index(b"\x2c\0\0\0\0" + struct.pack("<HH", 33, 21))
-    big = bytearray(data)
-    big[at + 5:at + 9] = struct.pack("<HH", 300, 200)
-    assert int(image_headers.declared_pixels(tf.constant(bytes(big)))) == (
-        60000 + 2 * 693)
+
+    def declared(gif):
+        return int(image_headers.declared_pixels(tf.constant(gif)))
+
+    # A tall frame and a wide one: both decoded at 64 x 64.
+    assert declared(_gif([(1, 64), (64, 1)], screen=(1, 1))) == 2 * 64 * 64
+    # A large screen with small frames: the screen is not decoded.
+    assert declared(_gif([(33, 21)] * 9, screen=(4000, 4000))) == 9 * 693
+    # An extension whose first length is zero: giflib reads on to the
+    # next zero, and so the frame after it is read.
+    one = _gif([(33, 21)])
+    at = one.index(b"\x2c\0\0\0\0")
+    hidden = one[:at] + b"\x21\xfe\0\x05abcde\0" + one[at:]
+    assert tf.io.decode_gif(hidden).shape == (1, 21, 33, 3)
+    assert declared(hidden) == 693
     # Past the limit the walk stops: 2**14 frames of 2**12 x 2**12.
-    block = data[at:-1].replace(struct.pack("<HH", 33, 21),
-                                struct.pack("<HH", 4096, 4096), 1)
-    many = data[:at] + block * 2**14 + b";"
-    declared = int(image_headers.declared_pixels(tf.constant(many)))
-    assert image_headers.MAX_PIXELS < declared <= (
+    many = declared(_gif([(4096, 4096)] * 2**14))
+    assert image_headers.MAX_PIXELS < many <= (
         image_headers.MAX_PIXELS + 4096 * 4096)
-    with pytest.raises(tf.errors.InvalidArgumentError,
-                       match="summed over the frames of an animated GIF"):
-        pp.decode_image(tf.constant(many))
+    # More blocks than are walked: 2**15 one-byte comments.
+    comments = one[:at] + b"\x21\xfe\x01x\0" * 2**15 + one[at:]
+    assert tf.io.decode_gif(comments).shape == (1, 21, 33, 3)
+    assert declared(comments) == image_headers.UNCHECKED
+    for gif, why in ((_gif([(4096, 4096)] * 9), "animated GIF"),
+                     (comments, "GIF of more than 16,384 blocks")):
+        with pytest.raises(tf.errors.InvalidArgumentError, match=why):
+            pp.decode_image(tf.constant(gif))

@@ -117,8 +117,9 @@ def training_examples(inp) -> Optional[int]:
     if not (inp.skip_bad_images and inp.dataset == sources.FOLDER
             and not inp.vtab_task):
         return sources.training_examples(inp)
-    paths, labels = drop_unreadable(inp, inp.train_split, *folders.folder_split(
-        inp.data_dir, inp.train_split))
+    split = folders.resolve_split(inp.data_dir, inp.train_split)
+    paths, labels = drop_unreadable(inp, split, *folders.folder_split(
+        inp.data_dir, split))  # the split the pipeline reads: found once
     return sources.examples_kept(labels, int(inp.train_examples_per_class))
 
 

@@ -16,19 +16,26 @@ import tensorflow as tf
 # copy that resizing makes): a few kilobytes of compressed zeros may
 # declare billions of pixels, which are refused before they are decoded.
 MAX_PIXELS = 1 << 27
+# Sub-blocks a GIF walk steps over per loop iteration (branch-free): the
+# loop's own cost per iteration dominates, and most sub-blocks are data.
+_GIF_HOPS = 8
+# The most loop iterations a GIF walk takes (a block, or up to _GIF_HOPS
+# sub-blocks of 255 bytes, each): some 16,000 frames, or 30 MB of image
+# data; a GIF that needs more is refused unread, as UNCHECKED pixels.
+GIF_STEPS = 1 << 14
+UNCHECKED = 1 << 62
 PALETTE_BMP_MESSAGE = (
     "A BMP with a colour table (8 bits per pixel or fewer): the BMP decoder "
     "of TensorFlow reads its colour indices, not its colours. Save the "
     "image as PNG or JPEG, or as a 24-bit BMP.")
 HUGE_MESSAGE = (
     f"The header of the image file declares more than {MAX_PIXELS:,} pixels "
-    "(width x height, summed over the frames of an animated GIF): it is "
-    "refused before decoding, which would take some 16 bytes a pixel in "
-    "memory. Resize it first (or keep one frame of an animation).")
+    "(width x height; an animated GIF: its frames, all decoded at the "
+    f"largest one's size), or it is a GIF of more than {GIF_STEPS:,} "
+    "blocks: it is refused before decoding, which would take some 16 bytes "
+    "a pixel in memory. Resize it first (or keep one frame of an "
+    "animation).")
 _HEAD_BYTES = 32
-# Sub-blocks a GIF walk steps over per loop iteration (branch-free): the
-# loop's own cost per iteration dominates, and most sub-blocks are data.
-_GIF_HOPS = 8
 
 
 def _head(data: tf.Tensor) -> tf.Tensor:
@@ -100,17 +107,20 @@ def declared_pixels(data: tf.Tensor) -> tf.Tensor:
 
 @tf.function(input_signature=[tf.TensorSpec([], tf.string)])
 def gif_pixels(data: tf.Tensor) -> tf.Tensor:
-    """int64: the pixels a GIF's frames declare, each frame counted at its
-    own size or the logical screen's, whichever is larger (TensorFlow's
-    decoder reads every frame at its own size and returns each at the
-    screen's, though one is kept). The walk over the file's blocks stops
-    once MAX_PIXELS is passed (a graph loop: its cost grows with the file).
+    """int64: the pixels TensorFlow's decoder takes for a GIF: its frames
+    times the largest frame width and height (every frame is decoded and
+    returned at that size, though one is kept; the logical screen's size
+    is not used). The walk over the file's blocks stops once MAX_PIXELS is
+    passed; a file of more than GIF_STEPS steps (a block, or _GIF_HOPS
+    sub-blocks) is not walked to its end and counts as UNCHECKED.
 
-    The layout (GIF89a): a 13-byte header whose byte 10 flags a global
-    colour table; then blocks until the trailer: an extension (0x21,
-    label) or an image (0x2C, 9 bytes: left, top, width, height, flags of
-    a local colour table; then the LZW code size), each followed by
-    sub-blocks (a length byte, that many bytes) ended by a zero length."""
+    The layout, read as giflib reads it: a 13-byte header whose byte 10
+    flags a global colour table; then blocks until the trailer: an
+    extension (0x21, label) or an image (0x2C, 9 bytes: left, top, width,
+    height, flags of a local colour table; then the LZW code size), each
+    followed by sub-blocks (a length byte, that many bytes) ended by a
+    zero length. An extension whose first length is zero is read on to
+    the next zero, as giflib reads it."""
     i64 = tf.int64
     octets = tf.cast(tf.io.decode_raw(data, tf.uint8), i64)
     size = tf.size(octets, out_type=i64)
@@ -126,9 +136,7 @@ def gif_pixels(data: tf.Tensor) -> tf.Tensor:
         return tf.where(flags >= 128, 3 * tf.bitwise.left_shift(
             tf.constant(2, i64), flags & 7), 0)
 
-    screen = word(tf.constant(6, i64)) * word(tf.constant(8, i64))
-
-    def step(at, sub, pixels):
+    def step(at, sub, frames, width, height):
         for _ in range(_GIF_HOPS):  # inside sub-blocks: hop, or leave
             length = byte(at)
             at = tf.where(sub, at + 1 + length, at)
@@ -137,15 +145,20 @@ def gif_pixels(data: tf.Tensor) -> tf.Tensor:
         image = tf.logical_and(tf.logical_not(sub), tf.equal(kind, 0x2C))
         extension = tf.logical_and(tf.logical_not(sub), tf.equal(kind, 0x21))
         ended = tf.logical_not(tf.reduce_any([sub, image, extension]))
-        pixels += tf.where(image, tf.maximum(
-            screen, word(at + 5) * word(at + 7)), 0)
-        at = tf.where(extension, at + 2, tf.where(
+        frames += tf.cast(image, i64)
+        width = tf.where(image, tf.maximum(width, word(at + 5)), width)
+        height = tf.where(image, tf.maximum(height, word(at + 7)), height)
+        empty = tf.cast(tf.equal(byte(at + 2), 0), i64)
+        at = tf.where(extension, at + 2 + empty, tf.where(
             image, at + 11 + table(byte(at + 9)), tf.where(ended, size, at)))
-        return at, tf.logical_not(ended), pixels
+        return at, tf.logical_not(ended), frames, width, height
 
-    _, _, pixels = tf.while_loop(
-        lambda at, sub, pixels: tf.logical_and(at < size,
-                                               pixels <= MAX_PIXELS),
+    zero = tf.constant(0, i64)
+    at, _, frames, width, height = tf.while_loop(
+        lambda at, sub, frames, width, height: tf.logical_and(
+            at < size, frames * width * height <= MAX_PIXELS),
         step, (13 + table(byte(tf.constant(10, i64))), tf.constant(False),
-               tf.constant(0, i64)))
-    return pixels
+               zero, zero, zero), maximum_iterations=GIF_STEPS)
+    pixels = frames * width * height
+    unfinished = tf.logical_and(at < size, pixels <= MAX_PIXELS)
+    return tf.where(unfinished, tf.constant(UNCHECKED, i64), pixels)
