@@ -185,7 +185,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     args.trees = {}
     for spec in args.compare_tree:
         name, _, folder = spec.partition("=")
-        if not name or not os.path.isdir(os.path.join(folder, "keras_vit")):
+        if not name or not folder:
             p.error(f"--compare_tree {spec!r}: NAME=DIR, where DIR holds "
                     "a keras_vit package")
         if (name in ("keras_vit", "keras_hub", DPA, ONE_PATH)
@@ -1181,6 +1181,17 @@ def merge_results(parts: Sequence[Dict[str, Any]],
     return result
 
 
+def check_trees(trees: Dict[str, str]) -> None:
+    """Exits naming a `--compare_tree` folder that holds no keras_vit
+    package (checked when the run starts, not when the arguments are
+    parsed: the checkout may be made between the two)."""
+    for name, folder in trees.items():
+        if not os.path.isdir(os.path.join(folder, "keras_vit")):
+            sys.exit(f"throughput.py: error: --compare_tree {name}={folder}: "
+                     "the folder holds no keras_vit package (a checkout of "
+                     "this project, e.g. git worktree add DIR COMMIT)")
+
+
 def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     """Runs the benchmark and writes PREFIX.json and PREFIX.md.
 
@@ -1189,6 +1200,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
+    check_trees(args.trees)
     if args.process_per_config:
         result = run_per_config(argv, args)
     else:

@@ -270,8 +270,10 @@ def test_compare_tree_times_another_checkout_beside_ours(
     for cls in ours.values():
         assert getattr(sys.modules[cls.__module__], cls.__name__) is cls
     with pytest.raises(SystemExit):
-        throughput.parse_args(["--compare_tree", "x=/nonexistent",
-                               "--output", "x"])
+        throughput.parse_args(["--compare_tree", "x", "--output", "x"])
+    with pytest.raises(SystemExit, match="holds no keras_vit package"):
+        throughput.main(["--compare_tree", "x=/nonexistent",
+                         "--output", "x"])
 
 
 LOOP_ARGS = [
