@@ -877,7 +877,7 @@ _CASES = [
         "serve_decompression_bomb", BAD_INPUT, "export",
         "Serving request with a PNG of a few kilobytes whose header declares "
         "20,000 x 20,000 pixels (some 6 GB once decoded), or an animated GIF "
-        "of 135 kB whose ten frames decode to 640 MB, alone or in a batch; "
+        "of 2 MB whose 160 frames take 2.7 GB to read, alone or in a batch; "
         "the same limit holds for training and keras-vit-predict",
         "InvalidArgumentError from the header, before decoding: the memory "
         "is never taken.",

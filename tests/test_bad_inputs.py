@@ -927,28 +927,33 @@ def _gif(frames, screen=(33, 21)):
 
 
 def test_an_animated_gif_declares_the_pixels_of_all_its_frames():
-    """TensorFlow decodes every frame of a GIF and returns each at the
-    largest frame width and height (not the screen's): frames x that is
-    declared; the walk stops past the limit, reads an extension as giflib
-    does, and a file of too many blocks is refused unread."""
+    """TensorFlow reads every frame of a GIF (a byte a pixel) and returns
+    the first at the largest frame width and height (not the screen's):
+    the larger of that and a sixteenth of the frames' pixels is declared;
+    the walk stops past the limit, reads an extension as giflib does, and
+    a file of too many blocks is refused unread."""
     frames = [Image.fromarray(RNG.integers(0, 256, (21, 33, 3), np.uint8))
               for _ in range(3)]
     buffer = io.BytesIO()
     frames[0].save(buffer, "GIF", save_all=True, append_images=frames[1:])
     data = buffer.getvalue()
-    assert int(image_headers.declared_pixels(tf.constant(data))) == 3 * 693
+    assert int(image_headers.declared_pixels(tf.constant(data))) == 693
     assert tf.io.decode_gif(data).shape == (3, 21, 33, 3)
     assert pp.decode_image(tf.constant(data)).shape == (21, 33, 3)
     assert int(image_headers.declared_pixels(
-        tf.constant(data[:len(data) // 2]))) in (693, 2 * 693)
+        tf.constant(data[:len(data) // 2]))) == 693
 
     def declared(gif):
         return int(image_headers.declared_pixels(tf.constant(gif)))
 
-    # A tall frame and a wide one: both decoded at 64 x 64.
-    assert declared(_gif([(1, 64), (64, 1)], screen=(1, 1))) == 2 * 64 * 64
+    # A tall frame and a wide one: the first returned at 64 x 64.
+    assert declared(_gif([(1, 64), (64, 1)], screen=(1, 1))) == 64 * 64
     # A large screen with small frames: the screen is not decoded.
-    assert declared(_gif([(33, 21)] * 9, screen=(4000, 4000))) == 9 * 693
+    assert declared(_gif([(33, 21)] * 9, screen=(4000, 4000))) == 693
+    # A long animation: a sixteenth of its frames' pixels.
+    assert declared(_gif([(100, 100)] * 64)) == 4 * 100 * 100
+    # Bytes after the trailer are not read.
+    assert declared(_gif([(33, 21)]) + bytes(1 << 20)) == 693
     # An extension whose first length is zero: giflib reads on to the
     # next zero, and so the frame after it is read.
     one = _gif([(33, 21)])
@@ -959,12 +964,12 @@ def test_an_animated_gif_declares_the_pixels_of_all_its_frames():
     # Past the limit the walk stops: 2**14 frames of 2**12 x 2**12.
     many = declared(_gif([(4096, 4096)] * 2**14))
     assert image_headers.MAX_PIXELS < many <= (
-        image_headers.MAX_PIXELS + 4096 * 4096)
+        image_headers.MAX_PIXELS + 4096 * 4096 // 16)
     # More blocks than are walked: 2**15 one-byte comments.
     comments = one[:at] + b"\x21\xfe\x01x\0" * 2**15 + one[at:]
     assert tf.io.decode_gif(comments).shape == (1, 21, 33, 3)
     assert declared(comments) == image_headers.UNCHECKED
-    for gif, why in ((_gif([(4096, 4096)] * 9), "animated GIF"),
+    for gif, why in ((_gif([(4096, 4096)] * 129), "animated GIF"),
                      (comments, "GIF of more than 16,384 blocks")):
         with pytest.raises(tf.errors.InvalidArgumentError, match=why):
             pp.decode_image(tf.constant(gif))

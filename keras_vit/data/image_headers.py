@@ -30,11 +30,11 @@ PALETTE_BMP_MESSAGE = (
     "image as PNG or JPEG, or as a 24-bit BMP.")
 HUGE_MESSAGE = (
     f"The header of the image file declares more than {MAX_PIXELS:,} pixels "
-    "(width x height; an animated GIF: its frames, all decoded at the "
-    f"largest one's size), or it is a GIF of more than {GIF_STEPS:,} "
-    "blocks: it is refused before decoding, which would take some 16 bytes "
-    "a pixel in memory. Resize it first (or keep one frame of an "
-    "animation).")
+    "(width x height; an animated GIF, every frame of which is read, more "
+    "than 16 times that across its frames), or it is a GIF of more than "
+    f"{GIF_STEPS:,} blocks: it is refused before decoding, which would take "
+    "some 16 bytes a pixel in memory. Resize it first (or keep one frame "
+    "of an animation).")
 _HEAD_BYTES = 32
 
 
@@ -107,12 +107,15 @@ def declared_pixels(data: tf.Tensor) -> tf.Tensor:
 
 @tf.function(input_signature=[tf.TensorSpec([], tf.string)])
 def gif_pixels(data: tf.Tensor) -> tf.Tensor:
-    """int64: the pixels TensorFlow's decoder takes for a GIF: its frames
-    times the largest frame width and height (every frame is decoded and
-    returned at that size, though one is kept; the logical screen's size
-    is not used). The walk over the file's blocks stops once MAX_PIXELS is
-    passed; a file of more than GIF_STEPS steps (a block, or _GIF_HOPS
-    sub-blocks) is not walked to its end and counts as UNCHECKED.
+    """int64: the pixels a GIF declares, as TensorFlow's decoder takes
+    them when one frame is kept: that frame at the largest frame width
+    and the largest height, after every frame is read at one byte a pixel
+    of its own size; so the larger of those width x height and a
+    sixteenth of the frames' pixels together (MAX_PIXELS is a budget of
+    16 bytes a pixel; the logical screen's size is not used). The walk
+    over the file's blocks stops once MAX_PIXELS is passed; a file of more
+    than GIF_STEPS steps (a block, or _GIF_HOPS sub-blocks) is not walked
+    to its end and counts as UNCHECKED.
 
     The layout, read as giflib reads it: a 13-byte header whose byte 10
     flags a global colour table; then blocks until the trailer: an
@@ -122,12 +125,12 @@ def gif_pixels(data: tf.Tensor) -> tf.Tensor:
     zero length. An extension whose first length is zero is read on to
     the next zero, as giflib reads it."""
     i64 = tf.int64
-    octets = tf.cast(tf.io.decode_raw(data, tf.uint8), i64)
+    octets = tf.io.decode_raw(data, tf.uint8)  # one byte a byte: no copy
     size = tf.size(octets, out_type=i64)
-    octets = tf.concat([octets, tf.zeros([16], i64)], 0)
 
     def byte(at):
-        return tf.gather(octets, tf.minimum(at, size + 15))
+        inside = tf.gather(octets, tf.clip_by_value(at, 0, size - 1))
+        return tf.where(at < size, tf.cast(inside, i64), 0)
 
     def word(at):
         return byte(at) + 256 * byte(at + 1)
@@ -136,7 +139,10 @@ def gif_pixels(data: tf.Tensor) -> tf.Tensor:
         return tf.where(flags >= 128, 3 * tf.bitwise.left_shift(
             tf.constant(2, i64), flags & 7), 0)
 
-    def step(at, sub, frames, width, height):
+    def declared(width, height, together):
+        return tf.maximum(width * height, (together + 15) // 16)
+
+    def step(at, sub, widest, tallest, together):
         for _ in range(_GIF_HOPS):  # inside sub-blocks: hop, or leave
             length = byte(at)
             at = tf.where(sub, at + 1 + length, at)
@@ -145,20 +151,21 @@ def gif_pixels(data: tf.Tensor) -> tf.Tensor:
         image = tf.logical_and(tf.logical_not(sub), tf.equal(kind, 0x2C))
         extension = tf.logical_and(tf.logical_not(sub), tf.equal(kind, 0x21))
         ended = tf.logical_not(tf.reduce_any([sub, image, extension]))
-        frames += tf.cast(image, i64)
-        width = tf.where(image, tf.maximum(width, word(at + 5)), width)
-        height = tf.where(image, tf.maximum(height, word(at + 7)), height)
+        width, height = word(at + 5), word(at + 7)
+        widest = tf.where(image, tf.maximum(widest, width), widest)
+        tallest = tf.where(image, tf.maximum(tallest, height), tallest)
+        together += tf.where(image, width * height, 0)
         empty = tf.cast(tf.equal(byte(at + 2), 0), i64)
         at = tf.where(extension, at + 2 + empty, tf.where(
             image, at + 11 + table(byte(at + 9)), tf.where(ended, size, at)))
-        return at, tf.logical_not(ended), frames, width, height
+        return at, tf.logical_not(ended), widest, tallest, together
 
     zero = tf.constant(0, i64)
-    at, _, frames, width, height = tf.while_loop(
-        lambda at, sub, frames, width, height: tf.logical_and(
-            at < size, frames * width * height <= MAX_PIXELS),
+    at, _, widest, tallest, together = tf.while_loop(
+        lambda at, sub, widest, tallest, together: tf.logical_and(
+            at < size, declared(widest, tallest, together) <= MAX_PIXELS),
         step, (13 + table(byte(tf.constant(10, i64))), tf.constant(False),
                zero, zero, zero), maximum_iterations=GIF_STEPS)
-    pixels = frames * width * height
+    pixels = declared(widest, tallest, together)
     unfinished = tf.logical_and(at < size, pixels <= MAX_PIXELS)
     return tf.where(unfinished, tf.constant(UNCHECKED, i64), pixels)
