@@ -2,9 +2,10 @@
 ops on the encoded bytes, so training pipelines and the export signatures
 check the same way): the pixels it declares (`declared_pixels`, bounded by
 `MAX_PIXELS`: a few kilobytes of compressed zeros may declare billions;
-for a GIF, summed over its frames, which TensorFlow decodes all of), and
-whether it is a BMP with a colour table (`is_palette_bmp`), whose colours
-TensorFlow's decoder does not read."""
+for a GIF, whose every frame TensorFlow reads, also its frames' pixels
+together, from a walk over its blocks), and whether it is a BMP with a
+colour table (`is_palette_bmp`), whose colours TensorFlow's decoder does
+not read."""
 
 from __future__ import annotations
 

@@ -78,22 +78,30 @@ def _assert_none(bad: tf.Tensor, message) -> tf.Operation:
     return tf.debugging.Assert(tf.logical_not(tf.reduce_any(bad)), [text])
 
 
-def _decoded_all(image_bytes: tf.Tensor, decode, spec: tf.TensorSpec):
-    """(images, ok): `decode` of each image that decodes, in order (every
-    image where all do), and bool [batch]: which did."""
+def _where_it_runs(image_bytes: tf.Tensor, fn, spec: tf.TensorSpec):
+    """(indices, values): `fn` (one image's bytes -> a tensor of `spec`)
+    of each image it runs on without an error, in order, in a tf.data
+    pass that skips the failures, and the indices of those images."""
     count = tf.shape(image_bytes)[0]
     ds = tf.data.Dataset.from_tensor_slices((tf.range(count), image_bytes))
-    ds = ds.map(lambda i, data: (i, decode(data)),
+    ds = ds.map(lambda i, data: (i, fn(data)),
                 num_parallel_calls=tf.data.AUTOTUNE,
                 deterministic=True).ignore_errors()
     # A last element that is always there: one batch of everything.
     ds = ds.concatenate(tf.data.Dataset.from_tensors(
         (tf.constant(-1), tf.zeros(spec.shape, spec.dtype))))
-    indices, images = ds.batch(
+    indices, values = ds.batch(
         tf.cast(count, tf.int64) + 1).get_single_element()
-    ok = tf.scatter_nd(indices[:-1, None], tf.ones_like(indices[:-1]),
-                       [count]) > 0
-    return images[:-1], ok
+    return indices[:-1], values[:-1]
+
+
+def _decoded_all(image_bytes: tf.Tensor, decode, spec: tf.TensorSpec):
+    """(images, ok): `decode` of each image that decodes, in order (every
+    image where all do), and bool [batch]: which did."""
+    indices, images = _where_it_runs(image_bytes, decode, spec)
+    ok = tf.scatter_nd(indices[:, None], tf.ones_like(indices),
+                       tf.shape(image_bytes)[:1]) > 0
+    return images, ok
 
 
 def _failure_reasons(image_bytes: tf.Tensor) -> tf.Tensor:
@@ -110,15 +118,11 @@ def _failure_reasons(image_bytes: tf.Tensor) -> tf.Tensor:
     # What the header says, where the decoder's own words are lost: a
     # palette BMP, and more pixels than are decoded (0 where the header
     # does not read: a JPEG's is read by its decoder's parser).
-    count = tf.shape(image_bytes)[0]
-    ds = tf.data.Dataset.from_tensor_slices((tf.range(count), image_bytes))
-    ds = ds.map(lambda i, data: (i, tf.stack([
+    indices, read = _where_it_runs(image_bytes, lambda data: tf.stack([
         tf.cast(image_headers.is_palette_bmp(data), tf.int64),
-        image_headers.declared_pixels(data)]))).ignore_errors()
-    header = ds.reduce(
-        tf.zeros([count, 2], tf.int64),
-        lambda read, item: tf.tensor_scatter_nd_update(
-            read, [[item[0]]], [item[1]]))
+        image_headers.declared_pixels(data)]), tf.TensorSpec([2], tf.int64))
+    header = tf.scatter_nd(indices[:, None], read,
+                           [tf.shape(image_bytes)[0], 2])
     reasons = tf.where(header[:, 0] > 0, image_headers.PALETTE_BMP_MESSAGE,
                        reasons)
     return tf.where(header[:, 1] > image_headers.MAX_PIXELS,
