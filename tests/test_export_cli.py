@@ -2,6 +2,7 @@
 an official .npz checkpoint or a training workdir.
 """
 
+import json
 import os
 import subprocess
 import sys
@@ -13,7 +14,9 @@ import tensorflow as tf
 
 from keras_vit import build
 from keras_vit.commands import export as export_cli
+from keras_vit.commands import predict
 from keras_vit.export import files as export_files
+from keras_vit.export import litert
 from keras_vit.storage import workdir as workdir_lib
 from tests import tiny
 from tests.test_export import (
@@ -119,3 +122,54 @@ def test_cli_workdir_source(images, tmp_path, capsys):
     want = reference(trained, datas, resize_size=40)
     np.testing.assert_allclose(out["probabilities"], want, atol=1e-5)
     assert out["class_names"][0, 0].decode() == names[want[0].argmax()]
+    # LiteRT: the run's resize is recorded beside the file, and
+    # keras-vit-predict applies it (the SavedModel's answer).
+    assert export_cli.main(["keras-vit-export", "--export_dir", export_dir,
+                            "--model", workdir, "--model_name", "digits",
+                            "--format=litert"]) == 0
+    tflite = capsys.readouterr().out.strip()
+    assert litert.read_resize_size(tflite, (SIZE, SIZE)) == 40
+    photo = tmp_path / "photo.jpg"
+    photo.write_bytes(images["jpeg"])
+    answer = tmp_path / "answer.json"
+    assert predict.main(["keras-vit-predict", f"--model={tflite}",
+                         str(photo), f"--output={answer}",
+                         "--top_k=10"]) == 0
+    top = json.loads(answer.read_text())["predictions"][0]["top_k"]
+    got = [t["probability"] for t in sorted(top, key=lambda t: t["class"])]
+    np.testing.assert_allclose(got, out["probabilities"][1], atol=1e-4)
+
+
+def test_outputs_that_cannot_be_written_are_refused_first(model, images,
+                                                          tmp_path, capsys):
+    """Each refused before the model is loaded, in one line naming the
+    fix; nothing is written."""
+    keras_path = str(tmp_path / "model.keras")
+    model.save(keras_path)
+    (tmp_path / "taken").mkdir()
+    (tmp_path / "taken" / "vit").write_text("a file of the user's")
+    (tmp_path / "photos").mkdir()
+    (tmp_path / "photos" / "a.jpg").write_bytes(images["jpeg"])
+    (tmp_path / "cut.jpg").write_bytes(images["jpeg"][:100])
+    base = ["keras-vit-export", f"--model={keras_path}"]
+    cases = [
+        ([f"--export_dir={tmp_path / 'taken'}"],
+         f"{tmp_path / 'taken' / 'vit'} is a file, not a model folder"),
+        ([f"--export_dir={tmp_path / 'out'}", "--model_name=models.config"],
+         "'models.config' is the name of a file the export writes"),
+        ([f"--export_dir={tmp_path / 'out'}",
+          f"--warmup_images={tmp_path / 'photos'}"],
+         "names only folders: name image files, or a glob of them"),
+        ([f"--export_dir={tmp_path / 'out'}",
+          f"--warmup_images={tmp_path / 'cut.jpg'}"],
+         "is not a decodable JPEG/PNG/GIF/BMP image: Invalid JPEG data, "
+         "size 100"),
+    ]
+    for args, message in cases:
+        assert export_cli.main(base + args) == 1, args
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and message in err[0], err
+        assert err[0].startswith("keras-vit-export: error: ")
+        assert "Op:" not in err[0] and "{{" not in err[0]
+    assert (tmp_path / "taken" / "vit").read_text() == "a file of the user's"
+    assert not os.path.exists(tmp_path / "out" / "models.config")

@@ -1,14 +1,18 @@
 """LiteRT export: the .tflite files run with the LiteRT interpreter
 (ai-edge-litert) and answer as the Keras model does."""
 
+import json
 import os
 
 import keras
 import numpy as np
 import pytest
+import tensorflow as tf
+from PIL import Image
 
 from keras_vit import create_model
 from keras_vit.commands import export as cli
+from keras_vit.commands import predict
 from keras_vit.export import litert
 
 SIZE = 32
@@ -120,3 +124,70 @@ def test_bad_arguments(model, tmp_path, capsys):
                        "--quantization", "int8"])
     assert status == 1
     assert "--quantization goes with --format=litert" in capsys.readouterr().err
+
+
+def test_the_evaluation_resize_travels_with_the_file(model, tmp_path,
+                                                     capsys):
+    """keras-vit-export --format=litert records the evaluation resize
+    beside the file (for the client), and keras-vit-predict applies it:
+    the .tflite answers as the model does with that resize."""
+    model.save(tmp_path / "vit.keras")
+    photo = tmp_path / "photo.png"
+    Image.fromarray(np.random.default_rng(2).integers(
+        0, 256, (50, 70, 3), dtype=np.uint8)).save(photo)
+    assert cli.main(["keras-vit-export", "--format=litert",
+                     f"--model={tmp_path / 'vit.keras'}",
+                     f"--export_dir={tmp_path}", "--resize_size=48"]) == 0
+    capsys.readouterr()
+    record = tmp_path / "vit.json"
+    assert litert.read_resize_size(str(tmp_path / "vit.tflite"),
+                                   (SIZE, SIZE)) == 48
+
+    def answer(*args):
+        out = tmp_path / "answer.json"
+        assert predict.main(["keras-vit-predict", *args, str(photo),
+                             f"--output={out}"]) == 0
+        top = json.loads(out.read_text())["predictions"][0]["top_k"]
+        return np.array([t["probability"] for t in sorted(
+            top, key=lambda t: t["class"])])
+
+    keras_48 = answer(f"--model={tmp_path / 'vit.keras'}", "--resize_size=48")
+    keras_plain = answer(f"--model={tmp_path / 'vit.keras'}")
+    on_device = answer(f"--model={tmp_path / 'vit.tflite'}")
+    np.testing.assert_allclose(on_device, keras_48, atol=1e-4)
+    assert np.max(np.abs(keras_48 - keras_plain)) > 1e-3  # the resize shows
+    # A record that does not fit its file is refused by name.
+    record.write_text('{"image_size": [64, 64], "resize_size": 48}')
+    assert predict.main(["keras-vit-predict", str(photo),
+                         f"--model={tmp_path / 'vit.tflite'}"]) == 1
+    err = capsys.readouterr().err
+    assert f"{record} records image_size [64, 64]" in err
+    record.write_text("[]")
+    assert predict.main(["keras-vit-predict", str(photo),
+                         f"--model={tmp_path / 'vit.tflite'}"]) == 1
+    assert "is not the preprocessing record" in capsys.readouterr().err
+    # A resize smaller than the input is refused before converting.
+    assert cli.main(["keras-vit-export", "--format=litert", "--overwrite",
+                     f"--model={tmp_path / 'vit.keras'}",
+                     f"--export_dir={tmp_path}", "--resize_size=20"]) == 1
+    assert "resize_size 20 is smaller than the input size" in (
+        capsys.readouterr().err)
+
+
+def test_unreadable_or_misplaced_files_are_one_line(model, tmp_path, capsys):
+    model.save(tmp_path / "vit.keras")
+    (tmp_path / "edge" / "vit.tflite").mkdir(parents=True)
+    assert cli.main(["keras-vit-export", "--format=litert", "--overwrite",
+                     f"--model={tmp_path / 'vit.keras'}",
+                     f"--export_dir={tmp_path / 'edge'}"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"keras-vit-export: error: {tmp_path}/edge/vit.tflite is "
+                   "a folder: choose another --model_name or --export_dir."]
+    cut = tmp_path / "cut.tflite"
+    cut.write_bytes(b"\x1c\x00\x00\x00TFL3" + bytes(64))
+    png = tmp_path / "a.png"
+    png.write_bytes(tf.io.encode_png(np.zeros((8, 8, 3), np.uint8)).numpy())
+    assert predict.main(["keras-vit-predict", f"--model={cut}",
+                         str(png)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{cut} is not a readable LiteRT file" in err[0]

@@ -142,6 +142,8 @@ def test_usage_errors(setup, capsys):
         ([image, "--model", str(root / "vit.keras"), "--output",
           str(root / "x.txt")], "use a .json or .csv"),
         ([image, "--model", str(root / "exports")], "config.json"),
+        ([image, "--model", str(root / "vit.keras"), "--output",
+          str(root / "photos")], "is a folder: name a file in it"),
     ]
     for args, message in cases:
         assert run_predict(args) == 1
@@ -221,3 +223,27 @@ def test_keras_model_of_no_vit_warns_as_it_is_refused(setup, tmp_path,
                       if "not a keras_vit Vision" in r.getMessage())
     assert "the keras-vit commands" in warned and "refuse it" in warned
     assert "for predictions and accuracy" not in warned
+
+
+def test_output_is_checked_first_and_its_folder_made(setup, capsys):
+    root, export = setup
+    image = str(root / "photos" / "img0.jpeg")
+    # A bad --output is refused before the model loads: the model named
+    # here does not exist.
+    assert run_predict([image, "--model", str(root / "missing.keras"),
+                        "--output", str(root / "x.txt")]) == 1
+    assert "use a .json or .csv" in capsys.readouterr().err
+    out = root / "new" / "deeper" / "answers.csv"
+    assert run_predict([image, "--model", str(root / "vit.keras"),
+                        "--output", str(out)]) == 0
+    assert next(csv.reader(out.open()))[0] == "file"
+    assert sorted(os.listdir(out.parent)) == ["answers.csv"]  # no temp left
+    # An export that does not load is one line naming it.
+    broken = root / "broken_export" / "vit" / "1"
+    broken.mkdir(parents=True)
+    (broken / "saved_model.pb").write_bytes(b"not a protocol buffer")
+    assert run_predict([image, "--model", str(broken.parent)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert f"{broken} is not a readable SavedModel" in err[0]
+    assert "export the model again" in err[0]

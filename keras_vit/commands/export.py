@@ -15,9 +15,11 @@ untrained).
 
 --format=saved_model (default) writes <export_dir>/<model_name>/<version>/
 and <export_dir>/models.config; --format=litert writes
-<export_dir>/<model_name>.tflite (and .labels.txt), refused where that
-file exists unless --overwrite (name each quantization's file with its
-own --model_name). Prints the path written.
+<export_dir>/<model_name>.tflite (and .labels.txt, and .json: the
+input size and the evaluation resize that a client applies before the
+file, which keras-vit-predict reads), refused where that file exists
+unless --overwrite (name each quantization's file with its own
+--model_name). Prints the path written.
 """
 
 from __future__ import annotations
@@ -114,7 +116,13 @@ def warmup_images(values: flags.FlagValues):
         matches = sorted(glob.glob(pattern))
         if not matches:
             raise UsageError(f"--warmup_images {pattern} matches no file.")
-        paths.extend(matches)
+        files = [path for path in matches if not os.path.isdir(path)]
+        if not files:
+            raise UsageError(
+                f"--warmup_images {pattern} names only folders: name image "
+                f"files, or a glob of them (e.g. {pattern.rstrip('/*')}"
+                "/*.jpg).")
+        paths.extend(files)
     return paths
 
 
@@ -122,9 +130,13 @@ def export(values: flags.FlagValues) -> str:
     """str. Exports the --model as the flags say; the new version's path
     (or the .tflite file's)."""
     tflite = os.path.join(values.export_dir, f"{values.model_name}.tflite")
-    if values.format == "litert" and not values.overwrite:
-        cli.check_not_written(tflite, "model_name")
-        cli.check_not_written(litert.labels_path(tflite), "model_name")
+    if values.format == "litert":
+        for path in litert.written_paths(tflite):
+            if os.path.isdir(path):
+                raise UsageError(f"{path} is a folder: choose another "
+                                 "--model_name or --export_dir.")
+            if not values.overwrite:
+                cli.check_not_written(path, "model_name")
     if values.format != "litert" and values.quantization != "float32":
         raise UsageError("--quantization goes with --format=litert only.")
     if values.format != "litert" and values.overwrite:
@@ -140,6 +152,7 @@ def export(values: flags.FlagValues) -> str:
             quantization=values.quantization,
             class_names=class_names(values, source),
             verify=not values.no_verify,
+            resize_size=cli.resize_size(values, source),
         )
     return saved_model.export_model(
         model,

@@ -167,6 +167,9 @@ def check_output_path(values: flags.FlagValues, name: str,
     path = values[name].value
     if not path or "://" in str(path):
         return
+    if not folder and os.path.isdir(str(path)):
+        raise UsageError(f"--{name}={path} is a folder: name a file in it "
+                         "or another path.")
     probe = os.path.abspath(str(path) if folder
                             else os.path.dirname(os.path.abspath(str(path))))
     while not os.path.exists(probe) and os.path.dirname(probe) != probe:

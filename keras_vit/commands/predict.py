@@ -22,8 +22,10 @@ stderr when a folder is given.
 from __future__ import annotations
 
 import csv
+import io
 import json
 import os
+import re
 import sys
 from typing import TYPE_CHECKING, Callable, List, Optional, Sequence, Tuple
 
@@ -34,6 +36,7 @@ from keras_vit.commands import flags as cli
 from keras_vit.commands.lazy import lazy_module
 from keras_vit.data.image_files import IMAGE_EXTENSIONS, is_image
 from keras_vit.errors import UsageError
+from keras_vit.storage.atomic import atomic_write
 
 if TYPE_CHECKING:  # imported on first use: --help loads no TensorFlow
     import keras
@@ -140,7 +143,13 @@ def keras_predictor(model: keras.Model, resize_size=None) -> Callable:
 
 def saved_model_predictor(path: str) -> Callable:
     """The predict function of the exported SavedModel version `path`."""
-    signature = tf.saved_model.load(path).signatures["serving_default"]
+    try:
+        signature = tf.saved_model.load(path).signatures["serving_default"]
+    except (OSError, ValueError, KeyError, tf.errors.OpError) as error:
+        raise UsageError(
+            f"{path} is not a readable SavedModel with a serving_default "
+            f"signature ({_first_sentence(checks.decode_reason(error))}): "
+            "export the model again.") from None
 
     def predict(images: Sequence[bytes]) -> np.ndarray:
         return signature(
@@ -150,13 +159,27 @@ def saved_model_predictor(path: str) -> Callable:
     return predict
 
 
+def _first_sentence(text: str) -> str:
+    """TensorFlow's reason without the advice it appends (a device's)."""
+    line = (text.strip().splitlines() or [""])[0]
+    return re.split(r"(?<=[a-z0-9])\.? (?=You may be|Consider)", line,
+                    maxsplit=1)[0]
+
+
 def litert_predictor(path: str, resize_size=None) -> Callable:
     """The predict function of a LiteRT file (`keras-vit-export
-    --format=litert`): the images preprocessed as serving_default does,
-    then given to the file as the pixels in [0, 255] it takes."""
-    interpreter = litert.interpreter_class()(model_path=path)
-    size = tuple(int(n) for n in interpreter.get_input_details()[0][
-        "shape"][1:3])
+    --format=litert`): the images preprocessed as serving_default does
+    (with `resize_size`, else the resize recorded beside the file), then
+    given to the file as the pixels in [0, 255] it takes."""
+    try:
+        interpreter = litert.interpreter_class()(model_path=path)
+        size = tuple(int(n) for n in interpreter.get_input_details()[0][
+            "shape"][1:3])
+    except (ValueError, RuntimeError, IndexError) as error:
+        raise UsageError(f"{path} is not a readable LiteRT file ({error}): "
+                         "export the model again.") from None
+    if resize_size is None:
+        resize_size = litert.read_resize_size(path, size)
 
     def predict(images: Sequence[bytes]) -> np.ndarray:
         pixels = _pixels(images, size, resize_size)
@@ -186,10 +209,21 @@ def top_k(probabilities: np.ndarray, names: Sequence[str], k: int):
     ]
 
 
+OUTPUT_EXTENSIONS = (".json", ".csv")
+
+
+def check_output(path: Optional[str]) -> None:
+    """A UsageError, before any image is classified, for an --output that
+    write_output cannot write."""
+    if path and os.path.splitext(path)[1].lower() not in OUTPUT_EXTENSIONS:
+        raise UsageError(f"--output {path}: use a .json or .csv file.")
+
+
 def write_output(path: str, files, tops, skipped) -> None:
-    """Writes the predictions as JSON or CSV (by `path`'s extension)."""
-    extension = os.path.splitext(path)[1].lower()
-    if extension == ".json":
+    """Writes the predictions as JSON or CSV (by `path`'s extension),
+    through a temporary file and a rename (a missing folder is made)."""
+    check_output(path)
+    if os.path.splitext(path)[1].lower() == ".json":
         data = {
             "predictions": [
                 {"file": f, "top_k": [
@@ -199,20 +233,16 @@ def write_output(path: str, files, tops, skipped) -> None:
             ],
             "skipped": [{"file": f, "reason": r} for f, r in skipped],
         }
-        text = json.dumps(data, indent=1)
-    elif extension == ".csv":
-        rows = [("file", "rank", "class", "name", "probability")] + [
-            (f, rank, c, n, f"{p:.6f}")
-            for f, top in zip(files, tops)
-            for rank, (c, n, p) in enumerate(top, start=1)
-        ]
-        with open(path, "w", newline="", encoding="utf-8") as f:
-            csv.writer(f).writerows(rows)
+        atomic_write(path, json.dumps(data, indent=1) + "\n")
         return
-    else:
-        raise UsageError(f"--output {path}: use a .json or .csv file.")
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(text + "\n")
+    rows = [("file", "rank", "class", "name", "probability")] + [
+        (f, rank, c, n, f"{p:.6f}")
+        for f, top in zip(files, tops)
+        for rank, (c, n, p) in enumerate(top, start=1)
+    ]
+    text = io.StringIO(newline="")
+    csv.writer(text).writerows(rows)
+    atomic_write(path, text.getvalue())
 
 
 def define_flags(values: flags.FlagValues, argv: Sequence[str]) -> None:
@@ -243,6 +273,7 @@ def run(args, images: Sequence[str]) -> int:
     if args.top_k < 1 or args.batch_size < 1:
         raise UsageError("--top_k and --batch_size must be >= 1.")
     cli.check_output_path(args, "output", folder=False)
+    check_output(args.output)
     # A model is there, before the images are read.
     source = cli.model_source(args, exports=True)
     files, folder = list_images(images)

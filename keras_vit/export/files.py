@@ -24,7 +24,7 @@ from typing import List, Optional, Sequence, Union
 import numpy as np
 import tensorflow as tf
 
-from keras_vit.data import preprocessing
+from keras_vit.data import checks, preprocessing
 from keras_vit.errors import UsageError
 from keras_vit.storage.atomic import atomic_write
 
@@ -32,6 +32,8 @@ WARMUP_FILE = "tf_serving_warmup_requests"
 # TF Serving reads at most this many warm-up records.
 MAX_WARMUP_RECORDS = 1000
 CONFIG_FILE = "models.config"
+# TF Serving's batching settings, written beside models.config.
+BATCHING_FILE = "batching_parameters.txt"
 
 _MODEL_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
 
@@ -56,11 +58,17 @@ def require_serving_api() -> None:
 
 
 def check_model_name(name: str) -> str:
-    """str. `name` if usable as a TF Serving model name and folder name."""
+    """str. `name` if usable as a TF Serving model name and folder name
+    (not the name of a file the export writes beside the models)."""
     if not isinstance(name, str) or not _MODEL_NAME_RE.match(name):
         raise UsageError(
             f"model_name {name!r} is not usable: use letters, digits, '_', "
             "'-' and '.', not starting with '.' or '-' (e.g. 'vit')."
+        )
+    if name in (CONFIG_FILE, BATCHING_FILE):
+        raise UsageError(
+            f"model_name {name!r} is the name of a file the export writes "
+            "beside the models: choose another (e.g. 'vit')."
         )
     return name
 
@@ -173,6 +181,11 @@ def load_warmup_images(images: Sequence[WarmupImage]) -> List[bytes]:
     encoded = []
     for index, image in enumerate(images):
         if isinstance(image, (str, os.PathLike)):
+            if tf.io.gfile.isdir(os.fspath(image)):
+                raise UsageError(
+                    f"warmup_images[{index}] ({os.fspath(image)}) is a "
+                    "folder: name image files, or a glob of them (e.g. "
+                    "photos/*.jpg).")
             with tf.io.gfile.GFile(os.fspath(image), "rb") as f:
                 data = f.read()
             what = f"warmup_images[{index}] ({os.fspath(image)})"
@@ -200,7 +213,7 @@ def load_warmup_images(images: Sequence[WarmupImage]) -> List[bytes]:
         except tf.errors.InvalidArgumentError as e:
             raise UsageError(
                 f"{what} is not a decodable JPEG/PNG/GIF/BMP image: "
-                f"{e.message.strip()}"
+                f"{checks.decode_reason(e)}"
             ) from None
         encoded.append(data)
     if len(encoded) > max_images:

@@ -4,7 +4,8 @@
 
 writes a `.tflite` whose one signature takes `images`, float32 pixels in
 [0, 255] of shape (1, H, W, 3) at the model's input size (RGB; resize on
-the device first), and returns `probabilities` (1, K). The [0, 255] ->
+the device first, as `vit.json` beside it records: the input size and the
+evaluation resize), and returns `probabilities` (1, K). The [0, 255] ->
 [-1, 1] scaling and the softmax are inside the file. Conversion is Keras
 3's own (`model.export(format="litert")`, which runs TensorFlow's
 `TFLiteConverter` on a SavedModel of the model), restricted to LiteRT's
@@ -19,7 +20,8 @@ published: float32 must equal the Keras model to `VERIFY_ATOL`.
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+import json
+from typing import List, Optional, Sequence
 
 import keras
 import numpy as np
@@ -36,6 +38,10 @@ OUTPUT_NAME = "probabilities"
 # float32 LiteRT against Keras, same pixels: the largest probability
 # difference allowed before the file is rejected.
 VERIFY_ATOL = 1e-4
+# The preprocessing record beside a .tflite: read at most this many
+# bytes, and a resize of at most this many pixels a side.
+_MAX_RECORD_BYTES = 1 << 16
+_MAX_RESIZE = 1 << 15
 
 _INSTALL = 'pip install -e ".[litert]"  (or: pip install ai-edge-litert)'
 
@@ -109,6 +115,7 @@ def export_litert(
     quantization: str = "float32",
     class_names: Optional[Sequence[str]] = None,
     verify: bool = True,
+    resize_size: Optional[int] = None,
 ) -> str:
     """Writes `model` as a LiteRT file.
 
@@ -124,6 +131,11 @@ def export_litert(
         verify: bool. Run the file with the LiteRT interpreter on random
             pixels before publishing it: float32 must match the Keras
             model to VERIFY_ATOL; quantized files must give probabilities.
+        resize_size: int or None. The evaluation resize the model was
+            scored with (resize the image to it, then take the central
+            crop of the input size; None: resize straight to the input
+            size), recorded in `<path minus .tflite>.json` with the input
+            size, for the client that prepares the pixels.
 
     Returns:
         str. `path`.
@@ -142,6 +154,12 @@ def export_litert(
         )
     wrapped = pixels_model(model)
     num_classes = int(model.output_shape[-1])
+    height, width = wrapped.input_shape[1:3]
+    if resize_size is not None and int(resize_size) < max(height, width):
+        raise UsageError(
+            f"resize_size {resize_size} is smaller than the input size "
+            f"{height}x{width}: the central crop needs at least "
+            f"{max(height, width)}.")
     if class_names is not None and len(class_names) != num_classes:
         raise UsageError(
             f"{len(class_names)} class names for {num_classes} classes."
@@ -156,6 +174,9 @@ def export_litert(
             _verify(tmp, wrapped, quantization)
 
     atomic_write(path, write)
+    atomic_write(preprocessing_path(path), json.dumps(
+        preprocessing_record(height, width, resize_size, quantization),
+        indent=1) + "\n")
     if class_names is not None:
         atomic_write(
             labels_path(path), "".join(f"{name}\n" for name in class_names)
@@ -169,6 +190,61 @@ def export_litert(
 def labels_path(path: str) -> str:
     """str. The class-name file written beside a .tflite."""
     return str(path)[: -len(".tflite")] + ".labels.txt"
+
+
+def preprocessing_path(path: str) -> str:
+    """str. The preprocessing record written beside a .tflite."""
+    return str(path)[: -len(".tflite")] + ".json"
+
+
+def written_paths(path: str) -> List[str]:
+    """The files an export to the .tflite `path` writes."""
+    return [str(path), labels_path(path), preprocessing_path(path)]
+
+
+def preprocessing_record(height: int, width: int,
+                         resize_size: Optional[int],
+                         quantization: str) -> dict:
+    """dict. What a client does to an image before the file, as
+    `keras_vit.data.preprocessing.preprocess_eval` does it."""
+    return {
+        "input": INPUT_NAME, "output": OUTPUT_NAME,
+        "image_size": [int(height), int(width)],
+        "resize_size": None if resize_size is None else int(resize_size),
+        "pixels": "RGB, float32 in [0, 255], shape (1, height, width, 3)",
+        "resize": "bilinear to resize_size then the central image_size "
+                  "crop; with resize_size null, bilinear to image_size",
+        "quantization": quantization,
+    }
+
+
+def read_resize_size(path: str, image_size: Sequence[int]) -> Optional[int]:
+    """int or None. The evaluation resize recorded beside the .tflite
+    `path` (None where no record is there, as for files written before
+    it was), checked against the file's `image_size`."""
+    record_path = preprocessing_path(path)
+    if not tf.io.gfile.exists(record_path):
+        return None
+    try:
+        with tf.io.gfile.GFile(record_path, "rb") as f:
+            record = json.loads(f.read(_MAX_RECORD_BYTES + 1)[
+                :_MAX_RECORD_BYTES])
+        size = [int(n) for n in record["image_size"]]
+        resize = record.get("resize_size")
+        resize = None if resize is None else int(resize)
+    except (ValueError, TypeError, KeyError, AttributeError):
+        raise UsageError(
+            f"{record_path} is not the preprocessing record of a LiteRT "
+            "export: export the model again, or remove the file and pass "
+            "--resize_size.") from None
+    if size != [int(n) for n in image_size] or (
+            resize is not None and not max(size) <= resize <= _MAX_RESIZE):
+        raise UsageError(
+            f"{record_path} records image_size {size} and resize_size "
+            f"{resize}, which do not fit {path} (input "
+            f"{list(image_size)}): export the model again, or remove the "
+            "file and pass --resize_size.")
+    return resize
 
 
 def _verify(path: str, wrapped: keras.Model, quantization: str) -> None:

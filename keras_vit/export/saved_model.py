@@ -48,7 +48,7 @@ from keras_vit.export import options as export_options
 from keras_vit.export.options import ExportOptions
 from keras_vit.storage.atomic import atomic_write
 
-BATCHING_FILE = "batching_parameters.txt"
+BATCHING_FILE = export_files.BATCHING_FILE
 # TF Serving's --batching_parameters_file, tuned for a CPU server: a batch
 # closes at 32 requests' images or after 5 ms, whichever first. On a GPU
 # raise max_batch_size (e.g. 128) and batch_timeout_micros (e.g. 10000).
@@ -260,6 +260,10 @@ def _target(model: keras.Model, export_dir: str,
     config_path = export_files.join(export_dir, export_files.CONFIG_FILE)
     export_files.read_models_config(config_path)  # fail before exporting
     model_dir = export_files.join(export_dir, opts.model_name)
+    if tf.io.gfile.exists(model_dir) and not tf.io.gfile.isdir(model_dir):
+        raise UsageError(
+            f"{model_dir} is a file, not a model folder: choose another "
+            "model_name or export_dir.")
     if opts.version is not None and tf.io.gfile.exists(
         export_files.join(model_dir, str(opts.version))
     ):
