@@ -198,6 +198,15 @@ def test_cli_errors_name_the_fix(tmp_path, capsys):
          ("--output_dir",)),
         (("--mode=eval", f"--model={tmp_path}/none.npz", "--dataset=digits"),
          ("none.npz: no such file or folder",)),
+        (("--mode=eval", f"--model={npz}", "--dataset=digits",
+          "--tasks=natural"), ("--tasks goes with --mode=vtab only",)),
+        (("--mode=eval", f"--model={npz}", "--dataset=digits",
+          "--batch_size=0"), ("--batch_size=0: give a batch of at least 1",)),
+        (("--mode=vtab", f"--config={VTAB_CONFIG}", f"--model={npz}",
+          f"--output_dir={tmp_path}", "--split=train"),
+         ("--split goes with --mode=eval only",)),
+        (("--mode=eval", f"--model={npz}", "--dataset=folder",
+          f"--data_dir={tmp_path}/moved"), ("set --data_dir to the folder",)),
     ]
     for args, says in cases:
         assert cli(*args) == 1
@@ -441,3 +450,55 @@ def test_export_scales_the_runs_resize_with_image_size(resize_run, tmp_path,
             f"--export_dir={out}"]) == 0
     assert spy.call_args.kwargs["resize_size"] == 48
     capsys.readouterr()
+
+
+def test_cli_eval_scores_a_folder_by_the_models_class_names(tmp_path,
+                                                             capsys):
+    """A folder's labels follow its sorted class folders; a model that
+    names its classes in another order is scored by name (each image is
+    in the folder of the class the model gives it: 100%), a class folder
+    that is none of its classes is refused by name, and the results of a
+    model beside a run's workdir do not overwrite the run's."""
+    names = ["zebra", "cat", "mouse"]  # the model's order, not sorted
+    model = tiny(num_classes=3, image_size=16)
+    keras_path = str(tmp_path / "m.keras")
+    model.save(keras_path)
+    (tmp_path / "names.txt").write_text("\n".join(names) + "\n")
+    rng = np.random.default_rng(4)
+    pixels = rng.integers(0, 256, (24, 16, 16, 3), dtype=np.uint8)
+    given = model.predict(pixels / 127.5 - 1.0, verbose=0).argmax(-1)
+    assert len(set(given.tolist())) > 1
+    for i, (image, label) in enumerate(zip(pixels, given)):
+        folder = tmp_path / "photos" / "test" / names[label]
+        folder.mkdir(parents=True, exist_ok=True)
+        tf.io.write_file(str(folder / f"{i}.png"), tf.io.encode_png(image))
+    for name in names:  # every class has a folder, empty or not
+        (tmp_path / "photos" / "test" / name).mkdir(exist_ok=True)
+    base = ["--mode=eval", f"--model={keras_path}", "--dataset=folder",
+            f"--data_dir={tmp_path / 'photos'}", "--split=test"]
+
+    def accuracy(*args):
+        assert cli(*base, *args) == 0
+        printed = capsys.readouterr().out
+        return json.loads(printed[printed.index("{"):])
+
+    by_name = accuracy(f"--class_names_file={tmp_path / 'names.txt'}")
+    assert by_name["accuracy"] == 1.0 and by_name["classes_by_name"]
+    by_index = accuracy()  # no names: sorted folders are classes 0, 1, 2
+    sorted_names = sorted(names)
+    want = np.mean([sorted_names.index(names[g]) == g for g in given])
+    assert by_index["accuracy"] == pytest.approx(want) and want < 1.0
+    assert "classes_by_name" not in by_index
+    (tmp_path / "other.txt").write_text("zebra\ncat\nrat\n")
+    assert cli(*base, f"--class_names_file={tmp_path / 'other.txt'}") == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "are not the model's classes (zebra, cat, " \
+        "rat): mouse. Name each folder as the model's class" in err[0], err
+    # Beside a run's workdir, another model's results get their own file.
+    run = tmp_path / "run"
+    run.mkdir()
+    assert cli(*base, f"--workdir={run}", "--name=mine") == 0
+    assert cli(*base, f"--workdir={run}", "--image_size=32") == 0
+    capsys.readouterr()
+    assert sorted(os.listdir(run)) == ["eval_folder_test_m.keras_32x32.json",
+                                       "eval_folder_test_mine.json"]

@@ -13,6 +13,7 @@ import importlib.util
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 
@@ -558,6 +559,11 @@ def test_other_backbone_in_the_same_output_dir_is_refused(tmp_path):
     vtab_run.prepare_backbone(a, str(tmp_path / "out"))
     with pytest.raises(ValueError, match="use a new `output_dir`"):
         vtab_run.prepare_backbone(b, str(tmp_path / "out"))
+    # Another file at the same path is another model.
+    assert vtab_run.prepare_backbone(a, str(tmp_path / "out"))
+    shutil.copyfile(b.path, a.path)
+    with pytest.raises(ValueError, match="its files changed since"):
+        vtab_run.prepare_backbone(a, str(tmp_path / "out"))
 
 
 def test_backbone_of_every_source_kind_and_of_an_earlier_stamp(tmp_path):

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import time
 from typing import TYPE_CHECKING, Dict, Optional, Sequence
@@ -95,6 +96,7 @@ def define_flags(values: flags.FlagValues, argv: Sequence[str]) -> None:
                         "folder.", flag_values=values)
     flags.DEFINE_integer("batch_size", None, "eval: global batch size.",
                          flag_values=values)
+    cli.define_class_names_file(values)
 
 
 def _source(values: flags.FlagValues):
@@ -159,26 +161,46 @@ def _eval_mode(values, source, strategy) -> Dict:
             f"{info.num_classes}: evaluate it on the data it was trained "
             "or fine-tuned on (--dataset/--split), or fine-tune it first."
         )
+    # An image folder's labels follow its sorted class folders: a model
+    # that names its classes in another order is scored by name.
+    scored = accuracy.in_folder_order(model, cli.class_names(values, source),
+                                      inp)
     batch = values.batch_size or (
         (run.evals.test.batch_size or run.input.batch_size) if run
         else EVAL_BATCH
     )
     start = time.time()
     metrics = accuracy.evaluate_model(
-        model, inp, input_pipeline.RunInput(image_size=image_size), split,
+        scored, inp, input_pipeline.RunInput(image_size=image_size), split,
         int(batch), strategy,
         every_s=(run or config_lib.base_config()).log.every_seconds)
-    metrics.update(dataset=inp.dataset, split=split, model=source.describe(),
+    metrics.update(dataset=inp.dataset, split=split,
+                   model=values.name or source.describe(),
                    image_size=list(image_size),
                    resize_size=inp.pp.eval_resize_size,
                    wall_time_s=time.time() - start)
+    if scored is not model:
+        metrics["classes_by_name"] = True
     logging.info("eval %s %s: %s", inp.dataset, split, metrics)
     print(json.dumps(metrics, indent=2, sort_keys=True))
     if _output_dir(values):
-        name = f"eval_{inp.dataset}_{split}".replace("/", "_")
+        name = _eval_file_name(values, inp.dataset, split, image_size)
         _write(os.path.join(_output_dir(values), name + ".json"),
                json.dumps(metrics, indent=2, sort_keys=True) + "\n")
     return metrics
+
+
+def _eval_file_name(values, dataset: str, split: str, image_size) -> str:
+    """eval_<data set>_<split>, and the model's name and the size where
+    they are not the run's own (--model or --name beside --workdir,
+    --image_size): one model's results never overwrite another's."""
+    parts = ["eval", dataset, split]
+    if values.workdir and (values.model or values.name):
+        parts.append(values.name or os.path.basename(
+            os.path.normpath(values.model)))
+    if cli.hint(values, "image_size"):
+        parts.append("x".join(str(n) for n in image_size))
+    return re.sub(r"[^A-Za-z0-9._=-]+", "_", "_".join(map(str, parts)))
 
 
 def _eval_input(values, run, image_size):
@@ -302,6 +324,12 @@ def _nothing_ran(what: str, not_run: Dict[str, str]) -> str:
             "config.input.data_dir) and run the same command again.")
 
 
+# The flags of some modes only: each with the modes that read it.
+_MODE_FLAGS = {"tasks": ("vtab",), "dataset": ("eval",), "split": ("eval",),
+               "data_dir": ("eval",), "batch_size": ("eval",),
+               "class_names_file": ("eval",)}
+
+
 def _output_dir(values: flags.FlagValues) -> Optional[str]:
     return values.output_dir or values.workdir
 
@@ -318,6 +346,16 @@ def _main(values: flags.FlagValues, args: list) -> None:
                 f"--mode={values.mode} needs {' and '.join(missing)} "
                 f"(e.g. --config={values.mode})."
             )
+    misplaced = [f"--{name}" for name, modes in _MODE_FLAGS.items()
+                 if values[name].present and values.mode not in modes]
+    if misplaced:
+        raise UsageError(
+            f"{', '.join(misplaced)} {'goes' if len(misplaced) == 1 else 'go'}"
+            f" with --mode={' or '.join(_MODE_FLAGS[misplaced[0][2:]])} "
+            f"only, not --mode={values.mode}.")
+    if values.batch_size is not None and values.batch_size < 1:
+        raise UsageError(f"--batch_size={values.batch_size}: give a batch "
+                         "of at least 1 (or leave it out for the config's).")
     cli.check_output_path(values, "output_dir")
     if values.config is not None:
         # Before the model loads: a field out of range named as its flag.
@@ -327,8 +365,29 @@ def _main(values: flags.FlagValues, args: list) -> None:
         vtab.select_tasks(values.tasks or config_lib.find_evaluator(
             values.config.evals, "vtab").tasks)
     strategy = cli.strategy(values, values.config)
-    {"eval": _eval_mode, "fewshot": _fewshot_mode,
-     "vtab": _vtab_mode}[values.mode](values, source, strategy)
+    try:
+        {"eval": _eval_mode, "fewshot": _fewshot_mode,
+         "vtab": _vtab_mode}[values.mode](values, source, strategy)
+    except UsageError as error:
+        if values.mode != "eval" or values.config is not None:
+            raise
+        raise UsageError(_in_eval_flags(str(error))) from None
+
+
+# --mode=eval without --config: the data's fields are flags of their own
+# (a message of the data layer names the config field).
+_EVAL_FLAG_WORDS = (
+    ("set config.input.skip_bad_images=True", "pass --config=folder:"
+     "DATA_DIR --config.input.skip_bad_images=True"),
+    ("--config.input.data_dir", "--data_dir"),
+    ("config.input.data_dir", "--data_dir"),
+)
+
+
+def _in_eval_flags(message: str) -> str:
+    for field, flag in _EVAL_FLAG_WORDS:
+        message = message.replace(field, flag)
+    return message
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -4,13 +4,15 @@ the trainer's own distributed evaluation step."""
 from __future__ import annotations
 
 import sys
-from typing import Dict
+from typing import Dict, Optional, Sequence
 
+import keras
 import tensorflow as tf
 
 from keras_vit.data import checks as data_checks
+from keras_vit.data import folders, sources
 from keras_vit.data import pipeline as input_pipeline
-from keras_vit.data import sources
+from keras_vit.errors import UsageError
 from keras_vit.progress import EVERY_S
 from keras_vit.scoring import evaluator as evaluator_lib
 from keras_vit.scoring.evaluator import Evaluator
@@ -64,3 +66,30 @@ def evaluate_model(
     with data_checks.explained_errors(inp, [("eval", split)]):
         return evaluator.evaluate(dataset, on_batch=on_batch)
 
+
+
+def in_folder_order(model, class_names: Optional[Sequence[str]], inp):
+    """`model`, its logits in the class order of the image folder that
+    `inp` reads (labels index the sorted class folder names), when the
+    model names its classes (a run's labels.txt, a Hugging Face
+    id2label) in another order; a class folder that is none of the
+    model's classes is refused by name. Other data sets, and models
+    without names, are scored by index as they are."""
+    if not class_names or inp.dataset != sources.FOLDER or inp.vtab_task:
+        return model
+    names = [str(n) for n in class_names]
+    folder_names = list(folders.folder_index(inp.data_dir)[1])
+    if folder_names == names or len(folder_names) != len(names):
+        return model  # the class counts are compared by the caller
+    strangers = [n for n in folder_names if n not in names]
+    if strangers or len(set(names)) != len(names):
+        raise UsageError(
+            f"The class folders of {inp.data_dir} ({', '.join(folder_names)}"
+            f") are not the model's classes ({', '.join(names)}): "
+            f"{', '.join(strangers) or 'names repeat'}. Name each folder as "
+            "the model's class it holds, or pass the model's class names "
+            "(--class_names_file) in its output order.")
+    order = [names.index(n) for n in folder_names]
+    images = keras.Input(model.input_shape[1:], name="images")
+    logits = keras.ops.take(model(images, training=False), order, axis=-1)
+    return keras.Model(images, logits, name=model.name)

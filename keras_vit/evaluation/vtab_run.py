@@ -177,7 +177,29 @@ def run_task(
 # source's location and kind (the interface every kind of source has) and
 # whether the pre-logits layer was kept. (Earlier stamps also held an
 # .npz's `variant`, which only checked the file: it is not compared.)
-_STAMP_FIELDS = ("source", "kind", "keep_pre_logits")
+# `files`: the name, size and change time of each file the model is read
+# from, so that a file replaced at the same path is another model.
+_STAMP_FIELDS = ("source", "kind", "keep_pre_logits", "files")
+
+
+def _model_files(source: pretrained.Source) -> Optional[list]:
+    """[[name, size, mtime_ns]] of the local files `source` reads its
+    weights from (a workdir: its newest checkpoint's); None for a remote
+    source, known by its location."""
+    path = source.path
+    if "://" in path:
+        return None
+    if source.kind == "workdir":
+        newest = tf.train.latest_checkpoint(os.path.join(path,
+                                                         wd.CHECKPOINTS))
+        files = tf.io.gfile.glob(newest + ".*") if newest else []
+    elif os.path.isdir(path):
+        files = [os.path.join(path, name) for name in os.listdir(path)
+                 if os.path.isfile(os.path.join(path, name))]
+    else:
+        files = [path]
+    stats = [(os.path.basename(f), os.stat(f)) for f in sorted(files)]
+    return [[name, st.st_size, st.st_mtime_ns] for name, st in stats]
 
 
 def prepare_backbone(
@@ -191,14 +213,16 @@ def prepare_backbone(
     stamp = os.path.join(output_dir, BACKBONE_SOURCE)
     wanted = dict(source=os.path.abspath(source.path)
                   if "://" not in source.path else source.path,
-                  kind=source.kind, keep_pre_logits=keep_pre_logits)
+                  kind=source.kind, keep_pre_logits=keep_pre_logits,
+                  files=_model_files(source))
     if tf.io.gfile.exists(path) and tf.io.gfile.exists(stamp):
         saved = wd.read_json(stamp)
         if all(saved.get(k, wanted[k]) == wanted[k] for k in _STAMP_FIELDS):
             return path
-        differ = ", ".join(f"{k} {saved.get(k)!r}, now {wanted[k]!r}"
-                           for k in _STAMP_FIELDS
-                           if saved.get(k, wanted[k]) != wanted[k])
+        differ = ", ".join(
+            "its files changed since (size or time)" if k == "files"
+            else f"{k} {saved.get(k)!r}, now {wanted[k]!r}"
+            for k in _STAMP_FIELDS if saved.get(k, wanted[k]) != wanted[k])
         raise UsageError(
             f"{output_dir} holds results of another pre-trained model "
             f"({differ}): use a new `output_dir` for "
