@@ -271,7 +271,7 @@ def packaged_config(name: str) -> Optional[str]:
     if not re.fullmatch(r"\w+", name):
         return None
     path = os.path.join(CONFIGS_DIR, name + ".py")
-    if os.path.exists(path):
+    if os.path.exists(path) and name in packaged_configs():
         return path
     if os.path.exists(name):
         return None

@@ -144,7 +144,23 @@ def check_limits(config) -> None:
     what the config leaves to it (`training.data_fit`)."""
     for path, low, high, brackets in LIMITS:
         _check(config, path, _value(config, path), low, high, brackets)
+    _check_range("input.pp.area_range", _value(config, "input.pp.area_range"))
     check_evaluators(config)
+
+
+def _check_range(path: str, values) -> None:
+    """A (low, high) share of the image: 0 < low <= high <= 1."""
+    if values is None:
+        return
+    pair = list(values) if isinstance(values, (tuple, list)) else [values]
+    if not (len(pair) == 2 and all(
+            isinstance(v, (int, float)) and not isinstance(v, bool)
+            for v in pair) and 0 < pair[0] <= pair[1] <= 1):
+        written = ",".join(str(v) for v in pair)
+        raise UsageError(
+            f"config.{path}={written} must be two shares of the image, "
+            f"low,high with 0 < low <= high <= 1 (e.g. config.{path}="
+            "0.05,1.0).")
 
 
 def check_evaluators(config) -> None:

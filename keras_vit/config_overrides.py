@@ -12,7 +12,9 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import ml_collections
 
+from keras_vit.config import complete, field_names
 from keras_vit.config_schema import base_config
+from keras_vit.errors import UsageError
 from keras_vit.variants import SIZE_FIELDS
 
 # The config.model fields a variant gives (its sizes and a hybrid's ResNet).
@@ -50,8 +52,8 @@ def command_line_variant(config: ml_collections.ConfigDict,
 # What a user types on the command line for "no value".
 NONE_WORDS = ("none", "null")
 # Typed fields whose None is meaningful though their schema default is
-# not (variant None: the explicit sizes).
-NULLABLE = ("model.variant",)
+# not (variant None: the explicit sizes; grad_clip_norm None: none).
+NULLABLE = ("model.variant", "trainer.grad_clip_norm")
 
 
 def command_line_nones(config: ml_collections.ConfigDict,
@@ -98,8 +100,90 @@ def held_nones(argv: Sequence[str]) -> Tuple[List[str], Dict[str, str]]:
                                            match.group(1).split("."), base)
             except (KeyError, AttributeError, TypeError):
                 default = ""  # not in the schema: as typed
-            if default is None:
+            if default is None or match.group(1) in NULLABLE:
                 held[match.group(1)] = match.group(2)
                 continue
         kept.append(arg)
     return kept, held
+
+
+# Fields that take an int or a (height, width) pair, typed as int.
+SIZE_PAIRS = ("model.image_size",)
+_PAIR_ARG = re.compile(
+    r"--?config\.([\w.]+)=\(?\s*(\d+)\s*(?:,|x|\s)\s*(\d+)\s*\)?")
+
+
+def held_pairs(argv: Sequence[str]) -> Tuple[List[str], Dict[str, tuple]]:
+    """(`argv` without the --config.FIELD=HxW (or H,W) of SIZE_PAIRS,
+    {FIELD: (H, W)}): ml_collections parses such a field as an int, which
+    a pair is not; `set_pairs` sets them once parsed."""
+    kept, held = [], {}
+    for arg in argv:
+        match = _PAIR_ARG.fullmatch(str(arg))
+        if match and match.group(1) in SIZE_PAIRS:
+            held[match.group(1)] = (int(match.group(2)), int(match.group(3)))
+            continue
+        kept.append(arg)
+    return kept, held
+
+
+def set_pairs(config: ml_collections.ConfigDict,
+              pairs: Mapping[str, tuple]) -> None:
+    """Sets each held (height, width) pair (`held_pairs`) in `config`."""
+    for dotted, pair in pairs.items():
+        *parents, leaf = dotted.split(".")
+        section = functools.reduce(lambda c, k: c[k], parents, config)
+        with section.ignore_type():
+            section[leaf] = pair
+
+
+def split_string_lists(config: ml_collections.ConfigDict,
+                       overridden: Mapping[str, Any]) -> None:
+    """--config.FIELD=a,b of a field holding a tuple of strings (e.g.
+    optimizer.no_decay) is ("a", "b"): ml_collections keeps the words as
+    one string, "a,b", which would match no name. Changes `config`."""
+    for dotted, value in overridden.items():
+        if not (isinstance(value, (tuple, list)) and len(value) == 1
+                and isinstance(value[0], str)
+                and re.search(r"[,()]", value[0])):
+            continue
+        words = tuple(w.strip(" '\"") for w in value[0].strip("()[] ")
+                      .split(",") if w.strip(" '\""))
+        *parents, leaf = dotted.split(".")
+        section = functools.reduce(lambda c, k: c[k], parents, config)
+        section[leaf] = type(value)(words)
+
+
+def check_parsed(config, where: str, overridden: Iterable[str]):
+    """The config a --config file gave, checked against the schema (a
+    UsageError names a field it does not define, with the file), with
+    the schema's defaults for what it leaves out (a partial ConfigDict,
+    a dict, an earlier version's flat config); `config` itself when it
+    is whole. A --config.SECTION={...} override, which would replace a
+    whole section, is refused: set its fields one by one."""
+    base = base_config()
+    for dotted in overridden:
+        try:
+            value = functools.reduce(lambda c, k: c[k], dotted.split("."),
+                                     base)
+        except (KeyError, AttributeError, TypeError):
+            continue
+        if isinstance(value, ml_collections.ConfigDict) and (
+                dotted != "evals" and not dotted.startswith("evals.")):
+            raise UsageError(
+                f"--config.{dotted} is a section of fields: set them one "
+                f"by one (e.g. --config.{dotted}."
+                f"{next(iter(value.keys()))}=...).")
+    if not isinstance(config, (ml_collections.ConfigDict, Mapping)):
+        raise UsageError(
+            f"{where}: get_config() returned a {type(config).__name__}, not "
+            "a config: return keras_vit.config.base_config() with the "
+            "fields changed.")
+    from_dict = (config.to_dict()
+                 if isinstance(config, ml_collections.ConfigDict)
+                 else dict(config))
+    whole = complete(from_dict, where=where)
+    if isinstance(config, ml_collections.ConfigDict) and set(
+            field_names(whole)) == set(field_names(config)):
+        return config
+    return whole

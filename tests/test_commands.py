@@ -436,3 +436,114 @@ def test_convert_names_what_the_keras_file_does_not_keep(tmp_path, caplog):
                if "does not keep" in r.getMessage()]
     assert "class names" in line and "--class_names_file" in line
     assert "--resize_size" not in line  # a hub model records none
+
+
+CONFIG_FILES = {
+    # (file text, what the one line says)
+    "extra.py": ("from keras_vit.config import base_config\n"
+                 "def get_config(arg=None):\n"
+                 "    c = base_config()\n"
+                 "    with c.unlocked():\n"
+                 "        c.extra_field = 3\n"
+                 "    return c\n",
+                 "extra.py: --config.extra_field is not a config field"),
+    "none.py": ("def get_config(arg=None):\n    return None\n",
+                "none.py: its get_config() returned None: return the config"),
+    "syntax.py": ("def get_config(arg=None)\n    return 1\n",
+                  "syntax.py failed at line 1: SyntaxError: "),
+    "divide.py": ("def get_config(arg=None):\n    return 1 / 0\n",
+                  "divide.py failed at line 2: ZeroDivisionError: division "
+                  "by zero"),
+    "imports.py": ("import not_a_module_of_anyone\n"
+                   "def get_config(arg=None):\n    return None\n",
+                   "imports.py failed at line 1: ModuleNotFoundError: No "
+                   "module named 'not_a_module_of_anyone'"),
+    "noget.py": ("CONFIG = 1\n", "the --config file defines no "
+                 "get_config(arg=None)"),
+}
+
+
+def test_config_files_are_checked_against_the_schema(tmp_path, capsys):
+    """A config file's fields are the schema's: one it adds is named with
+    the file; one it leaves out (a partial ConfigDict, a dict, an earlier
+    version's flat config) takes its default; a file that fails to run
+    is one line naming it and the line."""
+    train = module("train")
+    for name, (text, says) in CONFIG_FILES.items():
+        (tmp_path / name).write_text(text)
+        # ml_collections loads every config file as one module name, and
+        # loading runs the new file in the old module of that name: the
+        # functions of the last file read stay (once per process, a
+        # user's command; many times here).
+        sys.modules.pop("config_config", None)
+        assert train.main(["keras-vit-train", f"--config={tmp_path / name}",
+                           f"--workdir={tmp_path}/w"]) == 1, name
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and says in err[0], (name, err)
+        assert "Traceback" not in err[0]
+    partial = tmp_path / "partial.py"
+    partial.write_text(
+        "import ml_collections\n"
+        "def get_config(arg=None):\n"
+        "    c = ml_collections.ConfigDict()\n"
+        "    c.model = dict(variant=None, patch_size=8, hidden_size=32,\n"
+        "                   num_layers=1, num_heads=4, mlp_dim=64)\n"
+        "    c.trainer = dict(total_steps=7)\n"
+        "    return c\n")
+    config = parse_train([f"--config={partial}", "--workdir=w"]).config
+    base = config_lib.base_config()
+    assert config.trainer.total_steps == 7 and config.model.hidden_size == 32
+    assert config.schedule.lr == base.schedule.lr  # the schema's default
+    assert config.input.dataset == base.input.dataset
+    plain = tmp_path / "plain.py"
+    plain.write_text("def get_config(arg=None):\n"
+                     "    return {'trainer': {'total_steps': 5}}\n")
+    assert parse_train([f"--config={plain}", "--workdir=w"]
+                       ).config.trainer.total_steps == 5
+    flat = tmp_path / "flat.py"  # an earlier version's names
+    flat.write_text("import ml_collections\n"
+                    "def get_config(arg=None):\n"
+                    "    return ml_collections.ConfigDict(\n"
+                    "        dict(batch_size=8, total_steps=3))\n")
+    config = parse_train([f"--config={flat}", "--workdir=w"]).config
+    assert (config.input.batch_size, config.trainer.total_steps) == (8, 3)
+    # A private module of the configs folder is no config.
+    with pytest.raises(config_lib.UsageError, match="_common: no such "
+                       "config"):
+        parse_train(["--config=_common", "--workdir=w"])
+
+
+def test_overrides_as_users_type_them():
+    """Lists of words, a (height, width) size and None where the schema
+    allows them, as typed; a whole section is refused."""
+    config = parse_train([
+        "--config=digits", "--workdir=w", "--config.optimizer.no_decay=bias,"
+        "gamma", "--config.model.image_size=32x48",
+        "--config.trainer.grad_clip_norm=None"]).config
+    assert tuple(config.optimizer.no_decay) == ("bias", "gamma")
+    assert tuple(config.model.image_size) == (32, 48)
+    assert config.trainer.grad_clip_norm is None
+    config = parse_train(["--config=digits", "--workdir=w",
+                          "--config.optimizer.no_decay=(bias, cls)",
+                          "--config.model.image_size=24,32"]).config
+    assert tuple(config.optimizer.no_decay) == ("bias", "cls")
+    assert tuple(config.model.image_size) == (24, 32)
+    with pytest.raises(config_lib.UsageError, match=r"--config.model is a "
+                       "section of fields: set them one by one"):
+        parse_train(["--config=digits", "--workdir=w",
+                     "--config.model={'hidden_size': 64}"])
+    from keras_vit import config_limits
+    for bad in ("0.5", "0.9,0.1"):
+        config = parse_train(["--config=digits", "--workdir=w",
+                              f"--config.input.pp.area_range={bad}"]).config
+        with pytest.raises(config_lib.UsageError, match="must be two shares "
+                           "of the image, low,high with 0 < low"):
+            config_limits.check_limits(config)
+
+
+def test_a_tpu_named_beside_another_strategy_is_refused():
+    with pytest.raises(SetupError, match="`tpu`=foo names a TPU, which "
+                       "`strategy`=cpu does not use"):
+        distribute.create_strategy("cpu", "foo")
+    with pytest.raises(SetupError, match="`cpu_devices`=-1: give 2 or more"):
+        distribute.create_strategy("cpu", None, cpu_devices=-1)

@@ -294,11 +294,65 @@ def test_a_saved_model_that_builds_nothing_is_compared_as_written(
     saved = digits_config(total_steps=4)
     saved.model.variant = "B/15"
     wd.write_json(str(tmp_path / wd.CONFIG), saved.to_dict())
+    # A checkpoint to resume (without one, any config starts afresh).
+    tf.train.Checkpoint(step=tf.Variable(1)).save(
+        str(tmp_path / wd.CHECKPOINTS / "ckpt"))
     with pytest.raises(train_lib.TrainingError) as error:
         model_init.check_workdir_config(digits_config(total_steps=4),
                                         str(tmp_path))
     assert 'config.model.variant: "B/15" in the workdir, null asked' in str(
         error.value)
+
+
+def test_a_run_refused_before_its_first_checkpoint_takes_the_fix(
+        tmp_path, capsys):
+    """A run that stopped before its first checkpoint (here labels beyond
+    its classes) holds nothing to resume: the command its error suggests
+    runs in the same workdir. A resumed run may change what is no
+    parameter (dropout, stochastic depth, the head's initial values), not
+    the parameters."""
+    workdir = str(tmp_path / "run")
+    argv = ["keras-vit-train", "--config=digits", f"--workdir={workdir}",
+            "--config.trainer.total_steps=2", "--config.model.num_layers=1",
+            "--config.model.hidden_size=16", "--config.model.mlp_dim=16",
+            "--config.input.batch_size=16", "--config.schedule.warmup_steps=0",
+            "--config.trainer.jit_compile=False",
+            "--config.evals.test.every_steps=0"]
+    assert train_command.main(argv + ["--config.model.num_classes=5"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("keras-vit-train: error: Label out of range")
+    assert "model's classes" in err[-1] and "\\" not in err[-1]
+    assert os.path.exists(os.path.join(workdir, "config.json"))
+    assert train_command.main(argv) == 0
+    capsys.readouterr()
+    assert train_command.main(
+        argv + ["--config.trainer.total_steps=3",
+                "--config.model.dropout_rate=0.1",
+                "--config.model.stochastic_depth_rate=0.1",
+                "--config.model.head_bias_init=-2"]) == 0
+    with open(os.path.join(workdir, "metrics.json")) as f:
+        assert json.load(f)["steps"] == 3
+    capsys.readouterr()
+    assert train_command.main(argv + ["--config.trainer.total_steps=4",
+                                      "--config.model.mlp_dim=32"]) == 1
+    assert "holds a run with a different model: --config.model.mlp_dim" in (
+        capsys.readouterr().err)
+    # A config.json cut short, an empty --workdir, an evaluation config:
+    # one line each.
+    with open(os.path.join(workdir, "config.json"), "w") as f:
+        f.write("{cut")
+    cases = [(argv, "config.json is not readable JSON"),
+             ([a if not a.startswith("--workdir") else "--workdir="
+               for a in argv], "--workdir is empty"),
+             (["keras-vit-train", "--config=vtab",
+               f"--workdir={tmp_path}/vtab"],
+              "--config.evals.vtab is a vtab evaluator, which "
+              "keras-vit-evaluate --mode=vtab runs")]
+    for args, says in cases:
+        assert train_command.main(args) == 1
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and says in err[0], err
+    assert not os.path.exists(tmp_path / "vtab")
 
 
 def test_a_size_name_and_its_sizes_are_one_model():

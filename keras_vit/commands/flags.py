@@ -12,12 +12,14 @@ from typing import TYPE_CHECKING, Optional, Sequence, Tuple, Union
 from absl import flags
 from ml_collections import config_flags
 
+from keras_vit.commands.config_args import (  # noqa: F401 (commands' API)
+    normalize_argv,
+    resolve_config_arg,
+)
 from keras_vit.commands.lazy import lazy_module
 from keras_vit.commands.runner import (  # noqa: F401 (the commands' API)
     define_verbose,
-    normalize_argv,
     parse,
-    resolve_config_arg,
     run,
 )
 from keras_vit.config import SOURCE_KINDS

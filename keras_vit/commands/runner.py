@@ -31,13 +31,17 @@ import os
 import re
 import sys
 import traceback
-from typing import TYPE_CHECKING, Callable, List, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 from absl import flags, logging
 from ml_collections import config_flags
 
-from keras_vit import config as config_lib
 from keras_vit import config_overrides, quiet_start
+from keras_vit.commands.config_args import (
+    config_file_error,
+    flag_error_message,
+    normalize_argv,
+)
 from keras_vit.commands.lazy import lazy_module
 from keras_vit.errors import (
     INTERRUPTED_EXIT_CODE,
@@ -73,70 +77,6 @@ def define_verbose(values: flags.FlagValues) -> None:
         "Debug logging, and the traceback behind a one-line error.",
         flag_values=values,
     )
-
-
-# ------------------------------------------------------------ --config
-def resolve_config_arg(arg: str) -> str:
-    """`--config=NAME[:arg]` with a bare NAME of a packaged config becomes
-    its path; other arguments are returned unchanged."""
-    match = re.fullmatch(r"--?config=([\w]+)((:.*)?)", str(arg), re.S)
-    if not match:
-        _check_config_path(str(arg))
-        return arg
-    try:
-        path = config_lib.packaged_config(match.group(1))
-    except UsageError as error:
-        raise UsageError(f"--config={error}") from None
-    return arg if path is None else f"--config={path}{match.group(2)}"
-
-
-def _check_config_path(arg: str) -> None:
-    """`--config=PATH[:arg]` names a file: one line where it does not
-    (ml_collections would raise an OSError twice, with tracebacks)."""
-    match = re.fullmatch(r"--?config=(.*)", arg, re.S)
-    if not match:
-        return
-    path = match.group(1).split(":", 1)[0]
-    if not path:
-        raise UsageError("--config= names no config: give a shipped one "
-                         f"({', '.join(config_lib.packaged_configs())}) or "
-                         "a path (my_config.py).")
-    if "://" not in match.group(1) and not os.path.isfile(path):
-        raise UsageError(
-            f"--config={match.group(1)}: {path} is no file. Give a shipped "
-            f"config ({', '.join(config_lib.packaged_configs())}) or the "
-            "path of a config file.")
-
-
-def upgrade_override(arg: str) -> str:
-    """`--config.FIELD[=VALUE]` of a field an earlier version had
-    elsewhere, at its place now (`--config.batch_size=8` ->
-    `--config.input.batch_size=8`), with a one-line notice; any other
-    argument as it is."""
-    match = re.fullmatch(r"(--?config\.)([\w.]+)((=.*)?)", arg, re.S)
-    new = config_lib.moved_path(match.group(2)) if match else None
-    if new is None:
-        return arg
-    logging.warning("--config.%s is now --config.%s.", match.group(2), new)
-    return f"{match.group(1)}{new}{match.group(3)}"
-
-
-def normalize_argv(argv: Sequence[str]) -> List[str]:
-    """`argv` with `--config NAME` (the space form) joined into
-    `--config=NAME`, a packaged config's NAME made its path, and the
-    overrides of fields that moved since an earlier version upgraded."""
-    out, args = [], list(argv)
-    i = 0
-    while i < len(args):
-        arg = str(args[i])
-        if arg in ("--config", "-config") and i + 1 < len(args) and not str(
-            args[i + 1]
-        ).startswith("-"):
-            arg = f"--config={args[i + 1]}"
-            i += 1
-        out.append(upgrade_override(resolve_config_arg(arg)))
-        i += 1
-    return out
 
 
 # ------------------------------------------------------------- logging
@@ -238,47 +178,28 @@ def report(error: BaseException, program: str, verbose: bool,
     return int(getattr(error, "exit_code", 1))
 
 
-def flag_error_message(error: BaseException, argv: Sequence[str]) -> str:
-    """One line for a bad flag or config field (absl, ml_collections)."""
-    message = str(error.args[0]) if error.args else str(error)
-    # A config file's get_config raised: ml_collections puts the whole
-    # traceback in the flag's message; its last line says what is wrong.
-    head, marker, trace = message.partition(
-        "Error whilst parsing config file:")
-    if marker and "Traceback (most recent call last)" in trace:
-        last = trace.strip().splitlines()[-1]
-        if re.match(r"^[\w.]*UsageError: ", last):
-            return re.sub(r"^[\w.]*UsageError: ", "", last)
-        return f"{head.strip()} {re.sub(r'^[a-z_.]+[.]', '', last)}"
-    message = message.replace("\\n", " ").replace("\n", " ")
-    message = message.replace("\\'", "'").strip('"')
-    # ml_collections says "'field' Did you mean ...": name what it is.
-    named = re.sub(
-        r"^'+([\w.]+)'+\s*", r"unknown config field '\1'. ", message
-    )
-    if named != message:
-        message = named.rstrip("'")
-    if "Did you mean" not in message:
-        message = _with_suggestion(message, argv)
-    where = ("config fields: keras_vit/config_schema.py" if "config" in message
-             else "flags: --help")
-    return f"{message} ({where})"
-
-
 def parse(values: flags.FlagValues, argv: Sequence[str]) -> list:
     """Parses `argv` (program first) into `values` and absl's own flags;
     the arguments left (program first). A bad flag or config field raises
     UsageError naming it."""
-    argv, held = normalize_argv(argv), {}
+    argv, held, pairs = normalize_argv(argv), {}, {}
     if "config" in values:  # --config.FIELD=None of an int field: after
         argv, held = config_overrides.held_nones(argv)
+        argv, pairs = config_overrides.held_pairs(argv)  # image_size=HxW
     try:
         rest = flags.FLAGS(list(argv), known_only=True)
         rest = values(rest)
     except (AttributeError, KeyError, flags.Error) as error:
         raise UsageError(flag_error_message(error, argv)) from error
+    except Exception as error:  # a config file's own code failed
+        raise UsageError(config_file_error(error, argv)) from error
     if "config" in values and values.config is not None:
         overrides = config_flags.get_override_values(values["config"])
+        values["config"].value = config_overrides.check_parsed(
+            values.config, config_flags.get_config_filename(
+                values["config"]).partition(":")[0], overrides)
+        config_overrides.set_pairs(values.config, pairs)
+        config_overrides.split_string_lists(values.config, overrides)
         # --config.model.variant=None: None, not the word.
         config_overrides.command_line_nones(values.config,
                                             {**overrides, **held})
@@ -379,18 +300,3 @@ def _interrupted(error: KeyboardInterrupt, program: str,
     print(quiet_start.interrupted_line(program), file=sys.stderr,
           flush=True)
     return INTERRUPTED_EXIT_CODE
-
-
-def _with_suggestion(message: str, argv) -> str:
-    """`message` about an unknown --config.<field> plus the closest real
-    field (keras_vit/config_schema.py), or the fields of its section."""
-    match = re.match(r"unknown config field '([\w.]+)'", message)
-    if not match:
-        return message
-    leaf = match.group(1).rpartition(".")[2]
-    for arg in argv:
-        path = re.match(r"--config\.([\w.]+)=?", str(arg))
-        if path and path.group(1).rpartition(".")[2] == leaf:
-            hint = config_lib.unknown_field_message(path.group(1))
-            return f"{message.rstrip('. ')}: {hint}"
-    return message

@@ -135,9 +135,33 @@ def start_from(values: flags.FlagValues):
     return config_lib.replace(config, init={"model": model})
 
 
+# Evaluators of keras-vit-evaluate's modes: a training run does not run
+# them (they fine-tune or probe a finished model).
+EVALUATE_ONLY = ("vtab", "fewshot")
+
+
+def check_training_evaluators(config) -> None:
+    """A UsageError for a config whose evaluators training would not run
+    (a VTAB or few-shot config given to keras-vit-train)."""
+    named = [(name, entry.type) for name, entry in config.evals.items()
+             if entry.type in EVALUATE_ONLY]
+    if named:
+        name, kind = named[0]
+        raise UsageError(
+            f"config.evals.{name} is a {kind} evaluator, which "
+            f"keras-vit-evaluate --mode={kind} runs on a trained model; "
+            "training runs accuracy evaluators only. Train with another "
+            f"config, then: keras-vit-evaluate --mode={kind} --config=... "
+            "--model=<the run's workdir>.")
+
+
 def _main(values: flags.FlagValues, args: list) -> None:
     if args:
         raise UsageError(f"Unexpected arguments: {' '.join(args)}")
+    if not values.workdir.strip():
+        raise UsageError("--workdir is empty: name the run's folder (e.g. "
+                         "--workdir=/tmp/vit_run).")
+    check_training_evaluators(values.config)
     config = start_from(values)
     if config.init.model:
         # The one resolver: a name or hf:// URI becomes its cached file or

@@ -208,7 +208,8 @@ def explain_input_error(inp, splits: Sequence[Tuple[str, str]],
     text = str(error)
     match = re.search(re.escape(LABEL_ERROR) + r"[^\]]*", text)
     if match:
-        return UsageError(match.group(0).strip())
+        # TensorFlow's message quotes the assertion's text (\' for ').
+        return UsageError(match.group(0).strip().replace("\\'", "'"))
     if inp.dataset != sources.FOLDER or inp.vtab_task:
         return None
     root = inp.data_dir

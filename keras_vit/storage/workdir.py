@@ -108,7 +108,16 @@ def read_config(workdir: str):
         raise FileNotFoundError(
             f"{path} not found: is {workdir!r} the workdir of a training run?"
         )
-    return config_lib.complete(read_json(path), where=path)
+    try:
+        saved = read_json(path)
+    except ValueError as error:  # cut short or not JSON
+        raise UsageError(
+            f"{path} is not readable JSON ({error}): restore it (the run's "
+            "checkpoints are read with it), or use a new workdir.") from None
+    if not isinstance(saved, dict):
+        raise UsageError(f"{path} holds no run config (a JSON object): "
+                         "restore it, or use a new workdir.")
+    return config_lib.complete(saved, where=path)
 
 
 # Where a training checkpoint keeps the weights: the optimizer tracks the

@@ -86,6 +86,13 @@ def create_strategy(
             f"{', '.join(STRATEGIES)}."
         )
     cpu_devices = int(cpu_devices or 0)
+    if cpu_devices < 0:
+        raise SetupError(f"`cpu_devices`={cpu_devices}: give 2 or more to "
+                         "split the CPU, or leave it out.")
+    if tpu is not None and strategy not in ("auto", "tpu"):
+        raise SetupError(
+            f"`tpu`={tpu} names a TPU, which `strategy`={strategy} does not "
+            "use: pass `strategy`=tpu (or auto), or leave `tpu` out.")
     if cpu_devices > 1:
         if strategy not in ("auto", "mirrored"):
             raise SetupError(

@@ -25,6 +25,12 @@ from keras_vit.storage import workdir as wd
 from keras_vit.training.resume import TrainingError
 
 
+# config.model fields a resumed run may change (see model_signature).
+RESUMABLE_CHANGES = ("remat", "dropout_rate", "attention_dropout_rate",
+                     "stochastic_depth_rate", "head_bias_init",
+                     "head_zero_init")
+
+
 def model_signature(config, resolved: bool = True) -> dict:
     """What fixes a run's parameters: its `config.model` section (but
     rematerialisation) and MPP head. `resolved`: a size's name (variant)
@@ -33,14 +39,17 @@ def model_signature(config, resolved: bool = True) -> dict:
     is named by the size that differs, not "null asked" (raises what
     `config_architecture` raises for sizes that build no model); else the
     section's fields as they are."""
-    # Rematerialisation changes how gradients are computed, not the model:
-    # a run may resume with it switched on or off.
+    # Rematerialisation changes how gradients are computed, and the rates
+    # of dropout and stochastic depth and the head's initial values what
+    # training does, not the parameters: a run may resume with them
+    # changed.
     if resolved:
         arch = config_architecture(config.model)
         sig = {k: getattr(arch, k) for k in CONFIG_FIELDS
-               if k not in ("remat", "variant")}
+               if k not in ("variant",) + RESUMABLE_CHANGES}
     else:
-        sig = {k: config.model[k] for k in CONFIG_FIELDS if k != "remat"}
+        sig = {k: config.model[k] for k in CONFIG_FIELDS
+               if k not in RESUMABLE_CHANGES and k in config.model}
     sig["image_size"] = config.model.image_size
     sig["num_classes"] = config.model.num_classes
     # The MPP head's shape (a classifier has none).
@@ -70,6 +79,12 @@ def check_workdir_config(config, workdir: str) -> None:
     not hold."""
     if not tf.io.gfile.exists(os.path.join(workdir, wd.CONFIG)):
         return
+    if not tf.train.latest_checkpoint(os.path.join(workdir, wd.CHECKPOINTS)):
+        # A run that stopped before its first checkpoint (refused data, a
+        # failed step): nothing to resume, so this config starts afresh.
+        logging.info("%s holds no checkpoint: the run starts afresh with "
+                     "this config.", workdir)
+        return
     # Fields the saved config predates take their defaults.
     old = wd.read_config(workdir)
     try:
@@ -83,8 +98,6 @@ def check_workdir_config(config, workdir: str) -> None:
             f"The workdir {workdir} holds a run with a different model: "
             f"{differ}. Use a new `workdir`, or the same config to resume."
         )
-    if not tf.train.latest_checkpoint(os.path.join(workdir, wd.CHECKPOINTS)):
-        return  # nothing to restore the optimizer from
     _check_resumed_input(old, config, workdir)
     _check_resumed_start(old, config, workdir)
     saved, asked = optimizer_signature(old), optimizer_signature(config)

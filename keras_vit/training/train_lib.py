@@ -120,17 +120,26 @@ def _finisher(mpp_config, export, workdir: str, on_finish):
 
 def _make_workdir(workdir: str) -> bool:
     """Makes `workdir` where it is missing; whether it was missing."""
+    if not str(workdir).strip():
+        raise UsageError("`workdir` is empty: name the run's folder (e.g. "
+                         "--workdir=/tmp/vit_run).")
     try:
         missing = not tf.io.gfile.exists(workdir)
         tf.io.gfile.makedirs(workdir)
-        return missing
     except tf.errors.OpError as e:
+        remote = ("Check the path and your credentials; gs:// paths need "
+                  "TensorFlow's GCS file system: pip install -e '.[gcs]' in "
+                  "a checkout, or pip install 'keras-vision-transformer"
+                  "[gcs]'." if "://" in str(workdir) else
+                  "Choose a folder you can write.")
         raise TrainingError(
             f"Cannot use `workdir` {workdir}: {e.message.splitlines()[0]}. "
-            "Check the path and your credentials; gs:// paths need "
-            "TensorFlow's GCS file system: pip install -e '.[gcs]' in a "
-            "checkout, or pip install 'keras-vision-transformer[gcs]'."
-        ) from None
+            f"{remote}") from None
+    if "://" not in str(workdir) and not os.access(workdir, os.W_OK):
+        raise TrainingError(
+            f"Cannot write in `workdir` {workdir} (read-only, or not "
+            "yours): choose a folder you can write.")
+    return missing
 
 
 @contextlib.contextmanager

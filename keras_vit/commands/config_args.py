@@ -1,0 +1,148 @@
+"""The command line's --config arguments before and after absl parses
+them: `--config NAME` joined and a shipped config's NAME made its path,
+overrides of fields that moved upgraded (`normalize_argv`), and one line
+for a bad flag or config field (`flag_error_message`) or a config file
+that fails to run (`config_file_error`)."""
+
+from __future__ import annotations
+
+import os
+import re
+import traceback
+from typing import List, Sequence
+
+from absl import logging
+
+from keras_vit import config as config_lib
+from keras_vit.errors import UsageError
+
+
+# ------------------------------------------------------------ --config
+def resolve_config_arg(arg: str) -> str:
+    """`--config=NAME[:arg]` with a bare NAME of a packaged config becomes
+    its path; other arguments are returned unchanged."""
+    match = re.fullmatch(r"--?config=([\w]+)((:.*)?)", str(arg), re.S)
+    if not match:
+        _check_config_path(str(arg))
+        return arg
+    try:
+        path = config_lib.packaged_config(match.group(1))
+    except UsageError as error:
+        raise UsageError(f"--config={error}") from None
+    return arg if path is None else f"--config={path}{match.group(2)}"
+
+
+def _check_config_path(arg: str) -> None:
+    """`--config=PATH[:arg]` names a file: one line where it does not
+    (ml_collections would raise an OSError twice, with tracebacks)."""
+    match = re.fullmatch(r"--?config=(.*)", arg, re.S)
+    if not match:
+        return
+    path = match.group(1).split(":", 1)[0]
+    if not path:
+        raise UsageError("--config= names no config: give a shipped one "
+                         f"({', '.join(config_lib.packaged_configs())}) or "
+                         "a path (my_config.py).")
+    if "://" not in match.group(1) and not os.path.isfile(path):
+        raise UsageError(
+            f"--config={match.group(1)}: {path} is no file. Give a shipped "
+            f"config ({', '.join(config_lib.packaged_configs())}) or the "
+            "path of a config file.")
+
+
+def upgrade_override(arg: str) -> str:
+    """`--config.FIELD[=VALUE]` of a field an earlier version had
+    elsewhere, at its place now (`--config.batch_size=8` ->
+    `--config.input.batch_size=8`), with a one-line notice; any other
+    argument as it is."""
+    match = re.fullmatch(r"(--?config\.)([\w.]+)((=.*)?)", arg, re.S)
+    new = config_lib.moved_path(match.group(2)) if match else None
+    if new is None:
+        return arg
+    logging.warning("--config.%s is now --config.%s.", match.group(2), new)
+    return f"{match.group(1)}{new}{match.group(3)}"
+
+
+def normalize_argv(argv: Sequence[str]) -> List[str]:
+    """`argv` with `--config NAME` (the space form) joined into
+    `--config=NAME`, a packaged config's NAME made its path, and the
+    overrides of fields that moved since an earlier version upgraded."""
+    out, args = [], list(argv)
+    i = 0
+    while i < len(args):
+        arg = str(args[i])
+        if arg in ("--config", "-config") and i + 1 < len(args) and not str(
+            args[i + 1]
+        ).startswith("-"):
+            arg = f"--config={args[i + 1]}"
+            i += 1
+        out.append(upgrade_override(resolve_config_arg(arg)))
+        i += 1
+    return out
+
+
+def config_file_error(error: BaseException, argv: Sequence[str]) -> str:
+    """One line for a --config file that failed to run (a syntax error, an
+    import or an exception of its get_config): its name and line."""
+    given = [re.sub(r"^--?config=", "", a) for a in argv
+             if re.match(r"^--?config=", str(a))]
+    path = given[-1].partition(":")[0] if given else "the config file"
+    line = getattr(error, "lineno", None)
+    for frame in traceback.extract_tb(error.__traceback__):
+        if os.path.basename(frame.filename) == os.path.basename(path):
+            line = frame.lineno
+    text = (error.msg if isinstance(error, SyntaxError) and error.msg
+            else str(error))
+    where = f" at line {line}" if line else ""
+    return (f"--config={given[-1] if given else path} failed{where}: "
+            f"{type(error).__name__}: {text}")
+
+
+def flag_error_message(error: BaseException, argv: Sequence[str]) -> str:
+    """One line for a bad flag or config field (absl, ml_collections)."""
+    message = str(error.args[0]) if error.args else str(error)
+    # A config file's get_config raised: ml_collections puts the whole
+    # traceback in the flag's message; its last line says what is wrong.
+    head, marker, trace = message.partition(
+        "Error whilst parsing config file:")
+    if marker and "Traceback (most recent call last)" in trace:
+        last = trace.strip().splitlines()[-1]
+        if re.match(r"^[\w.]*UsageError: ", last):
+            return re.sub(r"^[\w.]*UsageError: ", "", last)
+        return f"{head.strip()} {re.sub(r'^[a-z_.]+[.]', '', last)}"
+    given = [a for a in argv if re.match(r"^--?config=", str(a))]
+    if given and "Flag --config must have a value other than None" in message:
+        return (f"{given[-1]}: its get_config() returned None: return the "
+                "config (keras_vit.config.base_config() with the fields "
+                "changed)")
+    if "has no attribute 'get_config'" in message:
+        return ("the --config file defines no get_config(arg=None) "
+                "returning its config (see configs/digits.py)")
+    message = message.replace("\\n", " ").replace("\n", " ")
+    message = message.replace("\\'", "'").strip('"')
+    # ml_collections says "'field' Did you mean ...": name what it is.
+    named = re.sub(
+        r"^'+([\w.]+)'+\s*", r"unknown config field '\1'. ", message
+    )
+    if named != message:
+        message = named.rstrip("'")
+    if "Did you mean" not in message:
+        message = _with_suggestion(message, argv)
+    where = ("config fields: keras_vit/config_schema.py" if "config" in message
+             else "flags: --help")
+    return f"{message} ({where})"
+
+
+def _with_suggestion(message: str, argv) -> str:
+    """`message` about an unknown --config.<field> plus the closest real
+    field (keras_vit/config_schema.py), or the fields of its section."""
+    match = re.match(r"unknown config field '([\w.]+)'", message)
+    if not match:
+        return message
+    leaf = match.group(1).rpartition(".")[2]
+    for arg in argv:
+        path = re.match(r"--config\.([\w.]+)=?", str(arg))
+        if path and path.group(1).rpartition(".")[2] == leaf:
+            hint = config_lib.unknown_field_message(path.group(1))
+            return f"{message.rstrip('. ')}: {hint}"
+    return message
