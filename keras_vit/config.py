@@ -297,7 +297,7 @@ def parse_config_arg(
     `defaults` (str values). A part without "=" is the value of
     `bare_key` ("B/16" -> variant) when given; a key that is not in
     `defaults` is an error listing the known ones."""
-    out = dict(defaults)
+    out, seen = dict(defaults), set()
     for part in filter(None, (arg or "").split(",")):
         key, sep, value = (s.strip() for s in part.partition("="))
         if not sep and bare_key is not None:
@@ -312,6 +312,12 @@ def parse_config_arg(
                 f"Unknown config argument {key!r} in {arg!r}: use key=value "
                 f"with keys {', '.join(sorted(out))}."
             )
+        if key in seen:
+            raise UsageError(
+                f"Config argument {key!r} given twice in {arg!r} (arguments "
+                "are split at commas: a value with a comma, such as a "
+                "folder's name, goes in its --config.FIELD instead).")
+        seen.add(key)
         out[key] = value
     return out
 

@@ -398,6 +398,8 @@ def test_train_model_flag_wins_over_the_config_files_start():
 
 
 def test_parse_config_arg():
+    with pytest.raises(config_lib.UsageError, match="'data_dir' given twice"):
+        config_lib.parse_config_arg("/a,b", "data_dir", data_dir="")
     parse = config_lib.parse_config_arg
     assert parse(None, "variant", variant="B/16", aug="none") == {
         "variant": "B/16", "aug": "none"}

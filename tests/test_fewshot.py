@@ -7,6 +7,8 @@ with a direct solve of the regularised normal equations, in both the
 N >= D and the N < D regime.
 """
 
+import json
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -192,3 +194,39 @@ def test_missing_data_is_reported_and_others_run(tmp_path):
     with pytest.raises(ValueError, match="Unknown few-shot data set"):
         fewshot.run(model, {}, [fewshot.FewShotData("x", "no_such_set", "a",
                                                     "b")])
+
+
+def test_each_finished_data_set_is_reported_before_the_next(tmp_path,
+                                                           monkeypatch):
+    """`on_result` runs after each data set (keras-vit-evaluate writes
+    fewshot.json and .md there): a run stopped in the second data set
+    keeps the first one's results."""
+    from keras_vit.evaluation import reports
+
+    model = create_model(None, num_classes=10, image_size=16, patch_size=8,
+                         hidden_size=16, num_layers=1, num_heads=2,
+                         mlp_dim=16, representation_size=8)
+    data = [fewshot.FewShotData(name, "digits", "train[:200]", "test")
+            for name in ("first", "second")]
+    calls = []
+    evaluate = fewshot.evaluate_features
+
+    def stopped_in_the_second(*args, **kwargs):
+        if calls:
+            raise KeyboardInterrupt
+        return evaluate(*args, **kwargs)
+
+    monkeypatch.setattr(fewshot, "evaluate_features", stopped_in_the_second)
+
+    def write(results, not_run):
+        calls.append(sorted(results))
+        reports.write_fewshot_reports(str(tmp_path), "tiny", results, not_run)
+
+    with pytest.raises(KeyboardInterrupt):
+        fewshot.run(model, {"shots": (1,), "seeds": (0,), "batch_size": 64},
+                    data, image_size=16, resize_size=None, on_result=write)
+    assert calls == [["first"]]
+    with open(tmp_path / reports.FEWSHOT_JSON) as f:
+        saved = json.load(f)
+    assert list(saved["results"]) == ["first"] and saved["model"] == "tiny"
+    assert "| first |" in (tmp_path / reports.FEWSHOT_MD).read_text()

@@ -350,3 +350,31 @@ def test_two_configs_differ_by_their_fields_named():
     assert "config.model.attention_dropout_rate: 0.0 in the workdir, 0.2 " \
         "asked" in text
     assert text.endswith("; and 1 more") and len(text) < MAX_MESSAGE
+
+
+def test_data_library_notices_stay_off_the_terminal():
+    """TensorFlow Datasets' INFO lines and its notice of a version folder
+    without dataset_info.json are dropped (not with --verbose); its other
+    warnings and the commands' own lines pass."""
+    import logging as std_logging
+
+    from keras_vit.commands import runner
+
+    tfds_file = os.path.join("site-packages", "tensorflow_datasets", "core",
+                             "load.py")
+
+    def record(level, pathname, msg):
+        return std_logging.LogRecord("absl", level, pathname, 1, msg, (),
+                                     None)
+
+    keep = runner._DropDataLibraryInfo().filter
+    assert not keep(record(std_logging.INFO, tfds_file,
+                           "Load dataset info from %s"))
+    assert not keep(record(std_logging.WARNING, tfds_file, "Variant folder "
+                           "/d/dtd/3.0.1 has no dataset_info.json"))
+    assert keep(record(std_logging.WARNING, tfds_file, "Something else"))
+    assert keep(record(std_logging.INFO, os.path.join(
+        "keras_vit", "training", "loop.py"), "Reading the data: dtd."))
+    runner.setup_logging(verbose=False)
+    assert any(isinstance(f, runner._DropDataLibraryInfo)
+               for f in std_logging.getLogger("absl").filters)

@@ -21,6 +21,7 @@ otherwise. --strategy / --tpu as for keras-vit-train.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -239,29 +240,23 @@ def _fewshot_mode(values, source, strategy) -> Dict:
     with strategy.scope():
         model = pretrained.require_vit(
             pretrained.load_model(source, image_size or None), source.path)
+    name = values.name or source.describe()
+    facts = dict(image_size=image_size, resize_size=resize_size,
+                 config=config.to_dict())
+    write = functools.partial(reports.write_fewshot_reports,
+                              _output_dir(values), name, **facts)
     results, not_run = fewshot.run(
         model, opts, datasets, image_size=image_size,
         resize_size=resize_size, strategy=strategy,
         download=bool(config.input.download),
         every_s=float(config.log.every_seconds),
-        in_turn=distribute.prepare_in_turn(strategy),
-    )
+        in_turn=distribute.prepare_in_turn(strategy), on_result=write)
     if not results:
         raise UsageError(_nothing_ran("few-shot data set", not_run))
-    name = values.name or source.describe()
-    out = dict(model=name, results=results, not_run=not_run,
-               image_size=image_size, resize_size=resize_size,
-               config=config.to_dict())
-    _write(os.path.join(_output_dir(values), "fewshot.json"),
-           json.dumps(out, indent=2, sort_keys=True) + "\n")
-    text = reports.fewshot_markdown(results, name)
-    if not_run:
-        text += "\nNot run:\n\n" + "".join(
-            f"- {k}: {v}\n" for k, v in not_run.items()
-        )
-    _write(os.path.join(_output_dir(values), "fewshot.md"), text)
-    print(text)
-    return out
+    print(write(results, not_run))
+    logging.info("Wrote %s", os.path.join(_output_dir(values),
+                                          reports.FEWSHOT_JSON))
+    return dict(model=name, results=results, not_run=not_run, **facts)
 
 
 def _fewshot_sizes(values, config):
@@ -299,13 +294,14 @@ def _vtab_mode(values, source, strategy) -> Dict:
                        chief=distribute.is_chief(strategy),
                        in_turn=distribute.prepare_in_turn(strategy))
     md = out["files"].get("markdown")
+    if out["preempted"]:
+        raise Preempted(
+            f"{'Ctrl-C in' if out['preempted'] == 'stopped' else 'stopped'}"
+            " a VTAB task, checkpoint saved; run the same command to "
+            "resume.", kind=out["preempted"])
     if md:
         with tf.io.gfile.GFile(md) as f:
             print(f.read())
-    if out["preempted"]:
-        raise Preempted(
-            "a VTAB task stopped with a checkpoint saved; run the same "
-            "command to resume.")
     selected = {t.name for t in vtab.select_tasks(
         values.tasks or config_lib.find_evaluator(values.config.evals,
                                                   "vtab").tasks)}
@@ -374,8 +370,7 @@ def _main(values: flags.FlagValues, args: list) -> None:
         raise UsageError(_in_eval_flags(str(error))) from None
 
 
-# --mode=eval without --config: the data's fields are flags of their own
-# (a message of the data layer names the config field).
+# --mode=eval without --config: its own flags for the data's fields.
 _EVAL_FLAG_WORDS = (
     ("set config.input.skip_bad_images=True", "pass --config=folder:"
      "DATA_DIR --config.input.skip_bad_images=True"),

@@ -120,6 +120,21 @@ class _DropTraceChatter(std_logging.Filter):
         )
 
 
+class _DropDataLibraryInfo(std_logging.Filter):
+    """Drops TensorFlow Datasets' INFO records (which folder it reads, how
+    it builds the tf.data pipeline: the commands say what data they read)
+    and its warning about a data set's version folder without
+    dataset_info.json (an interrupted preparation, which the commands
+    redo or name)."""
+
+    def filter(self, record) -> bool:
+        from_tfds = f"{os.sep}tensorflow_datasets{os.sep}" in str(
+            record.pathname)
+        return not from_tfds or (
+            record.levelno >= std_logging.WARNING
+            and "has no dataset_info.json" not in str(record.msg))
+
+
 def _add_filter(logger: std_logging.Logger, prefixes) -> None:
     if not any(isinstance(f, _DropTraceChatter) for f in logger.filters):
         logger.addFilter(_DropTraceChatter(prefixes))
@@ -140,7 +155,11 @@ def setup_logging(verbose: bool) -> None:
     tf_logger.propagate = True
     if not verbose:
         _add_filter(tf_logger, _TRACE_CHATTER + _TF_NOTICES)
-        _add_filter(std_logging.getLogger("absl"), _TF_NOTICES)
+        absl_logger = std_logging.getLogger("absl")
+        _add_filter(absl_logger, _TF_NOTICES)
+        if not any(isinstance(f, _DropDataLibraryInfo)
+                   for f in absl_logger.filters):
+            absl_logger.addFilter(_DropDataLibraryInfo())
 
 
 # ------------------------------------------------------------- running

@@ -255,6 +255,7 @@ def run(  # noqa: PLR0913 (its options, by keyword)
     download: bool = True,
     every_s: float = EVERY_S,
     in_turn: Optional[Callable] = None,
+    on_result: Optional[Callable] = None,
 ) -> Tuple[Dict[str, Mapping], Dict[str, str]]:
     """Few-shot linear accuracy of `model`'s frozen representation.
 
@@ -279,6 +280,9 @@ def run(  # noqa: PLR0913 (its options, by keyword)
         in_turn: (prepare, name) -> None: runs a data set's download and
             preparation in the cluster's turn (the chief's first,
             `training.distribute.prepare_in_turn`); None: at once.
+        on_result: (results, not_run) -> None, called after each data set
+            with what is done so far (the command writes its reports, so
+            that a run stopped later keeps them).
 
     Returns:
         (results, not_run): {data set name: {str(shots): {"mean",
@@ -320,6 +324,8 @@ def run(  # noqa: PLR0913 (its options, by keyword)
                       for k, v in results[data.name].items()),
         )
         progress.finish()
+        if on_result is not None:
+            on_result(results, not_run)
     return results, not_run
 
 

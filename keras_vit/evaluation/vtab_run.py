@@ -58,6 +58,15 @@ def _plain(obj):
     return json.loads(json.dumps(obj))
 
 
+# The sections of a trial's config that do not change its score: they may
+# differ when a trial resumes.
+_UNSCORED = ("log", "checkpoints")
+
+
+def _scored(values: Dict) -> Dict:
+    return {k: v for k, v in values.items() if k not in _UNSCORED}
+
+
 # (config, workdir, strategy or None) -> metrics dict: one training run
 # (`training.train_lib.train_and_evaluate`).
 TrainFn = Callable[
@@ -84,8 +93,8 @@ def run_trial(
         # Laid over the base config: fields added since the trial ran
         # take their defaults.
         saved = wd.read_config(workdir).to_dict()
-        differ = config_lib.differences(_plain(saved),
-                                        _plain(config.to_dict()))
+        differ = config_lib.differences(
+            _plain(_scored(saved)), _plain(_scored(config.to_dict())))
         if differ:
             raise UsageError(
                 f"{workdir} holds a run with another config: {differ}. Use "
@@ -97,10 +106,12 @@ def run_trial(
             return wd.read_json(metrics_path)
     metrics = train_fn(config, workdir, strategy)
     if metrics.get("preempted"):
+        ctrl_c = metrics.get("signal") == "Ctrl-C"
         raise Preempted(
-            f"Stopped at step {metrics.get('step')} in {workdir}: run the "
-            "same command again to resume."
-        )
+            f"{'Ctrl-C at' if ctrl_c else 'Stopped at'} step "
+            f"{metrics.get('step')} in {workdir}, checkpoint saved: run the "
+            "same command again to resume.",
+            kind="stopped" if ctrl_c else "preempted")
     checkpoints = os.path.join(workdir, wd.CHECKPOINTS)
     if not keep_checkpoints and tf.io.gfile.isdir(checkpoints):
         tf.io.gfile.rmtree(checkpoints)
@@ -289,7 +300,8 @@ def run(  # noqa: PLR0913 (the protocol's parts and options)
 
     Returns:
         {"records": [...], "summary": {...}, "not_run": {task: why},
-        "preempted": bool, "files": {...}}.
+        "preempted": False, or "preempted" (SIGTERM) or "stopped"
+        (Ctrl-C), "files": {...}}.
     """
     protocol = Protocol.of(config, config_lib.find_evaluator(config.evals,
                                                             "vtab"))
@@ -325,7 +337,7 @@ def run(  # noqa: PLR0913 (the protocol's parts and options)
                               backbone, output_dir, train_fn, strategy)
         except Preempted as e:
             logging.warning("%s", e)
-            preempted = True
+            preempted = e.kind  # "preempted" (SIGTERM) or "stopped" (Ctrl-C)
             break
         progress.finish()
         record["model"] = model_name

@@ -24,7 +24,6 @@ from keras_vit.model import architecture_of
 from keras_vit.storage import workdir as wd
 from keras_vit.training.resume import TrainingError
 
-
 # config.model fields a resumed run may change (see model_signature).
 RESUMABLE_CHANGES = ("remat", "dropout_rate", "attention_dropout_rate",
                      "stochastic_depth_rate", "head_bias_init",
