@@ -587,7 +587,7 @@ _CASES = [
         "GCS support, a mistyped scheme)",
         "A clear error naming the path and the fix.",
         ("Cannot use `workdir`", "pip install -e '.[gcs]'"),
-        "TrainingError",
+        "UsageError",
     ),
     Case(
         "tpu_absent", BAD_INPUT, "CLI",

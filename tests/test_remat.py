@@ -167,12 +167,14 @@ def test_config_field_builds_the_rematerialised_model():
 
 
 def test_a_run_may_resume_with_remat_switched():
-    """The workdir check compares the model, which remat does not change."""
+    """The workdir check compares the model's parameters, which remat (and
+    the dropout rate) does not change."""
     plain, rematted = base_config(), base_config()
     rematted.model.remat = "block"
+    rematted.model.dropout_rate = 0.1
     assert model_init.model_signature(plain) == model_init.model_signature(
         rematted)
-    rematted.model.dropout_rate = 0.1
+    rematted.model.mlp_dim = 1024
     assert model_init.model_signature(plain) != model_init.model_signature(
         rematted)
 

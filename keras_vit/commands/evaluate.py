@@ -193,10 +193,12 @@ def _eval_mode(values, source, strategy) -> Dict:
 
 def _eval_file_name(values, dataset: str, split: str, image_size) -> str:
     """eval_<data set>_<split>, and the model's name and the size where
-    they are not the run's own (--model or --name beside --workdir,
-    --image_size): one model's results never overwrite another's."""
+    they are not the run's own (--model or --name into --workdir's
+    folder, --image_size): one model's results never overwrite another's.
+    """
     parts = ["eval", dataset, split]
-    if values.workdir and (values.model or values.name):
+    if values.workdir and not values.output_dir and (values.model
+                                                     or values.name):
         parts.append(values.name or os.path.basename(
             os.path.normpath(values.model)))
     if cli.hint(values, "image_size"):

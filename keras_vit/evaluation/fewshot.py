@@ -306,27 +306,32 @@ def run(  # noqa: PLR0913 (its options, by keyword)
         logging.info("few-shot data set %s: %s (%d classes)%s.",
                      progress.start(), data.name, info.num_classes,
                      progress.eta())
-        start = time.time()
-        train = extract_features(feature_model, inp, run_input,
-                                 data.train_split, batch_size, strategy,
-                                 every_s)
-        test = extract_features(feature_model, inp, run_input,
-                                data.test_split, batch_size, strategy,
-                                every_s)
-        results[data.name] = evaluate_features(
-            train, test, info.num_classes, tuple(opts.shots),
-            tuple(opts.seeds), float(opts.l2_reg)
-        )
-        logging.info(
-            "few-shot %s (%d train, %d test features, %.0fs): %s", data.name,
-            len(train[1]), len(test[1]), time.time() - start,
-            ", ".join(f"{k}-shot {100 * v['mean']:.2f}%"
-                      for k, v in results[data.name].items()),
-        )
+        extract = functools.partial(extract_features, feature_model, inp,
+                                    run_input, batch_size=batch_size,
+                                    strategy=strategy, every_s=every_s)
+        results[data.name] = _score(data.name, extract, data, opts,
+                                    info.num_classes)
         progress.finish()
         if on_result is not None:
             on_result(results, not_run)
     return results, not_run
+
+
+def _score(name: str, extract: Callable, data: FewShotData, opts,
+           num_classes: int) -> Dict[str, Mapping]:
+    """The few-shot accuracies of one data set, from the features that
+    `extract(split)` gives of its two splits (logged)."""
+    start = time.time()
+    train, test = extract(split=data.train_split), extract(
+        split=data.test_split)
+    scores = evaluate_features(train, test, num_classes, tuple(opts.shots),
+                               tuple(opts.seeds), float(opts.l2_reg))
+    logging.info(
+        "few-shot %s (%d train, %d test features, %.0fs): %s", name,
+        len(train[1]), len(test[1]), time.time() - start,
+        ", ".join(f"{k}-shot {100 * v['mean']:.2f}%"
+                  for k, v in scores.items()))
+    return scores
 
 
 def probe_model(

@@ -300,8 +300,7 @@ def run(  # noqa: PLR0913 (the protocol's parts and options)
 
     Returns:
         {"records": [...], "summary": {...}, "not_run": {task: why},
-        "preempted": False, or "preempted" (SIGTERM) or "stopped"
-        (Ctrl-C), "files": {...}}.
+        "preempted": False or the stop's `Preempted.kind`, "files": ...}.
     """
     protocol = Protocol.of(config, config_lib.find_evaluator(config.evals,
                                                             "vtab"))

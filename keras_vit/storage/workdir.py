@@ -228,3 +228,40 @@ def restore_model(workdir: str, *, use_ema: bool = True, checkpoint=None):
         ):
             var.assign(avg)
     return model
+
+
+REMOTE_FIX = ("Check the path and your credentials; gs:// paths need "
+               "TensorFlow's GCS file system: pip install -e '.[gcs]' in a "
+               "checkout, or pip install 'keras-vision-transformer[gcs]'.")
+
+
+def make_workdir(workdir: str) -> bool:
+    """Makes `workdir` where it is missing; whether it was missing."""
+    if not str(workdir).strip():
+        raise UsageError("`workdir` is empty: name the run's folder (e.g. "
+                         "--workdir=/tmp/vit_run).")
+    try:
+        missing = not tf.io.gfile.exists(workdir)
+        tf.io.gfile.makedirs(workdir)
+    except tf.errors.OpError as e:
+        raise UsageError(
+            f"Cannot use `workdir` {workdir}: {e.message.splitlines()[0]}. "
+            + (REMOTE_FIX if "://" in str(workdir)
+               else "Choose a folder you can write.")) from None
+    if "://" not in str(workdir) and not os.access(workdir, os.W_OK):
+        raise UsageError(
+            f"Cannot write in `workdir` {workdir} (read-only, or not "
+            "yours): choose a folder you can write.")
+    return missing
+
+
+def remove_if_empty(workdir: str) -> None:
+    """Removes the workdir a run made when it holds no file (its set-up
+    refused the run before writing anything); a file anywhere keeps it."""
+    try:
+        for _, _, files in tf.io.gfile.walk(workdir):
+            if files:
+                return
+        tf.io.gfile.rmtree(workdir)
+    except tf.errors.OpError:
+        pass

@@ -118,30 +118,6 @@ def _finisher(mpp_config, export, workdir: str, on_finish):
     return on_finish
 
 
-def _make_workdir(workdir: str) -> bool:
-    """Makes `workdir` where it is missing; whether it was missing."""
-    if not str(workdir).strip():
-        raise UsageError("`workdir` is empty: name the run's folder (e.g. "
-                         "--workdir=/tmp/vit_run).")
-    try:
-        missing = not tf.io.gfile.exists(workdir)
-        tf.io.gfile.makedirs(workdir)
-    except tf.errors.OpError as e:
-        remote = ("Check the path and your credentials; gs:// paths need "
-                  "TensorFlow's GCS file system: pip install -e '.[gcs]' in "
-                  "a checkout, or pip install 'keras-vision-transformer"
-                  "[gcs]'." if "://" in str(workdir) else
-                  "Choose a folder you can write.")
-        raise TrainingError(
-            f"Cannot use `workdir` {workdir}: {e.message.splitlines()[0]}. "
-            f"{remote}") from None
-    if "://" not in str(workdir) and not os.access(workdir, os.W_OK):
-        raise TrainingError(
-            f"Cannot write in `workdir` {workdir} (read-only, or not "
-            "yours): choose a folder you can write.")
-    return missing
-
-
 @contextlib.contextmanager
 def _made_workdir(workdir: str, strategy):
     """Makes `workdir` for the block, the run: where the block raises and
@@ -149,7 +125,7 @@ def _made_workdir(workdir: str, strategy):
     (the run was refused before it wrote anything: a bad input found at
     set-up, a starting checkpoint that does not fit). Not for the workers
     of a cluster, which share theirs."""
-    created = _make_workdir(workdir) and not (
+    created = wd.make_workdir(workdir) and not (
         distribute.is_multi_worker(strategy) or distribute.is_tpu(strategy))
     # A cluster's workers must see one folder (before any reads it).
     distribute.check_shared(workdir, "workdir", strategy)
@@ -157,20 +133,8 @@ def _made_workdir(workdir: str, strategy):
         yield
     except BaseException:
         if created:
-            _remove_if_empty(workdir)
+            wd.remove_if_empty(workdir)
         raise
-
-
-def _remove_if_empty(workdir: str) -> None:
-    """Removes the workdir a run made when it holds no file (its set-up
-    refused the run before writing anything); a file anywhere keeps it."""
-    try:
-        for _, _, files in tf.io.gfile.walk(workdir):
-            if files:
-                return
-        tf.io.gfile.rmtree(workdir)
-    except tf.errors.OpError:
-        pass
 
 
 def train_and_evaluate(
