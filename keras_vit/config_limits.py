@@ -145,7 +145,43 @@ def check_limits(config) -> None:
     for path, low, high, brackets in LIMITS:
         _check(config, path, _value(config, path), low, high, brackets)
     _check_range("input.pp.area_range", _value(config, "input.pp.area_range"))
+    for path, allowed in CHOICES:
+        value = _value(config, path)
+        if value is not None and value not in allowed:
+            raise UsageError(
+                f"config.{path}={value!r}: use one of "
+                f"{', '.join(map(repr, allowed))}.")
+    _check_combinations(config)
     check_evaluators(config)
+
+
+# Fields of a few named values (the library checks the same where it
+# builds the model or the optimizer; here they are named as flags first).
+CHOICES = (
+    ("model.pooling", ("token", "gap")),
+    ("model.posemb", ("learn", "sincos2d")),
+    ("model.remat", ("none", "block", "dots")),
+    ("trainer.dtype", ("float32", "bfloat16")),
+    ("optimizer.name", ("sgd", "adam", "adamw", "lamb")),
+)
+
+
+def _check_combinations(config) -> None:
+    """Fields that are each in range but do not go together."""
+    if (_value(config, "optimizer.name") == "sgd"
+            and float(_value(config, "optimizer.weight_decay") or 0)):
+        raise UsageError(
+            "config.optimizer.name='sgd' takes no weight decay (the paper's "
+            "fine-tuning uses none): set config.optimizer.weight_decay=0, or "
+            "config.optimizer.name=adamw.")
+    batch = _value(config, "input.batch_size")
+    steps = _value(config, "trainer.accumulation_steps")
+    if isinstance(batch, int) and isinstance(steps, int) and steps > 0 and (
+            batch % steps):
+        raise UsageError(
+            f"config.input.batch_size={batch} is not divisible by "
+            f"config.trainer.accumulation_steps={steps}: each update's "
+            "batch is split into that many equal micro-batches.")
 
 
 def _check_range(path: str, values) -> None:

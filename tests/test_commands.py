@@ -549,3 +549,32 @@ def test_a_tpu_named_beside_another_strategy_is_refused():
         distribute.create_strategy("cpu", "foo")
     with pytest.raises(SetupError, match="`cpu_devices`=-1: give 2 or more"):
         distribute.create_strategy("cpu", None, cpu_devices=-1)
+
+
+def test_named_values_and_combinations_are_checked_as_flags():
+    """A field of a few named values, and fields that do not go together,
+    are named as their flags before the run builds anything; the lists
+    are the library's own."""
+    from keras_vit import config_limits, optim
+    from keras_vit.remat import REMAT_POLICIES
+
+    choices = dict(config_limits.CHOICES)
+    assert choices["model.remat"] == REMAT_POLICIES
+    assert choices["optimizer.name"] == optim.OPTIMIZERS
+    cases = [
+        (["--config.model.pooling=mean"], "config.model.pooling='mean': use "
+         "one of 'token', 'gap'."),
+        (["--config.trainer.dtype=float16"], "config.trainer.dtype="
+         "'float16': use one of 'float32', 'bfloat16'."),
+        (["--config.optimizer.name=sgd", "--config.optimizer.weight_decay="
+          "0.1"], "config.optimizer.name='sgd' takes no weight decay"),
+        (["--config.input.batch_size=32",
+          "--config.trainer.accumulation_steps=3"],
+         "config.input.batch_size=32 is not divisible by "
+         "config.trainer.accumulation_steps=3"),
+    ]
+    for args, says in cases:
+        config = parse_train(["--config=digits", "--workdir=w", *args]).config
+        with pytest.raises(config_lib.UsageError) as info:
+            config_limits.check_limits(config)
+        assert says in str(info.value), (args, str(info.value))

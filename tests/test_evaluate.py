@@ -485,6 +485,12 @@ def test_cli_eval_scores_a_folder_by_the_models_class_names(tmp_path,
     by_name = accuracy(f"--class_names_file={tmp_path / 'names.txt'}")
     assert by_name["accuracy"] == 1.0 and by_name["classes_by_name"]
     by_index = accuracy()  # no names: sorted folders are classes 0, 1, 2
+    # Without --split: the folder config's, the first of test|val|... there.
+    assert cli(*base[:-1]) == 0
+    printed = capsys.readouterr().out
+    assert json.loads(printed[printed.index("{"):])["split"] == "test"
+    assert cli(*base[:-1], "--split=val") == 1
+    assert "Pass --split=<one of them>." in capsys.readouterr().err
     sorted_names = sorted(names)
     want = np.mean([sorted_names.index(names[g]) == g for g in given])
     assert by_index["accuracy"] == pytest.approx(want) and want < 1.0

@@ -22,17 +22,15 @@ otherwise. --strategy / --tpu as for keras-vit-train.
 from __future__ import annotations
 
 import functools
-import json
 import os
-import re
 import sys
-import time
 from typing import TYPE_CHECKING, Dict, Optional, Sequence
 
 from absl import flags, logging
 
 from keras_vit import config as config_lib
 from keras_vit import config_limits
+from keras_vit.commands import eval_mode
 from keras_vit.commands import flags as cli
 from keras_vit.commands.lazy import lazy_module
 from keras_vit.errors import Preempted, UsageError
@@ -41,33 +39,20 @@ if TYPE_CHECKING:  # imported on first use: --help loads no TensorFlow
     import tensorflow as tf
 
     from keras_vit.checkpoint import loader as pretrained
-    from keras_vit.data import folders, sources, vtab
-    from keras_vit.data import pipeline as input_pipeline
-    from keras_vit.evaluation import accuracy, fewshot, reports, vtab_run
-    from keras_vit.storage import atomic
-    from keras_vit.storage import workdir as wd
+    from keras_vit.data import vtab
+    from keras_vit.evaluation import fewshot, reports, vtab_run
     from keras_vit.training import distribute, train_lib
 else:
     tf = lazy_module("tensorflow")
     pretrained = lazy_module("keras_vit.checkpoint.loader")
-    input_pipeline = lazy_module("keras_vit.data.pipeline")
-    folders = lazy_module("keras_vit.data.folders")
-    sources = lazy_module("keras_vit.data.sources")
     vtab = lazy_module("keras_vit.data.vtab")
-    accuracy = lazy_module("keras_vit.evaluation.accuracy")
     fewshot = lazy_module("keras_vit.evaluation.fewshot")
     reports = lazy_module("keras_vit.evaluation.reports")
     vtab_run = lazy_module("keras_vit.evaluation.vtab_run")
-    atomic = lazy_module("keras_vit.storage.atomic")
-    wd = lazy_module("keras_vit.storage.workdir")
     distribute = lazy_module("keras_vit.training.distribute")
     train_lib = lazy_module("keras_vit.training.train_lib")
 
 MODES = ("eval", "fewshot", "vtab")
-# --mode=eval of an .npz or .keras file without a config: its global batch.
-EVAL_BATCH = 256
-
-
 def define_flags(values: flags.FlagValues, argv: Sequence[str]) -> None:
     """The flags of keras-vit-evaluate."""
     cli.define_config(values, argv)
@@ -107,123 +92,6 @@ def _source(values: flags.FlagValues):
             "for a training run's."
         )
     return cli.model_source(values, values.model or values.workdir)
-
-
-def _write(path: str, text: str) -> None:
-    atomic.atomic_write(path, text)
-    logging.info("Wrote %s", path)
-
-
-def _run_config(values, source):
-    """The config whose data, split, preprocessing and batch --mode=eval
-    uses: --config, else the model's run (a workdir), else --workdir's
-    (the run whose folder receives the results); None when none is."""
-    if values.config is not None:
-        return values.config
-    run = source.run_config()
-    if run is None and values.workdir and values.model:
-        if atomic.exists(os.path.join(values.workdir, wd.CONFIG)):
-            return wd.read_config(values.workdir)
-    if run is None and not values.dataset:
-        where = (f"--workdir={values.workdir} holds no {wd.CONFIG}"
-                 if values.workdir else f"{source.describe()} is no "
-                 "training run")
-        raise UsageError(
-            f"--mode=eval needs a data source and {where}: pass "
-            "--dataset=digits|folder|<TFDS name> (and --split), or "
-            "--config=CONFIG (or --workdir=RUN) whose config names one."
-        )
-    return run
-
-
-def _eval_mode(values, source, strategy) -> Dict:
-    run = _run_config(values, source)
-    with strategy.scope():
-        # At the model's own resolution unless --image_size (a config's
-        # model.image_size is the run's, not this model's); a model
-        # without a classification head is refused by name.
-        model = cli.load_flagged_model(values, source, head="evaluate")
-    # The model's resolution, square or not.
-    image_size = tuple(int(n) for n in model.input_shape[1:3])
-    inp = _eval_input(values, run, image_size)
-    resize = inp.pp.eval_resize_size
-    logging.info("Evaluating at %s x %s (%s).", *image_size,
-                 f"resized to {resize}, then the central crop" if resize
-                 else "resized to it directly")
-    split = values.split or (run.evals.test.split if run else "test")
-    if inp.dataset == sources.FOLDER and not inp.vtab_task:
-        split = folders.resolve_split(inp.data_dir, split)  # "val|test"
-    distribute.prepare_input(inp, strategy)  # a cluster's: chief first
-    info = sources.dataset_info(inp)
-    width = int(model.output_shape[-1])
-    if width != info.num_classes:
-        raise UsageError(
-            f"The model predicts {width} classes but {inp.dataset} has "
-            f"{info.num_classes}: evaluate it on the data it was trained "
-            "or fine-tuned on (--dataset/--split), or fine-tune it first."
-        )
-    # An image folder's labels follow its sorted class folders: a model
-    # that names its classes in another order is scored by name.
-    scored = accuracy.in_folder_order(model, cli.class_names(values, source),
-                                      inp)
-    batch = values.batch_size or (
-        (run.evals.test.batch_size or run.input.batch_size) if run
-        else EVAL_BATCH
-    )
-    start = time.time()
-    metrics = accuracy.evaluate_model(
-        scored, inp, input_pipeline.RunInput(image_size=image_size), split,
-        int(batch), strategy,
-        every_s=(run or config_lib.base_config()).log.every_seconds)
-    metrics.update(dataset=inp.dataset, split=split,
-                   model=values.name or source.describe(),
-                   image_size=list(image_size),
-                   resize_size=inp.pp.eval_resize_size,
-                   wall_time_s=time.time() - start)
-    if scored is not model:
-        metrics["classes_by_name"] = True
-    logging.info("eval %s %s: %s", inp.dataset, split, metrics)
-    print(json.dumps(metrics, indent=2, sort_keys=True))
-    if _output_dir(values):
-        name = _eval_file_name(values, inp.dataset, split, image_size)
-        _write(os.path.join(_output_dir(values), name + ".json"),
-               json.dumps(metrics, indent=2, sort_keys=True) + "\n")
-    return metrics
-
-
-def _eval_file_name(values, dataset: str, split: str, image_size) -> str:
-    """eval_<data set>_<split>, and the model's name and the size where
-    they are not the run's own (--model or --name into --workdir's
-    folder, --image_size): one model's results never overwrite another's.
-    """
-    parts = ["eval", dataset, split]
-    if values.workdir and not values.output_dir and (values.model
-                                                     or values.name):
-        parts.append(values.name or os.path.basename(
-            os.path.normpath(values.model)))
-    if cli.hint(values, "image_size"):
-        parts.append("x".join(str(n) for n in image_size))
-    return re.sub(r"[^A-Za-z0-9._=-]+", "_", "_".join(map(str, parts)))
-
-
-def _eval_input(values, run, image_size):
-    """The `config.input` section --mode=eval reads: the run's data
-    source and evaluation preprocessing (its config, or --workdir's; its
-    eval_resize_size scaled from its model.image_size to `image_size`),
-    --dataset and --data_dir where given."""
-    fields = {}
-    if run is not None:
-        fields = {k: run.input[k] for k in (
-            "dataset", "data_dir", "image_key", "label_key", "vtab_task",
-            "skip_bad_images")}
-        fields["pp"] = {"eval_resize_size": cli.scaled_resize(
-            run.input.pp.eval_resize_size, run.model.image_size,
-            image_size)}
-    if values.dataset:
-        fields.update(dataset=values.dataset, vtab_task=None)
-    if values.data_dir:
-        fields["data_dir"] = values.data_dir
-    return config_lib.complete(fields, "input")
 
 
 def _fewshot_mode(values, source, strategy) -> Dict:
@@ -329,7 +197,7 @@ _MODE_FLAGS = {"tasks": ("vtab",), "dataset": ("eval",), "split": ("eval",),
 
 
 def _output_dir(values: flags.FlagValues) -> Optional[str]:
-    return values.output_dir or values.workdir
+    return eval_mode.output_dir(values)
 
 
 def _main(values: flags.FlagValues, args: list) -> None:
@@ -364,27 +232,12 @@ def _main(values: flags.FlagValues, args: list) -> None:
             values.config.evals, "vtab").tasks)
     strategy = cli.strategy(values, values.config)
     try:
-        {"eval": _eval_mode, "fewshot": _fewshot_mode,
+        {"eval": eval_mode.evaluate, "fewshot": _fewshot_mode,
          "vtab": _vtab_mode}[values.mode](values, source, strategy)
     except UsageError as error:
         if values.mode != "eval" or values.config is not None:
             raise
-        raise UsageError(_in_eval_flags(str(error))) from None
-
-
-# --mode=eval without --config: its own flags for the data's fields.
-_EVAL_FLAG_WORDS = (
-    ("set config.input.skip_bad_images=True", "pass --config=folder:"
-     "DATA_DIR --config.input.skip_bad_images=True"),
-    ("--config.input.data_dir", "--data_dir"),
-    ("config.input.data_dir", "--data_dir"),
-)
-
-
-def _in_eval_flags(message: str) -> str:
-    for field, flag in _EVAL_FLAG_WORDS:
-        message = message.replace(field, flag)
-    return message
+        raise UsageError(eval_mode.in_eval_flags(str(error))) from None
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -1,0 +1,184 @@
+"""keras-vit-evaluate --mode=eval: accuracy and loss of any model source
+on a split of the digits, a TFDS data set or an image folder: the data,
+preprocessing and batch of --config, the model's run, or --workdir's
+run; --dataset, --split and --data_dir where given."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from typing import TYPE_CHECKING, Dict, Optional
+
+from absl import logging
+
+from keras_vit import config as config_lib
+from keras_vit.commands import flags as cli
+from keras_vit.commands.lazy import lazy_module
+from keras_vit.errors import UsageError
+
+if TYPE_CHECKING:  # imported on first use: --help loads no TensorFlow
+    from keras_vit.data import folders, sources
+    from keras_vit.data import pipeline as input_pipeline
+    from keras_vit.evaluation import accuracy
+    from keras_vit.storage import atomic
+    from keras_vit.storage import workdir as wd
+    from keras_vit.training import distribute
+else:
+    folders = lazy_module("keras_vit.data.folders")
+    sources = lazy_module("keras_vit.data.sources")
+    input_pipeline = lazy_module("keras_vit.data.pipeline")
+    accuracy = lazy_module("keras_vit.evaluation.accuracy")
+    atomic = lazy_module("keras_vit.storage.atomic")
+    wd = lazy_module("keras_vit.storage.workdir")
+    distribute = lazy_module("keras_vit.training.distribute")
+
+# --mode=eval of an .npz or .keras file without a config: its global batch.
+EVAL_BATCH = 256
+# --mode=eval of an image folder without a run's config: the folder
+# config's final split, the first of these the folder has.
+FOLDER_TEST = "test|val|validation|valid"
+
+
+def _write(path: str, text: str) -> None:
+    atomic.atomic_write(path, text)
+    logging.info("Wrote %s", path)
+
+
+def run_config(values, source):
+    """The config whose data, split, preprocessing and batch --mode=eval
+    uses: --config, else the model's run (a workdir), else --workdir's
+    (the run whose folder receives the results); None when none is."""
+    if values.config is not None:
+        return values.config
+    run = source.run_config()
+    if run is None and values.workdir and values.model:
+        if atomic.exists(os.path.join(values.workdir, wd.CONFIG)):
+            return wd.read_config(values.workdir)
+    if run is None and not values.dataset:
+        where = (f"--workdir={values.workdir} holds no {wd.CONFIG}"
+                 if values.workdir else f"{source.describe()} is no "
+                 "training run")
+        raise UsageError(
+            f"--mode=eval needs a data source and {where}: pass "
+            "--dataset=digits|folder|<TFDS name> (and --split), or "
+            "--config=CONFIG (or --workdir=RUN) whose config names one."
+        )
+    return run
+
+
+def evaluate(values, source, strategy) -> Dict:
+    """--mode=eval: top-1, top-5 and loss of the model `source` on a
+    split (printed as JSON, and written where the results go)."""
+    run = run_config(values, source)
+    with strategy.scope():
+        # At the model's own resolution unless --image_size (a config's
+        # model.image_size is the run's, not this model's); a model
+        # without a classification head is refused by name.
+        model = cli.load_flagged_model(values, source, head="evaluate")
+    # The model's resolution, square or not.
+    image_size = tuple(int(n) for n in model.input_shape[1:3])
+    inp = eval_input(values, run, image_size)
+    resize = inp.pp.eval_resize_size
+    logging.info("Evaluating at %s x %s (%s).", *image_size,
+                 f"resized to {resize}, then the central crop" if resize
+                 else "resized to it directly")
+    split = values.split or (run.evals.test.split if run else (
+        FOLDER_TEST if inp.dataset == sources.FOLDER else "test"))
+    if inp.dataset == sources.FOLDER and not inp.vtab_task:
+        split = folders.resolve_split(inp.data_dir, split)  # "val|test"
+    distribute.prepare_input(inp, strategy)  # a cluster's: chief first
+    info = sources.dataset_info(inp)
+    width = int(model.output_shape[-1])
+    if width != info.num_classes:
+        raise UsageError(
+            f"The model predicts {width} classes but {inp.dataset} has "
+            f"{info.num_classes}: evaluate it on the data it was trained "
+            "or fine-tuned on (--dataset/--split), or fine-tune it first."
+        )
+    # An image folder's labels follow its sorted class folders: a model
+    # that names its classes in another order is scored by name.
+    scored = accuracy.in_folder_order(model, cli.class_names(values, source),
+                                      inp)
+    batch = values.batch_size or (
+        (run.evals.test.batch_size or run.input.batch_size) if run
+        else EVAL_BATCH
+    )
+    start = time.time()
+    metrics = accuracy.evaluate_model(
+        scored, inp, input_pipeline.RunInput(image_size=image_size), split,
+        int(batch), strategy,
+        every_s=(run or config_lib.base_config()).log.every_seconds)
+    metrics.update(dataset=inp.dataset, split=split,
+                   model=values.name or source.describe(),
+                   image_size=list(image_size),
+                   resize_size=inp.pp.eval_resize_size,
+                   wall_time_s=time.time() - start)
+    if scored is not model:
+        metrics["classes_by_name"] = True
+    logging.info("eval %s %s: %s", inp.dataset, split, metrics)
+    print(json.dumps(metrics, indent=2, sort_keys=True))
+    if output_dir(values):
+        name = file_name(values, inp.dataset, split, image_size)
+        _write(os.path.join(output_dir(values), name + ".json"),
+               json.dumps(metrics, indent=2, sort_keys=True) + "\n")
+    return metrics
+
+
+def file_name(values, dataset: str, split: str, image_size) -> str:
+    """eval_<data set>_<split>, and the model's name and the size where
+    they are not the run's own (--model or --name into --workdir's
+    folder, --image_size): one model's results never overwrite another's.
+    """
+    parts = ["eval", dataset, split]
+    if values.workdir and not values.output_dir and (values.model
+                                                     or values.name):
+        parts.append(values.name or os.path.basename(
+            os.path.normpath(values.model)))
+    if cli.hint(values, "image_size"):
+        parts.append("x".join(str(n) for n in image_size))
+    return re.sub(r"[^A-Za-z0-9._=-]+", "_", "_".join(map(str, parts)))
+
+
+def eval_input(values, run, image_size):
+    """The `config.input` section --mode=eval reads: the run's data
+    source and evaluation preprocessing (its config, or --workdir's; its
+    eval_resize_size scaled from its model.image_size to `image_size`),
+    --dataset and --data_dir where given."""
+    fields = {}
+    if run is not None:
+        fields = {k: run.input[k] for k in (
+            "dataset", "data_dir", "image_key", "label_key", "vtab_task",
+            "skip_bad_images")}
+        fields["pp"] = {"eval_resize_size": cli.scaled_resize(
+            run.input.pp.eval_resize_size, run.model.image_size,
+            image_size)}
+    if values.dataset:
+        fields.update(dataset=values.dataset, vtab_task=None)
+    if values.data_dir:
+        fields["data_dir"] = values.data_dir
+    return config_lib.complete(fields, "input")
+
+
+# --mode=eval without --config: its own flags for the data's fields.
+_EVAL_FLAG_WORDS = (
+    ("set config.input.skip_bad_images=True", "pass --config=folder:"
+     "DATA_DIR --config.input.skip_bad_images=True"),
+    ("--config.input.data_dir", "--data_dir"),
+    ("config.input.data_dir", "--data_dir"),
+)
+
+
+def in_eval_flags(message: str) -> str:
+    """A message of the data layer worded in this mode's flags."""
+    for field, flag in _EVAL_FLAG_WORDS:
+        message = message.replace(field, flag)
+    if "has no split" in message or "has none of the splits" in message:
+        message += " Pass --split=<one of them>."
+    return message
+
+
+def output_dir(values) -> Optional[str]:
+    """Where the results go: --output_dir, else --workdir (else none)."""
+    return values.output_dir or values.workdir
