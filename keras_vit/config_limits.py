@@ -162,7 +162,6 @@ CHOICES = (
     ("model.posemb", ("learn", "sincos2d")),
     ("model.remat", ("none", "block", "dots")),
     ("trainer.dtype", ("float32", "bfloat16")),
-    ("optimizer.name", ("sgd", "adam", "adamw", "lamb")),
 )
 
 

@@ -138,14 +138,18 @@ def set_pairs(config: ml_collections.ConfigDict,
 
 
 def split_string_lists(config: ml_collections.ConfigDict,
-                       overridden: Mapping[str, Any]) -> None:
+                       overridden: Mapping[str, Any],
+                       typed: Mapping[str, str]) -> None:
     """--config.FIELD=a,b of a field holding a tuple of strings (e.g.
     optimizer.no_decay) is ("a", "b"): ml_collections keeps the words as
-    one string, "a,b", which would match no name. Changes `config`."""
+    one string, "a,b", which would match no name. A value typed with
+    quotes is one string as typed (`typed`: FIELD -> the text after =).
+    Changes `config`."""
     for dotted, value in overridden.items():
         if not (isinstance(value, (tuple, list)) and len(value) == 1
                 and isinstance(value[0], str)
-                and re.search(r"[,()]", value[0])):
+                and re.search(r"[,()]", value[0])) or re.search(
+                    r"['\"]", typed.get(dotted, "")):
             continue
         words = tuple(w.strip(" '\"") for w in value[0].strip("()[] ")
                       .split(",") if w.strip(" '\""))

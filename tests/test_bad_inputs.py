@@ -216,6 +216,7 @@ def test_resuming_with_another_optimizer_names_the_field(tmp_path):
     before = sorted(os.listdir(workdir / "checkpoints"))
     result = console.run("train", console.TINY_DIGITS + [
         "--config.trainer.total_steps=8", "--config.optimizer.name=sgd",
+        "--config.optimizer.weight_decay=0",
         f"--workdir={workdir}"])
     line = _error_line(result, "train")
     check_says("resume_other_optimizer", line)
@@ -603,7 +604,7 @@ def test_a_starting_model_that_does_not_load_leaves_no_workdir(
 
 @covers("unsupported_filesystem")
 def test_workdir_on_unknown_file_system(tmp_path):
-    with pytest.raises(train_lib.TrainingError) as info:
+    with pytest.raises(UsageError) as info:
         train_lib.train_and_evaluate(config(), "nofs://bucket/run")
     check_error("unsupported_filesystem", info.value)
     assert "nofs" in str(info.value)

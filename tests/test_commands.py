@@ -555,12 +555,11 @@ def test_named_values_and_combinations_are_checked_as_flags():
     """A field of a few named values, and fields that do not go together,
     are named as their flags before the run builds anything; the lists
     are the library's own."""
-    from keras_vit import config_limits, optim
+    from keras_vit import config_limits
     from keras_vit.remat import REMAT_POLICIES
 
     choices = dict(config_limits.CHOICES)
     assert choices["model.remat"] == REMAT_POLICIES
-    assert choices["optimizer.name"] == optim.OPTIMIZERS
     cases = [
         (["--config.model.pooling=mean"], "config.model.pooling='mean': use "
          "one of 'token', 'gap'."),
@@ -578,3 +577,34 @@ def test_named_values_and_combinations_are_checked_as_flags():
         with pytest.raises(config_lib.UsageError) as info:
             config_limits.check_limits(config)
         assert says in str(info.value), (args, str(info.value))
+
+
+def test_config_file_code_and_partial_files_with_overrides(tmp_path,
+                                                           capsys):
+    """A KeyError of a config file's own code names its line; an override
+    of a field a partial file leaves out says so; a quoted list value is
+    one word as typed."""
+    train = module("train")
+    (tmp_path / "keys.py").write_text(
+        "def get_config(arg=None):\n    d = {}\n    return d['missing']\n")
+    (tmp_path / "part.py").write_text(
+        "def get_config(arg=None):\n"
+        "    return {'trainer': {'total_steps': 2}}\n")
+    cases = [
+        ([f"--config={tmp_path / 'keys.py'}"],
+         "keys.py failed at line 3: KeyError: 'missing'"),
+        ([f"--config={tmp_path / 'part.py'}",
+          "--config.model.hidden_size=9"],
+         "part.py leaves out a field that the command line overrides (of "
+         "--config.model.hidden_size)"),
+    ]
+    for args, says in cases:
+        sys.modules.pop("config_config", None)  # see the test above
+        assert train.main(["keras-vit-train", *args,
+                           f"--workdir={tmp_path}/w"]) == 1
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and says in err[0], err
+    config = parse_train(["--config=digits", "--workdir=w",
+                          "--config.optimizer.no_decay='block_\\d{1,2}/g'"]
+                         ).config
+    assert tuple(config.optimizer.no_decay) == ("block_\\d{1,2}/g",)

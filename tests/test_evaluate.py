@@ -498,8 +498,15 @@ def test_cli_eval_scores_a_folder_by_the_models_class_names(tmp_path,
     (tmp_path / "other.txt").write_text("zebra\ncat\nrat\n")
     assert cli(*base, f"--class_names_file={tmp_path / 'other.txt'}") == 1
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "are not the model's classes (zebra, cat, " \
-        "rat): mouse. Name each folder as the model's class" in err[0], err
+    assert len(err) == 1 and "are the model's classes and some are not " \
+        "('mouse'): name every folder as the model's class" in err[0], err
+    # Folders named otherwise (synsets beside words): scored by index.
+    (tmp_path / "words.txt").write_text("n01\nn02\nn03\n")
+    assert accuracy(f"--class_names_file={tmp_path / 'words.txt'}")[
+        "accuracy"] == by_index["accuracy"]
+    (tmp_path / "two.txt").write_text("zebra\ncat\n")
+    assert cli(*base, f"--class_names_file={tmp_path / 'two.txt'}") == 1
+    assert "2 class names for a 3-class model" in capsys.readouterr().err
     # Beside a run's workdir, another model's results get their own file.
     run = tmp_path / "run"
     run.mkdir()

@@ -139,7 +139,7 @@ def test_the_evaluation_resize_travels_with_the_file(model, tmp_path,
                      f"--model={tmp_path / 'vit.keras'}",
                      f"--export_dir={tmp_path}", "--resize_size=48"]) == 0
     capsys.readouterr()
-    record = tmp_path / "vit.json"
+    record = tmp_path / "vit.preprocessing.json"
     assert litert.read_resize_size(str(tmp_path / "vit.tflite"),
                                    (SIZE, SIZE)) == 48
 

@@ -81,6 +81,17 @@ def normalize_argv(argv: Sequence[str]) -> List[str]:
     return out
 
 
+def raised_in_config_file(error: BaseException,
+                          argv: Sequence[str]) -> bool:
+    """Whether `error` came from the code of the --config file in `argv`
+    (a KeyError or AttributeError of its get_config, not of a field)."""
+    given = [re.sub(r"^--?config=", "", str(a)).partition(":")[0]
+             for a in argv if re.match(r"^--?config=", str(a))]
+    return bool(given) and any(
+        os.path.basename(frame.filename) == os.path.basename(given[-1])
+        for frame in traceback.extract_tb(error.__traceback__))
+
+
 def config_file_error(error: BaseException, argv: Sequence[str]) -> str:
     """One line for a --config file that failed to run (a syntax error, an
     import or an exception of its get_config): its name and line."""
@@ -118,6 +129,14 @@ def flag_error_message(error: BaseException, argv: Sequence[str]) -> str:
     if "has no attribute 'get_config'" in message:
         return ("the --config file defines no get_config(arg=None) "
                 "returning its config (see configs/digits.py)")
+    lacking = _overrides_the_file_lacks(error, argv)
+    if lacking:
+        return (f"{given[-1] if given else 'the --config file'} leaves "
+                "out a field that the command line overrides (of "
+                f"{', '.join(f'config.{f}' for f in lacking)}): a partial "
+                "config or a dict takes the schema's defaults only after "
+                "the overrides; start the file from "
+                "keras_vit.config.base_config().")
     message = message.replace("\\n", " ").replace("\n", " ")
     message = message.replace("\\'", "'").strip('"')
     # ml_collections says "'field' Did you mean ...": name what it is.
@@ -146,3 +165,29 @@ def _with_suggestion(message: str, argv) -> str:
             hint = config_lib.unknown_field_message(path.group(1))
             return f"{message.rstrip('. ')}: {hint}"
     return message
+
+
+def typed_overrides(argv: Sequence[str]) -> dict:
+    """{FIELD: the text typed after --config.FIELD=} of `argv`."""
+    out = {}
+    for arg in argv:
+        match = re.fullmatch(r"--?config\.([\w.]+)=(.*)", str(arg), re.S)
+        if match:
+            out[match.group(1)] = match.group(2)
+    return out
+
+
+def _overrides_the_file_lacks(error: BaseException,
+                              argv: Sequence[str]) -> List[str]:
+    """The overridden fields, all of them real (the schema's), when the
+    override failed as a field missing from the config (a KeyError, an
+    AttributeError, "not a config field"): the file left them out."""
+    fields = list(typed_overrides(argv))
+    known = set(config_lib.field_names(config_lib.base_config()))
+    text = str(error)
+    missing_field = isinstance(error, (KeyError, AttributeError)) or (
+        "not a config field" in text or re.match(r"^'+[\w.]+'+", text))
+    if not fields or not missing_field or not all(
+            f in known for f in fields):
+        return []
+    return fields

@@ -129,8 +129,8 @@ def evaluate(values, source, strategy) -> Dict:
 def file_name(values, dataset: str, split: str, image_size) -> str:
     """eval_<data set>_<split>, and the model's name and the size where
     they are not the run's own (--model or --name into --workdir's
-    folder, --image_size): one model's results never overwrite another's.
-    """
+    folder, --image_size), so that another model's results do not
+    overwrite the run's own."""
     parts = ["eval", dataset, split]
     if values.workdir and not values.output_dir and (values.model
                                                      or values.name):

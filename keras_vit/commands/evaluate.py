@@ -166,9 +166,10 @@ def _vtab_mode(values, source, strategy) -> Dict:
     md = out["files"].get("markdown")
     if out["preempted"]:
         raise Preempted(
-            f"{'Ctrl-C in' if out['preempted'] == 'stopped' else 'stopped'}"
-            " a VTAB task, checkpoint saved; run the same command to "
-            "resume.", kind=out["preempted"])
+            f"{'Ctrl-C in a' if out['preempted'] == 'stopped' else 'a'} "
+            f"VTAB task{'' if out['preempted'] == 'stopped' else ' stopped'}"
+            ", checkpoint saved; run the same command to resume.",
+            kind=out["preempted"])
     if md:
         with tf.io.gfile.GFile(md) as f:
             print(f.read())
@@ -215,10 +216,9 @@ def _main(values: flags.FlagValues, args: list) -> None:
     misplaced = [f"--{name}" for name, modes in _MODE_FLAGS.items()
                  if values[name].present and values.mode not in modes]
     if misplaced:
-        raise UsageError(
-            f"{', '.join(misplaced)} {'goes' if len(misplaced) == 1 else 'go'}"
-            f" with --mode={' or '.join(_MODE_FLAGS[misplaced[0][2:]])} "
-            f"only, not --mode={values.mode}.")
+        raise UsageError("; ".join(
+            f"{flag} goes with --mode={' or '.join(_MODE_FLAGS[flag[2:]])}"
+            for flag in misplaced) + f" only, not --mode={values.mode}.")
     if values.batch_size is not None and values.batch_size < 1:
         raise UsageError(f"--batch_size={values.batch_size}: give a batch "
                          "of at least 1 (or leave it out for the config's).")

@@ -15,11 +15,11 @@ untrained).
 
 --format=saved_model (default) writes <export_dir>/<model_name>/<version>/
 and <export_dir>/models.config; --format=litert writes
-<export_dir>/<model_name>.tflite (and .labels.txt, and .json: the
-input size and the evaluation resize that a client applies before the
-file, which keras-vit-predict reads), refused where that file exists
-unless --overwrite (name each quantization's file with its own
---model_name). Prints the path written.
+<export_dir>/<model_name>.tflite (and .labels.txt, and
+.preprocessing.json: the input size and the evaluation resize that a
+client applies before the file, which keras-vit-predict reads), refused
+where that file exists unless --overwrite (name each quantization's file
+with its own --model_name). Prints the path written.
 """
 
 from __future__ import annotations

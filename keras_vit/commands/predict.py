@@ -276,6 +276,11 @@ def run(args, images: Sequence[str]) -> int:
     check_output(args.output)
     # A model is there, before the images are read.
     source = cli.model_source(args, exports=True)
+    if args.output and source.kind == "litert" and os.path.abspath(
+            args.output) in map(os.path.abspath,
+                                litert.written_paths(source.path)):
+        raise UsageError(f"--output {args.output} is a file of the LiteRT "
+                         "export: choose another name.")
     files, folder = list_images(images)
     predict = predictor(args, source)
     files, data, skipped = read_images(files, args.skip_bad_images)

@@ -41,6 +41,8 @@ from keras_vit.commands.config_args import (
     config_file_error,
     flag_error_message,
     normalize_argv,
+    raised_in_config_file,
+    typed_overrides,
 )
 from keras_vit.commands.lazy import lazy_module
 from keras_vit.errors import (
@@ -209,6 +211,8 @@ def parse(values: flags.FlagValues, argv: Sequence[str]) -> list:
         rest = flags.FLAGS(list(argv), known_only=True)
         rest = values(rest)
     except (AttributeError, KeyError, flags.Error) as error:
+        if raised_in_config_file(error, argv):
+            raise UsageError(config_file_error(error, argv)) from error
         raise UsageError(flag_error_message(error, argv)) from error
     except Exception as error:  # a config file's own code failed
         raise UsageError(config_file_error(error, argv)) from error
@@ -218,7 +222,8 @@ def parse(values: flags.FlagValues, argv: Sequence[str]) -> list:
             values.config, config_flags.get_config_filename(
                 values["config"]).partition(":")[0], overrides)
         config_overrides.set_pairs(values.config, pairs)
-        config_overrides.split_string_lists(values.config, overrides)
+        config_overrides.split_string_lists(values.config, overrides,
+                                            typed_overrides(argv))
         # --config.model.variant=None: None, not the word.
         config_overrides.command_line_nones(values.config,
                                             {**overrides, **held})

@@ -8,6 +8,7 @@ from typing import Dict, Optional, Sequence
 
 import keras
 import tensorflow as tf
+from absl import logging
 
 from keras_vit.data import checks as data_checks
 from keras_vit.data import folders, sources
@@ -72,24 +73,42 @@ def in_folder_order(model, class_names: Optional[Sequence[str]], inp):
     """`model`, its logits in the class order of the image folder that
     `inp` reads (labels index the sorted class folder names), when the
     model names its classes (a run's labels.txt, a Hugging Face
-    id2label) in another order; a class folder that is none of the
-    model's classes is refused by name. Other data sets, and models
-    without names, are scored by index as they are."""
+    id2label, a names file) and every class folder is one of them, in
+    another order. Folders named otherwise (ImageNet's synset folders
+    beside a model's words) are scored by index, as sorted folders, said
+    in the log; a mix of both is refused, naming folders that match no
+    class. Other data sets are scored by index."""
     if not class_names or inp.dataset != sources.FOLDER or inp.vtab_task:
         return model
     names = [str(n) for n in class_names]
+    width = int(model.output_shape[-1])
+    if len(names) != width:
+        raise UsageError(
+            f"{len(names)} class names for a {width}-class model: give one "
+            "name per class, in the model's output order.")
     folder_names = list(folders.folder_index(inp.data_dir)[1])
     if folder_names == names or len(folder_names) != len(names):
         return model  # the class counts are compared by the caller
     strangers = [n for n in folder_names if n not in names]
+    if len(strangers) == len(folder_names):
+        logging.warning(
+            "The class folders of %s are not named as the model's classes "
+            "(%s, ...): scored by index, the sorted folders as classes 0, "
+            "1, ...", inp.data_dir, ", ".join(names[:3]))
+        return model
     if strangers or len(set(names)) != len(names):
         raise UsageError(
-            f"The class folders of {inp.data_dir} ({', '.join(folder_names)}"
-            f") are not the model's classes ({', '.join(names)}): "
-            f"{', '.join(strangers) or 'names repeat'}. Name each folder as "
-            "the model's class it holds, or pass the model's class names "
-            "(--class_names_file) in its output order.")
+            f"Some class folders of {inp.data_dir} are the model's classes "
+            f"and some are not ({_few(strangers) or 'names repeat'}): name "
+            "every folder as the model's class it holds (one per line in "
+            "--class_names_file, in the model's output order).")
     order = [names.index(n) for n in folder_names]
     images = keras.Input(model.input_shape[1:], name="images")
     logits = keras.ops.take(model(images, training=False), order, axis=-1)
     return keras.Model(images, logits, name=model.name)
+
+
+def _few(names: Sequence[str], most: int = 5) -> str:
+    shown = ", ".join(repr(n) for n in names[:most])
+    return shown + (f" and {len(names) - most} more"
+                    if len(names) > most else "")

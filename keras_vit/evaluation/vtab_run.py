@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import datetime
 import functools
+import hashlib
 import itertools
 import json
 import os
@@ -188,13 +189,22 @@ def run_task(
 # source's location and kind (the interface every kind of source has) and
 # whether the pre-logits layer was kept. (Earlier stamps also held an
 # .npz's `variant`, which only checked the file: it is not compared.)
-# `files`: the name, size and change time of each file the model is read
-# from, so that a file replaced at the same path is another model.
+# `files`: the name, size and SHA-256 of each file the model is read
+# from, so that a file replaced at the same path is another model (and a
+# copy of the same file, on another worker, the same one).
 _STAMP_FIELDS = ("source", "kind", "keep_pre_logits", "files")
 
 
+def _sha256(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 23), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def _model_files(source: pretrained.Source) -> Optional[list]:
-    """[[name, size, mtime_ns]] of the local files `source` reads its
+    """[[name, size, sha256]] of the local files `source` reads its
     weights from (a workdir: its newest checkpoint's); None for a remote
     source, known by its location."""
     path = source.path
@@ -209,8 +219,8 @@ def _model_files(source: pretrained.Source) -> Optional[list]:
                  if os.path.isfile(os.path.join(path, name))]
     else:
         files = [path]
-    stats = [(os.path.basename(f), os.stat(f)) for f in sorted(files)]
-    return [[name, st.st_size, st.st_mtime_ns] for name, st in stats]
+    return [[os.path.basename(f), os.path.getsize(f), _sha256(f)]
+            for f in sorted(files)]
 
 
 def prepare_backbone(
@@ -231,7 +241,7 @@ def prepare_backbone(
         if all(saved.get(k, wanted[k]) == wanted[k] for k in _STAMP_FIELDS):
             return path
         differ = ", ".join(
-            "its files changed since (size or time)" if k == "files"
+            "its files changed since (their contents)" if k == "files"
             else f"{k} {saved.get(k)!r}, now {wanted[k]!r}"
             for k in _STAMP_FIELDS if saved.get(k, wanted[k]) != wanted[k])
         raise UsageError(

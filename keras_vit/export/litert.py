@@ -4,10 +4,11 @@
 
 writes a `.tflite` whose one signature takes `images`, float32 pixels in
 [0, 255] of shape (1, H, W, 3) at the model's input size (RGB; resize on
-the device first, as `vit.json` beside it records: the input size and the
-evaluation resize), and returns `probabilities` (1, K). The [0, 255] ->
-[-1, 1] scaling and the softmax are inside the file. Conversion is Keras
-3's own (`model.export(format="litert")`, which runs TensorFlow's
+the device first, as `vit.preprocessing.json` beside it records: the
+input size and the evaluation resize), and returns `probabilities`
+(1, K). The [0, 255] -> [-1, 1] scaling and the softmax are inside the
+file. Conversion is Keras 3's own (`model.export(format="litert")`,
+which runs TensorFlow's
 `TFLiteConverter` on a SavedModel of the model), restricted to LiteRT's
 built-in ops so that the plain runtime runs the file, no Flex delegate.
 
@@ -134,8 +135,8 @@ def export_litert(
         resize_size: int or None. The evaluation resize the model was
             scored with (resize the image to it, then take the central
             crop of the input size; None: resize straight to the input
-            size), recorded in `<path minus .tflite>.json` with the input
-            size, for the client that prepares the pixels.
+            size), recorded in `<path minus .tflite>.preprocessing.json`
+            with the input size, for the client that prepares the pixels.
 
     Returns:
         str. `path`.
@@ -194,7 +195,11 @@ def labels_path(path: str) -> str:
 
 def preprocessing_path(path: str) -> str:
     """str. The preprocessing record written beside a .tflite."""
-    return str(path)[: -len(".tflite")] + ".json"
+    return str(path)[: -len(".tflite")] + ".preprocessing.json"
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def written_paths(path: str) -> List[str]:
@@ -229,10 +234,11 @@ def read_resize_size(path: str, image_size: Sequence[int]) -> Optional[int]:
         with tf.io.gfile.GFile(record_path, "rb") as f:
             record = json.loads(f.read(_MAX_RECORD_BYTES + 1)[
                 :_MAX_RECORD_BYTES])
-        size = [int(n) for n in record["image_size"]]
-        resize = record.get("resize_size")
-        resize = None if resize is None else int(resize)
-    except (ValueError, TypeError, KeyError, AttributeError):
+        size, resize = list(record["image_size"]), record["resize_size"]
+        if not all(_is_int(n) for n in size + [resize or 0]):
+            raise ValueError("not whole numbers")
+    except (ValueError, TypeError, KeyError, AttributeError,
+            RecursionError):
         raise UsageError(
             f"{record_path} is not the preprocessing record of a LiteRT "
             "export: export the model again, or remove the file and pass "

@@ -22,6 +22,7 @@ from keras_vit.config_schema import SCRATCH_IMAGE_SIZE
 from keras_vit.errors import shorten
 from keras_vit.model import architecture_of
 from keras_vit.storage import workdir as wd
+from keras_vit.training.records import BEST
 from keras_vit.training.resume import TrainingError
 
 # config.model fields a resumed run may change (see model_signature).
@@ -78,9 +79,13 @@ def check_workdir_config(config, workdir: str) -> None:
     not hold."""
     if not tf.io.gfile.exists(os.path.join(workdir, wd.CONFIG)):
         return
-    if not tf.train.latest_checkpoint(os.path.join(workdir, wd.CHECKPOINTS)):
-        # A run that stopped before its first checkpoint (refused data, a
-        # failed step): nothing to resume, so this config starts afresh.
+    if not tf.train.latest_checkpoint(os.path.join(
+            workdir, wd.CHECKPOINTS)) and not any(
+                tf.io.gfile.exists(os.path.join(workdir, name))
+                for name in (wd.METRICS, BEST)):
+        # A run that stopped before it wrote a checkpoint or a result
+        # (refused data, a failed first step): nothing to resume or to
+        # keep apart, so this config starts afresh.
         logging.info("%s holds no checkpoint: the run starts afresh with "
                      "this config.", workdir)
         return
@@ -97,6 +102,8 @@ def check_workdir_config(config, workdir: str) -> None:
             f"The workdir {workdir} holds a run with a different model: "
             f"{differ}. Use a new `workdir`, or the same config to resume."
         )
+    if not tf.train.latest_checkpoint(os.path.join(workdir, wd.CHECKPOINTS)):
+        return  # nothing to restore the optimizer from
     _check_resumed_input(old, config, workdir)
     _check_resumed_start(old, config, workdir)
     saved, asked = optimizer_signature(old), optimizer_signature(config)
