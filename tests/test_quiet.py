@@ -54,6 +54,8 @@ def test_workdir_of_another_run_names_only_the_differing_field(tmp_path):
     workdir = tmp_path / "run"
     workdir.mkdir()
     (workdir / "config.json").write_text(json.dumps(saved.to_dict()))
+    # Its results (a run that saved nothing is started afresh instead).
+    (workdir / "metrics.json").write_text(json.dumps({"steps": 1}))
     line = error_line(run("train", "--config=digits", f"--workdir={workdir}",
                           "--config.model.hidden_size=64"), "train")
     assert "--config.model.hidden_size: 192 in the workdir, 64 asked" in line
