@@ -127,12 +127,17 @@ def held_pairs(argv: Sequence[str]) -> Tuple[List[str], Dict[str, tuple]]:
     return kept, held
 
 
+def _section_of(config: ml_collections.ConfigDict, dotted: str):
+    """(the section that holds field `dotted` of `config`, its name)."""
+    *parents, leaf = dotted.split(".")
+    return functools.reduce(lambda c, k: c[k], parents, config), leaf
+
+
 def set_pairs(config: ml_collections.ConfigDict,
               pairs: Mapping[str, tuple]) -> None:
     """Sets each held (height, width) pair (`held_pairs`) in `config`."""
     for dotted, pair in pairs.items():
-        *parents, leaf = dotted.split(".")
-        section = functools.reduce(lambda c, k: c[k], parents, config)
+        section, leaf = _section_of(config, dotted)
         with section.ignore_type():
             section[leaf] = pair
 
@@ -153,8 +158,7 @@ def split_string_lists(config: ml_collections.ConfigDict,
             continue
         words = tuple(w.strip(" '\"") for w in value[0].strip("()[] ")
                       .split(",") if w.strip(" '\""))
-        *parents, leaf = dotted.split(".")
-        section = functools.reduce(lambda c, k: c[k], parents, config)
+        section, leaf = _section_of(config, dotted)
         section[leaf] = type(value)(words)
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import re
 import traceback
-from typing import List, Sequence
+from typing import List, Optional, Sequence
 
 from absl import logging
 
@@ -81,23 +81,30 @@ def normalize_argv(argv: Sequence[str]) -> List[str]:
     return out
 
 
+def _config_given(argv: Sequence[str]) -> Optional[str]:
+    """The last --config=VALUE of `argv` (its path and :argument), or
+    None."""
+    given = [re.sub(r"^--?config=", "", str(a)) for a in argv
+             if re.match(r"^--?config=", str(a))]
+    return given[-1] if given else None
+
+
 def raised_in_config_file(error: BaseException,
                           argv: Sequence[str]) -> bool:
     """Whether `error` came from the code of the --config file in `argv`
     (a KeyError or AttributeError of its get_config, not of a field)."""
-    given = [re.sub(r"^--?config=", "", str(a)).partition(":")[0]
-             for a in argv if re.match(r"^--?config=", str(a))]
-    return bool(given) and any(
-        os.path.basename(frame.filename) == os.path.basename(given[-1])
+    given = _config_given(argv)
+    return given is not None and any(
+        os.path.basename(frame.filename)
+        == os.path.basename(given.partition(":")[0])
         for frame in traceback.extract_tb(error.__traceback__))
 
 
 def config_file_error(error: BaseException, argv: Sequence[str]) -> str:
     """One line for a --config file that failed to run (a syntax error, an
     import or an exception of its get_config): its name and line."""
-    given = [re.sub(r"^--?config=", "", a) for a in argv
-             if re.match(r"^--?config=", str(a))]
-    path = given[-1].partition(":")[0] if given else "the config file"
+    given = _config_given(argv)
+    path = given.partition(":")[0] if given else "the config file"
     line = getattr(error, "lineno", None)
     for frame in traceback.extract_tb(error.__traceback__):
         if os.path.basename(frame.filename) == os.path.basename(path):
@@ -105,7 +112,7 @@ def config_file_error(error: BaseException, argv: Sequence[str]) -> str:
     text = (error.msg if isinstance(error, SyntaxError) and error.msg
             else str(error))
     where = f" at line {line}" if line else ""
-    return (f"--config={given[-1] if given else path} failed{where}: "
+    return (f"--config={given or path} failed{where}: "
             f"{type(error).__name__}: {text}")
 
 
@@ -121,17 +128,18 @@ def flag_error_message(error: BaseException, argv: Sequence[str]) -> str:
         if re.match(r"^[\w.]*UsageError: ", last):
             return re.sub(r"^[\w.]*UsageError: ", "", last)
         return f"{head.strip()} {re.sub(r'^[a-z_.]+[.]', '', last)}"
-    given = [a for a in argv if re.match(r"^--?config=", str(a))]
+    given = _config_given(argv)
     if given and "Flag --config must have a value other than None" in message:
-        return (f"{given[-1]}: its get_config() returned None: return the "
-                "config (keras_vit.config.base_config() with the fields "
+        return (f"--config={given}: its get_config() returned None: return "
+                "the config (keras_vit.config.base_config() with the fields "
                 "changed)")
     if "has no attribute 'get_config'" in message:
         return ("the --config file defines no get_config(arg=None) "
                 "returning its config (see configs/digits.py)")
     lacking = _overrides_the_file_lacks(error, argv)
     if lacking:
-        return (f"{given[-1] if given else 'the --config file'} leaves "
+        return (f"{'--config=' + given if given else 'the --config file'} "
+                "leaves "
                 "out a field that the command line overrides (of "
                 f"{', '.join(f'config.{f}' for f in lacking)}): a partial "
                 "config or a dict takes the schema's defaults only after "

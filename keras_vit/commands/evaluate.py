@@ -114,7 +114,7 @@ def _fewshot_mode(values, source, strategy) -> Dict:
     facts = dict(image_size=image_size, resize_size=resize_size,
                  config=config.to_dict())
     write = functools.partial(reports.write_fewshot_reports,
-                              _output_dir(values), name, **facts)
+                              eval_mode.output_dir(values), name, **facts)
     results, not_run = fewshot.run(
         model, opts, datasets, image_size=image_size,
         resize_size=resize_size, strategy=strategy,
@@ -124,7 +124,7 @@ def _fewshot_mode(values, source, strategy) -> Dict:
     if not results:
         raise UsageError(_nothing_ran("few-shot data set", not_run))
     print(write(results, not_run))
-    logging.info("Wrote %s", os.path.join(_output_dir(values),
+    logging.info("Wrote %s", os.path.join(eval_mode.output_dir(values),
                                           reports.FEWSHOT_JSON))
     return dict(model=name, results=results, not_run=not_run, **facts)
 
@@ -156,9 +156,10 @@ def _fewshot_sizes(values, config):
 
 def _vtab_mode(values, source, strategy) -> Dict:
     # Finished tasks and trials are read back from there: one folder.
-    tf.io.gfile.makedirs(_output_dir(values))
-    distribute.check_shared(_output_dir(values), "output folder", strategy)
-    out = vtab_run.run(values.config, source, _output_dir(values),
+    output_dir = eval_mode.output_dir(values)
+    tf.io.gfile.makedirs(output_dir)
+    distribute.check_shared(output_dir, "output folder", strategy)
+    out = vtab_run.run(values.config, source, output_dir,
                        train_lib.train_and_evaluate, strategy,
                        tasks=values.tasks, model_name=values.name,
                        chief=distribute.is_chief(strategy),
@@ -197,16 +198,13 @@ _MODE_FLAGS = {"tasks": ("vtab",), "dataset": ("eval",), "split": ("eval",),
                "class_names_file": ("eval",)}
 
 
-def _output_dir(values: flags.FlagValues) -> Optional[str]:
-    return eval_mode.output_dir(values)
-
-
 def _main(values: flags.FlagValues, args: list) -> None:
     if args:
         raise UsageError(f"Unexpected arguments: {' '.join(args)}")
     if values.mode in ("fewshot", "vtab"):
+        output_dir = eval_mode.output_dir(values)
         missing = [f for f, v in (("--config", values.config),
-                                  ("--output_dir", _output_dir(values)))
+                                  ("--output_dir", output_dir))
                    if v is None]
         if missing:
             raise UsageError(

@@ -79,10 +79,11 @@ def check_workdir_config(config, workdir: str) -> None:
     not hold."""
     if not tf.io.gfile.exists(os.path.join(workdir, wd.CONFIG)):
         return
-    if not tf.train.latest_checkpoint(os.path.join(
-            workdir, wd.CHECKPOINTS)) and not any(
-                tf.io.gfile.exists(os.path.join(workdir, name))
-                for name in (wd.METRICS, BEST)):
+    checkpoint = tf.train.latest_checkpoint(os.path.join(workdir,
+                                                         wd.CHECKPOINTS))
+    if not checkpoint and not any(
+            tf.io.gfile.exists(os.path.join(workdir, name))
+            for name in (wd.METRICS, BEST)):
         # A run that stopped before it wrote a checkpoint or a result
         # (refused data, a failed first step): nothing to resume or to
         # keep apart, so this config starts afresh.
@@ -102,7 +103,7 @@ def check_workdir_config(config, workdir: str) -> None:
             f"The workdir {workdir} holds a run with a different model: "
             f"{differ}. Use a new `workdir`, or the same config to resume."
         )
-    if not tf.train.latest_checkpoint(os.path.join(workdir, wd.CHECKPOINTS)):
+    if not checkpoint:
         return  # nothing to restore the optimizer from
     _check_resumed_input(old, config, workdir)
     _check_resumed_start(old, config, workdir)
