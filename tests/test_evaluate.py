@@ -287,6 +287,17 @@ def test_cli_fewshot_on_digits(tmp_path, capsys):
     md = open(os.path.join(out, "fewshot.md")).read()
     assert "| digits |" in md and "2-shot" in md
     assert "| digits |" in capsys.readouterr().out
+    # Another model into the same folder is refused before it loads: the
+    # first model's results stay as they were.
+    before = open(os.path.join(out, "fewshot.json")).read()
+    other = str(tmp_path / "other.keras")
+    tiny(representation_size=16).save(other)
+    assert cli("--mode=fewshot", f"--config={FEWSHOT_CONFIG}:digits",
+               f"--model={other}", f"--output_dir={out}") == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "holds the few-shot results of model" in err[0]
+    assert "pass another --output_dir" in err[0] and "other.keras" in err[0]
+    assert open(os.path.join(out, "fewshot.json")).read() == before
 
 
 def test_cli_fewshot_at_the_image_size_flag(tmp_path, capsys):
@@ -431,7 +442,20 @@ def test_cli_eval_reads_the_data_of_workdir_beside_model(resize_run,
                f"--output_dir={out}") == 0
     got = _printed_metrics(capsys)
     assert got["dataset"] == "digits" and got["num_examples"] == 360
-    assert os.path.exists(os.path.join(out, "eval_digits_test.json"))
+    # Another model into the same --output_dir: a file of its own, and
+    # the first model's results stay.
+    other = str(tmp_path / "other.keras")
+    tiny(image_size=16).save(other)
+    assert cli("--mode=eval", f"--workdir={resize_run}", f"--model={other}",
+               f"--output_dir={out}") == 0
+    second = _printed_metrics(capsys)
+    assert sorted(os.listdir(out)) == ["eval_digits_test_m.keras.json",
+                                       "eval_digits_test_other.keras.json"]
+    for name, want in (("m", got), ("other", second)):
+        with open(os.path.join(out, f"eval_digits_test_{name}.keras.json")) as f:
+            saved = json.load(f)
+        assert saved["model"] == want["model"] and name in saved["model"]
+        assert saved["loss"] == pytest.approx(want["loss"])
 
 
 def test_export_scales_the_runs_resize_with_image_size(resize_run, tmp_path,

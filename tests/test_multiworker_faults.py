@@ -406,7 +406,7 @@ def test_evaluation_prepares_the_data_on_the_chief_first(dtd_archive,
         assert requests == ["/" + fake_tfds.ARCHIVE]
     assert "TFDS downloads and prepares it" in workers[0].text()
     assert "TFDS downloads and prepares it" not in workers[1].text()
-    with open(tmp_path / "eval_out0" / "eval_dtd_test.json") as f:
+    with open(tmp_path / "eval_out0" / "eval_dtd_test_dtd47.npz.json") as f:
         assert json.load(f)["num_examples"] == counts["test1"]
 
     empty = tmp_path / "www"

@@ -128,12 +128,11 @@ def evaluate(values, source, strategy) -> Dict:
 
 def file_name(values, dataset: str, split: str, image_size) -> str:
     """eval_<data set>_<split>, and the model's name and the size where
-    they are not the run's own (--model or --name into --workdir's
-    folder, --image_size), so that another model's results do not
-    overwrite the run's own."""
+    they are not the run's own (--model or --name, --image_size), so
+    that one model's results do not overwrite another's in a shared
+    folder (--output_dir, or --workdir's run)."""
     parts = ["eval", dataset, split]
-    if values.workdir and not values.output_dir and (values.model
-                                                     or values.name):
+    if values.model or values.name:
         parts.append(values.name or os.path.basename(
             os.path.normpath(values.model)))
     if cli.hint(values, "image_size"):

@@ -107,10 +107,11 @@ def _fewshot_mode(values, source, strategy) -> Dict:
         for name, d in opts.datasets.items()
     ]
     image_size, resize_size = _fewshot_sizes(values, config)
+    name = values.name or source.describe()
+    reports.check_fewshot_folder(eval_mode.output_dir(values), name)
     with strategy.scope():
         model = pretrained.require_vit(
             pretrained.load_model(source, image_size or None), source.path)
-    name = values.name or source.describe()
     facts = dict(image_size=image_size, resize_size=resize_size,
                  config=config.to_dict())
     write = functools.partial(reports.write_fewshot_reports,

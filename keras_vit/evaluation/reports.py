@@ -21,6 +21,7 @@ from typing import Dict, List, Mapping, Optional, Sequence
 import tensorflow as tf
 
 from keras_vit.data import vtab
+from keras_vit.errors import UsageError
 from keras_vit.storage import workdir as wd
 from keras_vit.storage.atomic import atomic_write
 
@@ -380,3 +381,24 @@ def write_fewshot_reports(output_dir: str, model_name: str, results,
             f"- {k}: {v}\n" for k, v in not_run.items())
     atomic_write(os.path.join(output_dir, FEWSHOT_MD), text)
     return text
+
+
+def check_fewshot_folder(output_dir: str, model_name: str) -> None:
+    """Refuses an `output_dir` whose fewshot.json is another model's
+    (rewriting it would lose that model's results); the same model's
+    results are rewritten, as a rerun of it."""
+    path = os.path.join(output_dir, FEWSHOT_JSON)
+    if not tf.io.gfile.exists(path):
+        return
+    try:
+        with tf.io.gfile.GFile(path) as f:
+            held = json.load(f).get("model")
+    except (ValueError, AttributeError, UnicodeDecodeError):
+        held = None
+    if held != model_name:
+        whose = f"model {held!r}" if isinstance(held, str) else "no model"
+        raise UsageError(
+            f"{path} holds the few-shot results of {whose}, not of "
+            f"{model_name!r}: pass another --output_dir (or move that "
+            "file away), so that they are not overwritten."
+        )
