@@ -195,3 +195,16 @@ def check_parsed(config, where: str, overridden: Iterable[str]):
             field_names(whole)) == set(field_names(config)):
         return config
     return whole
+
+
+def check_epochs(config: ml_collections.ConfigDict,
+                 overridden: Iterable[str]) -> None:
+    """Refuses --config.trainer.epochs where the run is counted in steps
+    (trainer.total_steps above 0), which would leave it unread."""
+    steps = int(config.trainer.total_steps)
+    if "trainer.epochs" in overridden and steps != 0:
+        raise UsageError(
+            f"--config.trainer.epochs={config.trainer.epochs} is read only "
+            "when config.trainer.total_steps is 0, and this run's is "
+            f"{steps}: add --config.trainer.total_steps=0 to count the run "
+            "in epochs, or leave --config.trainer.epochs out.")

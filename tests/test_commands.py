@@ -604,6 +604,22 @@ def test_config_file_code_and_partial_files_with_overrides(tmp_path,
                            f"--workdir={tmp_path}/w"]) == 1
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and says in err[0], err
+    # Epochs beside a run counted in steps would go unread: refused, and
+    # read once the steps are 0.
+    sys.modules.pop("config_config", None)
+    assert train.main(["keras-vit-train", "--config=digits",
+                       "--config.trainer.epochs=3",
+                       f"--workdir={tmp_path}/w"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and ("--config.trainer.epochs=3.0 is read only "
+                              "when --config.trainer.total_steps is 0, and "
+                              "this run's is 600: add --config.trainer."
+                              "total_steps=0") in err[0], err
+    assert not os.path.exists(f"{tmp_path}/w")
+    config = parse_train(["--config=digits", "--workdir=w",
+                          "--config.trainer.total_steps=0",
+                          "--config.trainer.epochs=3"]).config
+    assert (config.trainer.total_steps, config.trainer.epochs) == (0, 3.0)
     config = parse_train(["--config=digits", "--workdir=w",
                           "--config.optimizer.no_decay='block_\\d{1,2}/g'"]
                          ).config

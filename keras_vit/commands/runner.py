@@ -229,6 +229,7 @@ def parse(values: flags.FlagValues, argv: Sequence[str]) -> list:
                                             {**overrides, **held})
         # --config.model.variant=Ti/16 switches the model, sizes included.
         config_overrides.command_line_variant(values.config, overrides)
+        config_overrides.check_epochs(values.config, overrides)
     return rest
 
 
