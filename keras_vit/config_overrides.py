@@ -123,6 +123,10 @@ def held_pairs(argv: Sequence[str]) -> Tuple[List[str], Dict[str, tuple]]:
         if match and match.group(1) in SIZE_PAIRS:
             held[match.group(1)] = (int(match.group(2)), int(match.group(3)))
             continue
+        # A later plain value of the field wins, as any later flag does.
+        plain = re.match(r"--?config\.([\w.]+)=", str(arg))
+        if plain:
+            held.pop(plain.group(1), None)
         kept.append(arg)
     return kept, held
 

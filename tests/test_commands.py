@@ -530,6 +530,18 @@ def test_overrides_as_users_type_them():
                           "--config.model.image_size=24,32"]).config
     assert tuple(config.optimizer.no_decay) == ("bias", "cls")
     assert tuple(config.model.image_size) == (24, 32)
+    # The later value of a field wins, a pair or a number; the space form
+    # of an override reads as the = form.
+    config = parse_train(["--config=digits", "--workdir=w",
+                          "--config.model.image_size=24x32",
+                          "--config.model.image_size=40"]).config
+    assert config.model.image_size == 40
+    config = parse_train(["--config", "digits", "--workdir=w",
+                          "--config.model.image_size", "40",
+                          "--config.model.image_size", "24x32",
+                          "--config.trainer.jit_compile", "False"]).config
+    assert tuple(config.model.image_size) == (24, 32)
+    assert config.trainer.jit_compile is False
     with pytest.raises(config_lib.UsageError, match=r"--config.model is a "
                        "section of fields: set them one by one"):
         parse_train(["--config=digits", "--workdir=w",

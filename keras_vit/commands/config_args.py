@@ -64,17 +64,16 @@ def upgrade_override(arg: str) -> str:
 
 
 def normalize_argv(argv: Sequence[str]) -> List[str]:
-    """`argv` with `--config NAME` (the space form) joined into
-    `--config=NAME`, a packaged config's NAME made its path, and the
+    """`argv` with `--config NAME` and `--config.FIELD VALUE` (the space
+    form) joined into `--config=NAME` and `--config.FIELD=VALUE`, a packaged config's NAME made its path, and the
     overrides of fields that moved since an earlier version upgraded."""
     out, args = [], list(argv)
     i = 0
     while i < len(args):
         arg = str(args[i])
-        if arg in ("--config", "-config") and i + 1 < len(args) and not str(
-            args[i + 1]
-        ).startswith("-"):
-            arg = f"--config={args[i + 1]}"
+        if re.fullmatch(r"--?config(\.[\w.]+)?", arg) and i + 1 < len(
+                args) and not str(args[i + 1]).startswith("-"):
+            arg = f"{arg}={args[i + 1]}"  # also --config.FIELD VALUE
             i += 1
         out.append(upgrade_override(resolve_config_arg(arg)))
         i += 1
