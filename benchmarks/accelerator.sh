@@ -27,9 +27,9 @@
 # left of the whole budget. Results: OUTPUT_DIR/NAME.json and NAME.md per
 # run and accelerator.log (NAME_runN and accelerator_runN.log where the
 # folder holds that name already: nothing stored is written over), in
-# OUTPUT_DIR ($OUT if set, else
-# benchmarks/results/gpu); `python scripts/results_tables.py` renders the
-# JSON files of benchmarks/results/gpu into docs/performance.md.
+# OUTPUT_DIR (benchmarks/results/gpu unless given); `python
+# scripts/results_tables.py` renders the JSON files of
+# benchmarks/results/gpu into docs/performance.md.
 #
 # --profile: instead of the throughput runs, where B/16's training and
 # inference steps (224, batch 128, bfloat16) spend their device time,
@@ -90,7 +90,7 @@ done
 if [ -z "$outdir" ] && [ "$smoke" = 1 ]; then
     outdir=$(mktemp -d)  # tiny sizes: never into the stored results
 fi
-outdir=${outdir:-${OUT:-benchmarks/results/gpu}}
+outdir=${outdir:-benchmarks/results/gpu}
 python=${PYTHON:-python3}
 mkdir -p "$outdir" || exit 1
 # free NAME EXT: NAME, or NAME_runN (the next free N) where OUTPUT_DIR

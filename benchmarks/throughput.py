@@ -979,7 +979,7 @@ def run_benchmarks(args: argparse.Namespace) -> Dict[str, Any]:
     models = (["keras_vit", *args.trees]
               + ([ONE_PATH] if args.compare_one_path else [])
               + ([DPA] if args.compare_dpa else []))
-    notes = [f"{name}: keras_vit from {folder}"
+    notes = [f"{name}: keras_vit from {os.path.relpath(folder)}"
              for name, folder in args.trees.items()]
     hub = keras_hub_available() if args.compare_keras_hub else None
     if args.compare_keras_hub and hub is None:

@@ -54,8 +54,27 @@ def bench(name: str) -> dict:
     return load(f"{BENCH}/{name}.json")
 
 
+def shown_command(command: str, folder: Optional[str]) -> str:
+    """A stored command as the repository runs it: `--output /abs/NAME`
+    (wherever the measuring machine wrote it) as `--output FOLDER/NAME`,
+    the folder the result is stored in."""
+    if not folder:
+        return command
+    return re.sub(r"(--output[ =])/\S*/([^/\s]+)",
+                  lambda m: f"{m.group(1)}{folder}/{m.group(2)}", command)
+
+
+def shown_note(note: str) -> str:
+    """A stored note with the measuring machine's absolute paths as the
+    last name in them (a folder relative to the repository root)."""
+    return re.sub(r"(?<![\w.:/=-])/(?:[\w.-]+/)+([\w.-]+)", r"\1", note)
+
+
 def source(*paths: str, command: Optional[str] = None) -> str:
     """str. The line that names a block's files and command."""
+    if command:
+        folder = os.path.dirname(paths[0]) if paths else None
+        command = shown_command(command, folder)
     files = ", ".join(f"`{p}`" for p in paths)
     made = f", written by `{command}`" if command else ""
     return f"\n\n(Generated from {files}{made}.)\n"
@@ -507,7 +526,7 @@ def gpu_throughput() -> str:
                    if data.get("keras_hub") else " (no keras-hub row)")
                 + f"; {a['dtype']} matmul ceiling "
                 f"{ceiling / 1e12:.0f} TFLOP/s ({a['matmul_size']}^3).")
-            notes += [f"- `{name}`: {n}" for n in data["notes"]]
+            notes += [f"- `{name}`: {shown_note(n)}" for n in data["notes"]]
     spec = ", ".join(f"{v / 1e12:.0f} TFLOP/s for the {k}"
                      for k, v in SPEC_FLOPS.items())
     return "\n".join(lines + [
@@ -1335,6 +1354,15 @@ AUGREG_SETTINGS = {
 }
 
 
+def seeds_cell(values: Sequence[float], points: bool = False) -> str:
+    """The median of per-seed fractions with their range, in % (or in
+    points of %, `points`): "86.9% (84.4 to 87.8)"."""
+    v = [100 * x for x in values]
+    unit = "" if points else "%"
+    return (f"{statistics.median(v):.1f}{unit} "
+            f"({min(v):.1f} to {max(v):.1f})")
+
+
 def augreg_digits() -> str:
     short, long = bench("augreg_digits"), bench("augreg_digits_1200")
     lines = [f"| setting | RandAugment (N, M) | Mixup | dropout, stochastic "
@@ -1342,8 +1370,9 @@ def augreg_digits() -> str:
              "|---|---|---|---|---|---|"]
 
     def cell(data, name):
-        s = data["summary"].get(name)
-        return f"{pct(s['mean'], 1)} ± {100 * s['std']:.1f}" if s else ""
+        got = [r["test_accuracy"] for r in data["runs"]
+               if r["setting"] == name]
+        return seeds_cell(got) if got else ""
 
     for name, (ra, mix, reg) in AUGREG_SETTINGS.items():
         lines.append(f"| {name} | {ra} | {mix} | {reg} | "
@@ -1351,7 +1380,8 @@ def augreg_digits() -> str:
     return "\n".join(lines) + (
         f"\n\n({len(short['seeds'])} seeds, {short['train_examples']} "
         f"training and {short['test_examples']} test images, batch "
-        f"{short['batch']}; mean ± standard deviation over the seeds.)\n"
+        f"{short['batch']}; median over the seeds, lowest to highest in "
+        "brackets.)\n"
     ) + source(f"{BENCH}/augreg_digits.json",
                f"{BENCH}/augreg_digits_1200.json") + (
         f"Commands: `{short['command']}` and `{long['command']}`.\n")
@@ -1367,15 +1397,12 @@ def mpp_label_efficiency() -> str:
              "wall time | command |", "|---|---|---|---|---|---|---|---|"]
     for name in MPP_FILES:
         d = load(f"docs/results/{name}.json")
-        s, st = d["summary"], d["settings"]
-
-        def ms(key, scale=100):
-            return (f"{scale * s[key]['mean']:.1f} ± "
-                    f"{scale * s[key]['std']:.1f}")
-
+        st = d["settings"]
+        gaps = [m - r for m, r in zip(d["mpp"], d["scratch"])]
         lines.append(
             f"| {st['labels_per_class']} | {st['finetune_steps']} | "
-            f"{ms('mpp')}% | {ms('scratch')}% | {ms('mpp_minus_scratch')}"
+            f"{seeds_cell(d['mpp'])} | {seeds_cell(d['scratch'])} | "
+            f"{seeds_cell(gaps, points=True)}"
             f" | {d['pretrain']['test_mpp_accuracy']:.3f} | "
             f"{d['wall_time_s']:.0f} s | `{d['command']}` |")
     return "\n".join(lines) + source(

@@ -98,6 +98,8 @@ EXTERNAL = {
     "files it is given are checked against a real export",
     "gsutil": "Google Cloud SDK: needs a bucket",
     "gcloud": "Google Cloud SDK: needs a project",
+    "hf": "the Hugging Face Hub's command line (huggingface_hub): a "
+    "download, which needs the network",
     "bash": ".ci/run builds a fresh virtual environment from the package "
     "index; CI runs it",
     "mkdocs": "the documentation site (the docs extra): `mkdocs build` runs "
