@@ -662,6 +662,17 @@ _CASES = [
         "UsageError",
     ),
     Case(
+        "nonfinite_weights", BAD_INPUT, "checkpoint",
+        "A checkpoint whose weights hold NaN or an infinity (saved from a "
+        "run that diverged, or damaged): an .npz, a hub folder or a .keras "
+        "file, given to predict, evaluate, export, convert or fine-tuning",
+        "`UsageError` when the weights load, naming the array and the count, "
+        "before any image is scored or any file written (it used to predict "
+        "NaN for every image and evaluate to chance).",
+        ("holds 1 NaN or infinite value(s)", "Use another checkpoint"),
+        "UsageError",
+    ),
+    Case(
         "deep_pickle", BAD_INPUT, "checkpoint",
         "A pytorch_model.bin whose pickle nests tuples 10,000 deep as a dict "
         "key (CPython crashes hashing it)",

@@ -740,6 +740,58 @@ def test_links_bombs_and_other_models_are_refused_in_one_line(
         check_error(case_id, info.value)
 
 
+@covers("nonfinite_weights")
+def test_nonfinite_weights_are_refused_by_name(tmp_path):
+    """One NaN in an .npz: keras-vit-predict and -export stop in one line
+    naming the array, before writing anything; an infinity in a .keras
+    file and fine-tuning from the .npz are refused alike."""
+    from keras_vit.checkpoint import loader
+    from tests import console
+
+    model = tiny_vit()
+    arrays = checkpoint.model_arrays(model)
+    arrays["Transformer/encoder_norm/scale"][0] = np.nan
+    path = str(tmp_path / "nan.npz")
+    np.savez(path, **arrays)
+    images = good_folder(tmp_path / "images", splits=("test",))
+    result = console.run("predict", [f"--model={path}", images])
+    line = _error_line(result, "predict")
+    check_says("nonfinite_weights", line)
+    assert "Transformer/encoder_norm/scale" in line and path in line
+    assert "nan" not in result.stdout.lower()
+    out = tmp_path / "exports"
+    result = console.run("export", [f"--model={path}",
+                                    f"--export_dir={out}"])
+    check_says("nonfinite_weights", _error_line(result, "export"))
+    assert not out.exists() or not any(out.rglob("saved_model.pb"))
+    with pytest.raises(UsageError) as info:
+        loader.initialise(tiny_vit(), path)
+    check_error("nonfinite_weights", info.value)
+    variable = model.get_layer("posembed_input").weights[0]
+    value = variable.numpy()
+    value.flat[3] = np.inf
+    variable.assign(value)
+    model.save(str(tmp_path / "inf.keras"))
+    with pytest.raises(UsageError) as info:
+        keras_vit.load_model(str(tmp_path / "inf.keras"))
+    check_error("nonfinite_weights", info.value)
+    assert "pos_embedding" in str(info.value)
+
+
+def test_an_all_zero_head_is_named_in_the_log(tmp_path):
+    """An .npz whose head is all zeros (the ImageNet-21k releases'):
+    keras-vit-predict says every class scores alike and names the fix."""
+    from tests import console
+
+    path = str(tmp_path / "zero.npz")
+    checkpoint.save_npz(tiny_vit(), path)  # a new model's head is zeros
+    images = good_folder(tmp_path / "images", splits=("test",), n=1)
+    result = console.run("predict", [f"--model={path}", images])
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "classification head is all zeros" in result.stderr
+    assert f"--config.init.model={path}" in result.stderr
+
+
 @covers("npz_other_variant")
 def test_npz_of_another_variant(tmp_path):
     path = str(tmp_path / "wide.npz")

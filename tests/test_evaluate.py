@@ -452,7 +452,8 @@ def test_cli_eval_reads_the_data_of_workdir_beside_model(resize_run,
     assert sorted(os.listdir(out)) == ["eval_digits_test_m.keras.json",
                                        "eval_digits_test_other.keras.json"]
     for name, want in (("m", got), ("other", second)):
-        with open(os.path.join(out, f"eval_digits_test_{name}.keras.json")) as f:
+        with open(os.path.join(
+                out, f"eval_digits_test_{name}.keras.json")) as f:
             saved = json.load(f)
         assert saved["model"] == want["model"] and name in saved["model"]
         assert saved["loss"] == pytest.approx(want["loss"])

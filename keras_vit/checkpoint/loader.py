@@ -173,10 +173,16 @@ def load_report(
     strict: bool = True,
 ) -> Loaded:
     """`load_model`, with the LoadReport of what was mapped (`Loaded`)."""
-    model, report = resolve(source).build(
+    source = resolve(source)
+    model, report = source.build(
         image_size, num_classes=num_classes, pooling=pooling,
         representation_size=representation_size, strict=strict,
     )
+    if report is None:  # a model the source holds (its arrays are checked
+        # as they are mapped)
+        for variable in model.weights:
+            weights.check_finite(keras.ops.convert_to_numpy(variable.value),
+                                 variable.path, source.path)
     return Loaded(model, report)
 
 

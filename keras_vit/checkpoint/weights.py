@@ -313,6 +313,22 @@ def _compare(loading: _Loading, original_shapes: Dict[str, Shape]) -> None:
     ]
 
 
+def check_finite(value, name: str, source: str) -> None:
+    """Refuses a float array that holds NaN or an infinity (a checkpoint
+    saved from a run that diverged, or damaged): every answer of the model
+    would be NaN."""
+    value = np.asarray(value)
+    if value.dtype.kind not in "fc":
+        return
+    count = int(value.size - np.count_nonzero(np.isfinite(value)))
+    if count:
+        raise UsageError(
+            f"{source}: {name} holds {count:,} NaN or infinite value(s) of "
+            f"{value.size:,}: the checkpoint was saved from a run that "
+            "diverged, or is damaged. Use another checkpoint (an earlier "
+            "one of the run, or the released file).")
+
+
 def _assign(model: keras.Model, params: Sequence[Param], arrays: Arrays,
             report: LoadReport) -> None:
     """Assigns every param whose arrays fit, and zeroes a dropped head."""
@@ -320,6 +336,8 @@ def _assign(model: keras.Model, params: Sequence[Param], arrays: Arrays,
     for param in params:
         if any(k in bad or k not in arrays for k in param.keys):
             continue
+        for key in param.keys:
+            check_finite(arrays[key], key, report.path)
         value = param.from_file([arrays[k] for k in param.keys])
         dtype = keras.backend.standardize_dtype(param.variable.dtype)
         param.variable.assign(np.asarray(value).astype(dtype))

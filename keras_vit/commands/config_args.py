@@ -65,8 +65,9 @@ def upgrade_override(arg: str) -> str:
 
 def normalize_argv(argv: Sequence[str]) -> List[str]:
     """`argv` with `--config NAME` and `--config.FIELD VALUE` (the space
-    form) joined into `--config=NAME` and `--config.FIELD=VALUE`, a packaged config's NAME made its path, and the
-    overrides of fields that moved since an earlier version upgraded."""
+    form) joined into `--config=NAME` and `--config.FIELD=VALUE`, a
+    packaged config's NAME made its path, and the overrides of fields
+    that moved since an earlier version upgraded."""
     out, args = [], list(argv)
     i = 0
     while i < len(args):

@@ -9,7 +9,8 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Optional, Sequence, Tuple, Union
 
-from absl import flags
+import numpy as np
+from absl import flags, logging
 from ml_collections import config_flags
 
 from keras_vit.commands.config_args import (  # noqa: F401 (commands' API)
@@ -241,6 +242,16 @@ def load_flagged_model(values: flags.FlagValues,
             f"MPP encoder): nothing to {head}. Fine-tune it first "
             f"(keras-vit-train --config.init.model={source.path} ...)."
         )
+    if not any(np.any(w.numpy()) for w in model.get_layer("head").weights):
+        # The ImageNet-21k releases' heads (zeroed for fine-tuning), or a
+        # model never trained: every class scores alike.
+        logging.warning(
+            "%s's classification head is all zeros (as the ImageNet-21k "
+            "releases ship it, for fine-tuning): every class gets the same "
+            "score for every image. Fine-tune it first "
+            "(keras-vit-train --config.init.model=%s ...), or use a "
+            "fine-tuned model (e.g. imagenet21k+imagenet2012/ViT-B_16).",
+            source.path, source.path)
     wanted, width = hint(values, "num_classes"), int(model.output_shape[-1])
     if wanted is not None and wanted != width:
         raise UsageError(
