@@ -56,6 +56,23 @@ def test_class_folders_alone_hold_out_a_fifth_of_each_class(tmp_path):
     # The same images held out in every process.
     again, _ = _index(tmp_path)
     assert again["val"][0] == index["val"][0]
+    # Photos added to one class, or one removed: no training image of the
+    # run so far is held out now, and the other class's split stays.
+    val_before, train_before = set(index["val"][0]), set(index["train"][0])
+    china = sorted((tmp_path / "china").iterdir())
+    for i in range(3):
+        (tmp_path / "china" / f"IMG_{i:04d}.jpg").write_bytes(
+            china[0].read_bytes())
+    grown, _ = _index(tmp_path)
+    assert not set(grown["val"][0]) & train_before
+    assert {p for p in grown["val"][0] if "/flower/" in p} == {
+        p for p in val_before if "/flower/" in p}
+    (tmp_path / "china" / "IMG_0000.jpg").unlink()
+    china[1].unlink()
+    shrunk, _ = _index(tmp_path)
+    assert len(set(shrunk["val"][0]) & train_before) <= 1  # the edge one
+    assert {p for p in shrunk["val"][0] if "/flower/" in p} == {
+        p for p in val_before if "/flower/" in p}
     root = str(tmp_path)
     assert folders.resolve_split(root, "val|test") == "val"
     assert folders.resolve_split(root, "test|val[:50%]") == "val[:50%]"

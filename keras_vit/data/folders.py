@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import hashlib
 import os
 import re
 from typing import Dict, List, Optional, Tuple
@@ -183,16 +184,23 @@ def _class_folders(root: str, split_dir: str) -> List[Tuple[str, str]]:
 
 def _held_out(pairs: List[Tuple[str, str]]) -> Dict[str, list]:
     """{"train", "val"} of the images of a folder of class folders: of each
-    class, a fixed draw of VAL_SHARE (at least one image when it has two)
-    into "val"."""
+    class, VAL_SHARE of its images (at least one when it has two) into
+    "val", those first in the order of a hash of "<class>/<file name>".
+    An image keeps its split when others are added, removed or renamed
+    (at most the one at the edge moves as the share's count changes), and
+    a class's split never depends on another class's images, so that a
+    resumed run or a later evaluation does not score on images the model
+    trained on."""
     split = {name: [] for name in FLAT_SPLITS}
-    rng = np.random.default_rng(0)
     for name in sorted({c for _, c in pairs}):
         mine = [p for p in pairs if p[1] == name]
         n_val = max(1, round(VAL_SHARE * len(mine))) if len(mine) > 1 else 0
-        order = rng.permutation(len(mine))
-        split["val"] += [mine[i] for i in order[:n_val]]
-        split["train"] += [mine[i] for i in order[n_val:]]
+        ranked = sorted(mine, key=lambda p: hashlib.sha256(
+            f"{name}/{os.path.basename(p[0])}".encode(
+                "utf-8", "surrogateescape")).digest())
+        held = set(ranked[:n_val])
+        split["val"] += [p for p in mine if p in held]
+        split["train"] += [p for p in mine if p not in held]
     return split
 
 
