@@ -193,6 +193,39 @@ def _run(cwd, name, *args):
     return result
 
 
+def test_a_run_resumes_only_on_the_classes_it_trained_on(tmp_path):
+    """A class folder renamed (or added) between two runs of the same
+    command: the resumed run is refused in one line naming the change,
+    before its checkpoint is read, and labels.txt stays the run's."""
+    write_photo_folder(tmp_path / "photos", per_class=6)
+    args = ["--config=folder:photos", "--model=Ti/16", "--workdir=run",
+            *(a for a in TINY if "epochs" not in a),
+            "--config.trainer.total_steps=2"]
+    _run(tmp_path, "train", *args)
+    labels = (tmp_path / "run" / "labels.txt").read_text()
+    assert labels.split() == ["china", "flower"]
+    os.rename(tmp_path / "photos" / "china", tmp_path / "photos" / "zz")
+    env = dict(os.environ, PYTHONPATH=ROOT, CUDA_VISIBLE_DEVICES="")
+    result = subprocess.run(
+        _script("train") + args[:-1] + ["--config.trainer.total_steps=4"],
+        capture_output=True, text=True, cwd=str(tmp_path), env=env,
+        timeout=600)
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr
+    assert ("was trained on the classes of its labels.txt (['china', "
+            "'flower']), and the data no longer has ['china']; now has "
+            "['zz']: the head's outputs would change meaning"
+            ) in result.stderr, result.stderr[-2000:]
+    assert (tmp_path / "run" / "labels.txt").read_text() == labels
+    with open(tmp_path / "run" / "metrics.json") as f:
+        assert json.load(f)["steps"] == 2
+    # The folders as they were: the run resumes and goes on.
+    os.rename(tmp_path / "photos" / "zz", tmp_path / "photos" / "china")
+    _run(tmp_path, "train", *args[:-1], "--config.trainer.total_steps=4")
+    with open(tmp_path / "run" / "metrics.json") as f:
+        assert json.load(f)["steps"] == 4
+
+
 def test_own_photos_with_a_step_count_given(tmp_path):
     """--config.trainer.total_steps on the folder config: the run trains
     those steps, its warm-up held to a tenth of them (the config's 100

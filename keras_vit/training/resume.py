@@ -98,3 +98,27 @@ def _restore(items: dict, path: str) -> None:
             f"({type(e).__name__}: {str(e).splitlines()[0][:300]}). Use a new "
             "`workdir`."
         ) from None
+
+
+def check_same_classes(workdir: str, ckpt_dir: str, class_names) -> None:
+    """Refuses to resume a run whose data now names other classes than
+    the run's labels.txt (a class folder renamed, added or removed): the
+    head's outputs would change meaning under its trained weights."""
+    state = tf.train.get_checkpoint_state(ckpt_dir)
+    saved = wd.read_class_names(workdir)
+    if (state is None or not state.model_checkpoint_path or not saved
+            or not class_names or list(class_names) == saved):
+        return
+    gone = [n for n in saved if n not in class_names]
+    new = [n for n in class_names if n not in saved]
+    what = "; ".join(part for part in (
+        f"no longer has {shorten(gone)}" if gone else "",
+        f"now has {shorten(new)}" if new else "",
+        "names them in another order" if not gone and not new else "")
+        if part)
+    raise TrainingError(
+        f"The run in {workdir} was trained on the classes of its "
+        f"{wd.LABELS} ({shorten(saved)}), and the data {what}: the "
+        "head's outputs would change meaning. Resume with the data it was "
+        "trained on (the class folders as they were), or train a new run "
+        "in another --workdir.")

@@ -37,7 +37,11 @@ from keras_vit.training import (
     state,
 )
 from keras_vit.training.mpp_trainer import MppTrainer
-from keras_vit.training.resume import TrainingError, restore_latest
+from keras_vit.training.resume import (
+    TrainingError,
+    check_same_classes,
+    restore_latest,
+)
 from keras_vit.training.trainer import Trainer
 
 __all__ = ["TrainingError", "build_trainer", "run_input",
@@ -320,6 +324,7 @@ def _resume_and_run(saved_config: Dict, init, plan: loop.Plan,
     """Resumes from the latest checkpoint (or initialises from `init`),
     records the run's config and class names, and runs the host loop."""
     trainer, writer = run.trainer, run.writer
+    check_same_classes(run.workdir, writer.ckpt_dir, run.info.class_names)
     latest = restore_latest(items, writer.ckpt_dir)
     if latest:
         logging.info(
@@ -334,11 +339,13 @@ def _resume_and_run(saved_config: Dict, init, plan: loop.Plan,
     if run.chief:
         wd.write_json(os.path.join(run.workdir, wd.CONFIG), saved_config)
         # Numbers stand in for names the data lacks: the file records the
-        # head width for whoever reads the run back.
-        wd.write_class_names(
-            run.workdir,
-            run.info.class_names or [str(i) for i in range(num_classes)],
-        )
+        # head width for whoever reads the run back. A resumed run keeps
+        # its file (its classes are the data's, checked above).
+        if not latest or not wd.read_class_names(run.workdir):
+            wd.write_class_names(
+                run.workdir,
+                run.info.class_names or [str(i) for i in range(num_classes)],
+            )
     if "iterator" not in items:
         run.train_iter = data.make_iterator(trainer.step)
     run.handler = distribute.preemption_handler(
