@@ -458,6 +458,30 @@ def test_timm_qkv_bias_follows_its_strict_load(tmp_path):
         _load(folder)
 
 
+@pytest.mark.parametrize("field", ["layer_norm_eps", "num_attention_heads",
+                                   "image_size", "patch_size"])
+def test_hugging_face_null_sizes_are_refused_by_name(tmp_path, field):
+    """A size or epsilon set to null, from which transformers builds no
+    model: one line naming the field and transformers' default."""
+    with pytest.raises(UsageError, match=f"config.json sets {field} to "
+                       "null, from which transformers builds no model"):
+        _load(_copy(tmp_path, "hf_vit_classifier", _set(field, None)))
+
+
+def test_hugging_face_qkv_bias_missing_from_the_file_is_refused(tmp_path):
+    """qkv_bias true (transformers' default) but the file lacks a query
+    bias: refused by name, as any missing array, not loaded as zeros."""
+    folder = _copy(tmp_path, "hf_vit_classifier")
+    path = os.path.join(folder, "model.safetensors")
+    arrays = safetensors.numpy.load_file(path)
+    gone = [k for k in arrays if k.endswith("attention.query.bias")]
+    assert gone
+    safetensors.numpy.save_file(
+        {k: v for k, v in arrays.items() if k not in gone}, path)
+    with pytest.raises(UsageError, match=r"lacks .*attention\.query\.bias"):
+        _load(folder)
+
+
 @pytest.mark.parametrize("field, value, message", [
     ("std", [0.2, 0.0, 0.2], "std=.* has a zero: timm would divide"),
     ("mean", [0.5, 0.5], "mean=\[0.5, 0.5\]: three numbers is expected"),

@@ -113,6 +113,17 @@ def hf_settings(spec: Dict[str, Any], folder: str,
             "(ViTForImageClassification / ViTModel) is read. For DeiT, load"
             " the timm checkpoint (facebook/deit-*: timm/deit_*) instead."
         )
+    nulls = sorted(k for k in HF_VIT_DEFAULTS
+                   if k in spec and spec[k] is None and k != "qkv_bias")
+    if nulls:
+        # transformers passes a null on to the model it builds, which
+        # fails (qkv_bias null: no bias, as read below).
+        raise UsageError(
+            f"config.json sets {', '.join(nulls)} to null, from which "
+            "transformers builds no model: give the value (transformers' "
+            "default: " + ", ".join(f"{k} {HF_VIT_DEFAULTS[k]!r}"
+                                    for k in nulls)
+            + ") or leave the field out.")
     act = spec.get("hidden_act", "gelu")
     if act not in HF_GELU:
         raise refuse("hidden_act", act, "an MLP activation that is not "

@@ -4,8 +4,11 @@ A config.json is untrusted input: a field of another type (a string where
 transformers has an int, `0` heads, an object where timm has a list)
 would otherwise fail deep inside the readers (TypeError, ZeroDivisionError,
 AttributeError). `check_config_types` refuses it first, in one line that
-names the field, the value and what is expected. Absent fields and JSON
-`null` are left to the readers' defaults, as transformers and timm do.
+names the field, the value and what is expected. Absent fields are
+left to the readers' defaults, as transformers and timm do; a JSON `null`
+is passed on to the reader, which reads it as its library does (a
+transformers size or epsilon that is null is refused by name in
+`config.hf_settings`: transformers cannot build from it).
 """
 
 from __future__ import annotations

@@ -176,8 +176,10 @@ def map_huggingface(tensors, heads: int,
         hf, block = f"{names['block']}{i}.", f"Transformer/encoderblock_{i}"
         qkv = [names[n] for n in "qkv"]
         m.norm(hf + "layernorm_before", f"{block}/LayerNorm_0")
-        # Without qkv_bias transformers builds no bias and ignores these.
-        biases = [m.shaped(hf + n + ".bias", (width,), False) if qkv_bias
+        # Without qkv_bias transformers builds no bias and ignores these;
+        # with it, a missing bias is a damaged file (refused as any other
+        # missing array is, not loaded as zeros).
+        biases = [m.shaped(hf + n + ".bias", (width,)) if qkv_bias
                   else m.take(hf + n + ".bias", False) for n in qkv]
         m.attention(
             block,
