@@ -144,6 +144,16 @@ _CASES = [
         ("is unreadable", "resuming from the previous complete checkpoint"),
     ),
     Case(
+        "truncated_checkpoint_as_model", FAULT, "checkpoint",
+        "A run's newest checkpoint is truncated, and the run is given as "
+        "`--model` (predict, evaluate, export, convert)",
+        "The command warns and loads the newest complete checkpoint (ckpt-10 "
+        "when ckpt-20 is damaged); when none can be read, one line naming "
+        "each file, not a traceback.",
+        ("cannot be read", "loading the one before it",
+         "can be read: ckpt-20"),
+    ),
+    Case(
         "missing_latest_checkpoint", FAULT, "checkpoint",
         "The newest checkpoint's files were deleted but the state file "
         "still lists it",

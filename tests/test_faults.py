@@ -425,6 +425,39 @@ def test_truncated_latest_checkpoint_falls_back(small_run, tmp_path, caplog):
     check_says("truncated_latest_checkpoint", log)
 
 
+@covers("truncated_checkpoint_as_model")
+def test_truncated_checkpoint_of_a_run_given_as_model(small_run, tmp_path):
+    """keras-vit-predict --model=RUN whose newest checkpoint is cut short:
+    the one before it is loaded, with a warning; with every checkpoint cut
+    short, one line naming them."""
+    from tests import console
+
+    workdir = _copy(small_run, tmp_path)
+    image = str(tmp_path / "digit.png")
+    tf.io.write_file(image, tf.io.encode_png(
+        np.full((8, 8, 3), 200, np.uint8)))
+
+    def truncate(name):
+        data = os.path.join(ckpt_dir(workdir), name + ".data-00000-of-00001")
+        with open(data, "r+b") as f:
+            f.truncate(os.path.getsize(data) // 2)
+
+    truncate("ckpt-20")
+    result = console.run("predict", [f"--model={workdir}", image])
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "digit.png: " in result.stdout
+    assert "ckpt-20 cannot be read" in result.stderr
+    warned = result.stderr
+    truncate("ckpt-10")
+    result = console.run("predict", [f"--model={workdir}", image])
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    (line,) = [x for x in result.stderr.splitlines()
+               if x.startswith("keras-vit-predict: error: ")]
+    assert f"No checkpoint of {workdir} can be read: ckpt-20 (" in line
+    assert "; ckpt-10 (" in line and "copy the run's checkpoints" in line
+    check_says("truncated_checkpoint_as_model", warned + line)
+
+
 @covers("missing_latest_checkpoint")
 def test_missing_latest_checkpoint_falls_back(small_run, tmp_path, caplog):
     def delete(prefix):

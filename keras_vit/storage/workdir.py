@@ -28,12 +28,18 @@ import re
 from typing import Any, List, Optional
 
 import tensorflow as tf
+from absl import logging
 
 from keras_vit import build
 from keras_vit import config as config_lib
 from keras_vit.errors import UsageError
 from keras_vit.keras_compat import ema_variables
 from keras_vit.storage.atomic import atomic_write
+
+# What reading a damaged checkpoint raises (a truncated data file: "Read
+# less bytes than requested").
+DAMAGE = (IndexError, tf.errors.DataLossError, tf.errors.OutOfRangeError,
+           tf.errors.NotFoundError)
 
 CONFIG = "config.json"
 LABELS = "labels.txt"
@@ -211,17 +217,37 @@ def restore_model(workdir: str, *, use_ema: bool = True, checkpoint=None):
     """
     config = read_config(workdir)
     directory = os.path.join(workdir, CHECKPOINTS)
-    path = checkpoint or tf.train.latest_checkpoint(directory)
-    if path is None:
+    state = tf.train.get_checkpoint_state(directory)
+    paths = [checkpoint] if checkpoint else [] if state is None else [
+        state.model_checkpoint_path] + [
+            p for p in reversed(state.all_model_checkpoint_paths)
+            if p != state.model_checkpoint_path]
+    if not paths or not paths[0]:
         raise FileNotFoundError(
             f"No checkpoint in {directory}: the run has not saved one yet."
         )
     model, optimizer = build.build_run(
         config, num_classes(config.model, workdir))
     optimizer.build(model.trainable_variables)
-    check_checkpoint(path, model)
     ckpt = tf.train.Checkpoint(model=model, optimizer=optimizer)
-    ckpt.read(path).expect_partial()
+    damaged = []
+    for i, path in enumerate(paths):
+        try:
+            check_checkpoint(path, model)
+            ckpt.read(path).expect_partial()
+            break
+        except DAMAGE as error:  # a truncated or missing file
+            why = " ".join(str(error).split())[:120]
+            damaged.append(f"{os.path.basename(path)} ({why})")
+            if i + 1 < len(paths):
+                logging.warning("Checkpoint %s cannot be read (%s): "
+                                "loading the one before it.", path, why)
+    else:
+        raise UsageError(
+            f"No checkpoint of {workdir} can be read: {'; '.join(damaged)}. "
+            "The files are damaged or incomplete (a full disk, an "
+            "interrupted copy): copy the run's checkpoints again."
+        )
     if use_ema and getattr(optimizer, "use_ema", False):
         for var, avg in zip(
             model.trainable_variables, ema_variables(optimizer)

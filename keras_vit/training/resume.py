@@ -24,12 +24,8 @@ class _Damaged(Exception):
     """A checkpoint whose files are missing, truncated or corrupt."""
 
 
-# What reading a damaged checkpoint raises (a truncated data file: "Read
-# less bytes than requested").
-_DAMAGE = (
-    IndexError, tf.errors.DataLossError, tf.errors.OutOfRangeError,
-    tf.errors.NotFoundError,
-)
+# What reading a damaged checkpoint raises.
+_DAMAGE = wd.DAMAGE
 
 
 def restore_latest(items: dict, ckpt_dir: str) -> Optional[str]:
