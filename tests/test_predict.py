@@ -172,14 +172,14 @@ def test_folders_are_walked_through_links_and_past_hidden_names(tmp_path):
                                 str(root / "cat" / "c.png")]
     os.symlink(tmp_path / "gone.png", root / "cat" / "gone.png")
     files, _ = predict.list_images([str(root)])
-    good, data, skipped = predict.read_images(files, skip_bad=True)
+    good, skipped = predict.check_images(files, skip_bad=True)
     assert good == [str(root / "bird" / "b.png"), str(root / "cat" / "c.png")]
     assert skipped == [(str(root / "cat" / "gone.png"),
                         "No such file or directory")]
     with pytest.raises(ValueError, match="gone.png is not a readable image "
                        r"\(No such file or directory\); pass "
                        "--skip_bad_images"):
-        predict.read_images(files, skip_bad=False)
+        predict.check_images(files, skip_bad=False)
 
 
 def test_tilde_in_model_is_the_home_folder(setup, monkeypatch, capsys):
@@ -247,3 +247,27 @@ def test_output_is_checked_first_and_its_folder_made(setup, capsys):
     assert len(err) == 1, err
     assert f"{broken} is not a readable SavedModel" in err[0]
     assert "export the model again" in err[0]
+
+
+def test_a_file_name_that_is_not_utf8_is_written_escaped(setup, tmp_path):
+    """An old archive's Latin-1 name (caf\\xe9.jpg): keras-vit-predict
+    classifies it and writes its name escaped in the CSV and the JSON,
+    which stay UTF-8 (it was an encoding traceback after the whole
+    folder ran)."""
+    from tests import console
+
+    root, _ = setup
+    folder = os.fsencode(str(tmp_path / "old"))
+    os.makedirs(folder)
+    with open(os.path.join(folder, b"caf\xe9.jpg"), "wb") as f:
+        f.write((root / "photos" / "img0.jpeg").read_bytes())
+    for ext in ("csv", "json"):
+        out = tmp_path / f"answers.{ext}"
+        result = console.run("predict", [f"--model={root / 'vit.keras'}",
+                                         str(tmp_path / "old"),
+                                         f"--output={out}"])
+        assert result.returncode == 0, result.stderr[-2000:]
+        text = out.read_bytes().decode("utf-8")  # strict
+        assert "caf\\xe9.jpg" in text.replace("\\\\", "\\")
+    assert json.loads(text)["predictions"][0]["file"].endswith(
+        "caf\\xe9.jpg")

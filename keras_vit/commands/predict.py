@@ -90,30 +90,43 @@ def _walk_images(top: str) -> List[str]:
     return sorted(found)
 
 
-def read_images(files: Sequence[str], skip_bad: bool):
-    """(good files, their bytes, [(file, reason)] skipped). Each file is
-    decoded once, with the decoder every other path uses."""
-    good, data, skipped = [], [], []
-    for path in files:
+def check_images(files: Sequence[str], skip_bad: bool, progress: bool
+                 = False) -> Tuple[List[str], List[Tuple[str, str]]]:
+    """(readable files, [(file, reason)] skipped): each file decoded once,
+    with the decoder every other path uses, before any is classified (an
+    unreadable one stops the run first unless `skip_bad`). The bytes are
+    not kept: a folder of any size is read again a batch at a time."""
+    good, skipped = [], []
+    for i, path in enumerate(files):
+        if progress and (i % 50 == 0 or i + 1 == len(files)):
+            print(f"\rchecked {i + 1}/{len(files)} images", end="",
+                  file=sys.stderr, flush=True)
         try:
-            with open(path, "rb") as f:
-                raw = f.read()
-            preprocessing.decode_image(tf.constant(raw))
+            preprocessing.decode_image(tf.constant(_read(path)))
         except (tf.errors.InvalidArgumentError, ValueError, OSError) as error:
             reason = (checks.decode_reason(error)
                       if not isinstance(error, OSError)
                       else error.strerror or str(error))
             if not skip_bad:
+                if progress:
+                    print(file=sys.stderr)
                 raise UsageError(
                     f"{path} is not a readable image ({reason}); pass "
                     "--skip_bad_images to leave such files out."
                 ) from None
-            print(f"skipped {path}: {reason}", file=sys.stderr)
+            print(f"\nskipped {path}: {reason}" if progress else
+                  f"skipped {path}: {reason}", file=sys.stderr)
             skipped.append((path, reason))
             continue
         good.append(path)
-        data.append(raw)
-    return good, data, skipped
+    if progress and files:
+        print(file=sys.stderr)
+    return good, skipped
+
+
+def _read(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
 
 
 def _pixels(images: Sequence[bytes], size, resize_size) -> np.ndarray:
@@ -221,8 +234,12 @@ def check_output(path: Optional[str]) -> None:
 
 def write_output(path: str, files, tops, skipped) -> None:
     """Writes the predictions as JSON or CSV (by `path`'s extension),
-    through a temporary file and a rename (a missing folder is made)."""
+    through a temporary file and a rename (a missing folder is made). A
+    file name that is not UTF-8 is written with its odd bytes escaped
+    (`caf\\xe9.jpg`), so that the file stays UTF-8."""
     check_output(path)
+    files = [_printable(f) for f in files]
+    skipped = [(_printable(f), r) for f, r in skipped]
     if os.path.splitext(path)[1].lower() == ".json":
         data = {
             "predictions": [
@@ -243,6 +260,13 @@ def write_output(path: str, files, tops, skipped) -> None:
     text = io.StringIO(newline="")
     csv.writer(text).writerows(rows)
     atomic_write(path, text.getvalue())
+
+
+def _printable(name: str) -> str:
+    """A file name as UTF-8 text: bytes that are not UTF-8 (decoded by
+    Python as lone surrogates) as backslash escapes."""
+    return name.encode("utf-8", "surrogateescape").decode(
+        "utf-8", "backslashreplace")
 
 
 def define_flags(values: flags.FlagValues, argv: Sequence[str]) -> None:
@@ -283,14 +307,16 @@ def run(args, images: Sequence[str]) -> int:
                          "export: choose another name.")
     files, folder = list_images(images)
     predict = predictor(args, source)
-    files, data, skipped = read_images(files, args.skip_bad_images)
+    files, skipped = check_images(files, args.skip_bad_images,
+                                  progress=folder)
     probabilities = []
-    for start in range(0, len(data), args.batch_size):
-        probabilities.append(predict(data[start: start + args.batch_size]))
+    for start in range(0, len(files), args.batch_size):
+        batch = files[start: start + args.batch_size]
+        probabilities.append(predict([_read(f) for f in batch]))
         if folder:
-            done = min(start + args.batch_size, len(data))
-            print(f"\r{done}/{len(data)} images", end="", file=sys.stderr)
-    if folder and data:
+            done = start + len(batch)
+            print(f"\r{done}/{len(files)} images", end="", file=sys.stderr)
+    if folder and files:
         print(file=sys.stderr)
     if not probabilities:
         raise UsageError("No readable image to classify.")
@@ -311,7 +337,7 @@ def run(args, images: Sequence[str]) -> int:
     else:
         for path, top in zip(files, tops):
             answer = ", ".join(f"{n} {p:.3f}" for _, n, p in top)
-            print(f"{path}: {answer}")
+            print(f"{_printable(path)}: {answer}")
     return 0
 
 
