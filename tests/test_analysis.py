@@ -305,6 +305,16 @@ def test_figures_are_written(tmp_path, images):
             np.zeros((2, 1, 1, 64)), explained[:2], str(tmp_path / "x.png")
         )
     assert sorted(os.listdir(tmp_path)) == ["d.png", "p.png", "r.png", "s.png"]
+    # A title in a script the font lacks: drawn, without matplotlib's
+    # notice per glyph.
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        plots.plot_attention_rollout(
+            images, rng.uniform(size=(3, 4, 6)), str(tmp_path / "cjk.png"),
+            titles=["日本", "a", "b"])
+    assert not [w for w in caught if "Glyph" in str(w.message)]
 
 
 # --- command line -------------------------------------------------------
@@ -379,6 +389,22 @@ def test_load_images_files_and_folders(tmp_path):
         cli.load_images([str(empty)], (32, 32))
     with pytest.raises(cli.UsageError, match="does not exist"):
         cli.load_images([str(tmp_path / "nowhere")], (32, 32))
+    # A folder of class folders is searched as keras-vit-predict does; a
+    # folder named like an image is searched, not read; a link to nothing
+    # in a folder is one line naming it.
+    classes = tmp_path / "classes"
+    (classes / "cat" / "album.jpg").mkdir(parents=True)
+    Image.new("RGB", (20, 20), (9, 9, 9)).save(classes / "cat" / "c.png")
+    Image.new("RGB", (20, 20), (9, 9, 9)).save(
+        classes / "cat" / "album.jpg" / "d.png")
+    images, names = cli.load_images([str(classes)], (16, 16))
+    assert names == ["d.png", "c.png"] and images.shape == (2, 16, 16, 3)
+    os.symlink(tmp_path / "gone.jpg", classes / "cat" / "link.jpg")
+    with pytest.raises(cli.UsageError) as info:
+        cli.load_images([str(classes)], (16, 16))
+    assert str(info.value) == (
+        f"Cannot read '{classes / 'cat' / 'link.jpg'}' as an image (JPEG, "
+        "PNG, GIF, BMP or WebP): No such file or directory.")
 
 
 def test_digits_images():

@@ -10,6 +10,7 @@ gs://), so an interrupted run never leaves a truncated file behind.
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Optional, Sequence, Tuple
 
 import numpy as np
@@ -35,8 +36,13 @@ def _figure(width: float, height: float):
 
 
 def _save(fig, path: str) -> str:
-    atomic_write(path, lambda tmp: fig.savefig(
-        tmp, format="png", dpi=100, bbox_inches="tight"))
+    with warnings.catch_warnings():
+        # A file name in a script the font lacks (CJK) is drawn as boxes;
+        # matplotlib's notice per glyph is not about the run.
+        warnings.filterwarnings("ignore", message=r"Glyph \d+ .*missing "
+                                "from font", category=UserWarning)
+        atomic_write(path, lambda tmp: fig.savefig(
+            tmp, format="png", dpi=100, bbox_inches="tight"))
     return path
 
 

@@ -19,7 +19,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_vit.analysis import core, extract, plots
-from keras_vit.data import checks, folders, preprocessing
+from keras_vit.data import checks, folders, image_files, preprocessing
 from keras_vit.derived import is_features_model
 from keras_vit.errors import UsageError
 from keras_vit.storage.atomic import atomic_write
@@ -36,25 +36,29 @@ JSON_NAME = "analysis.json"
 
 
 def _list_images(paths: Sequence[str]) -> List[str]:
+    """The image files of `paths`: files as given, a local folder searched
+    with its sub-folders as keras-vit-predict does (class folders
+    included), a remote one (gs://) at its top level."""
     files = []
     for path in paths:
         if tf.io.gfile.isdir(path):
-            found = sorted(
-                os.path.join(path, name)
-                for name in tf.io.gfile.listdir(path)
-                if name.lower().endswith(IMAGE_EXTENSIONS)
-                and not name.startswith(".")
-            )
+            found = image_files.images_under(path) if "://" not in path \
+                else sorted(
+                    os.path.join(path, name)
+                    for name in tf.io.gfile.listdir(path)
+                    if image_files.is_image(name)
+                    and not tf.io.gfile.isdir(os.path.join(path, name)))
             if not found:
                 raise UsageError(
                     f"No images ({', '.join(IMAGE_EXTENSIONS)}) in folder "
-                    f"{path!r}."
+                    f"{path!r} or its sub-folders."
                 )
             files.extend(found)
         elif tf.io.gfile.exists(path):
             files.append(path)
         else:
-            raise UsageError(f"Image {path!r} does not exist.")
+            raise UsageError(f"Image {path!r} does not exist (or is a "
+                             "link to nothing).")
     return files
 
 
@@ -72,13 +76,18 @@ def load_images(
     files = _list_images(paths)
     images = []
     for file in files:
-        data = tf.io.gfile.GFile(file, "rb").read()
         try:
+            data = tf.io.gfile.GFile(file, "rb").read()
             image = preprocessing.decode_image(tf.constant(data))
-        except (tf.errors.InvalidArgumentError, ValueError) as error:
+        except (tf.errors.OpError, ValueError) as error:
+            reason = (checks.decode_reason(error)
+                      if isinstance(error, (tf.errors.InvalidArgumentError,
+                                            ValueError))
+                      else " ".join(str(error.message).replace(
+                          f"{file}; ", "").split()))
             raise UsageError(
-                f"Cannot decode {file!r} as JPEG, PNG, GIF or BMP: "
-                f"{checks.decode_reason(error).rstrip('.')}."
+                f"Cannot read {file!r} as an image (JPEG, PNG, GIF, BMP or "
+                f"WebP): {reason.rstrip('.')}."
             ) from None
         images.append(preprocessing.preprocess_eval(image, size).numpy())
     return np.stack(images), [os.path.basename(f) for f in files]

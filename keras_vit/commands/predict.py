@@ -34,7 +34,7 @@ from absl import flags
 
 from keras_vit.commands import flags as cli
 from keras_vit.commands.lazy import lazy_module
-from keras_vit.data.image_files import IMAGE_EXTENSIONS, is_image
+from keras_vit.data.image_files import IMAGE_EXTENSIONS, images_under
 from keras_vit.errors import UsageError
 from keras_vit.storage.atomic import atomic_write
 
@@ -61,7 +61,7 @@ def list_images(paths: Sequence[str]) -> Tuple[List[str], bool]:
     for path in paths:
         if os.path.isdir(path):
             folder = True
-            found = _walk_images(path)
+            found = images_under(path)
             if not found:
                 raise UsageError(
                     f"No images ({', '.join(IMAGE_EXTENSIONS)}) in {path}."
@@ -72,22 +72,6 @@ def list_images(paths: Sequence[str]) -> Tuple[List[str], bool]:
         else:
             raise UsageError(f"{path} does not exist.")
     return files, folder
-
-
-def _walk_images(top: str) -> List[str]:
-    """The images under `top`, sorted: linked folders followed (each real
-    folder once, so a link to a parent ends), hidden names skipped (as
-    training's image folders skip them)."""
-    found, seen = [], set()
-    for root, dirs, names in os.walk(top, followlinks=True):
-        real = os.path.realpath(root)
-        if real in seen:
-            dirs[:] = []
-            continue
-        seen.add(real)
-        dirs[:] = [d for d in dirs if not d.startswith(".")]
-        found.extend(os.path.join(root, n) for n in names if is_image(n))
-    return sorted(found)
 
 
 def check_images(files: Sequence[str], skip_bad: bool, progress: bool
