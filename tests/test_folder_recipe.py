@@ -95,6 +95,32 @@ def test_a_folder_with_split_folders_uses_its_own(tmp_path):
         root, config.evals.test.val_split) == "validation"
 
 
+def test_split_folders_in_capitals_and_splits_of_other_names(tmp_path):
+    """Train/, Val/ are the splits train and val (the paths as found); a
+    folder whose splits have other names is one line naming the fields to
+    set and the layouts read."""
+    caps = tmp_path / "caps"
+    for split, count in (("Train", 4), ("Val", 2)):
+        write_photo_folder(caps, per_class=count, split=split)
+    index, _ = _index(caps)
+    assert {k: len(v[0]) for k, v in index.items()} == {"train": 8, "val": 4}
+    assert all("/Train/" in p for p in index["train"][0])
+    assert folders.resolve_split(str(caps), "test|val") == "val"
+    write_photo_folder(caps, per_class=1, split="train")
+    with pytest.raises(UsageError, match="has both Train/ and train/"):
+        _index(caps)
+    other = tmp_path / "kaggle"
+    for split in ("training_set", "test_set"):
+        write_photo_folder(other, per_class=2, split=split)
+    _index(other)
+    with pytest.raises(UsageError) as info:
+        folders.resolve_split(str(other), "test|val")
+    assert "it has ['test_set', 'training_set']. Name a split it has in " \
+        "the config (config.input.train_split" in str(info.value)
+    assert "<split>/<class>/ with split folders named train, val" in str(
+        info.value)
+
+
 def _fitted(config):
     return config_lib.replace(config, **data_fit.fit(
         config.input, config.trainer, config.schedule, config.log,

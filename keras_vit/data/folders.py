@@ -208,11 +208,19 @@ def _split_folders(root: str) -> Dict[str, List[Tuple[str, str]]]:
     """{split: (path, class)} of `root`/<split>/<class>/ images, listed by
     `list_class_folders`."""
     files: Dict[str, List[Tuple[str, str]]] = {}
+    found: Dict[str, str] = {}
     for split, classes in sorted(list_class_folders(root).items()):
+        # Train/, VAL/ are the splits train and val, as they are found.
+        key = split.lower() if split.lower() in SPLIT_NAMES else split
+        if key in found:
+            raise UsageError(
+                f"Image folder {root} has both {found[key]}/ and {split}/: "
+                "merge them into one split folder.")
+        found[key] = split
         for name, images in sorted(classes.items()):
             folder = os.path.join(root, split, name)
             _check_class_folder(folder, name, images)
-            files.setdefault(split, []).extend(
+            files.setdefault(key, []).extend(
                 (os.path.join(folder, f), name) for f in images
             )
     return files
@@ -316,6 +324,15 @@ def folder_index(root: str):
     return index, names
 
 
+# What a split that a folder lacks asks of the user.
+_SPLIT_FIX = (
+    "Name a split it has in the config (config.input.train_split, "
+    "config.evals.test.split, config.evals.test.val_split), or arrange it "
+    "as <class>/ folders with the images directly inside, or as "
+    "<split>/<class>/ with split folders named train, val, validation, "
+    "valid or test.")
+
+
 def resolve_split(root: str, split: str) -> str:
     """`split` of the image folder `root` with its alternatives ("val|test":
     the first of them that the folder has) made the one it has; the slice
@@ -329,7 +346,7 @@ def resolve_split(root: str, split: str) -> str:
     if found is None:
         raise UsageError(
             f"Image folder {root} has none of the splits {', '.join(choices)}"
-            f"; it has {sorted(index)}."
+            f"; it has {shorten(repr(sorted(index)), 120)}. {_SPLIT_FIX}"
         )
     return found + (f"[{bounds[0]}:{bounds[1]}]" if any(bounds) else "")
 
@@ -341,7 +358,7 @@ def folder_split(root: str, split: str) -> Tuple[List[str], np.ndarray]:
     if name not in index:
         raise UsageError(
             f"Image folder {root} has no split {name!r} with images; it has "
-            f"{shorten(', '.join(sorted(index)), 120)}."
+            f"{shorten(', '.join(sorted(index)), 120)}. {_SPLIT_FIX}"
         )
     paths, labels = index[name]
     start, stop = split_bounds(bounds, len(paths), split)
