@@ -17,6 +17,7 @@ scikit-learn's china.jpg and flower.jpg, tests/photo_folder.py).
 
 import json
 import os
+import shutil
 import subprocess
 
 import keras
@@ -93,6 +94,31 @@ def test_a_folder_with_split_folders_uses_its_own(tmp_path):
     assert folders.resolve_split(root, config.evals.test.split) == "test"
     assert folders.resolve_split(
         root, config.evals.test.val_split) == "validation"
+
+
+def test_images_the_folder_does_not_read_are_named(tmp_path, caplog):
+    """Images in a folder inside a class folder, and images beside the
+    class folders: the log names them as not read (the split layout's
+    class folders are no such folders)."""
+    write_photo_folder(tmp_path / "flat", per_class=3)
+    china = sorted((tmp_path / "flat" / "china").iterdir())
+    (tmp_path / "flat" / "china" / "nested").mkdir()
+    shutil.copy(china[0], tmp_path / "flat" / "china" / "nested" / "x.jpg")
+    shutil.copy(china[0], tmp_path / "flat" / "IMG_1.jpg")
+    caplog.set_level("WARNING", logger="absl")
+    index, _ = _index(tmp_path / "flat")
+    assert sum(len(v[0]) for v in index.values()) == 6
+    log = "\n".join(r.getMessage() for r in caplog.records)
+    assert "1 folder(s) inside class folders (china/nested/) are not " \
+        "read" in log
+    assert "the 1 image(s) directly in it (IMG_1.jpg) are in no class " \
+        "folder and are not read" in log
+    caplog.clear()
+    for split in ("train", "val"):
+        write_photo_folder(tmp_path / "split", per_class=2, split=split)
+    _index(tmp_path / "split")
+    assert "not read" not in "\n".join(r.getMessage()
+                                        for r in caplog.records)
 
 
 def test_split_folders_in_capitals_and_splits_of_other_names(tmp_path):

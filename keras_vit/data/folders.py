@@ -112,14 +112,28 @@ def _per_folder(root: str) -> Dict[str, Dict[str, List[str]]]:
     tree: Dict[str, Dict[str, List[str]]] = {}
     for split in _subdirs(root):
         for name in _subdirs(os.path.join(root, split)):
-            tree.setdefault(split, {})[name] = sorted(_images_of(
-                _listdir(os.path.join(root, split, name))))
+            folder = os.path.join(root, split, name)
+            names = _listdir(folder)
+            _nested(folder, names)
+            tree.setdefault(split, {})[name] = sorted(_images_of(names))
     return tree
 
 
 # Files of the folder being listed that are not read, by extension
-# (`_images_of`; `folder_index` logs them once).
+# (`_images_of`; `folder_index` logs them once), and the folders inside
+# class folders, whose images are not read either (`_nested`).
 _NOT_READ: collections.Counter = collections.Counter()
+_NESTED: List[str] = []
+
+
+def _nested(folder: str, names) -> None:
+    """Notes the sub-folders of class folder `folder` among its entries
+    `names` (a name without an extension that is a folder)."""
+    for name in names:
+        name = name.rstrip("/")
+        if not name.startswith(".") and "." not in name and \
+                tf.io.gfile.isdir(os.path.join(folder, name)):
+            _NESTED.append(os.path.join(folder, name))
 
 
 def _images_of(names) -> List[str]:
@@ -166,8 +180,9 @@ def _has_subfolder(path: str) -> bool:
 
 def _images(folder: str, name: str) -> List[Tuple[str, str]]:
     """(path, class `name`) of the images directly in `folder`."""
-    return [(os.path.join(folder, f), name)
-            for f in _images_of(sorted(_listdir(folder)))]
+    names = sorted(_listdir(folder))
+    _nested(folder, names)
+    return [(os.path.join(folder, f), name) for f in _images_of(names)]
 
 
 def _class_folders(root: str, split_dir: str) -> List[Tuple[str, str]]:
@@ -246,6 +261,14 @@ def _layout(root: str) -> Dict[str, List[Tuple[str, str]]]:
               and _has_subfolder(os.path.join(root, d))]
     if not splits and any(_images(os.path.join(root, d), d) for d in tops):
         _NOT_READ.clear()  # counted again as the class folders are listed
+        _NESTED.clear()
+        loose = [n for n in _listdir(root) if _is_image(n)]
+        if loose:
+            logging.warning(
+                "Image folder %s: the %d image(s) directly in it (%s) are in "
+                "no class folder and are not read: move them into "
+                "<class>/ folders.", root, len(loose),
+                shorten(", ".join(sorted(loose)), 80))
         return _held_out(_class_folders(root, ""))
     # (Without a split-named folder, none of the tops holds an image.)
     stray = [d for d in tops if splits and _images(os.path.join(root, d), d)]
@@ -254,6 +277,7 @@ def _layout(root: str) -> Dict[str, List[Tuple[str, str]]]:
             "Image folder %s: the images directly in %s are in no class "
             "folder (<split>/<class>/) and are not read.", root,
             ", ".join(f"{d}/" for d in stray))
+    _NESTED.clear()  # the split folders' class folders: counted anew
     return _split_folders(root)
 
 
@@ -298,7 +322,14 @@ def folder_index(root: str):
             "<split>/<class>/."
         )
     _NOT_READ.clear()
+    _NESTED.clear()
     files = {split: pairs for split, pairs in _layout(root).items() if pairs}
+    if _NESTED:
+        logging.warning(
+            "Image folder %s: %d folder(s) inside class folders (%s) are not "
+            "read: only the images directly in each class folder are.",
+            root, len(_NESTED), shorten(", ".join(
+                os.path.relpath(p, root) + "/" for p in _NESTED), 100))
     if _NOT_READ:
         logging.warning(
             "Image folder %s: %s not read (only %s are images here).", root,
