@@ -121,6 +121,16 @@ def test_images_the_folder_does_not_read_are_named(tmp_path, caplog):
                                         for r in caplog.records)
 
 
+def test_a_class_folder_or_a_file_given_as_the_folder_says_so(tmp_path):
+    write_photo_folder(tmp_path / "photos", per_class=2)
+    china = tmp_path / "photos" / "china"
+    with pytest.raises(UsageError, match=f"{china} holds images directly, "
+                       "as one class folder does; give the folder above"):
+        _index(china)
+    with pytest.raises(UsageError, match="is a file, not a folder"):
+        _index(sorted(china.iterdir())[0])
+
+
 def test_split_folders_in_capitals_and_splits_of_other_names(tmp_path):
     """Train/, Val/ are the splits train and val (the paths as found); a
     folder whose splits have other names is one line naming the fields to

@@ -155,6 +155,12 @@ def test_the_resolver_refuses_in_one_line_saying_why(tmp_path):
         refusal(str(tmp_path / "missing.npz")))
     (tmp_path / "empty").mkdir()
     assert "is a folder of no model kind" in refusal(str(tmp_path / "empty"))
+    # The folder keras-vit-export wrote into (--export_dir): its model,
+    # one level down, is named.
+    (tmp_path / "exports" / "vit" / "1").mkdir(parents=True)
+    (tmp_path / "exports" / "vit" / "1" / "saved_model.pb").write_bytes(b"")
+    assert (f"It holds the exported model {tmp_path / 'exports' / 'vit'}: "
+            "give that.") in refusal(str(tmp_path / "exports"))
     (tmp_path / "notes.txt").write_text("x")
     assert "is a file of no model kind" in refusal(str(tmp_path / "notes.txt"))
     for uri in ("hf://org/name@..", "hf://../name", "hf://org/.hidden"):

@@ -117,10 +117,17 @@ def _path_source(text: str, variant, posemb_grid, use_ema) -> Source:
         if tf.io.gfile.exists(os.path.join(text, wd.CONFIG)):
             _check_not_hub_config(text)
             return WorkdirSource(text, use_ema=use_ema)
+        # An export folder (--export_dir) names its models one level down.
+        inside = sorted(os.path.join(text, n.rstrip("/")) for n in
+                        tf.io.gfile.listdir(text)
+                        if is_saved_model(os.path.join(text, n.rstrip("/"))))
+        hint = (f" It holds the exported model {inside[0]}: give that"
+                + (f" (or {', '.join(inside[1:3])})" if inside[1:] else "")
+                + "." if inside else "")
         raise UsageError(
             f"{text} is a folder of no model kind: it holds no {wd.CONFIG} "
             "(a training run), no Hugging Face weights "
-            f"({', '.join(hub.WEIGHT_FILES)}) and no saved_model.pb. A "
+            f"({', '.join(hub.WEIGHT_FILES)}) and no saved_model.pb.{hint} A "
             f"model is {SOURCE_KINDS}."
         )
     if os.path.basename(lower) in hub.WEIGHT_FILES or lower.endswith(

@@ -1,13 +1,12 @@
 """Image folders as data: `data_dir/<split>/<class>/*.jpg|jpeg|png|gif|bmp`
 (the layout of `tfds.folder_dataset.ImageFolder`; class ids are the sorted
 class folder names of all splits), or class folders alone,
-`data_dir/<class>/*.jpg`, whose splits are "train" and "val", a fixed draw
-of each class's images (`VAL_SHARE` of them, at least one, into "val";
-seed 0, so every run and command holds out the same images); and the
-split strings every source takes ("train[:90%]", "train[90%:]",
-"train[:800]"; "val|test" names the first split a folder has:
-`resolve_split`). `keras_vit.data.sources` describes the folder as a
-data source on top of it.
+`data_dir/<class>/*.jpg`, whose splits are "train" and "val" (`VAL_SHARE`
+of each class's images, at least one, into "val", chosen by a hash of the
+class and file name: `_held_out`, so every run and command holds out the
+same images); "val|test" names the first split a folder has
+(`resolve_split`). `keras_vit.data.sources` describes the folder as a
+data source on top of it; `keras_vit.data.splits` reads split strings.
 """
 
 from __future__ import annotations
@@ -16,7 +15,6 @@ import collections
 import functools
 import hashlib
 import os
-import re
 from typing import Dict, List, Optional, Tuple
 
 import numpy as np
@@ -26,6 +24,7 @@ from absl import logging
 from keras_vit.data.image_files import IMAGE_EXTENSIONS
 from keras_vit.data.image_files import is_hidden as _hidden
 from keras_vit.data.image_files import is_image as _is_image
+from keras_vit.data.splits import parse_split, split_bounds
 from keras_vit.errors import UsageError, shorten
 
 # The top folders that make a folder one of splits, <split>/<class>/, even
@@ -35,35 +34,6 @@ SPLIT_NAMES = ("train", "val", "validation", "valid", "test")
 # "val" split.
 VAL_SHARE = 0.2
 FLAT_SPLITS = ("train", "val")
-
-
-_SPLIT_RE = re.compile(r"^([^\[\]]+)(?:\[(-?\d*%?):(-?\d*%?)\])?$")
-
-
-def parse_split(split: str):
-    match = _SPLIT_RE.match(str(split).strip())
-    if not match:
-        raise UsageError(
-            f"Cannot read split {split!r}: use a name, optionally sliced as "
-            "'train[:90%]', 'train[90%:]' or 'train[100:200]'."
-        )
-    return match.group(1), (match.group(2) or "", match.group(3) or "")
-
-
-def split_bounds(bounds, n: int, split: str) -> Tuple[int, int]:
-    def index(text: str, default: int) -> int:
-        if not text:
-            return default
-        value = (
-            round(n * int(text[:-1]) / 100) if text.endswith("%")
-            else int(text)
-        )
-        return min(max(value + n if value < 0 else value, 0), n)
-
-    start, stop = index(bounds[0], 0), index(bounds[1], n)
-    if stop <= start:
-        raise UsageError(f"Split {split!r} selects no examples (of {n}).")
-    return start, stop
 
 
 def list_class_folders(
@@ -316,8 +286,10 @@ def folder_index(root: str):
             "(config.input.data_dir; the folder config: --config=folder:PATH)."
         )
     if not tf.io.gfile.isdir(root):
+        what = ("is a file, not a folder" if tf.io.gfile.exists(root)
+                else "does not exist")
         raise UsageError(
-            f"Image folder {root!r} does not exist: set "
+            f"Image folder {root!r} {what}: set "
             "config.input.data_dir to the folder holding <class>/ or "
             "<split>/<class>/."
         )
@@ -338,9 +310,13 @@ def folder_index(root: str):
             ", ".join(IMAGE_EXTENSIONS))
     names = sorted({name for pairs in files.values() for _, name in pairs})
     if not names:
+        loose = any(_is_image(n) for n in _listdir(root))
         raise UsageError(
             f"No images ({', '.join(IMAGE_EXTENSIONS)}) found under "
-            f"{root}/<class>/ or {root}/<split>/<class>/."
+            f"{root}/<class>/ or {root}/<split>/<class>/"
+            + (f": {root} holds images directly, as one class folder does; "
+               "give the folder above it, whose sub-folders are the "
+               "classes." if loose else ".")
         )
     ids = {n: i for i, n in enumerate(names)}
     index = {}

@@ -8,9 +8,10 @@
 - "folder": an image folder `data_dir/<split>/<class>/*.jpg|jpeg|png|gif|bmp`
   (the layout of `tfds.folder_dataset.ImageFolder`; class ids are the sorted
   class folder names of all splits), or one of class folders alone,
-  `data_dir/<class>/*.jpg`, whose splits are "train" and "val", a fixed
-  draw of each class's images (`VAL_SHARE` of them, at least one, into
-  "val"; seed 0, so every run and command holds out the same images).
+  `data_dir/<class>/*.jpg`, whose splits are "train" and "val"
+  (`VAL_SHARE` of each class's images, at least one, into "val", chosen
+  by a hash of the class and file name, so every run and command holds
+  out the same images).
   Splits take "train[:90%]" / "train[90%:]" / "train[:800]" slices, and
   "val|test" names the first of these splits that the folder has
   (`resolve_split`).
@@ -31,7 +32,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 import numpy as np
 from absl import logging
 
-from keras_vit.data import folders, vtab
+from keras_vit.data import folders, splits, vtab
 from keras_vit.errors import UsageError
 
 DIGITS = "digits"
@@ -66,14 +67,14 @@ def _digits_arrays():
 def digits_split(split: str) -> Tuple[np.ndarray, np.ndarray]:
     """(images uint8 (N, 8, 8), labels int32 (N,)) of "train" or "test",
     slices ("train[:80%]") included."""
-    name, bounds = folders.parse_split(split)
+    name, bounds = splits.parse_split(split)
     arrays = _digits_arrays()
     if name not in arrays:
         raise UsageError(
             f"The digits data has splits 'train' and 'test', got {split!r}."
         )
     x, y = arrays[name]
-    start, stop = folders.split_bounds(bounds, len(y), split)
+    start, stop = splits.split_bounds(bounds, len(y), split)
     return x[start:stop], y[start:stop]
 
 
