@@ -201,7 +201,7 @@ def test_each_finished_data_set_is_reported_before_the_next(tmp_path,
     """`on_result` runs after each data set (keras-vit-evaluate writes
     fewshot.json and .md there): a run stopped in the second data set
     keeps the first one's results."""
-    from keras_vit.evaluation import reports
+    from keras_vit.evaluation import fewshot_reports
 
     model = create_model(None, num_classes=10, image_size=16, patch_size=8,
                          hidden_size=16, num_layers=1, num_heads=2,
@@ -220,13 +220,14 @@ def test_each_finished_data_set_is_reported_before_the_next(tmp_path,
 
     def write(results, not_run):
         calls.append(sorted(results))
-        reports.write_fewshot_reports(str(tmp_path), "tiny", results, not_run)
+        fewshot_reports.write_fewshot_reports(str(tmp_path), "tiny",
+                                              results, not_run)
 
     with pytest.raises(KeyboardInterrupt):
         fewshot.run(model, {"shots": (1,), "seeds": (0,), "batch_size": 64},
                     data, image_size=16, resize_size=None, on_result=write)
     assert calls == [["first"]]
-    with open(tmp_path / reports.FEWSHOT_JSON) as f:
+    with open(tmp_path / fewshot_reports.FEWSHOT_JSON) as f:
         saved = json.load(f)
     assert list(saved["results"]) == ["first"] and saved["model"] == "tiny"
-    assert "| first |" in (tmp_path / reports.FEWSHOT_MD).read_text()
+    assert "| first |" in (tmp_path / fewshot_reports.FEWSHOT_MD).read_text()

@@ -40,14 +40,14 @@ if TYPE_CHECKING:  # imported on first use: --help loads no TensorFlow
 
     from keras_vit.checkpoint import loader as pretrained
     from keras_vit.data import vtab
-    from keras_vit.evaluation import fewshot, reports, vtab_run
+    from keras_vit.evaluation import fewshot, fewshot_reports, vtab_run
     from keras_vit.training import distribute, train_lib
 else:
     tf = lazy_module("tensorflow")
     pretrained = lazy_module("keras_vit.checkpoint.loader")
     vtab = lazy_module("keras_vit.data.vtab")
     fewshot = lazy_module("keras_vit.evaluation.fewshot")
-    reports = lazy_module("keras_vit.evaluation.reports")
+    fewshot_reports = lazy_module("keras_vit.evaluation.fewshot_reports")
     vtab_run = lazy_module("keras_vit.evaluation.vtab_run")
     distribute = lazy_module("keras_vit.training.distribute")
     train_lib = lazy_module("keras_vit.training.train_lib")
@@ -108,13 +108,13 @@ def _fewshot_mode(values, source, strategy) -> Dict:
     ]
     image_size, resize_size = _fewshot_sizes(values, config)
     name = values.name or source.describe()
-    reports.check_fewshot_folder(eval_mode.output_dir(values), name)
+    fewshot_reports.check_fewshot_folder(eval_mode.output_dir(values), name)
     with strategy.scope():
         model = pretrained.require_vit(
             pretrained.load_model(source, image_size or None), source.path)
     facts = dict(image_size=image_size, resize_size=resize_size,
                  config=config.to_dict())
-    write = functools.partial(reports.write_fewshot_reports,
+    write = functools.partial(fewshot_reports.write_fewshot_reports,
                               eval_mode.output_dir(values), name, **facts)
     results, not_run = fewshot.run(
         model, opts, datasets, image_size=image_size,
@@ -126,7 +126,7 @@ def _fewshot_mode(values, source, strategy) -> Dict:
         raise UsageError(_nothing_ran("few-shot data set", not_run))
     print(write(results, not_run))
     logging.info("Wrote %s", os.path.join(eval_mode.output_dir(values),
-                                          reports.FEWSHOT_JSON))
+                                          fewshot_reports.FEWSHOT_JSON))
     return dict(model=name, results=results, not_run=not_run, **facts)
 
 

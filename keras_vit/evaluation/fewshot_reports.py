@@ -1,0 +1,83 @@
+"""Result files of few-shot runs: fewshot.json (every seed's accuracy)
+and fewshot.md (mean and standard deviation per data set and shot
+count), each written atomically after every data set; and the check that
+an output folder holds no other model's results."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from typing import Mapping
+
+import tensorflow as tf
+
+from keras_vit.errors import UsageError
+from keras_vit.storage.atomic import atomic_write
+
+
+def fewshot_markdown(results: Mapping[str, Mapping], model_name: str) -> str:
+    """Few-shot linear accuracy (%) as markdown: a row per data set, a
+    column per shot count, mean +- std over the seeds."""
+    shots = sorted({int(s) for r in results.values() for s in r})
+    lines = [
+        f"## Few-shot linear accuracy (%): {model_name}",
+        "",
+        "| Data set | " + " | ".join(f"{s}-shot" for s in shots) + " |",
+        "|---|" + "---:|" * len(shots),
+    ]
+    for name, per_shot in results.items():
+        cells = []
+        for s in shots:
+            entry = per_shot.get(str(s), per_shot.get(s))
+            if entry is None:
+                cells.append("n/a")
+                continue
+            accs = [100.0 * a for a in entry["per_seed"]]
+            mean = sum(accs) / len(accs)
+            std = math.sqrt(sum((a - mean) ** 2 for a in accs) / len(accs))
+            cells.append(f"{mean:.2f} ± {std:.2f}")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+FEWSHOT_JSON = "fewshot.json"
+FEWSHOT_MD = "fewshot.md"
+
+
+def write_fewshot_reports(output_dir: str, model_name: str, results,
+                          not_run, **facts) -> str:
+    """Writes fewshot.json (`results`, `not_run` and `facts`: sizes,
+    config) and fewshot.md into `output_dir`, each atomically (written
+    after each data set, so that a run stopped later keeps them); the
+    markdown."""
+    out = dict(model=model_name, results=results, not_run=not_run, **facts)
+    atomic_write(os.path.join(output_dir, FEWSHOT_JSON),
+                 json.dumps(out, indent=2, sort_keys=True) + "\n")
+    text = fewshot_markdown(results, model_name)
+    if not_run:
+        text += "\nNot run:\n\n" + "".join(
+            f"- {k}: {v}\n" for k, v in not_run.items())
+    atomic_write(os.path.join(output_dir, FEWSHOT_MD), text)
+    return text
+
+
+def check_fewshot_folder(output_dir: str, model_name: str) -> None:
+    """Refuses an `output_dir` whose fewshot.json is another model's
+    (rewriting it would lose that model's results); the same model's
+    results are rewritten, as a rerun of it."""
+    path = os.path.join(output_dir, FEWSHOT_JSON)
+    if not tf.io.gfile.exists(path):
+        return
+    try:
+        with tf.io.gfile.GFile(path) as f:
+            held = json.load(f).get("model")
+    except (ValueError, AttributeError, UnicodeDecodeError):
+        held = None
+    if held != model_name:
+        whose = f"model {held!r}" if isinstance(held, str) else "no model"
+        raise UsageError(
+            f"{path} holds the few-shot results of {whose}, not of "
+            f"{model_name!r}: pass another --output_dir (or move that "
+            "file away), so that they are not overwritten."
+        )
