@@ -459,6 +459,10 @@ def keras_not_vit(folder: str, scale: int) -> List[Case]:
                             lambda c: c["config"]["architecture"].update(
                                 hidden_size=65536, num_layers=64,
                                 mlp_dim=262144))
+    # Small sizes but an image whose position table alone is 2^24 rows.
+    huge_image = _with_config(vit, os.path.join(folder, "huge_image.keras"),
+                              lambda c: c["config"]["architecture"].update(
+                                  image_size=[32768, 32768], patch_size=8))
     dense = keras.Sequential([keras.Input((4096,)), keras.layers.Dense(2)])
     huge_dense = _with_config(dense, os.path.join(folder, "huge_dense.keras"),
                               lambda c: c["config"]["layers"][-1][
@@ -467,6 +471,7 @@ def keras_not_vit(folder: str, scale: int) -> List[Case]:
             ("keras:layer_top", "model", layer),
             ("keras:cut_short", "model", cut),
             ("keras:huge_vit", "model", huge_vit),
+            ("keras:huge_image", "model", huge_image),
             ("keras:huge_dense", "model", huge_dense)]
 
 

@@ -825,7 +825,8 @@ _CASES = [
     Case(
         "keras_declares_huge_model", BAD_INPUT, "checkpoint",
         "A .keras file of a few kB whose config.json declares a ViT of "
-        "billions of parameters (or a Dense layer of 4 billion)",
+        "billions of parameters, a position table of 2^24 rows (an image "
+        "32,768 pixels wide) or a Dense layer of 4 billion",
         "Refused from config.json and the weights member's size before "
         "Keras builds the model (which allocates every declared weight): "
         "the declared parameters, at one byte each, must fit the weights.",

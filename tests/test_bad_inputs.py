@@ -730,6 +730,8 @@ def test_links_bombs_and_other_models_are_refused_in_one_line(
              keras_vit.load_model),
             ("keras_declares_huge_model", "keras:huge_dense",
              keras_vit.load_model),
+            ("keras_declares_huge_model", "keras:huge_image",
+             keras_vit.load_model),
             ("npz_complex", "dtype:complex", keras_vit.load_model),
             ("timm_qkv_bias_stray", "config:timm_qkv_bias_false",
              keras_vit.load_model),

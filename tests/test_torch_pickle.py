@@ -387,7 +387,7 @@ def test_links_bombs_user_models_and_odd_configs_in_a_child():
         "message"]
     assert "truncated or corrupt .keras" in by_label["keras:cut_short"][
         "message"]
-    for label in ("huge_vit", "huge_dense"):
+    for label in ("huge_vit", "huge_image", "huge_dense"):
         assert "refused before Keras builds it" in by_label[
             f"keras:{label}"]["message"]
     assert "(complex64), not a real number" in by_label["dtype:complex"][

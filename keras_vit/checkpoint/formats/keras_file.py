@@ -104,8 +104,14 @@ def _layer_parameters(fields: Dict[str, Any], build: Any) -> int:
     if isinstance(arch, dict):
         width, depth, mlp, patch = (_positive(arch.get(k)) for k in (
             "hidden_size", "num_layers", "mlp_dim", "patch_size"))
+        size = arch.get("image_size")
+        sides = size if isinstance(size, list) and len(size) == 2 else [
+            size, size]
+        grid = (_positive(sides[0]) // patch) * (_positive(sides[1]) // patch
+                                                 ) if patch else 0
+        # The position table: one row a token, however large the image.
         return (depth * (4 * width * width + 2 * width * mlp)
-                + patch * patch * width
+                + patch * patch * width + grid * width
                 + width * _positive(arch.get("num_classes")))
     shape = build.get("input_shape") if isinstance(build, dict) else None
     width = _positive(shape[-1]) if isinstance(shape, list) and shape else 0
