@@ -636,3 +636,31 @@ def test_config_file_code_and_partial_files_with_overrides(tmp_path,
                           "--config.optimizer.no_decay='block_\\d{1,2}/g'"]
                          ).config
     assert tuple(config.optimizer.no_decay) == ("block_\\d{1,2}/g",)
+
+
+def test_out_of_memory_is_one_line_naming_the_fix(capsys):
+    """A run out of memory (TensorFlow's ResourceExhaustedError, whose
+    message holds the allocator's report): one line with the allocation
+    that failed and what to lower; the traceback with --verbose."""
+    import tensorflow as tf
+
+    report = ("OOM when allocating tensor with shape[1,4,1048577,1048577] "
+              "and type float on /job:localhost/replica:0/task:0/device:CPU:0"
+              " by allocator cpu\n\t [[{{node einsum}}]]\nHint: If you want "
+              "to see a list of allocated tensors when OOM happens...")
+
+    def main(values, args):
+        raise tf.errors.ResourceExhaustedError(None, None, report)
+
+    code = runner.run("test", lambda values, argv: None, main,
+                      ["keras-vit-test"])
+    assert code == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["keras-vit-test: error: Out of memory (OOM when allocating "
+                   "tensor with shape[1,4,1048577,1048577]): lower the batch "
+                   "size (config.input.batch_size, or --batch_size), the "
+                   "image size or the model, or run on a machine with more "
+                   "memory."], err
+    assert runner.run("test", lambda values, argv: None, main,
+                      ["keras-vit-test", "--verbose"]) == 1
+    assert "Traceback" in capsys.readouterr().err

@@ -468,6 +468,20 @@ def test_hugging_face_null_sizes_are_refused_by_name(tmp_path, field):
         _load(_copy(tmp_path, "hf_vit_classifier", _set(field, None)))
 
 
+def test_an_image_size_of_too_many_tokens_is_refused_before_it_builds(
+        tmp_path):
+    """A timm config.json edited to 8,192 x 8,192 (its table would be
+    resized to a million tokens): one line, not an out-of-memory."""
+    def edit(config):
+        config["model_args"]["img_size"] = [8192, 8192]
+        config["pretrained_cfg"]["input_size"] = [3, 8192, 8192]
+
+    with pytest.raises(UsageError, match=r"config.json image size \[8192, "
+                       r"8192\] at patch \d+ makes [\d,]+ tokens, more than "
+                       "the 16,384"):
+        _load(_copy(tmp_path, "timm_vit", edit))
+
+
 def test_hugging_face_qkv_bias_missing_from_the_file_is_refused(tmp_path):
     """qkv_bias true (transformers' default) but the file lacks a query
     bias: refused by name, as any missing array, not loaded as zeros."""

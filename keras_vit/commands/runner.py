@@ -53,8 +53,11 @@ from keras_vit.errors import (
 )
 
 if TYPE_CHECKING:  # what type checkers and the import contracts read
+    import tensorflow as tf
+
     from keras_vit.training import cluster, resume
 else:  # the training modules load TensorFlow, which `--help` does without
+    tf = lazy_module("tensorflow")
     cluster = lazy_module("keras_vit.training.cluster")
     resume = lazy_module("keras_vit.training.resume")
 
@@ -307,12 +310,32 @@ def run(
         status = main(values, rest[1:])
     except one_line as error:
         return report(error, program, verbose, values)
+    except (MemoryError, tf.errors.ResourceExhaustedError) as error:
+        if verbose:  # the allocation's traceback, then the line
+            print("".join(traceback.format_exception(error)),
+                  file=sys.stderr, end="", flush=True)
+        return report(UsageError(out_of_memory(error)), program, False,
+                      values)
     except Preempted as error:
         report(error, program, verbose, values, kind=error.kind)
         return PREEMPTED_EXIT_CODE
     except KeyboardInterrupt as error:
         return _interrupted(error, program, verbose)
     return 0 if status is None else int(status)
+
+
+def out_of_memory(error: BaseException) -> str:
+    """The line for a run out of memory: TensorFlow's allocation that
+    failed (its first line, without the allocator's report) and the
+    fix."""
+    first = (str(getattr(error, "message", error)) or "").strip()
+    match = re.search(r"OOM when allocating tensor with shape\s*\[[^\]]*\]",
+                      first)
+    what = match.group(0) if match else first.splitlines()[0][:200] \
+        if first else type(error).__name__
+    return (f"Out of memory ({what}): lower the batch size "
+            "(config.input.batch_size, or --batch_size), the image size or "
+            "the model, or run on a machine with more memory.")
 
 
 def _interrupted(error: KeyboardInterrupt, program: str,

@@ -289,6 +289,12 @@ def _map_timm(spec, tensors, config_path: str, weights_path: str):
     return settings, mapper
 
 
+# The most tokens a hub model's config.json may ask for (2,048 x 2,048
+# pixels at patch 16): more is a corrupt or edited file, whose position
+# table and attention would exhaust memory before anything ran.
+MAX_TOKENS = 1 << 14
+
+
 def _set_sizes(settings: dict, spec, arrays, kind: str,
                weights_path: str) -> None:
     """Sets the image size read (whole patches) and the position
@@ -310,6 +316,14 @@ def _set_sizes(settings: dict, spec, arrays, kind: str,
             f"{patch} x {patch} patch."
         )
     grid = tuple(s // patch for s in settings["image_size"])
+    if grid[0] * grid[1] > MAX_TOKENS:
+        raise UsageError(
+            f"config.json image size {list(size)} at patch {patch} makes "
+            f"{grid[0] * grid[1]:,} tokens, more than the {MAX_TOKENS:,} a "
+            "hub model is built with here (its attention alone would take "
+            f"{4 * (grid[0] * grid[1]) ** 2 / 2 ** 30:,.0f} GiB a head and "
+            "image): the config.json is corrupt or edited; give its "
+            "image size as the model was trained.")
     if kind == HUGGINGFACE:
         hub_config.check_hf_shapes(spec, info)
         hub_config.check_hf_grid(spec, arrays, grid, weights_path)
