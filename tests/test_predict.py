@@ -271,3 +271,56 @@ def test_a_file_name_that_is_not_utf8_is_written_escaped(setup, tmp_path):
         assert "caf\\xe9.jpg" in text.replace("\\\\", "\\")
     assert json.loads(text)["predictions"][0]["file"].endswith(
         "caf\\xe9.jpg")
+
+
+def test_a_timm_model_is_scored_with_its_crop_pct(tmp_path, capsys):
+    """A timm folder's pretrained_cfg crop_pct (0.9 at 32: resize to 35,
+    then the central 32 crop), as timm evaluates it: keras-vit-predict
+    answers what the model says on that crop; timm's default 0.875 where
+    the config gives none; transformers' folders resize directly;
+    --resize_size wins."""
+    import shutil
+
+    from keras_vit.checkpoint import loader
+    from keras_vit.data import preprocessing
+
+    folder = str(tmp_path / "timm")
+    shutil.copytree(os.path.join(HUB, "timm_vit"), folder)
+    source = loader.resolve(folder)
+    assert source.library_resize() == (35, (32, 32))
+    assert loader.resolve(os.path.join(
+        HUB, "hf_vit_classifier")).library_resize() is None
+    rgb = np.random.default_rng(3).integers(0, 256, (40, 50, 3), np.uint8)
+    image = tmp_path / "photo.png"
+    image.write_bytes(_encode(rgb, "PNG"))
+    model = loader.load_model(source)
+
+    def expected(resize):
+        pixels = preprocessing.preprocess_eval(
+            preprocessing.decode_image(tf.constant(image.read_bytes())),
+            (32, 32), resize)
+        return keras.ops.convert_to_numpy(
+            keras.ops.softmax(model(pixels[None])))[0]
+
+    def answered(*extra):
+        out = tmp_path / "answer.json"
+        assert run_predict([str(image), "--model", folder, "--top_k", "3",
+                            "--output", str(out), *extra]) == 0
+        top = json.loads(out.read_text())["predictions"][0]["top_k"]
+        return np.array([t["probability"] for t in sorted(
+            top, key=lambda t: t["class"])])
+
+    np.testing.assert_allclose(answered(), expected(35), atol=1e-5)
+    np.testing.assert_allclose(answered("--resize_size=40"), expected(40),
+                               atol=1e-5)
+    assert not np.allclose(expected(35), expected(None), atol=1e-3)
+    config = json.loads(open(os.path.join(folder, "config.json")).read())
+    del config["pretrained_cfg"]["crop_pct"]
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        json.dump(config, f)
+    assert loader.resolve(folder).library_resize() == (36, (32, 32))
+    config["pretrained_cfg"]["crop_pct"] = 1.5
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        json.dump(config, f)
+    assert run_predict([str(image), "--model", folder]) == 1
+    assert "crop_pct" in capsys.readouterr().err

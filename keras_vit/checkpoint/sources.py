@@ -131,6 +131,12 @@ class Source:
         """The training run's config (a workdir), else None."""
         return None
 
+    def library_resize(self):
+        """(resize, image size) of the evaluation resize the library that
+        wrote the source applies (resize to it, then the central crop), or
+        None: a timm model's crop_pct."""
+        return None
+
 
 class _SavedKerasModel(Source):
     """A source that holds its model (a workdir, a .keras file)."""
@@ -272,6 +278,12 @@ class HubSource(Source):
 
     def class_names(self) -> Optional[List[str]]:
         return self._read().class_names
+
+    def library_resize(self):
+        checkpoint = self._read()
+        if checkpoint.eval_resize is None:
+            return None
+        return checkpoint.eval_resize, tuple(checkpoint.image_size)
 
 
 class _Export(Source):

@@ -105,11 +105,8 @@ def _warn_not_carried(values: flags.FlagValues, source,
     if names:
         lost.append(f"its {len(names)} class names (pass them as "
                     "--class_names_file=FILE, one per line)")
-    run = source.run_config()
-    if run is not None and run.input.pp.eval_resize_size:
-        resize = cli.scaled_resize(
-            run.input.pp.eval_resize_size, run.model.image_size,
-            values.image_size or run.model.image_size)
+    resize = cli.source_resize(source, values.image_size)
+    if resize:
         lost.append(f"its evaluation resize (pass --resize_size={resize})")
     if lost:
         logging.warning(

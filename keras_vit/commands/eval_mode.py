@@ -79,7 +79,8 @@ def evaluate(values, source, strategy) -> Dict:
         model = cli.load_flagged_model(values, source, head="evaluate")
     # The model's resolution, square or not.
     image_size = tuple(int(n) for n in model.input_shape[1:3])
-    inp = eval_input(values, run, image_size)
+    inp = eval_input(values, run, image_size,
+                     None if run else cli.resize_size(values, source))
     resize = inp.pp.eval_resize_size
     logging.info("Evaluating at %s x %s (%s).", *image_size,
                  f"resized to {resize}, then the central crop" if resize
@@ -140,12 +141,13 @@ def file_name(values, dataset: str, split: str, image_size) -> str:
     return re.sub(r"[^A-Za-z0-9._=-]+", "_", "_".join(map(str, parts)))
 
 
-def eval_input(values, run, image_size):
+def eval_input(values, run, image_size, resize_size=None):
     """The `config.input` section --mode=eval reads: the run's data
     source and evaluation preprocessing (its config, or --workdir's; its
     eval_resize_size scaled from its model.image_size to `image_size`),
-    --dataset and --data_dir where given."""
-    fields = {}
+    --dataset and --data_dir where given; without a run, the model's
+    own evaluation resize (`resize_size`: a timm model's)."""
+    fields = {"pp": {"eval_resize_size": resize_size}} if resize_size else {}
     if run is not None:
         fields = {k: run.input[k] for k in (
             "dataset", "data_dir", "image_key", "label_key", "vtab_task",

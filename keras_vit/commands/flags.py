@@ -273,16 +273,36 @@ def define_resize_size(values: flags.FlagValues) -> None:
 
 def resize_size(values: flags.FlagValues,
                 source: loader.Source) -> Optional[int]:
-    """--resize_size, else a training workdir's eval_resize_size (the
-    preprocessing the run evaluated with, which serving must match),
-    scaled to --image_size when that differs from the run's
-    (`scaled_resize`)."""
-    run_config = source.run_config()
-    if values.resize_size is not None or run_config is None:
+    """--resize_size, else the source's evaluation resize (a training
+    workdir's eval_resize_size, the preprocessing the run evaluated with,
+    which serving must match; a timm model's crop_pct), scaled to
+    --image_size when that differs from the source's (`source_resize`)."""
+    if hint(values, "resize_size") is not None:
         return values.resize_size
-    wanted = hint(values, "image_size") or run_config.model.image_size
-    return scaled_resize(run_config.input.pp.eval_resize_size,
-                         run_config.model.image_size, wanted)
+    resize = source_resize(source, hint(values, "image_size"))
+    if resize and source.run_config() is None:
+        logging.info(
+            "%s: resized to %s, then the central crop, as timm evaluates "
+            "it (its crop_pct; timm keeps the aspect ratio and resizes "
+            "bicubic, this resizes both sides bilinear: --resize_size sets "
+            "another).", source.path, resize)
+    return resize
+
+
+def source_resize(source: loader.Source, image_size=None) -> Optional[int]:
+    """The evaluation resize a source records, scaled to `image_size`
+    (default: the source's own): a training run's eval_resize_size, else
+    the library's (a timm model's crop_pct)."""
+    recorded = source.run_config()
+    if recorded is not None:
+        resize = recorded.input.pp.eval_resize_size
+        trained = recorded.model.image_size
+    else:
+        library = source.library_resize()
+        if library is None:
+            return None
+        resize, trained = library
+    return scaled_resize(resize, trained, image_size or trained)
 
 
 def _hw(size) -> Tuple[int, int]:

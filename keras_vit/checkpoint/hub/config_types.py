@@ -53,6 +53,10 @@ def _positive_number(value) -> bool:
     return _number(value) and value > 0
 
 
+def _crop_share(value) -> bool:  # timm's crop_pct
+    return _positive_number(value) and value <= 1
+
+
 def _three_numbers(value) -> bool:
     return isinstance(value, list) and len(value) == 3 and all(
         _number(v) for v in value)
@@ -138,6 +142,7 @@ TIMM_PRETRAINED: Dict[str, Check] = {
     "std": (_three_numbers, "three numbers"),
     "label_names": _LABELS,
     "num_classes": (_count, "an integer >= 0"),
+    "crop_pct": (_crop_share, "a number above 0 and at most 1"),
 }
 
 

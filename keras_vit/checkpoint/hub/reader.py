@@ -45,6 +45,7 @@ otherwise). Every file read resolves inside the model's folder
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -99,6 +100,11 @@ class HubCheckpoint:
             rescale folded in), folded into the patch embedding.
         pre_logits_activation: str. The Keras activation of the pre-logits
             layer (a ViTModel's pooler_act), when there is one.
+        eval_resize: int or None. timm's evaluation resize at image_size:
+            floor(side / pretrained_cfg crop_pct) (timm's default crop_pct
+            0.875 where the config gives none), then the central crop;
+            None where the library resizes to the input directly
+            (transformers' ViTImageProcessor, a crop_pct of 1).
     """
 
     path: str
@@ -113,6 +119,7 @@ class HubCheckpoint:
     mean: Tuple[float, ...]
     std: Tuple[float, ...]
     pre_logits_activation: str = "tanh"
+    eval_resize: Optional[int] = None
 
 
 def _files(path: str) -> Tuple[str, str]:
@@ -334,3 +341,6 @@ def _set_sizes(settings: dict, spec, arrays, kind: str,
             settings, arrays, weights_path)
         settings.pop("pooling")
         settings.pop("stored_size")
+        side = min(settings["image_size"])
+        resize = math.floor(side / settings.pop("crop_pct"))
+        settings["eval_resize"] = resize if resize > side else None

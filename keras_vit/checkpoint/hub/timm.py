@@ -110,6 +110,9 @@ _TIMM_WHY = {
 # or std gets (timm's PretrainedCfg and resolve_data_config defaults).
 TIMM_DEFAULT_MEAN = (0.485, 0.456, 0.406)
 TIMM_DEFAULT_STD = (0.229, 0.224, 0.225)
+# timm.data's DEFAULT_CROP_PCT: what resolve_data_config gives a config
+# without crop_pct.
+TIMM_DEFAULT_CROP_PCT = 0.875
 _TIMM_NAME = re.compile(
     r"^(?:vit|deit)_(tiny|small|base|large|huge|giant)_patch(\d+)_(\d+)"
 )
@@ -266,6 +269,9 @@ def settings(spec: Dict[str, Any]) -> Dict[str, Any]:
         qkv_bias=args.get("qkv_bias", True),
         dynamic_img_pad=bool(args.get("dynamic_img_pad", False)),
         patch_size=patch_size(args.get("patch_size", 16)),
+        # timm's evaluation transform: resize to side / crop_pct, then the
+        # central crop (timm.data's default crop_pct where none is given).
+        crop_pct=float(pretrained.get("crop_pct") or TIMM_DEFAULT_CROP_PCT),
     )
 
 
