@@ -482,6 +482,22 @@ def test_an_image_size_of_too_many_tokens_is_refused_before_it_builds(
         _load(_copy(tmp_path, "timm_vit", edit))
 
 
+def test_hugging_face_id2label_with_a_gap_is_refused_by_name(tmp_path):
+    """id2label of 5 ids, one of them 9: transformers counts 5 labels,
+    and class 4 has no name; refused naming the ids, not a count error
+    later."""
+    def edit(config):
+        config["id2label"] = {"0": "cat", "1": "dog", "2": "bird",
+                              "3": "fish", "9": "frog"}
+        config["label2id"] = {v: int(k) for k, v in
+                              config["id2label"].items()}
+
+    with pytest.raises(UsageError, match=r"config.json id2label has ids up "
+                       r"to 9 but lacks \[4, 5, 6, 7, 8\]: its 5 ids must be "
+                       "0 to 4"):
+        _load(_copy(tmp_path, "hf_vit_classifier", edit))
+
+
 def test_hugging_face_qkv_bias_missing_from_the_file_is_refused(tmp_path):
     """qkv_bias true (transformers' default) but the file lacks a query
     bias: refused by name, as any missing array, not loaded as zeros."""

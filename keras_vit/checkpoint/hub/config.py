@@ -376,4 +376,12 @@ def class_names(labels, hf: bool = False) -> Optional[List[str]]:
         return None  # transformers' placeholder names
     if min(names) < 0:
         raise UsageError(f"config.json label id {min(names)} is negative.")
+    missing = sorted(set(range(max(names) + 1)) - set(names))
+    if hf and missing:
+        # transformers' num_labels is the count of id2label, whose ids must
+        # then be 0 .. count - 1: a gap names no class of the head.
+        raise UsageError(
+            f"config.json id2label has ids up to {max(names)} but lacks "
+            f"{shorten(repr(missing), 60)}: its {len(names)} ids must be "
+            f"0 to {len(names) - 1}, the head's classes. Fix the ids.")
     return [names.get(i, str(i)) for i in range(max(names) + 1)]
