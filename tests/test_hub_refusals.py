@@ -482,6 +482,35 @@ def test_an_image_size_of_too_many_tokens_is_refused_before_it_builds(
         _load(_copy(tmp_path, "timm_vit", edit))
 
 
+def test_a_classifier_of_no_labels_is_the_class_token_features(tmp_path):
+    """ViTForImageClassification with num_labels 0 builds an identity
+    classifier in transformers: no classifier arrays, the class token's
+    features; read as a features model, the same features as the
+    classifier's folder gives without its head. Without num_labels 0, a
+    missing classifier is still refused."""
+    def edit(config):
+        config.pop("id2label", None)
+        config.pop("label2id", None)
+        config["num_labels"] = 0
+
+    folder = _copy(tmp_path, "hf_vit_classifier")
+    path = os.path.join(folder, "model.safetensors")
+    arrays = safetensors.numpy.load_file(path)
+    safetensors.numpy.save_file(
+        {k: v for k, v in arrays.items() if not k.startswith("classifier.")},
+        path)
+    with pytest.raises(UsageError, match="hold no classifier.weight"):
+        _load(folder)
+    features = _load(_copy(tmp_path, "hf_vit_classifier", edit))
+    reference = loader.load_model(loader.HubSource(os.path.join(
+        FIXTURES, "hf_vit_classifier")), num_classes=0)
+    x = np.random.default_rng(0).uniform(
+        -1, 1, (2, *features.input_shape[1:])).astype(np.float32)
+    np.testing.assert_allclose(
+        keras.ops.convert_to_numpy(features(x)),
+        keras.ops.convert_to_numpy(reference(x)), atol=1e-5)
+
+
 def test_hugging_face_id2label_with_a_gap_is_refused_by_name(tmp_path):
     """id2label of 5 ids, one of them 9: transformers counts 5 labels,
     and class 4 has no name; refused naming the ids, not a count error

@@ -144,20 +144,23 @@ _HF_LAYER = {
 
 def map_huggingface(tensors, heads: int,
                      architecture: Optional[str] = None,
-                     qkv_bias: bool = True) -> Mapper:
+                     qkv_bias: bool = True,
+                     num_labels: Optional[int] = None) -> Mapper:
     """The arrays `architecture` (a transformers class, or None: every
     part the arrays hold) uses, in the official layout; the other class's
     part (the pooler beside a classifier, a classifier beside the pooler)
     is left out, as transformers leaves it out, and so are query/key/value
-    biases with `qkv_bias` False (transformers builds none: zeros)."""
+    biases with `qkv_bias` False (transformers builds none: zeros). A
+    classifier of `num_labels` 0 is transformers' identity: the class
+    token's features, a features model here."""
     prefix = "vit." if any(k.startswith("vit.") for k in tensors) else ""
     m = Mapper(tensors, prefix)
     if architecture is not None:
         skip = hub_config.HF_ARCHITECTURES[architecture]
         m.used.update(k for k in tensors if k.startswith(skip) or
                       k.startswith(prefix + skip))
-    if architecture == "ViTForImageClassification" and not any(
-            k.startswith("classifier.") for k in tensors):
+    if architecture == "ViTForImageClassification" and num_labels != 0 \
+            and not any(k.startswith("classifier.") for k in tensors):
         raise UsageError(
             "config.json architectures names ViTForImageClassification, but"
             " the weights hold no classifier.weight: transformers would "

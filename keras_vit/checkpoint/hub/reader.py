@@ -271,7 +271,8 @@ def _map_huggingface(spec, tensors, config_path: str):
                           config_path)
     mapper = hub_mapping.map_huggingface(
         tensors, settings["num_heads"], settings.pop("architecture"),
-        settings.pop("qkv_bias"))
+        settings.pop("qkv_bias"),
+        None if spec.get("id2label") else spec.get("num_labels"))
     return settings, mapper
 
 
