@@ -508,3 +508,18 @@ def test_describe_names_official_variants():
     for s, n in enumerate((3, 4, 9), start=1):
         shapes[f"block{s}/unit{n}/conv1/kernel"] = (1, 1, 64, 64)
     assert npz_layout.describe_arrays(shapes)["variant"] == "R50+B/16"
+
+
+def test_a_table_with_a_class_row_but_no_cls_array_says_so():
+    """17 tokens in a file without `cls`: not a square grid, but 4 x 4
+    and a class token's row, which the message says (a damaged file)."""
+    from keras_vit.checkpoint.posemb import square_grid
+    from keras_vit.errors import UsageError
+
+    assert square_grid(16) == (4, 4)
+    with pytest.raises(UsageError, match=r"17 = 4 x 4 \+ 1: a class "
+                       "token's row beside a square grid, whose `cls` array"):
+        square_grid(17)
+    with pytest.raises(UsageError) as info:
+        square_grid(18)
+    assert "class token" not in str(info.value)

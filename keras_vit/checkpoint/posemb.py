@@ -24,10 +24,16 @@ def square_grid(tokens: int, refusal: Optional[str] = None) -> Grid:
     with `refusal` (default: pass the grid as `posemb_grid`)."""
     side = math.isqrt(tokens)
     if side * side != tokens:
+        below = math.isqrt(tokens - 1) if tokens > 1 else 0
+        token_row = (
+            f" ({tokens} = {below} x {below} + 1: a class token's row "
+            "beside a square grid, whose `cls` array the file lacks; a "
+            "damaged or partly saved file)" if below * below == tokens - 1
+            else "")
         raise UsageError(refusal or (
             f"Cannot infer the patch grid of a position embedding with "
-            f"{tokens} patch tokens (not a square): pass its grid as "
-            "posemb_grid=(rows, cols)."
+            f"{tokens} patch tokens (not a square){token_row}: pass its "
+            "grid as posemb_grid=(rows, cols)."
         ))
     return side, side
 
