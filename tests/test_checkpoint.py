@@ -152,6 +152,13 @@ def test_training_checkpoint_prefix(tmp_path):
     assert [d[0] for d in report.dropped] == ["opt/state/step"]
     x = images(32)
     assert_close(model(x), ref.forward(arrays, x))
+    # The parameters beside their opt/target/ copies: two checkpoints in
+    # one file, refused (one of them was dropped as "optimizer state").
+    path = save(tmp_path / "both.npz", {**stored, **arrays})
+    with pytest.raises(ValueError, match=r"both.npz holds \d+ of the "
+                       "model's arrays twice, under opt/target/ and by their "
+                       "own names"):
+        checkpoint.load_npz(tiny(), path)
 
 
 @pytest.mark.parametrize("scan", [False, True])

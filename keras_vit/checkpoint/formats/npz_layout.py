@@ -34,7 +34,7 @@ def normalize_layout(
         (key, shape, reason) of arrays left out (optimizer state).
     """
     if any(k.startswith("opt/target/") for k in arrays):
-        return _from_training(arrays)
+        return _from_training(arrays, source)
     if not _is_big_vision(arrays):
         # Read lazily (`read_npz`), an array is inflated when looked up.
         official = arrays if isinstance(arrays, LazyArrays) else dict(arrays)
@@ -42,7 +42,8 @@ def normalize_layout(
     return _from_big_vision(arrays, source), "big_vision", []
 
 
-def _from_training(arrays: Arrays) -> Tuple[Arrays, str, list]:
+def _from_training(arrays: Arrays, source: str
+                   ) -> Tuple[Arrays, str, list]:
     """A training checkpoint's `opt/target/` arrays, the optimizer state
     ignored (never inflated when `arrays` is read lazily)."""
     ignored = []
@@ -52,6 +53,13 @@ def _from_training(arrays: Arrays) -> Tuple[Arrays, str, list]:
             names[key[len("opt/target/"):]] = key
         else:
             ignored.append((key, shape_of(arrays, key), "optimizer state"))
+    twice = sorted(set(names) & {k for k, _, _ in ignored})
+    if twice:
+        raise UsageError(
+            f"{source} holds {len(twice)} of the model's arrays twice, under "
+            f"opt/target/ and by their own names (first {twice[0]}): it is "
+            "no one checkpoint. Keep one of the two (the parameters alone, "
+            "or a training checkpoint).")
     return renamed(arrays, names), "official, opt/target/ prefix", ignored
 
 
