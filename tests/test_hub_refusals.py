@@ -511,6 +511,17 @@ def test_a_classifier_of_no_labels_is_the_class_token_features(tmp_path):
         keras.ops.convert_to_numpy(reference(x)), atol=1e-5)
 
 
+def test_a_multi_label_model_is_named_in_the_log(tmp_path, caplog):
+    """problem_type multi_label_classification: transformers scores each
+    label with a sigmoid; the log says these commands give a softmax."""
+    caplog.set_level("WARNING", logger="absl")
+    _load(_copy(tmp_path, "hf_vit_classifier", _set(
+        "problem_type", "multi_label_classification")))
+    assert "problem_type is multi_label_classification" in caplog.text
+    assert "(a softmax). The ranking of the labels is the same" in \
+        caplog.text
+
+
 def test_hugging_face_id2label_with_a_gap_is_refused_by_name(tmp_path):
     """id2label of 5 ids, one of them 9: transformers counts 5 labels,
     and class 4 has no name; refused naming the ids, not a count error

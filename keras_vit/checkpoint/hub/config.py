@@ -20,6 +20,8 @@ import math
 import os
 from typing import Any, Dict, List, Optional, Tuple
 
+from absl import logging
+
 from keras_vit.checkpoint.formats import untrusted
 from keras_vit.errors import UsageError, shorten
 
@@ -124,6 +126,13 @@ def hf_settings(spec: Dict[str, Any], folder: str,
             "default: " + ", ".join(f"{k} {HF_VIT_DEFAULTS[k]!r}"
                                     for k in nulls)
             + ") or leave the field out.")
+    if spec.get("problem_type") == "multi_label_classification":
+        logging.warning(
+            "%s: config.json's problem_type is multi_label_classification: "
+            "transformers scores each label on its own (a sigmoid of its "
+            "logit); keras-vit-predict, evaluation and exports give one "
+            "class's probability among all (a softmax). The ranking of the "
+            "labels is the same.", folder)
     act = spec.get("hidden_act", "gelu")
     if act not in HF_GELU:
         raise refuse("hidden_act", act, "an MLP activation that is not "
