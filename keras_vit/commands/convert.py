@@ -108,6 +108,11 @@ def _warn_not_carried(values: flags.FlagValues, source,
     resize = cli.source_resize(source, values.image_size)
     if resize:
         lost.append(f"its evaluation resize (pass --resize_size={resize})")
+    if source.kind == "hub":
+        lost.append("its library's way of resizing the position table (a "
+                    "--image_size given to the .keras file resizes it as "
+                    "keras_vit does: convert at the size you will use, "
+                    "--image_size here)")
     if lost:
         logging.warning(
             "%s does not keep %s of %s: give keras-vit-predict and "
