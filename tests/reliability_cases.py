@@ -148,10 +148,11 @@ _CASES = [
         "A run's newest checkpoint is truncated, and the run is given as "
         "`--model` (predict, evaluate, export, convert)",
         "The command warns and loads the newest complete checkpoint (ckpt-10 "
-        "when ckpt-20 is damaged); when none can be read, one line naming "
-        "each file, not a traceback.",
-        ("cannot be read", "loading the one before it",
-         "can be read: ckpt-20"),
+        "when ckpt-20 is damaged; one whose weights are not finite is passed "
+        "over alike); when none can be used, one line naming each file, not "
+        "a traceback.",
+        ("cannot be used", "loading the one before it",
+         "can be used: ckpt-20"),
     ),
     Case(
         "missing_latest_checkpoint", FAULT, "checkpoint",

@@ -398,7 +398,8 @@ def test_load_images_files_and_folders(tmp_path):
     Image.new("RGB", (20, 20), (9, 9, 9)).save(
         classes / "cat" / "album.jpg" / "d.png")
     images, names = cli.load_images([str(classes)], (16, 16))
-    assert names == ["d.png", "c.png"] and images.shape == (2, 16, 16, 3)
+    assert names == ["cat/album.jpg/d.png", "cat/c.png"]
+    assert images.shape == (2, 16, 16, 3)
     os.symlink(tmp_path / "gone.jpg", classes / "cat" / "link.jpg")
     with pytest.raises(cli.UsageError) as info:
         cli.load_images([str(classes)], (16, 16))

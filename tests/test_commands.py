@@ -667,9 +667,17 @@ def test_out_of_memory_is_one_line_naming_the_fix(capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["keras-vit-test: error: Out of memory (OOM when allocating "
                    "tensor with shape[1,4,1048577,1048577]): lower the batch "
-                   "size (config.input.batch_size, or --batch_size), the "
-                   "image size or the model, or run on a machine with more "
-                   "memory."], err
+                   "size, the image size or the model, or run on a machine "
+                   "with more memory."], err
+    # In the flags of the command: keras-vit-evaluate has both.
+    from keras_vit.commands import evaluate
+
+    values = flags.FlagValues()
+    evaluate.define_flags(values, ["keras-vit-evaluate"])
+    line = runner.out_of_memory(tf.errors.ResourceExhaustedError(
+        None, None, report), values)
+    assert "lower the batch size (config.input.batch_size or " \
+        "--batch_size)" in line
     assert runner.run("test", lambda values, argv: None, main,
                       ["keras-vit-test", "--verbose"]) == 1
     assert "Traceback" in capsys.readouterr().err

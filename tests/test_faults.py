@@ -446,16 +446,44 @@ def test_truncated_checkpoint_of_a_run_given_as_model(small_run, tmp_path):
     result = console.run("predict", [f"--model={workdir}", image])
     assert result.returncode == 0, result.stderr[-3000:]
     assert "digit.png: " in result.stdout
-    assert "ckpt-20 cannot be read" in result.stderr
+    assert "ckpt-20 cannot be used" in result.stderr
     warned = result.stderr
     truncate("ckpt-10")
     result = console.run("predict", [f"--model={workdir}", image])
     assert result.returncode == 1 and "Traceback" not in result.stderr
     (line,) = [x for x in result.stderr.splitlines()
                if x.startswith("keras-vit-predict: error: ")]
-    assert f"No checkpoint of {workdir} can be read: ckpt-20 (" in line
+    assert f"No checkpoint of {workdir} can be used: ckpt-20 (" in line
     assert "; ckpt-10 (" in line and "copy the run's checkpoints" in line
     check_says("truncated_checkpoint_as_model", warned + line)
+
+
+def test_a_checkpoint_of_nan_weights_is_passed_over_as_a_model(
+        small_run, tmp_path, caplog):
+    """A run given as a model whose newest checkpoint holds NaN weights
+    (it diverged after the one before): the one before is loaded, with a
+    warning naming the variable."""
+    from keras_vit import build
+
+    workdir = _copy(small_run, tmp_path)
+    config = wd.read_config(workdir)
+    model, optimizer = build.build_run(
+        config, wd.num_classes(config.model, workdir))
+    optimizer.build(model.trainable_variables)
+    ckpt = tf.train.Checkpoint(model=model, optimizer=optimizer)
+    newest = os.path.join(ckpt_dir(workdir), "ckpt-20")
+    ckpt.read(newest).expect_partial()
+    variable = model.trainable_variables[0]
+    variable.assign(np.full(variable.shape, np.nan, variable.dtype))
+    ckpt.write(newest)
+    caplog.set_level("WARNING", logger="absl")
+    got = wd.restore_model(workdir, use_ema=False)
+    assert "ckpt-20 cannot be used" in caplog.text
+    assert "holds NaN or infinite values" in caplog.text
+    want = wd.restore_model(workdir, use_ema=False, checkpoint=os.path.join(
+        ckpt_dir(workdir), "ckpt-10"))
+    for a, b in zip(got.weights, want.weights):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
 
 
 @covers("missing_latest_checkpoint")

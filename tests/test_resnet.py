@@ -156,18 +156,9 @@ def test_stem_config_round_trip_and_errors():
 
 
 def _tiny_hybrid(**kw):
-    return create_model(
-        None,
-        num_classes=3,
-        image_size=32,
-        patch_size=1,
-        hidden_size=32,
-        num_layers=1,
-        num_heads=2,
-        mlp_dim=64,
-        resnet_layers=(1,),
-        **kw,
-    )
+    sizes = dict(num_classes=3, image_size=32, patch_size=1, hidden_size=32,
+                 num_layers=1, num_heads=2, mlp_dim=64, resnet_layers=(1,))
+    return create_model(None, **{**sizes, **kw})
 
 
 def test_tiny_hybrid_keras_file_round_trip(tmp_path):
@@ -232,3 +223,17 @@ def test_tiny_hybrid_on_jax_backend_matches_numpy():
     )
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
     assert "relative error" in result.stdout
+
+
+def test_a_hybrid_keras_file_at_a_large_size_loads(tmp_path):
+    """The size check of a .keras file counts a hybrid's position table
+    in tokens of its total stride (patch 1 on a stride-4 ResNet: 256 x
+    256 tokens at 1,024), not of its patch alone (16 times as many,
+    which refused the file as crafted)."""
+    from keras_vit.checkpoint.formats import keras_file
+
+    model = _tiny_hybrid(image_size=1024, hidden_size=16, mlp_dim=16)
+    path = str(tmp_path / "hybrid_1024.keras")
+    model.save(path)
+    loaded = keras_file.read_keras_model(path)
+    assert loaded.input_shape[1:3] == (1024, 1024)

@@ -35,10 +35,12 @@ JSON_NAME = "analysis.json"
 
 
 
-def _list_images(paths: Sequence[str]) -> List[str]:
-    """The image files of `paths`: files as given, a local folder searched
-    with its sub-folders as keras-vit-predict does (class folders
-    included), a remote one (gs://) at its top level."""
+def _list_images(paths: Sequence[str]) -> List[Tuple[str, str]]:
+    """(file, name) of the images of `paths`: files as given (named by
+    their file name), a local folder searched with its sub-folders as
+    keras-vit-predict does (class folders included; named by the path
+    inside it, so that cat/1.jpg and dog/1.jpg stay apart), a remote one
+    (gs://) at its top level."""
     files = []
     for path in paths:
         if tf.io.gfile.isdir(path):
@@ -53,9 +55,9 @@ def _list_images(paths: Sequence[str]) -> List[str]:
                     f"No images ({', '.join(IMAGE_EXTENSIONS)}) in folder "
                     f"{path!r} or its sub-folders."
                 )
-            files.extend(found)
+            files.extend((f, os.path.relpath(f, path)) for f in found)
         elif tf.io.gfile.exists(path):
-            files.append(path)
+            files.append((path, os.path.basename(path)))
         else:
             raise UsageError(f"Image {path!r} does not exist (or is a "
                              "link to nothing).")
@@ -75,7 +77,7 @@ def load_images(
     """
     files = _list_images(paths)
     images = []
-    for file in files:
+    for file, _ in files:
         try:
             data = tf.io.gfile.GFile(file, "rb").read()
             image = preprocessing.decode_image(tf.constant(data))
@@ -90,7 +92,7 @@ def load_images(
                 f"WebP): {reason.rstrip('.')}."
             ) from None
         images.append(preprocessing.preprocess_eval(image, size).numpy())
-    return np.stack(images), [os.path.basename(f) for f in files]
+    return np.stack(images), [name for _, name in files]
 
 
 def digits_images(

@@ -325,8 +325,9 @@ def check_finite(value, name: str, source: str) -> None:
         raise UsageError(
             f"{source}: {name} holds {count:,} NaN or infinite value(s) of "
             f"{value.size:,}: the checkpoint was saved from a run that "
-            "diverged, or is damaged. Use another checkpoint (an earlier "
-            "one of the run, or the released file).")
+            "diverged, or is damaged. Use another checkpoint (of a training "
+            "run, its workdir: the newest checkpoint with finite weights "
+            "is loaded).")
 
 
 def _assign(model: keras.Model, params: Sequence[Param], arrays: Arrays,
@@ -336,9 +337,10 @@ def _assign(model: keras.Model, params: Sequence[Param], arrays: Arrays,
     for param in params:
         if any(k in bad or k not in arrays for k in param.keys):
             continue
-        for key in param.keys:
-            check_finite(arrays[key], key, report.path)
-        value = param.from_file([arrays[k] for k in param.keys])
+        stored = [arrays[k] for k in param.keys]  # each inflated once
+        for key, array in zip(param.keys, stored):
+            check_finite(array, key, report.path)
+        value = param.from_file(stored)
         dtype = keras.backend.standardize_dtype(param.variable.dtype)
         param.variable.assign(np.asarray(value).astype(dtype))
         report.loaded.extend(param.keys)

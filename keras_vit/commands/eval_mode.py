@@ -79,8 +79,11 @@ def evaluate(values, source, strategy) -> Dict:
         model = cli.load_flagged_model(values, source, head="evaluate")
     # The model's resolution, square or not.
     image_size = tuple(int(n) for n in model.input_shape[1:3])
-    inp = eval_input(values, run, image_size,
-                     None if run else cli.resize_size(values, source))
+    # --resize_size (checked against the model), else without a run's
+    # config the model's own (a timm model's crop_pct).
+    resize = (cli.resize_size(values, source, model)
+              if values.resize_size is not None or run is None else None)
+    inp = eval_input(values, run, image_size, resize)
     resize = inp.pp.eval_resize_size
     logging.info("Evaluating at %s x %s (%s).", *image_size,
                  f"resized to {resize}, then the central crop" if resize
@@ -145,9 +148,10 @@ def eval_input(values, run, image_size, resize_size=None):
     """The `config.input` section --mode=eval reads: the run's data
     source and evaluation preprocessing (its config, or --workdir's; its
     eval_resize_size scaled from its model.image_size to `image_size`),
-    --dataset and --data_dir where given; without a run, the model's
-    own evaluation resize (`resize_size`: a timm model's)."""
-    fields = {"pp": {"eval_resize_size": resize_size}} if resize_size else {}
+    --dataset and --data_dir where given; `resize_size` (--resize_size,
+    or without a run the model's own: a timm model's) in place of the
+    run's."""
+    fields = {}
     if run is not None:
         fields = {k: run.input[k] for k in (
             "dataset", "data_dir", "image_key", "label_key", "vtab_task",
@@ -155,6 +159,8 @@ def eval_input(values, run, image_size, resize_size=None):
         fields["pp"] = {"eval_resize_size": cli.scaled_resize(
             run.input.pp.eval_resize_size, run.model.image_size,
             image_size)}
+    if resize_size:
+        fields["pp"] = {"eval_resize_size": resize_size}
     if values.dataset:
         fields.update(dataset=values.dataset, vtab_task=None)
     if values.data_dir:

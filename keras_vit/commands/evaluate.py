@@ -83,6 +83,7 @@ def define_flags(values: flags.FlagValues, argv: Sequence[str]) -> None:
     flags.DEFINE_integer("batch_size", None, "eval: global batch size.",
                          flag_values=values)
     cli.define_class_names_file(values)
+    cli.define_resize_size(values)
 
 
 def _source(values: flags.FlagValues):
@@ -196,7 +197,7 @@ def _nothing_ran(what: str, not_run: Dict[str, str]) -> str:
 # The flags of some modes only: each with the modes that read it.
 _MODE_FLAGS = {"tasks": ("vtab",), "dataset": ("eval",), "split": ("eval",),
                "data_dir": ("eval",), "batch_size": ("eval",),
-               "class_names_file": ("eval",)}
+               "class_names_file": ("eval",), "resize_size": ("eval",)}
 
 
 def _main(values: flags.FlagValues, args: list) -> None:

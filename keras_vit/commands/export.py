@@ -152,7 +152,7 @@ def export(values: flags.FlagValues) -> str:
             quantization=values.quantization,
             class_names=class_names(values, source),
             verify=not values.no_verify,
-            resize_size=cli.resize_size(values, source),
+            resize_size=cli.resize_size(values, source, model),
         )
     return saved_model.export_model(
         model,
@@ -162,7 +162,7 @@ def export(values: flags.FlagValues) -> str:
         top_k=values.top_k,
         warmup_images=warmup_images(values),
         version=values.version,
-        resize_size=cli.resize_size(values, source),
+        resize_size=cli.resize_size(values, source, model),
         serving_base_dir=values.serving_base_dir,
         verify=not values.no_verify,
         dynamic_size=values.dynamic_size,

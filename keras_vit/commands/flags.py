@@ -266,18 +266,26 @@ def define_resize_size(values: flags.FlagValues) -> None:
     flags.DEFINE_integer(
         "resize_size", None,
         "Resize to this, then center-crop to the input size, as evaluation "
-        "does with the same setting; default: resize directly (a training "
-        "workdir: the run's eval_resize_size).", flag_values=values,
+        "does with the same setting; default: the model's own (a training "
+        "workdir's eval_resize_size, a timm model's crop_pct), else resize "
+        "directly.", flag_values=values,
     )
 
 
-def resize_size(values: flags.FlagValues,
-                source: loader.Source) -> Optional[int]:
+def resize_size(values: flags.FlagValues, source: loader.Source,
+                model: Optional[keras.Model] = None) -> Optional[int]:
     """--resize_size, else the source's evaluation resize (a training
     workdir's eval_resize_size, the preprocessing the run evaluated with,
     which serving must match; a timm model's crop_pct), scaled to
     --image_size when that differs from the source's (`source_resize`)."""
     if hint(values, "resize_size") is not None:
+        size = model.input_shape[1:3] if model is not None else ()
+        if values.resize_size < max([1, *(int(n or 0) for n in size)]):
+            raise UsageError(
+                f"--resize_size {values.resize_size} is smaller than the "
+                f"model's input {'x'.join(str(n) for n in size) or 1}: the "
+                "central crop is taken from the resized image, so give at "
+                "least its longer side (or leave --resize_size out).")
         return values.resize_size
     resize = source_resize(source, hint(values, "image_size"))
     if resize and source.run_config() is None:

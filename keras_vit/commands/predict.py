@@ -194,7 +194,7 @@ def predictor(values, source) -> Callable:
     if source.kind == "litert":
         return litert_predictor(source.path, values.resize_size)
     model = cli.load_flagged_model(values, source, head="predict with")
-    return keras_predictor(model, cli.resize_size(values, source))
+    return keras_predictor(model, cli.resize_size(values, source, model))
 
 
 def top_k(probabilities: np.ndarray, names: Sequence[str], k: int):

@@ -314,8 +314,8 @@ def run(
         if verbose:  # the allocation's traceback, then the line
             print("".join(traceback.format_exception(error)),
                   file=sys.stderr, end="", flush=True)
-        return report(UsageError(out_of_memory(error)), program, False,
-                      values)
+        return report(UsageError(out_of_memory(error, values)), program,
+                      False, values)
     except Preempted as error:
         report(error, program, verbose, values, kind=error.kind)
         return PREEMPTED_EXIT_CODE
@@ -324,18 +324,25 @@ def run(
     return 0 if status is None else int(status)
 
 
-def out_of_memory(error: BaseException) -> str:
-    """The line for a run out of memory: TensorFlow's allocation that
-    failed (its first line, without the allocator's report) and the
-    fix."""
+def out_of_memory(error: BaseException,
+                  values: Optional[flags.FlagValues] = None) -> str:
+    """The line for a run out of memory (or another resource TensorFlow
+    ran out of): its allocation that failed (the first line, without the
+    allocator's report) and the fix, in the flags the command has."""
     first = (str(getattr(error, "message", error)) or "").strip()
     match = re.search(r"OOM when allocating tensor with shape\s*\[[^\]]*\]",
                       first)
     what = match.group(0) if match else first.splitlines()[0][:200] \
         if first else type(error).__name__
-    return (f"Out of memory ({what}): lower the batch size "
-            "(config.input.batch_size, or --batch_size), the image size or "
-            "the model, or run on a machine with more memory.")
+    memory = bool(match) or isinstance(error, MemoryError)
+    batch = [flag for flag, name in (("config.input.batch_size", "config"),
+                                     ("--batch_size", "batch_size"))
+             if values is not None and name in values]
+    lower = (f"the batch size ({' or '.join(batch)}), " if batch
+             else "the batch size, ")
+    return (f"{'Out of memory' if memory else 'Resources exhausted'} "
+            f"({what}): lower {lower}the image size or the model, or run "
+            "on a machine with more memory.")
 
 
 def _interrupted(error: KeyboardInterrupt, program: str,

@@ -148,10 +148,15 @@ def _has_subfolder(path: str) -> bool:
                for n in _listdir(path))
 
 
-def _images(folder: str, name: str) -> List[Tuple[str, str]]:
-    """(path, class `name`) of the images directly in `folder`."""
+def _images(folder: str, name: str, note_nested: bool = True
+            ) -> List[Tuple[str, str]]:
+    """(path, class `name`) of the images directly in `folder`; with
+    `note_nested` (a class folder being listed, not a folder probed for
+    the layout: a question per entry, each a request on gs://), its
+    sub-folders noted as not read."""
     names = sorted(_listdir(folder))
-    _nested(folder, names)
+    if note_nested:
+        _nested(folder, names)
     return [(os.path.join(folder, f), name) for f in _images_of(names)]
 
 
@@ -196,7 +201,7 @@ def _split_folders(root: str) -> Dict[str, List[Tuple[str, str]]]:
     found: Dict[str, str] = {}
     for split, classes in sorted(list_class_folders(root).items()):
         # Train/, VAL/ are the splits train and val, as they are found.
-        key = split.lower() if split.lower() in SPLIT_NAMES else split
+        key = _split_key(split)
         if key in found:
             raise UsageError(
                 f"Image folder {root} has both {found[key]}/ and {split}/: "
@@ -229,9 +234,9 @@ def _layout(root: str) -> Dict[str, List[Tuple[str, str]]]:
     tops = _subdirs(root)
     splits = [d for d in tops if d.lower() in SPLIT_NAMES
               and _has_subfolder(os.path.join(root, d))]
-    if not splits and any(_images(os.path.join(root, d), d) for d in tops):
+    if not splits and any(_images(os.path.join(root, d), d, False)
+                          for d in tops):
         _NOT_READ.clear()  # counted again as the class folders are listed
-        _NESTED.clear()
         loose = [n for n in _listdir(root) if _is_image(n)]
         if loose:
             logging.warning(
@@ -241,13 +246,13 @@ def _layout(root: str) -> Dict[str, List[Tuple[str, str]]]:
                 shorten(", ".join(sorted(loose)), 80))
         return _held_out(_class_folders(root, ""))
     # (Without a split-named folder, none of the tops holds an image.)
-    stray = [d for d in tops if splits and _images(os.path.join(root, d), d)]
+    stray = [d for d in tops
+             if splits and _images(os.path.join(root, d), d, False)]
     if stray:  # images beside the class folders of a split
         logging.warning(
             "Image folder %s: the images directly in %s are in no class "
             "folder (<split>/<class>/) and are not read.", root,
             ", ".join(f"{d}/" for d in stray))
-    _NESTED.clear()  # the split folders' class folders: counted anew
     return _split_folders(root)
 
 
@@ -263,7 +268,7 @@ def check_training_classes(root: str, train_split: str) -> None:
         raise UsageError(
             f"Image folder {root} has one class ({names[0]}): a classifier "
             "needs at least two class folders.")
-    train = files.get(parse_split(train_split)[0])
+    train = files.get(_split_key(parse_split(train_split)[0]))
     untrained = sorted(set(names) - {n for _, n in train}) if train else []
     if untrained:
         splits = sorted(s for s, pairs in files.items()
@@ -340,6 +345,12 @@ _SPLIT_FIX = (
     "valid or test.")
 
 
+def _split_key(name: str) -> str:
+    """A split's key in the folder index: train, val, ... whatever their
+    case on disk or in a config (Train/ is train)."""
+    return name.lower() if name.lower() in SPLIT_NAMES else name
+
+
 def resolve_split(root: str, split: str) -> str:
     """`split` of the image folder `root` with its alternatives ("val|test":
     the first of them that the folder has) made the one it has; the slice
@@ -348,7 +359,7 @@ def resolve_split(root: str, split: str) -> str:
     if "|" not in name:
         return split
     index, _ = folder_index(root)
-    choices = [n.strip() for n in name.split("|")]
+    choices = [_split_key(n.strip()) for n in name.split("|")]
     found = next((n for n in choices if n in index), None)
     if found is None:
         raise UsageError(
@@ -362,6 +373,7 @@ def folder_split(root: str, split: str) -> Tuple[List[str], np.ndarray]:
     """(file paths, labels) of a (sliced) split of an image folder."""
     index, _ = folder_index(root)
     name, bounds = parse_split(resolve_split(root, split))
+    name = _split_key(name)
     if name not in index:
         raise UsageError(
             f"Image folder {root} has no split {name!r} with images; it has "

@@ -27,6 +27,7 @@ import os
 import re
 from typing import Any, List, Optional
 
+import numpy as np
 import tensorflow as tf
 from absl import logging
 
@@ -230,30 +231,46 @@ def restore_model(workdir: str, *, use_ema: bool = True, checkpoint=None):
         config, num_classes(config.model, workdir))
     optimizer.build(model.trainable_variables)
     ckpt = tf.train.Checkpoint(model=model, optimizer=optimizer)
+    ema = use_ema and getattr(optimizer, "use_ema", False)
     damaged = []
     for i, path in enumerate(paths):
         try:
             check_checkpoint(path, model)
             ckpt.read(path).expect_partial()
-            break
+            why = _nonfinite(ema_variables(optimizer) if ema
+                             else model.weights)
+            if why is None:
+                break
         except DAMAGE as error:  # a truncated or missing file
             why = " ".join(str(error).split())[:120]
-            damaged.append(f"{os.path.basename(path)} ({why})")
-            if i + 1 < len(paths):
-                logging.warning("Checkpoint %s cannot be read (%s): "
-                                "loading the one before it.", path, why)
+        damaged.append(f"{os.path.basename(path)} ({why})")
+        if i + 1 < len(paths):
+            logging.warning("Checkpoint %s cannot be used (%s): loading the "
+                            "one before it.", path, why)
     else:
         raise UsageError(
-            f"No checkpoint of {workdir} can be read: {'; '.join(damaged)}. "
-            "The files are damaged or incomplete (a full disk, an "
-            "interrupted copy): copy the run's checkpoints again."
+            f"No checkpoint of {workdir} can be used: {'; '.join(damaged)}. "
+            "Files damaged or incomplete (a full disk, an interrupted copy): "
+            "copy the run's checkpoints again; weights that are not finite: "
+            "the run diverged before its first checkpoint (train it again "
+            "with a lower learning rate)."
         )
-    if use_ema and getattr(optimizer, "use_ema", False):
+    if ema:
         for var, avg in zip(
             model.trainable_variables, ema_variables(optimizer)
         ):
             var.assign(avg)
     return model
+
+
+def _nonfinite(variables) -> Optional[str]:
+    """What the first variable holding NaN or an infinity is, or None."""
+    for variable in variables:
+        value = variable.numpy()
+        if value.dtype.kind == "f" and not np.isfinite(value).all():
+            return f"{getattr(variable, 'path', variable.name)} holds NaN " \
+                "or infinite values"
+    return None
 
 
 REMOTE_FIX = ("Check the path and your credentials; gs:// paths need "

@@ -324,7 +324,10 @@ def _resume_and_run(saved_config: Dict, init, plan: loop.Plan,
     """Resumes from the latest checkpoint (or initialises from `init`),
     records the run's config and class names, and runs the host loop."""
     trainer, writer = run.trainer, run.writer
-    check_same_classes(run.workdir, writer.ckpt_dir, run.info.class_names)
+    # An MPP run reads no labels: its head predicts colours, not classes.
+    mpp = saved_config.get("objective", {}).get("mpp", {}).get("enabled")
+    check_same_classes(run.workdir, writer.ckpt_dir,
+                       None if mpp else run.info.class_names)
     latest = restore_latest(items, writer.ckpt_dir)
     if latest:
         logging.info(

@@ -15,6 +15,7 @@ from typing import Any, Dict
 
 import keras
 
+from keras_vit.architecture import total_stride
 from keras_vit.checkpoint.formats import untrusted
 from keras_vit.checkpoint.formats.npz import open_for_reading
 from keras_vit.errors import UsageError, one_line
@@ -107,8 +108,12 @@ def _layer_parameters(fields: Dict[str, Any], build: Any) -> int:
         size = arch.get("image_size")
         sides = size if isinstance(size, list) and len(size) == 2 else [
             size, size]
-        grid = (_positive(sides[0]) // patch) * (_positive(sides[1]) // patch
-                                                 ) if patch else 0
+        # Pixels per token: a hybrid's patch is on the ResNet's output.
+        layers = arch.get("resnet_layers")
+        stride = total_stride(patch, layers if isinstance(layers, list) and all(
+            _positive(n) for n in layers) else None) if patch else 0
+        grid = (_positive(sides[0]) // stride) * (
+            _positive(sides[1]) // stride) if stride else 0
         # The position table: one row a token, however large the image.
         return (depth * (4 * width * width + 2 * width * mlp)
                 + patch * patch * width + grid * width

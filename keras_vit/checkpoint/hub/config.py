@@ -317,9 +317,9 @@ def check_hf_shapes(spec: Dict[str, Any], info: Dict[str, Any]) -> None:
         "pooler_output_size": info["representation_size"],
     }
     labels, count = spec.get("id2label"), spec.get("num_labels")
-    if (labels or count is not None
+    if (labels is not None or count is not None
             or hf_architecture(spec) == "ViTForImageClassification"):
-        defaults["num_labels"] = _num_labels(labels, count)
+        defaults["num_labels"] = num_labels(labels, count)
         found["num_labels"] = info["num_classes"]
     for field, value in found.items():
         given = defaults[field] if field == "num_labels" else (
@@ -335,18 +335,20 @@ def check_hf_shapes(spec: Dict[str, Any], info: Dict[str, Any]) -> None:
             raise disagree(field, given, value)
 
 
-def _num_labels(labels, count) -> int:
+def num_labels(labels, count) -> int:
     """The classifier width transformers' PretrainedConfig builds:
     id2label's length, else num_labels (LABEL_0 .. LABEL_{n-1}), else 2.
     num_labels beside an id2label of another length (transformers warns
     and drops it) is refused: the folder says two things."""
-    if labels and count is not None and count != len(labels):
+    if labels is None:  # left out (or null): num_labels, else 2
+        return 2 if count is None else count
+    if count is not None and count != len(labels):
         raise UsageError(
             f"config.json num_labels={count!r} disagrees with its id2label "
             f"({len(labels)} names): transformers keeps id2label's and "
             "warns. Remove num_labels or make the two agree."
         )
-    return len(labels) if labels else (2 if count is None else count)
+    return len(labels)  # {}: 0, the identity head save_pretrained records
 
 
 def check_hf_grid(spec, arrays, grid, weights_path: str) -> None:

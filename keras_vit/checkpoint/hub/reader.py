@@ -100,11 +100,12 @@ class HubCheckpoint:
             rescale folded in), folded into the patch embedding.
         pre_logits_activation: str. The Keras activation of the pre-logits
             layer (a ViTModel's pooler_act), when there is one.
-        eval_resize: int or None. timm's evaluation resize at image_size:
-            floor(side / pretrained_cfg crop_pct) (timm's default crop_pct
-            0.875 where the config gives none), then the central crop;
-            None where the library resizes to the input directly
-            (transformers' ViTImageProcessor, a crop_pct of 1).
+        eval_resize: int or None. timm's evaluation resize of a square
+            model: floor(side / pretrained_cfg crop_pct) (timm's default
+            crop_pct 0.875 where the config gives none), then the central
+            crop; None where the library resizes to the input directly
+            (transformers' ViTImageProcessor, a crop_pct of 1) or the
+            model is not square.
     """
 
     path: str
@@ -272,7 +273,7 @@ def _map_huggingface(spec, tensors, config_path: str):
     mapper = hub_mapping.map_huggingface(
         tensors, settings["num_heads"], settings.pop("architecture"),
         settings.pop("qkv_bias"),
-        None if spec.get("id2label") else spec.get("num_labels"))
+        hub_config.num_labels(spec.get("id2label"), spec.get("num_labels")))
     return settings, mapper
 
 
@@ -342,6 +343,9 @@ def _set_sizes(settings: dict, spec, arrays, kind: str,
             settings, arrays, weights_path)
         settings.pop("pooling")
         settings.pop("stored_size")
-        side = min(settings["image_size"])
-        resize = math.floor(side / settings.pop("crop_pct"))
-        settings["eval_resize"] = resize if resize > side else None
+        # A square model's (a crop of another shape than its resize is
+        # what timm's crop_mode picks: not taken over).
+        rows, cols = settings["image_size"]
+        resize = math.floor(rows / settings.pop("crop_pct"))
+        settings["eval_resize"] = (resize if rows == cols and resize > rows
+                                   else None)
