@@ -170,7 +170,7 @@ def test_the_evaluation_resize_travels_with_the_file(model, tmp_path,
     assert cli.main(["keras-vit-export", "--format=litert", "--overwrite",
                      f"--model={tmp_path / 'vit.keras'}",
                      f"--export_dir={tmp_path}", "--resize_size=20"]) == 1
-    assert "resize_size 20 is smaller than the input size" in (
+    assert "--resize_size 20 is smaller than the model's input 32x32" in (
         capsys.readouterr().err)
 
 

@@ -242,7 +242,8 @@ def load_flagged_model(values: flags.FlagValues,
             f"MPP encoder): nothing to {head}. Fine-tune it first "
             f"(keras-vit-train --config.init.model={source.path} ...)."
         )
-    if not any(np.any(w.numpy()) for w in model.get_layer("head").weights):
+    head = getattr(getattr(model, "parts", None), "head", None)
+    if head is not None and not any(np.any(w.numpy()) for w in head.weights):
         # The ImageNet-21k releases' heads (zeroed for fine-tuning), or a
         # model never trained: every class scores alike.
         logging.warning(
