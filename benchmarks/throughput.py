@@ -970,6 +970,13 @@ def configurations(args: argparse.Namespace) -> List[Tuple[str, bool]]:
     return [(mode, xla) for mode in args.modes for xla in xlas]
 
 
+def _shown_folder(folder: str) -> str:
+    """A --compare_tree folder as the notes name it: relative to the
+    current folder when inside it (a checkout's `.before`), else whole."""
+    relative = os.path.relpath(folder)
+    return folder if relative.startswith("..") else relative
+
+
 def run_benchmarks(args: argparse.Namespace) -> Dict[str, Any]:
     """dict. Measures everything one process can (one Keras backend)."""
     if args.dtype == "bfloat16":
@@ -979,7 +986,7 @@ def run_benchmarks(args: argparse.Namespace) -> Dict[str, Any]:
     models = (["keras_vit", *args.trees]
               + ([ONE_PATH] if args.compare_one_path else [])
               + ([DPA] if args.compare_dpa else []))
-    notes = [f"{name}: keras_vit from {os.path.relpath(folder)}"
+    notes = [f"{name}: keras_vit from {_shown_folder(folder)}"
              for name, folder in args.trees.items()]
     hub = keras_hub_available() if args.compare_keras_hub else None
     if args.compare_keras_hub and hub is None:
