@@ -296,8 +296,9 @@ def test_two_workers_preempted_resume_with_identical_weights(tmp_path):
             == results[1]["metrics"]["test_accuracy"])
     assert results[0]["metrics"]["test_examples"] == 360
     names = [os.path.relpath(p, workdir) for p in results[0]["written"]]
-    assert {"config.json", "labels.txt", "train", "eval",
-            "metrics.json"} <= set(names)
+    assert {"config.json", "train", "eval", "metrics.json"} <= set(names)
+    assert "labels.txt" not in names  # the run's own, kept on resume
+    assert os.path.exists(os.path.join(workdir, "labels.txt"))
     assert results[1]["written"] == []  # the other worker writes nothing
     assert not os.path.exists(state.scratch_dir(workdir, "worker1"))
     weights = [np.load(tmp_path / f"weights{i}.npz") for i in range(2)]

@@ -243,16 +243,15 @@ def load_flagged_model(values: flags.FlagValues,
             f"(keras-vit-train --config.init.model={source.path} ...)."
         )
     head = getattr(getattr(model, "parts", None), "head", None)
-    if head is not None and not any(np.any(w.numpy()) for w in head.weights):
-        # The ImageNet-21k releases' heads (zeroed for fine-tuning), or a
-        # model never trained: every class scores alike.
+    if source.kind in ("npz", "hub") and head is not None and not any(
+            np.any(w.numpy()) for w in head.weights):
+        # A checkpoint file's head of zeros: the ImageNet-21k releases'
+        # (zeroed for fine-tuning); every class scores alike.
         logging.warning(
-            "%s's classification head is all zeros (as the ImageNet-21k "
-            "releases ship it, for fine-tuning): every class gets the same "
-            "score for every image. Fine-tune it first "
-            "(keras-vit-train --config.init.model=%s ...), or use a "
-            "fine-tuned model (e.g. imagenet21k+imagenet2012/ViT-B_16).",
-            source.path, source.path)
+            "%s's classification head is all zeros, as the ImageNet-21k "
+            "releases ship it: every class scores alike. Fine-tune it "
+            "first (--config.init.model), or use a fine-tuned release.",
+            source.path)
     wanted, width = hint(values, "num_classes"), int(model.output_shape[-1])
     if wanted is not None and wanted != width:
         raise UsageError(
