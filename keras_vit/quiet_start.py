@@ -54,10 +54,12 @@ _NO_GPU = (
 # LiteRT's delegate notice.
 RUN_NOTICES = (
     r"jpeg_mem\.cc:\d+\] (Premature end of JPEG|Corrupt JPEG data)",
-    r"^(Corrupt JPEG data|Premature end of JPEG (file|data))\b",
+    # (Anywhere in a line: a progress line without its line end, such as
+    # keras-vit-predict's, may come first; the fragment goes with it.)
+    r"(^|\r|images)(Corrupt JPEG data|Premature end of JPEG (file|data))\b",
     # libjpeg, when a JPEG ends inside its header (the decoder's error
     # names the file's fault).
-    r"^Improper call to JPEG library in state \d+$",
+    r"(^|\r|images)Improper call to JPEG library in state \d+$",
     # LiteRT's interpreter, on every .tflite it runs (export's check,
     # predict): a notice about its CPU kernels, not about the run.
     r"^INFO: Created TensorFlow Lite XNNPACK delegate for CPU\.$",

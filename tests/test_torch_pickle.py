@@ -369,7 +369,7 @@ def test_links_bombs_user_models_and_odd_configs_in_a_child():
     done = _hostile_child(1, ROUND_THREE, timeout=300)
     _check_hostile(done)
     by_label = {r["label"]: r for r in done}
-    assert len(by_label) == 21
+    assert len(by_label) == 22
     for label in ("weights", "config", "processor", "other_repository_blob"):
         assert "is a link to" in by_label[f"link:{label}"]["message"]
         assert "elsewhere" in by_label[f"link:{label}"]["message"] or (
