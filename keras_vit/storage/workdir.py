@@ -218,12 +218,8 @@ def restore_model(workdir: str, *, use_ema: bool = True, checkpoint=None):
     """
     config = read_config(workdir)
     directory = os.path.join(workdir, CHECKPOINTS)
-    state = tf.train.get_checkpoint_state(directory)
-    paths = [checkpoint] if checkpoint else [] if state is None else [
-        state.model_checkpoint_path] + [
-            p for p in reversed(state.all_model_checkpoint_paths)
-            if p != state.model_checkpoint_path]
-    if not paths or not paths[0]:
+    paths = [checkpoint] if checkpoint else listed_checkpoints(directory)
+    if not paths:
         raise FileNotFoundError(
             f"No checkpoint in {directory}: the run has not saved one yet."
         )
@@ -261,6 +257,17 @@ def restore_model(workdir: str, *, use_ema: bool = True, checkpoint=None):
         ):
             var.assign(avg)
     return model
+
+
+def listed_checkpoints(directory: str) -> List[str]:
+    """The checkpoints the state file of `directory` lists, newest first
+    (its latest, then the others newest to oldest); [] when none is."""
+    state = tf.train.get_checkpoint_state(directory)
+    if state is None or not state.model_checkpoint_path:
+        return []
+    return [state.model_checkpoint_path] + [
+        p for p in reversed(state.all_model_checkpoint_paths)
+        if p != state.model_checkpoint_path]
 
 
 def _nonfinite(variables) -> Optional[str]:

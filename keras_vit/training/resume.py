@@ -39,13 +39,9 @@ def restore_latest(items: dict, ckpt_dir: str) -> Optional[str]:
     Returns:
         str or None. The checkpoint restored; None if none is listed.
     """
-    state = tf.train.get_checkpoint_state(ckpt_dir)
-    if state is None or not state.model_checkpoint_path:
+    candidates = wd.listed_checkpoints(ckpt_dir)
+    if not candidates:
         return None
-    candidates = [state.model_checkpoint_path] + [
-        p for p in reversed(state.all_model_checkpoint_paths)
-        if p != state.model_checkpoint_path
-    ]
     problems = []
     for path in candidates:
         try:
@@ -100,9 +96,8 @@ def check_same_classes(workdir: str, ckpt_dir: str, class_names) -> None:
     """Refuses to resume a run whose data now names other classes than
     the run's labels.txt (a class folder renamed, added or removed): the
     head's outputs would change meaning under its trained weights."""
-    state = tf.train.get_checkpoint_state(ckpt_dir)
     saved = wd.read_class_names(workdir)
-    if (state is None or not state.model_checkpoint_path or not saved
+    if (not wd.listed_checkpoints(ckpt_dir) or not saved
             or not class_names or list(class_names) == saved):
         return
     gone = [n for n in saved if n not in class_names]
