@@ -310,8 +310,9 @@ _CASES = [
     Case(
         "skip_bad_images", BAD_INPUT, "data",
         "The same three files with `config.input.skip_bad_images=True`",
-        "They are left out, counted and named in the log; training runs "
-        "on the readable images.",
+        "They are left out, named in the log and counted there and in "
+        "metrics.json (`skipped_images`, per split; `--mode=eval`'s "
+        "results too); training runs on the readable images.",
         ("Skipping 3 unreadable image file(s) of split 'train'",),
     ),
     Case(

@@ -11,6 +11,7 @@ and that every case there is proved by exactly one test.
 import base64
 import importlib.util
 import io
+import json
 import os
 import shutil
 import struct
@@ -180,6 +181,10 @@ def test_skip_bad_images_counts_and_trains(tmp_path, caplog):
         assert f"{root}/train/a/{name}" in log
     assert metrics["steps"] == 2 and np.isfinite(metrics["test_loss"])
     assert metrics["test_examples"] == 8
+    # The count is in the results too, not only in the log.
+    assert metrics["skipped_images"] == {"train": 3}
+    stored = wd.read_json(str(tmp_path / "run" / wd.METRICS))
+    assert stored["skipped_images"] == {"train": 3}
 
 
 def test_evaluate_names_the_images_it_cannot_decode(tmp_path):
@@ -200,6 +205,18 @@ def test_evaluate_names_the_images_it_cannot_decode(tmp_path):
     assert "Cannot decode 3 image file(s)" in line
     assert f"{root}/train/a/truncated.png" in line
     assert "skip_bad_images" in line
+    # Skipping as the message says: scored on the readable ones, and the
+    # results file counts what was left out.
+    out = tmp_path / "results"
+    result = console.run("evaluate", [
+        "--mode=eval", f"--model={model}", f"--config=folder:{root}",
+        "--config.input.skip_bad_images=True", "--split=train",
+        "--batch_size=4", f"--output_dir={out}"])
+    assert result.returncode == 0, result.stderr[-3000:]
+    (stored,) = [json.loads(p.read_text()) for p in out.glob("eval_*.json")]
+    assert stored["skipped_images"] == 3
+    assert stored["num_examples"] == len(os.listdir(root / "train" / "a")) \
+        + len(os.listdir(root / "train" / "b")) - 3
 
 
 @covers("resume_other_optimizer")

@@ -19,6 +19,7 @@ from keras_vit.commands.lazy import lazy_module
 from keras_vit.errors import UsageError
 
 if TYPE_CHECKING:  # imported on first use: --help loads no TensorFlow
+    from keras_vit.data import checks as data_checks
     from keras_vit.data import folders, sources
     from keras_vit.data import pipeline as input_pipeline
     from keras_vit.evaluation import accuracy
@@ -26,6 +27,7 @@ if TYPE_CHECKING:  # imported on first use: --help loads no TensorFlow
     from keras_vit.storage import workdir as wd
     from keras_vit.training import distribute
 else:
+    data_checks = lazy_module("keras_vit.data.checks")
     folders = lazy_module("keras_vit.data.folders")
     sources = lazy_module("keras_vit.data.sources")
     input_pipeline = lazy_module("keras_vit.data.pipeline")
@@ -121,6 +123,9 @@ def evaluate(values, source, strategy) -> Dict:
                    wall_time_s=time.time() - start)
     if scored is not model:
         metrics["classes_by_name"] = True
+    skipped = data_checks.skipped_images(inp).get(split)
+    if skipped:  # config.input.skip_bad_images: named in the log
+        metrics["skipped_images"] = skipped
     logging.info("eval %s %s: %s", inp.dataset, split, metrics)
     print(json.dumps(metrics, indent=2, sort_keys=True))
     if output_dir(values):

@@ -27,6 +27,8 @@ from keras_vit.errors import UsageError
 LABEL_ERROR = "Label out of range"
 # Files named in one message; the rest are counted.
 _MAX_NAMED = 10
+# (image folder, split) -> files left out by skip_bad_images, this process.
+_SKIPPED = {}
 
 
 def decode_reason(error: Exception) -> str:
@@ -79,6 +81,7 @@ def _listing(bad: Sequence[Tuple[str, str]]) -> str:
 @functools.lru_cache(maxsize=32)
 def _unreadable(root: str, split: str, paths: Tuple[str, ...]):
     bad = find_unreadable_images(paths)
+    _SKIPPED[(root, split)] = len(bad)
     if bad:
         logging.warning(
             "Skipping %d unreadable image file(s) of split %r in %s "
@@ -108,6 +111,15 @@ def drop_unreadable(inp, split: str, paths, labels):
             f"split {split!r} of {inp.data_dir} is unreadable (named in the "
             "log above): replace them, or remove the class folder.")
     return [paths[i] for i in keep], labels[keep]
+
+
+def skipped_images(inp) -> dict:
+    """{split: files left out} of `config.input`'s image folder by
+    `skip_bad_images` in this process (splits with none left out are
+    not listed), for the results files beside the log's names."""
+    root = str(inp.data_dir)
+    return {split: n for (where, split), n in sorted(_SKIPPED.items())
+            if where == root and n}
 
 
 def training_examples(inp) -> Optional[int]:

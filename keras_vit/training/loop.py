@@ -104,6 +104,8 @@ class Run:
             of an evaluation that reports its progress, or None.
         records: records.RunRecords or None. The history rows and the best
             checkpoint.
+        skipped_images: () -> {split: unreadable images left out}, for
+            metrics.json (none listed: the key is left out).
     """
 
     workdir: str
@@ -120,6 +122,7 @@ class Run:
     explained: Callable
     eval_progress: Optional[Callable] = None
     records: Any = None
+    skipped_images: Callable[[], Dict[str, int]] = dict
 
 
 def run(plan: Plan, r: Run) -> Dict[str, float]:
@@ -377,6 +380,9 @@ class _HostLoop:
             "ema": trainer.has_ema,
             "num_parameters": trainer.model.count_params(),
         })
+        skipped = r.skipped_images()
+        if skipped:
+            final["skipped_images"] = skipped
         if r.chief:
             wd.write_json(os.path.join(r.workdir, wd.METRICS), final)
         logging.info("Final %s metrics: %s", final.get("eval_split"),

@@ -36,6 +36,11 @@ class RunData:
         splits into clear errors (`data.checks.explained_errors`)."""
         return data_checks.explained_errors(self.inp, self.splits)
 
+    def skipped_images(self) -> dict:
+        """{split: unreadable files left out} of the run's image folder
+        (`config.input.skip_bad_images`), for metrics.json."""
+        return data_checks.skipped_images(self.inp)
+
     def eval_fn(self, entry, split: str):
         """One evaluation pass over `split` for an accuracy evaluator
         `entry` (its batch, else the training micro-batch; its cache)."""

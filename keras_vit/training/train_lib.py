@@ -258,6 +258,7 @@ def _host_run(workdir: str, trainer, data: run_data.RunData, checkpoints,
         handler=None, chief=chief, info=info, batch=data.batch,
         on_finish=on_finish, explained=data.explained,
         eval_progress=data.eval_progress,
+        skipped_images=data.skipped_images,
         records=records.RunRecords(history.HistoryWriter(workdir, chief),
                                    keeper),
     )
