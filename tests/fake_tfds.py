@@ -27,6 +27,9 @@ ARCHIVE = "dtd-r1.0.1.tar.gz"
 # Per class: train1 (26: 25-shot probes need 25), val1 (5), test1 (2).
 PER_CLASS = {"train1": 26, "val1": 5, "test1": 2}
 URL_ENV = "KERAS_VIT_TEST_DTD_URL"
+# How many times TFDS's downloader tries a file again (its default: 10,
+# about 3.5 minutes against an address that does not answer).
+RETRIES_ENV = "KERAS_VIT_TEST_TFDS_RETRIES"
 
 SITECUSTOMIZE = f"""\
 import os
@@ -35,6 +38,10 @@ if os.environ.get({URL_ENV!r}):
     from tensorflow_datasets.image_classification import dtd
 
     dtd._DATA_URL = os.environ[{URL_ENV!r}]
+if os.environ.get({RETRIES_ENV!r}):
+    from tensorflow_datasets.core.download import downloader
+
+    downloader.MAX_RETRIES = int(os.environ[{RETRIES_ENV!r}])
 """
 
 

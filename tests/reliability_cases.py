@@ -450,6 +450,18 @@ _CASES = [
         "UsageError",
     ),
     Case(
+        "tfds_download_offline", FAULT, "data",
+        "A TFDS data set to download whose server does not answer (no "
+        "network)",
+        "While TFDS tries again (about 3.5 minutes), one line per host "
+        "says so and how to stop, not a warning per try; then one line "
+        "names the host and what to do without network. No workdir is "
+        "left.",
+        ("cannot reach 127.0.0.1 (Connection refused)", "Ctrl-C stops",
+         "cannot download from 127.0.0.1 (Connection refused)",
+         "`tfds build dtd --data_dir=DIR`"),
+    ),
+    Case(
         "missing_data_dir", BAD_INPUT, "data",
         "`dataset='folder'` with a data_dir that does not exist",
         "A clear error.",

@@ -19,6 +19,7 @@ import pytest
 from keras_vit.data import vtab
 from tests import fake_tfds, model_cache
 from tests.console import script as _script
+from tests.reliability_cases import check_says, covers
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -163,6 +164,11 @@ class _Failing:
         return False
 
     def download_and_prepare(self, **kwargs):
+        raise OSError("No space left on device")
+
+
+class _Offline(_Failing):
+    def download_and_prepare(self, **kwargs):
         raise ConnectionError("no route to www.robots.ox.ac.uk")
 
 
@@ -171,13 +177,20 @@ def test_a_failed_download_names_manual_files_only_where_there_are_some(
     with pytest.raises(vtab.DataUnavailableError) as plain:
         vtab.prepare_builder(_Failing(), "dtd (DTD)", str(tmp_path))
     message = str(plain.value)
-    assert "preparing dtd failed (ConnectionError: no route" in message
+    assert "preparing dtd failed (OSError: No space left" in message
     assert "manual" not in message
     (tmp_path / "downloads" / "manual" / "x").mkdir(parents=True)
     with pytest.raises(vtab.DataUnavailableError) as manual:
         vtab.prepare_builder(_Failing(), "resisc45", str(tmp_path),
                              manual_files=("x",))
     assert "Its manual files (x) go into" in str(manual.value)
+    # Without a connection: what to do offline, the reason kept.
+    with pytest.raises(vtab.DataUnavailableError) as offline:
+        vtab.prepare_builder(_Offline(), "dtd (DTD)", str(tmp_path))
+    assert str(offline.value).startswith(
+        "dtd (DTD): cannot download from the download server (no route to "
+        "www.robots.ox.ac.uk). Without network here, prepare it where "
+        "there is one (`tfds build dtd --data_dir=DIR`)")
 
 
 def test_progress_counts_and_estimates():
@@ -274,3 +287,49 @@ def test_training_on_a_tfds_name_prepares_it_first(archive, tmp_path):
         metrics = json.load(f)
     assert metrics["steps"] == 2
     assert metrics["test_examples"] == counts["test1"]
+
+
+@pytest.mark.slow
+@covers("tfds_download_offline")
+def test_a_download_without_network_is_said_once_and_names_the_fix(tmp_path):
+    """keras-vit-train on a TFDS name whose server does not answer (a
+    closed port on 127.0.0.1; TFDS's tries cut to 2): one line says it
+    while TFDS tries again, not a warning per try, and the error names
+    the host and what to do offline; no workdir is left."""
+    import socket
+
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(fake_tfds.SITECUSTOMIZE)
+    env = fake_tfds.loopback_env(dict(
+        os.environ, CUDA_VISIBLE_DEVICES="", HF_HUB_OFFLINE="1",
+        KERAS_VIT_OFFLINE="1"), site)
+    env[fake_tfds.URL_ENV] = f"http://127.0.0.1:{port}/{fake_tfds.ARCHIVE}"
+    env[fake_tfds.RETRIES_ENV] = "2"
+    result = subprocess.run(
+        _script("train") + [
+            "--config=digits", "--config.input.dataset=dtd",
+            f"--config.input.data_dir={tmp_path / 'tfds'}",
+            "--config.trainer.total_steps=2",
+            "--config.schedule.warmup_steps=1",
+            f"--workdir={tmp_path / 'run'}"],
+        env=env, capture_output=True, text=True, timeout=600,
+        cwd=str(tmp_path))
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "Retrying (Retry" not in result.stderr
+    assert "Traceback" not in result.stderr
+    said = [line for line in result.stderr.splitlines()
+            if "cannot reach 127.0.0.1" in line]
+    assert len(said) == 1, result.stderr[-3000:]
+    assert "Connection refused" in said[0] and "Ctrl-C stops" in said[0]
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith(
+        "keras-vit-train: error: dtd: cannot download from 127.0.0.1 "
+        "(Connection refused). Without network here, prepare it where "
+        "there is one (`tfds build dtd --data_dir=DIR`)"), last
+    assert "has no dataset_info.json" not in result.stderr
+    assert not (tmp_path / "run").exists()
+    check_says("tfds_download_offline", said[0] + "\n" + last)

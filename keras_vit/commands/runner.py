@@ -137,7 +137,7 @@ class _DropDataLibraryInfo(std_logging.Filter):
             record.pathname)
         return not from_tfds or (
             record.levelno >= std_logging.WARNING
-            and "has no dataset_info.json" not in str(record.msg))
+            and "has no dataset_info.json" not in record.getMessage())
 
 
 def _add_filter(logger: std_logging.Logger, prefixes) -> None:

@@ -25,6 +25,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 import tensorflow as tf
 from absl import logging
 
+from keras_vit.data import downloads
 from keras_vit.data import vtab_labels as labels
 from keras_vit.data.vtab_labels import Example
 from keras_vit.errors import UsageError
@@ -368,14 +369,15 @@ def prepare_builder(
                  "(config.input.download).", label,
                  data_dir or "the TFDS data directory")
     try:
-        builder.download_and_prepare(
-            download_config=tfds.download.DownloadConfig(manual_dir=manual)
-        )
+        with downloads.network_notices(label, name):
+            builder.download_and_prepare(
+                download_config=tfds.download.DownloadConfig(
+                    manual_dir=manual))
     except Exception as e:  # network, disk, bad manual files: skip it
         # Only a data set that needs manual files hears where they go.
         hint = (f" Its manual files ({', '.join(manual_files)}) go into "
                 f"{manual}/." if manual_files else "")
-        raise DataUnavailableError(
-            f"{label}: preparing {builder.name} failed "
-            f"({type(e).__name__}: {str(e)[:300]}).{hint}"
-        ) from e
+        why = downloads.failure_words(e, name) or (
+            f"preparing {builder.name} failed "
+            f"({type(e).__name__}: {str(e)[:300]}).")
+        raise DataUnavailableError(f"{label}: {why}{hint}") from e

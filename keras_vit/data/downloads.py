@@ -1,0 +1,109 @@
+"""What a user hears while TensorFlow Datasets downloads a data set.
+
+TFDS fetches its files with `requests`, whose urllib3 pool tries each file
+again ten times with growing pauses (about 3.5 minutes in all) and logs a
+warning at every try: forty lines for a data set of four files on a machine
+without network. `network_notices` says the first failure of each host
+once, in one line that names how long the tries last and what to do
+offline, and keeps the rest for --verbose (DEBUG); `failure_words` turns
+the exception that ends the tries into the same words.
+
+Written here because neither library has a switch for it: TFDS builds its
+urllib3 `Retry` inside its download function, and urllib3 logs each try.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+from typing import Iterator, Optional
+
+# The urllib3 logger that reports each try again.
+_POOL_LOGGER = "urllib3.connectionpool"
+_HOST = re.compile(r"host='([^']+)'")
+# The reason inside urllib3's "connection broken by ..." text.
+_REASONS = (
+    (re.compile(r"Failed to resolve '[^']+' \(\[Errno -?\d+\] ([^\])]+)\)"),
+     None),
+    (re.compile(r"\[Errno -?\d+\] ([^'\"\]]+)"), None),
+    (re.compile(r"(timed out)"), None),
+    (re.compile(r"Max retries exceeded"), "no answer"),
+)
+
+
+# Exceptions (by name: requests', urllib3's, Python's) of no connection.
+_NO_CONNECTION = ("ConnectionError", "MaxRetryError", "NameResolutionError",
+                  "NewConnectionError", "ConnectTimeout",
+                  "ConnectTimeoutError", "ConnectionRefusedError")
+
+
+def _reason(text: str) -> str:
+    for pattern, words in _REASONS:
+        match = pattern.search(text)
+        if match:
+            return words or match.group(1).strip()
+    return text[:200] or "no connection"
+
+
+def offline_fix(name: str) -> str:
+    """What a machine without network does for the TFDS data set `name`."""
+    return (f"Without network here, prepare it where there is one (`tfds "
+            f"build {name} --data_dir=DIR`), copy DIR to this machine and "
+            "set config.input.data_dir=DIR.")
+
+
+class _FirstTryPerHost(logging.Filter):
+    """urllib3's try-again warnings: the first of each host becomes one
+    line of this run's log, the others are dropped (DEBUG keeps them)."""
+
+    def __init__(self, label: str, name: str):
+        super().__init__()
+        self.label, self.name, self.hosts = label, name, set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        if not text.startswith("Retrying"):
+            return True
+        if logging.getLogger("absl").isEnabledFor(logging.DEBUG):
+            return True
+        match = _HOST.search(text)
+        host = match.group(1) if match else "the download server"
+        if host not in self.hosts:
+            self.hosts.add(host)
+            logging.getLogger("absl").warning(
+                "%s: cannot reach %s (%s). TFDS tries again for about 3.5 "
+                "minutes; Ctrl-C stops. %s", self.label, host,
+                _reason(text), offline_fix(self.name))
+        return False
+
+
+@contextlib.contextmanager
+def network_notices(label: str, name: str) -> Iterator[None]:
+    """While TFDS downloads the data set `name` (called `label` in
+    messages): one line per unreachable host instead of a warning per try
+    (`_FirstTryPerHost`)."""
+    pool = logging.getLogger(_POOL_LOGGER)
+    notices = _FirstTryPerHost(label, name)
+    pool.addFilter(notices)
+    try:
+        yield
+    finally:
+        pool.removeFilter(notices)
+
+
+def failure_words(error: BaseException, name: str) -> Optional[str]:
+    """A download's end for want of a connection, in one sentence naming
+    the host and the offline fix; None for any other failure."""
+    chain, seen = error, set()
+    while chain is not None and id(chain) not in seen:
+        seen.add(id(chain))
+        kind = type(chain).__name__
+        if kind in _NO_CONNECTION:
+            text = str(chain)
+            match = _HOST.search(text)
+            host = match.group(1) if match else "the download server"
+            return (f"cannot download from {host} ({_reason(text)}). "
+                    f"{offline_fix(name)}")
+        chain = chain.__cause__ or chain.__context__
+    return None
