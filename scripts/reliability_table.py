@@ -29,6 +29,7 @@ from tests.reliability_cases import BAD_INPUT, CASES, FAULT  # noqa: E402
 TEST_FILES = (
     "tests/test_faults.py", "tests/test_bad_inputs.py",
     "tests/test_multiworker_faults.py", "tests/test_serving_polish.py",
+    "tests/test_tfds_prepare.py",
 )
 
 _COVERS = re.compile(

@@ -289,8 +289,8 @@ def test_training_on_a_tfds_name_prepares_it_first(archive, tmp_path):
     assert metrics["test_examples"] == counts["test1"]
 
 
-@pytest.mark.slow
 @covers("tfds_download_offline")
+@pytest.mark.slow
 def test_a_download_without_network_is_said_once_and_names_the_fix(tmp_path):
     """keras-vit-train on a TFDS name whose server does not answer (a
     closed port on 127.0.0.1; TFDS's tries cut to 2): one line says it
