@@ -456,7 +456,8 @@ _CASES = [
         "While TFDS tries again (about 3.5 minutes), one line per host "
         "says so and how to stop, not a warning per try; then one line "
         "names the host and what to do without network. No workdir is "
-        "left.",
+        "left. Ctrl-C during the tries ends the command at once (exit "
+        "130), not when TFDS's download threads give up.",
         ("cannot reach 127.0.0.1 (Connection refused)", "Ctrl-C stops",
          "cannot download from 127.0.0.1 (Connection refused)",
          "`tfds build dtd --data_dir=DIR`"),

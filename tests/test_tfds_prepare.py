@@ -12,7 +12,9 @@ download.
 
 import json
 import os
+import signal
 import subprocess
+import time
 
 import pytest
 
@@ -333,3 +335,31 @@ def test_a_download_without_network_is_said_once_and_names_the_fix(tmp_path):
     assert "has no dataset_info.json" not in result.stderr
     assert not (tmp_path / "run").exists()
     check_says("tfds_download_offline", said[0] + "\n" + last)
+    # Ctrl-C while TFDS tries again (its own 10 tries): the command ends
+    # at once, not when TFDS's download threads give up minutes later.
+    del env[fake_tfds.RETRIES_ENV]
+    log = tmp_path / "stderr.txt"
+    with open(log, "w") as err:
+        child = subprocess.Popen(
+            _script("train") + [
+                "--config=digits", "--config.input.dataset=dtd",
+                f"--config.input.data_dir={tmp_path / 'tfds'}",
+                f"--workdir={tmp_path / 'run'}"],
+            env=env, stdout=subprocess.DEVNULL, stderr=err,
+            cwd=str(tmp_path))
+        try:
+            deadline = time.time() + 300
+            while "cannot reach" not in log.read_text():
+                assert child.poll() is None and time.time() < deadline, (
+                    log.read_text()[-3000:])
+                time.sleep(0.5)
+            child.send_signal(signal.SIGINT)
+            stopped = time.time()
+            assert child.wait(timeout=60) == 130
+        finally:
+            child.kill()
+    assert time.time() - stopped < 30
+    text = log.read_text()
+    assert text.strip().splitlines()[-1] == (
+        "keras-vit-train: interrupted: stopped at once (Ctrl-C).")
+    assert "Retrying (Retry" not in text and "Traceback" not in text

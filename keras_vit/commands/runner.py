@@ -45,6 +45,7 @@ from keras_vit.commands.config_args import (
     typed_overrides,
 )
 from keras_vit.commands.lazy import lazy_module
+from keras_vit.data import downloads
 from keras_vit.errors import (
     INTERRUPTED_EXIT_CODE,
     PREEMPTED_EXIT_CODE,
@@ -354,4 +355,9 @@ def _interrupted(error: KeyboardInterrupt, program: str,
               end="", flush=True)
     print(quiet_start.interrupted_line(program), file=sys.stderr,
           flush=True)
+    if downloads.abandoned():
+        # TFDS's download threads would keep the process (Python's exit
+        # joins them) for minutes of tries again: nothing else to wait for.
+        sys.stdout.flush()
+        os._exit(INTERRUPTED_EXIT_CODE)
     return INTERRUPTED_EXIT_CODE

@@ -78,18 +78,36 @@ class _FirstTryPerHost(logging.Filter):
         return False
 
 
+# Set when Ctrl-C stopped a download: TFDS's download threads go on
+# (trying again for minutes) and Python's exit would wait for them.
+_abandoned = []
+
+
+def abandoned() -> bool:
+    """Whether Ctrl-C left download threads running in this process (the
+    commands then end it without waiting for them)."""
+    return bool(_abandoned)
+
+
 @contextlib.contextmanager
 def network_notices(label: str, name: str) -> Iterator[None]:
     """While TFDS downloads the data set `name` (called `label` in
     messages): one line per unreachable host instead of a warning per try
-    (`_FirstTryPerHost`)."""
+    (`_FirstTryPerHost`). On Ctrl-C the filter stays (the download threads
+    go on) and `abandoned` says so."""
     pool = logging.getLogger(_POOL_LOGGER)
     notices = _FirstTryPerHost(label, name)
     pool.addFilter(notices)
+    stopped = False
     try:
         yield
+    except KeyboardInterrupt:
+        stopped = True
+        _abandoned.append(name)
+        raise
     finally:
-        pool.removeFilter(notices)
+        if not stopped:
+            pool.removeFilter(notices)
 
 
 def failure_words(error: BaseException, name: str) -> Optional[str]:
