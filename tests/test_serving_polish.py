@@ -185,6 +185,12 @@ def test_unit_range_pixels_are_refused(exported):
     with pytest.raises(tf.errors.InvalidArgumentError,
                        match=r"pixel values in \[0, 255\]"):
         sig(images=tf.constant(scaled * 2 - 1, tf.float32))
+    # One scaled image beside an unscaled one: refused, named by index.
+    mixed = np.stack([scaled[0] * 255.0, scaled[1]])
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match=r"(?s)images scaled to \[0, 1\].*Images \(by "
+                       r"index in the batch\):.*\[1\]"):
+        sig(images=tf.constant(mixed, tf.float32))
     # A black image, or one of zeros and ones, is a real [0, 255] image.
     for value in (0.0, 1.0):
         out = sig(images=tf.fill((1, SIZE, SIZE, 3), value))

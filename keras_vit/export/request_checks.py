@@ -178,10 +178,14 @@ def checked_pixels(images: tf.Tensor, signature: str) -> tf.Tensor:
     )
     shape = tf.shape(images)
     low, high = tf.reduce_min(images), tf.reduce_max(images)
-    fractional = tf.reduce_any(tf.not_equal(images, tf.round(images)))
+    # Per image: one scaled image in a batch of [0, 255] ones is refused
+    # too (the batch's range would hide it).
+    axes = [1, 2, 3]
+    fractional = tf.reduce_any(tf.not_equal(images, tf.round(images)),
+                               axis=axes)
     unit_range = tf.logical_and(
-        high <= 1.0, tf.logical_and(low >= 0.0, fractional)
-    )
+        tf.reduce_max(images, axis=axes) <= 1.0,
+        tf.logical_and(tf.reduce_min(images, axis=axes) >= 0.0, fractional))
     checks = [
         tf.debugging.assert_positive(
             shape[1:3],
@@ -196,7 +200,9 @@ def checked_pixels(images: tf.Tensor, signature: str) -> tf.Tensor:
             high, 255.0, message=f"{signature} {PIXEL_RANGE_MESSAGE}"
         ),
         tf.debugging.Assert(
-            tf.logical_not(unit_range), [f"{signature} {UNIT_RANGE_MESSAGE}"]
+            tf.logical_not(tf.reduce_any(unit_range)),
+            [f"{signature} {UNIT_RANGE_MESSAGE} Images (by index in the "
+             "batch):", tf.reshape(tf.where(unit_range), [-1])],
         ),
     ]
     with tf.control_dependencies(checks):
