@@ -463,6 +463,16 @@ _CASES = [
          "`tfds build dtd --data_dir=DIR`"),
     ),
     Case(
+        "bad_class_names_file", BAD_INPUT, "CLI",
+        "A --class_names_file that does not exist, is a folder, is not "
+        "UTF-8 text or holds no name (keras-vit-predict, keras-vit-export)",
+        "One line naming the file and what is wrong with it, before the "
+        "model is read; nothing is written.",
+        ("does not exist.", "cannot be read (", "is not UTF-8 text",
+         "holds no class name"),
+        "UsageError",
+    ),
+    Case(
         "missing_data_dir", BAD_INPUT, "data",
         "`dataset='folder'` with a data_dir that does not exist",
         "A clear error.",

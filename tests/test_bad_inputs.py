@@ -1046,3 +1046,39 @@ def test_an_animated_gif_declares_the_pixels_of_all_its_frames():
                      (comments, "GIF of more than 16,384 blocks")):
         with pytest.raises(tf.errors.InvalidArgumentError, match=why):
             pp.decode_image(tf.constant(gif))
+
+
+@covers("bad_class_names_file")
+@pytest.mark.slow
+def test_a_bad_class_names_file_is_one_line_before_the_model_loads(
+        tmp_path):
+    """keras-vit-predict and keras-vit-export given a --class_names_file
+    that does not exist, is a folder, is not UTF-8 or is empty: one line
+    naming the file, no traceback; read before the model (a model that
+    does not exist is not what is reported)."""
+    from tests import console
+
+    image = tmp_path / "x.png"
+    Image.fromarray(np.zeros((16, 16, 3), np.uint8)).save(image)
+    (tmp_path / "latin1.txt").write_bytes("caf\xe9\n".encode("latin-1"))
+    (tmp_path / "empty.txt").write_text("\n \n")
+    (tmp_path / "folder").mkdir()
+    missing_model = str(tmp_path / "no_model.keras")
+    said = []
+    for name, expected in (
+            ("nofile.txt", "does not exist."),
+            ("folder", "cannot be read ("),
+            ("latin1.txt", "is not UTF-8 text"),
+            ("empty.txt", "holds no class name")):
+        path = tmp_path / name
+        for command, args in (
+                ("predict", [str(image)]),
+                ("export", [f"--export_dir={tmp_path / 'exports'}"])):
+            result = console.run(command, [
+                f"--model={missing_model}",
+                f"--class_names_file={path}"] + args)
+            line = _error_line(result, command)
+            assert f"--class_names_file={path} {expected}" in line, line
+            said.append(line)
+    check_says("bad_class_names_file", "\n".join(said))
+    assert not (tmp_path / "exports").exists()

@@ -196,7 +196,9 @@ def check_not_written(path: str, flag: str) -> None:
 def model_source(values: flags.FlagValues, text: Optional[str] = None, *,
                  exports: bool = False) -> loader.Source:
     """The Source that --model (or `text`) names (`loader.resolve`), with
-    the hints given; an exported SavedModel only with `exports`."""
+    the hints given; an exported SavedModel only with `exports`. A bad
+    --class_names_file is named first, before any model is read."""
+    class_names_file(values)
     text = values.model if text is None else text
     hints = dict(use_ema=not hint(values, "no_ema"), exports=exports)
     for name in ("variant", "posemb_grid"):
@@ -350,8 +352,35 @@ def class_names(values: flags.FlagValues,
                 source: loader.Source) -> Optional[list]:
     """--class_names_file's lines, else the names the source records."""
     if values.class_names_file:
-        return wd.read_lines(values.class_names_file)
+        return class_names_file(values)
     return loader.class_names(source)
+
+
+def class_names_file(values: flags.FlagValues) -> Optional[list]:
+    """--class_names_file's lines, or None: a file that does not exist,
+    cannot be read, is not UTF-8 text or holds no name is one line
+    naming it."""
+    path = values["class_names_file"].value if (
+        "class_names_file" in values) else None
+    if not path:
+        return None
+    where = f"--class_names_file={path}"
+    try:
+        names = wd.read_lines(path)
+    except UnicodeDecodeError:
+        raise UsageError(f"{where} is not UTF-8 text: give a text file "
+                         "with one class name per line.") from None
+    except Exception as error:  # tf.errors.OpError, OSError
+        if not atomic.exists(path):
+            raise UsageError(f"{where} does not exist.") from None
+        why = " ".join(str(getattr(error, "message", error)).replace(
+            f"{path}; ", "").split())
+        raise UsageError(f"{where} cannot be read ({why}): give a text "
+                         "file with one class name per line.") from None
+    if not names:
+        raise UsageError(f"{where} holds no class name: give one per "
+                         "line.")
+    return names
 
 
 def strategy(values: flags.FlagValues, config):
