@@ -26,6 +26,7 @@ from keras_vit.commands import evaluate as evaluate_main
 from keras_vit.data import pipeline as input_pipeline
 from keras_vit.data import preprocessing
 from keras_vit.data.sources import digits_split
+from keras_vit.errors import UsageError
 from keras_vit.evaluation import reports, vtab_run
 from keras_vit.evaluation.accuracy import evaluate_model
 from keras_vit.scoring.evaluator import Evaluator
@@ -298,6 +299,43 @@ def test_cli_fewshot_on_digits(tmp_path, capsys):
     assert len(err) == 1 and "holds the few-shot results of model" in err[0]
     assert "pass another --output_dir" in err[0] and "other.keras" in err[0]
     assert open(os.path.join(out, "fewshot.json")).read() == before
+    # So is a model of the same file name in another folder.
+    os.makedirs(tmp_path / "b")
+    tiny(representation_size=16).save(str(tmp_path / "b" / "m.keras"))
+    assert cli("--mode=fewshot", f"--config={FEWSHOT_CONFIG}:digits",
+               f"--model={tmp_path / 'b' / 'm.keras'}",
+               f"--output_dir={out}") == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"holds the few-shot results of model " \
+        f"'{path}'" in err[0], err
+    assert open(os.path.join(out, "fewshot.json")).read() == before
+    assert saved["model_location"] == path
+
+
+def test_a_fewshot_rerun_keeps_the_other_data_sets(tmp_path):
+    """The same model's fewshot.json: the data sets a rerun does not probe
+    are kept (same recipe), or the rerun is refused (another recipe)."""
+    from keras_vit.evaluation import fewshot_reports
+
+    facts = dict(image_size=32, resize_size=36, model_location="/m.keras",
+                 config={"evals": {"fewshot": {
+                     "type": "fewshot", "shots": [1], "l2_reg": 1024.0,
+                     "datasets": {"a": {}, "b": {}}}}})
+    held = {"a": {"1": {"per_seed": [0.5]}}, "b": {"1": {"per_seed": [0.25]}}}
+    fewshot_reports.write_fewshot_reports(str(tmp_path), "m.keras", held, {},
+                                          **facts)
+    kept = fewshot_reports.check_fewshot_folder(
+        str(tmp_path), "m.keras", "/m.keras", ["a"], **facts)
+    assert kept == {"b": held["b"]}
+    other = json.loads(json.dumps(facts))
+    other["config"]["evals"]["fewshot"]["shots"] = [1, 5]
+    with pytest.raises(UsageError, match=r"holds few-shot results of b "
+                       r"with other sizes or probe options"):
+        fewshot_reports.check_fewshot_folder(
+            str(tmp_path), "m.keras", "/m.keras", ["a"], **other)
+    # Probing both again, nothing is kept: no recipe to compare.
+    assert fewshot_reports.check_fewshot_folder(
+        str(tmp_path), "m.keras", "/m.keras", ["a", "b"], **other) == {}
 
 
 def test_cli_fewshot_at_the_image_size_flag(tmp_path, capsys):

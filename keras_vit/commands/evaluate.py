@@ -21,7 +21,6 @@ otherwise. --strategy / --tpu as for keras-vit-train.
 
 from __future__ import annotations
 
-import functools
 import os
 import sys
 from typing import TYPE_CHECKING, Dict, Optional, Sequence
@@ -109,14 +108,22 @@ def _fewshot_mode(values, source, strategy) -> Dict:
     ]
     image_size, resize_size = _fewshot_sizes(values, config)
     name = values.name or source.describe()
-    fewshot_reports.check_fewshot_folder(eval_mode.output_dir(values), name)
+    facts = dict(image_size=image_size, resize_size=resize_size,
+                 config=config.to_dict(),
+                 model_location=fewshot_reports.model_location(source))
+    # Another model's file is refused; this model's other data sets kept.
+    kept = fewshot_reports.check_fewshot_folder(
+        eval_mode.output_dir(values), name, facts["model_location"],
+        [d.name for d in datasets], **facts)
     with strategy.scope():
         model = pretrained.require_vit(
             pretrained.load_model(source, image_size or None), source.path)
-    facts = dict(image_size=image_size, resize_size=resize_size,
-                 config=config.to_dict())
-    write = functools.partial(fewshot_reports.write_fewshot_reports,
-                              eval_mode.output_dir(values), name, **facts)
+
+    def write(results, not_run):
+        return fewshot_reports.write_fewshot_reports(
+            eval_mode.output_dir(values), name, {**kept, **results},
+            not_run, **facts)
+
     results, not_run = fewshot.run(
         model, opts, datasets, image_size=image_size,
         resize_size=resize_size, strategy=strategy,

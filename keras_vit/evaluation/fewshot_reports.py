@@ -52,6 +52,7 @@ def write_fewshot_reports(output_dir: str, model_name: str, results,
     after each data set, so that a run stopped later keeps them); the
     markdown."""
     out = dict(model=model_name, results=results, not_run=not_run, **facts)
+    # (model_location, when given, is among `facts`.)
     atomic_write(os.path.join(output_dir, FEWSHOT_JSON),
                  json.dumps(out, indent=2, sort_keys=True) + "\n")
     text = fewshot_markdown(results, model_name)
@@ -62,22 +63,55 @@ def write_fewshot_reports(output_dir: str, model_name: str, results,
     return text
 
 
-def check_fewshot_folder(output_dir: str, model_name: str) -> None:
-    """Refuses an `output_dir` whose fewshot.json is another model's
-    (rewriting it would lose that model's results); the same model's
-    results are rewritten, as a rerun of it."""
+def model_location(source) -> str:
+    """Where a model source is: its absolute path (local) or its URL, so
+    that two models named alike (two runs called `run`) stay apart."""
+    path = str(source.path)
+    return path if "://" in path else os.path.abspath(path)
+
+
+def _recipe(facts: Mapping) -> dict:
+    """What makes two runs' accuracies comparable: the sizes and the
+    few-shot options other than the data sets."""
+    evaluator = {}
+    for entry in ((facts.get("config") or {}).get("evals") or {}).values():
+        if isinstance(entry, Mapping) and entry.get("type") == "fewshot":
+            evaluator = {k: v for k, v in entry.items() if k != "datasets"}
+    return dict(image_size=facts.get("image_size"),
+                resize_size=facts.get("resize_size"), fewshot=evaluator)
+
+
+def check_fewshot_folder(output_dir: str, model_name: str, location: str,
+                         datasets, **facts) -> dict:
+    """The results to keep of an `output_dir` whose fewshot.json is this
+    model's (`location`): those of data sets this run does not probe
+    (`datasets`), with the same recipe. Refuses a fewshot.json of another
+    model (rewriting it would lose that model's results), and one of
+    another recipe holding data sets this run would drop."""
     path = os.path.join(output_dir, FEWSHOT_JSON)
     if not tf.io.gfile.exists(path):
-        return
+        return {}
     try:
         with tf.io.gfile.GFile(path) as f:
-            held = json.load(f).get("model")
+            held = json.load(f)
+        name = held.get("model")
     except (ValueError, AttributeError, UnicodeDecodeError):
-        held = None
-    if held != model_name:
-        whose = f"model {held!r}" if isinstance(held, str) else "no model"
+        held, name = {}, None
+    where = held.get("model_location")
+    if name != model_name or (where is not None and where != location):
+        whose = (f"model {where or name!r}" if isinstance(name, str)
+                 else "no model")
         raise UsageError(
             f"{path} holds the few-shot results of {whose}, not of "
-            f"{model_name!r}: pass another --output_dir (or move that "
+            f"{location!r}: pass another --output_dir (or move that "
             "file away), so that they are not overwritten."
         )
+    kept = {k: v for k, v in (held.get("results") or {}).items()
+            if k not in set(datasets)}
+    if kept and _recipe(held) != _recipe(facts):
+        raise UsageError(
+            f"{path} holds few-shot results of {', '.join(sorted(kept))} "
+            "with other sizes or probe options, which this run would "
+            "drop: probe them too (list them in the config's data sets), "
+            "or pass another --output_dir.")
+    return kept
