@@ -495,6 +495,23 @@ def test_cli_eval_reads_the_data_of_workdir_beside_model(resize_run,
             saved = json.load(f)
         assert saved["model"] == want["model"] and name in saved["model"]
         assert saved["loss"] == pytest.approx(want["loss"])
+    # A model of the same file name from another folder: refused before
+    # it is evaluated, the first one's file kept; --name gives it its own.
+    os.makedirs(tmp_path / "b")
+    twin = str(tmp_path / "b" / "m.keras")
+    tiny(image_size=16).save(twin)
+    before = open(os.path.join(out, "eval_digits_test_m.keras.json")).read()
+    assert cli("--mode=eval", f"--workdir={resize_run}", f"--model={twin}",
+               f"--output_dir={out}") == 1
+    err = _one_line_error(capsys)
+    assert f"holds the results of another model ({path}, now {twin}): " \
+        "pass --name=NAME" in err, err
+    assert open(os.path.join(out, "eval_digits_test_m.keras.json")).read() \
+        == before
+    assert cli("--mode=eval", f"--workdir={resize_run}", f"--model={twin}",
+               f"--output_dir={out}", "--name=twin") == 0
+    assert _printed_metrics(capsys)["model_location"] == twin
+    assert "eval_digits_test_twin.json" in os.listdir(out)
 
 
 def test_export_scales_the_runs_resize_with_image_size(resize_run, tmp_path,
@@ -578,3 +595,23 @@ def test_cli_eval_scores_a_folder_by_the_models_class_names(tmp_path,
     capsys.readouterr()
     assert sorted(os.listdir(run)) == ["eval_folder_test_m.keras_32x32.json",
                                        "eval_folder_test_mine.json"]
+
+
+def test_an_eval_file_of_another_data_folder_is_not_overwritten(tmp_path):
+    """--mode=eval's file names carry the data set, not the data folder:
+    a file of another folder (photos/ then photos_b/) is refused."""
+    from keras_vit.commands import eval_mode
+
+    path = str(tmp_path / "eval_folder_val.json")
+    with open(path, "w") as f:
+        json.dump({"model_location": "/runs/run",
+                   "data_dir": str(tmp_path / "photos")}, f)
+    eval_mode.check_result_file(path, "/runs/run", str(tmp_path / "photos"))
+    with pytest.raises(UsageError, match=r"another data folder \(.*photos, "
+                       r"now .*photos_b\): pass --name=NAME"):
+        eval_mode.check_result_file(path, "/runs/run",
+                                    str(tmp_path / "photos_b"))
+    with pytest.raises(UsageError, match=r"another model \(/runs/run, now "
+                       r"/other/run\)"):
+        eval_mode.check_result_file(path, "/other/run",
+                                    str(tmp_path / "photos"))

@@ -107,6 +107,14 @@ def evaluate(values, source, strategy) -> Dict:
     # that names its classes in another order is scored by name.
     scored = accuracy.in_folder_order(model, cli.class_names(values, source),
                                       inp)
+    # Where the results go, checked now: a file of another model or data
+    # folder of the same name is not overwritten after the evaluation.
+    location = _location(source.path)
+    result_path = None
+    if output_dir(values):
+        result_path = os.path.join(output_dir(values), file_name(
+            values, inp.dataset, split, image_size) + ".json")
+        check_result_file(result_path, location, inp.data_dir)
     batch = values.batch_size or (
         (run.evals.test.batch_size or run.input.batch_size) if run
         else EVAL_BATCH
@@ -118,6 +126,7 @@ def evaluate(values, source, strategy) -> Dict:
         every_s=(run or config_lib.base_config()).log.every_seconds)
     metrics.update(dataset=inp.dataset, split=split,
                    model=values.name or source.describe(),
+                   model_location=location, data_dir=_data_dir(inp),
                    image_size=list(image_size),
                    resize_size=inp.pp.eval_resize_size,
                    wall_time_s=time.time() - start)
@@ -128,11 +137,41 @@ def evaluate(values, source, strategy) -> Dict:
         metrics["skipped_images"] = skipped
     logging.info("eval %s %s: %s", inp.dataset, split, metrics)
     print(json.dumps(metrics, indent=2, sort_keys=True))
-    if output_dir(values):
-        name = file_name(values, inp.dataset, split, image_size)
-        _write(os.path.join(output_dir(values), name + ".json"),
+    if result_path:
+        _write(result_path,
                json.dumps(metrics, indent=2, sort_keys=True) + "\n")
     return metrics
+
+
+def _location(path: str) -> str:
+    """A model's (or data folder's) absolute path, or its URL."""
+    path = str(path)
+    return path if "://" in path else os.path.abspath(path)
+
+
+def _data_dir(inp) -> Optional[str]:
+    return _location(inp.data_dir) if inp.data_dir else None
+
+
+def check_result_file(path: str, location: str, data_dir) -> None:
+    """Refuses to overwrite `path` when it holds the results of another
+    model (`location`) or another data folder: the file names carry the
+    model's file name only (two runs called `run` share one)."""
+    if not atomic.exists(path):
+        return
+    try:
+        held = wd.read_json(path)
+    except (ValueError, UnicodeDecodeError):
+        return  # not a results file of ours: rewritten
+    data_dir = _location(data_dir) if data_dir else None
+    for field, want, what in (("model_location", location, "model"),
+                              ("data_dir", data_dir, "data folder")):
+        had = held.get(field) if isinstance(held, dict) else None
+        if had is not None and had != want:
+            raise UsageError(
+                f"{path} holds the results of another {what} ({had}, now "
+                f"{want}): pass --name=NAME (the file is named by it) or "
+                "another --output_dir, so that they are not overwritten.")
 
 
 def file_name(values, dataset: str, split: str, image_size) -> str:
