@@ -571,6 +571,29 @@ def test_other_backbone_in_the_same_output_dir_is_refused(tmp_path):
         vtab_run.prepare_backbone(a, str(tmp_path / "out"))
 
 
+def test_a_deleted_backbone_still_keeps_out_another_model(tmp_path):
+    """backbone.npz deleted (it is large): the stamp still refuses
+    another model, and the same model's backbone is written again; with
+    the stamp deleted too, results there are not added to."""
+    a = tiny_source(str(tmp_path / "a.npz"))
+    b = tiny_source(str(tmp_path / "b.npz"))
+    out = str(tmp_path / "out")
+    path = vtab_run.prepare_backbone(a, out)
+    first = open(path, "rb").read()
+    os.remove(path)
+    with pytest.raises(ValueError, match="holds results of another"):
+        vtab_run.prepare_backbone(b, out)
+    assert vtab_run.prepare_backbone(a, out) == path
+    assert open(path, "rb").read() == first
+    os.remove(path)
+    os.remove(os.path.join(out, vtab_run.BACKBONE_SOURCE))
+    reports.append_jsonl(os.path.join(out, reports.RESULTS_JSONL),
+                         {"task": "dtd", "accuracy": 0.5})
+    with pytest.raises(ValueError, match="holds VTAB results but no "
+                       "backbone.json"):
+        vtab_run.prepare_backbone(b, out)
+
+
 def test_backbone_of_every_source_kind_and_of_an_earlier_stamp(tmp_path):
     """A source is asked what every kind answers (its path and kind): a
     .keras file's backbone is written as an .npz's is; an output_dir

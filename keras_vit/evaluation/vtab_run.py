@@ -236,9 +236,15 @@ def prepare_backbone(
                   if "://" not in source.path else source.path,
                   kind=source.kind, keep_pre_logits=keep_pre_logits,
                   files=_model_files(source))
-    if tf.io.gfile.exists(path) and tf.io.gfile.exists(stamp):
+    if tf.io.gfile.exists(stamp):
+        # The stamp decides, with or without the backbone beside it (a
+        # deleted backbone.npz is written again for the same model).
         saved = wd.read_json(stamp)
         if all(saved.get(k, wanted[k]) == wanted[k] for k in _STAMP_FIELDS):
+            if not tf.io.gfile.exists(path):
+                logging.info("Writing the headless backbone of %s to %s "
+                             "again.", source.describe(), path)
+                pretrained.write_backbone(source, path, keep_pre_logits)
             return path
         differ = ", ".join(
             "its files changed since (their contents)" if k == "files"
@@ -249,6 +255,12 @@ def prepare_backbone(
             f"({differ}): use a new `output_dir` for "
             f"{source.describe()}."
         )
+    if reports.read_jsonl(os.path.join(output_dir, reports.RESULTS_JSONL)):
+        raise UsageError(
+            f"{output_dir} holds VTAB results but no {BACKBONE_SOURCE} "
+            "saying which model they are of: the new tasks could be "
+            "averaged with another model's. Use a new `output_dir` for "
+            f"{source.describe()} (or put back its {BACKBONE_SOURCE}).")
     logging.info("Writing the headless backbone of %s to %s.",
                  source.describe(), path)
     pretrained.write_backbone(source, path, keep_pre_logits)
