@@ -206,6 +206,10 @@ def test_cli_errors_name_the_fix(tmp_path, capsys):
         (("--mode=vtab", f"--config={VTAB_CONFIG}", f"--model={npz}",
           f"--output_dir={tmp_path}", "--split=train"),
          ("--split goes with --mode=eval only",)),
+        (("--mode=vtab", f"--config={VTAB_CONFIG}", f"--model={npz}",
+          f"--output_dir={tmp_path}", "--image_size=16"),
+         ("--image_size goes with --mode=eval or fewshot only, not "
+          "--mode=vtab (VTAB-1k trains at --config.model.image_size).",)),
         (("--mode=eval", f"--model={npz}", "--dataset=folder",
           f"--data_dir={tmp_path}/moved"), ("set --data_dir to the folder",)),
     ]

@@ -204,7 +204,8 @@ def _nothing_ran(what: str, not_run: Dict[str, str]) -> str:
 # The flags of some modes only: each with the modes that read it.
 _MODE_FLAGS = {"tasks": ("vtab",), "dataset": ("eval",), "split": ("eval",),
                "data_dir": ("eval",), "batch_size": ("eval",),
-               "class_names_file": ("eval",), "resize_size": ("eval",)}
+               "class_names_file": ("eval",), "resize_size": ("eval",),
+               "image_size": ("eval", "fewshot")}
 
 
 def _main(values: flags.FlagValues, args: list) -> None:
@@ -225,7 +226,9 @@ def _main(values: flags.FlagValues, args: list) -> None:
     if misplaced:
         raise UsageError("; ".join(
             f"{flag} goes with --mode={' or '.join(_MODE_FLAGS[flag[2:]])}"
-            for flag in misplaced) + f" only, not --mode={values.mode}.")
+            for flag in misplaced) + f" only, not --mode={values.mode}"
+            + (" (VTAB-1k trains at --config.model.image_size)."
+               if "--image_size" in misplaced else "."))
     if values.batch_size is not None and values.batch_size < 1:
         raise UsageError(f"--batch_size={values.batch_size}: give a batch "
                          "of at least 1 (or leave it out for the config's).")
