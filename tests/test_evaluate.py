@@ -8,6 +8,7 @@ with flags of its own.
 import importlib.util
 import json
 import os
+import sys
 from unittest import mock
 
 import keras
@@ -619,3 +620,22 @@ def test_an_eval_file_of_another_data_folder_is_not_overwritten(tmp_path):
                        r"/other/run\)"):
         eval_mode.check_result_file(path, "/other/run",
                                     str(tmp_path / "photos"))
+
+
+def test_vtab_without_matplotlib_stops_before_the_first_task(tmp_path,
+                                                              capsys,
+                                                              monkeypatch):
+    """The charts need matplotlib: without it, one line before any task
+    is trained (a 19-task run stopped after its first one)."""
+    npz = str(tmp_path / "src.npz")
+    checkpoint.save_npz(tiny(num_classes=3, image_size=16), npz)
+    for name in [m for m in sys.modules if m.startswith("matplotlib")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import fails
+    out = tmp_path / "out"
+    assert cli("--mode=vtab", f"--config={VTAB_CONFIG}", *TINY_VTAB,
+               f"--config.input.data_dir={tmp_path}", f"--model={npz}",
+               f"--output_dir={out}", "--tasks=smallnorb_elev") == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "The VTAB charts need matplotlib" in err[0]
+    assert not out.exists()

@@ -39,7 +39,12 @@ if TYPE_CHECKING:  # imported on first use: --help loads no TensorFlow
 
     from keras_vit.checkpoint import loader as pretrained
     from keras_vit.data import vtab
-    from keras_vit.evaluation import fewshot, fewshot_reports, vtab_run
+    from keras_vit.evaluation import (
+        fewshot,
+        fewshot_reports,
+        reports,
+        vtab_run,
+    )
     from keras_vit.training import distribute, train_lib
 else:
     tf = lazy_module("tensorflow")
@@ -47,6 +52,7 @@ else:
     vtab = lazy_module("keras_vit.data.vtab")
     fewshot = lazy_module("keras_vit.evaluation.fewshot")
     fewshot_reports = lazy_module("keras_vit.evaluation.fewshot_reports")
+    reports = lazy_module("keras_vit.evaluation.reports")
     vtab_run = lazy_module("keras_vit.evaluation.vtab_run")
     distribute = lazy_module("keras_vit.training.distribute")
     train_lib = lazy_module("keras_vit.training.train_lib")
@@ -166,6 +172,7 @@ def _fewshot_sizes(values, config):
 def _vtab_mode(values, source, strategy) -> Dict:
     # Finished tasks and trials are read back from there: one folder.
     output_dir = eval_mode.output_dir(values)
+    reports.require_charts()  # before the first task, not after it
     tf.io.gfile.makedirs(output_dir)
     distribute.check_shared(output_dir, "output folder", strategy)
     out = vtab_run.run(values.config, source, output_dir,

@@ -202,6 +202,12 @@ def markdown_table(
 
 
 # --------------------------------------------------------------- charts
+def require_charts() -> None:
+    """Raises the ImportError naming the install command when matplotlib
+    is missing: a VTAB run checks it before its first task, not after."""
+    _figure(1.0, 1.0)
+
+
 def _figure(width: float, height: float):
     """A figure with its own Agg canvas, outside pyplot: the process's
     backend and pyplot's figure list stay as they were, and no display is
