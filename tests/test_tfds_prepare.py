@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from keras_vit.data import vtab
+from keras_vit.data import downloads, vtab
 from tests import fake_tfds, model_cache
 from tests.console import script as _script
 from tests.reliability_cases import check_says, covers
@@ -175,7 +175,7 @@ class _Offline(_Failing):
 
 
 def test_a_failed_download_names_manual_files_only_where_there_are_some(
-        tmp_path):
+        tmp_path, monkeypatch):
     with pytest.raises(vtab.DataUnavailableError) as plain:
         vtab.prepare_builder(_Failing(), "dtd (DTD)", str(tmp_path))
     message = str(plain.value)
@@ -187,12 +187,23 @@ def test_a_failed_download_names_manual_files_only_where_there_are_some(
                              manual_files=("x",))
     assert "Its manual files (x) go into" in str(manual.value)
     # Without a connection: what to do offline, the reason kept.
+    monkeypatch.setattr(downloads, "_no_network", [])  # this test's own
     with pytest.raises(vtab.DataUnavailableError) as offline:
         vtab.prepare_builder(_Offline(), "dtd (DTD)", str(tmp_path))
     assert str(offline.value).startswith(
         "dtd (DTD): cannot download from the download server (no route to "
         "www.robots.ox.ac.uk). Without network here, prepare it where "
         "there is one (`tfds build dtd --data_dir=DIR`)")
+    # The next data set of the run (another VTAB task) is not tried.
+    tried = []
+    with pytest.raises(vtab.DataUnavailableError) as next_one:
+        failing = _Failing()
+        failing.download_and_prepare = lambda **kw: tried.append(1)
+        vtab.prepare_builder(failing, "svhn", str(tmp_path))
+    assert tried == []
+    assert str(next_one.value).startswith(
+        "svhn: not downloaded: an earlier download of this run had no "
+        "connection (the download server: no route to ")
 
 
 def test_progress_counts_and_estimates():

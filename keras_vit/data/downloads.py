@@ -110,9 +110,22 @@ def network_notices(label: str, name: str) -> Iterator[None]:
             pool.removeFilter(notices)
 
 
+# The first download of this process that ended without a connection:
+# later data sets (the other VTAB tasks, few-shot sets) are not tried
+# (each would wait through TFDS's tries again).
+_no_network = []
+
+
+def no_network() -> Optional[str]:
+    """How an earlier download of this process failed for want of a
+    connection, or None."""
+    return _no_network[0] if _no_network else None
+
+
 def failure_words(error: BaseException, name: str) -> Optional[str]:
     """A download's end for want of a connection, in one sentence naming
-    the host and the offline fix; None for any other failure."""
+    the host and the offline fix (remembered: `no_network`); None for any
+    other failure."""
     chain, seen = error, set()
     while chain is not None and id(chain) not in seen:
         seen.add(id(chain))
@@ -121,6 +134,8 @@ def failure_words(error: BaseException, name: str) -> Optional[str]:
             text = str(chain)
             match = _HOST.search(text)
             host = match.group(1) if match else "the download server"
+            if not _no_network:
+                _no_network.append(f"{host}: {_reason(text)}")
             return (f"cannot download from {host} ({_reason(text)}). "
                     f"{offline_fix(name)}")
         chain = chain.__cause__ or chain.__context__

@@ -363,6 +363,11 @@ def prepare_builder(
             f"{data_dir or 'the TFDS data directory'}. Set "
             f"config.input.download=True, or run `tfds build {name}` first."
         )
+    if downloads.no_network():
+        raise DataUnavailableError(
+            f"{label}: not downloaded: an earlier download of this run had "
+            f"no connection ({downloads.no_network()}). "
+            f"{downloads.offline_fix(name)}")
     import tensorflow_datasets as tfds
 
     logging.info("%s is not prepared in %s: TFDS downloads and prepares it "
