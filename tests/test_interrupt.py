@@ -120,3 +120,39 @@ def test_ctrl_c_while_the_command_starts_is_one_line(tmp_path, name):
     assert text.strip().splitlines()[-1] == (
         f"keras-vit-{name}: interrupted: stopped at once (Ctrl-C).")
     assert not workdir.exists()
+
+
+def test_sigterm_during_an_export_leaves_no_partial_version(tmp_path):
+    """keras-vit-export stopped by SIGTERM (docker stop, a scheduler)
+    while it writes the version: the unwinding removes the hidden
+    temporary folder, one `preempted:` line, PREEMPTED_EXIT_CODE; the same
+    command then exports version 1."""
+    import keras_vit
+
+    model = tmp_path / "m.keras"
+    keras_vit.create_model(
+        None, num_classes=2, image_size=16, patch_size=8, hidden_size=16,
+        num_layers=1, num_heads=2, mlp_dim=16).save(str(model))
+    exports = tmp_path / "exports"
+    args = [f"--model={model}", f"--export_dir={exports}",
+            "--model_name=vit"]
+    log = tmp_path / "log"
+    proc = console.start("export", args, log)
+    folder = exports / "vit"
+    deadline = time.time() + 300
+    while not (folder.is_dir() and any(
+            p.name.startswith(".tmp-") for p in folder.iterdir())):
+        assert proc.poll() is None and time.time() < deadline, (
+            log.read_text()[-3000:])
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGTERM)
+    assert console.finish(proc, timeout=120) == PREEMPTED_EXIT_CODE
+    text = log.read_text()
+    assert "Traceback" not in text, text
+    assert text.strip().splitlines()[-1] == (
+        "keras-vit-export: preempted: stopped at once (SIGTERM); run the "
+        "same command again.")
+    assert sorted(p.name for p in folder.iterdir()) == []
+    again = console.run("export", args)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert sorted(p.name for p in folder.iterdir()) == ["1"]

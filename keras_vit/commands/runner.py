@@ -19,16 +19,21 @@ the command's main:
   (`stopped:` after Ctrl-C) and exits with PREEMPTED_EXIT_CODE (42,
   TensorFlow's restart status);
 - Ctrl-C anywhere else, or a second one, prints one line and exits with
-  INTERRUPTED_EXIT_CODE (130);
+  INTERRUPTED_EXIT_CODE (130); SIGTERM outside a training loop (which
+  checkpoints on it) unwinds as Ctrl-C does, every clean-up included
+  (`Terminated`), and prints `keras-vit-<command>: preempted: ...`,
+  exiting with PREEMPTED_EXIT_CODE;
 - any other exception (a ValueError from inside Keras or TensorFlow
   included) propagates with its traceback.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging as std_logging
 import os
 import re
+import signal
 import sys
 import traceback
 from typing import TYPE_CHECKING, Callable, Optional, Sequence
@@ -305,6 +310,9 @@ def run(
         quiet_start.filter_stderr()
     logging.use_absl_handler()
     quiet_start.started()
+    previous_term = None
+    with contextlib.suppress(ValueError):  # not the main thread: as it was
+        previous_term = signal.signal(signal.SIGTERM, _terminate)
     try:
         rest = parse(values, argv)
         setup_logging(values.verbose)
@@ -322,6 +330,9 @@ def run(
         return PREEMPTED_EXIT_CODE
     except KeyboardInterrupt as error:
         return _interrupted(error, program, verbose)
+    finally:
+        if previous_term is not None:
+            signal.signal(signal.SIGTERM, previous_term)
     return 0 if status is None else int(status)
 
 
@@ -346,18 +357,34 @@ def out_of_memory(error: BaseException,
             "on a machine with more memory.")
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM outside a training loop's checkpointing: raised in the main
+    thread so that it unwinds as Ctrl-C does (temporary files and partial
+    exports removed), then reported as a preemption."""
+
+
+def _terminate(signum, frame) -> None:
+    del signum, frame
+    raise Terminated()
+
+
 def _interrupted(error: KeyboardInterrupt, program: str,
                  verbose: bool) -> int:
     """Ctrl-C outside a training loop's checkpointing (or twice): one
-    line, INTERRUPTED_EXIT_CODE."""
+    line, INTERRUPTED_EXIT_CODE; SIGTERM (`Terminated`): one line,
+    PREEMPTED_EXIT_CODE."""
     if verbose:
         print("".join(traceback.format_exception(error)), file=sys.stderr,
               end="", flush=True)
-    print(quiet_start.interrupted_line(program), file=sys.stderr,
+    terminated = isinstance(error, Terminated)
+    print(f"{program}: preempted: stopped at once (SIGTERM); run the same "
+          "command again." if terminated
+          else quiet_start.interrupted_line(program), file=sys.stderr,
           flush=True)
+    code = PREEMPTED_EXIT_CODE if terminated else INTERRUPTED_EXIT_CODE
     if downloads.abandoned():
         # TFDS's download threads would keep the process (Python's exit
         # joins them) for minutes of tries again: nothing else to wait for.
         sys.stdout.flush()
-        os._exit(INTERRUPTED_EXIT_CODE)
-    return INTERRUPTED_EXIT_CODE
+        os._exit(code)
+    return code
