@@ -225,6 +225,37 @@ def tiny_config(**overrides):
     )
 
 
+def test_a_run_stopped_in_its_final_export_exports_when_run_again(tmp_path):
+    """metrics.json (which marks a run finished) comes after the export:
+    a run that fails (or is killed) while exporting is not "finished", and
+    the same command evaluates and exports again from its last
+    checkpoint, without training; once exported, it is finished."""
+    workdir = str(tmp_path / "run")
+    calls = []
+
+    def failing(model, class_names):
+        calls.append("failed")
+        raise OSError("No space left on device")
+
+    def exporting(model, class_names):
+        calls.append("exported")
+        return {"export_path": "/exports/vit/1"}
+
+    with pytest.raises(OSError):
+        train_lib.train_and_evaluate(tiny_config(), workdir,
+                                     on_finish=failing)
+    assert not os.path.exists(os.path.join(workdir, wd.METRICS))
+    again = train_lib.train_and_evaluate(tiny_config(), workdir,
+                                         on_finish=exporting)
+    assert calls == ["failed", "exported"]
+    assert again["steps"] == 20 and again["steps_this_run"] == 0
+    assert wd.read_json(os.path.join(workdir, wd.METRICS))[
+        "export_path"] == "/exports/vit/1"
+    done = train_lib.train_and_evaluate(tiny_config(), workdir,
+                                        on_finish=exporting)
+    assert done["finished_before"] and calls == ["failed", "exported"]
+
+
 def _poison(monkeypatch, bad_batches):
     """Makes the training pipeline put NaN into the images of the given
     batches (0-based: batch 12 feeds step 13)."""

@@ -58,7 +58,7 @@ def test_keep_best_must_name_an_accuracy_evaluator():
         records.best_evaluator(config.checkpoints, config.evals)
 
 
-def _train(workdir, total):
+def _train(workdir, total, *extra):
     return console.run("train", [
         *console.TINY_DIGITS, f"--workdir={workdir}",
         f"--config.trainer.total_steps={total}",
@@ -66,7 +66,7 @@ def _train(workdir, total):
         "--config.checkpoints.every_steps=20",
         "--config.evals.test.every_steps=20",
         "--config.checkpoints.keep_best=test", "--config.checkpoints.keep=1",
-        "--config.schedule.lr=0.003"])
+        "--config.schedule.lr=0.003", *extra])
 
 
 @pytest.mark.slow
@@ -137,6 +137,13 @@ def test_history_best_checkpoint_curves_and_a_finished_run(tmp_path):
     assert "Resumed" not in fourth.stderr
     assert (workdir / "metrics.json").read_bytes() == metrics
     assert csv_path.read_bytes() == log
+    # An export asked of the run finished without one: said, with the
+    # command that exports it.
+    fifth = _train(workdir, 80, "--config.export.enabled=True")
+    assert fifth.returncode == 0, fifth.stderr[-3000:]
+    assert (f"the run in {workdir} finished without an export; export it "
+            f"with keras-vit-export --model={workdir}.") in fifth.stderr
+    assert (workdir / "metrics.json").read_bytes() == metrics
 
 
 def _history_workdir(path):

@@ -77,8 +77,17 @@ def run(
         config, workdir, strategy,
         on_finish=export_final if export.enabled else None,
     )
-    if not (final.get("preempted") or final.get("finished_before")) and (
-            distribute.is_chief(strategy or tf.distribute.get_strategy())):
+    chief = distribute.is_chief(strategy or tf.distribute.get_strategy())
+    finished_before = final.get("finished_before")
+    if finished_before and export.enabled and not final.get("export_path"):
+        logging.warning(
+            "config.export.enabled: the run in %s finished without an "
+            "export; export it with keras-vit-export --model=%s.", workdir,
+            workdir)
+    if chief and not final.get("preempted") and not (
+            finished_before and tf.io.gfile.exists(
+                os.path.join(workdir, curves.FILE))):
+        # (A finished run stopped before drawing them draws them now.)
         final.update(_draw_curves(workdir))
     return final
 

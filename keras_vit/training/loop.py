@@ -383,8 +383,6 @@ class _HostLoop:
         skipped = r.skipped_images()
         if skipped:
             final["skipped_images"] = skipped
-        if r.chief:
-            wd.write_json(os.path.join(r.workdir, wd.METRICS), final)
         logging.info("Final %s metrics: %s", final.get("eval_split"),
                      progress.short_metrics(final))
         if r.chief and r.on_finish is not None:
@@ -397,4 +395,9 @@ class _HostLoop:
             finally:
                 if trainer.has_ema:
                     trainer.swap_ema_weights()
+        if r.chief:
+            # Last: metrics.json marks the run finished (the same command
+            # then does nothing), so a run stopped in its export (or the
+            # MPP encoder's writing) evaluates and exports again.
+            wd.write_json(os.path.join(r.workdir, wd.METRICS), final)
         return final
