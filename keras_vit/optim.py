@@ -200,6 +200,14 @@ def _optimizer(name: str, opt_config,
         kwargs["weight_decay"] = weight_decay
     optimizer = cls(**kwargs)
     no_decay = tuple(opt_config.no_decay or ())
+    bad = [n for n in no_decay if not isinstance(n, str) or not n.strip()]
+    if bad:
+        # Keras reads each as a pattern: "" matches every variable (no
+        # decay at all), a number or None fails inside Keras.
+        raise UsageError(
+            f"config.optimizer.no_decay={list(no_decay)!r} holds {bad[0]!r}: give "
+            "variable-name parts such as bias,pos_embedding (or () to "
+            "decay every variable).")
     if weight_decay and no_decay:
         optimizer.exclude_from_weight_decay(var_names=list(no_decay))
     return optimizer

@@ -466,6 +466,11 @@ def test_weight_decay_skips_biases_norms_and_embeddings():
         (dict(name="sgd", lr=0.0), "lr must be positive"),
         (dict(name="sgd", lr=1.0, weight_decay=0.1), "no weight decay"),
         (dict(name="adamw", lr=1.0, decay_type="step"), "Unknown decay_type"),
+        # "" would match every variable: no decay at all, silently.
+        (dict(name="adamw", lr=1.0, weight_decay=0.1, no_decay=("bias", "")),
+         r"optimizer.no_decay=\['bias', ''\] holds '': give variable-name"),
+        (dict(name="adamw", lr=1.0, weight_decay=0.1, no_decay=(5,)),
+         r"holds 5: give variable-name parts"),
     ],
 )
 def test_optimizer_config_errors(opt, message):
