@@ -256,6 +256,34 @@ def test_a_run_stopped_in_its_final_export_exports_when_run_again(tmp_path):
     assert done["finished_before"] and calls == ["failed", "exported"]
 
 
+def test_resuming_with_other_input_names_the_field_or_draws_anew(tmp_path):
+    """Another preprocessing on resume: the differing field is named
+    (config.input.pp.resize_size), not the whole pp section cut short; a
+    run whose checkpoints hold no data iterator (MixUp keeps its random
+    state in a variable) resumes with another batch, its order drawn
+    anew, rather than being refused for a data order it did not keep."""
+    from keras_vit.training.resume import TrainingError
+
+    plain = str(tmp_path / "plain")
+    train_lib.train_and_evaluate(tiny_config(total_steps=10), plain)
+    with pytest.raises(TrainingError, match=r"config.input.pp.resize_size: "
+                       r"36 in the workdir, 40 asked"):
+        train_lib.train_and_evaluate(
+            tiny_config(**{"total_steps": 20, "input.pp.resize_size": 40}),
+            plain)
+    mixed = str(tmp_path / "mixed")
+    train_lib.train_and_evaluate(
+        tiny_config(**{"total_steps": 10, "input.mix.mixup_alpha": 0.2}),
+        mixed)
+    names = [n for n, _ in tf.train.list_variables(
+        tf.train.latest_checkpoint(os.path.join(mixed, wd.CHECKPOINTS)))]
+    assert not any(n.startswith("iterator/") for n in names)
+    again = train_lib.train_and_evaluate(
+        tiny_config(**{"total_steps": 20, "input.mix.mixup_alpha": 0.2,
+                       "input.batch_size": 16}), mixed)
+    assert again["steps"] == 20 and again["steps_this_run"] == 10
+
+
 def _poison(monkeypatch, bad_batches):
     """Makes the training pipeline put NaN into the images of the given
     batches (0-based: batch 12 feeds step 13)."""

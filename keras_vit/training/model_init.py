@@ -138,10 +138,11 @@ def _check_resumed_input(old, config, workdir: str) -> None:
     """A checkpointed data iterator resumes the data it was made of: with
     another batch, split or preprocessing it would fail on its first batch,
     or go on reading the old data while config.json names the new."""
-    if not config.checkpoints.iterator:
+    if not config.checkpoints.iterator or not _holds_iterator(workdir):
         return  # the data order is drawn anew from the step
     differ = config_lib.named_differences(
-        _plain(old.input, _ORDER_FIELDS), _plain(config.input, _ORDER_FIELDS),
+        _flat(_plain(old.input, _ORDER_FIELDS)),
+        _flat(_plain(config.input, _ORDER_FIELDS)),
         lambda key: f"config.input.{key}",
         lambda value: shorten(json.dumps(value), _MAX_VALUE), _MAX_NAMED)
     if differ:
@@ -150,6 +151,30 @@ def _check_resumed_input(old, config, workdir: str) -> None:
             f"other training data: {differ}. Resume with the run's own "
             "input, or set --config.checkpoints.iterator=False to resume "
             "with this input, its order drawn anew.")
+
+
+def _holds_iterator(workdir: str) -> bool:
+    """Whether the run's newest checkpoint holds a data iterator (not
+    with a pipeline whose augmentation keeps its state in a variable,
+    nor with strategies whose iterators cannot be saved)."""
+    listed = wd.listed_checkpoints(os.path.join(workdir, wd.CHECKPOINTS))
+    try:
+        names = [n for n, _ in tf.train.list_variables(listed[0])]
+    except (IndexError, tf.errors.OpError, ValueError):
+        return True  # unreadable: resume reports it; compare as before
+    return any(n.startswith("iterator/") for n in names)
+
+
+def _flat(fields: dict, prefix: str = "") -> dict:
+    """Nested sections (pp, mix) as dotted fields, so that the one that
+    differs is named (pp.resize_size), not the whole section."""
+    out = {}
+    for key, value in fields.items():
+        if isinstance(value, dict) and value:
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
 
 
 def _check_resumed_start(old, config, workdir: str) -> None:
