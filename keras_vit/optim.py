@@ -205,9 +205,9 @@ def _optimizer(name: str, opt_config,
         # Keras reads each as a pattern: "" matches every variable (no
         # decay at all), a number or None fails inside Keras.
         raise UsageError(
-            f"config.optimizer.no_decay={list(no_decay)!r} holds {bad[0]!r}: give "
-            "variable-name parts such as bias,pos_embedding (or () to "
-            "decay every variable).")
+            f"config.optimizer.no_decay={list(no_decay)!r} holds "
+            f"{bad[0]!r}: give variable-name parts such as "
+            "bias,pos_embedding (or () to decay every variable).")
     if weight_decay and no_decay:
         optimizer.exclude_from_weight_decay(var_names=list(no_decay))
     return optimizer
