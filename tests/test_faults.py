@@ -586,3 +586,22 @@ def test_failed_write_keeps_old_file_and_leaves_no_temp(tmp_path,
     check_error("failed_metrics_write", info.value)
     assert json.load(open(path)) == {"test_accuracy": 0.5}
     assert os.listdir(tmp_path) == ["metrics.json"]
+
+
+def test_json_files_hold_null_for_nan_and_infinity(tmp_path):
+    """A diverged run's metrics (NaN loss) stay valid JSON: null, which
+    strict readers accept (Python writes NaN by default, which they
+    refuse)."""
+    path = str(tmp_path / "metrics.json")
+    wd.write_json(path, {"test_loss": float("nan"), "steps": 40,
+                         "curve": [1.5, float("inf"), -float("inf")],
+                         "eval": {"loss": np.float64("nan")}})
+    text = open(path).read()
+    assert "NaN" not in text and "Infinity" not in text
+
+    def refuse(name):
+        raise ValueError(name)
+
+    assert json.loads(text, parse_constant=refuse) == {
+        "test_loss": None, "steps": 40, "curve": [1.5, None, None],
+        "eval": {"loss": None}}

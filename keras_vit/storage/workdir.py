@@ -23,6 +23,7 @@ so a crash never leaves a half-written file behind.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 from typing import Any, List, Optional
@@ -49,7 +50,21 @@ CHECKPOINTS = "checkpoints"
 
 
 def write_json(path: str, obj: Any) -> None:
-    atomic_write(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
+    """`obj` as JSON, atomically; NaN and infinities (a diverged run's
+    loss) as null: Python would write NaN, which is not JSON and which
+    other readers (JavaScript's JSON.parse, jq) refuse."""
+    atomic_write(path, json.dumps(_json_safe(obj), indent=2, sort_keys=True,
+                                  allow_nan=False) + "\n")
+
+
+def _json_safe(obj: Any) -> Any:
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_json_safe(v) for v in obj]
+    return obj
 
 
 def read_json(path: str) -> Any:
