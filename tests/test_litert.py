@@ -124,6 +124,16 @@ def test_bad_arguments(model, tmp_path, capsys):
                        "--quantization", "int8"])
     assert status == 1
     assert "--quantization goes with --format=litert" in capsys.readouterr().err
+    # The SavedModel's own flags are not dropped from a .tflite in silence
+    # (an any-size model asked, a fixed-size file written).
+    status = cli.main(["keras-vit-export", "--export_dir", str(tmp_path),
+                       "--model", str(tmp_path / "vit.keras"),
+                       "--format=litert", "--dynamic_size", "--top_k=3"])
+    assert status == 1
+    err = capsys.readouterr().err
+    assert "--top_k, --dynamic_size go with a SavedModel export only, not " \
+        "--format=litert" in err
+    assert not (tmp_path / "vit.tflite").exists()
 
 
 def test_the_evaluation_resize_travels_with_the_file(model, tmp_path,

@@ -126,6 +126,11 @@ def warmup_images(values: flags.FlagValues):
     return paths
 
 
+# The flags a SavedModel export reads and a LiteRT one does not.
+_SAVED_MODEL_FLAGS = ("top_k", "warmup_images", "no_warmup", "version",
+                      "serving_base_dir", "dynamic_size")
+
+
 def export(values: flags.FlagValues) -> str:
     """str. Exports the --model as the flags say; the new version's path
     (or the .tflite file's)."""
@@ -137,6 +142,15 @@ def export(values: flags.FlagValues) -> str:
                                  "--model_name or --export_dir.")
             if not values.overwrite:
                 cli.check_not_written(path, "model_name")
+    saved_model_only = [f"--{name}" for name in _SAVED_MODEL_FLAGS
+                        if values[name].present]
+    if values.format == "litert" and saved_model_only:
+        raise UsageError(
+            f"{', '.join(saved_model_only)} "
+            f"{'go' if len(saved_model_only) > 1 else 'goes'} with a "
+            "SavedModel export only, not --format=litert (a .tflite file "
+            "has a fixed input size, no top-k output, version, warm-up or "
+            "serving folder).")
     if values.format != "litert" and values.quantization != "float32":
         raise UsageError("--quantization goes with --format=litert only.")
     if values.format != "litert" and values.overwrite:
