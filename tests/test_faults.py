@@ -204,6 +204,8 @@ def test_kill_during_export_publishes_nothing(tmp_path):
     )
     path = export_model(model, exports, warmup_images=[], verify=False)
     assert path == os.path.join(model_dir, "1")
+    # The killed export's folder is removed by the next export.
+    assert os.listdir(model_dir) == ["1"]
     loaded = tf.saved_model.load(path)
     pixels = tf.zeros([1, 16, 16, 3])
     out = loaded.signatures["predict_images"](images=pixels)
@@ -605,3 +607,31 @@ def test_json_files_hold_null_for_nan_and_infinity(tmp_path):
     assert json.loads(text, parse_constant=refuse) == {
         "test_loss": None, "steps": 40, "curve": [1.5, None, None],
         "eval": {"loss": None}}
+
+
+def test_ctrl_c_while_an_export_is_published_waits_until_it_is_listed(
+        tmp_path, monkeypatch):
+    """Ctrl-C the moment a version is published: it is also listed in
+    models.config (and batching_parameters.txt written) before the
+    KeyboardInterrupt, not left unlisted."""
+    from keras_vit.export import files as export_files
+    from keras_vit.export.saved_model import export_model
+
+    publish = export_files.publish_version
+
+    def publish_then_ctrl_c(*args, **kwargs):
+        path = publish(*args, **kwargs)
+        os.kill(os.getpid(), signal.SIGINT)
+        return path
+
+    monkeypatch.setattr(export_files, "publish_version", publish_then_ctrl_c)
+    model = keras_vit.create_model(
+        None, num_classes=3, image_size=16, patch_size=8, hidden_size=16,
+        num_layers=1, num_heads=2, mlp_dim=16)
+    exports = tmp_path / "exports"
+    with pytest.raises(KeyboardInterrupt):
+        export_model(model, str(exports), warmup_images=[], verify=False)
+    assert sorted(os.listdir(exports / "vit")) == ["1"]
+    assert "name: \"vit\"" in (exports / "models.config").read_text()
+    assert (exports / "batching_parameters.txt").exists()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler

@@ -28,11 +28,13 @@ import dataclasses
 import datetime
 import json
 import os
+import re
 from typing import Optional, Sequence
 
 import keras
 import numpy as np
 import tensorflow as tf
+from absl import logging
 
 from keras_vit.data import preprocessing
 from keras_vit.derived import (
@@ -46,6 +48,7 @@ from keras_vit.export import files as export_files
 from keras_vit.export import graph as export_graph
 from keras_vit.export import options as export_options
 from keras_vit.export.options import ExportOptions
+from keras_vit.storage import atomic
 from keras_vit.storage.atomic import atomic_write
 
 BATCHING_FILE = export_files.BATCHING_FILE
@@ -201,16 +204,17 @@ def export_model(model: keras.Model, export_dir: str, **options) -> str:
         serving_model, target.names, target.top_k, opts.resize_size,
         any_size=opts.dynamic_size,
     )
-    path = _write_version(archive, serving_model, target, opts)
-    write_batching_parameters(target.export_dir)
-    export_files.update_models_config(
-        target.config_path,
-        opts.model_name,
-        export_files.config_base_path(target.export_dir, opts.model_name,
-                                      opts.serving_base_dir),
-        replace_base_path=opts.serving_base_dir is not None,
-    )
-    return path
+    def listed() -> None:  # the server's files name the model
+        write_batching_parameters(target.export_dir)
+        export_files.update_models_config(
+            target.config_path,
+            opts.model_name,
+            export_files.config_base_path(target.export_dir, opts.model_name,
+                                          opts.serving_base_dir),
+            replace_base_path=opts.serving_base_dir is not None,
+        )
+
+    return _write_version(archive, serving_model, target, opts, listed)
 
 
 def _check_session() -> None:
@@ -276,13 +280,16 @@ def _target(model: keras.Model, export_dir: str,
 
 
 def _write_version(archive, serving_model: keras.Model, target: _Target,
-                   opts: ExportOptions) -> str:
-    """Writes, verifies and publishes the new version; its path. A failure
-    at any step leaves no trace of it."""
+                   opts: ExportOptions, listed) -> str:
+    """Writes, verifies and publishes the new version, then `listed()`
+    (models.config); its path. A failure before publishing leaves no
+    trace of it; Ctrl-C or SIGTERM while publishing waits until the
+    version is listed too."""
     auto_version = opts.version is None
     tf.io.gfile.makedirs(target.model_dir)
     version = (export_files.next_version(target.model_dir) if auto_version
                else opts.version)
+    _remove_orphans(target.model_dir)
     # TF Serving ignores folders whose name is not an integer.
     tmp_dir = export_files.join(target.model_dir,
                                 f".tmp-{version}-{os.getpid()}")
@@ -298,12 +305,38 @@ def _write_version(archive, serving_model: keras.Model, target: _Target,
                 target.images or export_files.default_warmup_images(),
                 opts.resize_size,
             )
-        return export_files.publish_version(
-            tmp_dir, target.model_dir, int(version), auto_version
-        )
+        with atomic.signals_deferred():
+            path = export_files.publish_version(
+                tmp_dir, target.model_dir, int(version), auto_version)
+            listed()
+        return path
     except BaseException:
         export_files.remove_tree(tmp_dir)
         raise
+
+
+def _remove_orphans(model_dir: str) -> None:
+    """Removes the unpublished versions (.tmp-<version>-<pid>) that an
+    export killed outright (kill -9) left in a local `model_dir`: those of
+    processes no longer running here."""
+    if "://" in model_dir or not os.path.isdir(model_dir):
+        return
+    for name in os.listdir(model_dir):
+        match = re.fullmatch(r"\.tmp-\d+-(\d+)", name)
+        if not match or _running(int(match.group(1))):
+            continue
+        logging.info("Removing %s, an export that was killed.", name)
+        export_files.remove_tree(os.path.join(model_dir, name))
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process
+        return True
+    return True
 
 
 def write_batching_parameters(export_dir: str) -> Optional[str]:

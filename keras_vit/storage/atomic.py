@@ -18,11 +18,13 @@ for remote paths: local writes work where TensorFlow is not installed
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 import tempfile
 import uuid
-from typing import Callable, Union
+from typing import Callable, Iterator, Union
 
 # Writes the file at the (local, temporary) path it is given: for writers
 # that take a path, such as `keras.Model.save` or `np.savez`.
@@ -143,3 +145,26 @@ def _remove_local(tmp: str) -> None:
             os.remove(tmp)
     except OSError:
         pass
+
+
+@contextlib.contextmanager
+def signals_deferred() -> Iterator[None]:
+    """Ctrl-C and SIGTERM wait until the block ends (a few quick writes
+    that belong together, such as publishing an export and listing it in
+    models.config), then act as they would have. Outside the main thread
+    the block runs as it is."""
+    caught = []
+    signums = (signal.SIGINT, signal.SIGTERM)
+    try:
+        previous = {s: signal.signal(s, lambda n, f: caught.append(n))
+                    for s in signums}
+    except ValueError:  # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        for signum in dict.fromkeys(caught):
+            signal.raise_signal(signum)
