@@ -809,6 +809,16 @@ def test_an_all_zero_head_is_named_in_the_log(tmp_path):
     assert result.returncode == 0, result.stderr[-2000:]
     assert "classification head is all zeros" in result.stderr
     assert "Fine-tune it first (--config.init.model)" in result.stderr
+    # Converted to .keras (which would then serve it without a word): said
+    # too; not of a head the conversion makes new (--num_classes).
+    converted = console.run("convert", [f"--model={path}",
+                                        f"--output={tmp_path / 'z.keras'}"])
+    assert converted.returncode == 0, converted.stderr[-2000:]
+    assert "classification head is all zeros" in converted.stderr
+    renewed = console.run("convert", [f"--model={path}", "--num_classes=4",
+                                      f"--output={tmp_path / 'n.keras'}"])
+    assert renewed.returncode == 0, renewed.stderr[-2000:]
+    assert "classification head is all zeros" not in renewed.stderr
 
 
 @covers("npz_other_variant")

@@ -70,6 +70,8 @@ def convert(source, output: str, *, image_size=None, **build):
             f"`output` {output!r} must end with .keras (Keras's format)."
         )
     model, report = loader.load_report(source, image_size, **build)
+    if "num_classes" not in build:  # a new head is zeros by design
+        cli.warn_zero_head(source, model)
     atomic.atomic_write(output, model.save)
     return report
 

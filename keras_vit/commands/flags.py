@@ -244,16 +244,7 @@ def load_flagged_model(values: flags.FlagValues,
             f"MPP encoder): nothing to {head}. Fine-tune it first "
             f"(keras-vit-train --config.init.model={source.path} ...)."
         )
-    head = getattr(getattr(model, "parts", None), "head", None)
-    if source.kind in ("npz", "hub") and head is not None and not any(
-            np.any(w.numpy()) for w in head.weights):
-        # A checkpoint file's head of zeros: the ImageNet-21k releases'
-        # (zeroed for fine-tuning); every class scores alike.
-        logging.warning(
-            "%s's classification head is all zeros, as the ImageNet-21k "
-            "releases ship it: every class scores alike. Fine-tune it "
-            "first (--config.init.model), or use a fine-tuned release.",
-            source.path)
+    warn_zero_head(source, model)
     wanted, width = hint(values, "num_classes"), int(model.output_shape[-1])
     if wanted is not None and wanted != width:
         raise UsageError(
@@ -346,6 +337,21 @@ def define_class_names_file(values: flags.FlagValues) -> None:
         "Hugging Face config's id2label; else class indices).",
         flag_values=values,
     )
+
+
+def warn_zero_head(source: loader.Source, model: keras.Model) -> None:
+    """A warning when a checkpoint file's (.npz, hub folder's) model has
+    a classification head of zeros, as the ImageNet-21k releases ship it
+    (zeroed for fine-tuning): every class scores alike. (A model built
+    here has one too before training: not said of other sources.)"""
+    head = getattr(getattr(model, "parts", None), "head", None)
+    if source.kind in ("npz", "hub") and head is not None and not any(
+            np.any(w.numpy()) for w in head.weights):
+        logging.warning(
+            "%s's classification head is all zeros, as the ImageNet-21k "
+            "releases ship it: every class scores alike. Fine-tune it "
+            "first (--config.init.model), or use a fine-tuned release.",
+            source.path)
 
 
 def class_names(values: flags.FlagValues,
