@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import argparse
 import base64
+import importlib.util
 import json
+import os
 import sys
 import urllib.error
 import urllib.request
@@ -165,12 +167,37 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _load_tensorflow_quietly() -> None:
+    """Imports TensorFlow without its start-up notices (oneDNN, CPU
+    features, no CUDA driver), as the keras-vit commands do: with the
+    checkout's keras_vit/quiet_start.py, loaded by its path (importing
+    keras_vit would load Keras)."""
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    path = os.path.join(here, "keras_vit", "quiet_start.py")
+    if not os.path.exists(path):
+        return
+    spec = importlib.util.spec_from_file_location("_quiet_start", path)
+    quiet = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(quiet)
+    quiet.hold(sys.argv[1:])
+    try:
+        import tensorflow  # noqa: F401
+    finally:
+        quiet.release()
+
+
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     images = []
     for path in args.images:
-        with open(path, "rb") as f:
-            images.append(f.read())
+        try:
+            with open(path, "rb") as f:
+                images.append(f.read())
+        except OSError as e:
+            raise SystemExit(f"error: cannot read {path}: "
+                             f"{e.strerror or e}") from None
+    if args.grpc or args.signature == "predict_images":
+        _load_tensorflow_quietly()
     if args.rest:
         predictions = rest_predict(args.rest, args.model, images,
                                    signature=args.signature)

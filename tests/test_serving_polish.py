@@ -317,3 +317,32 @@ def test_the_client_shows_the_servers_refusal_in_one_line(images, capsys):
     Image.new("P", (20, 20), 3).save(palette, "BMP")
     with pytest.raises(SystemExit, match="A BMP with a colour table"):
         client.rest_request([palette.getvalue()], "predict_images")
+
+
+@pytest.mark.slow
+def test_the_client_script_is_quiet_and_names_its_errors(tmp_path):
+    """scripts/serving_client.py as the docs show it: TensorFlow loads
+    without its start-up notices (gRPC, predict_images); a server that
+    does not answer and a missing image are one line each."""
+    import socket
+    import subprocess
+    import sys
+
+    image = tmp_path / "x.png"
+    Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(image)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    script = os.path.join(ROOT, "scripts", "serving_client.py")
+    env = dict(os.environ)
+    env.pop("TF_CPP_MIN_LOG_LEVEL", None)
+    for args, says in (
+            (["--grpc", f"127.0.0.1:{port}", "--signature",
+              "predict_images", str(image)], "answered UNAVAILABLE"),
+            (["--rest", f"http://127.0.0.1:{port}", str(tmp_path / "no.png")],
+             f"error: cannot read {tmp_path / 'no.png'}: No such file")):
+        result = subprocess.run([sys.executable, script, *args], env=env,
+                                capture_output=True, text=True, timeout=300)
+        assert result.returncode == 1, result.stderr
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and says in lines[0], result.stderr
