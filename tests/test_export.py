@@ -25,6 +25,7 @@ from keras_vit.data import preprocessing
 from keras_vit.errors import UsageError
 from keras_vit.export import files as export_files
 from keras_vit.export import saved_model as export_lib
+from keras_vit.export import server_config
 from keras_vit.export.saved_model import export_model
 from tests.strategies import two_cpu_mirrored
 
@@ -146,7 +147,7 @@ def test_layout(exported):
         assert os.path.isfile(os.path.join(path, name)), name
     with open(os.path.join(path, "assets", "labels.txt")) as f:
         assert f.read().splitlines() == NAMES
-    config = export_files.read_models_config(
+    config = server_config.read_models_config(
         os.path.join(export_dir, "models.config"))
     entries = config.model_config_list.config
     assert [(e.name, e.base_path, e.model_platform) for e in entries] == [
@@ -361,18 +362,28 @@ def test_versions_increment_and_never_overwrite(model, images, tmp_path):
     # non-numeric folder that is not a version.
     (model_dir / "3").mkdir(parents=True)
     (model_dir / "3" / "saved_model.pb").write_bytes(b"version 3")
-    (model_dir / ".tmp-9-12345").mkdir()
+    # One of a process still running (kept: it may be writing), one of a
+    # process gone (removed by the next export).
+    import subprocess
+    import sys
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    running = f".tmp-9-{os.getpid()}"
+    (model_dir / running).mkdir()
+    (model_dir / f".tmp-8-{gone.pid}").mkdir()
     assert export_files.existing_versions(str(model_dir)) == [3]
     path = export_model(model, str(tmp_path), verify=False,
                         warmup_images=[images["png"]])
     assert path == str(model_dir / "4")
+    assert sorted(os.listdir(model_dir)) == [running, "3", "4"]
     with pytest.raises(FileExistsError, match="already exists"):
         export_model(model, str(tmp_path), version=3)
     assert (model_dir / "3" / "saved_model.pb").read_bytes() == b"version 3"
     path = export_model(model, str(tmp_path), version=7, verify=False,
                         warmup_images=[])
     assert path == str(model_dir / "7")
-    assert sorted(os.listdir(model_dir)) == [".tmp-9-12345", "3", "4", "7"]
+    assert sorted(os.listdir(model_dir)) == [running, "3", "4", "7"]
     assert export_files.next_version(str(model_dir)) == 8
     # The new versions serve the model.
     np.testing.assert_allclose(
@@ -390,15 +401,30 @@ def test_models_config_updated_not_clobbered(model, tmp_path):
     export_model(model, export_dir, verify=False, warmup_images=[])
     export_model(model, export_dir, model_name="vit_small", verify=False,
                  warmup_images=[], serving_base_dir="/models")
-    entries = export_files.read_models_config(
+    entries = server_config.read_models_config(
         str(config_path)).model_config_list.config
     assert [(e.name, e.base_path) for e in entries] == [
         ("vit", "/models/vit"), ("vit_small", "/models/vit_small")]
     assert entries[0].model_version_policy.latest.num_versions == 2
+    # Comments written by hand: kept where the entry is already there (the
+    # file is not rewritten); a new entry rewrites it, the old one in .bak.
+    commented = ("# production models, by ops\n"
+                 + config_path.read_text().replace(
+                     'name: "vit"', 'name: "vit"  # canary', 1))
+    config_path.write_text(commented)
+    export_model(model, export_dir, verify=False, warmup_images=[])
+    assert config_path.read_text() == commented
+    assert not (tmp_path / "models.config.bak").exists()
+    export_model(model, export_dir, model_name="vit_tiny", verify=False,
+                 warmup_images=[])
+    assert (tmp_path / "models.config.bak").read_text() == commented
+    assert [e.name for e in server_config.read_models_config(
+        str(config_path)).model_config_list.config] == [
+            "vit", "vit_small", "vit_tiny"]
     config_path.write_text("model_config_list { config { name: ")
     with pytest.raises(ValueError, match="not a valid TF Serving model"):
         export_model(model, export_dir, verify=False)
-    assert sorted(os.listdir(tmp_path / "vit")) == ["1"]
+    assert sorted(os.listdir(tmp_path / "vit")) == ["1", "2"]
 
 
 @pytest.mark.parametrize("stage", [

@@ -19,14 +19,13 @@ from __future__ import annotations
 import os
 import posixpath
 import re
-from typing import List, Optional, Sequence, Union
+from typing import List, Sequence, Union
 
 import numpy as np
 import tensorflow as tf
 
 from keras_vit.data import checks, preprocessing
 from keras_vit.errors import UsageError
-from keras_vit.storage.atomic import atomic_write
 
 WARMUP_FILE = "tf_serving_warmup_requests"
 # TF Serving reads at most this many warm-up records.
@@ -313,82 +312,3 @@ def request_inputs(request) -> dict:
     return {
         key: tf.make_ndarray(proto) for key, proto in request.inputs.items()
     }
-
-
-# ---------------------------------------------------------- models.config
-
-
-def read_models_config(path: str):
-    """The ModelServerConfig in `path` (empty if the file does not exist).
-
-    Raises:
-        ValueError: the file exists but is not a valid text proto; nothing
-            is overwritten in that case.
-    """
-    from google.protobuf import text_format
-    from tensorflow_serving.config import model_server_config_pb2
-
-    config = model_server_config_pb2.ModelServerConfig()
-    if not tf.io.gfile.exists(path):
-        return config
-    with tf.io.gfile.GFile(path, "r") as f:
-        text = f.read()
-    try:
-        text_format.Parse(text, config)
-    except text_format.ParseError as e:
-        raise UsageError(
-            f"{path} is not a valid TF Serving model config (text "
-            f"ModelServerConfig): {e}. Fix or move it, then export again."
-        ) from None
-    if config.WhichOneof("config") == "custom_model_config":
-        raise UsageError(
-            f"{path} holds a custom_model_config; only model_config_list "
-            "files can be updated. Move it, then export again."
-        )
-    return config
-
-
-def update_models_config(
-    path: str,
-    model_name: str,
-    base_path: str,
-    replace_base_path: bool,
-) -> None:
-    """Adds (or updates) one model's entry in a model_config_list file.
-
-    Entries of other models, and the other fields of this model's entry
-    (version policy, labels), are kept. An existing entry's base_path is
-    changed only with `replace_base_path`, so a path edited by hand for a
-    server (e.g. /models/vit in a container) survives re-exports.
-    """
-    from google.protobuf import text_format
-
-    config = read_models_config(path)
-    entries = config.model_config_list.config
-    entry = next((e for e in entries if e.name == model_name), None)
-    if entry is None:
-        entry = entries.add()
-        entry.name = model_name
-        entry.base_path = base_path
-        entry.model_platform = "tensorflow"
-    elif replace_base_path or not entry.base_path:
-        entry.base_path = base_path
-    if not entry.model_platform:
-        entry.model_platform = "tensorflow"
-    text = text_format.MessageToString(config)
-    atomic_write(path, text)
-
-
-def config_base_path(
-    export_dir: str, model_name: str, serving_base_dir: Optional[str]
-) -> str:
-    """str. The base_path a server should use for `model_name`.
-
-    `serving_base_dir` is where the server sees `export_dir` (e.g. /models
-    when it is mounted there in a container); by default the export's own
-    absolute path.
-    """
-    if serving_base_dir:
-        return posixpath.join(serving_base_dir, model_name)
-    root = export_dir if "://" in export_dir else os.path.abspath(export_dir)
-    return join(root, model_name)

@@ -47,6 +47,7 @@ from keras_vit.errors import UsageError
 from keras_vit.export import files as export_files
 from keras_vit.export import graph as export_graph
 from keras_vit.export import options as export_options
+from keras_vit.export import server_config
 from keras_vit.export.options import ExportOptions
 from keras_vit.storage import atomic
 from keras_vit.storage.atomic import atomic_write
@@ -206,10 +207,10 @@ def export_model(model: keras.Model, export_dir: str, **options) -> str:
     )
     def listed() -> None:  # the server's files name the model
         write_batching_parameters(target.export_dir)
-        export_files.update_models_config(
+        server_config.update_models_config(
             target.config_path,
             opts.model_name,
-            export_files.config_base_path(target.export_dir, opts.model_name,
+            server_config.config_base_path(target.export_dir, opts.model_name,
                                           opts.serving_base_dir),
             replace_base_path=opts.serving_base_dir is not None,
         )
@@ -262,7 +263,7 @@ def _target(model: keras.Model, export_dir: str,
         images = export_files.load_warmup_images(opts.warmup_images)
     export_dir = os.fspath(export_dir)
     config_path = export_files.join(export_dir, export_files.CONFIG_FILE)
-    export_files.read_models_config(config_path)  # fail before exporting
+    server_config.read_models_config(config_path)  # fail before exporting
     model_dir = export_files.join(export_dir, opts.model_name)
     if tf.io.gfile.exists(model_dir) and not tf.io.gfile.isdir(model_dir):
         raise UsageError(

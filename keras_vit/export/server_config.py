@@ -1,0 +1,109 @@
+"""TF Serving's models.config (a model_config_list in protobuf's text
+format) of an export folder: read, checked, and given one model's entry,
+keeping the others and what was edited by hand."""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import re
+from typing import Optional
+
+import tensorflow as tf
+from absl import logging
+
+from keras_vit.errors import UsageError
+from keras_vit.export.files import CONFIG_FILE, join
+from keras_vit.storage.atomic import atomic_write
+
+__all__ = ["CONFIG_FILE", "config_base_path", "read_models_config",
+           "update_models_config"]
+
+
+def read_models_config(path: str):
+    """The ModelServerConfig in `path` (empty if the file does not exist).
+
+    Raises:
+        ValueError: the file exists but is not a valid text proto; nothing
+            is overwritten in that case.
+    """
+    from google.protobuf import text_format
+    from tensorflow_serving.config import model_server_config_pb2
+
+    config = model_server_config_pb2.ModelServerConfig()
+    if not tf.io.gfile.exists(path):
+        return config
+    with tf.io.gfile.GFile(path, "r") as f:
+        text = f.read()
+    try:
+        text_format.Parse(text, config)
+    except text_format.ParseError as e:
+        raise UsageError(
+            f"{path} is not a valid TF Serving model config (text "
+            f"ModelServerConfig): {e}. Fix or move it, then export again."
+        ) from None
+    if config.WhichOneof("config") == "custom_model_config":
+        raise UsageError(
+            f"{path} holds a custom_model_config; only model_config_list "
+            "files can be updated. Move it, then export again."
+        )
+    return config
+
+
+def update_models_config(
+    path: str,
+    model_name: str,
+    base_path: str,
+    replace_base_path: bool,
+) -> None:
+    """Adds (or updates) one model's entry in a model_config_list file.
+
+    Entries of other models, and the other fields of this model's entry
+    (version policy, labels), are kept. An existing entry's base_path is
+    changed only with `replace_base_path`, so a path edited by hand for a
+    server (e.g. /models/vit in a container) survives re-exports.
+    """
+    from google.protobuf import text_format
+
+    config = read_models_config(path)
+    before = text_format.MessageToString(config)
+    entries = config.model_config_list.config
+    entry = next((e for e in entries if e.name == model_name), None)
+    if entry is None:
+        entry = entries.add()
+        entry.name = model_name
+        entry.base_path = base_path
+        entry.model_platform = "tensorflow"
+    elif replace_base_path or not entry.base_path:
+        entry.base_path = base_path
+    if not entry.model_platform:
+        entry.model_platform = "tensorflow"
+    text = text_format.MessageToString(config)
+    if text != before:  # unchanged: the file, comments and all, stays
+        _keep_comments(path)
+        atomic_write(path, text)
+
+
+def _keep_comments(path: str) -> None:
+    """A models.config with comments (which protobuf's text format drops)
+    is copied to <path>.bak before it is rewritten."""
+    text = tf.io.gfile.GFile(path).read() if tf.io.gfile.exists(path) else ""
+    if re.search(r"(^|\s)#", text):
+        atomic_write(path + ".bak", text)
+        logging.warning("%s loses its comments in the rewrite; as it was: "
+                        "%s.bak.", path, path)
+
+
+def config_base_path(
+    export_dir: str, model_name: str, serving_base_dir: Optional[str]
+) -> str:
+    """str. The base_path a server should use for `model_name`.
+
+    `serving_base_dir` is where the server sees `export_dir` (e.g. /models
+    when it is mounted there in a container); by default the export's own
+    absolute path.
+    """
+    if serving_base_dir:
+        return posixpath.join(serving_base_dir, model_name)
+    root = export_dir if "://" in export_dir else os.path.abspath(export_dir)
+    return join(root, model_name)
