@@ -223,10 +223,14 @@ _EVAL_FLAG_WORDS = (
 
 def in_eval_flags(message: str) -> str:
     """A message of the data layer worded in this mode's flags."""
+    if folders.SPLIT_FIX in message:  # the config's fields: not here
+        message = message.replace(folders.SPLIT_FIX, "").rstrip()
     for field, flag in _EVAL_FLAG_WORDS:
         message = message.replace(field, flag)
     if "has no split" in message or "has none of the splits" in message:
-        message += " Pass --split=<one of them>."
+        message += (" Pass --split=<one of them> (of a folder of class "
+                    "folders: val, the fifth of each class held out from "
+                    "training, or train).")
     return message
 
 

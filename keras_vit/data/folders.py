@@ -337,7 +337,8 @@ def folder_index(root: str):
 
 
 # What a split that a folder lacks asks of the user.
-_SPLIT_FIX = (
+# (keras-vit-evaluate --mode=eval words it in its --split flag.)
+SPLIT_FIX = (
     "Name a split it has in the config (config.input.train_split, "
     "config.evals.test.split, config.evals.test.val_split), or arrange it "
     "as <class>/ folders with the images directly inside, or as "
@@ -364,7 +365,7 @@ def resolve_split(root: str, split: str) -> str:
     if found is None:
         raise UsageError(
             f"Image folder {root} has none of the splits {', '.join(choices)}"
-            f"; it has {shorten(repr(sorted(index)), 120)}. {_SPLIT_FIX}"
+            f"; it has {shorten(repr(sorted(index)), 120)}. {SPLIT_FIX}"
         )
     return found + (f"[{bounds[0]}:{bounds[1]}]" if any(bounds) else "")
 
@@ -377,7 +378,7 @@ def folder_split(root: str, split: str) -> Tuple[List[str], np.ndarray]:
     if name not in index:
         raise UsageError(
             f"Image folder {root} has no split {name!r} with images; it has "
-            f"{shorten(', '.join(sorted(index)), 120)}. {_SPLIT_FIX}"
+            f"{shorten(', '.join(sorted(index)), 120)}. {SPLIT_FIX}"
         )
     paths, labels = index[name]
     start, stop = split_bounds(bounds, len(paths), split)
