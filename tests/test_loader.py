@@ -163,6 +163,22 @@ def test_the_resolver_refuses_in_one_line_saying_why(tmp_path):
             "give that.") in refusal(str(tmp_path / "exports"))
     (tmp_path / "notes.txt").write_text("x")
     assert "is a file of no model kind" in refusal(str(tmp_path / "notes.txt"))
+    # A config.json without weights: a timm model's, or no run's at all
+    # (empty; other fields), is not taken for a run without checkpoints.
+    for name, text, says in (
+            ("timm", '{"architecture": "vit_tiny_patch16_224"}',
+             "holds a timm model's config.json but not its weights"),
+            ("blank", "", "is no training run (its config.json names none"),
+            ("other", '{"epochs": 3}', "is no training run")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text(text)
+        assert says in refusal(str(tmp_path / name))
+    # An .npz of other arrays is not taken for a ViT of unknown sizes.
+    np.savez(tmp_path / "other.npz", weights=np.zeros(3), bias=np.zeros(1))
+    with pytest.raises(UsageError, match=r"other.npz holds no Vision "
+                       r"Transformer checkpoint: no embedding/kernel or "
+                       r"Transformer/ arrays \(it holds 2: bias, weights\)"):
+        loader.load_model(str(tmp_path / "other.npz"))
     for uri in ("hf://org/name@..", "hf://../name", "hf://org/.hidden"):
         assert "holds no '..'" in refusal(uri), uri
     # Exports serve predictions only: refused unless the caller serves.

@@ -66,6 +66,15 @@ class NpzSource(sources.Source):
         arrays, layout, ignored = npz_layout.normalize_layout(
             checkpoint_io.read_npz(self.path), self.path
         )
+        if not self.variant and "embedding/kernel" not in arrays and not any(
+                k.startswith("Transformer/") for k in arrays):
+            names = ", ".join(sorted(arrays)[:4]) or "none"
+            raise UsageError(
+                f"{self.path} holds no Vision Transformer checkpoint: no "
+                "embedding/kernel or Transformer/ arrays (it holds "
+                f"{len(arrays)}: {names}{', ...' if len(arrays) > 4 else ''}"
+                "). Give an official ViT .npz or one keras_vit.save_npz "
+                "wrote.")
         info = npz_layout.describe_arrays(
             {k: shape_of(arrays, k) for k in arrays})
         # AugReg files (gs://vit_models/augreg/) say their model and, once

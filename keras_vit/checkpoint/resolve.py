@@ -146,9 +146,15 @@ def _check_not_hub_config(folder: str) -> None:
         with tf.io.gfile.GFile(os.path.join(folder, wd.CONFIG)) as f:
             fields = json.load(f)
     except (tf.errors.OpError, ValueError):
-        return  # the workdir's reader says what is wrong with it
-    if isinstance(fields, dict) and ("model_type" in fields
-                                     or "architectures" in fields):
+        fields = None  # the workdir's reader says what is wrong with it
+    if not isinstance(fields, dict):
+        fields = {}
+    if "architecture" in fields or "pretrained_cfg" in fields:
+        raise UsageError(
+            f"{folder} holds a timm model's {wd.CONFIG} but not its "
+            "weights: download model.safetensors into it (`hf download "
+            "timm/NAME --local-dir ...`), or give --model=hf://timm/NAME.")
+    if "model_type" in fields or "architectures" in fields:
         raise UsageError(
             f"{folder} holds a Hugging Face model's {wd.CONFIG} but not its "
             "weights: download model.safetensors (or pytorch_model.bin) "
@@ -156,6 +162,12 @@ def _check_not_hub_config(folder: str) -> None:
             "(`hf download ORG/NAME --local-dir ...`), or give "
             "--model=hf://ORG/NAME."
         )
+    if not {"model", "input", "trainer"} & set(fields) and not (
+            tf.io.gfile.isdir(os.path.join(folder, wd.CHECKPOINTS))):
+        raise UsageError(
+            f"{folder} is no training run (its {wd.CONFIG} names none of a "
+            "run's sections, and it holds no checkpoints/) and holds no "
+            f"model weights. A model is {SOURCE_KINDS}.")
 
 
 def resolve(

@@ -363,11 +363,8 @@ def class_names(values: flags.FlagValues,
 
 
 def class_names_file(values: flags.FlagValues) -> Optional[list]:
-    """--class_names_file's lines, or None: a file that does not exist,
-    cannot be read, is not UTF-8 text or holds no name is one line
-    naming it."""
-    path = values["class_names_file"].value if (
-        "class_names_file" in values) else None
+    """--class_names_file's lines, or None; a bad file is one line."""
+    path = "class_names_file" in values and values.class_names_file
     if not path:
         return None
     where = f"--class_names_file={path}"
@@ -384,8 +381,7 @@ def class_names_file(values: flags.FlagValues) -> Optional[list]:
         raise UsageError(f"{where} cannot be read ({why}): give a text "
                          "file with one class name per line.") from None
     if not names:
-        raise UsageError(f"{where} holds no class name: give one per "
-                         "line.")
+        raise UsageError(f"{where} holds no class name: give one per line.")
     return names
 
 

@@ -104,8 +104,7 @@ class Run:
             of an evaluation that reports its progress, or None.
         records: records.RunRecords or None. The history rows and the best
             checkpoint.
-        skipped_images: () -> {split: unreadable images left out}, for
-            metrics.json (none listed: the key is left out).
+        skipped_images: () -> {split: unreadable images left out}.
     """
 
     workdir: str
@@ -395,9 +394,6 @@ class _HostLoop:
             finally:
                 if trainer.has_ema:
                     trainer.swap_ema_weights()
-        if r.chief:
-            # Last: metrics.json marks the run finished (the same command
-            # then does nothing), so a run stopped in its export (or the
-            # MPP encoder's writing) evaluates and exports again.
+        if r.chief:  # last: it marks the run finished (after its export)
             wd.write_json(os.path.join(r.workdir, wd.METRICS), final)
         return final
