@@ -168,7 +168,8 @@ def test_the_resolver_refuses_in_one_line_saying_why(tmp_path):
     for name, text, says in (
             ("timm", '{"architecture": "vit_tiny_patch16_224"}',
              "holds a timm model's config.json but not its weights"),
-            ("blank", "", "is no training run (its config.json names none"),
+            ("blank", "", "is no training run (its config.json is not a "
+             "run's config"),
             ("other", '{"epochs": 3}', "is no training run")):
         (tmp_path / name).mkdir()
         (tmp_path / name / "config.json").write_text(text)

@@ -146,9 +146,9 @@ def _check_not_hub_config(folder: str) -> None:
         with tf.io.gfile.GFile(os.path.join(folder, wd.CONFIG)) as f:
             fields = json.load(f)
     except (tf.errors.OpError, ValueError):
-        fields = None  # the workdir's reader says what is wrong with it
-    if not isinstance(fields, dict):
-        fields = {}
+        fields = None  # with checkpoints: the workdir's reader says why
+    unreadable = not isinstance(fields, dict)
+    fields = {} if unreadable else fields
     if "architecture" in fields or "pretrained_cfg" in fields:
         raise UsageError(
             f"{folder} holds a timm model's {wd.CONFIG} but not its "
@@ -162,12 +162,14 @@ def _check_not_hub_config(folder: str) -> None:
             "(`hf download ORG/NAME --local-dir ...`), or give "
             "--model=hf://ORG/NAME."
         )
-    if not {"model", "input", "trainer"} & set(fields) and not (
-            tf.io.gfile.isdir(os.path.join(folder, wd.CHECKPOINTS))):
+    other = unreadable or (fields and not {"model", "input", "trainer"}
+                           & set(fields))
+    if other and not tf.io.gfile.isdir(os.path.join(folder,
+                                                    wd.CHECKPOINTS)):
         raise UsageError(
-            f"{folder} is no training run (its {wd.CONFIG} names none of a "
-            "run's sections, and it holds no checkpoints/) and holds no "
-            f"model weights. A model is {SOURCE_KINDS}.")
+            f"{folder} is no training run (its {wd.CONFIG} is not a run's "
+            "config, and it holds no checkpoints/) and holds no model "
+            f"weights. A model is {SOURCE_KINDS}.")
 
 
 def resolve(
