@@ -286,6 +286,29 @@ def test_resuming_with_other_input_names_the_field_or_draws_anew(tmp_path):
     assert again["steps"] == 20 and again["steps_this_run"] == 10
 
 
+def test_the_same_model_written_otherwise_resumes(tmp_path):
+    """A run whose classes came from the data (num_classes null) resumed
+    with num_classes=10, and image_size 32 resumed as 32x32: one model,
+    so it resumes; another count is still refused by name."""
+    from keras_vit.training.resume import TrainingError
+
+    workdir = str(tmp_path / "run")
+    first = tiny_config(total_steps=10)
+    assert first.model.num_classes is None and first.model.image_size == 32
+    train_lib.train_and_evaluate(first, workdir)
+    from keras_vit import config as config_lib
+
+    again = train_lib.train_and_evaluate(config_lib.replace(
+        tiny_config(**{"total_steps": 20, "model.num_classes": 10}),
+        model={"image_size": [32, 32]}), workdir)
+    assert again["steps"] == 20 and again["steps_this_run"] == 10
+    with pytest.raises(TrainingError, match=r"config.model.num_classes: "
+                       r"10 in the workdir, 12 asked"):
+        train_lib.train_and_evaluate(
+            tiny_config(**{"total_steps": 30, "model.num_classes": 12}),
+            workdir)
+
+
 def _poison(monkeypatch, bad_batches):
     """Makes the training pipeline put NaN into the images of the given
     batches (0-based: batch 12 feeds step 13)."""

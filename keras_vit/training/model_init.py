@@ -97,6 +97,7 @@ def check_workdir_config(config, workdir: str) -> None:
     except (ValueError, TypeError, KeyError):  # compared as written
         saved, asked = (model_signature(old, resolved=False),
                         model_signature(config, resolved=False))
+    _same_written_otherwise(saved, asked, workdir)
     differ = signature_differences(saved, asked)
     if differ:
         raise TrainingError(
@@ -151,6 +152,23 @@ def _check_resumed_input(old, config, workdir: str) -> None:
             f"other training data: {differ}. Resume with the run's own "
             "input, or set --config.checkpoints.iterator=False to resume "
             "with this input, its order drawn anew.")
+
+
+def _same_written_otherwise(saved: dict, asked: dict, workdir: str) -> None:
+    """One model written two ways compares equal: image_size 32 and
+    32x32 ([32, 32]); a class count from the data (num_classes null) and
+    that count named (the run's labels.txt says how many it learned)."""
+    def pair(size):
+        return [size, size] if isinstance(size, int) else size
+
+    if pair(saved["image_size"]) == pair(asked["image_size"]):
+        asked["image_size"] = saved["image_size"]
+    if (saved["num_classes"] is None) == (asked["num_classes"] is None):
+        return
+    names = wd.read_class_names(workdir)
+    if names and len(names) == (saved["num_classes"] or
+                                asked["num_classes"]):
+        saved["num_classes"] = asked["num_classes"] = len(names)
 
 
 def _holds_iterator(workdir: str) -> bool:
