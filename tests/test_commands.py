@@ -316,6 +316,10 @@ def test_config_by_name_and_by_path(tmp_path):
                        "--config.trainer.total_steps=7", "--workdir=w"]).config
     assert (few.input.train_examples_per_class, few.init.model,
             few.trainer.total_steps) == (5, "/r/e.npz", 7)
+    # labels=0 would keep every image (the field's "all"): refused.
+    with pytest.raises(Exception, match=r"labels=0: give the labelled "
+                       r"images per class, at least 1"):
+        parse_train(["--config=digits_few_labels:labels=0", "--workdir=w"])
     own = tmp_path / "mine.py"
     own.write_text("from keras_vit.configs import digits\n"
                    "def get_config(arg=None):\n"

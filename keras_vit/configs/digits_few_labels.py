@@ -29,7 +29,11 @@ def get_config(arg=None):
     c.input.pp.resize_size = 36
     c.input.pp.flip = False
     # Labelled images per class kept from the training split.
-    c.input.train_examples_per_class = int(args["labels"])
+    labels = int(args["labels"])
+    if labels < 1:  # 0 would keep every image (the field's "all")
+        raise ValueError(f"labels={labels}: give the labelled images per "
+                         "class, at least 1 (digits has 180 per class).")
+    c.input.train_examples_per_class = labels
     # configs/digits.py's 4-layer ViT of width 128 (what MPP pre-trains).
     c.model.update(dict(
         variant=None, patch_size=8, hidden_size=128, num_layers=4,
