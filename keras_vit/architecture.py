@@ -341,6 +341,11 @@ def _check(arch: Architecture) -> None:
     if arch.resnet_layers is not None and arch.resnet_width < 1:
         raise UsageError(
             f"resnet_width must be a positive int, got {arch.resnet_width}.")
+    if arch.resnet_layers is None and arch.resnet_width != 1:
+        raise UsageError(
+            f"resnet_width={arch.resnet_width} is a hybrid's ResNet width, "
+            "and this model has no ResNet: set resnet_layers too (e.g. "
+            "variant R50+ViT-B_16), or leave resnet_width out.")
     vit_embedding.check_rate("dropout_rate", arch.dropout_rate)
     vit_embedding.check_rate("attention_dropout_rate",
                              arch.attention_dropout_rate)

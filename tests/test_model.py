@@ -487,6 +487,8 @@ def test_keras_save_load_is_bit_identical(kwargs, tmp_path):
         (dict(pooling="max"), "pooling must be"),
         (dict(num_classes=-1), "num_classes must be >= 0"),
         (dict(num_layers=0), "num_layers must be positive"),
+        # Recorded and unread on a plain ViT otherwise.
+        (dict(resnet_width=2), "resnet_width=2 is a hybrid's ResNet width"),
         (dict(numerics=dict(approximate_gelu=False)), "must be a keras_vit"),
     ],
 )
