@@ -255,18 +255,24 @@ def test_a_vtab_run_with_no_result_exits_1_with_the_reasons(tmp_path):
 
 
 @pytest.mark.slow
+def _child_env(tmp_path):
+    """The environment of a command that downloads through the loopback
+    server (fake_tfds.SITECUSTOMIZE on its path), offline otherwise."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(fake_tfds.SITECUSTOMIZE)
+    return fake_tfds.loopback_env(dict(
+        os.environ, CUDA_VISIBLE_DEVICES="", HF_HUB_OFFLINE="1",
+        KERAS_VIT_OFFLINE="1"), site)
+
+
 def test_training_on_a_tfds_name_prepares_it_first(archive, tmp_path):
     """keras-vit-train --config.input.dataset=dtd on a data directory
     without it: TFDS downloads (from the loopback server) and prepares it,
     then the run trains and scores DTD's test split; with
     config.input.download=False, one line names the fix."""
     folder, counts = archive
-    site = tmp_path / "site"
-    site.mkdir()
-    (site / "sitecustomize.py").write_text(fake_tfds.SITECUSTOMIZE)
-    env = fake_tfds.loopback_env(dict(
-        os.environ, CUDA_VISIBLE_DEVICES="", HF_HUB_OFFLINE="1",
-        KERAS_VIT_OFFLINE="1"), site)
+    env = _child_env(tmp_path)
     args = ["--config=digits", "--config.input.dataset=dtd",
             "--config.evals.test.split=test",
             f"--config.input.data_dir={tmp_path / 'tfds'}",
@@ -314,12 +320,7 @@ def test_a_download_without_network_is_said_once_and_names_the_fix(tmp_path):
     with socket.socket() as probe:  # a port nothing listens on
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    site = tmp_path / "site"
-    site.mkdir()
-    (site / "sitecustomize.py").write_text(fake_tfds.SITECUSTOMIZE)
-    env = fake_tfds.loopback_env(dict(
-        os.environ, CUDA_VISIBLE_DEVICES="", HF_HUB_OFFLINE="1",
-        KERAS_VIT_OFFLINE="1"), site)
+    env = _child_env(tmp_path)
     env[fake_tfds.URL_ENV] = f"http://127.0.0.1:{port}/{fake_tfds.ARCHIVE}"
     env[fake_tfds.RETRIES_ENV] = "2"
     result = subprocess.run(
