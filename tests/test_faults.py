@@ -652,9 +652,15 @@ def test_ctrl_c_while_an_export_is_published_waits_until_it_is_listed(
         None, num_classes=3, image_size=16, patch_size=8, hidden_size=16,
         num_layers=1, num_heads=2, mlp_dim=16)
     exports = tmp_path / "exports"
-    with pytest.raises(KeyboardInterrupt):
-        export_model(model, str(exports), warmup_images=[], verify=False)
+    # As in a command (a pytest-xdist worker ignores SIGINT).
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            export_model(model, str(exports), warmup_images=[],
+                         verify=False)
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, before)
     assert sorted(os.listdir(exports / "vit")) == ["1"]
     assert "name: \"vit\"" in (exports / "models.config").read_text()
     assert (exports / "batching_parameters.txt").exists()
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
