@@ -330,17 +330,17 @@ def test_a_fewshot_rerun_keeps_the_other_data_sets(tmp_path):
     fewshot_reports.write_fewshot_reports(str(tmp_path), "m.keras", held, {},
                                           **facts)
     kept = fewshot_reports.check_fewshot_folder(
-        str(tmp_path), "m.keras", "/m.keras", ["a"], **facts)
+        str(tmp_path), "m.keras", ["a"], **facts)
     assert kept == {"b": held["b"]}
     other = json.loads(json.dumps(facts))
     other["config"]["evals"]["fewshot"]["shots"] = [1, 5]
     with pytest.raises(UsageError, match=r"holds few-shot results of b "
                        r"with other sizes or probe options"):
         fewshot_reports.check_fewshot_folder(
-            str(tmp_path), "m.keras", "/m.keras", ["a"], **other)
+            str(tmp_path), "m.keras", ["a"], **other)
     # Probing both again, nothing is kept: no recipe to compare.
     assert fewshot_reports.check_fewshot_folder(
-        str(tmp_path), "m.keras", "/m.keras", ["a", "b"], **other) == {}
+        str(tmp_path), "m.keras", ["a", "b"], **other) == {}
 
 
 def test_cli_fewshot_at_the_image_size_flag(tmp_path, capsys):

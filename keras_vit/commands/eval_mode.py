@@ -109,12 +109,13 @@ def evaluate(values, source, strategy) -> Dict:
                                       inp)
     # Where the results go, checked now: a file of another model or data
     # folder of the same name is not overwritten after the evaluation.
-    location = _location(source.path)
+    location = atomic.absolute(source.path)
+    data_dir = atomic.absolute(inp.data_dir) if inp.data_dir else None
     result_path = None
     if output_dir(values):
         result_path = os.path.join(output_dir(values), file_name(
             values, inp.dataset, split, image_size) + ".json")
-        check_result_file(result_path, location, inp.data_dir)
+        check_result_file(result_path, location, data_dir)
     batch = values.batch_size or (
         (run.evals.test.batch_size or run.input.batch_size) if run
         else EVAL_BATCH
@@ -126,7 +127,7 @@ def evaluate(values, source, strategy) -> Dict:
         every_s=(run or config_lib.base_config()).log.every_seconds)
     metrics.update(dataset=inp.dataset, split=split,
                    model=values.name or source.describe(),
-                   model_location=location, data_dir=_data_dir(inp),
+                   model_location=location, data_dir=data_dir,
                    image_size=list(image_size),
                    resize_size=inp.pp.eval_resize_size,
                    wall_time_s=time.time() - start)
@@ -143,27 +144,18 @@ def evaluate(values, source, strategy) -> Dict:
     return metrics
 
 
-def _location(path: str) -> str:
-    """A model's (or data folder's) absolute path, or its URL."""
-    path = str(path)
-    return path if "://" in path else os.path.abspath(path)
-
-
-def _data_dir(inp) -> Optional[str]:
-    return _location(inp.data_dir) if inp.data_dir else None
-
-
-def check_result_file(path: str, location: str, data_dir) -> None:
+def check_result_file(path: str, location: str,
+                      data_dir: Optional[str]) -> None:
     """Refuses to overwrite `path` when it holds the results of another
-    model (`location`) or another data folder: the file names carry the
-    model's file name only (two runs called `run` share one)."""
+    model (`location`) or another data folder (`data_dir`; both as
+    `atomic.absolute` gives them): the file names carry the model's file
+    name only (two runs called `run` share one)."""
     if not atomic.exists(path):
         return
     try:
         held = wd.read_json(path)
     except (ValueError, UnicodeDecodeError):
         return  # not a results file of ours: rewritten
-    data_dir = _location(data_dir) if data_dir else None
     for field, want, what in (("model_location", location, "model"),
                               ("data_dir", data_dir, "data folder")):
         had = held.get(field) if isinstance(held, dict) else None

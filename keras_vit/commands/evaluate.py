@@ -33,6 +33,7 @@ from keras_vit.commands import eval_mode
 from keras_vit.commands import flags as cli
 from keras_vit.commands.lazy import lazy_module
 from keras_vit.errors import Preempted, UsageError
+from keras_vit.storage import atomic
 
 if TYPE_CHECKING:  # imported on first use: --help loads no TensorFlow
     import tensorflow as tf
@@ -116,11 +117,11 @@ def _fewshot_mode(values, source, strategy) -> Dict:
     name = values.name or source.describe()
     facts = dict(image_size=image_size, resize_size=resize_size,
                  config=config.to_dict(),
-                 model_location=fewshot_reports.model_location(source))
+                 model_location=atomic.absolute(source.path))
     # Another model's file is refused; this model's other data sets kept.
     kept = fewshot_reports.check_fewshot_folder(
-        eval_mode.output_dir(values), name, facts["model_location"],
-        [d.name for d in datasets], **facts)
+        eval_mode.output_dir(values), name, [d.name for d in datasets],
+        **facts)
     with strategy.scope():
         model = pretrained.require_vit(
             pretrained.load_model(source, image_size or None), source.path)

@@ -52,7 +52,6 @@ def write_fewshot_reports(output_dir: str, model_name: str, results,
     after each data set, so that a run stopped later keeps them); the
     markdown."""
     out = dict(model=model_name, results=results, not_run=not_run, **facts)
-    # (model_location, when given, is among `facts`.)
     atomic_write(os.path.join(output_dir, FEWSHOT_JSON),
                  json.dumps(out, indent=2, sort_keys=True) + "\n")
     text = fewshot_markdown(results, model_name)
@@ -61,13 +60,6 @@ def write_fewshot_reports(output_dir: str, model_name: str, results,
             f"- {k}: {v}\n" for k, v in not_run.items())
     atomic_write(os.path.join(output_dir, FEWSHOT_MD), text)
     return text
-
-
-def model_location(source) -> str:
-    """Where a model source is: its absolute path (local) or its URL, so
-    that two models named alike (two runs called `run`) stay apart."""
-    path = str(source.path)
-    return path if "://" in path else os.path.abspath(path)
 
 
 def _recipe(facts: Mapping) -> dict:
@@ -81,14 +73,15 @@ def _recipe(facts: Mapping) -> dict:
                 resize_size=facts.get("resize_size"), fewshot=evaluator)
 
 
-def check_fewshot_folder(output_dir: str, model_name: str, location: str,
-                         datasets, **facts) -> dict:
+def check_fewshot_folder(output_dir: str, model_name: str, datasets,
+                         **facts) -> dict:
     """The results to keep of an `output_dir` whose fewshot.json is this
-    model's (`location`): those of data sets this run does not probe
-    (`datasets`), with the same recipe. Refuses a fewshot.json of another
-    model (rewriting it would lose that model's results), and one of
-    another recipe holding data sets this run would drop."""
+    model's (`facts["model_location"]`): those of data sets this run does
+    not probe (`datasets`), with the same recipe. Refuses a fewshot.json
+    of another model (rewriting it would lose that model's results), and
+    one of another recipe holding data sets this run would drop."""
     path = os.path.join(output_dir, FEWSHOT_JSON)
+    location = facts["model_location"]
     if not tf.io.gfile.exists(path):
         return {}
     try:

@@ -46,6 +46,7 @@ from keras_vit.errors import Preempted, UsageError
 from keras_vit.evaluation import reports
 from keras_vit.evaluation.vtab_protocol import Protocol, recipe, task_config
 from keras_vit.progress import Progress
+from keras_vit.storage import atomic
 from keras_vit.storage import workdir as wd
 
 BACKBONE = "backbone.npz"
@@ -232,9 +233,8 @@ def prepare_backbone(
     kind of source (`pretrained.resolve`)."""
     path = os.path.join(output_dir, BACKBONE)
     stamp = os.path.join(output_dir, BACKBONE_SOURCE)
-    wanted = dict(source=os.path.abspath(source.path)
-                  if "://" not in source.path else source.path,
-                  kind=source.kind, keep_pre_logits=keep_pre_logits,
+    wanted = dict(source=atomic.absolute(source.path), kind=source.kind,
+                  keep_pre_logits=keep_pre_logits,
                   files=_model_files(source))
     if tf.io.gfile.exists(stamp):
         # The stamp decides, with or without the backbone beside it (a

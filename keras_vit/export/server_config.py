@@ -4,7 +4,6 @@ keeping the others and what was edited by hand."""
 
 from __future__ import annotations
 
-import os
 import posixpath
 import re
 from typing import Optional
@@ -14,6 +13,7 @@ from absl import logging
 
 from keras_vit.errors import UsageError
 from keras_vit.export.files import CONFIG_FILE, join
+from keras_vit.storage import atomic
 from keras_vit.storage.atomic import atomic_write
 
 __all__ = ["CONFIG_FILE", "config_base_path", "read_models_config",
@@ -105,5 +105,4 @@ def config_base_path(
     """
     if serving_base_dir:
         return posixpath.join(serving_base_dir, model_name)
-    root = export_dir if "://" in export_dir else os.path.abspath(export_dir)
-    return join(root, model_name)
+    return join(atomic.absolute(export_dir), model_name)

@@ -38,6 +38,13 @@ def is_remote(path: str) -> bool:
     return "://" in str(path)
 
 
+def absolute(path: Union[str, os.PathLike]) -> str:
+    """str. A local path made absolute; a URL as it is: where a model or a
+    folder is, so that two named alike (two runs called `run`) differ."""
+    path = os.fspath(path)
+    return path if is_remote(path) else os.path.abspath(path)
+
+
 def exists(path: Union[str, os.PathLike]) -> bool:
     """bool. Whether a file or folder is at `path` (local, or a URL through
     `tf.io.gfile`)."""
