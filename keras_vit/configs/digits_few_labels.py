@@ -32,7 +32,7 @@ def get_config(arg=None):
     labels = int(args["labels"])
     if labels < 1:  # 0 would keep every image (the field's "all")
         raise ValueError(f"labels={labels}: give the labelled images per "
-                         "class, at least 1 (digits has 180 per class).")
+                         "class, at least 1.")
     c.input.train_examples_per_class = labels
     # configs/digits.py's 4-layer ViT of width 128 (what MPP pre-trains).
     c.model.update(dict(

@@ -106,7 +106,7 @@ def check_workdir_config(config, workdir: str) -> None:
         )
     if not checkpoint:
         return  # nothing to restore the optimizer from
-    _check_resumed_input(old, config, workdir)
+    _check_resumed_input(old, config, workdir, checkpoint)
     _check_resumed_start(old, config, workdir)
     saved, asked = optimizer_signature(old), optimizer_signature(config)
     if saved["optimizer.name"] != asked["optimizer.name"]:
@@ -135,11 +135,11 @@ def _plain(section, fields) -> dict:
             for k in fields}
 
 
-def _check_resumed_input(old, config, workdir: str) -> None:
+def _check_resumed_input(old, config, workdir: str, checkpoint: str) -> None:
     """A checkpointed data iterator resumes the data it was made of: with
     another batch, split or preprocessing it would fail on its first batch,
     or go on reading the old data while config.json names the new."""
-    if not config.checkpoints.iterator or not _holds_iterator(workdir):
+    if not config.checkpoints.iterator or not _holds_iterator(checkpoint):
         return  # the data order is drawn anew from the step
     differ = config_lib.named_differences(
         _flat(_plain(old.input, _ORDER_FIELDS)),
@@ -171,14 +171,13 @@ def _same_written_otherwise(saved: dict, asked: dict, workdir: str) -> None:
         saved["num_classes"] = asked["num_classes"] = len(names)
 
 
-def _holds_iterator(workdir: str) -> bool:
-    """Whether the run's newest checkpoint holds a data iterator (not
+def _holds_iterator(checkpoint: str) -> bool:
+    """Whether the run's newest `checkpoint` holds a data iterator (not
     with a pipeline whose augmentation keeps its state in a variable,
     nor with strategies whose iterators cannot be saved)."""
-    listed = wd.listed_checkpoints(os.path.join(workdir, wd.CHECKPOINTS))
     try:
-        names = [n for n, _ in tf.train.list_variables(listed[0])]
-    except (IndexError, tf.errors.OpError, ValueError):
+        names = [n for n, _ in tf.train.list_variables(checkpoint)]
+    except (tf.errors.OpError, ValueError):
         return True  # unreadable: resume reports it; compare as before
     return any(n.startswith("iterator/") for n in names)
 
