@@ -15,6 +15,7 @@ import tensorflow as tf
 import keras_vit
 from keras_vit import errors, keras_compat, optim
 from keras_vit.commands import train as train_command
+from keras_vit.storage import history
 from keras_vit.storage import workdir as wd
 from keras_vit.training import loop, train_lib
 from keras_vit.training.trainer import Trainer
@@ -243,7 +244,7 @@ def test_preempted_command_exits_42_and_closes_its_summaries(
     argv = [
         "keras-vit-train", "--config", "digits", f"--workdir={workdir}",
         "--config.trainer.total_steps=24", "--config.trainer.steps_per_loop=4",
-        "--config.log.every_steps=8", "--config.evals.test.every_steps=0",
+        "--config.log.every_steps=12", "--config.evals.test.every_steps=0",
         "--config.checkpoints.every_steps=8",
         "--config.trainer.jit_compile=False",
         "--config.model.num_layers=1", "--config.model.hidden_size=16",
@@ -260,6 +261,11 @@ def test_preempted_command_exits_42_and_closes_its_summaries(
     assert sorted(os.path.basename(e["path"]) for e in opened) == [
         "eval", "train"]
     assert all(e["closed"] for e in opened)
+    # The steps since the last logged row (the first call's, step 4) are
+    # logged at the stop: history.csv covers what the checkpoint holds.
+    rows = history.read_history(workdir)
+    assert [(r["step"], r["split"], r["steps"]) for r in rows] == [
+        (4, "train", 4), (8, "train", 4)]
 
 
 def test_workdir_with_another_model_is_refused(tmp_path):

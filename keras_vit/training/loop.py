@@ -22,13 +22,7 @@ from absl import logging
 
 from keras_vit import progress
 from keras_vit.storage import workdir as wd
-from keras_vit.training import (
-    cluster,
-    distribute,
-    interrupt,
-    pacing,
-    reporting,
-)
+from keras_vit.training import cluster, distribute, interrupt, pacing, reporting
 from keras_vit.training.resume import TrainingError
 
 # Records SIGTERM and Ctrl-C so the loop can checkpoint and stop cleanly (a
@@ -252,16 +246,8 @@ class _HostLoop:
             bad or not math.isfinite(metrics["loss"])
         ):
             # Raised before any save: no checkpoint holds these steps.
-            last = self.r.writer.latest() or "none (no checkpoint yet)"
-            first = self.step + (metrics["first_nonfinite_step"] or 1)
-            raise TrainingError(
-                f"Non-finite loss or gradient (loss {metrics['loss']}, "
-                f"gradient norm {metrics['grad_norm']}; first at step "
-                f"{first}) in steps {self.step + 1}-{stop}. Last good "
-                f"checkpoint: {last}. Lower the learning rate, check the "
-                "input data, or set config.trainer.skip_nonfinite=True to "
-                "skip such steps."
-            )
+            raise reporting.nonfinite_error(metrics, self.step, stop,
+                                            self.r.writer.latest())
         if bad:
             self.skipped += bad
             logging.warning(
@@ -286,15 +272,23 @@ class _HostLoop:
         # shows that training runs long before the first log_every.
         if (_boundary(self.step, self.plan.log_every)
                 or self.step == self.plan.total_steps or not timed):
-            logged = reporting.log_train(
-                trainer, self.writers, self.step, self.plan.total_steps,
-                self.window, self.window_time, self.r.batch,
-                "" if timed else " (first call: with tracing and "
-                "compilation)",
-            )
-            if self.r.records is not None:
-                self.r.records.train_row(self.step, logged)
-            self._reset_window()
+            self._log_window("" if timed else " (first call: with tracing "
+                             "and compilation)")
+
+    def _log_window(self, note: str = "") -> None:
+        """Logs the steps since the last logged row (a row of history.csv,
+        TensorBoard), and starts a new window."""
+        logged = reporting.log_train(
+            self.r.trainer, self.writers, self.step, self.plan.total_steps,
+            self.window, self.window_time, self.r.batch, note)
+        if self.r.records is not None:
+            self.r.records.train_row(self.step, logged)
+        self._reset_window()
+
+    def _log_stop(self) -> None:
+        """At a stop: logs the steps its checkpoint holds since the last row."""
+        if self.window["steps"]:
+            self._log_window(" (stopping)")
 
     def _periodic_evaluations(self) -> float:
         """Evaluates the evaluators whose period ends at this step (not
@@ -335,6 +329,7 @@ class _HostLoop:
                     checkpoint_number=step
                 )
             except distribute.Preempted:
+                self._log_stop()
                 logging.warning(
                     "Stopped at step %d: a worker was told to stop "
                     "(SIGTERM); every worker saved this step. Run the "
@@ -344,6 +339,7 @@ class _HostLoop:
         if distribute.any_worker(r.strategy, preemption.requested):
             if not saved:
                 r.writer.save(step)
+            self._log_stop()
             name = getattr(preemption, "name", "") or "SIGTERM"
             logging.warning(
                 "Stopped at step %d after %s; checkpoint saved. "

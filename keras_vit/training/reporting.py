@@ -8,6 +8,8 @@ from typing import Any, Dict
 import tensorflow as tf
 from absl import logging
 
+from keras_vit.training.resume import TrainingError
+
 
 def final_metrics(name: str, split: str, results, accuracy_name: str
                    ) -> Dict[str, Any]:
@@ -52,6 +54,20 @@ def log_train(trainer, writers, step, total, window, seconds, batch,
     return {"loss": loss, "accuracy": accuracy, "learning_rate": lr,
             "grad_norm": grad_norm, "images_per_sec": images_per_sec,
             "steps": window["steps"]}
+
+
+def nonfinite_error(metrics, step, stop, last) -> TrainingError:
+    """The error of a train call from `step` to `stop` that met a
+    non-finite loss or gradient; `last`, the last checkpoint (or None)."""
+    first = step + (metrics["first_nonfinite_step"] or 1)
+    return TrainingError(
+        f"Non-finite loss or gradient (loss {metrics['loss']}, gradient "
+        f"norm {metrics['grad_norm']}; first at step {first}) in steps "
+        f"{step + 1}-{stop}. Last good checkpoint: "
+        f"{last or 'none (no checkpoint yet)'}. Lower the learning rate, "
+        "check the input data, or set config.trainer.skip_nonfinite=True "
+        "to skip such steps."
+    )
 
 
 def log_eval(writers, step, split, results, name="accuracy"):
