@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import tempfile
 
 # First: keras_vit holds TensorFlow's start-up notices back while it
@@ -61,7 +62,10 @@ def main(argv=None) -> int:
     pixels, labels = test_pixels(size)
     logits = keras.ops.convert_to_numpy(model(pixels / 127.5 - 1.0))
     want = tf.nn.softmax(logits.astype(np.float32)).numpy()
-    results = {"workdir": args.workdir, "test_images": len(labels),
+    command = "python scripts/litert_agreement.py " + " ".join(
+        argv if argv is not None else sys.argv[1:])
+    results = {"command": command, "workdir": args.workdir,
+               "test_images": len(labels),
                "keras_accuracy": float(np.mean(want.argmax(-1) == labels))}
     with tempfile.TemporaryDirectory() as folder:
         top1 = {}

@@ -109,7 +109,9 @@ def test_b16_training_target_is_the_median_of_every_run():
     for value, by_cpu, name in zip(runs, cpu, tables.B16_TRAIN):
         assert f"{value:.2f}x / {by_cpu:.2f}x (`{name}`)" in row
     assert f"**{median:.2f}x** / {statistics.median(cpu):.2f}x" in row
-    assert row.endswith("| met |" if median >= 1.1 else "| not met |")
+    # Its runs measured the model with three attention paths: said.
+    assert row.endswith("| met (earlier model) |" if median >= 1.1
+                        else "| not met (earlier model) |")
 
 
 def test_every_ratio_target_shows_the_cpu_time_ratio():

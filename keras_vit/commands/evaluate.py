@@ -3,8 +3,9 @@ few-shot linear probes and VTAB-1k.
 
     # top-1 / top-5 / loss of a trained run on its eval split (or another)
     keras-vit-evaluate --mode=eval --workdir=/tmp/vit_digits
-    keras-vit-evaluate --mode=eval --model=ViT-B_16_imagenet2012.npz \
-        --dataset=imagenet2012 --split=validation --image_size=384
+    keras-vit-evaluate --mode=eval \
+        --model=imagenet21k+imagenet2012/ViT-B_16 \
+        --dataset=imagenet2012 --split=validation
 
     # few-shot linear accuracy (1/5/10/25 shots, 3 seeds)
     keras-vit-evaluate --mode=fewshot --config=fewshot \

@@ -2,7 +2,7 @@ r"""keras-vit-export: a classifier as a versioned SavedModel for TF Serving,
 or as a LiteRT (.tflite) file.
 
     keras-vit-export --model=/tmp/vit_digits --export_dir=/tmp/models
-    keras-vit-export --model=ViT-B_16_imagenet2012.npz --image_size=384 \
+    keras-vit-export --model=imagenet21k+imagenet2012/ViT-B_16 \
         --export_dir=/tmp/models --model_name=vit_b16
     keras-vit-export --model=vit.keras --export_dir=/tmp/edge \
         --format=litert --quantization=int8

@@ -73,12 +73,15 @@ class _Shard:
     encoded bytes, and `decode` turns raw into a uint8 image: shuffle
     buffers and caches then hold compressed images, decoded only when used.
     `split_size` is the size of the whole split when this part is an exact,
-    even partition of it (else None).
+    even partition of it (else None). `epochs`: the dataset is endless,
+    every example once per epoch, each epoch in an order of its own (no
+    shuffle buffer needed).
     """
 
     dataset: tf.data.Dataset
     split_size: Optional[int]
     decode: Callable[[tf.Tensor], tf.Tensor] = _identity
+    epochs: bool = False
 
 
 # ---------------------------------------------------------------- sources
@@ -121,18 +124,41 @@ def _shard(inp, run_seed: int, split: str, training: bool, input_context,
         if per_class:
             keep = sources.examples_per_class(labels, per_class, run_seed)
             paths, labels = [paths[i] for i in keep], labels[keep]
-        ds = tf.data.Dataset.from_tensor_slices(
-            (paths[index::count], labels[index::count])
-        )
-        if training:  # file order; cheap: paths, not images
-            ds = ds.shuffle(len(paths[index::count]), seed=seed)
+        size = len(labels)
+        paths, labels = paths[index::count], labels[index::count]
+        epochs = training and not inp.cache_train
+        if epochs:
+            ds = _epochs(paths, labels, seed)
+        else:
+            ds = tf.data.Dataset.from_tensor_slices((paths, labels))
+            if training:  # file order (then cached); paths, not images
+                ds = ds.shuffle(len(paths), seed=seed)
         ds = ds.map(
             lambda path, label: (tf.io.read_file(path), label),
             num_parallel_calls=tf.data.AUTOTUNE,
             deterministic=True,
         )
-        return _Shard(ds, len(labels), pp.decode_image)
+        return _Shard(ds, size, pp.decode_image, epochs)
     return _tfds_shard(inp, split, training, input_context, seed)
+
+
+def _epochs(paths, labels, seed: int) -> tf.data.Dataset:
+    """(path, label) of every file once per epoch, endlessly, epoch e in
+    the order that (seed, e) draws. Files are read after it, so memory
+    holds paths, not images, and an iterator's checkpoint two counters
+    (the epoch and the place in it), not a shuffle buffer of images; a
+    resumed run reads the files as they are then."""
+    paths = tf.constant(paths, tf.string)
+    labels = tf.constant(labels, tf.int32)
+
+    def epoch(e):
+        order = tf.random.experimental.stateless_shuffle(
+            tf.range(tf.size(labels, out_type=tf.int64)),
+            seed=tf.stack([tf.constant(seed, tf.int64), e]))
+        return tf.data.Dataset.from_tensor_slices(
+            (tf.gather(paths, order), tf.gather(labels, order)))
+
+    return tf.data.Dataset.range(np.iinfo(np.int64).max).flat_map(epoch)
 
 
 def _tfds_shard(inp, split, training, input_context, seed) -> _Shard:
@@ -223,8 +249,9 @@ def train_dataset(
     # examples, without holding a large test split in memory.
     if inp.cache_train:
         ds = ds.cache()
-    ds = ds.repeat()
-    ds = ds.shuffle(inp.shuffle_buffer, seed=seed)
+    if not shard.epochs:
+        ds = ds.repeat()
+        ds = ds.shuffle(inp.shuffle_buffer, seed=seed)
     # Encoded images are decoded by the preprocessing, which decodes a
     # JPEG only inside its Inception crop.
     encoded = shard.decode is not _identity

@@ -1,8 +1,8 @@
 """A training run's history: <workdir>/history.csv, one row per logged
 training step (each `step N/T: loss ...` line of the log: every
 `config.log.every_steps`, the last step, a run's first, compiling
-train call and a stop's step) and per evaluation, appended as the run goes (a resumed run
-goes on appending; nothing is ever truncated).
+train call and a stop's step) and per evaluation, appended as the run
+goes (a resumed run goes on appending; nothing is ever truncated).
 
 Columns (`COLUMNS`): the step after the row's work, the split ("train",
 or the evaluated split), the loss, the accuracy (top-1; MPP: of the

@@ -129,8 +129,10 @@ def _unavailable(label: str, url: str, target: str, reason: str) -> str:
     if offline():
         fix = f"unset {OFFLINE_ENV} to download it"
     else:
-        fix = ("connect to the network (gs:// needs TensorFlow's GCS "
-               "support: pip install 'keras-vision-transformer[gcs]')")
+        fix = "connect to the network"
+        if "not implemented" in reason:  # a TensorFlow without gs://
+            fix += (" and add TensorFlow's GCS file system: pip install "
+                    "'keras-vision-transformer[gcs]'")
     return (
         f"{label} is not in the cache ({target}) and cannot be downloaded "
         f"from {url}: {reason}. To fix: {fix}, copy the file to {target}, "
