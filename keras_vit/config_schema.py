@@ -139,7 +139,9 @@ def base_config() -> ml_collections.ConfigDict:
     c.input.train_examples_per_class = 0
     # Examples per optimizer update (all replicas and micro-batches).
     c.input.batch_size = 512
-    # Shuffle buffer (encoded images, per input pipeline).
+    # Shuffle buffer (encoded images, per input pipeline). An image folder
+    # needs none: each epoch reads its files in an order of its own (with
+    # cache_train, the cached images are shuffled through it).
     c.input.shuffle_buffer = 10_000
     # Keep the (encoded) training split in memory: for small data sets
     # such as VTAB's 1,000 examples.
@@ -286,7 +288,8 @@ def base_config() -> ml_collections.ConfigDict:
     # in <workdir>/best/, which `keep` never deletes; None: none kept.
     c.checkpoints.keep_best = placeholder(str)
     # Also checkpoint the input iterator (exact resume of the data order);
-    # its shuffle buffer goes into every checkpoint.
+    # its shuffle buffer goes into every checkpoint (an image folder's
+    # iterator holds no images: the epoch and the place in it).
     c.checkpoints.iterator = True
 
     c.log = ml_collections.ConfigDict()

@@ -453,12 +453,16 @@ def test_links_folders_and_palette_bmps_are_named_like_corrupt_files(
     Image.fromarray(colours).convert(
         "P", palette=Image.Palette.ADAPTIVE).save(f"{root}/train/b/p8.bmp")
     Image.fromarray(colours).save(f"{root}/train/b/rgb24.bmp")
+    # TensorFlow's decoder corrupts memory on an animated WebP (a crash).
+    Image.fromarray(colours).save(
+        f"{root}/train/b/anim.webp", save_all=True,
+        append_images=[Image.fromarray(255 - colours)])
     with pytest.raises(ValueError) as info:
         train_lib.train_and_evaluate(folder_config(root),
                                      str(tmp_path / "run"))
     check_error("unreadable_entry_in_class_folder", info.value)
     text = str(info.value)
-    for name in ("link.png", "burst.jpg", "p8.bmp"):
+    for name in ("link.png", "burst.jpg", "p8.bmp", "anim.webp"):
         assert f"{root}/train/" in text and name in text
     assert "rgb24.bmp" not in text
     decoded = pp.decode_image(

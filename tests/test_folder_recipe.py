@@ -291,15 +291,19 @@ def test_a_run_resumes_only_on_the_classes_it_trained_on(tmp_path):
 def test_own_photos_with_a_step_count_given(tmp_path):
     """--config.trainer.total_steps on the folder config: the run trains
     those steps, its warm-up held to a tenth of them (the config's 100
-    would not fit)."""
+    would not fit). The folder named by a relative
+    --config.input.data_dir is recorded absolute, as folder:PATH is, so
+    that the run is evaluated from any directory."""
     write_photo_folder(tmp_path / "photos", per_class=6)
-    result = _run(tmp_path, "train", "--config=folder:photos",
+    result = _run(tmp_path, "train", "--config=folder",
+                  "--config.input.data_dir=photos",
                   "--model=Ti/16", "--workdir=run",
                   *(a for a in TINY if "epochs" not in a),
                   "--config.trainer.total_steps=20")
     with open(tmp_path / "run" / "config.json") as f:
         saved = json.load(f)
     assert saved["trainer"]["total_steps"] == 20
+    assert saved["input"]["data_dir"] == str(tmp_path / "photos")
     assert saved["schedule"]["warmup_steps"] == 2
     assert "a warm-up of 100 steps would not fit; held to 2" in (
         result.stderr)

@@ -159,6 +159,17 @@ def test_an_image_that_declares_too_many_pixels_is_refused_unread(
     with pytest.raises(tf.errors.InvalidArgumentError, match=(
             r"image_bytes\[1\]: A BMP with a colour table")):
         _serve(exported[2], [images["PNG"], palette.getvalue()])
+    # An animated WebP, which TensorFlow's decoder reads by corrupting the
+    # process's memory (TF Serving's), alone and in a batch.
+    frames = [Image.new("RGB", (20, 20), c) for c in ("red", "blue")]
+    animated = io.BytesIO()
+    frames[0].save(animated, "WEBP", save_all=True, append_images=frames[1:])
+    for datas, index in (([animated.getvalue()], 0),
+                         ([images["PNG"], animated.getvalue()], 1)):
+        with pytest.raises(tf.errors.InvalidArgumentError, match=(
+                rf"image_bytes\[{index}\]: " if len(datas) > 1 else "")
+                + "An animated WebP"):
+            _serve(exported[2], datas)
 
 
 def test_an_empty_batch_gets_empty_answers(exported):

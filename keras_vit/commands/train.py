@@ -144,6 +144,16 @@ def start_from(values: flags.FlagValues):
     return config_lib.replace(config, init={"model": model})
 
 
+def absolute_data_paths(config):
+    """The config with config.input's local data_dir and manual_dir made
+    absolute, as --config=folder:PATH makes its PATH: the run's config.json
+    then names the data from any directory (keras-vit-evaluate reads it)."""
+    paths = {key: os.path.abspath(os.path.expanduser(value))
+             for key in ("data_dir", "manual_dir")
+             if (value := config.input.get(key)) and "://" not in value}
+    return config_lib.replace(config, input=paths) if paths else config
+
+
 # Evaluators of keras-vit-evaluate's modes: a training run does not run
 # them (they fine-tune or probe a finished model).
 EVALUATE_ONLY = ("vtab", "fewshot")
@@ -171,7 +181,7 @@ def _main(values: flags.FlagValues, args: list) -> None:
         raise UsageError("--workdir is empty: name the run's folder (e.g. "
                          "--workdir=/tmp/vit_run).")
     check_training_evaluators(values.config)
-    config = start_from(values)
+    config = absolute_data_paths(start_from(values))
     if config.init.model:
         # The one resolver: a name or hf:// URI becomes its cached file or
         # folder once, here, before anything starts; the run's config

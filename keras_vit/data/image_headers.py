@@ -29,6 +29,10 @@ PALETTE_BMP_MESSAGE = (
     "A BMP with a colour table (8 bits per pixel or fewer): the BMP decoder "
     "of TensorFlow reads its colour indices, not its colours. Save the "
     "image as PNG or JPEG, or as a 24-bit BMP.")
+ANIMATED_WEBP_MESSAGE = (
+    "An animated WebP: TensorFlow's decoder cannot read one (it corrupts "
+    "the process's memory), so it is refused unread. Save its first frame "
+    "as PNG, JPEG or a still WebP.")
 HUGE_MESSAGE = (
     f"The header of the image file declares more than {MAX_PIXELS:,} pixels "
     "(width x height; an animated GIF, every frame of which is read, more "
@@ -65,6 +69,18 @@ def is_palette_bmp(data: tf.Tensor) -> tf.Tensor:
     head = _head(data)
     return tf.logical_and(tf.equal(tf.strings.substr(head, 0, 2), "BM"),
                           tf.less_equal(_number(head, 28, 2), 8))
+
+
+def is_animated_webp(data: tf.Tensor) -> tf.Tensor:
+    """bool: `data` is a WebP whose extended header (VP8X) sets the
+    animation flag; TensorFlow's WebP decoder corrupts memory on one
+    (TensorFlow 2.21), so it must never reach it."""
+    head = _head(data)
+    extended = tf.reduce_all(tf.stack([
+        tf.equal(tf.strings.substr(head, 0, 4), b"RIFF"),
+        tf.equal(tf.strings.substr(head, 8, 8), b"WEBPVP8X")]))
+    flags = _number(head, 20, 1)
+    return tf.logical_and(extended, tf.bitwise.bitwise_and(flags, 2) > 0)
 
 
 def declared_pixels(data: tf.Tensor) -> tf.Tensor:

@@ -81,6 +81,7 @@ def decode_image(data: tf.Tensor) -> tf.Tensor:
         "image bytes (JPEG, PNG, GIF, BMP or WebP).",
     )
     with tf.control_dependencies([_refuse_palette_bmp(data),
+                                  _refuse_animated_webp(data),
                                   _refuse_huge(data)]):
         image = tf.io.decode_image(
             data, channels=0, dtype=tf.uint8, expand_animations=False
@@ -92,6 +93,11 @@ def decode_image(data: tf.Tensor) -> tf.Tensor:
 def _refuse_palette_bmp(data: tf.Tensor):
     return tf.debugging.assert_equal(headers.is_palette_bmp(data), False,
                                      message=headers.PALETTE_BMP_MESSAGE)
+
+
+def _refuse_animated_webp(data: tf.Tensor):
+    return tf.debugging.assert_equal(headers.is_animated_webp(data), False,
+                                     message=headers.ANIMATED_WEBP_MESSAGE)
 
 
 def _refuse_huge(data: tf.Tensor):

@@ -120,11 +120,15 @@ def _failure_reasons(image_bytes: tf.Tensor) -> tf.Tensor:
     # does not read: a JPEG's is read by its decoder's parser).
     indices, read = _where_it_runs(image_bytes, lambda data: tf.stack([
         tf.cast(image_headers.is_palette_bmp(data), tf.int64),
-        image_headers.declared_pixels(data)]), tf.TensorSpec([2], tf.int64))
+        image_headers.declared_pixels(data),
+        tf.cast(image_headers.is_animated_webp(data), tf.int64)]),
+        tf.TensorSpec([3], tf.int64))
     header = tf.scatter_nd(indices[:, None], read,
-                           [tf.shape(image_bytes)[0], 2])
+                           [tf.shape(image_bytes)[0], 3])
     reasons = tf.where(header[:, 0] > 0, image_headers.PALETTE_BMP_MESSAGE,
                        reasons)
+    reasons = tf.where(header[:, 2] > 0,
+                       image_headers.ANIMATED_WEBP_MESSAGE, reasons)
     return tf.where(header[:, 1] > image_headers.MAX_PIXELS,
                     image_headers.HUGE_MESSAGE, reasons)
 

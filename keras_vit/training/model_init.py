@@ -141,9 +141,11 @@ def _check_resumed_input(old, config, workdir: str, checkpoint: str) -> None:
     or go on reading the old data while config.json names the new."""
     if not config.checkpoints.iterator or not _holds_iterator(checkpoint):
         return  # the data order is drawn anew from the step
+    before, now = (_plain(c.input, _ORDER_FIELDS) for c in (old, config))
+    if _same_path(before["data_dir"] or "", now["data_dir"] or ""):
+        before["data_dir"] = now["data_dir"]  # a path written two ways
     differ = config_lib.named_differences(
-        _flat(_plain(old.input, _ORDER_FIELDS)),
-        _flat(_plain(config.input, _ORDER_FIELDS)),
+        _flat(before), _flat(now),
         lambda key: f"config.input.{key}",
         lambda value: shorten(json.dumps(value), _MAX_VALUE), _MAX_NAMED)
     if differ:
