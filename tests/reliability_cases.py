@@ -401,6 +401,17 @@ _CASES = [
         "UsageError",
     ),
     Case(
+        "num_classes_not_the_folders", BAD_INPUT, "data",
+        "config.model.num_classes set to another count than the image "
+        "folder's class folders",
+        "A clear error before the model is built, naming both counts and "
+        "the classes (a head of another width trained without a word, and "
+        "the run could not then be evaluated on its own folder).",
+        ("config.model.num_classes=5, but the image folder",
+         "has 2 class folders (a, b)", "leave num_classes out"),
+        "UsageError",
+    ),
+    Case(
         "class_all_unreadable_when_skipping", BAD_INPUT, "data",
         "With config.input.skip_bad_images, every image of one class "
         "unreadable",

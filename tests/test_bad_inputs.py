@@ -474,6 +474,19 @@ def test_links_folders_and_palette_bmps_are_named_like_corrupt_files(
     assert metrics["steps"] == 2
 
 
+@covers("num_classes_not_the_folders")
+def test_a_head_width_other_than_the_folders_is_refused(tmp_path):
+    root = good_folder(tmp_path / "images")
+    c = folder_config(root)
+    c.model.num_classes = 5
+    with pytest.raises(UsageError) as info:
+        train_lib.train_and_evaluate(c, str(tmp_path / "run"))
+    check_error("num_classes_not_the_folders", info.value)
+    assert not (tmp_path / "run").exists()
+    c.model.num_classes = 2  # the folder's count, named: trains
+    assert train_lib.train_and_evaluate(c, str(tmp_path / "ok"))["steps"]
+
+
 @covers("class_without_training_images")
 def test_a_class_without_training_images_is_refused(tmp_path):
     root = good_folder(tmp_path / "images", splits=("train", "val"))

@@ -8,6 +8,7 @@ with flags of its own.
 import importlib.util
 import json
 import os
+import shutil
 import sys
 from unittest import mock
 
@@ -595,6 +596,19 @@ def test_cli_eval_scores_a_folder_by_the_models_class_names(tmp_path,
     (tmp_path / "two.txt").write_text("zebra\ncat\n")
     assert cli(*base, f"--class_names_file={tmp_path / 'two.txt'}") == 1
     assert "2 class names for a 3-class model" in capsys.readouterr().err
+    # A test folder of two of the three classes: scored by name, each
+    # image still classified among all three.
+    some = tmp_path / "some" / "test"
+    for name in ("zebra", "cat"):
+        shutil.copytree(tmp_path / "photos" / "test" / name, some / name)
+    kept = sum(names[g] in ("zebra", "cat") for g in given)
+    part = ["--data_dir=" + str(tmp_path / "some")]
+    subset = accuracy(*part, f"--class_names_file={tmp_path / 'names.txt'}")
+    assert subset["accuracy"] == 1.0 and subset["classes_by_name"]
+    assert subset["num_examples"] == kept < 24
+    assert cli(*part, *base[:3], "--split=test") == 1  # no names: refused
+    assert ("The model predicts 3 classes but folder has 2" in
+            capsys.readouterr().err)
     # Beside a run's workdir, another model's results get their own file.
     run = tmp_path / "run"
     run.mkdir()

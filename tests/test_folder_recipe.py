@@ -129,6 +129,18 @@ def test_a_class_folder_or_a_file_given_as_the_folder_says_so(tmp_path):
         _index(china)
     with pytest.raises(UsageError, match="is a file, not a folder"):
         _index(sorted(china.iterdir())[0])
+    # Class folders that hold dated folders (china/2023/*.jpg) read as
+    # split folders: the error says so, not only that splits are missing.
+    for name in ("china", "flower"):
+        os.makedirs(tmp_path / "dated" / name)
+        shutil.copytree(tmp_path / "photos" / name,
+                        tmp_path / "dated" / name / "2023")
+    _index(tmp_path / "dated")
+    with pytest.raises(UsageError, match=(
+            r"none of the splits val, test; it has \['china', 'flower'\]. "
+            r"Its top folders \(china/, flower/\) hold folders, not images, "
+            "so they were read as split folders")):
+        folders.resolve_split(str(tmp_path / "dated"), "val|test")
 
 
 def test_split_folders_in_capitals_and_splits_of_other_names(tmp_path):

@@ -97,16 +97,20 @@ def evaluate(values, source, strategy) -> Dict:
     distribute.prepare_input(inp, strategy)  # a cluster's: chief first
     info = sources.dataset_info(inp)
     width = int(model.output_shape[-1])
-    if width != info.num_classes:
+    # An image folder's labels follow its sorted class folders: a model
+    # that names its classes in another order (or a folder of some of
+    # them) is scored by name.
+    scored = accuracy.in_folder_order(model, cli.class_names(values, source),
+                                      inp)
+    if width != info.num_classes and scored is model:
         raise UsageError(
             f"The model predicts {width} classes but {inp.dataset} has "
             f"{info.num_classes}: evaluate it on the data it was trained "
-            "or fine-tuned on (--dataset/--split), or fine-tune it first."
+            "or fine-tuned on (--dataset/--split), or fine-tune it first "
+            "(a folder of some of the model's classes is scored by name "
+            "where the model names them: a run's labels.txt, id2label, or "
+            "--class_names_file)."
         )
-    # An image folder's labels follow its sorted class folders: a model
-    # that names its classes in another order is scored by name.
-    scored = accuracy.in_folder_order(model, cli.class_names(values, source),
-                                      inp)
     # Where the results go, checked now: a file of another model or data
     # folder of the same name is not overwritten after the evaluation.
     location = atomic.absolute(source.path)

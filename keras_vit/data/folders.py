@@ -1,12 +1,11 @@
-"""Image folders as data: `data_dir/<split>/<class>/*.jpg|jpeg|png|gif|bmp`
-(the layout of `tfds.folder_dataset.ImageFolder`; class ids are the sorted
-class folder names of all splits), or class folders alone,
+"""Image folders as data: `data_dir/<split>/<class>/<images>` (the layout
+of `tfds.folder_dataset.ImageFolder`; class ids are the sorted class folder
+names of all splits; `IMAGE_EXTENSIONS`), or class folders alone,
 `data_dir/<class>/*.jpg`, whose splits are "train" and "val" (`VAL_SHARE`
 of each class's images, at least one, into "val", chosen by a hash of the
 class and file name: `_held_out`, so every run and command holds out the
 same images); "val|test" names the first split a folder has
-(`resolve_split`). `keras_vit.data.sources` describes the folder as a
-data source on top of it; `keras_vit.data.splits` reads split strings.
+(`resolve_split`). `data.sources` describes the folder as a data source.
 """
 
 from __future__ import annotations
@@ -352,6 +351,17 @@ def _split_key(name: str) -> str:
     return name.lower() if name.lower() in SPLIT_NAMES else name
 
 
+def _layout_hint(index) -> str:
+    """Why top folders of no split's name were read as splits."""
+    if any(split in SPLIT_NAMES for split in index):
+        return ""
+    tops = shorten(", ".join(f"{s}/" for s in sorted(index)), 60)
+    return (f"Its top folders ({tops}) hold folders, not images, so they "
+            "were read as split folders; if they are the classes, put "
+            "each class's images directly in its folder (cat/*.jpg: "
+            "deeper folders are not read). ")
+
+
 def resolve_split(root: str, split: str) -> str:
     """`split` of the image folder `root` with its alternatives ("val|test":
     the first of them that the folder has) made the one it has; the slice
@@ -365,7 +375,8 @@ def resolve_split(root: str, split: str) -> str:
     if found is None:
         raise UsageError(
             f"Image folder {root} has none of the splits {', '.join(choices)}"
-            f"; it has {shorten(repr(sorted(index)), 120)}. {SPLIT_FIX}"
+            f"; it has {shorten(repr(sorted(index)), 120)}. "
+            f"{_layout_hint(index)}{SPLIT_FIX}"
         )
     return found + (f"[{bounds[0]}:{bounds[1]}]" if any(bounds) else "")
 
@@ -378,7 +389,8 @@ def folder_split(root: str, split: str) -> Tuple[List[str], np.ndarray]:
     if name not in index:
         raise UsageError(
             f"Image folder {root} has no split {name!r} with images; it has "
-            f"{shorten(', '.join(sorted(index)), 120)}. {SPLIT_FIX}"
+            f"{shorten(', '.join(sorted(index)), 120)}. "
+            f"{_layout_hint(index)}{SPLIT_FIX}"
         )
     paths, labels = index[name]
     start, stop = split_bounds(bounds, len(paths), split)

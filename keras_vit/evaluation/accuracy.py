@@ -74,7 +74,10 @@ def in_folder_order(model, class_names: Optional[Sequence[str]], inp):
     `inp` reads (labels index the sorted class folder names), when the
     model names its classes (a run's labels.txt, a Hugging Face
     id2label, a names file) and every class folder is one of them, in
-    another order. Folders named otherwise (ImageNet's synset folders
+    another order or fewer of them (a test folder of some classes: the
+    folder's classes come first, in its order, then the model's others,
+    so that the model still chooses among all its classes). Folders named
+    otherwise (ImageNet's synset folders
     beside a model's words) are scored by index, as sorted folders, said
     in the log; a mix of both is refused, naming folders that match no
     class. Other data sets are scored by index."""
@@ -87,7 +90,10 @@ def in_folder_order(model, class_names: Optional[Sequence[str]], inp):
             f"{len(names)} class names for a {width}-class model: give one "
             "name per class, in the model's output order.")
     folder_names = list(folders.folder_index(inp.data_dir)[1])
-    if folder_names == names or len(folder_names) != len(names):
+    subset = len(folder_names) < len(names) and set(folder_names) <= set(
+        names) and len(set(names)) == len(names)
+    if folder_names == names or (len(folder_names) != len(names)
+                                 and not subset):
         return model  # the class counts are compared by the caller
     strangers = [n for n in folder_names if n not in names]
     if len(strangers) == len(folder_names):
@@ -103,6 +109,11 @@ def in_folder_order(model, class_names: Optional[Sequence[str]], inp):
             "every folder as the model's class it holds (one per line in "
             "--class_names_file, in the model's output order).")
     order = [names.index(n) for n in folder_names]
+    order += [i for i in range(width) if i not in order]
+    if subset:
+        logging.info("Scoring the %d class folders of %s by name among the "
+                     "model's %d classes.", len(folder_names), inp.data_dir,
+                     width)
     images = keras.Input(model.input_shape[1:], name="images")
     logits = keras.ops.take(model(images, training=False), order, axis=-1)
     return keras.Model(images, logits, name=model.name)

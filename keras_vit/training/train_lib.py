@@ -23,7 +23,7 @@ from keras_vit.build import build_run, check_mpp, config_architecture
 from keras_vit.checkpoint import weights
 from keras_vit.data import checks as data_checks
 from keras_vit.data import sources
-from keras_vit.errors import UsageError
+from keras_vit.errors import UsageError, shorten
 from keras_vit.storage import history
 from keras_vit.storage import workdir as wd
 from keras_vit.training import (
@@ -63,6 +63,15 @@ def num_classes_of(model_config, inp) -> int:
                 "run's head needs a positive class count; leave it None to "
                 "read it from the data."
             )
+        if inp.dataset == sources.FOLDER and not inp.vtab_task:
+            names = sources.dataset_info(inp).class_names
+            if len(names) != int(model_config.num_classes):
+                raise UsageError(
+                    f"config.model.num_classes={model_config.num_classes}, "
+                    f"but the image folder {inp.data_dir} has {len(names)} "
+                    f"class folders ({shorten(', '.join(names), 60)}): leave "
+                    "num_classes out to take the folder's count, or add or "
+                    "remove class folders.")
         return int(model_config.num_classes)
     return sources.dataset_info(inp).num_classes
 
