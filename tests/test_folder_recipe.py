@@ -54,6 +54,12 @@ def test_class_folders_alone_hold_out_a_fifth_of_each_class(tmp_path):
                                                         "val": 4}
     assert sorted(index["val"][1].tolist()) == [0, 0, 1, 1]
     assert not set(index["train"][0]) & set(index["val"][0])
+    paths, labels = folders.folder_split(str(tmp_path), "train+val")
+    assert paths == index["train"][0] + index["val"][0]
+    assert labels.tolist() == (index["train"][1].tolist()
+                               + index["val"][1].tolist())
+    assert folders.resolve_split(str(tmp_path), "train + val|test") == (
+        "train+val")
     # The same images held out in every process.
     again, _ = _index(tmp_path)
     assert again["val"][0] == index["val"][0]
@@ -139,7 +145,8 @@ def test_a_class_folder_or_a_file_given_as_the_folder_says_so(tmp_path):
     with pytest.raises(UsageError, match=(
             r"none of the splits val, test; it has \['china', 'flower'\]. "
             r"Its top folders \(china/, flower/\) hold folders, not images, "
-            "so they were read as split folders")):
+            r"so they are its splits \(if they are classes instead, put "
+            "each class's images directly in its folder")):
         folders.resolve_split(str(tmp_path / "dated"), "val|test")
 
 
@@ -163,8 +170,11 @@ def test_split_folders_in_capitals_and_splits_of_other_names(tmp_path):
     _index(other)
     with pytest.raises(UsageError) as info:
         folders.resolve_split(str(other), "test|val")
-    assert "it has ['test_set', 'training_set']. Name a split it has in " \
-        "the config (config.input.train_split" in str(info.value)
+    assert "it has ['test_set', 'training_set']. Its top folders (" \
+        "test_set/, training_set/) hold folders, not images, so they are " \
+        "its splits" in str(info.value)
+    assert ". Name a split it has in the config (config.input.train_split" \
+        in str(info.value)
     assert "<split>/<class>/ with split folders named train, val" in str(
         info.value)
 
@@ -348,6 +358,11 @@ def test_own_photos_train_evaluate_export_predict(tmp_path):
     assert again["image_size"] == result["image_size"]
     assert again["accuracy"] == result["accuracy"]
     assert again["loss"] == pytest.approx(result["loss"], rel=1e-5)
+    # Every photo of the folder: its two splits joined, as TFDS joins.
+    whole = _run(tmp_path, "evaluate", "--mode=eval", "--workdir=run",
+                 "--split=train+val")
+    whole = json.loads(whole.stdout[whole.stdout.index("{"):])
+    assert whole["split"] == "train+val" and whole["num_examples"] == 24
     exported = _run(tmp_path, "export", "--model=run", "--export_dir=exports",
                     "--model_name=photos")
     version = exported.stdout.strip().splitlines()[-1]

@@ -22,6 +22,7 @@ from absl import logging
 
 from keras_vit.data import folders, sources
 from keras_vit.data import preprocessing as pp
+from keras_vit.data.splits import parse_split
 from keras_vit.errors import UsageError
 
 LABEL_ERROR = "Label out of range"
@@ -248,11 +249,32 @@ def _undecodable(root: str, bad: Sequence[Tuple[str, str]]) -> UsageError:
 
 
 def check_training_classes(inp, labelled: bool) -> None:
-    """An image folder that a classifier trains on (`labelled`) has two
-    classes or more, each with training images
-    (`folders.check_training_classes`)."""
-    if labelled and inp.dataset == sources.FOLDER and not inp.vtab_task:
-        folders.check_training_classes(inp.data_dir, inp.train_split)
+    """The classes of an image folder that a classifier trains on
+    (`labelled`): one class is nothing to learn, and a class with images in
+    another split but none in the training split (a misspelt folder) one
+    the model never learns (an evaluation may read one class, or a split
+    of its own)."""
+    if not labelled or inp.dataset != sources.FOLDER or inp.vtab_task:
+        return
+    root = inp.data_dir
+    index, names = folders.folder_index(root)
+    if len(names) < 2:
+        raise UsageError(
+            f"Image folder {root} has one class ({names[0]}): a classifier "
+            "needs at least two class folders.")
+    classes = {split: {names[i] for i in labels}
+               for split, (_, labels) in index.items()}
+    train = parse_split(inp.train_split)[0]
+    trained = classes.get(folders.split_key(train))
+    untrained = sorted(set(names) - trained) if trained else []
+    if untrained:
+        where = sorted(s for s, held in classes.items()
+                       if held & set(untrained))
+        raise UsageError(
+            f"Image folder {root}: class {', '.join(untrained)} has images "
+            f"in {', '.join(where)} but none in {train}/, so the model "
+            "would never learn it: add its training images, or rename the "
+            "folder to the class it belongs to.")
 
 
 def check_evaluation_images(inp, splits: Sequence[Tuple[str, str]]) -> None:

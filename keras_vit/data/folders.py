@@ -200,7 +200,7 @@ def _split_folders(root: str) -> Dict[str, List[Tuple[str, str]]]:
     found: Dict[str, str] = {}
     for split, classes in sorted(list_class_folders(root).items()):
         # Train/, VAL/ are the splits train and val, as they are found.
-        key = _split_key(split)
+        key = split_key(split)
         if key in found:
             raise UsageError(
                 f"Image folder {root} has both {found[key]}/ and {split}/: "
@@ -253,30 +253,6 @@ def _layout(root: str) -> Dict[str, List[Tuple[str, str]]]:
             "folder (<split>/<class>/) and are not read.", root,
             ", ".join(f"{d}/" for d in stray))
     return _split_folders(root)
-
-
-def check_training_classes(root: str, train_split: str) -> None:
-    """The classes of an image folder that a classifier trains on: one
-    class is nothing to learn, and a class with images in another split but
-    none in `train_split` (a misspelt folder) one the model never learns
-    (an evaluation may read one class, or a split of its own)."""
-    index, names = folder_index(root)
-    files = {split: [(None, names[i]) for i in labels]
-             for split, (_, labels) in index.items()}
-    if len(names) < 2:
-        raise UsageError(
-            f"Image folder {root} has one class ({names[0]}): a classifier "
-            "needs at least two class folders.")
-    train = files.get(_split_key(parse_split(train_split)[0]))
-    untrained = sorted(set(names) - {n for _, n in train}) if train else []
-    if untrained:
-        splits = sorted(s for s, pairs in files.items()
-                        if {n for _, n in pairs} & set(untrained))
-        raise UsageError(
-            f"Image folder {root}: class {', '.join(untrained)} has images "
-            f"in {', '.join(splits)} but none in {parse_split(train_split)[0]}"
-            "/, so the model would never learn it: add its training images, "
-            "or rename the folder to the class it belongs to.")
 
 
 @functools.lru_cache(maxsize=8)
@@ -345,7 +321,7 @@ SPLIT_FIX = (
     "valid or test.")
 
 
-def _split_key(name: str) -> str:
+def split_key(name: str) -> str:
     """A split's key in the folder index: train, val, ... whatever their
     case on disk or in a config (Train/ is train)."""
     return name.lower() if name.lower() in SPLIT_NAMES else name
@@ -357,20 +333,23 @@ def _layout_hint(index) -> str:
         return ""
     tops = shorten(", ".join(f"{s}/" for s in sorted(index)), 60)
     return (f"Its top folders ({tops}) hold folders, not images, so they "
-            "were read as split folders; if they are the classes, put "
-            "each class's images directly in its folder (cat/*.jpg: "
-            "deeper folders are not read). ")
+            "are its splits (if they are classes instead, put each class's "
+            "images directly in its folder, cat/*.jpg: deeper folders are "
+            "not read). ")
 
 
 def resolve_split(root: str, split: str) -> str:
     """`split` of the image folder `root` with its alternatives ("val|test":
     the first of them that the folder has) made the one it has; the slice
-    kept."""
+    kept; each part of a join ("train+val") alike."""
+    if "+" in split:
+        return "+".join(resolve_split(root, part.strip())
+                        for part in split.split("+"))
     name, bounds = parse_split(split)
     if "|" not in name:
         return split
     index, _ = folder_index(root)
-    choices = [_split_key(n.strip()) for n in name.split("|")]
+    choices = [split_key(n.strip()) for n in name.split("|")]
     found = next((n for n in choices if n in index), None)
     if found is None:
         raise UsageError(
@@ -382,10 +361,17 @@ def resolve_split(root: str, split: str) -> str:
 
 
 def folder_split(root: str, split: str) -> Tuple[List[str], np.ndarray]:
-    """(file paths, labels) of a (sliced) split of an image folder."""
+    """(file paths, labels) of a (sliced) split of an image folder, or of
+    several joined ("train+val": every image of a folder of class folders
+    alone, as TFDS joins splits)."""
+    if "+" in split:
+        parts = [folder_split(root, part) for part in
+                 resolve_split(root, split).split("+")]
+        return ([path for paths, _ in parts for path in paths],
+                np.concatenate([labels for _, labels in parts]))
     index, _ = folder_index(root)
     name, bounds = parse_split(resolve_split(root, split))
-    name = _split_key(name)
+    name = split_key(name)
     if name not in index:
         raise UsageError(
             f"Image folder {root} has no split {name!r} with images; it has "
@@ -396,5 +382,3 @@ def folder_split(root: str, split: str) -> Tuple[List[str], np.ndarray]:
     start, stop = split_bounds(bounds, len(paths), split)
     return paths[start:stop], labels[start:stop]
 
-
-# ----------------------------------------------------------- dataset info
