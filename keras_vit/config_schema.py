@@ -139,9 +139,8 @@ def base_config() -> ml_collections.ConfigDict:
     c.input.train_examples_per_class = 0
     # Examples per optimizer update (all replicas and micro-batches).
     c.input.batch_size = 512
-    # Shuffle buffer (encoded images, per input pipeline). An image folder
-    # needs none: each epoch reads its files in an order of its own (with
-    # cache_train, the cached images are shuffled through it).
+    # Shuffle buffer (encoded images, per input pipeline); an image folder
+    # reads each epoch in an order of its own without it (unless cached).
     c.input.shuffle_buffer = 10_000
     # Keep the (encoded) training split in memory: for small data sets
     # such as VTAB's 1,000 examples.
@@ -287,9 +286,7 @@ def base_config() -> ml_collections.ConfigDict:
     # An accuracy evaluator's name: keep the checkpoint of its best accuracy
     # in <workdir>/best/, which `keep` never deletes; None: none kept.
     c.checkpoints.keep_best = placeholder(str)
-    # Also checkpoint the input iterator (exact resume of the data order);
-    # its shuffle buffer goes into every checkpoint (an image folder's
-    # iterator holds no images: the epoch and the place in it).
+    # Checkpoint the input iterator too (its shuffle buffer, if any).
     c.checkpoints.iterator = True
 
     c.log = ml_collections.ConfigDict()

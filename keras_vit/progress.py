@@ -1,17 +1,46 @@
 """Where long work is: "i of n", the time spent and an estimate of the
-time left, for the lines the commands log (VTAB tasks, few-shot data sets).
+time left, for the lines the commands log (VTAB tasks, few-shot data sets),
+and the count a command keeps on one terminal line (`show`, `end_line`).
 
 Plain Python, no framework: every layer of the package may use it.
 """
 
 from __future__ import annotations
 
+import sys
 import time
 from typing import Callable, List
 
 # Seconds between progress lines where no config says (the run config's is
 # `log.every_seconds`).
 EVERY_S = 10.0
+
+
+# The stream whose last line `show` left open (no line end yet), if any.
+_open_line: List = []
+
+
+def show(text: str, stream=None) -> None:
+    """Writes `text` as the status line of `stream` (default stderr): over
+    the one before it ("\\r"), with no line end, so that the next count
+    replaces it. `end_line` ends it before any other line is written."""
+    stream = sys.stderr if stream is None else stream
+    if _open_line and _open_line[0] is not stream:
+        end_line()
+    print(f"\r{text}", end="", file=stream, flush=True)
+    _open_line[:] = [stream]
+
+
+def end_line() -> None:
+    """Ends the status line `show` left open (a line end), so that the next
+    line (a skipped file, an error, Ctrl-C's) starts on a line of its own;
+    nothing when none is open."""
+    if _open_line:
+        stream = _open_line.pop()
+        try:
+            print(file=stream, flush=True)
+        except (OSError, ValueError):  # a closed stream: nothing to end
+            pass
 
 
 def duration(seconds: float) -> str:

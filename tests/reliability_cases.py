@@ -477,11 +477,13 @@ _CASES = [
     Case(
         "bad_class_names_file", BAD_INPUT, "CLI",
         "A --class_names_file that does not exist, is a folder, is not "
-        "UTF-8 text or holds no name (keras-vit-predict, keras-vit-export)",
-        "One line naming the file and what is wrong with it, before the "
-        "model is read; nothing is written.",
+        "UTF-8 text, holds no name or has a blank line between names "
+        "(keras-vit-predict, keras-vit-export)",
+        "One line naming the file and what is wrong with it (a blank line "
+        "by its number: left out, it would shift every later name), before "
+        "the model is read; nothing is written.",
         ("does not exist.", "cannot be read (", "is not UTF-8 text",
-         "holds no class name"),
+         "holds no class name", "line 2 is blank"),
         "UsageError",
     ),
     Case(
@@ -705,7 +707,7 @@ _CASES = [
         "An .npz of another variant (width 48 into width 32)",
         "A clear error listing the mismatches and the architecture the "
         "file implies; the model is left unchanged.",
-        ("does not fit the model", "Pass strict=False"),
+        ("does not fit the model", "Pass `strict`=False"),
         "UsageError",
     ),
     Case(

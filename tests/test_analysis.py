@@ -551,3 +551,82 @@ def test_cli_mpp_figure_uses_the_same_model(mpp_ema_run, tmp_path,
         wd.read_config(mpp_ema_run).objective.mpp)
     assert model.architecture.image_size == (24, 24)
     assert tuple(model.output_shape[1:2]) == (36,)
+
+
+HUB = os.path.join(os.path.dirname(__file__), "fixtures", "hub")
+
+
+def test_analysis_preprocesses_as_predict_does(tmp_path, capsys):
+    """A timm folder evaluates with its crop_pct (resize to 35, central
+    32 crop): keras-vit-analysis names the class keras-vit-predict names,
+    with the same probability, by default and with --resize_size; the
+    resize changes the answer, so it is not left out."""
+    import shutil
+
+    from keras_vit.commands import predict
+
+    folder = str(tmp_path / "timm")
+    shutil.copytree(os.path.join(HUB, "timm_vit"), folder)
+    rng = np.random.default_rng(3)
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    for i in range(3):
+        Image.fromarray(rng.integers(0, 256, (40 + 7 * i, 50, 3),
+                                     np.uint8)).save(photos / f"{i}.png")
+
+    def analysed(*extra):
+        out = tmp_path / "analysis"
+        assert _analysis(f"--model={folder}", f"--output_dir={out}",
+                         str(photos), *extra) == 0
+        with open(out / cli.JSON_NAME) as f:
+            return [(p["predicted_class"], p["probability"])
+                    for p in json.load(f)["images"]]
+
+    def predicted(*extra):
+        out = tmp_path / "predictions.json"
+        assert predict.main(["keras-vit-predict", f"--model={folder}",
+                             str(photos), f"--output={out}", "--overwrite",
+                             "--top_k=1", *extra]) == 0
+        return [(p["top_k"][0]["class"], p["top_k"][0]["probability"])
+                for p in json.loads(out.read_text())["predictions"]]
+
+    for extra in ((), ("--resize_size=40",)):
+        ours, theirs = analysed(*extra), predicted(*extra)
+        assert [c for c, _ in ours] == [c for c, _ in theirs], extra
+        np.testing.assert_allclose([p for _, p in ours],
+                                   [p for _, p in theirs], atol=1e-5)
+    direct = analysed("--resize_size=32")  # no crop: resized directly
+    assert not np.allclose([p for _, p in direct],
+                           [p for _, p in analysed()], atol=1e-4)
+    capsys.readouterr()
+
+
+def test_flags_are_checked_before_any_image(saved_model, tmp_path, capsys):
+    """A --class_names_file of another count than the model's classes (a
+    traceback in the figure titles, or names silently wrong), a blank
+    line in it, --max_rollout_images=0 and --no_ema with a .keras file:
+    one line naming the flag, before any image is read (the broken one
+    given is never reported)."""
+    broken = tmp_path / "broken.png"
+    broken.write_bytes(b"not a png")
+    three, blank = tmp_path / "three.txt", tmp_path / "blank.txt"
+    three.write_text("a\nb\nc\n")
+    blank.write_text("a\n\nb\n")
+    out = f"--output_dir={tmp_path / 'out'}"
+    cases = [
+        ([f"--model={saved_model}", f"--class_names_file={three}"],
+         f"--class_names_file={three} holds 3 class names for a 5-class "
+         "model: give one name per class"),
+        ([f"--model={saved_model}", f"--class_names_file={blank}"],
+         f"--class_names_file={blank} line 2 is blank"),
+        ([f"--model={tmp_path / 'missing.keras'}",
+          "--max_rollout_images=0"], "--max_rollout_images must be >= 1."),
+        ([f"--model={saved_model}", "--no_ema"],
+         "--no_ema goes with a training workdir only"),
+    ]
+    for args, message in cases:
+        assert _analysis(*args, out, str(broken)) == 1
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and message in err[0], err
+        assert err[0].startswith("keras-vit-analysis: error: ")
+    assert not (tmp_path / "out").exists()

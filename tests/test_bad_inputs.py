@@ -1080,15 +1080,17 @@ def test_an_animated_gif_declares_the_pixels_of_all_its_frames():
 def test_a_bad_class_names_file_is_one_line_before_the_model_loads(
         tmp_path):
     """keras-vit-predict and keras-vit-export given a --class_names_file
-    that does not exist, is a folder, is not UTF-8 or is empty: one line
-    naming the file, no traceback; read before the model (a model that
-    does not exist is not what is reported)."""
+    that does not exist, is a folder, is not UTF-8, is empty or has a
+    blank line between names: one line naming the file, no traceback;
+    read before the model (a model that does not exist is not what is
+    reported)."""
     from tests import console
 
     image = tmp_path / "x.png"
     Image.fromarray(np.zeros((16, 16, 3), np.uint8)).save(image)
     (tmp_path / "latin1.txt").write_bytes("caf\xe9\n".encode("latin-1"))
     (tmp_path / "empty.txt").write_text("\n \n")
+    (tmp_path / "blank.txt").write_text("cat\n\ndog\n")
     (tmp_path / "folder").mkdir()
     missing_model = str(tmp_path / "no_model.keras")
     said = []
@@ -1096,7 +1098,8 @@ def test_a_bad_class_names_file_is_one_line_before_the_model_loads(
             ("nofile.txt", "does not exist."),
             ("folder", "cannot be read ("),
             ("latin1.txt", "is not UTF-8 text"),
-            ("empty.txt", "holds no class name")):
+            ("empty.txt", "holds no class name"),
+            ("blank.txt", "line 2 is blank")):
         path = tmp_path / name
         for command, args in (
                 ("predict", [str(image)]),

@@ -376,7 +376,7 @@ def test_head_kept_or_dropped_and_zero_initialised(tmp_path):
     assert_close(keras_features(keep, x), ref.features(arrays, x))
 
     # A model with pre-logits that are not loaded is an error naming the fix.
-    with pytest.raises(ValueError, match="keep_pre_logits=True"):
+    with pytest.raises(ValueError, match="pass `keep_pre_logits`=True"):
         checkpoint.load_npz(tiny(num_classes=7, representation_size=24), path)
 
     # A features model (num_classes=0) drops the head.

@@ -200,6 +200,55 @@ def test_convert_argument_checks(tmp_path, capsys):
     assert os.listdir(tmp_path) == ["model.npz"]
 
 
+def test_convert_names_its_flags_and_refuses_flags_it_would_ignore(
+        tmp_path, capsys):
+    """keras-vit-convert's errors name its flags, not the library's
+    arguments (strict=False, keep_pre_logits=True): a pre-logits width for
+    an .npz that has none says to leave out --representation_size, or
+    --non_strict. --non_strict with a .keras file or a workdir and
+    --no_ema with an .npz or hub model (nothing they would change) are
+    refused by name, as --variant on a workdir is; nothing is written."""
+    npz = str(tmp_path / "model.npz")
+    checkpoint.save_npz(tiny(num_layers=1), npz)
+    tiny(num_layers=1).save(str(tmp_path / "model.keras"))
+    run = tmp_path / "run"  # a training run's workdir, to the resolver
+    run.mkdir()
+    (run / "config.json").write_text("{}")
+    hub = os.path.join(os.path.dirname(__file__), "fixtures", "hub",
+                       "hf_vit_classifier")
+    out = str(tmp_path / "out.keras")
+
+    def error(*args):
+        assert convert.main(["keras-vit-convert", f"--output={out}",
+                             *args]) == 1
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1, err
+        assert err[0].startswith("keras-vit-convert: error: "), err
+        return err[0]
+
+    for head in ([], ["--num_classes=3"]):
+        line = error(f"--model={npz}", "--representation_size=16", *head)
+        assert ("The model has a pre_logits layer but the checkpoint has "
+                "none: leave out --representation_size.") in line, line
+        assert line.endswith("Pass --non_strict to load what fits and get "
+                             "a report."), line
+        assert "strict=False" not in line and "keep_pre_logits" not in line
+        assert "`" not in line
+    for model, what in ((tmp_path / "model.keras", "a .keras file"),
+                        (run, "a training run")):
+        assert error(f"--model={model}", "--non_strict") == (
+            "keras-vit-convert: error: --non_strict goes with an .npz or "
+            f"hub model only; {model} is {what}, which holds its model "
+            "whole (nothing is mapped): leave --non_strict out.")
+    for model, what in ((npz, "an .npz file"),
+                        (hub, "a Hugging Face or timm model")):
+        assert error(f"--model={model}", "--no_ema") == (
+            "keras-vit-convert: error: --no_ema goes with a training "
+            f"workdir only; {model} is {what}, which holds one set of "
+            "weights: leave --no_ema out.")
+    assert not os.path.exists(out)
+
+
 @pytest.mark.parametrize("layout", ["official", "training"])
 def test_members_the_model_has_no_place_for_are_never_inflated(
         tmp_path, monkeypatch, capsys, layout):

@@ -119,6 +119,17 @@ def test_library_words_become_the_commands_flags():
         "set config.model.num_classes=N in config.json or keras_vit/config.py",
         values) == ("set --config.model.num_classes=N in config.json or "
                     "keras_vit/config.py")
+    # Arguments that a flag of another name sets: that flag.
+    hint = ("pass `keep_pre_logits`=True, or leave out "
+            "`representation_size`. Pass `strict`=False to load what fits.")
+    assert runner.shell_words(hint, values) == (
+        "pass --config.init.keep_pre_logits=True, or leave out "
+        "`representation_size`. Pass `strict`=False to load what fits.")
+    convert = flags.FlagValues()
+    module("convert").define_flags(convert, ["keras-vit-convert"])
+    assert runner.shell_words(hint, convert) == (
+        "pass `keep_pre_logits`=True, or leave out --representation_size. "
+        "Pass --non_strict to load what fits.")
     # A library message names create_strategy's arguments; keras-vit-train
     # prints their flags.
     with pytest.raises(SetupError) as info:

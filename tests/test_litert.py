@@ -156,7 +156,7 @@ def test_the_evaluation_resize_travels_with_the_file(model, tmp_path,
     def answer(*args):
         out = tmp_path / "answer.json"
         assert predict.main(["keras-vit-predict", *args, str(photo),
-                             f"--output={out}"]) == 0
+                             f"--output={out}", "--overwrite"]) == 0
         top = json.loads(out.read_text())["predictions"][0]["top_k"]
         return np.array([t["probability"] for t in sorted(
             top, key=lambda t: t["class"])])

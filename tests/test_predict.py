@@ -5,6 +5,7 @@ import csv
 import io
 import json
 import os
+import shutil
 
 import keras
 import numpy as np
@@ -305,7 +306,8 @@ def test_a_timm_model_is_scored_with_its_crop_pct(tmp_path, capsys):
     def answered(*extra):
         out = tmp_path / "answer.json"
         assert run_predict([str(image), "--model", folder, "--top_k", "3",
-                            "--output", str(out), *extra]) == 0
+                            "--output", str(out), "--overwrite",
+                            *extra]) == 0
         top = json.loads(out.read_text())["predictions"][0]["top_k"]
         return np.array([t["probability"] for t in sorted(
             top, key=lambda t: t["class"])])
@@ -324,3 +326,153 @@ def test_a_timm_model_is_scored_with_its_crop_pct(tmp_path, capsys):
         json.dump(config, f)
     assert run_predict([str(image), "--model", folder]) == 1
     assert "crop_pct" in capsys.readouterr().err
+
+
+def _one_error_line(capsys):
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("keras-vit-predict: error: "), \
+        err
+    return err[0]
+
+
+def test_class_names_of_another_count_are_refused_before_any_image(
+        setup, tmp_path, capsys):
+    """A --class_names_file of 3 names for the 4-class model: one line
+    naming the flag, right after the model loads (the broken image after
+    it is never read); a blank line between names is refused by its number
+    (dropped, it shifted every later name); blank lines at the end are
+    not."""
+    root, _ = setup
+    broken = tmp_path / "broken.jpg"
+    broken.write_bytes(b"\xff\xd8\xff truncated")
+    image = str(root / "photos" / "img0.jpeg")
+    three = tmp_path / "three.txt"
+    three.write_text("cat\ndog\nbird\n")
+    assert run_predict([image, str(broken), f"--model={root / 'vit.keras'}",
+                        f"--class_names_file={three}"]) == 1
+    assert _one_error_line(capsys).endswith(
+        f"--class_names_file={three} holds 3 class names for a 4-class "
+        "model: give one name per class, one per line, in label order.")
+    blank = tmp_path / "blank.txt"
+    blank.write_text("cat\n\ndog\nbird\nfish\n")
+    assert run_predict([image, f"--model={root / 'vit.npz'}",
+                        f"--class_names_file={blank}"]) == 1
+    assert f"--class_names_file={blank} line 2 is blank: give one class " \
+        "name per line" in _one_error_line(capsys)
+    trailing = tmp_path / "trailing.txt"
+    trailing.write_text("cat\r\ndog\r\nbird\r\nfish\r\n\r\n \n")
+    assert run_predict([image, f"--model={root / 'vit.npz'}", "--top_k=4",
+                        f"--class_names_file={trailing}"]) == 0
+    answer = capsys.readouterr().out.split(": ")[1]
+    assert sorted(n.split()[0] for n in answer.split(", ")) == sorted(NAMES)
+
+
+def test_an_existing_output_is_kept_unless_overwrite(setup, tmp_path,
+                                                     capsys):
+    """--output never replaces a file by accident (a run's config.json
+    was overwritten): refused as keras-vit-convert refuses, before the
+    model loads; --overwrite replaces it, and goes with --output only."""
+    root, _ = setup
+    image = str(root / "photos" / "img0.jpeg")
+    config = tmp_path / "config.json"
+    config.write_text('{"model": {}}')
+    assert run_predict([image, f"--model={tmp_path / 'missing.keras'}",
+                        f"--output={config}"]) == 1
+    assert _one_error_line(capsys).endswith(
+        f"{config} already exists: pass --overwrite to replace it, or "
+        "choose another --output.")
+    assert config.read_text() == '{"model": {}}'
+    assert run_predict([image, f"--model={root / 'vit.keras'}",
+                        f"--output={config}", "--overwrite"]) == 0
+    assert json.loads(config.read_text())["predictions"][0]["file"] == image
+    assert sorted(os.listdir(tmp_path)) == ["config.json"]  # no temp left
+    capsys.readouterr()
+    assert run_predict([image, f"--model={root / 'vit.keras'}",
+                        "--overwrite"]) == 1
+    assert "--overwrite goes with --output only" in _one_error_line(capsys)
+
+
+def test_no_ema_with_a_model_of_one_set_of_weights_is_refused(setup,
+                                                               capsys):
+    """--no_ema picks a training run's raw weights: given with a .keras,
+    .npz or hub model (which hold one set) it is refused by name, as
+    --variant on a workdir is, not ignored."""
+    root, _ = setup
+    image = str(root / "photos" / "img0.jpeg")
+    for model, what in ((root / "vit.keras", "a .keras file"),
+                        (root / "vit.npz", "an .npz file"),
+                        (os.path.join(HUB, "hf_vit_classifier"),
+                         "a Hugging Face or timm model")):
+        assert run_predict([image, f"--model={model}", "--no_ema"]) == 1
+        assert _one_error_line(capsys).endswith(
+            f"--no_ema goes with a training workdir only; {model} is "
+            f"{what}, which holds one set of weights: leave --no_ema out.")
+
+
+def test_progress_lines_end_before_skipped_and_error_lines(setup, tmp_path,
+                                                          monkeypatch,
+                                                          capsys):
+    """The counts that rewrite one line ("\\r") are ended before a
+    'skipped' line, an error or Ctrl-C's line, and no blank line
+    follows: each message starts a line of its own."""
+    from keras_vit.data import preprocessing
+
+    root, _ = setup
+    folder = tmp_path / "photos"
+    shutil.copytree(root / "photos", folder)
+    (folder / "a_broken.jpg").write_bytes(b"\xff\xd8\xff truncated")
+    (folder / "z_broken.jpg").write_bytes(b"\xff\xd8\xff truncated")
+    model = f"--model={root / 'vit.keras'}"
+    assert run_predict([str(folder), model, "--skip_bad_images"]) == 0
+    lines = capsys.readouterr().err.split("\n")
+    skipped = [line for line in lines if "skipped" in line]
+    assert len(skipped) == 2 and all(
+        line.startswith("skipped ") for line in skipped), lines
+    assert "" not in lines[:-1], lines  # no blank line
+    assert lines[-2].endswith("5/5 images") and lines[-1] == ""
+    assert run_predict([str(folder), model]) == 1
+    lines = capsys.readouterr().err.split("\n")
+    assert lines[-2].startswith("keras-vit-predict: error: "), lines
+    assert lines[-3].endswith("checked 1/7 images"), lines
+    decode = preprocessing.decode_image
+    seen = []
+
+    def interrupted(data):
+        seen.append(data)
+        if len(seen) == 1:  # Ctrl-C while "checked 1/7 images" shows
+            raise KeyboardInterrupt
+        return decode(data)
+
+    monkeypatch.setattr(preprocessing, "decode_image", interrupted)
+    assert run_predict([str(folder), model, "--skip_bad_images"]) == 130
+    lines = capsys.readouterr().err.split("\n")
+    assert lines[-2] == ("keras-vit-predict: interrupted: stopped at once "
+                         "(Ctrl-C)."), lines
+    assert lines[-3].endswith("checked 1/7 images"), lines
+
+
+def test_a_reader_that_stops_early_ends_the_command_quietly(setup):
+    """`keras-vit-predict --model=M FOLDER | head -2`: the pipe closes
+    before the answers are all printed; the command ends with status 0
+    and no BrokenPipeError traceback."""
+    import subprocess
+
+    from tests import console
+
+    root, _ = setup
+    many = root / "many"
+    if not many.exists():
+        many.mkdir()
+        data = (root / "photos" / "nested" / "img1.png").read_bytes()
+        for i in range(1000):  # more lines than a pipe holds (64 KiB)
+            (many / f"{i:04d}_{'x' * 150}.png").write_bytes(data)
+    proc = subprocess.Popen(
+        console.script("predict") + [f"--model={root / 'vit.keras'}",
+                                     str(many), "--batch_size=500"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=console.env())
+    first = proc.stdout.readline()
+    proc.stdout.close()  # as `head -1` does
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=600) == 0, err[-3000:]
+    assert first.startswith(str(many).encode())
+    assert "Traceback" not in err and "BrokenPipe" not in err, err[-3000:]

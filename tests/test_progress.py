@@ -19,6 +19,24 @@ LINE = (r"step (\d+) of (\d+) \((\d+)%\), \d+s elapsed, about \d+(s|min) "
         r"left, [\d.]+ images/s")
 
 
+def test_a_status_line_is_ended_before_the_next_line():
+    """`show` rewrites one line ("\\r", no line end); `end_line` ends it
+    once, so that the next message starts a line of its own and no blank
+    line follows it."""
+    import io
+
+    from keras_vit import progress
+
+    stream = io.StringIO()
+    progress.show("checked 1/9 images", stream)
+    progress.show("checked 9/9 images", stream)
+    progress.end_line()
+    progress.end_line()  # nothing open: nothing written
+    stream.write("skipped x.png: broken\n")
+    assert stream.getvalue() == ("\rchecked 1/9 images\rchecked 9/9 images"
+                                 "\nskipped x.png: broken\n")
+
+
 class _Clock:
     def __init__(self):
         self.now = 100.0

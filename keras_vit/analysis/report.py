@@ -65,11 +65,14 @@ def _list_images(paths: Sequence[str]) -> List[Tuple[str, str]]:
 
 
 def load_images(
-    paths: Sequence[str], size: Tuple[int, int]
+    paths: Sequence[str], size: Tuple[int, int],
+    resize_size: Optional[int] = None,
 ) -> Tuple[np.ndarray, List[str]]:
     """Reads image files (and folders of them) as the model's input.
 
-    Decoded and resized as at evaluation time (`preprocess_eval`).
+    Decoded and resized as at evaluation time (`preprocess_eval`: resized
+    to `size`, or to `resize_size` and then the central `size` crop), as
+    keras-vit-predict and an export's serving_default do.
 
     Returns:
         (images, names): float32 (n, height, width, 3) in [-1, 1], and each
@@ -91,18 +94,20 @@ def load_images(
                 f"Cannot read {file!r} as an image (JPEG, PNG, GIF, BMP or "
                 f"WebP): {reason.rstrip('.')}."
             ) from None
-        images.append(preprocessing.preprocess_eval(image, size).numpy())
+        images.append(preprocessing.preprocess_eval(
+            image, size, resize_size).numpy())
     return np.stack(images), [name for _, name in files]
 
 
 def digits_images(
-    digits: int, size: Tuple[int, int]
+    digits: int, size: Tuple[int, int], resize_size: Optional[int] = None
 ) -> Tuple[np.ndarray, List[str]]:
     """The first `digits` scikit-learn digits as model input (no download).
 
     The 8 x 8 grey images (values 0..16) are scaled to [0, 255] and go
-    through `preprocess_eval`: bilinear upsampling to `size`, grey tiled
-    to RGB, scaled to [-1, 1].
+    through `preprocess_eval`: bilinear upsampling to `size` (or to
+    `resize_size`, then the central `size` crop), grey tiled to RGB,
+    scaled to [-1, 1].
 
     Returns:
         (images, names): float32 (digits, height, width, 3) and names such
@@ -118,7 +123,8 @@ def digits_images(
         )
     images = [
         preprocessing.preprocess_eval(
-            tf.constant(digit[..., None] * (255.0 / 16.0), tf.float32), size
+            tf.constant(digit[..., None] * (255.0 / 16.0), tf.float32), size,
+            resize_size,
         ).numpy()
         for digit in bundled.images[:digits]
     ]

@@ -148,7 +148,8 @@ def load_arrays(
                 f"Checkpoint {source} does not fit the model "
                 f"{model.name!r}:\n{report.problems()}\n"
                 + "\n".join(report.hints)
-                + "\nPass strict=False to load what fits and get a report."
+                + "\nPass `strict`=False to load what fits and get a "
+                "report."
             )
     _assign(model, params, arrays, report)
     return report
@@ -236,6 +237,12 @@ def _fit_head(loading: _Loading, keep_pre_logits: bool) -> None:
             f"The file's classification head is malformed: {malformed}. "
             "The file is damaged or was edited; download it again.")
     model_head = {k: expected[k][1] for k in HEAD_KEYS if k in expected}
+    model_pre = PRE_LOGITS_KEYS[0] in expected
+    file_pre = PRE_LOGITS_KEYS[0] in loading.arrays
+    if model_pre and not file_pre:
+        report.hints.append(
+            "The model has a pre_logits layer but the checkpoint has none: "
+            "leave out `representation_size`.")
     if model_head and all(
         loading.shapes.get(k) == s for k, s in model_head.items()
     ):
@@ -250,20 +257,17 @@ def _fit_head(loading: _Loading, keep_pre_logits: bool) -> None:
     for key in HEAD_KEYS:
         expected.pop(key, None)
     report.head_initialized = bool(model_head)
-    model_pre = PRE_LOGITS_KEYS[0] in expected
-    file_pre = PRE_LOGITS_KEYS[0] in loading.arrays
     if file_pre and not (keep_pre_logits and model_pre):
         loading.drop(PRE_LOGITS_KEYS, (
             "dropped with the head (keep_pre_logits=False)"
             if not keep_pre_logits
             else "the model has no pre_logits layer"
         ))
-    if model_pre and not (keep_pre_logits and file_pre):
+    if model_pre and file_pre and not keep_pre_logits:
         report.hints.append(
             "The model has a pre_logits layer but the checkpoint's "
-            "pre-logits are not loaded: pass keep_pre_logits=True (if the "
-            "file has them), or build the model without "
-            "representation_size."
+            "pre-logits are not loaded: pass `keep_pre_logits`=True, or "
+            "leave out `representation_size`."
         )
 
 

@@ -11,7 +11,9 @@ position_embedding_similarity.png, patch_embedding_pca.png and
 analysis.json (the numbers behind them) into --output_dir (local or gs://),
 and for a masked-patch-prediction run also mpp_predictions.png. The images
 are the positional arguments (files and folders) or, with no data at hand,
-scikit-learn's bundled digits (--digits=N). Prints the paths written.
+scikit-learn's bundled digits (--digits=N), preprocessed as
+keras-vit-predict does (the model's evaluation resize, or --resize_size).
+Prints the paths written.
 
 --curves=WORKDIR draws a training run's loss, accuracy and learning rate
 over the steps, from its history.csv, into training_curves.png in
@@ -31,8 +33,10 @@ from keras_vit.commands.lazy import lazy_module
 from keras_vit.errors import UsageError
 
 if TYPE_CHECKING:  # imported on first use: --help loads no TensorFlow
+    from keras_vit import derived
     from keras_vit.analysis import curves, mpp_figure, report
 else:
+    derived = lazy_module("keras_vit.derived")
     curves = lazy_module("keras_vit.analysis.curves")
     mpp_figure = lazy_module("keras_vit.analysis.mpp_figure")
     report = lazy_module("keras_vit.analysis.report")
@@ -43,6 +47,7 @@ def define_flags(values: flags.FlagValues, argv: Sequence[str]) -> None:
     del argv
     cli.define_model(values, required=False)
     cli.define_hints(values, "variant", "image_size")
+    cli.define_resize_size(values)
     flags.DEFINE_string("output_dir", None, "Where the figures and "
                         "analysis.json go (--curves: default the workdir).",
                         flag_values=values)
@@ -81,14 +86,20 @@ def _main(values: flags.FlagValues, images: list) -> None:
             f"Give the images (files or folders, as arguments) or "
             f"--digits=N{both}."
         )
+    for name in ("batch_size", "max_rollout_images", "num_components"):
+        if values[name].value < 1:
+            raise UsageError(f"--{name} must be >= 1.")
     source = cli.model_source(values)
     model = cli.load_flagged_model(values, source)
+    class_names = _class_names(values, source, model)
     size = tuple(model.input_shape[1:3])
+    # Preprocessed as keras-vit-predict and evaluation do: the model's
+    # evaluation resize (or --resize_size), then the central crop.
+    resize = cli.resize_size(values, source, model)
     if images:
-        pixels, names = report.load_images(images, size)
+        pixels, names = report.load_images(images, size, resize)
     else:
-        pixels, names = report.digits_images(values.digits, size)
-    class_names = cli.class_names(values, source)
+        pixels, names = report.digits_images(values.digits, size, resize)
     data = report.run_analysis(
         model, pixels, values.output_dir, names=names,
         batch_size=values.batch_size,
@@ -107,6 +118,21 @@ def _main(values: flags.FlagValues, images: list) -> None:
         data["figures"]["mpp_predictions"] = os.path.basename(mpp_path)
     for name in list(data["figures"].values()) + [report.JSON_NAME]:
         print(os.path.join(values.output_dir, name))
+
+
+def _class_names(values: flags.FlagValues, source, model) -> Optional[list]:
+    """--class_names_file's names (else the model's own), one per class of
+    `model`: checked before any image is read."""
+    names = cli.class_names(values, source)
+    if values.class_names_file and derived.is_features_model(model):
+        raise UsageError(
+            f"{values.model} has no classification head (a backbone or an "
+            "MPP encoder): --class_names_file has no class to name; leave "
+            "it out.")
+    if not derived.is_features_model(model):
+        cli.check_class_count(values, source, names,
+                              int(model.output_shape[-1]))
+    return names
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -2,7 +2,8 @@
 them: `--config NAME` joined and a shipped config's NAME made its path,
 overrides of fields that moved upgraded (`normalize_argv`), and one line
 for a bad flag or config field (`flag_error_message`) or a config file
-that fails to run (`config_file_error`)."""
+that fails to run (`config_file_error`); a library message worded with
+the command's flags (`shell_words`)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import re
 import traceback
 from typing import List, Optional, Sequence
 
-from absl import logging
+from absl import flags, logging
 
 from keras_vit import config as config_lib
 from keras_vit.errors import UsageError
@@ -199,3 +200,37 @@ def _overrides_the_file_lacks(error: BaseException,
             f in known for f in fields):
         return []
     return fields
+
+
+# Library arguments that a flag of another name sets: their words in a
+# library message -> (the flag, what the line says instead).
+_RENAMED = {
+    "`strict`=False": ("non_strict", "--non_strict"),
+    "`keep_pre_logits`=True": ("config",
+                               "--config.init.keep_pre_logits=True"),
+}
+
+
+def shell_words(message: str, values: Optional[flags.FlagValues]) -> str:
+    """A library message worded for the shell: an argument named in
+    backquotes (`variant`) that is one of the command's flags becomes the
+    flag (--variant), one that a flag of another name sets becomes that
+    flag (`strict`=False: --non_strict; `_RENAMED`), and a config field
+    (config.init.model) becomes its override (--config.init.model) where
+    the command takes --config."""
+    if values is None:
+        return message
+    for words, (name, flag_words) in _RENAMED.items():
+        if name in values:
+            message = message.replace(words, flag_words)
+
+    def flag(match):
+        name = match.group(1)
+        return f"--{name}" if name in values else match.group(0)
+
+    message = re.sub(r"`(\w+)`", flag, message)
+    if "config" in values:
+        message = re.sub(
+            r"(?<![\w/.`-])config\.(?!json\b|py\b)([a-z_][\w.]*\w)",
+            r"--config.\1", message)
+    return message

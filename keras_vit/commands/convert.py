@@ -54,8 +54,8 @@ def define_flags(values: flags.FlagValues, argv: Sequence[str]) -> None:
     flags.DEFINE(cli.ImageSizeParser(), "posemb_grid", None,
                  "An .npz model: its patch grid when not square, e.g. "
                  "14x20.", flag_values=values)
-    flags.DEFINE_boolean("non_strict", False, "An .npz model: load what fits "
-                         "instead of failing on any mismatch.",
+    flags.DEFINE_boolean("non_strict", False, "An .npz or hub model: load "
+                         "what fits instead of failing on any mismatch.",
                          flag_values=values)
 
 
@@ -88,6 +88,11 @@ def _main(values: flags.FlagValues, args: list) -> None:
         if values[name].value is not None:
             build[name] = values[name].value
     if values.non_strict:
+        if source.kind not in ("npz", "hub"):
+            raise UsageError(
+                f"--non_strict goes with an .npz or hub model only; "
+                f"{values.model} is {cli.what(source)}, which holds its "
+                "model whole (nothing is mapped): leave --non_strict out.")
         build["strict"] = False
     report = convert(source, values.output, image_size=values.image_size,
                      **build)

@@ -17,11 +17,18 @@ from keras_vit.commands.config_args import (  # noqa: F401 (commands' API)
     normalize_argv,
     resolve_config_arg,
 )
+from keras_vit.commands.labels import (  # noqa: F401 (the commands' API)
+    check_class_count,
+    class_names,
+    class_names_file,
+    define_class_names_file,
+)
 from keras_vit.commands.lazy import lazy_module
 from keras_vit.commands.runner import (  # noqa: F401 (the commands' API)
     define_verbose,
     parse,
     run,
+    stdout_closed,
 )
 from keras_vit.config import SOURCE_KINDS
 from keras_vit.errors import UsageError
@@ -31,11 +38,9 @@ if TYPE_CHECKING:  # what type checkers and the import contracts read
     import keras
 
     from keras_vit.checkpoint import loader
-    from keras_vit.storage import workdir as wd
     from keras_vit.training import distribute
 else:  # imported at first use: `--help` loads no Keras or TensorFlow
     loader = lazy_module("keras_vit.checkpoint.loader")
-    wd = lazy_module("keras_vit.storage.workdir")
     distribute = lazy_module("keras_vit.training.distribute")
 
 # The one description of what --model takes (the resolver's). The flags
@@ -204,7 +209,23 @@ def model_source(values: flags.FlagValues, text: Optional[str] = None, *,
     for name in ("variant", "posemb_grid"):
         if hint(values, name) is not None:
             hints[name] = hint(values, name)
-    return loader.resolve(text, **hints)
+    source = loader.resolve(text, **hints)
+    if hint(values, "no_ema") and source.kind != "workdir":
+        raise UsageError(
+            f"--no_ema goes with a training workdir only; {text} is "
+            f"{what(source)}, which holds one set of weights: leave "
+            "--no_ema out.")
+    return source
+
+
+_WHAT = {"keras": "a .keras file", "npz": "an .npz file",
+         "hub": "a Hugging Face or timm model", "workdir": "a training run",
+         "saved_model": "an exported SavedModel", "litert": "a LiteRT file"}
+
+
+def what(source: loader.Source) -> str:
+    """What kind of model `source` is, in words ("a .keras file")."""
+    return _WHAT.get(source.kind, f"a {source.kind} model")
 
 
 def hint(values: flags.FlagValues, name: str):
@@ -330,15 +351,6 @@ def scaled_resize(resize: Optional[int], trained_size,
     return max(rows, cols, int(resize))
 
 
-def define_class_names_file(values: flags.FlagValues) -> None:
-    flags.DEFINE_string(
-        "class_names_file", None, "Class names, one per line, in label "
-        "order (default: the model's own, e.g. a workdir's labels.txt or a "
-        "Hugging Face config's id2label; else class indices).",
-        flag_values=values,
-    )
-
-
 def warn_zero_head(source: loader.Source, model: keras.Model) -> None:
     """A warning when a checkpoint file's (.npz, hub folder's) model has
     a classification head of zeros, as the ImageNet-21k releases ship it
@@ -352,37 +364,6 @@ def warn_zero_head(source: loader.Source, model: keras.Model) -> None:
             "releases ship it: every class scores alike. Fine-tune it "
             "first (--config.init.model), or use a fine-tuned release.",
             source.path)
-
-
-def class_names(values: flags.FlagValues,
-                source: loader.Source) -> Optional[list]:
-    """--class_names_file's lines, else the names the source records."""
-    if values.class_names_file:
-        return class_names_file(values)
-    return loader.class_names(source)
-
-
-def class_names_file(values: flags.FlagValues) -> Optional[list]:
-    """--class_names_file's lines, or None; a bad file is one line."""
-    path = "class_names_file" in values and values.class_names_file
-    if not path:
-        return None
-    where = f"--class_names_file={path}"
-    try:
-        names = wd.read_lines(path)
-    except UnicodeDecodeError:
-        raise UsageError(f"{where} is not UTF-8 text: give a text file "
-                         "with one class name per line.") from None
-    except Exception as error:  # tf.errors.OpError, OSError
-        if not atomic.exists(path):
-            raise UsageError(f"{where} does not exist.") from None
-        why = " ".join(str(getattr(error, "message", error)).replace(
-            f"{path}; ", "").split())
-        raise UsageError(f"{where} cannot be read ({why}): give a text "
-                         "file with one class name per line.") from None
-    if not names:
-        raise UsageError(f"{where} holds no class name: give one per line.")
-    return names
 
 
 def strategy(values: flags.FlagValues, config):

@@ -15,8 +15,10 @@ once first: an unreadable one stops the run with its name, or with
 `--config.input.skip_bad_images` does for training).
 
 Prints one line per image (`file: name 0.912, name 0.051, ...`), or writes
-JSON or CSV with --output (by its extension). A progress count goes to
-stderr when a folder is given.
+JSON or CSV with --output (by its extension; a file already there is kept
+unless --overwrite). The class names (--class_names_file, else the
+model's) are checked against the model's classes before any image is
+read. A progress count goes to stderr when a folder is given.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from typing import TYPE_CHECKING, Callable, List, Optional, Sequence, Tuple
 import numpy as np
 from absl import flags
 
+from keras_vit import progress
 from keras_vit.commands import flags as cli
 from keras_vit.commands.lazy import lazy_module
 from keras_vit.data.image_files import IMAGE_EXTENSIONS, images_under
@@ -74,37 +77,34 @@ def list_images(paths: Sequence[str]) -> Tuple[List[str], bool]:
     return files, folder
 
 
-def check_images(files: Sequence[str], skip_bad: bool, progress: bool
-                 = False) -> Tuple[List[str], List[Tuple[str, str]]]:
+def check_images(files: Sequence[str], skip_bad: bool,
+                 show_progress: bool = False
+                 ) -> Tuple[List[str], List[Tuple[str, str]]]:
     """(readable files, [(file, reason)] skipped): each file decoded once,
     with the decoder every other path uses, before any is classified (an
     unreadable one stops the run first unless `skip_bad`). The bytes are
     not kept: a folder of any size is read again a batch at a time."""
     good, skipped = [], []
     for i, path in enumerate(files):
-        if progress and (i % 50 == 0 or i + 1 == len(files)):
-            print(f"\rchecked {i + 1}/{len(files)} images", end="",
-                  file=sys.stderr, flush=True)
+        if show_progress and (i % 50 == 0 or i + 1 == len(files)):
+            progress.show(f"checked {i + 1}/{len(files)} images")
         try:
             preprocessing.decode_image(tf.constant(_read(path)))
         except (tf.errors.InvalidArgumentError, ValueError, OSError) as error:
             reason = (checks.decode_reason(error)
                       if not isinstance(error, OSError)
                       else error.strerror or str(error))
+            progress.end_line()  # what follows is on a line of its own
             if not skip_bad:
-                if progress:
-                    print(file=sys.stderr)
                 raise UsageError(
                     f"{path} is not a readable image ({reason}); pass "
                     "--skip_bad_images to leave such files out."
                 ) from None
-            print(f"\nskipped {path}: {reason}" if progress else
-                  f"skipped {path}: {reason}", file=sys.stderr)
+            print(f"skipped {path}: {reason}", file=sys.stderr, flush=True)
             skipped.append((path, reason))
             continue
         good.append(path)
-    if progress and files:
-        print(file=sys.stderr)
+    progress.end_line()
     return good, skipped
 
 
@@ -135,6 +135,7 @@ def keras_predictor(model: keras.Model, resize_size=None) -> Callable:
         logits = keras.ops.convert_to_numpy(model(batch, training=False))
         return tf.nn.softmax(logits.astype(np.float32), axis=-1).numpy()
 
+    predict.num_classes = int(model.output_shape[-1])
     return predict
 
 
@@ -153,7 +154,19 @@ def saved_model_predictor(path: str) -> Callable:
             image_bytes=tf.constant(list(images), dtype=tf.string)
         )["probabilities"].numpy()
 
+    predict.num_classes = _width(lambda: signature.structured_outputs[
+        "probabilities"].shape[-1])
     return predict
+
+
+def _width(read: Callable) -> Optional[int]:
+    """The class count `read()` gives from a model's output shape; None
+    when the shape does not say."""
+    try:
+        width = read()
+    except (AttributeError, KeyError, IndexError, TypeError, ValueError):
+        return None
+    return int(width) if width else None
 
 
 def _first_sentence(text: str) -> str:
@@ -172,6 +185,8 @@ def litert_predictor(path: str, resize_size=None) -> Callable:
         interpreter = litert.interpreter_class()(model_path=path)
         size = tuple(int(n) for n in interpreter.get_input_details()[0][
             "shape"][1:3])
+        num_classes = _width(lambda: interpreter.get_signature_runner(
+            ).get_output_details()[litert.OUTPUT_NAME]["shape"][-1])
     except (ValueError, RuntimeError, IndexError) as error:
         raise UsageError(f"{path} is not a readable LiteRT file ({error}): "
                          "export the model again.") from None
@@ -182,19 +197,24 @@ def litert_predictor(path: str, resize_size=None) -> Callable:
         pixels = _pixels(images, size, resize_size)
         return litert.run_litert(path, (pixels + 1.0) * 127.5)
 
+    predict.num_classes = num_classes
     return predict
 
 
 def predictor(values, source) -> Callable:
-    """The predict function of --model (`source`)."""
+    """The predict function of --model (`source`), with the model's class
+    count as its `num_classes` (None where the model does not say)."""
     if source.kind == "saved_model":
         if values.resize_size is not None:
             raise UsageError("--resize_size is built into a SavedModel.")
-        return saved_model_predictor(source.version())
-    if source.kind == "litert":
-        return litert_predictor(source.path, values.resize_size)
-    model = cli.load_flagged_model(values, source, head="predict with")
-    return keras_predictor(model, cli.resize_size(values, source, model))
+        predict = saved_model_predictor(source.version())
+    elif source.kind == "litert":
+        predict = litert_predictor(source.path, values.resize_size)
+    else:
+        model = cli.load_flagged_model(values, source, head="predict with")
+        predict = keras_predictor(model, cli.resize_size(values, source,
+                                                         model))
+    return predict
 
 
 def top_k(probabilities: np.ndarray, names: Sequence[str], k: int):
@@ -266,10 +286,60 @@ def define_flags(values: flags.FlagValues, argv: Sequence[str]) -> None:
     flags.DEFINE_integer("batch_size", 32, "Images per forward pass.",
                          flag_values=values)
     flags.DEFINE_string("output", None, "Write .json or .csv instead of "
-                        "printing.", flag_values=values)
+                        "printing (a file already there is kept unless "
+                        "--overwrite).", flag_values=values)
+    flags.DEFINE_boolean("overwrite", False, "Replace --output where a file "
+                         "is there already (by default refused).",
+                         flag_values=values)
     flags.DEFINE_boolean("skip_bad_images", False, "Name and leave out "
                          "unreadable files instead of stopping at the "
                          "first.", flag_values=values)
+
+
+def check_flags(args) -> None:
+    """UsageErrors for flags that cannot work, before any model is read."""
+    if args.top_k < 1 or args.batch_size < 1:
+        raise UsageError("--top_k and --batch_size must be >= 1.")
+    cli.check_output_path(args, "output", folder=False)
+    check_output(args.output)
+    if args.overwrite and not args.output:
+        raise UsageError("--overwrite goes with --output only: give the "
+                         "file to replace, or leave --overwrite out.")
+    if args.output and not args.overwrite:
+        cli.check_not_written(args.output, "output")
+
+
+def classify(predict: Callable, files: Sequence[str], batch_size: int,
+             show_progress: bool) -> np.ndarray:
+    """The probabilities (n, K) of `files`, `batch_size` at a time, with
+    a count on stderr where `show_progress`."""
+    probabilities = []
+    for start in range(0, len(files), batch_size):
+        batch = files[start: start + batch_size]
+        probabilities.append(predict([_read(f) for f in batch]))
+        if show_progress:
+            progress.show(f"{start + len(batch)}/{len(files)} images")
+    progress.end_line()
+    if not probabilities:
+        raise UsageError("No readable image to classify.")
+    return np.concatenate(probabilities)
+
+
+def print_results(args, files, tops, skipped) -> None:
+    """The answers on stdout (or written to --output, and a line saying
+    so). A reader that stops early (`| head`) ends the printing quietly."""
+    try:
+        if args.output:
+            write_output(args.output, files, tops, skipped)
+            print(f"{len(files)} images -> {args.output}"
+                  + (f" ({len(skipped)} skipped)" if skipped else ""))
+        else:
+            for path, top in zip(files, tops):
+                answer = ", ".join(f"{n} {p:.3f}" for _, n, p in top)
+                print(f"{_printable(path)}: {answer}")
+        sys.stdout.flush()
+    except BrokenPipeError:  # `... | head -2`: the reader has its lines
+        cli.stdout_closed()
 
 
 def run(args, images: Sequence[str]) -> int:
@@ -278,10 +348,7 @@ def run(args, images: Sequence[str]) -> int:
     if not images:
         raise UsageError("Give the images to classify (files or folders) "
                          "as arguments.")
-    if args.top_k < 1 or args.batch_size < 1:
-        raise UsageError("--top_k and --batch_size must be >= 1.")
-    cli.check_output_path(args, "output", folder=False)
-    check_output(args.output)
+    check_flags(args)
     # A model is there, before the images are read.
     source = cli.model_source(args, exports=True)
     if args.output and source.kind == "litert" and os.path.abspath(
@@ -291,37 +358,18 @@ def run(args, images: Sequence[str]) -> int:
                          "export: choose another name.")
     files, folder = list_images(images)
     predict = predictor(args, source)
-    files, skipped = check_images(files, args.skip_bad_images,
-                                  progress=folder)
-    probabilities = []
-    for start in range(0, len(files), args.batch_size):
-        batch = files[start: start + args.batch_size]
-        probabilities.append(predict([_read(f) for f in batch]))
-        if folder:
-            done = start + len(batch)
-            print(f"\r{done}/{len(files)} images", end="", file=sys.stderr)
-    if folder and files:
-        print(file=sys.stderr)
-    if not probabilities:
-        raise UsageError("No readable image to classify.")
-    probabilities = np.concatenate(probabilities)
-    num_classes = probabilities.shape[-1]
+    # One name per class, before any image is read.
     names = cli.class_names(args, source)
+    cli.check_class_count(args, source, names, predict.num_classes)
+    files, skipped = check_images(files, args.skip_bad_images,
+                                  show_progress=folder)
+    probabilities = classify(predict, files, args.batch_size, folder)
+    num_classes = probabilities.shape[-1]
+    cli.check_class_count(args, source, names, num_classes)
     if names is None:
         names = [str(i) for i in range(num_classes)]
-    if len(names) != num_classes:
-        raise UsageError(
-            f"{len(names)} class names for a {num_classes}-class model."
-        )
     tops = top_k(probabilities, names, min(args.top_k, num_classes))
-    if args.output:
-        write_output(args.output, files, tops, skipped)
-        print(f"{len(files)} images -> {args.output}"
-              + (f" ({len(skipped)} skipped)" if skipped else ""))
-    else:
-        for path, top in zip(files, tops):
-            answer = ", ".join(f"{n} {p:.3f}" for _, n, p in top)
-            print(f"{_printable(path)}: {answer}")
+    print_results(args, files, tops, skipped)
     return 0
 
 

@@ -41,12 +41,13 @@ from typing import TYPE_CHECKING, Callable, Optional, Sequence
 from absl import flags, logging
 from ml_collections import config_flags
 
-from keras_vit import config_overrides, quiet_start
+from keras_vit import config_overrides, progress, quiet_start
 from keras_vit.commands.config_args import (
     config_file_error,
     flag_error_message,
     normalize_argv,
     raised_in_config_file,
+    shell_words,
     typed_overrides,
 )
 from keras_vit.commands.lazy import lazy_module
@@ -174,24 +175,11 @@ def setup_logging(verbose: bool) -> None:
 
 
 # ------------------------------------------------------------- running
-def shell_words(message: str, values: Optional[flags.FlagValues]) -> str:
-    """A library message worded for the shell: an argument named in
-    backquotes (`variant`) that is one of the command's flags becomes the
-    flag (--variant), and a config field (config.init.model) becomes its
-    override (--config.init.model) where the command takes --config."""
-    if values is None:
-        return message
-
-    def flag(match):
-        name = match.group(1)
-        return f"--{name}" if name in values else match.group(0)
-
-    message = re.sub(r"`(\w+)`", flag, message)
-    if "config" in values:
-        message = re.sub(
-            r"(?<![\w/.`-])config\.(?!json\b|py\b)([a-z_][\w.]*\w)",
-            r"--config.\1", message)
-    return message
+def stdout_closed() -> None:
+    """After a BrokenPipeError on stdout (`... | head`: the reader stopped):
+    Python's own advice, nothing more goes to the closed pipe, so that the
+    command ends quietly."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 def report(error: BaseException, program: str, verbose: bool,
@@ -199,6 +187,7 @@ def report(error: BaseException, program: str, verbose: bool,
            kind: str = "error") -> int:
     """Prints `error` as `program: error: message` (after its traceback
     with `verbose`), worded for the shell; returns the exit status."""
+    progress.end_line()  # a count left on its line: the error below it
     if verbose:
         print("".join(traceback.format_exception(error)), file=sys.stderr,
               end="", flush=True)
@@ -298,8 +287,7 @@ def run(
         try:
             print(help_text(program, doc, values), flush=True)
         except BrokenPipeError:  # `--help | head`: the reader stopped
-            # Python's own advice: nothing more goes to the closed pipe.
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            stdout_closed()
         return 0
     # TensorFlow loads here (with the training modules), then a console
     # script's stderr, held since `import keras_vit`, goes back without
@@ -320,6 +308,7 @@ def run(
     except one_line as error:
         return report(error, program, verbose, values)
     except (MemoryError, tf.errors.ResourceExhaustedError) as error:
+        progress.end_line()
         if verbose:  # the allocation's traceback, then the line
             print("".join(traceback.format_exception(error)),
                   file=sys.stderr, end="", flush=True)
@@ -373,6 +362,7 @@ def _interrupted(error: KeyboardInterrupt, program: str,
     """Ctrl-C outside a training loop's checkpointing (or twice): one
     line, INTERRUPTED_EXIT_CODE; SIGTERM (`Terminated`): one line,
     PREEMPTED_EXIT_CODE."""
+    progress.end_line()  # a count left on its line: this line below it
     if verbose:
         print("".join(traceback.format_exception(error)), file=sys.stderr,
               end="", flush=True)
