@@ -150,7 +150,7 @@ def absolute_data_paths(config):
     then names the data from any directory (keras-vit-evaluate reads it)."""
     paths = {key: os.path.abspath(os.path.expanduser(value))
              for key in ("data_dir", "manual_dir")
-             if (value := config.input.get(key)) and "://" not in value}
+             if (value := config.input[key]) and "://" not in value}
     return config_lib.replace(config, input=paths) if paths else config
 
 
