@@ -105,29 +105,31 @@ def config_source_kinds():
     return loader.SOURCE_KINDS
 
 
-def test_library_words_become_the_commands_flags():
+def _shell_words(command: str, message: str) -> str:
+    """`message` as keras-vit-`command` prints it."""
     values = flags.FlagValues()
-    module("export").define_flags(values, ["keras-vit-export"])
+    module(command).define_flags(values, [f"keras-vit-{command}"])
+    return runner.shell_words(message, values)
+
+
+def test_library_words_become_the_commands_flags():
     message = ("`variant` goes with an .npz model only; `output` is no flag "
                "here; config.init.model stays")
-    assert runner.shell_words(message, values) == (
+    assert _shell_words("export", message) == (
         "--variant goes with an .npz model only; `output` is no flag here; "
         "config.init.model stays")
-    values = flags.FlagValues()
-    module("train").define_flags(values, ["keras-vit-train"])
-    assert runner.shell_words(
-        "set config.model.num_classes=N in config.json or keras_vit/config.py",
-        values) == ("set --config.model.num_classes=N in config.json or "
-                    "keras_vit/config.py")
+    assert _shell_words(
+        "train",
+        "set config.model.num_classes=N in config.json or keras_vit/config.py"
+    ) == ("set --config.model.num_classes=N in config.json or "
+          "keras_vit/config.py")
     # Arguments that a flag of another name sets: that flag.
     hint = ("pass `keep_pre_logits`=True, or leave out "
             "`representation_size`. Pass `strict`=False to load what fits.")
-    assert runner.shell_words(hint, values) == (
+    assert _shell_words("train", hint) == (
         "pass --config.init.keep_pre_logits=True, or leave out "
         "`representation_size`. Pass `strict`=False to load what fits.")
-    convert = flags.FlagValues()
-    module("convert").define_flags(convert, ["keras-vit-convert"])
-    assert runner.shell_words(hint, convert) == (
+    assert _shell_words("convert", hint) == (
         "pass `keep_pre_logits`=True, or leave out --representation_size. "
         "Pass --non_strict to load what fits.")
     # A library message names create_strategy's arguments; keras-vit-train
@@ -137,7 +139,7 @@ def test_library_words_become_the_commands_flags():
     assert str(info.value) == (
         "`cpu_devices`=2 splits the CPU for MirroredStrategy: use it with "
         "`strategy`=mirrored (or auto), not `strategy`=cpu.")
-    assert runner.shell_words(str(info.value), values) == (
+    assert _shell_words("train", str(info.value)) == (
         "--cpu_devices=2 splits the CPU for MirroredStrategy: use it with "
         "--strategy=mirrored (or auto), not --strategy=cpu.")
 
