@@ -128,7 +128,15 @@ def test_library_words_become_the_commands_flags():
             "`representation_size`. Pass `strict`=False to load what fits.")
     assert _shell_words("train", hint) == (
         "pass --config.init.keep_pre_logits=True, or leave out "
-        "`representation_size`. Pass `strict`=False to load what fits.")
+        "--config.model.representation_size. Pass `strict`=False to load "
+        "what fits.")
+    # A command without the flag names the one that has it.
+    unfit = "Pass `strict`=False to load what fits and get a report."
+    assert _shell_words("predict", unfit) == (
+        "keras-vit-convert --non_strict loads what fits into a .keras file, "
+        "with a report.")
+    assert _shell_words("convert", unfit) == (
+        "Pass --non_strict to load what fits and get a report.")
     assert _shell_words("convert", hint) == (
         "pass `keep_pre_logits`=True, or leave out --representation_size. "
         "Pass --non_strict to load what fits.")

@@ -87,6 +87,17 @@ def test_cli_npz_source(model, images, tmp_path, capsys):
     assert export_cli.main(["keras-vit-export", "--export_dir", export_dir,
                             "--model", npz + ".missing.npz"]) == 1
     assert "no such file or folder" in capsys.readouterr().err
+    # Names of another count: the flag that gave them is named.
+    three = tmp_path / "three.txt"
+    three.write_text("a\nb\nc\n")
+    for flag, words in ((f"--class_names_file={three}",
+                         f"--class_names_file={three} holds 3 class names "
+                         "for a 5-class model"),
+                        ("--class_names=a,b", "--class_names gives 2 names "
+                         "for a 5-class model")):
+        assert export_cli.main(["keras-vit-export", "--export_dir",
+                                export_dir, "--model", npz, flag]) == 1
+        assert words in capsys.readouterr().err
     assert os.listdir(os.path.join(export_dir, "vit")) == ["1"]
 
 

@@ -19,6 +19,7 @@ import json
 import os
 import shutil
 import subprocess
+from unittest import mock
 
 import keras
 import pytest
@@ -27,6 +28,7 @@ import keras_vit
 from keras_vit import config as config_lib
 from keras_vit.configs import digits as digits_recipe
 from keras_vit.configs import folder
+from keras_vit.data import checks as data_checks
 from keras_vit.data import folders
 from keras_vit.errors import UsageError
 from keras_vit.training import data_fit, model_init
@@ -100,6 +102,27 @@ def test_a_folder_with_split_folders_uses_its_own(tmp_path):
     assert folders.resolve_split(root, config.evals.test.split) == "test"
     assert folders.resolve_split(
         root, config.evals.test.val_split) == "validation"
+    # A class with images in test/ only: untrained unless the training
+    # split joins test (the check reads every part of a join).
+    shutil.copytree(tmp_path / "test" / "china", tmp_path / "test" / "zebra")
+    _index(tmp_path)
+    with pytest.raises(UsageError, match="class zebra has images in test "
+                       "but none in train/"):
+        data_checks.check_training_classes(config.input, True)
+    for joined in ("train+test", "train[:50%]+test"):
+        check = config_lib.replace(config, input={"train_split": joined})
+        data_checks.check_training_classes(check.input, True)
+    # Nor does a folder run that reads no shuffle buffer refuse to resume
+    # with another (a cached one does: its order is the buffer's).
+    old = config_lib.replace(config, input={"shuffle_buffer": 5})
+    with mock.patch.object(model_init, "_holds_iterator", lambda c: True):
+        model_init._check_resumed_input(old, config, "run", "ckpt")
+        cached = config_lib.replace(config, input={"cache_train": True})
+        with pytest.raises(model_init.TrainingError,
+                           match="config.input.shuffle_buffer"):
+            model_init._check_resumed_input(
+                config_lib.replace(old, input={"cache_train": True}),
+                cached, "run", "ckpt")
 
 
 def test_images_the_folder_does_not_read_are_named(tmp_path, caplog):

@@ -460,6 +460,35 @@ def test_image_folder_epochs_hold_paths_not_images(tmp_path):
     assert len(first) == 5
 
 
+def test_image_folder_iterators_of_another_pipeline_and_empty_shards(
+        tmp_path):
+    """A checkpointed iterator of another pipeline (an earlier version's
+    shuffle buffer) is refused naming checkpoints.iterator=False, not
+    taken for a damaged checkpoint; a pipeline of a multi-host run left
+    without a training image says so (an endless empty epoch would
+    hang)."""
+    from keras_vit.training import resume
+
+    root = str(tmp_path / "images")
+    _write_folder(root)
+    config = digits_config(dataset="folder", data_dir=root,
+                           **{"pp.train": "eval"})
+    old = tf.data.Dataset.range(10).shuffle(4).repeat().batch(2)
+    saved = iter(old)
+    next(saved)
+    path = tf.train.Checkpoint(iterator=saved).write(
+        str(tmp_path / "old" / "ckpt"))
+    items = {"iterator": iter(ip.train_dataset(*tiny.pipeline(config), 4))}
+    with pytest.raises(resume.TrainingError, match=(
+            "does not fit this input pipeline .* resume with "
+            "--config.checkpoints.iterator=False")):
+        resume._restore(items, path)
+    with pytest.raises(ValueError, match="18 training image.*for 20 input "
+                       "pipelines leave this one none"):
+        ip.train_dataset(*tiny.pipeline(config), 20,
+                         _context(19, pipelines=20, replicas=20))
+
+
 def _tiny_train_config(config, workdir_steps=2):
     config.trainer.total_steps = workdir_steps
     config.input.batch_size = 4

@@ -208,6 +208,13 @@ _RENAMED = {
     "`strict`=False": ("non_strict", "--non_strict"),
     "`keep_pre_logits`=True": ("config",
                                "--config.init.keep_pre_logits=True"),
+    "`representation_size`": ("config", "--config.model.representation_size"),
+}
+# What a library sentence says where the command has no flag for it.
+_UNFLAGGED = {
+    "Pass `strict`=False to load what fits and get a report.": (
+        "keras-vit-convert --non_strict loads what fits into a .keras "
+        "file, with a report."),
 }
 
 
@@ -223,6 +230,8 @@ def shell_words(message: str, values: Optional[flags.FlagValues]) -> str:
     for words, (name, flag_words) in _RENAMED.items():
         if name in values:
             message = message.replace(words, flag_words)
+    for words, instead in _UNFLAGGED.items():
+        message = message.replace(words, instead)
 
     def flag(match):
         name = match.group(1)

@@ -159,12 +159,19 @@ def export(values: flags.FlagValues) -> str:
                          "another --version, or none for the next).")
     source = cli.model_source(values)
     model = cli.load_flagged_model(values, source, head="serve")
+    names = class_names(values, source)
+    width = int(model.output_shape[-1])
+    if values.class_names and len(names) != width:
+        raise UsageError(f"--class_names gives {len(names)} names for a "
+                         f"{width}-class model: give one name per class, "
+                         "in label order.")
+    cli.check_class_count(values, source, names, width)
     if values.format == "litert":
         return litert.export_litert(
             model,
             tflite,
             quantization=values.quantization,
-            class_names=class_names(values, source),
+            class_names=names,
             verify=not values.no_verify,
             resize_size=cli.resize_size(values, source, model),
         )
@@ -172,7 +179,7 @@ def export(values: flags.FlagValues) -> str:
         model,
         values.export_dir,
         model_name=values.model_name,
-        class_names=class_names(values, source),
+        class_names=names,
         top_k=values.top_k,
         warmup_images=warmup_images(values),
         version=values.version,

@@ -264,8 +264,11 @@ def check_training_classes(inp, labelled: bool) -> None:
             "needs at least two class folders.")
     classes = {split: {names[i] for i in labels}
                for split, (_, labels) in index.items()}
-    train = parse_split(inp.train_split)[0]
-    trained = classes.get(folders.split_key(train))
+    parts = [parse_split(part)[0] for part in folders.resolve_split(
+        root, inp.train_split).split("+")]  # "train+val": either
+    train = "/, ".join(parts)
+    trained = set().union(*(classes.get(folders.split_key(part), set())
+                            for part in parts))
     untrained = sorted(set(names) - trained) if trained else []
     if untrained:
         where = sorted(s for s, held in classes.items()

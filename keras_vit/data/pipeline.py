@@ -74,8 +74,8 @@ class _Shard:
     buffers and caches then hold compressed images, decoded only when used.
     `split_size` is the size of the whole split when this part is an exact,
     even partition of it (else None). `epochs`: the dataset is endless,
-    every example once per epoch, each epoch in an order of its own (no
-    shuffle buffer needed).
+    every example once per epoch, each epoch in an order of its own (it
+    needs no shuffle buffer).
     """
 
     dataset: tf.data.Dataset
@@ -126,6 +126,11 @@ def _shard(inp, run_seed: int, split: str, training: bool, input_context,
             paths, labels = [paths[i] for i in keep], labels[keep]
         size = len(labels)
         paths, labels = paths[index::count], labels[index::count]
+        if training and not len(labels):
+            raise UsageError(
+                f"{inp.data_dir}: {size} training image(s) for {count} input "
+                "pipelines leave this one none: add images, or train on "
+                "fewer hosts.")
         epochs = training and not inp.cache_train
         if epochs:
             ds = _epochs(paths, labels, seed)
@@ -145,9 +150,9 @@ def _shard(inp, run_seed: int, split: str, training: bool, input_context,
 def _epochs(paths, labels, seed: int) -> tf.data.Dataset:
     """(path, label) of every file once per epoch, endlessly, epoch e in
     the order that (seed, e) draws. Files are read after it, so memory
-    holds paths, not images, and an iterator's checkpoint two counters
-    (the epoch and the place in it), not a shuffle buffer of images; a
-    resumed run reads the files as they are then."""
+    holds paths, not a shuffle buffer of images, nor does an iterator's
+    checkpoint (its place: the epoch and the index in it, besides the
+    batches in flight); a resumed run reads the files as they are then."""
     paths = tf.constant(paths, tf.string)
     labels = tf.constant(labels, tf.int32)
 

@@ -108,8 +108,10 @@ def in_folder_order(model, class_names: Optional[Sequence[str]], inp):
             f"and some are not ({_few(strangers) or 'names repeat'}): name "
             "every folder as the model's class it holds (one per line in "
             "--class_names_file, in the model's output order).")
-    order = [names.index(n) for n in folder_names]
-    order += [i for i in range(width) if i not in order]
+    index = {name: i for i, name in enumerate(names)}
+    order = [index[n] for n in folder_names]
+    taken = set(order)
+    order += [i for i in range(width) if i not in taken]
     if subset:
         logging.info("Scoring the %d class folders of %s by name among the "
                      "model's %d classes.", len(folder_names), inp.data_dir,

@@ -144,6 +144,8 @@ def _check_resumed_input(old, config, workdir: str, checkpoint: str) -> None:
     before, now = (_plain(c.input, _ORDER_FIELDS) for c in (old, config))
     if _same_path(before["data_dir"] or "", now["data_dir"] or ""):
         before["data_dir"] = now["data_dir"]  # a path written two ways
+    if now["dataset"] == "folder" and not now["cache_train"]:
+        before["shuffle_buffer"] = now["shuffle_buffer"]  # not read
     differ = config_lib.named_differences(
         _flat(before), _flat(now),
         lambda key: f"config.input.{key}",

@@ -83,6 +83,13 @@ def _restore(items: dict, path: str) -> None:
             path
         ).assert_existing_objects_matched()
     except _DAMAGE as e:
+        if "iterator" in items and "dataset iterator" in str(e):
+            raise TrainingError(
+                f"The data iterator in {path} does not fit this input "
+                "pipeline (one of another keras_vit version saved it): "
+                "resume with --config.checkpoints.iterator=False, which "
+                "restores the weights and optimizer and draws the data "
+                "order anew.") from None
         raise _Damaged(f"is unreadable ({_first_line(e)})") from None
     except (ValueError, AssertionError, tf.errors.OpError) as e:
         raise TrainingError(
