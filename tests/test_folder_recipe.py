@@ -158,6 +158,11 @@ def test_a_class_folder_or_a_file_given_as_the_folder_says_so(tmp_path):
         _index(china)
     with pytest.raises(UsageError, match="is a file, not a folder"):
         _index(sorted(china.iterdir())[0])
+    os.rename(tmp_path / "photos" / "flower", tmp_path / "photos" / " ")
+    with pytest.raises(UsageError, match="has a blank name, which no labels "
+                       "file can hold: rename it"):
+        _index(tmp_path / "photos")
+    os.rename(tmp_path / "photos" / " ", tmp_path / "photos" / "flower")
     # Class folders that hold dated folders (china/2023/*.jpg) read as
     # split folders: the error says so, not only that splits are missing.
     for name in ("china", "flower"):

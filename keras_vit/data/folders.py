@@ -217,7 +217,11 @@ def _split_folders(root: str) -> Dict[str, List[Tuple[str, str]]]:
 
 def _check_class_folder(folder: str, name: str, images) -> None:
     """An empty class folder would silently drop (or never train) its
-    class; hidden ones (.ipynb_checkpoints) are not classes."""
+    class; hidden ones (.ipynb_checkpoints) are not classes. A blank name
+    is no line of labels.txt."""
+    if not name.strip():
+        raise UsageError(f"Class folder {folder!r} has a blank name, which "
+                         "no labels file can hold: rename it.")
     if not images and not name.startswith("."):
         raise UsageError(
             f"Class folder {folder} has no images "
