@@ -620,7 +620,7 @@ def test_flags_are_checked_before_any_image(saved_model, tmp_path, capsys):
         ([f"--model={saved_model}", f"--class_names_file={blank}"],
          f"--class_names_file={blank} line 2 is blank"),
         ([f"--model={tmp_path / 'missing.keras'}",
-          "--max_rollout_images=0"], "--max_rollout_images must be >= 1."),
+          "--max_rollout_images=0"], "--max_rollout_images=0: must be >= 1."),
         ([f"--model={saved_model}", "--no_ema"],
          "--no_ema goes with a training workdir only"),
     ]

@@ -88,7 +88,8 @@ def _main(values: flags.FlagValues, images: list) -> None:
         )
     for name in ("batch_size", "max_rollout_images", "num_components"):
         if values[name].value < 1:
-            raise UsageError(f"--{name} must be >= 1.")
+            raise UsageError(f"--{name}={values[name].value}: must be "
+                             ">= 1.")
     source = cli.model_source(values)
     model = cli.load_flagged_model(values, source)
     class_names = _class_names(values, source, model)
