@@ -207,14 +207,11 @@ def predictor(values, source) -> Callable:
     if source.kind == "saved_model":
         if values.resize_size is not None:
             raise UsageError("--resize_size is built into a SavedModel.")
-        predict = saved_model_predictor(source.version())
-    elif source.kind == "litert":
-        predict = litert_predictor(source.path, values.resize_size)
-    else:
-        model = cli.load_flagged_model(values, source, head="predict with")
-        predict = keras_predictor(model, cli.resize_size(values, source,
-                                                         model))
-    return predict
+        return saved_model_predictor(source.version())
+    if source.kind == "litert":
+        return litert_predictor(source.path, values.resize_size)
+    model = cli.load_flagged_model(values, source, head="predict with")
+    return keras_predictor(model, cli.resize_size(values, source, model))
 
 
 def top_k(probabilities: np.ndarray, names: Sequence[str], k: int):
@@ -365,7 +362,8 @@ def run(args, images: Sequence[str]) -> int:
                                   show_progress=folder)
     probabilities = classify(predict, files, args.batch_size, folder)
     num_classes = probabilities.shape[-1]
-    cli.check_class_count(args, source, names, num_classes)
+    if predict.num_classes is None:  # the model did not say before
+        cli.check_class_count(args, source, names, num_classes)
     if names is None:
         names = [str(i) for i in range(num_classes)]
     tops = top_k(probabilities, names, min(args.top_k, num_classes))

@@ -35,6 +35,7 @@ from keras_vit import config_overrides
 from keras_vit.commands import flags as cli
 from keras_vit.commands.lazy import lazy_module
 from keras_vit.errors import Preempted, UsageError
+from keras_vit.storage import atomic
 from keras_vit.variants import VARIANTS
 
 if TYPE_CHECKING:  # imported on first use: --help loads no TensorFlow
@@ -148,9 +149,9 @@ def absolute_data_paths(config):
     """The config with config.input's local data_dir and manual_dir made
     absolute, as --config=folder:PATH makes its PATH: the run's config.json
     then names the data from any directory (keras-vit-evaluate reads it)."""
-    paths = {key: os.path.abspath(os.path.expanduser(value))
+    paths = {key: atomic.absolute(os.path.expanduser(value))
              for key in ("data_dir", "manual_dir")
-             if (value := config.input[key]) and "://" not in value}
+             if (value := config.input[key])}
     return config_lib.replace(config, input=paths) if paths else config
 
 
