@@ -358,13 +358,14 @@ _CASES = [
     ),
     Case(
         "non_image_files", BAD_INPUT, "data",
-        "Non-image files in class folders (notes.txt, .DS_Store), hidden "
-        "folders (.thumbnails/) and macOS's ._IMG_1.jpg companions",
+        "Non-image files in class folders (notes.txt, .DS_Store, IMG_2 "
+        "without an extension), hidden folders (.thumbnails/) and macOS's "
+        "._IMG_1.jpg companions",
         "Ignored: only .jpg, .jpeg, .png, .gif, .bmp and .webp files are "
         "read, and no hidden file or folder is an image, a class or a "
         "split; one warning counts the other files by extension (a phone's "
         ".heic photos do not vanish unsaid).",
-        ("1 .heic file, 2 .txt files not read",),
+        ("1 extensionless file, 1 .heic file, 2 .txt files not read",),
     ),
     Case(
         "stray_image_beside_class_folders", BAD_INPUT, "data",

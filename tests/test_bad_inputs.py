@@ -403,7 +403,7 @@ def test_image_smaller_than_a_patch(tmp_path):
 @covers("non_image_files")
 def test_non_image_files_are_ignored(tmp_path, caplog):
     root = good_folder(tmp_path / "images", splits=("train",), n=2)
-    for junk in ("notes.txt", ".DS_Store", "IMG_1.HEIC"):
+    for junk in ("notes.txt", ".DS_Store", "IMG_1.HEIC", "IMG_2"):
         with open(f"{root}/train/a/{junk}", "w") as f:
             f.write("not an image")
     with open(f"{root}/train/b/more.txt", "w") as f:

@@ -132,9 +132,10 @@ def test_library_words_become_the_commands_flags():
         "what fits.")
     # A command without the flag names the one that has it.
     unfit = "Pass `strict`=False to load what fits and get a report."
-    assert _shell_words("predict", unfit) == (
-        "keras-vit-convert --non_strict loads what fits into a .keras file, "
-        "with a report.")
+    for command in ("predict", "train", "evaluate", "export"):
+        assert _shell_words(command, unfit) == (
+            "keras-vit-convert --non_strict loads what fits into a .keras "
+            "file, with a report.")
     assert _shell_words("convert", unfit) == (
         "Pass --non_strict to load what fits and get a report.")
     assert _shell_words("convert", hint) == (

@@ -97,12 +97,16 @@ _NESTED: List[str] = []
 
 def _nested(folder: str, names) -> None:
     """Notes the sub-folders of class folder `folder` among its entries
-    `names` (a name without an extension that is a folder)."""
+    `names` (a name without an extension that is a folder); the other
+    names without an extension are files, counted in _NOT_READ."""
     for name in names:
         name = name.rstrip("/")
-        if not name.startswith(".") and "." not in name and \
-                tf.io.gfile.isdir(os.path.join(folder, name)):
+        if name.startswith(".") or "." in name.strip("."):
+            continue
+        if tf.io.gfile.isdir(os.path.join(folder, name)):
             _NESTED.append(os.path.join(folder, name))
+        else:
+            _NOT_READ[""] += 1
 
 
 def _images_of(names) -> List[str]:
@@ -289,7 +293,8 @@ def folder_index(root: str):
     if _NOT_READ:
         logging.warning(
             "Image folder %s: %s not read (only %s are images here).", root,
-            ", ".join(f"{n} {ext} file{'s' if n > 1 else ''}"
+            ", ".join(f"{n} {ext or 'extensionless'} "
+                      f"file{'s' if n > 1 else ''}"
                       for ext, n in sorted(_NOT_READ.items())),
             ", ".join(IMAGE_EXTENSIONS))
     names = sorted({name for pairs in files.values() for _, name in pairs})
