@@ -289,6 +289,30 @@ def broken_npz(folder: str, scale: int) -> List[Case]:
     return cases
 
 
+def empty_axes(folder: str, scale: int) -> List[Case]:
+    """Arrays with an axis of length zero, whose other axis is huge: no
+    bytes for the file's size to bound (an .npz member; a hub folder's
+    safetensors file)."""
+    import safetensors.numpy  # noqa: E402 (child)
+
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(header, {
+        "descr": "<f4", "fortran_order": False,
+        "shape": (0, 1 << (26 + scale))})
+    npz = os.path.join(folder, "empty_axis.npz")
+    with zipfile.ZipFile(npz, "w") as archive:
+        archive.writestr("head/kernel.npy", header.getvalue())
+    model = os.path.join(folder, "empty_axis_hub")
+    shutil.copytree(os.path.join(FIXTURES, "hf_vit_classifier"), model)
+    weights = os.path.join(model, "model.safetensors")
+    with safetensors.safe_open(weights, "np") as f:
+        arrays = {k: f.get_tensor(k) for k in f.keys()}
+    arrays["classifier.weight"] = np.zeros((0, 1 << (26 + scale)),
+                                           np.float32)
+    safetensors.numpy.save_file(arrays, weights)
+    return [("empty:npz", "model", npz), ("empty:safetensors", "model", model)]
+
+
 def _npy(array: np.ndarray) -> bytes:
     buffer = io.BytesIO()
     np.save(buffer, array)
@@ -574,4 +598,5 @@ TORCH_KINDS: List[Callable] = [deep_nesting, build_on_records, inflation]
 # Every kind of issue: the torch kinds and those read through load_model.
 MODEL_KINDS: List[Callable] = [zero_stride, path_escape, broken_json,
                                broken_npz, uris, keras_lambda, links_out,
-                               archive_bombs, keras_not_vit, odd_configs]
+                               archive_bombs, keras_not_vit, odd_configs,
+                               empty_axes]

@@ -783,6 +783,17 @@ _CASES = [
         "UsageError",
     ),
     Case(
+        "empty_axis_array", BAD_INPUT, "checkpoint",
+        "An array that declares an axis of length zero beside a huge one "
+        "(shape (0, 2^27): no bytes, so the file's size bounds nothing), "
+        "in an .npz or a hub folder's safetensors file",
+        "Refused from its header, naming the array and its shape, before "
+        "a model is built from the widths the shapes imply (before, the "
+        "model was built at those widths before any check ran).",
+        ("holds no numbers; no parameter of a model is empty",),
+        "UsageError",
+    ),
+    Case(
         "keras_lambda", BAD_INPUT, "checkpoint",
         "A .keras file holding a Lambda layer",
         "Loaded in Keras's safe mode: one line, no code from the file runs.",

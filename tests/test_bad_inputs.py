@@ -699,7 +699,7 @@ def test_pickled_npz_is_refused(tmp_path):
 
 @covers("deep_pickle", "inflating_bin", "zero_stride_bin", "index_escape",
         "index_no_weight_map", "config_list", "npy_huge_shape",
-        "keras_lambda", "hf_dotdot_revision")
+        "keras_lambda", "hf_dotdot_revision", "empty_axis_array")
 def test_hostile_model_files_are_refused_in_one_line(tmp_path, monkeypatch):
     # In-process, through the user's function, after the child-process fuzz
     # test (tests/test_torch_pickle.py) showed none of these can crash.
@@ -708,7 +708,8 @@ def test_hostile_model_files_are_refused_in_one_line(tmp_path, monkeypatch):
         hostile_files.deep_nesting, hostile_files.inflation,
         hostile_files.zero_stride, hostile_files.path_escape,
         hostile_files.broken_json, hostile_files.broken_npz,
-        hostile_files.keras_lambda, hostile_files.uris)
+        hostile_files.keras_lambda, hostile_files.uris,
+        hostile_files.empty_axes)
         for label, reader, target in build(folder, 1)}
     monkeypatch.setenv("KERAS_VIT_OFFLINE", "1")
     for case_id, label in (
@@ -720,7 +721,9 @@ def test_hostile_model_files_are_refused_in_one_line(tmp_path, monkeypatch):
             ("config_list", "config:list"),
             ("npy_huge_shape", "npz:huge_shape"),
             ("keras_lambda", "keras:lambda"),
-            ("hf_dotdot_revision", "hf:..")):
+            ("hf_dotdot_revision", "hf:.."),
+            ("empty_axis_array", "empty:npz"),
+            ("empty_axis_array", "empty:safetensors")):
         reader, target = cases[label]
         with pytest.raises(UsageError) as info:
             if reader == "bin":

@@ -286,7 +286,7 @@ def _check_hostile(done):
 TORCH_KINDS = ["deep_nesting", "build_on_records", "inflation"]
 MODEL_KINDS = ["zero_stride", "path_escape", "broken_json", "broken_npz",
                "uris", "keras_lambda", "links_out", "archive_bombs",
-               "keras_not_vit", "odd_configs", "controls"]
+               "keras_not_vit", "odd_configs", "empty_axes", "controls"]
 ROUND_THREE = ["links_out", "archive_bombs", "keras_not_vit", "odd_configs"]
 
 
@@ -327,7 +327,7 @@ def test_hostile_corpus_in_one_child_under_a_memory_cap():
     labels = {r["label"] for r in done}
     for kind in ("nesting:", "build:", "inflation:", "zero_stride:",
                  "escape:", "index:", "config:", "npz:", "hf:", "keras:",
-                 "control:"):
+                 "empty:", "control:"):
         assert any(label.startswith(kind) for label in labels), kind
     by_label = {r["label"]: r["message"] for r in done}
     assert "views that repeat storage elements" in by_label[

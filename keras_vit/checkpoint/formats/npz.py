@@ -102,6 +102,8 @@ def read_npz(path: PathLike) -> LazyArrays:
         data = f.getvalue() if isinstance(f, io.BytesIO) else None
         try:
             members = _check_members(f, path)
+        except UsageError:
+            raise  # a refusal of its own, naming the file
         except _CORRUPT as error:
             raise _corrupt(path, error) from None
     if not members:
@@ -247,6 +249,7 @@ def _check_member(archive, info, path: str, seen) -> Dict[str, _Member]:
             "arrays only."
         )
     untrusted.check_real_dtype(dtype, path, key)
+    untrusted.check_shape(shape, path, key)
     declared = math.prod(shape) * dtype.itemsize
     if declared != info.file_size - header:
         raise UsageError(

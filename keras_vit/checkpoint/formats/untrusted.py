@@ -23,6 +23,10 @@ and the dtypes of its arrays.
   bound every reader of a model file keeps to).
 - `check_real_dtype`: arrays of real numbers only (bfloat16 included; no
   complex, void, string, date or object arrays).
+- `check_shape`: no array with an axis of length zero. Such an array holds
+  no bytes, so a header may give it any other axis: the one shape that a
+  file's size does not bound (`(0, 2**40)`), and a model's widths are read
+  from the shapes before any array is.
 """
 
 from __future__ import annotations
@@ -246,4 +250,16 @@ def check_real_dtype(dtype, path: str, key: str) -> None:
         raise UsageError(
             f"{path}: array {key!r} has dtype {dtype.str} ({dtype}), not a "
             "real number; a checkpoint holds real numeric arrays only."
+        )
+
+
+def check_shape(shape, path: str, key: str) -> None:
+    """Refuses an array with an axis of length zero (`shape`): no model
+    parameter is empty, and the other axes of an empty array are bounded
+    by nothing (a model built from them would not fit in memory)."""
+    if any(int(n) == 0 for n in shape):
+        raise UsageError(
+            f"{path}: array {key!r} declares shape {tuple(shape)}, which "
+            "holds no numbers; no parameter of a model is empty (the file "
+            "is corrupt or crafted)."
         )

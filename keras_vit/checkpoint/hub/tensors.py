@@ -28,6 +28,13 @@ def shape(tensors: Mapping[str, Any], key: str) -> Tuple[int, ...]:
     return tuple(known(key)) if known else tuple(tensors[key].shape)
 
 
+def check_shapes(tensors: Mapping[str, Any], path: str) -> None:
+    """Refuses, before any is read, an array of `tensors` that declares
+    an axis of length zero (`untrusted.check_shape`)."""
+    for key in tensors:
+        untrusted.check_shape(shape(tensors, key), path, key)
+
+
 class _Float32(collections.abc.Mapping):
     """Arrays of `tensors` as float32, each made when first looked up (an
     array the model has no place for is never read)."""
@@ -161,5 +168,8 @@ def read_tensors(path: str, unwrap: Optional[Unwrapped] = None
     """The arrays of a safetensors file, a sharded index or a
     pytorch_model.bin, as float32 numpy arrays (no PyTorch needed), each
     read when first looked up; arrays that are not real numbers are
-    refused. `unwrap`: a torch file's state dict as timm takes it."""
-    return _Float32(_read_file(path, unwrap), path)
+    refused, as is an array that declares an axis of length zero.
+    `unwrap`: a torch file's state dict as timm takes it."""
+    tensors = _read_file(path, unwrap)
+    check_shapes(tensors, path)
+    return _Float32(tensors, path)
