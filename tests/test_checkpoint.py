@@ -17,6 +17,7 @@ from keras_vit import create_model
 from keras_vit.checkpoint import posemb as posemb_lib
 from keras_vit.checkpoint import weights as checkpoint
 from keras_vit.checkpoint.formats import npz_layout
+from keras_vit.checkpoint.npz_source import NpzSource
 from keras_vit.checkpoint.resolution import rebuild_at_resolution
 from tests import numpy_reference as ref
 
@@ -315,6 +316,19 @@ def test_non_square_file_grid_needs_posemb_grid(tmp_path):
     path = save(tmp_path / "c.npz", random_arrays(tiny(image_size=(32, 48))))
     with pytest.raises(ValueError, match=r"posemb_grid=\(rows, cols\)"):
         checkpoint.load_npz(tiny(image_size=40), path)
+
+
+def test_a_non_square_file_loads_at_its_own_grid_given_posemb_grid(tmp_path):
+    # With the grid named, the model is built at the resolution the file
+    # was trained at (4 x 6 patches of 8: 32 x 48), its table unchanged; a
+    # square resolution would stretch the table to fit.
+    arrays = random_arrays(tiny(image_size=(32, 48)))
+    path = save(tmp_path / "c.npz", arrays)
+    model, report = NpzSource(path, posemb_grid=(4, 6)).build()
+    assert model.input_shape == (None, 32, 48, 3)
+    assert report.ok and report.posemb_resized is None
+    x = images((32, 48))
+    assert_close(model(x), ref.forward(arrays, x))
 
 
 def test_rebuild_at_resolution():

@@ -4,8 +4,9 @@
 The architecture is read from the array shapes; `variant` checks it, and
 an AugReg file's name is checked against its arrays. The resolution a file
 loads at by default is a fine-tuned AugReg file's own (from its name), else
-the one its own square position-embedding grid was learnt at (grid side x
-patch x ResNet stride), else a released checkpoint's, else 224.
+the one its own position-embedding grid was learnt at (grid x patch x
+ResNet stride; a grid that is not square is given as `posemb_grid`), else
+a released checkpoint's, else 224.
 """
 
 from __future__ import annotations
@@ -104,7 +105,8 @@ class NpzSource(sources.Source):
         # The file's own grid: an .npz that another tool or a small run
         # wrote is evaluated at the resolution it was trained at, not at
         # 224 with its position embeddings stretched.
-        return _file_image_size(content) or self.image_size or 224
+        return (_file_image_size(content, self.posemb_grid)
+                or self.image_size or 224)
 
     def architecture(self) -> Architecture:
         """As `Source.architecture`: at a fine-tuned AugReg file's
@@ -164,15 +166,22 @@ class NpzSource(sources.Source):
         return model, report
 
 
-def _file_image_size(content: _NpzContent) -> Optional[int]:
-    """The resolution a file's learnt, square position-embedding grid was
-    trained at (grid side x patch x ResNet stride), or None."""
-    table = content.arrays.get(checkpoint_io.POSEMB)
+def _file_image_size(content: _NpzContent, grid=None):
+    """The resolution a file's learnt position-embedding grid was trained
+    at (grid x patch x ResNet stride): the grid given (`posemb_grid`, a
+    file whose grid is not square) where it holds the file's tokens, else
+    the square one its tokens make; None where neither does."""
     info = content.info
-    if table is None or table.ndim != 3 or not info["patch_size"]:
+    if checkpoint_io.POSEMB not in content.arrays or not info["patch_size"]:
         return None
-    tokens = int(table.shape[1]) - (1 if info["pooling"] == "token" else 0)
+    shape = shape_of(content.arrays, checkpoint_io.POSEMB)
+    if len(shape) != 3:
+        return None
+    tokens = int(shape[1]) - (1 if info["pooling"] == "token" else 0)
+    stride = total_stride(info["patch_size"], info["resnet_layers"])
+    if grid is not None and grid[0] * grid[1] == tokens:
+        return (grid[0] * stride, grid[1] * stride)
     side = int(round(tokens ** 0.5))
     if side * side != tokens:
         return None
-    return side * total_stride(info["patch_size"], info["resnet_layers"])
+    return side * stride
