@@ -364,6 +364,33 @@ def test_cli_end_to_end_with_digits(saved_model, tiny_model, tmp_path, capsys):
     assert out in capsys.readouterr().out
 
 
+def test_image_files_are_read_a_batch_at_a_time(tiny_model, tmp_path,
+                                                monkeypatch):
+    # A folder's images are decoded once to check them, then made again
+    # one batch at a time: the statistics equal those of the whole stack,
+    # and no batch holds more than batch_size images.
+    folder = tmp_path / "imgs"
+    folder.mkdir()
+    rng = np.random.default_rng(0)
+    for i in range(5):
+        Image.fromarray(rng.integers(0, 255, (30, 40, 3), np.uint8)).save(
+            folder / f"{i}.png")
+    files, names = cli.load_images([str(folder)], (32, 48))
+    assert isinstance(files, cli.ImageFiles) and len(names) == 5
+    stacked = files[:]
+    assert stacked.shape == files.shape == (5, 32, 48, 3)
+    np.testing.assert_array_equal(files[3], stacked[3])
+    sizes = []
+    read = cli.ImageFiles.__getitem__
+    monkeypatch.setattr(cli.ImageFiles, "__getitem__", lambda self, i: (
+        sizes.append(len(read(self, i))) or read(self, i)))
+    lazy = extract.attention_stats(tiny_model, files, batch_size=2)
+    whole = extract.attention_stats(tiny_model, stacked, batch_size=2)
+    assert sizes == [2, 2, 1]
+    np.testing.assert_allclose(lazy.rollout_maps, whole.rollout_maps)
+    np.testing.assert_allclose(lazy.outputs, whole.outputs)
+
+
 def test_load_images_files_and_folders(tmp_path):
     folder = tmp_path / "imgs"
     folder.mkdir()

@@ -99,7 +99,9 @@ def attention_stats(
 
     Args:
         model: keras.Model. A keras_vit Vision Transformer.
-        images: float array (n, height, width, 3) in [-1, 1].
+        images: float array (n, height, width, 3) in [-1, 1], or a
+            sequence of them whose slices are such arrays and that has a
+            `shape` (`report.ImageFiles`: read one batch at a time).
         batch_size: int. Images per forward pass.
         attention: keras.Model or None. A ready `attention_model(model)`, to
             skip building it again.
@@ -107,12 +109,12 @@ def attention_stats(
     Returns:
         AttentionStats over all `images`.
     """
-    images = np.asarray(images, dtype=np.float32)
     expected = tuple(model.input_shape[1:])
-    if images.ndim != 4 or images.shape[1:] != expected or not len(images):
+    shape = tuple(np.shape(images))
+    if len(shape) != 4 or shape[1:] != expected or not len(images):
         raise UsageError(
             f"Expected images of shape (n, {', '.join(map(str, expected))}) "
-            f"with n >= 1, got {images.shape}: preprocess them to the "
+            f"with n >= 1, got {shape}: preprocess them to the "
             "model's input size (keras_vit.data.preprocessing.preprocess_eval)."
         )
     if batch_size < 1:
@@ -122,7 +124,7 @@ def attention_stats(
         attention = attention_model(model)
     distance_sum, maps, outputs = 0.0, [], []
     for start in range(0, len(images), batch_size):
-        batch = images[start : start + batch_size]
+        batch = np.asarray(images[start : start + batch_size], np.float32)
         output, weights = attention(batch, training=False)
         weights = [
             np.asarray(keras.ops.convert_to_numpy(w), np.float64)

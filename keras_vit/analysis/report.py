@@ -64,39 +64,78 @@ def _list_images(paths: Sequence[str]) -> List[Tuple[str, str]]:
     return files
 
 
+class ImageFiles:
+    """Image files as model input, each read and preprocessed when looked
+    up (`images[i]`, `images[a:b]`): a folder of thousands of photos is
+    held one batch at a time, not whole.
+
+    Attributes:
+        shape: (n, height, width, 3), as an array of them would have.
+    """
+
+    def __init__(self, files: Sequence[str], size: Tuple[int, int],
+                 resize_size: Optional[int] = None):
+        self._files = list(files)
+        self._size = tuple(size)
+        self._resize_size = resize_size
+        self.shape = (len(self._files),) + self._size + (3,)
+
+    def __len__(self) -> int:
+        return len(self._files)
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            chosen = self._files[index]
+            if not chosen:
+                return np.zeros((0,) + self.shape[1:], np.float32)
+            return np.stack([self._image(f) for f in chosen])
+        return self._image(self._files[index])
+
+    def _image(self, file: str) -> np.ndarray:
+        return preprocessing.preprocess_eval(
+            _decode(file), self._size, self._resize_size).numpy()
+
+
+def _decode(file: str) -> tf.Tensor:
+    """A file's pixels (`preprocessing.decode_image`); one UsageError line
+    naming the file and the decoder's reason where it cannot be read."""
+    try:
+        data = tf.io.gfile.GFile(file, "rb").read()
+        return preprocessing.decode_image(tf.constant(data))
+    except (tf.errors.OpError, ValueError) as error:
+        reason = (checks.decode_reason(error)
+                  if isinstance(error, (tf.errors.InvalidArgumentError,
+                                        ValueError))
+                  else " ".join(str(error.message).replace(
+                      f"{file}; ", "").split()))
+        raise UsageError(
+            f"Cannot read {file!r} as an image (JPEG, PNG, GIF, BMP or "
+            f"WebP): {reason.rstrip('.')}."
+        ) from None
+
+
 def load_images(
     paths: Sequence[str], size: Tuple[int, int],
     resize_size: Optional[int] = None,
-) -> Tuple[np.ndarray, List[str]]:
+) -> Tuple[ImageFiles, List[str]]:
     """Reads image files (and folders of them) as the model's input.
 
     Decoded and resized as at evaluation time (`preprocess_eval`: resized
     to `size`, or to `resize_size` and then the central `size` crop), as
-    keras-vit-predict and an export's serving_default do.
+    keras-vit-predict and an export's serving_default do. Every file is
+    decoded once here, so that one that cannot be read stops the command
+    before any figure is computed; the pixels are made again batch by
+    batch when used (`ImageFiles`).
 
     Returns:
-        (images, names): float32 (n, height, width, 3) in [-1, 1], and each
-        image's file name.
+        (images, names): `ImageFiles` (n, height, width, 3), float32 in
+        [-1, 1] as looked up, and each image's file name.
     """
     files = _list_images(paths)
-    images = []
     for file, _ in files:
-        try:
-            data = tf.io.gfile.GFile(file, "rb").read()
-            image = preprocessing.decode_image(tf.constant(data))
-        except (tf.errors.OpError, ValueError) as error:
-            reason = (checks.decode_reason(error)
-                      if isinstance(error, (tf.errors.InvalidArgumentError,
-                                            ValueError))
-                      else " ".join(str(error.message).replace(
-                          f"{file}; ", "").split()))
-            raise UsageError(
-                f"Cannot read {file!r} as an image (JPEG, PNG, GIF, BMP or "
-                f"WebP): {reason.rstrip('.')}."
-            ) from None
-        images.append(preprocessing.preprocess_eval(
-            image, size, resize_size).numpy())
-    return np.stack(images), [name for _, name in files]
+        _decode(file)
+    return (ImageFiles([f for f, _ in files], size, resize_size),
+            [name for _, name in files])
 
 
 def digits_images(
@@ -165,7 +204,8 @@ def run_analysis(
 
     Args:
         model: keras.Model. A keras_vit Vision Transformer.
-        images: float32 (n, height, width, 3) in [-1, 1]. Model inputs.
+        images: float32 (n, height, width, 3) in [-1, 1], or the
+            `ImageFiles` of `load_images`. Model inputs.
         output_dir: str. Created if missing; existing files of the same
             names are replaced.
         names: sequence of str or None. One name per image.
