@@ -90,13 +90,16 @@ def test_augreg_finetune_recipe():
     sch = c.schedule
     assert (o.name, o.momentum, o.weight_decay, sch.lr) == (
         "sgd", 0.9, 0.0, 0.03)
-    assert (c.model.image_size, c.input.pp.resize_size,
-            c.trainer.total_steps) == (
-        384, 448, 20_000)
+    assert (c.model.image_size, c.input.pp.train, c.model.dropout_rate,
+            c.trainer.total_steps) == (384, "pretrain", 0.0, 20_000)
     small = load(FINETUNE, "name=R_Ti_16-i21k-300ep-lr_0.001-aug_none-wd_"
                  "0.03-do_0.0-sd_0.0,dataset=cifar100,res=224")
     assert small.model.variant == "R+Ti/16"
-    assert (small.model.image_size, small.input.pp.resize_size) == (224, 261)
+    assert small.model.image_size == 224
+    # No dropout for an L/16 either: AugReg fine-tunes without it.
+    large = load(FINETUNE, "name=L_16-i21k-300ep-lr_0.001-aug_medium1-wd_"
+                 "0.1-do_0.1-sd_0.1,dataset=cifar100")
+    assert large.model.dropout_rate == 0.0
     with pytest.raises((ValueError, flags.Error),
                        match="pre-trained AugReg file"):
         load(FINETUNE, "name=ViT-B_16")

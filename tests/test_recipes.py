@@ -245,7 +245,7 @@ def test_finetune_recipe_has_the_paper_numbers(dataset, steps, test_split):
     assert sch.lr in table4
     if dataset == "imagenet2012":
         # Appendix B.1.1: L/16 at 512 with Polyak averaging 0.9999.
-        assert c.model.image_size == 512 and c.input.pp.resize_size == 597
+        assert c.model.image_size == 512
         assert c.trainer.ema_decay == 0.9999
         b16 = load(FINETUNE, f"dataset={dataset},variant=B/16")
         assert b16.model.image_size == 384 and b16.trainer.ema_decay == 0.9999
@@ -253,13 +253,21 @@ def test_finetune_recipe_has_the_paper_numbers(dataset, steps, test_split):
                     ).model.image_size == 518
     else:
         assert c.trainer.ema_decay == 0.0
-        assert c.model.image_size == 384 and c.input.pp.resize_size == 448
-    assert c.input.pp.train == "finetune" and c.input.pp.flip
+        assert c.model.image_size == 384
+    # The official fine-tuning code's augmentation: an Inception-style crop
+    # (area 5% to 100%) resized to the resolution, and a flip.
+    assert c.input.pp.train == "pretrain" and c.input.pp.flip
+    assert tuple(c.input.pp.area_range) == (0.05, 1.0)
     assert c.model.head_zero_init and c.model.representation_size is None
     assert c.init.model == "gs://vit_models/imagenet21k/ViT-L_16.npz"
-    # The resize follows the resolution: 448 / 384 of it.
-    assert load(FINETUNE, f"dataset={dataset}",
-                "--config.model.image_size=224").input.pp.resize_size == 261
+    # Dropout as the official model configs fine-tune: 0.1 for L/16.
+    assert c.model.dropout_rate == 0.1
+    assert load(FINETUNE, f"dataset={dataset},variant=B/16"
+                ).model.dropout_rate == 0.0
+    if dataset.startswith("oxford"):  # big_vision's transfer.py rows
+        assert c.input.train_split == "train[:90%]"
+        assert c.evals.test.val_split == "train[90%:]"
+        assert c.schedule.warmup_steps == 100
     assert build.build_run(c, 1)[1].__class__.__name__ == "SGD"
 
 
@@ -400,7 +408,6 @@ def test_finetune_recipe_runs_at_high_resolution(res, tmp_path, monkeypatch):
     config = shrink(load(FINETUNE, arg, "--config.trainer.dtype=bfloat16"),
                     eval_every_steps=0, image_size=res, jit_compile=True)
     config.model.patch_size = 16
-    assert config.input.pp.resize_size == res * 448 // 384
     built = _capture_model(monkeypatch)
     start = {}
     initialise = model_init.initialise_from
@@ -433,7 +440,6 @@ def test_finetune_recipe_rematerialises_above_384():
     assert load(FINETUNE, "dataset=cifar10").model.remat == "none"
     high = load(FINETUNE, "dataset=imagenet2012,variant=L/16,res=512")
     assert (high.model.image_size, high.model.remat) == (512, "block")
-    assert high.input.pp.resize_size == 597
     assert load(FINETUNE, "dataset=cifar10,res=512,remat=none").model.remat \
         == "none"
 

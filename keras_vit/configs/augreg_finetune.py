@@ -2,9 +2,9 @@ r"""Fine-tuning an AugReg checkpoint ("How to train your ViT?", Steiner et
 al. 2021): the recipe of the `*--<dataset>-steps_*-lr_*-res_*` files.
 
 SGD with momentum 0.9, batch 512, cosine decay after a short warm-up, no
-weight decay, clipping at 1, no augmentation beyond configs/finetune.py's
-resize, random crop and flip, at 384 by default; a new zero-initialised
-head. Everything but the checkpoint is configs/finetune.py's; the model is
+weight decay, clipping at 1, no dropout and no augmentation beyond
+configs/finetune.py's Inception-style crop and flip, at 384 by default; a
+new zero-initialised head. Everything but the checkpoint is configs/finetune.py's; the model is
 the one the file's name says.
 
     python train.py \
@@ -47,7 +47,8 @@ def get_config(arg=None):
     if args["lr"]:
         parts.append(f"lr={args['lr']}")
     c = finetune.get_config(",".join(parts))
-    # The fine-tuning resolution; the resize before the random crop follows
-    # it (448 / 384 of it).
+    # The fine-tuning resolution (the random crop is resized to it); no
+    # dropout: vit_jax/configs/augreg.py fine-tunes without AugReg.
     c.model.image_size = int(args["res"])
+    c.model.dropout_rate = 0.0
     return c

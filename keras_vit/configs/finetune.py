@@ -2,13 +2,16 @@ r"""Fine-tuning a pre-trained ViT (paper Appendix B.1.1, Table 4).
 
 The recipe: SGD with momentum 0.9, batch 512, cosine decay after a short
 linear warm-up, no weight decay, gradient clipping at global norm 1, at 384
-x 384: images resized to 448 x 448 (image_size * 448 / 384), a random 384
-crop and a horizontal flip for training, a plain resize to 384 for
-evaluation, as in the official fine-tuning code. The pre-training head is
-replaced by a zero-initialised linear head and the position embeddings are
-resized to the new patch grid. ImageNet (dataset=imagenet2012) follows the
-paper's best runs: 512 x 512 for L/16, 518 x 518 for H/14 (384 for the
-others), with Polyak averaging of the weights (factor 0.9999).
+x 384: an Inception-style random crop (5% to all of the image, aspect 3/4
+to 4/3) resized to 384 and a horizontal flip for training, a plain resize
+to 384 for evaluation, as in the official fine-tuning code
+(vit_jax/input_pipeline.py; big_vision's transfer configs crop alike).
+Dropout 0.1 for L/16, H/14 and R50+B/16, 0 for the others, as the official
+model configs fine-tune them. The pre-training head is replaced by a
+zero-initialised linear head and the position embeddings are resized to
+the new patch grid. ImageNet (dataset=imagenet2012) follows the paper's
+best runs: 512 x 512 for L/16, 518 x 518 for H/14 (384 for the others),
+with Polyak averaging of the weights (factor 0.9999).
 
     python train.py \
         --config=configs/finetune.py:dataset=cifar100,variant=B/16 \
@@ -47,8 +50,9 @@ from keras_vit.config import base_config, parse_config_arg
 from keras_vit.data import vtab
 from keras_vit.errors import UsageError
 
-# Paper Table 4 (steps, swept learning rates) with the splits of the
-# official fine-tuning code: part of the training split is held out as a
+# Paper Table 4 (steps, swept learning rates) with the splits and warm-ups
+# of the official fine-tuning code (Pets and Flowers: big_vision's
+# configs/transfer.py): part of the training split is held out as a
 # validation split for periodic evaluation. lr: the default learning rate.
 DATASETS = {
     "imagenet2012": dict(
@@ -68,12 +72,12 @@ DATASETS = {
     ),
     "oxford_iiit_pet": dict(
         train="train[:90%]", val="train[90%:]", test="test",
-        steps=500, lrs=(0.001, 0.003, 0.01, 0.03), lr=0.03, warmup=50,
+        steps=500, lrs=(0.001, 0.003, 0.01, 0.03), lr=0.03, warmup=100,
         cache=True,
     ),
     "oxford_flowers102": dict(
-        train="train", val="validation", test="test",
-        steps=500, lrs=(0.001, 0.003, 0.01, 0.03), lr=0.03, warmup=50,
+        train="train[:90%]", val="train[90%:]", test="test",
+        steps=500, lrs=(0.001, 0.003, 0.01, 0.03), lr=0.03, warmup=100,
         cache=True,
     ),
     # One VTAB-1k task (dataset=vtab/<task>): train on train800val200, score
@@ -86,6 +90,9 @@ DATASETS = {
 # Appendix B.1.1: the ImageNet results of Table 2 fine-tune at a higher
 # resolution and with Polyak averaging (factor 0.9999).
 IMAGENET_RESOLUTION = {"L/16": 512, "H/14": 518}
+# The official model configs (vit_jax/configs/models.py) fine-tune these
+# with dropout 0.1 (the others with none).
+DROPOUT = {"L/16": 0.1, "H/14": 0.1, "R50+B/16": 0.1}
 
 
 def _released(variant: str) -> str:
@@ -144,17 +151,18 @@ def get_config(arg=None):
             args["res"] or IMAGENET_RESOLUTION.get(variant, 384))
         # Polyak averaging of the weights, evaluated and exported.
         c.trainer.ema_decay = 0.9999
-    # Resize to image_size * 448 / 384 (follows image_size overrides),
-    # random image_size crop, flip (the base's "finetune").
-    c.input.pp.resize_size = c.model.get_ref("image_size") * 448 // 384
+    # An Inception-style crop (area 5% to 100%, aspect 3/4 to 4/3) resized
+    # to image_size, and a flip: the official fine-tuning code's.
+    c.input.pp.train = "pretrain"
     if vtab_task:
         # VTAB: resize only (crops and flips would change the labels of
         # the structured tasks).
         c.input.pp.train = "eval"
         c.input.pp.flip = False
     # The pre-trained variant; a new zero-initialised head without the
-    # pre-logits layer, no dropout (the base's).
+    # pre-logits layer; dropout as the official model configs fine-tune it.
     c.model.variant = variant
+    c.model.dropout_rate = DROPOUT.get(variant, 0.0)
     # Above 384 each block's activations are recomputed in the backward
     # pass instead of kept: the same gradients, and at 384 already 7.8x
     # less memory per example for L/16 (1,431 -> 184 MiB, float32), 5.3x
