@@ -33,7 +33,7 @@ FINETUNE = f"{ROOT}/configs/augreg_finetune.py"
     ("strong1", (2, 20), 0.5), ("strong2", (2, 20), 0.8),
 ])
 def test_augreg_i21k_recipe(aug, randaug, mixup):
-    c = load(I21K, f"variant=S/16,aug={aug},do=0.1,sd=0.1")
+    c = load(I21K, f"variant=S/16,aug={aug},do=0.1,sd=0.1,wd=0.1")
     assert (c.input.pp.randaug_ops, c.input.pp.randaug_magnitude) == randaug
     assert c.input.mix.mixup_alpha == mixup and c.input.mix.cutmix_alpha == 0.0
     assert (c.model.dropout_rate, c.model.stochastic_depth_rate) == (.1, .1)
@@ -52,6 +52,16 @@ def test_augreg_i21k_recipe(aug, randaug, mixup):
     assert c.trainer.total_steps == math.ceil(300 * 14_147_122 / 4096)
     assert load(I21K, "variant=B/16,do=0.0,sd=0.0,epochs=30"
                 ).trainer.total_steps == math.ceil(30 * 14_147_122 / 4096)
+    # Defaults: the variant's recommended released file's settings (the
+    # file whose accuracy the config's docstring expects).
+    for variant, (aug, wd, do) in {"B/16": ((2, 15), 0.1, 0.0),
+                                   "Ti/16": ((0, 0), 0.03, 0.0),
+                                   "L/16": ((2, 20), 0.1, 0.0),
+                                   "R50+L/32": ((2, 15), 0.1, 0.1)}.items():
+        d = load(I21K, f"variant={variant}")
+        assert (d.input.pp.randaug_ops, d.input.pp.randaug_magnitude) == aug
+        assert d.optimizer.weight_decay == wd
+        assert d.model.dropout_rate == d.model.stochastic_depth_rate == do
     with pytest.raises((ValueError, flags.Error), match="aug setting"):
         load(I21K, "aug=heavy")
     with pytest.raises((ValueError, flags.Error), match="No AugReg model"):

@@ -4,8 +4,8 @@ al. 2021): the recipe of the `*--<dataset>-steps_*-lr_*-res_*` files.
 SGD with momentum 0.9, batch 512, cosine decay after a short warm-up, no
 weight decay, clipping at 1, no dropout and no augmentation beyond
 configs/finetune.py's Inception-style crop and flip, at 384 by default; a
-new zero-initialised head. Everything but the checkpoint is configs/finetune.py's; the model is
-the one the file's name says.
+new zero-initialised head. Everything but the checkpoint and the dropout is
+configs/finetune.py's; the model is the one the file's name says.
 
     python train.py \
         --config=configs/augreg_finetune.py:dataset=imagenet2012,lr=0.01 \

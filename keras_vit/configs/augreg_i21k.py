@@ -10,7 +10,7 @@ and Mixup, dropout and stochastic depth 0.1 or 0, the sigmoid loss with the
 head bias at -10, class token, no pre-logits layer, bfloat16.
 
     python train.py \
-        --config=configs/augreg_i21k.py:variant=B/16,aug=medium1,do=0.1,sd=0.1 \
+        --config=configs/augreg_i21k.py:variant=B/16 \
         --workdir=gs://BUCKET/vit/augreg_b16 --strategy=tpu --tpu=local \
         --config.input.data_dir=gs://BUCKET/imagenet21k
 
@@ -20,8 +20,11 @@ randaug(2,0), light2 = randaug(2,10) + mixup 0.2, medium1 = randaug(2,15)
 + mixup 0.2, medium2 = randaug(2,15) + mixup 0.5, strong1 = randaug(2,20)
 + mixup 0.5, strong2 = randaug(2,20) + mixup 0.8), do and sd (0.0 or 0.1),
 wd (0.1 or 0.03), epochs (300 or 30), dataset (as in
-configs/imagenet21k_pretrain.py). RandAugment is Keras 3's, whose ops and
-magnitudes are not big_vision's (keras_vit/data/augment.py).
+configs/imagenet21k_pretrain.py). aug, do, sd and wd not given are those of
+the variant's recommended released file, the one the expected accuracy
+below is of (B/16: aug=medium1, wd=0.1, do=0.0, sd=0.0; Ti/16: aug=none,
+wd=0.03; `keras_vit.list_models("augreg/*")`). RandAugment is Keras 3's,
+whose ops and magnitudes are not big_vision's (keras_vit/data/augment.py).
 
 Expected (what the released files reach, as timm's results table lists
 them): fine-tuned on ImageNet at 384 (configs/augreg_finetune.py), about
@@ -29,7 +32,7 @@ them): fine-tuned on ImageNet at 384 (configs/augreg_finetune.py), about
 """
 
 from keras_vit import config as config_lib
-from keras_vit.checkpoint.zoo import augreg
+from keras_vit.checkpoint.zoo import augreg, catalog
 from keras_vit.config import base_config, parse_config_arg
 from keras_vit.configs import _common as common
 from keras_vit.errors import UsageError
@@ -37,16 +40,32 @@ from keras_vit.errors import UsageError
 BATCH = 4096
 
 
+def _recommended_defaults(args: dict) -> dict:
+    """`args` with the aug, do, sd and wd not given taken from the
+    variant's recommended released file (`catalog.augreg_recommended`:
+    B/16 -> aug_medium1-wd_0.1-do_0.0-sd_0.0); for a variant without one,
+    medium1, 0.1 and no dropout or stochastic depth (big_vision's
+    vit_i21k.py: regularisation did not help on ImageNet-21k)."""
+    best = catalog.augreg_recommended(args["variant"])
+    best = augreg.parse_name(best) if best else None
+    found = dict(aug=best.aug, wd=best.weight_decay, do=best.dropout,
+                 sd=best.stochastic_depth) if best else dict(
+        aug="medium1", wd=0.1, do=0.0, sd=0.0)
+    return dict(args, **{k: str(v) for k, v in found.items()
+                         if not args[k]})
+
+
 def get_config(arg=None):
     args = parse_config_arg(
-        arg, "variant", variant="B/16", aug="medium1", do="0.1", sd="0.1",
-        wd="0.1", epochs="300", dataset="folder",
+        arg, "variant", variant="B/16", aug="", do="", sd="", wd="",
+        epochs="300", dataset="folder",
     )
     if args["variant"] not in augreg.MODELS.values():
         raise UsageError(
             f"No AugReg model {args['variant']!r}: use one of "
             f"{', '.join(augreg.MODELS.values())}."
         )
+    args = _recommended_defaults(args)
     c = base_config()
     # ImageNet-21k as an image folder (or a TFDS name); 50k training
     # images held out for validation and the final evaluation. A large

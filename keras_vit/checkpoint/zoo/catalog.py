@@ -180,6 +180,17 @@ def _augreg_info(name: str) -> Optional[ModelInfo]:
                      parsed.image_size, parsed.num_classes)
 
 
+def augreg_recommended(variant: str) -> Optional[str]:
+    """The name of AugReg's recommended ImageNet-21k file of `variant`
+    (the best upstream metrics of its sweep; "B/16" ->
+    "B_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0"), or None
+    for a variant without one."""
+    for name in _AUGREG_BEST:
+        if augreg.parse_name(name).variant == variant:
+            return name
+    return None
+
+
 def _augreg_best() -> List[str]:
     names = []
     for name in _AUGREG_BEST:
