@@ -4,10 +4,9 @@ r"""Writes (or checks) docs/reliability.md from tests/reliability_cases.py.
     python scripts/reliability_table.py --check  # exit 1 if it is stale
 
 Each row is a case of the table in tests/reliability_cases.py; its test is
-the function decorated `@covers("<case id>")` in tests/test_faults.py,
-tests/test_bad_inputs.py or tests/test_multiworker_faults.py, found here by
-reading their source (they are not imported, so this script needs no
-pytest). The page is written with `keras_vit.storage.atomic`.
+the function decorated `@covers("<case id>")` in one of `TEST_FILES`, found
+here by reading their source (they are not imported, so this script needs
+no pytest). The page is written with `keras_vit.storage.atomic`.
 """
 
 from __future__ import annotations
@@ -29,7 +28,8 @@ from tests.reliability_cases import BAD_INPUT, CASES, FAULT  # noqa: E402
 TEST_FILES = (
     "tests/test_faults.py", "tests/test_bad_inputs.py",
     "tests/test_multiworker_faults.py", "tests/test_serving_polish.py",
-    "tests/test_tfds_prepare.py",
+    "tests/test_tfds_prepare.py", "tests/test_eval_reruns.py",
+    "tests/test_hub_reading.py",
 )
 
 _COVERS = re.compile(

@@ -90,6 +90,27 @@ _CASES = [
         "partial); the next export publishes version 1 complete.",
     ),
     Case(
+        "concurrent_exports", FAULT, "export",
+        "Four processes adding models to one export folder's models.config "
+        "at the same moment, twenty each",
+        "Every entry is listed: the file is read and rewritten under a "
+        "lock beside it (a gs:// folder has none; there, export one at a "
+        "time).",
+    ),
+    Case(
+        "litert_overwrite_interrupted", FAULT, "export",
+        "keras-vit-export --format=litert --overwrite stopped after the new "
+        "class names or preprocessing record were written, before the new "
+        ".tflite replaced the old one",
+        "keras-vit-predict refuses the files in one line naming the fix, "
+        "instead of preprocessing the file as the record of another says "
+        "or naming its classes with another's names; an export stopped "
+        "before any write leaves the old files, which still predict.",
+        ("was written with another", "or other class names than those "
+         "beside it", "export the model again (--overwrite)"),
+        "exit status 1",
+    ),
+    Case(
         "nan_batch_stops", FAULT, "training",
         "NaN in one training batch (default config)",
         "Training stops, naming the first bad step and the last good "
@@ -911,6 +932,70 @@ _CASES = [
         ("has a zero: timm would divide the pixels by it",),
         "UsageError",
     ),
+    Case(
+        "hf_no_class_token", BAD_INPUT, "checkpoint",
+        "A transformers-named folder whose weights lack "
+        "vit.embeddings.cls_token (a ViT without a class token, one "
+        "position row per patch)",
+        "Refused by name, as transformers refuses it (its ViTEmbeddings "
+        "always has a class token); not read as average pooling.",
+        ("lack vit.embeddings.cls_token", "transformers' ViTEmbeddings "
+         "always has a class token"),
+        "UsageError",
+    ),
+    Case(
+        "timm_unregistered_architecture", BAD_INPUT, "checkpoint",
+        "A timm folder whose config.json names an architecture timm does "
+        "not register (vit_large_patch16_newthing_224), with no num_heads "
+        "in model_args",
+        "Refused, as timm's create_model refuses it ('Unknown model'), "
+        "naming the registry's timm version and the fix; nothing (the head "
+        "count, the pooling) is guessed from the name.",
+        ("vision_transformer / deit architectures of timm 1.0.31",
+         "set architecture to a registered name"),
+        "UsageError",
+    ),
+    Case(
+        "timm_unknown_model_arg", BAD_INPUT, "checkpoint",
+        "A timm folder whose model_args hold a key timm's VisionTransformer"
+        " does not take (attn_pool_num_heads)",
+        "Refused by name (timm raises TypeError building the model), not "
+        "ignored.",
+        ("model_args has 'attn_pool_num_heads', which timm 1.0.31's "
+         "VisionTransformer does not take", "remove 'attn_pool_num_heads'"),
+        "UsageError",
+    ),
+    Case(
+        "timm_unknown_pretrained_cfg_field", BAD_INPUT, "checkpoint",
+        "A timm folder whose pretrained_cfg holds a key timm's "
+        "PretrainedCfg lacks (crop_size)",
+        "Refused by name (timm's factory raises TypeError building its "
+        "PretrainedCfg), not ignored.",
+        ("pretrained_cfg has 'crop_size', not a field of timm 1.0.31's "
+         "PretrainedCfg",),
+        "UsageError",
+    ),
+    Case(
+        "hf_processor_bad_size", BAD_INPUT, "checkpoint",
+        "A transformers folder whose preprocessor_config.json size is "
+        "{\"width\": 224} (no key set transformers reads)",
+        "Refused by name, with the forms transformers reads.",
+        ("size={'width': 224}: transformers reads", "fix or remove the "
+         "field"),
+        "UsageError",
+    ),
+    Case(
+        "hf_processor_resize_differs", BAD_INPUT, "checkpoint",
+        "A transformers folder whose preprocessor_config.json resizes to "
+        "36 x 40 before its central 32 x 32 crop (a resize that is not "
+        "square)",
+        "Loads; keras-vit-predict and -evaluate resize a photo to the input"
+        " directly, and one warning line names what transformers does "
+        "instead and --resize_size.",
+        ("resizes to 36 x 40 before its central crop, which keras-vit "
+         "cannot", "--resize_size=N resizes to N x N before the central "
+         "crop"),
+    ),
     # ------------------------------------------------------------ serving
     Case(
         "output_exists", BAD_INPUT, "export",
@@ -958,6 +1043,50 @@ _CASES = [
         "InvalidArgumentError",
     ),
     Case(
+        "unsupported_image_format", BAD_INPUT, "export",
+        "An image in a format other than JPEG, PNG, GIF, BMP or WebP: a JPEG "
+        "XL file (which TensorFlow's decoder reads, though no header check "
+        "reads its size, so a few kilobytes may declare any number of "
+        "pixels), in a serving request, alone or in a batch; training and "
+        "keras-vit-predict read through the same check",
+        "InvalidArgumentError from its first bytes, before any decoder "
+        "reads it, naming the formats that are read (in a batch, by its "
+        "index).",
+        ("Unknown image file format. One of JPEG, PNG, GIF, BMP or WebP "
+         "required", "JPEG XL", "save the image as PNG or JPEG"),
+        "InvalidArgumentError",
+    ),
+    Case(
+        "serve_request_pixel_budget", BAD_INPUT, "export",
+        "A serving request of five images, each within the limit of one "
+        "(11,000 x 11,000 pixels) but declaring 605 million pixels together",
+        "InvalidArgumentError from the headers, before any image is "
+        "decoded: the request is refused whole, naming the count and the "
+        "total.",
+        ("image_bytes: the 5 images of this request declare 605000000 "
+         "pixels together", "Send fewer images a request, or smaller ones"),
+        "InvalidArgumentError",
+    ),
+    Case(
+        "export_resize_smaller_than_input", BAD_INPUT, "export",
+        "`export_model(..., resize_size=8)` for a model of input 16 x 16",
+        "UsageError before anything is written (no model folder is left).",
+        ("resize_size 8 is smaller than the model's input 16x16",
+         "give sides at least the input's"),
+        "UsageError",
+    ),
+    Case(
+        "blank_class_name", BAD_INPUT, "export",
+        "keras-vit-export `--class_names=a,,c` (a blank name), for a "
+        "SavedModel or `--format=litert`",
+        "One line naming the name by its index, exit status 1, before "
+        "anything is converted (a blank line of labels.txt would shift "
+        "every later name when it is read).",
+        ("class_names[1] = '': names must be str without newlines, and not "
+         "blank",),
+        "exit status 1",
+    ),
+    Case(
         "serve_wrong_dtype", BAD_INPUT, "export",
         "Serving request with floats where image bytes are expected",
         "InvalidArgumentError naming the expected type.",
@@ -987,6 +1116,40 @@ _CASES = [
         "A clear error listing the tasks and groups.",
         ("Unknown VTAB task(s) 'cifar1000'", "Valid tasks:"),
         "UsageError",
+    ),
+    Case(
+        "vtab_other_weights", BAD_INPUT, "VTAB",
+        "keras-vit-evaluate --mode=vtab --no_ema into an output_dir whose "
+        "tasks were trained from the run's EMA weights (or the other way "
+        "round)",
+        "Refused: the backbone's stamp records the weights it was written "
+        "from (before, the EMA backbone.npz was reused without a word and "
+        "the two weight sets' tasks were averaged in one table); every "
+        "results file records `use_ema`.",
+        ("holds results of another pre-trained model (use_ema True, now "
+         "False)", "use a new `output_dir`"),
+        "UsageError",
+    ),
+    Case(
+        "eval_unknown_split", BAD_INPUT, "CLI",
+        "keras-vit-evaluate --mode=eval --split=nosplit (or a split TFDS "
+        "cannot parse, --split='val|test')",
+        "One line naming --split and the splits the data has, before the "
+        "model is scored (it was a traceback from inside TFDS).",
+        ("--split=nosplit cannot be used", "holds no split 'nosplit'",
+         "(it has train, test)"),
+        "exit status 1",
+    ),
+    Case(
+        "eval_resize_below_image_size", BAD_INPUT, "config",
+        "config.input.pp.eval_resize_size smaller than config.model."
+        "image_size (a resize the central crop cannot be cut from), in "
+        "training, few-shot or --mode=eval with --config",
+        "One line naming both fields, before the model loads (it was "
+        "TensorFlow's EnsureShape error from inside the input pipeline).",
+        ("--config.input.pp.eval_resize_size=16 is smaller than "
+         "--config.model.image_size=32",),
+        "exit status 1",
     ),
 ]
 

@@ -331,6 +331,49 @@ def test_an_existing_output_is_kept_unless_overwrite(tmp_path):
     assert sorted(os.listdir(edge)) == ["vit.tflite"]
 
 
+@covers("blank_class_name")
+def test_a_blank_class_name_is_refused_before_converting(tmp_path):
+    """keras-vit-export --class_names=a,,c: one line naming the blank name
+    by its index, for a SavedModel and for --format=litert (whose
+    labels.txt would hold a blank line, which keras-vit-predict refuses),
+    and nothing written."""
+    from tests import console
+
+    source = tmp_path / "vit.keras"
+    keras_vit.create_model(None, num_classes=3, image_size=16, patch_size=8,
+                           hidden_size=16, num_layers=1, num_heads=2,
+                           mlp_dim=16).save(source)
+    out = tmp_path / "out"
+    for extra in ([], ["--format=litert"]):
+        result = console.run("export", [
+            f"--model={source}", f"--export_dir={out}", "--class_names=a,,c",
+            *extra])
+        check_says("blank_class_name", _error_line(result, "export"))
+        assert not out.exists() or os.listdir(out) == [], os.listdir(out)
+
+
+@covers("export_resize_smaller_than_input")
+def test_export_resize_smaller_than_the_input_is_refused_first(tmp_path):
+    """export_model's resize_size is checked as the commands check
+    --resize_size: before anything is written, not as a shape error of
+    the serving graph that leaves an empty model folder."""
+    from keras_vit.export.saved_model import export_model
+
+    model = keras_vit.create_model(None, num_classes=3, image_size=16,
+                                   patch_size=8, hidden_size=16, num_layers=1,
+                                   num_heads=2, mlp_dim=16)
+    with pytest.raises(UsageError) as info:
+        export_model(model, str(tmp_path), resize_size=8)
+    check_error("export_resize_smaller_than_input", info.value)
+    for bad in ((16, 8), (8, 32), "x", 0, True):
+        with pytest.raises(UsageError, match="resize_size"):
+            export_model(model, str(tmp_path), resize_size=bad)
+    assert os.listdir(tmp_path) == []
+    path = export_model(model, str(tmp_path), resize_size=(20, 16),
+                        warmup_images=[], verify=False)
+    assert os.path.basename(path) == "1"
+
+
 def _through_pipeline(tmp_path, name, data, image_size):
     """The one image of a folder, as the evaluation pipeline yields it,
     mapped back from [-1, 1] to [0, 255]."""

@@ -339,6 +339,37 @@ def test_warmup_file_replays(exported, loaded):
                                "features"}
 
 
+def test_warmup_batches_fit_the_batching_file(images, tmp_path):
+    """TF Serving replays warm-up through its batching, which refuses a
+    request of more than max_batch_size images and then fails the model's
+    load: the images are batched in requests of at most MAX_BATCH_SIZE,
+    the max_batch_size the batching file is written with, and the most
+    images allowed still make at most MAX_WARMUP_RECORDS records."""
+    batch = export_files.MAX_BATCH_SIZE
+    assert f"max_batch_size {{ value: {batch} }}" in (
+        export_lib.BATCHING_PARAMETERS)
+    count = export_files.max_warmup_images()
+    datas = [images["png"], images["jpeg"]] * (count // 2) + [
+        images["png_gray"]] * (count % 2)
+    requests = export_files.warmup_requests("vit", datas, (SIZE, SIZE))
+    assert len(requests) == export_files.MAX_WARMUP_RECORDS
+    sizes = [len(export_files.request_inputs(r)["image_bytes"])
+             for r in requests if r.model_spec.signature_name
+             == "serving_default"]
+    assert max(sizes) == batch
+    batched = [r for r in requests
+               if r.model_spec.signature_name == "serving_default"
+               and len(r.inputs["image_bytes"].string_val) > 1]
+    assert list(np.concatenate([
+        export_files.request_inputs(r)["image_bytes"] for r in batched
+    ])) == datas  # every image once, in order
+    path = str(tmp_path / export_files.WARMUP_FILE)
+    export_files.write_warmup_file(path, requests)
+    assert len(export_files.read_warmup_file(path)) == len(requests)
+    with pytest.raises(ValueError, match=f"pass at most {count} images"):
+        export_files.load_warmup_images([images["png"]] * (count + 1))
+
+
 def test_tfsm_layer_reload(exported, loaded, model):
     layer = keras.layers.TFSMLayer(exported[1],
                                    call_endpoint="predict_images")

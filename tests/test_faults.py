@@ -664,3 +664,109 @@ def test_ctrl_c_while_an_export_is_published_waits_until_it_is_listed(
     assert sorted(os.listdir(exports / "vit")) == ["1"]
     assert "name: \"vit\"" in (exports / "models.config").read_text()
     assert (exports / "batching_parameters.txt").exists()
+
+
+@covers("concurrent_exports")
+def test_exports_at_once_keep_each_others_models_config_entries(tmp_path):
+    """Four processes add twenty models each to one models.config, all at
+    the same moment (each waits for a start file once it has imported):
+    every entry is there, as each reads the file again under the lock."""
+    from keras_vit.export import server_config
+
+    code = (
+        "import os, sys, time\n"
+        "from keras_vit.export import server_config\n"
+        "path, worker, ready, go = sys.argv[1:]\n"
+        "open(ready, 'w').close()\n"
+        "while not os.path.exists(go):\n"
+        "    time.sleep(0.001)\n"
+        "for k in range(20):\n"
+        "    name = f'm{worker}_{k}'\n"
+        "    server_config.update_models_config(path, name, '/models/' + "
+        "name, False)\n"
+    )
+    path = tmp_path / "exports" / "models.config"
+    go = tmp_path / "go"
+    workers = [subprocess.Popen(
+        [sys.executable, "-c", code, str(path), str(i),
+         str(tmp_path / f"ready{i}"), str(go)], env=env(),
+        stderr=subprocess.PIPE, text=True) for i in range(4)]
+    deadline = time.time() + 300
+    while not all((tmp_path / f"ready{i}").exists() for i in range(4)):
+        assert time.time() < deadline and all(
+            w.poll() is None for w in workers)
+        time.sleep(0.05)
+    go.touch()
+    for worker in workers:
+        assert worker.wait(300) == 0, worker.stderr.read()[-3000:]
+    listed = [entry.name for entry in server_config.read_models_config(
+        str(path)).model_config_list.config]
+    assert sorted(listed) == sorted(
+        f"m{i}_{k}" for i in range(4) for k in range(20))
+
+
+@covers("litert_overwrite_interrupted")
+def test_a_litert_overwrite_stopped_between_its_writes_is_refused(
+        tmp_path, monkeypatch, capsys):
+    """An --overwrite of a LiteRT export stopped before its class names are
+    written (nothing changed: the old files answer as before), after them,
+    or after the preprocessing record too (the new .tflite written whole
+    but not renamed over the old): keras-vit-predict refuses the files
+    that do not go together, in one line, rather than preprocess the old
+    file as the new record says (a resize of 24, then none)."""
+    pytest.importorskip("ai_edge_litert")
+    from PIL import Image
+
+    from keras_vit.commands import predict
+    from keras_vit.export import litert
+
+    def tiny(seed):
+        keras.utils.set_random_seed(seed)
+        return keras_vit.create_model(
+            None, num_classes=3, image_size=16, patch_size=8, hidden_size=16,
+            num_layers=1, num_heads=2, mlp_dim=16, head_zero_init=False)
+
+    path, photo = str(tmp_path / "vit.tflite"), tmp_path / "photo.png"
+    Image.fromarray(np.random.default_rng(0).integers(
+        0, 256, (30, 40, 3), dtype=np.uint8)).save(photo)
+    old, new = tiny(1), tiny(2)
+
+    def export_old():
+        litert.export_litert(old, path, class_names=["a", "b", "c"],
+                             resize_size=24, verify=False)
+
+    def predicted():
+        status = predict.main(["keras-vit-predict", f"--model={path}",
+                               str(photo)])
+        return status, capsys.readouterr()
+
+    export_old()
+    status, first = predicted()
+    assert status == 0, first.err
+    write = litert.atomic_write
+    for stop_at in (".labels.txt", ".preprocessing.json", ".tflite"):
+        def stopping(target, content, stop_at=stop_at):
+            if not str(target).endswith(stop_at):
+                return write(target, content)
+            if stop_at != ".tflite":
+                raise KeyboardInterrupt
+            def written_not_renamed(tmp):
+                content(tmp)
+                raise KeyboardInterrupt
+            return write(target, written_not_renamed)
+
+        monkeypatch.setattr(litert, "atomic_write", stopping)
+        with pytest.raises(KeyboardInterrupt):
+            litert.export_litert(new, path, class_names=["x", "y", "z"],
+                                 verify=False)
+        monkeypatch.setattr(litert, "atomic_write", write)
+        status, seen = predicted()
+        if stop_at == ".labels.txt":
+            assert (status, seen.out) == (0, first.out)
+            continue
+        assert status == 1
+        (line,) = [x for x in seen.err.splitlines()
+                   if x.startswith("keras-vit-predict: error: ")]
+        check_says("litert_overwrite_interrupted", line)
+        export_old()
+    assert not [n for n in os.listdir(tmp_path) if ".tmp-" in n]

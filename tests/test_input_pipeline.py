@@ -7,6 +7,7 @@ import importlib.resources
 import importlib.resources.abc
 import io
 import os
+import subprocess
 import sys
 
 import numpy as np
@@ -154,6 +155,52 @@ def test_resize_bilinear_half_pixel_centres():
     assert out.dtype == np.float32
     same = _both(lambda a: pp.resize(a, (6, 5)), _image())
     np.testing.assert_allclose(same, _image(), atol=1e-4)
+
+
+def test_uint8_images_resize_to_the_bits_of_their_float32_copy():
+    """A decoded image is resized as its bytes, not through a float32 copy
+    of it: each preprocessing gives the very bits it gives the float32
+    copy (eval with and without the crop, fine-tuning, pre-training),
+    eagerly and in tf.data, for grey, RGB and RGBA, up and down."""
+    def copy(fn):
+        return lambda a: fn(tf.cast(a, tf.float32))
+
+    seed = tf.constant([7, 11], tf.int64)
+    for index, (h, w, c) in enumerate([(1, 1, 3), (3, 2, 3), (37, 53, 3),
+                                       (240, 320, 3), (50, 70, 1),
+                                       (50, 70, 4)]):
+        x = _image(h, w, c, seed=index)
+        for fn in (lambda a: pp.preprocess_eval(a, 16),
+                   lambda a: pp.preprocess_eval(a, 16, resize_size=24),
+                   lambda a: pp.preprocess_eval(a, (12, 20), (40, 30)),
+                   lambda a: pp.preprocess_finetune(a, 16, 20, seed=seed),
+                   lambda a: pp.preprocess_pretrain(a, 16, seed=seed)):
+            np.testing.assert_array_equal(_both(fn, x), _both(copy(fn), x))
+
+
+def test_decoding_and_resizing_takes_the_image_bytes(tmp_path):
+    """Decoding and evaluation preprocessing of a 6000 x 6000 RGB PNG
+    takes about its bytes (3 a pixel), not the 12 more of its float32
+    copy: the peak of a fresh process, measured there."""
+    path = tmp_path / "big.png"
+    path.write_bytes(tf.io.encode_png(
+        np.zeros((6000, 6000, 3), np.uint8)).numpy())
+    code = (
+        "import resource, sys, tensorflow as tf\n"
+        "from keras_vit.data import preprocessing as pp\n"
+        "small = tf.io.encode_png(tf.zeros([8, 8, 3], tf.uint8))\n"
+        "pp.preprocess_eval(pp.decode_image(small), 16)\n"
+        "data = tf.io.read_file(sys.argv[1])\n"
+        "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+        "pp.preprocess_eval(pp.decode_image(data), 16).numpy()\n"
+        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before)"
+    )
+    result = subprocess.run([sys.executable, "-c", code, str(path)],
+                            capture_output=True, text=True, timeout=300,
+                            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    grown = int(result.stdout.split()[-1]) * 1024  # KiB
+    assert grown < 5 * 6000 * 6000, grown  # 15 bytes a pixel with it
 
 
 def test_central_crop():

@@ -19,9 +19,9 @@ from PIL import Image
 
 from keras_vit import create_model
 from keras_vit.analysis.report import run_analysis
-from keras_vit.data import preprocessing
+from keras_vit.data import image_headers, preprocessing
 from keras_vit.export import files as export_files
-from keras_vit.export import graph, saved_model
+from keras_vit.export import graph, request_checks, saved_model
 from tests.reliability_cases import check_error, covers
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -85,14 +85,86 @@ def _serve(loaded, datas):
      r"file format: send JPEG, PNG, GIF, BMP or WebP"),
     ("truncated_jpeg", r"image_bytes\[2\]: Invalid JPEG data"),
     ("base64", r"image_bytes\[2\]: image_bytes looks like base64 text"),
+    # Shorter than the signatures' offsets (a WebP's is 8): still named.
+    (b"\x00\x01", r"image_bytes\[2\]: Unknown image file format: send JPEG, "
+     r"PNG, GIF, BMP or WebP"),
+    ("jxl", r"image_bytes\[2\]: Unknown image file format: send JPEG, PNG, "
+     r"GIF, BMP or WebP \(told by the first bytes of the file; JPEG XL"),
 ])
 def test_bad_image_of_a_batch_is_named_by_index(exported, images, bad,
                                                 message):
     jpeg = images["JPEG"]
     bad = {"truncated_jpeg": jpeg[: len(jpeg) // 2],
-           "base64": base64.b64encode(jpeg)}.get(bad, bad)
+           "base64": base64.b64encode(jpeg), "jxl": JXL}.get(bad, bad)
     with pytest.raises(tf.errors.InvalidArgumentError, match=message):
         _serve(exported[2], [jpeg, images["PNG"], bad, jpeg])
+
+
+# A JPEG XL codestream of 40 x 56 pixels (29 bytes), which TensorFlow's
+# decode_image reads; and the start of a JPEG XL container, whose header
+# is enough for the check.
+JXL = (b"\xff\n\t\x0c\x88\x04\x08\x04\x01\x00D\x00K\x18\x8b\x15\x80]\xfe"
+       b"\xff\x00bL\x83\x01\x00R5$")
+JXL_CONTAINER = b"\x00\x00\x00\x0cJXL \r\n\x87\n" + bytes(20)
+
+
+@covers("unsupported_image_format")
+def test_jpeg_xl_is_refused_by_its_first_bytes_unread(exported, images):
+    """TensorFlow's decoder reads JPEG XL, whose size no header check
+    reads: a JPEG XL file is refused by its first bytes, by the assertion
+    the decoder waits on, so the decoder never runs (its own message,
+    which lists JPEG XL among its formats, never shows); alone, in a
+    batch (by index), and where training and keras-vit-predict decode."""
+    assert tf.io.decode_image(
+        JXL, expand_animations=False).shape == (40, 56, 3)
+    for data in (JXL, JXL_CONTAINER):
+        with pytest.raises(tf.errors.InvalidArgumentError) as info:
+            _serve(exported[2], [data])
+        check_error("unsupported_image_format", info.value)
+        assert "JPEG, JPEG XL, PNG" not in str(info.value)
+        with pytest.raises(tf.errors.InvalidArgumentError,
+                           match=r"image_bytes\[1\]: Unknown image file "
+                           "format: send JPEG"):
+            _serve(exported[2], [images["PNG"], data])
+        with pytest.raises(tf.errors.InvalidArgumentError) as info:
+            preprocessing.decode_image(tf.constant(data))
+        check_error("unsupported_image_format", info.value)
+
+
+@covers("serve_request_pixel_budget")
+def test_a_request_over_its_pixel_budget_is_refused_unread(exported):
+    """Five images, each within the limit of one, that declare more than
+    MAX_REQUEST_PIXELS together: refused whole from their headers, before
+    any is decoded (the memory is never taken); four of them would be
+    within it."""
+    bomb = _png_bomb(11000)
+    assert 11000 ** 2 <= image_headers.MAX_PIXELS
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with pytest.raises(tf.errors.InvalidArgumentError) as info:
+        _serve(exported[2], [bomb] * 5)
+    check_error("serve_request_pixel_budget", info.value)
+    assert f"more than {request_checks.MAX_REQUEST_PIXELS:,}" in str(
+        info.value)
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < (
+        200 * 1024)  # KiB: not the 363 MB a decoded one takes
+    assert 4 * 11000 ** 2 <= request_checks.MAX_REQUEST_PIXELS
+
+
+def test_a_batch_is_decoded_a_fixed_few_images_at_a_time(exported):
+    """The tf.data passes over a batch's images run DECODE_PARALLEL at a
+    time, not tf.data.AUTOTUNE's one per core: a request's peak memory is
+    a few decoded images on any server."""
+    graph_def = exported[2].signatures["serving_default"].graph.as_graph_def()
+    found = []
+    for function in graph_def.library.function:
+        consts = {node.name: node for node in function.node_def
+                  if node.op == "Const"}
+        for node in function.node_def:
+            if node.op.startswith("ParallelMapDataset"):
+                parallel = consts[node.input[-1].split(":")[0]]
+                found.append(tf.make_ndarray(parallel.attr["value"].tensor))
+    assert found and all(int(n) == request_checks.DECODE_PARALLEL
+                         for n in found), found
 
 
 def _png_bomb(side: int, rows: int = 8) -> bytes:

@@ -190,8 +190,11 @@ def litert_predictor(path: str, resize_size=None) -> Callable:
     except (ValueError, RuntimeError, IndexError) as error:
         raise UsageError(f"{path} is not a readable LiteRT file ({error}): "
                          "export the model again.") from None
+    # Read (and checked to go with the file) even where --resize_size
+    # replaces what it records: it vouches for the class names too.
+    recorded = litert.read_resize_size(path, size)
     if resize_size is None:
-        resize_size = litert.read_resize_size(path, size)
+        resize_size = recorded
 
     def predict(images: Sequence[bytes]) -> np.ndarray:
         pixels = _pixels(images, size, resize_size)

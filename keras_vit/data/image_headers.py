@@ -1,11 +1,12 @@
 """What an image file's header declares, read before it is decoded (graph
 ops on the encoded bytes, so training pipelines and the export signatures
-check the same way): the pixels it declares (`declared_pixels`, bounded by
-`MAX_PIXELS`: a few kilobytes of compressed zeros may declare billions;
-for a GIF, whose every frame TensorFlow reads, also its frames' pixels
-together, from a walk over its blocks), and whether it is a BMP with a
-colour table (`is_palette_bmp`), whose colours TensorFlow's decoder does
-not read."""
+check the same way): whether it is one of the five formats read
+(`is_known_format`, by its first bytes), the pixels it declares
+(`declared_pixels`, bounded by `MAX_PIXELS`: a few kilobytes of
+compressed zeros may declare billions; for a GIF, whose every frame
+TensorFlow reads, also its frames' pixels together, from a walk over its
+blocks), and whether it is a BMP with a colour table (`is_palette_bmp`),
+whose colours TensorFlow's decoder does not read."""
 
 from __future__ import annotations
 
@@ -13,9 +14,10 @@ import tensorflow as tf
 
 # The most pixels (width x height, as the file's header declares them) an
 # image may have: 2**27, some 134 million (a 108-megapixel photo passes).
-# Decoding costs about 16 bytes a pixel (the RGB bytes, then the float32
-# copy that resizing makes): a few kilobytes of compressed zeros may
-# declare billions of pixels, which are refused before they are decoded.
+# A decoded image takes its bytes (3 a pixel for RGB, and the RGB copy of
+# a grey or RGBA one; it is resized as bytes, with no float32 copy): a few
+# kilobytes of compressed zeros may declare billions of pixels, which are
+# refused before they are decoded.
 MAX_PIXELS = 1 << 27
 # Sub-blocks a GIF walk steps over per loop iteration (branch-free): the
 # loop's own cost per iteration dominates, and most sub-blocks are data.
@@ -38,9 +40,25 @@ HUGE_MESSAGE = (
     "(width x height; an animated GIF, every frame of which is read, more "
     "than 16 times that across its frames), or it is a GIF of more than "
     f"{GIF_STEPS:,} blocks: it is refused before decoding, which would take "
-    "some 16 bytes a pixel in memory. Resize it first (or keep one frame "
+    "3 bytes a pixel or more in memory. Resize it first (or keep one frame "
     "of an animation).")
 _HEAD_BYTES = 32
+# The formats that are read, by their first bytes: ((offset, magic), ...)
+# each. TensorFlow's decode_image also reads JPEG XL, whose size no check
+# here reads (a few kilobytes may declare any number of pixels), so every
+# other format is refused by these bytes before any decoder sees the file.
+FORMATS = "JPEG, PNG, GIF, BMP or WebP"
+SIGNATURES = (
+    ("JPEG", ((0, b"\xff\xd8\xff"),)),
+    ("PNG", ((0, b"\x89PNG"),)),
+    ("GIF", ((0, b"GIF8"),)),
+    ("BMP", ((0, b"BM"),)),
+    ("WebP", ((0, b"RIFF"), (8, b"WEBP"))),
+)
+UNKNOWN_FORMAT_MESSAGE = (
+    f"Unknown image file format. One of {FORMATS} required (told by the "
+    "first bytes of the file; JPEG XL, TIFF, HEIC and other formats are "
+    "refused unread): save the image as PNG or JPEG.")
 
 
 def _head(data: tf.Tensor) -> tf.Tensor:
@@ -48,6 +66,22 @@ def _head(data: tf.Tensor) -> tf.Tensor:
     return tf.strings.substr(tf.strings.join([
         tf.strings.substr(data, 0, _HEAD_BYTES), "\0" * _HEAD_BYTES]), 0,
         _HEAD_BYTES)
+
+
+def is_format(data: tf.Tensor, magics) -> tf.Tensor:
+    """bool, of `data`'s shape (a string or a batch of them): the bytes
+    start as `magics` ((offset, magic), ... of SIGNATURES) say; a string
+    too short for them does not."""
+    head = _head(data)
+    return tf.reduce_all(tf.stack([
+        tf.equal(tf.strings.substr(head, offset, len(magic)), magic)
+        for offset, magic in magics]), axis=0)
+
+
+def is_known_format(data: tf.Tensor) -> tf.Tensor:
+    """bool, of `data`'s shape: one of the SIGNATURES' formats."""
+    return tf.reduce_any(tf.stack([
+        is_format(data, magics) for _, magics in SIGNATURES]), axis=0)
 
 
 def _number(head: tf.Tensor, offset: int, size: int,
@@ -128,8 +162,9 @@ def gif_pixels(data: tf.Tensor) -> tf.Tensor:
     them when one frame is kept: that frame at the largest frame width
     and the largest height, after every frame is read at one byte a pixel
     of its own size; so the larger of those width x height and a
-    sixteenth of the frames' pixels together (MAX_PIXELS is a budget of
-    16 bytes a pixel; the logical screen's size is not used). The walk
+    sixteenth of the frames' pixels together (read at a byte a pixel, the
+    frames may take 16 x MAX_PIXELS bytes, 2 GiB; the logical screen's
+    size is not used). The walk
     over the file's blocks stops once MAX_PIXELS is passed; a file of more
     than GIF_STEPS steps (a block, or _GIF_HOPS sub-blocks) is not walked
     to its end and counts as UNCHECKED.

@@ -72,7 +72,9 @@ def decode_image(data: tf.Tensor) -> tf.Tensor:
     bytes to uint8 RGB (H, W, 3).
 
     16-bit PNGs are converted to 8 bits; grayscale and RGBA become RGB.
-    Invalid bytes raise `tf.errors.InvalidArgumentError` from the decoder.
+    Another format (TensorFlow's decoder would read JPEG XL, whose size is
+    not checked) is refused by its first bytes, before any decoder runs;
+    invalid bytes raise `tf.errors.InvalidArgumentError` from the decoder.
     """
     tf.debugging.assert_greater(
         tf.strings.length(data),
@@ -80,7 +82,8 @@ def decode_image(data: tf.Tensor) -> tf.Tensor:
         message="Empty image: got a zero-length string instead of encoded "
         "image bytes (JPEG, PNG, GIF, BMP or WebP).",
     )
-    with tf.control_dependencies([_refuse_palette_bmp(data),
+    with tf.control_dependencies([_refuse_unknown_format(data),
+                                  _refuse_palette_bmp(data),
                                   _refuse_animated_webp(data),
                                   _refuse_huge(data)]):
         image = tf.io.decode_image(
@@ -88,6 +91,11 @@ def decode_image(data: tf.Tensor) -> tf.Tensor:
         )
     image.set_shape([None, None, None])
     return tf.ensure_shape(to_rgb(image), [None, None, 3])
+
+
+def _refuse_unknown_format(data: tf.Tensor):
+    return tf.debugging.assert_equal(headers.is_known_format(data), True,
+                                     message=headers.UNKNOWN_FORMAT_MESSAGE)
 
 
 def _refuse_palette_bmp(data: tf.Tensor):
@@ -113,10 +121,14 @@ def scale_to_unit_range(image: tf.Tensor) -> tf.Tensor:
 
 
 def resize(image: tf.Tensor, size: Size) -> tf.Tensor:
-    """Bilinear resize to (height, width); float32 [0, 255] out."""
-    return tf.image.resize(
-        tf.cast(image, tf.float32), as_hw(size), method="bilinear"
-    )
+    """Bilinear resize to (height, width); float32 [0, 255] out.
+
+    A uint8 image is resized as it is: the kernel reads each byte as a
+    float, so the result has the bits of resizing a float32 copy, without
+    that copy of the whole decoded image (4 bytes a pixel)."""
+    if image.dtype != tf.uint8:
+        image = tf.cast(image, tf.float32)
+    return tf.image.resize(image, as_hw(size), method="bilinear")
 
 
 def central_crop(image: tf.Tensor, size: Size) -> tf.Tensor:

@@ -1,6 +1,8 @@
 """On-disk layout of an export for TF Serving: versions, warm-up, config.
 
     <export_dir>/models.config                 model_config_list (text proto)
+    <export_dir>/models.config.lock            locked while it is updated
+    <export_dir>/batching_parameters.txt       for --enable_batching
     <export_dir>/<model_name>/<version>/       one SavedModel per version
         saved_model.pb, variables/, assets/labels.txt,
         assets.extra/tf_serving_warmup_requests, assets.extra/export.json
@@ -31,8 +33,16 @@ WARMUP_FILE = "tf_serving_warmup_requests"
 # TF Serving reads at most this many warm-up records.
 MAX_WARMUP_RECORDS = 1000
 CONFIG_FILE = "models.config"
+# Locked while an export updates models.config (a local export folder).
+LOCK_FILE = "models.config.lock"
 # TF Serving's batching settings, written beside models.config.
 BATCHING_FILE = "batching_parameters.txt"
+# The most images one request may hold when the server batches: the
+# max_batch_size of the BATCHING_FILE an export writes. TF Serving refuses
+# a larger request there, and replays warm-up through the batching too (a
+# refused warm-up request fails the model's load), so no warm-up request
+# holds more images than this.
+MAX_BATCH_SIZE = 32
 
 _MODEL_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
 
@@ -64,7 +74,7 @@ def check_model_name(name: str) -> str:
             f"model_name {name!r} is not usable: use letters, digits, '_', "
             "'-' and '.', not starting with '.' or '-' (e.g. 'vit')."
         )
-    if name in (CONFIG_FILE, BATCHING_FILE):
+    if name in (CONFIG_FILE, BATCHING_FILE, LOCK_FILE):
         raise UsageError(
             f"model_name {name!r} is the name of a file the export writes "
             "beside the models: choose another (e.g. 'vit')."
@@ -176,7 +186,7 @@ def load_warmup_images(images: Sequence[WarmupImage]) -> List[bytes]:
             "warmup_images must be a list of images (bytes, paths or "
             "arrays), not a single image: wrap it in a list."
         )
-    max_images = MAX_WARMUP_RECORDS - 3  # + batch, pixels, features records
+    max_images = max_warmup_images()
     encoded = []
     for index, image in enumerate(images):
         if isinstance(image, (str, os.PathLike)):
@@ -224,6 +234,20 @@ def load_warmup_images(images: Sequence[WarmupImage]) -> List[bytes]:
     return encoded
 
 
+def _warmup_records(count: int) -> int:
+    """int. The records `warmup_requests` makes of `count` images: one
+    each, the batched ones, and the pixels and features requests."""
+    return count + (-(-count // MAX_BATCH_SIZE) if count > 1 else 0) + 2
+
+
+def max_warmup_images() -> int:
+    """int. The most warm-up images whose records TF Serving reads all."""
+    count = MAX_WARMUP_RECORDS
+    while _warmup_records(count) > MAX_WARMUP_RECORDS:
+        count -= 1
+    return count
+
+
 def _request(model_name: str, signature: str, inputs: dict):
     from tensorflow_serving.apis import predict_pb2
 
@@ -240,7 +264,8 @@ def warmup_requests(
 ) -> list:
     """PredictRequests that touch every signature, for TF Serving warm-up.
 
-    One `serving_default` request per image, one with all images batched,
+    One `serving_default` request per image, the images batched (in
+    requests of at most MAX_BATCH_SIZE, which a batching server takes),
     one `predict_images` request (the first image resized to the model's
     input size, float32 [0, 255]) and one `features` request.
 
@@ -258,12 +283,15 @@ def warmup_requests(
         for image in images
     ]
     if len(images) > 1:
-        requests.append(
+        requests.extend(
             _request(
                 model_name,
                 "serving_default",
-                {"image_bytes": np.array(list(images), dtype=object)},
+                {"image_bytes": np.array(list(images[start:start
+                                                     + MAX_BATCH_SIZE]),
+                                         dtype=object)},
             )
+            for start in range(0, len(images), MAX_BATCH_SIZE)
         )
     pixels = preprocessing.resize(
         preprocessing.decode_image(tf.constant(images[0])), image_size

@@ -152,9 +152,10 @@ def decode_checked(data: tf.Tensor) -> tf.Tensor:
 
     The empty-string and base64-text checks run before the decoder (by
     control dependency), so they, not a generic decoder error, report those
-    two common client mistakes. Unknown formats, truncated or corrupt files
-    raise the decoder's `InvalidArgumentError` ("Unknown image file format",
-    "Invalid JPEG data", "Invalid PNG data", ...).
+    two common client mistakes. A format other than the five is refused
+    by its first bytes ("Unknown image file format", before any decoder
+    runs); truncated or corrupt files raise the decoder's
+    `InvalidArgumentError` ("Invalid JPEG data", "Invalid PNG data", ...).
 
     Args:
         data: tf.Tensor. A scalar DT_STRING of encoded image bytes.

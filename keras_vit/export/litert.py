@@ -12,6 +12,13 @@ which runs TensorFlow's
 `TFLiteConverter` on a SavedModel of the model), restricted to LiteRT's
 built-in ops so that the plain runtime runs the file, no Flex delegate.
 
+The class names (`<name>.labels.txt`) and the preprocessing record are
+written before the `.tflite` is renamed into place, and the record names
+both by their SHA-256: an export stopped between the writes (an
+`--overwrite` cut short) leaves files that `read_resize_size` finds do not
+go together, so keras-vit-predict refuses them instead of preprocessing
+the new file as the old one was.
+
 Quantization: "float32" (none), "float16" (weights stored as float16,
 half the size) or "int8" (dynamic range: int8 weights, activations
 quantized on the fly; a quarter of the size). The file is checked with the
@@ -21,6 +28,7 @@ published: float32 must equal the Keras model to `VERIFY_ATOL`.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import List, Optional, Sequence
 
@@ -31,6 +39,7 @@ import tensorflow as tf
 from keras_vit.derived import input_image_size
 from keras_vit.errors import UsageError
 from keras_vit.export import graph as export_graph
+from keras_vit.export import options as export_options
 from keras_vit.storage.atomic import atomic_write
 
 QUANTIZATIONS = ("float32", "float16", "int8")
@@ -125,10 +134,12 @@ def export_litert(
             loaded by `keras_vit.checkpoint.loader.load_model`) taking
             [-1, 1] images of a fixed size and returning logits.
         path: str. The `.tflite` to write (atomically: a crash leaves no
-            partial file). With `class_names`, `<path minus .tflite>
-            .labels.txt` holds them, one per line.
+            partial file; last, after the files beside it). With
+            `class_names`, `<path minus .tflite>.labels.txt` holds them,
+            one per line.
         quantization: str. One of QUANTIZATIONS.
-        class_names: sequence of str or None. One per class.
+        class_names: sequence of str or None. One per class, none blank
+            (`keras_vit.export.options.class_names`).
         verify: bool. Run the file with the LiteRT interpreter on random
             pixels before publishing it: float32 must match the Keras
             model to VERIFY_ATOL; quantized files must give probabilities.
@@ -161,10 +172,10 @@ def export_litert(
             f"resize_size {resize_size} is smaller than the input size "
             f"{height}x{width}: the central crop needs at least "
             f"{max(height, width)}.")
-    if class_names is not None and len(class_names) != num_classes:
-        raise UsageError(
-            f"{len(class_names)} class names for {num_classes} classes."
-        )
+    labels = None
+    if class_names is not None:  # one a line: none blank, as a SavedModel's
+        labels = "".join(f"{name}\n" for name in export_options.class_names(
+            class_names, num_classes))
     if verify:
         interpreter_class()  # fail before converting, not after
 
@@ -173,19 +184,36 @@ def export_litert(
                        **_converter_options(quantization))
         if verify:
             _verify(tmp, wrapped, quantization)
+        record = preprocessing_record(height, width, resize_size,
+                                      quantization)
+        record["tflite_sha256"] = _digest(tmp)
+        record["labels_sha256"] = None if labels is None else (
+            hashlib.sha256(labels.encode("utf-8")).hexdigest())
+        _write_side_files(path, labels, record)
 
-    atomic_write(path, write)
-    atomic_write(preprocessing_path(path), json.dumps(
-        preprocessing_record(height, width, resize_size, quantization),
-        indent=1) + "\n")
-    if class_names is not None:
-        atomic_write(
-            labels_path(path), "".join(f"{name}\n" for name in class_names)
-        )
-    elif tf.io.gfile.exists(labels_path(path)):
-        # An earlier file's class names would be read as this one's.
-        tf.io.gfile.remove(labels_path(path))
+    atomic_write(path, write)  # last: renamed over the old file
     return path
+
+
+def _write_side_files(path: str, labels: Optional[str],
+                      record: dict) -> None:
+    """The class names (or none: an earlier file's would be read as this
+    one's), then the preprocessing record naming them and the .tflite."""
+    if labels is not None:
+        atomic_write(labels_path(path), labels)
+    elif tf.io.gfile.exists(labels_path(path)):
+        tf.io.gfile.remove(labels_path(path))
+    atomic_write(preprocessing_path(path),
+                 json.dumps(record, indent=1) + "\n")
+
+
+def _digest(path: str) -> str:
+    """str. The SHA-256 of the file at `path`, in hex."""
+    digest = hashlib.sha256()
+    with tf.io.gfile.GFile(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def labels_path(path: str) -> str:
@@ -226,7 +254,9 @@ def preprocessing_record(height: int, width: int,
 def read_resize_size(path: str, image_size: Sequence[int]) -> Optional[int]:
     """int or None. The evaluation resize recorded beside the .tflite
     `path` (None where no record is there, as for files written before
-    it was), checked against the file's `image_size`."""
+    it was), checked against the file's `image_size`, and the record
+    checked to name this .tflite and the class names beside it (by their
+    SHA-256; a record written before it named them is not)."""
     record_path = preprocessing_path(path)
     if not tf.io.gfile.exists(record_path):
         return None
@@ -237,6 +267,10 @@ def read_resize_size(path: str, image_size: Sequence[int]) -> Optional[int]:
         size, resize = list(record["image_size"]), record["resize_size"]
         if not all(_is_int(n) for n in size + [resize or 0]):
             raise ValueError("not whole numbers")
+        digests = [record.get(f"{name}_sha256")
+                   for name in ("tflite", "labels")]
+        if not all(d is None or isinstance(d, str) for d in digests):
+            raise ValueError("a digest is not a string")
     except (ValueError, TypeError, KeyError, AttributeError,
             RecursionError):
         raise UsageError(
@@ -250,7 +284,20 @@ def read_resize_size(path: str, image_size: Sequence[int]) -> Optional[int]:
             f"{resize}, which do not fit {path} (input "
             f"{list(image_size)}): export the model again, or remove the "
             "file and pass --resize_size.")
+    if digests[0] is not None and digests != _digests_beside(path):
+        raise UsageError(
+            f"{record_path} was written with another {path} or other class "
+            "names than those beside it (an export stopped while it "
+            "replaced them): export the model again (--overwrite).")
     return resize
+
+
+def _digests_beside(path: str) -> list:
+    """[SHA-256 of the .tflite `path`, of its class names (None where
+    there are none)], as a record names them."""
+    labels = labels_path(path)
+    return [_digest(path),
+            _digest(labels) if tf.io.gfile.exists(labels) else None]
 
 
 def _verify(path: str, wrapped: keras.Model, quantization: str) -> None:

@@ -5,7 +5,7 @@ and their checks: one frozen record, documented once.
 
 An unknown option is refused by name (a `UsageError`), as are option values
 that could not be served (see `checked_top_k`, `check_version`,
-`class_names`).
+`class_names`, `check_resize_size`).
 """
 
 from __future__ import annotations
@@ -95,6 +95,28 @@ def class_names(names, num_classes: int) -> list:
                 f'by its index, "{index}").'
             )
     return names
+
+
+def check_resize_size(resize_size, size) -> None:
+    """Raises a UsageError unless `resize_size` is None or an int or
+    (height, width) of at least the model's input `size` on each side:
+    the central crop of `size` is taken from the image resized to it."""
+    if resize_size is None:
+        return
+    sides = list(resize_size) if isinstance(resize_size, (list, tuple)) \
+        else [resize_size] * 2
+    if len(sides) != 2 or not all(
+            isinstance(n, (int, np.integer)) and not isinstance(n, bool)
+            and n > 0 for n in sides):
+        raise UsageError(f"resize_size must be an int or (height, width), "
+                         f"positive, got {resize_size!r}.")
+    if any(r < s for r, s in zip(sides, size)):
+        raise UsageError(
+            f"resize_size {resize_size} is smaller than the model's input "
+            f"{'x'.join(str(n) for n in size)}: the central crop is taken "
+            "from the resized image, so give sides at least the input's (an "
+            "int: at least its longer side), or None to resize straight to "
+            "the input size.")
 
 
 def checked_top_k(top_k, num_classes: int) -> int:

@@ -10,6 +10,12 @@ its header says: "image_bytes[3]: Invalid JPEG data ...". Each image is
 decoded once. A single image is decoded as it is, since its index is 0
 and the decoder's own message follows.
 
+What a request may cost is bounded before anything is decoded: each image
+by the pixels its header declares (`image_headers.MAX_PIXELS`, in
+`decode_image`), a batch by the pixels its images declare together
+(`MAX_REQUEST_PIXELS`), and the images of a batch are decoded
+`DECODE_PARALLEL` at a time, however many cores the server has.
+
 Pixel inputs are checked for their range, including the usual mistake of
 sending images scaled to [0, 1] (or [-1, 1]) instead of [0, 255].
 """
@@ -20,7 +26,17 @@ import tensorflow as tf
 
 from keras_vit.data import image_headers
 
-FORMATS = "JPEG, PNG, GIF, BMP or WebP"
+FORMATS = image_headers.FORMATS
+# Images of one request decoded at a time: a fixed few, not one per core
+# (tf.data's AUTOTUNE), so that a request's peak memory is that of a few
+# decoded images on any server, however many requests run side by side.
+DECODE_PARALLEL = 4
+# The most pixels the images of one request may declare together (width x
+# height, from their headers, summed before any is decoded): four images
+# at the limit of one. It bounds the decoding one request asks for; a
+# request over it is refused whole (an image over the limit of one is
+# refused by its own index instead, and not counted here).
+MAX_REQUEST_PIXELS = 4 * image_headers.MAX_PIXELS
 # A prefix made only of these characters is base64 text, not an image: the
 # usual mistake of a gRPC client (or a REST client that forgot {"b64": ...})
 # sending the base64 string itself. Real image formats start with bytes
@@ -37,7 +53,13 @@ BASE64_MESSAGE = (
     'file bytes; over REST wrap the base64 string as {"b64": "..."} so the '
     "server decodes it."
 )
-UNKNOWN_MESSAGE = f"Unknown image file format: send {FORMATS}."
+UNKNOWN_MESSAGE = (
+    f"Unknown image file format: send {FORMATS} (told by the first bytes of "
+    "the file; JPEG XL, TIFF, HEIC and other formats are refused unread).")
+REQUEST_PIXELS_MESSAGE = (
+    "pixels together (width x height, from their headers), more than "
+    f"{MAX_REQUEST_PIXELS:,}: the request is refused before decoding. Send "
+    "fewer images a request, or smaller ones.")
 PIXEL_RANGE_MESSAGE = (
     "expects pixel values in [0, 255] (RGB, float32); got values outside "
     "that range. Do not normalise the pixels: the graph scales them itself."
@@ -48,15 +70,9 @@ UNIT_RANGE_MESSAGE = (
     "graph scales them to the model's [-1, 1] itself."
 )
 # ((offset, magic bytes), ...), what a failed decode of such a file means
-_SIGNATURES = (
-    (((0, b"\xff\xd8\xff"),), "Invalid JPEG data: a truncated or corrupt "
-     "JPEG"),
-    (((0, b"\x89PNG"),), "Invalid PNG data: a truncated or corrupt PNG"),
-    (((0, b"GIF8"),), "Invalid GIF data: a truncated or corrupt GIF"),
-    (((0, b"BM"),), "Invalid BMP data: a truncated or corrupt BMP"),
-    (((0, b"RIFF"), (8, b"WEBP")), "Invalid WebP data: a truncated or "
-     "corrupt WebP"),
-)
+_SIGNATURES = tuple(
+    (magics, f"Invalid {name} data: a truncated or corrupt {name}")
+    for name, magics in image_headers.SIGNATURES)
 
 
 def _first(bad: tf.Tensor) -> tf.Tensor:
@@ -85,7 +101,7 @@ def _where_it_runs(image_bytes: tf.Tensor, fn, spec: tf.TensorSpec):
     count = tf.shape(image_bytes)[0]
     ds = tf.data.Dataset.from_tensor_slices((tf.range(count), image_bytes))
     ds = ds.map(lambda i, data: (i, fn(data)),
-                num_parallel_calls=tf.data.AUTOTUNE,
+                num_parallel_calls=DECODE_PARALLEL,
                 deterministic=True).ignore_errors()
     # A last element that is always there: one batch of everything.
     ds = ds.concatenate(tf.data.Dataset.from_tensors(
@@ -95,9 +111,27 @@ def _where_it_runs(image_bytes: tf.Tensor, fn, spec: tf.TensorSpec):
     return indices[:-1], values[:-1]
 
 
+def _within_budget(image_bytes: tf.Tensor) -> tf.Operation:
+    """Fails unless the images declare MAX_REQUEST_PIXELS or fewer
+    together: those within the limit of one image (the others fail by
+    their index), each read from its header (one whose header does not
+    read counts 0: it fails to decode, by its index)."""
+    _, declared = _where_it_runs(
+        image_bytes, image_headers.declared_pixels, tf.TensorSpec([], tf.int64))
+    counted = tf.where(declared <= image_headers.MAX_PIXELS, declared, 0)
+    total = tf.reduce_sum(counted)
+    return tf.debugging.Assert(total <= MAX_REQUEST_PIXELS, [
+        tf.strings.join([tf.strings.format(
+            "image_bytes: the {} images of this request declare {} ",
+            (tf.shape(image_bytes)[0], total)), REQUEST_PIXELS_MESSAGE])])
+
+
 def _decoded_all(image_bytes: tf.Tensor, decode, spec: tf.TensorSpec):
     """(images, ok): `decode` of each image that decodes, in order (every
-    image where all do), and bool [batch]: which did."""
+    image where all do), and bool [batch]: which did; once the images are
+    within MAX_REQUEST_PIXELS together."""
+    with tf.control_dependencies([_within_budget(image_bytes)]):
+        image_bytes = tf.identity(image_bytes)
     indices, images = _where_it_runs(image_bytes, decode, spec)
     ok = tf.scatter_nd(indices[:, None], tf.ones_like(indices),
                        tf.shape(image_bytes)[:1]) > 0
@@ -109,12 +143,8 @@ def _failure_reasons(image_bytes: tf.Tensor) -> tf.Tensor:
     # Byte comparisons, not regexes: TensorFlow's regexes read UTF-8.
     reasons = tf.fill(tf.shape(image_bytes), UNKNOWN_MESSAGE)
     for magics, reason in _SIGNATURES:
-        match = tf.ones(tf.shape(image_bytes), tf.bool)
-        for offset, magic in magics:
-            match = tf.logical_and(match, tf.equal(
-                tf.strings.substr(image_bytes, offset, len(magic)), magic
-            ))
-        reasons = tf.where(match, reason, reasons)
+        reasons = tf.where(image_headers.is_format(image_bytes, magics),
+                           reason, reasons)
     # What the header says, where the decoder's own words are lost: a
     # palette BMP, and more pixels than are decoded (0 where the header
     # does not read: a JPEG's is read by its decoder's parser).

@@ -54,13 +54,14 @@ from keras_vit.storage.atomic import atomic_write
 
 BATCHING_FILE = export_files.BATCHING_FILE
 # TF Serving's --batching_parameters_file, tuned for a CPU server: a batch
-# closes at 32 requests' images or after 5 ms, whichever first. On a GPU
-# raise max_batch_size (e.g. 128) and batch_timeout_micros (e.g. 10000).
-BATCHING_PARAMETERS = """\
-max_batch_size { value: 32 }
-batch_timeout_micros { value: 5000 }
-max_enqueued_batches { value: 100 }
-num_batch_threads { value: %d }
+# closes at MAX_BATCH_SIZE (32) requests' images or after 5 ms, whichever
+# first. On a GPU raise max_batch_size (e.g. 128) and batch_timeout_micros
+# (e.g. 10000).
+BATCHING_PARAMETERS = f"""\
+max_batch_size {{ value: {export_files.MAX_BATCH_SIZE} }}
+batch_timeout_micros {{ value: 5000 }}
+max_enqueued_batches {{ value: 100 }}
+num_batch_threads {{ value: %d }}
 """
 # What each signature's input is, for export.json: the SavedModel itself
 # records only names, dtypes and shapes.
@@ -254,6 +255,7 @@ def _target(model: keras.Model, export_dir: str,
     export_files.check_model_name(opts.model_name)
     num_classes = _num_classes(model)
     size = _input_size(model)
+    export_options.check_resize_size(opts.resize_size, size)
     names = export_options.class_names(opts.class_names, num_classes)
     top_k = export_options.checked_top_k(opts.top_k, num_classes)
     export_options.check_version(opts.version)

@@ -1,20 +1,34 @@
 """TF Serving's models.config (a model_config_list in protobuf's text
 format) of an export folder: read, checked, and given one model's entry,
-keeping the others and what was edited by hand."""
+keeping the others and what was edited by hand.
+
+Exports running at once into one local export folder each add their entry:
+the file is read, changed and written under an exclusive lock on
+`models.config.lock` beside it (`fcntl.flock`; a process that dies lets
+go of it). A gs:// folder has no such lock: there, exports that update
+its models.config at the same moment can lose one another's entries, so
+export into it one at a time."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import posixpath
 import re
-from typing import Optional
+from typing import Iterator, Optional
 
 import tensorflow as tf
 from absl import logging
 
 from keras_vit.errors import UsageError
-from keras_vit.export.files import CONFIG_FILE, join
+from keras_vit.export.files import CONFIG_FILE, LOCK_FILE, join
 from keras_vit.storage import atomic
 from keras_vit.storage.atomic import atomic_write
+
+try:
+    import fcntl
+except ImportError:  # Windows: models.config is updated unlocked
+    fcntl = None
 
 __all__ = ["CONFIG_FILE", "config_base_path", "read_models_config",
            "update_models_config"]
@@ -61,8 +75,35 @@ def update_models_config(
     Entries of other models, and the other fields of this model's entry
     (version policy, labels), are kept. An existing entry's base_path is
     changed only with `replace_base_path`, so a path edited by hand for a
-    server (e.g. /models/vit in a container) survives re-exports.
+    server (e.g. /models/vit in a container) survives re-exports. A local
+    file is read and written under its lock (`locked`), so that exports
+    at once into one folder keep each other's entries.
     """
+    with locked(path):
+        _update(path, model_name, base_path, replace_base_path)
+
+
+@contextlib.contextmanager
+def locked(path: str) -> Iterator[None]:
+    """Holds an exclusive lock on LOCK_FILE beside the local `path` (none
+    for a URL such as gs://, which has no lock, nor where `fcntl` is
+    missing: Windows)."""
+    if "://" in str(path) or fcntl is None:
+        yield
+        return
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, LOCK_FILE), "a") as lock:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+
+
+def _update(path: str, model_name: str, base_path: str,
+            replace_base_path: bool) -> None:
+    """`update_models_config`'s read, change and write, once locked."""
     from google.protobuf import text_format
 
     config = read_models_config(path)
