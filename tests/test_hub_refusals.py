@@ -314,18 +314,33 @@ def test_gap_model_loads_exactly_with_or_without_global_pool(tmp_path):
     _assert_reference(_load(folder), folder)
 
 
-def test_unknown_pooling_is_refused_not_guessed(tmp_path):
+def test_an_unregistered_architecture_is_refused_not_guessed(tmp_path):
+    # timm's create_model raises "Unknown model" for a name it does not
+    # register, whatever model_args give: refused by name, with the
+    # registry's timm version and the fix, not built from a guess (the
+    # family word's head count, the config's pooling).
     def unknown(config):
         config["architecture"] = "my_vit"
         del config["global_pool"], config["model_args"]["global_pool"]
-    with pytest.raises(UsageError, match="'my_vit'.*gives no global_pool"):
-        _load(_copy(tmp_path, "timm_vit_gap", unknown))
-    # For an unknown name, the top-level copy timm writes says it, and
-    # model_args must give what the name would have.
+
     def explicit(config):
+        config["architecture"] = "vit_base_patch4_newthing_16"
         config["global_pool"] = "avg"
         config["model_args"].update(class_token=False, fc_norm=False)
-    folder = _copy(tmp_path, "timm_vit_gap", explicit)
+
+    def heads_from_name(config):
+        config["architecture"] = "vit_large_patch16_newthing_224"
+        del config["model_args"]["num_heads"]
+    for edit in (unknown, explicit, heads_from_name):
+        with pytest.raises(UsageError, match=(
+                "not one of the 179 vision_transformer / deit "
+                "architectures of timm 1.0.31 .*'Unknown model'.*set "
+                "architecture to a registered name")):
+            _load(_copy(tmp_path / edit.__name__, "timm_vit_gap", edit))
+    # A pretrained tag is no part of the name timm looks up.
+    def tagged(config):
+        config["architecture"] = "vit_base_patch16_gap_224.my_tag"
+    folder = _copy(tmp_path / "tagged", "timm_vit_gap", tagged)
     _assert_reference(_load(folder), folder)
 
     def disagree(config):
@@ -669,3 +684,22 @@ def test_timm_num_classes_from_the_top_level_loads(tmp_path):
     folder = _copy(tmp_path, "timm_vit", _timm_edit(
         drop_args=["num_classes"], pretrained={"num_classes": 7}))
     _assert_reference(_load(folder), folder)  # the top-level 3 wins
+
+
+def test_a_backbone_of_other_numerics_says_it_loses_them(tmp_path, caplog):
+    # The official layout holds no numerics: a backbone written from
+    # Hugging Face weights (exact GELU, epsilon 1e-12) builds models of the
+    # official ones (VTAB fine-tunes from it); the log says so.
+    folder = os.path.join(FIXTURES, "hf_vit_classifier")
+    caplog.set_level("WARNING")
+    backbone = loader.write_backbone(folder, str(tmp_path / "b.npz"))
+    assert "computes its blocks otherwise (GELU exact (erf), LayerNorm " \
+           "epsilon 1e-12) than the official ViT" in caplog.text
+    assert loader.describe_source(backbone).numerics == keras_vit.Numerics()
+    caplog.clear()
+    official = str(tmp_path / "official.npz")
+    weights.save_npz(keras_vit.create_model(
+        None, num_classes=3, image_size=16, patch_size=8, hidden_size=16,
+        num_layers=1, num_heads=2, mlp_dim=32), official)
+    loader.write_backbone(official, str(tmp_path / "b2.npz"))
+    assert "computes its blocks otherwise" not in caplog.text

@@ -151,7 +151,14 @@ def test_timm_hub_config_without_model_args():
     # The top-level global_pool must agree with what the name registers.
     with pytest.raises(ValueError, match="global_pool 'avg' disagrees"):
         hub_timm.settings({"architecture": "vit_base_patch16_224",
-                                  "global_pool": "avg"})
+                           "global_pool": "avg", "pretrained_cfg": {}})
+    # In timm's older single-dict config (no pretrained_cfg) every other
+    # top-level key becomes a PretrainedCfg field, which has no
+    # global_pool: timm raises TypeError.
+    with pytest.raises(ValueError, match="has 'global_pool', not a field "
+                       "of timm 1.0.31's PretrainedCfg"):
+        hub_timm.settings({"architecture": "vit_base_patch16_224",
+                           "global_pool": "avg"})
 
 
 def test_sharded_safetensors(tmp_path):

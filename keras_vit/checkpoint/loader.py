@@ -18,8 +18,9 @@ from __future__ import annotations
 from typing import Any, Dict, NamedTuple, Optional, Sequence, Union
 
 import keras
+from absl import logging
 
-from keras_vit.architecture import SHAPE_FIELDS, Architecture
+from keras_vit.architecture import SHAPE_FIELDS, Architecture, Numerics
 from keras_vit.checkpoint import weights
 from keras_vit.checkpoint.formats import npz as checkpoint_io
 from keras_vit.checkpoint.npz_source import NpzSource
@@ -88,12 +89,24 @@ def write_backbone(
     Returns:
         The NpzSource of the written file.
     """
+    source = resolve(source)
     drop = ("head/",) if keep_pre_logits else ("head/", "pre_logits/")
     arrays = {
         k: v for k, v in source_arrays(source, keep_pre_logits).items()
         if not k.startswith(drop)
     }
     checkpoint_io.write_npz(path, arrays)
+    numerics = describe_source(source).numerics
+    if numerics != Numerics():
+        # The official layout holds no numerics: what is built from the
+        # file computes the official ones (as fine-tuning does).
+        logging.warning(
+            "%s computes its blocks otherwise (GELU %s, LayerNorm epsilon "
+            "%g) than the official ViT, whose numerics (GELU tanh, epsilon "
+            "1e-06) models built from %s have: their outputs move a little "
+            "before the first step, and fine-tuning adapts to them.",
+            source.path, "tanh" if numerics.approximate_gelu
+            else "exact (erf)", numerics.layer_norm_epsilon, path)
     return NpzSource(path)
 
 

@@ -304,10 +304,12 @@ def resize_size(values: flags.FlagValues, source: loader.Source,
     resize = source_resize(source, hint(values, "image_size"))
     if resize and source.run_config() is None:
         logging.info(
-            "%s: resized to %s, then the central crop, as timm evaluates "
-            "it (its crop_pct; timm keeps the aspect ratio and resizes "
-            "bicubic, this resizes both sides bilinear: --resize_size sets "
-            "another).", source.path, resize)
+            "%s: resized to %s, then the central crop, as the library "
+            "that wrote it evaluates it (timm's crop_pct, or the "
+            "transformers processor's size and crop_size; the library may "
+            "keep the aspect ratio or resize bicubic, this resizes both "
+            "sides bilinear: --resize_size sets another).",
+            source.path, resize)
     return resize
 
 

@@ -16,13 +16,18 @@ is listed with how keras_vit honours it:
 
 from __future__ import annotations
 
-import math
 import os
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional
 
 from absl import logging
 
 from keras_vit.checkpoint.formats import untrusted
+from keras_vit.checkpoint.hub.processor import (  # noqa: F401 (channels)
+    PROCESSOR_FILE,
+    channels,
+    library_resize,
+    processor_normalisation,
+)
 from keras_vit.errors import UsageError, shorten
 
 READ, SHAPE, CHECKED, NO_EFFECT = "read", "shape", "checked", "no effect"
@@ -68,26 +73,6 @@ HF_POOLER_ACTIVATIONS = {
     "linear": "linear", "mish": "mish", "hardswish": "hard_silu",
 }
 
-PROCESSOR_FILE = "preprocessor_config.json"
-# transformers.image_utils' constants: IMAGENET_STANDARD_*, IMAGENET_DEFAULT_*
-# and OPENAI_CLIP_*.
-_STANDARD = ((0.5, 0.5, 0.5), (0.5, 0.5, 0.5))
-_IMAGENET = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
-_CLIP = ((0.48145466, 0.4578275, 0.40821073),
-         (0.26862954, 0.26130258, 0.27577711))
-# The (image_mean, image_std) each image processor class that a ViT
-# folder's preprocessor_config.json names uses where the file leaves them
-# out (each class's __init__ defaults; all rescale by 1/255 and
-# normalise by default).
-PROCESSOR_DEFAULTS = {
-    "ViTImageProcessor": _STANDARD,
-    "BeitImageProcessor": _STANDARD,
-    "SiglipImageProcessor": _STANDARD,
-    "DeiTImageProcessor": _IMAGENET,
-    "ConvNextImageProcessor": _IMAGENET,
-    "CLIPImageProcessor": _CLIP,
-    "BitImageProcessor": _CLIP,
-}
 # The transformers classes whose arrays this ViT reads, and the parts of a
 # folder's arrays each one uses: ViTForImageClassification builds its ViT
 # without the pooler (add_pooling_layer=False) and classifies the class
@@ -147,11 +132,12 @@ def hf_settings(spec: Dict[str, Any], folder: str,
                       "images that are not RGB")
     check_square_patch("config.json patch_size", spec.get("patch_size"))
     processor = os.path.join(folder, PROCESSOR_FILE)
-    proc = {}
+    proc = None
     if os.path.exists(processor):
         proc = read_json(untrusted.in_folder(folder, PROCESSOR_FILE,
                                              processor))
-    mean, std = processor_normalisation(proc, processor)
+    mean, std = processor_normalisation(proc or {}, processor)
+    size = spec.get("image_size", 224)
     return dict(
         num_heads=int(spec.get("num_attention_heads",
                                HF_VIT_DEFAULTS["num_attention_heads"])),
@@ -163,6 +149,10 @@ def hf_settings(spec: Dict[str, Any], folder: str,
         std=std,
         pre_logits_activation=HF_POOLER_ACTIVATIONS[pooler],
         architecture=hf_architecture(spec),
+        # The resize before the central crop its processor implies.
+        eval_resize=library_resize(
+            proc, processor, (size, size) if isinstance(size, int)
+            else tuple(size)),
         # False: transformers builds no query/key/value bias and ignores
         # such arrays of the file.
         qkv_bias=bool(spec.get("qkv_bias", True)),
@@ -189,93 +179,6 @@ def hf_architecture(spec: Dict[str, Any]) -> Optional[str]:
     return names[0]
 
 
-def channels(value, field: str, path: str) -> Tuple[float, ...]:
-    """Three per-channel floats from a number or a list of 1 or 3."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        value = [value]
-    if isinstance(value, tuple):  # a default, not JSON
-        value = list(value)
-    if (not isinstance(value, list) or len(value) not in (1, 3)
-            or not all(isinstance(v, (int, float))
-                       and not isinstance(v, bool) for v in value)):
-        raise UsageError(
-            f"{path} {field}={value!r}: a number or a list of 3 numbers "
-            "(one per RGB channel) is expected."
-        )
-    values = tuple(float(v) for v in value) * (3 // len(value))
-    if not all(math.isfinite(v) for v in values):
-        raise UsageError(f"{path} {field}={value!r} is not finite.")
-    return values
-
-
-def processor_class(proc: Dict[str, Any], path: str) -> str:
-    """The image processor class transformers' AutoImageProcessor builds
-    for a ViT folder: `image_processor_type`, else the older
-    `feature_extractor_type` with FeatureExtractor read as ImageProcessor,
-    else ViTConfig's ViTImageProcessor; a fast variant ('...Fast') has its
-    slow class's defaults."""
-    name = proc.get("image_processor_type")
-    field = "image_processor_type"
-    if name is None and proc.get("feature_extractor_type") is not None:
-        field = "feature_extractor_type"
-        name = proc[field]
-        if isinstance(name, str):
-            name = name.replace("FeatureExtractor", "ImageProcessor")
-    if name is None:
-        return "ViTImageProcessor"
-    if not isinstance(name, str):
-        raise UsageError(f"{path} {field}={shorten(name)}: a transformers "
-                         "class name (a string) is expected.")
-    return name[:-len("Fast")] if name.endswith("Fast") else name
-
-
-def processor_normalisation(proc: Dict[str, Any], path: str):
-    """(mean, std) of pixels / 255 that equal what a transformers image
-    processor feeds the model: `do_rescale` (x rescale_factor, default
-    1/255) and `do_normalize` ((x - image_mean) / image_std, default mean
-    and std those of the processor class, `PROCESSOR_DEFAULTS`;
-    transformers' defaults for a missing field). Any such affine map of
-    the pixels folds exactly into the patch embedding; a zero scale or
-    std, which no model input can come from, is refused, and so is a
-    class of unknown defaults that leaves image_mean or image_std out."""
-    if not isinstance(proc, dict):
-        raise UsageError(f"{path} is not a JSON object.")
-    kind = processor_class(proc, path)
-    rescale = proc.get("do_rescale", True)
-    factor = proc.get("rescale_factor", 1 / 255) if rescale else 1.0
-    if (isinstance(factor, bool) or not isinstance(factor, (int, float))
-            or not math.isfinite(factor) or factor <= 0):
-        raise UsageError(
-            f"{path} rescale_factor={factor!r}: a positive number is "
-            "expected (transformers multiplies the pixels by it)."
-        )
-    mean, std = (0.0,) * 3, (1.0,) * 3
-    if proc.get("do_normalize", True):
-        default = PROCESSOR_DEFAULTS.get(kind)
-        unset = [f for f in ("image_mean", "image_std")
-                 if proc.get(f) is None]
-        if default is None and unset:
-            raise UsageError(
-                f"{path} names image processor {kind!r}, whose default "
-                f"{unset[0]} is not known here (known: "
-                f"{', '.join(sorted(PROCESSOR_DEFAULTS))}): add image_mean "
-                "and image_std to the file."
-            )
-        mean = channels(proc.get("image_mean") if proc.get(
-            "image_mean") is not None else default[0], "image_mean", path)
-        std = channels(proc.get("image_std") if proc.get(
-            "image_std") is not None else default[1], "image_std", path)
-        if min(abs(s) for s in std) == 0:
-            raise UsageError(
-                f"{path} image_std={list(std)} has a zero: transformers "
-                "would divide by it, so no model input is defined."
-            )
-    # The model sees (p * factor - mean) / std for pixels p in [0, 255]:
-    # in terms of p / 255, mean / (255 factor) and std / (255 factor).
-    unit = 255.0 * float(factor)
-    return (tuple(m / unit for m in mean), tuple(s / unit for s in std))
-
-
 def check_square_patch(field: str, value) -> None:
     """Refuses a non-square patch size, naming it: this ViT's patch
     embedding (and the official layout) cuts P x P patches."""
@@ -300,13 +203,16 @@ def patch_size(value):
     return value
 
 
-def check_hf_shapes(spec: Dict[str, Any], info: Dict[str, Any]) -> None:
+def check_hf_shapes(spec: Dict[str, Any], info: Dict[str, Any],
+                    architecture: Optional[str] = None) -> None:
     """Refuses a transformers config whose SHAPE fields, or their
     ViTConfig defaults where it leaves them out, disagree with the arrays
     (`info`: `npz_layout.describe_arrays` of the mapped arrays), and a
     classifier of another width than its labels (id2label, else
     num_labels, else 2, transformers' default, for a
-    ViTForImageClassification)."""
+    ViTForImageClassification: `architecture`, the class read, named by
+    config.json or the one AutoModelForImageClassification builds; None:
+    config.json's)."""
     defaults = dict(HF_VIT_DEFAULTS, pooler_output_size=spec.get(
         "hidden_size", HF_VIT_DEFAULTS["hidden_size"]))
     found = {
@@ -317,8 +223,9 @@ def check_hf_shapes(spec: Dict[str, Any], info: Dict[str, Any]) -> None:
         "pooler_output_size": info["representation_size"],
     }
     labels, count = spec.get("id2label"), spec.get("num_labels")
+    architecture = architecture or hf_architecture(spec)
     if (labels is not None or count is not None
-            or hf_architecture(spec) == "ViTForImageClassification"):
+            or architecture == "ViTForImageClassification"):
         defaults["num_labels"] = num_labels(labels, count)
         found["num_labels"] = info["num_classes"]
     for field, value in found.items():

@@ -143,6 +143,7 @@ TIMM_PRETRAINED: Dict[str, Check] = {
     "label_names": _LABELS,
     "num_classes": (_count, "an integer >= 0"),
     "crop_pct": (_crop_share, "a number above 0 and at most 1"),
+    "crop_mode": _STR,
 }
 
 

@@ -36,6 +36,12 @@ class Mapper:
         self.used = set()
         self.arrays: Dict[str, np.ndarray] = {}
         self.width = 0  # the patch embedding's output channels
+        # The transformers class read (map_huggingface), whether config.json
+        # named it, and the (key, shape, reason) of the arrays it leaves
+        # out where it did not.
+        self.architecture: Optional[str] = None
+        self.inferred = False
+        self.left_out: List[tuple] = []
 
     def set_width(self, patch_kernel: str) -> None:
         self.width = int(stored_shape(self.tensors, patch_kernel)[0])
@@ -142,23 +148,51 @@ _HF_LAYER = {
 }
 
 
+def _choose_class(m: Mapper, architecture: Optional[str]) -> Optional[str]:
+    """The transformers class whose arrays are read (config.json's, else
+    for a file with a classifier the ViTForImageClassification that
+    AutoModelForImageClassification builds for model_type vit, which has
+    no pooler); the other class's part is marked used (left out), and
+    listed in `m.left_out` where config.json named no class."""
+    tensors, prefix = m.tensors, m.prefix
+    if architecture is None and any(k.startswith("classifier.")
+                                    for k in tensors):
+        architecture = "ViTForImageClassification"
+        m.inferred = True
+    m.architecture = architecture
+    if architecture is not None:
+        skip = hub_config.HF_ARCHITECTURES[architecture]
+        skipped = [k for k in tensors if k.startswith(skip) or
+                   k.startswith(prefix + skip)]
+        m.used.update(skipped)
+        if m.inferred:
+            m.left_out = [(k, stored_shape(tensors, k), (
+                "config.json names no architectures: read as transformers' "
+                "AutoModelForImageClassification builds it, a "
+                "ViTForImageClassification, which has no pooler"))
+                for k in sorted(skipped)]
+    return architecture
+
+
 def map_huggingface(tensors, heads: int,
                      architecture: Optional[str] = None,
                      qkv_bias: bool = True,
                      num_labels: Optional[int] = None) -> Mapper:
-    """The arrays `architecture` (a transformers class, or None: every
-    part the arrays hold) uses, in the official layout; the other class's
-    part (the pooler beside a classifier, a classifier beside the pooler)
-    is left out, as transformers leaves it out, and so are query/key/value
+    """The arrays `architecture` (a transformers class; None: a file with
+    a classifier is read as the ViTForImageClassification transformers'
+    AutoModelForImageClassification builds, one without by its arrays:
+    a ViTModel's pooler output where it holds the pooler) uses, in the
+    official layout; the other class's part (the pooler beside a
+    classifier, a classifier beside the pooler) is left out, as
+    transformers leaves it out (`Mapper.left_out` lists it where
+    config.json named no class), and so are query/key/value
     biases with `qkv_bias` False (transformers builds none: zeros). A
     classifier of `num_labels` 0 is transformers' identity: the class
-    token's features, a features model here."""
+    token's features, a features model here. The class token is
+    required: transformers' ViT always has one."""
     prefix = "vit." if any(k.startswith("vit.") for k in tensors) else ""
     m = Mapper(tensors, prefix)
-    if architecture is not None:
-        skip = hub_config.HF_ARCHITECTURES[architecture]
-        m.used.update(k for k in tensors if k.startswith(skip) or
-                      k.startswith(prefix + skip))
+    architecture = _choose_class(m, architecture)
     if architecture == "ViTForImageClassification" and num_labels != 0 \
             and not any(k.startswith("classifier.") for k in tensors):
         raise UsageError(
@@ -170,6 +204,15 @@ def map_huggingface(tensors, heads: int,
     names = _HF_LAYER["files"]
     if any(k.startswith(prefix + "layers.") for k in tensors):
         names = _HF_LAYER["transformers5"]
+    if not m.has("embeddings.cls_token"):
+        raise UsageError(
+            f"The weights lack {prefix}embeddings.cls_token: transformers' "
+            "ViTEmbeddings always has a class token (and a position table of"
+            " the patches plus its row), so it would start the token at "
+            "random or refuse the table. A ViT without a class token (timm "
+            "class_token=False, global_pool='avg') is read in timm's "
+            "naming, with its config.json."
+        )
     _stem(m, "embeddings.cls_token", "embeddings.position_embeddings",
           "embeddings.patch_embeddings.projection")
     m.set_width(prefix + "embeddings.patch_embeddings.projection.weight")

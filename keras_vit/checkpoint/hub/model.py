@@ -82,6 +82,9 @@ def model_from_hub(
     )
     if grid != tuple(checkpoint.posemb_grid):
         report.posemb_resized = (tuple(checkpoint.posemb_grid), grid)
+    # What the library's class leaves out of the file (named where
+    # config.json did not name the class).
+    report.dropped.extend(checkpoint.dropped)
     return model, report
 
 

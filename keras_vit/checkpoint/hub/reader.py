@@ -21,7 +21,9 @@ image size, GELU form, LayerNorm epsilon, pooling, the pooler's activation,
 class names), each field checked by `hub_config` / `hub_timm` and read the
 way the library reads it: transformers' `architectures` picks the arrays
 its class uses (a classifier's file may also hold a pooler, a ViTModel's a
-classifier; each class leaves the other part out), timm's image size
+classifier; each class leaves the other part out; none named, a file
+with a classifier is the ViTForImageClassification that
+AutoModelForImageClassification builds), timm's image size
 comes from model_args before pretrained_cfg, and an image size the patch
 does not divide loses its remainder as the libraries' convolutions drop
 it. Anything
@@ -33,7 +35,9 @@ with (a transformers processor's rescale and `image_mean` / `image_std`,
 timm's `mean` / `std` with timm's ImageNet defaults) is folded into the
 patch embedding, so the model keeps the project's input convention,
 pixels in [-1, 1]: the patch embedding is linear with VALID padding, so
-the fold is exact.
+the fold is exact. The resize and crop the library evaluates with
+(timm's crop_pct, a transformers processor's size and crop_size:
+`hub_processor`) become `eval_resize`.
 
 The weights files are read by `hub_tensors`: safetensors with the
 `safetensors` package's numpy API, `pytorch_model.bin` with `torch_pickle`
@@ -45,7 +49,6 @@ otherwise). Every file read resolves inside the model's folder
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -58,6 +61,7 @@ from keras_vit.checkpoint.hub import (
     config_types as hub_types,
 )
 from keras_vit.checkpoint.hub import mapping as hub_mapping
+from keras_vit.checkpoint.hub import processor as hub_processor
 from keras_vit.checkpoint.hub import timm as hub_timm
 from keras_vit.checkpoint.hub import timm_filter
 from keras_vit.checkpoint.hub.tensors import (
@@ -100,12 +104,17 @@ class HubCheckpoint:
             rescale folded in), folded into the patch embedding.
         pre_logits_activation: str. The Keras activation of the pre-logits
             layer (a ViTModel's pooler_act), when there is one.
-        eval_resize: int or None. timm's evaluation resize of a square
-            model: floor(side / pretrained_cfg crop_pct) (timm's default
-            crop_pct 0.875 where the config gives none), then the central
-            crop; None where the library resizes to the input directly
-            (transformers' ViTImageProcessor, a crop_pct of 1) or the
-            model is not square.
+        eval_resize: int or None. The library's evaluation resize (to
+            N x N, then the central crop of the input): timm's
+            floor(side / pretrained_cfg crop_pct) for a square model
+            (timm's default crop_pct 0.875 where the config gives none);
+            for transformers, what preprocessor_config.json's resize and
+            crop make (`hub.processor.library_resize`: DeiT's 256 before
+            its 224 crop). None where the library resizes to the input
+            directly (ViTImageProcessor, a crop_pct of 1).
+        dropped: list of (key, shape, reason). Arrays of the file left out
+            where config.json names no transformers class (the pooler
+            beside a classifier), for the load report.
     """
 
     path: str
@@ -121,6 +130,8 @@ class HubCheckpoint:
     std: Tuple[float, ...]
     pre_logits_activation: str = "tanh"
     eval_resize: Optional[int] = None
+    dropped: List[Tuple[str, Tuple[int, ...], str]] = dataclasses.field(
+        default_factory=list)
 
 
 def _files(path: str) -> Tuple[str, str]:
@@ -230,10 +241,11 @@ def _read_hub(path: str) -> HubCheckpoint:
             f"{kind} model with parts the plain ViT does not compute "
             "(e.g. a distillation or register token, layer scale, fc_norm)."
         )
-    _set_sizes(settings, spec, mapper.arrays, kind, weights_path)
+    _set_sizes(settings, spec, mapper, kind, weights_path)
     _fold_normalisation(mapper.arrays, settings["mean"], settings["std"])
     return HubCheckpoint(
-        path=weights_path, naming=kind, arrays=mapper.arrays, **settings,
+        path=weights_path, naming=kind, arrays=mapper.arrays,
+        dropped=list(mapper.left_out), **settings,
     )
 
 
@@ -274,6 +286,15 @@ def _map_huggingface(spec, tensors, config_path: str):
         tensors, settings["num_heads"], settings.pop("architecture"),
         settings.pop("qkv_bias"),
         hub_config.num_labels(spec.get("id2label"), spec.get("num_labels")))
+    if mapper.left_out:
+        hub_processor.warn_once(
+            f"{config_path} names no architectures and its weights hold a "
+            "classifier: read as transformers' "
+            "AutoModelForImageClassification builds it, a "
+            "ViTForImageClassification, which classifies the class token "
+            "and has no pooler (left out: "
+            f"{', '.join(k for k, _, _ in mapper.left_out)}). Set "
+            "architectures to [\"ViTModel\"] for the pooler's output.")
     return settings, mapper
 
 
@@ -304,10 +325,11 @@ def _map_timm(spec, tensors, config_path: str, weights_path: str):
 MAX_TOKENS = 1 << 14
 
 
-def _set_sizes(settings: dict, spec, arrays, kind: str,
+def _set_sizes(settings: dict, spec, mapper, kind: str,
                weights_path: str) -> None:
     """Sets the image size read (whole patches) and the position
     embedding's grid in `settings`, checked against config.json."""
+    arrays = mapper.arrays
     info = describe_arrays({k: v.shape for k, v in arrays.items()})
     size = settings.pop("image_size")
     size = (size, size) if isinstance(size, int) else tuple(size)
@@ -334,7 +356,7 @@ def _set_sizes(settings: dict, spec, arrays, kind: str,
             "image): the config.json is corrupt or edited; give its "
             "image size as the model was trained.")
     if kind == HUGGINGFACE:
-        hub_config.check_hf_shapes(spec, info)
+        hub_config.check_hf_shapes(spec, info, mapper.architecture)
         hub_config.check_hf_grid(spec, arrays, grid, weights_path)
         settings["posemb_grid"] = grid
     else:
@@ -343,9 +365,7 @@ def _set_sizes(settings: dict, spec, arrays, kind: str,
             settings, arrays, weights_path)
         settings.pop("pooling")
         settings.pop("stored_size")
-        # A square model's (a crop of another shape than its resize is
-        # what timm's crop_mode picks: not taken over).
-        rows, cols = settings["image_size"]
-        resize = math.floor(rows / settings.pop("crop_pct"))
-        settings["eval_resize"] = (resize if rows == cols and resize > rows
-                                   else None)
+        settings["eval_resize"] = hub_timm.eval_resize(
+            settings.pop("crop_pct"), settings.pop("crop_mode"),
+            settings["image_size"],
+            os.path.join(os.path.dirname(weights_path), CONFIG_FILE))

@@ -5,15 +5,18 @@ Every argument of timm's `VisionTransformer.__init__` is listed in
 `hub_config`). A timm folder's `model_args` hold only what its maker
 passed; the rest comes from the architecture name's registration and
 the pretrained_cfg, as timm itself builds it (`timm_registry`, read from
-timm; `timm_defaults`). A field that cannot be
-known is refused, and so is a part the arrays show that this ViT does not
-compute (a distillation or register token, norm_pre, position embeddings
-without the class token), each by name.
+timm; `timm_defaults`). An architecture name timm does not register, a
+model_args key neither VisionTransformer nor timm's factory takes
+(`TIMM_FACTORY_ARGS`) and a pretrained_cfg key timm's PretrainedCfg
+lacks are refused, as timm refuses them; so is a field that cannot be
+known, and a part the arrays show that this ViT does not compute (a
+distillation or register token, norm_pre, position embeddings without
+the class token), each by name.
 """
 
 from __future__ import annotations
 
-import re
+import math
 from typing import Any, Dict, Optional
 
 from keras_vit.checkpoint.hub.config import (
@@ -28,13 +31,17 @@ from keras_vit.checkpoint.hub.config import (
     patch_size,
     refuse,
 )
+from keras_vit.checkpoint.hub.processor import warn_once
 from keras_vit.checkpoint.hub.timm_defaults import (
     check_classes,
     check_in_chans,
+    check_pretrained_fields,
     image_size,
     pretrained_cfg,
+    registered,
     timm_architecture,
 )
+from keras_vit.checkpoint.hub.timm_registry import TIMM_VERSION
 from keras_vit.errors import UsageError
 
 TIMM_VIT_ARGS = {
@@ -83,6 +90,21 @@ TIMM_VIT_ARGS = {
     "device": NO_EFFECT,
     "dtype": NO_EFFECT,
 }
+# The model_args keys timm's factory takes before VisionTransformer
+# (create_model hands model_args to the architecture's entrypoint, which
+# passes what it does not take to the model, whose __init__ raises
+# TypeError for any key of neither list).
+TIMM_FACTORY_ARGS = {
+    # True: timm builds its NaFlexVit instead (refused).
+    "use_naflex": CHECKED,
+    # True: a feature extractor, not the classifier (refused).
+    "features_only": CHECKED,
+    # The feature extractor's outputs; nothing without features_only.
+    "out_indices": NO_EFFECT,
+    # False: timm loads missing or extra arrays without complaint; a
+    # folder keras_vit loads has every array its model needs, no other.
+    "pretrained_strict": NO_EFFECT,
+}
 # timm's `act_layer` names -> whether the GELU is the tanh form.
 _TIMM_GELU = {None: False, "gelu": False, "gelu_tanh": True}
 # VisionTransformer's defaults of the CHECKED arguments, and what each
@@ -113,11 +135,6 @@ TIMM_DEFAULT_STD = (0.229, 0.224, 0.225)
 # timm.data's DEFAULT_CROP_PCT: what resolve_data_config gives a config
 # without crop_pct.
 TIMM_DEFAULT_CROP_PCT = 0.875
-_TIMM_NAME = re.compile(
-    r"^(?:vit|deit)_(tiny|small|base|large|huge|giant)_patch(\d+)_(\d+)"
-)
-_TIMM_HEADS = {"tiny": 3, "small": 6, "base": 12, "large": 16, "huge": 16,
-               "giant": 16}
 
 
 def _pair(size):
@@ -164,22 +181,11 @@ def is_distilled(spec: Dict[str, Any]) -> bool:
 
 def _pool(spec, arch, known, model_args) -> str:
     """global_pool as timm builds it from this config: model_args, else
-    the architecture's registration; the top-level copy timm writes is
-    informational and must agree."""
+    the architecture's registration (else VisionTransformer's 'token');
+    the top-level copy timm writes is informational and must agree."""
     top = spec.get("global_pool")
-    if "global_pool" in model_args:
-        pool = model_args["global_pool"]
-    elif known is not None:
-        pool = known[1].get("global_pool", "token")
-    elif top is not None:
-        return top
-    else:
-        raise UsageError(
-            f"config.json names architecture {arch!r}, not one of timm's "
-            "vision_transformer / deit models, and gives no global_pool: "
-            "cannot tell how the tokens are pooled. Add \"global_pool\" to "
-            "its model_args."
-        )
+    pool = model_args.get("global_pool", known[1].get("global_pool",
+                                                      "token"))
     if top is not None and top != pool:
         raise UsageError(
             f"config.json global_pool {top!r} disagrees with what timm "
@@ -229,26 +235,51 @@ def _timm_refusal(args: Dict[str, Any], pool: str) -> Optional[UsageError]:
     return None
 
 
+def _check_model_args(model_args: Dict[str, Any]) -> None:
+    """Refuses a model_args key neither VisionTransformer nor timm's
+    factory takes (timm raises TypeError), and a factory key that makes
+    another model than this ViT."""
+    unknown = sorted(str(k) for k in model_args
+                     if k not in TIMM_VIT_ARGS and k not in TIMM_FACTORY_ARGS)
+    if unknown:
+        raise UsageError(
+            f"config.json model_args has {unknown[0]!r}, which timm "
+            f"{TIMM_VERSION}'s VisionTransformer does not take (nor its "
+            "factory: timm raises TypeError building the model): remove "
+            f"{', '.join(repr(k) for k in unknown[:3])}"
+            f"{' ...' if len(unknown) > 3 else ''} or fix the name."
+        )
+    for field, why in (("use_naflex", "timm's NaFlexVit, another model"),
+                       ("features_only", "a feature extractor, not the "
+                        "model with its head")):
+        if model_args.get(field):
+            raise refuse(f"model_args.{field}", model_args[field], why)
+
+
+def _label_names(spec: Dict[str, Any], pretrained: Dict[str, Any]):
+    """The label names timm's config parsing keeps: the top-level
+    label_names over pretrained_cfg's; in a single-dict config, "labels"
+    (renamed label_names) over label_names."""
+    if "pretrained_cfg" not in spec and "labels" in spec:
+        return spec["labels"]
+    return spec.get("label_names", pretrained.get("label_names"))
+
+
 def settings(spec: Dict[str, Any]) -> Dict[str, Any]:
     """The settings of a timm config (every VisionTransformer argument
     honoured or refused by name)."""
-    arch, known = timm_architecture(spec)
+    arch, known = registered(spec)
     model_args = spec.get("model_args") or {}
+    _check_model_args(model_args)
+    check_pretrained_fields(spec)
     pretrained = pretrained_cfg(spec)
-    args = {**(known[1] if known else {}), **model_args}
+    args = {**known[1], **model_args}
     check_in_chans(args, pretrained)
     pool = _pool(spec, arch, known, model_args)
     refusal = _timm_refusal(args, pool)
     if refusal is not None:
         raise refusal
-    named = _TIMM_NAME.match(arch)
-    heads = model_args.get("num_heads") or (known[0] if known else None) or (
-        _TIMM_HEADS[named.group(1)] if named else None)
-    if heads is None:
-        raise UsageError(
-            f"config.json names architecture {arch!r} without num_heads in "
-            "model_args: cannot tell the head count."
-        )
+    heads = model_args.get("num_heads") or known[0]
     check_square_patch("config.json model_args.patch_size",
                        args.get("patch_size"))
     return dict(
@@ -258,8 +289,7 @@ def settings(spec: Dict[str, Any]) -> Dict[str, Any]:
             pretrained.get("input_size") or (3, 224, 224))[-2:]),
         approximate_gelu=_TIMM_GELU[args.get("act_layer")],
         layer_norm_epsilon=1e-6,
-        class_names=class_names(spec.get("label_names",
-                                         pretrained.get("label_names"))),
+        class_names=class_names(_label_names(spec, pretrained)),
         mean=channels(pretrained.get("mean") or TIMM_DEFAULT_MEAN,
                       "pretrained_cfg mean", "config.json"),
         std=_std(pretrained.get("std") or TIMM_DEFAULT_STD),
@@ -272,6 +302,8 @@ def settings(spec: Dict[str, Any]) -> Dict[str, Any]:
         # timm's evaluation transform: resize to side / crop_pct, then the
         # central crop (timm.data's default crop_pct where none is given).
         crop_pct=float(pretrained.get("crop_pct") or TIMM_DEFAULT_CROP_PCT),
+        # How it resizes before that crop (timm's 'center' where none).
+        crop_mode=pretrained.get("crop_mode") or "center",
     )
 
 
@@ -284,6 +316,35 @@ def _std(value):
             "defined."
         )
     return std
+
+
+def eval_resize(crop_pct: float, crop_mode, size, path: str):
+    """N of timm's evaluation transform (transforms_imagenet_eval: resize
+    to floor(side / crop_pct), then the central crop) in keras-vit's form
+    (to N x N, then the central crop), or None where it resizes to the
+    input directly (a crop_pct of 1). What timm does beyond that form, a
+    non-square resize or crop_mode 'border', is said in one warning line
+    (keeping a photo's aspect ratio and the bicubic filter are logged by
+    the commands)."""
+    rows, cols = size
+    scale = (math.floor(rows / crop_pct), math.floor(cols / crop_pct))
+    if scale[0] <= rows and scale[1] <= cols:
+        return None
+    if rows != cols:
+        warn_once(
+            f"{path}: timm resizes to {scale[0]} x {scale[1]} (crop_pct "
+            f"{crop_pct}) before its central {rows} x {cols}, which "
+            f"keras-vit cannot (it resizes to a square): a photo is resized "
+            f"to {rows} x {cols} directly; --resize_size=N resizes to "
+            "N x N before the central crop.")
+        return None
+    if crop_mode == "border":
+        warn_once(
+            f"{path}: timm's crop_mode 'border' fits a photo's longer side "
+            f"in {scale[0]} pixels and pads the rest; keras-vit resizes "
+            f"both sides to {scale[0]} and takes the central {rows} x "
+            f"{cols}; --resize_size=N sets another resize.")
+    return scale[0]
 
 
 def check_padding(pad: bool, size, patch: int) -> None:

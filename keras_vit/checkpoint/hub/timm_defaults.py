@@ -15,12 +15,76 @@ from keras_vit.checkpoint.hub import timm_registry
 from keras_vit.checkpoint.hub.config import disagree, refuse
 from keras_vit.errors import UsageError
 
+# The fields of timm's PretrainedCfg (timm 1.0.31, the registry's): its
+# factory builds one from a config.json's pretrained_cfg
+# (`PretrainedCfg(**pretrained_cfg)`), which raises TypeError for any
+# other key.
+PRETRAINED_CFG_FIELDS = (
+    "url", "file", "state_dict", "hf_hub_id", "hf_hub_filename", "source",
+    "architecture", "tag", "custom_load", "input_size", "test_input_size",
+    "min_input_size", "fixed_input_size", "interpolation", "crop_pct",
+    "test_crop_pct", "crop_mode", "mean", "std", "num_classes",
+    "label_offset", "label_names", "label_descriptions", "pool_size",
+    "test_pool_size", "first_conv", "classifier", "license", "description",
+    "origin_url", "paper_name", "paper_ids", "notes",
+)
+# What timm's hub config parsing takes out of an older single-dict config
+# (no pretrained_cfg) before the rest becomes the PretrainedCfg ("labels"
+# is renamed label_names).
+_SINGLE_DICT_EXTRA = ("architecture", "num_features", "labels")
+
 
 def timm_architecture(spec: Dict[str, Any]):
     """(name, registered (heads, args) or None): the architecture of a
     timm config, without a pretrained tag (`vit_b.augreg` -> `vit_b`)."""
     arch = str(spec.get("architecture", "")).split(".")[0]
     return arch, timm_registry.ARCHITECTURES.get(arch)
+
+
+def registered(spec: Dict[str, Any]):
+    """(name, (heads, args)) of a config's architecture, refused by name
+    where timm's vision_transformer / deit modules register no such
+    architecture: its arguments (heads, pooling, layers) are what timm
+    builds the weights' model from, and cannot be told from the name."""
+    arch, known = timm_architecture(spec)
+    if known is not None:
+        return arch, known
+    named = (f"names architecture {arch!r}" if arch else
+             "names no architecture")
+    raise UsageError(
+        f"config.json {named}, not one of the "
+        f"{len(timm_registry.ARCHITECTURES)} vision_transformer / deit "
+        f"architectures of timm {timm_registry.TIMM_VERSION} (timm raises "
+        "'Unknown model' for a name it does not register; keras_vit reads "
+        "each one's arguments from that list): set architecture to a "
+        "registered name (e.g. 'vit_base_patch16_224') and the model's own "
+        "arguments in model_args."
+    )
+
+
+def check_pretrained_fields(spec: Dict[str, Any]) -> None:
+    """Refuses a pretrained_cfg key that timm's PretrainedCfg does not
+    define (timm's factory raises TypeError building it), and a null
+    pretrained_cfg (its config parsing fails on it); in an older
+    single-dict config, the top-level keys become the PretrainedCfg."""
+    if "pretrained_cfg" in spec and spec["pretrained_cfg"] is None:
+        raise UsageError(
+            "config.json pretrained_cfg is null, which timm's config "
+            "parsing cannot read: give an object or remove the field.")
+    single = "pretrained_cfg" not in spec
+    fields = spec if single else spec["pretrained_cfg"]
+    allowed = PRETRAINED_CFG_FIELDS + (_SINGLE_DICT_EXTRA if single else ())
+    unknown = sorted(str(k) for k in fields if k not in allowed)
+    if unknown:
+        where = ("config.json (a single-dict timm config, without "
+                 "pretrained_cfg)" if single else "config.json pretrained_cfg")
+        raise UsageError(
+            f"{where} has {unknown[0]!r}, not a field of timm "
+            f"{timm_registry.TIMM_VERSION}'s PretrainedCfg, which its "
+            "factory builds from these fields (it raises TypeError for "
+            f"another): remove {', '.join(repr(k) for k in unknown[:3])}"
+            f"{' ...' if len(unknown) > 3 else ''} or fix the name."
+        )
 
 
 def image_size(model_args, pretrained, known):

@@ -1,0 +1,335 @@
+"""A hub folder is read the way the library that wrote it reads it:
+transformers' class when config.json names none, its class token, timm's
+registry of architecture names, the model_args and pretrained_cfg keys
+timm takes, and each library's resize and crop before evaluation
+(tests/fixtures/hub, written by transformers 5.24 / timm 1.0.31, edited
+here the way a user edits a folder by hand)."""
+
+import json
+import os
+import shutil
+
+import keras
+import numpy as np
+import pytest
+import safetensors.numpy
+import tensorflow as tf
+from PIL import Image
+
+from keras_vit.checkpoint import loader
+from keras_vit.checkpoint.hub import processor as hub_processor
+from keras_vit.checkpoint.hub import timm as hub_timm
+from keras_vit.commands import flags as cli
+from keras_vit.commands import predict
+from keras_vit.data import preprocessing
+from keras_vit.errors import UsageError
+from tests.hub_fixtures import FIXTURES, assert_close, run_model
+from tests.reliability_cases import check_error, check_says, covers
+
+
+def _copy(tmp_path, name, tag=""):
+    folder = tmp_path / f"{name}{tag}"
+    shutil.copytree(os.path.join(FIXTURES, name), folder)
+    return folder
+
+
+def _config(folder, edit):
+    """Edits `folder`'s config.json in place with `edit(config)`."""
+    config = json.loads((folder / "config.json").read_text())
+    edit(config)
+    (folder / "config.json").write_text(json.dumps(config))
+    return str(folder)
+
+
+def _with_processor(tmp_path, tag, **fields):
+    folder = _copy(tmp_path, "hf_vit_classifier", tag)
+    (folder / "preprocessor_config.json").write_text(json.dumps(fields))
+    return str(folder)
+
+
+def _reference(folder):
+    return np.load(os.path.join(folder, "reference.npz"))
+
+
+# --- transformers: the class config.json names, else AutoModel's ----------
+
+def test_no_architectures_reads_a_classifier_as_automodel_does(
+        tmp_path, caplog):
+    # A ViTForImageClassification folder whose file also holds a pooler
+    # (transformers' logits in reference.npz), its architectures removed:
+    # AutoModelForImageClassification builds a ViTForImageClassification
+    # for model_type vit (no pooler), so the class token is classified
+    # and the pooler left out, named in the log and the load report.
+    caplog.set_level("WARNING", logger="absl")
+    folder = _config(_copy(tmp_path, "hf_vit_classifier_stray_pooler"),
+                     lambda c: c.pop("architectures"))
+    model, report = loader.load_report(loader.HubSource(folder))
+    reference = _reference(folder)
+    assert_close(run_model(model, reference["pixels"]), reference["logits"])
+    assert "pre_logits" not in [layer.name for layer in model.layers]
+    assert [key for key, _, _ in report.dropped] == [
+        "vit.pooler.dense.bias", "vit.pooler.dense.weight"]
+    assert "AutoModelForImageClassification" in str(report)
+    assert "names no architectures and its weights hold a classifier" in (
+        caplog.text)
+    # Named, the class reads the same arrays, and the report is quiet.
+    named = _copy(tmp_path, "hf_vit_classifier_stray_pooler", "_named")
+    model, report = loader.load_report(loader.HubSource(str(named)))
+    assert_close(run_model(model, reference["pixels"]), reference["logits"])
+    assert not report.dropped
+
+
+@covers("hf_no_class_token")
+def test_a_transformers_file_without_a_class_token_is_refused(tmp_path):
+    # Both ways a file can lack the token: with a position table of the
+    # patches only (transformers refuses its size) and with the class
+    # token's row still there (transformers would start the token at
+    # random).
+    for tag, rows in (("patches_only", slice(1, None)),
+                      ("token_row_kept", slice(None))):
+        folder = _copy(tmp_path, "hf_vit_classifier", tag)
+        weights = str(folder / "model.safetensors")
+        arrays = safetensors.numpy.load_file(weights)
+        del arrays["vit.embeddings.cls_token"]
+        table = "vit.embeddings.position_embeddings"
+        arrays[table] = np.ascontiguousarray(arrays[table][:, rows])
+        safetensors.numpy.save_file(arrays, weights)
+        with pytest.raises(UsageError) as info:
+            loader.load_model(loader.HubSource(str(folder)))
+        assert "\n" not in str(info.value)
+        check_error("hf_no_class_token", info.value)
+
+
+# --- timm: registered names, model_args, pretrained_cfg ---------------------
+
+def _timm(tmp_path, tag, edit, name="timm_vit"):
+    return _config(_copy(tmp_path, name, tag), edit)
+
+
+@covers("timm_unregistered_architecture")
+def test_an_unregistered_timm_architecture_is_refused(tmp_path):
+    def edit(config):
+        config["architecture"] = "vit_large_patch16_newthing_224"
+        del config["model_args"]["num_heads"]
+    with pytest.raises(UsageError) as info:
+        loader.load_model(loader.HubSource(_timm(tmp_path, "", edit)))
+    assert "\n" not in str(info.value)
+    assert "'vit_large_patch16_newthing_224'" in str(info.value)
+    check_error("timm_unregistered_architecture", info.value)
+
+
+@covers("timm_unknown_model_arg")
+def test_a_model_arg_timm_does_not_take_is_refused(tmp_path):
+    folder = _timm(tmp_path, "", lambda c: c["model_args"].update(
+        attn_pool_num_heads=4))
+    with pytest.raises(UsageError) as info:
+        loader.load_model(loader.HubSource(folder))
+    assert "\n" not in str(info.value)
+    check_error("timm_unknown_model_arg", info.value)
+
+
+@pytest.mark.parametrize("field, value, loads", [
+    ("use_naflex", True, False), ("use_naflex", False, True),
+    ("features_only", True, False), ("features_only", False, True),
+    ("out_indices", [1], True), ("pretrained_strict", False, True),
+])
+def test_timm_factory_arguments_are_honoured_or_refused(
+        tmp_path, field, value, loads):
+    # The keys timm's factory takes before VisionTransformer: each listed,
+    # and loaded where timm builds the same model, else refused by name.
+    assert field in hub_timm.TIMM_FACTORY_ARGS
+    folder = _timm(tmp_path, "", lambda c: c["model_args"].update(
+        {field: value}))
+    if not loads:
+        with pytest.raises(UsageError, match=f"model_args.{field}=True"):
+            loader.load_model(loader.HubSource(folder))
+        return
+    reference = _reference(folder)
+    model = loader.load_model(loader.HubSource(folder))
+    assert_close(run_model(model, reference["pixels"]), reference["logits"])
+
+
+@covers("timm_unknown_pretrained_cfg_field")
+def test_a_pretrained_cfg_key_timm_lacks_is_refused(tmp_path):
+    folder = _timm(tmp_path, "", lambda c: c["pretrained_cfg"].update(
+        crop_size=224))
+    with pytest.raises(UsageError) as info:
+        loader.load_model(loader.HubSource(folder))
+    assert "\n" not in str(info.value)
+    check_error("timm_unknown_pretrained_cfg_field", info.value)
+
+
+def test_timm_single_dict_config_is_read_as_timm_parses_it():
+    # Without pretrained_cfg, timm takes architecture and num_features
+    # out, renames labels to label_names and builds its PretrainedCfg from
+    # the rest: labels are the class names, a model_args is refused.
+    single = {"architecture": "vit_base_patch16_224", "num_features": 768,
+              "input_size": [3, 224, 224], "num_classes": 2,
+              "labels": ["cat", "dog"], "label_names": ["a", "b"]}
+    assert hub_timm.settings(single)["class_names"] == ["cat", "dog"]
+    with pytest.raises(UsageError, match="has 'model_args', not a field"):
+        hub_timm.settings(dict(single, model_args={"num_heads": 12}))
+    with pytest.raises(UsageError, match="pretrained_cfg is null"):
+        hub_timm.settings({"architecture": "vit_base_patch16_224",
+                           "pretrained_cfg": None})
+
+
+# --- each library's resize and crop before evaluation -----------------------
+
+@pytest.mark.parametrize("fields, size, resize, says", [
+    # facebook/deit-base-patch16-224's file (the older feature extractor
+    # form): 256, bicubic, then the central 224.
+    (dict(feature_extractor_type="DeiTFeatureExtractor", size=256,
+          crop_size=224, do_center_crop=True, resample=3), 224, 256,
+     "resizes with BICUBIC (resample 3)"),
+    # DeiTImageProcessor's own defaults: the same.
+    (dict(image_processor_type="DeiTImageProcessor"), 224, 256, "BICUBIC"),
+    (dict(image_processor_type="DeiTImageProcessor", resample=2), 224, 256,
+     None),
+    # google/vit-*: straight to the input.
+    (dict(image_processor_type="ViTImageProcessor", size=224,
+          resample=2), 224, None, None),
+    (dict(image_processor_type="ViTImageProcessorFast",
+          size={"height": 384, "width": 384}), 384, None, None),
+    # transformers 5 crops where the file says so, ViT's class included.
+    (dict(image_processor_type="ViTImageProcessor", size=[256, 256],
+          do_center_crop=True, crop_size=[224, 224]), 224, 256, None),
+    (dict(image_processor_type="BeitImageProcessor", resample=2), 224, None,
+     None),
+    # The short side to 256, the aspect ratio kept.
+    (dict(image_processor_type="CLIPImageProcessor", size=256,
+          resample=2), 224, 256, "keeps a photo's aspect ratio"),
+    # ConvNeXT below 384: the short side to 224 / crop_pct, then 224.
+    (dict(image_processor_type="ConvNextImageProcessor",
+          size={"shortest_edge": 224}), 224, 256, "aspect ratio"),
+    (dict(image_processor_type="ConvNextImageProcessor", resample=2,
+          size={"shortest_edge": 384}), 384, None, None),
+    # What keras_vit's square resize and crop cannot make: said.
+    (dict(size={"height": 256, "width": 300}, do_center_crop=True,
+          crop_size=224), 224, None, "resizes to 256 x 300 before its "
+     "central crop"),
+    (dict(do_resize=False, do_center_crop=True, crop_size=224), 224, None,
+     "crops a photo's central 224 x 224 without resizing it"),
+    (dict(image_processor_type="ViTImageProcessor"), 32, None,
+     "makes 224 x 224 images, where the model takes 32 x 32"),
+    (dict(size={"height": 200, "width": 200}, do_center_crop=True,
+          crop_size=224), 224, None, "smaller than its 224 x 224 crop"),
+    (dict(size={"max_height": 224, "max_width": 224}), 224, None,
+     "resizes by size"),
+    (dict(image_processor_type="FooImageProcessor", size=256), 224, None,
+     "resize defaults are not known here"),
+    (dict(image_processor_type="FooImageProcessor", size=256,
+          do_resize=True, do_center_crop=True, crop_size=224), 224, 256,
+     None),
+])
+def test_transformers_processor_resize_and_crop(caplog, fields, size,
+                                                resize, says):
+    caplog.set_level("WARNING", logger="absl")
+    path = f"{sorted(fields.items())}/preprocessor_config.json"
+    assert hub_processor.library_resize(fields, path, (size, size)) == (
+        resize)
+    said = [r.getMessage() for r in caplog.records if path in
+            r.getMessage()]
+    if says is None:
+        assert not said
+    else:
+        assert len(said) == 1 and says in said[0], said
+        assert "--resize_size=N" in said[0]
+
+
+def test_a_deit_processor_is_evaluated_with_its_resize_and_crop(
+        tmp_path, caplog):
+    # DeiT's processor at this 32-pixel model's scale: 36 x 36 bicubic,
+    # then the central 32 x 32. keras-vit-predict answers what the model
+    # says on that crop (bilinear, the warning says), --resize_size wins;
+    # without preprocessor_config.json, straight to the input.
+    caplog.set_level("WARNING", logger="absl")
+    folder = _with_processor(
+        tmp_path, "", image_processor_type="DeiTImageProcessor",
+        size={"height": 36, "width": 36}, crop_size={"height": 32,
+                                                     "width": 32},
+        image_mean=[0.5] * 3, image_std=[0.5] * 3)
+    source = loader.resolve(folder)
+    assert source.library_resize() == (36, (32, 32))
+    assert cli.source_resize(source) == 36
+    assert cli.source_resize(source, 64) == 72  # scaled with --image_size
+    assert "resizes with BICUBIC" in caplog.text
+    assert loader.resolve(os.path.join(
+        FIXTURES, "hf_vit_classifier")).library_resize() is None
+    rgb = np.random.default_rng(3).integers(0, 256, (40, 50, 3), np.uint8)
+    image = tmp_path / "photo.png"
+    Image.fromarray(rgb).save(image)
+    model = loader.load_model(source)
+
+    def expected(resize):
+        pixels = preprocessing.preprocess_eval(
+            preprocessing.decode_image(tf.constant(image.read_bytes())),
+            (32, 32), resize)
+        return keras.ops.convert_to_numpy(
+            keras.ops.softmax(model(pixels[None])))[0]
+
+    def answered(*extra):
+        out = tmp_path / "answer.json"
+        assert predict.main(["keras-vit-predict", str(image), "--model",
+                             folder, "--top_k", "5", "--output", str(out),
+                             "--overwrite", *extra]) == 0
+        top = json.loads(out.read_text())["predictions"][0]["top_k"]
+        return np.array([t["probability"] for t in sorted(
+            top, key=lambda t: t["class"])])
+
+    np.testing.assert_allclose(answered(), expected(36), atol=1e-5)
+    np.testing.assert_allclose(answered("--resize_size=40"), expected(40),
+                               atol=1e-5)
+    assert not np.allclose(expected(36), expected(None), atol=1e-3)
+
+
+@covers("hf_processor_bad_size")
+def test_a_processor_size_transformers_cannot_read_is_refused(tmp_path):
+    folder = _with_processor(tmp_path, "", size={"width": 224})
+    with pytest.raises(UsageError) as info:
+        loader.load_model(loader.HubSource(folder))
+    assert "\n" not in str(info.value)
+    check_error("hf_processor_bad_size", info.value)
+
+
+@covers("hf_processor_resize_differs")
+def test_a_processor_resize_keras_vit_cannot_make_is_said(tmp_path,
+                                                          caplog):
+    caplog.set_level("WARNING", logger="absl")
+    folder = _with_processor(
+        tmp_path, "", image_processor_type="ViTImageProcessor",
+        size={"height": 36, "width": 40}, do_center_crop=True, crop_size=32)
+    source = loader.resolve(folder)
+    reference = _reference(folder)
+    model = loader.load_model(source)
+    assert_close(run_model(model, reference["pixels"]), reference["logits"])
+    assert source.library_resize() is None
+    said = [r.getMessage() for r in caplog.records
+            if "preprocessor_config.json" in r.getMessage()]
+    assert len(said) == 1, said  # once, however often the folder is read
+    check_says("hf_processor_resize_differs", said[0])
+
+
+@pytest.mark.parametrize("crop_mode, says", [
+    ("center", None), ("squash", None),
+    ("border", "crop_mode 'border' fits a photo's longer side"),
+])
+def test_timm_crop_mode_is_read(tmp_path, caplog, crop_mode, says):
+    caplog.set_level("WARNING", logger="absl")
+    folder = _timm(tmp_path, crop_mode, lambda c: c["pretrained_cfg"].update(
+        crop_mode=crop_mode))
+    assert loader.resolve(folder).library_resize() == (35, (32, 32))
+    said = [r.getMessage() for r in caplog.records if folder in
+            r.getMessage()]
+    assert said == [] if says is None else (len(said) == 1
+                                            and says in said[0])
+
+
+def test_a_non_square_timm_model_with_a_crop_is_said(tmp_path, caplog):
+    # timm resizes a 16 x 64 model's photo to 17 x 71 (crop_pct 0.9)
+    # before its crop: not square, so resized to the input directly.
+    caplog.set_level("WARNING", logger="absl")
+    folder = str(_copy(tmp_path, "timm_vit_img_size_args"))
+    assert loader.resolve(folder).library_resize() is None
+    assert "timm resizes to 17 x 71 (crop_pct 0.9) before its central " \
+        "16 x 64" in caplog.text
