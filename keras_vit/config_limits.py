@@ -152,6 +152,7 @@ def check_limits(config) -> None:
                 f"config.{path}={value!r}: use one of "
                 f"{', '.join(map(repr, allowed))}.")
     _check_combinations(config)
+    check_resize(config)
     check_evaluators(config)
 
 
@@ -181,6 +182,27 @@ def _check_combinations(config) -> None:
             f"config.input.batch_size={batch} is not divisible by "
             f"config.trainer.accumulation_steps={steps}: each update's "
             "batch is split into that many equal micro-batches.")
+
+
+def check_resize(config) -> None:
+    """The evaluation resize is at least the image's side: images are
+    resized to it, then the central image_size crop is taken (None: no
+    resize; an image_size of 0, the starting model's, is not known yet)."""
+    resize = _value(config, "input.pp.eval_resize_size")
+    size = _value(config, "model.image_size")
+    sides = list(size) if isinstance(size, (tuple, list)) else [size]
+    if resize is None or not all(
+            isinstance(n, int) and not isinstance(n, bool) and n > 0
+            for n in sides + [resize]):
+        return
+    if resize < max(sides):
+        written = "x".join(map(str, sides))
+        raise UsageError(
+            f"config.input.pp.eval_resize_size={resize} is smaller than "
+            f"config.model.image_size={written}: images are resized to it, "
+            "then the central image_size crop is taken. Set "
+            f"config.input.pp.eval_resize_size to at least {max(sides)} "
+            "(or None: resized to the image size directly).")
 
 
 def _check_range(path: str, values) -> None:

@@ -5,6 +5,8 @@ run; --dataset, --split and --data_dir where given."""
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import os
 import re
@@ -19,6 +21,9 @@ from keras_vit.commands.lazy import lazy_module
 from keras_vit.errors import UsageError
 
 if TYPE_CHECKING:  # imported on first use: --help loads no TensorFlow
+    import tensorflow_datasets as tfds
+
+    from keras_vit.commands import labels
     from keras_vit.data import checks as data_checks
     from keras_vit.data import folders, sources
     from keras_vit.data import pipeline as input_pipeline
@@ -27,6 +32,8 @@ if TYPE_CHECKING:  # imported on first use: --help loads no TensorFlow
     from keras_vit.storage import workdir as wd
     from keras_vit.training import distribute
 else:
+    tfds = lazy_module("tensorflow_datasets")
+    labels = lazy_module("keras_vit.commands.labels")
     data_checks = lazy_module("keras_vit.data.checks")
     folders = lazy_module("keras_vit.data.folders")
     sources = lazy_module("keras_vit.data.sources")
@@ -95,46 +102,36 @@ def evaluate(values, source, strategy) -> Dict:
     if inp.dataset == sources.FOLDER and not inp.vtab_task:
         split = folders.resolve_split(inp.data_dir, split)  # "val|test"
     distribute.prepare_input(inp, strategy)  # a cluster's: chief first
-    info = sources.dataset_info(inp)
-    width = int(model.output_shape[-1])
-    # An image folder's labels follow its sorted class folders: a model
-    # that names its classes in another order (or a folder of some of
-    # them) is scored by name.
-    scored = accuracy.in_folder_order(model, cli.class_names(values, source),
-                                      inp)
-    if width != info.num_classes and scored is model:
-        raise UsageError(
-            f"The model predicts {width} classes but {inp.dataset} has "
-            f"{info.num_classes}: evaluate it on the data it was trained "
-            "or fine-tuned on (--dataset/--split), or fine-tune it first "
-            "(a folder of some of the model's classes is scored by name "
-            "where the model names them: a run's labels.txt, id2label, or "
-            "--class_names_file)."
-        )
-    # Where the results go, checked now: a file of another model or data
-    # folder of the same name is not overwritten after the evaluation.
-    location = atomic.absolute(source.path)
-    data_dir = atomic.absolute(inp.data_dir) if inp.data_dir else None
+    scored = _scored_model(values, source, model, inp, split)
+    loss = run.objective.loss if run is not None else "softmax_xent"
+    facts = dict(
+        dataset=inp.dataset, split=split,
+        model=values.name or source.describe(),
+        model_location=atomic.absolute(source.path),
+        data_dir=atomic.absolute(inp.data_dir) if inp.data_dir else None,
+        image_size=list(image_size), resize_size=resize,
+        use_ema=accuracy.ema_weights(source), loss_kind=loss)
+    # Where the results go, checked now: a file of another model, data
+    # folder, split, resize or weights of the same name is not
+    # overwritten after the evaluation.
     result_path = None
     if output_dir(values):
         result_path = os.path.join(output_dir(values), file_name(
             values, inp.dataset, split, image_size) + ".json")
-        check_result_file(result_path, location, data_dir)
+        check_result_file(result_path, facts["model_location"],
+                          facts["data_dir"], facts)
     batch = values.batch_size or (
         (run.evals.test.batch_size or run.input.batch_size) if run
         else EVAL_BATCH
     )
     start = time.time()
-    metrics = accuracy.evaluate_model(
-        scored, inp, input_pipeline.RunInput(image_size=image_size), split,
-        int(batch), strategy,
-        every_s=(run or config_lib.base_config()).log.every_seconds)
-    metrics.update(dataset=inp.dataset, split=split,
-                   model=values.name or source.describe(),
-                   model_location=location, data_dir=data_dir,
-                   image_size=list(image_size),
-                   resize_size=inp.pp.eval_resize_size,
-                   wall_time_s=time.time() - start)
+    with _split_errors(split):
+        metrics = accuracy.evaluate_model(
+            scored, inp, input_pipeline.RunInput(image_size=image_size),
+            split, int(batch), strategy,
+            every_s=(run or config_lib.base_config()).log.every_seconds,
+            loss=loss)
+    metrics.update(facts, wall_time_s=time.time() - start)
     if scored is not model:
         metrics["classes_by_name"] = True
     skipped = data_checks.skipped_images(inp).get(split)
@@ -148,22 +145,109 @@ def evaluate(values, source, strategy) -> Dict:
     return metrics
 
 
+def _scored_model(values, source, model, inp, split):
+    """The model as scored on `inp` (`accuracy.in_folder_order`), once
+    the split is known to exist and the classes fit."""
+    info = sources.dataset_info(inp)
+    check_split(inp, split, list(info.num_examples))
+    width = int(model.output_shape[-1])
+    names = cli.class_names(values, source)
+    if values.class_names_file:  # one name per class, whatever the data
+        labels.check_class_count(values, source, names, width)
+    # An image folder's labels follow its sorted class folders: a model
+    # that names its classes in another order (or a folder of some of
+    # them) is scored by name.
+    scored = accuracy.in_folder_order(model, names, inp)
+    if width != info.num_classes and scored is model:
+        raise UsageError(
+            f"The model predicts {width} classes but {inp.dataset} has "
+            f"{info.num_classes}: evaluate it on the data it was trained "
+            "or fine-tuned on (--dataset/--split), or fine-tune it first "
+            "(a folder of some of the model's classes is scored by name "
+            "where the model names them: a run's labels.txt, id2label, or "
+            "--class_names_file)."
+        )
+    return scored
+
+
+def _split_fix(split: str, why: str, names=None) -> UsageError:
+    listed = f" (it has {', '.join(names)})" if names else ""
+    return UsageError(
+        f"--split={split} cannot be used: {why.rstrip('.')}{listed}. Pass "
+        "--split=<an existing split or a slice of one>, e.g. "
+        "--split='test' or --split='train[90%:]'.")
+
+
+def check_split(inp, split: str, names=None) -> None:
+    """A UsageError naming --split when `split` is not a split (or a
+    slice or sum of them) of the data: the digits' and a folder's read
+    at once; a TFDS one's parsed, then (`names`: the data set's splits,
+    when TFDS knows them) each part looked up."""
+    if inp.dataset == sources.FOLDER and not inp.vtab_task:
+        return  # `folders.resolve_split` named its splits
+    if inp.dataset == sources.DIGITS and not inp.vtab_task:
+        try:
+            sources.num_split_examples(inp, split)
+        except ValueError as error:
+            raise _split_fix(split, str(error)) from None
+        return
+    try:
+        tfds.core.ReadInstruction.from_spec(split)
+    except (ValueError, AssertionError):
+        raise _split_fix(split, "TFDS cannot parse it", names) from None
+    unknown = [p for p in (re.sub(r"\[.*\]$", "", part.strip())
+                           for part in split.split("+"))
+               if p not in (names or [p])]
+    if unknown:
+        raise _split_fix(split, f"{inp.dataset} holds no split "
+                         f"{unknown[0]!r}", names)
+
+
+@contextlib.contextmanager
+def _split_errors(split: str):
+    """TFDS's "Unknown split" where it only knows its splits when reading
+    (mock data): the same one line."""
+    try:
+        yield
+    except ValueError as error:
+        if not str(error).startswith("Unknown split"):
+            raise
+        raise _split_fix(split, str(error)) from None
+
+
+# What a result file records beside its model and data folder that its
+# name may not tell: refused when it differs.
+_HELD_FACTS = (("split", "split"), ("resize_size", "resize size"),
+               ("use_ema", "choice of EMA weights (--no_ema)"),
+               ("image_size", "image size"))
+
+
 def check_result_file(path: str, location: str,
-                      data_dir: Optional[str]) -> None:
+                      data_dir: Optional[str],
+                      facts: Optional[Dict] = None) -> None:
     """Refuses to overwrite `path` when it holds the results of another
     model (`location`) or another data folder (`data_dir`; both as
-    `atomic.absolute` gives them): the file names carry the model's file
-    name only (two runs called `run` share one)."""
+    `atomic.absolute` gives them), or with `facts` (this evaluation's
+    record) of another split, resize, image size or weights (EMA or
+    not): the file names carry the model's file name only (two runs
+    called `run` share one), and no result is overwritten by another."""
     if not atomic.exists(path):
         return
     try:
         held = wd.read_json(path)
     except (ValueError, UnicodeDecodeError):
         return  # not a results file of ours: rewritten
-    for field, want, what in (("model_location", location, "model"),
-                              ("data_dir", data_dir, "data folder")):
-        had = held.get(field) if isinstance(held, dict) else None
-        if had is not None and had != want:
+    held = held if isinstance(held, dict) else {}
+    facts = facts or {}
+    # A field the file holds (its resize None included) must agree; the
+    # model and data folder where the file names them.
+    checks = [("model_location", location, "model"),
+              ("data_dir", data_dir, "data folder")] + [
+        (field, facts[field], what) for field, what in _HELD_FACTS
+        if field in facts and field in held]
+    for field, want, what in checks:
+        had = held.get(field, want)
+        if had != want and (had is not None or field in facts):
             raise UsageError(
                 f"{path} holds the results of another {what} ({had}, now "
                 f"{want}): pass --name=NAME (the file is named by it) or "
@@ -172,16 +256,32 @@ def check_result_file(path: str, location: str,
 
 def file_name(values, dataset: str, split: str, image_size) -> str:
     """eval_<data set>_<split>, and the model's name and the size where
-    they are not the run's own (--model or --name, --image_size), so
-    that one model's results do not overwrite another's in a shared
-    folder (--output_dir, or --workdir's run)."""
-    parts = ["eval", dataset, split]
+    they are not the run's own (--model or --name, --image_size), the
+    resize (--resize_size) and noema (--no_ema), so that one model's
+    results do not overwrite another's in a shared folder (--output_dir,
+    or --workdir's run). A split of other characters than letters,
+    digits, `.`, `_` and `-` (a slice: train[:100]) is written readably
+    and followed by a short hash of itself: two slices never share a
+    file."""
+    parts = ["eval", dataset, _split_part(split)]
     if values.model or values.name:
         parts.append(values.name or os.path.basename(
             os.path.normpath(values.model)))
     if cli.hint(values, "image_size"):
         parts.append("x".join(str(n) for n in image_size))
+    if values.resize_size is not None:
+        parts.append(f"resize{values.resize_size}")
+    if cli.hint(values, "no_ema"):
+        parts.append("noema")
     return re.sub(r"[^A-Za-z0-9._=-]+", "_", "_".join(map(str, parts)))
+
+
+def _split_part(split: str) -> str:
+    if re.fullmatch(r"[\w.-]+", split, re.ASCII):
+        return split
+    readable = re.sub(r"[^A-Za-z0-9.-]+", "_", split).strip("_")
+    digest = hashlib.sha256(split.encode()).hexdigest()[:8]
+    return f"{readable}-{digest}"
 
 
 def eval_input(values, run, image_size, resize_size=None):
@@ -202,10 +302,26 @@ def eval_input(values, run, image_size, resize_size=None):
     if resize_size:
         fields["pp"] = {"eval_resize_size": resize_size}
     if values.dataset:
+        if run is not None and not _same_data_kind(run.input,
+                                                   values.dataset):
+            # The run's data_dir is of its own kind of data (a photo
+            # folder is no TFDS data dir): not inherited.
+            fields["data_dir"] = None
         fields.update(dataset=values.dataset, vtab_task=None)
     if values.data_dir:
         fields["data_dir"] = values.data_dir
     return config_lib.complete(fields, "input")
+
+
+def _same_data_kind(run_input, dataset: str) -> bool:
+    """Whether --dataset reads the same kind of data as the run's
+    config.input (both TFDS data sets, both the digits, or both image
+    folders), so that the run's data_dir means the same for it."""
+    def kind(name, vtab_task=None):
+        if name in (sources.DIGITS, sources.FOLDER) and not vtab_task:
+            return name
+        return "tfds"
+    return kind(run_input.dataset, run_input.vtab_task) == kind(dataset)
 
 
 # --mode=eval without --config: its own flags for the data's fields.

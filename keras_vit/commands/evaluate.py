@@ -42,6 +42,7 @@ if TYPE_CHECKING:  # imported on first use: --help loads no TensorFlow
     from keras_vit.checkpoint import loader as pretrained
     from keras_vit.data import vtab
     from keras_vit.evaluation import (
+        accuracy,
         fewshot,
         fewshot_reports,
         reports,
@@ -52,6 +53,7 @@ else:
     tf = lazy_module("tensorflow")
     pretrained = lazy_module("keras_vit.checkpoint.loader")
     vtab = lazy_module("keras_vit.data.vtab")
+    accuracy = lazy_module("keras_vit.evaluation.accuracy")
     fewshot = lazy_module("keras_vit.evaluation.fewshot")
     fewshot_reports = lazy_module("keras_vit.evaluation.fewshot_reports")
     reports = lazy_module("keras_vit.evaluation.reports")
@@ -102,13 +104,20 @@ def _source(values: flags.FlagValues):
     return cli.model_source(values, values.model or values.workdir)
 
 
-def _fewshot_mode(values, source, strategy) -> Dict:
-    config = values.config
+def fewshot_options(config):
+    """The config's few-shot evaluator, its batch_size 0 or None (not
+    set) the config's input batch (`config_limits`: 0 is the input's)."""
     opts = config_lib.find_evaluator(config.evals, "fewshot")
-    if opts.batch_size is None:  # the config's batch, as earlier versions
+    if not opts.batch_size:
         opts = config_lib.complete_evaluator(
             dict(opts.to_dict(), batch_size=int(config.input.batch_size)),
             "fewshot")
+    return opts
+
+
+def _fewshot_mode(values, source, strategy) -> Dict:
+    config = values.config
+    opts = fewshot_options(config)
     datasets = [
         fewshot.FewShotData(name, d.dataset, d.train_split, d.test_split,
                             config.input.data_dir)
@@ -118,7 +127,8 @@ def _fewshot_mode(values, source, strategy) -> Dict:
     name = values.name or source.describe()
     facts = dict(image_size=image_size, resize_size=resize_size,
                  config=config.to_dict(),
-                 model_location=atomic.absolute(source.path))
+                 model_location=atomic.absolute(source.path),
+                 use_ema=accuracy.ema_weights(source))
     # Another model's file is refused; this model's other data sets kept.
     kept = fewshot_reports.check_fewshot_folder(
         eval_mode.output_dir(values), name, [d.name for d in datasets],
@@ -165,6 +175,16 @@ def _fewshot_sizes(values, config):
         if isinstance(image_size, int):
             resize_size = cli.scaled_resize(resize_size, image_size, wanted)
         image_size = wanted
+    if isinstance(image_size, (tuple, list)):
+        side = max(image_size)
+    else:
+        side = image_size
+    if resize_size and side and int(resize_size) < int(side):
+        raise UsageError(
+            f"The few-shot resize {resize_size} is smaller than the image "
+            f"size {side}: set --config.input.pp.eval_resize_size to at "
+            f"least {side} (images are resized to it, then the central "
+            "crop is taken).")
     logging.info("Few-shot features at %s x %s (resized to %s, then the "
                  "central crop).", image_size, image_size,
                  resize_size or image_size)
@@ -245,10 +265,16 @@ def _main(values: flags.FlagValues, args: list) -> None:
     if values.config is not None:
         # Before the model loads: a field out of range named as its flag.
         config_limits.check_evaluators(values.config)
-    source = _source(values)
+        config_limits.check_resize(values.config)
     if values.mode == "vtab":
+        if values.tasks is not None and not values.tasks.strip(" ,"):
+            raise UsageError(
+                f"--tasks={values.tasks} names no task: give tasks or "
+                "groups (--tasks=natural,dtd), or leave --tasks out for "
+                "the config's.")
         vtab.select_tasks(values.tasks or config_lib.find_evaluator(
             values.config.evals, "vtab").tasks)
+    source = _source(values)
     strategy = cli.strategy(values, values.config)
     try:
         {"eval": eval_mode.evaluate, "fewshot": _fewshot_mode,

@@ -19,7 +19,7 @@ from keras_vit.scoring import evaluator as evaluator_lib
 from keras_vit.scoring.evaluator import Evaluator
 
 
-def evaluate_model(
+def evaluate_model(  # noqa: PLR0913 (its options, by keyword)
     model,
     inp,
     run: input_pipeline.RunInput,
@@ -28,6 +28,7 @@ def evaluate_model(
     strategy=None,
     progress: bool = True,
     every_s: float = EVERY_S,
+    loss: str = "softmax_xent",
 ) -> Dict[str, float]:
     """Top-1, top-5 accuracy and mean loss of `model` on one split.
 
@@ -43,14 +44,16 @@ def evaluate_model(
         progress: bool. Show progress: a bar on a terminal, else a line
             (batch, %, elapsed, time left, images/s) every `every_s`
             seconds.
+        loss: str. The loss reported: "softmax_xent" or "sigmoid_xent"
+            (a run's config.objective.loss).
 
     Returns:
         {"accuracy", "top5_accuracy", "loss", "num_examples"}.
     """
     strategy = strategy or tf.distribute.get_strategy()
     evaluator = Evaluator(
-        model, strategy, num_classes=int(model.output_shape[-1])
-    )
+        model, strategy, num_classes=int(model.output_shape[-1]),
+        loss=loss)
     dataset = strategy.distribute_datasets_from_function(
         lambda ctx: input_pipeline.eval_dataset(
             inp, run, split, batch_size, ctx
@@ -67,6 +70,16 @@ def evaluate_model(
     with data_checks.explained_errors(inp, [("eval", split)]):
         return evaluator.evaluate(dataset, on_batch=on_batch)
 
+
+
+def ema_weights(source) -> Optional[bool]:
+    """Whether a training workdir `source` gives its EMA (Polyak) weights
+    (it kept them and --no_ema is not given); None for other sources,
+    whose one set of weights needs no saying."""
+    if source.kind != "workdir":
+        return None
+    return bool(getattr(source, "use_ema", True)
+                and source.run_config().trainer.ema_decay)
 
 
 def in_folder_order(model, class_names: Optional[Sequence[str]], inp):

@@ -63,14 +63,18 @@ def write_fewshot_reports(output_dir: str, model_name: str, results,
 
 
 def _recipe(facts: Mapping) -> dict:
-    """What makes two runs' accuracies comparable: the sizes and the
-    few-shot options other than the data sets."""
+    """What makes two runs' accuracies comparable: the sizes, the
+    weights (a workdir's EMA ones or not) and the few-shot options other
+    than the data sets, as JSON holds them (a live config's tuples are
+    the lists of a stored one)."""
+    facts = json.loads(json.dumps(dict(facts)))
     evaluator = {}
     for entry in ((facts.get("config") or {}).get("evals") or {}).values():
         if isinstance(entry, Mapping) and entry.get("type") == "fewshot":
             evaluator = {k: v for k, v in entry.items() if k != "datasets"}
     return dict(image_size=facts.get("image_size"),
-                resize_size=facts.get("resize_size"), fewshot=evaluator)
+                resize_size=facts.get("resize_size"),
+                use_ema=facts.get("use_ema"), fewshot=evaluator)
 
 
 def check_fewshot_folder(output_dir: str, model_name: str, datasets,
@@ -104,7 +108,8 @@ def check_fewshot_folder(output_dir: str, model_name: str, datasets,
     if kept and _recipe(held) != _recipe(facts):
         raise UsageError(
             f"{path} holds few-shot results of {', '.join(sorted(kept))} "
-            "with other sizes or probe options, which this run would "
+            "with other sizes or probe options, or other weights (EMA or "
+            "not: --no_ema), which this run would "
             "drop: probe them too (list them in the config's data sets), "
             "or pass another --output_dir.")
     return kept

@@ -11,6 +11,7 @@ from typing import Any, Dict, Optional
 import ml_collections
 
 from keras_vit import config as config_lib
+from keras_vit.architecture import SHAPE_FIELDS
 from keras_vit.data import vtab
 
 
@@ -19,8 +20,8 @@ class Protocol:
     """What the runner takes of a VTAB config besides each task's training
     config: its vtab evaluator's tasks, sweep and checkpoint keeping, the
     fixed recipe's learning rate and steps, the batch and resolution (for
-    the records), the backbone's pre-logits choice, the dropout the tasks
-    train with, and where task data is prepared."""
+    the records), the backbone's pre-logits choice, the model options the
+    tasks train with (`model_options`), and where task data is prepared."""
 
     tasks: Any
     keep_checkpoints: bool
@@ -30,7 +31,7 @@ class Protocol:
     batch_size: int
     image_size: Any
     keep_pre_logits: bool
-    dropout: Dict[str, float]
+    model_options: Dict[str, Any]
     data_dir: Optional[str]
     download: bool
     manual_dir: Optional[str]
@@ -46,12 +47,27 @@ class Protocol:
             batch_size=int(config.input.batch_size),
             image_size=config.model.image_size,
             keep_pre_logits=bool(config.init.keep_pre_logits),
-            dropout={k: config.model[k] for k in (
-                "dropout_rate", "attention_dropout_rate")},
+            model_options=model_options(config),
             data_dir=config.input.data_dir,
             download=bool(config.input.download),
             manual_dir=config.input.manual_dir,
         )
+
+
+# config.model fields that are not the backbone's: its architecture
+# (SHAPE_FIELDS, the variant and class count) comes from the backbone and
+# the resolution is the protocol's.
+_NOT_OPTIONS = SHAPE_FIELDS + ("variant", "num_classes", "image_size")
+# Options that do not change a task's score (recomputation only).
+_UNSCORED_OPTIONS = ("remat",)
+
+
+def model_options(config: ml_collections.ConfigDict) -> Dict[str, Any]:
+    """The config.model fields each task trains with beside the
+    backbone's architecture (dropout, stochastic depth, head init, remat,
+    ...: every other field), as the config sets them."""
+    return {k: config.model[k] for k in config.model
+            if k not in _NOT_OPTIONS}
 
 
 # The fields of a VTAB config that change a task's score (the recipe), by
@@ -74,8 +90,9 @@ def recipe(config: ml_collections.ConfigDict) -> Dict:
     out = {"seed": plain["seed"]}
     for section, fields in _RECIPE.items():
         values = plain[section]
-        if section == "model":
-            values = {k: v for k, v in values.items() if k != "remat"}
+        if section == "model":  # the tasks' options (`task_config`)
+            values = {k: v for k, v in values.items()
+                      if k not in _UNSCORED_OPTIONS}
         out[section] = (values if fields is None else
                         {k: values[k] for k in fields if k in values})
     sweep = config_lib.find_evaluator(config.evals, "vtab").sweep
@@ -114,8 +131,10 @@ def task_config(
     values["evals"] = {"test": values["evals"]["test"]}
     values["input"].update(download=base.input.download,
                            manual_dir=base.input.manual_dir)
-    # The backbone's architecture; the rest (dropout) as the config says.
-    values["model"] = dict(base.model.to_dict(), **model_fields,
+    # The backbone's architecture; every other field (`model_options`:
+    # dropout, stochastic depth, remat, ...) as the config says.
+    values["model"] = dict(base.model.to_dict(),
+                           **{**model_fields, **model_options(config)},
                            num_classes=task.num_classes,
                            image_size=values["model"]["image_size"])
     return config_lib.replace(

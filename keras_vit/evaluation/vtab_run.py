@@ -43,7 +43,7 @@ from keras_vit import config as config_lib
 from keras_vit.checkpoint import loader as pretrained
 from keras_vit.data import sources, vtab
 from keras_vit.errors import Preempted, UsageError
-from keras_vit.evaluation import reports
+from keras_vit.evaluation import accuracy, reports
 from keras_vit.evaluation.vtab_protocol import Protocol, recipe, task_config
 from keras_vit.progress import Progress
 from keras_vit.storage import atomic
@@ -58,7 +58,6 @@ FINAL = "final"
 def _plain(obj):
     """JSON round trip (tuples -> lists), to compare configs with files."""
     return json.loads(json.dumps(obj))
-
 
 # The sections of a trial's config that do not change its score: they may
 # differ when a trial resumes.
@@ -192,8 +191,9 @@ def run_task(
 # .npz's `variant`, which only checked the file: it is not compared.)
 # `files`: the name, size and SHA-256 of each file the model is read
 # from, so that a file replaced at the same path is another model (and a
-# copy of the same file, on another worker, the same one).
-_STAMP_FIELDS = ("source", "kind", "keep_pre_logits", "files")
+# copy of the same file, on another worker, the same one). `use_ema`: a
+# workdir's EMA weights or its raw ones (--no_ema), None for other kinds.
+_STAMP_FIELDS = ("source", "kind", "keep_pre_logits", "files", "use_ema")
 
 
 def _sha256(path: str) -> str:
@@ -235,7 +235,8 @@ def prepare_backbone(
     stamp = os.path.join(output_dir, BACKBONE_SOURCE)
     wanted = dict(source=atomic.absolute(source.path), kind=source.kind,
                   keep_pre_logits=keep_pre_logits,
-                  files=_model_files(source))
+                  files=_model_files(source),
+                  use_ema=accuracy.ema_weights(source))
     if tf.io.gfile.exists(stamp):
         # The stamp decides, with or without the backbone beside it (a
         # deleted backbone.npz is written again for the same model).
@@ -333,7 +334,7 @@ def run(  # noqa: PLR0913 (the protocol's parts and options)
     tf.io.gfile.makedirs(output_dir)
     backbone = prepare_backbone(source, output_dir, protocol.keep_pre_logits)
     model_fields = pretrained.transfer_model_config(
-        pretrained.NpzSource(backbone), protocol.dropout)
+        pretrained.NpzSource(backbone), protocol.model_options)
     results_path = os.path.join(output_dir, reports.RESULTS_JSONL)
     records: List[Dict] = reports.read_jsonl(results_path)
     check_recipe(config, output_dir, bool(records), chief)
@@ -361,7 +362,7 @@ def run(  # noqa: PLR0913 (the protocol's parts and options)
             preempted = e.kind  # "preempted" (SIGTERM) or "stopped" (Ctrl-C)
             break
         progress.finish()
-        record["model"] = model_name
+        record.update(model=model_name, use_ema=accuracy.ema_weights(source))
         records = _record(records, record, results_path, chief)
         if chief:
             reports.write_vtab_reports(output_dir, records, model_name,

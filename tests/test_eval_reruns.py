@@ -1,0 +1,273 @@
+"""keras-vit-evaluate run again into the same folder, or on other data:
+what each result file records (the weights, the split, the loss), what a
+rerun keeps or refuses, and the one-line refusals of splits, sizes and
+class names that do not fit."""
+
+import json
+import os
+
+import keras
+import pytest
+import tensorflow_datasets as tfds
+
+from keras_vit import config as config_lib
+from keras_vit import create_model
+from keras_vit.checkpoint import loader as pretrained
+from keras_vit.checkpoint import weights as checkpoint
+from keras_vit.commands import eval_mode
+from keras_vit.commands import evaluate as evaluate_main
+from keras_vit.errors import UsageError
+from keras_vit.evaluation import fewshot_reports, vtab_run
+from keras_vit.training import train_lib
+from tests import tiny as tiny_configs
+from tests.reliability_cases import check_error, check_says, covers
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+VTAB_CONFIG = os.path.join(ROOT, "configs", "vtab.py")
+FEWSHOT_CONFIG = os.path.join(ROOT, "configs", "fewshot.py")
+MOCK = dict(num_examples=4, policy=tfds.testing.MockPolicy.USE_CODE)
+
+
+def cli(*args):
+    """Runs keras-vit-evaluate in-process; returns the exit status."""
+    return evaluate_main.main(["keras-vit-evaluate", *args])
+
+
+def _one_line_error(capsys):
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(
+        "keras-vit-evaluate: error: "), err
+    return err[0]
+
+
+def _read(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+@pytest.fixture(scope="module")
+def ema_run(tmp_path_factory):
+    """A 2-step digits run at image 16 that keeps EMA weights and trains
+    with the sigmoid loss."""
+    config = tiny_configs.digits_config({
+        "model.image_size": 16, "trainer.total_steps": 2,
+        "trainer.steps_per_loop": 1, "trainer.ema_decay": 0.9,
+        "objective.loss": "sigmoid_xent", "checkpoints.every_steps": 0,
+        "schedule.warmup_steps": 0, "log.every_steps": 1,
+        "evals.test.every_steps": 0})
+    workdir = str(tmp_path_factory.mktemp("ema_run"))
+    train_lib.train_and_evaluate(config, workdir)
+    keras.backend.clear_session()
+    return workdir
+
+
+@covers("vtab_other_weights")
+def test_vtab_backbone_stamp_tells_ema_from_raw_weights(ema_run, tmp_path):
+    """--no_ema into an output_dir of the EMA weights' tasks is refused
+    (it reused the EMA backbone.npz); each kind of weights is stamped."""
+    out = str(tmp_path / "vtab")
+    os.makedirs(out)
+    vtab_run.prepare_backbone(pretrained.WorkdirSource(ema_run), out)
+    assert _read(os.path.join(out, vtab_run.BACKBONE_SOURCE))["use_ema"]
+    raw = pretrained.WorkdirSource(ema_run, use_ema=False)
+    with pytest.raises(UsageError) as info:
+        vtab_run.prepare_backbone(raw, out)
+    check_error("vtab_other_weights", info.value)
+    other = str(tmp_path / "raw")
+    os.makedirs(other)
+    vtab_run.prepare_backbone(raw, other)
+    assert _read(os.path.join(other, vtab_run.BACKBONE_SOURCE))[
+        "use_ema"] is False
+
+
+def test_eval_records_weights_loss_and_split_in_their_own_files(
+        ema_run, tmp_path, capsys):
+    """--mode=eval of a sigmoid run reports the sigmoid loss (the run's
+    own final test loss); --no_ema, --resize_size and two slices of one
+    split each get their own file, which records them."""
+    out = str(tmp_path / "out")
+    common = ("--mode=eval", f"--workdir={ema_run}", f"--output_dir={out}")
+    assert cli(*common) == 0
+    plain = _read(os.path.join(out, "eval_digits_test.json"))
+    final = _read(os.path.join(ema_run, "metrics.json"))
+    assert plain["loss_kind"] == "sigmoid_xent" and plain["use_ema"] is True
+    assert plain["loss"] == pytest.approx(final["test_loss"], rel=1e-5)
+    assert cli(*common, "--no_ema") == 0
+    assert _read(os.path.join(out, "eval_digits_test_noema.json"))[
+        "use_ema"] is False
+    assert cli(*common, "--resize_size=20") == 0
+    assert _read(os.path.join(out, "eval_digits_test_resize20.json"))[
+        "resize_size"] == 20
+    for split in ("test[:100]", "test[100:]"):
+        assert cli(*common, f"--split={split}") == 0
+    capsys.readouterr()
+    sliced = sorted(n for n in os.listdir(out) if n.startswith(
+        "eval_digits_test_") and "-" in n)
+    assert len(sliced) == 2, sorted(os.listdir(out))
+    got = {_read(os.path.join(out, n))["split"]: _read(
+        os.path.join(out, n))["num_examples"] for n in sliced}
+    assert got == {"test[:100]": 100, "test[100:]": 260}
+
+
+def test_a_result_file_of_another_split_resize_or_weights_is_kept(tmp_path):
+    path = str(tmp_path / "eval_digits_test.json")
+    held = dict(model_location="/r", data_dir=None, split="test",
+                resize_size=None, use_ema=True, image_size=[16, 16])
+    with open(path, "w") as f:
+        json.dump(held, f)
+    eval_mode.check_result_file(path, "/r", None, dict(held))
+    for field, value, what in (("split", "test[:5]", "split"),
+                               ("resize_size", 20, "resize size"),
+                               ("use_ema", False, "choice of EMA weights")):
+        with pytest.raises(UsageError, match=f"another {what}"):
+            eval_mode.check_result_file(path, "/r", None,
+                                        dict(held, **{field: value}))
+
+
+def test_another_kind_of_data_does_not_inherit_the_runs_data_dir():
+    """A folder run evaluated on a TFDS data set: the photo folder is not
+    its TFDS data_dir (TFDS downloaded into it); the same folder, or a
+    TFDS run on another TFDS data set, keeps the run's."""
+    class Flags:
+        data_dir = None
+
+    run = config_lib.base_config()
+    run.input.update(dataset="folder", data_dir="/photos")
+    for dataset, want in (("mnist", None), ("folder", "/photos"),
+                          ("digits", None)):
+        values = Flags()
+        values.dataset = dataset
+        assert eval_mode.eval_input(values, run, (16, 16)).data_dir == want
+    run.input.update(dataset="cifar10", data_dir="/tfds")
+    values = Flags()
+    values.dataset = "mnist"
+    assert eval_mode.eval_input(values, run, (16, 16)).data_dir == "/tfds"
+    values.data_dir = "/mine"
+    assert eval_mode.eval_input(values, run, (16, 16)).data_dir == "/mine"
+
+
+@covers("eval_unknown_split")
+def test_unknown_or_unparsable_splits_are_one_line(ema_run, tmp_path,
+                                                   capsys):
+    """The digits' splits, TFDS's parse, and a prepared TFDS data set's
+    split names: one line naming --split and the splits there are."""
+    common = ("--mode=eval", f"--workdir={ema_run}",
+              f"--output_dir={tmp_path}")
+    assert cli(*common, "--split=nosplit") == 1
+    line = _one_line_error(capsys)
+    assert "--split=nosplit cannot be used" in line and "'train'" in line
+    builder = tfds.testing.DummyMnist(data_dir=str(tmp_path / "tfds"))
+    builder.download_and_prepare()
+    capsys.readouterr()  # its progress bars
+    model = str(tmp_path / "m.keras")
+    create_model(None, num_classes=10, image_size=16, patch_size=8,
+                 hidden_size=16, num_layers=1, num_heads=2,
+                 mlp_dim=32).save(model)
+    tfds_args = ("--mode=eval", f"--model={model}", "--dataset=dummy_mnist",
+                 f"--data_dir={tmp_path / 'tfds'}")
+    assert cli(*tfds_args, "--split=nosplit") == 1
+    line = _one_line_error(capsys)
+    assert ("--split=nosplit cannot be used: dummy_mnist holds no split "
+            "'nosplit' (it has train, test)") in line
+    check_says("eval_unknown_split", line)
+    assert cli(*tfds_args, "--split=val|test") == 1
+    assert "--split=val|test cannot be used: TFDS cannot parse it" in (
+        _one_line_error(capsys))
+
+
+def test_a_class_names_file_of_another_count_is_refused_for_digits(
+        ema_run, tmp_path, capsys):
+    names = tmp_path / "names.txt"
+    names.write_text("a\nb\nc\n")
+    assert cli("--mode=eval", f"--workdir={ema_run}",
+               f"--output_dir={tmp_path}",
+               f"--class_names_file={names}") == 1
+    assert ("holds 3 class names for a 10-class model" in
+            _one_line_error(capsys))
+
+
+@covers("eval_resize_below_image_size")
+def test_eval_resize_below_the_image_size_is_one_line(tmp_path, capsys):
+    """Few-shot (and any --config) with eval_resize_size below the image
+    size: named before the model loads, not TensorFlow's EnsureShape."""
+    assert cli("--mode=fewshot", f"--config={FEWSHOT_CONFIG}:digits",
+               "--config.model.image_size=32",
+               "--config.input.pp.eval_resize_size=16",
+               f"--model={tmp_path / 'absent.keras'}",
+               f"--output_dir={tmp_path}") == 1
+    line = _one_line_error(capsys)
+    check_says("eval_resize_below_image_size", line)
+    config = tiny_configs.digits_config({"model.image_size": 16,
+                                         "input.pp.eval_resize_size": 8})
+    with pytest.raises(UsageError, match=r"eval_resize_size=8 is smaller "
+                       r"than config.model.image_size=16"):
+        train_lib.train_and_evaluate(config, str(tmp_path / "run"))
+
+
+def test_fewshot_rerun_on_another_data_set_keeps_the_first(tmp_path):
+    """The same model probed on another data set, with the live config's
+    tuples (shots, seeds) beside the stored file's lists: the first data
+    set's results are kept, not refused."""
+    config = config_lib.base_config()
+    config.evals = {"fewshot": config_lib.complete_evaluator(
+        dict(shots=(1, 5), seeds=(0, 1)), "fewshot")}
+    facts = dict(image_size=16, resize_size=None, config=config.to_dict(),
+                 model_location="/m.keras", use_ema=None)
+    held = {"a": {"1": {"per_seed": [0.5]}}}
+    fewshot_reports.write_fewshot_reports(str(tmp_path), "m", held, {},
+                                          **facts)
+    assert fewshot_reports.check_fewshot_folder(
+        str(tmp_path), "m", ["b"], **facts) == held
+
+
+def test_fewshot_batch_size_zero_or_unset_is_the_input_batch():
+    config = config_lib.base_config()
+    config.input.batch_size = 24
+    for batch in (None, 0):
+        config.evals = {"fewshot": config_lib.complete_evaluator(
+            dict(batch_size=batch), "fewshot")}
+        assert evaluate_main.fewshot_options(config).batch_size == 24
+    config.evals = {"fewshot": config_lib.complete_evaluator(
+        dict(batch_size=8), "fewshot")}
+    assert evaluate_main.fewshot_options(config).batch_size == 8
+
+
+def test_vtab_tasks_train_with_every_model_option(tmp_path, capsys):
+    """--config.model.remat and stochastic_depth_rate reach each task's
+    config (they were dropped while recipe.json recorded them)."""
+    npz = str(tmp_path / "src.npz")
+    checkpoint.save_npz(create_model(
+        None, num_classes=3, image_size=16, patch_size=8, hidden_size=16,
+        num_layers=1, num_heads=2, mlp_dim=32), npz)
+    out = tmp_path / "out"
+    with tfds.testing.mock_data(**MOCK):
+        assert cli("--mode=vtab", f"--config={VTAB_CONFIG}",
+                   "--config.model.image_size=16",
+                   "--config.input.batch_size=4",
+                   "--config.evals.test.batch_size=4",
+                   "--config.trainer.total_steps=1",
+                   "--config.trainer.steps_per_loop=1",
+                   "--config.checkpoints.every_steps=0",
+                   "--config.trainer.jit_compile=False",
+                   "--config.input.shuffle_buffer=8",
+                   "--config.model.remat=block",
+                   "--config.model.stochastic_depth_rate=0.1",
+                   f"--config.input.data_dir={tmp_path}", f"--model={npz}",
+                   f"--output_dir={out}", "--tasks=smallnorb_elev") == 0
+    capsys.readouterr()
+    task = _read(out / "runs" / "smallnorb_elev" / "final" / "config.json")
+    assert task["model"]["remat"] == "block"
+    assert task["model"]["stochastic_depth_rate"] == 0.1
+    assert task["model"]["hidden_size"] == 16  # the backbone's
+    recipe = _read(out / "recipe.json")
+    assert recipe["model"]["stochastic_depth_rate"] == 0.1
+
+
+def test_an_empty_tasks_flag_is_refused(tmp_path, capsys):
+    # --tasks= (or only commas) named every task before: 19 runs nobody
+    # asked for.
+    for tasks in ("", ","):
+        assert cli("--mode=vtab", "--config=configs/vtab.py",
+                   f"--model={tmp_path / 'm.keras'}", f"--tasks={tasks}",
+                   f"--output_dir={tmp_path}") == 1
+        assert f"--tasks={tasks} names no task" in _one_line_error(capsys)
