@@ -310,6 +310,34 @@ def test_a_saved_model_that_builds_nothing_is_compared_as_written(
         error.value)
 
 
+def test_a_resumed_run_names_the_settings_it_changes(tmp_path, caplog):
+    """Settings a resumed run may change (dropout, weight decay, the
+    schedule, the augmentation; a recipe's default changed since the run
+    started reads the same) are named in one warning; the same config
+    resumes without one."""
+    from keras_vit.storage import workdir as wd
+    from keras_vit.training import model_init
+
+    saved = digits_config(total_steps=4)
+    wd.write_json(str(tmp_path / wd.CONFIG), saved.to_dict())
+    tf.train.Checkpoint(step=tf.Variable(1)).save(
+        str(tmp_path / wd.CHECKPOINTS / "ckpt"))
+    caplog.set_level("WARNING")
+    model_init.check_workdir_config(digits_config(total_steps=4),
+                                    str(tmp_path))
+    assert "other settings" not in caplog.text
+    changed = digits_config(total_steps=4)
+    changed.model.dropout_rate = 0.1
+    changed.optimizer.weight_decay = 0.03
+    changed.input.pp.flip = not saved.input.pp.flip
+    model_init.check_workdir_config(changed, str(tmp_path))
+    assert "other settings than it ran with" in caplog.text
+    for field in ("config.model.dropout_rate: 0.0 in the workdir, 0.1 "
+                  "asked", "config.optimizer.weight_decay",
+                  "config.input.pp.flip"):
+        assert field in caplog.text, field
+
+
 def test_a_run_refused_before_its_first_checkpoint_takes_the_fix(
         tmp_path, capsys):
     """A run that stopped before its first checkpoint (here labels beyond

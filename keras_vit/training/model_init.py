@@ -121,6 +121,36 @@ def check_workdir_config(config, workdir: str) -> None:
             "new `workdir`, or start a new run from this one's weights "
             f"(--model={workdir})."
         )
+    _say_resumed_changes(old, config, workdir)
+
+
+# Settings a resumed run may change, each changing the training from the
+# step it resumes at (a recipe's default changed since the run started
+# reads the same): named in one warning.
+_RESUMED_FIELDS = (
+    ("model", tuple(f for f in RESUMABLE_CHANGES if f != "remat")),
+    ("optimizer", ("weight_decay", "no_decay")),
+    ("schedule", ("lr", "warmup_steps", "decay_type", "end_lr")),
+    ("input", ("train_split", "pp", "mix")),
+    ("trainer", ("total_steps",)),
+)
+
+
+def _say_resumed_changes(old, config, workdir: str) -> None:
+    before, now = {}, {}
+    for name, fields in _RESUMED_FIELDS:
+        for values, out in ((old, before), (config, now)):
+            section = _plain(values[name], [
+                f for f in fields if f in values[name]])
+            out.update(_flat(section, f"{name}."))
+    differ = config_lib.named_differences(
+        before, now, lambda key: f"config.{key}",
+        lambda value: shorten(json.dumps(value), _MAX_VALUE), 6)
+    if differ:
+        logging.warning(
+            "Resuming %s with other settings than it ran with: %s. They "
+            "apply from the step it resumes at; its config.json holds the "
+            "earlier ones (pass them to keep them).", workdir, differ)
 
 
 # The config.input fields that make the training data's order, which a
