@@ -150,6 +150,21 @@ def test_a_request_over_its_pixel_budget_is_refused_unread(exported):
     assert 4 * 11000 ** 2 <= request_checks.MAX_REQUEST_PIXELS
 
 
+def test_clients_of_the_project_cut_requests_within_the_budget():
+    """keras-vit-predict, the export's check and its warm-up send large
+    photos a few at a time: each request within MAX_REQUEST_PIXELS (five
+    images of 11000 x 11000 in 32 per request were refused whole), at most
+    `max_count` images, in order; unreadable headers count nothing."""
+    bomb, small = _png_bomb(11000), _png_bomb(10)
+    parts = request_checks.requests_within_budget(
+        [small, bomb, bomb, bomb, bomb, bomb, small, b"junk"], 32)
+    assert [len(p) for p in parts] == [5, 3]
+    assert sum(parts, []) == [small, bomb, bomb, bomb, bomb, bomb, small,
+                              b"junk"]
+    assert [len(p) for p in request_checks.requests_within_budget(
+        [small] * 70, 32)] == [32, 32, 6]
+
+
 def test_a_batch_is_decoded_a_fixed_few_images_at_a_time(exported):
     """The tf.data passes over a batch's images run DECODE_PARALLEL at a
     time, not tf.data.AUTOTUNE's one per core: a request's peak memory is

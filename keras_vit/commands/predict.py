@@ -47,7 +47,7 @@ if TYPE_CHECKING:  # imported on first use: --help loads no TensorFlow
 
     from keras_vit import derived
     from keras_vit.data import checks, preprocessing
-    from keras_vit.export import litert
+    from keras_vit.export import litert, request_checks
 else:
     keras = lazy_module("keras")
     tf = lazy_module("tensorflow")
@@ -55,6 +55,7 @@ else:
     preprocessing = lazy_module("keras_vit.data.preprocessing")
     checks = lazy_module("keras_vit.data.checks")
     litert = lazy_module("keras_vit.export.litert")
+    request_checks = lazy_module("keras_vit.export.request_checks")
 
 
 def list_images(paths: Sequence[str]) -> Tuple[List[str], bool]:
@@ -150,9 +151,12 @@ def saved_model_predictor(path: str) -> Callable:
             "export the model again.") from None
 
     def predict(images: Sequence[bytes]) -> np.ndarray:
-        return signature(
-            image_bytes=tf.constant(list(images), dtype=tf.string)
+        # Requests within the signature's pixel budget (large photos: a
+        # few at a time), as a TF Serving client sends them.
+        return np.concatenate([signature(
+            image_bytes=tf.constant(part, dtype=tf.string)
         )["probabilities"].numpy()
+            for part in request_checks.requests_within_budget(images)])
 
     predict.num_classes = _width(lambda: signature.structured_outputs[
         "probabilities"].shape[-1])

@@ -28,6 +28,7 @@ import tensorflow as tf
 
 from keras_vit.data import checks, preprocessing
 from keras_vit.errors import UsageError
+from keras_vit.export import request_checks
 
 WARMUP_FILE = "tf_serving_warmup_requests"
 # TF Serving reads at most this many warm-up records.
@@ -283,15 +284,13 @@ def warmup_requests(
         for image in images
     ]
     if len(images) > 1:
+        # Batched requests within the batching file's max_batch_size and
+        # the signature's pixel budget (TF Serving's load fails on either).
         requests.extend(
-            _request(
-                model_name,
-                "serving_default",
-                {"image_bytes": np.array(list(images[start:start
-                                                     + MAX_BATCH_SIZE]),
-                                         dtype=object)},
-            )
-            for start in range(0, len(images), MAX_BATCH_SIZE)
+            _request(model_name, "serving_default",
+                     {"image_bytes": np.array(part, dtype=object)})
+            for part in request_checks.requests_within_budget(
+                images, MAX_BATCH_SIZE)
         )
     pixels = preprocessing.resize(
         preprocessing.decode_image(tf.constant(images[0])), image_size

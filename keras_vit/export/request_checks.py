@@ -22,6 +22,8 @@ sending images scaled to [0, 1] (or [-1, 1]) instead of [0, 255].
 
 from __future__ import annotations
 
+from typing import List, Optional, Sequence
+
 import tensorflow as tf
 
 from keras_vit.data import image_headers
@@ -241,3 +243,33 @@ def checked_pixels(images: tf.Tensor, signature: str) -> tf.Tensor:
     ]
     with tf.control_dependencies(checks):
         return tf.identity(images)
+
+
+def requests_within_budget(images: Sequence[bytes],
+                           max_count: Optional[int] = None
+                           ) -> List[List[bytes]]:
+    """`images` cut into consecutive requests that each declare at most
+    MAX_REQUEST_PIXELS together (and hold at most `max_count` images):
+    what a client of the serving signatures sends, keras-vit-predict, the
+    export's own check and its warm-up included. An image over the limit
+    of one, or whose header cannot be read, counts nothing, as the
+    signature counts it (it is refused by its own index)."""
+    out: List[List[bytes]] = []
+    current: List[bytes] = []
+    total = 0
+    for image in images:
+        try:
+            pixels = int(image_headers.declared_pixels(tf.constant(image)))
+        except (tf.errors.OpError, ValueError):
+            pixels = 0
+        if pixels > image_headers.MAX_PIXELS:
+            pixels = 0
+        if current and (total + pixels > MAX_REQUEST_PIXELS or (
+                max_count and len(current) >= max_count)):
+            out.append(current)
+            current, total = [], 0
+        current.append(image)
+        total += pixels
+    if current:
+        out.append(current)
+    return out

@@ -47,7 +47,7 @@ from keras_vit.errors import UsageError
 from keras_vit.export import files as export_files
 from keras_vit.export import graph as export_graph
 from keras_vit.export import options as export_options
-from keras_vit.export import server_config
+from keras_vit.export import request_checks, server_config
 from keras_vit.export.options import ExportOptions
 from keras_vit.storage import atomic
 from keras_vit.storage.atomic import atomic_write
@@ -141,9 +141,9 @@ def verify_export(path: str, model: keras.Model, images: Sequence[bytes],
             signature(**{k: tf.constant(v) for k, v in inputs.items()})
     if not images:
         return
-    got = loaded.signatures["serving_default"](
-        image_bytes=tf.constant(list(images), dtype=tf.string)
-    )["probabilities"].numpy()
+    got = np.concatenate([loaded.signatures["serving_default"](
+        image_bytes=tf.constant(part, dtype=tf.string))["probabilities"]
+        .numpy() for part in request_checks.requests_within_budget(images)])
     want = _reference_probabilities(
         model, images, _input_size(model), resize_size
     )
