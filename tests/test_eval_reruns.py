@@ -122,6 +122,9 @@ def test_a_result_file_of_another_split_resize_or_weights_is_kept(tmp_path):
         with pytest.raises(UsageError, match=f"another {what}"):
             eval_mode.check_result_file(path, "/r", None,
                                         dict(held, **{field: value}))
+    # A file that names no data folder (TFDS's default) is no other one:
+    # the same evaluation with --data_dir writes it again.
+    eval_mode.check_result_file(path, "/r", "/tfds", dict(held))
 
 
 def test_another_kind_of_data_does_not_inherit_the_runs_data_dir():
@@ -170,6 +173,9 @@ def test_unknown_or_unparsable_splits_are_one_line(ema_run, tmp_path,
     assert ("--split=nosplit cannot be used: dummy_mnist holds no split "
             "'nosplit' (it has train, test)") in line
     check_says("eval_unknown_split", line)
+    # TFDS's "all" is every split.
+    eval_mode.check_split(config_lib.complete(
+        {"dataset": "dummy_mnist"}, "input"), "all", ["train", "test"])
     assert cli(*tfds_args, "--split=val|test") == 1
     assert "--split=val|test cannot be used: TFDS cannot parse it" in (
         _one_line_error(capsys))
@@ -218,6 +224,22 @@ def test_fewshot_rerun_on_another_data_set_keeps_the_first(tmp_path):
                                           **facts)
     assert fewshot_reports.check_fewshot_folder(
         str(tmp_path), "m", ["b"], **facts) == held
+    # A file written before the weights were recorded (no use_ema) keeps
+    # its results for a run's EMA weights too; a recorded other choice
+    # refuses.
+    path = os.path.join(str(tmp_path), fewshot_reports.FEWSHOT_JSON)
+    stored = _read(path)
+    stored.pop("use_ema", None)
+    with open(path, "w") as f:
+        json.dump(stored, f)
+    ema = dict(facts, use_ema=True)
+    assert fewshot_reports.check_fewshot_folder(
+        str(tmp_path), "m", ["b"], **ema) == held
+    fewshot_reports.write_fewshot_reports(str(tmp_path), "m", held, {},
+                                          **ema)
+    with pytest.raises(UsageError, match="other weights"):
+        fewshot_reports.check_fewshot_folder(
+            str(tmp_path), "m", ["b"], **dict(facts, use_ema=False))
 
 
 def test_fewshot_batch_size_zero_or_unset_is_the_input_batch():

@@ -197,7 +197,7 @@ def check_split(inp, split: str, names=None) -> None:
         raise _split_fix(split, "TFDS cannot parse it", names) from None
     unknown = [p for p in (re.sub(r"\[.*\]$", "", part.strip())
                            for part in split.split("+"))
-               if p not in (names or [p])]
+               if p not in (names or [p]) and p != "all"]
     if unknown:
         raise _split_fix(split, f"{inp.dataset} holds no split "
                          f"{unknown[0]!r}", names)
@@ -247,7 +247,11 @@ def check_result_file(path: str, location: str,
         if field in facts and field in held]
     for field, want, what in checks:
         had = held.get(field, want)
-        if had != want and (had is not None or field in facts):
+        # A model or data folder the file does not name (null) is no
+        # other one; a fact it holds, null included, must agree.
+        named = had is not None or field not in ("model_location",
+                                                 "data_dir")
+        if had != want and named:
             raise UsageError(
                 f"{path} holds the results of another {what} ({had}, now "
                 f"{want}): pass --name=NAME (the file is named by it) or "

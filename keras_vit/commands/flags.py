@@ -281,7 +281,8 @@ def define_resize_size(values: flags.FlagValues) -> None:
         "resize_size", None,
         "Resize to this, then center-crop to the input size, as evaluation "
         "does with the same setting; default: the model's own (a training "
-        "workdir's eval_resize_size, a timm model's crop_pct), else resize "
+        "workdir's eval_resize_size, a timm model's crop_pct, a "
+        "transformers processor's size and crop_size), else resize "
         "directly.", flag_values=values,
     )
 
@@ -290,7 +291,8 @@ def resize_size(values: flags.FlagValues, source: loader.Source,
                 model: Optional[keras.Model] = None) -> Optional[int]:
     """--resize_size, else the source's evaluation resize (a training
     workdir's eval_resize_size, the preprocessing the run evaluated with,
-    which serving must match; a timm model's crop_pct), scaled to
+    which serving must match; a timm model's crop_pct; a transformers
+    processor's size before its crop_size), scaled to
     --image_size when that differs from the source's (`source_resize`)."""
     if hint(values, "resize_size") is not None:
         size = model.input_shape[1:3] if model is not None else ()

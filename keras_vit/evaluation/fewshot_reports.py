@@ -105,7 +105,10 @@ def check_fewshot_folder(output_dir: str, model_name: str, datasets,
         )
     kept = {k: v for k, v in (held.get("results") or {}).items()
             if k not in set(datasets)}
-    if kept and _recipe(held) != _recipe(facts):
+    theirs, ours = _recipe(held), _recipe(facts)
+    if "use_ema" not in held:  # written before the weights were recorded
+        theirs["use_ema"] = ours["use_ema"]
+    if kept and theirs != ours:
         raise UsageError(
             f"{path} holds few-shot results of {', '.join(sorted(kept))} "
             "with other sizes or probe options, or other weights (EMA or "

@@ -59,13 +59,17 @@ def _plain(obj):
     """JSON round trip (tuples -> lists), to compare configs with files."""
     return json.loads(json.dumps(obj))
 
-# The sections of a trial's config that do not change its score: they may
-# differ when a trial resumes.
+# The sections of a trial's config that do not change its score, and the
+# model's rematerialisation (the same gradients): they may differ when a
+# trial resumes (remat=block after running out of memory).
 _UNSCORED = ("log", "checkpoints")
 
 
 def _scored(values: Dict) -> Dict:
-    return {k: v for k, v in values.items() if k not in _UNSCORED}
+    out = {k: v for k, v in values.items() if k not in _UNSCORED}
+    out["model"] = {k: v for k, v in (out.get("model") or {}).items()
+                    if k != "remat"}
+    return out
 
 
 # (config, workdir, strategy or None) -> metrics dict: one training run
