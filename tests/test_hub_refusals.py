@@ -343,6 +343,13 @@ def test_an_unregistered_architecture_is_refused_not_guessed(tmp_path):
     folder = _copy(tmp_path / "tagged", "timm_vit_gap", tagged)
     _assert_reference(_load(folder), folder)
 
+    # A name timm deprecated is the architecture it stands for (a folder
+    # saved with timm 0.6: vit_tiny_patch16_224_in21k).
+    def deprecated(config):
+        config["architecture"] = "vit_tiny_patch16_224_in21k"
+    folder = _copy(tmp_path / "deprecated", "timm_vit", deprecated)
+    _assert_reference(_load(folder), folder)
+
     def disagree(config):
         config["global_pool"] = "token"
     with pytest.raises(UsageError, match="global_pool 'token' disagrees"):
