@@ -59,14 +59,22 @@ DEPRECATED = {
     'vit_large_patch14_224_clip_laion2b': 'vit_large_patch14_clip_224.laion2b',
     'vit_huge_patch14_224_clip_laion2b': 'vit_huge_patch14_clip_224.laion2b',
     'vit_giant_patch14_224_clip_laion2b': 'vit_giant_patch14_clip_224.laion2b',
-    'deit3_small_patch16_224_in21ft1k': 'deit3_small_patch16_224.fb_in22k_ft_in1k',
-    'deit3_small_patch16_384_in21ft1k': 'deit3_small_patch16_384.fb_in22k_ft_in1k',
-    'deit3_medium_patch16_224_in21ft1k': 'deit3_medium_patch16_224.fb_in22k_ft_in1k',
-    'deit3_base_patch16_224_in21ft1k': 'deit3_base_patch16_224.fb_in22k_ft_in1k',
-    'deit3_base_patch16_384_in21ft1k': 'deit3_base_patch16_384.fb_in22k_ft_in1k',
-    'deit3_large_patch16_224_in21ft1k': 'deit3_large_patch16_224.fb_in22k_ft_in1k',
-    'deit3_large_patch16_384_in21ft1k': 'deit3_large_patch16_384.fb_in22k_ft_in1k',
-    'deit3_huge_patch14_224_in21ft1k': 'deit3_huge_patch14_224.fb_in22k_ft_in1k',
+    'deit3_small_patch16_224_in21ft1k':
+        'deit3_small_patch16_224.fb_in22k_ft_in1k',
+    'deit3_small_patch16_384_in21ft1k':
+        'deit3_small_patch16_384.fb_in22k_ft_in1k',
+    'deit3_medium_patch16_224_in21ft1k':
+        'deit3_medium_patch16_224.fb_in22k_ft_in1k',
+    'deit3_base_patch16_224_in21ft1k':
+        'deit3_base_patch16_224.fb_in22k_ft_in1k',
+    'deit3_base_patch16_384_in21ft1k':
+        'deit3_base_patch16_384.fb_in22k_ft_in1k',
+    'deit3_large_patch16_224_in21ft1k':
+        'deit3_large_patch16_224.fb_in22k_ft_in1k',
+    'deit3_large_patch16_384_in21ft1k':
+        'deit3_large_patch16_384.fb_in22k_ft_in1k',
+    'deit3_huge_patch14_224_in21ft1k':
+        'deit3_huge_patch14_224.fb_in22k_ft_in1k',
 }
 
 
