@@ -106,8 +106,8 @@ _CASES = [
         "instead of preprocessing the file as the record of another says "
         "or naming its classes with another's names; an export stopped "
         "before any write leaves the old files, which still predict.",
-        ("was written with another", "or other class names than those "
-         "beside it", "export the model again (--overwrite)"),
+        ("an export stopped while it replaced them",
+         "export the model again (--overwrite)"),
         "exit status 1",
     ),
     Case(

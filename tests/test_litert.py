@@ -201,3 +201,31 @@ def test_unreadable_or_misplaced_files_are_one_line(model, tmp_path, capsys):
                          str(png)]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and f"{cut} is not a readable LiteRT file" in err[0]
+
+
+def test_class_names_beside_the_file_are_checked_where_used(model, tmp_path,
+                                                            capsys):
+    """The record names the class names it was exported with: names
+    edited since are refused where they would be shown, and not where
+    --class_names_file gives the names instead; a file whose names were
+    removed predicts without names."""
+    model.save(tmp_path / "vit.keras")
+    photo = tmp_path / "photo.png"
+    Image.fromarray(np.zeros((40, 40, 3), np.uint8)).save(photo)
+    assert cli.main(["keras-vit-export", "--format=litert",
+                     f"--model={tmp_path / 'vit.keras'}",
+                     f"--export_dir={tmp_path}",
+                     f"--class_names={','.join(NAMES)}"]) == 0
+    labels = tmp_path / "vit.labels.txt"
+    labels.write_text("w\nx\ny\nz\n")
+    own = tmp_path / "names.txt"
+    own.write_text("p\nq\nr\ns\n")
+    capsys.readouterr()
+    tflite = f"--model={tmp_path / 'vit.tflite'}"
+    assert predict.main(["keras-vit-predict", tflite, str(photo)]) == 1
+    assert "holds other class names than" in capsys.readouterr().err
+    assert predict.main(["keras-vit-predict", tflite, str(photo),
+                         f"--class_names_file={own}"]) == 0
+    assert "photo.png" in capsys.readouterr().out
+    labels.unlink()
+    assert predict.main(["keras-vit-predict", tflite, str(photo)]) == 0

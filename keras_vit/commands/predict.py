@@ -180,7 +180,8 @@ def _first_sentence(text: str) -> str:
                     maxsplit=1)[0]
 
 
-def litert_predictor(path: str, resize_size=None) -> Callable:
+def litert_predictor(path: str, resize_size=None,
+                     labels_used: bool = True) -> Callable:
     """The predict function of a LiteRT file (`keras-vit-export
     --format=litert`): the images preprocessed as serving_default does
     (with `resize_size`, else the resize recorded beside the file), then
@@ -196,7 +197,7 @@ def litert_predictor(path: str, resize_size=None) -> Callable:
                          "export the model again.") from None
     # Read (and checked to go with the file) even where --resize_size
     # replaces what it records: it vouches for the class names too.
-    recorded = litert.read_resize_size(path, size)
+    recorded = litert.read_resize_size(path, size, labels_used)
     if resize_size is None:
         resize_size = recorded
 
@@ -216,7 +217,8 @@ def predictor(values, source) -> Callable:
             raise UsageError("--resize_size is built into a SavedModel.")
         return saved_model_predictor(source.version())
     if source.kind == "litert":
-        return litert_predictor(source.path, values.resize_size)
+        return litert_predictor(source.path, values.resize_size,
+                                labels_used=not values.class_names_file)
     model = cli.load_flagged_model(values, source, head="predict with")
     return keras_predictor(model, cli.resize_size(values, source, model))
 

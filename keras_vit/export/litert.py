@@ -251,12 +251,14 @@ def preprocessing_record(height: int, width: int,
     }
 
 
-def read_resize_size(path: str, image_size: Sequence[int]) -> Optional[int]:
+def read_resize_size(path: str, image_size: Sequence[int],
+                     labels_used: bool = True) -> Optional[int]:
     """int or None. The evaluation resize recorded beside the .tflite
     `path` (None where no record is there, as for files written before
     it was), checked against the file's `image_size`, and the record
-    checked to name this .tflite and the class names beside it (by their
-    SHA-256; a record written before it named them is not)."""
+    checked to name this .tflite and, where they are there and used
+    (`labels_used`: no names given instead), the class names beside it
+    (by their SHA-256; a record written before it named them is not)."""
     record_path = preprocessing_path(path)
     if not tf.io.gfile.exists(record_path):
         return None
@@ -284,11 +286,20 @@ def read_resize_size(path: str, image_size: Sequence[int]) -> Optional[int]:
             f"{resize}, which do not fit {path} (input "
             f"{list(image_size)}): export the model again, or remove the "
             "file and pass --resize_size.")
-    if digests[0] is not None and digests != _digests_beside(path):
+    if digests[0] is None:
+        return resize
+    tflite, labels = _digests_beside(path)
+    if digests[0] != tflite:
         raise UsageError(
-            f"{record_path} was written with another {path} or other class "
-            "names than those beside it (an export stopped while it "
-            "replaced them): export the model again (--overwrite).")
+            f"{record_path} was written with another {path} (the file was "
+            "replaced, or an export stopped while it replaced them): "
+            "export the model again (--overwrite).")
+    if labels_used and labels is not None and digests[1] != labels:
+        raise UsageError(
+            f"{labels_path(path)} holds other class names than {path} was "
+            "exported with (edited or replaced, or an export stopped while "
+            "it replaced them): export the model again (--overwrite), or "
+            "give the names with --class_names_file.")
     return resize
 
 
