@@ -1,14 +1,20 @@
 """The hub fixtures (tests/fixtures/hub, written by
 scripts/make_hub_fixtures.py) as the hub tests read them: a folder as a
 `HubSource`, a model run on the fixtures' uint8 pixels in the project's
-input convention, and the tolerance their references are compared with."""
+input convention, the tolerance their references are compared with, and
+keras-vit-predict's answer checked against the library's evaluation
+resize."""
 
+import json
 import os
 
 import keras
 import numpy as np
+import tensorflow as tf
 
 from keras_vit.checkpoint import loader
+from keras_vit.commands import predict
+from keras_vit.data import preprocessing
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "hub")
 
@@ -30,3 +36,35 @@ def assert_close(got: np.ndarray, want: np.ndarray, tol: float = 2e-5):
     (float32 against the reference library's float32)."""
     assert got.shape == want.shape
     np.testing.assert_allclose(got, want, atol=tol * np.abs(want).max())
+
+
+def check_predicts_with_resize(folder: str, image, resize: int,
+                               top_k: int) -> None:
+    """keras-vit-predict of the photo `image` (a path) with the hub model
+    `folder` answers what the model says on its evaluation preprocessing:
+    resized to `resize` (the library's), then the central crop; with
+    --resize_size=40 given, resized to 40 instead; and the resize shows
+    (a direct resize answers otherwise). `top_k`: the model's classes."""
+    model = loader.load_model(loader.resolve(folder))
+    size = tuple(model.input_shape[1:3])
+
+    def expected(resize_size):
+        pixels = preprocessing.preprocess_eval(
+            preprocessing.decode_image(tf.constant(image.read_bytes())),
+            size, resize_size)
+        return keras.ops.convert_to_numpy(
+            keras.ops.softmax(model(pixels[None])))[0]
+
+    def answered(*extra):
+        out = image.parent / "answer.json"
+        assert predict.main(["keras-vit-predict", str(image), "--model",
+                             folder, "--top_k", str(top_k), "--output",
+                             str(out), "--overwrite", *extra]) == 0
+        top = json.loads(out.read_text())["predictions"][0]["top_k"]
+        return np.array([t["probability"] for t in sorted(
+            top, key=lambda t: t["class"])])
+
+    np.testing.assert_allclose(answered(), expected(resize), atol=1e-5)
+    np.testing.assert_allclose(answered("--resize_size=40"), expected(40),
+                               atol=1e-5)
+    assert not np.allclose(expected(resize), expected(None), atol=1e-3)

@@ -9,21 +9,22 @@ import json
 import os
 import shutil
 
-import keras
 import numpy as np
 import pytest
 import safetensors.numpy
-import tensorflow as tf
 from PIL import Image
 
 from keras_vit.checkpoint import loader
 from keras_vit.checkpoint.hub import processor as hub_processor
 from keras_vit.checkpoint.hub import timm as hub_timm
 from keras_vit.commands import flags as cli
-from keras_vit.commands import predict
-from keras_vit.data import preprocessing
 from keras_vit.errors import UsageError
-from tests.hub_fixtures import FIXTURES, assert_close, run_model
+from tests.hub_fixtures import (
+    FIXTURES,
+    assert_close,
+    check_predicts_with_resize,
+    run_model,
+)
 from tests.reliability_cases import check_error, check_says, covers
 
 
@@ -259,28 +260,7 @@ def test_a_deit_processor_is_evaluated_with_its_resize_and_crop(
     rgb = np.random.default_rng(3).integers(0, 256, (40, 50, 3), np.uint8)
     image = tmp_path / "photo.png"
     Image.fromarray(rgb).save(image)
-    model = loader.load_model(source)
-
-    def expected(resize):
-        pixels = preprocessing.preprocess_eval(
-            preprocessing.decode_image(tf.constant(image.read_bytes())),
-            (32, 32), resize)
-        return keras.ops.convert_to_numpy(
-            keras.ops.softmax(model(pixels[None])))[0]
-
-    def answered(*extra):
-        out = tmp_path / "answer.json"
-        assert predict.main(["keras-vit-predict", str(image), "--model",
-                             folder, "--top_k", "5", "--output", str(out),
-                             "--overwrite", *extra]) == 0
-        top = json.loads(out.read_text())["predictions"][0]["top_k"]
-        return np.array([t["probability"] for t in sorted(
-            top, key=lambda t: t["class"])])
-
-    np.testing.assert_allclose(answered(), expected(36), atol=1e-5)
-    np.testing.assert_allclose(answered("--resize_size=40"), expected(40),
-                               atol=1e-5)
-    assert not np.allclose(expected(36), expected(None), atol=1e-3)
+    check_predicts_with_resize(folder, image, 36, top_k=5)
 
 
 @covers("hf_processor_bad_size")

@@ -16,6 +16,7 @@ from PIL import Image
 from keras_vit import create_model, save_npz
 from keras_vit.commands import predict
 from keras_vit.export import saved_model
+from tests.hub_fixtures import check_predicts_with_resize
 
 NAMES = ["cat", "dog", "bird", "fish"]
 SIZE = 16
@@ -283,7 +284,6 @@ def test_a_timm_model_is_scored_with_its_crop_pct(tmp_path, capsys):
     import shutil
 
     from keras_vit.checkpoint import loader
-    from keras_vit.data import preprocessing
 
     folder = str(tmp_path / "timm")
     shutil.copytree(os.path.join(HUB, "timm_vit"), folder)
@@ -294,28 +294,7 @@ def test_a_timm_model_is_scored_with_its_crop_pct(tmp_path, capsys):
     rgb = np.random.default_rng(3).integers(0, 256, (40, 50, 3), np.uint8)
     image = tmp_path / "photo.png"
     image.write_bytes(_encode(rgb, "PNG"))
-    model = loader.load_model(source)
-
-    def expected(resize):
-        pixels = preprocessing.preprocess_eval(
-            preprocessing.decode_image(tf.constant(image.read_bytes())),
-            (32, 32), resize)
-        return keras.ops.convert_to_numpy(
-            keras.ops.softmax(model(pixels[None])))[0]
-
-    def answered(*extra):
-        out = tmp_path / "answer.json"
-        assert run_predict([str(image), "--model", folder, "--top_k", "3",
-                            "--output", str(out), "--overwrite",
-                            *extra]) == 0
-        top = json.loads(out.read_text())["predictions"][0]["top_k"]
-        return np.array([t["probability"] for t in sorted(
-            top, key=lambda t: t["class"])])
-
-    np.testing.assert_allclose(answered(), expected(35), atol=1e-5)
-    np.testing.assert_allclose(answered("--resize_size=40"), expected(40),
-                               atol=1e-5)
-    assert not np.allclose(expected(35), expected(None), atol=1e-3)
+    check_predicts_with_resize(folder, image, 35, top_k=3)
     config = json.loads(open(os.path.join(folder, "config.json")).read())
     del config["pretrained_cfg"]["crop_pct"]
     with open(os.path.join(folder, "config.json"), "w") as f:
