@@ -160,10 +160,10 @@ def base_config() -> ml_collections.ConfigDict:
     # "finetune": resize before the random crop; None: straight to
     # image_size (no crop).
     c.input.pp.resize_size = placeholder(int)
-    # Evaluation: resize to eval_resize_size, then the central image_size
-    # crop; None: resize straight to image_size. Serving (export) uses it
-    # too.
+    # Evaluation, serving: to eval_resize_size (eval_keep_aspect: the shorter
+    # side, big_vision's resize_small), central image_size crop; None: none.
     c.input.pp.eval_resize_size = placeholder(int)
+    c.input.pp.eval_keep_aspect = False
     # "pretrain": the crop's share of the image area (min, max).
     c.input.pp.area_range = (0.05, 1.0)
     # Random horizontal flips ("pretrain", "finetune").

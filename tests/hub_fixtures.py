@@ -42,16 +42,24 @@ def check_predicts_with_resize(folder: str, image, resize: int,
                                top_k: int) -> None:
     """keras-vit-predict of the photo `image` (a path) with the hub model
     `folder` answers what the model says on its evaluation preprocessing:
-    resized to `resize` (the library's), then the central crop; with
-    --resize_size=40 given, resized to 40 instead; and the resize shows
-    (a direct resize answers otherwise). `top_k`: the model's classes."""
-    model = loader.load_model(loader.resolve(folder))
+    resized to `resize` (the library's; its shorter side, the aspect ratio
+    kept, where the folder's library_resize says the library keeps it),
+    then the central crop; with --resize_size=40 given, resized to 40 the
+    same way instead; and the resize shows (a direct resize answers
+    otherwise; where the library keeps the aspect ratio, so does a resize
+    of both sides, `image` not being square). `top_k`: the model's
+    classes."""
+    source = loader.resolve(folder)
+    library = source.library_resize()
+    assert library is not None and library[0] == resize, library
+    keep = bool(library[2])
+    model = loader.load_model(source)
     size = tuple(model.input_shape[1:3])
 
-    def expected(resize_size):
+    def expected(resize_size, keep_aspect=keep):
         pixels = preprocessing.preprocess_eval(
             preprocessing.decode_image(tf.constant(image.read_bytes())),
-            size, resize_size)
+            size, resize_size, keep_aspect=keep_aspect)
         return keras.ops.convert_to_numpy(
             keras.ops.softmax(model(pixels[None])))[0]
 
@@ -68,3 +76,6 @@ def check_predicts_with_resize(folder: str, image, resize: int,
     np.testing.assert_allclose(answered("--resize_size=40"), expected(40),
                                atol=1e-5)
     assert not np.allclose(expected(resize), expected(None), atol=1e-3)
+    if keep:
+        assert not np.allclose(expected(resize), expected(resize, False),
+                               atol=1e-3)

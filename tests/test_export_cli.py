@@ -139,7 +139,7 @@ def test_cli_workdir_source(images, tmp_path, capsys):
                             "--model", workdir, "--model_name", "digits",
                             "--format=litert"]) == 0
     tflite = capsys.readouterr().out.strip()
-    assert litert.read_resize_size(tflite, (SIZE, SIZE)) == 40
+    assert litert.read_resize(tflite, (SIZE, SIZE)) == (40, False)
     photo = tmp_path / "photo.jpg"
     photo.write_bytes(images["jpeg"])
     answer = tmp_path / "answer.json"

@@ -181,50 +181,77 @@ def test_timm_single_dict_config_is_read_as_timm_parses_it():
     # facebook/deit-base-patch16-224's file (the older feature extractor
     # form): 256, bicubic, then the central 224.
     (dict(feature_extractor_type="DeiTFeatureExtractor", size=256,
-          crop_size=224, do_center_crop=True, resample=3), 224, 256,
-     "resizes with BICUBIC (resample 3)"),
+          crop_size=224, do_center_crop=True, resample=3), 224,
+     (256, False), "resizes with BICUBIC (resample 3)"),
     # DeiTImageProcessor's own defaults: the same.
-    (dict(image_processor_type="DeiTImageProcessor"), 224, 256, "BICUBIC"),
-    (dict(image_processor_type="DeiTImageProcessor", resample=2), 224, 256,
-     None),
+    (dict(image_processor_type="DeiTImageProcessor"), 224, (256, False),
+     "BICUBIC"),
+    (dict(image_processor_type="DeiTImageProcessor", resample=2), 224,
+     (256, False), None),
     # google/vit-*: straight to the input.
     (dict(image_processor_type="ViTImageProcessor", size=224,
-          resample=2), 224, None, None),
+          resample=2), 224, (None, False), None),
     (dict(image_processor_type="ViTImageProcessorFast",
-          size={"height": 384, "width": 384}), 384, None, None),
+          size={"height": 384, "width": 384}), 384, (None, False), None),
     # transformers 5 crops where the file says so, ViT's class included.
     (dict(image_processor_type="ViTImageProcessor", size=[256, 256],
-          do_center_crop=True, crop_size=[224, 224]), 224, 256, None),
-    (dict(image_processor_type="BeitImageProcessor", resample=2), 224, None,
+          do_center_crop=True, crop_size=[224, 224]), 224, (256, False),
      None),
-    # The short side to 256, the aspect ratio kept.
+    (dict(image_processor_type="BeitImageProcessor", resample=2), 224,
+     (None, False), None),
+    # The short side to 256, the aspect ratio kept, then the central 224:
+    # keras_vit's keep_aspect form, nothing to say.
     (dict(image_processor_type="CLIPImageProcessor", size=256,
-          resample=2), 224, 256, "keeps a photo's aspect ratio"),
-    # ConvNeXT below 384: the short side to 224 / crop_pct, then 224.
+          resample=2), 224, (256, True), None),
+    # CLIP's defaults: the short side to 224 (bicubic), the central 224.
+    (dict(image_processor_type="CLIPImageProcessor"), 224, (224, True),
+     "BICUBIC"),
+    (dict(image_processor_type="BitImageProcessor", resample=2,
+          size={"shortest_edge": 40}, crop_size=[32, 32]), 32, (40, True),
+     None),
+    # ConvNeXT below 384: the short side to int(S / crop_pct), then the
+    # central S x S.
     (dict(image_processor_type="ConvNextImageProcessor",
-          size={"shortest_edge": 224}), 224, 256, "aspect ratio"),
+          size={"shortest_edge": 224}), 224, (256, True), "BICUBIC"),
     (dict(image_processor_type="ConvNextImageProcessor", resample=2,
-          size={"shortest_edge": 384}), 384, None, None),
-    # What keras_vit's square resize and crop cannot make: said.
+          size={"shortest_edge": 256}, crop_pct=0.9), 256, (284, True),
+     None),
+    (dict(image_processor_type="ConvNextImageProcessor", resample=2,
+          size={"shortest_edge": 384}), 384, (None, False), None),
+    # What keras_vit's resizes and crop cannot make: said.
+    (dict(image_processor_type="CLIPImageProcessor", size=224,
+          resample=2, do_center_crop=False), 224, (None, False),
+     "keeps a photo's aspect ratio (size {'shortest_edge': 224})"),
+    (dict(image_processor_type="CLIPImageProcessor", resample=2,
+          size={"shortest_edge": 200}), 224, (None, False),
+     "resizes a photo's shorter side to 200, smaller than its 224 x 224 "
+     "crop"),
+    (dict(image_processor_type="CLIPImageProcessor", resample=2,
+          size={"shortest_edge": 256, "longest_edge": 300}), 224,
+     (256, True), "whose longest_edge keras-vit does not apply"),
     (dict(size={"height": 256, "width": 300}, do_center_crop=True,
-          crop_size=224), 224, None, "resizes to 256 x 300 before its "
-     "central crop"),
-    (dict(do_resize=False, do_center_crop=True, crop_size=224), 224, None,
-     "crops a photo's central 224 x 224 without resizing it"),
-    (dict(image_processor_type="ViTImageProcessor"), 32, None,
+          crop_size=224), 224, (None, False), "resizes to 256 x 300 before "
+     "its central crop"),
+    (dict(do_resize=False, do_center_crop=True, crop_size=224), 224,
+     (None, False), "crops a photo's central 224 x 224 without resizing "
+     "it"),
+    (dict(image_processor_type="ViTImageProcessor"), 32, (None, False),
      "makes 224 x 224 images, where the model takes 32 x 32"),
     (dict(size={"height": 200, "width": 200}, do_center_crop=True,
-          crop_size=224), 224, None, "smaller than its 224 x 224 crop"),
-    (dict(size={"max_height": 224, "max_width": 224}), 224, None,
+          crop_size=224), 224, (None, False),
+     "smaller than its 224 x 224 crop"),
+    (dict(size={"max_height": 224, "max_width": 224}), 224, (None, False),
      "resizes by size"),
-    (dict(image_processor_type="FooImageProcessor", size=256), 224, None,
-     "resize defaults are not known here"),
+    (dict(image_processor_type="FooImageProcessor", size=256), 224,
+     (None, False), "resize defaults are not known here"),
     (dict(image_processor_type="FooImageProcessor", size=256,
-          do_resize=True, do_center_crop=True, crop_size=224), 224, 256,
-     None),
+          do_resize=True, do_center_crop=True, crop_size=224), 224,
+     (256, False), None),
 ])
 def test_transformers_processor_resize_and_crop(caplog, fields, size,
                                                 resize, says):
+    # `resize`: (N, keep_aspect), keep_aspect where the processor resizes
+    # a photo's shorter side to N before its central crop.
     caplog.set_level("WARNING", logger="absl")
     path = f"{sorted(fields.items())}/preprocessor_config.json"
     assert hub_processor.library_resize(fields, path, (size, size)) == (
@@ -236,6 +263,12 @@ def test_transformers_processor_resize_and_crop(caplog, fields, size,
     else:
         assert len(said) == 1 and says in said[0], said
         assert "--resize_size=N" in said[0]
+    if resize[1] and said:
+        # What differs is said, not what keras-vit now does alike.
+        assert "aspect ratio (size" not in said[0]
+        assert (f"resize a photo's shorter side to {resize[0]} (area, the "
+                "aspect ratio kept)") in said[0]
+        assert "both sides, bilinear" not in said[0]
 
 
 def test_a_deit_processor_is_evaluated_with_its_resize_and_crop(
@@ -251,12 +284,32 @@ def test_a_deit_processor_is_evaluated_with_its_resize_and_crop(
                                                      "width": 32},
         image_mean=[0.5] * 3, image_std=[0.5] * 3)
     source = loader.resolve(folder)
-    assert source.library_resize() == (36, (32, 32))
+    assert source.library_resize() == (36, (32, 32), False)
     assert cli.source_resize(source) == 36
     assert cli.source_resize(source, 64) == 72  # scaled with --image_size
     assert "resizes with BICUBIC" in caplog.text
     assert loader.resolve(os.path.join(
         FIXTURES, "hf_vit_classifier")).library_resize() is None
+    rgb = np.random.default_rng(3).integers(0, 256, (40, 50, 3), np.uint8)
+    image = tmp_path / "photo.png"
+    Image.fromarray(rgb).save(image)
+    check_predicts_with_resize(folder, image, 36, top_k=5)
+
+
+def test_a_shortest_edge_processor_is_evaluated_keeping_the_aspect(
+        tmp_path, caplog):
+    # CLIP's form at this 32-pixel model's scale: the short side to 36,
+    # the aspect ratio kept, then the central 32 x 32; keras_vit's
+    # keep_aspect resize, so nothing is said (bilinear asked).
+    caplog.set_level("WARNING", logger="absl")
+    folder = _with_processor(
+        tmp_path, "", image_processor_type="CLIPImageProcessor",
+        size={"shortest_edge": 36}, crop_size={"height": 32, "width": 32},
+        resample=2, image_mean=[0.5] * 3, image_std=[0.5] * 3)
+    source = loader.resolve(folder)
+    assert source.library_resize() == (36, (32, 32), True)
+    assert [r for r in caplog.records if folder in r.getMessage()
+            and r.levelname == "WARNING"] == []
     rgb = np.random.default_rng(3).integers(0, 256, (40, 50, 3), np.uint8)
     image = tmp_path / "photo.png"
     Image.fromarray(rgb).save(image)
@@ -290,19 +343,50 @@ def test_a_processor_resize_keras_vit_cannot_make_is_said(tmp_path,
     check_says("hf_processor_resize_differs", said[0])
 
 
-@pytest.mark.parametrize("crop_mode, says", [
-    ("center", None), ("squash", None),
-    ("border", "crop_mode 'border' fits a photo's longer side"),
+@pytest.mark.parametrize("crop_mode, keep, says", [
+    ("center", True, None), ("squash", False, None),
+    ("border", False, "crop_mode 'border' fits a photo's longer side"),
 ])
-def test_timm_crop_mode_is_read(tmp_path, caplog, crop_mode, says):
+def test_timm_crop_mode_is_read(tmp_path, caplog, crop_mode, keep, says):
+    # 'center' (timm's default) resizes a photo's shorter side to 35, the
+    # aspect ratio kept; 'squash' both sides to 35 x 35.
     caplog.set_level("WARNING", logger="absl")
     folder = _timm(tmp_path, crop_mode, lambda c: c["pretrained_cfg"].update(
         crop_mode=crop_mode))
-    assert loader.resolve(folder).library_resize() == (35, (32, 32))
+    assert loader.resolve(folder).library_resize() == (35, (32, 32), keep)
     said = [r.getMessage() for r in caplog.records if folder in
             r.getMessage()]
     assert said == [] if says is None else (len(said) == 1
                                             and says in said[0])
+
+
+@pytest.mark.parametrize("crop_pct, crop_mode, size, want", [
+    (0.9, "center", (32, 32), (35, True)),
+    (0.9, "squash", (32, 32), (35, False)),
+    (0.875, "center", (224, 224), (256, True)),
+    # A crop_pct of 1: 'center' still keeps the aspect ratio (the shorter
+    # side to the input's, then the central crop); 'squash' and 'border'
+    # resize to the input.
+    (1.0, "center", (32, 32), (32, True)),
+    (1.0, "squash", (32, 32), (None, False)),
+    (1.0, "border", (32, 32), (None, False)),
+    # timm's default branch: a mode it does not name is 'center'.
+    (0.9, "other", (32, 32), (35, True)),
+    (0.9, "center", (16, 64), (None, False)),
+])
+def test_timm_eval_resize_keeps_the_aspect_ratio_where_timm_does(
+        crop_pct, crop_mode, size, want):
+    path = f"{crop_pct}/{crop_mode}/{size}/config.json"
+    assert hub_timm.eval_resize(crop_pct, crop_mode, size, path) == want
+
+
+def test_a_squash_timm_model_is_evaluated_resizing_both_sides(tmp_path):
+    folder = _timm(tmp_path, "", lambda c: c["pretrained_cfg"].update(
+        crop_mode="squash"))
+    rgb = np.random.default_rng(3).integers(0, 256, (40, 50, 3), np.uint8)
+    image = tmp_path / "photo.png"
+    Image.fromarray(rgb).save(image)
+    check_predicts_with_resize(folder, image, 35, top_k=3)
 
 
 def test_a_non_square_timm_model_with_a_crop_is_said(tmp_path, caplog):

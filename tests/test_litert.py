@@ -150,8 +150,8 @@ def test_the_evaluation_resize_travels_with_the_file(model, tmp_path,
                      f"--export_dir={tmp_path}", "--resize_size=48"]) == 0
     capsys.readouterr()
     record = tmp_path / "vit.preprocessing.json"
-    assert litert.read_resize_size(str(tmp_path / "vit.tflite"),
-                                   (SIZE, SIZE)) == 48
+    assert litert.read_resize(str(tmp_path / "vit.tflite"),
+                              (SIZE, SIZE)) == (48, False)
 
     def answer(*args):
         out = tmp_path / "answer.json"
@@ -166,6 +166,20 @@ def test_the_evaluation_resize_travels_with_the_file(model, tmp_path,
     on_device = answer(f"--model={tmp_path / 'vit.tflite'}")
     np.testing.assert_allclose(on_device, keras_48, atol=1e-4)
     assert np.max(np.abs(keras_48 - keras_plain)) > 1e-3  # the resize shows
+    # Keeping the aspect ratio travels too (the photo is not square).
+    assert cli.main(["keras-vit-export", "--format=litert", "--overwrite",
+                     f"--model={tmp_path / 'vit.keras'}", "--keep_aspect",
+                     f"--export_dir={tmp_path}", "--resize_size=48"]) == 0
+    assert litert.read_resize(str(tmp_path / "vit.tflite"),
+                              (SIZE, SIZE)) == (48, True)
+    keras_kept = answer(f"--model={tmp_path / 'vit.keras'}",
+                        "--resize_size=48", "--keep_aspect")
+    np.testing.assert_allclose(answer(f"--model={tmp_path / 'vit.tflite'}"),
+                               keras_kept, atol=1e-4)
+    assert np.max(np.abs(keras_kept - keras_48)) > 1e-3
+    np.testing.assert_allclose(  # --nokeep_aspect: the N x N resize again
+        answer(f"--model={tmp_path / 'vit.tflite'}", "--nokeep_aspect"),
+        keras_48, atol=1e-4)
     # A record that does not fit its file is refused by name.
     record.write_text('{"image_size": [64, 64], "resize_size": 48}')
     assert predict.main(["keras-vit-predict", str(photo),

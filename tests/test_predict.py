@@ -277,7 +277,8 @@ def test_a_file_name_that_is_not_utf8_is_written_escaped(setup, tmp_path):
 
 def test_a_timm_model_is_scored_with_its_crop_pct(tmp_path, capsys):
     """A timm folder's pretrained_cfg crop_pct (0.9 at 32: resize to 35,
-    then the central 32 crop), as timm evaluates it: keras-vit-predict
+    then the central 32 crop; the shorter side, the aspect ratio kept),
+    as timm evaluates it: keras-vit-predict
     answers what the model says on that crop; timm's default 0.875 where
     the config gives none; transformers' folders resize directly;
     --resize_size wins."""
@@ -288,7 +289,7 @@ def test_a_timm_model_is_scored_with_its_crop_pct(tmp_path, capsys):
     folder = str(tmp_path / "timm")
     shutil.copytree(os.path.join(HUB, "timm_vit"), folder)
     source = loader.resolve(folder)
-    assert source.library_resize() == (35, (32, 32))
+    assert source.library_resize() == (35, (32, 32), True)  # shorter side
     assert loader.resolve(os.path.join(
         HUB, "hf_vit_classifier")).library_resize() is None
     rgb = np.random.default_rng(3).integers(0, 256, (40, 50, 3), np.uint8)
@@ -299,7 +300,7 @@ def test_a_timm_model_is_scored_with_its_crop_pct(tmp_path, capsys):
     del config["pretrained_cfg"]["crop_pct"]
     with open(os.path.join(folder, "config.json"), "w") as f:
         json.dump(config, f)
-    assert loader.resolve(folder).library_resize() == (36, (32, 32))
+    assert loader.resolve(folder).library_resize() == (36, (32, 32), True)
     config["pretrained_cfg"]["crop_pct"] = 1.5
     with open(os.path.join(folder, "config.json"), "w") as f:
         json.dump(config, f)

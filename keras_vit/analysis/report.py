@@ -74,10 +74,11 @@ class ImageFiles:
     """
 
     def __init__(self, files: Sequence[str], size: Tuple[int, int],
-                 resize_size: Optional[int] = None):
+                 resize_size: Optional[int] = None,
+                 keep_aspect: bool = False):
         self._files = list(files)
         self._size = tuple(size)
-        self._resize_size = resize_size
+        self._resize = (resize_size, keep_aspect)
         self.shape = (len(self._files),) + self._size + (3,)
 
     def __len__(self) -> int:
@@ -93,7 +94,7 @@ class ImageFiles:
 
     def _image(self, file: str) -> np.ndarray:
         return preprocessing.preprocess_eval(
-            _decode(file), self._size, self._resize_size).numpy()
+            _decode(file), self._size, *self._resize).numpy()
 
 
 def _decode(file: str) -> tf.Tensor:
@@ -116,12 +117,13 @@ def _decode(file: str) -> tf.Tensor:
 
 def load_images(
     paths: Sequence[str], size: Tuple[int, int],
-    resize_size: Optional[int] = None,
+    resize_size: Optional[int] = None, keep_aspect: bool = False,
 ) -> Tuple[ImageFiles, List[str]]:
     """Reads image files (and folders of them) as the model's input.
 
     Decoded and resized as at evaluation time (`preprocess_eval`: resized
-    to `size`, or to `resize_size` and then the central `size` crop), as
+    to `size`, or to `resize_size` (its shorter side with `keep_aspect`)
+    and then the central `size` crop), as
     keras-vit-predict and an export's serving_default do. Every file is
     decoded once here, so that one that cannot be read stops the command
     before any figure is computed; the pixels are made again batch by
@@ -134,12 +136,14 @@ def load_images(
     files = _list_images(paths)
     for file, _ in files:
         _decode(file)
-    return (ImageFiles([f for f, _ in files], size, resize_size),
+    return (ImageFiles([f for f, _ in files], size, resize_size,
+                       keep_aspect),
             [name for _, name in files])
 
 
 def digits_images(
-    digits: int, size: Tuple[int, int], resize_size: Optional[int] = None
+    digits: int, size: Tuple[int, int], resize_size: Optional[int] = None,
+    keep_aspect: bool = False,
 ) -> Tuple[np.ndarray, List[str]]:
     """The first `digits` scikit-learn digits as model input (no download).
 
@@ -163,7 +167,7 @@ def digits_images(
     images = [
         preprocessing.preprocess_eval(
             tf.constant(digit[..., None] * (255.0 / 16.0), tf.float32), size,
-            resize_size,
+            resize_size, keep_aspect,
         ).numpy()
         for digit in bundled.images[:digits]
     ]

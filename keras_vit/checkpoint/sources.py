@@ -132,9 +132,10 @@ class Source:
         return None
 
     def library_resize(self):
-        """(resize, image size) of the evaluation resize the library that
-        wrote the source applies (resize to it, then the central crop), or
-        None: a timm model's crop_pct."""
+        """(resize, image size, keep_aspect) of the evaluation resize the
+        library that wrote the source applies (resize to it, or its shorter
+        side with keep_aspect, then the central crop), or None: a timm
+        model's crop_pct."""
         return None
 
 
@@ -283,7 +284,8 @@ class HubSource(Source):
         checkpoint = self._read()
         if checkpoint.eval_resize is None:
             return None
-        return checkpoint.eval_resize, tuple(checkpoint.image_size)
+        return (checkpoint.eval_resize, tuple(checkpoint.image_size),
+                checkpoint.eval_keep_aspect)
 
 
 class _Export(Source):

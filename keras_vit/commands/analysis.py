@@ -97,10 +97,12 @@ def _main(values: flags.FlagValues, images: list) -> None:
     # Preprocessed as keras-vit-predict and evaluation do: the model's
     # evaluation resize (or --resize_size), then the central crop.
     resize = cli.resize_size(values, source, model)
+    keep = cli.keep_aspect(values, source, resize)
     if images:
-        pixels, names = report.load_images(images, size, resize)
+        pixels, names = report.load_images(images, size, resize, keep)
     else:
-        pixels, names = report.digits_images(values.digits, size, resize)
+        pixels, names = report.digits_images(values.digits, size, resize,
+                                             keep)
     data = report.run_analysis(
         model, pixels, values.output_dir, names=names,
         batch_size=values.batch_size,

@@ -89,14 +89,17 @@ def evaluate(values, source, strategy) -> Dict:
     # The model's resolution, square or not.
     image_size = tuple(int(n) for n in model.input_shape[1:3])
     # --resize_size (checked against the model), else without a run's
-    # config the model's own (a timm model's crop_pct).
-    resize = (cli.resize_size(values, source, model)
-              if values.resize_size is not None or run is None else None)
-    inp = eval_input(values, run, image_size, resize)
-    resize = inp.pp.eval_resize_size
+    # config the model's own (a timm model's crop_pct); --keep_aspect,
+    # else the resize's own (the run's, the model's).
+    flagged = values.resize_size is not None or run is None
+    resize = cli.resize_size(values, source, model) if flagged else None
+    keep = (cli.keep_aspect(values, source, resize) if flagged
+            else values.keep_aspect)
+    inp = eval_input(values, run, image_size, resize, keep)
+    resize, keep = inp.pp.eval_resize_size, inp.pp.eval_keep_aspect
     logging.info("Evaluating at %s x %s (%s).", *image_size,
-                 f"resized to {resize}, then the central crop" if resize
-                 else "resized to it directly")
+                 f"resized to {resize}{' (the shorter side)' * keep}, then "
+                 "the central crop" if resize else "resized to it directly")
     split = values.split or (run.evals.test.split if run else (
         FOLDER_TEST if inp.dataset == sources.FOLDER else "test"))
     if inp.dataset == sources.FOLDER and not inp.vtab_task:
@@ -109,7 +112,7 @@ def evaluate(values, source, strategy) -> Dict:
         model=values.name or source.describe(),
         model_location=atomic.absolute(source.path),
         data_dir=atomic.absolute(inp.data_dir) if inp.data_dir else None,
-        image_size=list(image_size), resize_size=resize,
+        image_size=list(image_size), resize_size=resize, keep_aspect=keep,
         use_ema=accuracy.ema_weights(source), loss_kind=loss)
     # Where the results go, checked now: a file of another model, data
     # folder, split, resize or weights of the same name is not
@@ -218,6 +221,7 @@ def _split_errors(split: str):
 # What a result file records beside its model and data folder that its
 # name may not tell: refused when it differs.
 _HELD_FACTS = (("split", "split"), ("resize_size", "resize size"),
+               ("keep_aspect", "resize (--keep_aspect)"),
                ("use_ema", "choice of EMA weights (--no_ema)"),
                ("image_size", "image size"))
 
@@ -261,7 +265,8 @@ def check_result_file(path: str, location: str,
 def file_name(values, dataset: str, split: str, image_size) -> str:
     """eval_<data set>_<split>, and the model's name and the size where
     they are not the run's own (--model or --name, --image_size), the
-    resize (--resize_size) and noema (--no_ema), so that one model's
+    resize (--resize_size, --keep_aspect) and noema (--no_ema), so that
+    one model's
     results do not overwrite another's in a shared folder (--output_dir,
     or --workdir's run). A split of other characters than letters,
     digits, `.`, `_` and `-` (a slice: train[:100]) is written readably
@@ -275,6 +280,8 @@ def file_name(values, dataset: str, split: str, image_size) -> str:
         parts.append("x".join(str(n) for n in image_size))
     if values.resize_size is not None:
         parts.append(f"resize{values.resize_size}")
+    if values.keep_aspect is not None:
+        parts.append(f"{'' if values.keep_aspect else 'no'}keepaspect")
     if cli.hint(values, "no_ema"):
         parts.append("noema")
     return re.sub(r"[^A-Za-z0-9._=-]+", "_", "_".join(map(str, parts)))
@@ -288,13 +295,14 @@ def _split_part(split: str) -> str:
     return f"{readable}-{digest}"
 
 
-def eval_input(values, run, image_size, resize_size=None):
+def eval_input(values, run, image_size, resize_size=None, keep_aspect=None):
     """The `config.input` section --mode=eval reads: the run's data
     source and evaluation preprocessing (its config, or --workdir's; its
     eval_resize_size scaled from its model.image_size to `image_size`),
     --dataset and --data_dir where given; `resize_size` (--resize_size,
     or without a run the model's own: a timm model's) in place of the
-    run's."""
+    run's, and `keep_aspect` (None: the run's) in place of its
+    eval_keep_aspect."""
     fields = {}
     if run is not None:
         fields = {k: run.input[k] for k in (
@@ -302,9 +310,13 @@ def eval_input(values, run, image_size, resize_size=None):
             "skip_bad_images")}
         fields["pp"] = {"eval_resize_size": cli.scaled_resize(
             run.input.pp.eval_resize_size, run.model.image_size,
-            image_size)}
+            image_size), "eval_keep_aspect": run.input.pp.eval_keep_aspect}
     if resize_size:
         fields["pp"] = {"eval_resize_size": resize_size}
+    if keep_aspect is not None:
+        fields.setdefault("pp", {})["eval_keep_aspect"] = bool(keep_aspect)
+        if keep_aspect and not fields["pp"].get("eval_resize_size"):
+            raise cli.no_resize_to_keep("the run's evaluation")
     if values.dataset:
         if run is not None and not _same_data_kind(run.input,
                                                    values.dataset):

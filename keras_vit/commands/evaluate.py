@@ -234,7 +234,7 @@ def _nothing_ran(what: str, not_run: Dict[str, str]) -> str:
 _MODE_FLAGS = {"tasks": ("vtab",), "dataset": ("eval",), "split": ("eval",),
                "data_dir": ("eval",), "batch_size": ("eval",),
                "class_names_file": ("eval",), "resize_size": ("eval",),
-               "image_size": ("eval", "fewshot")}
+               "keep_aspect": ("eval",), "image_size": ("eval", "fewshot")}
 
 
 def _main(values: flags.FlagValues, args: list) -> None:

@@ -166,6 +166,8 @@ def export(values: flags.FlagValues) -> str:
                          f"{width}-class model: give one name per class, "
                          "in label order.")
     cli.check_class_count(values, source, names, width)
+    resize = cli.resize_size(values, source, model)
+    keep = cli.keep_aspect(values, source, resize)
     if values.format == "litert":
         return litert.export_litert(
             model,
@@ -173,7 +175,8 @@ def export(values: flags.FlagValues) -> str:
             quantization=values.quantization,
             class_names=names,
             verify=not values.no_verify,
-            resize_size=cli.resize_size(values, source, model),
+            resize_size=resize,
+            keep_aspect=keep,
         )
     return saved_model.export_model(
         model,
@@ -183,7 +186,8 @@ def export(values: flags.FlagValues) -> str:
         top_k=values.top_k,
         warmup_images=warmup_images(values),
         version=values.version,
-        resize_size=cli.resize_size(values, source, model),
+        resize_size=resize,
+        keep_aspect=keep,
         serving_base_dir=values.serving_base_dir,
         verify=not values.no_verify,
         dynamic_size=values.dynamic_size,

@@ -24,6 +24,14 @@ from keras_vit.commands.labels import (  # noqa: F401 (the commands' API)
     define_class_names_file,
 )
 from keras_vit.commands.lazy import lazy_module
+from keras_vit.commands.resize import (  # noqa: F401 (the commands' API)
+    define_resize_size,
+    keep_aspect,
+    no_resize_to_keep,
+    resize_size,
+    scaled_resize,
+    source_resize,
+)
 from keras_vit.commands.runner import (  # noqa: F401 (the commands' API)
     define_verbose,
     parse,
@@ -274,85 +282,6 @@ def load_flagged_model(values: flags.FlagValues,
             f"--num_classes or pass {width}."
         )
     return model
-
-
-def define_resize_size(values: flags.FlagValues) -> None:
-    flags.DEFINE_integer(
-        "resize_size", None,
-        "Resize to this, then center-crop to the input size, as evaluation "
-        "does with the same setting; default: the model's own (a training "
-        "workdir's eval_resize_size, a timm model's crop_pct, a "
-        "transformers processor's size and crop_size), else resize "
-        "directly.", flag_values=values,
-    )
-
-
-def resize_size(values: flags.FlagValues, source: loader.Source,
-                model: Optional[keras.Model] = None) -> Optional[int]:
-    """--resize_size, else the source's evaluation resize (a training
-    workdir's eval_resize_size, the preprocessing the run evaluated with,
-    which serving must match; a timm model's crop_pct; a transformers
-    processor's size before its crop_size), scaled to
-    --image_size when that differs from the source's (`source_resize`)."""
-    if hint(values, "resize_size") is not None:
-        size = model.input_shape[1:3] if model is not None else ()
-        if values.resize_size < max([1, *(int(n or 0) for n in size)]):
-            raise UsageError(
-                f"--resize_size {values.resize_size} is smaller than the "
-                f"model's input {'x'.join(str(n) for n in size) or 1}: the "
-                "central crop is taken from the resized image, so give at "
-                "least its longer side (or leave --resize_size out).")
-        return values.resize_size
-    resize = source_resize(source, hint(values, "image_size"))
-    if resize and source.run_config() is None:
-        logging.info(
-            "%s: resized to %s, then the central crop, as the library "
-            "that wrote it evaluates it (timm's crop_pct, or the "
-            "transformers processor's size and crop_size; the library may "
-            "keep the aspect ratio or resize bicubic, this resizes both "
-            "sides bilinear: --resize_size sets another).",
-            source.path, resize)
-    return resize
-
-
-def source_resize(source: loader.Source, image_size=None) -> Optional[int]:
-    """The evaluation resize a source records, scaled to `image_size`
-    (default: the source's own): a training run's eval_resize_size, else
-    the library's (a timm model's crop_pct)."""
-    recorded = source.run_config()
-    if recorded is not None:
-        resize = recorded.input.pp.eval_resize_size
-        trained = recorded.model.image_size
-    else:
-        library = source.library_resize()
-        if library is None:
-            return None
-        resize, trained = library
-    return scaled_resize(resize, trained, image_size or trained)
-
-
-def _hw(size) -> Tuple[int, int]:
-    if isinstance(size, (tuple, list)):
-        return int(size[0]), int(size[1])
-    return int(size), int(size)
-
-
-def scaled_resize(resize: Optional[int], trained_size,
-                  image_size) -> Optional[int]:
-    """The eval resize (resize to it, then the central crop) for
-    `image_size` of one set for `trained_size`: scaled alike, so the crop
-    keeps the same share of the image, and never below the image's side
-    (24 at 16 -> 48 at 32, 12 at 8). None stays None; an unknown
-    `trained_size` (0 or None) leaves `resize`, at least the image's side.
-    """
-    if resize is None:
-        return None
-    rows, cols = _hw(image_size)
-    if trained_size and min(_hw(trained_size)) > 0:
-        trained_rows, trained_cols = _hw(trained_size)
-        resize = round(int(resize) * max(rows / trained_rows,
-                                         cols / trained_cols))
-    return max(rows, cols, int(resize))
 
 
 def warn_zero_head(source: loader.Source, model: keras.Model) -> None:

@@ -114,25 +114,27 @@ def _read(path: str) -> bytes:
         return f.read()
 
 
-def _pixels(images: Sequence[bytes], size, resize_size) -> np.ndarray:
+def _pixels(images: Sequence[bytes], size, resize_size,
+            keep_aspect: bool = False) -> np.ndarray:
     """Encoded images as the batch the export's serving_default makes of
     them: decoded, resized and cropped to `size`, scaled to [-1, 1]."""
     return np.stack([
         preprocessing.preprocess_eval(
             preprocessing.decode_image(tf.constant(image)), size,
-            resize_size,
+            resize_size, keep_aspect,
         ).numpy()
         for image in images
     ])
 
 
-def keras_predictor(model: keras.Model, resize_size=None) -> Callable:
+def keras_predictor(model: keras.Model, resize_size=None,
+                    keep_aspect: bool = False) -> Callable:
     """A function: list of encoded images -> probabilities (n, K), with the
     preprocessing of the export's serving_default."""
     size = derived.input_image_size(model)
 
     def predict(images: Sequence[bytes]) -> np.ndarray:
-        batch = _pixels(images, size, resize_size)
+        batch = _pixels(images, size, resize_size, keep_aspect)
         logits = keras.ops.convert_to_numpy(model(batch, training=False))
         return tf.nn.softmax(logits.astype(np.float32), axis=-1).numpy()
 
@@ -181,11 +183,12 @@ def _first_sentence(text: str) -> str:
 
 
 def litert_predictor(path: str, resize_size=None,
-                     labels_used: bool = True) -> Callable:
+                     labels_used: bool = True,
+                     keep_aspect: Optional[bool] = None) -> Callable:
     """The predict function of a LiteRT file (`keras-vit-export
     --format=litert`): the images preprocessed as serving_default does
-    (with `resize_size`, else the resize recorded beside the file), then
-    given to the file as the pixels in [0, 255] it takes."""
+    (with `resize_size` and `keep_aspect`, else the resize recorded beside
+    the file), then given to the file as pixels in [0, 255]."""
     try:
         interpreter = litert.interpreter_class()(model_path=path)
         size = tuple(int(n) for n in interpreter.get_input_details()[0][
@@ -197,12 +200,15 @@ def litert_predictor(path: str, resize_size=None,
                          "export the model again.") from None
     # Read (and checked to go with the file) even where --resize_size
     # replaces what it records: it vouches for the class names too.
-    recorded = litert.read_resize_size(path, size, labels_used)
+    recorded, recorded_keep = litert.read_resize(path, size, labels_used)
     if resize_size is None:
         resize_size = recorded
+    keep = recorded_keep if keep_aspect is None else keep_aspect
+    if keep and resize_size is None:
+        raise cli.no_resize_to_keep(path)
 
     def predict(images: Sequence[bytes]) -> np.ndarray:
-        pixels = _pixels(images, size, resize_size)
+        pixels = _pixels(images, size, resize_size, keep)
         return litert.run_litert(path, (pixels + 1.0) * 127.5)
 
     predict.num_classes = num_classes
@@ -213,14 +219,18 @@ def predictor(values, source) -> Callable:
     """The predict function of --model (`source`), with the model's class
     count as its `num_classes` (None where the model does not say)."""
     if source.kind == "saved_model":
-        if values.resize_size is not None:
-            raise UsageError("--resize_size is built into a SavedModel.")
+        for name in ("resize_size", "keep_aspect"):
+            if values[name].value is not None:
+                raise UsageError(f"--{name} is built into a SavedModel.")
         return saved_model_predictor(source.version())
     if source.kind == "litert":
         return litert_predictor(source.path, values.resize_size,
-                                labels_used=not values.class_names_file)
+                                labels_used=not values.class_names_file,
+                                keep_aspect=values.keep_aspect)
     model = cli.load_flagged_model(values, source, head="predict with")
-    return keras_predictor(model, cli.resize_size(values, source, model))
+    resize = cli.resize_size(values, source, model)
+    return keras_predictor(model, resize,
+                           cli.keep_aspect(values, source, resize))
 
 
 def top_k(probabilities: np.ndarray, names: Sequence[str], k: int):

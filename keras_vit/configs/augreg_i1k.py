@@ -53,9 +53,10 @@ def get_config(arg=None):
     common.large_run(c, splits=common.IMAGENET1K_SPLITS, batch=BATCH,
                      eval_batch=1000, eval_every=5_000)
     # Inception crop and flip at 224, JPEGs decoded inside the crop only;
-    # evaluation resizes to 256 and takes the central 224.
+    # evaluation resizes the shorter side to 256 (area, the aspect ratio
+    # kept: big_vision's resize_small) and takes the central 224.
     c.input.pp.train = "pretrain"
-    c.input.pp.eval_resize_size = 256
+    c.input.pp.eval_resize_size, c.input.pp.eval_keep_aspect = 256, True
     # RandAugment and Mixup of the aug setting.
     common.set_augmentation(c, args["aug"])
     # The variant (class token, learned position embeddings, no pre-logits

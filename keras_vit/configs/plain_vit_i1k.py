@@ -46,9 +46,10 @@ def get_config(arg=None):
     common.large_run(c, splits=common.IMAGENET1K_SPLITS, batch=BATCH,
                      eval_batch=1000, eval_every=5_000)
     # Inception crop (JPEGs decoded inside it) and flip at 224, then
-    # RandAugment(2, 10); evaluation: resize 256, central 224.
+    # RandAugment(2, 10); evaluation: the shorter side to 256 (the aspect
+    # ratio kept, big_vision's resize_small), central 224.
     c.input.pp.train = "pretrain"
-    c.input.pp.eval_resize_size = 256
+    c.input.pp.eval_resize_size, c.input.pp.eval_keep_aspect = 256, True
     c.input.pp.randaug_ops, c.input.pp.randaug_magnitude = 2, 10
     # Mixup with Beta(0.2, 0.2).
     c.input.mix.mixup_alpha = 0.2

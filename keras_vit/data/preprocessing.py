@@ -16,7 +16,7 @@ from typing import Callable, Optional, Sequence, Tuple, Union
 import tensorflow as tf
 
 from keras_vit.data import augment as augment_lib
-from keras_vit.data import image_headers as headers
+from keras_vit.data.decoding import decode_image, to_rgb
 from keras_vit.errors import UsageError
 
 Size = Union[int, Sequence[int]]
@@ -30,89 +30,6 @@ def as_hw(size: Size) -> Tuple[int, int]:
     if len(size) != 2:
         raise UsageError(f"Expected an int or (height, width), got {size!r}.")
     return size
-
-
-def to_rgb(image: tf.Tensor) -> tf.Tensor:
-    """Grayscale -> 3 channels (tiled), RGBA -> RGB (alpha dropped).
-
-    A rank-2 image (H, W) is treated as grayscale.
-    """
-    if image.shape.rank == 2:
-        image = image[..., tf.newaxis]
-    channels = image.shape[-1]
-    if channels == 3:
-        return image
-    if channels == 1:
-        return tf.tile(image, [1, 1, 3])
-    if channels == 4:
-        return image[..., :3]
-    if channels == 2:  # grayscale + alpha
-        return tf.tile(image[..., :1], [1, 1, 3])
-    if channels is None:
-        # Unknown statically (e.g. decode_image without channels): decide at
-        # run time.
-        channels = tf.shape(image)[-1]
-        return tf.case(
-            [
-                (tf.equal(channels, 1), lambda: tf.tile(image, [1, 1, 3])),
-                (
-                    tf.equal(channels, 2),
-                    lambda: tf.tile(image[..., :1], [1, 1, 3]),
-                ),
-            ],
-            default=lambda: image[..., :3],
-        )
-    raise UsageError(
-        f"Cannot convert an image with {channels} channels to RGB."
-    )
-
-
-def decode_image(data: tf.Tensor) -> tf.Tensor:
-    """Decodes JPEG, PNG, GIF (first frame), BMP or WebP (TensorFlow >= 2.18)
-    bytes to uint8 RGB (H, W, 3).
-
-    16-bit PNGs are converted to 8 bits; grayscale and RGBA become RGB.
-    Another format (TensorFlow's decoder would read JPEG XL, whose size is
-    not checked) is refused by its first bytes, before any decoder runs;
-    invalid bytes raise `tf.errors.InvalidArgumentError` from the decoder.
-    """
-    tf.debugging.assert_greater(
-        tf.strings.length(data),
-        0,
-        message="Empty image: got a zero-length string instead of encoded "
-        "image bytes (JPEG, PNG, GIF, BMP or WebP).",
-    )
-    with tf.control_dependencies([_refuse_unknown_format(data),
-                                  _refuse_palette_bmp(data),
-                                  _refuse_animated_webp(data),
-                                  _refuse_huge(data)]):
-        image = tf.io.decode_image(
-            data, channels=0, dtype=tf.uint8, expand_animations=False
-        )
-    image.set_shape([None, None, None])
-    return tf.ensure_shape(to_rgb(image), [None, None, 3])
-
-
-def _refuse_unknown_format(data: tf.Tensor):
-    return tf.debugging.assert_equal(headers.is_known_format(data), True,
-                                     message=headers.UNKNOWN_FORMAT_MESSAGE)
-
-
-def _refuse_palette_bmp(data: tf.Tensor):
-    return tf.debugging.assert_equal(headers.is_palette_bmp(data), False,
-                                     message=headers.PALETTE_BMP_MESSAGE)
-
-
-def _refuse_animated_webp(data: tf.Tensor):
-    return tf.debugging.assert_equal(headers.is_animated_webp(data), False,
-                                     message=headers.ANIMATED_WEBP_MESSAGE)
-
-
-def _refuse_huge(data: tf.Tensor):
-    return tf.debugging.assert_less_equal(
-        headers.declared_pixels(data),
-        tf.constant(headers.MAX_PIXELS, tf.int64),
-        message=headers.HUGE_MESSAGE)
 
 
 def scale_to_unit_range(image: tf.Tensor) -> tf.Tensor:
@@ -140,23 +57,51 @@ def central_crop(image: tf.Tensor, size: Size) -> tf.Tensor:
     return image[top : top + h, left : left + w]
 
 
+def resize_small(image: tf.Tensor, smaller: int) -> tf.Tensor:
+    """Resizes the shorter side to `smaller`, keeping the aspect ratio (the
+    other side rounded), with area resampling; the input's dtype out
+    (clipped to its range). big_vision's `resize_small`, with which its
+    ImageNet runs evaluate (then the central crop)."""
+    shape = tf.shape(image)
+    factor = tf.cast(smaller, tf.float32) / tf.cast(
+        tf.minimum(shape[0], shape[1]), tf.float32)
+    hw = tf.cast(tf.round(tf.cast(shape[:2], tf.float32) * factor), tf.int32)
+    resized = tf.image.resize(image, hw, method="area")
+    if image.dtype == tf.uint8:
+        return tf.cast(tf.clip_by_value(resized, 0.0, 255.0), tf.uint8)
+    return tf.cast(resized, image.dtype)
+
+
 def preprocess_eval(
-    image: tf.Tensor, size: Size, resize_size: Optional[Size] = None
+    image: tf.Tensor, size: Size, resize_size: Optional[Size] = None,
+    keep_aspect: bool = False,
 ) -> tf.Tensor:
     """Deterministic evaluation preprocessing.
 
     Resizes to `size` directly (the official ViT fine-tuning evaluation), or,
     when `resize_size` is given, to `resize_size` and then takes the central
-    `size` crop (e.g. resize 256, crop 224 for few-shot probes). Returns
-    float32 (height, width, 3) in [-1, 1].
+    `size` crop (e.g. resize 256, crop 224 for few-shot probes); with
+    `keep_aspect`, the int `resize_size` is the shorter side's length
+    (`resize_small`, big_vision's ImageNet evaluation). Returns float32
+    (height, width, 3) in [-1, 1].
     """
     image = to_rgb(image)
     if resize_size is None:
         image = resize(image, size)
+    elif keep_aspect:
+        image = central_crop(resize_small(image, _side(resize_size)), size)
     else:
         image = central_crop(resize(image, resize_size), size)
     h, w = as_hw(size)
     return tf.ensure_shape(scale_to_unit_range(image), [h, w, 3])
+
+
+def _side(resize_size: Size) -> int:
+    if isinstance(resize_size, int):
+        return resize_size
+    raise UsageError(
+        f"A resize that keeps the aspect ratio takes one length (the "
+        f"shorter side's), got {resize_size!r}.")
 
 
 def preprocess_finetune(
@@ -334,7 +279,8 @@ def from_config(pp_config, image_size, seed: int, training: bool,
     """`fn(image, seed=None)`: the preprocessing of a training or evaluation
     split at `image_size` (`config.model.image_size`), from a run's
     `config.input.pp` section (train: 'pretrain', 'finetune' or 'eval';
-    resize_size, eval_resize_size, area_range, flip, randaug_ops,
+    resize_size, eval_resize_size, eval_keep_aspect, area_range, flip,
+    randaug_ops,
     randaug_magnitude); `seed` (`config.seed`) seeds RandAugment.
     `input_pipeline.make_preprocess_fn` is this function.
 
@@ -345,9 +291,9 @@ def from_config(pp_config, image_size, seed: int, training: bool,
     cfg = pp_config
     resize_size = cfg.resize_size
     if not training:
-        eval_resize = cfg.eval_resize_size
+        eval_resize, keep = cfg.eval_resize_size, bool(cfg.eval_keep_aspect)
         return lambda image, seed=None: preprocess_eval(
-            image, size, eval_resize
+            image, size, eval_resize, keep
         )
     kind = cfg.train
     flip = bool(cfg.flip)

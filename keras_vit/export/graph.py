@@ -188,6 +188,7 @@ def build_endpoints(
     top_k: int,
     resize_size: Optional[preprocessing.Size] = None,
     any_size: bool = False,
+    keep_aspect: bool = False,
 ) -> "keras.export.ExportArchive":
     """An `ExportArchive` with the three serving endpoints, ready to write.
 
@@ -202,6 +203,8 @@ def build_endpoints(
         any_size: bool. Also register `predict_any_size`; the model must
             have a dynamic image size. The other endpoints resize to the
             size its position embeddings were made for.
+        keep_aspect: bool. `resize_size` is the shorter side's length,
+            the aspect ratio kept (`preprocess_eval`).
 
     Returns:
         keras.export.ExportArchive. Endpoints `serving_default`,
@@ -212,7 +215,8 @@ def build_endpoints(
     _check_endpoint_arguments(model, class_names, top_k, any_size)
     forward = _forward(model, (None, None) if any_size else size)
     classify = _classifier(forward, class_names, top_k)
-    preprocess, images_from_bytes = _image_readers(size, resize_size)
+    preprocess, images_from_bytes = _image_readers(size, resize_size,
+                                                   keep_aspect)
 
     def serving_default(image_bytes):
         """Encoded images (JPEG, PNG, GIF, BMP or WebP) -> top-k."""
@@ -301,14 +305,15 @@ def _classifier(forward, class_names: Sequence[str], top_k: int):
     return classify
 
 
-def _image_readers(size, resize_size):
+def _image_readers(size, resize_size, keep_aspect):
     """(preprocess, images_from_bytes): one image's evaluation
     preprocessing to the model's `size`, and a batch of encoded images
     decoded and preprocessed."""
     image_spec = tf.TensorSpec(size + (3,), tf.float32)
 
     def preprocess(image):
-        return preprocessing.preprocess_eval(image, size, resize_size)
+        return preprocessing.preprocess_eval(image, size, resize_size,
+                                             keep_aspect)
 
     def images_from_bytes(image_bytes):
         return request_checks.decoded(

@@ -15,7 +15,7 @@ built-in ops so that the plain runtime runs the file, no Flex delegate.
 The class names (`<name>.labels.txt`) and the preprocessing record are
 written before the `.tflite` is renamed into place, and the record names
 both by their SHA-256: an export stopped between the writes (an
-`--overwrite` cut short) leaves files that `read_resize_size` finds do not
+`--overwrite` cut short) leaves files that `read_resize` finds do not
 go together, so keras-vit-predict refuses them instead of preprocessing
 the new file as the old one was.
 
@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import List, Optional, Sequence
+from typing import List, Optional, Sequence, Tuple
 
 import keras
 import numpy as np
@@ -126,6 +126,7 @@ def export_litert(
     class_names: Optional[Sequence[str]] = None,
     verify: bool = True,
     resize_size: Optional[int] = None,
+    keep_aspect: bool = False,
 ) -> str:
     """Writes `model` as a LiteRT file.
 
@@ -148,6 +149,8 @@ def export_litert(
             crop of the input size; None: resize straight to the input
             size), recorded in `<path minus .tflite>.preprocessing.json`
             with the input size, for the client that prepares the pixels.
+        keep_aspect: bool. `resize_size` is the shorter side's length,
+            the aspect ratio kept (`preprocess_eval`), also recorded.
 
     Returns:
         str. `path`.
@@ -167,11 +170,11 @@ def export_litert(
     wrapped = pixels_model(model)
     num_classes = int(model.output_shape[-1])
     height, width = wrapped.input_shape[1:3]
-    if resize_size is not None and int(resize_size) < max(height, width):
-        raise UsageError(
-            f"resize_size {resize_size} is smaller than the input size "
-            f"{height}x{width}: the central crop needs at least "
-            f"{max(height, width)}.")
+    export_options.check_resize_size(resize_size, (height, width),
+                                     keep_aspect)
+    if isinstance(resize_size, (tuple, list)):  # the record holds one N
+        raise UsageError(f"resize_size {resize_size!r}: a LiteRT export "
+                         "records one int (an N x N resize).")
     labels = None
     if class_names is not None:  # one a line: none blank, as a SavedModel's
         labels = "".join(f"{name}\n" for name in export_options.class_names(
@@ -185,7 +188,7 @@ def export_litert(
         if verify:
             _verify(tmp, wrapped, quantization)
         record = preprocessing_record(height, width, resize_size,
-                                      quantization)
+                                      quantization, keep_aspect)
         record["tflite_sha256"] = _digest(tmp)
         record["labels_sha256"] = None if labels is None else (
             hashlib.sha256(labels.encode("utf-8")).hexdigest())
@@ -237,7 +240,7 @@ def written_paths(path: str) -> List[str]:
 
 def preprocessing_record(height: int, width: int,
                          resize_size: Optional[int],
-                         quantization: str) -> dict:
+                         quantization: str, keep_aspect: bool = False) -> dict:
     """dict. What a client does to an image before the file, as
     `keras_vit.data.preprocessing.preprocess_eval` does it."""
     return {
@@ -245,23 +248,28 @@ def preprocessing_record(height: int, width: int,
         "image_size": [int(height), int(width)],
         "resize_size": None if resize_size is None else int(resize_size),
         "pixels": "RGB, float32 in [0, 255], shape (1, height, width, 3)",
-        "resize": "bilinear to resize_size then the central image_size "
-                  "crop; with resize_size null, bilinear to image_size",
+        "keep_aspect": bool(keep_aspect),
+        "resize": "bilinear to resize_size (with keep_aspect: the shorter "
+                  "side to it, area, the aspect ratio kept) then the "
+                  "central image_size crop; with resize_size null, "
+                  "bilinear to image_size",
         "quantization": quantization,
     }
 
 
-def read_resize_size(path: str, image_size: Sequence[int],
-                     labels_used: bool = True) -> Optional[int]:
-    """int or None. The evaluation resize recorded beside the .tflite
-    `path` (None where no record is there, as for files written before
-    it was), checked against the file's `image_size`, and the record
+def read_resize(path: str, image_size: Sequence[int],
+                labels_used: bool = True) -> Tuple[Optional[int], bool]:
+    """(resize_size, keep_aspect). The evaluation resize recorded beside
+    the .tflite `path` ((None, False) where no record is there, as for
+    files written before it was; keep_aspect False where a record written
+    before it has none), checked against the file's `image_size`, and the
+    record
     checked to name this .tflite and, where they are there and used
     (`labels_used`: no names given instead), the class names beside it
     (by their SHA-256; a record written before it named them is not)."""
     record_path = preprocessing_path(path)
     if not tf.io.gfile.exists(record_path):
-        return None
+        return None, False
     try:
         with tf.io.gfile.GFile(record_path, "rb") as f:
             record = json.loads(f.read(_MAX_RECORD_BYTES + 1)[
@@ -269,6 +277,9 @@ def read_resize_size(path: str, image_size: Sequence[int],
         size, resize = list(record["image_size"]), record["resize_size"]
         if not all(_is_int(n) for n in size + [resize or 0]):
             raise ValueError("not whole numbers")
+        keep = record.get("keep_aspect", False)
+        if not isinstance(keep, bool) or (keep and resize is None):
+            raise ValueError("keep_aspect is not true or false")
         digests = [record.get(f"{name}_sha256")
                    for name in ("tflite", "labels")]
         if not all(d is None or isinstance(d, str) for d in digests):
@@ -287,7 +298,7 @@ def read_resize_size(path: str, image_size: Sequence[int],
             f"{list(image_size)}): export the model again, or remove the "
             "file and pass --resize_size.")
     if digests[0] is None:
-        return resize
+        return resize, keep
     tflite, labels = _digests_beside(path)
     if digests[0] != tflite:
         raise UsageError(
@@ -300,7 +311,7 @@ def read_resize_size(path: str, image_size: Sequence[int],
             "exported with (edited or replaced, or an export stopped while "
             "it replaced them): export the model again (--overwrite), or "
             "give the names with --class_names_file.")
-    return resize
+    return resize, keep
 
 
 def _digests_beside(path: str) -> list:

@@ -37,6 +37,8 @@ class ExportOptions:
         resize_size: int, (height, width) or None. Resize then central-crop
             to the input size, as `preprocess_eval` does for evaluation with
             the same argument; None resizes straight to the input size.
+        keep_aspect: bool. Resize the shorter side to the int
+            `resize_size`, keeping the aspect ratio (`preprocess_eval`).
         serving_base_dir: str or None. Where the server sees `export_dir`
             (e.g. "/models" in a container), for models.config; None uses
             the local absolute path. Also replaces this model's existing
@@ -57,6 +59,7 @@ class ExportOptions:
     warmup_images: Optional[Sequence[export_files.WarmupImage]] = None
     version: Optional[int] = None
     resize_size: Optional[preprocessing.Size] = None
+    keep_aspect: bool = False
     serving_base_dir: Optional[str] = None
     verify: bool = True
     dynamic_size: bool = False
@@ -97,10 +100,19 @@ def class_names(names, num_classes: int) -> list:
     return names
 
 
-def check_resize_size(resize_size, size) -> None:
+def check_resize_size(resize_size, size, keep_aspect=False) -> None:
     """Raises a UsageError unless `resize_size` is None or an int or
     (height, width) of at least the model's input `size` on each side:
-    the central crop of `size` is taken from the image resized to it."""
+    the central crop of `size` is taken from the image resized to it.
+    `keep_aspect` (the shorter side resized to it) takes an int."""
+    if not isinstance(keep_aspect, bool):
+        raise UsageError(f"keep_aspect must be True or False, got "
+                         f"{keep_aspect!r}.")
+    if keep_aspect and not isinstance(resize_size, (int, np.integer)):
+        raise UsageError(
+            "keep_aspect resizes the shorter side to resize_size, which "
+            f"must then be one int (at least the input's longer side), got "
+            f"{resize_size!r}.")
     if resize_size is None:
         return
     sides = list(resize_size) if isinstance(resize_size, (list, tuple)) \

@@ -108,11 +108,10 @@ def _input_size(model: keras.Model):
     return int(shape[1]), int(shape[2])
 
 
-def _reference_probabilities(model, images: Sequence[bytes], size,
-                             resize_size):
+def _reference_probabilities(model, images: Sequence[bytes], size, resize):
     batch = np.stack([
         preprocessing.preprocess_eval(
-            preprocessing.decode_image(tf.constant(image)), size, resize_size
+            preprocessing.decode_image(tf.constant(image)), size, *resize
         ).numpy()
         for image in images
     ])
@@ -121,12 +120,13 @@ def _reference_probabilities(model, images: Sequence[bytes], size,
 
 
 def verify_export(path: str, model: keras.Model, images: Sequence[bytes],
-                  resize_size=None) -> None:
+                  resize=(None, False)) -> None:
     """Reloads a SavedModel and checks it against the Keras model.
 
     Every warm-up request replays without error, and `serving_default`
     gives the Keras model's probabilities (within `VERIFY_ATOL`) on
-    `images` decoded and preprocessed eagerly.
+    `images` decoded and preprocessed eagerly (`resize`: resize_size and
+    keep_aspect, as `preprocess_eval` takes them).
 
     Raises:
         RuntimeError: the SavedModel disagrees with the model.
@@ -144,9 +144,7 @@ def verify_export(path: str, model: keras.Model, images: Sequence[bytes],
     got = np.concatenate([loaded.signatures["serving_default"](
         image_bytes=tf.constant(part, dtype=tf.string))["probabilities"]
         .numpy() for part in request_checks.requests_within_budget(images)])
-    want = _reference_probabilities(
-        model, images, _input_size(model), resize_size
-    )
+    want = _reference_probabilities(model, images, _input_size(model), resize)
     error = float(np.max(np.abs(got - want)))
     if export_graph.ANY_SIZE_SIGNATURE in loaded.signatures:
         error = max(error, _any_size_error(loaded, model))
@@ -190,8 +188,8 @@ def export_model(model: keras.Model, export_dir: str, **options) -> str:
         **options: the fields of
             `keras_vit.export.options.ExportOptions`, by name: model_name,
             class_names, top_k, warmup_images, version, resize_size,
-            serving_base_dir, verify, dynamic_size. An unknown one raises
-            a UsageError.
+            keep_aspect, serving_base_dir, verify, dynamic_size. An unknown
+            one raises a UsageError.
 
     Returns:
         str. The path of the new version folder.
@@ -204,7 +202,7 @@ def export_model(model: keras.Model, export_dir: str, **options) -> str:
         serving_model = with_dynamic_image_size(serving_model)
     archive = export_graph.build_endpoints(
         serving_model, target.names, target.top_k, opts.resize_size,
-        any_size=opts.dynamic_size,
+        any_size=opts.dynamic_size, keep_aspect=opts.keep_aspect,
     )
     def listed() -> None:  # the server's files name the model
         write_batching_parameters(target.export_dir)
@@ -255,7 +253,7 @@ def _target(model: keras.Model, export_dir: str,
     export_files.check_model_name(opts.model_name)
     num_classes = _num_classes(model)
     size = _input_size(model)
-    export_options.check_resize_size(opts.resize_size, size)
+    export_options.check_resize_size(opts.resize_size, size, opts.keep_aspect)
     names = export_options.class_names(opts.class_names, num_classes)
     top_k = export_options.checked_top_k(opts.top_k, num_classes)
     export_options.check_version(opts.version)
@@ -306,7 +304,7 @@ def _write_version(archive, serving_model: keras.Model, target: _Target,
                 tmp_dir,
                 serving_model,
                 target.images or export_files.default_warmup_images(),
-                opts.resize_size,
+                (opts.resize_size, opts.keep_aspect),
             )
         with atomic.signals_deferred():
             path = export_files.publish_version(
@@ -391,6 +389,7 @@ def _export_info(model: keras.Model, target: _Target,
         "image_size": list(target.size),
         "resize_size": None if resize_size is None
         else list(preprocessing.as_hw(resize_size)),
+        "keep_aspect": bool(opts.keep_aspect),
         "num_classes": len(target.names),
         "top_k": target.top_k,
         "signatures": signatures,

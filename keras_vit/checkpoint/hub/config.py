@@ -138,6 +138,11 @@ def hf_settings(spec: Dict[str, Any], folder: str,
                                              processor))
     mean, std = processor_normalisation(proc or {}, processor)
     size = spec.get("image_size", 224)
+    # The resize before the central crop its processor implies (of the
+    # shorter side, the aspect ratio kept, with keep_aspect).
+    resize, keep_aspect = library_resize(
+        proc, processor, (size, size) if isinstance(size, int)
+        else tuple(size))
     return dict(
         num_heads=int(spec.get("num_attention_heads",
                                HF_VIT_DEFAULTS["num_attention_heads"])),
@@ -149,10 +154,8 @@ def hf_settings(spec: Dict[str, Any], folder: str,
         std=std,
         pre_logits_activation=HF_POOLER_ACTIVATIONS[pooler],
         architecture=hf_architecture(spec),
-        # The resize before the central crop its processor implies.
-        eval_resize=library_resize(
-            proc, processor, (size, size) if isinstance(size, int)
-            else tuple(size)),
+        eval_resize=resize,
+        eval_keep_aspect=keep_aspect,
         # False: transformers builds no query/key/value bias and ignores
         # such arrays of the file.
         qkv_bias=bool(spec.get("qkv_bias", True)),

@@ -11,12 +11,14 @@ default, as the processors' `_set_attributes` does).
 - The geometry (`library_resize`): `do_resize` with `size` (and
   `default_to_square` for a number), `do_center_crop` with `crop_size`,
   `resample`, and ConvNeXT's `crop_pct`. keras_vit's evaluation resizes
-  a photo to N x N (both sides, bilinear) and takes the central crop of
-  the model's input, or resizes to the input directly: the processor's
-  resize and crop are given that form, and what it asks beyond it
-  (keeping the aspect ratio, a bicubic filter, a crop without a resize,
-  an output the model cannot take) is said in one warning line per
-  folder, with the fix (--resize_size), rather than differing silently.
+  a photo to N x N (both sides, bilinear) or its shorter side to N (area,
+  the aspect ratio kept: a `shortest_edge` resize, ConvNeXT's below 384)
+  and takes the central crop of the model's input, or resizes to the
+  input directly: the processor's resize and crop are given one of these
+  forms, and what it asks beyond them (a bicubic filter, a crop without
+  a resize, a resize keras_vit has no form for, an output the model
+  cannot take) is said in one warning line per folder, with the fix
+  (--resize_size, --keep_aspect), rather than differing silently.
 """
 
 from __future__ import annotations
@@ -211,36 +213,45 @@ def warn_once(text: str) -> None:
 
 
 def library_resize(proc: Optional[Dict[str, Any]], path: str,
-                   model_hw: Tuple[int, int]) -> Optional[int]:
-    """N of the evaluation resize (to N x N, then the central crop of the
-    model's input) that the folder's processor implies, or None where it
-    resizes to the input directly (or there is no processor file, which
-    transformers cannot process photos without). `model_hw`: the
-    config.json image size the model takes. What the processor does that
-    this form cannot is said in one warning line, with what is done
-    instead."""
+                   model_hw: Tuple[int, int]) -> Tuple[Optional[int], bool]:
+    """(N, keep_aspect) of the evaluation resize (to N x N, or with
+    keep_aspect the shorter side to N, then the central crop of the
+    model's input) that the folder's processor implies, or (None, False)
+    where it resizes to the input directly (or there is no processor
+    file, which transformers cannot process photos without). `model_hw`:
+    the config.json image size the model takes. What the processor does
+    that these forms cannot is said in one warning line, with what is
+    done instead."""
     if proc is None:
-        return None
+        return None, False
     kind = processor_class(proc, path)
     plan, notes = _plan(proc, path, kind, model_hw)
-    resize = plan if isinstance(plan, int) else None
-    if plan == "direct" and not notes:
-        return None
-    rows, cols = model_hw
-    did = (f"resize a photo to {resize} x {resize} (both sides, bilinear) "
-           f"and take the central {rows} x {cols}" if resize else
-           f"resize a photo to {rows} x {cols} (both sides, bilinear)")
+    resize, keep = plan if isinstance(plan, tuple) else (None, False)
     if notes:
         warn_once(
             f"{path}: transformers' {kind} {'; '.join(notes)}. "
-            f"keras-vit-predict, -evaluate, -analysis and -export {did}; "
-            "--resize_size=N resizes to N x N before the central crop.")
-    return resize
+            "keras-vit-predict, -evaluate, -analysis and -export "
+            f"{_done(resize, keep, model_hw)}.")
+    return resize, keep
+
+
+def _done(resize: Optional[int], keep: bool, model_hw) -> str:
+    """What the commands do to a photo, and the flags that change it."""
+    rows, cols = model_hw
+    if keep:
+        return (f"resize a photo's shorter side to {resize} (area, the "
+                f"aspect ratio kept) and take the central {rows} x {cols}; "
+                "--resize_size=N sets another shorter side, "
+                "--nokeep_aspect resizes both sides to N x N")
+    did = (f"resize a photo to {resize} x {resize} (both sides, bilinear) "
+           f"and take the central {rows} x {cols}" if resize else
+           f"resize a photo to {rows} x {cols} (both sides, bilinear)")
+    return f"{did}; --resize_size=N resizes to N x N before the central crop"
 
 
 def _plan(proc, path, kind, model_hw):
-    """(N, or "direct", notes): the resize the processor implies in
-    keras_vit's form, and what it does beyond that form."""
+    """((N, keep_aspect), or "direct", notes): the resize the processor
+    implies in keras_vit's forms, and what it does beyond them."""
     known = PROCESSOR_GEOMETRY.get(kind)
 
     def get(field, default=None):
@@ -276,61 +287,80 @@ def _plan(proc, path, kind, model_hw):
 
 def _resized(proc, path, kind, get, notes):
     """What the resize step makes: ("none",) without one, ("warp", h, w),
-    ("short", S) (the short side to S, the aspect ratio kept), or None
-    for a resize keras_vit has no form for (said in `notes`)."""
+    ("short", S, crop, note) (the short side to S, the aspect ratio kept;
+    ConvNeXT's own central crop side or None; the note said where
+    keras_vit cannot follow), or None for a resize keras_vit has no form
+    for (said in `notes`)."""
     if not get("do_resize", True):
         return ("none",)
     size = size_dict(get("size"), bool(get("default_to_square", True)),
                      "size", path)
+    aspect = f"keeps a photo's aspect ratio (size {size})"
     if kind == "ConvNextImageProcessor":
         # ConvNeXT's own resize: below 384, the short side to
-        # S / crop_pct and the central S x S; else both sides to S.
+        # int(S / crop_pct) and the central S x S; else both sides to S.
         short, pct = size.get("shortest_edge"), get("crop_pct", 224 / 256)
         if short is None or not isinstance(pct, (int, float)) or pct <= 0:
             notes.append(f"resizes by size {size} and crop_pct {pct!r}")
             return None
         if short >= 384:
             return ("warp", short, short)
-        notes.append(f"keeps a photo's aspect ratio (size {size})")
-        return ("short", int(short / pct), short)
+        return ("short", int(short / pct), short, aspect)
     if set(size) == {"height", "width"}:
         return ("warp", size["height"], size["width"])
     if "shortest_edge" in size:
-        notes.append(f"keeps a photo's aspect ratio (size {size})")
-        return ("short", size["shortest_edge"], None)
+        if "longest_edge" in size:
+            notes.append(f"resizes by size {size}, whose longest_edge "
+                         "keras-vit does not apply")
+        return ("short", size["shortest_edge"], None, aspect)
     notes.append(f"resizes by size {size}")
     return None
 
 
 def _fit(resized, crop, model_hw, notes):
-    """(N or "direct", notes) for a resize step and an optional central
-    crop (h, w), against the model's input."""
+    """((N, keep_aspect) or "direct", notes) for a resize step and an
+    optional central crop (h, w), against the model's input."""
     if resized is None:
         return "direct", notes
-    if resized[0] == "short" and resized[2] is not None:  # ConvNeXT
-        resized, crop = ("warp", resized[1], resized[1]), crop or (
-            resized[2], resized[2])
     if resized[0] == "none":
         if crop is not None:
             notes.append(f"crops a photo's central {crop[0]} x {crop[1]} "
                          "without resizing it (do_resize false)")
         return "direct", notes
-    made = resized[1:] if resized[0] == "warp" else (resized[1],) * 2
+    short = resized[0] == "short"
+    if short and resized[2] is not None:  # ConvNeXT's own crop
+        crop = crop or (resized[2], resized[2])
+    plan = _cropped(resized, crop, model_hw, notes)
+    if plan == "direct" and short:
+        notes.append(resized[3])
+    return plan, notes
+
+
+def _cropped(resized, crop, model_hw, notes):
+    """(N, keep_aspect) or "direct" for a resize step ("warp" or "short")
+    and an optional central crop, with what differs added to `notes`."""
+    short = resized[0] == "short"
+    made = (resized[1],) * 2 if short else resized[1:3]
     out = crop or made
     if tuple(out) != model_hw:
+        what = (f"images whose shorter side is {made[0]}" if short and not
+                crop else f"{out[0]} x {out[1]} images")
         notes.append(
-            f"makes {out[0]} x {out[1]} images, where the model takes "
-            f"{model_hw[0]} x {model_hw[1]} (config.json image_size): "
-            "transformers cannot run the two together")
-        return "direct", notes
-    if crop is None or tuple(made) == tuple(crop):
-        return "direct", notes
+            f"makes {what}, where the model takes {model_hw[0]} x "
+            f"{model_hw[1]} (config.json image_size): transformers cannot "
+            "run the two together")
+        return "direct"
+    if crop is None or (not short and tuple(made) == tuple(crop)):
+        return "direct"
     if made[0] != made[1]:
         notes.append(f"resizes to {made[0]} x {made[1]} before its central"
-                     " crop, which keras-vit cannot (it resizes to a square)")
-        return "direct", notes
+                     " crop, which keras-vit cannot (it resizes to N x N or "
+                     "the shorter side to N)")
+        return "direct"
     if made[0] < max(crop):
-        notes.append(f"resizes to {made[0]} x {made[1]}, smaller than its "
-                     f"{crop[0]} x {crop[1]} crop, and pads it")
-        return "direct", notes
-    return int(made[0]), notes
+        what = (f"a photo's shorter side to {made[0]}" if short else
+                f"to {made[0]} x {made[1]}")
+        notes.append(f"resizes {what}, smaller than its {crop[0]} x "
+                     f"{crop[1]} crop, and pads it")
+        return "direct"
+    return int(made[0]), short

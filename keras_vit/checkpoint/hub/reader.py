@@ -36,8 +36,8 @@ timm's `mean` / `std` with timm's ImageNet defaults) is folded into the
 patch embedding, so the model keeps the project's input convention,
 pixels in [-1, 1]: the patch embedding is linear with VALID padding, so
 the fold is exact. The resize and crop the library evaluates with
-(timm's crop_pct, a transformers processor's size and crop_size:
-`hub_processor`) become `eval_resize`.
+(timm's crop_pct and crop_mode, a transformers processor's size and
+crop_size: `hub_processor`) become `eval_resize` and `eval_keep_aspect`.
 
 The weights files are read by `hub_tensors`: safetensors with the
 `safetensors` package's numpy API, `pytorch_model.bin` with `torch_pickle`
@@ -105,13 +105,18 @@ class HubCheckpoint:
         pre_logits_activation: str. The Keras activation of the pre-logits
             layer (a ViTModel's pooler_act), when there is one.
         eval_resize: int or None. The library's evaluation resize (to
-            N x N, then the central crop of the input): timm's
-            floor(side / pretrained_cfg crop_pct) for a square model
-            (timm's default crop_pct 0.875 where the config gives none);
-            for transformers, what preprocessor_config.json's resize and
-            crop make (`hub.processor.library_resize`: DeiT's 256 before
-            its 224 crop). None where the library resizes to the input
-            directly (ViTImageProcessor, a crop_pct of 1).
+            N x N, or the shorter side to N with eval_keep_aspect, then
+            the central crop of the input): timm's floor(side /
+            pretrained_cfg crop_pct) for a square model (timm's default
+            crop_pct 0.875 where the config gives none); for
+            transformers, what preprocessor_config.json's resize and crop
+            make (`hub.processor.library_resize`: DeiT's 256 before its
+            224 crop). None where the library resizes to the input
+            directly (ViTImageProcessor, timm's 'squash' at a crop_pct
+            of 1).
+        eval_keep_aspect: bool. The library resizes the shorter side to
+            eval_resize, keeping the aspect ratio (timm's crop_mode
+            'center'; a processor's shortest_edge, ConvNeXT's below 384).
         dropped: list of (key, shape, reason). Arrays of the file left out
             where config.json names no transformers class (the pooler
             beside a classifier), for the load report.
@@ -130,6 +135,7 @@ class HubCheckpoint:
     std: Tuple[float, ...]
     pre_logits_activation: str = "tanh"
     eval_resize: Optional[int] = None
+    eval_keep_aspect: bool = False
     dropped: List[Tuple[str, Tuple[int, ...], str]] = dataclasses.field(
         default_factory=list)
 
@@ -365,7 +371,8 @@ def _set_sizes(settings: dict, spec, mapper, kind: str,
             settings, arrays, weights_path)
         settings.pop("pooling")
         settings.pop("stored_size")
-        settings["eval_resize"] = hub_timm.eval_resize(
-            settings.pop("crop_pct"), settings.pop("crop_mode"),
-            settings["image_size"],
-            os.path.join(os.path.dirname(weights_path), CONFIG_FILE))
+        settings["eval_resize"], settings["eval_keep_aspect"] = (
+            hub_timm.eval_resize(
+                settings.pop("crop_pct"), settings.pop("crop_mode"),
+                settings["image_size"],
+                os.path.join(os.path.dirname(weights_path), CONFIG_FILE)))

@@ -319,32 +319,42 @@ def _std(value):
 
 
 def eval_resize(crop_pct: float, crop_mode, size, path: str):
-    """N of timm's evaluation transform (transforms_imagenet_eval: resize
-    to floor(side / crop_pct), then the central crop) in keras-vit's form
-    (to N x N, then the central crop), or None where it resizes to the
-    input directly (a crop_pct of 1). What timm does beyond that form, a
-    non-square resize or crop_mode 'border', is said in one warning line
-    (keeping a photo's aspect ratio and the bicubic filter are logged by
-    the commands)."""
+    """(N, keep_aspect) of timm's evaluation transform
+    (transforms_imagenet_eval: resize to floor(side / crop_pct), then the
+    central crop) in keras-vit's form, or (None, False) where it resizes
+    to the input directly. crop_mode 'center' (timm's default, and what
+    timm does for a mode it does not name) resizes a photo's shorter side
+    to N, the aspect ratio kept (torchvision's Resize(int)), a crop_pct
+    of 1 included: keep_aspect True. 'squash' resizes both sides to N x N
+    (to the input directly at a crop_pct of 1). What timm does beyond
+    these forms, a non-square resize or crop_mode 'border', is said in one
+    warning line; timm's filter (bicubic by default, where keras-vit
+    resizes with area keeping the aspect ratio, bilinear otherwise) is
+    logged by the commands."""
     rows, cols = size
     scale = (math.floor(rows / crop_pct), math.floor(cols / crop_pct))
-    if scale[0] <= rows and scale[1] <= cols:
-        return None
     if rows != cols:
-        warn_once(
-            f"{path}: timm resizes to {scale[0]} x {scale[1]} (crop_pct "
-            f"{crop_pct}) before its central {rows} x {cols}, which "
-            f"keras-vit cannot (it resizes to a square): a photo is resized "
-            f"to {rows} x {cols} directly; --resize_size=N resizes to "
-            "N x N before the central crop.")
-        return None
+        if scale[0] > rows or scale[1] > cols:
+            warn_once(
+                f"{path}: timm resizes to {scale[0]} x {scale[1]} (crop_pct "
+                f"{crop_pct}) before its central {rows} x {cols}, which "
+                "keras-vit cannot (it resizes to N x N, or the shorter side "
+                f"to N): a photo is resized to {rows} x {cols} directly; "
+                "--resize_size=N resizes to N x N before the central crop.")
+        return None, False
+    if scale[0] < rows:  # a crop_pct above 1, which timm pads
+        return None, False
+    if crop_mode not in ("squash", "border"):
+        return scale[0], True
+    if scale[0] == rows:
+        return None, False
     if crop_mode == "border":
         warn_once(
             f"{path}: timm's crop_mode 'border' fits a photo's longer side "
             f"in {scale[0]} pixels and pads the rest; keras-vit resizes "
             f"both sides to {scale[0]} and takes the central {rows} x "
             f"{cols}; --resize_size=N sets another resize.")
-    return scale[0]
+    return scale[0], False
 
 
 def check_padding(pad: bool, size, patch: int) -> None:

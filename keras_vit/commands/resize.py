@@ -1,0 +1,147 @@
+"""The evaluation resize the commands apply to a photo before the model:
+--resize_size and --keep_aspect, else the source's own (a training run's
+`input.pp` eval_resize_size and eval_keep_aspect, which serving must
+match; the resize of the library that wrote a hub folder).
+
+Resize to N x N (or, keeping the aspect ratio, the shorter side to N),
+then the central crop of the model's input; no resize: straight to the
+input (`keras_vit.data.preprocessing.preprocess_eval`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Optional, Tuple
+
+from absl import flags, logging
+
+from keras_vit.errors import UsageError
+
+if TYPE_CHECKING:
+    import keras
+
+    from keras_vit.checkpoint import loader
+
+
+def define_resize_size(values: flags.FlagValues) -> None:
+    """--resize_size and --keep_aspect."""
+    flags.DEFINE_integer(
+        "resize_size", None,
+        "Resize to this, then center-crop to the input size, as evaluation "
+        "does with the same setting; default: the model's own (a training "
+        "workdir's eval_resize_size, a timm model's crop_pct, a "
+        "transformers processor's size and crop_size), else resize "
+        "directly.", flag_values=values,
+    )
+    flags.DEFINE_boolean(
+        "keep_aspect", None,
+        "Resize the shorter side to the resize size, keeping the aspect "
+        "ratio (area resampling, big_vision's resize_small), before the "
+        "central crop; --nokeep_aspect resizes both sides. Default: the "
+        "model's own (a workdir's eval_keep_aspect, a timm model's "
+        "crop_mode, a transformers processor's shortest_edge).",
+        flag_values=values,
+    )
+
+
+def _flag(values: flags.FlagValues, name: str):
+    return values[name].value if name in values else None
+
+
+def resize_size(values: flags.FlagValues, source: loader.Source,
+                model: Optional[keras.Model] = None) -> Optional[int]:
+    """--resize_size, else the source's evaluation resize (a training
+    workdir's eval_resize_size, the preprocessing the run evaluated with,
+    which serving must match; a timm model's crop_pct; a transformers
+    processor's size before its crop_size), scaled to
+    --image_size when that differs from the source's (`source_resize`)."""
+    if _flag(values, "resize_size") is not None:
+        size = model.input_shape[1:3] if model is not None else ()
+        if values.resize_size < max([1, *(int(n or 0) for n in size)]):
+            raise UsageError(
+                f"--resize_size {values.resize_size} is smaller than the "
+                f"model's input {'x'.join(str(n) for n in size) or 1}: the "
+                "central crop is taken from the resized image, so give at "
+                "least its longer side (or leave --resize_size out).")
+        return values.resize_size
+    resize = source_resize(source, _flag(values, "image_size"))
+    if resize and source.run_config() is None:
+        logging.info(
+            "%s: resized to %s (%s), then the central crop, as the library "
+            "that wrote it evaluates it (timm's crop_pct, or the "
+            "transformers processor's size and crop_size; the library may "
+            "resize bicubic: --resize_size and --keep_aspect set others).",
+            source.path, resize, "the shorter side, area"
+            if source_keep_aspect(source) else "both sides, bilinear")
+    return resize
+
+
+def keep_aspect(values: flags.FlagValues, source: loader.Source,
+                resize: Optional[int]) -> bool:
+    """Whether `resize` (what `resize_size` chose) is the shorter side's
+    length, the aspect ratio kept: --keep_aspect, else the source's own
+    (`source_keep_aspect`); False without a resize."""
+    wanted = _flag(values, "keep_aspect")
+    if wanted is None:
+        return resize is not None and source_keep_aspect(source)
+    if wanted and resize is None:
+        raise no_resize_to_keep(source.path)
+    return bool(wanted)
+
+
+def no_resize_to_keep(what: str) -> UsageError:
+    """The error of --keep_aspect where `what` has no resize size."""
+    return UsageError(
+        f"--keep_aspect resizes the shorter side to the resize size, and "
+        f"{what} has none: pass --resize_size=N too (at least the model's "
+        "input side).")
+
+
+def source_keep_aspect(source: loader.Source) -> bool:
+    """A training run's eval_keep_aspect, else the library's (a timm
+    model's crop_mode 'center', a transformers processor's
+    shortest_edge)."""
+    recorded = source.run_config()
+    if recorded is not None:
+        return bool(recorded.input.pp.eval_keep_aspect)
+    library = source.library_resize()
+    return bool(library and library[2])
+
+
+def source_resize(source: loader.Source, image_size=None) -> Optional[int]:
+    """The evaluation resize a source records, scaled to `image_size`
+    (default: the source's own): a training run's eval_resize_size, else
+    the library's (a timm model's crop_pct)."""
+    recorded = source.run_config()
+    if recorded is not None:
+        resize = recorded.input.pp.eval_resize_size
+        trained = recorded.model.image_size
+    else:
+        library = source.library_resize()
+        if library is None:
+            return None
+        resize, trained = library[:2]
+    return scaled_resize(resize, trained, image_size or trained)
+
+
+def _hw(size) -> Tuple[int, int]:
+    if isinstance(size, (tuple, list)):
+        return int(size[0]), int(size[1])
+    return int(size), int(size)
+
+
+def scaled_resize(resize: Optional[int], trained_size,
+                  image_size) -> Optional[int]:
+    """The eval resize (resize to it, then the central crop) for
+    `image_size` of one set for `trained_size`: scaled alike, so the crop
+    keeps the same share of the image, and never below the image's side
+    (24 at 16 -> 48 at 32, 12 at 8). None stays None; an unknown
+    `trained_size` (0 or None) leaves `resize`, at least the image's side.
+    """
+    if resize is None:
+        return None
+    rows, cols = _hw(image_size)
+    if trained_size and min(_hw(trained_size)) > 0:
+        trained_rows, trained_cols = _hw(trained_size)
+        resize = round(int(resize) * max(rows / trained_rows,
+                                         cols / trained_cols))
+    return max(rows, cols, int(resize))
