@@ -1151,6 +1151,18 @@ _CASES = [
          "--config.model.image_size=32",),
         "exit status 1",
     ),
+    Case(
+        "keep_aspect_without_resize", BAD_INPUT, "CLI",
+        "`--keep_aspect` (resize the shorter side, keeping the aspect "
+        "ratio) on keras-vit-evaluate --mode=eval or keras-vit-predict, "
+        "for a model whose evaluation has no resize size and without "
+        "--resize_size",
+        "One line naming the fix, before any image is read (there is no "
+        "length to resize the shorter side to).",
+        ("--keep_aspect resizes the shorter side to the resize size",
+         "pass --resize_size=N too"),
+        "exit status 1",
+    ),
 ]
 
 CASES: Dict[str, Case] = {}

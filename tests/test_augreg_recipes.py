@@ -86,6 +86,11 @@ def test_augreg_i1k_and_plain_vit_recipes():
     assert (p.input.pp.randaug_ops, p.input.pp.randaug_magnitude) == (2, 10)
     assert p.input.mix.mixup_alpha == 0.2
     assert p.objective.loss == "softmax_xent"
+    # Both evaluate as big_vision's pp_eval: resize_small(256), then
+    # central_crop(224).
+    for run in (c, p):
+        assert (run.input.pp.eval_resize_size, run.input.pp.eval_keep_aspect,
+                run.model.image_size) == (256, True, 224)
     assert p.optimizer.weight_decay * p.schedule.lr == pytest.approx(1e-4)
     assert load(PLAIN, "epochs=300").trainer.total_steps == math.ceil(
         300 * 1_268_355 / 1024)

@@ -465,14 +465,16 @@ def test_convert_names_what_the_keras_file_does_not_keep(tmp_path, caplog):
     assert "class names" in line and "--class_names_file" in line
     assert "--resize_size" not in line  # transformers resizes directly
     assert "convert at the size you will use" in line
-    # A timm folder: its crop_pct's resize too (0.9 at 32: 35).
+    # A timm folder: its crop_pct's resize too (0.9 at 32: 35, the
+    # shorter side: crop_mode center).
     timm = os.path.join(os.path.dirname(hub), "timm_vit")
     caplog.clear()
     assert convert.main(["keras-vit-convert", f"--model={timm}",
                          f"--output={tmp_path / 't.keras'}"]) == 0
     (line,) = [r.getMessage() for r in caplog.records
                if "does not keep" in r.getMessage()]
-    assert "its evaluation resize (pass --resize_size=35)" in line
+    assert ("its evaluation resize (pass --resize_size=35 --keep_aspect)"
+            in line)
 
 
 CONFIG_FILES = {

@@ -92,6 +92,10 @@ _CHANGED_SINCE = {
                         ("input", "pp", "resize_size"): None},
     "augreg_i21k": {("model", "dropout_rate"): 0.0,
                     ("model", "stochastic_depth_rate"): 0.0},
+    # ImageNet-1k evaluation keeps the aspect ratio (big_vision's
+    # resize_small); an earlier run's config resized both sides.
+    "augreg_i1k": {("input", "pp", "eval_keep_aspect"): True},
+    "plain_vit_i1k": {("input", "pp", "eval_keep_aspect"): True},
 }
 
 

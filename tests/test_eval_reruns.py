@@ -83,8 +83,9 @@ def test_vtab_backbone_stamp_tells_ema_from_raw_weights(ema_run, tmp_path):
 def test_eval_records_weights_loss_and_split_in_their_own_files(
         ema_run, tmp_path, capsys):
     """--mode=eval of a sigmoid run reports the sigmoid loss (the run's
-    own final test loss); --no_ema, --resize_size and two slices of one
-    split each get their own file, which records them."""
+    own final test loss); --no_ema, --resize_size (with --keep_aspect)
+    and two slices of one split each get their own file, which records
+    them."""
     out = str(tmp_path / "out")
     common = ("--mode=eval", f"--workdir={ema_run}", f"--output_dir={out}")
     assert cli(*common) == 0
@@ -96,8 +97,14 @@ def test_eval_records_weights_loss_and_split_in_their_own_files(
     assert _read(os.path.join(out, "eval_digits_test_noema.json"))[
         "use_ema"] is False
     assert cli(*common, "--resize_size=20") == 0
-    assert _read(os.path.join(out, "eval_digits_test_resize20.json"))[
-        "resize_size"] == 20
+    squashed = _read(os.path.join(out, "eval_digits_test_resize20.json"))
+    assert (squashed["resize_size"], squashed["keep_aspect"]) == (20, False)
+    # The shorter side to 20 (area): its own file, another loss.
+    assert cli(*common, "--resize_size=20", "--keep_aspect") == 0
+    kept = _read(os.path.join(out,
+                              "eval_digits_test_resize20_keepaspect.json"))
+    assert (kept["resize_size"], kept["keep_aspect"]) == (20, True)
+    assert kept["loss"] != pytest.approx(squashed["loss"], rel=1e-6)
     for split in ("test[:100]", "test[100:]"):
         assert cli(*common, f"--split={split}") == 0
     capsys.readouterr()
@@ -190,6 +197,27 @@ def test_a_class_names_file_of_another_count_is_refused_for_digits(
                f"--class_names_file={names}") == 1
     assert ("holds 3 class names for a 10-class model" in
             _one_line_error(capsys))
+
+
+@covers("keep_aspect_without_resize")
+def test_keep_aspect_without_a_resize_size_is_one_line(ema_run, tmp_path,
+                                                       capsys):
+    """--keep_aspect where neither the flags nor the model give a resize
+    size: one line naming --resize_size, before any image is read, in
+    keras-vit-evaluate and keras-vit-predict alike."""
+    from keras_vit.commands import predict
+
+    assert cli("--mode=eval", f"--workdir={ema_run}", "--keep_aspect",
+               f"--output_dir={tmp_path}") == 1
+    check_says("keep_aspect_without_resize", _one_line_error(capsys))
+    assert os.listdir(tmp_path) == []
+    photo = tmp_path / "photo.png"
+    keras.utils.save_img(str(photo), [[[0, 0, 0]] * 9] * 7)
+    assert predict.main(["keras-vit-predict", f"--model={ema_run}",
+                         "--keep_aspect", str(photo)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    check_says("keep_aspect_without_resize", err[0])
 
 
 @covers("eval_resize_below_image_size")

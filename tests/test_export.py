@@ -98,13 +98,15 @@ def images():
     return make_images()
 
 
-def preprocess_eagerly(data, resize_size=None):
+def preprocess_eagerly(data, resize_size=None, keep_aspect=False):
     image = preprocessing.decode_image(tf.constant(data))
-    return preprocessing.preprocess_eval(image, SIZE, resize_size).numpy()
+    return preprocessing.preprocess_eval(image, SIZE, resize_size,
+                                         keep_aspect).numpy()
 
 
-def reference(model, datas, resize_size=None):
-    batch = np.stack([preprocess_eagerly(d, resize_size) for d in datas])
+def reference(model, datas, resize_size=None, keep_aspect=False):
+    batch = np.stack([preprocess_eagerly(d, resize_size, keep_aspect)
+                      for d in datas])
     logits = keras.ops.convert_to_numpy(model(batch, training=False))
     return tf.nn.softmax(logits.astype(np.float32)).numpy()
 

@@ -101,12 +101,16 @@ def test_cli_npz_source(model, images, tmp_path, capsys):
     assert os.listdir(os.path.join(export_dir, "vit")) == ["1"]
 
 
-def test_cli_workdir_source(images, tmp_path, capsys):
-
+@pytest.mark.parametrize("keep_aspect", [False, True])
+def test_cli_workdir_source(images, tmp_path, capsys, keep_aspect):
+    """A workdir's evaluation resize (40, both sides or the shorter side)
+    is what its SavedModel, its LiteRT file and keras-vit-predict on the
+    workdir itself apply."""
     config = tiny.digits_base()
     config.model.update(hidden_size=32, num_layers=1, num_heads=2,
                         mlp_dim=64, head_zero_init=False)
     config.input.pp.eval_resize_size = 40
+    config.input.pp.eval_keep_aspect = keep_aspect
     names = [f"digit {i}" for i in range(10)]
     # A workdir as a run leaves it: config, labels, a checkpoint.
     workdir = str(tmp_path / "run")
@@ -130,8 +134,12 @@ def test_cli_workdir_source(images, tmp_path, capsys):
     datas = [images["png_gray"], images["jpeg"]]
     out = serve(tf.saved_model.load(path), datas)
     # The run's eval preprocessing (resize 40, crop 32) is the served one.
-    want = reference(trained, datas, resize_size=40)
+    want = reference(trained, datas, 40, keep_aspect)
     np.testing.assert_allclose(out["probabilities"], want, atol=1e-5)
+    with open(os.path.join(path, "assets.extra", "export.json")) as f:
+        assert json.load(f)["keep_aspect"] is keep_aspect
+    if keep_aspect:  # the JPEG is 45 x 60: the two resizes differ
+        assert np.max(np.abs(want - reference(trained, datas, 40))) > 1e-4
     assert out["class_names"][0, 0].decode() == names[want[0].argmax()]
     # LiteRT: the run's resize is recorded beside the file, and
     # keras-vit-predict applies it (the SavedModel's answer).
@@ -139,16 +147,19 @@ def test_cli_workdir_source(images, tmp_path, capsys):
                             "--model", workdir, "--model_name", "digits",
                             "--format=litert"]) == 0
     tflite = capsys.readouterr().out.strip()
-    assert litert.read_resize(tflite, (SIZE, SIZE)) == (40, False)
+    assert litert.read_resize(tflite, (SIZE, SIZE)) == (40, keep_aspect)
     photo = tmp_path / "photo.jpg"
     photo.write_bytes(images["jpeg"])
     answer = tmp_path / "answer.json"
-    assert predict.main(["keras-vit-predict", f"--model={tflite}",
-                         str(photo), f"--output={answer}",
-                         "--top_k=10"]) == 0
-    top = json.loads(answer.read_text())["predictions"][0]["top_k"]
-    got = [t["probability"] for t in sorted(top, key=lambda t: t["class"])]
-    np.testing.assert_allclose(got, out["probabilities"][1], atol=1e-4)
+    # The LiteRT file, and the workdir itself: the SavedModel's answer.
+    for model in (tflite, workdir):
+        assert predict.main(["keras-vit-predict", f"--model={model}",
+                             str(photo), f"--output={answer}",
+                             "--top_k=10", "--overwrite"]) == 0
+        top = json.loads(answer.read_text())["predictions"][0]["top_k"]
+        got = [t["probability"]
+               for t in sorted(top, key=lambda t: t["class"])]
+        np.testing.assert_allclose(got, out["probabilities"][1], atol=1e-4)
 
 
 def test_outputs_that_cannot_be_written_are_refused_first(model, images,

@@ -15,9 +15,12 @@ import pytest
 import tensorflow as tf
 from PIL import Image
 
+from keras_vit import config as config_lib
+from keras_vit import config_limits
 from keras_vit.data import folders, sources
 from keras_vit.data import pipeline as ip
 from keras_vit.data import preprocessing as pp
+from keras_vit.errors import UsageError
 from keras_vit.training import train_lib
 from tests import tiny
 
@@ -222,6 +225,46 @@ def test_preprocess_eval():
                                atol=1e-5)
     gray = _both(lambda a: pp.preprocess_eval(a, 4), _image(c=1))
     assert gray.shape == (4, 4, 3)
+
+
+def test_keep_aspect_resizes_the_shorter_side_by_area():
+    """keep_aspect: big_vision's resize_small (the shorter side to N, the
+    other rounded, area resampling, back to uint8 by truncation), then the
+    central crop. At a factor of 1/2, area resampling is the mean of each
+    2 x 2 block: the reference is numpy's."""
+    x = _image(8, 12, seed=4)
+    out = _both(lambda a: pp.preprocess_eval(a, 4, resize_size=4,
+                                             keep_aspect=True), x)
+    blocks = x.reshape(4, 2, 6, 2, 3).astype(np.float64).mean(axis=(1, 3))
+    want = np.floor(blocks)[:, 1:5]  # 4 x 6, central 4 x 4
+    np.testing.assert_allclose(out, want / 127.5 - 1, atol=1e-5)
+    # The longer side rounded (7 x 10 -> 4 x round(5.71) = 6), as
+    # big_vision's; the squash differs on a non-square image.
+    tall = _image(10, 7, seed=5)
+    small = pp.resize_small(tf.constant(tall), 4)
+    assert small.dtype == tf.uint8 and tuple(small.shape) == (6, 4, 3)
+    squashed = pp.preprocess_eval(tf.constant(tall), 4, resize_size=4)
+    kept = pp.preprocess_eval(tf.constant(tall), 4, 4, keep_aspect=True)
+    assert np.max(np.abs(kept.numpy() - squashed.numpy())) > 0.05
+    with pytest.raises(UsageError, match="one length"):
+        pp.preprocess_eval(tf.constant(tall), 4, (6, 4), keep_aspect=True)
+
+
+def test_the_eval_pp_of_a_config_keeps_the_aspect_when_asked():
+    """config.input.pp.eval_keep_aspect reaches the evaluation
+    preprocessing; a keep_aspect without a resize size is refused by
+    name."""
+    config = config_lib.base_config()
+    config.input.pp.eval_resize_size = 4
+    config.input.pp.eval_keep_aspect = True
+    image = tf.constant(_image(8, 12, seed=4))
+    fn = pp.from_config(config.input.pp, 4, 0, training=False)
+    np.testing.assert_array_equal(
+        fn(image).numpy(),
+        pp.preprocess_eval(image, 4, 4, keep_aspect=True).numpy())
+    config.input.pp.eval_resize_size = None
+    with pytest.raises(UsageError, match="eval_keep_aspect=True resizes"):
+        config_limits.check_resize(config)
 
 
 def _windows(image, h, w):

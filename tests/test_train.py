@@ -514,9 +514,14 @@ def test_optimizer_config_errors(opt, message):
 
 def test_export_at_the_end_of_a_run(tmp_path):
     """--config.export.enabled=True writes a served version of the final
-    (EMA) weights with the run's class names."""
+    (EMA) weights with the run's class names and evaluation resize (the
+    shorter side to 40, then the central 32)."""
+    from keras_vit.data import preprocessing
+
     workdir = str(tmp_path / "run")
     config = digits_config(total_steps=4, ema_decay=0.5)
+    config.input.pp.eval_resize_size = 40
+    config.input.pp.eval_keep_aspect = True
     config.export.enabled = True
     config.export.model_name = "digits"
     metrics = train_command.run(config, workdir)
@@ -529,8 +534,12 @@ def test_export_at_the_end_of_a_run(tmp_path):
     x, _ = _data(n=3, size=32, classes=10)
     pixels = (x + 1.0) * 127.5  # the signature takes [0, 255]
     probabilities = served(images=tf.constant(pixels))["probabilities"]
-    expected = tf.nn.softmax(wd.restore_model(workdir)(x)).numpy()
+    evaluated = np.stack([preprocessing.preprocess_eval(
+        tf.constant(p), 32, 40, keep_aspect=True) for p in pixels])
+    expected = tf.nn.softmax(wd.restore_model(workdir)(evaluated)).numpy()
     np.testing.assert_allclose(probabilities, expected, atol=1e-5)
+    with open(os.path.join(version, "assets.extra", "export.json")) as f:
+        assert json.load(f)["keep_aspect"] is True
     names = served(images=tf.constant(pixels))["class_names"].numpy()
     assert {n.decode() for n in names.ravel()} <= {str(i) for i in range(10)}
 

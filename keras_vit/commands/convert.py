@@ -114,7 +114,9 @@ def _warn_not_carried(values: flags.FlagValues, source,
                     "--class_names_file=FILE, one per line)")
     resize = cli.source_resize(source, values.image_size)
     if resize:
-        lost.append(f"its evaluation resize (pass --resize_size={resize})")
+        keep = " --keep_aspect" * cli.source_keep_aspect(source)
+        lost.append(f"its evaluation resize (pass --resize_size={resize}"
+                    f"{keep})")
     if source.kind == "hub":
         lost.append("its library's way of resizing the position table (a "
                     "--image_size given to the .keras file resizes it as "

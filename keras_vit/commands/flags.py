@@ -30,6 +30,7 @@ from keras_vit.commands.resize import (  # noqa: F401 (the commands' API)
     no_resize_to_keep,
     resize_size,
     scaled_resize,
+    source_keep_aspect,
     source_resize,
 )
 from keras_vit.commands.runner import (  # noqa: F401 (the commands' API)

@@ -70,6 +70,7 @@ def run(
             class_names=class_names,
             # Serve with the run's own evaluation preprocessing.
             resize_size=config.input.pp.eval_resize_size,
+            keep_aspect=bool(config.input.pp.eval_keep_aspect),
         )
         logging.info("Exported SavedModel to %s", path)
         return {"export_path": path}
