@@ -65,13 +65,15 @@ def resize_size(values: flags.FlagValues, source: loader.Source,
         return values.resize_size
     resize = source_resize(source, _flag(values, "image_size"))
     if resize and source.run_config() is None:
+        kept = _flag(values, "keep_aspect")
+        kept = source_keep_aspect(source) if kept is None else kept
         logging.info(
-            "%s: resized to %s (%s), then the central crop, as the library "
-            "that wrote it evaluates it (timm's crop_pct, or the "
+            "%s: resized to %s (%s), then the central crop: the size the "
+            "library that wrote it evaluates at (timm's crop_pct, or the "
             "transformers processor's size and crop_size; the library may "
             "resize bicubic: --resize_size and --keep_aspect set others).",
-            source.path, resize, "the shorter side, area"
-            if source_keep_aspect(source) else "both sides, bilinear")
+            source.path, resize, "the shorter side, area" if kept
+            else "both sides, bilinear")
     return resize
 
 
