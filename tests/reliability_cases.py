@@ -1152,6 +1152,18 @@ _CASES = [
         "exit status 1",
     ),
     Case(
+        "elongated_image_keep_aspect", BAD_INPUT, "data",
+        "An image so elongated that resizing its shorter side keeping the "
+        "aspect ratio makes more than 2**24 pixels (a 1 x 300 strip at a "
+        "resize of 256), in keras-vit-predict or a served request",
+        "Refused before the resize allocates it (one line naming the file "
+        "in keras-vit-predict; the request's error in serving), naming the "
+        "fix.",
+        ("too elongated to resize its shorter side keeping the aspect "
+         "ratio", "crop it first, or resize both sides (--keep_aspect=false)"),
+        "exit status 1",
+    ),
+    Case(
         "keep_aspect_without_resize", BAD_INPUT, "CLI",
         "`--keep_aspect` (resize the shorter side, keeping the aspect "
         "ratio) on keras-vit-evaluate --mode=eval or keras-vit-predict, "

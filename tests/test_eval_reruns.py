@@ -220,6 +220,22 @@ def test_keep_aspect_without_a_resize_size_is_one_line(ema_run, tmp_path,
     check_says("keep_aspect_without_resize", err[0])
 
 
+def test_resize_size_keeps_the_runs_choice_of_aspect(ema_run, capsys):
+    """--resize_size changes N, not the form: a --config whose evaluation
+    keeps the aspect ratio still keeps it at --resize_size=24 (the model
+    has no such setting of its own), unless --nokeep_aspect."""
+    config = os.path.join(ROOT, "configs", "digits.py")
+    common = ("--mode=eval", f"--config={config}", f"--model={ema_run}",
+              "--config.model.image_size=16",
+              "--config.input.pp.eval_resize_size=20",
+              "--config.input.pp.eval_keep_aspect=True", "--resize_size=24")
+    for extra, kept in (((), True), (("--nokeep_aspect",), False)):
+        assert cli(*common, *extra) == 0
+        printed = capsys.readouterr().out
+        got = json.loads(printed[printed.index("{"):])
+        assert (got["resize_size"], got["keep_aspect"]) == (24, kept)
+
+
 @covers("eval_resize_below_image_size")
 def test_eval_resize_below_the_image_size_is_one_line(tmp_path, capsys):
     """Few-shot (and any --config) with eval_resize_size below the image

@@ -17,6 +17,7 @@ from keras_vit import create_model, save_npz
 from keras_vit.commands import predict
 from keras_vit.export import saved_model
 from tests.hub_fixtures import check_predicts_with_resize
+from tests.reliability_cases import check_says, covers
 
 NAMES = ["cat", "dog", "bird", "fish"]
 SIZE = 16
@@ -456,3 +457,32 @@ def test_a_reader_that_stops_early_ends_the_command_quietly(setup):
     assert proc.wait(timeout=600) == 0, err[-3000:]
     assert first.startswith(str(many).encode())
     assert "Traceback" not in err and "BrokenPipe" not in err, err[-3000:]
+
+
+@covers("elongated_image_keep_aspect")
+def test_an_image_too_elongated_to_keep_its_aspect_is_one_line(
+        tmp_path, capsys):
+    """Keeping the aspect ratio, the longer side grows with the ratio: a
+    1 x 300 strip at a resize of 256 would be 256 x 76800 pixels. It is
+    refused by name (memory bounded), the op says so in graphs too, and
+    --nokeep_aspect answers."""
+    from keras_vit.data import preprocessing
+
+    model = tmp_path / "m.keras"
+    create_model(None, num_classes=3, image_size=32, patch_size=8,
+                 hidden_size=16, num_layers=1, num_heads=2,
+                 mlp_dim=32).save(model)
+    strip = tmp_path / "strip.png"
+    strip.write_bytes(_encode(np.zeros((1, 300, 3), np.uint8), "PNG"))
+    good = tmp_path / "good.png"
+    good.write_bytes(_encode(np.zeros((40, 50, 3), np.uint8), "PNG"))
+    args = [str(good), str(strip), f"--model={model}", "--resize_size=256"]
+    assert run_predict([*args, "--keep_aspect"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert err[0].startswith(f"keras-vit-predict: error: {strip}: ")
+    check_says("elongated_image_keep_aspect", err[0])
+    assert run_predict([*args, "--nokeep_aspect"]) == 0
+    with pytest.raises(tf.errors.InvalidArgumentError, match="elongated"):
+        tf.function(lambda image: preprocessing.preprocess_eval(
+            image, 32, 256, keep_aspect=True))(tf.zeros((1, 300, 3), tf.uint8))

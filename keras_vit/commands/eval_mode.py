@@ -93,8 +93,8 @@ def evaluate(values, source, strategy) -> Dict:
     # else the resize's own (the run's, the model's).
     flagged = values.resize_size is not None or run is None
     resize = cli.resize_size(values, source, model) if flagged else None
-    keep = (cli.keep_aspect(values, source, resize) if flagged
-            else values.keep_aspect)
+    keep = (cli.keep_aspect(values, source, resize) if run is None
+            else values.keep_aspect)  # None: the run's own
     inp = eval_input(values, run, image_size, resize, keep)
     resize, keep = inp.pp.eval_resize_size, inp.pp.eval_keep_aspect
     logging.info("Evaluating at %s x %s (%s).", *image_size,
@@ -312,7 +312,8 @@ def eval_input(values, run, image_size, resize_size=None, keep_aspect=None):
             run.input.pp.eval_resize_size, run.model.image_size,
             image_size), "eval_keep_aspect": run.input.pp.eval_keep_aspect}
     if resize_size:
-        fields["pp"] = {"eval_resize_size": resize_size}
+        fields["pp"] = {"eval_resize_size": resize_size, "eval_keep_aspect":
+                        fields.get("pp", {}).get("eval_keep_aspect", False)}
     if keep_aspect is not None:
         fields.setdefault("pp", {})["eval_keep_aspect"] = bool(keep_aspect)
         if keep_aspect and not fields["pp"].get("eval_resize_size"):

@@ -29,15 +29,19 @@ import json
 import os
 import re
 import sys
-from typing import TYPE_CHECKING, Callable, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 import numpy as np
 from absl import flags
 
 from keras_vit import progress
 from keras_vit.commands import flags as cli
+from keras_vit.commands.image_inputs import (  # noqa: F401 (this API)
+    check_images,
+    list_images,
+    read_bytes,
+)
 from keras_vit.commands.lazy import lazy_module
-from keras_vit.data.image_files import IMAGE_EXTENSIONS, images_under
 from keras_vit.errors import UsageError
 from keras_vit.storage.atomic import atomic_write
 
@@ -56,62 +60,6 @@ else:
     checks = lazy_module("keras_vit.data.checks")
     litert = lazy_module("keras_vit.export.litert")
     request_checks = lazy_module("keras_vit.export.request_checks")
-
-
-def list_images(paths: Sequence[str]) -> Tuple[List[str], bool]:
-    """(files, any folder given): files as given, folders walked
-    recursively for IMAGE_EXTENSIONS, sorted."""
-    files, folder = [], False
-    for path in paths:
-        if os.path.isdir(path):
-            folder = True
-            found = images_under(path)
-            if not found:
-                raise UsageError(
-                    f"No images ({', '.join(IMAGE_EXTENSIONS)}) in {path}."
-                )
-            files.extend(found)
-        elif os.path.exists(path):
-            files.append(path)
-        else:
-            raise UsageError(f"{path} does not exist.")
-    return files, folder
-
-
-def check_images(files: Sequence[str], skip_bad: bool,
-                 show_progress: bool = False
-                 ) -> Tuple[List[str], List[Tuple[str, str]]]:
-    """(readable files, [(file, reason)] skipped): each file decoded once,
-    with the decoder every other path uses, before any is classified (an
-    unreadable one stops the run first unless `skip_bad`). The bytes are
-    not kept: a folder of any size is read again a batch at a time."""
-    good, skipped = [], []
-    for i, path in enumerate(files):
-        if show_progress and (i % 50 == 0 or i + 1 == len(files)):
-            progress.show(f"checked {i + 1}/{len(files)} images")
-        try:
-            preprocessing.decode_image(tf.constant(_read(path)))
-        except (tf.errors.InvalidArgumentError, ValueError, OSError) as error:
-            reason = (checks.decode_reason(error)
-                      if not isinstance(error, OSError)
-                      else error.strerror or str(error))
-            progress.end_line()  # what follows is on a line of its own
-            if not skip_bad:
-                raise UsageError(
-                    f"{path} is not a readable image ({reason}); pass "
-                    "--skip_bad_images to leave such files out."
-                ) from None
-            print(f"skipped {path}: {reason}", file=sys.stderr, flush=True)
-            skipped.append((path, reason))
-            continue
-        good.append(path)
-    progress.end_line()
-    return good, skipped
-
-
-def _read(path: str) -> bytes:
-    with open(path, "rb") as f:
-        return f.read()
 
 
 def _pixels(images: Sequence[bytes], size, resize_size,
@@ -332,13 +280,27 @@ def classify(predict: Callable, files: Sequence[str], batch_size: int,
     probabilities = []
     for start in range(0, len(files), batch_size):
         batch = files[start: start + batch_size]
-        probabilities.append(predict([_read(f) for f in batch]))
+        try:
+            probabilities.append(predict([read_bytes(f) for f in batch]))
+        except tf.errors.InvalidArgumentError as error:  # preprocessing
+            raise UsageError(f"{_refused(predict, batch)}: "
+                             f"{checks.decode_reason(error)}") from None
         if show_progress:
             progress.show(f"{start + len(batch)}/{len(files)} images")
     progress.end_line()
     if not probabilities:
         raise UsageError("No readable image to classify.")
     return np.concatenate(probabilities)
+
+
+def _refused(predict: Callable, batch: Sequence[str]) -> str:
+    """The file of `batch` that `predict` refuses (each tried alone)."""
+    for path in batch:
+        try:
+            predict([read_bytes(path)])
+        except tf.errors.InvalidArgumentError:
+            return path
+    return ", ".join(batch)
 
 
 def print_results(args, files, tops, skipped) -> None:

@@ -11,6 +11,7 @@ takes float32 in [-1, 1], as in the official implementation.
 
 from __future__ import annotations
 
+import numbers
 from typing import Callable, Optional, Sequence, Tuple, Union
 
 import tensorflow as tf
@@ -57,6 +58,15 @@ def central_crop(image: tf.Tensor, size: Size) -> tf.Tensor:
     return image[top : top + h, left : left + w]
 
 
+# Keeping the aspect ratio, the longer side grows with it: an image
+# resized so may hold at most this many pixels (float32: 192 MiB).
+MAX_RESIZED_PIXELS = 1 << 24
+ELONGATED_MESSAGE = (
+    "The image is too elongated to resize its shorter side keeping the "
+    f"aspect ratio (the result would exceed {MAX_RESIZED_PIXELS:,} pixels): "
+    "crop it first, or resize both sides (--keep_aspect=false).")
+
+
 def resize_small(image: tf.Tensor, smaller: int) -> tf.Tensor:
     """Resizes the shorter side to `smaller`, keeping the aspect ratio (the
     other side rounded), with area resampling; the input's dtype out
@@ -66,7 +76,11 @@ def resize_small(image: tf.Tensor, smaller: int) -> tf.Tensor:
     factor = tf.cast(smaller, tf.float32) / tf.cast(
         tf.minimum(shape[0], shape[1]), tf.float32)
     hw = tf.cast(tf.round(tf.cast(shape[:2], tf.float32) * factor), tf.int32)
-    resized = tf.image.resize(image, hw, method="area")
+    within = tf.debugging.assert_less_equal(  # a 1 x 65535 image: 16M x N
+        tf.reduce_prod(tf.cast(hw, tf.int64)),
+        tf.constant(MAX_RESIZED_PIXELS, tf.int64), message=ELONGATED_MESSAGE)
+    with tf.control_dependencies([within]):
+        resized = tf.image.resize(image, hw, method="area")
     if image.dtype == tf.uint8:
         return tf.cast(tf.clip_by_value(resized, 0.0, 255.0), tf.uint8)
     return tf.cast(resized, image.dtype)
@@ -97,8 +111,8 @@ def preprocess_eval(
 
 
 def _side(resize_size: Size) -> int:
-    if isinstance(resize_size, int):
-        return resize_size
+    if isinstance(resize_size, numbers.Integral):
+        return int(resize_size)
     raise UsageError(
         f"A resize that keeps the aspect ratio takes one length (the "
         f"shorter side's), got {resize_size!r}.")

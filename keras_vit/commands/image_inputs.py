@@ -1,0 +1,82 @@
+"""The image files keras-vit-predict is given: folders walked
+(`list_images`), and each file decoded once before any is classified
+(`check_images`), so that an unreadable one stops the run, or is named
+and left out, first.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import TYPE_CHECKING, List, Sequence, Tuple
+
+from keras_vit import progress
+from keras_vit.commands.lazy import lazy_module
+from keras_vit.data.image_files import IMAGE_EXTENSIONS, images_under
+from keras_vit.errors import UsageError
+
+if TYPE_CHECKING:  # imported on first use: --help loads no TensorFlow
+    import tensorflow as tf
+
+    from keras_vit.data import checks, preprocessing
+else:
+    tf = lazy_module("tensorflow")
+    preprocessing = lazy_module("keras_vit.data.preprocessing")
+    checks = lazy_module("keras_vit.data.checks")
+
+
+def list_images(paths: Sequence[str]) -> Tuple[List[str], bool]:
+    """(files, any folder given): files as given, folders walked
+    recursively for IMAGE_EXTENSIONS, sorted."""
+    files, folder = [], False
+    for path in paths:
+        if os.path.isdir(path):
+            folder = True
+            found = images_under(path)
+            if not found:
+                raise UsageError(
+                    f"No images ({', '.join(IMAGE_EXTENSIONS)}) in {path}."
+                )
+            files.extend(found)
+        elif os.path.exists(path):
+            files.append(path)
+        else:
+            raise UsageError(f"{path} does not exist.")
+    return files, folder
+
+
+def check_images(files: Sequence[str], skip_bad: bool,
+                 show_progress: bool = False
+                 ) -> Tuple[List[str], List[Tuple[str, str]]]:
+    """(readable files, [(file, reason)] skipped): each file decoded once,
+    with the decoder every other path uses, before any is classified (an
+    unreadable one stops the run first unless `skip_bad`). The bytes are
+    not kept: a folder of any size is read again a batch at a time."""
+    good, skipped = [], []
+    for i, path in enumerate(files):
+        if show_progress and (i % 50 == 0 or i + 1 == len(files)):
+            progress.show(f"checked {i + 1}/{len(files)} images")
+        try:
+            preprocessing.decode_image(tf.constant(read_bytes(path)))
+        except (tf.errors.InvalidArgumentError, ValueError, OSError) as error:
+            reason = (checks.decode_reason(error)
+                      if not isinstance(error, OSError)
+                      else error.strerror or str(error))
+            progress.end_line()  # what follows is on a line of its own
+            if not skip_bad:
+                raise UsageError(
+                    f"{path} is not a readable image ({reason}); pass "
+                    "--skip_bad_images to leave such files out."
+                ) from None
+            print(f"skipped {path}: {reason}", file=sys.stderr, flush=True)
+            skipped.append((path, reason))
+            continue
+        good.append(path)
+    progress.end_line()
+    return good, skipped
+
+
+def read_bytes(path: str) -> bytes:
+    """A file's bytes."""
+    with open(path, "rb") as f:
+        return f.read()
