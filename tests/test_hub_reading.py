@@ -380,6 +380,23 @@ def test_timm_eval_resize_keeps_the_aspect_ratio_where_timm_does(
     assert hub_timm.eval_resize(crop_pct, crop_mode, size, path) == want
 
 
+@pytest.mark.parametrize("crop_pct, crop_mode, said", [
+    (1.0, "center", True),  # timm keeps a non-square model's aspect
+    (1.0, "squash", False),  # resizes to the input, as keras-vit does
+    (0.9, "squash", True),   # a non-square resize before the crop
+])
+def test_what_timm_does_otherwise_is_said(crop_pct, crop_mode, said,
+                                          caplog):
+    caplog.set_level("WARNING", logger="absl")
+    path = f"said/{crop_pct}/{crop_mode}/config.json"
+    assert hub_timm.eval_resize(crop_pct, crop_mode, (16, 64), path) == (
+        None, False)
+    assert (path in caplog.text) is said
+    caplog.clear()
+    hub_timm.eval_resize(crop_pct, "border", (32, 32), path + "b")
+    assert "crop_mode 'border'" in caplog.text  # a crop_pct of 1 too
+
+
 def test_a_squash_timm_model_is_evaluated_resizing_both_sides(tmp_path):
     folder = _timm(tmp_path, "", lambda c: c["pretrained_cfg"].update(
         crop_mode="squash"))
@@ -395,5 +412,5 @@ def test_a_non_square_timm_model_with_a_crop_is_said(tmp_path, caplog):
     caplog.set_level("WARNING", logger="absl")
     folder = str(_copy(tmp_path, "timm_vit_img_size_args"))
     assert loader.resolve(folder).library_resize() is None
-    assert "timm resizes to 17 x 71 (crop_pct 0.9) before its central " \
-        "16 x 64" in caplog.text
+    assert "timm resizes to 17 x 71 (crop_pct 0.9, crop_mode 'center') " \
+        "before its central 16 x 64" in caplog.text

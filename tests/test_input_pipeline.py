@@ -238,6 +238,9 @@ def test_keep_aspect_resizes_the_shorter_side_by_area():
     blocks = x.reshape(4, 2, 6, 2, 3).astype(np.float64).mean(axis=(1, 3))
     want = np.floor(blocks)[:, 1:5]  # 4 x 6, central 4 x 4
     np.testing.assert_allclose(out, want / 127.5 - 1, atol=1e-5)
+    # Float pixels (predict_images) come out as the same bytes do.
+    np.testing.assert_array_equal(_both(lambda a: pp.preprocess_eval(
+        a, 4, 4, keep_aspect=True), x.astype(np.float32)), out)
     # The longer side rounded (7 x 10 -> 4 x round(5.71) = 6), as
     # big_vision's; the squash differs on a non-square image.
     tall = _image(10, 7, seed=5)

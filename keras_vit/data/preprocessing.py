@@ -69,9 +69,9 @@ ELONGATED_MESSAGE = (
 
 def resize_small(image: tf.Tensor, smaller: int) -> tf.Tensor:
     """Resizes the shorter side to `smaller`, keeping the aspect ratio (the
-    other side rounded), with area resampling; the input's dtype out
-    (clipped to its range). big_vision's `resize_small`, with which its
-    ImageNet runs evaluate (then the central crop)."""
+    other side rounded), with area resampling, truncated to whole values
+    in [0, 255]; the input's dtype out. big_vision's `resize_small`, with
+    which its ImageNet runs evaluate (then the central crop)."""
     shape = tf.shape(image)
     factor = tf.cast(smaller, tf.float32) / tf.cast(
         tf.minimum(shape[0], shape[1]), tf.float32)
@@ -81,9 +81,13 @@ def resize_small(image: tf.Tensor, smaller: int) -> tf.Tensor:
         tf.constant(MAX_RESIZED_PIXELS, tf.int64), message=ELONGATED_MESSAGE)
     with tf.control_dependencies([within]):
         resized = tf.image.resize(image, hw, method="area")
+    # Whole values in [0, 255], as big_vision's cast back to uint8 makes
+    # them: float pixels (predict_images, the digits) come out as the
+    # same image's bytes would.
+    resized = tf.clip_by_value(resized, 0.0, 255.0)
     if image.dtype == tf.uint8:
-        return tf.cast(tf.clip_by_value(resized, 0.0, 255.0), tf.uint8)
-    return tf.cast(resized, image.dtype)
+        return tf.cast(resized, tf.uint8)
+    return tf.cast(tf.floor(resized), image.dtype)
 
 
 def preprocess_eval(

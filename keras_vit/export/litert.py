@@ -250,9 +250,9 @@ def preprocessing_record(height: int, width: int,
         "pixels": "RGB, float32 in [0, 255], shape (1, height, width, 3)",
         "keep_aspect": bool(keep_aspect),
         "resize": "bilinear to resize_size (with keep_aspect: the shorter "
-                  "side to it, area, the aspect ratio kept) then the "
-                  "central image_size crop; with resize_size null, "
-                  "bilinear to image_size",
+                  "side to it, the longer rounded, area, truncated to whole "
+                  "values) then the central image_size crop; with "
+                  "resize_size null, bilinear to image_size",
         "quantization": quantization,
     }
 

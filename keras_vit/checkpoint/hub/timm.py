@@ -334,10 +334,11 @@ def eval_resize(crop_pct: float, crop_mode, size, path: str):
     rows, cols = size
     scale = (math.floor(rows / crop_pct), math.floor(cols / crop_pct))
     if rows != cols:
-        if scale[0] > rows or scale[1] > cols:
+        if scale[0] > rows or scale[1] > cols or crop_mode != "squash":
             warn_once(
                 f"{path}: timm resizes to {scale[0]} x {scale[1]} (crop_pct "
-                f"{crop_pct}) before its central {rows} x {cols}, which "
+                f"{crop_pct}, crop_mode {crop_mode!r}) before its central "
+                f"{rows} x {cols}, which "
                 "keras-vit cannot (it resizes to N x N, or the shorter side "
                 f"to N): a photo is resized to {rows} x {cols} directly; "
                 "--resize_size=N resizes to N x N before the central crop.")
@@ -346,15 +347,13 @@ def eval_resize(crop_pct: float, crop_mode, size, path: str):
         return None, False
     if crop_mode not in ("squash", "border"):
         return scale[0], True
-    if scale[0] == rows:
-        return None, False
     if crop_mode == "border":
         warn_once(
             f"{path}: timm's crop_mode 'border' fits a photo's longer side "
             f"in {scale[0]} pixels and pads the rest; keras-vit resizes "
             f"both sides to {scale[0]} and takes the central {rows} x "
             f"{cols}; --resize_size=N sets another resize.")
-    return scale[0], False
+    return (None if scale[0] == rows else scale[0]), False
 
 
 def check_padding(pad: bool, size, patch: int) -> None:
