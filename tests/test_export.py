@@ -533,13 +533,27 @@ def test_export_after_mirrored_strategy_training(images, tmp_path):
         reference(model, datas), atol=1e-5)
 
 
-def test_resize_size_matches_eval_crop(model, images, tmp_path):
+@pytest.mark.parametrize("keep_aspect", [False, True])
+def test_resize_size_matches_eval_crop(model, images, tmp_path, keep_aspect):
+    """serving_default resizes as evaluation does (both sides, or the
+    shorter side keeping the aspect ratio), and predict_images, given the
+    same photos' pixels, answers alike."""
     path = export_model(model, str(tmp_path), resize_size=40,
+                        keep_aspect=keep_aspect,
                         warmup_images=[images["png_gray"]])
     datas = [images["jpeg"], images["gif"]]
+    loaded = tf.saved_model.load(path)
+    served = serve(loaded, datas)["probabilities"]
     np.testing.assert_allclose(
-        serve(tf.saved_model.load(path), datas)["probabilities"],
-        reference(model, datas, resize_size=40), atol=1e-5)
+        served, reference(model, datas, 40, keep_aspect), atol=1e-5)
+    for data, want in zip(datas, served):
+        pixels = preprocessing.decode_image(tf.constant(data))
+        got = loaded.signatures["predict_images"](
+            images=tf.cast(pixels, tf.float32)[None])["probabilities"]
+        np.testing.assert_allclose(got[0], want, atol=1e-5)
+    with pytest.raises(ValueError, match="one int"):
+        export_model(model, str(tmp_path), resize_size=(40, 48),
+                     keep_aspect=True)
 
 
 def test_argument_errors(model, images, tmp_path):
