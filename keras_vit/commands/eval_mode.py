@@ -266,12 +266,11 @@ def file_name(values, dataset: str, split: str, image_size) -> str:
     """eval_<data set>_<split>, and the model's name and the size where
     they are not the run's own (--model or --name, --image_size), the
     resize (--resize_size, --keep_aspect) and noema (--no_ema), so that
-    one model's
-    results do not overwrite another's in a shared folder (--output_dir,
-    or --workdir's run). A split of other characters than letters,
-    digits, `.`, `_` and `-` (a slice: train[:100]) is written readably
-    and followed by a short hash of itself: two slices never share a
-    file."""
+    one model's results do not overwrite another's in a shared folder
+    (--output_dir, or --workdir's run). A split of other characters than
+    letters, digits, `.`, `_` and `-` (a slice: train[:100]) is written
+    readably and followed by a short hash of itself: two slices never
+    share a file."""
     parts = ["eval", dataset, _split_part(split)]
     if values.model or values.name:
         parts.append(values.name or os.path.basename(
