@@ -595,3 +595,37 @@ def test_missing_serving_api_is_named(model, tmp_path, monkeypatch):
                                           "tensorflow-serving-api"):
         export_model(model, str(tmp_path))
     assert os.listdir(tmp_path) == []
+
+
+def test_a_version_is_on_disk_before_it_is_published(model, tmp_path,
+                                                     monkeypatch):
+    """Every file of the SavedModel (written by TensorFlow, not through
+    atomic_write) and every folder of it is fsynced before the rename
+    that publishes it, and the model folder after: a power loss cannot
+    leave a published version of empty files."""
+    from keras_vit.export import files as export_files
+
+    events = []
+    fsync, rename = os.fsync, tf.io.gfile.rename
+
+    def recorded_fsync(fd):
+        events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
+        return fsync(fd)
+
+    def recorded_rename(src, dst, overwrite=False):
+        events.append(("rename", dst))
+        return rename(src, dst, overwrite)
+
+    monkeypatch.setattr(os, "fsync", recorded_fsync)
+    monkeypatch.setattr(tf.io.gfile, "rename", recorded_rename)
+    path = export_model(model, str(tmp_path), warmup_images=[])
+    published = [i for i, e in enumerate(events) if e == ("rename", path)]
+    assert len(published) == 1
+    before = {os.path.relpath(p, str(tmp_path / "vit")).split(os.sep, 1)[-1]
+              for kind, p in events[:published[0]] if kind == "fsync"}
+    written = {os.path.relpath(os.path.join(d, n), path)
+               for d, _, names in os.walk(path) for n in names}
+    assert written and written <= before, written - before
+    model_dir = os.path.dirname(path)
+    assert ("fsync", model_dir) in events[published[0]:]
+    assert export_files.existing_versions(model_dir) == [1]

@@ -29,6 +29,7 @@ import tensorflow as tf
 from keras_vit.data import checks, preprocessing
 from keras_vit.errors import UsageError
 from keras_vit.export import request_checks
+from keras_vit.storage import atomic
 
 WARMUP_FILE = "tf_serving_warmup_requests"
 # TF Serving reads at most this many warm-up records.
@@ -119,6 +120,7 @@ def publish_version(
     Returns:
         str. The version folder.
     """
+    atomic.sync_tree(tmp_dir)  # whole files behind the rename
     while True:
         final = join(model_dir, str(version))
         if tf.io.gfile.exists(final):
@@ -135,6 +137,7 @@ def publish_version(
             if auto and tf.io.gfile.exists(final):
                 continue
             raise
+        atomic.sync_folder(model_dir)  # the rename itself
         return final
 
 

@@ -9,9 +9,11 @@ partial file; the temporary file is removed on every error a process
 survives (a hard kill can leave it, under a name no reader looks for).
 
 Local paths use `os.replace` (atomic on POSIX and Windows) after an
-`fsync`. Remote URLs (`gs://`, any scheme `tf.io.gfile` knows) go through
-`tf.io.gfile`; on GCS an object appears whole when its upload completes,
-so readers never see a partial object either. TensorFlow is imported only
+`fsync`; a folder another library wrote is flushed whole before it is
+renamed into place (`sync_tree`). Remote URLs (`gs://`, any scheme
+`tf.io.gfile` knows) go through `tf.io.gfile`; on GCS an object appears
+whole when its upload completes, so readers never see a partial object
+either. TensorFlow is imported only
 for remote paths: local writes work where TensorFlow is not installed
 (the benchmarks under the JAX backend).
 """
@@ -144,6 +146,38 @@ def _as_bytes(content: Union[str, bytes]) -> bytes:
         f"atomic_write writes str, bytes or a writer callable, not "
         f"{type(content).__name__}."
     )
+
+
+def sync_tree(path: str) -> None:
+    """Flushes a local folder that another library wrote (a SavedModel),
+    every file and folder in it, to the disk (`fsync`) before a rename
+    publishes it: after a power loss the published folder then holds
+    whole files, not empty ones. A URL: nothing to do (an object is whole
+    once its upload completes)."""
+    if is_remote(path):
+        return
+    for folder, _, files in os.walk(path):
+        for name in files:
+            with open(os.path.join(folder, name), "rb") as f:
+                os.fsync(f.fileno())
+        sync_folder(folder)
+
+
+def sync_folder(path: str) -> None:
+    """Flushes a local folder's entries (a rename into it) to the disk;
+    a URL, or a system that cannot open a folder (Windows), is left."""
+    if is_remote(path):
+        return
+    try:
+        handle = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(handle)
+    except OSError:
+        pass
+    finally:
+        os.close(handle)
 
 
 def _remove_local(tmp: str) -> None:
