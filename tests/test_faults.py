@@ -26,7 +26,7 @@ import pytest
 import tensorflow as tf
 
 import keras_vit
-from keras_vit import optim
+from keras_vit import keras_compat, optim
 from keras_vit.commands import runner
 from keras_vit.data import pipeline as input_pipeline
 from keras_vit.storage import atomic
@@ -440,6 +440,33 @@ def test_skipped_step_changes_nothing_but_the_counter(mirrored):
     assert result["first_nonfinite_step"] == 2
     for a, b in zip(_state(without)[0], _state(skipped)[0]):
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("mirrored", [False, True])
+def test_a_skipped_first_step_starts_the_ema_at_the_weights(mirrored):
+    """Keras copies the weights into its zero-started EMA averages on step
+    0 only: with step 0 skipped, the averages still start at the weights
+    (not at zero, which would scale every later average down), and the
+    next step averages them with decay 0.9 as usual."""
+    strategy = (two_cpu_mirrored()
+                if mirrored else tf.distribute.get_strategy())
+    rng = np.random.default_rng(0)
+    batches = [(rng.uniform(-1, 1, (8, 16, 16, 3)).astype("float32"),
+                rng.integers(0, 5, 8).astype("int32")) for _ in range(2)]
+    batches[0][0][0, 0, 0, 0] = np.nan
+    trainer = _trainer(strategy, dict(name="sgd", lr=0.1,
+                                      decay_type="constant"))
+    iterator = _batches(strategy, batches)
+    start = [v.numpy() for v in trainer.model.trainable_variables]
+    assert trainer.train(iterator, 1)["nonfinite_steps"] == 1
+    averages = keras_compat.ema_variables(trainer.optimizer)
+    for average, weight in zip(averages, start):
+        np.testing.assert_array_equal(average.numpy(), weight)
+    assert trainer.train(iterator, 1)["nonfinite_steps"] == 0
+    for average, before, after in zip(
+            averages, start, trainer.model.trainable_variables):
+        np.testing.assert_allclose(
+            average.numpy(), 0.9 * before + 0.1 * after.numpy(), atol=1e-6)
 
 
 @pytest.fixture(scope="module")

@@ -208,11 +208,19 @@ class Trainer(Evaluator):
         """
         optimizer = self.optimizer
         variables = self.model.trainable_variables
+        averages = keras_compat.ema_variables(optimizer) if self.has_ema \
+            else []
 
         def apply(grads):
             optimizer.apply_gradients(zip(grads, variables))
 
         def skip():
+            # Keras starts the EMA averages at zero and copies the weights
+            # into them on step 0 only: a skipped step 0 makes that copy,
+            # else every later average would be scaled towards zero.
+            first = tf.equal(optimizer.iterations, 0)
+            for average, variable in zip(averages, variables):
+                average.assign(tf.where(first, variable, average))
             optimizer.iterations.assign_add(1)
 
         if tf.__internal__.distribute.strategy_supports_no_merge_call():
