@@ -392,6 +392,28 @@ def test_train_dataset_applies_the_seeded_ops_per_example():
         assert labels[i] == y[i]
 
 
+def test_randaugment_is_seeded_per_pipeline(monkeypatch):
+    """RandAugment's layer gets the pipeline's seed (as the crops, flips
+    and mixes do), not the run's: two hosts' pipelines and a resumed run
+    draw their own ops."""
+    from keras_vit.data import augment
+
+    seeds = []
+    made = augment.rand_augment
+    monkeypatch.setattr(augment, "rand_augment", lambda n, m, seed=None: (
+        seeds.append(seed) or made(n, m, seed)))
+    config = digits_config()
+    config.input.pp.train, config.input.pp.randaug_ops = "finetune", 2
+    contexts = [tf.distribute.InputContext(2, i, 2) for i in range(2)]
+    for context in contexts:
+        ip.train_dataset(*tiny.pipeline(config), 8, context)
+    ip.train_dataset(*tiny.pipeline(config), 8, start_step=100)
+    assert seeds == [ip.pipeline_seed(config.seed, contexts[0]),
+                     ip.pipeline_seed(config.seed, contexts[1]),
+                     ip.pipeline_seed(config.seed, start_step=100)]
+    assert len(set(seeds)) == 3
+
+
 def test_synthetic_data_repeats_the_first_real_batch():
     config = digits_config()
     real = iter(ip.train_dataset(*tiny.pipeline(config), 8))

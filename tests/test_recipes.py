@@ -276,6 +276,11 @@ def test_finetune_vtab_task_and_arguments():
     assert (c.trainer.total_steps, c.schedule.lr) == (2_500, 0.01)
     assert c.input.vtab_task == "dtd" and c.input.dataset.startswith("dtd")
     assert c.input.pp.train == "eval" and not c.input.pp.flip
+    # Trained on train800val200: scored on test once, at the end (val200
+    # is training data; the protocol selects on it only beside train800).
+    assert "+" in c.input.train_split  # train800 + val200
+    assert (c.evals.test.val_split, c.evals.test.every_steps) == (None, 0)
+    assert c.evals.test.split.startswith("test")
     own = load(FINETUNE, "dataset=cifar10,init=/runs/pre")
     assert own.init.model == "/runs/pre"
     keras_file = load(FINETUNE, "dataset=cifar10,init=/m/model.keras")

@@ -260,7 +260,9 @@ def train_dataset(
     # Encoded images are decoded by the preprocessing, which decodes a
     # JPEG only inside its Inception crop.
     encoded = shard.decode is not _identity
-    preprocess = make_preprocess_fn(inp.pp, run.image_size, run.seed,
+    # RandAugment's layer is seeded per pipeline too: hosts and a resumed
+    # run draw their own ops, as they draw their own crops.
+    preprocess = make_preprocess_fn(inp.pp, run.image_size, seed,
                                     training=True, encoded=encoded)
     decode = _identity if encoded else shard.decode
     # Stateless augmentation seeded by (seed, example index): reproducible,
