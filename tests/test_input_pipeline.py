@@ -728,3 +728,10 @@ def test_unknown_sources_fail_clearly():
         sources.digits_split("train[:5")
     with pytest.raises(ValueError, match="selects no examples"):
         sources.digits_split("train[10:5]")
+    # A bound beyond the examples is refused, as TFDS refuses it, not
+    # read as the end (train has 1437 digits).
+    for beyond in ("train[:5000]", "train[-5000:]", "train[:120%]"):
+        with pytest.raises(ValueError, match=r"a slice bound goes up to"):
+            sources.digits_split(beyond)
+    assert len(sources.digits_split("train[:1437]")[0]) == 1437
+    assert len(sources.digits_split("train[-10:]")[0]) == 10

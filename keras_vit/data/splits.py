@@ -23,14 +23,22 @@ def parse_split(split: str):
 
 
 def split_bounds(bounds, n: int, split: str) -> Tuple[int, int]:
+    """(start, stop) of a parsed slice of `n` examples. A bound beyond
+    them (example 800 of 500, or 120%) is refused, as TFDS refuses it,
+    rather than read as the end."""
     def index(text: str, default: int) -> int:
         if not text:
             return default
-        value = (
-            round(n * int(text[:-1]) / 100) if text.endswith("%")
-            else int(text)
-        )
-        return min(max(value + n if value < 0 else value, 0), n)
+        percent = text.endswith("%")
+        value = int(text[:-1]) if percent else int(text)
+        if abs(value) > (100 if percent else n):
+            raise UsageError(
+                f"Split {split!r} asks for {text} of {n} examples: a slice "
+                f"bound goes up to {'100%' if percent else n} (as in TFDS); "
+                "slice within them, or leave the bound out for the end.")
+        if percent:
+            value = round(n * value / 100)
+        return value + n if value < 0 else value
 
     start, stop = index(bounds[0], 0), index(bounds[1], n)
     if stop <= start:
