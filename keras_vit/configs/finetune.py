@@ -181,10 +181,10 @@ def get_config(arg=None):
     c.optimizer.name = "sgd"
     c.schedule.lr = float(args["lr"] or row["lr"])
     c.schedule.warmup_steps = row["warmup"]
-    # Log often, evaluate and checkpoint ten times per run.
+    # Log often, evaluate and checkpoint ten times per run (VTAB: evaluate
+    # at the end only).
     c.log.every_steps = 50
-    c.evals.test.every_steps = max(row["steps"] // 10, 50) if row[
-        "val"] else 0
+    c.evals.test.every_steps = max(row["steps"] // 10, 50) * bool(row["val"])
     c.checkpoints.every_steps = max(row["steps"] // 10, 50)
     # The input iterator is not checkpointed (its 50k-example shuffle
     # buffer would weigh on every checkpoint); a resumed run draws a new
