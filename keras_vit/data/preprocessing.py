@@ -298,8 +298,8 @@ def from_config(pp_config, image_size, seed: int, training: bool,
     split at `image_size` (`config.model.image_size`), from a run's
     `config.input.pp` section (train: 'pretrain', 'finetune' or 'eval';
     resize_size, eval_resize_size, eval_keep_aspect, area_range, flip,
-    randaug_ops,
-    randaug_magnitude); `seed` (`config.seed`) seeds RandAugment.
+    randaug_ops, randaug_magnitude); `seed` (the input pipeline's,
+    `pipeline.pipeline_seed`) seeds RandAugment.
     `input_pipeline.make_preprocess_fn` is this function.
 
     With `encoded` (training only), `fn` takes encoded image bytes: decoded

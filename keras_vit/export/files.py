@@ -111,7 +111,8 @@ def next_version(model_dir: str) -> int:
 def publish_version(
     tmp_dir: str, model_dir: str, version: int, auto: bool
 ) -> str:
-    """Renames a complete temporary export to its version folder.
+    """Renames a complete temporary export (flushed to disk:
+    `atomic.sync_tree`) to its version folder.
 
     Never replaces an existing version: with `auto`, a version taken in the
     meantime (another export to the same folder) moves this one to the next
@@ -120,7 +121,6 @@ def publish_version(
     Returns:
         str. The version folder.
     """
-    atomic.sync_tree(tmp_dir)  # whole files behind the rename
     while True:
         final = join(model_dir, str(version))
         if tf.io.gfile.exists(final):

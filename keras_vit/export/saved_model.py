@@ -306,6 +306,7 @@ def _write_version(archive, serving_model: keras.Model, target: _Target,
                 target.images or export_files.default_warmup_images(),
                 (opts.resize_size, opts.keep_aspect),
             )
+        atomic.sync_tree(tmp_dir)  # on disk before the quick publishing
         with atomic.signals_deferred():
             path = export_files.publish_version(
                 tmp_dir, target.model_dir, int(version), auto_version)

@@ -156,9 +156,10 @@ def sync_tree(path: str) -> None:
     once its upload completes)."""
     if is_remote(path):
         return
+    mode = "rb+" if os.name == "nt" else "rb"  # Windows: writable only
     for folder, _, files in os.walk(path):
         for name in files:
-            with open(os.path.join(folder, name), "rb") as f:
+            with open(os.path.join(folder, name), mode) as f:
                 os.fsync(f.fileno())
         sync_folder(folder)
 

@@ -220,7 +220,8 @@ class Trainer(Evaluator):
             # else every later average would be scaled towards zero.
             first = tf.equal(optimizer.iterations, 0)
             for average, variable in zip(averages, variables):
-                average.assign(tf.where(first, variable, average))
+                if average is not None:  # None: a variable Keras skips
+                    average.assign(tf.where(first, variable, average))
             optimizer.iterations.assign_add(1)
 
         if tf.__internal__.distribute.strategy_supports_no_merge_call():
