@@ -310,9 +310,8 @@ def eval_input(values, run, image_size, resize_size=None, keep_aspect=None):
         fields["pp"] = {"eval_resize_size": cli.scaled_resize(
             run.input.pp.eval_resize_size, run.model.image_size,
             image_size), "eval_keep_aspect": run.input.pp.eval_keep_aspect}
-    if resize_size:
-        fields["pp"] = {"eval_resize_size": resize_size, "eval_keep_aspect":
-                        fields.get("pp", {}).get("eval_keep_aspect", False)}
+    if resize_size:  # the run's eval_keep_aspect stays
+        fields.setdefault("pp", {})["eval_resize_size"] = resize_size
     if keep_aspect is not None:
         fields.setdefault("pp", {})["eval_keep_aspect"] = bool(keep_aspect)
         if keep_aspect and not fields["pp"].get("eval_resize_size"):

@@ -65,8 +65,7 @@ def resize_size(values: flags.FlagValues, source: loader.Source,
         return values.resize_size
     resize = source_resize(source, _flag(values, "image_size"))
     if resize and source.run_config() is None:
-        kept = _flag(values, "keep_aspect")
-        kept = source_keep_aspect(source) if kept is None else kept
+        kept = keep_aspect(values, source, resize)
         logging.info(
             "%s: resized to %s (%s), then the central crop: the size the "
             "library that wrote it evaluates at (timm's crop_pct, or the "
