@@ -194,16 +194,23 @@ def test_train_skips_the_curves_without_matplotlib(tmp_path, monkeypatch,
 
 def test_a_run_started_again_keeps_the_earlier_history_apart(tmp_path):
     """Its checkpoints deleted, a workdir's run starts at step 0 again:
-    the earlier run's history.csv is kept apart (history.before-1.csv,
-    said in the log), and history.csv holds the new run's rows alone, so
-    the curves do not mix two runs."""
+    the earlier run's history.csv and best checkpoint are kept apart
+    (history.before-1.csv, best.before-1/, said in the log), history.csv
+    holds the new run's rows alone, so the curves do not mix two runs, and
+    best/ the new run's best, not one it cannot beat."""
     workdir = tmp_path / "run"
     args = console.TINY_DIGITS + ["--config.checkpoints.every_steps=2",
                                   "--config.log.every_steps=2",
+                                  "--config.evals.test.every_steps=2",
+                                  "--config.checkpoints.keep_best=test",
                                   f"--workdir={workdir}"]
     first = console.run("train", args + ["--config.trainer.total_steps=4"])
     assert first.returncode == 0, first.stderr[-3000:]
     earlier = (workdir / history.FILE).read_text()
+    # An earlier best the new run cannot beat.
+    best_json = workdir / records.BEST / records.BEST_JSON
+    earlier_best = dict(json.loads(best_json.read_text()), accuracy=1.0)
+    best_json.write_text(json.dumps(earlier_best))
     shutil.rmtree(workdir / "checkpoints")
     again = console.run("train", args + ["--config.trainer.total_steps=2"])
     assert again.returncode == 0, again.stderr[-3000:]
@@ -212,3 +219,10 @@ def test_a_run_started_again_keeps_the_earlier_history_apart(tmp_path):
     assert f"that history is kept apart in {kept}" in again.stderr
     steps = [r["step"] for r in history.read_history(str(workdir))]
     assert steps and max(steps) == 2  # the new run's rows alone
+    kept_best = workdir / "best.before-1"
+    assert json.loads((kept_best / records.BEST_JSON).read_text()) == \
+        earlier_best
+    assert os.listdir(kept_best / "checkpoints")
+    assert f"best checkpoint is kept apart in {kept_best}" in again.stderr
+    new_best = json.loads(best_json.read_text())
+    assert new_best["step"] == 2 and new_best["accuracy"] < 1.0

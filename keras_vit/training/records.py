@@ -58,13 +58,15 @@ class BestKeeper:
             keeping one.
     """
 
-    def __init__(self, name: str, workdir: str, writer):
+    def __init__(self, name: str, workdir: str, writer,
+                 resumed: bool = True):
         self.name, self.workdir, self.writer = name, workdir, writer
         self.folder = os.path.join(workdir, BEST)
         path = os.path.join(self.folder, BEST_JSON)
-        # A resumed run competes with the best of its earlier part.
+        # A resumed run competes with the best of its earlier part; a run
+        # that starts afresh with none (every worker decides alike).
         self.best = (wd.read_json(path)["accuracy"]
-                     if tf.io.gfile.exists(path) else None)
+                     if resumed and tf.io.gfile.exists(path) else None)
 
     def offer(self, step: int, split: str, accuracy: float) -> None:
         """Keeps this step's weights if `accuracy` beats the best so far."""
@@ -124,14 +126,26 @@ class RunRecords:
             self.best.close()
 
 
-def set_history_aside(workdir: str, chief: bool) -> None:
+def set_earlier_run_aside(workdir: str, chief: bool) -> None:
     """A run that starts at step 0 where an earlier one logged (its
     checkpoints deleted, or it stopped before its first) keeps that
-    history apart (`history.set_aside`), said in the log, so that the two
-    runs' rows and curves do not mix."""
-    moved = history.set_aside(workdir) if chief else None
+    run's history and best checkpoint apart (history.before-N.csv,
+    best.before-N/), said in the log, so that the two runs' rows and
+    curves do not mix and the new run's best is its own."""
+    if not chief:
+        return
+    moved = history.set_aside(workdir)
     if moved:
         logging.warning(
             "The workdir %s has no checkpoint but an earlier run's "
             "history: training starts at step 0, and that history is kept "
             "apart in %s.", workdir, moved)
+    folder = os.path.join(workdir, BEST)
+    if tf.io.gfile.exists(folder):
+        n = 1
+        while tf.io.gfile.exists(f"{folder}.before-{n}"):
+            n += 1
+        tf.io.gfile.rename(folder, f"{folder}.before-{n}")
+        logging.warning(
+            "The earlier run's best checkpoint is kept apart in %s.before-%d; "
+            "%s holds the new run's.", folder, n, folder)

@@ -254,13 +254,19 @@ def _host_run(workdir: str, trainer, data: run_data.RunData, checkpoints,
     items, train_iter = run_data.checkpoint_items(
         trainer.model, trainer.optimizer, data, bool(checkpoints.iterator))
     chief = distribute.is_chief(strategy)
+    # Decided before the best checkpoint's keeper reads what is there.
+    resumed = bool(wd.listed_checkpoints(os.path.join(workdir,
+                                                      wd.CHECKPOINTS)))
+    if not resumed:
+        records.set_earlier_run_aside(workdir, chief)
     writer = _checkpoint_writer(workdir, strategy, items, chief,
                                 int(checkpoints.keep))
     keeper = None
     if best is not None:
         weights_only = {k: items[k] for k in ("model", "optimizer")}
         keeper = records.BestKeeper(best, workdir, _checkpoint_writer(
-            workdir, strategy, weights_only, chief, 1, folder=records.BEST))
+            workdir, strategy, weights_only, chief, 1, folder=records.BEST),
+            resumed=resumed)
     run = loop.Run(
         workdir=workdir, strategy=strategy, trainer=trainer,
         train_iter=train_iter, eval_fn=data.eval_fn, writer=writer,
@@ -347,7 +353,6 @@ def _resume_and_run(saved_config: Dict, init, plan: loop.Plan,
         )
     else:
         model_init.initialise_from(init, trainer.model)
-        records.set_history_aside(run.workdir, run.chief)
     # Only now: a workdir whose checkpoints do not fit keeps its config.
     if run.chief:
         wd.write_json(os.path.join(run.workdir, wd.CONFIG), saved_config)
