@@ -286,6 +286,32 @@ def test_resuming_with_other_input_names_the_field_or_draws_anew(tmp_path):
     assert again["steps"] == 20 and again["steps_this_run"] == 10
 
 
+def test_a_checkpoint_without_the_iterator_resumes_drawing_anew(tmp_path):
+    """A run saved with config.checkpoints.iterator=False resumes with the
+    iterator asked for again (not refused as a model that does not match):
+    its data order is drawn anew from the restored step, and its later
+    checkpoints hold no iterator (the drawn one's pipeline is seeded by
+    its start step, which a resumed run's is not): resumed from them, the
+    run ends as one that never kept its iterator."""
+    def part(workdir, total, iterator=True):
+        # A constant rate: each part's schedule is the whole run's.
+        return train_lib.train_and_evaluate(tiny_config(**{
+            "total_steps": total, "checkpoints.iterator": iterator,
+            "schedule.decay_type": "constant"}), workdir)
+
+    asked, never = str(tmp_path / "asked"), str(tmp_path / "never")
+    for workdir in (asked, never):
+        part(workdir, 10, iterator=False)
+        part(workdir, 20, iterator=workdir == asked)
+    names = [n for n, _ in tf.train.list_variables(
+        tf.train.latest_checkpoint(os.path.join(asked, wd.CHECKPOINTS)))]
+    assert not any(n.startswith("iterator/") for n in names)
+    again, without = part(asked, 30), part(never, 30, iterator=False)
+    assert again["steps_this_run"] == without["steps_this_run"] == 10
+    assert again["test_loss"] == pytest.approx(without["test_loss"],
+                                               rel=1e-6)
+
+
 def test_the_same_model_written_otherwise_resumes(tmp_path):
     """A run whose classes came from the data (num_classes null) resumed
     with num_classes=10, and image_size 32 resumed as 32x32: one model,

@@ -29,7 +29,8 @@ _DAMAGE = wd.DAMAGE
 
 
 def restore_latest(items: dict, ckpt_dir: str) -> Optional[str]:
-    """Restores the newest complete checkpoint listed in `ckpt_dir`.
+    """Restores the newest complete checkpoint listed in `ckpt_dir`
+    (`items` loses "iterator" where that checkpoint holds none).
 
     A listed checkpoint whose files are missing or unreadable (a full disk,
     an interrupted copy) is skipped with a warning, never silently: starting
@@ -75,7 +76,21 @@ def _first_line(error: BaseException) -> str:
     return f"{type(error).__name__}: {text.strip().splitlines()[0][:300]}"
 
 
+def _holds_iterator(path: str) -> bool:
+    return any(name.startswith("iterator/")
+               for name, _ in tf.train.list_variables(path))
+
+
 def _restore(items: dict, path: str) -> None:
+    """Restores `items` from `path`; a checkpoint without the data
+    iterator (saved with `config.checkpoints.iterator=False`, or on a
+    strategy whose iterator is not kept) restores the rest, and "iterator"
+    leaves `items`: the data order is drawn anew from the restored step."""
+    if "iterator" in items and not _holds_iterator(path):
+        logging.info("%s holds no data iterator: the data order is drawn "
+                     "anew from its step, and this run's checkpoints hold "
+                     "none either.", path)
+        del items["iterator"]
     # A root of our own: the preemption handler adds a counter to the
     # manager's checkpoint, which older checkpoints do not have.
     try:

@@ -75,6 +75,10 @@ class CheckpointWriter:
             checkpoint, scratch, max_to_keep=1, step_counter=step_counter
         )
 
+    def leave_out(self, name: str) -> None:
+        """The checkpoints hold no `name` from now on."""
+        delattr(self.manager.checkpoint, name)
+
     def save(self, step: int) -> Optional[str]:
         """Saves the checkpoint of `step` where this worker saves; the path
         in the run's folder (None on other workers)."""

@@ -344,6 +344,7 @@ def _resume_and_run(saved_config: Dict, init, plan: loop.Plan,
     mpp = saved_config.get("objective", {}).get("mpp", {}).get("enabled")
     check_same_classes(run.workdir, writer.ckpt_dir,
                        None if mpp else run.info.class_names)
+    had_iterator = "iterator" in items
     latest = restore_latest(items, writer.ckpt_dir)
     if latest:
         logging.info(
@@ -366,6 +367,11 @@ def _resume_and_run(saved_config: Dict, init, plan: loop.Plan,
             )
     if "iterator" not in items:
         run.train_iter = data.make_iterator(trainer.step)
+        if had_iterator:
+            # The checkpoint held none. This iterator's pipeline is seeded
+            # by its start step, and a resumed run's is built at step 0:
+            # later checkpoints hold none either, each resume drawing anew.
+            writer.leave_out("iterator")
     run.handler = distribute.preemption_handler(
         run.strategy, writer.handler_manager, writer.save
     )
