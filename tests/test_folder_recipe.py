@@ -115,7 +115,7 @@ def test_a_folder_with_split_folders_uses_its_own(tmp_path):
     # Nor does a folder run that reads no shuffle buffer refuse to resume
     # with another (a cached one does: its order is the buffer's).
     old = config_lib.replace(config, input={"shuffle_buffer": 5})
-    with mock.patch.object(model_init, "_holds_iterator", lambda c: True):
+    with mock.patch.object(model_init, "holds_iterator", lambda c: True):
         model_init._check_resumed_input(old, config, "run", "ckpt")
         cached = config_lib.replace(config, input={"cache_train": True})
         with pytest.raises(model_init.TrainingError,

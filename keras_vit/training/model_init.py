@@ -23,7 +23,7 @@ from keras_vit.errors import shorten
 from keras_vit.model import architecture_of
 from keras_vit.storage import workdir as wd
 from keras_vit.training.records import BEST
-from keras_vit.training.resume import TrainingError
+from keras_vit.training.resume import TrainingError, holds_iterator
 
 # config.model fields a resumed run may change (see model_signature).
 RESUMABLE_CHANGES = ("remat", "dropout_rate", "attention_dropout_rate",
@@ -169,7 +169,7 @@ def _check_resumed_input(old, config, workdir: str, checkpoint: str) -> None:
     """A checkpointed data iterator resumes the data it was made of: with
     another batch, split or preprocessing it would fail on its first batch,
     or go on reading the old data while config.json names the new."""
-    if not config.checkpoints.iterator or not _holds_iterator(checkpoint):
+    if not config.checkpoints.iterator or not holds_iterator(checkpoint):
         return  # the data order is drawn anew from the step
     before, now = (_plain(c.input, _ORDER_FIELDS) for c in (old, config))
     if _same_path(before["data_dir"] or "", now["data_dir"] or ""):
@@ -203,17 +203,6 @@ def _same_written_otherwise(saved: dict, asked: dict, workdir: str) -> None:
     if names and len(names) == (saved["num_classes"] or
                                 asked["num_classes"]):
         saved["num_classes"] = asked["num_classes"] = len(names)
-
-
-def _holds_iterator(checkpoint: str) -> bool:
-    """Whether the run's newest `checkpoint` holds a data iterator (not
-    with a pipeline whose augmentation keeps its state in a variable,
-    nor with strategies whose iterators cannot be saved)."""
-    try:
-        names = [n for n, _ in tf.train.list_variables(checkpoint)]
-    except (tf.errors.OpError, ValueError):
-        return True  # unreadable: resume reports it; compare as before
-    return any(n.startswith("iterator/") for n in names)
 
 
 def _flat(fields: dict, prefix: str = "") -> dict:

@@ -76,9 +76,16 @@ def _first_line(error: BaseException) -> str:
     return f"{type(error).__name__}: {text.strip().splitlines()[0][:300]}"
 
 
-def _holds_iterator(path: str) -> bool:
-    return any(name.startswith("iterator/")
-               for name, _ in tf.train.list_variables(path))
+def holds_iterator(checkpoint: str) -> bool:
+    """Whether `checkpoint` holds a data iterator (not with a pipeline
+    whose augmentation keeps its state in a variable, nor with strategies
+    whose iterators cannot be saved, nor written with
+    `config.checkpoints.iterator=False`)."""
+    try:
+        names = [n for n, _ in tf.train.list_variables(checkpoint)]
+    except (tf.errors.OpError, ValueError):
+        return True  # unreadable: the restore reports it
+    return any(n.startswith("iterator/") for n in names)
 
 
 def _restore(items: dict, path: str) -> None:
@@ -86,7 +93,7 @@ def _restore(items: dict, path: str) -> None:
     iterator (saved with `config.checkpoints.iterator=False`, or on a
     strategy whose iterator is not kept) restores the rest, and "iterator"
     leaves `items`: the data order is drawn anew from the restored step."""
-    if "iterator" in items and not _holds_iterator(path):
+    if "iterator" in items and not holds_iterator(path):
         logging.info("%s holds no data iterator: the data order is drawn "
                      "anew from its step, and this run's checkpoints hold "
                      "none either.", path)
