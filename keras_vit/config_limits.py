@@ -39,6 +39,9 @@ LIMITS: Tuple[Tuple[str, Bound, Bound, str], ...] = (
     ("model.attention_dropout_rate", 0, 1, "[)"),
     ("model.stochastic_depth_rate", 0, 1, "[)"),
     ("input.train_examples_per_class", 0, None, "[]"),
+    # None: no resize before the crop.
+    ("input.pp.resize_size", 0, None, "(]"),
+    ("input.pp.eval_resize_size", 0, None, "(]"),
     ("input.pp.randaug_ops", 0, None, "[]"),
     ("input.pp.randaug_magnitude", 0, None, "[]"),
     ("input.mix.mixup_alpha", 0, None, "[]"),

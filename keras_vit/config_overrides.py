@@ -103,6 +103,10 @@ def held_nones(argv: Sequence[str]) -> Tuple[List[str], Dict[str, str]]:
             if default is None or match.group(1) in NULLABLE:
                 held[match.group(1)] = match.group(2)
                 continue
+        # A later plain value of the field wins, as any later flag does.
+        plain = re.match(r"--?config\.([\w.]+)=", str(arg))
+        if plain:
+            held.pop(plain.group(1), None)
         kept.append(arg)
     return kept, held
 

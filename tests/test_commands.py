@@ -620,6 +620,10 @@ def test_named_values_and_combinations_are_checked_as_flags():
           "--config.trainer.accumulation_steps=3"],
          "config.input.batch_size=32 is not divisible by "
          "config.trainer.accumulation_steps=3"),
+        (["--config.input.pp.eval_resize_size=0"],
+         "config.input.pp.eval_resize_size=0 must be > 0."),
+        (["--config.input.pp.resize_size=-8"],
+         "config.input.pp.resize_size=-8 must be > 0."),
     ]
     for args, says in cases:
         config = parse_train(["--config=digits", "--workdir=w", *args]).config

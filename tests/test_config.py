@@ -229,6 +229,19 @@ def test_none_on_the_command_line_is_none_where_a_field_may_be_none():
         "--config.model.representation_size=null")
     assert config.input.pp.resize_size is None
     assert config.model.representation_size is None
+    # The later flag wins, as with any flag: a value after None is kept.
+    config = _train_command_config(
+        "--config=digits", "--config.init.model=None",
+        "--config.init.model=/tmp/run", "--config.model.variant=None",
+        "--config.model.variant=S/16", "--config.trainer.grad_clip_norm=None",
+        "--config.trainer.grad_clip_norm=2")
+    assert config.init.model == "/tmp/run"
+    assert config.model.variant == "S/16"
+    assert config.trainer.grad_clip_norm == 2
+    config = _train_command_config(
+        "--config=digits", "--config.init.model=/tmp/run",
+        "--config.init.model=None")
+    assert config.init.model is None
 
 
 def test_a_config_without_a_variant_keeps_its_sizes():
