@@ -336,6 +336,17 @@ def test_a_resumed_run_names_the_settings_it_changes(tmp_path, caplog):
                   "asked", "config.optimizer.weight_decay",
                   "config.input.pp.flip"):
         assert field in caplog.text, field
+    caplog.clear()
+    changed = digits_config(total_steps=4)
+    changed.seed, changed.input.batch_size = 7, 16
+    changed.objective.label_smoothing = 0.1
+    changed.trainer.grad_clip_norm = 2.0
+    model_init.check_workdir_config(changed, str(tmp_path))
+    for field in ("config.seed: 0 in the workdir, 7 asked",
+                  "config.input.batch_size", "config.objective.label_smoothing",
+                  "config.trainer.grad_clip_norm"):
+        assert field in caplog.text, field
+    assert f"kept in {tmp_path / 'config.step-1.json'}" in caplog.text
 
 
 def test_a_run_refused_before_its_first_checkpoint_takes_the_fix(
@@ -366,6 +377,10 @@ def test_a_run_refused_before_its_first_checkpoint_takes_the_fix(
                 "--config.model.head_bias_init=-2"]) == 0
     with open(os.path.join(workdir, "metrics.json")) as f:
         assert json.load(f)["steps"] == 3
+    # The config of the steps before the resume is kept beside the new.
+    for name, steps in (("config.step-2.json", 2), ("config.json", 3)):
+        with open(os.path.join(workdir, name)) as f:
+            assert json.load(f)["trainer"]["total_steps"] == steps, name
     capsys.readouterr()
     assert train_command.main(argv + ["--config.trainer.total_steps=4",
                                       "--config.model.mlp_dim=32"]) == 1

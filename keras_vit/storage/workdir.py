@@ -1,7 +1,9 @@
 """What a training run leaves in its workdir, and how to read it back.
 
 Layout of a workdir (local or gs://):
-    config.json      the run's config (written once; checked on resume)
+    config.json      the run's config (checked on resume, which writes
+                     the settings it changes; config.step-N.json keeps the
+                     config of the steps before N)
     labels.txt       class names, one per line ("0", "1", ... when the
                      data names none), so the head width is known
     checkpoints/     tf.train.CheckpointManager checkpoints (model, optimizer
@@ -44,6 +46,13 @@ DAMAGE = (IndexError, tf.errors.DataLossError, tf.errors.OutOfRangeError,
            tf.errors.NotFoundError)
 
 CONFIG = "config.json"
+
+
+def earlier_config(workdir: str, step: int) -> str:
+    """The path that keeps a run's config of the steps before `step`,
+    where a run resumed at `step` changed settings."""
+    return os.path.join(workdir, f"config.step-{int(step)}.json")
+
 LABELS = "labels.txt"
 METRICS = "metrics.json"
 CHECKPOINTS = "checkpoints"

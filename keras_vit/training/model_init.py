@@ -121,7 +121,7 @@ def check_workdir_config(config, workdir: str) -> None:
             "new `workdir`, or start a new run from this one's weights "
             f"(--model={workdir})."
         )
-    _say_resumed_changes(old, config, workdir)
+    _say_resumed_changes(old, config, workdir, checkpoint or "")
 
 
 # Settings a resumed run may change, each changing the training from the
@@ -129,28 +129,35 @@ def check_workdir_config(config, workdir: str) -> None:
 # reads the same): named in one warning.
 _RESUMED_FIELDS = (
     ("model", tuple(f for f in RESUMABLE_CHANGES if f != "remat")),
-    ("optimizer", ("weight_decay", "no_decay")),
+    ("optimizer", ("weight_decay", "no_decay", "b1", "b2", "momentum",
+                   "nesterov")),
     ("schedule", ("lr", "warmup_steps", "decay_type", "end_lr")),
-    ("input", ("train_split", "pp", "mix")),
-    ("trainer", ("total_steps",)),
+    ("input", ("dataset", "train_split", "batch_size",
+               "train_examples_per_class", "pp", "mix")),
+    ("objective", ("loss", "label_smoothing")),
+    ("trainer", ("total_steps", "accumulation_steps", "grad_clip_norm",
+                 "dtype", "ema_decay", "skip_nonfinite")),
+    ("", ("seed",)),
 )
 
 
-def _say_resumed_changes(old, config, workdir: str) -> None:
+def _say_resumed_changes(old, config, workdir: str, checkpoint: str) -> None:
     before, now = {}, {}
     for name, fields in _RESUMED_FIELDS:
         for values, out in ((old, before), (config, now)):
-            section = _plain(values[name], [
-                f for f in fields if f in values[name]])
-            out.update(_flat(section, f"{name}."))
+            values = values[name] if name else values
+            section = _plain(values, [f for f in fields if f in values])
+            out.update(_flat(section, f"{name}." if name else ""))
     differ = config_lib.named_differences(
         before, now, lambda key: f"config.{key}",
         lambda value: shorten(json.dumps(value), _MAX_VALUE), 6)
     if differ:
+        step = checkpoint.rsplit("-", 1)[-1]
         logging.warning(
             "Resuming %s with other settings than it ran with: %s. They "
-            "apply from the step it resumes at; its config.json holds the "
-            "earlier ones (pass them to keep them).", workdir, differ)
+            "apply from the step it resumes at; config.json takes them, and "
+            "the earlier config is kept in %s.", workdir, differ,
+            wd.earlier_config(workdir, int(step) if step.isdigit() else 0))
 
 
 # The config.input fields that make the training data's order, which a

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import os
 from typing import Callable, Dict, Optional
 
@@ -334,6 +335,19 @@ def _task_name(strategy) -> str:
     return f"{task_type}{resolver.task_id}"
 
 
+def _keep_earlier_config(workdir: str, config: Dict,
+                         step: Optional[int]) -> None:
+    """A run resumed at `step` with other settings keeps the config of
+    its earlier steps (`wd.earlier_config`) before config.json takes
+    them."""
+    path = os.path.join(workdir, wd.CONFIG)
+    if step is None or not tf.io.gfile.exists(path):
+        return
+    earlier = wd.read_json(path)
+    if earlier != json.loads(json.dumps(config)):
+        wd.write_json(wd.earlier_config(workdir, step), earlier)
+
+
 def _resume_and_run(saved_config: Dict, init, plan: loop.Plan,
                     run: loop.Run, items: Dict, data: run_data.RunData,
                     num_classes: int) -> Dict[str, float]:
@@ -356,6 +370,8 @@ def _resume_and_run(saved_config: Dict, init, plan: loop.Plan,
         model_init.initialise_from(init, trainer.model)
     # Only now: a workdir whose checkpoints do not fit keeps its config.
     if run.chief:
+        _keep_earlier_config(run.workdir, saved_config,
+                             trainer.step if latest else None)
         wd.write_json(os.path.join(run.workdir, wd.CONFIG), saved_config)
         # Numbers stand in for names the data lacks: the file records the
         # head width for whoever reads the run back. A resumed run keeps
