@@ -276,6 +276,55 @@ def test_malformed_tf_config_fails_clearly(monkeypatch, tf_config):
         distribute.create_strategy("multiworker")
 
 
+def test_a_cluster_host_with_a_one_host_strategy_is_refused(monkeypatch):
+    """A host of a TF_CONFIG cluster started with a one-host strategy
+    would train alone and write the shared workdir as its chief: refused,
+    naming --strategy=multiworker. An evaluator task may run alone, and
+    is refused a place among the workers; a chief-only cluster forms."""
+    monkeypatch.setenv("TF_CONFIG", json.dumps({
+        "cluster": {"chief": ["a:1"], "worker": ["b:2"]},
+        "task": {"type": "worker", "index": 0}}))
+    for strategy in ("auto", "mirrored", "cpu"):
+        with pytest.raises(cluster.SetupError, match=(
+                "TF_CONFIG names a cluster of 2 tasks, this one its worker, "
+                f"and `strategy`={strategy} trains on this host alone: pass "
+                "--strategy=multiworker")):
+            distribute.create_strategy(strategy)
+    monkeypatch.setenv("TF_CONFIG", json.dumps({
+        "cluster": {"chief": ["a:1"], "worker": ["b:2"],
+                    "evaluator": ["c:3"]},
+        "task": {"type": "evaluator", "index": 0}}))
+    assert distribute.is_chief(distribute.create_strategy("cpu"))
+    with pytest.raises(cluster.SetupError, match="TF_CONFIG's task is of type "
+                       "'evaluator': training runs on the chief and the "
+                       "workers. On an evaluator, evaluate the run with "
+                       "keras-vit-evaluate"):
+        distribute.create_strategy("multiworker")
+    # A chief alone: its TF_CONFIG is read (it held no worker list).
+    monkeypatch.setenv("TF_CONFIG", json.dumps({
+        "cluster": {"chief": ["127.0.0.1:1"]},
+        "task": {"type": "chief", "index": 0}}))
+    assert distribute._check_tf_config()
+
+
+def test_an_evaluation_batch_the_replicas_do_not_split_is_refused_first(
+        tmp_path):
+    """config.evals.<name>.batch_size must split over the replicas too: on
+    two replicas an odd one is named before anything trains (it failed at
+    the first evaluation, naming no field), and the workdir is left as it
+    was."""
+    config = tiny.digits_config(**{"total_steps": 2,
+                                   "optimizer.warmup_steps": 0,
+                                   "evals.test.batch_size": 15})
+    workdir = tmp_path / "run"
+    with pytest.raises(train_lib.UsageError, match=(
+            r"config.evals.test.batch_size=15 is not divisible by the 2 "
+            r"replicas: use a multiple of 2.")):
+        train_lib.train_and_evaluate(config, str(workdir),
+                                     two_cpu_mirrored())
+    assert not workdir.exists()
+
+
 def test_mirrored_and_cpu_strategies():
     assert isinstance(distribute.create_strategy("mirrored"),
                       tf.distribute.MirroredStrategy)

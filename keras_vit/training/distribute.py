@@ -80,19 +80,9 @@ def create_strategy(
     Raises:
         SetupError: the strategy cannot be set up; one line names the fix.
     """
-    if strategy not in STRATEGIES:
-        raise SetupError(
-            f"Unknown `strategy` {strategy!r}: use one of "
-            f"{', '.join(STRATEGIES)}."
-        )
-    cpu_devices = int(cpu_devices or 0)
-    if cpu_devices < 0:
-        raise SetupError(f"`cpu_devices`={cpu_devices}: give 2 or more to "
-                         "split the CPU, or leave it out.")
-    if tpu is not None and strategy not in ("auto", "tpu"):
-        raise SetupError(
-            f"`tpu`={tpu} names a TPU, which `strategy`={strategy} does not "
-            "use: pass `strategy`=tpu (or auto), or leave `tpu` out.")
+    cpu_devices = _check_arguments(strategy, tpu, cpu_devices)
+    if strategy in ("auto", "mirrored", "cpu"):
+        _check_no_cluster(strategy)
     if cpu_devices > 1:
         if strategy not in ("auto", "mirrored"):
             raise SetupError(
@@ -127,6 +117,45 @@ def create_strategy(
     if strategy == "multiworker":
         return _multi_worker(cluster.connect_timeout(connect_timeout_s))
     return tf.distribute.OneDeviceStrategy("/cpu:0")
+
+
+def _check_arguments(strategy: str, tpu: Optional[str],
+                     cpu_devices) -> int:
+    """`cpu_devices` as an int, once the three arguments are known to go
+    together (a SetupError naming the one that does not)."""
+    if strategy not in STRATEGIES:
+        raise SetupError(
+            f"Unknown `strategy` {strategy!r}: use one of "
+            f"{', '.join(STRATEGIES)}."
+        )
+    cpu_devices = int(cpu_devices or 0)
+    if cpu_devices < 0:
+        raise SetupError(f"`cpu_devices`={cpu_devices}: give 2 or more to "
+                         "split the CPU, or leave it out.")
+    if tpu is not None and strategy not in ("auto", "tpu"):
+        raise SetupError(
+            f"`tpu`={tpu} names a TPU, which `strategy`={strategy} does not "
+            "use: pass `strategy`=tpu (or auto), or leave `tpu` out.")
+    return cpu_devices
+
+
+def _check_no_cluster(strategy: str) -> None:
+    """A host of a TF_CONFIG cluster (as Vertex AI or a TFJob sets it on
+    every host) started with a one-host strategy would train alone and
+    write the shared workdir as if it were the chief: refused."""
+    try:
+        spec = json.loads(os.environ.get("TF_CONFIG") or "{}")
+        tasks = sum(len(spec["cluster"].get(job, []))
+                    for job in ("chief", "worker"))
+        role = spec.get("task", {}).get("type")
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return  # not a cluster this host belongs to
+    if tasks > 1 and role in ("chief", "worker"):
+        raise SetupError(
+            f"TF_CONFIG names a cluster of {tasks} tasks, this one its "
+            f"{role}, and `strategy`={strategy} trains on this host alone: "
+            "pass --strategy=multiworker to train on the cluster, or unset "
+            "TF_CONFIG to run here alone.")
 
 
 def _split_cpu(count: int) -> None:
@@ -189,10 +218,13 @@ def _check_tf_config() -> bool:
         return False
     try:
         spec = json.loads(raw)
-        workers = spec["cluster"]["worker"]
+        workers = (spec["cluster"].get("chief", [])
+                   + spec["cluster"].get("worker", []))
         task = spec["task"]
         task["type"], int(task["index"])
-        for address in workers + spec["cluster"].get("chief", []):
+        if not workers:
+            raise KeyError("no chief or worker task")
+        for address in workers:
             host, _, port = address.rpartition(":")
             if not host or not 0 < int(port) < 65536:
                 raise UsageError(f"{address!r} is not host:port")
@@ -202,6 +234,12 @@ def _check_tf_config() -> bool:
             "[\"host1:port\", \"host2:port\"]}, \"task\": {\"type\": "
             f"\"worker\", \"index\": 0}}}}; got {raw!r} ({e!r})."
         ) from None
+    if task["type"] not in ("chief", "worker"):
+        raise SetupError(
+            f"TF_CONFIG's task is of type {task['type']!r}: training runs "
+            "on the chief and the workers. On an evaluator, evaluate the "
+            "run with keras-vit-evaluate --model=<workdir> (no "
+            "--strategy=multiworker).")
     logging.info(
         "MultiWorkerMirroredStrategy: %d workers, this is %s %s.",
         len(workers), task["type"], task["index"],
@@ -226,7 +264,7 @@ def is_multi_worker(strategy: tf.distribute.Strategy) -> bool:
     if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
         return False
     spec = strategy.cluster_resolver.cluster_spec().as_dict()
-    return sum(len(tasks) for tasks in spec.values()) > 1
+    return sum(len(spec.get(job, ())) for job in ("chief", "worker")) > 1
 
 
 def prepare_in_turn(strategy: tf.distribute.Strategy) -> Callable:

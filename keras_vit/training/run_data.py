@@ -15,6 +15,7 @@ from keras_vit.build import config_stride
 from keras_vit.data import checks as data_checks
 from keras_vit.data import masking, sources
 from keras_vit.data import pipeline as input_pipeline
+from keras_vit.errors import UsageError
 from keras_vit.scoring import evaluator
 
 
@@ -40,6 +41,19 @@ class RunData:
         """{split: unreadable files left out} of the run's image folder
         (`config.input.skip_bad_images`), for metrics.json."""
         return data_checks.skipped_images(self.inp)
+
+    def check_eval_batches(self, evals) -> None:
+        """Each accuracy evaluator's batch splits over the replicas (said
+        before training, not at the first evaluation)."""
+        replicas = self.strategy.num_replicas_in_sync
+        for name in evals:
+            entry = evals[name]
+            if entry.type == "accuracy" and int(
+                    entry.batch_size or self.micro_batch) % replicas:
+                raise UsageError(
+                    f"config.evals.{name}.batch_size={entry.batch_size} is "
+                    f"not divisible by the {replicas} replicas: use a "
+                    f"multiple of {replicas}.")
 
     def eval_fn(self, entry, split: str):
         """One evaluation pass over `split` for an accuracy evaluator

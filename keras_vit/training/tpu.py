@@ -122,7 +122,10 @@ def find_tpu(tpu: Optional[str], connect_timeout_s: Optional[float]):
     try:
         return tpu_strategy(tpu, connect_timeout_s)
     except SetupError as e:
-        logging.info("No TPU found (%s).", e)
+        # On a machine that looks like a TPU host, falling back to its CPU
+        # is a slow surprise: said as a warning.
+        log = logging.warning if tpu_in_environment() else logging.info
+        log("No TPU found (%s): the run goes on without one.", e)
         return None
 
 

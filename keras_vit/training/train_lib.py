@@ -222,6 +222,7 @@ def train_and_evaluate(
             config.input, run_input(config.seed, config.model,
                                     config.objective.mpp),
             strategy, batch, batch // trainer.accumulation_steps, splits)
+        data.check_eval_batches(config.evals)
         run, items = _host_run(workdir, trainer, data, config.checkpoints, best,
                                info, on_finish)
         plan = loop.Plan.of(config.trainer, config.log, config.checkpoints,
