@@ -706,6 +706,19 @@ def test_tfds_sharding_and_eval_padding(prepared_tfds):
     masked = [_masked(p) for p in parts]
     assert (collections.Counter(masked[0]) + collections.Counter(masked[1])
             == collections.Counter(single))
+    # A joined split's even parts are uneven (each sub-split's remainder
+    # goes to the first part: 4 and 2 of these 6): every pipeline yields
+    # as many batches as the largest part needs, and none is left out.
+    joined = "test[:3]+test[5:8]"
+    single = _masked(ip.eval_dataset(*tiny.pipeline(config), joined, 2))
+    assert len(single) == 6
+    parts = [list(ip.eval_dataset(*tiny.pipeline(config), joined, 2,
+                                  _context(i, replicas=2)))
+             for i in range(2)]
+    assert [len(p) for p in parts] == [4, 4]
+    masked = [_masked(p) for p in parts]
+    assert (collections.Counter(masked[0]) + collections.Counter(masked[1])
+            == collections.Counter(single))
 
 
 def test_unknown_sources_fail_clearly():

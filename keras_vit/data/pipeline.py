@@ -73,7 +73,11 @@ class _Shard:
     encoded bytes, and `decode` turns raw into a uint8 image: shuffle
     buffers and caches then hold compressed images, decoded only when used.
     `split_size` is the size of the whole split when this part is an exact,
-    even partition of it (else None). `epochs`: the dataset is endless,
+    even partition of it (else None); `largest_part` the size of the
+    largest of its parts (None: ceil(split_size / pipelines), as every
+    P-th example makes them; TFDS's even parts of a joined split may be
+    larger, each sub-split's remainder going to the first parts).
+    `epochs`: the dataset is endless,
     every example once per epoch, each epoch in an order of its own (it
     needs no shuffle buffer).
     """
@@ -82,6 +86,7 @@ class _Shard:
     split_size: Optional[int]
     decode: Callable[[tf.Tensor], tf.Tensor] = _identity
     epochs: bool = False
+    largest_part: Optional[int] = None
 
 
 # ---------------------------------------------------------------- sources
@@ -171,11 +176,14 @@ def _tfds_shard(inp, split, training, input_context, seed) -> _Shard:
 
     builder = sources.tfds_builder(inp)
     count, index = _pipelines(input_context)
-    read_context = None
+    read_context, largest = None, None
     part = split
     if count > 1:
         try:  # exact, near-equal example ranges; only their files are read
-            part = tfds.even_splits(split, n=count)[index]
+            parts = tfds.even_splits(split, n=count)
+            part = parts[index]
+            sizes = [sources.tfds_split_size(builder, p) for p in parts]
+            largest = None if None in sizes else max(sizes)
         except (ValueError, TypeError, AssertionError):
             part, read_context = split, input_context  # file-level sharding
     read_config = tfds.ReadConfig(
@@ -207,6 +215,7 @@ def _tfds_shard(inp, split, training, input_context, seed) -> _Shard:
         ds,
         sources.tfds_split_size(builder, split) if exact else None,
         pp.decode_image if encoded else _identity,
+        largest_part=largest,
     )
 
 
@@ -349,14 +358,19 @@ def eval_dataset(
     if shard.split_size is not None:
         count, _ = _pipelines(input_context)
         replicas = input_context.num_replicas_in_sync if input_context else 1
-        steps = -(-shard.split_size // global_batch)
+        # Batches per pipeline: its largest part's, in whole steps of the
+        # replicas it feeds, the same on every pipeline.
+        per_step = max(replicas // count, 1)
+        largest = shard.largest_part or -(-shard.split_size // count)
+        batches = -(-largest // batch)
+        steps = -(-batches // per_step)
         h, w = pp.as_hw(run.image_size)
         padding = tf.data.Dataset.from_tensors((
             tf.zeros([batch, h, w, 3], tf.float32),
             tf.zeros([batch], tf.int32),
             tf.zeros([batch], tf.float32),
         )).repeat()
-        ds = ds.concatenate(padding).take(steps * max(replicas // count, 1))
+        ds = ds.concatenate(padding).take(steps * per_step)
     if run.mpp is not None:  # the same corruption at every evaluation
         ds = masking.add_corruption(ds, run.mpp, run.patches, pipeline_seed(
             run.seed, input_context) + 1)
