@@ -13,7 +13,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 import ml_collections
 
 from keras_vit.config import complete, field_names
-from keras_vit.config_schema import base_config
+from keras_vit.config_schema import EVALUATORS, base_config, evaluator
 from keras_vit.errors import UsageError
 from keras_vit.variants import SIZE_FIELDS
 
@@ -70,16 +70,40 @@ def command_line_nones(config: ml_collections.ConfigDict,
             continue
         if base is None:
             base = base_config()
+        if _schema_default(dotted, base) is not None and (
+                dotted not in NULLABLE):
+            continue
         *parents, leaf = dotted.split(".")
-        schema, target = base, config
         try:
-            for part in parents:
-                schema, target = schema[part], target[part]
-            default = schema[leaf]
+            target = functools.reduce(lambda c, k: c[k], parents, config)
         except (KeyError, AttributeError, TypeError):
-            continue  # a field the schema does not hold (an evaluator's)
-        if default is None or dotted in NULLABLE:
-            target[leaf] = None
+            continue
+        target[leaf] = None
+
+
+def _schema_default(dotted: str, base: ml_collections.ConfigDict):
+    """The schema's default of field `dotted` ("" where it holds none);
+    a field of an entry of `evals` (evals.<name>.FIELD), which each config
+    names, has its evaluator type's default: None where a type's is."""
+    keys = dotted.split(".")
+
+    def walk(config, path):
+        return functools.reduce(lambda c, k: c[k], path, config)
+
+    try:
+        return walk(base, keys)
+    except (KeyError, AttributeError, TypeError):
+        pass
+    found = ""
+    if len(keys) > 2 and keys[0] == "evals":
+        for kind in EVALUATORS:
+            try:
+                found = walk(evaluator(kind), keys[2:])
+            except (KeyError, AttributeError, TypeError):
+                continue
+            if found is None:
+                return None
+    return found
 
 
 _NONE_ARG = re.compile(r"--?config\.([\w.]+)=(\w+)")
@@ -95,11 +119,7 @@ def held_nones(argv: Sequence[str]) -> Tuple[List[str], Dict[str, str]]:
         match = _NONE_ARG.fullmatch(str(arg))
         if match and match.group(2).lower() in NONE_WORDS:
             base = base if base is not None else base_config()
-            try:
-                default = functools.reduce(lambda c, k: c[k],
-                                           match.group(1).split("."), base)
-            except (KeyError, AttributeError, TypeError):
-                default = ""  # not in the schema: as typed
+            default = _schema_default(match.group(1), base)
             if default is None or match.group(1) in NULLABLE:
                 held[match.group(1)] = match.group(2)
                 continue

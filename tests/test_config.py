@@ -244,6 +244,25 @@ def test_none_on_the_command_line_is_none_where_a_field_may_be_none():
     assert config.init.model is None
 
 
+def test_none_on_the_command_line_for_an_evaluators_field():
+    """An entry of config.evals is named by its config, not the schema:
+    its fields take their evaluator type's defaults, so a few-shot
+    probe's layer and batch of None parse (the int parser refused the
+    word)."""
+    from keras_vit.commands import evaluate
+
+    argv = ["keras-vit-evaluate", "--mode=fewshot", "--model=m.keras",
+            "--config=fewshot:digits", "--config.evals.fewshot.layer=-2",
+            "--config.evals.fewshot.layer=None",
+            "--config.evals.fewshot.batch_size=null"]
+    values = flags.FlagValues()
+    evaluate.define_flags(values, argv)
+    cli.define_verbose(values)
+    cli.parse(values, argv)
+    entry = values.config.evals.fewshot
+    assert entry.layer is None and entry.batch_size is None
+
+
 def test_a_config_without_a_variant_keeps_its_sizes():
     config = _train_command_config("--config=digits")
     assert config.model.variant is None and config.model.hidden_size == 128
