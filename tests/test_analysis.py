@@ -4,6 +4,7 @@ import itertools
 import json
 import math
 import os
+import sys
 
 import keras
 import numpy as np
@@ -571,6 +572,21 @@ def test_cli_mpp_figure_uses_the_same_model(mpp_ema_run, tmp_path,
                      "--no_ema", "--digits=2", f"--output_dir={out}") == 0
     assert os.path.join(out, mpp_figure.FIGURE) in capsys.readouterr().out
     _assert_png(os.path.join(out, mpp_figure.FIGURE))
+    # analysis.json, written last, lists it and its numbers: every figure
+    # beside it, and nothing else.
+    with open(os.path.join(out, cli.JSON_NAME)) as f:
+        data = json.load(f)
+    assert data["figures"]["mpp_predictions"] == mpp_figure.FIGURE
+    assert sorted(os.listdir(out)) == sorted(
+        [cli.JSON_NAME, *data["figures"].values()])
+    numbers = data["mpp_predictions"]
+    assert [i["name"] for i in numbers["images"]] == [
+        "digit #0 (label 0)", "digit #1 (label 1)"]
+    for image in numbers["images"]:
+        assert image["masked"] + image["replaced"] + image["kept"] > 0
+        assert 0.0 <= image["accuracy"] <= 1.0
+    assert numbers["mean_accuracy"] == pytest.approx(np.mean(
+        [i["accuracy"] for i in numbers["images"]]), abs=1e-4)
     assert calls and not any(calls)  # raw weights, everywhere
     # The rebuilt MPP model: its encoder is the one the figures read.
     model = mpp_figure._at_resolution(
@@ -657,3 +673,143 @@ def test_flags_are_checked_before_any_image(saved_model, tmp_path, capsys):
         assert len(err) == 1 and message in err[0], err
         assert err[0].startswith("keras-vit-analysis: error: ")
     assert not (tmp_path / "out").exists()
+
+
+# --- dynamic image sizes, matplotlib, memory, the output folder ----------
+
+
+def test_dynamic_image_size_models_through_the_console(tmp_path):
+    """A .keras model saved with dynamic_image_size (input (None, None)):
+    analysed at the size it keeps its position embeddings at, as
+    keras-vit-predict reads it; with sin-cos embeddings (kept at no
+    size), one line naming --image_size=N before any image is read (the
+    broken one given is never reported), and analysed with it."""
+    from tests import console
+
+    learned, sincos = str(tmp_path / "d.keras"), str(tmp_path / "s.keras")
+    keras_vit.create_model(
+        None, num_classes=5, image_size=(32, 48), patch_size=8,
+        hidden_size=32, num_layers=2, num_heads=2, mlp_dim=64,
+        dynamic_image_size=True).save(learned)
+    keras_vit.create_model(
+        None, num_classes=5, image_size=32, patch_size=8, hidden_size=32,
+        num_layers=1, num_heads=2, mlp_dim=64, posemb="sincos2d",
+        dynamic_image_size=True).save(sincos)
+    broken = tmp_path / "broken.png"
+    broken.write_bytes(b"not a png")
+    out = tmp_path / "out"
+
+    def layout(*args):
+        result = console.run("analysis", [*args, f"--output_dir={out}"])
+        assert result.returncode == 0, result.stderr[-3000:]
+        with open(out / cli.JSON_NAME) as f:
+            return json.load(f)["layout"]["grid"]
+
+    assert layout(f"--model={learned}", "--digits=2") == [4, 6]
+    result = console.run("analysis", [f"--model={sincos}", str(broken),
+                                      f"--output_dir={tmp_path / 'o2'}"])
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    (line,) = [x for x in result.stderr.splitlines()
+               if x.startswith("keras-vit-analysis: error: ")]
+    assert "saved with a dynamic image size" in line
+    assert "pass --image_size=N" in line and "broken" not in line
+    assert not (tmp_path / "o2").exists()
+    assert layout(f"--model={sincos}", "--image_size=16", "--digits=1") \
+        == [2, 2]
+
+
+def _without_matplotlib(monkeypatch):
+    # None in sys.modules makes the import fail as if not installed.
+    for name in ("matplotlib", "matplotlib.figure",
+                 "matplotlib.backends.backend_agg"):
+        monkeypatch.setitem(sys.modules, name, None)
+
+
+def test_without_matplotlib_stops_before_any_model_computation(
+        saved_model, tiny_model, images, tmp_path, capsys, monkeypatch):
+    """One line naming the install command the docs give, before the
+    model is read (the command) or run (run_analysis), not after the
+    forward pass."""
+    _without_matplotlib(monkeypatch)
+    loaded, run = [], []
+    monkeypatch.setattr(cli_flags, "load_flagged_model",
+                        lambda *a, **k: loaded.append(a))
+    monkeypatch.setattr(extract, "attention_stats",
+                        lambda *a, **k: run.append(a))
+    out = tmp_path / "out"
+    assert _analysis(f"--model={saved_model}", "--digits=2",
+                     f"--output_dir={out}") == 1
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("keras-vit-analysis: error: ")
+    hint = "pip install 'keras-vision-transformer[figures]'"
+    assert hint in line
+    with pytest.raises(ImportError, match="matplotlib"):
+        cli.run_analysis(tiny_model, images, str(out))
+    assert not loaded and not run and not out.exists()
+    docs = os.path.join(os.path.dirname(os.path.dirname(__file__)), "docs",
+                        "analysis.md")
+    with open(docs) as f:
+        assert hint in " ".join(f.read().split())
+
+
+def test_attention_is_taken_one_layer_at_a_time(tiny_model, images,
+                                                monkeypatch):
+    """Each layer's attention is made float64 and dropped once used (not
+    every layer's float32 plus a float64 copy of them all): the same
+    numbers as the library's functions of all layers at once, bit for
+    bit."""
+    layout = extract.token_layout(tiny_model)
+    _, weights = keras_vit.attention_model(tiny_model)(images)
+    arrays = [w.numpy() for w in weights]
+    remaining = list(weights)
+    held, step = [], core.rollout_step
+
+    def spy(joint, layer, *args):
+        held.append(sum(w is not None for w in remaining))
+        return step(joint, layer, *args)
+
+    monkeypatch.setattr(core, "rollout_step", spy)
+    distance, rollout = extract._layer_by_layer(
+        remaining, layout, core.patch_distances(layout))
+    assert held == [1, 0] and remaining == [None, None]
+    np.testing.assert_array_equal(
+        distance, core.mean_attention_distance(arrays, layout))
+    np.testing.assert_array_equal(rollout, core.attention_rollout(arrays))
+
+
+def test_a_folder_used_before_holds_no_stale_result(saved_model, tmp_path,
+                                                    monkeypatch, capsys):
+    """A hybrid analysed where a ViT was: its patch_embedding_pca.png (and
+    an earlier MPP run's figure) is removed, not left beside a JSON that
+    says it was skipped; a run that fails midway leaves no analysis.json
+    beside its new figures; files not the analysis's are kept."""
+    hybrid = str(tmp_path / "hybrid.keras")
+    keras_vit.create_model(
+        None, num_classes=5, image_size=32, patch_size=1, hidden_size=32,
+        num_layers=1, num_heads=2, mlp_dim=64, resnet_layers=(1, 1),
+    ).save(hybrid)
+    out = tmp_path / "analysis"
+    assert _analysis(f"--model={saved_model}", "--digits=2",
+                     f"--output_dir={out}") == 0
+    assert (out / cli.FIGURES["patch_embedding_pca"]).exists()
+    (out / "mpp_predictions.png").write_bytes(b"an earlier run's")
+    (out / "notes.txt").write_text("mine")
+    assert _analysis(f"--model={hybrid}", "--digits=2",
+                     f"--output_dir={out}") == 0
+    with open(out / cli.JSON_NAME) as f:
+        data = json.load(f)
+    assert "skipped" in data["patch_embedding_pca"]
+    assert sorted(os.listdir(out)) == sorted(
+        [cli.JSON_NAME, "notes.txt", *data["figures"].values()])
+    assert "patch_embedding_pca" not in data["figures"]
+
+    def full_disk(*args, **kwargs):
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(plots, "plot_position_similarity", full_disk)
+    with pytest.raises(RuntimeError, match="disk full"):
+        _analysis(f"--model={saved_model}", "--digits=2",
+                  f"--output_dir={out}")
+    assert not (out / cli.JSON_NAME).exists()
+    assert (out / "notes.txt").read_text() == "mine"
+    capsys.readouterr()

@@ -11,7 +11,7 @@ of a (rows, cols) grid is token `num_prefix_tokens + r * cols + c`.
 from __future__ import annotations
 
 import dataclasses
-from typing import Sequence, Tuple
+from typing import Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -95,18 +95,33 @@ def mean_attention_distance(
         float64 (layers, heads). Distances in input pixels.
     """
     distances = patch_distances(layout)
+    return np.stack([layer_attention_distance(weights, layout, distances)
+                     for weights in attention])
+
+
+def layer_attention_distance(
+    weights: np.ndarray, layout: TokenLayout,
+    distances: Optional[np.ndarray] = None,
+) -> np.ndarray:
+    """One layer's row of `mean_attention_distance`: float64 (heads,).
+
+    Args:
+        weights: float array (batch, heads, T, T). One layer's attention.
+        layout: TokenLayout. The token grid and patch size in pixels.
+        distances: float64 (N, N) or None. `patch_distances(layout)`,
+            computed once by a caller that goes over many layers.
+    """
+    if distances is None:
+        distances = patch_distances(layout)
+    weights = _check_attention(weights, layout.num_tokens)
     start = layout.num_prefix_tokens
-    result = []
-    for weights in attention:
-        weights = _check_attention(weights, layout.num_tokens)
-        patches = weights[:, :, start:, start:]
-        total = patches.sum(axis=-1, keepdims=True)
-        # A query that put all its weight on the class token has no patch
-        # distribution; it counts as distance 0 rather than NaN.
-        patches = patches / np.where(total > 0, total, 1.0)
-        per_query = np.einsum("bhqk,qk->bhq", patches, distances)
-        result.append(per_query.mean(axis=(0, 2)))
-    return np.stack(result)
+    patches = weights[:, :, start:, start:]
+    total = patches.sum(axis=-1, keepdims=True)
+    # A query that put all its weight on the class token has no patch
+    # distribution; it counts as distance 0 rather than NaN.
+    patches = patches / np.where(total > 0, total, 1.0)
+    per_query = np.einsum("bhqk,qk->bhq", patches, distances)
+    return per_query.mean(axis=(0, 2))
 
 
 def uniform_attention_distance(layout: TokenLayout) -> float:
@@ -142,14 +157,26 @@ def attention_rollout(
         raise UsageError("attention_rollout needs at least one layer.")
     joint = None
     for weights in attention:
-        weights = np.asarray(weights, dtype=np.float64)
-        num_tokens = weights.shape[-1]
-        weights = _check_attention(weights, num_tokens).mean(axis=1)
-        if residual:
-            weights = weights + np.eye(num_tokens)
-            weights = weights / weights.sum(axis=-1, keepdims=True)
-        joint = weights if joint is None else weights @ joint
+        joint = rollout_step(joint, weights, residual)
     return joint
+
+
+def rollout_step(
+    joint: Optional[np.ndarray], weights: np.ndarray, residual: bool = True
+) -> np.ndarray:
+    """The rollout after one more layer: float64 (batch, T, T).
+
+    `attention_rollout` one layer at a time: `joint` is the rollout of the
+    layers before (None before the first), `weights` (batch, heads, T, T)
+    the next layer's attention.
+    """
+    weights = np.asarray(weights, dtype=np.float64)
+    num_tokens = weights.shape[-1]
+    weights = _check_attention(weights, num_tokens).mean(axis=1)
+    if residual:
+        weights = weights + np.eye(num_tokens)
+        weights = weights / weights.sum(axis=-1, keepdims=True)
+    return weights if joint is None else weights @ joint
 
 
 def rollout_patch_maps(rollout: np.ndarray, layout: TokenLayout) -> np.ndarray:

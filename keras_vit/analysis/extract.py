@@ -3,7 +3,8 @@
 The token layout, the learned tables (position embeddings, patch filters)
 and, over a set of images, the attention statistics. Images pass through
 `keras_vit.attention_model` in batches, so only per-batch attention is ever
-held in memory, whatever the number of images.
+held in memory, whatever the number of images; each batch's attention is
+taken one layer at a time (made float64, used, dropped).
 """
 
 from __future__ import annotations
@@ -41,8 +42,9 @@ def token_layout(model: keras.Model) -> core.TokenLayout:
     arch = architecture_of(model)
     if model.input_shape[1] is None:
         raise UsageError(
-            "The analysis needs a fixed input size; rebuild the model with "
-            "an explicit image_size."
+            f"Model {model.name!r} has a dynamic image size; the analysis "
+            "needs a fixed one: rebuild it at the size to analyse "
+            "(keras_vit.rebuild_at_resolution(model, size))."
         )
     rows, cols = arch.grid()
     return core.TokenLayout(
@@ -109,6 +111,7 @@ def attention_stats(
     Returns:
         AttentionStats over all `images`.
     """
+    layout = token_layout(model)  # a model of fixed size, first
     expected = tuple(model.input_shape[1:])
     shape = tuple(np.shape(images))
     if len(shape) != 4 or shape[1:] != expected or not len(images):
@@ -119,24 +122,18 @@ def attention_stats(
         )
     if batch_size < 1:
         raise UsageError(f"`batch_size`={batch_size}: must be >= 1.")
-    layout = token_layout(model)
     if attention is None:
         attention = attention_model(model)
+    distances = core.patch_distances(layout)
     distance_sum, maps, outputs = 0.0, [], []
     for start in range(0, len(images), batch_size):
         batch = np.asarray(images[start : start + batch_size], np.float32)
         output, weights = attention(batch, training=False)
-        weights = [
-            np.asarray(keras.ops.convert_to_numpy(w), np.float64)
-            for w in weights
-        ]
+        weights = list(weights)
+        distance, rollout = _layer_by_layer(weights, layout, distances)
         # Weighted by batch size, so the mean is over images, not batches.
-        distance_sum = distance_sum + len(batch) * (
-            core.mean_attention_distance(weights, layout)
-        )
-        maps.append(
-            core.rollout_patch_maps(core.attention_rollout(weights), layout)
-        )
+        distance_sum = distance_sum + len(batch) * distance
+        maps.append(core.rollout_patch_maps(rollout, layout))
         outputs.append(np.asarray(keras.ops.convert_to_numpy(output)))
     return AttentionStats(
         layout=layout,
@@ -144,3 +141,22 @@ def attention_stats(
         rollout_maps=np.concatenate(maps),
         outputs=np.concatenate(outputs),
     )
+
+
+def _layer_by_layer(weights: list, layout: core.TokenLayout,
+                    distances: np.ndarray):
+    """(mean distance (layers, heads), rollout (batch, T, T)) of one
+    batch's attention, `weights` (one tensor per layer), as
+    `core.mean_attention_distance` and `core.attention_rollout` compute
+    them, one layer at a time: each layer is made float64 when its turn
+    comes and dropped from `weights` (emptied as it goes) once used, so
+    at most one layer's float64 copy is held beside the model's output."""
+    rows, joint = [], None
+    for index in range(len(weights)):
+        layer = np.asarray(keras.ops.convert_to_numpy(weights[index]),
+                           np.float64)
+        weights[index] = None
+        rows.append(core.layer_attention_distance(layer, layout, distances))
+        joint = core.rollout_step(joint, layer)
+        del layer
+    return np.stack(rows), joint

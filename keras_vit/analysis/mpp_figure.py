@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Optional, Sequence
+from typing import Any, Dict, Optional, Sequence
 
 import keras
 import numpy as np
@@ -211,6 +211,12 @@ def plot_predictions(
 FIGURE = "mpp_predictions.png"
 
 
+def is_mpp_run(workdir: str) -> bool:
+    """Whether the training run of `workdir` is a masked-patch-prediction
+    run (`draw_for_run` draws its FIGURE)."""
+    return bool(wd.read_config(workdir).objective.mpp.enabled)
+
+
 def draw_for_run(
     workdir: str,
     images: np.ndarray,
@@ -221,9 +227,10 @@ def draw_for_run(
     seed: int = 0,
     image_size=None,
     use_ema: bool = True,
-) -> Optional[str]:
+) -> Optional[Dict[str, Any]]:
     """Draws FIGURE for the workdir of an MPP run (its latest checkpoint,
-    its config.objective.mpp options); returns its path, or None for a run
+    its config.objective.mpp options) into `output_dir`; returns the
+    numbers behind it (its section of analysis.json), or None for a run
     that is not an MPP run.
 
     Args:
@@ -246,11 +253,36 @@ def draw_for_run(
         corrupt_rate=opts.corrupt_rate, mask_fraction=opts.mask_fraction,
         random_fraction=opts.random_fraction, seed=seed,
     )
-    return plot_predictions(
+    plot_predictions(
         pictures, os.path.join(output_dir, FIGURE),
         stride=config_stride(config.model), titles=titles,
         max_images=max_images,
     )
+    return _numbers(pictures, titles, opts.target, seed)
+
+
+def _numbers(pictures: MppPictures, titles, target: str,
+             seed: int) -> Dict[str, Any]:
+    """The numbers behind FIGURE: per image drawn, its corruption counts
+    and the share of its corrupted patches predicted right."""
+    images = []
+    for i, accuracy in enumerate(pictures.accuracy):
+        mode = pictures.mode[i]
+        images.append({
+            "name": str(titles[i]) if titles is not None else f"image {i}",
+            "masked": int((mode == mpp.MASKED).sum()),
+            "replaced": int((mode == mpp.REPLACED).sum()),
+            "kept": int((mode == mpp.KEPT).sum()),
+            "accuracy": round(float(accuracy), 4),
+        })
+    return {
+        "target": target,
+        "seed": seed,
+        "images": images,
+        "mean_accuracy": round(float(np.mean(pictures.accuracy)), 4),
+        "note": "accuracy: share of an image's corrupted patches (masked, "
+        "replaced or kept) whose predicted colour class is right",
+    }
 
 
 def _at_resolution(model: keras.Model, image_size, opts) -> keras.Model:

@@ -20,6 +20,13 @@ from keras_vit.errors import UsageError
 from keras_vit.storage.atomic import atomic_write
 
 
+def require_matplotlib() -> None:
+    """Raises the ImportError naming the install command when matplotlib
+    is missing: the commands check it before any model is read, not after
+    the forward pass."""
+    _figure(1.0, 1.0)
+
+
 def _figure(width: float, height: float):
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg

@@ -2,9 +2,10 @@
 and the images they are computed on (`load_images`, `digits_images`).
 
 `run_analysis` writes attention_rollout.png, mean_attention_distance.png,
-position_embedding_similarity.png, patch_embedding_pca.png and
+position_embedding_similarity.png, patch_embedding_pca.png and, last,
 analysis.json (the numbers behind them) into an output folder (local or
-gs://); `keras-vit-analysis` (keras_vit/commands/analysis.py) is its
+gs://), removing the files of an earlier analysis there that it does not
+write; `keras-vit-analysis` (keras_vit/commands/analysis.py) is its
 command line.
 """
 
@@ -12,16 +13,17 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_vit.analysis import core, extract, plots
+from keras_vit.analysis import core, extract, mpp_figure, plots
 from keras_vit.data import checks, folders, image_files, preprocessing
 from keras_vit.derived import is_features_model
 from keras_vit.errors import UsageError
+from keras_vit.storage import atomic
 from keras_vit.storage.atomic import atomic_write
 
 IMAGE_EXTENSIONS = folders.IMAGE_EXTENSIONS
@@ -32,7 +34,9 @@ FIGURES = {
     "patch_embedding_pca": "patch_embedding_pca.png",
 }
 JSON_NAME = "analysis.json"
-
+# Every file an analysis writes into its folder: those a run does not
+# write are removed as stale (`remove_stale`).
+OUTPUTS = (*FIGURES.values(), mpp_figure.FIGURE, JSON_NAME)
 
 
 def _list_images(paths: Sequence[str]) -> List[Tuple[str, str]]:
@@ -193,7 +197,7 @@ def _rounded(array: np.ndarray, digits: int = 4) -> list:
     return np.round(np.asarray(array, np.float64), digits).tolist()
 
 
-def run_analysis(
+def run_analysis(  # noqa: PLR0913 (its options, by keyword)
     model: keras.Model,
     images: np.ndarray,
     output_dir: str,
@@ -203,8 +207,15 @@ def run_analysis(
     max_rollout_images: int = 8,
     num_components: int = 28,
     class_names: Optional[Sequence[str]] = None,
+    more_figures: Optional[Dict[str, Tuple[str, Callable[[], Any]]]] = None,
 ) -> Dict[str, Any]:
-    """Computes the four analyses, writes the PNGs and analysis.json.
+    """Computes the four analyses, writes the PNGs and, last, analysis.json.
+
+    In a folder used before, analysis.json and the figures of OUTPUTS that
+    this run does not draw (a hybrid's patch_embedding_pca.png, another
+    run's mpp_predictions.png) are removed after the forward pass, before
+    the first figure is written; analysis.json is written last, so a
+    present one always describes the figures beside it.
 
     Args:
         model: keras.Model. A keras_vit Vision Transformer.
@@ -218,17 +229,56 @@ def run_analysis(
         num_components: int. Principal components of the patch filters.
         class_names: sequence of str or None. One per class: titles and
             analysis.json name the predicted class instead of its index.
+        more_figures: dict or None. Figures drawn after the four, listed
+            in the same analysis.json: {key: (file name, draw)}, `draw()`
+            writing that file into `output_dir` and returning its section
+            of analysis.json (keras-vit-analysis: an MPP run's
+            mpp_predictions.png).
 
     Returns:
         dict. The content of analysis.json.
     """
+    plots.require_matplotlib()  # before the forward pass, not after it
+    more = dict(more_figures or {})
     names = (
         list(names)
         if names is not None
         else [f"image {i}" for i in range(len(images))]
     )
-    out = {key: os.path.join(output_dir, f) for key, f in FIGURES.items()}
     stats = extract.attention_stats(model, images, batch_size=batch_size)
+    out = {key: os.path.join(output_dir, f) for key, f in FIGURES.items()}
+    if not _has_rgb_filters(model):
+        del out["patch_embedding_pca"]
+    remove_stale(output_dir, [os.path.basename(p) for p in out.values()]
+                 + [file for file, _ in more.values()])
+    data = _draw(model, images, stats, out, names=names,
+                 max_rollout_images=max_rollout_images,
+                 num_components=num_components, class_names=class_names)
+    for key, (file, draw) in more.items():
+        data[key] = draw()
+        data["figures"][key] = file
+    # Compact: the similarity matrix alone has N * N numbers.
+    atomic_write(
+        os.path.join(output_dir, JSON_NAME),
+        json.dumps(data, separators=(",", ":")),
+    )
+    return data
+
+
+def remove_stale(output_dir: str, keep: Sequence[str]) -> None:
+    """Removes analysis.json and each file of OUTPUTS not in `keep` (the
+    file names a run is about to write) from `output_dir`."""
+    for name in OUTPUTS:
+        path = os.path.join(output_dir, name)
+        if (name == JSON_NAME or name not in keep) and atomic.exists(path):
+            tf.io.gfile.remove(path)
+
+
+def _draw(model: keras.Model, images, stats, out: Dict[str, str], *,
+          names: List[str], max_rollout_images: int, num_components: int,
+          class_names) -> Dict[str, Any]:
+    """Draws the figures of `out` (key: path); the content of
+    analysis.json."""
     layout = stats.layout
     predictions = _predictions(model, stats.outputs)
     plots.plot_attention_rollout(
@@ -238,7 +288,7 @@ def run_analysis(
         titles=_titles(names, predictions, class_names),
         max_images=max_rollout_images,
     )
-    data = {
+    return {
         "model": model.name,
         "layout": {
             "grid": list(layout.grid),
@@ -258,15 +308,10 @@ def run_analysis(
             model, stats, len(images), out["mean_attention_distance"]),
         "position_embedding_similarity": _similarity_figure(
             model, layout, out["position_embedding_similarity"]),
-        "patch_embedding_pca": _pca_figure(model, num_components, out),
+        "patch_embedding_pca": _pca_figure(
+            model, num_components, out.get("patch_embedding_pca")),
         "figures": {k: os.path.basename(v) for k, v in out.items()},
     }
-    # Compact: the similarity matrix alone has N * N numbers.
-    atomic_write(
-        os.path.join(output_dir, JSON_NAME),
-        json.dumps(data, separators=(",", ":")),
-    )
-    return data
 
 
 def _titles(names, predictions: List[Dict], class_names) -> List[str]:
@@ -324,18 +369,21 @@ def _similarity_figure(model: keras.Model, layout,
     }
 
 
-def _pca_figure(model: keras.Model, num_components: int,
-                out: Dict[str, str]) -> Dict[str, Any]:
-    """Draws the patch filters' principal components; their section of
-    analysis.json. A hybrid's are skipped (and left out of `out`)."""
+def _has_rgb_filters(model: keras.Model) -> bool:
+    """Whether the patch embedding's filters are images (RGB patches of
+    more than one pixel): a hybrid's embed ResNet feature maps with
+    1 x 1 patches."""
     kernel = extract.patch_kernel(model)
-    if kernel.shape[2] == 3 and kernel.shape[0] > 1:
-        components, explained = core.patch_embedding_pca(kernel, num_components)
-        plots.plot_patch_embedding_pca(
-            components, explained, out["patch_embedding_pca"]
-        )
-        return {"explained_variance_ratio": _rounded(explained, 6)}
-    # Hybrids embed ResNet feature maps with 1 x 1 patches: their
-    # filters are not images.
-    del out["patch_embedding_pca"]
-    return {"skipped": "the patch embedding does not act on RGB pixels"}
+    return kernel.shape[2] == 3 and kernel.shape[0] > 1
+
+
+def _pca_figure(model: keras.Model, num_components: int,
+                path: Optional[str]) -> Dict[str, Any]:
+    """Draws the patch filters' principal components into `path`; their
+    section of analysis.json. None: a hybrid's, skipped."""
+    if path is None:
+        return {"skipped": "the patch embedding does not act on RGB pixels"}
+    components, explained = core.patch_embedding_pca(
+        extract.patch_kernel(model), num_components)
+    plots.plot_patch_embedding_pca(components, explained, path)
+    return {"explained_variance_ratio": _rounded(explained, 6)}

@@ -7,9 +7,13 @@ model in one command, or a training run's curves.
     keras-vit-analysis --curves=/tmp/vit_digits
 
 writes attention_rollout.png, mean_attention_distance.png,
-position_embedding_similarity.png, patch_embedding_pca.png and
-analysis.json (the numbers behind them) into --output_dir (local or gs://),
-and for a masked-patch-prediction run also mpp_predictions.png. The images
+position_embedding_similarity.png, patch_embedding_pca.png (not for a
+hybrid), for a masked-patch-prediction run also mpp_predictions.png, and,
+last, analysis.json (the numbers behind them all) into --output_dir (local
+or gs://), replacing an earlier analysis there: its files that this run
+does not write are removed. A model saved with a dynamic image size is
+analysed at the size it keeps its position embeddings at, or at
+--image_size. The images
 are the positional arguments (files and folders) or, with no data at hand,
 scikit-learn's bundled digits (--digits=N), preprocessed as
 keras-vit-predict does (the model's evaluation resize, or --resize_size).
@@ -34,12 +38,15 @@ from keras_vit.errors import UsageError
 
 if TYPE_CHECKING:  # imported on first use: --help loads no TensorFlow
     from keras_vit import derived
-    from keras_vit.analysis import curves, mpp_figure, report
+    from keras_vit.analysis import curves, mpp_figure, plots, report
+    from keras_vit.checkpoint import resolution
 else:
     derived = lazy_module("keras_vit.derived")
     curves = lazy_module("keras_vit.analysis.curves")
     mpp_figure = lazy_module("keras_vit.analysis.mpp_figure")
+    plots = lazy_module("keras_vit.analysis.plots")
     report = lazy_module("keras_vit.analysis.report")
+    resolution = lazy_module("keras_vit.checkpoint.resolution")
 
 
 def define_flags(values: flags.FlagValues, argv: Sequence[str]) -> None:
@@ -69,6 +76,8 @@ def define_flags(values: flags.FlagValues, argv: Sequence[str]) -> None:
 
 def _main(values: flags.FlagValues, images: list) -> None:
     cli.check_output_path(values, "output_dir")
+    # Before any model is read: the figures are the command's output.
+    plots.require_matplotlib()
     if values.curves:
         if values.model or images or values.digits is not None:
             raise UsageError("--curves draws a run's training curves: give "
@@ -91,7 +100,7 @@ def _main(values: flags.FlagValues, images: list) -> None:
             raise UsageError(f"--{name}={values[name].value}: must be "
                              ">= 1.")
     source = cli.model_source(values)
-    model = cli.load_flagged_model(values, source)
+    model = _fixed_size(cli.load_flagged_model(values, source), values.model)
     class_names = _class_names(values, source, model)
     size = tuple(model.input_shape[1:3])
     # Preprocessed as keras-vit-predict and evaluation do: the model's
@@ -108,19 +117,42 @@ def _main(values: flags.FlagValues, images: list) -> None:
         batch_size=values.batch_size,
         max_rollout_images=values.max_rollout_images,
         num_components=values.num_components, class_names=class_names,
+        more_figures=_mpp_figure(values, source, pixels, names, size),
     )
-    # An MPP run: also what its head predicts for corrupted patches.
-    # The same model as the figures above: its size and weights (EMA or
-    # raw, --no_ema).
-    mpp_path = source.run_config() is not None and mpp_figure.draw_for_run(
-        source.path, pixels, values.output_dir, titles=names,
-        max_images=values.max_rollout_images, image_size=size,
-        use_ema=getattr(source, "use_ema", True),
-    )
-    if mpp_path:
-        data["figures"]["mpp_predictions"] = os.path.basename(mpp_path)
     for name in list(data["figures"].values()) + [report.JSON_NAME]:
         print(os.path.join(values.output_dir, name))
+
+
+def _fixed_size(model, path: str):
+    """`model` at a fixed input size: a model saved with a dynamic image
+    size is rebuilt at the size its position embeddings are kept at (as
+    keras-vit-predict reads it), and one with no such size (sin-cos
+    position embeddings) is refused, before any image is read, naming
+    --image_size (which the loader rebuilds the model at)."""
+    if None not in tuple(model.input_shape[1:3]):
+        return model
+    size = derived.input_image_size(model)
+    if None in size:
+        raise UsageError(
+            f"{path} was saved with a dynamic image size (sin-cos position "
+            "embeddings, kept at no size): pass --image_size=N, the "
+            "resolution to analyse at.")
+    return resolution.rebuild_at_resolution(model, size)
+
+
+def _mpp_figure(values: flags.FlagValues, source, pixels, names,
+                size) -> dict:
+    """An MPP run's mpp_predictions.png, as `run_analysis`'s
+    `more_figures`: what its head predicts for corrupted patches, from the
+    same model as the other figures (its size and weights: EMA or raw,
+    --no_ema). Nothing for other models."""
+    if source.run_config() is None or not mpp_figure.is_mpp_run(source.path):
+        return {}
+    return {"mpp_predictions": (mpp_figure.FIGURE, lambda: (
+        mpp_figure.draw_for_run(
+            source.path, pixels, values.output_dir, titles=names,
+            max_images=values.max_rollout_images, image_size=size,
+            use_ema=getattr(source, "use_ema", True))))}
 
 
 def _class_names(values: flags.FlagValues, source, model) -> Optional[list]:
