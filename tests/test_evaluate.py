@@ -368,6 +368,86 @@ def test_cli_fewshot_at_the_image_size_flag(tmp_path, capsys):
     assert by_flag["results"] == by_fields["results"]
 
 
+def test_cli_fewshot_hands_the_manual_dir_to_tfds(tmp_path, monkeypatch):
+    """--config.input.manual_dir reaches TFDS's download config when a
+    few-shot data set (ImageNet, the default list's manual one) is
+    prepared: its files are looked for there, not in
+    <data_dir>/downloads/manual."""
+    from keras_vit.evaluation import fewshot
+
+    path = str(tmp_path / "m.keras")
+    tiny(representation_size=16).save(path)
+    manual = tmp_path / "manual"
+    manual.mkdir()
+    for name in fewshot.MANUAL_DATA["imagenet2012"][0]:
+        (manual / name).write_bytes(b"")
+    seen = []
+
+    def download_and_prepare(self, *args, download_config=None, **kwargs):
+        seen.append((self.name, download_config.manual_dir))
+        raise OSError("stopped by the test")
+
+    monkeypatch.setattr(tfds.core.DatasetBuilder, "download_and_prepare",
+                        download_and_prepare)
+    assert cli("--mode=fewshot", f"--config={FEWSHOT_CONFIG}:imagenet",
+               "--config.model.image_size=32",
+               "--config.input.pp.eval_resize_size=36",
+               f"--config.input.data_dir={tmp_path / 'data'}",
+               f"--config.input.manual_dir={manual}", f"--model={path}",
+               f"--output_dir={tmp_path / 'fs'}") == 1
+    assert seen == [("imagenet2012", str(manual))]
+
+
+def test_cli_fewshot_at_the_models_own_size(tmp_path, capsys):
+    """config.model.image_size=0 (the model's own) probes at the loaded
+    model's resolution; eval_keep_aspect is not applied to few-shot
+    (fewshot.json says so). The same model under another --name is
+    refused naming the name its results have."""
+    path = str(tmp_path / "m.keras")
+    tiny(representation_size=16).save(path)  # at 32 x 32
+    out = str(tmp_path / "fs")
+    common = ("--mode=fewshot", f"--config={FEWSHOT_CONFIG}:digits",
+              "--config.evals.fewshot.shots=(1,)",
+              "--config.evals.fewshot.seeds=(0,)", f"--model={path}",
+              f"--output_dir={out}")
+    assert cli(*common, "--config.model.image_size=0",
+               "--config.input.pp.eval_resize_size=36",
+               "--config.input.pp.eval_keep_aspect=True", "--name=first") == 0
+    with open(os.path.join(out, "fewshot.json")) as f:
+        saved = json.load(f)
+    assert (saved["image_size"], saved["resize_size"]) == (32, 36)
+    assert saved["keep_aspect"] is False
+    assert set(saved["results"]["digits"]) == {"1"}
+    capsys.readouterr()
+    assert cli(*common, "--name=second") == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        f"keras-vit-evaluate: error: {out}/fewshot.json holds the few-shot "
+        f"results of this model ({path!r}) named 'first', not 'second': "
+        "pass --name=first to add to them, or another --output_dir."]
+
+
+def test_mode_flags_name_what_the_mode_reads_instead(tmp_path):
+    """--data_dir and --batch_size are --mode=eval's: with fewshot or
+    vtab the one line names the config field that mode reads."""
+    from tests import console
+
+    common = [f"--model={tmp_path}/m.npz", f"--output_dir={tmp_path}/o",
+              f"--data_dir={tmp_path}", "--batch_size=8"]
+    for mode, batch in (
+            ("fewshot", "--config.evals.fewshot.batch_size"),
+            ("vtab", "--config.input.batch_size (training) or "
+                     "--config.evals.test.batch_size (scoring)")):
+        result = console.run("evaluate", [f"--mode={mode}",
+                                          f"--config={mode}", *common])
+        assert result.returncode == 1
+        assert result.stderr.strip().splitlines() == [
+            f"keras-vit-evaluate: error: --data_dir goes with --mode=eval "
+            f"only, not --mode={mode} (set --config.input.data_dir "
+            f"instead); --batch_size goes with --mode=eval only, not "
+            f"--mode={mode} (set {batch} instead)."], result.stderr
+
+
 def test_keras_file_is_usable_as_a_vtab_source(tmp_path):
     model = tiny(num_classes=10, image_size=16, representation_size=16)
     path = str(tmp_path / "m.keras")

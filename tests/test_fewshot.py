@@ -196,6 +196,30 @@ def test_missing_data_is_reported_and_others_run(tmp_path):
                                                     "b")])
 
 
+def test_imagenet_names_its_manual_files_in_the_manual_dir(tmp_path):
+    """ImageNet cannot be downloaded: its two archives (the few-shot pool
+    is in the training one, the test split the validation one, as TFDS's
+    builder says) are looked for in the data set's manual_dir
+    (`config.input.manual_dir`), and a missing one is named there."""
+    import tensorflow_datasets as tfds
+
+    files, _ = fewshot.MANUAL_DATA["imagenet2012"]
+    instructions = tfds.builder("imagenet2012").MANUAL_DOWNLOAD_INSTRUCTIONS
+    assert all(name in instructions for name in files)
+    manual = tmp_path / "mine"
+    data = fewshot.FewShotData("imagenet", "imagenet2012", "train[:10%]",
+                               "validation", str(tmp_path / "data"),
+                               str(manual))
+    manual.mkdir()
+    (manual / files[1]).write_bytes(b"")
+    results, not_run = fewshot.run(tiny_digits_model(), {}, [data],
+                                   image_size=32)
+    assert results == {}
+    assert f"into {manual}/ (missing: ILSVRC2012_img_train.tar)" in (
+        not_run["imagenet"])
+    assert data.input(256).manual_dir == str(manual)
+
+
 def test_each_finished_data_set_is_reported_before_the_next(tmp_path,
                                                            monkeypatch):
     """`on_result` runs after each data set (keras-vit-evaluate writes

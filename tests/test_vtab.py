@@ -29,7 +29,7 @@ from keras_vit.checkpoint import weights as checkpoint
 from keras_vit.checkpoint.formats import npz as checkpoint_io
 from keras_vit.data import pipeline as input_pipeline
 from keras_vit.data import preprocessing, sources, vtab, vtab_labels
-from keras_vit.evaluation import reports, vtab_run
+from keras_vit.evaluation import reports, vtab_protocol, vtab_run
 from keras_vit.training import train_lib
 from tests import tiny
 
@@ -267,7 +267,29 @@ def test_manual_download_missing_names_the_directory(tmp_path):
         vtab.prepare("diabetic_retinopathy", str(tmp_path),
                      manual=str(tmp_path / "mine"))
     assert "trainLabels.csv" in str(e.value)
+    assert "sample/ unzipped" in str(e.value)
     assert str(tmp_path / "mine") in str(e.value)
+
+
+@pytest.mark.parametrize("name", ["resisc45", "diabetic_retinopathy"])
+def test_manual_files_are_what_the_tfds_builder_reads(tmp_path, name):
+    """A task's manual_files are the paths its TFDS builder reads from the
+    manual directory (Retinopathy's includes the `sample` split)."""
+    from types import SimpleNamespace
+
+    task = vtab.TASKS[name]
+    manual = str(tmp_path / "manual")
+    make_manual_files(str(tmp_path), task.manual_files, manual)
+    dl_manager = SimpleNamespace(
+        manual_dir=manual, download=lambda url: str(tmp_path / "other.csv"))
+    splits = task.builder(str(tmp_path / "data"))._split_generators(
+        dl_manager)
+    if isinstance(splits, dict):
+        splits = list(splits.values())
+    read = {os.path.relpath(v, manual).split(os.sep)[0]
+            for split in splits for v in split.gen_kwargs.values()
+            if isinstance(v, str) and v.startswith(manual + os.sep)}
+    assert read == set(task.manual_files)
 
 
 def test_not_prepared_without_download_says_how(tmp_path):
@@ -444,8 +466,8 @@ def tiny_vtab_config(data_dir):
     return c
 
 
-def make_manual_files(data_dir, names):
-    manual = os.path.join(data_dir, "downloads", "manual")
+def make_manual_files(data_dir, names, manual=None):
+    manual = manual or os.path.join(data_dir, "downloads", "manual")
     for name in names:
         path = os.path.join(manual, name)
         if name.endswith(".csv"):
@@ -525,7 +547,8 @@ def test_all_19_tasks_end_to_end_with_rerun(tmp_path, consistent_mock_data):
         vtab_run.run_trial(cfg, run_dir, train_lib.train_and_evaluate)
 
     # Rerun with the manual files in place: only Retinopathy runs.
-    make_manual_files(data_dir, ["train", "test", "trainLabels.csv"])
+    make_manual_files(data_dir, ["train", "test", "sample",
+                                 "trainLabels.csv"])
     with tfds.testing.mock_data(**mock):
         second = vtab_run.run(config, source, out, train_lib.train_and_evaluate,
                              model_name="tiny")
@@ -700,3 +723,31 @@ def test_a_rerun_of_another_recipe_is_refused(tmp_path, monkeypatch):
     result = vtab_run.run(config, source, out, train_fn, tasks="dtd,cifar100")
     assert [r["task"] for r in result["records"]] == ["dtd", "cifar100"]
     assert len(trained) == 2
+
+
+def test_finished_tasks_without_a_recipe_are_not_added_to(tmp_path):
+    """results.jsonl without recipe.json (deleted, or from before it was
+    written): the recipe of the finished tasks is not known, so
+    keras-vit-evaluate does not average new tasks with them; refused in
+    one line before any task starts, and no recipe.json is written."""
+    from tests import console
+
+    source = tiny_source(str(tmp_path / "src.npz"))
+    out = str(tmp_path / "out")
+    vtab_run.prepare_backbone(source, out)  # the model is known
+    reports.append_jsonl(os.path.join(out, reports.RESULTS_JSONL),
+                         {"task": "dtd", "accuracy": 0.5})
+    result = console.run("evaluate", [
+        "--mode=vtab", "--config=vtab", f"--model={source.path}",
+        f"--output_dir={out}", "--tasks=dtd,cifar100",
+        f"--config.input.data_dir={tmp_path / 'data'}"])
+    assert result.returncode == 1, result.stderr[-3000:]
+    err = [line for line in result.stderr.splitlines()
+           if line.startswith("keras-vit-evaluate: error:")]
+    assert err == [
+        f"keras-vit-evaluate: error: {out} holds VTAB results but no "
+        "recipe.json saying which recipe made them: the new tasks could "
+        "be averaged with another recipe's. Use a new output_dir (or put "
+        "back its recipe.json)."], result.stderr[-3000:]
+    assert "VTAB task" not in result.stderr
+    assert not os.path.exists(os.path.join(out, vtab_protocol.RECIPE))

@@ -39,6 +39,7 @@ from keras_vit.storage import atomic
 if TYPE_CHECKING:  # imported on first use: --help loads no TensorFlow
     import tensorflow as tf
 
+    from keras_vit import model as vit_model
     from keras_vit.checkpoint import loader as pretrained
     from keras_vit.data import vtab
     from keras_vit.evaluation import (
@@ -52,6 +53,7 @@ if TYPE_CHECKING:  # imported on first use: --help loads no TensorFlow
 else:
     tf = lazy_module("tensorflow")
     pretrained = lazy_module("keras_vit.checkpoint.loader")
+    vit_model = lazy_module("keras_vit.model")
     vtab = lazy_module("keras_vit.data.vtab")
     accuracy = lazy_module("keras_vit.evaluation.accuracy")
     fewshot = lazy_module("keras_vit.evaluation.fewshot")
@@ -120,22 +122,31 @@ def _fewshot_mode(values, source, strategy) -> Dict:
     opts = fewshot_options(config)
     datasets = [
         fewshot.FewShotData(name, d.dataset, d.train_split, d.test_split,
-                            config.input.data_dir)
+                            config.input.data_dir, config.input.manual_dir)
         for name, d in opts.datasets.items()
     ]
     image_size, resize_size = _fewshot_sizes(values, config)
+    model = None
+    if not image_size:  # 0: the model's own (config_limits), once loaded
+        model = _fewshot_model(source, None, strategy)
+        image_size, resize_size = _fewshot_sizes(
+            values, config, _own_size(model, source))
+    if config.input.pp.eval_keep_aspect:
+        logging.warning("config.input.pp.eval_keep_aspect=True is not "
+                        "applied to few-shot features: images are resized "
+                        "on both sides, as big_vision's few-shot evaluator "
+                        "does (fewshot.json: keep_aspect false).")
     name = values.name or source.describe()
     facts = dict(image_size=image_size, resize_size=resize_size,
-                 config=config.to_dict(),
+                 keep_aspect=False, config=config.to_dict(),
                  model_location=atomic.absolute(source.path),
                  use_ema=accuracy.ema_weights(source))
     # Another model's file is refused; this model's other data sets kept.
     kept = fewshot_reports.check_fewshot_folder(
         eval_mode.output_dir(values), name, [d.name for d in datasets],
         **facts)
-    with strategy.scope():
-        model = pretrained.require_vit(
-            pretrained.load_model(source, image_size or None), source.path)
+    if model is None:
+        model = _fewshot_model(source, image_size, strategy)
 
     def write(results, not_run):
         return fewshot_reports.write_fewshot_reports(
@@ -156,13 +167,39 @@ def _fewshot_mode(values, source, strategy) -> Dict:
     return dict(model=name, results=results, not_run=not_run, **facts)
 
 
-def _fewshot_sizes(values, config):
+def _fewshot_model(source, image_size, strategy):
+    """The ViT to probe, at `image_size` (None: its own)."""
+    with strategy.scope():
+        return pretrained.require_vit(
+            pretrained.load_model(source, image_size), source.path)
+
+
+def _own_size(model, source):
+    """The loaded model's own resolution (an int when square); one line
+    naming --image_size where the model does not say."""
+    hw = tuple(vit_model.architecture_of(model).image_size or ())
+    if len(hw) != 2 or not all(isinstance(n, int) and n > 0 for n in hw):
+        raise UsageError(
+            f"{source.path} does not say its image size, and "
+            "config.model.image_size=0 asks for the model's own: pass "
+            "--image_size=N (the size its features are taken at).")
+    return hw[0] if hw[0] == hw[1] else hw
+
+
+def _fewshot_sizes(values, config, own=None):
     """(image_size, resize_size) of the few-shot features: the config's
     (model.image_size, input.pp.eval_resize_size); --image_size, when
     given, replaces the first and scales the second alike (the config's
-    256 / 224 becomes 64 / 56 at --image_size=56)."""
+    256 / 224 becomes 64 / 56 at --image_size=56). An image_size of 0 is
+    the model's `own` (the resize at least its side); (0, resize) while
+    that is not known."""
     image_size = config.model.image_size
     resize_size = config.input.pp.eval_resize_size
+    if not values.image_size and not image_size:
+        if own is None:
+            return 0, resize_size
+        image_size = own
+        resize_size = cli.scaled_resize(resize_size, 0, own)
     if values.image_size:
         wanted = values.image_size
         if isinstance(wanted, (tuple, list)):
@@ -235,6 +272,25 @@ _MODE_FLAGS = {"tasks": ("vtab",), "dataset": ("eval",), "split": ("eval",),
                "data_dir": ("eval",), "batch_size": ("eval",),
                "class_names_file": ("eval",), "resize_size": ("eval",),
                "keep_aspect": ("eval",), "image_size": ("eval", "fewshot")}
+# What a misplaced flag's mode reads instead, by (flag, mode).
+_MODE_HINTS = {
+    ("image_size", "vtab"): "VTAB-1k trains at --config.model.image_size",
+    ("data_dir", "fewshot"): "set --config.input.data_dir instead",
+    ("data_dir", "vtab"): "set --config.input.data_dir instead",
+    ("batch_size", "fewshot"): "set --config.evals.fewshot.batch_size "
+                               "instead",
+    ("batch_size", "vtab"): "set --config.input.batch_size (training) or "
+                            "--config.evals.test.batch_size (scoring) "
+                            "instead",
+}
+
+
+def _misplaced(flag: str, mode: str) -> str:
+    """Where flag --`flag` goes, given with --mode=`mode`, and what that
+    mode reads instead where it has a counterpart."""
+    hint = _MODE_HINTS.get((flag, mode))
+    return (f"--{flag} goes with --mode={' or '.join(_MODE_FLAGS[flag])} "
+            f"only, not --mode={mode}" + (f" ({hint})" if hint else ""))
 
 
 def _main(values: flags.FlagValues, args: list) -> None:
@@ -250,14 +306,11 @@ def _main(values: flags.FlagValues, args: list) -> None:
                 f"--mode={values.mode} needs {' and '.join(missing)} "
                 f"(e.g. --config={values.mode})."
             )
-    misplaced = [f"--{name}" for name, modes in _MODE_FLAGS.items()
+    misplaced = [_misplaced(name, values.mode)
+                 for name, modes in _MODE_FLAGS.items()
                  if values[name].present and values.mode not in modes]
     if misplaced:
-        raise UsageError("; ".join(
-            f"{flag} goes with --mode={' or '.join(_MODE_FLAGS[flag[2:]])}"
-            for flag in misplaced) + f" only, not --mode={values.mode}"
-            + (" (VTAB-1k trains at --config.model.image_size)."
-               if "--image_size" in misplaced else "."))
+        raise UsageError("; ".join(misplaced) + ".")
     if values.batch_size is not None and values.batch_size < 1:
         raise UsageError(f"--batch_size={values.batch_size}: give a batch "
                          "of at least 1 (or leave it out for the config's).")

@@ -16,8 +16,10 @@ its crop).
 Expected: ViT-B/16 and L/16 pre-trained on ImageNet-21k are well above
 chance already at 1 shot and improve steadily to 25 shots (paper Figure 2 /
 Section 4.1 report 5-shot ImageNet numbers for the pre-training sweeps).
-ImageNet needs the manual download into <data_dir>/downloads/manual/; a
-data set that cannot be prepared is reported and skipped.
+ImageNet needs the manual download (ILSVRC2012_img_train.tar and
+ILSVRC2012_img_val.tar) in <data_dir>/downloads/manual/ or in
+--config.input.manual_dir; a data set that cannot be prepared is reported
+and skipped.
 """
 
 from keras_vit.config import base_config

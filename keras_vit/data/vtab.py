@@ -170,9 +170,11 @@ def _specialized_tasks() -> List[Task]:
         Task("diabetic_retinopathy", "Retinopathy", SPECIALIZED,
              "diabetic_retinopathy_detection/btgraham-300:3.*.*",
              "train[:800]", "validation[:200]", "test", 5, lbl,
-             manual_files=("train", "test", "trainLabels.csv"),
+             # TFDS's builder also reads a `sample` split from sample/.
+             manual_files=("train", "test", "sample", "trainLabels.csv"),
              manual_url="https://www.kaggle.com/c/diabetic-retinopathy-"
-             "detection/data (train/ and test/ unzipped, trainLabels.csv)",
+             "detection/data (train/, test/ and sample/ unzipped, "
+             "trainLabels.csv)",
              paper_vit_l16=75.3),
     ]
 

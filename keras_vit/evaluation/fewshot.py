@@ -206,15 +206,30 @@ class FewShotData:
     train_split: str
     test_split: str
     data_dir: Optional[str] = None
+    # Manually downloaded files (`config.input.manual_dir`); None:
+    # <data_dir>/downloads/manual.
+    manual_dir: Optional[str] = None
 
     def input(self, resize_size) -> ml_collections.ConfigDict:
         """The `config.input` section that reads this data set, resized to
-        `resize_size` before the central crop (None: resized only)."""
+        `resize_size` (both sides, as big_vision's few-shot evaluator
+        resizes) before the central crop (None: resized only)."""
         return config_lib.complete(dict(
             dataset=self.dataset,
             data_dir=self.data_dir,
+            manual_dir=self.manual_dir,
             pp=dict(eval_resize_size=resize_size),
         ), "input")
+
+
+# Few-shot data TFDS cannot download (builder name -> the files its
+# training pool and test split need in the manual directory, and where
+# they come from).
+MANUAL_DATA = {
+    "imagenet2012": (("ILSVRC2012_img_train.tar", "ILSVRC2012_img_val.tar"),
+                     "https://image-net.org/ (the ILSVRC 2012 training and "
+                     "validation images)"),
+}
 
 
 def evaluate_features(
@@ -372,4 +387,6 @@ def _prepare(data: FewShotData, download: bool) -> None:
         return
     builder = sources.named_builder(data.dataset, data.data_dir,
                                     "few-shot data set")
-    vtab.prepare_builder(builder, data.name, data.data_dir, download)
+    files, url = MANUAL_DATA.get(builder.name, ((), ""))
+    vtab.prepare_builder(builder, data.name, data.data_dir, download,
+                         data.manual_dir, files, url)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shlex
 from typing import Mapping
 
 import tensorflow as tf
@@ -95,6 +96,12 @@ def check_fewshot_folder(output_dir: str, model_name: str, datasets,
     except (ValueError, AttributeError, UnicodeDecodeError):
         held, name = {}, None
     where = held.get("model_location")
+    if where == location and isinstance(name, str) and name != model_name:
+        raise UsageError(
+            f"{path} holds the few-shot results of this model ({location!r})"
+            f" named {name!r}, not {model_name!r}: pass "
+            f"--name={shlex.quote(name)} to add to them, or another "
+            "--output_dir.")
     if name != model_name or (where is not None and where != location):
         whose = (f"model {where or name!r}" if isinstance(name, str)
                  else "no model")

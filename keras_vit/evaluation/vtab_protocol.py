@@ -1,18 +1,25 @@
 """What a VTAB-1k run takes of its config: the protocol's own options
-(`Protocol`) and each task's training config (`task_config`, the paper's
-recipe on the task's splits, a new config each time)."""
+(`Protocol`), each task's training config (`task_config`, the paper's
+recipe on the task's splits, a new config each time), and the recipe an
+output folder's results were made with (`check_recipe`)."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from typing import Any, Dict, Optional
 
 import ml_collections
+import tensorflow as tf
 
 from keras_vit import config as config_lib
 from keras_vit.architecture import SHAPE_FIELDS
 from keras_vit.data import vtab
+from keras_vit.errors import UsageError
+from keras_vit.storage import workdir as wd
+
+RECIPE = "recipe.json"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,6 +105,32 @@ def recipe(config: ml_collections.ConfigDict) -> Dict:
     sweep = config_lib.find_evaluator(config.evals, "vtab").sweep
     out["sweep"] = json.loads(json.dumps(sweep.to_dict()))
     return out
+
+
+def check_recipe(config: ml_collections.ConfigDict, output_dir: str,
+                 finished: bool, chief: bool = True) -> None:
+    """Refuses to add tasks of another recipe (`recipe`) to an output
+    folder whose finished tasks had this one, or whose finished tasks
+    have no recipe.json to say: the group means would mix the two. The
+    recipe is written once (recipe.json), by the chief."""
+    path = os.path.join(output_dir, RECIPE)
+    wanted = recipe(config)
+    if finished and not tf.io.gfile.exists(path):
+        raise UsageError(
+            f"{output_dir} holds VTAB results but no {RECIPE} saying which "
+            "recipe made them: the new tasks could be averaged with "
+            "another recipe's. Use a new output_dir (or put back its "
+            f"{RECIPE}).")
+    if finished:
+        differ = config_lib.differences(wd.read_json(path), wanted)
+        if differ:
+            raise UsageError(
+                f"{output_dir} holds VTAB results of another recipe "
+                f"({differ.replace('in the workdir', 'there')}): its "
+                "finished tasks would be averaged with the new ones. Use a "
+                "new output_dir, or the recipe of the results there.")
+    elif chief:
+        wd.write_json(path, wanted)
 
 
 def task_config(

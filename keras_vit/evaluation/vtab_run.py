@@ -17,7 +17,8 @@ test. Without it, the fixed recipe trains on train800val200 directly.
 Layout of the output directory:
     backbone.npz        the pre-trained model without its head
     recipe.json         what of the config makes the scores (a rerun with
-                        another recipe is refused while tasks are done)
+                        another recipe, or finished tasks without it, is
+                        refused: `vtab_protocol.check_recipe`)
     results.jsonl       one line per finished task (a rerun skips them)
     results.csv, results.md, summary.json, tasks.png, groups.png
     runs/<task>/<trial>/  train_lib workdirs (config.json, metrics.json;
@@ -44,14 +45,17 @@ from keras_vit.checkpoint import loader as pretrained
 from keras_vit.data import sources, vtab
 from keras_vit.errors import Preempted, UsageError
 from keras_vit.evaluation import accuracy, reports
-from keras_vit.evaluation.vtab_protocol import Protocol, recipe, task_config
+from keras_vit.evaluation.vtab_protocol import (
+    Protocol,
+    check_recipe,
+    task_config,
+)
 from keras_vit.progress import Progress
 from keras_vit.storage import atomic
 from keras_vit.storage import workdir as wd
 
 BACKBONE = "backbone.npz"
 BACKBONE_SOURCE = "backbone.json"
-RECIPE = "recipe.json"
 RUNS = "runs"
 FINAL = "final"
 
@@ -271,26 +275,6 @@ def prepare_backbone(
     pretrained.write_backbone(source, path, keep_pre_logits)
     wd.write_json(stamp, wanted)
     return path
-
-
-def check_recipe(config: ml_collections.ConfigDict, output_dir: str,
-                 finished: bool, chief: bool = True) -> None:
-    """Refuses to add tasks of another recipe (`vtab_protocol.recipe`) to
-    an output folder whose finished tasks had this one: the group means
-    would mix the two. The recipe is written once (recipe.json), by the
-    chief."""
-    path = os.path.join(output_dir, RECIPE)
-    wanted = recipe(config)
-    if finished and tf.io.gfile.exists(path):
-        differ = config_lib.differences(wd.read_json(path), wanted)
-        if differ:
-            raise UsageError(
-                f"{output_dir} holds VTAB results of another recipe "
-                f"({differ.replace('in the workdir', 'there')}): its "
-                "finished tasks would be averaged with the new ones. Use a "
-                "new output_dir, or the recipe of the results there.")
-    elif chief:
-        wd.write_json(path, wanted)
 
 
 def run(  # noqa: PLR0913 (the protocol's parts and options)
