@@ -11,6 +11,7 @@ import re
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import ml_collections
+from absl import logging
 
 from keras_vit.config import complete, field_names
 from keras_vit.config_schema import EVALUATORS, base_config, evaluator
@@ -47,6 +48,17 @@ def command_line_variant(config: ml_collections.ConfigDict,
     for key, value in variant_fields(config.model.variant,
                                      overridden).items():
         config.model[key] = value
+    kept = config.model.representation_size
+    if kept and "model.representation_size" not in overridden:
+        # A recipe's pre-logits width is its variant's: said, not guessed.
+        logging.warning(
+            "--config.model.variant=%s keeps the config's pre-logits width "
+            "config.model.representation_size=%s (and its other choices "
+            "for the variant it names): pass "
+            "--config.model.representation_size to change it, or name the "
+            "variant in the config's argument (--config=NAME:%s) where the "
+            "config takes one.", config.model.variant, kept,
+            config.model.variant)
 
 
 # What a user types on the command line for "no value".

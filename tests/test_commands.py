@@ -421,6 +421,37 @@ def test_train_model_flag_wins_over_the_config_files_start():
         start_from(parse_train([
             "--config=digits", "--workdir=w", "--model=Ti/16",
             "--config.init.model=/a.npz"]))
+    # Two sizes, likewise: one, not the flag that happens to win.
+    with pytest.raises(config_lib.UsageError, match=(
+            "--model=Ti/16 and config.model.variant=S/16 name two sizes to "
+            "train: keep one.")):
+        start_from(parse_train([
+            "--config=digits", "--workdir=w", "--model=Ti/16",
+            "--config.model.variant=S/16"]))
+    config = start_from(parse_train([
+        "--config=digits", "--workdir=w", "--model=Ti/16",
+        "--config.model.variant=Ti/16"]))
+    assert config.model.variant == "Ti/16"
+
+
+def test_a_variant_switched_on_the_command_line_names_the_width_it_keeps(
+        caplog):
+    """--config.model.variant=L/16 on a recipe made for B/16 switches the
+    sizes; the recipe's pre-logits width (B/16's 768) stays, said in the
+    log with the flag and the config argument that change it."""
+    caplog.set_level("WARNING")
+    config = parse_train(["--config=imagenet21k_pretrain", "--workdir=w",
+                          "--config.model.variant=L/16"]).config
+    assert config.model.hidden_size is None  # L/16's own
+    assert config.model.representation_size == 768
+    assert ("keeps the config's pre-logits width "
+            "config.model.representation_size=768") in caplog.text
+    assert "--config=NAME:L/16" in caplog.text
+    caplog.clear()
+    config = parse_train(["--config=imagenet21k_pretrain:L/16",
+                          "--workdir=w"]).config
+    assert config.model.representation_size == 1024
+    assert "pre-logits width" not in caplog.text
 
 
 def test_parse_config_arg():

@@ -139,6 +139,11 @@ def start_from(values: flags.FlagValues):
         raise UsageError(
             f"--model={model} and config.init.model={start} name two models "
             "to start from: keep one.")
+    variant = given.get("model.variant")
+    if model in VARIANTS and variant not in (None, model):
+        raise UsageError(
+            f"--model={model} and config.model.variant={variant} name two "
+            "sizes to train: keep one.")
     if model in VARIANTS:
         return config_lib.replace(
             config, model=config_overrides.variant_fields(model, given),
