@@ -12,6 +12,7 @@ touches it.
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any, Dict, Optional
 
@@ -149,3 +150,16 @@ def set_earlier_run_aside(workdir: str, chief: bool) -> None:
         logging.warning(
             "The earlier run's best checkpoint is kept apart in %s.before-%d; "
             "%s holds the new run's.", folder, n, folder)
+
+
+def keep_earlier_config(workdir: str, config: Dict,
+                        step: Optional[int]) -> None:
+    """A run resumed at `step` with other settings keeps the config of
+    its earlier steps (`wd.earlier_config`) before config.json takes
+    them."""
+    path = os.path.join(workdir, wd.CONFIG)
+    if step is None or not tf.io.gfile.exists(path):
+        return
+    earlier = wd.read_json(path)
+    if earlier != json.loads(json.dumps(config)):
+        wd.write_json(wd.earlier_config(workdir, step), earlier)

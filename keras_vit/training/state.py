@@ -16,10 +16,12 @@ from __future__ import annotations
 import hashlib
 import os
 import tempfile
-from typing import Iterable, Optional
+from typing import Dict, Iterable, Optional
 
 import tensorflow as tf
 from absl import logging
+
+from keras_vit.storage import workdir as wd
 
 
 def scratch_dir(workdir: str, task: str) -> str:
@@ -104,3 +106,30 @@ class CheckpointWriter:
         if left_by:
             logging.info("Removing %s, left by %s.", self.scratch, left_by)
         tf.io.gfile.rmtree(self.scratch)
+
+
+def run_writer(workdir: str, strategy, items: Dict, chief: bool,
+               keep: int, folder: str = "") -> CheckpointWriter:
+    """The writer of the run's checkpoints of `items` (the model, its
+    optimizer and maybe the training iterator), keeping `keep`, in
+    <workdir>/[<folder>/]checkpoints."""
+    model, optimizer = items["model"], items["optimizer"]
+    task = task_name(strategy) + (f"_{folder}" if folder else "")
+    return CheckpointWriter(
+        tf.train.Checkpoint(**items),
+        os.path.join(workdir, folder, wd.CHECKPOINTS),
+        scratch_dir(workdir, task), chief=chief,
+        save_here=saving_needs_every_worker(
+            list(model.variables) + list(optimizer.variables)
+        ),
+        keep=keep, step_counter=optimizer.iterations,
+    )
+
+
+def task_name(strategy) -> str:
+    """This worker's task ("worker1", "chief0"; "single" on one host)."""
+    resolver = getattr(strategy, "cluster_resolver", None)
+    task_type = getattr(resolver, "task_type", None)
+    if task_type is None:
+        return "single"
+    return f"{task_type}{resolver.task_id}"

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import json
 import os
 from typing import Callable, Dict, Optional
 
@@ -208,13 +207,7 @@ def train_and_evaluate(
                      or config.input.dataset)
         info, splits = _check_data(config.input, config.evals, config.objective)
         num_classes = num_classes_of(config.model, config.input)
-        logging.info("Building the model and its optimizer.")
-        with strategy.scope():
-            model, optimizer = build_run(config, num_classes)
-        logging.info(
-            "Model %s: %s parameters, %d replicas.",
-            model.name, f"{model.count_params():,}",
-            strategy.num_replicas_in_sync)
+        model, optimizer = _built(config, strategy, num_classes)
         trainer = build_trainer(
             config.trainer, config.objective, model, optimizer, strategy,
             num_classes=num_classes, global_batch=batch)
@@ -232,6 +225,17 @@ def train_and_evaluate(
                                    items, data, num_classes)
         finally:
             run.writer.close()
+
+
+def _built(config, strategy, num_classes: int):
+    """(model, optimizer) of the run, in the strategy's scope, said in the
+    log."""
+    logging.info("Building the model and its optimizer.")
+    with strategy.scope():
+        model, optimizer = build_run(config, num_classes)
+    logging.info("Model %s: %s parameters, %d replicas.", model.name,
+                 f"{model.count_params():,}", strategy.num_replicas_in_sync)
+    return model, optimizer
 
 
 def _finished_before(workdir: str, total_steps: int) -> Optional[Dict]:
@@ -261,12 +265,12 @@ def _host_run(workdir: str, trainer, data: run_data.RunData, checkpoints,
                                                       wd.CHECKPOINTS)))
     if not resumed:
         records.set_earlier_run_aside(workdir, chief)
-    writer = _checkpoint_writer(workdir, strategy, items, chief,
+    writer = state.run_writer(workdir, strategy, items, chief,
                                 int(checkpoints.keep))
     keeper = None
     if best is not None:
         weights_only = {k: items[k] for k in ("model", "optimizer")}
-        keeper = records.BestKeeper(best, workdir, _checkpoint_writer(
+        keeper = records.BestKeeper(best, workdir, state.run_writer(
             workdir, strategy, weights_only, chief, 1, folder=records.BEST),
             resumed=resumed)
     run = loop.Run(
@@ -310,45 +314,6 @@ def _check_data(inp, evals, objective):
     return info, splits
 
 
-def _checkpoint_writer(workdir: str, strategy, items: Dict, chief: bool,
-                       keep: int, folder: str = "") -> state.CheckpointWriter:
-    """The writer of the run's checkpoints of `items` (the model, its
-    optimizer and maybe the training iterator), keeping `keep`, in
-    <workdir>/[<folder>/]checkpoints."""
-    model, optimizer = items["model"], items["optimizer"]
-    task = _task_name(strategy) + (f"_{folder}" if folder else "")
-    return state.CheckpointWriter(
-        tf.train.Checkpoint(**items),
-        os.path.join(workdir, folder, wd.CHECKPOINTS),
-        state.scratch_dir(workdir, task), chief=chief,
-        save_here=state.saving_needs_every_worker(
-            list(model.variables) + list(optimizer.variables)
-        ),
-        keep=keep, step_counter=optimizer.iterations,
-    )
-
-
-def _task_name(strategy) -> str:
-    resolver = getattr(strategy, "cluster_resolver", None)
-    task_type = getattr(resolver, "task_type", None)
-    if task_type is None:
-        return "single"
-    return f"{task_type}{resolver.task_id}"
-
-
-def _keep_earlier_config(workdir: str, config: Dict,
-                         step: Optional[int]) -> None:
-    """A run resumed at `step` with other settings keeps the config of
-    its earlier steps (`wd.earlier_config`) before config.json takes
-    them."""
-    path = os.path.join(workdir, wd.CONFIG)
-    if step is None or not tf.io.gfile.exists(path):
-        return
-    earlier = wd.read_json(path)
-    if earlier != json.loads(json.dumps(config)):
-        wd.write_json(wd.earlier_config(workdir, step), earlier)
-
-
 def _resume_and_run(saved_config: Dict, init, plan: loop.Plan,
                     run: loop.Run, items: Dict, data: run_data.RunData,
                     num_classes: int) -> Dict[str, float]:
@@ -371,7 +336,7 @@ def _resume_and_run(saved_config: Dict, init, plan: loop.Plan,
         model_init.initialise_from(init, trainer.model)
     # Only now: a workdir whose checkpoints do not fit keeps its config.
     if run.chief:
-        _keep_earlier_config(run.workdir, saved_config,
+        records.keep_earlier_config(run.workdir, saved_config,
                              trainer.step if latest else None)
         wd.write_json(os.path.join(run.workdir, wd.CONFIG), saved_config)
         # Numbers stand in for names the data lacks: the file records the
