@@ -509,6 +509,34 @@ def _write_folder(root, per_class=6):
         f.write("not an image")
 
 
+def test_a_cached_evaluation_reads_its_split_once(tmp_path):
+    """An accuracy evaluator with `cache` gets the same evaluation data at
+    every evaluation, so the split the first pass read is served from
+    memory after: the images deleted once it has run, the next pass sees
+    them all (it was rebuilt, and its cache lost, at every evaluation)."""
+    import ml_collections
+
+    from keras_vit.training import run_data
+
+    root = str(tmp_path / "images")
+    _write_folder(root)
+    config = digits_config(dataset="folder", data_dir=root, val_split="val",
+                           eval_split="val", shuffle_buffer=1)
+    data = run_data.RunData(*tiny.pipeline(config),
+                            tf.distribute.get_strategy(), 4, 4)
+    entry = ml_collections.ConfigDict({"batch_size": None, "cache": True})
+    first = _masked(data.eval_fn(entry, "val"))
+    assert len(first) == 9
+    for name in os.listdir(os.path.join(root, "val")):
+        for image in os.listdir(os.path.join(root, "val", name)):
+            os.remove(os.path.join(root, "val", name, image))
+    again = data.eval_fn(entry, "val")
+    assert _masked(again) == first
+    entry.cache = False  # built anew: the deleted files are missed
+    with pytest.raises(tf.errors.NotFoundError):
+        _masked(data.eval_fn(entry, "val"))
+
+
 def test_image_folder_source(tmp_path):
     root = str(tmp_path / "images")
     _write_folder(root)

@@ -6,7 +6,7 @@ besides `config.input` (`run_input`)."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, List
+from typing import Any, Dict, List, Tuple
 
 import tensorflow as tf
 from absl import logging
@@ -31,6 +31,10 @@ class RunData:
     micro_batch: int
     splits: Any = ()
     checkpointable: List[bool] = dataclasses.field(default_factory=list)
+    # The evaluation data of cached evaluators, by (split, batch): made
+    # once, so the cache filled by the first evaluation serves the next.
+    cached: Dict[Tuple[str, int], Any] = dataclasses.field(
+        default_factory=dict)
 
     def explained(self):
         """A context that turns input-pipeline failures of the run's
@@ -57,13 +61,20 @@ class RunData:
 
     def eval_fn(self, entry, split: str):
         """One evaluation pass over `split` for an accuracy evaluator
-        `entry` (its batch, else the training micro-batch; its cache)."""
+        `entry` (its batch, else the training micro-batch; its cache: the
+        split read once, the same data then for every evaluation)."""
         eval_batch = int(entry.batch_size or self.micro_batch)
-        return self.strategy.distribute_datasets_from_function(
+        key = (split, eval_batch)
+        if entry.cache and key in self.cached:
+            return self.cached[key]
+        data = self.strategy.distribute_datasets_from_function(
             lambda ctx: input_pipeline.eval_dataset(
                 self.inp, self.run, split, eval_batch, ctx,
                 cache=bool(entry.cache))
         )
+        if entry.cache:
+            self.cached[key] = data
+        return data
 
     def eval_progress(self, entry, split: str, every_s: float):
         """The `on_batch` that tells an evaluation's progress (`eval_fn`'s
