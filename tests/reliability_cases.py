@@ -708,6 +708,17 @@ _CASES = [
          "give this worker a free port in TF_CONFIG on every worker"),
         "exit status 1",
     ),
+    Case(
+        "cluster_host_alone", BAD_INPUT, "CLI",
+        "A worker of a 2-worker TF_CONFIG (as Vertex AI or a TFJob sets it "
+        "on every host) started with `--strategy=auto`",
+        "One line naming `--strategy=multiworker`, no traceback, nothing "
+        "written; it used to train alone and write the shared workdir as "
+        "if it were the chief.",
+        ("TF_CONFIG names a cluster of 2 tasks, this one its worker",
+         "pass --strategy=multiworker"),
+        "exit status 1",
+    ),
     # ---------------------------------------------------- checkpoint files
     Case(
         "truncated_npz", BAD_INPUT, "checkpoint",

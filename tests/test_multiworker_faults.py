@@ -50,13 +50,14 @@ def _no_traceback(text: str) -> None:
 @pytest.mark.slow
 @covers("worker_never_comes", "sigterm_while_waiting", "tpu_absent",
         "tpu_local_absent", "tpu_unreachable", "tpu_name_off_cloud",
-        "bad_tf_config", "port_in_use")
+        "bad_tf_config", "port_in_use", "cluster_host_alone")
 def test_setup_failures_and_waits_end_in_one_line(tmp_path):
-    """Eight train.py processes at once, none of which starts training."""
+    """Nine train.py processes at once, none of which starts training."""
     alone = [f"127.0.0.1:{p}" for p in harness.free_ports(2)]
     waiting = [f"127.0.0.1:{p}" for p in harness.free_ports(2)]
     taken = [f"127.0.0.1:{p}" for p in harness.free_ports(2)]
     closed = harness.free_ports(1)[0]
+    cluster_of_two = [f"127.0.0.1:{p}" for p in harness.free_ports(2)]
     no_tpu = dict.fromkeys(("TPU_NAME", "TPU_ACCELERATOR_TYPE", "TPU_CONFIG",
                             "KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS"))
     holder = socket.socket()
@@ -86,6 +87,8 @@ def test_setup_failures_and_waits_end_in_one_line(tmp_path):
             "tpu_name_off_cloud", args=["--strategy=tpu", "--tpu=my-tpu"]),
         "bad_tf_config": start("bad_tf_config", TF_CONFIG="{not json"),
         "port_in_use": start("port_in_use", taken),
+        "cluster_host_alone": start("cluster_host_alone", cluster_of_two,
+                                    ["--strategy=auto"]),
     }
     try:
         ordered = list(procs.values())
