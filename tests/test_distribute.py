@@ -279,22 +279,27 @@ def test_malformed_tf_config_fails_clearly(monkeypatch, tf_config):
 def test_a_cluster_host_with_a_one_host_strategy_is_refused(monkeypatch):
     """A host of a TF_CONFIG cluster started with a one-host strategy
     would train alone and write the shared workdir as its chief: refused,
-    naming --strategy=multiworker. An evaluator task may run alone, and
-    is refused a place among the workers; a chief-only cluster forms."""
+    naming --strategy=multiworker. An evaluator task may evaluate alone,
+    and is refused training and a place among the workers; a chief-only
+    cluster forms."""
     monkeypatch.setenv("TF_CONFIG", json.dumps({
         "cluster": {"chief": ["a:1"], "worker": ["b:2"]},
         "task": {"type": "worker", "index": 0}}))
     for strategy in ("auto", "mirrored", "cpu"):
         with pytest.raises(cluster.SetupError, match=(
                 "TF_CONFIG names a cluster of 2 tasks, this one its worker, "
-                f"and `strategy`={strategy} trains on this host alone: pass "
+                f"and `strategy`={strategy} runs on this host alone: pass "
                 "--strategy=multiworker")):
             distribute.create_strategy(strategy)
     monkeypatch.setenv("TF_CONFIG", json.dumps({
         "cluster": {"chief": ["a:1"], "worker": ["b:2"],
                     "evaluator": ["c:3"]},
         "task": {"type": "evaluator", "index": 0}}))
-    assert distribute.is_chief(distribute.create_strategy("cpu"))
+    assert distribute.is_chief(distribute.create_strategy(
+        "cpu", training=False))
+    with pytest.raises(cluster.SetupError, match="TF_CONFIG's task is of "
+                       "type 'evaluator': training runs on the chief"):
+        distribute.create_strategy("auto")
     with pytest.raises(cluster.SetupError, match="TF_CONFIG's task is of type "
                        "'evaluator': training runs on the chief and the "
                        "workers. On an evaluator, evaluate the run with "

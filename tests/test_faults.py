@@ -312,6 +312,34 @@ def test_a_checkpoint_without_the_iterator_resumes_drawing_anew(tmp_path):
                                                rel=1e-6)
 
 
+def test_a_damaged_newest_checkpoint_without_the_iterator_falls_back_whole(
+        tmp_path, monkeypatch):
+    """The newest checkpoint holds no iterator and is damaged: the one
+    before it, which holds the iterator, is restored with it (the
+    iterator is left out only once a checkpoint without one restored)."""
+    from keras_vit.training import resume
+
+    monkeypatch.setattr(wd, "check_checkpoint", lambda path, model: None)
+    model = tf.Module()
+    model.v = tf.Variable(1.0)
+    kept = iter(tf.data.Dataset.range(10))
+    next(kept), next(kept)  # at 2
+    folder = str(tmp_path)
+    tf.train.CheckpointManager(tf.train.Checkpoint(
+        model=model, iterator=kept), folder, 5).save(1)
+    model.v.assign(2.0)
+    newest = tf.train.CheckpointManager(tf.train.Checkpoint(model=model),
+                                        folder, 5).save(2)
+    for data in glob.glob(newest + ".data*"):
+        with open(data, "wb") as f:
+            f.write(b"damaged")
+    fresh = iter(tf.data.Dataset.range(10))
+    items = {"model": model, "iterator": fresh}
+    assert resume.restore_latest(items, folder).endswith("ckpt-1")
+    assert items["iterator"] is fresh and int(next(fresh)) == 2
+    assert float(model.v.numpy()) == 1.0
+
+
 def test_the_same_model_written_otherwise_resumes(tmp_path):
     """A run whose classes came from the data (num_classes null) resumed
     with num_classes=10, and image_size 32 resumed as 32x32: one model,

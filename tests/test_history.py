@@ -18,7 +18,7 @@ from keras_vit import config as config_lib
 from keras_vit.errors import UsageError
 from keras_vit.storage import history
 from keras_vit.training import records
-from tests import console
+from tests import console, tiny
 
 
 def test_history_appends_and_reads_back_the_latest_rows(tmp_path):
@@ -226,3 +226,30 @@ def test_a_run_started_again_keeps_the_earlier_history_apart(tmp_path):
     assert f"best checkpoint is kept apart in {kept_best}" in again.stderr
     new_best = json.loads(best_json.read_text())
     assert new_best["step"] == 2 and new_best["accuracy"] < 1.0
+
+
+def test_the_config_before_a_resume_is_kept_once_and_only_if_it_differs(
+        tmp_path):
+    """config.step-N.json keeps the config of the steps before a resume at
+    N that changes settings: written once (a second resume at N, back to
+    the first settings, keeps the true record), and not for a file an
+    earlier version wrote without fields added since (read completed)."""
+    from keras_vit.storage import workdir as wd
+
+    workdir = str(tmp_path)
+    first = tiny.digits_config(total_steps=4).to_dict()
+    older = json.loads(json.dumps(first))
+    del older["trainer"]["skip_nonfinite"]  # a field added since
+    wd.write_json(os.path.join(workdir, wd.CONFIG), older)
+    records.keep_earlier_config(workdir, first, 2)
+    kept = wd.earlier_config(workdir, 2)
+    assert not os.path.exists(kept)  # the same config, completed
+    changed = tiny.digits_config(total_steps=8).to_dict()
+    records.keep_earlier_config(workdir, changed, 2)
+    assert wd.read_json(kept) == older
+    wd.write_json(os.path.join(workdir, wd.CONFIG), changed)
+    records.keep_earlier_config(workdir, first, 2)  # back, at step 2 again
+    assert wd.read_json(kept) == older
+    records.keep_earlier_config(workdir, first, None)  # started afresh
+    assert sorted(os.listdir(workdir)) == [wd.CONFIG, "config.step-2.json"]
+

@@ -749,6 +749,25 @@ def test_tfds_sharding_and_eval_padding(prepared_tfds):
             == collections.Counter(single))
 
 
+def test_a_joined_split_whose_parts_tfds_cannot_size_keeps_every_example(
+        prepared_tfds, monkeypatch):
+    """Where TFDS cannot size the even parts of a joined split, the
+    batches per pipeline take a bound (one example more per sub-split
+    than the even share): padding, never an example left out."""
+    config = digits_config(dataset="tinyset", data_dir=prepared_tfds,
+                           shuffle_buffer=1, **{"pp.train": "eval"})
+    sized = sources.tfds_split_size
+    monkeypatch.setattr(sources, "tfds_split_size", lambda builder, split: (
+        sized(builder, split) if isinstance(split, str) else None))
+    joined = "test[:3]+test[5:8]"
+    single = _masked(ip.eval_dataset(*tiny.pipeline(config), joined, 2))
+    parts = [_masked(ip.eval_dataset(*tiny.pipeline(config), joined, 2,
+                                     _context(i, replicas=2)))
+             for i in range(2)]
+    assert (collections.Counter(parts[0]) + collections.Counter(parts[1])
+            == collections.Counter(single))
+
+
 def test_unknown_sources_fail_clearly():
     with pytest.raises(ValueError, match="Unknown dataset 'no_such_set'"):
         sources.dataset_info(digits_config(dataset="no_such_set").input)

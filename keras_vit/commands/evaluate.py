@@ -328,7 +328,8 @@ def _main(values: flags.FlagValues, args: list) -> None:
         vtab.select_tasks(values.tasks or config_lib.find_evaluator(
             values.config.evals, "vtab").tasks)
     source = _source(values)
-    strategy = cli.strategy(values, values.config)
+    strategy = cli.strategy(values, values.config,
+                            training=values.mode == "vtab")
     try:
         {"eval": eval_mode.evaluate, "fewshot": _fewshot_mode,
          "vtab": _vtab_mode}[values.mode](values, source, strategy)

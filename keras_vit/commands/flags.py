@@ -300,16 +300,17 @@ def warn_zero_head(source: loader.Source, model: keras.Model) -> None:
             source.path)
 
 
-def strategy(values: flags.FlagValues, config):
+def strategy(values: flags.FlagValues, config, training: bool = True):
     """The strategy of --strategy, --tpu and --cpu_devices (a failed set-up
     raises cluster.SetupError, which `run` prints as one line).
 
     Args:
         config: ConfigDict or None. Its connect_timeout_s bounds the wait
             for other workers or a remote TPU (None: the default).
+        training: bool. The command trains (not on a TF_CONFIG evaluator).
     """
     timeout = None if config is None else config.trainer.connect_timeout_s
     return distribute.create_strategy(
         values.strategy, values.tpu, connect_timeout_s=timeout,
-        cpu_devices=values.cpu_devices,
+        cpu_devices=values.cpu_devices, training=training,
     )

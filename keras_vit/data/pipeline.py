@@ -74,9 +74,9 @@ class _Shard:
     buffers and caches then hold compressed images, decoded only when used.
     `split_size` is the size of the whole split when this part is an exact,
     even partition of it (else None); `largest_part` the size of the
-    largest of its parts (None: ceil(split_size / pipelines), as every
-    P-th example makes them; TFDS's even parts of a joined split may be
-    larger, each sub-split's remainder going to the first parts).
+    largest of its parts (every P-th example: ceil(split_size / P); TFDS's
+    even parts of a joined split may be larger, each sub-split's remainder
+    going to the first parts; None where not known).
     `epochs`: the dataset is endless,
     every example once per epoch, each epoch in an order of its own (it
     needs no shuffle buffer).
@@ -119,7 +119,7 @@ def _shard(inp, run_seed: int, split: str, training: bool, input_context,
         ds = tf.data.Dataset.from_tensor_slices(
             (x[index::count, :, :, None], y[index::count])
         )
-        return _Shard(ds, len(y))
+        return _Shard(ds, len(y), largest_part=-(-len(y) // count))
     if inp.dataset == sources.FOLDER and not inp.vtab_task:
         paths, labels = folders.folder_split(inp.data_dir, split)
         if inp.skip_bad_images:
@@ -148,7 +148,8 @@ def _shard(inp, run_seed: int, split: str, training: bool, input_context,
             num_parallel_calls=tf.data.AUTOTUNE,
             deterministic=True,
         )
-        return _Shard(ds, size, pp.decode_image, epochs)
+        return _Shard(ds, size, pp.decode_image, epochs,
+                      largest_part=-(-size // count))
     return _tfds_shard(inp, split, training, input_context, seed)
 
 
@@ -361,7 +362,10 @@ def eval_dataset(
         # Batches per pipeline: its largest part's, in whole steps of the
         # replicas it feeds, the same on every pipeline.
         per_step = max(replicas // count, 1)
-        largest = shard.largest_part or -(-shard.split_size // count)
+        # Where the parts' sizes are unknown, a bound: each sub-split of a
+        # joined split may give the first parts one example more.
+        largest = shard.largest_part or (
+            -(-shard.split_size // count) + split.count("+"))
         batches = -(-largest // batch)
         steps = -(-batches // per_step)
         h, w = pp.as_hw(run.image_size)

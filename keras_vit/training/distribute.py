@@ -56,6 +56,7 @@ def create_strategy(
     *,
     connect_timeout_s: Optional[float] = None,
     cpu_devices: int = 0,
+    training: bool = True,
 ) -> tf.distribute.Strategy:
     """Builds the strategy named `strategy`.
 
@@ -76,13 +77,16 @@ def create_strategy(
         cpu_devices: int. Split the CPU into this many logical devices
             (auto and mirrored without GPUs: one replica each); 0 or 1:
             leave it whole.
+        training: bool. The strategy trains (an evaluator task of
+            TF_CONFIG may only evaluate).
 
     Raises:
         SetupError: the strategy cannot be set up; one line names the fix.
     """
     cpu_devices = _check_arguments(strategy, tpu, cpu_devices)
-    if strategy in ("auto", "mirrored", "cpu"):
-        _check_no_cluster(strategy)
+    if strategy in ("mirrored", "cpu") or (strategy == "auto"
+                                           and tpu is None):
+        _check_no_cluster(strategy, training)
     if cpu_devices > 1:
         if strategy not in ("auto", "mirrored"):
             raise SetupError(
@@ -139,10 +143,11 @@ def _check_arguments(strategy: str, tpu: Optional[str],
     return cpu_devices
 
 
-def _check_no_cluster(strategy: str) -> None:
+def _check_no_cluster(strategy: str, training: bool) -> None:
     """A host of a TF_CONFIG cluster (as Vertex AI or a TFJob sets it on
-    every host) started with a one-host strategy would train alone and
-    write the shared workdir as if it were the chief: refused."""
+    every host) started with a one-host strategy would run alone and
+    write the shared workdir as if it were the chief: refused; so is
+    training on its evaluator task, which evaluates only."""
     try:
         spec = json.loads(os.environ.get("TF_CONFIG") or "{}")
         tasks = sum(len(spec["cluster"].get(job, []))
@@ -153,9 +158,15 @@ def _check_no_cluster(strategy: str) -> None:
     if tasks > 1 and role in ("chief", "worker"):
         raise SetupError(
             f"TF_CONFIG names a cluster of {tasks} tasks, this one its "
-            f"{role}, and `strategy`={strategy} trains on this host alone: "
-            "pass --strategy=multiworker to train on the cluster, or unset "
+            f"{role}, and `strategy`={strategy} runs on this host alone: "
+            "pass --strategy=multiworker to run on the cluster, or unset "
             "TF_CONFIG to run here alone.")
+    if role == "evaluator" and training:
+        raise SetupError(
+            "TF_CONFIG's task is of type 'evaluator': training runs on the "
+            "chief and the workers. On an evaluator, evaluate the run with "
+            "keras-vit-evaluate --model=<workdir>, or unset TF_CONFIG to "
+            "train here alone.")
 
 
 def _split_cpu(count: int) -> None:

@@ -158,8 +158,12 @@ def keep_earlier_config(workdir: str, config: Dict,
     its earlier steps (`wd.earlier_config`) before config.json takes
     them."""
     path = os.path.join(workdir, wd.CONFIG)
-    if step is None or not tf.io.gfile.exists(path):
+    kept = None if step is None else wd.earlier_config(workdir, step)
+    # A second resume at the same step keeps the first one's record.
+    if kept is None or not tf.io.gfile.exists(path) or (
+            tf.io.gfile.exists(kept)):
         return
-    earlier = wd.read_json(path)
+    # Compared as completed (an earlier version's file lacks new fields).
+    earlier = json.loads(json.dumps(wd.read_config(workdir).to_dict()))
     if earlier != json.loads(json.dumps(config)):
-        wd.write_json(wd.earlier_config(workdir, step), earlier)
+        wd.write_json(kept, wd.read_json(path))

@@ -93,15 +93,13 @@ def _restore(items: dict, path: str) -> None:
     iterator (saved with `config.checkpoints.iterator=False`, or on a
     strategy whose iterator is not kept) restores the rest, and "iterator"
     leaves `items`: the data order is drawn anew from the restored step."""
-    if "iterator" in items and not holds_iterator(path):
-        logging.info("%s holds no data iterator: the data order is drawn "
-                     "anew from its step, and this run's checkpoints hold "
-                     "none either.", path)
-        del items["iterator"]
+    without = "iterator" in items and not holds_iterator(path)
+    restored = {k: v for k, v in items.items()
+                if not (without and k == "iterator")}
     # A root of our own: the preemption handler adds a counter to the
     # manager's checkpoint, which older checkpoints do not have.
     try:
-        tf.train.Checkpoint(**items).restore(
+        tf.train.Checkpoint(**restored).restore(
             path
         ).assert_existing_objects_matched()
     except _DAMAGE as e:
@@ -119,6 +117,11 @@ def _restore(items: dict, path: str) -> None:
             f"({type(e).__name__}: {str(e).splitlines()[0][:300]}). Use a new "
             "`workdir`."
         ) from None
+    if without:  # once restored: a damaged one's fallback may hold it
+        logging.info("%s holds no data iterator: the data order is drawn "
+                     "anew from its step, and this run's checkpoints hold "
+                     "none either.", path)
+        del items["iterator"]
 
 
 def check_same_classes(workdir: str, ckpt_dir: str, class_names) -> None:
