@@ -13,6 +13,8 @@ import keras_vit
 from keras_vit.checkpoint import loader, weights
 from keras_vit.checkpoint.formats import npz_layout
 from keras_vit.checkpoint.zoo import augreg
+from keras_vit.errors import UsageError
+from keras_vit.model import architecture_of
 
 NAMES = {
     "Ti/16": "Ti_16", "S/16": "S_16", "S/32": "S_32", "B/16": "B_16",
@@ -193,6 +195,26 @@ def test_small_augreg_files_load_end_to_end(tmp_path, variant, size):
     assert info.variant == variant and info.image_size == (size, size)
     # --variant agreeing with the name is accepted.
     loader.load_model(loader.NpzSource(path, variant=variant))
+
+
+def test_a_release_without_its_position_table_is_refused(tmp_path):
+    """Every AugReg release learns its position table: a file of that name
+    without it (damaged, or another file) is refused by name, not loaded
+    with fixed sin-cos positions; a file of another name loads so (as
+    save_npz writes a sin-cos model), said in the log."""
+    model = keras_vit.create_model("Ti/16", num_classes=10, image_size=32)
+    arrays = weights.model_arrays(model)
+    del arrays["Transformer/posembed_input/pos_embedding"]
+    named = str(tmp_path / (PRE.format(NAMES["Ti/16"]) + ".npz"))
+    other = str(tmp_path / "mine.npz")
+    for path in (named, other):
+        np.savez(path, **arrays)
+    with pytest.raises(UsageError, match=(
+            "holds no Transformer/posembed_input/pos_embedding, which every "
+            "AugReg release holds")):
+        loader.load_model(loader.NpzSource(named))
+    loaded = loader.load_model(loader.NpzSource(other))
+    assert architecture_of(loaded).posemb == "sincos2d"
 
 
 def test_name_and_arrays_disagreeing_names_both(tmp_path):

@@ -14,6 +14,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Dict, Optional, Tuple
 
+from absl import logging
+
 from keras_vit.architecture import SIZE_FIELDS, Architecture, total_stride
 from keras_vit.checkpoint import sources, weights
 from keras_vit.checkpoint.formats import npz as checkpoint_io
@@ -85,7 +87,22 @@ class NpzSource(sources.Source):
             augreg.check_name(self.path, info["augreg"], info, self.variant)
         if self.variant and check_variant:
             self._check_variant(info)
+        if info["posemb"] == "sincos2d":
+            self._check_sincos(info)
         return _NpzContent(arrays, layout, ignored, info)
+
+    def _check_sincos(self, info: Dict[str, Any]) -> None:
+        """A file without a position table loads with fixed sin-cos
+        positions (as keras_vit.save_npz writes such a model), said in the
+        log; an AugReg release, which learns its table, is refused."""
+        if info["augreg"] is not None:
+            raise UsageError(
+                f"{self.path} holds no {checkpoint_io.POSEMB}, which every "
+                "AugReg release holds: the file is damaged or not the "
+                "release. Download it again.")
+        logging.info("%s holds no %s: the model takes fixed sin-cos "
+                     "position embeddings (posemb='sincos2d').", self.path,
+                     checkpoint_io.POSEMB)
 
     def _check_variant(self, info: Dict[str, Any]) -> None:
         wrong = augreg.variant_mismatch(self.variant, info)
