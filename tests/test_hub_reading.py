@@ -175,6 +175,81 @@ def test_timm_single_dict_config_is_read_as_timm_parses_it():
                            "pretrained_cfg": None})
 
 
+def _hub_config(architecture, num_features=32, **model_args):
+    """A config.json as timm writes one for a hub model (no sizes in
+    model_args) for timm_vit's arrays: 32 wide, 8-pixel patches, 4
+    heads (model_args, as none of the names registers 4)."""
+    def edit(config):
+        config["architecture"] = architecture
+        config["num_features"] = num_features
+        config["model_args"] = dict({"num_heads": 4}, **model_args)
+    return edit
+
+
+def test_timm_patch_size_comes_from_the_architecture_name(tmp_path):
+    # Without model_args.patch_size timm builds the name's patch
+    # (vit_base_patch8_224: 8, the arrays'), so the folder loads.
+    folder = _timm(tmp_path, "", _hub_config("vit_base_patch8_224"))
+    reference = _reference(folder)
+    model = loader.load_model(loader.HubSource(folder))
+    assert_close(run_model(model, reference["pixels"]), reference["logits"])
+
+    def patch(architecture, **args):
+        return hub_timm.settings({"architecture": architecture,
+                                  "model_args": args, "pretrained_cfg": {}}
+                                 )["patch_size"]
+    assert patch("vit_base_patch32_224.augreg_in21k") == 32
+    assert patch("vit_base_patch32_224_in21k") == 32  # deprecated name
+    assert patch("vit_base_patch32_224", patch_size=[8, 8]) == 8  # wins
+    assert patch("test_vit") == 16  # no patch in the name: timm's 16
+
+
+@pytest.mark.parametrize("architecture, features, args, message", [
+    # ViT-S's name and num_features beside 32-wide arrays.
+    ("vit_small_patch8_224.augreg_in21k_ft_in1k", 384, {},
+     r"num_features=384 disagrees with the weights \(32\)"),
+    # A patch-16 name beside patch-8 arrays: timm would resample the
+    # kernel to 16 and compute at patch 16.
+    ("vit_base_patch16_224.augreg_in21k", 32, {},
+     r"architecture='vit_base_patch16_224.augreg_in21k' disagrees with "
+     r"the weights \(8-pixel patches, where timm builds the name's "
+     r"patch16 as model_args gives no patch_size\)"),
+    ("vit_base_patch8_224", 32, {"patch_size": 16},
+     r"model_args.patch_size=16 disagrees with the weights \(8\)"),
+])
+def test_timm_sizes_beside_model_args_must_match_the_arrays(
+        tmp_path, architecture, features, args, message):
+    folder = _timm(tmp_path, "", _hub_config(architecture, features, **args))
+    with pytest.raises(UsageError, match=message) as info:
+        loader.load_model(loader.HubSource(folder))
+    assert "\n" not in str(info.value)
+    # model_args' patch_size wins over the name's, as in timm.
+    folder = _timm(tmp_path, "_args", _hub_config(
+        "vit_base_patch16_224", patch_size=8))
+    loader.load_model(loader.HubSource(folder))
+
+
+def test_a_2d_timm_kernel_is_reshaped_with_the_name_s_patch(tmp_path):
+    # timm's checkpoint filter reshapes a 2-D (out, 3 * P * P) kernel
+    # with the patch it builds: the name's where model_args gives none.
+    def name(architecture):
+        def edit(config):
+            config["architecture"] = architecture
+            del config["model_args"]["patch_size"]
+        return edit
+    folder = _timm(tmp_path, "", name("vit_small_patch8_224"),
+                   "timm_vit_kernel_2d")
+    reference = _reference(folder)
+    model = loader.load_model(loader.HubSource(folder))
+    assert_close(run_model(model, reference["pixels"]), reference["logits"])
+    folder = _timm(tmp_path, "_16", name("vit_small_patch16_224"),
+                   "timm_vit_kernel_2d")
+    with pytest.raises(UsageError, match=r"\(16, 192\), which timm's "
+                       r"checkpoint filter cannot reshape to its model's "
+                       r"\(out, 3, 16, 16\) kernel"):
+        loader.load_model(loader.HubSource(folder))
+
+
 # --- each library's resize and crop before evaluation -----------------------
 
 @pytest.mark.parametrize("fields, size, resize, says", [

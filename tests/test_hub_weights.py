@@ -224,6 +224,35 @@ def test_mis_shaped_arrays_are_refused_by_name(tmp_path, name, key, cut,
     assert re.search(re.escape(key) + " has shape " + message, text), text
 
 
+_HF_KERNEL = "vit.embeddings.patch_embeddings.projection.weight"
+
+
+def _four_channels(kernel):
+    return np.concatenate([kernel, kernel[:, :1]], axis=1)
+
+
+@pytest.mark.parametrize("name, key, change, shape", [
+    # 4 input channels: transformers' / timm's Conv2d over RGB refuses it.
+    ("hf_vit_classifier", _HF_KERNEL, _four_channels, (32, 4, 8, 8)),
+    ("timm_vit", "patch_embed.proj.weight", _four_channels, (32, 4, 8, 8)),
+    # transformers' Conv2d has no 2-D form (timm's filter reshapes one).
+    ("hf_vit_classifier", _HF_KERNEL, lambda k: k.reshape(32, -1),
+     (32, 192)),
+])
+def test_a_patch_kernel_not_over_rgb_pixels_is_refused(tmp_path, name, key,
+                                                       change, shape):
+    def edit(arrays):
+        arrays[key] = np.ascontiguousarray(change(arrays[key]))
+    folder = _edited_arrays(tmp_path, name, edit)
+    with pytest.raises(ValueError) as error:
+        loader.load_model(loader.HubSource(folder))
+    assert type(error.value).__name__ == "UsageError"
+    text = str(error.value)
+    assert "\n" not in text and text.startswith(folder)
+    assert f"{key} has shape {shape}, where a Conv2d patch kernel (out, " \
+        "3, P, P) over RGB images is expected" in text, text
+
+
 def _write_bf16_safetensors(path, arrays):
     """A safetensors file of BF16 arrays, written from the format's
     specification (8-byte header length, JSON header, raw data): each

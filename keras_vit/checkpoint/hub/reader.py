@@ -271,15 +271,26 @@ def _read_weights(weights_path: str):
 
 
 def _check_patch_kernel(tensors, weights_path: str) -> None:
-    """Refuses a patch kernel that is not square."""
-    kernel = tensors.get("patch_embed.proj.weight")
-    for key in tensors:
-        if key.endswith("embeddings.patch_embeddings.projection.weight"):
-            kernel = tensors[key]
-    if kernel is not None and kernel.ndim == 4:
+    """Refuses a patch kernel that is not a Conv2d's (out, 3, P, P) of
+    square patches of RGB pixels; a timm kernel of another rank is left to
+    its checkpoint filter (`timm_filter.timm_kernel`: a 2-D (out,
+    3 * P * P) one is reshaped)."""
+    key = "patch_embed.proj.weight"
+    for name in tensors:
+        if name.endswith("embeddings.patch_embeddings.projection.weight"):
+            key = name
+    if key not in tensors:
+        return
+    shape = _shape(tensors, key)
+    hf = key != "patch_embed.proj.weight"
+    if (shape[1:2] != (3,) if len(shape) == 4 else hf):
+        raise UsageError(
+            f"{weights_path}: {key} has shape {shape}, where a Conv2d "
+            "patch kernel (out, 3, P, P) over RGB images is expected: "
+            "only ViT weights of 3-channel images are read.")
+    if len(shape) == 4:
         hub_config.check_square_patch(
-            f"{weights_path}: the patch kernel's patch size",
-            kernel.shape[2:])
+            f"{weights_path}: the patch kernel's patch size", shape[2:])
 
 
 def _map_huggingface(spec, tensors, config_path: str):

@@ -35,11 +35,13 @@ from keras_vit.checkpoint.hub.processor import warn_once
 from keras_vit.checkpoint.hub.timm_defaults import (
     check_classes,
     check_in_chans,
+    check_named_sizes,
     check_pretrained_fields,
     image_size,
     pretrained_cfg,
     registered,
     timm_architecture,
+    timm_patch,
 )
 from keras_vit.checkpoint.hub.timm_registry import TIMM_VERSION
 from keras_vit.errors import UsageError
@@ -149,11 +151,12 @@ def _pair(size):
 
 
 def check_shapes(spec: Dict[str, Any], info: Dict[str, Any]) -> None:
-    """Refuses a timm config whose SHAPE arguments disagree with the
-    arrays."""
+    """Refuses a timm config whose SHAPE arguments, num_features or
+    architecture name's patch size disagree with the arrays."""
     args = spec.get("model_args") or {}
     width = info["hidden_size"]
     check_classes(spec, info["num_classes"] or 0)
+    check_named_sizes(spec, info)
     found = {
         "embed_dim": width,
         "depth": info["num_layers"],
@@ -298,7 +301,7 @@ def settings(spec: Dict[str, Any]) -> Dict[str, Any]:
         # What timm's strict load and its checkpoint filter read.
         qkv_bias=args.get("qkv_bias", True),
         dynamic_img_pad=bool(args.get("dynamic_img_pad", False)),
-        patch_size=patch_size(args.get("patch_size", 16)),
+        patch_size=timm_patch(spec),
         # timm's evaluation transform: resize to side / crop_pct, then the
         # central crop (timm.data's default crop_pct where none is given).
         crop_pct=float(pretrained.get("crop_pct") or TIMM_DEFAULT_CROP_PCT),

@@ -9,10 +9,11 @@ and the head timm's loader would refuse or drop. Read by `hub_timm`.
 
 from __future__ import annotations
 
-from typing import Any, Dict
+import re
+from typing import Any, Dict, Optional
 
 from keras_vit.checkpoint.hub import timm_registry
-from keras_vit.checkpoint.hub.config import disagree, refuse
+from keras_vit.checkpoint.hub.config import disagree, patch_size, refuse
 from keras_vit.errors import UsageError
 
 # The fields of timm's PretrainedCfg (timm 1.0.31, the registry's): its
@@ -32,6 +33,13 @@ PRETRAINED_CFG_FIELDS = (
 # (no pretrained_cfg) before the rest becomes the PretrainedCfg ("labels"
 # is renamed label_names).
 _SINGLE_DICT_EXTRA = ("architecture", "num_features", "labels")
+# The patch size in a registered architecture's name: every vit_ / deit_
+# (and aimv2_, beit3_, eva_) entrypoint named with `_patchN` passes
+# patch_size=N to VisionTransformer (timm's naming convention; the
+# registry stores no sizes). The names without it (flexivit_*, test_vit*)
+# pass VisionTransformer's default, 16.
+_NAME_PATCH = re.compile(r"_patch(\d+)")
+TIMM_DEFAULT_PATCH = 16
 
 
 # The names timm's vision_transformer and deit modules still take for
@@ -232,3 +240,40 @@ def check_in_chans(args, pretrained) -> None:
                          f"timm builds in_chans={size[0]} from it (model_"
                          "args gives no in_chans), images that are not "
                          "RGB")
+
+
+def named_patch(spec: Dict[str, Any]) -> Optional[int]:
+    """The patch size in the config's architecture name
+    (vit_base_patch32_224 -> 32), or None where the name has none."""
+    found = _NAME_PATCH.search(timm_architecture(spec)[0])
+    return int(found.group(1)) if found else None
+
+
+def timm_patch(spec: Dict[str, Any]):
+    """The patch size timm builds: model_args' patch_size (create_model
+    passes it over the entrypoint's), else the architecture name's, else
+    VisionTransformer's 16."""
+    given = (spec.get("model_args") or {}).get("patch_size")
+    if given is not None:
+        return patch_size(given)
+    return named_patch(spec) or TIMM_DEFAULT_PATCH
+
+
+def check_named_sizes(spec: Dict[str, Any], info: Dict[str, Any]) -> None:
+    """Refuses the sizes a timm hub config gives beside model_args (which
+    hold only what its maker passed) that disagree with the arrays: the
+    top-level num_features timm writes (a ViT's embed_dim), and the patch
+    size in the architecture's name where model_args gives none (timm
+    builds that patch and its checkpoint filter resamples a stored kernel
+    of another size to it, a model of other patches than the weights')."""
+    features, width = spec.get("num_features"), info["hidden_size"]
+    if None not in (features, width) and features != width:
+        raise disagree("num_features", features, width)
+    if (spec.get("model_args") or {}).get("patch_size") is not None:
+        return  # checked as model_args.patch_size
+    named, found = named_patch(spec), info["patch_size"]
+    if None not in (named, found) and named != found:
+        raise disagree(
+            "architecture", spec.get("architecture"),
+            f"{found}-pixel patches, where timm builds the "
+            f"name's patch{named} as model_args gives no patch_size")
