@@ -5,8 +5,11 @@ Numbers are compared with tests/numpy_reference.py, as in test_checkpoint.py
 (whose helpers are reused).
 """
 
+import io
+import json
 import os
 import pickle
+import re
 import zipfile
 
 import keras
@@ -67,6 +70,141 @@ def test_unreadable_files_give_clear_errors(tmp_path):
 
     with pytest.raises(FileNotFoundError):
         checkpoint_io.read_npz(tmp_path / "missing.npz")
+
+
+def test_npz_header_with_negative_axes_is_refused(tmp_path):
+    """numpy's .npy header parser takes negative axis lengths; two of them
+    multiply to a positive size that matches the member's bytes. Refused
+    from the header, before any width is read from the shape."""
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(header, {
+        "descr": "<f4", "fortran_order": False, "shape": (-2, -3)})
+    path = tmp_path / "negative.npz"
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("cls.npy", header.getvalue()
+                         + np.zeros(6, np.float32).tobytes())
+    with pytest.raises(UsageError, match=r"'cls' declares shape \(-2, -3\), "
+                       "with an axis of negative length"):
+        checkpoint_io.read_npz(path)
+
+
+# ------------------------------------------------------------ .keras files
+
+
+def _tiny_keras_files(folder):
+    """.keras files of keras_vit models: plain (with a representation
+    layer), hybrid (R+ViT with its ResNet stem), of any image size, and a
+    functional model of keras_vit's layers and a Softmax (a user's model,
+    as earlier versions saved theirs)."""
+    sizes = dict(patch_size=4, hidden_size=16, num_layers=1, num_heads=2,
+                 mlp_dim=32)
+    models = {
+        "plain": tiny(representation_size=8, image_size=16, **sizes),
+        "hybrid": tiny(resnet_layers=(1, 1), image_size=32,
+                       **dict(sizes, patch_size=1)),
+        "dynamic": tiny(image_size=16, dynamic_image_size=True, **sizes),
+    }
+    inputs = keras.Input((16, 16, 3))
+    x = inputs
+    for layer in models["plain"].layers[1:]:
+        x = layer(x)
+    models["functional"] = keras.Model(
+        inputs, keras.layers.Softmax(name="probs")(x))
+    paths = {}
+    for name, model in models.items():
+        paths[name] = str(folder / f"{name}.keras")
+        model.save(paths[name])
+    return paths
+
+
+def test_keras_vit_keras_files_pass_the_size_check(tmp_path):
+    from keras_vit.checkpoint.formats import keras_file
+
+    legacy = os.path.join(os.path.dirname(__file__), "fixtures")
+    paths = list(_tiny_keras_files(tmp_path).values()) + [
+        os.path.join(legacy, "legacy_keras", "tiny_hybrid.keras"),
+        os.path.join(legacy, "earlier", "mpp.keras")]
+    for path in paths:
+        assert keras_file.read_keras_model(path).count_params() > 0, path
+
+
+def _with_layer(tmp_path, name, layer):
+    """A small model's .keras file whose config.json holds `layer` (a
+    layer's config, changed by `layer(config)` when callable) instead."""
+    source = _tiny_keras_files(tmp_path)["functional"]
+    with zipfile.ZipFile(source) as archive:
+        stored = {n: archive.read(n) for n in archive.namelist()}
+    config = json.loads(stored["config.json"])
+    if callable(layer):
+        layer(config)
+    else:
+        config = layer
+    path = str(tmp_path / f"{name}.keras")
+    with zipfile.ZipFile(path, "w") as archive:
+        for member, data in stored.items():
+            archive.writestr(member, json.dumps(config)
+                             if member == "config.json" else data)
+    return path
+
+
+_CONV_BOMB = {
+    "module": "keras.layers", "class_name": "Conv2D",
+    "config": {"name": "conv", "filters": 65536, "kernel_size": [512, 512]},
+    "build_config": {"input_shape": [None, 8, 8, 3]}}
+
+
+def _edit(of, **fields):
+    """A config change: `fields` into every layer of class `of` (a dict
+    merged into the layer's, a key given None dropped)."""
+    def change(config):
+        for layer in config["config"]["layers"]:
+            if layer["class_name"] == of:
+                for key, value in fields.items():
+                    if value is None:
+                        layer.pop(key)
+                    elif isinstance(value, dict):
+                        layer[key].update(value)
+                    else:
+                        layer[key] = value
+    return change
+
+
+@pytest.mark.parametrize("layer, says", [
+    # 65536 filters of 512 x 512 x 3: ~200 GB, allocated from its
+    # build_config before Keras reads a weight.
+    (_CONV_BOMB, "declares at least 51,539,673,088 parameters"),
+    ({"module": "keras", "class_name": "Sequential", "config": {
+        "name": "s", "layers": [_CONV_BOMB]}},
+     "declares at least 51,539,673,088 parameters"),
+    # A class the check cannot size: refused by name.
+    (dict(_CONV_BOMB, class_name="EinsumDense", config={
+        "name": "ed", "equation": "ab,bc->ac", "output_shape": [1 << 30]}),
+     "holds layer 'ed' (EinsumDense), a class the check before loading "
+     "cannot size"),
+    # Keras takes a registered_name before the class_name: a "Dropout"
+    # that is keras_vit's ResNetStem, 2^20 times as wide.
+    (_edit("TokenPooling", class_name="Dropout",
+           registered_name="keras_vit>ResNetStem",
+           config={"layers": [1], "width_factor": 1 << 20}),
+     "parameters, more than its weights"),
+    # Without its build shape, a functional model builds a layer from its
+    # inputs.
+    (_edit("Dense", build_config=None, config={"units": 1 << 30}),
+     "layer 'head' (Dense) records no input shape"),
+])
+def test_keras_file_declaring_unsized_layers_is_refused_before_loading(
+        tmp_path, monkeypatch, layer, says):
+    from keras_vit.checkpoint.formats import keras_file
+
+    path = _with_layer(tmp_path, "crafted", layer)
+
+    def never(*args, **kwargs):
+        raise AssertionError("Keras's loader ran on a crafted file")
+
+    monkeypatch.setattr(keras.models, "load_model", never)
+    with pytest.raises(UsageError, match=re.escape(says)) as info:
+        keras_file.read_keras_model(path)
+    assert "\n" not in str(info.value)
 
 
 # ---------------------------------------------------------------- saving

@@ -21,6 +21,7 @@ from keras_vit.checkpoint import loader
 from keras_vit.checkpoint.formats import torch_pickle
 from keras_vit.checkpoint.hub import reader as hub
 from keras_vit.checkpoint.hub import timm as hub_timm
+from keras_vit.errors import UsageError
 from tests.hub_fixtures import FIXTURES, assert_close, hub_source, run_model
 
 
@@ -178,6 +179,50 @@ def test_sharded_safetensors(tmp_path):
     model = loader.load_model(loader.HubSource(str(folder)))
     np.testing.assert_allclose(run_model(model, reference["pixels"]),
                                reference["logits"], atol=1e-4)
+
+
+@pytest.mark.parametrize("shards, weight_map, says", [
+    # A key in two shards: refused, not the later one taken.
+    ({"a.safetensors": ["w", "x"], "b.safetensors": ["x"]},
+     {"w": "a.safetensors", "x": "b.safetensors"},
+     "'x' is in both shards 'a.safetensors' and 'b.safetensors'"),
+    # A key in a shard whose weight_map has no entry for it.
+    ({"a.safetensors": ["w", "extra"]}, {"w": "a.safetensors"},
+     "'extra' is in shard 'a.safetensors', but its weight_map names None"),
+    # A key in another shard than the weight_map names for it.
+    ({"a.safetensors": ["w"], "b.safetensors": ["x", "y"]},
+     {"w": "a.safetensors", "x": "b.safetensors", "y": "a.safetensors"},
+     "'y' is in shard 'b.safetensors', but its weight_map names "
+     "'a.safetensors'"),
+    # A weight_map key its shard does not hold.
+    ({"a.safetensors": ["w"]}, {"w": "a.safetensors", "y": "a.safetensors"},
+     "puts array 'y' in shard 'a.safetensors', which does not hold it"),
+])
+def test_sharded_index_reads_each_key_from_its_named_shard(
+        tmp_path, shards, weight_map, says):
+    """A sharded safetensors index is read as transformers reads it: each
+    array from the shard its weight_map names; an array in two shards, in
+    a shard the weight_map does not name for it, or missing from its
+    shard is refused (one line naming it and the shards)."""
+    from keras_vit.checkpoint.hub import tensors
+
+    for name, keys in shards.items():
+        safetensors.numpy.save_file(
+            {k: np.ones((2,), np.float32) for k in keys},
+            str(tmp_path / name))
+    index = tmp_path / "model.safetensors.index.json"
+    index.write_text(json.dumps({"weight_map": weight_map}))
+    with pytest.raises(UsageError, match=re.escape(says)) as info:
+        tensors.read_tensors(str(index))
+    assert "\n" not in str(info.value)
+    # The same shards under a weight_map that names each array's shard:
+    # every array read from it.
+    exact = {k: n for n, keys in shards.items() for k in keys}
+    if len(exact) == sum(map(len, shards.values())):
+        index.write_text(json.dumps({"weight_map": exact}))
+        read = tensors.read_tensors(str(index))
+        assert sorted(read) == sorted(exact)
+        np.testing.assert_array_equal(read["w"], np.ones(2))
 
 
 def _edited_arrays(tmp_path, name, edit):

@@ -23,10 +23,11 @@ and the dtypes of its arrays.
   bound every reader of a model file keeps to).
 - `check_real_dtype`: arrays of real numbers only (bfloat16 included; no
   complex, void, string, date or object arrays).
-- `check_shape`: no array with an axis of length zero. Such an array holds
-  no bytes, so a header may give it any other axis: the one shape that a
-  file's size does not bound (`(0, 2**40)`), and a model's widths are read
-  from the shapes before any array is.
+- `check_shape`: no array with an axis of negative length (an .npy header
+  may declare two, whose product is a positive size) or of length zero.
+  An empty array holds no bytes, so a header may give it any other axis:
+  the one shape that a file's size does not bound (`(0, 2**40)`), and a
+  model's widths are read from the shapes before any array is.
 """
 
 from __future__ import annotations
@@ -254,9 +255,17 @@ def check_real_dtype(dtype, path: str, key: str) -> None:
 
 
 def check_shape(shape, path: str, key: str) -> None:
-    """Refuses an array with an axis of length zero (`shape`): no model
-    parameter is empty, and the other axes of an empty array are bounded
-    by nothing (a model built from them would not fit in memory)."""
+    """Refuses an array with an axis of negative length (numpy's .npy
+    header parser takes one, and an even count of them multiplies to a
+    positive size) or of length zero (`shape`): no model parameter is
+    empty, and the other axes of an empty array are bounded by nothing (a
+    model built from them would not fit in memory)."""
+    if any(int(n) < 0 for n in shape):
+        raise UsageError(
+            f"{path}: array {key!r} declares shape {tuple(shape)}, with an "
+            "axis of negative length; no array has one (the file is "
+            "corrupt or crafted)."
+        )
     if any(int(n) == 0 for n in shape):
         raise UsageError(
             f"{path}: array {key!r} declares shape {tuple(shape)}, which "

@@ -98,13 +98,35 @@ class _Safetensors(collections.abc.Mapping):
 
 
 class _Shards(collections.abc.Mapping):
-    """The arrays of a sharded model: each key read from its shard."""
+    """The arrays of a sharded model: each key read from the shard the
+    index's weight_map names for it, as transformers reads them."""
 
-    def __init__(self, shards: Dict[str, Mapping[str, Any]]):
-        self._where = {}
-        for shard in shards.values():
-            for key in shard:
-                self._where[key] = shard
+    def __init__(self, weight_map: Dict[str, str],
+                 shards: Dict[str, Mapping[str, Any]], path: str):
+        held: Dict[str, str] = {}
+        for name, shard in shards.items():
+            for key in shard:  # the keys of its header; no array is read
+                if key in held:
+                    raise UsageError(
+                        f"{path}: array {key!r} is in both shards "
+                        f"{held[key]!r} and {name!r}; the index is corrupt "
+                        "or crafted (each array lies in one shard).")
+                held[key] = name
+        for key, name in held.items():
+            if weight_map.get(key) != name:
+                raise UsageError(
+                    f"{path}: array {key!r} is in shard {name!r}, but its "
+                    f"weight_map names {weight_map.get(key)!r} for it; the "
+                    "index is corrupt or crafted (download the model "
+                    "again).")
+        for key, name in weight_map.items():
+            if held.get(key) != name:
+                raise UsageError(
+                    f"{path}: its weight_map puts array {key!r} in shard "
+                    f"{name!r}, which does not hold it; the index or the "
+                    "shard is corrupt or incomplete (download the model "
+                    "again).")
+        self._where = {key: shards[name] for key, name in weight_map.items()}
 
     def __getitem__(self, key: str):
         return self._where[key][key]
@@ -121,7 +143,8 @@ class _Shards(collections.abc.Mapping):
 
 def _read_index(path: str) -> Mapping[str, Any]:
     """The arrays of the shards a model.safetensors.index.json names, each
-    shard inside the index's folder (`untrusted.inside_folder`)."""
+    shard inside the index's folder (`untrusted.inside_folder`) and each
+    array in the one shard its weight_map names (`_Shards`)."""
     index = untrusted.read_json_object(path)
     weight_map = index.get("weight_map")
     if not isinstance(weight_map, dict) or not weight_map:
@@ -132,13 +155,13 @@ def _read_index(path: str) -> Mapping[str, Any]:
     folder = os.path.dirname(path) or "."
     shards = {}
     for name in weight_map.values():
-        if name not in shards:
+        if not isinstance(name, str) or name not in shards:
             shard = untrusted.inside_folder(folder, name, path)
             if not shard.endswith(".safetensors"):
                 raise UsageError(f"{path} names {name!r}, not a "
                                  ".safetensors shard.")
             shards[name] = _read_file(shard)
-    return _Shards(shards)
+    return _Shards(weight_map, shards, path)
 
 
 class Unwrapped:
