@@ -258,15 +258,22 @@ _Q_BIAS = "vit.encoder.layer.0.attention.attention.query.bias"
 ])
 def test_mis_shaped_arrays_are_refused_by_name(tmp_path, name, key, cut,
                                                message):
+    text = _refusal(tmp_path, name, key, lambda array: array[cut])
+    assert re.search(re.escape(key) + " has shape " + message, text), text
+
+
+def _refusal(tmp_path, name, key, change):
+    """The one-line UsageError, starting with the folder, of fixture
+    `name` with array `key` replaced by `change` of it."""
     def edit(arrays):
-        arrays[key] = np.ascontiguousarray(arrays[key][cut])
+        arrays[key] = np.ascontiguousarray(change(arrays[key]))
     folder = _edited_arrays(tmp_path, name, edit)
     with pytest.raises(ValueError) as error:
         loader.load_model(loader.HubSource(folder))
     assert type(error.value).__name__ == "UsageError"
     text = str(error.value)
     assert "\n" not in text and text.startswith(folder)
-    assert re.search(re.escape(key) + " has shape " + message, text), text
+    return text
 
 
 _HF_KERNEL = "vit.embeddings.patch_embeddings.projection.weight"
@@ -286,14 +293,7 @@ def _four_channels(kernel):
 ])
 def test_a_patch_kernel_not_over_rgb_pixels_is_refused(tmp_path, name, key,
                                                        change, shape):
-    def edit(arrays):
-        arrays[key] = np.ascontiguousarray(change(arrays[key]))
-    folder = _edited_arrays(tmp_path, name, edit)
-    with pytest.raises(ValueError) as error:
-        loader.load_model(loader.HubSource(folder))
-    assert type(error.value).__name__ == "UsageError"
-    text = str(error.value)
-    assert "\n" not in text and text.startswith(folder)
+    text = _refusal(tmp_path, name, key, change)
     assert f"{key} has shape {shape}, where a Conv2d patch kernel (out, " \
         "3, P, P) over RGB images is expected" in text, text
 

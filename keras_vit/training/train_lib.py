@@ -266,7 +266,7 @@ def _host_run(workdir: str, trainer, data: run_data.RunData, checkpoints,
     if not resumed:
         records.set_earlier_run_aside(workdir, chief)
     writer = state.run_writer(workdir, strategy, items, chief,
-                                int(checkpoints.keep))
+                              int(checkpoints.keep))
     keeper = None
     if best is not None:
         weights_only = {k: items[k] for k in ("model", "optimizer")}
