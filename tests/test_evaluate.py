@@ -318,6 +318,43 @@ def test_cli_fewshot_on_digits(tmp_path, capsys):
     assert saved["model_location"] == path
 
 
+def test_fewshot_results_of_a_replaced_model_file_are_not_kept(
+        tmp_path, capsys):
+    """fewshot.json records the model's files (name, size, SHA-256): a
+    rerun on one data set keeps another's results of the same file, and
+    is refused, the file unchanged, where another model was saved at the
+    same path since (the results it would keep are of the old one)."""
+    path = str(tmp_path / "m.keras")
+    tiny(representation_size=16).save(path)
+    out = str(tmp_path / "fs")
+    args = ("--mode=fewshot", f"--config={FEWSHOT_CONFIG}:digits",
+            "--config.evals.fewshot.shots=(1,)",
+            "--config.evals.fewshot.seeds=(0,)", f"--model={path}",
+            f"--output_dir={out}")
+    assert cli(*args) == 0
+    result = os.path.join(out, "fewshot.json")
+    saved = json.load(open(result))
+    [(name, size, digest)] = saved["model_files"]
+    assert (name, size) == ("m.keras", os.path.getsize(path))
+    assert len(digest) == 64
+    # As if another data set had been probed before (its results kept).
+    saved["results"]["pets"] = {"1": {"per_seed": [0.5]}}
+    with open(result, "w") as f:
+        json.dump(saved, f)
+    assert cli(*args) == 0
+    assert json.load(open(result))["results"]["pets"] == {
+        "1": {"per_seed": [0.5]}}
+    before = open(result).read()
+    tiny(representation_size=16).save(path)  # new weights, same path
+    capsys.readouterr()
+    assert cli(*args) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert "holds few-shot results of pets of the model at" in err[0]
+    assert "its files changed since" in err[0]
+    assert open(result).read() == before
+
+
 def test_a_fewshot_rerun_keeps_the_other_data_sets(tmp_path):
     """The same model's fewshot.json: the data sets a rerun does not probe
     are kept (same recipe), or the rerun is refused (another recipe)."""

@@ -571,8 +571,9 @@ def test_image_folder_source(tmp_path):
 
 def test_image_folder_epochs_hold_paths_not_images(tmp_path):
     """Training on a folder: each epoch every file once, each epoch in
-    another order, endless as its cardinality says, and no shuffle buffer of images, in memory or in an
-    iterator's checkpoint (two counters); the restored iterator goes on
+    another order, endless as its cardinality says, and no shuffle
+    buffer of images, in memory or in an iterator's checkpoint (two
+    counters); the restored iterator goes on
     where the saved one stopped, reading the files as they are then."""
     root = str(tmp_path / "images")
     _write_folder(root)

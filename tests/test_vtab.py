@@ -535,11 +535,16 @@ def test_all_19_tasks_end_to_end_with_rerun(tmp_path, consistent_mock_data):
     )
     metrics = vtab_run.run_trial(cfg, run_dir, train_lib.train_and_evaluate)
     assert metrics == json.load(open(os.path.join(run_dir, "metrics.json")))
-    # Logging and checkpoint settings may change (the docs say so), and
-    # the rematerialisation (the same gradients).
+    # Logging and checkpoint settings may change (the docs say so), the
+    # rematerialisation and accumulation (the same gradients), where the
+    # data is and the host loop's length.
     cfg.log.every_steps = 7
     cfg.checkpoints.every_steps = 3
     cfg.model.remat = "block"
+    cfg.trainer.accumulation_steps = 2
+    cfg.trainer.steps_per_loop = 5
+    cfg.input.data_dir = str(tmp_path / "moved")
+    cfg.input.download = not cfg.input.download
     assert vtab_run.run_trial(cfg, run_dir,
                               train_lib.train_and_evaluate) == metrics
     cfg.schedule.lr = 0.02

@@ -15,9 +15,11 @@ matching `config.model` fields.
 
 from __future__ import annotations
 
+import os
 from typing import Any, Dict, NamedTuple, Optional, Sequence, Union
 
 import keras
+import tensorflow as tf
 from absl import logging
 
 from keras_vit.architecture import SHAPE_FIELDS, Architecture, Numerics
@@ -36,13 +38,16 @@ from keras_vit.checkpoint.sources import (
     check_pre_logits,
     require_vit,
 )
+from keras_vit.storage import atomic
+from keras_vit.storage import workdir as wd
 
 __all__ = [
     "FROM_SOURCE", "HubSource", "KerasSource", "LiteRTSource",
     "Loaded",
     "NpzSource", "SOURCE_KINDS", "SavedModelSource", "Source",
     "SourceLike", "WorkdirSource", "class_names", "describe_source",
-    "initialise", "load_model", "load_report", "require_vit", "resolve",
+    "initialise", "load_model", "load_report", "model_files", "require_vit",
+    "resolve",
     "source_arrays",
     "transfer_model_config", "write_backbone",
 ]
@@ -260,3 +265,25 @@ def class_names(source: SourceLike) -> Optional[list]:
     labels.txt, a hub model's id2label / label_names, an export's
     labels.txt."""
     return resolve(source).class_names()
+
+
+def model_files(source: Source) -> Optional[list]:
+    """[[name, size, sha256]] of the local files `source` reads its
+    weights from (a workdir: its newest checkpoint's), so that a file
+    replaced at the same path is known for another model (and a copy of
+    the same file, on another worker, for the same one); None for a
+    remote source, known by its location."""
+    path = source.path
+    if atomic.is_remote(path):
+        return None
+    if source.kind == "workdir":
+        newest = tf.train.latest_checkpoint(os.path.join(path,
+                                                         wd.CHECKPOINTS))
+        files = tf.io.gfile.glob(newest + ".*") if newest else []
+    elif os.path.isdir(path):
+        files = [os.path.join(path, name) for name in os.listdir(path)
+                 if os.path.isfile(os.path.join(path, name))]
+    else:
+        files = [path]
+    return [[os.path.basename(f), os.path.getsize(f), atomic.sha256(f)]
+            for f in sorted(files)]

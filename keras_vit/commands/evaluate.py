@@ -140,8 +140,10 @@ def _fewshot_mode(values, source, strategy) -> Dict:
     facts = dict(image_size=image_size, resize_size=resize_size,
                  keep_aspect=False, config=config.to_dict(),
                  model_location=atomic.absolute(source.path),
+                 model_files=pretrained.model_files(source),
                  use_ema=accuracy.ema_weights(source))
-    # Another model's file is refused; this model's other data sets kept.
+    # Another model's file is refused; this model's other data sets kept
+    # (not where its files changed since they were probed).
     kept = fewshot_reports.check_fewshot_folder(
         eval_mode.output_dir(values), name, [d.name for d in datasets],
         **facts)

@@ -112,6 +112,14 @@ def check_fewshot_folder(output_dir: str, model_name: str, datasets,
         )
     kept = {k: v for k, v in (held.get("results") or {}).items()
             if k not in set(datasets)}
+    files = held.get("model_files", facts.get("model_files"))
+    if kept and files != facts.get("model_files"):
+        raise UsageError(
+            f"{path} holds few-shot results of {', '.join(sorted(kept))} "
+            f"of the model at {location!r} as it was: its files changed "
+            "since (their contents), and this run would drop them: probe "
+            "them too (list them in the config's data sets), or pass "
+            "another --output_dir.")
     theirs, ours = _recipe(held), _recipe(facts)
     if "use_ema" not in held:  # written before the weights were recorded
         theirs["use_ema"] = ours["use_ema"]

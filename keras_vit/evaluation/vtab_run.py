@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import datetime
 import functools
-import hashlib
 import itertools
 import json
 import os
@@ -63,16 +62,25 @@ def _plain(obj):
     """JSON round trip (tuples -> lists), to compare configs with files."""
     return json.loads(json.dumps(obj))
 
-# The sections of a trial's config that do not change its score, and the
-# model's rematerialisation (the same gradients): they may differ when a
-# trial resumes (remat=block after running out of memory).
+# What of a trial's config does not change its score, and may differ
+# when it resumes: logging and checkpoints, where the data is (moved to
+# another disk) and how it is read, the host loop's length, and how the
+# same gradients are computed (remat=block or accumulation after running
+# out of memory, XLA or not).
 _UNSCORED = ("log", "checkpoints")
+_UNSCORED_FIELDS = {
+    "model": ("remat",),
+    "input": ("data_dir", "manual_dir", "download", "prefetch"),
+    "trainer": ("steps_per_loop", "connect_timeout_s", "accumulation_steps",
+                "jit_compile"),
+}
 
 
 def _scored(values: Dict) -> Dict:
     out = {k: v for k, v in values.items() if k not in _UNSCORED}
-    out["model"] = {k: v for k, v in (out.get("model") or {}).items()
-                    if k != "remat"}
+    for section, fields in _UNSCORED_FIELDS.items():
+        out[section] = {k: v for k, v in (out.get(section) or {}).items()
+                        if k not in fields}
     return out
 
 
@@ -204,34 +212,6 @@ def run_task(
 _STAMP_FIELDS = ("source", "kind", "keep_pre_logits", "files", "use_ema")
 
 
-def _sha256(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 23), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def _model_files(source: pretrained.Source) -> Optional[list]:
-    """[[name, size, sha256]] of the local files `source` reads its
-    weights from (a workdir: its newest checkpoint's); None for a remote
-    source, known by its location."""
-    path = source.path
-    if "://" in path:
-        return None
-    if source.kind == "workdir":
-        newest = tf.train.latest_checkpoint(os.path.join(path,
-                                                         wd.CHECKPOINTS))
-        files = tf.io.gfile.glob(newest + ".*") if newest else []
-    elif os.path.isdir(path):
-        files = [os.path.join(path, name) for name in os.listdir(path)
-                 if os.path.isfile(os.path.join(path, name))]
-    else:
-        files = [path]
-    return [[os.path.basename(f), os.path.getsize(f), _sha256(f)]
-            for f in sorted(files)]
-
-
 def prepare_backbone(
     source: pretrained.Source,
     output_dir: str,
@@ -243,7 +223,7 @@ def prepare_backbone(
     stamp = os.path.join(output_dir, BACKBONE_SOURCE)
     wanted = dict(source=atomic.absolute(source.path), kind=source.kind,
                   keep_pre_logits=keep_pre_logits,
-                  files=_model_files(source),
+                  files=pretrained.model_files(source),
                   use_ema=accuracy.ema_weights(source))
     if tf.io.gfile.exists(stamp):
         # The stamp decides, with or without the backbone beside it (a

@@ -40,6 +40,7 @@ from keras_vit.derived import input_image_size
 from keras_vit.errors import UsageError
 from keras_vit.export import graph as export_graph
 from keras_vit.export import options as export_options
+from keras_vit.storage import atomic
 from keras_vit.storage.atomic import atomic_write
 
 QUANTIZATIONS = ("float32", "float16", "int8")
@@ -189,7 +190,7 @@ def export_litert(
             _verify(tmp, wrapped, quantization)
         record = preprocessing_record(height, width, resize_size,
                                       quantization, keep_aspect)
-        record["tflite_sha256"] = _digest(tmp)
+        record["tflite_sha256"] = atomic.sha256(tmp)
         record["labels_sha256"] = None if labels is None else (
             hashlib.sha256(labels.encode("utf-8")).hexdigest())
         _write_side_files(path, labels, record)
@@ -208,15 +209,6 @@ def _write_side_files(path: str, labels: Optional[str],
         tf.io.gfile.remove(labels_path(path))
     atomic_write(preprocessing_path(path),
                  json.dumps(record, indent=1) + "\n")
-
-
-def _digest(path: str) -> str:
-    """str. The SHA-256 of the file at `path`, in hex."""
-    digest = hashlib.sha256()
-    with tf.io.gfile.GFile(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def labels_path(path: str) -> str:
@@ -318,8 +310,8 @@ def _digests_beside(path: str) -> list:
     """[SHA-256 of the .tflite `path`, of its class names (None where
     there are none)], as a record names them."""
     labels = labels_path(path)
-    return [_digest(path),
-            _digest(labels) if tf.io.gfile.exists(labels) else None]
+    return [atomic.sha256(path),
+            atomic.sha256(labels) if tf.io.gfile.exists(labels) else None]
 
 
 def _verify(path: str, wrapped: keras.Model, quantization: str) -> None:

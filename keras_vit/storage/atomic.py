@@ -21,6 +21,7 @@ for remote paths: local writes work where TensorFlow is not installed
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import shutil
 import signal
@@ -56,6 +57,23 @@ def exists(path: Union[str, os.PathLike]) -> bool:
     import tensorflow as tf  # only remote paths need TensorFlow
 
     return tf.io.gfile.exists(path)
+
+
+def sha256(path: Union[str, os.PathLike]) -> str:
+    """str. The SHA-256 of the file at `path` (local, or a URL through
+    `tf.io.gfile`) in hex, read 16 MiB at a time."""
+    path = os.fspath(path)
+    if is_remote(path):
+        import tensorflow as tf  # only remote paths need TensorFlow
+
+        opened = tf.io.gfile.GFile(path, "rb")
+    else:
+        opened = open(path, "rb")
+    digest = hashlib.sha256()
+    with opened as f:
+        for chunk in iter(lambda: f.read(16 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def temporary_name(path: str) -> str:
