@@ -341,6 +341,25 @@ def test_warmup_file_replays(exported, loaded):
                                "features"}
 
 
+def test_a_nearly_black_warmup_image_replays(loaded):
+    """A warm-up photo whose pixels are at most 1: its predict_images
+    request holds the resized pixels as whole values, which the
+    signature takes (fractions in [0, 1] it refuses as pixels scaled to
+    [0, 1], and a refused warm-up request fails the model's load)."""
+    dark = np.zeros((37, 53, 3), np.uint8)
+    dark[::5, ::7] = 1
+    data = tf.io.encode_png(dark).numpy()
+    requests = export_files.warmup_requests("vit", [data], (SIZE, SIZE))
+    [pixels] = [export_files.request_inputs(r)["images"] for r in requests
+                if r.model_spec.signature_name == "predict_images"]
+    assert pixels.max() == 1.0 and np.array_equal(pixels, np.round(pixels))
+    for request in requests:
+        inputs = export_files.request_inputs(request)
+        out = loaded.signatures[request.model_spec.signature_name](
+            **{k: tf.constant(v) for k, v in inputs.items()})
+        assert all(v.shape[0] == 1 for v in out.values())
+
+
 def test_warmup_batches_fit_the_batching_file(images, tmp_path):
     """TF Serving replays warm-up through its batching, which refuses a
     request of more than max_batch_size images and then fails the model's
@@ -537,8 +556,8 @@ def test_export_after_mirrored_strategy_training(images, tmp_path):
 def test_resize_size_matches_eval_crop(model, images, tmp_path, keep_aspect):
     """serving_default resizes as evaluation does (both sides, or the
     shorter side keeping the aspect ratio), and predict_images, given the
-    same photos' pixels, answers alike."""
-    path = export_model(model, str(tmp_path), resize_size=40,
+    same photos' pixels, answers alike. NumPy's ints are ints."""
+    path = export_model(model, str(tmp_path), resize_size=np.int64(40),
                         keep_aspect=keep_aspect,
                         warmup_images=[images["png_gray"]])
     datas = [images["jpeg"], images["gif"]]

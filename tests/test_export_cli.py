@@ -105,7 +105,7 @@ def test_cli_npz_source(model, images, tmp_path, capsys):
 def test_cli_workdir_source(images, tmp_path, capsys, keep_aspect):
     """A workdir's evaluation resize (40, both sides or the shorter side)
     is what its SavedModel, its LiteRT file and keras-vit-predict on the
-    workdir itself apply."""
+    workdir itself apply, and what export.json records."""
     config = tiny.digits_base()
     config.model.update(hidden_size=32, num_layers=1, num_heads=2,
                         mlp_dim=64, head_zero_init=False)
@@ -137,7 +137,14 @@ def test_cli_workdir_source(images, tmp_path, capsys, keep_aspect):
     want = reference(trained, datas, 40, keep_aspect)
     np.testing.assert_allclose(out["probabilities"], want, atol=1e-5)
     with open(os.path.join(path, "assets.extra", "export.json")) as f:
-        assert json.load(f)["keep_aspect"] is keep_aspect
+        info = json.load(f)
+    assert info["keep_aspect"] is keep_aspect
+    # [height, width], or the shorter side's length: the record, read
+    # back as written, is the served preprocessing.
+    assert info["resize_size"] == (40 if keep_aspect else [40, 40])
+    np.testing.assert_allclose(reference(
+        trained, datas, info["resize_size"], info["keep_aspect"]), want,
+        atol=1e-6)
     if keep_aspect:  # the JPEG is 45 x 60: the two resizes differ
         assert np.max(np.abs(want - reference(trained, datas, 40))) > 1e-4
     assert out["class_names"][0, 0].decode() == names[want[0].argmax()]

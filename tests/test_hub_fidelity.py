@@ -121,6 +121,24 @@ def test_processor_values_that_define_no_input_are_refused(
         loader.load_model(loader.HubSource(str(folder)))
 
 
+@pytest.mark.parametrize("field", ["do_normalize", "do_rescale",
+                                   "rescale_factor"])
+def test_a_null_processor_field_takes_the_class_default(tmp_path, field):
+    # transformers' image processors give a null field the class default
+    # (_set_attributes): rescale by 1/255 and normalise, as the folder
+    # without the null does (transformers' outputs in reference.npz).
+    folder = _copy(tmp_path, "hf_vit_model_bin")
+    _edit(folder / "preprocessor_config.json", **{field: None})
+    reference = np.load(os.path.join(folder, "reference.npz"))
+    model = loader.load_model(loader.HubSource(str(folder)))
+    assert_close(run_model(model, reference["pixels"]),
+                 reference["pooler_output"])
+    checkpoint = hub.read_hub(str(folder))
+    plain = hub.read_hub(os.path.join(FIXTURES, "hf_vit_model_bin"))
+    np.testing.assert_allclose(checkpoint.mean, plain.mean)
+    np.testing.assert_allclose(checkpoint.std, plain.std)
+
+
 def test_scalar_processor_mean_is_broadcast_as_transformers_does(tmp_path):
     folder = _copy(tmp_path, "hf_vit_rescale")
     _edit(folder / "preprocessor_config.json", image_mean=0.4,

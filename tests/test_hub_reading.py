@@ -489,3 +489,98 @@ def test_a_non_square_timm_model_with_a_crop_is_said(tmp_path, caplog):
     assert loader.resolve(folder).library_resize() is None
     assert "timm resizes to 17 x 71 (crop_pct 0.9, crop_mode 'center') " \
         "before its central 16 x 64" in caplog.text
+
+
+# --- an input that is not whole patches: the library's scale ---------------
+
+def _said(caplog, folder):
+    return [r.getMessage() for r in caplog.records
+            if str(folder) in r.getMessage()]
+
+
+def test_timm_resizes_for_its_full_input_past_the_whole_patches(
+        tmp_path, caplog):
+    # Input 35 at patch 8, crop_pct 0.9: timm resizes the shorter side to
+    # floor(35 / 0.9) = 38, takes the central 35 x 35, and its patch
+    # embedding reads the top-left 32 x 32. keras-vit, built at 32,
+    # resizes to 38 too (the same scale) and takes the central 32 x 32, a
+    # window it says differs.
+    caplog.set_level("WARNING", logger="absl")
+    folder = str(_copy(tmp_path, "timm_vit_size_remainder"))
+    source = loader.resolve(folder)
+    assert source.library_resize() == (38, (32, 32), True)
+    loader.load_model(source)
+    said = _said(caplog, folder)
+    assert len(said) == 1, said
+    assert ("timm makes 35 x 35 images, of which the patch embedding reads "
+            "the top-left 32 x 32") in said[0]
+    assert "takes the central 32 x 32 after timm's resize to 38" in said[0]
+    rgb = np.random.default_rng(3).integers(0, 256, (40, 50, 3), np.uint8)
+    image = tmp_path / "photo.png"
+    Image.fromarray(rgb).save(image)
+    check_predicts_with_resize(folder, image, 38, top_k=3)
+    # crop_pct 1, 'squash' (timm's vit_so400m_patch14_siglip_gap_384: 384
+    # at patch 14, built at 378): both sides to the full input, not to
+    # the whole patches.
+    folder = _timm(tmp_path, "squash", lambda c: c["pretrained_cfg"].update(
+        crop_pct=1.0, crop_mode="squash"), "timm_vit_size_remainder")
+    assert loader.resolve(folder).library_resize() == (35, (32, 32), False)
+
+
+@pytest.mark.parametrize("crop_pct, crop_mode, size, built, want", [
+    (0.9, "center", (35, 35), (32, 32), (38, True)),
+    (0.9, "squash", (35, 35), (32, 32), (38, False)),
+    (1.0, "squash", (384, 384), (378, 378), (384, False)),
+    (1.0, "center", (384, 384), (378, 378), (384, True)),
+    (1.0, "squash", (35, 39), (32, 32), (None, False)),
+])
+def test_timm_eval_resize_is_planned_for_the_full_input(
+        caplog, crop_pct, crop_mode, size, built, want):
+    caplog.set_level("WARNING", logger="absl")
+    path = f"full/{crop_pct}/{crop_mode}/{size}/config.json"
+    assert hub_timm.eval_resize(crop_pct, crop_mode, size, path,
+                                built) == want
+    said = _said(caplog, path)
+    assert len(said) == 1 and (
+        f"of which the patch embedding reads the top-left {built[0]} x "
+        f"{built[1]}") in said[0], said
+    if want[0] is None:
+        assert f"resizes a photo to {built[0]} x {built[1]} directly" in (
+            said[0])
+
+
+@pytest.mark.parametrize("fields, want, resized", [
+    # ViTImageProcessor to the full 35 x 35: resized to 35, not squeezed
+    # to the 32 x 32 the patch embedding reads.
+    (dict(size={"height": 35, "width": 35}), (35, False),
+     "resize a photo to 35 x 35 (both sides, bilinear) and take the "
+     "central 32 x 32"),
+    (dict(image_processor_type="DeiTImageProcessor", resample=2,
+          size={"height": 40, "width": 40}, crop_size=35), (40, False),
+     "resize a photo to 40 x 40 (both sides, bilinear) and take the "
+     "central 32 x 32"),
+])
+def test_transformers_resizes_for_its_full_input_past_the_whole_patches(
+        tmp_path, caplog, fields, want, resized):
+    # hf_vit_size_remainder: image_size 35, patch 8, built at 32.
+    caplog.set_level("WARNING", logger="absl")
+    folder = _copy(tmp_path, "hf_vit_size_remainder")
+    (folder / "preprocessor_config.json").write_text(json.dumps(
+        dict(fields, image_mean=[0.5] * 3, image_std=[0.5] * 3)))
+    source = loader.resolve(str(folder))
+    assert source.library_resize() == (want[0], (32, 32), want[1])
+    model = loader.load_model(source)
+    reference = _reference(folder)
+    assert_close(run_model(model, reference["pixels"][:, :32, :32]),
+                 reference["logits"])
+    said = _said(caplog, folder)
+    assert len(said) == 1, said
+    assert ("makes 35 x 35 images, of which the patch embedding reads the "
+            "top-left 32 x 32") in said[0]
+    assert resized in said[0]
+    # Whole patches: nothing to say.
+    path = "whole/preprocessor_config.json"
+    assert hub_processor.library_resize(
+        dict(size={"height": 32, "width": 32}), path, (32, 32),
+        (32, 32)) == (None, False)
+    assert not _said(caplog, path)

@@ -14,6 +14,7 @@ import pytest
 import safetensors.numpy
 
 import keras_vit
+from keras_vit import layers
 from keras_vit.checkpoint import loader, weights
 from keras_vit.checkpoint.hub import config as hub_config
 from keras_vit.checkpoint.hub import reader as hub
@@ -248,7 +249,85 @@ def test_accepted_non_default_arguments_compute_the_same(tmp_path):
     _assert_reference(_load(folder), folder)
 
 
+@pytest.mark.parametrize("field, value", [
+    # timm's Block builds LayerScale only `if init_values`.
+    ("init_values", 0.0), ("init_values", 0), ("init_values", None),
+    # get_norm_layer: none or "" is VisionTransformer's LayerNorm; a name
+    # is read lower case without underscores.
+    ("norm_layer", ""), ("norm_layer", "LayerNorm"),
+    ("norm_layer", "layer_norm"), ("norm_layer", None),
+    # get_act_layer: none or "" is nn.GELU; a name is read lower case.
+    ("act_layer", ""), ("act_layer", "GELU"), ("act_layer", None),
+])
+def test_names_timm_reads_as_its_defaults_compute_the_same(
+        tmp_path, field, value):
+    folder = _copy(tmp_path, "timm_vit", _set(field, value, args=True))
+    assert not loader.describe_source(
+        loader.HubSource(folder)).numerics.approximate_gelu
+    _assert_reference(_load(folder), folder)
+
+
+def test_timm_tanh_gelu_is_computed_and_other_names_refused(tmp_path):
+    # GELUTanh (F.gelu(approximate='tanh')), named in any case, is the
+    # formula of transformers' gelu_new, whose values activations.npz
+    # holds: keras_vit's tanh GELU computes them.
+    source = loader.HubSource(_copy(tmp_path, "timm_vit", _set(
+        "act_layer", "GELU_TANH", args=True)))
+    assert loader.describe_source(source).numerics.approximate_gelu
+    values = np.load(os.path.join(FIXTURES, "activations.npz"))
+    np.testing.assert_allclose(
+        keras.ops.convert_to_numpy(layers.gelu_tanh(values["x"])),
+        values["gelu_new"], atol=1e-6)
+    for field, value in (("norm_layer", "rmsnorm"),
+                         ("norm_layer", "layernorm2d"),
+                         ("act_layer", "gelutanh"),
+                         ("act_layer", "quick_gelu"),
+                         ("init_values", 1e-6)):
+        folder = _copy(tmp_path / field / str(value), "timm_vit",
+                       _set(field, value, args=True))
+        with pytest.raises(UsageError, match=f"{field}="):
+            _load(folder)
+
+
+def test_gelu_accurate_is_the_tanh_gelu(tmp_path):
+    # transformers' AccurateGELUActivation: 0.5 x (1 + tanh(sqrt(2 / pi)
+    # (x + 0.044715 x^3))), gelu_new's values (activations.npz).
+    values = np.load(os.path.join(FIXTURES, "activations.npz"))
+    x = values["x"].astype(np.float64)
+    accurate = 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (
+        x + 0.044715 * x ** 3)))
+    np.testing.assert_allclose(accurate, values["gelu_new"], atol=1e-6)
+    assert hub_config.HF_GELU["gelu_accurate"]
+    models = {}
+    for act in ("gelu_accurate", "gelu_new"):
+        folder = _copy(tmp_path / act, "hf_vit_classifier",
+                       _set("hidden_act", act))
+        info = loader.describe_source(loader.HubSource(folder))
+        assert info.numerics.approximate_gelu
+        models[act] = _outputs(_load(folder), folder)[0]
+    np.testing.assert_array_equal(models["gelu_accurate"],
+                                  models["gelu_new"])
+
+
 # --- part 2: pooler_act, global_pool -------------------------------------
+
+def test_a_classifier_uses_no_pooler_act(tmp_path):
+    # ViTForImageClassification builds no pooler: transformers never reads
+    # pooler_act there, so a string it has no activation for is no error.
+    folder = _copy(tmp_path, "hf_vit_classifier",
+                   _set("pooler_act", "quick_gelu"))
+    _assert_reference(_load(folder), folder)
+    # Also where config.json names no class and the arrays hold a
+    # classifier beside a pooler (AutoModelForImageClassification's).
+    def edit(config):
+        config.pop("architectures")
+        config["pooler_act"] = "quick_gelu"
+    folder = _copy(tmp_path, "hf_vit_classifier_stray_pooler", edit)
+    _assert_reference(_load(folder), folder)
+    # A null is refused: transformers' ViTConfig takes only a string.
+    folder = _copy(tmp_path, "hf_vit_classifier", _set("pooler_act", None))
+    with pytest.raises(UsageError, match="sets pooler_act to null"):
+        _load(folder)
 
 def test_pooler_activations_equal_transformers():
     values = np.load(os.path.join(FIXTURES, "activations.npz"))

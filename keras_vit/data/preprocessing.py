@@ -24,9 +24,9 @@ Size = Union[int, Sequence[int]]
 
 
 def as_hw(size: Size) -> Tuple[int, int]:
-    """(height, width) from an int or a pair."""
-    if isinstance(size, int):
-        return (size, size)
+    """(height, width) from an int (NumPy's too) or a pair."""
+    if isinstance(size, numbers.Integral):
+        return (int(size), int(size))
     size = tuple(int(s) for s in size)
     if len(size) != 2:
         raise UsageError(f"Expected an int or (height, width), got {size!r}.")

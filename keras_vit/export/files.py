@@ -21,10 +21,12 @@ from __future__ import annotations
 import os
 import posixpath
 import re
+import socket
 from typing import List, Sequence, Union
 
 import numpy as np
 import tensorflow as tf
+from absl import logging
 
 from keras_vit.data import checks, preprocessing
 from keras_vit.errors import UsageError
@@ -133,7 +135,9 @@ def publish_version(
             continue
         try:
             tf.io.gfile.rename(tmp_dir, final, overwrite=False)
-        except (tf.errors.AlreadyExistsError, FileExistsError, OSError):
+        except (tf.errors.AlreadyExistsError,
+                tf.errors.FailedPreconditionError,  # a folder there since
+                FileExistsError, OSError):
             if auto and tf.io.gfile.exists(final):
                 continue
             raise
@@ -298,7 +302,10 @@ def warmup_requests(
     pixels = preprocessing.resize(
         preprocessing.decode_image(tf.constant(images[0])), image_size
     )
-    pixels = np.clip(pixels.numpy(), 0.0, 255.0)[None].astype(np.float32)
+    # Whole values, as a decoded image's: the signature refuses a nearly
+    # black image of fractions in [0, 1] as one scaled to [0, 1].
+    pixels = np.clip(np.round(pixels.numpy()), 0.0, 255.0)[None].astype(
+        np.float32)
     requests.append(_request(model_name, "predict_images", {"images": pixels}))
     requests.append(
         _request(
@@ -342,3 +349,42 @@ def request_inputs(request) -> dict:
     return {
         key: tf.make_ndarray(proto) for key, proto in request.inputs.items()
     }
+
+
+# This machine in a temporary version's name: on a folder that several
+# machines (or containers, each with its own process numbers) share, an
+# export judges only its own machine's leftovers.
+_HOST = re.sub(r"[^A-Za-z0-9.]", "_", socket.gethostname()) or "host"
+
+
+def temporary_version(model_dir: str, version: int) -> str:
+    """The folder a version is written in before it is published,
+    .tmp-<version>-<host>-<pid>: TF Serving ignores folders whose name is
+    not an integer."""
+    return join(model_dir, f".tmp-{version}-{_HOST}-{os.getpid()}")
+
+
+def remove_orphans(model_dir: str) -> None:
+    """Removes the unpublished versions (.tmp-<version>-<host>-<pid>)
+    that an export killed outright (kill -9) left in a local `model_dir`:
+    those of this machine's processes no longer running (and those named
+    without a machine, .tmp-<version>-<pid>, by earlier versions)."""
+    if "://" in model_dir or not os.path.isdir(model_dir):
+        return
+    for name in os.listdir(model_dir):
+        match = re.fullmatch(r"\.tmp-\d+-(?:([A-Za-z0-9._]+)-)?(\d+)", name)
+        if not match or match.group(1) not in (None, _HOST) or _running(
+                int(match.group(2))):
+            continue
+        logging.info("Removing %s, an export that was killed.", name)
+        remove_tree(os.path.join(model_dir, name))
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process
+        return True
+    return True

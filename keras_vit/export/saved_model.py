@@ -28,13 +28,11 @@ import dataclasses
 import datetime
 import json
 import os
-import re
 from typing import Optional, Sequence
 
 import keras
 import numpy as np
 import tensorflow as tf
-from absl import logging
 
 from keras_vit.data import preprocessing
 from keras_vit.derived import (
@@ -290,10 +288,8 @@ def _write_version(archive, serving_model: keras.Model, target: _Target,
     tf.io.gfile.makedirs(target.model_dir)
     version = (export_files.next_version(target.model_dir) if auto_version
                else opts.version)
-    _remove_orphans(target.model_dir)
-    # TF Serving ignores folders whose name is not an integer.
-    tmp_dir = export_files.join(target.model_dir,
-                                f".tmp-{version}-{os.getpid()}")
+    export_files.remove_orphans(target.model_dir)
+    tmp_dir = export_files.temporary_version(target.model_dir, version)
     export_files.remove_tree(tmp_dir)
     try:
         _write_saved_model(archive, tmp_dir)
@@ -315,30 +311,6 @@ def _write_version(archive, serving_model: keras.Model, target: _Target,
     except BaseException:
         export_files.remove_tree(tmp_dir)
         raise
-
-
-def _remove_orphans(model_dir: str) -> None:
-    """Removes the unpublished versions (.tmp-<version>-<pid>) that an
-    export killed outright (kill -9) left in a local `model_dir`: those of
-    processes no longer running here."""
-    if "://" in model_dir or not os.path.isdir(model_dir):
-        return
-    for name in os.listdir(model_dir):
-        match = re.fullmatch(r"\.tmp-\d+-(\d+)", name)
-        if not match or _running(int(match.group(1))):
-            continue
-        logging.info("Removing %s, an export that was killed.", name)
-        export_files.remove_tree(os.path.join(model_dir, name))
-
-
-def _running(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:  # another user's process
-        return True
-    return True
 
 
 def write_batching_parameters(export_dir: str) -> Optional[str]:
@@ -384,12 +356,15 @@ def _export_info(model: keras.Model, target: _Target,
         [export_graph.ANY_SIZE_SIGNATURE] if opts.dynamic_size else []
     )
     resize_size = opts.resize_size
+    if resize_size is not None:
+        resize_size = (int(resize_size) if opts.keep_aspect
+                       else list(preprocessing.as_hw(resize_size)))
     return {
         "model_name": opts.model_name,
         "keras_model_name": model.name,
         "image_size": list(target.size),
-        "resize_size": None if resize_size is None
-        else list(preprocessing.as_hw(resize_size)),
+        # [height, width], or with keep_aspect the shorter side's length.
+        "resize_size": resize_size,
         "keep_aspect": bool(opts.keep_aspect),
         "num_classes": len(target.names),
         "top_k": target.top_k,

@@ -43,7 +43,9 @@ HF_VIT_FIELDS = {
     "layer_norm_eps": READ,
     "qkv_bias": READ,  # False: zero query/key/value biases
     "hidden_act": CHECKED,  # a GELU form
-    "pooler_act": CHECKED,  # an activation Keras computes exactly
+    # An activation Keras computes exactly, where the pooler is read (a
+    # ViTForImageClassification builds none: any string).
+    "pooler_act": CHECKED,
     "num_channels": CHECKED,  # 3
     "hidden_dropout_prob": NO_EFFECT,
     "attention_probs_dropout_prob": NO_EFFECT,
@@ -61,10 +63,12 @@ HF_VIT_DEFAULTS = {
     "image_size": 224, "patch_size": 16, "num_channels": 3, "qkv_bias": True,
     "pooler_act": "tanh",
 }
-# transformers' `hidden_act` -> whether the MLP's GELU is the tanh form.
+# transformers' `hidden_act` -> whether the MLP's GELU is the tanh form
+# (gelu_accurate, AccurateGELUActivation: 0.5 x (1 + tanh(sqrt(2 / pi)
+# (x + 0.044715 x^3))), gelu_new's formula).
 HF_GELU = {"gelu": False, "gelu_python": False, "gelu_new": True,
            "gelu_pytorch_tanh": True, "gelu_python_tanh": True,
-           "gelu_fast": True}
+           "gelu_fast": True, "gelu_accurate": True}
 # transformers' `pooler_act` -> the Keras activation computing the same
 # function (tests/fixtures/hub/activations.npz holds transformers' values).
 HF_POOLER_ACTIVATIONS = {
@@ -122,11 +126,6 @@ def hf_settings(spec: Dict[str, Any], folder: str,
     if act not in HF_GELU:
         raise refuse("hidden_act", act, "an MLP activation that is not "
                       f"one of the GELU forms {sorted(HF_GELU)}")
-    pooler = spec.get("pooler_act", "tanh")
-    if pooler not in HF_POOLER_ACTIVATIONS:
-        raise refuse("pooler_act", pooler, "a pooler activation with no "
-                      "exact Keras equivalent (read: "
-                      f"{', '.join(sorted(HF_POOLER_ACTIVATIONS))})")
     if spec.get("num_channels", 3) != 3:
         raise refuse("num_channels", spec["num_channels"],
                       "images that are not RGB")
@@ -138,11 +137,12 @@ def hf_settings(spec: Dict[str, Any], folder: str,
                                              processor))
     mean, std = processor_normalisation(proc or {}, processor)
     size = spec.get("image_size", 224)
+    size = (size, size) if isinstance(size, int) else tuple(size)
     # The resize before the central crop its processor implies (of the
-    # shorter side, the aspect ratio kept, with keep_aspect).
+    # shorter side, the aspect ratio kept, with keep_aspect), for the model
+    # built at whole patches.
     resize, keep_aspect = library_resize(
-        proc, processor, (size, size) if isinstance(size, int)
-        else tuple(size))
+        proc, processor, size, _whole_patches(size, spec.get("patch_size")))
     return dict(
         num_heads=int(spec.get("num_attention_heads",
                                HF_VIT_DEFAULTS["num_attention_heads"])),
@@ -152,7 +152,8 @@ def hf_settings(spec: Dict[str, Any], folder: str,
         class_names=class_names(spec.get("id2label"), hf=True),
         mean=mean,
         std=std,
-        pre_logits_activation=HF_POOLER_ACTIVATIONS[pooler],
+        # Checked where the pooler is read (`pooler_activation`).
+        pooler_act=spec.get("pooler_act", "tanh"),
         architecture=hf_architecture(spec),
         eval_resize=resize,
         eval_keep_aspect=keep_aspect,
@@ -160,6 +161,27 @@ def hf_settings(spec: Dict[str, Any], folder: str,
         # such arrays of the file.
         qkv_bias=bool(spec.get("qkv_bias", True)),
     )
+
+
+def _whole_patches(size, patch):
+    """The image size the patch convolution reads (whole patches), for a
+    config.json patch_size that is a square patch; else `size` (the
+    arrays' patch is checked against it later)."""
+    patch = patch_size(16 if patch is None else patch)
+    if not isinstance(patch, int) or isinstance(patch, bool) or patch < 1:
+        return size
+    return tuple(int(s) // patch * patch for s in size)
+
+
+def pooler_activation(pooler, read: bool) -> str:
+    """The Keras activation of config.json's pooler_act where the pooler is
+    `read` (a ViTModel's); a ViTForImageClassification builds no pooler,
+    so transformers uses no pooler_act there (tanh, unused, is returned)."""
+    if read and pooler not in HF_POOLER_ACTIVATIONS:
+        raise refuse("pooler_act", pooler, "a pooler activation with no "
+                     "exact Keras equivalent (read: "
+                     f"{', '.join(sorted(HF_POOLER_ACTIVATIONS))})")
+    return HF_POOLER_ACTIVATIONS[pooler] if read else "tanh"
 
 
 def hf_architecture(spec: Dict[str, Any]) -> Optional[str]:

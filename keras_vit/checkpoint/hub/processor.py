@@ -127,20 +127,27 @@ def processor_class(proc: Dict[str, Any], path: str) -> str:
     return name[:-len("Fast")] if name.endswith("Fast") else name
 
 
+def _given(proc: Dict[str, Any], field: str, default):
+    """The file's value of `field`, the class default where it leaves the
+    field out or sets it to null (the processors' `_set_attributes`)."""
+    value = proc.get(field)
+    return default if value is None else value
+
+
 def processor_normalisation(proc: Dict[str, Any], path: str):
     """(mean, std) of pixels / 255 that equal what a transformers image
     processor feeds the model: `do_rescale` (x rescale_factor, default
     1/255) and `do_normalize` ((x - image_mean) / image_std, default mean
     and std those of the processor class, `PROCESSOR_DEFAULTS`;
-    transformers' defaults for a missing field). Any such affine map of
-    the pixels folds exactly into the patch embedding; a zero scale or
+    transformers' defaults for a field left out or null). Any such affine
+    map of the pixels folds exactly into the patch embedding; a zero scale or
     std, which no model input can come from, is refused, and so is a
     class of unknown defaults that leaves image_mean or image_std out."""
     if not isinstance(proc, dict):
         raise UsageError(f"{path} is not a JSON object.")
     kind = processor_class(proc, path)
-    rescale = proc.get("do_rescale", True)
-    factor = proc.get("rescale_factor", 1 / 255) if rescale else 1.0
+    rescale = _given(proc, "do_rescale", True)
+    factor = _given(proc, "rescale_factor", 1 / 255) if rescale else 1.0
     if (isinstance(factor, bool) or not isinstance(factor, (int, float))
             or not math.isfinite(factor) or factor <= 0):
         raise UsageError(
@@ -148,7 +155,7 @@ def processor_normalisation(proc: Dict[str, Any], path: str):
             "expected (transformers multiplies the pixels by it)."
         )
     mean, std = (0.0,) * 3, (1.0,) * 3
-    if proc.get("do_normalize", True):
+    if _given(proc, "do_normalize", True):
         default = PROCESSOR_DEFAULTS.get(kind)
         unset = [f for f in ("image_mean", "image_std")
                  if proc.get(f) is None]
@@ -213,26 +220,53 @@ def warn_once(text: str) -> None:
 
 
 def library_resize(proc: Optional[Dict[str, Any]], path: str,
-                   model_hw: Tuple[int, int]) -> Tuple[Optional[int], bool]:
+                   model_hw: Tuple[int, int],
+                   built_hw: Optional[Tuple[int, int]] = None,
+                   ) -> Tuple[Optional[int], bool]:
     """(N, keep_aspect) of the evaluation resize (to N x N, or with
     keep_aspect the shorter side to N, then the central crop of the
     model's input) that the folder's processor implies, or (None, False)
     where it resizes to the input directly (or there is no processor
     file, which transformers cannot process photos without). `model_hw`:
-    the config.json image size the model takes. What the processor does
+    the config.json image size the model takes; `built_hw`: the whole
+    patches of it that its patch convolution reads, the size keras_vit
+    builds the model at (default `model_hw`). What the processor does
     that these forms cannot is said in one warning line, with what is
     done instead."""
     if proc is None:
         return None, False
     kind = processor_class(proc, path)
+    model_hw = tuple(model_hw)
+    built = tuple(built_hw or model_hw)
     plan, notes = _plan(proc, path, kind, model_hw)
+    if built != model_hw:
+        plan = _past_patches(plan, notes, model_hw, built)
     resize, keep = plan if isinstance(plan, tuple) else (None, False)
     if notes:
         warn_once(
             f"{path}: transformers' {kind} {'; '.join(notes)}. "
             "keras-vit-predict, -evaluate, -analysis and -export "
-            f"{_done(resize, keep, model_hw)}.")
+            f"{_done(resize, keep, built)}.")
     return resize, keep
+
+
+def _past_patches(plan, notes: List[str], model_hw, built):
+    """The plan for a model input that is not whole patches: transformers
+    makes `model_hw` images and its patch convolution reads their
+    top-left `built`; keras_vit, built at `built`, resizes as for
+    `model_hw` (the same scale) and takes the central `built`, a window
+    that cannot be the top-left one (said in `notes`)."""
+    if plan == "direct" and not notes and model_hw[0] == model_hw[1]:
+        plan = (model_hw[0], False)
+    drop = max(m - b for m, b in zip(model_hw, built))
+    notes.append(
+        f"makes {model_hw[0]} x {model_hw[1]} images, of which the patch "
+        f"embedding reads the top-left {built[0]} x {built[1]} (whole "
+        "patches; the model is built at that size)" + (
+            f": keras-vit takes the central {built[0]} x {built[1]} at the"
+            f" same scale, a window shifted down and right by about half "
+            f"the {drop} pixels dropped" if isinstance(plan, tuple) else ""))
+    return plan
 
 
 def _done(resize: Optional[int], keep: bool, model_hw) -> str:

@@ -303,6 +303,8 @@ def _map_huggingface(spec, tensors, config_path: str):
         tensors, settings["num_heads"], settings.pop("architecture"),
         settings.pop("qkv_bias"),
         hub_config.num_labels(spec.get("id2label"), spec.get("num_labels")))
+    settings["pre_logits_activation"] = hub_config.pooler_activation(
+        settings.pop("pooler_act"), "pre_logits/kernel" in mapper.arrays)
     if mapper.left_out:
         hub_processor.warn_once(
             f"{config_path} names no architectures and its weights hold a "
@@ -384,6 +386,6 @@ def _set_sizes(settings: dict, spec, mapper, kind: str,
         settings.pop("stored_size")
         settings["eval_resize"], settings["eval_keep_aspect"] = (
             hub_timm.eval_resize(
-                settings.pop("crop_pct"), settings.pop("crop_mode"),
-                settings["image_size"],
-                os.path.join(os.path.dirname(weights_path), CONFIG_FILE)))
+                settings.pop("crop_pct"), settings.pop("crop_mode"), size,
+                os.path.join(os.path.dirname(weights_path), CONFIG_FILE),
+                settings["image_size"]))

@@ -16,7 +16,6 @@ the class token), each by name.
 
 from __future__ import annotations
 
-import math
 from typing import Any, Dict, Optional
 
 from keras_vit.checkpoint.hub.config import (
@@ -31,12 +30,12 @@ from keras_vit.checkpoint.hub.config import (
     patch_size,
     refuse,
 )
-from keras_vit.checkpoint.hub.processor import warn_once
 from keras_vit.checkpoint.hub.timm_defaults import (
     check_classes,
     check_in_chans,
     check_named_sizes,
     check_pretrained_fields,
+    eval_resize,  # noqa: F401 (read as hub_timm.eval_resize)
     image_size,
     pretrained_cfg,
     registered,
@@ -107,7 +106,9 @@ TIMM_FACTORY_ARGS = {
     # folder keras_vit loads has every array its model needs, no other.
     "pretrained_strict": NO_EFFECT,
 }
-# timm's `act_layer` names -> whether the GELU is the tanh form.
+# timm's `act_layer` names, as its get_act_layer reads them (lower case;
+# none or "": VisionTransformer's nn.GELU) -> whether the GELU is the tanh
+# form (GELUTanh: F.gelu(approximate='tanh')).
 _TIMM_GELU = {None: False, "gelu": False, "gelu_tanh": True}
 # VisionTransformer's defaults of the CHECKED arguments, and what each
 # must be for this ViT (a value, or a rule in _timm_refusal).
@@ -198,17 +199,28 @@ def _pool(spec, arch, known, model_args) -> str:
     return pool
 
 
+def _layer_name(value, underscores: bool = True):
+    """A norm_layer / act_layer name as timm's get_norm_layer (without
+    `underscores`) / get_act_layer looks it up: lower case; none or ""
+    for VisionTransformer's default (LayerNorm, nn.GELU)."""
+    if not isinstance(value, str) or not value:
+        return value or None
+    return (value if underscores else value.replace("_", "")).lower()
+
+
 def _timm_refusal(args: Dict[str, Any], pool: str) -> Optional[UsageError]:
     """The first argument this ViT does not compute, as an error."""
     for field, plain in _TIMM_PLAIN.items():
         value = args.get(field, plain)
+        if field == "init_values" and not value:
+            continue  # timm's Block builds LayerScale only `if init_values`
         if value != plain:
             why = _TIMM_WHY.get(field, "another layer than timm's default")
             return refuse(field, value, why)
-    if args.get("norm_layer") not in (None, "layernorm"):
+    if _layer_name(args.get("norm_layer"), False) not in (None, "layernorm"):
         return refuse("norm_layer", args["norm_layer"],
                        "a norm other than timm's LayerNorm (epsilon 1e-6)")
-    if args.get("act_layer") not in _TIMM_GELU:
+    if _layer_name(args.get("act_layer")) not in _TIMM_GELU:
         return refuse("act_layer", args["act_layer"],
                        "an MLP activation other than GELU")
     cls = args.get("class_token", True)
@@ -290,7 +302,7 @@ def settings(spec: Dict[str, Any]) -> Dict[str, Any]:
         image_size=_pair(image_size(model_args, pretrained, known)),
         stored_size=_pair(model_args.get("img_size") or list(
             pretrained.get("input_size") or (3, 224, 224))[-2:]),
-        approximate_gelu=_TIMM_GELU[args.get("act_layer")],
+        approximate_gelu=_TIMM_GELU[_layer_name(args.get("act_layer"))],
         layer_norm_epsilon=1e-6,
         class_names=class_names(_label_names(spec, pretrained)),
         mean=channels(pretrained.get("mean") or TIMM_DEFAULT_MEAN,
@@ -319,44 +331,6 @@ def _std(value):
             "defined."
         )
     return std
-
-
-def eval_resize(crop_pct: float, crop_mode, size, path: str):
-    """(N, keep_aspect) of timm's evaluation transform
-    (transforms_imagenet_eval: resize to floor(side / crop_pct), then the
-    central crop) in keras-vit's form, or (None, False) where it resizes
-    to the input directly. crop_mode 'center' (timm's default, and what
-    timm does for a mode it does not name) resizes a photo's shorter side
-    to N, the aspect ratio kept (torchvision's Resize(int)), a crop_pct
-    of 1 included: keep_aspect True. 'squash' resizes both sides to N x N
-    (to the input directly at a crop_pct of 1). What timm does beyond
-    these forms, a non-square resize or crop_mode 'border', is said in one
-    warning line; timm's filter (bicubic by default, where keras-vit
-    resizes with area keeping the aspect ratio, bilinear otherwise) is
-    logged by the commands."""
-    rows, cols = size
-    scale = (math.floor(rows / crop_pct), math.floor(cols / crop_pct))
-    if rows != cols:
-        if scale[0] > rows or scale[1] > cols or crop_mode != "squash":
-            warn_once(
-                f"{path}: timm resizes to {scale[0]} x {scale[1]} (crop_pct "
-                f"{crop_pct}, crop_mode {crop_mode!r}) before its central "
-                f"{rows} x {cols}, which "
-                "keras-vit cannot (it resizes to N x N, or the shorter side "
-                f"to N): a photo is resized to {rows} x {cols} directly; "
-                "--resize_size=N resizes to N x N before the central crop.")
-        return None, False
-    if scale[0] < rows:  # a crop_pct above 1, which timm pads
-        return None, False
-    if crop_mode not in ("squash", "border"):
-        return scale[0], True
-    if crop_mode == "border":
-        warn_once(
-            f"{path}: timm's crop_mode 'border' fits a photo's longer side "
-            f"in {scale[0]} pixels and pads the rest; keras-vit resizes "
-            f"both sides to {scale[0]} and takes the central {rows} x "
-            f"{cols}; --resize_size=N sets another resize.")
-    return (None if scale[0] == rows else scale[0]), False
 
 
 def check_padding(pad: bool, size, patch: int) -> None:

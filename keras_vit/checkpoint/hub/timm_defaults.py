@@ -4,16 +4,19 @@
 registration (`timm_registry`), the image size, the input channels and
 the classifier width, each with timm's precedence (model_args, then the
 architecture's own arguments, then pretrained_cfg, then the defaults),
-and the head timm's loader would refuse or drop. Read by `hub_timm`.
+and the head timm's loader would refuse or drop; and the resize of its
+evaluation transform (`eval_resize`). Read by `hub_timm`.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any, Dict, Optional
 
 from keras_vit.checkpoint.hub import timm_registry
 from keras_vit.checkpoint.hub.config import disagree, patch_size, refuse
+from keras_vit.checkpoint.hub.processor import warn_once
 from keras_vit.errors import UsageError
 
 # The fields of timm's PretrainedCfg (timm 1.0.31, the registry's): its
@@ -277,3 +280,64 @@ def check_named_sizes(spec: Dict[str, Any], info: Dict[str, Any]) -> None:
             "architecture", spec.get("architecture"),
             f"{found}-pixel patches, where timm builds the "
             f"name's patch{named} as model_args gives no patch_size")
+
+
+def eval_resize(crop_pct: float, crop_mode, size, path: str, built=None):
+    """(N, keep_aspect) of timm's evaluation transform
+    (transforms_imagenet_eval: resize to floor(side / crop_pct), then the
+    central crop) in keras-vit's form, or (None, False) where it resizes
+    to the input directly. crop_mode 'center' (timm's default, and what
+    timm does for a mode it does not name) resizes a photo's shorter side
+    to N, the aspect ratio kept (torchvision's Resize(int)), a crop_pct
+    of 1 included: keep_aspect True. 'squash' resizes both sides to N x N
+    (to the input directly at a crop_pct of 1). What timm does beyond
+    these forms, a non-square resize or crop_mode 'border', is said in one
+    warning line; timm's filter (bicubic by default, where keras-vit
+    resizes with area keeping the aspect ratio, bilinear otherwise) is
+    logged by the commands. `size`: the model's input as timm makes it;
+    `built`: the whole patches of it that the patch convolution reads,
+    which keras_vit builds the model at (default `size`): the resize is
+    timm's, for `size`, and the window read is said."""
+    built = tuple(built or size)
+    plan = _eval_resize(crop_pct, crop_mode, tuple(size), path, built)
+    if built != tuple(size):
+        warn_once(
+            f"{path}: timm makes {size[0]} x {size[1]} images, of which the "
+            f"patch embedding reads the top-left {built[0]} x {built[1]} "
+            "(whole patches; the model is built at that size): keras-vit "
+            + (f"takes the central {built[0]} x {built[1]} after timm's "
+               f"resize to {plan[0]} (the same scale), a window shifted "
+               "down and right by about half the "
+               f"{max(s - b for s, b in zip(size, built))} pixels dropped"
+               if plan[0] else
+               f"resizes a photo to {built[0]} x {built[1]} directly")
+            + ".")
+    return plan
+
+
+def _eval_resize(crop_pct, crop_mode, size, path, built):
+    """eval_resize's (N, keep_aspect) for a model input `size`."""
+    rows, cols = size
+    scale = (math.floor(rows / crop_pct), math.floor(cols / crop_pct))
+    if rows != cols:
+        if scale[0] > rows or scale[1] > cols or crop_mode != "squash":
+            warn_once(
+                f"{path}: timm resizes to {scale[0]} x {scale[1]} (crop_pct "
+                f"{crop_pct}, crop_mode {crop_mode!r}) before its central "
+                f"{rows} x {cols}, which "
+                "keras-vit cannot (it resizes to N x N, or the shorter side "
+                f"to N): a photo is resized to {built[0]} x {built[1]} "
+                "directly; "
+                "--resize_size=N resizes to N x N before the central crop.")
+        return None, False
+    if scale[0] < rows:  # a crop_pct above 1, which timm pads
+        return None, False
+    if crop_mode not in ("squash", "border"):
+        return scale[0], True
+    if crop_mode == "border":
+        warn_once(
+            f"{path}: timm's crop_mode 'border' fits a photo's longer side "
+            f"in {scale[0]} pixels and pads the rest; keras-vit resizes "
+            f"both sides to {scale[0]} and takes the central {built[0]} x "
+            f"{built[1]}; --resize_size=N sets another resize.")
+    return (None if (scale[0],) * 2 == built else scale[0]), False
