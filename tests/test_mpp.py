@@ -3,6 +3,7 @@ statistics, the colour targets against NumPy, the loss on corrupted patches
 only, real training steps, and the encoder's transfer into a classifier."""
 
 import json
+import logging
 import os
 
 import keras
@@ -21,7 +22,7 @@ from keras_vit.commands import analysis as analysis_command
 from keras_vit.data import masking, sources
 from keras_vit.data import pipeline as input_pipeline
 from keras_vit.storage import workdir as wd
-from keras_vit.training import loop, train_lib
+from keras_vit.training import loop, reporting, train_lib
 from keras_vit.training.mpp_trainer import MppTrainer
 from tests import tiny
 from tests.strategies import two_cpu_mirrored
@@ -255,6 +256,34 @@ def test_mpp_training_steps_reduce_the_loss(target):
     assert float(tf.reduce_mean(after)) < 0.7 * float(tf.reduce_mean(before))
 
 
+@pytest.mark.parametrize("target", mpp.TARGETS)
+def test_evaluation_ranks_top5_of_colour_classes_only(target, tmp_path,
+                                                      caplog):
+    """A colour-class target reports its top-5 accuracy; predicting
+    pixels has no classes to rank: top5 is None in the results, left out
+    of the log line and the summaries, null in metrics.json."""
+    trainer = _trainer(target)
+    features = _batch()
+    n = len(features["images"])
+    data = tf.data.Dataset.from_tensors(
+        (features, np.zeros(n, np.int32), np.ones(n, np.float32)))
+    results = trainer.evaluate(data)
+    caplog.set_level(logging.INFO)
+    writers = {"eval": tf.summary.create_file_writer(str(tmp_path))}
+    reporting.log_eval(writers, 1, "test", results, trainer.accuracy_name)
+    metrics = reporting.final_metrics("test", "test", results,
+                                      trainer.accuracy_name)
+    line = [r.getMessage() for r in caplog.records
+            if r.getMessage().startswith("eval test")][-1]
+    if target == "pixels":
+        assert results["top5_accuracy"] is None and "top5" not in line
+        assert json.loads(json.dumps(metrics))[
+            "test_top5_mpp_accuracy"] is None
+    else:
+        assert 0 <= results["accuracy"] <= results["top5_accuracy"] <= 1
+        assert f"top5 {results['top5_accuracy']:.4f}" in line
+
+
 def test_mirrored_and_accumulated_steps_equal_one_device():
     features = _batch(n=8)
     one = _trainer()
@@ -446,6 +475,27 @@ def test_analysis_draws_the_mpp_predictions(mpp_run, tmp_path):
     centres = np.asarray(mpp.colour_centres(np.arange(512)))
     colours = patches[corrupted][:, 0, 0]
     assert all(np.abs(centres - c).sum(1).min() < 1e-6 for c in colours)
+
+
+def test_mpp_pictures_read_the_model_by_its_own_target():
+    """mpp_figure.predict without options reads a colour_grid model by
+    its own grid and bits (the config's defaults would decode the 4
+    cells' logits as one patch's, classes past 511); options that
+    differ from the model's are refused by name."""
+    keras.utils.set_random_seed(0)
+    model = mpp.create_mpp_model(None, image_size=16, target="colour_grid",
+                                 grid_size=2, **SIZES)
+    images = np.random.default_rng(0).uniform(-1, 1, (3, 16, 16, 3))
+    images = images.astype(np.float32)
+    pictures = mpp_figure.predict(model, images)
+    named = mpp_figure.predict(model, images, target="colour_grid",
+                               grid_size=2, colour_bits=3)
+    for field in ("predictions", "targets", "accuracy", "mode"):
+        np.testing.assert_array_equal(getattr(pictures, field),
+                                      getattr(named, field))
+    with pytest.raises(ValueError, match=r"grid_size=4 \(the model's: 2\)"
+                       r".*leave them out"):
+        mpp_figure.predict(model, images, grid_size=4)
 
 
 # --------------------------------------------------------------- recipes

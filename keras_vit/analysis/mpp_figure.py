@@ -83,6 +83,11 @@ def _paint(images, colours, corrupted, stride, grid):
     return _from_patches(out, h, w)
 
 
+# What an MPP model (`keras_vit.mpp.MppModel`) computes, which its
+# pictures must read it by.
+_MODEL_FIELDS = ("target", "colour_bits", "grid_size")
+
+
 def predict(
     model: keras.Model,
     images: np.ndarray,
@@ -99,10 +104,21 @@ def predict(
         seed: int. Seeds the corruption.
         **mpp_options: fields of the run's `config.objective.mpp` (target,
             colour_bits, grid_size, corrupt_rate, mask_fraction,
-            random_fraction); the others keep the base config's defaults,
-            and an unknown one is an error naming it.
+            random_fraction); target, colour_bits and grid_size default
+            to the model's own (one that differs is refused), the others
+            to the base config's; an unknown one is an error naming it.
     """
-    opts = config_lib.complete(mpp_options, "objective.mpp",
+    own = {k: getattr(model, k) for k in _MODEL_FIELDS if hasattr(model, k)}
+    if own.get("target") != "colour_grid":
+        own.pop("grid_size", None)  # read by colour_grid only
+    differ = [f"{k}={mpp_options[k]!r} (the model's: {v!r})"
+              for k, v in own.items() if k in mpp_options
+              and mpp_options[k] != v]
+    if differ:
+        raise UsageError(
+            f"mpp_figure.predict: {', '.join(differ)}: the model computes "
+            "its own; leave them out.")
+    opts = config_lib.complete({**own, **mpp_options}, "objective.mpp",
                                where="mpp_figure.predict")
     target, colour_bits = opts.target, opts.colour_bits
     images = np.asarray(images, np.float32)

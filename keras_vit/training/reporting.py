@@ -71,14 +71,19 @@ def nonfinite_error(metrics, step, stop, last) -> TrainingError:
 
 
 def log_eval(writers, step, split, results, name="accuracy"):
+    """One evaluation's log line and summaries; a top-5 accuracy of None
+    (masked patch prediction of pixels: nothing to rank) is left out."""
+    top5 = results["top5_accuracy"]
     logging.info(
-        "eval %s at step %d: %s %.4f top5 %.4f loss %.4f (%d examples)",
-        split, step, name, results["accuracy"], results["top5_accuracy"],
+        "eval %s at step %d: %s %.4f%s loss %.4f (%d examples)",
+        split, step, name, results["accuracy"],
+        "" if top5 is None else f" top5 {top5:.4f}",
         results["loss"], results["num_examples"],
     )
     if "eval" in writers:
         with writers["eval"].as_default(step=step):
             for key in ("accuracy", "top5_accuracy", "loss"):
-                tf.summary.scalar(key.replace("accuracy", name),
-                                  results[key])
+                if results[key] is not None:
+                    tf.summary.scalar(key.replace("accuracy", name),
+                                      results[key])
         writers["eval"].flush()
