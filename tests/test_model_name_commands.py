@@ -120,6 +120,42 @@ def test_every_released_size_has_a_short_name(user):
         assert info is not None and info.variant == variant, variant
 
 
+def test_a_mistyped_augreg_name_says_there_is_no_such_file(user):
+    """A name shaped like AugReg's that the mirror has no file for (aug_
+    medium for aug_medium1) says so and names the closest released
+    names, not "connect to the network"; nothing is cached."""
+    typo = "augreg/B_16-i21k-300ep-lr_0.001-aug_medium-wd_0.1-do_0.0-sd_0.0"
+    line = error_line(user, "convert", f"--model={typo}",
+                      "--output=out.keras")
+    assert line.startswith(f"keras-vit-convert: error: {typo}: there is no "
+                           "such file at "), line
+    assert "Did you mean: augreg/B_16-i21k-300ep-lr_0.001-aug_medium1-" in (
+        line)
+    assert "connect to the network" not in line
+    assert [f for f in cached_files(user) if not f.endswith(".lock")] == []
+    # A folder under augreg/ is no release's name (its files are at the
+    # top): read as the path it is.
+    nested = "augreg/sub/" + typo[len("augreg/"):]
+    assert catalog.lookup(nested) is None
+
+
+def test_convert_checks_its_output_before_any_download(user, tmp_path):
+    """--output must end with .keras: said before the mirror's file is
+    fetched; a leading ~ in --output is the home folder."""
+    line = error_line(user, "convert", "--model=ViT-B_16", "--output=o.h5")
+    assert line == ("keras-vit-convert: error: --output 'o.h5' must end "
+                    "with .keras (Keras's format).")
+    assert cached_files(user) == []
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "m.keras").write_text("a file of the user's")
+    line = error_line(user, "convert", "--model=ViT-B_16",
+                      "--output=~/m.keras", HOME=str(home))
+    assert line.startswith(f"keras-vit-convert: error: {home}/m.keras "
+                           "already exists: pass --overwrite"), line
+    assert not os.path.exists(os.path.join(user["cwd"], "~"))
+
+
 def test_a_size_given_as_a_model_says_what_it_is(user):
     line = error_line(user, "predict", "--model=Ti/16", "photo.jpg")
     assert line == (

@@ -9,12 +9,16 @@ reader that fails or lies about its size.
 """
 
 import dataclasses
+import functools
 import hashlib
+import http.server
 import os
 import shutil
 import subprocess
 import sys
+import threading
 
+import keras
 import numpy as np
 import pytest
 from huggingface_hub import constants as hf_constants
@@ -22,6 +26,7 @@ from huggingface_hub import constants as hf_constants
 import keras_vit
 from keras_vit.checkpoint import loader, weights
 from keras_vit.checkpoint.zoo import cache, catalog, release
+from keras_vit.commands import convert as convert_command
 from keras_vit.errors import UsageError
 from tests import model_cache
 
@@ -72,6 +77,24 @@ def mirror(tmp_path, monkeypatch, tiny_npz, tiny_release):
     monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path / "cache"))
     monkeypatch.delenv(cache.OFFLINE_ENV, raising=False)
     return root
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):  # no request lines in the test output
+        pass
+
+
+@pytest.fixture
+def http_mirror(mirror):
+    """The mirror served over HTTP on the loopback: an http(s) mirror is
+    read with urllib (TensorFlow's file system has no such scheme)."""
+    handler = functools.partial(_QuietHandler, directory=str(mirror))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_port}"
+    server.shutdown()
+    server.server_close()
 
 
 def _images(size=224, n=2):
@@ -258,12 +281,13 @@ def test_not_cached_offline_or_unreachable_names_the_fix(
                  catalog.BASE_URL_ENV):
         assert part in message, part
     monkeypatch.delenv(cache.OFFLINE_ENV)
-    # Online, but the mirror lacks the file.
+    # Online, but the mirror lacks the file: it says so, and the way on.
     with pytest.raises(UsageError) as error:
         keras_vit.load_model("ViT-L_16")
     message = str(error.value)
-    assert "cannot be downloaded" in message and "\n" not in message
-    assert "No such file" in message
+    assert "there is no such file at file://" in message
+    assert "\n" not in message and "connect to the network" not in message
+    assert "Copy it there, or unset KERAS_VIT_MODELS_BASE_URL" in message
 
 
 def test_unknown_name_gives_the_closest_names(tmp_path, monkeypatch):
@@ -415,3 +439,31 @@ def test_known_size_and_sha256_are_checked(mirror, tiny_npz, monkeypatch):
     with pytest.raises(UsageError, match="cached file .* SHA-256 .* where "
                        "the release has " + digest):
         loader.resolve("ViT-B_16")
+
+
+def test_names_download_from_an_http_mirror(http_mirror, monkeypatch,
+                                             tiny_npz, tmp_path):
+    """KERAS_VIT_MODELS_BASE_URL=http(s)://...: keras-vit-convert by
+    name downloads the file (its size from a HEAD request) into the
+    cache, and the model equals the file's; a listed name the mirror
+    lacks, and a misspelled one, say there is no such file."""
+    monkeypatch.setenv(catalog.BASE_URL_ENV, http_mirror)
+    out = tmp_path / "b16.keras"
+    assert convert_command.main(["keras-vit-convert", "--model=ViT-B_16",
+                                 f"--output={out}"]) == 0
+    cached = cache.cache_path("imagenet21k/ViT-B_16.npz")
+    with open(cached, "rb") as got, open(tiny_npz, "rb") as want:
+        assert got.read() == want.read()
+    assert _leftovers(cached) == []
+    np.testing.assert_array_equal(
+        _logits(keras.saving.load_model(str(out))),
+        _logits(keras_vit.load_model(tiny_npz)))
+    with pytest.raises(UsageError, match=(
+            r"imagenet21k/ViT-L_16: there is no such file at http://127.0.0"
+            r".1:\d+/imagenet21k/ViT-L_16.npz: the mirror .* lacks it")):
+        keras_vit.load_model("ViT-L_16")
+    with pytest.raises(UsageError, match=r"there is no such file at http.*"
+                       r"Did you mean: augreg/S_16-i21k-300ep-lr_0.001-aug_"
+                       r"light1-wd_0.03-do_0.0-sd_0.0"):
+        keras_vit.load_model("augreg/S_16-i21k-300ep-lr_0.001-aug_light-"
+                             "wd_0.03-do_0.0-sd_0.0")

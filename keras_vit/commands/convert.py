@@ -65,10 +65,7 @@ def convert(source, output: str, *, image_size=None, **build):
     strict) and writes it to `output` (.keras) atomically: a crash never
     leaves a partial file there. Returns the .npz's or hub folder's
     LoadReport (None for the other sources)."""
-    if not output.endswith(".keras"):
-        raise UsageError(
-            f"`output` {output!r} must end with .keras (Keras's format)."
-        )
+    _check_keras_name(output)
     model, report = loader.load_report(source, image_size, **build)
     if "num_classes" not in build:  # a new head is zeros by design
         cli.warn_zero_head(source, model)
@@ -76,10 +73,18 @@ def convert(source, output: str, *, image_size=None, **build):
     return report
 
 
+def _check_keras_name(output: str) -> None:
+    if not output.endswith(".keras"):
+        raise UsageError(
+            f"`output` {output!r} must end with .keras (Keras's format)."
+        )
+
+
 def _main(values: flags.FlagValues, args: list) -> None:
     if args:
         raise UsageError(f"Unexpected arguments: {' '.join(args)}")
     cli.check_output_path(values, "output", folder=False)
+    _check_keras_name(values.output)  # before a model is downloaded
     if not values.overwrite:
         cli.check_not_written(values.output, "output")
     source = cli.model_source(values)

@@ -180,10 +180,13 @@ def check_output_path(values: flags.FlagValues, name: str,
                       folder: bool = True) -> None:
     """A UsageError, before any work, when local path --`name` (a folder;
     `folder` False: a file, whose folder is checked) cannot be made because
-    a part of it is a file; gs:// paths are the storage's to check."""
+    a part of it is a file; gs:// paths are the storage's to check. A
+    leading `~` is the home folder, as in --model (the shell leaves it
+    after `=`): the flag's value becomes the expanded path."""
     path = values[name].value
     if not path or "://" in str(path):
         return
+    path = values[name].value = os.path.expanduser(str(path))
     if not folder and os.path.isdir(str(path)):
         raise UsageError(f"--{name}={path} is a folder: name a file in it "
                          "or another path.")

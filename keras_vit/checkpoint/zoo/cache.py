@@ -11,7 +11,8 @@ file or folder, or says that `text` is neither a name nor a URL (a path):
   (or its shards), else pytorch_model.bin.
 - a released checkpoint's name (`keras_vit.checkpoint.zoo.catalog`) or an
   address in gs://vit_models (or the mirror in $KERAS_VIT_MODELS_BASE_URL):
-  downloaded with tf.io.gfile into $KERAS_VIT_CACHE (default
+  downloaded (tf.io.gfile; urllib for an http(s) mirror) into
+  $KERAS_VIT_CACHE (default
   ~/.cache/keras_vit) under the file's bucket path, e.g.
   ~/.cache/keras_vit/vit_models/imagenet21k/ViT-B_16.npz. A cached file is
   used without any network access; KERAS_VIT_OFFLINE=1 never downloads.
@@ -36,6 +37,8 @@ import dataclasses
 import glob
 import os
 import re
+import urllib.error
+import urllib.request
 from typing import Callable, List, Optional, Tuple
 
 import filelock
@@ -117,12 +120,54 @@ def cache_path(bucket_path: str) -> str:
     return os.path.join(cache_dir(), "vit_models", *bucket_path.split("/"))
 
 
+# An HTTP(S) mirror is read with urllib (TensorFlow's file system has no
+# http scheme); any other URL (gs://, file://) through tf.io.gfile.
+_HTTP = ("http://", "https://")
+_HTTP_TIMEOUT_S = 60
+
+
 def _open_remote(url: str):
+    if url.startswith(_HTTP):
+        return urllib.request.urlopen(url, timeout=_HTTP_TIMEOUT_S)
     return tf.io.gfile.GFile(url, "rb")
 
 
 def _remote_size(url: str) -> int:
+    if url.startswith(_HTTP):
+        request = urllib.request.Request(url, method="HEAD")
+        with urllib.request.urlopen(request,
+                                    timeout=_HTTP_TIMEOUT_S) as response:
+            length = response.headers.get("Content-Length")
+        if length is None or not length.isdigit():
+            raise OSError("the server does not say the file's size "
+                          "(no Content-Length)")
+        return int(length)
     return tf.io.gfile.stat(url).length
+
+
+def _not_found(error: BaseException) -> bool:
+    """Whether `error` says there is no file at the URL (not that the
+    network or the file system failed)."""
+    if isinstance(error, urllib.error.HTTPError):
+        return error.code in (403, 404, 410)
+    return isinstance(error, (tf.errors.NotFoundError, FileNotFoundError))
+
+
+def _no_such_file(label: str, url: str) -> str:
+    """The error of a name or address the bucket has no file for: a
+    listed release missing from a mirror, or a name to check."""
+    if catalog.base_url() != catalog.OFFICIAL_BUCKET and label in {
+            m.name for m in catalog.list_models()}:
+        return (f"{label}: there is no such file at {url}: the mirror "
+                f"{catalog.BASE_URL_ENV} names lacks it. Copy it there, or "
+                f"unset {catalog.BASE_URL_ENV} to download it from "
+                f"{catalog.OFFICIAL_BUCKET}.")
+    close = [n for n in catalog.suggestions(label) if n != label]
+    hint = f" Did you mean: {', '.join(close)}?" if close else ""
+    return (f"{label}: there is no such file at {url}. Check the name "
+            f"(keras_vit.list_models() lists the released ones; "
+            f"{catalog.BASE_URL_ENV} sets the mirror names are read "
+            f"from).{hint}")
 
 
 def _unavailable(label: str, url: str, target: str, reason: str) -> str:
@@ -145,6 +190,8 @@ def _download(url: str, target: str, label: str,
     try:
         size = _remote_size(url)
     except (tf.errors.OpError, OSError) as error:
+        if _not_found(error):
+            raise UsageError(_no_such_file(label, url)) from None
         raise UsageError(
             _unavailable(label, url, target, one_line(error))) from None
     logging.info("Downloading %s (%.1f MiB) to %s", url, size / 2**20, target)

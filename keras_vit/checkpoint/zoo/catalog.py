@@ -169,6 +169,8 @@ def official_variant(file_name: str) -> str:
 
 
 def _augreg_info(name: str) -> Optional[ModelInfo]:
+    if "/" in name:  # AugReg's files are at the top of augreg/
+        return None
     parsed = augreg.parse_name(name)
     if parsed is None:
         return None
@@ -317,8 +319,8 @@ def pretrained_variants() -> List[str]:
 
 def _is_name(text: str) -> bool:
     """Whether `text` (a directory part, no .npz) is a released name."""
-    return text in _MODELS or (text.startswith("augreg/") and augreg
-                               .parse_name(text[len("augreg/"):]) is not None)
+    return text in _MODELS or (text.startswith("augreg/") and _augreg_info(
+        text[len("augreg/"):]) is not None)
 
 
 def is_path(text: str) -> bool:
