@@ -382,10 +382,10 @@ _CASES = [
         "Non-image files in class folders (notes.txt, .DS_Store, IMG_2 "
         "without an extension), hidden folders (.thumbnails/) and macOS's "
         "._IMG_1.jpg companions",
-        "Ignored: only .jpg, .jpeg, .png, .gif, .bmp and .webp files are "
-        "read, and no hidden file or folder is an image, a class or a "
-        "split; one warning counts the other files by extension (a phone's "
-        ".heic photos do not vanish unsaid).",
+        "Ignored: only .jpg, .jpeg, .jpe, .jfif, .png, .gif, .bmp and "
+        ".webp files are read, and no hidden file or folder is an image, a "
+        "class or a split; one warning counts the other files by extension "
+        "(a phone's .heic photos do not vanish unsaid).",
         ("1 extensionless file, 1 .heic file, 2 .txt files not read",),
     ),
     Case(
@@ -1168,8 +1168,8 @@ _CASES = [
         "aspect ratio makes more than 2**24 pixels (a 1 x 300 strip at a "
         "resize of 256), in keras-vit-predict or a served request",
         "Refused before the resize allocates it (one line naming the file "
-        "in keras-vit-predict; the request's error in serving), naming the "
-        "fix.",
+        "in keras-vit-predict, or with --skip_bad_images named and left "
+        "out; the request's error in serving), naming the fix.",
         ("too elongated to resize its shorter side keeping the aspect "
          "ratio", "crop it first, or resize both sides (--keep_aspect=false)"),
         "exit status 1",

@@ -14,6 +14,7 @@ import tensorflow as tf
 from PIL import Image
 
 from keras_vit import create_model, save_npz
+from keras_vit.commands import export as export_cli
 from keras_vit.commands import predict
 from keras_vit.export import saved_model
 from tests.hub_fixtures import check_predicts_with_resize
@@ -195,6 +196,14 @@ def test_tilde_in_model_is_the_home_folder(setup, monkeypatch, capsys):
     image = str(root / "photos" / "img0.jpeg")
     assert run_predict([image, "--model=~/vit.keras"]) == 0
     assert "img0.jpeg" in capsys.readouterr().out
+    # --output and --class_names_file too: no ./~ folder is made.
+    monkeypatch.chdir(root / "photos")
+    assert run_predict([image, "--model=~/vit.npz", "--output=~/t/p.json",
+                        "--class_names_file=~/labels.txt"]) == 0
+    assert f"-> {root / 't' / 'p.json'}" in capsys.readouterr().out
+    data = json.loads((root / "t" / "p.json").read_text())
+    assert data["predictions"][0]["top_k"][0]["name"] in NAMES
+    assert not (root / "photos" / "~").exists()
     assert keras_vit.load_model("~/vit.npz").output_shape[-1] == 4
 
 
@@ -482,7 +491,79 @@ def test_an_image_too_elongated_to_keep_its_aspect_is_one_line(
     assert len(err) == 1, err
     assert err[0].startswith(f"keras-vit-predict: error: {strip}: ")
     check_says("elongated_image_keep_aspect", err[0])
+    # With --skip_bad_images it is named and left out; the other image
+    # of its batch is answered.
+    out = tmp_path / "kept.json"
+    assert run_predict([*args, "--keep_aspect", "--skip_bad_images",
+                        f"--output={out}"]) == 0
+    captured = capsys.readouterr()
+    assert f"skipped {strip}: The image is too elongated" in captured.err
+    assert "1 images -> " in captured.out and "(1 skipped)" in captured.out
+    data = json.loads(out.read_text())
+    assert [p["file"] for p in data["predictions"]] == [str(good)]
+    assert [s["file"] for s in data["skipped"]] == [str(strip)]
+    check_says("elongated_image_keep_aspect", data["skipped"][0]["reason"])
     assert run_predict([*args, "--nokeep_aspect"]) == 0
     with pytest.raises(tf.errors.InvalidArgumentError, match="elongated"):
         tf.function(lambda image: preprocessing.preprocess_eval(
             image, 32, 256, keep_aspect=True))(tf.zeros((1, 300, 3), tf.uint8))
+
+
+def test_jpeg_files_named_jfif_or_jpe_are_found_in_folders(setup, tmp_path,
+                                                           capsys):
+    """.jfif and .jpe are JPEG files (what some browsers and cameras
+    save): a folder's are classified, not left out unsaid."""
+    root, _ = setup
+    jpeg = (root / "photos" / "img0.jpeg").read_bytes()
+    folder = tmp_path / "saved"
+    folder.mkdir()
+    for name in ("a.jfif", "b.JPE", "c.jpg"):
+        (folder / name).write_bytes(jpeg)
+    assert run_predict([str(folder), f"--model={root / 'vit.keras'}"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert [line.split(": ")[0] for line in lines] == [
+        str(folder / n) for n in ("a.jfif", "b.JPE", "c.jpg")]
+
+
+def test_a_saved_model_names_what_its_resize_refuses(setup, tmp_path,
+                                                     capsys):
+    """A SavedModel that keeps the aspect ratio refuses a 1 x 60000 strip
+    in its graph: the line says why (not "Graph execution error:"), and
+    --skip_bad_images leaves the strip out."""
+    root, _ = setup
+    assert export_cli.main(["keras-vit-export", f"--model={root / 'vit.keras'}",
+                        f"--export_dir={tmp_path / 'kept'}",
+                        "--resize_size=20", "--keep_aspect"]) == 0
+    strip = tmp_path / "strip.png"
+    strip.write_bytes(_encode(np.zeros((1, 60000, 3), np.uint8), "PNG"))
+    good = str(root / "photos" / "img0.jpeg")
+    args = [good, str(strip), f"--model={tmp_path / 'kept' / 'vit'}"]
+    capsys.readouterr()
+    assert run_predict(args) == 1
+    err = _one_error_line(capsys)
+    assert err.startswith(f"keras-vit-predict: error: {strip}: The image is "
+                          "too elongated"), err
+    assert "Graph execution error" not in err
+    assert run_predict([*args, "--skip_bad_images"]) == 0
+    captured = capsys.readouterr()
+    assert f"skipped {strip}: The image is too elongated" in captured.err
+    assert [line.split(": ")[0] for line in
+            captured.out.strip().splitlines()] == [good]
+
+
+def test_a_litert_resize_smaller_than_its_input_is_refused_first(
+        setup, tmp_path, capsys):
+    """--resize_size below a .tflite file's input is refused as for a
+    Keras model, before any image is read (the image here is broken)."""
+    root, _ = setup
+    assert export_cli.main(["keras-vit-export", f"--model={root / 'vit.keras'}",
+                        f"--export_dir={tmp_path}", "--format=litert"]) == 0
+    broken = tmp_path / "broken.png"
+    broken.write_bytes(b"not an image")
+    capsys.readouterr()
+    assert run_predict([str(broken), f"--model={tmp_path / 'vit.tflite'}",
+                        "--resize_size=4"]) == 1
+    assert _one_error_line(capsys).endswith(
+        "--resize_size 4 is smaller than the model's input 16x16: the "
+        "central crop is taken from the resized image, so give at least its "
+        "longer side (or leave --resize_size out).")

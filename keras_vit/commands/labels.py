@@ -5,6 +5,7 @@ of the model (`check_class_count`, right after the model loads)."""
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Optional, Sequence
 
 from absl import flags
@@ -39,11 +40,13 @@ def class_names(values: flags.FlagValues,
 
 
 def class_names_file(values: flags.FlagValues) -> Optional[list]:
-    """--class_names_file's lines, or None; a bad file is one line."""
-    path = "class_names_file" in values and values.class_names_file
-    if not path:
+    """--class_names_file's lines, or None; a bad file is one line. `~`
+    is the home folder (bash expands none after `=`)."""
+    given = "class_names_file" in values and values.class_names_file
+    if not given:
         return None
-    where = f"--class_names_file={path}"
+    where = f"--class_names_file={given}"
+    path = os.path.expanduser(given)
     try:
         names = wd.read_lines(path, where=where)
     except UnicodeDecodeError:

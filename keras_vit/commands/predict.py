@@ -12,7 +12,8 @@ Images are decoded and preprocessed exactly as the export's
 a file equals the SavedModel's for the same bytes. Each file is decoded
 once first: an unreadable one stops the run with its name, or with
 --skip_bad_images is named on stderr and left out (as
-`--config.input.skip_bad_images` does for training).
+`--config.input.skip_bad_images` does for training); so is one the
+resize refuses (an image too elongated to keep its aspect ratio).
 
 Prints one line per image (`file: name 0.912, name 0.051, ...`), or writes
 JSON or CSV with --output (by its extension; a file already there is kept
@@ -29,6 +30,7 @@ import json
 import os
 import re
 import sys
+import types
 from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 import numpy as np
@@ -160,6 +162,7 @@ def litert_predictor(path: str, resize_size=None,
         return litert.run_litert(path, (pixels + 1.0) * 127.5)
 
     predict.num_classes = num_classes
+    predict.input_size = size
     return predict
 
 
@@ -172,9 +175,13 @@ def predictor(values, source) -> Callable:
                 raise UsageError(f"--{name} is built into a SavedModel.")
         return saved_model_predictor(source.version())
     if source.kind == "litert":
-        return litert_predictor(source.path, values.resize_size,
-                                labels_used=not values.class_names_file,
-                                keep_aspect=values.keep_aspect)
+        predict = litert_predictor(source.path, values.resize_size,
+                                   labels_used=not values.class_names_file,
+                                   keep_aspect=values.keep_aspect)
+        if values.resize_size is not None:  # at least the input, as for
+            cli.resize_size(values, source, types.SimpleNamespace(  # Keras
+                input_shape=(None, *predict.input_size, 3)))
+        return predict
     model = cli.load_flagged_model(values, source, head="predict with")
     resize = cli.resize_size(values, source, model)
     return keras_predictor(model, resize,
@@ -256,8 +263,9 @@ def define_flags(values: flags.FlagValues, argv: Sequence[str]) -> None:
                          "is there already (by default refused).",
                          flag_values=values)
     flags.DEFINE_boolean("skip_bad_images", False, "Name and leave out "
-                         "unreadable files instead of stopping at the "
-                         "first.", flag_values=values)
+                         "unreadable files (and images the resize refuses) "
+                         "instead of stopping at the first.",
+                         flag_values=values)
 
 
 def check_flags(args) -> None:
@@ -274,33 +282,58 @@ def check_flags(args) -> None:
 
 
 def classify(predict: Callable, files: Sequence[str], batch_size: int,
-             show_progress: bool) -> np.ndarray:
-    """The probabilities (n, K) of `files`, `batch_size` at a time, with
-    a count on stderr where `show_progress`."""
-    probabilities = []
+             show_progress: bool, skip_bad: bool = False):
+    """(probabilities (n, K), the n files answered, [(file, reason)] left
+    out): `files` `batch_size` at a time, with a count on stderr where
+    `show_progress`. A file the preprocessing refuses (an image too
+    elongated to resize keeping its aspect ratio) stops the run with its
+    name, or with `skip_bad` is named on stderr and left out (its batch
+    tried again a file at a time)."""
+    probabilities, answered, skipped = [], [], []
     for start in range(0, len(files), batch_size):
         batch = files[start: start + batch_size]
         try:
             probabilities.append(predict([read_bytes(f) for f in batch]))
+            answered.extend(batch)
         except tf.errors.InvalidArgumentError as error:  # preprocessing
-            raise UsageError(f"{_refused(predict, batch)}: "
-                             f"{checks.decode_reason(error)}") from None
+            if not skip_bad:
+                raise UsageError(_refused(predict, batch, error)) from None
+            progress.end_line()  # what follows is on a line of its own
+            _each_alone(predict, batch, probabilities, answered, skipped)
         if show_progress:
             progress.show(f"{start + len(batch)}/{len(files)} images")
     progress.end_line()
     if not probabilities:
         raise UsageError("No readable image to classify.")
-    return np.concatenate(probabilities)
+    return np.concatenate(probabilities), answered, skipped
 
 
-def _refused(predict: Callable, batch: Sequence[str]) -> str:
-    """The file of `batch` that `predict` refuses (each tried alone)."""
+def _refused(predict: Callable, batch: Sequence[str], error) -> str:
+    """'file: reason' for the file of `batch` that `predict` refuses, each
+    tried alone (its own reason: a batch's `error` may name another),
+    else 'files: reason' of the batch's `error`."""
     for path in batch:
         try:
             predict([read_bytes(path)])
-        except tf.errors.InvalidArgumentError:
-            return path
-    return ", ".join(batch)
+        except tf.errors.InvalidArgumentError as alone:
+            return f"{path}: {checks.decode_reason(alone)}"
+    return f"{', '.join(batch)}: {checks.decode_reason(error)}"
+
+
+def _each_alone(predict: Callable, batch: Sequence[str], probabilities,
+                answered, skipped) -> None:
+    """`batch` given to `predict` a file at a time: the answers appended
+    to `probabilities` and `answered`, each file refused named on stderr
+    and appended to `skipped` with its reason."""
+    for path in batch:
+        try:
+            probabilities.append(predict([read_bytes(path)]))
+        except tf.errors.InvalidArgumentError as error:
+            reason = checks.decode_reason(error)
+            print(f"skipped {path}: {reason}", file=sys.stderr, flush=True)
+            skipped.append((path, reason))
+            continue
+        answered.append(path)
 
 
 def print_results(args, files, tops, skipped) -> None:
@@ -326,6 +359,8 @@ def run(args, images: Sequence[str]) -> int:
     if not images:
         raise UsageError("Give the images to classify (files or folders) "
                          "as arguments.")
+    if args.output:  # `--output=~/p.json`: bash expands no ~ after `=`
+        args.output = os.path.expanduser(args.output)
     check_flags(args)
     # A model is there, before the images are read.
     source = cli.model_source(args, exports=True)
@@ -341,7 +376,9 @@ def run(args, images: Sequence[str]) -> int:
     cli.check_class_count(args, source, names, predict.num_classes)
     files, skipped = check_images(files, args.skip_bad_images,
                                   show_progress=folder)
-    probabilities = classify(predict, files, args.batch_size, folder)
+    probabilities, files, refused = classify(
+        predict, files, args.batch_size, folder, args.skip_bad_images)
+    skipped += refused
     num_classes = probabilities.shape[-1]
     if predict.num_classes is None:  # the model did not say before
         cli.check_class_count(args, source, names, num_classes)

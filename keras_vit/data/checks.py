@@ -32,12 +32,29 @@ _MAX_NAMED = 10
 _SKIPPED = {}
 
 
+# What a graph (a tf.function, a SavedModel) puts around an op's message.
+_GRAPH_NOISE = re.compile(r"Graph execution error:|Detected at node |"
+                          r"<stack traces unavailable>")
+# A tf.debugging assertion's own message: its first [...] (the
+# condition and the values follow in more brackets).
+_ASSERTED = re.compile(r"assertion failed: \[(.+?)\](?= \[|\s*$)",
+                       re.MULTILINE)
+
+
 def decode_reason(error: Exception) -> str:
     """The decoder's message without TensorFlow's node and op decorations
-    (an OpError's), or the error's own text."""
+    (an OpError's, a graph's too: the assertion's message, not "Graph
+    execution error:"), or the error's own text."""
     if not isinstance(error, tf.errors.OpError):
         return str(error)
-    text = error.message.strip().splitlines()[0]
+    message = error.message.strip()
+    asserted = _ASSERTED.search(message)
+    if asserted:
+        return asserted.group(1).strip()
+    lines = [line for line in message.splitlines()
+             if line.strip() and not line[0].isspace()
+             and not _GRAPH_NOISE.match(line)]
+    text = (lines or message.splitlines() or [""])[0]
     text = re.sub(r"^\{\{[^}]*\}\}\s*", "", text)
     return re.sub(r"\s*\[Op:.*$", "", text).strip()
 

@@ -7,7 +7,9 @@ from __future__ import annotations
 import os
 from typing import List
 
-IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp")
+# JPEG also as .jpe and .jfif (what some cameras and browsers save).
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".jpe", ".jfif", ".png", ".gif",
+                    ".bmp", ".webp")
 
 
 def is_hidden(relative: str) -> bool:
