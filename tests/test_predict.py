@@ -531,12 +531,22 @@ def test_a_saved_model_names_what_its_resize_refuses(setup, tmp_path,
     in its graph: the line says why (not "Graph execution error:"), and
     --skip_bad_images leaves the strip out."""
     root, _ = setup
-    assert export_cli.main(["keras-vit-export", f"--model={root / 'vit.keras'}",
-                        f"--export_dir={tmp_path / 'kept'}",
-                        "--resize_size=20", "--keep_aspect"]) == 0
+    assert export_cli.main([
+        "keras-vit-export", f"--model={root / 'vit.keras'}",
+        f"--export_dir={tmp_path / 'kept'}", "--resize_size=20",
+        "--keep_aspect"]) == 0
     strip = tmp_path / "strip.png"
     strip.write_bytes(_encode(np.zeros((1, 60000, 3), np.uint8), "PNG"))
     good = str(root / "photos" / "img0.jpeg")
+    # What a TF Serving client reads: the strip by its index and its
+    # reason, in a batch too (not "a truncated or corrupt PNG").
+    signature = tf.saved_model.load(str(tmp_path / "kept" / "vit" / "1")
+                                    ).signatures["serving_default"]
+    with open(good, "rb") as f:
+        batch = tf.constant([f.read(), strip.read_bytes()])
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match=r"image_bytes\[1\]: The image is too elongated"):
+        signature(image_bytes=batch)
     args = [good, str(strip), f"--model={tmp_path / 'kept' / 'vit'}"]
     capsys.readouterr()
     assert run_predict(args) == 1
@@ -556,8 +566,9 @@ def test_a_litert_resize_smaller_than_its_input_is_refused_first(
     """--resize_size below a .tflite file's input is refused as for a
     Keras model, before any image is read (the image here is broken)."""
     root, _ = setup
-    assert export_cli.main(["keras-vit-export", f"--model={root / 'vit.keras'}",
-                        f"--export_dir={tmp_path}", "--format=litert"]) == 0
+    assert export_cli.main([
+        "keras-vit-export", f"--model={root / 'vit.keras'}",
+        f"--export_dir={tmp_path}", "--format=litert"]) == 0
     broken = tmp_path / "broken.png"
     broken.write_bytes(b"not an image")
     capsys.readouterr()

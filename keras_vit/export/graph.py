@@ -318,7 +318,9 @@ def _image_readers(size, resize_size, keep_aspect):
     def images_from_bytes(image_bytes):
         return request_checks.decoded(
             _check_bytes(image_bytes),
-            lambda data: preprocess(decode_checked(data)), image_spec)
+            lambda data: preprocess(decode_checked(data)), image_spec,
+            # What the resize refuses of an image that decodes.
+            preprocessing.ELONGATED_MESSAGE if keep_aspect else None)
 
     return preprocess, images_from_bytes
 

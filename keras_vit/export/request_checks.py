@@ -27,6 +27,7 @@ from typing import List, Optional, Sequence
 import tensorflow as tf
 
 from keras_vit.data import image_headers
+from keras_vit.data.decoding import decode_image
 
 FORMATS = image_headers.FORMATS
 # Images of one request decoded at a time: a fixed few, not one per core
@@ -140,8 +141,11 @@ def _decoded_all(image_bytes: tf.Tensor, decode, spec: tf.TensorSpec):
     return images, ok
 
 
-def _failure_reasons(image_bytes: tf.Tensor) -> tf.Tensor:
-    """[batch] strings: what a decode failure means, by the file's magic."""
+def _failure_reasons(image_bytes: tf.Tensor,
+                     refused: Optional[str] = None) -> tf.Tensor:
+    """[batch] strings: what a decode failure means, by the file's magic;
+    `refused`, for an image that decodes, what the preprocessing after
+    the decoder refuses (an image too elongated to keep its aspect)."""
     # Byte comparisons, not regexes: TensorFlow's regexes read UTF-8.
     reasons = tf.fill(tf.shape(image_bytes), UNKNOWN_MESSAGE)
     for magics, reason in _SIGNATURES:
@@ -161,17 +165,26 @@ def _failure_reasons(image_bytes: tf.Tensor) -> tf.Tensor:
                        reasons)
     reasons = tf.where(header[:, 2] > 0,
                        image_headers.ANIMATED_WEBP_MESSAGE, reasons)
-    return tf.where(header[:, 1] > image_headers.MAX_PIXELS,
-                    image_headers.HUGE_MESSAGE, reasons)
+    reasons = tf.where(header[:, 1] > image_headers.MAX_PIXELS,
+                       image_headers.HUGE_MESSAGE, reasons)
+    if refused is None:
+        return reasons
+    decodes, _ = _where_it_runs(
+        image_bytes, lambda data: tf.size(decode_image(data)) > 0,
+        tf.TensorSpec([], tf.bool))
+    whole = tf.scatter_nd(decodes[:, None], tf.ones_like(decodes),
+                          tf.shape(image_bytes)[:1]) > 0
+    return tf.where(whole, refused, reasons)
 
 
-def decoded(image_bytes: tf.Tensor, decode, spec: tf.TensorSpec
-            ) -> tf.Tensor:
+def decoded(image_bytes: tf.Tensor, decode, spec: tf.TensorSpec,
+            refused: Optional[str] = None) -> tf.Tensor:
     """`decode` (one image's bytes -> a tensor of `spec`) of each of
     `image_bytes` ([batch] strings), stacked, once every image is known to
     be non-empty, not base64 text and (for batches of more than one)
     decodable; otherwise an InvalidArgumentError naming the first bad
-    image's index and the problem."""
+    image's index and the problem (`refused`: what `decode` refuses of an
+    image the decoder reads)."""
     lengths = tf.strings.length(image_bytes)
     empty = tf.equal(lengths, 0)
     prefix = tf.strings.substr(image_bytes, 0, _SNIFF_BYTES)
@@ -194,7 +207,7 @@ def decoded(image_bytes: tf.Tensor, decode, spec: tf.TensorSpec
         failed = tf.logical_not(ok)
         reasons = tf.cond(
             tf.reduce_any(failed),
-            lambda: _failure_reasons(image_bytes),
+            lambda: _failure_reasons(image_bytes, refused),
             lambda: tf.fill(tf.shape(image_bytes), ""),
         )
         decodes = _assert_none(failed, reasons)
