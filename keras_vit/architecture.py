@@ -123,7 +123,8 @@ class Architecture:
             (global average of patch tokens, no class token).
         posemb: str. "learn" (the paper's learned table, one row per
             token) or "sincos2d" (fixed 2-D sin-cos embeddings of the patch
-            grid, big_vision's; no weights, any input size).
+            grid, big_vision's; no weights: computed at every input size,
+            which `dynamic_image_size` admits).
         representation_size: int or None. Adds the pre-logits layer
             (Dense + tanh) of this width, as at pre-training time.
         pre_logits_activation: str. The pre-logits layer's activation

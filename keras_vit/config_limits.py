@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Optional, Tuple, Union
 
+from keras_vit import remat
 from keras_vit.errors import UsageError
 
 Bound = Union[None, float, str]  # a number, a field's path, or no bound
@@ -170,7 +171,9 @@ CHOICES = (
 
 
 def _check_combinations(config) -> None:
-    """Fields that are each in range but do not go together."""
+    """Fields that are each in range but do not go together (or not with
+    this backend)."""
+    remat.check_backend(_value(config, "model.remat") or "none")
     if (_value(config, "optimizer.name") == "sgd"
             and float(_value(config, "optimizer.weight_decay") or 0)):
         raise UsageError(

@@ -184,8 +184,10 @@ class _Intermediates(keras.layers.Layer):
             shape = (batch, rows, cols, width)
         else:
             shape = (batch, length, width)
+        # The encoder's blocks compute the outputs, in its dtype (the
+        # model's policy, not this layer's).
         return [
-            keras.KerasTensor(shape, dtype=self.compute_dtype)
+            keras.KerasTensor(shape, dtype=self.encoder.compute_dtype)
             for _ in self.block_indices
         ]
 

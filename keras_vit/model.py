@@ -257,6 +257,11 @@ def create_model(  # noqa: PLR0913 (the architecture's fields, by name)
         [-1, 1] to logits (batch, num_classes), or to features if
         num_classes == 0; `model.architecture` holds these arguments.
     """
+    if image_size is None:  # would fall back to the default, 224
+        raise UsageError(
+            "image_size=None: give the size the position embeddings are "
+            "kept at (e.g. 224), and dynamic_image_size=True to take "
+            "images of any size.")
     # Every argument but `variant` and `name` is the Architecture field of
     # its name.
     fields = dict(locals())

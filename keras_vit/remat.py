@@ -38,13 +38,22 @@ REMAT_POLICIES = ("none", "block", "dots")
 
 
 def check_remat(remat: str) -> str:
-    """Returns `remat` if the backend runs it; else a ValueError naming the
-    choices."""
+    """Returns `remat` if it is a policy; else a ValueError naming the
+    choices. Any policy builds and loads on any backend (inference never
+    rematerialises: a model trained with "dots" on JAX evaluates and
+    exports on TensorFlow); training checks the backend
+    (`check_backend`)."""
     if remat not in REMAT_POLICIES:
         raise UsageError(
             f"remat must be one of {', '.join(map(repr, REMAT_POLICIES))}, "
             f"got {remat!r}."
         )
+    return remat
+
+
+def check_backend(remat: str) -> str:
+    """Returns `remat` if this backend trains with it; else a ValueError
+    naming the one that does: "dots" is JAX's policy."""
     if remat == "dots" and keras.backend.backend() != "jax":
         raise UsageError(
             'remat="dots" (save the matmul outputs) needs the JAX backend '
@@ -57,8 +66,9 @@ def check_remat(remat: str) -> str:
 def _checkpoint(fn: Callable, remat: str) -> Callable:
     if remat == "block":
         return keras.remat(fn)
+    check_backend(remat)
     # Documented lazy import: JAX is an optional dependency (the "jax" extra)
-    # and check_remat admits "dots" only on the JAX backend.
+    # and check_backend admits "dots" only on the JAX backend.
     import jax
 
     return jax.checkpoint(

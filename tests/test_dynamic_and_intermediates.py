@@ -21,7 +21,7 @@ import tensorflow as tf
 from absl import flags
 
 import keras_vit
-from keras_vit import embedding
+from keras_vit import build, embedding
 from keras_vit import layers as vit_layers
 from keras_vit.checkpoint import posemb
 from keras_vit.checkpoint.resolution import rebuild_at_resolution
@@ -171,6 +171,10 @@ def test_bad_size_names_the_fix():
     with pytest.raises((ValueError, tf.errors.InvalidArgumentError),
                        match="multiple.of.4"):
         dynamic.predict(images(18, 8), verbose=0)
+    # image_size=None is no dynamic size (it was the default, 224).
+    with pytest.raises(ValueError, match=r"image_size=None: .*"
+                       r"dynamic_image_size=True"):
+        keras_vit.create_model("Ti/16", num_classes=5, image_size=None)
 
 
 def test_keras_file_round_trip_at_two_sizes(tmp_path):
@@ -416,6 +420,21 @@ def test_one_forward_pass_matches_the_models_own_outputs():
     pooled = numpy(keras_vit.features_model(fast)(x))
     last = keras_vit.intermediate_model(fast, -1, norm=True)(x)["block_1"]
     np.testing.assert_allclose(numpy(last)[:, 0], pooled, rtol=0, atol=1e-5)
+
+
+def test_intermediates_of_a_bfloat16_model_declare_its_dtype():
+    """Under mixed bfloat16 the blocks' outputs are bfloat16, and the
+    derived model says so (its outputs' specs were float32)."""
+    with build.dtype_policy("bfloat16"):
+        model = keras_vit.create_model(
+            None, num_classes=5, image_size=16, patch_size=8,
+            hidden_size=32, num_layers=2, num_heads=2, mlp_dim=64)
+    derived = keras_vit.intermediate_model(model, (0, 1))
+    got = derived(np.zeros((1, 16, 16, 3), np.float32))
+    got = list(got.values()) if isinstance(got, dict) else list(got)
+    assert [o.dtype for o in derived.outputs] == ["bfloat16"] * 2
+    assert [keras.backend.standardize_dtype(o.dtype) for o in got] == [
+        "bfloat16"] * 2
 
 
 def test_blocks_run_once_up_to_the_deepest_asked(monkeypatch):

@@ -17,7 +17,7 @@ from absl import flags
 from ml_collections import config_flags
 
 import keras_vit
-from keras_vit import build, remat
+from keras_vit import build, config_limits, remat
 from keras_vit.checkpoint import weights as checkpoint
 from keras_vit.commands import flags as cli
 from keras_vit.config import base_config
@@ -148,12 +148,27 @@ def test_weights_names_and_checkpoints_are_unchanged(tmp_path):
     assert keras_vit.Encoder.from_config(config).remat == "none"
 
 
-def test_unknown_or_unsupported_policies_name_the_choices():
+def test_unknown_or_unsupported_policies_name_the_choices(tmp_path):
+    """An unknown policy is refused by name. "dots" is JAX's: on
+    TensorFlow a model of it (one trained on JAX) builds, saves, loads
+    and infers as the plain model (inference never rematerialises), and
+    a training call or a training config is refused naming "block"."""
     with pytest.raises(ValueError, match="'none', 'block', 'dots'"):
         _model("full")
     assert keras.backend.backend() == "tensorflow"
+    dots, plain = _model("dots"), _model("none")
+    x = np.random.default_rng(0).uniform(-1, 1, (2, 16, 16, 3))
+    path = str(tmp_path / "dots.keras")
+    dots.save(path)
+    loaded = keras.models.load_model(path)
+    assert loaded.get_layer("Transformer").remat == "dots"
+    np.testing.assert_array_equal(loaded(x), plain(x))
     with pytest.raises(ValueError, match='JAX backend.*use remat="block"'):
-        _model("dots")
+        loaded(x, training=True)
+    config = base_config()
+    config.model.remat = "dots"
+    with pytest.raises(ValueError, match='JAX backend.*use remat="block"'):
+        config_limits.check_limits(config)
     assert remat.check_remat("block") == "block"
 
 
