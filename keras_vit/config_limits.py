@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from typing import Optional, Tuple, Union
 
-from keras_vit import remat
 from keras_vit.errors import UsageError
 
 Bound = Union[None, float, str]  # a number, a field's path, or no bound
@@ -171,9 +170,7 @@ CHOICES = (
 
 
 def _check_combinations(config) -> None:
-    """Fields that are each in range but do not go together (or not with
-    this backend)."""
-    remat.check_backend(_value(config, "model.remat") or "none")
+    """Fields that are each in range but do not go together."""
     if (_value(config, "optimizer.name") == "sgd"
             and float(_value(config, "optimizer.weight_decay") or 0)):
         raise UsageError(

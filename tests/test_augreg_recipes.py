@@ -10,7 +10,7 @@ from absl import flags
 
 import keras_vit
 from keras_vit.checkpoint import weights
-from keras_vit.checkpoint.zoo import augreg
+from keras_vit.checkpoint.zoo import augreg, catalog
 from keras_vit.training import train_lib
 from tests import tiny
 from tests.test_recipes import (
@@ -76,6 +76,13 @@ def test_augreg_i1k_and_plain_vit_recipes():
     assert c.input.mix.mixup_alpha == 0.5 and c.input.batch_size == 4096
     assert c.trainer.total_steps == math.ceil(300 * 1_268_355 / 4096)
     assert c.objective.loss == "sigmoid_xent" and c.model.head_bias_init == -6.9
+    # Without aug=, big_vision's vit_i1k.py choice for the size.
+    for variant, (ops, magnitude, mixup) in {
+            "Ti/16": (2, 0, 0.0), "S/32": (2, 15, 0.2),
+            "B/16": (2, 15, 0.5)}.items():
+        pp = load(I1K, f"variant={variant}").input
+        assert (pp.pp.randaug_ops, pp.pp.randaug_magnitude,
+                pp.mix.mixup_alpha) == (ops, magnitude, mixup), variant
     p = load(PLAIN)
     m = p.model
     assert (m.variant, m.pooling, m.posemb) == ("S/16", "gap", "sincos2d")
@@ -94,6 +101,18 @@ def test_augreg_i1k_and_plain_vit_recipes():
     assert p.optimizer.weight_decay * p.schedule.lr == pytest.approx(1e-4)
     assert load(PLAIN, "epochs=300").trainer.total_steps == math.ceil(
         300 * 1_268_355 / 1024)
+    # Its one argument, read as every config's: twice, or not a whole
+    # number, is one line naming it.
+    with pytest.raises((ValueError, flags.Error),
+                       match="'epochs' given twice"):
+        load(PLAIN, "epochs=300,epochs=90")
+    for bad in ("abc", "1.5", "0"):
+        with pytest.raises((ValueError, flags.Error),
+                           match=f"epochs='{bad}': a whole"):
+            load(PLAIN, f"epochs={bad}")
+    with pytest.raises((ValueError, flags.Error),
+                       match="Unknown config argument 'ep'"):
+        load(PLAIN, "ep=3")
 
 
 def test_augreg_finetune_recipe():
@@ -107,6 +126,19 @@ def test_augreg_finetune_recipe():
         "sgd", 0.9, 0.0, 0.03)
     assert (c.model.image_size, c.input.pp.train, c.model.dropout_rate,
             c.trainer.total_steps) == (384, "pretrain", 0.0, 20_000)
+    # As the released ImageNet fine-tunings: no Polyak averaging, and by
+    # default each model's own learning rate (the file names': lr_0.03
+    # for B/16, lr_0.01 for L/16).
+    assert c.trainer.ema_decay == 0.0
+    assert load(FINETUNE, "dataset=imagenet2012").schedule.lr == 0.03
+    l16 = load(FINETUNE, "name=L_16-i21k-300ep-lr_0.001-aug_strong1-wd_0.1-"
+               "do_0.0-sd_0.0,dataset=imagenet2012")
+    assert (l16.schedule.lr, l16.trainer.ema_decay) == (0.01, 0.0)
+    assert catalog.lookup("augreg/L_16-i21k-300ep-lr_0.001-aug_strong1-wd_"
+                          "0.1-do_0.0-sd_0.0--imagenet2012-steps_20k-lr_0.01"
+                          "-res_384") is not None
+    # The resolution decides the rematerialisation, as in finetune.
+    assert load(FINETUNE, "res=512,dataset=cifar100").model.remat == "block"
     small = load(FINETUNE, "name=R_Ti_16-i21k-300ep-lr_0.001-aug_none-wd_"
                  "0.03-do_0.0-sd_0.0,dataset=cifar100,res=224")
     assert small.model.variant == "R+Ti/16"

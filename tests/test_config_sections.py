@@ -82,14 +82,19 @@ def _load(path_arg, *overrides):
 
 # Recipe values changed on purpose since that version wrote its configs:
 # the fine-tuning crop of the official code (an Inception-style crop, not a
-# resize to 448 and a random 384 crop), and AugReg's ImageNet-21k defaults
+# resize to 448 and a random 384 crop), AugReg's ImageNet-21k defaults
 # of the recommended released file (no dropout or stochastic depth for
-# B/16). Everything else still reads as shipped.
+# B/16), AugReg's ImageNet fine-tuning without Polyak averaging (as the
+# released fine-tunings) and MPP's steps. Everything else still reads as
+# shipped.
 _CHANGED_SINCE = {
     "finetune": {("input", "pp", "train"): "pretrain",
                  ("input", "pp", "resize_size"): None},
     "augreg_finetune": {("input", "pp", "train"): "pretrain",
-                        ("input", "pp", "resize_size"): None},
+                        ("input", "pp", "resize_size"): None,
+                        ("trainer", "ema_decay"): 0.0},
+    # MPP on ImageNet for 100k steps (the paper's 1M were on JFT).
+    "mpp_pretrain": {("trainer", "total_steps"): 100_000},
     "augreg_i21k": {("model", "dropout_rate"): 0.0,
                     ("model", "stochastic_depth_rate"): 0.0},
     # ImageNet-1k evaluation keeps the aspect ratio (big_vision's

@@ -288,6 +288,10 @@ def test_finetune_vtab_task_and_arguments():
     assert load(FINETUNE, "dataset=cifar10,lr=0.003").schedule.lr == 0.003
     with pytest.raises(ValueError, match="No fine-tuning recipe"):
         _module(FINETUNE).get_config("dataset=mnist")
+    for empty in ("vtab", "vtab/"):  # no task: refused, not left to TFDS
+        with pytest.raises(ValueError, match=r"names no VTAB task: use "
+                           r"vtab/<task> \(one of caltech101"):
+            _module(FINETUNE).get_config(f"dataset={empty}")
     with pytest.raises(ValueError, match="key=value"):
         _module(FINETUNE).get_config("cifar10")
     with pytest.raises(ValueError, match="Table 3"):

@@ -17,13 +17,13 @@ from absl import flags
 from ml_collections import config_flags
 
 import keras_vit
-from keras_vit import build, config_limits, remat
+from keras_vit import build, remat
 from keras_vit.checkpoint import weights as checkpoint
 from keras_vit.commands import flags as cli
 from keras_vit.config import base_config
-from keras_vit.training import model_init
+from keras_vit.training import model_init, train_lib
 from keras_vit.training.trainer import Trainer
-from tests import xla_cpu
+from tests import tiny, xla_cpu
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = dict(patch_size=8, hidden_size=32, num_layers=2, num_heads=2,
@@ -165,10 +165,10 @@ def test_unknown_or_unsupported_policies_name_the_choices(tmp_path):
     np.testing.assert_array_equal(loaded(x), plain(x))
     with pytest.raises(ValueError, match='JAX backend.*use remat="block"'):
         loaded(x, training=True)
-    config = base_config()
-    config.model.remat = "dots"
+    config = tiny.digits_config({"model.remat": "dots"})
     with pytest.raises(ValueError, match='JAX backend.*use remat="block"'):
-        config_limits.check_limits(config)
+        train_lib.train_and_evaluate(config, str(tmp_path / "run"))
+    assert not os.path.exists(tmp_path / "run" / "checkpoints")
     assert remat.check_remat("block") == "block"
 
 

@@ -117,6 +117,11 @@ def get_config(arg=None):
     vtab_task = None
     if name.startswith("vtab/"):
         vtab_task, name = name.split("/", 1)[1], "vtab"
+    if name == "vtab" and not vtab_task:
+        raise UsageError(
+            f"dataset={args['dataset']!r} names no VTAB task: use "
+            f"vtab/<task> (one of {', '.join(vtab.TASK_NAMES)}), or "
+            "configs/vtab.py for all 19.")
     if name not in DATASETS:
         raise UsageError(
             f"No fine-tuning recipe for dataset {args['dataset']!r}: use one "

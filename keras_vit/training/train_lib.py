@@ -18,7 +18,7 @@ import tensorflow as tf
 from absl import logging
 
 from keras_vit import config as config_lib
-from keras_vit import config_limits
+from keras_vit import config_limits, remat
 from keras_vit.build import build_run, check_mpp, config_architecture
 from keras_vit.checkpoint import weights
 from keras_vit.data import checks as data_checks
@@ -190,6 +190,7 @@ def train_and_evaluate(
         config.input, config.trainer, config.schedule, config.log,
         config.checkpoints, config.evals))
     config_limits.check_limits(config)
+    remat.check_backend(config.model.remat)  # "dots": JAX's
     batch = _global_batch(config.trainer, config.input)
     if not config.objective.mpp.enabled:
         config = config_lib.replace(config, model=model_init.init_architecture(

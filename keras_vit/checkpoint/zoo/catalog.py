@@ -193,6 +193,12 @@ def augreg_recommended(variant: str) -> Optional[str]:
     return None
 
 
+def augreg_finetune_lr(model: str) -> float:
+    """The learning rate AugReg's released ImageNet fine-tunings of
+    `model` (its file name's model, "L_16") used: 0.01 or 0.03."""
+    return float(_AUGREG_FINETUNE_LR.get(model, "0.03"))
+
+
 def _augreg_best() -> List[str]:
     names = []
     for name in _AUGREG_BEST:
