@@ -514,7 +514,8 @@ def test_timm_resizes_for_its_full_input_past_the_whole_patches(
     assert len(said) == 1, said
     assert ("timm makes 35 x 35 images, of which the patch embedding reads "
             "the top-left 32 x 32") in said[0]
-    assert "takes the central 32 x 32 after timm's resize to 38" in said[0]
+    assert ("takes the central 32 x 32 after the library's resize to 38"
+            in said[0])
     rgb = np.random.default_rng(3).integers(0, 256, (40, 50, 3), np.uint8)
     image = tmp_path / "photo.png"
     Image.fromarray(rgb).save(image)

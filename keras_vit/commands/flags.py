@@ -25,6 +25,7 @@ from keras_vit.commands.labels import (  # noqa: F401 (the commands' API)
 )
 from keras_vit.commands.lazy import lazy_module
 from keras_vit.commands.resize import (  # noqa: F401 (the commands' API)
+    check_at_least_input,
     define_resize_size,
     keep_aspect,
     no_resize_to_keep,

@@ -45,6 +45,13 @@ def list_images(paths: Sequence[str]) -> Tuple[List[str], bool]:
     return files, folder
 
 
+def skip(path: str, reason: str, skipped: list) -> None:
+    """A file left out (--skip_bad_images): said on stderr, and listed in
+    `skipped` with its reason."""
+    print(f"skipped {path}: {reason}", file=sys.stderr, flush=True)
+    skipped.append((path, reason))
+
+
 def check_images(files: Sequence[str], skip_bad: bool,
                  show_progress: bool = False
                  ) -> Tuple[List[str], List[Tuple[str, str]]]:
@@ -68,8 +75,7 @@ def check_images(files: Sequence[str], skip_bad: bool,
                     f"{path} is not a readable image ({reason}); pass "
                     "--skip_bad_images to leave such files out."
                 ) from None
-            print(f"skipped {path}: {reason}", file=sys.stderr, flush=True)
-            skipped.append((path, reason))
+            skip(path, reason, skipped)
             continue
         good.append(path)
     progress.end_line()

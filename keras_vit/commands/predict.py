@@ -30,7 +30,6 @@ import json
 import os
 import re
 import sys
-import types
 from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 import numpy as np
@@ -42,6 +41,7 @@ from keras_vit.commands.image_inputs import (  # noqa: F401 (this API)
     check_images,
     list_images,
     read_bytes,
+    skip,
 )
 from keras_vit.commands.lazy import lazy_module
 from keras_vit.errors import UsageError
@@ -178,9 +178,8 @@ def predictor(values, source) -> Callable:
         predict = litert_predictor(source.path, values.resize_size,
                                    labels_used=not values.class_names_file,
                                    keep_aspect=values.keep_aspect)
-        if values.resize_size is not None:  # at least the input, as for
-            cli.resize_size(values, source, types.SimpleNamespace(  # Keras
-                input_shape=(None, *predict.input_size, 3)))
+        if values.resize_size is not None:
+            cli.check_at_least_input(values.resize_size, predict.input_size)
         return predict
     model = cli.load_flagged_model(values, source, head="predict with")
     resize = cli.resize_size(values, source, model)
@@ -329,9 +328,7 @@ def _each_alone(predict: Callable, batch: Sequence[str], probabilities,
         try:
             probabilities.append(predict([read_bytes(path)]))
         except tf.errors.InvalidArgumentError as error:
-            reason = checks.decode_reason(error)
-            print(f"skipped {path}: {reason}", file=sys.stderr, flush=True)
-            skipped.append((path, reason))
+            skip(path, checks.decode_reason(error), skipped)
             continue
         answered.append(path)
 
@@ -359,9 +356,7 @@ def run(args, images: Sequence[str]) -> int:
     if not images:
         raise UsageError("Give the images to classify (files or folders) "
                          "as arguments.")
-    if args.output:  # `--output=~/p.json`: bash expands no ~ after `=`
-        args.output = os.path.expanduser(args.output)
-    check_flags(args)
+    check_flags(args)  # --output=~/p.json: the home folder, as --model
     # A model is there, before the images are read.
     source = cli.model_source(args, exports=True)
     if args.output and source.kind == "litert" and os.path.abspath(

@@ -10,7 +10,7 @@ input (`keras_vit.data.preprocessing.preprocess_eval`).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional, Tuple
+from typing import TYPE_CHECKING, Optional, Sequence, Tuple
 
 from absl import flags, logging
 
@@ -55,13 +55,8 @@ def resize_size(values: flags.FlagValues, source: loader.Source,
     processor's size before its crop_size), scaled to
     --image_size when that differs from the source's (`source_resize`)."""
     if _flag(values, "resize_size") is not None:
-        size = model.input_shape[1:3] if model is not None else ()
-        if values.resize_size < max([1, *(int(n or 0) for n in size)]):
-            raise UsageError(
-                f"--resize_size {values.resize_size} is smaller than the "
-                f"model's input {'x'.join(str(n) for n in size) or 1}: the "
-                "central crop is taken from the resized image, so give at "
-                "least its longer side (or leave --resize_size out).")
+        check_at_least_input(values.resize_size, model.input_shape[1:3]
+                             if model is not None else ())
         return values.resize_size
     resize = source_resize(source, _flag(values, "image_size"))
     if resize and source.run_config() is None:
@@ -74,6 +69,18 @@ def resize_size(values: flags.FlagValues, source: loader.Source,
             source.path, resize, "the shorter side, area" if kept
             else "both sides, bilinear")
     return resize
+
+
+def check_at_least_input(resize: int, size: Sequence) -> None:
+    """--resize_size `resize` against the model's input `size` (height,
+    width; None for a dynamic side): the central crop is taken from the
+    resized image."""
+    if resize < max([1, *(int(n or 0) for n in size)]):
+        raise UsageError(
+            f"--resize_size {resize} is smaller than the model's input "
+            f"{'x'.join(str(n) for n in size) or 1}: the central crop is "
+            "taken from the resized image, so give at least its longer side "
+            "(or leave --resize_size out).")
 
 
 def keep_aspect(values: flags.FlagValues, source: loader.Source,

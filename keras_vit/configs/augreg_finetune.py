@@ -20,11 +20,11 @@ one the released fine-tuning of the model used, 0.01 for L/16, B/32,
 S/32, R50+L/32 and R26+S/32, else 0.03; other data sets: the
 configs/finetune.py row's), res (384).
 
-ImageNet runs as the released fine-tunings did (20k steps at 384, no
-Polyak averaging, which configs/finetune.py adds for the paper's own
-ImageNet runs). Expected (vision_transformer's README, its recommended
-i21k files fine-tuned so): ImageNet top-1 at 384 of 78.22% (Ti/16),
-83.73% (S/16), 85.49% (B/16), 85.59% (L/16).
+It runs without Polyak averaging, as the released fine-tunings did
+(configs/finetune.py adds it for the paper's own ImageNet runs); ImageNet
+for their 20k steps at 384. Expected (vision_transformer's README, its
+recommended i21k files fine-tuned so): ImageNet top-1 at 384 of 78.22%
+(Ti/16), 83.73% (S/16), 85.49% (B/16), 85.59% (L/16).
 """
 
 from keras_vit.checkpoint.zoo import augreg, catalog

@@ -110,24 +110,28 @@ def _released(variant: str) -> str:
     return f"{catalog.OFFICIAL_BUCKET}/{release.file}"
 
 
-def get_config(arg=None):
-    args = parse_config_arg(arg, dataset="cifar100", variant="B/16", init="",
-                            lr="", res="", remat="")
-    name = args["dataset"]
-    vtab_task = None
+def _dataset(given: str):
+    """(row of DATASETS, VTAB task or None) of the dataset= argument."""
+    name, vtab_task = given, None
     if name.startswith("vtab/"):
         vtab_task, name = name.split("/", 1)[1], "vtab"
     if name == "vtab" and not vtab_task:
         raise UsageError(
-            f"dataset={args['dataset']!r} names no VTAB task: use "
-            f"vtab/<task> (one of {', '.join(vtab.TASK_NAMES)}), or "
-            "configs/vtab.py for all 19.")
+            f"dataset={given!r} names no VTAB task: use vtab/<task> (one "
+            f"of {', '.join(vtab.TASK_NAMES)}), or configs/vtab.py for all "
+            "19.")
     if name not in DATASETS:
         raise UsageError(
-            f"No fine-tuning recipe for dataset {args['dataset']!r}: use one "
-            f"of {', '.join(k for k in DATASETS if k != 'vtab')} or "
-            "vtab/<task>."
-        )
+            f"No fine-tuning recipe for dataset {given!r}: use one of "
+            f"{', '.join(k for k in DATASETS if k != 'vtab')} or "
+            "vtab/<task>.")
+    return name, vtab_task
+
+
+def get_config(arg=None):
+    args = parse_config_arg(arg, dataset="cifar100", variant="B/16", init="",
+                            lr="", res="", remat="")
+    name, vtab_task = _dataset(args["dataset"])
     row = DATASETS[name]
     variant = args["variant"]
     init = args["init"] or _released(variant)

@@ -169,9 +169,8 @@ def _epochs(paths, labels, seed: int) -> tf.data.Dataset:
         return tf.data.Dataset.from_tensor_slices(
             (tf.gather(paths, order), tf.gather(labels, order)))
 
-    # flat_map hides that the epochs never end; said, a multi-worker
-    # strategy need not agree with the other workers at every batch on
-    # whether data is left (an all-reduce per step).
+    # Declared endless (flat_map hides it), so that a multi-worker
+    # strategy skips its per-step all-reduce on whether data is left.
     endless = tf.data.experimental.assert_cardinality(
         tf.data.INFINITE_CARDINALITY)
     return tf.data.Dataset.range(np.iinfo(np.int64).max).flat_map(

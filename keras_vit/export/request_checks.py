@@ -169,6 +169,8 @@ def _failure_reasons(image_bytes: tf.Tensor,
                        image_headers.HUGE_MESSAGE, reasons)
     if refused is None:
         return reasons
+    # Only in a failed request: which images decode whole (what fails
+    # after the decoder, in `decode`, is what `refused` says).
     decodes, _ = _where_it_runs(
         image_bytes, lambda data: tf.size(decode_image(data)) > 0,
         tf.TensorSpec([], tf.bool))

@@ -10,15 +10,12 @@ default, as the processors' `_set_attributes` does).
   into the patch embedding.
 - The geometry (`library_resize`): `do_resize` with `size` (and
   `default_to_square` for a number), `do_center_crop` with `crop_size`,
-  `resample`, and ConvNeXT's `crop_pct`. keras_vit's evaluation resizes
-  a photo to N x N (both sides, bilinear) or its shorter side to N (area,
-  the aspect ratio kept: a `shortest_edge` resize, ConvNeXT's below 384)
-  and takes the central crop of the model's input, or resizes to the
-  input directly: the processor's resize and crop are given one of these
-  forms, and what it asks beyond them (a bicubic filter, a crop without
-  a resize, a resize keras_vit has no form for, an output the model
-  cannot take) is said in one warning line per folder, with the fix
-  (--resize_size, --keep_aspect), rather than differing silently.
+  `resample`, and ConvNeXT's `crop_pct`, in keras_vit's evaluation forms
+  (resize to N x N, bilinear, or the shorter side to N, area; then the
+  central crop of the model's input; or straight to the input). What the
+  processor asks beyond them (a bicubic filter, a crop without a resize,
+  an output the model cannot take, ...) is said in one warning line per
+  folder, with the fix (--resize_size, --keep_aspect).
 """
 
 from __future__ import annotations
@@ -31,8 +28,7 @@ from absl import logging
 from keras_vit.errors import UsageError, shorten
 
 PROCESSOR_FILE = "preprocessor_config.json"
-# transformers.image_utils' constants: IMAGENET_STANDARD_* and
-# OPENAI_CLIP_*.
+# transformers.image_utils' IMAGENET_STANDARD_* and OPENAI_CLIP_*.
 _STANDARD = ((0.5, 0.5, 0.5), (0.5, 0.5, 0.5))
 _CLIP = ((0.48145466, 0.4578275, 0.40821073),
          (0.26862954, 0.26130258, 0.27577711))
@@ -251,22 +247,26 @@ def library_resize(proc: Optional[Dict[str, Any]], path: str,
 
 
 def _past_patches(plan, notes: List[str], model_hw, built):
-    """The plan for a model input that is not whole patches: transformers
-    makes `model_hw` images and its patch convolution reads their
-    top-left `built`; keras_vit, built at `built`, resizes as for
-    `model_hw` (the same scale) and takes the central `built`, a window
-    that cannot be the top-left one (said in `notes`)."""
+    """The plan for `model_hw` images of which whole patches cover
+    `built`: resized as for `model_hw`, the central `built` (said)."""
     if plan == "direct" and not notes and model_hw[0] == model_hw[1]:
         plan = (model_hw[0], False)
-    drop = max(m - b for m, b in zip(model_hw, built))
-    notes.append(
-        f"makes {model_hw[0]} x {model_hw[1]} images, of which the patch "
-        f"embedding reads the top-left {built[0]} x {built[1]} (whole "
-        "patches; the model is built at that size)" + (
-            f": keras-vit takes the central {built[0]} x {built[1]} at the"
-            f" same scale, a window shifted down and right by about half "
-            f"the {drop} pixels dropped" if isinstance(plan, tuple) else ""))
+    notes.append(past_patches_note(
+        model_hw, built, plan[0] if isinstance(plan, tuple) else None))
     return plan
+
+
+def past_patches_note(made, built, resize: Optional[int]) -> str:
+    """What a library does with `made` images of which whole patches
+    cover `built`, and (after a `resize`) the window keras-vit reads."""
+    drop = max(m - b for m, b in zip(made, built))
+    return (f"makes {made[0]} x {made[1]} images, of which the patch "
+            f"embedding reads the top-left {built[0]} x {built[1]} (whole "
+            "patches; the model is built at that size)" + (
+                f": keras-vit takes the central {built[0]} x {built[1]} "
+                f"after the library's resize to {resize} (the same scale), "
+                "a window shifted down and right by about half the "
+                f"{drop} pixels dropped" if resize else ""))
 
 
 def _done(resize: Optional[int], keep: bool, model_hw) -> str:

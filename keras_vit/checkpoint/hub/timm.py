@@ -203,8 +203,10 @@ def _layer_name(value, underscores: bool = True):
     """A norm_layer / act_layer name as timm's get_norm_layer (without
     `underscores`) / get_act_layer looks it up: lower case; none or ""
     for VisionTransformer's default (LayerNorm, nn.GELU)."""
-    if not isinstance(value, str) or not value:
-        return value or None
+    if not value:
+        return None
+    if not isinstance(value, str):
+        return repr(value)  # no name: refused as one timm does not know
     return (value if underscores else value.replace("_", "")).lower()
 
 

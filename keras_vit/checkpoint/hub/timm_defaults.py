@@ -16,7 +16,7 @@ from typing import Any, Dict, Optional
 
 from keras_vit.checkpoint.hub import timm_registry
 from keras_vit.checkpoint.hub.config import disagree, patch_size, refuse
-from keras_vit.checkpoint.hub.processor import warn_once
+from keras_vit.checkpoint.hub.processor import past_patches_note, warn_once
 from keras_vit.errors import UsageError
 
 # The fields of timm's PretrainedCfg (timm 1.0.31, the registry's): its
@@ -301,17 +301,11 @@ def eval_resize(crop_pct: float, crop_mode, size, path: str, built=None):
     built = tuple(built or size)
     plan = _eval_resize(crop_pct, crop_mode, tuple(size), path, built)
     if built != tuple(size):
-        warn_once(
-            f"{path}: timm makes {size[0]} x {size[1]} images, of which the "
-            f"patch embedding reads the top-left {built[0]} x {built[1]} "
-            "(whole patches; the model is built at that size): keras-vit "
-            + (f"takes the central {built[0]} x {built[1]} after timm's "
-               f"resize to {plan[0]} (the same scale), a window shifted "
-               "down and right by about half the "
-               f"{max(s - b for s, b in zip(size, built))} pixels dropped"
-               if plan[0] else
-               f"resizes a photo to {built[0]} x {built[1]} directly")
-            + ".")
+        note = past_patches_note(size, built, plan[0])
+        if not plan[0]:
+            note += (f": keras-vit resizes a photo to {built[0]} x "
+                     f"{built[1]} directly")
+        warn_once(f"{path}: timm {note}.")
     return plan
 
 

@@ -149,7 +149,7 @@ def _not_found(error: BaseException) -> bool:
     """Whether `error` says there is no file at the URL (not that the
     network or the file system failed)."""
     if isinstance(error, urllib.error.HTTPError):
-        return error.code in (403, 404, 410)
+        return error.code in (404, 410)
     return isinstance(error, (tf.errors.NotFoundError, FileNotFoundError))
 
 

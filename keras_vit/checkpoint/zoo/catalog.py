@@ -203,8 +203,8 @@ def _augreg_best() -> List[str]:
     names = []
     for name in _AUGREG_BEST:
         model = name.split("-", 1)[0]
-        lr = _AUGREG_FINETUNE_LR.get(model, "0.03")
-        names += [name, f"{name}--imagenet2012-steps_20k-lr_{lr}-res_384"]
+        lr = augreg_finetune_lr(model)
+        names += [name, f"{name}--imagenet2012-steps_20k-lr_{lr:g}-res_384"]
     return names
 
 
