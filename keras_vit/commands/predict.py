@@ -307,16 +307,23 @@ def classify(predict: Callable, files: Sequence[str], batch_size: int,
     return np.concatenate(probabilities), answered, skipped
 
 
-def _refused(predict: Callable, batch: Sequence[str], error) -> str:
-    """'file: reason' for the file of `batch` that `predict` refuses, each
-    tried alone (its own reason: a batch's `error` may name another),
-    else 'files: reason' of the batch's `error`."""
+def _one_at_a_time(predict: Callable, batch: Sequence[str]):
+    """(file, probabilities, None), or (file, None, reason) where
+    `predict` refuses it, for each file of `batch` given alone (its own
+    reason: a batch's error may name another file's)."""
     for path in batch:
         try:
-            predict([read_bytes(path)])
-        except tf.errors.InvalidArgumentError as alone:
-            return f"{path}: {checks.decode_reason(alone)}"
-    return f"{', '.join(batch)}: {checks.decode_reason(error)}"
+            yield path, predict([read_bytes(path)]), None
+        except tf.errors.InvalidArgumentError as error:
+            yield path, None, checks.decode_reason(error)
+
+
+def _refused(predict: Callable, batch: Sequence[str], error) -> str:
+    """'file: reason' for the first file of `batch` that `predict`
+    refuses alone, else 'files: reason' of the batch's `error`."""
+    return next((f"{path}: {reason}" for path, _, reason in
+                 _one_at_a_time(predict, batch) if reason),
+                f"{', '.join(batch)}: {checks.decode_reason(error)}")
 
 
 def _each_alone(predict: Callable, batch: Sequence[str], probabilities,
@@ -324,13 +331,12 @@ def _each_alone(predict: Callable, batch: Sequence[str], probabilities,
     """`batch` given to `predict` a file at a time: the answers appended
     to `probabilities` and `answered`, each file refused named on stderr
     and appended to `skipped` with its reason."""
-    for path in batch:
-        try:
-            probabilities.append(predict([read_bytes(path)]))
-        except tf.errors.InvalidArgumentError as error:
-            skip(path, checks.decode_reason(error), skipped)
-            continue
-        answered.append(path)
+    for path, answer, reason in _one_at_a_time(predict, batch):
+        if reason:
+            skip(path, reason, skipped)
+        else:
+            probabilities.append(answer)
+            answered.append(path)
 
 
 def print_results(args, files, tops, skipped) -> None:
