@@ -455,6 +455,13 @@ def test_pipeline_draws_the_corruption_seeded():
     assert (second["mpp_mode"].numpy() != features["mpp_mode"].numpy()).any()
     evals = list(input_pipeline.eval_dataset(*data, "test", 128))
     assert len(evals) == 3 and set(evals[0][0]) == set(mpp.INPUT_NAMES)
+    # Every evaluation draws the same corruption, and not the first
+    # training batches' (same seed and batch index would give it).
+    again = list(input_pipeline.eval_dataset(*data, "test", 128))
+    np.testing.assert_array_equal(again[0][0]["mpp_mode"],
+                                  evals[0][0]["mpp_mode"])
+    evals32 = next(iter(input_pipeline.eval_dataset(*data, "test", 32)))[0]
+    assert (evals32["mpp_mode"].numpy() != features["mpp_mode"].numpy()).any()
 
 
 def test_analysis_draws_the_mpp_predictions(mpp_run, tmp_path):

@@ -4,8 +4,8 @@ The input pipeline draws the corruption of every image (`keras_vit.mpp`'s
 `mpp_mode` and `mpp_source` model inputs) with stateless random ops seeded
 by the pipeline's seed and the batch's index: reproducible, different on
 every input pipeline, and an iterator that still checkpoints. Evaluation
-draws the same corruption at every evaluation, so its MPP accuracy is
-comparable across a run.
+draws the same corruption at every evaluation (from a seed of its own,
+not the training batches'), so its MPP accuracy is comparable across a run.
 """
 
 from __future__ import annotations

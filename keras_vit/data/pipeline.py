@@ -237,12 +237,14 @@ def _check_batch(global_batch: int, input_context) -> int:
     return global_batch // replicas
 
 
-def pipeline_seed(seed: int, input_context=None, start_step: int = 0) -> int:
+def pipeline_seed(seed: int, input_context=None, start_step: int = 0, *,
+                  evaluation: bool = False) -> int:
     """The seed of one input pipeline of a run of `seed`: differs between
     pipelines, and between a run and its resumption at `start_step` (when
-    the data order is not restored from a checkpoint)."""
+    the data order is not restored from a checkpoint); an `evaluation`
+    pipeline's (its MPP corruption) is apart from every training one's."""
     _, index = _pipelines(input_context)
-    entropy = [int(seed), index, int(start_step)]
+    entropy = [int(seed), index, int(start_step)] + [1] * evaluation
     return int(np.random.SeedSequence(entropy).generate_state(1)[0] >> 1)
 
 
@@ -382,7 +384,7 @@ def eval_dataset(
         ds = ds.concatenate(padding).take(steps * per_step)
     if run.mpp is not None:  # the same corruption at every evaluation
         ds = masking.add_corruption(ds, run.mpp, run.patches, pipeline_seed(
-            run.seed, input_context) + 1)
+            run.seed, input_context, evaluation=True))
     return ds.prefetch(tf.data.AUTOTUNE)
 
 
