@@ -237,8 +237,9 @@ def forward_flops(
     output projection and the two MLP layers, and the head. Norms, softmax,
     GELU and adds are O(tokens * width) and left out, as is customary.
     With `last_block_class_token_only` (keras_vit's classifiers with token
-    pooling) the last block computes keys and values for every token but
-    the attention row, output projection and MLP of the class token alone.
+    pooling) the last block computes the fused qkv projection for every
+    token but the attention row, output projection and MLP of the class
+    token alone.
     """
     patches = (image_size // patch_size) ** 2
     tokens = patches + int(class_token)

@@ -16,6 +16,19 @@ def write_results(prefix: str, result: Dict[str, Any], text: str) -> None:
     atomic_write(prefix + ".md", text)
 
 
+def _repeats(result: Dict[str, Any]) -> str:
+    """"N repeats", or the range that ran and how many were asked where
+    the deadline stopped rows before them."""
+    asked = int(result["args"]["repeats"])
+    ran = [len(row.get("seconds") or []) for row in result["rows"]]
+    low, high = min(ran or [asked]), max(ran or [asked])
+    if low == high == asked:
+        return f"{asked} repeats"
+    counted = f"{low} repeat" if low == high else f"{low} to {high} repeat"
+    return (f"{counted}{'s' * (high != 1)} ({asked} asked; the deadline "
+            "stopped the rest)")
+
+
 def markdown(result: Dict[str, Any]) -> str:
     """str. The results as a markdown report with one table."""
     m, args = result["machine"], result["args"]
@@ -38,7 +51,7 @@ def markdown(result: Dict[str, Any]) -> str:
         f"load average (1 min) at start {load[0]}, at end {load[1]}.",
         f"- Software: Python {m['python']}, {versions}.",
         f"- Image {args['image_size']}, batch {args['batch_size']}, "
-        f"{args['dtype']}, median of {args['repeats']} repeats.",
+        f"{args['dtype']}, median of {_repeats(result)}.",
         f"- Forward cost: {result['forward_flops_per_image'] / 1e9:.2f} "
         "GFLOP per image for keras_vit, "
         f"{result.get('forward_flops_per_image_all_tokens', 0) / 1e9:.2f} "

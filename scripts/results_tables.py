@@ -120,11 +120,19 @@ def _load_range(machine: dict) -> str:
     return f"{min(loads):.1f}-{max(loads):.1f}" if loads else ""
 
 
-def _mfu(value: Optional[float]) -> str:
-    """The MFU, or n/a where it exceeds 100%: a ceiling measured low."""
+def _mfu(value: Optional[float], low_ceiling: bool = False) -> str:
+    """The MFU, or n/a where it exceeds 100% or another row of the run
+    shows its ceiling measured low (`low_ceiling`)."""
     if value is None:
         return ""
-    return pct(value) if value <= 1.0 else "n/a"
+    return pct(value) if value <= 1.0 and not low_ceiling else "n/a"
+
+
+def _low_ceilings(data: dict) -> set:
+    """The backends of a run whose matmul ceiling some row (of any model)
+    exceeded: measured low, so no row of theirs states an MFU."""
+    return {row.get("backend", "tensorflow") for row in data["rows"]
+            if (row.get("mfu") or 0) > 1.0}
 
 
 def throughput_runs() -> str:
@@ -137,6 +145,7 @@ def throughput_runs() -> str:
     for name in throughput_files():
         data = bench(name)
         a = data["args"]
+        low = _low_ceilings(data)
         for row in data["rows"]:
             if row["model"] != "keras_vit":
                 continue
@@ -146,16 +155,18 @@ def throughput_runs() -> str:
                        f"{ratio(row.get('vs_keras_hub_cpu'))}")
             lines.append(
                 f"| `{name}` | {a['variant']}, {a['image_size']}, "
-                f"{a['batch_size']}, {a['dtype']} | {a['repeats']} | "
+                f"{a['batch_size']}, {a['dtype']} | {len(row['seconds'])} | "
                 f"{_load_range(data['machine'])} | "
                 f"{row.get('backend', 'tensorflow')} | {row['mode']} | "
                 f"{'on' if row['xla'] else 'off'} | "
-                f"{row['images_per_s']:.2f} | {_mfu(row['mfu'])} | {hub} |")
+                f"{row['images_per_s']:.2f} | "
+                f"{_mfu(row['mfu'], row.get('backend', 'tensorflow') in low)}"
+                f" | {hub} |")
     lines.append(
-        "\n\"n/a\": the matmul ceiling of that run was read while other work "
-        "shared the cores, lower than the model's own matmuls reached, so "
-        "no MFU is stated (the ratios to keras-hub, timed interleaved in "
-        "the same process, stand).")
+        "\n\"n/a\": the matmul ceiling of that run (and backend) was read "
+        "while other work shared the cores, lower than a model's own "
+        "matmuls reached, so no MFU is stated (the ratios to keras-hub, "
+        "timed interleaved in the same process, stand).")
     return "\n".join(lines) + source(f"{BENCH}/*.json",
                                      command="python benchmarks/"
                                      "throughput.py ...")

@@ -712,3 +712,44 @@ def test_full_sizes_refuse_at_once_without_a_gpu(tmp_path):
     assert proc.returncode == 1
     assert "JAX sees no GPU" in proc.stderr and "--smoke" in proc.stderr
     assert not [p for p in os.listdir(tmp_path) if p.endswith(".json")]
+
+
+def _stub_python(tmp_path):
+    """An interpreter that runs nothing: it records its arguments and, for
+    a benchmark script, writes the result file its --output names."""
+    calls = tmp_path / "calls.txt"
+    stub = tmp_path / "python"
+    stub.write_text(
+        "#!/bin/bash\n"
+        f'echo "$*" >> {calls}\n'
+        'out=""; prev=""\n'
+        'for a in "$@"; do [ "$prev" = --output ] && out=$a; prev=$a; done\n'
+        '[ -n "$out" ] && echo "{}" > "$out.json"\n'
+        "exit 0\n")
+    stub.chmod(0o755)
+    return stub, calls
+
+
+@pytest.mark.parametrize("budget, written", [(45, 2), (35, 0)])
+def test_a_short_budget_skips_a_run_rather_than_pass_no_deadline(
+        tmp_path, budget, written):
+    """With BUDGET_S set, --inference's throughput runs get a deadline of
+    at least 1 s (30 s below their limit), or are skipped, said in the
+    log; the closing line counts the files this command wrote, not what
+    the folder held before."""
+    stub, calls = _stub_python(tmp_path)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "stored_earlier.json").write_text("{}")
+    env = dict(os.environ, PYTHON=str(stub), BUDGET_S=str(budget))
+    proc = subprocess.run(
+        ["bash", os.path.join(ROOT, "benchmarks", "accelerator.sh"),
+         "--no-wheels", "--inference", str(out)],
+        env=env, capture_output=True, text=True, timeout=60)
+    runs = [line.split() for line in calls.read_text().splitlines()
+            if "benchmarks/throughput.py" in line]
+    deadlines = [int(a[a.index("--deadline") + 1]) for a in runs]
+    assert len(runs) == written and all(d >= 1 for d in deadlines)
+    assert f"{written} result files written" in proc.stdout
+    assert (proc.stdout.count("skipped") == 2 - written
+            and proc.returncode == int(written < 2))

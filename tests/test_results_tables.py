@@ -19,6 +19,8 @@ import sys
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+import throughput_report  # noqa: E402
 
 
 def _load_script():
@@ -209,3 +211,38 @@ def test_posemb_resize_block_states_the_stored_differences():
             diff = r[key]
             assert cells[cell] == (f"{diff:.1e}" if diff < 1e-3 else
                                    f"{100 * diff:.1f}%")
+
+
+def test_one_row_over_its_ceiling_hides_the_mfu_of_its_whole_run(
+        monkeypatch):
+    """An MFU over 100% shows the run's ceiling (of that backend) was read
+    low: no row measured against it states one, keras_vit's included
+    where only keras-hub's went over; the other backend's rows keep
+    theirs. The repeats column counts the repeats that ran."""
+    def row(model, backend, mfu, repeats=3):
+        return {"model": model, "mode": "infer", "xla": True,
+                "backend": backend, "mfu": mfu, "images_per_s": 1.0,
+                "seconds": [1.0] * repeats}
+    data = {"args": {"variant": "B/16", "image_size": 224, "batch_size": 8,
+                     "dtype": "float32", "repeats": 3},
+            "machine": {}, "ceiling": {},
+            "rows": [row("keras_vit", "jax", 0.53, repeats=2),
+                     row("keras_hub", "jax", 1.05),
+                     row("keras_vit", "tensorflow", 0.40)]}
+    monkeypatch.setattr(tables, "throughput_files", lambda: ["r"])
+    monkeypatch.setattr(tables, "bench", lambda name: data)
+    lines = [line for line in tables.throughput_runs().splitlines()
+             if line.startswith("| `r`")]
+    assert "| 2 |" in lines[0] and "| n/a |" in lines[0]
+    assert "| 3 |" in lines[1] and "| 40% |" in lines[1]
+
+
+def test_a_report_says_how_many_repeats_ran():
+    def result(counts):
+        return {"args": {"repeats": 3},
+                "rows": [{"seconds": [1.0] * n} for n in counts]}
+    assert throughput_report._repeats(result([3, 3])) == "3 repeats"
+    assert throughput_report._repeats(result([1])) == (
+        "1 repeat (3 asked; the deadline stopped the rest)")
+    assert throughput_report._repeats(result([2, 3])).startswith(
+        "2 to 3 repeats (3 asked")
