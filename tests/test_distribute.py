@@ -237,18 +237,26 @@ def test_tpu_vm_sigterm_saves_stops_and_resumes(tmp_path, monkeypatch,
                                                 caplog):
     """A TPU run (the default strategy standing in for TPUStrategy):
     no handler, the log says what saves the checkpoint, and a SIGTERM
-    saves at the next step boundary and stops; the same call resumes."""
+    saves at the next step boundary and stops, without the evaluation
+    that falls due there (a preemption notice is short); the same call
+    resumes."""
     from tests.test_train import digits_config
 
     monkeypatch.setattr(distribute, "is_tpu", lambda strategy: True)
     monkeypatch.setattr(loop, "_Preemption", _SigtermAfterFirstLoop)
+    evaluated = []
+    periodic = loop._HostLoop._periodic_evaluations
+    monkeypatch.setattr(loop._HostLoop, "_periodic_evaluations",
+                        lambda self, due: evaluated.append(self.step) or
+                        periodic(self, due))
     config = tiny.set_fields(digits_config(), {
         "trainer.total_steps": 12, "trainer.steps_per_loop": 4,
-        "evals.test.every_steps": 0, "checkpoints.every_steps": 0})
+        "evals.test.every_steps": 4, "checkpoints.every_steps": 0})
     workdir = str(tmp_path / "run")
     with caplog.at_level("INFO", logger="absl"):
         stopped = train_lib.train_and_evaluate(config, workdir)
     assert stopped == {"preempted": True, "step": 4, "signal": "SIGTERM"}
+    assert evaluated == []
     assert "Preemption: a TPU VM's maintenance event or preemption sends " \
         "SIGTERM" in caplog.text
     assert "Stopped at step 4 after SIGTERM; checkpoint saved" in caplog.text

@@ -209,9 +209,12 @@ class _HostLoop:
         dt = time.time() - t0
         timed = self.step > self.start_step
         self._count(metrics, self.step + metrics["steps"], dt, timed)
-        # Stopping: no evaluation before the checkpoint.
-        scheduled = 0.0 if r.trainer.stop_requested() else (
-            self._periodic_evaluations())
+        due = self._due()
+        if due:  # told to stop (on any worker): the checkpoint, not these
+            stopped = self._preempted(preemption, saved=False)
+            if stopped is not None:
+                return stopped
+        scheduled = self._periodic_evaluations(due)
         saved = _boundary(self.step, plan.checkpoint_every) or (
             self.step == plan.total_steps)
         if saved:
@@ -290,15 +293,17 @@ class _HostLoop:
         if self.window["steps"]:
             self._log_window(" (stopping)")
 
-    def _periodic_evaluations(self) -> float:
-        """Evaluates the evaluators whose period ends at this step (not
-        the last); returns the seconds it took."""
+    def _due(self) -> list:
+        """The evaluators whose period ends at this step (not the last)."""
         if self.step >= self.plan.total_steps:
-            return 0.0
+            return []
+        return [(name, entry) for name, entry in self.plan.evaluators
+                if _boundary(self.step, int(entry.every_steps))]
+
+    def _periodic_evaluations(self, due: list) -> float:
+        """Evaluates the evaluators `due`; returns the seconds it took."""
         t1 = time.time()
-        for name, entry in self.plan.evaluators:
-            if not _boundary(self.step, int(entry.every_steps)):
-                continue
+        for name, entry in due:
             split = entry.val_split or entry.split
             results = self._evaluate(name, entry, split, compared=True)
             reporting.log_eval(self.writers, self.step, split, results,
