@@ -32,7 +32,7 @@ from keras_vit.errors import UsageError
 from keras_vit.evaluation import reports, vtab_run
 from keras_vit.evaluation.accuracy import evaluate_model
 from keras_vit.scoring.evaluator import Evaluator
-from keras_vit.training import train_lib
+from keras_vit.training import distribute, train_lib
 from tests import tiny as tiny_configs
 from tests.strategies import two_cpu_mirrored
 
@@ -773,3 +773,24 @@ def test_vtab_without_matplotlib_stops_before_the_first_task(tmp_path,
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "The VTAB charts need matplotlib" in err[0]
     assert not out.exists()
+
+
+def test_a_clusters_other_workers_write_no_results(tmp_path, monkeypatch,
+                                                   capsys):
+    """Under --strategy=multiworker every worker runs the evaluation; on
+    a shared --output_dir only the chief writes (eval's JSON, few-shot's
+    fewshot.json and .md): the others print their results only."""
+    monkeypatch.setattr(distribute, "is_chief", lambda strategy: False)
+    path = str(tmp_path / "m.keras")
+    tiny(representation_size=16).save(path)
+    out = tmp_path / "shared"
+    assert cli("--mode=eval", f"--model={path}", "--dataset=digits",
+               "--split=test", f"--output_dir={out}") == 0
+    printed = capsys.readouterr().out
+    assert json.loads(printed[printed.index("{"):])["num_examples"] == 360
+    assert cli("--mode=fewshot", f"--config={FEWSHOT_CONFIG}:digits",
+               "--config.evals.fewshot.shots=(1,)",
+               "--config.evals.fewshot.seeds=(0,)",
+               f"--model={path}", f"--output_dir={out}") == 0
+    assert "| digits |" in capsys.readouterr().out
+    assert not out.exists() or os.listdir(out) == []

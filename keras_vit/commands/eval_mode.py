@@ -142,7 +142,7 @@ def evaluate(values, source, strategy) -> Dict:
         metrics["skipped_images"] = skipped
     logging.info("eval %s %s: %s", inp.dataset, split, metrics)
     print(json.dumps(metrics, indent=2, sort_keys=True))
-    if result_path:
+    if result_path and distribute.is_chief(strategy):  # one writer
         _write(result_path,
                json.dumps(metrics, indent=2, sort_keys=True) + "\n")
     return metrics

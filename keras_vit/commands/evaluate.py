@@ -150,10 +150,10 @@ def _fewshot_mode(values, source, strategy) -> Dict:
     if model is None:
         model = _fewshot_model(source, image_size, strategy)
 
-    def write(results, not_run):
+    def write(results, not_run):  # a cluster's chief writes the files
         return fewshot_reports.write_fewshot_reports(
             eval_mode.output_dir(values), name, {**kept, **results},
-            not_run, **facts)
+            not_run, chief=distribute.is_chief(strategy), **facts)
 
     results, not_run = fewshot.run(
         model, opts, datasets, image_size=image_size,
@@ -164,8 +164,9 @@ def _fewshot_mode(values, source, strategy) -> Dict:
     if not results:
         raise UsageError(_nothing_ran("few-shot data set", not_run))
     print(write(results, not_run))
-    logging.info("Wrote %s", os.path.join(eval_mode.output_dir(values),
-                                          fewshot_reports.FEWSHOT_JSON))
+    if distribute.is_chief(strategy):
+        logging.info("Wrote %s", os.path.join(eval_mode.output_dir(values),
+                                              fewshot_reports.FEWSHOT_JSON))
     return dict(model=name, results=results, not_run=not_run, **facts)
 
 

@@ -47,19 +47,20 @@ FEWSHOT_MD = "fewshot.md"
 
 
 def write_fewshot_reports(output_dir: str, model_name: str, results,
-                          not_run, **facts) -> str:
+                          not_run, *, chief: bool = True, **facts) -> str:
     """Writes fewshot.json (`results`, `not_run` and `facts`: sizes,
     config) and fewshot.md into `output_dir`, each atomically (written
     after each data set, so that a run stopped later keeps them); the
-    markdown."""
+    markdown. A cluster's other workers (`chief` false) write nothing."""
     out = dict(model=model_name, results=results, not_run=not_run, **facts)
-    atomic_write(os.path.join(output_dir, FEWSHOT_JSON),
-                 json.dumps(out, indent=2, sort_keys=True) + "\n")
     text = fewshot_markdown(results, model_name)
     if not_run:
         text += "\nNot run:\n\n" + "".join(
             f"- {k}: {v}\n" for k, v in not_run.items())
-    atomic_write(os.path.join(output_dir, FEWSHOT_MD), text)
+    if chief:
+        atomic_write(os.path.join(output_dir, FEWSHOT_JSON),
+                     json.dumps(out, indent=2, sort_keys=True) + "\n")
+        atomic_write(os.path.join(output_dir, FEWSHOT_MD), text)
     return text
 
 
