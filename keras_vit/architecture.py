@@ -17,7 +17,7 @@ from typing import Any, Dict, Mapping, Optional, Sequence, Tuple, Union
 from keras_vit import embedding as vit_embedding
 from keras_vit import layers as vit_layers
 from keras_vit import resnet
-from keras_vit.errors import UsageError
+from keras_vit.errors import NEWER_VERSION, UsageError
 from keras_vit.remat import check_remat
 from keras_vit.variants import (  # noqa: F401  (re-exported)
     HYBRID_RESNETS,
@@ -255,7 +255,7 @@ class Architecture:
         if unknown:
             raise UsageError(
                 f"Unknown architecture fields {unknown}; known: "
-                f"{', '.join(sorted(known))}."
+                f"{', '.join(sorted(known))} ({NEWER_VERSION})."
             )
         values = dict(values)
         if isinstance(values.get("numerics"), Mapping):

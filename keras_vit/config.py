@@ -17,7 +17,7 @@ import ml_collections
 
 from keras_vit.config_schema import EVALUATORS, base_config, evaluator
 from keras_vit.config_upgrade import MOVED, RENAMED, moved_path, upgrade
-from keras_vit.errors import UsageError, shorten
+from keras_vit.errors import NEWER_VERSION, UsageError, shorten
 
 # What a model source (config.init.model, the commands' --model) can be:
 # `keras_vit.checkpoint.resolve` takes each.
@@ -175,10 +175,10 @@ def _lay_over(config, values: Mapping[str, Any], prefix: str,
             _lay_evaluators(config, value, where)
             continue
         if key not in config:
+            newer = f"; {NEWER_VERSION}" if where.endswith(".json") else ""
             raise UsageError(
                 f"{where}: {unknown_field_message(name)} "
-                "(keras_vit/config_schema.py defines every field)"
-            )
+                f"(keras_vit/config_schema.py defines every field{newer})")
         if isinstance(config[key], ml_collections.ConfigDict) and not (
                 name.endswith(".datasets") and name.startswith("evals.")):
             if not isinstance(value, Mapping):

@@ -171,11 +171,18 @@ def _upgrade_init(values: Dict[str, Any]) -> Dict[str, Any]:
     init = dict(init)
     given = [init.pop(k) for k in old]
     given = [g for g in given if g]
+    model = init.setdefault("model", None)
+    if given and model and model not in given:
+        raise UsageError(
+            f"config.init.model ({model}) and config.init."
+            f"{old[0] if len(old) == 1 else '|'.join(old)} ({given[0]}) "
+            "name two models: keep one, as config.init.model."
+        )
     if len(given) > 1:
         raise UsageError(
             f"config.init names {len(given)} models ({', '.join(given)}): "
             "keep one, as config.init.model."
         )
-    if given and not init.setdefault("model", None):
+    if given and not model:
         init["model"] = given[0]
     return dict(values, init=init)

@@ -51,6 +51,19 @@ def _fits(layer, kind) -> bool:
     return type(layer) in kinds
 
 
+def _takes(layer, previous, model: keras.Model) -> bool:
+    """Whether `layer` takes `previous`'s output: a position embedding of
+    an older `create_model` (sin-cos, or of a dynamic size) took the
+    images too, for their size."""
+    if layer.input is previous.output:
+        return True
+    inputs = layer.input
+    return (isinstance(layer, (vit_embedding.PositionEmbedding,
+                               vit_embedding.SinCosPositionEmbedding))
+            and isinstance(inputs, (list, tuple)) and len(inputs) == 2
+            and inputs[0] is previous.output and inputs[1] is model.inputs[0])
+
+
 def foreign_layer(model: keras.Model) -> str:
     """'' when `model` is exactly a functional ViT of an older
     `create_model` (every layer one of `_CHAIN`, in order, each taking the
@@ -72,7 +85,7 @@ def foreign_layer(model: keras.Model) -> str:
         else:
             return (f"its layer {layer.name!r} ({type(layer).__name__}) "
                     "comes after a ViT's last layer")
-        if previous is not None and layer.input is not previous.output:
+        if previous is not None and not _takes(layer, previous, model):
             return (f"its layer {layer.name!r} does not take the output of "
                     f"{previous.name!r}, as a ViT's layers do")
         previous = layer

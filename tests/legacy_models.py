@@ -17,4 +17,10 @@ LEGACY_MODELS = {
     # A hybrid: the ResNet root only (R+Ti style), stride 4 x patch 2.
     "tiny_hybrid": dict(TINY, num_classes=5, image_size=16, patch_size=2,
                         resnet_layers=(), head_zero_init=False),
+    # Position embeddings that took the images too (for their size):
+    # fixed sin-cos ones, and learnt ones resized to any input.
+    "tiny_sincos": dict(TINY, num_classes=3, image_size=16,
+                        posemb="sincos2d", head_zero_init=False),
+    "tiny_dynamic": dict(TINY, num_classes=3, image_size=16,
+                         dynamic_image_size=True, head_zero_init=False),
 }

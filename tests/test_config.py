@@ -383,3 +383,19 @@ def test_train_takes_variant_none_as_the_configs_own_sizes(tmp_path):
     with open(workdir / "config.json") as f:
         model = json.load(f)["model"]
     assert model["variant"] is None and model["hidden_size"] == 16
+
+
+def test_a_stored_config_of_a_newer_version_says_to_upgrade(tmp_path):
+    """A workdir's config.json holding a field this version does not know
+    (written by a newer release) names the field and the upgrade; a flag
+    of that name is a typo, and says nothing of versions."""
+    saved = json.loads(json.dumps(config_lib.base_config().to_dict()))
+    saved["input"]["pp"]["eval_crop_pct"] = 0.9
+    (tmp_path / "config.json").write_text(json.dumps(saved))
+    with pytest.raises(UsageError, match=r"config.input.pp.eval_crop_pct is "
+                       r"not a config field.*newer keras_vit\? Upgrade: pip "
+                       r"install -U keras-vision-transformer"):
+        wd.read_config(str(tmp_path))
+    with pytest.raises(UsageError) as info:
+        config_lib.complete({"input": {"pp": {"eval_crop_pct": 0.9}}})
+    assert "newer" not in str(info.value)

@@ -463,6 +463,14 @@ def test_init_from_two_sources_is_refused(tmp_path):
         config_lib.complete(old)
     old["init"]["npz"] = None
     assert config_lib.complete(old).init.model == str(tmp_path)
+    # Beside init.model (set in the config.json since), another model is
+    # refused, not dropped; the same one is the same.
+    both = {"init": {"model": "/runs/a", "workdir": str(tmp_path)}}
+    with pytest.raises(ValueError, match=r"config.init.model \(/runs/a\) "
+                       r"and config.init.workdir .* name two models"):
+        config_lib.complete(both)
+    both["init"]["model"] = str(tmp_path)
+    assert config_lib.complete(both).init.model == str(tmp_path)
     config = shrink(load(FINETUNE, "dataset=cifar10"))
     with pytest.raises(AttributeError):
         config.init.workdir = str(tmp_path)
