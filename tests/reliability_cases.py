@@ -185,6 +185,33 @@ _CASES = [
         ("is missing", "resuming from the previous complete checkpoint"),
     ),
     Case(
+        "missing_checkpoint_list", FAULT, "checkpoint",
+        "The checkpoints folder's list (checkpoints/checkpoint) is "
+        "missing, empty or cut short (a copy that left it out)",
+        "The run reads the ckpt-N checkpoints by their step and resumes "
+        "from the newest, never from step 0; it writes the list again, so "
+        "that rotation keeps working.",
+        ("is missing or unreadable: reading the checkpoints there by their "
+         "step numbers", "again from the checkpoints there"),
+    ),
+    Case(
+        "foreign_config_json", BAD_INPUT, "workdir",
+        "`--workdir` names a folder holding another program's config.json "
+        "(a transformers model folder)",
+        "Refused before anything is written; the file is left as it was.",
+        ("holds a config.json that is no keras-vit run's",
+         "nothing was written over", "--config.init.model"),
+        "UsageError",
+    ),
+    Case(
+        "stop_before_first_step", FAULT, "training",
+        "Ctrl-C or SIGTERM before the first step (while the step compiles)",
+        "The run stops without saving: a fresh workdir holds no checkpoint "
+        "(another config may start there), a resumed run's checkpoint is "
+        "not written again.",
+        ("nothing trained, nothing saved",),
+    ),
+    Case(
         "failed_metrics_write", FAULT, "workdir",
         "The disk fails while metrics.json is rewritten (simulated: the "
         "write raises ENOSPC half-way)",
@@ -192,6 +219,18 @@ _CASES = [
         "the OSError reaches the caller.",
         ("No space left on device",),
         "OSError",
+    ),
+    Case(
+        "disk_full_at_checkpoint", FAULT, "checkpoint",
+        "The disk fills while train.py writes a checkpoint (simulated: the "
+        "save raises TensorFlow's ResourceExhaustedError \"<file>; No space "
+        "left on device\", the error it also raises out of memory)",
+        "One line naming the file and the fix, not the out-of-memory "
+        "advice; exit status 1; the last complete checkpoint stays the "
+        "latest.",
+        ("The disk is full writing", "free space or use a --workdir on a "
+         "larger disk; the last complete checkpoint is kept."),
+        "exit status 1",
     ),
     # ------------------------------------------------ multi-worker runs
     Case(

@@ -9,6 +9,7 @@ and that every case there is proved by exactly one test.
 """
 
 import base64
+import errno
 import importlib.util
 import io
 import json
@@ -29,13 +30,15 @@ import keras_vit
 from keras_vit import optim
 from keras_vit.checkpoint import weights as checkpoint
 from keras_vit.checkpoint.formats import torch_pickle
+from keras_vit.commands import runner
+from keras_vit.commands import train as train_command
 from keras_vit.data import folders, image_headers, sources, vtab
 from keras_vit.data import pipeline as input_pipeline
 from keras_vit.data import preprocessing as pp
 from keras_vit.errors import UsageError
 from keras_vit.storage import workdir as wd
 from keras_vit.training import train_lib
-from tests import hostile_files, tiny
+from tests import console, hostile_files, tiny
 from tests.reliability_cases import CASES, check_error, check_says, covers
 from tests.strategies import two_cpu_mirrored
 
@@ -1158,3 +1161,60 @@ def test_a_bad_class_names_file_is_one_line_before_the_model_loads(
             said.append(line)
     check_says("bad_class_names_file", "\n".join(said))
     assert not (tmp_path / "exports").exists()
+
+
+@covers("disk_full_at_checkpoint")
+def test_a_full_disk_at_a_checkpoint_is_one_line_naming_the_file(
+        tmp_path, monkeypatch, capsys):
+    """TensorFlow raises ResourceExhaustedError, its out-of-memory error,
+    for a checkpoint write that fills the disk: keras-vit-train says the
+    disk is full, naming the file TensorFlow names, and exits 1; ckpt-2
+    stays the latest."""
+    workdir = tmp_path / "run"
+    part = (f"{workdir}/checkpoints/ckpt-4_temp/part-00000-of-00001"
+            ".data-00000-of-00001.tempstate1")
+    save = tf.train.CheckpointManager.save
+
+    def full_disk(manager, checkpoint_number=None, **kwargs):
+        if checkpoint_number == 4:
+            raise tf.errors.ResourceExhaustedError(None, None, (
+                "{{function_node __wrapped__SaveV2_dtypes_5_device_/job:"
+                "localhost/replica:0/task:0/device:CPU:0}} "
+                f"{part}; No space left on device [Op:SaveV2]"))
+        return save(manager, checkpoint_number=checkpoint_number, **kwargs)
+
+    monkeypatch.setattr(tf.train.CheckpointManager, "save", full_disk)
+    code = train_command.main([
+        "keras-vit-train", *console.TINY_DIGITS, f"--workdir={workdir}",
+        "--config.trainer.total_steps=4", "--config.trainer.steps_per_loop=2",
+        "--config.checkpoints.every_steps=2",
+        "--config.evals.test.every_steps=0"])
+    err = capsys.readouterr().err
+    assert code == 1 and "Traceback" not in err, err[-3000:]
+    line = err.strip().splitlines()[-1]
+    assert line == (
+        f"keras-vit-train: error: The disk is full writing {part}: free "
+        "space or use a --workdir on a larger disk; the last complete "
+        "checkpoint is kept.")
+    check_says("disk_full_at_checkpoint", line)
+    latest = tf.train.latest_checkpoint(str(workdir / "checkpoints"))
+    assert latest.endswith("ckpt-2")
+
+
+def test_a_full_disk_in_python_is_one_line_and_another_oserror_is_not(
+        capsys):
+    """An OSError ENOSPC (a file Python writes) is the same line, naming
+    its file; any other OSError keeps its traceback."""
+    def main(error):
+        def raises(values, args):
+            raise error
+        return runner.run("test", lambda values, argv: None, raises,
+                          ["keras-vit-test"])
+
+    assert main(OSError(errno.ENOSPC, "No space left on device",
+                        "/data/out/x.json")) == 1
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "keras-vit-test: error: The disk is full writing /data/out/x.json: "
+        "free space or write to a larger disk."]
+    with pytest.raises(OSError, match="Input/output error"):
+        main(OSError(errno.EIO, "Input/output error"))

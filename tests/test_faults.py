@@ -31,7 +31,7 @@ from keras_vit.commands import runner
 from keras_vit.data import pipeline as input_pipeline
 from keras_vit.storage import atomic
 from keras_vit.storage import workdir as wd
-from keras_vit.training import train_lib
+from keras_vit.training import interrupt, loop, train_lib
 from keras_vit.training.trainer import Trainer
 from tests import tiny
 from tests.fault_harness import (
@@ -659,6 +659,87 @@ def test_missing_latest_checkpoint_falls_back(small_run, tmp_path, caplog):
 
     log = _resume_after_damage(small_run, tmp_path, delete, caplog)
     check_says("missing_latest_checkpoint", log)
+
+
+@covers("missing_checkpoint_list")
+@pytest.mark.parametrize("damage", ["deleted", "empty", "cut short"])
+def test_a_lost_checkpoint_list_is_read_from_the_files(small_run, tmp_path,
+                                                       caplog, damage):
+    """checkpoints/checkpoint (TensorFlow's list) missing, empty or cut
+    short, as a copy may leave it: the run resumes from the newest ckpt-N
+    there, never from step 0 (whose ckpt-10 would write over the run's),
+    and writes the list again, so that rotation keeps working."""
+    workdir = _copy(small_run, tmp_path)
+    state = os.path.join(ckpt_dir(workdir), "checkpoint")
+    if damage == "deleted":
+        os.remove(state)
+    else:
+        text = open(state).read()
+        open(state, "w").write("" if damage == "empty" else text[:30])
+    caplog.set_level("INFO", logger="absl")
+    metrics = train_lib.train_and_evaluate(
+        tiny_config(total_steps=40, **{"checkpoints.keep": 2}), workdir)
+    assert metrics["steps"] == 40 and metrics["steps_this_run"] == 20
+    log = "\n".join(r.getMessage() for r in caplog.records)
+    assert f"Resumed from {ckpt_dir(workdir)}/ckpt-20 at step 20" in log
+    check_says("missing_checkpoint_list", log)
+    assert "ParseError" not in log
+    # Rotation (keep 2) reached the checkpoints the list was rebuilt from.
+    assert sorted(glob.glob(os.path.join(ckpt_dir(workdir), "*.index"))) \
+        == [os.path.join(ckpt_dir(workdir), f"ckpt-{s}.index")
+            for s in (30, 40)]
+
+
+@covers("foreign_config_json")
+def test_a_workdir_holding_another_programs_config_is_refused(tmp_path):
+    """--workdir naming a model folder (a transformers config.json, no
+    checkpoint): refused by name, the file left as it was."""
+    folder = tmp_path / "vit-base"
+    folder.mkdir()
+    text = '{"architectures": ["ViTForImageClassification"]}'
+    (folder / "config.json").write_text(text)
+    with pytest.raises(keras_vit.errors.UsageError) as info:
+        train_lib.train_and_evaluate(tiny_config(), str(folder))
+    check_error("foreign_config_json", info.value)
+    assert (folder / "config.json").read_text() == text
+    assert os.listdir(folder) == ["config.json"]
+
+
+class _SigintAtStart(interrupt.StopRequest):
+    """The real Ctrl-C flag; a real SIGINT reaches this process as the
+    loop starts, before its first step (while it compiles)."""
+
+    def __setattr__(self, name, value):
+        super().__setattr__(name, value)
+        if name == "on_signal" and getattr(self, "_open", False):
+            os.kill(os.getpid(), signal.SIGINT)
+
+
+@covers("stop_before_first_step")
+def test_a_stop_before_the_first_step_saves_nothing(tmp_path, monkeypatch,
+                                                    caplog):
+    """Ctrl-C before the first step writes no checkpoint: a fresh run
+    leaves none (another config may start afresh there), a resumed one
+    leaves its checkpoint as it was (not written again)."""
+    config = tiny_config(total_steps=10)
+    workdir = str(tmp_path / "run")
+    monkeypatch.setattr(loop, "_Preemption", _SigintAtStart)
+    caplog.set_level("INFO", logger="absl")
+    stopped = train_lib.train_and_evaluate(config, workdir)
+    assert stopped == {"preempted": True, "step": 0, "signal": "Ctrl-C"}
+    check_says("stop_before_first_step",
+               "\n".join(r.getMessage() for r in caplog.records))
+    assert tf.train.latest_checkpoint(ckpt_dir(workdir)) is None
+    other = tiny_config(total_steps=10, **{"model.hidden_size": 24})
+    monkeypatch.setattr(loop, "_Preemption", interrupt.StopRequest)
+    assert train_lib.train_and_evaluate(other, workdir)["steps"] == 10
+    index = os.path.join(ckpt_dir(workdir), "ckpt-10.index")
+    before = os.stat(index).st_mtime_ns
+    monkeypatch.setattr(loop, "_Preemption", _SigintAtStart)
+    stopped = train_lib.train_and_evaluate(
+        tiny_config(total_steps=20, **{"model.hidden_size": 24}), workdir)
+    assert stopped == {"preempted": True, "step": 10, "signal": "Ctrl-C"}
+    assert os.stat(index).st_mtime_ns == before
 
 
 @covers("failed_metrics_write")

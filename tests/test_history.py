@@ -135,6 +135,9 @@ def test_history_best_checkpoint_curves_and_a_finished_run(tmp_path):
     assert fourth.returncode == 0, fourth.stderr[-3000:]
     assert "has finished: step 80 of 80 (40 asked)." in fourth.stderr
     assert "Resumed" not in fourth.stderr
+    # (Nothing resumes: no word of settings that would apply from here.)
+    assert "other settings" not in fourth.stderr
+    assert not (workdir / "config.step-80.json").exists()
     assert (workdir / "metrics.json").read_bytes() == metrics
     assert csv_path.read_bytes() == log
     # An export asked of the run finished without one: said, with the

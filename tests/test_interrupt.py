@@ -1,8 +1,12 @@
 """Ctrl-C on keras-vit-train as a user presses it (a real SIGINT to the
 console script): once, it saves a checkpoint after the step in flight and
 exits with the preemption status and one line; twice, it stops at once and
-the last checkpoint stays whole; the same command resumes either way."""
+the last checkpoint stays whole; the same command resumes either way. Two
+SIGINTs microseconds apart (`timeout -s INT` signals the process and its
+process group) are one Ctrl-C. Also `interrupt.StopRequest` itself, with
+real SIGINTs to this process."""
 
+import os
 import re
 import signal
 import time
@@ -11,9 +15,8 @@ import pytest
 import tensorflow as tf
 
 from keras_vit.errors import INTERRUPTED_EXIT_CODE, PREEMPTED_EXIT_CODE
+from keras_vit.training import interrupt
 from tests import console
-
-pytestmark = pytest.mark.slow
 
 TOTAL = 1_000_000
 # One host call would hold every step (steps_per_loop = total_steps, no
@@ -36,6 +39,7 @@ def _resumes(workdir, step, tmp_path, **flags):
             f"{step}") in result.stderr
 
 
+@pytest.mark.slow
 def test_ctrl_c_saves_at_the_next_step_and_the_same_command_resumes(
         tmp_path):
     workdir = tmp_path / "run"
@@ -60,31 +64,61 @@ def test_ctrl_c_saves_at_the_next_step_and_the_same_command_resumes(
     _resumes(workdir, step, tmp_path, **{"checkpoints.every_steps": 0})
 
 
-def test_ctrl_c_twice_stops_at_once_and_the_last_checkpoint_stays_whole(
-        tmp_path):
+@pytest.mark.slow
+def test_sigint_twice_at_once_as_timeout_sends_it_is_one_ctrl_c(tmp_path):
+    """`timeout -s INT 16 keras-vit-train ...`: GNU timeout signals the
+    process, then its process group, microseconds apart. One Ctrl-C: the
+    checkpoint after the step in flight, the `stopped:` line, status 42
+    (not a stop at once, 130)."""
     workdir = tmp_path / "run"
-    log = tmp_path / "first.log"
-    # A checkpoint every 50 steps (a fraction of a second): the second
-    # Ctrl-C comes while one is being written or about to be.
+    log = tmp_path / "log"
     proc = console.start("train", [
         *LONG, f"--config.trainer.total_steps={TOTAL}",
-        "--config.checkpoints.every_steps=50", "--config.checkpoints.keep=2",
-        f"--workdir={workdir}"], log)
-    state = workdir / "checkpoints" / "checkpoint"
-    deadline = time.time() + 240
-    while not (state.exists() and "ckpt-100" in state.read_text()):
-        assert proc.poll() is None and time.time() < deadline, log.read_text()
-        time.sleep(0.1)
+        "--config.checkpoints.every_steps=0", f"--workdir={workdir}"], log)
+    console.wait_for(log, r"Compiled: the first train call", proc)
+    time.sleep(1.0)  # into the one long host call
+    os.kill(proc.pid, signal.SIGINT)
+    time.sleep(0.001)
+    os.kill(proc.pid, signal.SIGINT)
+    code = console.finish(proc, timeout=120)
+    text = log.read_text()
+    assert code == PREEMPTED_EXIT_CODE, text[-3000:]
+    assert "Traceback" not in text and "KeyboardInterrupt" not in text
+    last = text.strip().splitlines()[-1]
+    saved = re.fullmatch(r"keras-vit-train: stopped: Ctrl-C at step (\d+), "
+                         r"checkpoint saved; run the same command to "
+                         r"resume\.", last)
+    assert saved, last
+    latest = tf.train.latest_checkpoint(str(workdir / "checkpoints"))
+    assert latest.endswith(f"ckpt-{saved[1]}")
+
+
+@pytest.mark.slow
+def test_ctrl_c_twice_stops_at_once_and_the_last_checkpoint_stays_whole(
+        tmp_path):
+    """Ctrl-C, then again (more than SAME_PRESS_S later, a second press)
+    while the resumed run compiles its train step, where the first cannot
+    stop it yet: it stops at once, and ckpt-20 stays the whole latest."""
+    workdir = tmp_path / "run"
+    log = tmp_path / "second.log"
+    args = [*LONG, "--config.checkpoints.every_steps=50",
+            "--config.checkpoints.keep=2", f"--workdir={workdir}"]
+    first = console.run("train", [*args, "--config.trainer.total_steps=20"])
+    assert first.returncode == 0, first.stderr[-3000:]
+    proc = console.start(
+        "train", [*args, f"--config.trainer.total_steps={TOTAL}"], log)
+    console.wait_for(log, r"Tracing and compiling the training step", proc)
     proc.send_signal(signal.SIGINT)
-    time.sleep(0.02)
+    time.sleep(interrupt.SAME_PRESS_S + 0.05)
     proc.send_signal(signal.SIGINT)
     code = console.finish(proc, timeout=120)
     text = log.read_text()
     assert "Traceback" not in text
     last = text.strip().splitlines()[-1]
     if code == PREEMPTED_EXIT_CODE:
-        # The first Ctrl-C's checkpoint was written and the run was ending
-        # before the second arrived: the one-Ctrl-C end, also clean.
+        # The compilation and the first Ctrl-C's checkpoint were done and
+        # the run was ending before the second arrived: the one-Ctrl-C
+        # end, also clean.
         assert re.fullmatch(r"keras-vit-train: stopped: Ctrl-C at step "
                             r"\d+, checkpoint saved; run the same command "
                             r"to resume\.", last), last
@@ -94,6 +128,8 @@ def test_ctrl_c_twice_stops_at_once_and_the_last_checkpoint_stays_whole(
             "keras-vit-train: interrupted: stopped at once (Ctrl-C).",
             "Ctrl-C twice: stopped at once; the last complete checkpoint is "
             "the one to resume from.")
+        assert tf.train.latest_checkpoint(
+            str(workdir / "checkpoints")).endswith("ckpt-20")
     latest = tf.train.latest_checkpoint(str(workdir / "checkpoints"))
     step = int(latest.rpartition("-")[2])
     reader = tf.train.load_checkpoint(latest)  # listed means whole
@@ -102,6 +138,7 @@ def test_ctrl_c_twice_stops_at_once_and_the_last_checkpoint_stays_whole(
                                          "checkpoints.keep": 2})
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["train", "predict"])
 def test_ctrl_c_while_the_command_starts_is_one_line(tmp_path, name):
     """Ctrl-C while TensorFlow and Keras load (half a second in): no
@@ -122,6 +159,7 @@ def test_ctrl_c_while_the_command_starts_is_one_line(tmp_path, name):
     assert not workdir.exists()
 
 
+@pytest.mark.slow
 def test_sigterm_during_an_export_leaves_no_partial_version(tmp_path):
     """keras-vit-export stopped by SIGTERM (docker stop, a scheduler)
     while it writes the version: the unwinding removes the hidden
@@ -156,3 +194,71 @@ def test_sigterm_during_an_export_leaves_no_partial_version(tmp_path):
     again = console.run("export", args)
     assert again.returncode == 0, again.stderr[-3000:]
     assert sorted(p.name for p in folder.iterdir()) == ["1"]
+
+
+# ------------------------------------------------- StopRequest in-process
+@pytest.fixture
+def ended(monkeypatch):
+    """Python's own SIGINT handler, as in a terminal (a test process that a
+    shell started in the background may have SIGINT ignored); a hard stop
+    (`_end_now`) is recorded instead of ending this process."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    calls = []
+    monkeypatch.setattr(interrupt.StopRequest, "_end_now",
+                        lambda self: calls.append(self._open))
+    monkeypatch.setattr(interrupt, "HARD_STOP_S", 0.2)
+    yield calls
+    signal.signal(signal.SIGINT, previous)
+
+
+def _ctrl_c():
+    os.kill(os.getpid(), signal.SIGINT)
+
+
+def test_two_sigints_a_millisecond_apart_are_one_ctrl_c(ended):
+    """What `timeout -s INT` sends: a request to stop at the next step,
+    neither KeyboardInterrupt nor a hard stop."""
+    try:
+        with interrupt.StopRequest() as stop:
+            _ctrl_c()
+            time.sleep(0.001)
+            _ctrl_c()
+            time.sleep(0.4)  # the handler, the watcher, HARD_STOP_S
+            assert stop.requested and stop.name == "Ctrl-C"
+    except KeyboardInterrupt:
+        pytest.fail("two SIGINTs 1 ms apart stopped the run at once")
+    assert ended == []
+
+
+def test_a_second_ctrl_c_later_stops_at_once(ended):
+    with pytest.raises(KeyboardInterrupt):
+        with interrupt.StopRequest() as stop:
+            _ctrl_c()
+            time.sleep(interrupt.SAME_PRESS_S + 0.1)
+            assert stop.requested
+            _ctrl_c()
+            time.sleep(0.1)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert ended == []
+
+
+def test_a_second_ctrl_c_unhandled_when_the_save_is_done_ends_as_one(
+        ended):
+    """A second Ctrl-C that the watcher counted but the handler did not
+    act on (Python ran it once for both) when the run leaves the block,
+    its checkpoint saved: the run ends as after one Ctrl-C (its status
+    42), not with KeyboardInterrupt (130), and no hard stop follows. The
+    second arrives as the wakeup fd gets it, without the handler."""
+    try:
+        with interrupt.StopRequest() as stop:
+            _ctrl_c()
+            time.sleep(interrupt.SAME_PRESS_S + 0.1)
+            os.write(stop._pipe[1], bytes([signal.SIGINT]))
+            time.sleep(0.05)  # the watcher counts it: a second press
+            assert stop._twice()
+    except KeyboardInterrupt:
+        pytest.fail("the stop after a saved checkpoint became "
+                    "KeyboardInterrupt")
+    assert stop.requested and not stop.installed
+    time.sleep(interrupt.HARD_STOP_S + 0.1)
+    assert ended == []

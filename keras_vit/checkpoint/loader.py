@@ -38,7 +38,7 @@ from keras_vit.checkpoint.sources import (
     check_pre_logits,
     require_vit,
 )
-from keras_vit.storage import atomic
+from keras_vit.storage import atomic, checkpoint_list
 from keras_vit.storage import workdir as wd
 
 __all__ = [
@@ -277,8 +277,7 @@ def model_files(source: Source) -> Optional[list]:
     if atomic.is_remote(path):
         return None
     if source.kind == "workdir":
-        newest = tf.train.latest_checkpoint(os.path.join(path,
-                                                         wd.CHECKPOINTS))
+        newest = checkpoint_list.latest(os.path.join(path, wd.CHECKPOINTS))
         files = tf.io.gfile.glob(newest + ".*") if newest else []
     elif os.path.isdir(path):
         files = [os.path.join(path, name) for name in os.listdir(path)

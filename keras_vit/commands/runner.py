@@ -30,6 +30,7 @@ the command's main:
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging as std_logging
 import os
 import re
@@ -307,13 +308,15 @@ def run(
         status = main(values, rest[1:])
     except one_line as error:
         return report(error, program, verbose, values)
-    except (MemoryError, tf.errors.ResourceExhaustedError) as error:
+    except (MemoryError, OSError, tf.errors.ResourceExhaustedError) as error:
+        if isinstance(error, OSError) and disk_full(error) is None:
+            raise  # another OSError: its traceback
         progress.end_line()
-        if verbose:  # the allocation's traceback, then the line
+        if verbose:  # the allocation's (or write's) traceback, then the line
             print("".join(traceback.format_exception(error)),
                   file=sys.stderr, end="", flush=True)
-        return report(UsageError(out_of_memory(error, values)), program,
-                      False, values)
+        line = disk_full(error, values) or out_of_memory(error, values)
+        return report(UsageError(line), program, False, values)
     except Preempted as error:
         report(error, program, verbose, values, kind=error.kind)
         return PREEMPTED_EXIT_CODE
@@ -344,6 +347,23 @@ def out_of_memory(error: BaseException,
     return (f"{'Out of memory' if memory else 'Resources exhausted'} "
             f"({what}): lower {lower}the image size or the model, or run "
             "on a machine with more memory.")
+
+
+def disk_full(error: BaseException, values=None) -> Optional[str]:
+    """The line for a full disk (TensorFlow's "<file>; No space left on
+    device", an OSError ENOSPC): the file, else the workdir; None if not."""
+    text = str(getattr(error, "message", error))
+    if (getattr(error, "errno", None) != errno.ENOSPC
+            and "No space left on device" not in text):
+        return None
+    named = re.search(r"(?:^|\s)((?:/|\w+://)[^;\n]*?); No space left", text)
+    workdir = values is not None and "workdir" in values
+    path = getattr(error, "filename", None) or (
+        named.group(1) if named else workdir and values.workdir)
+    fix = ("use a --workdir on a larger disk; the last complete checkpoint "
+           "is kept." if workdir else "write to a larger disk.")
+    where = f" writing {path}" if path else ""
+    return f"The disk is full{where}: free space or {fix}"
 
 
 class Terminated(KeyboardInterrupt):

@@ -38,6 +38,7 @@ from keras_vit import build
 from keras_vit import config as config_lib
 from keras_vit.errors import UsageError
 from keras_vit.keras_compat import ema_variables
+from keras_vit.storage import checkpoint_list
 from keras_vit.storage.atomic import atomic_write
 
 # What reading a damaged checkpoint raises (a truncated data file: "Read
@@ -127,7 +128,7 @@ def finished_run(workdir: str, total_steps: int) -> Optional[dict]:
         metrics = read_json(path)
     except (ValueError, tf.errors.OpError):
         return None
-    latest = tf.train.latest_checkpoint(os.path.join(workdir, CHECKPOINTS))
+    latest = checkpoint_list.latest(os.path.join(workdir, CHECKPOINTS))
     steps = metrics.get("steps") if isinstance(metrics, dict) else None
     if not (isinstance(steps, int) and steps >= total_steps
             and latest and latest.endswith(f"-{steps}")):
@@ -253,7 +254,7 @@ def restore_model(workdir: str, *, use_ema: bool = True, checkpoint=None):
     """
     config = read_config(workdir)
     directory = os.path.join(workdir, CHECKPOINTS)
-    paths = [checkpoint] if checkpoint else listed_checkpoints(directory)
+    paths = [checkpoint] if checkpoint else checkpoint_list.listed(directory)
     if not paths:
         raise FileNotFoundError(
             f"No checkpoint in {directory}: the run has not saved one yet."
@@ -292,17 +293,6 @@ def restore_model(workdir: str, *, use_ema: bool = True, checkpoint=None):
         ):
             var.assign(avg)
     return model
-
-
-def listed_checkpoints(directory: str) -> List[str]:
-    """The checkpoints the state file of `directory` lists, newest first
-    (its latest, then the others newest to oldest); [] when none is."""
-    state = tf.train.get_checkpoint_state(directory)
-    if state is None or not state.model_checkpoint_path:
-        return []
-    return [state.model_checkpoint_path] + [
-        p for p in reversed(state.all_model_checkpoint_paths)
-        if p != state.model_checkpoint_path]
 
 
 def _nonfinite(variables) -> Optional[str]:

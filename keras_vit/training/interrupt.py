@@ -20,6 +20,11 @@ stop.
   temporary name and then listed in the `checkpoint` file, which is
   replaced atomically: a stop in the middle of a save leaves the previous
   checkpoint the latest.
+- A SIGINT within `SAME_PRESS_S` of the one before is the same press: GNU
+  `timeout -s INT` sends it to the process and again to its process
+  group, microseconds apart. And a second Ctrl-C that the main thread has
+  not acted on when the run leaves the block (its checkpoint saved) ends
+  the run as one Ctrl-C does, not as a stop at once.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import fcntl
 import os
 import signal
 import threading
+import time
 from typing import Callable, Optional
 
 import tensorflow as tf
@@ -38,6 +44,9 @@ from keras_vit.errors import INTERRUPTED_EXIT_CODE
 # Seconds the main thread has to raise KeyboardInterrupt after a second
 # Ctrl-C before the process ends without it.
 HARD_STOP_S = 2.0
+# Seconds within which a SIGINT after another is the same press (`timeout
+# -s INT` signals the process, then its process group).
+SAME_PRESS_S = 0.3
 _NAMES = {signal.SIGTERM: "SIGTERM", signal.SIGINT: "Ctrl-C"}
 
 
@@ -69,6 +78,8 @@ class StopRequest:
         self._previous = {}
         # Ctrl-C as the handler saw it, as the watcher saw it; raised once.
         self._interrupts = self._seen = 0
+        # When each last counted one (time.monotonic()).
+        self._handled_at = self._seen_at = float("-inf")
         self._raised = False
         self._open = False  # between __enter__ and __exit__
         self._pipe = None
@@ -123,10 +134,8 @@ class StopRequest:
             signal.signal(signum, previous)
         self._previous = {}
         self.installed = False
-        if exc[0] is None and self._twice():
-            # Ctrl-C twice, the second while the run saved and stopped.
-            self._raised = True
-            raise KeyboardInterrupt
+        # A second Ctrl-C that the handler has not acted on (it ran once for
+        # both) finds the run's checkpoint saved: it ends as after one.
         return False
 
     # ------------------------------------------------------------- signals
@@ -137,12 +146,15 @@ class StopRequest:
             data = os.read(self._pipe[0], 64)
             if not data or 0 in data:
                 return
+            now = time.monotonic()
             for signum in data:
                 if signum not in self._previous:
                     continue
                 self.on_signal()
-                if signum == signal.SIGINT:
+                if (signum == signal.SIGINT
+                        and now - self._seen_at >= SAME_PRESS_S):
                     self._seen += 1
+                    self._seen_at = now
             if self._seen >= 2 and self._hard_stop is None:
                 self._hard_stop = threading.Timer(HARD_STOP_S,
                                                   self._end_now)
@@ -166,9 +178,12 @@ class StopRequest:
 
     def _handle(self, signum, frame):
         del frame
-        if signum == signal.SIGINT:
+        now = time.monotonic()
+        if (signum == signal.SIGINT
+                and now - self._handled_at >= SAME_PRESS_S):
             self._interrupts += 1
-            if self._twice():
+            self._handled_at = now
+            if self._open and self._twice():  # not inside __exit__
                 self._raised = True
                 raise KeyboardInterrupt
         if not self.requested:

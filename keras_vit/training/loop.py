@@ -25,8 +25,7 @@ from keras_vit.storage import workdir as wd
 from keras_vit.training import cluster, distribute, interrupt, pacing, reporting
 from keras_vit.training.resume import TrainingError
 
-# Records SIGTERM and Ctrl-C so the loop can checkpoint and stop cleanly (a
-# name of its own here so that tests can stand in for a signal).
+# SIGTERM and Ctrl-C (a name of its own: tests stand in for a signal).
 _Preemption = interrupt.StopRequest
 
 
@@ -148,7 +147,7 @@ class _HostLoop:
 
     def __init__(self, plan: Plan, r: Run):
         self.plan, self.r = plan, r
-        self.step = self.start_step = r.trainer.step
+        self.step = self.start_step = self.saved_step = r.trainer.step
         self.train_time, self.timed_steps = 0.0, 0  # after the first call
         # The whole host loop (the train call, logging, summaries,
         # preemption checks) after the first call, without evaluations and
@@ -211,17 +210,16 @@ class _HostLoop:
         self._count(metrics, self.step + metrics["steps"], dt, timed)
         due = self._due()
         if due:  # told to stop (on any worker): the checkpoint, not these
-            stopped = self._preempted(preemption, saved=False)
+            stopped = self._preempted(preemption)
             if stopped is not None:
                 return stopped
         scheduled = self._periodic_evaluations(due)
-        saved = _boundary(self.step, plan.checkpoint_every) or (
-            self.step == plan.total_steps)
-        if saved:
+        if _boundary(self.step, plan.checkpoint_every) or (
+                self.step == plan.total_steps):
             t1 = time.time()
-            r.writer.save(self.step)
+            self._save()
             scheduled += time.time() - t1
-        stopped = self._preempted(preemption, saved)
+        stopped = self._preempted(preemption)
         if stopped is None and timed:
             self.loop_time += time.time() - t0 - scheduled
         return stopped
@@ -325,14 +323,17 @@ class _HostLoop:
             r.records.evaluation(name, self.step, split, results, compared)
         return results
 
-    def _preempted(self, preemption, saved: bool
-                   ) -> Optional[Dict[str, Any]]:
+    def _save(self) -> None:
+        """Saves this step once (a stop before the first saves none)."""
+        if self.step != self.saved_step:
+            self.r.writer.save(self.step)
+            self.saved_step = self.step
+
+    def _preempted(self, preemption) -> Optional[Dict[str, Any]]:
         r, step = self.r, self.step
         if r.handler is not None:
             try:  # every worker saves at this step if one was told to
-                r.handler.save_checkpoint_if_preempted(
-                    checkpoint_number=step
-                )
+                r.handler.save_checkpoint_if_preempted(checkpoint_number=step)
             except distribute.Preempted:
                 self._log_stop()
                 logging.warning(
@@ -342,14 +343,13 @@ class _HostLoop:
                 )
                 return {"preempted": True, "step": step, "restart": True}
         if distribute.any_worker(r.strategy, preemption.requested):
-            if not saved:
-                r.writer.save(step)
+            self._save()
             self._log_stop()
             name = getattr(preemption, "name", "") or "SIGTERM"
             logging.warning(
-                "Stopped at step %d after %s; checkpoint saved. "
-                "Run the same command to resume.", step, name,
-            )
+                "Stopped at step %d after %s; %s. Run the same command to "
+                "resume.", step, name, "nothing trained, nothing saved"
+                if step == self.start_step else "checkpoint saved")
             return {"preempted": True, "step": step, "signal": name}
         return None
 

@@ -19,8 +19,9 @@ from keras_vit.architecture import CONFIG_FIELDS, SHAPE_FIELDS
 from keras_vit.build import config_architecture
 from keras_vit.checkpoint import loader
 from keras_vit.config_schema import SCRATCH_IMAGE_SIZE
-from keras_vit.errors import shorten
+from keras_vit.errors import UsageError, shorten
 from keras_vit.model import architecture_of
+from keras_vit.storage import checkpoint_list
 from keras_vit.storage import workdir as wd
 from keras_vit.training.records import BEST
 from keras_vit.training.resume import TrainingError, holds_iterator
@@ -73,20 +74,24 @@ def optimizer_signature(config) -> dict:
             "trainer.ema_decay": bool(config.trainer.ema_decay)}
 
 
-def check_workdir_config(config, workdir: str) -> None:
+def check_workdir_config(config, workdir: str, finished: bool = False
+                         ) -> None:
     """A workdir holds one run: resuming with another model is an error,
     as is resuming its checkpoints with an optimizer whose state they do
-    not hold."""
+    not hold. Other changed settings are named in a warning, unless the
+    run has `finished` (nothing resumes)."""
     if not tf.io.gfile.exists(os.path.join(workdir, wd.CONFIG)):
         return
-    checkpoint = tf.train.latest_checkpoint(os.path.join(workdir,
+    checkpoint = checkpoint_list.latest(os.path.join(workdir,
                                                          wd.CHECKPOINTS))
     if not checkpoint and not any(
             tf.io.gfile.exists(os.path.join(workdir, name))
             for name in (wd.METRICS, BEST)):
         # A run that stopped before it wrote a checkpoint or a result
         # (refused data, a failed first step): nothing to resume or to
-        # keep apart, so this config starts afresh.
+        # keep apart, so this config starts afresh; a config.json that
+        # is no run's (a model folder) is not written over.
+        _require_run_config(workdir)
         logging.info("%s holds no checkpoint: the run starts afresh with "
                      "this config.", workdir)
         return
@@ -121,7 +126,19 @@ def check_workdir_config(config, workdir: str) -> None:
             "new `workdir`, or start a new run from this one's weights "
             f"(--model={workdir})."
         )
-    _say_resumed_changes(old, config, workdir, checkpoint or "")
+    if not finished:
+        _say_resumed_changes(old, config, workdir, checkpoint or "")
+
+
+def _require_run_config(workdir: str) -> None:
+    try:
+        wd.read_config(workdir)
+    except UsageError as error:
+        raise UsageError(
+            f"{workdir} holds a config.json that is no keras-vit run's "
+            f"({shorten(str(error), 160)}); nothing was written over: use "
+            "another --workdir (a model to start from goes in "
+            "--config.init.model).") from None
 
 
 # Settings a resumed run may change, each changing the training from the

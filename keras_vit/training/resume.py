@@ -13,6 +13,7 @@ import tensorflow as tf
 from absl import logging
 
 from keras_vit.errors import shorten
+from keras_vit.storage import checkpoint_list
 from keras_vit.storage import workdir as wd
 
 
@@ -40,7 +41,7 @@ def restore_latest(items: dict, ckpt_dir: str) -> Optional[str]:
     Returns:
         str or None. The checkpoint restored; None if none is listed.
     """
-    candidates = wd.listed_checkpoints(ckpt_dir)
+    candidates = checkpoint_list.listed(ckpt_dir)
     if not candidates:
         return None
     problems = []
@@ -129,7 +130,7 @@ def check_same_classes(workdir: str, ckpt_dir: str, class_names) -> None:
     the run's labels.txt (a class folder renamed, added or removed): the
     head's outputs would change meaning under its trained weights."""
     saved = wd.read_class_names(workdir)
-    if (not wd.listed_checkpoints(ckpt_dir) or not saved
+    if (not checkpoint_list.listed(ckpt_dir) or not saved
             or not class_names or list(class_names) == saved):
         return
     gone = [n for n in saved if n not in class_names]

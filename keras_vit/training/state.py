@@ -21,6 +21,7 @@ from typing import Dict, Iterable, Optional
 import tensorflow as tf
 from absl import logging
 
+from keras_vit.storage import checkpoint_list
 from keras_vit.storage import workdir as wd
 
 
@@ -66,6 +67,8 @@ class CheckpointWriter:
         self.save_here = chief or save_here
         self._remove_scratch(left_by="an earlier run")
         directory = ckpt_dir if chief else scratch
+        if chief:  # a state file a copy left out: listed again
+            checkpoint_list.relist(ckpt_dir)
         self.manager = tf.train.CheckpointManager(
             checkpoint, directory, max_to_keep=keep if chief else 1,
             step_counter=step_counter,
@@ -94,7 +97,7 @@ class CheckpointWriter:
 
     def latest(self) -> Optional[str]:
         """The run's newest complete checkpoint (on every worker)."""
-        return tf.train.latest_checkpoint(self.ckpt_dir)
+        return checkpoint_list.latest(self.ckpt_dir)
 
     def close(self) -> None:
         """Removes this worker's scratch folder."""

@@ -24,7 +24,7 @@ from keras_vit.checkpoint import weights
 from keras_vit.data import checks as data_checks
 from keras_vit.data import sources
 from keras_vit.errors import UsageError, shorten
-from keras_vit.storage import history
+from keras_vit.storage import checkpoint_list, history
 from keras_vit.storage import workdir as wd
 from keras_vit.training import (
     cluster,
@@ -198,8 +198,10 @@ def train_and_evaluate(
     if config.model.image_size:  # an unknown size: before the workdir
         config_architecture(config.model)
     with _made_workdir(workdir, strategy):  # removed if refused
-        model_init.check_workdir_config(config, workdir)
-        finished = _finished_before(workdir, int(config.trainer.total_steps))
+        total = int(config.trainer.total_steps)
+        model_init.check_workdir_config(config, workdir, finished=(
+            wd.finished_run(workdir, total) is not None))
+        finished = _finished_before(workdir, total)
         if finished is not None:
             return finished
         best = records.best_evaluator(config.checkpoints, config.evals)
@@ -262,8 +264,8 @@ def _host_run(workdir: str, trainer, data: run_data.RunData, checkpoints,
         trainer.model, trainer.optimizer, data, bool(checkpoints.iterator))
     chief = distribute.is_chief(strategy)
     # Decided before the best checkpoint's keeper reads what is there.
-    resumed = bool(wd.listed_checkpoints(os.path.join(workdir,
-                                                      wd.CHECKPOINTS)))
+    resumed = bool(checkpoint_list.listed(os.path.join(workdir,
+                                                       wd.CHECKPOINTS)))
     if not resumed:
         records.set_earlier_run_aside(workdir, chief)
     writer = state.run_writer(workdir, strategy, items, chief,

@@ -1,0 +1,95 @@
+"""The list of a checkpoints folder: TensorFlow's state file, or, where
+that file is missing or unreadable (a copy that left it out or cut it
+short), the ckpt-N checkpoints there by their step."""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import List, Optional
+
+import tensorflow as tf
+from absl import logging
+
+from keras_vit.storage.atomic import atomic_write
+
+
+def listed(directory: str) -> List[str]:
+    """The checkpoints the state file of `directory` lists, newest first
+    (its latest, then the others newest to oldest); where that file is
+    missing or unreadable (a copy that left it out or cut it short), the
+    ckpt-N checkpoints there by their step, newest first, with a warning;
+    [] when there is none."""
+    state = _checkpoint_state(directory)
+    if state is not None and state.model_checkpoint_path:
+        return [state.model_checkpoint_path] + [
+            p for p in reversed(state.all_model_checkpoint_paths)
+            if p != state.model_checkpoint_path]
+    found = _unlisted(directory)
+    if found and directory not in _WARNED:
+        _WARNED.add(directory)
+        logging.warning(
+            "%s is missing or unreadable: reading the checkpoints there by "
+            "their step numbers (newest: %s).",
+            os.path.join(directory, "checkpoint"), found[0])
+    return found
+
+
+def latest(directory: str) -> Optional[str]:
+    """The newest checkpoint of `directory` (`listed`) whose
+    files are there, or None."""
+    for path in listed(directory):
+        if tf.io.gfile.exists(path + ".index"):
+            return path
+    return None
+
+
+def relist(directory: str) -> None:
+    """Writes the state file of `directory` again from its ckpt-N
+    checkpoints where it is missing or unreadable, so that the checkpoint
+    manager finds and rotates them (it would otherwise fail on an empty
+    file, or keep saving beside checkpoints it does not know)."""
+    found = _unlisted(directory) if _checkpoint_state(directory) is None \
+        else []
+    if found:
+        # TensorFlow's text format of its CheckpointState, as its manager
+        # writes it: the times let the manager rotate them (without, it
+        # would keep them all and list only its own).
+        names = [os.path.basename(p) for p in reversed(found)]
+        times = [tf.io.gfile.stat(p + ".index").mtime_nsec / 1e9
+                 for p in reversed(found)]
+        atomic_write(os.path.join(directory, "checkpoint"), "".join(
+            [f'model_checkpoint_path: "{names[-1]}"\n']
+            + [f'all_model_checkpoint_paths: "{n}"\n' for n in names]
+            + [f"all_model_checkpoint_timestamps: {t!r}\n" for t in times]
+            + [f"last_preserved_timestamp: {min(times) - 1.0!r}\n"]))
+        logging.warning("Wrote %s again from the checkpoints there: %s.",
+                        os.path.join(directory, "checkpoint"),
+                        ", ".join(names))
+
+
+_WARNED: set = set()
+_CKPT = re.compile(r"^ckpt-(\d+)\.index$")
+
+
+def _checkpoint_state(directory: str):
+    """TensorFlow's reading of the state file (None where it is missing,
+    empty or not parsed; TensorFlow's own warnings left out)."""
+    logger = tf.get_logger()
+    level = logger.level
+    logger.setLevel("ERROR")
+    try:
+        return tf.train.get_checkpoint_state(directory)
+    except ValueError:  # an empty file
+        return None
+    finally:
+        logger.setLevel(level)
+
+
+def _unlisted(directory: str) -> List[str]:
+    if not tf.io.gfile.isdir(directory):
+        return []
+    steps = [int(m.group(1)) for m in map(
+        _CKPT.match, tf.io.gfile.listdir(directory)) if m]
+    return [os.path.join(directory, f"ckpt-{step}")
+            for step in sorted(steps, reverse=True)]
