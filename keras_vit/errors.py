@@ -22,14 +22,13 @@ resumes. A second Ctrl-C stops at once, with INTERRUPTED_EXIT_CODE.
 
 # TensorFlow's restart status (PreemptionCheckpointHandler's exit off Google
 # Cloud), for the job scheduler to restart the job.
-# Where a stored file holds a field this version does not know.
-NEWER_VERSION = ("a file of a newer keras_vit? Upgrade: pip install -U "
-                 "keras-vision-transformer")
-
 PREEMPTED_EXIT_CODE = 42
 # A process stopped at once by Ctrl-C (128 + SIGINT, as a shell reports
 # one that Ctrl-C ended).
 INTERRUPTED_EXIT_CODE = 130
+# Where a stored file holds a field this version does not know.
+NEWER_VERSION = ("a file of a newer keras_vit? Upgrade: pip install -U "
+                 "keras-vision-transformer")
 
 
 class UsageError(ValueError):

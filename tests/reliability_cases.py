@@ -199,8 +199,9 @@ _CASES = [
         "`--workdir` names a folder holding another program's config.json "
         "(a transformers model folder)",
         "Refused before anything is written; the file is left as it was.",
-        ("holds a config.json that is no keras-vit run's",
-         "nothing was written over", "--config.init.model"),
+        ("config.json: config.architectures is not a config field",
+         "nothing was written over", "use another --workdir",
+         "--config.init.model"),
         "UsageError",
     ),
     Case(

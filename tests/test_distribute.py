@@ -255,7 +255,8 @@ def test_tpu_vm_sigterm_saves_stops_and_resumes(tmp_path, monkeypatch,
     workdir = str(tmp_path / "run")
     with caplog.at_level("INFO", logger="absl"):
         stopped = train_lib.train_and_evaluate(config, workdir)
-    assert stopped == {"preempted": True, "step": 4, "signal": "SIGTERM"}
+    assert stopped == {"preempted": True, "step": 4, "signal": "SIGTERM",
+                       "saved": True}
     assert evaluated == []
     assert "Preemption: a TPU VM's maintenance event or preemption sends " \
         "SIGTERM" in caplog.text
@@ -434,6 +435,15 @@ def test_train_lib_asks_the_handler_between_host_loops(tmp_path,
                            eval_every_steps=0, checkpoint_every_steps=0)
     train_lib.train_and_evaluate(config, str(tmp_path / "run"))
     assert asked == [{"checkpoint_number": s} for s in (4, 8, 12)]
+    # Where an evaluation falls due, asked twice before it (the handler
+    # saves at the call after the one that learns of a SIGTERM) and once
+    # after.
+    asked.clear()
+    config = digits_config(total_steps=12, steps_per_loop=4,
+                           eval_every_steps=4, checkpoint_every_steps=0)
+    train_lib.train_and_evaluate(config, str(tmp_path / "again"))
+    assert asked == [{"checkpoint_number": s}
+                     for s in (4, 4, 4, 8, 8, 8, 12)]
 
 
 def _env():

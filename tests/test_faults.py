@@ -28,12 +28,14 @@ import tensorflow as tf
 import keras_vit
 from keras_vit import keras_compat, optim
 from keras_vit.commands import runner
+from keras_vit.commands import train as train_command
 from keras_vit.data import pipeline as input_pipeline
-from keras_vit.storage import atomic
+from keras_vit.errors import PREEMPTED_EXIT_CODE
+from keras_vit.storage import atomic, checkpoint_list
 from keras_vit.storage import workdir as wd
 from keras_vit.training import interrupt, loop, train_lib
 from keras_vit.training.trainer import Trainer
-from tests import tiny
+from tests import console, tiny
 from tests.fault_harness import (
     EXPORTER,
     TOTAL,
@@ -595,7 +597,6 @@ def test_truncated_checkpoint_of_a_run_given_as_model(small_run, tmp_path):
     """keras-vit-predict --model=RUN whose newest checkpoint is cut short:
     the one before it is loaded, with a warning; with every checkpoint cut
     short, one line naming them."""
-    from tests import console
 
     workdir = _copy(small_run, tmp_path)
     image = str(tmp_path / "digit.png")
@@ -690,6 +691,25 @@ def test_a_lost_checkpoint_list_is_read_from_the_files(small_run, tmp_path,
             for s in (30, 40)]
 
 
+def test_a_list_cut_at_a_line_still_offers_the_checkpoints_it_left_out(
+        tmp_path):
+    """A list cut at a line's end parses: what it names comes first, the
+    ckpt-N files it leaves out after it, newest first (tried where the
+    listed ones are damaged); a folder without a list, by step alone."""
+    for step in (5, 10, 20):
+        (tmp_path / f"ckpt-{step}.index").write_bytes(b"")
+    (tmp_path / "ckpt-30_temp").mkdir()  # a save in progress: not one
+    state = tmp_path / "checkpoint"
+    state.write_text('model_checkpoint_path: "ckpt-10"\n')
+    folder = str(tmp_path)
+    assert checkpoint_list.listed(folder) == [
+        os.path.join(folder, f"ckpt-{s}") for s in (10, 20, 5)]
+    state.unlink()
+    assert checkpoint_list.listed(folder) == [
+        os.path.join(folder, f"ckpt-{s}") for s in (20, 10, 5)]
+    assert checkpoint_list.latest(folder) == os.path.join(folder, "ckpt-20")
+
+
 @covers("foreign_config_json")
 def test_a_workdir_holding_another_programs_config_is_refused(tmp_path):
     """--workdir naming a model folder (a transformers config.json, no
@@ -717,18 +737,20 @@ class _SigintAtStart(interrupt.StopRequest):
 
 @covers("stop_before_first_step")
 def test_a_stop_before_the_first_step_saves_nothing(tmp_path, monkeypatch,
-                                                    caplog):
+                                                    capsys):
     """Ctrl-C before the first step writes no checkpoint: a fresh run
-    leaves none (another config may start afresh there), a resumed one
-    leaves its checkpoint as it was (not written again)."""
-    config = tiny_config(total_steps=10)
+    leaves none (another config may start afresh there; the command's
+    line says so), a resumed one leaves its checkpoint as it was (not
+    written again)."""
     workdir = str(tmp_path / "run")
     monkeypatch.setattr(loop, "_Preemption", _SigintAtStart)
-    caplog.set_level("INFO", logger="absl")
-    stopped = train_lib.train_and_evaluate(config, workdir)
-    assert stopped == {"preempted": True, "step": 0, "signal": "Ctrl-C"}
-    check_says("stop_before_first_step",
-               "\n".join(r.getMessage() for r in caplog.records))
+    code = train_command.main(["keras-vit-train", *console.TINY_DIGITS,
+                               f"--workdir={workdir}"])
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert code == PREEMPTED_EXIT_CODE and line == (
+        "keras-vit-train: stopped: Ctrl-C at step 0, nothing trained, "
+        "nothing saved; run the same command to start.")
+    check_says("stop_before_first_step", line)
     assert tf.train.latest_checkpoint(ckpt_dir(workdir)) is None
     other = tiny_config(total_steps=10, **{"model.hidden_size": 24})
     monkeypatch.setattr(loop, "_Preemption", interrupt.StopRequest)
@@ -738,7 +760,8 @@ def test_a_stop_before_the_first_step_saves_nothing(tmp_path, monkeypatch,
     monkeypatch.setattr(loop, "_Preemption", _SigintAtStart)
     stopped = train_lib.train_and_evaluate(
         tiny_config(total_steps=20, **{"model.hidden_size": 24}), workdir)
-    assert stopped == {"preempted": True, "step": 10, "signal": "Ctrl-C"}
+    assert stopped == {"preempted": True, "step": 10, "signal": "Ctrl-C",
+                       "saved": False}
     assert os.stat(index).st_mtime_ns == before
 
 

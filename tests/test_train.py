@@ -208,7 +208,8 @@ def test_resume_after_preemption_matches_uninterrupted_run(
     with monkeypatch.context() as m:
         m.setattr(loop, "_Preemption", _StopAfterFirstLoop)
         stopped = train_lib.train_and_evaluate(config, workdir)
-    assert stopped == {"preempted": True, "step": 8, "signal": "SIGTERM"}
+    assert stopped == {"preempted": True, "step": 8, "signal": "SIGTERM",
+                       "saved": True}
     resumed = train_lib.train_and_evaluate(config, workdir)
     assert resumed["steps"] == 24 and resumed["steps_this_run"] == 16
     assert resumed["test_accuracy"] == straight["test_accuracy"]

@@ -124,10 +124,12 @@ def run_trial(
     metrics = train_fn(config, workdir, strategy)
     if metrics.get("preempted"):
         ctrl_c = metrics.get("signal") == "Ctrl-C"
+        saved = ("checkpoint saved" if metrics.get("saved", True)
+                 else "nothing saved")
         raise Preempted(
             f"{'Ctrl-C at' if ctrl_c else 'Stopped at'} step "
-            f"{metrics.get('step')} in {workdir}, checkpoint saved: run the "
-            "same command again to resume.",
+            f"{metrics.get('step')} in {workdir}, {saved}: run the same "
+            "command again to resume.",
             kind="stopped" if ctrl_c else "preempted")
     checkpoints = os.path.join(workdir, wd.CHECKPOINTS)
     if not keep_checkpoints and tf.io.gfile.isdir(checkpoints):

@@ -121,7 +121,7 @@ def run(plan: Plan, r: Run) -> Dict[str, float]:
     """Trains to `plan.total_steps`, then evaluates every accuracy
     evaluator on its split ("test" gives the reported test_* metrics).
 
-    Returns the final metrics, or {"preempted": True, "step": S} after a
+    Returns the final metrics, or {"preempted": True, "step": S, ...} after a
     SIGTERM ("restart": True when every worker saved for a restart).
 
     Raises:
@@ -142,8 +142,7 @@ def run(plan: Plan, r: Run) -> Dict[str, float]:
 
 
 class _HostLoop:
-    """One training run's host loop (see `run`): its state between train
-    calls."""
+    """One training run's host loop (see `run`): its state between calls."""
 
     def __init__(self, plan: Plan, r: Run):
         self.plan, self.r = plan, r
@@ -208,10 +207,10 @@ class _HostLoop:
         dt = time.time() - t0
         timed = self.step > self.start_step
         self._count(metrics, self.step + metrics["steps"], dt, timed)
-        due = self._due()
-        if due:  # told to stop (on any worker): the checkpoint, not these
-            stopped = self._preempted(preemption)
-            if stopped is not None:
+        due = self._due()  # told to stop: the checkpoint, not these (TF's
+        # handler saves at the call after the one that learns of it)
+        for _ in range((1 + (r.handler is not None)) if due else 0):
+            if (stopped := self._preempted(preemption)) is not None:
                 return stopped
         scheduled = self._periodic_evaluations(due)
         if _boundary(self.step, plan.checkpoint_every) or (
@@ -350,7 +349,8 @@ class _HostLoop:
                 "Stopped at step %d after %s; %s. Run the same command to "
                 "resume.", step, name, "nothing trained, nothing saved"
                 if step == self.start_step else "checkpoint saved")
-            return {"preempted": True, "step": step, "signal": name}
+            return {"preempted": True, "step": step, "signal": name,
+                    "saved": step != self.start_step}
         return None
 
     def _finish(self) -> Dict[str, float]:

@@ -135,10 +135,9 @@ def _require_run_config(workdir: str) -> None:
         wd.read_config(workdir)
     except UsageError as error:
         raise UsageError(
-            f"{workdir} holds a config.json that is no keras-vit run's "
-            f"({shorten(str(error), 160)}); nothing was written over: use "
-            "another --workdir (a model to start from goes in "
-            "--config.init.model).") from None
+            f"{error} The workdir holds no run's checkpoint, and nothing was "
+            "written over: for a new run use another --workdir (a model to "
+            "start from goes in --config.init.model).") from None
 
 
 # Settings a resumed run may change, each changing the training from the

@@ -174,8 +174,9 @@ def train_and_evaluate(
     Returns the final metrics (also written to workdir/metrics.json); those
     of metrics.json with "finished_before": True when the workdir holds
     the run finished already (nothing is trained or measured again); or,
-    when the run stopped on SIGTERM or Ctrl-C with a checkpoint saved,
-    {"preempted": True, "step": S, "signal": "SIGTERM" or "Ctrl-C"}
+    when the run stopped on SIGTERM or Ctrl-C,
+    {"preempted": True, "step": S, "signal": "SIGTERM" or "Ctrl-C",
+    "saved": False where it stopped before its first step}
     ("restart": True when every worker of a multi-worker or TPU run saved
     that step); the commands then exit with
     `distribute.RESTART_EXIT_CODE`.
