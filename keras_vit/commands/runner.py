@@ -356,7 +356,7 @@ def disk_full(error: BaseException, values=None) -> Optional[str]:
     if (getattr(error, "errno", None) != errno.ENOSPC
             and "No space left on device" not in text):
         return None
-    named = re.search(r"(?:^|\s)(\S[^;\n]*?); No space left", text)
+    named = re.search(r"(?:^|\s)(\S+); No space left", text)
     workdir = values is not None and "workdir" in values
     path = getattr(error, "filename", None) or (
         named.group(1) if named else workdir and values.workdir)
