@@ -83,7 +83,7 @@ def check_workdir_config(config, workdir: str, finished: bool = False
     if not tf.io.gfile.exists(os.path.join(workdir, wd.CONFIG)):
         return
     checkpoint = checkpoint_list.latest(os.path.join(workdir,
-                                                         wd.CHECKPOINTS))
+                                                     wd.CHECKPOINTS))
     if not checkpoint and not any(
             tf.io.gfile.exists(os.path.join(workdir, name))
             for name in (wd.METRICS, BEST)):

@@ -200,10 +200,11 @@ def train_and_evaluate(
         config_architecture(config.model)
     with _made_workdir(workdir, strategy):  # removed if refused
         total = int(config.trainer.total_steps)
-        model_init.check_workdir_config(config, workdir, finished=(
-            wd.finished_run(workdir, total) is not None))
-        finished = _finished_before(workdir, total)
+        finished = wd.finished_run(workdir, total)
+        model_init.check_workdir_config(config, workdir,
+                                        finished=finished is not None)
         if finished is not None:
+            _say_finished(workdir, finished, total)
             return finished
         best = records.best_evaluator(config.checkpoints, config.evals)
         keras.utils.set_random_seed(int(config.seed))
@@ -242,17 +243,13 @@ def _built(config, strategy, num_classes: int):
     return model, optimizer
 
 
-def _finished_before(workdir: str, total_steps: int) -> Optional[Dict]:
-    """The metrics of the run `workdir` holds if it finished its
-    `total_steps` already (said in one line), else None."""
-    finished = wd.finished_run(workdir, total_steps)
-    if finished is not None:
-        logging.info(
-            "The run in %s has finished: step %d of %d (%d asked). Its "
-            "results: %s. To train on, raise config.trainer.total_steps.",
-            workdir, finished["steps"], finished["steps"], total_steps,
-            os.path.join(workdir, wd.METRICS))
-    return finished
+def _say_finished(workdir: str, finished: Dict, total_steps: int) -> None:
+    """One line: the run in `workdir` finished its steps already."""
+    logging.info(
+        "The run in %s has finished: step %d of %d (%d asked). Its "
+        "results: %s. To train on, raise config.trainer.total_steps.",
+        workdir, finished["steps"], finished["steps"], total_steps,
+        os.path.join(workdir, wd.METRICS))
 
 
 def _host_run(workdir: str, trainer, data: run_data.RunData, checkpoints,
