@@ -213,6 +213,15 @@ _CASES = [
         ("nothing trained, nothing saved",),
     ),
     Case(
+        "stop_during_evaluation", FAULT, "training",
+        "Ctrl-C or SIGTERM during a periodic evaluation (one host)",
+        "The evaluation is left after its current batch and not recorded "
+        "(a large evaluation set can outlast a short preemption notice); "
+        "the run saves that step and stops.",
+        ("was left unfinished at the stop (not recorded)",
+         "checkpoint saved"),
+    ),
+    Case(
         "failed_metrics_write", FAULT, "workdir",
         "The disk fails while metrics.json is rewritten (simulated: the "
         "write raises ENOSPC half-way)",

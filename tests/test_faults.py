@@ -31,7 +31,7 @@ from keras_vit.commands import runner
 from keras_vit.commands import train as train_command
 from keras_vit.data import pipeline as input_pipeline
 from keras_vit.errors import PREEMPTED_EXIT_CODE
-from keras_vit.storage import atomic, checkpoint_list
+from keras_vit.storage import atomic, checkpoint_list, history
 from keras_vit.storage import workdir as wd
 from keras_vit.training import interrupt, loop, train_lib
 from keras_vit.training.trainer import Trainer
@@ -763,6 +763,42 @@ def test_a_stop_before_the_first_step_saves_nothing(tmp_path, monkeypatch,
     assert stopped == {"preempted": True, "step": 10, "signal": "Ctrl-C",
                        "saved": False}
     assert os.stat(index).st_mtime_ns == before
+
+
+@covers("stop_during_evaluation")
+def test_a_stop_during_an_evaluation_leaves_it(tmp_path, monkeypatch,
+                                               capsys, caplog):
+    """Ctrl-C during a periodic evaluation (one host): the evaluation is
+    left after its current batch, not recorded, and the run saves that
+    step and stops, as a stop between steps does."""
+    workdir = str(tmp_path / "run")
+    evaluate, batches = Trainer.evaluate, []
+
+    def signalled(self, dataset, use_ema=True, on_batch=None):
+        def batch_by_batch():
+            for i, batch in enumerate(dataset, start=1):
+                batches.append(i)
+                if i == 2:  # a real Ctrl-C, after the first batch
+                    os.kill(os.getpid(), signal.SIGINT)
+                yield batch
+        return evaluate(self, batch_by_batch(), use_ema, on_batch)
+
+    monkeypatch.setattr(Trainer, "evaluate", signalled)
+    code = train_command.main([
+        "keras-vit-train", *console.TINY_DIGITS, f"--workdir={workdir}",
+        "--config.trainer.total_steps=20", "--config.trainer.steps_per_loop=5",
+        "--config.evals.test.every_steps=10",
+        "--config.checkpoints.every_steps=20"])
+    err = capsys.readouterr().err
+    assert code == PREEMPTED_EXIT_CODE, err[-2000:]
+    assert batches == [1, 2]  # of the ~23 the split has
+    assert err.strip().splitlines()[-1] == (
+        "keras-vit-train: stopped: Ctrl-C at step 10, checkpoint saved; "
+        "run the same command to resume.")
+    check_says("stop_during_evaluation", caplog.text + err)
+    assert checkpoint_list.latest(ckpt_dir(workdir)).endswith("ckpt-10")
+    rows = history.read_history(workdir)
+    assert [r["split"] for r in rows if r["split"] != "train"] == []
 
 
 @covers("failed_metrics_write")

@@ -196,3 +196,22 @@ class StopRequest:
                             "stopping%s.", self.name, again)
         self.requested = True
         self.on_signal()
+
+
+class EvaluationStopped(Exception):
+    """A periodic evaluation left unfinished at a stop request."""
+
+
+def stopping(on_batch: Optional[Callable], request: StopRequest
+             ) -> Callable:
+    """An evaluation's `on_batch` that first raises EvaluationStopped once
+    `request` is set, so that a stop does not wait for the whole
+    evaluation (a short preemption notice may not outlast it)."""
+
+    def checked(i, metrics):
+        if request.requested:
+            raise EvaluationStopped
+        if on_batch is not None:
+            on_batch(i, metrics)
+
+    return checked

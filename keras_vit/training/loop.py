@@ -29,18 +29,6 @@ from keras_vit.training.resume import TrainingError
 _Preemption = interrupt.StopRequest
 
 
-def _boundary(step: int, every: int) -> bool:
-    return bool(every) and step % every == 0
-
-
-def _next_stop(step: int, total: int, steps_per_loop: int, *everys) -> int:
-    stop = min(total, step + steps_per_loop)
-    for every in everys:
-        if every:
-            stop = min(stop, (step // every + 1) * every)
-    return stop
-
-
 class WorkerLost(TrainingError):
     """A worker of a multi-worker run is gone (killed, crashed, preempted
     without notice); the message names it and the checkpoint to resume
@@ -197,9 +185,9 @@ class _HostLoop:
         """One train call up to the next boundary, then what falls due
         there; the preemption result when the run stops."""
         plan, r = self.plan, self.r
-        stop = _next_stop(self.step, plan.total_steps, plan.steps_per_loop,
-                          plan.log_every, plan.checkpoint_every,
-                          *(e.every_steps for _, e in plan.evaluators))
+        stop = pacing.next_stop(
+            self.step, plan.total_steps, plan.steps_per_loop, plan.log_every,
+            plan.checkpoint_every, *(e.every_steps for _, e in plan.evaluators))
         t0 = time.time()
         with r.explained():
             metrics = self.pacer.train(r.train_iter, stop - self.step,
@@ -212,8 +200,8 @@ class _HostLoop:
         for _ in range((1 + (r.handler is not None)) if due else 0):
             if (stopped := self._preempted(preemption)) is not None:
                 return stopped
-        scheduled = self._periodic_evaluations(due)
-        if _boundary(self.step, plan.checkpoint_every) or (
+        scheduled = self._periodic_evaluations(due, preemption)
+        if pacing.boundary(self.step, plan.checkpoint_every) or (
                 self.step == plan.total_steps):
             t1 = time.time()
             self._save()
@@ -270,7 +258,7 @@ class _HostLoop:
         self.window_time += dt
         # The first call too: it holds the tracing and compilation, and
         # shows that training runs long before the first log_every.
-        if (_boundary(self.step, self.plan.log_every)
+        if (pacing.boundary(self.step, self.plan.log_every)
                 or self.step == self.plan.total_steps or not timed):
             self._log_window("" if timed else " (first call: with tracing "
                              "and compilation)")
@@ -295,26 +283,36 @@ class _HostLoop:
         if self.step >= self.plan.total_steps:
             return []
         return [(name, entry) for name, entry in self.plan.evaluators
-                if _boundary(self.step, int(entry.every_steps))]
+                if pacing.boundary(self.step, int(entry.every_steps))]
 
-    def _periodic_evaluations(self, due: list) -> float:
-        """Evaluates the evaluators `due`; returns the seconds it took."""
+    def _periodic_evaluations(self, due: list, preemption) -> float:
+        """Evaluates the evaluators `due`; returns the seconds it took. On
+        one worker, a stop request leaves an evaluation unfinished (the
+        workers of a multi-worker run evaluate together: they finish)."""
         t1 = time.time()
-        for name, entry in due:
-            split = entry.val_split or entry.split
-            results = self._evaluate(name, entry, split, compared=True)
-            reporting.log_eval(self.writers, self.step, split, results,
-                      self.r.trainer.accuracy_name)
+        alone = not distribute.is_multi_worker(self.r.strategy)
+        try:
+            for name, entry in due:
+                split = entry.val_split or entry.split
+                results = self._evaluate(name, entry, split, compared=True,
+                                         stop=preemption if alone else None)
+                reporting.log_eval(self.writers, self.step, split, results,
+                                   self.r.trainer.accuracy_name)
+        except interrupt.EvaluationStopped:
+            logging.warning("The evaluation at step %d was left unfinished "
+                            "at the stop (not recorded).", self.step)
         return time.time() - t1
 
-    def _evaluate(self, name: str, entry, split: str,
-                  compared: bool) -> Dict[str, Any]:
+    def _evaluate(self, name: str, entry, split: str, compared: bool,
+                  stop=None) -> Dict[str, Any]:
         """One evaluation of accuracy evaluator `name` on `split`, its
         progress told every `plan.progress_every_s` seconds; recorded (and
-        `compared` for the best checkpoint)."""
+        `compared` for the best checkpoint); left at a `stop` request."""
         r = self.r
         on_batch = r.eval_progress(entry, split, self.plan.progress_every_s
                                    ) if r.eval_progress else None
+        if stop is not None:
+            on_batch = interrupt.stopping(on_batch, stop)
         with r.explained():
             results = r.trainer.evaluate(r.eval_fn(entry, split),
                                          on_batch=on_batch)

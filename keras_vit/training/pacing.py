@@ -23,6 +23,21 @@ from typing import Any, Callable, Dict, List, Optional
 CALL_S = 2.0
 
 
+def boundary(step: int, every: int) -> bool:
+    """`step` ends a period of `every` steps (0: never)."""
+    return bool(every) and step % every == 0
+
+
+def next_stop(step: int, total: int, steps_per_loop: int, *everys) -> int:
+    """The host loop's next boundary after `step`: at most `steps_per_loop`
+    steps on, not past `total`, the first multiple of any of `everys`."""
+    stop = min(total, step + steps_per_loop)
+    for every in everys:
+        if every:
+            stop = min(stop, (step // every + 1) * every)
+    return stop
+
+
 def merge(parts: List[Dict[str, Any]], skip_nonfinite: bool
           ) -> Dict[str, Any]:
     """The metrics of consecutive train calls as if one call had run their
