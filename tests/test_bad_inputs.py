@@ -24,6 +24,7 @@ import ml_collections as mlc
 import numpy as np
 import pytest
 import tensorflow as tf
+from absl import flags
 from PIL import Image
 
 import keras_vit
@@ -1218,3 +1219,21 @@ def test_a_full_disk_in_python_is_one_line_and_another_oserror_is_not(
         "free space or write to a larger disk."]
     with pytest.raises(OSError, match="Input/output error"):
         main(OSError(errno.EIO, "Input/output error"))
+
+
+def test_a_full_disk_names_the_folder_the_command_writes():
+    """Without a file in the error, the line names the folder written:
+    --output_dir where the command has one and it is given (evaluate,
+    analysis), else --workdir."""
+    error = OSError(errno.ENOSPC, "No space left on device")
+    values = flags.FlagValues()
+    flags.DEFINE_string("workdir", "/runs/a", "", flag_values=values)
+    flags.DEFINE_string("output_dir", None, "", flag_values=values)
+    values.mark_as_parsed()
+    assert runner.disk_full(error, values) == (
+        "The disk is full writing /runs/a: free space or use a --workdir "
+        "on a larger disk.")
+    values.output_dir = "/results/a"
+    assert runner.disk_full(error, values) == (
+        "The disk is full writing /results/a: free space or use an "
+        "--output_dir on a larger disk.")

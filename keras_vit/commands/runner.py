@@ -30,7 +30,6 @@ the command's main:
 from __future__ import annotations
 
 import contextlib
-import errno
 import logging as std_logging
 import os
 import re
@@ -51,6 +50,7 @@ from keras_vit.commands.config_args import (
     shell_words,
     typed_overrides,
 )
+from keras_vit.commands.exhausted import disk_full, out_of_memory
 from keras_vit.commands.lazy import lazy_module
 from keras_vit.data import downloads
 from keras_vit.errors import (
@@ -326,44 +326,6 @@ def run(
         if previous_term is not None:
             signal.signal(signal.SIGTERM, previous_term)
     return 0 if status is None else int(status)
-
-
-def out_of_memory(error: BaseException,
-                  values: Optional[flags.FlagValues] = None) -> str:
-    """The line for a run out of memory (or another resource TensorFlow
-    ran out of): its allocation that failed (the first line, without the
-    allocator's report) and the fix, in the flags the command has."""
-    first = (str(getattr(error, "message", error)) or "").strip()
-    match = re.search(r"OOM when allocating tensor with shape\s*\[[^\]]*\]",
-                      first)
-    what = match.group(0) if match else first.splitlines()[0][:200] \
-        if first else type(error).__name__
-    memory = bool(match) or isinstance(error, MemoryError)
-    batch = [flag for flag, name in (("config.input.batch_size", "config"),
-                                     ("--batch_size", "batch_size"))
-             if values is not None and name in values]
-    lower = (f"the batch size ({' or '.join(batch)}), " if batch
-             else "the batch size, ")
-    return (f"{'Out of memory' if memory else 'Resources exhausted'} "
-            f"({what}): lower {lower}the image size or the model, or run "
-            "on a machine with more memory.")
-
-
-def disk_full(error: BaseException, values=None) -> Optional[str]:
-    """The line for a full disk (TensorFlow's "<file>; No space left on
-    device", an OSError ENOSPC): the file, else the workdir; None if not."""
-    text = str(getattr(error, "message", error))
-    if (getattr(error, "errno", None) != errno.ENOSPC
-            and "No space left on device" not in text):
-        return None
-    named = re.search(r"(?:^|\s)(\S+); No space left", text)
-    workdir = values is not None and "workdir" in values
-    path = getattr(error, "filename", None) or (
-        named.group(1) if named else workdir and values.workdir)
-    fix = ("use a --workdir on a larger disk; the last complete checkpoint "
-           "is kept." if workdir else "write to a larger disk.")
-    where = f" writing {path}" if path else ""
-    return f"The disk is full{where}: free space or {fix}"
 
 
 class Terminated(KeyboardInterrupt):

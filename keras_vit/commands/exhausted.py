@@ -1,0 +1,57 @@
+"""The one line a command prints when the machine runs out of something:
+memory (or another resource TensorFlow counts) and disk space.
+
+Each names what ran out (the allocation, the file) and the fix in the
+flags the command has; `runner.run` prints it instead of a traceback.
+"""
+
+from __future__ import annotations
+
+import errno
+import re
+from typing import Optional
+
+
+def out_of_memory(error: BaseException,
+                  values=None) -> str:
+    """The line for a run out of memory (or another resource TensorFlow
+    ran out of): its allocation that failed (the first line, without the
+    allocator's report) and the fix, in the flags the command has."""
+    first = (str(getattr(error, "message", error)) or "").strip()
+    match = re.search(r"OOM when allocating tensor with shape\s*\[[^\]]*\]",
+                      first)
+    what = match.group(0) if match else first.splitlines()[0][:200] \
+        if first else type(error).__name__
+    memory = bool(match) or isinstance(error, MemoryError)
+    batch = [flag for flag, name in (("config.input.batch_size", "config"),
+                                     ("--batch_size", "batch_size"))
+             if values is not None and name in values]
+    lower = (f"the batch size ({' or '.join(batch)}), " if batch
+             else "the batch size, ")
+    return (f"{'Out of memory' if memory else 'Resources exhausted'} "
+            f"({what}): lower {lower}the image size or the model, or run "
+            "on a machine with more memory.")
+
+
+def disk_full(error: BaseException, values=None) -> Optional[str]:
+    """The line for a full disk (TensorFlow's "<file>; No space left on
+    device", an OSError ENOSPC): the file, else the folder written; None if
+    not."""
+    text = str(getattr(error, "message", error))
+    if (getattr(error, "errno", None) != errno.ENOSPC
+            and "No space left on device" not in text):
+        return None
+    named = re.search(r"(?:^|\s)(\S+); No space left", text)
+    # The folder the command writes: --output_dir where given (evaluate,
+    # analysis), else --workdir.
+    flag = next((f for f in ("output_dir", "workdir") if values is not None
+                 and f in values and getattr(values, f)), None)
+    path = getattr(error, "filename", None) or (
+        named.group(1) if named else flag and getattr(values, flag))
+    fix = "write to a larger disk." if flag is None else (
+        f"use {'an' if flag == 'output_dir' else 'a'} --{flag} on a larger "
+        "disk" + (
+            "." if "output_dir" in values
+            else "; the last complete checkpoint is kept."))
+    where = f" writing {path}" if path else ""
+    return f"The disk is full{where}: free space or {fix}"
