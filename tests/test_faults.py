@@ -710,6 +710,24 @@ def test_a_list_cut_at_a_line_still_offers_the_checkpoints_it_left_out(
     assert checkpoint_list.latest(folder) == os.path.join(folder, "ckpt-20")
 
 
+def test_a_save_that_did_not_finish_is_removed_at_the_next_start(tmp_path):
+    """A `ckpt-N_temp` folder (the shards of a save a full disk or a kill
+    cut short; TensorFlow never removes it) goes at the next start; the
+    run resumes from its last complete checkpoint."""
+    workdir = str(tmp_path / "run")
+    assert train_lib.train_and_evaluate(tiny_config(total_steps=10),
+                                        workdir)["steps"] == 10
+    partial = os.path.join(ckpt_dir(workdir), "ckpt-15_temp")
+    os.makedirs(partial)
+    with open(os.path.join(partial, "part-00000-of-00001.data-00000-of-"
+                           "00001"), "wb") as f:
+        f.write(b"\0" * 1024)
+    again = train_lib.train_and_evaluate(tiny_config(), workdir)
+    assert again["steps"] == 20 and again["steps_this_run"] == 10
+    assert not os.path.exists(partial)
+    assert checkpoint_list.latest(ckpt_dir(workdir)).endswith("ckpt-20")
+
+
 @covers("foreign_config_json")
 def test_a_workdir_holding_another_programs_config_is_refused(tmp_path):
     """--workdir naming a model folder (a transformers config.json, no

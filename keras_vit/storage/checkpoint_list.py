@@ -74,8 +74,24 @@ def relist(directory: str) -> None:
                         ", ".join(names))
 
 
+def remove_partial(directory: str) -> None:
+    """Removes the `ckpt-N_temp` folders of saves that did not finish (a
+    full disk, a kill): TensorFlow writes a checkpoint's shards there and
+    merges them into `ckpt-N`, and never reads nor removes them later."""
+    if not tf.io.gfile.isdir(directory):
+        return
+    for name in sorted(tf.io.gfile.listdir(directory)):
+        name = name.rstrip("/")
+        path = os.path.join(directory, name)
+        if _PARTIAL.match(name) and tf.io.gfile.isdir(path):
+            logging.info("Removing %s, left by a save that did not finish.",
+                         path)
+            tf.io.gfile.rmtree(path)
+
+
 _WARNED: set = set()
 _CKPT = re.compile(r"^ckpt-(\d+)\.index$")
+_PARTIAL = re.compile(r"^ckpt-\d+_temp$")
 
 
 def _checkpoint_state(directory: str):

@@ -69,6 +69,7 @@ class CheckpointWriter:
         directory = ckpt_dir if chief else scratch
         if chief:  # a state file a copy left out: listed again
             checkpoint_list.relist(ckpt_dir)
+            checkpoint_list.remove_partial(ckpt_dir)
         self.manager = tf.train.CheckpointManager(
             checkpoint, directory, max_to_keep=keep if chief else 1,
             step_counter=step_counter,
