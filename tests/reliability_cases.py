@@ -392,7 +392,8 @@ _CASES = [
         "Found at start-up, before any step: one line naming the file and "
         "the fix (with `skip_bad_images`, left out and named in the log "
         "once), not a failure at the first evaluation an epoch later. A "
-        "workdir the run made is removed again (one holding a file is "
+        "workdir the run made is removed again, with the parents made for "
+        "it (one holding a file is "
         "kept).",
         ("Cannot decode 1 image file(s) of image folder",
          "/val/a/bad.jpg", "config.input.skip_bad_images=True"),

@@ -665,19 +665,19 @@ def test_batch_not_divisible_by_replicas(tmp_path):
 def test_a_starting_model_that_does_not_load_leaves_no_workdir(
         tmp_path, monkeypatch):
     """A run refused while it loads its starting weights (after its
-    set-up, before it writes anything): the workdir it made is removed;
-    one the user made is kept."""
+    set-up, before it writes anything): the workdir it made is removed,
+    with the parents made for it; one the user made is kept."""
     from keras_vit.training import model_init
 
     def refuse(init, model):
         raise UsageError("the starting checkpoint does not fit")
 
     monkeypatch.setattr(model_init, "initialise_from", refuse)
-    workdir = tmp_path / "run"
+    workdir = tmp_path / "runs" / "b16" / "run"  # its parents made too
     with pytest.raises(UsageError, match="does not fit"):
         train_lib.train_and_evaluate(config(), str(workdir))
-    assert not workdir.exists()
-    workdir.mkdir()
+    assert os.listdir(tmp_path) == []
+    workdir.mkdir(parents=True)
     with pytest.raises(UsageError, match="does not fit"):
         train_lib.train_and_evaluate(config(), str(workdir))
     assert workdir.is_dir()

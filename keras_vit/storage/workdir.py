@@ -310,13 +310,19 @@ REMOTE_FIX = ("Check the path and your credentials; gs:// paths need "
                "checkout, or pip install 'keras-vision-transformer[gcs]'.")
 
 
-def make_workdir(workdir: str) -> bool:
-    """Makes `workdir` where it is missing; whether it was missing."""
+def make_workdir(workdir: str) -> Optional[str]:
+    """Makes `workdir` where it is missing; the outermost folder this made
+    (`workdir`, or a missing parent of a local one), None if none."""
     if not str(workdir).strip():
         raise UsageError("`workdir` is empty: name the run's folder (e.g. "
                          "--workdir=/tmp/vit_run).")
     try:
-        missing = not tf.io.gfile.exists(workdir)
+        missing = None if tf.io.gfile.exists(workdir) else workdir
+        while missing and "://" not in str(workdir):
+            parent = os.path.dirname(os.path.abspath(missing))
+            if parent == missing or os.path.exists(parent):
+                break
+            missing = parent
         tf.io.gfile.makedirs(workdir)
     except tf.errors.OpError as e:
         raise UsageError(
@@ -331,8 +337,9 @@ def make_workdir(workdir: str) -> bool:
 
 
 def remove_if_empty(workdir: str) -> None:
-    """Removes the workdir a run made when it holds no file (its set-up
-    refused the run before writing anything); a file anywhere keeps it."""
+    """Removes the workdir a run made (or the outermost folder made with
+    it) when it holds no file (its set-up refused the run before writing
+    anything); a file anywhere keeps it."""
     try:
         for _, _, files in tf.io.gfile.walk(workdir):
             if files:

@@ -134,19 +134,21 @@ def _finisher(mpp_config, export, workdir: str, on_finish):
 @contextlib.contextmanager
 def _made_workdir(workdir: str, strategy):
     """Makes `workdir` for the block, the run: where the block raises and
-    this call made the folder, it is removed again if it holds no file
+    this call made the folder, it is removed again (with the parents made
+    for it) if it holds no file
     (the run was refused before it wrote anything: a bad input found at
     set-up, a starting checkpoint that does not fit). Not for the workers
     of a cluster, which share theirs."""
-    created = wd.make_workdir(workdir) and not (
-        distribute.is_multi_worker(strategy) or distribute.is_tpu(strategy))
+    created = wd.make_workdir(workdir)
+    if distribute.is_multi_worker(strategy) or distribute.is_tpu(strategy):
+        created = None
     # A cluster's workers must see one folder (before any reads it).
     distribute.check_shared(workdir, "workdir", strategy)
     try:
         yield
     except BaseException:
-        if created:
-            wd.remove_if_empty(workdir)
+        if created:  # and the parents made for it
+            wd.remove_if_empty(created)
         raise
 
 
