@@ -28,6 +28,7 @@ import numpy as np  # noqa: E402
 from sklearn.datasets import load_digits  # noqa: E402
 
 import keras_vit  # noqa: E402
+from keras_vit.analysis import inputs  # noqa: E402
 from keras_vit.analysis import report as cli  # noqa: E402
 
 IMAGE_SIZE = 32
@@ -63,7 +64,7 @@ def main() -> None:
     keras.utils.set_random_seed(args.seed)
     rng = np.random.default_rng(args.seed)
     labels = load_digits().target
-    images, names = cli.digits_images(len(labels), (IMAGE_SIZE, IMAGE_SIZE))
+    images, names = inputs.digits_images(len(labels), (IMAGE_SIZE, IMAGE_SIZE))
     order = rng.permutation(len(labels))
     train, test = order[:1500], order[1500:]
 

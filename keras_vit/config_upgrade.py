@@ -140,7 +140,8 @@ def upgrade(values: Mapping[str, Any], *, where: str = "config"
         entry = _get(values, f"evals.{kind}")
         if isinstance(entry, dict):
             entry.setdefault("type", kind)
-    if moved:
+    if moved and (where, *moved) not in _TOLD:  # once, however often read
+        _TOLD.add((where, *moved))
         moved.reverse()
         logging.warning(
             "%s: fields of an earlier version, read in their new place: %s.",
@@ -150,6 +151,8 @@ def upgrade(values: Mapping[str, Any], *, where: str = "config"
 
 
 _MISSING = object()
+# (where, the fields moved) told of (`upgrade`) in this process.
+_TOLD: set = set()
 
 
 def _get(values: Mapping[str, Any], path: str) -> Any:

@@ -16,8 +16,8 @@ this module by its path and hold around their import of the command.
 While a command runs, `filter_stderr` (which `runner.run` starts unless
 `--verbose`) keeps off stderr, at the descriptor, the notices TensorFlow's
 C++ code and libjpeg print about an image file the command names itself
-(`RUN_NOTICES`: a truncated or corrupt JPEG), and LiteRT's notice of its
-CPU delegate; every other line passes.
+(`RUN_NOTICES`: a truncated or corrupt JPEG), LiteRT's notice of its
+CPU delegate and oneDNN's of its int64 kernels; every other line passes.
 This module uses the standard library only.
 """
 
@@ -63,6 +63,10 @@ RUN_NOTICES = (
     # LiteRT's interpreter, on every .tflite it runs (export's check,
     # predict): a notice about its CPU kernels, not about the run.
     r"^INFO: Created TensorFlow Lite XNNPACK delegate for CPU\.$",
+    # oneDNN, on a CPU without AVX-512, at the first int64 op it is given
+    # (an MPP model's corruption inputs): its choice of kernels.
+    r"util\.cc:\d+\] oneDNN supports DT_INT64 only on platforms with "
+    r"AVX-512",
 )
 
 

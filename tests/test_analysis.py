@@ -14,7 +14,7 @@ from absl import flags
 from PIL import Image
 
 import keras_vit
-from keras_vit.analysis import core, extract, plots
+from keras_vit.analysis import core, extract, inputs, plots
 from keras_vit.analysis import report as cli
 from keras_vit.commands import analysis as command
 from keras_vit.commands import flags as cli_flags
@@ -347,7 +347,7 @@ def test_cli_end_to_end_with_digits(saved_model, tiny_model, tmp_path, capsys):
         "class_token": True,
     }
     # The numbers are those of the library on the same inputs.
-    digits, _ = cli.digits_images(4, (32, 48))
+    digits, _ = inputs.digits_images(4, (32, 48))
     stats = extract.attention_stats(tiny_model, digits)
     np.testing.assert_allclose(
         data["mean_attention_distance"]["pixels"],
@@ -376,14 +376,14 @@ def test_image_files_are_read_a_batch_at_a_time(tiny_model, tmp_path,
     for i in range(5):
         Image.fromarray(rng.integers(0, 255, (30, 40, 3), np.uint8)).save(
             folder / f"{i}.png")
-    files, names = cli.load_images([str(folder)], (32, 48))
-    assert isinstance(files, cli.ImageFiles) and len(names) == 5
+    files, names = inputs.load_images([str(folder)], (32, 48))
+    assert isinstance(files, inputs.ImageFiles) and len(names) == 5
     stacked = files[:]
     assert stacked.shape == files.shape == (5, 32, 48, 3)
     np.testing.assert_array_equal(files[3], stacked[3])
     sizes = []
-    read = cli.ImageFiles.__getitem__
-    monkeypatch.setattr(cli.ImageFiles, "__getitem__", lambda self, i: (
+    read = inputs.ImageFiles.__getitem__
+    monkeypatch.setattr(inputs.ImageFiles, "__getitem__", lambda self, i: (
         sizes.append(len(read(self, i))) or read(self, i)))
     lazy = extract.attention_stats(tiny_model, files, batch_size=2)
     whole = extract.attention_stats(tiny_model, stacked, batch_size=2)
@@ -398,25 +398,25 @@ def test_load_images_files_and_folders(tmp_path):
     Image.new("L", (20, 10), 255).save(folder / "a.png")
     Image.new("RGB", (50, 60), (0, 0, 0)).save(folder / "b.jpg")
     (folder / "notes.txt").write_text("not an image")
-    images, names = cli.load_images([str(folder)], (32, 48))
+    images, names = inputs.load_images([str(folder)], (32, 48))
     assert names == ["a.png", "b.jpg"]
     assert images.shape == (2, 32, 48, 3)
     np.testing.assert_allclose(images[0], 1.0)
     np.testing.assert_allclose(images[1], -1.0, atol=0.02)
     bad = tmp_path / "bad.png"
     bad.write_bytes(b"not a png")
-    with pytest.raises(cli.UsageError, match="bad.png") as info:
-        cli.load_images([str(bad)], (32, 32))
+    with pytest.raises(keras_vit.errors.UsageError, match="bad.png") as info:
+        inputs.load_images([str(bad)], (32, 32))
     # The decoder's reason, without TensorFlow's op decorations.
     assert "Unknown image file format" in str(info.value)
     assert "[Op:" not in str(info.value) and "{{" not in str(info.value)
     assert not str(info.value).endswith("..")
     empty = tmp_path / "empty"
     empty.mkdir()
-    with pytest.raises(cli.UsageError, match="No images"):
-        cli.load_images([str(empty)], (32, 32))
-    with pytest.raises(cli.UsageError, match="does not exist"):
-        cli.load_images([str(tmp_path / "nowhere")], (32, 32))
+    with pytest.raises(keras_vit.errors.UsageError, match="No images"):
+        inputs.load_images([str(empty)], (32, 32))
+    with pytest.raises(keras_vit.errors.UsageError, match="does not exist"):
+        inputs.load_images([str(tmp_path / "nowhere")], (32, 32))
     # A folder of class folders is searched as keras-vit-predict does; a
     # folder named like an image is searched, not read; a link to nothing
     # in a folder is one line naming it.
@@ -425,24 +425,24 @@ def test_load_images_files_and_folders(tmp_path):
     Image.new("RGB", (20, 20), (9, 9, 9)).save(classes / "cat" / "c.png")
     Image.new("RGB", (20, 20), (9, 9, 9)).save(
         classes / "cat" / "album.jpg" / "d.png")
-    images, names = cli.load_images([str(classes)], (16, 16))
+    images, names = inputs.load_images([str(classes)], (16, 16))
     assert names == ["cat/album.jpg/d.png", "cat/c.png"]
     assert images.shape == (2, 16, 16, 3)
     os.symlink(tmp_path / "gone.jpg", classes / "cat" / "link.jpg")
-    with pytest.raises(cli.UsageError) as info:
-        cli.load_images([str(classes)], (16, 16))
+    with pytest.raises(keras_vit.errors.UsageError) as info:
+        inputs.load_images([str(classes)], (16, 16))
     assert str(info.value) == (
         f"Cannot read '{classes / 'cat' / 'link.jpg'}' as an image (JPEG, "
         "PNG, GIF, BMP or WebP): No such file or directory.")
 
 
 def test_digits_images():
-    images, names = cli.digits_images(3, (16, 24))
+    images, names = inputs.digits_images(3, (16, 24))
     assert images.shape == (3, 16, 24, 3) and names[2] == "digit #2 (label 2)"
     np.testing.assert_array_equal(images[..., 0], images[..., 2])
     assert images.min() == -1.0 and images.max() <= 1.0
-    with pytest.raises(cli.UsageError, match="between 1 and 1797"):
-        cli.digits_images(0, (16, 16))
+    with pytest.raises(keras_vit.errors.UsageError, match="between 1 and 1797"):
+        inputs.digits_images(0, (16, 16))
 
 
 def _analysis(*args):
@@ -502,9 +502,10 @@ def test_npz_source_round_trip(tmp_path, images):
     np.testing.assert_allclose(
         loaded(x).numpy(), model(x).numpy(), rtol=1e-5, atol=1e-6
     )
-    with pytest.raises(cli.UsageError, match="B/16"):
+    with pytest.raises(keras_vit.errors.UsageError, match="B/16"):
         _command_model(f"--model={path}", "--variant=B/16")
-    with pytest.raises(cli.UsageError, match="no such file or folder"):
+    with pytest.raises(keras_vit.errors.UsageError,
+                       match="no such file or folder"):
         _command_model(f"--model={tmp_path}/missing.npz")
 
 
@@ -594,6 +595,62 @@ def test_cli_mpp_figure_uses_the_same_model(mpp_ema_run, tmp_path,
         wd.read_config(mpp_ema_run).objective.mpp)
     assert model.architecture.image_size == (24, 24)
     assert tuple(model.output_shape[1:2]) == (36,)
+
+
+EARLIER = os.path.join(os.path.dirname(__file__), "fixtures", "earlier")
+
+
+def test_images_listed_once_and_named_apart(tmp_path):
+    """A file reached twice (a folder and one of its files) is analysed
+    once; two files of one name given alone are named by their paths; an
+    analysis's own figures in its output folder are no input, a photo
+    there is."""
+    from keras_vit.analysis import inputs
+
+    folder = tmp_path / "photos"
+    for name in ("a/1.png", "b/1.png", "2.png", "out/attention_rollout.png",
+                 "out/3.png"):
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_bytes(b"")
+    listed = inputs._list_images(
+        [str(folder), str(folder / "2.png")], str(folder / "out"))
+    assert [name for _, name in listed] == [
+        "2.png", "a/1.png", "b/1.png", "out/3.png"]
+    alone = [str(folder / "a" / "1.png"), str(folder / "b" / "1.png")]
+    assert inputs._list_images(alone) == [(f, f) for f in alone]
+
+
+def test_the_command_over_a_folder_holding_its_output(tmp_path):
+    """keras-vit-analysis of an earlier version's MPP run on a folder of
+    photos whose output folder is inside it, twice: the second run reads
+    the same three photos (not the first run's figures), the upgrade
+    notice is said once per run, no library notice reaches the terminal,
+    and the checks and the forward pass show their counts."""
+    from PIL import Image
+    from sklearn.datasets import load_digits
+
+    from tests import console
+
+    folder = tmp_path / "photos"
+    for i, name in enumerate(("a/1.png", "b/1.png", "2.png")):
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        pixels = (load_digits().images[i] * 15).astype(np.uint8)
+        Image.fromarray(pixels).resize((32, 32)).save(folder / name)
+    out = folder / "analysis"
+    for _ in range(2):
+        result = console.run("analysis", [
+            f"--model={os.path.join(EARLIER, 'mpp_workdir')}",
+            "--batch_size=1", f"--output_dir={out}", str(folder),
+            str(folder / "2.png")])
+        assert result.returncode == 0, result.stderr[-3000:]
+        with open(out / cli.JSON_NAME) as f:
+            names = [i["name"] for i in json.load(f)["images"]]
+        assert names == ["2.png", "a/1.png", "b/1.png"]
+        err = result.stderr
+        assert err.count("fields of an earlier version") == 1, err
+        assert "oneDNN" not in err and "E0000" not in err, err
+        # (Each count starts with a carriage return: a line here.)
+        assert "\nchecked 3/3 images" in err and "\n3/3 images" in err
 
 
 HUB = os.path.join(os.path.dirname(__file__), "fixtures", "hub")

@@ -866,7 +866,8 @@ def test_nonfinite_weights_are_refused_by_name(tmp_path):
 
 def test_an_all_zero_head_is_named_in_the_log(tmp_path):
     """An .npz whose head is all zeros (the ImageNet-21k releases'):
-    keras-vit-predict says every class scores alike and names the fix."""
+    keras-vit-predict (and convert, analysis) says every class scores
+    alike and names the fix."""
     from tests import console
 
     path = str(tmp_path / "zero.npz")
@@ -886,6 +887,11 @@ def test_an_all_zero_head_is_named_in_the_log(tmp_path):
                                       f"--output={tmp_path / 'n.keras'}"])
     assert renewed.returncode == 0, renewed.stderr[-2000:]
     assert "classification head is all zeros" not in renewed.stderr
+    # keras-vit-analysis titles each image with its prediction: said too.
+    analysed = console.run("analysis", [f"--model={path}", images,
+                                        f"--output_dir={tmp_path / 'a'}"])
+    assert analysed.returncode == 0, analysed.stderr[-2000:]
+    assert "classification head is all zeros" in analysed.stderr
 
 
 @covers("npz_other_variant")

@@ -14,8 +14,8 @@ import tensorflow as tf
 
 import keras_vit
 from keras_vit import build, mpp, optim
+from keras_vit.analysis import inputs as analysis_inputs
 from keras_vit.analysis import mpp_figure
-from keras_vit.analysis import report as analysis_cli
 from keras_vit.checkpoint import loader, weights
 from keras_vit.checkpoint.formats import npz as checkpoint_io
 from keras_vit.commands import analysis as analysis_command
@@ -471,7 +471,7 @@ def test_analysis_draws_the_mpp_predictions(mpp_run, tmp_path):
                                   "--digits", "4", "--output_dir", out]) == 0
     assert os.path.getsize(os.path.join(out, mpp_figure.FIGURE)) > 1000
     assert os.path.exists(os.path.join(out, "attention_rollout.png"))
-    images, _ = analysis_cli.digits_images(4, (32, 32))
+    images, _ = analysis_inputs.digits_images(4, (32, 32))
     pictures = mpp_figure.predict(wd.restore_model(workdir), images)
     corrupted = pictures.mode > 0
     assert (corrupted.sum(1) == 8).all()

@@ -10,7 +10,7 @@ taken one layer at a time (made float64, used, dropped).
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional
+from typing import Callable, Optional
 
 import keras
 import numpy as np
@@ -96,6 +96,7 @@ def attention_stats(
     images: np.ndarray,
     batch_size: int = 16,
     attention: Optional[keras.Model] = None,
+    on_batch: Optional[Callable[[int, int], None]] = None,
 ) -> AttentionStats:
     """Runs `images` through the model and gathers attention statistics.
 
@@ -103,10 +104,12 @@ def attention_stats(
         model: keras.Model. A keras_vit Vision Transformer.
         images: float array (n, height, width, 3) in [-1, 1], or a
             sequence of them whose slices are such arrays and that has a
-            `shape` (`report.ImageFiles`: read one batch at a time).
+            `shape` (`inputs.ImageFiles`: read one batch at a time).
         batch_size: int. Images per forward pass.
         attention: keras.Model or None. A ready `attention_model(model)`, to
             skip building it again.
+        on_batch: None, or called after each batch with the images done
+            and their number (a command's progress).
 
     Returns:
         AttentionStats over all `images`.
@@ -135,6 +138,8 @@ def attention_stats(
         distance_sum = distance_sum + len(batch) * distance
         maps.append(core.rollout_patch_maps(rollout, layout))
         outputs.append(np.asarray(keras.ops.convert_to_numpy(output)))
+        if on_batch is not None:
+            on_batch(start + len(batch), len(images))
     return AttentionStats(
         layout=layout,
         mean_distance=distance_sum / len(images),

@@ -1,5 +1,5 @@
 """The paper's analysis figures of a model in one call (`run_analysis`),
-and the images they are computed on (`load_images`, `digits_images`).
+on the images of `keras_vit.analysis.inputs`.
 
 `run_analysis` writes attention_rollout.png, mean_attention_distance.png,
 position_embedding_similarity.png, patch_embedding_pca.png and, last,
@@ -20,13 +20,10 @@ import numpy as np
 import tensorflow as tf
 
 from keras_vit.analysis import core, extract, mpp_figure, plots
-from keras_vit.data import checks, folders, image_files, preprocessing
 from keras_vit.derived import is_features_model
-from keras_vit.errors import UsageError
 from keras_vit.storage import atomic
 from keras_vit.storage.atomic import atomic_write
 
-IMAGE_EXTENSIONS = folders.IMAGE_EXTENSIONS
 FIGURES = {
     "attention_rollout": "attention_rollout.png",
     "mean_attention_distance": "mean_attention_distance.png",
@@ -37,149 +34,6 @@ JSON_NAME = "analysis.json"
 # Every file an analysis writes into its folder: those a run does not
 # write are removed as stale (`remove_stale`).
 OUTPUTS = (*FIGURES.values(), mpp_figure.FIGURE, JSON_NAME)
-
-
-def _list_images(paths: Sequence[str]) -> List[Tuple[str, str]]:
-    """(file, name) of the images of `paths`: files as given (named by
-    their file name), a local folder searched with its sub-folders as
-    keras-vit-predict does (class folders included; named by the path
-    inside it, so that cat/1.jpg and dog/1.jpg stay apart), a remote one
-    (gs://) at its top level."""
-    files = []
-    for path in paths:
-        if tf.io.gfile.isdir(path):
-            found = image_files.images_under(path) if "://" not in path \
-                else sorted(
-                    os.path.join(path, name)
-                    for name in tf.io.gfile.listdir(path)
-                    if image_files.is_image(name)
-                    and not tf.io.gfile.isdir(os.path.join(path, name)))
-            if not found:
-                raise UsageError(
-                    f"No images ({', '.join(IMAGE_EXTENSIONS)}) in folder "
-                    f"{path!r} or its sub-folders."
-                )
-            files.extend((f, os.path.relpath(f, path)) for f in found)
-        elif tf.io.gfile.exists(path):
-            files.append((path, os.path.basename(path)))
-        else:
-            raise UsageError(f"Image {path!r} does not exist (or is a "
-                             "link to nothing).")
-    return files
-
-
-class ImageFiles:
-    """Image files as model input, each read and preprocessed when looked
-    up (`images[i]`, `images[a:b]`): a folder of thousands of photos is
-    held one batch at a time, not whole.
-
-    Attributes:
-        shape: (n, height, width, 3), as an array of them would have.
-    """
-
-    def __init__(self, files: Sequence[str], size: Tuple[int, int],
-                 resize_size: Optional[int] = None,
-                 keep_aspect: bool = False):
-        self._files = list(files)
-        self._size = tuple(size)
-        self._resize = (resize_size, keep_aspect)
-        self.shape = (len(self._files),) + self._size + (3,)
-
-    def __len__(self) -> int:
-        return len(self._files)
-
-    def __getitem__(self, index):
-        if isinstance(index, slice):
-            chosen = self._files[index]
-            if not chosen:
-                return np.zeros((0,) + self.shape[1:], np.float32)
-            return np.stack([self._image(f) for f in chosen])
-        return self._image(self._files[index])
-
-    def _image(self, file: str) -> np.ndarray:
-        return preprocessing.preprocess_eval(
-            _decode(file), self._size, *self._resize).numpy()
-
-
-def _decode(file: str) -> tf.Tensor:
-    """A file's pixels (`preprocessing.decode_image`); one UsageError line
-    naming the file and the decoder's reason where it cannot be read."""
-    try:
-        data = tf.io.gfile.GFile(file, "rb").read()
-        return preprocessing.decode_image(tf.constant(data))
-    except (tf.errors.OpError, ValueError) as error:
-        reason = (checks.decode_reason(error)
-                  if isinstance(error, (tf.errors.InvalidArgumentError,
-                                        ValueError))
-                  else " ".join(str(error.message).replace(
-                      f"{file}; ", "").split()))
-        raise UsageError(
-            f"Cannot read {file!r} as an image (JPEG, PNG, GIF, BMP or "
-            f"WebP): {reason.rstrip('.')}."
-        ) from None
-
-
-def load_images(
-    paths: Sequence[str], size: Tuple[int, int],
-    resize_size: Optional[int] = None, keep_aspect: bool = False,
-) -> Tuple[ImageFiles, List[str]]:
-    """Reads image files (and folders of them) as the model's input.
-
-    Decoded and resized as at evaluation time (`preprocess_eval`: resized
-    to `size`, or to `resize_size` (its shorter side with `keep_aspect`)
-    and then the central `size` crop), as
-    keras-vit-predict and an export's serving_default do. Every file is
-    decoded once here, so that one that cannot be read stops the command
-    before any figure is computed; the pixels are made again batch by
-    batch when used (`ImageFiles`).
-
-    Returns:
-        (images, names): `ImageFiles` (n, height, width, 3), float32 in
-        [-1, 1] as looked up, and each image's file name.
-    """
-    files = _list_images(paths)
-    for file, _ in files:
-        _decode(file)
-    return (ImageFiles([f for f, _ in files], size, resize_size,
-                       keep_aspect),
-            [name for _, name in files])
-
-
-def digits_images(
-    digits: int, size: Tuple[int, int], resize_size: Optional[int] = None,
-    keep_aspect: bool = False,
-) -> Tuple[np.ndarray, List[str]]:
-    """The first `digits` scikit-learn digits as model input (no download).
-
-    The 8 x 8 grey images (values 0..16) are scaled to [0, 255] and go
-    through `preprocess_eval`: bilinear upsampling to `size` (or to
-    `resize_size`, then the central `size` crop), grey tiled to RGB,
-    scaled to [-1, 1].
-
-    Returns:
-        (images, names): float32 (digits, height, width, 3) and names such
-        as "digit #3 (label 3)".
-    """
-    from sklearn.datasets import load_digits
-
-    bundled = load_digits()
-    if not 1 <= digits <= len(bundled.images):
-        raise UsageError(
-            f"`digits` must be between 1 and {len(bundled.images)}, got "
-            f"{digits}."
-        )
-    images = [
-        preprocessing.preprocess_eval(
-            tf.constant(digit[..., None] * (255.0 / 16.0), tf.float32), size,
-            resize_size, keep_aspect,
-        ).numpy()
-        for digit in bundled.images[:digits]
-    ]
-    names = [
-        f"digit #{i} (label {label})"
-        for i, label in enumerate(bundled.target[:digits])
-    ]
-    return np.stack(images), names
 
 
 def _predictions(model: keras.Model, outputs: np.ndarray) -> List[Dict]:
@@ -208,6 +62,7 @@ def run_analysis(  # noqa: PLR0913 (its options, by keyword)
     num_components: int = 28,
     class_names: Optional[Sequence[str]] = None,
     more_figures: Optional[Dict[str, Tuple[str, Callable[[], Any]]]] = None,
+    on_batch: Optional[Callable[[int, int], None]] = None,
 ) -> Dict[str, Any]:
     """Computes the four analyses, writes the PNGs and, last, analysis.json.
 
@@ -234,6 +89,8 @@ def run_analysis(  # noqa: PLR0913 (its options, by keyword)
             writing that file into `output_dir` and returning its section
             of analysis.json (keras-vit-analysis: an MPP run's
             mpp_predictions.png).
+        on_batch: None, or called after each batch of the forward pass
+            with the images done and their number (a command's progress).
 
     Returns:
         dict. The content of analysis.json.
@@ -245,7 +102,8 @@ def run_analysis(  # noqa: PLR0913 (its options, by keyword)
         if names is not None
         else [f"image {i}" for i in range(len(images))]
     )
-    stats = extract.attention_stats(model, images, batch_size=batch_size)
+    stats = extract.attention_stats(model, images, batch_size=batch_size,
+                                    on_batch=on_batch)
     out = {key: os.path.join(output_dir, f) for key, f in FIGURES.items()}
     if not _has_rgb_filters(model):
         del out["patch_embedding_pca"]

@@ -32,17 +32,19 @@ from typing import TYPE_CHECKING, Optional, Sequence
 
 from absl import flags
 
+from keras_vit import progress
 from keras_vit.commands import flags as cli
 from keras_vit.commands.lazy import lazy_module
 from keras_vit.errors import UsageError
 
 if TYPE_CHECKING:  # imported on first use: --help loads no TensorFlow
     from keras_vit import derived
-    from keras_vit.analysis import curves, mpp_figure, plots, report
+    from keras_vit.analysis import curves, inputs, mpp_figure, plots, report
     from keras_vit.checkpoint import resolution
 else:
     derived = lazy_module("keras_vit.derived")
     curves = lazy_module("keras_vit.analysis.curves")
+    inputs = lazy_module("keras_vit.analysis.inputs")
     mpp_figure = lazy_module("keras_vit.analysis.mpp_figure")
     plots = lazy_module("keras_vit.analysis.plots")
     report = lazy_module("keras_vit.analysis.report")
@@ -101,6 +103,7 @@ def _main(values: flags.FlagValues, images: list) -> None:
                              ">= 1.")
     source = cli.model_source(values)
     model = _fixed_size(cli.load_flagged_model(values, source), values.model)
+    cli.warn_zero_head(source, model)  # its predictions would mean nothing
     class_names = _class_names(values, source, model)
     size = tuple(model.input_shape[1:3])
     # Preprocessed as keras-vit-predict and evaluation do: the model's
@@ -108,9 +111,11 @@ def _main(values: flags.FlagValues, images: list) -> None:
     resize = cli.resize_size(values, source, model)
     keep = cli.keep_aspect(values, source, resize)
     if images:
-        pixels, names = report.load_images(images, size, resize, keep)
+        pixels, names = inputs.load_images(
+            images, size, resize, keep, output_dir=values.output_dir,
+            show_progress=True)
     else:
-        pixels, names = report.digits_images(values.digits, size, resize,
+        pixels, names = inputs.digits_images(values.digits, size, resize,
                                              keep)
     data = report.run_analysis(
         model, pixels, values.output_dir, names=names,
@@ -118,9 +123,18 @@ def _main(values: flags.FlagValues, images: list) -> None:
         max_rollout_images=values.max_rollout_images,
         num_components=values.num_components, class_names=class_names,
         more_figures=_mpp_figure(values, source, pixels, names, size),
+        on_batch=_count if len(pixels) > values.batch_size else None,
     )
+    progress.end_line()
     for name in list(data["figures"].values()) + [report.JSON_NAME]:
         print(os.path.join(values.output_dir, name))
+
+
+def _count(done: int, total: int) -> None:
+    """The forward pass's progress, on one terminal line."""
+    progress.show(f"{done}/{total} images")
+    if done == total:
+        progress.end_line()
 
 
 def _fixed_size(model, path: str):

@@ -1,0 +1,193 @@
+"""The images an analysis is computed on: image files and folders
+(`load_images`), or scikit-learn's bundled digits (`digits_images`),
+preprocessed as at evaluation time.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import List, Optional, Sequence, Tuple
+
+import numpy as np
+import tensorflow as tf
+
+from keras_vit import progress
+from keras_vit.analysis.report import OUTPUTS
+from keras_vit.data import checks, folders, image_files, preprocessing
+from keras_vit.errors import UsageError
+
+IMAGE_EXTENSIONS = folders.IMAGE_EXTENSIONS
+
+
+def _list_images(paths: Sequence[str], output_dir: Optional[str] = None
+                 ) -> List[Tuple[str, str]]:
+    """(file, name) of the images of `paths`: files as given (named by
+    their file name), a local folder searched with its sub-folders as
+    keras-vit-predict does (class folders included; named by the path
+    inside it, so that cat/1.jpg and dog/1.jpg stay apart), a remote one
+    (gs://) at its top level. A file reached twice is listed once; names
+    that would still be alike are the paths as given. The figures an
+    analysis writes into `output_dir` are no input, where a folder walked
+    holds them (an output folder inside the image folder)."""
+    files, seen = [], set()
+    for path in paths:
+        if tf.io.gfile.isdir(path):
+            found = image_files.images_under(path) if "://" not in path \
+                else sorted(
+                    os.path.join(path, name)
+                    for name in tf.io.gfile.listdir(path)
+                    if image_files.is_image(name)
+                    and not tf.io.gfile.isdir(os.path.join(path, name)))
+            if not found:
+                raise UsageError(
+                    f"No images ({', '.join(IMAGE_EXTENSIONS)}) in folder "
+                    f"{path!r} or its sub-folders."
+                )
+            named = [(f, os.path.relpath(f, path)) for f in found
+                     if not _written_here(f, output_dir)]
+        elif tf.io.gfile.exists(path):
+            named = [(path, os.path.basename(path))]
+        else:
+            raise UsageError(f"Image {path!r} does not exist (or is a "
+                             "link to nothing).")
+        for file, name in named:
+            key = file if "://" in file else os.path.realpath(file)
+            if key not in seen:
+                seen.add(key)
+                files.append((file, name))
+    names = [name for _, name in files]
+    return [(f, f if names.count(name) > 1 else name) for f, name in files]
+
+
+def _written_here(file: str, output_dir: Optional[str]) -> bool:
+    """`file` is one of the figures an analysis writes into `output_dir`."""
+    if not output_dir or os.path.basename(file) not in OUTPUTS:
+        return False
+    if "://" in file:
+        return os.path.dirname(file).rstrip("/") == output_dir.rstrip("/")
+    return os.path.realpath(os.path.dirname(file)) == os.path.realpath(
+        output_dir)
+
+
+class ImageFiles:
+    """Image files as model input, each read and preprocessed when looked
+    up (`images[i]`, `images[a:b]`): a folder of thousands of photos is
+    held one batch at a time, not whole.
+
+    Attributes:
+        shape: (n, height, width, 3), as an array of them would have.
+    """
+
+    def __init__(self, files: Sequence[str], size: Tuple[int, int],
+                 resize_size: Optional[int] = None,
+                 keep_aspect: bool = False):
+        self._files = list(files)
+        self._size = tuple(size)
+        self._resize = (resize_size, keep_aspect)
+        self.shape = (len(self._files),) + self._size + (3,)
+
+    def __len__(self) -> int:
+        return len(self._files)
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            chosen = self._files[index]
+            if not chosen:
+                return np.zeros((0,) + self.shape[1:], np.float32)
+            return np.stack([self._image(f) for f in chosen])
+        return self._image(self._files[index])
+
+    def _image(self, file: str) -> np.ndarray:
+        return preprocessing.preprocess_eval(
+            _decode(file), self._size, *self._resize).numpy()
+
+
+def _decode(file: str) -> tf.Tensor:
+    """A file's pixels (`preprocessing.decode_image`); one UsageError line
+    naming the file and the decoder's reason where it cannot be read."""
+    try:
+        data = tf.io.gfile.GFile(file, "rb").read()
+        return preprocessing.decode_image(tf.constant(data))
+    except (tf.errors.OpError, ValueError) as error:
+        reason = (checks.decode_reason(error)
+                  if isinstance(error, (tf.errors.InvalidArgumentError,
+                                        ValueError))
+                  else " ".join(str(error.message).replace(
+                      f"{file}; ", "").split()))
+        raise UsageError(
+            f"Cannot read {file!r} as an image (JPEG, PNG, GIF, BMP or "
+            f"WebP): {reason.rstrip('.')}."
+        ) from None
+
+
+def load_images(
+    paths: Sequence[str], size: Tuple[int, int],
+    resize_size: Optional[int] = None, keep_aspect: bool = False, *,
+    output_dir: Optional[str] = None, show_progress: bool = False,
+) -> Tuple[ImageFiles, List[str]]:
+    """Reads image files (and folders of them) as the model's input.
+
+    Decoded and resized as at evaluation time (`preprocess_eval`: resized
+    to `size`, or to `resize_size` (its shorter side with `keep_aspect`)
+    and then the central `size` crop), as
+    keras-vit-predict and an export's serving_default do. Every file is
+    decoded once here (its count on the terminal with `show_progress`),
+    so that one that cannot be read stops the command
+    before any figure is computed; the pixels are made again batch by
+    batch when used (`ImageFiles`). An analysis's own figures in
+    `output_dir` are left out (`_list_images`).
+
+    Returns:
+        (images, names): `ImageFiles` (n, height, width, 3), float32 in
+        [-1, 1] as looked up, and each image's name.
+    """
+    files = _list_images(paths, output_dir)
+    for i, (file, _) in enumerate(files):
+        if show_progress and (i % 50 == 0 or i + 1 == len(files)):
+            progress.show(f"checked {i + 1}/{len(files)} images")
+        try:
+            _decode(file)
+        except UsageError:
+            progress.end_line()  # the error on a line of its own
+            raise
+    progress.end_line()
+    return (ImageFiles([f for f, _ in files], size, resize_size,
+                       keep_aspect),
+            [name for _, name in files])
+
+
+def digits_images(
+    digits: int, size: Tuple[int, int], resize_size: Optional[int] = None,
+    keep_aspect: bool = False,
+) -> Tuple[np.ndarray, List[str]]:
+    """The first `digits` scikit-learn digits as model input (no download).
+
+    The 8 x 8 grey images (values 0..16) are scaled to [0, 255] and go
+    through `preprocess_eval`: bilinear upsampling to `size` (or to
+    `resize_size`, then the central `size` crop), grey tiled to RGB,
+    scaled to [-1, 1].
+
+    Returns:
+        (images, names): float32 (digits, height, width, 3) and names such
+        as "digit #3 (label 3)".
+    """
+    from sklearn.datasets import load_digits
+
+    bundled = load_digits()
+    if not 1 <= digits <= len(bundled.images):
+        raise UsageError(
+            f"`digits` must be between 1 and {len(bundled.images)}, got "
+            f"{digits}."
+        )
+    images = [
+        preprocessing.preprocess_eval(
+            tf.constant(digit[..., None] * (255.0 / 16.0), tf.float32), size,
+            resize_size, keep_aspect,
+        ).numpy()
+        for digit in bundled.images[:digits]
+    ]
+    names = [
+        f"digit #{i} (label {label})"
+        for i, label in enumerate(bundled.target[:digits])
+    ]
+    return np.stack(images), names
