@@ -625,7 +625,9 @@ def test_the_command_over_a_folder_holding_its_output(tmp_path):
     photos whose output folder is inside it, twice: the second run reads
     the same three photos (not the first run's figures), the upgrade
     notice is said once per run, no library notice reaches the terminal,
-    and the checks and the forward pass show their counts."""
+    the checks and the forward pass show their counts, and more principal
+    components than the filters have are drawn as many as there are,
+    saying so."""
     from PIL import Image
     from sklearn.datasets import load_digits
 
@@ -640,13 +642,15 @@ def test_the_command_over_a_folder_holding_its_output(tmp_path):
     for _ in range(2):
         result = console.run("analysis", [
             f"--model={os.path.join(EARLIER, 'mpp_workdir')}",
-            "--batch_size=1", f"--output_dir={out}", str(folder),
-            str(folder / "2.png")])
+            "--batch_size=1", "--num_components=1000",
+            f"--output_dir={out}", str(folder), str(folder / "2.png")])
         assert result.returncode == 0, result.stderr[-3000:]
         with open(out / cli.JSON_NAME) as f:
             names = [i["name"] for i in json.load(f)["images"]]
         assert names == ["2.png", "a/1.png", "b/1.png"]
         err = result.stderr
+        assert "1000 principal components asked for; the patch filters " \
+            "have" in err
         assert err.count("fields of an earlier version") == 1, err
         assert "oneDNN" not in err and "E0000" not in err, err
         # (Each count starts with a carriage return: a line here.)

@@ -170,6 +170,7 @@ def test_analysis_curves_flag_and_its_errors(tmp_path, capsys):
     cases = [
         ([f"--curves={run}", "--model=x.keras"], "give it alone"),
         ([f"--curves={tmp_path}"], "no history.csv with training rows"),
+        ([f"--curves={tmp_path / 'missing'}"], "missing is not a folder"),
         ([f"--output_dir={tmp_path}"], "or --curves=WORKDIR"),
     ]
     for args, message in cases:

@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 from typing import Dict, List, Optional
 
+import tensorflow as tf
+
 from keras_vit.analysis import plots
 from keras_vit.errors import UsageError
 from keras_vit.storage import history
@@ -30,6 +32,9 @@ def draw_curves(workdir: str, output_dir: Optional[str] = None) -> str:
         UsageError: `workdir` has no history.csv with a training row.
         ImportError: matplotlib is not installed (named, with the fix).
     """
+    if not tf.io.gfile.isdir(workdir):
+        raise UsageError(f"{workdir} is not a folder: give the "
+                         "workdir of a keras-vit-train run.")
     rows = history.read_history(workdir)
     if not any(r["split"] == "train" for r in rows):
         raise UsageError(

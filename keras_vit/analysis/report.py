@@ -18,6 +18,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import keras
 import numpy as np
 import tensorflow as tf
+from absl import logging
 
 from keras_vit.analysis import core, extract, mpp_figure, plots
 from keras_vit.derived import is_features_model
@@ -243,5 +244,9 @@ def _pca_figure(model: keras.Model, num_components: int,
         return {"skipped": "the patch embedding does not act on RGB pixels"}
     components, explained = core.patch_embedding_pca(
         extract.patch_kernel(model), num_components)
+    if len(components) < num_components:
+        logging.warning(
+            "%d principal components asked for; the patch filters have "
+            "%d: drew those.", num_components, len(components))
     plots.plot_patch_embedding_pca(components, explained, path)
     return {"explained_variance_ratio": _rounded(explained, 6)}
