@@ -359,7 +359,7 @@ def test_a_deit_processor_is_evaluated_with_its_resize_and_crop(
                                                      "width": 32},
         image_mean=[0.5] * 3, image_std=[0.5] * 3)
     source = loader.resolve(folder)
-    assert source.library_resize() == (36, (32, 32), False)
+    assert source.library_resize() == (36, (32, 32), False, None)
     assert cli.source_resize(source) == 36
     assert cli.source_resize(source, 64) == 72  # scaled with --image_size
     assert "resizes with BICUBIC" in caplog.text
@@ -382,7 +382,7 @@ def test_a_shortest_edge_processor_is_evaluated_keeping_the_aspect(
         size={"shortest_edge": 36}, crop_size={"height": 32, "width": 32},
         resample=2, image_mean=[0.5] * 3, image_std=[0.5] * 3)
     source = loader.resolve(folder)
-    assert source.library_resize() == (36, (32, 32), True)
+    assert source.library_resize()[:3] == (36, (32, 32), True)
     assert [r for r in caplog.records if folder in r.getMessage()
             and r.levelname == "WARNING"] == []
     rgb = np.random.default_rng(3).integers(0, 256, (40, 50, 3), np.uint8)
@@ -428,7 +428,7 @@ def test_timm_crop_mode_is_read(tmp_path, caplog, crop_mode, keep, says):
     caplog.set_level("WARNING", logger="absl")
     folder = _timm(tmp_path, crop_mode, lambda c: c["pretrained_cfg"].update(
         crop_mode=crop_mode))
-    assert loader.resolve(folder).library_resize() == (35, (32, 32), keep)
+    assert loader.resolve(folder).library_resize()[:3] == (35, (32, 32), keep)
     said = [r.getMessage() for r in caplog.records if folder in
             r.getMessage()]
     assert said == [] if says is None else (len(said) == 1
@@ -453,6 +453,17 @@ def test_timm_eval_resize_keeps_the_aspect_ratio_where_timm_does(
         crop_pct, crop_mode, size, want):
     path = f"{crop_pct}/{crop_mode}/{size}/config.json"
     assert hub_timm.eval_resize(crop_pct, crop_mode, size, path) == want
+
+
+def test_a_timm_folder_at_another_size_is_resized_by_timms_rule():
+    """At another --image_size, timm's resize is floor(side / crop_pct)
+    again (timm_vit: crop_pct 0.9, 35 at 32), not its floored 35 scaled
+    (52.5 at 48: a pixel off)."""
+    source = loader.resolve(os.path.join(FIXTURES, "timm_vit"))
+    assert source.library_resize() == (35, (32, 32), True, 0.9)
+    assert cli.source_resize(source) == 35
+    assert [cli.source_resize(source, n) for n in (48, 64, 384)] == [
+        53, 71, 426]
 
 
 @pytest.mark.parametrize("crop_pct, crop_mode, said", [
@@ -508,7 +519,7 @@ def test_timm_resizes_for_its_full_input_past_the_whole_patches(
     caplog.set_level("WARNING", logger="absl")
     folder = str(_copy(tmp_path, "timm_vit_size_remainder"))
     source = loader.resolve(folder)
-    assert source.library_resize() == (38, (32, 32), True)
+    assert source.library_resize()[:3] == (38, (32, 32), True)
     loader.load_model(source)
     said = _said(caplog, folder)
     assert len(said) == 1, said
@@ -525,7 +536,7 @@ def test_timm_resizes_for_its_full_input_past_the_whole_patches(
     # the whole patches.
     folder = _timm(tmp_path, "squash", lambda c: c["pretrained_cfg"].update(
         crop_pct=1.0, crop_mode="squash"), "timm_vit_size_remainder")
-    assert loader.resolve(folder).library_resize() == (35, (32, 32), False)
+    assert loader.resolve(folder).library_resize()[:3] == (35, (32, 32), False)
 
 
 @pytest.mark.parametrize("crop_pct, crop_mode, size, built, want", [
@@ -569,7 +580,7 @@ def test_transformers_resizes_for_its_full_input_past_the_whole_patches(
     (folder / "preprocessor_config.json").write_text(json.dumps(
         dict(fields, image_mean=[0.5] * 3, image_std=[0.5] * 3)))
     source = loader.resolve(str(folder))
-    assert source.library_resize() == (want[0], (32, 32), want[1])
+    assert source.library_resize()[:3] == (want[0], (32, 32), want[1])
     model = loader.load_model(source)
     reference = _reference(folder)
     assert_close(run_model(model, reference["pixels"][:, :32, :32]),

@@ -132,10 +132,11 @@ class Source:
         return None
 
     def library_resize(self):
-        """(resize, image size, keep_aspect) of the evaluation resize the
-        library that wrote the source applies (resize to it, or its shorter
-        side with keep_aspect, then the central crop), or None: a timm
-        model's crop_pct."""
+        """(resize, image size, keep_aspect, crop_pct) of the evaluation
+        resize the library that wrote the source applies (resize to it, or
+        its shorter side with keep_aspect, then the central crop), or
+        None: a timm model's crop_pct (the resize at another size is
+        floor(side / crop_pct); None for a transformers processor)."""
         return None
 
 
@@ -285,7 +286,7 @@ class HubSource(Source):
         if checkpoint.eval_resize is None:
             return None
         return (checkpoint.eval_resize, tuple(checkpoint.image_size),
-                checkpoint.eval_keep_aspect)
+                checkpoint.eval_keep_aspect, checkpoint.eval_crop_pct)
 
 
 class _Export(Source):

@@ -10,6 +10,7 @@ input (`keras_vit.data.preprocessing.preprocess_eval`).
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Optional, Sequence, Tuple
 
 from absl import flags, logging
@@ -127,7 +128,13 @@ def source_resize(source: loader.Source, image_size=None) -> Optional[int]:
         library = source.library_resize()
         if library is None:
             return None
-        resize, trained = library[:2]
+        resize, trained, _, crop_pct = library
+        rows, cols = _hw(image_size or trained)
+        if (resize is not None and crop_pct and rows == cols
+                and (rows, cols) != _hw(trained)):
+            # timm's own rule at any size (scaling its floored resize
+            # would be a pixel off: 35 at 32 is 52.5 at 48, timm's 53).
+            return max(rows, math.floor(rows / crop_pct))
     return scaled_resize(resize, trained, image_size or trained)
 
 

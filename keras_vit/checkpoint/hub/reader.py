@@ -117,6 +117,8 @@ class HubCheckpoint:
         eval_keep_aspect: bool. The library resizes the shorter side to
             eval_resize, keeping the aspect ratio (timm's crop_mode
             'center'; a processor's shortest_edge, ConvNeXT's below 384).
+        eval_crop_pct: float or None. timm's crop_pct, from which it
+            makes the resize at any input size (floor(side / crop_pct)).
         dropped: list of (key, shape, reason). Arrays of the file left out
             where config.json names no transformers class (the pooler
             beside a classifier), for the load report.
@@ -136,6 +138,7 @@ class HubCheckpoint:
     pre_logits_activation: str = "tanh"
     eval_resize: Optional[int] = None
     eval_keep_aspect: bool = False
+    eval_crop_pct: Optional[float] = None
     dropped: List[Tuple[str, Tuple[int, ...], str]] = dataclasses.field(
         default_factory=list)
 
@@ -384,8 +387,9 @@ def _set_sizes(settings: dict, spec, mapper, kind: str,
             settings, arrays, weights_path)
         settings.pop("pooling")
         settings.pop("stored_size")
+        settings["eval_crop_pct"] = settings.pop("crop_pct")
         settings["eval_resize"], settings["eval_keep_aspect"] = (
             hub_timm.eval_resize(
-                settings.pop("crop_pct"), settings.pop("crop_mode"), size,
+                settings["eval_crop_pct"], settings.pop("crop_mode"), size,
                 os.path.join(os.path.dirname(weights_path), CONFIG_FILE),
                 settings["image_size"]))
