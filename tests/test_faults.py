@@ -905,6 +905,42 @@ def test_ctrl_c_while_an_export_is_published_waits_until_it_is_listed(
     assert (exports / "batching_parameters.txt").exists()
 
 
+def test_ctrl_c_while_publishing_names_what_was_published(
+        tmp_path, monkeypatch, capsys):
+    """keras-vit-export stopped by a Ctrl-C held while it published a
+    version: its line names the version, written whole (run again, the
+    command would make a second one)."""
+    from keras_vit.commands import export as export_command
+    from keras_vit.export import files as export_files
+
+    publish = export_files.publish_version
+
+    def publish_then_ctrl_c(*args, **kwargs):
+        path = publish(*args, **kwargs)
+        os.kill(os.getpid(), signal.SIGINT)
+        return path
+
+    monkeypatch.setattr(export_files, "publish_version", publish_then_ctrl_c)
+    model_path = str(tmp_path / "m.keras")
+    keras_vit.create_model(
+        None, num_classes=3, image_size=16, patch_size=8, hidden_size=16,
+        num_layers=1, num_heads=2, mlp_dim=16).save(model_path)
+    exports = tmp_path / "exports"
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        code = export_command.main([
+            "keras-vit-export", f"--model={model_path}",
+            f"--export_dir={exports}", "--model_name=vit"])
+    finally:
+        signal.signal(signal.SIGINT, before)
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert code == 130
+    assert line == (
+        "keras-vit-export: interrupted: stopped at once (Ctrl-C). "
+        f"{exports / 'vit' / '1'} was complete before the stop: no need to "
+        "write it again.")
+
+
 @covers("concurrent_exports")
 def test_exports_at_once_keep_each_others_models_config_entries(tmp_path):
     """Four processes add twenty models each to one models.config, all at

@@ -59,6 +59,7 @@ from keras_vit.errors import (
     Preempted,
     UsageError,
 )
+from keras_vit.storage import atomic
 
 if TYPE_CHECKING:  # what type checkers and the import contracts read
     import tensorflow as tf
@@ -349,10 +350,14 @@ def _interrupted(error: KeyboardInterrupt, program: str,
         print("".join(traceback.format_exception(error)), file=sys.stderr,
               end="", flush=True)
     terminated = isinstance(error, Terminated)
-    print(f"{program}: preempted: stopped at once (SIGTERM); run the same "
-          "command again." if terminated
-          else quiet_start.interrupted_line(program), file=sys.stderr,
-          flush=True)
+    written = atomic.written_before_stop()  # held until it was whole
+    print((f"{program}: preempted: stopped at once (SIGTERM); run the same "
+           "command again." if terminated and not written
+           else f"{program}: preempted: stopped at once (SIGTERM)."
+           if terminated else quiet_start.interrupted_line(program))
+          + (f" {', '.join(written)} was complete before the stop: no "
+             "need to write it again." if written else ""),
+          file=sys.stderr, flush=True)
     code = PREEMPTED_EXIT_CODE if terminated else INTERRUPTED_EXIT_CODE
     if downloads.abandoned():
         # TFDS's download threads would keep the process (Python's exit

@@ -303,10 +303,11 @@ def _write_version(archive, serving_model: keras.Model, target: _Target,
                 (opts.resize_size, opts.keep_aspect),
             )
         atomic.sync_tree(tmp_dir)  # on disk before the quick publishing
-        with atomic.signals_deferred():
+        with atomic.signals_deferred() as written:
             path = export_files.publish_version(
                 tmp_dir, target.model_dir, int(version), auto_version)
             listed()
+            written.append(path)
         return path
     except BaseException:
         export_files.remove_tree(tmp_dir)

@@ -207,24 +207,40 @@ def _remove_local(tmp: str) -> None:
         pass
 
 
+# What a block of `signals_deferred` finished before the signal it held
+# stopped the command (`written_before_stop`).
+_WRITTEN_BEFORE_STOP: list = []
+
+
 @contextlib.contextmanager
-def signals_deferred() -> Iterator[None]:
+def signals_deferred() -> Iterator[list]:
     """Ctrl-C and SIGTERM wait until the block ends (a few quick writes
     that belong together, such as publishing an export and listing it in
-    models.config), then act as they would have. Outside the main thread
-    the block runs as it is."""
-    caught = []
+    models.config), then act as they would have. The block appends to
+    the list it is given what it wrote whole; where a held signal then
+    stops the command, `written_before_stop` says so. Outside the main
+    thread the block runs as it is."""
+    caught, written = [], []
     signums = (signal.SIGINT, signal.SIGTERM)
     try:
         previous = {s: signal.signal(s, lambda n, f: caught.append(n))
                     for s in signums}
     except ValueError:  # not the main thread
-        yield
+        yield written
         return
     try:
-        yield
+        yield written
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+        if caught:
+            _WRITTEN_BEFORE_STOP[:] = written
         for signum in dict.fromkeys(caught):
             signal.raise_signal(signum)
+
+
+def written_before_stop() -> list:
+    """The paths a `signals_deferred` block wrote whole before the signal
+    it held stopped the command (a command's stop line names them: the
+    work is there, not to be done again)."""
+    return list(_WRITTEN_BEFORE_STOP)
