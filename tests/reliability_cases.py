@@ -231,6 +231,15 @@ _CASES = [
         "OSError",
     ),
     Case(
+        "output_not_writable", BAD_INPUT, "export",
+        "`--export_dir` or `--output` names a place this user may not "
+        "write (a system folder, another user's)",
+        "One line naming the path and the flag to change, not TensorFlow's "
+        "traceback; nothing is written.",
+        ("this user may write",),
+        "exit status 1",
+    ),
+    Case(
         "disk_full_at_checkpoint", FAULT, "checkpoint",
         "The disk fills while train.py writes a checkpoint (simulated: the "
         "save raises TensorFlow's ResourceExhaustedError \"<file>; No space "

@@ -1227,6 +1227,37 @@ def test_a_full_disk_in_python_is_one_line_and_another_oserror_is_not(
         main(OSError(errno.EIO, "Input/output error"))
 
 
+@covers("output_not_writable")
+def test_an_output_this_user_may_not_write_is_one_line(tmp_path):
+    """keras-vit-export and keras-vit-convert given a place they may not
+    write (/proc takes no new folder, /sys no new file, root included):
+    one line naming the path and the flag, not TensorFlow's traceback nor
+    the temporary file's name."""
+    from tests import console
+
+    model = str(tmp_path / "m.keras")
+    tiny_vit().save(model)
+    lines = {
+        "export /proc": _error_line(console.run("export", [
+            f"--model={model}", "--export_dir=/proc/keras_vit_exports"]),
+            "export"),
+        "export litert /sys": _error_line(console.run("export", [
+            f"--model={model}", "--export_dir=/sys/keras_vit_exports",
+            "--format=litert"]), "export"),
+        "convert /sys": _error_line(console.run("convert", [
+            f"--model={model}", "--output=/sys/keras_vit.keras"]),
+            "convert"),
+    }
+    for where, line in lines.items():
+        check_says("output_not_writable", line)
+        assert "--export_dir" in line or "--output" in line, (where, line)
+        assert ".tmp-" not in line, (where, line)
+    assert "/proc/keras_vit_exports" in lines["export /proc"]
+    assert lines["convert /sys"] == (
+        "keras-vit-convert: error: Cannot write /sys/keras_vit.keras "
+        "(permission denied): give --output a folder this user may write.")
+
+
 def test_a_full_disk_names_the_folder_the_command_writes():
     """Without a file in the error, the line names the folder written:
     --output_dir where the command has one and it is given (evaluate,

@@ -1,5 +1,6 @@
-"""The one line a command prints when the machine runs out of something:
-memory (or another resource TensorFlow counts) and disk space.
+"""The one line a command prints when the machine runs out of something
+(memory, or another resource TensorFlow counts, and disk space) or will
+not let this user use a path.
 
 Each names what ran out (the allocation, the file) and the fix in the
 flags the command has; `runner.run` prints it instead of a traceback.
@@ -8,6 +9,7 @@ flags the command has; `runner.run` prints it instead of a traceback.
 from __future__ import annotations
 
 import errno
+import os
 import re
 from typing import Optional
 
@@ -55,3 +57,41 @@ def disk_full(error: BaseException, values=None) -> Optional[str]:
             else "; the last complete checkpoint is kept."))
     where = f" writing {path}" if path else ""
     return f"The disk is full{where}: free space or {fix}"
+
+
+_DENIED = re.compile(r"(?:^|\s)(\S+); (Permission denied|Operation not "
+                     r"permitted|Read-only file system)")
+# The flags that name what a command writes.
+_OUTPUT_FLAGS = ("export_dir", "output_dir", "output", "workdir")
+
+
+def not_permitted(error: BaseException, values=None) -> Optional[str]:
+    """The line for a path this user may not use (Python's PermissionError,
+    TensorFlow's PermissionDeniedError "<path>; Operation not permitted"):
+    the path and, where it is under an output flag's path, that flag;
+    None if not such an error."""
+    if isinstance(error, PermissionError):
+        path, reason = error.filename, error.strerror or "Permission denied"
+    else:
+        match = _DENIED.search(str(getattr(error, "message", "")))
+        if type(error).__name__ != "PermissionDeniedError" or not match:
+            return None
+        path, reason = match.groups()
+    path = str(path) if path else "a path"
+    flag = next((f for f in _OUTPUT_FLAGS if values is not None
+                 and f in values and getattr(values, f)
+                 and _under(path, str(getattr(values, f)))), None)
+    if flag is None:
+        return f"{path}: {reason.lower()}; check its permissions."
+    return (f"Cannot write {path} ({reason.lower()}): give --{flag} a "
+            "folder this user may write.")
+
+
+def _under(path: str, named: str) -> bool:
+    """`path` is `named`, inside it, or beside it (a file flag's temporary
+    file)."""
+    if "://" in path or "://" in named:
+        return path.startswith(named.rstrip("/"))
+    path, named = os.path.abspath(path), os.path.abspath(named)
+    return (path == named or path.startswith(named + os.sep)
+            or os.path.dirname(path) == os.path.dirname(named))

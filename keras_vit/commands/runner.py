@@ -50,7 +50,11 @@ from keras_vit.commands.config_args import (
     shell_words,
     typed_overrides,
 )
-from keras_vit.commands.exhausted import disk_full, out_of_memory
+from keras_vit.commands.exhausted import (
+    disk_full,
+    not_permitted,
+    out_of_memory,
+)
 from keras_vit.commands.lazy import lazy_module
 from keras_vit.data import downloads
 from keras_vit.errors import (
@@ -194,7 +198,8 @@ def report(error: BaseException, program: str, verbose: bool,
         print("".join(traceback.format_exception(error)), file=sys.stderr,
               end="", flush=True)
     message = " ".join(str(error).split()) if str(error) else repr(error)
-    message = shell_words(message, values)
+    # An atomic write's temporary file is named as the file it makes.
+    message = shell_words(re.sub(r"\.tmp-[0-9a-f]{12}", "", message), values)
     print(f"{program}: {kind}: {message}", file=sys.stderr, flush=True)
     return int(getattr(error, "exit_code", 1))
 
@@ -307,6 +312,9 @@ def run(
         rest = parse(values, argv)
         setup_logging(values.verbose)
         status = main(values, rest[1:])
+    except (PermissionError, tf.errors.PermissionDeniedError) as error:
+        return report(UsageError(not_permitted(error, values)), program,
+                      verbose, values)
     except one_line as error:
         return report(error, program, verbose, values)
     except (MemoryError, OSError, tf.errors.ResourceExhaustedError) as error:

@@ -41,7 +41,7 @@ from keras_vit.derived import (
     model_stride,
     with_dynamic_image_size,
 )
-from keras_vit.errors import UsageError
+from keras_vit.errors import UsageError, one_line
 from keras_vit.export import files as export_files
 from keras_vit.export import graph as export_graph
 from keras_vit.export import options as export_options
@@ -285,7 +285,13 @@ def _write_version(archive, serving_model: keras.Model, target: _Target,
     trace of it; Ctrl-C or SIGTERM while publishing waits until the
     version is listed too."""
     auto_version = opts.version is None
-    tf.io.gfile.makedirs(target.model_dir)
+    try:
+        tf.io.gfile.makedirs(target.model_dir)
+    except (tf.errors.NotFoundError, tf.errors.PermissionDeniedError,
+            tf.errors.FailedPreconditionError) as error:
+        raise UsageError(
+            f"Cannot make {target.model_dir}: {one_line(error)}. Give "
+            "`export_dir` a folder this user may write.") from None
     version = (export_files.next_version(target.model_dir) if auto_version
                else opts.version)
     export_files.remove_orphans(target.model_dir)
