@@ -70,7 +70,9 @@ def define_flags(values: flags.FlagValues, argv: Sequence[str]) -> None:
     cli.define_run_flags(values)
     cli.define_model(values, required=False,
                      extra=" Default: the model in --workdir.")
-    cli.define_hints(values, "variant", "image_size")
+    cli.define_hints(values, "variant", "image_size", image_size=(
+        cli.HINT_HELP["image_size"] + " --mode=fewshot: default the "
+        "config's model.image_size."))
     flags.DEFINE_enum("mode", None, list(MODES),
                       "eval: accuracy and loss on a split; fewshot: linear "
                       "probes of frozen features; vtab: VTAB-1k transfer.",

@@ -116,14 +116,14 @@ _HINTS = {
     "representation_size": lambda v, help_: flags.DEFINE_integer(
         "representation_size", None, help_, flag_values=v),
 }
-_HINT_HELP = {
+HINT_HELP = {
     "variant": 'An .npz model: the variant it must be, e.g. "B/16" or '
     '"R50+B/16" (checked against the file; default: read from it).',
     "num_classes": "An .npz model: the head's class count (checked against "
     "the file's).",
     "image_size": "Input resolution, 384 or HEIGHTxWIDTH (position "
     "embeddings resized); default: the model's (an .npz: its position-"
-    "embedding grid's; --mode=fewshot: the config's model.image_size).",
+    "embedding grid's).",
     "representation_size": "An .npz model: its pre-logits width (default: "
     "the file's).",
 }
@@ -133,7 +133,7 @@ def define_hints(values: flags.FlagValues, *names: str, **helps: str) -> None:
     """The shape hints of an .npz model, by name (variant, num_classes,
     image_size, representation_size); `helps` replaces a help text."""
     for name in names:
-        _HINTS[name](values, helps.get(name, _HINT_HELP[name]))
+        _HINTS[name](values, helps.get(name, HINT_HELP[name]))
 
 
 def define_config(values: flags.FlagValues, argv: Sequence[str],
