@@ -90,7 +90,9 @@ def define_flags(values: flags.FlagValues, argv: Sequence[str]) -> None:
                         "or a TFDS name); default: the config's.",
                         flag_values=values)
     flags.DEFINE_string("split", None, "eval: split (default: the config's "
-                        "evals.test.split, else test).", flag_values=values)
+                        "evals.test.split, else test; an image folder's: "
+                        "the first of test, val, validation, valid it has).",
+                        flag_values=values)
     flags.DEFINE_string("data_dir", None, "eval: TFDS data dir or image "
                         "folder.", flag_values=values)
     flags.DEFINE_integer("batch_size", None, "eval: global batch size.",
