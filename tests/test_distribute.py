@@ -247,8 +247,8 @@ def test_tpu_vm_sigterm_saves_stops_and_resumes(tmp_path, monkeypatch,
     evaluated = []
     periodic = loop._HostLoop._periodic_evaluations
     monkeypatch.setattr(loop._HostLoop, "_periodic_evaluations",
-                        lambda self, due: evaluated.append(self.step) or
-                        periodic(self, due))
+                        lambda self, due, stop: evaluated.append(
+                            self.step) or periodic(self, due, stop))
     config = tiny.set_fields(digits_config(), {
         "trainer.total_steps": 12, "trainer.steps_per_loop": 4,
         "evals.test.every_steps": 4, "checkpoints.every_steps": 0})
