@@ -48,11 +48,18 @@ def to_rgb(image: tf.Tensor) -> tf.Tensor:
     )
 
 
+# libjpeg's accurate integer DCT, as PIL decodes (and so the pipelines of
+# transformers and timm): TensorFlow's default, the fast one, is a grey
+# level or two off on about a third of a photo's pixels.
+JPEG_DCT = "INTEGER_ACCURATE"
+
+
 def decode_image(data: tf.Tensor) -> tf.Tensor:
     """Decodes JPEG, PNG, GIF (first frame), BMP or WebP (TensorFlow >= 2.18)
     bytes to uint8 RGB (H, W, 3).
 
     16-bit PNGs are converted to 8 bits; grayscale and RGBA become RGB.
+    A JPEG is decoded as PIL decodes it (`JPEG_DCT`).
     Another format (TensorFlow's decoder would read JPEG XL, whose size is
     not checked) is refused by its first bytes, before any decoder runs;
     invalid bytes raise `tf.errors.InvalidArgumentError` from the decoder.
@@ -67,9 +74,11 @@ def decode_image(data: tf.Tensor) -> tf.Tensor:
                                   _refuse_palette_bmp(data),
                                   _refuse_animated_webp(data),
                                   _refuse_huge(data)]):
-        image = tf.io.decode_image(
-            data, channels=0, dtype=tf.uint8, expand_animations=False
-        )
+        image = tf.cond(
+            tf.io.is_jpeg(data),
+            lambda: tf.io.decode_jpeg(data, channels=0, dct_method=JPEG_DCT),
+            lambda: tf.io.decode_image(
+                data, channels=0, dtype=tf.uint8, expand_animations=False))
     image.set_shape([None, None, None])
     return tf.ensure_shape(to_rgb(image), [None, None, 3])
 

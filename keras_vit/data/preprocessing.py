@@ -17,7 +17,7 @@ from typing import Callable, Optional, Sequence, Tuple, Union
 import tensorflow as tf
 
 from keras_vit.data import augment as augment_lib
-from keras_vit.data.decoding import decode_image, to_rgb
+from keras_vit.data.decoding import JPEG_DCT, decode_image, to_rgb
 from keras_vit.errors import UsageError
 
 Size = Union[int, Sequence[int]]
@@ -246,7 +246,8 @@ def decode_and_inception_crop(
             aspect_ratio_range, seed,
         )
         window = tf.stack([begin[0], begin[1], size[0], size[1]])
-        return tf.image.decode_and_crop_jpeg(data, window, channels=3)
+        return tf.image.decode_and_crop_jpeg(data, window, channels=3,
+                                             dct_method=JPEG_DCT)
 
     def other():
         image = decode_image(data)
