@@ -871,13 +871,10 @@ def test_json_files_hold_null_for_nan_and_infinity(tmp_path):
         "eval": {"loss": None}}
 
 
-def test_ctrl_c_while_an_export_is_published_waits_until_it_is_listed(
-        tmp_path, monkeypatch):
-    """Ctrl-C the moment a version is published: it is also listed in
-    models.config (and batching_parameters.txt written) before the
-    KeyboardInterrupt, not left unlisted."""
+def _ctrl_c_after_publishing(monkeypatch) -> None:
+    """A real Ctrl-C reaches this process the moment an export's version
+    is published (before models.config lists it)."""
     from keras_vit.export import files as export_files
-    from keras_vit.export.saved_model import export_model
 
     publish = export_files.publish_version
 
@@ -887,6 +884,16 @@ def test_ctrl_c_while_an_export_is_published_waits_until_it_is_listed(
         return path
 
     monkeypatch.setattr(export_files, "publish_version", publish_then_ctrl_c)
+
+
+def test_ctrl_c_while_an_export_is_published_waits_until_it_is_listed(
+        tmp_path, monkeypatch):
+    """Ctrl-C the moment a version is published: it is also listed in
+    models.config (and batching_parameters.txt written) before the
+    KeyboardInterrupt, not left unlisted."""
+    from keras_vit.export.saved_model import export_model
+
+    _ctrl_c_after_publishing(monkeypatch)
     model = keras_vit.create_model(
         None, num_classes=3, image_size=16, patch_size=8, hidden_size=16,
         num_layers=1, num_heads=2, mlp_dim=16)
@@ -911,16 +918,8 @@ def test_ctrl_c_while_publishing_names_what_was_published(
     version: its line names the version, written whole (run again, the
     command would make a second one)."""
     from keras_vit.commands import export as export_command
-    from keras_vit.export import files as export_files
 
-    publish = export_files.publish_version
-
-    def publish_then_ctrl_c(*args, **kwargs):
-        path = publish(*args, **kwargs)
-        os.kill(os.getpid(), signal.SIGINT)
-        return path
-
-    monkeypatch.setattr(export_files, "publish_version", publish_then_ctrl_c)
+    _ctrl_c_after_publishing(monkeypatch)
     model_path = str(tmp_path / "m.keras")
     keras_vit.create_model(
         None, num_classes=3, image_size=16, patch_size=8, hidden_size=16,
