@@ -609,7 +609,7 @@ def test_images_listed_once_and_named_apart(tmp_path):
 
     folder = tmp_path / "photos"
     for name in ("a/1.png", "b/1.png", "2.png", "out/attention_rollout.png",
-                 "out/3.png"):
+                 "out/training_curves.png", "out/3.png"):
         (folder / name).parent.mkdir(parents=True, exist_ok=True)
         (folder / name).write_bytes(b"")
     listed = inputs._list_images(

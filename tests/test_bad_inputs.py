@@ -666,7 +666,8 @@ def test_a_starting_model_that_does_not_load_leaves_no_workdir(
         tmp_path, monkeypatch):
     """A run refused while it loads its starting weights (after its
     set-up, before it writes anything): the workdir it made is removed,
-    with the parents made for it; one the user made is kept."""
+    with the parents made for it while they are empty; one the user made
+    is kept."""
     from keras_vit.training import model_init
 
     def refuse(init, model):
@@ -677,6 +678,19 @@ def test_a_starting_model_that_does_not_load_leaves_no_workdir(
     with pytest.raises(UsageError, match="does not fit"):
         train_lib.train_and_evaluate(config(), str(workdir))
     assert os.listdir(tmp_path) == []
+    # Another run's workdir made beside it meanwhile (empty still): kept,
+    # and the parents it is in.
+    sibling = tmp_path / "runs" / "b16" / "other"
+
+    def refuse_beside(init, model):
+        sibling.mkdir()
+        raise UsageError("the starting checkpoint does not fit")
+
+    monkeypatch.setattr(model_init, "initialise_from", refuse_beside)
+    with pytest.raises(UsageError, match="does not fit"):
+        train_lib.train_and_evaluate(config(), str(workdir))
+    assert sibling.is_dir() and not workdir.exists()
+    monkeypatch.setattr(model_init, "initialise_from", refuse)
     workdir.mkdir(parents=True)
     with pytest.raises(UsageError, match="does not fit"):
         train_lib.train_and_evaluate(config(), str(workdir))
@@ -1256,6 +1270,39 @@ def test_an_output_this_user_may_not_write_is_one_line(tmp_path):
     assert lines["convert /sys"] == (
         "keras-vit-convert: error: Cannot write /sys/keras_vit.keras "
         "(permission denied): give --output a folder this user may write.")
+
+
+def test_a_permission_error_names_the_flag_only_for_what_it_writes(
+        capsys):
+    """A path this user may not read is not blamed on an output flag
+    beside it; a denied error without a path (a gs:// 403) keeps its own
+    message, in one line."""
+    values = flags.FlagValues()
+    flags.DEFINE_string("output", "/a/m.keras", "", flag_values=values)
+    flags.DEFINE_string("workdir", "/runs/a", "", flag_values=values)
+    values.mark_as_parsed()
+    denied = PermissionError(errno.EACCES, "Permission denied", "/a/m.npz")
+    assert runner.not_permitted(denied, values) == (
+        "/a/m.npz: permission denied; check its permissions.")
+    assert runner.not_permitted(PermissionError(
+        errno.EACCES, "Permission denied", "/a/m.tmp-0123456789ab.keras"),
+        values).endswith("give --output a folder this user may write.")
+    assert runner.not_permitted(PermissionError(
+        errno.EACCES, "Permission denied", "/runs/data"), values) == (
+        "/runs/data: permission denied; check its permissions.")
+    http = tf.errors.PermissionDeniedError(
+        None, None, "Error executing an HTTP request: HTTP response code "
+        "403 with body 'forbidden'")
+    assert runner.not_permitted(http, values) is None
+
+    def raises(values, args):
+        raise http
+
+    assert runner.run("test", lambda values, argv: None, raises,
+                      ["keras-vit-test"]) == 1
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "keras-vit-test: error: Error executing an HTTP request: HTTP "
+        "response code 403 with body 'forbidden'"]
 
 
 def test_a_full_disk_names_the_folder_the_command_writes():

@@ -712,8 +712,9 @@ def test_a_list_cut_at_a_line_still_offers_the_checkpoints_it_left_out(
 
 def test_a_save_that_did_not_finish_is_removed_at_the_next_start(tmp_path):
     """A `ckpt-N_temp` folder (the shards of a save a full disk or a kill
-    cut short; TensorFlow never removes it) goes at the next start; the
-    run resumes from its last complete checkpoint."""
+    cut short; TensorFlow never removes it) goes at the next start, one
+    written minutes ago (a save perhaps in progress) stays; the run
+    resumes from its last complete checkpoint."""
     workdir = str(tmp_path / "run")
     assert train_lib.train_and_evaluate(tiny_config(total_steps=10),
                                         workdir)["steps"] == 10
@@ -722,9 +723,13 @@ def test_a_save_that_did_not_finish_is_removed_at_the_next_start(tmp_path):
     with open(os.path.join(partial, "part-00000-of-00001.data-00000-of-"
                            "00001"), "wb") as f:
         f.write(b"\0" * 1024)
+    recent = os.path.join(ckpt_dir(workdir), "ckpt-16_temp")
+    os.makedirs(recent)  # a save that may be in progress: kept
+    old = time.time() - checkpoint_list.PARTIAL_AGE_S - 60
+    os.utime(partial, (old, old))
     again = train_lib.train_and_evaluate(tiny_config(), workdir)
     assert again["steps"] == 20 and again["steps_this_run"] == 10
-    assert not os.path.exists(partial)
+    assert not os.path.exists(partial) and os.path.isdir(recent)
     assert checkpoint_list.latest(ckpt_dir(workdir)).endswith("ckpt-20")
 
 
@@ -938,6 +943,7 @@ def test_ctrl_c_while_publishing_names_what_was_published(
         "keras-vit-export: interrupted: stopped at once (Ctrl-C). "
         f"{exports / 'vit' / '1'} was complete before the stop: no need to "
         "write it again.")
+    assert atomic.written_before_stop() == []  # told once: not the next
 
 
 @covers("concurrent_exports")

@@ -5,6 +5,7 @@ preprocessed as at evaluation time.
 
 from __future__ import annotations
 
+import collections
 import os
 from typing import List, Optional, Sequence, Tuple
 
@@ -12,11 +13,14 @@ import numpy as np
 import tensorflow as tf
 
 from keras_vit import progress
+from keras_vit.analysis import curves
 from keras_vit.analysis.report import OUTPUTS
 from keras_vit.data import checks, folders, image_files, preprocessing
 from keras_vit.errors import UsageError
 
 IMAGE_EXTENSIONS = folders.IMAGE_EXTENSIONS
+# What keras-vit-analysis writes into an output folder (--curves too).
+_WRITTEN = (*OUTPUTS, curves.FILE)
 
 
 def _list_images(paths: Sequence[str], output_dir: Optional[str] = None
@@ -55,13 +59,13 @@ def _list_images(paths: Sequence[str], output_dir: Optional[str] = None
             if key not in seen:
                 seen.add(key)
                 files.append((file, name))
-    names = [name for _, name in files]
-    return [(f, f if names.count(name) > 1 else name) for f, name in files]
+    count = collections.Counter(name for _, name in files)
+    return [(f, f if count[name] > 1 else name) for f, name in files]
 
 
 def _written_here(file: str, output_dir: Optional[str]) -> bool:
     """`file` is one of the figures an analysis writes into `output_dir`."""
-    if not output_dir or os.path.basename(file) not in OUTPUTS:
+    if not output_dir or os.path.basename(file) not in _WRITTEN:
         return False
     if "://" in file:
         return os.path.dirname(file).rstrip("/") == output_dir.rstrip("/")

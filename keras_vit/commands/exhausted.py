@@ -71,6 +71,8 @@ def not_permitted(error: BaseException, values=None) -> Optional[str]:
     the path and, where it is under an output flag's path, that flag;
     None if not such an error."""
     if isinstance(error, PermissionError):
+        if not error.filename:
+            return None  # its own message says it
         path, reason = error.filename, error.strerror or "Permission denied"
     else:
         match = _DENIED.search(str(getattr(error, "message", "")))
@@ -80,18 +82,24 @@ def not_permitted(error: BaseException, values=None) -> Optional[str]:
     path = str(path) if path else "a path"
     flag = next((f for f in _OUTPUT_FLAGS if values is not None
                  and f in values and getattr(values, f)
-                 and _under(path, str(getattr(values, f)))), None)
+                 and _under(path, str(getattr(values, f)), f == "output")),
+                None)
     if flag is None:
         return f"{path}: {reason.lower()}; check its permissions."
     return (f"Cannot write {path} ({reason.lower()}): give --{flag} a "
             "folder this user may write.")
 
 
-def _under(path: str, named: str) -> bool:
-    """`path` is `named`, inside it, or beside it (a file flag's temporary
-    file)."""
+def _under(path: str, named: str, file: bool) -> bool:
+    """`path` is `named`, inside it (a folder), or its atomic write's
+    temporary file (`file`: <name>.tmp-<hex><extension> beside it)."""
     if "://" in path or "://" in named:
-        return path.startswith(named.rstrip("/"))
+        return path == named or (not file and path.startswith(
+            named.rstrip("/") + "/"))
     path, named = os.path.abspath(path), os.path.abspath(named)
-    return (path == named or path.startswith(named + os.sep)
-            or os.path.dirname(path) == os.path.dirname(named))
+    if not file:
+        return path == named or path.startswith(named + os.sep)
+    stem, extension = os.path.splitext(named)
+    return path == named or re.fullmatch(
+        re.escape(stem) + r"\.tmp-[0-9a-f]{12}" + re.escape(extension),
+        path) is not None

@@ -280,6 +280,7 @@ def run(
     """
     program = PREFIX + name
     argv = sys.argv if argv is None else argv
+    atomic.written_before_stop()  # one an earlier call left: not this one's
     verbose = quiet_start.verbose(argv[1:])
     try:
         argv = normalize_argv(argv)
@@ -313,7 +314,8 @@ def run(
         setup_logging(values.verbose)
         status = main(values, rest[1:])
     except (PermissionError, tf.errors.PermissionDeniedError) as error:
-        return report(UsageError(not_permitted(error, values)), program,
+        line = not_permitted(error, values)  # None: its own message
+        return report(UsageError(line) if line else error, program,
                       verbose, values)
     except one_line as error:
         return report(error, program, verbose, values)

@@ -221,6 +221,7 @@ def signals_deferred() -> Iterator[list]:
     stops the command, `written_before_stop` says so. Outside the main
     thread the block runs as it is."""
     caught, written = [], []
+    _WRITTEN_BEFORE_STOP.clear()
     signums = (signal.SIGINT, signal.SIGTERM)
     try:
         previous = {s: signal.signal(s, lambda n, f: caught.append(n))
@@ -242,5 +243,7 @@ def signals_deferred() -> Iterator[list]:
 def written_before_stop() -> list:
     """The paths a `signals_deferred` block wrote whole before the signal
     it held stopped the command (a command's stop line names them: the
-    work is there, not to be done again)."""
-    return list(_WRITTEN_BEFORE_STOP)
+    work is there, not to be done again); told once (then cleared)."""
+    written = list(_WRITTEN_BEFORE_STOP)
+    _WRITTEN_BEFORE_STOP.clear()
+    return written

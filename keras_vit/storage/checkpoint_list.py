@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from typing import List, Optional
 
 import tensorflow as tf
@@ -77,20 +78,33 @@ def relist(directory: str) -> None:
 def remove_partial(directory: str) -> None:
     """Removes the `ckpt-N_temp` folders of saves that did not finish (a
     full disk, a kill): TensorFlow writes a checkpoint's shards there and
-    merges them into `ckpt-N`, and never reads nor removes them later."""
+    merges them into `ckpt-N`, and never reads nor removes them later.
+    One written in the last `PARTIAL_AGE_S` seconds is left: it may be a
+    save in progress (a run still stopping while its successor starts)."""
     if not tf.io.gfile.isdir(directory):
         return
     for name in sorted(tf.io.gfile.listdir(directory)):
         name = name.rstrip("/")
         path = os.path.join(directory, name)
-        if _PARTIAL.match(name) and tf.io.gfile.isdir(path):
+        if _PARTIAL.match(name) and tf.io.gfile.isdir(path) and (
+                _age_s(path) > PARTIAL_AGE_S):
             logging.info("Removing %s, left by a save that did not finish.",
                          path)
             tf.io.gfile.rmtree(path)
 
 
+def _age_s(path: str) -> float:
+    """Seconds since `path` was last written (0 where that is unknown)."""
+    try:
+        return time.time() - tf.io.gfile.stat(path).mtime_nsec / 1e9
+    except tf.errors.OpError:
+        return 0.0
+
+
 _WARNED: set = set()
 _CKPT = re.compile(r"^ckpt-(\d+)\.index$")
+# Seconds after which a ckpt-N_temp folder is a save that did not finish.
+PARTIAL_AGE_S = 600
 _PARTIAL = re.compile(r"^ckpt-\d+_temp$")
 
 

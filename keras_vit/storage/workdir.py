@@ -336,14 +336,25 @@ def make_workdir(workdir: str) -> Optional[str]:
     return missing
 
 
-def remove_if_empty(workdir: str) -> None:
-    """Removes the workdir a run made (or the outermost folder made with
-    it) when it holds no file (its set-up refused the run before writing
-    anything); a file anywhere keeps it."""
+def remove_if_empty(workdir: str, up_to: Optional[str] = None) -> None:
+    """Removes the workdir a run made when it holds no file (its set-up
+    refused the run before writing anything); a file anywhere keeps it.
+    With `up_to` (the outermost folder made with it, local), its parents
+    up to that one go too, each only while empty (another run may have
+    made its workdir beside it meanwhile)."""
     try:
         for _, _, files in tf.io.gfile.walk(workdir):
             if files:
                 return
         tf.io.gfile.rmtree(workdir)
     except tf.errors.OpError:
-        pass
+        return
+    if not up_to or "://" in str(workdir):
+        return
+    parent, top = os.path.abspath(workdir), os.path.abspath(up_to)
+    while parent != top and parent.startswith(top + os.sep):
+        parent = os.path.dirname(parent)
+        try:
+            os.rmdir(parent)
+        except OSError:  # not empty, or not ours to remove
+            return

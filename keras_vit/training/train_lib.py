@@ -147,8 +147,8 @@ def _made_workdir(workdir: str, strategy):
     try:
         yield
     except BaseException:
-        if created:  # and the parents made for it
-            wd.remove_if_empty(created)
+        if created:  # and the parents made for it, while empty
+            wd.remove_if_empty(workdir, up_to=created)
         raise
 
 
