@@ -125,7 +125,6 @@ def _main(values: flags.FlagValues, images: list) -> None:
         more_figures=_mpp_figure(values, source, pixels, names, size),
         on_batch=_count if len(pixels) > values.batch_size else None,
     )
-    progress.end_line()
     for name in list(data["figures"].values()) + [report.JSON_NAME]:
         print(os.path.join(values.output_dir, name))
 

@@ -13,6 +13,8 @@ import os
 import re
 from typing import Optional
 
+from keras_vit.storage import atomic
+
 
 def out_of_memory(error: BaseException,
                   values=None) -> str:
@@ -99,7 +101,4 @@ def _under(path: str, named: str, file: bool) -> bool:
     path, named = os.path.abspath(path), os.path.abspath(named)
     if not file:
         return path == named or path.startswith(named + os.sep)
-    stem, extension = os.path.splitext(named)
-    return path == named or re.fullmatch(
-        re.escape(stem) + r"\.tmp-[0-9a-f]{12}" + re.escape(extension),
-        path) is not None
+    return atomic.final_names(path) == named

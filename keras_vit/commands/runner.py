@@ -199,7 +199,7 @@ def report(error: BaseException, program: str, verbose: bool,
               end="", flush=True)
     message = " ".join(str(error).split()) if str(error) else repr(error)
     # An atomic write's temporary file is named as the file it makes.
-    message = shell_words(re.sub(r"\.tmp-[0-9a-f]{12}", "", message), values)
+    message = shell_words(atomic.final_names(message), values)
     print(f"{program}: {kind}: {message}", file=sys.stderr, flush=True)
     return int(getattr(error, "exit_code", 1))
 
@@ -361,13 +361,15 @@ def _interrupted(error: KeyboardInterrupt, program: str,
               end="", flush=True)
     terminated = isinstance(error, Terminated)
     written = atomic.written_before_stop()  # held until it was whole
-    print((f"{program}: preempted: stopped at once (SIGTERM); run the same "
-           "command again." if terminated and not written
-           else f"{program}: preempted: stopped at once (SIGTERM)."
-           if terminated else quiet_start.interrupted_line(program))
-          + (f" {', '.join(written)} was complete before the stop: no "
-             "need to write it again." if written else ""),
-          file=sys.stderr, flush=True)
+    if not terminated:
+        line = quiet_start.interrupted_line(program)
+    else:
+        line = (f"{program}: preempted: stopped at once (SIGTERM)"
+                + ("." if written else "; run the same command again."))
+    if written:
+        line += (f" {', '.join(written)} was complete before the stop: no "
+                 "need to write it again.")
+    print(line, file=sys.stderr, flush=True)
     code = PREEMPTED_EXIT_CODE if terminated else INTERRUPTED_EXIT_CODE
     if downloads.abandoned():
         # TFDS's download threads would keep the process (Python's exit

@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import re
 import shutil
 import signal
 import tempfile
@@ -82,6 +83,16 @@ def temporary_name(path: str) -> str:
     """
     root, extension = os.path.splitext(path)
     return f"{root}.tmp-{uuid.uuid4().hex[:12]}{extension}"
+
+
+# The mark `temporary_name` puts before a path's extension.
+_TEMPORARY_MARK = re.compile(r"\.tmp-[0-9a-f]{12}")
+
+
+def final_names(text: str) -> str:
+    """`text` (a path, an error message) with each `temporary_name` read
+    as the file it becomes: `a/model.tmp-<hex>.keras` -> `a/model.keras`."""
+    return _TEMPORARY_MARK.sub("", text)
 
 
 def atomic_write(path: Union[str, os.PathLike], content: Content) -> None:
