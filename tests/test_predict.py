@@ -13,6 +13,7 @@ import pytest
 import tensorflow as tf
 from PIL import Image
 
+import keras_vit
 from keras_vit import create_model, save_npz
 from keras_vit.commands import export as export_cli
 from keras_vit.commands import predict
@@ -221,8 +222,10 @@ def test_hub_config_without_weights_names_the_missing_file(setup, tmp_path,
     assert "model.safetensors (or pytorch_model.bin)" in err[0]
 
 
-def test_keras_model_of_no_vit_warns_as_it_is_refused(setup, tmp_path,
-                                                      capsys, caplog):
+def test_keras_model_of_no_vit_is_refused_once(setup, tmp_path, capsys,
+                                                caplog):
+    """The command refuses a .keras of another model in one line, without
+    the warning `keras_vit.load_model` gives as it returns that model."""
     root, _ = setup
     inputs = keras.Input((SIZE, SIZE, 3))
     outputs = keras.layers.Dense(4)(keras.layers.Flatten()(inputs))
@@ -231,10 +234,16 @@ def test_keras_model_of_no_vit_warns_as_it_is_refused(setup, tmp_path,
     assert run_predict([str(root / "photos"), f"--model={path}"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "not a Vision Transformer" in err[0], err
+    assert "its layer 'flatten' (Flatten) is none of a ViT's" in err[0]
+    assert not [r for r in caplog.records
+                if "not a keras_vit Vision" in r.getMessage()]
+    caplog.clear()
+    model = keras_vit.load_model(path)
+    assert type(model.layers[-1]).__name__ == "Dense"
     warned = " ".join(r.getMessage() for r in caplog.records
                       if "not a keras_vit Vision" in r.getMessage())
+    assert "given back as Keras saved it" in warned
     assert "the keras-vit commands" in warned and "refuse it" in warned
-    assert "for predictions and accuracy" not in warned
 
 
 def test_output_is_checked_first_and_its_folder_made(setup, capsys):

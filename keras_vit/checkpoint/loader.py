@@ -22,6 +22,7 @@ import keras
 import tensorflow as tf
 from absl import logging
 
+from keras_vit import legacy
 from keras_vit.architecture import SHAPE_FIELDS, Architecture, Numerics
 from keras_vit.checkpoint import weights
 from keras_vit.checkpoint.formats import npz as checkpoint_io
@@ -38,6 +39,7 @@ from keras_vit.checkpoint.sources import (
     check_pre_logits,
     require_vit,
 )
+from keras_vit.model import VisionTransformer
 from keras_vit.storage import atomic, checkpoint_list
 from keras_vit.storage import workdir as wd
 
@@ -46,7 +48,8 @@ __all__ = [
     "Loaded",
     "NpzSource", "SOURCE_KINDS", "SavedModelSource", "Source",
     "SourceLike", "WorkdirSource", "class_names", "describe_source",
-    "initialise", "load_model", "load_report", "model_files", "require_vit",
+    "initialise", "load_model", "load_report", "load_vit", "model_files",
+    "require_vit",
     "resolve",
     "source_arrays",
     "transfer_model_config", "write_backbone",
@@ -216,10 +219,11 @@ def load_model(
     """The source's model as trained (head included), float32 weights.
 
     A workdir gives its latest checkpoint (`WorkdirSource.use_ema`: the EMA
-    weights when the run kept them), a `.keras` file its model; a masked
-    patch prediction model (either source) gives its encoder as a features
-    model (`keras_vit.mpp.encoder_model`: the MPP head dropped). A hub
-    model gives the model its config.json and arrays describe, at its
+    weights when the run kept them), a `.keras` file its model (one that
+    is no ViT as Keras saved it, with a warning: `load_vit` refuses it); a
+    masked patch prediction model (either source) gives its encoder as a
+    features model (`keras_vit.mpp.encoder_model`: the MPP head dropped).
+    A hub model gives the model its config.json and arrays describe, at its
     own resolution unless `image_size` says otherwise. An .npz gives the
     architecture its shapes describe (`NpzSource.variant` checks it),
     built with the head, pooling and pre-logits layer of the file unless
@@ -254,10 +258,30 @@ def load_model(
             fit the model asked for.
         FileNotFoundError: a missing config.json or checkpoint.
     """
-    return load_report(
+    source = resolve(source)
+    model = load_report(
         source, image_size, num_classes=num_classes, pooling=pooling,
         representation_size=representation_size, strict=strict,
     ).model
+    if isinstance(source, KerasSource) and not isinstance(
+            model, VisionTransformer):
+        foreign = legacy.foreign_layer(model)
+        logging.warning(
+            "%s holds a Keras model that is not a keras_vit Vision "
+            "Transformer (%s): it is given back as Keras saved it; the "
+            "keras-vit commands and what else needs a ViT refuse it.",
+            source.path, foreign)
+    return model
+
+
+def load_vit(source: SourceLike,
+             image_size: Optional[ImageSize] = None, **build) -> keras.Model:
+    """`load_model` for what needs a ViT (the commands read its logits,
+    features and attention): a `.keras` file holding another Keras model
+    is refused by name (`require_vit`), not warned of."""
+    source = resolve(source)
+    return require_vit(load_report(source, image_size, **build).model,
+                       source.path)
 
 
 def class_names(source: SourceLike) -> Optional[list]:

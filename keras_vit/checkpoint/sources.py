@@ -26,7 +26,6 @@ import os
 from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
 import keras
-from absl import logging
 
 from keras_vit import build, legacy, mpp
 from keras_vit.architecture import Architecture
@@ -223,18 +222,12 @@ class KerasSource(_SavedKerasModel):
         """The file's model: a VisionTransformer (or an MPP model) as
         itself, a ViT saved before the class rebuilt as one (exactly such
         a model: `legacy.foreign_layer`), any other Keras model as Keras
-        saved it, which the log says."""
+        saved it (`require_vit` refuses it where a ViT is needed)."""
         model = keras_file.read_keras_model(self.path)
         if isinstance(model, VisionTransformer) or mpp.is_mpp_model(model):
             return model
-        foreign = legacy.foreign_layer(model)
-        if not foreign:  # one saved before the class
+        if not legacy.foreign_layer(model):  # one saved before the class
             return as_vision_transformer(model)
-        logging.warning(
-            "%s holds a Keras model that is not a keras_vit Vision "
-            "Transformer (%s): keras_vit.load_model gives it back as Keras "
-            "saved it; the keras-vit commands and what else needs a ViT "
-            "refuse it.", self.path, foreign)
         return model
 
 

@@ -177,8 +177,7 @@ def _fewshot_mode(values, source, strategy) -> Dict:
 def _fewshot_model(source, image_size, strategy):
     """The ViT to probe, at `image_size` (None: its own)."""
     with strategy.scope():
-        return pretrained.require_vit(
-            pretrained.load_model(source, image_size), source.path)
+        return pretrained.load_vit(source, image_size)
 
 
 def _own_size(model, source):

@@ -251,7 +251,7 @@ def load_flagged_model(values: flags.FlagValues,
                        source: Optional[loader.Source] = None, *,
                        image_size=None,
                        head: Optional[str] = None) -> keras.Model:
-    """`loader.load_model` of the --model source (or `source`) with the
+    """`loader.load_vit` of the --model source (or `source`) with the
     shape hints the command line gives.
 
     Args:
@@ -266,10 +266,7 @@ def load_flagged_model(values: flags.FlagValues,
         kwargs["representation_size"] = hint(values, "representation_size")
     size = image_size if image_size is not None else hint(values,
                                                           "image_size")
-    # The commands read a ViT's logits, features and attention: a .keras
-    # file holding another Keras model is refused by name.
-    model = loader.require_vit(loader.load_model(source, size, **kwargs),
-                               source.path)
+    model = loader.load_vit(source, size, **kwargs)
     if head is None:
         return model
     if "head" not in {layer.name for layer in model.layers}:
