@@ -710,6 +710,50 @@ def test_a_list_cut_at_a_line_still_offers_the_checkpoints_it_left_out(
     assert checkpoint_list.latest(folder) == os.path.join(folder, "ckpt-20")
 
 
+@pytest.mark.parametrize("kept_lines", [2, 4])
+def test_a_list_cut_at_a_line_is_written_again_for_rotation(
+        small_run, tmp_path, caplog, kept_lines):
+    """A list cut at a line's end parses, but TensorFlow's manager would
+    never rotate what it leaves out (a path, or a path's timestamp): the
+    run writes it again at its start, resumes from the newest, and
+    rotation (keep 2) removes the old checkpoints."""
+    workdir = _copy(small_run, tmp_path)
+    state = os.path.join(ckpt_dir(workdir), "checkpoint")
+    lines = open(state).read().splitlines(keepends=True)
+    # 2: the newest path and the oldest of the list; 4: every path, one
+    # timestamp of two.
+    open(state, "w").write("".join(lines[:kept_lines]))
+    caplog.set_level("INFO", logger="absl")
+    metrics = train_lib.train_and_evaluate(
+        tiny_config(total_steps=40, **{"checkpoints.keep": 2}), workdir)
+    assert metrics["steps_this_run"] == 20
+    log = "\n".join(r.getMessage() for r in caplog.records)
+    assert f"Resumed from {ckpt_dir(workdir)}/ckpt-20 at step 20" in log
+    assert "again from the checkpoints there: ckpt-10, ckpt-20" in log
+    assert sorted(glob.glob(os.path.join(ckpt_dir(workdir), "*.index"))) \
+        == [os.path.join(ckpt_dir(workdir), f"ckpt-{s}.index")
+            for s in (30, 40)]
+
+
+def test_a_whole_list_is_left_as_it_is(tmp_path):
+    """A list naming every checkpoint there, with their times (as
+    TensorFlow writes it) is not written again."""
+    for step in (10, 20):
+        (tmp_path / f"ckpt-{step}.index").write_bytes(b"")
+    text = ('model_checkpoint_path: "ckpt-20"\n'
+            'all_model_checkpoint_paths: "ckpt-10"\n'
+            'all_model_checkpoint_paths: "ckpt-20"\n'
+            "all_model_checkpoint_timestamps: 1.0\n"
+            "all_model_checkpoint_timestamps: 2.0\n")
+    (tmp_path / "checkpoint").write_text(text)
+    checkpoint_list.relist(str(tmp_path))
+    assert (tmp_path / "checkpoint").read_text() == text
+    (tmp_path / "ckpt-5.index").write_bytes(b"")  # one it leaves out
+    checkpoint_list.relist(str(tmp_path))
+    assert 'all_model_checkpoint_paths: "ckpt-5"' in (
+        tmp_path / "checkpoint").read_text()
+
+
 def test_a_save_that_did_not_finish_is_removed_at_the_next_start(tmp_path):
     """A `ckpt-N_temp` folder (the shards of a save a full disk or a kill
     cut short; TensorFlow never removes it) goes at the next start, one

@@ -53,26 +53,41 @@ def latest(directory: str) -> Optional[str]:
 
 def relist(directory: str) -> None:
     """Writes the state file of `directory` again from its ckpt-N
-    checkpoints where it is missing or unreadable, so that the checkpoint
-    manager finds and rotates them (it would otherwise fail on an empty
-    file, or keep saving beside checkpoints it does not know)."""
-    found = _unlisted(directory) if _checkpoint_state(directory) is None \
-        else []
-    if found:
-        # TensorFlow's text format of its CheckpointState, as its manager
-        # writes it: the times let the manager rotate them (without, it
-        # would keep them all and list only its own).
-        names = [os.path.basename(p) for p in reversed(found)]
-        times = [tf.io.gfile.stat(p + ".index").mtime_nsec / 1e9
-                 for p in reversed(found)]
-        atomic_write(os.path.join(directory, "checkpoint"), "".join(
-            [f'model_checkpoint_path: "{names[-1]}"\n']
-            + [f'all_model_checkpoint_paths: "{n}"\n' for n in names]
-            + [f"all_model_checkpoint_timestamps: {t!r}\n" for t in times]
-            + [f"last_preserved_timestamp: {min(times) - 1.0!r}\n"]))
-        logging.warning("Wrote %s again from the checkpoints there: %s.",
-                        os.path.join(directory, "checkpoint"),
-                        ", ".join(names))
+    checkpoints where it is missing, unreadable or leaves some of them out
+    (a list cut at a line's end still parses), so that the checkpoint
+    manager finds and rotates them all (it would otherwise fail on an
+    empty file, or keep saving beside checkpoints it does not know and
+    never remove them)."""
+    found = _unlisted(directory)
+    if not found or _lists_all(_checkpoint_state(directory), found):
+        return
+    # TensorFlow's text format of its CheckpointState, as its manager
+    # writes it: the times let the manager rotate them (without, it would
+    # keep them all and list only its own).
+    names = [os.path.basename(p) for p in reversed(found)]
+    times = [tf.io.gfile.stat(p + ".index").mtime_nsec / 1e9
+             for p in reversed(found)]
+    atomic_write(os.path.join(directory, "checkpoint"), "".join(
+        [f'model_checkpoint_path: "{names[-1]}"\n']
+        + [f'all_model_checkpoint_paths: "{n}"\n' for n in names]
+        + [f"all_model_checkpoint_timestamps: {t!r}\n" for t in times]
+        + [f"last_preserved_timestamp: {min(times) - 1.0!r}\n"]))
+    logging.warning("Wrote %s again from the checkpoints there: %s.",
+                    os.path.join(directory, "checkpoint"), ", ".join(names))
+
+
+def _lists_all(state, found: List[str]) -> bool:
+    """Whether TensorFlow's manager, reading `state`, rotates every
+    checkpoint `found` on disk: it rotates those of
+    all_model_checkpoint_paths that have a timestamp (all, where none
+    has)."""
+    if state is None or not state.model_checkpoint_path:
+        return False
+    paths = list(state.all_model_checkpoint_paths)
+    if len(state.all_model_checkpoint_timestamps) not in (0, len(paths)):
+        return False
+    names = {os.path.basename(p) for p in paths}
+    return all(os.path.basename(p) in names for p in found)
 
 
 def remove_partial(directory: str) -> None:
