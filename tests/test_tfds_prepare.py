@@ -10,16 +10,22 @@ declare) fails here, in CI's new environment, not on a user's first
 download.
 """
 
+import io
 import json
 import os
 import signal
 import subprocess
 import time
 
+import numpy as np
 import pytest
+import tensorflow as tf
+from PIL import Image
 
-from keras_vit.data import downloads, vtab
-from tests import fake_tfds, model_cache
+from keras_vit import config as config_lib
+from keras_vit.data import downloads, preprocessing, vtab
+from keras_vit.data import pipeline as input_pipeline
+from tests import fake_tfds, model_cache, tiny
 from tests.console import script as _script
 from tests.reliability_cases import check_says, covers
 
@@ -72,6 +78,26 @@ def test_tfds_downloads_and_prepares_a_vtab_task(archive, tmp_path,
     image, _ = next(iter(builder.as_dataset(split="test").map(
         task.example_fn)))
     assert tuple(image.shape) == (16, 16, 3) and image.dtype == "uint8"
+    # The input pipeline decodes the task's JPEGs as PIL decodes them (as
+    # every other photo): TFDS's own decoding takes the fast DCT.
+    import tensorflow_datasets as tfds
+
+    encoded = builder.as_dataset(
+        split="test", decoders={"image": tfds.decode.SkipDecoding()})
+    pillow = [np.asarray(Image.open(io.BytesIO(e["image"].numpy())))
+              for e in encoded.take(16)]
+    assert all(p.shape == (16, 16, 3) for p in pillow)
+    config = config_lib.complete(dict(
+        input=dict(dataset="dtd", vtab_task="dtd", data_dir=data_dir),
+        model=dict(image_size=16)))
+    images, _, _ = next(iter(input_pipeline.eval_dataset(
+        *tiny.pipeline(config), "test", 16)))
+    for got, want in zip(images.numpy(), pillow):
+        np.testing.assert_array_equal(
+            got, preprocessing.preprocess_eval(tf.constant(want), 16).numpy())
+    fast = [e["image"].numpy() for e in builder.as_dataset(
+        split="test").take(16)]
+    assert any((f != p).any() for f, p in zip(fast, pillow))
 
 
 # ------------------------------------------------------ the commands

@@ -32,7 +32,7 @@ from typing import Any, Callable, Optional, Tuple
 import numpy as np
 import tensorflow as tf
 
-from keras_vit.data import augment, folders, masking, sources, vtab
+from keras_vit.data import augment, folders, masking, sources, vtab, vtab_labels
 from keras_vit.data import checks as data_checks
 from keras_vit.data import preprocessing as pp
 from keras_vit.data.preprocessing import from_config as make_preprocess_fn
@@ -207,8 +207,8 @@ def _tfds_shard(inp, split, training, input_context, seed) -> _Shard:
         split=part,
         shuffle_files=training,
         read_config=read_config,
-        decoders={image_key: tfds.decode.SkipDecoding()} if encoded else None,
-    )
+        decoders=({image_key: tfds.decode.SkipDecoding()} if encoded
+                  else vtab_labels.image_decoders(feature, image_key)))
 
     def to_pair(example):
         return example[image_key], tf.cast(example[label_key], tf.int32)

@@ -4,11 +4,13 @@ task_adaptation code does, and grey images tiled to RGB."""
 
 from __future__ import annotations
 
-from typing import Callable, Dict, Sequence
+from typing import Any, Callable, Dict, Optional, Sequence
 
+import numpy as np
 import tensorflow as tf
 
 from keras_vit.data import preprocessing as pp
+from keras_vit.data.decoding import JPEG_DCT
 
 Example = Dict[str, tf.Tensor]
 
@@ -101,6 +103,30 @@ def rgb_image(example: Example) -> tf.Tensor:
 def binary_rgb_image(example: Example) -> tf.Tensor:
     """dSprites: 0/1 pixels scaled to 0/255, then tiled to 3 channels."""
     return pp.to_rgb(tf.cast(example["image"], tf.uint8) * 255)
+
+
+def image_decoders(feature, key: str) -> Optional[Dict[str, Any]]:
+    """TFDS `decoders` for a task's uint8 image `feature` (None for any
+    other feature): a JPEG decoded as PIL decodes it (`JPEG_DCT`), as the
+    project decodes every other photo, where TFDS would take libjpeg's
+    fast DCT; other formats by TFDS, as they are lossless."""
+    import tensorflow_datasets as tfds
+
+    if not (isinstance(feature, tfds.features.Image)
+            and feature.np_dtype == np.uint8):
+        return None
+
+    @tfds.decode.make_decoder(output_dtype=tf.uint8)
+    def decode(data, feature):
+        image = tf.cond(
+            tf.io.is_jpeg(data),
+            lambda: tf.io.decode_jpeg(data, channels=feature.shape[-1] or 0,
+                                      dct_method=JPEG_DCT),
+            lambda: feature.decode_example(data))
+        image.set_shape(feature.shape)
+        return image
+
+    return {key: decode()}
 
 
 # --------------------------------------------------------------- tasks
