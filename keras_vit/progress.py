@@ -18,29 +18,59 @@ EVERY_S = 10.0
 
 # The stream whose last line `show` left open (no line end yet), if any.
 _open_line: List = []
+# Where the stream is no terminal (a log file): [stream, text, written,
+# when the last line was written] of the last count `show` was given.
+_pending: List = []
 
 
 def show(text: str, stream=None) -> None:
-    """Writes `text` as the status line of `stream` (default stderr): over
-    the one before it ("\\r"), with no line end, so that the next count
-    replaces it. `end_line` ends it before any other line is written."""
+    """Writes `text` as the status line of `stream` (default stderr): on a
+    terminal over the one before it ("\\r"), with no line end, so that the
+    next count replaces it; elsewhere (a log file) as a line of its own,
+    at most every `EVERY_S` seconds (`end_line` writes the last count).
+    `end_line` ends it before any other line is written."""
     stream = sys.stderr if stream is None else stream
-    if _open_line and _open_line[0] is not stream:
+    if (_open_line and _open_line[0] is not stream) or (
+            _pending and _pending[0] is not stream):
         end_line()
+    if not _is_terminal(stream):
+        now = time.monotonic()
+        due = not _pending or now - _pending[3] >= EVERY_S
+        if due:
+            print(text, file=stream, flush=True)
+        last = now if due else _pending[3]
+        _pending[:] = [stream, text, due, last]
+        return
     print(f"\r{text}", end="", file=stream, flush=True)
     _open_line[:] = [stream]
 
 
 def end_line() -> None:
     """Ends the status line `show` left open (a line end), so that the next
-    line (a skipped file, an error, Ctrl-C's) starts on a line of its own;
-    nothing when none is open."""
+    line (a skipped file, an error, Ctrl-C's) starts on a line of its own,
+    or writes the last count a log file has not had; nothing when there
+    is none."""
+    if _pending:
+        stream, text, written, _ = _pending
+        del _pending[:]
+        if not written:
+            _write_line(stream, text)
     if _open_line:
-        stream = _open_line.pop()
-        try:
-            print(file=stream, flush=True)
-        except (OSError, ValueError):  # a closed stream: nothing to end
-            pass
+        _write_line(_open_line.pop(), "")
+
+
+def _write_line(stream, text: str) -> None:
+    try:
+        print(text, file=stream, flush=True)
+    except (OSError, ValueError):  # a closed stream: nothing to end
+        pass
+
+
+def _is_terminal(stream) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, OSError, ValueError):
+        return False
 
 
 def duration(seconds: float) -> str:

@@ -4,6 +4,7 @@ per second, for training (whatever log.every_steps says), evaluation and
 few-shot feature extraction (VTAB's fine-tunings are training runs);
 keras_vit/progress.py's `Rate` makes the lines."""
 
+import io
 import logging
 import re
 
@@ -19,15 +20,18 @@ LINE = (r"step (\d+) of (\d+) \((\d+)%\), \d+s elapsed, about \d+(s|min) "
         r"left, [\d.]+ images/s")
 
 
-def test_a_status_line_is_ended_before_the_next_line():
-    """`show` rewrites one line ("\\r", no line end); `end_line` ends it
-    once, so that the next message starts a line of its own and no blank
-    line follows it."""
-    import io
+class _Terminal(io.StringIO):
+    def isatty(self):
+        return True
 
+
+def test_a_status_line_is_ended_before_the_next_line():
+    """`show` rewrites one terminal line ("\\r", no line end); `end_line`
+    ends it once, so that the next message starts a line of its own and
+    no blank line follows it."""
     from keras_vit import progress
 
-    stream = io.StringIO()
+    stream = _Terminal()
     progress.show("checked 1/9 images", stream)
     progress.show("checked 9/9 images", stream)
     progress.end_line()
@@ -35,6 +39,30 @@ def test_a_status_line_is_ended_before_the_next_line():
     stream.write("skipped x.png: broken\n")
     assert stream.getvalue() == ("\rchecked 1/9 images\rchecked 9/9 images"
                                  "\nskipped x.png: broken\n")
+
+
+def test_counts_in_a_log_file_are_lines_every_few_seconds(monkeypatch):
+    """Where the stream is no terminal (a log file), a count is a line of
+    its own: the first, then one every `EVERY_S` seconds, and the last
+    one when `end_line` comes (before the next message); no carriage
+    returns."""
+    from keras_vit import progress
+
+    now = [100.0]
+    monkeypatch.setattr(progress.time, "monotonic", lambda: now[0])
+    stream = io.StringIO()
+    for i in range(1, 10):
+        progress.show(f"{i}/9 images", stream)
+        now[0] += 4.0  # 1 at 100s, 4 at 112s, 7 at 124s
+    progress.end_line()
+    progress.end_line()
+    assert stream.getvalue() == ("1/9 images\n4/9 images\n7/9 images\n"
+                                 "9/9 images\n")
+    stream = io.StringIO()
+    progress.show("checked 1/2 images", stream)
+    progress.end_line()  # written already: not again
+    stream.write("error\n")
+    assert stream.getvalue() == "checked 1/2 images\nerror\n"
 
 
 class _Clock:
