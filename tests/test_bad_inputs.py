@@ -244,6 +244,12 @@ def test_resuming_with_another_optimizer_names_the_field(tmp_path):
     assert "optimizer.momentum" not in line  # SGD's own, not adamw's
     assert "Value in checkpoint could not be found" not in result.stderr
     assert sorted(os.listdir(workdir / "checkpoints")) == before
+    # An EMA the checkpoints do not hold: named by the decays written.
+    result = console.run("train", console.TINY_DIGITS + [
+        "--config.trainer.total_steps=8", "--config.trainer.ema_decay=0.99",
+        f"--workdir={workdir}"])
+    line = _error_line(result, "train")
+    assert "config.trainer.ema_decay: 0.0 in the workdir, 0.99 asked" in line
     # The run's own optimizer resumes it, with a new learning rate.
     again = console.run("train", console.TINY_DIGITS + [
         "--config.trainer.total_steps=6", "--config.schedule.lr=0.0005",
@@ -279,6 +285,34 @@ def test_resuming_with_other_data_or_start_model_names_the_field(tmp_path):
         "--config.checkpoints.iterator=False", f"--workdir={workdir}"])
     assert again.returncode == 0, again.stderr[-3000:]
     assert "Resumed from" in again.stderr and "drawn anew" in again.stderr
+
+
+def test_a_run_started_from_a_model_is_resumed_with_it(tmp_path):
+    """A fine-tuning run resumes with the --model it started from: left
+    out (the config's own model differs) or another one named, the line
+    names that --model, and the command with it resumes."""
+    source = str(tmp_path / "source.keras")
+    keras_vit.create_model(None, num_classes=10, image_size=16,
+                           patch_size=8, hidden_size=24, num_layers=1,
+                           num_heads=2, mlp_dim=24).save(source)
+    workdir = tmp_path / "run"
+    steps = ["--config.checkpoints.every_steps=2", f"--workdir={workdir}"]
+    first = console.run("train", console.TINY_DIGITS + [
+        "--config.trainer.total_steps=2", f"--model={source}", *steps])
+    assert first.returncode == 0, first.stderr[-3000:]
+    left_out = console.run("train", console.TINY_DIGITS + [
+        "--config.trainer.total_steps=4", *steps])
+    line = _error_line(left_out, "train")
+    assert "config.model.hidden_size: 24 in the workdir, 16 asked" in line
+    assert f"the same config and --model={source} to resume" in line
+    other = console.run("train", console.TINY_DIGITS + [
+        "--config.trainer.total_steps=4", f"--model={workdir}", *steps])
+    line = _error_line(other, "train")
+    assert f"Resume with --model={source}, as it started" in line
+    again = console.run("train", console.TINY_DIGITS + [
+        "--config.trainer.total_steps=4", f"--model={source}", *steps])
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "Resumed from" in again.stderr
 
 
 @covers("unknown_model_size")

@@ -105,15 +105,22 @@ def check_workdir_config(config, workdir: str, finished: bool = False
     _same_written_otherwise(saved, asked, workdir)
     differ = signature_differences(saved, asked)
     if differ:
+        started = old.init.model
+        same = (f"the same config and --model={started}" if started
+                and not config.init.model else "the same config")
         raise TrainingError(
             f"The workdir {workdir} holds a run with a different model: "
-            f"{differ}. Use a new `workdir`, or the same config to resume."
+            f"{differ}. Use a new `workdir`, or {same} to resume."
         )
     if not checkpoint:
         return  # nothing to restore the optimizer from
     _check_resumed_input(old, config, workdir, checkpoint)
     _check_resumed_start(old, config, workdir)
     saved, asked = optimizer_signature(old), optimizer_signature(config)
+    if saved["trainer.ema_decay"] != asked["trainer.ema_decay"]:
+        # Named by the decays as written (one of them 0 or None).
+        saved["trainer.ema_decay"] = old.trainer.ema_decay
+        asked["trainer.ema_decay"] = config.trainer.ema_decay
     if saved["optimizer.name"] != asked["optimizer.name"]:
         # SGD's momentum is SGD's: another optimizer is named alone.
         del saved["optimizer.momentum"], asked["optimizer.momentum"]
@@ -248,8 +255,10 @@ def _check_resumed_start(old, config, workdir: str) -> None:
         raise TrainingError(
             f"The workdir {workdir} resumes from its own checkpoints "
             f"(it started from {saved or 'scratch'}): --model={asked} "
-            "would not be read. Leave --model out to resume, or use a new "
-            f"workdir to fine-tune from {asked}.")
+            "would not be read. "
+            + (f"Resume with --model={saved}, as it started"
+               if saved else "Leave --model out to resume")
+            + f", or use a new workdir to fine-tune from {asked}.")
 
 
 def _same_path(a: str, b: str) -> bool:
