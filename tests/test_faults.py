@@ -409,6 +409,28 @@ def test_nan_batch_stops_at_the_step_with_last_good_checkpoint(
     assert not os.path.exists(os.path.join(workdir, "metrics.json"))
 
 
+@pytest.mark.filterwarnings("ignore:overflow encountered in cast")
+@pytest.mark.parametrize("every", [1, 10])
+def test_weights_made_non_finite_stop_before_a_checkpoint(tmp_path, every):
+    """An update too large for float32 (a learning rate of 1e39) makes the
+    weights non-finite from a finite loss and gradient: the run stops in
+    one line naming a weight, before a checkpoint holds them (every:
+    1, the save after step 1 checks them) and before it skips every later
+    step for good (10: the call that meets the first skipped step)."""
+    workdir = str(tmp_path / "run")
+    config = tiny_config(skip_nonfinite=True, **{
+        "schedule.lr": 1e39, "schedule.decay_type": "constant",
+        "steps_per_loop": every, "checkpoint_every_steps": every})
+    with pytest.raises(train_lib.TrainingError) as info:
+        train_lib.train_and_evaluate(config, workdir)
+    message = str(info.value)
+    assert f"The weights became non-finite by step {min(every, 5)}" in message
+    assert "Last good checkpoint: none (no checkpoint yet)" in message
+    assert "config.trainer.grad_clip_norm" in message
+    assert _finite_checkpoints(workdir) == []
+    assert checkpoint_list.latest(ckpt_dir(workdir)) is None
+
+
 @covers("nan_batch_skipped")
 def test_nan_batches_skipped_and_counted(tmp_path, monkeypatch, caplog):
     _poison(monkeypatch, [3, 12])

@@ -136,9 +136,7 @@ class _HostLoop:
         self.plan, self.r = plan, r
         self.step = self.start_step = self.saved_step = r.trainer.step
         self.train_time, self.timed_steps = 0.0, 0  # after the first call
-        # The whole host loop (the train call, logging, summaries,
-        # preemption checks) after the first call, without evaluations and
-        # checkpoint saves.
+        # The host loop after the first call, but evaluations and saves.
         self.loop_time = 0.0
         self.skipped = 0
         self.t_start = time.time()
@@ -236,7 +234,9 @@ class _HostLoop:
             # Raised before any save: no checkpoint holds these steps.
             raise reporting.nonfinite_error(metrics, self.step, stop,
                                             self.r.writer.latest())
-        if bad:
+        if bad:  # weights made non-finite would be skipped for good
+            reporting.check_weights(trainer.model, stop,
+                                    self.r.writer.latest())
             self.skipped += bad
             logging.warning(
                 "Skipped %d non-finite step(s) in steps %d-%d (first: "
@@ -323,6 +323,8 @@ class _HostLoop:
     def _save(self) -> None:
         """Saves this step once (a stop before the first saves none)."""
         if self.step != self.saved_step:
+            reporting.check_weights(self.r.trainer.model, self.step,
+                                    self.r.writer.latest())
             self.r.writer.save(self.step)
             self.saved_step = self.step
 

@@ -70,6 +70,22 @@ def nonfinite_error(metrics, step, stop, last) -> TrainingError:
     )
 
 
+def check_weights(model, step: int, last) -> None:
+    """Raises where a trainable weight of `model` holds a NaN or an
+    infinity after `step` (an update too large for float32 may make them
+    so from a finite loss and gradient): no checkpoint is written of it,
+    and a run that skips non-finite steps would skip every later one."""
+    for variable in model.trainable_variables:
+        if not bool(tf.reduce_all(tf.math.is_finite(variable))):
+            raise TrainingError(
+                f"The weights became non-finite by step {step} (first: "
+                f"{variable.path}), though the loss and gradient were: an "
+                "update too large (the learning rate?). Last good "
+                f"checkpoint: {last or 'none (no checkpoint yet)'}. Lower "
+                "the learning rate, or clip the gradients "
+                "(config.trainer.grad_clip_norm).")
+
+
 def log_eval(writers, step, split, results, name="accuracy"):
     """One evaluation's log line and summaries; a top-5 accuracy of None
     (masked patch prediction of pixels: nothing to rank) is left out."""
