@@ -129,6 +129,18 @@ _CASES = [
         ("Skipped 1 non-finite step",),
     ),
     Case(
+        "nonfinite_weights_update", FAULT, "training",
+        "An update too large for float32 (learning rate 1e39) makes the "
+        "weights non-finite from a finite loss and gradient, with "
+        "`config.trainer.skip_nonfinite=True`",
+        "The run stops in one line naming a weight and the last good "
+        "checkpoint, before any checkpoint holds the weights and before "
+        "every later step is skipped.",
+        ("The weights became non-finite by step",
+         "Last good checkpoint"),
+        "TrainingError",
+    ),
+    Case(
         "skip_leaves_state_unchanged", FAULT, "training",
         "What a skipped step does, under the default strategy and a "
         "2-replica MirroredStrategy (NaN on one replica only)",

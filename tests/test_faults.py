@@ -409,6 +409,7 @@ def test_nan_batch_stops_at_the_step_with_last_good_checkpoint(
     assert not os.path.exists(os.path.join(workdir, "metrics.json"))
 
 
+@covers("nonfinite_weights_update")
 @pytest.mark.filterwarnings("ignore:overflow encountered in cast")
 @pytest.mark.parametrize("every", [1, 10])
 def test_weights_made_non_finite_stop_before_a_checkpoint(tmp_path, every):
@@ -423,6 +424,7 @@ def test_weights_made_non_finite_stop_before_a_checkpoint(tmp_path, every):
         "steps_per_loop": every, "checkpoint_every_steps": every})
     with pytest.raises(train_lib.TrainingError) as info:
         train_lib.train_and_evaluate(config, workdir)
+    check_error("nonfinite_weights_update", info.value)
     message = str(info.value)
     assert f"The weights became non-finite by step {min(every, 5)}" in message
     assert "Last good checkpoint: none (no checkpoint yet)" in message
