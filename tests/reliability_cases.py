@@ -244,10 +244,11 @@ _CASES = [
     ),
     Case(
         "output_not_writable", BAD_INPUT, "export",
-        "`--export_dir` or `--output` names a place this user may not "
-        "write (a system folder, another user's)",
-        "One line naming the path and the flag to change, not TensorFlow's "
-        "traceback; nothing is written.",
+        "`--export_dir`, `--output` or `--output_dir` names a place this "
+        "user may not write (a system folder, another user's)",
+        "One line naming the path and the flag to change, before any work "
+        "(an evaluation's results are not computed to be lost), not "
+        "TensorFlow's traceback; nothing is written.",
         ("this user may write",),
         "exit status 1",
     ),

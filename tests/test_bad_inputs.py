@@ -1277,15 +1277,27 @@ def test_a_full_disk_in_python_is_one_line_and_another_oserror_is_not(
 
 @covers("output_not_writable")
 def test_an_output_this_user_may_not_write_is_one_line(tmp_path):
-    """keras-vit-export and keras-vit-convert given a place they may not
+    """keras-vit-export, -convert and -evaluate given a place they may not
     write (/proc takes no new folder, /sys no new file, root included):
-    one line naming the path and the flag, not TensorFlow's traceback nor
-    the temporary file's name."""
+    one line naming the path and the flag, before any work, not
+    TensorFlow's traceback nor the temporary file's name."""
     from tests import console
 
     model = str(tmp_path / "m.keras")
     tiny_vit().save(model)
-    lines = {
+    runs = {mode: console.run("evaluate", [
+        f"--mode={mode}", f"--model={model}", *args,
+        f"--output_dir={where}/keras_vit_results"])
+        for mode, where, args in (
+            ("eval", "/proc", ["--dataset=digits"]),
+            ("fewshot", "/sys", ["--config=fewshot:digits",
+                                 "--image_size=16"]))}
+    for mode, result in runs.items():
+        assert result.stdout == "", (mode, result.stdout)  # no results
+        assert "Evaluating" not in result.stderr, result.stderr
+    lines = {f"evaluate {mode}": _error_line(result, "evaluate")
+             for mode, result in runs.items()}
+    lines.update({
         "export /proc": _error_line(console.run("export", [
             f"--model={model}", "--export_dir=/proc/keras_vit_exports"]),
             "export"),
@@ -1295,15 +1307,20 @@ def test_an_output_this_user_may_not_write_is_one_line(tmp_path):
         "convert /sys": _error_line(console.run("convert", [
             f"--model={model}", "--output=/sys/keras_vit.keras"]),
             "convert"),
-    }
+    })
     for where, line in lines.items():
         check_says("output_not_writable", line)
         assert "--export_dir" in line or "--output" in line, (where, line)
         assert ".tmp-" not in line, (where, line)
     assert "/proc/keras_vit_exports" in lines["export /proc"]
-    assert lines["convert /sys"] == (
-        "keras-vit-convert: error: Cannot write /sys/keras_vit.keras "
-        "(permission denied): give --output a folder this user may write.")
+    assert lines["evaluate eval"] == (
+        "keras-vit-evaluate: error: Cannot write /proc/keras_vit_results "
+        "(no such file or directory in /proc): give --output_dir a folder "
+        "this user may write.")
+    assert lines["convert /sys"].startswith(
+        "keras-vit-convert: error: Cannot write /sys/keras_vit.keras (")
+    assert lines["convert /sys"].endswith(
+        "in /sys): give --output a path this user may write.")
 
 
 def test_a_permission_error_names_the_flag_only_for_what_it_writes(

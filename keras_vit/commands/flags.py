@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from typing import TYPE_CHECKING, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -180,8 +181,9 @@ def define_run_flags(values: flags.FlagValues) -> None:
 def check_output_path(values: flags.FlagValues, name: str,
                       folder: bool = True) -> None:
     """A UsageError, before any work, when local path --`name` (a folder;
-    `folder` False: a file, whose folder is checked) cannot be made because
-    a part of it is a file; gs:// paths are the storage's to check. A
+    `folder` False: a file, whose folder is checked) cannot be made: a part
+    of it is a file, or this user may not make a folder in the nearest
+    folder there is; gs:// paths are the storage's to check. A
     leading `~` is the home folder, as in --model (the shell leaves it
     after `=`): the flag's value becomes the expanded path."""
     path = values[name].value
@@ -198,6 +200,14 @@ def check_output_path(values: flags.FlagValues, name: str,
     if os.path.exists(probe) and not os.path.isdir(probe):
         raise UsageError(f"--{name}={path}: {probe} is a file, not a "
                          "folder. Choose another path.")
+    try:  # what making the output does first, found before the work
+        os.rmdir(tempfile.mkdtemp(prefix=".keras-vit-probe-", dir=probe))
+    except OSError as error:
+        reason = (error.strerror or str(error)).lower()
+        raise UsageError(
+            f"Cannot write {path} ({reason} in {probe}): "
+            f"give --{name} a {'folder' if folder else 'path'} this user "
+            "may write.") from None
 
 
 def check_not_written(path: str, flag: str) -> None:
