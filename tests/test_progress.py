@@ -143,3 +143,15 @@ def test_training_and_evaluation_tell_progress_every_few_seconds(tmp_path):
     assert re.search(
         r"\] eval test: batch \d+ of 45 \(\d+%\), .* left, [\d.]+ images/s",
         result.stderr), result.stderr[-3000:]
+
+
+def test_the_evaluation_bar_shows_the_running_top1_as_it_is(capsys):
+    """The terminal's bar of an evaluation shows the running top-1 it is
+    given (the share right so far), not an average of running shares."""
+    from keras_vit.scoring import evaluator
+
+    on_batch = evaluator.progress_callback(4, 8, "eval test", bar=True)
+    for i, running in enumerate((0.0, 0.5, 0.5, 0.5), 1):
+        on_batch(i, {"accuracy": running})
+    out = capsys.readouterr().out
+    assert "top1: 0.5000" in out and "0.3750" not in out, out

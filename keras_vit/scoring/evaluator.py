@@ -121,7 +121,9 @@ def progress_callback(batches: Optional[int], batch_size: int, what: str,
     terminal), else a log line `what: batch i of n (p%), ... images/s`
     every `every_s` seconds."""
     if bar:
-        progbar = keras.utils.Progbar(batches, unit_name="batch")
+        # The running top-1 is shown as it is (Progbar would average it).
+        progbar = keras.utils.Progbar(batches, unit_name="batch",
+                                      stateful_metrics=["top1"])
         return lambda i, metrics: progbar.update(
             i, [("top1", metrics["accuracy"])])
     rate = Rate(batches, "batch", every_s, images=batch_size)
