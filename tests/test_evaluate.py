@@ -637,6 +637,52 @@ def test_cli_eval_reads_the_data_of_workdir_beside_model(resize_run,
     assert "eval_digits_test_twin.json" in os.listdir(out)
 
 
+def test_a_moved_run_evaluates_itself_into_its_own_folder(resize_run,
+                                                          tmp_path, capsys):
+    """A run's own results file names where the run was: the run moved
+    (or copied) elsewhere evaluates itself again, into its own folder."""
+    first = tmp_path / "first"
+    shutil.copytree(resize_run, first)
+    assert cli("--mode=eval", f"--workdir={first}") == 0
+    capsys.readouterr()
+    moved = tmp_path / "moved"
+    shutil.move(str(first), str(moved))
+    assert cli("--mode=eval", f"--workdir={moved}") == 0
+    assert _printed_metrics(capsys)["model_location"] == str(moved)
+    with open(moved / "eval_digits_test.json") as f:
+        assert json.load(f)["model_location"] == str(moved)
+
+
+def test_a_folder_of_class_folders_alone_is_scored_on_its_held_out_part(
+        tmp_path, capsys, caplog):
+    """Without split folders, an image folder's default split is the share
+    of each class training holds out: the log says so, and how to score
+    every image (--split=train+val)."""
+    model = str(tmp_path / "m.keras")
+    tiny(num_classes=2, image_size=16).save(model)
+    rng = np.random.default_rng(0)
+    for name in ("cat", "dog"):
+        (tmp_path / "photos" / name).mkdir(parents=True)
+        for i in range(10):
+            image = rng.integers(0, 256, (16, 16, 3), dtype=np.uint8)
+            tf.io.write_file(str(tmp_path / "photos" / name / f"{i}.png"),
+                             tf.io.encode_png(image))
+    base = ["--mode=eval", f"--model={model}", "--dataset=folder",
+            f"--data_dir={tmp_path / 'photos'}"]
+    caplog.set_level("INFO", logger="absl")
+    assert cli(*base) == 0
+    assert _printed_metrics(capsys)["num_examples"] == 4
+    log = " ".join(r.getMessage() for r in caplog.records)
+    assert "has no split folders: scoring its val split, the 20% of each " \
+        "class that training holds out (4 of 20 images); " \
+        "--split=train+val scores every image." in log
+    caplog.clear()
+    assert cli(*base, "--split=train+val") == 0
+    assert _printed_metrics(capsys)["num_examples"] == 20
+    assert "has no split folders" not in " ".join(
+        r.getMessage() for r in caplog.records)
+
+
 def test_export_scales_the_runs_resize_with_image_size(resize_run, tmp_path,
                                                        capsys):
     """keras-vit-export --image_size=32 of a run that evaluates resized to

@@ -104,6 +104,8 @@ def evaluate(values, source, strategy) -> Dict:
         FOLDER_TEST if inp.dataset == sources.FOLDER else "test"))
     if inp.dataset == sources.FOLDER and not inp.vtab_task:
         split = folders.resolve_split(inp.data_dir, split)  # "val|test"
+        if not values.split and folders.holds_out(inp.data_dir):
+            _say_held_out(inp.data_dir, split)
     distribute.prepare_input(inp, strategy)  # a cluster's: chief first
     scored = _scored_model(values, source, model, inp, split)
     loss = run.objective.loss if run is not None else "softmax_xent"
@@ -146,6 +148,18 @@ def evaluate(values, source, strategy) -> Dict:
         _write(result_path,
                json.dumps(metrics, indent=2, sort_keys=True) + "\n")
     return metrics
+
+
+def _say_held_out(root: str, split: str) -> None:
+    """Logs that a folder of class folders alone is scored on its share
+    held out of each class, and how to score every image."""
+    index, _ = folders.folder_index(root)
+    total = sum(len(paths) for paths, _ in index.values())
+    logging.info(
+        "%s has no split folders: scoring its %s split, the %d%% of each "
+        "class that training holds out (%d of %d images); --split=train+val "
+        "scores every image.", root, split, round(100 * folders.VAL_SHARE),
+        len(index[split][0]) if split in index else 0, total)
 
 
 def _scored_model(values, source, model, inp, split):
@@ -234,7 +248,8 @@ def check_result_file(path: str, location: str,
     `atomic.absolute` gives them), or with `facts` (this evaluation's
     record) of another split, resize, image size or weights (EMA or
     not): the file names carry the model's file name only (two runs
-    called `run` share one), and no result is overwritten by another."""
+    called `run` share one), and no result is overwritten by another. A
+    file in the model's own folder (a run's) is its, moved or not."""
     if not atomic.exists(path):
         return
     try:
@@ -245,10 +260,14 @@ def check_result_file(path: str, location: str,
     facts = facts or {}
     # A field the file holds (its resize None included) must agree; the
     # model and data folder where the file names them.
-    checks = [("model_location", location, "model"),
-              ("data_dir", data_dir, "data folder")] + [
+    # A run's own results in its own folder are its, wherever the folder
+    # was when they were written (a run moved or copied).
+    own = os.path.dirname(atomic.absolute(path)) == location
+    checks = [("data_dir", data_dir, "data folder")] + [
         (field, facts[field], what) for field, what in _HELD_FACTS
         if field in facts and field in held]
+    if not own:
+        checks.insert(0, ("model_location", location, "model"))
     for field, want, what in checks:
         had = held.get(field, want)
         # A model or data folder the file does not name (null) is no
