@@ -464,6 +464,32 @@ def test_cli_fewshot_at_the_models_own_size(tmp_path, capsys):
         "pass --name=first to add to them, or another --output_dir."]
 
 
+def test_fewshot_at_the_models_own_size_warns_of_a_small_crop(caplog):
+    """config.model.image_size=0 keeps the config's resize (at least the
+    model's side): where the crop then keeps less than half of each side
+    (256 for a 32 x 32 model), a warning names --image_size, which scales
+    it (256 for 224: 37 for 32)."""
+    from types import SimpleNamespace
+
+    from keras_vit.configs import fewshot as fewshot_config
+
+    config = fewshot_config.get_config("digits")
+    with config.unlocked():
+        config.model.image_size = 0
+    caplog.set_level("WARNING", logger="absl")
+    sizes = evaluate_main._fewshot_sizes(SimpleNamespace(image_size=None),
+                                         config, own=32)
+    assert sizes == (32, 256)
+    assert "the central crop keeps less than half of each side. " \
+        "--image_size=32 in place of config.model.image_size=0 scales " \
+        "the config's resize" in caplog.text
+    caplog.clear()
+    assert evaluate_main._fewshot_sizes(
+        SimpleNamespace(image_size=32), fewshot_config.get_config("digits"),
+        own=32) == (32, 37)
+    assert "less than half" not in caplog.text
+
+
 def test_mode_flags_name_what_the_mode_reads_instead(tmp_path):
     """--data_dir and --batch_size are --mode=eval's: with fewshot or
     vtab the one line names the config field that mode reads."""

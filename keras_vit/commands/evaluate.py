@@ -206,6 +206,15 @@ def _fewshot_sizes(values, config, own=None):
             return 0, resize_size
         image_size = own
         resize_size = cli.scaled_resize(resize_size, 0, own)
+        side = max(own) if isinstance(own, (tuple, list)) else own
+        if resize_size and int(resize_size) > 2 * int(side):
+            logging.warning(
+                "Few-shot features at the model's own %s, resized to %s "
+                "first: the central crop keeps less than half of each side. "
+                "--image_size=%s in place of config.model.image_size=0 "
+                "scales the config's resize with the size; or set "
+                "--config.input.pp.eval_resize_size.", side, resize_size,
+                side)
     if values.image_size:
         wanted = values.image_size
         if isinstance(wanted, (tuple, list)):
