@@ -208,19 +208,25 @@ def test_evaluate_names_the_images_it_cannot_decode(tmp_path):
     line = _error_line(result, "evaluate")
     assert "Cannot decode 3 image file(s)" in line
     assert f"{root}/train/a/truncated.png" in line
-    assert "skip_bad_images" in line
-    # Skipping as the message says: scored on the readable ones, and the
-    # results file counts what was left out.
-    out = tmp_path / "results"
-    result = console.run("evaluate", [
-        "--mode=eval", f"--model={model}", f"--config=folder:{root}",
-        "--config.input.skip_bad_images=True", "--split=train",
-        "--batch_size=4", f"--output_dir={out}"])
-    assert result.returncode == 0, result.stderr[-3000:]
-    (stored,) = [json.loads(p.read_text()) for p in out.glob("eval_*.json")]
-    assert stored["skipped_images"] == 3
-    assert stored["num_examples"] == len(os.listdir(root / "train" / "a")) \
-        + len(os.listdir(root / "train" / "b")) - 3
+    assert line.endswith("or pass --skip_bad_images to skip unreadable "
+                         "images (they are counted and named in the log).")
+    # Skipping as the message says (the same data and preprocessing): scored
+    # on the readable ones, and the results file counts what was left
+    # out; with a config, its field does the same.
+    for args in (["--dataset=folder", f"--data_dir={root}",
+                  "--skip_bad_images"],
+                 [f"--config=folder:{root}",
+                  "--config.input.skip_bad_images=True"]):
+        out = tmp_path / f"results{len(args)}"
+        result = console.run("evaluate", [
+            "--mode=eval", f"--model={model}", *args, "--split=train",
+            "--batch_size=4", f"--output_dir={out}"])
+        assert result.returncode == 0, result.stderr[-3000:]
+        (stored,) = [json.loads(p.read_text())
+                     for p in out.glob("eval_*.json")]
+        assert stored["skipped_images"] == 3
+        assert stored["num_examples"] == len(os.listdir(
+            root / "train" / "a")) + len(os.listdir(root / "train" / "b")) - 3
 
 
 @covers("resume_other_optimizer")

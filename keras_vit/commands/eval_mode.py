@@ -317,7 +317,8 @@ def eval_input(values, run, image_size, resize_size=None, keep_aspect=None):
     """The `config.input` section --mode=eval reads: the run's data
     source and evaluation preprocessing (its config, or --workdir's; its
     eval_resize_size scaled from its model.image_size to `image_size`),
-    --dataset and --data_dir where given; `resize_size` (--resize_size,
+    --dataset, --data_dir and --skip_bad_images where given;
+    `resize_size` (--resize_size,
     or without a run the model's own: a timm model's) in place of the
     run's, and `keep_aspect` (None: the run's) in place of its
     eval_keep_aspect."""
@@ -344,6 +345,8 @@ def eval_input(values, run, image_size, resize_size=None, keep_aspect=None):
         fields.update(dataset=values.dataset, vtab_task=None)
     if values.data_dir:
         fields["data_dir"] = values.data_dir
+    if values.skip_bad_images is not None:
+        fields["skip_bad_images"] = bool(values.skip_bad_images)
     return config_lib.complete(fields, "input")
 
 
@@ -360,8 +363,7 @@ def _same_data_kind(run_input, dataset: str) -> bool:
 
 # --mode=eval without --config: its own flags for the data's fields.
 _EVAL_FLAG_WORDS = (
-    ("set config.input.skip_bad_images=True", "pass --config=folder:"
-     "DATA_DIR --config.input.skip_bad_images=True"),
+    ("set config.input.skip_bad_images=True", "pass --skip_bad_images"),
     ("--config.input.data_dir", "--data_dir"),
     ("config.input.data_dir", "--data_dir"),
 )

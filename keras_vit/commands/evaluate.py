@@ -97,6 +97,10 @@ def define_flags(values: flags.FlagValues, argv: Sequence[str]) -> None:
                         "folder.", flag_values=values)
     flags.DEFINE_integer("batch_size", None, "eval: global batch size.",
                          flag_values=values)
+    flags.DEFINE_boolean("skip_bad_images", None, "eval: name and leave "
+                         "out image files that do not decode (default: the "
+                         "run's config.input.skip_bad_images, else stop at "
+                         "the first).", flag_values=values)
     cli.define_class_names_file(values)
     cli.define_resize_size(values)
 
@@ -286,12 +290,17 @@ def _nothing_ran(what: str, not_run: Dict[str, str]) -> str:
 _MODE_FLAGS = {"tasks": ("vtab",), "dataset": ("eval",), "split": ("eval",),
                "data_dir": ("eval",), "batch_size": ("eval",),
                "class_names_file": ("eval",), "resize_size": ("eval",),
-               "keep_aspect": ("eval",), "image_size": ("eval", "fewshot")}
+               "keep_aspect": ("eval",), "skip_bad_images": ("eval",),
+               "image_size": ("eval", "fewshot")}
 # What a misplaced flag's mode reads instead, by (flag, mode).
 _MODE_HINTS = {
     ("image_size", "vtab"): "VTAB-1k trains at --config.model.image_size",
     ("data_dir", "fewshot"): "set --config.input.data_dir instead",
     ("data_dir", "vtab"): "set --config.input.data_dir instead",
+    ("skip_bad_images", "fewshot"): "set --config.input.skip_bad_images "
+                                    "instead",
+    ("skip_bad_images", "vtab"): "set --config.input.skip_bad_images "
+                                 "instead",
     ("batch_size", "fewshot"): "set --config.evals.fewshot.batch_size "
                                "instead",
     ("batch_size", "vtab"): "set --config.input.batch_size (training) or "
