@@ -321,6 +321,24 @@ def test_a_run_started_from_a_model_is_resumed_with_it(tmp_path):
     assert "Resumed from" in again.stderr
 
 
+def test_a_config_override_without_a_config_names_the_missing_flag(
+        tmp_path):
+    """--config.FIELD=V with no --config: one line saying the override has
+    no config to apply to (not absl's "Unknown command line flag")."""
+    for command, args in (
+            ("evaluate", ["--mode=eval", "--model=m.npz", "--dataset=digits",
+                          "--config.input.batch_size=4"]),
+            ("train", [f"--workdir={tmp_path / 'run'}",
+                       "--config.trainer.total_steps=3"])):
+        line = _error_line(console.run(command, args), command)
+        field = args[-1].split("=")[0]
+        assert line.endswith(
+            f"error: {field} overrides a field of --config, which is not "
+            "given: pass --config=NAME too (a shipped config, e.g. digits, "
+            "or a config file), or the command's own flag for it (--help)")
+    assert not (tmp_path / "run").exists()
+
+
 @covers("unknown_model_size")
 def test_train_names_the_closest_sizes_for_an_unknown_one(tmp_path):
     """keras-vit-train --model=Ti/17: one line with the closest sizes,

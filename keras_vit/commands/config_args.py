@@ -137,6 +137,13 @@ def flag_error_message(error: BaseException, argv: Sequence[str]) -> str:
     if "has no attribute 'get_config'" in message:
         return ("the --config file defines no get_config(arg=None) "
                 "returning its config (see configs/digits.py)")
+    unknown = re.search(r"Unknown command line flag '-{0,2}config\.([\w.]+)'",
+                        message)
+    if unknown and not given:
+        return (f"--config.{unknown.group(1)} overrides a field of --config, "
+                "which is not given: pass --config=NAME too (a shipped "
+                "config, e.g. digits, or a config file), or the command's "
+                "own flag for it (--help)")
     lacking = _overrides_the_file_lacks(error, argv)
     if lacking:
         return (f"{'--config=' + given if given else 'the --config file'} "
