@@ -103,7 +103,7 @@ def _closed_port():
      "`strategy`=tpu found no TPU: no `tpu`, no TPU_NAME and no TPU "
      "attached to this machine. To fix: run on a TPU VM (`tpu`=local), "
      "pass `tpu`=NAME (a Cloud TPU's name) or `tpu`=grpc://HOST:8470, or "
-     "train without a TPU: `strategy`=auto or `strategy`=cpu."),
+     "run without a TPU: `strategy`=auto or `strategy`=cpu."),
     ("local", {"fail_init": tf.errors.NotFoundError(
         None, None, "TPUs not found in the cluster.")},
      "Cannot initialise this machine's TPU (`tpu`=local: "

@@ -490,6 +490,22 @@ def test_fewshot_at_the_models_own_size_warns_of_a_small_crop(caplog):
     assert "less than half" not in caplog.text
 
 
+def test_a_missing_mode_or_output_is_one_line_naming_it(capsys):
+    """No --mode, and fewshot or vtab without what they need: one line
+    each, the example naming only what is missing."""
+    assert cli("--model=m.npz") == 1
+    assert _one_line_error(capsys) == (
+        "keras-vit-evaluate: error: --mode is required (flags: --help)")
+    assert cli("--mode=fewshot", "--config=fewshot", "--model=m.npz") == 1
+    assert _one_line_error(capsys) == (
+        "keras-vit-evaluate: error: --mode=fewshot needs --output_dir (e.g. "
+        "--output_dir=/tmp/results).")
+    assert cli("--mode=vtab", "--model=m.npz") == 1
+    assert _one_line_error(capsys).endswith(
+        "needs --config and --output_dir (e.g. --config=vtab "
+        "--output_dir=/tmp/results).")
+
+
 def test_mode_flags_name_what_the_mode_reads_instead(tmp_path):
     """--data_dir and --batch_size are --mode=eval's: with fewshot or
     vtab the one line names the config field that mode reads."""

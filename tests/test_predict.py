@@ -140,7 +140,7 @@ def test_usage_errors(setup, capsys):
     root, _ = setup
     image = str(root / "photos" / "img0.jpeg")
     cases = [
-        ([image], "Flag --model must have a value other than None"),
+        ([image], "--model is required (flags: --help)"),
         ([image, "--model", str(root / "x")], "no such file or folder"),
         ([str(root / "missing.png"), "--model", str(root / "vit.keras")],
          "does not exist"),

@@ -379,7 +379,7 @@ def absl_flag_values(kind: str, argv=("program",)):
 
 
 # absl's message for a required flag left out (an elided command may).
-_REQUIRED = "must have a value other than None"
+_REQUIRED = " is required (flags: --help)"
 
 
 def parse_absl(command: Command, kind: str):

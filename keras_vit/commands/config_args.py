@@ -137,6 +137,10 @@ def flag_error_message(error: BaseException, argv: Sequence[str]) -> str:
     if "has no attribute 'get_config'" in message:
         return ("the --config file defines no get_config(arg=None) "
                 "returning its config (see configs/digits.py)")
+    required = re.match(r"flag --(\w+)=None: Flag --\1 must have a value "
+                        r"other than None", message)
+    if required:
+        return f"--{required.group(1)} is required (flags: --help)"
     unknown = re.search(r"Unknown command line flag '-{0,2}config\.([\w.]+)'",
                         message)
     if unknown and not given:

@@ -325,11 +325,12 @@ def _main(values: flags.FlagValues, args: list) -> None:
         missing = [f for f, v in (("--config", values.config),
                                   ("--output_dir", output_dir))
                    if v is None]
+        examples = {"--config": f"--config={values.mode}",
+                    "--output_dir": "--output_dir=/tmp/results"}
         if missing:
             raise UsageError(
-                f"--mode={values.mode} needs {' and '.join(missing)} "
-                f"(e.g. --config={values.mode})."
-            )
+                f"--mode={values.mode} needs {' and '.join(missing)} (e.g. "
+                f"{' '.join(examples[f] for f in missing)}).")
     misplaced = [_misplaced(name, values.mode)
                  for name, modes in _MODE_FLAGS.items()
                  if values[name].present and values.mode not in modes]

@@ -29,7 +29,7 @@ from keras_vit.training.cluster import SetupError
 # The choices a failed TPU set-up names.
 _TPU_FIXES = (
     "run on a TPU VM (`tpu`=local), pass `tpu`=NAME (a Cloud TPU's name) or "
-    "`tpu`=grpc://HOST:8470, or train without a TPU: `strategy`=auto or "
+    "`tpu`=grpc://HOST:8470, or run without a TPU: `strategy`=auto or "
     "`strategy`=cpu"
 )
 
