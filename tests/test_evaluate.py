@@ -506,6 +506,25 @@ def test_a_missing_mode_or_output_is_one_line_naming_it(capsys):
         "--output_dir=/tmp/results).")
 
 
+def test_a_damaged_fewshot_json_is_refused_not_replaced(tmp_path, capsys):
+    """A fewshot.json cut short (or not of this project) in --output_dir:
+    one line saying so, before the work; the file is left as it was."""
+    path = str(tmp_path / "m.keras")
+    tiny(representation_size=16).save(path)
+    out = tmp_path / "fs"
+    out.mkdir()
+    (out / "fewshot.json").write_text('{"results": ')
+    assert cli("--mode=fewshot", f"--config={FEWSHOT_CONFIG}:digits",
+               f"--model={path}", f"--output_dir={out}",
+               "--image_size=32") == 1
+    assert _one_line_error(capsys) == (
+        f"keras-vit-evaluate: error: {out}/fewshot.json is no few-shot "
+        "results file of this project (not JSON of its fields, or cut "
+        "short): move it away or pass another --output_dir, so that it is "
+        "not overwritten.")
+    assert (out / "fewshot.json").read_text() == '{"results": '
+
+
 def test_mode_flags_name_what_the_mode_reads_instead(tmp_path):
     """--data_dir and --batch_size are --mode=eval's: with fewshot or
     vtab the one line names the config field that mode reads."""

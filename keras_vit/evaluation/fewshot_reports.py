@@ -95,7 +95,10 @@ def check_fewshot_folder(output_dir: str, model_name: str, datasets,
             held = json.load(f)
         name = held.get("model")
     except (ValueError, AttributeError, UnicodeDecodeError):
-        held, name = {}, None
+        raise UsageError(
+            f"{path} is no few-shot results file of this project (not JSON "
+            "of its fields, or cut short): move it away or pass another "
+            "--output_dir, so that it is not overwritten.") from None
     where = held.get("model_location")
     if where == location and isinstance(name, str) and name != model_name:
         raise UsageError(
