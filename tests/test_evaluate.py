@@ -381,6 +381,63 @@ def test_a_fewshot_rerun_keeps_the_other_data_sets(tmp_path):
         str(tmp_path), "m.keras", ["a", "b"], **other) == {}
 
 
+def test_data_sets_probed_before_are_kept_not_probed_again(tmp_path):
+    """A run stopped part way: the data sets its fewshot.json holds,
+    probed with the same model files, recipe and data set entry, are not
+    probed again; another entry, recipe or file contents are."""
+    from keras_vit.evaluation import fewshot_reports
+
+    facts = dict(image_size=32, resize_size=36, model_location="/m.keras",
+                 model_files=[["m.keras", 10, "ab"]],
+                 config={"evals": {"fewshot": {
+                     "type": "fewshot", "shots": [1], "l2_reg": 1024.0,
+                     "datasets": {"a": {"train_split": "train"},
+                                  "b": {"train_split": "train"}}}}})
+    held = {"a": {"1": {"per_seed": [0.5]}}}
+    fewshot_reports.write_fewshot_reports(str(tmp_path), "m.keras", held, {},
+                                          **facts)
+    folder = str(tmp_path)
+    assert fewshot_reports.probed_before(folder, ["a", "b"], **facts) == held
+    other = json.loads(json.dumps(facts))
+    other["config"]["evals"]["fewshot"]["datasets"]["a"]["train_split"] = \
+        "train[:50%]"
+    assert fewshot_reports.probed_before(folder, ["a", "b"], **other) == {}
+    for field, value in (("model_files", [["m.keras", 10, "cd"]]),
+                         ("resize_size", 40), ("model_files", None)):
+        assert fewshot_reports.probed_before(
+            folder, ["a"], **dict(facts, **{field: value})) == {}
+
+
+def test_cli_fewshot_run_again_keeps_what_it_probed(tmp_path, capsys,
+                                                    caplog):
+    """The same few-shot command again: its data sets are kept, not
+    probed again, and the table printed; other shot counts probe anew."""
+    path = str(tmp_path / "m.keras")
+    tiny(representation_size=16).save(path)
+    out = str(tmp_path / "fs")
+    common = ("--mode=fewshot", f"--config={FEWSHOT_CONFIG}:digits",
+              "--config.evals.fewshot.seeds=(0,)", f"--model={path}",
+              f"--output_dir={out}", "--image_size=32")
+    assert cli(*common, "--config.evals.fewshot.shots=(1,)") == 0
+    first = capsys.readouterr().out
+    with open(os.path.join(out, "fewshot.json")) as f:
+        results = json.load(f)["results"]
+    caplog.set_level("INFO", logger="absl")
+    caplog.clear()
+    assert cli(*common, "--config.evals.fewshot.shots=(1,)") == 0
+    assert capsys.readouterr().out == first
+    assert "Kept the results of digits, probed before with this model's " \
+        "files and recipe: not probed again." in caplog.text
+    assert "few-shot data set" not in caplog.text  # nothing extracted
+    with open(os.path.join(out, "fewshot.json")) as f:
+        assert json.load(f)["results"] == results
+    caplog.clear()
+    assert cli(*common, "--config.evals.fewshot.shots=(1,2)") == 0
+    assert "Kept the results" not in caplog.text
+    assert "few-shot data set 1 of 1: digits" in caplog.text
+    assert "2-shot" in capsys.readouterr().out
+
+
 def test_cli_fewshot_at_the_image_size_flag(tmp_path, capsys):
     """--image_size replaces the config's model.image_size and scales its
     resize alike (224 / 256 -> 16 / 18): the same numbers as the config

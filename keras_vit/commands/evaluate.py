@@ -155,6 +155,19 @@ def _fewshot_mode(values, source, strategy) -> Dict:
     kept = fewshot_reports.check_fewshot_folder(
         eval_mode.output_dir(values), name, [d.name for d in datasets],
         **facts)
+    done = fewshot_reports.probed_before(
+        eval_mode.output_dir(values), [d.name for d in datasets], **facts)
+    if done:  # a run stopped part way: what it finished is kept
+        logging.info("Kept the results of %s, probed before with this "
+                     "model's files and recipe: not probed again.",
+                     ", ".join(done))
+        kept.update(done)
+        datasets = [d for d in datasets if d.name not in done]
+    if not datasets:
+        print(fewshot_reports.write_fewshot_reports(
+            eval_mode.output_dir(values), name, kept, [],
+            chief=distribute.is_chief(strategy), **facts))
+        return dict(model=name, results=done, not_run=[], **facts)
     if model is None:
         model = _fewshot_model(source, image_size, strategy)
 

@@ -135,3 +135,31 @@ def check_fewshot_folder(output_dir: str, model_name: str, datasets,
             "drop: probe them too (list them in the config's data sets), "
             "or pass another --output_dir.")
     return kept
+
+
+def probed_before(output_dir: str, datasets, **facts) -> dict:
+    """The results fewshot.json in `output_dir` holds of this run's
+    `datasets` probed with the same model files, recipe (`_recipe`) and
+    data set entry: what a run stopped part way kept, not probed again.
+    {} where the model's files are unknown (nothing to compare)."""
+    path = os.path.join(output_dir, FEWSHOT_JSON)
+    if not facts.get("model_files") or not tf.io.gfile.exists(path):
+        return {}
+    with tf.io.gfile.GFile(path) as f:
+        held = json.load(f)  # refused before if it is not (check_...)
+    theirs, ours = _recipe(held), _recipe(facts)
+    if held.get("model_files") != facts["model_files"] or theirs != ours:
+        return {}
+    held_sets, our_sets = _datasets(held), _datasets(facts)
+    return {k: v for k, v in (held.get("results") or {}).items()
+            if k in set(datasets) and k in our_sets
+            and held_sets.get(k) == our_sets[k]}
+
+
+def _datasets(facts: Mapping) -> dict:
+    """The few-shot evaluator's data set entries of a run's config."""
+    facts = json.loads(json.dumps(dict(facts)))
+    for entry in ((facts.get("config") or {}).get("evals") or {}).values():
+        if isinstance(entry, Mapping) and entry.get("type") == "fewshot":
+            return dict(entry.get("datasets") or {})
+    return {}
