@@ -582,6 +582,17 @@ def test_a_damaged_fewshot_json_is_refused_not_replaced(tmp_path, capsys):
     assert (out / "fewshot.json").read_text() == '{"results": '
 
 
+def test_a_batch_of_no_whole_share_per_replica_names_the_flag():
+    """--mode=eval's data errors are worded in its flags: a batch the
+    replicas cannot share names --batch_size."""
+    from keras_vit.commands import eval_mode
+
+    assert eval_mode.in_eval_flags(
+        "batch_size 7 is not divisible by the 2 replicas: use a multiple "
+        "of 2.") == ("--batch_size=7 is not divisible by the 2 replicas: "
+                     "use a multiple of 2.")
+
+
 def test_mode_flags_name_what_the_mode_reads_instead(tmp_path):
     """--data_dir and --batch_size are --mode=eval's: with fewshot or
     vtab the one line names the config field that mode reads."""

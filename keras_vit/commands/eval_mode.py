@@ -375,6 +375,8 @@ def in_eval_flags(message: str) -> str:
         message = message.replace(folders.SPLIT_FIX, "").rstrip()
     for field, flag in _EVAL_FLAG_WORDS:
         message = message.replace(field, flag)
+    message = re.sub(r"^batch_size (\d+) is not divisible",
+                     r"--batch_size=\1 is not divisible", message)
     if "has no split" in message or "has none of the splits" in message:
         message += (" Pass --split=<one of them> (of a folder of class "
                     "folders: val, the fifth of each class held out from "
