@@ -713,7 +713,7 @@ _CASES = [
         "missing_workdir", BAD_INPUT, "CLI",
         "train.py without --workdir",
         "absl stops at flag parsing.",
-        ("Flag --workdir must have a value other than None",),
+        ("--workdir is required (flags: --help)",),
         "exit status 1",
     ),
     Case(
@@ -1199,6 +1199,21 @@ _CASES = [
         "A clear error listing the tasks and groups.",
         ("Unknown VTAB task(s) 'cifar1000'", "Valid tasks:"),
         "UsageError",
+    ),
+    Case(
+        "vtab_damaged_results", FAULT, "VTAB",
+        "keras-vit-evaluate --mode=vtab into an output_dir whose "
+        "results.jsonl has its last line cut short (a copy stopped "
+        "mid-line), or a damaged line before it",
+        "A last line cut short is left out with a warning naming the file "
+        "and the line, and its task runs again; a damaged line before it "
+        "(or a damaged recipe.json or backbone.json) is refused in one line "
+        "naming the file and the fix, nothing run or rewritten (before, a "
+        "JSONDecodeError traceback).",
+        ("the last line (2) is cut short or damaged", "left out; its task "
+         "runs again if selected", "line 2 is damaged", "mend it, or "
+         "delete that line (its task then runs again), or pass another "
+         "--output_dir"),
     ),
     Case(
         "vtab_other_weights", BAD_INPUT, "VTAB",

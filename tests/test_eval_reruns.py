@@ -140,6 +140,7 @@ def test_another_kind_of_data_does_not_inherit_the_runs_data_dir():
     TFDS run on another TFDS data set, keeps the run's."""
     class Flags:
         data_dir = None
+        skip_bad_images = None
 
     run = config_lib.base_config()
     run.input.update(dataset="folder", data_dir="/photos")
@@ -337,3 +338,113 @@ def test_an_empty_tasks_flag_is_refused(tmp_path, capsys):
                    f"--model={tmp_path / 'm.keras'}", f"--tasks={tasks}",
                    f"--output_dir={tmp_path}") == 1
         assert f"--tasks={tasks} names no task" in _one_line_error(capsys)
+
+
+# keras-vit-evaluate --mode=vtab on TFDS mock data: one step per task.
+TINY_VTAB = (
+    f"--config={VTAB_CONFIG}", "--config.model.image_size=16",
+    "--config.input.batch_size=4", "--config.evals.test.batch_size=4",
+    "--config.trainer.total_steps=1", "--config.trainer.steps_per_loop=1",
+    "--config.checkpoints.every_steps=0", "--config.trainer.jit_compile=False",
+    "--config.input.shuffle_buffer=8")
+
+
+def _vtab_folder(tmp_path, capsys):
+    """A tiny .npz's VTAB output folder with smallnorb_elev done, under
+    --name=tiny; the command line that adds to it."""
+    npz = str(tmp_path / "src.npz")
+    checkpoint.save_npz(create_model(
+        None, num_classes=3, image_size=16, patch_size=8, hidden_size=16,
+        num_layers=1, num_heads=2, mlp_dim=32), npz)
+    out = str(tmp_path / "out")
+    command = ["--mode=vtab", *TINY_VTAB, f"--config.input.data_dir={tmp_path}",
+               f"--model={npz}", f"--output_dir={out}", "--name=tiny"]
+    with tfds.testing.mock_data(**MOCK):
+        assert cli(*command, "--tasks=smallnorb_elev") == 0
+    capsys.readouterr()
+    return out, command
+
+
+def _lines(path):
+    with open(path) as f:
+        return f.read().splitlines()
+
+
+@covers("vtab_damaged_results")
+def test_vtab_results_cut_short_rerun_and_damaged_ones_are_refused(
+        tmp_path, capsys, caplog):
+    """results.jsonl is rewritten whole per task, but a copy may cut its
+    last line short: that line is left out with a warning naming it, and
+    its task runs again; a damaged line before it, or a damaged
+    recipe.json or backbone.json, is one line naming the file and the
+    fix (they were tracebacks), and nothing is run or rewritten."""
+    out, command = _vtab_folder(tmp_path, capsys)
+    results = os.path.join(out, "results.jsonl")
+    (done,) = _lines(results)
+    with open(results, "a") as f:
+        f.write('{"task": "dtd", "acc\n')
+    caplog.set_level("WARNING")
+    with tfds.testing.mock_data(**MOCK):
+        assert cli(*command, "--tasks=smallnorb_elev,dtd") == 0
+    warned = [r.getMessage() for r in caplog.records
+              if "cut short" in r.getMessage()]
+    assert len(warned) == 1, warned
+    assert warned[0].startswith(
+        f"{results}: the last line (2) is cut short or damaged "
+        "(Unterminated string") and warned[0].endswith(
+        "): left out; its task runs again if selected."), warned
+    lines = _lines(results)
+    assert lines[0] == done and json.loads(lines[1])["task"] == "dtd"
+    capsys.readouterr()
+    # A damaged line before the last: refused, the file left as it is.
+    with open(results, "w") as f:
+        f.write(f'{lines[0]}\n{{"task": "dt\n{lines[1]}\n')
+    before = _lines(results)
+    assert cli(*command, "--tasks=smallnorb_elev,dtd,svhn") == 1
+    error = _one_line_error(capsys)
+    assert error.startswith(
+        f"keras-vit-evaluate: error: {results}: line 2 is damaged "
+        "(Unterminated string") and error.endswith(
+        "): mend it, or delete that line (its task then runs again), or "
+        "pass another --output_dir."), error
+    check_says("vtab_damaged_results", f"{warned[0]}\n{error}")
+    assert _lines(results) == before
+    assert not os.path.exists(os.path.join(out, "runs", "svhn"))
+    with open(results, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    for name in ("recipe.json", "backbone.json"):
+        path = os.path.join(out, name)
+        os.rename(path, path + ".good")
+        with open(path, "w") as f:
+            f.write("garbage\n")
+        assert cli(*command, "--tasks=svhn") == 1
+        error = _one_line_error(capsys)
+        assert error.startswith(
+            f"keras-vit-evaluate: error: {path} is damaged (Expecting value"
+            ) and error.endswith(
+            "): put back a good copy of it, or pass another --output_dir."
+            ), error
+        os.replace(path + ".good", path)
+    assert not os.path.exists(os.path.join(out, "runs", "svhn"))
+
+
+def test_a_vtab_rerun_under_another_name_is_refused(tmp_path, capsys):
+    """The same model's tasks under another --name (or none: the model's
+    file name): refused in one line naming the name the folder holds, not
+    reports relabelled while results.jsonl keeps the old name."""
+    out, command = _vtab_folder(tmp_path, capsys)
+    files = {n: open(os.path.join(out, n), "rb").read()
+             for n in ("results.jsonl", "results.md", "summary.json")}
+    results = os.path.join(out, "results.jsonl")
+    for name, shown in (("--name=foo", "'foo'"), ("--name=", "'src.npz'")):
+        argv = [a for a in command if not a.startswith("--name=")]
+        if name != "--name=":
+            argv.append(name)
+        assert cli(*argv, "--tasks=smallnorb_elev,svhn") == 1
+        assert _one_line_error(capsys) == (
+            f"keras-vit-evaluate: error: {results} holds the VTAB results "
+            f"of this model named 'tiny', not {shown}: pass --name=tiny to "
+            "add to them, or another --output_dir.")
+    assert not os.path.exists(os.path.join(out, "runs", "svhn"))
+    assert files == {n: open(os.path.join(out, n), "rb").read()
+                     for n in files}

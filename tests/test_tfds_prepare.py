@@ -103,6 +103,18 @@ def test_tfds_downloads_and_prepares_a_vtab_task(archive, tmp_path,
 # ------------------------------------------------------ the commands
 
 
+def _tfds_said_on_stderr_without_bars(result):
+    """What TFDS says while it downloads and prepares a data set: its
+    "Downloading and preparing" line on stderr, not among the command's
+    results on stdout, and no progress bars when stderr is no terminal
+    (a pipe here; a log file)."""
+    assert "Downloading and preparing dataset" in result.stderr
+    assert "Downloading and preparing" not in result.stdout
+    for bar in ("Dl Completed", "Extraction completed", "Dl Size",
+                "Generating splits", "examples/s]"):
+        assert bar not in result.stderr, result.stderr[-3000:]
+
+
 # A few steps of the protocol at 32 x 32, every example of DTD's test
 # split scored.
 TINY_VTAB = [
@@ -121,7 +133,9 @@ def test_vtab_and_fewshot_commands_on_data_tfds_prepared(archive, tmp_path):
     """The first command downloads and prepares DTD (TFDS, from the
     loopback server) and runs VTAB-1k on it from a training run; the next
     ones read the prepared data: VTAB-1k from a Hugging Face folder, and
-    few-shot probes from both."""
+    few-shot probes from both. Their stdout holds their results only
+    (TFDS's words go to stderr, without its progress bars off a
+    terminal)."""
     folder, counts = archive
     site = tmp_path / "site"
     site.mkdir()
@@ -165,6 +179,10 @@ def test_vtab_and_fewshot_commands_on_data_tfds_prepared(archive, tmp_path):
             for name in ("results.md", "results.csv", "summary.json"):
                 assert os.path.exists(os.path.join(out, name)), name
             assert "| DTD |" in result.stdout or "DTD" in result.stdout
+            with open(os.path.join(out, "results.md")) as f:
+                assert result.stdout == f.read() + "\n"
+            if kind == "workdir":  # the download
+                _tfds_said_on_stderr_without_bars(result)
         # Downloaded once, by the first command; the rest read the data.
         assert requests == ["/" + fake_tfds.ARCHIVE]
         for kind, model in sources.items():
@@ -178,7 +196,8 @@ def test_vtab_and_fewshot_commands_on_data_tfds_prepared(archive, tmp_path):
                 done = json.load(f)
             assert set(done["results"]["dtd"]) == {"1", "5", "10", "25"}
             assert done["not_run"] == {}
-            assert os.path.exists(os.path.join(out, "fewshot.md"))
+            with open(os.path.join(out, "fewshot.md")) as f:
+                assert result.stdout == f.read() + "\n"
         assert len(requests) == 1
 
 
@@ -328,6 +347,8 @@ def test_training_on_a_tfds_name_prepares_it_first(archive, tmp_path):
         assert result.returncode == 0, result.stderr[-3000:]
         assert requests == ["/" + fake_tfds.ARCHIVE]
     assert "TFDS downloads and prepares it" in result.stderr
+    _tfds_said_on_stderr_without_bars(result)
+    assert result.stdout == ""  # keras-vit-train prints nothing there
     with open(tmp_path / "run" / "metrics.json") as f:
         metrics = json.load(f)
     assert metrics["steps"] == 2

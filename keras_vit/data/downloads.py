@@ -6,7 +6,10 @@ warning at every try: forty lines for a data set of four files on a machine
 without network. `network_notices` says the first failure of each host
 once, in one line that names how long the tries last and what to do
 offline, and keeps the rest for --verbose (DEBUG); `failure_words` turns
-the exception that ends the tries into the same words.
+the exception that ends the tries into the same words. `tfds_output` keeps
+what TFDS prints (its "Downloading and preparing dataset ..." line) off
+stdout, where the commands write their results, and shows its progress
+bars only on a terminal.
 
 Written here because neither library has a switch for it: TFDS builds its
 urllib3 `Retry` inside its download function, and urllib3 logs each try.
@@ -17,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
+import sys
 from typing import Iterator, Optional
 
 # The urllib3 logger that reports each try again.
@@ -75,6 +79,32 @@ class _FirstTryPerHost(logging.Filter):
                 "%s: cannot reach %s (%s). TFDS tries again for about 3.5 "
                 "minutes; Ctrl-C stops. %s", self.label, host,
                 _reason(text), offline_fix(self.name))
+        return False
+
+
+@contextlib.contextmanager
+def tfds_output() -> Iterator[None]:
+    """While TFDS downloads and prepares a data set: what it prints to
+    stdout goes to stderr, and its progress bars (tqdm's, on stderr) are
+    shown only when stderr is a terminal, not in a log file or a pipe.
+    TFDS's progress-bar switch is put back as it was afterwards."""
+    import tensorflow_datasets as tfds
+
+    # TFDS's switch (tfds.display_progress_bar) has no getter.
+    switch = sys.modules.get("tensorflow_datasets.core.utils.tqdm_utils")
+    shown = bool(getattr(switch, "_active", True))
+    tfds.display_progress_bar(shown and _terminal(sys.stderr))
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        tfds.display_progress_bar(shown)
+
+
+def _terminal(stream) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):  # no isatty, or a closed stream
         return False
 
 

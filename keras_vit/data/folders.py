@@ -235,12 +235,10 @@ def _check_class_folder(folder: str, name: str, images) -> None:
 
 
 def holds_out(root: str) -> bool:
-    """Whether the image folder `root` is of class folders alone (no
-    <split>/<class>/ folders): its "val" split is then held out of each
-    class (`VAL_SHARE`), "train" the rest."""
-    return not any(d.lower() in SPLIT_NAMES
-                   and _has_subfolder(os.path.join(root, d))
-                   for d in _subdirs(root))
+    """Whether `root` has no <split>/<class>/ folders: its "val" split is
+    then held out of each class (`VAL_SHARE`)."""
+    return not any(d.lower() in SPLIT_NAMES and _has_subfolder(
+        os.path.join(root, d)) for d in _subdirs(root))
 
 
 def _layout(root: str) -> Dict[str, List[Tuple[str, str]]]:

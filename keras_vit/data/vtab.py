@@ -376,7 +376,8 @@ def prepare_builder(
                  "(config.input.download).", label,
                  data_dir or "the TFDS data directory")
     try:
-        with downloads.network_notices(label, name):
+        with downloads.network_notices(label, name), \
+                downloads.tfds_output():
             builder.download_and_prepare(
                 download_config=tfds.download.DownloadConfig(
                     manual_dir=manual))

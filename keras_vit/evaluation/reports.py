@@ -3,11 +3,13 @@ runs: `keras_vit.evaluation.fewshot_reports`).
 
 Per-task results are JSON lines in `results.jsonl`; the file is rewritten
 whole (temporary name + rename) each time a task finishes, so a crash never
-leaves half a line, and a rerun reads which tasks are done. From those
-records come `results.csv`, `results.md` (the paper's Table 9 layout: tasks
-under their group, a mean column per group and the 19-task mean) and bar
-charts (`tasks.png`, `groups.png`). Accuracies are stored as fractions and
-shown in %.
+leaves half a line, and a rerun reads which tasks are done (a last line
+cut short all the same, by a copy, is left out with a warning; a damaged
+line before it is refused: `read_jsonl`). From those records come
+`results.csv`, `results.md` (the paper's Table 9 layout: tasks under their
+group, a mean column per group and the 19-task mean) and bar charts
+(`tasks.png`, `groups.png`). Accuracies are stored as fractions and shown
+in %.
 """
 
 from __future__ import annotations
@@ -19,8 +21,10 @@ import os
 from typing import Dict, List, Mapping, Optional, Sequence
 
 import tensorflow as tf
+from absl import logging
 
 from keras_vit.data import vtab
+from keras_vit.errors import UsageError, one_line
 from keras_vit.storage import workdir as wd
 from keras_vit.storage.atomic import atomic_write
 
@@ -40,12 +44,41 @@ GROUP_COLORS = {
 
 
 # --------------------------------------------------------------- JSONL
-def read_jsonl(path: str) -> List[dict]:
-    """The records of a JSON-lines file ([] if there is none)."""
+def read_jsonl(path: str, warn: bool = True) -> List[dict]:
+    """The records of a JSON-lines file ([] if there is none).
+
+    The last line, when it is no whole record (cut short: a copy or a
+    disk that stopped mid-line), is left out, with a warning naming it
+    (`warn`): its task is run again, and the next record written drops
+    it. A damaged line before it is a UsageError naming the file, the
+    line and the fix: leaving it out would silently drop a finished
+    task's result.
+    """
     if not tf.io.gfile.exists(path):
         return []
-    with tf.io.gfile.GFile(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
+    with tf.io.gfile.GFile(path, "rb") as f:
+        lines = [(n, line) for n, line in enumerate(f.read().split(b"\n"), 1)
+                 if line.strip()]
+    records = []
+    for n, line in lines:
+        try:
+            record = json.loads(line.decode("utf-8"))
+            if not isinstance(record, dict) or "task" not in record:
+                raise ValueError("not a record with a task")
+        except ValueError as e:
+            if n != lines[-1][0]:
+                raise UsageError(
+                    f"{path}: line {n} is damaged ({one_line(e)}): mend it, "
+                    "or delete that line (its task then runs again), or "
+                    "pass another --output_dir.") from None
+            if warn:
+                logging.warning(
+                    "%s: the last line (%d) is cut short or damaged (%s): "
+                    "left out; its task runs again if selected.", path, n,
+                    one_line(e))
+            continue
+        records.append(record)
+    return records
 
 
 def append_jsonl(path: str, record: Mapping) -> List[dict]:
@@ -54,7 +87,8 @@ def append_jsonl(path: str, record: Mapping) -> List[dict]:
     A record with the same "task" as an older one replaces it. Returns all
     records.
     """
-    records = [r for r in read_jsonl(path) if r.get("task") != record["task"]]
+    records = [r for r in read_jsonl(path, warn=False)
+               if r.get("task") != record["task"]]
     records.append(dict(record))
     text = "".join(json.dumps(r, sort_keys=True) + "\n" for r in records)
     atomic_write(path, text)

@@ -16,7 +16,7 @@ import tensorflow as tf
 from keras_vit import config as config_lib
 from keras_vit.architecture import SHAPE_FIELDS
 from keras_vit.data import vtab
-from keras_vit.errors import UsageError
+from keras_vit.errors import UsageError, one_line
 from keras_vit.storage import workdir as wd
 
 RECIPE = "recipe.json"
@@ -107,6 +107,23 @@ def recipe(config: ml_collections.ConfigDict) -> Dict:
     return out
 
 
+def read_folder_json(path: str) -> Dict:
+    """A JSON object the runner wrote into an output folder (recipe.json,
+    backbone.json); one that is damaged (no JSON, not an object) is a
+    UsageError naming the file and the fix."""
+    try:
+        value = wd.read_json(path)
+    except ValueError as e:  # JSONDecodeError, UnicodeDecodeError
+        value, why = None, one_line(e)
+    else:
+        why = "not a JSON object"
+    if not isinstance(value, dict):
+        raise UsageError(
+            f"{path} is damaged ({why}): put back a good copy of it, or "
+            "pass another --output_dir.")
+    return value
+
+
 def check_recipe(config: ml_collections.ConfigDict, output_dir: str,
                  finished: bool, chief: bool = True) -> None:
     """Refuses to add tasks of another recipe (`recipe`) to an output
@@ -122,7 +139,7 @@ def check_recipe(config: ml_collections.ConfigDict, output_dir: str,
             "another recipe's. Use a new output_dir (or put back its "
             f"{RECIPE}).")
     if finished:
-        differ = config_lib.differences(wd.read_json(path), wanted)
+        differ = config_lib.differences(read_folder_json(path), wanted)
         if differ:
             raise UsageError(
                 f"{output_dir} holds VTAB results of another recipe "

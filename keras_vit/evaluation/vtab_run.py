@@ -32,6 +32,7 @@ import functools
 import itertools
 import json
 import os
+import shlex
 import time
 from typing import Callable, Dict, List, Optional, Sequence, Union
 
@@ -47,6 +48,7 @@ from keras_vit.evaluation import accuracy, reports
 from keras_vit.evaluation.vtab_protocol import (
     Protocol,
     check_recipe,
+    read_folder_json,
     task_config,
 )
 from keras_vit.progress import Progress
@@ -230,7 +232,7 @@ def prepare_backbone(
     if tf.io.gfile.exists(stamp):
         # The stamp decides, with or without the backbone beside it (a
         # deleted backbone.npz is written again for the same model).
-        saved = wd.read_json(stamp)
+        saved = read_folder_json(stamp)
         if all(saved.get(k, wanted[k]) == wanted[k] for k in _STAMP_FIELDS):
             if not tf.io.gfile.exists(path):
                 logging.info("Writing the headless backbone of %s to %s "
@@ -246,7 +248,8 @@ def prepare_backbone(
             f"({differ}): use a new `output_dir` for "
             f"{source.describe()}."
         )
-    if reports.read_jsonl(os.path.join(output_dir, reports.RESULTS_JSONL)):
+    if reports.read_jsonl(os.path.join(output_dir, reports.RESULTS_JSONL),
+                          warn=False):
         raise UsageError(
             f"{output_dir} holds VTAB results but no {BACKBONE_SOURCE} "
             "saying which model they are of: the new tasks could be "
@@ -272,8 +275,9 @@ def run(  # noqa: PLR0913 (the protocol's parts and options)
 ) -> Dict:
     """Runs the VTAB-1k protocol on the selected tasks.
 
-    Finished tasks (in results.jsonl, of the same recipe: `check_recipe`)
-    are skipped; tasks whose data is missing are reported; the run goes on.
+    Finished tasks (in results.jsonl, of the same recipe: `check_recipe`,
+    and model name: `check_name`) are skipped; tasks whose data is missing
+    are reported; the run goes on.
 
     Args:
         config: ConfigDict. configs/vtab.py: its vtab evaluator
@@ -302,16 +306,14 @@ def run(  # noqa: PLR0913 (the protocol's parts and options)
                                  else protocol.tasks)
     model_name = model_name or source.describe()
     tf.io.gfile.makedirs(output_dir)
-    backbone = prepare_backbone(source, output_dir, protocol.keep_pre_logits)
-    model_fields = pretrained.transfer_model_config(
-        pretrained.NpzSource(backbone), protocol.model_options)
     results_path = os.path.join(output_dir, reports.RESULTS_JSONL)
     records: List[Dict] = reports.read_jsonl(results_path)
+    backbone = prepare_backbone(source, output_dir, protocol.keep_pre_logits)
+    check_name(records, model_name, results_path)
     check_recipe(config, output_dir, bool(records), chief)
-    todo = [t for t in selected if all(r["task"] != t.name for r in records)]
-    if len(todo) < len(selected):
-        logging.info("%d of %d selected tasks already done (%s): skipped.",
-                     len(selected) - len(todo), len(selected), results_path)
+    model_fields = pretrained.transfer_model_config(
+        pretrained.NpzSource(backbone), protocol.model_options)
+    todo = _todo(selected, records, results_path)
     not_run: Dict[str, str] = {}
     preempted = False
     progress = Progress(len(todo))
@@ -339,6 +341,32 @@ def run(  # noqa: PLR0913 (the protocol's parts and options)
                                        not_run)
     return _finish(records, not_run, preempted, output_dir, model_name,
                    chief)
+
+
+def _todo(selected: Sequence[vtab.Task], records: Sequence[Dict],
+          results_path: str) -> List[vtab.Task]:
+    """The selected tasks without a record, the others said skipped."""
+    todo = [t for t in selected if all(r["task"] != t.name for r in records)]
+    if len(todo) < len(selected):
+        logging.info("%d of %d selected tasks already done (%s): skipped.",
+                     len(selected) - len(todo), len(selected), results_path)
+    return todo
+
+
+def check_name(records: Sequence[Dict], model_name: str,
+               results_path: str) -> None:
+    """Refuses to add tasks under another name to the finished tasks of
+    the same model (`prepare_backbone` has checked the model): the
+    reports would call them all by the new name, results.jsonl by the
+    old one."""
+    held = [r["model"] for r in records
+            if isinstance(r.get("model"), str) and r["model"] != model_name]
+    if held:
+        raise UsageError(
+            f"{results_path} holds the VTAB results of this model named "
+            f"{held[-1]!r}, not {model_name!r}: pass "
+            f"--name={shlex.quote(held[-1])} to add to them, or another "
+            "--output_dir.")
 
 
 def _record(records: List[Dict], record: Dict, results_path: str,
