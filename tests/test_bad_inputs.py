@@ -337,6 +337,10 @@ def test_a_config_override_without_a_config_names_the_missing_flag(
             "given: pass --config=NAME too (a shipped config, e.g. digits, "
             "or a config file), or the command's own flag for it (--help)")
     assert not (tmp_path / "run").exists()
+    line = _error_line(console.run("predict", ["--config.x=1", "a.jpg"]),
+                       "predict")
+    assert line.endswith(
+        "error: --config.x: this command takes no --config (flags: --help)")
 
 
 @covers("unknown_model_size")

@@ -411,11 +411,15 @@ def test_data_sets_probed_before_are_kept_not_probed_again(tmp_path):
 def test_cli_fewshot_run_again_keeps_what_it_probed(tmp_path, capsys,
                                                     caplog):
     """The same few-shot command again: its data sets are kept, not
-    probed again, and the table printed; other shot counts probe anew."""
+    probed again, and the table printed (a data set not prepared, not
+    run either time, leaves the exit status 0); other shot counts probe
+    anew."""
     path = str(tmp_path / "m.keras")
     tiny(representation_size=16).save(path)
     out = str(tmp_path / "fs")
-    common = ("--mode=fewshot", f"--config={FEWSHOT_CONFIG}:digits",
+    common = ("--mode=fewshot", f"--config={FEWSHOT_CONFIG}:digits,cifar100",
+              "--config.input.download=False",
+              f"--config.input.data_dir={tmp_path / 'no_tfds'}",
               "--config.evals.fewshot.seeds=(0,)", f"--model={path}",
               f"--output_dir={out}", "--image_size=32")
     assert cli(*common, "--config.evals.fewshot.shots=(1,)") == 0
@@ -434,7 +438,7 @@ def test_cli_fewshot_run_again_keeps_what_it_probed(tmp_path, capsys,
     caplog.clear()
     assert cli(*common, "--config.evals.fewshot.shots=(1,2)") == 0
     assert "Kept the results" not in caplog.text
-    assert "few-shot data set 1 of 1: digits" in caplog.text
+    assert "few-shot data set 2 of 2: digits" in caplog.text
     assert "2-shot" in capsys.readouterr().out
 
 
@@ -769,17 +773,23 @@ def test_cli_eval_reads_the_data_of_workdir_beside_model(resize_run,
 def test_a_moved_run_evaluates_itself_into_its_own_folder(resize_run,
                                                           tmp_path, capsys):
     """A run's own results file names where the run was: the run moved
-    (or copied) elsewhere evaluates itself again, into its own folder."""
-    first = tmp_path / "first"
+    elsewhere evaluates itself again, into its own folder; a copy beside
+    the original (still there) does not take over its file."""
+    first = tmp_path / "a" / "run"
     shutil.copytree(resize_run, first)
     assert cli("--mode=eval", f"--workdir={first}") == 0
     capsys.readouterr()
-    moved = tmp_path / "moved"
+    moved = tmp_path / "b" / "run"
     shutil.move(str(first), str(moved))
     assert cli("--mode=eval", f"--workdir={moved}") == 0
     assert _printed_metrics(capsys)["model_location"] == str(moved)
     with open(moved / "eval_digits_test.json") as f:
         assert json.load(f)["model_location"] == str(moved)
+    copy = tmp_path / "c" / "run"
+    shutil.copytree(moved, copy)
+    assert cli("--mode=eval", f"--workdir={copy}") == 1
+    assert f"holds the results of another model ({moved}, now {copy})" \
+        in _one_line_error(capsys)
 
 
 def test_a_folder_of_class_folders_alone_is_scored_on_its_held_out_part(

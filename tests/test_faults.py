@@ -411,17 +411,21 @@ def test_nan_batch_stops_at_the_step_with_last_good_checkpoint(
 
 @covers("nonfinite_weights_update")
 @pytest.mark.filterwarnings("ignore:overflow encountered in cast")
-@pytest.mark.parametrize("every", [1, 10])
-def test_weights_made_non_finite_stop_before_a_checkpoint(tmp_path, every):
+@pytest.mark.parametrize("every,best", [(1, False), (10, False), (1, True)])
+def test_weights_made_non_finite_stop_before_a_checkpoint(tmp_path, every,
+                                                          best):
     """An update too large for float32 (a learning rate of 1e39) makes the
     weights non-finite from a finite loss and gradient: the run stops in
     one line naming a weight, before a checkpoint holds them (every:
-    1, the save after step 1 checks them) and before it skips every later
-    step for good (10: the call that meets the first skipped step)."""
+    1, the save after step 1 checks them; best: the best checkpoint of an
+    evaluation at step 1 alike) and before it skips every later step for
+    good (10: the call that meets the first skipped step)."""
     workdir = str(tmp_path / "run")
+    extra = {"evals.test.every_steps": 1,
+             "checkpoints.keep_best": "test"} if best else {}
     config = tiny_config(skip_nonfinite=True, **{
         "schedule.lr": 1e39, "schedule.decay_type": "constant",
-        "steps_per_loop": every, "checkpoint_every_steps": every})
+        "steps_per_loop": every, "checkpoint_every_steps": every, **extra})
     with pytest.raises(train_lib.TrainingError) as info:
         train_lib.train_and_evaluate(config, workdir)
     check_error("nonfinite_weights_update", info.value)
@@ -431,6 +435,8 @@ def test_weights_made_non_finite_stop_before_a_checkpoint(tmp_path, every):
     assert "config.trainer.grad_clip_norm" in message
     assert _finite_checkpoints(workdir) == []
     assert checkpoint_list.latest(ckpt_dir(workdir)) is None
+    assert not glob.glob(os.path.join(workdir, "best", "**", "*.index"),
+                         recursive=True)
 
 
 @covers("nan_batch_skipped")
@@ -734,7 +740,7 @@ def test_a_list_cut_at_a_line_still_offers_the_checkpoints_it_left_out(
     assert checkpoint_list.latest(folder) == os.path.join(folder, "ckpt-20")
 
 
-@pytest.mark.parametrize("kept_lines", [2, 4])
+@pytest.mark.parametrize("kept_lines", [2, 3, 4])
 def test_a_list_cut_at_a_line_is_written_again_for_rotation(
         small_run, tmp_path, caplog, kept_lines):
     """A list cut at a line's end parses, but TensorFlow's manager would
@@ -744,8 +750,8 @@ def test_a_list_cut_at_a_line_is_written_again_for_rotation(
     workdir = _copy(small_run, tmp_path)
     state = os.path.join(ckpt_dir(workdir), "checkpoint")
     lines = open(state).read().splitlines(keepends=True)
-    # 2: the newest path and the oldest of the list; 4: every path, one
-    # timestamp of two.
+    # 2: the newest path and the oldest of the list; 3: every path, no
+    # timestamp; 4: every path, one timestamp of two.
     open(state, "w").write("".join(lines[:kept_lines]))
     caplog.set_level("INFO", logger="absl")
     metrics = train_lib.train_and_evaluate(

@@ -244,6 +244,13 @@ def test_keras_model_of_no_vit_is_refused_once(setup, tmp_path, capsys,
                       if "not a keras_vit Vision" in r.getMessage())
     assert "given back as Keras saved it" in warned
     assert "the keras-vit commands" in warned and "refuse it" in warned
+    # keras-vit-convert re-saves it as it is, saying so alike.
+    from keras_vit.commands import convert
+
+    caplog.clear()
+    convert.convert(path, str(tmp_path / "again.keras"))
+    assert "not a keras_vit Vision Transformer" in caplog.text
+    assert os.path.exists(tmp_path / "again.keras")
 
 
 def test_output_is_checked_first_and_its_folder_made(setup, capsys):

@@ -49,7 +49,7 @@ __all__ = [
     "NpzSource", "SOURCE_KINDS", "SavedModelSource", "Source",
     "SourceLike", "WorkdirSource", "class_names", "describe_source",
     "initialise", "load_model", "load_report", "load_vit", "model_files",
-    "require_vit",
+    "require_vit", "warn_if_no_vit",
     "resolve",
     "source_arrays",
     "transfer_model_config", "write_backbone",
@@ -263,15 +263,20 @@ def load_model(
         source, image_size, num_classes=num_classes, pooling=pooling,
         representation_size=representation_size, strict=strict,
     ).model
+    warn_if_no_vit(source, model)
+    return model
+
+
+def warn_if_no_vit(source: Source, model: keras.Model) -> None:
+    """Warns where `source`, a `.keras` file, holds a Keras model that is
+    no ViT (given back as Keras saved it)."""
     if isinstance(source, KerasSource) and not isinstance(
             model, VisionTransformer):
-        foreign = legacy.foreign_layer(model)
         logging.warning(
             "%s holds a Keras model that is not a keras_vit Vision "
             "Transformer (%s): it is given back as Keras saved it; the "
             "keras-vit commands and what else needs a ViT refuse it.",
-            source.path, foreign)
-    return model
+            source.path, legacy.foreign_layer(model))
 
 
 def load_vit(source: SourceLike,

@@ -117,8 +117,10 @@ def config_file_error(error: BaseException, argv: Sequence[str]) -> str:
             f"{type(error).__name__}: {text}")
 
 
-def flag_error_message(error: BaseException, argv: Sequence[str]) -> str:
-    """One line for a bad flag or config field (absl, ml_collections)."""
+def flag_error_message(error: BaseException, argv: Sequence[str],
+                       has_config: bool = True) -> str:
+    """One line for a bad flag or config field (absl, ml_collections);
+    `has_config`: the command takes --config."""
     message = str(error.args[0]) if error.args else str(error)
     # A config file's get_config raised: ml_collections puts the whole
     # traceback in the flag's message; its last line says what is wrong.
@@ -143,6 +145,9 @@ def flag_error_message(error: BaseException, argv: Sequence[str]) -> str:
         return f"--{required.group(1)} is required (flags: --help)"
     unknown = re.search(r"Unknown command line flag '-{0,2}config\.([\w.]+)'",
                         message)
+    if unknown and not has_config:
+        return (f"--config.{unknown.group(1)}: this command takes no "
+                "--config (flags: --help)")
     if unknown and not given:
         return (f"--config.{unknown.group(1)} overrides a field of --config, "
                 "which is not given: pass --config=NAME too (a shipped "

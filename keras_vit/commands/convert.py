@@ -66,7 +66,9 @@ def convert(source, output: str, *, image_size=None, **build):
     leaves a partial file there. Returns the .npz's or hub folder's
     LoadReport (None for the other sources)."""
     _check_keras_name(output)
+    source = loader.resolve(source)
     model, report = loader.load_report(source, image_size, **build)
+    loader.warn_if_no_vit(source, model)  # re-saved as it is
     if "num_classes" not in build:  # a new head is zeros by design
         cli.warn_zero_head(source, model)
     atomic.atomic_write(output, model.save)

@@ -104,7 +104,8 @@ def evaluate(values, source, strategy) -> Dict:
         FOLDER_TEST if inp.dataset == sources.FOLDER else "test"))
     if inp.dataset == sources.FOLDER and not inp.vtab_task:
         split = folders.resolve_split(inp.data_dir, split)  # "val|test"
-        if not values.split and folders.holds_out(inp.data_dir):
+        if (not values.split and split == "val"
+                and folders.holds_out(inp.data_dir)):
             _say_held_out(inp.data_dir, split)
     distribute.prepare_input(inp, strategy)  # a cluster's: chief first
     scored = _scored_model(values, source, model, inp, split)
@@ -249,7 +250,8 @@ def check_result_file(path: str, location: str,
     record) of another split, resize, image size or weights (EMA or
     not): the file names carry the model's file name only (two runs
     called `run` share one), and no result is overwritten by another. A
-    file in the model's own folder (a run's) is its, moved or not."""
+    file in the model's own folder (a run's) naming a folder of its name
+    that is gone is its own, written before the run moved."""
     if not atomic.exists(path):
         return
     try:
@@ -260,9 +262,13 @@ def check_result_file(path: str, location: str,
     facts = facts or {}
     # A field the file holds (its resize None included) must agree; the
     # model and data folder where the file names them.
-    # A run's own results in its own folder are its, wherever the folder
-    # was when they were written (a run moved or copied).
-    own = os.path.dirname(atomic.absolute(path)) == location
+    # A run's own results in its own folder are its, where the folder
+    # they name is gone (the run moved) and had its name.
+    before = held.get("model_location")
+    own = (os.path.dirname(atomic.absolute(path)) == location
+           and isinstance(before, str) and "://" not in before
+           and os.path.basename(before) == os.path.basename(location)
+           and not os.path.exists(before))
     checks = [("data_dir", data_dir, "data folder")] + [
         (field, facts[field], what) for field, what in _HELD_FACTS
         if field in facts and field in held]

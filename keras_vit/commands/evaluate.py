@@ -165,9 +165,9 @@ def _fewshot_mode(values, source, strategy) -> Dict:
         datasets = [d for d in datasets if d.name not in done]
     if not datasets:
         print(fewshot_reports.write_fewshot_reports(
-            eval_mode.output_dir(values), name, kept, [],
+            eval_mode.output_dir(values), name, kept, {},
             chief=distribute.is_chief(strategy), **facts))
-        return dict(model=name, results=done, not_run=[], **facts)
+        return dict(model=name, results=done, not_run={}, **facts)
     if model is None:
         model = _fewshot_model(source, image_size, strategy)
 
@@ -182,7 +182,7 @@ def _fewshot_mode(values, source, strategy) -> Dict:
         download=bool(config.input.download),
         every_s=float(config.log.every_seconds),
         in_turn=distribute.prepare_in_turn(strategy), on_result=write)
-    if not results:
+    if not results and not done:
         raise UsageError(_nothing_ran("few-shot data set", not_run))
     print(write(results, not_run))
     if distribute.is_chief(strategy):

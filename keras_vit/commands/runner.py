@@ -218,7 +218,8 @@ def parse(values: flags.FlagValues, argv: Sequence[str]) -> list:
     except (AttributeError, KeyError, flags.Error) as error:
         if raised_in_config_file(error, argv):
             raise UsageError(config_file_error(error, argv)) from error
-        raise UsageError(flag_error_message(error, argv)) from error
+        raise UsageError(flag_error_message(
+            error, argv, "config" in values)) from error
     except Exception as error:  # a config file's own code failed
         raise UsageError(config_file_error(error, argv)) from error
     if "config" in values and values.config is not None:

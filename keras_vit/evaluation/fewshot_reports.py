@@ -148,7 +148,8 @@ def probed_before(output_dir: str, datasets, **facts) -> dict:
     with tf.io.gfile.GFile(path) as f:
         held = json.load(f)  # refused before if it is not (check_...)
     theirs, ours = _recipe(held), _recipe(facts)
-    if held.get("model_files") != facts["model_files"] or theirs != ours:
+    if held.get("model_files") != facts["model_files"] or theirs != ours or (
+            _data_dirs(held) != _data_dirs(facts)):
         return {}
     held_sets, our_sets = _datasets(held), _datasets(facts)
     return {k: v for k, v in (held.get("results") or {}).items()
@@ -163,3 +164,10 @@ def _datasets(facts: Mapping) -> dict:
         if isinstance(entry, Mapping) and entry.get("type") == "fewshot":
             return dict(entry.get("datasets") or {})
     return {}
+
+
+def _data_dirs(facts: Mapping) -> tuple:
+    """Where a run's config reads its data (another copy, another TFDS
+    version there, may give other accuracies)."""
+    inp = (facts.get("config") or {}).get("input") or {}
+    return inp.get("data_dir"), inp.get("manual_dir")

@@ -79,12 +79,12 @@ def relist(directory: str) -> None:
 def _lists_all(state, found: List[str]) -> bool:
     """Whether TensorFlow's manager, reading `state`, rotates every
     checkpoint `found` on disk: it rotates those of
-    all_model_checkpoint_paths that have a timestamp (all, where none
-    has)."""
+    all_model_checkpoint_paths that have a timestamp (where none has, it
+    takes them all as preserved, and never removes them)."""
     if state is None or not state.model_checkpoint_path:
         return False
     paths = list(state.all_model_checkpoint_paths)
-    if len(state.all_model_checkpoint_timestamps) not in (0, len(paths)):
+    if len(state.all_model_checkpoint_timestamps) != len(paths):
         return False
     names = {os.path.basename(p) for p in paths}
     return all(os.path.basename(p) in names for p in found)

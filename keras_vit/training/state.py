@@ -23,6 +23,7 @@ from absl import logging
 
 from keras_vit.storage import checkpoint_list
 from keras_vit.storage import workdir as wd
+from keras_vit.training import reporting
 
 
 def scratch_dir(workdir: str, task: str) -> str:
@@ -87,7 +88,12 @@ class CheckpointWriter:
 
     def save(self, step: int) -> Optional[str]:
         """Saves the checkpoint of `step` where this worker saves; the path
-        in the run's folder (None on other workers)."""
+        in the run's folder (None on other workers). Weights that are not
+        finite are refused on every worker alike, before any is written
+        (`reporting.check_weights`)."""
+        model = getattr(self.manager.checkpoint, "model", None)
+        if model is not None:
+            reporting.check_weights(model, step, self.latest())
         if not self.save_here:
             return None
         path = self.manager.save(checkpoint_number=step)
