@@ -723,9 +723,10 @@ def test_a_lost_checkpoint_list_is_read_from_the_files(small_run, tmp_path,
 
 def test_a_list_cut_at_a_line_still_offers_the_checkpoints_it_left_out(
         tmp_path):
-    """A list cut at a line's end parses: what it names comes first, the
-    ckpt-N files it leaves out after it, newest first (tried where the
-    listed ones are damaged); a folder without a list, by step alone."""
+    """A list cut at a line's end parses, but leaves checkpoints out: they
+    are all read by step, newest first, as the chief writes the list
+    again (every worker then agrees, before and after); a folder without
+    a list, by step alike."""
     for step in (5, 10, 20):
         (tmp_path / f"ckpt-{step}.index").write_bytes(b"")
     (tmp_path / "ckpt-30_temp").mkdir()  # a save in progress: not one
@@ -733,7 +734,7 @@ def test_a_list_cut_at_a_line_still_offers_the_checkpoints_it_left_out(
     state.write_text('model_checkpoint_path: "ckpt-10"\n')
     folder = str(tmp_path)
     assert checkpoint_list.listed(folder) == [
-        os.path.join(folder, f"ckpt-{s}") for s in (10, 20, 5)]
+        os.path.join(folder, f"ckpt-{s}") for s in (20, 10, 5)]
     state.unlink()
     assert checkpoint_list.listed(folder) == [
         os.path.join(folder, f"ckpt-{s}") for s in (20, 10, 5)]

@@ -19,20 +19,20 @@ def listed(directory: str) -> List[str]:
     """The checkpoints the state file of `directory` lists, newest first
     (its latest, then the others newest to oldest); where that file is
     missing or unreadable (a copy that left it out or cut it short), the
-    ckpt-N checkpoints there by their step, newest first, with a warning
-    (and after the listed ones, those a list cut short left out); [] when
-    there is none."""
+    ckpt-N checkpoints there by their step, newest first, with a warning,
+    and alike without one where it leaves some of them out (`relist`
+    writes it again so); [] when there is none."""
     state = _checkpoint_state(directory)
+    found = _unlisted(directory)
     if state is not None and state.model_checkpoint_path:
-        paths = [state.model_checkpoint_path] + [
+        if not _lists_all(state, found):
+            # A list cut at a line's end still parses: by step, as the
+            # chief writes it again (`relist`), so that every worker of a
+            # run resumes from the same one, before and after.
+            return found
+        return [state.model_checkpoint_path] + [
             p for p in reversed(state.all_model_checkpoint_paths)
             if p != state.model_checkpoint_path]
-        # A list cut at a line's end still parses: the checkpoints it
-        # leaves out come after it, to try where the listed are damaged.
-        names = {os.path.basename(p) for p in paths}
-        return paths + [p for p in _unlisted(directory)
-                         if os.path.basename(p) not in names]
-    found = _unlisted(directory)
     if found and directory not in _WARNED:
         _WARNED.add(directory)
         logging.warning(
