@@ -227,7 +227,7 @@ def test_processes_print_one_line_or_the_traceback(tmp_path):
         "from keras_vit.checkpoint import loader\n"
         "def broken(*a, **k):\n"
         "    raise ValueError('a bug inside Keras')\n"
-        "loader.load_model = broken\n"
+        "loader.load_vit = broken\n"
         "from keras_vit.commands import export\n"
         "sys.exit(export.main(sys.argv))\n"
     )
