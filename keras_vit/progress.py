@@ -33,7 +33,7 @@ def show(text: str, stream=None) -> None:
     if (_open_line and _open_line[0] is not stream) or (
             _pending and _pending[0] is not stream):
         end_line()
-    if not _is_terminal(stream):
+    if not is_terminal(stream):
         now = time.monotonic()
         due = not _pending or now - _pending[3] >= EVERY_S
         if due:
@@ -66,7 +66,9 @@ def _write_line(stream, text: str) -> None:
         pass
 
 
-def _is_terminal(stream) -> bool:
+def is_terminal(stream) -> bool:
+    """Whether `stream` is a terminal (False for a closed stream or one
+    without isatty)."""
     try:
         return bool(stream.isatty())
     except (AttributeError, OSError, ValueError):

@@ -163,25 +163,22 @@ def _fewshot_mode(values, source, strategy) -> Dict:
                      ", ".join(done))
         kept.update(done)
         datasets = [d for d in datasets if d.name not in done]
-    if not datasets:
-        print(fewshot_reports.write_fewshot_reports(
-            eval_mode.output_dir(values), name, kept, {},
-            chief=distribute.is_chief(strategy), **facts))
-        return dict(model=name, results=done, not_run={}, **facts)
-    if model is None:
-        model = _fewshot_model(source, image_size, strategy)
 
     def write(results, not_run):  # a cluster's chief writes the files
         return fewshot_reports.write_fewshot_reports(
             eval_mode.output_dir(values), name, {**kept, **results},
             not_run, chief=distribute.is_chief(strategy), **facts)
 
-    results, not_run = fewshot.run(
-        model, opts, datasets, image_size=image_size,
-        resize_size=resize_size, strategy=strategy,
-        download=bool(config.input.download),
-        every_s=float(config.log.every_seconds),
-        in_turn=distribute.prepare_in_turn(strategy), on_result=write)
+    results, not_run = {}, {}
+    if datasets:  # what is not kept
+        if model is None:
+            model = _fewshot_model(source, image_size, strategy)
+        results, not_run = fewshot.run(
+            model, opts, datasets, image_size=image_size,
+            resize_size=resize_size, strategy=strategy,
+            download=bool(config.input.download),
+            every_s=float(config.log.every_seconds),
+            in_turn=distribute.prepare_in_turn(strategy), on_result=write)
     if not results and not done:
         raise UsageError(_nothing_ran("few-shot data set", not_run))
     print(write(results, not_run))

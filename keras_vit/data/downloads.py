@@ -23,6 +23,8 @@ import re
 import sys
 from typing import Iterator, Optional
 
+from keras_vit import progress
+
 # The urllib3 logger that reports each try again.
 _POOL_LOGGER = "urllib3.connectionpool"
 _HOST = re.compile(r"host='([^']+)'")
@@ -93,19 +95,12 @@ def tfds_output() -> Iterator[None]:
     # TFDS's switch (tfds.display_progress_bar) has no getter.
     switch = sys.modules.get("tensorflow_datasets.core.utils.tqdm_utils")
     shown = bool(getattr(switch, "_active", True))
-    tfds.display_progress_bar(shown and _terminal(sys.stderr))
+    tfds.display_progress_bar(shown and progress.is_terminal(sys.stderr))
     try:
         with contextlib.redirect_stdout(sys.stderr):
             yield
     finally:
         tfds.display_progress_bar(shown)
-
-
-def _terminal(stream) -> bool:
-    try:
-        return bool(stream.isatty())
-    except (AttributeError, ValueError):  # no isatty, or a closed stream
-        return False
 
 
 # Set when Ctrl-C stopped a download: TFDS's download threads go on

@@ -70,10 +70,8 @@ def _recipe(facts: Mapping) -> dict:
     than the data sets, as JSON holds them (a live config's tuples are
     the lists of a stored one)."""
     facts = json.loads(json.dumps(dict(facts)))
-    evaluator = {}
-    for entry in ((facts.get("config") or {}).get("evals") or {}).values():
-        if isinstance(entry, Mapping) and entry.get("type") == "fewshot":
-            evaluator = {k: v for k, v in entry.items() if k != "datasets"}
+    evaluator = {k: v for k, v in _evaluator(facts).items()
+                 if k != "datasets"}
     return dict(image_size=facts.get("image_size"),
                 resize_size=facts.get("resize_size"),
                 use_ema=facts.get("use_ema"), fewshot=evaluator)
@@ -159,11 +157,18 @@ def probed_before(output_dir: str, datasets, **facts) -> dict:
 
 def _datasets(facts: Mapping) -> dict:
     """The few-shot evaluator's data set entries of a run's config."""
-    facts = json.loads(json.dumps(dict(facts)))
+    return dict(_evaluator(json.loads(json.dumps(dict(facts))))
+                .get("datasets") or {})
+
+
+def _evaluator(facts: Mapping) -> Mapping:
+    """The (last) few-shot evaluator of a run's config, as JSON holds it;
+    {} without one."""
+    found: Mapping = {}
     for entry in ((facts.get("config") or {}).get("evals") or {}).values():
         if isinstance(entry, Mapping) and entry.get("type") == "fewshot":
-            return dict(entry.get("datasets") or {})
-    return {}
+            found = entry
+    return found
 
 
 def _data_dirs(facts: Mapping) -> tuple:

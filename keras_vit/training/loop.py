@@ -236,7 +236,7 @@ class _HostLoop:
                                             self.r.writer.latest())
         if bad:  # weights made non-finite would be skipped for good
             reporting.check_weights(trainer.model, stop,
-                                    self.r.writer.latest())
+                                    self.r.writer.latest)
             self.skipped += bad
             logging.warning(
                 "Skipped %d non-finite step(s) in steps %d-%d (first: "

@@ -3,7 +3,7 @@ fields of metrics.json."""
 
 from __future__ import annotations
 
-from typing import Any, Dict
+from typing import Any, Callable, Dict, Optional
 
 import tensorflow as tf
 from absl import logging
@@ -70,20 +70,26 @@ def nonfinite_error(metrics, step, stop, last) -> TrainingError:
     )
 
 
-def check_weights(model, step: int, last) -> None:
+def check_weights(model, step: int,
+                  latest: Callable[[], Optional[str]]) -> None:
     """Raises where a trainable weight of `model` holds a NaN or an
     infinity after `step` (an update too large for float32 may make them
     so from a finite loss and gradient): no checkpoint is written of it,
-    and a run that skips non-finite steps would skip every later one."""
-    for variable in model.trainable_variables:
-        if not bool(tf.reduce_all(tf.math.is_finite(variable))):
-            raise TrainingError(
-                f"The weights became non-finite by step {step} (first: "
-                f"{variable.path}), though the loss and gradient were: an "
-                "update too large (the learning rate?). Last good "
-                f"checkpoint: {last or 'none (no checkpoint yet)'}. Lower "
-                "the learning rate, or clip the gradients "
-                "(config.trainer.grad_clip_norm).")
+    and a run that skips non-finite steps would skip every later one.
+    One read back to the host; `latest()` (the last checkpoint, for the
+    message) only on failure."""
+    variables = model.trainable_variables
+    finite = [tf.reduce_all(tf.math.is_finite(v)) for v in variables]
+    if not finite or bool(tf.reduce_all(tf.stack(finite))):
+        return
+    first = next(v.path for v, ok in zip(variables, finite) if not bool(ok))
+    last = latest()
+    raise TrainingError(
+        f"The weights became non-finite by step {step} (first: {first}), "
+        "though the loss and gradient were: an update too large (the "
+        "learning rate?). Last good checkpoint: "
+        f"{last or 'none (no checkpoint yet)'}. Lower the learning rate, "
+        "or clip the gradients (config.trainer.grad_clip_norm).")
 
 
 def log_eval(writers, step, split, results, name="accuracy"):

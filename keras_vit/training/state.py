@@ -93,7 +93,7 @@ class CheckpointWriter:
         (`reporting.check_weights`)."""
         model = getattr(self.manager.checkpoint, "model", None)
         if model is not None:
-            reporting.check_weights(model, step, self.latest())
+            reporting.check_weights(model, step, self.latest)
         if not self.save_here:
             return None
         path = self.manager.save(checkpoint_number=step)
