@@ -744,3 +744,36 @@ def test_out_of_memory_is_one_line_naming_the_fix(capsys):
     assert runner.run("test", lambda values, argv: None, main,
                       ["keras-vit-test", "--verbose"]) == 1
     assert "Traceback" in capsys.readouterr().err
+
+
+def test_a_stop_inside_tensorflow_is_the_stop_it_was(capsys):
+    """Ctrl-C (or SIGTERM) that lands while TensorFlow's C++ code raises an
+    error reaches Python as pybind11's RuntimeError naming both (seen on
+    keras-vit-export stopped during the SavedModel write): one line and the
+    stop's exit status, as a Ctrl-C anywhere else; another RuntimeError
+    keeps its traceback."""
+    from keras_vit.errors import INTERRUPTED_EXIT_CODE, PREEMPTED_EXIT_CODE
+
+    def stopped_by(kind):
+        def main(values, args):
+            raise RuntimeError(
+                "pybind11::error_already_set: MISMATCH of original and "
+                "normalized active exception types: ORIGINAL "
+                f"InvalidArgumentError REPLACED BY {kind}: ")
+        return main
+
+    code = runner.run("test", lambda values, argv: None,
+                      stopped_by("KeyboardInterrupt"), ["keras-vit-test"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == INTERRUPTED_EXIT_CODE
+    assert len(err) == 1, err
+    assert err[0].startswith("keras-vit-test: interrupted"), err
+    code = runner.run("test", lambda values, argv: None,
+                      stopped_by("Terminated"), ["keras-vit-test"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == PREEMPTED_EXIT_CODE
+    assert err == ["keras-vit-test: preempted: stopped at once (SIGTERM); "
+                   "run the same command again."], err
+    with pytest.raises(RuntimeError, match="REPLACED BY ValueError"):
+        runner.run("test", lambda values, argv: None,
+                   stopped_by("ValueError"), ["keras-vit-test"])

@@ -1049,8 +1049,9 @@ def _check_saved_model_run(workspace, command, result):
 CAT_NPY = ("python -c import numpy as np; np.save('cat.npy', np.array("
            "[open('cat.jpg', 'rb').read()], dtype=np.bytes_))")
 PIXELS_NPY = ("python -c import numpy as np, tensorflow as tf; np.save("
-              "'pixels.npy', tf.cast(tf.io.decode_image(open('cat.jpg', "
-              "'rb').read(), channels=3)[None], tf.float32).numpy())")
+              "'pixels.npy', tf.cast(tf.io.decode_jpeg(open('cat.jpg', "
+              "'rb').read(), channels=3, dct_method='INTEGER_ACCURATE')"
+              "[None], tf.float32).numpy())")
 SAVED_MODEL_RUN = ("saved_model_cli run --dir exports/vit/1 --tag_set serve "
                    "--signature_def ")
 CAT_CHANGED = "cat.jpg: a JPEG crop of scikit-learn's china.jpg"

@@ -73,7 +73,8 @@ def define_flags(values: flags.FlagValues, argv: Sequence[str]) -> None:
                       "label order (default: the model's own, if it has "
                       "any).", flag_values=values)
     cli.define_class_names_file(values)
-    flags.DEFINE_integer("top_k", 5, "Top classes in each answer.",
+    flags.DEFINE_integer("top_k", 5, "Top classes in each answer (at most "
+                         "the model's classes).",
                          flag_values=values)
     flags.DEFINE_integer("version", None, "Version number; default: the "
                          "next free one.", flag_values=values)

@@ -251,7 +251,8 @@ def define_flags(values: flags.FlagValues, argv: Sequence[str]) -> None:
                      "LiteRT .tflite file.")
     cli.define_resize_size(values)
     cli.define_class_names_file(values)
-    flags.DEFINE_integer("top_k", 5, "Classes shown per image.",
+    flags.DEFINE_integer("top_k", 5, "Classes shown per image (at most the "
+                         "model's classes).",
                          flag_values=values)
     flags.DEFINE_integer("batch_size", 32, "Images per forward pass.",
                          flag_values=values)

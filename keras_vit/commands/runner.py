@@ -334,6 +334,11 @@ def run(
         return PREEMPTED_EXIT_CODE
     except KeyboardInterrupt as error:
         return _interrupted(error, program, verbose)
+    except RuntimeError as error:
+        stop = _stop_inside(error)
+        if stop is None:
+            raise
+        return _interrupted(stop, program, verbose)
     finally:
         if previous_term is not None:
             signal.signal(signal.SIGTERM, previous_term)
@@ -349,6 +354,16 @@ class Terminated(KeyboardInterrupt):
 def _terminate(signum, frame) -> None:
     del signum, frame
     raise Terminated()
+
+
+def _stop_inside(error: RuntimeError) -> Optional[KeyboardInterrupt]:
+    """The Ctrl-C (or SIGTERM) that came while TensorFlow's C++ code was
+    raising another error: pybind11 reports the two as a RuntimeError
+    ("... ORIGINAL InvalidArgumentError REPLACED BY KeyboardInterrupt")."""
+    found = re.search(r"REPLACED BY (\w+)", str(error))
+    stop = found.group(1) if found else None
+    return {"KeyboardInterrupt": KeyboardInterrupt, "Terminated": Terminated
+            }.get(stop, lambda: None)()
 
 
 def _interrupted(error: KeyboardInterrupt, program: str,
