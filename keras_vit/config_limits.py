@@ -140,6 +140,14 @@ def _check_list(path: str, values, low: Bound, brackets: str) -> None:
                 f"{'>' if brackets[0] == '(' else '>='} {low}.")
 
 
+def check_fields(config, paths) -> None:
+    """`check_limits` of the fields `paths` alone: those a run needs
+    before its data settles the rest (an epoch's steps need a batch)."""
+    for path, low, high, brackets in LIMITS:
+        if path in paths:
+            _check(config, path, _value(config, path), low, high, brackets)
+
+
 def check_limits(config) -> None:
     """A UsageError naming the first field of run config `config` outside
     its limits (`LIMITS`, then `check_evaluators`); fields left None are

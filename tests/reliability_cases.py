@@ -535,7 +535,8 @@ _CASES = [
         "An eval split that does not exist (image folder without test/)",
         "A clear error at start-up, before any training.",
         ("config.evals.test.split='test'", "has no split 'test'",
-         "set it to an existing split"),
+         "set it to an existing split",
+         "a slice of one the training does not read"),
         "UsageError",
     ),
     Case(

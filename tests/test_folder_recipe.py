@@ -374,6 +374,11 @@ def test_own_photos_train_evaluate_export_predict(tmp_path):
     assert saved["trainer"]["total_steps"] == 8  # 3 epochs of 20 at 8
     assert saved["evals"]["test"]["split"] == "val"
     assert (tmp_path / "run" / "labels.txt").read_text().split() == classes
+    # The same command again: finished; its length was given in epochs,
+    # the field to raise (total_steps would be refused beside them).
+    again = _run(tmp_path, "train", "--config=folder:photos",
+                 "--model=Ti/16", "--workdir=run", *TINY)
+    assert "To train on, raise config.trainer.epochs." in again.stderr
     evaluated = _run(tmp_path, "evaluate", "--mode=eval", "--workdir=run")
     result = json.loads(evaluated.stdout[evaluated.stdout.index("{"):])
     assert result["split"] == "val" and result["num_examples"] == 4

@@ -126,6 +126,7 @@ def test_history_best_checkpoint_curves_and_a_finished_run(tmp_path):
     assert third.returncode == 0, third.stderr[-3000:]
     assert f"The run in {workdir} has finished: step 80 of 80 (80 asked)." \
         in third.stderr
+    assert "To train on, raise config.trainer.total_steps." in third.stderr
     assert f"{workdir}/metrics.json" in third.stderr
     assert "Compiling" not in third.stderr and "Resumed" not in third.stderr
     assert (workdir / "metrics.json").read_bytes() == metrics

@@ -819,3 +819,75 @@ def test_unknown_sources_fail_clearly():
             sources.digits_split(beyond)
     assert len(sources.digits_split("train[:1437]")[0]) == 1437
     assert len(sources.digits_split("train[-10:]")[0]) == 10
+
+
+def _numbered_folder(root, bad=None):
+    """root/train/{a,b}/ of 6 PNGs each, image k all of value 10 + 20 k
+    (which file a batch holds is read off its pixels); `bad` ("a/3.png"):
+    that file holds other bytes."""
+    for k in range(12):
+        path = os.path.join(root, "train", "ab"[k // 6], f"{k % 6}.png")
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        if path.endswith(bad or "//"):
+            with open(path, "wb") as f:
+                f.write(b"not an image")
+        else:
+            Image.fromarray(np.full((8, 8, 3), 10 + 20 * k, np.uint8)).save(
+                path)
+
+
+def test_a_bad_image_read_ahead_into_a_checkpoint_names_the_way_out(
+        tmp_path):
+    """A checkpointed training iterator holds the images read ahead of it,
+    a file that failed to decode among them: removed (or skipped) since,
+    the resumed iterator still fails on it. The error names that
+    checkpoint and config.checkpoints.iterator=False, the way out (the
+    files' own message would send the user round again); a run that did
+    not resume with an iterator keeps TensorFlow's error."""
+    import time
+
+    from keras_vit.data import checks as data_checks
+
+    good = str(tmp_path / "good")
+    _numbered_folder(good)
+
+    def first_batches(root, n, path=None):
+        config = digits_config(dataset="folder", data_dir=root,
+                               **{"pp.train": "eval"})
+        it = iter(ip.train_dataset(*tiny.pipeline(config), 1))
+        if path:
+            tf.train.Checkpoint(iterator=it).read(path).assert_consumed()
+        return config, it, [next(it)[0] for _ in range(n)]
+
+    order = [int(round(((float(x.numpy().mean()) + 1) * 127.5 - 10) / 20))
+             for x in first_batches(good, 4)[2]]
+    fourth = order[3]
+    name = f"{'ab'[fourth // 6]}/{fourth % 6}.png"
+    root = str(tmp_path / "images")
+    _numbered_folder(root, bad=name)
+    config, it, _ = first_batches(root, 2)
+    time.sleep(2)  # the read-ahead of the third, fourth... images done
+    path = tf.train.Checkpoint(iterator=it).write(str(tmp_path / "ck" / "c"))
+    splits = [("input.train_split", "train")]
+    # Skipped (the file still there), then removed (a new process lists
+    # the folder anew).
+    for restored, skip in ((path, True), (path, False), (None, False)):
+        if not skip and os.path.exists(os.path.join(root, "train", name)):
+            os.remove(os.path.join(root, "train", name))
+            folders.folder_index.cache_clear()
+        config.input.skip_bad_images = skip
+        with pytest.raises(Exception) as caught:
+            with data_checks.explained_errors(config.input, splits,
+                                              restored):
+                first_batches(root, 3, path)
+        if restored:
+            assert isinstance(caught.value, UsageError)
+            assert str(caught.value).startswith(
+                f"An image of folder {root} read ahead before {path} was "
+                "saved cannot be decoded")
+            assert "config.checkpoints.iterator=False" in str(caught.value)
+        else:
+            assert isinstance(caught.value, tf.errors.InvalidArgumentError)
+    # With the data order drawn anew, the folder as it is now trains on.
+    config.input.skip_bad_images = True
+    assert len(first_batches(root, 3)[2]) == 3

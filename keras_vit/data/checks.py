@@ -223,17 +223,23 @@ def check_splits(inp, splits: Sequence[Tuple[str, str]]) -> None:
             raise UsageError(
                 f"config.{field}={split!r} cannot be used: "
                 f"{str(error).rstrip('.')}; set it to an existing split or "
-                "a slice of one, e.g. 'train[90%:]'."
+                "a slice of one the training does not read (e.g. "
+                "config.input.train_split='train[:90%]' and 'train[90%:]' "
+                "here)."
             ) from None
 
 
 def explain_input_error(inp, splits: Sequence[Tuple[str, str]],
-                        error: Exception) -> Optional[Exception]:
+                        error: Exception, restored: Optional[str] = None
+                        ) -> Optional[Exception]:
     """A clear error for a failure inside the input pipeline of a run's
     `config.input` reading `splits` (`run_splits`), or None.
 
     Label errors keep their own message; for image folders, the splits of
-    the run are decoded again to name the files that fail.
+    the run are decoded again to name the files that fail. `restored`: the
+    checkpoint whose data iterator the run resumed with, which holds the
+    images read ahead before it was saved: a file gone or skipped since
+    then fails from there, and only leaving that iterator out resumes.
     """
     text = str(error)
     match = re.search(re.escape(LABEL_ERROR) + r"[^\]]*", text)
@@ -251,6 +257,14 @@ def explain_input_error(inp, splits: Sequence[Tuple[str, str]],
         except ValueError:
             continue
     bad = find_unreadable_images(sorted(set(paths)))
+    if restored and (not bad or inp.skip_bad_images):
+        return UsageError(
+            f"An image of folder {root} read ahead before {restored} was "
+            "saved cannot be decoded, and that checkpoint's data iterator "
+            "holds it (removing the file or skipping bad images does not "
+            "reach it): run the same command with "
+            "config.checkpoints.iterator=False, which resumes from that "
+            "checkpoint with the data order drawn anew from its step.")
     if not bad:
         return None
     return _undecodable(root, bad)
@@ -331,12 +345,13 @@ _READ_ERRORS = (tf.errors.InvalidArgumentError, tf.errors.NotFoundError,
 
 
 @contextlib.contextmanager
-def explained_errors(inp, splits: Sequence[Tuple[str, str]]):
+def explained_errors(inp, splits: Sequence[Tuple[str, str]],
+                     restored: Optional[str] = None):
     """Re-raises input-pipeline failures as `explain_input_error` does."""
     try:
         yield
     except _READ_ERRORS as error:
-        better = explain_input_error(inp, splits, error)
+        better = explain_input_error(inp, splits, error, restored)
         if better is None:
             raise
         raise better from None

@@ -98,11 +98,13 @@ def _restore(items: dict, path: str) -> None:
     restored = {k: v for k, v in items.items()
                 if not (without and k == "iterator")}
     # A root of our own: the preemption handler adds a counter to the
-    # manager's checkpoint, which older checkpoints do not have.
+    # manager's checkpoint, which older checkpoints do not have. What the
+    # checkpoint holds beyond `items` (its iterator, resumed with
+    # config.checkpoints.iterator=False) is left as expected, unsaid.
     try:
         tf.train.Checkpoint(**restored).restore(
             path
-        ).assert_existing_objects_matched()
+        ).expect_partial().assert_existing_objects_matched()
     except _DAMAGE as e:
         if "iterator" in items and "dataset iterator" in str(e):
             raise TrainingError(

@@ -6,7 +6,7 @@ besides `config.input` (`run_input`)."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import tensorflow as tf
 from absl import logging
@@ -31,6 +31,8 @@ class RunData:
     micro_batch: int
     splits: Any = ()
     checkpointable: List[bool] = dataclasses.field(default_factory=list)
+    # The checkpoint whose data iterator the run resumed with, if any.
+    restored_iterator: Optional[str] = None
     # The evaluation data of cached evaluators, by (split, batch): made
     # once, so the cache filled by the first evaluation serves the next.
     cached: Dict[Tuple[str, int], Any] = dataclasses.field(
@@ -39,7 +41,8 @@ class RunData:
     def explained(self):
         """A context that turns input-pipeline failures of the run's
         splits into clear errors (`data.checks.explained_errors`)."""
-        return data_checks.explained_errors(self.inp, self.splits)
+        return data_checks.explained_errors(self.inp, self.splits,
+                                            self.restored_iterator)
 
     def skipped_images(self) -> dict:
         """{split: unreadable files left out} of the run's image folder

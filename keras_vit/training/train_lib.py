@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-from typing import Callable, Dict, Optional
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import keras
 import tensorflow as tf
@@ -189,10 +189,7 @@ def train_and_evaluate(
         check_mpp(config.objective.mpp, config.model)
     strategy = strategy or tf.distribute.get_strategy()
     distribute.prepare_input(config.input, strategy)
-    config = config_lib.replace(config, **data_fit.fit(
-        config.input, config.trainer, config.schedule, config.log,
-        config.checkpoints, config.evals))
-    config_limits.check_limits(config)
+    config, length = _settled(config)
     remat.check_backend(config.model.remat)  # "dots": JAX's
     batch = _global_batch(config.trainer, config.input)
     if not config.objective.mpp.enabled:
@@ -206,7 +203,7 @@ def train_and_evaluate(
         model_init.check_workdir_config(config, workdir,
                                         finished=finished is not None)
         if finished is not None:
-            _say_finished(workdir, finished, total)
+            _say_finished(workdir, finished, total, length)
             return finished
         best = records.best_evaluator(config.checkpoints, config.evals)
         keras.utils.set_random_seed(int(config.seed))
@@ -245,13 +242,29 @@ def _built(config, strategy, num_classes: int):
     return model, optimizer
 
 
-def _say_finished(workdir: str, finished: Dict, total_steps: int) -> None:
-    """One line: the run in `workdir` finished its steps already."""
+def _settled(config) -> Tuple[Any, str]:
+    """`config` with what its data settles (`data_fit`), checked, and the
+    field its length was given in (the one to raise to train on)."""
+    # An epoch's steps divide by the batch: it is checked first.
+    config_limits.check_fields(config, ("input.batch_size",))
+    length = "epochs" if not int(config.trainer.total_steps) else (
+        "total_steps")
+    config = config_lib.replace(config, **data_fit.fit(
+        config.input, config.trainer, config.schedule, config.log,
+        config.checkpoints, config.evals))
+    config_limits.check_limits(config)
+    return config, length
+
+
+def _say_finished(workdir: str, finished: Dict, total_steps: int,
+                  length: str) -> None:
+    """One line: the run in `workdir` finished its steps already; to train
+    on, raise config.trainer.`length`."""
     logging.info(
         "The run in %s has finished: step %d of %d (%d asked). Its "
-        "results: %s. To train on, raise config.trainer.total_steps.",
+        "results: %s. To train on, raise config.trainer.%s.",
         workdir, finished["steps"], finished["steps"], total_steps,
-        os.path.join(workdir, wd.METRICS))
+        os.path.join(workdir, wd.METRICS), length)
 
 
 def _host_run(workdir: str, trainer, data: run_data.RunData, checkpoints,
@@ -329,6 +342,8 @@ def _resume_and_run(saved_config: Dict, init, plan: loop.Plan,
                        None if mpp else run.info.class_names)
     had_iterator = "iterator" in items
     latest = restore_latest(items, writer.ckpt_dir)
+    if latest and "iterator" in items:
+        data.restored_iterator = latest
     if latest:
         logging.info(
             "Resumed from %s at step %d (learning rate %.3g); data order %s.",
