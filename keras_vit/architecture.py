@@ -73,9 +73,17 @@ def patch_grid(image_size: ImageSize, stride: int,
             raise UsageError(
                 f"image_size {side} {value} is not divisible by "
                 f"{what or f'the stride {stride}'}: use a multiple of "
-                f"{stride}, e.g. {max(stride, value // stride * stride)}."
+                f"{stride}, e.g. "
+                f"{' or '.join(map(str, _multiples_near(value, stride)))}."
             )
     return height // stride, width // stride
+
+
+def _multiples_near(value: int, stride: int) -> Tuple[int, ...]:
+    """The multiples of `stride` either side of `value` (only the one
+    above where none below is positive)."""
+    below = value // stride * stride
+    return (below, below + stride) if below else (stride,)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -59,7 +59,11 @@ def closest_field(name: str, config=None) -> Optional[str]:
     the field an earlier version's name moved to ("batch_size" ->
     "input.batch_size"), a field of the same name in another section
     ("resize_size" -> "input.pp.resize_size"), else a sibling with a
-    similar name (a typo), else a similar name in another section."""
+    similar name (a typo), else, for a name outside every section, a
+    similar name in one ("totl_steps" -> "trainer.total_steps"); a
+    section's own unknown name gets its fields listed instead (a similar
+    name elsewhere is another thing: "input.val_fraction" is not
+    "objective.mpp.mask_fraction")."""
     config = base_config() if config is None else config
     if name in MOVED:
         return MOVED[name]
@@ -72,7 +76,8 @@ def closest_field(name: str, config=None) -> Optional[str]:
         return leaves[leaf]
     siblings = {n.rpartition(".")[2]: n for n in names
                 if n.rpartition(".")[0] == parent}
-    for pool in (siblings, leaves):
+    in_section = parent and any(n.startswith(parent + ".") for n in names)
+    for pool in (siblings,) if in_section else (siblings, leaves):
         match = difflib.get_close_matches(leaf, list(pool), n=1, cutoff=0.6)
         if match:
             return pool[match[0]]

@@ -165,6 +165,18 @@ def test_a_bad_flag_is_one_line(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err == ("keras-vit-export: error: --export_dir is required "
                    "(flags: --help)\n")
+    # A boolean mistyped, a flag's or a config field's: what it takes.
+    assert export.main(["keras-vit-export", "--model=x.keras",
+                        "--export_dir=x", "--keep_aspect=Ture"]) == 1
+    assert capsys.readouterr().err == (
+        "keras-vit-export: error: --keep_aspect=Ture is not a boolean: use "
+        "true or false (1 or 0)\n")
+    train = module("train")
+    assert train.main(["keras-vit-train", "--config=digits", "--workdir=w",
+                       "--config.input.skip_bad_images=yes"]) == 1
+    assert capsys.readouterr().err == (
+        "keras-vit-train: error: --config.input.skip_bad_images=yes is not a "
+        "boolean: use true or false (1 or 0)\n")
 
 
 def test_value_error_from_inside_keras_is_one_line_naming_it(

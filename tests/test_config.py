@@ -162,6 +162,10 @@ def test_misspelt_field_in_code_names_the_closest():
      "config.optimizer has: b1, b2, momentum, name, nesterov, no_decay,"),
     ("--config.schedule.learning_rate=0.1",
      "config.schedule has: decay_type, end_lr, lr, warmup_steps."),
+    # A similar name in another section is another thing.
+    ("--config.input.val_fraction=0.3",
+     "config.input.val_fraction is not a config field; config.input has: "
+     "batch_size,"),
 ])
 def test_misspelt_field_on_the_command_line_names_the_closest(
     override, says, monkeypatch

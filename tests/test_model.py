@@ -479,8 +479,10 @@ def test_keras_save_load_is_bit_identical(kwargs, tmp_path):
 @pytest.mark.parametrize(
     "kwargs,message",
     [
-        (dict(image_size=18), "not divisible by patch size 4"),
+        (dict(image_size=18), "not divisible by patch size 4.*e.g. 16 or "
+         "20"),
         (dict(image_size=(16, 30)), "width 30 is not divisible"),
+        (dict(image_size=3), "not divisible by patch size 4.*e.g. 4[.]"),
         (dict(num_heads=5), "does not divide hidden_size"),
         (dict(dropout_rate=-0.1), "dropout_rate must be in"),
         (dict(attention_dropout_rate=1.0), "attention_dropout_rate"),

@@ -153,6 +153,12 @@ def flag_error_message(error: BaseException, argv: Sequence[str],
                 "which is not given: pass --config=NAME too (a shipped "
                 "config, e.g. digits, or a config file), or the command's "
                 "own flag for it (--help)")
+    # absl's boolean parser gives its ValueError's args, a tuple's repr.
+    boolean = re.match(r"flag (--[\w.]+)=(.*): \('Non-boolean argument to "
+                       r"boolean flag', ", message)
+    if boolean:
+        return (f"{boolean.group(1)}={boolean.group(2)} is not a boolean: "
+                "use true or false (1 or 0)")
     lacking = _overrides_the_file_lacks(error, argv)
     if lacking:
         return (f"{'--config=' + given if given else 'the --config file'} "
