@@ -835,7 +835,7 @@ class _SigintAtStart(interrupt.StopRequest):
 
 @covers("stop_before_first_step")
 def test_a_stop_before_the_first_step_saves_nothing(tmp_path, monkeypatch,
-                                                    capsys):
+                                                    capsys, caplog):
     """Ctrl-C before the first step writes no checkpoint: a fresh run
     leaves none (another config may start afresh there; the command's
     line says so), a resumed one leaves its checkpoint as it was (not
@@ -844,7 +844,11 @@ def test_a_stop_before_the_first_step_saves_nothing(tmp_path, monkeypatch,
     monkeypatch.setattr(loop, "_Preemption", _SigintAtStart)
     code = train_command.main(["keras-vit-train", *console.TINY_DIGITS,
                                f"--workdir={workdir}"])
-    line = capsys.readouterr().err.strip().splitlines()[-1]
+    err = capsys.readouterr().err
+    line = err.strip().splitlines()[-1]
+    # The log's line and the command's agree: nothing to resume yet.
+    assert "Stopped at step 0 after Ctrl-C; nothing trained, nothing " \
+        "saved. Run the same command to start." in caplog.text
     assert code == PREEMPTED_EXIT_CODE and line == (
         "keras-vit-train: stopped: Ctrl-C at step 0, nothing trained, "
         "nothing saved; run the same command to start.")

@@ -345,8 +345,9 @@ class _HostLoop:
             name = getattr(preemption, "name", "") or "SIGTERM"
             logging.warning(
                 "Stopped at step %d after %s; %s. Run the same command to "
-                "resume.", step, name, "nothing trained, nothing saved"
-                if step == self.start_step else "checkpoint saved")
+                "%s.", step, name, "nothing trained, nothing saved"
+                if step == self.start_step else "checkpoint saved",
+                "resume" if step else "start")
             return {"preempted": True, "step": step, "signal": name,
                     "saved": step != self.start_step}
         return None
