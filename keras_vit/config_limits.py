@@ -170,6 +170,7 @@ def check_limits(config) -> None:
 # Fields of a few named values (the library checks the same where it
 # builds the model or the optimizer; here they are named as flags first).
 CHOICES = (
+    ("init.head", ("match", "fits", "zero")),
     ("model.pooling", ("token", "gap")),
     ("model.posemb", ("learn", "sincos2d")),
     ("model.remat", ("none", "block", "dots")),

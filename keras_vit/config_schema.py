@@ -5,7 +5,7 @@ way):
     seed          the one top-level field: parameters, data, augmentation
     model         the model builder: the `Architecture` fields a run
                   chooses, the input resolution and the head's width
-    init          where fine-tuning starts (any model source)
+    init          where fine-tuning starts (any model source), its head
     input         the input pipeline: data set, splits, batch, shuffle,
                   caching, preprocessing (`pp`) and batch mixing (`mix`)
     objective     the loss, or masked patch prediction (`mpp`)
@@ -71,12 +71,11 @@ def base_config() -> ml_collections.ConfigDict:
     # Input resolution (position embeddings follow it): an int or (height,
     # width); 0: init.model's resolution, else SCRATCH_IMAGE_SIZE.
     c.model.image_size = SCRATCH_IMAGE_SIZE
-    # Number of classes (the head's width, a positive int); None: read from
-    # the data source. (`create_model(num_classes=0)` is a model without a
-    # head: a training run always has one.)
+    # Number of classes (the head's width, > 0: a training run has a
+    # head); None: read from the data source.
     c.model.num_classes = placeholder(int)
-    # Dropout after every dense layer except qkv and after the position
-    # embeddings; dropout of the attention weights.
+    # Dropout after every dense layer but qkv and after the position
+    # embeddings; of the attention weights.
     c.model.dropout_rate = 0.0
     c.model.attention_dropout_rate = 0.0
     # Stochastic depth of the last block while training (AugReg's "sd");
@@ -86,8 +85,7 @@ def base_config() -> ml_collections.ConfigDict:
     # Start the classification head at zero (the paper's transfer set-up).
     c.model.head_zero_init = True
     # Initial value of every head bias: -10 with the sigmoid loss, as the
-    # released ImageNet-21k models were pre-trained (each class starts at
-    # probability ~4.5e-5 instead of 0.5).
+    # released ImageNet-21k models were pre-trained (probability ~4.5e-5).
     c.model.head_bias_init = 0.0
     # Rematerialisation of the encoder blocks (keras_vit/remat.py): "none";
     # "block" recomputes each block in the backward pass instead of keeping
@@ -99,14 +97,17 @@ def base_config() -> ml_collections.ConfigDict:
     # Initialisation (fine-tuning): the model to start from, named as
     # --model names one (a released name, hf://ORG/NAME, a training
     # workdir, a .keras file, an official .npz, a Hugging Face / timm
-    # folder); None: from scratch. The head is re-initialised when the
-    # class count differs, position embeddings are resized to the new
-    # patch grid.
+    # folder); None: from scratch. Position embeddings are resized to the
+    # new patch grid.
     c.init = ml_collections.ConfigDict()
     c.init.model = placeholder(str)
     # Keep the source's pre-logits layer (the paper drops the whole
     # pre-training head; VTAB: the backbone keeps it).
     c.init.keep_pre_logits = False
+    # Keep the source's head where its width fits and the class names it
+    # records, if any, are the data's ("match"), wherever it fits
+    # ("fits"), or never ("zero").
+    c.init.head = "match"
 
     # --------------------------------------------------------------- input
     c.input = ml_collections.ConfigDict()
@@ -385,8 +386,7 @@ def _vtab() -> ml_collections.ConfigDict:
     return e
 
 
-# The evaluator types: each entry of `evals` is one of these, its fields
-# the defaults.
+# The evaluator types: each `evals` entry is one of these (its defaults).
 EVALUATORS = {"accuracy": _accuracy, "fewshot": _fewshot, "vtab": _vtab}
 
 

@@ -338,6 +338,35 @@ def test_a_run_resumes_only_on_the_classes_it_trained_on(tmp_path):
         assert json.load(f)["steps"] == 4
 
 
+@pytest.mark.slow
+def test_a_head_for_other_classes_starts_at_zero(tmp_path):
+    """Fine-tuning from a run whose head has the data's width but other
+    class names (labels.txt): the head starts at zero, the log naming the
+    first class that differs and config.init.head='fits', which keeps it;
+    the same classes keep it; config.init.head='zero' drops any."""
+    write_photo_folder(tmp_path / "photos", per_class=6)
+    tiny = [*(a for a in TINY if "epochs" not in a),
+            "--config.trainer.total_steps=1"]
+    _run(tmp_path, "train", "--config=folder:photos", "--model=Ti/16",
+         "--workdir=run", *tiny)
+    os.rename(tmp_path / "photos" / "china", tmp_path / "photos" / "zz")
+    tuned = ["--config=folder:photos", "--model=run", *tiny]
+    other = _run(tmp_path, "train", *tuned, "--workdir=tuned").stderr
+    assert ("Dropped head/kernel (32, 2): its classes are not the data's "
+            "(class 0: 'china' there, 'flower' here; config.init.head="
+            "'fits' keeps such a head); the head starts at zero.") in other
+    kept = _run(tmp_path, "train", *tuned, "--workdir=kept",
+                "--config.init.head=fits").stderr
+    assert "Initialised from" in kept and "Dropped head" not in kept
+    os.rename(tmp_path / "photos" / "zz", tmp_path / "photos" / "china")
+    same = _run(tmp_path, "train", *tuned, "--workdir=same").stderr
+    assert "Initialised from" in same and "Dropped head" not in same
+    zero = _run(tmp_path, "train", *tuned, "--workdir=zero",
+                "--config.init.head=zero").stderr
+    assert "Dropped head/bias (2,): config.init.head='zero'; the head " \
+        "starts at zero." in zero
+
+
 def test_own_photos_with_a_step_count_given(tmp_path):
     """--config.trainer.total_steps on the folder config: the run trains
     those steps, its warm-up held to a tenth of them (the config's 100

@@ -376,8 +376,8 @@ def test_finetune_recipe_runs_shrunk_from_an_npz(tmp_path, monkeypatch):
     snapshot = {}
     initialise = model_init.initialise_from
 
-    def record(config, model):
-        initialise(config, model)
+    def record(config, model, class_names=None):
+        initialise(config, model, class_names)
         snapshot.update({v.path: v.numpy() for v in model.weights})
 
     monkeypatch.setattr(model_init, "initialise_from", record)
@@ -421,8 +421,8 @@ def test_finetune_recipe_runs_at_high_resolution(res, tmp_path, monkeypatch):
     start = {}
     initialise = model_init.initialise_from
 
-    def record(config, model):
-        initialise(config, model)
+    def record(config, model, class_names=None):
+        initialise(config, model, class_names)
         layer = model.get_layer("posembed_input")
         start["posemb"] = layer.pos_embedding.numpy()
 

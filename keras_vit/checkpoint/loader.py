@@ -26,6 +26,7 @@ from keras_vit import legacy
 from keras_vit.architecture import SHAPE_FIELDS, Architecture, Numerics
 from keras_vit.checkpoint import weights
 from keras_vit.checkpoint.formats import npz as checkpoint_io
+from keras_vit.checkpoint.formats.lazy import renamed, shape_of
 from keras_vit.checkpoint.npz_source import NpzSource
 from keras_vit.checkpoint.resolve import SOURCE_KINDS, SourceLike, resolve
 from keras_vit.checkpoint.sources import (
@@ -139,12 +140,14 @@ def transfer_model_config(
 
 
 def initialise(
-    model: keras.Model, source: SourceLike, *, keep_pre_logits: bool = False
+    model: keras.Model, source: SourceLike, *, keep_pre_logits: bool = False,
+    drop_head: str = "",
 ) -> checkpoint_io.LoadReport:
     """Loads a source's weights into `model`, for fine-tuning.
 
-    The head is kept only when its shape fits (else it starts at zero, as
-    for transfer in the paper); the pre-logits layer only with
+    The head is kept only when its shape fits and no `drop_head` reason is
+    given (else it starts at zero, as for transfer in the paper); the
+    pre-logits layer only with
     `keep_pre_logits`; the position embedding is resized to the model's
     patch grid (hub weights the way their library resizes them, as
     `load_model` does). Strict: anything else that does not fit is an error.
@@ -161,6 +164,13 @@ def initialise(
         # Weights from transformers or timm: the table resized as their
         # library resizes it (the official interpolation is the .npz's).
         arrays = source.arrays_at(target)
+    ignored = tuple(content.ignored)
+    if drop_head:  # left out as the file's other arrays are: named
+        ignored += tuple((k, shape_of(arrays, k), f"{drop_head}; the head "
+                          "starts at zero") for k in weights.HEAD_KEYS
+                         if k in arrays)
+        arrays = renamed(arrays, {k: k for k in arrays
+                                  if k not in weights.HEAD_KEYS})
     report = weights.load_arrays(
         model,
         arrays,
@@ -168,7 +178,7 @@ def initialise(
         posemb_grid=target if resized else grid,
         source=source.path,
         layout=content.layout,
-        ignored=content.ignored,
+        ignored=ignored,
     )
     if resized:
         report.posemb_resized = (tuple(grid), target)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Dict
+from typing import Dict, Optional, Sequence
 
 import keras
 import ml_collections
@@ -329,17 +329,19 @@ def init_architecture(init, model_config) -> Dict:
     return fields
 
 
-def initialise_from(init, model: keras.Model) -> None:
+def initialise_from(init, model: keras.Model,
+                    class_names: Optional[Sequence[str]] = None) -> None:
     """Fine-tuning: weights from `config.init` (a released .npz, a .keras
     file, another run's workdir, ...; `loader.initialise`). The head is kept
-    only if its shape fits (else it starts at zero); position embeddings
-    are resized to this model's grid."""
+    only if its shape fits and `init.head` keeps it (`class_names`: the
+    data's, compared with the source's under "match"), else it starts at
+    zero; position embeddings are resized to this model's grid."""
     if not init.model:
         return
     source = loader.resolve(init.model)
     report = loader.initialise(
-        model, source, keep_pre_logits=bool(init.keep_pre_logits)
-    )
+        model, source, keep_pre_logits=bool(init.keep_pre_logits),
+        drop_head=_head_dropped(init.head, source, class_names))
     logging.info("Initialised from %s: %s", source.path, report)
     theirs = loader.describe_source(source).numerics
     ours = architecture_of(model).numerics
@@ -349,6 +351,23 @@ def initialise_from(init, model: keras.Model) -> None:
             "starts here (%s, the official ViT's): its outputs move a "
             "little before the first step, and fine-tuning adapts to them.",
             source.path, _numerics(theirs), _numerics(ours))
+
+
+def _head_dropped(head: str, source, class_names) -> str:
+    """Why config.init.head starts the source's head at zero wherever it
+    fits, or "": "zero" always; "match" where the source and the data
+    both name their classes, otherwise."""
+    if head == "zero":
+        return "config.init.head='zero'"
+    theirs = list(loader.class_names(source) or []) if head == "match" \
+        else []
+    ours = list(class_names or [])
+    if not theirs or len(theirs) != len(ours) or theirs == ours:
+        return ""  # unnamed, or another width: the head's shape decides
+    first = next(i for i, (a, b) in enumerate(zip(theirs, ours)) if a != b)
+    return (f"its classes are not the data's (class {first}: "
+            f"{theirs[first]!r} there, {ours[first]!r} here; "
+            "config.init.head='fits' keeps such a head)")
 
 
 def _numerics(numerics) -> str:

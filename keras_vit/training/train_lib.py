@@ -351,7 +351,8 @@ def _resume_and_run(saved_config: Dict, init, plan: loop.Plan,
             "restored" if "iterator" in items else "drawn anew",
         )
     else:
-        model_init.initialise_from(init, trainer.model)
+        model_init.initialise_from(init, trainer.model, None if mpp
+                                   else run.info.class_names)
     # Only now: a workdir whose checkpoints do not fit keeps its config.
     if run.chief:
         records.keep_earlier_config(run.workdir, saved_config,
