@@ -59,29 +59,33 @@ def closest_field(name: str, config=None) -> Optional[str]:
     the field an earlier version's name moved to ("batch_size" ->
     "input.batch_size"), a field of the same name in another section
     ("resize_size" -> "input.pp.resize_size"), else a sibling with a
-    similar name (a typo), else, for a name outside every section, a
-    similar name in one ("totl_steps" -> "trainer.total_steps"); a
-    section's own unknown name gets its fields listed instead (a similar
-    name elsewhere is another thing: "input.val_fraction" is not
-    "objective.mpp.mask_fraction")."""
+    similar name (a typo), else a similar name in another section
+    ("totl_steps" -> "trainer.total_steps"): for a name inside a section,
+    only a near one or one that begins with it ("input.total_step",
+    "trainer.warmup"): "input.val_fraction" is not
+    "objective.mpp.mask_fraction", and gets its section's fields."""
     config = base_config() if config is None else config
     if name in MOVED:
         return MOVED[name]
     names = field_names(config)
     parent, _, leaf = name.rpartition(".")
     leaves = {}
-    for n in names:  # the first (outermost) field of each leaf name
+    for n in sorted(names, key=lambda n: n.count(".")):  # the outermost
         leaves.setdefault(n.rpartition(".")[2], n)
     if leaf in leaves:
         return leaves[leaf]
     siblings = {n.rpartition(".")[2]: n for n in names
                 if n.rpartition(".")[0] == parent}
-    in_section = parent and any(n.startswith(parent + ".") for n in names)
-    for pool in (siblings,) if in_section else (siblings, leaves):
-        match = difflib.get_close_matches(leaf, list(pool), n=1, cutoff=0.6)
-        if match:
-            return pool[match[0]]
-    return None
+    match = difflib.get_close_matches(leaf, list(siblings), n=1, cutoff=0.6)
+    if match:
+        return siblings[match[0]]
+    if parent and any(n.startswith(parent + ".") for n in names):
+        begun = sorted(k for k in leaves if k.startswith(leaf))
+        near = difflib.get_close_matches(leaf, list(leaves), n=1,
+                                         cutoff=0.85)
+        return leaves[(near or begun)[0]] if near or begun else None
+    match = difflib.get_close_matches(leaf, list(leaves), n=1, cutoff=0.6)
+    return leaves[match[0]] if match else None
 
 
 def unknown_field_message(name: str, config=None) -> str:

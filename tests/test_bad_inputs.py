@@ -738,7 +738,7 @@ def test_a_starting_model_that_does_not_load_leaves_no_workdir(
     is kept."""
     from keras_vit.training import model_init
 
-    def refuse(init, model):
+    def refuse(init, model, class_names=None):
         raise UsageError("the starting checkpoint does not fit")
 
     monkeypatch.setattr(model_init, "initialise_from", refuse)
@@ -750,7 +750,7 @@ def test_a_starting_model_that_does_not_load_leaves_no_workdir(
     # and the parents it is in.
     sibling = tmp_path / "runs" / "b16" / "other"
 
-    def refuse_beside(init, model):
+    def refuse_beside(init, model, class_names=None):
         sibling.mkdir()
         raise UsageError("the starting checkpoint does not fit")
 

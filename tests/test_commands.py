@@ -786,6 +786,11 @@ def test_a_stop_inside_tensorflow_is_the_stop_it_was(capsys):
     assert code == PREEMPTED_EXIT_CODE
     assert err == ["keras-vit-test: preempted: stopped at once (SIGTERM); "
                    "run the same command again."], err
+    # --verbose: TensorFlow's error in the traceback.
+    assert runner.run("test", lambda values, argv: None,
+                      stopped_by("KeyboardInterrupt"),
+                      ["keras-vit-test", "--verbose"]) == INTERRUPTED_EXIT_CODE
+    assert "RuntimeError: pybind11" in capsys.readouterr().err
     with pytest.raises(RuntimeError, match="REPLACED BY ValueError"):
         runner.run("test", lambda values, argv: None,
                    stopped_by("ValueError"), ["keras-vit-test"])

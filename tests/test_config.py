@@ -403,3 +403,19 @@ def test_a_stored_config_of_a_newer_version_says_to_upgrade(tmp_path):
     with pytest.raises(UsageError) as info:
         config_lib.complete({"input": {"pp": {"eval_crop_pct": 0.9}}})
     assert "newer" not in str(info.value)
+
+
+@pytest.mark.parametrize("typed,closest", [
+    # A near name, or one beginning with it, in another section.
+    ("input.total_step", "trainer.total_steps"),
+    ("input.num_class", "model.num_classes"),
+    ("trainer.warmup", "schedule.warmup_steps"),
+    ("input.resize", "input.pp.resize_size"),
+    # The same leaf elsewhere: its outermost field.
+    ("trainer.batch_size", "input.batch_size"),
+    # Only a loosely similar name elsewhere: none (the section's fields).
+    ("input.val_fraction", None),
+    ("totl_steps", "trainer.total_steps"),
+])
+def test_closest_field_across_sections(typed, closest):
+    assert config_lib.closest_field(typed) == closest

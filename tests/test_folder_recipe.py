@@ -343,7 +343,8 @@ def test_a_head_for_other_classes_starts_at_zero(tmp_path):
     """Fine-tuning from a run whose head has the data's width but other
     class names (labels.txt): the head starts at zero, the log naming the
     first class that differs and config.init.head='fits', which keeps it;
-    the same classes keep it; config.init.head='zero' drops any."""
+    names with none in common keep it with a warning; the same classes
+    keep it; config.init.head='zero' drops any."""
     write_photo_folder(tmp_path / "photos", per_class=6)
     tiny = [*(a for a in TINY if "epochs" not in a),
             "--config.trainer.total_steps=1"]
@@ -358,6 +359,14 @@ def test_a_head_for_other_classes_starts_at_zero(tmp_path):
     kept = _run(tmp_path, "train", *tuned, "--workdir=kept",
                 "--config.init.head=fits").stderr
     assert "Initialised from" in kept and "Dropped head" not in kept
+    # No name in common: maybe the same classes written otherwise (words,
+    # synset ids): kept, with a warning naming config.init.head='zero'.
+    os.rename(tmp_path / "photos" / "flower", tmp_path / "photos" / "yy")
+    unlike = _run(tmp_path, "train", *tuned, "--workdir=unlike").stderr
+    assert "names its classes otherwise than the data (class 0: 'china' " \
+        "there, 'yy' here; no name in common): kept" in unlike
+    assert "Dropped head" not in unlike
+    os.rename(tmp_path / "photos" / "yy", tmp_path / "photos" / "flower")
     os.rename(tmp_path / "photos" / "zz", tmp_path / "photos" / "china")
     same = _run(tmp_path, "train", *tuned, "--workdir=same").stderr
     assert "Initialised from" in same and "Dropped head" not in same

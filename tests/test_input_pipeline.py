@@ -842,8 +842,9 @@ def test_a_bad_image_read_ahead_into_a_checkpoint_names_the_way_out(
     a file that failed to decode among them: removed (or skipped) since,
     the resumed iterator still fails on it. The error names that
     checkpoint and config.checkpoints.iterator=False, the way out (the
-    files' own message would send the user round again); a run that did
-    not resume with an iterator keeps TensorFlow's error."""
+    files' own message would send the user round again). Where the run
+    resumed no iterator (`restored` None: an evaluation, or a fresh run),
+    or the error is no decoder's, TensorFlow's error stays."""
     import time
 
     from keras_vit.data import checks as data_checks
@@ -888,6 +889,20 @@ def test_a_bad_image_read_ahead_into_a_checkpoint_names_the_way_out(
             assert "config.checkpoints.iterator=False" in str(caught.value)
         else:
             assert isinstance(caught.value, tf.errors.InvalidArgumentError)
+    not_an_image = tf.errors.InvalidArgumentError(
+        None, None, "Incompatible shapes: [8,10] vs. [8,3]")
+    assert data_checks.explain_input_error(
+        config.input, splits, not_an_image, restored=path) is None
+    # The bad file there (not skipped): named, with both fixes.
+    with open(os.path.join(root, "train", name), "wb") as f:
+        f.write(b"not an image")
+    folders.folder_index.cache_clear()
+    both = str(data_checks.explain_input_error(
+        config.input, splits, caught.value, restored=path))
+    assert both.startswith("Cannot decode 1 image file(s)"), both
+    assert both.endswith(f"Resumed from {path}, whose data iterator may "
+                         "hold them read ahead: add "
+                         "config.checkpoints.iterator=False too."), both
     # With the data order drawn anew, the folder as it is now trains on.
     config.input.skip_bad_images = True
     assert len(first_batches(root, 3)[2]) == 3

@@ -338,6 +338,7 @@ def run(
         stop = _stop_inside(error)
         if stop is None:
             raise
+        stop.__context__ = error  # --verbose: TensorFlow's traceback
         return _interrupted(stop, program, verbose)
     finally:
         if previous_term is not None:

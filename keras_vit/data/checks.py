@@ -41,6 +41,10 @@ _ASSERTED = re.compile(r"assertion failed: \[(.+?)\](?= \[|\s*$)",
                        re.MULTILINE)
 
 
+# A decoder's message (not a model op's): what a read-ahead image raises.
+_IMAGE_ERROR = re.compile(r"image|jpe?g|png|gif|bmp|webp", re.IGNORECASE)
+
+
 def decode_reason(error: Exception) -> str:
     """The decoder's message without TensorFlow's node and op decorations
     (an OpError's, a graph's too: the assertion's message, not "Graph
@@ -257,7 +261,9 @@ def explain_input_error(inp, splits: Sequence[Tuple[str, str]],
         except ValueError:
             continue
     bad = find_unreadable_images(sorted(set(paths)))
-    if restored and (not bad or inp.skip_bad_images):
+    held = restored and isinstance(error, tf.errors.InvalidArgumentError) \
+        and _IMAGE_ERROR.search(decode_reason(error))
+    if held and (not bad or inp.skip_bad_images):
         return UsageError(
             f"An image of folder {root} read ahead before {restored} was "
             "saved cannot be decoded, and that checkpoint's data iterator "
@@ -267,7 +273,12 @@ def explain_input_error(inp, splits: Sequence[Tuple[str, str]],
             "checkpoint with the data order drawn anew from its step.")
     if not bad:
         return None
-    return _undecodable(root, bad)
+    error = _undecodable(root, bad)
+    if restored:  # the files' fix alone may meet them read ahead again
+        error = UsageError(
+            f"{error} Resumed from {restored}, whose data iterator may hold "
+            "them read ahead: add config.checkpoints.iterator=False too.")
+    return error
 
 
 def _undecodable(root: str, bad: Sequence[Tuple[str, str]]) -> UsageError:

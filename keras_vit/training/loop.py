@@ -79,8 +79,8 @@ class Run:
         batch: int. Images per optimizer update.
         on_finish: (model, class names) -> dict or None, on the chief after
             the final evaluation.
-        explained: () -> context manager turning input-pipeline failures
-            into clear errors (`data.checks.explained_errors`).
+        explained: (training=False) -> context manager turning input
+            failures into clear errors (`data.checks.explained_errors`).
         eval_progress: (evaluator entry, split, seconds) -> the `on_batch`
             of an evaluation that reports its progress, or None.
         records: records.RunRecords or None. The history rows and the best
@@ -187,7 +187,7 @@ class _HostLoop:
             self.step, plan.total_steps, plan.steps_per_loop, plan.log_every,
             plan.checkpoint_every, *(e.every_steps for _, e in plan.evaluators))
         t0 = time.time()
-        with r.explained():
+        with r.explained(training=True):
             metrics = self.pacer.train(r.train_iter, stop - self.step,
                                        self._after_call)
         dt = time.time() - t0

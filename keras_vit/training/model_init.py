@@ -356,7 +356,10 @@ def initialise_from(init, model: keras.Model,
 def _head_dropped(head: str, source, class_names) -> str:
     """Why config.init.head starts the source's head at zero wherever it
     fits, or "": "zero" always; "match" where the source and the data
-    both name their classes, otherwise."""
+    name their classes from one set of names, otherwise (other classes,
+    or the same in another order). Names with none in common may be the
+    same classes written otherwise (ImageNet's words and TFDS's synset
+    ids): the head is kept, with a warning."""
     if head == "zero":
         return "config.init.head='zero'"
     theirs = list(loader.class_names(source) or []) if head == "match" \
@@ -365,8 +368,16 @@ def _head_dropped(head: str, source, class_names) -> str:
     if not theirs or len(theirs) != len(ours) or theirs == ours:
         return ""  # unnamed, or another width: the head's shape decides
     first = next(i for i, (a, b) in enumerate(zip(theirs, ours)) if a != b)
-    return (f"its classes are not the data's (class {first}: "
-            f"{theirs[first]!r} there, {ours[first]!r} here; "
+    differ = (f"class {first}: {theirs[first]!r} there, {ours[first]!r} "
+              "here")
+    if not set(theirs) & set(ours):
+        logging.warning(
+            "The head of %s names its classes otherwise than the data (%s; "
+            "no name in common): kept, as they may be the same classes "
+            "written otherwise. If they are other classes, start it at "
+            "zero: config.init.head='zero'.", source.path, differ)
+        return ""
+    return (f"its classes are not the data's ({differ}; "
             "config.init.head='fits' keeps such a head)")
 
 

@@ -38,11 +38,13 @@ class RunData:
     cached: Dict[Tuple[str, int], Any] = dataclasses.field(
         default_factory=dict)
 
-    def explained(self):
+    def explained(self, training: bool = False):
         """A context that turns input-pipeline failures of the run's
-        splits into clear errors (`data.checks.explained_errors`)."""
-        return data_checks.explained_errors(self.inp, self.splits,
-                                            self.restored_iterator)
+        splits into clear errors (`data.checks.explained_errors`); a
+        `training` call's may come from the restored iterator's images."""
+        return data_checks.explained_errors(
+            self.inp, self.splits,
+            self.restored_iterator if training else None)
 
     def skipped_images(self) -> dict:
         """{split: unreadable files left out} of the run's image folder
