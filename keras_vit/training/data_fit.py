@@ -13,6 +13,7 @@ from typing import Dict
 
 from absl import logging
 
+from keras_vit import config_limits
 from keras_vit.data import checks as data_checks
 from keras_vit.data import folders, sources
 from keras_vit.errors import UsageError
@@ -25,6 +26,8 @@ def fit(inp, trainer, schedule, log, checkpoints, evals) -> Dict[str, dict]:
     """The sections of a run config to change (`config.replace`'s
     arguments; {} when there is nothing to settle), from its `input`,
     `trainer`, `schedule`, `log`, `checkpoints` and `evals` sections."""
+    # An epoch's steps divide by the batch: it is checked first.
+    config_limits.check_fields({"input": inp}, ("input.batch_size",))
     out = _splits(inp, evals)
     if int(trainer.total_steps) != 0:
         return _fit_given_steps(out, trainer, schedule)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Callable, Dict, Optional
 
 import keras
 import tensorflow as tf
@@ -180,8 +180,7 @@ def train_and_evaluate(
     {"preempted": True, "step": S, "signal": "SIGTERM" or "Ctrl-C",
     "saved": False where it stopped before its first step}
     ("restart": True when every worker of a multi-worker or TPU run saved
-    that step); the commands then exit with
-    `distribute.RESTART_EXIT_CODE`.
+    that step); the commands then exit with `distribute.RESTART_EXIT_CODE`.
     """
     on_finish = _finisher(config.objective.mpp, config.export, workdir,
                           on_finish)
@@ -189,7 +188,11 @@ def train_and_evaluate(
         check_mpp(config.objective.mpp, config.model)
     strategy = strategy or tf.distribute.get_strategy()
     distribute.prepare_input(config.input, strategy)
-    config, length = _settled(config)
+    length = "total_steps" if int(config.trainer.total_steps) else "epochs"
+    config = config_lib.replace(config, **data_fit.fit(
+        config.input, config.trainer, config.schedule, config.log,
+        config.checkpoints, config.evals))
+    config_limits.check_limits(config)
     remat.check_backend(config.model.remat)  # "dots": JAX's
     batch = _global_batch(config.trainer, config.input)
     if not config.objective.mpp.enabled:
@@ -242,24 +245,10 @@ def _built(config, strategy, num_classes: int):
     return model, optimizer
 
 
-def _settled(config) -> Tuple[Any, str]:
-    """`config` with what its data settles (`data_fit`), checked, and the
-    field its length was given in (the one to raise to train on)."""
-    # An epoch's steps divide by the batch: it is checked first.
-    config_limits.check_fields(config, ("input.batch_size",))
-    length = "epochs" if not int(config.trainer.total_steps) else (
-        "total_steps")
-    config = config_lib.replace(config, **data_fit.fit(
-        config.input, config.trainer, config.schedule, config.log,
-        config.checkpoints, config.evals))
-    config_limits.check_limits(config)
-    return config, length
-
-
 def _say_finished(workdir: str, finished: Dict, total_steps: int,
                   length: str) -> None:
     """One line: the run in `workdir` finished its steps already; to train
-    on, raise config.trainer.`length`."""
+    on, raise config.trainer.`length`, the field its length is given in."""
     logging.info(
         "The run in %s has finished: step %d of %d (%d asked). Its "
         "results: %s. To train on, raise config.trainer.%s.",
