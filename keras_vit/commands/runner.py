@@ -362,9 +362,9 @@ def _stop_inside(error: RuntimeError) -> Optional[KeyboardInterrupt]:
     raising another error: pybind11 reports the two as a RuntimeError
     ("... ORIGINAL InvalidArgumentError REPLACED BY KeyboardInterrupt")."""
     found = re.search(r"REPLACED BY (\w+)", str(error))
-    stop = found.group(1) if found else None
-    return {"KeyboardInterrupt": KeyboardInterrupt, "Terminated": Terminated
-            }.get(stop, lambda: None)()
+    kinds = {"KeyboardInterrupt": KeyboardInterrupt, "Terminated": Terminated}
+    kind = kinds.get(found.group(1)) if found else None
+    return kind() if kind else None
 
 
 def _interrupted(error: KeyboardInterrupt, program: str,

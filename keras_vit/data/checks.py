@@ -271,22 +271,21 @@ def explain_input_error(inp, splits: Sequence[Tuple[str, str]],
             "reach it): run the same command with "
             "config.checkpoints.iterator=False, which resumes from that "
             "checkpoint with the data order drawn anew from its step.")
-    if not bad:
-        return None
-    error = _undecodable(root, bad)
-    if restored:  # the files' fix alone may meet them read ahead again
-        error = UsageError(
-            f"{error} Resumed from {restored}, whose data iterator may hold "
-            "them read ahead: add config.checkpoints.iterator=False too.")
-    return error
+    return _undecodable(root, bad, restored) if bad else None
 
 
-def _undecodable(root: str, bad: Sequence[Tuple[str, str]]) -> UsageError:
+def _undecodable(root: str, bad: Sequence[Tuple[str, str]],
+                 restored: Optional[str] = None) -> UsageError:
+    """The files `bad` named, and the fix; a run resumed with the data
+    iterator of `restored` may meet them read ahead again: that fix too."""
+    resumed = (f" Resumed from {restored}, whose data iterator may hold "
+               "them read ahead: add config.checkpoints.iterator=False too."
+               if restored else "")
     return UsageError(
         f"Cannot decode {len(bad)} image file(s) of image folder {root}: "
         f"{_listing(bad)}. Remove or replace these files, or set "
         "config.input.skip_bad_images=True to skip unreadable images (they "
-        "are counted and named in the log)."
+        f"are counted and named in the log).{resumed}"
     )
 
 

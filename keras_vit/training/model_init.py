@@ -362,8 +362,9 @@ def _head_dropped(head: str, source, class_names) -> str:
     ids): the head is kept, with a warning."""
     if head == "zero":
         return "config.init.head='zero'"
-    theirs = list(loader.class_names(source) or []) if head == "match" \
-        else []
+    if head == "fits":
+        return ""
+    theirs = list(loader.class_names(source) or [])
     ours = list(class_names or [])
     if not theirs or len(theirs) != len(ours) or theirs == ours:
         return ""  # unnamed, or another width: the head's shape decides

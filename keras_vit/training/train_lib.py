@@ -327,21 +327,19 @@ def _resume_and_run(saved_config: Dict, init, plan: loop.Plan,
     trainer, writer = run.trainer, run.writer
     # An MPP run reads no labels: its head predicts colours, not classes.
     mpp = saved_config.get("objective", {}).get("mpp", {}).get("enabled")
-    check_same_classes(run.workdir, writer.ckpt_dir,
-                       None if mpp else run.info.class_names)
+    class_names = None if mpp else run.info.class_names
+    check_same_classes(run.workdir, writer.ckpt_dir, class_names)
     had_iterator = "iterator" in items
     latest = restore_latest(items, writer.ckpt_dir)
-    if latest and "iterator" in items:
-        data.restored_iterator = latest
     if latest:
+        data.restored_iterator = latest if "iterator" in items else None
         logging.info(
             "Resumed from %s at step %d (learning rate %.3g); data order %s.",
             latest, trainer.step, trainer.learning_rate(),
             "restored" if "iterator" in items else "drawn anew",
         )
     else:
-        model_init.initialise_from(init, trainer.model, None if mpp
-                                   else run.info.class_names)
+        model_init.initialise_from(init, trainer.model, class_names)
     # Only now: a workdir whose checkpoints do not fit keeps its config.
     if run.chief:
         records.keep_earlier_config(run.workdir, saved_config,
