@@ -540,6 +540,17 @@ _CASES = [
         "UsageError",
     ),
     Case(
+        "eval_split_overlaps_train", BAD_INPUT, "data",
+        "An evaluation split that shares examples with the training split "
+        "(`train_split='train'` evaluated on `'train[90%:]'`)",
+        "A warning at start-up naming both fields and the fix; the run goes "
+        "on (evaluating on training images can be meant).",
+        ("config.evals.test.split='train[90%:]' shares examples with "
+         "config.input.train_split='train'",
+         "measured partly on images the model trains on",
+         "Give them slices that do not meet"),
+    ),
+    Case(
         "labels_out_of_range", BAD_INPUT, "data",
         "More classes in the data than `config.model.num_classes` (10 digit "
         "classes, num_classes=5)",

@@ -33,6 +33,7 @@ from keras_vit.checkpoint import weights as checkpoint
 from keras_vit.checkpoint.formats import torch_pickle
 from keras_vit.commands import runner
 from keras_vit.commands import train as train_command
+from keras_vit.data import checks as data_checks
 from keras_vit.data import folders, image_headers, sources, vtab
 from keras_vit.data import pipeline as input_pipeline
 from keras_vit.data import preprocessing as pp
@@ -664,6 +665,24 @@ def test_missing_eval_split_fails_before_training(tmp_path):
         train_lib.train_and_evaluate(folder_config(root), str(workdir))
     check_error("missing_split", info.value)
     assert not (workdir / "checkpoints").exists()
+
+
+@covers("eval_split_overlaps_train")
+def test_an_eval_split_sharing_training_images_is_named(tmp_path, caplog):
+    caplog.set_level("WARNING")
+    metrics = train_lib.train_and_evaluate(
+        config(**{"evals.test.split": "train[90%:]"}), str(tmp_path / "run"))
+    log = "\n".join(r.getMessage() for r in caplog.records)
+    check_says("eval_split_overlaps_train", log)
+    assert log.count("shares examples") == 1
+    assert metrics["steps"] == 2
+    # Slices that do not meet, and another split, are not named.
+    for train, test in (("train[:90%]", "train[90%:]"), ("train", "test")):
+        caplog.clear()
+        data_checks.warn_overlaps(
+            config(train_split=train).input,
+            [("input.train_split", train), ("evals.test.split", test)])
+        assert "shares examples" not in caplog.text
 
 
 @covers("labels_out_of_range")

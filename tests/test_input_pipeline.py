@@ -17,7 +17,7 @@ from PIL import Image
 
 from keras_vit import config as config_lib
 from keras_vit import config_limits
-from keras_vit.data import folders, sources
+from keras_vit.data import folders, sources, splits
 from keras_vit.data import pipeline as ip
 from keras_vit.data import preprocessing as pp
 from keras_vit.errors import UsageError
@@ -820,6 +820,29 @@ def test_unknown_sources_fail_clearly():
     assert len(sources.digits_split("train[:1437]")[0]) == 1437
     assert len(sources.digits_split("train[-10:]")[0]) == 10
 
+
+
+@pytest.mark.parametrize("first, second, shared", [
+    ("train", "train[90%:]", True),
+    ("train[:90%]", "train[90%:]", False),
+    ("train[:-10%]", "train[-10%:]", False),
+    ("train", "test", False),
+    # In examples where the split is counted: 900 of 1000 is 90%.
+    ("train[:900]", "train[90%:]", False),
+    ("train[:901]", "train[90%:]", True),
+    ("train[:100]", "train[100:200]", False),
+    ("train+val", "val", True),
+    ("train", "Train[:5]", True),
+    # Not counted: nothing to compare, nothing said.
+    ("other[:5]", "other[4:]", False),
+])
+def test_split_overlap(first, second, shared):
+    # Image folders read their split names in any case (Train/ is train).
+    def count(name):
+        return {"train": 1000, "val": 100}.get(name.lower())
+
+    assert splits.overlap(first, second, count) is shared
+    assert splits.overlap(second, first, count) is shared
 
 def _numbered_folder(root, bad=None):
     """root/train/{a,b}/ of 6 PNGs each, image k all of value 10 + 20 k

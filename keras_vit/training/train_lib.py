@@ -240,8 +240,10 @@ def _built(config, strategy, num_classes: int):
     logging.info("Building the model and its optimizer.")
     with strategy.scope():
         model, optimizer = build_run(config, num_classes)
-    logging.info("Model %s: %s parameters, %d replicas.", model.name,
-                 f"{model.count_params():,}", strategy.num_replicas_in_sync)
+    replicas = strategy.num_replicas_in_sync
+    logging.info("Model %s: %s parameters, %d replica%s.", model.name,
+                 f"{model.count_params():,}", replicas,
+                 "" if replicas == 1 else "s")
     return model, optimizer
 
 
@@ -314,6 +316,7 @@ def _check_data(inp, evals, objective):
         )
     splits = data_checks.run_splits(inp, evals)
     data_checks.check_splits(inp, splits)
+    data_checks.warn_overlaps(inp, splits)
     data_checks.check_training_classes(inp, not objective.mpp.enabled)
     data_checks.check_evaluation_images(inp, splits)
     return info, splits
