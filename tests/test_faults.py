@@ -13,6 +13,7 @@ checkpointed tensor.
 import glob
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -849,6 +850,9 @@ def test_a_stop_before_the_first_step_saves_nothing(tmp_path, monkeypatch,
     # The log's line and the command's agree: nothing to resume yet.
     assert "Stopped at step 0 after Ctrl-C; nothing trained, nothing " \
         "saved. Run the same command to start." in caplog.text
+    # The call that compiled ran no step: it says so, not "training".
+    assert re.search(r"Compiled: the first train call took [\d.]+ s; "
+                     r"stopping\.", caplog.text)
     assert code == PREEMPTED_EXIT_CODE and line == (
         "keras-vit-train: stopped: Ctrl-C at step 0, nothing trained, "
         "nothing saved; run the same command to start.")

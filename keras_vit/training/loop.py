@@ -215,8 +215,9 @@ class _HostLoop:
         del metrics
         if not self.compiled:
             self.compiled = True
-            logging.info("Compiled: the first train call took %.1f s; "
-                         "training.", seconds)
+            logging.info("Compiled: the first train call took %.1f s; %s.",
+                         seconds, "stopping" if
+                         self.r.trainer.stop_requested() else "training")
         line = self.rate.update(self.step + done)
         if line:
             logging.info("train: %s", line)
