@@ -547,7 +547,7 @@ _CASES = [
         "on (evaluating on training images can be meant).",
         ("config.evals.test.split='train[90%:]' shares examples with "
          "config.input.train_split='train'",
-         "measured partly on images the model trains on",
+         "measured partly on images the model learns from",
          "Give them slices that do not meet"),
     ),
     Case(

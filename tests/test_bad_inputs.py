@@ -33,8 +33,7 @@ from keras_vit.checkpoint import weights as checkpoint
 from keras_vit.checkpoint.formats import torch_pickle
 from keras_vit.commands import runner
 from keras_vit.commands import train as train_command
-from keras_vit.data import checks as data_checks
-from keras_vit.data import folders, image_headers, sources, vtab
+from keras_vit.data import folders, image_headers, overlaps, sources, vtab
 from keras_vit.data import pipeline as input_pipeline
 from keras_vit.data import preprocessing as pp
 from keras_vit.errors import UsageError
@@ -679,9 +678,9 @@ def test_an_eval_split_sharing_training_images_is_named(tmp_path, caplog):
     # Slices that do not meet, and another split, are not named.
     for train, test in (("train[:90%]", "train[90%:]"), ("train", "test")):
         caplog.clear()
-        data_checks.warn_overlaps(
-            config(train_split=train).input,
-            [("input.train_split", train), ("evals.test.split", test)])
+        overlaps.warn_overlaps(config(train_split=train).input, [
+            ("config.input.train_split", train),
+            ("config.evals.test.split", test)])
         assert "shares examples" not in caplog.text
 
 

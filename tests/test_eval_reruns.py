@@ -16,8 +16,10 @@ from keras_vit.checkpoint import loader as pretrained
 from keras_vit.checkpoint import weights as checkpoint
 from keras_vit.commands import eval_mode
 from keras_vit.commands import evaluate as evaluate_main
+from keras_vit.data import overlaps
 from keras_vit.errors import UsageError
 from keras_vit.evaluation import fewshot_reports, vtab_run
+from keras_vit.storage import workdir as wd
 from keras_vit.training import train_lib
 from tests import tiny as tiny_configs
 from tests.reliability_cases import check_error, check_says, covers
@@ -155,6 +157,31 @@ def test_another_kind_of_data_does_not_inherit_the_runs_data_dir():
     assert eval_mode.eval_input(values, run, (16, 16)).data_dir == "/tfds"
     values.data_dir = "/mine"
     assert eval_mode.eval_input(values, run, (16, 16)).data_dir == "/mine"
+
+
+def test_a_split_its_run_trained_on_is_named(ema_run, tmp_path, caplog):
+    """--mode=eval of a run's model on a slice of the split it trained on:
+    a warning that the accuracy is partly on its training images; on the
+    test split, or the same slice of other data, none."""
+    caplog.set_level("WARNING")
+    common = ("--mode=eval", f"--model={ema_run}", f"--output_dir={tmp_path}")
+    assert cli(*common, "--split=train[:100]") == 0
+    assert ("--split='train[:100]' shares examples with the run's "
+            "config.input.train_split='train': its accuracy is measured "
+            "partly on images the model learns from. Pass --split=<a split "
+            "or slice it did not train on>") in caplog.text
+    caplog.clear()
+    assert cli(*common, "--split=test") == 0
+    assert "shares examples" not in caplog.text
+    # The same slice of other data, or of a folder elsewhere: none.
+    run = wd.read_config(ema_run)
+    for fields in ({"dataset": "folder", "data_dir": str(tmp_path)},
+                   {"dataset": "mnist"}):
+        inp = config_lib.complete(fields, "input")
+        overlaps.warn_trained_on(inp, run, "train[:100]")
+    assert "shares examples" not in caplog.text
+    overlaps.warn_trained_on(run.input, run, "train[:100]")
+    assert "shares examples" in caplog.text
 
 
 @covers("eval_unknown_split")

@@ -17,7 +17,7 @@ from PIL import Image
 
 from keras_vit import config as config_lib
 from keras_vit import config_limits
-from keras_vit.data import folders, sources, splits
+from keras_vit.data import folders, overlaps, sources
 from keras_vit.data import pipeline as ip
 from keras_vit.data import preprocessing as pp
 from keras_vit.errors import UsageError
@@ -841,8 +841,8 @@ def test_split_overlap(first, second, shared):
     def count(name):
         return {"train": 1000, "val": 100}.get(name.lower())
 
-    assert splits.overlap(first, second, count) is shared
-    assert splits.overlap(second, first, count) is shared
+    assert overlaps.overlap(first, second, count) is shared
+    assert overlaps.overlap(second, first, count) is shared
 
 def _numbered_folder(root, bad=None):
     """root/train/{a,b}/ of 6 PNGs each, image k all of value 10 + 20 k

@@ -25,7 +25,7 @@ if TYPE_CHECKING:  # imported on first use: --help loads no TensorFlow
 
     from keras_vit.commands import labels
     from keras_vit.data import checks as data_checks
-    from keras_vit.data import folders, sources
+    from keras_vit.data import folders, overlaps, sources
     from keras_vit.data import pipeline as input_pipeline
     from keras_vit.evaluation import accuracy
     from keras_vit.storage import atomic
@@ -36,6 +36,7 @@ else:
     labels = lazy_module("keras_vit.commands.labels")
     data_checks = lazy_module("keras_vit.data.checks")
     folders = lazy_module("keras_vit.data.folders")
+    overlaps = lazy_module("keras_vit.data.overlaps")
     sources = lazy_module("keras_vit.data.sources")
     input_pipeline = lazy_module("keras_vit.data.pipeline")
     accuracy = lazy_module("keras_vit.evaluation.accuracy")
@@ -107,6 +108,7 @@ def evaluate(values, source, strategy) -> Dict:
         if (not values.split and split == "val"
                 and folders.holds_out(inp.data_dir)):
             _say_held_out(inp.data_dir, split)
+    overlaps.warn_trained_on(inp, source.run_config(), split)
     distribute.prepare_input(inp, strategy)  # a cluster's: chief first
     scored = _scored_model(values, source, model, inp, split)
     loss = run.objective.loss if run is not None else "softmax_xent"
@@ -193,7 +195,7 @@ def _split_fix(split: str, why: str, names=None) -> UsageError:
     return UsageError(
         f"--split={split} cannot be used: {why.rstrip('.')}{listed}. Pass "
         "--split=<an existing split or a slice of one>, e.g. "
-        "--split='test' or --split='train[90%:]'.")
+        "--split='test' or --split='test[:50%]'.")
 
 
 def check_split(inp, split: str, names=None) -> None:

@@ -7,8 +7,8 @@
   files (`explained_errors`), so the message names them and the fix.
 - Labels outside [0, num_classes): a silently wrong loss otherwise
   (`tf.one_hot` of an out-of-range label is all zeros).
-- Splits that do not exist: found at start-up, not after training; an
-  evaluation split sharing examples with the training split is named.
+- Splits that do not exist: found at start-up, not after training (an
+  evaluation split sharing the training split's examples: `overlaps`).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from absl import logging
 
 from keras_vit.data import folders, sources
 from keras_vit.data import preprocessing as pp
-from keras_vit.data.splits import overlap, parse_split
+from keras_vit.data.splits import parse_split
 from keras_vit.errors import UsageError
 
 LABEL_ERROR = "Label out of range"
@@ -233,38 +233,6 @@ def check_splits(inp, splits: Sequence[Tuple[str, str]]) -> None:
                 "here)."
             ) from None
 
-
-def warn_overlaps(inp, splits: Sequence[Tuple[str, str]]) -> None:
-    """Logs a warning for each evaluation split of `run_splits` that shares
-    examples with the training split (`splits[0]`): "train" evaluated on
-    "train[90%:]" measures images the model trains on. Slices in percent
-    are compared as they are; others where the data source counts its
-    split (the digits, image folders, a prepared TFDS data set)."""
-    if inp.vtab_task:
-        return
-    train = splits[0][1]
-    warned = set()
-    for field, split in splits[1:]:
-        if split in warned or not overlap(
-                train, split, lambda name: _count(inp, name)):
-            continue
-        warned.add(split)
-        logging.warning(
-            "config.%s=%r shares examples with config.input.train_split=%r: "
-            "its accuracy is measured partly on images the model trains on. "
-            "Give them slices that do not meet (e.g. train_split='train[:90%%]'"
-            " with 'train[90%%:]'), or another split.", field, split, train)
-
-
-
-def _count(inp, name: str) -> Optional[int]:
-    """Examples in split `name` of `inp`'s data, or None where the data
-    source does not count them without reading (a TFDS data set not
-    prepared, a split it does not have)."""
-    try:
-        return sources.num_split_examples(inp, name) or None
-    except Exception:  # noqa: BLE001 - not counted: nothing to compare
-        return None
 
 def explain_input_error(inp, splits: Sequence[Tuple[str, str]],
                         error: Exception, restored: Optional[str] = None

@@ -5,7 +5,7 @@ the same way for TFDS data sets, the digits and image folders."""
 from __future__ import annotations
 
 import re
-from typing import Callable, Optional, Tuple
+from typing import Tuple
 
 from keras_vit.errors import UsageError
 
@@ -45,42 +45,3 @@ def split_bounds(bounds, n: int, split: str) -> Tuple[int, int]:
         raise UsageError(f"Split {split!r} selects no examples (of {n}).")
     return start, stop
 
-
-def overlap(first: str, second: str,
-            count: Callable[[str], Optional[int]]) -> bool:
-    """Whether the (sliced, "+"-joined) splits `first` and `second` share
-    an example, as far as can be told without reading them: slices in
-    percent are compared as they are, others where `count` (split name ->
-    its examples, or None) counts their split."""
-    for a in str(first).split("+"):
-        for b in str(second).split("+"):
-            try:
-                (name, bounds), (other, others) = (parse_split(a),
-                                                   parse_split(b))
-            except UsageError:
-                return False
-            name = name.strip()
-            if name.lower() != other.strip().lower() or "|" in name:
-                continue
-            ranges = _ranges((bounds, others), (a, b), lambda: count(name))
-            if ranges and max(ranges[0][0], ranges[1][0]) < min(
-                    ranges[0][1], ranges[1][1]):
-                return True
-    return False
-
-
-def _ranges(bounds, splits, count):
-    """((start, stop), (start, stop)) of two slices of one split: in
-    hundredths where both are in percent, else in examples where `count()`
-    counts them; None where it does not."""
-    percent = all(b.endswith("%") for pair in bounds for b in pair if b)
-    n = 100 if percent else count()
-    if not n:
-        return None
-    if percent:
-        bounds = [tuple(b.replace("%", "") for b in pair) for pair in bounds]
-    try:
-        return tuple(split_bounds(pair, n, split)
-                     for pair, split in zip(bounds, splits))
-    except UsageError:
-        return None

@@ -22,7 +22,7 @@ from keras_vit import config_limits, remat
 from keras_vit.build import build_run, check_mpp, config_architecture
 from keras_vit.checkpoint import weights
 from keras_vit.data import checks as data_checks
-from keras_vit.data import sources
+from keras_vit.data import overlaps, sources
 from keras_vit.errors import UsageError, shorten
 from keras_vit.storage import checkpoint_list, history
 from keras_vit.storage import workdir as wd
@@ -316,7 +316,7 @@ def _check_data(inp, evals, objective):
         )
     splits = data_checks.run_splits(inp, evals)
     data_checks.check_splits(inp, splits)
-    data_checks.warn_overlaps(inp, splits)
+    overlaps.warn_overlaps(inp, [(f"config.{f}", s) for f, s in splits])
     data_checks.check_training_classes(inp, not objective.mpp.enabled)
     data_checks.check_evaluation_images(inp, splits)
     return info, splits
