@@ -317,9 +317,13 @@ def parse_config_arg(
                 f"key=value with keys {', '.join(sorted(out))}."
             )
         if key not in out:
+            # A path with "=" in it, read as key=value.
+            named = (f" (a {bare_key} holding '=' is named: "
+                     f"{bare_key}={part})" if bare_key and "/" in key
+                     else "")
             raise UsageError(
                 f"Unknown config argument {key!r} in {arg!r}: use key=value "
-                f"with keys {', '.join(sorted(out))}."
+                f"with keys {', '.join(sorted(out))}{named}."
             )
         if key in seen:
             raise UsageError(

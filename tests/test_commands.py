@@ -478,6 +478,14 @@ def test_parse_config_arg():
                        match=r"Unknown config argument 'epochs' in "
                        r"'epochs=3': use key=value with keys aug, variant"):
         parse("epochs=3", "variant", variant="B/16", aug="none")
+    # A folder whose name holds "=": the error names the way to give it.
+    with pytest.raises(config_lib.UsageError) as info:
+        parse("/tmp/a=b", "data_dir", data_dir="")
+    assert str(info.value) == (
+        "Unknown config argument '/tmp/a' in '/tmp/a=b': use key=value with "
+        "keys data_dir (a data_dir holding '=' is named: data_dir=/tmp/a=b).")
+    assert parse("data_dir=/tmp/a=b", "data_dir", data_dir="") == {
+        "data_dir": "/tmp/a=b"}
     with pytest.raises(config_lib.UsageError,
                        match=r"Cannot read config argument 'cifar10' in "
                        r"'cifar10': use key=value with keys dataset"):
