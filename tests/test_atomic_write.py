@@ -53,6 +53,18 @@ def test_a_writer_gets_a_temporary_path_with_the_same_extension(tmp_path):
     assert _names(tmp_path) == ["arrays.npz"]
 
 
+
+@pytest.mark.parametrize("name", ["m.keras", ".keras", ".hidden.keras", "m"])
+def test_a_temporary_name_keeps_the_extension_of_any_name(tmp_path, name):
+    """".keras" alone is a hidden name to splitext, not an extension:
+    Keras would refuse a temporary "x/.keras.tmp-<hex>"."""
+    path = str(tmp_path / name)
+    tmp = atomic.temporary_name(path)
+    assert os.path.dirname(tmp) == str(tmp_path) and tmp != path
+    assert tmp.endswith(os.path.splitext(name)[1] or (
+        name if name.startswith(".") else ""))
+    assert atomic.final_names(tmp) == path
+
 def test_an_exception_mid_write_keeps_the_old_file(tmp_path):
     path = tmp_path / "metrics.json"
     atomic_write(path, '{"accuracy": 0.9}')

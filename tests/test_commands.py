@@ -525,7 +525,23 @@ def test_convert_names_what_the_keras_file_does_not_keep(tmp_path, caplog):
     (line,) = [r.getMessage() for r in caplog.records
                if "does not keep" in r.getMessage()]
     assert ("its evaluation resize (pass --resize_size=35 --keep_aspect)"
-            in line)
+            in line and line.endswith("these flags."))
+    # Converted at a size: the position table is resized already. A model
+    # without a head has no class names, nothing to pass: no flag asked.
+    caplog.clear()
+    assert convert.main(["keras-vit-convert", f"--model={hub}",
+                         "--image_size=48",
+                         f"--output={tmp_path / 'h48.keras'}"]) == 0
+    (line,) = [r.getMessage() for r in caplog.records
+               if "does not keep" in r.getMessage()]
+    assert "position table" not in line and line.endswith("that flag.")
+    caplog.clear()
+    base = os.path.join(os.path.dirname(hub), "hf_vit_model_bin")
+    assert convert.main(["keras-vit-convert", f"--model={base}",
+                         f"--output={tmp_path / 'b.keras'}"]) == 0
+    (line,) = [r.getMessage() for r in caplog.records
+               if "does not keep" in r.getMessage()]
+    assert "class names" not in line and "flag." not in line
 
 
 CONFIG_FILES = {

@@ -14,6 +14,7 @@ already there is kept unless --overwrite.
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import TYPE_CHECKING, Optional, Sequence
 
@@ -26,9 +27,11 @@ from keras_vit.errors import UsageError
 if TYPE_CHECKING:  # imported on first use: --help loads no TensorFlow
     from keras_vit.checkpoint import loader
     from keras_vit.storage import atomic
+    from keras_vit.storage import workdir as wd
 else:
     loader = lazy_module("keras_vit.checkpoint.loader")
     atomic = lazy_module("keras_vit.storage.atomic")
+    wd = lazy_module("keras_vit.storage.workdir")
 
 
 def define_flags(values: flags.FlagValues, argv: Sequence[str]) -> None:
@@ -114,26 +117,32 @@ def _warn_not_carried(values: flags.FlagValues, source,
     """One warning line naming what the source records beside its weights
     that a .keras file does not keep (its class names, its eval resize),
     and how predict and export take it instead."""
-    lost = []
-    names = None if new_head else loader.class_names(source)
+    given, lost = [], []
+    names = (None if new_head or not source.architecture().num_classes
+             else loader.class_names(source))  # an MPP encoder: no head
     if names:
-        lost.append(f"its {len(names)} class names (pass them as "
-                    "--class_names_file=FILE, one per line)")
+        file = (os.path.join(source.path, wd.LABELS)
+                if source.kind == "workdir" else "FILE")
+        given.append(f"its {len(names)} class names (pass them as "
+                     f"--class_names_file={file}, one per line)")
     resize = cli.source_resize(source, values.image_size)
     if resize:
         keep = " --keep_aspect" * cli.source_keep_aspect(source)
-        lost.append(f"its evaluation resize (pass --resize_size={resize}"
-                    f"{keep})")
-    if source.kind == "hub":
-        lost.append("its library's way of resizing the position table (a "
+        given.append(f"its evaluation resize (pass --resize_size={resize}"
+                     f"{keep})")
+    if source.kind == "hub" and values.image_size is None:
+        lost.append("its library's way of resizing the position table (an "
                     "--image_size given to the .keras file resizes it as "
-                    "keras_vit does: convert at the size you will use, "
+                    "keras_vit does: convert at the size you will use, with "
                     "--image_size here)")
-    if lost:
+    if given or lost:
         logging.warning(
-            "%s does not keep %s of %s: give keras-vit-predict and "
-            "keras-vit-export --model=%s these flags.", values.output,
-            " and ".join(lost), source.path, values.output)
+            "%s does not keep what %s records beside its weights: %s%s",
+            values.output, source.path, "; ".join(given + lost),
+            f". Give keras-vit-predict and keras-vit-export --model="
+            f"{values.output} "
+            f"{'these flags' if len(given) > 1 else 'that flag'}."
+            if given else ".")
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -82,6 +82,10 @@ def temporary_name(path: str) -> str:
     (Keras and NumPy check it): `a/model.keras` -> `a/model.tmp-<hex>.keras`.
     """
     root, extension = os.path.splitext(path)
+    if not extension and os.path.basename(path).startswith("."):
+        # ".keras" alone: splitext reads it as a hidden name, no extension.
+        root, extension = os.path.dirname(path), os.path.basename(path)
+        root = os.path.join(root, "") if root else ""
     return f"{root}.tmp-{uuid.uuid4().hex[:12]}{extension}"
 
 
