@@ -19,6 +19,7 @@ from keras_vit.checkpoint import weights as checkpoint
 from keras_vit.checkpoint.formats import npz_layout
 from keras_vit.checkpoint.npz_source import NpzSource
 from keras_vit.checkpoint.resolution import rebuild_at_resolution
+from keras_vit.errors import UsageError
 from tests import numpy_reference as ref
 
 POSEMB = "Transformer/posembed_input/pos_embedding"
@@ -314,8 +315,27 @@ def test_load_with_position_embedding_resize(
 
 def test_non_square_file_grid_needs_posemb_grid(tmp_path):
     path = save(tmp_path / "c.npz", random_arrays(tiny(image_size=(32, 48))))
-    with pytest.raises(ValueError, match=r"posemb_grid=\(rows, cols\)"):
+    with pytest.raises(ValueError, match=r"`posemb_grid`=\(rows, cols\)"):
         checkpoint.load_npz(tiny(image_size=40), path)
+    # Built without its grid or size: asked for them, naming the grids its
+    # 24 patches make, not built at 224 (a table its grid does not fit).
+    for strict in (True, False):
+        with pytest.raises(UsageError) as info:
+            NpzSource(path).build(strict=strict)
+        assert str(info.value) == (
+            "Cannot infer the patch grid of a position embedding with 24 "
+            "patch tokens (not a square: 4x6, 6x4 or 3x8?): pass the grid it "
+            "was trained with as `posemb_grid`=(rows, cols), or the "
+            "`image_size`=(height, width) it was trained at.")
+    with pytest.raises(UsageError) as info:
+        NpzSource(path, posemb_grid=(5, 5)).build()
+    assert str(info.value) == (
+        f"`posemb_grid`=5x5 holds 25 patches; the position embedding of "
+        f"{path} has 24: pass the grid it was trained with.")
+    # Described (no model built), it reads as before; given its size, built.
+    assert NpzSource(path).architecture().image_size == (224, 224)
+    assert NpzSource(path).build((32, 48))[0].input_shape == (
+        None, 32, 48, 3)
 
 
 def test_a_non_square_file_loads_at_its_own_grid_given_posemb_grid(tmp_path):
@@ -535,7 +555,6 @@ def test_a_table_with_a_class_row_but_no_cls_array_says_so():
     """17 tokens in a file without `cls`: not a square grid, but 4 x 4
     and a class token's row, which the message says (a damaged file)."""
     from keras_vit.checkpoint.posemb import square_grid
-    from keras_vit.errors import UsageError
 
     assert square_grid(16) == (4, 4)
     with pytest.raises(UsageError, match=r"17 = 4 x 4 \+ 1: a class "

@@ -15,7 +15,7 @@ import pytest
 from absl import flags
 
 from keras_vit import config as config_lib
-from keras_vit import quiet_start
+from keras_vit import create_model, quiet_start
 from keras_vit.checkpoint import loader
 from keras_vit.commands import flags as cli
 from keras_vit.commands import runner
@@ -542,6 +542,40 @@ def test_convert_names_what_the_keras_file_does_not_keep(tmp_path, caplog):
     (line,) = [r.getMessage() for r in caplog.records
                if "does not keep" in r.getMessage()]
     assert "class names" not in line and "flag." not in line
+
+
+def test_convert_asks_for_the_grid_of_a_file_that_is_not_square(
+        tmp_path, capsys):
+    """An .npz of 4 x 6 patches: its grid or size asked for in the
+    command's flags (not a 224 model its table does not fit), a wrong grid
+    named; given either, converted."""
+    from keras_vit.checkpoint import weights
+    from keras_vit.commands import convert
+
+    path = str(tmp_path / "grid.npz")
+    weights.save_npz(create_model(
+        None, num_classes=3, image_size=(32, 48), patch_size=8,
+        hidden_size=16, num_layers=1, num_heads=2, mlp_dim=16), path)
+    out = f"--output={tmp_path / 'g.keras'}"
+    for flag, says in (
+            ("--non_strict", "24 patch tokens (not a square: 4x6, 6x4 or "
+             "3x8?): pass the grid it was trained with as "
+             "--posemb_grid=ROWSxCOLS, or the --image_size=HxW it was "
+             "trained at."),
+            ("--posemb_grid=5x5", "--posemb_grid=5x5 holds 25 patches; the "
+             f"position embedding of {path} has 24: pass the grid it was "
+             "trained with.")):
+        capsys.readouterr()
+        assert convert.main(["keras-vit-convert", f"--model={path}", out,
+                             flag]) == 1
+        (line,) = capsys.readouterr().err.strip().splitlines()
+        assert line.endswith(says), line
+    assert not (tmp_path / "g.keras").exists()
+    for flag in ("--posemb_grid=4x6", "--image_size=32x48"):
+        assert convert.main(["keras-vit-convert", f"--model={path}", out,
+                             flag, "--overwrite"]) == 0
+        assert keras.saving.load_model(
+            str(tmp_path / "g.keras")).input_shape == (None, 32, 48, 3)
 
 
 CONFIG_FILES = {

@@ -21,6 +21,7 @@ from keras_vit.checkpoint import sources, weights
 from keras_vit.checkpoint.formats import npz as checkpoint_io
 from keras_vit.checkpoint.formats import npz_layout
 from keras_vit.checkpoint.formats.lazy import shape_of
+from keras_vit.checkpoint.posemb import square_grid
 from keras_vit.checkpoint.zoo import augreg
 from keras_vit.errors import UsageError
 from keras_vit.model import VisionTransformer
@@ -115,15 +116,27 @@ class NpzSource(sources.Source):
                 f"(the file looks like {info['variant'] or 'a custom size'})."
             )
 
-    def _default_image_size(self, content: _NpzContent) -> int:
+    def _default_image_size(self, content: _NpzContent,
+                            ask: bool = False) -> int:
         name = content.info.get("augreg")
         if name is not None:
             return name.image_size
         # The file's own grid: an .npz that another tool or a small run
         # wrote is evaluated at the resolution it was trained at, not at
         # 224 with its position embeddings stretched.
-        return (_file_image_size(content, self.posemb_grid)
-                or self.image_size or 224)
+        size = _file_image_size(content, self.posemb_grid) or self.image_size
+        tokens = _grid_tokens(content)
+        if ask and size is None and tokens:
+            # A grid that is not square, to build: its size is asked for
+            # (224 would build a model the file's grid does not fit).
+            if self.posemb_grid:
+                rows, cols = self.posemb_grid
+                raise UsageError(
+                    f"`posemb_grid`={rows}x{cols} holds {rows * cols} "
+                    f"patches; the position embedding of {self.path} has "
+                    f"{tokens}: pass the grid it was trained with.")
+            square_grid(tokens)
+        return size or 224
 
     def architecture(self) -> Architecture:
         """As `Source.architecture`: at a fine-tuned AugReg file's
@@ -165,7 +178,7 @@ class NpzSource(sources.Source):
         # is another one, to load what fits.
         content = self._read(check_variant=strict)
         arch = self._architecture(
-            content, self._default_image_size(content)
+            content, self._default_image_size(content, ask=True)
             if image_size is None else image_size,
             num_classes=num_classes, pooling=pooling,
             representation_size=representation_size)
@@ -183,18 +196,27 @@ class NpzSource(sources.Source):
         return model, report
 
 
-def _file_image_size(content: _NpzContent, grid=None):
-    """The resolution a file's learnt position-embedding grid was trained
-    at (grid x patch x ResNet stride): the grid given (`posemb_grid`, a
-    file whose grid is not square) where it holds the file's tokens, else
-    the square one its tokens make; None where neither does."""
+def _grid_tokens(content: _NpzContent) -> Optional[int]:
+    """The patch positions of a file's learnt position embedding (its
+    class token's row left out); None where it has none or no patch
+    size."""
     info = content.info
     if checkpoint_io.POSEMB not in content.arrays or not info["patch_size"]:
         return None
     shape = shape_of(content.arrays, checkpoint_io.POSEMB)
     if len(shape) != 3:
         return None
-    tokens = int(shape[1]) - (1 if info["pooling"] == "token" else 0)
+    return int(shape[1]) - (1 if info["pooling"] == "token" else 0)
+
+
+def _file_image_size(content: _NpzContent, grid=None):
+    """The resolution a file's learnt position-embedding grid was trained
+    at (grid x patch x ResNet stride): the grid given (`posemb_grid`, a
+    file whose grid is not square) where it holds the file's tokens, else
+    the square one its tokens make; None where neither does."""
+    info, tokens = content.info, _grid_tokens(content)
+    if not tokens:
+        return None
     stride = total_stride(info["patch_size"], info["resnet_layers"])
     if grid is not None and grid[0] * grid[1] == tokens:
         return (grid[0] * stride, grid[1] * stride)

@@ -30,12 +30,24 @@ def square_grid(tokens: int, refusal: Optional[str] = None) -> Grid:
             "beside a square grid, whose `cls` array the file lacks; a "
             "damaged or partly saved file)" if below * below == tokens - 1
             else "")
+        shapes = [f"{r}x{c}" for r, c in _grids(tokens)[:3]]
+        grids = (f": {', '.join(shapes[:-1])} or {shapes[-1]}?" if shapes
+                 else "")
         raise UsageError(refusal or (
             f"Cannot infer the patch grid of a position embedding with "
-            f"{tokens} patch tokens (not a square){token_row}: pass its "
-            "grid as posemb_grid=(rows, cols)."
+            f"{tokens} patch tokens (not a square{grids}){token_row}: "
+            "pass the grid it was trained with as `posemb_grid`=(rows, "
+            "cols), or the `image_size`=(height, width) it was trained at."
         ))
     return side, side
+
+
+def _grids(tokens: int):
+    """The (rows, cols) grids of `tokens` patches, squarest first, none of
+    one row."""
+    pairs = [(r, tokens // r) for r in range(2, tokens // 2 + 1)
+             if tokens % r == 0]
+    return sorted(pairs, key=lambda p: (abs(p[0] - p[1]), p[0] > p[1]))
 
 
 def resize_position_embedding(
@@ -81,9 +93,10 @@ def resize_position_embedding(
     old_grid = square_grid(tokens) if old_grid is None else _as_grid(old_grid)
     if old_grid[0] * old_grid[1] != tokens:
         raise UsageError(
-            f"The position embedding has {tokens} grid rows, which does "
-            f"not match the grid {old_grid[0]}x{old_grid[1]}: pass the grid "
-            "it was trained with."
+            f"The position embedding has {tokens} patch positions, which do "
+            f"not fill the grid {old_grid[0]}x{old_grid[1]} "
+            f"({old_grid[0] * old_grid[1]}): pass the grid it was trained "
+            "with."
         )
     out = resize_grid(
         posemb[None], old_grid, new_grid, num_prefix_tokens,
@@ -169,8 +182,8 @@ def resize_like_library(
     grid = posemb[0, num_prefix_tokens:].astype(np.float64)
     if len(grid) != rows * cols:
         raise UsageError(
-            f"The position embedding has {len(grid)} grid rows, which does "
-            f"not match the grid {rows}x{cols}."
+            f"The position embedding has {len(grid)} patch positions, "
+            f"which do not fill the grid {rows}x{cols} ({rows * cols})."
         )
     grid = grid.reshape(rows, cols, -1)
     grid = np.einsum("ir,rcd->icd",

@@ -231,6 +231,9 @@ _RENAMED = {
     "`keep_pre_logits`=True": ("config",
                                "--config.init.keep_pre_logits=True"),
     "`representation_size`": ("config", "--config.model.representation_size"),
+    # A tuple's shell form.
+    "`posemb_grid`=(rows, cols)": ("posemb_grid", "--posemb_grid=ROWSxCOLS"),
+    "`image_size`=(height, width)": ("image_size", "--image_size=HxW"),
 }
 # What a library sentence says where the command has no flag for it.
 _UNFLAGGED = {

@@ -118,8 +118,9 @@ def _warn_not_carried(values: flags.FlagValues, source,
     that a .keras file does not keep (its class names, its eval resize),
     and how predict and export take it instead."""
     given, lost = [], []
-    names = (None if new_head or not source.architecture().num_classes
-             else loader.class_names(source))  # an MPP encoder: no head
+    names = None if new_head else loader.class_names(source)
+    if source.kind == "workdir" and not source.architecture().num_classes:
+        names = None  # an MPP run's encoder: no head to name
     if names:
         file = (os.path.join(source.path, wd.LABELS)
                 if source.kind == "workdir" else "FILE")
