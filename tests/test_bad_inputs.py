@@ -987,6 +987,10 @@ def test_an_all_zero_head_is_named_in_the_log(tmp_path):
                                       f"--output={tmp_path / 'n.keras'}"])
     assert renewed.returncode == 0, renewed.stderr[-2000:]
     assert "classification head is all zeros" not in renewed.stderr
+    # --num_classes of the file's own width keeps its head: said.
+    kept = console.run("convert", [f"--model={path}", "--num_classes=3",
+                                   f"--output={tmp_path / 'k.keras'}"])
+    assert "classification head is all zeros" in kept.stderr
     # keras-vit-analysis titles each image with its prediction: said too.
     analysed = console.run("analysis", [f"--model={path}", images,
                                         f"--output_dir={tmp_path / 'a'}"])

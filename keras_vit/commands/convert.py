@@ -72,7 +72,8 @@ def convert(source, output: str, *, image_size=None, **build):
     source = loader.resolve(source)
     model, report = loader.load_report(source, image_size, **build)
     loader.warn_if_no_vit(source, model)  # re-saved as it is
-    if "num_classes" not in build:  # a new head is zeros by design
+    # A new head (another width) is zeros by design; the file's, loaded.
+    if build.get("num_classes") in (None, source.architecture().num_classes):
         cli.warn_zero_head(source, model)
     atomic.atomic_write(output, model.save)
     return report
