@@ -31,7 +31,8 @@ import keras_vit
 from keras_vit import optim
 from keras_vit.checkpoint import weights as checkpoint
 from keras_vit.checkpoint.formats import torch_pickle
-from keras_vit.commands import runner
+from keras_vit.commands import exhausted, runner
+from keras_vit.commands import flags as cli
 from keras_vit.commands import train as train_command
 from keras_vit.data import folders, image_headers, overlaps, sources, vtab
 from keras_vit.data import pipeline as input_pipeline
@@ -1412,6 +1413,49 @@ def test_a_permission_error_names_the_flag_only_for_what_it_writes(
         "response code 403 with body 'forbidden'"]
 
 
+def test_a_path_the_file_system_refuses_is_one_line(tmp_path, capsys,
+                                                     monkeypatch):
+    """A folder where a file goes, written with Python or TensorFlow's
+    file functions (as a gs:// bucket out of reach is): one line naming
+    the path; another TensorFlow error keeps its traceback. A gs:// output
+    is looked up before the work, so that one out of reach fails first."""
+    folder = tmp_path / "analysis.json"
+    folder.mkdir()
+
+    def gfile_write(values, args):
+        with tf.io.gfile.GFile(str(folder), "w") as f:
+            f.write("{}")
+
+    def python_write(values, args):
+        with open(folder, "w") as f:
+            f.write("{}")
+
+    def other(values, args):
+        raise tf.errors.InvalidArgumentError(None, None, "bad shape")
+
+    def define(values, argv):
+        flags.DEFINE_string("output_dir", str(tmp_path), "",
+                            flag_values=values)
+
+    for main, says in (
+            (gfile_write, f"{folder}; Is a directory: check the path, and "
+             "that this machine may reach and write it."),
+            (python_write, f"{folder}: is a directory; check the path (a "
+             "folder where a file goes, or the other way?).")):
+        assert runner.run("test", define, main, ["keras-vit-test"]) == 1
+        assert capsys.readouterr().err.strip().splitlines() == [
+            f"keras-vit-test: error: {says}"]
+    with pytest.raises(tf.errors.InvalidArgumentError):
+        runner.run("test", define, other, ["keras-vit-test"])
+    looked_up = []
+    monkeypatch.setattr(cli.atomic, "exists", looked_up.append)
+    values = flags.FlagValues()
+    flags.DEFINE_string("output_dir", "gs://bucket/a", "", flag_values=values)
+    values.mark_as_parsed()
+    cli.check_output_path(values, "output_dir")
+    assert looked_up == ["gs://bucket/a"]
+
+
 def test_a_full_disk_names_the_folder_the_command_writes():
     """Without a file in the error, the line names the folder written:
     --output_dir where the command has one and it is given (evaluate,
@@ -1421,10 +1465,10 @@ def test_a_full_disk_names_the_folder_the_command_writes():
     flags.DEFINE_string("workdir", "/runs/a", "", flag_values=values)
     flags.DEFINE_string("output_dir", None, "", flag_values=values)
     values.mark_as_parsed()
-    assert runner.disk_full(error, values) == (
+    assert exhausted.disk_full(error, values) == (
         "The disk is full writing /runs/a: free space or use a --workdir "
         "on a larger disk.")
     values.output_dir = "/results/a"
-    assert runner.disk_full(error, values) == (
+    assert exhausted.disk_full(error, values) == (
         "The disk is full writing /results/a: free space or use an "
         "--output_dir on a larger disk.")

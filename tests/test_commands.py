@@ -17,8 +17,8 @@ from absl import flags
 from keras_vit import config as config_lib
 from keras_vit import create_model, quiet_start
 from keras_vit.checkpoint import loader
+from keras_vit.commands import exhausted, runner
 from keras_vit.commands import flags as cli
-from keras_vit.commands import runner
 from keras_vit.storage import workdir as wd
 from keras_vit.training import distribute
 from keras_vit.training.cluster import SetupError
@@ -807,7 +807,7 @@ def test_out_of_memory_is_one_line_naming_the_fix(capsys):
 
     values = flags.FlagValues()
     evaluate.define_flags(values, ["keras-vit-evaluate"])
-    line = runner.out_of_memory(tf.errors.ResourceExhaustedError(
+    line = exhausted.out_of_memory(tf.errors.ResourceExhaustedError(
         None, None, report), values)
     assert "lower the batch size (config.input.batch_size or " \
         "--batch_size)" in line

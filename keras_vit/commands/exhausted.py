@@ -1,6 +1,6 @@
 """The one line a command prints when the machine runs out of something
 (memory, or another resource TensorFlow counts, and disk space) or will
-not let this user use a path.
+not let this user use a path (`exhausted_line`, `not_permitted`).
 
 Each names what ran out (the allocation, the file) and the fix in the
 flags the command has; `runner.run` prints it instead of a traceback.
@@ -14,6 +14,48 @@ import re
 from typing import Optional
 
 from keras_vit.storage import atomic
+
+
+def exhausted_line(error: BaseException, values=None) -> Optional[str]:
+    """The line for memory or a resource run out, a full disk, or a path
+    the file system refuses (`refused_path`); None for another error."""
+    if isinstance(error, MemoryError) or (
+            type(error).__name__ == "ResourceExhaustedError"):
+        return disk_full(error, values) or out_of_memory(error, values)
+    return disk_full(error, values) or refused_path(error, values)
+
+
+def refused_path(error: BaseException, values=None) -> Optional[str]:
+    """The line for a path the file system refuses otherwise than by
+    permissions: a folder where a file goes (or a file where a folder
+    goes), a bucket out of reach (TensorFlow's file errors, raised from
+    tf.io.gfile: a FailedPreconditionError, an UnavailableError ...);
+    None for another error. A message that names no path (a bucket out of
+    reach) is followed by the output flag's."""
+    if isinstance(error, (IsADirectoryError, NotADirectoryError)):
+        return (f"{error.filename}: {str(error.strerror).lower()}; check the "
+                "path (a folder where a file goes, or the other way?).")
+    frames = _frames(getattr(error, "__traceback__", None))
+    if not hasattr(error, "message") or not any(
+            f.endswith(os.path.join("lib", "io", "file_io.py"))
+            for f in frames):
+        return None
+    first = (str(error.message).strip().splitlines() or [""])[0][:300]
+    flag = next((f for f in _OUTPUT_FLAGS if values is not None
+                 and f in values and getattr(values, f)), None)
+    if flag and "/" not in first:
+        first += f" (--{flag}={getattr(values, flag)})"
+    return (f"{first.rstrip('.')}: check the path, and that this machine "
+            "may reach and write it.")
+
+
+def _frames(trace) -> list:
+    """The file names of a traceback's frames."""
+    names = []
+    while trace is not None:
+        names.append(trace.tb_frame.f_code.co_filename)
+        trace = trace.tb_next
+    return names
 
 
 def out_of_memory(error: BaseException,

@@ -183,10 +183,13 @@ def check_output_path(values: flags.FlagValues, name: str,
     """A UsageError, before any work, when local path --`name` (a folder;
     `folder` False: a file, whose folder is checked) cannot be made: a part
     of it is a file, or this user may not make a folder in the nearest
-    folder there is; gs:// paths are the storage's to check. A
+    folder there is; gs:// paths are the storage's to check (one out of
+    reach is found, as an error of TensorFlow's, before the work). A
     leading `~` is the home folder, as in --model (the shell leaves it
     after `=`): the flag's value becomes the expanded path."""
     path = values[name].value
+    if path and "://" in str(path):
+        atomic.exists(str(path))  # a bucket out of reach: before the work
     if not path or "://" in str(path):
         return
     path = values[name].value = os.path.expanduser(str(path))

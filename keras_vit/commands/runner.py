@@ -7,7 +7,9 @@ process (the tests do). `run` parses the command line into it and calls
 the command's main:
 
 - a `UsageError` (this project's checks of what the user gave), a missing
-  or existing file, a missing optional package, a run that cannot go on
+  or existing file, a path the file system refuses (a folder where a file
+  goes, a bucket out of reach; `exhausted`), memory or disk run out, a
+  missing optional package, a run that cannot go on
   (`TrainingError`) or a failed strategy set-up prints one line,
   `keras-vit-<command>: error: <message>`, and exits 1 (a set-up error:
   its own status); `--verbose` adds the traceback. The library names its
@@ -50,11 +52,7 @@ from keras_vit.commands.config_args import (
     shell_words,
     typed_overrides,
 )
-from keras_vit.commands.exhausted import (
-    disk_full,
-    not_permitted,
-    out_of_memory,
-)
+from keras_vit.commands.exhausted import exhausted_line, not_permitted
 from keras_vit.commands.lazy import lazy_module
 from keras_vit.data import downloads
 from keras_vit.errors import (
@@ -320,14 +318,14 @@ def run(
                       verbose, values)
     except one_line as error:
         return report(error, program, verbose, values)
-    except (MemoryError, OSError, tf.errors.ResourceExhaustedError) as error:
-        if isinstance(error, OSError) and disk_full(error) is None:
-            raise  # another OSError: its traceback
+    except (MemoryError, OSError, tf.errors.OpError) as error:
+        line = exhausted_line(error, values)
+        if line is None:
+            raise  # another error: its traceback
         progress.end_line()
         if verbose:  # the allocation's (or write's) traceback, then the line
             print("".join(traceback.format_exception(error)),
                   file=sys.stderr, end="", flush=True)
-        line = disk_full(error, values) or out_of_memory(error, values)
         return report(UsageError(line), program, False, values)
     except Preempted as error:
         report(error, program, verbose, values, kind=error.kind)
