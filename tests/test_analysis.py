@@ -318,6 +318,23 @@ def test_figures_are_written(tmp_path, images):
     assert not [w for w in caught if "Glyph" in str(w.message)]
 
 
+def test_the_rollout_title_names_the_tokens_it_follows(images, tmp_path,
+                                                      monkeypatch):
+    """The class token's row, or (global average pooling: no class token)
+    the mean over all tokens' rows, as the pooled output is."""
+    titles = []
+    monkeypatch.setattr(plots, "_save", lambda fig, path: titles.append(
+        fig._suptitle.get_text()))
+    maps = np.random.default_rng(0).uniform(size=(3, 4, 6))
+    for class_token in (True, False):
+        plots.plot_attention_rollout(images, maps, str(tmp_path / "r.png"),
+                                     class_token=class_token)
+    assert titles == [
+        "Attention from the class token to the input (attention rollout)",
+        "Attention from all tokens to the input, averaged as the pooled "
+        "output is (attention rollout)"]
+
+
 # --- command line -------------------------------------------------------
 
 

@@ -65,6 +65,7 @@ def plot_attention_rollout(
     *,
     titles: Optional[Sequence[str]] = None,
     max_images: int = 8,
+    class_token: bool = True,
 ) -> str:
     """Input images beside their rollout attention (paper Fig. 6 / 14).
 
@@ -76,6 +77,8 @@ def plot_attention_rollout(
         titles: sequence of str or None. A caption per image (e.g. the
             predicted class).
         max_images: int. Draw at most this many images.
+        class_token: bool. Whether the maps are the class token's row
+            (else the mean over all tokens' rows: global average pooling).
 
     Returns:
         str. `path`.
@@ -112,8 +115,9 @@ def plot_attention_rollout(
         label="rollout attention (scaled to max 1)",
     )
     fig.suptitle(
-        "Attention from the output token to the input (attention rollout)"
-    )
+        "Attention from the class token to the input (attention rollout)"
+        if class_token else "Attention from all tokens to the input, "
+        "averaged as the pooled output is (attention rollout)")
     return _save(fig, path)
 
 

@@ -146,6 +146,7 @@ def _draw(model: keras.Model, images, stats, out: Dict[str, str], *,
         out["attention_rollout"],
         titles=_titles(names, predictions, class_names),
         max_images=max_rollout_images,
+        class_token=bool(layout.num_prefix_tokens),
     )
     return {
         "model": model.name,
