@@ -73,7 +73,8 @@ def convert(source, output: str, *, image_size=None, **build):
     model, report = loader.load_report(source, image_size, **build)
     loader.warn_if_no_vit(source, model)  # re-saved as it is
     # A new head (another width) is zeros by design; the file's, loaded.
-    if build.get("num_classes") in (None, source.architecture().num_classes):
+    width = build.get("num_classes")
+    if width is None or width == source.architecture().num_classes:
         cli.warn_zero_head(source, model)
     atomic.atomic_write(output, model.save)
     return report
