@@ -11,6 +11,8 @@ import sys
 import time
 from typing import Callable, List
 
+from keras_vit import quiet_start
+
 # Seconds between progress lines where no config says (the run config's is
 # `log.every_seconds`).
 EVERY_S = 10.0
@@ -68,9 +70,12 @@ def _write_line(stream, text: str) -> None:
 
 def is_terminal(stream) -> bool:
     """Whether `stream` is a terminal (False for a closed stream or one
-    without isatty)."""
+    without isatty); stderr: the one the command was given, which the
+    command's filter of notices reaches through a pipe."""
     try:
-        return bool(stream.isatty())
+        if stream.isatty():
+            return True
+        return stream.fileno() == 2 and quiet_start.stderr_is_terminal()
     except (AttributeError, OSError, ValueError):
         return False
 

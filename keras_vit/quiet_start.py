@@ -302,6 +302,17 @@ def filter_stderr(patterns=RUN_NOTICES) -> bool:
     return True
 
 
+def stderr_is_terminal() -> bool:
+    """Whether stderr as the command was given it is a terminal: the
+    descriptor `hold` or `filter_stderr` saved while a file or a pipe is in
+    its place."""
+    fd = _filtering[-1][1] if _filtering else _held[-1][0] if _held else 2
+    try:
+        return os.isatty(fd)
+    except OSError:
+        return False
+
+
 def stop_filtering(timeout: float = 2.0) -> None:
     """Gives stderr back and waits (at most `timeout` seconds) for the
     filter to copy what it was sent."""

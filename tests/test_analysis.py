@@ -671,7 +671,7 @@ def test_the_command_over_a_folder_holding_its_output(tmp_path):
         assert err.count("fields of an earlier version") == 1, err
         assert "oneDNN" not in err and "E0000" not in err, err
         # (Each count starts with a carriage return: a line here.)
-        assert "\nchecked 3/3 images" in err and "\n3/3 images" in err
+        assert "\nchecked 3/3 images" in err and "\nanalysed 3/3 images" in err
 
 
 HUB = os.path.join(os.path.dirname(__file__), "fixtures", "hub")

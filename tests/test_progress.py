@@ -98,6 +98,41 @@ def test_rate_leaves_out_what_it_cannot_know():
     assert Rate(10, every_s=0, clock=clock).update(5) is None  # 0: never
 
 
+def test_a_terminal_behind_the_notice_filter_keeps_one_line(tmp_path):
+    """A command's stderr reaches the terminal through the filter of
+    library notices (a pipe): the count is still kept on one line ("\\r"),
+    as on the terminal itself; in a file, a line each."""
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    code = ("from keras_vit import progress, quiet_start\n"
+            "assert quiet_start.filter_stderr()\n"
+            "progress.show('1/2 images'); progress.show('2/2 images')\n"
+            "progress.end_line()\n")
+    main, side = pty.openpty()
+    process = subprocess.Popen([sys.executable, "-c", code], stderr=side,
+                               stdout=subprocess.DEVNULL)
+    os.close(side)
+    seen = b""
+    while True:
+        try:
+            chunk = os.read(main, 4096)
+        except OSError:  # the other side closed
+            break
+        if not chunk:
+            break
+        seen += chunk
+    os.close(main)
+    assert process.wait(timeout=60) == 0, seen
+    assert b"\r1/2 images\r2/2 images" in seen, seen
+    with open(tmp_path / "err.txt", "w") as log:
+        subprocess.run([sys.executable, "-c", code], stderr=log, check=True)
+    text = (tmp_path / "err.txt").read_text()
+    assert text.endswith("\n1/2 images\n2/2 images\n") and "\r" not in text
+
+
 def test_fewshot_features_tell_their_progress(caplog):
     model = features_model(tiny_digits_model())
     inp = fewshot.FewShotData("d", "digits", "train", "test").input(36)

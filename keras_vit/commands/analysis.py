@@ -131,7 +131,7 @@ def _main(values: flags.FlagValues, images: list) -> None:
 
 def _count(done: int, total: int) -> None:
     """The forward pass's progress, on one terminal line."""
-    progress.show(f"{done}/{total} images")
+    progress.show(f"analysed {done}/{total} images")
     if done == total:
         progress.end_line()
 

@@ -301,7 +301,7 @@ def classify(predict: Callable, files: Sequence[str], batch_size: int,
             progress.end_line()  # what follows is on a line of its own
             _each_alone(predict, batch, probabilities, answered, skipped)
         if show_progress:
-            progress.show(f"{start + len(batch)}/{len(files)} images")
+            progress.show(f"predicted {start + len(batch)}/{len(files)} images")
     progress.end_line()
     if not probabilities:
         raise UsageError("No readable image to classify.")
