@@ -44,8 +44,8 @@ def image_hw(image_size: ImageSize) -> Tuple[int, int]:
         hw = tuple(int(s) for s in image_size)
     if len(hw) != 2 or min(hw) <= 0:
         raise UsageError(
-            f"image_size must be a positive int or (height, width), got "
-            f"{image_size!r}."
+            f"`image_size` must be positive (an int or (height, width)), "
+            f"got {image_size!r}."
         )
     return hw
 
@@ -341,11 +341,12 @@ def _check(arch: Architecture) -> None:
         )
     if arch.num_classes < 0:
         raise UsageError(
-            f"num_classes must be >= 0 (0: no head), got {arch.num_classes}.")
+            f"`num_classes` must be >= 0 (0: no head), got "
+            f"{arch.num_classes}.")
     if arch.representation_size is not None and arch.representation_size <= 0:
         raise UsageError(
-            f"representation_size must be positive or None, got "
-            f"{arch.representation_size}."
+            f"`representation_size` must be positive (or None: no "
+            f"pre-logits layer), got {arch.representation_size}."
         )
     if arch.resnet_layers is not None and arch.resnet_width < 1:
         raise UsageError(

@@ -578,6 +578,29 @@ def test_convert_asks_for_the_grid_of_a_file_that_is_not_square(
             str(tmp_path / "g.keras")).input_shape == (None, 32, 48, 3)
 
 
+def test_a_size_the_model_refuses_names_the_flag(tmp_path, capsys):
+    """The model's own checks name its arguments in backquotes: the line
+    names the command's flags."""
+    from keras_vit.checkpoint import weights
+    from keras_vit.commands import convert
+
+    path = str(tmp_path / "m.npz")
+    weights.save_npz(create_model(
+        None, num_classes=3, image_size=16, patch_size=8, hidden_size=16,
+        num_layers=1, num_heads=2, mlp_dim=16), path)
+    for flag, says in (
+            ("--representation_size=0", "--representation_size must be "
+             "positive (or None: no pre-logits layer), got 0."),
+            ("--image_size=8x0", "--image_size must be positive (an int or "
+             "(height, width)), got (8, 0)."),
+            ("--num_classes=-1", "--num_classes must be >= 0 (0: no head), "
+             "got -1.")):
+        assert convert.main(["keras-vit-convert", f"--model={path}", flag,
+                             f"--output={tmp_path / 'o.keras'}"]) == 1
+        assert capsys.readouterr().err.strip() == (
+            f"keras-vit-convert: error: {says}")
+
+
 CONFIG_FILES = {
     # (file text, what the one line says)
     "extra.py": ("from keras_vit.config import base_config\n"

@@ -487,7 +487,10 @@ def test_keras_save_load_is_bit_identical(kwargs, tmp_path):
         (dict(dropout_rate=-0.1), "dropout_rate must be in"),
         (dict(attention_dropout_rate=1.0), "attention_dropout_rate"),
         (dict(pooling="max"), "pooling must be"),
-        (dict(num_classes=-1), "num_classes must be >= 0"),
+        (dict(num_classes=-1), "`num_classes` must be >= 0"),
+        (dict(representation_size=0), "`representation_size` must be "
+         "positive"),
+        (dict(image_size=(16, 0)), "`image_size` must be positive"),
         (dict(num_layers=0), "num_layers must be positive"),
         # Recorded and unread on a plain ViT otherwise.
         (dict(resnet_width=2), "resnet_width=2 is a hybrid's ResNet width"),
