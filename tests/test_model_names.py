@@ -18,6 +18,7 @@ import subprocess
 import sys
 import threading
 
+import huggingface_hub
 import keras
 import numpy as np
 import pytest
@@ -329,6 +330,35 @@ def test_hugging_face_model_from_the_cache_offline(tmp_path, monkeypatch):
     monkeypatch.setenv(cache.OFFLINE_ENV, "1")
     with pytest.raises(UsageError, match="unset KERAS_VIT_OFFLINE"):
         keras_vit.load_model("hf://test-org/not-downloaded")
+
+
+def test_a_cached_commit_is_read_without_the_network(tmp_path, monkeypatch):
+    """hf://ORG/NAME@<commit> cached whole: read from the cache at once,
+    not asked of the Hub first (a commit never changes; offline, that cost
+    retries); a branch, or a commit not cached, goes to the Hub."""
+    snapshot = _hf_cache(tmp_path / "hub")
+    monkeypatch.setattr(hf_constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv(cache.OFFLINE_ENV, raising=False)
+    calls, real = [], huggingface_hub.snapshot_download
+
+    def recorded(*args, **kwargs):
+        calls.append(kwargs["local_files_only"])
+        if not kwargs["local_files_only"]:
+            raise huggingface_hub.utils.LocalEntryNotFoundError("no network")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", recorded)
+    folder = cache.hf_snapshot(f"hf://test-org/tiny-vit@{REVISION}")
+    assert os.path.realpath(folder) == os.path.realpath(snapshot)
+    assert calls == [True]
+    for uri in ("hf://test-org/tiny-vit@main",
+                f"hf://test-org/tiny-vit@{'f' * 40}"):
+        calls.clear()
+        with pytest.raises(UsageError, match="check the network"):
+            cache.hf_snapshot(uri)
+        assert calls[-1] is False
 
 
 @pytest.mark.slow

@@ -33,6 +33,7 @@ under that lock.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import glob
 import os
@@ -81,6 +82,8 @@ _HF_URI = re.compile(
 # A revision git accepts as a branch, tag or commit name (one path part:
 # no '..', not starting or ending with '.', not ending with '.lock').
 _REVISION = re.compile(r"^(?!.*\.\.)(?!.*\.lock$)[\w-][\w.-]*(?<!\.)$")
+# A commit (immutable, unlike a branch or a tag) named after @.
+_COMMIT = re.compile(r"[0-9a-f]{40}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -309,16 +312,27 @@ def hf_snapshot(uri: str) -> str:
         os.environ.get("HF_HUB_OFFLINE"))
     local_only = hf_offline or offline()
 
-    def download(patterns):
+    def download(patterns, local=local_only):
         return huggingface_hub.snapshot_download(
             repo, revision=revision, allow_patterns=patterns,
-            local_files_only=local_only,
+            local_files_only=local,
         )
 
+    def weighed(folder):
+        return any(os.path.exists(os.path.join(folder, name))
+                   for name in hub.WEIGHT_FILES)
+
     try:
-        folder = download(_HF_FILES)
-        if not any(os.path.exists(os.path.join(folder, name))
-                   for name in hub.WEIGHT_FILES):
+        folder = None
+        if not local_only and revision and _COMMIT.fullmatch(revision):
+            # A commit never changes: cached whole, it needs no network.
+            with contextlib.suppress(LocalEntryNotFoundError):
+                folder = download(_HF_FILES, local=True)
+            if folder and not (weighed(folder) and os.path.exists(
+                    os.path.join(folder, "config.json"))):
+                folder = None
+        folder = folder or download(_HF_FILES)
+        if not weighed(folder):
             folder = download(_HF_FALLBACK)
     except (GatedRepoError, RepositoryNotFoundError) as error:
         raise UsageError(
