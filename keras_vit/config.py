@@ -320,7 +320,8 @@ def parse_config_arg(
             # A path with "=" in it, read as key=value.
             named = (f" (a {bare_key} holding '=' is named: "
                      f"{bare_key}={part})" if bare_key and "/" in key
-                     else "")
+                     and os.path.isdir(os.path.dirname(
+                         os.path.expanduser(key)) or ".") else "")
             raise UsageError(
                 f"Unknown config argument {key!r} in {arg!r}: use key=value "
                 f"with keys {', '.join(sorted(out))}{named}."

@@ -1438,8 +1438,8 @@ def test_a_path_the_file_system_refuses_is_one_line(tmp_path, capsys,
                             flag_values=values)
 
     for main, says in (
-            (gfile_write, f"{folder}; Is a directory: check the path, and "
-             "that this machine may reach and write it."),
+            (gfile_write, f"{folder}; Is a directory: check the path and "
+             "this machine's access to it."),
             (python_write, f"{folder}: is a directory; check the path (a "
              "folder where a file goes, or the other way?).")):
         assert runner.run("test", define, main, ["keras-vit-test"]) == 1
@@ -1454,6 +1454,32 @@ def test_a_path_the_file_system_refuses_is_one_line(tmp_path, capsys,
     values.mark_as_parsed()
     cli.check_output_path(values, "output_dir")
     assert looked_up == ["gs://bucket/a"]
+
+    def unreachable(path):
+        raise tf.errors.UnavailableError(
+            None, None, "Error executing an HTTP request: libcurl code 6\n"
+            "when reading metadata of gs://bucket/a")
+
+    monkeypatch.setattr(cli.atomic, "exists", unreachable)
+    with pytest.raises(UsageError) as info:
+        cli.check_output_path(values, "output_dir")
+    assert str(info.value) == (
+        "--output_dir=gs://bucket/a cannot be reached (Error executing an "
+        "HTTP request: libcurl code 6): check the path and this machine's "
+        "access to it.")
+    # Met later (a model read from a bucket), raised in TensorFlow's file
+    # code: the path its message names on a later line, no output flag.
+    scope = {}
+    exec(compile("def read(error):\n    raise error\n",  # noqa: S102
+                 os.path.join("tf", "lib", "io", "file_io.py"), "exec"),
+         scope)
+    with pytest.raises(tf.errors.UnavailableError) as info:
+        scope["read"](tf.errors.UnavailableError(
+            None, None, "Error executing an HTTP request: libcurl code 6\n"
+            "when reading metadata of gs://bucket/m.npz"))
+    assert exhausted.refused_path(info.value) == (
+        "Error executing an HTTP request: libcurl code 6 (gs://bucket/m.npz)"
+        ": check the path and this machine's access to it.")
 
 
 def test_a_full_disk_names_the_folder_the_command_writes():

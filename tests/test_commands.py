@@ -486,6 +486,9 @@ def test_parse_config_arg():
         "keys data_dir (a data_dir holding '=' is named: data_dir=/tmp/a=b).")
     assert parse("data_dir=/tmp/a=b", "data_dir", data_dir="") == {
         "data_dir": "/tmp/a=b"}
+    with pytest.raises(config_lib.UsageError) as info:  # no folder: no hint
+        parse("B/16=x", "variant", variant="B/16")
+    assert "holding '='" not in str(info.value)
     with pytest.raises(config_lib.UsageError,
                        match=r"Cannot read config argument 'cifar10' in "
                        r"'cifar10': use key=value with keys dataset"):
@@ -535,6 +538,12 @@ def test_convert_names_what_the_keras_file_does_not_keep(tmp_path, caplog):
     (line,) = [r.getMessage() for r in caplog.records
                if "does not keep" in r.getMessage()]
     assert "position table" not in line and line.endswith("that flag.")
+    # --num_classes of its own width keeps its head: its names still named.
+    caplog.clear()
+    assert convert.main(["keras-vit-convert", f"--model={hub}",
+                         "--num_classes=5", "--image_size=48",
+                         f"--output={tmp_path / 'h5.keras'}"]) == 0
+    assert "its 5 class names" in caplog.text
     caplog.clear()
     base = os.path.join(os.path.dirname(hub), "hf_vit_model_bin")
     assert convert.main(["keras-vit-convert", f"--model={base}",

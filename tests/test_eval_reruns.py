@@ -182,6 +182,16 @@ def test_a_split_its_run_trained_on_is_named(ema_run, tmp_path, caplog):
     assert "shares examples" not in caplog.text
     overlaps.warn_trained_on(run.input, run, "train[:100]")
     assert "shares examples" in caplog.text
+    # A folder run: the same folder (however its path is written) warns,
+    # another does not.
+    run.input.update(dataset="folder", data_dir=str(tmp_path / "photos"))
+    for data_dir, warned in ((str(tmp_path / "other"), False),
+                             (f"{tmp_path}/./photos/", True)):
+        caplog.clear()
+        inp = config_lib.complete(
+            {"dataset": "folder", "data_dir": data_dir}, "input")
+        overlaps.warn_trained_on(inp, run, "train[:50%]")
+        assert ("shares examples" in caplog.text) is warned, data_dir
 
 
 @covers("eval_unknown_split")

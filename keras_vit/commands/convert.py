@@ -110,7 +110,9 @@ def _main(values: flags.FlagValues, args: list) -> None:
                      **build)
     if report is not None:
         print(report)
-    _warn_not_carried(values, source, "num_classes" in build)
+    width = build.get("num_classes")  # a new head: the names are not its
+    _warn_not_carried(values, source, width is not None
+                      and width != source.architecture().num_classes)
     print(f"Wrote {values.output}.")
 
 
@@ -138,14 +140,14 @@ def _warn_not_carried(values: flags.FlagValues, source,
                     "--image_size given to the .keras file resizes it as "
                     "keras_vit does: convert at the size you will use, with "
                     "--image_size here)")
+    flags_named = "these flags" if "".join(given).count("--") > 1 else (
+        "that flag")
     if given or lost:
         logging.warning(
             "%s does not keep what %s records beside its weights: %s%s",
             values.output, source.path, "; ".join(given + lost),
             f". Give keras-vit-predict and keras-vit-export --model="
-            f"{values.output} "
-            f"{'these flags' if len(given) > 1 else 'that flag'}."
-            if given else ".")
+            f"{values.output} {flags_named}." if given else ".")
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -108,8 +108,8 @@ def evaluate(values, source, strategy) -> Dict:
         if (not values.split and split == "val"
                 and folders.holds_out(inp.data_dir)):
             _say_held_out(inp.data_dir, split)
-    overlaps.warn_trained_on(inp, source.run_config(), split)
     distribute.prepare_input(inp, strategy)  # a cluster's: chief first
+    overlaps.warn_trained_on(inp, source.run_config(), split)
     scored = _scored_model(values, source, model, inp, split)
     loss = run.objective.loss if run is not None else "softmax_xent"
     facts = dict(

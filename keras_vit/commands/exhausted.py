@@ -22,16 +22,16 @@ def exhausted_line(error: BaseException, values=None) -> Optional[str]:
     if isinstance(error, MemoryError) or (
             type(error).__name__ == "ResourceExhaustedError"):
         return disk_full(error, values) or out_of_memory(error, values)
-    return disk_full(error, values) or refused_path(error, values)
+    return disk_full(error, values) or refused_path(error)
 
 
-def refused_path(error: BaseException, values=None) -> Optional[str]:
+def refused_path(error: BaseException) -> Optional[str]:
     """The line for a path the file system refuses otherwise than by
     permissions: a folder where a file goes (or a file where a folder
     goes), a bucket out of reach (TensorFlow's file errors, raised from
     tf.io.gfile: a FailedPreconditionError, an UnavailableError ...);
-    None for another error. A message that names no path (a bucket out of
-    reach) is followed by the output flag's."""
+    None for another error. A path the message names on a later line (a
+    bucket's, after the HTTP error) is added to its first."""
     if isinstance(error, (IsADirectoryError, NotADirectoryError)):
         return (f"{error.filename}: {str(error.strerror).lower()}; check the "
                 "path (a folder where a file goes, or the other way?).")
@@ -40,13 +40,13 @@ def refused_path(error: BaseException, values=None) -> Optional[str]:
             f.endswith(os.path.join("lib", "io", "file_io.py"))
             for f in frames):
         return None
-    first = (str(error.message).strip().splitlines() or [""])[0][:300]
-    flag = next((f for f in _OUTPUT_FLAGS if values is not None
-                 and f in values and getattr(values, f)), None)
-    if flag and "/" not in first:
-        first += f" (--{flag}={getattr(values, flag)})"
-    return (f"{first.rstrip('.')}: check the path, and that this machine "
-            "may reach and write it.")
+    text = str(error.message).strip()
+    first = (text.splitlines() or [""])[0][:300]
+    named = re.search(r"(?:\w+://|/)[^\s;,'\"]+", text)
+    if named and "/" not in first:
+        first += f" ({named.group(0)})"
+    return (f"{first.rstrip('.')}: check the path and this machine's access "
+            "to it.")
 
 
 def _frames(trace) -> list:

@@ -189,7 +189,15 @@ def check_output_path(values: flags.FlagValues, name: str,
     after `=`): the flag's value becomes the expanded path."""
     path = values[name].value
     if path and "://" in str(path):
-        atomic.exists(str(path))  # a bucket out of reach: before the work
+        try:  # a bucket out of reach: found before the work
+            atomic.exists(str(path))
+        except Exception as error:  # noqa: BLE001 - TensorFlow's file errors
+            if not hasattr(error, "message"):
+                raise
+            reason = (str(error.message).strip().splitlines() or [""])[0]
+            raise UsageError(
+                f"--{name}={path} cannot be reached ({reason[:300]}): check "
+                "the path and this machine's access to it.") from None
     if not path or "://" in str(path):
         return
     path = values[name].value = os.path.expanduser(str(path))

@@ -44,4 +44,3 @@ def split_bounds(bounds, n: int, split: str) -> Tuple[int, int]:
     if stop <= start:
         raise UsageError(f"Split {split!r} selects no examples (of {n}).")
     return start, stop
-

@@ -84,6 +84,8 @@ _HF_URI = re.compile(
 _REVISION = re.compile(r"^(?!.*\.\.)(?!.*\.lock$)[\w-][\w.-]*(?<!\.)$")
 # A commit (immutable, unlike a branch or a tag) named after @.
 _COMMIT = re.compile(r"[0-9a-f]{40}")
+# Cached beside config.json, the weights whole (shards: the Hub says which).
+_SINGLE_FILE = "model.safetensors"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -328,8 +330,8 @@ def hf_snapshot(uri: str) -> str:
             # A commit never changes: cached whole, it needs no network.
             with contextlib.suppress(LocalEntryNotFoundError):
                 folder = download(_HF_FILES, local=True)
-            if folder and not (weighed(folder) and os.path.exists(
-                    os.path.join(folder, "config.json"))):
+            if folder and not all(os.path.exists(os.path.join(folder, n))
+                                  for n in (hub.CONFIG_FILE, _SINGLE_FILE)):
                 folder = None
         folder = folder or download(_HF_FILES)
         if not weighed(folder):
