@@ -72,12 +72,17 @@ def convert(source, output: str, *, image_size=None, **build):
     source = loader.resolve(source)
     model, report = loader.load_report(source, image_size, **build)
     loader.warn_if_no_vit(source, model)  # re-saved as it is
-    # A new head (another width) is zeros by design; the file's, loaded.
-    width = build.get("num_classes")
-    if width is None or width == source.architecture().num_classes:
+    if not _new_head(source, build):  # a new head is zeros by design
         cli.warn_zero_head(source, model)
     atomic.atomic_write(output, model.save)
     return report
+
+
+def _new_head(source, build) -> bool:
+    """Whether `build`'s --num_classes makes the model a new head: another
+    width than the source's (its own width keeps the source's head)."""
+    width = build.get("num_classes")
+    return width is not None and width != source.architecture().num_classes
 
 
 def _check_keras_name(output: str) -> None:
@@ -110,9 +115,7 @@ def _main(values: flags.FlagValues, args: list) -> None:
                      **build)
     if report is not None:
         print(report)
-    width = build.get("num_classes")  # a new head: the names are not its
-    _warn_not_carried(values, source, width is not None
-                      and width != source.architecture().num_classes)
+    _warn_not_carried(values, source, _new_head(source, build))
     print(f"Wrote {values.output}.")
 
 

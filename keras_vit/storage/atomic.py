@@ -84,8 +84,8 @@ def temporary_name(path: str) -> str:
     root, extension = os.path.splitext(path)
     if not extension and os.path.basename(path).startswith("."):
         # ".keras" alone: splitext reads it as a hidden name, no extension.
-        root, extension = os.path.dirname(path), os.path.basename(path)
-        root = os.path.join(root, "") if root else ""
+        root = os.path.join(os.path.dirname(path), "")
+        extension = os.path.basename(path)
     return f"{root}.tmp-{uuid.uuid4().hex[:12]}{extension}"
 
 
