@@ -328,8 +328,9 @@ NO_GPU_RUN = (
 NO_GPU_SECTION = ("No GPU run has been made yet (see "
                   "[On a GPU](#on-a-gpu) for the command).\n")
 # Dense bfloat16 FLOP/s of a device's data sheet, by JAX's device kind:
-# the H100 SXM part (80 GB HBM3).
-SPEC_FLOPS = {"NVIDIA H100 80GB HBM3": 989e12}
+# the H100 SXM part (80 GB HBM3) and the H200 SXM part (which JAX names
+# plainly "NVIDIA H200"; its matrix rate is the H100 SXM's).
+SPEC_FLOPS = {"NVIDIA H100 80GB HBM3": 989e12, "NVIDIA H200": 989e12}
 FUSED, ONE_PATH = "cuDNN fused", "one path"
 # How keras_vit attended in the stored runs that predate the runs'
 # `keras_vit_attention` and the rows' `cudnn_attention` records: the runs

@@ -1553,7 +1553,11 @@ def _saved_model_cli_options() -> frozenset:
 def _shell_options(path: str) -> Set[str]:
     """{str}. A shell script's options: the arms of its `case` statement."""
     with open(path, encoding="utf-8") as f:
-        return set(re.findall(r"^\s*(--[\w-]+)\)", f.read(), re.M))
+        text = f.read()
+    # A script's case patterns (`--smoke)`), and the XLA flags it sets
+    # (XLA_OPTIONS' "TAG=--xla_...=VALUE" entries).
+    return set(re.findall(r"^\s*(--[\w-]+)\)", text, re.M)
+               + re.findall(r'^\s*"\w+=(--xla_\w+)=', text, re.M))
 
 
 @pytest.mark.parametrize("doc", DOCS)
