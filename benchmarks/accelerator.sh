@@ -42,16 +42,18 @@
 # attention_kernels_*).
 # --inference: instead of the throughput runs (or after --profile's),
 # inference as users run it: predict_on_batch against the forward pass
-# compiled once and called on inputs already on the device, B/16 at 224,
-# batch 128 (beside keras-hub's) and 1024 (inference_b16_224_*), each
+# compiled once and called on inputs already on the device, B/16 at 384,
+# batch 32, beside the library's one path (the fused attention against
+# it end to end: inference_b16_384_b32_bf16), then at 224, batch 128
+# (beside keras-hub's) and 1024 (inference_b16_224_*), each model and
 # mode in a fresh process.
 # --training: likewise for training: train_on_batch against the step
 # compiled once with its state kept on the device (throughput.py's
 # train_jit), B/16 at 224, batch 128, beside keras-hub's, each mode in a
 # fresh process (training_b16_224_b128_bf16.*), then L/16 at 224, batch
 # 64, alone (training_l16_224_b64_bf16.*). With both, in order of need:
-# B/16 training, inference at batch 128, L/16 training, inference at
-# batch 1024. Each throughput run stops its repeats 30 s before its time
+# B/16 training, inference at 384 beside the one path, inference at
+# batch 128, L/16 training, inference at batch 1024. Each throughput run stops its repeats 30 s before its time
 # limit, so that it writes what it measured.
 # --xla-options: B/16's training step compiled once (train_jit; 224,
 # batch 128) under XLA's defaults and under each of XLA_OPTIONS below (set
@@ -204,8 +206,9 @@ if [ "$profile" = 1 ] || [ "$inference" = 1 ] || [ "$training" = 1 ] \
                 --batch_size "$batch" "${reps[@]}" "${tiny[@]}"
         done
     fi
-    # In order of need: B/16 training, then inference at batch 128 (the
-    # targets' rows), then L/16 training and inference at batch 1024.
+    # In order of need: B/16 training, the fused attention against the
+    # one path in inference at 384, inference at batch 128 (the targets'
+    # rows), then L/16 training and inference at batch 1024.
     train() {  # NAME SECONDS VARIANT BATCH [--compare_keras_hub]
         run "$1" "$2" throughput.py --variant "$3" --image_size "$s224" \
             --batch_size "$4" --dtype bfloat16 --xla on \
@@ -213,25 +216,29 @@ if [ "$profile" = 1 ] || [ "$inference" = 1 ] || [ "$training" = 1 ] \
             --rewarm 1 --matmul_repeats 2 "${timed[@]}" "${tiny[@]}" \
             "${classes[@]}" "${@:5}"
     }
-    infer() {  # NAME SECONDS BATCH [--compare_keras_hub]
-        run "$1" "$2" throughput.py --variant B/16 --image_size "$s224" \
-            --batch_size "$3" --dtype bfloat16 --xla on \
+    infer() {  # NAME SECONDS IMAGE BATCH [--compare_...]
+        run "$1" "$2" throughput.py --variant B/16 --image_size "$3" \
+            --batch_size "$4" --dtype bfloat16 --xla on \
             --mode infer,infer_jit --process_per_config --warmup 2 \
             --rewarm 1 --matmul_repeats 2 "${timed[@]}" "${tiny[@]}" \
-            "${classes[@]}" "${@:4}"
+            "${classes[@]}" "${@:5}"
     }
     # train_on_batch against the step compiled once, its state on the
     # device: what Keras's per-call work costs a training step.
     [ "$training" = 1 ] && train training_b16_224_b128_bf16 240 B/16 \
         "$b128" --compare_keras_hub
+    # The fused attention against the one path in inference at 384 (the
+    # training steps' comparison is in the throughput runs), then
     # predict_on_batch against the compiled forward pass on inputs
     # already on the device, at a serving batch and a large one.
+    [ "$inference" = 1 ] && infer inference_b16_384_b32_bf16 150 \
+        "$s384" "$b32" --compare_one_path
     [ "$inference" = 1 ] && infer inference_b16_224_b128_bf16 240 \
-        "$b128" --compare_keras_hub
+        "$s224" "$b128" --compare_keras_hub
     # L/16 without keras-hub (its ratio is in the throughput runs).
     [ "$training" = 1 ] && train training_l16_224_b64_bf16 200 L/16 "$b64"
     [ "$inference" = 1 ] && infer inference_b16_224_b1024_bf16 150 \
-        "$b1024"
+        "$s224" "$b1024"
     if [ "$xla_options" = 1 ]; then
         for option in "default=" "${XLA_OPTIONS[@]}"; do
             tag=${option%%=*}
@@ -289,7 +296,7 @@ measure() {
 
 scale=$((total * 100 / 450))  # the shares below are for 450 s
 # In order of need: the fused attention against the one path at 384
-# (measured end to end nowhere else), the B/16 target, then L/16.
+# (its largest gain, training), the B/16 target, then L/16.
 measure b16_384_b32_bf16 $((170 * scale / 100)) --variant B/16 \
     --image_size "$large" --batch_size "$b32" --compare_one_path
 measure b16_224_b128_bf16 $((150 * scale / 100)) --variant B/16 \

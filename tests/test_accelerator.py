@@ -354,7 +354,8 @@ def test_inference_and_training_runs_end_to_end_at_tiny_sizes(
     table of every GPU run renders them."""
     out = tmp_path / "benchmarks" / "results" / "gpu"
     run_accelerator(tmp_path, out, "--inference", "--training")
-    modes = {"inference_b16_224_b128_bf16": ("infer", "infer_jit"),
+    modes = {"inference_b16_384_b32_bf16": ("infer", "infer_jit"),
+             "inference_b16_224_b128_bf16": ("infer", "infer_jit"),
              "inference_b16_224_b1024_bf16": ("infer", "infer_jit"),
              "training_b16_224_b128_bf16": ("train", "train_jit"),
              "training_l16_224_b64_bf16": ("train", "train_jit")}
@@ -730,7 +731,7 @@ def _stub_python(tmp_path):
     return stub, calls
 
 
-@pytest.mark.parametrize("budget, written", [(45, 2), (35, 0)])
+@pytest.mark.parametrize("budget, written", [(45, 3), (35, 0)])
 def test_a_short_budget_skips_a_run_rather_than_pass_no_deadline(
         tmp_path, budget, written):
     """With BUDGET_S set, --inference's throughput runs get a deadline of
@@ -751,5 +752,5 @@ def test_a_short_budget_skips_a_run_rather_than_pass_no_deadline(
     deadlines = [int(a[a.index("--deadline") + 1]) for a in runs]
     assert len(runs) == written and all(d >= 1 for d in deadlines)
     assert f"{written} result files written" in proc.stdout
-    assert (proc.stdout.count("skipped") == 2 - written
-            and proc.returncode == int(written < 2))
+    assert (proc.stdout.count("skipped") == 3 - written
+            and proc.returncode == int(written < 3))
