@@ -22,7 +22,8 @@ from keras_vit.errors import NEWER_VERSION, UsageError, shorten
 # What a model source (config.init.model, the commands' --model) can be:
 # `keras_vit.checkpoint.resolve` takes each.
 SOURCE_KINDS = (
-    "a released model's name (keras_vit.list_models(), e.g. ViT-B_16), "
+    "a released model's name (e.g. ViT-B_16; `keras_vit.list_models()` "
+    "lists them), "
     "hf://ORG/NAME[@REVISION], a training workdir, a .keras file, an "
     "official .npz (local or gs://) or a Hugging Face / timm folder"
 )

@@ -14,14 +14,17 @@ import keras
 import pytest
 from absl import flags
 
+import keras_vit
 from keras_vit import config as config_lib
 from keras_vit import create_model, quiet_start
 from keras_vit.checkpoint import loader
+from keras_vit.checkpoint.zoo import catalog
 from keras_vit.commands import exhausted, runner
 from keras_vit.commands import flags as cli
 from keras_vit.storage import workdir as wd
 from keras_vit.training import distribute
 from keras_vit.training.cluster import SetupError
+from tests import console
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COMMANDS = ("train", "evaluate", "export", "convert", "analysis", "predict")
@@ -69,14 +72,64 @@ def test_help_shows_the_same_model_flag_and_verbose(name, capsys):
     # One definition (flags.MODEL_HELP: the resolver's list of what a
     # model is, names and hf:// first), as absl wraps help.
     assert cli.MODEL_HELP.startswith(
-        "The model: a released model's name (keras_vit.list_models(), e.g. "
-        "ViT-B_16), hf://ORG/NAME[@REVISION], a training workdir")
+        "The model: a released model's name (e.g. ViT-B_16; --list_models "
+        "lists them), hf://ORG/NAME[@REVISION], a training workdir")
     assert f"--model: {cli.MODEL_HELP}" in " ".join(text.split())
     assert "--[no]verbose: Debug logging, and the traceback behind a " \
         "one-line error." in text
     for old in ("--keras_model", "--npz", "--hub", "--saved_model",
                 "--images"):
         assert old not in text
+
+
+@pytest.mark.parametrize("name", COMMANDS)
+def test_list_models_prints_the_released_models_and_ends(name):
+    """`keras-vit-NAME --list_models[=PATTERN]`, as a user types it: the
+    released models whose name matches, one row each with what --model
+    takes, without the command's required flags; a pattern matching none
+    is one line naming the flag's bare form."""
+    result = console.run(name, ["--list_models=*B_16*"], cwd=ROOT)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stderr == ""
+    header, *rows = result.stdout.splitlines()
+    assert header.split() == ["size", "image", "classes", "trained", "on",
+                              "--model"]
+    released = keras_vit.list_models("*B_16*")
+    assert len(rows) == len(released)
+    for row, info in zip(rows, released):
+        given = row.split("  ")[-1].split(" (")[0].strip()
+        # What the row says to pass names that very release.
+        assert catalog.lookup(given) == info, row
+        assert row.split()[:2] == [info.variant, str(info.image_size)]
+    assert "ViT-B_16 (imagenet21k/ViT-B_16)" in result.stdout
+    every = console.run(name, ["--list_models"], cwd=ROOT)
+    assert every.returncode == 0, every.stderr[-3000:]
+    assert len(every.stdout.splitlines()) == len(keras_vit.list_models()) + 1
+    none = console.run(name, ["--list_models=nothing*"], cwd=ROOT)
+    assert none.returncode == 1 and none.stdout == ""
+    assert none.stderr.splitlines() == [
+        f"keras-vit-{name}: error: no released model's name matches "
+        "'nothing*' (a shell pattern over names such as "
+        "imagenet21k/ViT-B_16: '*B_16*', 'augreg/*'); --list_models alone "
+        f"lists all {len(keras_vit.list_models())}."]
+
+
+def test_help_wins_over_list_models(capsys):
+    assert module("convert").main(
+        ["keras-vit-convert", "--list_models", "--help"]) == 0
+    assert capsys.readouterr().out.startswith("usage: keras-vit-convert")
+
+
+def test_an_unknown_name_points_at_the_lister(tmp_path, capsys):
+    """The library's advice (`keras_vit.list_models()`) is the flag in a
+    command's line."""
+    argv = bad_model_argv("convert", tmp_path)
+    argv[1] = "--model=ViT-B_17"
+    assert module("convert").main(argv) == 1
+    line = capsys.readouterr().err.strip()
+    assert "Did you mean ViT-B_16" in line
+    assert "(e.g. ViT-B_16; --list_models lists them)" in line
+    assert "keras_vit.list_models" not in line
 
 
 @pytest.mark.parametrize("name", COMMANDS)
@@ -102,7 +155,10 @@ def test_bad_model_is_one_line_and_verbose_adds_the_traceback(
 
 
 def config_source_kinds():
-    return loader.SOURCE_KINDS
+    """What a model is, as the commands word it (their flag, not the
+    library's function, lists the released models)."""
+    return loader.SOURCE_KINDS.replace("`keras_vit.list_models()`",
+                                       "--list_models")
 
 
 def _shell_words(command: str, message: str) -> str:

@@ -298,7 +298,7 @@ def test_unknown_name_gives_the_closest_names(tmp_path, monkeypatch):
     message = str(error.value)
     assert "\n" not in message
     assert "Did you mean ViT-B_16" in message
-    assert "keras_vit.list_models()" in message
+    assert "`keras_vit.list_models()` lists them" in message
     with pytest.raises(UsageError, match="hf://ORG/NAME"):
         keras_vit.load_model("hf://just-a-name")
 

@@ -387,8 +387,15 @@ def parse_absl(command: Command, kind: str):
     with its argument and every --config.x override applied. Returns the
     FlagValues and the positional arguments."""
     from keras_vit.commands import flags as cli
+    from keras_vit.commands import listing
 
     argv = [f"keras-vit-{kind}"] + project_args(command)
+    listed = absl_flag_values(kind, argv)
+    if listing.requested(listed, argv[1:]) is not None:
+        # --list_models: the command prints the list before any flag is
+        # checked (the run checks what it prints).
+        listed.mark_as_parsed()
+        return listed, []
     with _in_root():
         try:
             values = absl_flag_values(kind, argv)
@@ -1030,6 +1037,16 @@ def _check_npy(workspace, command, result):
     assert np.load(workspace.path(name)).shape[0] == 1  # a batch of one
 
 
+def _check_listing(workspace, command, result):
+    """The released models the pattern matches, a header first."""
+    import keras_vit
+
+    pattern = option(command, "list_models")
+    lines = result.stdout.splitlines()
+    assert lines[0].split()[-1] == "--model", result.tail()
+    assert len(lines) == 1 + len(keras_vit.list_models(pattern)), lines
+
+
 def _check_saved_model_run(workspace, command, result):
     """The outputs of the signature the command runs."""
     from keras_vit.export import graph
@@ -1110,6 +1127,7 @@ RUNS: Dict[str, Run] = {
     "keras-vit-convert --model=ViT-B_16.npz": Run(
         _check_convert, replace=(("--variant=B/16", "--variant=Ti/16"),),
         changed="ViT-B_16.npz holds a Ti/16; --variant=Ti/16"),
+    "keras-vit-convert --list_models=*B_16*": Run(_check_listing),
     "keras-vit-analysis --model=vit.keras --output_dir=analysis/": Run(
         _check_analysis, changed="vit.keras: a tiny ViT; photos/: 2 PNGs"),
     "keras-vit-analysis --model=/tmp/vit_digits --digits=8": Run(
@@ -1553,11 +1571,15 @@ def _saved_model_cli_options() -> frozenset:
 def _shell_options(path: str) -> Set[str]:
     """{str}. A shell script's options: the arms of its `case` statement."""
     with open(path, encoding="utf-8") as f:
-        text = f.read()
-    # A script's case patterns (`--smoke)`), and the XLA flags it sets
-    # (XLA_OPTIONS' "TAG=--xla_...=VALUE" entries).
-    return set(re.findall(r"^\s*(--[\w-]+)\)", text, re.M)
-               + re.findall(r'^\s*"\w+=(--xla_\w+)=', text, re.M))
+        return set(re.findall(r"^\s*(--[\w-]+)\)", f.read(), re.M))
+
+
+def _xla_flags_set(path: str) -> set:
+    """The XLA flags a shell script sets (accelerator.sh's XLA_OPTIONS:
+    "TAG=--xla_...=VALUE --xla_...=VALUE"), which the text may name."""
+    with open(path, encoding="utf-8") as f:
+        entries = re.findall(r'^\s*"\w+=(--xla_[^"]*)"', f.read(), re.M)
+    return {m for e in entries for m in re.findall(r"--xla_\w+", e)}
 
 
 @pytest.mark.parametrize("doc", DOCS)
@@ -1581,7 +1603,10 @@ def test_flags_named_in_the_text_exist(doc):
                 if field not in fields and field not in MISSPELT_ON_PURPOSE:
                     problems.append(f"line {line}: {flag} is no config field")
                 continue
-            options = options or _project_options()
+            options = options or _project_options() | {
+                f for path in glob.glob(os.path.join(ROOT, "benchmarks",
+                                                     "*.sh"))
+                for f in _xla_flags_set(path)}
             if flag not in options:
                 problems.append(f"line {line}: {flag} is no option of the "
                                 "project's command lines")

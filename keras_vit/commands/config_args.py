@@ -234,6 +234,7 @@ _RENAMED = {
     # A tuple's shell form.
     "`posemb_grid`=(rows, cols)": ("posemb_grid", "--posemb_grid=ROWSxCOLS"),
     "`image_size`=(height, width)": ("image_size", "--image_size=HxW"),
+    "`keras_vit.list_models()`": ("list_models", "--list_models"),
 }
 # What a library sentence says where the command has no flag for it.
 _UNFLAGGED = {

@@ -14,6 +14,7 @@ import numpy as np
 from absl import flags, logging
 from ml_collections import config_flags
 
+from keras_vit.commands import listing
 from keras_vit.commands.config_args import (  # noqa: F401 (commands' API)
     normalize_argv,
     resolve_config_arg,
@@ -25,6 +26,7 @@ from keras_vit.commands.labels import (  # noqa: F401 (the commands' API)
     define_class_names_file,
 )
 from keras_vit.commands.lazy import lazy_module
+from keras_vit.commands.listing import stdout_closed  # noqa: F401 (API)
 from keras_vit.commands.resize import (  # noqa: F401 (the commands' API)
     check_at_least_input,
     define_resize_size,
@@ -39,7 +41,6 @@ from keras_vit.commands.runner import (  # noqa: F401 (the commands' API)
     define_verbose,
     parse,
     run,
-    stdout_closed,
 )
 from keras_vit.config import SOURCE_KINDS
 from keras_vit.errors import UsageError
@@ -57,7 +58,8 @@ else:  # imported at first use: `--help` loads no Keras or TensorFlow
 # The one description of what --model takes (the resolver's). The flags
 # are defined without Keras or TensorFlow (`--help` loads neither); the
 # functions that load a model import them.
-MODEL_HELP = f"The model: {SOURCE_KINDS}."
+MODEL_HELP = "The model: {}.".format(SOURCE_KINDS.replace(
+    "`keras_vit.list_models()`", f"--{listing.FLAG}"))
 
 
 # ---------------------------------------------------------------- flags
@@ -67,6 +69,7 @@ def define_model(values: flags.FlagValues, required: bool = True,
     weights)."""
     flags.DEFINE_string("model", None, MODEL_HELP + extra,
                         flag_values=values, required=required)
+    flags.DEFINE_string(listing.FLAG, None, listing.HELP, flag_values=values)
     if not ema:
         return
     flags.DEFINE_boolean(

@@ -44,6 +44,7 @@ from absl import flags, logging
 from ml_collections import config_flags
 
 from keras_vit import config_overrides, progress, quiet_start
+from keras_vit.commands import listing
 from keras_vit.commands.config_args import (
     config_file_error,
     flag_error_message,
@@ -179,13 +180,6 @@ def setup_logging(verbose: bool) -> None:
 
 
 # ------------------------------------------------------------- running
-def stdout_closed() -> None:
-    """After a BrokenPipeError on stdout (`... | head`: the reader stopped):
-    Python's own advice, nothing more goes to the closed pipe, so that the
-    command ends quietly."""
-    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-
-
 def report(error: BaseException, program: str, verbose: bool,
            values: Optional[flags.FlagValues] = None,
            kind: str = "error") -> int:
@@ -266,6 +260,22 @@ def _flag_name(entry: str) -> str:
     return re.sub(r"^\s*--(\[no\])?", "", entry)
 
 
+def _help_or_list(program: str, doc: str, values: flags.FlagValues,
+                  argv: Sequence[str], verbose: bool) -> Optional[int]:
+    """--help's text, or --list_models[=PATTERN]'s table (no other flag
+    needed), and the exit status; None where neither is asked for."""
+    pattern = listing.requested(values, argv[1:])
+    if pattern is None and not any(a in HELP_ARGS for a in argv[1:]):
+        return None
+    quiet_start.release()
+    if any(a in HELP_ARGS for a in argv[1:]):
+        return listing.print_out(help_text(program, doc, values))
+    try:
+        return listing.print_out(listing.table(pattern))
+    except UsageError as error:
+        return report(error, program, verbose)
+
+
 def run(
     name: str,
     define: Callable[[flags.FlagValues, Sequence[str]], None],
@@ -289,13 +299,9 @@ def run(
     values = flags.FlagValues()
     define_verbose(values)
     define(values, argv)
-    if any(a in HELP_ARGS for a in argv[1:]):
-        quiet_start.release()
-        try:
-            print(help_text(program, doc, values), flush=True)
-        except BrokenPipeError:  # `--help | head`: the reader stopped
-            stdout_closed()
-        return 0
+    early = _help_or_list(program, doc, values, argv, verbose)
+    if early is not None:
+        return early
     # TensorFlow loads here (with the training modules), then a console
     # script's stderr, held since `import keras_vit`, goes back without
     # TensorFlow's start-up notices.

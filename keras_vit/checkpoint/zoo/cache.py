@@ -170,7 +170,7 @@ def _no_such_file(label: str, url: str) -> str:
     close = [n for n in catalog.suggestions(label) if n != label]
     hint = f" Did you mean: {', '.join(close)}?" if close else ""
     return (f"{label}: there is no such file at {url}. Check the name "
-            f"(keras_vit.list_models() lists the released ones; "
+            f"(`keras_vit.list_models()` lists the released ones; "
             f"{catalog.BASE_URL_ENV} sets the mirror names are read "
             f"from).{hint}")
 
