@@ -45,16 +45,17 @@
 # compiled once and called on inputs already on the device, B/16 at 384,
 # batch 32, beside the library's one path (the fused attention against
 # it end to end: inference_b16_384_b32_bf16), then at 224, batch 128
-# (beside keras-hub's) and 1024 (inference_b16_224_*), each model and
-# mode in a fresh process.
+# (beside keras-hub's) and 1024 (inference_b16_224_*), each mode in a
+# fresh process (the models of a run take turns in it).
 # --training: likewise for training: train_on_batch against the step
 # compiled once with its state kept on the device (throughput.py's
 # train_jit), B/16 at 224, batch 128, beside keras-hub's, each mode in a
 # fresh process (training_b16_224_b128_bf16.*), then L/16 at 224, batch
 # 64, alone (training_l16_224_b64_bf16.*). With both, in order of need:
 # B/16 training, inference at 384 beside the one path, inference at
-# batch 128, L/16 training, inference at batch 1024. Each throughput run stops its repeats 30 s before its time
-# limit, so that it writes what it measured.
+# batch 128, L/16 training, inference at batch 1024. Each throughput run
+# stops its repeats 30 s before its time limit, so that it writes what it
+# measured.
 # --xla-options: B/16's training step compiled once (train_jit; 224,
 # batch 128) under XLA's defaults and under each of XLA_OPTIONS below (set
 # as XLA_FLAGS), each in its own process (xla_TAG_b16_224_b128_bf16.*):

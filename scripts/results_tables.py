@@ -538,14 +538,15 @@ def gpu_throughput() -> str:
                 f"{_mib(_median_of(rows, 'device_peak_bytes_per_example'))} |")
         for name, data in zip(names, runs):
             m = data["machine"]
-            ceiling = data["ceiling"][a["dtype"]]["flops_per_s"]
+            ceiling = data["ceiling"][a["dtype"]]
             machines.append(
                 f"`{name}`: {m.get('device_kind', m['cpu'])}, jax "
                 f"{m.get('jax')}, keras {m['keras']}"
                 + (f", keras-hub {data['keras_hub']}"
                    if data.get("keras_hub") else " (no keras-hub row)")
                 + f"; {a['dtype']} matmul ceiling "
-                f"{ceiling / 1e12:.0f} TFLOP/s ({a['matmul_size']}^3).")
+                f"{ceiling['flops_per_s'] / 1e12:.0f} TFLOP/s "
+                f"({ceiling.get('size', data['args']['matmul_size'])}^3).")
             notes += [f"- `{name}`: {shown_note(n)}" for n in data["notes"]]
     spec = ", ".join(f"{v / 1e12:.0f} TFLOP/s for the {k}"
                      for k, v in SPEC_FLOPS.items())

@@ -367,6 +367,9 @@ def test_inference_and_training_runs_end_to_end_at_tiny_sizes(
         assert result["args"]["process_per_config"] is True
         ours = [r for r in result["rows"] if r["model"] == "keras_vit"]
         assert tuple(r["mode"] for r in ours) == want
+        if name == "inference_b16_384_b32_bf16":  # beside the one path
+            assert [r["mode"] for r in result["rows"]
+                    if r["model"] == "keras_vit_one_path"] == list(want)
         bf16 = result["ceiling"]["bfloat16"]["flops_per_s"]
         for r in result["rows"]:
             assert r["cudnn_attention"] == {}
