@@ -643,6 +643,31 @@ def test_convert_asks_for_the_grid_of_a_file_that_is_not_square(
             str(tmp_path / "g.keras")).input_shape == (None, 32, 48, 3)
 
 
+def test_an_unknown_variant_of_an_npz_is_named_with_the_closest(
+        tmp_path, capsys):
+    """--variant of an .npz checks the file's size: a name no variant has
+    is one line with the closest names and the way out (leave it out), not
+    the builder's advice about custom sizes."""
+    from keras_vit.checkpoint import weights
+    from keras_vit.commands import convert
+
+    path = str(tmp_path / "m.npz")
+    weights.save_npz(create_model(
+        None, num_classes=3, image_size=16, patch_size=8, hidden_size=16,
+        num_layers=1, num_heads=2, mlp_dim=16), path)
+    assert convert.main(["keras-vit-convert", f"--model={path}",
+                         f"--output={tmp_path / 'm.keras'}",
+                         "--variant=b/16"]) == 1
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"keras-vit-convert: error: Unknown --variant "
+                           f"'b/16' for {path}. Did you mean B/16? The "
+                           "variants are Ti/16, S/16"), line
+    assert line.endswith("leave --variant out to read the size from the "
+                         "file's arrays (it only checks them)."), line
+    assert "variant=None" not in line
+    assert not (tmp_path / "m.keras").exists()
+
+
 def test_a_size_the_model_refuses_names_the_flag(tmp_path, capsys):
     """The model's own checks name its arguments in backquotes: the line
     names the command's flags."""

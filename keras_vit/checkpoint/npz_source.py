@@ -12,6 +12,7 @@ a released checkpoint's, else 224.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 from typing import Any, Dict, Optional, Tuple
 
 from absl import logging
@@ -25,6 +26,7 @@ from keras_vit.checkpoint.posemb import square_grid
 from keras_vit.checkpoint.zoo import augreg
 from keras_vit.errors import UsageError
 from keras_vit.model import VisionTransformer
+from keras_vit.variants import VARIANTS
 
 
 @dataclasses.dataclass
@@ -56,6 +58,15 @@ class NpzSource(sources.Source):
     kind = "npz"
 
     def __post_init__(self):
+        if self.variant is not None and self.variant not in VARIANTS:
+            close = [v for v in VARIANTS if v.lower() == self.variant.lower()
+                     ] or difflib.get_close_matches(self.variant, VARIANTS, 3)
+            hint = f" Did you mean {', '.join(close)}?" if close else ""
+            raise UsageError(
+                f"Unknown `variant` {self.variant!r} for {self.path}.{hint} "
+                f"The variants are {', '.join(VARIANTS)}; leave `variant` "
+                "out to read the size from the file's arrays (it only checks "
+                "them).")
         grid = self.posemb_grid
         if grid is not None:
             if isinstance(grid, int):
