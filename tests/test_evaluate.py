@@ -110,6 +110,29 @@ def test_evaluate_model_equals_direct_computation(replicas):
     assert 0.0 < got["accuracy"] < got["top5_accuracy"] < 1.0
 
 
+@pytest.mark.parametrize("num_classes, ranked", [(5, False), (6, True)])
+def test_top5_is_reported_only_where_five_classes_do_not_cover_all(
+        num_classes, ranked):
+    """With 5 classes or fewer every label is in the top 5: its accuracy
+    is None (left out of the lines and tables), not a constant 1.0."""
+    from keras_vit.scoring.evaluator import Evaluator
+
+    model = tiny(num_classes=num_classes, image_size=16)
+    evaluator = Evaluator(model, tf.distribute.get_strategy(),
+                          num_classes=num_classes)
+    images = tf.random.stateless_uniform((8, 16, 16, 3), (1, 2), -1, 1)
+    labels = tf.constant([0, 1, 2, 3, 4, 0, 1, 2], tf.int32)
+    got = evaluator.evaluate([(images, labels, tf.ones([8]))])
+    assert got["num_examples"] == 8
+    if ranked:
+        logits = model.predict(images, verbose=0)
+        top5 = np.argsort(-logits, axis=1)[:, :5]
+        assert got["top5_accuracy"] == pytest.approx(
+            np.mean((top5 == labels.numpy()[:, None]).any(1)))
+    else:
+        assert got["top5_accuracy"] is None
+
+
 def test_evaluate_model_uses_the_trainers_evaluation_step():
     """Training and evaluate.py score a model with one step, so a change
     to it (a metric, the masking) reaches both."""

@@ -92,23 +92,27 @@ class Evaluator:
                 batch index and the metrics so far.
 
         Returns:
-            {"loss", "accuracy", "top5_accuracy", "num_examples"}.
+            {"loss", "accuracy", "top5_accuracy", "num_examples"};
+            top5_accuracy is None for a model of at most 5 classes.
         """
         totals = [0.0, 0.0, 0.0, 0.0]
+        ranks = self.num_classes > 5
         for i, (images, labels, mask) in enumerate(dataset, start=1):
             values = self._eval_step(images, labels, mask)
             totals = [t + float(v) for t, v in zip(totals, values)]
             if on_batch is not None:
-                on_batch(i, _metrics(totals))
-        return _metrics(totals)
+                on_batch(i, _metrics(totals, ranks))
+        return _metrics(totals, ranks)
 
 
-def _metrics(totals) -> Dict[str, float]:
+def _metrics(totals, ranks: bool = True) -> Dict[str, float]:
+    """The sums as means; top-5 accuracy None where the model has at most
+    5 classes (every label is in its top 5: nothing to report)."""
     n = max(totals[3], 1.0)
     return {
         "loss": totals[0] / n,
         "accuracy": totals[1] / n,
-        "top5_accuracy": totals[2] / n,
+        "top5_accuracy": totals[2] / n if ranks else None,
         "num_examples": int(totals[3]),
     }
 
