@@ -170,6 +170,11 @@ def test_analysis_curves_flag_and_its_errors(tmp_path, capsys):
     assert Image.open(run / "training_curves.png").size[0] > 600
     cases = [
         ([f"--curves={run}", "--model=x.keras"], "give it alone"),
+        # Every flag the curves do not use is named, not passed over.
+        ([f"--curves={run}", "--batch_size=4", "--image_size=32"],
+         "give it alone (with --output_dir), not with --batch_size, "
+         "--image_size."),
+        ([f"--curves={run}", "a.png"], "not with images."),
         ([f"--curves={tmp_path}"], "no history.csv with training rows"),
         ([f"--curves={tmp_path / 'missing'}"], "missing is not a folder"),
         ([f"--output_dir={tmp_path}"], "or --curves=WORKDIR"),

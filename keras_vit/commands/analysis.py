@@ -81,10 +81,13 @@ def _main(values: flags.FlagValues, images: list) -> None:
     # Before any model is read: the figures are the command's output.
     plots.require_matplotlib()
     if values.curves:
-        if values.model or images or values.digits is not None:
-            raise UsageError("--curves draws a run's training curves: give "
-                             "it alone (with --output_dir), not with "
-                             "--model, --digits or images.")
+        given = sorted({f"--{n}" for n in values if values[n].present}
+                       - {"--curves", "--output_dir", "--verbose"})
+        if given or images:
+            raise UsageError(
+                "--curves draws a run's training curves: give it alone "
+                "(with --output_dir), not with "
+                + ", ".join(given + (["images"] if images else [])) + ".")
         print(curves.draw_curves(values.curves, values.output_dir))
         return
     if not (values.model and values.output_dir):
