@@ -305,6 +305,27 @@ def _run(cwd, name, *args):
     return result
 
 
+def test_a_test_folder_without_a_trained_class_is_named(tmp_path):
+    """keras-vit-train on photos whose test/ lacks a class that train/
+    has: the run trains, and says once (for the final and the periodic
+    evaluation alike) that the test accuracy leaves that class out."""
+    photos = tmp_path / "photos"
+    write_photo_folder(photos, per_class=4, split="train")
+    write_photo_folder(photos, per_class=2, split="test")
+    shutil.rmtree(photos / "test" / "flower")
+    result = _run(tmp_path, "train", f"--config=folder:{photos}",
+                  "--model=Ti/16", "--workdir=run",
+                  *(a for a in TINY if "epochs" not in a),
+                  "--config.trainer.total_steps=2")
+    lines = [line for line in result.stderr.splitlines()
+             if "which has no images of class" in line]
+    assert len(lines) == 1, result.stderr[-3000:]
+    assert lines[0].endswith(
+        f"Image folder {photos}: config.evals.test.split='test' reads "
+        "test/, which has no images of class flower that the model trains "
+        "on: its accuracy leaves them out."), lines
+
+
 def test_a_run_resumes_only_on_the_classes_it_trained_on(tmp_path):
     """A class folder renamed (or added) between two runs of the same
     command: the resumed run is refused in one line naming the change,

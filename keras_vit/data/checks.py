@@ -306,11 +306,8 @@ def check_training_classes(inp, labelled: bool) -> None:
             "needs at least two class folders.")
     classes = {split: {names[i] for i in labels}
                for split, (_, labels) in index.items()}
-    parts = [parse_split(part)[0] for part in folders.resolve_split(
-        root, inp.train_split).split("+")]  # "train+val": either
+    parts, trained = _split_classes(root, inp.train_split)  # "train+val"
     train = "/, ".join(parts)
-    trained = set().union(*(classes.get(folders.split_key(part), set())
-                            for part in parts))
     untrained = sorted(set(names) - trained) if trained else []
     if untrained:
         where = sorted(s for s, held in classes.items()
@@ -320,6 +317,40 @@ def check_training_classes(inp, labelled: bool) -> None:
             f"in {', '.join(where)} but none in {train}/, so the model "
             "would never learn it: add its training images, or rename the "
             "folder to the class it belongs to.")
+
+
+def _split_classes(root: str, split: str):
+    """The split folders that `split` of image folder `root` reads
+    ("train+val": both; a slice reads part of one) and the classes they
+    hold images of."""
+    index, names = folders.folder_index(root)
+    parts = [parse_split(part)[0] for part in folders.resolve_split(
+        root, split).split("+")]
+    return parts, {names[i] for p in parts
+                   for i in index.get(folders.split_key(p), ((), ()))[1]}
+
+
+def warn_unevaluated_classes(inp, splits: Sequence[Tuple[str, str]],
+                             labelled: bool) -> None:
+    """An image folder's evaluation split (of `run_splits`, the training
+    split first) whose folder holds no images of a class the classifier
+    trains on: its accuracy leaves that class out. Warned once a split
+    (a small test folder of some classes can be meant)."""
+    if (not labelled or inp.dataset != sources.FOLDER or inp.vtab_task
+            or folders.holds_out(inp.data_dir)):
+        return
+    _, trained = _split_classes(inp.data_dir, splits[0][1])
+    warned = set()
+    for field, split in splits[1:]:
+        parts, held = _split_classes(inp.data_dir, split)
+        missing = sorted(trained - held)
+        if missing and split not in warned:
+            warned.add(split)
+            logging.warning(
+                "Image folder %s: config.%s=%r reads %s/, which has no "
+                "images of class %s that the model trains on: its accuracy "
+                "leaves them out.", inp.data_dir, field, split,
+                "/, ".join(parts), ", ".join(missing))
 
 
 def check_evaluation_images(inp, splits: Sequence[Tuple[str, str]]) -> None:

@@ -318,6 +318,8 @@ def _check_data(inp, evals, objective):
     data_checks.check_splits(inp, splits)
     overlaps.warn_overlaps(inp, [(f"config.{f}", s) for f, s in splits])
     data_checks.check_training_classes(inp, not objective.mpp.enabled)
+    data_checks.warn_unevaluated_classes(inp, splits,
+                                         not objective.mpp.enabled)
     data_checks.check_evaluation_images(inp, splits)
     return info, splits
 
