@@ -243,3 +243,82 @@ def test_class_names_beside_the_file_are_checked_where_used(model, tmp_path,
     assert "photo.png" in capsys.readouterr().out
     labels.unlink()
     assert predict.main(["keras-vit-predict", tflite, str(photo)]) == 0
+
+
+def test_model_name_is_a_name_in_the_export_dir(model, tmp_path, capsys):
+    """--model_name of a LiteRT export is a name, as a SavedModel's is:
+    a path out of --export_dir, or one ending in .tflite, is refused
+    before anything is converted."""
+    model.save(tmp_path / "vit.keras")
+    out = tmp_path / "out"
+    for name, says in (
+            ("../escaped", "model_name '../escaped' is not usable: use "
+             "letters, digits"),
+            ("sub/m", "model_name 'sub/m' is not usable"),
+            ("m.tflite", "--model_name=m.tflite names the file without its "
+             ".tflite (--model_name=m).")):
+        assert cli.main(["keras-vit-export", "--format=litert",
+                         f"--model={tmp_path / 'vit.keras'}",
+                         f"--export_dir={out}", f"--model_name={name}"]) == 1
+        (line,) = capsys.readouterr().err.strip().splitlines()
+        assert says in line, line
+    assert not (tmp_path / "escaped.tflite").exists()
+    assert not out.exists() or not list(out.rglob("*.tflite"))
+
+
+def test_a_folder_or_a_file_without_its_record(model, float32_file, tmp_path,
+                                               capsys, caplog):
+    """A folder given as the .tflite is named as a folder; a .tflite copied
+    without the record written beside it still predicts, and says what
+    it cannot know (the resize, the class names)."""
+    png = tmp_path / "a.png"
+    png.write_bytes(tf.io.encode_png(np.zeros((8, 8, 3), np.uint8)).numpy())
+    (tmp_path / "dir.tflite").mkdir()
+    assert predict.main(["keras-vit-predict",
+                         f"--model={tmp_path / 'dir.tflite'}", str(png)]) == 1
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.endswith(f"{tmp_path / 'dir.tflite'} is a folder, not a "
+                         "LiteRT file: give the .tflite file that the export "
+                         "wrote."), line
+    alone = tmp_path / "alone.tflite"
+    alone.write_bytes(open(float32_file, "rb").read())
+    caplog.set_level("WARNING", logger="absl")
+    assert predict.main(["keras-vit-predict", f"--model={alone}",
+                         str(png)]) == 0
+    warned = [r.getMessage() for r in caplog.records
+              if "has no alone.preprocessing.json beside it" in r.getMessage()]
+    assert warned == [
+        f"{alone} has no alone.preprocessing.json beside it (the record its "
+        f"export writes): the images are resized straight to {SIZE}x{SIZE}, "
+        "not as the model was evaluated, and its classes are numbered. Copy "
+        "the files exported with it."], warned
+
+
+def test_a_stop_while_the_converter_runs_keeps_the_earlier_export(
+        model, tmp_path, capsys, monkeypatch):
+    """Ctrl-C (or SIGTERM) while the converter runs, which a garbage-
+    collection callback of JAX or a TensorFlow finalizer would swallow as
+    it is raised: the command stops when the converter returns (status
+    130), the earlier export whole, nothing left beside it."""
+    import signal
+
+    model.save(tmp_path / "vit.keras")
+    out = tmp_path / "out"
+    argv = ["keras-vit-export", "--format=litert", "--overwrite",
+            f"--model={tmp_path / 'vit.keras'}", f"--export_dir={out}"]
+    assert cli.main(argv + ["--class_names=a,b,c,d"]) == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    real = keras.Model.export
+
+    def export(self, *args, **kwargs):
+        real(self, *args, **kwargs)
+        try:  # a callback that swallows what is raised inside it
+            signal.raise_signal(signal.SIGINT)
+        except KeyboardInterrupt:
+            pass
+
+    monkeypatch.setattr(keras.Model, "export", export)
+    capsys.readouterr()
+    assert cli.main(argv + ["--class_names=w,x,y,z"]) == 130
+    assert "stopped" in capsys.readouterr().err
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before

@@ -37,8 +37,10 @@ from keras_vit.errors import UsageError
 
 if TYPE_CHECKING:  # imported on first use: --help loads no TensorFlow
     from keras_vit.checkpoint import loader
+    from keras_vit.export import files as export_files
     from keras_vit.export import litert, saved_model
 else:
+    export_files = lazy_module("keras_vit.export.files")
     litert = lazy_module("keras_vit.export.litert")
     saved_model = lazy_module("keras_vit.export.saved_model")
 
@@ -137,6 +139,12 @@ def export(values: flags.FlagValues) -> str:
     (or the .tflite file's)."""
     tflite = os.path.join(values.export_dir, f"{values.model_name}.tflite")
     if values.format == "litert":
+        if values.model_name.lower().endswith(".tflite"):
+            raise UsageError(
+                f"--model_name={values.model_name} names the file without "
+                f"its .tflite (--model_name={values.model_name[:-7]}).")
+        # A name, not a path: the files stay in --export_dir.
+        export_files.check_model_name(values.model_name)
         for path in litert.written_paths(tflite):
             if os.path.isdir(path):
                 raise UsageError(f"{path} is a folder: choose another "

@@ -132,13 +132,13 @@ def _first_sentence(text: str) -> str:
                     maxsplit=1)[0]
 
 
-def litert_predictor(path: str, resize_size=None,
-                     labels_used: bool = True,
+def litert_predictor(path: str, resize_size=None, labels_used: bool = True,
                      keep_aspect: Optional[bool] = None) -> Callable:
     """The predict function of a LiteRT file (`keras-vit-export
     --format=litert`): the images preprocessed as serving_default does
     (with `resize_size` and `keep_aspect`, else the resize recorded beside
     the file), then given to the file as pixels in [0, 255]."""
+    litert.check_readable(path)
     try:
         interpreter = litert.interpreter_class()(model_path=path)
         size = tuple(int(n) for n in interpreter.get_input_details()[0][

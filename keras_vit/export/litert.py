@@ -28,13 +28,16 @@ published: float32 must equal the Keras model to `VERIFY_ATOL`.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import os
 from typing import List, Optional, Sequence, Tuple
 
 import keras
 import numpy as np
 import tensorflow as tf
+from absl import logging
 
 from keras_vit.derived import input_image_size
 from keras_vit.errors import UsageError
@@ -136,9 +139,11 @@ def export_litert(
             loaded by `keras_vit.checkpoint.loader.load_model`) taking
             [-1, 1] images of a fixed size and returning logits.
         path: str. The `.tflite` to write (atomically: a crash leaves no
-            partial file; last, after the files beside it). With
-            `class_names`, `<path minus .tflite>.labels.txt` holds them,
-            one per line.
+            partial file; last, after the files beside it; an earlier
+            export's files there are replaced). With `class_names`,
+            `<path minus .tflite>.labels.txt` holds them, one per line;
+            without, a file of that name is removed (it would be read
+            as this file's class names).
         quantization: str. One of QUANTIZATIONS.
         class_names: sequence of str or None. One per class, none blank
             (`keras_vit.export.options.class_names`).
@@ -183,19 +188,28 @@ def export_litert(
     if verify:
         interpreter_class()  # fail before converting, not after
 
-    def write(tmp: str) -> None:
-        wrapped.export(tmp, format="litert", verbose=False,
-                       **_converter_options(quantization))
-        if verify:
-            _verify(tmp, wrapped, quantization)
-        record = preprocessing_record(height, width, resize_size,
-                                      quantization, keep_aspect)
-        record["tflite_sha256"] = atomic.sha256(tmp)
-        record["labels_sha256"] = None if labels is None else (
-            hashlib.sha256(labels.encode("utf-8")).hexdigest())
-        _write_side_files(path, labels, record)
+    with contextlib.ExitStack() as publishing:
+        def write(tmp: str) -> None:
+            # The converter loads JAX, whose garbage-collection callback
+            # (and TensorFlow's finalizers) would swallow the Ctrl-C or
+            # SIGTERM raised while it runs: held, it stops the export
+            # when the converter returns, before anything is replaced.
+            with atomic.signals_deferred():
+                wrapped.export(tmp, format="litert", verbose=False,
+                               **_converter_options(quantization))
+            if verify:
+                _verify(tmp, wrapped, quantization)
+            record = preprocessing_record(height, width, resize_size,
+                                          quantization, keep_aspect)
+            record["tflite_sha256"] = atomic.sha256(tmp)
+            record["labels_sha256"] = None if labels is None else (
+                hashlib.sha256(labels.encode("utf-8")).hexdigest())
+            # From the files beside it to the rename: replaced together
+            # (a signal waits for the rename).
+            publishing.enter_context(atomic.signals_deferred())
+            _write_side_files(path, labels, record)
 
-    atomic_write(path, write)  # last: renamed over the old file
+        atomic_write(path, write)  # last: renamed over the old file
     return path
 
 
@@ -249,6 +263,18 @@ def preprocessing_record(height: int, width: int,
     }
 
 
+def check_readable(path: str) -> None:
+    """A UsageError for a folder given as the .tflite `path`, and the
+    PermissionError of a file that cannot be read (before the interpreter
+    words either as a file to export again)."""
+    if tf.io.gfile.isdir(path):
+        raise UsageError(f"{path} is a folder, not a LiteRT file: give the "
+                         ".tflite file that the export wrote.")
+    if "://" not in path:
+        with open(path, "rb"):
+            pass
+
+
 def read_resize(path: str, image_size: Sequence[int],
                 labels_used: bool = True) -> Tuple[Optional[int], bool]:
     """(resize_size, keep_aspect). The evaluation resize recorded beside
@@ -261,6 +287,12 @@ def read_resize(path: str, image_size: Sequence[int],
     (by their SHA-256; a record written before it named them is not)."""
     record_path = preprocessing_path(path)
     if not tf.io.gfile.exists(record_path):
+        logging.warning(
+            "%s has no %s beside it (the record its export writes): the "
+            "images are resized straight to %dx%d, not as the model was "
+            "evaluated, and its classes are numbered. Copy the files "
+            "exported with it.", path, os.path.basename(record_path),
+            *image_size)
         return None, False
     try:
         with tf.io.gfile.GFile(record_path, "rb") as f:
