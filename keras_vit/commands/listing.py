@@ -53,17 +53,16 @@ def requested(values: flags.FlagValues, args: Sequence[str]
               ) -> Optional[str]:
     """The pattern that `--list_models[=PATTERN]` in `args` asks for ("":
     every model), or None where the command has no such flag or it is not
-    given."""
+    given. The pattern is given with '=' only."""
     if FLAG not in values:
         return None
-    for i, arg in enumerate(args):
+    for arg in args:
         if arg == "--":
             return None
         if arg.startswith(f"--{FLAG}="):
             return arg.split("=", 1)[1]
-        if arg == f"--{FLAG}":
-            following = args[i + 1] if i + 1 < len(args) else "-"
-            return "" if following.startswith("-") else following
+        if arg == f"--{FLAG}":  # the word after it is no pattern: an image
+            return ""           # of keras-vit-predict's, say
     return None
 
 
