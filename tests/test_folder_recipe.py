@@ -323,7 +323,7 @@ def test_a_test_folder_without_a_trained_class_is_named(tmp_path):
     assert lines[0].endswith(
         f"Image folder {photos}: config.evals.test.split='test' reads "
         "test/, which has no images of class flower that the model trains "
-        "on: its accuracy leaves them out."), lines
+        "on: its accuracy leaves it out."), lines
 
 
 def test_a_run_resumes_only_on_the_classes_it_trained_on(tmp_path):

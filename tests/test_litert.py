@@ -268,7 +268,7 @@ def test_model_name_is_a_name_in_the_export_dir(model, tmp_path, capsys):
 
 def test_a_folder_or_a_file_without_its_record(model, float32_file, tmp_path,
                                                capsys, caplog):
-    """A folder given as the .tflite is named as a folder; a .tflite copied
+    """A folder given as the .tflite is named as one; a .tflite copied
     without the record written beside it still predicts, and says what
     it cannot know (the resize, the class names)."""
     png = tmp_path / "a.png"
@@ -277,9 +277,9 @@ def test_a_folder_or_a_file_without_its_record(model, float32_file, tmp_path,
     assert predict.main(["keras-vit-predict",
                          f"--model={tmp_path / 'dir.tflite'}", str(png)]) == 1
     (line,) = capsys.readouterr().err.strip().splitlines()
-    assert line.endswith(f"{tmp_path / 'dir.tflite'} is a folder, not a "
-                         "LiteRT file: give the .tflite file that the export "
-                         "wrote."), line
+    assert line.endswith(f"{tmp_path / 'dir.tflite'}: is a directory; check "
+                         "the path (a folder where a file goes, or the other "
+                         "way?)."), line
     alone = tmp_path / "alone.tflite"
     alone.write_bytes(open(float32_file, "rb").read())
     caplog.set_level("WARNING", logger="absl")
@@ -292,6 +292,14 @@ def test_a_folder_or_a_file_without_its_record(model, float32_file, tmp_path,
         f"export writes): the images are resized straight to {SIZE}x{SIZE}, "
         "not as the model was evaluated, and its classes are numbered. Copy "
         "the files exported with it."], warned
+    # What the command is given is not said to be lost.
+    caplog.clear()
+    (tmp_path / "alone.labels.txt").write_text("".join(
+        f"{n}\n" for n in NAMES))
+    assert predict.main(["keras-vit-predict", f"--model={alone}",
+                         f"--resize_size={SIZE + 4}", str(png)]) == 0
+    assert not [r for r in caplog.records
+                if "preprocessing.json" in r.getMessage()]
 
 
 def test_a_stop_while_the_converter_runs_keeps_the_earlier_export(

@@ -58,7 +58,7 @@ class NpzSource(sources.Source):
     kind = "npz"
 
     def __post_init__(self):
-        if self.variant is not None and self.variant not in VARIANTS:
+        if self.variant and self.variant not in VARIANTS:
             close = [v for v in VARIANTS if v.lower() == self.variant.lower()
                      ] or difflib.get_close_matches(self.variant, VARIANTS, 3)
             hint = f" Did you mean {', '.join(close)}?" if close else ""

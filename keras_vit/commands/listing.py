@@ -13,6 +13,7 @@ case-insensitively (`keras_vit.list_models`'s): '*B_16*', 'augreg/*'.
 from __future__ import annotations
 
 import os
+import re
 import sys
 from typing import TYPE_CHECKING, Optional, Sequence
 
@@ -27,9 +28,9 @@ else:  # the catalog loads Keras, which `--help` does without
     catalog = lazy_module("keras_vit.checkpoint.zoo.catalog")
 
 FLAG = "list_models"
-HELP = ("Print the released models a --model name downloads (those whose "
-        "name matches this shell pattern, e.g. '*B_16*' or 'augreg/*'; "
-        "--list_models alone: all), then end.")
+HELP = ("Print the released models a --model name downloads (with "
+        "--list_models=PATTERN, those whose name matches the shell pattern, "
+        "e.g. '*B_16*' or 'augreg/*'; --list_models alone: all), then end.")
 
 
 def stdout_closed() -> None:
@@ -56,13 +57,18 @@ def requested(values: flags.FlagValues, args: Sequence[str]
     given. The pattern is given with '=' only."""
     if FLAG not in values:
         return None
-    for arg in args:
+    for i, arg in enumerate(args):
         if arg == "--":
             return None
-        if arg.startswith(f"--{FLAG}="):
+        arg = arg[1:] if arg.startswith("--") else arg  # absl: - or --
+        if arg.startswith(f"-{FLAG}="):
             return arg.split("=", 1)[1]
-        if arg == f"--{FLAG}":  # the word after it is no pattern: an image
-            return ""           # of keras-vit-predict's, say
+        if arg == f"-{FLAG}":
+            # A pattern after a space where it is one ('*B_16*'), not an
+            # image of keras-vit-predict's.
+            after = args[i + 1] if i + 1 < len(args) else ""
+            return after if re.search(r"[*?[]", after) and not \
+                os.path.exists(after) else ""
     return None
 
 

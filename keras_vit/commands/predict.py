@@ -138,9 +138,8 @@ def litert_predictor(path: str, resize_size=None, labels_used: bool = True,
     --format=litert`): the images preprocessed as serving_default does
     (with `resize_size` and `keep_aspect`, else the resize recorded beside
     the file), then given to the file as pixels in [0, 255]."""
-    litert.check_readable(path)
     try:
-        interpreter = litert.interpreter_class()(model_path=path)
+        interpreter = litert.open_interpreter(path)
         size = tuple(int(n) for n in interpreter.get_input_details()[0][
             "shape"][1:3])
         num_classes = _width(lambda: interpreter.get_signature_runner(
@@ -151,8 +150,8 @@ def litert_predictor(path: str, resize_size=None, labels_used: bool = True,
     # Read (and checked to go with the file) even where --resize_size
     # replaces what it records: it vouches for the class names too.
     recorded, recorded_keep = litert.read_resize(path, size, labels_used)
-    if resize_size is None:
-        resize_size = recorded
+    litert.warn_without_record(path, size, resize_size, not labels_used)
+    resize_size = recorded if resize_size is None else resize_size
     keep = recorded_keep if keep_aspect is None else keep_aspect
     if keep and resize_size is None:
         raise cli.no_resize_to_keep(path)

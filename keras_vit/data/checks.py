@@ -348,9 +348,10 @@ def warn_unevaluated_classes(inp, splits: Sequence[Tuple[str, str]],
             warned.add(split)
             logging.warning(
                 "Image folder %s: config.%s=%r reads %s/, which has no "
-                "images of class %s that the model trains on: its accuracy "
-                "leaves them out.", inp.data_dir, field, split,
-                "/, ".join(parts), ", ".join(missing))
+                "images of %s %s that the model trains on: its accuracy "
+                "leaves %s out.", inp.data_dir, field, split,
+                "/, ".join(parts), "classes" if missing[1:] else "class",
+                ", ".join(missing), "them" if missing[1:] else "it")
 
 
 def check_evaluation_images(inp, splits: Sequence[Tuple[str, str]]) -> None:

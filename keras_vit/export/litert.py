@@ -191,25 +191,29 @@ def export_litert(
     with contextlib.ExitStack() as publishing:
         def write(tmp: str) -> None:
             # The converter loads JAX, whose garbage-collection callback
-            # (and TensorFlow's finalizers) would swallow the Ctrl-C or
-            # SIGTERM raised while it runs: held, it stops the export
-            # when the converter returns, before anything is replaced.
+            # (and TensorFlow's finalizers) would swallow a Ctrl-C or
+            # SIGTERM raised from here on: held, it stops the export once
+            # the file is made and checked, before anything is replaced.
             with atomic.signals_deferred():
                 wrapped.export(tmp, format="litert", verbose=False,
                                **_converter_options(quantization))
-            if verify:
-                _verify(tmp, wrapped, quantization)
-            record = preprocessing_record(height, width, resize_size,
-                                          quantization, keep_aspect)
-            record["tflite_sha256"] = atomic.sha256(tmp)
-            record["labels_sha256"] = None if labels is None else (
-                hashlib.sha256(labels.encode("utf-8")).hexdigest())
+                if verify:
+                    _verify(tmp, wrapped, quantization)
+                record = preprocessing_record(height, width, resize_size,
+                                              quantization, keep_aspect)
+                record["tflite_sha256"] = atomic.sha256(tmp)
+                record["labels_sha256"] = None if labels is None else (
+                    hashlib.sha256(labels.encode("utf-8")).hexdigest())
             # From the files beside it to the rename: replaced together
-            # (a signal waits for the rename).
-            publishing.enter_context(atomic.signals_deferred())
+            # (a signal waits for the rename, then names them written).
+            held.append(publishing.enter_context(atomic.signals_deferred()))
             _write_side_files(path, labels, record)
 
+        held: List[list] = []
         atomic_write(path, write)  # last: renamed over the old file
+        for written in held:  # what a signal held while publishing finds
+            written.extend(p for p in written_paths(path)  # done
+                           if tf.io.gfile.exists(p))
     return path
 
 
@@ -263,16 +267,36 @@ def preprocessing_record(height: int, width: int,
     }
 
 
-def check_readable(path: str) -> None:
-    """A UsageError for a folder given as the .tflite `path`, and the
-    PermissionError of a file that cannot be read (before the interpreter
-    words either as a file to export again)."""
-    if tf.io.gfile.isdir(path):
-        raise UsageError(f"{path} is a folder, not a LiteRT file: give the "
-                         ".tflite file that the export wrote.")
+def open_interpreter(path: str):
+    """The LiteRT interpreter of the .tflite `path`; a local file opened
+    first, so that a folder or a file that cannot be read raises its own
+    OSError (IsADirectoryError, PermissionError), not an interpreter
+    error that reads as a file to export again."""
     if "://" not in path:
         with open(path, "rb"):
             pass
+    return interpreter_class()(model_path=path)
+
+
+def warn_without_record(path: str, image_size: Sequence[int],
+                        resize_size: Optional[int], names_given: bool
+                        ) -> None:
+    """Where the .tflite `path` has no preprocessing record beside it (a
+    file copied alone, or written before the record was): a warning of
+    what that changes, unless the caller gives both the resize and the
+    class names (or a labels file is beside it)."""
+    if tf.io.gfile.exists(preprocessing_path(path)):
+        return
+    lost = ([] if resize_size is not None else [
+        "the images are resized straight to {}x{}, not as the model was "
+        "evaluated".format(*image_size)]) + ([] if names_given or (
+            tf.io.gfile.exists(labels_path(path))) else [
+            "its classes are numbered"])
+    if lost:
+        logging.warning("%s has no %s beside it (the record its export "
+                        "writes): %s. Copy the files exported with it.",
+                        path, os.path.basename(preprocessing_path(path)),
+                        ", and ".join(lost))
 
 
 def read_resize(path: str, image_size: Sequence[int],
@@ -287,12 +311,6 @@ def read_resize(path: str, image_size: Sequence[int],
     (by their SHA-256; a record written before it named them is not)."""
     record_path = preprocessing_path(path)
     if not tf.io.gfile.exists(record_path):
-        logging.warning(
-            "%s has no %s beside it (the record its export writes): the "
-            "images are resized straight to %dx%d, not as the model was "
-            "evaluated, and its classes are numbered. Copy the files "
-            "exported with it.", path, os.path.basename(record_path),
-            *image_size)
         return None, False
     try:
         with tf.io.gfile.GFile(record_path, "rb") as f:
