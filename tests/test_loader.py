@@ -161,6 +161,12 @@ def test_the_resolver_refuses_in_one_line_saying_why(tmp_path):
     (tmp_path / "exports" / "vit" / "1" / "saved_model.pb").write_bytes(b"")
     assert (f"It holds the exported model {tmp_path / 'exports' / 'vit'}: "
             "give that.") in refusal(str(tmp_path / "exports"))
+    # A --format=litert export folder: its .tflite files.
+    (tmp_path / "edge").mkdir()
+    (tmp_path / "edge" / "vit.tflite").write_bytes(b"")
+    (tmp_path / "edge" / "vit.preprocessing.json").write_text("{}")
+    assert (f"It holds the exported model {tmp_path / 'edge' / 'vit.tflite'}"
+            ": give that.") in refusal(str(tmp_path / "edge"))
     (tmp_path / "notes.txt").write_text("x")
     assert "is a file of no model kind" in refusal(str(tmp_path / "notes.txt"))
     # A config.json without weights: a timm model's, or no run's at all

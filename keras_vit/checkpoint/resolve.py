@@ -117,10 +117,12 @@ def _path_source(text: str, variant, posemb_grid, use_ema) -> Source:
         if tf.io.gfile.exists(os.path.join(text, wd.CONFIG)):
             _check_not_hub_config(text)
             return WorkdirSource(text, use_ema=use_ema)
-        # An export folder (--export_dir) names its models one level down.
+        # An export folder (--export_dir) names its models one level down
+        # (SavedModels, or .tflite files).
         inside = sorted(os.path.join(text, n.rstrip("/")) for n in
                         tf.io.gfile.listdir(text)
-                        if is_saved_model(os.path.join(text, n.rstrip("/"))))
+                        if n.endswith(".tflite") or
+                        is_saved_model(os.path.join(text, n.rstrip("/"))))
         hint = (f" It holds the exported model {inside[0]}: give that"
                 + (f" (or {', '.join(inside[1:3])})" if inside[1:] else "")
                 + "." if inside else "")
