@@ -326,7 +326,15 @@ def test_a_stop_while_the_converter_runs_keeps_the_earlier_export(
             pass
 
     monkeypatch.setattr(keras.Model, "export", export)
+    # Ctrl-C raises KeyboardInterrupt, as in a command's process (a
+    # pytest-xdist worker, or a process a shell started in the background,
+    # ignores SIGINT).
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     capsys.readouterr()
-    assert cli.main(argv + ["--class_names=w,x,y,z"]) == 130
+    try:
+        status = cli.main(argv + ["--class_names=w,x,y,z"])
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert status == 130
     assert "stopped" in capsys.readouterr().err
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before

@@ -187,7 +187,17 @@ def export_litert(
             class_names, num_classes))
     if verify:
         interpreter_class()  # fail before converting, not after
+    _write_files(wrapped, path, labels, quantization, verify,
+                 preprocessing_record(height, width, resize_size,
+                                      quantization, keep_aspect))
+    return path
 
+
+def _write_files(wrapped: keras.Model, path: str, labels: Optional[str],
+                 quantization: str, verify: bool, record: dict) -> None:
+    """Converts `wrapped` into the .tflite `path` (checked with `verify`)
+    and publishes it with the files beside it (`labels`, the
+    preprocessing `record` with both files' digests), the .tflite last."""
     with contextlib.ExitStack() as publishing:
         def write(tmp: str) -> None:
             # The converter loads JAX, whose garbage-collection callback
@@ -199,8 +209,6 @@ def export_litert(
                                **_converter_options(quantization))
                 if verify:
                     _verify(tmp, wrapped, quantization)
-                record = preprocessing_record(height, width, resize_size,
-                                              quantization, keep_aspect)
                 record["tflite_sha256"] = atomic.sha256(tmp)
                 record["labels_sha256"] = None if labels is None else (
                     hashlib.sha256(labels.encode("utf-8")).hexdigest())
@@ -214,7 +222,6 @@ def export_litert(
         for written in held:  # what a signal held while publishing finds
             written.extend(p for p in written_paths(path)  # done
                            if tf.io.gfile.exists(p))
-    return path
 
 
 def _write_side_files(path: str, labels: Optional[str],
