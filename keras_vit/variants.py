@@ -7,6 +7,7 @@ name of some sizes, the one place a variant is recognised)."""
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import re
 from typing import Any, Dict, Mapping, Optional, Tuple
 
@@ -82,6 +83,13 @@ class VariantSpec:
         """{field: value} of `SIZE_FIELDS` and resnet_layers."""
         return dict(dataclasses.asdict(self.size), patch_size=self.patch_size,
                     resnet_layers=self.resnet_layers)
+
+
+def closest_variants(text: str) -> list:
+    """The variants `text` may mean: the one it names in other case
+    ("b/16"), else up to 3 close spellings (difflib)."""
+    return [v for v in VARIANTS if v.lower() == text.lower()] or \
+        difflib.get_close_matches(text, list(VARIANTS), n=3, cutoff=0.5)
 
 
 def decode_variant(variant: str) -> VariantSpec:

@@ -12,7 +12,6 @@ a released checkpoint's, else 224.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 from typing import Any, Dict, Optional, Tuple
 
 from absl import logging
@@ -26,7 +25,7 @@ from keras_vit.checkpoint.posemb import square_grid
 from keras_vit.checkpoint.zoo import augreg
 from keras_vit.errors import UsageError
 from keras_vit.model import VisionTransformer
-from keras_vit.variants import VARIANTS
+from keras_vit.variants import VARIANTS, closest_variants
 
 
 @dataclasses.dataclass
@@ -59,8 +58,7 @@ class NpzSource(sources.Source):
 
     def __post_init__(self):
         if self.variant and self.variant not in VARIANTS:
-            close = [v for v in VARIANTS if v.lower() == self.variant.lower()
-                     ] or difflib.get_close_matches(self.variant, VARIANTS, 3)
+            close = closest_variants(self.variant)
             hint = f" Did you mean {', '.join(close)}?" if close else ""
             raise UsageError(
                 f"Unknown `variant` {self.variant!r} for {self.path}.{hint} "

@@ -23,7 +23,6 @@ the cache is and how to download), a file or folder of no model kind.
 
 from __future__ import annotations
 
-import difflib
 import json
 import os
 import re
@@ -46,7 +45,7 @@ from keras_vit.checkpoint.zoo import cache, catalog
 from keras_vit.config import SOURCE_KINDS
 from keras_vit.errors import UsageError, one_line
 from keras_vit.storage import workdir as wd
-from keras_vit.variants import VARIANTS
+from keras_vit.variants import VARIANTS, closest_variants
 
 SourceLike = Union[Source, str]
 # What reads as a model size (Ti/16, B/32, ...), not a path: a family and
@@ -66,8 +65,7 @@ def _missing(text: str) -> UsageError:
             f"{catalog.download_name(release)}."
         )
     if SIZE_LIKE.match(text):
-        close = [v for v in VARIANTS if v.lower() == text.lower()] or \
-            difflib.get_close_matches(text, list(VARIANTS), n=3, cutoff=0.5)
+        close = closest_variants(text)
         hint = f" Did you mean {', '.join(close)}?" if close else ""
         return UsageError(
             f"{text}: no such size, file or folder.{hint} The sizes are "
