@@ -660,6 +660,17 @@ _CASES = [
         "UsageError",
     ),
     Case(
+        "misnamed_model_file", BAD_INPUT, "CLI",
+        "A model file renamed on download: a released .npz saved as "
+        "`weights.bin` (`--model=weights.bin`), a .keras file saved as "
+        ".npz or with no suffix",
+        "One line before anything is read by the wrong reader: what the "
+        "file holds, by its content, and the suffix to rename it to.",
+        ("holds numpy arrays (an .npz), but its name says otherwise",
+         "rename it to end in .npz"),
+        "UsageError",
+    ),
+    Case(
         "config_typo", BAD_INPUT, "CLI",
         "A misspelt nested config field (`--config.model.hiden_size=64`)",
         "train.py stops before doing anything (the config is locked), with "

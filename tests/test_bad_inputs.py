@@ -361,6 +361,25 @@ def test_train_names_the_closest_sizes_for_an_unknown_one(tmp_path):
     assert not workdir.exists()
 
 
+@covers("misnamed_model_file")
+def test_a_model_file_renamed_on_download_is_named_by_its_content(
+        tmp_path):
+    """keras-vit-convert --model=weights.bin where the file is an .npz:
+    one line naming what it holds and the suffix, exit 1, nothing
+    written."""
+    model = keras_vit.create_model(None, num_classes=3, image_size=16,
+                                   patch_size=8, hidden_size=16,
+                                   num_layers=1, num_heads=2, mlp_dim=16)
+    source = tmp_path / "weights.bin"
+    checkpoint.save_npz(model, str(tmp_path / "vit.npz"))
+    os.rename(tmp_path / "vit.npz", source)
+    output = tmp_path / "out.keras"
+    result = console.run("convert", [f"--model={source}",
+                                     f"--output={output}"])
+    check_says("misnamed_model_file", _error_line(result, "convert"))
+    assert not output.exists()
+
+
 @covers("output_exists")
 def test_an_existing_output_is_kept_unless_overwrite(tmp_path):
     """keras-vit-convert onto a file already there, and keras-vit-export

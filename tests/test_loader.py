@@ -167,6 +167,22 @@ def test_the_resolver_refuses_in_one_line_saying_why(tmp_path):
     (tmp_path / "edge" / "vit.preprocessing.json").write_text("{}")
     assert (f"It holds the exported model {tmp_path / 'edge' / 'vit.tflite'}"
             ": give that.") in refusal(str(tmp_path / "edge"))
+    # A file renamed on download is named by what it holds, before the
+    # reader its name picks refuses it for another reason.
+    vit = create_model(None, num_classes=3, image_size=16, patch_size=8,
+                       hidden_size=16, num_layers=1, num_heads=2, mlp_dim=16)
+    vit.save(str(tmp_path / "vit.keras"))
+    weights.save_npz(vit, str(tmp_path / "vit.npz"))
+    for name, source, says in (
+            ("keras_as.npz", "vit.keras", "a Keras model (a .keras file)"),
+            ("keras_bare", "vit.keras", "rename it to end in .keras"),
+            ("npz_as.keras", "vit.npz", "rename it to end in .npz"),
+            ("npz_as.bin", "vit.npz", "holds numpy arrays (an .npz)")):
+        shutil.copy(tmp_path / source, tmp_path / name)
+        assert says in refusal(str(tmp_path / name)), name
+    for name in ("vit.keras", "vit.npz"):  # named as they are: taken
+        assert loader.load_model(str(tmp_path / name)).count_params() \
+            == vit.count_params()
     (tmp_path / "notes.txt").write_text("x")
     assert "is a file of no model kind" in refusal(str(tmp_path / "notes.txt"))
     # A config.json without weights: a timm model's, or no run's at all

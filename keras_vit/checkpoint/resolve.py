@@ -30,6 +30,7 @@ from typing import Optional, Tuple, Union
 
 import tensorflow as tf
 
+from keras_vit.checkpoint import file_kind
 from keras_vit.checkpoint.hub import reader as hub
 from keras_vit.checkpoint.npz_source import NpzSource
 from keras_vit.checkpoint.sources import (
@@ -100,6 +101,12 @@ def _path_source(text: str, variant, posemb_grid, use_ema) -> Source:
                          f"{SOURCE_KINDS}.") from None
     if not exists:
         raise _missing(text)
+    if not is_dir:
+        named = next((kind for kind, suffix in file_kind.SUFFIXES.items()
+                      if lower.endswith(suffix)), None)
+        wrong = file_kind.misnamed(text, named)
+        if wrong:
+            raise UsageError(wrong)
     if lower.endswith(".npz"):
         return NpzSource(text, variant=variant, posemb_grid=posemb_grid)
     if lower.endswith(".keras"):
