@@ -7,6 +7,7 @@ at another one; training initialises from each alike.
 
 import dataclasses
 import json
+import logging
 import os
 import shutil
 
@@ -64,15 +65,23 @@ def _images(size, n=3):
 
 
 @pytest.mark.parametrize("image_size", [None, RESIZED])
-def test_every_source_gives_the_same_model(sources, image_size):
+def test_every_source_gives_the_same_model(sources, image_size, caplog):
     size = image_size or SIZE
     x = _images(size)
     outputs = {}
     for kind, source in sources.items():
         # An .npz records no resolution: name the run's.
         wanted = image_size or (SIZE if kind == "npz" else None)
-        model = loader.load_model(source, wanted)
+        caplog.clear()
+        with caplog.at_level(logging.INFO):
+            model = loader.load_model(source, wanted)
         assert tuple(model.input_shape[1:3]) == (size, size), kind
+        # A saved model built at another size says so (an .npz's load
+        # report does).
+        said = (f"{source.path} was saved for {SIZE}x{SIZE} images; built "
+                f"for {size}x{size}, its position embeddings resized")
+        assert (said in caplog.text) == (
+            kind != "npz" and size != SIZE), (kind, caplog.text)
         assert model.output_shape[-1] == 10, kind
         outputs[kind] = np.asarray(model(x))
     for kind in ("keras_model", "npz"):

@@ -26,6 +26,7 @@ import os
 from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
 import keras
+from absl import logging
 
 from keras_vit import build, legacy, mpp
 from keras_vit.architecture import Architecture
@@ -164,7 +165,15 @@ class _SavedKerasModel(Source):
         if image_size is not None and (
             tuple(model.input_shape[1:3]) != _image_hw(image_size)
         ):
+            saved = "x".join(str(side) for side in model.input_shape[1:3])
             model = rebuild_at_resolution(model, image_size)
+            # A resize the user may not have meant (a flag's value left
+            # from another model): said where the command's log shows it.
+            logging.info(
+                "%s was saved for %s images; built for %s, its position "
+                "embeddings resized to the new patch grid (bilinear).",
+                self.path, "any size of" if "None" in saved else saved,
+                "x".join(str(side) for side in model.input_shape[1:3]))
         return model, None
 
     def _vit(self) -> keras.Model:
