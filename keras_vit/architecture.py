@@ -12,6 +12,7 @@ from the record, and nowhere else.
 from __future__ import annotations
 
 import dataclasses
+import numbers
 from typing import Any, Dict, Mapping, Optional, Sequence, Tuple, Union
 
 from keras_vit import embedding as vit_embedding
@@ -36,12 +37,40 @@ from keras_vit.variants import (  # noqa: F401  (re-exported)
 ImageSize = Union[int, Tuple[int, int], Sequence[int]]
 
 
+def whole(value) -> int:
+    """`value` as an int: an int (numpy's too), a float of no fraction or
+    a string of digits. A ValueError for anything else (a bool, 8.9,
+    "eight"), which int() would truncate or take."""
+    if isinstance(value, bool):
+        raise ValueError(value)
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real) and float(value).is_integer():
+        return int(value)
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        return int(value)
+    raise ValueError(value)
+
+
+def yes_no(value) -> bool:
+    """`value` as a bool: True, False (numpy's too), 1 or 0. A ValueError
+    for anything else (a string such as "False" is truthy)."""
+    if isinstance(value, (str, bytes)) or value not in (True, False):
+        raise ValueError(value)
+    return bool(value)
+
+
 def image_hw(image_size: ImageSize) -> Tuple[int, int]:
     """(height, width) of an int or (height, width) image size, checked."""
-    if isinstance(image_size, int):
-        hw = (image_size, image_size)
-    else:
-        hw = tuple(int(s) for s in image_size)
+    try:
+        if isinstance(image_size, str):
+            raise ValueError(image_size)  # "32" is no (3, 2)
+        if isinstance(image_size, numbers.Number):
+            hw = (whole(image_size),) * 2
+        else:
+            hw = tuple(whole(s) for s in image_size)
+    except (TypeError, ValueError):
+        hw = ()
     if len(hw) != 2 or min(hw) <= 0:
         raise UsageError(
             f"`image_size` must be positive (an int or (height, width)), "
@@ -101,6 +130,21 @@ class Numerics:
 
     approximate_gelu: bool = True
     layer_norm_epsilon: float = vit_layers.LAYER_NORM_EPSILON
+
+    def __post_init__(self):
+        try:
+            gelu = yes_no(self.approximate_gelu)
+            epsilon = float(self.layer_norm_epsilon)
+        except (TypeError, ValueError):
+            epsilon = -1.0
+        if not epsilon > 0:
+            raise UsageError(
+                "Numerics(approximate_gelu=True or False, "
+                "layer_norm_epsilon > 0), got "
+                f"approximate_gelu={self.approximate_gelu!r}, "
+                f"layer_norm_epsilon={self.layer_norm_epsilon!r}.")
+        object.__setattr__(self, "approximate_gelu", gelu)
+        object.__setattr__(self, "layer_norm_epsilon", epsilon)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -293,32 +337,35 @@ def _normalised(arch: Architecture) -> Dict[str, Any]:
             "mlp_dim", "num_classes", "resnet_width")
     floats = ("dropout_rate", "attention_dropout_rate",
               "stochastic_depth_rate", "head_bias_init")
-    out = {k: _typed(arch, k, int) for k in ints}
+    out = {k: _typed(arch, k, whole, "an int") for k in ints}
     out.update({k: _typed(arch, k, float) for k in floats})
     out["image_size"] = image_hw(arch.image_size)
     if arch.resnet_layers is not None:
         out["resnet_layers"] = _typed(
             arch, "resnet_layers", lambda v: tuple(
-                int(n) for n in ((v,) if isinstance(v, int) else v)),
+                whole(n) for n in ((v,) if isinstance(v, numbers.Integral)
+                                   else v)),
             "ints, e.g. 3,4,9 (R50's stages)")
     if arch.representation_size is not None:
         out["representation_size"] = _typed(arch, "representation_size",
-                                             int)
+                                             whole, "an int")
     for key in ("head_zero_init", "all_tokens", "dynamic_image_size"):
-        out[key] = bool(getattr(arch, key))
+        out[key] = _typed(arch, key, yes_no, "True or False")
     return out
 
 
 def _typed(arch: Architecture, field: str, kind, what: str = ""):
-    """`arch`'s `field` as `kind` (int, float, or a converter); a value of
-    another kind is a UsageError naming the field (config.model.FIELD)."""
+    """`arch`'s `field` as `kind` (float, or a converter); a value of
+    another kind is a UsageError naming the field (and config.model.FIELD,
+    where a run config sets it)."""
     value = getattr(arch, field)
     try:
         return kind(value)
     except (TypeError, ValueError):
-        what = what or f"a{'n' if kind is int else ''} {kind.__name__}"
+        what = what or f"a {kind.__name__}"
         raise UsageError(
-            f"config.model.{field} must be {what}, got {value!r}.") from None
+            f"`{field}` (config.model.{field}) must be {what}, got "
+            f"{value!r}.") from None
 
 
 def _check(arch: Architecture) -> None:
@@ -327,12 +374,12 @@ def _check(arch: Architecture) -> None:
     out of its range."""
     if arch.variant is not None:
         decode_variant(arch.variant)  # a known name
-    for field in SIZE_FIELDS:
-        if int(getattr(arch, field)) <= 0:
-            raise UsageError(
-                f"{field} must be positive, got {getattr(arch, field)}.")
     for key, value in _normalised(arch).items():
         object.__setattr__(arch, key, value)
+    for field in SIZE_FIELDS:
+        if getattr(arch, field) <= 0:
+            raise UsageError(
+                f"{field} must be positive, got {getattr(arch, field)}.")
     if arch.hidden_size % arch.num_heads:
         raise UsageError(
             f"num_heads {arch.num_heads} does not divide hidden_size "

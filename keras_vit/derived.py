@@ -11,6 +11,7 @@ original's.
 
 from __future__ import annotations
 
+import numbers
 from typing import Sequence, Tuple, Union
 
 import keras
@@ -18,6 +19,7 @@ from keras import ops
 
 from keras_vit import embedding as vit_embedding
 from keras_vit import layers as vit_layers
+from keras_vit.architecture import whole, yes_no
 from keras_vit.errors import UsageError
 from keras_vit.model import (
     VisionTransformer,
@@ -231,24 +233,31 @@ def intermediate_model(
     vit = as_vision_transformer(model)
     encoder = vit.parts.encoder
     count = encoder.num_layers
-    asked = [blocks] if isinstance(blocks, int) else list(blocks)
+    try:
+        asked = ([whole(blocks)] if isinstance(blocks, (numbers.Number, str))
+                 else [whole(b) for b in blocks])
+        norm = yes_no(norm)
+    except (TypeError, ValueError):
+        raise UsageError(
+            "blocks must be an int or a sequence of ints and norm True or "
+            f"False, got blocks={blocks!r}, norm={norm!r}.") from None
     if not asked:
         raise UsageError("blocks is empty: name at least one block.")
     indices = []
     for index in asked:
-        if not -count <= int(index) < count:
+        if not -count <= index < count:
             raise UsageError(
                 f"Block {index} does not exist: the model has {count} "
                 f"blocks, 0 to {count - 1} (or -{count} to -1 from the end)."
             )
-        indices.append(int(index) % count)
+        indices.append(index % count)
     if len(set(indices)) != len(indices):
         raise UsageError(f"blocks {asked} name a block twice.")
     embedding = vit.parts.patch_embedding
     outputs = _Intermediates(
         encoder,
         indices,
-        bool(norm),
+        norm,
         output,
         vit.architecture.patch_size,
         vit.architecture.num_prefix_tokens,

@@ -257,6 +257,10 @@ def create_model(  # noqa: PLR0913 (the architecture's fields, by name)
         [-1, 1] to logits (batch, num_classes), or to features if
         num_classes == 0; `model.architecture` holds these arguments.
     """
+    if num_classes is None:  # would fall back to the default, 0
+        raise UsageError(
+            "num_classes=None: give the head's width (0: no head, a "
+            "features model).")
     if image_size is None:  # would fall back to the default, 224
         raise UsageError(
             "image_size=None: give the size the position embeddings are "

@@ -21,7 +21,7 @@ from keras_vit.checkpoint import sources, weights
 from keras_vit.checkpoint.formats import npz as checkpoint_io
 from keras_vit.checkpoint.formats import npz_layout
 from keras_vit.checkpoint.formats.lazy import shape_of
-from keras_vit.checkpoint.posemb import square_grid
+from keras_vit.checkpoint.posemb import as_grid, square_grid
 from keras_vit.checkpoint.zoo import augreg
 from keras_vit.errors import UsageError
 from keras_vit.model import VisionTransformer
@@ -65,11 +65,8 @@ class NpzSource(sources.Source):
                 f"The variants are {', '.join(VARIANTS)}; leave `variant` "
                 "out to read the size from the file's arrays (it only checks "
                 "them).")
-        grid = self.posemb_grid
-        if grid is not None:
-            if isinstance(grid, int):
-                grid = (grid, grid)
-            object.__setattr__(self, "posemb_grid", tuple(int(n) for n in grid))
+        object.__setattr__(self, "posemb_grid",
+                           as_grid(self.posemb_grid))
 
     def describe(self) -> str:
         name = super().describe()

@@ -13,10 +13,28 @@ from typing import Optional, Sequence, Tuple, Union
 
 import numpy as np
 
+from keras_vit.architecture import whole
 from keras_vit.embedding import resize_grid
 from keras_vit.errors import UsageError
 
 Grid = Tuple[int, int]
+
+
+def as_grid(value) -> Optional[Grid]:
+    """A patch grid given as (rows, cols), an int (square) or "ROWSxCOLS",
+    as (rows, cols); None stays None. Anything else is a UsageError."""
+    if value is None:
+        return None
+    parts = value.lower().split("x") if isinstance(value, str) else (
+        [value] * 2 if isinstance(value, (int, np.integer)) else value)
+    try:
+        grid = tuple(whole(part) for part in parts)
+    except (TypeError, ValueError):
+        grid = ()
+    if len(grid) != 2 or min(grid) <= 0:
+        raise UsageError(f"`posemb_grid` must be (rows, cols) of positive "
+                         f"ints (or \"ROWSxCOLS\"), got {value!r}.")
+    return grid
 
 
 def square_grid(tokens: int, refusal: Optional[str] = None) -> Grid:

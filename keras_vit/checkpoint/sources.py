@@ -148,14 +148,15 @@ class _SavedKerasModel(Source):
 
     def build(self, image_size=None, *, num_classes=None, pooling=None,
               representation_size=FROM_SOURCE, strict=True):
-        del strict  # nothing is mapped
-        if (num_classes, pooling, representation_size) != (
-            None, None, FROM_SOURCE
+        if (num_classes, pooling, representation_size, strict) != (
+            None, None, FROM_SOURCE, True
         ):
             raise UsageError(
-                f"{self.path} holds its own model: `num_classes`, `pooling` "
-                "and `representation_size` choose how an .npz (or a hub "
-                "model: not its pooling) is built."
+                f"{self.path} holds its own model whole: `num_classes`, "
+                "`pooling`, `representation_size` and `strict` choose how "
+                "an .npz (or a hub model: not its pooling) is built. For "
+                "another head, train from it (keras-vit-train "
+                "--model=SOURCE), or take keras_vit.features_model of it."
             )
         model = self._model()
         if mpp.is_mpp_model(model):

@@ -32,6 +32,7 @@ from typing import Dict, Mapping, Optional, Sequence, Tuple, Union
 import keras
 import numpy as np
 
+from keras_vit.architecture import Architecture, Numerics
 from keras_vit.checkpoint.formats.lazy import shape_of
 from keras_vit.checkpoint.formats.npz import (
     POSEMB,
@@ -53,7 +54,11 @@ from keras_vit.checkpoint.formats.npz_mapping import (
     model_grid,
     model_params,
 )
-from keras_vit.checkpoint.posemb import resize_position_embedding, square_grid
+from keras_vit.checkpoint.posemb import (
+    as_grid,
+    resize_position_embedding,
+    square_grid,
+)
 from keras_vit.errors import UsageError
 
 __all__ = [
@@ -137,7 +142,8 @@ def load_arrays(
     original_shapes = dict(shapes)
     loading = _Loading(report, arrays, shapes, expected)
     _fit_head(loading, keep_pre_logits)
-    _fit_position_embedding(loading, model_grid(model), posemb_grid)
+    _fit_position_embedding(loading, model_grid(model),
+                            as_grid(posemb_grid))
     _compare(loading, original_shapes)
     if not report.ok or (report.hints and strict):
         hint = architecture_hint(original_shapes, model_shapes)
@@ -365,5 +371,29 @@ def save_npz(model: keras.Model, path: Union[str, os.PathLike]) -> None:
     (D, heads, head_dim) query/key/value, LayerNorm `scale`/`bias`, the
     hybrid stem's keys. Written to a temporary name and renamed, so a crash
     never leaves a partial file at `path`.
+
+    Raises:
+        UsageError: `path` does not end in .npz (numpy would write another
+            name), or the model computes in a way the layout cannot record
+            (non-official `numerics`, a pre-logits activation other than
+            tanh): the file would load as another model. Save a .keras
+            file (`model.save`) for such a model.
     """
+    if not os.fspath(path).endswith(".npz"):
+        raise UsageError(f"save_npz writes an .npz file: name it "
+                         f"{os.fspath(path)}.npz.")
+    arch = getattr(model, "architecture", None)
+    if isinstance(arch, Architecture):
+        unrecorded = [f"numerics={arch.numerics}"] * (
+            arch.numerics != Numerics())
+        if arch.representation_size and arch.pre_logits_activation != "tanh":
+            unrecorded.append(
+                f"pre_logits_activation={arch.pre_logits_activation!r}")
+        if unrecorded:
+            raise UsageError(
+                f"{os.fspath(path)}: the .npz layout records arrays only, "
+                f"and this model computes with {', '.join(unrecorded)}, "
+                "which the file would load without (the official GELU, "
+                "LayerNorm epsilon and tanh): save it as a .keras file "
+                "(model.save), which records them.")
     write_npz(path, model_arrays(model))

@@ -29,7 +29,7 @@ import tensorflow as tf
 from absl import logging
 
 from keras_vit.data import checks, preprocessing
-from keras_vit.errors import UsageError
+from keras_vit.errors import UsageError, one_line
 from keras_vit.export import request_checks
 from keras_vit.storage import atomic
 
@@ -203,9 +203,13 @@ def load_warmup_images(images: Sequence[WarmupImage]) -> List[bytes]:
                     f"warmup_images[{index}] ({os.fspath(image)}) is a "
                     "folder: name image files, or a glob of them (e.g. "
                     "photos/*.jpg).")
-            with tf.io.gfile.GFile(os.fspath(image), "rb") as f:
-                data = f.read()
             what = f"warmup_images[{index}] ({os.fspath(image)})"
+            try:
+                with tf.io.gfile.GFile(os.fspath(image), "rb") as f:
+                    data = f.read()
+            except tf.errors.OpError as error:  # missing, unreadable
+                raise UsageError(f"{what} cannot be read: "
+                                 f"{one_line(error)}.") from None
         elif isinstance(image, np.ndarray):
             array = np.asarray(image)
             if array.dtype != np.uint8 or array.ndim not in (2, 3):

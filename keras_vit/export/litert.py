@@ -75,7 +75,9 @@ def interpreter_class():
 def pixels_model(model: keras.Model, batch_size: int = 1) -> keras.Model:
     """keras.Model. `model` behind [0, 255] -> [-1, 1] scaling and a
     softmax: pixels in, probabilities out, at a fixed input size."""
-    if model.input_shape[1:3] != tuple(input_image_size(model)):
+    export_options.classifier_width(model, "LiteRT export")
+    size = tuple(model.input_shape[1:3])
+    if None in size or size != tuple(input_image_size(model)):
         raise UsageError(
             "LiteRT export needs a model of fixed input size; rebuild it "
             "with keras_vit.rebuild_at_resolution(model, size) first."

@@ -13,9 +13,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional, Sequence
 
+import keras
 import numpy as np
 
 from keras_vit.data import preprocessing
+from keras_vit.derived import is_features_model
 from keras_vit.errors import UsageError, check_options
 from keras_vit.export import files as export_files
 
@@ -149,3 +151,20 @@ def check_version(version) -> None:
         raise UsageError(
             f"version must be a non-negative int or None, got {version!r}."
         )
+
+
+def classifier_width(model: keras.Model, who: str) -> int:
+    """int. The class count of `model`, a classifier with outputs (batch,
+    classes); a UsageError naming the fix for any other model (a features
+    model: give it a head), since an export's `probabilities` would be a
+    softmax over something that is no class scores."""
+    shape = model.output_shape
+    if isinstance(shape, list) or len(shape) != 2 or not shape[-1] or (
+        is_features_model(model)
+    ):
+        raise UsageError(
+            f"{who} needs a classifier with outputs (batch, classes); "
+            f"{model.name!r} outputs {shape}. A features model (num_classes=0)"
+            " cannot be exported: give it a head first."
+        )
+    return int(shape[-1])

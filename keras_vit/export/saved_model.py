@@ -37,7 +37,6 @@ import tensorflow as tf
 from keras_vit.data import preprocessing
 from keras_vit.derived import (
     input_image_size,
-    is_features_model,
     model_stride,
     with_dynamic_image_size,
 )
@@ -76,19 +75,6 @@ INPUT_DOCS = {
 # Probabilities from the written SavedModel must match the Keras model on
 # the same images this closely, or the export is rejected.
 VERIFY_ATOL = 1e-4
-
-
-def _num_classes(model: keras.Model) -> int:
-    shape = model.output_shape
-    if isinstance(shape, list) or len(shape) != 2 or not shape[-1] or (
-        is_features_model(model)
-    ):
-        raise UsageError(
-            f"export_model needs a classifier with outputs (batch, classes); "
-            f"{model.name!r} outputs {shape}. A features model (num_classes=0)"
-            " cannot be exported: give it a head first."
-        )
-    return int(shape[-1])
 
 
 def _input_size(model: keras.Model):
@@ -249,7 +235,7 @@ def _target(model: keras.Model, export_dir: str,
             opts: ExportOptions) -> _Target:
     """The checked `_Target` of exporting `model` to `export_dir`."""
     export_files.check_model_name(opts.model_name)
-    num_classes = _num_classes(model)
+    num_classes = export_options.classifier_width(model, "export_model")
     size = _input_size(model)
     export_options.check_resize_size(opts.resize_size, size, opts.keep_aspect)
     names = export_options.class_names(opts.class_names, num_classes)

@@ -41,6 +41,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from keras_vit import model as vit_model
 from keras_vit.architecture import patch_grid, total_stride
 from keras_vit.checkpoint.zoo import augreg
+from keras_vit.errors import UsageError
 
 BASE_URL_ENV = "KERAS_VIT_MODELS_BASE_URL"
 OFFICIAL_BUCKET = "gs://vit_models"
@@ -259,12 +260,17 @@ def list_models(pattern: Optional[str] = None) -> List[ModelInfo]:
         (`augreg/<file>` also takes every other file of AugReg's
         index.csv). The short names ("ViT-B_16") are the imagenet21k files
         (for Ti, S and AugReg's hybrids: AugReg's recommended ImageNet-21k
-        files, "ViT-Ti_16").
+        files, "ViT-Ti_16"); a pattern matches a model by its name or its
+        short name.
     """
     models = list(_MODELS.values())
+    if pattern is not None and not isinstance(pattern, str):
+        raise UsageError(f"list_models takes a shell pattern (a str, e.g. "
+                         f"'*B_16*'), got {pattern!r}.")
     if pattern:
-        models = [m for m in models
-                  if fnmatch.fnmatch(m.name.lower(), pattern.lower())]
+        models = [m for m in models if any(
+            fnmatch.fnmatch(name.lower(), pattern.lower())
+            for name in (m.name, download_name(m)))]
     return models
 
 
