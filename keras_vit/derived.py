@@ -52,6 +52,19 @@ def is_features_model(model: keras.Model) -> bool:
         return False
 
 
+class _View(keras.Model):
+    """A functional model over the layers of another (shared weights) with
+    a layer of its own that Keras cannot save: `save` is refused by name,
+    before a file is opened (Keras would leave an empty one behind)."""
+
+    def save(self, filepath, *args, **kwargs):
+        del args, kwargs
+        raise UsageError(
+            f"{self.name} is a view of another model (its layers, shared), "
+            f"not a model to save at {filepath}: save the model it came "
+            "from, and derive the view again after loading that.")
+
+
 class _EncoderWithAttention(keras.layers.Layer):
     """Calls a built `Encoder` with `return_attention_scores=True`.
 
@@ -92,9 +105,7 @@ def attention_model(model: keras.Model) -> keras.Model:
     for layer in (parts.pooling, parts.pre_logits, parts.head):
         if layer is not None:
             x = layer(x)
-    return keras.Model(
-        vit.input, [x, attention], name=f"{vit.name}_attention"
-    )
+    return _View(vit.input, [x, attention], name=f"{vit.name}_attention")
 
 
 def model_stride(model: keras.Model) -> int:
@@ -265,6 +276,4 @@ def intermediate_model(
     )(encoder.input, embedding.input)
     # A dict, not a list: Keras returns a one-output list as a bare tensor.
     outputs = {f"block_{i}": y for i, y in zip(indices, outputs)}
-    return keras.Model(
-        vit.input, outputs, name=f"{vit.name}_intermediates"
-    )
+    return _View(vit.input, outputs, name=f"{vit.name}_intermediates")

@@ -115,3 +115,14 @@ def test_exports_refuse_a_features_model_and_unreadable_warmup(tmp_path):
                        r"\(/nope.jpg\) cannot be read"):
         export_model(tiny(), str(tmp_path / "export"),
                      warmup_images=["/nope.jpg"])
+
+
+def test_a_derived_view_refuses_to_be_saved_and_writes_nothing(tmp_path):
+    model = tiny()
+    x = np.zeros((1, 16, 16, 3), "float32")
+    for view in (keras_vit.attention_model(model),
+                 keras_vit.intermediate_model(model, 0)):
+        view(x)  # a working model
+        with pytest.raises(UsageError, match="is a view of another model"):
+            view.save(str(tmp_path / "view.keras"))
+    assert list(tmp_path.iterdir()) == []
