@@ -12,14 +12,22 @@ from the record, and nowhere else.
 from __future__ import annotations
 
 import dataclasses
+import math
 import numbers
-from typing import Any, Dict, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
 from keras_vit import embedding as vit_embedding
 from keras_vit import layers as vit_layers
 from keras_vit import resnet
 from keras_vit.errors import NEWER_VERSION, UsageError
 from keras_vit.remat import check_remat
+from keras_vit.values import (  # noqa: F401  (image_hw: re-exported)
+    ImageSize,
+    image_hw,
+    is_bool,
+    whole,
+    yes_no,
+)
 from keras_vit.variants import (  # noqa: F401  (re-exported)
     HYBRID_RESNETS,
     HYBRIDS,
@@ -33,50 +41,6 @@ from keras_vit.variants import (  # noqa: F401  (re-exported)
     decode_variant,
     variant_of,
 )
-
-ImageSize = Union[int, Tuple[int, int], Sequence[int]]
-
-
-def whole(value) -> int:
-    """`value` as an int: an int (numpy's too), a float of no fraction or
-    a string of digits. A ValueError for anything else (a bool, 8.9,
-    "eight"), which int() would truncate or take."""
-    if isinstance(value, bool):
-        raise ValueError(value)
-    if isinstance(value, numbers.Integral):
-        return int(value)
-    if isinstance(value, numbers.Real) and float(value).is_integer():
-        return int(value)
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-        return int(value)
-    raise ValueError(value)
-
-
-def yes_no(value) -> bool:
-    """`value` as a bool: True, False (numpy's too), 1 or 0. A ValueError
-    for anything else (a string such as "False" is truthy)."""
-    if isinstance(value, (str, bytes)) or value not in (True, False):
-        raise ValueError(value)
-    return bool(value)
-
-
-def image_hw(image_size: ImageSize) -> Tuple[int, int]:
-    """(height, width) of an int or (height, width) image size, checked."""
-    try:
-        if isinstance(image_size, str):
-            raise ValueError(image_size)  # "32" is no (3, 2)
-        if isinstance(image_size, numbers.Number):
-            hw = (whole(image_size),) * 2
-        else:
-            hw = tuple(whole(s) for s in image_size)
-    except (TypeError, ValueError):
-        hw = ()
-    if len(hw) != 2 or min(hw) <= 0:
-        raise UsageError(
-            f"`image_size` must be positive (an int or (height, width)), "
-            f"got {image_size!r}."
-        )
-    return hw
 
 
 def total_stride(patch_size: int,
@@ -134,10 +98,13 @@ class Numerics:
     def __post_init__(self):
         try:
             gelu = yes_no(self.approximate_gelu)
+            if isinstance(self.layer_norm_epsilon, str) or is_bool(
+                    self.layer_norm_epsilon):
+                raise ValueError(self.layer_norm_epsilon)
             epsilon = float(self.layer_norm_epsilon)
         except (TypeError, ValueError):
             epsilon = -1.0
-        if not epsilon > 0:
+        if not 0 < epsilon < math.inf:
             raise UsageError(
                 "Numerics(approximate_gelu=True or False, "
                 "layer_norm_epsilon > 0), got "
@@ -342,16 +309,21 @@ def _normalised(arch: Architecture) -> Dict[str, Any]:
     out["image_size"] = image_hw(arch.image_size)
     if arch.resnet_layers is not None:
         out["resnet_layers"] = _typed(
-            arch, "resnet_layers", lambda v: tuple(
-                whole(n) for n in ((v,) if isinstance(v, numbers.Integral)
-                                   else v)),
-            "ints, e.g. 3,4,9 (R50's stages)")
+            arch, "resnet_layers", _stages, "ints, e.g. 3,4,9 (R50's stages)")
     if arch.representation_size is not None:
         out["representation_size"] = _typed(arch, "representation_size",
                                              whole, "an int")
     for key in ("head_zero_init", "all_tokens", "dynamic_image_size"):
         out[key] = _typed(arch, key, yes_no, "True or False")
     return out
+
+
+def _stages(value) -> Tuple[int, ...]:
+    if isinstance(value, str):
+        raise ValueError(value)  # "111" is no (1, 1, 1)
+    if isinstance(value, numbers.Number):
+        return (whole(value),)
+    return tuple(whole(n) for n in value)
 
 
 def _typed(arch: Architecture, field: str, kind, what: str = ""):
@@ -363,9 +335,10 @@ def _typed(arch: Architecture, field: str, kind, what: str = ""):
         return kind(value)
     except (TypeError, ValueError):
         what = what or f"a {kind.__name__}"
+        config = (f" (config.model.{field})" if field in CONFIG_FIELDS
+                  or field == "num_classes" else "")
         raise UsageError(
-            f"`{field}` (config.model.{field}) must be {what}, got "
-            f"{value!r}.") from None
+            f"`{field}`{config} must be {what}, got {value!r}.") from None
 
 
 def _check(arch: Architecture) -> None:

@@ -19,7 +19,6 @@ from keras import ops
 
 from keras_vit import embedding as vit_embedding
 from keras_vit import layers as vit_layers
-from keras_vit.architecture import whole, yes_no
 from keras_vit.errors import UsageError
 from keras_vit.model import (
     VisionTransformer,
@@ -27,6 +26,7 @@ from keras_vit.model import (
     as_vision_transformer,
     dtype_policy_of,
 )
+from keras_vit.values import whole, yes_no
 
 
 def features_model(model: keras.Model) -> keras.Model:

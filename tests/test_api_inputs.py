@@ -32,8 +32,10 @@ def tiny(**changes):
     (dict(image_size="32"), "`image_size` must be positive (an int or "
      "(height, width)), got '32'"),
     (dict(image_size=(16.9, 16.2)), "`image_size` must be positive"),
-    (dict(dynamic_image_size="False"), "`dynamic_image_size` "
-     "(config.model.dynamic_image_size) must be True or False"),
+    (dict(dynamic_image_size="False"), "`dynamic_image_size` must be True "
+     "or False"),
+    (dict(resnet_layers="111"), "`resnet_layers` (config.model."
+     "resnet_layers) must be ints"),
     (dict(head_zero_init="False"), "must be True or False, got 'False'"),
 ])
 def test_a_value_of_the_wrong_kind_is_refused_by_name(changes, says):
@@ -43,7 +45,7 @@ def test_a_value_of_the_wrong_kind_is_refused_by_name(changes, says):
 
 
 def test_whole_numbers_of_any_type_are_taken():
-    for size in (16.0, np.int64(16), (np.int32(16), 16.0)):
+    for size in (16.0, np.int64(16), (np.int32(16), 16.0), np.array(16)):
         assert tiny(image_size=size).architecture.image_size == (16, 16)
     arch = tiny(patch_size=np.int64(8), dynamic_image_size=np.bool_(True),
                 num_classes=np.int64(3)).architecture
@@ -57,6 +59,9 @@ def test_numerics_and_intermediates_check_their_arguments():
         keras_vit.Numerics(layer_norm_epsilon=-1.0)
     with pytest.raises(UsageError, match="approximate_gelu='no'"):
         keras_vit.Numerics(approximate_gelu="no")
+    for epsilon in (float("inf"), True, "1e-6"):
+        with pytest.raises(UsageError, match="layer_norm_epsilon > 0"):
+            keras_vit.Numerics(layer_norm_epsilon=epsilon)
     model = tiny(num_layers=2)
     # "10" is block 10, not blocks 1 and 0.
     with pytest.raises(UsageError, match="Block 10 does not exist"):
@@ -88,11 +93,14 @@ def test_npz_refuses_what_its_layout_cannot_record(tmp_path):
     # numpy would add .npz to another name: refused, nothing written.
     with pytest.raises(UsageError, match="name it .*nosuffix.npz"):
         weights.save_npz(tiny(), str(tmp_path / "nosuffix"))
+    with pytest.raises(UsageError, match=r"name it .*upper\.npz\."):
+        weights.save_npz(tiny(), str(tmp_path / "upper.NPZ"))
     assert sorted(p.name for p in tmp_path.iterdir()) == []
     # A string grid, as the command line writes it.
     weights.save_npz(tiny(), str(tmp_path / "ok.npz"))
-    source = loader.NpzSource(str(tmp_path / "ok.npz"), posemb_grid="2x2")
-    assert source.posemb_grid == (2, 2)
+    for grid in ("2x2", "2", 2.0, np.int64(2), [2, 2]):
+        source = loader.NpzSource(str(tmp_path / "ok.npz"), posemb_grid=grid)
+        assert source.posemb_grid == (2, 2), grid
     with pytest.raises(UsageError, match="`posemb_grid` must be"):
         loader.NpzSource(str(tmp_path / "ok.npz"), posemb_grid="2by2")
 

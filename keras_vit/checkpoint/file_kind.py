@@ -79,6 +79,8 @@ def misnamed(path: str, named_kind: Optional[str]) -> Optional[str]:
     kind = content_kind(path)
     if kind is None or kind == named_kind:
         return None
+    beside = (" (as model.safetensors or pytorch_model.bin, beside its "
+              "config.json)" if kind in ("torch", "safetensors") else "")
     return (f"{path} holds {WHAT[kind]}, but its name says otherwise: "
-            f"rename it to end in {SUFFIXES[kind]} (a file's kind is read "
-            "from its name).")
+            f"rename it to end in {SUFFIXES[kind]}{beside} (a file's kind "
+            "is read from its name).")

@@ -9,13 +9,14 @@ that arrays read from a file need.
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from keras_vit.architecture import whole
 from keras_vit.embedding import resize_grid
 from keras_vit.errors import UsageError
+from keras_vit.values import whole
 
 Grid = Tuple[int, int]
 
@@ -26,9 +27,10 @@ def as_grid(value) -> Optional[Grid]:
     if value is None:
         return None
     parts = value.lower().split("x") if isinstance(value, str) else (
-        [value] * 2 if isinstance(value, (int, np.integer)) else value)
+        [value] if isinstance(value, numbers.Number) else value)
     try:
         grid = tuple(whole(part) for part in parts)
+        grid = grid * 2 if len(grid) == 1 else grid  # square
     except (TypeError, ValueError):
         grid = ()
     if len(grid) != 2 or min(grid) <= 0:

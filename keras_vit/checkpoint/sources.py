@@ -166,15 +166,9 @@ class _SavedKerasModel(Source):
         if image_size is not None and (
             tuple(model.input_shape[1:3]) != _image_hw(image_size)
         ):
-            saved = "x".join(str(side) for side in model.input_shape[1:3])
+            saved = tuple(model.input_shape[1:3])
             model = rebuild_at_resolution(model, image_size)
-            # A resize the user may not have meant (a flag's value left
-            # from another model): said where the command's log shows it.
-            logging.info(
-                "%s was saved for %s images; built for %s, its position "
-                "embeddings resized to the new patch grid (bilinear).",
-                self.path, "any size of" if "None" in saved else saved,
-                "x".join(str(side) for side in model.input_shape[1:3]))
+            _say_built_at(self.path, saved, model)
         return model, None
 
     def _vit(self) -> keras.Model:
@@ -193,6 +187,23 @@ class _SavedKerasModel(Source):
             activation = architecture.pre_logits_activation
         return Content(weights.model_arrays(model), weights.model_grid(model),
                        "official", (), activation)
+
+
+def _say_built_at(path: str, saved, model: keras.Model) -> None:
+    """Logs that the model of `path`, saved for `saved` (height, width)
+    images, is built for another input size (a flag's value left from
+    another model would otherwise change the answers without a word)."""
+    built = "x".join(str(side) for side in model.input_shape[1:3])
+    if None in saved:
+        logging.info("%s takes images of any size; built for %s only.",
+                     path, built)
+    else:
+        table = ("its sin-cos position embeddings computed for the new "
+                 "patch grid" if model.architecture.posemb == "sincos2d"
+                 else "its position embeddings resized to the new patch "
+                 "grid (bilinear)")
+        logging.info("%s was saved for %s images; built for %s, %s.", path,
+                     "x".join(map(str, saved)), built, table)
 
 
 @dataclasses.dataclass(frozen=True)

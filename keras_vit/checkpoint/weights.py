@@ -32,7 +32,6 @@ from typing import Dict, Mapping, Optional, Sequence, Tuple, Union
 import keras
 import numpy as np
 
-from keras_vit.architecture import Architecture, Numerics
 from keras_vit.checkpoint.formats.lazy import shape_of
 from keras_vit.checkpoint.formats.npz import (
     POSEMB,
@@ -49,6 +48,7 @@ from keras_vit.checkpoint.formats.npz_layout import (
 )
 from keras_vit.checkpoint.formats.npz_mapping import (
     Param,
+    check_recordable,
     dense_params,
     model_arrays,
     model_grid,
@@ -379,21 +379,10 @@ def save_npz(model: keras.Model, path: Union[str, os.PathLike]) -> None:
             tanh): the file would load as another model. Save a .keras
             file (`model.save`) for such a model.
     """
-    if not os.fspath(path).endswith(".npz"):
+    path = os.fspath(path)
+    if not path.endswith(".npz"):  # numpy's test, case and all
+        stem = path[:-4] if path.lower().endswith(".npz") else path
         raise UsageError(f"save_npz writes an .npz file: name it "
-                         f"{os.fspath(path)}.npz.")
-    arch = getattr(model, "architecture", None)
-    if isinstance(arch, Architecture):
-        unrecorded = [f"numerics={arch.numerics}"] * (
-            arch.numerics != Numerics())
-        if arch.representation_size and arch.pre_logits_activation != "tanh":
-            unrecorded.append(
-                f"pre_logits_activation={arch.pre_logits_activation!r}")
-        if unrecorded:
-            raise UsageError(
-                f"{os.fspath(path)}: the .npz layout records arrays only, "
-                f"and this model computes with {', '.join(unrecorded)}, "
-                "which the file would load without (the official GELU, "
-                "LayerNorm epsilon and tanh): save it as a .keras file "
-                "(model.save), which records them.")
+                         f"{stem}.npz.")
+    check_recordable(model, path)
     write_npz(path, model_arrays(model))

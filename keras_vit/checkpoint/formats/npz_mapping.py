@@ -15,8 +15,10 @@ from typing import Dict, List, Sequence, Tuple
 import keras
 import numpy as np
 
+from keras_vit.architecture import Numerics
 from keras_vit.checkpoint.formats.npz import POSEMB, Arrays, Grid, Shape
 from keras_vit.errors import UsageError
+from keras_vit.model import architecture_of
 
 
 @dataclasses.dataclass
@@ -175,3 +177,23 @@ def model_arrays(model: keras.Model) -> Arrays:
         value = np.asarray(param.variable.numpy())
         arrays.update(zip(param.keys, param.to_file(value)))
     return arrays
+
+
+def check_recordable(model: keras.Model, path: str) -> None:
+    """A UsageError when `model` computes in a way the official layout
+    cannot record (non-official numerics, a pre-logits activation other
+    than tanh): an .npz of it at `path` would load as another model."""
+    try:
+        arch = architecture_of(model)
+    except UsageError:
+        return  # no ViT: model_arrays says why
+    unrecorded = [f"numerics={arch.numerics}"] * (arch.numerics != Numerics())
+    if arch.representation_size and arch.pre_logits_activation != "tanh":
+        unrecorded.append(
+            f"pre_logits_activation={arch.pre_logits_activation!r}")
+    if unrecorded:
+        raise UsageError(
+            f"{path}: the .npz layout records arrays only, and this model "
+            f"computes with {', '.join(unrecorded)}, which the file would "
+            "load without (the official GELU, LayerNorm epsilon and tanh): "
+            "save it as a .keras file (model.save), which records them.")
