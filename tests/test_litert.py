@@ -13,6 +13,7 @@ from PIL import Image
 from keras_vit import create_model
 from keras_vit.commands import export as cli
 from keras_vit.commands import predict
+from keras_vit.errors import UsageError
 from keras_vit.export import litert
 
 SIZE = 32
@@ -56,6 +57,13 @@ def test_float32_equals_keras(model, pixels, float32_file):
     got = litert.run_litert(path, pixels)
     want = _keras_probabilities(model, pixels)
     np.testing.assert_allclose(got, want, atol=1e-5)
+    # Pixels of another size, or one image without its batch axis: the
+    # file's shape, not the interpreter's reshape error.
+    size = pixels.shape[1]
+    for wrong in (np.zeros((1, 2 * size, 2 * size, 3)), pixels[0]):
+        with pytest.raises(UsageError, match=f"takes pixels \\(N, {size}, "
+                           f"{size}, 3\\), got"):
+            litert.run_litert(path, wrong)
     with open(litert.labels_path(path)) as f:
         assert f.read().split() == NAMES
     folder = os.path.dirname(path)

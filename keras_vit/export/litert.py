@@ -102,7 +102,6 @@ def _converter_options(quantization: str) -> dict:
     target = {"supported_ops": [tf.lite.OpsSet.TFLITE_BUILTINS]}
     if quantization == "float32":
         return {"target_spec": target}
-    target = dict(target)
     if quantization == "float16":
         target["supported_types"] = [tf.float16]
     # Optimize.DEFAULT without a representative data set is dynamic-range
@@ -113,14 +112,16 @@ def _converter_options(quantization: str) -> dict:
 def run_litert(path: str, pixels: np.ndarray) -> np.ndarray:
     """np.ndarray (N, K). Probabilities of a .tflite written by
     `export_litert` on pixels (N, H, W, 3) in [0, 255], one image per
-    invocation (the file's batch size is 1)."""
-    interpreter = interpreter_class()(model_path=path)
-    runner = interpreter.get_signature_runner()
+    invocation (the file's batch size is 1); pixels of another shape are
+    a UsageError naming the file's."""
+    runner = interpreter_class()(model_path=path).get_signature_runner()
     pixels = np.asarray(pixels, np.float32)
-    out = [
-        runner(**{INPUT_NAME: pixels[i: i + 1]})[OUTPUT_NAME]
-        for i in range(len(pixels))
-    ]
+    size = tuple(int(n) for n in runner.get_input_details()[INPUT_NAME][
+        "shape"][1:])
+    if pixels.ndim != 4 or pixels.shape[1:] != size:
+        raise UsageError(f"{path} takes pixels (N, {size[0]}, {size[1]}, 3),"
+                         f" got {pixels.shape}: resize the images first.")
+    out = [runner(**{INPUT_NAME: p[None]})[OUTPUT_NAME] for p in pixels]
     return np.concatenate(out, axis=0)
 
 
