@@ -409,7 +409,7 @@ def test_image_files_are_read_a_batch_at_a_time(tiny_model, tmp_path,
     np.testing.assert_allclose(lazy.outputs, whole.outputs)
 
 
-def test_load_images_files_and_folders(tmp_path):
+def test_load_images_files_and_folders(tmp_path, capsys):
     folder = tmp_path / "imgs"
     folder.mkdir()
     Image.new("L", (20, 10), 255).save(folder / "a.png")
@@ -450,7 +450,19 @@ def test_load_images_files_and_folders(tmp_path):
         inputs.load_images([str(classes)], (16, 16))
     assert str(info.value) == (
         f"Cannot read '{classes / 'cat' / 'link.jpg'}' as an image (JPEG, "
-        "PNG, GIF, BMP or WebP): No such file or directory.")
+        "PNG, GIF, BMP or WebP): No such file or directory. Leave such "
+        "files out with `skip_bad_images`.")
+    # Left out, each named on stderr; none readable is one line.
+    images, names = inputs.load_images([str(classes), str(bad)], (16, 16),
+                                       skip_bad_images=True)
+    assert names == ["cat/album.jpg/d.png", "cat/c.png"]
+    assert images.shape == (2, 16, 16, 3)
+    err = capsys.readouterr().err
+    assert f"skipped {classes / 'cat' / 'link.jpg'}: Cannot read" in err
+    assert f"skipped {bad}: Cannot read" in err
+    with pytest.raises(keras_vit.errors.UsageError,
+                       match="None of the 1 images can be read"):
+        inputs.load_images([str(bad)], (16, 16), skip_bad_images=True)
 
 
 def test_digits_images():
@@ -720,6 +732,34 @@ def test_analysis_preprocesses_as_predict_does(tmp_path, capsys):
     assert not np.allclose([p for _, p in direct],
                            [p for _, p in analysed()], atol=1e-4)
     capsys.readouterr()
+
+
+def test_skip_bad_images_leaves_out_what_cannot_be_read(saved_model,
+                                                        tmp_path, capsys):
+    """keras-vit-analysis over a folder with a broken file: one line
+    naming the file and --skip_bad_images; with it, the figures of the
+    rest and the broken file named on stderr."""
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    rng = np.random.default_rng(5)
+    for i in range(2):
+        Image.fromarray(rng.integers(0, 256, (40, 50, 3), np.uint8)).save(
+            photos / f"{i}.png")
+    (photos / "broken.jpg").write_bytes(b"not a jpeg")
+    out = tmp_path / "analysis"
+    assert _analysis(f"--model={saved_model}", f"--output_dir={out}",
+                     str(photos)) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("keras-vit-analysis: error: Cannot read "), err
+    assert "broken.jpg" in err[-1] and err[-1].endswith(
+        "Leave such files out with --skip_bad_images.")
+    assert _analysis(f"--model={saved_model}", f"--output_dir={out}",
+                     str(photos), "--skip_bad_images") == 0
+    assert f"skipped {photos / 'broken.jpg'}: Cannot read" in (
+        capsys.readouterr().err)
+    with open(out / cli.JSON_NAME) as f:
+        assert [p["name"] for p in json.load(f)["images"]] == [
+            "0.png", "1.png"]
 
 
 def test_flags_are_checked_before_any_image(saved_model, tmp_path, capsys):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import collections
 import os
+import sys
 from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -128,6 +129,7 @@ def load_images(
     paths: Sequence[str], size: Tuple[int, int],
     resize_size: Optional[int] = None, keep_aspect: bool = False, *,
     output_dir: Optional[str] = None, show_progress: bool = False,
+    skip_bad_images: bool = False,
 ) -> Tuple[ImageFiles, List[str]]:
     """Reads image files (and folders of them) as the model's input.
 
@@ -139,25 +141,33 @@ def load_images(
     so that one that cannot be read stops the command
     before any figure is computed; the pixels are made again batch by
     batch when used (`ImageFiles`). An analysis's own figures in
-    `output_dir` are left out (`_list_images`).
+    `output_dir` are left out (`_list_images`). With `skip_bad_images`, a file
+    that cannot be read is named on stderr and left out instead.
 
     Returns:
         (images, names): `ImageFiles` (n, height, width, 3), float32 in
         [-1, 1] as looked up, and each image's name.
     """
-    files = _list_images(paths, output_dir)
-    for i, (file, _) in enumerate(files):
+    files, readable = _list_images(paths, output_dir), []
+    for i, (file, name) in enumerate(files):
         if show_progress and (i % 50 == 0 or i + 1 == len(files)):
             progress.show(f"checked {i + 1}/{len(files)} images")
         try:
             _decode(file)
-        except UsageError:
-            progress.end_line()  # the error on a line of its own
-            raise
+        except UsageError as error:
+            progress.end_line()  # the message on a line of its own
+            if not skip_bad_images:
+                raise UsageError(f"{error} Leave such files out with "
+                                 "`skip_bad_images`.") from None
+            print(f"skipped {file}: {error}", file=sys.stderr, flush=True)
+            continue
+        readable.append((file, name))
     progress.end_line()
-    return (ImageFiles([f for f, _ in files], size, resize_size,
+    if not readable:
+        raise UsageError(f"None of the {len(files)} images can be read.")
+    return (ImageFiles([f for f, _ in readable], size, resize_size,
                        keep_aspect),
-            [name for _, name in files])
+            [name for _, name in readable])
 
 
 def digits_images(

@@ -74,6 +74,9 @@ def define_flags(values: flags.FlagValues, argv: Sequence[str]) -> None:
                          flag_values=values)
     flags.DEFINE_integer("num_components", 28, "Principal components of the "
                          "patch filters.", flag_values=values)
+    flags.DEFINE_boolean("skip_bad_images", False, "Name an image that "
+                         "cannot be read on stderr and leave it out, "
+                         "instead of stopping.", flag_values=values)
 
 
 def _main(values: flags.FlagValues, images: list) -> None:
@@ -116,7 +119,8 @@ def _main(values: flags.FlagValues, images: list) -> None:
     if images:
         pixels, names = inputs.load_images(
             images, size, resize, keep, output_dir=values.output_dir,
-            show_progress=True)
+            show_progress=True,
+            skip_bad_images=values.skip_bad_images)
     else:
         pixels, names = inputs.digits_images(values.digits, size, resize,
                                              keep)
