@@ -338,6 +338,17 @@ def test_the_rollout_title_names_the_tokens_it_follows(images, tmp_path,
 # --- command line -------------------------------------------------------
 
 
+def _random_photos(folder, count, shape, seed):
+    """`folder` made, holding `count` random RGB PNGs 0.png, 1.png, ...
+    of `shape` (height, width)."""
+    folder.mkdir()
+    rng = np.random.default_rng(seed)
+    for i in range(count):
+        Image.fromarray(rng.integers(0, 255, (*shape, 3), np.uint8)).save(
+            folder / f"{i}.png")
+    return folder
+
+
 @pytest.fixture(scope="module")
 def saved_model(tiny_model, tmp_path_factory):
     path = str(tmp_path_factory.mktemp("model") / "tiny.keras")
@@ -387,12 +398,7 @@ def test_image_files_are_read_a_batch_at_a_time(tiny_model, tmp_path,
     # A folder's images are decoded once to check them, then made again
     # one batch at a time: the statistics equal those of the whole stack,
     # and no batch holds more than batch_size images.
-    folder = tmp_path / "imgs"
-    folder.mkdir()
-    rng = np.random.default_rng(0)
-    for i in range(5):
-        Image.fromarray(rng.integers(0, 255, (30, 40, 3), np.uint8)).save(
-            folder / f"{i}.png")
+    folder = _random_photos(tmp_path / "imgs", 5, (30, 40), seed=0)
     files, names = inputs.load_images([str(folder)], (32, 48))
     assert isinstance(files, inputs.ImageFiles) and len(names) == 5
     stacked = files[:]
@@ -739,12 +745,7 @@ def test_skip_bad_images_leaves_out_what_cannot_be_read(saved_model,
     """keras-vit-analysis over a folder with a broken file: one line
     naming the file and --skip_bad_images; with it, the figures of the
     rest and the broken file named on stderr."""
-    photos = tmp_path / "photos"
-    photos.mkdir()
-    rng = np.random.default_rng(5)
-    for i in range(2):
-        Image.fromarray(rng.integers(0, 256, (40, 50, 3), np.uint8)).save(
-            photos / f"{i}.png")
+    photos = _random_photos(tmp_path / "photos", 2, (40, 50), seed=5)
     (photos / "broken.jpg").write_bytes(b"not a jpeg")
     out = tmp_path / "analysis"
     assert _analysis(f"--model={saved_model}", f"--output_dir={out}",
