@@ -55,14 +55,21 @@ def is_features_model(model: keras.Model) -> bool:
 class _View(keras.Model):
     """A functional model over the layers of another (shared weights) with
     a layer of its own that Keras cannot save: `save` is refused by name,
-    before a file is opened (Keras would leave an empty one behind)."""
+    before a file is opened (Keras would leave an empty one behind), and so
+    is the config that `keras.saving.save_model` asks for."""
 
     def save(self, filepath, *args, **kwargs):
         del args, kwargs
-        raise UsageError(
+        raise UsageError(self._not_saved(f" at {filepath}"))
+
+    def get_config(self):
+        raise UsageError(self._not_saved(""))
+
+    def _not_saved(self, where: str) -> str:
+        return (
             f"{self.name} is a view of another model (its layers, shared), "
-            f"not a model to save at {filepath}: save the model it came "
-            "from, and derive the view again after loading that.")
+            f"not a model to save{where}: save the model it came from, and "
+            "derive the view again after loading that.")
 
 
 class _EncoderWithAttention(keras.layers.Layer):

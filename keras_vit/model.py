@@ -271,7 +271,8 @@ def create_model(  # noqa: PLR0913 (the architecture's fields, by name)
     fields = dict(locals())
     del fields["variant"], fields["name"]
     arch = Architecture.create(variant, **fields)
-    return VisionTransformer(arch, name=name or default_name(variant))
+    # Unnamed, it is named by what it is ("vit" for sizes of no variant).
+    return VisionTransformer(arch, name=name)
 
 
 def architecture_of(model: keras.Model) -> Architecture:

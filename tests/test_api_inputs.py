@@ -3,6 +3,7 @@ kind (a truthy string for a flag, a fraction for a size, None for a class
 count) are refused by name, not coerced into another model; what a file
 format cannot record is refused before it is written."""
 
+import keras
 import numpy as np
 import pytest
 
@@ -134,3 +135,15 @@ def test_a_derived_view_refuses_to_be_saved_and_writes_nothing(tmp_path):
         with pytest.raises(UsageError, match="is a view of another model"):
             view.save(str(tmp_path / "view.keras"))
     assert list(tmp_path.iterdir()) == []
+    # Keras's own door asks for the config: the same line, not Keras's
+    # "must override get_config" (Keras has opened the file by then).
+    with pytest.raises(UsageError, match="is a view of another model"):
+        keras.saving.save_model(view, str(tmp_path / "other.keras"))
+
+
+def test_a_model_of_sizes_no_variant_has_is_not_named_after_one():
+    assert keras_vit.create_model(
+        "Ti/16", num_classes=3, image_size=32).name == "vit_Ti_16"
+    assert keras_vit.create_model(
+        "Ti/16", num_classes=3, image_size=32, num_layers=1).name == "vit"
+    assert tiny(name="mine").name == "mine"
