@@ -170,8 +170,8 @@ _CASES = [
     ),
     Case(
         "truncated_latest_checkpoint", FAULT, "checkpoint",
-        "The newest checkpoint's data file is truncated (full disk, "
-        "interrupted copy)",
+        "The newest checkpoint's data or index file is truncated (full "
+        "disk, interrupted copy)",
         "The run warns and resumes from the newest complete checkpoint "
         "(ckpt-10 when ckpt-20 is damaged), then ends normally.",
         ("is unreadable", "resuming from the previous complete checkpoint"),

@@ -613,11 +613,14 @@ def _resume_after_damage(small_run, tmp_path, damage, caplog):
 
 
 @covers("truncated_latest_checkpoint")
-def test_truncated_latest_checkpoint_falls_back(small_run, tmp_path, caplog):
+@pytest.mark.parametrize("suffix, keep", [
+    (".data-00000-of-00001", 0.5), (".index", 0.5), (".index", 0)])
+def test_truncated_latest_checkpoint_falls_back(small_run, tmp_path, caplog,
+                                                suffix, keep):
     def truncate(prefix):
-        data = prefix + ".data-00000-of-00001"
-        with open(data, "r+b") as f:
-            f.truncate(os.path.getsize(data) // 2)
+        path = prefix + suffix  # an index cut short: "not an sstable"
+        with open(path, "r+b") as f:
+            f.truncate(int(os.path.getsize(path) * keep))
 
     log = _resume_after_damage(small_run, tmp_path, truncate, caplog)
     check_says("truncated_latest_checkpoint", log)
@@ -645,7 +648,9 @@ def test_truncated_checkpoint_of_a_run_given_as_model(small_run, tmp_path):
     assert "digit.png: " in result.stdout
     assert "ckpt-20 cannot be used" in result.stderr
     warned = result.stderr
-    truncate("ckpt-10")
+    index = os.path.join(ckpt_dir(workdir), "ckpt-10.index")
+    with open(index, "r+b") as f:  # its index this time
+        f.truncate(100)
     result = console.run("predict", [f"--model={workdir}", image])
     assert result.returncode == 1 and "Traceback" not in result.stderr
     (line,) = [x for x in result.stderr.splitlines()
