@@ -259,7 +259,7 @@ _CASES = [
         "left on device\", the error it also raises out of memory)",
         "One line naming the file and the fix, not the out-of-memory "
         "advice; exit status 1; the last complete checkpoint stays the "
-        "latest.",
+        "latest, and the failed save's partial shards are removed.",
         ("The disk is full writing", "free space or use a --workdir on a "
          "larger disk; the last complete checkpoint is kept."),
         "exit status 1",

@@ -1307,7 +1307,10 @@ def test_a_full_disk_at_a_checkpoint_is_one_line_naming_the_file(
     save = tf.train.CheckpointManager.save
 
     def full_disk(manager, checkpoint_number=None, **kwargs):
-        if checkpoint_number == 4:
+        if checkpoint_number == 4:  # a shard part written, as TF does
+            os.makedirs(os.path.dirname(part))
+            with open(part, "wb") as f:
+                f.write(b"\0" * 1000)
             raise tf.errors.ResourceExhaustedError(None, None, (
                 "{{function_node __wrapped__SaveV2_dtypes_5_device_/job:"
                 "localhost/replica:0/task:0/device:CPU:0}} "
@@ -1330,6 +1333,8 @@ def test_a_full_disk_at_a_checkpoint_is_one_line_naming_the_file(
     check_says("disk_full_at_checkpoint", line)
     latest = tf.train.latest_checkpoint(str(workdir / "checkpoints"))
     assert latest.endswith("ckpt-2")
+    # The failed save's shards do not keep the disk full.
+    assert not os.path.exists(os.path.dirname(part))
 
 
 def test_a_full_disk_in_python_is_one_line_and_another_oserror_is_not(

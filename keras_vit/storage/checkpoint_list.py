@@ -108,6 +108,19 @@ def remove_partial(directory: str) -> None:
             tf.io.gfile.rmtree(path)
 
 
+def remove_save(directory: str, step: int) -> None:
+    """Removes what the save of `step` that failed in this process wrote
+    in `directory` (its `ckpt-N_temp` shards); never raises, so that the
+    save's own error is the one reported."""
+    path = os.path.join(directory, f"ckpt-{int(step)}_temp")
+    try:
+        if tf.io.gfile.isdir(path):
+            tf.io.gfile.rmtree(path)
+    except (tf.errors.OpError, OSError) as error:
+        logging.warning("Could not remove %s, left by the failed save: %s",
+                        path, error)
+
+
 def _age_s(path: str) -> float:
     """Seconds since `path` was last written (0 where that is unknown)."""
     try:

@@ -96,7 +96,13 @@ class CheckpointWriter:
             reporting.check_weights(model, step, self.latest)
         if not self.save_here:
             return None
-        path = self.manager.save(checkpoint_number=step)
+        try:
+            path = self.manager.save(checkpoint_number=step)
+        except BaseException:
+            # A full disk (or a kill) mid-save: the shards written so far
+            # would hold the space until a later start's clean-up.
+            checkpoint_list.remove_save(self.manager.directory, step)
+            raise
         if not self.chief:
             self._remove_scratch()
             return None
