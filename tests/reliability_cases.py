@@ -253,6 +253,18 @@ _CASES = [
         "exit status 1",
     ),
     Case(
+        "two_runs_one_workdir", FAULT, "training",
+        "keras-vit-train started on a workdir that another keras-vit-train "
+        "is training (a second terminal, a job scheduled twice)",
+        "One line, before anything is read or written; exit status 1. The "
+        "process that trains holds a lock on the folder (not on gs://); it "
+        "goes when that process ends, however it ends.",
+        ("Another process is running the training run in --workdir",
+         "let it end or stop it (the same command then resumes), or use "
+         "another --workdir."),
+        "exit status 1",
+    ),
+    Case(
         "disk_full_at_checkpoint", FAULT, "checkpoint",
         "The disk fills while train.py writes a checkpoint (simulated: the "
         "save raises TensorFlow's ResourceExhaustedError \"<file>; No space "

@@ -31,8 +31,8 @@ from keras_vit import keras_compat, optim
 from keras_vit.commands import runner
 from keras_vit.commands import train as train_command
 from keras_vit.data import pipeline as input_pipeline
-from keras_vit.errors import PREEMPTED_EXIT_CODE
-from keras_vit.storage import atomic, checkpoint_list, history
+from keras_vit.errors import PREEMPTED_EXIT_CODE, UsageError
+from keras_vit.storage import atomic, checkpoint_list, history, run_lock
 from keras_vit.storage import workdir as wd
 from keras_vit.training import interrupt, loop, train_lib
 from keras_vit.training.trainer import Trainer
@@ -789,6 +789,53 @@ def test_a_whole_list_is_left_as_it_is(tmp_path):
     checkpoint_list.relist(str(tmp_path))
     assert 'all_model_checkpoint_paths: "ckpt-5"' in (
         tmp_path / "checkpoint").read_text()
+
+
+@covers("two_runs_one_workdir")
+def test_a_second_training_of_a_workdir_in_training_is_refused(tmp_path):
+    """keras-vit-train on a workdir another keras-vit-train trains: one
+    line, nothing read; the lock goes with the process that held it."""
+    workdir = tmp_path / "run"
+    log = tmp_path / "first.log"
+    args = [*console.TINY_DIGITS, f"--workdir={workdir}",
+            "--config.trainer.total_steps=100000",
+            "--config.checkpoints.every_steps=0",
+            "--config.evals.test.every_steps=0"]
+    proc = console.start("train", args, log)
+    try:
+        console.wait_for(log, r"Reading the data", proc)  # it holds it
+        second = console.run("train", args)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        console.finish(proc, timeout=120)
+    assert second.returncode == 1, second.stderr[-3000:]
+    assert second.stderr.strip().splitlines() == [
+        f"keras-vit-train: error: Another process is running the training "
+        f"run in --workdir {workdir} (it holds the folder's lock): let it "
+        "end or stop it (the same command then resumes), or use another "
+        "--workdir."]
+    check_says("two_runs_one_workdir", second.stderr)
+    with run_lock.held(str(workdir)):  # let go of at the first's end
+        with pytest.raises(UsageError, match="holds the folder's lock"):
+            with run_lock.held(str(workdir)):
+                pass
+    with run_lock.held("gs://bucket/run"):  # remote: not locked
+        pass
+
+
+def test_a_finished_run_is_read_where_it_cannot_be_written(
+        small_run, tmp_path, monkeypatch):
+    """A finished run on a read-only mount says it has finished (status
+    0, as everywhere); one with steps to train is refused in one line."""
+    workdir = _copy(small_run, tmp_path)
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda path, mode: False if (
+        path == workdir and mode == os.W_OK) else real_access(path, mode))
+    metrics = train_lib.train_and_evaluate(tiny_config(), workdir)
+    assert metrics["finished_before"] and metrics["steps"] == 20
+    with pytest.raises(UsageError, match=r"Cannot write in `workdir` .* "
+                       r"\(read-only, or not yours\)"):
+        train_lib.train_and_evaluate(tiny_config(total_steps=30), workdir)
 
 
 def test_a_save_that_did_not_finish_is_removed_at_the_next_start(tmp_path):

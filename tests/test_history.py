@@ -204,8 +204,9 @@ def test_train_skips_the_curves_without_matplotlib(tmp_path, monkeypatch,
 
 def test_a_run_started_again_keeps_the_earlier_history_apart(tmp_path):
     """Its checkpoints deleted, a workdir's run starts at step 0 again:
-    the earlier run's history.csv and best checkpoint are kept apart
-    (history.before-1.csv, best.before-1/, said in the log), history.csv
+    the earlier run's history.csv, best checkpoint and TensorBoard
+    summaries are kept apart (history.before-1.csv, best.before-1/,
+    train.before-1/, said in the log), history.csv
     holds the new run's rows alone, so the curves do not mix two runs, and
     best/ the new run's best, not one it cannot beat."""
     workdir = tmp_path / "run"
@@ -236,6 +237,12 @@ def test_a_run_started_again_keeps_the_earlier_history_apart(tmp_path):
     assert f"best checkpoint is kept apart in {kept_best}" in again.stderr
     new_best = json.loads(best_json.read_text())
     assert new_best["step"] == 2 and new_best["accuracy"] < 1.0
+    # TensorBoard shows the earlier run beside the new one, not under it.
+    for name in ("train", "eval"):
+        assert os.listdir(workdir / f"{name}.before-1")
+        assert os.listdir(workdir / name)
+    assert (f"summaries are kept apart in {workdir}/train.before-1 and "
+            f"{workdir}/eval.before-1.") in again.stderr
 
 
 def test_the_config_before_a_resume_is_kept_once_and_only_if_it_differs(

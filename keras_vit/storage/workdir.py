@@ -57,6 +57,8 @@ def earlier_config(workdir: str, step: int) -> str:
 LABELS = "labels.txt"
 METRICS = "metrics.json"
 CHECKPOINTS = "checkpoints"
+# The folders of the run's TensorBoard summaries.
+SUMMARIES = ("train", "eval")
 
 
 def write_json(path: str, obj: Any) -> None:
@@ -320,7 +322,9 @@ REMOTE_FIX = ("Check the path and your credentials; gs:// paths need "
 
 def make_workdir(workdir: str) -> Optional[str]:
     """Makes `workdir` where it is missing; the outermost folder this made
-    (`workdir`, or a missing parent of a local one), None if none."""
+    (`workdir`, or a missing parent of a local one), None if none. Whether
+    it can be written is `check_writable`'s (a finished run is also read
+    where it cannot)."""
     if not str(workdir).strip():
         raise UsageError("`workdir` is empty: name the run's folder (e.g. "
                          "--workdir=/tmp/vit_run).")
@@ -337,11 +341,15 @@ def make_workdir(workdir: str) -> Optional[str]:
             f"Cannot use `workdir` {workdir}: {e.message.splitlines()[0]}. "
             + (REMOTE_FIX if "://" in str(workdir)
                else "Choose a folder you can write.")) from None
+    return missing
+
+
+def check_writable(workdir: str) -> None:
+    """Refuses a local `workdir` this process cannot write."""
     if "://" not in str(workdir) and not os.access(workdir, os.W_OK):
         raise UsageError(
             f"Cannot write in `workdir` {workdir} (read-only, or not "
             "yours): choose a folder you can write.")
-    return missing
 
 
 def remove_if_empty(workdir: str, up_to: Optional[str] = None) -> None:

@@ -152,7 +152,7 @@ class _HostLoop:
             self.writers = {
                 name: tf.summary.create_file_writer(
                     os.path.join(r.workdir, name))
-                for name in ("train", "eval")
+                for name in wd.SUMMARIES
             }
 
     def close(self) -> None:

@@ -142,14 +142,30 @@ def set_earlier_run_aside(workdir: str, chief: bool) -> None:
             "history: training starts at step 0, and that history is kept "
             "apart in %s.", workdir, moved)
     folder = os.path.join(workdir, BEST)
-    if tf.io.gfile.exists(folder):
-        n = 1
-        while tf.io.gfile.exists(f"{folder}.before-{n}"):
-            n += 1
-        tf.io.gfile.rename(folder, f"{folder}.before-{n}")
+    kept = _kept_apart(folder)
+    if kept:
         logging.warning(
-            "The earlier run's best checkpoint is kept apart in %s.before-%d; "
-            "%s holds the new run's.", folder, n, folder)
+            "The earlier run's best checkpoint is kept apart in %s; %s holds "
+            "the new run's.", kept, folder)
+    # Its TensorBoard summaries: another run beside the new one, not
+    # curves drawn over it.
+    summaries = [kept for kept in (_kept_apart(os.path.join(workdir, name))
+                                   for name in wd.SUMMARIES) if kept]
+    if summaries:
+        logging.warning("The earlier run's TensorBoard summaries are kept "
+                        "apart in %s.", " and ".join(summaries))
+
+
+def _kept_apart(folder: str) -> Optional[str]:
+    """Renames `folder` to the first free `<folder>.before-N`; that name,
+    None if there is no `folder`."""
+    if not tf.io.gfile.exists(folder):
+        return None
+    n = 1
+    while tf.io.gfile.exists(f"{folder}.before-{n}"):
+        n += 1
+    tf.io.gfile.rename(folder, f"{folder}.before-{n}")
+    return f"{folder}.before-{n}"
 
 
 def keep_earlier_config(workdir: str, config: Dict,

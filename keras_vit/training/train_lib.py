@@ -24,7 +24,7 @@ from keras_vit.checkpoint import weights
 from keras_vit.data import checks as data_checks
 from keras_vit.data import overlaps, sources
 from keras_vit.errors import UsageError, shorten
-from keras_vit.storage import checkpoint_list, history
+from keras_vit.storage import checkpoint_list, history, run_lock
 from keras_vit.storage import workdir as wd
 from keras_vit.training import (
     cluster,
@@ -144,8 +144,10 @@ def _made_workdir(workdir: str, strategy):
         created = None
     # A cluster's workers must see one folder (before any reads it).
     distribute.check_shared(workdir, "workdir", strategy)
-    try:
-        yield
+    try:  # one process trains a run: the chief holds it for the cluster
+        with (run_lock.held(workdir) if distribute.is_chief(strategy)
+              else contextlib.nullcontext()):
+            yield
     except BaseException:
         if created:  # and the parents made for it, while empty
             wd.remove_if_empty(workdir, up_to=created)
@@ -201,12 +203,8 @@ def train_and_evaluate(
     if config.model.image_size:  # an unknown size: before the workdir
         config_architecture(config.model)
     with _made_workdir(workdir, strategy):  # removed if refused
-        total = int(config.trainer.total_steps)
-        finished = wd.finished_run(workdir, total)
-        model_init.check_workdir_config(config, workdir,
-                                        finished=finished is not None)
+        finished = _finished_before(config, workdir, length)
         if finished is not None:
-            _say_finished(workdir, finished, total, length)
             return finished
         best = records.best_evaluator(config.checkpoints, config.evals)
         keras.utils.set_random_seed(int(config.seed))
@@ -247,15 +245,24 @@ def _built(config, strategy, num_classes: int):
     return model, optimizer
 
 
-def _say_finished(workdir: str, finished: Dict, total_steps: int,
-                  length: str) -> None:
-    """One line: the run in `workdir` finished its steps already; to train
-    on, raise config.trainer.`length`, the field its length is given in."""
+def _finished_before(config, workdir: str, length: str) -> Optional[Dict]:
+    """The metrics of the run in `workdir` when it finished its steps
+    already, said in one line (to train on, raise config.trainer.`length`,
+    the field its length is given in); else None, once the workdir is
+    found writable (a finished run is also read where it is not)."""
+    total = int(config.trainer.total_steps)
+    finished = wd.finished_run(workdir, total)
+    model_init.check_workdir_config(config, workdir,
+                                    finished=finished is not None)
+    if finished is None:
+        wd.check_writable(workdir)
+        return None
     logging.info(
         "The run in %s has finished: step %d of %d (%d asked). Its "
         "results: %s. To train on, raise config.trainer.%s.",
-        workdir, finished["steps"], finished["steps"], total_steps,
+        workdir, finished["steps"], finished["steps"], total,
         os.path.join(workdir, wd.METRICS), length)
+    return finished
 
 
 def _host_run(workdir: str, trainer, data: run_data.RunData, checkpoints,
