@@ -229,7 +229,8 @@ _CASES = [
         "Ctrl-C or SIGTERM during a periodic evaluation (one host)",
         "The evaluation is left after its current batch and not recorded "
         "(a large evaluation set can outlast a short preemption notice); "
-        "the run saves that step and stops.",
+        "the run saves that step and stops. The same command evaluates "
+        "that step first, then trains on.",
         ("was left unfinished at the stop (not recorded)",
          "checkpoint saved"),
     ),

@@ -15,7 +15,7 @@ import dataclasses
 import math
 import os
 import time
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Optional
 
 import tensorflow as tf
 from absl import logging
@@ -23,6 +23,7 @@ from absl import logging
 from keras_vit import progress
 from keras_vit.storage import workdir as wd
 from keras_vit.training import cluster, distribute, interrupt, pacing, reporting
+from keras_vit.training.pacing import Plan
 from keras_vit.training.resume import TrainingError
 
 # SIGTERM and Ctrl-C (a name of its own: tests stand in for a signal).
@@ -33,32 +34,6 @@ class WorkerLost(TrainingError):
     """A worker of a multi-worker run is gone (killed, crashed, preempted
     without notice); the message names it and the checkpoint to resume
     from."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Plan:
-    """What the host loop takes of a run's config: its `trainer` steps,
-    its `log` and `checkpoints` periods, its accuracy evaluators (name,
-    entry of `evals`) and the seconds between progress lines."""
-
-    total_steps: int
-    steps_per_loop: int
-    log_every: int
-    checkpoint_every: int
-    evaluators: Tuple[Tuple[str, Any], ...]
-    progress_every_s: float = progress.EVERY_S
-
-    @classmethod
-    def of(cls, trainer_config, log, checkpoints, evals) -> "Plan":
-        """The plan of a run's `trainer`, `log`, `checkpoints` and `evals`
-        sections."""
-        return cls(
-            int(trainer_config.total_steps),
-            int(trainer_config.steps_per_loop),
-            int(log.every_steps), int(checkpoints.every_steps),
-            tuple((name, entry) for name, entry in evals.items()
-                  if entry.type == "accuracy"),
-            float(log.every_seconds))
 
 
 @dataclasses.dataclass
@@ -171,6 +146,7 @@ class _HostLoop:
             # The request reaches the step in flight (`interrupt`).
             preemption.on_signal = self.r.trainer.request_stop
             if self.step < self.plan.total_steps:
+                self._periodic_evaluations(self._unrecorded(), preemption)
                 logging.info("Tracing and compiling the training step "
                              "(the first train call).")
             while self.step < self.plan.total_steps:
@@ -285,6 +261,21 @@ class _HostLoop:
             return []
         return [(name, entry) for name, entry in self.plan.evaluators
                 if pacing.boundary(self.step, int(entry.every_steps))]
+
+    def _unrecorded(self) -> list:
+        """At a resumed run's start, on one host: the evaluations due at
+        its step that history.csv lacks (a stop left them unfinished)."""
+        r = self.r
+        if not self.step or r.records is None or (
+                distribute.is_multi_worker(r.strategy)):
+            return []
+        due = [(name, entry) for name, entry in self._due()
+               if not r.records.evaluated(self.step,
+                                          entry.val_split or entry.split)]
+        if due:
+            logging.info("Evaluating at step %d first: a stop left that "
+                         "evaluation unfinished.", self.step)
+        return due
 
     def _periodic_evaluations(self, due: list, preemption) -> float:
         """Evaluates the evaluators `due`; returns the seconds it took. On

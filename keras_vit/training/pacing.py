@@ -15,9 +15,12 @@ split; only the host's chances to speak change.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from keras_vit import progress
 
 # Seconds of training per train call where steps are slow.
 CALL_S = 2.0
@@ -108,3 +111,29 @@ class Pacer:
             if metrics["steps"] == 0:
                 break  # stopped before its first step
         return merge(parts, self.trainer.skip_nonfinite)
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """What the host loop takes of a run's config: its `trainer` steps,
+    its `log` and `checkpoints` periods, its accuracy evaluators (name,
+    entry of `evals`) and the seconds between progress lines."""
+
+    total_steps: int
+    steps_per_loop: int
+    log_every: int
+    checkpoint_every: int
+    evaluators: Tuple[Tuple[str, Any], ...]
+    progress_every_s: float = progress.EVERY_S
+
+    @classmethod
+    def of(cls, trainer_config, log, checkpoints, evals) -> "Plan":
+        """The plan of a run's `trainer`, `log`, `checkpoints` and `evals`
+        sections."""
+        return cls(
+            int(trainer_config.total_steps),
+            int(trainer_config.steps_per_loop),
+            int(log.every_steps), int(checkpoints.every_steps),
+            tuple((name, entry) for name, entry in evals.items()
+                  if entry.type == "accuracy"),
+            float(log.every_seconds))

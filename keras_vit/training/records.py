@@ -121,6 +121,13 @@ class RunRecords:
         if compared and self.best is not None and name == self.best.name:
             self.best.offer(step, split, results["accuracy"])
 
+    def evaluated(self, step: int, split: str) -> bool:
+        """Whether history.csv holds an evaluation on `split` at `step`."""
+        self.history.flush()
+        return any(row["step"] == step and row["split"] == split
+                   for row in history.read_history(
+                       os.path.dirname(self.history.path)))
+
     def close(self) -> None:
         self.history.flush()
         if self.best is not None:
