@@ -19,8 +19,10 @@ from keras_vit import config as config_lib
 from keras_vit import create_model, quiet_start
 from keras_vit.checkpoint import loader
 from keras_vit.checkpoint.zoo import catalog
+from keras_vit.commands import evaluate as evaluate_command
 from keras_vit.commands import exhausted, runner
 from keras_vit.commands import flags as cli
+from keras_vit.commands import train as train_command
 from keras_vit.storage import workdir as wd
 from keras_vit.training import distribute
 from keras_vit.training.cluster import SetupError
@@ -965,3 +967,26 @@ def test_a_stop_inside_tensorflow_is_the_stop_it_was(capsys):
     with pytest.raises(RuntimeError, match="REPLACED BY ValueError"):
         runner.run("test", lambda values, argv: None,
                    stopped_by("ValueError"), ["keras-vit-test"])
+
+
+def test_a_workdir_under_the_home_folder_is_written_there(tmp_path,
+                                                          monkeypatch,
+                                                          capsys):
+    """--workdir=~/run, as typed (the shell leaves a `~` after `=`): the
+    run goes to the home folder, for keras-vit-train and -evaluate alike,
+    not to a folder named `~` where the command runs."""
+    home, here = tmp_path / "home", tmp_path / "here"
+    home.mkdir()
+    here.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(here)
+    assert train_command.main([
+        "keras-vit-train", *console.TINY_DIGITS, "--workdir=~/run",
+        "--config.trainer.total_steps=2",
+        "--config.evals.test.every_steps=0"]) == 0
+    assert (home / "run" / wd.METRICS).exists()
+    capsys.readouterr()
+    assert evaluate_command.main(["keras-vit-evaluate", "--mode=eval",
+                                  "--workdir=~/run"]) == 0
+    assert '"accuracy"' in capsys.readouterr().out
+    assert list(here.iterdir()) == []

@@ -156,14 +156,24 @@ def define_config(values: flags.FlagValues, argv: Sequence[str],
         flags.mark_flag_as_required("config", flag_values=values)
 
 
+class _PathParser(flags.ArgumentParser):
+    """A path whose leading `~` is the home folder (the shell leaves it
+    after `=`: --workdir=~/run would be a folder named `~` here)."""
+
+    syntactic_help = "a path"
+
+    def parse(self, argument):
+        return os.path.expanduser(str(argument))
+
+
 def define_run_flags(values: flags.FlagValues) -> None:
     """--workdir, --strategy, --tpu and --cpu_devices (train, evaluate)."""
-    flags.DEFINE_string(
-        "workdir", None,
+    flags.DEFINE(
+        _PathParser(), "workdir", None,
         "A training run's directory (local path or gs://): train writes its "
         "config, checkpoints, summaries and metrics there; evaluate reads "
         "its model and writes results there.",
-        flag_values=values,
+        flag_values=values, serializer=flags.ArgumentSerializer(),
     )
     flags.DEFINE_enum(
         "strategy", "auto", ["auto", "tpu", "mirrored", "multiworker", "cpu"],
