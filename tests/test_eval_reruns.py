@@ -5,6 +5,7 @@ class names that do not fit."""
 
 import json
 import os
+import shutil
 
 import keras
 import pytest
@@ -20,7 +21,7 @@ from keras_vit.data import overlaps
 from keras_vit.errors import UsageError
 from keras_vit.evaluation import fewshot_reports, vtab_run
 from keras_vit.storage import workdir as wd
-from keras_vit.training import train_lib
+from keras_vit.training import model_init, train_lib
 from tests import tiny as tiny_configs
 from tests.reliability_cases import check_error, check_says, covers
 
@@ -405,6 +406,40 @@ def _vtab_folder(tmp_path, capsys):
 def _lines(path):
     with open(path) as f:
         return f.read().splitlines()
+
+
+def test_a_vtab_folder_copied_elsewhere_runs_its_task_again_there(
+        tmp_path, capsys, monkeypatch):
+    """Each task's config names the folder's backbone.npz: a copy of the
+    folder (or the folder spelled otherwise) takes it as the same one
+    (backbone.json says which model it is), where it was refused as
+    "another config"."""
+    out, command = _vtab_folder(tmp_path, capsys)
+    saved = json.load(open(os.path.join(
+        out, vtab_run.RUNS, "smallnorb_elev", vtab_run.FINAL, wd.CONFIG)))
+    assert saved["init"]["model"] == os.path.join(out, vtab_run.BACKBONE)
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy)
+    # The copy's task stopped before its end: run again there.
+    os.remove(copy / vtab_run.RUNS / "smallnorb_elev" / vtab_run.FINAL
+              / wd.METRICS)
+    os.remove(copy / "results.jsonl")
+    monkeypatch.chdir(tmp_path)
+    again = [arg if not arg.startswith("--output_dir=") else
+             "--output_dir=copy" for arg in command]
+    with tfds.testing.mock_data(**MOCK):
+        assert cli(*again, "--tasks=smallnorb_elev") == 0
+    (done,) = _lines(copy / "results.jsonl")
+    assert json.loads(done)["task"] == "smallnorb_elev"
+    # A trial resumed from its checkpoints in the copy: its start, the
+    # copy's backbone, is the one it started from, byte for byte.
+    first, second = (os.path.join(folder, vtab_run.BACKBONE)
+                     for folder in (out, copy))
+    assert model_init._same_path(first, second)
+    with open(second, "ab") as f:
+        f.write(b"\0")
+    assert not model_init._same_path(first, second)
+    assert not model_init._same_path(first, "gs://bucket/backbone.npz")
 
 
 @covers("vtab_damaged_results")

@@ -83,6 +83,11 @@ def _scored(values: Dict) -> Dict:
     for section, fields in _UNSCORED_FIELDS.items():
         out[section] = {k: v for k, v in (out.get(section) or {}).items()
                         if k not in fields}
+    init = dict(out.get("init") or {})
+    if os.path.basename(str(init.get("model") or "")) == BACKBONE:
+        # The output folder's backbone, wherever the folder is now (or
+        # however it is spelled): backbone.json says which model it is.
+        out["init"] = dict(init, model=BACKBONE)
     return out
 
 
@@ -223,7 +228,9 @@ def prepare_backbone(
 ) -> str:
     """Writes (once) the source's headless backbone into output_dir; any
     kind of source (`pretrained.resolve`)."""
-    path = os.path.join(output_dir, BACKBONE)
+    # Absolute: each task's config.json names it, and a run resumed from
+    # another folder (or with the folder spelled otherwise) reads it.
+    path = os.path.join(atomic.absolute(output_dir), BACKBONE)
     stamp = os.path.join(output_dir, BACKBONE_SOURCE)
     wanted = dict(source=atomic.absolute(source.path), kind=source.kind,
                   keep_pre_logits=keep_pre_logits,

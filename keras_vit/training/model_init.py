@@ -5,6 +5,7 @@ weights (`initialise_from`)."""
 
 from __future__ import annotations
 
+import filecmp
 import json
 import os
 from typing import Dict, Optional, Sequence
@@ -262,8 +263,13 @@ def _check_resumed_start(old, config, workdir: str) -> None:
 
 
 def _same_path(a: str, b: str) -> bool:
-    return "://" not in a + b and os.path.abspath(
-        os.path.expanduser(a)) == os.path.abspath(os.path.expanduser(b))
+    """Two names of one local file, or of two files alike byte for byte
+    (the run's folder copied or moved, with the file it started from)."""
+    if "://" in a + b:
+        return False
+    a, b = (os.path.abspath(os.path.expanduser(p)) for p in (a, b))
+    return a == b or (os.path.isfile(a) and os.path.isfile(b)
+                      and filecmp.cmp(a, b, shallow=False))
 
 
 # At most this many differing fields are named, each value cut to
