@@ -17,7 +17,7 @@ from keras_vit import create_model, features_model
 from keras_vit.data import pipeline as input_pipeline
 from keras_vit.data import preprocessing
 from keras_vit.data.sources import digits_split
-from keras_vit.evaluation import fewshot
+from keras_vit.evaluation import fewshot, fewshot_reports
 from tests.strategies import two_cpu_mirrored
 
 
@@ -99,6 +99,29 @@ def test_draw_shots_per_class_without_replacement():
     np.testing.assert_array_equal(idx, again)
     other = fewshot.draw_shots(labels, 5, seed=1, num_classes=4)
     assert set(idx.tolist()) != set(other.tolist())
+
+
+def test_a_shot_count_above_a_class_pool_is_said_once_and_recorded(caplog):
+    """30-shot where a class has 26 examples: one warning per shot count
+    (not one per class and seed), the figure recorded with the fewest
+    shots a class had, and the table cell saying so."""
+    rng = np.random.default_rng(0)
+    labels = np.repeat(np.arange(3), [40, 26, 35])
+    train = (rng.normal(size=(len(labels), 4)) + labels[:, None], labels)
+    test = (np.arange(3)[:, None] + np.zeros((3, 4)), np.arange(3))
+    caplog.set_level("WARNING", logger="absl")
+    out = fewshot.evaluate_features(train, test, 3, shots=(5, 30),
+                                    seeds=(0, 1, 2))
+    warned = [r.getMessage() for r in caplog.records]
+    assert warned == [
+        "1 of 3 classes have fewer than 30 training examples (fewest: 26): "
+        "each uses all it has, so the 30-shot figure is of fewer shots "
+        "(recorded as fewest_shots)."]
+    assert out["30"]["fewest_shots"] == 26 and "fewest_shots" not in out["5"]
+    table = fewshot_reports.fewshot_markdown({"toy": out}, "m")
+    (row,) = [line for line in table.splitlines() if line.startswith("| toy")]
+    assert row.endswith(" (a class: 26 shots) |")
+    assert "(a class" not in row.split("|")[2]  # the 5-shot cell
 
 
 def tiny_digits_model():

@@ -106,20 +106,13 @@ def fit_predict(
 def draw_shots(
     labels: np.ndarray, shots: int, seed: int, num_classes: int
 ) -> np.ndarray:
-    """Indices of `shots` random examples per class (without replacement).
-
-    A class with fewer examples contributes all it has (with a warning).
-    """
+    """Indices of `shots` random examples per class (without replacement);
+    a class with fewer gives all it has (`evaluate_features` says so)."""
     rng = np.random.default_rng(seed)
     labels = np.asarray(labels)
     chosen = []
     for c in range(num_classes):
         pool = np.flatnonzero(labels == c)
-        if len(pool) < shots:
-            logging.warning(
-                "Class %d has %d examples for %d-shot: using all of them.",
-                c, len(pool), shots,
-            )
         chosen.append(rng.choice(pool, min(shots, len(pool)), replace=False))
     return np.concatenate(chosen) if chosen else np.zeros([0], np.int64)
 
@@ -243,12 +236,23 @@ def evaluate_features(
     """Few-shot accuracies from precomputed features.
 
     Returns:
-        {str(shots): {"mean": accuracy, "per_seed": [accuracy per seed]}}.
+        {str(shots): {"mean": accuracy, "per_seed": [accuracy per seed]}},
+        with "fewest_shots" (the examples of the poorest class) where a
+        class has fewer training examples than the shot count.
     """
     train_x, train_y = train
     test_x, test_y = test
+    counts = np.bincount(np.asarray(train_y, np.int64),
+                         minlength=num_classes)[:num_classes]
     out = {}
     for k in shots:
+        short = counts < int(k)
+        if short.any():
+            logging.warning(
+                "%d of %d classes have fewer than %d training examples "
+                "(fewest: %d): each uses all it has, so the %d-shot figure "
+                "is of fewer shots (recorded as fewest_shots).",
+                short.sum(), num_classes, k, counts.min(), k)
         accs = []
         for seed in seeds:
             idx = draw_shots(train_y, int(k), int(seed), num_classes)
@@ -256,6 +260,8 @@ def evaluate_features(
                                num_classes, l2_reg)
             accs.append(float(np.mean(pred == test_y)))
         out[str(int(k))] = {"mean": float(np.mean(accs)), "per_seed": accs}
+        if short.any():
+            out[str(int(k))]["fewest_shots"] = int(counts.min())
     return out
 
 

@@ -19,7 +19,8 @@ from keras_vit.storage.atomic import atomic_write
 
 def fewshot_markdown(results: Mapping[str, Mapping], model_name: str) -> str:
     """Few-shot linear accuracy (%) as markdown: a row per data set, a
-    column per shot count, mean +- std over the seeds."""
+    column per shot count, mean +- std over the seeds; a cell whose
+    poorest class had fewer examples than the shot count says how many."""
     shots = sorted({int(s) for r in results.values() for s in r})
     lines = [
         f"## Few-shot linear accuracy (%): {model_name}",
@@ -37,7 +38,9 @@ def fewshot_markdown(results: Mapping[str, Mapping], model_name: str) -> str:
             accs = [100.0 * a for a in entry["per_seed"]]
             mean = sum(accs) / len(accs)
             std = math.sqrt(sum((a - mean) ** 2 for a in accs) / len(accs))
-            cells.append(f"{mean:.2f} ± {std:.2f}")
+            fewest = entry.get("fewest_shots")
+            cells.append(f"{mean:.2f} ± {std:.2f}" + (
+                "" if fewest is None else f" (a class: {fewest} shots)"))
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
