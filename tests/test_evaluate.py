@@ -572,6 +572,11 @@ def test_fewshot_at_the_models_own_size_warns_of_a_small_crop(caplog):
         SimpleNamespace(image_size=32), fewshot_config.get_config("digits"),
         own=32) == (32, 37)
     assert "less than half" not in caplog.text
+    # Both: --image_size has no size to scale the resize from; said too.
+    assert evaluate_main._fewshot_sizes(
+        SimpleNamespace(image_size=32), config, own=32) == (32, 256)
+    assert "Few-shot features at 32, resized to 256 first: the central " \
+        "crop keeps less than half" in caplog.text
 
 
 def test_a_missing_mode_or_output_is_one_line_naming_it(capsys):

@@ -215,20 +215,12 @@ def _fewshot_sizes(values, config, own=None):
     that is not known."""
     image_size = config.model.image_size
     resize_size = config.input.pp.eval_resize_size
+    unscaled = not image_size  # 0: no size the config's resize is set for
     if not values.image_size and not image_size:
         if own is None:
             return 0, resize_size
         image_size = own
         resize_size = cli.scaled_resize(resize_size, 0, own)
-        side = max(own) if isinstance(own, (tuple, list)) else own
-        if resize_size and int(resize_size) > 2 * int(side):
-            logging.warning(
-                "Few-shot features at the model's own %s, resized to %s "
-                "first: the central crop keeps less than half of each side. "
-                "--image_size=%s in place of config.model.image_size=0 "
-                "scales the config's resize with the size; or set "
-                "--config.input.pp.eval_resize_size.", side, resize_size,
-                side)
     if values.image_size:
         wanted = values.image_size
         if isinstance(wanted, (tuple, list)):
@@ -251,6 +243,13 @@ def _fewshot_sizes(values, config, own=None):
             f"size {side}: set --config.input.pp.eval_resize_size to at "
             f"least {side} (images are resized to it, then the central "
             "crop is taken).")
+    if unscaled and resize_size and int(resize_size) > 2 * int(side):
+        logging.warning(
+            "Few-shot features at %s, resized to %s first: the central crop "
+            "keeps less than half of each side. --image_size=%s in place "
+            "of config.model.image_size=0 scales the config's resize with "
+            "the size; or set --config.input.pp.eval_resize_size.", side,
+            resize_size, side)
     logging.info("Few-shot features at %s x %s (resized to %s, then the "
                  "central crop).", image_size, image_size,
                  resize_size or image_size)
