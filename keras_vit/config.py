@@ -371,13 +371,15 @@ def differences(saved: Mapping[str, Any], asked: Mapping[str, Any],
 
 def named_differences(saved: Mapping[str, Any], asked: Mapping[str, Any],
                       path: Callable[[str], str],
-                      render: Callable[[Any], str], limit: int = 3) -> str:
+                      render: Callable[[Any], str], limit: int = 3,
+                      where: str = "in the workdir") -> str:
     """The keys where two flat mappings differ, as `PATH: SAVED in the
-    workdir, ASKED asked` (`path(key)`, `render(value)`; "; "-separated,
-    at most `limit` named, then how many more); "" when they agree."""
+    workdir, ASKED asked` (`path(key)`, `render(value)`, `where` the saved
+    one is; "; "-separated, at most `limit` named, then how many more);
+    "" when they agree."""
     keys = [k for k in sorted(set(saved) | set(asked))
             if saved.get(k) != asked.get(k)]
-    parts = [f"{path(k)}: {render(saved.get(k))} in the workdir, "
+    parts = [f"{path(k)}: {render(saved.get(k))} {where}, "
              f"{render(asked.get(k))} asked" for k in keys[:limit]]
     if len(keys) > limit:
         parts.append(f"and {len(keys) - limit} more")

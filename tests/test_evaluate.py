@@ -378,9 +378,11 @@ def test_fewshot_results_of_a_replaced_model_file_are_not_kept(
     assert open(result).read() == before
 
 
-def test_a_fewshot_rerun_keeps_the_other_data_sets(tmp_path):
+def test_a_fewshot_rerun_keeps_the_other_data_sets(tmp_path, caplog):
     """The same model's fewshot.json: the data sets a rerun does not probe
-    are kept (same recipe), or the rerun is refused (another recipe)."""
+    are kept (same recipe), or the rerun is refused, naming what differs
+    (another recipe); one that probes them all again keeps the earlier
+    file apart, said in the log, rather than overwrite it."""
     from keras_vit.evaluation import fewshot_reports
 
     facts = dict(image_size=32, resize_size=36, model_location="/m.keras",
@@ -390,18 +392,36 @@ def test_a_fewshot_rerun_keeps_the_other_data_sets(tmp_path):
     held = {"a": {"1": {"per_seed": [0.5]}}, "b": {"1": {"per_seed": [0.25]}}}
     fewshot_reports.write_fewshot_reports(str(tmp_path), "m.keras", held, {},
                                           **facts)
+    before = (tmp_path / "fewshot.json").read_text()
     kept = fewshot_reports.check_fewshot_folder(
         str(tmp_path), "m.keras", ["a"], **facts)
     assert kept == {"b": held["b"]}
     other = json.loads(json.dumps(facts))
     other["config"]["evals"]["fewshot"]["shots"] = [1, 5]
-    with pytest.raises(UsageError, match=r"holds few-shot results of b "
-                       r"with other sizes or probe options"):
+    other["image_size"] = 64
+    with pytest.raises(UsageError) as info:
         fewshot_reports.check_fewshot_folder(
             str(tmp_path), "m.keras", ["a"], **other)
-    # Probing both again, nothing is kept: no recipe to compare.
+    assert str(info.value) == (
+        f"{tmp_path}/fewshot.json holds few-shot results of b of the model "
+        "at '/m.keras', made otherwise (config.evals.fewshot.shots: [1] "
+        "there, [1, 5] asked; the image size: 32 there, 64 asked), which "
+        "this run would drop: probe them too (list them in the config's "
+        "data sets), or pass another --output_dir.")
+    # The same recipe probing both again: nothing kept, nothing set aside.
+    assert fewshot_reports.check_fewshot_folder(
+        str(tmp_path), "m.keras", ["a", "b"], **facts) == {}
+    assert (tmp_path / "fewshot.json").read_text() == before
+    # Another probing both: the earlier results are kept apart, not lost.
+    caplog.set_level("WARNING", logger="absl")
     assert fewshot_reports.check_fewshot_folder(
         str(tmp_path), "m.keras", ["a", "b"], **other) == {}
+    assert (tmp_path / "fewshot.before-1.json").read_text() == before
+    assert (tmp_path / "fewshot.before-1.md").exists()
+    assert not (tmp_path / "fewshot.json").exists()
+    assert "held few-shot results of a, b made otherwise (config.evals." \
+        "fewshot.shots: [1] there, [1, 5] asked; the image size: 32 " \
+        "there, 64 asked): kept apart as fewshot.before-1.json" in caplog.text
 
 
 def test_data_sets_probed_before_are_kept_not_probed_again(tmp_path):
@@ -463,6 +483,8 @@ def test_cli_fewshot_run_again_keeps_what_it_probed(tmp_path, capsys,
     assert "Kept the results" not in caplog.text
     assert "few-shot data set 2 of 2: digits" in caplog.text
     assert "2-shot" in capsys.readouterr().out
+    with open(os.path.join(out, "fewshot.before-1.json")) as f:
+        assert json.load(f)["results"] == results  # the 1-shot run's, kept
 
 
 def test_cli_fewshot_at_the_image_size_flag(tmp_path, capsys):

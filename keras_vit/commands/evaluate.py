@@ -154,7 +154,7 @@ def _fewshot_mode(values, source, strategy) -> Dict:
     # (not where its files changed since they were probed).
     kept = fewshot_reports.check_fewshot_folder(
         eval_mode.output_dir(values), name, [d.name for d in datasets],
-        **facts)
+        chief=distribute.is_chief(strategy), **facts)
     done = fewshot_reports.probed_before(
         eval_mode.output_dir(values), [d.name for d in datasets], **facts)
     if done:  # a run stopped part way: what it finished is kept

@@ -12,7 +12,9 @@ import shlex
 from typing import Mapping
 
 import tensorflow as tf
+from absl import logging
 
+from keras_vit.config import named_differences
 from keras_vit.errors import UsageError
 from keras_vit.storage.atomic import atomic_write
 
@@ -73,20 +75,27 @@ def _recipe(facts: Mapping) -> dict:
     than the data sets, as JSON holds them (a live config's tuples are
     the lists of a stored one)."""
     facts = json.loads(json.dumps(dict(facts)))
-    evaluator = {k: v for k, v in _evaluator(facts).items()
-                 if k != "datasets"}
-    return dict(image_size=facts.get("image_size"),
-                resize_size=facts.get("resize_size"),
-                use_ema=facts.get("use_ema"), fewshot=evaluator)
+    recipe = {f"config.evals.fewshot.{k}": v
+              for k, v in _evaluator(facts).items() if k != "datasets"}
+    recipe.update({"the image size": facts.get("image_size"),
+                   "the resize": facts.get("resize_size"),
+                   _EMA: facts.get("use_ema")})
+    return recipe
+
+
+# The recipe's entry of the weights probed: a workdir's EMA ones or not.
+_EMA = "EMA weights (--no_ema)"
 
 
 def check_fewshot_folder(output_dir: str, model_name: str, datasets,
-                         **facts) -> dict:
+                         chief: bool = True, **facts) -> dict:
     """The results to keep of an `output_dir` whose fewshot.json is this
     model's (`facts["model_location"]`): those of data sets this run does
     not probe (`datasets`), with the same recipe. Refuses a fewshot.json
     of another model (rewriting it would lose that model's results), and
-    one of another recipe holding data sets this run would drop."""
+    one of another recipe or files holding data sets this run would drop;
+    one this run probes whole again is kept apart (`chief`: this process
+    writes the files) as fewshot.before-N.json, said in the log."""
     path = os.path.join(output_dir, FEWSHOT_JSON)
     location = facts["model_location"]
     if not tf.io.gfile.exists(path):
@@ -115,27 +124,43 @@ def check_fewshot_folder(output_dir: str, model_name: str, datasets,
             f"{location!r}: pass another --output_dir (or move that "
             "file away), so that they are not overwritten."
         )
-    kept = {k: v for k, v in (held.get("results") or {}).items()
-            if k not in set(datasets)}
-    files = held.get("model_files", facts.get("model_files"))
-    if kept and files != facts.get("model_files"):
-        raise UsageError(
-            f"{path} holds few-shot results of {', '.join(sorted(kept))} "
-            f"of the model at {location!r} as it was: its files changed "
-            "since (their contents), and this run would drop them: probe "
-            "them too (list them in the config's data sets), or pass "
-            "another --output_dir.")
+    results = held.get("results") or {}
+    kept = {k: v for k, v in results.items() if k not in set(datasets)}
     theirs, ours = _recipe(held), _recipe(facts)
     if "use_ema" not in held:  # written before the weights were recorded
-        theirs["use_ema"] = ours["use_ema"]
-    if kept and theirs != ours:
+        theirs[_EMA] = ours[_EMA]
+    files = held.get("model_files", facts.get("model_files"))
+    differ = ("its files changed since (their contents)"
+              if files != facts.get("model_files") else
+              named_differences(theirs, ours, str, repr, where="there"))
+    if kept and differ:
         raise UsageError(
             f"{path} holds few-shot results of {', '.join(sorted(kept))} "
-            "with other sizes or probe options, or other weights (EMA or "
-            "not: --no_ema), which this run would "
-            "drop: probe them too (list them in the config's data sets), "
-            "or pass another --output_dir.")
+            f"of the model at {location!r}, made otherwise ({differ}), "
+            "which this run would drop: probe them too (list them in the "
+            "config's data sets), or pass another --output_dir.")
+    if results and differ and chief:  # all probed again: the old kept
+        moved = _set_aside(output_dir)
+        logging.warning(
+            "%s held few-shot results of %s made otherwise (%s): kept "
+            "apart as %s; this run's go in %s.", path,
+            ", ".join(sorted(results)), differ, moved, FEWSHOT_JSON)
     return kept
+
+
+def _set_aside(output_dir: str) -> str:
+    """Renames fewshot.json and fewshot.md to the first free
+    fewshot.before-N.*; the JSON's new name."""
+    n = 1
+    while tf.io.gfile.exists(os.path.join(output_dir,
+                                          f"fewshot.before-{n}.json")):
+        n += 1
+    for name in (FEWSHOT_MD, FEWSHOT_JSON):  # the JSON, which decides, last
+        old = os.path.join(output_dir, name)
+        if tf.io.gfile.exists(old):
+            tf.io.gfile.rename(old, os.path.join(
+                output_dir, name.replace(".", f".before-{n}.")))
+    return f"fewshot.before-{n}.json"
 
 
 def probed_before(output_dir: str, datasets, **facts) -> dict:
