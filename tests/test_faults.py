@@ -660,6 +660,22 @@ def test_truncated_checkpoint_of_a_run_given_as_model(small_run, tmp_path):
     check_says("truncated_checkpoint_as_model", warned + line)
 
 
+def test_a_finished_run_without_its_checkpoints_says_where_they_went(
+        small_run, tmp_path):
+    """A finished run given as a model whose checkpoints were removed (a
+    VTAB-1k task's, once scored): the line says so and names the setting
+    that keeps them, not "has not saved one yet"."""
+    workdir = _copy(small_run, tmp_path)
+    shutil.rmtree(ckpt_dir(workdir))
+    with pytest.raises(FileNotFoundError, match=r"the run finished "
+                       r"\(metrics.json\) and its checkpoints were removed "
+                       r"since .*keep_checkpoints=True keeps them"):
+        wd.restore_model(workdir)
+    os.remove(os.path.join(workdir, wd.METRICS))
+    with pytest.raises(FileNotFoundError, match="has not saved one yet"):
+        wd.restore_model(workdir)
+
+
 def test_a_checkpoint_of_nan_weights_is_passed_over_as_a_model(
         small_run, tmp_path, caplog):
     """A run given as a model whose newest checkpoint holds NaN weights

@@ -266,9 +266,13 @@ def restore_model(workdir: str, *, use_ema: bool = True, checkpoint=None):
     directory = os.path.join(workdir, CHECKPOINTS)
     paths = [checkpoint] if checkpoint else checkpoint_list.listed(directory)
     if not paths:
+        finished = tf.io.gfile.exists(os.path.join(workdir, METRICS))
         raise FileNotFoundError(
-            f"No checkpoint in {directory}: the run has not saved one yet."
-        )
+            f"No checkpoint in {directory}: " + (
+                f"the run finished ({METRICS}) and its checkpoints were "
+                "removed since (a VTAB-1k task's are, once scored: "
+                "--config.evals.vtab.keep_checkpoints=True keeps them)."
+                if finished else "the run has not saved one yet."))
     model, optimizer = build.build_run(
         config, num_classes(config.model, workdir))
     optimizer.build(model.trainable_variables)
