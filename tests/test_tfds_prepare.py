@@ -271,7 +271,8 @@ def test_progress_counts_and_estimates():
 def test_a_vtab_run_with_no_result_exits_1_with_the_reasons(tmp_path):
     """No selected task has its data, and nothing may be downloaded: one
     line with each task's reason, the manual download named for the task
-    that needs one only, exit status 1."""
+    that needs one only, exit status 1; no table of n/a printed or
+    written."""
     from keras_vit import create_model
     from keras_vit.checkpoint import weights
 
@@ -297,6 +298,9 @@ def test_a_vtab_run_with_no_result_exits_1_with_the_reasons(tmp_path):
     dtd, resisc = line.split("; resisc45: ")
     assert "--config.input.download" in dtd and "manual" not in dtd
     assert "needs a manual download" in resisc
+    assert result.stdout == ""
+    assert not any((tmp_path / "out" / name).exists() for name in (
+        "results.md", "results.csv", "summary.json"))
 
 
 @pytest.mark.slow

@@ -386,7 +386,7 @@ def _record(records: List[Dict], record: Dict, results_path: str,
 def _finish(records, not_run, preempted, output_dir, model_name,
             chief) -> Dict:
     files = {}
-    if chief:
+    if chief and records:  # none: no table of n/a (the command says why)
         files = reports.write_vtab_reports(output_dir, records, model_name,
                                            not_run)
         files["jsonl"] = os.path.join(output_dir, reports.RESULTS_JSONL)
