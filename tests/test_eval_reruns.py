@@ -320,7 +320,8 @@ def test_fewshot_rerun_on_another_data_set_keeps_the_first(tmp_path):
         str(tmp_path), "m", ["b"], **ema) == held
     fewshot_reports.write_fewshot_reports(str(tmp_path), "m", held, {},
                                           **ema)
-    with pytest.raises(UsageError, match="other weights"):
+    with pytest.raises(UsageError, match=r"made otherwise \(EMA weights "
+                       r"\(--no_ema\): True there, False asked\)"):
         fewshot_reports.check_fewshot_folder(
             str(tmp_path), "m", ["b"], **dict(facts, use_ema=False))
 
