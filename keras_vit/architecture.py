@@ -64,7 +64,8 @@ def patch_grid(image_size: ImageSize, stride: int,
     for side, value in (("height", height), ("width", width)):
         if value % stride:
             raise UsageError(
-                f"image_size {side} {value} is not divisible by "
+                f"`image_size` (config.model.image_size) {side} {value} "
+                "is not divisible by "
                 f"{what or f'the stride {stride}'}: use a multiple of "
                 f"{stride}, e.g. "
                 f"{' or '.join(map(str, _multiples_near(value, stride)))}."

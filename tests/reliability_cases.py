@@ -260,9 +260,9 @@ _CASES = [
         "One line, before anything is read or written; exit status 1. The "
         "process that trains holds a lock on the folder (not on gs://); it "
         "goes when that process ends, however it ends.",
-        ("Another process is running the training run in --workdir",
-         "let it end or stop it (the same command then resumes), or use "
-         "another --workdir."),
+        ("Another process is running the training run in",
+         "let it end or stop it (the same command then resumes), or give "
+         "this run another folder."),
         "exit status 1",
     ),
     Case(

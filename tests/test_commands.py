@@ -23,6 +23,7 @@ from keras_vit.commands import evaluate as evaluate_command
 from keras_vit.commands import exhausted, runner
 from keras_vit.commands import flags as cli
 from keras_vit.commands import train as train_command
+from keras_vit.errors import UsageError
 from keras_vit.storage import workdir as wd
 from keras_vit.training import distribute
 from keras_vit.training.cluster import SetupError
@@ -209,6 +210,16 @@ def test_library_words_become_the_commands_flags():
     assert _shell_words("train", str(info.value)) == (
         "--cpu_devices=2 splits the CPU for MirroredStrategy: use it with "
         "--strategy=mirrored (or auto), not --strategy=cpu.")
+    # A model field named with its config field: the command's flag where
+    # it has one, else the override alone.
+    with pytest.raises(UsageError) as info:
+        create_model(None, num_classes=3, image_size=36, patch_size=8,
+                     hidden_size=16, num_layers=1, num_heads=2, mlp_dim=16)
+    assert _shell_words("train", str(info.value)).startswith(
+        "--config.model.image_size height 36 is not divisible by patch "
+        "size 8 (the stride 8): use a multiple of 8, e.g. 32 or 40.")
+    assert _shell_words("evaluate", str(info.value)).startswith(
+        "--image_size (--config.model.image_size) height 36 is not ")
 
 
 def test_a_bad_flag_is_one_line(tmp_path, capsys):

@@ -441,6 +441,11 @@ def test_a_vtab_folder_copied_elsewhere_runs_its_task_again_there(
         f.write(b"\0")
     assert not model_init._same_path(first, second)
     assert not model_init._same_path(first, "gs://bucket/backbone.npz")
+    # The folder moved: the start it named is gone, the one of its name
+    # in the new place is it.
+    shutil.rmtree(out)
+    assert model_init._same_path(first, second)
+    assert not model_init._same_path(first, str(copy / "other.npz"))
 
 
 @covers("vtab_damaged_results")

@@ -612,9 +612,13 @@ def _resume_after_damage(small_run, tmp_path, damage, caplog):
     return log
 
 
+# A checkpoint file cut short: its data file, or its index ("not an
+# sstable"), to half or to nothing.
+CUTS = [(".data-00000-of-00001", 0.5), (".index", 0.5), (".index", 0)]
+
+
 @covers("truncated_latest_checkpoint")
-@pytest.mark.parametrize("suffix, keep", [
-    (".data-00000-of-00001", 0.5), (".index", 0.5), (".index", 0)])
+@pytest.mark.parametrize("suffix, keep", CUTS)
 def test_truncated_latest_checkpoint_falls_back(small_run, tmp_path, caplog,
                                                 suffix, keep):
     def truncate(prefix):
@@ -827,9 +831,9 @@ def test_a_second_training_of_a_workdir_in_training_is_refused(tmp_path):
     assert second.returncode == 1, second.stderr[-3000:]
     assert second.stderr.strip().splitlines() == [
         f"keras-vit-train: error: Another process is running the training "
-        f"run in --workdir {workdir} (it holds the folder's lock): let it "
-        "end or stop it (the same command then resumes), or use another "
-        "--workdir."]
+        f"run in {workdir} (it holds the folder's lock): let it end or stop "
+        "it (the same command then resumes), or give this run another "
+        "folder."]
     check_says("two_runs_one_workdir", second.stderr)
     with run_lock.held(str(workdir)):  # let go of at the first's end
         with pytest.raises(UsageError, match="holds the folder's lock"):
@@ -979,8 +983,8 @@ def test_a_stop_during_an_evaluation_leaves_it(tmp_path, monkeypatch,
     caplog.set_level("INFO")
     caplog.set_level("INFO", logger="absl")
     assert train_command.main(args) == 0
-    assert ("Evaluating at step 10 first: a stop left that evaluation "
-            "unfinished.") in caplog.text
+    assert ("Evaluating at step 10 first: history.csv has no evaluation "
+            "of it (a stop left it unfinished).") in caplog.text
     rows = history.read_history(workdir)
     assert [(r["step"], r["split"]) for r in rows
             if r["split"] != "train"] == [(10, "test"), (20, "test")]
@@ -988,7 +992,7 @@ def test_a_stop_during_an_evaluation_leaves_it(tmp_path, monkeypatch,
     assert train_command.main([
         "--config.trainer.total_steps=30" if "total_steps" in arg else arg
         for arg in args]) == 0
-    assert "first: a stop left" not in caplog.text
+    assert "Evaluating at step 20 first" not in caplog.text
 
 
 @covers("failed_metrics_write")

@@ -268,4 +268,7 @@ def shell_words(message: str, values: Optional[flags.FlagValues]) -> str:
         message = re.sub(
             r"(?<![\w/.`-])config\.(?!json\b|py\b)([a-z_][\w.]*\w)",
             r"--config.\1", message)
+        # "`image_size` (--config.model.image_size)" with no such flag:
+        # the override alone.
+        message = re.sub(r"`\w+` \((--config\.[\w.]+)\)", r"\1", message)
     return message

@@ -246,10 +246,12 @@ def _fewshot_sizes(values, config, own=None):
     if unscaled and resize_size and int(resize_size) > 2 * int(side):
         logging.warning(
             "Few-shot features at %s, resized to %s first: the central crop "
-            "keeps less than half of each side. --image_size=%s in place "
-            "of config.model.image_size=0 scales the config's resize with "
-            "the size; or set --config.input.pp.eval_resize_size.", side,
-            resize_size, side)
+            "keeps less than half of each side. %s; or set "
+            "--config.input.pp.eval_resize_size.", side, resize_size,
+            "Leave config.model.image_size at the size the config's resize "
+            "is set for, and --image_size scales it" if values.image_size
+            else f"--image_size={side} in place of config.model.image_size="
+            "0 scales the config's resize with the size")
     logging.info("Few-shot features at %s x %s (resized to %s, then the "
                  "central crop).", image_size, image_size,
                  resize_size or image_size)

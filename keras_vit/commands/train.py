@@ -87,8 +87,10 @@ def run(
             "export; export it with keras-vit-export --model=%s.", workdir,
             workdir)
     if chief and not final.get("preempted") and not (
-            finished_before and tf.io.gfile.exists(
-                os.path.join(workdir, curves.FILE))):
+            finished_before and (tf.io.gfile.exists(
+                os.path.join(workdir, curves.FILE)) or (
+                    "://" not in workdir
+                    and not os.access(workdir, os.W_OK)))):
         # (A finished run stopped before drawing them draws them now.)
         final.update(_draw_curves(workdir))
     return final

@@ -55,10 +55,10 @@ def held(workdir: str, what: str = "training run"):
                 logging.debug("%s not locked: %s", workdir, error)
             else:
                 raise UsageError(
-                    f"Another process is running the {what} in `workdir` "
-                    f"{workdir} (it holds the folder's lock): let it end or "
-                    "stop it (the same command then resumes), or use "
-                    "another `workdir`.") from None
+                    f"Another process is running the {what} in {workdir} "
+                    "(it holds the folder's lock): let it end or stop it "
+                    "(the same command then resumes), or give this run "
+                    "another folder.") from None
         yield
     finally:
         os.close(fd)  # lets go of the lock

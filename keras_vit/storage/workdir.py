@@ -271,7 +271,7 @@ def restore_model(workdir: str, *, use_ema: bool = True, checkpoint=None):
             f"No checkpoint in {directory}: " + (
                 f"the run finished ({METRICS}) and its checkpoints were "
                 "removed since (a VTAB-1k task's are, once scored: "
-                "--config.evals.vtab.keep_checkpoints=True keeps them)."
+                "config.evals.vtab.keep_checkpoints=True keeps them)."
                 if finished else "the run has not saved one yet."))
     model, optimizer = build.build_run(
         config, num_classes(config.model, workdir))

@@ -146,7 +146,11 @@ class _HostLoop:
             # The request reaches the step in flight (`interrupt`).
             preemption.on_signal = self.r.trainer.request_stop
             if self.step < self.plan.total_steps:
-                self._periodic_evaluations(self._unrecorded(), preemption)
+                redo = self._unrecorded()  # (one host only)
+                if redo:
+                    self._periodic_evaluations(redo, preemption)
+                    if (stopped := self._preempted(preemption)) is not None:
+                        return stopped
                 logging.info("Tracing and compiling the training step "
                              "(the first train call).")
             while self.step < self.plan.total_steps:
@@ -273,8 +277,9 @@ class _HostLoop:
                if not r.records.evaluated(self.step,
                                           entry.val_split or entry.split)]
         if due:
-            logging.info("Evaluating at step %d first: a stop left that "
-                         "evaluation unfinished.", self.step)
+            logging.info("Evaluating at step %d first: history.csv has no "
+                         "evaluation of it (a stop left it unfinished).",
+                         self.step)
         return due
 
     def _periodic_evaluations(self, due: list, preemption) -> float:

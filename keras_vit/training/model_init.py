@@ -262,12 +262,16 @@ def _check_resumed_start(old, config, workdir: str) -> None:
             + f", or use a new workdir to fine-tune from {asked}.")
 
 
-def _same_path(a: str, b: str) -> bool:
+def _same_path(saved: str, asked: str) -> bool:
     """Two names of one local file, or of two files alike byte for byte
-    (the run's folder copied or moved, with the file it started from)."""
-    if "://" in a + b:
+    (the run's folder copied with the file it started from), or a file of
+    the same name where the saved one is gone (the folder moved)."""
+    if "://" in saved + asked:
         return False
-    a, b = (os.path.abspath(os.path.expanduser(p)) for p in (a, b))
+    a, b = (os.path.abspath(os.path.expanduser(p)) for p in (saved, asked))
+    if not os.path.exists(a):
+        return os.path.basename(a) == os.path.basename(b) and (
+            os.path.isfile(b))
     return a == b or (os.path.isfile(a) and os.path.isfile(b)
                       and filecmp.cmp(a, b, shallow=False))
 

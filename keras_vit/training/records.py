@@ -148,27 +148,30 @@ def set_earlier_run_aside(workdir: str, chief: bool) -> None:
             "The workdir %s has no checkpoint but an earlier run's "
             "history: training starts at step 0, and that history is kept "
             "apart in %s.", workdir, moved)
+    # The earlier run's files under one number (history.before-N.csv's).
+    n = int(moved.rsplit("-", 1)[1].split(".")[0]) if moved else None
     folder = os.path.join(workdir, BEST)
-    kept = _kept_apart(folder)
+    kept = _kept_apart(folder, n)
     if kept:
         logging.warning(
             "The earlier run's best checkpoint is kept apart in %s; %s holds "
             "the new run's.", kept, folder)
     # Its TensorBoard summaries: another run beside the new one, not
     # curves drawn over it.
-    summaries = [kept for kept in (_kept_apart(os.path.join(workdir, name))
-                                   for name in wd.SUMMARIES) if kept]
+    summaries = [kept for kept in (_kept_apart(os.path.join(workdir, name),
+                                               n) for name in wd.SUMMARIES)
+                 if kept]
     if summaries:
         logging.warning("The earlier run's TensorBoard summaries are kept "
                         "apart in %s.", " and ".join(summaries))
 
 
-def _kept_apart(folder: str) -> Optional[str]:
-    """Renames `folder` to the first free `<folder>.before-N`; that name,
-    None if there is no `folder`."""
+def _kept_apart(folder: str, n: Optional[int] = None) -> Optional[str]:
+    """Renames `folder` to `<folder>.before-N` (`n` where free, else the
+    first free N); that name, None if there is no `folder`."""
     if not tf.io.gfile.exists(folder):
         return None
-    n = 1
+    n = n or 1
     while tf.io.gfile.exists(f"{folder}.before-{n}"):
         n += 1
     tf.io.gfile.rename(folder, f"{folder}.before-{n}")

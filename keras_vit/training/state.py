@@ -13,6 +13,7 @@ task, so the next start removes what a crash left behind.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import tempfile
@@ -21,9 +22,10 @@ from typing import Dict, Iterable, Optional
 import tensorflow as tf
 from absl import logging
 
-from keras_vit.storage import checkpoint_list
+from keras_vit.errors import UsageError
+from keras_vit.storage import checkpoint_list, run_lock
 from keras_vit.storage import workdir as wd
-from keras_vit.training import reporting
+from keras_vit.training import distribute, reporting
 
 
 def scratch_dir(workdir: str, task: str) -> str:
@@ -149,3 +151,21 @@ def task_name(strategy) -> str:
     if task_type is None:
         return "single"
     return f"{task_type}{resolver.task_id}"
+
+
+@contextlib.contextmanager
+def held_run(workdir: str, strategy):
+    """The run's lock (`run_lock.held`), taken by the chief; refused on
+    every worker of a cluster alike, not on the chief alone."""
+    with contextlib.ExitStack() as stack:
+        refused = None
+        if distribute.is_chief(strategy):
+            try:
+                stack.enter_context(run_lock.held(workdir))
+            except UsageError as error:
+                refused = error
+        if distribute.any_worker(strategy, refused is not None):
+            raise refused or UsageError(
+                f"The chief cannot hold the run in {workdir}: another "
+                "process is running it (the chief's log says more).")
+        yield

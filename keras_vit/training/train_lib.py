@@ -24,7 +24,7 @@ from keras_vit.checkpoint import weights
 from keras_vit.data import checks as data_checks
 from keras_vit.data import overlaps, sources
 from keras_vit.errors import UsageError, shorten
-from keras_vit.storage import checkpoint_list, history, run_lock
+from keras_vit.storage import checkpoint_list, history
 from keras_vit.storage import workdir as wd
 from keras_vit.training import (
     cluster,
@@ -133,7 +133,8 @@ def _finisher(mpp_config, export, workdir: str, on_finish):
 
 @contextlib.contextmanager
 def _made_workdir(workdir: str, strategy):
-    """Makes `workdir` for the block, the run: where the block raises and
+    """Makes `workdir` for the block, the run, held by this process (the
+    chief for a cluster: `run_lock`): where the block raises and
     this call made the folder, it is removed again (with the parents made
     for it) if it holds no file
     (the run was refused before it wrote anything: a bad input found at
@@ -144,14 +145,13 @@ def _made_workdir(workdir: str, strategy):
         created = None
     # A cluster's workers must see one folder (before any reads it).
     distribute.check_shared(workdir, "workdir", strategy)
-    try:  # one process trains a run: the chief holds it for the cluster
-        with (run_lock.held(workdir) if distribute.is_chief(strategy)
-              else contextlib.nullcontext()):
+    with state.held_run(workdir, strategy):  # refused: the folder stays
+        try:
             yield
-    except BaseException:
-        if created:  # and the parents made for it, while empty
-            wd.remove_if_empty(workdir, up_to=created)
-        raise
+        except BaseException:
+            if created:  # and the parents made for it, while empty
+                wd.remove_if_empty(workdir, up_to=created)
+            raise
 
 
 def train_and_evaluate(
