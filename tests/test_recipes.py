@@ -102,9 +102,9 @@ SECTION_READERS = {
     ("training/train_lib.py", "trainer_config"): "trainer",
     ("training/train_lib.py", "objective"): "objective",
     ("training/model_init.py", "init"): "init",
-    ("training/loop.py", "trainer_config"): "trainer",
-    ("training/loop.py", "log"): "log",
-    ("training/loop.py", "checkpoints"): "checkpoints",
+    ("training/pacing.py", "trainer_config"): "trainer",
+    ("training/pacing.py", "log"): "log",
+    ("training/pacing.py", "checkpoints"): "checkpoints",
     ("training/loop.py", "entry"): "evals.test",
     ("commands/train.py", "export"): "export",
 }

@@ -83,11 +83,11 @@ def _scored(values: Dict) -> Dict:
     for section, fields in _UNSCORED_FIELDS.items():
         out[section] = {k: v for k, v in (out.get(section) or {}).items()
                         if k not in fields}
-    init = dict(out.get("init") or {})
-    if os.path.basename(str(init.get("model") or "")) == BACKBONE:
+    start = dict(out.get("init") or {})  # a dict of the saved JSON
+    if os.path.basename(str(start.get("model") or "")) == BACKBONE:
         # The output folder's backbone, wherever the folder is now (or
         # however it is spelled): backbone.json says which model it is.
-        out["init"] = dict(init, model=BACKBONE)
+        out["init"] = dict(start, model=BACKBONE)
     return out
 
 
