@@ -114,15 +114,21 @@ def set_aside(workdir: str) -> Optional[str]:
     checkpoints gone) to history.before-N.csv, the first free N, so that
     the new run's rows do not mix with it; the new path, or None where
     there was none."""
-    path = os.path.join(workdir, FILE)
+    return kept_apart(os.path.join(workdir, FILE))
+
+
+def kept_apart(path: str, n: Optional[int] = None) -> Optional[str]:
+    """Renames the file or folder `path` to `NAME.before-N[.SUFFIX]` (`n`
+    where that is free, else the first free N); the new path, None where
+    there is no `path`."""
     if not tf.io.gfile.exists(path):
         return None
-    n = 1
-    while tf.io.gfile.exists(os.path.join(workdir, f"history.before-{n}.csv")):
+    stem, suffix = os.path.splitext(path)
+    n = n or 1
+    while tf.io.gfile.exists(f"{stem}.before-{n}{suffix}"):
         n += 1
-    target = os.path.join(workdir, f"history.before-{n}.csv")
-    tf.io.gfile.rename(path, target)
-    return target
+    tf.io.gfile.rename(path, f"{stem}.before-{n}{suffix}")
+    return f"{stem}.before-{n}{suffix}"
 
 
 def read_history(workdir: str) -> List[Dict]:

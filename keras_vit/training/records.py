@@ -151,31 +151,19 @@ def set_earlier_run_aside(workdir: str, chief: bool) -> None:
     # The earlier run's files under one number (history.before-N.csv's).
     n = int(moved.rsplit("-", 1)[1].split(".")[0]) if moved else None
     folder = os.path.join(workdir, BEST)
-    kept = _kept_apart(folder, n)
+    kept = history.kept_apart(folder, n)
     if kept:
         logging.warning(
             "The earlier run's best checkpoint is kept apart in %s; %s holds "
             "the new run's.", kept, folder)
     # Its TensorBoard summaries: another run beside the new one, not
     # curves drawn over it.
-    summaries = [kept for kept in (_kept_apart(os.path.join(workdir, name),
-                                               n) for name in wd.SUMMARIES)
-                 if kept]
+    summaries = [kept for kept in (
+        history.kept_apart(os.path.join(workdir, name), n)
+        for name in wd.SUMMARIES) if kept]
     if summaries:
         logging.warning("The earlier run's TensorBoard summaries are kept "
                         "apart in %s.", " and ".join(summaries))
-
-
-def _kept_apart(folder: str, n: Optional[int] = None) -> Optional[str]:
-    """Renames `folder` to `<folder>.before-N` (`n` where free, else the
-    first free N); that name, None if there is no `folder`."""
-    if not tf.io.gfile.exists(folder):
-        return None
-    n = n or 1
-    while tf.io.gfile.exists(f"{folder}.before-{n}"):
-        n += 1
-    tf.io.gfile.rename(folder, f"{folder}.before-{n}")
-    return f"{folder}.before-{n}"
 
 
 def keep_earlier_config(workdir: str, config: Dict,
