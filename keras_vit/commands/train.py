@@ -43,6 +43,7 @@ if TYPE_CHECKING:  # imported on first use: --help loads no TensorFlow
 
     from keras_vit.analysis import curves
     from keras_vit.export import saved_model
+    from keras_vit.storage import workdir as wd
     from keras_vit.training import distribute, train_lib
 else:
     tf = lazy_module("tensorflow")
@@ -50,6 +51,7 @@ else:
     saved_model = lazy_module("keras_vit.export.saved_model")
     distribute = lazy_module("keras_vit.training.distribute")
     train_lib = lazy_module("keras_vit.training.train_lib")
+    wd = lazy_module("keras_vit.storage.workdir")
 
 
 def run(
@@ -88,9 +90,8 @@ def run(
             workdir)
     if chief and not final.get("preempted") and not (
             finished_before and (tf.io.gfile.exists(
-                os.path.join(workdir, curves.FILE)) or (
-                    "://" not in workdir
-                    and not os.access(workdir, os.W_OK)))):
+                os.path.join(workdir, curves.FILE))
+                or not wd.writable(workdir))):
         # (A finished run stopped before drawing them draws them now.)
         final.update(_draw_curves(workdir))
     return final

@@ -348,9 +348,15 @@ def make_workdir(workdir: str) -> Optional[str]:
     return missing
 
 
+def writable(workdir: str) -> bool:
+    """Whether this process may write in `workdir` (remote: the storage's
+    to say, when written)."""
+    return "://" in str(workdir) or os.access(workdir, os.W_OK)
+
+
 def check_writable(workdir: str) -> None:
     """Refuses a local `workdir` this process cannot write."""
-    if "://" not in str(workdir) and not os.access(workdir, os.W_OK):
+    if not writable(workdir):
         raise UsageError(
             f"Cannot write in `workdir` {workdir} (read-only, or not "
             "yours): choose a folder you can write.")
