@@ -235,6 +235,16 @@ _CASES = [
          "checkpoint saved"),
     ),
     Case(
+        "stop_during_final_evaluation", FAULT, "training",
+        "Ctrl-C or SIGTERM during the final evaluation (one host)",
+        "The evaluation is left after its current batch and not recorded; "
+        "the last step's checkpoint is saved, nothing is exported and "
+        "metrics.json is not written (status 42). The same command "
+        "evaluates again and finishes, without training.",
+        ("leaving the final evaluation, then stopping",
+         "during its final evaluation (not recorded); checkpoint saved"),
+    ),
+    Case(
         "failed_metrics_write", FAULT, "workdir",
         "The disk fails while metrics.json is rewritten (simulated: the "
         "write raises ENOSPC half-way)",

@@ -995,6 +995,52 @@ def test_a_stop_during_an_evaluation_leaves_it(tmp_path, monkeypatch,
     assert "Evaluating at step 20 first" not in caplog.text
 
 
+@covers("stop_during_final_evaluation")
+def test_a_stop_during_the_final_evaluation_leaves_it(tmp_path, monkeypatch,
+                                                      capsys, caplog):
+    """Ctrl-C during the final evaluation (one host): it is left after its
+    current batch, the run is not finished (no metrics.json), and the
+    same command evaluates again and finishes without training."""
+    workdir = str(tmp_path / "run")
+    evaluate, batches = Trainer.evaluate, []
+
+    def signalled(self, dataset, use_ema=True, on_batch=None):
+        def batch_by_batch():
+            for i, batch in enumerate(dataset, start=1):
+                batches.append(i)
+                if i == 2 and len(batches) == 2:  # a real Ctrl-C, once
+                    os.kill(os.getpid(), signal.SIGINT)
+                yield batch
+        return evaluate(self, batch_by_batch(), use_ema, on_batch)
+
+    monkeypatch.setattr(Trainer, "evaluate", signalled)
+    caplog.set_level("INFO", logger="absl")
+    args = [
+        "keras-vit-train", *console.TINY_DIGITS, f"--workdir={workdir}",
+        "--config.trainer.total_steps=10", "--config.trainer.steps_per_loop=5",
+        "--config.evals.test.every_steps=0",
+        "--config.checkpoints.every_steps=5"]
+    code = train_command.main(args)
+    err = capsys.readouterr().err
+    assert code == PREEMPTED_EXIT_CODE, err[-2000:]
+    assert batches == [1, 2]  # of the ~23 the split has
+    assert err.strip().splitlines()[-1] == (
+        "keras-vit-train: stopped: Ctrl-C at step 10, checkpoint saved; "
+        "run the same command to resume.")
+    check_says("stop_during_final_evaluation", caplog.text + err)
+    assert checkpoint_list.latest(ckpt_dir(workdir)).endswith("ckpt-10")
+    assert not os.path.exists(os.path.join(workdir, "metrics.json"))
+    rows = history.read_history(workdir)
+    assert [r["split"] for r in rows if r["split"] != "train"] == []
+    caplog.clear()
+    assert train_command.main(args) == 0
+    assert "Tracing and compiling" not in caplog.text  # no training
+    assert wd.read_json(os.path.join(workdir, "metrics.json"))["steps"] == 10
+    rows = history.read_history(workdir)
+    assert [(r["step"], r["split"]) for r in rows
+            if r["split"] != "train"] == [(10, "test")]
+
+
 @covers("failed_metrics_write")
 def test_failed_write_keeps_old_file_and_leaves_no_temp(tmp_path,
                                                         monkeypatch):

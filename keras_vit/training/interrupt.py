@@ -4,8 +4,8 @@ stop.
 `StopRequest` is the host loop's context manager. While it is entered:
 
 - SIGTERM (a preempted VM) and the first Ctrl-C (SIGINT) set `requested`;
-  the host loop then saves a checkpoint and stops (the commands exit with
-  PREEMPTED_EXIT_CODE). A PreemptionCheckpointHandler that owns SIGTERM
+  the host loop then saves a checkpoint and stops, or leaves the final
+  evaluation (the commands exit with PREEMPTED_EXIT_CODE). A PreemptionCheckpointHandler that owns SIGTERM
   (multi-worker and TPU runs) keeps it.
 - The request reaches the training step in flight, not only the host
   loop: a Python signal handler runs only once the main thread is back
@@ -68,6 +68,8 @@ class StopRequest:
         name: str. "SIGTERM" or "Ctrl-C", the signal that asked first.
         on_signal: () -> None, called at once (from the watcher thread)
             and again from the signal handler; the host loop sets it.
+        says: str. What the run does on the request, in the warning the
+            first one logs; the host loop sets it while it evaluates.
     """
 
     def __init__(self):
@@ -75,6 +77,7 @@ class StopRequest:
         self.name = ""
         self.installed = False
         self.on_signal: Callable[[], None] = lambda: None
+        self.says = "saving a checkpoint at the next step, then stopping"
         self._previous = {}
         # Ctrl-C as the handler saw it, as the watcher saw it; raised once.
         self._interrupts = self._seen = 0
@@ -192,8 +195,7 @@ class StopRequest:
             self.name = _NAMES.get(signum, f"signal {signum}")
             again = (" (Ctrl-C again stops at once)"
                      if signum == signal.SIGINT else "")
-            logging.warning("%s: saving a checkpoint at the next step, then "
-                            "stopping%s.", self.name, again)
+            logging.warning("%s: %s%s.", self.name, self.says, again)
         self.requested = True
         self.on_signal()
 

@@ -11,11 +11,10 @@ run, a worker that dies stops the others with one line naming it
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
 import time
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Dict, Optional
 
 import tensorflow as tf
 from absl import logging
@@ -25,6 +24,7 @@ from keras_vit.storage import workdir as wd
 from keras_vit.training import cluster, distribute, interrupt, pacing, reporting
 from keras_vit.training.pacing import Plan
 from keras_vit.training.resume import TrainingError
+from keras_vit.training.run_parts import Run
 
 # SIGTERM and Ctrl-C (a name of its own: tests stand in for a signal).
 _Preemption = interrupt.StopRequest
@@ -34,50 +34,6 @@ class WorkerLost(TrainingError):
     """A worker of a multi-worker run is gone (killed, crashed, preempted
     without notice); the message names it and the checkpoint to resume
     from."""
-
-
-@dataclasses.dataclass
-class Run:
-    """The parts of one training run the host loop drives.
-
-    Attributes:
-        workdir: str.
-        strategy: tf.distribute.Strategy.
-        trainer: Trainer (or MppTrainer).
-        train_iter: the distributed training iterator.
-        eval_fn: (evaluator entry, split) -> distributed evaluation data.
-        writer: state.CheckpointWriter. Saves this worker's part of each
-            checkpoint.
-        handler: PreemptionCheckpointHandler or None.
-        chief: bool. This worker writes the run's files.
-        info: the data source's DatasetInfo (class names).
-        batch: int. Images per optimizer update.
-        on_finish: (model, class names) -> dict or None, on the chief after
-            the final evaluation.
-        explained: (training=False) -> context manager turning input
-            failures into clear errors (`data.checks.explained_errors`).
-        eval_progress: (evaluator entry, split, seconds) -> the `on_batch`
-            of an evaluation that reports its progress, or None.
-        records: records.RunRecords or None. The history rows and the best
-            checkpoint.
-        skipped_images: () -> {split: unreadable images left out}.
-    """
-
-    workdir: str
-    strategy: Any
-    trainer: Any
-    train_iter: Any
-    eval_fn: Callable
-    writer: Any
-    handler: Any
-    chief: bool
-    info: Any
-    batch: int
-    on_finish: Optional[Callable]
-    explained: Callable
-    eval_progress: Optional[Callable] = None
-    records: Any = None
-    skipped_images: Callable[[], Dict[str, int]] = dict
 
 
 def run(plan: Plan, r: Run) -> Dict[str, float]:
@@ -117,6 +73,7 @@ class _HostLoop:
         self.t_start = time.time()
         self.pacer = pacing.Pacer(r.trainer)
         self.compiled = False
+        self.alone = not distribute.is_multi_worker(r.strategy)
         self.rate = progress.Rate(plan.total_steps, "step",
                                   plan.progress_every_s, images=r.batch)
         self._reset_window()
@@ -157,7 +114,16 @@ class _HostLoop:
                 stopped = self._one_call(preemption)
                 if stopped is not None:
                     return stopped
-        return self._finish()
+            preemption.says = (  # (the step's checkpoint is saved)
+                "leaving the final evaluation, then stopping" if self.alone
+                else "the workers finish the final evaluation first")
+            try:
+                final = self._evaluations(self.plan.evaluators, preemption,
+                                          final=True)
+            except interrupt.EvaluationStopped:
+                return self._stopped(preemption, True, " during its final "
+                                     "evaluation (not recorded)")
+        return self._finish(final)
 
     def _one_call(self, preemption) -> Optional[Dict[str, Any]]:
         """One train call up to the next boundary, then what falls due
@@ -270,8 +236,7 @@ class _HostLoop:
         """At a resumed run's start, on one host: the evaluations due at
         its step that history.csv lacks (a stop left them unfinished)."""
         r = self.r
-        if not self.step or r.records is None or (
-                distribute.is_multi_worker(r.strategy)):
+        if not self.step or r.records is None or not self.alone:
             return []
         due = [(name, entry) for name, entry in self._due()
                if not r.records.evaluated(self.step,
@@ -287,18 +252,31 @@ class _HostLoop:
         one worker, a stop request leaves an evaluation unfinished (the
         workers of a multi-worker run evaluate together: they finish)."""
         t1 = time.time()
-        alone = not distribute.is_multi_worker(self.r.strategy)
         try:
-            for name, entry in due:
-                split = entry.val_split or entry.split
-                results = self._evaluate(name, entry, split, compared=True,
-                                         stop=preemption if alone else None)
-                reporting.log_eval(self.writers, self.step, split, results,
-                                   self.r.trainer.accuracy_name)
+            self._evaluations(due, preemption)
         except interrupt.EvaluationStopped:
             logging.warning("The evaluation at step %d was left unfinished "
                             "at the stop (not recorded).", self.step)
         return time.time() - t1
+
+    def _evaluations(self, due: list, preemption, final: bool = False
+                     ) -> Dict[str, Any]:
+        """Evaluates the evaluators `due` (each on its validation split,
+        or on its own when `final`), logged and recorded; their final
+        metrics. On one worker, a stop request leaves an evaluation
+        unfinished (EvaluationStopped); the workers of a multi-worker run
+        evaluate together: they finish."""
+        metrics, accuracy = {}, self.r.trainer.accuracy_name
+        for name, entry in due:
+            compared = entry.val_split or entry.split
+            split = entry.split if final else compared
+            results = self._evaluate(name, entry, split, split == compared,
+                                     stop=preemption if self.alone else None)
+            reporting.log_eval(self.writers, self.step, split, results,
+                               accuracy)
+            metrics.update(reporting.final_metrics(name, split, results,
+                                                   accuracy))
+        return metrics
 
     def _evaluate(self, name: str, entry, split: str, compared: bool,
                   stop=None) -> Dict[str, Any]:
@@ -338,28 +316,25 @@ class _HostLoop:
                 return {"preempted": True, "step": step, "restart": True}
         if distribute.any_worker(r.strategy, preemption.requested):
             self._save()
-            self._log_stop()
-            name = getattr(preemption, "name", "") or "SIGTERM"
-            logging.warning(
-                "Stopped at step %d after %s; %s. Run the same command to "
-                "%s.", step, name, "nothing trained, nothing saved"
-                if step == self.start_step else "checkpoint saved",
-                "resume" if step else "start")
-            return {"preempted": True, "step": step, "signal": name,
-                    "saved": step != self.start_step}
+            return self._stopped(preemption, saved=step != self.start_step)
         return None
 
-    def _finish(self) -> Dict[str, float]:
-        """The final evaluations, metrics.json, and `on_finish`."""
+    def _stopped(self, preemption, saved: bool, where: str = "") -> Dict:
+        """Logs a stop at this step (`where` in the run); its result."""
+        self._log_stop()
+        name = getattr(preemption, "name", "") or "SIGTERM"
+        logging.warning(
+            "Stopped at step %d after %s%s; %s. Run the same command to %s.",
+            self.step, name, where, "checkpoint saved" if saved else
+            "nothing trained, nothing saved", "resume" if self.step
+            else "start")
+        return {"preempted": True, "step": self.step, "signal": name,
+                "saved": saved}
+
+    def _finish(self, final: Dict[str, Any]) -> Dict[str, float]:
+        """The final metrics (`final`, the evaluations'), `on_finish`, and
+        metrics.json."""
         r, trainer = self.r, self.r.trainer
-        final: Dict[str, Any] = {}
-        for name, entry in self.plan.evaluators:
-            results = self._evaluate(name, entry, entry.split, compared=(
-                entry.val_split in (None, entry.split)))
-            reporting.log_eval(self.writers, self.step, entry.split, results,
-                      trainer.accuracy_name)
-            final.update(reporting.final_metrics(name, entry.split, results,
-                                        trainer.accuracy_name))
         trained = self.step - self.start_step
         final.update({
             "steps": self.step,
@@ -382,15 +357,8 @@ class _HostLoop:
         logging.info("Final %s metrics: %s", final.get("eval_split"),
                      progress.short_metrics(final))
         if r.chief and r.on_finish is not None:
-            # The model as it is evaluated: with the EMA weights if kept.
-            if trainer.has_ema:
-                trainer.swap_ema_weights()
-            try:
-                final.update(r.on_finish(trainer.model,
-                                         r.info.class_names) or {})
-            finally:
-                if trainer.has_ema:
-                    trainer.swap_ema_weights()
+            with trainer.evaluated_weights() as model:
+                final.update(r.on_finish(model, r.info.class_names) or {})
         if r.chief:  # last: it marks the run finished (after its export)
             wd.write_json(os.path.join(r.workdir, wd.METRICS), final)
         return final

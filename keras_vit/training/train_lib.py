@@ -34,6 +34,7 @@ from keras_vit.training import (
     model_init,
     records,
     run_data,
+    run_parts,
     state,
 )
 from keras_vit.training.mpp_trainer import MppTrainer
@@ -267,7 +268,7 @@ def _finished_before(config, workdir: str, length: str) -> Optional[Dict]:
 
 def _host_run(workdir: str, trainer, data: run_data.RunData, checkpoints,
               best: Optional[str], info, on_finish):
-    """(the loop.Run of a run, what its checkpoints hold): its checkpoint
+    """(the run_parts.Run of a run, what its checkpoints hold): its checkpoint
     writer (`config.checkpoints`), history and best checkpoint (`best`:
     the evaluator whose best accuracy is kept, or None)."""
     strategy = data.strategy
@@ -287,7 +288,7 @@ def _host_run(workdir: str, trainer, data: run_data.RunData, checkpoints,
         keeper = records.BestKeeper(best, workdir, state.run_writer(
             workdir, strategy, weights_only, chief, 1, folder=records.BEST),
             resumed=resumed)
-    run = loop.Run(
+    run = run_parts.Run(
         workdir=workdir, strategy=strategy, trainer=trainer,
         train_iter=train_iter, eval_fn=data.eval_fn, writer=writer,
         handler=None, chief=chief, info=info, batch=data.batch,
@@ -332,7 +333,7 @@ def _check_data(inp, evals, objective):
 
 
 def _resume_and_run(saved_config: Dict, init, plan: loop.Plan,
-                    run: loop.Run, items: Dict, data: run_data.RunData,
+                    run: run_parts.Run, items: Dict, data: run_data.RunData,
                     num_classes: int) -> Dict[str, float]:
     """Resumes from the latest checkpoint (or initialises from `init`),
     records the run's config and class names, and runs the host loop."""

@@ -22,6 +22,7 @@ the optimizer's moments and the EMA averages stay exactly as they were.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Dict
 
 import keras
@@ -333,19 +334,27 @@ class Trainer(Evaluator):
     ) -> Dict[str, float]:
         """`Evaluator.evaluate`; with an EMA optimizer and `use_ema`, of the
         averaged weights (the raw weights are put back afterwards)."""
-        swap = use_ema and self.has_ema
-        if swap:
-            self.swap_ema_weights()
-        try:
+        with self.evaluated_weights(use_ema):
             return super().evaluate(dataset, on_batch=on_batch)
-        finally:
-            if swap:
-                self.swap_ema_weights()
 
     # ------------------------------------------------------------------ EMA
     @property
     def has_ema(self) -> bool:
         return bool(getattr(self.optimizer, "use_ema", False))
+
+    @contextlib.contextmanager
+    def evaluated_weights(self, use_ema: bool = True):
+        """Inside the block, the model holds the weights it is evaluated
+        with: the EMA averages where the optimizer keeps them (and
+        `use_ema`); the raw weights are put back afterwards."""
+        swap = use_ema and self.has_ema
+        if swap:
+            self.swap_ema_weights()
+        try:
+            yield self.model
+        finally:
+            if swap:
+                self.swap_ema_weights()
 
     def swap_ema_weights(self) -> None:
         """Puts the EMA averages into the model's weights; called again,
