@@ -943,6 +943,24 @@ def test_a_stop_before_the_first_step_saves_nothing(tmp_path, monkeypatch,
     assert os.stat(index).st_mtime_ns == before
 
 
+def _ctrl_c_at_the_second_batch(monkeypatch) -> list:
+    """Trainer.evaluate sends a real Ctrl-C once, at its first
+    evaluation's second batch; the list of batch numbers it reads."""
+    evaluate, batches = Trainer.evaluate, []
+
+    def signalled(self, dataset, use_ema=True, on_batch=None):
+        def batch_by_batch():
+            for i, batch in enumerate(dataset, start=1):
+                batches.append(i)
+                if i == 2 and len(batches) == 2:
+                    os.kill(os.getpid(), signal.SIGINT)
+                yield batch
+        return evaluate(self, batch_by_batch(), use_ema, on_batch)
+
+    monkeypatch.setattr(Trainer, "evaluate", signalled)
+    return batches
+
+
 @covers("stop_during_evaluation")
 def test_a_stop_during_an_evaluation_leaves_it(tmp_path, monkeypatch,
                                                capsys, caplog):
@@ -950,18 +968,7 @@ def test_a_stop_during_an_evaluation_leaves_it(tmp_path, monkeypatch,
     left after its current batch, not recorded, and the run saves that
     step and stops, as a stop between steps does."""
     workdir = str(tmp_path / "run")
-    evaluate, batches = Trainer.evaluate, []
-
-    def signalled(self, dataset, use_ema=True, on_batch=None):
-        def batch_by_batch():
-            for i, batch in enumerate(dataset, start=1):
-                batches.append(i)
-                if i == 2 and len(batches) == 2:  # a real Ctrl-C, once
-                    os.kill(os.getpid(), signal.SIGINT)
-                yield batch
-        return evaluate(self, batch_by_batch(), use_ema, on_batch)
-
-    monkeypatch.setattr(Trainer, "evaluate", signalled)
+    batches = _ctrl_c_at_the_second_batch(monkeypatch)
     args = [
         "keras-vit-train", *console.TINY_DIGITS, f"--workdir={workdir}",
         "--config.trainer.total_steps=20", "--config.trainer.steps_per_loop=5",
@@ -1002,18 +1009,7 @@ def test_a_stop_during_the_final_evaluation_leaves_it(tmp_path, monkeypatch,
     current batch, the run is not finished (no metrics.json), and the
     same command evaluates again and finishes without training."""
     workdir = str(tmp_path / "run")
-    evaluate, batches = Trainer.evaluate, []
-
-    def signalled(self, dataset, use_ema=True, on_batch=None):
-        def batch_by_batch():
-            for i, batch in enumerate(dataset, start=1):
-                batches.append(i)
-                if i == 2 and len(batches) == 2:  # a real Ctrl-C, once
-                    os.kill(os.getpid(), signal.SIGINT)
-                yield batch
-        return evaluate(self, batch_by_batch(), use_ema, on_batch)
-
-    monkeypatch.setattr(Trainer, "evaluate", signalled)
+    batches = _ctrl_c_at_the_second_batch(monkeypatch)
     caplog.set_level("INFO", logger="absl")
     args = [
         "keras-vit-train", *console.TINY_DIGITS, f"--workdir={workdir}",
