@@ -366,8 +366,9 @@ def _check(arch: Architecture) -> None:
             f"{arch.num_classes}.")
     if arch.representation_size is not None and arch.representation_size <= 0:
         raise UsageError(
-            f"`representation_size` must be positive (or None: no "
-            f"pre-logits layer), got {arch.representation_size}."
+            "`representation_size` must be a positive width, got "
+            f"{arch.representation_size} (a model without a pre-logits "
+            "layer leaves it out)."
         )
     if arch.resnet_layers is not None and arch.resnet_width < 1:
         raise UsageError(

@@ -17,16 +17,19 @@ import numpy as np
 import pytest
 
 from keras_vit import create_model
+from keras_vit.checkpoint import loader
 from keras_vit.checkpoint import weights as checkpoint
 from keras_vit.checkpoint.formats import npz as checkpoint_io
 from keras_vit.commands import convert
 from keras_vit.commands import flags as cli_flags
 from keras_vit.errors import UsageError
+from tests import console
 from tests import numpy_reference as ref
 from tests.test_checkpoint import (
     POSEMB,
     assert_close,
     images,
+    keras_features,
     random_arrays,
     save,
     tiny,
@@ -336,6 +339,51 @@ def test_convert_argument_checks(tmp_path, capsys):
     ])
     assert rc == 1 and "no such file or folder" in capsys.readouterr().err
     assert os.listdir(tmp_path) == ["model.npz"]
+
+
+def test_a_new_head_drops_the_pre_logits_unless_kept(tmp_path):
+    """keras-vit-convert (and keras_vit.load_model) of an .npz with
+    pre-logits: its own head keeps them (the head reads them); another
+    --num_classes drops them with the head, as for transfer in the paper;
+    --representation_size keeps them under the new head. A features model
+    (0) keeps them."""
+    arrays = random_arrays(tiny(num_classes=5, representation_size=24))
+    npz = save(tmp_path / "pre.npz", arrays)
+    x = images(32)
+    body = {k: v for k, v in arrays.items()
+            if not k.startswith(("head", "pre"))}
+
+    def converted(*flags):
+        out = str(tmp_path / f"m{len(os.listdir(tmp_path))}.keras")
+        result = console.run("convert", [f"--model={npz}", f"--output={out}",
+                                         *flags])
+        assert result.returncode == 0, result.stderr[-2000:]
+        return keras.saving.load_model(out), result.stdout
+
+    own, _ = converted()
+    assert own.architecture.representation_size == 24
+    assert_close(own(x), ref.forward(arrays, x))
+    new, said = converted("--num_classes=7")
+    assert new.architecture.representation_size is None
+    assert ("pre_logits/kernel (32, 24): dropped with the head, as for "
+            "transfer in the paper") in said, said
+    assert_close(keras_features(new, x), ref.features(body, x))
+    kept, _ = converted("--num_classes=7", "--representation_size=24")
+    assert kept.architecture.representation_size == 24
+    assert_close(keras_features(kept, x), ref.features(arrays, x))
+    assert loader.load_model(npz, num_classes=7).architecture \
+        .representation_size is None
+    assert loader.load_model(npz, num_classes=0).architecture \
+        .representation_size == 24
+    # A model built without them for the file's classes: the fix is named
+    # (whether the head's input is as wide as the encoder's or not).
+    for width in (24, 32):
+        arrays = random_arrays(tiny(num_classes=5, representation_size=width))
+        npz = save(tmp_path / f"pre{width}.npz", arrays)
+        with pytest.raises(ValueError, match="The checkpoint's head reads "
+                           "its pre-logits layer, which the model lacks: "
+                           f"build it with `representation_size`={width}."):
+            checkpoint.load_npz(tiny(num_classes=5), npz)
 
 
 def test_convert_names_its_flags_and_refuses_flags_it_would_ignore(

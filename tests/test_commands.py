@@ -692,8 +692,9 @@ def test_a_size_the_model_refuses_names_the_flag(tmp_path, capsys):
         None, num_classes=3, image_size=16, patch_size=8, hidden_size=16,
         num_layers=1, num_heads=2, mlp_dim=16), path)
     for flag, says in (
-            ("--representation_size=0", "--representation_size must be "
-             "positive (or None: no pre-logits layer), got 0."),
+            ("--representation_size=0", "--representation_size must be a "
+             "positive width, got 0 (a model without a pre-logits layer "
+             "leaves it out)."),
             ("--image_size=8x0", "--image_size must be positive (an int or "
              "(height, width)), got (8, 0)."),
             ("--num_classes=-1", "--num_classes must be >= 0 (0: no head), "

@@ -254,7 +254,9 @@ def load_model(
         pooling: "token", "gap" or None. An .npz only; None: the file's.
         representation_size: int, None or FROM_SOURCE. An .npz or hub
             model: the pre-logits width, None for no pre-logits layer;
-            FROM_SOURCE: the file's.
+            FROM_SOURCE: the file's, where its head is kept (or there is
+            none); a new head (`num_classes` another width) drops them,
+            as for transfer in the paper.
         strict: bool. An .npz or hub model: any array that does not fit
             the model is an error; False loads what fits (and builds an
             .npz's `variant` even when the file is another variant).

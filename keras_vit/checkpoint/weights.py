@@ -76,6 +76,17 @@ PRE_LOGITS_KEYS = ("pre_logits/kernel", "pre_logits/bias")
 # ---------------------------------------------------------------- loading
 
 
+def own_pre_logits(info: Mapping, num_classes: Optional[int]
+                   ) -> Optional[int]:
+    """The pre-logits width of a model built from a file described by
+    `info` (`describe_arrays`) with a head `num_classes` wide (None: the
+    file's): the file's where its head is kept or the model has none (0),
+    none where a new head replaces the file's, as for transfer in the
+    paper (the whole head, pre-logits included, becomes one layer)."""
+    new_head = num_classes not in (None, 0, info["num_classes"])
+    return None if new_head else info["representation_size"]
+
+
 def load_npz(
     model: keras.Model,
     path: Union[str, os.PathLike],
@@ -249,6 +260,13 @@ def _fit_head(loading: _Loading, keep_pre_logits: bool) -> None:
         report.hints.append(
             "The model has a pre_logits layer but the checkpoint has none: "
             "leave out `representation_size`.")
+    file_head = loading.shapes.get(HEAD_KEYS[0])
+    if file_pre and not model_pre and model_head and file_head and (
+            file_head[-1] == model_head[HEAD_KEYS[0]][-1]):
+        report.hints.append(  # its own class count: its head, on them
+            "The checkpoint's head reads its pre-logits layer, which the "
+            "model lacks: build it with `representation_size`="
+            f"{loading.shapes[PRE_LOGITS_KEYS[0]][-1]}.")
     if model_head and all(
         loading.shapes.get(k) == s for k, s in model_head.items()
     ):
@@ -265,7 +283,7 @@ def _fit_head(loading: _Loading, keep_pre_logits: bool) -> None:
     report.head_initialized = bool(model_head)
     if file_pre and not (keep_pre_logits and model_pre):
         loading.drop(PRE_LOGITS_KEYS, (
-            "dropped with the head (keep_pre_logits=False)"
+            "dropped with the head, as for transfer in the paper"
             if not keep_pre_logits
             else "the model has no pre_logits layer"
         ))

@@ -44,7 +44,9 @@ def define_flags(values: flags.FlagValues, argv: Sequence[str]) -> None:
         "is kept when it matches, else the head starts at zero; 0 gives a "
         "features model (default: the file's).",
         representation_size="An .npz or hub model: keep its pre-logits "
-        "layer of this width (default: the file's).",
+        "layer of this width under a new head (default: the file's where "
+        "its head is kept, none under a new one, as for transfer in the "
+        "paper).",
     )
     flags.DEFINE_string("output", None, "The .keras file to write.",
                         flag_values=values, required=True)

@@ -28,7 +28,8 @@ def hub_architecture(checkpoint: hub.HubCheckpoint, image_size=None,
     from the arrays, its numerics and pre-logits activation from
     config.json; at `image_size` (None: the checkpoint's own), with
     `num_classes` (None: its head's, 0 without one) and
-    `representation_size` (default: its pre-logits layer's)."""
+    `representation_size` (default: its pre-logits layer's, none under a
+    new head: `weights.own_pre_logits`)."""
     info = describe_arrays(
         {k: tuple(v.shape) for k, v in checkpoint.arrays.items()})
     return Architecture(
@@ -37,7 +38,7 @@ def hub_architecture(checkpoint: hub.HubCheckpoint, image_size=None,
         image_size=checkpoint.image_size if image_size is None
         else _image_hw(image_size),
         pooling=info["pooling"],
-        representation_size=info["representation_size"]
+        representation_size=weights.own_pre_logits(info, num_classes)
         if representation_size is _OWN else representation_size,
         # A ViTModel's pooler_act (tanh unless its config says otherwise).
         pre_logits_activation=checkpoint.pre_logits_activation,
