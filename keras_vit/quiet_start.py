@@ -167,8 +167,10 @@ def help_only(argv=None) -> bool:
     return is_command(argv) and any(str(a) in HELP_ARGS for a in argv[1:])
 
 
-# A process stopped at once by Ctrl-C (keras_vit.errors.INTERRUPTED_EXIT_CODE).
+# A process stopped at once by Ctrl-C (keras_vit.errors.INTERRUPTED_EXIT_CODE)
+# or by SIGTERM (keras_vit.errors.PREEMPTED_EXIT_CODE).
 _INTERRUPTED = 130
+_PREEMPTED = 42
 
 
 def interrupted_line(program: str) -> str:
@@ -186,21 +188,29 @@ def _program(argv) -> str:
 
 
 def _stop_while_starting(signum, frame) -> None:
-    """Ctrl-C while a command starts (loading TensorFlow and Keras, before
-    it has written anything): one line and status 130 at once, not a
-    traceback from inside an import, nor a KeyboardInterrupt that a
-    library's callback swallows."""
-    del signum, frame
+    """Ctrl-C or SIGTERM while a command starts (loading TensorFlow and
+    Keras, before it has written anything): one line and status 130 (42
+    for SIGTERM, as a preempted command's) at once, not a traceback from
+    inside an import, nor a KeyboardInterrupt that a library's callback
+    swallows."""
+    del frame
     out = _held[-1][0] if _held else 2
-    os.write(out, (interrupted_line(_program(sys.argv)) + "\n").encode())
-    os._exit(_INTERRUPTED)
+    program = _program(sys.argv)
+    term = signum == signal.SIGTERM
+    line = (f"{program}: preempted: stopped at once (SIGTERM); run the same "
+            "command again." if term else interrupted_line(program))
+    os.write(out, (line + "\n").encode())
+    os._exit(_PREEMPTED if term else _INTERRUPTED)
 
 
 def started() -> None:
-    """The command's own handling of Ctrl-C begins (`runner.run`, before
-    the command's work): KeyboardInterrupt again."""
+    """The command's own handling of Ctrl-C and SIGTERM begins
+    (`runner.run`, before the command's work): KeyboardInterrupt again,
+    and SIGTERM as it was (the runner installs its own)."""
     if signal.getsignal(signal.SIGINT) is _stop_while_starting:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    if signal.getsignal(signal.SIGTERM) is _stop_while_starting:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 # The folders of this repository's own scripts (`python scripts/NAME.py`,
@@ -242,7 +252,8 @@ def console_script_start() -> None:
     if not is_command():
         return
     try:
-        signal.signal(signal.SIGINT, _stop_while_starting)
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, _stop_while_starting)
     except ValueError:  # not the main thread
         pass
     if hold():

@@ -5,8 +5,9 @@ stop.
 
 - SIGTERM (a preempted VM) and the first Ctrl-C (SIGINT) set `requested`;
   the host loop then saves a checkpoint and stops, or leaves the final
-  evaluation (the commands exit with PREEMPTED_EXIT_CODE). A PreemptionCheckpointHandler that owns SIGTERM
-  (multi-worker and TPU runs) keeps it.
+  evaluation (the commands exit with PREEMPTED_EXIT_CODE). A
+  PreemptionCheckpointHandler that owns SIGTERM (multi-worker and TPU
+  runs) keeps it.
 - The request reaches the training step in flight, not only the host
   loop: a Python signal handler runs only once the main thread is back
   from TensorFlow, so a watcher thread, woken through `signal.
