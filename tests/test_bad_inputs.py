@@ -38,6 +38,7 @@ from keras_vit.data import folders, image_headers, overlaps, sources, vtab
 from keras_vit.data import pipeline as input_pipeline
 from keras_vit.data import preprocessing as pp
 from keras_vit.errors import UsageError
+from keras_vit.storage import atomic
 from keras_vit.storage import workdir as wd
 from keras_vit.training import train_lib
 from tests import console, hostile_files, tiny
@@ -146,10 +147,10 @@ def test_a_bad_image_in_the_eval_split_stops_the_run_before_it_trains(
     (workdir / "a" / "b").mkdir(parents=True)
     (workdir / "c" / "notes.txt").parent.mkdir()
     (workdir / "c" / "notes.txt").write_text("mine")
-    wd.remove_if_empty(str(workdir))
+    atomic.remove_made(str(workdir))
     assert (workdir / "c" / "notes.txt").read_text() == "mine"
     os.remove(workdir / "c" / "notes.txt")
-    wd.remove_if_empty(str(workdir))
+    atomic.remove_made(str(workdir))
     assert not workdir.exists()
     # Skipping: trained, evaluated on the 8 readable val images, the file
     # named once.

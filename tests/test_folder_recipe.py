@@ -397,6 +397,29 @@ def test_a_head_for_other_classes_starts_at_zero(tmp_path):
         "starts at zero." in zero
 
 
+def test_a_workdir_in_the_image_folder_is_refused(tmp_path):
+    """keras-vit-train with --workdir the photo folder itself, or a folder
+    inside it: one line before anything is written, since the run's files
+    would be read as classes and images next time."""
+    photos = tmp_path / "photos"
+    write_photo_folder(photos, per_class=2)
+    before = sorted(os.listdir(photos))
+    for workdir, where in (("photos", "the"), ("photos/run", "inside the"),
+                           (str(photos) + "/", "the")):
+        result = subprocess.run(
+            _script("train") + ["--config=folder:photos", *TINY,
+                                f"--workdir={workdir}"],
+            capture_output=True, text=True, cwd=str(tmp_path), timeout=600,
+            env=dict(os.environ, PYTHONPATH=ROOT, CUDA_VISIBLE_DEVICES=""))
+        assert result.returncode == 1, result.stderr[-2000:]
+        assert result.stderr.strip().splitlines()[-1] == (
+            f"keras-vit-train: error: --workdir {workdir} is {where} image "
+            f"folder {photos} (--config.input.data_dir): its next reading "
+            "would take the run's files (checkpoints/, train/, ...) for "
+            "classes and images. Give the run a folder outside it.")
+        assert sorted(os.listdir(photos)) == before
+
+
 def test_own_photos_with_a_step_count_given(tmp_path):
     """--config.trainer.total_steps on the folder config: the run trains
     those steps, its warm-up held to a tenth of them (the config's 100

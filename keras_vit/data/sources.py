@@ -27,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import functools
+import os
 from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
@@ -201,6 +202,28 @@ def tfds_builder(inp):
     except vtab.DataUnavailableError as e:
         raise UsageError(str(e)) from None
     return builder
+
+
+def check_workdir_apart(inp, workdir: str) -> None:
+    """Refuses a run's `workdir` that is its image folder or inside it:
+    the run's files (checkpoints/, train/, training_curves.png) would be
+    read as classes and images the next time the folder is read."""
+    if inp.dataset != FOLDER or inp.vtab_task or not inp.data_dir:
+        return
+
+    def real(path: str) -> str:
+        path = str(path)
+        return path.rstrip("/") if "://" in path else os.path.realpath(
+            os.path.expanduser(path))
+
+    root, run = real(inp.data_dir), real(workdir)
+    if run == root or run.startswith(root.rstrip("/") + "/"):
+        raise UsageError(
+            f"`workdir` {workdir} is {'' if run == root else 'inside '}the "
+            f"image folder {inp.data_dir} (config.input.data_dir): its next "
+            "reading would take the run's files (checkpoints/, train/, "
+            "...) for classes and images. Give the run a folder outside "
+            "it.")
 
 
 def tfds_split_size(builder, split) -> Optional[int]:

@@ -272,7 +272,7 @@ def _write_version(archive, serving_model: keras.Model, target: _Target,
     version is listed too."""
     auto_version = opts.version is None
     try:
-        tf.io.gfile.makedirs(target.model_dir)
+        made = atomic.make_folders(target.model_dir)
     except (tf.errors.NotFoundError, tf.errors.PermissionDeniedError,
             tf.errors.FailedPreconditionError) as error:
         raise UsageError(
@@ -303,6 +303,8 @@ def _write_version(archive, serving_model: keras.Model, target: _Target,
         return path
     except BaseException:
         export_files.remove_tree(tmp_dir)
+        if made:  # and its parents made for it, while empty
+            atomic.remove_made(target.model_dir, up_to=made)
         raise
 
 

@@ -28,7 +28,7 @@ import shutil
 import signal
 import tempfile
 import uuid
-from typing import Callable, Iterator, Union
+from typing import Callable, Iterator, Optional, Union
 
 # Writes the file at the (local, temporary) path it is given: for writers
 # that take a path, such as `keras.Model.save` or `np.savez`.
@@ -58,6 +58,48 @@ def exists(path: Union[str, os.PathLike]) -> bool:
     import tensorflow as tf  # only remote paths need TensorFlow
 
     return tf.io.gfile.exists(path)
+
+
+def make_folders(path: str) -> Optional[str]:
+    """Makes the folder `path` where it is missing, with its parents; the
+    outermost folder this made (`path`, or a missing parent of a local
+    one), None if none. Raises `tf.errors.OpError` where it cannot."""
+    import tensorflow as tf  # (as `exists`)
+
+    missing = None if tf.io.gfile.exists(path) else path
+    while missing and not is_remote(path):
+        parent = os.path.dirname(os.path.abspath(missing))
+        if parent == missing or os.path.exists(parent):
+            break
+        missing = parent
+    tf.io.gfile.makedirs(path)
+    return missing
+
+
+def remove_made(path: str, up_to: Optional[str] = None) -> None:
+    """Removes the folder `path` that work which failed made, when it
+    holds no file; a file anywhere keeps it. With `up_to` (the outermost
+    folder made with it: `make_folders`), its parents up to that one go
+    too, each only while empty (another process may have written beside
+    it meanwhile)."""
+    import tensorflow as tf  # (as `exists`)
+
+    try:
+        for _, _, files in tf.io.gfile.walk(path):
+            if files:
+                return
+        tf.io.gfile.rmtree(path)
+    except tf.errors.OpError:
+        return
+    if not up_to or is_remote(path):
+        return
+    parent, top = os.path.abspath(path), os.path.abspath(up_to)
+    while parent != top and parent.startswith(top + os.sep):
+        parent = os.path.dirname(parent)
+        try:
+            os.rmdir(parent)
+        except OSError:  # not empty, or not ours to remove
+            return
 
 
 def sha256(path: Union[str, os.PathLike]) -> str:

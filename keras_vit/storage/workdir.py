@@ -38,7 +38,7 @@ from keras_vit import build
 from keras_vit import config as config_lib
 from keras_vit.errors import UsageError
 from keras_vit.keras_compat import ema_variables
-from keras_vit.storage import checkpoint_list
+from keras_vit.storage import atomic, checkpoint_list
 from keras_vit.storage.atomic import atomic_write
 
 # What reading a damaged checkpoint raises (a truncated data file: "Read
@@ -333,19 +333,12 @@ def make_workdir(workdir: str) -> Optional[str]:
         raise UsageError("`workdir` is empty: name the run's folder (e.g. "
                          "--workdir=/tmp/vit_run).")
     try:
-        missing = None if tf.io.gfile.exists(workdir) else workdir
-        while missing and "://" not in str(workdir):
-            parent = os.path.dirname(os.path.abspath(missing))
-            if parent == missing or os.path.exists(parent):
-                break
-            missing = parent
-        tf.io.gfile.makedirs(workdir)
+        return atomic.make_folders(workdir)
     except tf.errors.OpError as e:
         raise UsageError(
             f"Cannot use `workdir` {workdir}: {e.message.splitlines()[0]}. "
             + (REMOTE_FIX if "://" in str(workdir)
                else "Choose a folder you can write.")) from None
-    return missing
 
 
 def writable(workdir: str) -> bool:
@@ -360,27 +353,3 @@ def check_writable(workdir: str) -> None:
         raise UsageError(
             f"Cannot write in `workdir` {workdir} (read-only, or not "
             "yours): choose a folder you can write.")
-
-
-def remove_if_empty(workdir: str, up_to: Optional[str] = None) -> None:
-    """Removes the workdir a run made when it holds no file (its set-up
-    refused the run before writing anything); a file anywhere keeps it.
-    With `up_to` (the outermost folder made with it, local), its parents
-    up to that one go too, each only while empty (another run may have
-    made its workdir beside it meanwhile)."""
-    try:
-        for _, _, files in tf.io.gfile.walk(workdir):
-            if files:
-                return
-        tf.io.gfile.rmtree(workdir)
-    except tf.errors.OpError:
-        return
-    if not up_to or "://" in str(workdir):
-        return
-    parent, top = os.path.abspath(workdir), os.path.abspath(up_to)
-    while parent != top and parent.startswith(top + os.sep):
-        parent = os.path.dirname(parent)
-        try:
-            os.rmdir(parent)
-        except OSError:  # not empty, or not ours to remove
-            return

@@ -24,7 +24,7 @@ from keras_vit.checkpoint import weights
 from keras_vit.data import checks as data_checks
 from keras_vit.data import overlaps, sources
 from keras_vit.errors import UsageError, shorten
-from keras_vit.storage import checkpoint_list, history
+from keras_vit.storage import atomic, checkpoint_list, history
 from keras_vit.storage import workdir as wd
 from keras_vit.training import (
     cluster,
@@ -151,7 +151,7 @@ def _made_workdir(workdir: str, strategy):
             yield
         except BaseException:
             if created:  # and the parents made for it, while empty
-                wd.remove_if_empty(workdir, up_to=created)
+                atomic.remove_made(workdir, up_to=created)
             raise
 
 
@@ -203,6 +203,7 @@ def train_and_evaluate(
             config.init, config.model))
     if config.model.image_size:  # an unknown size: before the workdir
         config_architecture(config.model)
+    sources.check_workdir_apart(config.input, workdir)
     with _made_workdir(workdir, strategy):  # removed if refused
         finished = _finished_before(config, workdir, length)
         if finished is not None:
