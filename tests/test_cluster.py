@@ -528,7 +528,12 @@ def test_tensorflow_lines_come_once_without_trace_chatter(monkeypatch):
 
     assert not passes(std_logging.INFO, "Collective all_reduce tensors: 1 "
                       "all_reduces, num_devices = 1, group_size = 2")
-    assert passes(std_logging.INFO, "Enabled multi-worker collective ops")
+    # A strategy's set-up and its preemption watchers: the commands say
+    # the replicas and workers themselves.
+    assert not passes(std_logging.INFO, "Enabled multi-worker collective "
+                      "ops with available devices: ['/job:worker/0']")
+    assert not passes(std_logging.INFO, "Start watcher for peer's signal.")
+    assert passes(std_logging.INFO, "Another TensorFlow line")
     assert passes(std_logging.WARNING, "Collective all_reduce tensors: x")
     monkeypatch.setattr(logger, "filters", [])
     cli_flags.setup_logging(verbose=True)

@@ -205,8 +205,9 @@ def test_train_skips_the_curves_without_matplotlib(tmp_path, monkeypatch,
 def test_a_run_started_again_keeps_the_earlier_history_apart(tmp_path):
     """Its checkpoints deleted, a workdir's run starts at step 0 again:
     the earlier run's history.csv, best checkpoint and TensorBoard
-    summaries are kept apart (history.before-1.csv, best.before-1/,
-    train.before-1/, said in the log), history.csv
+    summaries and final metrics are kept apart (history.before-1.csv,
+    best.before-1/, train.before-1/, metrics.before-1.json, said in the
+    log), history.csv
     holds the new run's rows alone, so the curves do not mix two runs, and
     best/ the new run's best, not one it cannot beat."""
     workdir = tmp_path / "run"
@@ -243,6 +244,13 @@ def test_a_run_started_again_keeps_the_earlier_history_apart(tmp_path):
         assert os.listdir(workdir / name)
     assert (f"summaries are kept apart in {workdir}/train.before-1 and "
             f"{workdir}/eval.before-1.") in again.stderr
+    # Its final metrics beside the new run's.
+    earlier_metrics = json.loads(
+        (workdir / "metrics.before-1.json").read_text())
+    assert earlier_metrics["steps"] == 4
+    assert json.loads((workdir / "metrics.json").read_text())["steps"] == 2
+    assert (f"final metrics are kept apart in {workdir}/"
+            "metrics.before-1.json.") in again.stderr
 
 
 def test_the_config_before_a_resume_is_kept_once_and_only_if_it_differs(

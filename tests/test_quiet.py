@@ -93,6 +93,11 @@ def test_every_limit_names_its_config_field():
             config_limits.check_limits(config)
         assert len(str(info.value)) < MAX_MESSAGE
     config_limits.check_limits(base_config())  # the defaults are in range
+    config = base_config()  # a rate float32 cannot hold: infinite
+    config.schedule.lr = 1e39
+    with pytest.raises(UsageError, match=r"^config\.schedule\.lr=1e\+39 "
+                       r"must be in \(0, 3\.4028234663852886e\+38\]\.$"):
+        config_limits.check_limits(config)
 
 
 def test_every_evaluator_limit_names_its_config_field():
@@ -360,7 +365,7 @@ def test_data_library_notices_stay_off_the_terminal():
     warnings and the commands' own lines pass."""
     import logging as std_logging
 
-    from keras_vit.commands import runner
+    from keras_vit.commands import log_setup
 
     tfds_file = os.path.join("site-packages", "tensorflow_datasets", "core",
                              "load.py")
@@ -369,7 +374,7 @@ def test_data_library_notices_stay_off_the_terminal():
         return std_logging.LogRecord("absl", level, pathname, 1, msg, (),
                                      None)
 
-    keep = runner._DropDataLibraryInfo().filter
+    keep = log_setup._DropDataLibraryInfo().filter
     assert not keep(record(std_logging.INFO, tfds_file,
                            "Load dataset info from %s"))
     assert not keep(record(std_logging.WARNING, tfds_file, "Variant folder "
@@ -377,6 +382,6 @@ def test_data_library_notices_stay_off_the_terminal():
     assert keep(record(std_logging.WARNING, tfds_file, "Something else"))
     assert keep(record(std_logging.INFO, os.path.join(
         "keras_vit", "training", "loop.py"), "Reading the data: dtd."))
-    runner.setup_logging(verbose=False)
-    assert any(isinstance(f, runner._DropDataLibraryInfo)
+    log_setup.setup_logging(verbose=False)
+    assert any(isinstance(f, log_setup._DropDataLibraryInfo)
                for f in std_logging.getLogger("absl").filters)

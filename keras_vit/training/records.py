@@ -137,9 +137,11 @@ class RunRecords:
 def set_earlier_run_aside(workdir: str, chief: bool) -> None:
     """A run that starts at step 0 where an earlier one logged (its
     checkpoints deleted, or it stopped before its first) keeps that
-    run's history and best checkpoint apart (history.before-N.csv,
-    best.before-N/), said in the log, so that the two runs' rows and
-    curves do not mix and the new run's best is its own."""
+    run's history, best checkpoint, TensorBoard summaries and final
+    metrics apart (history.before-N.csv, best.before-N/, train.before-N/,
+    metrics.before-N.json), said in the log, so that the two runs' rows
+    and curves do not mix, the new run's best is its own and its results
+    do not overwrite the earlier run's."""
     if not chief:
         return
     moved = history.set_aside(workdir)
@@ -156,14 +158,18 @@ def set_earlier_run_aside(workdir: str, chief: bool) -> None:
         logging.warning(
             "The earlier run's best checkpoint is kept apart in %s; %s holds "
             "the new run's.", kept, folder)
-    # Its TensorBoard summaries: another run beside the new one, not
-    # curves drawn over it.
+    # Its TensorBoard summaries (another run beside the new one, not
+    # curves drawn over it) and final metrics.
     summaries = [kept for kept in (
         history.kept_apart(os.path.join(workdir, name), n)
         for name in wd.SUMMARIES) if kept]
     if summaries:
         logging.warning("The earlier run's TensorBoard summaries are kept "
                         "apart in %s.", " and ".join(summaries))
+    final = history.kept_apart(os.path.join(workdir, wd.METRICS), n)
+    if final:
+        logging.warning("The earlier run's final metrics are kept apart in "
+                        "%s.", final)
 
 
 def keep_earlier_config(workdir: str, config: Dict,
