@@ -386,6 +386,36 @@ def test_a_new_head_drops_the_pre_logits_unless_kept(tmp_path):
             checkpoint.load_npz(tiny(num_classes=5), npz)
 
 
+def test_a_non_square_npz_takes_its_grid_in_every_command(tmp_path):
+    """An .npz whose position embedding is not square: keras-vit-predict
+    and keras-vit-export take --posemb_grid as keras-vit-convert does
+    (their refusal names it), keras_vit.load_model takes `posemb_grid`;
+    a size the patches do not divide names --image_size alone where the
+    command has no --config."""
+    npz = str(tmp_path / "wide.npz")
+    checkpoint.save_npz(tiny(num_classes=3, image_size=(32, 48),
+                             num_layers=1), npz)
+    image = str(tmp_path / "wide.png")
+    keras.utils.save_img(image, np.full((32, 48, 3), 90, np.uint8))
+    refused = console.run("predict", [f"--model={npz}", image])
+    assert refused.returncode == 1
+    assert "pass the grid it was trained with as --posemb_grid=ROWSxCOLS" \
+        in refused.stderr, refused.stderr[-2000:]
+    done = console.run("predict", [f"--model={npz}", "--posemb_grid=4x6",
+                                   image])
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.startswith(f"{image}: ")
+    exports = str(tmp_path / "exports")
+    bad = console.run("export", [f"--model={npz}", "--posemb_grid=4x6",
+                                 f"--export_dir={exports}",
+                                 "--image_size=50"])
+    assert bad.stderr.strip().splitlines()[-1] == (
+        "keras-vit-export: error: --image_size height 50 is not divisible "
+        "by patch size 8 (the stride 8): use a multiple of 8, e.g. 48 or 56.")
+    assert loader.load_model(npz, posemb_grid=(4, 6)).architecture \
+        .image_size == (32, 48)
+
+
 def test_convert_names_its_flags_and_refuses_flags_it_would_ignore(
         tmp_path, capsys):
     """keras-vit-convert's errors name its flags, not the library's

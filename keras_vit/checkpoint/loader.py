@@ -16,7 +16,7 @@ matching `config.model` fields.
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, NamedTuple, Optional, Sequence, Union
+from typing import Any, Dict, NamedTuple, Optional, Sequence, Tuple, Union
 
 import keras
 import tensorflow as tf
@@ -225,6 +225,7 @@ def load_model(
     pooling: Optional[str] = None,
     representation_size: Union[int, None, str] = FROM_SOURCE,
     strict: bool = True,
+    posemb_grid: Optional[Tuple[int, int]] = None,
 ) -> keras.Model:
     """The source's model as trained (head included), float32 weights.
 
@@ -260,6 +261,8 @@ def load_model(
         strict: bool. An .npz or hub model: any array that does not fit
             the model is an error; False loads what fits (and builds an
             .npz's `variant` even when the file is another variant).
+        posemb_grid: (rows, cols) or None. An .npz named by a string: its
+            patch grid, where it is not square (`resolve`).
 
     Returns:
         keras.Model.
@@ -270,7 +273,7 @@ def load_model(
             fit the model asked for.
         FileNotFoundError: a missing config.json or checkpoint.
     """
-    source = resolve(source)
+    source = resolve(source, posemb_grid=posemb_grid)
     model = load_report(
         source, image_size, num_classes=num_classes, pooling=pooling,
         representation_size=representation_size, strict=strict,

@@ -159,10 +159,11 @@ class NpzSource(sources.Source):
         that variant's, which non-strict loading builds even when the file
         is another one, to load what fits), at `image_size`, with the head,
         pooling and pre-logits layer of the file unless given (a new head
-        has no pre-logits unless given: `weights.own_pre_logits`)."""
+        has no pre-logits unless given: `npz_layout.own_pre_logits`)."""
         info = content.info
         if representation_size == sources.FROM_SOURCE:
-            representation_size = weights.own_pre_logits(info, num_classes)
+            representation_size = npz_layout.own_pre_logits(
+                info, num_classes)
         sizes = {} if self.variant else {
             k: info[k] for k in SIZE_FIELDS + ("resnet_layers",)}
         if info["resnet_layers"] is not None:

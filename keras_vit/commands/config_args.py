@@ -264,7 +264,9 @@ def shell_words(message: str, values: Optional[flags.FlagValues]) -> str:
         return f"--{name}" if name in values else match.group(0)
 
     message = re.sub(r"`(\w+)`", flag, message)
-    if "config" in values:
+    if "config" not in values:  # "--image_size (config.model.image_size)"
+        message = re.sub(r"(--\w+) \(config\.[\w.]+\)", r"\1", message)
+    else:
         message = re.sub(
             r"(?<![\w/.`-])config\.(?!json\b|py\b)([a-z_][\w.]*\w)",
             r"--config.\1", message)

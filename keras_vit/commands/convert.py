@@ -56,9 +56,6 @@ def define_flags(values: flags.FlagValues, argv: Sequence[str]) -> None:
     flags.DEFINE_enum("pooling", None, ["token", "gap"], "An .npz model: "
                       "the pooling to build (default: the file's).",
                       flag_values=values)
-    flags.DEFINE(cli.ImageSizeParser(), "posemb_grid", None,
-                 "An .npz model: its patch grid when not square, e.g. "
-                 "14x20.", flag_values=values)
     flags.DEFINE_boolean("non_strict", False, "An .npz or hub model: load "
                          "what fits instead of failing on any mismatch.",
                          flag_values=values)

@@ -65,13 +65,16 @@ MODEL_HELP = "The model: {}.".format(SOURCE_KINDS.replace(
 # ---------------------------------------------------------------- flags
 def define_model(values: flags.FlagValues, required: bool = True,
                  extra: str = "", ema: bool = True) -> None:
-    """--model (and, with `ema`, --no_ema, which picks a workdir's
-    weights)."""
+    """--model and --posemb_grid (and, with `ema`, --no_ema, which picks a
+    workdir's weights)."""
     flags.DEFINE_string("model", None, MODEL_HELP + extra,
                         flag_values=values, required=required)
     flags.DEFINE_string(listing.FLAG, None, listing.HELP, flag_values=values)
     if not ema:
         return
+    flags.DEFINE(ImageSizeParser(), "posemb_grid", None,
+                 "An .npz model: its patch grid when not square, e.g. "
+                 "14x20.", flag_values=values)
     flags.DEFINE_boolean(
         "no_ema", False,
         "A training workdir: its raw weights, not the EMA (Polyak) average.",

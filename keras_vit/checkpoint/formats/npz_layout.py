@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Dict, Optional, Tuple
+from typing import Dict, Mapping, Optional, Tuple
 
 import numpy as np
 
@@ -219,3 +219,14 @@ def architecture_hint(file_shapes, model_shapes) -> Optional[str]:
         f"  checkpoint: {fmt(found)}\n  model:      {fmt(wanted)}\n"
         f"Build the model with {fix}."
     )
+
+
+def own_pre_logits(info: Mapping, num_classes: Optional[int]
+                   ) -> Optional[int]:
+    """The pre-logits width of a model built from a file described by
+    `info` (`describe_arrays`) with a head `num_classes` wide (None: the
+    file's): the file's where its head is kept or the model has none (0),
+    none where a new head replaces the file's, as for transfer in the
+    paper (the whole head, pre-logits included, becomes one layer)."""
+    new_head = num_classes not in (None, 0, info["num_classes"])
+    return None if new_head else info["representation_size"]

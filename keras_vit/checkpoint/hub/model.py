@@ -12,7 +12,10 @@ import keras
 from keras_vit.architecture import SIZE_FIELDS, Architecture, Numerics
 from keras_vit.checkpoint import weights
 from keras_vit.checkpoint.formats.npz import POSEMB, LoadReport
-from keras_vit.checkpoint.formats.npz_layout import describe_arrays
+from keras_vit.checkpoint.formats.npz_layout import (
+    describe_arrays,
+    own_pre_logits,
+)
 from keras_vit.checkpoint.hub import reader as hub
 from keras_vit.checkpoint.posemb import resize_like_library
 from keras_vit.errors import UsageError
@@ -29,7 +32,7 @@ def hub_architecture(checkpoint: hub.HubCheckpoint, image_size=None,
     config.json; at `image_size` (None: the checkpoint's own), with
     `num_classes` (None: its head's, 0 without one) and
     `representation_size` (default: its pre-logits layer's, none under a
-    new head: `weights.own_pre_logits`)."""
+    new head: `npz_layout.own_pre_logits`)."""
     info = describe_arrays(
         {k: tuple(v.shape) for k, v in checkpoint.arrays.items()})
     return Architecture(
@@ -38,7 +41,7 @@ def hub_architecture(checkpoint: hub.HubCheckpoint, image_size=None,
         image_size=checkpoint.image_size if image_size is None
         else _image_hw(image_size),
         pooling=info["pooling"],
-        representation_size=weights.own_pre_logits(info, num_classes)
+        representation_size=own_pre_logits(info, num_classes)
         if representation_size is _OWN else representation_size,
         # A ViTModel's pooler_act (tanh unless its config says otherwise).
         pre_logits_activation=checkpoint.pre_logits_activation,
