@@ -336,10 +336,16 @@ def _typed(arch: Architecture, field: str, kind, what: str = ""):
         return kind(value)
     except (TypeError, ValueError):
         what = what or f"a {kind.__name__}"
-        config = (f" (config.model.{field})" if field in CONFIG_FIELDS
-                  or field == "num_classes" else "")
         raise UsageError(
-            f"`{field}`{config} must be {what}, got {value!r}.") from None
+            f"{_named(field)} must be {what}, got {value!r}.") from None
+
+
+def _named(field: str) -> str:
+    """An Architecture field in a message: `field`, with config.model.FIELD
+    where a run config sets it (the commands name their flag)."""
+    config = (f" (config.model.{field})" if field in CONFIG_FIELDS
+              or field == "num_classes" else "")
+    return f"`{field}`{config}"
 
 
 def _check(arch: Architecture) -> None:
@@ -352,14 +358,13 @@ def _check(arch: Architecture) -> None:
         object.__setattr__(arch, key, value)
     for field in SIZE_FIELDS:
         if getattr(arch, field) <= 0:
-            raise UsageError(
-                f"{field} must be positive, got {getattr(arch, field)}.")
+            raise UsageError(f"{_named(field)} must be positive, got "
+                             f"{getattr(arch, field)}.")
     if arch.hidden_size % arch.num_heads:
         raise UsageError(
-            f"num_heads {arch.num_heads} does not divide hidden_size "
-            f"{arch.hidden_size}: choose a head count that divides the "
-            "width."
-        )
+            f"{_named('num_heads')} {arch.num_heads} does not divide "
+            f"{_named('hidden_size')} {arch.hidden_size}: choose a head "
+            "count that divides the width.")
     if arch.num_classes < 0:
         raise UsageError(
             f"`num_classes` must be >= 0 (0: no head), got "
@@ -368,8 +373,7 @@ def _check(arch: Architecture) -> None:
         raise UsageError(
             "`representation_size` must be a positive width, got "
             f"{arch.representation_size} (a model without a pre-logits "
-            "layer leaves it out)."
-        )
+            "layer leaves it out).")
     if arch.resnet_layers is not None and arch.resnet_width < 1:
         raise UsageError(
             f"resnet_width must be a positive int, got {arch.resnet_width}.")
@@ -378,22 +382,17 @@ def _check(arch: Architecture) -> None:
             f"resnet_width={arch.resnet_width} is a hybrid's ResNet width, "
             "and this model has no ResNet: set resnet_layers too (e.g. "
             "variant R50+ViT-B_16), or leave resnet_width out.")
-    vit_embedding.check_rate("dropout_rate", arch.dropout_rate)
-    vit_embedding.check_rate("attention_dropout_rate",
-                             arch.attention_dropout_rate)
-    vit_embedding.check_rate("stochastic_depth_rate",
-                             arch.stochastic_depth_rate)
+    for rate in ("dropout_rate", "attention_dropout_rate",
+                 "stochastic_depth_rate"):
+        vit_embedding.check_rate(rate, getattr(arch, rate))
     if arch.posemb not in POSEMBS:
         raise UsageError(
-            f'posemb must be "learn" or "sincos2d", got {arch.posemb!r}.'
-        )
+            f'posemb must be "learn" or "sincos2d", got {arch.posemb!r}.')
     if arch.pooling not in ("token", "gap"):
         raise UsageError(
             f'pooling must be "token" or "gap", got {arch.pooling!r}.')
     if not isinstance(arch.numerics, Numerics):
-        raise UsageError(
-            "numerics must be a keras_vit.Numerics, got "
-            f"{arch.numerics!r}."
-        )
+        raise UsageError("numerics must be a keras_vit.Numerics, got "
+                         f"{arch.numerics!r}.")
     check_remat(arch.remat)
     arch.grid()  # the stride divides the image size

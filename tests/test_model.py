@@ -483,15 +483,16 @@ def test_keras_save_load_is_bit_identical(kwargs, tmp_path):
          "20"),
         (dict(image_size=(16, 30)), "width 30 is not divisible"),
         (dict(image_size=3), "not divisible by patch size 4.*e.g. 4[.]"),
-        (dict(num_heads=5), "does not divide hidden_size"),
+        (dict(num_heads=5), "does not divide `hidden_size`"),
         (dict(dropout_rate=-0.1), "dropout_rate must be in"),
         (dict(attention_dropout_rate=1.0), "attention_dropout_rate"),
         (dict(pooling="max"), "pooling must be"),
         (dict(num_classes=-1), "`num_classes` must be >= 0"),
-        (dict(representation_size=0), "`representation_size` must be "
-         "positive"),
+        (dict(representation_size=0), "`representation_size` must be a "
+         "positive width"),
         (dict(image_size=(16, 0)), "`image_size` must be positive"),
-        (dict(num_layers=0), "num_layers must be positive"),
+        (dict(num_layers=0), r"`num_layers` \(config.model.num_layers\) "
+         "must be positive"),
         # Recorded and unread on a plain ViT otherwise.
         (dict(resnet_width=2), "resnet_width=2 is a hybrid's ResNet width"),
         (dict(numerics=dict(approximate_gelu=False)), "must be a keras_vit"),

@@ -17,9 +17,9 @@ from keras_vit import errors, keras_compat, optim
 from keras_vit.commands import train as train_command
 from keras_vit.storage import history
 from keras_vit.storage import workdir as wd
-from keras_vit.training import loop, train_lib
+from keras_vit.training import data_fit, loop, train_lib
 from keras_vit.training.trainer import Trainer
-from tests import tiny
+from tests import console, tiny
 from tests.strategies import two_cpu_mirrored
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -573,15 +573,28 @@ def test_the_api_names_the_config_field_of_a_bad_step_or_batch(field,
     setattr(config[section], name, value)
     with pytest.raises(errors.UsageError, match=(
             rf"^config\.{field} must be positive, got {value}\.$")):
-        train_lib._global_batch(config.trainer, config.input)
+        data_fit.global_batch(config.trainer, config.input, 1)
+
+
+def test_a_batch_the_replicas_do_not_split_is_one_line(tmp_path):
+    """keras-vit-train --strategy=mirrored on 2 CPU devices with a batch of
+    33: one line naming the flags, before the workdir is made."""
+    workdir = tmp_path / "run"
+    result = console.run("train", [
+        *console.TINY_DIGITS, "--strategy=mirrored", "--cpu_devices=2",
+        "--config.input.batch_size=33", f"--workdir={workdir}"])
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1] == (
+        "keras-vit-train: error: --config.input.batch_size=33 does not "
+        "split among 2 replica(s) x --config.trainer.accumulation_steps=1: "
+        "use a multiple of 2.")
+    assert not workdir.exists()
 
 
 def test_fine_tuning_says_when_the_source_computes_otherwise(tmp_path):
     """keras-vit-train --model=<a Hugging Face folder>: its exact GELU and
     LayerNorm epsilon 1e-12 are not the official numerics the run's model
     computes with; the log says so, naming both."""
-    from tests import console
-
     folder = os.path.join(os.path.dirname(__file__), "fixtures", "hub",
                           "hf_vit_classifier")
     result = console.run("train", console.TINY_DIGITS[:1] + [

@@ -22,6 +22,25 @@ from keras_vit.errors import UsageError
 WARMUP_SHARE = 0.1
 
 
+def global_batch(trainer, inp, replicas: int) -> int:
+    """int. The run's global batch (`config.input.batch_size`), checked
+    with its steps: positive, and a multiple of the replicas times the
+    accumulation steps (each update splits it among them)."""
+    for field, value in (("trainer.total_steps", trainer.total_steps),
+                         ("input.batch_size", inp.batch_size)):
+        if int(value) <= 0:
+            raise UsageError(
+                f"config.{field} must be positive, got {int(value)}.")
+    parts = replicas * int(trainer.accumulation_steps)
+    if int(inp.batch_size) % parts:
+        raise UsageError(
+            f"config.input.batch_size={int(inp.batch_size)} does not split "
+            f"among {replicas} replica(s) x config.trainer."
+            f"accumulation_steps={int(trainer.accumulation_steps)}: use a "
+            f"multiple of {parts}.")
+    return int(inp.batch_size)
+
+
 def fit(inp, trainer, schedule, log, checkpoints, evals) -> Dict[str, dict]:
     """The sections of a run config to change (`config.replace`'s
     arguments; {} when there is nothing to settle), from its `input`,

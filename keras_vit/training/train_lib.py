@@ -197,7 +197,8 @@ def train_and_evaluate(
         config.checkpoints, config.evals))
     config_limits.check_limits(config)
     remat.check_backend(config.model.remat)  # "dots": JAX's
-    batch = _global_batch(config.trainer, config.input)
+    batch = data_fit.global_batch(config.trainer, config.input,
+                                  strategy.num_replicas_in_sync)
     if not config.objective.mpp.enabled:
         config = config_lib.replace(config, model=model_init.init_architecture(
             config.init, config.model))
@@ -300,17 +301,6 @@ def _host_run(workdir: str, trainer, data: run_data.RunData, checkpoints,
                                    keeper),
     )
     return run, items
-
-
-def _global_batch(trainer_config, inp) -> int:
-    """int. The run's global batch (`config.input.batch_size`), its steps
-    and batch checked."""
-    for field, value in (("trainer.total_steps", trainer_config.total_steps),
-                         ("input.batch_size", inp.batch_size)):
-        if int(value) <= 0:
-            raise UsageError(
-                f"config.{field} must be positive, got {int(value)}.")
-    return int(inp.batch_size)
 
 
 def _check_data(inp, evals, objective):
