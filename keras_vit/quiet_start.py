@@ -178,6 +178,13 @@ def interrupted_line(program: str) -> str:
     return f"{program}: interrupted: stopped at once (Ctrl-C)."
 
 
+def preempted_line(program: str, again: bool = True) -> str:
+    """The one line of a command that SIGTERM stopped at once (`again`:
+    with its work left to do)."""
+    return (f"{program}: preempted: stopped at once (SIGTERM)"
+            + ("; run the same command again." if again else "."))
+
+
 def _program(argv) -> str:
     """keras-vit-NAME of a command's argv (a console script, or the module
     file of `python -m keras_vit.commands.NAME`)."""
@@ -195,18 +202,19 @@ def _stop_while_starting(signum, frame) -> None:
     swallows."""
     del frame
     out = _held[-1][0] if _held else 2
-    program = _program(sys.argv)
     term = signum == signal.SIGTERM
-    line = (f"{program}: preempted: stopped at once (SIGTERM); run the same "
-            "command again." if term else interrupted_line(program))
+    line = (preempted_line if term else interrupted_line)(
+        _program(sys.argv))
     os.write(out, (line + "\n").encode())
     os._exit(_PREEMPTED if term else _INTERRUPTED)
 
 
 def started() -> None:
     """The command's own handling of Ctrl-C and SIGTERM begins
-    (`runner.run`, before the command's work): KeyboardInterrupt again,
-    and SIGTERM as it was (the runner installs its own)."""
+    (`runner.run`, before the command's work): Ctrl-C raises
+    KeyboardInterrupt (also where the command inherited it ignored, as a
+    background job of a script does: Ctrl-C stops every command), and
+    SIGTERM has its default until the runner installs its own."""
     if signal.getsignal(signal.SIGINT) is _stop_while_starting:
         signal.signal(signal.SIGINT, signal.default_int_handler)
     if signal.getsignal(signal.SIGTERM) is _stop_while_starting:

@@ -242,7 +242,8 @@ _CASES = [
         "metrics.json is not written (status 42). The same command "
         "evaluates again and finishes, without training.",
         ("leaving the final evaluation, then stopping",
-         "during its final evaluation (not recorded); checkpoint saved"),
+         "in its final evaluation; checkpoint saved. Run the same command "
+         "to evaluate again and finish."),
     ),
     Case(
         "failed_metrics_write", FAULT, "workdir",

@@ -375,6 +375,11 @@ def test_a_new_head_drops_the_pre_logits_unless_kept(tmp_path):
         .representation_size is None
     assert loader.load_model(npz, num_classes=0).architecture \
         .representation_size == 24
+    # A backbone saved with its pre-logits and no head keeps them.
+    backbone = save(tmp_path / "backbone.npz", random_arrays(
+        tiny(num_classes=0, representation_size=24)))
+    assert loader.load_model(backbone, num_classes=7).architecture \
+        .representation_size == 24
     # A model built without them for the file's classes: the fix is named
     # (whether the head's input is as wide as the encoder's or not).
     for width in (24, 32):
@@ -397,10 +402,24 @@ def test_a_non_square_npz_takes_its_grid_in_every_command(tmp_path):
                              num_layers=1), npz)
     image = str(tmp_path / "wide.png")
     keras.utils.save_img(image, np.full((32, 48, 3), 90, np.uint8))
-    refused = console.run("predict", [f"--model={npz}", image])
+    for name, args, also in (
+            ("predict", [image], ""),
+            ("export", [f"--export_dir={tmp_path / 'refused'}"],
+             ", or the --image_size=HxW it was trained at")):
+        refused = console.run(name, [f"--model={npz}", *args])
+        assert refused.returncode == 1
+        assert refused.stderr.strip().splitlines()[-1].endswith(
+            "pass the grid it was trained with as --posemb_grid=ROWSxCOLS"
+            f"{also}."), refused.stderr[-2000:]
+    # keras-vit-train records its starting model in its config, with no
+    # grid: the way is a .keras file converted with it.
+    refused = console.run("train", [
+        *console.TINY_DIGITS, f"--model={npz}",
+        f"--workdir={tmp_path / 'run'}"])
     assert refused.returncode == 1
-    assert "pass the grid it was trained with as --posemb_grid=ROWSxCOLS" \
-        in refused.stderr, refused.stderr[-2000:]
+    assert ("convert it first with the grid it was trained with "
+            "(keras-vit-convert --posemb_grid=ROWSxCOLS) and start from the "
+            ".keras file.") in refused.stderr, refused.stderr[-2000:]
     done = console.run("predict", [f"--model={npz}", "--posemb_grid=4x6",
                                    image])
     assert done.returncode == 0, done.stderr[-2000:]

@@ -943,9 +943,9 @@ def test_a_stop_before_the_first_step_saves_nothing(tmp_path, monkeypatch,
     assert os.stat(index).st_mtime_ns == before
 
 
-def _ctrl_c_at_the_second_batch(monkeypatch) -> list:
-    """Trainer.evaluate sends a real Ctrl-C once, at its first
-    evaluation's second batch; the list of batch numbers it reads."""
+def _ctrl_c_at_the_second_batch(monkeypatch, signum=signal.SIGINT) -> list:
+    """Trainer.evaluate sends a real Ctrl-C (or `signum`) once, at its
+    first evaluation's second batch; the list of batch numbers it reads."""
     evaluate, batches = Trainer.evaluate, []
 
     def signalled(self, dataset, use_ema=True, on_batch=None):
@@ -953,7 +953,7 @@ def _ctrl_c_at_the_second_batch(monkeypatch) -> list:
             for i, batch in enumerate(dataset, start=1):
                 batches.append(i)
                 if i == 2 and len(batches) == 2:
-                    os.kill(os.getpid(), signal.SIGINT)
+                    os.kill(os.getpid(), signum)
                 yield batch
         return evaluate(self, batch_by_batch(), use_ema, on_batch)
 
@@ -1003,35 +1003,42 @@ def test_a_stop_during_an_evaluation_leaves_it(tmp_path, monkeypatch,
 
 
 @covers("stop_during_final_evaluation")
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_a_stop_during_the_final_evaluation_leaves_it(tmp_path, monkeypatch,
-                                                      capsys, caplog):
-    """Ctrl-C during the final evaluation (one host): it is left after its
-    current batch, the run is not finished (no metrics.json), and the
-    same command evaluates again and finishes without training."""
+                                                      capsys, caplog, signum):
+    """Ctrl-C (or SIGTERM) during the final evaluation (one host): it is
+    left after its current batch, the run is not finished (no export, no
+    metrics.json), and the same command evaluates again, exports and
+    finishes without training."""
     workdir = str(tmp_path / "run")
-    batches = _ctrl_c_at_the_second_batch(monkeypatch)
+    batches = _ctrl_c_at_the_second_batch(monkeypatch, signum)
     caplog.set_level("INFO", logger="absl")
     args = [
         "keras-vit-train", *console.TINY_DIGITS, f"--workdir={workdir}",
         "--config.trainer.total_steps=10", "--config.trainer.steps_per_loop=5",
-        "--config.evals.test.every_steps=0",
+        "--config.evals.test.every_steps=0", "--config.export.enabled=True",
         "--config.checkpoints.every_steps=5"]
     code = train_command.main(args)
     err = capsys.readouterr().err
     assert code == PREEMPTED_EXIT_CODE, err[-2000:]
     assert batches == [1, 2]  # of the ~23 the split has
     assert err.strip().splitlines()[-1] == (
-        "keras-vit-train: stopped: Ctrl-C at step 10, checkpoint saved; "
-        "run the same command to resume.")
+        "keras-vit-train: stopped: Ctrl-C at step 10, checkpoint saved; run "
+        "the same command to evaluate again and finish."
+        if signum == signal.SIGINT else
+        "keras-vit-train: preempted: stopped at step 10 with a checkpoint "
+        "saved; run the same command to evaluate again and finish.")
     check_says("stop_during_final_evaluation", caplog.text + err)
     assert checkpoint_list.latest(ckpt_dir(workdir)).endswith("ckpt-10")
     assert not os.path.exists(os.path.join(workdir, "metrics.json"))
+    assert not os.path.exists(os.path.join(workdir, "export"))
     rows = history.read_history(workdir)
     assert [r["split"] for r in rows if r["split"] != "train"] == []
     caplog.clear()
     assert train_command.main(args) == 0
     assert "Tracing and compiling" not in caplog.text  # no training
     assert wd.read_json(os.path.join(workdir, "metrics.json"))["steps"] == 10
+    assert os.listdir(os.path.join(workdir, "export", "vit")) == ["1"]
     rows = history.read_history(workdir)
     assert [(r["step"], r["split"]) for r in rows
             if r["split"] != "train"] == [(10, "test")]

@@ -241,6 +241,13 @@ _UNFLAGGED = {
     "Pass `strict`=False to load what fits and get a report.": (
         "keras-vit-convert --non_strict loads what fits into a .keras "
         "file, with a report."),
+    # keras-vit-train, whose config records no grid.
+    "pass the grid it was trained with as `posemb_grid`=(rows, cols), or "
+    "the `image_size`=(height, width) it was trained at.": (
+        "convert it first with the grid it was trained with "
+        "(keras-vit-convert --posemb_grid=ROWSxCOLS) and start from the "
+        ".keras file."),
+    ", or the `image_size`=(height, width) it was trained at": "",
 }
 
 

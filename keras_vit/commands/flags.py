@@ -65,8 +65,9 @@ MODEL_HELP = "The model: {}.".format(SOURCE_KINDS.replace(
 # ---------------------------------------------------------------- flags
 def define_model(values: flags.FlagValues, required: bool = True,
                  extra: str = "", ema: bool = True) -> None:
-    """--model and --posemb_grid (and, with `ema`, --no_ema, which picks a
-    workdir's weights)."""
+    """--model, with --posemb_grid and --no_ema (which picks a workdir's
+    weights) unless `ema` is False: a training run records its starting
+    model in its config, which keeps neither."""
     flags.DEFINE_string("model", None, MODEL_HELP + extra,
                         flag_values=values, required=required)
     flags.DEFINE_string(listing.FLAG, None, listing.HELP, flag_values=values)

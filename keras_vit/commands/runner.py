@@ -302,8 +302,7 @@ def _interrupted(error: KeyboardInterrupt, program: str,
     if not terminated:
         line = quiet_start.interrupted_line(program)
     else:
-        line = (f"{program}: preempted: stopped at once (SIGTERM)"
-                + ("." if written else "; run the same command again."))
+        line = quiet_start.preempted_line(program, again=not written)
     if written:
         line += (f" {', '.join(written)} was complete before the stop: no "
                  "need to write it again.")

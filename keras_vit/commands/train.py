@@ -200,19 +200,20 @@ def _main(values: flags.FlagValues, args: list) -> None:
             "model": cli.model_source(values, config.init.model).path})
     final = run(config, values.workdir, cli.strategy(values, config))
     saved = final.get("saved", True)
+    then = ("evaluate again and finish" if final.get("final") else "resume"
+            if final.get("step") else "start")
     if final.get("preempted") and final.get("signal") == "Ctrl-C":
         raise Preempted(
             f"Ctrl-C at step {final['step']}, "
             + ("checkpoint saved" if saved else "nothing trained, nothing "
                "saved")
-            + "; run the same command to "
-            f"{'resume' if final['step'] else 'start'}.", kind="stopped")
+            + f"; run the same command to {then}.", kind="stopped")
     if final.get("preempted"):
         raise Preempted(
             f"stopped at step {final['step']} "
             + ("with a checkpoint saved" if saved else "before its first "
                "step, nothing saved")
-            + "; run the same command to resume"
+            + f"; run the same command to {then}"
             + (" (on every worker)." if final.get("restart") else ".")
         )
 

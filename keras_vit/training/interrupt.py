@@ -202,7 +202,8 @@ class StopRequest:
 
 
 class EvaluationStopped(Exception):
-    """A periodic evaluation left unfinished at a stop request."""
+    """An evaluation (periodic or final) left unfinished at a stop
+    request."""
 
 
 def stopping(on_batch: Optional[Callable], request: StopRequest

@@ -116,13 +116,14 @@ class _HostLoop:
                     return stopped
             preemption.says = (  # (the step's checkpoint is saved)
                 "leaving the final evaluation, then stopping" if self.alone
-                else "the workers finish the final evaluation first")
+                else "the workers finish the final evaluation and the run")
             try:
                 final = self._evaluations(self.plan.evaluators, preemption,
                                           final=True)
             except interrupt.EvaluationStopped:
-                return self._stopped(preemption, True, " during its final "
-                                     "evaluation (not recorded)")
+                final = None
+            if self.alone and preemption.requested:  # (or after its end)
+                return self._stopped(preemption, True, final=True)
         return self._finish(final)
 
     def _one_call(self, preemption) -> Optional[Dict[str, Any]]:
@@ -319,17 +320,20 @@ class _HostLoop:
             return self._stopped(preemption, saved=step != self.start_step)
         return None
 
-    def _stopped(self, preemption, saved: bool, where: str = "") -> Dict:
-        """Logs a stop at this step (`where` in the run); its result."""
+    def _stopped(self, preemption, saved: bool, final: bool = False
+                 ) -> Dict:
+        """Logs a stop at this step (`final`: in the final evaluation,
+        which the next start does again); its result."""
         self._log_stop()
         name = getattr(preemption, "name", "") or "SIGTERM"
         logging.warning(
             "Stopped at step %d after %s%s; %s. Run the same command to %s.",
-            self.step, name, where, "checkpoint saved" if saved else
-            "nothing trained, nothing saved", "resume" if self.step
+            self.step, name, " in its final evaluation" if final else "",
+            "checkpoint saved" if saved else "nothing trained, nothing saved",
+            "evaluate again and finish" if final else "resume" if self.step
             else "start")
         return {"preempted": True, "step": self.step, "signal": name,
-                "saved": saved}
+                "saved": saved, **({"final": True} if final else {})}
 
     def _finish(self, final: Dict[str, Any]) -> Dict[str, float]:
         """The final metrics (`final`, the evaluations'), `on_finish`, and

@@ -181,7 +181,8 @@ def train_and_evaluate(
     the run finished already (nothing is trained or measured again); or,
     when the run stopped on SIGTERM or Ctrl-C,
     {"preempted": True, "step": S, "signal": "SIGTERM" or "Ctrl-C",
-    "saved": False where it stopped before its first step}
+    "saved": False where it stopped before its first step, "final": True
+    where it stopped in its final evaluation}
     ("restart": True when every worker of a multi-worker or TPU run saved
     that step); the commands then exit with `distribute.RESTART_EXIT_CODE`.
     """

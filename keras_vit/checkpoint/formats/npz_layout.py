@@ -225,8 +225,10 @@ def own_pre_logits(info: Mapping, num_classes: Optional[int]
                    ) -> Optional[int]:
     """The pre-logits width of a model built from a file described by
     `info` (`describe_arrays`) with a head `num_classes` wide (None: the
-    file's): the file's where its head is kept or the model has none (0),
-    none where a new head replaces the file's, as for transfer in the
-    paper (the whole head, pre-logits included, becomes one layer)."""
-    new_head = num_classes not in (None, 0, info["num_classes"])
+    file's): the file's where its head is kept, the model has none (0) or
+    the file has none (a backbone kept with them), none where a new head
+    replaces the file's, as for transfer in the paper (the whole head,
+    pre-logits included, becomes one layer)."""
+    new_head = bool(info["num_classes"]) and num_classes not in (
+        None, 0, info["num_classes"])
     return None if new_head else info["representation_size"]
