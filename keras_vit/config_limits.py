@@ -15,8 +15,6 @@ from typing import Optional, Tuple, Union
 from keras_vit.errors import UsageError
 
 Bound = Union[None, float, str]  # a number, a field's path, or no bound
-# The largest float32: a rate above it is infinite in the optimizer.
-FLOAT32_MAX = 3.4028234663852886e38
 
 # (field, low, high, brackets): the value must lie between `low` and
 # `high` (None: no bound; a str: that field's value), "[" / "]" closed and
@@ -25,8 +23,8 @@ LIMITS: Tuple[Tuple[str, Bound, Bound, str], ...] = (
     ("trainer.total_steps", 0, None, "(]"),
     ("input.batch_size", 0, None, "(]"),
     ("schedule.warmup_steps", 0, "trainer.total_steps", "[]"),
-    ("schedule.lr", 0, FLOAT32_MAX, "(]"),
-    ("schedule.end_lr", 0, FLOAT32_MAX, "[]"),
+    ("schedule.lr", 0, None, "(]"),
+    ("schedule.end_lr", 0, None, "[]"),
     ("trainer.ema_decay", 0, 1, "[)"),
     ("trainer.accumulation_steps", 1, None, "[]"),
     ("trainer.steps_per_loop", 1, None, "[]"),

@@ -721,7 +721,7 @@ _CASES = [
         "batch_not_divisible", BAD_INPUT, "config",
         "batch_size 15 on 2 replicas",
         "A clear error with the multiple to use.",
-        ("batch_size 15 is not divisible by replicas (2)",
+        ("config.input.batch_size=15 does not split among 2 replica(s)",
          "use a multiple of 2"),
         "UsageError",
     ),

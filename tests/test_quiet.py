@@ -93,11 +93,6 @@ def test_every_limit_names_its_config_field():
             config_limits.check_limits(config)
         assert len(str(info.value)) < MAX_MESSAGE
     config_limits.check_limits(base_config())  # the defaults are in range
-    config = base_config()  # a rate float32 cannot hold: infinite
-    config.schedule.lr = 1e39
-    with pytest.raises(UsageError, match=r"^config\.schedule\.lr=1e\+39 "
-                       r"must be in \(0, 3\.4028234663852886e\+38\]\.$"):
-        config_limits.check_limits(config)
 
 
 def test_every_evaluator_limit_names_its_config_field():
