@@ -433,6 +433,15 @@ def test_a_non_square_npz_takes_its_grid_in_every_command(tmp_path):
         "by patch size 8 (the stride 8): use a multiple of 8, e.g. 48 or 56.")
     assert loader.load_model(npz, posemb_grid=(4, 6)).architecture \
         .image_size == (32, 48)
+    # A model that records its own architecture takes no grid.
+    keras_file = str(tmp_path / "wide.keras")
+    tiny(num_classes=3, num_layers=1).save(keras_file)
+    refused = console.run("predict", [f"--model={keras_file}",
+                                      "--posemb_grid=4x6", image])
+    assert refused.stderr.strip().splitlines()[-1] == (
+        "keras-vit-predict: error: --posemb_grid goes with an .npz model "
+        f"only; {keras_file} is a .keras file, which records its own "
+        "architecture.")
 
 
 def test_convert_names_its_flags_and_refuses_flags_it_would_ignore(

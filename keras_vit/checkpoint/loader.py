@@ -28,7 +28,12 @@ from keras_vit.checkpoint import weights
 from keras_vit.checkpoint.formats import npz as checkpoint_io
 from keras_vit.checkpoint.formats.lazy import renamed, shape_of
 from keras_vit.checkpoint.npz_source import NpzSource
-from keras_vit.checkpoint.resolve import SOURCE_KINDS, SourceLike, resolve
+from keras_vit.checkpoint.resolve import (
+    SOURCE_KINDS,
+    SourceLike,
+    kind_words,
+    resolve,
+)
 from keras_vit.checkpoint.sources import (
     FROM_SOURCE,
     HubSource,
@@ -49,7 +54,8 @@ __all__ = [
     "Loaded",
     "NpzSource", "SOURCE_KINDS", "SavedModelSource", "Source",
     "SourceLike", "WorkdirSource", "class_names", "describe_source",
-    "initialise", "load_model", "load_report", "load_vit", "model_files",
+    "initialise", "kind_words", "load_model", "load_report", "load_vit",
+    "model_files",
     "require_vit", "warn_if_no_vit",
     "resolve",
     "source_arrays",

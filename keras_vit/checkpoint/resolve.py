@@ -228,7 +228,20 @@ def resolve(
     for name, value in (("variant", variant), ("posemb_grid", posemb_grid)):
         if value is not None and not isinstance(resolved, NpzSource):
             raise UsageError(
-                f"`{name}` goes with an .npz model only; {text} is a "
-                f"{resolved.kind} model, which records its own architecture."
-            )
+                f"`{name}` goes with an .npz model only; {text} is "
+                f"{kind_words(resolved.kind)}, which records its own "
+                "architecture.")
     return resolved
+
+
+_KIND_WORDS = {"keras": "a .keras file", "npz": "an .npz file",
+               "hub": "a Hugging Face or timm model",
+               "workdir": "a training run",
+               "saved_model": "an exported SavedModel",
+               "litert": "a LiteRT file"}
+
+
+def kind_words(kind: str) -> str:
+    """What a kind of source (`Source.kind`) is, in words ("a .keras
+    file")."""
+    return _KIND_WORDS.get(kind, f"a {kind} model")

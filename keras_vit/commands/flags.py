@@ -269,14 +269,9 @@ def model_source(values: flags.FlagValues, text: Optional[str] = None, *,
     return source
 
 
-_WHAT = {"keras": "a .keras file", "npz": "an .npz file",
-         "hub": "a Hugging Face or timm model", "workdir": "a training run",
-         "saved_model": "an exported SavedModel", "litert": "a LiteRT file"}
-
-
 def what(source: loader.Source) -> str:
     """What kind of model `source` is, in words ("a .keras file")."""
-    return _WHAT.get(source.kind, f"a {source.kind} model")
+    return loader.kind_words(source.kind)
 
 
 def hint(values: flags.FlagValues, name: str):
