@@ -211,9 +211,9 @@ _CASES = [
         "`--workdir` names a folder holding another program's config.json "
         "(a transformers model folder)",
         "Refused before anything is written; the file is left as it was.",
-        ("config.json: config.architectures is not a config field",
-         "nothing was written over", "use another --workdir",
-         "--config.init.model"),
+        ("config.json is a Hugging Face model's config, not a training "
+         "run's", "nothing was written over", "use another --workdir",
+         "config.init.model"),
         "UsageError",
     ),
     Case(
@@ -514,7 +514,7 @@ _CASES = [
         "A clear error before training that names the class, or says that "
         "a classifier needs two classes (an evaluation may still read "
         "such a folder).",
-        ("class dogs has images in val but none in train/",
+        ("class dogs has images in split val but none in split train",
          "rename the folder to the class it belongs to"),
         "UsageError",
     ),

@@ -714,6 +714,15 @@ CONFIG_FILES = {
                  "        c.extra_field = 3\n"
                  "    return c\n",
                  "extra.py: --config.extra_field is not a config field"),
+    "locked.py": ("from keras_vit.config import base_config\n"
+                  "def get_config(arg=None):\n"
+                  "    c = base_config()\n"
+                  "    c.model.hiden_size = 64\n"
+                  "    return c\n",
+                  "locked.py failed at line 4 (c.model.hiden_size = 64): "
+                  "the config has no field hiden_size; did you mean "
+                  "hidden_size? The fields are those of "
+                  "keras_vit/config_schema.py."),
     "none.py": ("def get_config(arg=None):\n    return None\n",
                 "none.py: its get_config() returned None: return the config"),
     "syntax.py": ("def get_config(arg=None)\n    return 1\n",

@@ -894,6 +894,12 @@ def test_a_workdir_holding_another_programs_config_is_refused(tmp_path):
     check_error("foreign_config_json", info.value)
     assert (folder / "config.json").read_text() == text
     assert os.listdir(folder) == ["config.json"]
+    timm = '{"architecture": "vit_base_patch16_224"}'
+    (folder / "config.json").write_text(timm)
+    with pytest.raises(keras_vit.errors.UsageError, match="config.json is "
+                       "a timm model's config, not a training run's"):
+        train_lib.train_and_evaluate(tiny_config(), str(folder))
+    assert os.listdir(folder) == ["config.json"]
 
 
 class _SigintAtStart(interrupt.StopRequest):

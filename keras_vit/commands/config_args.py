@@ -106,13 +106,23 @@ def config_file_error(error: BaseException, argv: Sequence[str]) -> str:
     import or an exception of its get_config): its name and line."""
     given = _config_given(argv)
     path = given.partition(":")[0] if given else "the config file"
-    line = getattr(error, "lineno", None)
+    line, code = getattr(error, "lineno", None), ""
     for frame in traceback.extract_tb(error.__traceback__):
         if os.path.basename(frame.filename) == os.path.basename(path):
-            line = frame.lineno
+            line, code = frame.lineno, (frame.line or "").strip()
     text = (error.msg if isinstance(error, SyntaxError) and error.msg
             else str(error))
     where = f" at line {line}" if line else ""
+    # ml_collections: a field the schema lacks, then a dump of the section.
+    added = re.search(r'Key "(\w+)" does not exist and cannot be added '
+                      r'since the config is locked', text)
+    if added:
+        guess = re.search(r'Did you mean "(\w+)"', text)
+        return (f"--config={given or path} failed{where}"
+                f"{f' ({code})' if code else ''}: the config has no field "
+                f"{added.group(1)}"
+                f"{f'; did you mean {guess.group(1)}?' if guess else '.'} "
+                "The fields are those of keras_vit/config_schema.py.")
     return (f"--config={given or path} failed{where}: "
             f"{type(error).__name__}: {text}")
 

@@ -307,16 +307,16 @@ def check_training_classes(inp, labelled: bool) -> None:
     classes = {split: {names[i] for i in labels}
                for split, (_, labels) in index.items()}
     parts, trained = _split_classes(root, inp.train_split)  # "train+val"
-    train = "/, ".join(parts)
+    train = " or ".join(parts)
     untrained = sorted(set(names) - trained) if trained else []
     if untrained:
         where = sorted(s for s, held in classes.items()
                        if held & set(untrained))
         raise UsageError(
             f"Image folder {root}: class {', '.join(untrained)} has images "
-            f"in {', '.join(where)} but none in {train}/, so the model "
-            "would never learn it: add its training images, or rename the "
-            "folder to the class it belongs to.")
+            f"in split {', '.join(where)} but none in split {train}, so "
+            "the model would never learn it: add its training images, or "
+            "rename the folder to the class it belongs to.")
 
 
 def _split_classes(root: str, split: str):

@@ -162,6 +162,14 @@ def read_config(workdir: str):
     if not isinstance(saved, dict):
         raise UsageError(f"{path} holds no run config (a JSON object): "
                          "restore it, or use a new workdir.")
+    model = ("a Hugging Face model's" if {"model_type", "architectures"}
+             & set(saved) else "a timm model's" if {
+                 "architecture", "pretrained_cfg"} & set(saved) else "")
+    if model:
+        raise UsageError(
+            f"{path} is {model} config, not a training run's: the folder "
+            "is a model to load (--model, or config.init.model to "
+            "fine-tune from it), not a workdir.")
     return config_lib.complete(saved, where=path)
 
 

@@ -75,9 +75,9 @@ def fit(inp, trainer, schedule, log, checkpoints, evals) -> Dict[str, dict]:
             out.setdefault(f"evals.{name}", {})["every_steps"] = _within(
                 entry.every_steps, epoch)
     logging.info(
-        "%s epochs of %d training images at batch %d: %d steps (%d per "
-        "epoch), %d warm-up steps.", trainer.epochs, examples, batch, total,
-        epoch, warmup)
+        "%s epochs of %d training images at batch %d: %d steps (%s per "
+        "epoch), a warm-up of %d.", trainer.epochs, examples, batch, total,
+        f"{examples / batch:.3g}", warmup)
     return out
 
 

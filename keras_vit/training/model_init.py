@@ -315,8 +315,8 @@ def init_architecture(init, model_config) -> Dict:
     if model_config.image_size == 0:  # the source's own resolution
         height, width = start.image_size
         size = {"image_size": height if height == width else [height, width]}
-        logging.info("config.model.image_size 0: %s, the resolution of %s.",
-                     size["image_size"], init.model)
+        logging.info("config.model.image_size is 0: the model takes %s, "
+                     "the resolution of %s.", size["image_size"], init.model)
         model_config = ml_collections.ConfigDict(
             dict(model_config.to_dict(), **size))
     have = config_architecture(model_config)

@@ -137,14 +137,14 @@ def check_same_classes(workdir: str, ckpt_dir: str, class_names) -> None:
         return
     gone = [n for n in saved if n not in class_names]
     new = [n for n in class_names if n not in saved]
-    what = "; ".join(part for part in (
-        f"no longer has {shorten(gone)}" if gone else "",
-        f"now has {shorten(new)}" if new else "",
+    what = " and ".join(part for part in (
+        f"lacks {shorten(', '.join(gone))}" if gone else "",
+        f"adds {shorten(', '.join(new))}" if new else "",
         "names them in another order" if not gone and not new else "")
         if part)
     raise TrainingError(
         f"The run in {workdir} was trained on the classes of its "
-        f"{wd.LABELS} ({shorten(saved)}), and the data {what}: the "
+        f"{wd.LABELS} ({shorten(', '.join(saved))}), and the data {what}: the "
         "head's outputs would change meaning. Resume with the data it was "
         "trained on (the class folders as they were), or train a new run "
         "in another --workdir.")
