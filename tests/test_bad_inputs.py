@@ -18,6 +18,7 @@ import shutil
 import struct
 import subprocess
 import sys
+import zipfile
 
 import keras
 import ml_collections as mlc
@@ -945,6 +946,13 @@ def test_links_bombs_and_other_models_are_refused_in_one_line(
             load(cases[label])
         assert "\n" not in str(info.value)
         check_error(case_id, info.value)
+    # A zip with no config.json (an archive of something else, renamed).
+    bare = os.path.join(folder, "bare.keras")
+    with zipfile.ZipFile(bare, "w") as archive:
+        archive.writestr("model.weights.h5", b"")
+    with pytest.raises(UsageError, match="is a zip without config.json, so "
+                       "no whole .keras file"):
+        keras_vit.load_model(bare)
 
 
 @covers("nonfinite_weights")

@@ -405,20 +405,27 @@ def test_a_workdir_in_the_image_folder_is_refused(tmp_path):
     photos = tmp_path / "photos"
     write_photo_folder(photos, per_class=2)
     before = sorted(os.listdir(photos))
-    for workdir, where in (("photos", "the"), ("photos/run", "inside the"),
-                           (str(photos) + "/", "the")):
+    export = ["--config.export.enabled=True",
+              "--config.export.export_dir=photos/served"]
+    for workdir, where, more in (
+            ("photos", "--workdir photos is the", []),
+            ("photos/run", "--workdir photos/run is inside the", []),
+            (str(photos) + "/", f"--workdir {photos}/ is the", []),
+            ("run", "--config.export.export_dir photos/served is inside the",
+             export)):
         result = subprocess.run(
-            _script("train") + ["--config=folder:photos", *TINY,
+            _script("train") + ["--config=folder:photos", *TINY, *more,
                                 f"--workdir={workdir}"],
             capture_output=True, text=True, cwd=str(tmp_path), timeout=600,
             env=dict(os.environ, PYTHONPATH=ROOT, CUDA_VISIBLE_DEVICES=""))
         assert result.returncode == 1, result.stderr[-2000:]
         assert result.stderr.strip().splitlines()[-1] == (
-            f"keras-vit-train: error: --workdir {workdir} is {where} image "
+            f"keras-vit-train: error: {where} image "
             f"folder {photos} (--config.input.data_dir): its next reading "
             "would take the run's files (checkpoints/, train/, ...) for "
             "classes and images. Give the run a folder outside it.")
         assert sorted(os.listdir(photos)) == before
+    assert not (tmp_path / "run").exists()
 
 
 def test_own_photos_with_a_step_count_given(tmp_path):

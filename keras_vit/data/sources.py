@@ -204,9 +204,11 @@ def tfds_builder(inp):
     return builder
 
 
-def check_workdir_apart(inp, workdir: str) -> None:
-    """Refuses a run's `workdir` that is its image folder or inside it:
-    the run's files (checkpoints/, train/, training_curves.png) would be
+def check_workdir_apart(inp, workdir: str,
+                        export_dir: Optional[str] = None) -> None:
+    """Refuses a run's `workdir` (or `export_dir`, where the run exports
+    elsewhere) that is its image folder or inside it: the run's files
+    (checkpoints/, train/, training_curves.png, a SavedModel) would be
     read as classes and images the next time the folder is read."""
     if inp.dataset != FOLDER or inp.vtab_task or not inp.data_dir:
         return
@@ -216,14 +218,17 @@ def check_workdir_apart(inp, workdir: str) -> None:
         return path.rstrip("/") if "://" in path else os.path.realpath(
             os.path.expanduser(path))
 
-    root, run = real(inp.data_dir), real(workdir)
-    if run == root or run.startswith(root.rstrip("/") + "/"):
-        raise UsageError(
-            f"`workdir` {workdir} is {'' if run == root else 'inside '}the "
-            f"image folder {inp.data_dir} (config.input.data_dir): its next "
-            "reading would take the run's files (checkpoints/, train/, "
-            "...) for classes and images. Give the run a folder outside "
-            "it.")
+    root = real(inp.data_dir)
+    for field, path in (("`workdir`", workdir),
+                        ("config.export.export_dir", export_dir)):
+        run = real(path) if path else ""
+        if run == root or run.startswith(root.rstrip("/") + "/"):
+            raise UsageError(
+                f"{field} {path} is {'' if run == root else 'inside '}the "
+                f"image folder {inp.data_dir} (config.input.data_dir): its "
+                "next reading would take the run's files (checkpoints/, "
+                "train/, ...) for classes and images. Give the run a "
+                "folder outside it.")
 
 
 def tfds_split_size(builder, split) -> Optional[int]:

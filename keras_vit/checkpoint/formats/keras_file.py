@@ -65,7 +65,10 @@ def _check_declared_size(archive: zipfile.ZipFile, path: str) -> None:
     allocates every declared weight."""
     names = set(archive.namelist())
     if "config.json" not in names:
-        return
+        raise UsageError(
+            f"{path} is a zip without config.json, so no whole .keras file "
+            "(model.save writes its config, metadata and weights): save or "
+            "copy the file again.")
     try:
         config = json.loads(archive.read("config.json"))
     except RecursionError:
