@@ -312,8 +312,8 @@ def load_vit(source: SourceLike,
 
 def class_names(source: SourceLike) -> Optional[list]:
     """list of str or None. The class names a source records: a run's
-    labels.txt, a hub model's id2label / label_names, an export's
-    labels.txt."""
+    labels.txt, a hub model's id2label / label_names. (An export's
+    labels.txt is keras-vit-predict's to read: an export is no source.)"""
     return resolve(source).class_names()
 
 
