@@ -379,6 +379,26 @@ def test_an_empty_tasks_flag_is_refused(tmp_path, capsys):
         assert f"--tasks={tasks} names no task" in _one_line_error(capsys)
 
 
+def test_a_vtab_resolution_the_patches_do_not_divide_writes_nothing(
+        tmp_path, capsys):
+    # Refused before the output folder and its backbone.npz are made.
+    npz = str(tmp_path / "src.npz")
+    checkpoint.save_npz(create_model(
+        None, num_classes=3, image_size=16, patch_size=8, hidden_size=16,
+        num_layers=1, num_heads=2, mlp_dim=32), npz)
+    assert cli("--mode=vtab", f"--config={VTAB_CONFIG}",
+               "--config.model.image_size=20", f"--model={npz}",
+               f"--output_dir={tmp_path / 'out'}", "--tasks=dtd") == 1
+    assert ("(--config.model.image_size) height 20 is not divisible by "
+            "patch size 8") in _one_line_error(capsys)
+    assert not (tmp_path / "out").exists()
+    (tmp_path / "mine").mkdir()  # a folder the user made stays
+    assert cli("--mode=vtab", f"--config={VTAB_CONFIG}",
+               "--config.model.image_size=20", f"--model={npz}",
+               f"--output_dir={tmp_path / 'mine'}", "--tasks=dtd") == 1
+    assert (tmp_path / "mine").is_dir()
+
+
 # keras-vit-evaluate --mode=vtab on TFDS mock data: one step per task.
 TINY_VTAB = (
     f"--config={VTAB_CONFIG}", "--config.model.image_size=16",

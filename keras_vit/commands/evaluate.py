@@ -262,13 +262,18 @@ def _vtab_mode(values, source, strategy) -> Dict:
     # Finished tasks and trials are read back from there: one folder.
     output_dir = eval_mode.output_dir(values)
     reports.require_charts()  # before the first task, not after it
-    tf.io.gfile.makedirs(output_dir)
-    distribute.check_shared(output_dir, "output folder", strategy)
-    out = vtab_run.run(values.config, source, output_dir,
-                       train_lib.train_and_evaluate, strategy,
-                       tasks=values.tasks, model_name=values.name,
-                       chief=distribute.is_chief(strategy),
-                       in_turn=distribute.prepare_in_turn(strategy))
+    made = atomic.make_folders(output_dir)
+    try:  # a refusal leaves no empty folder of its making
+        distribute.check_shared(output_dir, "output folder", strategy)
+        out = vtab_run.run(values.config, source, output_dir,
+                           train_lib.train_and_evaluate, strategy,
+                           tasks=values.tasks, model_name=values.name,
+                           chief=distribute.is_chief(strategy),
+                           in_turn=distribute.prepare_in_turn(strategy))
+    except UsageError:
+        if made and not distribute.is_multi_worker(strategy):
+            atomic.remove_made(output_dir, up_to=made)
+        raise
     md = out["files"].get("markdown")
     if out["preempted"]:
         raise Preempted(

@@ -211,13 +211,11 @@ def run_task(
 
 
 # What identifies the backbone an output_dir's results come from: its
-# source's location and kind (the interface every kind of source has) and
-# whether the pre-logits layer was kept. (Earlier stamps also held an
-# .npz's `variant`, which only checked the file: it is not compared.)
-# `files`: the name, size and SHA-256 of each file the model is read
-# from, so that a file replaced at the same path is another model (and a
-# copy of the same file, on another worker, the same one). `use_ema`: a
-# workdir's EMA weights or its raw ones (--no_ema), None for other kinds.
+# source's location and kind and whether the pre-logits were kept (an
+# earlier stamp's .npz `variant` is not compared); `files`: the name, size
+# and SHA-256 of each file the model is read from (a file replaced at the
+# same path is another model, a copy on another worker the same one);
+# `use_ema`: a workdir's EMA or raw weights (--no_ema), None for others.
 _STAMP_FIELDS = ("source", "kind", "keep_pre_logits", "files", "use_ema")
 
 
@@ -312,6 +310,8 @@ def run(  # noqa: PLR0913 (the protocol's parts and options)
     selected = vtab.select_tasks(tasks if tasks is not None
                                  else protocol.tasks)
     model_name = model_name or source.describe()
+    # Patches that do not divide the tasks' resolution: before any file.
+    pretrained.describe_source(source).grid(protocol.image_size)
     tf.io.gfile.makedirs(output_dir)
     results_path = os.path.join(output_dir, reports.RESULTS_JSONL)
     records: List[Dict] = reports.read_jsonl(results_path)
