@@ -58,6 +58,10 @@ def _owned_by_handler(handler) -> bool:
     )
 
 
+# What a stop request does while the run trains (`StopRequest.says`).
+SAVE_AND_STOP = "saving a checkpoint at the next step, then stopping"
+
+
 class StopRequest:
     """Records SIGTERM and Ctrl-C so that the host loop can checkpoint and
     stop at a step boundary (see the module doc).
@@ -78,7 +82,7 @@ class StopRequest:
         self.name = ""
         self.installed = False
         self.on_signal: Callable[[], None] = lambda: None
-        self.says = "saving a checkpoint at the next step, then stopping"
+        self.says = SAVE_AND_STOP
         self._previous = {}
         # Ctrl-C as the handler saw it, as the watcher saw it; raised once.
         self._interrupts = self._seen = 0

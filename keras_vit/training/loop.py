@@ -110,6 +110,8 @@ class _HostLoop:
                         return stopped
                 logging.info("Tracing and compiling the training step "
                              "(the first train call).")
+                preemption.says = ("stopping at the next step, which saves "
+                                   "a checkpoint if a step has trained")
             while self.step < self.plan.total_steps:
                 stopped = self._one_call(preemption)
                 if stopped is not None:
@@ -137,6 +139,7 @@ class _HostLoop:
         with r.explained(training=True):
             metrics = self.pacer.train(r.train_iter, stop - self.step,
                                        self._after_call)
+        preemption.says = interrupt.SAVE_AND_STOP  # (a step has compiled)
         dt = time.time() - t0
         timed = self.step > self.start_step
         self._count(metrics, self.step + metrics["steps"], dt, timed)
