@@ -12,6 +12,7 @@ import shutil
 import sys
 
 import pytest
+import tensorflow as tf
 from PIL import Image
 
 from keras_vit import config as config_lib
@@ -251,6 +252,25 @@ def test_a_run_started_again_keeps_the_earlier_history_apart(tmp_path):
     assert json.loads((workdir / "metrics.json").read_text())["steps"] == 2
     assert (f"final metrics are kept apart in {workdir}/"
             "metrics.before-1.json.") in again.stderr
+
+
+def test_summaries_without_a_value_are_not_kept_apart(tmp_path, caplog):
+    """An earlier run that failed before its first log left event files
+    with their headers alone: they go (no empty run beside the new one in
+    TensorBoard); summaries with a value are kept apart."""
+    workdir = tmp_path / "run"
+    for name, values in (("train", 0), ("eval", 1)):
+        writer = tf.summary.create_file_writer(str(workdir / name))
+        with writer.as_default():
+            for step in range(values):
+                tf.summary.scalar("accuracy", 0.5, step=step)
+        writer.close()
+    assert os.listdir(workdir / "train")
+    with caplog.at_level("WARNING"):
+        records.set_earlier_run_aside(str(workdir), chief=True)
+    assert sorted(os.listdir(workdir)) == ["eval.before-1"]
+    assert ("summaries are kept apart in "
+            f"{workdir}/eval.before-1.") in caplog.text
 
 
 def test_the_config_before_a_resume_is_kept_once_and_only_if_it_differs(

@@ -160,6 +160,9 @@ def set_earlier_run_aside(workdir: str, chief: bool) -> None:
             "the new run's.", kept, folder)
     # Its TensorBoard summaries (another run beside the new one, not
     # curves drawn over it) and final metrics.
+    for name in wd.SUMMARIES:  # nothing to keep: they go
+        if _without_summaries(os.path.join(workdir, name)):
+            tf.io.gfile.rmtree(os.path.join(workdir, name))
     summaries = [kept for kept in (
         history.kept_apart(os.path.join(workdir, name), n)
         for name in wd.SUMMARIES) if kept]
@@ -170,6 +173,22 @@ def set_earlier_run_aside(workdir: str, chief: bool) -> None:
     if final:
         logging.warning("The earlier run's final metrics are kept apart in "
                         "%s.", final)
+
+
+def _without_summaries(folder: str) -> bool:
+    """Whether the TensorBoard folder `folder` holds event files alone,
+    none with a summary (a run that failed before its first log writes
+    their headers): nothing to keep. False where it cannot tell."""
+    try:
+        names = tf.io.gfile.listdir(folder)
+        return bool(names) and all(
+            name.startswith("events.out.tfevents.") and not any(
+                event.HasField("summary") for event in
+                tf.compat.v1.train.summary_iterator(
+                    os.path.join(folder, name)))
+            for name in names)
+    except (tf.errors.OpError, ValueError):
+        return False
 
 
 def keep_earlier_config(workdir: str, config: Dict,
