@@ -703,6 +703,16 @@ def test_a_size_the_model_refuses_names_the_flag(tmp_path, capsys):
                              f"--output={tmp_path / 'o.keras'}"]) == 1
         assert capsys.readouterr().err.strip() == (
             f"keras-vit-convert: error: {says}")
+    # A pooling the file's weights do not fit: named as the flag, with no
+    # Python call to build another model.
+    assert convert.main(["keras-vit-convert", f"--model={path}",
+                         "--pooling=gap",
+                         f"--output={tmp_path / 'o.keras'}"]) == 1
+    line = capsys.readouterr().err.strip()
+    assert ("The file's pooling is token, the model's --pooling=gap: build "
+            "the model with the file's pooling. Pass --non_strict to load "
+            "what fits and get a report.") in line
+    assert "create_model" not in line and "\n" not in line
 
 
 CONFIG_FILES = {

@@ -299,10 +299,9 @@ def _fit_position_embedding(loading: _Loading, new_grid: Grid,
     prefix = int("cls" in loading.expected)
     if prefix != int("cls" in arrays):
         report.hints.append(
-            f"The file's pooling differs from the model's "
-            f"(pooling={'token' if prefix else 'gap'}): build the "
-            "model with the checkpoint's pooling."
-        )
+            f"The file's pooling is {'gap' if prefix else 'token'}, the "
+            f"model's `pooling`={'token' if prefix else 'gap'}: build the "
+            "model with the file's pooling.")
         return
     try:
         arrays[POSEMB] = resize_position_embedding(

@@ -275,6 +275,10 @@ def shell_words(message: str, values: Optional[flags.FlagValues]) -> str:
             message = message.replace(words, flag_words)
     for words, instead in _UNFLAGGED.items():
         message = message.replace(words, instead)
+    # The Python call that builds another model: a command builds the one
+    # its source and flags describe.
+    message = re.sub(r"\s*Build the model with keras_vit\.create_model\("
+                     r"[^\n]*?\)( with the sizes above)?\.", "", message)
 
     def flag(match):
         name = match.group(1)
