@@ -453,6 +453,8 @@ def test_nan_batches_skipped_and_counted(tmp_path, monkeypatch, caplog):
     assert "Skipped 1 non-finite step(s) in steps 1-5 (first: step 4)" in log
     assert "Skipped 1 non-finite step(s) in steps 11-15 (first: step 13)" \
         in log
+    assert ("2 of this run's 20 steps were skipped for a non-finite loss or "
+            "gradient (config.trainer.skip_nonfinite)") in log
     assert metrics["steps"] == 20
     assert metrics["skipped_steps_this_run"] == 2
     assert read_metrics(workdir)["skipped_steps_this_run"] == 2

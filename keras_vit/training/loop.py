@@ -361,6 +361,12 @@ class _HostLoop:
         skipped = r.skipped_images()
         if skipped:
             final["skipped_images"] = skipped
+        if self.skipped:  # each said as it came; their count, once more
+            logging.warning(
+                "%d of this run's %d steps were skipped for a non-finite "
+                "loss or gradient (config.trainer.skip_nonfinite): if many, "
+                "lower the learning rate or check the input data.",
+                self.skipped, trained)
         logging.info("Final %s metrics: %s", final.get("eval_split"),
                      progress.short_metrics(final))
         if r.chief and r.on_finish is not None:
