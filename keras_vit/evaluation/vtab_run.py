@@ -280,9 +280,8 @@ def run(  # noqa: PLR0913 (the protocol's parts and options)
 ) -> Dict:
     """Runs the VTAB-1k protocol on the selected tasks.
 
-    Finished tasks (in results.jsonl, of the same recipe: `check_recipe`,
-    and model name: `check_name`) are skipped; tasks whose data is missing
-    are reported; the run goes on.
+    Finished tasks (in results.jsonl, of the same recipe, `check_recipe`,
+    and name, `check_name`) are skipped; tasks without data are reported.
 
     Args:
         config: ConfigDict. configs/vtab.py: its vtab evaluator
