@@ -730,7 +730,16 @@ def test_a_rerun_of_another_recipe_is_refused(tmp_path, monkeypatch):
             r"0.01 there, 0.003 asked\)")):
         vtab_run.run(other, source, out, train_fn, tasks="dtd,cifar100")
     assert len(trained) == 1
+    # A recipe.json that recorded the config's sizes (earlier versions):
+    # they are not compared.
+    recipe_path = os.path.join(out, "recipe.json")
+    with open(recipe_path) as f:
+        older = json.load(f)
+    older["model"].update(variant="B/16", hidden_size=768, remat="none")
+    with open(recipe_path, "w") as f:
+        json.dump(older, f)
     config.log.every_steps = 7
+    config.model.variant = "S/16"  # the backbone's architecture decides
     result = vtab_run.run(config, source, out, train_fn, tasks="dtd,cifar100")
     assert [r["task"] for r in result["records"]] == ["dtd", "cifar100"]
     assert len(trained) == 2

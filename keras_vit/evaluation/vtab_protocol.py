@@ -98,13 +98,21 @@ def recipe(config: ml_collections.ConfigDict) -> Dict:
     for section, fields in _RECIPE.items():
         values = plain[section]
         if section == "model":  # the tasks' options (`task_config`)
-            values = {k: v for k, v in values.items()
-                      if k not in _UNSCORED_OPTIONS}
+            values = _scored_model_fields(values)
         out[section] = (values if fields is None else
                         {k: values[k] for k in fields if k in values})
     sweep = config_lib.find_evaluator(config.evals, "vtab").sweep
     out["sweep"] = json.loads(json.dumps(sweep.to_dict()))
     return out
+
+
+def _scored_model_fields(model: Dict) -> Dict:
+    """The config.model fields of a recipe: the tasks' resolution and
+    options, not the backbone's architecture (from the backbone, whatever
+    the config's variant or sizes say) nor what does not change a score
+    (an earlier recipe.json recorded both: they are not compared)."""
+    return {k: v for k, v in model.items() if k == "image_size" or (
+        k not in _NOT_OPTIONS and k not in _UNSCORED_OPTIONS)}
 
 
 def read_folder_json(path: str) -> Dict:
@@ -139,7 +147,10 @@ def check_recipe(config: ml_collections.ConfigDict, output_dir: str,
             "another recipe's. Use a new output_dir (or put back its "
             f"{RECIPE}).")
     if finished:
-        differ = config_lib.differences(read_folder_json(path), wanted)
+        saved = read_folder_json(path)
+        if isinstance(saved.get("model"), dict):
+            saved["model"] = _scored_model_fields(saved["model"])
+        differ = config_lib.differences(saved, wanted)
         if differ:
             raise UsageError(
                 f"{output_dir} holds VTAB results of another recipe "
