@@ -197,14 +197,19 @@ def test_a_split_its_run_trained_on_is_named(ema_run, tmp_path, caplog):
 
 @covers("eval_unknown_split")
 def test_unknown_or_unparsable_splits_are_one_line(ema_run, tmp_path,
-                                                   capsys):
+                                                   capsys, caplog):
     """The digits' splits, TFDS's parse, and a prepared TFDS data set's
-    split names: one line naming --split and the splits there are."""
+    split names: one line naming --split and the splits there are (no
+    warning first that the split holds training images)."""
     common = ("--mode=eval", f"--workdir={ema_run}",
               f"--output_dir={tmp_path}")
     assert cli(*common, "--split=nosplit") == 1
     line = _one_line_error(capsys)
     assert "--split=nosplit cannot be used" in line and "'train'" in line
+    caplog.clear()
+    assert cli(*common, "--split=train+test") == 1
+    assert "--split=train+test cannot be used" in _one_line_error(capsys)
+    assert "shares examples" not in caplog.text
     builder = tfds.testing.DummyMnist(data_dir=str(tmp_path / "tfds"))
     builder.download_and_prepare()
     capsys.readouterr()  # its progress bars

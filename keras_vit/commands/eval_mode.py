@@ -109,8 +109,8 @@ def evaluate(values, source, strategy) -> Dict:
                 and folders.holds_out(inp.data_dir)):
             _say_held_out(inp.data_dir, split)
     distribute.prepare_input(inp, strategy)  # a cluster's: chief first
-    overlaps.warn_trained_on(inp, source.run_config(), split)
     scored = _scored_model(values, source, model, inp, split)
+    overlaps.warn_trained_on(inp, source.run_config(), split)  # it exists
     loss = run.objective.loss if run is not None else "softmax_xent"
     facts = dict(
         dataset=inp.dataset, split=split,
