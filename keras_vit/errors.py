@@ -44,11 +44,15 @@ class Preempted(Exception):
     Attributes:
         kind: str. How the commands' one line calls it: "preempted"
             (SIGTERM) or "stopped" (Ctrl-C).
+        saved: bool. Whether a checkpoint was saved (False: the stop came
+            before the first step).
     """
 
-    def __init__(self, message: str = "", kind: str = "preempted"):
+    def __init__(self, message: str = "", kind: str = "preempted",
+                 saved: bool = True):
         super().__init__(message)
         self.kind = kind
+        self.saved = saved
 
 
 def one_line(error: BaseException) -> str:

@@ -429,6 +429,26 @@ def _vtab_folder(tmp_path, capsys):
     return out, command
 
 
+def test_a_vtab_task_stopped_before_its_first_step_says_nothing_saved(
+        tmp_path, capsys, monkeypatch):
+    # The task's run stopped while its step compiled: it saved nothing,
+    # and the command's line says so (status 42, as for any stop).
+    npz = str(tmp_path / "src.npz")
+    checkpoint.save_npz(create_model(
+        None, num_classes=3, image_size=16, patch_size=8, hidden_size=16,
+        num_layers=1, num_heads=2, mlp_dim=32), npz)
+    monkeypatch.setattr(train_lib, "train_and_evaluate", lambda *a, **k: {
+        "preempted": True, "signal": "Ctrl-C", "step": 0, "saved": False})
+    with tfds.testing.mock_data(**MOCK):
+        assert cli("--mode=vtab", *TINY_VTAB,
+                   f"--config.input.data_dir={tmp_path}", f"--model={npz}",
+                   f"--output_dir={tmp_path / 'out'}",
+                   "--tasks=smallnorb_elev") == 42
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "keras-vit-evaluate: stopped: Ctrl-C in a VTAB task, nothing saved; "
+        "run the same command to resume.")
+
+
 def _lines(path):
     with open(path) as f:
         return f.read().splitlines()

@@ -279,8 +279,8 @@ def _vtab_mode(values, source, strategy) -> Dict:
         raise Preempted(
             f"{'Ctrl-C in a' if out['preempted'] == 'stopped' else 'a'} "
             f"VTAB task{'' if out['preempted'] == 'stopped' else ' stopped'}"
-            ", checkpoint saved; run the same command to resume.",
-            kind=out["preempted"])
+            f", {'checkpoint' if out['saved'] else 'nothing'} saved; run the "
+            "same command to resume.", kind=out["preempted"])
     if md:
         with tf.io.gfile.GFile(md) as f:
             print(f.read())

@@ -7,8 +7,7 @@ position embeddings resized, and top-1 accuracy on the test split. Each
 training is one call of the `train_fn` the caller passes (the command line
 passes `training.train_lib.train_and_evaluate`) on a per-task config
 (`task_config`), so every strategy, precision and checkpoint feature of
-training applies here too; the evaluation layer itself imports nothing of
-training.
+training applies here; the evaluation layer imports nothing of training.
 
 With `vtab.sweep.enabled`, each (lr, steps) pair is trained on train800 and
 scored on val200; the best pair is retrained on train800val200 and scored on
@@ -16,9 +15,8 @@ test. Without it, the fixed recipe trains on train800val200 directly.
 
 Layout of the output directory:
     backbone.npz        the pre-trained model without its head
-    recipe.json         what of the config makes the scores (a rerun with
-                        another recipe, or finished tasks without it, is
-                        refused: `vtab_protocol.check_recipe`)
+    recipe.json         what of the config makes the scores (a rerun of
+                        another is refused: `vtab_protocol.check_recipe`)
     results.jsonl       one line per finished task (a rerun skips them)
     results.csv, results.md, summary.json, tasks.png, groups.png
     runs/<task>/<trial>/  train_lib workdirs (config.json, metrics.json;
@@ -137,7 +135,8 @@ def run_trial(
             f"{'Ctrl-C at' if ctrl_c else 'Stopped at'} step "
             f"{metrics.get('step')} in {workdir}, {saved}: run the same "
             "command again to resume.",
-            kind="stopped" if ctrl_c else "preempted")
+            kind="stopped" if ctrl_c else "preempted",
+            saved=metrics.get("saved", True))
     checkpoints = os.path.join(workdir, wd.CHECKPOINTS)
     if not keep_checkpoints and tf.io.gfile.isdir(checkpoints):
         tf.io.gfile.rmtree(checkpoints)
@@ -301,7 +300,8 @@ def run(  # noqa: PLR0913 (the protocol's parts and options)
 
     Returns:
         {"records": [...], "summary": {...}, "not_run": {task: why},
-        "preempted": False or the stop's `Preempted.kind`, "files": ...}.
+        "preempted": False or the stop's `Preempted.kind`, "saved": its
+        `Preempted.saved`, "files": ...}.
     """
     protocol = Protocol.of(config, config_lib.find_evaluator(config.evals,
                                                             "vtab"))
@@ -337,7 +337,7 @@ def run(  # noqa: PLR0913 (the protocol's parts and options)
                               backbone, output_dir, train_fn, strategy)
         except Preempted as e:
             logging.warning("%s", e)
-            preempted = e.kind  # "preempted" (SIGTERM) or "stopped" (Ctrl-C)
+            preempted = e  # its kind and whether it saved a checkpoint
             break
         progress.finish()
         record.update(model=model_name, use_ema=accuracy.ema_weights(source))
@@ -396,4 +396,5 @@ def _finish(records, not_run, preempted, output_dir, model_name,
             logging.info("%s: %.2f%% over %d/%d tasks.", group,
                          100 * entry["mean"], entry["tasks"], entry["total"])
     return dict(records=records, summary=summary, not_run=not_run,
-                preempted=preempted, files=files)
+                preempted=getattr(preempted, "kind", False),
+                saved=getattr(preempted, "saved", True), files=files)
