@@ -20,6 +20,9 @@ every command then exits with PREEMPTED_EXIT_CODE, and the same command
 resumes. A second Ctrl-C stops at once, with INTERRUPTED_EXIT_CODE.
 """
 
+import sys
+import threading
+
 # TensorFlow's restart status (PreemptionCheckpointHandler's exit off Google
 # Cloud), for the job scheduler to restart the job.
 PREEMPTED_EXIT_CODE = 42
@@ -53,6 +56,36 @@ class Preempted(Exception):
         super().__init__(message)
         self.kind = kind
         self.saved = saved
+
+
+# The exception a command's Ctrl-C or SIGTERM handler raised, until the
+# command catches it (`stop_seen`). Python drops an exception raised in a
+# garbage-collection callback or a __del__ (JAX registers such a
+# callback): such a stop never reaches the command, which would go on to
+# write its results; `check_stop` raises it again.
+_RAISED_STOP: list = []
+
+
+def stop_raised(error: BaseException) -> BaseException:
+    """Records `error`, the exception a stop signal's handler raises
+    (`raise stop_raised(KeyboardInterrupt())`), and returns it."""
+    _RAISED_STOP[:] = [error]
+    return error
+
+
+def stop_seen() -> None:
+    """The command caught its stop (or ended): nothing is pending."""
+    _RAISED_STOP.clear()
+
+
+def check_stop() -> None:
+    """Raises again a stop whose exception something swallowed: before a
+    file is published, between units of long work and when a command
+    ends. Only in the main thread, and not while an exception unwinds
+    (that one may be the stop itself, on its way)."""
+    if (_RAISED_STOP and sys.exc_info()[1] is None
+            and threading.current_thread() is threading.main_thread()):
+        raise _RAISED_STOP.pop()
 
 
 def one_line(error: BaseException) -> str:

@@ -12,6 +12,7 @@ import time
 from typing import Callable, List
 
 from keras_vit import quiet_start
+from keras_vit.errors import check_stop
 
 # Seconds between progress lines where no config says (the run config's is
 # `log.every_seconds`).
@@ -30,7 +31,9 @@ def show(text: str, stream=None) -> None:
     terminal over the one before it ("\\r"), with no line end, so that the
     next count replaces it; elsewhere (a log file) as a line of its own,
     at most every `EVERY_S` seconds (`end_line` writes the last count).
-    `end_line` ends it before any other line is written."""
+    `end_line` ends it before any other line is written. A stop that a
+    library swallowed stops the work here (`errors.check_stop`)."""
+    check_stop()
     stream = sys.stderr if stream is None else stream
     if (_open_line and _open_line[0] is not stream) or (
             _pending and _pending[0] is not stream):

@@ -5,8 +5,10 @@ Keras cannot read) left with its traceback; the configs shipped in the
 package; parse_config_arg and the steps helper."""
 
 import configparser
+import gc
 import importlib
 import os
+import signal
 import subprocess
 import sys
 
@@ -960,6 +962,80 @@ def test_out_of_memory_is_one_line_naming_the_fix(capsys):
     assert runner.run("test", lambda values, argv: None, main,
                       ["keras-vit-test", "--verbose"]) == 1
     assert "Traceback" in capsys.readouterr().err
+
+
+@pytest.mark.filterwarnings(
+    "ignore::pytest.PytestUnraisableExceptionWarning")
+def test_a_stop_a_library_swallowed_still_stops(tmp_path, capsys):
+    """Ctrl-C or SIGTERM landing in a garbage-collection callback (JAX
+    registers one): Python prints "Exception ignored" and drops the
+    exception. The command still stops before it publishes a file (its
+    stop's line and status), and one that writes nothing stops when its
+    work ends."""
+    from keras_vit.errors import INTERRUPTED_EXIT_CODE, PREEMPTED_EXIT_CODE
+    from keras_vit.storage import atomic
+
+    def swallowed(signum):
+        fired = []
+
+        def callback(phase, info):
+            if not fired:
+                fired.append(phase)
+                signal.raise_signal(signum)
+
+        gc.callbacks.append(callback)
+        try:
+            gc.collect()
+        finally:
+            gc.callbacks.remove(callback)
+        assert fired  # and the stop did not reach this code
+
+    out = tmp_path / "out.json"
+    for signum, code, says in (
+            (signal.SIGINT, INTERRUPTED_EXIT_CODE, "interrupted"),
+            (signal.SIGTERM, PREEMPTED_EXIT_CODE, "preempted")):
+
+        def main(values, args):
+            swallowed(signum)
+            atomic.atomic_write(str(out), "{}")
+
+        assert runner.run("test", lambda values, argv: None, main,
+                          ["keras-vit-test"]) == code
+        err = capsys.readouterr().err  # (pytest keeps the "Exception
+        # ignored" report Python prints: sys.unraisablehook)
+        assert err.strip().splitlines()[-1].startswith(
+            f"keras-vit-test: {says}"), err
+        assert not out.exists() and os.listdir(tmp_path) == []
+    assert runner.run("test", lambda values, argv: None,
+                      lambda values, args: swallowed(signal.SIGINT),
+                      ["keras-vit-test"]) == INTERRUPTED_EXIT_CODE
+    # Told once: the next command in this process runs.
+    capsys.readouterr()
+    assert runner.run("test", lambda values, argv: None,
+                      lambda values, args: None, ["keras-vit-test"]) == 0
+
+
+def test_a_stop_after_the_work_ends_the_process_with_its_status(tmp_path):
+    """A Ctrl-C or SIGTERM once the command's work is done and said (the
+    interpreter's shutdown takes a second or more with TensorFlow loaded)
+    ends it at once with the work's status, not killed by the signal."""
+    script = tmp_path / "keras-vit-late"
+    script.write_text(
+        "import os, signal, sys, time\n"
+        "from keras_vit.commands import runner\n"
+        "def main(values, args):\n"
+        "    print('done', flush=True)\n"
+        "status = runner.run('late', lambda v, a: None, main)\n"
+        "os.kill(os.getpid(), getattr(signal, sys.argv[1]))\n"
+        "time.sleep(30)\n"
+        "sys.exit(status)\n")
+    for name in ("SIGINT", "SIGTERM"):
+        done = subprocess.run(
+            [sys.executable, str(script), name], capture_output=True,
+            text=True, timeout=120, env=dict(os.environ, PYTHONPATH=ROOT))
+        assert done.returncode == 0, (name, done.stderr[-2000:])
+        assert done.stdout == "done\n"
+        assert "Traceback" not in done.stderr
 
 
 def test_a_stop_inside_tensorflow_is_the_stop_it_was(capsys):

@@ -67,11 +67,13 @@ def run_analysis(  # noqa: PLR0913 (its options, by keyword)
 ) -> Dict[str, Any]:
     """Computes the four analyses, writes the PNGs and, last, analysis.json.
 
-    In a folder used before, analysis.json and the figures of OUTPUTS that
-    this run does not draw (a hybrid's patch_embedding_pca.png, another
-    run's mpp_predictions.png) are removed after the forward pass, before
-    the first figure is written; analysis.json is written last, so a
-    present one always describes the figures beside it.
+    The figures are drawn into a hidden folder inside `output_dir`, then
+    moved into it together, with Ctrl-C and SIGTERM held: an earlier
+    analysis there stays whole until the new one replaces it (a run
+    stopped or failed midway leaves it as it was). The figures of OUTPUTS
+    that this run does not draw (a hybrid's patch_embedding_pca.png,
+    another run's mpp_predictions.png) go then; analysis.json comes last,
+    so a present one always describes the figures beside it.
 
     Args:
         model: keras.Model. A keras_vit Vision Transformer.
@@ -86,10 +88,10 @@ def run_analysis(  # noqa: PLR0913 (its options, by keyword)
         class_names: sequence of str or None. One per class: titles and
             analysis.json name the predicted class instead of its index.
         more_figures: dict or None. Figures drawn after the four, listed
-            in the same analysis.json: {key: (file name, draw)}, `draw()`
-            writing that file into `output_dir` and returning its section
-            of analysis.json (keras-vit-analysis: an MPP run's
-            mpp_predictions.png).
+            in the same analysis.json: {key: (file name, draw)},
+            `draw(folder)` writing that file into the folder it is given
+            and returning its section of analysis.json
+            (keras-vit-analysis: an MPP run's mpp_predictions.png).
         on_batch: None, or called after each batch of the forward pass
             with the images done and their number (a command's progress).
 
@@ -105,23 +107,39 @@ def run_analysis(  # noqa: PLR0913 (its options, by keyword)
     )
     stats = extract.attention_stats(model, images, batch_size=batch_size,
                                     on_batch=on_batch)
-    out = {key: os.path.join(output_dir, f) for key, f in FIGURES.items()}
+    # Hidden: an output folder inside an image folder does not read it.
+    staging = atomic.temporary_name(os.path.join(output_dir, ".analysis"))
+    out = {key: os.path.join(staging, f) for key, f in FIGURES.items()}
     if not _has_rgb_filters(model):
         del out["patch_embedding_pca"]
-    remove_stale(output_dir, [os.path.basename(p) for p in out.values()]
-                 + [file for file, _ in more.values()])
-    data = _draw(model, images, stats, out, names=names,
-                 max_rollout_images=max_rollout_images,
-                 num_components=num_components, class_names=class_names)
-    for key, (file, draw) in more.items():
-        data[key] = draw()
-        data["figures"][key] = file
-    # Compact: the similarity matrix alone has N * N numbers.
-    atomic_write(
-        os.path.join(output_dir, JSON_NAME),
-        json.dumps(data, separators=(",", ":")),
-    )
+    try:
+        data = _draw(model, images, stats, out, names=names,
+                     max_rollout_images=max_rollout_images,
+                     num_components=num_components, class_names=class_names)
+        for key, (file, draw) in more.items():
+            data[key] = draw(staging)
+            data["figures"][key] = file
+        _publish(staging, output_dir, list(data["figures"].values()),
+                 # Compact: the similarity matrix alone has N * N numbers.
+                 json.dumps(data, separators=(",", ":")))
+    finally:
+        if atomic.exists(staging):
+            tf.io.gfile.rmtree(staging)
     return data
+
+
+def _publish(staging: str, output_dir: str, files: Sequence[str],
+             json_text: str) -> None:
+    """Moves the figures `files` drawn in `staging` into `output_dir`
+    (the earlier analysis's stale files removed), then writes
+    analysis.json, with Ctrl-C and SIGTERM held until all is there."""
+    with atomic.signals_deferred() as written:
+        remove_stale(output_dir, files)
+        for name in files:
+            tf.io.gfile.rename(os.path.join(staging, name),
+                               os.path.join(output_dir, name), overwrite=True)
+        atomic_write(os.path.join(output_dir, JSON_NAME), json_text)
+        written.append(os.path.join(output_dir, JSON_NAME))
 
 
 def remove_stale(output_dir: str, keep: Sequence[str]) -> None:

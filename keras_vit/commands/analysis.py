@@ -10,12 +10,12 @@ writes attention_rollout.png, mean_attention_distance.png,
 position_embedding_similarity.png, patch_embedding_pca.png (not for a
 hybrid), for a masked-patch-prediction run also mpp_predictions.png, and,
 last, analysis.json (the numbers behind them all) into --output_dir (local
-or gs://), replacing an earlier analysis there: its files that this run
-does not write are removed. A model saved with a dynamic image size is
-analysed at the size it keeps its position embeddings at, or at
---image_size. The images
-are the positional arguments (files and folders) or, with no data at hand,
-scikit-learn's bundled digits (--digits=N), preprocessed as
+or gs://), replacing an earlier analysis there whole once every figure
+is drawn (a stop midway leaves it as it was). A model saved with a
+dynamic image size is analysed at the size it keeps its position
+embeddings at, or at --image_size. The images are the positional
+arguments (files and folders) or, with no data at hand, scikit-learn's
+bundled digits (--digits=N), preprocessed as
 keras-vit-predict does (the model's evaluation resize, or --resize_size).
 Prints the paths written.
 
@@ -168,9 +168,9 @@ def _mpp_figure(values: flags.FlagValues, source, pixels, names,
     --no_ema). Nothing for other models."""
     if source.run_config() is None or not mpp_figure.is_mpp_run(source.path):
         return {}
-    return {"mpp_predictions": (mpp_figure.FIGURE, lambda: (
+    return {"mpp_predictions": (mpp_figure.FIGURE, lambda folder: (
         mpp_figure.draw_for_run(
-            source.path, pixels, values.output_dir, titles=names,
+            source.path, pixels, folder, titles=names,
             max_images=values.max_rollout_images, image_size=size,
             use_ema=getattr(source, "use_ema", True))))}
 

@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Callable, Optional, Sequence
 from absl import flags, logging
 from ml_collections import config_flags
 
-from keras_vit import config_overrides, progress, quiet_start
+from keras_vit import config_overrides, errors, progress, quiet_start
 from keras_vit.commands import listing
 from keras_vit.commands.config_args import (
     config_file_error,
@@ -203,7 +203,29 @@ def run(
     """Runs command `name` (keras-vit-`name`): defines its flags, parses
     `argv` (default sys.argv), calls `main(values, positional arguments)`
     and returns the exit status, with the error policy of the module doc.
-    """
+    In a command's own process, a Ctrl-C or SIGTERM after that (the
+    interpreter's shutdown takes a second or more) ends it at once with
+    that status: its work is done, and said."""
+    status = _run(name, define, main, argv, doc)
+    if quiet_start.is_command():
+        _exit_on_signal(status)
+    return status
+
+
+def _exit_on_signal(status: int) -> None:
+    def leave(signum, frame) -> None:
+        del signum, frame
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):  # closed, a broken pipe
+                stream.flush()
+        os._exit(status)
+
+    with contextlib.suppress(ValueError):  # not the main thread
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, leave)
+
+
+def _run(name, define, main, argv, doc) -> int:
     program = PREFIX + name
     argv = sys.argv if argv is None else argv
     atomic.written_before_stop()  # one an earlier call left: not this one's
@@ -228,13 +250,16 @@ def run(
         quiet_start.filter_stderr()
     logging.use_absl_handler()
     quiet_start.started()
-    previous_term = None
+    previous = {}
     with contextlib.suppress(ValueError):  # not the main thread: as it was
-        previous_term = signal.signal(signal.SIGTERM, _terminate)
+        previous = {signum: signal.signal(signum, handler) for signum, handler
+                    in ((signal.SIGINT, _interrupt),
+                        (signal.SIGTERM, _terminate))}
     try:
         rest = parse(values, argv)
         setup_logging(values.verbose)
         status = main(values, rest[1:])
+        errors.check_stop()  # one a library's callback swallowed
     except (PermissionError, tf.errors.PermissionDeniedError) as error:
         line = not_permitted(error, values)  # None: its own message
         return report(UsageError(line) if line else error, program,
@@ -262,8 +287,9 @@ def run(
         stop.__context__ = error  # --verbose: TensorFlow's traceback
         return _interrupted(stop, program, verbose)
     finally:
-        if previous_term is not None:
-            signal.signal(signal.SIGTERM, previous_term)
+        errors.stop_seen()
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
     return 0 if status is None else int(status)
 
 
@@ -275,7 +301,15 @@ class Terminated(KeyboardInterrupt):
 
 def _terminate(signum, frame) -> None:
     del signum, frame
-    raise Terminated()
+    raise errors.stop_raised(Terminated())
+
+
+def _interrupt(signum, frame) -> None:
+    """Ctrl-C: KeyboardInterrupt, as Python's own handler raises it,
+    recorded in case a library's callback swallows it
+    (`errors.check_stop`)."""
+    del signum, frame
+    raise errors.stop_raised(KeyboardInterrupt())
 
 
 def _stop_inside(error: RuntimeError) -> Optional[KeyboardInterrupt]:

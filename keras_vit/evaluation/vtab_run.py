@@ -292,8 +292,7 @@ def run(  # noqa: PLR0913 (the protocol's parts and options)
         strategy: tf.distribute.Strategy or None (default strategy).
         tasks: task and group names (default `config.evals.vtab.tasks`).
         model_name: str or None. The model's name in reports.
-        chief: bool. Whether this worker writes the results (the caller
-            asks its strategy; True on one host).
+        chief: bool. Whether this worker writes the results.
         in_turn: (prepare, name) -> None: runs a task's download and
             preparation in the cluster's turn (the chief's first,
             `training.distribute.prepare_in_turn`); None: at once.

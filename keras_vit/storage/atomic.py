@@ -30,6 +30,8 @@ import tempfile
 import uuid
 from typing import Callable, Iterator, Optional, Union
 
+from keras_vit.errors import check_stop
+
 # Writes the file at the (local, temporary) path it is given: for writers
 # that take a path, such as `keras.Model.save` or `np.savez`.
 Writer = Callable[[str], None]
@@ -174,6 +176,7 @@ def _write_local(path: str, content: Content) -> None:
                 f.write(_as_bytes(content))
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
+        check_stop()  # a stop that a library swallowed: nothing published
         os.replace(tmp, path)
     except BaseException:
         _remove_local(tmp)
@@ -199,6 +202,7 @@ def _write_remote(path: str, content: Content) -> None:
         else:
             with gfile.GFile(tmp, "wb") as f:
                 f.write(_as_bytes(content))
+        check_stop()
         gfile.rename(tmp, path, overwrite=True)
     except BaseException:
         try:
@@ -277,6 +281,7 @@ def signals_deferred() -> Iterator[list]:
     the list it is given what it wrote whole; where a held signal then
     stops the command, `written_before_stop` says so. Outside the main
     thread the block runs as it is."""
+    check_stop()  # a stop that a library swallowed: not published
     caught, written = [], []
     _WRITTEN_BEFORE_STOP.clear()
     signums = (signal.SIGINT, signal.SIGTERM)
