@@ -78,6 +78,12 @@ def stop_seen() -> None:
     _RAISED_STOP.clear()
 
 
+def take_stop():
+    """The stop whose exception something swallowed, now handed to the
+    caller (a training loop's own stop handling), or None."""
+    return _RAISED_STOP.pop() if _RAISED_STOP else None
+
+
 def check_stop() -> None:
     """Raises again a stop whose exception something swallowed: before a
     file is published, between units of long work and when a command

@@ -426,6 +426,14 @@ def test_a_workdir_in_the_image_folder_is_refused(tmp_path):
             "classes and images. Give the run a folder outside it.")
         assert sorted(os.listdir(photos)) == before
     assert not (tmp_path / "run").exists()
+    # With the export off, its folder is never written: not refused.
+    off = subprocess.run(
+        _script("train") + ["--config=folder:photos", *TINY, export[1],
+                            "--config.trainer.epochs=1", "--workdir=run"],
+        capture_output=True, text=True, cwd=str(tmp_path), timeout=600,
+        env=dict(os.environ, PYTHONPATH=ROOT, CUDA_VISIBLE_DEVICES=""))
+    assert off.returncode == 0, off.stderr[-2000:]
+    assert sorted(os.listdir(photos)) == before
 
 
 def test_own_photos_with_a_step_count_given(tmp_path):

@@ -14,7 +14,12 @@ import time
 import pytest
 import tensorflow as tf
 
-from keras_vit.errors import INTERRUPTED_EXIT_CODE, PREEMPTED_EXIT_CODE
+from keras_vit.errors import (
+    INTERRUPTED_EXIT_CODE,
+    PREEMPTED_EXIT_CODE,
+    stop_raised,
+    take_stop,
+)
 from keras_vit.training import interrupt
 from tests import console
 
@@ -234,6 +239,21 @@ def test_two_sigints_a_millisecond_apart_are_one_ctrl_c(ended):
             assert stop.requested and stop.name == "Ctrl-C"
     except KeyboardInterrupt:
         pytest.fail("two SIGINTs 1 ms apart stopped the run at once")
+    assert ended == []
+
+
+def test_a_stop_swallowed_before_the_loop_is_its_request(ended):
+    """A Ctrl-C or SIGTERM whose exception a library's callback dropped
+    before the training loop began (`errors.stop_raised`, never caught):
+    the loop's StopRequest takes it as a request to stop at the next
+    step, and the stop is no longer pending."""
+    for raised, name in ((KeyboardInterrupt(), "Ctrl-C"),
+                         (type("Terminated", (KeyboardInterrupt,), {})(),
+                          "SIGTERM")):
+        stop_raised(raised)
+        with interrupt.StopRequest() as stop:
+            assert stop.requested and stop.name == name
+        assert take_stop() is None
     assert ended == []
 
 

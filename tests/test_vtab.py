@@ -745,6 +745,33 @@ def test_a_rerun_of_another_recipe_is_refused(tmp_path, monkeypatch):
     assert len(trained) == 2
 
 
+def test_an_image_size_of_zero_is_the_backbones_resolution(tmp_path,
+                                                           monkeypatch):
+    """config.model.image_size=0 (the model's own resolution, as
+    fine-tuning reads it) passes the check of the backbone's patches."""
+    from keras_vit.configs import vtab as vtab_config
+
+    monkeypatch.setattr(vtab_run, "prepare_backbone",
+                        lambda source, out, keep=False: "/b.npz")
+    monkeypatch.setattr(pretrained, "transfer_model_config",
+                        lambda source, overrides=None: {"hidden_size": 8})
+    monkeypatch.setattr(vtab, "prepare", lambda *args, **kwargs: None)
+    config = vtab_config.get_config()
+    config.evals.vtab.sweep.enabled = False
+    config.model.image_size = 0
+    sizes = []
+
+    def train_fn(config, workdir, strategy):
+        sizes.append(config.model.image_size)
+        return dict(test_accuracy=0.5, test_top5_accuracy=1.0, test_loss=1.0,
+                    test_examples=10)
+
+    source = tiny_source(str(tmp_path / "src.npz"))
+    result = vtab_run.run(config, source, str(tmp_path / "out"), train_fn,
+                          tasks="dtd")
+    assert len(result["records"]) == 1 and sizes == [0]
+
+
 def test_finished_tasks_without_a_recipe_are_not_added_to(tmp_path):
     """results.jsonl without recipe.json (deleted, or from before it was
     written): the recipe of the finished tasks is not known, so

@@ -62,7 +62,7 @@ def run_analysis(  # noqa: PLR0913 (its options, by keyword)
     max_rollout_images: int = 8,
     num_components: int = 28,
     class_names: Optional[Sequence[str]] = None,
-    more_figures: Optional[Dict[str, Tuple[str, Callable[[], Any]]]] = None,
+    more_figures: Optional[Dict[str, Tuple[str, Callable]]] = None,
     on_batch: Optional[Callable[[int, int], None]] = None,
 ) -> Dict[str, Any]:
     """Computes the four analyses, writes the PNGs and, last, analysis.json.

@@ -218,6 +218,8 @@ def _exit_on_signal(status: int) -> None:
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(Exception):  # closed, a broken pipe
                 stream.flush()
+        with contextlib.suppress(Exception):  # its lines copied out first
+            quiet_start.stop_filtering(timeout=1.0)
         os._exit(status)
 
     with contextlib.suppress(ValueError):  # not the main thread
@@ -229,6 +231,7 @@ def _run(name, define, main, argv, doc) -> int:
     program = PREFIX + name
     argv = sys.argv if argv is None else argv
     atomic.written_before_stop()  # one an earlier call left: not this one's
+    errors.stop_seen()  # nor its stop
     verbose = quiet_start.verbose(argv[1:])
     try:
         argv = normalize_argv(argv)
@@ -287,9 +290,10 @@ def _run(name, define, main, argv, doc) -> int:
         stop.__context__ = error  # --verbose: TensorFlow's traceback
         return _interrupted(stop, program, verbose)
     finally:
-        errors.stop_seen()
         for signum, handler in previous.items():
-            signal.signal(signum, handler)
+            if handler is not None:  # (None: not installed from Python)
+                signal.signal(signum, handler)
+        errors.stop_seen()
     return 0 if status is None else int(status)
 
 

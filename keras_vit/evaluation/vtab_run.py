@@ -309,7 +309,7 @@ def run(  # noqa: PLR0913 (the protocol's parts and options)
                                  else protocol.tasks)
     model_name = model_name or source.describe()
     # Patches that do not divide the tasks' resolution: before any file.
-    pretrained.describe_source(source).grid(protocol.image_size)
+    pretrained.describe_source(source).grid(protocol.image_size or None)
     tf.io.gfile.makedirs(output_dir)
     results_path = os.path.join(output_dir, reports.RESULTS_JSONL)
     records: List[Dict] = reports.read_jsonl(results_path)

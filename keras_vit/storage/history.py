@@ -85,7 +85,6 @@ class HistoryWriter:
         if not self._rows:
             return
         text = "\n".join(self._rows) + "\n"
-        self._rows = []
         self._flushed = time.time()
         header = ",".join(COLUMNS) + "\n"
         if is_remote(self.path):
@@ -96,6 +95,7 @@ class HistoryWriter:
             if old and not old.endswith("\n"):
                 old += "\n"
             atomic_write(self.path, (old or header) + text)
+            self._rows = []  # written (a stop in the write keeps them)
             return
         with open(self.path, "a+", encoding="utf-8") as f:
             size = f.tell()
@@ -107,6 +107,7 @@ class HistoryWriter:
                 text = header + text
             f.write(text)
             f.flush()
+        self._rows = []
 
 
 def set_aside(workdir: str) -> Optional[str]:

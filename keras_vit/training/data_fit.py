@@ -77,7 +77,7 @@ def fit(inp, trainer, schedule, log, checkpoints, evals) -> Dict[str, dict]:
     logging.info(
         "%s epochs of %d training images at batch %d: %d steps (%s per "
         "epoch), a warm-up of %d.", trainer.epochs, examples, batch, total,
-        f"{examples / batch:.3g}", warmup)
+        f"{examples / batch:.2f}".rstrip("0").rstrip("."), warmup)
     return out
 
 

@@ -40,7 +40,7 @@ from typing import Callable, Optional
 import tensorflow as tf
 from absl import logging
 
-from keras_vit.errors import INTERRUPTED_EXIT_CODE
+from keras_vit.errors import INTERRUPTED_EXIT_CODE, take_stop
 
 # Seconds the main thread has to raise KeyboardInterrupt after a second
 # Ctrl-C before the process ends without it.
@@ -108,6 +108,10 @@ class StopRequest:
         self._open = True
         self.installed = bool(self._previous)
         self._start_watcher()
+        lost = take_stop()  # one a library swallowed before: asked now
+        if lost is not None:
+            self._handle(signal.SIGINT if type(lost) is KeyboardInterrupt
+                         else signal.SIGTERM, None)
         return self
 
     def _start_watcher(self) -> None:
