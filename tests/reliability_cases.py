@@ -217,6 +217,25 @@ _CASES = [
         "UsageError",
     ),
     Case(
+        "stop_swallowed_by_a_callback", FAULT, "CLI",
+        "Ctrl-C or SIGTERM landing in a library's garbage-collection "
+        "callback (JAX registers one), where Python prints \"Exception "
+        "ignored\" and drops the exception",
+        "The command still stops before it publishes a file (or when its "
+        "work ends): its one stop line and status (130, or 42 for "
+        "SIGTERM), nothing written; a training loop takes it as a stop "
+        "request. Before, the command went on and wrote its results.",
+        ("keras-vit-test: interrupted", "keras-vit-test: preempted"),
+    ),
+    Case(
+        "stop_after_the_work", FAULT, "CLI",
+        "Ctrl-C or SIGTERM once a command has written and printed its "
+        "results, while the interpreter shuts down (a second or more with "
+        "TensorFlow loaded)",
+        "The process ends at once with the work's status (0). Before, the "
+        "signal killed it with nothing printed (status 130 or 143).",
+    ),
+    Case(
         "stop_before_first_step", FAULT, "training",
         "Ctrl-C or SIGTERM before the first step (while the step compiles)",
         "The run stops without saving: a fresh workdir holds no checkpoint "

@@ -30,6 +30,7 @@ from keras_vit.storage import workdir as wd
 from keras_vit.training import distribute
 from keras_vit.training.cluster import SetupError
 from tests import console
+from tests.reliability_cases import check_says, covers
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COMMANDS = ("train", "evaluate", "export", "convert", "analysis", "predict")
@@ -964,6 +965,7 @@ def test_out_of_memory_is_one_line_naming_the_fix(capsys):
     assert "Traceback" in capsys.readouterr().err
 
 
+@covers("stop_swallowed_by_a_callback")
 @pytest.mark.filterwarnings(
     "ignore::pytest.PytestUnraisableExceptionWarning")
 def test_a_stop_a_library_swallowed_still_stops(tmp_path, capsys):
@@ -991,6 +993,7 @@ def test_a_stop_a_library_swallowed_still_stops(tmp_path, capsys):
         assert fired  # and the stop did not reach this code
 
     out = tmp_path / "out.json"
+    lines = []
     for signum, code, says in (
             (signal.SIGINT, INTERRUPTED_EXIT_CODE, "interrupted"),
             (signal.SIGTERM, PREEMPTED_EXIT_CODE, "preempted")):
@@ -1005,7 +1008,9 @@ def test_a_stop_a_library_swallowed_still_stops(tmp_path, capsys):
         # ignored" report Python prints: sys.unraisablehook)
         assert err.strip().splitlines()[-1].startswith(
             f"keras-vit-test: {says}"), err
+        lines.append(err.strip().splitlines()[-1])
         assert not out.exists() and os.listdir(tmp_path) == []
+    check_says("stop_swallowed_by_a_callback", "\n".join(lines))
     assert runner.run("test", lambda values, argv: None,
                       lambda values, args: swallowed(signal.SIGINT),
                       ["keras-vit-test"]) == INTERRUPTED_EXIT_CODE
@@ -1015,6 +1020,7 @@ def test_a_stop_a_library_swallowed_still_stops(tmp_path, capsys):
                       lambda values, args: None, ["keras-vit-test"]) == 0
 
 
+@covers("stop_after_the_work")
 def test_a_stop_after_the_work_ends_the_process_with_its_status(tmp_path):
     """A Ctrl-C or SIGTERM once the command's work is done and said (the
     interpreter's shutdown takes a second or more with TensorFlow loaded)
