@@ -31,6 +31,7 @@ the command's main:
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import re
@@ -212,19 +213,30 @@ def run(
     return status
 
 
+def _flush() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):  # closed, a broken pipe
+            stream.flush()
+
+
 def _exit_on_signal(status: int) -> None:
+    """Output written out now (not at the interpreter's end); then a
+    signal exits at once with `status`, and, from the exit handlers on
+    (after Python's own signal handling ends, a signal's default would
+    kill the process), is ignored."""
     def leave(signum, frame) -> None:
         del signum, frame
-        for stream in (sys.stdout, sys.stderr):
-            with contextlib.suppress(Exception):  # closed, a broken pipe
-                stream.flush()
+        _flush()
         with contextlib.suppress(Exception):  # its lines copied out first
             quiet_start.stop_filtering(timeout=1.0)
         os._exit(status)
 
+    _flush()
     with contextlib.suppress(ValueError):  # not the main thread
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, leave)
+        atexit.register(lambda: [signal.signal(s, signal.SIG_IGN) for s in (
+            signal.SIGINT, signal.SIGTERM)])
 
 
 def _run(name, define, main, argv, doc) -> int:
