@@ -232,8 +232,9 @@ _CASES = [
         "Ctrl-C or SIGTERM once a command has written and printed its "
         "results, while the interpreter shuts down (a second or more with "
         "TensorFlow loaded)",
-        "The process ends at once with the work's status (0). Before, the "
-        "signal killed it with nothing printed (status 130 or 143).",
+        "The process ends with the work's status (0): at once, or, once "
+        "its exit handlers run, when they are done. Before, the signal "
+        "killed it with nothing printed (status 130 or 143).",
     ),
     Case(
         "stop_before_first_step", FAULT, "training",
