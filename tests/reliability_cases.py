@@ -225,7 +225,8 @@ _CASES = [
         "work ends): its one stop line and status (130, or 42 for "
         "SIGTERM), nothing written; a training loop takes it as a stop "
         "request. Before, the command went on and wrote its results.",
-        ("keras-vit-test: interrupted", "keras-vit-test: preempted"),
+        ("interrupted: stopped at once (Ctrl-C).",
+         "preempted: stopped at once (SIGTERM)"),
     ),
     Case(
         "stop_after_the_work", FAULT, "CLI",
