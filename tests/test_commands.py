@@ -966,8 +966,7 @@ def test_out_of_memory_is_one_line_naming_the_fix(capsys):
 
 
 @covers("stop_swallowed_by_a_callback")
-@pytest.mark.filterwarnings(
-    "ignore::pytest.PytestUnraisableExceptionWarning")
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 def test_a_stop_a_library_swallowed_still_stops(tmp_path, capsys):
     """Ctrl-C or SIGTERM landing in a garbage-collection callback (JAX
     registers one): Python prints "Exception ignored" and drops the
