@@ -10,11 +10,14 @@ schedule, a layer's rate); this names them as a run config sets them.
 
 from __future__ import annotations
 
+import math
 from typing import Optional, Tuple, Union
 
 from keras_vit.errors import UsageError
 
 Bound = Union[None, float, str]  # a number, a field's path, or no bound
+# The largest float32: the run computes its values in float32 (or lower).
+FLOAT32_MAX = 3.4028234663852886e38
 
 # (field, low, high, brackets): the value must lie between `low` and
 # `high` (None: no bound; a str: that field's value), "[" / "]" closed and
@@ -106,6 +109,11 @@ def _check(config, path: str, value, low: Bound, high: Bound,
            brackets: str) -> None:
     if not isinstance(value, (int, float)) or isinstance(value, bool):
         return  # None (unset), or a size given as (height, width)
+    if not math.isfinite(value) or abs(value) > FLOAT32_MAX:
+        raise UsageError(
+            f"config.{path}={value} is not a finite number within "
+            f"float32's range (largest {FLOAT32_MAX:.4g}), in which the "
+            "run computes.")
     low_value, low_text = _bound(config, low)
     high_value, high_text = _bound(config, high)
     open_low, open_high = brackets[0] == "(", brackets[1] == ")"
@@ -133,6 +141,10 @@ def _check_list(path: str, values, low: Bound, brackets: str) -> None:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise UsageError(
                 f"config.{path}={written}: {value!r} is not a number.")
+        if not math.isfinite(value) or abs(value) > FLOAT32_MAX:
+            raise UsageError(
+                f"config.{path}={written}: {value} is not a finite number "
+                "within float32's range.")
         if low is not None and (value < low or (
                 brackets[0] == "(" and value == low)):
             raise UsageError(

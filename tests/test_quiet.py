@@ -95,6 +95,30 @@ def test_every_limit_names_its_config_field():
     config_limits.check_limits(base_config())  # the defaults are in range
 
 
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -1e39, 1e39])
+def test_a_number_beyond_float32_is_refused_by_name(bad):
+    from keras_vit import config_limits
+    from keras_vit.config import base_config
+    from keras_vit.configs import vtab
+    from keras_vit.errors import UsageError
+
+    # (nan passes every comparison with a bound; 1e39 is inf in float32)
+    for path in ("schedule.lr", "schedule.end_lr", "trainer.ema_decay"):
+        config = base_config()
+        section, _, field = path.rpartition(".")
+        config[section][field] = bad
+        with pytest.raises(UsageError, match=(
+                "^" + re.escape(f"config.{path}={bad} is not a finite number "
+                                "within float32's range (largest 3.403e+38)"))):
+            config_limits.check_limits(config)
+    config = vtab.get_config()
+    config.evals.vtab.sweep.lrs = (0.01, bad)
+    with pytest.raises(UsageError, match=(
+            "^" + re.escape(f"config.evals.vtab.sweep.lrs=0.01,{bad}: {bad} "
+                            "is not a finite number"))):
+        config_limits.check_limits(config)
+
+
 def test_every_evaluator_limit_names_its_config_field():
     from keras_vit import config_limits
     from keras_vit.configs import fewshot, vtab
