@@ -200,12 +200,24 @@ def _check_combinations(config) -> None:
             "config.optimizer.name=adamw.")
     batch = _value(config, "input.batch_size")
     steps = _value(config, "trainer.accumulation_steps")
-    if isinstance(batch, int) and isinstance(steps, int) and steps > 0 and (
-            batch % steps):
-        raise UsageError(
-            f"config.input.batch_size={batch} is not divisible by "
-            f"config.trainer.accumulation_steps={steps}: each update's "
-            "batch is split into that many equal micro-batches.")
+    if isinstance(batch, int) and isinstance(steps, int) and steps > 0:
+        check_batch_split(batch, steps)
+
+
+def check_batch_split(batch: int, accumulation: int, replicas: int = 1):
+    """A UsageError unless the global batch `batch` splits evenly among
+    `replicas` and, on each, into `accumulation` micro-batches (the
+    training strategy's replicas are known once it is built)."""
+    parts = replicas * accumulation
+    if not batch % parts:
+        return
+    among = (f"into config.trainer.accumulation_steps={accumulation} equal "
+             "micro-batches" if replicas == 1 else
+             f"among {replicas} replica(s) x config.trainer."
+             f"accumulation_steps={accumulation}")
+    raise UsageError(
+        f"config.input.batch_size={batch} does not split {among}: use a "
+        f"multiple of {parts}.")
 
 
 def check_resize(config) -> None:

@@ -868,8 +868,9 @@ def test_named_values_and_combinations_are_checked_as_flags():
           "0.1"], "config.optimizer.name='sgd' takes no weight decay"),
         (["--config.input.batch_size=32",
           "--config.trainer.accumulation_steps=3"],
-         "config.input.batch_size=32 is not divisible by "
-         "config.trainer.accumulation_steps=3"),
+         "config.input.batch_size=32 does not split into "
+         "config.trainer.accumulation_steps=3 equal micro-batches: use a "
+         "multiple of 3."),
         (["--config.input.pp.eval_resize_size=0"],
          "config.input.pp.eval_resize_size=0 must be > 0."),
         (["--config.input.pp.resize_size=-8"],

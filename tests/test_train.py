@@ -572,7 +572,7 @@ def test_the_api_names_the_config_field_of_a_bad_step_or_batch(field,
     section, name = field.split(".")
     setattr(config[section], name, value)
     with pytest.raises(errors.UsageError, match=(
-            rf"^config\.{field} must be positive, got {value}\.$")):
+            rf"^config\.{field}={value} must be > 0\.$")):
         data_fit.global_batch(config.trainer, config.input, 1)
 
 

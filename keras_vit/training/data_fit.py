@@ -26,18 +26,10 @@ def global_batch(trainer, inp, replicas: int) -> int:
     """int. The run's global batch (`config.input.batch_size`), checked
     with its steps: positive, and a multiple of the replicas times the
     accumulation steps (each update splits it among them)."""
-    for field, value in (("trainer.total_steps", trainer.total_steps),
-                         ("input.batch_size", inp.batch_size)):
-        if int(value) <= 0:
-            raise UsageError(
-                f"config.{field} must be positive, got {int(value)}.")
-    parts = replicas * int(trainer.accumulation_steps)
-    if int(inp.batch_size) % parts:
-        raise UsageError(
-            f"config.input.batch_size={int(inp.batch_size)} does not split "
-            f"among {replicas} replica(s) x config.trainer."
-            f"accumulation_steps={int(trainer.accumulation_steps)}: use a "
-            f"multiple of {parts}.")
+    config_limits.check_fields({"trainer": trainer, "input": inp},
+                               ("trainer.total_steps", "input.batch_size"))
+    config_limits.check_batch_split(int(inp.batch_size),
+                                    int(trainer.accumulation_steps), replicas)
     return int(inp.batch_size)
 
 
