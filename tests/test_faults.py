@@ -1052,6 +1052,35 @@ def test_a_stop_during_the_final_evaluation_leaves_it(tmp_path, monkeypatch,
             if r["split"] != "train"] == [(10, "test")]
 
 
+def test_a_refused_block_removes_only_the_folders_it_made(tmp_path):
+    """atomic.removed_if_refused: the folder made (and its empty parents
+    made with it) goes when the block raises one of the refusals given;
+    another error, a folder given as made by no one (None), or one that
+    holds a file by then, stays."""
+
+    target = tmp_path / "runs" / "b16" / "run"
+    made = atomic.make_folders(str(target))
+    assert made == str(tmp_path / "runs")
+    with pytest.raises(OSError, match="not a refusal"):
+        with atomic.removed_if_refused(str(target), made, UsageError):
+            raise OSError("not a refusal")
+    assert target.is_dir()
+    with pytest.raises(UsageError):
+        with atomic.removed_if_refused(str(target), None, UsageError):
+            raise UsageError("made by no one")
+    assert target.is_dir()
+    (target / "notes.txt").write_text("mine")
+    with pytest.raises(UsageError):
+        with atomic.removed_if_refused(str(target), made, UsageError):
+            raise UsageError("refused")
+    assert (target / "notes.txt").read_text() == "mine"
+    os.remove(target / "notes.txt")
+    with pytest.raises(KeyboardInterrupt):
+        with atomic.removed_if_refused(str(target), made):
+            raise KeyboardInterrupt
+    assert os.listdir(tmp_path) == []
+
+
 @covers("failed_metrics_write")
 def test_failed_write_keeps_old_file_and_leaves_no_temp(tmp_path,
                                                         monkeypatch):

@@ -263,17 +263,16 @@ def _vtab_mode(values, source, strategy) -> Dict:
     output_dir = eval_mode.output_dir(values)
     reports.require_charts()  # before the first task, not after it
     made = atomic.make_folders(output_dir)
-    try:  # a refusal leaves no empty folder of its making
+    if distribute.is_multi_worker(strategy):
+        made = None  # the workers share it
+    # A refusal leaves no empty folder of its making.
+    with atomic.removed_if_refused(output_dir, made, UsageError):
         distribute.check_shared(output_dir, "output folder", strategy)
         out = vtab_run.run(values.config, source, output_dir,
                            train_lib.train_and_evaluate, strategy,
                            tasks=values.tasks, model_name=values.name,
                            chief=distribute.is_chief(strategy),
                            in_turn=distribute.prepare_in_turn(strategy))
-    except UsageError:
-        if made and not distribute.is_multi_worker(strategy):
-            atomic.remove_made(output_dir, up_to=made)
-        raise
     md = out["files"].get("markdown")
     if out["preempted"]:
         raise Preempted(

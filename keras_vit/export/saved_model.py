@@ -283,29 +283,28 @@ def _write_version(archive, serving_model: keras.Model, target: _Target,
     export_files.remove_orphans(target.model_dir)
     tmp_dir = export_files.temporary_version(target.model_dir, version)
     export_files.remove_tree(tmp_dir)
-    try:
-        _write_saved_model(archive, tmp_dir)
-        _write_extras(tmp_dir, serving_model, target, opts)
-        if opts.verify:
-            # Without warm-up images, still compare on synthetic ones.
-            verify_export(
-                tmp_dir,
-                serving_model,
-                target.images or export_files.default_warmup_images(),
-                (opts.resize_size, opts.keep_aspect),
-            )
-        atomic.sync_tree(tmp_dir)  # on disk before the quick publishing
-        with atomic.signals_deferred() as written:
-            path = export_files.publish_version(
-                tmp_dir, target.model_dir, int(version), auto_version)
-            listed()
-            written.append(path)
-        return path
-    except BaseException:
-        export_files.remove_tree(tmp_dir)
-        if made:  # and its parents made for it, while empty
-            atomic.remove_made(target.model_dir, up_to=made)
-        raise
+    with atomic.removed_if_refused(target.model_dir, made):
+        try:
+            _write_saved_model(archive, tmp_dir)
+            _write_extras(tmp_dir, serving_model, target, opts)
+            if opts.verify:
+                # Without warm-up images, still compare on synthetic ones.
+                verify_export(
+                    tmp_dir,
+                    serving_model,
+                    target.images or export_files.default_warmup_images(),
+                    (opts.resize_size, opts.keep_aspect),
+                )
+            atomic.sync_tree(tmp_dir)  # on disk before the quick publishing
+            with atomic.signals_deferred() as written:
+                path = export_files.publish_version(
+                    tmp_dir, target.model_dir, int(version), auto_version)
+                listed()
+                written.append(path)
+            return path
+        except BaseException:
+            export_files.remove_tree(tmp_dir)
+            raise
 
 
 def write_batching_parameters(export_dir: str) -> Optional[str]:

@@ -104,6 +104,21 @@ def remove_made(path: str, up_to: Optional[str] = None) -> None:
             return
 
 
+@contextlib.contextmanager
+def removed_if_refused(path: str, made: Optional[str],
+                       refusals=BaseException) -> Iterator[None]:
+    """Within: where the block raises one of `refusals`, the folder `path`
+    goes again (`remove_made`, while it holds no file) when this process
+    made it: `made` is `make_folders`' answer (None: it made nothing, or
+    others share the folder)."""
+    try:
+        yield
+    except refusals:
+        if made:  # and the parents made for it, while empty
+            remove_made(path, up_to=made)
+        raise
+
+
 def sha256(path: Union[str, os.PathLike]) -> str:
     """str. The SHA-256 of the file at `path` (local, or a URL through
     `tf.io.gfile`) in hex, read 16 MiB at a time."""

@@ -146,13 +146,9 @@ def _made_workdir(workdir: str, strategy):
         created = None
     # A cluster's workers must see one folder (before any reads it).
     distribute.check_shared(workdir, "workdir", strategy)
-    with state.held_run(workdir, strategy):  # refused: the folder stays
-        try:
-            yield
-        except BaseException:
-            if created:  # and the parents made for it, while empty
-                atomic.remove_made(workdir, up_to=created)
-            raise
+    with state.held_run(workdir, strategy), atomic.removed_if_refused(
+            workdir, created):  # (refused the lock: the folder stays)
+        yield
 
 
 def train_and_evaluate(
