@@ -2,7 +2,8 @@
 
 Pre-training (paper Appendix B.1): Adam(0.9, 0.999) with decoupled weight
 decay, linear warm-up, linear decay. Fine-tuning (Appendix B.1.1): SGD with
-momentum 0.9, cosine decay, no weight decay. Gradient clipping at global norm
+momentum 0.9, cosine decay, no weight decay, its momentum kept as the
+official code keeps it (`MomentumSGD`). Gradient clipping at global norm
 1 is done by the trainer (after the cross-replica reduction), not by the
 optimizer, so that it clips the global gradient rather than each replica's.
 
@@ -39,7 +40,8 @@ class WarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
         total_steps: int. Steps of the whole run.
         warmup_steps: int. Linear warm-up steps.
         decay_type: str. "cosine", "linear" or "constant".
-        end_lr: float. Learning rate at the last step (cosine and linear).
+        end_lr: float. Learning rate at step `total_steps` (cosine and
+            linear), the step after the last update.
     """
 
     def __init__(
@@ -93,6 +95,35 @@ class WarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
             decay_type=self.decay_type,
             end_lr=self.end_lr,
         )
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class MomentumSGD(keras.optimizers.SGD):
+    """SGD with momentum as the official code has it (optax's
+    `sgd`/`trace`, flax's `Momentum`): the momentum sums gradients, and the
+    step's learning rate multiplies it, `m = momentum * m + g`, `w -= lr_t
+    * m` (Nesterov: `w -= lr_t * (g + momentum * m)`).
+
+    Keras's `SGD` keeps the learning rate inside the momentum instead (`m =
+    momentum * m - lr_t * g`, `w += m`), which differs wherever the
+    learning rate changes: with momentum 0.9, its steps lag the schedule
+    by about 9 steps (warm-up steps smaller, the last decay steps larger),
+    and the gradient of step 0, where the warm-up's rate is 0, is lost.
+    The variables are Keras's (`momentums`), as are the arguments.
+    """
+
+    def update_step(self, gradient, variable, learning_rate):
+        learning_rate = ops.cast(learning_rate, variable.dtype)
+        gradient = ops.cast(gradient, variable.dtype)
+        if self.momentum == 0:
+            self.assign_sub(variable, ops.multiply(gradient, learning_rate))
+            return
+        m = self.momentums[self._get_variable_index(variable)]
+        momentum = ops.cast(self.momentum, variable.dtype)
+        self.assign(m, ops.add(ops.multiply(m, momentum), gradient))
+        step = (ops.add(gradient, ops.multiply(m, momentum))
+                if self.nesterov else m)
+        self.assign_sub(variable, ops.multiply(step, learning_rate))
 
 
 SCHEDULE_FIELDS = ("lr", "warmup_steps", "decay_type", "end_lr")
@@ -177,7 +208,7 @@ def _optimizer(name: str, opt_config,
                 "SGD here has no weight decay (the paper's fine-tuning uses "
                 "none): set optimizer.weight_decay=0 or use adamw."
             )
-        return keras.optimizers.SGD(
+        return MomentumSGD(
             momentum=float(opt_config.momentum),
             nesterov=bool(opt_config.nesterov),
             **common,

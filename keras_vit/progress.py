@@ -187,10 +187,14 @@ class Rate:
 
 def short_metrics(metrics: dict, limit: int = 160) -> str:
     """str. `metrics` on one short line: `name value` pairs in order,
-    numbers to 4 significant digits, cut after `limit` characters at a
-    pair (", ..." follows; the whole dict is the run's metrics.json)."""
+    numbers to 4 significant digits, those without a value (None: not
+    measured, such as top-5 of fewer than 6 classes) left out, cut after
+    `limit` characters at a pair (", ..." follows; the whole dict is the
+    run's metrics.json)."""
     parts = []
     for name, value in metrics.items():
+        if value is None:
+            continue
         if isinstance(value, float):
             value = f"{value:.4g}"
         parts.append(f"{name} {value}")

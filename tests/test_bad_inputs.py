@@ -1094,7 +1094,7 @@ def test_optimizer_names_in_message_are_the_real_ones():
         optim.create_optimizer(mlc.ConfigDict(dict(name="adamm", lr=0.1)),
                                10)
     listed = str(info.value).split("use one of ")[1].rstrip(".").split(", ")
-    keras_class = {"sgd": "SGD", "adam": "Adam", "adamw": "AdamW",
+    keras_class = {"sgd": "MomentumSGD", "adam": "Adam", "adamw": "AdamW",
                    "lamb": "Lamb"}
     assert sorted(listed) == sorted(keras_class)
     for name in listed:

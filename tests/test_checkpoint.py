@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 import scipy.ndimage
 
-from keras_vit import create_model
+from keras_vit import create_model, load_model
+from keras_vit.checkpoint import loader
 from keras_vit.checkpoint import posemb as posemb_lib
 from keras_vit.checkpoint import weights as checkpoint
 from keras_vit.checkpoint.formats import npz_layout
@@ -349,6 +350,12 @@ def test_a_non_square_file_loads_at_its_own_grid_given_posemb_grid(tmp_path):
     assert report.ok and report.posemb_resized is None
     x = images((32, 48))
     assert_close(model(x), ref.forward(arrays, x))
+    # The same through the functions named by a path, report and all.
+    model, report = loader.load_report(path, posemb_grid=(4, 6))
+    assert model.input_shape == (None, 32, 48, 3) and report.ok
+    assert_close(model(x), ref.forward(arrays, x))
+    assert load_model(path, posemb_grid=(4, 6)).input_shape == (
+        None, 32, 48, 3)
 
 
 def test_rebuild_at_resolution():

@@ -17,6 +17,7 @@ scikit-learn's china.jpg and flower.jpg, tests/photo_folder.py).
 
 import json
 import os
+import re
 import shutil
 import subprocess
 from unittest import mock
@@ -158,6 +159,11 @@ def test_a_class_folder_or_a_file_given_as_the_folder_says_so(tmp_path):
         _index(china)
     with pytest.raises(UsageError, match="is a file, not a folder"):
         _index(sorted(china.iterdir())[0])
+    with pytest.raises(UsageError, match=re.escape(
+            "does not exist: name the folder that holds <class>/ or "
+            "<split>/<class>/ (--config=folder:PATH, or "
+            "config.input.data_dir).")):
+        _index(tmp_path / "nosuch")
     os.rename(tmp_path / "photos" / "flower", tmp_path / "photos" / " ")
     with pytest.raises(UsageError, match="has a blank name, which no labels "
                        "file can hold: rename it"):

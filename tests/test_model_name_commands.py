@@ -90,13 +90,47 @@ def cached_files(user):
 
 @pytest.mark.parametrize("model", ["ViT-B_16.npz", "./ViT-B_16.npz"])
 def test_a_missing_npz_is_a_path_never_a_download(user, model):
+    # The file name is in three of the bucket's folders: each is named.
     line = error_line(user, "convert", f"--model={model}",
                       "--output=out.keras")
     assert line == (
         f"keras-vit-convert: error: {model}: no such local file (a path is "
-        "never downloaded). To download the released imagenet21k/ViT-B_16, "
-        "give its name: ViT-B_16.")
+        "never downloaded). To download a released file of that name, give "
+        "its name: ViT-B_16 (imagenet21k/ViT-B_16), "
+        "imagenet21k+imagenet2012/ViT-B_16 or sam/ViT-B_16.")
     assert cached_files(user) == []  # the mirror's file was not fetched
+    # A path that names the folder too: that file alone.
+    line = error_line(user, "convert", "--model=imagenet21k+imagenet2012/"
+                      "ViT-B_16.npz", "--output=out.keras")
+    assert line.endswith(
+        "To download the released imagenet21k+imagenet2012/ViT-B_16, give "
+        "its name: imagenet21k+imagenet2012/ViT-B_16.")
+
+
+def test_a_hugging_face_model_the_network_cannot_reach_names_the_way_round(
+        tmp_path):
+    """keras-vit-predict --model=hf://ORG/NAME online, without a network
+    (an endpoint nothing answers) and not cached: the fix names the
+    download where there is a network and the model's folder as the
+    source."""
+    env = dict(os.environ, PYTHONPATH=ROOT, CUDA_VISIBLE_DEVICES="",
+               HF_HOME=str(tmp_path / "hf"), HF_ENDPOINT="http://127.0.0.1:9")
+    for name in ("HF_HUB_OFFLINE", "KERAS_VIT_OFFLINE", "HF_HUB_CACHE"):
+        env.pop(name, None)
+    result = subprocess.run(
+        script("predict") + ["--model=hf://google/vit-base-patch16-224",
+                             "cat.jpg"],
+        capture_output=True, text=True, cwd=str(tmp_path), env=env,
+        timeout=TIMEOUT_S)
+    assert result.returncode == 1, result.stderr[-3000:]
+    lines = [line for line in result.stderr.splitlines()
+             if line.startswith("keras-vit-predict: error: ")]
+    assert len(lines) == 1 and "Traceback" not in result.stderr
+    assert lines[0].endswith(
+        "could not be downloaded: check the network connection and run "
+        "again; without network here, download it where there is one (`hf "
+        "download google/vit-base-patch16-224 --local-dir DIR`) and give "
+        "DIR, the model's folder, instead.")
 
 
 def test_a_missing_path_of_no_released_name_says_no_such_file(user):

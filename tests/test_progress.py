@@ -190,3 +190,12 @@ def test_the_evaluation_bar_shows_the_running_top1_as_it_is(capsys):
         on_batch(i, {"accuracy": running})
     out = capsys.readouterr().out
     assert "top1: 0.5000" in out and "0.3750" not in out, out
+
+
+def test_the_final_metrics_line_leaves_out_what_was_not_measured():
+    from keras_vit import progress
+
+    line = progress.short_metrics({"test_accuracy": 0.83333,
+                                   "test_top5_accuracy": None,
+                                   "steps": 8, "eval_split": "val"})
+    assert line == "test_accuracy 0.8333, steps 8, eval_split val"

@@ -1124,9 +1124,13 @@ RUNS: Dict[str, Run] = {
     "--model_name=digits": Run(_check_export, after=(TRAIN,)),
     "saved_model_cli show --dir exports/vit/1": Run(
         _check_saved_model_cli, after=(EXPORT_VIT,)),
-    "keras-vit-convert --model=ViT-B_16.npz": Run(
-        _check_convert, replace=(("--variant=B/16", "--variant=Ti/16"),),
-        changed="ViT-B_16.npz holds a Ti/16; --variant=Ti/16"),
+    "keras-vit-convert --model=imagenet21k+imagenet2012/ViT-B_16": Run(
+        _check_convert, replace=(
+            ("--model=imagenet21k+imagenet2012/ViT-B_16",
+             "--model=ViT-B_16.npz"), ("--variant=B/16", "--variant=Ti/16")),
+        changed="ViT-B_16.npz, a Ti/16 in the released layout, in place of "
+        "the download of imagenet21k+imagenet2012/ViT-B_16; "
+        "--variant=Ti/16"),
     "keras-vit-convert --list_models=*B_16*": Run(_check_listing),
     "keras-vit-analysis --model=vit.keras --output_dir=analysis/": Run(
         _check_analysis, changed="vit.keras: a tiny ViT; photos/: 2 PNGs"),

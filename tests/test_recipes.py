@@ -268,7 +268,7 @@ def test_finetune_recipe_has_the_paper_numbers(dataset, steps, test_split):
         assert c.input.train_split == "train[:90%]"
         assert c.evals.test.val_split == "train[90%:]"
         assert c.schedule.warmup_steps == 100
-    assert build.build_run(c, 1)[1].__class__.__name__ == "SGD"
+    assert build.build_run(c, 1)[1].__class__.__name__ == "MomentumSGD"
 
 
 def test_finetune_vtab_task_and_arguments():

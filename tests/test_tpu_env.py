@@ -141,6 +141,22 @@ def test_each_cause_of_a_failed_local_tpu_has_its_fix(
     assert f"To fix: {how}" in text
 
 
+def test_tensorflows_reason_is_cut_at_a_word_without_an_ops_attributes():
+    """A TensorFlow reason naming an op's attributes (the kernel-less
+    build's) ends before them; a long one ends at a word, said so."""
+    kernel = ("No OpKernel was registered to support Op "
+              "'ConfigureDistributedTPU' used by {{node "
+              "ConfigureDistributedTPU}} with these attrs: [compilation_"
+              "failure_closes_chips=false, embedding_config=\"\", tpu_"
+              "cancellation_closes_chips=2]\nRegistered devices: [CPU]")
+    text = str(tpu.local_tpu_error(kernel))
+    assert ("TensorFlow says: No OpKernel was registered to support Op "
+            "'ConfigureDistributedTPU' used by {{node "
+            "ConfigureDistributedTPU}}. Found: ") in text
+    text = str(tpu.local_tpu_error("a reason " * 40))
+    assert "TensorFlow says: " + "a reason " * 22 + "a (cut short). " in text
+
+
 @pytest.mark.slow
 def test_real_initialisation_failure_is_one_line():
     """`--strategy=tpu --tpu=local` for real, on a machine without a TPU:

@@ -128,6 +128,36 @@ def test_gradient_clipping_bounds_the_update():
     assert delta == pytest.approx(0.01, rel=1e-3)
 
 
+@pytest.mark.parametrize("nesterov", [False, True])
+def test_sgd_momentum_is_the_official_codes(nesterov):
+    """config.optimizer.name="sgd" keeps its momentum as optax's sgd/trace
+    (and flax's Momentum) do, the fine-tuning optimizer of the official
+    code: m = mu m + g, w -= lr_t m (Nesterov: w -= lr_t (g + mu m)), on a
+    warm-up then cosine schedule, step 0 at rate 0. NumPy reference below;
+    Keras's own SGD (m = mu m - lr_t g, w += m) differs from the 2nd step."""
+    config = mlc.ConfigDict(dict(name="sgd", momentum=0.9, nesterov=nesterov,
+                                 lr=0.5, warmup_steps=3, decay_type="cosine"))
+    optimizer = optim.create_optimizer(config, total_steps=8)
+    assert isinstance(optimizer, optim.MomentumSGD)
+    rng = np.random.default_rng(0)
+    w0 = rng.normal(size=(3, 4)).astype("float32")
+    grads = rng.normal(size=(8, 3, 4)).astype("float32")
+    variable = keras.Variable(w0)
+    keras_sgd = keras.optimizers.SGD(optim.WarmupDecay(0.5, 8, 3), momentum=0.9,
+                                     nesterov=nesterov)
+    keras_variable = keras.Variable(w0)
+    w, m = w0.astype("float64"), np.zeros((3, 4))
+    for step, g in enumerate(grads):
+        lr = 0.5 * min(1, step / 3) * 0.5 * (1 + np.cos(
+            np.pi * max(0, step - 3) / 5))
+        m = 0.9 * m + g
+        w = w - lr * (g + 0.9 * m if nesterov else m)
+        optimizer.apply_gradients([(tf.constant(g), variable)])
+        keras_sgd.apply_gradients([(tf.constant(g), keras_variable)])
+        np.testing.assert_allclose(variable.numpy(), w, rtol=1e-5, atol=1e-6)
+    assert np.abs(keras_variable.numpy() - w).max() > 1e-2
+
+
 def digits_config(**overrides):
     return tiny.digits_config(
         {

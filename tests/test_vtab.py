@@ -798,3 +798,24 @@ def test_finished_tasks_without_a_recipe_are_not_added_to(tmp_path):
         "back its recipe.json)."], result.stderr[-3000:]
     assert "VTAB task" not in result.stderr
     assert not os.path.exists(os.path.join(out, vtab_protocol.RECIPE))
+
+
+def test_a_run_with_no_result_gives_the_first_reason_whole():
+    """The one line of a VTAB or few-shot run that produced nothing: the
+    first reason whole (its fix with it), each other by its first
+    sentence; the generic fix only where the first reason names none."""
+    dtd = ("dtd (DTD): cannot download from www.robots.ox.ac.uk (Name or "
+           "service not known). Without network here, prepare it where "
+           "there is one (`tfds build dtd --data_dir=DIR`, copy DIR here) "
+           "and set config.input.data_dir=DIR.")
+    line = reports.nothing_ran("VTAB task", {
+        "dtd": dtd, "resisc45": "resisc45 needs a manual download. Its "
+        "files go into X."})
+    assert line == (
+        "no VTAB task produced a result (dtd: " + dtd.rstrip(".")
+        + "; resisc45: resisc45 needs a manual download) (the log above "
+        "gives each reason whole).")
+    assert reports.nothing_ran("few-shot data set", {"pets": "Offline."}) == (
+        "no few-shot data set produced a result (pets: Offline). Prepare "
+        "the data (config.input.download, config.input.data_dir) and run "
+        "the same command again.")

@@ -208,9 +208,12 @@ def load_report(
     pooling: Optional[str] = None,
     representation_size: Union[int, None, str] = FROM_SOURCE,
     strict: bool = True,
+    posemb_grid: Optional[Tuple[int, int]] = None,
 ) -> Loaded:
-    """`load_model`, with the LoadReport of what was mapped (`Loaded`)."""
-    source = resolve(source)
+    """`load_model` (the same arguments), with the LoadReport of what was
+    mapped (`Loaded`; its report is None for a source that holds its whole
+    model, a `.keras` file or a training run, taken as saved)."""
+    source = resolve(source, posemb_grid=posemb_grid)
     model, report = source.build(
         image_size, num_classes=num_classes, pooling=pooling,
         representation_size=representation_size, strict=strict,

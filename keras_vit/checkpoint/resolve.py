@@ -54,6 +54,25 @@ SourceLike = Union[Source, str]
 SIZE_LIKE = re.compile(r"^(R\d*\+)?[A-Za-z]{1,2}/\d{1,2}$")
 
 
+def _released_of_that_name(text: str, release) -> str:
+    """How to download `release`, the released file that the missing path
+    `text` names, or each released file of that file name (ViT-B_16.npz
+    is in imagenet21k/, imagenet21k+imagenet2012/ and sam/)."""
+    named = text[:-len(".npz")] if text.endswith(".npz") else text
+    if not named.endswith(release.name):  # by its file name alone
+        stem = os.path.basename(release.name)
+        same = [m for m in catalog.list_models()
+                if os.path.basename(m.name) == stem]
+        if len(same) > 1:
+            names = [f"{catalog.download_name(m)}" + (
+                f" ({m.name})" if catalog.download_name(m) != m.name else "")
+                for m in same]
+            return ("To download a released file of that name, give its "
+                    f"name: {', '.join(names[:-1])} or {names[-1]}.")
+    return (f"To download the released {release.name}, give its name: "
+            f"{catalog.download_name(release)}.")
+
+
 def _missing(text: str) -> UsageError:
     if text in VARIANTS:
         return UsageError(_size_message(text))
@@ -61,10 +80,8 @@ def _missing(text: str) -> UsageError:
         text, os.path.basename(text.rstrip("/\\"))))), None)
     if release is not None and catalog.is_path(text):
         return UsageError(
-            f"{text}: no such local file (a path is never downloaded). To "
-            f"download the released {release.name}, give its name: "
-            f"{catalog.download_name(release)}."
-        )
+            f"{text}: no such local file (a path is never downloaded). "
+            + _released_of_that_name(text, release))
     if SIZE_LIKE.match(text):
         close = closest_variants(text)
         hint = f" Did you mean {', '.join(close)}?" if close else ""

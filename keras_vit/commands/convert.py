@@ -1,8 +1,9 @@
 r"""keras-vit-convert: a model (an official .npz, a Hugging Face / timm
 folder, a training run) as a Keras `.keras` file.
 
-    keras-vit-convert --model=ViT-B_16.npz --variant=B/16 \
-        --num_classes=1000 --image_size=384 --output=vit_b16_384.keras
+    keras-vit-convert --model=imagenet21k+imagenet2012/ViT-B_16 \
+        --variant=B/16 --num_classes=1000 --image_size=384 \
+        --output=vit_b16_384.keras
 
 An .npz's architecture is read from its shapes (--variant checks it);
 --num_classes sets the head (the file's is kept when the width matches,

@@ -9,11 +9,11 @@ few-shot linear probes and VTAB-1k.
 
     # few-shot linear accuracy (1/5/10/25 shots, 3 seeds)
     keras-vit-evaluate --mode=fewshot --config=fewshot \
-        --model=ViT-B_16.npz --output_dir=/tmp/fewshot_b16
+        --model=ViT-B_16 --output_dir=/tmp/fewshot_b16
 
     # the paper's VTAB-1k protocol
     keras-vit-evaluate --mode=vtab --config=vtab \
-        --model=ViT-L_16.npz --variant=L/16 --output_dir=/tmp/vtab_l16
+        --model=ViT-L_16 --variant=L/16 --output_dir=/tmp/vtab_l16
 
 The model is --model (any source), else the one in --workdir (a training
 run), whose folder also receives the results unless --output_dir says
@@ -180,7 +180,7 @@ def _fewshot_mode(values, source, strategy) -> Dict:
             every_s=float(config.log.every_seconds),
             in_turn=distribute.prepare_in_turn(strategy), on_result=write)
     if not results and not done:
-        raise UsageError(_nothing_ran("few-shot data set", not_run))
+        raise UsageError(reports.nothing_ran("few-shot data set", not_run))
     print(write(results, not_run))
     if distribute.is_chief(strategy):
         logging.info("Wrote %s", os.path.join(eval_mode.output_dir(values),
@@ -287,18 +287,8 @@ def _vtab_mode(values, source, strategy) -> Dict:
         values.tasks or config_lib.find_evaluator(values.config.evals,
                                                   "vtab").tasks)}
     if not selected & {r["task"] for r in out["records"]}:
-        raise UsageError(_nothing_ran("VTAB task", out["not_run"]))
+        raise UsageError(reports.nothing_ran("VTAB task", out["not_run"]))
     return out
-
-
-def _nothing_ran(what: str, not_run: Dict[str, str]) -> str:
-    """The one line for a run that produced no result: each reason, cut
-    short (the log above has them whole)."""
-    reasons = "; ".join(f"{name}: {why[:160]}" for name, why in
-                        not_run.items())
-    return (f"no {what} produced a result ({reasons or 'none selected'}). "
-            "Prepare the data (config.input.download, "
-            "config.input.data_dir) and run the same command again.")
 
 
 # The flags of some modes only: each with the modes that read it.

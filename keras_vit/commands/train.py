@@ -4,7 +4,7 @@ evaluate it, and export it for serving when `config.export.enabled`.
     keras-vit-train --config=digits --workdir=/tmp/vit_digits
     keras-vit-train --config=finetune:dataset=cifar100,variant=B/16 \
         --workdir=gs://BUCKET/vit/cifar100 --strategy=tpu --tpu=local \
-        --config.init.model=ViT-B_16.npz
+        --config.init.model=ViT-B_16
 
 --config names a config shipped in keras_vit/configs (`digits`) or a path
 (`configs/digits.py`, `my_config.py:arg`); --config.FIELD=VALUE overrides a

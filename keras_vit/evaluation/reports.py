@@ -373,3 +373,26 @@ def write_vtab_reports(
         plot_tasks(records, paths["tasks_png"], model_name)
         plot_groups(records, paths["groups_png"], model_name)
     return paths
+
+
+def nothing_ran(what: str, not_run: Dict[str, str]) -> str:
+    """The one line for a run that produced no result: the first reason
+    whole, each other one by its first sentence (the log above has them
+    whole)."""
+    reasons = [f"{name}: "
+               + (why if not i else _first_sentence(why)).rstrip(". ")
+               for i, (name, why) in enumerate(not_run.items())]
+    cut = any(why != _first_sentence(why) for why in list(
+        not_run.values())[1:])
+    whole = " (the log above gives each reason whole)" if cut else ""
+    fix = "" if any("data_dir" in why for why in list(not_run.values())[:1]
+                    ) else (" Prepare the data (config.input.download, "
+                            "config.input.data_dir) and run the same "
+                            "command again.")
+    return (f"no {what} produced a result "
+            f"({'; '.join(reasons) or 'none selected'}){whole}.{fix}")
+
+
+def _first_sentence(text: str) -> str:
+    end = text.find(". ")
+    return text if end < 0 else text[:end + 1]

@@ -109,11 +109,15 @@ def local_tpu_error(text: str) -> SetupError:
     """The one line for a failed initialisation of this machine's own TPU:
     what was tried, TensorFlow's reason and the cause found here."""
     reason = text.split("Failed in initialization:", 1)[-1].strip(" .")
+    # An op's attributes (a long list) say nothing the cause does not.
+    reason = reason.split(" with these attrs: ", 1)[0]
+    if len(reason) > 200:  # at a word's end
+        reason = reason[:200].rsplit(" ", 1)[0] + " (cut short)"
     cause, fix = tpu_env.diagnose()
     return SetupError(
         "Cannot initialise this machine's TPU (`tpu`=local: "
         "TPUClusterResolver, then initialize_tpu_system); TensorFlow says: "
-        f"{reason[:200]}. Found: {cause}. To fix: "
+        f"{reason}. Found: {cause}. To fix: "
         f"{fix + ', or ' if fix else ''}{_TPU_FIXES}."
     )
 
