@@ -18,6 +18,21 @@ from keras_vit.errors import UsageError
 Bound = Union[None, float, str]  # a number, a field's path, or no bound
 # The largest float32: the run computes its values in float32 (or lower).
 FLOAT32_MAX = 3.4028234663852886e38
+# The largest int64, the widest integer the run's tensors hold.
+INT64_MAX = 2**63 - 1
+
+
+def _unrepresentable(value) -> str:
+    """Why the number `value` is none the run can compute with ("" if
+    it is one): an int beyond int64, a float not finite or beyond
+    float32 (Python's ints compare exactly; nan passes every bound)."""
+    if isinstance(value, int):
+        return ("" if abs(value) <= INT64_MAX else
+                "is beyond int64's range, the widest integer the run holds")
+    if math.isfinite(value) and abs(value) <= FLOAT32_MAX:
+        return ""
+    return (f"is not a finite number within float32's range (largest "
+            f"{FLOAT32_MAX:.4g}), in which the run computes")
 
 # (field, low, high, brackets): the value must lie between `low` and
 # `high` (None: no bound; a str: that field's value), "[" / "]" closed and
@@ -109,11 +124,6 @@ def _check(config, path: str, value, low: Bound, high: Bound,
            brackets: str) -> None:
     if not isinstance(value, (int, float)) or isinstance(value, bool):
         return  # None (unset), or a size given as (height, width)
-    if not math.isfinite(value) or abs(value) > FLOAT32_MAX:
-        raise UsageError(
-            f"config.{path}={value} is not a finite number within "
-            f"float32's range (largest {FLOAT32_MAX:.4g}), in which the "
-            "run computes.")
     low_value, low_text = _bound(config, low)
     high_value, high_text = _bound(config, high)
     open_low, open_high = brackets[0] == "(", brackets[1] == ")"
@@ -121,6 +131,8 @@ def _check(config, path: str, value, low: Bound, high: Bound,
         value < low_value or (open_low and value == low_value))
     above = high_value is not None and (
         value > high_value or (open_high and value == high_value))
+    if not (below or above) and _unrepresentable(value):
+        raise UsageError(f"config.{path}={value} {_unrepresentable(value)}.")
     if below or above:
         raise UsageError(
             f"config.{path}={value} "
@@ -141,10 +153,9 @@ def _check_list(path: str, values, low: Bound, brackets: str) -> None:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise UsageError(
                 f"config.{path}={written}: {value!r} is not a number.")
-        if not math.isfinite(value) or abs(value) > FLOAT32_MAX:
-            raise UsageError(
-                f"config.{path}={written}: {value} is not a finite number "
-                "within float32's range.")
+        if _unrepresentable(value):
+            raise UsageError(f"config.{path}={written}: {value} "
+                             f"{_unrepresentable(value)}.")
         if low is not None and (value < low or (
                 brackets[0] == "(" and value == low)):
             raise UsageError(

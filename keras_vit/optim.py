@@ -109,7 +109,9 @@ class MomentumSGD(keras.optimizers.SGD):
     learning rate changes: with momentum 0.9, its steps lag the schedule
     by about 9 steps (warm-up steps smaller, the last decay steps larger),
     and the gradient of step 0, where the warm-up's rate is 0, is lost.
-    The variables are Keras's (`momentums`), as are the arguments.
+    The variables are Keras's (`momentums`, in the variables' dtype:
+    float32, where vit_jax keeps its momentum in bfloat16), as are the
+    arguments.
     """
 
     def update_step(self, gradient, variable, learning_rate):

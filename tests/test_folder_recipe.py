@@ -161,8 +161,8 @@ def test_a_class_folder_or_a_file_given_as_the_folder_says_so(tmp_path):
         _index(sorted(china.iterdir())[0])
     with pytest.raises(UsageError, match=re.escape(
             "does not exist: name the folder that holds <class>/ or "
-            "<split>/<class>/ (--config=folder:PATH, or "
-            "config.input.data_dir).")):
+            "<split>/<class>/ (training: --config=folder:PATH or "
+            "config.input.data_dir; evaluating: --data_dir).")):
         _index(tmp_path / "nosuch")
     os.rename(tmp_path / "photos" / "flower", tmp_path / "photos" / " ")
     with pytest.raises(UsageError, match="has a blank name, which no labels "

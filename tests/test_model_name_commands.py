@@ -105,6 +105,10 @@ def test_a_missing_npz_is_a_path_never_a_download(user, model):
     assert line.endswith(
         "To download the released imagenet21k+imagenet2012/ViT-B_16, give "
         "its name: imagenet21k+imagenet2012/ViT-B_16.")
+    line = error_line(user, "convert", "--model=/x/sam/ViT-B_16.npz",
+                      "--output=out.keras")
+    assert line.endswith("To download the released sam/ViT-B_16, give its "
+                         "name: sam/ViT-B_16.")
 
 
 def test_a_hugging_face_model_the_network_cannot_reach_names_the_way_round(
@@ -118,8 +122,8 @@ def test_a_hugging_face_model_the_network_cannot_reach_names_the_way_round(
     for name in ("HF_HUB_OFFLINE", "KERAS_VIT_OFFLINE", "HF_HUB_CACHE"):
         env.pop(name, None)
     result = subprocess.run(
-        script("predict") + ["--model=hf://google/vit-base-patch16-224",
-                             "cat.jpg"],
+        script("predict") + [
+            "--model=hf://google/vit-base-patch16-224@main", "cat.jpg"],
         capture_output=True, text=True, cwd=str(tmp_path), env=env,
         timeout=TIMEOUT_S)
     assert result.returncode == 1, result.stderr[-3000:]
@@ -129,8 +133,8 @@ def test_a_hugging_face_model_the_network_cannot_reach_names_the_way_round(
     assert lines[0].endswith(
         "could not be downloaded: check the network connection and run "
         "again; without network here, download it where there is one (`hf "
-        "download google/vit-base-patch16-224 --local-dir DIR`) and give "
-        "DIR, the model's folder, instead.")
+        "download google/vit-base-patch16-224 --revision main --local-dir "
+        "DIR`) and give DIR, the model's folder, instead.")
 
 
 def test_a_missing_path_of_no_released_name_says_no_such_file(user):

@@ -95,15 +95,18 @@ def test_every_limit_names_its_config_field():
     config_limits.check_limits(base_config())  # the defaults are in range
 
 
-@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -1e39, 1e39])
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), 1e39])
 def test_a_number_beyond_float32_is_refused_by_name(bad):
     from keras_vit import config_limits
     from keras_vit.config import base_config
-    from keras_vit.configs import vtab
+    from keras_vit.configs import fewshot, vtab
     from keras_vit.errors import UsageError
 
-    # (nan passes every comparison with a bound; 1e39 is inf in float32)
-    for path in ("schedule.lr", "schedule.end_lr", "trainer.ema_decay"):
+    # (nan passes every comparison with a bound; 1e39 is inf in float32;
+    # a field's own bound, where it has one, is named first)
+    paths = ("schedule.lr", "schedule.end_lr") + (
+        ("trainer.ema_decay",) if bad != bad else ())
+    for path in paths:
         config = base_config()
         section, _, field = path.rpartition(".")
         config[section][field] = bad
@@ -116,6 +119,24 @@ def test_a_number_beyond_float32_is_refused_by_name(bad):
     with pytest.raises(UsageError, match=(
             "^" + re.escape(f"config.evals.vtab.sweep.lrs=0.01,{bad}: {bad} "
                             "is not a finite number"))):
+        config_limits.check_limits(config)
+    # Integers compare exactly (no float conversion to overflow): a bound
+    # is named where the field has one, int64's range where it has none.
+    huge = 10**400
+    config = base_config()
+    config.seed = huge
+    with pytest.raises(UsageError, match=r"^config\.seed=1000+ must be in "
+                       r"\[0, 4294967295\]"):
+        config_limits.check_limits(config)
+    config = base_config()
+    config.trainer.total_steps = 2**63
+    with pytest.raises(UsageError, match=(
+            r"^config\.trainer\.total_steps=9223372036854775808 is beyond "
+            "int64's range")):
+        config_limits.check_limits(config)
+    config = fewshot.get_config("digits")
+    config.evals.fewshot.seeds = (0, huge)
+    with pytest.raises(UsageError, match="is beyond int64's range"):
         config_limits.check_limits(config)
 
 

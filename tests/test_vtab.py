@@ -809,12 +809,12 @@ def test_a_run_with_no_result_gives_the_first_reason_whole():
            "there is one (`tfds build dtd --data_dir=DIR`, copy DIR here) "
            "and set config.input.data_dir=DIR.")
     line = reports.nothing_ran("VTAB task", {
-        "dtd": dtd, "resisc45": "resisc45 needs a manual download. Its "
-        "files go into X."})
+        "dtd": dtd, "resisc45": "resisc45 needs a manual download, e.g. "
+        "from its site. Its files go into X."})
     assert line == (
         "no VTAB task produced a result (dtd: " + dtd.rstrip(".")
-        + "; resisc45: resisc45 needs a manual download) (the log above "
-        "gives each reason whole).")
+        + "; resisc45: resisc45 needs a manual download, e.g. from its site)"
+        " (the log above gives each reason whole).")
     assert reports.nothing_ran("few-shot data set", {"pets": "Offline."}) == (
         "no few-shot data set produced a result (pets: Offline). Prepare "
         "the data (config.input.download, config.input.data_dir) and run "

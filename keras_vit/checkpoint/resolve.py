@@ -76,8 +76,9 @@ def _released_of_that_name(text: str, release) -> str:
 def _missing(text: str) -> UsageError:
     if text in VARIANTS:
         return UsageError(_size_message(text))
+    parts = text.replace("\\", "/").rstrip("/").split("/")
     release = next(filter(None, (catalog.lookup(t) for t in (
-        text, os.path.basename(text.rstrip("/\\"))))), None)
+        text, "/".join(parts[-2:]), parts[-1]))), None)
     if release is not None and catalog.is_path(text):
         return UsageError(
             f"{text}: no such local file (a path is never downloaded). "

@@ -285,8 +285,8 @@ def folder_index(root: str):
                 else "does not exist")
         raise UsageError(
             f"Image folder {root!r} {what}: name the folder that holds "
-            "<class>/ or <split>/<class>/ (--config=folder:PATH, or "
-            "config.input.data_dir)."
+            "<class>/ or <split>/<class>/ (training: --config=folder:PATH "
+            "or config.input.data_dir; evaluating: --data_dir)."
         )
     _NOT_READ.clear()
     _NESTED.clear()

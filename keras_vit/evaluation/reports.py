@@ -18,6 +18,7 @@ import csv
 import io
 import json
 import os
+import re
 from typing import Dict, List, Mapping, Optional, Sequence
 
 import tensorflow as tf
@@ -394,5 +395,6 @@ def nothing_ran(what: str, not_run: Dict[str, str]) -> str:
 
 
 def _first_sentence(text: str) -> str:
-    end = text.find(". ")
-    return text if end < 0 else text[:end + 1]
+    """`text` up to a full stop before a capital, "`" or "(" (not "e.g.")."""
+    end = re.search(r"\. (?=[A-Z`(])", text)
+    return text if end is None else text[:end.start() + 1]

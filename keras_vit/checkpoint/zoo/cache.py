@@ -349,6 +349,7 @@ def hf_snapshot(uri: str) -> str:
             "or commit after @."
         ) from None
     except LocalEntryNotFoundError:
+        repo += f" --revision {revision}" if revision else ""
         switch = "HF_HUB_OFFLINE" if hf_offline else OFFLINE_ENV
         fix = (f"unset {switch} to download it, or download it where there "
                f"is network (`hf download {repo}`) into this cache"
@@ -356,10 +357,9 @@ def hf_snapshot(uri: str) -> str:
             "check the network connection and run again; without network "
             f"here, download it where there is one (`hf download {repo} "
             "--local-dir DIR`) and give DIR, the model's folder, instead")
-        raise UsageError(
-            f"{uri} is not (fully) in the Hugging Face cache "
-            f"({hf_constants.HF_HUB_CACHE}) and could not be downloaded: "
-            f"{fix}.") from None
+        raise UsageError(f"{uri} is not (fully) in the Hugging Face cache ("
+                         f"{hf_constants.HF_HUB_CACHE}) and could not be "
+                         f"downloaded: {fix}.") from None
     except (OSError, ValueError) as error:  # huggingface_hub's own checks
         raise UsageError(
             f"{uri}: the Hugging Face cache or Hub refused it "
