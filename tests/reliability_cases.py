@@ -641,7 +641,7 @@ _CASES = [
         "missing_data_dir", BAD_INPUT, "data",
         "`dataset='folder'` with a data_dir that does not exist",
         "A clear error.",
-        ("does not exist", "set config.input.data_dir"),
+        ("does not exist", "--config=folder:PATH or config.input.data_dir"),
         "UsageError",
     ),
     # -------------------------------------------------------- bad config
