@@ -130,8 +130,9 @@ _CASES = [
     ),
     Case(
         "nonfinite_weights_update", FAULT, "training",
-        "An update too large for float32 (learning rate 1e39) makes the "
-        "weights non-finite from a finite loss and gradient, with "
+        "An update too large for float32 (learning rate 1e39, which a run "
+        "config refuses up front: an optimizer of the Python API) makes "
+        "the weights non-finite from a finite loss and gradient, with "
         "`config.trainer.skip_nonfinite=True`",
         "The run stops in one line naming a weight and the last good "
         "checkpoint, before any checkpoint holds the weights and before "
@@ -641,7 +642,7 @@ _CASES = [
         "missing_data_dir", BAD_INPUT, "data",
         "`dataset='folder'` with a data_dir that does not exist",
         "A clear error.",
-        ("does not exist", "--config=folder:PATH or config.input.data_dir"),
+        ("does not exist", "set config.input.data_dir"),
         "UsageError",
     ),
     # -------------------------------------------------------- bad config

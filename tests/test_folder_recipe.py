@@ -160,9 +160,8 @@ def test_a_class_folder_or_a_file_given_as_the_folder_says_so(tmp_path):
     with pytest.raises(UsageError, match="is a file, not a folder"):
         _index(sorted(china.iterdir())[0])
     with pytest.raises(UsageError, match=re.escape(
-            "does not exist: name the folder that holds <class>/ or "
-            "<split>/<class>/ (training: --config=folder:PATH or "
-            "config.input.data_dir; evaluating: --data_dir).")):
+            "does not exist: set config.input.data_dir to the folder "
+            "holding <class>/ or <split>/<class>/.")):
         _index(tmp_path / "nosuch")
     os.rename(tmp_path / "photos" / "flower", tmp_path / "photos" / " ")
     with pytest.raises(UsageError, match="has a blank name, which no labels "

@@ -284,9 +284,9 @@ def folder_index(root: str):
         what = ("is a file, not a folder" if tf.io.gfile.exists(root)
                 else "does not exist")
         raise UsageError(
-            f"Image folder {root!r} {what}: name the folder that holds "
-            "<class>/ or <split>/<class>/ (training: --config=folder:PATH "
-            "or config.input.data_dir; evaluating: --data_dir)."
+            f"Image folder {root!r} {what}: set "
+            "config.input.data_dir to the folder holding <class>/ or "
+            "<split>/<class>/."
         )
     _NOT_READ.clear()
     _NESTED.clear()
