@@ -131,8 +131,9 @@ def _check(config, path: str, value, low: Bound, high: Bound,
         value < low_value or (open_low and value == low_value))
     above = high_value is not None and (
         value > high_value or (open_high and value == high_value))
-    if not (below or above) and _unrepresentable(value):
-        raise UsageError(f"config.{path}={value} {_unrepresentable(value)}.")
+    why = "" if below or above else _unrepresentable(value)
+    if why:
+        raise UsageError(f"config.{path}={value} {why}.")
     if below or above:
         raise UsageError(
             f"config.{path}={value} "
@@ -153,9 +154,9 @@ def _check_list(path: str, values, low: Bound, brackets: str) -> None:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise UsageError(
                 f"config.{path}={written}: {value!r} is not a number.")
-        if _unrepresentable(value):
-            raise UsageError(f"config.{path}={written}: {value} "
-                             f"{_unrepresentable(value)}.")
+        why = _unrepresentable(value)
+        if why:
+            raise UsageError(f"config.{path}={written}: {value} {why}.")
         if low is not None and (value < low or (
                 brackets[0] == "(" and value == low)):
             raise UsageError(

@@ -64,9 +64,11 @@ def _released_of_that_name(text: str, release) -> str:
         same = [m for m in catalog.list_models()
                 if os.path.basename(m.name) == stem]
         if len(same) > 1:
-            names = [f"{catalog.download_name(m)}" + (
-                f" ({m.name})" if catalog.download_name(m) != m.name else "")
-                for m in same]
+            names = []
+            for m in same:
+                short = catalog.download_name(m)
+                names.append(short if short == m.name
+                             else f"{short} ({m.name})")
             return ("To download a released file of that name, give its "
                     f"name: {', '.join(names[:-1])} or {names[-1]}.")
     return (f"To download the released {release.name}, give its name: "

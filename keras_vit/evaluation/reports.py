@@ -380,16 +380,15 @@ def nothing_ran(what: str, not_run: Dict[str, str]) -> str:
     """The one line for a run that produced no result: the first reason
     whole, each other one by its first sentence (the log above has them
     whole)."""
-    reasons = [f"{name}: "
-               + (why if not i else _first_sentence(why)).rstrip(". ")
-               for i, (name, why) in enumerate(not_run.items())]
-    cut = any(why != _first_sentence(why) for why in list(
-        not_run.values())[1:])
-    whole = " (the log above gives each reason whole)" if cut else ""
-    fix = "" if any("data_dir" in why for why in list(not_run.values())[:1]
-                    ) else (" Prepare the data (config.input.download, "
-                            "config.input.data_dir) and run the same "
-                            "command again.")
+    whys = list(not_run.values())
+    shown = whys[:1] + [_first_sentence(why) for why in whys[1:]]
+    reasons = [f"{name}: {why.rstrip('. ')}"
+               for name, why in zip(not_run, shown)]
+    whole = (" (the log above gives each reason whole)"
+             if shown != whys else "")
+    fix = "" if whys and "data_dir" in whys[0] else (
+        " Prepare the data (config.input.download, config.input.data_dir) "
+        "and run the same command again.")
     return (f"no {what} produced a result "
             f"({'; '.join(reasons) or 'none selected'}){whole}.{fix}")
 

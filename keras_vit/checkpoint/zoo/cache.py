@@ -349,14 +349,14 @@ def hf_snapshot(uri: str) -> str:
             "or commit after @."
         ) from None
     except LocalEntryNotFoundError:
-        repo += f" --revision {revision}" if revision else ""
+        get = f"hf download {repo}" + (f" --revision {revision}"
+                                       if revision else "")
         switch = "HF_HUB_OFFLINE" if hf_offline else OFFLINE_ENV
         fix = (f"unset {switch} to download it, or download it where there "
-               f"is network (`hf download {repo}`) into this cache"
-               ) if local_only else (
+               f"is network (`{get}`) into this cache") if local_only else (
             "check the network connection and run again; without network "
-            f"here, download it where there is one (`hf download {repo} "
-            "--local-dir DIR`) and give DIR, the model's folder, instead")
+            f"here, download it where there is one (`{get} --local-dir "
+            "DIR`) and give DIR, the model's folder, instead")
         raise UsageError(f"{uri} is not (fully) in the Hugging Face cache ("
                          f"{hf_constants.HF_HUB_CACHE}) and could not be "
                          f"downloaded: {fix}.") from None
