@@ -8,14 +8,10 @@ See keras_vit/commands/evaluate.py (or `python evaluate.py --help`) for
 every flag.
 """
 
-import os
-import runpy
 import sys
 
 if __name__ == "__main__":
-    # train.py's quiet start (TensorFlow's start-up notices held back).
-    train = runpy.run_path(os.path.join(os.path.dirname(
-        os.path.abspath(__file__)), "train.py"))
-    with train["_quiet_start"]():
-        from keras_vit.commands.evaluate import main
+    # A command, as train.py (keras_vit.quiet_start).
+    from keras_vit.commands.evaluate import main
+
     sys.exit(main())

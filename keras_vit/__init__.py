@@ -27,10 +27,12 @@ The package is layered; each layer imports only the ones below it
     keras_vit/analysis/    attention maps and the paper's Section 4.5 figures
     keras_vit/commands/    the command lines
 
-`import keras_vit` loads the model core only (and a command asked for its
-`--help` not even that: it loads no Keras). The checkpoint and export
-functions named at the end of `__all__` load on first use (`_LAZY`): they
-use TensorFlow, except `load_npz` and `save_npz` of local files (NumPy).
+`import keras_vit` loads the model core only (and in a command's process
+not even that: a command loads Keras when its work needs a model, so that
+its --help and its refusals of bad input come at once). The checkpoint
+and export functions named at the end of `__all__` load on first use
+(`_LAZY`): they use TensorFlow, except `load_npz` and `save_npz` of local
+files (NumPy).
 """
 
 import importlib
@@ -40,9 +42,11 @@ from typing import TYPE_CHECKING
 # back TensorFlow's start-up notices (keras_vit.quiet_start).
 from keras_vit import quiet_start
 
-# A command asked for its --help (quiet_start.help_only) prints its flags
-# and exits: the model core, hence Keras and TensorFlow, is not loaded.
-if not quiet_start.help_only():
+# A command (a keras-vit-* console script, `python -m
+# keras_vit.commands.NAME`, train.py, evaluate.py) loads the model core,
+# hence Keras and TensorFlow, on first use (`_CORE`, as `_LAZY`): its
+# flags, its --help and the refusals of what the user gave come at once.
+if not quiet_start.is_command():
     from keras_vit.architecture import Architecture
     from keras_vit.attention import MultiHeadSelfAttention
     from keras_vit.derived import (
@@ -127,7 +131,31 @@ __all__ = [
 ]
 
 
+# The model core's names, imported above except in a command's process.
+_CORE = {
+    **dict.fromkeys(["Architecture"], "keras_vit.architecture"),
+    **dict.fromkeys(["MultiHeadSelfAttention"], "keras_vit.attention"),
+    **dict.fromkeys([
+        "attention_model", "features_model", "input_image_size",
+        "intermediate_model", "model_stride", "with_dynamic_image_size",
+    ], "keras_vit.derived"),
+    **dict.fromkeys(["DropPath"], "keras_vit.droppath"),
+    **dict.fromkeys([
+        "ClassToken", "PatchEmbedding", "PositionEmbedding",
+        "SinCosPositionEmbedding",
+    ], "keras_vit.embedding"),
+    **dict.fromkeys(["Encoder", "EncoderBlock", "TokenPooling"],
+                    "keras_vit.layers"),
+    **dict.fromkeys([
+        "VARIANTS", "Numerics", "VisionTransformer", "create_model",
+        "decode_variant",
+    ], "keras_vit.model"),
+    **dict.fromkeys(["ResNetStem"], "keras_vit.resnet"),
+}
+
+
 def __getattr__(name):
-    if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
+    module = _LAZY.get(name) or _CORE.get(name)
+    if module is not None:
+        return getattr(importlib.import_module(module), name)
     raise AttributeError(f"module 'keras_vit' has no attribute {name!r}")

@@ -14,12 +14,12 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
-from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, Mapping, Optional, Tuple
 
 from keras_vit import embedding as vit_embedding
 from keras_vit import layers as vit_layers
-from keras_vit import resnet
 from keras_vit.errors import NEWER_VERSION, UsageError
+from keras_vit.grid import patch_grid, total_stride
 from keras_vit.remat import check_remat
 from keras_vit.values import (  # noqa: F401  (image_hw: re-exported)
     ImageSize,
@@ -41,43 +41,6 @@ from keras_vit.variants import (  # noqa: F401  (re-exported)
     decode_variant,
     variant_of,
 )
-
-
-def total_stride(patch_size: int,
-                 resnet_layers: Optional[Sequence[int]] = None) -> int:
-    """int. Image pixels per token side: the patch size, times the ResNet
-    stride for hybrids (`resnet_layers` not None). The one formula."""
-    stride = int(patch_size)
-    if resnet_layers is not None:
-        stride *= resnet.resnet_stride(resnet_layers)
-    return stride
-
-
-def patch_grid(image_size: ImageSize, stride: int,
-               what: str = "") -> Tuple[int, int]:
-    """(rows, cols) of tokens at `image_size` for `stride` image pixels per
-    token side (`total_stride`): the one place the grid is computed. A side
-    the stride does not divide is an error naming the fix (`what` names the
-    stride: "patch size 16")."""
-    height, width = image_hw(image_size)
-    stride = int(stride)
-    for side, value in (("height", height), ("width", width)):
-        if value % stride:
-            raise UsageError(
-                f"`image_size` (config.model.image_size) {side} {value} "
-                "is not divisible by "
-                f"{what or f'the stride {stride}'}: use a multiple of "
-                f"{stride}, e.g. "
-                f"{' or '.join(map(str, _multiples_near(value, stride)))}."
-            )
-    return height // stride, width // stride
-
-
-def _multiples_near(value: int, stride: int) -> Tuple[int, ...]:
-    """The multiples of `stride` either side of `value` (only the one
-    above where none below is positive)."""
-    below = value // stride * stride
-    return (below, below + stride) if below else (stride,)
 
 
 @dataclasses.dataclass(frozen=True)

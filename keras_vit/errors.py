@@ -3,9 +3,10 @@
 `UsageError`: what a user gave (a flag, a config field, a config's
 argument, a file, an image, a model option, a call the caller can fix)
 cannot be used, and the message names the fix. The project's checks of
-user input raise it, except a missing file (FileNotFoundError) and a run
-that cannot go on (`keras_vit.training.resume.TrainingError`); an export
-that disagrees with its model raises RuntimeError (a fault, not input).
+user input raise it, except a missing file (FileNotFoundError), a run
+that cannot go on (`TrainingError`) and a strategy set-up that failed
+(`SetupError`); an export that disagrees with its model raises
+RuntimeError (a fault, not input).
 The command lines print such an error as one line and exit 1 (the
 traceback follows with --verbose); any other exception, a ValueError
 from inside Keras or TensorFlow included, keeps its traceback.
@@ -36,6 +37,23 @@ NEWER_VERSION = ("a file of a newer keras_vit? Upgrade: pip install -U "
 
 class UsageError(ValueError):
     """Bad input that the user can fix; the message says how."""
+
+
+class TrainingError(RuntimeError):
+    """A run cannot go on (non-finite loss, mismatched workdir, ...)."""
+
+
+class SetupError(ValueError):
+    """A strategy set-up that failed or was stopped, in one line that names
+    the fix.
+
+    Attributes:
+        exit_code: int. The status the process should end with.
+    """
+
+    def __init__(self, message: str, exit_code: int = 1):
+        super().__init__(message)
+        self.exit_code = exit_code
 
 
 class Preempted(Exception):

@@ -8,14 +8,15 @@ TensorFlow loads; `release` lists its devices, then writes back everything
 except those notices (`quiet_tensorflow_start` does both around a block).
 `--verbose` on the command line keeps them all.
 
-The console scripts (keras-vit-*), and the commands run as `python -m
-keras_vit.commands.NAME`, start holding when `import keras_vit` runs
-(`console_script_start`), before Keras loads TensorFlow, and
-`keras_vit.commands.runner.run` releases; train.py and evaluate.py load
-this module by its path and hold around their import of the command.
-While a command runs, `filter_stderr` (which `runner.run` starts unless
-`--verbose`) keeps off stderr, at the descriptor, the notices TensorFlow's
-C++ code and libjpeg print about an image file the command names itself
+The commands (the keras-vit-* console scripts, `python -m
+keras_vit.commands.NAME`, the repository's train.py and evaluate.py) start
+holding when `import keras_vit` runs (`console_script_start`), and
+`keras_vit.commands.runner.run` releases before the command's work. A
+command loads TensorFlow when its work needs it (not at `import
+keras_vit`): while it runs, `filter_stderr` (which `runner.run` starts
+unless `--verbose`) keeps off stderr, at the descriptor, TensorFlow's
+start-up notices whenever they come, and the notices TensorFlow's C++
+code and libjpeg print about an image file the command names itself
 (`RUN_NOTICES`: a truncated or corrupt JPEG), LiteRT's notice of its
 CPU delegate and oneDNN's of its int64 kernels; every other line passes.
 This module uses the standard library only.
@@ -154,10 +155,32 @@ def _command_module(argv, orig_argv) -> bool:
 
 def is_command(argv=None) -> bool:
     """Whether this process (its `argv`, default sys.argv) is a command: a
-    keras-vit-* console script or `python -m keras_vit.commands.NAME`."""
+    keras-vit-* console script, `python -m keras_vit.commands.NAME`, or the
+    repository's train.py or evaluate.py (`TOP_LEVEL_SCRIPTS`)."""
     argv = (sys.argv if argv is None else argv) or [""]
-    return os.path.basename(str(argv[0])).startswith("keras-vit-") or (
-        _command_module(argv, getattr(sys, "orig_argv", [])))
+    return (os.path.basename(str(argv[0])).startswith("keras-vit-")
+            or _command_module(argv, getattr(sys, "orig_argv", []))
+            or _top_level_script(str(argv[0])))
+
+
+# The repository's own commands beside the package (`python train.py`).
+TOP_LEVEL_SCRIPTS = ("train.py", "evaluate.py")
+
+
+def _root() -> str:
+    """The folder holding this package (the repository, in a checkout)."""
+    return os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
+
+
+def _top_level_script(program: str) -> bool:
+    """Whether `program` (argv[0]) is the repository's train.py or
+    evaluate.py, or a command's module once `python -m` runs it (argv[0]
+    is then its file)."""
+    folder = os.path.dirname(os.path.realpath(program))
+    if os.path.basename(program) in TOP_LEVEL_SCRIPTS and folder == _root():
+        return True
+    return program.endswith(".py") and folder == os.path.join(
+        _root(), *COMMANDS_PACKAGE.split("."))
 
 
 def help_only(argv=None) -> bool:
@@ -234,8 +257,7 @@ def is_repository_script(argv=None) -> bool:
     if not program.endswith(".py"):
         return False
     folder = os.path.dirname(os.path.realpath(program))
-    root = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
-    return (os.path.dirname(folder) == root
+    return (os.path.dirname(folder) == _root()
             and os.path.basename(folder) in SCRIPT_FOLDERS)
 
 
@@ -295,13 +317,23 @@ emit(rest)
 _filtering = []
 
 
-def filter_stderr(patterns=RUN_NOTICES) -> bool:
+def command_notices() -> tuple:
+    """What a command's stderr leaves out (`filter_stderr`): TensorFlow's
+    start-up notices (its CUDA ones on a machine without an NVIDIA driver)
+    and `RUN_NOTICES`."""
+    cpu_only = not _has_nvidia_driver()
+    return _NOTICES + (_NO_GPU if cpu_only else ()) + RUN_NOTICES
+
+
+def filter_stderr(patterns=None) -> bool:
     """Until the process exits (or `stop_filtering`), the lines written to
     stderr (the descriptor: Python's, TensorFlow's C++ code's, libjpeg's)
-    that match one of `patterns` are left out; whether it started (not
-    when filtering already, or when the filter process cannot start)."""
+    that match one of `patterns` (default `command_notices()`) are left
+    out; whether it started (not when filtering already, or when the
+    filter process cannot start)."""
     if _filtering:
         return False
+    patterns = command_notices() if patterns is None else patterns
     sys.stderr.flush()
     saved = os.dup(2)
     try:

@@ -24,18 +24,12 @@ import keras
 from keras import ops
 
 from keras_vit.errors import UsageError
+from keras_vit.grid import resnet_stride  # noqa: F401  (named here too)
 
 PACKAGE = "keras_vit"
 GROUP_NORM_GROUPS = 32
 GROUP_NORM_EPSILON = 1e-6
 STD_CONV_EPSILON = 1e-5
-
-
-def resnet_stride(layers: Sequence[int]) -> int:
-    """int. Total downsampling of a stem with `layers` units per stage:
-    4 for the root (stride-2 conv, stride-2 max-pool), then 2 per stage
-    after the first."""
-    return 4 * 2 ** max(len(layers) - 1, 0)
 
 
 def resnet_channels(layers: Sequence[int], width_factor: int = 1) -> int:

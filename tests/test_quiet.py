@@ -257,6 +257,30 @@ def test_help_loads_no_tensorflow_and_prints_each_heading_once(name):
     assert "--model" in result.stdout or "--config" in result.stdout
 
 
+@pytest.mark.parametrize("name, args, out", [
+    ("train", ["--config=digits", "--config.input.batch_sizee=3",
+               "--workdir=run"],
+     "keras-vit-train: error: unknown config field 'batch_sizee'. Did you "
+     'mean "batch_size" instead of "batch_sizee"?'),
+    ("evaluate", ["--mode=eval", "--config=digits", "--workdir=run",
+                  "--config.evals.test.every_stepz=1"],
+     "keras-vit-evaluate: error: unknown config field 'every_stepz'."),
+    ("predict", ["--list_models=*B_16*"], "ViT-B_16"),
+])
+def test_a_refused_flag_and_the_models_table_load_no_tensorflow(
+        name, args, out, tmp_path):
+    """What needs no model answers before Keras and TensorFlow load (at
+    once, not seconds later): a misspelt config field, --list_models."""
+    result = subprocess.run(
+        [sys.executable, "-c", HELP_PROBE.replace("{name}", name), *args],
+        capture_output=True, text=True, env=_env(), cwd=str(tmp_path),
+        timeout=300)
+    assert result.returncode == (0 if "list" in args[0] else 1), (
+        result.stderr[-3000:])
+    assert out in result.stdout + result.stderr
+    assert "LOADED []" in result.stderr, result.stderr[-3000:]
+
+
 @pytest.mark.parametrize("name", ("train", "evaluate"))
 def test_help_into_a_closed_pipe_ends_quietly(name):
     """`keras-vit-train --help | head`: the reader closes the pipe early;

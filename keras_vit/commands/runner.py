@@ -38,7 +38,7 @@ import re
 import signal
 import sys
 import traceback
-from typing import TYPE_CHECKING, Callable, Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 from absl import flags, logging
 from ml_collections import config_flags
@@ -54,25 +54,17 @@ from keras_vit.commands.config_args import (
     typed_overrides,
 )
 from keras_vit.commands.exhausted import exhausted_line, not_permitted
-from keras_vit.commands.lazy import lazy_module
 from keras_vit.commands.log_setup import setup_logging
 from keras_vit.data import downloads
 from keras_vit.errors import (
     INTERRUPTED_EXIT_CODE,
     PREEMPTED_EXIT_CODE,
     Preempted,
+    SetupError,
+    TrainingError,
     UsageError,
 )
 from keras_vit.storage import atomic
-
-if TYPE_CHECKING:  # what type checkers and the import contracts read
-    import tensorflow as tf
-
-    from keras_vit.training import cluster, resume
-else:  # the training modules load TensorFlow, which `--help` does without
-    tf = lazy_module("tensorflow")
-    cluster = lazy_module("keras_vit.training.cluster")
-    resume = lazy_module("keras_vit.training.resume")
 
 PREFIX = "keras-vit-"
 
@@ -82,8 +74,19 @@ def one_line_errors() -> tuple:
     --verbose). SetupError is a ValueError with an exit status; a missing
     or existing file, one this user may not write (a read-only workdir)
     and a missing optional package are named by the message."""
-    return (UsageError, cluster.SetupError, resume.TrainingError,
-            FileNotFoundError, FileExistsError, PermissionError, ImportError)
+    return (UsageError, SetupError, TrainingError, FileNotFoundError,
+            FileExistsError, PermissionError, ImportError)
+
+
+def _loaded_errors(*kinds) -> tuple:
+    """`kinds`, a name standing for TensorFlow's error of that name
+    (tf.errors) where TensorFlow is loaded, and left out where it is not:
+    none of its errors was raised then, and the except clause loads no
+    TensorFlow to find out."""
+    tf_errors = getattr(sys.modules.get("tensorflow"), "errors", None)
+    return tuple(getattr(tf_errors, kind) if isinstance(kind, str) else kind
+                 for kind in kinds
+                 if not isinstance(kind, str) or tf_errors is not None)
 HELP_ARGS = quiet_start.HELP_ARGS
 # The modules whose flags every command has.
 SHARED_MODULES = (__name__, "keras_vit.commands.flags")
@@ -185,13 +188,16 @@ def _help_or_list(program: str, doc: str, values: flags.FlagValues,
     pattern = listing.requested(values, argv[1:])
     if pattern is None and not any(a in HELP_ARGS for a in argv[1:]):
         return None
-    quiet_start.release()
     if any(a in HELP_ARGS for a in argv[1:]):
+        quiet_start.release()
         return listing.print_out(help_text(program, doc, values))
-    try:
-        return listing.print_out(listing.table(pattern))
+    try:  # (the catalog loads TensorFlow: its notices held back till then)
+        table = listing.table(pattern)
     except UsageError as error:
+        quiet_start.release()
         return report(error, program, verbose)
+    quiet_start.release()
+    return listing.print_out(table)
 
 
 def run(
@@ -256,10 +262,9 @@ def _run(name, define, main, argv, doc) -> int:
     early = _help_or_list(program, doc, values, argv, verbose)
     if early is not None:
         return early
-    # TensorFlow loads here (with the training modules), then a console
-    # script's stderr, held since `import keras_vit`, goes back without
-    # TensorFlow's start-up notices.
-    one_line = one_line_errors()
+    # A command's stderr, held since `import keras_vit`, goes back; from
+    # here on TensorFlow's start-up notices are filtered out, whenever the
+    # command's work loads it.
     quiet_start.release()
     if not verbose and quiet_start.is_command():
         quiet_start.filter_stderr()
@@ -275,13 +280,13 @@ def _run(name, define, main, argv, doc) -> int:
         setup_logging(values.verbose)
         status = main(values, rest[1:])
         errors.check_stop()  # one a library's callback swallowed
-    except (PermissionError, tf.errors.PermissionDeniedError) as error:
+    except _loaded_errors(PermissionError, "PermissionDeniedError") as error:
         line = not_permitted(error, values)  # None: its own message
         return report(UsageError(line) if line else error, program,
                       verbose, values)
-    except one_line as error:
+    except one_line_errors() as error:
         return report(error, program, verbose, values)
-    except (MemoryError, OSError, tf.errors.OpError) as error:
+    except _loaded_errors(MemoryError, OSError, "OpError") as error:
         line = exhausted_line(error, values)
         if line is None:
             raise  # another error: its traceback

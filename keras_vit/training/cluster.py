@@ -39,6 +39,7 @@ import tensorflow as tf
 from absl import logging
 
 from keras_vit import config as config_lib
+from keras_vit.errors import SetupError  # defined there, named here too
 
 # How a shell reports a process ended by SIGTERM (128 + 15): a stop asked
 # for before training started, with nothing to save.
@@ -50,19 +51,6 @@ LOG_EVERY_S = 30.0
 FIRST_LOG_S = 5.0
 # TensorFlow's PreemptionCheckpointHandler threads (TF 2.21 names).
 _WATCHER_THREADS = ("PeerTerminationWatcher", "WorkerTerminationSignalWatcher")
-
-
-class SetupError(ValueError):
-    """A strategy set-up that failed or was stopped, in one line that names
-    the fix.
-
-    Attributes:
-        exit_code: int. The status the process should end with.
-    """
-
-    def __init__(self, message: str, exit_code: int = 1):
-        super().__init__(message)
-        self.exit_code = exit_code
 
 
 @dataclasses.dataclass(frozen=True)

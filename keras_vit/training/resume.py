@@ -12,13 +12,9 @@ from typing import Optional
 import tensorflow as tf
 from absl import logging
 
-from keras_vit.errors import shorten
+from keras_vit.errors import TrainingError, shorten  # (TrainingError: here too)
 from keras_vit.storage import checkpoint_list
 from keras_vit.storage import workdir as wd
-
-
-class TrainingError(RuntimeError):
-    """A run cannot go on (non-finite loss, mismatched workdir, ...)."""
 
 
 class _Damaged(Exception):

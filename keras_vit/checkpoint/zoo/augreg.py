@@ -23,7 +23,7 @@ import os
 import re
 from typing import Any, Dict, List, Optional
 
-from keras_vit import architecture
+from keras_vit import variants
 from keras_vit.errors import UsageError
 
 BUCKET = "gs://vit_models/augreg"
@@ -175,7 +175,7 @@ def variant_mismatch(variant: str, info: Dict[str, Any]) -> Dict:
     """{field: (file's, variant's)} for each size where the architecture
     `info` (`keras_vit.checkpoint.formats.npz_layout.describe_arrays`)
     differs from `variant`."""
-    want = architecture.decode_variant(variant).sizes()
+    want = variants.decode_variant(variant).sizes()
     return {k: (info[k], v) for k, v in want.items() if info[k] != v}
 
 

@@ -38,10 +38,10 @@ import fnmatch
 import os
 from typing import Any, Dict, List, Optional, Tuple
 
-from keras_vit import model as vit_model
-from keras_vit.architecture import patch_grid, total_stride
 from keras_vit.checkpoint.zoo import augreg
 from keras_vit.errors import UsageError
+from keras_vit.grid import patch_grid, total_stride
+from keras_vit.variants import decode_variant
 
 BASE_URL_ENV = "KERAS_VIT_MODELS_BASE_URL"
 OFFICIAL_BUCKET = "gs://vit_models"
@@ -147,7 +147,7 @@ def expected_architecture(info: ModelInfo) -> Dict[str, Any]:
     variant (as `npz_layout.describe_arrays` reports them), the head's width
     (`num_classes`, None when the data set does not fix it) and the side
     of its square position grid at `info.image_size` (`grid`)."""
-    spec = vit_model.decode_variant(info.variant)
+    spec = decode_variant(info.variant)
     stride = total_stride(spec.patch_size, spec.resnet_layers)
     return dict(
         hidden_size=spec.size.hidden_size,

@@ -1,0 +1,57 @@
+"""The token grid of an image: pixels per token side and tokens per side.
+
+Arithmetic only (no Keras), so that what reads a model's sizes without
+building it (the released models' table, `--list_models`) loads no
+TensorFlow. `keras_vit.architecture` names these functions too.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence, Tuple
+
+from keras_vit.errors import UsageError
+from keras_vit.values import ImageSize, image_hw
+
+
+def resnet_stride(layers: Sequence[int]) -> int:
+    """int. Total downsampling of a ResNet stem with `layers` units per
+    stage: 4 for the root (stride-2 conv, stride-2 max-pool), then 2 per
+    stage after the first."""
+    return 4 * 2 ** max(len(layers) - 1, 0)
+
+
+def total_stride(patch_size: int,
+                 resnet_layers: Optional[Sequence[int]] = None) -> int:
+    """int. Image pixels per token side: the patch size, times the ResNet
+    stride for hybrids (`resnet_layers` not None). The one formula."""
+    stride = int(patch_size)
+    if resnet_layers is not None:
+        stride *= resnet_stride(resnet_layers)
+    return stride
+
+
+def patch_grid(image_size: ImageSize, stride: int,
+               what: str = "") -> Tuple[int, int]:
+    """(rows, cols) of tokens at `image_size` for `stride` image pixels per
+    token side (`total_stride`): the one place the grid is computed. A side
+    the stride does not divide is an error naming the fix (`what` names the
+    stride: "patch size 16")."""
+    height, width = image_hw(image_size)
+    stride = int(stride)
+    for side, value in (("height", height), ("width", width)):
+        if value % stride:
+            raise UsageError(
+                f"`image_size` (config.model.image_size) {side} {value} "
+                "is not divisible by "
+                f"{what or f'the stride {stride}'}: use a multiple of "
+                f"{stride}, e.g. "
+                f"{' or '.join(map(str, _multiples_near(value, stride)))}."
+            )
+    return height // stride, width // stride
+
+
+def _multiples_near(value: int, stride: int) -> Tuple[int, ...]:
+    """The multiples of `stride` either side of `value` (only the one
+    above where none below is positive)."""
+    below = value // stride * stride
+    return (below, below + stride) if below else (stride,)
