@@ -11,7 +11,9 @@ every flag.
 import sys
 
 if __name__ == "__main__":
-    # A command, as train.py (keras_vit.quiet_start).
+    # A command (keras_vit.quiet_start.COMMAND_MARK), under any file name:
+    # TensorFlow's start-up notices are kept off stderr.
+    __keras_vit_command__ = True
     from keras_vit.commands.evaluate import main
 
     sys.exit(main())

@@ -8,8 +8,9 @@ See keras_vit/commands/train.py (or `python train.py --help`) for every flag.
 import sys
 
 if __name__ == "__main__":
-    # A command: TensorFlow's start-up notices are kept off stderr
-    # (keras_vit.quiet_start, which `import keras_vit` starts).
+    # A command (keras_vit.quiet_start.COMMAND_MARK), under any file name:
+    # TensorFlow's start-up notices are kept off stderr.
+    __keras_vit_command__ = True
     from keras_vit.commands.train import main
 
     sys.exit(main())

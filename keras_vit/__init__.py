@@ -31,8 +31,8 @@ The package is layered; each layer imports only the ones below it
 not even that: a command loads Keras when its work needs a model, so that
 its --help and its refusals of bad input come at once). The checkpoint
 and export functions named at the end of `__all__` load on first use
-(`_LAZY`): they use TensorFlow, except `load_npz` and `save_npz` of local
-files (NumPy).
+(`_LAZY`): they use TensorFlow, except `list_models` (a table) and
+`load_npz` and `save_npz` of local files (NumPy).
 """
 
 import importlib
@@ -157,5 +157,7 @@ _CORE = {
 def __getattr__(name):
     module = _LAZY.get(name) or _CORE.get(name)
     if module is not None:
-        return getattr(importlib.import_module(module), name)
+        # (A stop during a first import comes after it: quiet_start.)
+        with quiet_start.signals_after():
+            return getattr(importlib.import_module(module), name)
     raise AttributeError(f"module 'keras_vit' has no attribute {name!r}")

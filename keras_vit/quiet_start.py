@@ -32,6 +32,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 
 # Printed on every machine, whatever TF_CPP_MIN_LOG_LEVEL says.
 _NOTICES = (
@@ -155,39 +156,27 @@ def _command_module(argv, orig_argv) -> bool:
 
 def is_command(argv=None) -> bool:
     """Whether this process (its `argv`, default sys.argv) is a command: a
-    keras-vit-* console script, `python -m keras_vit.commands.NAME`, or the
-    repository's train.py or evaluate.py (`TOP_LEVEL_SCRIPTS`)."""
+    keras-vit-* console script, `python -m keras_vit.commands.NAME` (while
+    it starts, and once argv[0] is the module's file), or a script that
+    says so (`COMMAND_MARK`: the repository's train.py and evaluate.py)."""
     argv = (sys.argv if argv is None else argv) or [""]
-    return (os.path.basename(str(argv[0])).startswith("keras-vit-")
+    program = str(argv[0])
+    commands = os.path.join(_root(), *COMMANDS_PACKAGE.split("."))
+    return (os.path.basename(program).startswith("keras-vit-")
             or _command_module(argv, getattr(sys, "orig_argv", []))
-            or _top_level_script(str(argv[0])))
+            or (program.endswith(".py")
+                and os.path.dirname(os.path.realpath(program)) == commands)
+            or bool(getattr(sys.modules.get("__main__"), COMMAND_MARK,
+                            False)))
 
 
-# The repository's own commands beside the package (`python train.py`).
-TOP_LEVEL_SCRIPTS = ("train.py", "evaluate.py")
+# A script run as a command sets this global before it imports keras_vit.
+COMMAND_MARK = "__keras_vit_command__"
 
 
 def _root() -> str:
     """The folder holding this package (the repository, in a checkout)."""
     return os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
-
-
-def _top_level_script(program: str) -> bool:
-    """Whether `program` (argv[0]) is the repository's train.py or
-    evaluate.py, or a command's module once `python -m` runs it (argv[0]
-    is then its file)."""
-    folder = os.path.dirname(os.path.realpath(program))
-    if os.path.basename(program) in TOP_LEVEL_SCRIPTS and folder == _root():
-        return True
-    return program.endswith(".py") and folder == os.path.join(
-        _root(), *COMMANDS_PACKAGE.split("."))
-
-
-def help_only(argv=None) -> bool:
-    """Whether this process is a command asked for its help (`HELP_ARGS`):
-    it prints its flags and loads no model, hence no Keras or TensorFlow."""
-    argv = sys.argv if argv is None else argv
-    return is_command(argv) and any(str(a) in HELP_ARGS for a in argv[1:])
 
 
 # A process stopped at once by Ctrl-C (keras_vit.errors.INTERRUPTED_EXIT_CODE)
@@ -218,11 +207,9 @@ def _program(argv) -> str:
 
 
 def _stop_while_starting(signum, frame) -> None:
-    """Ctrl-C or SIGTERM while a command starts (loading TensorFlow and
-    Keras, before it has written anything): one line and status 130 (42
-    for SIGTERM, as a preempted command's) at once, not a traceback from
-    inside an import, nor a KeyboardInterrupt that a library's callback
-    swallows."""
+    """Ctrl-C or SIGTERM while a command starts (before it has parsed its
+    flags or written anything): one line and status 130 (42 for SIGTERM,
+    as a preempted command's) at once."""
     del frame
     out = _held[-1][0] if _held else 2
     term = signum == signal.SIGTERM
@@ -230,6 +217,32 @@ def _stop_while_starting(signum, frame) -> None:
         _program(sys.argv))
     os.write(out, (line + "\n").encode())
     os._exit(_PREEMPTED if term else _INTERRUPTED)
+
+
+@contextlib.contextmanager
+def signals_after():
+    """Within, in the main thread: Ctrl-C and SIGTERM are recorded, not
+    delivered; on leaving, the handlers are back and each recorded signal
+    is delivered to them. Around an import (a command's first load of
+    TensorFlow, seconds long): the stop comes after it, not inside it,
+    where it would leave a half-made module or be swallowed by one of
+    TensorFlow's callbacks."""
+    seen = []
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            handler = signal.getsignal(signum)
+            if handler is None:  # not installed from Python: left as is
+                continue
+            previous[signum] = handler
+            signal.signal(signum, lambda n, f: seen.append(n))
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        for signum in dict.fromkeys(seen):
+            signal.raise_signal(signum)
 
 
 def started() -> None:

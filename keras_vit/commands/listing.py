@@ -24,7 +24,7 @@ from keras_vit.errors import UsageError
 
 if TYPE_CHECKING:  # what type checkers and the import contracts read
     from keras_vit.checkpoint.zoo import catalog
-else:  # the catalog loads Keras, which `--help` does without
+else:  # imported by --list_models alone (it loads no Keras)
     catalog = lazy_module("keras_vit.checkpoint.zoo.catalog")
 
 FLAG = "list_models"

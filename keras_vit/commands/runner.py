@@ -87,6 +87,8 @@ def _loaded_errors(*kinds) -> tuple:
     return tuple(getattr(tf_errors, kind) if isinstance(kind, str) else kind
                  for kind in kinds
                  if not isinstance(kind, str) or tf_errors is not None)
+
+
 HELP_ARGS = quiet_start.HELP_ARGS
 # The modules whose flags every command has.
 SHARED_MODULES = (__name__, "keras_vit.commands.flags")
@@ -188,16 +190,13 @@ def _help_or_list(program: str, doc: str, values: flags.FlagValues,
     pattern = listing.requested(values, argv[1:])
     if pattern is None and not any(a in HELP_ARGS for a in argv[1:]):
         return None
-    if any(a in HELP_ARGS for a in argv[1:]):
-        quiet_start.release()
-        return listing.print_out(help_text(program, doc, values))
-    try:  # (the catalog loads TensorFlow: its notices held back till then)
-        table = listing.table(pattern)
-    except UsageError as error:
-        quiet_start.release()
-        return report(error, program, verbose)
     quiet_start.release()
-    return listing.print_out(table)
+    if any(a in HELP_ARGS for a in argv[1:]):
+        return listing.print_out(help_text(program, doc, values))
+    try:
+        return listing.print_out(listing.table(pattern))
+    except UsageError as error:
+        return report(error, program, verbose)
 
 
 def run(
