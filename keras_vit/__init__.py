@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING
 
 # First, before Keras loads TensorFlow: a keras-vit-* console script holds
 # back TensorFlow's start-up notices (keras_vit.quiet_start).
-from keras_vit import quiet_start
+from keras_vit import errors, quiet_start
 
 # A command (a keras-vit-* console script, `python -m
 # keras_vit.commands.NAME`, train.py, evaluate.py) loads the model core,
@@ -157,7 +157,7 @@ _CORE = {
 def __getattr__(name):
     module = _LAZY.get(name) or _CORE.get(name)
     if module is not None:
-        # (A stop during a first import comes after it: quiet_start.)
-        with quiet_start.signals_after():
+        # (A stop during a first import comes after it: errors.)
+        with errors.signals_after():
             return getattr(importlib.import_module(module), name)
     raise AttributeError(f"module 'keras_vit' has no attribute {name!r}")

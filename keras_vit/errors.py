@@ -19,8 +19,12 @@ several), for a UsageError that names its cause.
 `Preempted`: a run stopped on SIGTERM or Ctrl-C after saving a checkpoint;
 every command then exits with PREEMPTED_EXIT_CODE, and the same command
 resumes. A second Ctrl-C stops at once, with INTERRUPTED_EXIT_CODE.
+`signals_after()`: Ctrl-C and SIGTERM held back while a block (an import)
+runs, then delivered.
 """
 
+import contextlib
+import signal
 import sys
 import threading
 
@@ -136,3 +140,29 @@ def shorten(value, limit: int = 60) -> str:
     message stays short whatever the value holds."""
     text = " ".join((value if isinstance(value, str) else repr(value)).split())
     return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+@contextlib.contextmanager
+def signals_after():
+    """Within, in the main thread: Ctrl-C and SIGTERM are recorded, not
+    delivered; on leaving, the handlers are back and each recorded signal
+    is delivered to them. Around an import (a command's first load of
+    TensorFlow, seconds long): the stop comes after it, not inside it,
+    where it would leave a half-made module or be swallowed by one of
+    TensorFlow's callbacks."""
+    seen = []
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            handler = signal.getsignal(signum)
+            if handler is None:  # not installed from Python: left as is
+                continue
+            previous[signum] = handler
+            signal.signal(signum, lambda n, f: seen.append(n))
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        for signum in dict.fromkeys(seen):
+            signal.raise_signal(signum)

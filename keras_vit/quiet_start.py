@@ -32,7 +32,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 
 # Printed on every machine, whatever TF_CPP_MIN_LOG_LEVEL says.
 _NOTICES = (
@@ -217,32 +216,6 @@ def _stop_while_starting(signum, frame) -> None:
         _program(sys.argv))
     os.write(out, (line + "\n").encode())
     os._exit(_PREEMPTED if term else _INTERRUPTED)
-
-
-@contextlib.contextmanager
-def signals_after():
-    """Within, in the main thread: Ctrl-C and SIGTERM are recorded, not
-    delivered; on leaving, the handlers are back and each recorded signal
-    is delivered to them. Around an import (a command's first load of
-    TensorFlow, seconds long): the stop comes after it, not inside it,
-    where it would leave a half-made module or be swallowed by one of
-    TensorFlow's callbacks."""
-    seen = []
-    previous = {}
-    if threading.current_thread() is threading.main_thread():
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            handler = signal.getsignal(signum)
-            if handler is None:  # not installed from Python: left as is
-                continue
-            previous[signum] = handler
-            signal.signal(signum, lambda n, f: seen.append(n))
-    try:
-        yield
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-        for signum in dict.fromkeys(seen):
-            signal.raise_signal(signum)
 
 
 def started() -> None:

@@ -152,7 +152,7 @@ def test_a_stop_while_the_command_starts_is_one_line(tmp_path, name, signum,
                                                       delay):
     """Ctrl-C (or SIGTERM) while the command starts: half a second in, or
     3 s in, while its work's first import loads TensorFlow and Keras
-    (quiet_start.signals_after): no traceback from inside an import, one
+    (errors.signals_after): no traceback from inside an import, one
     line, status 130 (42: a preempted command's), nothing written."""
     log = tmp_path / "log"
     workdir = tmp_path / "run"

@@ -18,7 +18,7 @@ import importlib
 import sys
 from types import ModuleType
 
-from keras_vit import quiet_start
+from keras_vit import errors
 
 
 class LazyModule:
@@ -33,7 +33,7 @@ class LazyModule:
             return module
         # A first import (TensorFlow's takes seconds): Ctrl-C or SIGTERM
         # comes after it, to the command's own handlers.
-        with quiet_start.signals_after():
+        with errors.signals_after():
             return importlib.import_module(self._lazy_name)
 
     def __getattr__(self, attr: str):
