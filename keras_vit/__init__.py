@@ -35,7 +35,6 @@ and export functions named at the end of `__all__` load on first use
 `load_npz` and `save_npz` of local files (NumPy).
 """
 
-import importlib
 from typing import TYPE_CHECKING
 
 # First, before Keras loads TensorFlow: a keras-vit-* console script holds
@@ -157,7 +156,5 @@ _CORE = {
 def __getattr__(name):
     module = _LAZY.get(name) or _CORE.get(name)
     if module is not None:
-        # (A stop during a first import comes after it: errors.)
-        with errors.signals_after():
-            return getattr(importlib.import_module(module), name)
+        return getattr(errors.import_module(module), name)
     raise AttributeError(f"module 'keras_vit' has no attribute {name!r}")

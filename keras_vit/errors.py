@@ -19,11 +19,12 @@ several), for a UsageError that names its cause.
 `Preempted`: a run stopped on SIGTERM or Ctrl-C after saving a checkpoint;
 every command then exits with PREEMPTED_EXIT_CODE, and the same command
 resumes. A second Ctrl-C stops at once, with INTERRUPTED_EXIT_CODE.
-`signals_after()`: Ctrl-C and SIGTERM held back while a block (an import)
-runs, then delivered.
+`signals_after()`: Ctrl-C and SIGTERM held back while a block runs, then
+delivered; `import_module(name)` imports under it the first time.
 """
 
 import contextlib
+import importlib
 import signal
 import sys
 import threading
@@ -166,3 +167,14 @@ def signals_after():
             signal.signal(signum, handler)
         for signum in dict.fromkeys(seen):
             signal.raise_signal(signum)
+
+
+def import_module(name: str):
+    """Module `name`; its first import (TensorFlow's takes seconds) under
+    `signals_after`: Ctrl-C or SIGTERM comes after it, to the command's
+    own handlers."""
+    module = sys.modules.get(name)
+    if module is not None:
+        return module
+    with signals_after():
+        return importlib.import_module(name)

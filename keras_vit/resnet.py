@@ -24,7 +24,7 @@ import keras
 from keras import ops
 
 from keras_vit.errors import UsageError
-from keras_vit.grid import resnet_stride  # noqa: F401  (named here too)
+from keras_vit.grid import resnet_stride
 
 PACKAGE = "keras_vit"
 GROUP_NORM_GROUPS = 32

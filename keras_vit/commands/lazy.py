@@ -14,8 +14,6 @@ attribute read, at the latest when the command starts working.
 
 from __future__ import annotations
 
-import importlib
-import sys
 from types import ModuleType
 
 from keras_vit import errors
@@ -28,13 +26,7 @@ class LazyModule:
         self._lazy_name = name
 
     def _module(self) -> ModuleType:
-        module = sys.modules.get(self._lazy_name)
-        if module is not None:
-            return module
-        # A first import (TensorFlow's takes seconds): Ctrl-C or SIGTERM
-        # comes after it, to the command's own handlers.
-        with errors.signals_after():
-            return importlib.import_module(self._lazy_name)
+        return errors.import_module(self._lazy_name)
 
     def __getattr__(self, attr: str):
         if attr.startswith("_lazy_"):

@@ -78,15 +78,12 @@ def one_line_errors() -> tuple:
             FileExistsError, PermissionError, ImportError)
 
 
-def _loaded_errors(*kinds) -> tuple:
-    """`kinds`, a name standing for TensorFlow's error of that name
-    (tf.errors) where TensorFlow is loaded, and left out where it is not:
-    none of its errors was raised then, and the except clause loads no
-    TensorFlow to find out."""
+def _tf_errors(*names) -> tuple:
+    """TensorFlow's errors `names` (tf.errors) where TensorFlow is loaded;
+    none where it is not: none of its errors was raised then, and the
+    except clause loads no TensorFlow to find out."""
     tf_errors = getattr(sys.modules.get("tensorflow"), "errors", None)
-    return tuple(getattr(tf_errors, kind) if isinstance(kind, str) else kind
-                 for kind in kinds
-                 if not isinstance(kind, str) or tf_errors is not None)
+    return tuple(getattr(tf_errors, n) for n in names) if tf_errors else ()
 
 
 HELP_ARGS = quiet_start.HELP_ARGS
@@ -279,13 +276,13 @@ def _run(name, define, main, argv, doc) -> int:
         setup_logging(values.verbose)
         status = main(values, rest[1:])
         errors.check_stop()  # one a library's callback swallowed
-    except _loaded_errors(PermissionError, "PermissionDeniedError") as error:
+    except (PermissionError, *_tf_errors("PermissionDeniedError")) as error:
         line = not_permitted(error, values)  # None: its own message
         return report(UsageError(line) if line else error, program,
                       verbose, values)
     except one_line_errors() as error:
         return report(error, program, verbose, values)
-    except _loaded_errors(MemoryError, OSError, "OpError") as error:
+    except (MemoryError, OSError, *_tf_errors("OpError")) as error:
         line = exhausted_line(error, values)
         if line is None:
             raise  # another error: its traceback
