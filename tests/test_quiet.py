@@ -266,11 +266,14 @@ def test_help_loads_no_tensorflow_and_prints_each_heading_once(name):
                   "--config.evals.test.every_stepz=1"],
      "keras-vit-evaluate: error: unknown config field 'every_stepz'."),
     ("predict", ["--list_models=*B_16*"], "ViT-B_16"),
+    ("train", ["--config=folder:.", "--workdir=run"],
+     "keras-vit-train: error: --workdir run is inside the image folder"),
 ])
 def test_a_refused_flag_and_the_models_table_load_no_tensorflow(
         name, args, out, tmp_path):
     """What needs no model answers before Keras and TensorFlow load (at
-    once, not seconds later): a misspelt config field, --list_models."""
+    once, not seconds later): a misspelt config field, --list_models, a
+    run's folder inside its image folder."""
     result = subprocess.run(
         [sys.executable, "-c", HELP_PROBE.replace("{name}", name), *args],
         capture_output=True, text=True, env=_env(), cwd=str(tmp_path),

@@ -34,6 +34,7 @@ from keras_vit import config as config_lib
 from keras_vit import config_overrides
 from keras_vit.commands import flags as cli
 from keras_vit.commands.lazy import lazy_module
+from keras_vit.data import image_files
 from keras_vit.errors import Preempted, UsageError
 from keras_vit.storage import atomic
 from keras_vit.variants import VARIANTS
@@ -192,6 +193,10 @@ def _main(values: flags.FlagValues, args: list) -> None:
                          "--workdir=/tmp/vit_run).")
     check_training_evaluators(values.config)
     config = absolute_data_paths(start_from(values))
+    # Before TensorFlow loads (train_lib checks it again, for its callers).
+    image_files.check_workdir_apart(
+        config.input, values.workdir,
+        config.export.enabled and config.export.export_dir)
     if config.init.model:
         # The one resolver: a name or hf:// URI becomes its cached file or
         # folder once, here, before anything starts; the run's config

@@ -1,11 +1,17 @@
 """Which files are images: the extensions read and the hidden names
-skipped, shared by the image folders of training and by keras-vit-predict
-(plain Python: the command's --help loads no TensorFlow)."""
+skipped, shared by the image folders of training and by keras-vit-predict;
+and the refusal of a run's folder inside its image folder (plain Python:
+the command's --help, and that refusal, load no TensorFlow)."""
 
 from __future__ import annotations
 
 import os
-from typing import List
+from typing import List, Optional
+
+from keras_vit.errors import UsageError
+
+# config.input.dataset of an image folder (data.sources reads it).
+FOLDER = "folder"
 
 # JPEG also as .jpe and .jfif (what some cameras and browsers save).
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".jpe", ".jfif", ".png", ".gif",
@@ -40,3 +46,30 @@ def images_under(top: str) -> List[str]:
         dirs[:] = [d for d in dirs if not d.startswith(".")]
         found.extend(os.path.join(root, n) for n in names if is_image(n))
     return sorted(found)
+
+
+def check_workdir_apart(inp, workdir: str,
+                        export_dir: Optional[str] = None) -> None:
+    """Refuses a run's `workdir` (or `export_dir`, where the run exports
+    elsewhere) that is its image folder or inside it: the run's files
+    (checkpoints/, train/, training_curves.png, a SavedModel) would be
+    read as classes and images the next time the folder is read."""
+    if inp.dataset != FOLDER or inp.vtab_task or not inp.data_dir:
+        return
+
+    def real(path: str) -> str:
+        path = str(path)
+        return path.rstrip("/") if "://" in path else os.path.realpath(
+            os.path.expanduser(path))
+
+    root = real(inp.data_dir)
+    for field, path in (("`workdir`", workdir),
+                        ("config.export.export_dir", export_dir)):
+        run = real(path) if path else ""
+        if run == root or run.startswith(root.rstrip("/") + "/"):
+            raise UsageError(
+                f"{field} {path} is {'' if run == root else 'inside '}the "
+                f"image folder {inp.data_dir} (config.input.data_dir): its "
+                "next reading would take the run's files (checkpoints/, "
+                "train/, ...) for classes and images. Give the run a "
+                "folder outside it.")

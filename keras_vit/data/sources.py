@@ -27,17 +27,16 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import functools
-import os
 from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 from absl import logging
 
 from keras_vit.data import folders, splits, vtab
+from keras_vit.data.image_files import FOLDER
 from keras_vit.errors import UsageError
 
 DIGITS = "digits"
-FOLDER = "folder"
 
 
 @dataclasses.dataclass
@@ -202,33 +201,6 @@ def tfds_builder(inp):
     except vtab.DataUnavailableError as e:
         raise UsageError(str(e)) from None
     return builder
-
-
-def check_workdir_apart(inp, workdir: str,
-                        export_dir: Optional[str] = None) -> None:
-    """Refuses a run's `workdir` (or `export_dir`, where the run exports
-    elsewhere) that is its image folder or inside it: the run's files
-    (checkpoints/, train/, training_curves.png, a SavedModel) would be
-    read as classes and images the next time the folder is read."""
-    if inp.dataset != FOLDER or inp.vtab_task or not inp.data_dir:
-        return
-
-    def real(path: str) -> str:
-        path = str(path)
-        return path.rstrip("/") if "://" in path else os.path.realpath(
-            os.path.expanduser(path))
-
-    root = real(inp.data_dir)
-    for field, path in (("`workdir`", workdir),
-                        ("config.export.export_dir", export_dir)):
-        run = real(path) if path else ""
-        if run == root or run.startswith(root.rstrip("/") + "/"):
-            raise UsageError(
-                f"{field} {path} is {'' if run == root else 'inside '}the "
-                f"image folder {inp.data_dir} (config.input.data_dir): its "
-                "next reading would take the run's files (checkpoints/, "
-                "train/, ...) for classes and images. Give the run a "
-                "folder outside it.")
 
 
 def tfds_split_size(builder, split) -> Optional[int]:

@@ -52,7 +52,8 @@ class Evaluator:
         self.strategy = strategy
         self.num_classes = int(num_classes)
         self.loss = loss
-        self._eval_step = tf.function(self._eval_step_fn)
+        # No loop or branch on a tensor: nothing for AutoGraph to rewrite.
+        self._eval_step = tf.function(self._eval_step_fn, autograph=False)
 
     def _eval_replica_fn(self, images, labels, mask):
         """One replica's sums over its batch: (loss, top-1, top-5, count)

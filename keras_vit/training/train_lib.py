@@ -22,7 +22,7 @@ from keras_vit import config_limits, remat
 from keras_vit.build import build_run, check_mpp, config_architecture
 from keras_vit.checkpoint import weights
 from keras_vit.data import checks as data_checks
-from keras_vit.data import overlaps, sources
+from keras_vit.data import image_files, overlaps, sources
 from keras_vit.errors import UsageError, shorten
 from keras_vit.storage import atomic, checkpoint_list, history
 from keras_vit.storage import workdir as wd
@@ -201,8 +201,8 @@ def train_and_evaluate(
             config.init, config.model))
     if config.model.image_size:  # an unknown size: before the workdir
         config_architecture(config.model)
-    sources.check_workdir_apart(config.input, workdir, config.export.enabled
-                                and config.export.export_dir)
+    image_files.check_workdir_apart(config.input, workdir, config.export.enabled
+                                    and config.export.export_dir)
     with _made_workdir(workdir, strategy):  # removed if refused
         finished = _finished_before(config, workdir, length)
         if finished is not None:
