@@ -470,8 +470,9 @@ def test_a_reader_that_stops_early_ends_the_command_quietly(setup):
     if not many.exists():
         many.mkdir()
         data = (root / "photos" / "nested" / "img1.png").read_bytes()
-        for i in range(1000):  # more lines than a pipe holds (64 KiB)
-            (many / f"{i:04d}_{'x' * 150}.png").write_bytes(data)
+        # More lines than a pipe holds (64 KiB): 300 of over 250 bytes.
+        for i in range(300):
+            (many / f"{i:04d}_{'x' * 240}.png").write_bytes(data)
     proc = subprocess.Popen(
         console.script("predict") + [f"--model={root / 'vit.keras'}",
                                      str(many), "--batch_size=500"],
