@@ -52,7 +52,8 @@ class Evaluator:
         self.strategy = strategy
         self.num_classes = int(num_classes)
         self.loss = loss
-        # No loop or branch on a tensor: nothing for AutoGraph to rewrite.
+        # No loop or branch on a tensor: nothing for AutoGraph to rewrite
+        # (TPUStrategy.run still converts the replica function).
         self._eval_step = tf.function(self._eval_step_fn, autograph=False)
 
     def _eval_replica_fn(self, images, labels, mask):

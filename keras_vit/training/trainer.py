@@ -110,10 +110,11 @@ class Trainer(Evaluator):
         self._train_loop = tf.function(self._train_loop_fn)
 
     # ------------------------------------------------------------- training
-    # The functions without a loop or branch on a tensor are left to run as
-    # written (do_not_convert): AutoGraph rewrites only the loops of the
-    # host call and of gradient accumulation, which saves about a second
-    # of tracing per training process.
+    # The functions without a loop or branch on a tensor run as written
+    # (do_not_convert): AutoGraph rewrites the host call's loop and the
+    # replica step down to gradient accumulation's loop, not the model's
+    # loss, gradients and update, which saves about a second of tracing
+    # per training process.
     @tf.autograph.experimental.do_not_convert
     def _loss_and_grads(self, images, labels):
         with tf.GradientTape() as tape:
