@@ -28,6 +28,7 @@ import importlib
 import signal
 import sys
 import threading
+from typing import Callable
 
 # TensorFlow's restart status (PreemptionCheckpointHandler's exit off Google
 # Cloud), for the job scheduler to restart the job.
@@ -105,6 +106,17 @@ def take_stop():
     """The stop whose exception something swallowed, now handed to the
     caller (a training loop's own stop handling), or None."""
     return _RAISED_STOP.pop() if _RAISED_STOP else None
+
+
+def quiet_unraisable(previous: Callable) -> Callable:
+    """A `sys.unraisablehook` that prints nothing of a stop Python could
+    not raise (the signal came inside a garbage-collection callback or a
+    `__del__`, which swallow what they raise): `check_stop` raises it
+    again where the command unwinds. Anything else goes to `previous`."""
+    def hook(unraisable) -> None:
+        if not any(unraisable.exc_value is stop for stop in _RAISED_STOP):
+            previous(unraisable)
+    return hook
 
 
 def check_stop() -> None:

@@ -6,14 +6,17 @@ SIGINTs microseconds apart (`timeout -s INT` signals the process and its
 process group) are one Ctrl-C. Also `interrupt.StopRequest` itself, with
 real SIGINTs to this process."""
 
+import gc
 import os
 import re
 import signal
+import sys
 import time
 
 import pytest
 import tensorflow as tf
 
+from keras_vit import errors
 from keras_vit.errors import (
     INTERRUPTED_EXIT_CODE,
     PREEMPTED_EXIT_CODE,
@@ -292,3 +295,40 @@ def test_a_second_ctrl_c_unhandled_when_the_save_is_done_ends_as_one(
     assert stop.requested and not stop.installed
     time.sleep(interrupt.HARD_STOP_S + 0.1)
     assert ended == []
+
+
+def test_a_stop_raised_inside_a_gc_callback_is_quiet_and_raised_again(
+        capsys):
+    """A signal's stop raised while Python runs a garbage-collection
+    callback (JAX registers one), which swallows it: nothing printed (no
+    'Exception ignored' traceback under the command's one line), and
+    `check_stop` raises it where the command unwinds. Another error in
+    such a callback is still printed."""
+    stop = KeyboardInterrupt()
+
+    def swallowed(phase, info):
+        if phase == "start":
+            raise errors.stop_raised(stop)
+
+    def other(phase, info):
+        if phase == "start":
+            raise ValueError("another error")
+
+    previous = sys.unraisablehook
+    sys.unraisablehook = errors.quiet_unraisable(sys.__unraisablehook__)
+    try:
+        for callback in (swallowed, other):
+            gc.callbacks.append(callback)
+            try:
+                gc.collect()
+            finally:
+                gc.callbacks.remove(callback)
+            if callback is swallowed:
+                assert capsys.readouterr().err == ""
+                with pytest.raises(KeyboardInterrupt) as raised:
+                    errors.check_stop()
+                assert raised.value is stop
+    finally:
+        sys.unraisablehook = previous
+        errors.stop_seen()
+    assert "ValueError: another error" in capsys.readouterr().err

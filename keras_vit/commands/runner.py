@@ -271,6 +271,8 @@ def _run(name, define, main, argv, doc) -> int:
         previous = {signum: signal.signal(signum, handler) for signum, handler
                     in ((signal.SIGINT, _interrupt),
                         (signal.SIGTERM, _terminate))}
+    unraisable = sys.unraisablehook
+    sys.unraisablehook = errors.quiet_unraisable(unraisable)
     try:
         rest = parse(values, argv)
         setup_logging(values.verbose)
@@ -306,6 +308,7 @@ def _run(name, define, main, argv, doc) -> int:
         for signum, handler in previous.items():
             if handler is not None:  # (None: not installed from Python)
                 signal.signal(signum, handler)
+        sys.unraisablehook = unraisable
         errors.stop_seen()
     return 0 if status is None else int(status)
 
