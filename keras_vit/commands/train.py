@@ -194,9 +194,7 @@ def _main(values: flags.FlagValues, args: list) -> None:
     check_training_evaluators(values.config)
     config = absolute_data_paths(start_from(values))
     # Before TensorFlow loads (train_lib checks it again, for its callers).
-    image_files.check_workdir_apart(
-        config.input, values.workdir,
-        config.export.enabled and config.export.export_dir)
+    image_files.check_workdir_apart(config, values.workdir)
     if config.init.model:
         # The one resolver: a name or hf:// URI becomes its cached file or
         # folder once, here, before anything starts; the run's config

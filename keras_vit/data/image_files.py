@@ -6,7 +6,7 @@ the command's --help, and that refusal, load no TensorFlow)."""
 from __future__ import annotations
 
 import os
-from typing import List, Optional
+from typing import List
 
 from keras_vit.errors import UsageError
 
@@ -48,14 +48,16 @@ def images_under(top: str) -> List[str]:
     return sorted(found)
 
 
-def check_workdir_apart(inp, workdir: str,
-                        export_dir: Optional[str] = None) -> None:
-    """Refuses a run's `workdir` (or `export_dir`, where the run exports
-    elsewhere) that is its image folder or inside it: the run's files
-    (checkpoints/, train/, training_curves.png, a SavedModel) would be
-    read as classes and images the next time the folder is read."""
+def check_workdir_apart(config, workdir: str) -> None:
+    """Refuses a run's `workdir` (or config.export.export_dir, where the
+    run exports elsewhere) that is its image folder or inside it: the
+    run's files (checkpoints/, train/, training_curves.png, a SavedModel)
+    would be read as classes and images the next time the folder is
+    read."""
+    inp = config.input
     if inp.dataset != FOLDER or inp.vtab_task or not inp.data_dir:
         return
+    export_dir = config.export.enabled and config.export.export_dir
 
     def real(path: str) -> str:
         path = str(path)

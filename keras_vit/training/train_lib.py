@@ -201,8 +201,7 @@ def train_and_evaluate(
             config.init, config.model))
     if config.model.image_size:  # an unknown size: before the workdir
         config_architecture(config.model)
-    image_files.check_workdir_apart(config.input, workdir, config.export.enabled
-                                    and config.export.export_dir)
+    image_files.check_workdir_apart(config, workdir)
     with _made_workdir(workdir, strategy):  # removed if refused
         finished = _finished_before(config, workdir, length)
         if finished is not None:
