@@ -78,22 +78,23 @@ def run(
         logging.info("Exported SavedModel to %s", path)
         return {"export_path": path}
 
+    # The curves are drawn before the workers of a cluster part.
     final = train_lib.train_and_evaluate(
         config, workdir, strategy,
         on_finish=export_final if export.enabled else None,
+        on_end=lambda _: _draw_curves(workdir),
     )
-    chief = distribute.is_chief(strategy or tf.distribute.get_strategy())
-    finished_before = final.get("finished_before")
-    if finished_before and export.enabled and not final.get("export_path"):
+    if not final.get("finished_before"):
+        return final
+    if export.enabled and not final.get("export_path"):
         logging.warning(
             "config.export.enabled: the run in %s finished without an "
             "export; export it with keras-vit-export --model=%s.", workdir,
             workdir)
-    if chief and not final.get("preempted") and not (
-            finished_before and (tf.io.gfile.exists(
-                os.path.join(workdir, curves.FILE))
-                or not wd.writable(workdir))):
-        # (A finished run stopped before drawing them draws them now.)
+    chief = distribute.is_chief(strategy or tf.distribute.get_strategy())
+    if chief and not tf.io.gfile.exists(os.path.join(
+            workdir, curves.FILE)) and wd.writable(workdir):
+        # A finished run stopped before drawing them draws them now.
         final.update(_draw_curves(workdir))
     return final
 

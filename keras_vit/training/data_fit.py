@@ -2,9 +2,10 @@
 length of a run given in epochs (`config.trainer.total_steps` 0: the
 steps of `trainer.epochs` passes over the training split, with the
 warm-up and the log, checkpoint and evaluation periods fitted inside
-them), and an image folder's split alternatives ("val|test": the one the
-folder has). The run's config.json records what was settled, so that
-resuming, keras-vit-evaluate and the logs read plain numbers and splits."""
+them), an image folder's split alternatives ("val|test": the one the
+folder has) and the head width (`num_classes_of`). The run's config.json
+records what was settled, so that resuming, keras-vit-evaluate and the
+logs read plain numbers and splits."""
 
 from __future__ import annotations
 
@@ -16,10 +17,33 @@ from absl import logging
 from keras_vit import config_limits
 from keras_vit.data import checks as data_checks
 from keras_vit.data import folders, sources
-from keras_vit.errors import UsageError
+from keras_vit.errors import UsageError, shorten
 
 # A derived run warms up for at most this share of its steps.
 WARMUP_SHARE = 0.1
+
+
+def num_classes_of(model_config, inp) -> int:
+    """The head width of a run: its `config.model.num_classes`, else (None)
+    the class count of its `config.input` data source."""
+    if model_config.num_classes is not None:
+        if int(model_config.num_classes) < 1:
+            raise UsageError(
+                f"config.model.num_classes={model_config.num_classes}: a "
+                "run's head needs a positive class count; leave it None to "
+                "read it from the data."
+            )
+        if inp.dataset == sources.FOLDER and not inp.vtab_task:
+            names = sources.dataset_info(inp).class_names
+            if len(names) != int(model_config.num_classes):
+                raise UsageError(
+                    f"config.model.num_classes={model_config.num_classes}, "
+                    f"but the image folder {inp.data_dir} has {len(names)} "
+                    f"class folders ({shorten(', '.join(names), 60)}): leave "
+                    "num_classes out to take the folder's count, or add or "
+                    "remove class folders.")
+        return int(model_config.num_classes)
+    return sources.dataset_info(inp).num_classes
 
 
 def global_batch(trainer, inp, replicas: int) -> int:

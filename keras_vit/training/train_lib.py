@@ -23,7 +23,7 @@ from keras_vit.build import build_run, check_mpp, config_architecture
 from keras_vit.checkpoint import weights
 from keras_vit.data import checks as data_checks
 from keras_vit.data import image_files, overlaps, sources
-from keras_vit.errors import UsageError, shorten
+from keras_vit.errors import UsageError
 from keras_vit.storage import atomic, checkpoint_list, history
 from keras_vit.storage import workdir as wd
 from keras_vit.training import (
@@ -45,36 +45,13 @@ from keras_vit.training.resume import (
 )
 from keras_vit.training.trainer import Trainer
 
-__all__ = ["TrainingError", "build_trainer", "run_input",
-           "train_and_evaluate"]
+__all__ = ["TrainingError", "build_trainer", "run_input", "train_and_evaluate"]
 # What the input pipeline takes of a run besides `config.input`.
 run_input = run_data.run_input
+num_classes_of = data_fit.num_classes_of
 
 # An MPP run's encoder in the official .npz layout, in its workdir.
 ENCODER_NPZ = "encoder.npz"
-
-
-def num_classes_of(model_config, inp) -> int:
-    """The head width of a run: its `config.model.num_classes`, else (None)
-    the class count of its `config.input` data source."""
-    if model_config.num_classes is not None:
-        if int(model_config.num_classes) < 1:
-            raise UsageError(
-                f"config.model.num_classes={model_config.num_classes}: a "
-                "run's head needs a positive class count; leave it None to "
-                "read it from the data."
-            )
-        if inp.dataset == sources.FOLDER and not inp.vtab_task:
-            names = sources.dataset_info(inp).class_names
-            if len(names) != int(model_config.num_classes):
-                raise UsageError(
-                    f"config.model.num_classes={model_config.num_classes}, "
-                    f"but the image folder {inp.data_dir} has {len(names)} "
-                    f"class folders ({shorten(', '.join(names), 60)}): leave "
-                    "num_classes out to take the folder's count, or add or "
-                    "remove class folders.")
-        return int(model_config.num_classes)
-    return sources.dataset_info(inp).num_classes
 
 
 def build_trainer(trainer_config, objective, model, optimizer, strategy, *,
@@ -157,6 +134,7 @@ def train_and_evaluate(
     strategy: Optional[tf.distribute.Strategy] = None,
     *,
     on_finish: Optional[Callable[[keras.Model, Optional[list]], dict]] = None,
+    on_end: Optional[Callable[[Dict], dict]] = None,
 ) -> Dict[str, float]:
     """Trains `config` into `workdir` and evaluates its accuracy
     evaluators; each component gets its section of the config.
@@ -171,6 +149,11 @@ def train_and_evaluate(
             the dict it returns joins the final metrics. The train command
             exports the SavedModel this way (`keras_vit.commands.train`),
             so training needs nothing from the layers above it.
+        on_end: called on the chief with the final metrics of a run that
+            trained to its end, after metrics.json, before the workers of a
+            cluster part (one that exits while the chief works is reported
+            as crashed); its dict joins the returned metrics. The train
+            command draws training_curves.png this way.
 
     Returns the final metrics (also written to workdir/metrics.json); those
     of metrics.json with "finished_before": True when the workdir holds
@@ -187,18 +170,8 @@ def train_and_evaluate(
     if config.objective.mpp.enabled:
         check_mpp(config.objective.mpp, config.model)
     strategy = strategy or tf.distribute.get_strategy()
-    distribute.prepare_input(config.input, strategy)
     length = "total_steps" if int(config.trainer.total_steps) else "epochs"
-    config = config_lib.replace(config, **data_fit.fit(
-        config.input, config.trainer, config.schedule, config.log,
-        config.checkpoints, config.evals))
-    config_limits.check_limits(config)
-    remat.check_backend(config.model.remat)  # "dots": JAX's
-    batch = data_fit.global_batch(config.trainer, config.input,
-                                  strategy.num_replicas_in_sync)
-    if not config.objective.mpp.enabled:
-        config = config_lib.replace(config, model=model_init.init_architecture(
-            config.init, config.model))
+    config, batch = _fitted(config, strategy)
     if config.model.image_size:  # an unknown size: before the workdir
         config_architecture(config.model)
     image_files.check_workdir_apart(config, workdir)
@@ -226,10 +199,39 @@ def train_and_evaluate(
         plan = loop.Plan.of(config.trainer, config.log, config.checkpoints,
                             config.evals)
         try:
-            return _resume_and_run(config.to_dict(), config.init, plan, run,
-                                   items, data, num_classes)
+            return _part(run, on_end, _resume_and_run(
+                config.to_dict(), config.init, plan, run, items, data,
+                num_classes))
         finally:
             run.writer.close()
+
+
+def _fitted(config, strategy):
+    """(the run config fitted to its data and started model, the global
+    batch), its limits and remat backend checked."""
+    distribute.prepare_input(config.input, strategy)
+    config = config_lib.replace(config, **data_fit.fit(
+        config.input, config.trainer, config.schedule, config.log,
+        config.checkpoints, config.evals))
+    config_limits.check_limits(config)
+    remat.check_backend(config.model.remat)  # "dots": JAX's
+    batch = data_fit.global_batch(config.trainer, config.input,
+                                  strategy.num_replicas_in_sync)
+    if not config.objective.mpp.enabled:
+        config = config_lib.replace(config, model=model_init.init_architecture(
+            config.init, config.model))
+    return config, batch
+
+
+def _part(run: run_parts.Run, on_end, final: Dict) -> Dict:
+    """`final`, once the chief's `on_end` ran (where the run trained to its
+    end) and, in a multi-worker run, every worker got here."""
+    if run.chief and on_end is not None and not final.get("preempted"):
+        final.update(on_end(final) or {})
+    if distribute.is_multi_worker(run.strategy):
+        cluster.finish(lambda: distribute.any_worker(run.strategy, False),
+                       run.handler)
+    return final
 
 
 def _built(config, strategy, num_classes: int):
@@ -379,8 +381,4 @@ def _resume_and_run(saved_config: Dict, init, plan: loop.Plan,
             "boundary and stops (the commands exit with status %d); the "
             "same command resumes.", distribute.RESTART_EXIT_CODE,
         )
-    final = loop.run(plan, run)
-    if distribute.is_multi_worker(run.strategy):
-        cluster.finish(lambda: distribute.any_worker(run.strategy, False),
-                       run.handler)
-    return final
+    return loop.run(plan, run)
