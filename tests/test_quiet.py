@@ -268,12 +268,22 @@ def test_help_loads_no_tensorflow_and_prints_each_heading_once(name):
     ("predict", ["--list_models=*B_16*"], "ViT-B_16"),
     ("train", ["--config=folder:.", "--workdir=run"],
      "keras-vit-train: error: --workdir run is inside the image folder"),
+    ("train", ["--config=digits", "--workdir=run", "--model=Ti/17"],
+     "keras-vit-train: error: Ti/17: no such size, file or folder. Did you "
+     "mean Ti/16"),
+    ("predict", ["--model=no_such.keras", "x.png"],
+     "keras-vit-predict: error: no_such.keras: no such file or folder"),
+    ("export", ["--model=no_such.keras", "--class_names_file=names.txt",
+                "--export_dir=out"],
+     "keras-vit-export: error: --class_names_file=names.txt does not "
+     "exist."),
 ])
 def test_a_refused_flag_and_the_models_table_load_no_tensorflow(
         name, args, out, tmp_path):
     """What needs no model answers before Keras and TensorFlow load (at
     once, not seconds later): a misspelt config field, --list_models, a
-    run's folder inside its image folder."""
+    run's folder inside its image folder, a model path or size that is not
+    there, a --class_names_file that is not there."""
     result = subprocess.run(
         [sys.executable, "-c", HELP_PROBE.replace("{name}", name), *args],
         capture_output=True, text=True, env=_env(), cwd=str(tmp_path),

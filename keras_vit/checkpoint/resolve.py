@@ -25,12 +25,11 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from typing import Optional, Tuple, Union
 
 import tensorflow as tf
 
-from keras_vit.checkpoint import file_kind
+from keras_vit.checkpoint import absent, file_kind
 from keras_vit.checkpoint.hub import reader as hub
 from keras_vit.checkpoint.npz_source import NpzSource
 from keras_vit.checkpoint.sources import (
@@ -42,76 +41,18 @@ from keras_vit.checkpoint.sources import (
     WorkdirSource,
     is_saved_model,
 )
-from keras_vit.checkpoint.zoo import cache, catalog
+from keras_vit.checkpoint.zoo import cache
 from keras_vit.config import SOURCE_KINDS
 from keras_vit.errors import UsageError, one_line
 from keras_vit.storage import workdir as wd
-from keras_vit.variants import VARIANTS, closest_variants
 
 SourceLike = Union[Source, str]
-# What reads as a model size (Ti/16, B/32, ...), not a path: a family and
-# a patch size, no folder or file name around them.
-SIZE_LIKE = re.compile(r"^(R\d*\+)?[A-Za-z]{1,2}/\d{1,2}$")
-
-
-def _released_of_that_name(text: str, release) -> str:
-    """How to download `release`, the released file that the missing path
-    `text` names, or each released file of that file name (ViT-B_16.npz
-    is in imagenet21k/, imagenet21k+imagenet2012/ and sam/)."""
-    named = text[:-len(".npz")] if text.endswith(".npz") else text
-    if not named.endswith(release.name):  # by its file name alone
-        stem = os.path.basename(release.name)
-        same = [m for m in catalog.list_models()
-                if os.path.basename(m.name) == stem]
-        if len(same) > 1:
-            names = []
-            for m in same:
-                short = catalog.download_name(m)
-                names.append(short if short == m.name
-                             else f"{short} ({m.name})")
-            return ("To download a released file of that name, give its "
-                    f"name: {', '.join(names[:-1])} or {names[-1]}.")
-    return (f"To download the released {release.name}, give its name: "
-            f"{catalog.download_name(release)}.")
-
-
-def _missing(text: str) -> UsageError:
-    if text in VARIANTS:
-        return UsageError(_size_message(text))
-    parts = text.replace("\\", "/").rstrip("/").split("/")
-    release = next(filter(None, (catalog.lookup(t) for t in (
-        text, "/".join(parts[-2:]), parts[-1]))), None)
-    if release is not None and catalog.is_path(text):
-        return UsageError(
-            f"{text}: no such local file (a path is never downloaded). "
-            + _released_of_that_name(text, release))
-    if SIZE_LIKE.match(text):
-        close = closest_variants(text)
-        hint = f" Did you mean {', '.join(close)}?" if close else ""
-        return UsageError(
-            f"{text}: no such size, file or folder.{hint} The sizes are "
-            f"{', '.join(VARIANTS)} (keras-vit-train trains one from "
-            f"scratch); a model is {SOURCE_KINDS}.")
-    close = catalog.suggestions(text)
-    hint = f" Did you mean {', '.join(close)}?" if close else ""
-    return UsageError(
-        f"{text}: no such file or folder, and no released model's name."
-        f"{hint} A model is {SOURCE_KINDS}."
-    )
-
-
-def _size_message(variant: str) -> str:
-    release = catalog.pretrained(variant)
-    weights = (f"; the released pre-trained {variant} is "
-               f"{catalog.download_name(release)}") if release else ""
-    return (f"{variant} is a size, not a model with weights{weights} "
-            f"(keras-vit-train --model={variant} trains one from scratch).")
 
 
 def _path_source(text: str, variant, posemb_grid, use_ema) -> Source:
     lower = text.lower().rstrip("/")
     if "://" not in text and not os.path.exists(text):
-        raise _missing(text)
+        raise absent.missing(text)
     try:
         is_dir = tf.io.gfile.isdir(text)
         exists = is_dir or tf.io.gfile.exists(text)
@@ -120,7 +61,7 @@ def _path_source(text: str, variant, posemb_grid, use_ema) -> Source:
         raise UsageError(f"{text}: cannot be read ({reason}). A model is "
                          f"{SOURCE_KINDS}.") from None
     if not exists:
-        raise _missing(text)
+        raise absent.missing(text)
     if not is_dir:
         named = next((kind for kind, suffix in file_kind.SUFFIXES.items()
                       if lower.endswith(suffix)), None)

@@ -14,6 +14,7 @@ import numpy as np
 from absl import flags, logging
 from ml_collections import config_flags
 
+from keras_vit.checkpoint import absent
 from keras_vit.commands import listing
 from keras_vit.commands.config_args import (  # noqa: F401 (commands' API)
     normalize_argv,
@@ -256,6 +257,8 @@ def model_source(values: flags.FlagValues, text: Optional[str] = None, *,
     --class_names_file is named first, before any model is read."""
     class_names_file(values)
     text = values.model if text is None else text
+    if text:  # a path with nothing there: said before TensorFlow loads
+        absent.check_there(str(text))
     hints = dict(use_ema=not hint(values, "no_ema"), exports=exports)
     for name in ("variant", "posemb_grid"):
         if hint(values, name) is not None:

@@ -12,14 +12,12 @@ from absl import flags
 
 from keras_vit.commands.lazy import lazy_module
 from keras_vit.errors import UsageError
-from keras_vit.storage import atomic
+from keras_vit.storage import atomic, lines
 
 if TYPE_CHECKING:  # what type checkers and the import contracts read
     from keras_vit.checkpoint import loader
-    from keras_vit.storage import workdir as wd
 else:  # imported at first use: `--help` loads no Keras or TensorFlow
     loader = lazy_module("keras_vit.checkpoint.loader")
-    wd = lazy_module("keras_vit.storage.workdir")
 
 
 def define_class_names_file(values: flags.FlagValues) -> None:
@@ -48,17 +46,17 @@ def class_names_file(values: flags.FlagValues) -> Optional[list]:
     where = f"--class_names_file={given}"
     path = os.path.expanduser(given)
     try:
-        names = wd.read_lines(path, where=where)
+        names = lines.read_lines(path, where=where)
     except UnicodeDecodeError:
         raise UsageError(f"{where} is not UTF-8 text: give a text file "
                          "with one class name per line.") from None
     except UsageError:  # a blank line, named by its number
         raise
-    except Exception as error:  # tf.errors.OpError, OSError
+    except Exception as error:  # OSError; tf.errors.OpError (remote)
         if not atomic.exists(path):
             raise UsageError(f"{where} does not exist.") from None
-        why = " ".join(str(getattr(error, "message", error)).replace(
-            f"{path}; ", "").split())
+        why = getattr(error, "strerror", None) or " ".join(str(getattr(
+            error, "message", error)).replace(f"{path}; ", "").split())
         raise UsageError(f"{where} cannot be read ({why}): give a text "
                          "file with one class name per line.") from None
     if not names:

@@ -119,6 +119,19 @@ def removed_if_refused(path: str, made: Optional[str],
         raise
 
 
+def read_bytes(path: Union[str, os.PathLike]) -> bytes:
+    """bytes. The content of the file at `path` (local, or a URL through
+    `tf.io.gfile`)."""
+    path = os.fspath(path)
+    if is_remote(path):
+        import tensorflow as tf  # only remote paths need TensorFlow
+
+        with tf.io.gfile.GFile(path, "rb") as f:
+            return f.read()
+    with open(path, "rb") as f:
+        return f.read()
+
+
 def sha256(path: Union[str, os.PathLike]) -> str:
     """str. The SHA-256 of the file at `path` (local, or a URL through
     `tf.io.gfile`) in hex, read 16 MiB at a time."""

@@ -40,6 +40,7 @@ from keras_vit.errors import UsageError
 from keras_vit.keras_compat import ema_variables
 from keras_vit.storage import atomic, checkpoint_list
 from keras_vit.storage.atomic import atomic_write
+from keras_vit.storage.lines import read_lines  # noqa: F401 (this API)
 
 # What reading a damaged checkpoint raises (a truncated data file: "Read
 # less bytes than requested").
@@ -87,27 +88,6 @@ def read_json(path: str) -> Any:
 def write_class_names(workdir: str, names: Optional[List[str]]) -> None:
     if names:
         atomic_write(os.path.join(workdir, LABELS), "\n".join(names) + "\n")
-
-
-def read_lines(path: str, where: Optional[str] = None) -> List[str]:
-    """The lines of a text file (class names, one per line), in order,
-    without their line ends (LF or CRLF); local or gs://. The one reader of
-    label files: a run's, an export's, a --class_names_file. Blank lines at
-    the end are dropped; one before a name is a UsageError naming the file
-    (`where`, default `path`) and the line: left out, it would shift every
-    later name onto the wrong class."""
-    with tf.io.gfile.GFile(path, "rb") as f:
-        text = f.read().decode("utf-8")
-    lines = [line.rstrip("\r") for line in text.split("\n")]
-    while lines and not lines[-1].strip():
-        lines.pop()
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            raise UsageError(
-                f"{where or path} line {number} is blank: give one class "
-                "name per line, in label order (a blank line would shift "
-                "the names after it).")
-    return lines
 
 
 def read_class_names(workdir: str) -> Optional[List[str]]:
