@@ -39,7 +39,12 @@ from typing import TYPE_CHECKING
 
 # First, before Keras loads TensorFlow: a keras-vit-* console script holds
 # back TensorFlow's start-up notices (keras_vit.quiet_start).
-from keras_vit import errors, quiet_start
+from keras_vit import errors, lean_imports, quiet_start
+
+# A command's process leaves out what Keras and TensorFlow import only for
+# features no command uses (keras_vit.lean_imports).
+if quiet_start.is_command():
+    lean_imports.install()
 
 # A command (a keras-vit-* console script, `python -m
 # keras_vit.commands.NAME`, train.py, evaluate.py) loads the model core,

@@ -7,8 +7,8 @@ every command's start.
 - matplotlib, which Keras's image-gallery plots (`keras.visualization`)
   import if they can;
 - JAX, which TensorFlow Lite's converter from JAX functions and Keras's
-  Orbax checkpoint callback import if they can (under Keras's JAX backend
-  it is loaded before them, and they find it).
+  Orbax checkpoint callback import if they can (where JAX is loaded
+  already, as under Keras's JAX backend once Keras is, they find it).
 
 Each of those modules imports the package in a `try` and sets it to None
 on ImportError, so the feature alone is unavailable and nothing else
@@ -17,7 +17,8 @@ own imports of scikit-learn (the digits data), of matplotlib (the
 training curves) and of JAX (the JAX backend, whose Keras modules import
 it) load the packages as usual. No maintained library does this; the
 standard library's import hooks do it in a few lines. Standard library
-only, like `keras_vit.quiet_start`, which installs it.
+only; `import keras_vit` installs it in a command's process
+(`keras_vit.quiet_start.is_command`), before anything loads Keras.
 """
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ def importer_of(frame) -> str:
     `frame` (the first frame outside the import machinery), or ""."""
     while frame is not None:
         name = frame.f_globals.get("__name__", "")
-        if not name.startswith(("importlib", "_frozen_importlib")):
+        if name != "importlib" and not name.startswith(
+                ("importlib.", "_frozen_importlib")):
             return name
         frame = frame.f_back
     return ""

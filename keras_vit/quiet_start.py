@@ -19,8 +19,7 @@ start-up notices whenever they come, and the notices TensorFlow's C++
 code and libjpeg print about an image file the command names itself
 (`RUN_NOTICES`: a truncated or corrupt JPEG), LiteRT's notice of its
 CPU delegate and oneDNN's of its int64 kernels; every other line passes.
-This module uses the standard library only (and `keras_vit.lean_imports`,
-which does too).
+This module uses the standard library only.
 """
 
 from __future__ import annotations
@@ -33,8 +32,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-
-from keras_vit import lean_imports
 
 # Printed on every machine, whatever TF_CPP_MIN_LOG_LEVEL says.
 _NOTICES = (
@@ -263,16 +260,13 @@ def console_script_start() -> None:
     `release` runs at the latest when the process exits (an error before
     the command started is still shown). Until `started`, Ctrl-C stops
     the command at once with one line. A repository script's stderr is
-    held too, until `script_ready` (Ctrl-C as Python has it). A command
-    leaves out what Keras and TensorFlow import for it alone
-    (`lean_imports`)."""
+    held too, until `script_ready` (Ctrl-C as Python has it)."""
     if is_repository_script():
         if hold():
             atexit.register(release)
         return
     if not is_command():
         return
-    lean_imports.install()
     try:
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, _stop_while_starting)

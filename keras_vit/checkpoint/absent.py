@@ -85,8 +85,10 @@ def check_there(text: str) -> None:
     text = os.path.expanduser(text.strip())
     if not text or "://" in text or os.path.exists(text):
         return
-    if catalog.bucket_path(text) is not None:
-        return
-    if not catalog.is_path(text) and catalog.lookup(text) is not None:
-        return
+    bucket = catalog.bucket_path(text)
+    named = catalog.lookup(text) is not None
+    if bucket is None and named and not catalog.is_path(text):
+        return  # a released name
+    if bucket is not None and (named or bucket.endswith(".npz")):
+        return  # an address in the bucket
     raise missing(text)

@@ -226,11 +226,13 @@ def _fitted(config, strategy):
 def _part(run: run_parts.Run, on_end, final: Dict) -> Dict:
     """`final`, once the chief's `on_end` ran (where the run trained to its
     end) and, in a multi-worker run, every worker got here."""
-    if run.chief and on_end is not None and not final.get("preempted"):
-        final.update(on_end(final) or {})
-    if distribute.is_multi_worker(run.strategy):
-        cluster.finish(lambda: distribute.any_worker(run.strategy, False),
-                       run.handler)
+    try:
+        if run.chief and on_end is not None and not final.get("preempted"):
+            final.update(on_end(final) or {})
+    finally:
+        if distribute.is_multi_worker(run.strategy):
+            cluster.finish(lambda: distribute.any_worker(run.strategy,
+                                                         False), run.handler)
     return final
 
 
