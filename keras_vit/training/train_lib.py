@@ -146,22 +146,17 @@ def train_and_evaluate(
         strategy: tf.distribute.Strategy or None (the default strategy).
         on_finish: called on the chief after the final evaluation with the
             model (EMA weights swapped in when kept) and the class names;
-            the dict it returns joins the final metrics. The train command
-            exports the SavedModel this way (`keras_vit.commands.train`),
-            so training needs nothing from the layers above it.
+            its dict joins the final metrics (the train command's export).
         on_end: called on the chief with the final metrics of a run that
-            trained to its end, after metrics.json, before the workers of a
-            cluster part (one that exits while the chief works is reported
-            as crashed); its dict joins the returned metrics. The train
-            command draws training_curves.png this way.
+            trained to its end, before the workers of a cluster part; its
+            dict joins the returned metrics (the train command's curves).
 
     Returns the final metrics (also written to workdir/metrics.json); those
-    of metrics.json with "finished_before": True when the workdir holds
-    the run finished already (nothing is trained or measured again); or,
-    when the run stopped on SIGTERM or Ctrl-C,
-    {"preempted": True, "step": S, "signal": "SIGTERM" or "Ctrl-C",
-    "saved": False where it stopped before its first step, "final": True
-    where it stopped in its final evaluation}
+    of metrics.json with "finished_before": True when the workdir holds the
+    run finished already (nothing is trained or measured again); or, when
+    the run stopped on SIGTERM or Ctrl-C, {"preempted": True, "step": S,
+    "signal": "SIGTERM" or "Ctrl-C", "saved": False where it stopped before
+    its first step, "final": True where it stopped in its final evaluation}
     ("restart": True when every worker of a multi-worker or TPU run saved
     that step); the commands then exit with `distribute.RESTART_EXIT_CODE`.
     """
@@ -170,8 +165,18 @@ def train_and_evaluate(
     if config.objective.mpp.enabled:
         check_mpp(config.objective.mpp, config.model)
     strategy = strategy or tf.distribute.get_strategy()
+    distribute.prepare_input(config.input, strategy)
     length = "total_steps" if int(config.trainer.total_steps) else "epochs"
-    config, batch = _fitted(config, strategy)
+    config = config_lib.replace(config, **data_fit.fit(
+        config.input, config.trainer, config.schedule, config.log,
+        config.checkpoints, config.evals))
+    config_limits.check_limits(config)
+    remat.check_backend(config.model.remat)  # "dots": JAX's
+    batch = data_fit.global_batch(config.trainer, config.input,
+                                  strategy.num_replicas_in_sync)
+    if not config.objective.mpp.enabled:
+        config = config_lib.replace(config, model=model_init.init_architecture(
+            config.init, config.model))
     if config.model.image_size:  # an unknown size: before the workdir
         config_architecture(config.model)
     image_files.check_workdir_apart(config, workdir)
@@ -199,28 +204,10 @@ def train_and_evaluate(
         plan = loop.Plan.of(config.trainer, config.log, config.checkpoints,
                             config.evals)
         try:
-            return _part(run, on_end, _resume_and_run(
-                config.to_dict(), config.init, plan, run, items, data,
-                num_classes))
+            return _resume_and_run(config.to_dict(), config.init, plan, run,
+                                   items, data, num_classes, on_end)
         finally:
             run.writer.close()
-
-
-def _fitted(config, strategy):
-    """(the run config fitted to its data and started model, the global
-    batch), its limits and remat backend checked."""
-    distribute.prepare_input(config.input, strategy)
-    config = config_lib.replace(config, **data_fit.fit(
-        config.input, config.trainer, config.schedule, config.log,
-        config.checkpoints, config.evals))
-    config_limits.check_limits(config)
-    remat.check_backend(config.model.remat)  # "dots": JAX's
-    batch = data_fit.global_batch(config.trainer, config.input,
-                                  strategy.num_replicas_in_sync)
-    if not config.objective.mpp.enabled:
-        config = config_lib.replace(config, model=model_init.init_architecture(
-            config.init, config.model))
-    return config, batch
 
 
 def _part(run: run_parts.Run, on_end, final: Dict) -> Dict:
@@ -326,9 +313,10 @@ def _check_data(inp, evals, objective):
 
 def _resume_and_run(saved_config: Dict, init, plan: loop.Plan,
                     run: run_parts.Run, items: Dict, data: run_data.RunData,
-                    num_classes: int) -> Dict[str, float]:
+                    num_classes: int, on_end) -> Dict[str, float]:
     """Resumes from the latest checkpoint (or initialises from `init`),
-    records the run's config and class names, and runs the host loop."""
+    records the run's config and class names, runs the host loop, then
+    `_part`."""
     trainer, writer = run.trainer, run.writer
     # An MPP run reads no labels: its head predicts colours, not classes.
     mpp = saved_config.get("objective", {}).get("mpp", {}).get("enabled")
@@ -383,4 +371,4 @@ def _resume_and_run(saved_config: Dict, init, plan: loop.Plan,
             "boundary and stops (the commands exit with status %d); the "
             "same command resumes.", distribute.RESTART_EXIT_CODE,
         )
-    return loop.run(plan, run)
+    return _part(run, on_end, loop.run(plan, run))
