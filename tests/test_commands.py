@@ -342,20 +342,24 @@ def test_python_dash_m_of_a_command_starts_quiet_too():
 def test_python_dash_m_prints_no_tensorflow_notices(name, tmp_path):
     # As quiet as the console scripts: TensorFlow's start-up notices only
     # with --verbose (TF_CPP_MIN_LOG_LEVEL left unset, as a user has it).
-    # (--help loads no TensorFlow: a refused model does.)
+    # (--help and a path with nothing there load no TensorFlow; a folder
+    # of no model kind is refused after the resolver loaded it.)
     env = {k: v for k, v in os.environ.items()
            if k != "TF_CPP_MIN_LOG_LEVEL"}
     env.update(PYTHONPATH=ROOT, CUDA_VISIBLE_DEVICES="")
+    empty = tmp_path / "empty"
+    empty.mkdir()
     for verbose in (False, True):
         args = ([f"--workdir={tmp_path}/run", "--config=digits"]
                 if name == "train" else [str(tmp_path)])
         result = subprocess.run(
             [sys.executable, "-m", f"keras_vit.commands.{name}",
-             f"--model={MISSING}", *args,
+             f"--model={empty}", *args,
              *(["--verbose"] if verbose else [])],
             capture_output=True, text=True, env=env, timeout=300)
         assert result.returncode == 1, result.stderr[-2000:]
-        assert f"keras-vit-{name}: error: {MISSING}" in result.stderr
+        assert (f"keras-vit-{name}: error: {empty} is a folder of no model "
+                "kind") in result.stderr
         notices = [line for line in result.stderr.splitlines()
                    if quiet_start.noise(line, cpu_only=True)]
         if verbose:
