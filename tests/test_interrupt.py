@@ -159,8 +159,11 @@ def test_a_stop_while_the_command_starts_is_one_line(tmp_path, name, signum,
     line, status 130 (42: a preempted command's), nothing written."""
     log = tmp_path / "log"
     workdir = tmp_path / "run"
+    # (A folder of no model kind: predict loads TensorFlow to refuse it; a
+    # path with nothing there is refused at once, before any import.)
+    (tmp_path / "folder").mkdir()
     args = {"train": [*LONG, f"--workdir={workdir}"],
-            "predict": [f"--model={workdir}", str(tmp_path)]}[name]
+            "predict": [f"--model={tmp_path / 'folder'}", str(tmp_path)]}[name]
     proc = console.start(name, args, log)
     time.sleep(delay)
     proc.send_signal(signum)
