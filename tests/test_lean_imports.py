@@ -10,6 +10,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from tests.test_quiet import _env
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SKIPPED = ("sklearn", "matplotlib", "jax")
 
@@ -22,13 +24,6 @@ PROBE = (
     "sys.argv[0] = 'keras-vit-{name}'\n"
     "from keras_vit.commands.{name} import main\n"
     "sys.exit(main())\n")
-
-
-def _env(**extra):
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("TF_CPP_MIN_LOG_LEVEL", "KERAS_BACKEND")}
-    env.update(PYTHONPATH=ROOT, CUDA_VISIBLE_DEVICES="", **extra)
-    return env
 
 
 def _probe(name, args, cwd, **env):

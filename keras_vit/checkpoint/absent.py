@@ -79,16 +79,10 @@ def _size_message(variant: str) -> str:
 
 def check_there(text: str) -> None:
     """`missing(text)` raised where the resolver would raise it for a
-    local path (no URL, no released name or bucket address, which the
-    resolver fetches) with nothing there; else nothing, the rest left to
-    the resolver."""
+    local path (no URL, nothing the cache downloads: `catalog.is_download`)
+    with nothing there; else nothing, the rest left to the resolver."""
     text = os.path.expanduser(text.strip())
-    if not text or "://" in text or os.path.exists(text):
+    if not text or "://" in text or os.path.exists(text) or (
+            catalog.is_download(text)):
         return
-    bucket = catalog.bucket_path(text)
-    named = catalog.lookup(text) is not None
-    if bucket is None and named and not catalog.is_path(text):
-        return  # a released name
-    if bucket is not None and (named or bucket.endswith(".npz")):
-        return  # an address in the bucket
     raise missing(text)

@@ -119,31 +119,28 @@ def removed_if_refused(path: str, made: Optional[str],
         raise
 
 
-def read_bytes(path: Union[str, os.PathLike]) -> bytes:
-    """bytes. The content of the file at `path` (local, or a URL through
+def open_binary(path: Union[str, os.PathLike]):
+    """The file at `path` opened for reading bytes (local, or a URL through
     `tf.io.gfile`)."""
     path = os.fspath(path)
     if is_remote(path):
         import tensorflow as tf  # only remote paths need TensorFlow
 
-        with tf.io.gfile.GFile(path, "rb") as f:
-            return f.read()
-    with open(path, "rb") as f:
+        return tf.io.gfile.GFile(path, "rb")
+    return open(path, "rb")
+
+
+def read_bytes(path: Union[str, os.PathLike]) -> bytes:
+    """bytes. The content of the file at `path` (`open_binary`)."""
+    with open_binary(path) as f:
         return f.read()
 
 
 def sha256(path: Union[str, os.PathLike]) -> str:
-    """str. The SHA-256 of the file at `path` (local, or a URL through
-    `tf.io.gfile`) in hex, read 16 MiB at a time."""
-    path = os.fspath(path)
-    if is_remote(path):
-        import tensorflow as tf  # only remote paths need TensorFlow
-
-        opened = tf.io.gfile.GFile(path, "rb")
-    else:
-        opened = open(path, "rb")
+    """str. The SHA-256 of the file at `path` (`open_binary`) in hex, read
+    16 MiB at a time."""
     digest = hashlib.sha256()
-    with opened as f:
+    with open_binary(path) as f:
         for chunk in iter(lambda: f.read(16 << 20), b""):
             digest.update(chunk)
     return digest.hexdigest()

@@ -382,19 +382,16 @@ def locate(text: str) -> Optional[Located]:
     if text.startswith(HF_PREFIX):
         return Located("hub", hf_snapshot(text))
     text = os.path.expanduser(text)  # "~/ViT-B_16.npz": a local path
-    bucket_path = catalog.bucket_path(text)
-    if bucket_path is None and (os.path.exists(text) or catalog.is_path(
-            text)):
+    if not catalog.is_download(text):
         return None  # a path ("ViT-B_16.npz"): read where it is, if it is
     info = catalog.lookup(text)
     if info is not None:
         target = cache_path(info.file)
         return Located("npz", fetch(info.url, target, info.name, info),
                        info.image_size)
-    if bucket_path is not None and bucket_path.endswith(".npz"):
-        # A file of the bucket that the catalog does not name: nothing
-        # says what it holds, so it is read as it is.
-        target = cache_path(bucket_path)
-        url = f"{catalog.base_url()}/{bucket_path}"
-        return Located("npz", fetch(url, target, text))
-    return None
+    # A .npz of the bucket that the catalog does not name: nothing says
+    # what it holds, so it is read as it is.
+    bucket_path = catalog.bucket_path(text)
+    target = cache_path(bucket_path)
+    url = f"{catalog.base_url()}/{bucket_path}"
+    return Located("npz", fetch(url, target, text))

@@ -350,6 +350,17 @@ def is_path(text: str) -> bool:
     return has_folder and not _is_name(text)
 
 
+def is_download(text: str) -> bool:
+    """Whether `text` names a file that the cache downloads (a released
+    name or an address in the bucket) rather than a local path, which is
+    read where it is (`keras_vit.checkpoint.zoo.cache.locate`)."""
+    bucket = bucket_path(text)
+    if bucket is None:
+        return not (os.path.exists(text) or is_path(text)) and (
+            lookup(text) is not None)
+    return lookup(text) is not None or bucket.endswith(".npz")
+
+
 def suggestions(text: str, n: int = 3) -> List[str]:
     """The known names closest to `text` (difflib, ignoring case), best
     first."""
