@@ -361,8 +361,10 @@ _CASES = [
         "The end of a complete 2-worker run",
         "Both workers exit with status 0 within seconds of the final "
         "metrics (the chief's export and training curves come before the "
-        "workers part), with no traceback and no 'tasks have crashed' "
-        "line; the non-chief worker wrote no checkpoint anywhere.",
+        "workers part, and each waits for the others as its process "
+        "exits), with no traceback and no 'tasks have crashed' line, also "
+        "where the chief draws the curves of a finished run slowly after "
+        "the parting; the non-chief worker wrote no checkpoint anywhere.",
         ("Final test metrics",),
     ),
     Case(

@@ -41,6 +41,38 @@ def _error_line(text: str) -> str:
     return lines[0]
 
 
+# A sitecustomize that makes keras_vit.analysis.curves.draw_curves wait
+# `seconds` first, patched as the module loads (nothing imported early).
+SLOW_CURVES = """
+import importlib.abc, importlib.util, sys, time
+
+
+class _Slow(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name != "keras_vit.analysis.curves":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        run = spec.loader.exec_module
+
+        def exec_module(module):
+            run(module)
+            draw = module.draw_curves
+
+            def slow(*args, **kwargs):
+                time.sleep({seconds})
+                return draw(*args, **kwargs)
+
+            module.draw_curves = slow
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+sys.meta_path.insert(0, _Slow())
+"""
+
+
 def _no_traceback(text: str) -> None:
     for bad in ("Traceback", "Exception in thread"):
         assert bad not in text, text[-3000:]
@@ -187,6 +219,27 @@ def test_killed_worker_stops_the_other_and_the_restart_ends_cleanly(
         metrics = json.load(f)
     assert metrics["steps"] == steps
     assert metrics["steps_this_run"] == steps - resume
+
+    # The finished run started again without its curves: the chief draws
+    # them after the workers part, slowly on purpose (longer than the
+    # coordination service's heartbeat timeout), and worker 1 waits for
+    # it at the exit barrier instead of being reported crashed.
+    os.remove(os.path.join(workdir, "training_curves.png"))
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(SLOW_CURVES.format(seconds=15))
+    third = start("third", PYTHONPATH=f"{site}{os.pathsep}{ROOT}")
+    assert harness.wait_all(third, timeout=180) == [0, 0]
+    for proc in third:
+        text = proc.text()
+        _no_traceback(text)
+        for bad in ("The tasks have crashed", "unhealthy",
+                    "did not leave together"):
+            assert bad not in text, text[-3000:]
+        assert "The run in" in text and "has finished" in text
+    assert "Training curves: " in third[0].text()
+    # Worker 1 left with the chief, after its drawing.
+    assert third[1].ended > third[0].ended - 5
 
 
 # -------------------------------------------------------------- SIGTERM

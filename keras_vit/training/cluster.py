@@ -40,6 +40,7 @@ from absl import logging
 
 from keras_vit import config as config_lib
 from keras_vit.errors import SetupError  # defined there, named here too
+from keras_vit.training import exit_barrier
 
 # How a shell reports a process ended by SIGTERM (128 + 15): a stop asked
 # for before training started, with nothing to save.
@@ -334,7 +335,9 @@ def finish(all_reduce: Callable[[], object], handler) -> None:
     SIGTERM ends the process at once from here on (the run is complete or
     saved). The watcher threads stop, then an all-reduce waits for every
     worker: a worker that exits while another still needs the cluster is
-    reported as crashed by TensorFlow's coordination service.
+    reported as crashed by TensorFlow's coordination service. Where all
+    got here, each also waits for the others when its process exits
+    (`exit_barrier`).
 
     Args:
         all_reduce: a collective over all workers (e.g. `any_worker`).
@@ -345,6 +348,7 @@ def finish(all_reduce: Callable[[], object], handler) -> None:
     try:
         stop_watchers(handler)
         all_reduce()
+        exit_barrier.wait_at_exit()
     except tf.errors.OpError as e:
         # The run's results are saved; a worker that left early changes
         # nothing about them.

@@ -30,6 +30,7 @@ from keras_vit.training import (
     cluster,
     data_fit,
     distribute,
+    exit_barrier,
     loop,
     model_init,
     records,
@@ -181,7 +182,7 @@ def train_and_evaluate(
         config_architecture(config.model)
     image_files.check_workdir_apart(config, workdir)
     with _made_workdir(workdir, strategy):  # removed if refused
-        finished = _finished_before(config, workdir, length)
+        finished = _finished_before(config, workdir, length, strategy)
         if finished is not None:
             return finished
         best = records.best_evaluator(config.checkpoints, config.evals)
@@ -236,11 +237,13 @@ def _built(config, strategy, num_classes: int):
     return model, optimizer
 
 
-def _finished_before(config, workdir: str, length: str) -> Optional[Dict]:
+def _finished_before(config, workdir: str, length: str,
+                     strategy) -> Optional[Dict]:
     """The metrics of the run in `workdir` when it finished its steps
     already, said in one line (to train on, raise config.trainer.`length`,
     the field its length is given in); else None, once the workdir is
-    found writable (a finished run is also read where it is not)."""
+    found writable (a finished run is also read where it is not). The
+    workers of a cluster then leave together (`exit_barrier`)."""
     total = int(config.trainer.total_steps)
     finished = wd.finished_run(workdir, total)
     model_init.check_workdir_config(config, workdir,
@@ -253,6 +256,8 @@ def _finished_before(config, workdir: str, length: str) -> Optional[Dict]:
         "results: %s. To train on, raise config.trainer.%s.",
         workdir, finished["steps"], finished["steps"], total,
         os.path.join(workdir, wd.METRICS), length)
+    if distribute.is_multi_worker(strategy):
+        exit_barrier.wait_at_exit()
     return finished
 
 
