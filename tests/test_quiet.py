@@ -9,8 +9,11 @@ import re
 import subprocess
 import sys
 
+import numpy as np
 import pytest
+from PIL import Image
 
+import keras_vit
 from tests.console import script as _script
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -462,3 +465,25 @@ def test_data_library_notices_stay_off_the_terminal():
     log_setup.setup_logging(verbose=False)
     assert any(isinstance(f, log_setup._DropDataLibraryInfo)
                for f in std_logging.getLogger("absl").filters)
+
+
+@pytest.mark.slow
+def test_the_jax_backend_prints_no_notice_of_its_start(tmp_path):
+    """keras-vit-predict under KERAS_BACKEND=jax: the prediction alone, not
+    JAX's INFO line about the platforms it probes ("Unable to initialize
+    backend 'tpu'"); with --verbose it still answers."""
+    model = tmp_path / "m.keras"
+    keras_vit.create_model(
+        None, num_classes=3, image_size=16, patch_size=8, hidden_size=16,
+        num_layers=1, num_heads=2, mlp_dim=16).save(model)
+    image = tmp_path / "x.png"
+    Image.fromarray(np.zeros((20, 20, 3), np.uint8)).save(image)
+    for verbose in ([], ["--verbose"]):
+        result = subprocess.run(
+            _script("predict") + [f"--model={model}", str(image), *verbose],
+            capture_output=True, text=True, timeout=600,
+            env=_env(KERAS_BACKEND="jax"), cwd=str(tmp_path))
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert f"{image}: " in result.stdout
+        if not verbose:
+            assert result.stderr.strip() == "", result.stderr[-3000:]

@@ -1,5 +1,6 @@
 """The commands' log: absl at INFO, TensorFlow's Python lines once each,
-less the notices about TensorFlow's own work (kept for --verbose)."""
+less the notices about TensorFlow's own work and JAX's INFO lines (kept
+for --verbose)."""
 
 from __future__ import annotations
 
@@ -89,6 +90,11 @@ def setup_logging(verbose: bool) -> None:
     for handler in list(tf_logger.handlers):
         tf_logger.removeHandler(handler)
     tf_logger.propagate = True
+    # JAX's INFO lines (under the JAX backend: the platforms it probes and
+    # does not find, "Unable to initialize backend 'tpu'") are about its
+    # own start, not the run; its warnings stay.
+    std_logging.getLogger("jax").setLevel(
+        std_logging.NOTSET if verbose else std_logging.WARNING)
     if not verbose:
         _add_filter(tf_logger, _TRACE_CHATTER + _TF_NOTICES)
         absl_logger = std_logging.getLogger("absl")
