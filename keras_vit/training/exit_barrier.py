@@ -26,7 +26,7 @@ from tensorflow.python.eager import context
 # Long enough for the chief's work after the parting (its exit, or curves
 # drawn for a finished run); a barrier that times out changes nothing but
 # the wait.
-TIMEOUT_S = 120
+TIMEOUT_S = 60
 
 _ids = itertools.count()
 
