@@ -92,9 +92,10 @@ def setup_logging(verbose: bool) -> None:
     tf_logger.propagate = True
     # JAX's INFO lines (under the JAX backend: the platforms it probes and
     # does not find, "Unable to initialize backend 'tpu'") are about its
-    # own start, not the run; its warnings stay.
-    std_logging.getLogger("jax").setLevel(
-        std_logging.NOTSET if verbose else std_logging.WARNING)
+    # own start, not the run; its warnings stay, and a level the user set
+    # (JAX_LOGGING_LEVEL) is theirs.
+    if not verbose and not os.environ.get("JAX_LOGGING_LEVEL"):
+        std_logging.getLogger("jax").setLevel(std_logging.WARNING)
     if not verbose:
         _add_filter(tf_logger, _TRACE_CHATTER + _TF_NOTICES)
         absl_logger = std_logging.getLogger("absl")

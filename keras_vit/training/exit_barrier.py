@@ -9,15 +9,16 @@ the chief may still work for longer than that afterwards (a slow
 exit, curves drawn for a finished run). So each worker that parted
 cleanly also waits, when its process exits, at one last barrier of the
 coordination service for every other: they then end within moments of
-each other. The wait is bounded: a worker that has died makes it fail
-at the service's next heartbeat check, and a chief that has died makes
-it fail at once.
+each other. The wait is bounded (`TIMEOUT_S`): a worker that has died
+makes it fail at the service's next heartbeat check, and a chief that
+has died makes it fail at once.
 """
 
 from __future__ import annotations
 
 import atexit
-import itertools
+import signal
+import threading
 
 import tensorflow as tf
 from absl import logging
@@ -27,20 +28,33 @@ from tensorflow.python.eager import context
 # drawn for a finished run); a barrier that times out changes nothing but
 # the wait.
 TIMEOUT_S = 60
+# One barrier per process, under one name on every worker.
+BARRIER = "keras_vit_exit"
 
-_ids = itertools.count()
+_registered = False
 
 
 def wait_at_exit(timeout_s: float = TIMEOUT_S) -> None:
-    """Registers this process's wait at the exit barrier (every worker of
-    the run must register one)."""
-    atexit.register(_wait, f"keras_vit_exit_{next(_ids)}", timeout_s)
+    """Registers this process's wait at the exit barrier, once (every
+    worker of the run must register it)."""
+    global _registered
+    if not _registered:
+        _registered = True
+        atexit.register(_wait, BARRIER, timeout_s)
 
 
 def _wait(barrier_id: str, timeout_s: float) -> None:
+    # TensorFlow's call holds Python's lock while it waits, so no Python
+    # signal handler could run: Ctrl-C and SIGTERM end the process at once
+    # (the run's work is done).
+    main = threading.current_thread() is threading.main_thread()
+    if main:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, signal.SIG_DFL)
     try:
         context.context().wait_at_barrier(barrier_id, int(timeout_s * 1000))
     except (tf.errors.OpError, ValueError) as error:
         # The run's results are saved; only the leaving is not together.
+        lines = str(error).strip().splitlines() or [type(error).__name__]
         logging.info("The workers did not leave together: %s",
-                     str(error).strip().splitlines()[0][:300])
+                     lines[0][:300])
