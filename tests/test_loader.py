@@ -9,6 +9,7 @@ import dataclasses
 import json
 import logging
 import os
+import re
 import shutil
 
 import keras
@@ -150,6 +151,20 @@ def test_workdir_without_class_count_names_the_fix(sources, tmp_path):
     config["model"]["num_classes"] = 10
     wd.write_json(config_path, config)
     assert loader.load_model(loader.WorkdirSource(run)).output_shape[-1] == 10
+
+
+def test_a_workdir_under_another_backend_names_the_conversion(
+        sources, monkeypatch):
+    """A run's checkpoints are TensorFlow checkpoints: under the JAX
+    backend the workdir is refused by name, with the .keras conversion
+    that loads there (the .keras file is checked under JAX in
+    tests/test_quiet.py's JAX test and tests/test_model.py)."""
+    run = sources["workdir"].path
+    monkeypatch.setattr(keras.backend, "backend", lambda: "jax")
+    with pytest.raises(UsageError, match=(
+            r"load under the TensorFlow backend only \(KERAS_BACKEND=jax "
+            r"here\).*keras-vit-convert --model=" + re.escape(run))):
+        loader.load_model(loader.WorkdirSource(run))
 
 
 def test_the_resolver_refuses_in_one_line_saying_why(tmp_path):

@@ -471,7 +471,8 @@ def test_data_library_notices_stay_off_the_terminal():
 def test_the_jax_backend_prints_no_notice_of_its_start(tmp_path):
     """keras-vit-predict under KERAS_BACKEND=jax: the prediction, and no
     INFO line of JAX's about the platforms it probes ("Unable to initialize
-    backend 'tpu'"); with --verbose it still answers."""
+    backend 'tpu'"); with --verbose it still answers. A training workdir
+    is refused in one line there (its checkpoints are TensorFlow's)."""
     model = tmp_path / "m.keras"
     keras_vit.create_model(
         None, num_classes=3, image_size=16, patch_size=8, hidden_size=16,
@@ -488,3 +489,17 @@ def test_the_jax_backend_prints_no_notice_of_its_start(tmp_path):
         if not verbose:  # (a GPU host may add JAX's warning about CUDA)
             assert not re.search(r"^I\d{4} |initialize backend",
                                  result.stderr, re.MULTILINE), result.stderr
+    # A training workdir's TensorFlow checkpoints: refused in one line that
+    # names the backend and the conversion, not a traceback.
+    workdir = os.path.join(ROOT, "tests", "fixtures", "earlier", "workdir")
+    result = subprocess.run(
+        _script("predict") + [f"--model={workdir}", str(image)],
+        capture_output=True, text=True, timeout=600,
+        env=_env(KERAS_BACKEND="jax"), cwd=str(tmp_path))
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"keras-vit-predict: error: {workdir}: a run's checkpoints load "
+        "under the TensorFlow backend only (KERAS_BACKEND=jax here): use "
+        "KERAS_BACKEND=tensorflow, or convert it once (KERAS_BACKEND="
+        f"tensorflow keras-vit-convert --model={workdir} "
+        "--output=model.keras) and give model.keras.")

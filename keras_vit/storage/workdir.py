@@ -30,6 +30,7 @@ import os
 import re
 from typing import Any, List, Optional
 
+import keras
 import numpy as np
 import tensorflow as tf
 from absl import logging
@@ -250,6 +251,14 @@ def restore_model(workdir: str, *, use_ema: bool = True, checkpoint=None):
             describes (see `check_checkpoint`), or the class count is
             recorded nowhere (see `num_classes`).
     """
+    backend = keras.backend.backend()
+    if backend != "tensorflow":  # tf.train.Checkpoint tracks TF objects
+        raise UsageError(
+            f"{workdir}: a run's checkpoints load under the TensorFlow "
+            f"backend only (KERAS_BACKEND={backend} here): use "
+            "KERAS_BACKEND=tensorflow, or convert it once "
+            "(KERAS_BACKEND=tensorflow keras-vit-convert "
+            f"--model={workdir} --output=model.keras) and give model.keras.")
     config = read_config(workdir)
     directory = os.path.join(workdir, CHECKPOINTS)
     paths = [checkpoint] if checkpoint else checkpoint_list.listed(directory)
