@@ -9,11 +9,8 @@ import re
 import subprocess
 import sys
 
-import numpy as np
 import pytest
-from PIL import Image
 
-import keras_vit
 from tests.console import script as _script
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -31,9 +28,9 @@ def _env(**extra):
     return env
 
 
-def run(name, *args, cwd=None, timeout=600):
+def run(name, *args, cwd=None, timeout=600, **env):
     return subprocess.run(_script(name) + [str(a) for a in args],
-                          capture_output=True, text=True, env=_env(),
+                          capture_output=True, text=True, env=_env(**env),
                           cwd=cwd or ROOT, timeout=timeout)
 
 
@@ -473,17 +470,11 @@ def test_the_jax_backend_prints_no_notice_of_its_start(tmp_path):
     INFO line of JAX's about the platforms it probes ("Unable to initialize
     backend 'tpu'"); with --verbose it still answers. A training workdir
     is refused in one line there (its checkpoints are TensorFlow's)."""
-    model = tmp_path / "m.keras"
-    keras_vit.create_model(
-        None, num_classes=3, image_size=16, patch_size=8, hidden_size=16,
-        num_layers=1, num_heads=2, mlp_dim=16).save(model)
-    image = tmp_path / "x.png"
-    Image.fromarray(np.zeros((20, 20, 3), np.uint8)).save(image)
+    model = _tiny_model(tmp_path / "m.keras")
+    image = f"{_jpegs(tmp_path / 'images')}/good.jpg"
     for verbose in ([], ["--verbose"]):
-        result = subprocess.run(
-            _script("predict") + [f"--model={model}", str(image), *verbose],
-            capture_output=True, text=True, timeout=600,
-            env=_env(KERAS_BACKEND="jax"), cwd=str(tmp_path))
+        result = run("predict", f"--model={model}", image, *verbose,
+                     cwd=tmp_path, KERAS_BACKEND="jax")
         assert result.returncode == 0, result.stderr[-3000:]
         assert f"{image}: " in result.stdout
         if not verbose:  # (a GPU host may add JAX's warning about CUDA)
@@ -492,10 +483,8 @@ def test_the_jax_backend_prints_no_notice_of_its_start(tmp_path):
     # A training workdir's TensorFlow checkpoints: refused in one line that
     # names the backend and the conversion, not a traceback.
     workdir = os.path.join(ROOT, "tests", "fixtures", "earlier", "workdir")
-    result = subprocess.run(
-        _script("predict") + [f"--model={workdir}", str(image)],
-        capture_output=True, text=True, timeout=600,
-        env=_env(KERAS_BACKEND="jax"), cwd=str(tmp_path))
+    result = run("predict", f"--model={workdir}", image, cwd=tmp_path,
+                 KERAS_BACKEND="jax")
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert result.stderr.strip().splitlines()[-1] == (
         f"keras-vit-predict: error: {workdir}: a run's checkpoints load "

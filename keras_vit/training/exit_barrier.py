@@ -34,16 +34,16 @@ BARRIER = "keras_vit_exit"
 _registered = False
 
 
-def wait_at_exit(timeout_s: float = TIMEOUT_S) -> None:
+def wait_at_exit() -> None:
     """Registers this process's wait at the exit barrier, once (every
     worker of the run must register it)."""
     global _registered
     if not _registered:
         _registered = True
-        atexit.register(_wait, BARRIER, timeout_s)
+        atexit.register(_wait)
 
 
-def _wait(barrier_id: str, timeout_s: float) -> None:
+def _wait() -> None:
     # TensorFlow's call holds Python's lock while it waits, so no Python
     # signal handler could run: Ctrl-C and SIGTERM end the process at once
     # (the run's work is done).
@@ -52,7 +52,7 @@ def _wait(barrier_id: str, timeout_s: float) -> None:
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, signal.SIG_DFL)
     try:
-        context.context().wait_at_barrier(barrier_id, int(timeout_s * 1000))
+        context.context().wait_at_barrier(BARRIER, TIMEOUT_S * 1000)
     except (tf.errors.OpError, ValueError) as error:
         # The run's results are saved; only the leaving is not together.
         lines = str(error).strip().splitlines() or [type(error).__name__]
