@@ -9,20 +9,23 @@ import dataclasses
 import json
 import logging
 import os
-import re
 import shutil
 
 import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 
-from keras_vit import create_model
+from keras_vit import build, create_model
+from keras_vit import config as config_lib
 from keras_vit.checkpoint import loader, weights
 from keras_vit.errors import UsageError
+from keras_vit.storage import checkpoint_graph
 from keras_vit.storage import workdir as wd
 from keras_vit.training import train_lib
 from tests import tiny
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SIZE = 32  # the run's resolution: a 4 x 4 grid of 8-pixel patches
 RESIZED = 48  # a 6 x 6 grid
 
@@ -153,18 +156,77 @@ def test_workdir_without_class_count_names_the_fix(sources, tmp_path):
     assert loader.load_model(loader.WorkdirSource(run)).output_shape[-1] == 10
 
 
-def test_a_workdir_under_another_backend_names_the_conversion(
+def test_a_workdir_loads_under_another_backend_by_the_checkpoints_graph(
         sources, monkeypatch):
-    """A run's checkpoints are TensorFlow checkpoints: under the JAX
-    backend the workdir is refused by name, with the .keras conversion
-    that loads there (the .keras file is checked under JAX in
-    tests/test_quiet.py's JAX test and tests/test_model.py)."""
-    run = sources["workdir"].path
+    """Under a backend other than TensorFlow's, a run's checkpoint is read
+    by its object graph (`checkpoint_graph`), not `tf.train.Checkpoint`:
+    the same EMA weights and the same predictions as TensorFlow's restore
+    (under JAX itself: tests/test_quiet.py's JAX test)."""
+    source = sources["workdir"]
+    expected = loader.load_model(source)
     monkeypatch.setattr(keras.backend, "backend", lambda: "jax")
+    model = loader.load_model(source)
+    for mine, theirs in zip(model.weights, expected.weights, strict=True):
+        assert mine.path == theirs.path
+        np.testing.assert_array_equal(mine.numpy(), theirs.numpy())
+    x = _images(SIZE)
+    np.testing.assert_array_equal(model.predict(x, verbose=0),
+                                  expected.predict(x, verbose=0))
+
+
+def _restored_both_ways(run):
+    """A run's latest checkpoint read by tf.train.Checkpoint and by
+    `checkpoint_graph.read_into`: (model, optimizer) pairs."""
+    config = wd.read_config(run)
+    path = tf.train.latest_checkpoint(os.path.join(run, wd.CHECKPOINTS))
+    pairs = []
+    for _ in range(2):
+        model, optimizer = build.build_run(
+            config, wd.num_classes(config.model, run))
+        optimizer.build(model.trainable_variables)
+        pairs.append((model, optimizer))
+    tf.train.Checkpoint(model=pairs[0][0], optimizer=pairs[0][1]).read(
+        path).expect_partial()
+    checkpoint_graph.read_into(path, *pairs[1])
+    return path, pairs
+
+
+@pytest.mark.parametrize("kind", ["this version, EMA", "an earlier run"])
+def test_the_graph_reader_restores_what_tensorflow_restores(sources, kind):
+    """Every variable TensorFlow's restore sets, model and optimizer (step,
+    EMA averages, moments), the graph reader sets to the same value."""
+    run = (sources["workdir"].path if kind.endswith("EMA")
+           else os.path.join(ROOT, "tests", "fixtures", "earlier", "workdir"))
+    _, ((model, optimizer), (model2, optimizer2)) = _restored_both_ways(run)
+    assert int(optimizer2.iterations.numpy()) == 2
+    for theirs, mine in zip(model.weights + optimizer.variables,
+                            model2.weights + optimizer2.variables,
+                            strict=True):
+        np.testing.assert_array_equal(mine.numpy(), theirs.numpy())
+
+
+def test_the_graph_reader_refuses_what_a_run_does_not_save(
+        sources, tmp_path):
+    """A file with a variable no run of the model saves, or an optimizer of
+    another layout, is refused by name rather than loaded in part."""
+    run = sources["workdir"].path
+    path, ((model, optimizer), _) = _restored_both_ways(run)
+    extra = tf.train.Checkpoint(model=model, optimizer=optimizer,
+                                probe=tf.Variable(1.0))
+    written = extra.write(str(tmp_path / "extra"))
     with pytest.raises(UsageError, match=(
-            r"load under the TensorFlow backend only \(KERAS_BACKEND=jax "
-            r"here\).*keras-vit-convert --model=" + re.escape(run))):
-        loader.load_model(loader.WorkdirSource(run))
+            r"holds 1 variable\(s\) no training run of this model saves "
+            r"\(e.g. probe/.ATTRIBUTES/VARIABLE_VALUE\)")):
+        checkpoint_graph.read_into(written, model, optimizer)
+    config = wd.read_config(run)
+    plain, plain_optimizer = build.build_run(
+        config_lib.replace(config, trainer={"ema_decay": 0.0}),
+        wd.num_classes(config.model, run))
+    plain_optimizer.build(plain.trainable_variables)
+    with pytest.raises(UsageError, match=(
+            r"optimizer/_variables lists \d+ variables, the model built "
+            r"from its config.json \d+")):
+        checkpoint_graph.read_into(path, plain, plain_optimizer)
 
 
 def test_the_resolver_refuses_in_one_line_saying_why(tmp_path):

@@ -469,7 +469,8 @@ def test_the_jax_backend_prints_no_notice_of_its_start(tmp_path):
     """keras-vit-predict under KERAS_BACKEND=jax: the prediction, and no
     INFO line of JAX's about the platforms it probes ("Unable to initialize
     backend 'tpu'"); with --verbose it still answers. A training workdir
-    is refused in one line there (its checkpoints are TensorFlow's)."""
+    answers as under TensorFlow; keras-vit-train and keras-vit-evaluate
+    are refused in one line."""
     model = _tiny_model(tmp_path / "m.keras")
     image = f"{_jpegs(tmp_path / 'images')}/good.jpg"
     for verbose in ([], ["--verbose"]):
@@ -480,15 +481,24 @@ def test_the_jax_backend_prints_no_notice_of_its_start(tmp_path):
         if not verbose:  # (a GPU host may add JAX's warning about CUDA)
             assert not re.search(r"^I\d{4} |initialize backend",
                                  result.stderr, re.MULTILINE), result.stderr
-    # A training workdir's TensorFlow checkpoints: refused in one line that
-    # names the backend and the conversion, not a traceback.
+    # A training workdir's TensorFlow checkpoint, read by its object graph:
+    # the same top 10 as under TensorFlow.
     workdir = os.path.join(ROOT, "tests", "fixtures", "earlier", "workdir")
-    result = run("predict", f"--model={workdir}", image, cwd=tmp_path,
-                 KERAS_BACKEND="jax")
-    assert result.returncode == 1 and "Traceback" not in result.stderr
-    assert result.stderr.strip().splitlines()[-1] == (
-        f"keras-vit-predict: error: {workdir}: a run's checkpoints load "
-        "under the TensorFlow backend only (KERAS_BACKEND=jax here): use "
-        "KERAS_BACKEND=tensorflow, or convert it once (KERAS_BACKEND="
-        f"tensorflow keras-vit-convert --model={workdir} "
-        "--output=model.keras) and give model.keras.")
+    answers = [run("predict", f"--model={workdir}", image, "--top_k=10",
+                   cwd=tmp_path, KERAS_BACKEND=backend)
+               for backend in ("jax", "tensorflow")]
+    assert [a.returncode for a in answers] == [0, 0], answers[0].stderr
+    assert answers[0].stdout == answers[1].stdout
+    assert answers[0].stdout.startswith(f"{image}: ")
+    # The commands whose work is TensorFlow's: refused in one line before
+    # they read or write anything.
+    for command, args in (("train", ["--config=digits",
+                                     f"--workdir={tmp_path / 'run'}"]),
+                          ("evaluate", ["--mode=eval",
+                                        f"--workdir={workdir}"])):
+        line = error_line(run(command, *args, cwd=tmp_path,
+                              KERAS_BACKEND="jax"), command)
+        assert line.startswith(f"keras-vit-{command}: error: This command "
+                               "runs on the TensorFlow backend ("), line
+        assert "KERAS_BACKEND=jax here: set KERAS_BACKEND=tensorflow" in line
+    assert not (tmp_path / "run").exists()

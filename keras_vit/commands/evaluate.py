@@ -325,6 +325,8 @@ def _misplaced(flag: str, mode: str) -> str:
 def _main(values: flags.FlagValues, args: list) -> None:
     if args:
         raise UsageError(f"Unexpected arguments: {' '.join(args)}")
+    cli.check_tensorflow_backend(
+        "its evaluators run on tf.distribute and tf.data")
     if values.mode in ("fewshot", "vtab"):
         output_dir = eval_mode.output_dir(values)
         missing = [f for f, v in (("--config", values.config),

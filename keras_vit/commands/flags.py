@@ -53,6 +53,7 @@ if TYPE_CHECKING:  # what type checkers and the import contracts read
     from keras_vit.checkpoint import loader
     from keras_vit.training import distribute
 else:  # imported at first use: `--help` loads no Keras or TensorFlow
+    keras = lazy_module("keras")
     loader = lazy_module("keras_vit.checkpoint.loader")
     distribute = lazy_module("keras_vit.training.distribute")
 
@@ -335,6 +336,19 @@ def warn_zero_head(source: loader.Source, model: keras.Model) -> None:
             "releases ship it: every class scores alike. Fine-tune it "
             "first (--config.init.model), or use a fine-tuned release.",
             source.path)
+
+
+def check_tensorflow_backend(why: str) -> None:
+    """Refuses a command whose work (`why`) is TensorFlow's under another
+    Keras backend: before it reads or writes anything, rather than failing
+    inside its first traced step."""
+    backend = keras.backend.backend()
+    if backend != "tensorflow":
+        raise UsageError(
+            f"This command runs on the TensorFlow backend ({why}), and "
+            f"KERAS_BACKEND={backend} here: set KERAS_BACKEND=tensorflow "
+            f"(under {backend}, keras-vit-predict, keras-vit-convert and "
+            "keras-vit-analysis run).")
 
 
 def strategy(values: flags.FlagValues, config, training: bool = True):

@@ -189,6 +189,9 @@ def check_training_evaluators(config) -> None:
 def _main(values: flags.FlagValues, args: list) -> None:
     if args:
         raise UsageError(f"Unexpected arguments: {' '.join(args)}")
+    cli.check_tensorflow_backend(
+        "its loop, data and checkpoints are tf.distribute's, "
+        "tf.data's and tf.train's")
     if not values.workdir.strip():
         raise UsageError("--workdir is empty: name the run's folder (e.g. "
                          "--workdir=/tmp/vit_run).")

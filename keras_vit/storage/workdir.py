@@ -39,7 +39,7 @@ from keras_vit import build
 from keras_vit import config as config_lib
 from keras_vit.errors import UsageError
 from keras_vit.keras_compat import ema_variables
-from keras_vit.storage import atomic, checkpoint_list
+from keras_vit.storage import atomic, checkpoint_graph, checkpoint_list
 from keras_vit.storage.atomic import atomic_write
 from keras_vit.storage.lines import read_lines  # noqa: F401 (this API)
 
@@ -251,14 +251,6 @@ def restore_model(workdir: str, *, use_ema: bool = True, checkpoint=None):
             describes (see `check_checkpoint`), or the class count is
             recorded nowhere (see `num_classes`).
     """
-    backend = keras.backend.backend()
-    if backend != "tensorflow":  # tf.train.Checkpoint tracks TF objects
-        raise UsageError(
-            f"{workdir}: a run's checkpoints load under the TensorFlow "
-            f"backend only (KERAS_BACKEND={backend} here): use "
-            "KERAS_BACKEND=tensorflow, or convert it once "
-            "(KERAS_BACKEND=tensorflow keras-vit-convert "
-            f"--model={workdir} --output=model.keras) and give model.keras.")
     config = read_config(workdir)
     directory = os.path.join(workdir, CHECKPOINTS)
     paths = [checkpoint] if checkpoint else checkpoint_list.listed(directory)
@@ -273,13 +265,21 @@ def restore_model(workdir: str, *, use_ema: bool = True, checkpoint=None):
     model, optimizer = build.build_run(
         config, num_classes(config.model, workdir))
     optimizer.build(model.trainable_variables)
-    ckpt = tf.train.Checkpoint(model=model, optimizer=optimizer)
+    if keras.backend.backend() == "tensorflow":
+        ckpt = tf.train.Checkpoint(model=model, optimizer=optimizer)
+
+        def read(path):
+            ckpt.read(path).expect_partial()
+    else:  # tf.train.Checkpoint restores TensorFlow objects only
+
+        def read(path):
+            checkpoint_graph.read_into(path, model, optimizer)
     ema = use_ema and getattr(optimizer, "use_ema", False)
     damaged = []
     for i, path in enumerate(paths):
         try:
             check_checkpoint(path, model)
-            ckpt.read(path).expect_partial()
+            read(path)
             why = _nonfinite(ema_variables(optimizer) if ema
                              else model.weights)
             if why is None:
