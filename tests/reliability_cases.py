@@ -368,6 +368,17 @@ _CASES = [
         ("Final test metrics",),
     ),
     Case(
+        "multiworker_finished_disagree", FAULT, "multi-worker",
+        "The same finished 2-worker run started again, where worker 1 "
+        "cannot read that it finished (its read of metrics.json fails)",
+        "Every worker exits with status 1 in the same one line, saying "
+        "how many workers found the run finished, instead of one worker "
+        "training alone while the other leaves.",
+        ("The workers read the run in", "1 of 2 found it finished",
+         "run the same command on every worker again"),
+        "exit status 1",
+    ),
+    Case(
         "multiworker_tfds_prepare", FAULT, "multi-worker",
         "Two workers start on a TFDS data set that is not prepared yet in "
         "the data directory they share (config.input.download)",

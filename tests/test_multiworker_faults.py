@@ -42,15 +42,21 @@ def _error_line(text: str) -> str:
     return lines[0]
 
 
-# A sitecustomize that makes keras_vit.analysis.curves.draw_curves wait
-# `seconds` first, patched as the module loads (nothing imported early).
-SLOW_CURVES = """
+def patch_on_import(module: str, function: str, body: str) -> str:
+    """A sitecustomize that replaces `module`.`function`, as the module
+    loads (nothing imported early), by `patched(original, *args,
+    **kwargs)`, whose indented `body` is given."""
+    return f"MODULE, FUNCTION = {module!r}, {function!r}\n" + """
 import importlib.abc, importlib.util, sys, time
 
 
-class _Slow(importlib.abc.MetaPathFinder):
+def patched(original, *args, **kwargs):
+""" + body + """
+
+
+class _Patch(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path, target=None):
-        if name != "keras_vit.analysis.curves":
+        if name != MODULE:
             return None
         sys.meta_path.remove(self)
         spec = importlib.util.find_spec(name)
@@ -58,19 +64,15 @@ class _Slow(importlib.abc.MetaPathFinder):
 
         def exec_module(module):
             run(module)
-            draw = module.draw_curves
-
-            def slow(*args, **kwargs):
-                time.sleep({seconds})
-                return draw(*args, **kwargs)
-
-            module.draw_curves = slow
+            original = getattr(module, FUNCTION)
+            setattr(module, FUNCTION,
+                    lambda *args, **kwargs: patched(original, *args, **kwargs))
 
         spec.loader.exec_module = exec_module
         return spec
 
 
-sys.meta_path.insert(0, _Slow())
+sys.meta_path.insert(0, _Patch())
 """
 
 
@@ -157,7 +159,8 @@ def test_setup_failures_and_waits_end_in_one_line(tmp_path):
 
 # ------------------------------------------------ lost worker, clean end
 @pytest.mark.slow
-@covers("worker_killed", "multiworker_clean_finish")
+@covers("worker_killed", "multiworker_clean_finish",
+        "multiworker_finished_disagree")
 def test_killed_worker_stops_the_other_and_the_restart_ends_cleanly(
     tmp_path,
 ):
@@ -228,7 +231,9 @@ def test_killed_worker_stops_the_other_and_the_restart_ends_cleanly(
     os.remove(os.path.join(workdir, "training_curves.png"))
     site = tmp_path / "site"
     site.mkdir()
-    (site / "sitecustomize.py").write_text(SLOW_CURVES.format(seconds=15))
+    (site / "sitecustomize.py").write_text(patch_on_import(
+        "keras_vit.analysis.curves", "draw_curves",
+        "    time.sleep(15)\n    return original(*args, **kwargs)"))
     third = start("third", PYTHONPATH=f"{site}{os.pathsep}{ROOT}")
     assert harness.wait_all(third, timeout=180) == [0, 0]
     for proc in third:
@@ -247,6 +252,22 @@ def test_killed_worker_stops_the_other_and_the_restart_ends_cleanly(
     when = datetime.datetime.strptime(f"{left.year}{drawn[1]}",
                                       "%Y%m%d %H:%M:%S.%f")
     assert left >= when, (left, when)
+
+    # Worker 1 does not find the run finished (its read of metrics.json
+    # fails, as on a broken mount): every worker refuses alike in one line,
+    # rather than one training alone while the other leaves.
+    (site / "sitecustomize.py").write_text(patch_on_import(
+        "keras_vit.storage.workdir", "finished_run", "    return None"))
+    fourth = [harness.train(workdir, str(tmp_path / f"fourth{i}.log"), steps,
+                            hosts, i, args,
+                            **({"PYTHONPATH": f"{site}{os.pathsep}{ROOT}"}
+                               if i else {}))
+              for i in range(2)]
+    assert harness.wait_all(fourth, timeout=120) == [1, 1]
+    for proc in fourth:
+        text = proc.text()
+        _no_traceback(text)
+        check_says("multiworker_finished_disagree", _error_line(text))
 
 
 # -------------------------------------------------------------- SIGTERM

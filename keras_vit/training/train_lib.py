@@ -246,6 +246,8 @@ def _finished_before(config, workdir: str, length: str,
     workers of a cluster then leave together (`exit_barrier`)."""
     total = int(config.trainer.total_steps)
     finished = wd.finished_run(workdir, total)
+    if distribute.is_multi_worker(strategy):
+        _check_agreed(finished is not None, workdir, strategy)
     model_init.check_workdir_config(config, workdir,
                                     finished=finished is not None)
     if finished is None:
@@ -259,6 +261,22 @@ def _finished_before(config, workdir: str, length: str,
     if distribute.is_multi_worker(strategy):
         exit_barrier.wait_at_exit()
     return finished
+
+
+def _check_agreed(finished: bool, workdir: str, strategy) -> None:
+    """A UsageError on every worker alike where some workers of the
+    cluster found the run finished and some did not (a read of its
+    metrics or checkpoint list that failed on one): otherwise one would
+    train while the other left."""
+    found, workers = distribute.sum_over_workers(
+        strategy, [1.0 if finished else 0.0, 1.0])
+    if 0 < found < workers:
+        raise UsageError(
+            f"The workers read the run in {workdir} differently: "
+            f"{found:.0f} of {workers:.0f} found it finished "
+            f"({wd.METRICS} and its last checkpoint), the others not (a "
+            "read that failed, or files changing): run the same command on "
+            "every worker again once nothing else writes there.")
 
 
 def _host_run(workdir: str, trainer, data: run_data.RunData, checkpoints,
