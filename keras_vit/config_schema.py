@@ -90,8 +90,8 @@ def base_config() -> ml_collections.ConfigDict:
     # Rematerialisation of the encoder blocks (keras_vit/remat.py): "none";
     # "block" recomputes each block in the backward pass instead of keeping
     # its activations (high resolutions; docs/performance.md, "Memory");
-    # "dots" (JAX backend only) keeps only the dense layers' matmul
-    # outputs. Same gradients and checkpoints.
+    # "dots" (training on JAX only: the Python API, not keras-vit-train)
+    # keeps only dense matmul outputs. Same gradients and checkpoints.
     c.model.remat = "none"
 
     # Initialisation (fine-tuning): the model to start from, named as

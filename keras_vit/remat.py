@@ -56,8 +56,9 @@ def check_backend(remat: str) -> str:
     naming the one that does: "dots" is JAX's policy."""
     if remat == "dots" and keras.backend.backend() != "jax":
         raise UsageError(
-            'remat="dots" (save the matmul outputs) needs the JAX backend '
-            "(KERAS_BACKEND=jax); on the "
+            'remat="dots" (save the matmul outputs) trains on the JAX '
+            "backend only (KERAS_BACKEND=jax, through the Python API: "
+            "keras-vit-train runs on TensorFlow); on the "
             f'{keras.backend.backend()} backend use remat="block".'
         )
     return remat

@@ -371,9 +371,12 @@ _CASES = [
         "multiworker_finished_disagree", FAULT, "multi-worker",
         "The same finished 2-worker run started again, where worker 1 "
         "cannot read that it finished (its read of metrics.json fails)",
-        "Every worker exits with status 1 in the same one line, saying "
-        "how many workers found the run finished, instead of one worker "
-        "training alone while the other leaves.",
+        "The workers vote on what they read before any acts on it: every "
+        "worker exits with status 1 in the same one line, saying how many "
+        "found the run finished, instead of one worker training alone "
+        "while the other leaves. A worker whose read raises (the "
+        "checkpoint list) is counted in the same vote, and every worker "
+        "stops alike naming how many could not read the run.",
         ("The workers read the run in", "1 of 2 found it finished",
          "run the same command on every worker again"),
         "exit status 1",

@@ -207,16 +207,24 @@ def test_the_graph_reader_restores_what_tensorflow_restores(sources, kind):
 
 def test_the_graph_reader_refuses_what_a_run_does_not_save(
         sources, tmp_path):
-    """A file with a variable no run of the model saves, or an optimizer of
-    another layout, is refused by name rather than loaded in part."""
+    """A model or optimizer holding a variable no run of the model saves,
+    or an optimizer of another layout, is refused by name rather than
+    loaded in part; the run's own bookkeeping beside them (a multi-worker
+    run's checkpointed_runs) is left alone, as TensorFlow's restore does."""
     run = sources["workdir"].path
     path, ((model, optimizer), _) = _restored_both_ways(run)
-    extra = tf.train.Checkpoint(model=model, optimizer=optimizer,
-                                probe=tf.Variable(1.0))
+    bookkeeping = tf.train.Checkpoint(
+        model=model, optimizer=optimizer,
+        checkpointed_runs=tf.Variable(3, dtype=tf.int64))
+    checkpoint_graph.read_into(bookkeeping.write(str(tmp_path / "kept")),
+                               model, optimizer)
+    holder = tf.Module()
+    holder.probe, holder.net = tf.Variable(1.0), model
+    extra = tf.train.Checkpoint(model=holder, optimizer=optimizer)
     written = extra.write(str(tmp_path / "extra"))
     with pytest.raises(UsageError, match=(
             r"holds 1 variable\(s\) no training run of this model saves "
-            r"\(e.g. probe/.ATTRIBUTES/VARIABLE_VALUE\)")):
+            r"\(e.g. model/probe/.ATTRIBUTES/VARIABLE_VALUE\)")):
         checkpoint_graph.read_into(written, model, optimizer)
     config = wd.read_config(run)
     plain, plain_optimizer = build.build_run(
@@ -227,6 +235,60 @@ def test_the_graph_reader_refuses_what_a_run_does_not_save(
             r"optimizer/_variables lists \d+ variables, the model built "
             r"from its config.json \d+")):
         checkpoint_graph.read_into(path, plain, plain_optimizer)
+
+
+def _rewritten(path, out, graph=None, **values):
+    """The checkpoint `path` written again to `out` with its own bytes
+    (TensorFlow's SaveV2), the object graph or some values replaced."""
+    reader = tf.train.load_checkpoint(path)
+    tensors = {key: reader.get_tensor(key)  # (not the input iterator's)
+               for key, dtype in reader.get_variable_to_dtype_map().items()
+               if dtype != tf.variant}
+    if graph is not None:
+        tensors[checkpoint_graph.GRAPH_KEY] = graph
+    tensors.update(values)
+    names = sorted(tensors)
+    tf.raw_ops.SaveV2(prefix=out, tensor_names=names,
+                      shape_and_slices=[""] * len(names),
+                      tensors=[tensors[n] for n in names])
+    return out
+
+
+def test_the_graph_reader_checks_a_file_before_it_reads_values(
+        sources, tmp_path):
+    """A garbled object graph or one naming a node it lacks is damage (the
+    loader then tries the checkpoint before it); a value of another dtype
+    than its variable's is refused by name before it is read; an integer
+    is narrowed only where it fits."""
+    path, ((model, optimizer), _) = _restored_both_ways(
+        sources["workdir"].path)
+    garbled = _rewritten(path, str(tmp_path / "garbled"), graph=b"\xff" * 9)
+    with pytest.raises(tf.errors.DataLossError, match="its object graph"):
+        checkpoint_graph.read_into(garbled, model, optimizer)
+    graph = checkpoint_graph._graph(tf.train.load_checkpoint(path))
+    graph.nodes[0].children[0].node_id = len(graph.nodes) + 5
+    outside = _rewritten(path, str(tmp_path / "outside"),
+                         graph=graph.SerializeToString())
+    with pytest.raises(tf.errors.DataLossError, match=(
+            rf"names a node outside its {len(graph.nodes)} nodes")):
+        checkpoint_graph.read_into(outside, model, optimizer)
+    step = "optimizer/_iterations/.ATTRIBUTES/VARIABLE_VALUE"
+    retyped = _rewritten(path, str(tmp_path / "retyped"),
+                         **{step: np.bytes_(b"two")})
+    with pytest.raises(UsageError, match=(
+            rf"{step} holds string \(\), the model's .* integer \(\)")):
+        checkpoint_graph.read_into(retyped, model, optimizer)
+    # JAX keeps the step as int32 where TensorFlow wrote int64: cast where
+    # it fits, refused where it does not.
+    wide = _rewritten(path, str(tmp_path / "wide"), **{step: np.int64(2**40)})
+    narrow = keras.Variable(0, dtype="int32")
+    for written, fits in ((path, True), (wide, False)):
+        reader = tf.train.load_checkpoint(written)
+        if fits:
+            assert checkpoint_graph._value(reader, step, narrow, path) == 2
+        else:
+            with pytest.raises(UsageError, match="values beyond the model's"):
+                checkpoint_graph._value(reader, step, narrow, written)
 
 
 def test_the_resolver_refuses_in_one_line_saying_why(tmp_path):

@@ -256,18 +256,32 @@ def test_killed_worker_stops_the_other_and_the_restart_ends_cleanly(
     # Worker 1 does not find the run finished (its read of metrics.json
     # fails, as on a broken mount): every worker refuses alike in one line,
     # rather than one training alone while the other leaves.
-    (site / "sitecustomize.py").write_text(patch_on_import(
-        "keras_vit.storage.workdir", "finished_run", "    return None"))
-    fourth = [harness.train(workdir, str(tmp_path / f"fourth{i}.log"), steps,
-                            hosts, i, args,
-                            **({"PYTHONPATH": f"{site}{os.pathsep}{ROOT}"}
-                               if i else {}))
-              for i in range(2)]
-    assert harness.wait_all(fourth, timeout=120) == [1, 1]
-    for proc in fourth:
-        text = proc.text()
-        _no_traceback(text)
-        check_says("multiworker_finished_disagree", _error_line(text))
+    # Where worker 1's read raises instead (its checkpoint list cannot be
+    # listed), the vote still comes first: no worker waits in it for one
+    # that left.
+    for tag, body, says in (
+            ("fourth", "    return None", None),
+            ("fifth", "    raise PermissionError(13, 'Permission denied', "
+             "'checkpoints')", "1 of 2 workers could not read the run in")):
+        (site / "sitecustomize.py").write_text(patch_on_import(
+            "keras_vit.storage.workdir", "finished_run", body))
+        procs = [harness.train(workdir, str(tmp_path / f"{tag}{i}.log"),
+                               steps, hosts, i, args,
+                               **({"PYTHONPATH": f"{site}{os.pathsep}{ROOT}"}
+                                  if i else {}))
+                 for i in range(2)]
+        assert harness.wait_all(procs, timeout=120) == [1, 1], tag
+        for proc in procs:
+            text = proc.text()
+            _no_traceback(text)
+            line = _error_line(text)
+            if says is None:
+                check_says("multiworker_finished_disagree", line)
+            else:
+                assert says in line and "run the same command on every " \
+                    "worker again" in line, line
+    assert "(this one: [Errno 13] Permission denied" in _error_line(
+        procs[1].text())
 
 
 # -------------------------------------------------------------- SIGTERM

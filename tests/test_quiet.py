@@ -469,8 +469,8 @@ def test_the_jax_backend_prints_no_notice_of_its_start(tmp_path):
     """keras-vit-predict under KERAS_BACKEND=jax: the prediction, and no
     INFO line of JAX's about the platforms it probes ("Unable to initialize
     backend 'tpu'"); with --verbose it still answers. A training workdir
-    answers as under TensorFlow; keras-vit-train and keras-vit-evaluate
-    are refused in one line."""
+    answers as under TensorFlow; keras-vit-train, keras-vit-evaluate and
+    keras-vit-export are refused in one line."""
     model = _tiny_model(tmp_path / "m.keras")
     image = f"{_jpegs(tmp_path / 'images')}/good.jpg"
     for verbose in ([], ["--verbose"]):
@@ -495,10 +495,13 @@ def test_the_jax_backend_prints_no_notice_of_its_start(tmp_path):
     for command, args in (("train", ["--config=digits",
                                      f"--workdir={tmp_path / 'run'}"]),
                           ("evaluate", ["--mode=eval",
-                                        f"--workdir={workdir}"])):
+                                        f"--workdir={workdir}"]),
+                          ("export", [f"--model={workdir}", "--export_dir="
+                                      f"{tmp_path / 'exports'}"])):
         line = error_line(run(command, *args, cwd=tmp_path,
                               KERAS_BACKEND="jax"), command)
         assert line.startswith(f"keras-vit-{command}: error: This command "
                                "runs on the TensorFlow backend ("), line
         assert "KERAS_BACKEND=jax here: set KERAS_BACKEND=tensorflow" in line
     assert not (tmp_path / "run").exists()
+    assert not (tmp_path / "exports").exists()

@@ -325,8 +325,6 @@ def _misplaced(flag: str, mode: str) -> str:
 def _main(values: flags.FlagValues, args: list) -> None:
     if args:
         raise UsageError(f"Unexpected arguments: {' '.join(args)}")
-    cli.check_tensorflow_backend(
-        "its evaluators run on tf.distribute and tf.data")
     if values.mode in ("fewshot", "vtab"):
         output_dir = eval_mode.output_dir(values)
         missing = [f for f, v in (("--config", values.config),
@@ -359,6 +357,8 @@ def _main(values: flags.FlagValues, args: list) -> None:
                 "the config's.")
         vtab.select_tasks(values.tasks or config_lib.find_evaluator(
             values.config.evals, "vtab").tasks)
+    cli.check_tensorflow_backend(
+        "its evaluators run on tf.distribute and tf.data")
     source = _source(values)
     strategy = cli.strategy(values, values.config,
                             training=values.mode == "vtab")

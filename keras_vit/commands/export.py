@@ -167,6 +167,8 @@ def export(values: flags.FlagValues) -> str:
                          "SavedModel version is never replaced (pass "
                          "another --version, or none for the next).")
     source = cli.model_source(values)
+    cli.check_tensorflow_backend(
+        "it writes TensorFlow's SavedModel and LiteRT files")
     model = cli.load_flagged_model(values, source, head="serve")
     names = class_names(values, source)
     width = int(model.output_shape[-1])

@@ -189,9 +189,6 @@ def check_training_evaluators(config) -> None:
 def _main(values: flags.FlagValues, args: list) -> None:
     if args:
         raise UsageError(f"Unexpected arguments: {' '.join(args)}")
-    cli.check_tensorflow_backend(
-        "its loop, data and checkpoints are tf.distribute's, "
-        "tf.data's and tf.train's")
     if not values.workdir.strip():
         raise UsageError("--workdir is empty: name the run's folder (e.g. "
                          "--workdir=/tmp/vit_run).")
@@ -205,6 +202,9 @@ def _main(values: flags.FlagValues, args: list) -> None:
         # records it (a copy: the parsed config is not changed).
         config = config_lib.replace(config, init={
             "model": cli.model_source(values, config.init.model).path})
+    cli.check_tensorflow_backend(
+        "its loop, data and checkpoints are tf.distribute's, "
+        "tf.data's and tf.train's")
     final = run(config, values.workdir, cli.strategy(values, config))
     saved = final.get("saved", True)
     then = ("evaluate again and finish" if final.get("final") else "resume"

@@ -30,7 +30,6 @@ from keras_vit.training import (
     cluster,
     data_fit,
     distribute,
-    exit_barrier,
     loop,
     model_init,
     records,
@@ -38,6 +37,7 @@ from keras_vit.training import (
     run_parts,
     state,
 )
+from keras_vit.training.finished_run import finished_before
 from keras_vit.training.mpp_trainer import MppTrainer
 from keras_vit.training.resume import (
     TrainingError,
@@ -182,7 +182,7 @@ def train_and_evaluate(
         config_architecture(config.model)
     image_files.check_workdir_apart(config, workdir)
     with _made_workdir(workdir, strategy):  # removed if refused
-        finished = _finished_before(config, workdir, length, strategy)
+        finished = finished_before(config, workdir, length, strategy)
         if finished is not None:
             return finished
         best = records.best_evaluator(config.checkpoints, config.evals)
@@ -235,48 +235,6 @@ def _built(config, strategy, num_classes: int):
                  f"{model.count_params():,}", replicas,
                  "" if replicas == 1 else "s")
     return model, optimizer
-
-
-def _finished_before(config, workdir: str, length: str,
-                     strategy) -> Optional[Dict]:
-    """The metrics of the run in `workdir` when it finished its steps
-    already, said in one line (to train on, raise config.trainer.`length`,
-    the field its length is given in); else None, once the workdir is
-    found writable (a finished run is also read where it is not). The
-    workers of a cluster then leave together (`exit_barrier`)."""
-    total = int(config.trainer.total_steps)
-    finished = wd.finished_run(workdir, total)
-    if distribute.is_multi_worker(strategy):
-        _check_agreed(finished is not None, workdir, strategy)
-    model_init.check_workdir_config(config, workdir,
-                                    finished=finished is not None)
-    if finished is None:
-        wd.check_writable(workdir)
-        return None
-    logging.info(
-        "The run in %s has finished: step %d of %d (%d asked). Its "
-        "results: %s. To train on, raise config.trainer.%s.",
-        workdir, finished["steps"], finished["steps"], total,
-        os.path.join(workdir, wd.METRICS), length)
-    if distribute.is_multi_worker(strategy):
-        exit_barrier.wait_at_exit()
-    return finished
-
-
-def _check_agreed(finished: bool, workdir: str, strategy) -> None:
-    """A UsageError on every worker alike where some workers of the
-    cluster found the run finished and some did not (a read of its
-    metrics or checkpoint list that failed on one): otherwise one would
-    train while the other left."""
-    found, workers = distribute.sum_over_workers(
-        strategy, [1.0 if finished else 0.0, 1.0])
-    if 0 < found < workers:
-        raise UsageError(
-            f"The workers read the run in {workdir} differently: "
-            f"{found:.0f} of {workers:.0f} found it finished "
-            f"({wd.METRICS} and its last checkpoint), the others not (a "
-            "read that failed, or files changing): run the same command on "
-            "every worker again once nothing else writes there.")
 
 
 def _host_run(workdir: str, trainer, data: run_data.RunData, checkpoints,

@@ -1,0 +1,76 @@
+"""Whether a training run's workdir holds a finished run, decided once
+for every worker of a cluster.
+
+A finished run started again trains nothing: the command says so and
+exits with status 0. Each worker reads the workdir on its own, so in a
+cluster the workers vote (one all-reduce) before any acts on what it
+read: where one found the run finished and another did not, or one could
+not read it, one worker would otherwise train alone while the other
+left, or wait in a collective for a worker that had gone.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Dict, Optional
+
+import tensorflow as tf
+from absl import logging
+
+from keras_vit.errors import UsageError
+from keras_vit.storage import workdir as wd
+from keras_vit.training import distribute, exit_barrier, model_init
+
+
+def finished_before(config, workdir: str, length: str,
+                    strategy) -> Optional[Dict]:
+    """The metrics of the run in `workdir` when it finished its steps
+    already, said in one line (to train on, raise config.trainer.`length`,
+    the field its length is given in); else None, once the workdir is
+    found writable (a finished run is also read where it is not). The
+    workers of a cluster then leave together (`exit_barrier`)."""
+    total = int(config.trainer.total_steps)
+    if distribute.is_multi_worker(strategy):
+        finished = _agreed(workdir, total, strategy)
+    else:
+        finished = wd.finished_run(workdir, total)
+    model_init.check_workdir_config(config, workdir,
+                                    finished=finished is not None)
+    if finished is None:
+        wd.check_writable(workdir)
+        return None
+    logging.info(
+        "The run in %s has finished: step %d of %d (%d asked). Its "
+        "results: %s. To train on, raise config.trainer.%s.",
+        workdir, finished["steps"], finished["steps"], total,
+        os.path.join(workdir, wd.METRICS), length)
+    if distribute.is_multi_worker(strategy):
+        exit_barrier.wait_at_exit()
+    return finished
+
+
+def _agreed(workdir: str, total: int, strategy) -> Optional[Dict]:
+    """`wd.finished_run` of this worker where every worker of the cluster
+    read the same; a UsageError on every worker alike where one could not
+    read the workdir, or some found the run finished and some did not."""
+    finished = failed = None
+    try:
+        finished = wd.finished_run(workdir, total)
+    except (OSError, tf.errors.OpError) as error:  # after the vote
+        failed = " ".join(str(error).split())[:200]
+    found, broken, workers = distribute.sum_over_workers(strategy, [
+        float(finished is not None), float(failed is not None), 1.0])
+    if broken:
+        raise UsageError(
+            f"{broken:.0f} of {workers:.0f} workers could not read the run "
+            f"in {workdir}" + (f" (this one: {failed})" if failed else "")
+            + ": check the folder and its permissions on every worker, "
+            "then run the same command on every worker again.")
+    if 0 < found < workers:
+        raise UsageError(
+            f"The workers read the run in {workdir} differently: "
+            f"{found:.0f} of {workers:.0f} found it finished "
+            f"({wd.METRICS} and its last checkpoint), the others not (a "
+            "read that failed, or files changing): run the same command on "
+            "every worker again once nothing else writes there.")
+    return finished
