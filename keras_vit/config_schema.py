@@ -90,7 +90,7 @@ def base_config() -> ml_collections.ConfigDict:
     # Rematerialisation of the encoder blocks (keras_vit/remat.py): "none";
     # "block" recomputes each block in the backward pass instead of keeping
     # its activations (high resolutions; docs/performance.md, "Memory");
-    # "dots" (training on JAX only: the Python API, not keras-vit-train)
+    # "dots" (training on JAX only: Keras's fit, not keras-vit-train)
     # keeps only dense matmul outputs. Same gradients and checkpoints.
     c.model.remat = "none"
 

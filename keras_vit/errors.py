@@ -147,6 +147,18 @@ def check_options(options, known, who: str, also: str = "") -> None:
         )
 
 
+def check_tensorflow_backend(backend: str, why: str) -> None:
+    """Refuses work that is TensorFlow's (`why`) under another Keras
+    backend (`backend`: `keras.backend.backend()`), in one line, rather
+    than failing inside its first traced step."""
+    if backend != "tensorflow":
+        raise UsageError(
+            f"This runs on the TensorFlow backend ({why}), and "
+            f"KERAS_BACKEND={backend} here: set KERAS_BACKEND=tensorflow "
+            "(keras-vit-predict, keras-vit-convert and keras-vit-analysis "
+            "also run under JAX).")
+
+
 def shorten(value, limit: int = 60) -> str:
     """`value` as a message quotes it (a str as it is, anything else its
     repr) on one line, cut to `limit` characters ("..." at the end): a

@@ -57,8 +57,8 @@ def check_backend(remat: str) -> str:
     if remat == "dots" and keras.backend.backend() != "jax":
         raise UsageError(
             'remat="dots" (save the matmul outputs) trains on the JAX '
-            "backend only (KERAS_BACKEND=jax, through the Python API: "
-            "keras-vit-train runs on TensorFlow); on the "
+            "backend only (KERAS_BACKEND=jax: Keras's fit or a JAX "
+            "training step; keras-vit-train runs on TensorFlow); on the "
             f'{keras.backend.backend()} backend use remat="block".'
         )
     return remat

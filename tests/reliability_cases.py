@@ -374,9 +374,10 @@ _CASES = [
         "The workers vote on what they read before any acts on it: every "
         "worker exits with status 1 in the same one line, saying how many "
         "found the run finished, instead of one worker training alone "
-        "while the other leaves. A worker whose read raises (the "
-        "checkpoint list) is counted in the same vote, and every worker "
-        "stops alike naming how many could not read the run.",
+        "while the other leaves. A worker whose read or check raises (the "
+        "checkpoint list; the workdir not writable there) is counted in the "
+        "same vote, after which every worker stops in one line naming how "
+        "many could not read the run (that worker's line also says why).",
         ("The workers read the run in", "1 of 2 found it finished",
          "run the same command on every worker again"),
         "exit status 1",

@@ -6,6 +6,7 @@ at another one; training initialises from each alike.
 """
 
 import dataclasses
+import glob
 import json
 import logging
 import os
@@ -289,6 +290,39 @@ def test_the_graph_reader_checks_a_file_before_it_reads_values(
         else:
             with pytest.raises(UsageError, match="values beyond the model's"):
                 checkpoint_graph._value(reader, step, narrow, written)
+
+
+@pytest.mark.parametrize("damage", ["a flipped byte", "no data file",
+                                    "a garbled graph"])
+def test_a_damaged_checkpoint_under_another_backend_is_named_in_one_line(
+        sources, tmp_path, monkeypatch, damage):
+    """What TensorFlow's restore takes as damage (the loader then tries the
+    checkpoint before it, and names each it could not use), the graph
+    reader does too: a checksum mismatch or a missing data shard, which
+    TensorFlow's reader raises as a bare OpError, and a garbled graph."""
+    run = str(tmp_path / "run")
+    shutil.copytree(sources["workdir"].path, run)
+    path = tf.train.latest_checkpoint(os.path.join(run, wd.CHECKPOINTS))
+    data = glob.glob(path + ".data-*")[0]
+    if damage == "a flipped byte":  # in the patch embedding's kernel
+        kernel = tf.train.load_checkpoint(path).get_tensor(
+            "optimizer/_trainable_variables/0/.ATTRIBUTES/VARIABLE_VALUE")
+        raw = bytearray(open(data, "rb").read())
+        raw[raw.index(kernel.tobytes()) + 5] ^= 0xFF
+        open(data, "wb").write(bytes(raw))
+    elif damage == "no data file":
+        os.remove(data)
+    else:
+        _rewritten(path, path, graph=b"\xff" * 9)
+    monkeypatch.setattr(keras.backend, "backend", lambda: "jax")
+    with pytest.raises(UsageError) as info:
+        loader.load_model(loader.WorkdirSource(run))
+    line = str(info.value)
+    assert "\n" not in line
+    assert line.startswith(f"No checkpoint of {run} can be used: "
+                           f"{os.path.basename(path)} ("), line
+    if damage == "a flipped byte":  # found reading the value itself
+        assert "(its data (optimizer/_trainable_variables/0/" in line, line
 
 
 def test_the_resolver_refuses_in_one_line_saying_why(tmp_path):

@@ -469,8 +469,9 @@ def test_the_jax_backend_prints_no_notice_of_its_start(tmp_path):
     """keras-vit-predict under KERAS_BACKEND=jax: the prediction, and no
     INFO line of JAX's about the platforms it probes ("Unable to initialize
     backend 'tpu'"); with --verbose it still answers. A training workdir
-    answers as under TensorFlow; keras-vit-train, keras-vit-evaluate and
-    keras-vit-export are refused in one line."""
+    answers as under TensorFlow, and converts and is analysed there;
+    keras-vit-train, keras-vit-evaluate and keras-vit-export are refused
+    in one line."""
     model = _tiny_model(tmp_path / "m.keras")
     image = f"{_jpegs(tmp_path / 'images')}/good.jpg"
     for verbose in ([], ["--verbose"]):
@@ -490,6 +491,20 @@ def test_the_jax_backend_prints_no_notice_of_its_start(tmp_path):
     assert [a.returncode for a in answers] == [0, 0], answers[0].stderr
     assert answers[0].stdout == answers[1].stdout
     assert answers[0].stdout.startswith(f"{image}: ")
+    # keras-vit-convert and keras-vit-analysis of the workdir under JAX: the
+    # converted file answers as the workdir did; the figures are written.
+    converted = tmp_path / "converted.keras"
+    result = run("convert", f"--model={workdir}", f"--output={converted}",
+                 cwd=tmp_path, KERAS_BACKEND="jax")
+    assert result.returncode == 0, result.stderr[-3000:]
+    again = run("predict", f"--model={converted}", image, "--top_k=10",
+                f"--class_names_file={workdir}/labels.txt", cwd=tmp_path)
+    assert again.stdout == answers[0].stdout, again.stderr[-3000:]
+    result = run("analysis", f"--model={workdir}", "--digits=2",
+                 f"--output_dir={tmp_path / 'analysis'}", cwd=tmp_path,
+                 KERAS_BACKEND="jax")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (tmp_path / "analysis" / "analysis.json").exists()
     # The commands whose work is TensorFlow's: refused in one line before
     # they read or write anything.
     for command, args in (("train", ["--config=digits",
@@ -500,8 +515,8 @@ def test_the_jax_backend_prints_no_notice_of_its_start(tmp_path):
                                       f"{tmp_path / 'exports'}"])):
         line = error_line(run(command, *args, cwd=tmp_path,
                               KERAS_BACKEND="jax"), command)
-        assert line.startswith(f"keras-vit-{command}: error: This command "
-                               "runs on the TensorFlow backend ("), line
+        assert line.startswith(f"keras-vit-{command}: error: This runs "
+                               "on the TensorFlow backend ("), line
         assert "KERAS_BACKEND=jax here: set KERAS_BACKEND=tensorflow" in line
     assert not (tmp_path / "run").exists()
     assert not (tmp_path / "exports").exists()

@@ -14,6 +14,7 @@ import numpy as np
 from absl import flags, logging
 from ml_collections import config_flags
 
+from keras_vit import errors
 from keras_vit.checkpoint import absent
 from keras_vit.commands import listing
 from keras_vit.commands.config_args import (  # noqa: F401 (commands' API)
@@ -340,15 +341,8 @@ def warn_zero_head(source: loader.Source, model: keras.Model) -> None:
 
 def check_tensorflow_backend(why: str) -> None:
     """Refuses a command whose work (`why`) is TensorFlow's under another
-    Keras backend: before it reads or writes anything, rather than failing
-    inside its first traced step."""
-    backend = keras.backend.backend()
-    if backend != "tensorflow":
-        raise UsageError(
-            f"This command runs on the TensorFlow backend ({why}), and "
-            f"KERAS_BACKEND={backend} here: set KERAS_BACKEND=tensorflow "
-            f"(under {backend}, keras-vit-predict, keras-vit-convert and "
-            "keras-vit-analysis run).")
+    Keras backend, before it loads a model or writes anything."""
+    errors.check_tensorflow_backend(keras.backend.backend(), why)
 
 
 def strategy(values: flags.FlagValues, config, training: bool = True):

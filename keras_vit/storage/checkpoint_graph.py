@@ -23,6 +23,7 @@ protocol buffer.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Dict, List, Set
 
 import tensorflow as tf
@@ -39,21 +40,40 @@ VALUE = "VARIABLE_VALUE"
 # bookkeeping, which TensorFlow's restore into a model and optimizer also
 # leaves alone.
 OWNERS = ("model", "optimizer")
+ELSEWHERE = "load it under KERAS_BACKEND=tensorflow."
+
+
+@contextlib.contextmanager
+def damage_named(what: str):
+    """Raises what TensorFlow's checkpoint reader raises, except a bare
+    OpError of code UNKNOWN (a cut or garbled .index: "not an sstable";
+    a checksum mismatch; a missing data shard), which becomes the
+    DataLossError it is, naming `what` was being read."""
+    try:
+        yield
+    except tf.errors.OpError as error:
+        if type(error) is not tf.errors.OpError:
+            raise
+        raise tf.errors.DataLossError(
+            None, None, f"{what}: {error.message}") from None
+
+
+def _damaged(what: str) -> tf.errors.DataLossError:
+    return tf.errors.DataLossError(None, None, what)
 
 
 def _graph(reader) -> trackable_object_graph_pb2.TrackableObjectGraph:
     graph = trackable_object_graph_pb2.TrackableObjectGraph()
     try:
-        graph.ParseFromString(reader.get_tensor(GRAPH_KEY))
-    except message.DecodeError as error:  # damage, as a cut file
-        raise tf.errors.DataLossError(
-            None, None, f"its object graph: {error}") from None
+        with damage_named("its object graph"):
+            graph.ParseFromString(reader.get_tensor(GRAPH_KEY))
+    except (message.DecodeError, TypeError) as error:  # as a cut file
+        raise _damaged(f"its object graph: {error}") from None
     count = len(graph.nodes)
     for node in graph.nodes:
         if any(not 0 <= child.node_id < count for child in node.children):
-            raise tf.errors.DataLossError(
-                None, None, f"its object graph names a node outside its "
-                f"{count} nodes")
+            raise _damaged(
+                f"its object graph names a node outside its {count} nodes")
     return graph
 
 
@@ -63,8 +83,7 @@ def _child(graph, node_id: int, name: str, path: str) -> int:
             return child.node_id
     raise UsageError(
         f"{path}: its object graph has no {name!r}, so it was not written "
-        "by a training run of this version; load it under "
-        "KERAS_BACKEND=tensorflow.")
+        f"by a training run of this version; {ELSEWHERE}")
 
 
 def _value_key(graph, node_id: int, path: str) -> str:
@@ -72,7 +91,7 @@ def _value_key(graph, node_id: int, path: str) -> str:
         if attribute.name == VALUE:
             return attribute.checkpoint_key
     raise UsageError(f"{path}: node {node_id} of its object graph holds no "
-                     "variable: load it under KERAS_BACKEND=tensorflow.")
+                     f"variable: {ELSEWHERE}")
 
 
 def _listed(graph, node_id: int, path: str) -> List[str]:
@@ -107,30 +126,32 @@ def _kind(dtype) -> str:
 
 
 def _check_declared(reader, pairs, path: str) -> None:
-    """Refuses, before any value is read, a key the file does not hold or
-    declares with another shape or kind of dtype than its variable's."""
+    """Refuses, before any value is read, a key the file does not hold
+    (damage: its graph names it) or declares with another shape or kind
+    of dtype than its variable's."""
     shapes = reader.get_variable_to_shape_map()
     dtypes = reader.get_variable_to_dtype_map()
     for variable, key in pairs:
+        if key not in dtypes:
+            raise _damaged(f"its object graph names {key}, which it lacks")
         want = (tuple(variable.shape), _kind(variable.dtype))
-        have = (tuple(shapes.get(key, ())),
-                _kind(dtypes[key]) if key in dtypes else None)
+        have = (tuple(shapes[key]), _kind(dtypes[key]))
         if have != want:
             raise UsageError(
                 f"{path}: {key} holds {have[1]} {have[0]}, the model's "
                 f"{getattr(variable, 'path', variable.name)} {want[1]} "
-                f"{want[0]}: load it under KERAS_BACKEND=tensorflow.")
+                f"{want[0]}: {ELSEWHERE}")
 
 
 def _value(reader, key: str, variable, path: str):
     """The value of `key` in the variable's dtype; refused where it does
     not fit in it (an integer wider than the variable takes)."""
-    value = reader.get_tensor(key)
+    with damage_named(f"its data ({key})"):
+        value = reader.get_tensor(key)
     cast = value.astype(tf.as_dtype(variable.dtype).as_numpy_dtype)
     if _kind(value.dtype) == "integer" and not (cast == value).all():
         raise UsageError(f"{path}: {key} holds values beyond the model's "
-                         f"{variable.dtype}: load it under "
-                         "KERAS_BACKEND=tensorflow.")
+                         f"{variable.dtype}: {ELSEWHERE}")
     return cast
 
 
@@ -145,7 +166,8 @@ def read_into(path: str, model, optimizer) -> None:
         tf.errors.OpError, IndexError: a damaged file (as for
             `tf.train.Checkpoint.read`).
     """
-    reader = tf.train.load_checkpoint(path)
+    with damage_named("its index"):
+        reader = tf.train.load_checkpoint(path)
     graph = _graph(reader)
     optimizer_id = _child(graph, 0, "optimizer", path)
     lists: Dict[str, List[str]] = {
@@ -157,16 +179,15 @@ def read_into(path: str, model, optimizer) -> None:
         if len(keys) != len(owned[name]):
             raise UsageError(
                 f"{path}: optimizer/{name} lists {len(keys)} variables, the "
-                f"model built from its config.json {len(owned[name])}: load "
-                "it under KERAS_BACKEND=tensorflow.")
+                f"model built from its config.json {len(owned[name])}: "
+                f"{ELSEWHERE}")
     roots = [c.node_id for c in graph.nodes[0].children
              if c.local_name in OWNERS]
     other = sorted(_reachable_keys(graph, roots).difference(*lists.values()))
     if other:
         raise UsageError(
             f"{path}: holds {len(other)} variable(s) no training run of "
-            f"this model saves (e.g. {other[0]}): load it under "
-            "KERAS_BACKEND=tensorflow.")
+            f"this model saves (e.g. {other[0]}): {ELSEWHERE}")
     pairs = [pair for name, keys in lists.items()
              for pair in zip(owned[name], keys)]
     _check_declared(reader, pairs, path)

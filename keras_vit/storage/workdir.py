@@ -171,15 +171,8 @@ def check_checkpoint(path: str, model) -> None:
     or fail with a bare shape error. Checkpoints without that list (not
     written by a training run) are not checked.
     """
-    try:
+    with checkpoint_graph.damage_named("its index"):
         shapes = tf.train.load_checkpoint(path).get_variable_to_shape_map()
-    except tf.errors.OpError as error:
-        # A cut or garbled .index file ("not an sstable") raises a bare
-        # OpError of code UNKNOWN: damage, like a cut .data file.
-        if type(error) is not tf.errors.OpError:
-            raise
-        raise tf.errors.DataLossError(
-            None, None, f"its index: {error.message}") from None
     saved = {}
     for key, shape in shapes.items():
         match = _TRAINABLE_KEY.match(key)

@@ -31,13 +31,10 @@ def finished_before(config, workdir: str, length: str,
     workers of a cluster then leave together (`exit_barrier`)."""
     total = int(config.trainer.total_steps)
     if distribute.is_multi_worker(strategy):
-        finished = _agreed(workdir, total, strategy)
+        finished = _agreed(config, workdir, total, strategy)
     else:
-        finished = wd.finished_run(workdir, total)
-    model_init.check_workdir_config(config, workdir,
-                                    finished=finished is not None)
+        finished = _read(config, workdir, total)
     if finished is None:
-        wd.check_writable(workdir)
         return None
     logging.info(
         "The run in %s has finished: step %d of %d (%d asked). Its "
@@ -49,23 +46,41 @@ def finished_before(config, workdir: str, length: str,
     return finished
 
 
-def _agreed(workdir: str, total: int, strategy) -> Optional[Dict]:
-    """`wd.finished_run` of this worker where every worker of the cluster
-    read the same; a UsageError on every worker alike where one could not
-    read the workdir, or some found the run finished and some did not."""
-    finished = failed = None
+def _read(config, workdir: str, total: int) -> Optional[Dict]:
+    """`wd.finished_run`, once the config is checked against the run's
+    and, for a run to train, the workdir found writable."""
+    finished = wd.finished_run(workdir, total)
+    model_init.check_workdir_config(config, workdir,
+                                    finished=finished is not None)
+    if finished is None:
+        wd.check_writable(workdir)
+    return finished
+
+
+def _agreed(config, workdir: str, total: int, strategy) -> Optional[Dict]:
+    """`_read` on this worker where every worker of the cluster read the
+    same. Every worker reaches the vote (an all-reduce) before any
+    raises: this worker's own error after it, and where another worker's
+    read failed, or some found the run finished and some did not, a
+    UsageError on every worker alike."""
+    finished = error = None
     try:
-        finished = wd.finished_run(workdir, total)
-    except (OSError, tf.errors.OpError) as error:  # after the vote
-        failed = " ".join(str(error).split())[:200]
-    found, broken, workers = distribute.sum_over_workers(strategy, [
-        float(finished is not None), float(failed is not None), 1.0])
-    if broken:
-        raise UsageError(
-            f"{broken:.0f} of {workers:.0f} workers could not read the run "
-            f"in {workdir}" + (f" (this one: {failed})" if failed else "")
-            + ": check the folder and its permissions on every worker, "
-            "then run the same command on every worker again.")
+        finished = _read(config, workdir, total)
+    except Exception as caught:  # noqa: BLE001 (raised after the vote)
+        error = caught
+    found, failed, workers = distribute.sum_over_workers(strategy, [
+        float(finished is not None), float(error is not None), 1.0])
+    unreadable = (f"{failed:.0f} of {workers:.0f} workers could not read "
+                  f"the run in {workdir}")
+    fix = ("check the folder and its permissions on every worker, then "
+           "run the same command on every worker again.")
+    if isinstance(error, (OSError, tf.errors.OpError)):
+        raise UsageError(f"{unreadable} (this one: "
+                         f"{' '.join(str(error).split())[:200]}): {fix}")
+    if error is not None:
+        raise error
+    if failed:
+        raise UsageError(f"{unreadable} (their logs say why): {fix}")
     if 0 < found < workers:
         raise UsageError(
             f"The workers read the run in {workdir} differently: "

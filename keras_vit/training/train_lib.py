@@ -18,7 +18,7 @@ import tensorflow as tf
 from absl import logging
 
 from keras_vit import config as config_lib
-from keras_vit import config_limits, remat
+from keras_vit import config_limits, errors, remat
 from keras_vit.build import build_run, check_mpp, config_architecture
 from keras_vit.checkpoint import weights
 from keras_vit.data import checks as data_checks
@@ -172,7 +172,7 @@ def train_and_evaluate(
         config.input, config.trainer, config.schedule, config.log,
         config.checkpoints, config.evals))
     config_limits.check_limits(config)
-    remat.check_backend(config.model.remat)  # "dots": JAX's
+    _check_backend(config.model.remat)
     batch = data_fit.global_batch(config.trainer, config.input,
                                   strategy.num_replicas_in_sync)
     if not config.objective.mpp.enabled:
@@ -209,6 +209,14 @@ def train_and_evaluate(
                                    items, data, num_classes, on_end)
         finally:
             run.writer.close()
+
+
+def _check_backend(policy: str) -> None:
+    """Refuses another Keras backend than TensorFlow's (the loop is
+    tf.distribute's), and remat="dots" (JAX's), before the workdir."""
+    errors.check_tensorflow_backend(keras.backend.backend(),
+                                    "the training loop is tf.distribute's")
+    remat.check_backend(policy)
 
 
 def _part(run: run_parts.Run, on_end, final: Dict) -> Dict:
