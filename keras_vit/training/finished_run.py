@@ -17,6 +17,7 @@ from typing import Dict, Optional
 import tensorflow as tf
 from absl import logging
 
+from keras_vit import errors
 from keras_vit.errors import UsageError
 from keras_vit.storage import workdir as wd
 from keras_vit.training import distribute, exit_barrier, model_init
@@ -76,7 +77,7 @@ def _agreed(config, workdir: str, total: int, strategy) -> Optional[Dict]:
            "run the same command on every worker again.")
     if isinstance(error, (OSError, tf.errors.OpError)):
         raise UsageError(f"{unreadable} (this one: "
-                         f"{' '.join(str(error).split())[:200]}): {fix}")
+                         f"{errors.one_line(error)[:200]}): {fix}")
     if error is not None:
         raise error
     if failed:
