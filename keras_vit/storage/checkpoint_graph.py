@@ -155,9 +155,17 @@ def _value(reader, key: str, variable, path: str):
     return cast
 
 
-def read_into(path: str, model, optimizer) -> None:
+def open_reader(path: str):
+    """TensorFlow's reader of the checkpoint `path` (its index read), a
+    damaged index raised as DataLossError naming it."""
+    with damage_named("its index"):
+        return tf.train.load_checkpoint(path)
+
+
+def read_into(path: str, model, optimizer, reader=None) -> None:
     """Assigns the checkpoint `path`'s values to `model`'s trainable
-    variables and `optimizer`'s variables (built for them).
+    variables and `optimizer`'s variables (built for them); `reader`: its
+    `open_reader`, where the caller has opened it already.
 
     Raises:
         UsageError: the file holds other variables than a training run of
@@ -166,8 +174,7 @@ def read_into(path: str, model, optimizer) -> None:
         tf.errors.OpError, IndexError: a damaged file (as for
             `tf.train.Checkpoint.read`).
     """
-    with damage_named("its index"):
-        reader = tf.train.load_checkpoint(path)
+    reader = reader or open_reader(path)
     graph = _graph(reader)
     optimizer_id = _child(graph, 0, "optimizer", path)
     lists: Dict[str, List[str]] = {

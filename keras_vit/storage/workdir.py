@@ -37,7 +37,7 @@ from absl import logging
 
 from keras_vit import build
 from keras_vit import config as config_lib
-from keras_vit.errors import UsageError
+from keras_vit.errors import UsageError, one_line
 from keras_vit.keras_compat import ema_variables
 from keras_vit.storage import atomic, checkpoint_graph, checkpoint_list
 from keras_vit.storage.atomic import atomic_write
@@ -162,17 +162,18 @@ _TRAINABLE_KEY = re.compile(
 )
 
 
-def check_checkpoint(path: str, model) -> None:
+def check_checkpoint(path: str, model, reader=None) -> None:
     """Raises ValueError unless the training checkpoint `path` holds exactly
     the trainable weights of `model` (same number, same shapes, in order).
 
     A checkpoint restores the optimizer's weight list by position, so one
     from another model could otherwise load silently in part (fewer layers)
     or fail with a bare shape error. Checkpoints without that list (not
-    written by a training run) are not checked.
+    written by a training run) are not checked. `reader`: the
+    checkpoint's `checkpoint_graph.open_reader`, where one is open.
     """
-    with checkpoint_graph.damage_named("its index"):
-        shapes = tf.train.load_checkpoint(path).get_variable_to_shape_map()
+    reader = reader or checkpoint_graph.open_reader(path)
+    shapes = reader.get_variable_to_shape_map()
     saved = {}
     for key, shape in shapes.items():
         match = _TRAINABLE_KEY.match(key)
@@ -262,23 +263,25 @@ def restore_model(workdir: str, *, use_ema: bool = True, checkpoint=None):
         ckpt = tf.train.Checkpoint(model=model, optimizer=optimizer)
 
         def read(path):
+            check_checkpoint(path, model)
             ckpt.read(path).expect_partial()
     else:  # tf.train.Checkpoint restores TensorFlow objects only
 
-        def read(path):
-            checkpoint_graph.read_into(path, model, optimizer)
+        def read(path):  # one read of the index for both
+            reader = checkpoint_graph.open_reader(path)
+            check_checkpoint(path, model, reader)
+            checkpoint_graph.read_into(path, model, optimizer, reader)
     ema = use_ema and getattr(optimizer, "use_ema", False)
     damaged = []
     for i, path in enumerate(paths):
         try:
-            check_checkpoint(path, model)
             read(path)
             why = _nonfinite(ema_variables(optimizer) if ema
                              else model.weights)
             if why is None:
                 break
         except DAMAGE as error:  # a truncated or missing file
-            why = " ".join(str(error).split())[:120]
+            why = one_line(error)[:120]
         damaged.append(f"{os.path.basename(path)} ({why})")
         if i + 1 < len(paths):
             logging.warning("Checkpoint %s cannot be used (%s): loading the "
