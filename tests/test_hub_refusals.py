@@ -6,6 +6,7 @@ the way a user edits a config.json by hand."""
 
 import json
 import os
+import re
 import shutil
 
 import keras
@@ -620,6 +621,90 @@ def test_a_multi_label_model_is_named_in_the_log(tmp_path, caplog):
     assert "problem_type is multi_label_classification" in caplog.text
     assert "(a softmax). The ranking of the labels is the same" in \
         caplog.text
+
+
+def test_a_problem_type_transformers_refuses_is_refused(tmp_path):
+    """PretrainedConfig takes three problem types (or null): another is
+    refused by name, not read as a classifier."""
+    with pytest.raises(UsageError, match=r"problem_type='ranking': "
+                       "transformers builds no model from it"):
+        _load(_copy(tmp_path, "hf_vit_classifier",
+                    _set("problem_type", "ranking")))
+
+
+def test_a_one_label_classifier_is_named_in_the_log(tmp_path, caplog):
+    """One label: transformers' pipeline scores the logit with a sigmoid;
+    a softmax over one class is 1.0 for every image, which the log says.
+    The model itself computes the file's logit."""
+    def edit(config):
+        config["id2label"], config["label2id"] = {"0": "cat"}, {"cat": 0}
+        config.pop("num_labels", None)
+
+    folder = _copy(tmp_path, "hf_vit_classifier", edit)
+    path = os.path.join(folder, "model.safetensors")
+    arrays = safetensors.numpy.load_file(path)
+    for name in ("classifier.weight", "classifier.bias"):
+        arrays[name] = arrays[name][:1].copy()
+    safetensors.numpy.save_file(arrays, path)
+    caplog.set_level("WARNING", logger="absl")
+    model = _load(folder)
+    assert "config.json gives one label" in caplog.text
+    assert "1.0 for every image" in caplog.text
+    got, want = _outputs(model, folder)
+    np.testing.assert_allclose(got, want[:, :1],
+                               atol=2e-5 * np.abs(want).max())
+
+
+def _processor(tmp_path, **fields):
+    """hf_vit_rescale (its own processor file) with `fields` set."""
+    folder = tmp_path / "hf_vit_rescale"
+    shutil.copytree(os.path.join(FIXTURES, "hf_vit_rescale"), folder)
+    path = folder / "preprocessor_config.json"
+    proc = json.loads(path.read_text())
+    proc.update(fields)
+    path.write_text(json.dumps(proc))
+    return str(folder)
+
+
+@pytest.mark.parametrize("fields, named", [
+    # EfficientNet's x * factor - 1, with the mean and std its file keeps
+    (dict(image_processor_type="EfficientNetImageProcessor",
+          rescale_offset=True, include_top=False), "rescale_offset=True"),
+    (dict(image_processor_type="MobileViTImageProcessor",
+          do_flip_channel_order=True), "do_flip_channel_order=True"),
+    # transformers 5 pads for every class where do_pad is set
+    (dict(do_pad=True, pad_size={"height": 48, "width": 48}),
+     "do_pad=True"),
+])
+def test_a_processor_step_not_applied_is_refused_by_name(tmp_path, fields,
+                                                         named):
+    with pytest.raises(UsageError, match=re.escape(named) + r" \(\w+\): a "
+                       "step of transformers' preprocessing that keras-vit "
+                       "does not apply"):
+        _load(_processor(tmp_path, **fields))
+
+
+def test_processor_fields_left_unset_load(tmp_path):
+    """The fields transformers 5's fast classes write unset (null or
+    false), and another class's steps turned off, change no pixel."""
+    folder = _processor(
+        tmp_path, do_pad=None, pad_size=None, device=None,
+        disable_grouping=None, data_format="channels_first",
+        do_flip_channel_order=False, do_reduce_labels=False)
+    _assert_reference(_load(folder), folder)
+
+
+def test_a_folder_without_a_processor_says_what_it_assumes(tmp_path,
+                                                           caplog):
+    """No preprocessor_config.json: the log names the normalisation
+    assumed (ViTImageProcessor's); a folder with one says nothing."""
+    caplog.set_level("WARNING", logger="absl")
+    _load(_copy(tmp_path, "hf_vit_classifier"))
+    assert "has no preprocessor_config.json" in caplog.text
+    assert "to [-1, 1] (mean 0.5, std 0.5)" in caplog.text
+    caplog.clear()
+    _load(_processor(tmp_path))
+    assert "preprocessor_config.json" not in caplog.text
 
 
 def test_hugging_face_id2label_with_a_gap_is_refused_by_name(tmp_path):

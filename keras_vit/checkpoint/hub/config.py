@@ -26,8 +26,11 @@ from keras_vit.checkpoint.hub.processor import (  # noqa: F401 (channels)
     PROCESSOR_FILE,
     channels,
     library_resize,
+    processor_class,
     processor_normalisation,
+    warn_once,
 )
+from keras_vit.checkpoint.hub.processor_fields import check_fields
 from keras_vit.errors import UsageError, shorten
 
 READ, SHAPE, CHECKED, NO_EFFECT = "read", "shape", "checked", "no effect"
@@ -93,6 +96,42 @@ def refuse(field: str, value, why: str) -> UsageError:
                       "does not compute that, so the model is refused.")
 
 
+# transformers' PretrainedConfig refuses any other problem_type.
+HF_PROBLEMS = ("regression", "single_label_classification",
+               "multi_label_classification")
+
+
+def _check_problem(spec: Dict[str, Any], folder: str) -> None:
+    """Refuses a problem_type transformers refuses; names in the log a
+    head transformers scores with a sigmoid (its image-classification
+    pipeline: multi-label, or a single logit), not the softmax of these
+    commands."""
+    problem = spec.get("problem_type")
+    if problem is not None and problem not in HF_PROBLEMS:
+        raise UsageError(
+            f"config.json problem_type={shorten(repr(problem))}: "
+            "transformers builds no model from it (it takes "
+            f"{', '.join(HF_PROBLEMS)}, or null). Fix or remove the field.")
+    labels = spec.get("id2label")
+    single = (len(labels) == 1 if isinstance(labels, dict)
+              else spec.get("num_labels") == 1)
+    if problem == "multi_label_classification":
+        logging.warning(
+            "%s: config.json's problem_type is multi_label_classification: "
+            "transformers scores each label on its own (a sigmoid of its "
+            "logit); keras-vit-predict, evaluation and exports give one "
+            "class's probability among all (a softmax). The ranking of the "
+            "labels is the same.", folder)
+    elif single:
+        logging.warning(
+            "%s: config.json gives one label: transformers scores its one "
+            "logit with a sigmoid (or, with problem_type regression, reads "
+            "it as a value); keras-vit-predict, evaluation and exports give "
+            "a softmax over the classes, which is 1.0 for every image with "
+            "one. Fine-tune from it (config.init.model) for classes of "
+            "your own.", folder)
+
+
 def hf_settings(spec: Dict[str, Any], folder: str,
                 read_json) -> Dict[str, Any]:
     """The settings of a transformers ViT config (every ViTConfig field
@@ -115,13 +154,7 @@ def hf_settings(spec: Dict[str, Any], folder: str,
             "default: " + ", ".join(f"{k} {HF_VIT_DEFAULTS[k]!r}"
                                     for k in nulls)
             + ") or leave the field out.")
-    if spec.get("problem_type") == "multi_label_classification":
-        logging.warning(
-            "%s: config.json's problem_type is multi_label_classification: "
-            "transformers scores each label on its own (a sigmoid of its "
-            "logit); keras-vit-predict, evaluation and exports give one "
-            "class's probability among all (a softmax). The ranking of the "
-            "labels is the same.", folder)
+    _check_problem(spec, folder)
     act = spec.get("hidden_act", "gelu")
     if act not in HF_GELU:
         raise refuse("hidden_act", act, "an MLP activation that is not "
@@ -136,6 +169,16 @@ def hf_settings(spec: Dict[str, Any], folder: str,
         proc = read_json(untrusted.in_folder(folder, PROCESSOR_FILE,
                                              processor))
     mean, std = processor_normalisation(proc or {}, processor)
+    if proc is None:
+        warn_once(
+            f"{folder} has no {PROCESSOR_FILE}, with which transformers "
+            "prepares the pixels: they are normalised as "
+            "ViTImageProcessor's defaults do, to [-1, 1] (mean 0.5, std "
+            "0.5). If the model was trained with "
+            "other values, save its image processor into the folder "
+            "(processor.save_pretrained(folder)).")
+    else:
+        check_fields(proc, processor_class(proc, processor), processor)
     size = spec.get("image_size", 224)
     size = (size, size) if isinstance(size, int) else tuple(size)
     # The resize before the central crop its processor implies (of the
