@@ -244,6 +244,7 @@ B16_TRAIN = ("b16_224_b8_fp32_train_hm9", "b16_224_b8_fp32_train_hm9b",
 # B/16 training of the current model (one attention path, the model
 # class) against keras-hub, each run interleaved in one process.
 B16_TRAIN_CURRENT = ("model_class_before_after_b16_b8_train",
+                     "layout_before_after_b16_b8",
                      "train_lead_b16_b8_fp32", "train_lead_b16_b8_fp32_b")
 TI16_INFER = ("ti16_224_b32_fp32_infer_hm", "ti16_224_b32_fp32_infer_hm2",
               "ti16_224_b32_fp32_infer_hm3")
