@@ -28,6 +28,7 @@ from keras_vit.checkpoint.resolution import rebuild_at_resolution
 from keras_vit.checkpoint.weights import load_npz, save_npz
 from keras_vit.commands import export as export_command
 from keras_vit.commands import flags as cli_flags
+from keras_vit.export import files as export_files
 
 TINY = dict(
     patch_size=4, hidden_size=32, num_layers=2, num_heads=2, mlp_dim=64
@@ -316,10 +317,21 @@ def test_export_serves_any_size(tmp_path):
     from keras_vit.export.saved_model import export_model
 
     fixed, _ = pair()
-    path = export_model(fixed, str(tmp_path), warmup_images=[],
+    photo = tf.io.encode_png(np.full((20, 28, 3), 90, np.uint8)).numpy()
+    path = export_model(fixed, str(tmp_path), warmup_images=[photo],
                         dynamic_size=True)
     loaded = tf.saved_model.load(path)
     assert "predict_any_size" in loaded.signatures
+    # The warm-up touches every signature, this one too (a first request
+    # to it after each load would pay its tracing), and each answers it.
+    warmup = [log.predict_log.request for log in export_files.read_warmup_file(
+        os.path.join(path, "assets.extra", "tf_serving_warmup_requests"))]
+    assert {r.model_spec.signature_name for r in warmup} == set(
+        loaded.signatures)
+    for request in warmup:
+        loaded.signatures[request.model_spec.signature_name](**{
+            k: tf.constant(v)
+            for k, v in export_files.request_inputs(request).items()})
     with open(os.path.join(path, "assets.extra", "export.json")) as f:
         info = json.load(f)
     assert "predict_any_size" in info["signatures"]

@@ -372,7 +372,8 @@ def test_warmup_batches_fit_the_batching_file(images, tmp_path):
     count = export_files.max_warmup_images()
     datas = [images["png"], images["jpeg"]] * (count // 2) + [
         images["png_gray"]] * (count % 2)
-    requests = export_files.warmup_requests("vit", datas, (SIZE, SIZE))
+    requests = export_files.warmup_requests("vit", datas, (SIZE, SIZE),
+                                            "predict_any_size")
     assert len(requests) == export_files.MAX_WARMUP_RECORDS
     sizes = [len(export_files.request_inputs(r)["image_bytes"])
              for r in requests if r.model_spec.signature_name

@@ -78,7 +78,10 @@ def check_model_name(name: str) -> str:
             f"model_name {name!r} is not usable: use letters, digits, '_', "
             "'-' and '.', not starting with '.' or '-' (e.g. 'vit')."
         )
-    if name in (CONFIG_FILE, BATCHING_FILE, LOCK_FILE):
+    # models.config.bak: the copy of a models.config with comments kept
+    # before it is rewritten (server_config).
+    if name in (CONFIG_FILE, CONFIG_FILE + ".bak", BATCHING_FILE,
+                LOCK_FILE):
         raise UsageError(
             f"model_name {name!r} is the name of a file the export writes "
             "beside the models: choose another (e.g. 'vit')."
@@ -247,9 +250,10 @@ def load_warmup_images(images: Sequence[WarmupImage]) -> List[bytes]:
 
 
 def _warmup_records(count: int) -> int:
-    """int. The records `warmup_requests` makes of `count` images: one
-    each, the batched ones, and the pixels and features requests."""
-    return count + (-(-count // MAX_BATCH_SIZE) if count > 1 else 0) + 2
+    """int. The most records `warmup_requests` makes of `count` images:
+    one each, the batched ones, and the pixels (fixed and any size) and
+    features requests."""
+    return count + (-(-count // MAX_BATCH_SIZE) if count > 1 else 0) + 3
 
 
 def max_warmup_images() -> int:
@@ -271,15 +275,17 @@ def _request(model_name: str, signature: str, inputs: dict):
     return request
 
 
-def warmup_requests(
-    model_name: str, images: Sequence[bytes], image_size: Sequence[int]
-) -> list:
+def warmup_requests(model_name: str, images: Sequence[bytes],
+                    image_size: Sequence[int], any_size: str = ""
+                    ) -> list:
     """PredictRequests that touch every signature, for TF Serving warm-up.
 
     One `serving_default` request per image, the images batched (in
     requests of at most MAX_BATCH_SIZE, which a batching server takes),
     one `predict_images` request (the first image resized to the model's
-    input size, float32 [0, 255]) and one `features` request.
+    input size, float32 [0, 255]), the same pixels to the signature
+    named `any_size` where the export has one (`predict_any_size`), and
+    one `features` request.
 
     Returns:
         list of tensorflow_serving.apis.predict_pb2.PredictRequest.
@@ -310,7 +316,8 @@ def warmup_requests(
     # black image of fractions in [0, 1] as one scaled to [0, 1].
     pixels = np.clip(np.round(pixels.numpy()), 0.0, 255.0)[None].astype(
         np.float32)
-    requests.append(_request(model_name, "predict_images", {"images": pixels}))
+    requests.extend(_request(model_name, name, {"images": pixels})
+                    for name in ["predict_images", any_size] if name)
     requests.append(
         _request(
             model_name,

@@ -18,8 +18,9 @@ or a training workdir:
     keras-vit-export --export_dir=exports --model=runs/digits
 
 A version is written under a dotted temporary name and renamed when
-complete, so a crash never leaves a half-written version that a server would
-load, and an existing version is never overwritten.
+complete, so on a local disk a crash never leaves a half-written version
+that a server would load (on gs://, a rename copies objects one at a
+time), and an existing version is never overwritten.
 """
 
 from __future__ import annotations
@@ -332,8 +333,9 @@ def _write_extras(path: str, model: keras.Model, target: _Target,
         f.write("".join(f"{name}\n" for name in target.names))
     extra = export_files.join(path, "assets.extra")
     tf.io.gfile.makedirs(extra)
-    requests = export_files.warmup_requests(opts.model_name, target.images,
-                                            target.size)
+    requests = export_files.warmup_requests(
+        opts.model_name, target.images, target.size,
+        export_graph.ANY_SIZE_SIGNATURE if opts.dynamic_size else "")
     if requests:
         export_files.write_warmup_file(
             export_files.join(extra, export_files.WARMUP_FILE), requests
