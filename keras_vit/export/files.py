@@ -78,10 +78,8 @@ def check_model_name(name: str) -> str:
             f"model_name {name!r} is not usable: use letters, digits, '_', "
             "'-' and '.', not starting with '.' or '-' (e.g. 'vit')."
         )
-    # models.config.bak: the copy of a models.config with comments kept
-    # before it is rewritten (server_config).
-    if name in (CONFIG_FILE, CONFIG_FILE + ".bak", BATCHING_FILE,
-                LOCK_FILE):
+    # .bak: server_config's copy of a models.config with comments
+    if name in (CONFIG_FILE, CONFIG_FILE + ".bak", BATCHING_FILE, LOCK_FILE):
         raise UsageError(
             f"model_name {name!r} is the name of a file the export writes "
             "beside the models: choose another (e.g. 'vit')."
