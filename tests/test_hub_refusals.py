@@ -669,12 +669,12 @@ def _processor(tmp_path, **fields):
 @pytest.mark.parametrize("fields, named", [
     # EfficientNet's x * factor - 1, with the mean and std its file keeps
     (dict(image_processor_type="EfficientNetImageProcessor",
-          rescale_offset=True, include_top=False), "rescale_offset=True"),
+          rescale_offset=True, include_top=False), "rescale_offset=true"),
     (dict(image_processor_type="MobileViTImageProcessor",
-          do_flip_channel_order=True), "do_flip_channel_order=True"),
+          do_flip_channel_order=True), "do_flip_channel_order=true"),
     # transformers 5 pads for every class where do_pad is set
     (dict(do_pad=True, pad_size={"height": 48, "width": 48}),
-     "do_pad=True"),
+     "do_pad=true"),
 ])
 def test_a_processor_step_not_applied_is_refused_by_name(tmp_path, fields,
                                                          named):

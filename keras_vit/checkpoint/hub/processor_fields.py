@@ -14,9 +14,10 @@ loaded as if it were ViT's.
 
 from __future__ import annotations
 
+import json
 from typing import Any, Dict
 
-from keras_vit.errors import UsageError
+from keras_vit.errors import UsageError, shorten
 
 # The fields the ViT family's processors write (transformers 4 and 5,
 # slow and fast classes), each applied by hub.processor or without an
@@ -44,7 +45,8 @@ def check_fields(proc: Dict[str, Any], kind: str, path: str) -> None:
     if applied:
         field = sorted(applied)[0]
         raise UsageError(
-            f"{path} sets {field}={proc[field]!r} ({kind}): a step of "
+            f"{path} sets {field}={shorten(json.dumps(proc[field]))} "
+            f"({kind}): a step of "
             "transformers' preprocessing that keras-vit does not apply, so "
             "the model would see other pixels than it was trained on; it "
             "reads the resize, crop, rescale and normalisation of the ViT "
