@@ -70,10 +70,11 @@ class LayerNorm(keras.layers.LayerNormalization):
         centred = x - ops.mean(x, axis=-1, keepdims=True)
         variance = ops.mean(ops.square(centred), axis=-1, keepdims=True)
         y = centred * ops.rsqrt(variance + self.epsilon)
+        # In float32 whatever the weights' dtype (a bfloat16 policy's too).
         if self.gamma is not None:
-            y = y * self.gamma
+            y = y * ops.cast(self.gamma, y.dtype)
         if self.beta is not None:
-            y = y + self.beta
+            y = y + ops.cast(self.beta, y.dtype)
         return ops.cast(y, self.compute_dtype)
 
 

@@ -280,6 +280,30 @@ def test_mixed_bfloat16_within_bfloat16_rounding():
         assert err < 0.02, (training, err)
 
 
+@pytest.mark.parametrize("policy, tolerance", [("bfloat16", 0.02),
+                                               ("float16", 0.003)])
+def test_a_whole_16_bit_policy_within_its_rounding(policy, tolerance):
+    """Under Keras's float16 or bfloat16 policy (weights in 16 bits too,
+    not mixed) the model runs, within that type's rounding of the float32
+    model with the same weights (its LayerNorm multiplied float32
+    statistics by 16-bit weights, which TensorFlow refuses)."""
+    ref_model = tiny(dropout_rate=0.0)
+    _randomise(ref_model)
+    previous = keras.config.dtype_policy()
+    keras.config.set_dtype_policy(policy)
+    try:
+        half = tiny(dropout_rate=0.0)
+    finally:
+        keras.config.set_dtype_policy(previous)
+    assert policy in {keras.backend.standardize_dtype(w.dtype)
+                      for w in half.weights}
+    half.set_weights(ref_model.get_weights())
+    x = images(3)
+    want = keras.ops.convert_to_numpy(ref_model(x))
+    got = keras.ops.convert_to_numpy(keras.ops.cast(half(x), "float32"))
+    assert np.abs(got - want).max() / np.abs(want).max() < tolerance
+
+
 def test_attention_first_token_only_is_the_first_row():
     """`first_token_only` gives the first query's row of the full output
     (keys and values from every token), and `flat` the same rows as a
@@ -407,6 +431,24 @@ def test_layer_norm_statistics_in_float32_under_mixed_precision():
     np.testing.assert_array_equal(
         keras.ops.cast(y, "float32"), keras.ops.cast(y_ref, "float32")
     )
+
+
+def test_layer_norm_equals_keras_under_a_bfloat16_policy():
+    """Weights in bfloat16 (not mixed): Keras's layer's result."""
+    x = np.random.default_rng(6).normal(size=(2, 5, 32)).astype("float32")
+    ours = vit_layers.LayerNorm(epsilon=1e-6, dtype="bfloat16")
+    ref = keras.layers.LayerNormalization(epsilon=1e-6, dtype="bfloat16")
+    ours.build(x.shape)
+    ref.build(x.shape)
+    rng = np.random.default_rng(7)
+    for a, b in zip(ours.weights, ref.weights):
+        value = rng.normal(size=a.shape).astype("float32")
+        a.assign(value)
+        b.assign(value)
+    xb = keras.ops.cast(x, "bfloat16")
+    np.testing.assert_array_equal(
+        keras.ops.cast(ours(xb), "float32"), keras.ops.cast(ref(xb),
+                                                            "float32"))
 
 
 def test_dropout_active_only_in_training():
