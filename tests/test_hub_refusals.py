@@ -657,13 +657,14 @@ def test_a_one_label_classifier_is_named_in_the_log(tmp_path, caplog):
 
 def _processor(tmp_path, **fields):
     """hf_vit_rescale (its own processor file) with `fields` set."""
-    folder = tmp_path / "hf_vit_rescale"
-    shutil.copytree(os.path.join(FIXTURES, "hf_vit_rescale"), folder)
-    path = folder / "preprocessor_config.json"
-    proc = json.loads(path.read_text())
+    folder = _copy(tmp_path, "hf_vit_rescale")
+    path = os.path.join(folder, "preprocessor_config.json")
+    with open(path) as f:
+        proc = json.load(f)
     proc.update(fields)
-    path.write_text(json.dumps(proc))
-    return str(folder)
+    with open(path, "w") as f:
+        json.dump(proc, f)
+    return folder
 
 
 @pytest.mark.parametrize("fields, named", [

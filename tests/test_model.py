@@ -18,7 +18,7 @@ from keras_vit import embedding as vit_embedding
 from keras_vit import layers as vit_layers
 from keras_vit.build import dtype_policy
 from keras_vit.checkpoint.weights import save_npz
-from keras_vit.model import HYBRID_RESNETS, VARIANTS, Numerics
+from keras_vit.model import HYBRID_RESNETS, VARIANTS, Numerics, policy_scope
 from tests import numpy_reference as ref
 
 # Paper / official repository values: 224 x 224 input, class token, no
@@ -289,12 +289,8 @@ def test_a_whole_16_bit_policy_within_its_rounding(policy, tolerance):
     statistics by 16-bit weights, which TensorFlow refuses)."""
     ref_model = tiny(dropout_rate=0.0)
     _randomise(ref_model)
-    previous = keras.config.dtype_policy()
-    keras.config.set_dtype_policy(policy)
-    try:
+    with policy_scope(policy):
         half = tiny(dropout_rate=0.0)
-    finally:
-        keras.config.set_dtype_policy(previous)
     assert policy in {keras.backend.standardize_dtype(w.dtype)
                       for w in half.weights}
     half.set_weights(ref_model.get_weights())

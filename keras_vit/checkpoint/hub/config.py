@@ -112,9 +112,7 @@ def _check_problem(spec: Dict[str, Any], folder: str) -> None:
             f"config.json problem_type={shorten(repr(problem))}: "
             "transformers builds no model from it (it takes "
             f"{', '.join(HF_PROBLEMS)}, or null). Fix or remove the field.")
-    labels = spec.get("id2label")
-    single = (len(labels) == 1 if isinstance(labels, dict)
-              else spec.get("num_labels") == 1)
+    single = num_labels(spec.get("id2label"), spec.get("num_labels")) == 1
     if problem == "multi_label_classification":
         logging.warning(
             "%s: config.json's problem_type is multi_label_classification: "
