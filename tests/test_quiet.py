@@ -507,14 +507,23 @@ def test_the_jax_backend_prints_no_notice_of_its_start(tmp_path):
     assert (tmp_path / "analysis" / "analysis.json").exists()
     # The commands whose work is TensorFlow's: refused in one line before
     # they read or write anything.
+    # A released name among them: refused before it is downloaded (offline
+    # with an empty cache, a fetch would be refused with another message).
+    offline = dict(KERAS_BACKEND="jax", KERAS_VIT_OFFLINE="1",
+                   KERAS_VIT_CACHE=str(tmp_path / "cache"))
     for command, args in (("train", ["--config=digits",
                                      f"--workdir={tmp_path / 'run'}"]),
+                          ("train", ["--config=digits",
+                                     f"--workdir={tmp_path / 'run'}",
+                                     "--config.init.model=ViT-Ti_16"]),
                           ("evaluate", ["--mode=eval",
                                         f"--workdir={workdir}"]),
                           ("export", [f"--model={workdir}", "--export_dir="
+                                      f"{tmp_path / 'exports'}"]),
+                          ("export", ["--model=ViT-Ti_16", "--export_dir="
                                       f"{tmp_path / 'exports'}"])):
-        line = error_line(run(command, *args, cwd=tmp_path,
-                              KERAS_BACKEND="jax"), command)
+        line = error_line(run(command, *args, cwd=tmp_path, **offline),
+                          command)
         assert line.startswith(f"keras-vit-{command}: error: This runs "
                                "on the TensorFlow backend ("), line
         assert "KERAS_BACKEND=jax here: set KERAS_BACKEND=tensorflow" in line

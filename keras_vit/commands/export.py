@@ -166,9 +166,9 @@ def export(values: flags.FlagValues) -> str:
         raise UsageError("--overwrite goes with --format=litert only: a "
                          "SavedModel version is never replaced (pass "
                          "another --version, or none for the next).")
-    source = cli.model_source(values)
-    cli.check_tensorflow_backend(
-        "it writes TensorFlow's SavedModel and LiteRT files")
+    source = cli.model_source(
+        values,
+        tensorflow_work="it writes TensorFlow's SavedModel and LiteRT files")
     model = cli.load_flagged_model(values, source, head="serve")
     names = class_names(values, source)
     width = int(model.output_shape[-1])

@@ -253,14 +253,19 @@ def check_not_written(path: str, flag: str) -> None:
 
 # ----------------------------------------------------------- the model
 def model_source(values: flags.FlagValues, text: Optional[str] = None, *,
-                 exports: bool = False) -> loader.Source:
+                 exports: bool = False,
+                 tensorflow_work: Optional[str] = None) -> loader.Source:
     """The Source that --model (or `text`) names (`loader.resolve`), with
     the hints given; an exported SavedModel only with `exports`. A bad
-    --class_names_file is named first, before any model is read."""
+    --class_names_file is named first, before any model is read; with
+    `tensorflow_work` (why the command needs TensorFlow), another Keras
+    backend is refused before a released model is downloaded."""
     class_names_file(values)
     text = values.model if text is None else text
     if text:  # a path with nothing there: said before TensorFlow loads
         absent.check_there(str(text))
+    if tensorflow_work:
+        check_tensorflow_backend(tensorflow_work)
     hints = dict(use_ema=not hint(values, "no_ema"), exports=exports)
     for name in ("variant", "posemb_grid"):
         if hint(values, name) is not None:

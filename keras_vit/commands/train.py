@@ -186,6 +186,10 @@ def check_training_evaluators(config) -> None:
             "--model=<the run's workdir>.")
 
 
+_WHY = ("its loop, data and checkpoints are tf.distribute's, tf.data's "
+        "and tf.train's")
+
+
 def _main(values: flags.FlagValues, args: list) -> None:
     if args:
         raise UsageError(f"Unexpected arguments: {' '.join(args)}")
@@ -200,11 +204,9 @@ def _main(values: flags.FlagValues, args: list) -> None:
         # The one resolver: a name or hf:// URI becomes its cached file or
         # folder once, here, before anything starts; the run's config
         # records it (a copy: the parsed config is not changed).
-        config = config_lib.replace(config, init={
-            "model": cli.model_source(values, config.init.model).path})
-    cli.check_tensorflow_backend(
-        "its loop, data and checkpoints are tf.distribute's, "
-        "tf.data's and tf.train's")
+        config = config_lib.replace(config, init={"model": cli.model_source(
+            values, config.init.model, tensorflow_work=_WHY).path})
+    cli.check_tensorflow_backend(_WHY)
     final = run(config, values.workdir, cli.strategy(values, config))
     saved = final.get("saved", True)
     then = ("evaluate again and finish" if final.get("final") else "resume"
