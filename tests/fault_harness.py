@@ -65,13 +65,13 @@ import os, sys, time
 sys.path.insert(0, {root!r})
 import keras_vit
 from keras_vit.export import saved_model as export
-from keras_vit.export import files as export_files
+from keras_vit.export import versions as export_versions
 
 def stalled_publish(*args, **kwargs):
     open(os.environ["FAULT_MARKER"], "w").close()
     time.sleep(600)
 
-export_files.publish_version = stalled_publish
+export_versions.publish_version = stalled_publish
 model = keras_vit.create_model(
     None, num_classes=3, image_size=16, patch_size=8, hidden_size=16,
     num_layers=1, num_heads=2, mlp_dim=16,

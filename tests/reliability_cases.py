@@ -90,6 +90,17 @@ _CASES = [
         "partial); the next export publishes version 1 complete.",
     ),
     Case(
+        "failed_remote_publish", FAULT, "export",
+        "An export into a gs:// folder fails, or is killed, while it "
+        "copies the version into place (a URL's folder has no rename)",
+        "Its files are copied with saved_model.pb last and a failed copy "
+        "is removed, so a version folder that holds saved_model.pb is "
+        "whole; one a `kill -9` leaves without it is named by the next "
+        "export (remove it), which takes the next number.",
+        ("holds no saved_model.pb: that version was not completely "
+         "published", "Remove the folder"),
+    ),
+    Case(
         "concurrent_exports", FAULT, "export",
         "Four processes adding models to one export folder's models.config "
         "at the same moment, twenty each",

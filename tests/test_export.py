@@ -26,6 +26,7 @@ from keras_vit.errors import UsageError
 from keras_vit.export import files as export_files
 from keras_vit.export import saved_model as export_lib
 from keras_vit.export import server_config
+from keras_vit.export import versions as export_versions
 from keras_vit.export.saved_model import export_model
 from tests.strategies import two_cpu_mirrored
 
@@ -425,7 +426,7 @@ def test_versions_increment_and_never_overwrite(model, images, tmp_path):
     running = f".tmp-9-{os.getpid()}"
     (model_dir / running).mkdir()
     (model_dir / f".tmp-8-{gone.pid}").mkdir()
-    assert export_files.existing_versions(str(model_dir)) == [3]
+    assert export_versions.existing_versions(str(model_dir)) == [3]
     path = export_model(model, str(tmp_path), verify=False,
                         warmup_images=[images["png"]])
     assert path == str(model_dir / "4")
@@ -437,7 +438,7 @@ def test_versions_increment_and_never_overwrite(model, images, tmp_path):
                         warmup_images=[])
     assert path == str(model_dir / "7")
     assert sorted(os.listdir(model_dir)) == [running, "3", "4", "7"]
-    assert export_files.next_version(str(model_dir)) == 8
+    assert export_versions.next_version(str(model_dir)) == 8
     # The new versions serve the model.
     np.testing.assert_allclose(
         serve(tf.saved_model.load(path), [images["jpeg"]])["probabilities"],
@@ -623,7 +624,6 @@ def test_a_version_is_on_disk_before_it_is_published(model, tmp_path,
     atomic_write) and every folder of it is fsynced before the rename
     that publishes it, and the model folder after: a power loss cannot
     leave a published version of empty files."""
-    from keras_vit.export import files as export_files
 
     events = []
     fsync, rename = os.fsync, tf.io.gfile.rename
@@ -648,4 +648,4 @@ def test_a_version_is_on_disk_before_it_is_published(model, tmp_path,
     assert written and written <= before, written - before
     model_dir = os.path.dirname(path)
     assert ("fsync", model_dir) in events[published[0]:]
-    assert export_files.existing_versions(model_dir) == [1]
+    assert export_versions.existing_versions(model_dir) == [1]

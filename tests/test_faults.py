@@ -177,7 +177,7 @@ def test_killed_three_times_and_preempted_then_resumes_exactly(
 @pytest.mark.slow
 @covers("kill_during_export")
 def test_kill_during_export_publishes_nothing(tmp_path):
-    from keras_vit.export import files as export_files
+    from keras_vit.export import versions as export_versions
     from keras_vit.export.saved_model import export_model
 
     marker = str(tmp_path / "publishing")
@@ -199,7 +199,7 @@ def test_kill_during_export_publishes_nothing(tmp_path):
     # TF Serving does not load; no version, no models.config entry.
     leftovers = os.listdir(model_dir)
     assert leftovers and all(n.startswith(".tmp-") for n in leftovers)
-    assert export_files.existing_versions(model_dir) == []
+    assert export_versions.existing_versions(model_dir) == []
     assert not os.path.exists(os.path.join(exports, "models.config"))
     model = keras_vit.create_model(
         None, num_classes=3, image_size=16, patch_size=8, hidden_size=16,
@@ -1139,16 +1139,75 @@ def test_json_files_hold_null_for_nan_and_infinity(tmp_path):
 def _ctrl_c_after_publishing(monkeypatch) -> None:
     """A real Ctrl-C reaches this process the moment an export's version
     is published (before models.config lists it)."""
-    from keras_vit.export import files as export_files
+    from keras_vit.export import versions as export_versions
 
-    publish = export_files.publish_version
+    publish = export_versions.publish_version
 
     def publish_then_ctrl_c(*args, **kwargs):
         path = publish(*args, **kwargs)
         os.kill(os.getpid(), signal.SIGINT)
         return path
 
-    monkeypatch.setattr(export_files, "publish_version", publish_then_ctrl_c)
+    monkeypatch.setattr(export_versions, "publish_version",
+                        publish_then_ctrl_c)
+
+
+@covers("failed_remote_publish")
+def test_a_url_export_is_copied_graph_last_and_a_failed_copy_leaves_nothing(
+        tmp_path, monkeypatch, caplog):
+    """Where a folder has no rename (gs://), the version is copied file by
+    file with its saved_model.pb last; a copy that fails is removed; a
+    version that a killed copy left without saved_model.pb is named by the
+    next export, which takes the next number. (A local folder stands in
+    for the bucket: tf.io.gfile copies on both alike.)"""
+    from keras_vit.export import versions as export_versions
+    from keras_vit.export.saved_model import export_model
+
+    monkeypatch.setattr(export_versions, "renames_whole", lambda path: False)
+    copied, failing = {}, []
+    real_copy = tf.io.gfile.copy
+
+    def copy(source, target, overwrite=False):
+        if failing and len(copied) == failing[0]:
+            raise OSError("connection reset")
+        with tf.io.gfile.GFile(source, "rb") as f:
+            copied[target] = f.read()
+        real_copy(source, target, overwrite=overwrite)
+
+    monkeypatch.setattr(tf.io.gfile, "copy", copy)
+    model = keras_vit.create_model(
+        None, num_classes=3, image_size=16, patch_size=8, hidden_size=16,
+        num_layers=1, num_heads=2, mlp_dim=16)
+    exports = tmp_path / "exports"
+    path = export_model(model, str(exports), warmup_images=[], verify=True)
+    assert path == str(exports / "vit" / "1")
+    written = {os.path.join(d, n) for d, _, names in os.walk(path)
+               for n in names}
+    assert set(copied) == written
+    assert list(copied)[-1] == os.path.join(path, "saved_model.pb")
+    for target, content in copied.items():
+        with open(target, "rb") as f:
+            assert f.read() == content, target
+    assert os.listdir(exports / "vit") == ["1"]  # the temporary one gone
+    # A copy that fails after two files: neither version 2 nor its
+    # temporary folder stays.
+    copied.clear()
+    failing.append(2)
+    with pytest.raises(OSError, match="connection reset"):
+        export_model(model, str(exports), warmup_images=[], verify=False)
+    assert os.listdir(exports / "vit") == ["1"]
+    # What a kill -9 in the middle of a copy leaves: no saved_model.pb.
+    failing.clear()
+    (exports / "vit" / "2" / "variables").mkdir(parents=True)
+    caplog.set_level("WARNING", logger="absl")
+    path = export_model(model, str(exports), warmup_images=[], verify=False)
+    assert path == str(exports / "vit" / "3")
+    log = "\n".join(r.getMessage() for r in caplog.records)
+    check_says("failed_remote_publish", log)
+    assert f"{exports / 'vit' / '2'} holds no saved_model.pb" in log
+    assert "vit/1 holds" not in log and "vit/3 holds" not in log
+    loaded = tf.saved_model.load(path)
+    assert "serving_default" in loaded.signatures
 
 
 def test_ctrl_c_while_an_export_is_published_waits_until_it_is_listed(

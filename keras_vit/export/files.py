@@ -7,13 +7,9 @@
         saved_model.pb, variables/, assets/labels.txt,
         assets.extra/tf_serving_warmup_requests, assets.extra/export.json
 
-Versions are integers; TF Serving serves the highest and ignores folders
-whose names are not integers, which is why a version is written under a
-dotted temporary name and renamed when complete.
-
-Paths go through `tf.io.gfile`, so `gs://` export dirs work where
-TensorFlow's GCS filesystem is installed (there, a rename copies objects and
-is not atomic).
+Versions and their publishing are `versions`'. Paths go through
+`tf.io.gfile`, so `gs://` export dirs work where TensorFlow's GCS
+filesystem is installed.
 """
 
 from __future__ import annotations
@@ -21,17 +17,14 @@ from __future__ import annotations
 import os
 import posixpath
 import re
-import socket
 from typing import List, Sequence, Union
 
 import numpy as np
 import tensorflow as tf
-from absl import logging
 
 from keras_vit.data import checks, preprocessing
 from keras_vit.errors import UsageError, one_line
 from keras_vit.export import request_checks
-from keras_vit.storage import atomic
 
 WARMUP_FILE = "tf_serving_warmup_requests"
 # TF Serving reads at most this many warm-up records.
@@ -92,67 +85,6 @@ def join(*parts: str) -> str:
     if "://" in str(parts[0]):
         return posixpath.join(*[str(p) for p in parts])
     return os.path.join(*[os.fspath(p) for p in parts])
-
-
-def existing_versions(model_dir: str) -> List[int]:
-    """list of int. The integer-named version folders in `model_dir`."""
-    if not tf.io.gfile.isdir(model_dir):
-        return []
-    versions = []
-    for entry in tf.io.gfile.listdir(model_dir):
-        entry = entry.rstrip("/")
-        if entry.isdigit():
-            versions.append(int(entry))
-    return sorted(versions)
-
-
-def next_version(model_dir: str) -> int:
-    """int. One more than the highest existing version (1 for none)."""
-    return max(existing_versions(model_dir), default=0) + 1
-
-
-def publish_version(
-    tmp_dir: str, model_dir: str, version: int, auto: bool
-) -> str:
-    """Renames a complete temporary export (flushed to disk:
-    `atomic.sync_tree`) to its version folder.
-
-    Never replaces an existing version: with `auto`, a version taken in the
-    meantime (another export to the same folder) moves this one to the next
-    free number; otherwise it is an error.
-
-    Returns:
-        str. The version folder.
-    """
-    while True:
-        final = join(model_dir, str(version))
-        if tf.io.gfile.exists(final):
-            if not auto:
-                raise FileExistsError(
-                    f"Version {version} already exists at {final}; pass "
-                    "another version (or none for the next free one)."
-                )
-            version = next_version(model_dir)
-            continue
-        try:
-            tf.io.gfile.rename(tmp_dir, final, overwrite=False)
-        except (tf.errors.AlreadyExistsError,
-                tf.errors.FailedPreconditionError,  # a folder there since
-                FileExistsError, OSError):
-            if auto and tf.io.gfile.exists(final):
-                continue
-            raise
-        atomic.sync_folder(model_dir)  # the rename itself
-        return final
-
-
-def remove_tree(path: str) -> None:
-    """Deletes a folder if present; never raises (used on error paths)."""
-    try:
-        if tf.io.gfile.exists(path):
-            tf.io.gfile.rmtree(path)
-    except (tf.errors.OpError, OSError):
-        pass
 
 
 # ---------------------------------------------------------------- warm-up
@@ -358,42 +290,3 @@ def request_inputs(request) -> dict:
     return {
         key: tf.make_ndarray(proto) for key, proto in request.inputs.items()
     }
-
-
-# This machine in a temporary version's name: on a folder that several
-# machines (or containers, each with its own process numbers) share, an
-# export judges only its own machine's leftovers.
-_HOST = re.sub(r"[^A-Za-z0-9.]", "_", socket.gethostname()) or "host"
-
-
-def temporary_version(model_dir: str, version: int) -> str:
-    """The folder a version is written in before it is published,
-    .tmp-<version>-<host>-<pid>: TF Serving ignores folders whose name is
-    not an integer."""
-    return join(model_dir, f".tmp-{version}-{_HOST}-{os.getpid()}")
-
-
-def remove_orphans(model_dir: str) -> None:
-    """Removes the unpublished versions (.tmp-<version>-<host>-<pid>)
-    that an export killed outright (kill -9) left in a local `model_dir`:
-    those of this machine's processes no longer running (and those named
-    without a machine, .tmp-<version>-<pid>, by earlier versions)."""
-    if "://" in model_dir or not os.path.isdir(model_dir):
-        return
-    for name in os.listdir(model_dir):
-        match = re.fullmatch(r"\.tmp-\d+-(?:([A-Za-z0-9._]+)-)?(\d+)", name)
-        if not match or match.group(1) not in (None, _HOST) or _running(
-                int(match.group(2))):
-            continue
-        logging.info("Removing %s, an export that was killed.", name)
-        remove_tree(os.path.join(model_dir, name))
-
-
-def _running(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:  # another user's process
-        return True
-    return True

@@ -46,6 +46,7 @@ from keras_vit.export import files as export_files
 from keras_vit.export import graph as export_graph
 from keras_vit.export import options as export_options
 from keras_vit.export import request_checks, server_config
+from keras_vit.export import versions as export_versions
 from keras_vit.export.options import ExportOptions
 from keras_vit.storage import atomic
 from keras_vit.storage.atomic import atomic_write
@@ -279,11 +280,12 @@ def _write_version(archive, serving_model: keras.Model, target: _Target,
         raise UsageError(
             f"Cannot make {target.model_dir}: {one_line(error)}. Give "
             "`export_dir` a folder this user may write.") from None
-    version = (export_files.next_version(target.model_dir) if auto_version
+    version = (export_versions.next_version(target.model_dir) if auto_version
                else opts.version)
-    export_files.remove_orphans(target.model_dir)
-    tmp_dir = export_files.temporary_version(target.model_dir, version)
-    export_files.remove_tree(tmp_dir)
+    export_versions.remove_orphans(target.model_dir)
+    export_versions.warn_incomplete(target.model_dir)
+    tmp_dir = export_versions.temporary_version(target.model_dir, version)
+    export_versions.remove_tree(tmp_dir)
     with atomic.removed_if_refused(target.model_dir, made):
         try:
             _write_saved_model(archive, tmp_dir)
@@ -298,13 +300,13 @@ def _write_version(archive, serving_model: keras.Model, target: _Target,
                 )
             atomic.sync_tree(tmp_dir)  # on disk before the quick publishing
             with atomic.signals_deferred() as written:
-                path = export_files.publish_version(
+                path = export_versions.publish_version(
                     tmp_dir, target.model_dir, int(version), auto_version)
                 listed()
                 written.append(path)
             return path
         except BaseException:
-            export_files.remove_tree(tmp_dir)
+            export_versions.remove_tree(tmp_dir)
             raise
 
 
