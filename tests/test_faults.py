@@ -230,6 +230,31 @@ def tiny_config(**overrides):
     )
 
 
+def test_a_stop_swallowed_before_the_loop_ends_its_first_call(
+        tmp_path, monkeypatch):
+    """A Ctrl-C whose exception a library swallowed just before the
+    training loop began (`errors.stop_raised`, after the last file written
+    before it, which would raise it again) reaches the first train call,
+    at once: the run stops before that call's first step,
+    not at its boundary (steps_per_loop=5), and nothing has trained."""
+    from keras_vit import progress
+    from keras_vit.errors import stop_raised, take_stop
+
+    for module in (atomic, progress):  # the stop outlives the set-up
+        monkeypatch.setattr(module, "check_stop", lambda: None)
+    workdir = str(tmp_path / "run")
+    stop_raised(KeyboardInterrupt())
+    # As in a command (a pytest-xdist worker ignores SIGINT).
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        result = train_lib.train_and_evaluate(tiny_config(), workdir)
+    finally:
+        signal.signal(signal.SIGINT, before)
+        take_stop()
+    assert result["preempted"] and result["step"] == 0, result
+    assert not result["saved"]  # nothing trained: nothing to save
+
+
 def test_a_run_stopped_in_its_final_export_exports_when_run_again(tmp_path):
     """metrics.json (which marks a run finished) comes after the export:
     a run that fails (or is killed) while exporting is not "finished", and
@@ -275,6 +300,12 @@ def test_resuming_with_other_input_names_the_field_or_draws_anew(tmp_path):
                        r"36 in the workdir, 40 asked"):
         train_lib.train_and_evaluate(
             tiny_config(**{"total_steps": 20, "input.pp.resize_size": 40}),
+            plain)
+    # Synthetic data is another pipeline: named, not blamed on a version.
+    with pytest.raises(TrainingError, match=r"config.input.synthetic_data: "
+                       r"false in the workdir, true asked"):
+        train_lib.train_and_evaluate(
+            tiny_config(**{"total_steps": 20, "input.synthetic_data": True}),
             plain)
     mixed = str(tmp_path / "mixed")
     train_lib.train_and_evaluate(

@@ -51,7 +51,11 @@ def test_keep_best_must_name_an_accuracy_evaluator():
     config = config_lib.base_config()
     assert records.best_evaluator(config.checkpoints, config.evals) is None
     config.checkpoints.keep_best = "test"
-    assert records.best_evaluator(config.checkpoints, config.evals) == "test"
+    assert records.best_evaluator(config.checkpoints, config.evals) == (
+        "test", "test")
+    config.evals.test.val_split = "train[:10%]"
+    assert records.best_evaluator(config.checkpoints, config.evals) == (
+        "test", "train[:10%]")
     config.checkpoints.keep_best = "val"
     with pytest.raises(UsageError, match=r"keep_best='val' names no "
                        r"accuracy evaluator of config.evals; the run's: "
@@ -205,10 +209,11 @@ def test_train_skips_the_curves_without_matplotlib(tmp_path, monkeypatch,
 
 def test_a_run_started_again_keeps_the_earlier_history_apart(tmp_path):
     """Its checkpoints deleted, a workdir's run starts at step 0 again:
-    the earlier run's history.csv, best checkpoint and TensorBoard
-    summaries and final metrics are kept apart (history.before-1.csv,
-    best.before-1/, train.before-1/, metrics.before-1.json, said in the
-    log), history.csv
+    the earlier run's history.csv, best checkpoint, TensorBoard
+    summaries, final metrics and configs are kept apart
+    (history.before-1.csv, best.before-1/, train.before-1/,
+    metrics.before-1.json, config.before-1.json, said in the log),
+    history.csv
     holds the new run's rows alone, so the curves do not mix two runs, and
     best/ the new run's best, not one it cannot beat."""
     workdir = tmp_path / "run"
@@ -224,9 +229,20 @@ def test_a_run_started_again_keeps_the_earlier_history_apart(tmp_path):
     best_json = workdir / records.BEST / records.BEST_JSON
     earlier_best = dict(json.loads(best_json.read_text()), accuracy=1.0)
     best_json.write_text(json.dumps(earlier_best))
+    # A config the earlier run kept at a resume that changed settings.
+    earlier_config = (workdir / "config.json").read_text()
+    (workdir / "config.step-2.json").write_text(earlier_config)
     shutil.rmtree(workdir / "checkpoints")
     again = console.run("train", args + ["--config.trainer.total_steps=2"])
     assert again.returncode == 0, again.stderr[-3000:]
+    # Its configs go with it: none passes for the new run's record.
+    assert (workdir / "config.before-1.json").read_text() == earlier_config
+    assert (workdir / "config.step-2.before-1.json").exists()
+    assert not (workdir / "config.step-2.json").exists()
+    assert json.loads((workdir / "config.json").read_text())["trainer"][
+        "total_steps"] == 2
+    assert (f"config is kept apart in {workdir}/config.before-1.json and "
+            f"{workdir}/config.step-2.before-1.json.") in again.stderr
     kept = workdir / "history.before-1.csv"
     assert kept.read_text() == earlier
     assert f"that history is kept apart in {kept}" in again.stderr
@@ -252,6 +268,24 @@ def test_a_run_started_again_keeps_the_earlier_history_apart(tmp_path):
     assert json.loads((workdir / "metrics.json").read_text())["steps"] == 2
     assert (f"final metrics are kept apart in {workdir}/"
             "metrics.before-1.json.") in again.stderr
+    # Resumed with the best chosen on another split: accuracies on two
+    # splits are not compared; the best so far is kept apart.
+    before = json.loads(best_json.read_text())
+    moved = console.run("train", args + [
+        "--config.trainer.total_steps=4",
+        "--config.evals.test.val_split=train[:360]"])
+    assert moved.returncode == 0, moved.stderr[-3000:]
+    kept_best = workdir / "best.before-2"
+    assert json.loads((kept_best / records.BEST_JSON).read_text()) == before
+    assert (f"kept apart in {kept_best}, and {workdir}/best holds the best "
+            "from the step this run resumes at") in moved.stderr
+    now = json.loads(best_json.read_text())
+    compared = {r["step"]: r["accuracy"] for r in history.read_history(
+        str(workdir)) if r["split"] == "train[:360]"}
+    assert min(compared) == 2  # from the step it resumed at
+    assert now["split"] == "train[:360]"
+    assert now["accuracy"] == pytest.approx(max(compared.values()),
+                                            abs=1e-6)
 
 
 def test_summaries_without_a_value_are_not_kept_apart(tmp_path, caplog):

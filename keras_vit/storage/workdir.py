@@ -56,6 +56,12 @@ def earlier_config(workdir: str, step: int) -> str:
     where a run resumed at `step` changed settings."""
     return os.path.join(workdir, f"config.step-{int(step)}.json")
 
+
+def earlier_configs(workdir: str) -> List[str]:
+    """The paths of the configs `earlier_config` kept in `workdir`."""
+    return sorted(tf.io.gfile.glob(os.path.join(workdir,
+                                                "config.step-*.json")))
+
 LABELS = "labels.txt"
 METRICS = "metrics.json"
 CHECKPOINTS = "checkpoints"

@@ -188,7 +188,8 @@ def _say_resumed_changes(old, config, workdir: str, checkpoint: str) -> None:
 # checkpoint of the data iterator (config.checkpoints.iterator) holds.
 _ORDER_FIELDS = ("dataset", "data_dir", "vtab_task", "train_split",
                  "batch_size", "train_examples_per_class", "shuffle_buffer",
-                 "cache_train", "image_key", "label_key", "pp", "mix")
+                 "cache_train", "image_key", "label_key", "pp", "mix",
+                 "synthetic_data")
 
 
 def _plain(section, fields) -> dict:

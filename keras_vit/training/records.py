@@ -14,22 +14,23 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Tuple
 
 import tensorflow as tf
 from absl import logging
 
 from keras_vit.errors import UsageError
-from keras_vit.storage import history
+from keras_vit.storage import atomic, history
 from keras_vit.storage import workdir as wd
 
 BEST = "best"
 BEST_JSON = "best.json"
 
 
-def best_evaluator(checkpoints, evals) -> Optional[str]:
-    """The accuracy evaluator `config.checkpoints.keep_best` names (None:
-    keep no best checkpoint).
+def best_evaluator(checkpoints, evals) -> Optional[Tuple[str, str]]:
+    """(the accuracy evaluator `config.checkpoints.keep_best` names, the
+    split its best checkpoint is chosen on: `compared_split`); None: keep
+    no best checkpoint.
 
     Raises:
         UsageError: it names no accuracy evaluator of `config.evals`.
@@ -44,7 +45,7 @@ def best_evaluator(checkpoints, evals) -> Optional[str]:
             f"config.checkpoints.keep_best={name!r} names no accuracy "
             f"evaluator of config.evals; the run's: "
             f"{', '.join(names) or 'none'}.")
-    return name
+    return name, compared_split(entry)
 
 
 class BestKeeper:
@@ -54,20 +55,23 @@ class BestKeeper:
     Args:
         name: str. The accuracy evaluator whose periodic evaluations (and
             final one, when it is on the same split) are compared.
+        split: str. The split they are compared on (`compared_split`).
         workdir: str. The run's workdir.
         writer: state.CheckpointWriter of <workdir>/best/checkpoints,
             keeping one.
     """
 
-    def __init__(self, name: str, workdir: str, writer,
+    def __init__(self, name: str, split: str, workdir: str, writer,
                  resumed: bool = True):
         self.name, self.workdir, self.writer = name, workdir, writer
         self.folder = os.path.join(workdir, BEST)
-        path = os.path.join(self.folder, BEST_JSON)
-        # A resumed run competes with the best of its earlier part; a run
-        # that starts afresh with none (every worker decides alike).
-        self.best = (wd.read_json(path)["accuracy"]
-                     if resumed and tf.io.gfile.exists(path) else None)
+        stored = _stored_best(workdir) if resumed else None
+        # A resumed run competes with the best of its earlier part chosen
+        # alike; a run that starts afresh, or compares another evaluator
+        # or split (`keep_other_best_apart`), with none. Every worker
+        # decides alike.
+        self.best = (stored["accuracy"] if stored is not None
+                     and _chosen_alike(stored, name, split) else None)
 
     def offer(self, step: int, split: str, accuracy: float) -> None:
         """Keeps this step's weights if `accuracy` beats the best so far."""
@@ -79,9 +83,9 @@ class BestKeeper:
             return
         for name in (wd.CONFIG, wd.LABELS):
             source = os.path.join(self.workdir, name)
-            if tf.io.gfile.exists(source):
-                tf.io.gfile.copy(source, os.path.join(self.folder, name),
-                                 overwrite=True)
+            if tf.io.gfile.exists(source):  # whole or not at all
+                atomic.atomic_write(os.path.join(self.folder, name),
+                                    atomic.read_bytes(source))
         wd.write_json(os.path.join(self.folder, BEST_JSON), {
             "step": int(step), "evaluator": self.name, "split": split,
             "accuracy": self.best})
@@ -90,6 +94,41 @@ class BestKeeper:
 
     def close(self) -> None:
         self.writer.close()
+
+
+def compared_split(entry) -> str:
+    """The split an accuracy evaluator (`entry`, of config.evals) is
+    evaluated on every `every_steps`, where its best checkpoint is chosen:
+    its val_split, else its split."""
+    return entry.val_split or entry.split
+
+
+def _stored_best(workdir: str) -> Optional[Dict[str, Any]]:
+    path = os.path.join(workdir, BEST, BEST_JSON)
+    return wd.read_json(path) if tf.io.gfile.exists(path) else None
+
+
+def _chosen_alike(stored: Dict[str, Any], name: str, split: str) -> bool:
+    return (stored.get("evaluator"), stored.get("split")) == (name, split)
+
+
+def keep_other_best_apart(workdir: str, name: str, split: str,
+                          chief: bool) -> None:
+    """A resumed run whose best checkpoint is chosen by another evaluator
+    or on another split than the earlier steps' keeps their best apart
+    (best.before-N/), said in the log: accuracies on two splits are not
+    compared."""
+    stored = _stored_best(workdir)
+    if not chief or stored is None or _chosen_alike(stored, name, split):
+        return
+    kept = history.kept_apart(os.path.join(workdir, BEST))
+    logging.warning(
+        "The best checkpoint so far was chosen by the %s evaluator's "
+        "accuracy on %s, and this run compares the %s evaluator's on %s: "
+        "the earlier one is kept apart in %s, and %s holds the best from "
+        "the step this run resumes at.", stored.get("evaluator"),
+        stored.get("split"), name, split, kept,
+        os.path.join(workdir, BEST))
 
 
 class RunRecords:
@@ -137,9 +176,10 @@ class RunRecords:
 def set_earlier_run_aside(workdir: str, chief: bool) -> None:
     """A run that starts at step 0 where an earlier one logged (its
     checkpoints deleted, or it stopped before its first) keeps that
-    run's history, best checkpoint, TensorBoard summaries and final
-    metrics apart (history.before-N.csv, best.before-N/, train.before-N/,
-    metrics.before-N.json), said in the log, so that the two runs' rows
+    run's history, best checkpoint, TensorBoard summaries, final
+    metrics and configs apart (history.before-N.csv, best.before-N/,
+    train.before-N/, metrics.before-N.json, config.before-N.json), said
+    in the log, so that the two runs' rows
     and curves do not mix, the new run's best is its own and its results
     do not overwrite the earlier run's."""
     if not chief:
@@ -173,6 +213,22 @@ def set_earlier_run_aside(workdir: str, chief: bool) -> None:
     if final:
         logging.warning("The earlier run's final metrics are kept apart in "
                         "%s.", final)
+    if moved or kept or summaries or final:
+        _keep_earlier_configs_apart(workdir, n)
+
+
+def _keep_earlier_configs_apart(workdir: str, n: Optional[int]) -> None:
+    """The earlier run's config.json and the configs of its resumed parts
+    (config.step-S.json) go with its history (config.before-N.json,
+    config.step-S.before-N.json): the new run writes its own, and a file
+    the earlier run left would pass for the new run's record."""
+    earlier = [os.path.join(workdir, wd.CONFIG)] + wd.earlier_configs(
+        workdir)
+    kept = [path for path in (history.kept_apart(p, n) for p in earlier)
+            if path]
+    if kept:
+        logging.warning("The earlier run's config is kept apart in %s.",
+                        " and ".join(kept))
 
 
 def _without_summaries(folder: str) -> bool:

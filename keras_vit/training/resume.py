@@ -105,7 +105,8 @@ def _restore(items: dict, path: str) -> None:
         if "iterator" in items and "dataset iterator" in str(e):
             raise TrainingError(
                 f"The data iterator in {path} does not fit this input "
-                "pipeline (one of another keras_vit version saved it): "
+                "pipeline (another keras_vit version saved it, or "
+                "config.input changed): "
                 "resume with --config.checkpoints.iterator=False, which "
                 "restores the weights and optimizer and draws the data "
                 "order anew.") from None

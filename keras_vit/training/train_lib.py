@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-from typing import Callable, Dict, Optional
+from typing import Callable, Dict, Optional, Tuple
 
 import keras
 import tensorflow as tf
@@ -246,10 +246,11 @@ def _built(config, strategy, num_classes: int):
 
 
 def _host_run(workdir: str, trainer, data: run_data.RunData, checkpoints,
-              best: Optional[str], info, on_finish):
+              best: Optional[Tuple[str, str]], info, on_finish):
     """(the run_parts.Run of a run, what its checkpoints hold): its checkpoint
     writer (`config.checkpoints`), history and best checkpoint (`best`:
-    the evaluator whose best accuracy is kept, or None)."""
+    the evaluator whose best accuracy is kept and the split it is compared
+    on, or None)."""
     strategy = data.strategy
     items, train_iter = run_data.checkpoint_items(
         trainer.model, trainer.optimizer, data, bool(checkpoints.iterator))
@@ -263,8 +264,11 @@ def _host_run(workdir: str, trainer, data: run_data.RunData, checkpoints,
                               int(checkpoints.keep))
     keeper = None
     if best is not None:
+        name, split = best
+        if resumed:  # before the best checkpoint's writer looks there
+            records.keep_other_best_apart(workdir, name, split, chief)
         weights_only = {k: items[k] for k in ("model", "optimizer")}
-        keeper = records.BestKeeper(best, workdir, state.run_writer(
+        keeper = records.BestKeeper(name, split, workdir, state.run_writer(
             workdir, strategy, weights_only, chief, 1, folder=records.BEST),
             resumed=resumed)
     run = run_parts.Run(
