@@ -158,7 +158,7 @@ def test_bad_size_names_the_fix():
     assert serve(tf.zeros((1, 8, 12, 3))).shape == (1, 5)
     np.testing.assert_allclose(
         serve(images(12, 20)).numpy(), numpy(dynamic(images(12, 20))),
-        rtol=0, atol=1e-6,
+        rtol=0, atol=1e-5,  # a graph may fuse float32 ops another way
     )
     with pytest.raises(tf.errors.InvalidArgumentError,
                        match="image_height_must_be_a_multiple_of_4"):

@@ -72,7 +72,9 @@ class StopRequest:
         requested: bool. A signal asked the run to stop.
         name: str. "SIGTERM" or "Ctrl-C", the signal that asked first.
         on_signal: () -> None, called at once (from the watcher thread)
-            and again from the signal handler; the host loop sets it.
+            and again from the signal handler; the host loop sets it (and
+            it is called as it is set where a stop taken on entering,
+            `take_stop`, asked before).
         says: str. What the run does on the request, in the warning the
             first one logs; the host loop sets it while it evaluates.
     """
@@ -81,6 +83,7 @@ class StopRequest:
         self.requested = False
         self.name = ""
         self.installed = False
+        self._taken = False  # a stop a library swallowed, asked on entering
         self.on_signal: Callable[[], None] = lambda: None
         self.says = SAVE_AND_STOP
         self._previous = {}
@@ -94,6 +97,16 @@ class StopRequest:
         self._wakeup = None
         self._watcher: Optional[threading.Thread] = None
         self._hard_stop: Optional[threading.Timer] = None
+
+    @property
+    def on_signal(self) -> Callable[[], None]:
+        return self._on_signal
+
+    @on_signal.setter
+    def on_signal(self, callback: Callable[[], None]) -> None:
+        self._on_signal = callback
+        if self._taken:  # the step in flight learns of it as of any other
+            callback()
 
     # -------------------------------------------------------------- set-up
     def __enter__(self):
@@ -110,6 +123,7 @@ class StopRequest:
         self._start_watcher()
         lost = take_stop()  # one a library swallowed before: asked now
         if lost is not None:
+            self._taken = True
             self._handle(signal.SIGINT if type(lost) is KeyboardInterrupt
                          else signal.SIGTERM, None)
         return self

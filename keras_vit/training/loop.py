@@ -102,8 +102,6 @@ class _HostLoop:
         with _Preemption() as preemption:
             # The request reaches the step in flight (`interrupt`).
             preemption.on_signal = self.r.trainer.request_stop
-            if preemption.requested:  # asked on entering (`take_stop`)
-                preemption.on_signal()
             if self.step < self.plan.total_steps:
                 redo = self._unrecorded()  # (one host only)
                 if redo:
