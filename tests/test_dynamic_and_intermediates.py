@@ -178,6 +178,60 @@ def test_bad_size_names_the_fix():
         keras_vit.create_model("Ti/16", num_classes=5, image_size=None)
 
 
+def test_dynamic_image_size_models_in_predict_and_evaluate(tmp_path):
+    """keras-vit-predict and keras-vit-evaluate --mode=eval on .keras
+    models saved with dynamic_image_size: one with a learned table reads
+    images at the size it keeps it at (the same answers as that model
+    rebuilt at a fixed size); one with sin-cos embeddings (kept at no
+    size) gets one line naming the fix, evaluated with --image_size=N."""
+    from tests import console
+
+    learned, sincos = str(tmp_path / "d.keras"), str(tmp_path / "s.keras")
+    dynamic = keras_vit.create_model(
+        None, num_classes=2, image_size=16, patch_size=8, hidden_size=16,
+        num_layers=1, num_heads=2, mlp_dim=16, dynamic_image_size=True)
+    dynamic.save(learned)
+    fixed = str(tmp_path / "f.keras")
+    rebuild_at_resolution(dynamic, (16, 16)).save(fixed)
+    keras_vit.create_model(
+        None, num_classes=2, image_size=16, patch_size=8, hidden_size=16,
+        num_layers=1, num_heads=2, mlp_dim=16, posemb="sincos2d",
+        dynamic_image_size=True).save(sincos)
+    rng = np.random.default_rng(0)
+    for name in ("cat", "dog"):
+        (tmp_path / "photos" / name).mkdir(parents=True)
+        for i in range(3):
+            tf.io.write_file(
+                str(tmp_path / "photos" / name / f"{i}.png"),
+                tf.io.encode_png(rng.integers(0, 256, (20, 24, 3), np.uint8)))
+    photo = str(tmp_path / "photos" / "cat" / "0.png")
+    data = ["--dataset=folder", f"--data_dir={tmp_path / 'photos'}",
+            "--split=train+val"]
+
+    def ran(command, *args):
+        result = console.run(command, list(args))
+        assert result.returncode == 0, result.stderr[-3000:]
+        return result.stdout
+
+    assert ran("predict", f"--model={learned}", photo) == ran(
+        "predict", f"--model={fixed}", photo)
+    scores = [json.loads(ran("evaluate", "--mode=eval", f"--model={m}",
+                             *data)) for m in (learned, fixed)]
+    assert scores[0]["num_examples"] == 6
+    assert scores[0]["accuracy"] == scores[1]["accuracy"]
+    assert scores[0]["loss"] == pytest.approx(scores[1]["loss"], abs=1e-5)
+    for command, args, fix in (
+            ("predict", [photo], "keras-vit-convert --model="),
+            ("evaluate", ["--mode=eval", *data], "pass --image_size=N")):
+        result = console.run(command, [f"--model={sincos}", *args])
+        assert result.returncode == 1 and "Traceback" not in result.stderr
+        (line,) = [x for x in result.stderr.splitlines()
+                   if x.startswith(f"keras-vit-{command}: error: ")]
+        assert "saved with a dynamic image size" in line and fix in line
+    assert json.loads(ran("evaluate", "--mode=eval", f"--model={sincos}",
+                          "--image_size=16", *data))["num_examples"] == 6
+
+
 def test_keras_file_round_trip_at_two_sizes(tmp_path):
     _, dynamic = pair()
     path = str(tmp_path / "dynamic.keras")

@@ -151,12 +151,8 @@ def _fixed_size(model, path: str):
     --image_size (which the loader rebuilds the model at)."""
     if None not in tuple(model.input_shape[1:3]):
         return model
-    size = derived.input_image_size(model)
-    if None in size:
-        raise UsageError(
-            f"{path} was saved with a dynamic image size (sin-cos position "
-            "embeddings, kept at no size): pass --image_size=N, the "
-            "resolution to analyse at.")
+    size = cli.model_image_size(
+        model, path, "pass --image_size=N, the resolution to analyse at")
     return resolution.rebuild_at_resolution(model, size)
 
 

@@ -87,8 +87,11 @@ def evaluate(values, source, strategy) -> Dict:
         # model.image_size is the run's, not this model's); a model
         # without a classification head is refused by name.
         model = cli.load_flagged_model(values, source, head="evaluate")
-    # The model's resolution, square or not.
-    image_size = tuple(int(n) for n in model.input_shape[1:3])
+    # The model's resolution, square or not (one of any size: where its
+    # position embeddings are kept).
+    image_size = cli.model_image_size(
+        model, source.path, "pass --image_size=N, the resolution to "
+        "evaluate at")
     # --resize_size (checked against the model), else without a run's
     # config the model's own (a timm model's crop_pct); --keep_aspect,
     # else the resize's own (the run's, the model's).

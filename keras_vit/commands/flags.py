@@ -51,11 +51,13 @@ from keras_vit.storage import atomic
 if TYPE_CHECKING:  # what type checkers and the import contracts read
     import keras
 
+    from keras_vit import derived
     from keras_vit.checkpoint import loader
     from keras_vit.training import distribute
 else:  # imported at first use: `--help` loads no Keras or TensorFlow
     keras = lazy_module("keras")
     loader = lazy_module("keras_vit.checkpoint.loader")
+    derived = lazy_module("keras_vit.derived")
     distribute = lazy_module("keras_vit.training.distribute")
 
 # The one description of what --model takes (the resolver's). The flags
@@ -277,6 +279,20 @@ def model_source(values: flags.FlagValues, text: Optional[str] = None, *,
             f"{what(source)}, which holds one set of weights: leave "
             "--no_ema out.")
     return source
+
+
+def model_image_size(model: keras.Model, path: str,
+                     fix: str) -> Tuple[int, int]:
+    """(height, width) that images are resized to for `model`
+    (`derived.input_image_size`: for a model of any size, the size its
+    position embeddings are kept at); one with sin-cos position
+    embeddings, kept at no size, is refused in one line naming `fix`."""
+    size = derived.input_image_size(model)
+    if None in size:
+        raise UsageError(
+            f"{path} was saved with a dynamic image size (sin-cos position "
+            f"embeddings, kept at no size): {fix}.")
+    return int(size[0]), int(size[1])
 
 
 def what(source: loader.Source) -> str:
