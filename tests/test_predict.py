@@ -187,6 +187,27 @@ def test_folders_are_walked_through_links_and_past_hidden_names(tmp_path):
         predict.check_images(files, skip_bad=False)
 
 
+def test_an_image_given_twice_is_classified_once(setup, tmp_path, capsys):
+    """A folder and a file or subfolder in it, a link to a file in it and
+    a path repeated: each image is one row of --output, where it comes
+    first, and the command says how many were given again."""
+    root, _ = setup
+    photos = root / "photos"
+    link = tmp_path / "link.png"
+    os.symlink(photos / "img0.jpeg", link)
+    model = f"--model={root / 'vit.keras'}"
+    data = _json(root, "twice", model, str(photos), str(photos / "nested"),
+                 str(photos / "img0.jpeg"), str(link),
+                 str(photos / "img0.jpeg"))
+    files = [entry["file"] for entry in data["predictions"]]
+    alone = [entry["file"] for entry in _json(
+        root, "once", model, str(photos))["predictions"]]
+    assert files == alone and len(files) == 5
+    assert ("5 images given more than once (a folder and a file or folder "
+            "in it, a link, a path repeated): each is classified once."
+            ) in capsys.readouterr().err
+
+
 def test_tilde_in_model_is_the_home_folder(setup, monkeypatch, capsys):
     """`--model=~/vit.keras` (bash expands no ~ after `=`) and
     keras_vit.load_model("~/...") read the home folder's file."""

@@ -27,7 +27,9 @@ else:
 
 def list_images(paths: Sequence[str]) -> Tuple[List[str], bool]:
     """(files, any folder given): files as given, folders walked
-    recursively for IMAGE_EXTENSIONS, sorted."""
+    recursively for IMAGE_EXTENSIONS, sorted; a file reached twice (a
+    folder and a file or subfolder in it, a link to it, the same path
+    again) once, where it comes first, and said."""
     files, folder = [], False
     for path in paths:
         if os.path.isdir(path):
@@ -42,7 +44,23 @@ def list_images(paths: Sequence[str]) -> Tuple[List[str], bool]:
             files.append(path)
         else:
             raise UsageError(f"{path} does not exist.")
-    return files, folder
+    return _once(files), folder
+
+
+def _once(files: List[str]) -> List[str]:
+    seen, kept = set(), []
+    for path in files:
+        real = os.path.realpath(path)
+        if real not in seen:
+            seen.add(real)
+            kept.append(path)
+    if len(kept) < len(files):
+        twice = len(files) - len(kept)
+        print(f"{twice} image{'s' if twice > 1 else ''} given more than "
+              "once (a folder and a file or folder in it, a link, a path "
+              "repeated): each is classified once.", file=sys.stderr,
+              flush=True)
+    return kept
 
 
 def skip(path: str, reason: str, skipped: list) -> None:
