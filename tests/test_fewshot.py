@@ -17,6 +17,7 @@ from keras_vit import create_model, features_model
 from keras_vit.data import pipeline as input_pipeline
 from keras_vit.data import preprocessing
 from keras_vit.data.sources import digits_split
+from keras_vit.errors import UsageError
 from keras_vit.evaluation import fewshot, fewshot_reports
 from tests.strategies import two_cpu_mirrored
 
@@ -217,6 +218,38 @@ def test_missing_data_is_reported_and_others_run(tmp_path):
     with pytest.raises(ValueError, match="Unknown few-shot data set"):
         fewshot.run(model, {}, [fewshot.FewShotData("x", "no_such_set", "a",
                                                     "b")])
+
+
+def test_an_image_folder_with_a_bad_file_follows_skip_bad_images(tmp_path):
+    """A few-shot data set that is an image folder reads
+    config.input.skip_bad_images, which keras-vit-evaluate --mode=fewshot
+    names as the fix: without it a bad file stops the probe in one line
+    naming it and the fix; with it the file is left out."""
+    rng = np.random.default_rng(0)
+    for split in ("train", "test"):
+        for name in ("cat", "dog"):
+            folder = tmp_path / split / name
+            folder.mkdir(parents=True)
+            for i in range(3):
+                tf.io.write_file(str(folder / f"{i}.png"), tf.io.encode_png(
+                    rng.integers(0, 256, (20, 20, 3), np.uint8)))
+    (tmp_path / "train" / "cat" / "bad.png").write_bytes(b"not a png")
+    model = tiny_digits_model()
+    opts = dict(shots=(1,), seeds=(0,), batch_size=4)
+
+    def probe(skip):
+        data = fewshot.FewShotData("mine", "folder", "train", "test",
+                                   str(tmp_path), skip_bad_images=skip)
+        assert data.input(None).skip_bad_images is skip
+        return fewshot.run(model, opts, [data], image_size=32,
+                           resize_size=None)
+
+    with pytest.raises(UsageError, match=r"Cannot decode 1 image file\(s\) "
+                       r"of image folder .*bad.png.*config.input."
+                       r"skip_bad_images=True"):
+        probe(False)
+    results, not_run = probe(True)
+    assert not_run == {} and "1" in results["mine"]
 
 
 def test_imagenet_names_its_manual_files_in_the_manual_dir(tmp_path):

@@ -130,7 +130,8 @@ def _fewshot_mode(values, source, strategy) -> Dict:
     opts = fewshot_options(config)
     datasets = [
         fewshot.FewShotData(name, d.dataset, d.train_split, d.test_split,
-                            config.input.data_dir, config.input.manual_dir)
+                            config.input.data_dir, config.input.manual_dir,
+                            bool(config.input.skip_bad_images))
         for name, d in opts.datasets.items()
     ]
     image_size, resize_size = _fewshot_sizes(values, config)
@@ -304,8 +305,8 @@ _MODE_HINTS = {
     ("data_dir", "vtab"): "set --config.input.data_dir instead",
     ("skip_bad_images", "fewshot"): "set --config.input.skip_bad_images "
                                     "instead",
-    ("skip_bad_images", "vtab"): "set --config.input.skip_bad_images "
-                                 "instead",
+    ("skip_bad_images", "vtab"): "VTAB-1k reads TFDS data sets, not image "
+                                 "files",
     ("batch_size", "fewshot"): "set --config.evals.fewshot.batch_size "
                                "instead",
     ("batch_size", "vtab"): "set --config.input.batch_size (training) or "

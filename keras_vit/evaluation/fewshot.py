@@ -28,6 +28,7 @@ from absl import logging
 
 from keras_vit import config as config_lib
 from keras_vit import layers as vit_layers
+from keras_vit.data import checks as data_checks
 from keras_vit.data import pipeline as input_pipeline
 from keras_vit.data import sources, vtab
 from keras_vit.derived import features_model, intermediate_model
@@ -199,9 +200,9 @@ class FewShotData:
     train_split: str
     test_split: str
     data_dir: Optional[str] = None
-    # Manually downloaded files (`config.input.manual_dir`); None:
-    # <data_dir>/downloads/manual.
-    manual_dir: Optional[str] = None
+    # Manual downloads (config.input.manual_dir); None: <data_dir>/...
+    manual_dir: Optional[str] = None  # .../downloads/manual
+    skip_bad_images: bool = False  # an image folder's (config.input's)
 
     def input(self, resize_size) -> ml_collections.ConfigDict:
         """The `config.input` section that reads this data set, resized to
@@ -210,14 +211,13 @@ class FewShotData:
         return config_lib.complete(dict(
             dataset=self.dataset,
             data_dir=self.data_dir,
-            manual_dir=self.manual_dir,
+            manual_dir=self.manual_dir, skip_bad_images=self.skip_bad_images,
             pp=dict(eval_resize_size=resize_size),
         ), "input")
 
 
-# Few-shot data TFDS cannot download (builder name -> the files its
-# training pool and test split need in the manual directory, and where
-# they come from).
+# Few-shot data TFDS cannot download (builder name -> the files its pool
+# and test split need in the manual directory, and their source).
 MANUAL_DATA = {
     "imagenet2012": (("ILSVRC2012_img_train.tar", "ILSVRC2012_img_val.tar"),
                      "https://image-net.org/ (the ILSVRC 2012 training and "
@@ -330,8 +330,10 @@ def run(  # noqa: PLR0913 (its options, by keyword)
         extract = functools.partial(extract_features, feature_model, inp,
                                     run_input, batch_size=batch_size,
                                     strategy=strategy, every_s=every_s)
-        results[data.name] = _score(data.name, extract, data, opts,
-                                    info.num_classes)
+        with data_checks.explained_errors(inp, [  # bad files named
+                ("few-shot", data.train_split), ("few-shot", data.test_split)]):
+            results[data.name] = _score(data.name, extract, data, opts,
+                                        info.num_classes)
         progress.finish()
         if on_result is not None:
             on_result(results, not_run)
