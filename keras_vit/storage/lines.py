@@ -12,12 +12,14 @@ from keras_vit.storage import atomic
 
 def read_lines(path: str, where: Optional[str] = None) -> List[str]:
     """The lines of a text file (class names, one per line), in order,
-    without their line ends (LF or CRLF); local or gs://. The one reader of
+    without their line ends (LF or CRLF) or a UTF-8 byte order mark;
+    local or gs://. The one reader of
     label files: a run's, an export's, a --class_names_file. Blank lines at
     the end are dropped; one before a name is a UsageError naming the file
     (`where`, default `path`) and the line: left out, it would shift every
     later name onto the wrong class."""
-    text = atomic.read_bytes(path).decode("utf-8")
+    # (utf-8-sig: a byte order mark, as Notepad writes, is no name's)
+    text = atomic.read_bytes(path).decode("utf-8-sig")
     lines = [line.rstrip("\r") for line in text.split("\n")]
     while lines and not lines[-1].strip():
         lines.pop()
