@@ -329,6 +329,18 @@ def test_fewshot_rerun_on_another_data_set_keeps_the_first(tmp_path):
                        r"\(--no_ema\): True there, False asked\)"):
         fewshot_reports.check_fewshot_folder(
             str(tmp_path), "m", ["b"], **dict(facts, use_ema=False))
+    # Data read from another folder: the results on the first are not
+    # dropped unsaid nor written over, but kept apart when probed again.
+    elsewhere = config.to_dict()
+    elsewhere["input"]["data_dir"] = "/another/copy"
+    moved = dict(ema, config=elsewhere)
+    with pytest.raises(UsageError, match=r"config.input.data_dir: None "
+                       r"there, '/another/copy' asked"):
+        fewshot_reports.check_fewshot_folder(str(tmp_path), "m", ["b"],
+                                             **moved)
+    assert fewshot_reports.check_fewshot_folder(
+        str(tmp_path), "m", ["a"], **moved) == {}
+    assert os.path.exists(tmp_path / "fewshot.before-1.json")
 
 
 def test_fewshot_batch_size_zero_or_unset_is_the_input_batch():

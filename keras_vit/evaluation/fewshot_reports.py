@@ -71,12 +71,16 @@ def write_fewshot_reports(output_dir: str, model_name: str, results,
 
 def _recipe(facts: Mapping) -> dict:
     """What makes two runs' accuracies comparable: the sizes, the
-    weights (a workdir's EMA ones or not) and the few-shot options other
-    than the data sets, as JSON holds them (a live config's tuples are
-    the lists of a stored one)."""
+    weights (a workdir's EMA ones or not), the few-shot options other
+    than the data sets and where the data is read (another copy, another
+    TFDS version there, may give other accuracies), as JSON holds them (a
+    live config's tuples are the lists of a stored one)."""
     facts = json.loads(json.dumps(dict(facts)))
     recipe = {f"config.evals.fewshot.{k}": v
               for k, v in _evaluator(facts).items() if k != "datasets"}
+    inp = (facts.get("config") or {}).get("input") or {}
+    recipe.update({f"config.input.{k}": inp.get(k)
+                   for k in ("data_dir", "manual_dir")})
     recipe.update({"the image size": facts.get("image_size"),
                    "the resize": facts.get("resize_size"),
                    _EMA: facts.get("use_ema")})
@@ -174,8 +178,7 @@ def probed_before(output_dir: str, datasets, **facts) -> dict:
     with tf.io.gfile.GFile(path) as f:
         held = json.load(f)  # refused before if it is not (check_...)
     theirs, ours = _recipe(held), _recipe(facts)
-    if held.get("model_files") != facts["model_files"] or theirs != ours or (
-            _data_dirs(held) != _data_dirs(facts)):
+    if held.get("model_files") != facts["model_files"] or theirs != ours:
         return {}
     held_sets, our_sets = _datasets(held), _datasets(facts)
     return {k: v for k, v in (held.get("results") or {}).items()
@@ -197,10 +200,3 @@ def _evaluator(facts: Mapping) -> Mapping:
         if isinstance(entry, Mapping) and entry.get("type") == "fewshot":
             found = entry
     return found
-
-
-def _data_dirs(facts: Mapping) -> tuple:
-    """Where a run's config reads its data (another copy, another TFDS
-    version there, may give other accuracies)."""
-    inp = (facts.get("config") or {}).get("input") or {}
-    return inp.get("data_dir"), inp.get("manual_dir")
