@@ -331,4 +331,7 @@ def test_the_config_before_a_resume_is_kept_once_and_only_if_it_differs(
     assert wd.read_json(kept) == older
     records.keep_earlier_config(workdir, first, None)  # started afresh
     assert sorted(os.listdir(workdir)) == [wd.CONFIG, "config.step-2.json"]
+    # One an earlier run's restart set aside is not this run's again.
+    wd.write_json(os.path.join(workdir, "config.step-4.before-1.json"), {})
+    assert wd.earlier_configs(workdir) == [kept]
 

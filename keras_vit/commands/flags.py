@@ -282,13 +282,16 @@ def model_source(values: flags.FlagValues, text: Optional[str] = None, *,
 
 
 def model_image_size(model: keras.Model, path: str,
-                     fix: str) -> Tuple[int, int]:
+                     fix: Optional[str] = None) -> Tuple[int, int]:
     """(height, width) that images are resized to for `model`
     (`derived.input_image_size`: for a model of any size, the size its
     position embeddings are kept at); one with sin-cos position
-    embeddings, kept at no size, is refused in one line naming `fix`."""
+    embeddings, kept at no size, is refused in one line naming `fix`
+    (default: a fixed-size copy made by keras-vit-convert)."""
     size = derived.input_image_size(model)
     if None in size:
+        fix = fix or (f"fix one with keras-vit-convert --model={path} "
+                      "--image_size=N --output=FIXED.keras and use that file")
         raise UsageError(
             f"{path} was saved with a dynamic image size (sin-cos position "
             f"embeddings, kept at no size): {fix}.")

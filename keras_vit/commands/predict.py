@@ -181,10 +181,7 @@ def predictor(values, source) -> Callable:
             cli.check_at_least_input(values.resize_size, predict.input_size)
         return predict
     model = cli.load_flagged_model(values, source, head="predict with")
-    cli.model_image_size(  # one that names no size: refused here
-        model, source.path, "fix one with keras-vit-convert "
-        f"--model={source.path} --image_size=N --output=FIXED.keras and "
-        "predict with that file")
+    cli.model_image_size(model, source.path)  # none named: refused here
     resize = cli.resize_size(values, source, model)
     return keras_predictor(model, resize,
                            cli.keep_aspect(values, source, resize))

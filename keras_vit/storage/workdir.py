@@ -58,9 +58,11 @@ def earlier_config(workdir: str, step: int) -> str:
 
 
 def earlier_configs(workdir: str) -> List[str]:
-    """The paths of the configs `earlier_config` kept in `workdir`."""
-    return sorted(tf.io.gfile.glob(os.path.join(workdir,
-                                                "config.step-*.json")))
+    """The paths of the configs `earlier_config` kept in `workdir` (not
+    those an earlier run's set aside, config.step-S.before-N.json)."""
+    return sorted(path for path in tf.io.gfile.glob(
+        os.path.join(workdir, "config.step-*.json"))
+        if re.fullmatch(r"config\.step-\d+\.json", os.path.basename(path)))
 
 LABELS = "labels.txt"
 METRICS = "metrics.json"
