@@ -53,7 +53,8 @@ What holds throughout:
   temporary name and published by TensorFlow's rename and state-file
   update; metrics.json, config.json and labels.txt by write-to-temp and
   rename; a SavedModel version under a dotted folder that TF Serving
-  ignores, renamed when complete. A restart with the same command resumes
+  ignores, renamed when complete (on gs://, which has no rename, copied
+  with its saved_model.pb last). A restart with the same command resumes
   from the newest complete checkpoint. With the default strategy the input
   iterator is checkpointed and augmentation is seeded per example, so a
   resumed run is bit-identical to an uninterrupted one. (MirroredStrategy

@@ -230,6 +230,13 @@ def test_dynamic_image_size_models_in_predict_and_evaluate(tmp_path):
         assert "saved with a dynamic image size" in line and fix in line
     assert json.loads(ran("evaluate", "--mode=eval", f"--model={sincos}",
                           "--image_size=16", *data))["num_examples"] == 6
+    # A resize below the size the model is read at: one line, not
+    # TensorFlow's shape check inside the pipeline.
+    result = console.run("evaluate", ["--mode=eval", f"--model={learned}",
+                                      "--resize_size=8", *data])
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert ("--resize_size 8 is smaller than the model's input 16x16"
+            in result.stderr)
 
 
 def test_keras_file_round_trip_at_two_sizes(tmp_path):

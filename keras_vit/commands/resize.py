@@ -15,12 +15,16 @@ from typing import TYPE_CHECKING, Optional, Sequence, Tuple
 
 from absl import flags, logging
 
+from keras_vit.commands.lazy import lazy_module
 from keras_vit.errors import UsageError
 
 if TYPE_CHECKING:
     import keras
 
+    from keras_vit import derived
     from keras_vit.checkpoint import loader
+else:  # imported at first use: `--help` loads no Keras
+    derived = lazy_module("keras_vit.derived")
 
 
 def define_resize_size(values: flags.FlagValues) -> None:
@@ -56,8 +60,9 @@ def resize_size(values: flags.FlagValues, source: loader.Source,
     processor's size before its crop_size), scaled to
     --image_size when that differs from the source's (`source_resize`)."""
     if _flag(values, "resize_size") is not None:
-        check_at_least_input(values.resize_size, model.input_shape[1:3]
-                             if model is not None else ())
+        # (a model of any size: where its position embeddings are kept)
+        check_at_least_input(values.resize_size, derived.input_image_size(
+            model) if model is not None else ())
         return values.resize_size
     resize = source_resize(source, _flag(values, "image_size"))
     if resize and source.run_config() is None:

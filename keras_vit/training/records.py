@@ -104,8 +104,13 @@ def compared_split(entry) -> str:
 
 
 def _stored_best(workdir: str) -> Optional[Dict[str, Any]]:
+    """best.json's record; None where there is none (or the chief has
+    just moved it apart: `keep_other_best_apart`)."""
     path = os.path.join(workdir, BEST, BEST_JSON)
-    return wd.read_json(path) if tf.io.gfile.exists(path) else None
+    try:
+        return wd.read_json(path) if tf.io.gfile.exists(path) else None
+    except tf.errors.NotFoundError:
+        return None
 
 
 def _chosen_alike(stored: Dict[str, Any], name: str, split: str) -> bool:
@@ -118,8 +123,10 @@ def keep_other_best_apart(workdir: str, name: str, split: str,
     or on another split than the earlier steps' keeps their best apart
     (best.before-N/), said in the log: accuracies on two splits are not
     compared."""
+    if not chief:
+        return
     stored = _stored_best(workdir)
-    if not chief or stored is None or _chosen_alike(stored, name, split):
+    if stored is None or _chosen_alike(stored, name, split):
         return
     kept = history.kept_apart(os.path.join(workdir, BEST))
     logging.warning(
