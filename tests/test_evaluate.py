@@ -666,6 +666,12 @@ def test_mode_flags_name_what_the_mode_reads_instead(tmp_path):
             f"only, not --mode={mode} (set --config.input.data_dir "
             f"instead); --batch_size goes with --mode=eval only, not "
             f"--mode={mode} (set {batch} instead)."], result.stderr
+    result = console.run("evaluate", ["--mode=vtab", "--config=vtab",
+                                      *common[:2], "--skip_bad_images"])
+    assert result.stderr.strip().splitlines() == [
+        "keras-vit-evaluate: error: --skip_bad_images goes with --mode=eval "
+        "only, not --mode=vtab (VTAB-1k reads TFDS data sets, not image "
+        "files)."], result.stderr
 
 
 def test_keras_file_is_usable_as_a_vtab_source(tmp_path):
