@@ -279,6 +279,17 @@ _CASES = [
          "to evaluate again and finish."),
     ),
     Case(
+        "stop_before_best_record", FAULT, "training",
+        "A kill after a best checkpoint (`config.checkpoints.keep_best`) "
+        "is saved and before best.json records it",
+        "The resumed run reads that checkpoint's accuracy back from "
+        "history.csv (written before it was saved), records it again in "
+        "best.json and compares later evaluations with it, so a worse "
+        "one never replaces it.",
+        ("(a stop fell between saving it and recording it): recorded "
+         "again as step",),
+    ),
+    Case(
         "failed_metrics_write", FAULT, "workdir",
         "The disk fails while metrics.json is rewritten (simulated: the "
         "write raises ENOSPC half-way)",

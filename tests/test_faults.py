@@ -34,7 +34,7 @@ from keras_vit.data import pipeline as input_pipeline
 from keras_vit.errors import PREEMPTED_EXIT_CODE, UsageError
 from keras_vit.storage import atomic, checkpoint_list, history, run_lock
 from keras_vit.storage import workdir as wd
-from keras_vit.training import interrupt, loop, train_lib
+from keras_vit.training import interrupt, loop, records, train_lib
 from keras_vit.training.trainer import Trainer
 from tests import console, tiny
 from tests.fault_harness import (
@@ -1400,3 +1400,74 @@ def test_a_litert_overwrite_stopped_between_its_writes_is_refused(
         check_says("litert_overwrite_interrupted", line)
         export_old()
     assert not [n for n in os.listdir(tmp_path) if ".tmp-" in n]
+
+
+class _BestWriter:
+    """Stands in for the best checkpoint's writer: its newest checkpoint
+    is `latest`; saves are counted, not written."""
+
+    chief = False
+
+    def __init__(self, latest):
+        self.latest = lambda: latest
+        self.saved = []
+
+    def save(self, step):
+        self.saved.append(step)
+
+
+@covers("stop_before_best_record")
+def test_a_best_checkpoint_saved_but_not_recorded_is_recorded_again(
+        tmp_path):
+    """What a kill between saving a best checkpoint and writing best.json
+    leaves: the checkpoint of step S beside the record of an earlier best.
+    The resumed run compares with S's accuracy (read from history.csv),
+    not the earlier record's, and writes S's record again."""
+    workdir = tmp_path / "run"
+    args = console.TINY_DIGITS + [
+        "--config.checkpoints.every_steps=2", "--config.log.every_steps=2",
+        "--config.evals.test.every_steps=2",
+        "--config.checkpoints.keep_best=test", f"--workdir={workdir}"]
+    first = console.run("train", args + ["--config.trainer.total_steps=4"])
+    assert first.returncode == 0, first.stderr[-3000:]
+    best_json = workdir / "best" / "best.json"
+    best = json.loads(best_json.read_text())
+    ckpt = checkpoint_list.latest(str(workdir / "best" / "checkpoints"))
+    assert ckpt.endswith(f"ckpt-{best['step']}")
+    accuracy = {r["step"]: r["accuracy"] for r in history.read_history(
+        str(workdir)) if r["split"] == "test"}
+    assert best["accuracy"] == pytest.approx(accuracy[best["step"]],
+                                             abs=1e-6)
+    stale = dict(best, step=best["step"] - 1, accuracy=0.0)
+    best_json.write_text(json.dumps(stale))
+
+    # Every worker decides with S's accuracy: one below it keeps S.
+    writer = _BestWriter(ckpt)
+    keeper = records.BestKeeper("test", "test", str(workdir), writer)
+    assert keeper.best == pytest.approx(best["accuracy"], abs=1e-6)
+    keeper.offer(6, "test", best["accuracy"] - 0.01)
+    assert writer.saved == []
+    assert json.loads(best_json.read_text()) == stale  # not the chief
+    # Without S's row in the history: the earlier record's accuracy, which
+    # S beat, as a bound.
+    csv_path = workdir / history.FILE
+    kept = csv_path.read_text()
+    csv_path.write_text("".join(
+        line for line in kept.splitlines(keepends=True)
+        if f",{best['step']},test," not in f",{line}"))
+    keeper = records.BestKeeper("test", "test", str(workdir), writer)
+    assert keeper.best == 0.0
+    csv_path.write_text(kept)
+
+    # The same through the command: said, and recorded again (or beaten).
+    again = console.run("train", args + ["--config.trainer.total_steps=6"])
+    assert again.returncode == 0, again.stderr[-3000:]
+    check_says("stop_before_best_record", again.stderr)
+    assert (f"best.json records step {stale['step']}, and the best "
+            f"checkpoint in {workdir}/best is step {best['step']}") \
+        in again.stderr
+    now = json.loads(best_json.read_text())
+    assert "accuracy_at_least" not in now
+    assert (now["step"], now["accuracy"]) == (
+        best["step"], pytest.approx(best["accuracy"], abs=1e-6)) or (
+        now["step"] == 6 and now["accuracy"] > best["accuracy"])

@@ -70,8 +70,39 @@ class BestKeeper:
         # alike; a run that starts afresh, or compares another evaluator
         # or split (`keep_other_best_apart`), with none. Every worker
         # decides alike.
-        self.best = (stored["accuracy"] if stored is not None
-                     and _chosen_alike(stored, name, split) else None)
+        if stored is not None and _chosen_alike(stored, name, split):
+            stored = self._mended(stored, split)
+            self.best = stored["accuracy"]
+        else:
+            self.best = None
+
+    def _mended(self, stored: Dict[str, Any], split: str) -> Dict[str, Any]:
+        """best.json's record, or, where a stop fell between saving a best
+        checkpoint and writing its record, that checkpoint's: its accuracy
+        read back from history.csv (written before it was saved), else the
+        recorded one, which it beat. Every worker reads the same files, so
+        decides alike; the chief writes the record."""
+        latest = self.writer.latest()
+        step = int(latest.rsplit("-", 1)[-1]) if latest else None
+        if step is None or step == stored.get("step"):
+            return stored
+        accuracies = [row["accuracy"] for row in history.read_history(
+            self.workdir) if (row["step"], row["split"]) == (step, split)
+            and row["accuracy"] is not None]
+        mended = dict(stored, step=step)
+        if accuracies:
+            mended["accuracy"] = accuracies[-1]
+        else:
+            mended["accuracy_at_least"] = True
+        logging.warning(
+            "%s records step %s, and the best checkpoint in %s is step %d "
+            "(a stop fell between saving it and recording it): recorded "
+            "again as step %d, accuracy %s%.4f.", BEST_JSON,
+            stored.get("step"), self.folder, step, step,
+            "" if accuracies else "above ", mended["accuracy"])
+        if self.writer.chief:
+            self._record(mended)
+        return mended
 
     def offer(self, step: int, split: str, accuracy: float) -> None:
         """Keeps this step's weights if `accuracy` beats the best so far."""
@@ -79,18 +110,21 @@ class BestKeeper:
             return
         self.best = float(accuracy)
         self.writer.save(step)
-        if not self.writer.chief:
-            return
+        if self.writer.chief:
+            self._record({"step": int(step), "evaluator": self.name,
+                          "split": split, "accuracy": self.best})
+            logging.info("Best %s accuracy so far, %.4f at step %d: kept in "
+                         "%s.", split, self.best, step, self.folder)
+
+    def _record(self, record: Dict[str, Any]) -> None:
+        """The best checkpoint's config.json and labels.txt (copies of the
+        run's) and best.json, each whole or not at all."""
         for name in (wd.CONFIG, wd.LABELS):
             source = os.path.join(self.workdir, name)
             if tf.io.gfile.exists(source):  # whole or not at all
                 atomic.atomic_write(os.path.join(self.folder, name),
                                     atomic.read_bytes(source))
-        wd.write_json(os.path.join(self.folder, BEST_JSON), {
-            "step": int(step), "evaluator": self.name, "split": split,
-            "accuracy": self.best})
-        logging.info("Best %s accuracy so far, %.4f at step %d: kept in %s.",
-                     split, self.best, step, self.folder)
+        wd.write_json(os.path.join(self.folder, BEST_JSON), record)
 
     def close(self) -> None:
         self.writer.close()
@@ -165,6 +199,7 @@ class RunRecords:
                          accuracy=results["accuracy"],
                          top5_accuracy=results["top5_accuracy"])
         if compared and self.best is not None and name == self.best.name:
+            self.history.flush()  # the row a best checkpoint is read by
             self.best.offer(step, split, results["accuracy"])
 
     def evaluated(self, step: int, split: str) -> bool:
