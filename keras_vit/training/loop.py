@@ -21,7 +21,14 @@ from absl import logging
 
 from keras_vit import progress
 from keras_vit.storage import workdir as wd
-from keras_vit.training import cluster, distribute, interrupt, pacing, reporting
+from keras_vit.training import (
+    cluster,
+    distribute,
+    interrupt,
+    pacing,
+    records,
+    reporting,
+)
 from keras_vit.training.pacing import Plan
 from keras_vit.training.resume import TrainingError
 from keras_vit.training.run_parts import Run
@@ -244,7 +251,7 @@ class _HostLoop:
             return []
         due = [(name, entry) for name, entry in self._due()
                if not r.records.evaluated(self.step,
-                                          entry.val_split or entry.split)]
+                                          records.compared_split(entry))]
         if due:
             logging.info("Evaluating at step %d first: history.csv has no "
                          "evaluation of it (a stop left it unfinished).",
@@ -272,7 +279,7 @@ class _HostLoop:
         evaluate together: they finish."""
         metrics, accuracy = {}, self.r.trainer.accuracy_name
         for name, entry in due:
-            compared = entry.val_split or entry.split
+            compared = records.compared_split(entry)
             split = entry.split if final else compared
             results = self._evaluate(name, entry, split, split == compared,
                                      stop=preemption if self.alone else None)
