@@ -111,12 +111,13 @@ EVALUATOR_LIMITS = {
                 ("l2_reg", 0, None, "(]")),
     "vtab": (),
 }
-# Per evaluator type, its fields that list values: (field, low, brackets)
-# for every value, and at least one value.
+# Per evaluator type, its fields that list values: (field, low, brackets,
+# whole) for every value, and at least one value, none twice; `whole`:
+# each a whole number (a count, a step or a seed).
 EVALUATOR_LISTS = {
     "accuracy": (),
-    "fewshot": (("shots", 1, "[]"), ("seeds", None, "[]")),
-    "vtab": (("sweep.lrs", 0, "(]"), ("sweep.steps", 1, "[]")),
+    "fewshot": (("shots", 1, "[]", True), ("seeds", 0, "[]", True)),
+    "vtab": (("sweep.lrs", 0, "(]", False), ("sweep.steps", 1, "[]", True)),
 }
 
 
@@ -141,9 +142,11 @@ def _check(config, path: str, value, low: Bound, high: Bound,
         )
 
 
-def _check_list(path: str, values, low: Bound, brackets: str) -> None:
+def _check_list(path: str, values, low: Bound, brackets: str,
+                whole: bool) -> None:
     """Each of `values` (a tuple or list of numbers) at least `low`
-    (None: any number), and one value or more."""
+    (None: any number) and, if `whole`, a whole number; one value or
+    more, none twice."""
     written = ",".join(str(v) for v in values) if isinstance(
         values, (tuple, list)) else str(values)
     if not isinstance(values, (tuple, list)) or not values:
@@ -162,6 +165,14 @@ def _check_list(path: str, values, low: Bound, brackets: str) -> None:
             raise UsageError(
                 f"config.{path}={written}: each value must be "
                 f"{'>' if brackets[0] == '(' else '>='} {low}.")
+        if whole and value != int(value):
+            raise UsageError(f"config.{path}={written}: {value} is not a "
+                             "whole number.")
+    if len(set(values)) < len(values):
+        twice = sorted({v for v in values if list(values).count(v) > 1})
+        raise UsageError(f"config.{path}={written}: "
+                         f"{', '.join(map(str, twice))} given twice; "
+                         "list each value once.")
 
 
 def check_fields(config, paths) -> None:
@@ -284,6 +295,6 @@ def check_evaluators(config) -> None:
         for field, low, high, brackets in EVALUATOR_LIMITS.get(kind, ()):
             path = f"evals.{name}.{field}"
             _check(config, path, _value(config, path), low, high, brackets)
-        for field, low, brackets in EVALUATOR_LISTS.get(kind, ()):
+        for field, low, brackets, whole in EVALUATOR_LISTS.get(kind, ()):
             path = f"evals.{name}.{field}"
-            _check_list(path, _value(config, path), low, brackets)
+            _check_list(path, _value(config, path), low, brackets, whole)

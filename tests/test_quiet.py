@@ -157,8 +157,11 @@ def test_every_evaluator_limit_names_its_config_field():
                     rf"^config\.evals\.{names[kind]}\.{field}=")):
                 config_limits.check_limits(config)
     for kind, lists in config_limits.EVALUATOR_LISTS.items():
-        for field, low, _ in lists:
-            for bad in [()] + ([(low - 1,)] if low is not None else []):
+        for field, low, _, whole in lists:
+            bads = [(), (low + 1, low + 1)] + (
+                [(low - 1,)] if low is not None else []) + (
+                [(low + 0.5,)] if whole else [])
+            for bad in bads:
                 config = configs[kind].copy_and_resolve_references()
                 config.unlock()
                 node = config.evals[names[kind]]
@@ -181,7 +184,18 @@ def test_a_few_shot_limit_is_told_before_any_model_loads(tmp_path):
             ("--config.evals.fewshot.shots=0,5",
              "--config.evals.fewshot.shots=0,5: each value must be >= 1."),
             ("--config.evals.fewshot.seeds=()",
-             "--config.evals.fewshot.seeds=() must list one value or more")):
+             "--config.evals.fewshot.seeds=() must list one value or more"),
+            # A negative seed failed after the first data set's features;
+            # a fraction was cut to the seed before it (two equal draws);
+            # a shot counted twice overwrote its own column.
+            ("--config.evals.fewshot.seeds=-1,0",
+             "--config.evals.fewshot.seeds=-1,0: each value must be >= 0."),
+            ("--config.evals.fewshot.seeds=0.2,0.7",
+             "--config.evals.fewshot.seeds=0.2,0.7: 0.2 is not a whole "
+             "number."),
+            ("--config.evals.fewshot.shots=1,5,1",
+             "--config.evals.fewshot.shots=1,5,1: 1 given twice; list each "
+             "value once.")):
         line = error_line(run(
             "evaluate", "--mode=fewshot", "--config=fewshot:digits",
             f"--model={tmp_path}/none.npz", f"--output_dir={tmp_path}/out",

@@ -193,10 +193,13 @@ def _datasets(facts: Mapping) -> dict:
 
 
 def _evaluator(facts: Mapping) -> Mapping:
-    """The (last) few-shot evaluator of a run's config, as JSON holds it;
-    {} without one."""
-    found: Mapping = {}
-    for entry in ((facts.get("config") or {}).get("evals") or {}).values():
-        if isinstance(entry, Mapping) and entry.get("type") == "fewshot":
-            found = entry
-    return found
+    """The few-shot evaluator of a run's config, as JSON holds it, picked
+    as the run picks it (`config.find_evaluator`): the one named fewshot,
+    else the only one; {} without one."""
+    evals = (facts.get("config") or {}).get("evals") or {}
+    found = [e for e in evals.values()
+             if isinstance(e, Mapping) and e.get("type") == "fewshot"]
+    named = evals.get("fewshot")
+    if isinstance(named, Mapping) and named.get("type") == "fewshot":
+        return named
+    return found[0] if len(found) == 1 else {}
