@@ -17,7 +17,7 @@ from keras_vit.checkpoint import loader as pretrained
 from keras_vit.checkpoint import weights as checkpoint
 from keras_vit.commands import eval_mode
 from keras_vit.commands import evaluate as evaluate_main
-from keras_vit.data import overlaps
+from keras_vit.data import overlaps, sources
 from keras_vit.errors import UsageError
 from keras_vit.evaluation import fewshot_reports, vtab_run
 from keras_vit.storage import workdir as wd
@@ -608,3 +608,36 @@ def test_fewshot_rerun_compares_the_evaluator_the_run_uses(tmp_path):
                        r"1024.0 there, 1.0 asked"):
         fewshot_reports.check_fewshot_folder(str(tmp_path), "m", ["b"],
                                              **facts(1.0))
+
+
+def test_a_fewshot_split_that_is_none_is_named_before_extraction(
+        tmp_path, capsys):
+    """A few-shot data set's split that the data lacks: one line naming
+    the config field, before any feature is extracted (TFDS's own
+    "Unknown split" came after the whole training pool)."""
+    path = str(tmp_path / "m.keras")
+    create_model(None, num_classes=3, image_size=16, patch_size=8,
+                 hidden_size=16, num_layers=1, num_heads=2,
+                 mlp_dim=16).save(path)
+    assert cli("--mode=fewshot", f"--config={FEWSHOT_CONFIG}:digits",
+               "--config.model.image_size=16",
+               "--config.evals.fewshot.datasets.digits.test_split=valid",
+               f"--model={path}", f"--output_dir={tmp_path / 'fs'}") == 1
+    line = _one_line_error(capsys)
+    assert line.startswith(
+        "keras-vit-evaluate: error: --config.evals.fewshot.datasets.digits."
+        "test_split=valid cannot be used: The digits data has splits "
+        "'train' and 'test', got 'valid'."), line
+    assert line.endswith(
+        "Pass --config.evals.fewshot.datasets.digits.test_split=<an "
+        "existing split or a slice of one>, e.g. --config.evals.fewshot."
+        "datasets.digits.test_split='test' or --config.evals.fewshot."
+        "datasets.digits.test_split='test[:50%]'."), line
+    # A TFDS data set's splits, as TFDS lists them.
+    inp = config_lib.complete(dict(dataset="cifar100"), "input")
+    with pytest.raises(UsageError) as info:
+        sources.check_split(inp, "validation", "F", ["train", "test"])
+    assert str(info.value).startswith(
+        "F=validation cannot be used: cifar100 holds no split 'validation' "
+        "(it has train, test). Pass F=<an existing split")
+    sources.check_split(inp, "train[:10%]+test", "F", ["train", "test"])

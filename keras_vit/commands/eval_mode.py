@@ -193,37 +193,9 @@ def _scored_model(values, source, model, inp, split):
     return scored
 
 
-def _split_fix(split: str, why: str, names=None) -> UsageError:
-    listed = f" (it has {', '.join(names)})" if names else ""
-    return UsageError(
-        f"--split={split} cannot be used: {why.rstrip('.')}{listed}. Pass "
-        "--split=<an existing split or a slice of one>, e.g. "
-        "--split='test' or --split='test[:50%]'.")
-
-
 def check_split(inp, split: str, names=None) -> None:
-    """A UsageError naming --split when `split` is not a split (or a
-    slice or sum of them) of the data: the digits' and a folder's read
-    at once; a TFDS one's parsed, then (`names`: the data set's splits,
-    when TFDS knows them) each part looked up."""
-    if inp.dataset == sources.FOLDER and not inp.vtab_task:
-        return  # `folders.resolve_split` named its splits
-    if inp.dataset == sources.DIGITS and not inp.vtab_task:
-        try:
-            sources.num_split_examples(inp, split)
-        except ValueError as error:
-            raise _split_fix(split, str(error)) from None
-        return
-    try:
-        tfds.core.ReadInstruction.from_spec(split)
-    except (ValueError, AssertionError):
-        raise _split_fix(split, "TFDS cannot parse it", names) from None
-    unknown = [p for p in (re.sub(r"\[.*\]$", "", part.strip())
-                           for part in split.split("+"))
-               if p not in (names or [p]) and p != "all"]
-    if unknown:
-        raise _split_fix(split, f"{inp.dataset} holds no split "
-                         f"{unknown[0]!r}", names)
+    """`sources.check_split` of --split."""
+    sources.check_split(inp, split, "--split", names)
 
 
 @contextlib.contextmanager
@@ -235,7 +207,7 @@ def _split_errors(split: str):
     except ValueError as error:
         if not str(error).startswith("Unknown split"):
             raise
-        raise _split_fix(split, str(error)) from None
+        raise sources.split_fix("--split", split, str(error)) from None
 
 
 # What a result file records beside its model and data folder that its

@@ -27,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import functools
+import re
 from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
@@ -217,6 +218,46 @@ def num_split_examples(inp, split: str) -> Optional[int]:
     if inp.dataset == FOLDER and not inp.vtab_task:
         return len(folders.folder_split(inp.data_dir, split)[0])
     return tfds_split_size(tfds_builder(inp), split)
+
+
+def split_fix(field: str, split: str, why: str, names=None) -> UsageError:
+    """The error of a `split` that cannot be read, naming the flag or
+    config `field` that gave it, why, and the data's splits (`names`)."""
+    listed = f" (it has {', '.join(names)})" if names else ""
+    return UsageError(
+        f"{field}={split} cannot be used: {why.rstrip('.')}{listed}. Pass "
+        f"{field}=<an existing split or a slice of one>, e.g. "
+        f"{field}='test' or {field}='test[:50%]'.")
+
+
+def check_split(inp, split: str, field: str, names=None) -> None:
+    """A UsageError naming `field` (`split_fix`) when `split` is not a
+    split, a slice or a sum of them of the data of `config.input` section
+    `inp`: the digits' read at once; a TFDS one's parsed, then each part
+    looked up among `names` (the data set's splits, where TFDS knows
+    them). An image folder's are named where it is read
+    (`folders.resolve_split`)."""
+    import tensorflow_datasets as tfds
+
+    if inp.dataset == FOLDER and not inp.vtab_task:
+        return
+    if inp.dataset == DIGITS and not inp.vtab_task:
+        try:
+            digits_split(split)
+        except ValueError as error:
+            raise split_fix(field, split, str(error)) from None
+        return
+    try:
+        tfds.core.ReadInstruction.from_spec(split)
+    except (ValueError, AssertionError):
+        raise split_fix(field, split, "TFDS cannot parse it", names
+                        ) from None
+    unknown = [p for p in (re.sub(r"\[.*\]$", "", part.strip())
+                           for part in split.split("+"))
+               if p not in (names or [p]) and p != "all"]
+    if unknown:
+        raise split_fix(field, split, f"{inp.dataset} holds no split "
+                        f"{unknown[0]!r}", names)
 
 
 def training_examples(inp) -> Optional[int]:

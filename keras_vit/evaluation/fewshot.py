@@ -69,14 +69,9 @@ def ridge_weights(x: np.ndarray, y: np.ndarray, l2_reg: float) -> np.ndarray:
     return x.T @ np.linalg.solve(gram, y)
 
 
-def fit_predict(
-    train_x: np.ndarray,
-    train_y: np.ndarray,
-    test_x: np.ndarray,
-    num_classes: int,
-    l2_reg: float = L2_REG,
-    bias: float = BIAS_FEATURE,
-) -> np.ndarray:
+def fit_predict(train_x: np.ndarray, train_y: np.ndarray, test_x: np.ndarray,
+                num_classes: int, l2_reg: float = L2_REG,
+                bias: float = BIAS_FEATURE) -> np.ndarray:
     """Fits the few-shot linear classifier and predicts test classes.
 
     Args:
@@ -324,6 +319,10 @@ def run(  # noqa: PLR0913 (its options, by keyword)
                 f"few-shot {data.name}", in_turn, not_run, progress):
             continue
         info = sources.dataset_info(inp)
+        for field in ("train_split", "test_split"):  # before extracting
+            sources.check_split(inp, getattr(data, field), "config.evals."
+                                f"fewshot.datasets.{data.name}.{field}",
+                                list(info.num_examples))
         logging.info("few-shot data set %s: %s (%d classes)%s.",
                      progress.start(), data.name, info.num_classes,
                      progress.eta())
@@ -381,13 +380,10 @@ def probe_model(
     if layer is None:
         return features_model(model) if arch.num_classes else model
     tokens = intermediate_model(model, int(layer), norm=norm)
-    pooling = arch.pooling
-    pooled = vit_layers.TokenPooling(pooling, name="probe_pooling")(
-        tokens.outputs[0]
-    )
-    return keras.Model(
-        tokens.input, pooled, name=f"{model.name}_block{int(layer)}"
-    )
+    pooled = vit_layers.TokenPooling(arch.pooling, name="probe_pooling")(
+        tokens.outputs[0])
+    return keras.Model(tokens.input, pooled,
+                       name=f"{model.name}_block{int(layer)}")
 
 
 def _prepare(data: FewShotData, download: bool) -> None:
