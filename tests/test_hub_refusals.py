@@ -770,13 +770,15 @@ def test_num_labels_without_id2label_is_honoured(tmp_path):
     _assert_reference(_load(folder), folder)
     assert loader.class_names(loader.HubSource(folder)) is None
     # num_labels of another width than the classifier, or beside an
-    # id2label of another length (transformers warns and keeps id2label's).
+    # id2label of another length (transformers warns; its versions keep
+    # one or the other).
     with pytest.raises(UsageError, match=r"config.json num_labels=3 "
                        r"disagrees with the weights \(5\)"):
         _load(_copy(tmp_path / "three", "hf_vit_classifier", _labels(3)))
     names = {str(i): f"c{i}" for i in range(5)}
     with pytest.raises(UsageError, match=r"num_labels=4 disagrees with its "
-                       r"id2label \(5 names\): transformers keeps"):
+                       r"id2label \(5 names\): transformers warns, and "
+                       "its versions keep one or the other"):
         _load(_copy(tmp_path / "both", "hf_vit_classifier",
                     _labels(4, names)))
     folder = _copy(tmp_path / "agree", "hf_vit_classifier", _labels(5, names))
@@ -875,3 +877,29 @@ def test_a_backbone_of_other_numerics_says_it_loses_them(tmp_path, caplog):
         num_layers=1, num_heads=2, mlp_dim=32), official)
     loader.write_backbone(official, str(tmp_path / "b2.npz"))
     assert "computes its blocks otherwise" not in caplog.text
+
+
+def test_hugging_face_id2label_is_read_as_transformers_keys_it(tmp_path):
+    """transformers turns id2label's keys into ints, so "0" and "00" are
+    one class (a one-logit head, which a 5-row classifier contradicts),
+    and refuses a list ("should be a dictionary")."""
+    def same_id(config):
+        config["id2label"] = {"0": "cat", "00": "dog"}
+        config.pop("num_labels", None)
+
+    assert hub_config.num_labels({"0": "cat", "00": "dog"}, None) == 1
+    assert hub_config.class_names({"0": "cat", "00": "dog"}, hf=True) == [
+        "dog"]
+    with pytest.raises(UsageError, match=r"num_labels \(from id2label\)=1 "
+                       r"disagrees with the weights \(5\)"):
+        _load(_copy(tmp_path / "same", "hf_vit_classifier", same_id))
+    with pytest.raises(UsageError, match=r"num_labels=2 disagrees with its "
+                       r"id2label \(1 names\)"):
+        hub_config.num_labels({"0": "cat", "00": "dog"}, 2)
+
+    def listed(config):
+        config["id2label"] = ["cat", "dog", "bird", "fish", "frog"]
+
+    with pytest.raises(UsageError, match=r"id2label.*an \{id: name\} "
+                       "object, as transformers takes it"):
+        _load(_copy(tmp_path / "list", "hf_vit_classifier", listed))

@@ -311,17 +311,22 @@ def check_hf_shapes(spec: Dict[str, Any], info: Dict[str, Any],
 def num_labels(labels, count) -> int:
     """The classifier width transformers' PretrainedConfig builds:
     id2label's length, else num_labels (LABEL_0 .. LABEL_{n-1}), else 2.
-    num_labels beside an id2label of another length (transformers warns
-    and drops it) is refused: the folder says two things."""
+    num_labels beside an id2label of another length (transformers warns;
+    version 5 keeps num_labels, earlier ones id2label) is refused: the
+    folder says two things."""
     if labels is None:  # left out (or null): num_labels, else 2
         return 2 if count is None else count
-    if count is not None and count != len(labels):
+    try:  # as transformers keys them: "0" and "00" are one class
+        width = len({int(k) for k in labels})
+    except (TypeError, ValueError):
+        width = len(labels)  # `class_names` names the ids that are not
+    if count is not None and count != width:
         raise UsageError(
             f"config.json num_labels={count!r} disagrees with its id2label "
-            f"({len(labels)} names): transformers keeps id2label's and "
-            "warns. Remove num_labels or make the two agree."
+            f"({width} names): transformers warns, and its versions keep "
+            "one or the other. Remove num_labels or make the two agree."
         )
-    return len(labels)  # {}: 0, the identity head save_pretrained records
+    return width  # {}: 0, the identity head save_pretrained records
 
 
 def check_hf_grid(spec, arrays, grid, weights_path: str) -> None:

@@ -105,7 +105,8 @@ HF_FIELDS: Dict[str, Check] = {
     "image_size": _SIZE,
     "patch_size": _SIZE,
     "layer_norm_eps": (_positive_number, "a positive number"),
-    "id2label": _LABELS,
+    # PretrainedConfig refuses a list ("should be a dictionary").
+    "id2label": (_object, "an {id: name} object, as transformers takes it"),
     "num_labels": (_count, "an integer >= 0"),
 }
 
