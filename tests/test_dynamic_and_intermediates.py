@@ -414,6 +414,16 @@ def test_export_serves_any_size(tmp_path):
         loaded.signatures["predict_any_size"](
             images=tf.zeros((1, 10, 16, 3))
         )
+    # At most 4 times the model's 4 x 4 patches: 8 x 8 runs, 9 x 8 is
+    # refused before the attention is computed (a huge declared shape
+    # would hold the server's memory).
+    assert loaded.signatures["predict_any_size"](images=tf.zeros(
+        (1, 32, 32, 3)))["probabilities"].shape[0] == 1
+    with pytest.raises(tf.errors.InvalidArgumentError, match=(
+            "predict_any_size runs images of at most 64 patches of 4 \\(4 "
+            "times those of the exported 16 x 16\\): send smaller images")):
+        loaded.signatures["predict_any_size"](
+            images=tf.zeros((1, 36, 32, 3)))
     # keras-vit-export --dynamic_size asks for the signature.
     values = flags.FlagValues()
     argv = ["keras-vit-export", "--export_dir=x", "--model=m.keras",

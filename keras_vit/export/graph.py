@@ -31,10 +31,13 @@ from keras_vit.data import preprocessing
 from keras_vit.derived import features_model, input_image_size, model_stride
 from keras_vit.errors import UsageError
 from keras_vit.export import request_checks
-from keras_vit.model import VisionTransformer
+from keras_vit.model import VisionTransformer, architecture_of
 
 SIGNATURES = ("serving_default", "predict_images", "features")
 ANY_SIZE_SIGNATURE = "predict_any_size"
+# predict_any_size takes at most this many times the patches of the size
+# the model was exported at.
+ANY_SIZE_TOKENS = 4
 
 _BASE64_PREFIX = request_checks._BASE64_PREFIX
 _SNIFF_BYTES = request_checks._SNIFF_BYTES
@@ -327,18 +330,31 @@ def _image_readers(size, resize_size, keep_aspect):
 
 def _any_size_endpoint(model: keras.Model, classify):
     """The `predict_any_size` endpoint: pixels whose sides are multiples of
-    the model's stride, run at their own size."""
+    the model's stride, run at their own size, of at most
+    ANY_SIZE_TOKENS times the patches of the model's own size (attention
+    grows with their square: one request of a huge declared shape would
+    hold the server's memory)."""
     stride = model_stride(model)
+    height, width = architecture_of(model).image_size
+    limit = ANY_SIZE_TOKENS * (height // stride) * (width // stride)
 
     def predict_any_size(images):
         images = request_checks.checked_pixels(images, ANY_SIZE_SIGNATURE)
+        sides = tf.shape(images)[1:3]
         divisible = tf.debugging.assert_equal(
-            tf.shape(images)[1:3] % stride, 0,
+            sides % stride, 0,
             message=f"predict_any_size needs a height and width that are "
             f"multiples of {stride} (the model's stride): resize, crop or "
             "pad the images, or send them to predict_images.",
         )
-        with tf.control_dependencies([divisible]):
+        bounded = tf.debugging.assert_less_equal(
+            (sides[0] // stride) * (sides[1] // stride), limit,
+            message=f"predict_any_size runs images of at most {limit:,} "
+            f"patches of {stride} ({ANY_SIZE_TOKENS} times those of the "
+            f"exported {height} x {width}): send smaller images, or send "
+            "them to predict_images.",
+        )
+        with tf.control_dependencies([divisible, bounded]):
             # No resize: the model runs at the images' own size.
             images = preprocessing.scale_to_unit_range(images)
         return classify(images)
