@@ -44,6 +44,24 @@ def test_randaugment_magnitude_mapping():
     assert augment.rand_augment(0, 15) is None
 
 
+def test_randaugment_rotates_and_translates_either_way():
+    """As the TPU RandAugment (a random sign): angles in [-90, 90] degrees
+    and shifts of up to a quarter of each side either way at factor 0.25
+    (M = 15), where Keras's own RandAugment draws [0, 90] degrees and
+    shifts down and right only."""
+    layer = augment.SignedRandAugment(value_range=(0, 255), num_ops=2,
+                                      factor=0.25, seed=0)
+    images = tf.zeros((256, 16, 16, 3))
+    angles = np.asarray(layer.random_rotation.get_random_transformation(
+        images, training=True)["angle"])
+    shifts = np.asarray(layer.random_translation.get_random_transformation(
+        images, training=True)["translations"])
+    assert -90 <= angles.min() < -45 and 45 < angles.max() <= 90
+    assert abs(np.mean(angles)) < 15
+    for axis in (0, 1):  # in pixels of the 16
+        assert -4 <= shifts[:, axis].min() < -2 < 2 < shifts[:, axis].max()
+
+
 @pytest.mark.parametrize("dtype", [
     pytest.param("uint8", marks=pytest.mark.slow), "float32"])
 def test_randaugment_runs_inside_tf_data(dtype):

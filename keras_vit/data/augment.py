@@ -17,10 +17,14 @@ Keras 3's RandAugment, with ITS op set and magnitude scale: 11 ops (shear,
 translation, rotation, brightness, colour degeneration, contrast,
 sharpness, posterization, solarization, auto-contrast, equalization; no
 Invert, Cutout or SolarizeAdd), each drawing its strength uniformly from
-[0, factor] of its own range (rotation: [0, factor x 360] degrees) instead
-of a fixed level. A big_vision magnitude M maps to factor = M / 60, chosen
-so that a rotation's mean angle (180 x factor) equals the TPU code's fixed
-3M degrees. The other ops do not match the TPU strengths; two even run the
+[0, factor] of its own range instead of a fixed level, the geometric ones
+with a random sign as the TPU code's (rotation: [-factor x 360, factor x
+360] degrees; translation: up to factor of each side either way; Keras's
+own RandAugment hands its rotation and translation [0, factor], which
+turns every image the same way and shifts it down and right only, so
+`SignedRandAugment` rebuilds those two). A big_vision magnitude M maps to
+factor = M / 60, chosen so that a rotation's mean angle (180 x factor)
+equals the TPU code's fixed 3M degrees. The other ops do not match the TPU strengths; two even run the
 other way: Keras's posterization keeps max(1, int(8 x factor)) bits and its
 solarization inverts the pixels above a threshold drawn from [0, 255 x
 factor], so both are strongest at small factors (the TPU code keeps 4M / 10
@@ -64,6 +68,23 @@ def randaugment_factor(magnitude: float) -> float:
     return min(float(magnitude) * MAGNITUDE_TO_FACTOR, 1.0)
 
 
+class SignedRandAugment(keras.layers.RandAugment):
+    """Keras's RandAugment with its rotation and translation drawn either
+    way, [-factor, factor] (Keras's hands them [0, factor]; its shear
+    already draws a sign), as the TPU RandAugment rotates, shears and
+    translates with a random sign."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        factor = float(self.factor[1])  # a number: drawn in [-f, f]
+        common = dict(interpolation=self.interpolation, seed=self.seed,
+                      data_format=self.data_format)
+        self.random_translation = keras.layers.RandomTranslation(
+            height_factor=factor, width_factor=factor, **common)
+        self.random_rotation = keras.layers.RandomRotation(factor=factor,
+                                                           **common)
+
+
 def rand_augment(
     num_ops: int, magnitude: float, seed: Optional[int] = None
 ) -> Optional[Callable[[tf.Tensor], tf.Tensor]]:
@@ -80,7 +101,7 @@ def rand_augment(
         raise UsageError(f"pp.randaug_ops must be >= 0, got {num_ops}.")
     if not num_ops:
         return None
-    layer = keras.layers.RandAugment(
+    layer = SignedRandAugment(
         value_range=(0, 255),
         num_ops=int(num_ops),
         factor=randaugment_factor(magnitude),
