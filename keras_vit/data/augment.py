@@ -27,8 +27,9 @@ factor = M / 60, chosen so that a rotation's mean angle (180 x factor)
 equals the TPU code's fixed 3M degrees. The other ops do not match the
 TPU strengths; two even run the other way: Keras's posterization keeps
 max(1, int(8 x factor)) bits and its solarization inverts the pixels
-above a threshold drawn from [0, 255 x factor], so both are strongest at small factors (the TPU code keeps 4M / 10
-bits and solarizes above 25.6 M). Neither M = 0 is the identity (the TPU
+above a threshold drawn from [0, 255 x factor], so both are strongest
+at small factors (the TPU code keeps 4M / 10 bits and solarizes above
+25.6 M). Neither M = 0 is the identity (the TPU
 code's posterizes to 0 bits and sets Color and Contrast to 0.1).
 `randaug(2, 15)` here is therefore Keras's RandAugment(num_ops=2,
 factor=0.25), not a reproduction of big_vision's op for op.
