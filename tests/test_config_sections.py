@@ -88,11 +88,14 @@ def _load(path_arg, *overrides):
 # released fine-tunings) and MPP's steps. Everything else still reads as
 # shipped.
 _CHANGED_SINCE = {
+    # Fine-tuning starts the head at zero even where its width fits.
     "finetune": {("input", "pp", "train"): "pretrain",
-                 ("input", "pp", "resize_size"): None},
+                 ("input", "pp", "resize_size"): None,
+                 ("init", "head"): "zero"},
     "augreg_finetune": {("input", "pp", "train"): "pretrain",
                         ("input", "pp", "resize_size"): None,
-                        ("trainer", "ema_decay"): 0.0},
+                        ("trainer", "ema_decay"): 0.0,
+                        ("init", "head"): "zero"},
     # MPP on ImageNet for 100k steps (the paper's 1M were on JFT).
     "mpp_pretrain": {("trainer", "total_steps"): 100_000},
     "augreg_i21k": {("model", "dropout_rate"): 0.0,

@@ -359,13 +359,14 @@ def test_pretrain_recipe_runs_shrunk_in_bfloat16(tmp_path, monkeypatch):
 
 
 def test_finetune_recipe_runs_shrunk_from_an_npz(tmp_path, monkeypatch):
-    """A tiny 'pre-trained' model at 16 x 16 (2 x 2 grid, 5 classes, with a
-    pre-logits layer) fine-tunes at 32 x 32 (4 x 4 grid, 10 classes)."""
+    """A tiny 'pre-trained' model at 16 x 16 (2 x 2 grid, 10 classes, with
+    a pre-logits layer) fine-tunes at 32 x 32 (4 x 4 grid) on 10 classes:
+    its head, which fits, starts at zero all the same."""
     import tensorflow_datasets as tfds
 
     keras.utils.set_random_seed(3)
     source = keras_vit.create_model(
-        None, num_classes=5, image_size=16, representation_size=16,
+        None, num_classes=10, image_size=16, representation_size=16,
         head_zero_init=False, **{k: v for k, v in TINY.items() if v},
     )
     npz = str(tmp_path / "pre.npz")
