@@ -424,6 +424,11 @@ def test_export_serves_any_size(tmp_path):
             "times those of the exported 16 x 16\\): send smaller images")):
         loaded.signatures["predict_any_size"](
             images=tf.zeros((1, 36, 32, 3)))
+    # An empty batch declaring sides whose patches overflow int32.
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match="predict_any_size runs images of at most 64"):
+        loaded.signatures["predict_any_size"](
+            images=tf.zeros((0, 741456, 741456, 3)))
     # keras-vit-export --dynamic_size asks for the signature.
     values = flags.FlagValues()
     argv = ["keras-vit-export", "--export_dir=x", "--model=m.keras",

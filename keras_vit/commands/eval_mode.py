@@ -21,8 +21,6 @@ from keras_vit.commands.lazy import lazy_module
 from keras_vit.errors import UsageError
 
 if TYPE_CHECKING:  # imported on first use: --help loads no TensorFlow
-    import tensorflow_datasets as tfds
-
     from keras_vit.commands import labels
     from keras_vit.data import checks as data_checks
     from keras_vit.data import folders, overlaps, sources
@@ -32,7 +30,6 @@ if TYPE_CHECKING:  # imported on first use: --help loads no TensorFlow
     from keras_vit.storage import workdir as wd
     from keras_vit.training import distribute
 else:
-    tfds = lazy_module("tensorflow_datasets")
     labels = lazy_module("keras_vit.commands.labels")
     data_checks = lazy_module("keras_vit.data.checks")
     folders = lazy_module("keras_vit.data.folders")

@@ -203,10 +203,8 @@ def get_config(arg=None):
     # training split in memory.
     c.input.shuffle_buffer = 50_000
     c.input.cache_train = row["cache"]
-    # Initialisation: the pre-trained weights, position embeddings resized
-    # and the head started at zero even where its width fits (a 1000-class
-    # ImageNet head, unnamed, onto ImageNet), as the official fine-tuning
-    # code and big_vision's transfer configs always start it.
+    # Initialisation: the pre-trained weights, position embeddings resized,
+    # the head at zero even where it fits (as the official code starts it).
     c.init.model = init
     c.init.head = "zero"
     return c

@@ -23,8 +23,8 @@ with a random sign as the TPU code's (rotation: [-factor x 360, factor x
 own RandAugment hands its rotation and translation [0, factor], which
 turns every image the same way and shifts it down and right only, so
 `SignedRandAugment` rebuilds those two). A big_vision magnitude M maps to
-factor = M / 60, chosen so that a rotation's mean angle (180 x factor)
-equals the TPU code's fixed 3M degrees. The other ops do not match the
+factor = M / 60, chosen so that a rotation's mean absolute angle (180 x
+factor) equals the TPU code's fixed 3M degrees. The other ops do not match the
 TPU strengths; two even run the other way: Keras's posterization keeps
 max(1, int(8 x factor)) bits and its solarization inverts the pixels
 above a threshold drawn from [0, 255 x factor], so both are strongest

@@ -340,15 +340,18 @@ def _any_size_endpoint(model: keras.Model, classify):
 
     def predict_any_size(images):
         images = request_checks.checked_pixels(images, ANY_SIZE_SIGNATURE)
-        sides = tf.shape(images)[1:3]
+        # int64: a declared shape whose patches overflow int32 (an empty
+        # batch carries none of its pixels) would wrap below the limit.
+        sides = tf.shape(images, out_type=tf.int64)[1:3]
         divisible = tf.debugging.assert_equal(
-            sides % stride, 0,
+            sides % stride, tf.constant(0, tf.int64),
             message=f"predict_any_size needs a height and width that are "
             f"multiples of {stride} (the model's stride): resize, crop or "
             "pad the images, or send them to predict_images.",
         )
         bounded = tf.debugging.assert_less_equal(
-            (sides[0] // stride) * (sides[1] // stride), limit,
+            (sides[0] // stride) * (sides[1] // stride),
+            tf.constant(limit, tf.int64),
             message=f"predict_any_size runs images of at most {limit:,} "
             f"patches of {stride} ({ANY_SIZE_TOKENS} times those of the "
             f"exported {height} x {width}): send smaller images, or send "

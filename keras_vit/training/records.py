@@ -92,6 +92,7 @@ class BestKeeper:
         mended = dict(stored, step=step)
         if accuracies:
             mended["accuracy"] = accuracies[-1]
+            mended.pop("accuracy_at_least", None)
         else:
             mended["accuracy_at_least"] = True
         logging.warning(
