@@ -250,9 +250,14 @@ def complete_evaluator(values: Mapping[str, Any], kind: str, *,
 def find_evaluator(evals, kind: str) -> ml_collections.ConfigDict:
     """The evaluator of type `kind` in a config's `evals` section: the one
     named `kind`, else the only one of that type."""
+    return evals[evaluator_name(evals, kind)]
+
+
+def evaluator_name(evals, kind: str) -> str:
+    """The name in `evals` of the evaluator `find_evaluator` picks."""
     if kind in evals and evals[kind].type == kind:
-        return evals[kind]
-    found = [e for e in evals.values() if e.type == kind]
+        return kind
+    found = [name for name, e in evals.items() if e.type == kind]
     if len(found) != 1:
         raise UsageError(
             f"config.evals has {len(found)} evaluators of type {kind!r}: "

@@ -23,6 +23,7 @@ from keras_vit.evaluation import fewshot_reports, vtab_run
 from keras_vit.storage import workdir as wd
 from keras_vit.training import model_init, train_lib
 from tests import tiny as tiny_configs
+from tests.photo_folder import write_photo_folder
 from tests.reliability_cases import check_error, check_says, covers
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -641,3 +642,42 @@ def test_a_fewshot_split_that_is_none_is_named_before_extraction(
         "F=validation cannot be used: cifar100 holds no split 'validation' "
         "(it has train, test). Pass F=<an existing split")
     sources.check_split(inp, "train[:10%]+test", "F", ["train", "test"])
+
+
+def test_a_fewshot_split_is_named_by_its_own_evaluator_and_field(
+        tmp_path, capsys):
+    """The refusal names the few-shot evaluator the config holds (here
+    config.evals.probe, not config.evals.fewshot) and gives an example of
+    the field's own kind (a train split for train_split); an image
+    folder's split is looked up before anything is read."""
+    path = str(tmp_path / "m.keras")
+    create_model(None, num_classes=3, image_size=16, patch_size=8,
+                 hidden_size=16, num_layers=1, num_heads=2,
+                 mlp_dim=16).save(path)
+    config = tmp_path / "probe.py"
+    config.write_text(
+        "from keras_vit.configs import fewshot\n\n\n"
+        "def get_config(arg=None):\n"
+        "    config = fewshot.get_config(arg)\n"
+        "    with config.unlocked():\n"
+        "        config.evals.probe = config.evals.fewshot\n"
+        "        del config.evals['fewshot']\n"
+        "    return config\n")
+    assert cli("--mode=fewshot", f"--config={config}:digits",
+               "--config.model.image_size=16",
+               "--config.evals.probe.datasets.digits.train_split=valid",
+               f"--model={path}", f"--output_dir={tmp_path / 'fs'}") == 1
+    line = _one_line_error(capsys)
+    field = "--config.evals.probe.datasets.digits.train_split"
+    assert line.startswith(f"keras-vit-evaluate: error: {field}=valid "
+                           "cannot be used: The digits data"), line
+    assert line.endswith(f"e.g. {field}='train' or {field}='train[:50%]'."
+                         ), line
+    root = tmp_path / "photos"
+    write_photo_folder(root, per_class=2)
+    inp = config_lib.complete(dict(dataset="folder", data_dir=str(root)),
+                              "input")
+    sources.check_split(inp, "train[:50%]", "F")
+    with pytest.raises(UsageError, match=r"^F=valid cannot be used: Image "
+                       r"folder .* has no split 'valid'"):
+        sources.check_split(inp, "valid", "F")

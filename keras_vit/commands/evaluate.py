@@ -128,10 +128,11 @@ def fewshot_options(config):
 def _fewshot_mode(values, source, strategy) -> Dict:
     config = values.config
     opts = fewshot_options(config)
+    evaluator = config_lib.evaluator_name(config.evals, "fewshot")
     datasets = [
         fewshot.FewShotData(name, d.dataset, d.train_split, d.test_split,
                             config.input.data_dir, config.input.manual_dir,
-                            bool(config.input.skip_bad_images))
+                            bool(config.input.skip_bad_images), evaluator)
         for name, d in opts.datasets.items()
     ]
     image_size, resize_size = _fewshot_sizes(values, config)

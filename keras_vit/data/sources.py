@@ -224,10 +224,11 @@ def split_fix(field: str, split: str, why: str, names=None) -> UsageError:
     """The error of a `split` that cannot be read, naming the flag or
     config `field` that gave it, why, and the data's splits (`names`)."""
     listed = f" (it has {', '.join(names)})" if names else ""
+    example = "train" if field.endswith("train_split") else "test"
     return UsageError(
         f"{field}={split} cannot be used: {why.rstrip('.')}{listed}. Pass "
         f"{field}=<an existing split or a slice of one>, e.g. "
-        f"{field}='test' or {field}='test[:50%]'.")
+        f"{field}='{example}' or {field}='{example}[:50%]'.")
 
 
 def check_split(inp, split: str, field: str, names=None) -> None:
@@ -235,11 +236,16 @@ def check_split(inp, split: str, field: str, names=None) -> None:
     split, a slice or a sum of them of the data of `config.input` section
     `inp`: the digits' read at once; a TFDS one's parsed, then each part
     looked up among `names` (the data set's splits, where TFDS knows
-    them). An image folder's are named where it is read
-    (`folders.resolve_split`)."""
+    them); an image folder's looked up in its index of files (the
+    folder's own message, after `field`)."""
     import tensorflow_datasets as tfds
 
     if inp.dataset == FOLDER and not inp.vtab_task:
+        try:
+            folders.folder_split(inp.data_dir, split)
+        except UsageError as error:
+            raise UsageError(f"{field}={split} cannot be used: {error}"
+                             ) from None
         return
     if inp.dataset == DIGITS and not inp.vtab_task:
         try:

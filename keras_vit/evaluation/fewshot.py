@@ -198,6 +198,7 @@ class FewShotData:
     # Manual downloads (config.input.manual_dir); None: <data_dir>/...
     manual_dir: Optional[str] = None  # .../downloads/manual
     skip_bad_images: bool = False  # an image folder's (config.input's)
+    evaluator: str = "fewshot"  # its evaluator's name in config.evals
 
     def input(self, resize_size) -> ml_collections.ConfigDict:
         """The `config.input` section that reads this data set, resized to
@@ -321,8 +322,8 @@ def run(  # noqa: PLR0913 (its options, by keyword)
         info = sources.dataset_info(inp)
         for field in ("train_split", "test_split"):  # before extracting
             sources.check_split(inp, getattr(data, field), "config.evals."
-                                f"fewshot.datasets.{data.name}.{field}",
-                                list(info.num_examples))
+                                f"{data.evaluator}.datasets.{data.name}."
+                                f"{field}", list(info.num_examples))
         logging.info("few-shot data set %s: %s (%d classes)%s.",
                      progress.start(), data.name, info.num_classes,
                      progress.eta())
