@@ -547,6 +547,21 @@ def test_an_image_too_elongated_to_keep_its_aspect_is_one_line(
     assert [s["file"] for s in data["skipped"]] == [str(strip)]
     check_says("elongated_image_keep_aspect", data["skipped"][0]["reason"])
     assert run_predict([*args, "--nokeep_aspect"]) == 0
+    # An export's warm-up image so elongated is named before anything is
+    # written: TF Serving replays warm-up when it loads the model, and
+    # would fail the load on it.
+    export_dir = tmp_path / "export"
+    capsys.readouterr()
+    assert export_cli.main([
+        "keras-vit-export", f"--model={model}", f"--export_dir={export_dir}",
+        "--resize_size=256", "--keep_aspect", f"--warmup_images={good}",
+        f"--warmup_images={strip}"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(
+        f"keras-vit-export: error: warmup_images[1] ({strip}), 1 x 300 "
+        "pixels: The image is too elongated"), err
+    check_says("elongated_image_keep_aspect", err[0])
+    assert not export_dir.exists()
     with pytest.raises(tf.errors.InvalidArgumentError, match="elongated"):
         tf.function(lambda image: preprocessing.preprocess_eval(
             image, 32, 256, keep_aspect=True))(tf.zeros((1, 300, 3), tf.uint8))

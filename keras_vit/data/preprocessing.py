@@ -67,15 +67,22 @@ ELONGATED_MESSAGE = (
     "crop it first, or resize both sides (--keep_aspect=false).")
 
 
+def small_side_size(shape, smaller: int) -> tf.Tensor:
+    """(height, width), int32, of an image of `shape` (height, width, ...)
+    whose shorter side `resize_small` makes `smaller`."""
+    shape = tf.cast(shape, tf.int32)
+    factor = tf.cast(smaller, tf.float32) / tf.cast(
+        tf.minimum(shape[0], shape[1]), tf.float32)
+    return tf.cast(tf.round(tf.cast(shape[:2], tf.float32) * factor),
+                   tf.int32)
+
+
 def resize_small(image: tf.Tensor, smaller: int) -> tf.Tensor:
     """Resizes the shorter side to `smaller`, keeping the aspect ratio (the
     other side rounded), with area resampling, truncated to whole values
     in [0, 255]; the input's dtype out. big_vision's `resize_small`, with
     which its ImageNet runs evaluate (then the central crop)."""
-    shape = tf.shape(image)
-    factor = tf.cast(smaller, tf.float32) / tf.cast(
-        tf.minimum(shape[0], shape[1]), tf.float32)
-    hw = tf.cast(tf.round(tf.cast(shape[:2], tf.float32) * factor), tf.int32)
+    hw = small_side_size(tf.shape(image), smaller)
     within = tf.debugging.assert_less_equal(  # a 1 x 65535 image: 16M x N
         tf.reduce_prod(tf.cast(hw, tf.int64)),
         tf.constant(MAX_RESIZED_PIXELS, tf.int64), message=ELONGATED_MESSAGE)

@@ -179,6 +179,27 @@ def load_warmup_images(images: Sequence[WarmupImage]) -> List[bytes]:
     return encoded
 
 
+def check_warmup_aspect(images: Sequence[bytes], resize_size: int,
+                        given=None) -> None:
+    """A UsageError naming the first warm-up image (encoded `images`, from
+    the `warmup_images` `given`) too elongated for the keep-aspect resize
+    of its shorter side to `resize_size` (`preprocessing.resize_small`):
+    TF Serving replays the warm-up when it loads the model, and one
+    refused request fails the load."""
+    for index, data in enumerate(images):
+        shape = tf.shape(preprocessing.decode_image(tf.constant(data)))
+        size = preprocessing.small_side_size(shape, resize_size).numpy()
+        if int(np.prod(size, dtype=np.int64)) <= (
+                preprocessing.MAX_RESIZED_PIXELS):
+            continue
+        what = f"warmup_images[{index}]"
+        if isinstance(given, (list, tuple)) and isinstance(
+                given[index], (str, os.PathLike)):
+            what += f" ({os.fspath(given[index])})"
+        raise UsageError(f"{what}, {int(shape[0])} x {int(shape[1])} "
+                         f"pixels: {preprocessing.ELONGATED_MESSAGE}")
+
+
 def _warmup_records(count: int) -> int:
     """int. The most records `warmup_requests` makes of `count` images:
     one each, the batched ones, and the pixels (fixed and any size) and

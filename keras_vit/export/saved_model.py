@@ -247,6 +247,9 @@ def _target(model: keras.Model, export_dir: str,
         images = export_files.default_warmup_images()
     else:
         images = export_files.load_warmup_images(opts.warmup_images)
+    if opts.keep_aspect:
+        export_files.check_warmup_aspect(images, opts.resize_size,
+                                         opts.warmup_images)
     export_dir = os.fspath(export_dir)
     config_path = export_files.join(export_dir, export_files.CONFIG_FILE)
     server_config.read_models_config(config_path)  # fail before exporting
