@@ -472,6 +472,17 @@ _CASES = [
         "UsageError",
     ),
     Case(
+        "unreadable_folder", BAD_INPUT, "data",
+        "A sub-folder of images that cannot be listed (no read permission), "
+        "in a folder given to keras-vit-predict or keras-vit-analysis, or "
+        "in a training image folder",
+        "One line naming the folder and the fix (its images were left out "
+        "unsaid, with exit status 0).",
+        ("cannot be listed", "give the user running this read and search "
+         "permission on it"),
+        "exit status 1",
+    ),
+    Case(
         "truncated_image", BAD_INPUT, "data",
         "A PNG cut off half-way",
         "The same error, naming the file.",

@@ -108,6 +108,52 @@ def test_unreadable_images_are_named(tmp_path):
     assert f"{root}/train/a/truncated.png (Invalid PNG data" in text
 
 
+@covers("unreadable_folder")
+def test_a_folder_that_cannot_be_listed_is_named(tmp_path, monkeypatch,
+                                                 capsys):
+    """A sub-folder without read permission (faked: the tests may run as
+    root, who reads everything): keras-vit-predict and a training run say
+    which folder and how to fix it, where its images were left out
+    unsaid."""
+    from keras_vit.commands import predict
+
+    root = good_folder(tmp_path / "images")
+    model = tmp_path / "m.keras"
+    keras_vit.create_model(None, num_classes=2, image_size=16, patch_size=8,
+                           hidden_size=16, num_layers=1, num_heads=2,
+                           mlp_dim=16).save(model)
+    locked = f"{root}/train/b"
+    scandir, listdir = os.scandir, tf.io.gfile.listdir
+
+    def no_scandir(path="."):
+        if os.fspath(path) == locked:
+            raise PermissionError(errno.EACCES, "Permission denied", locked)
+        return scandir(path)
+
+    def no_listdir(path):
+        if path.rstrip("/") == locked:
+            raise tf.errors.PermissionDeniedError(None, None, "denied")
+        return listdir(path)
+
+    monkeypatch.setattr(os, "scandir", no_scandir)
+    monkeypatch.setattr(tf.io.gfile, "listdir", no_listdir)
+    assert predict.main(["keras-vit-predict", f"--model={model}",
+                         str(root)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(
+        f"keras-vit-predict: error: The folder {locked} cannot be listed "
+        "(Permission denied)"), err
+    check_says("unreadable_folder", err[0])
+    folders.folder_index.cache_clear()
+    with pytest.raises(UsageError) as info:
+        train_lib.train_and_evaluate(folder_config(root),
+                                     str(tmp_path / "run"))
+    check_says("unreadable_folder", str(info.value))
+    assert str(info.value).startswith(f"The folder {locked} cannot be "
+                                      "listed (Permission denied)")
+    folders.folder_index.cache_clear()
+
+
 def _error_line(result, command):
     """The one error line of a console script that failed with status 1
     and no traceback."""

@@ -20,7 +20,7 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from keras_vit.data.image_files import IMAGE_EXTENSIONS
+from keras_vit.data.image_files import IMAGE_EXTENSIONS, unreadable_folder
 from keras_vit.data.image_files import is_hidden as _hidden
 from keras_vit.data.image_files import is_image as _is_image
 from keras_vit.data.splits import parse_split, split_bounds
@@ -127,6 +127,8 @@ def _listdir(path: str) -> List[str]:
     is one line naming the folder, not a decoding error inside TensorFlow."""
     try:
         return tf.io.gfile.listdir(path)
+    except tf.errors.PermissionDeniedError:
+        raise unreadable_folder(path, "Permission denied") from None
     except UnicodeDecodeError as e:
         raise UsageError(
             f"A file name in {path} is not UTF-8 ({e.object[:e.end]!r}...): "

@@ -37,7 +37,11 @@ def images_under(top: str) -> List[str]:
     (`album.jpg/`) searched, never read as one. What keras-vit-predict
     and keras-vit-analysis read of a folder."""
     found, seen = [], set()
-    for root, dirs, names in os.walk(top, followlinks=True):
+
+    def refuse(error: OSError):  # os.walk would leave the folder out
+        raise unreadable_folder(error.filename or top, error.strerror)
+
+    for root, dirs, names in os.walk(top, onerror=refuse, followlinks=True):
         real = os.path.realpath(root)
         if real in seen:
             dirs[:] = []
@@ -46,6 +50,15 @@ def images_under(top: str) -> List[str]:
         dirs[:] = [d for d in dirs if not d.startswith(".")]
         found.extend(os.path.join(root, n) for n in names if is_image(n))
     return sorted(found)
+
+
+def unreadable_folder(path: str, why: str) -> UsageError:
+    """The error of a folder of images that cannot be listed (its images
+    would be left out unsaid)."""
+    return UsageError(
+        f"The folder {path} cannot be listed ({why}): give the user running "
+        f"this read and search permission on it (chmod a+rx {path}), or "
+        "move it out of the folder read.")
 
 
 def check_workdir_apart(config, workdir: str) -> None:
