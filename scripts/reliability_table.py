@@ -30,7 +30,7 @@ TEST_FILES = (
     "tests/test_multiworker_faults.py", "tests/test_serving_polish.py",
     "tests/test_tfds_prepare.py", "tests/test_eval_reruns.py",
     "tests/test_hub_reading.py", "tests/test_predict.py",
-    "tests/test_commands.py",
+    "tests/test_commands.py", "tests/test_litert.py",
 )
 
 _COVERS = re.compile(

@@ -229,6 +229,18 @@ _CASES = [
         "UsageError",
     ),
     Case(
+        "foreign_export", BAD_INPUT, "CLI",
+        "keras-vit-predict --model= a SavedModel or .tflite file written by "
+        "another tool (Keras's model.export, TF Hub), whose signature takes "
+        "no image_bytes (images) or gives no probabilities",
+        "One line, before any image is read, naming what the file takes "
+        "and gives and the fix (it was a KeyError or TypeError traceback "
+        "after every image had been decoded).",
+        ("it is no export of keras-vit-export", "Export the model with "
+         "keras-vit-export, or name the model itself"),
+        "exit status 1",
+    ),
+    Case(
         "stop_swallowed_by_a_callback", FAULT, "CLI",
         "Ctrl-C or SIGTERM landing in a library's garbage-collection "
         "callback (JAX registers one), where Python prints \"Exception "

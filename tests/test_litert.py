@@ -15,6 +15,7 @@ from keras_vit.commands import export as cli
 from keras_vit.commands import predict
 from keras_vit.errors import UsageError
 from keras_vit.export import litert
+from tests.reliability_cases import check_says, covers
 
 SIZE = 32
 NAMES = ["a", "b", "c", "d"]
@@ -346,3 +347,33 @@ def test_a_stop_while_the_converter_runs_keeps_the_earlier_export(
     assert status == 130
     assert "stopped" in capsys.readouterr().err
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+
+
+@covers("foreign_export")
+def test_an_export_another_tool_wrote_is_named(tmp_path, capsys):
+    """A SavedModel (and its .tflite) whose signature takes x and gives
+    scores, as another tool writes: one line saying so, before any image
+    is read, not a KeyError once every image was decoded."""
+
+    class Other(tf.Module):
+        @tf.function(input_signature=[
+            tf.TensorSpec([1, SIZE, SIZE, 3], tf.float32)])
+        def serve(self, x):
+            return {"scores": tf.reduce_mean(x, [1, 2])}
+
+    other = Other()
+    saved = tmp_path / "other"
+    tf.saved_model.save(other, str(saved), signatures=other.serve)
+    edge = tmp_path / "other.tflite"
+    edge.write_bytes(
+        tf.lite.TFLiteConverter.from_saved_model(str(saved)).convert())
+    png = tmp_path / "a.png"
+    png.write_bytes(tf.io.encode_png(np.zeros((8, 8, 3), np.uint8)).numpy())
+    for path, names in ((saved, "image_bytes"), (edge, "images")):
+        assert predict.main(["keras-vit-predict", f"--model={path}",
+                             str(png)]) == 1
+        (line,) = capsys.readouterr().err.strip().splitlines()
+        assert line.startswith(
+            f"keras-vit-predict: error: {path} takes x and gives scores, "
+            f"not {names} -> probabilities"), line
+        check_says("foreign_export", line)

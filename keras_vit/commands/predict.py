@@ -24,9 +24,6 @@ read. A progress count goes to stderr when a folder is given.
 
 from __future__ import annotations
 
-import csv
-import io
-import json
 import os
 import re
 import sys
@@ -44,8 +41,13 @@ from keras_vit.commands.image_inputs import (  # noqa: F401 (this API)
     skip,
 )
 from keras_vit.commands.lazy import lazy_module
+from keras_vit.commands.prediction_files import (  # noqa: F401 (this API)
+    check_output,
+    printable,
+    top_k,
+    write_output,
+)
 from keras_vit.errors import UsageError
-from keras_vit.storage.atomic import atomic_write
 
 if TYPE_CHECKING:  # imported on first use: --help loads no TensorFlow
     import keras
@@ -53,6 +55,7 @@ if TYPE_CHECKING:  # imported on first use: --help loads no TensorFlow
 
     from keras_vit import derived
     from keras_vit.data import checks, preprocessing
+    from keras_vit.export import files as export_files
     from keras_vit.export import litert, request_checks
 else:
     keras = lazy_module("keras")
@@ -62,6 +65,7 @@ else:
     checks = lazy_module("keras_vit.data.checks")
     litert = lazy_module("keras_vit.export.litert")
     request_checks = lazy_module("keras_vit.export.request_checks")
+    export_files = lazy_module("keras_vit.export.files")
 
 
 def _pixels(images: Sequence[bytes], size, resize_size,
@@ -101,6 +105,7 @@ def saved_model_predictor(path: str) -> Callable:
             f"{path} is not a readable SavedModel with a serving_default "
             f"signature ({_first_sentence(checks.decode_reason(error))}): "
             "export the model again.") from None
+    export_files.check_saved_signature(path, signature)
 
     def predict(images: Sequence[bytes]) -> np.ndarray:
         # Requests within the signature's pixel budget (large photos: a
@@ -140,6 +145,12 @@ def litert_predictor(path: str, resize_size=None, labels_used: bool = True,
     the file), then given to the file as pixels in [0, 255]."""
     try:
         interpreter = litert.open_interpreter(path)
+    except (ValueError, RuntimeError) as error:
+        raise UsageError(f"{path} is not a readable LiteRT file ({error}): "
+                         "export the model again.") from None
+    export_files.check_litert_signature(path, interpreter, (
+        litert.INPUT_NAME, litert.OUTPUT_NAME))
+    try:
         size = tuple(int(n) for n in interpreter.get_input_details()[0][
             "shape"][1:3])
         num_classes = _width(lambda: interpreter.get_signature_runner(
@@ -185,62 +196,6 @@ def predictor(values, source) -> Callable:
     resize = cli.resize_size(values, source, model)
     return keras_predictor(model, resize,
                            cli.keep_aspect(values, source, resize))
-
-
-def top_k(probabilities: np.ndarray, names: Sequence[str], k: int):
-    """[[(class, name, probability)] per image], best first."""
-    order = np.argsort(-probabilities, axis=-1, kind="stable")[:, :k]
-    return [
-        [(int(c), names[c], float(p[c])) for c in row]
-        for p, row in zip(probabilities, order)
-    ]
-
-
-OUTPUT_EXTENSIONS = (".json", ".csv")
-
-
-def check_output(path: Optional[str]) -> None:
-    """A UsageError, before any image is classified, for an --output that
-    write_output cannot write."""
-    if path and os.path.splitext(path)[1].lower() not in OUTPUT_EXTENSIONS:
-        raise UsageError(f"--output {path}: use a .json or .csv file.")
-
-
-def write_output(path: str, files, tops, skipped) -> None:
-    """Writes the predictions as JSON or CSV (by `path`'s extension),
-    through a temporary file and a rename (a missing folder is made). A
-    file name that is not UTF-8 is written with its odd bytes escaped
-    (`caf\\xe9.jpg`), so that the file stays UTF-8."""
-    check_output(path)
-    files = [_printable(f) for f in files]
-    skipped = [(_printable(f), r) for f, r in skipped]
-    if os.path.splitext(path)[1].lower() == ".json":
-        data = {
-            "predictions": [
-                {"file": f, "top_k": [
-                    {"class": c, "name": n, "probability": p}
-                    for c, n, p in top]}
-                for f, top in zip(files, tops)
-            ],
-            "skipped": [{"file": f, "reason": r} for f, r in skipped],
-        }
-        atomic_write(path, json.dumps(data, indent=1) + "\n")
-        return
-    rows = [("file", "rank", "class", "name", "probability")] + [
-        (f, rank, c, n, f"{p:.6f}")
-        for f, top in zip(files, tops)
-        for rank, (c, n, p) in enumerate(top, start=1)
-    ]
-    text = io.StringIO(newline="")
-    csv.writer(text).writerows(rows)
-    atomic_write(path, text.getvalue())
-
-
-def _printable(name: str) -> str:
-    """A file name as UTF-8 text: bytes that are not UTF-8 (decoded by
-    Python as lone surrogates) as backslash escapes."""
-    return name.encode("utf-8", "surrogateescape").decode(
-        "utf-8", "backslashreplace")
 
 
 def define_flags(values: flags.FlagValues, argv: Sequence[str]) -> None:
@@ -351,7 +306,7 @@ def print_results(args, files, tops, skipped) -> None:
         else:
             for path, top in zip(files, tops):
                 answer = ", ".join(f"{n} {p:.3f}" for _, n, p in top)
-                print(f"{_printable(path)}: {answer}")
+                print(f"{printable(path)}: {answer}")
         sys.stdout.flush()
     except BrokenPipeError:  # `... | head -2`: the reader has its lines
         cli.stdout_closed()

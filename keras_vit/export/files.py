@@ -87,6 +87,37 @@ def join(*parts: str) -> str:
     return os.path.join(*[os.fspath(p) for p in parts])
 
 
+def check_saved_signature(path: str, signature) -> None:
+    """A UsageError where the serving_default `signature` of the SavedModel
+    `path` lacks the image_bytes input or the probabilities output."""
+    outputs = signature.structured_outputs
+    _check_names(path, signature.structured_input_signature[1],
+                 outputs if isinstance(outputs, dict) else {})
+
+
+def check_litert_signature(path: str, interpreter, names) -> None:
+    """A UsageError where the LiteRT file `path` (its `interpreter`) has
+    other than one signature, taking and giving `names` (input, output)."""
+    one = list(interpreter.get_signature_list().values())
+    one = one[0] if len(one) == 1 else {}  # several: none of them
+    _check_names(path, one.get("inputs", ()), one.get("outputs", ()), names)
+
+
+def _check_names(path: str, inputs, outputs,
+                 names=("image_bytes", "probabilities")) -> None:
+    """A UsageError where a served file's signature (its `inputs` and
+    `outputs` names) lacks what keras-vit-export writes (`names`: input,
+    output): a SavedModel or LiteRT file that other tools wrote."""
+    if names[0] in inputs and names[1] in outputs:
+        return
+    raise UsageError(
+        f"{path} takes {', '.join(sorted(inputs)) or 'no named input'} and "
+        f"gives {', '.join(sorted(outputs)) or 'no named output'}, not "
+        f"{names[0]} -> {names[1]}: it is no export of keras-vit-export. "
+        "Export the model with keras-vit-export, or name the model itself "
+        "(a .keras file, a workdir or a released model's name).")
+
+
 # ---------------------------------------------------------------- warm-up
 
 
