@@ -1385,8 +1385,8 @@ _CASES = [
         "elongated_image_keep_aspect", BAD_INPUT, "data",
         "An image so elongated that resizing its shorter side keeping the "
         "aspect ratio makes more than 2**24 pixels (a 1 x 300 strip at a "
-        "resize of 256), in keras-vit-predict, a served request or an "
-        "export's warm-up images",
+        "resize of 256), in keras-vit-predict, keras-vit-analysis, a "
+        "served request or an export's warm-up images",
         "Refused before the resize allocates it (one line naming the file "
         "in keras-vit-predict, or with --skip_bad_images named and left "
         "out; the request's error in serving; a warm-up image named before "

@@ -761,6 +761,21 @@ def test_skip_bad_images_leaves_out_what_cannot_be_read(saved_model,
     with open(out / cli.JSON_NAME) as f:
         assert [p["name"] for p in json.load(f)["images"]] == [
             "0.png", "1.png"]
+    # An image too elongated for the keep-aspect resize is refused when
+    # checked, like a broken one, not as a traceback from the resize.
+    (photos / "broken.jpg").unlink()
+    strip = photos / "strip.png"
+    strip.write_bytes(tf.io.encode_png(np.zeros((1, 300, 3), np.uint8)
+                                       ).numpy())
+    kept = [f"--model={saved_model}", f"--output_dir={tmp_path / 'kept'}",
+            str(photos), "--resize_size=256", "--keep_aspect"]
+    assert _analysis(*kept) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith(f"keras-vit-analysis: error: '{strip}': The "
+                              "image is too elongated"), err
+    assert _analysis(*kept, "--skip_bad_images") == 0
+    assert f"skipped {strip}: '{strip}': The image is too elongated" in (
+        capsys.readouterr().err)
 
 
 def test_flags_are_checked_before_any_image(saved_model, tmp_path, capsys):

@@ -138,7 +138,8 @@ def load_images(
     and then the central `size` crop), as
     keras-vit-predict and an export's serving_default do. Every file is
     decoded once here (its count on the terminal with `show_progress`),
-    so that one that cannot be read stops the command
+    so that one that cannot be read (or is too elongated for the
+    keep-aspect resize) stops the command
     before any figure is computed; the pixels are made again batch by
     batch when used (`ImageFiles`). An analysis's own figures in
     `output_dir` are left out (`_list_images`). With `skip_bad_images`, a file
@@ -153,7 +154,10 @@ def load_images(
         if show_progress and (i % 50 == 0 or i + 1 == len(files)):
             progress.show(f"checked {i + 1}/{len(files)} images")
         try:
-            _decode(file)
+            decoded = _decode(file)
+            if keep_aspect and resize_size and preprocessing.too_elongated(
+                    tf.shape(decoded), resize_size):  # refused when resized
+                raise UsageError(f"{file!r}: {preprocessing.ELONGATED_MESSAGE}")
         except UsageError as error:
             progress.end_line()  # the message on a line of its own
             if not skip_bad_images:

@@ -77,6 +77,13 @@ def small_side_size(shape, smaller: int) -> tf.Tensor:
                    tf.int32)
 
 
+def too_elongated(shape, smaller: int) -> bool:
+    """Whether `resize_small` to `smaller` refuses an image of `shape`
+    (ELONGATED_MESSAGE), asked before it is resized (eagerly)."""
+    size = tf.cast(small_side_size(shape, smaller), tf.int64)
+    return bool(tf.reduce_prod(size) > MAX_RESIZED_PIXELS)
+
+
 def resize_small(image: tf.Tensor, smaller: int) -> tf.Tensor:
     """Resizes the shorter side to `smaller`, keeping the aspect ratio (the
     other side rounded), with area resampling, truncated to whole values

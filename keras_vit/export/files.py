@@ -219,9 +219,7 @@ def check_warmup_aspect(images: Sequence[bytes], resize_size: int,
     refused request fails the load."""
     for index, data in enumerate(images):
         shape = tf.shape(preprocessing.decode_image(tf.constant(data)))
-        size = preprocessing.small_side_size(shape, resize_size).numpy()
-        if int(np.prod(size, dtype=np.int64)) <= (
-                preprocessing.MAX_RESIZED_PIXELS):
+        if not preprocessing.too_elongated(shape, resize_size):
             continue
         what = f"warmup_images[{index}]"
         if isinstance(given, (list, tuple)) and isinstance(
