@@ -194,6 +194,26 @@ def test_convert_checks_its_output_before_any_download(user, tmp_path):
     assert not os.path.exists(os.path.join(user["cwd"], "~"))
 
 
+def test_flags_a_download_cannot_take_are_refused_before_it(user):
+    """--no_ema with a released name, --variant or --posemb_grid with a
+    hf:// model: refused before anything is fetched (the mirror's file
+    would be downloaded first, and a large one takes minutes)."""
+    line = error_line(user, "predict", "--model=ViT-B_16", "--no_ema",
+                      "photo.jpg")
+    assert line == (
+        "keras-vit-predict: error: --no_ema goes with a training workdir "
+        "only; ViT-B_16 is an .npz file, which holds one set of weights: "
+        "leave --no_ema out.")
+    assert cached_files(user) == []
+    for flag in ("--variant=B/16", "--posemb_grid=14x14"):
+        line = error_line(user, "convert", "--model=hf://google/vit-x",
+                          flag, "--output=o.keras")
+        assert line == (
+            f"keras-vit-convert: error: {flag.split('=')[0]} goes "
+            "with an .npz model only; hf://google/vit-x is a Hugging Face "
+            "or timm model, which records its own architecture."), line
+
+
 def test_a_size_given_as_a_model_says_what_it_is(user):
     line = error_line(user, "predict", "--model=Ti/16", "photo.jpg")
     assert line == (

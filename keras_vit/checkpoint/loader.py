@@ -31,6 +31,7 @@ from keras_vit.checkpoint.npz_source import NpzSource
 from keras_vit.checkpoint.resolve import (
     SOURCE_KINDS,
     SourceLike,
+    download_kind,
     kind_words,
     resolve,
 )
@@ -54,6 +55,7 @@ __all__ = [
     "Loaded",
     "NpzSource", "SOURCE_KINDS", "SavedModelSource", "Source",
     "SourceLike", "WorkdirSource", "class_names", "describe_source",
+    "download_kind",
     "initialise", "kind_words", "load_model", "load_report", "load_vit",
     "model_files",
     "require_vit", "warn_if_no_vit",

@@ -41,7 +41,7 @@ from keras_vit.checkpoint.sources import (
     WorkdirSource,
     is_saved_model,
 )
-from keras_vit.checkpoint.zoo import cache
+from keras_vit.checkpoint.zoo import cache, catalog
 from keras_vit.config import SOURCE_KINDS
 from keras_vit.errors import UsageError, one_line
 from keras_vit.storage import workdir as wd
@@ -175,6 +175,8 @@ def resolve(
     # A local path as a shell would read it: `--model=~/m.keras` reaches
     # here unexpanded (bash expands no ~ after `=`).
     text = os.path.expanduser(str(source).strip())
+    if download_kind(text) == "hub":  # refused before it is downloaded
+        _check_hints(text, "hub", variant, posemb_grid)
     located = cache.locate(text)
     if located is None:
         resolved = _path_source(text, variant, posemb_grid, use_ema)
@@ -186,13 +188,27 @@ def resolve(
                              image_size=located.image_size)
     if resolved.export and not exports:
         resolved.build()  # refused, saying why
+    _check_hints(text, resolved.kind, variant, posemb_grid)
+    return resolved
+
+
+def download_kind(text: str) -> Optional[str]:
+    """The kind of source ("hub", "npz") that `text` downloads when it is
+    not cached: a Hugging Face URI, a released model's name or an address
+    in its bucket; None for a path (read where it is)."""
+    if text.startswith(cache.HF_PREFIX):
+        return "hub"
+    return "npz" if catalog.is_download(os.path.expanduser(text)) else None
+
+
+def _check_hints(text: str, kind: str, variant, posemb_grid) -> None:
+    """`variant` and `posemb_grid` (given: not None) refused for a source
+    of `kind` other than an .npz, which records its own architecture."""
     for name, value in (("variant", variant), ("posemb_grid", posemb_grid)):
-        if value is not None and not isinstance(resolved, NpzSource):
+        if value is not None and kind != "npz":
             raise UsageError(
                 f"`{name}` goes with an .npz model only; {text} is "
-                f"{kind_words(resolved.kind)}, which records its own "
-                "architecture.")
-    return resolved
+                f"{kind_words(kind)}, which records its own architecture.")
 
 
 _KIND_WORDS = {"keras": "a .keras file", "npz": "an .npz file",

@@ -268,6 +268,11 @@ def model_source(values: flags.FlagValues, text: Optional[str] = None, *,
         absent.check_there(str(text))
     if tensorflow_work:
         check_tensorflow_backend(tensorflow_work)
+    if hint(values, "no_ema") and text and loader.download_kind(str(text)):
+        raise UsageError(  # refused before it is downloaded
+            f"--no_ema goes with a training workdir only; {text} is "
+            f"{loader.kind_words(loader.download_kind(str(text)))}, which "
+            "holds one set of weights: leave --no_ema out.")
     hints = dict(use_ema=not hint(values, "no_ema"), exports=exports)
     for name in ("variant", "posemb_grid"):
         if hint(values, name) is not None:
