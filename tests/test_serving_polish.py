@@ -239,6 +239,12 @@ def test_an_image_that_declares_too_many_pixels_is_refused_unread(
                 "134,217,728 pixels") as info:
             _serve(exported[2], datas)
         check_error("serve_decompression_bomb", info.value)
+    # Training's Inception crop decodes a JPEG inside its window only
+    # (from a TFDS data set, with no start-up check): the same limit.
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match="declares more than 134,217,728 pixels"):
+        preprocessing.preprocess_pretrain_encoded(
+            tf.constant(_jpeg_bomb(12000)), 16)
     grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
     assert grown < 500 * 1024  # KiB: not the gigabytes of a decode
     palette = io.BytesIO()

@@ -73,7 +73,7 @@ def decode_image(data: tf.Tensor) -> tf.Tensor:
     with tf.control_dependencies([_refuse_unknown_format(data),
                                   _refuse_palette_bmp(data),
                                   _refuse_animated_webp(data),
-                                  _refuse_huge(data)]):
+                                  refuse_huge(data)]):
         image = tf.cond(
             tf.io.is_jpeg(data),
             lambda: tf.io.decode_jpeg(data, channels=0, dct_method=JPEG_DCT),
@@ -98,7 +98,10 @@ def _refuse_animated_webp(data: tf.Tensor):
                                      message=headers.ANIMATED_WEBP_MESSAGE)
 
 
-def _refuse_huge(data: tf.Tensor):
+def refuse_huge(data: tf.Tensor):
+    """The assertion that the header of `data` declares at most
+    `image_headers.MAX_PIXELS` pixels (a decompression bomb refused
+    unread)."""
     return tf.debugging.assert_less_equal(
         headers.declared_pixels(data),
         tf.constant(headers.MAX_PIXELS, tf.int64),

@@ -17,7 +17,12 @@ from typing import Callable, Optional, Sequence, Tuple, Union
 import tensorflow as tf
 
 from keras_vit.data import augment as augment_lib
-from keras_vit.data.decoding import JPEG_DCT, decode_image, to_rgb
+from keras_vit.data.decoding import (
+    JPEG_DCT,
+    decode_image,
+    refuse_huge,
+    to_rgb,
+)
 from keras_vit.errors import UsageError
 
 Size = Union[int, Sequence[int]]
@@ -254,11 +259,11 @@ def decode_and_inception_crop(
     neighbours outside the window. Other formats (PNG, GIF, BMP) are
     decoded whole and then cropped.
     """
-    def jpeg():
-        begin, size = inception_crop_window(
-            tf.image.extract_jpeg_shape(data), area_range,
-            aspect_ratio_range, seed,
-        )
+    def jpeg():  # the window is no more than the header allows
+        with tf.control_dependencies([refuse_huge(data)]):
+            shape = tf.image.extract_jpeg_shape(data)
+        begin, size = inception_crop_window(shape, area_range,
+                                            aspect_ratio_range, seed)
         window = tf.stack([begin[0], begin[1], size[0], size[1]])
         return tf.image.decode_and_crop_jpeg(data, window, channels=3,
                                              dct_method=JPEG_DCT)
