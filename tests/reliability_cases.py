@@ -1122,6 +1122,20 @@ _CASES = [
         "UsageError",
     ),
     Case(
+        "npz_declares_huge_model", BAD_INPUT, "checkpoint",
+        "An .npz of a few kB whose arrays' shapes declare a ViT of "
+        "billions of parameters (width 8192 from the patch kernel, MLP "
+        "65536, ten blocks named by one-value arrays), a big_vision "
+        "stacked array splitting into a million blocks, or a position "
+        "table of 20,000 rows",
+        "Refused from the shapes before the model is built (which "
+        "allocates every declared weight): the parameters the shapes "
+        "declare must be held by the file's arrays.",
+        ("declares a", "refused before the model is built",
+         "corrupt or crafted"),
+        "UsageError",
+    ),
+    Case(
         "npz_complex", BAD_INPUT, "checkpoint",
         "An .npz whose head/bias is complex64 (or a void dtype)",
         "Refused from the header: a checkpoint holds real numbers only "

@@ -1001,6 +1001,43 @@ def test_links_bombs_and_other_models_are_refused_in_one_line(
         keras_vit.load_model(bare)
 
 
+@covers("npz_declares_huge_model")
+def test_an_npz_declaring_a_huge_model_is_refused_before_it_is_built(
+        tmp_path):
+    """The sizes an .npz declares come from a few shapes; a file of a few
+    kB that declares billions of parameters is refused before the model
+    (every declared weight) is allocated, as a .keras file is."""
+    def npz(name, **arrays):
+        path = str(tmp_path / f"{name}.npz")
+        np.savez_compressed(path, **{k.replace("__", "/"): v
+                                     for k, v in arrays.items()})
+        return path
+
+    block = "Transformer__encoderblock_{}__"
+    wide = npz("wide", **{
+        "embedding__kernel": np.zeros((1, 1, 3, 8192), np.float32),
+        block.format(0) + "MultiHeadDotProductAttention_1__query__kernel":
+            np.zeros((1, 8, 1), np.float32),
+        block.format(0) + "MlpBlock_3__Dense_0__kernel":
+            np.zeros((1, 65536), np.float32),
+        **{block.format(i) + "x": np.zeros(1, np.float32)
+           for i in range(1, 10)}})
+    table = npz("table", **{
+        "embedding__kernel": np.zeros((1, 1, 3, 4), np.float32),
+        "cls": np.zeros((1, 1, 4), np.float32),
+        "Transformer__posembed_input__pos_embedding":
+            np.zeros((1, 20001, 1), np.float32)})
+    assert os.path.getsize(wide) < 20_000
+    for path, says in ((wide, "declares a model of at least "),
+                       (table, "declares a position table of 20,001")):
+        for read in (keras_vit.load_model,
+                     keras_vit.checkpoint.loader.describe_source):
+            with pytest.raises(UsageError) as info:
+                read(path)
+            assert says in str(info.value), info.value
+            check_error("npz_declares_huge_model", info.value)
+
+
 @covers("nonfinite_weights")
 def test_nonfinite_weights_are_refused_by_name(tmp_path):
     """One NaN in an .npz: keras-vit-predict and -export stop in one line

@@ -12,6 +12,7 @@ a released checkpoint's, else 224.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any, Dict, Optional, Tuple
 
 from absl import logging
@@ -21,7 +22,7 @@ from keras_vit.checkpoint import sources, weights
 from keras_vit.checkpoint.formats import npz as checkpoint_io
 from keras_vit.checkpoint.formats import npz_layout
 from keras_vit.checkpoint.formats.lazy import shape_of
-from keras_vit.checkpoint.posemb import as_grid, square_grid
+from keras_vit.checkpoint.posemb import MAX_TOKENS, as_grid, square_grid
 from keras_vit.checkpoint.zoo import augreg
 from keras_vit.errors import UsageError
 from keras_vit.model import VisionTransformer
@@ -85,8 +86,9 @@ class NpzSource(sources.Source):
                 f"{len(arrays)}: {names}{', ...' if len(arrays) > 4 else ''}"
                 "). Give an official ViT .npz or one keras_vit.save_npz "
                 "wrote.")
-        info = npz_layout.describe_arrays(
-            {k: shape_of(arrays, k) for k in arrays})
+        shapes = {k: shape_of(arrays, k) for k in arrays}
+        info = npz_layout.describe_arrays(shapes)
+        _check_declared_size(self.path, shapes, info)
         # AugReg files (gs://vit_models/augreg/) say their model and, once
         # fine-tuned, their resolution in the name.
         info["augreg"] = augreg.parse_name(self.path)
@@ -202,6 +204,35 @@ class NpzSource(sources.Source):
             ignored=content.ignored,
         )
         return model, report
+
+
+def _check_declared_size(path: str, shapes: Dict[str, Tuple[int, ...]],
+                         info: Dict[str, Any]) -> None:
+    """Refuses a file whose arrays' `shapes` declare a model far larger
+    than they hold, or a position table of more than MAX_TOKENS rows: the
+    sizes are read from a few shapes (the block count from names alone),
+    and the model is allocated before any array is compared with it. A
+    whole file holds every parameter counted here (blocks, patch
+    embedding, table); twice that and 4M spare a partial one."""
+    table = shapes.get(checkpoint_io.POSEMB, ())
+    tokens = int(table[1]) if len(table) == 3 else 0
+    if tokens > MAX_TOKENS:
+        raise UsageError(
+            f"{path} declares a position table of {tokens:,} patches, more "
+            f"than the {MAX_TOKENS:,} a model is built with here: refused "
+            "before the model is built. The file is corrupt or crafted; "
+            "download or save it again.")
+    width, mlp, layers, patch = (int(info[k] or 0) for k in (
+        "hidden_size", "mlp_dim", "num_layers", "patch_size"))
+    declared = (layers * (4 * width * width + 2 * width * mlp)
+                + (3 * patch * patch + tokens) * width)
+    held = sum(math.prod(int(n) for n in shape) for shape in shapes.values())
+    if declared > 2 * held + (1 << 22):
+        raise UsageError(
+            f"{path} declares a model of at least {declared:,} parameters "
+            f"({layers} blocks of width {width}, MLP {mlp}) and holds "
+            f"{held:,} values: refused before the model is built. The file "
+            "is corrupt or crafted; download or save it again.")
 
 
 def _grid_tokens(content: _NpzContent) -> Optional[int]:

@@ -71,6 +71,7 @@ from keras_vit.checkpoint.hub.tensors import (
 from keras_vit.checkpoint.hub.tensors import (
     shape as _shape,
 )
+from keras_vit.checkpoint.posemb import MAX_TOKENS
 from keras_vit.errors import UsageError
 
 CONFIG_FILE = "config.json"
@@ -341,10 +342,6 @@ def _map_timm(spec, tensors, config_path: str, weights_path: str):
     return settings, mapper
 
 
-# The most tokens a hub model's config.json may ask for (2,048 x 2,048
-# pixels at patch 16): more is a corrupt or edited file, whose position
-# table and attention would exhaust memory before anything ran.
-MAX_TOKENS = 1 << 14
 
 
 def _set_sizes(settings: dict, spec, mapper, kind: str,
