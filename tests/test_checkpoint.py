@@ -570,3 +570,24 @@ def test_a_table_with_a_class_row_but_no_cls_array_says_so():
     with pytest.raises(UsageError) as info:
         square_grid(18)
     assert "class token" not in str(info.value)
+
+
+def test_a_dynamic_size_sincos_model_round_trips_through_npz(tmp_path):
+    """A model of any image size with sin-cos positions (no table, no
+    fixed input size) is written and read back as .npz and .keras, its
+    grid its own: the grid was computed from the unknown input size (a
+    TypeError)."""
+    def model():
+        return create_model("Ti/16", num_classes=3, posemb="sincos2d",
+                            dynamic_image_size=True, image_size=32,
+                            num_layers=1)
+
+    written, read = model(), model()
+    path = str(tmp_path / "m.npz")
+    checkpoint.save_npz(written, path)
+    checkpoint.load_npz(read, path)
+    x = np.random.default_rng(0).uniform(-1, 1, (1, 48, 64, 3))
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(written(x)),
+                                  keras.ops.convert_to_numpy(read(x)))
+    written.save(tmp_path / "m.keras")
+    assert loader.resolve(str(tmp_path / "m.keras")).content().grid == (2, 2)

@@ -160,6 +160,8 @@ def model_grid(model: keras.Model) -> Grid:
         return tuple(grid)
     embedding = model.get_layer("embedding")
     shape = embedding.input.shape
+    if None in shape[1:3]:  # sin-cos positions at any size: its own grid
+        return tuple(architecture_of(model).grid())
     return (
         shape[1] // embedding.patch_size,
         shape[2] // embedding.patch_size,
