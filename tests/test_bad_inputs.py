@@ -1027,9 +1027,15 @@ def test_an_npz_declaring_a_huge_model_is_refused_before_it_is_built(
         "cls": np.zeros((1, 1, 4), np.float32),
         "Transformer__posembed_input__pos_embedding":
             np.zeros((1, 20001, 1), np.float32)})
+    stacked = npz("stacked", **{
+        "params__img__embedding__kernel": np.zeros((1, 1, 3, 4), np.float32),
+        "params__img__Transformer__encoderblock__LayerNorm_0__scale":
+            np.zeros((2000, 1), np.float32)})
     assert os.path.getsize(wide) < 20_000
     for path, says in ((wide, "declares a model of at least "),
-                       (table, "declares a position table of 20,001")):
+                       (table, "declares a position table of 20,001"),
+                       (stacked, "stacks 2000 blocks, where a model has 1 "
+                        "to 1024")):
         for read in (keras_vit.load_model,
                      keras_vit.checkpoint.loader.describe_source):
             with pytest.raises(UsageError) as info:

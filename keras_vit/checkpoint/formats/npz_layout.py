@@ -6,7 +6,6 @@ official one (`normalize_layout`), the architecture a file's shapes imply
 
 from __future__ import annotations
 
-import math
 import re
 from typing import Dict, Mapping, Optional, Tuple
 
@@ -96,14 +95,19 @@ def _from_big_vision(arrays: Arrays, source: str) -> Arrays:
     renamed = _renamed_blocks(_unstacked(out))
     if "pos_embedding" in renamed:
         posemb = renamed.pop("pos_embedding")
-        n = posemb.shape[1]
         # big_vision adds the position embedding before prepending the class
-        # token, so the token gets none: a zero slot is equivalent.
-        if "cls" in renamed and math.isqrt(n) ** 2 == n:
+        # token, so the token gets none (its table never holds a row for
+        # it, whatever the grid's shape): a zero slot is equivalent.
+        if "cls" in renamed and posemb.ndim == 3:  # else refused as read
             zero = np.zeros_like(posemb[:, :1])
             posemb = np.concatenate([zero, posemb], axis=1)
         renamed[POSEMB] = posemb
     return renamed
+
+
+# The most encoder blocks a stacked (scanned) checkpoint may hold: more
+# is a corrupt or crafted file (the largest ViTs have 48).
+MAX_BLOCKS = 1 << 10
 
 
 def _unstacked(arrays: Arrays) -> Arrays:
@@ -113,6 +117,12 @@ def _unstacked(arrays: Arrays) -> Arrays:
     for key, value in arrays.items():
         if key.startswith("Transformer/encoderblock/"):  # scan: stacked
             rest = key[len("Transformer/encoderblock/"):]
+            if not value.shape or value.shape[0] > MAX_BLOCKS:
+                raise UsageError(
+                    f"{key} stacks {value.shape[0] if value.shape else 0} "
+                    f"blocks, where a model has 1 to {MAX_BLOCKS}: the file "
+                    "declares a model refused before the model is built. "
+                    "It is corrupt or crafted; download or save it again.")
             for i in range(value.shape[0]):
                 converted[f"Transformer/encoderblock_{i}/{rest}"] = value[i]
         else:
