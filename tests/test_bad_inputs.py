@@ -1034,8 +1034,8 @@ def test_an_npz_declaring_a_huge_model_is_refused_before_it_is_built(
     assert os.path.getsize(wide) < 20_000
     for path, says in ((wide, "declares a model of at least "),
                        (table, "declares a position table of 20,001"),
-                       (stacked, "stacks 2000 blocks, where a model has 1 "
-                        "to 1024")):
+                       (stacked, "declares a stack of 2000 blocks, where "
+                        "a model has 1 to 1024")):
         for read in (keras_vit.load_model,
                      keras_vit.checkpoint.loader.describe_source):
             with pytest.raises(UsageError) as info:

@@ -119,10 +119,11 @@ def _unstacked(arrays: Arrays) -> Arrays:
             rest = key[len("Transformer/encoderblock/"):]
             if not value.shape or value.shape[0] > MAX_BLOCKS:
                 raise UsageError(
-                    f"{key} stacks {value.shape[0] if value.shape else 0} "
-                    f"blocks, where a model has 1 to {MAX_BLOCKS}: the file "
-                    "declares a model refused before the model is built. "
-                    "It is corrupt or crafted; download or save it again.")
+                    f"{key} declares a stack of "
+                    f"{value.shape[0] if value.shape else 0} blocks, where a "
+                    f"model has 1 to {MAX_BLOCKS}: refused before the model "
+                    "is built. The file is corrupt or crafted; download or "
+                    "save it again.")
             for i in range(value.shape[0]):
                 converted[f"Transformer/encoderblock_{i}/{rest}"] = value[i]
         else:
