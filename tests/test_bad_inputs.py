@@ -1068,9 +1068,15 @@ def test_nonfinite_weights_are_refused_by_name(tmp_path):
                                     f"--export_dir={out}"])
     check_says("nonfinite_weights", _error_line(result, "export"))
     assert not out.exists() or not any(out.rglob("saved_model.pb"))
+    # The model a strict load refuses is left as it was: the finite
+    # arrays before the NaN are not assigned.
+    target = tiny_vit()
+    before = [w.numpy().copy() for w in target.weights]
     with pytest.raises(UsageError) as info:
-        loader.initialise(tiny_vit(), path)
+        loader.initialise(target, path)
     check_error("nonfinite_weights", info.value)
+    for kept, weight in zip(before, target.weights):
+        np.testing.assert_array_equal(kept, weight.numpy())
     variable = model.get_layer("posembed_input").weights[0]
     value = variable.numpy()
     value.flat[3] = np.inf

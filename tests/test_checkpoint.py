@@ -595,3 +595,12 @@ def test_a_dynamic_size_sincos_model_round_trips_through_npz(tmp_path):
                                   keras.ops.convert_to_numpy(read(x)))
     written.save(tmp_path / "m.keras")
     assert loader.resolve(str(tmp_path / "m.keras")).content().grid == (2, 2)
+
+
+def test_a_table_of_the_class_token_alone_is_named():
+    """A position table of one row, the class token's: no patch position
+    to resize, said as such (it was an IndexError from the resize)."""
+    with pytest.raises(UsageError, match=r"holds 1 row\(s\) for 1 class "
+                       r"token\(s\), so no patch position"):
+        posemb_lib.resize_position_embedding(np.zeros((1, 1, 4)), (2, 2),
+                                             None, 1)

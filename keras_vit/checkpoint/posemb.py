@@ -109,6 +109,11 @@ def resize_position_embedding(
             f"posemb must be (1, N, D) or (N, D), got {posemb.shape}."
         )
     tokens = len(posemb) - num_prefix_tokens
+    if tokens < 1:
+        raise UsageError(
+            f"The position embedding holds {len(posemb)} row(s) for "
+            f"{num_prefix_tokens} class token(s), so no patch position: the "
+            "file is damaged.")
     new_grid = _as_grid(new_grid)
     old_grid = square_grid(tokens) if old_grid is None else _as_grid(old_grid)
     if old_grid[0] * old_grid[1] != tokens:

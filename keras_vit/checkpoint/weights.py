@@ -348,15 +348,17 @@ def check_finite(value, name: str, source: str) -> None:
 
 def _assign(model: keras.Model, params: Sequence[Param], arrays: Arrays,
             report: LoadReport) -> None:
-    """Assigns every param whose arrays fit, and zeroes a dropped head."""
+    """Assigns every param whose arrays fit, and zeroes a dropped head;
+    every array is checked to be finite before any is assigned (a NaN in
+    the head leaves the model as it was)."""
     bad = {k for k, *_ in report.missing + report.mismatched}
-    for param in params:
-        if any(k in bad or k not in arrays for k in param.keys):
-            continue
-        stored = [arrays[k] for k in param.keys]  # each inflated once
-        for key, array in zip(param.keys, stored):
-            check_finite(array, key, report.path)
-        value = param.from_file(stored)
+    todo = [param for param in params
+            if not any(k in bad or k not in arrays for k in param.keys)]
+    for param in todo:  # `arrays` keeps what it inflated
+        for key in param.keys:
+            check_finite(arrays[key], key, report.path)
+    for param in todo:
+        value = param.from_file([arrays[k] for k in param.keys])
         dtype = keras.backend.standardize_dtype(param.variable.dtype)
         param.variable.assign(np.asarray(value).astype(dtype))
         report.loaded.extend(param.keys)
