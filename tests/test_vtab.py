@@ -29,6 +29,7 @@ from keras_vit.checkpoint import weights as checkpoint
 from keras_vit.checkpoint.formats import npz as checkpoint_io
 from keras_vit.data import pipeline as input_pipeline
 from keras_vit.data import preprocessing, sources, vtab, vtab_labels
+from keras_vit.errors import UsageError
 from keras_vit.evaluation import reports, vtab_protocol, vtab_run
 from keras_vit.training import train_lib
 from tests import tiny
@@ -449,6 +450,18 @@ def test_backbone_has_no_head(tmp_path):
         pretrained.describe_source(
             pretrained.NpzSource(source.path, variant="B/16")
         )
+    # A model of a non-square grid: its .npz could not say the grid (a
+    # 8 x 32 one would be read as 16 x 16, scrambled, without a word).
+    wide = create_model(None, num_classes=3, image_size=(16, 32),
+                        patch_size=8, hidden_size=32, num_layers=1,
+                        num_heads=2, mlp_dim=64)
+    wide.save(tmp_path / "wide.keras")
+    with pytest.raises(UsageError, match=r"wide.keras keeps its position "
+                       r"table at a 2x4 patch grid, which an .npz cannot "
+                       r"record .* make a square copy first"):
+        pretrained.write_backbone(str(tmp_path / "wide.keras"),
+                                  str(tmp_path / "w.npz"))
+    assert not (tmp_path / "w.npz").exists()
 
 
 def tiny_vtab_config(data_dir):

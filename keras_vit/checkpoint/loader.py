@@ -46,6 +46,7 @@ from keras_vit.checkpoint.sources import (
     check_pre_logits,
     require_vit,
 )
+from keras_vit.errors import UsageError
 from keras_vit.model import VisionTransformer
 from keras_vit.storage import atomic, checkpoint_list
 from keras_vit.storage import workdir as wd
@@ -101,17 +102,27 @@ def write_backbone(
     Fine-tuning from this file always starts with a zero-initialised head,
     even when the pre-trained head happens to have the task's class count.
     The pre-logits layer goes too unless `keep_pre_logits` (the paper
-    removes the whole pre-training head). Written atomically.
+    removes the whole pre-training head). Written atomically. A source
+    whose position table is of a grid that is not square is refused (the
+    file could not say its grid).
 
     Returns:
         The NpzSource of the written file.
     """
     source = resolve(source)
+    content = _content(source, keep_pre_logits)
+    grid = tuple(content.grid or ())
+    if len(grid) == 2 and grid[0] != grid[1] and (
+            checkpoint_io.POSEMB in content.arrays):
+        raise UsageError(
+            f"{source.path} keeps its position table at a {grid[0]}x"
+            f"{grid[1]} patch grid, which an .npz cannot record (its grid "
+            "is read as a square): make a square copy first (keras-vit-"
+            f"convert --model={source.path} --image_size=N --output="
+            "SQUARE.keras) and start from it.")
     drop = ("head/",) if keep_pre_logits else ("head/", "pre_logits/")
-    arrays = {
-        k: v for k, v in source_arrays(source, keep_pre_logits).items()
-        if not k.startswith(drop)
-    }
+    arrays = {k: v for k, v in content.arrays.items()
+              if not k.startswith(drop)}
     checkpoint_io.write_npz(path, arrays)
     numerics = describe_source(source).numerics
     if numerics != Numerics():
