@@ -654,6 +654,12 @@ def test_image_folder_iterators_of_another_pipeline_and_empty_shards(
                        "pipelines leave this one none"):
         ip.train_dataset(*tiny.pipeline(config), 20,
                          _context(19, pipelines=20, replicas=20))
+    # An evaluation pipeline left without an image gets padding only (its
+    # empty part of the paths was read as floats: a TypeError in the map).
+    test = ip.eval_dataset(*tiny.pipeline(config), "val", 20,
+                           _context(19, pipelines=20, replicas=20))
+    for images, labels, mask in test:
+        assert not np.any(mask.numpy())
 
 
 def _tiny_train_config(config, workdir_steps=2):
@@ -819,6 +825,20 @@ def test_unknown_sources_fail_clearly():
             sources.digits_split(beyond)
     assert len(sources.digits_split("train[:1437]")[0]) == 1437
     assert len(sources.digits_split("train[-10:]")[0]) == 10
+    # A TFDS data set's image or label key it lacks: named with its
+    # features, before anything is downloaded (a KeyError traceback).
+    with pytest.raises(UsageError, match=(
+            r"^mnist has no feature 'real_label' \(config.input.label_key\);"
+            r" its features are image, label: set config.input.label_key "
+            r"to the one that holds the label.$")):
+        sources.tfds_builder(digits_config(
+            dataset="mnist", label_key="real_label", download=False).input)
+    # Examples per class of a TFDS data set: refused as the pipeline
+    # refuses them, not counted as the digits' (10 classes x 5).
+    with pytest.raises(UsageError, match="works with the digits and image "
+                       "folders; for a TFDS data set slice train_split"):
+        sources.training_examples(digits_config(
+            dataset="cifar10", train_examples_per_class=5).input)
 
 
 

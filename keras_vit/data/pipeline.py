@@ -104,13 +104,8 @@ def _shard(inp, run_seed: int, split: str, training: bool, input_context,
     class."""
     count, index = _pipelines(input_context)
     per_class = int(inp.train_examples_per_class) if training else 0
-    if per_class and (inp.vtab_task or inp.dataset not in (
-            sources.DIGITS, sources.FOLDER)):
-        raise UsageError(
-            "config.input.train_examples_per_class works with the digits "
-            "and image folders; for a TFDS data set slice train_split "
-            "instead (e.g. 'train[:1000]')."
-        )
+    if per_class:
+        sources.check_examples_per_class(inp)
     if inp.dataset == sources.DIGITS and not inp.vtab_task:
         x, y = sources.digits_split(split)
         if per_class:
@@ -140,7 +135,10 @@ def _shard(inp, run_seed: int, split: str, training: bool, input_context,
         if epochs:
             ds = _epochs(paths, labels, seed)
         else:
-            ds = tf.data.Dataset.from_tensor_slices((paths, labels))
+            # Strings even where this pipeline's part is empty (more
+            # evaluation pipelines than images: all padding).
+            ds = tf.data.Dataset.from_tensor_slices((
+                tf.constant(paths, tf.string), labels))
             if training:  # file order (then cached); paths, not images
                 ds = ds.shuffle(len(paths), seed=seed)
         ds = ds.map(

@@ -194,6 +194,7 @@ def tfds_builder(inp):
     if inp.vtab_task:
         return vtab.get_task(inp.vtab_task).builder(inp.data_dir)
     builder = named_builder(inp.dataset, inp.data_dir)
+    _check_feature_keys(inp, builder)  # known before any download
     # A data set not on disk yet: TFDS's own download_and_prepare, once
     # (config.input.download), as the VTAB tasks and few-shot sets do.
     try:
@@ -202,6 +203,32 @@ def tfds_builder(inp):
     except vtab.DataUnavailableError as e:
         raise UsageError(str(e)) from None
     return builder
+
+
+def _check_feature_keys(inp, builder) -> None:
+    """A UsageError where config.input's image_key or label_key is not a
+    feature of the TFDS data set (imagenet2012_real's labels are
+    original_label and real_label; eurosat/all's image is sentinel2)."""
+    features = list(builder.info.features.keys())
+    for field in ("image_key", "label_key"):
+        if inp[field] not in features:
+            raise UsageError(
+                f"{inp.dataset} has no feature {inp[field]!r} (config.input."
+                f"{field}); its features are {', '.join(features)}: set "
+                f"config.input.{field} to the one that holds the "
+                f"{field.split('_')[0]}.")
+
+
+def check_examples_per_class(inp) -> None:
+    """A UsageError where config.input.train_examples_per_class is set for
+    data other than the digits and image folders (TFDS data is sliced)."""
+    if int(inp.train_examples_per_class) and (inp.vtab_task or (
+            inp.dataset not in (DIGITS, FOLDER))):
+        raise UsageError(
+            "config.input.train_examples_per_class works with the digits "
+            "and image folders; for a TFDS data set slice train_split "
+            "instead (e.g. 'train[:1000]')."
+        )
 
 
 def tfds_split_size(builder, split) -> Optional[int]:
@@ -274,6 +301,7 @@ def training_examples(inp) -> Optional[int]:
     per_class = int(inp.train_examples_per_class)
     if not per_class:
         return num_split_examples(inp, inp.train_split)
+    check_examples_per_class(inp)
     if inp.dataset == FOLDER and not inp.vtab_task:
         labels = folders.folder_split(inp.data_dir, inp.train_split)[1]
     else:
