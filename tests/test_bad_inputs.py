@@ -154,6 +154,31 @@ def test_a_folder_that_cannot_be_listed_is_named(tmp_path, monkeypatch,
     folders.folder_index.cache_clear()
 
 
+def test_an_eval_image_too_elongated_to_keep_its_aspect_is_found_at_start(
+        tmp_path, caplog):
+    """An image folder's evaluation resizes keeping the aspect ratio: a
+    1 x 300 strip in test/ (256 x 76,800 once resized) is named at
+    start-up, before any step (it passed the decode check and failed the
+    first evaluation, an epoch in, unnamed); with skip_bad_images it is
+    left out and the run trains and evaluates on the rest."""
+    root = good_folder(tmp_path / "images")
+    save(f"{root}/test/a/strip.png", np.zeros((1, 300, 3), np.uint8))
+    settings = {"input.pp.eval_resize_size": 256,
+                "input.pp.eval_keep_aspect": True}
+    with pytest.raises(UsageError) as info:
+        train_lib.train_and_evaluate(folder_config(root, **settings),
+                                     str(tmp_path / "run"))
+    assert f"{root}/test/a/strip.png (The image is too elongated" in str(
+        info.value), info.value
+    assert not (tmp_path / "run" / "checkpoints").exists()
+    caplog.set_level("WARNING", logger="absl")
+    final = train_lib.train_and_evaluate(
+        folder_config(root, skip_bad_images=True, **settings),
+        str(tmp_path / "kept"))
+    assert final["steps"] == 2 and 0.0 <= final["test_accuracy"] <= 1.0
+    assert "strip.png (The image is too elongated" in caplog.text
+
+
 def _error_line(result, command):
     """The one error line of a console script that failed with status 1
     and no traceback."""

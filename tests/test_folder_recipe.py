@@ -29,8 +29,7 @@ import keras_vit
 from keras_vit import config as config_lib
 from keras_vit.configs import digits as digits_recipe
 from keras_vit.configs import folder
-from keras_vit.data import checks as data_checks
-from keras_vit.data import folders
+from keras_vit.data import folder_classes, folders
 from keras_vit.errors import UsageError
 from keras_vit.training import data_fit, model_init
 from tests.console import script as _script
@@ -109,10 +108,10 @@ def test_a_folder_with_split_folders_uses_its_own(tmp_path):
     _index(tmp_path)
     with pytest.raises(UsageError, match="class zebra has images in split "
                        "test but none in split train,"):
-        data_checks.check_training_classes(config.input, True)
+        folder_classes.check_training_classes(config.input, True)
     for joined in ("train+test", "train[:50%]+test"):
         check = config_lib.replace(config, input={"train_split": joined})
-        data_checks.check_training_classes(check.input, True)
+        folder_classes.check_training_classes(check.input, True)
     # Nor does a folder run that reads no shuffle buffer refuse to resume
     # with another (a cached one does: its order is the buffer's).
     old = config_lib.replace(config, input={"shuffle_buffer": 5})

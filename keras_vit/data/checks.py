@@ -23,7 +23,6 @@ from absl import logging
 
 from keras_vit.data import folders, sources
 from keras_vit.data import preprocessing as pp
-from keras_vit.data.splits import parse_split
 from keras_vit.errors import UsageError
 
 LABEL_ERROR = "Label out of range"
@@ -64,12 +63,22 @@ def decode_reason(error: Exception) -> str:
     return re.sub(r"\s*\[Op:.*$", "", text).strip()
 
 
-def _decode(path: tf.Tensor) -> tf.Tensor:
-    return pp.decode_image(tf.io.read_file(path))
+def _decode(path: tf.Tensor, keep_size: Optional[int] = None) -> tf.Tensor:
+    """The image at `path`, its height; with `keep_size`, refused where the
+    keep-aspect resize of its shorter side to `keep_size` would be."""
+    shape = tf.shape(pp.decode_image(tf.io.read_file(path)))
+    if not keep_size:
+        return shape[0]
+    with tf.control_dependencies([pp.assert_resizable(
+            pp.small_side_size(shape, keep_size))]):
+        return tf.identity(shape[0])
 
 
-def find_unreadable_images(paths: Sequence[str]) -> List[Tuple[str, str]]:
-    """[(path, reason)] for the files in `paths` that do not decode.
+def find_unreadable_images(paths: Sequence[str], keep_size=None
+                           ) -> List[Tuple[str, str]]:
+    """[(path, reason)] for the files in `paths` that do not decode (or,
+    with `keep_size`, that the evaluation's keep-aspect resize to it
+    refuses: `preprocessing.eval_keep_size`).
 
     Decodes every file once, in parallel, exactly as training does.
     """
@@ -77,17 +86,15 @@ def find_unreadable_images(paths: Sequence[str]) -> List[Tuple[str, str]]:
     if not paths:
         return []
     ds = tf.data.Dataset.from_tensor_slices(paths).enumerate()
-    ds = ds.map(
-        lambda i, path: (i, tf.shape(_decode(path))[0]),
-        num_parallel_calls=tf.data.AUTOTUNE,
-    ).ignore_errors()
+    ds = ds.map(lambda i, path: (i, _decode(path, keep_size)),
+                num_parallel_calls=tf.data.AUTOTUNE).ignore_errors()
     readable = {int(i) for i, _ in ds.as_numpy_iterator()}
     bad = []
     for i, path in enumerate(paths):
         if i in readable:
             continue
         try:  # once more, alone, for the decoder's message
-            _decode(tf.constant(path))
+            _decode(tf.constant(path), keep_size)
             reason = "could not be read"
         except tf.errors.OpError as error:
             reason = decode_reason(error)
@@ -102,8 +109,8 @@ def _listing(bad: Sequence[Tuple[str, str]]) -> str:
 
 
 @functools.lru_cache(maxsize=32)
-def _unreadable(root: str, split: str, paths: Tuple[str, ...]):
-    bad = find_unreadable_images(paths)
+def _unreadable(root: str, split: str, paths: Tuple[str, ...], keep_size):
+    bad = find_unreadable_images(paths, keep_size)
     _SKIPPED[(root, split)] = len(bad)
     if bad:
         logging.warning(
@@ -114,11 +121,13 @@ def _unreadable(root: str, split: str, paths: Tuple[str, ...]):
     return frozenset(p for p, _ in bad)
 
 
-def drop_unreadable(inp, split: str, paths, labels):
+def drop_unreadable(inp, split: str, paths, labels, evaluated=False):
     """`paths`, `labels` of `config.input`'s image folder without the files
-    that do not decode (found once per split and process; counted and named
-    in the log)."""
-    bad = _unreadable(str(inp.data_dir), split, tuple(paths))
+    that do not decode, or, `evaluated`, that its evaluation's resize
+    refuses (found once per split and process; counted and named in the
+    log)."""
+    bad = _unreadable(str(inp.data_dir), split, tuple(paths),
+                      pp.eval_keep_size(inp) if evaluated else None)
     if not bad:
         return paths, labels
     keep = [i for i, p in enumerate(paths) if p not in bad]
@@ -290,73 +299,10 @@ def _undecodable(root: str, bad: Sequence[Tuple[str, str]],
     )
 
 
-def check_training_classes(inp, labelled: bool) -> None:
-    """The classes of an image folder that a classifier trains on
-    (`labelled`): one class is nothing to learn, and a class with images in
-    another split but none in the training split (a misspelt folder) one
-    the model never learns (an evaluation may read one class, or a split
-    of its own)."""
-    if not labelled or inp.dataset != sources.FOLDER or inp.vtab_task:
-        return
-    root = inp.data_dir
-    index, names = folders.folder_index(root)
-    if len(names) < 2:
-        raise UsageError(
-            f"Image folder {root} has one class ({names[0]}): a classifier "
-            "needs at least two class folders.")
-    classes = {split: {names[i] for i in labels}
-               for split, (_, labels) in index.items()}
-    parts, trained = _split_classes(root, inp.train_split)  # "train+val"
-    train = " or ".join(parts)
-    untrained = sorted(set(names) - trained) if trained else []
-    if untrained:
-        where = sorted(s for s, held in classes.items()
-                       if held & set(untrained))
-        raise UsageError(
-            f"Image folder {root}: class {', '.join(untrained)} has images "
-            f"in split {', '.join(where)} but none in split {train}, so "
-            "the model would never learn it: add its training images, or "
-            "rename the folder to the class it belongs to.")
-
-
-def _split_classes(root: str, split: str):
-    """The split folders that `split` of image folder `root` reads
-    ("train+val": both; a slice reads part of one) and the classes they
-    hold images of."""
-    index, names = folders.folder_index(root)
-    parts = [parse_split(part)[0] for part in folders.resolve_split(
-        root, split).split("+")]
-    return parts, {names[i] for p in parts
-                   for i in index.get(folders.split_key(p), ((), ()))[1]}
-
-
-def warn_unevaluated_classes(inp, splits: Sequence[Tuple[str, str]],
-                             labelled: bool) -> None:
-    """An image folder's evaluation split (of `run_splits`, the training
-    split first) whose folder holds no images of a class the classifier
-    trains on: its accuracy leaves that class out. Warned once a split
-    (a small test folder of some classes can be meant)."""
-    if (not labelled or inp.dataset != sources.FOLDER or inp.vtab_task
-            or folders.holds_out(inp.data_dir)):
-        return
-    _, trained = _split_classes(inp.data_dir, splits[0][1])
-    warned = set()
-    for field, split in splits[1:]:
-        parts, held = _split_classes(inp.data_dir, split)
-        missing = sorted(trained - held)
-        if missing and split not in warned:
-            warned.add(split)
-            logging.warning(
-                "Image folder %s: config.%s=%r reads %s/, which has no "
-                "images of %s %s that the model trains on: its accuracy "
-                "leaves %s out.", inp.data_dir, field, split,
-                "/, ".join(parts), "classes" if missing[1:] else "class",
-                ", ".join(missing), "them" if missing[1:] else "it")
-
-
 def check_evaluation_images(inp, splits: Sequence[Tuple[str, str]]) -> None:
     """An image folder's evaluation splits (of `run_splits`) decoded once
-    at start-up, so that a bad file there stops the run before it trains,
+    at start-up (and checked to fit the evaluation's keep-aspect resize),
+    so that a bad file there stops the run before it trains,
     not at its first evaluation an epoch later: with
     `config.input.skip_bad_images` the files are left out (counted and
     named in the log, once: the evaluation reuses what was found), else a
@@ -371,10 +317,10 @@ def check_evaluation_images(inp, splits: Sequence[Tuple[str, str]]) -> None:
     for split in evaluated:
         files, labels = folders.folder_split(inp.data_dir, split)
         if inp.skip_bad_images:
-            drop_unreadable(inp, split, files, labels)
+            drop_unreadable(inp, split, files, labels, evaluated=True)
         else:
             paths.update(dict.fromkeys(files))
-    bad = find_unreadable_images(sorted(paths))
+    bad = find_unreadable_images(sorted(paths), pp.eval_keep_size(inp))
     if bad:
         raise _undecodable(inp.data_dir, bad)
 

@@ -119,8 +119,7 @@ def _shard(inp, run_seed: int, split: str, training: bool, input_context,
         paths, labels = folders.folder_split(inp.data_dir, split)
         if inp.skip_bad_images:
             paths, labels = data_checks.drop_unreadable(
-                inp, split, paths, labels
-            )
+                inp, split, paths, labels, evaluated=not training)
         if per_class:
             keep = sources.examples_per_class(labels, per_class, run_seed)
             paths, labels = [paths[i] for i in keep], labels[keep]

@@ -82,6 +82,23 @@ def small_side_size(shape, smaller: int) -> tf.Tensor:
                    tf.int32)
 
 
+def assert_resizable(size) -> tf.Operation:
+    """The assertion that an image resized to `size` (`small_side_size`)
+    holds at most MAX_RESIZED_PIXELS (a 1 x 65535 image: 16M x N)."""
+    return tf.debugging.assert_less_equal(
+        tf.reduce_prod(tf.cast(size, tf.int64)),
+        tf.constant(MAX_RESIZED_PIXELS, tf.int64), message=ELONGATED_MESSAGE)
+
+
+def eval_keep_size(inp) -> Optional[int]:
+    """The shorter side that `config.input` section `inp`'s evaluation
+    resizes images to keeping their aspect ratio; None where it does not
+    keep it."""
+    pp = inp.pp
+    return int(pp.eval_resize_size) if (
+        pp.eval_keep_aspect and pp.eval_resize_size) else None
+
+
 def too_elongated(shape, smaller: int) -> bool:
     """Whether `resize_small` to `smaller` refuses an image of `shape`
     (ELONGATED_MESSAGE), asked before it is resized (eagerly)."""
@@ -95,10 +112,7 @@ def resize_small(image: tf.Tensor, smaller: int) -> tf.Tensor:
     in [0, 255]; the input's dtype out. big_vision's `resize_small`, with
     which its ImageNet runs evaluate (then the central crop)."""
     hw = small_side_size(tf.shape(image), smaller)
-    within = tf.debugging.assert_less_equal(  # a 1 x 65535 image: 16M x N
-        tf.reduce_prod(tf.cast(hw, tf.int64)),
-        tf.constant(MAX_RESIZED_PIXELS, tf.int64), message=ELONGATED_MESSAGE)
-    with tf.control_dependencies([within]):
+    with tf.control_dependencies([assert_resizable(hw)]):
         resized = tf.image.resize(image, hw, method="area")
     # Whole values in [0, 255], as big_vision's cast back to uint8 makes
     # them: float pixels (predict_images, the digits) come out as the

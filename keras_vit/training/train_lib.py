@@ -22,7 +22,7 @@ from keras_vit import config_limits, errors, remat
 from keras_vit.build import build_run, check_mpp, config_architecture
 from keras_vit.checkpoint import weights
 from keras_vit.data import checks as data_checks
-from keras_vit.data import image_files, overlaps, sources
+from keras_vit.data import folder_classes, image_files, overlaps, sources
 from keras_vit.errors import UsageError
 from keras_vit.storage import atomic, checkpoint_list, history
 from keras_vit.storage import workdir as wd
@@ -297,8 +297,8 @@ def _check_data(inp, evals, objective):
     splits = data_checks.run_splits(inp, evals)
     data_checks.check_splits(inp, splits)
     overlaps.warn_overlaps(inp, [(f"config.{f}", s) for f, s in splits])
-    data_checks.check_training_classes(inp, not objective.mpp.enabled)
-    data_checks.warn_unevaluated_classes(inp, splits,
+    folder_classes.check_training_classes(inp, not objective.mpp.enabled)
+    folder_classes.warn_unevaluated_classes(inp, splits,
                                          not objective.mpp.enabled)
     data_checks.check_evaluation_images(inp, splits)
     return info, splits

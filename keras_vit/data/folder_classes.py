@@ -1,0 +1,77 @@
+"""The classes of an image folder checked before a classifier trains on
+it: at least two, each with training images, and an evaluation split's
+classes that the model never sees said in the log."""
+
+from __future__ import annotations
+
+from typing import Sequence, Tuple
+
+from absl import logging
+
+from keras_vit.data import folders, sources
+from keras_vit.data.splits import parse_split
+from keras_vit.errors import UsageError
+
+
+def check_training_classes(inp, labelled: bool) -> None:
+    """The classes of an image folder that a classifier trains on
+    (`labelled`): one class is nothing to learn, and a class with images in
+    another split but none in the training split (a misspelt folder) one
+    the model never learns (an evaluation may read one class, or a split
+    of its own)."""
+    if not labelled or inp.dataset != sources.FOLDER or inp.vtab_task:
+        return
+    root = inp.data_dir
+    index, names = folders.folder_index(root)
+    if len(names) < 2:
+        raise UsageError(
+            f"Image folder {root} has one class ({names[0]}): a classifier "
+            "needs at least two class folders.")
+    classes = {split: {names[i] for i in labels}
+               for split, (_, labels) in index.items()}
+    parts, trained = _split_classes(root, inp.train_split)  # "train+val"
+    train = " or ".join(parts)
+    untrained = sorted(set(names) - trained) if trained else []
+    if untrained:
+        where = sorted(s for s, held in classes.items()
+                       if held & set(untrained))
+        raise UsageError(
+            f"Image folder {root}: class {', '.join(untrained)} has images "
+            f"in split {', '.join(where)} but none in split {train}, so "
+            "the model would never learn it: add its training images, or "
+            "rename the folder to the class it belongs to.")
+
+
+def _split_classes(root: str, split: str):
+    """The split folders that `split` of image folder `root` reads
+    ("train+val": both; a slice reads part of one) and the classes they
+    hold images of."""
+    index, names = folders.folder_index(root)
+    parts = [parse_split(part)[0] for part in folders.resolve_split(
+        root, split).split("+")]
+    return parts, {names[i] for p in parts
+                   for i in index.get(folders.split_key(p), ((), ()))[1]}
+
+
+def warn_unevaluated_classes(inp, splits: Sequence[Tuple[str, str]],
+                             labelled: bool) -> None:
+    """An image folder's evaluation split (of `run_splits`, the training
+    split first) whose folder holds no images of a class the classifier
+    trains on: its accuracy leaves that class out. Warned once a split
+    (a small test folder of some classes can be meant)."""
+    if (not labelled or inp.dataset != sources.FOLDER or inp.vtab_task
+            or folders.holds_out(inp.data_dir)):
+        return
+    _, trained = _split_classes(inp.data_dir, splits[0][1])
+    warned = set()
+    for field, split in splits[1:]:
+        parts, held = _split_classes(inp.data_dir, split)
+        missing = sorted(trained - held)
+        if missing and split not in warned:
+            warned.add(split)
+            logging.warning(
+                "Image folder %s: config.%s=%r reads %s/, which has no "
+                "images of %s %s that the model trains on: its accuracy "
+                "leaves %s out.", inp.data_dir, field, split,
+                "/, ".join(parts), "classes" if missing[1:] else "class",
+                ", ".join(missing), "them" if missing[1:] else "it")
