@@ -229,11 +229,9 @@ def _check_class_folder(folder: str, name: str, images) -> None:
         raise UsageError(f"Class folder {folder!r} has a blank name, which "
                          "no labels file can hold: rename it.")
     if not images and not name.startswith("."):
-        raise UsageError(
-            f"Class folder {folder} has no images "
-            f"({', '.join(IMAGE_EXTENSIONS)}; other files are "
-            "ignored): add images or remove the folder."
-        )
+        raise UsageError(f"Class folder {folder} has no images ("
+                         f"{', '.join(IMAGE_EXTENSIONS)}; other files are "
+                         "ignored): add images or remove the folder.")
 
 
 def holds_out(root: str) -> bool:
@@ -286,10 +284,8 @@ def folder_index(root: str):
         what = ("is a file, not a folder" if tf.io.gfile.exists(root)
                 else "does not exist")
         raise UsageError(
-            f"Image folder {root!r} {what}: set "
-            "config.input.data_dir to the folder holding <class>/ or "
-            "<split>/<class>/."
-        )
+            f"Image folder {root!r} {what}: set config.input.data_dir to "
+            "the folder holding <class>/ or <split>/<class>/.")
     _NOT_READ.clear()
     _NESTED.clear()
     files = {split: pairs for split, pairs in _layout(root).items() if pairs}
