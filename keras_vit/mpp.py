@@ -267,7 +267,10 @@ class MppModel(keras.Model):
         x = PatchCorruption(name="mpp_corruption")(x, mode, source)
         if parts.class_token is not None:
             x = _copy(parts.class_token)(x)
-        x = _copy(parts.position_embedding)(x)
+        if arch.posemb == "learn":
+            x = _copy(parts.position_embedding)(x)
+        else:  # computed from the images' grid, as the classifier's
+            x = _copy(parts.position_embedding)(x, images)
         x = _copy(parts.encoder)(x)
         if parts.class_token is not None:
             x = x[:, 1:]

@@ -190,6 +190,28 @@ def test_mpp_model_shares_the_classifier_weight_names():
     assert pixels.output_shape == (None, 16, 48)
 
 
+def test_mpp_model_with_a_sincos_position_embedding_is_the_classifier():
+    """posemb="sincos2d" computes its table from the images' grid; the MPP
+    model's encoder, with nothing corrupted, is the classifier's."""
+    model = mpp.create_mpp_model(None, image_size=16, posemb="sincos2d",
+                                 **SIZES)
+    classifier = keras_vit.create_model(
+        None, num_classes=0, image_size=16, posemb="sincos2d",
+        all_tokens=True, **SIZES)
+    own = {v.path: v for v in model.weights}
+    for v in classifier.weights:
+        own[v.path].assign(v)
+    features = _batch()
+    features["mpp_mode"] = np.zeros_like(features["mpp_mode"])
+    ours = keras.Model(model.inputs, model.get_layer("Transformer").output)
+    theirs = keras.Model(classifier.inputs,
+                         classifier.get_layer("Transformer").output)
+    tokens = ours(features).numpy()
+    assert tokens.shape == (8, 17, 32)
+    np.testing.assert_allclose(
+        tokens, theirs(features["images"]).numpy(), atol=1e-5)
+
+
 def _batch(n=8, size=16, seed=0):
     rng = np.random.default_rng(seed)
     images = rng.uniform(-1, 1, (n, size, size, 3)).astype(np.float32)
