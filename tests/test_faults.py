@@ -1457,7 +1457,17 @@ def test_a_best_checkpoint_saved_but_not_recorded_is_recorded_again(
         if f",{best['step']},test," not in f",{line}"))
     keeper = records.BestKeeper("test", "test", str(workdir), writer)
     assert keeper.best == 0.0
+    # The first best, never recorded (no best.json): S's accuracy from
+    # the history; without S's row, no bound (the next evaluation wins).
+    best_json.unlink()
+    keeper = records.BestKeeper("test", "test", str(workdir), writer)
+    assert keeper.best is None
     csv_path.write_text(kept)
+    keeper = records.BestKeeper("test", "test", str(workdir), writer)
+    assert keeper.best == pytest.approx(best["accuracy"], abs=1e-6)
+    keeper.offer(6, "test", best["accuracy"] - 0.01)
+    assert writer.saved == []
+    best_json.write_text(json.dumps(stale))
 
     # The same through the command: said, and recorded again (or beaten).
     again = console.run("train", args + ["--config.trainer.total_steps=6"])

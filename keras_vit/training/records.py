@@ -66,6 +66,10 @@ class BestKeeper:
         self.name, self.workdir, self.writer = name, workdir, writer
         self.folder = os.path.join(workdir, BEST)
         stored = _stored_best(workdir) if resumed else None
+        if stored is None and resumed and writer.latest():
+            # A stop fell between the first best checkpoint and its record.
+            stored = {"evaluator": name, "split": split, "step": None,
+                      "accuracy": None}
         # A resumed run competes with the best of its earlier part chosen
         # alike; a run that starts afresh, or compares another evaluator
         # or split (`keep_other_best_apart`), with none. Every worker
@@ -93,13 +97,21 @@ class BestKeeper:
         if accuracies:
             mended["accuracy"] = accuracies[-1]
             mended.pop("accuracy_at_least", None)
+        elif stored["accuracy"] is None:  # no record, no row: no bound
+            logging.warning(
+                "The best checkpoint in %s (step %d) has no %s and no row "
+                "in history.csv: the next evaluation replaces it.",
+                self.folder, step, BEST_JSON)
+            return stored
         else:
             mended["accuracy_at_least"] = True
+        recorded = (f"{BEST_JSON} records step {stored.get('step')}"
+                    if stored.get("step") is not None
+                    else f"{BEST_JSON} is missing")
         logging.warning(
-            "%s records step %s, and the best checkpoint in %s is step %d "
-            "(a stop fell between saving it and recording it): recorded "
-            "again as step %d, accuracy %s%.4f.", BEST_JSON,
-            stored.get("step"), self.folder, step, step,
+            "%s, and the best checkpoint in %s is step %d (a stop fell "
+            "between saving it and recording it): recorded again as step "
+            "%d, accuracy %s%.4f.", recorded, self.folder, step, step,
             "" if accuracies else "above ", mended["accuracy"])
         if self.writer.chief:
             self._record(mended)
