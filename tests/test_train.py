@@ -17,7 +17,7 @@ from keras_vit import errors, keras_compat, optim
 from keras_vit.commands import train as train_command
 from keras_vit.storage import history
 from keras_vit.storage import workdir as wd
-from keras_vit.training import data_fit, loop, train_lib
+from keras_vit.training import data_fit, loop, reporting, train_lib
 from keras_vit.training.trainer import Trainer
 from tests import console, tiny
 from tests.strategies import two_cpu_mirrored
@@ -99,6 +99,28 @@ def test_gradient_accumulation_equals_one_large_batch():
         two_cpu_mirrored(), SGD, accumulation=2
     )
     assert _max_diff(full, mirrored) < 1e-5
+
+
+def test_the_logged_learning_rate_is_the_last_updates():
+    """Keras's optimizer.learning_rate reads the schedule at the next
+    update's step; the logged one is the rate the last update used."""
+    strategy = tf.distribute.get_strategy()
+    x, y = _data()
+    model = keras_vit.create_model(
+        None, num_classes=5, image_size=16, patch_size=4, hidden_size=8,
+        num_layers=1, num_heads=2, mlp_dim=8)
+    optimizer = optim.create_optimizer(mlc.ConfigDict(SGD), 10)
+    trainer = Trainer(model, optimizer, strategy, num_classes=5,
+                      global_batch_size=16)
+    ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(16).repeat()
+    iterator = iter(strategy.experimental_distribute_dataset(ds))
+    trainer.train(iterator, 2)
+    used = float(optimizer.learning_rate)  # what the third update uses
+    trainer.train(iterator, 1)
+    window = dict(steps=1, loss=1.0, accuracy=0.5, grad_norm=1.0)
+    logged = reporting.log_train(trainer, {}, 3, 10, window, 1.0, 16)
+    assert logged["learning_rate"] == pytest.approx(used, rel=1e-6)
+    assert float(optimizer.learning_rate) < 0.99 * used  # cosine moved on
 
 
 def test_batch_must_divide_replicas_times_accumulation():

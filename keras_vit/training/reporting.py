@@ -35,7 +35,7 @@ def log_train(trainer, writers, step, total, window, seconds, batch,
     accuracy = window["accuracy"] / applied if applied else float("nan")
     grad_norm = window["grad_norm"] / applied if applied else float("nan")
     images_per_sec = steps * batch / seconds if seconds else 0.0
-    lr = trainer.learning_rate()
+    lr = trainer.learning_rate(applied=True)  # the logged steps' last
     name = trainer.accuracy_name
     logging.info(
         "step %d/%d: loss %.4f %s %.4f lr %.3g grad_norm %.3g "

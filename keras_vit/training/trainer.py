@@ -119,13 +119,8 @@ class Trainer(Evaluator):
     def _loss_and_grads(self, images, labels):
         with tf.GradientTape() as tape:
             logits = self.model(images, training=True)
-            losses = per_example_loss(
-                labels,
-                logits,
-                self.num_classes,
-                self.loss,
-                self.label_smoothing,
-            )
+            losses = per_example_loss(labels, logits, self.num_classes,
+                                      self.loss, self.label_smoothing)
             scaled = tf.reduce_sum(losses) / self.global_batch_size
         variables = self.model.trainable_variables
         grads = tape.gradient(scaled, variables)
@@ -332,7 +327,14 @@ class Trainer(Evaluator):
     def step(self) -> int:
         return int(self.optimizer.iterations.numpy())
 
-    def learning_rate(self) -> float:
+    def learning_rate(self, applied: bool = False) -> float:
+        """The learning rate of the next update; with `applied`, of the
+        last one (Keras's `learning_rate` reads the schedule at
+        `iterations`, the next update's step)."""
+        schedule = getattr(self.optimizer, "_learning_rate", None)
+        if applied and isinstance(
+                schedule, keras.optimizers.schedules.LearningRateSchedule):
+            return float(schedule(max(self.step - 1, 0)))
         lr = self.optimizer.learning_rate
         return float(lr.numpy() if hasattr(lr, "numpy") else lr)
 
