@@ -44,6 +44,23 @@ def test_history_appends_and_reads_back_the_latest_rows(tmp_path):
         (35, "train")]
     assert rows[3]["loss"] == pytest.approx(0.04)
     assert rows[2]["accuracy"] == 0.5 and rows[2]["grad_norm"] is None
+    # Cut inside its last cell (steps 10 as 1), the row has every cell:
+    # skipped while it has no line end, and once the next row closes it.
+    cut = "45,train,0.02,,,,,,1700000000,1"
+    path.write_text(text + cut)
+    assert history.read_history(str(tmp_path))[-1]["step"] == 35
+    writer.add(45, "train", loss=0.02, steps=10)
+    assert f"{cut}{history.CUT}45,train," in path.read_text()
+    rows = history.read_history(str(tmp_path))
+    assert [r["steps"] for r in rows if r["step"] == 45] == [10]
+    # An evaluation on the split "train" is not a training row: neither
+    # replaces the other, and only it is an evaluation.
+    writer.add(45, "train", loss=0.5, accuracy=0.7)
+    rows = history.read_history(str(tmp_path))
+    assert [(r["step"], history.is_evaluation(r)) for r in rows
+            if r["split"] == "train"][-2:] == [(45, False), (45, True)]
+    run = records.RunRecords(writer)
+    assert run.evaluated(45, "train") and not run.evaluated(35, "train")
     assert history.read_history(str(tmp_path / "nothing")) == []
 
 

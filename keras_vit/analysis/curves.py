@@ -36,23 +36,26 @@ def draw_curves(workdir: str, output_dir: Optional[str] = None) -> str:
         raise UsageError(f"{workdir} is not a folder: give the "
                          "workdir of a keras-vit-train run.")
     rows = history.read_history(workdir)
-    if not any(r["split"] == "train" for r in rows):
+    train = [r for r in rows if not history.is_evaluation(r)]
+    evals = [r for r in rows if history.is_evaluation(r)]
+    if not train:
         raise UsageError(
             f"{workdir} has no {history.FILE} with training rows: give the "
             "workdir of a keras-vit-train run (runs write one since this "
             "version).")
-    splits = sorted({r["split"] for r in rows} - {"train"})
+    splits = sorted({r["split"] for r in evals})
     fig = plots._figure(13.5, 3.6)
     panels = fig.subplots(1, 3)
     for ax, key, title in zip(panels, ("loss", "accuracy", "learning_rate"),
                               ("loss", "accuracy (top-1)", "learning rate")):
-        steps, values = _series(rows, "train", key)
+        steps, values = _series(train, "train", key)
         ax.plot(steps, values, label="train", linewidth=1.0)
         for split in splits if key != "learning_rate" else ():
-            steps, values = _series(rows, split, key)
-            if steps:
+            steps, values = _series(evals, split, key)
+            if steps:  # an evaluation on the training split: its own
                 ax.plot(steps, values, marker="o", markersize=3,
-                        label=split)
+                        label=f"{split} (evaluated)" if split == "train"
+                        else split)
         ax.set_title(title)
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)

@@ -16,9 +16,9 @@ The one file of a workdir that is appended instead of replaced whole
 (`keras_vit.storage.atomic`): a local file takes each row as it comes; a
 remote one (gs://) is rewritten whole, atomically, at most once a minute
 and when the run stops. A crash can leave a partial last line, which
-`read_history` skips and the next append closes. After a resume, the
-steps between the checkpoint and the stop appear twice; `read_history`
-keeps the later rows.
+`read_history` skips and the next append closes, marked as cut (`CUT`).
+After a resume, the steps between the checkpoint and the stop appear
+twice; `read_history` keeps the later rows.
 """
 
 from __future__ import annotations
@@ -38,6 +38,9 @@ FILE = "history.csv"
 COLUMNS = ("step", "split", "loss", "accuracy", "top5_accuracy",
            "learning_rate", "grad_norm", "images_per_sec", "wall_time",
            "steps")
+# What closes a row a crash cut (so that the next row starts a line): a
+# cell more than a row has, so that `read_history` skips it.
+CUT = ",cut\n"
 # Seconds between rewrites of a remote history.
 _REMOTE_FLUSH_S = 60.0
 
@@ -93,7 +96,7 @@ class HistoryWriter:
                 with tf.io.gfile.GFile(self.path) as f:
                     old = f.read()
             if old and not old.endswith("\n"):
-                old += "\n"
+                old += CUT
             atomic_write(self.path, (old or header) + text)
             self._rows = []  # written (a stop in the write keeps them)
             return
@@ -102,7 +105,7 @@ class HistoryWriter:
             if size:
                 f.seek(size - 1)
                 if f.read(1) != "\n":  # a crash cut the last row
-                    text = "\n" + text
+                    text = CUT + text
             else:
                 text = header + text
             f.write(text)
@@ -136,17 +139,21 @@ def read_history(workdir: str) -> List[Dict]:
     """The rows of a workdir's history.csv, in order, as dicts of the
     columns (floats; step and steps ints; split a str; None where empty).
     A row that does not parse (a crash's partial line) is skipped; where
-    the steps of a split go back (a resumed run redid them), the later
-    rows replace the earlier ones from that step on. [] without a
-    history."""
+    the steps of a split's training rows or of its evaluations go back (a
+    resumed run redid them), the later rows replace the earlier ones from
+    that step on. [] without a history."""
     path = os.path.join(workdir, FILE)
     if not tf.io.gfile.exists(path):
         return []
     with tf.io.gfile.GFile(path) as f:
         text = f.read()
+    # Every row ends its line: a last one without its end is a crash's.
+    text = text[:text.rfind("\n") + 1]
     rows: List[Dict] = []
-    last: Dict[str, int] = {}  # the newest step of each split
+    last: Dict[tuple, int] = {}  # the newest step of each series
     for record in csv.DictReader(io.StringIO(text)):
+        if None in record or None in record.values():  # a cut row
+            continue
         try:
             row = {k: (float(v) if v else None) for k, v in record.items()
                    if k in COLUMNS and k != "split"}
@@ -155,12 +162,21 @@ def read_history(workdir: str) -> List[Dict]:
             row["split"] = record["split"] or None
         except (TypeError, ValueError, KeyError):
             continue
-        split, step = row["split"], row["step"]
-        if split is None:
+        step, key = row["step"], _series(row)
+        if row["split"] is None:
             continue
-        if step <= last.get(split, -1):
-            rows = [r for r in rows
-                    if r["split"] != split or r["step"] < step]
-        last[split] = step
+        if step <= last.get(key, -1):
+            rows = [r for r in rows if _series(r) != key or r["step"] < step]
+        last[key] = step
         rows.append(row)
     return rows
+
+
+def is_evaluation(row: Dict) -> bool:
+    """Whether a `read_history` row is an evaluation's (a training row
+    counts its steps), also of an evaluation on the split "train"."""
+    return row["steps"] is None
+
+
+def _series(row: Dict) -> tuple:
+    return row["split"], is_evaluation(row)

@@ -92,7 +92,7 @@ class BestKeeper:
             return stored
         accuracies = [row["accuracy"] for row in history.read_history(
             self.workdir) if (row["step"], row["split"]) == (step, split)
-            and row["accuracy"] is not None]
+            and history.is_evaluation(row) and row["accuracy"] is not None]
         mended = dict(stored, step=step)
         if accuracies:
             mended["accuracy"] = accuracies[-1]
@@ -219,6 +219,7 @@ class RunRecords:
         """Whether history.csv holds an evaluation on `split` at `step`."""
         self.history.flush()
         return any(row["step"] == step and row["split"] == split
+                   and history.is_evaluation(row)
                    for row in history.read_history(
                        os.path.dirname(self.history.path)))
 
