@@ -19,7 +19,7 @@ from keras_vit.commands import eval_mode
 from keras_vit.commands import evaluate as evaluate_main
 from keras_vit.data import overlaps, sources
 from keras_vit.errors import UsageError
-from keras_vit.evaluation import fewshot_reports, vtab_run
+from keras_vit.evaluation import fewshot_reports, linear_probe, vtab_run
 from keras_vit.storage import workdir as wd
 from keras_vit.training import model_init, train_lib
 from tests import tiny as tiny_configs
@@ -343,6 +343,31 @@ def test_fewshot_rerun_on_another_data_set_keeps_the_first(tmp_path):
         str(tmp_path), "m", ["a"], **moved) == {}
     assert os.path.exists(tmp_path / "fewshot.before-1.json")
 
+
+def test_fewshot_results_of_another_draw_of_the_shots_are_not_kept(
+        tmp_path):
+    """Results drawn otherwise (a file that records no draw, as earlier
+    releases wrote, drew each shot count anew): probed again whole, they
+    are kept apart; a run on other data sets refuses to drop them."""
+    config = config_lib.base_config()
+    facts = dict(image_size=16, resize_size=None, config=config.to_dict(),
+                 model_location="/m.keras", use_ema=None,
+                 shot_draw=linear_probe.SHOT_DRAW)
+    old = {k: v for k, v in facts.items() if k != "shot_draw"}
+    held = {"a": {"1": {"per_seed": [0.5]}}}
+    fewshot_reports.write_fewshot_reports(str(tmp_path), "m", held, {},
+                                          **old)
+    with pytest.raises(UsageError, match=r"the draw of the shots: None "
+                       r"there, 'big_vision: .*' asked"):
+        fewshot_reports.check_fewshot_folder(str(tmp_path), "m", ["b"],
+                                             **facts)
+    assert fewshot_reports.check_fewshot_folder(
+        str(tmp_path), "m", ["a"], **facts) == {}
+    assert os.path.exists(tmp_path / "fewshot.before-1.json")
+    fewshot_reports.write_fewshot_reports(str(tmp_path), "m", held, {},
+                                          **facts)
+    assert fewshot_reports.check_fewshot_folder(
+        str(tmp_path), "m", ["b"], **facts) == held
 
 def test_fewshot_batch_size_zero_or_unset_is_the_input_batch():
     config = config_lib.base_config()

@@ -133,6 +133,23 @@ def test_top5_is_reported_only_where_five_classes_do_not_cover_all(
         assert got["top5_accuracy"] is None
 
 
+def test_top5_counts_five_classes_when_logits_tie():
+    """A head of zeros (an untrained zero-initialised one, or a collapsed
+    model) ties every logit: five classes are its top 5, the first five
+    as argmax takes the first, so top-5 is the share of labels 0-4, not
+    1.0 (`tf.nn.in_top_k` counts every class tied at the fifth place)."""
+    model = tiny(num_classes=10, image_size=16)
+    head = model.get_layer("head")
+    head.set_weights([np.zeros_like(w) for w in head.get_weights()])
+    evaluator = Evaluator(model, tf.distribute.get_strategy(),
+                          num_classes=10)
+    images = tf.random.stateless_uniform((20, 16, 16, 3), (1, 2), -1, 1)
+    labels = tf.constant(list(range(10)) * 2, tf.int32)
+    got = evaluator.evaluate([(images, labels, tf.ones([20]))])
+    assert got["top5_accuracy"] == 0.5
+    assert got["accuracy"] == 0.1  # argmax: class 0
+
+
 def test_evaluate_model_uses_the_trainers_evaluation_step():
     """Training and evaluate.py score a model with one step, so a change
     to it (a metric, the masking) reaches both."""

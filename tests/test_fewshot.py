@@ -18,7 +18,7 @@ from keras_vit.data import pipeline as input_pipeline
 from keras_vit.data import preprocessing
 from keras_vit.data.sources import digits_split
 from keras_vit.errors import UsageError
-from keras_vit.evaluation import fewshot, fewshot_reports
+from keras_vit.evaluation import fewshot, fewshot_reports, linear_probe
 from tests.strategies import two_cpu_mirrored
 
 
@@ -35,7 +35,7 @@ def test_ridge_matches_numpy_in_both_regimes(n, d):
     x = rng.normal(size=(n, d))
     y = rng.normal(size=(n, 3))
     for l2 in (0.5, 1024.0):
-        w = fewshot.ridge_weights(x, y, l2)
+        w = linear_probe.ridge_weights(x, y, l2)
         assert w.shape == (d, 3)
         np.testing.assert_allclose(w, lstsq_ridge(x, y, l2), rtol=1e-8,
                                    atol=1e-10)
@@ -45,9 +45,9 @@ def test_ridge_matches_numpy_in_both_regimes(n, d):
 
 def test_ridge_errors_name_the_problem():
     with pytest.raises(ValueError, match="same N"):
-        fewshot.ridge_weights(np.ones((3, 2)), np.ones((4, 1)), 1.0)
+        linear_probe.ridge_weights(np.ones((3, 2)), np.ones((4, 1)), 1.0)
     with pytest.raises(ValueError, match="l2_reg must be positive"):
-        fewshot.ridge_weights(np.ones((3, 2)), np.ones((3, 1)), 0.0)
+        linear_probe.ridge_weights(np.ones((3, 2)), np.ones((3, 1)), 0.0)
 
 
 def reference_predict(train_x, train_y, test_x, k, l2=1024.0):
@@ -68,7 +68,7 @@ def test_fit_predict_matches_reference(n_per_class, dim):
     train_x = centers[train_y] + 1.5 * rng.normal(size=(len(train_y), dim))
     test_y = rng.integers(0, k, 200)
     test_x = centers[test_y] + 1.5 * rng.normal(size=(200, dim))
-    got = fewshot.fit_predict(train_x, train_y, test_x, k)
+    got = linear_probe.fit_predict(train_x, train_y, test_x, k)
     np.testing.assert_array_equal(
         got, reference_predict(train_x, train_y, test_x, k)
     )
@@ -86,21 +86,59 @@ def test_separable_toy_problem_is_solved_exactly(shots, dim):
     train_x = centers[train_y] + 0.1 * rng.normal(size=(len(train_y), dim))
     test_y = rng.integers(0, k, 500)
     test_x = centers[test_y] + 0.1 * rng.normal(size=(500, dim))
-    pred = fewshot.fit_predict(train_x, train_y, test_x, k)
+    pred = linear_probe.fit_predict(train_x, train_y, test_x, k)
     assert np.mean(pred == test_y) == 1.0
 
 
 def test_draw_shots_per_class_without_replacement():
     labels = np.repeat(np.arange(4), [10, 6, 3, 8])
-    idx = fewshot.draw_shots(labels, 5, seed=0, num_classes=4)
+    idx = linear_probe.draw_shots(labels, 5, seed=0, num_classes=4)
     counts = np.bincount(labels[idx], minlength=4)
     np.testing.assert_array_equal(counts, [5, 5, 3, 5])  # class 2 has 3
     assert len(set(idx.tolist())) == len(idx)
-    again = fewshot.draw_shots(labels, 5, seed=0, num_classes=4)
+    again = linear_probe.draw_shots(labels, 5, seed=0, num_classes=4)
     np.testing.assert_array_equal(idx, again)
-    other = fewshot.draw_shots(labels, 5, seed=1, num_classes=4)
+    other = linear_probe.draw_shots(labels, 5, seed=1, num_classes=4)
     assert set(idx.tolist()) != set(other.tolist())
 
+
+
+def big_vision_draw(labels, shots, seed, num_classes):
+    """big_vision's fewshot_lsr draw, written out: one generator per seed,
+    a permutation of each class's indices in turn, their first shots."""
+    rng = np.random.default_rng(seed)
+    orders = [rng.permutation(np.where(labels == c)[0])
+              for c in range(num_classes)]
+    return np.concatenate([o[:shots] for o in orders])
+
+
+def test_each_seed_draws_the_examples_big_vision_draws():
+    labels = np.random.default_rng(7).integers(0, 10, 500)
+    for seed in (0, 1, 4):
+        for shots in (1, 5, 10, 25):
+            np.testing.assert_array_equal(
+                linear_probe.draw_shots(labels, shots, seed, 10),
+                big_vision_draw(labels, shots, seed, 10))
+        one = set(linear_probe.draw_shots(labels, 1, seed, 10).tolist())
+        five = set(linear_probe.draw_shots(labels, 5, seed, 10).tolist())
+        assert one < five  # a seed's 1-shot examples are among its 5-shot
+
+
+def test_the_scores_of_each_seed_use_big_vision_draw():
+    rng = np.random.default_rng(3)
+    train_y = rng.integers(0, 4, 200)
+    train_x = rng.normal(size=(200, 6)) + train_y[:, None]
+    test_y = rng.integers(0, 4, 50)
+    test_x = rng.normal(size=(50, 6)) + test_y[:, None]
+    got = linear_probe.evaluate_features((train_x, train_y),
+                                         (test_x, test_y), 4, (2, 5), (0, 3))
+    for shots in (2, 5):
+        want = []
+        for seed in (0, 3):
+            idx = big_vision_draw(train_y, shots, seed, 4)
+            pred = reference_predict(train_x[idx], train_y[idx], test_x, 4)
+            want.append(np.mean(pred == test_y))
+        np.testing.assert_allclose(got[str(shots)]["per_seed"], want)
 
 def test_a_shot_count_above_a_class_pool_is_said_once_and_recorded(caplog):
     """30-shot where a class has 26 examples: one warning per shot count
@@ -111,7 +149,7 @@ def test_a_shot_count_above_a_class_pool_is_said_once_and_recorded(caplog):
     train = (rng.normal(size=(len(labels), 4)) + labels[:, None], labels)
     test = (np.arange(3)[:, None] + np.zeros((3, 4)), np.arange(3))
     caplog.set_level("WARNING", logger="absl")
-    out = fewshot.evaluate_features(train, test, 3, shots=(5, 30),
+    out = linear_probe.evaluate_features(train, test, 3, shots=(5, 30),
                                     seeds=(0, 1, 2))
     warned = [r.getMessage() for r in caplog.records]
     assert warned == [
@@ -158,7 +196,7 @@ def test_evaluator_on_digits_matches_direct_computation():
     for shots in (1, 5):
         accs = []
         for seed in (0, 1):
-            idx = fewshot.draw_shots(train_y, shots, seed, 10)
+            idx = linear_probe.draw_shots(train_y, shots, seed, 10)
             assert len(idx) == 10 * shots
             pred = reference_predict(train_x[idx], train_y[idx], test_x, 10)
             accs.append(np.mean(pred == test_y))
@@ -289,7 +327,7 @@ def test_each_finished_data_set_is_reported_before_the_next(tmp_path,
     data = [fewshot.FewShotData(name, "digits", "train[:200]", "test")
             for name in ("first", "second")]
     calls = []
-    evaluate = fewshot.evaluate_features
+    evaluate = linear_probe.evaluate_features
 
     def stopped_in_the_second(*args, **kwargs):
         if calls:

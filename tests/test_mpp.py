@@ -204,7 +204,7 @@ def test_mpp_model_with_a_sincos_position_embedding_is_the_classifier():
     features = _batch()
     features["mpp_mode"] = np.zeros_like(features["mpp_mode"])
     ours = keras.Model(model.inputs, model.get_layer("Transformer").output)
-    theirs = keras.Model(classifier.inputs,
+    theirs = keras.Model(classifier.input,
                          classifier.get_layer("Transformer").output)
     tokens = ours(features).numpy()
     assert tokens.shape == (8, 17, 32)

@@ -199,6 +199,33 @@ def test_vtab_and_fewshot_commands_on_data_tfds_prepared(archive, tmp_path):
             with open(os.path.join(out, "fewshot.md")) as f:
                 assert result.stdout == f.read() + "\n"
         assert len(requests) == 1
+    _slices_past_the_data_are_one_line(run, data_dir, tmp_path,
+                                       counts["test1"])
+
+
+def _slices_past_the_data_are_one_line(run, data_dir, tmp_path, tests):
+    """A TFDS slice that reads nothing (past the end of the split, or
+    empty) is one line naming the field and the split sizes, before the
+    model scores or probes anything (TFDS says it only when reading, in
+    a traceback)."""
+    model = "--model=" + model_cache.HF_FIXTURE
+    data = f"--config.input.data_dir={data_dir}"
+    for split in (f"test[{tests + 10}:]", "test[:0]"):
+        result = run("evaluate", "--mode=eval", "--dataset=dtd",
+                     f"--split={split}", model, f"--data_dir={data_dir}")
+        assert result.returncode == 1, result.stderr[-3000:]
+        assert "Traceback" not in result.stderr
+        assert (f"error: --split={split} cannot be used" in result.stderr
+                and f"test: {tests} examples" in result.stderr
+                ), result.stderr[-2000:]
+    field = "--config.evals.fewshot.datasets.dtd.test_split"
+    result = run("evaluate", "--mode=fewshot", "--config=fewshot:dtd",
+                 f"{field}=test[{tests}:]", model, data,
+                 f"--output_dir={tmp_path / 'fewshot_past'}", *TINY_FEWSHOT)
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert f"error: {field}=test[{tests}:] cannot be used: its slice of " \
+        "test holds no example" in result.stderr, result.stderr[-2000:]
+    assert "few-shot data set 1 of 1" not in result.stderr  # no features
 
 
 class _Failing:

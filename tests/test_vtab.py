@@ -742,13 +742,26 @@ def test_a_rerun_of_another_recipe_is_refused(tmp_path, monkeypatch):
             r"holds VTAB results of another recipe \(config.schedule.lr: "
             r"0.01 there, 0.003 asked\)")):
         vtab_run.run(other, source, out, train_fn, tasks="dtd,cifar100")
+    # Tasks trained on one batch over and over (synthetic_data) or in
+    # another data order are of another recipe too.
+    for field, value, said in (("synthetic_data", True, "True"),
+                               ("shuffle_buffer", 8, "8")):
+        fake = vtab_config.get_config()
+        fake.evals.vtab.sweep.enabled = False
+        fake.input[field] = value
+        with pytest.raises(ValueError, match=(
+                rf"another recipe \(config.input.{field}: \S+ there, "
+                rf"{said} asked\)")):
+            vtab_run.run(fake, source, out, train_fn, tasks="dtd,cifar100")
     assert len(trained) == 1
     # A recipe.json that recorded the config's sizes (earlier versions):
-    # they are not compared.
+    # they are not compared, nor the input's shuffle_buffer and
+    # synthetic_data where it did not record them (earlier versions).
     recipe_path = os.path.join(out, "recipe.json")
     with open(recipe_path) as f:
         older = json.load(f)
     older["model"].update(variant="B/16", hidden_size=768, remat="none")
+    del older["input"]["shuffle_buffer"], older["input"]["synthetic_data"]
     with open(recipe_path, "w") as f:
         json.dump(older, f)
     config.log.every_steps = 7

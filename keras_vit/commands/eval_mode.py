@@ -169,7 +169,7 @@ def _scored_model(values, source, model, inp, split):
     """The model as scored on `inp` (`accuracy.in_folder_order`), once
     the split is known to exist and the classes fit."""
     info = sources.dataset_info(inp)
-    check_split(inp, split, list(info.num_examples))
+    check_split(inp, split, dict(info.num_examples))
     width = int(model.output_shape[-1])
     names = cli.class_names(values, source)
     if values.class_names_file:  # one name per class, whatever the data

@@ -46,6 +46,7 @@ if TYPE_CHECKING:  # imported on first use: --help loads no TensorFlow
         accuracy,
         fewshot,
         fewshot_reports,
+        linear_probe,
         reports,
         vtab_run,
     )
@@ -58,6 +59,7 @@ else:
     accuracy = lazy_module("keras_vit.evaluation.accuracy")
     fewshot = lazy_module("keras_vit.evaluation.fewshot")
     fewshot_reports = lazy_module("keras_vit.evaluation.fewshot_reports")
+    linear_probe = lazy_module("keras_vit.evaluation.linear_probe")
     reports = lazy_module("keras_vit.evaluation.reports")
     vtab_run = lazy_module("keras_vit.evaluation.vtab_run")
     distribute = lazy_module("keras_vit.training.distribute")
@@ -151,7 +153,8 @@ def _fewshot_mode(values, source, strategy) -> Dict:
                  keep_aspect=False, config=config.to_dict(),
                  model_location=atomic.absolute(source.path),
                  model_files=pretrained.model_files(source),
-                 use_ema=accuracy.ema_weights(source))
+                 use_ema=accuracy.ema_weights(source),
+                 shot_draw=linear_probe.SHOT_DRAW)
     # Another model's file is refused; this model's other data sets kept
     # (not where its files changed since they were probed).
     kept = fewshot_reports.check_fewshot_folder(

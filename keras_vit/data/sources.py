@@ -28,6 +28,7 @@ import dataclasses
 import difflib
 import functools
 import re
+import types
 from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
@@ -263,8 +264,9 @@ def check_split(inp, split: str, field: str, names=None) -> None:
     split, a slice or a sum of them of the data of `config.input` section
     `inp`: the digits' read at once; a TFDS one's parsed, then each part
     looked up among `names` (the data set's splits, where TFDS knows
-    them); an image folder's looked up in its index of files (the
-    folder's own message, after `field`)."""
+    them) and, where `names` gives each split's size ({name: examples}),
+    its slices sized as TFDS reads them; an image folder's looked up in
+    its index of files (the folder's own message, after `field`)."""
     import tensorflow_datasets as tfds
 
     if inp.dataset == FOLDER and not inp.vtab_task:
@@ -281,7 +283,7 @@ def check_split(inp, split: str, field: str, names=None) -> None:
             raise split_fix(field, split, str(error)) from None
         return
     try:
-        tfds.core.ReadInstruction.from_spec(split)
+        instruction = tfds.core.ReadInstruction.from_spec(split)
     except (ValueError, AssertionError):
         raise split_fix(field, split, "TFDS cannot parse it", names
                         ) from None
@@ -291,6 +293,34 @@ def check_split(inp, split: str, field: str, names=None) -> None:
     if unknown:
         raise split_fix(field, split, f"{inp.dataset} holds no split "
                         f"{unknown[0]!r}", names)
+    if isinstance(names, dict) and names and all(names.values()):
+        why = _slice_problem(instruction, names)
+        if why:
+            raise split_fix(field, split, why, _sized(names))
+
+
+def _slice_problem(instruction, sizes: Dict[str, int]) -> Optional[str]:
+    """Why a parsed TFDS split reads no example of splits of `sizes`
+    ({name: examples}), as TFDS would say it when reading (a slice past
+    the end, or an empty one); None where every part reads some."""
+    infos = {k: types.SimpleNamespace(num_examples=int(n))
+             for k, n in sizes.items()}
+    try:
+        parts = instruction.to_absolute(infos)
+    except (ValueError, KeyError) as error:  # a slice past the end
+        return str(error)
+    for part in parts:
+        n = sizes[part.splitname]
+        start, stop = (n + v if v is not None and v < 0 else v
+                       for v in (part.from_, part.to))
+        if (n if stop is None else stop) <= (start or 0):
+            return f"its slice of {part.splitname} holds no example"
+    return None
+
+
+def _sized(sizes: Dict[str, int]):
+    """Split names with their sizes, for `split_fix`."""
+    return [f"{k}: {n} examples" for k, n in sizes.items()]
 
 
 def training_examples(inp) -> Optional[int]:

@@ -1,16 +1,10 @@
 """Few-shot linear evaluation of frozen representations (paper Section 4.1).
 
 As big_vision's fewshot_lsr evaluator: the pre-logits features of a frozen
-model; for each data set, shot count and seed, `shots` training examples
-per class drawn at random; features standardised with the mean and std
-(+1e-5) of those examples, a constant bias feature of 100 appended (large,
-so the bias is almost unregularised); ridge regression to targets
-2 * onehot - 1 with l2_reg 1024, solved in closed form; accuracy of the
-argmax on the test split.
-
-The closed form goes through the smaller Gram matrix: (X^T X + l2 I)^-1
-X^T Y when N >= D, X^T (X X^T + l2 I)^-1 Y otherwise (the same solution by
-the push-through identity).
+model (or another layer's, `probe_model`) of each data set's training and
+test splits, extracted once; for each shot count and seed, the linear
+probe of `linear_probe` (ridge regression to +-1 targets in closed form)
+on `shots` examples per class; accuracy on the test split.
 """
 
 from __future__ import annotations
@@ -33,84 +27,9 @@ from keras_vit.data import pipeline as input_pipeline
 from keras_vit.data import sources, vtab
 from keras_vit.derived import features_model, intermediate_model
 from keras_vit.errors import UsageError
+from keras_vit.evaluation.linear_probe import evaluate_features
 from keras_vit.model import architecture_of
 from keras_vit.progress import EVERY_S, Progress, Rate
-
-BIAS_FEATURE = 100.0
-L2_REG = 1024.0
-
-
-# --------------------------------------------------------------- solver
-def ridge_weights(x: np.ndarray, y: np.ndarray, l2_reg: float) -> np.ndarray:
-    """argmin_W |X W - Y|^2 + l2_reg |W|^2, in closed form (float64).
-
-    Args:
-        x: (N, D) array. Inputs.
-        y: (N, K) array. Targets.
-        l2_reg: float. Ridge strength (> 0).
-
-    Returns:
-        (D, K) float64 weights.
-    """
-    x = np.asarray(x, np.float64)
-    y = np.asarray(y, np.float64)
-    if x.ndim != 2 or y.ndim != 2 or x.shape[0] != y.shape[0]:
-        raise UsageError(
-            f"Expected x (N, D) and y (N, K) with the same N, got {x.shape} "
-            f"and {y.shape}."
-        )
-    if l2_reg <= 0:
-        raise UsageError(f"l2_reg must be positive, got {l2_reg}.")
-    n, d = x.shape
-    if n >= d:  # D x D system
-        gram = x.T @ x + l2_reg * np.eye(d)
-        return np.linalg.solve(gram, x.T @ y)
-    gram = x @ x.T + l2_reg * np.eye(n)  # N x N system
-    return x.T @ np.linalg.solve(gram, y)
-
-
-def fit_predict(train_x: np.ndarray, train_y: np.ndarray, test_x: np.ndarray,
-                num_classes: int, l2_reg: float = L2_REG,
-                bias: float = BIAS_FEATURE) -> np.ndarray:
-    """Fits the few-shot linear classifier and predicts test classes.
-
-    Args:
-        train_x: (N, D) features of the few-shot examples.
-        train_y: (N,) int labels.
-        test_x: (M, D) features.
-        num_classes: int.
-        l2_reg: float. Ridge strength.
-        bias: float. Value of the appended constant feature.
-
-    Returns:
-        (M,) int predictions.
-    """
-    train_x = np.asarray(train_x, np.float64)
-    test_x = np.asarray(test_x, np.float64)
-    mean = train_x.mean(axis=0, keepdims=True)
-    std = train_x.std(axis=0, keepdims=True) + 1e-5
-
-    def prepare(x):
-        x = (x - mean) / std
-        return np.concatenate([x, np.full((len(x), 1), bias)], axis=1)
-
-    targets = 2.0 * np.eye(num_classes)[np.asarray(train_y)] - 1.0
-    weights = ridge_weights(prepare(train_x), targets, l2_reg)
-    return np.argmax(prepare(test_x) @ weights, axis=1)
-
-
-def draw_shots(
-    labels: np.ndarray, shots: int, seed: int, num_classes: int
-) -> np.ndarray:
-    """Indices of `shots` random examples per class (without replacement);
-    a class with fewer gives all it has (`evaluate_features` says so)."""
-    rng = np.random.default_rng(seed)
-    labels = np.asarray(labels)
-    chosen = []
-    for c in range(num_classes):
-        pool = np.flatnonzero(labels == c)
-        chosen.append(rng.choice(pool, min(shots, len(pool)), replace=False))
-    return np.concatenate(chosen) if chosen else np.zeros([0], np.int64)
 
 
 # ------------------------------------------------------------- features
@@ -221,44 +140,25 @@ MANUAL_DATA = {
 }
 
 
-def evaluate_features(
-    train: Tuple[np.ndarray, np.ndarray],
-    test: Tuple[np.ndarray, np.ndarray],
-    num_classes: int,
-    shots: Sequence[int],
-    seeds: Sequence[int],
-    l2_reg: float = L2_REG,
-) -> Dict[str, dict]:
-    """Few-shot accuracies from precomputed features.
-
-    Returns:
-        {str(shots): {"mean": accuracy, "per_seed": [accuracy per seed]}},
-        with "fewest_shots" (the examples of the poorest class) where a
-        class has fewer training examples than the shot count.
-    """
-    train_x, train_y = train
-    test_x, test_y = test
-    counts = np.bincount(np.asarray(train_y, np.int64),
-                         minlength=num_classes)[:num_classes]
-    out = {}
-    for k in shots:
-        short = counts < int(k)
-        if short.any():
-            logging.warning(
-                "%d of %d classes have fewer than %d training examples "
-                "(fewest: %d): each uses all it has, so the %d-shot figure "
-                "is of fewer shots (recorded as fewest_shots).",
-                short.sum(), num_classes, k, counts.min(), k)
-        accs = []
-        for seed in seeds:
-            idx = draw_shots(train_y, int(k), int(seed), num_classes)
-            pred = fit_predict(train_x[idx], train_y[idx], test_x,
-                               num_classes, l2_reg)
-            accs.append(float(np.mean(pred == test_y)))
-        out[str(int(k))] = {"mean": float(np.mean(accs)), "per_seed": accs}
-        if short.any():
-            out[str(int(k))]["fewest_shots"] = int(counts.min())
-    return out
+def _ready(datasets, resize_size, download, in_turn, not_run, progress):
+    """(data, its config.input section, its DatasetInfo) of each data set
+    that can be read once prepared (`sources.prepared_or_skipped`), every
+    split checked before any feature is extracted (a wrong one in the last
+    data set is said before hours of the first one's features)."""
+    ready = []
+    for data in datasets:
+        inp = data.input(resize_size)
+        if not sources.prepared_or_skipped(
+                functools.partial(_prepare, data, download), data.name,
+                f"few-shot {data.name}", in_turn, not_run, progress):
+            continue
+        info = sources.dataset_info(inp)
+        for field in ("train_split", "test_split"):
+            sources.check_split(inp, getattr(data, field), "config.evals."
+                                f"{data.evaluator}.datasets.{data.name}."
+                                f"{field}", dict(info.num_examples))
+        ready.append((data, inp, info))
+    return ready
 
 
 def run(  # noqa: PLR0913 (its options, by keyword)
@@ -313,17 +213,9 @@ def run(  # noqa: PLR0913 (its options, by keyword)
     batch_size = int(opts.batch_size or 256)
     results, not_run = {}, {}
     progress = Progress(len(datasets))
-    for data in datasets:
-        inp = data.input(resize_size)
-        if not sources.prepared_or_skipped(
-                functools.partial(_prepare, data, download), data.name,
-                f"few-shot {data.name}", in_turn, not_run, progress):
-            continue
-        info = sources.dataset_info(inp)
-        for field in ("train_split", "test_split"):  # before extracting
-            sources.check_split(inp, getattr(data, field), "config.evals."
-                                f"{data.evaluator}.datasets.{data.name}."
-                                f"{field}", list(info.num_examples))
+    ready = _ready(datasets, resize_size, download, in_turn, not_run,
+                   progress)
+    for data, inp, info in ready:
         logging.info("few-shot data set %s: %s (%d classes)%s.",
                      progress.start(), data.name, info.num_classes,
                      progress.eta())

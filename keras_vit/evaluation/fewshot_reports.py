@@ -83,7 +83,8 @@ def _recipe(facts: Mapping) -> dict:
                    for k in ("data_dir", "manual_dir")})
     recipe.update({"the image size": facts.get("image_size"),
                    "the resize": facts.get("resize_size"),
-                   _EMA: facts.get("use_ema")})
+                   _EMA: facts.get("use_ema"),
+                   "the draw of the shots": facts.get("shot_draw")})
     return recipe
 
 

@@ -85,8 +85,12 @@ _RECIPE = {
     "init": ("keep_pre_logits",),
     "trainer": ("total_steps", "epochs", "grad_clip_norm", "dtype",
                 "ema_decay", "skip_nonfinite"),
-    "input": ("batch_size", "pp", "mix", "train_examples_per_class"),
+    "input": ("batch_size", "pp", "mix", "train_examples_per_class",
+              "shuffle_buffer", "synthetic_data"),
 }
+# Recipe fields an earlier recipe.json did not record: not compared there
+# (its tasks' values are not known).
+_RECORDED_LATER = {"input": ("shuffle_buffer", "synthetic_data")}
 
 
 def recipe(config: ml_collections.ConfigDict) -> Dict:
@@ -150,6 +154,10 @@ def check_recipe(config: ml_collections.ConfigDict, output_dir: str,
         saved = read_folder_json(path)
         if isinstance(saved.get("model"), dict):
             saved["model"] = _scored_model_fields(saved["model"])
+        for section, fields in _RECORDED_LATER.items():
+            if isinstance(saved.get(section), dict):
+                for k in fields:
+                    saved[section].setdefault(k, wanted[section][k])
         differ = config_lib.differences(saved, wanted)
         if differ:
             raise UsageError(

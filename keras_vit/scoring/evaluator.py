@@ -17,6 +17,16 @@ from keras_vit.progress import EVERY_S, Rate
 from keras_vit.scoring.losses import LOSSES, per_example_loss
 
 
+def in_top_k(labels: tf.Tensor, logits: tf.Tensor, k: int) -> tf.Tensor:
+    """bool (batch,): whether each label is among the `k` classes of
+    largest logits, ties broken to the lower class as argmax breaks them
+    (`tf.nn.in_top_k` counts every class tied at the k-th place: a
+    collapsed or zero head would score 100% top-5)."""
+    top = tf.math.top_k(logits, k, sorted=False).indices
+    return tf.reduce_any(
+        tf.equal(top, tf.cast(labels, top.dtype)[..., None]), -1)
+
+
 class Evaluator:
     """The distributed evaluation step of a classifier: loss, top-1 and
     top-5 accuracy over masked batches.
@@ -66,8 +76,8 @@ class Evaluator:
             tf.equal(tf.argmax(logits, -1, output_type=tf.int32), labels),
             tf.float32,
         )
-        k = min(5, self.num_classes)
-        top5 = tf.cast(tf.nn.in_top_k(labels, logits, k), tf.float32)
+        top5 = tf.cast(in_top_k(labels, logits, min(5, self.num_classes)),
+                       tf.float32)
         return (
             tf.reduce_sum(losses * mask),
             tf.reduce_sum(top1 * mask),

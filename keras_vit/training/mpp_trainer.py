@@ -24,6 +24,7 @@ import tensorflow as tf
 
 from keras_vit import mpp
 from keras_vit.errors import UsageError
+from keras_vit.scoring.evaluator import in_top_k
 from keras_vit.training.trainer import Trainer
 
 
@@ -109,7 +110,7 @@ class MppTrainer(Trainer):
                 tf.argmax(logits, -1, output_type=tf.int32), targets
             ), tf.float32), -1)
             flat = tf.reshape(logits, [-1, self.num_classes])
-            top5 = tf.reduce_mean(tf.reshape(tf.cast(tf.nn.in_top_k(
+            top5 = tf.reduce_mean(tf.reshape(tf.cast(in_top_k(
                 tf.reshape(targets, [-1]), flat, 5
             ), tf.float32), [batch, patches, cells]), -1)
 
