@@ -303,6 +303,29 @@ def test_evaluate_names_the_images_it_cannot_decode(tmp_path):
             root / "train" / "a")) + len(os.listdir(root / "train" / "b")) - 3
 
 
+def test_evaluating_an_image_too_elongated_to_keep_its_aspect_names_it(
+        tmp_path):
+    """keras-vit-evaluate --mode=eval on a folder, resizing keeping the
+    aspect ratio (a config that sets it, as augreg_i1k's does): a 1 x 300
+    strip, which decodes but which that resize refuses, is named in one
+    line, not a TensorFlow traceback that names no file."""
+    from tests import console
+
+    root = good_folder(tmp_path / "images", splits=("train", "test"))
+    save(f"{root}/test/a/strip.png", np.zeros((1, 300, 3), np.uint8))
+    model = str(tmp_path / "m.keras")
+    keras_vit.create_model(
+        None, num_classes=2, image_size=16, patch_size=8, hidden_size=16,
+        num_layers=1, num_heads=2, mlp_dim=16).save(model)
+    result = console.run("evaluate", [
+        "--mode=eval", f"--model={model}", f"--config=folder:{root}",
+        "--config.input.pp.eval_keep_aspect=True",
+        "--config.input.pp.eval_resize_size=256", "--split=test",
+        "--batch_size=4"])
+    line = _error_line(result, "evaluate")
+    assert f"{root}/test/a/strip.png (The image is too elongated" in line
+
+
 @covers("resume_other_optimizer")
 def test_resuming_with_another_optimizer_names_the_field(tmp_path):
     """keras-vit-train on a workdir with checkpoints, asked for another

@@ -263,14 +263,19 @@ def explain_input_error(inp, splits: Sequence[Tuple[str, str]],
     if inp.dataset != sources.FOLDER or inp.vtab_task:
         return None
     root = inp.data_dir
-    paths = []
-    for _, split in splits:
+    paths = {False: set(), True: set()}  # read by training, evaluated
+    for field, split in splits:
         name = re.sub(r"\[.*\]$", "", str(split))
         try:
-            paths.extend(folders.folder_split(root, name)[0])
+            paths[field != "input.train_split"].update(
+                folders.folder_split(root, name)[0])
         except ValueError:
             continue
-    bad = find_unreadable_images(sorted(set(paths)))
+    # An evaluated image also fails where its keep-aspect resize refuses it.
+    bad = dict(find_unreadable_images(sorted(paths[False])))
+    bad.update(find_unreadable_images(sorted(paths[True]),
+                                      pp.eval_keep_size(inp)))
+    bad = sorted(bad.items())
     held = restored and isinstance(error, tf.errors.InvalidArgumentError) \
         and _IMAGE_ERROR.search(decode_reason(error))
     if held and (not bad or inp.skip_bad_images):
