@@ -91,6 +91,30 @@ def test_class_folders_alone_hold_out_a_fifth_of_each_class(tmp_path):
         folders.resolve_split(root, "test|valid")
 
 
+def test_a_slice_of_a_split_keeps_its_images_as_files_come(tmp_path):
+    """train[:90%] trained on and train[90%:] scored: photos added later
+    (one, or ten) move at most the images at the edge between the two,
+    so the scored slice holds no image the run trained on (its order was
+    a permutation of the file count: one more file reshuffled all)."""
+    for cls in ("a", "b"):
+        for i in range(25):
+            path = tmp_path / "train" / cls / f"{i:03d}.png"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(b"")  # listed, not decoded
+    folders.folder_index.cache_clear()
+    trained = set(folders.folder_split(str(tmp_path), "train[:90%]")[0])
+    assert len(trained) == 45
+    for added in (1, 10):
+        for i in range(added):
+            (tmp_path / "train" / "a" / f"new{added}_{i}.png").write_bytes(
+                b"")
+        folders.folder_index.cache_clear()
+        scored = folders.folder_split(str(tmp_path), "train[90%:]")
+        assert len(set(scored[0]) & trained) <= 1, added
+        assert set(scored[1].tolist()) <= {0, 1}
+    folders.folder_index.cache_clear()
+
+
 def test_a_folder_with_split_folders_uses_its_own(tmp_path):
     for split, count in (("train", 6), ("validation", 2), ("test", 3)):
         write_photo_folder(tmp_path, per_class=count, split=split)

@@ -3,9 +3,10 @@ of `tfds.folder_dataset.ImageFolder`; class ids are the sorted class folder
 names of all splits; `IMAGE_EXTENSIONS`), or class folders alone,
 `data_dir/<class>/*.jpg`, whose splits are "train" and "val" (`VAL_SHARE`
 of each class's images, at least one, into "val", chosen by a hash of the
-class and file name: `_held_out`, so every run and command holds out the
-same images); "val|test" names the first split a folder has
-(`resolve_split`). `data.sources` describes the folder as a data source.
+class and file name, `_held_out`: every run and command holds out the same
+images; each split is in the order of that hash, so a slice keeps its
+images as files come and go); "val|test" names the first split a folder
+has (`resolve_split`). `data.sources` describes it as a data source.
 """
 
 from __future__ import annotations
@@ -190,13 +191,17 @@ def _held_out(pairs: List[Tuple[str, str]]) -> Dict[str, list]:
     for name in sorted({c for _, c in pairs}):
         mine = [p for p in pairs if p[1] == name]
         n_val = max(1, round(VAL_SHARE * len(mine))) if len(mine) > 1 else 0
-        ranked = sorted(mine, key=lambda p: hashlib.sha256(
-            f"{name}/{os.path.basename(p[0])}".encode(
-                "utf-8", "surrogateescape")).digest())
+        ranked = sorted(mine, key=lambda p: _rank(name, p[0]))
         held = set(ranked[:n_val])
         split["val"] += [p for p in mine if p in held]
         split["train"] += [p for p in mine if p not in held]
     return split
+
+
+def _rank(name: str, path: str) -> bytes:
+    """An image's place in a stable order: a hash of "<class>/<file>"."""
+    return hashlib.sha256(f"{name}/{os.path.basename(path)}".encode(
+        "utf-8", "surrogateescape")).digest()
 
 
 def _split_folders(root: str) -> Dict[str, List[Tuple[str, str]]]:
@@ -315,13 +320,10 @@ def folder_index(root: str):
     ids = {n: i for i, n in enumerate(names)}
     index = {}
     for split, pairs in files.items():
-        # A fixed order that mixes the classes, so that slices such as
-        # train[:90%] hold every class.
-        order = np.random.default_rng(0).permutation(len(pairs))
-        index[split] = (
-            [pairs[i][0] for i in order],
-            np.array([ids[pairs[i][1]] for i in order], np.int32),
-        )
+        # The classes mixed (slices hold each), stable (module docstring).
+        ranked = sorted(pairs, key=lambda p: _rank(p[1], p[0]))
+        index[split] = ([path for path, _ in ranked],
+                        np.array([ids[c] for _, c in ranked], np.int32))
     return index, names
 
 

@@ -275,7 +275,9 @@ def train_dataset(
     # JPEG only inside its Inception crop.
     encoded = shard.decode is not _identity
     # RandAugment's layer is seeded per pipeline too: hosts and a resumed
-    # run draw their own ops, as they draw their own crops.
+    # run draw their own ops, as they draw their own crops. Its one random
+    # state is advanced by the parallel map in the order examples reach
+    # it, so its draws do not repeat from run to run (docs/recipes.md).
     preprocess = make_preprocess_fn(inp.pp, run.image_size, seed,
                                     training=True, encoded=encoded)
     decode = _identity if encoded else shard.decode
