@@ -352,3 +352,22 @@ def test_the_config_before_a_resume_is_kept_once_and_only_if_it_differs(
     wd.write_json(os.path.join(workdir, "config.step-4.before-1.json"), {})
     assert wd.earlier_configs(workdir) == [kept]
 
+
+
+def test_summary_folders_of_a_run_that_logged_nothing_are_told_quietly(
+        tmp_path, caplog):
+    """An events file with its header alone (a run stopped before its
+    first log) holds no summary; one with a scalar does. Read through
+    tf.data, without TensorFlow's deprecation notice of
+    tf.compat.v1.train.summary_iterator on the terminal."""
+    empty, logged = tmp_path / "empty", tmp_path / "logged"
+    for folder in (empty, logged):
+        writer = tf.summary.create_file_writer(str(folder))
+        if folder == logged:
+            with writer.as_default():
+                tf.summary.scalar("loss", 1.0, step=1)
+        writer.close()
+    caplog.set_level(logging.WARNING)
+    assert records._without_summaries(str(empty))
+    assert not records._without_summaries(str(logged))
+    assert "deprecated" not in caplog.text

@@ -18,6 +18,7 @@ from typing import Any, Dict, Optional, Tuple
 
 import tensorflow as tf
 from absl import logging
+from tensorflow.core.util import event_pb2
 
 from keras_vit.errors import UsageError
 from keras_vit.storage import atomic, history
@@ -296,11 +297,17 @@ def _without_summaries(folder: str) -> bool:
         return bool(names) and all(
             name.startswith("events.out.tfevents.") and not any(
                 event.HasField("summary") for event in
-                tf.compat.v1.train.summary_iterator(
-                    os.path.join(folder, name)))
+                _events(os.path.join(folder, name)))
             for name in names)
     except Exception:  # noqa: BLE001 (an unreadable record: kept apart)
         return False
+
+
+def _events(path: str):
+    """The Event records of an event file (tf.data's reader:
+    `tf.compat.v1.train.summary_iterator` logs a deprecation notice)."""
+    for record in tf.data.TFRecordDataset(path):
+        yield event_pb2.Event.FromString(record.numpy())
 
 
 def keep_earlier_config(workdir: str, config: Dict,

@@ -20,6 +20,7 @@ from absl import logging
 from keras_vit import config as config_lib
 from keras_vit import config_limits, errors, remat
 from keras_vit.build import build_run, check_mpp, config_architecture
+from keras_vit.checkpoint import sources as checkpoint_sources
 from keras_vit.checkpoint import weights
 from keras_vit.data import checks as data_checks
 from keras_vit.data import folder_classes, image_files, overlaps, sources
@@ -118,7 +119,13 @@ def _made_workdir(workdir: str, strategy):
     for it) if it holds no file
     (the run was refused before it wrote anything: a bad input found at
     set-up, a starting checkpoint that does not fit). Not for the workers
-    of a cluster, which share theirs."""
+    of a cluster, which share theirs. An exported SavedModel's folder is
+    refused: the run's files would go beside what TF Serving loads."""
+    if checkpoint_sources.is_saved_model(workdir):
+        raise UsageError(
+            f"{workdir} is an exported SavedModel (saved_model.pb or its "
+            "version folders), not a training workdir: pass a new "
+            "--workdir (a folder of its own for each run).")
     created = wd.make_workdir(workdir)
     if distribute.is_multi_worker(strategy) or distribute.is_tpu(strategy):
         created = None
