@@ -57,12 +57,12 @@ What holds throughout:
   with its saved_model.pb last). A restart with the same command resumes
   from the newest complete checkpoint. With the default strategy the input
   iterator is checkpointed and augmentation is seeded per example, so a
-  resumed run is bit-identical to an uninterrupted one. (MirroredStrategy
-  and TPUStrategy iterators cannot be checkpointed, nor any iterator of a
-  pipeline with RandAugment, MixUp or CutMix, whose Keras layers keep
-  their random state in a variable: a resumed run restores weights and
-  optimizer state exactly but draws a new data order, so it is not
-  bit-identical to an uninterrupted run.)
+  resumed run is bit-identical to an uninterrupted one, RandAugment,
+  MixUp and CutMix included (their Keras layers draw from per-example
+  and per-batch stateless seeds, not from their random state).
+  (MirroredStrategy and TPUStrategy iterators cannot be checkpointed: a
+  resumed run restores weights and optimizer state exactly but draws a
+  new data order, so it is not bit-identical to an uninterrupted run.)
 - **No silent wrong answers.** A non-finite loss or gradient stops training
   (naming the step and the last good checkpoint) or, with
   `config.trainer.skip_nonfinite=True`, skips exactly that update and counts it;

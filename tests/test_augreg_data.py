@@ -14,7 +14,7 @@ from keras_vit.data import augment
 from keras_vit.data import pipeline as ip
 from keras_vit.data import preprocessing as pp
 from keras_vit.scoring import losses
-from keras_vit.training import train_lib
+from keras_vit.training import loop, train_lib
 from tests import tiny
 
 
@@ -76,6 +76,68 @@ def test_randaugment_runs_inside_tf_data(dtype):
     # and from each other.
     assert np.abs(out - picture).mean() > 1.0
     assert len({o.tobytes() for o in out}) > 8
+
+
+def _seeded_map(fn, images, seed, parallel=True):
+    """`fn(image, (seed, index))` over `images` in a tf.data map."""
+    ds = tf.data.Dataset.from_tensor_slices(images).enumerate().map(
+        lambda i, x: fn(x, tf.stack([tf.constant(seed, tf.int64), i])),
+        num_parallel_calls=tf.data.AUTOTUNE if parallel else None,
+        deterministic=True if parallel else None,
+    )
+    return ds, np.stack(list(ds.as_numpy_iterator()))
+
+
+def test_randaugment_draws_repeat_from_the_example_seed():
+    """Each image's ops and strengths come from its own stateless seed:
+    the same seed augments every image alike in a parallel map and in a
+    serial one, run after run (the layer's own state is left alone, so
+    nothing depends on the order examples reach it), another seed
+    otherwise; and the map holds no state, so the iterator can be saved
+    in a checkpoint."""
+    fn = augment.rand_augment(2, 15, seed=0)
+    rng = np.random.default_rng(0)
+    images = rng.uniform(0, 255, (24, 20, 20, 3)).astype("float32")
+    ds, first = _seeded_map(fn, images, 5)
+    _, again = _seeded_map(fn, images, 5)
+    _, serial = _seeded_map(fn, images, 5, parallel=False)
+    _, other = _seeded_map(fn, images, 6)
+    np.testing.assert_array_equal(first, again)
+    np.testing.assert_array_equal(first, serial)
+    assert all(not np.array_equal(a, b) for a, b in zip(first, other))
+    assert len({image.tobytes() for image in first}) == len(images)
+    eager = fn(tf.constant(images[3]), tf.constant([5, 3], tf.int64))
+    np.testing.assert_allclose(eager, first[3], atol=1e-4)
+    assert ip.is_checkpointable(ds)
+    # Without a seed of its own, a call draws from the layer's state.
+    _, stateful = _seeded_map(lambda x, s: fn(x), images, 5)
+    assert not ip.is_checkpointable(
+        tf.data.Dataset.from_tensor_slices(images).map(fn))
+    assert not np.array_equal(stateful, first)
+
+
+def test_mixes_repeat_from_the_batch_index():
+    """With the pipeline's batch index, Mixup and CutMix draw from (seed,
+    index): a parallel map mixes every batch as before, another seed
+    mixes otherwise, and the map can be checkpointed."""
+    mix = augment.mix_batch(16, mixup_alpha=0.4, cutmix_alpha=1.0, seed=3)
+    images, labels = _batch(16, 8, 8)
+
+    def mixed(m):
+        ds = tf.data.Dataset.from_tensors((images, labels)).repeat(8)
+        ds = ds.enumerate().map(lambda i, b: m(*b, index=i),
+                                num_parallel_calls=tf.data.AUTOTUNE,
+                                deterministic=True)
+        return ds, [soft for _, soft in ds.as_numpy_iterator()]
+
+    ds, first = mixed(mix)
+    _, again = mixed(mix)
+    _, other = mixed(augment.mix_batch(16, 0.4, 1.0, seed=4))
+    for a, b, c in zip(first, again, other):
+        np.testing.assert_array_equal(a, b)
+        assert not np.array_equal(a, c)
+    assert len({soft.tobytes() for soft in first}) == 8
+    assert ip.is_checkpointable(ds)
 
 
 def test_randaugment_in_the_training_preprocessing():
@@ -247,6 +309,32 @@ def test_png_falls_back_to_a_full_decode():
 
 
 # -------------------------------------------------------------- a real run
+def test_resume_with_augmentation_matches_uninterrupted_run(
+    tmp_path, monkeypatch
+):
+    """RandAugment, Mixup and CutMix draw from stateless seeds, so their
+    input iterator is saved with each checkpoint: a run preempted and
+    resumed ends exactly as the uninterrupted one."""
+    config = tiny.digits_config(
+        total_steps=16, steps_per_loop=4, log_every_steps=8,
+        eval_every_steps=0, checkpoint_every_steps=8,
+        **{"optimizer.warmup_steps": 4},
+    )
+    config.input.pp.train = "finetune"
+    config.input.pp.randaug_ops, config.input.pp.randaug_magnitude = 2, 10
+    config.input.mix.mixup_alpha, config.input.mix.cutmix_alpha = 0.2, 1.0
+    straight = train_lib.train_and_evaluate(config, str(tmp_path / "a"))
+    workdir = str(tmp_path / "b")
+    with monkeypatch.context() as m:
+        m.setattr(loop, "_Preemption", tiny.StopAfterFirstLoop)
+        stopped = train_lib.train_and_evaluate(config, workdir)
+    assert stopped["preempted"] and stopped["step"] == 8
+    resumed = train_lib.train_and_evaluate(config, workdir)
+    assert resumed["steps_this_run"] == 8
+    assert resumed["test_loss"] == straight["test_loss"]
+    assert resumed["test_accuracy"] == straight["test_accuracy"]
+
+
 @pytest.mark.slow
 def test_training_with_every_option_lowers_the_loss(tmp_path):
     """RandAugment, Mixup + CutMix, sigmoid loss with head bias -2,

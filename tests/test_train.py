@@ -235,22 +235,6 @@ def test_train_and_evaluate_on_digits(tmp_path):
     assert correct / total == pytest.approx(metrics["test_accuracy"])
 
 
-class _StopAfterFirstLoop:
-    """Stands in for SIGTERM arriving during the first training loop."""
-
-    def __enter__(self):
-        self.checks = 0
-        return self
-
-    def __exit__(self, *exc):
-        return False
-
-    @property
-    def requested(self):
-        self.checks += 1
-        return self.checks == 2
-
-
 def test_resume_after_preemption_matches_uninterrupted_run(
     tmp_path, monkeypatch
 ):
@@ -258,7 +242,7 @@ def test_resume_after_preemption_matches_uninterrupted_run(
     straight = train_lib.train_and_evaluate(config, str(tmp_path / "a"))
     workdir = str(tmp_path / "b")
     with monkeypatch.context() as m:
-        m.setattr(loop, "_Preemption", _StopAfterFirstLoop)
+        m.setattr(loop, "_Preemption", tiny.StopAfterFirstLoop)
         stopped = train_lib.train_and_evaluate(config, workdir)
     assert stopped == {"preempted": True, "step": 8, "signal": "SIGTERM",
                        "saved": True}
@@ -292,7 +276,7 @@ def test_preempted_command_exits_42_and_closes_its_summaries(
         return writer
 
     monkeypatch.setattr(loop.tf.summary, "create_file_writer", recorded)
-    monkeypatch.setattr(loop, "_Preemption", _StopAfterFirstLoop)
+    monkeypatch.setattr(loop, "_Preemption", tiny.StopAfterFirstLoop)
     workdir = str(tmp_path / "run")
     argv = [
         "keras-vit-train", "--config", "digits", f"--workdir={workdir}",

@@ -64,3 +64,20 @@ def pipeline(config):
 
     return config.input, train_lib.run_input(config.seed, config.model,
                                              config.objective.mpp)
+
+
+class StopAfterFirstLoop:
+    """Stands in for SIGTERM arriving during the first training loop
+    (monkeypatched over `keras_vit.training.loop._Preemption`)."""
+
+    def __enter__(self):
+        self.checks = 0
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    @property
+    def requested(self):
+        self.checks += 1
+        return self.checks == 2

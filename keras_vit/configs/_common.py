@@ -41,8 +41,8 @@ def large_run(config, *, splits, batch: int, eval_batch: int,
     every 500 steps, evaluation every `eval_every`, a checkpoint every
     5,000; a 250,000-image shuffle buffer (encoded images, per input
     pipeline), and the input iterator not checkpointed (its shuffle buffer
-    would add gigabytes to every checkpoint, and augmentation state cannot
-    be saved with it): a resumed run draws a new data order."""
+    would add gigabytes to every checkpoint): a resumed run draws a new
+    data order."""
     (config.input.train_split, config.evals.test.val_split,
      config.evals.test.split) = splits
     config.input.batch_size = batch

@@ -41,9 +41,13 @@ lambda ~ Beta(alpha, alpha), from another image of the batch is pasted in,
 and the labels are mixed by the box's area. With both, each batch uses one
 of the two, with equal probability (timm's Mixup `switch_prob=0.5`).
 
-Keras's layers keep their random state in a variable, which tf.data
-cannot save with the input iterator: a run that uses them resumes with a
-new data order (train.py logs it).
+Keras's layers keep their random state in a variable, which a parallel
+map advances in whatever order examples reach it and which tf.data cannot
+save with the input iterator. Here each call draws instead from a
+stateless seed that the input pipeline derives from (its seed, the
+example's or batch's index), as the crops and flips are drawn: the same
+seed augments each image the same way run after run, the map stays
+parallel, and the iterator can be checkpointed (`PerCallSeed`).
 """
 
 from __future__ import annotations
@@ -69,7 +73,65 @@ def randaugment_factor(magnitude: float) -> float:
     return min(float(magnitude) * MAGNITUDE_TO_FACTOR, 1.0)
 
 
-class SignedRandAugment(keras.layers.RandAugment):
+class StatelessSeeds(keras.random.SeedGenerator):
+    """The draws of one layer call from one stateless seed, a (2,) integer
+    tensor: draw i uses `stateless_fold_in(seed, i)`. Unlike a
+    `keras.random.SeedGenerator` it holds no state variable (its
+    `__init__` does not create one), so a tf.data map that uses it stays
+    deterministic in parallel and serialisable. Keras's random functions
+    accept it wherever they accept a seed generator: they call `next()`.
+    """
+
+    def __init__(self, seed: tf.Tensor):  # no super(): no state variable
+        self._seed = tf.cast(seed, tf.int64)
+        self._draws = 0
+
+    def next(self, ordered: bool = True) -> tf.Tensor:
+        self._draws += 1
+        return tf.random.experimental.stateless_fold_in(self._seed,
+                                                        self._draws)
+
+
+class PerCallSeed:
+    """Mixin for a Keras 3 preprocessing layer: `layer(x, training=True,
+    seed=s)` draws every random number of that call from the stateless
+    seed `s` (`StatelessSeeds`); without `seed`, the layer's own state.
+
+    Keras's image layers ask `self._get_seed_generator(backend)` for their
+    generator when no seed is handed to `get_random_transformation`
+    (RandAugment hands its own to each of its ops); this mixin answers
+    with the call's seeds while the call runs. A private method, hence
+    `tests/test_augreg_data.py`, which checks on the installed Keras that
+    the draws repeat, follow the seed and leave the layer's state alone.
+    """
+
+    def call(self, data, training=True, seed=None):
+        if seed is None:
+            return super().call(data, training=training)
+        # Not through the Layer's __setattr__, which would track the
+        # generator as layer state.
+        object.__setattr__(self, "_call_seeds", StatelessSeeds(seed))
+        try:
+            return super().call(data, training=training)
+        finally:
+            object.__setattr__(self, "_call_seeds", None)
+
+    def _get_seed_generator(self, backend=None):
+        seeds = self.__dict__.get("_call_seeds")
+        if seeds is not None:
+            return seeds
+        return super()._get_seed_generator(backend)
+
+
+class MixUp(PerCallSeed, keras.layers.MixUp):
+    """Keras's MixUp, drawing from a per-call seed (`PerCallSeed`)."""
+
+
+class CutMix(PerCallSeed, keras.layers.CutMix):
+    """Keras's CutMix, drawing from a per-call seed (`PerCallSeed`)."""
+
+
+class SignedRandAugment(PerCallSeed, keras.layers.RandAugment):
     """Keras's RandAugment with its rotation and translation drawn either
     way, [-factor, factor] (Keras's hands them [0, factor]; its shear
     already draws a sign), as the TPU RandAugment rotates, shears and
@@ -89,14 +151,17 @@ class SignedRandAugment(keras.layers.RandAugment):
 def rand_augment(
     num_ops: int, magnitude: float, seed: Optional[int] = None
 ) -> Optional[Callable[[tf.Tensor], tf.Tensor]]:
-    """`fn(image)`: RandAugment of one float [0, 255] (H, W, 3) image (or
-    a batch), float32 [0, 255] out; None when `num_ops` is 0.
+    """`fn(image, seed=None)`: RandAugment of one float [0, 255] (H, W, 3)
+    image (or a batch), float32 [0, 255] out; None when `num_ops` is 0.
+    With `seed` (a stateless (2,) seed), the ops and strengths are drawn
+    from it; without, from the layer's state.
 
     Args:
         num_ops: int. Ops applied one after the other (big_vision's N).
         magnitude: float. big_vision's M, mapped to Keras's factor by
             `randaugment_factor`.
-        seed: int or None. Seed of the layer's random state.
+        seed: int or None. Seed of the layer's random state (calls
+            without a seed of their own).
     """
     if num_ops < 0:
         raise UsageError(f"pp.randaug_ops must be >= 0, got {num_ops}.")
@@ -109,8 +174,9 @@ def rand_augment(
         seed=seed,
     )
 
-    def apply(image: tf.Tensor) -> tf.Tensor:
-        out = layer(tf.cast(image, tf.float32), training=True)
+    def apply(image: tf.Tensor, seed: Optional[tf.Tensor] = None
+              ) -> tf.Tensor:
+        out = layer(tf.cast(image, tf.float32), training=True, seed=seed)
         return tf.clip_by_value(tf.cast(out, tf.float32), 0.0, 255.0)
 
     return apply
@@ -125,8 +191,9 @@ def mix_batch(
     """`fn(images, labels, index=None)`: a batch mixed by Mixup and/or
     CutMix, with integer labels (B,) in and float32 mixed labels
     (B, num_classes) out, each row summing to 1; None when both alphas are
-    0. With both, batch `index` (the input pipeline's count) chooses one
-    of them by (seed, index), with a stateless draw.
+    0. With batch `index` (the input pipeline's count), every draw is
+    stateless, from (seed, index): with both, which of the two mixes the
+    batch, and the mix itself. Without `index`, the layers' state.
 
     Args:
         num_classes: int. Width of the label vectors.
@@ -147,35 +214,39 @@ def mix_batch(
         )
     mixers = []
     if mixup_alpha:
-        mixers.append(keras.layers.MixUp(alpha=float(mixup_alpha), seed=seed))
+        mixers.append(MixUp(alpha=float(mixup_alpha), seed=seed))
     if cutmix_alpha:
         # A (lower, upper) pair fixes the Beta parameter at alpha (a single
         # number would draw it from [0, alpha]).
         alpha = float(cutmix_alpha)
-        mixers.append(keras.layers.CutMix(factor=(alpha, alpha), seed=seed))
+        mixers.append(CutMix(factor=(alpha, alpha), seed=seed))
     if not mixers:
         return None
 
-    def one(mixer, images, onehot):
-        out = mixer({"images": images, "labels": onehot}, training=True)
+    def one(mixer, images, onehot, draw):
+        out = mixer({"images": images, "labels": onehot}, training=True,
+                    seed=draw)
         return (tf.cast(out["images"], tf.float32),
                 tf.cast(out["labels"], tf.float32))
 
     def apply(images, labels, index=None):
         onehot = tf.one_hot(labels, num_classes, dtype=tf.float32)
         images = tf.cast(images, tf.float32)
+        draw = None
+        if index is not None:  # stateless: reproducible whatever ran before
+            draw = tf.stack([tf.constant(seed or 0, tf.int64),
+                             tf.cast(index, tf.int64)])
         if len(mixers) == 1:
-            return one(mixers[0], images, onehot)
-        if index is None:
+            return one(mixers[0], images, onehot, draw)
+        if draw is None:
             use_mixup = tf.random.uniform([], seed=seed) < 0.5
-        else:  # stateless: reproducible whatever ran before
-            use_mixup = tf.random.stateless_uniform([], seed=tf.stack([
-                tf.constant(seed or 0, tf.int64), tf.cast(index, tf.int64)
-            ])) < 0.5
+        else:  # the mix draws from the next seed of the batch's
+            use_mixup = tf.random.stateless_uniform([], seed=draw) < 0.5
+            draw = tf.random.experimental.stateless_fold_in(draw, 1)
         return tf.cond(
             use_mixup,
-            lambda: one(mixers[0], images, onehot),
-            lambda: one(mixers[1], images, onehot),
+            lambda: one(mixers[0], images, onehot, draw),
+            lambda: one(mixers[1], images, onehot, draw),
         )
 
     return apply

@@ -274,10 +274,9 @@ def train_dataset(
     # Encoded images are decoded by the preprocessing, which decodes a
     # JPEG only inside its Inception crop.
     encoded = shard.decode is not _identity
-    # RandAugment's layer is seeded per pipeline too: hosts and a resumed
-    # run draw their own ops, as they draw their own crops. Its one random
-    # state is advanced by the parallel map in the order examples reach
-    # it, so its draws do not repeat from run to run (docs/recipes.md).
+    # RandAugment draws, as the crops and flips, from (seed, example index)
+    # (keras_vit/data/augment.py): hosts and a resumed run that drew a new
+    # data order draw their own ops, and the same run repeats them.
     preprocess = make_preprocess_fn(inp.pp, run.image_size, seed,
                                     training=True, encoded=encoded)
     decode = _identity if encoded else shard.decode
@@ -309,12 +308,11 @@ def train_dataset(
         mix = augment.mix_batch(
             int(run.num_classes or sources.dataset_info(inp).num_classes),
             float(inp.mix.mixup_alpha), float(inp.mix.cutmix_alpha), seed)
-        # Batch i chooses between Mixup and CutMix by (seed, i), and the
-        # layers' random state advances one batch after the other (one
-        # call at a time: parallel calls would race for it), so that the
-        # same seed draws the same mixes.
+        # Batch i draws its mix (Mixup or CutMix, and the mix) from
+        # (seed, i): the same seed draws the same mixes, in parallel.
         ds = ds.enumerate().map(
-            lambda index, batch: mix(*batch, index=index)
+            lambda index, batch: mix(*batch, index=index),
+            num_parallel_calls=tf.data.AUTOTUNE, deterministic=True,
         )
     if inp.synthetic_data:
         # For benchmarks: one real batch, served again and again from

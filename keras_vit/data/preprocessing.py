@@ -189,8 +189,9 @@ def _finish(image, h, w, flip, seeds, augment):
     image of the final size."""
     if flip:
         image = _flip(image, None if seeds is None else seeds[1])
-    if augment is not None:
-        image = augment(image)
+    if augment is not None:  # its own seed, after the crop's and flip's
+        image = augment(image, None if seeds is None else
+                        tf.random.experimental.stateless_fold_in(seeds[1], 1))
     return tf.ensure_shape(scale_to_unit_range(image), [h, w, 3])
 
 

@@ -118,9 +118,8 @@ def checkpoint_items(model, optimizer, data: RunData, with_iterator: bool):
     elif not all(data.checkpointable):
         logging.warning(
             "The input pipeline reads from Python (a generator or "
-            "py_function) or keeps random state in a variable (Keras's "
-            "RandAugment, MixUp, CutMix), which cannot be checkpointed: "
-            "a resumed run draws a new data order."
+            "py_function) or keeps random state in a variable, which "
+            "cannot be checkpointed: a resumed run draws a new data order."
         )
     else:
         items["iterator"] = train_iter
