@@ -384,6 +384,11 @@ def test_export_prints_no_signature_notices(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.strip() == f"{tmp_path}/a/vit/1"
     assert "signature_serialization" not in result.stderr
+    # Where the half minute goes, stage by stage.
+    stages = [m for m in _messages(result.stderr) if m.endswith(" ...")]
+    assert stages == [f"Loading {model} ...",
+                      "Writing version 1 of 'vit' (SavedModel) ...",
+                      "Checking the reloaded SavedModel against the model ..."]
     assert max(map(len, _messages(result.stderr)), default=0) < \
         MAX_MESSAGE, result.stderr
     result = run("export", f"--model={model}", f"--export_dir={tmp_path}/b",

@@ -29,7 +29,7 @@ import os
 import sys
 from typing import TYPE_CHECKING, List, Optional, Sequence
 
-from absl import flags
+from absl import flags, logging
 
 from keras_vit.commands import flags as cli
 from keras_vit.commands.lazy import lazy_module
@@ -169,6 +169,7 @@ def export(values: flags.FlagValues) -> str:
     source = cli.model_source(
         values,
         tensorflow_work="it writes TensorFlow's SavedModel and LiteRT files")
+    logging.info("Loading %s ...", values.model)
     model = cli.load_flagged_model(values, source, head="serve")
     names = class_names(values, source)
     width = int(model.output_shape[-1])

@@ -208,9 +208,13 @@ def _write_files(wrapped: keras.Model, path: str, labels: Optional[str],
             # SIGTERM raised from here on: held, it stops the export once
             # the file is made and checked, before anything is replaced.
             with atomic.signals_deferred():
+                logging.info("Converting the model to LiteRT (%s) ...",
+                             quantization)
                 wrapped.export(tmp, format="litert", verbose=False,
                                **_converter_options(quantization))
                 if verify:
+                    logging.info("Checking the .tflite file with the LiteRT "
+                                 "interpreter against the model ...")
                     _verify(tmp, wrapped, quantization)
                 record["tflite_sha256"] = atomic.sha256(tmp)
                 record["labels_sha256"] = None if labels is None else (

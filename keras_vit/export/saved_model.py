@@ -34,6 +34,7 @@ from typing import Optional, Sequence
 import keras
 import numpy as np
 import tensorflow as tf
+from absl import logging
 
 from keras_vit.data import preprocessing
 from keras_vit.derived import (
@@ -291,9 +292,13 @@ def _write_version(archive, serving_model: keras.Model, target: _Target,
     export_versions.remove_tree(tmp_dir)
     with atomic.removed_if_refused(target.model_dir, made):
         try:
+            logging.info("Writing version %s of %r (SavedModel) ...", version,
+                         opts.model_name)
             _write_saved_model(archive, tmp_dir)
             _write_extras(tmp_dir, serving_model, target, opts)
             if opts.verify:
+                logging.info("Checking the reloaded SavedModel against the "
+                             "model ...")
                 # Without warm-up images, still compare on synthetic ones.
                 verify_export(
                     tmp_dir,
