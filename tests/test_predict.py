@@ -541,7 +541,7 @@ def test_an_image_too_elongated_to_keep_its_aspect_is_one_line(
                         f"--output={out}"]) == 0
     captured = capsys.readouterr()
     assert f"skipped {strip}: The image is too elongated" in captured.err
-    assert "1 images -> " in captured.out and "(1 skipped)" in captured.out
+    assert "1 image -> " in captured.out and "(1 skipped)" in captured.out
     data = json.loads(out.read_text())
     assert [p["file"] for p in data["predictions"]] == [str(good)]
     assert [s["file"] for s in data["skipped"]] == [str(strip)]

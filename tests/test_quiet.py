@@ -436,6 +436,10 @@ def test_a_commands_own_limit_names_its_flag(tmp_path):
                           f"--output_dir={tmp_path}/out", "--batch_size=0"),
                       "analysis")
     assert line == "keras-vit-analysis: error: --batch_size=0: must be >= 1."
+    # keras-vit-predict names the one flag at fault, not both of its limits.
+    line = error_line(run("predict", f"--model={model}", "--top_k=0",
+                          str(tmp_path)), "predict")
+    assert line == "keras-vit-predict: error: --top_k=0: must be >= 1."
 
 
 def test_two_configs_differ_by_their_fields_named():

@@ -225,8 +225,9 @@ def define_flags(values: flags.FlagValues, argv: Sequence[str]) -> None:
 
 def check_flags(args) -> None:
     """UsageErrors for flags that cannot work, before any model is read."""
-    if args.top_k < 1 or args.batch_size < 1:
-        raise UsageError("--top_k and --batch_size must be >= 1.")
+    for name in ("top_k", "batch_size"):
+        if getattr(args, name) < 1:
+            raise UsageError(f"--{name}={getattr(args, name)}: must be >= 1.")
     cli.check_output_path(args, "output", folder=False)
     check_output(args.output)
     if args.overwrite and not args.output:
@@ -301,7 +302,8 @@ def print_results(args, files, tops, skipped) -> None:
     try:
         if args.output:
             write_output(args.output, files, tops, skipped)
-            print(f"{len(files)} images -> {args.output}"
+            count = f"{len(files)} image{'' if len(files) == 1 else 's'}"
+            print(f"{count} -> {args.output}"
                   + (f" ({len(skipped)} skipped)" if skipped else ""))
         else:
             for path, top in zip(files, tops):
