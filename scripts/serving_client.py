@@ -161,13 +161,20 @@ def describe(prediction: Dict) -> str:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     server = parser.add_mutually_exclusive_group(required=True)
-    server.add_argument("--rest", help="e.g. http://localhost:8501")
-    server.add_argument("--grpc", help="e.g. localhost:8500")
-    parser.add_argument("--model", default="vit")
+    server.add_argument("--rest", help="the server's REST address, e.g. "
+                        "http://localhost:8501")
+    server.add_argument("--grpc", help="the server's gRPC address, e.g. "
+                        "localhost:8500")
+    parser.add_argument("--model", default="vit",
+                        help="the model's name in the server's "
+                        "models.config (keras-vit-export's --model_name; "
+                        "default: %(default)s)")
     parser.add_argument("--signature", default="serving_default",
                         choices=sorted(INPUTS),
-                        help="the export's signature to ask")
-    parser.add_argument("images", nargs="+")
+                        help="the export's signature to ask (default: "
+                        "%(default)s)")
+    parser.add_argument("images", nargs="+",
+                        help="image files to classify (JPEG, PNG, ...)")
     return parser
 
 

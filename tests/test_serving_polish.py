@@ -150,6 +150,17 @@ def test_a_request_over_its_pixel_budget_is_refused_unread(exported):
     assert 4 * 11000 ** 2 <= request_checks.MAX_REQUEST_PIXELS
 
 
+def test_the_client_script_explains_every_argument():
+    """scripts/serving_client.py --help: a sentence for each argument."""
+    parser = _client().build_parser()
+    actions = [a for a in parser._actions if a.dest != "help"]
+    assert {a.dest for a in actions} == {"rest", "grpc", "model",
+                                         "signature", "images"}
+    assert all(a.help and len(a.help) > 15 for a in actions), [
+        a.dest for a in actions if not a.help]
+    assert "default: vit" in parser.format_help()
+
+
 def test_clients_of_the_project_cut_requests_within_the_budget():
     """keras-vit-predict, the export's check and its warm-up send large
     photos a few at a time: each request within MAX_REQUEST_PIXELS (five
