@@ -837,7 +837,8 @@ _CASES = [
         "resize_smaller_than_crop", BAD_INPUT, "config",
         "pp.resize_size 24 below image_size 32",
         "A clear error with the fix.",
-        ("is smaller than image_size", "set pp.resize_size >= image_size"),
+        ("config.input.pp.resize_size=24 is smaller than the image size 32",
+         "set config.input.pp.resize_size to at least 32"),
         "UsageError",
     ),
     # ----------------------------------------------------------- the CLI

@@ -68,7 +68,8 @@ def randaugment_factor(magnitude: float) -> float:
     at most 1 (M = 60)."""
     if magnitude < 0:
         raise UsageError(
-            f"pp.randaug_magnitude must be >= 0, got {magnitude}."
+            "config.input.pp.randaug_magnitude must be >= 0, got "
+            f"{magnitude}."
         )
     return min(float(magnitude) * MAGNITUDE_TO_FACTOR, 1.0)
 
@@ -164,7 +165,8 @@ def rand_augment(
             without a seed of their own).
     """
     if num_ops < 0:
-        raise UsageError(f"pp.randaug_ops must be >= 0, got {num_ops}.")
+        raise UsageError("config.input.pp.randaug_ops must be >= 0, got "
+                         f"{num_ops}.")
     if not num_ops:
         return None
     layer = SignedRandAugment(
@@ -205,11 +207,13 @@ def mix_batch(
                         ("cutmix_alpha", cutmix_alpha)):
         if alpha < 0:
             raise UsageError(
-                f"mix.{name} must be >= 0 (0 disables it), got {alpha}."
+                f"config.input.mix.{name} must be >= 0 (0 disables it), "
+                f"got {alpha}."
             )
     if cutmix_alpha > 1:
         raise UsageError(
-            f"mix.cutmix_alpha must be in (0, 1] (Keras's CutMix), got "
+            "config.input.mix.cutmix_alpha must be in (0, 1] (Keras's "
+            "CutMix), got "
             f"{cutmix_alpha}; the CutMix paper uses 1."
         )
     mixers = []

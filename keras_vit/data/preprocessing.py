@@ -355,17 +355,20 @@ def from_config(pp_config, image_size, seed: int, training: bool,
     )
     if augment is not None and kind not in ("pretrain", "finetune"):
         raise UsageError(
-            f"pp.randaug_ops={cfg.randaug_ops} augments the 'pretrain' and "
-            f"'finetune' training preprocessing, not {kind!r}: set pp.train "
-            "to one of them, or pp.randaug_ops=0."
+            f"config.input.pp.randaug_ops={cfg.randaug_ops} augments the "
+            f"'pretrain' and 'finetune' training preprocessing, not "
+            f"{kind!r}: set config.input.pp.train to one of them, or "
+            "config.input.pp.randaug_ops=0."
         )
     if resize_size is not None:
         small = [r < s for r, s in zip(as_hw(resize_size), as_hw(size))]
         if any(small):
+            side = max(as_hw(size))
             raise UsageError(
-                f"pp.resize_size {resize_size} is smaller than image_size "
-                f"{size}: the random crop must fit; set pp.resize_size >= "
-                "image_size (or None to resize straight to image_size)."
+                f"config.input.pp.resize_size={resize_size} is smaller than "
+                f"the image size {size}: the random crop must fit; set "
+                f"config.input.pp.resize_size to at least {side} (or None "
+                "to resize straight to the image size)."
             )
     decode = decode_image if encoded else (lambda image: image)
     if kind == "pretrain":
