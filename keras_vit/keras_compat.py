@@ -3,8 +3,12 @@
 Everything else goes through public Keras API; in particular the trainer
 puts the EMA averages into the model with the public
 `optimizer.finalize_variable_values`. Each function below says why it
-exists. The other internal, a tf.distribute concern, lives with the
-training code: `keras_vit.training.keras_hooks.skip_cross_replica_sum`.
+exists. The other internals live with their code: a tf.distribute
+concern with the training code
+(`keras_vit.training.keras_hooks.skip_cross_replica_sum`), and the seed
+generator Keras's image layers ask for (`_get_seed_generator`) with the
+data code (`keras_vit.data.augment.PerCallSeed`, checked by
+`tests/test_augreg_data.py`).
 
 Tested with Keras 3.15.1; setup.cfg allows keras >= 3.15, < 3.16 (a new
 minor release may move a private attribute).

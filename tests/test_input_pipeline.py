@@ -411,26 +411,29 @@ def test_train_dataset_applies_the_seeded_ops_per_example():
         assert labels[i] == y[i]
 
 
-def test_randaugment_is_seeded_per_pipeline(monkeypatch):
-    """RandAugment's layer gets the pipeline's seed (as the crops, flips
-    and mixes do), not the run's: two hosts' pipelines and a resumed run
-    draw their own ops."""
-    from keras_vit.data import augment
-
-    seeds = []
-    made = augment.rand_augment
-    monkeypatch.setattr(augment, "rand_augment", lambda n, m, seed=None: (
-        seeds.append(seed) or made(n, m, seed)))
+def test_augmented_batches_repeat_and_follow_the_pipeline_seed():
+    """RandAugment and Mixup draw from (the pipeline's seed, the index):
+    the same pipeline gives the same augmented batches again, and one of
+    another seed (a resumed run drawing a new order, another host) its
+    own; augmentation changes what the plain pipeline gives."""
     config = digits_config()
     config.input.pp.train, config.input.pp.randaug_ops = "finetune", 2
-    contexts = [tf.distribute.InputContext(2, i, 2) for i in range(2)]
-    for context in contexts:
-        ip.train_dataset(*tiny.pipeline(config), 8, context)
-    ip.train_dataset(*tiny.pipeline(config), 8, start_step=100)
-    assert seeds == [ip.pipeline_seed(config.seed, contexts[0]),
-                     ip.pipeline_seed(config.seed, contexts[1]),
-                     ip.pipeline_seed(config.seed, start_step=100)]
-    assert len(set(seeds)) == 3
+    config.input.mix.mixup_alpha = 0.4
+
+    def batches(config, **kwargs):
+        ds = ip.train_dataset(*tiny.pipeline(config), 8, **kwargs)
+        return [b for _, b in zip(range(3), ds.as_numpy_iterator())]
+
+    first, again = batches(config), batches(config)
+    for (x, y), (x2, y2) in zip(first, again):
+        np.testing.assert_array_equal(x, x2)
+        np.testing.assert_array_equal(y, y2)
+    resumed = batches(config, start_step=100)
+    assert not np.array_equal(first[0][0], resumed[0][0])
+    config.input.pp.randaug_ops, config.input.mix.mixup_alpha = 0, 0.0
+    plain = batches(config)
+    assert not np.array_equal(first[0][0], plain[0][0])
+    assert plain[0][1].ndim == 1 and first[0][1].shape == (8, 10)
 
 
 def test_synthetic_data_repeats_the_first_real_batch():

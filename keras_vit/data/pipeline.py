@@ -309,10 +309,11 @@ def train_dataset(
             int(run.num_classes or sources.dataset_info(inp).num_classes),
             float(inp.mix.mixup_alpha), float(inp.mix.cutmix_alpha), seed)
         # Batch i draws its mix (Mixup or CutMix, and the mix) from
-        # (seed, i): the same seed draws the same mixes, in parallel.
+        # (seed, i): the same seed draws the same mixes. One batch at a
+        # time: a parallel map would hold (and checkpoint) a whole batch
+        # per core in flight.
         ds = ds.enumerate().map(
-            lambda index, batch: mix(*batch, index=index),
-            num_parallel_calls=tf.data.AUTOTUNE, deterministic=True,
+            lambda index, batch: mix(*batch, index=index)
         )
     if inp.synthetic_data:
         # For benchmarks: one real batch, served again and again from
