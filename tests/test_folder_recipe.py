@@ -487,6 +487,25 @@ def test_own_photos_with_a_step_count_given(tmp_path):
         assert json.load(f)["steps"] == 20
 
 
+@pytest.mark.slow
+def test_own_photos_with_augmentation_resume_with_their_data_order(tmp_path):
+    """keras-vit-train on one's photos with RandAugment and Mixup: the
+    run trains, and the same command with more epochs resumes it with the
+    data order and augmentation draws restored from the checkpoint, not
+    drawn anew."""
+    write_photo_folder(tmp_path / "photos", per_class=12)
+    command = ["--config=folder:photos", "--workdir=run", *TINY,
+               "--config.input.pp.randaug_ops=2",
+               "--config.input.pp.randaug_magnitude=10",
+               "--config.input.mix.mixup_alpha=0.2"]
+    _run(tmp_path, "train", *command)
+    more = _run(tmp_path, "train", *command, "--config.trainer.epochs=5")
+    assert "data order restored." in more.stderr, more.stderr[-3000:]
+    assert "cannot be checkpointed" not in more.stderr
+    with open(tmp_path / "run" / "metrics.json") as f:
+        assert json.load(f)["steps"] == 13  # 5 epochs of 20 at batch 8
+
+
 def test_own_photos_train_evaluate_export_predict(tmp_path):
     classes = write_photo_folder(tmp_path / "photos", per_class=12)
     _run(tmp_path, "train", "--config=folder:photos", "--model=Ti/16",
