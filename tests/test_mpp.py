@@ -375,12 +375,11 @@ def test_mpp_run_trains_logs_mpp_accuracy_and_writes_the_encoder(mpp_run):
 
 def test_mpp_resume_after_preemption_matches_uninterrupted_run(
         mpp_run, tmp_path, monkeypatch):
-    from tests.test_train import _StopAfterFirstLoop
 
     _, straight = mpp_run
     workdir = str(tmp_path / "run")
     with monkeypatch.context() as m:
-        m.setattr(loop, "_Preemption", _StopAfterFirstLoop)
+        m.setattr(loop, "_Preemption", tiny.StopAfterFirstLoop)
         stopped = train_lib.train_and_evaluate(_mpp_config(), workdir)
     assert stopped["preempted"] and 0 < stopped["step"] < 30
     resumed = train_lib.train_and_evaluate(_mpp_config(), workdir)

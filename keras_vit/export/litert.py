@@ -7,23 +7,22 @@ writes a `.tflite` whose one signature takes `images`, float32 pixels in
 the device first, as `vit.preprocessing.json` beside it records: the
 input size and the evaluation resize), and returns `probabilities`
 (1, K). The [0, 255] -> [-1, 1] scaling and the softmax are inside the
-file. Conversion is Keras 3's own (`model.export(format="litert")`,
-which runs TensorFlow's
-`TFLiteConverter` on a SavedModel of the model), restricted to LiteRT's
-built-in ops so that the plain runtime runs the file, no Flex delegate.
+file. Conversion is Keras 3's own (`model.export(format="litert")`, which
+runs TensorFlow's `TFLiteConverter` on a SavedModel of the model),
+restricted to LiteRT's built-in ops so that the plain runtime runs the
+file, no Flex delegate.
 
-The class names (`<name>.labels.txt`) and the preprocessing record are
-written before the `.tflite` is renamed into place, and the record names
-both by their SHA-256: an export stopped between the writes (an
-`--overwrite` cut short) leaves files that `read_resize` finds do not
-go together, so keras-vit-predict refuses them instead of preprocessing
-the new file as the old one was.
+The class names (`<name>.labels.txt`) and the preprocessing record are written
+before the `.tflite` is renamed into place, and the record names both by their
+SHA-256: an export stopped between the writes (an `--overwrite` cut short)
+leaves files that `read_resize` finds do not go together, so keras-vit-predict
+refuses them instead of preprocessing the new file as the old one was.
 
-Quantization: "float32" (none), "float16" (weights stored as float16,
-half the size) or "int8" (dynamic range: int8 weights, activations
-quantized on the fly; a quarter of the size). The file is checked with the
-LiteRT interpreter (`ai-edge-litert`, the `litert` extra) before it is
-published: float32 must equal the Keras model to `VERIFY_ATOL`.
+Quantization: "float32" (none), "float16" (weights stored as float16, half the
+size) or "int8" (dynamic range: int8 weights, activations quantized on the fly;
+a quarter of the size). The file is checked with the LiteRT interpreter
+(`ai-edge-litert`, the `litert` extra) before it is published: float32 must
+equal the Keras model to `VERIFY_ATOL`.
 """
 
 from __future__ import annotations
@@ -208,13 +207,10 @@ def _write_files(wrapped: keras.Model, path: str, labels: Optional[str],
             # SIGTERM raised from here on: held, it stops the export once
             # the file is made and checked, before anything is replaced.
             with atomic.signals_deferred():
-                logging.info("Converting the model to LiteRT (%s) ...",
-                             quantization)
+                logging.info("Converting to LiteRT (%s) ...", quantization)
                 wrapped.export(tmp, format="litert", verbose=False,
                                **_converter_options(quantization))
                 if verify:
-                    logging.info("Checking the .tflite file with the LiteRT "
-                                 "interpreter against the model ...")
                     _verify(tmp, wrapped, quantization)
                 record["tflite_sha256"] = atomic.sha256(tmp)
                 record["labels_sha256"] = None if labels is None else (
