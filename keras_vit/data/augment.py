@@ -46,8 +46,8 @@ map advances in whatever order examples reach it and which tf.data cannot
 save with the input iterator. Here each call draws instead from a
 stateless seed that the input pipeline derives from (its seed, the
 example's or batch's index), as the crops and flips are drawn: the same
-seed augments each image the same way run after run, the map stays
-parallel, and the iterator can be checkpointed (`PerCallSeed`).
+seed augments each image the same way run after run, the per-image map
+stays parallel, and the iterator can be checkpointed (`PerCallSeed`).
 """
 
 from __future__ import annotations
