@@ -31,6 +31,7 @@ from keras_vit.data import preprocessing
 from keras_vit.derived import features_model, input_image_size, model_stride
 from keras_vit.errors import UsageError
 from keras_vit.export import request_checks
+from keras_vit.export.servable import Servable
 from keras_vit.model import VisionTransformer, architecture_of
 
 SIGNATURES = ("serving_default", "predict_images", "features")
@@ -192,8 +193,8 @@ def build_endpoints(
     resize_size: Optional[preprocessing.Size] = None,
     any_size: bool = False,
     keep_aspect: bool = False,
-) -> "keras.export.ExportArchive":
-    """An `ExportArchive` with the three serving endpoints, ready to write.
+) -> Servable:
+    """A `Servable` with the three serving endpoints, ready to write.
 
     Args:
         model: keras.Model. A float32 classifier taking (batch, H, W, 3)
@@ -210,9 +211,8 @@ def build_endpoints(
             the aspect ratio kept (`preprocess_eval`).
 
     Returns:
-        keras.export.ExportArchive. Endpoints `serving_default`,
-        `predict_images` and `features` registered (and
-        `predict_any_size`).
+        Servable. Endpoints `serving_default`, `predict_images` and
+        `features` (and `predict_any_size`).
     """
     size = input_image_size(model)
     _check_endpoint_arguments(model, class_names, top_k, any_size)
@@ -247,7 +247,8 @@ def build_endpoints(
     }
     if any_size:
         endpoints[ANY_SIZE_SIGNATURE] = _any_size_endpoint(model, classify)
-    return _archive(model, endpoints)
+    return Servable(model, endpoints, on_bytes=("serving_default",
+                                                "features"))
 
 
 def _check_endpoint_arguments(model, class_names, top_k, any_size) -> None:
@@ -363,24 +364,3 @@ def _any_size_endpoint(model: keras.Model, classify):
         return classify(images)
 
     return predict_any_size
-
-
-def _archive(model: keras.Model, endpoints: dict):
-    """keras.export.ExportArchive. `endpoints` (name -> function)
-    registered, on encoded bytes or on pixels as their names say."""
-    bytes_spec = tf.TensorSpec([None], tf.string, name="image_bytes")
-    pixels_spec = tf.TensorSpec([None, None, None, 3], tf.float32,
-                                name="images")
-    on_bytes = {"serving_default", "features"}
-    archive = keras.export.ExportArchive()
-    # Not `archive.track(model)`: the endpoints already capture every
-    # variable they use, and tracking would make the writer trace each
-    # layer's call again to look for lookup tables (which a ViT has none of).
-    # The lists below are what a reloaded model lists as its `.variables`.
-    archive.variables.extend(model.weights)
-    archive.trainable_variables.extend(model.trainable_weights)
-    archive.non_trainable_variables.extend(model.non_trainable_weights)
-    for name, function in endpoints.items():
-        spec = bytes_spec if name in on_bytes else pixels_spec
-        archive.add_endpoint(name, function, [spec])
-    return archive

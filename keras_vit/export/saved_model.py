@@ -330,7 +330,7 @@ def write_batching_parameters(export_dir: str) -> Optional[str]:
 
 
 def _write_saved_model(archive, path: str) -> None:
-    archive.write_out(path, verbose=False)
+    archive.write_out(path)
 
 
 def _write_extras(path: str, model: keras.Model, target: _Target,
