@@ -16,7 +16,7 @@ float64 keeps the solve exact.
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Sequence, Tuple
 
 import numpy as np
 from absl import logging
@@ -102,17 +102,18 @@ def class_orders(labels: np.ndarray, seed: int,
             for c in range(num_classes)]
 
 
-def draw_shots(
-    labels: np.ndarray, shots: int, seed: int, num_classes: int,
-    orders: Optional[List[np.ndarray]] = None,
-) -> np.ndarray:
+def draw_shots(labels: np.ndarray, shots: int, seed: int,
+               num_classes: int) -> np.ndarray:
     """Indices of `shots` random examples per class (without replacement):
-    the first `shots` of each class's order (`class_orders`, passed in
-    `orders` to draw it once for every shot count), so that a seed's
-    1-shot examples are among its 5-shot ones; a class with fewer gives
-    all it has (`evaluate_features` says so)."""
-    if orders is None:
-        orders = class_orders(labels, seed, num_classes)
+    the first `shots` of each class's order (`class_orders`), so that a
+    seed's 1-shot examples are among its 5-shot ones; a class with fewer
+    gives all it has (`evaluate_features` says so)."""
+    return first_shots(class_orders(labels, seed, num_classes), shots)
+
+
+def first_shots(orders: List[np.ndarray], shots: int) -> np.ndarray:
+    """The first `shots` indices of each class's order (`class_orders`,
+    drawn once for every shot count of a seed)."""
     chosen = [order[:shots] for order in orders]
     return (np.concatenate(chosen).astype(np.int64) if chosen
             else np.zeros([0], np.int64))
@@ -150,8 +151,7 @@ def evaluate_features(
                 short.sum(), num_classes, k, counts.min(), k)
         accs = []
         for seed in seeds:
-            idx = draw_shots(train_y, int(k), int(seed), num_classes,
-                             orders[int(seed)])
+            idx = first_shots(orders[int(seed)], int(k))
             pred = fit_predict(train_x[idx], train_y[idx], test_x,
                                num_classes, l2_reg)
             accs.append(float(np.mean(pred == test_y)))
