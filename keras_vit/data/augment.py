@@ -184,6 +184,10 @@ def rand_augment(
     return apply
 
 
+# Folded into every batch's (seed, index) before its mix is drawn.
+_BATCH_MIX_TAG = 0x6D6978  # "mix"
+
+
 def mix_batch(
     num_classes: int,
     mixup_alpha: float = 0.0,
@@ -238,8 +242,11 @@ def mix_batch(
         images = tf.cast(images, tf.float32)
         draw = None
         if index is not None:  # stateless: reproducible whatever ran before
-            draw = tf.stack([tf.constant(seed or 0, tf.int64),
-                             tf.cast(index, tf.int64)])
+            # The tag keeps batch seeds apart from the example seeds
+            # (seed, example index) by design.
+            draw = tf.random.experimental.stateless_fold_in(
+                tf.stack([tf.constant(seed or 0, tf.int64),
+                          tf.cast(index, tf.int64)]), _BATCH_MIX_TAG)
         if len(mixers) == 1:
             return one(mixers[0], images, onehot, draw)
         if draw is None:
