@@ -16,7 +16,7 @@ from keras_vit import build
 from keras_vit.commands import export as export_cli
 from keras_vit.commands import predict
 from keras_vit.export import files as export_files
-from keras_vit.export import litert
+from keras_vit.export import litert_record
 from keras_vit.storage import workdir as workdir_lib
 from tests import tiny
 from tests.test_export import (
@@ -169,7 +169,7 @@ def test_cli_workdir_source(images, tmp_path, capsys, keep_aspect):
                             "--model", workdir, "--model_name", "digits",
                             "--format=litert"]) == 0
     tflite = capsys.readouterr().out.strip()
-    assert litert.read_resize(tflite, (SIZE, SIZE)) == (40, keep_aspect)
+    assert litert_record.read_resize(tflite, (SIZE, SIZE)) == (40, keep_aspect)
     photo = tmp_path / "photo.jpg"
     photo.write_bytes(images["jpeg"])
     answer = tmp_path / "answer.json"

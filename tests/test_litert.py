@@ -14,7 +14,7 @@ from keras_vit import create_model
 from keras_vit.commands import export as cli
 from keras_vit.commands import predict
 from keras_vit.errors import UsageError
-from keras_vit.export import litert
+from keras_vit.export import litert, litert_record
 from tests.reliability_cases import check_says, covers
 
 SIZE = 32
@@ -65,7 +65,7 @@ def test_float32_equals_keras(model, pixels, float32_file):
         with pytest.raises(UsageError, match=f"takes pixels \\(N, {size}, "
                            f"{size}, 3\\), got"):
             litert.run_litert(path, wrong)
-    with open(litert.labels_path(path)) as f:
+    with open(litert_record.labels_path(path)) as f:
         assert f.read().split() == NAMES
     folder = os.path.dirname(path)
     assert not [n for n in os.listdir(folder) if ".tmp-" in n]
@@ -159,7 +159,7 @@ def test_the_evaluation_resize_travels_with_the_file(model, tmp_path,
                      f"--export_dir={tmp_path}", "--resize_size=48"]) == 0
     capsys.readouterr()
     record = tmp_path / "vit.preprocessing.json"
-    assert litert.read_resize(str(tmp_path / "vit.tflite"),
+    assert litert_record.read_resize(str(tmp_path / "vit.tflite"),
                               (SIZE, SIZE)) == (48, False)
 
     def answer(*args):
@@ -179,7 +179,7 @@ def test_the_evaluation_resize_travels_with_the_file(model, tmp_path,
     assert cli.main(["keras-vit-export", "--format=litert", "--overwrite",
                      f"--model={tmp_path / 'vit.keras'}", "--keep_aspect",
                      f"--export_dir={tmp_path}", "--resize_size=48"]) == 0
-    assert litert.read_resize(str(tmp_path / "vit.tflite"),
+    assert litert_record.read_resize(str(tmp_path / "vit.tflite"),
                               (SIZE, SIZE)) == (48, True)
     keras_kept = answer(f"--model={tmp_path / 'vit.keras'}",
                         "--resize_size=48", "--keep_aspect")

@@ -387,6 +387,7 @@ def test_export_prints_no_signature_notices(tmp_path):
     # Where the half minute goes, stage by stage.
     stages = [m for m in _messages(result.stderr) if m.endswith(" ...")]
     assert stages == [f"Loading {model} ...",
+                      "Tracing the serving signatures ...",
                       "Writing version 1 of 'vit' (SavedModel) ...",
                       "Checking the reloaded SavedModel against the model ..."]
     assert max(map(len, _messages(result.stderr)), default=0) < \
@@ -395,6 +396,14 @@ def test_export_prints_no_signature_notices(tmp_path):
                  "--verbose")
     assert result.returncode == 0, result.stderr[-3000:]
     assert "contains input name(s)" in result.stderr
+    result = run("export", f"--model={model}", f"--export_dir={tmp_path}/c",
+                 "--format=litert", "--quantization=int8")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert [m for m in _messages(result.stderr) if m.endswith(" ...")] == [
+        f"Loading {model} ...", "Converting to LiteRT (int8) ...",
+        "Checking the LiteRT file against the model ..."]
+    assert max(map(len, _messages(result.stderr)), default=0) < \
+        MAX_MESSAGE, result.stderr
 
 
 @pytest.mark.slow

@@ -56,7 +56,7 @@ if TYPE_CHECKING:  # imported on first use: --help loads no TensorFlow
     from keras_vit import derived
     from keras_vit.data import checks, preprocessing
     from keras_vit.export import files as export_files
-    from keras_vit.export import litert, request_checks
+    from keras_vit.export import litert, litert_record, request_checks
 else:
     keras = lazy_module("keras")
     tf = lazy_module("tensorflow")
@@ -64,6 +64,7 @@ else:
     preprocessing = lazy_module("keras_vit.data.preprocessing")
     checks = lazy_module("keras_vit.data.checks")
     litert = lazy_module("keras_vit.export.litert")
+    litert_record = lazy_module("keras_vit.export.litert_record")
     request_checks = lazy_module("keras_vit.export.request_checks")
     export_files = lazy_module("keras_vit.export.files")
 
@@ -149,19 +150,19 @@ def litert_predictor(path: str, resize_size=None, labels_used: bool = True,
         raise UsageError(f"{path} is not a readable LiteRT file ({error}): "
                          "export the model again.") from None
     export_files.check_litert_signature(path, interpreter, (
-        litert.INPUT_NAME, litert.OUTPUT_NAME))
+        litert_record.INPUT_NAME, litert_record.OUTPUT_NAME))
     try:
         size = tuple(int(n) for n in interpreter.get_input_details()[0][
             "shape"][1:3])
         num_classes = _width(lambda: interpreter.get_signature_runner(
-            ).get_output_details()[litert.OUTPUT_NAME]["shape"][-1])
+            ).get_output_details()[litert_record.OUTPUT_NAME]["shape"][-1])
     except (ValueError, RuntimeError, IndexError) as error:
         raise UsageError(f"{path} is not a readable LiteRT file ({error}): "
                          "export the model again.") from None
     # Read (and checked to go with the file) even where --resize_size
     # replaces what it records: it vouches for the class names too.
-    recorded, recorded_keep = litert.read_resize(path, size, labels_used)
-    litert.warn_without_record(path, size, resize_size, not labels_used)
+    recorded, recorded_keep = litert_record.read_resize(path, size, labels_used)
+    litert_record.warn_without_record(path, size, resize_size, not labels_used)
     resize_size = recorded if resize_size is None else resize_size
     keep = recorded_keep if keep_aspect is None else keep_aspect
     if keep and resize_size is None:
@@ -325,7 +326,7 @@ def run(args, images: Sequence[str]) -> int:
     source = cli.model_source(args, exports=True)
     if args.output and source.kind == "litert" and os.path.abspath(
             args.output) in map(os.path.abspath,
-                                litert.written_paths(source.path)):
+                                litert_record.written_paths(source.path)):
         raise UsageError(f"--output {args.output} is a file of the LiteRT "
                          "export: choose another name.")
     files, folder = list_images(images)

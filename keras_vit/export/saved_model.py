@@ -187,6 +187,7 @@ def export_model(model: keras.Model, export_dir: str, **options) -> str:
     serving_model = export_graph.float32_inference_model(model)
     if opts.dynamic_size:
         serving_model = with_dynamic_image_size(serving_model)
+    logging.info("Tracing the serving signatures ...")
     archive = export_graph.build_endpoints(
         serving_model, target.names, target.top_k, opts.resize_size,
         any_size=opts.dynamic_size, keep_aspect=opts.keep_aspect,
