@@ -384,7 +384,7 @@ def test_export_prints_no_signature_notices(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.strip() == f"{tmp_path}/a/vit/1"
     assert "signature_serialization" not in result.stderr
-    # Where the half minute goes, stage by stage.
+    # Where the time goes, stage by stage.
     stages = [m for m in _messages(result.stderr) if m.endswith(" ...")]
     assert stages == [f"Loading {model} ...",
                       "Tracing the serving signatures ...",
