@@ -319,6 +319,11 @@ def test_predict_images_wrong_dtype_rank_range(loaded, images):
             image_bytes=tf.constant([[images["jpeg"]]]))
     out = sig(images=tf.fill((1, 20, 20, 3), 255.0))
     assert out["probabilities"].shape == (1, NUM_CLASSES)
+    # numpy's float64 (its default) and Python floats are taken as float32.
+    for pixels in (np.full((1, 20, 20, 3), 255.0), [[[[255.0] * 3] * 20] * 20]):
+        np.testing.assert_allclose(
+            loaded.predict_images(pixels)["probabilities"],
+            out["probabilities"], atol=1e-6)
 
 
 def test_warmup_file_replays(exported, loaded):

@@ -38,10 +38,11 @@ from keras_vit.errors import UsageError
 if TYPE_CHECKING:  # imported on first use: --help loads no TensorFlow
     from keras_vit.checkpoint import loader
     from keras_vit.export import files as export_files
-    from keras_vit.export import litert, saved_model
+    from keras_vit.export import litert, litert_record, saved_model
 else:
     export_files = lazy_module("keras_vit.export.files")
     litert = lazy_module("keras_vit.export.litert")
+    litert_record = lazy_module("keras_vit.export.litert_record")
     saved_model = lazy_module("keras_vit.export.saved_model")
 
 # --quantization's choices: keras_vit.export.litert.QUANTIZATIONS.
@@ -145,7 +146,7 @@ def export(values: flags.FlagValues) -> str:
                 f"its .tflite (--model_name={values.model_name[:-7]}).")
         # A name, not a path: the files stay in --export_dir.
         export_files.check_model_name(values.model_name)
-        for path in litert.written_paths(tflite):
+        for path in litert_record.written_paths(tflite):
             if os.path.isdir(path):
                 raise UsageError(f"{path} is a folder: choose another "
                                  "--model_name or --export_dir.")

@@ -15,8 +15,9 @@ file, no Flex delegate.
 The class names (`<name>.labels.txt`) and the preprocessing record are written
 before the `.tflite` is renamed into place, and the record names both by their
 SHA-256: an export stopped between the writes (an `--overwrite` cut short)
-leaves files that `read_resize` finds do not go together, so keras-vit-predict
-refuses them instead of preprocessing the new file as the old one was.
+leaves files that `litert_record.read_resize` finds do not go together, so
+keras-vit-predict refuses them instead of preprocessing the new file as the
+old one was.
 
 Quantization: "float32" (none), "float16" (weights stored as float16, half the
 size) or "int8" (dynamic range: int8 weights, activations quantized on the fly;

@@ -93,8 +93,7 @@ def read_resize(path: str, image_size: Sequence[int],
     the .tflite `path` ((None, False) where no record is there, as for
     files written before it was; keep_aspect False where a record written
     before it has none), checked against the file's `image_size`, and the
-    record
-    checked to name this .tflite and, where they are there and used
+    record checked to name this .tflite and, where they are there and used
     (`labels_used`: no names given instead), the class names beside it
     (by their SHA-256; a record written before it named them is not)."""
     record_path = preprocessing_path(path)

@@ -13,8 +13,8 @@ import tensorflow as tf
 
 
 class Servable:
-    """What the SavedModel holds: the model's variables and each endpoint,
-    traced once.
+    """What the SavedModel holds: the model's variables and each endpoint's
+    graph, traced once.
 
     Not `keras.export.ExportArchive`: it traces each endpoint to list its
     variables, and `tf.saved_model.save` traces every `tf.function` it
