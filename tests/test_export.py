@@ -491,7 +491,7 @@ def test_models_config_updated_not_clobbered(model, tmp_path):
     pytest.param("write_out", marks=pytest.mark.slow),
     pytest.param("warmup", marks=pytest.mark.slow), "verify"])
 def test_crash_leaves_no_version(model, tmp_path, monkeypatch, stage):
-    def write_then_crash(archive, filepath):
+    def write_then_crash(servable, filepath):
         os.makedirs(filepath)
         with open(os.path.join(filepath, "saved_model.pb"), "wb") as f:
             f.write(b"partial")

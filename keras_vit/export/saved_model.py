@@ -188,7 +188,7 @@ def export_model(model: keras.Model, export_dir: str, **options) -> str:
     if opts.dynamic_size:
         serving_model = with_dynamic_image_size(serving_model)
     logging.info("Tracing the serving signatures ...")
-    archive = export_graph.build_endpoints(
+    servable = export_graph.build_endpoints(
         serving_model, target.names, target.top_k, opts.resize_size,
         any_size=opts.dynamic_size, keep_aspect=opts.keep_aspect,
     )
@@ -202,7 +202,7 @@ def export_model(model: keras.Model, export_dir: str, **options) -> str:
             replace_base_path=opts.serving_base_dir is not None,
         )
 
-    return _write_version(archive, serving_model, target, opts, listed)
+    return _write_version(servable, serving_model, target, opts, listed)
 
 
 def _check_session() -> None:
@@ -271,7 +271,7 @@ def _target(model: keras.Model, export_dir: str,
                    images)
 
 
-def _write_version(archive, serving_model: keras.Model, target: _Target,
+def _write_version(servable, serving_model: keras.Model, target: _Target,
                    opts: ExportOptions, listed) -> str:
     """Writes, verifies and publishes the new version, then `listed()`
     (models.config); its path. A failure before publishing leaves no
@@ -295,7 +295,7 @@ def _write_version(archive, serving_model: keras.Model, target: _Target,
         try:
             logging.info("Writing version %s of %r (SavedModel) ...", version,
                          opts.model_name)
-            _write_saved_model(archive, tmp_dir)
+            _write_saved_model(servable, tmp_dir)
             _write_extras(tmp_dir, serving_model, target, opts)
             if opts.verify:
                 logging.info("Checking the reloaded SavedModel against the "
@@ -330,8 +330,8 @@ def write_batching_parameters(export_dir: str) -> Optional[str]:
     return path
 
 
-def _write_saved_model(archive, path: str) -> None:
-    archive.write_out(path)
+def _write_saved_model(servable, path: str) -> None:
+    servable.write_out(path)
 
 
 def _write_extras(path: str, model: keras.Model, target: _Target,
