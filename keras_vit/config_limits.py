@@ -39,6 +39,8 @@ def _unrepresentable(value) -> str:
 # "(" / ")" open ends, as the message writes them.
 LIMITS: Tuple[Tuple[str, Bound, Bound, str], ...] = (
     ("trainer.total_steps", 0, None, "(]"),
+    # 0: total_steps says how long the run is.
+    ("trainer.epochs", 0, None, "[]"),
     ("input.batch_size", 0, None, "(]"),
     ("schedule.warmup_steps", 0, "trainer.total_steps", "[]"),
     ("schedule.lr", 0, None, "(]"),
@@ -75,6 +77,11 @@ LIMITS: Tuple[Tuple[str, Bound, Bound, str], ...] = (
     ("input.shuffle_buffer", 1, None, "[]"),
     ("input.prefetch", -1, None, "[]"),  # -1: tf.data.AUTOTUNE
     ("trainer.grad_clip_norm", 0, None, "[]"),  # 0 or None: no clipping
+    ("optimizer.weight_decay", 0, None, "[]"),
+    ("optimizer.momentum", 0, 1, "[)"),
+    ("optimizer.b1", 0, 1, "[)"),
+    ("optimizer.b2", 0, 1, "[)"),
+    ("model.head_bias_init", None, None, "[]"),  # any finite number
     ("trainer.connect_timeout_s", 0, None, "[]"),
     ("seed", 0, 2**32 - 1, "[]"),
 )
@@ -298,3 +305,31 @@ def check_evaluators(config) -> None:
         for field, low, brackets, whole in EVALUATOR_LISTS.get(kind, ()):
             path = f"evals.{name}.{field}"
             _check_list(path, _value(config, path), low, brackets, whole)
+        if kind == "fewshot":
+            _check_datasets(f"evals.{name}.datasets",
+                            config.evals[name].datasets)
+
+
+# The fields of each few-shot data set (evals.<name>.datasets.<data set>).
+DATASET_FIELDS = ("dataset", "train_split", "test_split")
+
+
+def _check_datasets(path: str, datasets) -> None:
+    """Each few-shot data set a section of the three DATASET_FIELDS, each
+    a string (a data source and two of its splits)."""
+    example = ("dict(dataset='cifar100', train_split='train', "
+               "test_split='test')")
+    for name, entry in (datasets or {}).items():
+        fields = dict(entry) if hasattr(entry, "keys") else None
+        wrong = (None if fields is None else
+                 [f for f in DATASET_FIELDS if not isinstance(
+                     fields.get(f), str) or not fields[f].strip()]
+                 + sorted(set(fields) - set(DATASET_FIELDS)))
+        if fields is None or wrong:
+            missing = fields is not None and wrong[0] in DATASET_FIELDS
+            why = ("is not a section of fields" if fields is None else
+                   f"has {'no or an empty' if missing else 'an unknown'} "
+                   f"field {wrong[0]!r}")
+            raise UsageError(
+                f"config.{path}.{name} {why}: a few-shot data set names "
+                f"its data and two of its splits, {example}.")

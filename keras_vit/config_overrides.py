@@ -211,13 +211,15 @@ def check_parsed(config, where: str, overridden: Iterable[str]):
     whole section, is refused: set its fields one by one."""
     base = base_config()
     for dotted in overridden:
+        if dotted == "evals" or dotted.startswith("evals."):
+            _check_evaluator_override(config, dotted)
+            continue
         try:
             value = functools.reduce(lambda c, k: c[k], dotted.split("."),
                                      base)
         except (KeyError, AttributeError, TypeError):
             continue
-        if isinstance(value, ml_collections.ConfigDict) and (
-                dotted != "evals" and not dotted.startswith("evals.")):
+        if isinstance(value, ml_collections.ConfigDict):
             raise UsageError(
                 f"--config.{dotted} is a section of fields: set them one "
                 f"by one (e.g. --config.{dotted}."
@@ -235,6 +237,39 @@ def check_parsed(config, where: str, overridden: Iterable[str]):
             field_names(whole)) == set(field_names(config)):
         return config
     return whole
+
+
+def _check_evaluator_override(config, dotted: str) -> None:
+    """Refuses --config.evals={...} and --config.evals.NAME={...}, which
+    would replace the config's evaluators (their fields set again from
+    the defaults), and a --config.evals.NAME.type that leaves the entry
+    fields of another type: the config file makes its evaluators."""
+    keys = dotted.split(".")
+    if len(keys) == 1:
+        raise UsageError(
+            "--config.evals is the section of the config's evaluators: set "
+            "their fields one by one (e.g. --config.evals.NAME.split=...).")
+    if len(keys) == 2:
+        raise UsageError(
+            f"--config.{dotted} is an evaluator: set its fields one by one "
+            f"(e.g. --config.{dotted}.batch_size=...).")
+    if keys[2:] != ["type"]:
+        return
+    try:
+        entry = config["evals"][keys[1]]
+        kind, fields = entry["type"], set(entry.keys())
+    except (KeyError, TypeError, AttributeError):
+        return  # the schema's check names what is missing
+    foreign = sorted(fields - set(evaluator(kind).keys())) if (
+        kind in EVALUATORS) else []
+    if foreign:
+        raise UsageError(
+            f"--config.{dotted}={kind}: config.evals.{keys[1]} is an "
+            f"evaluator of another type (its {', '.join(foreign[:3])} "
+            f"{'is' if len(foreign) == 1 else 'are'} no {kind} evaluator's), "
+            "and the command line cannot change an evaluator's type: give "
+            f"a --config whose get_config makes a {kind} evaluator "
+            f"(keras_vit.config_schema.evaluator({kind!r})).")
 
 
 def check_epochs(config: ml_collections.ConfigDict,

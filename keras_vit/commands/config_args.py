@@ -140,6 +140,12 @@ def flag_error_message(error: BaseException, argv: Sequence[str],
         last = trace.strip().splitlines()[-1]
         if re.match(r"^[\w.]*UsageError: ", last):
             return re.sub(r"^[\w.]*UsageError: ", "", last)
+        given = _config_given(argv) or "FILE"
+        if re.match(r"^TypeError: get_config\(\) missing 1 required "
+                    r"positional argument", last):
+            return (f"--config={given}: its get_config(arg) needs an "
+                    f"argument, given after a colon: --config="
+                    f"{given.partition(':')[0]}:ARG")
         return f"{head.strip()} {re.sub(r'^[a-z_.]+[.]', '', last)}"
     given = _config_given(argv)
     if given and "Flag --config must have a value other than None" in message:

@@ -103,13 +103,16 @@ def evaluate(values, source, strategy) -> Dict:
                  "the central crop" if resize else "resized to it directly")
     split = values.split or (run.evals.test.split if run else (
         FOLDER_TEST if inp.dataset == sources.FOLDER else "test"))
+    # The flag that gave it, named by a refusal of it.
+    flag = ("--config.evals.test.split" if values.split is None
+            and values.config is not None else "--split")
     if inp.dataset == sources.FOLDER and not inp.vtab_task:
         split = folders.resolve_split(inp.data_dir, split)  # "val|test"
         if (not values.split and split == "val"
                 and folders.holds_out(inp.data_dir)):
             _say_held_out(inp.data_dir, split)
     distribute.prepare_input(inp, strategy)  # a cluster's: chief first
-    scored = _scored_model(values, source, model, inp, split)
+    scored = _scored_model(values, source, model, inp, split, flag)
     overlaps.warn_trained_on(inp, source.run_config(), split)  # it exists
     loss = run.objective.loss if run is not None else "softmax_xent"
     facts = dict(
@@ -133,7 +136,7 @@ def evaluate(values, source, strategy) -> Dict:
         else EVAL_BATCH
     )
     start = time.time()
-    with _split_errors(split):
+    with _split_errors(split, flag):
         metrics = accuracy.evaluate_model(
             scored, inp, input_pipeline.RunInput(image_size=image_size),
             split, int(batch), strategy,
@@ -165,11 +168,11 @@ def _say_held_out(root: str, split: str) -> None:
         len(index[split][0]) if split in index else 0, total)
 
 
-def _scored_model(values, source, model, inp, split):
+def _scored_model(values, source, model, inp, split, flag="--split"):
     """The model as scored on `inp` (`accuracy.in_folder_order`), once
     the split is known to exist and the classes fit."""
     info = sources.dataset_info(inp)
-    check_split(inp, split, dict(info.num_examples))
+    check_split(inp, split, dict(info.num_examples), flag)
     width = int(model.output_shape[-1])
     names = cli.class_names(values, source)
     if values.class_names_file:  # one name per class, whatever the data
@@ -190,13 +193,13 @@ def _scored_model(values, source, model, inp, split):
     return scored
 
 
-def check_split(inp, split: str, names=None) -> None:
-    """`sources.check_split` of --split."""
-    sources.check_split(inp, split, "--split", names)
+def check_split(inp, split: str, names=None, flag="--split") -> None:
+    """`sources.check_split` of --split (or the `flag` that gave it)."""
+    sources.check_split(inp, split, flag, names)
 
 
 @contextlib.contextmanager
-def _split_errors(split: str):
+def _split_errors(split: str, flag: str):
     """TFDS's "Unknown split" where it only knows its splits when reading
     (mock data): the same one line."""
     try:
@@ -204,7 +207,7 @@ def _split_errors(split: str):
     except ValueError as error:
         if not str(error).startswith("Unknown split"):
             raise
-        raise sources.split_fix("--split", split, str(error)) from None
+        raise sources.split_fix(flag, split, str(error)) from None
 
 
 # What a result file records beside its model and data folder that its

@@ -352,6 +352,8 @@ def _main(values: flags.FlagValues, args: list) -> None:
     cli.check_output_path(values, "output_dir")
     if values.config is not None:
         # Before the model loads: a field out of range named as its flag.
+        config_limits.check_fields(values.config, (
+            "input.batch_size", "input.pp.eval_resize_size"))
         config_limits.check_evaluators(values.config)
         config_limits.check_resize(values.config)
     if values.mode == "vtab":

@@ -203,9 +203,11 @@ def _main(values: flags.FlagValues, args: list) -> None:
     if config.init.model:
         # The one resolver: a name or hf:// URI becomes its cached file or
         # folder once, here, before anything starts; the run's config
-        # records it (a copy: the parsed config is not changed).
-        config = config_lib.replace(config, init={"model": cli.model_source(
-            values, config.init.model, tensorflow_work=_WHY).path})
+        # records it (a copy: the parsed config is not changed), a local
+        # path made absolute: the run resumes from any directory.
+        config = config_lib.replace(config, init={"model": atomic.absolute(
+            cli.model_source(values, config.init.model,
+                             tensorflow_work=_WHY).path)})
     cli.check_tensorflow_backend(_WHY)
     final = run(config, values.workdir, cli.strategy(values, config))
     saved = final.get("saved", True)

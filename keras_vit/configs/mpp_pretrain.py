@@ -17,9 +17,8 @@ B/16), dataset (a TFDS name, default imagenet2012, or "folder" for
 <data_dir>/train/<class>/*.JPEG), steps (default 100k, about 320
 ImageNet epochs: the paper's 1M steps were on JFT, about 14 of its
 epochs, and it saw the gains level off after 100k, alike when
-pre-training on ImageNet; `:steps=1000000` for the JFT length). The
-alternatives the
-paper tried are config fields:
+pre-training on ImageNet; `mpp_pretrain:B/16,steps=1000000` for the
+JFT length). The alternatives the paper tried are config fields:
 --config.objective.mpp.target=colour_grid (a 4 x 4 downsized patch, 16
 predictions of 512 classes) or pixels (L2 regression of the full patch),
 --config.objective.mpp.corrupt_rate=0.15. Fewer TPU cores: keep the batch

@@ -62,7 +62,8 @@ def fit(inp, trainer, schedule, log, checkpoints, evals) -> Dict[str, dict]:
     arguments; {} when there is nothing to settle), from its `input`,
     `trainer`, `schedule`, `log`, `checkpoints` and `evals` sections."""
     # An epoch's steps divide by the batch: it is checked first.
-    config_limits.check_fields({"input": inp}, ("input.batch_size",))
+    config_limits.check_fields({"input": inp, "trainer": trainer},
+                               ("input.batch_size", "trainer.epochs"))
     out = _splits(inp, evals)
     if int(trainer.total_steps) != 0:
         return _fit_given_steps(out, trainer, schedule)
@@ -80,6 +81,11 @@ def fit(inp, trainer, schedule, log, checkpoints, evals) -> Dict[str, dict]:
     batch = int(inp.batch_size)
     epoch = max(1, math.ceil(examples / batch))
     total = max(1, math.ceil(float(trainer.epochs) * examples / batch))
+    if total > config_limits.INT64_MAX:
+        raise UsageError(
+            f"config.trainer.epochs={trainer.epochs} asks for {total:.3g} "
+            f"steps of batch {batch} over {examples} images, beyond int64's "
+            "range: give fewer epochs.")
     warmup = min(int(schedule.warmup_steps), int(WARMUP_SHARE * total))
     out.update(trainer={"total_steps": total},
                schedule={"warmup_steps": warmup},

@@ -266,13 +266,14 @@ def _check_resumed_start(old, config, workdir: str) -> None:
 def _same_path(saved: str, asked: str) -> bool:
     """Two names of one local file, or of two files alike byte for byte
     (the run's folder copied with the file it started from), or a file of
-    the same name where the saved one is gone (the folder moved)."""
+    the same name where the saved one is gone (the folder moved, or it
+    was saved relative to another directory)."""
     if "://" in saved + asked:
         return False
     a, b = (os.path.abspath(os.path.expanduser(p)) for p in (saved, asked))
     if not os.path.exists(a):
         return os.path.basename(a) == os.path.basename(b) and (
-            os.path.isfile(b))
+            os.path.exists(b))
     return a == b or (os.path.isfile(a) and os.path.isfile(b)
                       and filecmp.cmp(a, b, shallow=False))
 
