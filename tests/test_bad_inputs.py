@@ -396,7 +396,9 @@ def test_resuming_with_other_data_or_start_model_names_the_field(tmp_path):
 def test_a_run_started_from_a_model_is_resumed_with_it(tmp_path):
     """A fine-tuning run resumes with the --model it started from: left
     out (the config's own model differs) or another one named, the line
-    names that --model, and the command with it resumes."""
+    names that --model, and the command with it resumes. A --model given
+    relative to the directory the run started in is recorded absolute,
+    so that the line names a --model that works from anywhere."""
     source = str(tmp_path / "source.keras")
     keras_vit.create_model(None, num_classes=10, image_size=16,
                            patch_size=8, hidden_size=24, num_layers=1,
@@ -404,8 +406,11 @@ def test_a_run_started_from_a_model_is_resumed_with_it(tmp_path):
     workdir = tmp_path / "run"
     steps = ["--config.checkpoints.every_steps=2", f"--workdir={workdir}"]
     first = console.run("train", console.TINY_DIGITS + [
-        "--config.trainer.total_steps=2", f"--model={source}", *steps])
+        "--config.trainer.total_steps=2", "--model=source.keras", *steps],
+        cwd=str(tmp_path))
     assert first.returncode == 0, first.stderr[-3000:]
+    recorded = json.loads((workdir / "config.json").read_text())
+    assert recorded["init"]["model"] == source
     left_out = console.run("train", console.TINY_DIGITS + [
         "--config.trainer.total_steps=4", *steps])
     line = _error_line(left_out, "train")
@@ -419,6 +424,22 @@ def test_a_run_started_from_a_model_is_resumed_with_it(tmp_path):
         "--config.trainer.total_steps=4", f"--model={source}", *steps])
     assert again.returncode == 0, again.stderr[-3000:]
     assert "Resumed from" in again.stderr
+
+
+def test_a_start_recorded_relative_is_the_same_model_from_elsewhere(
+        tmp_path, monkeypatch):
+    """A run recorded before its --model was made absolute names it as
+    given ("run1"): from another directory, the same folder named by its
+    absolute path is its start (the same name, and the saved one is not
+    where the relative path now points)."""
+    from keras_vit.training import model_init
+
+    (tmp_path / "runs" / "run1").mkdir(parents=True)
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    assert model_init._same_path("run1", str(tmp_path / "runs" / "run1"))
+    assert not model_init._same_path("run1", str(tmp_path / "runs"))
+    assert not model_init._same_path("run1", str(tmp_path / "nothing/run1"))
 
 
 def test_a_config_override_without_a_config_names_the_missing_flag(

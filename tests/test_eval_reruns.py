@@ -211,6 +211,14 @@ def test_unknown_or_unparsable_splits_are_one_line(ema_run, tmp_path,
     assert cli(*common, "--split=train+test") == 1
     assert "--split=train+test cannot be used" in _one_line_error(capsys)
     assert "shares examples" not in caplog.text
+    # The split a --config's test evaluator gives is named as its field.
+    assert cli(*common, "--config=digits", "--config.model.image_size=16",
+               "--config.input.pp.eval_resize_size=16",
+               "--config.evals.test.split=nosplit") == 1
+    line = _one_line_error(capsys)
+    assert line.startswith(
+        "keras-vit-evaluate: error: --config.evals.test.split=nosplit cannot "
+        "be used: The digits data has splits 'train' and 'test'"), line
     builder = tfds.testing.DummyMnist(data_dir=str(tmp_path / "tfds"))
     builder.download_and_prepare()
     capsys.readouterr()  # its progress bars

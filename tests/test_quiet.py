@@ -83,7 +83,9 @@ def test_every_limit_names_its_config_field():
         config = base_config()
         config.unlock()
         section, _, field = path.rpartition(".")
-        bad = (low if isinstance(low, (int, float)) else 0) - 1
+        # A field with no bound: a number the run cannot compute with.
+        bad = float("nan") if low is None and high is None else (
+            low if isinstance(low, (int, float)) else 0) - 1
         node = config
         for key in filter(None, section.split(".")):
             node = node[key]
@@ -104,8 +106,10 @@ def test_a_number_beyond_float32_is_refused_by_name(bad):
 
     # (nan passes every comparison with a bound; 1e39 is inf in float32;
     # a field's own bound, where it has one, is named first)
-    paths = ("schedule.lr", "schedule.end_lr") + (
-        ("trainer.ema_decay",) if bad != bad else ())
+    paths = ("schedule.lr", "schedule.end_lr", "trainer.epochs",
+             "optimizer.weight_decay", "model.head_bias_init") + (
+        ("trainer.ema_decay", "optimizer.momentum", "optimizer.b1",
+         "optimizer.b2") if bad != bad else ())
     for path in paths:
         config = base_config()
         section, _, field = path.rpartition(".")
@@ -291,6 +295,39 @@ def test_help_loads_no_tensorflow_and_prints_each_heading_once(name):
                 "--export_dir=out"],
      "keras-vit-export: error: --class_names_file=names.txt does not "
      "exist."),
+    # An evaluator replaced whole took its fields from the defaults again
+    # (the config's every_steps lost); its type changed, another type's
+    # fields were left on it.
+    ("train", ["--config=digits", "--workdir=run",
+               "--config.evals.test={'split': 'test'}"],
+     "keras-vit-train: error: --config.evals.test is an evaluator: set its "
+     "fields one by one (e.g. --config.evals.test.batch_size=...)."),
+    ("train", ["--config=digits", "--workdir=run", "--config.evals={}"],
+     "keras-vit-train: error: --config.evals is the section of the config's "
+     "evaluators: set their fields one by one"),
+    ("train", ["--config=digits", "--workdir=run",
+               "--config.evals.test.type=fewshot"],
+     "keras-vit-train: error: --config.evals.test.type=fewshot: "
+     "--config.evals.test is an evaluator of another type (its cache, "
+     "every_steps, split are no fewshot evaluator's)"),
+    # A few-shot data set without its splits failed with a traceback.
+    ("evaluate", ["--mode=fewshot", "--config=fewshot:digits",
+                  "--model=m.keras", "--output_dir=out",
+                  "--config.evals.fewshot.datasets={'d2': {'dataset': "
+                  "'digits'}}"],
+     "keras-vit-evaluate: error: --config.evals.fewshot.datasets.d2 has no "
+     "or an empty field 'train_split': a few-shot data set names its data "
+     "and two of its splits, dict(dataset='cifar100', train_split='train', "
+     "test_split='test')."),
+    # --mode=eval read a resize of -5 as the image size, and a batch of 0
+    # was refused without its field.
+    ("evaluate", ["--mode=eval", "--config=digits", "--model=m.keras",
+                  "--config.input.pp.eval_resize_size=-5"],
+     "keras-vit-evaluate: error: --config.input.pp.eval_resize_size=-5 must "
+     "be > 0."),
+    ("evaluate", ["--mode=eval", "--config=digits", "--model=m.keras",
+                  "--config.input.batch_size=0"],
+     "keras-vit-evaluate: error: --config.input.batch_size=0 must be > 0."),
 ])
 def test_a_refused_flag_and_the_models_table_load_no_tensorflow(
         name, args, out, tmp_path):
@@ -306,6 +343,21 @@ def test_a_refused_flag_and_the_models_table_load_no_tensorflow(
         result.stderr[-3000:])
     assert out in result.stdout + result.stderr
     assert "LOADED []" in result.stderr, result.stderr[-3000:]
+
+
+def test_a_config_file_that_needs_its_argument_says_how_to_give_it(
+        tmp_path):
+    config = tmp_path / "steps.py"
+    config.write_text("from keras_vit.config import base_config\n\n\n"
+                      "def get_config(arg):\n    c = base_config()\n"
+                      "    c.trainer.total_steps = int(arg)\n    return c\n")
+    line = error_line(run("train", f"--config={config}",
+                          f"--workdir={tmp_path}/run"), "train")
+    assert line == (
+        f"keras-vit-train: error: --config={config}: its get_config(arg) "
+        "needs an argument, given after a colon: "
+        f"--config={config}:ARG"), line
+    assert not (tmp_path / "run").exists()
 
 
 @pytest.mark.parametrize("name", ("train", "evaluate"))
