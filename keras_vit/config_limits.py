@@ -209,6 +209,28 @@ def check_limits(config) -> None:
     check_evaluators(config)
 
 
+def check_trials(config, sweep) -> None:
+    """`check_limits` of each training run a VTAB-1k evaluation makes of
+    `config` (before the first task): with `sweep` (the vtab evaluator's)
+    enabled, one per (lr, steps) pair it lists, else the config's own."""
+    check_evaluators(config)
+    pairs = ([(lr, steps) for lr in sweep.lrs for steps in sweep.steps]
+             if sweep.enabled else [None])
+    for pair in pairs:
+        trial = config.copy_and_resolve_references()
+        if pair is not None:
+            trial.schedule.lr, trial.trainer.total_steps = pair
+        try:
+            check_limits(trial)
+        except UsageError as error:
+            if pair is None:
+                raise
+            raise UsageError(
+                f"{str(error).rstrip('.')} (in the sweep's trial at "
+                f"schedule.lr={pair[0]}, trainer.total_steps={pair[1]})."
+            ) from None
+
+
 # Fields of a few named values (the library checks the same where it
 # builds the model or the optimizer; here they are named as flags first).
 CHOICES = (

@@ -21,6 +21,7 @@ from keras_vit.checkpoint.formats import npz as checkpoint_io
 from keras_vit.commands import analysis as analysis_command
 from keras_vit.data import masking, sources
 from keras_vit.data import pipeline as input_pipeline
+from keras_vit.errors import UsageError
 from keras_vit.storage import workdir as wd
 from keras_vit.training import loop, reporting, train_lib
 from keras_vit.training.mpp_trainer import MppTrainer
@@ -167,6 +168,13 @@ def test_bad_options_name_the_fix():
     config = _mpp_config()
     config.export.enabled = True
     with pytest.raises(ValueError, match="Fine-tune it first"):
+        train_lib.train_and_evaluate(config, "/nonexistent/never")
+    # An image_size of 0 (the starting model's) is the schema's default
+    # size, as for a classifier trained from scratch: here its resize is
+    # too small for it, which names the size.
+    config = _mpp_config(**{"model.image_size": 0})
+    with pytest.raises(UsageError, match=r"resize_size=\d+ is smaller "
+                       "than the image size 224"):
         train_lib.train_and_evaluate(config, "/nonexistent/never")
 
 

@@ -208,6 +208,26 @@ def test_a_few_shot_limit_is_told_before_any_model_loads(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def test_a_vtab_training_limit_is_told_before_any_task(tmp_path):
+    """Each VTAB-1k task trains with the config's recipe (or each trial of
+    its sweep): a field out of range is named before the backbone is read
+    and before any task's data, not after each task is prepared."""
+    for flags, says in (
+            (["--config.schedule.lr=0"],
+             "--config.schedule.lr=0.0 must be > 0."),
+            (["--config.evals.vtab.sweep.enabled=True",
+              "--config.schedule.warmup_steps=1000"],
+             "--config.schedule.warmup_steps=1000 must be in [0, "
+             "--config.trainer.total_steps=500] (in the sweep's trial at "
+             "schedule.lr=0.001, trainer.total_steps=500).")):
+        line = error_line(run(
+            "evaluate", "--mode=vtab", "--config=vtab", "--tasks=dtd",
+            f"--model={tmp_path}/none.npz", f"--output_dir={tmp_path}/out",
+            *flags), "evaluate")
+        assert line == f"keras-vit-evaluate: error: {says}", line
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("name, config, says", [
     ("evaluate", "fewshot:digitz", "Unknown few-shot data set(s) ['digitz']"),
     ("train", "finetune:dataset=cifar10,variant=X/16",

@@ -362,8 +362,10 @@ def _main(values: flags.FlagValues, args: list) -> None:
                 f"--tasks={values.tasks} names no task: give tasks or "
                 "groups (--tasks=natural,dtd), or leave --tasks out for "
                 "the config's.")
-        vtab.select_tasks(values.tasks or config_lib.find_evaluator(
-            values.config.evals, "vtab").tasks)
+        entry = config_lib.find_evaluator(values.config.evals, "vtab")
+        vtab.select_tasks(values.tasks or entry.tasks)
+        # Each task's training, checked before the first one starts.
+        config_limits.check_trials(values.config, entry.sweep)
     cli.check_tensorflow_backend(
         "its evaluators run on tf.distribute and tf.data")
     source = _source(values)

@@ -22,6 +22,7 @@ from keras_vit import config_limits, errors, remat
 from keras_vit.build import build_run, check_mpp, config_architecture
 from keras_vit.checkpoint import sources as checkpoint_sources
 from keras_vit.checkpoint import weights
+from keras_vit.config_schema import SCRATCH_IMAGE_SIZE
 from keras_vit.data import checks as data_checks
 from keras_vit.data import folder_classes, image_files, overlaps, sources
 from keras_vit.errors import UsageError
@@ -171,6 +172,9 @@ def train_and_evaluate(
     on_finish = _finisher(config.objective.mpp, config.export, workdir,
                           on_finish)
     if config.objective.mpp.enabled:
+        if config.model.image_size == 0:  # no model to take it from
+            config = config_lib.replace(
+                config, model={"image_size": SCRATCH_IMAGE_SIZE})
         check_mpp(config.objective.mpp, config.model)
     strategy = strategy or tf.distribute.get_strategy()
     distribute.prepare_input(config.input, strategy)
