@@ -800,6 +800,11 @@ def test_config_files_are_checked_against_the_schema(tmp_path, capsys):
                     "        dict(batch_size=8, total_steps=3))\n")
     config = parse_train([f"--config={flat}", "--workdir=w"]).config
     assert (config.input.batch_size, config.trainer.total_steps) == (8, 3)
+    # An earlier version's name of a boolean, in both absl spellings.
+    for flag, value in (("--config.cache_train", True),
+                        ("--noconfig.cache_train", False)):
+        assert parse_train(["--config=digits", "--workdir=w", flag]
+                           ).config.input.cache_train is value, flag
     # A private module of the configs folder is no config.
     with pytest.raises(config_lib.UsageError, match="_common: no such "
                        "config"):

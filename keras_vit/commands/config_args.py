@@ -52,15 +52,17 @@ def _check_config_path(arg: str) -> None:
 
 
 def upgrade_override(arg: str) -> str:
-    """`--config.FIELD[=VALUE]` of a field an earlier version had
-    elsewhere, at its place now (`--config.batch_size=8` ->
-    `--config.input.batch_size=8`), with a one-line notice; any other
-    argument as it is."""
-    match = re.fullmatch(r"(--?config\.)([\w.]+)((=.*)?)", arg, re.S)
+    """`--config.FIELD[=VALUE]` (or `--noconfig.FIELD`) of a field an
+    earlier version had elsewhere, at its place now
+    (`--config.batch_size=8` -> `--config.input.batch_size=8`), with a
+    one-line notice; any other argument as it is."""
+    match = re.fullmatch(r"(--?(?:no)?config\.)([\w.]+)((=.*)?)", arg,
+                         re.S)
     new = config_lib.moved_path(match.group(2)) if match else None
     if new is None:
         return arg
-    logging.warning("--config.%s is now --config.%s.", match.group(2), new)
+    flag = match.group(1).lstrip("-")
+    logging.warning("--%s%s is now --%s%s.", flag, match.group(2), flag, new)
     return f"{match.group(1)}{new}{match.group(3)}"
 
 
