@@ -25,6 +25,7 @@ delivered; `import_module(name)` imports under it the first time.
 
 import contextlib
 import importlib
+import os
 import signal
 import sys
 import threading
@@ -201,4 +202,37 @@ def import_module(name: str):
     if module is not None:
         return module
     with signals_after():
-        return importlib.import_module(name)
+        try:
+            return importlib.import_module(name)
+        except (ValueError, ImportError) as error:
+            line = backend_refusal(error)
+            if line is None:
+                raise
+            raise UsageError(line) from error
+
+
+# Keras's backends and the library each imports (keras/src/backend).
+_BACKEND_LIBRARIES = {"tensorflow": "tensorflow", "jax": "jax",
+                      "torch": "torch", "numpy": "numpy",
+                      "openvino": "openvino"}
+
+
+def backend_refusal(error: BaseException):
+    """One line for Keras failing to load its backend (KERAS_BACKEND, else
+    ~/.keras/keras.json): a name it does not know, or a backend whose
+    library is not installed; None for any other error."""
+    given = os.environ.get("KERAS_BACKEND")
+    named = (f"KERAS_BACKEND={given}" if given else
+             "the backend of ~/.keras/keras.json")
+    fix = "set KERAS_BACKEND=tensorflow (or jax, with the jax extra)"
+    if isinstance(error, ValueError) and str(error).startswith(
+            "Unable to import backend"):
+        return (f"{named}: Keras has no such backend (it has "
+                f"{', '.join(_BACKEND_LIBRARIES)}): {fix}.")
+    missing = getattr(error, "name", None)
+    if isinstance(error, ModuleNotFoundError) and missing and (
+            given in _BACKEND_LIBRARIES and missing.split(".")[0]
+            == _BACKEND_LIBRARIES[given] != "tensorflow"):
+        return (f"{named} needs {missing.split('.')[0]}, which is not "
+                f"installed: install it, or {fix}.")
+    return None

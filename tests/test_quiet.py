@@ -3,6 +3,7 @@ no TensorFlow line that is not about the run (all of them with
 --verbose), short messages, limits that name their flags, and a --help
 that loads no TensorFlow."""
 
+import importlib.util
 import json
 import os
 import re
@@ -363,6 +364,32 @@ def test_a_refused_flag_and_the_models_table_load_no_tensorflow(
         result.stderr[-3000:])
     assert out in result.stdout + result.stderr
     assert "LOADED []" in result.stderr, result.stderr[-3000:]
+
+
+@pytest.mark.parametrize("backend, says", [
+    ("tensorfow", "KERAS_BACKEND=tensorfow: Keras has no such backend (it "
+     "has tensorflow, jax, torch, numpy, openvino): set "
+     "KERAS_BACKEND=tensorflow (or jax, with the jax extra)."),
+    ("openvino", "KERAS_BACKEND=openvino needs openvino, which is not "
+     "installed: install it, or set KERAS_BACKEND=tensorflow (or jax, with "
+     "the jax extra)."),
+])
+def test_a_keras_backend_that_cannot_load_is_one_line(tmp_path, backend,
+                                                      says):
+    """A misspelt KERAS_BACKEND, or one whose library is not installed,
+    is named with its fix (it was Keras's traceback, or a bare "No module
+    named ..."), by a command that loads Keras for its work."""
+    pytest.importorskip("keras")
+    if backend == "openvino" and importlib.util.find_spec("openvino"):
+        pytest.skip("openvino is installed here")
+    for name, args in (("convert", [f"--model={tmp_path}/m.npz",
+                                    f"--output={tmp_path}/m.keras"]),
+                       ("train", ["--config=digits",
+                                  f"--workdir={tmp_path}/run"])):
+        (tmp_path / "m.npz").write_bytes(b"")
+        line = error_line(run(name, *args, KERAS_BACKEND=backend), name)
+        assert line == f"keras-vit-{name}: error: {says}", line
+    assert not (tmp_path / "run").exists()
 
 
 def test_a_config_file_that_needs_its_argument_says_how_to_give_it(
