@@ -22,6 +22,7 @@ from keras_vit.checkpoint.formats import torch_pickle
 from keras_vit.checkpoint.hub import reader as hub
 from keras_vit.checkpoint.hub import timm as hub_timm
 from keras_vit.errors import UsageError
+from tests import console
 from tests.hub_fixtures import FIXTURES, assert_close, hub_source, run_model
 
 
@@ -116,6 +117,32 @@ def test_state_dict_reader_refuses_code(tmp_path):
     (tmp_path / "old.bin").write_bytes(pickle.dumps({"w": 1}))
     with pytest.raises(ValueError, match="not a zip-format PyTorch file"):
         torch_pickle.read_state_dict(str(tmp_path / "old.bin"))
+
+
+def test_a_weights_file_cut_short_is_told_to_be_fetched_again(tmp_path):
+    """A download cut short: a model.safetensors whose header runs past
+    its end, a pytorch_model.bin whose zip index is missing. Each is one
+    line that says to download the file again (the .bin's was told to be
+    converted, as an old PyTorch file is)."""
+    cases = (("hf_vit_classifier", "model.safetensors", 40_000,
+              "as safetensors: "),
+             ("hf_vit_model_bin", "pytorch_model.bin", 30_000,
+              "is a zip-format PyTorch file cut short (its index at the end "
+              "is missing): "))
+    for fixture, weights, size, says in cases:
+        folder = tmp_path / fixture
+        shutil.copytree(os.path.join(FIXTURES, fixture), folder)
+        with open(folder / weights, "r+b") as f:
+            f.truncate(size)
+        result = console.run("convert", [f"--model={folder}",
+                                         f"--output={tmp_path}/m.keras"])
+        lines = result.stderr.strip().splitlines()
+        assert result.returncode == 1 and len(lines) == 1, result.stderr
+        assert lines[0].startswith("keras-vit-convert: error: "), lines
+        assert says in lines[0] and lines[0].endswith(
+            "damaged or partly downloaded file: download or copy it "
+            "again."), lines
+        assert not (tmp_path / "m.keras").exists()
 
 
 def test_normalisation_fold_is_exact():

@@ -72,7 +72,8 @@ class _Safetensors(collections.abc.Mapping):
                 self._keys = list(f.keys())
         except Exception as error:  # the library raises its own types
             raise UsageError(
-                f"Could not read {path} as safetensors: {error}"
+                f"Could not read {path} as safetensors: {error}. A damaged "
+                "or partly downloaded file: download or copy it again."
             ) from None
 
     def __getitem__(self, key: str) -> np.ndarray:
