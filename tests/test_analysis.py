@@ -186,8 +186,12 @@ def test_patch_pca_orthonormal_and_matches_sklearn():
     # Same directions up to sign.
     overlap = np.abs(np.sum(flat * reference.components_[:10], axis=1))
     np.testing.assert_allclose(overlap, 1.0, atol=1e-8)
+    # 40 filters centred on their mean span 39 directions: no 40th
+    # component (it would explain nothing, an arbitrary direction).
     _, everything = core.patch_embedding_pca(kernel, 100)
-    assert len(everything) == 40 and everything.sum() == pytest.approx(1.0)
+    assert len(everything) == 39 and everything.sum() == pytest.approx(1.0)
+    assert reference.explained_variance_ratio_[39] < 1e-12
+    assert everything.min() > 1e-6
 
 
 # --- the model side ------------------------------------------------------
@@ -684,8 +688,8 @@ def test_the_command_over_a_folder_holding_its_output(tmp_path):
             names = [i["name"] for i in json.load(f)["images"]]
         assert names == ["2.png", "a/1.png", "b/1.png"]
         err = result.stderr
-        assert "1000 principal components asked for; the patch filters " \
-            "have" in err
+        assert "1000 principal components asked for; the patch filters, " \
+            "centred on their mean, span 15 directions: drew those." in err
         assert err.count("fields of an earlier version") == 1, err
         assert "oneDNN" not in err and "E0000" not in err, err
         # (Each count starts with a carriage return: a line here.)

@@ -300,7 +300,8 @@ def patch_embedding_pca(
     Args:
         kernel: float array (P, P, C, D). The patch projection's weights.
         num_components: int. How many components to return (at most
-            min(D, P * P * C)).
+            min(D - 1, P * P * C): D filters centred on their mean span
+            D - 1 directions).
 
     Returns:
         (components, explained): float64 (K, P, P, C) orthonormal components
@@ -316,7 +317,9 @@ def patch_embedding_pca(
     filters = kernel.reshape(ph * pw * channels, width).T  # (D, P*P*C)
     filters = filters - filters.mean(axis=0, keepdims=True)
     _, singular, vt = np.linalg.svd(filters, full_matrices=False)
-    k = min(int(num_components), vt.shape[0])
+    # D filters centred on their mean span at most D - 1 directions: a
+    # D-th component would explain nothing (an arbitrary direction).
+    k = min(int(num_components), vt.shape[0], max(width - 1, 1))
     if k < 1:
         raise UsageError(
             f"`num_components`={num_components}: must be >= 1.")

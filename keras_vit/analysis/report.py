@@ -265,7 +265,8 @@ def _pca_figure(model: keras.Model, num_components: int,
         extract.patch_kernel(model), num_components)
     if len(components) < num_components:
         logging.warning(
-            "%d principal components asked for; the patch filters have "
-            "%d: drew those.", num_components, len(components))
+            "%d principal components asked for; the patch filters, "
+            "centred on their mean, span %d directions: drew those.",
+            num_components, len(components))
     plots.plot_patch_embedding_pca(components, explained, path)
     return {"explained_variance_ratio": _rounded(explained, 6)}
