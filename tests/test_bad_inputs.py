@@ -1113,6 +1113,29 @@ def test_an_npz_declaring_a_huge_model_is_refused_before_it_is_built(
             check_error("npz_declares_huge_model", info.value)
 
 
+def test_an_npz_without_an_array_its_sizes_come_from_names_it(tmp_path):
+    """An .npz that lacks the array whose shape gives one of its sizes
+    (a file saved in part): keras-vit-convert names that array and the
+    fix, where it said "variant=None needs explicit sizes", a variant
+    the user never gave."""
+    from tests import console
+
+    arrays = checkpoint.model_arrays(tiny_vit())
+    for key, size in (
+            ("Transformer/encoderblock_0/MultiHeadDotProductAttention_1/"
+             "query/kernel", "num_heads"),
+            ("embedding/kernel", "patch_size")):
+        path = tmp_path / "part.npz"
+        np.savez(path, **{k: v for k, v in arrays.items() if k != key})
+        result = console.run("convert", [f"--model={path}",
+                                         f"--output={tmp_path}/m.keras"])
+        assert _error_line(result, "convert") == (
+            f"keras-vit-convert: error: {path} lacks the array {key} (whose "
+            f"shape gives the model's {size}): a damaged or partly saved "
+            "file. Download or copy it again.")
+        assert not (tmp_path / "m.keras").exists()
+
+
 @covers("nonfinite_weights")
 def test_nonfinite_weights_are_refused_by_name(tmp_path):
     """One NaN in an .npz: keras-vit-predict and -export stop in one line

@@ -37,6 +37,17 @@ class _NpzContent:
     info: Dict[str, Any]
 
 
+# The array whose shape gives each size of an .npz's architecture
+# (`npz_layout.describe_arrays`).
+_BLOCK = "Transformer/encoderblock_0/"
+_SIZE_ARRAYS = {"patch_size": "embedding/kernel",
+                "hidden_size": "embedding/kernel",
+                "num_layers": _BLOCK + "...",
+                "num_heads": _BLOCK + "MultiHeadDotProductAttention_1/query/"
+                "kernel",
+                "mlp_dim": _BLOCK + "MlpBlock_3/Dense_0/kernel"}
+
+
 @dataclasses.dataclass(frozen=True)
 class NpzSource(sources.Source):
     """An official-layout `.npz` checkpoint.
@@ -168,6 +179,12 @@ class NpzSource(sources.Source):
                 info, num_classes)
         sizes = {} if self.variant else {
             k: info[k] for k in SIZE_FIELDS + ("resnet_layers",)}
+        lacking = [k for k in SIZE_FIELDS if k in sizes and not sizes[k]]
+        if lacking:
+            raise UsageError(
+                f"{self.path} lacks the array {_SIZE_ARRAYS[lacking[0]]} "
+                f"(whose shape gives the model's {lacking[0]}): a damaged or "
+                "partly saved file. Download or copy it again.")
         if info["resnet_layers"] is not None:
             sizes["resnet_width"] = info["resnet_width"]
         return Architecture.create(
