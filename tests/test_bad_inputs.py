@@ -1113,6 +1113,31 @@ def test_an_npz_declaring_a_huge_model_is_refused_before_it_is_built(
             check_error("npz_declares_huge_model", info.value)
 
 
+def test_a_workdir_whose_labels_no_longer_fit_its_head_names_them(
+        tmp_path):
+    """A run whose config.json leaves its class count to labels.txt, that
+    file then edited (a name added or removed): the line names labels.txt
+    and both counts, where it blamed config.json."""
+    from tests import console
+
+    earlier = os.path.join(os.path.dirname(__file__), "fixtures", "earlier",
+                           "workdir")
+    names = open(os.path.join(earlier, "labels.txt")).read().splitlines()
+    for kept in (names + ["extra"], names[:-1]):
+        workdir = tmp_path / "run"
+        shutil.rmtree(workdir, ignore_errors=True)
+        shutil.copytree(earlier, workdir)
+        (workdir / "labels.txt").write_text("\n".join(kept) + "\n")
+        result = console.run("convert", [f"--model={workdir}",
+                                         f"--output={tmp_path}/m.keras"])
+        line = _error_line(result, "convert")
+        assert f"has a head of {len(names)} classes, and the run's " \
+            f"labels.txt names {len(kept)}: its config.json leaves the " \
+            "class count to labels.txt" in line, line
+        assert line.endswith("Put back the run's labels.txt."), line
+        assert not (tmp_path / "m.keras").exists()
+
+
 def test_an_npz_without_an_array_its_sizes_come_from_names_it(tmp_path):
     """An .npz that lacks the array whose shape gives one of its sizes
     (a file saved in part): keras-vit-convert names that array and the

@@ -170,7 +170,8 @@ _TRAINABLE_KEY = re.compile(
 )
 
 
-def check_checkpoint(path: str, model, reader=None) -> None:
+def check_checkpoint(path: str, model, reader=None,
+                     labels: Optional[int] = None) -> None:
     """Raises ValueError unless the training checkpoint `path` holds exactly
     the trainable weights of `model` (same number, same shapes, in order).
 
@@ -178,7 +179,9 @@ def check_checkpoint(path: str, model, reader=None) -> None:
     from another model could otherwise load silently in part (fewer layers)
     or fail with a bare shape error. Checkpoints without that list (not
     written by a training run) are not checked. `reader`: the
-    checkpoint's `checkpoint_graph.open_reader`, where one is open.
+    checkpoint's `checkpoint_graph.open_reader`, where one is open;
+    `labels`: the count of labels.txt, where the head's width is taken
+    from it (config.json gives none).
     """
     reader = reader or checkpoint_graph.open_reader(path)
     shapes = reader.get_variable_to_shape_map()
@@ -200,6 +203,14 @@ def check_checkpoint(path: str, model, reader=None) -> None:
         if problem:
             break
         if saved.get(i) != tuple(var.shape):
+            if labels is not None and var.path.startswith("head/") and (
+                    saved.get(i) or (None,))[-1] is not None:
+                raise UsageError(
+                    f"Checkpoint {path} has a head of {saved[i][-1]} "
+                    f"classes, and the run's {LABELS} names {labels}: its "
+                    f"{CONFIG} leaves the class count to {LABELS}, which "
+                    "must be the run's own (one name per class it trained "
+                    f"on, in order). Put back the run's {LABELS}.")
             problem = (
                 f"weight #{i} ({var.path}) has shape {tuple(var.shape)} in "
                 f"the model but {saved.get(i)} in the checkpoint"
@@ -266,18 +277,20 @@ def restore_model(workdir: str, *, use_ema: bool = True, checkpoint=None):
                 if finished else "the run has not saved one yet."))
     model, optimizer = build.build_run(
         config, num_classes(config.model, workdir))
+    labels = (None if config.model.num_classes
+              else num_classes(config.model, workdir))
     optimizer.build(model.trainable_variables)
     if keras.backend.backend() == "tensorflow":
         ckpt = tf.train.Checkpoint(model=model, optimizer=optimizer)
 
         def read(path):
-            check_checkpoint(path, model)
+            check_checkpoint(path, model, labels=labels)
             ckpt.read(path).expect_partial()
     else:  # tf.train.Checkpoint restores TensorFlow objects only
 
         def read(path):  # one read of the index for both
             reader = checkpoint_graph.open_reader(path)
-            check_checkpoint(path, model, reader)
+            check_checkpoint(path, model, reader, labels)
             checkpoint_graph.read_into(path, model, optimizer, reader)
     ema = use_ema and getattr(optimizer, "use_ema", False)
     damaged = []
