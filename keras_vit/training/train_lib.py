@@ -90,6 +90,19 @@ def _save_encoder(workdir: str, model, class_names) -> dict:
     return {"encoder_npz": path}
 
 
+def _mpp_checked(config):
+    """An MPP run's config (`objective.mpp.enabled`), its options checked
+    and an image_size of 0 (the starting model's: it has none) the
+    schema's default size; any other config as it is."""
+    if not config.objective.mpp.enabled:
+        return config
+    if config.model.image_size == 0:
+        config = config_lib.replace(
+            config, model={"image_size": SCRATCH_IMAGE_SIZE})
+    check_mpp(config.objective.mpp, config.model)
+    return config
+
+
 def _finisher(mpp_config, export, workdir: str, on_finish):
     """What runs after the final evaluation: an MPP run writes its
     encoder; an export needs the train command's `on_finish`."""
@@ -171,11 +184,7 @@ def train_and_evaluate(
     """
     on_finish = _finisher(config.objective.mpp, config.export, workdir,
                           on_finish)
-    if config.objective.mpp.enabled:
-        if config.model.image_size == 0:  # no model to take it from
-            config = config_lib.replace(
-                config, model={"image_size": SCRATCH_IMAGE_SIZE})
-        check_mpp(config.objective.mpp, config.model)
+    config = _mpp_checked(config)
     strategy = strategy or tf.distribute.get_strategy()
     distribute.prepare_input(config.input, strategy)
     length = "total_steps" if int(config.trainer.total_steps) else "epochs"

@@ -1,6 +1,8 @@
 """The checks a `torch.save` file passes before anything in it is
 unpickled (`keras_vit.checkpoint.formats.torch_pickle` reads it after them):
 
+- `refuse_not_zip`: a file that is no zip (cut short, or no `torch.save`
+  file of PyTorch >= 1.6);
 - `read_capped`: a zip member's bytes, never inflating past a cap;
 - `check_opcodes`: the opcode pre-scan of the pickle, walked by
   `pickletools.genops` (which recurses into nothing): only the opcodes
@@ -31,6 +33,23 @@ import numpy as np
 
 from keras_vit.checkpoint.formats import untrusted
 from keras_vit.errors import UsageError
+
+
+def refuse_not_zip(path: str) -> None:
+    """Refuses `path`, which is no zip: one that starts as a zip (its
+    index at the end cut off) is a damaged download, to fetch again; any
+    other to convert (PyTorch < 1.6's format, or no checkpoint)."""
+    with open(path, "rb") as f:
+        cut = f.read(4) == b"PK\x03\x04"
+    if cut:
+        raise UsageError(
+            f"{path} is a zip-format PyTorch file cut short (its index at "
+            "the end is missing): a damaged or partly downloaded file: "
+            "download or copy it again.")
+    raise UsageError(
+        f"{path} is not a zip-format PyTorch file (saved by PyTorch < 1.6, "
+        "or not a checkpoint): convert it to model.safetensors.")
+
 
 _MAX_DIMS = 16
 _MAX_ELEMENTS = 1 << 40

@@ -60,6 +60,7 @@ from keras_vit.checkpoint.formats.torch_checks import (
     contiguous,
     is_int,
     read_capped,
+    refuse_not_zip,
 )
 from keras_vit.errors import UsageError
 
@@ -238,17 +239,7 @@ def _open_state(path: str) -> dict:
     """The unpickled state dict of a zip-format file, tensors unbuilt and
     storages unread (every check of the module docstring made)."""
     if not zipfile.is_zipfile(path):
-        with open(path, "rb") as f:
-            zipped = f.read(4) == b"PK\x03\x04"  # a zip cut short
-        if zipped:
-            raise UsageError(
-                f"{path} is a zip-format PyTorch file cut short (its index "
-                "at the end is missing): a damaged or partly downloaded "
-                "file: download or copy it again.")
-        raise UsageError(
-            f"{path} is not a zip-format PyTorch file (saved by PyTorch "
-            "< 1.6, or not a checkpoint): convert it to model.safetensors."
-        )
+        refuse_not_zip(path)
     try:
         with zipfile.ZipFile(path) as archive:
             names = archive.namelist()
