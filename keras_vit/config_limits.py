@@ -190,13 +190,15 @@ def check_fields(config, paths) -> None:
             _check(config, path, _value(config, path), low, high, brackets)
 
 
-def check_limits(config) -> None:
+def check_limits(config, settled_later=()) -> None:
     """A UsageError naming the first field of run config `config` outside
-    its limits (`LIMITS`, then `check_evaluators`); fields left None are
-    not checked. A training run checks them once its data has settled
-    what the config leaves to it (`training.data_fit`)."""
+    its limits (`LIMITS`, then `check_evaluators`); fields left None, and
+    those of `settled_later`, are not checked. A training run checks them
+    once its data has settled what the config leaves to it
+    (`training.data_fit`)."""
     for path, low, high, brackets in LIMITS:
-        _check(config, path, _value(config, path), low, high, brackets)
+        if path not in settled_later:
+            _check(config, path, _value(config, path), low, high, brackets)
     _check_range("input.pp.area_range", _value(config, "input.pp.area_range"))
     for path, allowed in CHOICES:
         value = _value(config, path)
@@ -219,9 +221,17 @@ def check_trials(config, sweep) -> None:
     for pair in pairs:
         trial = config.copy_and_resolve_references()
         if pair is not None:
-            trial.schedule.lr, trial.trainer.total_steps = pair
+            trial.schedule.lr = float(pair[0])
+            trial.trainer.total_steps = int(pair[1])
+        # A run counted in epochs: its data settles its steps, and a
+        # warm-up longer than them is held to a share (`data_fit`).
+        settled = ()
+        if float(trial.trainer.epochs or 0) > 0:
+            settled = ("schedule.warmup_steps",) + (
+                ("trainer.total_steps",)
+                if int(trial.trainer.total_steps) == 0 else ())
         try:
-            check_limits(trial)
+            check_limits(trial, settled)
         except UsageError as error:
             if pair is None:
                 raise
@@ -350,8 +360,8 @@ def _check_datasets(path: str, datasets) -> None:
         if fields is None or wrong:
             missing = fields is not None and wrong[0] in DATASET_FIELDS
             why = ("is not a section of fields" if fields is None else
-                   f"has {'no or an empty' if missing else 'an unknown'} "
-                   f"field {wrong[0]!r}")
+                   f"has no {wrong[0]} (a non-empty string)" if missing
+                   else f"has an unknown field {wrong[0]!r}")
             raise UsageError(
                 f"config.{path}.{name} {why}: a few-shot data set names "
                 f"its data and two of its splits, {example}.")

@@ -265,7 +265,7 @@ def _check_evaluator_override(config, dotted: str) -> None:
     if foreign:
         raise UsageError(
             f"--config.{dotted}={kind}: config.evals.{keys[1]} is an "
-            f"evaluator of another type (its {', '.join(foreign[:3])} "
+            f"evaluator of another type (its {', '.join(foreign)} "
             f"{'is' if len(foreign) == 1 else 'are'} no {kind} evaluator's), "
             "and the command line cannot change an evaluator's type: give "
             f"a --config whose get_config makes a {kind} evaluator "

@@ -69,7 +69,7 @@ def base_config() -> ml_collections.ConfigDict:
     # 2-D sin-cos, big_vision's plain ViT; no weights).
     c.model.posemb = "learn"
     # Input resolution (position embeddings follow it): an int or (height,
-    # width); 0: init.model's resolution, else SCRATCH_IMAGE_SIZE.
+    # width); 0: init.model's, else (MPP: always) SCRATCH_IMAGE_SIZE.
     c.model.image_size = SCRATCH_IMAGE_SIZE
     # Number of classes (the head's width, > 0: a training run has a
     # head); None: read from the data source.

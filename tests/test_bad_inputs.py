@@ -440,6 +440,10 @@ def test_a_start_recorded_relative_is_the_same_model_from_elsewhere(
     assert model_init._same_path("run1", str(tmp_path / "runs" / "run1"))
     assert not model_init._same_path("run1", str(tmp_path / "runs"))
     assert not model_init._same_path("run1", str(tmp_path / "nothing/run1"))
+    # A folder recorded absolute (a data_dir, a start recorded since) that
+    # is gone is not any folder of the same name.
+    assert not model_init._same_path(str(tmp_path / "gone" / "run1"),
+                                     str(tmp_path / "runs" / "run1"))
 
 
 def test_a_config_override_without_a_config_names_the_missing_flag(

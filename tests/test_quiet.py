@@ -229,6 +229,31 @@ def test_a_vtab_training_limit_is_told_before_any_task(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def test_vtab_trials_are_checked_as_each_task_runs_them():
+    """The up-front check of a VTAB-1k run's training takes what each task
+    takes: a sweep's step counts as whole numbers (500.0 is 500), and a
+    run counted in epochs, whose data settles its steps and holds a long
+    warm-up to a share of them, is left to that."""
+    from keras_vit import config_limits
+    from keras_vit.configs import vtab
+    from keras_vit.errors import UsageError
+
+    config = vtab.get_config()
+    entry = config.evals.vtab
+    config_limits.check_trials(config, entry.sweep)  # the recipe as shipped
+    entry.sweep.enabled, entry.sweep.steps = True, (500.0, 2500)
+    config_limits.check_trials(config, entry.sweep)
+    config.trainer.total_steps, config.trainer.epochs = 0, 5.0
+    config.schedule.warmup_steps = 1000  # longer than the 500-step trial
+    config_limits.check_trials(config, entry.sweep)
+    entry.sweep.enabled = False
+    config_limits.check_trials(config, entry.sweep)
+    config.trainer.epochs = 0.0  # neither steps nor epochs: refused
+    with pytest.raises(UsageError, match=r"^config\.trainer\.total_steps=0 "
+                       "must be > 0"):
+        config_limits.check_trials(config, entry.sweep)
+
+
 @pytest.mark.parametrize("name, config, says", [
     ("evaluate", "fewshot:digitz", "Unknown few-shot data set(s) ['digitz']"),
     ("train", "finetune:dataset=cifar10,variant=X/16",
@@ -330,14 +355,14 @@ def test_help_loads_no_tensorflow_and_prints_each_heading_once(name):
                "--config.evals.test.type=fewshot"],
      "keras-vit-train: error: --config.evals.test.type=fewshot: "
      "--config.evals.test is an evaluator of another type (its cache, "
-     "every_steps, split are no fewshot evaluator's)"),
+     "every_steps, split, val_split are no fewshot evaluator's)"),
     # A few-shot data set without its splits failed with a traceback.
     ("evaluate", ["--mode=fewshot", "--config=fewshot:digits",
                   "--model=m.keras", "--output_dir=out",
                   "--config.evals.fewshot.datasets={'d2': {'dataset': "
                   "'digits'}}"],
      "keras-vit-evaluate: error: --config.evals.fewshot.datasets.d2 has no "
-     "or an empty field 'train_split': a few-shot data set names its data "
+     "train_split (a non-empty string): a few-shot data set names its data "
      "and two of its splits, dict(dataset='cifar100', train_split='train', "
      "test_split='test')."),
     # --mode=eval read a resize of -5 as the image size, and a batch of 0

@@ -143,8 +143,9 @@ def flag_error_message(error: BaseException, argv: Sequence[str],
         if re.match(r"^[\w.]*UsageError: ", last):
             return re.sub(r"^[\w.]*UsageError: ", "", last)
         given = _config_given(argv) or "FILE"
-        if re.match(r"^TypeError: get_config\(\) missing 1 required "
-                    r"positional argument", last):
+        if ":" not in given and re.match(
+                r"^TypeError: get_config\(\) missing 1 required "
+                r"positional argument", last):
             return (f"--config={given}: its get_config(arg) needs an "
                     f"argument, given after a colon: --config="
                     f"{given.partition(':')[0]}:ARG")

@@ -271,9 +271,10 @@ def _same_path(saved: str, asked: str) -> bool:
     if "://" in saved + asked:
         return False
     a, b = (os.path.abspath(os.path.expanduser(p)) for p in (saved, asked))
-    if not os.path.exists(a):
+    if not os.path.exists(a):  # (a folder: only a relative record's)
         return os.path.basename(a) == os.path.basename(b) and (
-            os.path.exists(b))
+            os.path.isfile(b) or (os.path.isdir(b) and not os.path.isabs(
+                os.path.expanduser(saved))))
     return a == b or (os.path.isfile(a) and os.path.isfile(b)
                       and filecmp.cmp(a, b, shallow=False))
 

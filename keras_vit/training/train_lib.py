@@ -92,8 +92,9 @@ def _save_encoder(workdir: str, model, class_names) -> dict:
 
 def _mpp_checked(config):
     """An MPP run's config (`objective.mpp.enabled`), its options checked
-    and an image_size of 0 (the starting model's: it has none) the
-    schema's default size; any other config as it is."""
+    and an image_size of 0 the schema's default size (pre-training sets
+    its own size, as it sets its own architecture: `init_architecture`
+    is a fine-tuning run's); any other config as it is."""
     if not config.objective.mpp.enabled:
         return config
     if config.model.image_size == 0:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import collections.abc
 import os
+import re
 from typing import Any, Dict, Mapping, Optional, Tuple
 
 import numpy as np
@@ -71,9 +72,15 @@ class _Safetensors(collections.abc.Mapping):
             with safetensors.safe_open(path, "np") as f:
                 self._keys = list(f.keys())
         except Exception as error:  # the library raises its own types
+            # Its header cut short or past the file's end: a download that
+            # stopped (any other fault is said as the library says it).
+            cut = re.search(r"header|not fully covered|too small",
+                            str(error), re.I)
             raise UsageError(
-                f"Could not read {path} as safetensors: {error}. A damaged "
-                "or partly downloaded file: download or copy it again."
+                f"Could not read {path} as safetensors: "
+                f"{str(error).rstrip('.')}."
+                + (" A damaged or partly downloaded file: download or copy "
+                   "it again." if cut else "")
             ) from None
 
     def __getitem__(self, key: str) -> np.ndarray:
