@@ -211,10 +211,9 @@ def import_module(name: str):
             raise UsageError(line) from error
 
 
-# Keras's backends and the library each imports (keras/src/backend).
-_BACKEND_LIBRARIES = {"tensorflow": "tensorflow", "jax": "jax",
-                      "torch": "torch", "numpy": "numpy",
-                      "openvino": "openvino"}
+# Keras's backends, each named as the library it imports
+# (keras/src/backend).
+_BACKENDS = ("tensorflow", "jax", "torch", "numpy", "openvino")
 
 
 def backend_refusal(error: BaseException):
@@ -228,11 +227,11 @@ def backend_refusal(error: BaseException):
     if isinstance(error, ValueError) and str(error).startswith(
             "Unable to import backend"):
         return (f"{named}: Keras has no such backend (it has "
-                f"{', '.join(_BACKEND_LIBRARIES)}): {fix}.")
+                f"{', '.join(_BACKENDS)}): {fix}.")
     missing = getattr(error, "name", None)
     if isinstance(error, ModuleNotFoundError) and missing and (
-            given in _BACKEND_LIBRARIES and missing.split(".")[0]
-            == _BACKEND_LIBRARIES[given] != "tensorflow"):
+            given in _BACKENDS
+            and missing.split(".")[0] == given != "tensorflow"):
         return (f"{named} needs {missing.split('.')[0]}, which is not "
                 f"installed: install it, or {fix}.")
     return None
