@@ -25,7 +25,8 @@ SOURCE_KINDS = (
     "a released model's name (e.g. ViT-B_16; `keras_vit.list_models()` "
     "lists them), "
     "hf://ORG/NAME[@REVISION], a training workdir, a .keras file, an "
-    "official .npz (local or gs://) or a Hugging Face / timm folder"
+    "official .npz (local or gs://) or a Hugging Face / timm / keras-hub "
+    "folder"
 )
 
 __all__ = [

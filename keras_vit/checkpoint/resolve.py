@@ -12,7 +12,8 @@
   once into $KERAS_VIT_CACHE (`cache.locate`) -> `NpzSource`;
 - a path (local or a tf.io.gfile URL such as gs://BUCKET/...): a `.npz`
   -> `NpzSource`; a `.keras` file -> `KerasSource`; a folder with Hugging
-  Face weights, or such a weights file -> `HubSource`; an exported
+  Face weights, or such a weights file, or a keras-hub preset folder ->
+  `HubSource`; an exported
   SavedModel -> `SavedModelSource`; a training run's workdir (a folder with
   config.json) -> `WorkdirSource`.
 
@@ -30,6 +31,7 @@ from typing import Optional, Tuple, Union
 import tensorflow as tf
 
 from keras_vit.checkpoint import absent, file_kind
+from keras_vit.checkpoint.hub import keras_preset
 from keras_vit.checkpoint.hub import reader as hub
 from keras_vit.checkpoint.npz_source import NpzSource
 from keras_vit.checkpoint.sources import (
@@ -75,8 +77,9 @@ def _path_source(text: str, variant, posemb_grid, use_ema) -> Source:
     if lower.endswith(".tflite"):
         return LiteRTSource(text)
     if is_dir:
-        if any(tf.io.gfile.exists(os.path.join(text, name))
-               for name in hub.WEIGHT_FILES):
+        if keras_preset.is_preset(text) or any(
+                tf.io.gfile.exists(os.path.join(text, name))
+                for name in hub.WEIGHT_FILES):
             return HubSource(text)
         if is_saved_model(text):
             return SavedModelSource(text)
@@ -212,7 +215,7 @@ def _check_hints(text: str, kind: str, variant, posemb_grid) -> None:
 
 
 _KIND_WORDS = {"keras": "a .keras file", "npz": "an .npz file",
-               "hub": "a Hugging Face or timm model",
+               "hub": "a Hugging Face, timm or keras-hub model",
                "workdir": "a training run",
                "saved_model": "an exported SavedModel",
                "litert": "a LiteRT file"}

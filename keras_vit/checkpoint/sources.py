@@ -32,6 +32,7 @@ from keras_vit import build, legacy, mpp
 from keras_vit.architecture import Architecture
 from keras_vit.checkpoint import weights
 from keras_vit.checkpoint.formats import keras_file
+from keras_vit.checkpoint.hub import keras_preset
 from keras_vit.checkpoint.hub import model as hub_model
 from keras_vit.checkpoint.hub import reader as hub
 from keras_vit.checkpoint.resolution import rebuild_at_resolution
@@ -256,11 +257,14 @@ class KerasSource(_SavedKerasModel):
 class HubSource(Source):
     """A folder (or its weights file) in the Hugging Face layout: Hugging
     Face ViT or timm weights beside config.json
-    (`keras_vit.checkpoint.hub.reader`)."""
+    (`keras_vit.checkpoint.hub.reader`); or a keras-hub ViT preset folder
+    (`keras_vit.checkpoint.hub.keras_preset`)."""
 
     kind = "hub"
 
     def _read(self) -> hub.HubCheckpoint:
+        if keras_preset.is_preset(self.path):
+            return keras_preset.read_preset(self.path)
         return hub.read_hub(self.path)
 
     def architecture(self) -> Architecture:

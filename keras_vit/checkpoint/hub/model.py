@@ -16,8 +16,12 @@ from keras_vit.checkpoint.formats.npz_layout import (
     describe_arrays,
     own_pre_logits,
 )
+from keras_vit.checkpoint.hub import keras_preset
 from keras_vit.checkpoint.hub import reader as hub
-from keras_vit.checkpoint.posemb import resize_like_library
+from keras_vit.checkpoint.posemb import (
+    resize_like_library,
+    resize_position_embedding,
+)
 from keras_vit.errors import UsageError
 from keras_vit.model import VisionTransformer, _image_hw
 
@@ -109,6 +113,12 @@ def library_table(checkpoint: hub.HubCheckpoint, image_size) -> Dict[str, Any]:
             "Load it at its own image size."
         )
     arrays = dict(checkpoint.arrays)
+    if checkpoint.naming == keras_preset.KERAS_HUB:
+        # keras-hub builds no model at another grid: resized as an
+        # official checkpoint is.
+        arrays[POSEMB] = resize_position_embedding(
+            arrays[POSEMB], grid, old, int("cls" in arrays))
+        return arrays
     arrays[POSEMB] = resize_like_library(
         arrays[POSEMB], grid, old, int("cls" in arrays), checkpoint.naming)
     return arrays

@@ -171,7 +171,7 @@ def _files(path: str) -> Tuple[str, str]:
     return untrusted.in_folder(folder, CONFIG_FILE, config), weights
 
 
-def _fold_normalisation(arrays, mean, std) -> None:
+def fold_normalisation(arrays, mean, std) -> None:
     """Makes the patch embedding take [-1, 1] pixels instead of
     (pixels / 255 - mean) / std: with x = p / 255 and y = 2x - 1 (the
     project's input), (x - mean) / std = y * a + c, a = 1 / (2 std),
@@ -252,7 +252,7 @@ def _read_hub(path: str) -> HubCheckpoint:
             "(e.g. a distillation or register token, layer scale, fc_norm)."
         )
     _set_sizes(settings, spec, mapper, kind, weights_path)
-    _fold_normalisation(mapper.arrays, settings["mean"], settings["std"])
+    fold_normalisation(mapper.arrays, settings["mean"], settings["std"])
     return HubCheckpoint(
         path=weights_path, naming=kind, arrays=mapper.arrays,
         dropped=list(mapper.left_out), **settings,

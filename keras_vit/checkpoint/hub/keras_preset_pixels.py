@@ -1,0 +1,160 @@
+"""What a keras-hub ViT preset's image converter makes of a photo, read
+the way keras-hub 0.32 reads it.
+
+The converter is the one `ImageClassifier.from_preset` builds: the one
+inside task.json's preprocessor when task.json is read (a task saved
+without a preprocessor has none: it takes pixels as they come), else the
+one inside preprocessor.json (a ViTImageClassifierPreprocessor), else
+image_converter.json. Its fields, each with ImageConverter's default:
+
+- `scale` and `offset` (a number, or one per channel; null: none), the
+  affine map `pixels * scale + offset`, folded exactly into the patch
+  embedding as a mean and std (`reader.fold_normalisation`); the legacy
+  `mean` with `variance` as ImageConverter turns them into those;
+- `image_size` (or `height` and `width`) with `crop_to_aspect_ratio`
+  (true by default: the central crop of the model's aspect, then the
+  resize), which keras_vit evaluates as the shorter side resized to the
+  model's side and the central crop (`eval_keep_aspect`); without it (or
+  with `pad_to_aspect_ratio`, which keras_vit does not do) the image is
+  resized whole to the model's input. A filter other than bilinear, an
+  antialiased resize or padding is said in one warning line.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any, Dict, Optional, Tuple
+
+from keras_vit.checkpoint.formats import untrusted
+from keras_vit.checkpoint.hub.processor import warn_once
+from keras_vit.errors import UsageError
+
+PREPROCESSOR_FILE = "preprocessor.json"
+CONVERTER_FILE = "image_converter.json"
+_CONVERTERS = ("ViTImageConverter", "ImageConverter")
+_FIELDS = ("image_size", "scale", "offset", "crop_to_aspect_ratio",
+           "pad_to_aspect_ratio", "interpolation", "antialias",
+           "bounding_box_format", "data_format", "height", "width", "mean",
+           "variance", "name", "trainable", "dtype")
+
+
+def converter(folder: str, task: Optional[Dict[str, Any]]):
+    """(the converter's config or None (no converter: pixels as they
+    come), the file it is read from)."""
+    if task is not None:
+        where = os.path.join(folder, "task.json")
+        pre = task.get("preprocessor")
+        if pre is None:
+            return None, where
+        return _inner(pre, where), where
+    path = os.path.join(folder, PREPROCESSOR_FILE)
+    if os.path.isfile(path):
+        pre = untrusted.read_json_object(
+            untrusted.in_folder(folder, PREPROCESSOR_FILE, path))
+        if pre.get("class_name") == "ViTImageClassifierPreprocessor":
+            return _inner(pre, path), path
+    path = os.path.join(folder, CONVERTER_FILE)
+    if not os.path.isfile(path):
+        raise UsageError(
+            f"{folder} is a keras-hub preset without {CONVERTER_FILE} (or "
+            f"{PREPROCESSOR_FILE}): the pixel scale its weights expect is "
+            "unknown. Save the ViTImageConverter the model was trained with "
+            "into it (converter.save_to_preset(folder)).")
+    fields = untrusted.read_json_object(
+        untrusted.in_folder(folder, CONVERTER_FILE, path))
+    return _config(fields, path), path
+
+
+def _inner(pre: Any, where: str) -> Optional[Dict[str, Any]]:
+    config = pre.get("config") if isinstance(pre, dict) else None
+    if not isinstance(config, dict):
+        raise UsageError(f"{where}: the preprocessor has no config.")
+    inner = config.get("image_converter")
+    return None if inner is None else _config(inner, where)
+
+
+def _config(fields: Any, where: str) -> Dict[str, Any]:
+    name = fields.get("class_name") if isinstance(fields, dict) else None
+    if name not in _CONVERTERS or not isinstance(fields.get("config"), dict):
+        raise UsageError(f"{where}: the image converter is {name!r}, not a "
+                         "ViTImageConverter.")
+    config = fields["config"]
+    unknown = sorted(set(config) - set(_FIELDS))
+    if unknown:
+        raise UsageError(f"{where}: {unknown[0]!r} is no ImageConverter "
+                         "argument keras_vit knows; it is not read.")
+    return config
+
+
+def _channels(value, field: str, where: str) -> Tuple[float, ...]:
+    items = [value] * 3 if isinstance(value, (int, float)) else value
+    if (not isinstance(items, list) or len(items) != 3 or any(
+            isinstance(v, bool) or not isinstance(v, (int, float))
+            or not math.isfinite(v) for v in items)):
+        raise UsageError(f"{where}: the image converter's {field} is "
+                         f"{value!r}, not a finite number or three.")
+    return tuple(float(v) for v in items)
+
+
+def _affine(config: Dict[str, Any], where: str):
+    """(scale, offset) per channel, as ImageConverter computes them."""
+    scale, offset = config.get("scale"), config.get("offset")
+    if "variance" in config and "mean" in config:
+        std = [math.sqrt(v) for v in _channels(config["variance"],
+                                                "variance", where)]
+        base = _channels(1.0 if scale is None else scale, "scale", where)
+        scale = [b / s for b, s in zip(base, std)]
+        offset = [-m / s for m, s in zip(
+            _channels(config["mean"], "mean", where), std)]
+    scale = (1.0,) * 3 if scale is None else _channels(scale, "scale", where)
+    offset = (0.0,) * 3 if offset is None else _channels(offset, "offset",
+                                                         where)
+    if any(s == 0 for s in scale):
+        raise UsageError(f"{where}: the image converter's scale {scale} "
+                         "has a zero: every pixel would be the same.")
+    return scale, offset
+
+
+def pixel_map(config: Optional[Dict[str, Any]], where: str, image_size):
+    """(mean, std, eval_resize, eval_keep_aspect) of the converter
+    `config` for a backbone of `image_size` ((height, width)): mean and
+    std in terms of pixels / 255, so that (p / 255 - mean) / std is the
+    converter's p * scale + offset."""
+    if config is None:
+        return (0.0,) * 3, (1 / 255,) * 3, None, False
+    scale, offset = _affine(config, where)
+    std = tuple(1.0 / (255.0 * s) for s in scale)
+    mean = tuple(-o * d for o, d in zip(offset, std))
+    size = config.get("image_size")
+    if "height" in config and "width" in config:
+        size = [config["height"], config["width"]]
+    if size is not None and list(size) != list(image_size):
+        raise UsageError(
+            f"{where}: the image converter resizes to {list(size)}, the "
+            f"backbone takes {list(image_size)}: keras-hub itself cannot "
+            "run this preset.")
+    return mean, std, *_geometry(config, where, size, image_size)
+
+
+def _geometry(config, where: str, size, image_size):
+    notes = []
+    if config.get("interpolation", "bilinear") != "bilinear":
+        notes.append(f"a {config['interpolation']} filter")
+    if config.get("antialias", False):
+        notes.append("antialiasing")
+    if config.get("pad_to_aspect_ratio", False):
+        notes.append("padding to the model's aspect ratio")
+    crop = bool(config.get("crop_to_aspect_ratio", True))
+    square = image_size[0] == image_size[1]
+    if size is not None and crop and not square:
+        notes.append("a crop to a non-square aspect ratio")
+    if notes:
+        warn_once(
+            f"{where}: its image converter asks for {', '.join(notes)}; "
+            "keras_vit resizes bilinearly (an area filter for the shorter "
+            "side) and crops only to a square. Set --resize_size and "
+            "--keep_aspect to choose.")
+    if size is not None and crop and square:
+        return int(image_size[0]), True
+    return None, False
