@@ -11,7 +11,8 @@ The package is layered; each layer imports only the ones below it
     keras_vit/storage/     atomic file writes and the run directory
                            (workdir), local or gs://
     keras_vit/checkpoint/  pre-trained weights: file formats (formats/),
-                           Hugging Face / timm folders (hub/), the released
+                           Hugging Face / timm folders and keras-hub
+                           presets (hub/), the released
                            checkpoints (zoo/), and `load_model(source)`:
                            any source to a model (a path, hf://ORG/NAME, a
                            released model's name: `list_models()`), each

@@ -95,8 +95,8 @@ def base_config() -> ml_collections.ConfigDict:
     c.model.remat = "none"
 
     # Initialisation (fine-tuning): the model to start from, named as
-    # --model names one (a released name, hf://ORG/NAME, a training
-    # workdir, a .keras file, an official .npz, a Hugging Face / timm
+    # --model names one (a released name, hf://ORG/NAME, a workdir, a
+    # .keras file, an official .npz, a Hugging Face / timm / keras-hub
     # folder); None: from scratch. Position embeddings are resized to the
     # new patch grid.
     c.init = ml_collections.ConfigDict()

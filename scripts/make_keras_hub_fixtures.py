@@ -2,7 +2,7 @@
 own `save_to_preset`, with the outputs keras-hub itself computes on fixed
 pixels.
 
-    pip install "keras-hub==0.32.0"
+    pip install -e ".[keras_hub_reference]"   # keras-hub 0.32.0
     python scripts/make_keras_hub_fixtures.py
 
 tests/test_keras_hub_presets.py reads each folder with keras_vit's reader

@@ -9,9 +9,10 @@ console scripts run as subprocesses, offline, with a Hugging Face cache
 - a name and an hf:// model offline with an empty cache: one line about
   the cache and how to download;
 - the matrix: every command (keras-vit-evaluate in each of its three
-  modes) x every kind of source works or is refused in one line that says
-  why; few-shot probes and VTAB-1k read DTD, which TensorFlow Datasets
-  prepared from a loopback download (tests/fake_tfds.py).
+  modes) x every kind of source (a keras-hub preset among them) works
+  or is refused in one line that says why; few-shot probes and VTAB-1k
+  read DTD, which TensorFlow Datasets prepared from a loopback download
+  (tests/fake_tfds.py).
 """
 
 import json
@@ -293,6 +294,8 @@ REFUSED = {
     ("evaluate", "hf"): "The model predicts 5 classes but digits has 10",
     ("evaluate", "hub_folder"): "The model predicts 5 classes but digits "
     "has 10",
+    ("evaluate", "keras_hub"): "The model predicts 5 classes but digits "
+    "has 10",
 }
 
 
@@ -342,8 +345,12 @@ def test_every_command_with_every_kind_of_source(home, runs, tmp_path):
            "--format=litert"))
     hub_folder = str(tmp_path / "hub_folder")
     shutil.copytree(model_cache.HF_FIXTURE, hub_folder)
+    keras_hub = str(tmp_path / "keras_hub_preset")
+    shutil.copytree(os.path.join(ROOT, "tests", "fixtures", "keras_hub",
+                                 "vit_classifier"), keras_hub)
     sources = {
         "name": "ViT-B_16", "hf": HF_URI, "hub_folder": hub_folder,
+        "keras_hub": keras_hub,
         "npz": home["npz"], "gs": "gs://vit_models/imagenet21k/ViT-B_16.npz",
         "keras": home["keras"], "workdir": workdir,
         "saved_model": str(exports / "vit"),
@@ -385,8 +392,9 @@ def test_every_command_with_every_kind_of_source(home, runs, tmp_path):
     assert os.path.exists(tmp_path / "convert_hf.keras")
     assert os.path.exists(tmp_path / "export_name" / "vit" / "1"
                           / "saved_model.pb")
-    with open(tmp_path / "train_hub_folder" / "metrics.json") as f:
-        assert json.load(f)["steps"] == 2
+    for kind in ("hub_folder", "keras_hub"):
+        with open(tmp_path / f"train_{kind}" / "metrics.json") as f:
+            assert json.load(f)["steps"] == 2
     # Few-shot probes and VTAB-1k from every kind of model source.
     for kind in sources:
         if kind in EXPORTS:

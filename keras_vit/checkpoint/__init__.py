@@ -15,7 +15,9 @@ remote paths and run directories), laid out by what is read:
   `npz_layout`, `npz_mapping`; `torch_pickle` after `torch_checks`;
   `untrusted`, the bounded JSON and file-name readers);
 - `hub/`: Hugging Face and timm folders (`reader`, `config`,
-  `config_types`, `mapping`, `model`; `timm` and `timm_registry`);
+  `config_types`, `mapping`, `model`; `timm` and `timm_registry`) and
+  keras-hub presets (`keras_preset`, `keras_preset_arrays`,
+  `keras_preset_pixels`);
 - `zoo/`: the released checkpoints (`catalog`, `cache`, `release`,
   `augreg`).
 

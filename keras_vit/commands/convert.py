@@ -1,5 +1,5 @@
 r"""keras-vit-convert: a model (an official .npz, a Hugging Face / timm
-folder, a training run) as a Keras `.keras` file.
+folder, a keras-hub preset, a training run) as a Keras `.keras` file.
 
     keras-vit-convert --model=imagenet21k+imagenet2012/ViT-B_16 \
         --variant=B/16 --num_classes=1000 --image_size=384 \

@@ -98,12 +98,12 @@ def read_preset(folder: str) -> HubCheckpoint:
                         config_path, BACKBONE))
     where = os.path.join(folder, TASK_FILE) if task else config_path
     sizes = backbone_sizes(backbone, where)
+    head = None if task is None else _head(task, sizes, where)
     weights_path = _file(folder, MODEL_WEIGHTS)
     arrays = preset_arrays.backbone_arrays(weights_path, sizes)
-    if task is not None:
+    if head is not None:
         arrays.update(preset_arrays.head_arrays(
-            _file(folder, TASK_WEIGHTS), _head(task, sizes, where),
-            sizes["hidden_dim"]))
+            _file(folder, TASK_WEIGHTS), head, sizes["hidden_dim"]))
     converter, said = pixels.converter(folder, task)
     mean, std, resize, keep = pixels.pixel_map(converter, said,
                                                sizes["image_size"])

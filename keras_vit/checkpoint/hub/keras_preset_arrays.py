@@ -149,18 +149,16 @@ def read_planned(path: str, plan) -> Dict[str, np.ndarray]:
 
 
 def _dataset_names(f: h5py.File, path: str):
+    links = []
+    f.visititems_links(lambda name, link: links.append((name, link)))
     names = []
-
-    def visit(name, link):
+    for name, link in links:
         if isinstance(link, (h5py.SoftLink, h5py.ExternalLink)):
             raise UsageError(f"{path}: {name} is a link; a weights file "
                              "holds arrays only (Keras refuses it too).")
-        if not name.startswith(_OPTIMIZER) and isinstance(
-                f.get(name, getclass=True), type) and issubclass(
-                f.get(name, getclass=True), h5py.Dataset):
+        kind = f.get(name, getclass=True)
+        if not name.startswith(_OPTIMIZER) and kind is h5py.Dataset:
             names.append(name)
-
-    f.visititems_links(visit)
     return names
 
 

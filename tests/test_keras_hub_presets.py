@@ -1,0 +1,250 @@
+"""keras-hub ViT presets as a model source: folders that keras-hub 0.32's
+`save_to_preset` wrote (tests/fixtures/keras_hub,
+scripts/make_keras_hub_fixtures.py) compute what keras-hub computed on
+them; every file and field keras-hub reads is read with its precedence,
+and what the ViT does not compute is refused by name. Edits here are the
+ones a user makes by hand."""
+
+import json
+import os
+import shutil
+import subprocess
+
+import h5py
+import keras
+import numpy as np
+import pytest
+
+import keras_vit
+from keras_vit.checkpoint import loader
+from keras_vit.checkpoint.formats.npz import POSEMB
+from keras_vit.checkpoint.hub import keras_preset
+from keras_vit.checkpoint.posemb import resize_position_embedding
+from keras_vit.checkpoint.resolve import resolve
+from keras_vit.errors import UsageError
+from tests.console import script
+from tests.photo_folder import write_photo_folder
+
+FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "keras_hub")
+OUTPUTS = {"vit_classifier": "logits", "vit_gap_pre_logits": "logits",
+           "vit_backbone": "features"}
+
+
+def _copy(tmp_path, name="vit_classifier"):
+    folder = tmp_path / name
+    shutil.copytree(os.path.join(FIXTURES, name), folder)
+    return folder
+
+
+def _edit(folder, file, edit):
+    path = folder / file
+    fields = json.loads(path.read_text())
+    edit(fields)
+    path.write_text(json.dumps(fields))
+
+
+def _task_backbone(fields):
+    return fields["config"]["backbone"]["config"]
+
+
+def _outputs(model, folder):
+    reference = np.load(os.path.join(folder, "reference.npz"))
+    x = reference["pixels"].astype(np.float32) / 127.5 - 1.0
+    return (keras.ops.convert_to_numpy(model(x, training=False)),
+            reference[OUTPUTS[os.path.basename(str(folder))]])
+
+
+@pytest.mark.parametrize("name", sorted(OUTPUTS))
+def test_a_preset_computes_what_keras_hub_computed(name):
+    folder = os.path.join(FIXTURES, name)
+    source = resolve(folder)
+    assert source.kind == "hub"
+    model, report = loader.load_report(source)
+    assert report.ok and not report.dropped
+    got, want = _outputs(model, folder)
+    np.testing.assert_allclose(got, want, atol=2e-5 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("name, head", [
+    ("vit_backbone", 0), ("vit_classifier", 16 * 5 + 5),
+    # Attention without biases gets zero ones: 2 blocks x 4 x 16 more.
+    ("vit_gap_pre_logits", (16 * 12 + 12) + (12 * 3 + 3) + 2 * 4 * 16),
+])
+def test_parameters_are_keras_hub_s_count(name, head):
+    with open(os.path.join(FIXTURES, name, "metadata.json")) as f:
+        backbone = json.load(f)["parameter_count"]
+    model = loader.load_model(os.path.join(FIXTURES, name))
+    assert model.count_params() == backbone + head
+
+
+def test_a_b16_preset_config_builds_keras_hub_s_b16():
+    # keras-hub's vit_base_patch16_224_imagenet21k: 85,798,656 parameters
+    # (its preset table), the paper's ViT-B/16 without a head.
+    sizes = keras_preset.backbone_sizes(dict(
+        image_shape=[224, 224, 3], patch_size=[16, 16], num_layers=12,
+        num_heads=12, hidden_dim=768, mlp_dim=3072), "config.json")
+    model = keras_vit.create_model(
+        None, num_classes=0, image_size=sizes["image_size"],
+        patch_size=sizes["patch"], hidden_size=sizes["hidden_dim"],
+        num_layers=sizes["num_layers"], num_heads=sizes["num_heads"],
+        mlp_dim=sizes["mlp_dim"])
+    assert model.count_params() == 85_798_656
+
+
+def test_task_json_decides_over_config_json_and_the_converter_files(
+        tmp_path):
+    folder = _copy(tmp_path)
+    # keras-hub deserialises task.json whole: config.json and the other
+    # converter files are not read for the classifier.
+    _edit(folder, "config.json",
+          lambda f: f["config"].update(layer_norm_epsilon=0.5))
+
+    def scale(fields):
+        inner = fields if "image_converter" not in fields.get(
+            "config", {}) else fields["config"]["image_converter"]
+        inner["config"]["scale"] = 1.0
+    _edit(folder, "image_converter.json", scale)
+    _edit(folder, "preprocessor.json", scale)
+    model = loader.load_model(str(folder))
+    got, want = _outputs(model, folder)
+    np.testing.assert_allclose(got, want, atol=2e-5 * np.abs(want).max())
+
+
+def test_without_task_json_the_backbone_and_preprocessor_json_are_read(
+        tmp_path):
+    folder = _copy(tmp_path)
+    os.remove(folder / "task.json")
+    checkpoint = keras_preset.read_preset(str(folder))
+    assert "head/kernel" not in checkpoint.arrays
+    np.testing.assert_allclose(checkpoint.std, [0.5] * 3)
+    # preprocessor.json's converter before image_converter.json's.
+    _edit(folder, "preprocessor.json", lambda f: f["config"][
+        "image_converter"]["config"].update(scale=2 / 255, offset=0.0))
+    checkpoint = keras_preset.read_preset(str(folder))
+    np.testing.assert_allclose(checkpoint.std, [0.5] * 3)
+    np.testing.assert_allclose(checkpoint.mean, [0.0] * 3)
+    os.remove(folder / "preprocessor.json")
+    checkpoint = keras_preset.read_preset(str(folder))
+    np.testing.assert_allclose(checkpoint.mean, [0.5] * 3)
+    # A task.json without its weights is the backbone alone.
+    os.remove(folder / "task.weights.h5")
+    shutil.copy(os.path.join(FIXTURES, "vit_classifier", "task.json"),
+                folder)
+    assert loader.describe_source(str(folder)).num_classes == 0
+
+
+def _set(file, edit):
+    return lambda folder: _edit(folder, file, edit)
+
+
+@pytest.mark.parametrize("change, said", [
+    (_set("task.json", lambda f: f["config"].update(pooling="gap")),
+     "pooling 'gap' with a class token averages the class token"),
+    (_set("task.json", lambda f: _task_backbone(f).update(
+        use_class_token=False)), "pooling 'token' without a class token"),
+    (_set("task.json", lambda f: f["config"].update(activation="softmax")),
+     "the head's activation 'softmax'"),
+    (_set("task.json", lambda f: _task_backbone(f).update(rope=True)),
+     "'rope' is no ViTBackbone argument"),
+    (_set("task.json", lambda f: _task_backbone(f).update(
+        patch_size=[8, 4])), "only square patches are read"),
+    (_set("task.json", lambda f: _task_backbone(f).update(hidden_dim=32)),
+     "where the config gives (8, 8, 3, 32)"),
+    (_set("task.json", lambda f: _task_backbone(f).update(num_layers=3)),
+     "has no array layers/vi_t_encoder/encoder_layers/vi_t_encoder_block_2"),
+    (_set("task.json", lambda f: _task_backbone(f).update(num_layers=1)),
+     "array(s) this ViT has no place for"),
+    (_set("task.json", lambda f: f["config"]["backbone"].update(
+        class_name="DeiTBackbone")), "is a keras-hub 'DeiTBackbone', not a "
+     "ViTBackbone"),
+    (_set("task.json", lambda f: f["config"]["backbone"]["config"].update(
+        dtype={"class_name": "DTypePolicyMap", "config": {}})),
+     "'DTypePolicyMap' (a quantized preset)"),
+    (_set("task.json", lambda f: f["config"]["preprocessor"]["config"][
+        "image_converter"]["config"].update(scale=[1.0, 0.0, 1.0])),
+     "has a zero"),
+    (_set("task.json", lambda f: f["config"]["preprocessor"]["config"][
+        "image_converter"]["config"].update(image_size=[48, 48])),
+     "the image converter resizes to [48, 48], the backbone takes [32, 32]"),
+])
+def test_what_the_vit_does_not_compute_is_refused_by_name(
+        tmp_path, change, said):
+    folder = _copy(tmp_path)
+    change(folder)
+    with pytest.raises(UsageError) as error:
+        loader.load_model(str(folder))
+    assert said in str(error.value)
+    assert str(folder) in str(error.value)
+
+
+def test_hostile_or_partial_weights_files_are_refused(tmp_path):
+    folder = _copy(tmp_path)
+    weights = folder / "model.weights.h5"
+    with h5py.File(weights, "a") as f:
+        f["layers/extra/vars/0"] = np.zeros(3, np.float32)
+    with pytest.raises(UsageError, match="no place for, first "
+                       "layers/extra/vars/0"):
+        loader.load_model(str(folder))
+    with h5py.File(weights, "a") as f:
+        del f["layers/extra"]
+        f["layers/extra"] = h5py.ExternalLink("/etc/passwd", "/x")
+    with pytest.raises(UsageError, match="is a link"):
+        loader.load_model(str(folder))
+    weights.write_bytes(b"not hdf5")
+    with pytest.raises(UsageError, match="not a readable HDF5"):
+        loader.load_model(str(folder))
+    os.remove(weights)
+    with pytest.raises(UsageError, match="without model.weights.h5"):
+        resolve(str(folder)).build()
+    (folder / "model.weights.json").write_text("{}")
+    with pytest.raises(UsageError, match="sharded weights"):
+        resolve(str(folder)).build()
+
+
+def test_a_backbone_without_its_converter_is_refused(tmp_path):
+    folder = _copy(tmp_path, "vit_backbone")
+    os.remove(folder / "image_converter.json")
+    with pytest.raises(UsageError, match="pixel scale its weights expect"):
+        loader.load_model(str(folder))
+
+
+def test_at_another_size_the_table_is_resized_as_an_official_one():
+    folder = os.path.join(FIXTURES, "vit_classifier")
+    model, report = loader.load_report(folder, image_size=48)
+    assert report.posemb_resized == ((4, 4), (6, 6))
+    stored = keras_preset.read_preset(folder).arrays[POSEMB]
+    want = resize_position_embedding(stored, (6, 6), (4, 4), 1)
+    got = [w for w in model.weights if "pos" in w.path][0]
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(got), want,
+                               atol=1e-6)
+
+
+def test_a_resize_keras_vit_does_not_do_is_said_once(tmp_path, caplog):
+    folder = _copy(tmp_path)
+    _edit(folder, "task.json", lambda f: f["config"]["preprocessor"][
+        "config"]["image_converter"]["config"].update(
+            interpolation="bicubic", antialias=True))
+    caplog.set_level("WARNING", logger="absl")
+    source = resolve(str(folder))
+    assert source.library_resize() == (32, (32, 32), True, None)
+    said = [r.getMessage() for r in caplog.records
+            if "bicubic filter, antialiasing" in r.getMessage()]
+    assert len(said) == 1 and "--resize_size" in said[0]
+
+
+def test_predict_answers_from_a_preset_folder_of_photos(tmp_path):
+    folder = _copy(tmp_path)
+    photos = tmp_path / "photos"
+    write_photo_folder(photos, per_class=1)
+    out = tmp_path / "answers.json"
+    result = subprocess.run(
+        script("predict") + [f"--model={folder}", str(photos),
+                             f"--output={out}"],
+        capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    answers = json.loads(out.read_text())["predictions"]
+    assert len(answers) == 2
+    for answer in answers:
+        probabilities = [t["probability"] for t in answer["top_k"]]
+        assert len(probabilities) == 5
+        assert sum(probabilities) == pytest.approx(1.0, abs=1e-4)
