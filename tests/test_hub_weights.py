@@ -153,7 +153,7 @@ def test_normalisation_fold_is_exact():
     bias = rng.normal(size=4).astype(np.float32)
     mean, std = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
     arrays = {"embedding/kernel": kernel, "embedding/bias": bias}
-    hub._fold_normalisation(arrays, mean, std)
+    hub.fold_normalisation(arrays, mean, std)
     pixels = rng.integers(0, 256, (2, 2, 3)).astype(np.float64)
     x = (pixels / 255 - np.asarray(mean)) / np.asarray(std)
     y = pixels / 127.5 - 1
