@@ -1,9 +1,8 @@
 """The faults and bad inputs keras_vit is tested against, and what the user
 gets for each: the table behind docs/reliability.md.
 
-Every case is proved by one test in tests/test_faults.py,
-tests/test_bad_inputs.py, tests/test_multiworker_faults.py or
-tests/test_serving_polish.py (decorated
+Every case is proved by one test in one of the files that
+scripts/reliability_table.py's TEST_FILES lists (decorated
 `@covers(case_id)`); that test asserts
 the error type and that each excerpt in `says` appears verbatim in what the
 user sees (the exception message or the log). scripts/reliability_table.py
@@ -1422,6 +1421,36 @@ _CASES = [
         ("--keep_aspect resizes the shorter side to the resize size",
          "pass --resize_size=N too"),
         "exit status 1",
+    ),
+    Case(
+        "keras_hub_gap_over_class_token", BAD_INPUT, "checkpoint",
+        "A keras-hub preset whose ViTImageClassifier pools by 'gap' over "
+        "a backbone with a class token",
+        "Refused by name: keras-hub averages the class token with the "
+        "patches, which the ViT's GAP model (no class token) does not "
+        "compute; not loaded as either pooling.",
+        ("pooling 'gap' with a class token averages the class token with "
+         "the patches",),
+        "UsageError",
+    ),
+    Case(
+        "keras_hub_quantized", BAD_INPUT, "checkpoint",
+        "A keras-hub preset saved quantized (its dtype policy a "
+        "DTypePolicyMap)",
+        "Refused by name before any array is read (its int8 arrays and "
+        "scales would load as float weights).",
+        ("'DTypePolicyMap' (a quantized preset)",
+         "only float presets are read"),
+        "UsageError",
+    ),
+    Case(
+        "keras_hub_h5_link", BAD_INPUT, "checkpoint",
+        "A keras-hub preset whose model.weights.h5 holds an HDF5 external "
+        "link (to /etc/passwd) or a soft link",
+        "Refused by name before any array is read, as Keras's own loader "
+        "refuses it; no file outside the preset is opened.",
+        ("is a link; a weights file holds arrays only",),
+        "UsageError",
     ),
 ]
 
