@@ -23,17 +23,15 @@ reference output):
 
 from __future__ import annotations
 
+import argparse
 import os
 import shutil
 
-os.environ.setdefault("KERAS_BACKEND", "tensorflow")
-
-import keras  # noqa: E402
-import keras_hub  # noqa: E402
-import numpy as np  # noqa: E402
+import numpy as np
 
 OUT = os.path.join(os.path.dirname(__file__), "..", "tests", "fixtures",
                    "keras_hub")
+keras = keras_hub = None  # imported by main(): keras-hub is optional
 _MEAN = np.array([0.485, 0.456, 0.406])
 _STD = np.array([0.229, 0.224, 0.225])
 
@@ -68,7 +66,18 @@ def _save(name: str, model, pixels, **outputs) -> None:
     return folder
 
 
+def build_parser() -> argparse.ArgumentParser:
+    """No options: the fixtures are fixed."""
+    return argparse.ArgumentParser(description=__doc__.split("\n")[0])
+
+
 def main() -> None:
+    global keras, keras_hub
+    build_parser().parse_args()
+    os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+    import keras
+    import keras_hub
+
     keras.utils.set_random_seed(0)
     rng = np.random.default_rng(0)
     pixels = rng.integers(0, 256, (4, 32, 32, 3), dtype=np.uint8)
