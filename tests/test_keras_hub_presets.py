@@ -7,6 +7,7 @@ ones a user makes by hand."""
 
 import json
 import os
+import re
 import shutil
 import subprocess
 
@@ -19,6 +20,7 @@ import keras_vit
 from keras_vit.checkpoint import loader
 from keras_vit.checkpoint.formats.npz import POSEMB
 from keras_vit.checkpoint.hub import keras_preset
+from keras_vit.checkpoint.hub import keras_preset_arrays as preset_arrays
 from keras_vit.checkpoint.posemb import resize_position_embedding
 from keras_vit.checkpoint.resolve import resolve
 from keras_vit.errors import UsageError
@@ -273,3 +275,80 @@ def test_predict_answers_from_a_preset_folder_of_photos(tmp_path):
         probabilities = [t["probability"] for t in answer["top_k"]]
         assert len(probabilities) == 5
         assert sum(probabilities) == pytest.approx(1.0, abs=1e-4)
+
+
+def _converter_of(fields):
+    return fields["config"]["preprocessor"]["config"]["image_converter"]
+
+
+def test_a_converter_as_the_task_s_preprocessor_is_read(tmp_path):
+    # keras-hub takes any layer as a task's preprocessor: a converter
+    # saved in its place is applied as it is.
+    folder = _copy(tmp_path)
+    _edit(folder, "task.json", lambda f: f["config"].update(
+        preprocessor=_converter_of(f)))
+    model = loader.load_model(str(folder))
+    got, want = _outputs(model, folder)
+    np.testing.assert_allclose(got, want, atol=2e-5 * np.abs(want).max())
+    _edit(folder, "task.json", lambda f: f["config"]["preprocessor"].update(
+        class_name="CLIPPreprocessor"))
+    with pytest.raises(UsageError, match="preprocessor is "
+                       "'CLIPPreprocessor'"):
+        loader.load_model(str(folder))
+
+
+def test_the_legacy_mean_and_variance_are_read_as_keras_hub_reads_them(
+        tmp_path):
+    # ImageConverter(scale=1/255, mean=m, variance=s**2) is the scale
+    # 1 / (255 s) and offset -m / s the fixture was saved with.
+    folder = _copy(tmp_path, "vit_gap_pre_logits")
+    mean, std = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
+
+    def legacy(fields):
+        config = _converter_of(fields)["config"]
+        del config["offset"]
+        config.update(scale=1 / 255, mean=mean,
+                      variance=[s * s for s in std])
+    _edit(folder, "task.json", legacy)
+    model = loader.load_model(str(folder))
+    got, want = _outputs(model, folder)
+    np.testing.assert_allclose(got, want, atol=2e-5 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("fields, said", [
+    ({"mean": [0.5] * 3}, "gives mean without variance"),
+    ({"height": 32}, "gives height without width"),
+    ({"mean": [0.5] * 3, "variance": [0.25] * 3, "scale": [1.0] * 3},
+     "need a single number as its scale"),
+    ({"pad_to_aspect_ratio": True}, "both crops and pads"),
+    ({"mean": [0.5] * 3, "variance": [0.0] * 3, "scale": 1.0},
+     "variance [0.0, 0.0, 0.0] is not positive"),
+])
+def test_a_converter_keras_hub_refuses_is_refused(tmp_path, fields, said):
+    folder = _copy(tmp_path)
+    _edit(folder, "task.json",
+          lambda f: _converter_of(f)["config"].update(fields))
+    with pytest.raises(UsageError, match=re.escape(said)):
+        loader.load_model(str(folder))
+
+
+def test_a_damaged_weights_file_is_one_usage_error(tmp_path):
+    # Bytes changed at random: each damaged file is read or refused as
+    # a UsageError naming it, never an h5py or C library error.
+    original = open(os.path.join(FIXTURES, "vit_classifier",
+                                 "task.weights.h5"), "rb").read()
+    path = tmp_path / "task.weights.h5"
+    rng = np.random.default_rng(0)
+    plan = preset_arrays.head_plan((5, None), 16)
+    refused = 0
+    for _ in range(150):
+        damaged = bytearray(original)
+        for at in rng.integers(0, len(damaged), 4):
+            damaged[at] = int(rng.integers(0, 256))
+        path.write_bytes(bytes(damaged))
+        try:
+            preset_arrays.read_planned(str(path), plan)
+        except UsageError as error:
+            assert str(path) in str(error)
+            refused += 1
+    assert refused > 0

@@ -10,8 +10,9 @@ reads it (keras-hub 0.32):
   config.json's ViTBackbone, each field with ViTBackbone's default;
 - the weights: model.weights.h5 (the backbone) and, with such a
   task.json, task.weights.h5 (the head, and the tanh pre-logits Dense of
-  `intermediate_dim`); a task.json without task.weights.h5 is the
-  backbone alone, as keras-hub would start that head at random;
+  `intermediate_dim`); without task.weights.h5 the backbone alone is
+  read (keras-hub would start that head at random), still with
+  task.json's backbone config and preprocessor;
 - the pixels: the image converter of task.json's preprocessor, else of
   preprocessor.json, else image_converter.json (`keras_preset_pixels`).
 
@@ -24,7 +25,9 @@ logits), a config field ViTBackbone does not take, and any array of
 another shape than the config gives or left over. A layer saved without
 a bias (`use_mha_bias=False`, ...) is given zeros: the same
 computation. At another image size the position table is resized as an
-official checkpoint's is: keras-hub itself builds no model there.
+official checkpoint's is: keras-hub itself builds no model there. A
+backbone read alone (no classifier to say how it pools) without a class
+token is the GAP model: the mean of its patches' outputs.
 """
 
 from __future__ import annotations
@@ -98,7 +101,10 @@ def read_preset(folder: str) -> HubCheckpoint:
                         config_path, BACKBONE))
     where = os.path.join(folder, TASK_FILE) if task else config_path
     sizes = backbone_sizes(backbone, where)
-    head = None if task is None else _head(task, sizes, where)
+    # keras-hub builds the task from task.json and starts its head at
+    # random without task.weights.h5: then the backbone alone is read.
+    head = None if task is None or not os.path.isfile(os.path.join(
+        folder, TASK_WEIGHTS)) else _head(task, sizes, where)
     weights_path = _file(folder, MODEL_WEIGHTS)
     arrays = preset_arrays.backbone_arrays(weights_path, sizes)
     if head is not None:
@@ -164,15 +170,14 @@ def _check_dtype(config: Dict[str, Any], path: str) -> None:
 
 
 def _task(folder: str) -> Optional[Dict[str, Any]]:
-    """task.json's config when it is a ViTImageClassifier with its weights
-    (its backbone's config under "backbone"), else None."""
+    """task.json's config when it is a ViTImageClassifier (its backbone's
+    config under "backbone"), else None."""
     path = os.path.join(folder, TASK_FILE)
     if not os.path.isfile(path):
         return None
     fields = untrusted.read_json_object(untrusted.in_folder(
         folder, TASK_FILE, path))
-    if fields.get("class_name") != CLASSIFIER or not os.path.isfile(
-            os.path.join(folder, TASK_WEIGHTS)):
+    if fields.get("class_name") != CLASSIFIER:
         return None
     task = dict(_object(fields, path, CLASSIFIER))
     backbone = task.get("backbone")

@@ -139,7 +139,11 @@ def read_planned(path: str, plan) -> Dict[str, np.ndarray]:
                 raise UsageError(f"{path}: its arrays declare {total} "
                                  f"bytes, more than {bound}; refused.")
             arrays = {key: _read(d) for key, d in datasets.items()}
-    except OSError as error:
+    except UsageError:
+        raise
+    # What h5py raises on a damaged file (its C library's errors).
+    except (OSError, RuntimeError, KeyError, ValueError, TypeError,
+            SystemError) as error:
         raise UsageError(f"{path} is not a readable HDF5 weights file "
                          f"({error}); download it again.") from None
     for key, (name, shape) in plan.items():
@@ -173,9 +177,10 @@ def _checked(f: h5py.File, name: str, shape: Shape, path: str):
                          "file; refused (Keras refuses it too).")
     untrusted.check_shape(dataset.shape, path, name)
     if _bfloat16(dataset):
-        if dataset.dtype.itemsize != 2:
-            raise UsageError(f"{path}: {name} is marked bfloat16 but holds "
-                             f"{dataset.dtype.itemsize}-byte numbers.")
+        if dataset.dtype.kind != "V" or dataset.dtype.itemsize != 2:
+            raise UsageError(f"{path}: {name} is marked bfloat16 but is "
+                             f"stored as {dataset.dtype}, not as the 2-byte "
+                             "values Keras writes.")
     else:
         untrusted.check_real_dtype(dataset.dtype, path, name)
     if tuple(dataset.shape) != tuple(shape):
@@ -188,7 +193,9 @@ def _checked(f: h5py.File, name: str, shape: Shape, path: str):
 def _bfloat16(dataset) -> bool:
     """Whether Keras marked the dataset bfloat16 (it stores those as
     2-byte numbers with a `dtype` attribute)."""
-    return dataset.attrs.get("dtype") in ("bfloat16", b"bfloat16")
+    marked = dataset.attrs.get("dtype")
+    return isinstance(marked, (str, bytes)) and marked in (
+        "bfloat16", b"bfloat16")
 
 
 def _read(dataset) -> np.ndarray:

@@ -67,9 +67,19 @@ def converter(folder: str, task: Optional[Dict[str, Any]]):
 
 
 def _inner(pre: Any, where: str) -> Optional[Dict[str, Any]]:
+    """The converter of a task's preprocessor: the image converter of a
+    ViTImageClassifierPreprocessor, or the converter itself (keras-hub
+    takes any layer as a task's preprocessor)."""
     config = pre.get("config") if isinstance(pre, dict) else None
     if not isinstance(config, dict):
         raise UsageError(f"{where}: the preprocessor has no config.")
+    if pre.get("class_name") in _CONVERTERS:
+        return _config(pre, where)
+    if pre.get("class_name") != "ViTImageClassifierPreprocessor":
+        raise UsageError(
+            f"{where}: the task's preprocessor is {pre.get('class_name')!r}"
+            "; keras_vit reads a ViTImageClassifierPreprocessor or an "
+            "image converter.")
     inner = config.get("image_converter")
     return None if inner is None else _config(inner, where)
 
@@ -84,6 +94,25 @@ def _config(fields: Any, where: str) -> Dict[str, Any]:
     if unknown:
         raise UsageError(f"{where}: {unknown[0]!r} is no ImageConverter "
                          "argument keras_vit knows; it is not read.")
+    # What ImageConverter's constructor refuses (it takes each pair whole).
+    for one, other in (("mean", "variance"), ("height", "width")):
+        if (one in config) != (other in config):
+            given = one if one in config else other
+            raise UsageError(
+                f"{where}: the image converter gives {given} without "
+                f"{other if given == one else one}; keras-hub's "
+                "ImageConverter refuses it (an unrecognised argument).")
+    if "mean" in config and not isinstance(config.get("scale"),
+                                           (int, float)):
+        raise UsageError(
+            f"{where}: the image converter's mean and variance need a "
+            "single number as its scale; keras-hub's ImageConverter "
+            f"fails on scale {config.get('scale')!r}.")
+    if config.get("crop_to_aspect_ratio", True) and config.get(
+            "pad_to_aspect_ratio", False):
+        raise UsageError(
+            f"{where}: the image converter both crops and pads to the "
+            "aspect ratio; keras-hub's ImageConverter refuses it.")
     return config
 
 
@@ -101,10 +130,12 @@ def _affine(config: Dict[str, Any], where: str):
     """(scale, offset) per channel, as ImageConverter computes them."""
     scale, offset = config.get("scale"), config.get("offset")
     if "variance" in config and "mean" in config:
-        std = [math.sqrt(v) for v in _channels(config["variance"],
-                                                "variance", where)]
-        base = _channels(1.0 if scale is None else scale, "scale", where)
-        scale = [b / s for b, s in zip(base, std)]
+        variance = _channels(config["variance"], "variance", where)
+        if any(v <= 0 for v in variance):
+            raise UsageError(f"{where}: the image converter's variance "
+                             f"{list(variance)} is not positive.")
+        std = [math.sqrt(v) for v in variance]
+        scale = [scale / s for s in std]
         offset = [-m / s for m, s in zip(
             _channels(config["mean"], "mean", where), std)]
     scale = (1.0,) * 3 if scale is None else _channels(scale, "scale", where)
