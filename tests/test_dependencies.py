@@ -30,6 +30,7 @@ KNOWN = {
     "google": "protobuf",
     "tensorflow_serving": "tensorflow-serving-api",
     "keras_hub": "keras-hub",  # optional: benchmarks only
+    "kagglehub": "kagglehub",  # optional: kaggle:// downloads
     # The hub_reference extra, for scripts/make_hub_fixtures.py only (not
     # installed for the tests).
     "torch": "torch",
@@ -42,6 +43,7 @@ KNOWN = {
 OPTIONAL = {
     "tensorflow_serving": "serving",  # SavedModel warm-up records
     "keras_hub": "benchmark",  # benchmarks against keras-hub's ViT
+    "kagglehub": "kaggle",  # keras-hub presets downloaded from Kaggle
     "jax": "jax",  # the JAX backend
     "ai_edge_litert": "litert",  # runs exported .tflite files
     "matplotlib": "figures",  # VTAB charts, analysis and MPP figures

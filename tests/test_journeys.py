@@ -9,7 +9,7 @@ console scripts run as subprocesses, offline, with a Hugging Face cache
 - a name and an hf:// model offline with an empty cache: one line about
   the cache and how to download;
 - the matrix: every command (keras-vit-evaluate in each of its three
-  modes) x every kind of source (a keras-hub preset among them) works
+  modes) x every kind of source (keras-hub presets among them) works
   or is refused in one line that says why; few-shot probes and VTAB-1k
   read DTD, which TensorFlow Datasets prepared from a loopback download
   (tests/fake_tfds.py).
@@ -90,7 +90,8 @@ def home(tmp_path_factory):
     env = dict(os.environ, PYTHONPATH=f"{site}{os.pathsep}{ROOT}",
                CUDA_VISIBLE_DEVICES="",
                HF_HOME=str(root / "hf_home"), HF_HUB_OFFLINE="1",
-               KERAS_VIT_CACHE=str(root / "cache"), KERAS_VIT_OFFLINE="1")
+               KERAS_VIT_CACHE=str(root / "cache"), KERAS_VIT_OFFLINE="1",
+               KAGGLEHUB_CACHE=str(root / "kagglehub"))
     for name in ("HF_HUB_CACHE", "TF_CPP_MIN_LOG_LEVEL",
                  "KERAS_VIT_MODELS_BASE_URL"):
         env.pop(name, None)
@@ -296,6 +297,8 @@ REFUSED = {
     "has 10",
     ("evaluate", "keras_hub"): "The model predicts 5 classes but digits "
     "has 10",
+    ("evaluate", "kaggle"): "The model predicts 5 classes but digits "
+    "has 10",
 }
 
 
@@ -348,9 +351,16 @@ def test_every_command_with_every_kind_of_source(home, runs, tmp_path):
     keras_hub = str(tmp_path / "keras_hub_preset")
     shutil.copytree(os.path.join(ROOT, "tests", "fixtures", "keras_hub",
                                  "vit_classifier"), keras_hub)
+    # The same preset downloaded by kagglehub (its cache, a whole bundle).
+    kaggle_cache = os.path.join(home["env"]["KAGGLEHUB_CACHE"], "models",
+                                "keras", "vit", "keras", "tiny_vit")
+    if not os.path.exists(kaggle_cache):
+        shutil.copytree(keras_hub, os.path.join(kaggle_cache, "1"))
+        open(os.path.join(kaggle_cache, "1.complete"), "w").close()
     sources = {
         "name": "ViT-B_16", "hf": HF_URI, "hub_folder": hub_folder,
         "keras_hub": keras_hub,
+        "kaggle": "kaggle://keras/vit/keras/tiny_vit/1",
         "npz": home["npz"], "gs": "gs://vit_models/imagenet21k/ViT-B_16.npz",
         "keras": home["keras"], "workdir": workdir,
         "saved_model": str(exports / "vit"),

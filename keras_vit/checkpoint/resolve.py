@@ -6,6 +6,10 @@
 
 - `hf://ORG/NAME[@REVISION]`: a Hugging Face model, downloaded into the
   Hugging Face cache (`cache.hf_snapshot`) -> `HubSource`;
+- `kaggle://OWNER/MODEL/FRAMEWORK/VARIATION[/VERSION]` or a keras-hub ViT
+  preset's name (`vit_base_patch16_224_imagenet`): a keras-hub preset in
+  kagglehub's cache, downloaded there when missing (`zoo.kaggle`) ->
+  `HubSource`;
 - a released checkpoint's name ("ViT-B_16",
   "imagenet21k+imagenet2012/ViT-L_16", "augreg/<file>";
   `keras_vit.list_models()`) or its address in gs://vit_models, downloaded
@@ -43,7 +47,7 @@ from keras_vit.checkpoint.sources import (
     WorkdirSource,
     is_saved_model,
 )
-from keras_vit.checkpoint.zoo import cache, catalog
+from keras_vit.checkpoint.zoo import cache, catalog, kaggle
 from keras_vit.config import SOURCE_KINDS
 from keras_vit.errors import UsageError, one_line
 from keras_vit.storage import workdir as wd
@@ -199,7 +203,7 @@ def download_kind(text: str) -> Optional[str]:
     """The kind of source ("hub", "npz") that `text` downloads when it is
     not cached: a Hugging Face URI, a released model's name or an address
     in its bucket; None for a path (read where it is)."""
-    if text.startswith(cache.HF_PREFIX):
+    if text.startswith(cache.HF_PREFIX) or kaggle.names(text):
         return "hub"
     return "npz" if catalog.is_download(os.path.expanduser(text)) else None
 

@@ -57,7 +57,7 @@ from huggingface_hub.utils import (
 
 from keras_vit.checkpoint.formats import untrusted
 from keras_vit.checkpoint.hub import reader as hub
-from keras_vit.checkpoint.zoo import catalog, release
+from keras_vit.checkpoint.zoo import catalog, kaggle, release
 from keras_vit.errors import UsageError, one_line
 from keras_vit.storage.atomic import atomic_write
 
@@ -381,6 +381,8 @@ def locate(text: str) -> Optional[Located]:
     not, `catalog.is_path`; only a name or an address downloads)."""
     if text.startswith(HF_PREFIX):
         return Located("hub", hf_snapshot(text))
+    if kaggle.names(text):  # keras-hub's presets on Kaggle
+        return Located("hub", kaggle.preset_folder(text, offline()))
     text = os.path.expanduser(text)  # "~/ViT-B_16.npz": a local path
     if not catalog.is_download(text):
         return None  # a path ("ViT-B_16.npz"): read where it is, if it is

@@ -1,0 +1,136 @@
+"""keras-hub's ViT presets on Kaggle: `kaggle://OWNER/MODEL/FRAMEWORK/
+VARIATION[/VERSION]` handles and keras-hub's preset names
+(`vit_base_patch16_224_imagenet`, ...: `PRESETS`), made a local preset
+folder as keras-hub makes them.
+
+A versioned handle whose folder kagglehub's cache already holds
+($KAGGLEHUB_CACHE, else ~/.cache/kagglehub; `models/OWNER/MODEL/
+FRAMEWORK/VARIATION/VERSION`, whether kagglehub downloaded it whole or
+keras-hub file by file) is read from there without network: a version on
+Kaggle never changes. Anything else is downloaded whole with kagglehub's
+`model_download` (the `kaggle` extra), which keeps it in that cache, unless
+KERAS_VIT_OFFLINE is set. The folder is then read by
+`keras_vit.checkpoint.hub.keras_preset`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Optional, Tuple
+
+from keras_vit.checkpoint.hub import keras_preset
+from keras_vit.errors import UsageError, one_line
+
+PREFIX = "kaggle://"
+CACHE_ENV = "KAGGLEHUB_CACHE"
+# keras-hub 0.32's ViT presets (keras_hub/src/models/vit/vit_presets.py):
+# name -> Kaggle handle.
+PRESETS = {
+    f"vit_{size}_patch{patch}_{res}_{data}": f"keras/vit/keras/vit_{size}_"
+    f"patch{patch}_{res}_{data}/{version}"
+    for size, patch, res, data, version in (
+        ("base", 16, 224, "imagenet", 4), ("base", 16, 384, "imagenet", 4),
+        ("large", 16, 224, "imagenet", 4), ("large", 16, 384, "imagenet", 4),
+        ("base", 32, 384, "imagenet", 3), ("large", 32, 384, "imagenet", 3),
+        ("base", 16, 224, "imagenet21k", 3),
+        ("base", 32, 224, "imagenet21k", 3),
+        ("huge", 14, 224, "imagenet21k", 3),
+        ("large", 16, 224, "imagenet21k", 3),
+        ("large", 32, 224, "imagenet21k", 3),
+    )
+}
+_SLUG = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+def names(text: str) -> bool:
+    """Whether `text` is a Kaggle handle or a keras-hub ViT preset name."""
+    return text.startswith(PREFIX) or text in PRESETS
+
+
+def parse(text: str) -> Tuple[str, Optional[int]]:
+    """(the handle without its version, the version or None) of a
+    `kaggle://` handle or preset name."""
+    handle = PRESETS.get(text) or text[len(PREFIX):].strip("/")
+    parts = handle.split("/")
+    version = None
+    if len(parts) == 5:
+        if not parts[4].isdigit():
+            raise UsageError(f"{text}: the version {parts[4]!r} is not a "
+                             "number (kaggle://OWNER/MODEL/FRAMEWORK/"
+                             "VARIATION/VERSION).")
+        version = int(parts.pop())
+    if len(parts) != 4 or not all(_SLUG.match(p) for p in parts):
+        raise UsageError(
+            f"{text} is not a Kaggle model handle: kaggle://OWNER/MODEL/"
+            "FRAMEWORK/VARIATION[/VERSION], e.g. "
+            f"{PREFIX}{PRESETS['vit_base_patch16_224_imagenet']}.")
+    return "/".join(parts), version
+
+
+def cache_folder() -> str:
+    """kagglehub's cache: $KAGGLEHUB_CACHE, else ~/.cache/kagglehub."""
+    return os.environ.get(CACHE_ENV) or os.path.join(
+        os.path.expanduser("~"), ".cache", "kagglehub")
+
+
+def _cached(handle: str, version: Optional[int]) -> Optional[str]:
+    """The cached folder of a versioned handle whose weights and config
+    are there (and marked complete: the whole bundle or each file)."""
+    if version is None:
+        return None
+    base = os.path.join(cache_folder(), "models", *handle.split("/"))
+    folder = os.path.join(base, str(version))
+    whole = os.path.exists(os.path.join(base, f"{version}.complete"))
+    needed = (keras_preset.CONFIG_FILE, keras_preset.MODEL_WEIGHTS)
+    each = all(os.path.exists(os.path.join(
+        base, ".complete", str(version), f"{name}.complete"))
+        for name in needed)
+    present = all(os.path.isfile(os.path.join(folder, name))
+                  for name in needed)
+    return folder if present and (whole or each) else None
+
+
+def preset_folder(text: str, offline: bool) -> str:
+    """The local keras-hub preset folder of a `kaggle://` handle or preset
+    name `text`, from kagglehub's cache or downloaded into it.
+
+    Raises:
+        UsageError: a malformed handle, kagglehub not installed, a
+            download that fails (or is not allowed offline), or a folder
+            that is no keras-hub preset.
+    """
+    handle, version = parse(text)
+    folder = _cached(handle, version)
+    shown = f"{handle}/{version}" if version is not None else handle
+    if folder is None:
+        if offline:
+            raise UsageError(
+                f"{text} is not in kagglehub's cache ({cache_folder()}) "
+                f"and KERAS_VIT_OFFLINE is set: unset it to download "
+                f"{shown}, or download the preset where there is network "
+                "and give its folder.")
+        folder = _download(text, shown)
+    if not keras_preset.is_preset(folder):
+        raise UsageError(
+            f"{text} ({folder}) is not a keras-hub preset (its config.json "
+            "was not written by keras-hub): only keras-hub ViT presets are "
+            "read from Kaggle.")
+    return folder
+
+
+def _download(text: str, handle: str) -> str:
+    try:
+        import kagglehub  # optional: the kaggle extra
+    except ImportError:
+        raise UsageError(
+            f"{text} is downloaded with kagglehub, which is not installed: "
+            "pip install -e \".[kaggle]\" (or pip install kagglehub), or "
+            "give the preset's folder.") from None
+    try:
+        return kagglehub.model_download(handle)
+    except Exception as error:  # noqa: BLE001 (network, HTTP, auth...)
+        raise UsageError(
+            f"{text}: kagglehub could not download {handle} "
+            f"({type(error).__name__}: {one_line(error)}); check the "
+            "handle and the network connection.") from None
