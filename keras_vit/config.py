@@ -24,7 +24,8 @@ from keras_vit.errors import NEWER_VERSION, UsageError, shorten
 SOURCE_KINDS = (
     "a released model's name (e.g. ViT-B_16; `keras_vit.list_models()` "
     "lists them), "
-    "hf://ORG/NAME[@REVISION], a training workdir, a .keras file, an "
+    "hf://ORG/NAME[@REVISION], kaggle://... (a keras-hub preset), a "
+    "training workdir, a .keras file, an "
     "official .npz (local or gs://) or a Hugging Face / timm / keras-hub "
     "folder"
 )

@@ -79,7 +79,8 @@ def test_help_shows_the_same_model_flag_and_verbose(name, capsys):
     # model is, names and hf:// first), as absl wraps help.
     assert cli.MODEL_HELP.startswith(
         "The model: a released model's name (e.g. ViT-B_16; --list_models "
-        "lists them), hf://ORG/NAME[@REVISION], a training workdir")
+        "lists them), hf://ORG/NAME[@REVISION], kaggle://... (a keras-hub "
+        "preset), a training workdir")
     assert f"--model: {cli.MODEL_HELP}" in " ".join(text.split())
     assert "--[no]verbose: Debug logging, and the traceback behind a " \
         "one-line error." in text
