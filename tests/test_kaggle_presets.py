@@ -166,3 +166,25 @@ def test_predict_from_a_kaggle_handle(kaggle_env, tmp_path):
     answers = json.loads(out.read_text())["predictions"]
     assert len(answers) == 2
     assert all(len(a["top_k"]) == 5 for a in answers)
+
+
+def test_a_preset_name_through_the_command_and_a_misspelt_one(
+        kaggle_env, tmp_path):
+    name = "vit_base_patch16_224_imagenet"
+    _keras_hub_cache(kaggle_env, kaggle.PRESETS[name])
+    photos = tmp_path / "photos"
+    write_photo_folder(photos, per_class=1)
+    env = dict(os.environ, KERAS_VIT_OFFLINE="1")
+    out = tmp_path / "answers.json"
+    result = subprocess.run(
+        script("predict") + [f"--model={name}", str(photos),
+                             f"--output={out}"],
+        capture_output=True, text=True, env=env, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert len(json.loads(out.read_text())["predictions"]) == 2
+    result = subprocess.run(
+        script("predict") + [f"--model={name}1k", str(photos)],
+        capture_output=True, text=True, env=env, timeout=600)
+    assert result.returncode == 1
+    assert f"Did you mean {name}" in result.stderr
+    assert "Traceback" not in result.stderr

@@ -83,6 +83,6 @@ def check_there(text: str) -> None:
     with nothing there; else nothing, the rest left to the resolver."""
     text = os.path.expanduser(text.strip())
     if not text or "://" in text or os.path.exists(text) or (
-            catalog.is_download(text)):
+            catalog.is_download(text) or catalog.is_kaggle(text)):
         return
     raise missing(text)

@@ -47,7 +47,7 @@ from keras_vit.checkpoint.sources import (
     WorkdirSource,
     is_saved_model,
 )
-from keras_vit.checkpoint.zoo import cache, catalog, kaggle
+from keras_vit.checkpoint.zoo import cache, catalog
 from keras_vit.config import SOURCE_KINDS
 from keras_vit.errors import UsageError, one_line
 from keras_vit.storage import workdir as wd
@@ -203,7 +203,7 @@ def download_kind(text: str) -> Optional[str]:
     """The kind of source ("hub", "npz") that `text` downloads when it is
     not cached: a Hugging Face URI, a released model's name or an address
     in its bucket; None for a path (read where it is)."""
-    if text.startswith(cache.HF_PREFIX) or kaggle.names(text):
+    if text.startswith(cache.HF_PREFIX) or catalog.is_kaggle(text):
         return "hub"
     return "npz" if catalog.is_download(os.path.expanduser(text)) else None
 

@@ -381,7 +381,7 @@ def locate(text: str) -> Optional[Located]:
     not, `catalog.is_path`; only a name or an address downloads)."""
     if text.startswith(HF_PREFIX):
         return Located("hub", hf_snapshot(text))
-    if kaggle.names(text):  # keras-hub's presets on Kaggle
+    if catalog.is_kaggle(text):  # keras-hub's presets on Kaggle
         return Located("hub", kaggle.preset_folder(text, offline()))
     text = os.path.expanduser(text)  # "~/ViT-B_16.npz": a local path
     if not catalog.is_download(text):

@@ -245,6 +245,28 @@ def _short_names(models) -> Dict[str, ModelInfo]:
 
 _MODELS = {info.name: info for info in _table()}
 _SHORT = _short_names(_MODELS.values())
+KAGGLE_PREFIX = "kaggle://"
+# keras-hub 0.32's ViT presets (keras_hub/src/models/vit/vit_presets.py):
+# name -> Kaggle handle (`keras_vit.checkpoint.zoo.kaggle` reads them).
+KERAS_HUB_PRESETS = {
+    f"vit_{size}_patch{patch}_{res}_{data}":
+    f"keras/vit/keras/vit_{size}_patch{patch}_{res}_{data}/{version}"
+    for size, patch, res, data, version in (
+        ("base", 16, 224, "imagenet", 4), ("base", 16, 384, "imagenet", 4),
+        ("large", 16, 224, "imagenet", 4), ("large", 16, 384, "imagenet", 4),
+        ("base", 32, 384, "imagenet", 3), ("large", 32, 384, "imagenet", 3),
+        ("base", 16, 224, "imagenet21k", 3),
+        ("base", 32, 224, "imagenet21k", 3),
+        ("huge", 14, 224, "imagenet21k", 3),
+        ("large", 16, 224, "imagenet21k", 3),
+        ("large", 32, 224, "imagenet21k", 3))
+}
+
+
+def is_kaggle(text: str) -> bool:
+    """Whether `text` is a Kaggle handle or keras-hub's name of a ViT
+    preset (downloaded by `keras_vit.checkpoint.zoo.kaggle`)."""
+    return text.startswith(KAGGLE_PREFIX) or text in KERAS_HUB_PRESETS
 
 
 def list_models(pattern: Optional[str] = None) -> List[ModelInfo]:
@@ -364,7 +386,8 @@ def is_download(text: str) -> bool:
 def suggestions(text: str, n: int = 3) -> List[str]:
     """The known names closest to `text` (difflib, ignoring case), best
     first."""
-    names = {name.lower(): name for name in [*_SHORT, *_MODELS]}
+    names = {name.lower(): name
+             for name in [*_SHORT, *_MODELS, *KERAS_HUB_PRESETS]}
     close = difflib.get_close_matches(text.strip().lower(), list(names), n=n,
                                       cutoff=0.5)
     return [names[name] for name in close]

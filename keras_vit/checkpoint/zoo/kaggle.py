@@ -20,32 +20,13 @@ import re
 from typing import Optional, Tuple
 
 from keras_vit.checkpoint.hub import keras_preset
+from keras_vit.checkpoint.zoo import catalog
 from keras_vit.errors import UsageError, one_line
 
-PREFIX = "kaggle://"
+PREFIX = catalog.KAGGLE_PREFIX
+PRESETS = catalog.KERAS_HUB_PRESETS
 CACHE_ENV = "KAGGLEHUB_CACHE"
-# keras-hub 0.32's ViT presets (keras_hub/src/models/vit/vit_presets.py):
-# name -> Kaggle handle.
-PRESETS = {
-    f"vit_{size}_patch{patch}_{res}_{data}": f"keras/vit/keras/vit_{size}_"
-    f"patch{patch}_{res}_{data}/{version}"
-    for size, patch, res, data, version in (
-        ("base", 16, 224, "imagenet", 4), ("base", 16, 384, "imagenet", 4),
-        ("large", 16, 224, "imagenet", 4), ("large", 16, 384, "imagenet", 4),
-        ("base", 32, 384, "imagenet", 3), ("large", 32, 384, "imagenet", 3),
-        ("base", 16, 224, "imagenet21k", 3),
-        ("base", 32, 224, "imagenet21k", 3),
-        ("huge", 14, 224, "imagenet21k", 3),
-        ("large", 16, 224, "imagenet21k", 3),
-        ("large", 32, 224, "imagenet21k", 3),
-    )
-}
 _SLUG = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-
-
-def names(text: str) -> bool:
-    """Whether `text` is a Kaggle handle or a keras-hub ViT preset name."""
-    return text.startswith(PREFIX) or text in PRESETS
 
 
 def parse(text: str) -> Tuple[str, Optional[int]]:
