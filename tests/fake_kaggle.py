@@ -1,13 +1,20 @@
 """A stand-in for Kaggle's model API on the loopback interface, which
 kagglehub's own downloader (`kagglehub.model_download`) talks to with
 KAGGLE_API_ENVIRONMENT=TEST (kagglesdk's http://localhost:7777): it lists
-a folder's files as one model version and serves each file."""
+a folder's files as one model version and serves each file.
+
+kagglesdk's test endpoint has a fixed port, so the port is held under a
+file lock for as long as a test needs it, serving or needing nothing
+there (`no_server`): test processes running side by side take turns."""
 
 import contextlib
 import http.server
 import json
 import os
+import tempfile
 import threading
+
+import filelock
 
 PORT = 7777  # kagglesdk's TEST endpoint
 ENV = {"KAGGLE_API_ENVIRONMENT": "TEST"}
@@ -50,10 +57,24 @@ def _handler(folder, requests):
     return Handler
 
 
+def no_server():
+    """Holds the port with nothing serving on it."""
+    return filelock.FileLock(os.path.join(
+        tempfile.gettempdir(), f"keras_vit_fake_kaggle_{PORT}.lock"),
+        timeout=600)
+
+
 @contextlib.contextmanager
 def serve(folder):
     """Serves `folder` as every model version; yields the list of
     (path, JSON body) of the requests it answered."""
+    with no_server():
+        with _serving(folder) as requests:
+            yield requests
+
+
+@contextlib.contextmanager
+def _serving(folder):
     requests = []
     server = http.server.ThreadingHTTPServer(("127.0.0.1", PORT),
                                              _handler(str(folder), requests))

@@ -61,8 +61,9 @@ def test_a_handle_is_downloaded_by_kagglehub_then_read_from_its_cache(
         n for n in os.listdir(PRESET) if n != "reference.npz")
     folder = kaggle_env / "models" / "keras" / "vit" / "keras" / "tiny_vit"
     assert (folder / "1" / "model.weights.h5").exists()
-    # Cached: no server, no request.
-    _assert_reference(keras_vit.load_model(HANDLE))
+    # Cached whole: read with no server there.
+    with fake_kaggle.no_server():
+        _assert_reference(keras_vit.load_model(HANDLE))
 
 
 def test_an_unversioned_handle_asks_for_the_current_version(kaggle_env):
@@ -112,7 +113,9 @@ def test_without_kagglehub_the_extra_is_named(kaggle_env, monkeypatch):
 
 
 @pytest.mark.parametrize("text, said", [
-    ("kaggle://keras/vit/keras/tiny_vit/latest", "is not a number"),
+    ("kaggle://keras/vit/keras/tiny_vit/latest", "is not a model version"),
+    ("kaggle://keras/vit/keras/tiny_vit/0", "is not a model version"),
+    ("kaggle://keras/vit/keras/tiny_vit/\u00b2", "is not a model version"),
     ("kaggle://keras/vit/tiny_vit", "is not a Kaggle model handle"),
     ("kaggle://keras/../keras/tiny_vit/1", "is not a Kaggle model handle"),
 ])
@@ -124,8 +127,9 @@ def test_a_malformed_handle_is_one_line(kaggle_env, text, said):
 def test_a_failed_download_or_another_model_is_one_line(
         kaggle_env, tmp_path):
     # No server: the connection is refused.
-    with pytest.raises(UsageError, match="kagglehub could not download "
-                       "keras/vit/keras/tiny_vit/1"):
+    with fake_kaggle.no_server(), pytest.raises(
+            UsageError, match="kagglehub could not download "
+            "keras/vit/keras/tiny_vit/1"):
         keras_vit.load_model(HANDLE)
     other = tmp_path / "other"
     os.makedirs(other)
@@ -136,20 +140,83 @@ def test_a_failed_download_or_another_model_is_one_line(
             keras_vit.load_model(HANDLE)
 
 
-@pytest.mark.parametrize("name, params", [
-    # keras-hub 0.32's preset table (vit_presets.py): the backbones.
-    ("vit_base_patch16_224_imagenet", 85_798_656),
-    ("vit_base_patch16_384_imagenet", 86_090_496),
-    ("vit_base_patch32_384_imagenet", 87_528_192),
-    ("vit_base_patch32_224_imagenet21k", 87_455_232),
-])
-def test_each_preset_name_is_keras_hub_s_model(name, params):
+# keras-hub 0.32's ViT presets (vit_presets.py): the version of each
+# name's Kaggle handle and its backbone's parameter count.
+KERAS_HUB_TABLE = {
+    "vit_base_patch16_224_imagenet": (4, 85_798_656),
+    "vit_base_patch16_384_imagenet": (4, 86_090_496),
+    "vit_large_patch16_224_imagenet": (4, 303_301_632),
+    "vit_large_patch16_384_imagenet": (4, 303_690_752),
+    "vit_base_patch32_384_imagenet": (3, 87_528_192),
+    "vit_large_patch32_384_imagenet": (3, 305_607_680),
+    "vit_base_patch16_224_imagenet21k": (3, 85_798_656),
+    "vit_base_patch32_224_imagenet21k": (3, 87_455_232),
+    "vit_huge_patch14_224_imagenet21k": (3, 630_764_800),
+    "vit_large_patch16_224_imagenet21k": (3, 303_301_632),
+    "vit_large_patch32_224_imagenet21k": (3, 305_510_400),
+}
+
+
+def test_the_preset_names_are_keras_hub_s_handles():
+    assert kaggle.PRESETS == {
+        name: f"keras/vit/keras/{name}/{version}"
+        for name, (version, _) in KERAS_HUB_TABLE.items()}
+
+
+@pytest.mark.parametrize("name", [
+    "vit_base_patch16_224_imagenet", "vit_base_patch16_384_imagenet",
+    "vit_base_patch32_384_imagenet", "vit_base_patch32_224_imagenet21k",
+    "vit_large_patch16_224_imagenet"])
+def test_each_preset_name_is_keras_hub_s_model(name):
     _, size, patch, res, _ = name.split("_")
     model = keras_vit.create_model(
-        {"base": "B"}[size] + "/" + patch[len("patch"):], num_classes=0,
-        image_size=int(res))
-    assert model.count_params() == params
-    assert kaggle.PRESETS[name].startswith(f"keras/vit/keras/{name}/")
+        {"base": "B", "large": "L"}[size] + "/" + patch[len("patch"):],
+        num_classes=0, image_size=int(res))
+    assert model.count_params() == KERAS_HUB_TABLE[name][1]
+
+
+def _offline_refused(text):
+    with pytest.raises(UsageError, match="is not in kagglehub's cache"):
+        keras_vit.load_model(text)
+
+
+def test_a_part_of_keras_hub_s_cache_is_not_read_as_the_whole(
+        kaggle_env, monkeypatch):
+    name = "vit_base_patch16_224_imagenet"
+    handle = kaggle.PRESETS[name]
+    folder = os.path.join(str(kaggle_env), "models", *handle.split("/"))
+    markers = os.path.join(os.path.dirname(folder), ".complete", "4")
+    _keras_hub_cache(kaggle_env, handle)
+    monkeypatch.setenv("KERAS_VIT_OFFLINE", "1")
+    # A file written with no completion marker (a download cut short).
+    os.remove(os.path.join(markers, "task.weights.h5.complete"))
+    _offline_refused(name)
+    # A classifier's task.json whose weights keras-hub never fetched.
+    os.remove(os.path.join(folder, "task.weights.h5"))
+    _offline_refused(name)
+    # A backbone fetched alone: nothing says how its pixels are scaled.
+    for file in ("task.json", "preprocessor.json", "image_converter.json"):
+        os.remove(os.path.join(folder, file))
+    _offline_refused(name)
+    # Online, a cache that is not whole is downloaded whole.
+    monkeypatch.delenv("KERAS_VIT_OFFLINE")
+    with fake_kaggle.serve(PRESET) as requests:
+        _assert_reference(keras_vit.load_model(name))
+    assert any(p.endswith("DownloadModelInstanceVersion")
+               for p, _ in requests)
+
+
+def test_a_local_folder_wins_over_a_preset_name(
+        kaggle_env, tmp_path, monkeypatch):
+    name = "vit_base_patch16_224_imagenet"
+    shutil.copytree(PRESET, tmp_path / name)
+    monkeypatch.chdir(tmp_path)
+    with fake_kaggle.no_server():  # nothing downloaded
+        _assert_reference(keras_vit.load_model(name))
+    # The scheme in any case, as keras-hub reads it.
+    with fake_kaggle.serve(PRESET):
+        _assert_reference(keras_vit.load_model(
+            "Kaggle://keras/vit/keras/tiny_vit/1"))
 
 
 def test_predict_from_a_kaggle_handle(kaggle_env, tmp_path):

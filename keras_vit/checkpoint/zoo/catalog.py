@@ -264,9 +264,12 @@ KERAS_HUB_PRESETS = {
 
 
 def is_kaggle(text: str) -> bool:
-    """Whether `text` is a Kaggle handle or keras-hub's name of a ViT
-    preset (downloaded by `keras_vit.checkpoint.zoo.kaggle`)."""
-    return text.startswith(KAGGLE_PREFIX) or text in KERAS_HUB_PRESETS
+    """Whether `text` is a Kaggle handle (the scheme in any case, as
+    keras-hub reads it) or keras-hub's name of a ViT preset that is no
+    local path (a local path wins over a name of the same spelling);
+    downloaded by `keras_vit.checkpoint.zoo.kaggle`."""
+    return text.lower().startswith(KAGGLE_PREFIX) or (
+        text in KERAS_HUB_PRESETS and not os.path.exists(text))
 
 
 def list_models(pattern: Optional[str] = None) -> List[ModelInfo]:

@@ -3,13 +3,14 @@ VARIATION[/VERSION]` handles and keras-hub's preset names
 (`vit_base_patch16_224_imagenet`, ...: `PRESETS`), made a local preset
 folder as keras-hub makes them.
 
-A versioned handle whose folder kagglehub's cache already holds
+A versioned handle whose folder kagglehub's cache holds whole
 ($KAGGLEHUB_CACHE, else ~/.cache/kagglehub; `models/OWNER/MODEL/
-FRAMEWORK/VARIATION/VERSION`, whether kagglehub downloaded it whole or
-keras-hub file by file) is read from there without network: a version on
-Kaggle never changes. Anything else is downloaded whole with kagglehub's
-`model_download` (the `kaggle` extra), which keeps it in that cache, unless
-KERAS_VIT_OFFLINE is set. The folder is then read by
+FRAMEWORK/VARIATION/VERSION`, marked complete) is read from there without
+network: a version on Kaggle never changes. Anything else is downloaded
+whole with kagglehub's `model_download` (the `kaggle` extra), which keeps
+it in that cache, unless KERAS_VIT_OFFLINE is set; offline, a folder that
+keras-hub downloaded file by file is read when each of its files is
+marked complete and none that it reads is missing. The folder is then read by
 `keras_vit.checkpoint.hub.keras_preset`.
 """
 
@@ -36,10 +37,10 @@ def parse(text: str) -> Tuple[str, Optional[int]]:
     parts = handle.split("/")
     version = None
     if len(parts) == 5:
-        if not parts[4].isdigit():
+        if not re.fullmatch(r"[1-9][0-9]{0,8}", parts[4]):
             raise UsageError(f"{text}: the version {parts[4]!r} is not a "
-                             "number (kaggle://OWNER/MODEL/FRAMEWORK/"
-                             "VARIATION/VERSION).")
+                             "model version (1, 2, ...: kaggle://OWNER/"
+                             "MODEL/FRAMEWORK/VARIATION/VERSION).")
         version = int(parts.pop())
     if len(parts) != 4 or not all(_SLUG.match(p) for p in parts):
         raise UsageError(
@@ -50,26 +51,40 @@ def parse(text: str) -> Tuple[str, Optional[int]]:
 
 
 def cache_folder() -> str:
-    """kagglehub's cache: $KAGGLEHUB_CACHE, else ~/.cache/kagglehub."""
-    return os.environ.get(CACHE_ENV) or os.path.join(
-        os.path.expanduser("~"), ".cache", "kagglehub")
+    """kagglehub's cache: $KAGGLEHUB_CACHE (as kagglehub reads it), else
+    ~/.cache/kagglehub."""
+    if CACHE_ENV in os.environ:
+        return os.environ[CACHE_ENV]
+    return os.path.join(os.path.expanduser("~"), ".cache", "kagglehub")
 
 
-def _cached(handle: str, version: Optional[int]) -> Optional[str]:
-    """The cached folder of a versioned handle whose weights and config
-    are there (and marked complete: the whole bundle or each file)."""
+def _cached(handle: str, version: Optional[int],
+            offline: bool) -> Optional[str]:
+    """The cached folder of a versioned handle: downloaded whole (its
+    bundle marked complete); offline also one that keras-hub downloaded
+    file by file, when every file there is marked complete and nothing it
+    reads is missing (a classifier's task.json without task.weights.h5,
+    no pixel converter: files keras-hub had not needed yet)."""
     if version is None:
         return None
     base = os.path.join(cache_folder(), "models", *handle.split("/"))
     folder = os.path.join(base, str(version))
-    whole = os.path.exists(os.path.join(base, f"{version}.complete"))
-    needed = (keras_preset.CONFIG_FILE, keras_preset.MODEL_WEIGHTS)
-    each = all(os.path.exists(os.path.join(
+    if not os.path.isfile(os.path.join(folder, keras_preset.MODEL_WEIGHTS)):
+        return None
+    if os.path.exists(os.path.join(base, f"{version}.complete")):
+        return folder
+    if not offline:
+        return None  # downloaded whole by kagglehub instead
+    files = os.listdir(folder)
+    marked = all(os.path.exists(os.path.join(
         base, ".complete", str(version), f"{name}.complete"))
-        for name in needed)
-    present = all(os.path.isfile(os.path.join(folder, name))
-                  for name in needed)
-    return folder if present and (whole or each) else None
+        for name in files)
+    needed = {keras_preset.CONFIG_FILE} | (
+        {keras_preset.TASK_WEIGHTS} if keras_preset.TASK_FILE in files
+        else set())
+    pixels = {"task.json", "preprocessor.json", "image_converter.json"}
+    whole = needed <= set(files) and pixels & set(files)
+    return folder if marked and whole else None
 
 
 def preset_folder(text: str, offline: bool) -> str:
@@ -82,7 +97,7 @@ def preset_folder(text: str, offline: bool) -> str:
             that is no keras-hub preset.
     """
     handle, version = parse(text)
-    folder = _cached(handle, version)
+    folder = _cached(handle, version, offline)
     shown = f"{handle}/{version}" if version is not None else handle
     if folder is None:
         if offline:
@@ -114,4 +129,6 @@ def _download(text: str, handle: str) -> str:
         raise UsageError(
             f"{text}: kagglehub could not download {handle} "
             f"({type(error).__name__}: {one_line(error)}); check the "
-            "handle and the network connection.") from None
+            "handle and the network connection, and for a private or "
+            "gated model kagglehub's login (kagglehub.login()) and the "
+            "model's terms on Kaggle.") from None
