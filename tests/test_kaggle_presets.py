@@ -233,6 +233,8 @@ def test_predict_from_a_kaggle_handle(kaggle_env, tmp_path):
     answers = json.loads(out.read_text())["predictions"]
     assert len(answers) == 2
     assert all(len(a["top_k"]) == 5 for a in answers)
+    # kagglehub's INFO lines stay off stdout, where answers go.
+    assert "Downloading to" not in result.stdout + result.stderr
 
 
 def test_a_preset_name_through_the_command_and_a_misspelt_one(
