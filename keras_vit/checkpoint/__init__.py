@@ -19,7 +19,7 @@ remote paths and run directories), laid out by what is read:
   keras-hub presets (`keras_preset`, `keras_preset_arrays`,
   `keras_preset_pixels`);
 - `zoo/`: the released checkpoints (`catalog`, `cache`, `release`,
-  `augreg`).
+  `augreg`) and keras-hub's presets on Kaggle (`kaggle`).
 
 Run directories and the atomic write are `keras_vit.storage`; the training
 state's checkpoints (optimizer, step, input position) are
