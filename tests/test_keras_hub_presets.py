@@ -175,23 +175,27 @@ def test_what_the_vit_does_not_compute_is_refused_by_name(
     assert str(folder) in str(error.value)
 
 
-@covers("keras_hub_gap_over_class_token")
-def test_gap_over_a_class_token_is_refused(tmp_path):
+def _refused_as(tmp_path, edit, case_id):
+    """A copy of the classifier, its task.json changed by `edit`, refused
+    as reliability case `case_id` says."""
     folder = _copy(tmp_path)
-    _edit(folder, "task.json", lambda f: f["config"].update(pooling="gap"))
+    _edit(folder, "task.json", edit)
     with pytest.raises(UsageError) as error:
         loader.load_model(str(folder))
-    check_error("keras_hub_gap_over_class_token", error.value)
+    check_error(case_id, error.value)
+
+
+@covers("keras_hub_gap_over_class_token")
+def test_gap_over_a_class_token_is_refused(tmp_path):
+    _refused_as(tmp_path, lambda f: f["config"].update(pooling="gap"),
+                "keras_hub_gap_over_class_token")
 
 
 @covers("keras_hub_quantized")
 def test_a_quantized_preset_is_refused(tmp_path):
-    folder = _copy(tmp_path)
-    _edit(folder, "task.json", lambda f: _task_backbone(f).update(
-        dtype={"class_name": "DTypePolicyMap", "config": {}}))
-    with pytest.raises(UsageError) as error:
-        loader.load_model(str(folder))
-    check_error("keras_hub_quantized", error.value)
+    _refused_as(tmp_path, lambda f: _task_backbone(f).update(
+        dtype={"class_name": "DTypePolicyMap", "config": {}}),
+        "keras_hub_quantized")
 
 
 @covers("keras_hub_h5_link")
