@@ -485,7 +485,7 @@ def test_convert_names_its_flags_and_refuses_flags_it_would_ignore(
             f"hub model only; {model} is {what}, which holds its model "
             "whole (nothing is mapped): leave --non_strict out.")
     for model, what in ((npz, "an .npz file"),
-                        (hub, "a Hugging Face or timm model")):
+                        (hub, "a Hugging Face, timm or keras-hub model")):
         assert error(f"--model={model}", "--no_ema") == (
             "keras-vit-convert: error: --no_ema goes with a training "
             f"workdir only; {model} is {what}, which holds one set of "

@@ -210,8 +210,9 @@ def test_flags_a_download_cannot_take_are_refused_before_it(user):
                           flag, "--output=o.keras")
         assert line == (
             f"keras-vit-convert: error: {flag.split('=')[0]} goes "
-            "with an .npz model only; hf://google/vit-x is a Hugging Face "
-            "or timm model, which records its own architecture."), line
+            "with an .npz model only; hf://google/vit-x is a Hugging Face, "
+            "timm or keras-hub model, which records its own architecture."
+        ), line
 
 
 def test_a_size_given_as_a_model_says_what_it_is(user):

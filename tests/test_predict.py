@@ -434,7 +434,7 @@ def test_no_ema_with_a_model_of_one_set_of_weights_is_refused(setup,
     for model, what in ((root / "vit.keras", "a .keras file"),
                         (root / "vit.npz", "an .npz file"),
                         (os.path.join(HUB, "hf_vit_classifier"),
-                         "a Hugging Face or timm model")):
+                         "a Hugging Face, timm or keras-hub model")):
         assert run_predict([image, f"--model={model}", "--no_ema"]) == 1
         assert _one_error_line(capsys).endswith(
             f"--no_ema goes with a training workdir only; {model} is "

@@ -158,8 +158,8 @@ def _object(fields: Dict[str, Any], path: str, wanted: str) -> Dict:
     return fields["config"]
 
 
-def _check_dtype(config: Dict[str, Any], path: str) -> None:
-    dtype = config.get("dtype")
+def _check_dtype(fields: Dict[str, Any], path: str) -> None:
+    dtype = fields.get("dtype")
     if isinstance(dtype, dict):
         name = (dtype.get("config") or {}).get("name")
         if dtype.get("class_name") != "DTypePolicy" or not isinstance(

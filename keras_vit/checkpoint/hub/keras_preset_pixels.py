@@ -70,8 +70,8 @@ def _inner(pre: Any, where: str) -> Optional[Dict[str, Any]]:
     """The converter of a task's preprocessor: the image converter of a
     ViTImageClassifierPreprocessor, or the converter itself (keras-hub
     takes any layer as a task's preprocessor)."""
-    config = pre.get("config") if isinstance(pre, dict) else None
-    if not isinstance(config, dict):
+    conv = pre.get("config") if isinstance(pre, dict) else None
+    if not isinstance(conv, dict):
         raise UsageError(f"{where}: the preprocessor has no config.")
     if pre.get("class_name") in _CONVERTERS:
         return _config(pre, where)
@@ -80,7 +80,7 @@ def _inner(pre: Any, where: str) -> Optional[Dict[str, Any]]:
             f"{where}: the task's preprocessor is {pre.get('class_name')!r}"
             "; keras_vit reads a ViTImageClassifierPreprocessor or an "
             "image converter.")
-    inner = config.get("image_converter")
+    inner = conv.get("image_converter")
     return None if inner is None else _config(inner, where)
 
 
@@ -89,31 +89,31 @@ def _config(fields: Any, where: str) -> Dict[str, Any]:
     if name not in _CONVERTERS or not isinstance(fields.get("config"), dict):
         raise UsageError(f"{where}: the image converter is {name!r}, not a "
                          "ViTImageConverter.")
-    config = fields["config"]
-    unknown = sorted(set(config) - set(_FIELDS))
+    conv = fields["config"]
+    unknown = sorted(set(conv) - set(_FIELDS))
     if unknown:
         raise UsageError(f"{where}: {unknown[0]!r} is no ImageConverter "
                          "argument keras_vit knows; it is not read.")
     # What ImageConverter's constructor refuses (it takes each pair whole).
     for one, other in (("mean", "variance"), ("height", "width")):
-        if (one in config) != (other in config):
-            given = one if one in config else other
+        if (one in conv) != (other in conv):
+            given = one if one in conv else other
             raise UsageError(
                 f"{where}: the image converter gives {given} without "
                 f"{other if given == one else one}; keras-hub's "
                 "ImageConverter refuses it (an unrecognised argument).")
-    if "mean" in config and not isinstance(config.get("scale"),
+    if "mean" in conv and not isinstance(conv.get("scale"),
                                            (int, float)):
         raise UsageError(
             f"{where}: the image converter's mean and variance need a "
             "single number as its scale; keras-hub's ImageConverter "
-            f"fails on scale {config.get('scale')!r}.")
-    if config.get("crop_to_aspect_ratio", True) and config.get(
+            f"fails on scale {conv.get('scale')!r}.")
+    if conv.get("crop_to_aspect_ratio", True) and conv.get(
             "pad_to_aspect_ratio", False):
         raise UsageError(
             f"{where}: the image converter both crops and pads to the "
             "aspect ratio; keras-hub's ImageConverter refuses it.")
-    return config
+    return conv
 
 
 def _channels(value, field: str, where: str) -> Tuple[float, ...]:
@@ -126,18 +126,18 @@ def _channels(value, field: str, where: str) -> Tuple[float, ...]:
     return tuple(float(v) for v in items)
 
 
-def _affine(config: Dict[str, Any], where: str):
+def _affine(conv: Dict[str, Any], where: str):
     """(scale, offset) per channel, as ImageConverter computes them."""
-    scale, offset = config.get("scale"), config.get("offset")
-    if "variance" in config and "mean" in config:
-        variance = _channels(config["variance"], "variance", where)
+    scale, offset = conv.get("scale"), conv.get("offset")
+    if "variance" in conv and "mean" in conv:
+        variance = _channels(conv["variance"], "variance", where)
         if any(v <= 0 for v in variance):
             raise UsageError(f"{where}: the image converter's variance "
                              f"{list(variance)} is not positive.")
         std = [math.sqrt(v) for v in variance]
         scale = [scale / s for s in std]
         offset = [-m / s for m, s in zip(
-            _channels(config["mean"], "mean", where), std)]
+            _channels(conv["mean"], "mean", where), std)]
     scale = (1.0,) * 3 if scale is None else _channels(scale, "scale", where)
     offset = (0.0,) * 3 if offset is None else _channels(offset, "offset",
                                                          where)
@@ -147,36 +147,36 @@ def _affine(config: Dict[str, Any], where: str):
     return scale, offset
 
 
-def pixel_map(config: Optional[Dict[str, Any]], where: str, image_size):
+def pixel_map(conv: Optional[Dict[str, Any]], where: str, image_size):
     """(mean, std, eval_resize, eval_keep_aspect) of the converter
-    `config` for a backbone of `image_size` ((height, width)): mean and
+    `conv` for a backbone of `image_size` ((height, width)): mean and
     std in terms of pixels / 255, so that (p / 255 - mean) / std is the
     converter's p * scale + offset."""
-    if config is None:
+    if conv is None:
         return (0.0,) * 3, (1 / 255,) * 3, None, False
-    scale, offset = _affine(config, where)
+    scale, offset = _affine(conv, where)
     std = tuple(1.0 / (255.0 * s) for s in scale)
     mean = tuple(-o * d for o, d in zip(offset, std))
-    size = config.get("image_size")
-    if "height" in config and "width" in config:
-        size = [config["height"], config["width"]]
+    size = conv.get("image_size")
+    if "height" in conv and "width" in conv:
+        size = [conv["height"], conv["width"]]
     if size is not None and list(size) != list(image_size):
         raise UsageError(
             f"{where}: the image converter resizes to {list(size)}, the "
             f"backbone takes {list(image_size)}: keras-hub itself cannot "
             "run this preset.")
-    return mean, std, *_geometry(config, where, size, image_size)
+    return mean, std, *_geometry(conv, where, size, image_size)
 
 
-def _geometry(config, where: str, size, image_size):
+def _geometry(conv, where: str, size, image_size):
     notes = []
-    if config.get("interpolation", "bilinear") != "bilinear":
-        notes.append(f"a {config['interpolation']} filter")
-    if config.get("antialias", False):
+    if conv.get("interpolation", "bilinear") != "bilinear":
+        notes.append(f"a {conv['interpolation']} filter")
+    if conv.get("antialias", False):
         notes.append("antialiasing")
-    if config.get("pad_to_aspect_ratio", False):
+    if conv.get("pad_to_aspect_ratio", False):
         notes.append("padding to the model's aspect ratio")
-    crop = bool(config.get("crop_to_aspect_ratio", True))
+    crop = bool(conv.get("crop_to_aspect_ratio", True))
     square = image_size[0] == image_size[1]
     if size is not None and crop and not square:
         notes.append("a crop to a non-square aspect ratio")
