@@ -15,6 +15,7 @@ import h5py
 import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 
 import keras_vit
 from keras_vit.checkpoint import loader
@@ -356,3 +357,15 @@ def test_a_damaged_weights_file_is_one_usage_error(tmp_path):
             assert str(path) in str(error)
             refused += 1
     assert refused > 0
+
+
+def test_a_preset_in_a_bucket_is_refused_by_name():
+    # TensorFlow's in-memory file system stands in for gs://.
+    folder = "ram://keras_hub_bucket/vit_preset"
+    tf.io.gfile.makedirs(folder)
+    for name in ("config.json", "model.weights.h5"):
+        tf.io.gfile.copy(os.path.join(FIXTURES, "vit_classifier", name),
+                         f"{folder}/{name}", overwrite=True)
+    with pytest.raises(UsageError, match="is a keras-hub preset, which is "
+                       "read from a local folder"):
+        resolve(folder)

@@ -124,6 +124,10 @@ def _check_not_hub_config(folder: str) -> None:
         fields = None  # with checkpoints: the workdir's reader says why
     unreadable = not isinstance(fields, dict)
     fields = {} if unreadable else fields
+    if keras_preset.from_keras_hub(fields):  # not local (else read)
+        raise UsageError(
+            f"{folder} is a keras-hub preset, which is read from a local "
+            "folder: copy it to one (gsutil cp -r) and give that.")
     if "architecture" in fields or "pretrained_cfg" in fields:
         raise UsageError(
             f"{folder} holds a timm model's {wd.CONFIG} but not its "

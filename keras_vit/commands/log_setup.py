@@ -97,14 +97,9 @@ def setup_logging(verbose: bool) -> None:
     if not verbose and not os.environ.get("JAX_LOGGING_LEVEL"):
         std_logging.getLogger("jax").setLevel(std_logging.WARNING)
     # matplotlib's INFO lines ("generated new fontManager", on a first run
-    # with an empty cache) are about its cache, not the run; kagglehub's
-    # ("Downloading to FILE...", on stdout, where results go) about its
-    # download, whose progress bars stay. A level the user set is theirs.
+    # with an empty cache) are about its cache, not the run.
     if not verbose:
         std_logging.getLogger("matplotlib").setLevel(std_logging.WARNING)
-        if not os.environ.get("KAGGLEHUB_VERBOSITY"):
-            os.environ["KAGGLEHUB_VERBOSITY"] = "warning"  # read at import
-            std_logging.getLogger("kagglehub").setLevel(std_logging.WARNING)
     if not verbose:
         _add_filter(tf_logger, _TRACE_CHATTER + _TF_NOTICES)
         absl_logger = std_logging.getLogger("absl")

@@ -76,10 +76,12 @@ def is_preset(path: str) -> bool:
         fields = untrusted.read_json_object(config)
     except UsageError:
         return False
-    return _from_keras_hub(fields)
+    return from_keras_hub(fields)
 
 
-def _from_keras_hub(fields: Dict[str, Any]) -> bool:
+def from_keras_hub(fields: Dict[str, Any]) -> bool:
+    """Whether a config.json's `fields` are a serialised keras-hub
+    object's."""
     module = fields.get("module")
     registered = fields.get("registered_name")
     return (isinstance(module, str) and module.startswith(KERAS_HUB)) or (
@@ -145,7 +147,7 @@ def _object(fields: Dict[str, Any], path: str, wanted: str) -> Dict:
     """The `config` of the serialised keras-hub object `fields`, which must
     be of class `wanted`."""
     name = fields.get("class_name")
-    if not _from_keras_hub(fields) or not isinstance(
+    if not from_keras_hub(fields) or not isinstance(
             fields.get("config"), dict):
         raise UsageError(
             f"{path} is not a serialised keras-hub object (no keras_hub "

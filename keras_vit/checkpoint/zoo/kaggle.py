@@ -16,9 +16,13 @@ marked complete and none that it reads is missing. The folder is then read by
 
 from __future__ import annotations
 
+import contextlib
+import logging as std_logging
 import os
 import re
 from typing import Optional, Tuple
+
+from absl import logging
 
 from keras_vit.checkpoint.hub import keras_preset
 from keras_vit.checkpoint.zoo import catalog
@@ -124,7 +128,8 @@ def _download(text: str, handle: str) -> str:
             "pip install -e \".[kaggle]\" (or pip install kagglehub), or "
             "give the preset's folder.") from None
     try:
-        return kagglehub.model_download(handle)
+        with _quiet_info():
+            return kagglehub.model_download(handle)
     except Exception as error:  # noqa: BLE001 (network, HTTP, auth...)
         raise UsageError(
             f"{text}: kagglehub could not download {handle} "
@@ -132,3 +137,20 @@ def _download(text: str, handle: str) -> str:
             "handle and the network connection, and for a private or "
             "gated model kagglehub's login (kagglehub.login()) and the "
             "model's terms on Kaggle.") from None
+
+
+@contextlib.contextmanager
+def _quiet_info():
+    """kagglehub's INFO lines ("Downloading to FILE...", printed on stdout,
+    where a command's answers go) held back unless the run logs at debug
+    level (--verbose); its progress bars stay. kagglehub sets its logger's
+    level when imported (KAGGLEHUB_VERBOSITY), so it is raised here, for
+    the download only, and put back."""
+    logger = std_logging.getLogger("kagglehub")
+    previous = logger.level
+    if logging.get_verbosity() < logging.DEBUG:
+        logger.setLevel(max(previous, std_logging.WARNING))
+    try:
+        yield
+    finally:
+        logger.setLevel(previous)
