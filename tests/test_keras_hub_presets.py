@@ -369,3 +369,17 @@ def test_a_preset_in_a_bucket_is_refused_by_name():
     with pytest.raises(UsageError, match="is a keras-hub preset, which is "
                        "read from a local folder"):
         resolve(folder)
+
+
+def test_convert_says_only_what_a_keras_file_does_not_keep(tmp_path):
+    # keras-hub resizes no position table (keras_vit's own resize is
+    # kept); the evaluation resize is named.
+    out = tmp_path / "preset.keras"
+    preset = os.path.join(FIXTURES, "vit_classifier")
+    result = subprocess.run(
+        script("convert") + [f"--model={preset}", f"--output={out}"],
+        capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert out.exists()
+    assert "--resize_size=32 --keep_aspect" in result.stderr
+    assert "position table" not in result.stderr

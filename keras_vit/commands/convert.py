@@ -27,10 +27,12 @@ from keras_vit.errors import UsageError
 
 if TYPE_CHECKING:  # imported on first use: --help loads no TensorFlow
     from keras_vit.checkpoint import loader
+    from keras_vit.checkpoint.hub import keras_preset
     from keras_vit.storage import atomic
     from keras_vit.storage import workdir as wd
 else:
     loader = lazy_module("keras_vit.checkpoint.loader")
+    keras_preset = lazy_module("keras_vit.checkpoint.hub.keras_preset")
     atomic = lazy_module("keras_vit.storage.atomic")
     wd = lazy_module("keras_vit.storage.workdir")
 
@@ -138,7 +140,10 @@ def _warn_not_carried(values: flags.FlagValues, source,
         keep = " --keep_aspect" * cli.source_keep_aspect(source)
         given.append(f"its evaluation resize (pass --resize_size={resize}"
                      f"{keep})")
-    if source.kind == "hub" and values.image_size is None:
+    # keras-hub builds no model at another size: its tables are resized as
+    # keras_vit resizes them, so nothing of that is lost.
+    if source.kind == "hub" and values.image_size is None and not (
+            keras_preset.is_preset(source.path)):
         lost.append("its library's way of resizing the position table (an "
                     "--image_size given to the .keras file resizes it as "
                     "keras_vit does: convert at the size you will use, with "

@@ -69,8 +69,9 @@ def resize_size(values: flags.FlagValues, source: loader.Source,
         kept = keep_aspect(values, source, resize)
         logging.info(
             "%s: resized to %s (%s), then the central crop: the size the "
-            "library that wrote it evaluates at (timm's crop_pct, or the "
-            "transformers processor's size and crop_size; the library may "
+            "library that wrote it evaluates at (timm's crop_pct, the "
+            "transformers processor's size and crop_size, or the keras-hub "
+            "image converter's crop to the model's aspect; the library may "
             "resize bicubic: --resize_size and --keep_aspect set others).",
             source.path, resize, "the shorter side, area" if kept
             else "both sides, bilinear")
