@@ -31,7 +31,7 @@ TEST_FILES = (
     "tests/test_tfds_prepare.py", "tests/test_eval_reruns.py",
     "tests/test_hub_reading.py", "tests/test_predict.py",
     "tests/test_commands.py", "tests/test_litert.py",
-    "tests/test_keras_hub_presets.py",
+    "tests/test_keras_hub_presets.py", "tests/test_analysis_memory.py",
 )
 
 _COVERS = re.compile(

@@ -1452,6 +1452,21 @@ _CASES = [
         ("is a link; a weights file holds arrays only",),
         "UsageError",
     ),
+    Case(
+        "analysis_attention_too_large", BAD_INPUT, "analysis",
+        "keras-vit-analysis at an image size whose attention weights "
+        "cannot fit in memory (every layer's weights of a batch are held "
+        "together, and the tokens grow with the square of the side; "
+        "262,145 tokens in the test), or at a batch size that cannot fit",
+        "One line before the forward pass, giving the memory each image "
+        "needs and what is free, and naming the largest --batch_size that "
+        "fits; where not one image fits, naming --image_size, before any "
+        "image is read. The process was killed by the kernel's "
+        "out-of-memory killer without a word.",
+        ("of memory is free: not one image fits",
+         "Analyse at a smaller image size (--image_size=N"),
+        "exit status 1",
+    ),
 ]
 
 CASES: Dict[str, Case] = {}

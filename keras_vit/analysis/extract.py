@@ -16,7 +16,7 @@ import keras
 import numpy as np
 
 from keras_vit import embedding as vit_embedding
-from keras_vit.analysis import core
+from keras_vit.analysis import core, memory
 from keras_vit.derived import attention_model
 from keras_vit.errors import UsageError
 from keras_vit.model import (
@@ -125,6 +125,7 @@ def attention_stats(
         )
     if batch_size < 1:
         raise UsageError(f"`batch_size`={batch_size}: must be >= 1.")
+    check_memory(model, min(batch_size, len(images)))
     if attention is None:
         attention = attention_model(model)
     distances = core.patch_distances(layout)
@@ -146,6 +147,17 @@ def attention_stats(
         rollout_maps=np.concatenate(maps),
         outputs=np.concatenate(outputs),
     )
+
+
+def check_memory(model: keras.Model, batch_size: int,
+                 free: Optional[int] = None) -> None:
+    """Raises UsageError when `batch_size` images' attention cannot fit in
+    the free memory (`memory.check_attention_fits`), naming the batch size
+    or image size that fits, before anything is computed."""
+    arch, layout = architecture_of(model), token_layout(model)
+    memory.check_attention_fits(arch.num_layers, arch.num_heads,
+                                layout.num_tokens, layout.num_patches,
+                                batch_size, free)
 
 
 def _layer_by_layer(weights: list, layout: core.TokenLayout,

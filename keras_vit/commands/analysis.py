@@ -39,11 +39,19 @@ from keras_vit.errors import UsageError
 
 if TYPE_CHECKING:  # imported on first use: --help loads no TensorFlow
     from keras_vit import derived
-    from keras_vit.analysis import curves, inputs, mpp_figure, plots, report
+    from keras_vit.analysis import (
+        curves,
+        extract,
+        inputs,
+        mpp_figure,
+        plots,
+        report,
+    )
     from keras_vit.checkpoint import resolution
 else:
     derived = lazy_module("keras_vit.derived")
     curves = lazy_module("keras_vit.analysis.curves")
+    extract = lazy_module("keras_vit.analysis.extract")
     inputs = lazy_module("keras_vit.analysis.inputs")
     mpp_figure = lazy_module("keras_vit.analysis.mpp_figure")
     plots = lazy_module("keras_vit.analysis.plots")
@@ -111,6 +119,9 @@ def _main(values: flags.FlagValues, images: list) -> None:
     model = _fixed_size(cli.load_flagged_model(values, source), values.model)
     cli.warn_zero_head(source, model)  # its predictions would mean nothing
     class_names = _class_names(values, source, model)
+    # Before any image is read: a size at which not one image's attention
+    # fits (the batch size is checked once the images are counted).
+    extract.check_memory(model, 1)
     size = tuple(model.input_shape[1:3])
     # Preprocessed as keras-vit-predict and evaluation do: the model's
     # evaluation resize (or --resize_size), then the central crop.

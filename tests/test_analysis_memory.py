@@ -1,0 +1,171 @@
+"""The analysis's attention against the free memory: the need is counted
+exactly as the attention model returns it, the free memory is read as
+Linux and container runtimes count it, and a batch or an image size that
+cannot fit is refused, before the forward pass, naming what fits."""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+import pytest
+
+import keras_vit
+from keras_vit.analysis import extract, memory, report
+from keras_vit.commands import analysis as command
+from keras_vit.derived import attention_model
+from keras_vit.errors import UsageError
+from tests import console
+from tests.reliability_cases import check_says, covers
+
+LAYERS, HEADS = 2, 2
+
+
+def _model(image_size=(32, 48), **kwargs):
+    return keras_vit.create_model(
+        None, num_classes=5, image_size=image_size, patch_size=8,
+        hidden_size=32, num_layers=LAYERS, num_heads=HEADS, mlp_dim=64,
+        **kwargs)
+
+
+@pytest.fixture(scope="module")
+def model():
+    keras.utils.set_random_seed(0)
+    return _model()
+
+
+def _images(count, shape=(32, 48)):
+    return np.random.default_rng(0).uniform(
+        -1, 1, (count, *shape, 3)).astype(np.float32)
+
+
+def test_the_count_is_the_attention_models_own_float32_weights(model):
+    """attention_bytes's float32 term is the bytes the attention model
+    returns for a batch (every layer together), and the float64 term one
+    layer's copy; the distance table is 24 bytes per patch pair."""
+    batch = 3
+    _, weights = attention_model(model)(_images(batch), training=False)
+    returned = sum(keras.ops.convert_to_numpy(w).nbytes for w in weights)
+    tokens = 4 * 6 + 1
+    layer64 = batch * HEADS * tokens**2 * 8
+    assert memory.attention_bytes(LAYERS, HEADS, tokens, batch) \
+        == returned + layer64
+    assert memory.distance_bytes(24) == 24 * 24**2
+
+
+def _need(model, batch):
+    return (memory.attention_bytes(LAYERS, HEADS, 25, batch)
+            + memory.distance_bytes(24))
+
+
+def test_a_batch_that_fits_exactly_runs_and_one_more_image_is_refused(
+        model, monkeypatch):
+    """At exactly the need of a batch of 4 the analysis runs; with a byte
+    less, it is refused before the forward pass, naming --batch_size=3
+    (the largest batch that fits); a batch of one image is named in the
+    singular."""
+    images = _images(4)
+    monkeypatch.setattr(memory, "free_bytes", lambda: _need(model, 4))
+    stats = extract.attention_stats(model, images, batch_size=4)
+    assert stats.rollout_maps.shape == (4, 4, 6)
+    monkeypatch.setattr(memory, "free_bytes", lambda: _need(model, 4) - 1)
+    called = []
+    monkeypatch.setattr(extract, "attention_model",
+                        lambda m: called.append(m))
+    with pytest.raises(UsageError) as error:
+        extract.attention_stats(model, images, batch_size=4)
+    assert not called  # refused before the model ran
+    assert "2 layers x 2 heads over 25 tokens" in str(error.value)
+    assert "analyse at most 3 images per batch (--batch_size=3)" \
+        in str(error.value)
+    monkeypatch.setattr(memory, "free_bytes", lambda: _need(model, 1))
+    with pytest.raises(UsageError, match=r"at most 1 image per batch "
+                       r"\(--batch_size=1\)"):
+        extract.attention_stats(model, images, batch_size=2)
+
+
+def test_fewer_images_than_the_batch_size_are_counted_as_they_are(
+        model, monkeypatch):
+    """Two images with --batch_size=16 need two images' memory."""
+    monkeypatch.setattr(memory, "free_bytes", lambda: _need(model, 2))
+    stats = extract.attention_stats(model, _images(2), batch_size=16)
+    assert stats.outputs.shape == (2, 5)
+
+
+def test_the_command_refuses_a_batch_before_writing_anything(
+        model, tmp_path, monkeypatch, capsys):
+    """keras-vit-analysis with a batch that cannot fit: one line naming
+    the batch size that fits; the output folder is not made."""
+    path = str(tmp_path / "m.keras")
+    model.save(path)
+    out = tmp_path / "out"
+    monkeypatch.setattr(memory, "free_bytes", lambda: _need(model, 2))
+    status = command.main(["keras-vit-analysis", f"--model={path}",
+                           "--digits=5", "--batch_size=5",
+                           f"--output_dir={out}"])
+    err = capsys.readouterr().err
+    assert status == 1 and "Traceback" not in err
+    assert "(--batch_size=2)" in err
+    assert not out.exists()
+    monkeypatch.setattr(memory, "free_bytes", lambda: _need(model, 5))
+    assert report.run_analysis(model, _images(5), str(out), batch_size=5)
+
+
+@covers("analysis_attention_too_large")
+def test_an_image_size_whose_attention_cannot_fit_is_one_line(tmp_path):
+    """keras-vit-analysis at an image size where not one image's attention
+    fits in any machine's memory (262,145 tokens: 1.5 TiB per image): one
+    line naming --image_size, in seconds, before any image is read (the
+    broken file given is never reported) and with no output folder; it
+    was killed by the kernel's OOM killer with no word."""
+    path = str(tmp_path / "sincos.keras")
+    _model(32, posemb="sincos2d", dynamic_image_size=True).save(path)
+    broken = tmp_path / "broken.png"
+    broken.write_bytes(b"not a png")
+    out = tmp_path / "out"
+    result = console.run("analysis", [f"--model={path}", "--image_size=4096",
+                                      str(broken), f"--output_dir={out}"])
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    (line,) = [x for x in result.stderr.splitlines()
+               if x.startswith("keras-vit-analysis: error: ")]
+    check_says("analysis_attention_too_large", line)
+    assert "262,145 tokens" in line and "broken" not in line
+    assert not out.exists()
+
+
+def _cgroup(tmp_path, monkeypatch, limit, usage, stat):
+    folder = tmp_path / f"cgroup{len(list(tmp_path.iterdir()))}"
+    folder.mkdir()
+    files = []
+    for name, text in (("max", limit), ("current", usage), ("stat", stat)):
+        file = folder / f"memory.{name}"
+        if text is not None:
+            file.write_text(text)
+        files.append(str(file))
+    missing = str(tmp_path / "absent")
+    monkeypatch.setattr(memory, "_CGROUPS",
+                        (tuple(files), (missing, missing, missing)))
+
+
+def test_the_free_memory_is_meminfo_capped_by_the_container(
+        tmp_path, monkeypatch):
+    """MemAvailable (kB) alone; capped by a cgroup v2 limit less the
+    working set (usage less inactive file pages); 'max' and cgroup v1's
+    2**63 are no limit; nothing readable is None (nothing checked)."""
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal:  100 kB\nMemAvailable:   64 kB\n")
+    monkeypatch.setattr(memory, "_MEMINFO", str(meminfo))
+    _cgroup(tmp_path, monkeypatch, None, None, None)
+    assert memory.free_bytes() == 64 * 1024
+    _cgroup(tmp_path, monkeypatch, "50000\n", "40000\n",
+            "anon 1\ninactive_file 10000\nactive_file 5\n")
+    assert memory.free_bytes() == 50000 - (40000 - 10000)
+    _cgroup(tmp_path, monkeypatch, "max\n", "40000\n", "")
+    assert memory.free_bytes() == 64 * 1024
+    _cgroup(tmp_path, monkeypatch, str(2**63 - 4096), "1\n", "")
+    assert memory.free_bytes() == 64 * 1024
+    _cgroup(tmp_path, monkeypatch, "1000\n", "5000\n", "")
+    assert memory.free_bytes() == 0  # over its limit: nothing free
+    monkeypatch.setattr(memory, "_MEMINFO", str(tmp_path / "absent"))
+    _cgroup(tmp_path, monkeypatch, None, None, None)
+    assert memory.free_bytes() is None
+    memory.check_attention_fits(12, 12, 10**6, 10**6 - 1, 64)  # unchecked
