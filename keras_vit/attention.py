@@ -100,9 +100,13 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         q, k, v = ops.unstack(ops.transpose(qkv, (2, 0, 3, 1, 4)), 3, axis=0)
         if first_token_only:
             q = q[:, :, :1]
-        logits = ops.matmul(q, ops.swapaxes(k, -1, -2))
         # The softmax runs in float32, also under mixed precision.
-        weights = ops.softmax(ops.cast(logits, "float32"), axis=-1)
+        logits = ops.cast(ops.matmul(q, ops.swapaxes(k, -1, -2)), "float32")
+        if logits.shape[-1] == 1:  # one token (GAP over one patch): its
+            # weight is exactly 1, for which Keras's softmax warns.
+            weights = ops.ones_like(logits)
+        else:
+            weights = ops.softmax(logits, axis=-1)
         weights = ops.cast(weights, v.dtype)
         # Dropout is the identity outside training or at rate 0.
         y = ops.matmul(self.dropout(weights, training=training), v)

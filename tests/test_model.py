@@ -6,11 +6,13 @@ import os
 import subprocess
 import sys
 import textwrap
+import warnings
 
 import keras
 import numpy as np
 import pytest
 import scipy.special
+import tensorflow as tf
 
 import keras_vit
 from keras_vit import attention as vit_attention
@@ -259,6 +261,33 @@ def test_training_and_inference_calls_match_the_numpy_reference(
             maps[0], _reference_attention_weights(arrays, 0, tokens),
             rtol=0, atol=1e-5,
         )
+
+
+def test_a_gap_model_over_one_patch_matches_the_reference_quietly(tmp_path):
+    """A GAP model whose image is one patch attends over one token: its
+    weight is exactly 1 (Keras's softmax warned that it always is), and
+    the logits and their gradients are the NumPy reference's, with no
+    warning, in training and inference calls."""
+    model = tiny(dropout_rate=0.0, pooling="gap", image_size=8,
+                 patch_size=8)
+    _randomise(model)
+    save_npz(model, tmp_path / "w.npz")
+    x = images(3, 8, 8)
+    want = ref.forward(dict(np.load(tmp_path / "w.npz")), x)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for training in (False, True):
+            got = keras.ops.convert_to_numpy(model(x, training=training))
+            np.testing.assert_allclose(got, want, rtol=0,
+                                       atol=2e-5 * np.abs(want).max())
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(model(x, training=True) ** 2)
+        grads = tape.gradient(loss, model.trainable_variables)
+    assert all(g is not None and np.isfinite(g).all() for g in grads)
+    _, maps = model.get_layer("Transformer")(
+        np.ones((2, 1, model.architecture.hidden_size), "float32"),
+        return_attention_scores=True)
+    np.testing.assert_array_equal(maps[0], np.ones((2, 4, 1, 1)))
 
 
 def test_mixed_bfloat16_within_bfloat16_rounding():
