@@ -32,6 +32,7 @@ import keras_vit
 from keras_vit import optim
 from keras_vit.checkpoint import weights as checkpoint
 from keras_vit.checkpoint.formats import torch_pickle
+from keras_vit.commands import evaluate as evaluate_command
 from keras_vit.commands import exhausted, runner
 from keras_vit.commands import flags as cli
 from keras_vit.commands import train as train_command
@@ -1747,3 +1748,66 @@ def test_a_full_disk_names_the_folder_the_command_writes():
     assert exhausted.disk_full(error, values) == (
         "The disk is full writing /results/a: free space or use an "
         "--output_dir on a larger disk.")
+
+
+def test_image_features_keras_vit_reads():
+    """uint8 images of 1 to 4 channels, as Image or plain tensor, are
+    read; float, 16-bit, multispectral and video features are not."""
+    import tensorflow_datasets as tfds
+
+    feats = tfds.features
+    readable = [feats.Image(shape=(None, None, 3)),
+                feats.Image(shape=(28, 28, 1)),
+                feats.Image(shape=(None, None, 4)),
+                feats.Tensor(shape=(32, 32, 3), dtype=np.uint8),
+                feats.Tensor(shape=(32, 32), dtype=np.uint8)]
+    unreadable = [feats.Image(shape=(None, None, 3), dtype=np.uint16),
+                  feats.Image(shape=(None, None, 1), dtype=np.float32),
+                  feats.Tensor(shape=(64, 64, 13), dtype=np.float32),
+                  feats.Tensor(shape=(64, 64, 13), dtype=np.uint8),
+                  feats.Video(shape=(None, 8, 8, 3)),
+                  feats.ClassLabel(num_classes=3)]
+    assert all(sources._readable_image(f) for f in readable)
+    assert not any(sources._readable_image(f) for f in unreadable)
+    # A data set holding both: the one to set is named.
+    builder = mlc.ConfigDict({"info": {"features": None}}, type_safe=False)
+    builder.info.features = {"sentinel2": unreadable[2],
+                             "rgb": readable[0], "label": unreadable[-1]}
+    inp = mlc.ConfigDict({"dataset": "x", "image_key": "sentinel2"})
+    with pytest.raises(UsageError, match=r"Set config.input.image_key to "
+                       r"'rgb'\.$"):
+        sources._check_image_feature(inp, builder)
+
+
+@covers("tfds_feature_not_an_image")
+def test_a_tfds_feature_that_is_no_rgb_image_is_one_line(tmp_path, capsys):
+    """keras-vit-evaluate on eurosat/all's 13-band float `sentinel2`
+    feature: one line naming the feature, its type and the fix, before
+    any example is read (it was a traceback from inside the input
+    pipeline: "Cannot convert an image with 13 channels to RGB"); MNIST's
+    grayscale images are read."""
+    import tensorflow_datasets as tfds
+
+    npz = str(tmp_path / "m.npz")
+    checkpoint.save_npz(keras_vit.create_model(
+        None, num_classes=10, image_size=16, patch_size=8, hidden_size=16,
+        num_layers=1, num_heads=2, mlp_dim=32), npz)
+
+    def run(dataset, image_key):
+        return evaluate_command.main([
+            "keras-vit-evaluate", "--mode=eval", f"--model={npz}",
+            "--config=digits", f"--config.input.dataset={dataset}",
+            f"--config.input.image_key={image_key}", "--split=train[:4]",
+            "--config.input.batch_size=4",
+            "--config.evals.test.batch_size=4",
+            "--config.model.image_size=16", "--config.model.num_classes=10",
+            f"--config.input.data_dir={tmp_path / 'tfds'}"])
+
+    with tfds.testing.mock_data(num_examples=4,
+                                policy=tfds.testing.MockPolicy.USE_CODE):
+        assert run("eurosat/all", "sentinel2") == 1
+        err = capsys.readouterr().err
+        assert "Traceback" not in err
+        (line,) = [x for x in err.splitlines() if "error:" in x]
+        check_says("tfds_feature_not_an_image", line)
+        assert run("mnist", "image") == 0
