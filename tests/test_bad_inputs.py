@@ -36,6 +36,7 @@ from keras_vit.commands import evaluate as evaluate_command
 from keras_vit.commands import exhausted, runner
 from keras_vit.commands import flags as cli
 from keras_vit.commands import train as train_command
+from keras_vit.data import features as data_features
 from keras_vit.data import folders, image_headers, overlaps, sources, vtab
 from keras_vit.data import pipeline as input_pipeline
 from keras_vit.data import preprocessing as pp
@@ -1767,8 +1768,8 @@ def test_image_features_keras_vit_reads():
                   feats.Tensor(shape=(64, 64, 13), dtype=np.uint8),
                   feats.Video(shape=(None, 8, 8, 3)),
                   feats.ClassLabel(num_classes=3)]
-    assert all(sources._readable_image(f) for f in readable)
-    assert not any(sources._readable_image(f) for f in unreadable)
+    assert all(data_features._readable_image(f) for f in readable)
+    assert not any(data_features._readable_image(f) for f in unreadable)
     # A data set holding both: the one to set is named.
     builder = mlc.ConfigDict({"info": {"features": None}}, type_safe=False)
     builder.info.features = {"sentinel2": unreadable[2],
@@ -1776,7 +1777,7 @@ def test_image_features_keras_vit_reads():
     inp = mlc.ConfigDict({"dataset": "x", "image_key": "sentinel2"})
     with pytest.raises(UsageError, match=r"Set config.input.image_key to "
                        r"'rgb'\.$"):
-        sources._check_image_feature(inp, builder)
+        data_features._check_image_feature(inp, builder)
 
 
 @covers("tfds_feature_not_an_image")

@@ -34,7 +34,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 import numpy as np
 from absl import logging
 
-from keras_vit.data import folders, splits, vtab
+from keras_vit.data import features, folders, splits, vtab
 from keras_vit.data.image_files import FOLDER
 from keras_vit.errors import UsageError
 
@@ -195,7 +195,7 @@ def tfds_builder(inp):
     if inp.vtab_task:
         return vtab.get_task(inp.vtab_task).builder(inp.data_dir)
     builder = named_builder(inp.dataset, inp.data_dir)
-    _check_feature_keys(inp, builder)  # known before any download
+    features.check_feature_keys(inp, builder)  # before any download
     # A data set not on disk yet: TFDS's own download_and_prepare, once
     # (config.input.download), as the VTAB tasks and few-shot sets do.
     try:
@@ -204,56 +204,6 @@ def tfds_builder(inp):
     except vtab.DataUnavailableError as e:
         raise UsageError(str(e)) from None
     return builder
-
-
-def _check_feature_keys(inp, builder) -> None:
-    """A UsageError where config.input's image_key or label_key is not a
-    feature of the TFDS data set (imagenet2012_real's labels are
-    original_label and real_label; eurosat/all's image is sentinel2)."""
-    features = list(builder.info.features.keys())
-    for field in ("image_key", "label_key"):
-        if inp[field] not in features:
-            raise UsageError(
-                f"{inp.dataset} has no feature {inp[field]!r} (config.input."
-                f"{field}); its features are {', '.join(features)}: set "
-                f"config.input.{field} to the one that holds the "
-                f"{field.split('_')[0]}.")
-    if not inp.vtab_task:
-        _check_image_feature(inp, builder)
-
-
-def _readable_image(feature) -> bool:
-    """Whether a TFDS feature holds what `decoding.to_rgb` makes RGB of:
-    uint8 (H, W) or (H, W, 1 to 4 channels), an Image or a plain tensor
-    (float, 16-bit and multispectral ones have no [0, 255] RGB reading)."""
-    shape = tuple(getattr(feature, "shape", ()) or ())
-    return (getattr(feature, "np_dtype", None) == np.uint8
-            and (len(shape) == 2 or (len(shape) == 3
-                                     and shape[-1] in (None, 1, 2, 3, 4))))
-
-
-def _check_image_feature(inp, builder) -> None:
-    """A UsageError where config.input.image_key is no uint8 image
-    (`_readable_image`), naming its type and the features that are
-    (before, a multispectral one failed inside the input pipeline, and
-    a float one was read as if in [0, 255])."""
-    features = builder.info.features
-    feature = features[inp.image_key]
-    if _readable_image(feature):
-        return
-    images = [k for k, f in features.items() if _readable_image(f)]
-    dtype = getattr(feature, "np_dtype", None)
-    kind = (f"a {np.dtype(dtype).name if dtype is not None else ''} "
-            f"{type(feature).__name__} of shape "
-            f"{tuple(getattr(feature, 'shape', ()) or ())}")
-    raise UsageError(
-        f"config.input.image_key={inp.image_key!r} of {inp.dataset} is "
-        f"{kind}, not an image keras_vit reads: it reads uint8 images of "
-        "1 to 4 channels (grayscale, RGB, RGBA). "
-        + (f"Set config.input.image_key to {' or '.join(map(repr, images))}."
-           if images else f"{inp.dataset} has none: use a data set with "
-           "RGB images (or such a configuration of this one, as "
-           "eurosat/rgb is of eurosat/all)."))
 
 
 def check_examples_per_class(inp) -> None:
