@@ -1456,11 +1456,13 @@ _CASES = [
         "tfds_feature_not_an_image", BAD_INPUT, "data",
         "config.input.image_key names a TFDS feature that is no 8-bit "
         "image (eurosat/all's 13-band float32 `sentinel2`; a 16-bit or "
-        "float Image; a video)",
-        "One line naming the feature, its type and shape, and the image "
-        "features the data set has (or that it has none), before any "
-        "example is read. It was a traceback from inside the input "
-        "pipeline, and a float image in [0, 1] was read as if in [0, 255].",
+        "float Image; a video), or label_key one that is no class label "
+        "(DTD's file_name)",
+        "One line naming the feature, its type (and shape), and the image "
+        "features or class labels the data set has (or that it has none), "
+        "before any example is read. It was a traceback from inside the "
+        "input pipeline (a float image in [0, 1] was read as if in "
+        "[0, 255]), or an AttributeError for the label.",
         ("image_key='sentinel2' of eurosat/all is a float32 Tensor of "
          "shape (64, 64, 13), not an image keras_vit reads",
          "it reads uint8 images of 1 to 4 channels",

@@ -1794,7 +1794,7 @@ def test_a_tfds_feature_that_is_no_rgb_image_is_one_line(tmp_path, capsys):
         None, num_classes=10, image_size=16, patch_size=8, hidden_size=16,
         num_layers=1, num_heads=2, mlp_dim=32), npz)
 
-    def run(dataset, image_key):
+    def run(dataset, image_key, *more):
         return evaluate_command.main([
             "keras-vit-evaluate", "--mode=eval", f"--model={npz}",
             "--config=digits", f"--config.input.dataset={dataset}",
@@ -1802,7 +1802,7 @@ def test_a_tfds_feature_that_is_no_rgb_image_is_one_line(tmp_path, capsys):
             "--config.input.batch_size=4",
             "--config.evals.test.batch_size=4",
             "--config.model.image_size=16", "--config.model.num_classes=10",
-            f"--config.input.data_dir={tmp_path / 'tfds'}"])
+            f"--config.input.data_dir={tmp_path / 'tfds'}", *more])
 
     with tfds.testing.mock_data(num_examples=4,
                                 policy=tfds.testing.MockPolicy.USE_CODE):
@@ -1812,3 +1812,12 @@ def test_a_tfds_feature_that_is_no_rgb_image_is_one_line(tmp_path, capsys):
         (line,) = [x for x in err.splitlines() if "error:" in x]
         check_says("tfds_feature_not_an_image", line)
         assert run("mnist", "image") == 0
+        # A label that is no class label (DTD's file name, a Text).
+        capsys.readouterr()
+        assert run("dtd", "image", "--config.input.label_key=file_name") == 1
+        err = capsys.readouterr().err
+        assert "Traceback" not in err
+        assert ("--config.input.label_key='file_name' of dtd is a Text "
+                "feature, not a class label: keras_vit reads one class per "
+                "image (a TFDS ClassLabel). Set --config.input.label_key to "
+                "'label'.") in err

@@ -1,8 +1,8 @@
 """What a TFDS data set's features must be for keras_vit to read them:
 config.input's image_key and label_key name features of the data set,
-and the image is one `decoding.to_rgb` makes RGB of (8-bit, 1 to 4
-channels). Both are checked from the builder's DatasetInfo, before
-anything is downloaded or read."""
+the image is one `decoding.to_rgb` makes RGB of (8-bit, 1 to 4
+channels), and the label a class label. All are checked from the
+builder's DatasetInfo, before anything is downloaded or read."""
 
 from __future__ import annotations
 
@@ -23,8 +23,26 @@ def check_feature_keys(inp, builder) -> None:
                 f"{field}); its features are {', '.join(features)}: set "
                 f"config.input.{field} to the one that holds the "
                 f"{field.split('_')[0]}.")
-    if not inp.vtab_task:
+    if not inp.vtab_task:  # (a VTAB task's example_fn reads its own)
         _check_image_feature(inp, builder)
+        _check_label_feature(inp, builder)
+
+
+def _check_label_feature(inp, builder) -> None:
+    """A UsageError where config.input.label_key is no class label (a
+    TFDS ClassLabel: one class per image, and a class count), naming the
+    data set's class labels (before, a Text or multi-label feature was an
+    AttributeError traceback)."""
+    features = builder.info.features
+    if hasattr(features[inp.label_key], "num_classes"):
+        return
+    labels = [k for k, f in features.items() if hasattr(f, "num_classes")]
+    raise UsageError(
+        f"config.input.label_key={inp.label_key!r} of {inp.dataset} is a "
+        f"{type(features[inp.label_key]).__name__} feature, not a class "
+        "label: keras_vit reads one class per image (a TFDS ClassLabel). "
+        + (f"Set config.input.label_key to {' or '.join(map(repr, labels))}."
+           if labels else f"{inp.dataset} has none."))
 
 
 def _readable_image(feature) -> bool:
