@@ -318,6 +318,45 @@ def test_load_with_position_embedding_resize(
     assert_close(model(x), ref.forward(expected, x))
 
 
+def test_a_square_table_of_as_many_patches_as_a_non_square_model(tmp_path):
+    """A 4x4 table into a 2x8 model (16 patches each): an .npz cannot say
+    whether it is square (to be resized) or saved at 2x8, so without
+    `posemb_grid` it is refused naming both (it was loaded row for row as
+    the 2x8 grid); posemb_grid=(4, 4) resizes it as the official code
+    does, (2, 8) loads it as it is; a released checkpoint (square, every
+    one) is resized without being told; load_model says it too."""
+    source = tiny(image_size=32)
+    arrays = random_arrays(source)
+    path = save(tmp_path / "c.npz", arrays)
+    with pytest.raises(UsageError) as error:
+        checkpoint.load_npz(tiny(image_size=(16, 64)), path)
+    assert str(error.value) == (
+        f"{path}: its position table has 16 patches, as many as the "
+        "model's 2x8 grid: it is a square 4x4 table (every released "
+        "checkpoint's), to be resized, or one saved at 2x8, and an .npz "
+        "cannot say which. Pass posemb_grid=(4, 4) (--posemb_grid=4x4) to "
+        "resize it, or posemb_grid=(2, 8) (--posemb_grid=2x8) if it was "
+        "saved at the model's grid.")
+    with pytest.raises(UsageError, match="as many as the model's 2x8"):
+        load_model(path, image_size=(16, 64))
+    x = images((16, 64))
+    resized = dict(arrays)
+    resized[POSEMB] = zoom_posemb(arrays[POSEMB], (4, 4), (2, 8), 1)
+    model = tiny(image_size=(16, 64))
+    report = checkpoint.load_npz(model, path, posemb_grid=(4, 4))
+    assert report.posemb_resized == ((4, 4), (2, 8)) and report.ok
+    assert_close(model(x), ref.forward(resized, x))
+    report = checkpoint.load_npz(model, path, posemb_grid=(2, 8))
+    assert report.posemb_resized is None and report.ok
+    assert_close(model(x), ref.forward(arrays, x))
+    model, report = NpzSource(path, image_size=32).build(image_size=(16, 64))
+    assert report.posemb_resized == ((4, 4), (2, 8))
+    assert_close(model(x), ref.forward(resized, x))
+    # A square model of as many patches needs no word: nothing to tell.
+    model = tiny(image_size=32)
+    assert checkpoint.load_npz(model, path).posemb_resized is None
+
+
 def test_non_square_file_grid_needs_posemb_grid(tmp_path):
     path = save(tmp_path / "c.npz", random_arrays(tiny(image_size=(32, 48))))
     with pytest.raises(ValueError, match=r"`posemb_grid`=\(rows, cols\)"):

@@ -196,8 +196,21 @@ class NpzSource(sources.Source):
 
     def content(self) -> sources.Content:
         content = self._read()
-        return sources.Content(content.arrays, self.posemb_grid,
+        return sources.Content(content.arrays, self._grid(content),
                                content.layout, tuple(content.ignored), None)
+
+    def _grid(self, content: _NpzContent) -> Optional[Tuple[int, int]]:
+        """The file's patch grid: `posemb_grid`; a released checkpoint's
+        square one (every released table is square, so it is resized even
+        to a non-square grid of as many patches:
+        `posemb.check_grid_said`); else None (read from the table)."""
+        if self.posemb_grid or self.image_size is None or (
+                checkpoint_io.POSEMB not in content.arrays):
+            return self.posemb_grid
+        tokens = shape_of(content.arrays, checkpoint_io.POSEMB)[1] - int(
+            "cls" in content.arrays)
+        side = math.isqrt(tokens)
+        return (side, side) if side * side == tokens else None
 
     def build(self, image_size=None, *, num_classes=None, pooling=None,
               representation_size=sources.FROM_SOURCE, strict=True):
@@ -215,7 +228,7 @@ class NpzSource(sources.Source):
             content.arrays,
             strict=strict,
             keep_pre_logits=arch.representation_size is not None,
-            posemb_grid=self.posemb_grid,
+            posemb_grid=self._grid(content),
             source=str(self.path),
             layout=content.layout,
             ignored=content.ignored,

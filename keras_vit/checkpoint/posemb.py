@@ -62,6 +62,28 @@ def square_grid(tokens: int, refusal: Optional[str] = None) -> Grid:
     return side, side
 
 
+def check_grid_said(tokens: int, model_grid: Grid,
+                    posemb_grid: Optional[Grid], source: str) -> None:
+    """A UsageError where a table of `tokens` patches, as many as the
+    model's non-square `model_grid`, comes with no `posemb_grid`: it is a
+    square grid (every released file's, to be resized) or one saved at
+    the model's grid, and an .npz cannot say which (it was loaded as it
+    is, a square table read row for row as the model's grid)."""
+    side = math.isqrt(tokens)
+    rows, cols = model_grid
+    if posemb_grid is not None or rows == cols or side * side != tokens:
+        return
+    raise UsageError(
+        f"{source}: its position table has {tokens} patches, as many as "
+        f"the model's {rows}x{cols} grid: it is a square {side}x{side} "
+        "table (every released checkpoint's), to be resized, or one saved "
+        f"at {rows}x{cols}, and an .npz cannot say which. Pass "
+        f"posemb_grid=({side}, {side}) (--posemb_grid={side}x{side}) to "
+        f"resize it, or posemb_grid=({rows}, {cols}) "
+        f"(--posemb_grid={rows}x{cols}) if it was saved at the model's "
+        "grid.")
+
+
 def _grids(tokens: int):
     """The (rows, cols) grids of `tokens` patches, squarest first, none of
     one row."""

@@ -56,6 +56,7 @@ from keras_vit.checkpoint.formats.npz_mapping import (
 )
 from keras_vit.checkpoint.posemb import (
     as_grid,
+    check_grid_said,
     resize_position_embedding,
     square_grid,
 )
@@ -294,9 +295,12 @@ def _fit_position_embedding(loading: _Loading, new_grid: Grid,
     found, want = shapes[POSEMB], loading.expected[POSEMB][1]
     regrid = posemb_grid is not None and tuple(posemb_grid) != new_grid
     same_width = len(found) == 3 and found[0] == 1 and found[2] == want[2]
+    prefix = int("cls" in loading.expected)
+    if same_width and found == want:
+        check_grid_said(found[1] - prefix, new_grid, posemb_grid,
+                        report.path)
     if not ((found != want or regrid) and same_width):
         return
-    prefix = int("cls" in loading.expected)
     if prefix != int("cls" in arrays):
         report.hints.append(
             f"The file's pooling is {'gap' if prefix else 'token'}, the "
