@@ -1125,9 +1125,11 @@ _CASES = [
         "npz_declares_huge_model", BAD_INPUT, "checkpoint",
         "An .npz of a few kB whose arrays' shapes declare a ViT of "
         "billions of parameters (width 8192 from the patch kernel, MLP "
-        "65536, ten blocks named by one-value arrays), a big_vision "
-        "stacked array splitting into a million blocks, or a position "
-        "table of 20,000 rows",
+        "65536, ten blocks named by one-value arrays; a 65536 x 65536 "
+        "head from two one-row kernels; a million ResNet units from one "
+        "key name, or a ResNet of width 32768), a big_vision stacked "
+        "array splitting into a million blocks, or a position table of "
+        "20,000 rows",
         "Refused from the shapes before the model is built (which "
         "allocates every declared weight): the parameters the shapes "
         "declare must be held by the file's arrays.",

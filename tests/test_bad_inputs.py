@@ -1081,7 +1081,8 @@ def test_an_npz_declaring_a_huge_model_is_refused_before_it_is_built(
         tmp_path):
     """The sizes an .npz declares come from a few shapes; a file of a few
     kB that declares billions of parameters is refused before the model
-    (every declared weight) is allocated, as a .keras file is."""
+    (every declared weight) is allocated, as a .keras file is: its
+    blocks, its head and pre-logits, a hybrid's ResNet units and width."""
     def npz(name, **arrays):
         path = str(tmp_path / f"{name}.npz")
         np.savez_compressed(path, **{k.replace("__", "/"): v
@@ -1106,8 +1107,27 @@ def test_an_npz_declaring_a_huge_model_is_refused_before_it_is_built(
         "params__img__embedding__kernel": np.zeros((1, 1, 3, 4), np.float32),
         "params__img__Transformer__encoderblock__LayerNorm_0__scale":
             np.zeros((2000, 1), np.float32)})
+    small = {"embedding__kernel": np.zeros((16, 16, 3, 8), np.float32),
+             block.format(0) + "MultiHeadDotProductAttention_1__query__"
+             "kernel": np.zeros((8, 2, 4), np.float32),
+             block.format(0) + "MlpBlock_3__Dense_0__kernel":
+                 np.zeros((8, 16), np.float32)}
+    # A 65536 x 65536 head (17 GB) from two kernels of one row each.
+    head = npz("head", **small,
+               head__kernel=np.zeros((1, 65536), np.float32),
+               pre_logits__kernel=np.zeros((1, 65536), np.float32))
+    # A million ResNet units from one key name; a ResNet of width 512.
+    units = npz("units", **small,
+                conv_root__kernel=np.zeros((7, 7, 3, 64), np.float32),
+                block1__unit1000000__conv1__kernel=np.zeros(1, np.float32))
+    root = npz("root", **small,
+               conv_root__kernel=np.zeros((1, 1, 1, 64 * 512), np.float32),
+               block1__unit1__conv1__kernel=np.zeros(1, np.float32))
     assert os.path.getsize(wide) < 20_000
     for path, says in ((wide, "declares a model of at least "),
+                       (head, "a head of 65536 x 65536) and holds"),
+                       (units, "1000000 ResNet units of width 64"),
+                       (root, "1 ResNet unit of width 32768"),
                        (table, "declares a position table of 20,001"),
                        (stacked, "declares a stack of 2000 blocks, where "
                         "a model has 1 to 1024")):

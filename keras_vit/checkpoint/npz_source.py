@@ -243,7 +243,8 @@ def _check_declared_size(path: str, shapes: Dict[str, Tuple[int, ...]],
     sizes are read from a few shapes (the block count from names alone),
     and the model is allocated before any array is compared with it. A
     whole file holds every parameter counted here (blocks, patch
-    embedding, table); twice that and 4M spare a partial one."""
+    embedding, table, head and pre-logits, a lower bound of a hybrid's
+    ResNet); twice that and 4M spare a partial one."""
     table = shapes.get(checkpoint_io.POSEMB, ())
     tokens = int(table[1]) if len(table) == 3 else 0
     if tokens > MAX_TOKENS:
@@ -252,17 +253,27 @@ def _check_declared_size(path: str, shapes: Dict[str, Tuple[int, ...]],
             f"than the {MAX_TOKENS:,} a model is built with here: refused "
             "before the model is built. The file is corrupt or crafted; "
             "download or save it again.")
-    width, mlp, layers, patch = (int(info[k] or 0) for k in (
-        "hidden_size", "mlp_dim", "num_layers", "patch_size"))
+    width, mlp, layers, patch, classes, rep = (int(info[k] or 0) for k in (
+        "hidden_size", "mlp_dim", "num_layers", "patch_size", "num_classes",
+        "representation_size"))
+    # A hybrid's ResNet: each unit holds at least its 3x3 convolution at
+    # the first stage's width (the unit count comes from key names).
+    units = sum(info["resnet_layers"] or ())
+    stem = 64 * int(info.get("resnet_width") or 0)
     declared = (layers * (4 * width * width + 2 * width * mlp)
-                + (3 * patch * patch + tokens) * width)
+                + (3 * patch * patch + tokens) * width
+                + (rep or width) * classes + width * rep
+                + units * 9 * stem * stem)
     held = sum(math.prod(int(n) for n in shape) for shape in shapes.values())
     if declared > 2 * held + (1 << 22):
+        resnet = (f", {units} ResNet unit{'s' if units > 1 else ''} of "
+                  f"width {stem}" if units else "")
         raise UsageError(
             f"{path} declares a model of at least {declared:,} parameters "
-            f"({layers} blocks of width {width}, MLP {mlp}) and holds "
-            f"{held:,} values: refused before the model is built. The file "
-            "is corrupt or crafted; download or save it again.")
+            f"({layers} blocks of width {width}, MLP {mlp}, a head of "
+            f"{rep or width} x {classes}{resnet}) and holds {held:,} "
+            "values: refused before the model is built. The file is corrupt "
+            "or crafted; download or save it again.")
 
 
 def _grid_tokens(content: _NpzContent) -> Optional[int]:
