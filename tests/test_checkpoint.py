@@ -453,6 +453,13 @@ def test_head_kept_or_dropped_and_zero_initialised(tmp_path):
     features = keras_features(other, x)
     assert_close(features, ref.features(body, x))
 
+    # The new head's bias is the model's head_bias_init, as the official
+    # transfer builds it (vit_jax load_pretrained keeps the init's head).
+    biased = tiny(num_classes=7, head_bias_init=-10.0)
+    assert checkpoint.load_npz(biased, path).head_initialized
+    np.testing.assert_array_equal(
+        keras.ops.convert_to_numpy(biased(x)), np.full((2, 7), -10.0))
+
     # keep_pre_logits with a model that has them: only the head is reset.
     keep = tiny(num_classes=7, representation_size=24)
     report = checkpoint.load_npz(keep, path, keep_pre_logits=True)

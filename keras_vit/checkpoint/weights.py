@@ -49,7 +49,6 @@ from keras_vit.checkpoint.formats.npz_layout import (
 from keras_vit.checkpoint.formats.npz_mapping import (
     Param,
     check_recordable,
-    dense_params,
     model_arrays,
     model_grid,
     model_params,
@@ -366,11 +365,10 @@ def _assign(model: keras.Model, params: Sequence[Param], arrays: Arrays,
         dtype = keras.backend.standardize_dtype(param.variable.dtype)
         param.variable.assign(np.asarray(value).astype(dtype))
         report.loaded.extend(param.keys)
-    if report.head_initialized:
-        for layer_param in dense_params(model.get_layer("head"), "head"):
-            layer_param.variable.assign(
-                np.zeros(layer_param.variable.shape, "float32")
-            )
+    if report.head_initialized:  # a zero kernel (the paper's transfer),
+        head = model.get_layer("head")  # the bias its head_bias_init
+        head.kernel.assign(np.zeros(head.kernel.shape, "float32"))
+        head.bias.assign(head.bias_initializer(head.bias.shape, "float32"))
 
 
 # ----------------------------------------------------------------- saving

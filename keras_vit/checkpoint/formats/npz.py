@@ -289,7 +289,9 @@ class LoadReport:
         dropped: list of (key, shape, reason). Arrays deliberately not
             loaded (a head for another class count, pre-logits, optimizer
             state).
-        head_initialized: bool. The model's head was set to zeros.
+        head_initialized: bool. The model's head was set anew: a zero
+            kernel, the bias at its head_bias_init (as the official
+            transfer builds it).
         posemb_resized: ((old rows, old cols), (new rows, new cols)) or None.
         hints: list of str. How to fix what went wrong.
     """
@@ -346,7 +348,8 @@ class LoadReport:
         for key, shape, reason in self.dropped:
             lines.append(f"Dropped {key} {shape}: {reason}.")
         if self.head_initialized:
-            lines.append("The head was initialised to zeros.")
+            lines.append("The head was initialised anew: a zero kernel, "
+                         "the bias at the model's head_bias_init.")
         if not self.ok:
             lines.append("Not loaded:\n" + self.problems())
         lines.extend(self.hints)
