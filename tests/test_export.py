@@ -451,6 +451,27 @@ def test_versions_increment_and_never_overwrite(model, images, tmp_path):
         reference(model, [images["jpeg"]]), atol=1e-5)
 
 
+def test_a_version_tf_serving_cannot_read_is_refused(model, tmp_path):
+    """TF Serving reads a version folder's name as an int64 and skips one
+    it cannot read: a larger --version (a date with nanoseconds) is
+    refused before anything is written, and such a folder left by hand
+    is no version to count on (the next is not 2**63 + 1)."""
+    model_dir = tmp_path / "vit"
+    for version in (2**63, 20261204193015123456789):
+        with pytest.raises(UsageError, match=r"above 9,223,372,036,854,775,"
+                           r"807 \(2\*\*63 - 1\), the largest TF Serving "
+                           "reads"):
+            export_model(model, str(tmp_path), version=version)
+    assert not model_dir.exists()
+    (model_dir / str(2**63)).mkdir(parents=True)
+    (model_dir / "5").mkdir()
+    assert export_versions.existing_versions(str(model_dir)) == [5]
+    assert export_versions.next_version(str(model_dir)) == 6
+    path = export_model(model, str(tmp_path), version=2**63 - 1,
+                        verify=False, warmup_images=[])
+    assert path == str(model_dir / str(2**63 - 1))
+
+
 def test_models_config_updated_not_clobbered(model, tmp_path):
     export_dir = str(tmp_path)
     config_path = tmp_path / "models.config"

@@ -20,6 +20,7 @@ from keras_vit.data import preprocessing
 from keras_vit.derived import is_features_model
 from keras_vit.errors import UsageError, check_options
 from keras_vit.export import files as export_files
+from keras_vit.export.versions import MAX_VERSION
 
 
 @dataclasses.dataclass(frozen=True)
@@ -142,7 +143,8 @@ def checked_top_k(top_k, num_classes: int) -> int:
 
 
 def check_version(version) -> None:
-    """Raises a UsageError unless `version` is None or an int >= 0."""
+    """Raises a UsageError unless `version` is None or an int from 0 to
+    MAX_VERSION (a larger one would be written and never served)."""
     if version is not None and (
         isinstance(version, bool)
         or not isinstance(version, (int, np.integer))
@@ -151,6 +153,12 @@ def check_version(version) -> None:
         raise UsageError(
             f"version must be a non-negative int or None, got {version!r}."
         )
+    if version is not None and int(version) > MAX_VERSION:
+        raise UsageError(
+            f"version {version} is above {MAX_VERSION:,} (2**63 - 1), the "
+            "largest TF Serving reads (it skips a folder whose number it "
+            "cannot read, serving nothing from it): pass a smaller one, "
+            "such as a time in seconds ($(date +%s)).")
 
 
 def classifier_width(model: keras.Model, who: str) -> int:

@@ -30,16 +30,20 @@ from keras_vit.storage import atomic
 # The file of a SavedModel that TF Serving reads first: a version's
 # other files are in place before it is.
 GRAPH_FILE = "saved_model.pb"
+# TF Serving reads a version folder's name as a signed 64-bit integer and
+# skips, without a word, one it cannot read.
+MAX_VERSION = 2**63 - 1
 
 
 def existing_versions(model_dir: str) -> List[int]:
-    """list of int. The integer-named version folders in `model_dir`."""
+    """list of int. The integer-named version folders in `model_dir`
+    that TF Serving reads (up to MAX_VERSION)."""
     if not tf.io.gfile.isdir(model_dir):
         return []
     versions = []
     for entry in tf.io.gfile.listdir(model_dir):
         entry = entry.rstrip("/")
-        if entry.isdigit():
+        if entry.isdigit() and int(entry) <= MAX_VERSION:
             versions.append(int(entry))
     return sorted(versions)
 
