@@ -220,3 +220,31 @@ def test_outputs_that_cannot_be_written_are_refused_first(model, images,
         assert "Op:" not in err[0] and "{{" not in err[0]
     assert (tmp_path / "taken" / "vit").read_text() == "a file of the user's"
     assert not os.path.exists(tmp_path / "out" / "models.config")
+
+
+def test_a_training_runs_export_is_checked_before_it_trains(tmp_path):
+    """keras-vit-train with config.export.enabled: an unusable model name
+    or a models.config TF Serving cannot read in the export folder is one
+    line at the start, before any step (it came after the whole run,
+    with no metrics.json); the user's models.config is left as it was."""
+    from tests import console
+
+    workdir = tmp_path / "run"
+    result = console.run("train", console.TINY_DIGITS + [
+        f"--workdir={workdir}", "--config.export.enabled=True",
+        "--config.export.model_name=my model"])
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert ("keras-vit-train: error: model_name 'my model' is not usable"
+            in result.stderr)
+    assert not workdir.exists()
+    export_dir = tmp_path / "exports"
+    export_dir.mkdir()
+    (export_dir / "models.config").write_text("garbage {\n")
+    result = console.run("train", console.TINY_DIGITS + [
+        f"--workdir={workdir}", "--config.export.enabled=True",
+        f"--config.export.export_dir={export_dir}"])
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert "models.config is not a valid TF Serving model config" \
+        in result.stderr
+    assert not (workdir / "checkpoints").exists()
+    assert (export_dir / "models.config").read_text() == "garbage {\n"

@@ -64,11 +64,14 @@ def run(
     "curves" when it drew training_curves.png (`analysis.curves`).
     """
     export = config.export
+    export_dir = export.export_dir or os.path.join(workdir, "export")
+    if export.enabled:  # before the run, not after it
+        saved_model.check_can_export(export_dir, export.model_name)
 
     def export_final(model, class_names) -> Dict:
         path = saved_model.export_model(
             model,
-            export.export_dir or os.path.join(workdir, "export"),
+            export_dir,
             model_name=export.model_name,
             class_names=class_names,
             # Serve with the run's own evaluation preprocessing.

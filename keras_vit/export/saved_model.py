@@ -221,6 +221,18 @@ def _check_session() -> None:
     export_files.require_serving_api()
 
 
+def check_can_export(export_dir: str, model_name: str) -> None:
+    """What an export at the end of a training run needs, checked at its
+    start (not after hours of training): this process can write a
+    SavedModel for serving (TensorFlow backend, TF Serving's client API),
+    `model_name` is usable, and models.config in `export_dir`, if any,
+    can be read."""
+    _check_session()
+    export_files.check_model_name(model_name)
+    server_config.read_models_config(
+        export_files.join(os.fspath(export_dir), export_files.CONFIG_FILE))
+
+
 @dataclasses.dataclass(frozen=True)
 class _Target:
     """What a new version holds and where it goes, checked before any of
