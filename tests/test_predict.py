@@ -93,6 +93,30 @@ def test_keras_model_equals_the_saved_model(setup, capsys):
     assert ours["predictions"][0]["top_k"][0]["name"] in NAMES
 
 
+def test_a_version_published_while_the_model_loads_is_not_mixed_in(
+        setup, tmp_path, monkeypatch):
+    """keras-vit-predict on a TF Serving model folder: the class names are
+    the version it loaded, even when a newer version (same class count,
+    other names) is published while it loads."""
+    root, export = setup
+    models = tmp_path / "vit"
+    shutil.copytree(os.path.dirname(export), models)
+    loads = predict.saved_model_predictor
+
+    def load_then_publish(path):
+        loaded = loads(path)
+        shutil.copytree(models / "1", models / "2")
+        (models / "2" / "assets" / "labels.txt").write_text(
+            "".join(f"new {n}\n" for n in NAMES))
+        return loaded
+
+    monkeypatch.setattr(predict, "saved_model_predictor", load_then_publish)
+    data = _json(tmp_path, "out", str(root / "photos"), "--model",
+                 str(models))
+    named = {t["name"] for e in data["predictions"] for t in e["top_k"]}
+    assert named == set(NAMES)
+
+
 def test_npz_with_labels_and_printed_lines(setup, capsys):
     root, _ = setup
     image = str(root / "photos" / "img0.jpeg")

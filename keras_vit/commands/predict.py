@@ -24,6 +24,7 @@ read. A progress count goes to stderr when a folder is given.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import sys
@@ -324,6 +325,9 @@ def run(args, images: Sequence[str]) -> int:
     check_flags(args)  # --output=~/p.json: the home folder, as --model
     # A model is there, before the images are read.
     source = cli.model_source(args, exports=True)
+    if source.kind == "saved_model":  # one version for model and names,
+        # even when another is published while the model loads
+        source = dataclasses.replace(source, path=source.version())
     if args.output and source.kind == "litert" and os.path.abspath(
             args.output) in map(os.path.abspath,
                                 litert_record.written_paths(source.path)):
