@@ -50,6 +50,14 @@ def pixels(images: Sequence[bytes]) -> np.ndarray:
             raise SystemExit("A BMP with a colour table (8 bits per pixel or "
                              "fewer): save it as PNG or JPEG, or send the "
                              "file itself (serving_default).")
+        # TensorFlow's WebP decoder corrupts memory on an animated one
+        # (VP8X header, animation flag), as the export refuses it too.
+        if image[:4] == b"RIFF" and image[8:16] == b"WEBPVP8X" and len(
+                image) > 20 and image[20] & 2:
+            raise SystemExit("An animated WebP, which TensorFlow's decoder "
+                             "cannot read: save its first frame as PNG or "
+                             "JPEG, or send the file itself "
+                             "(serving_default refuses it by name).")
     # A JPEG as the export decodes it (and Pillow): the accurate DCT.
     decoded = [tf.io.decode_jpeg(image, channels=3,
                                  dct_method="INTEGER_ACCURATE")

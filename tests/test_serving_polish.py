@@ -432,6 +432,14 @@ def test_the_client_shows_the_servers_refusal_in_one_line(images, capsys):
     Image.new("P", (20, 20), 3).save(palette, "BMP")
     with pytest.raises(SystemExit, match="A BMP with a colour table"):
         client.rest_request([palette.getvalue()], "predict_images")
+    # An animated WebP never reaches TensorFlow's decoder in the client.
+    frames = [Image.new("RGB", (20, 20), c) for c in ("red", "blue")]
+    animated = io.BytesIO()
+    frames[0].save(animated, "WEBP", save_all=True, append_images=frames[1:])
+    with pytest.raises(SystemExit, match="An animated WebP, which "
+                       "TensorFlow's decoder cannot read"):
+        client.rest_request([images["PNG"], animated.getvalue()],
+                            "predict_images")
 
 
 @pytest.mark.slow
