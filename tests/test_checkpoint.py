@@ -650,3 +650,25 @@ def test_a_table_of_the_class_token_alone_is_named():
                        r"token\(s\), so no patch position"):
         posemb_lib.resize_position_embedding(np.zeros((1, 1, 4)), (2, 2),
                                              None, 1)
+
+
+def test_an_npz_of_bfloat16_arrays_as_numpy_writes_them(tmp_path):
+    """np.savez writes a bfloat16 array's dtype as a 2-byte void ('|V2'),
+    as big_vision's bfloat16 checkpoints hold it; it loads as bfloat16
+    (big_vision's and timm's reading), computing what the float32 of the
+    same numbers computes. A structured 2-byte void is still refused."""
+    import ml_dtypes
+
+    arrays = random_arrays(tiny())
+    halves = {k: v.astype(ml_dtypes.bfloat16) for k, v in arrays.items()}
+    path = save(tmp_path / "bf16.npz", halves)
+    assert np.load(path)["cls"].dtype == np.dtype("V2")
+    model = tiny()
+    assert checkpoint.load_npz(model, path).ok
+    x = images(32)
+    assert_close(model(x), ref.forward(
+        {k: v.astype(np.float32) for k, v in halves.items()}, x))
+    pairs = dict(arrays, cls=np.zeros((1, 1, 1), [("a", "u1"), ("b", "u1")]))
+    with pytest.raises(UsageError, match=r"array 'cls' has dtype .*, not a "
+                       "real number"):
+        checkpoint.load_npz(tiny(), save(tmp_path / "pairs.npz", pairs))

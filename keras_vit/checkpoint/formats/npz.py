@@ -174,6 +174,9 @@ def _inflate(path: str, opener, member: _Member) -> np.ndarray:
         raise
     except _CORRUPT as error:
         raise _corrupt(path, error) from None
+    bfloat16 = untrusted.npy_bfloat16(member.dtype)
+    if bfloat16 is not None:
+        array = array.view(bfloat16)
     return array.T if member.fortran else array
 
 
@@ -248,7 +251,8 @@ def _check_member(archive, info, path: str, seen) -> Dict[str, _Member]:
             "are refused (they can run code). A checkpoint holds numeric "
             "arrays only."
         )
-    untrusted.check_real_dtype(dtype, path, key)
+    if untrusted.npy_bfloat16(dtype) is None:  # bfloat16 as NumPy wrote it
+        untrusted.check_real_dtype(dtype, path, key)
     untrusted.check_shape(shape, path, key)
     declared = math.prod(shape) * dtype.itemsize
     if declared != info.file_size - header:

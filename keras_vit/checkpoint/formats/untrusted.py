@@ -37,7 +37,7 @@ import os
 import re
 import sys
 import zipfile
-from typing import Any, Callable, Dict
+from typing import Any, Callable, Dict, Optional
 
 import numpy as np
 
@@ -239,6 +239,18 @@ def _bfloat16():
     load it), so it is looked up, never imported here."""
     ml_dtypes = sys.modules.get("ml_dtypes")
     return None if ml_dtypes is None else np.dtype(ml_dtypes.bfloat16)
+
+
+def npy_bfloat16(dtype) -> Optional[np.dtype]:
+    """ml_dtypes' bfloat16 where `dtype`, read from an .npy header, is a
+    plain 2-byte void: NumPy writes a bfloat16 array's dtype so ('|V2'),
+    and big_vision and timm read such arrays back as bfloat16. None for
+    any other dtype (or where ml_dtypes is not loaded)."""
+    dtype = np.dtype(dtype)
+    if (dtype.kind == "V" and dtype.itemsize == 2 and dtype.names is None
+            and dtype.subdtype is None):
+        return _bfloat16()
+    return None
 
 
 def check_real_dtype(dtype, path: str, key: str) -> None:
