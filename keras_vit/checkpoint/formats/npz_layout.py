@@ -62,11 +62,16 @@ def _from_training(arrays: Arrays, source: str
     return renamed(arrays, names), "official, opt/target/ prefix", ignored
 
 
+# big_vision's position table before 2022 (in the encoder).
+_OLD_POSEMB = "Transformer/pos_embedding"
+
+
 def _is_big_vision(arrays: Arrays) -> bool:
     keys = list(arrays)
     return (
         all(k.startswith("params/") for k in keys)
         or "pos_embedding" in arrays
+        or _OLD_POSEMB in arrays
         or any(
             k.startswith("Transformer/encoderblock/")
             or "MultiHeadDotProductAttention_0/" in k
@@ -93,6 +98,10 @@ def _from_big_vision(arrays: Arrays, source: str) -> Arrays:
             "checkpoint trained with 'tok' or 'gap' pooling."
         )
     renamed = _renamed_blocks(_unstacked(out))
+    if _OLD_POSEMB in renamed and "pos_embedding" not in renamed:
+        # Before 2022 big_vision kept the table in the encoder; its own
+        # fix_old_checkpoints moves it out, as here.
+        renamed["pos_embedding"] = renamed.pop(_OLD_POSEMB)
     if "pos_embedding" in renamed:
         posemb = renamed.pop("pos_embedding")
         # big_vision adds the position embedding before prepending the class
