@@ -11,6 +11,7 @@ import pytest
 
 import keras_vit
 from keras_vit.analysis import extract, memory, report
+from keras_vit.build import dtype_policy
 from keras_vit.commands import analysis as command
 from keras_vit.derived import attention_model
 from keras_vit.errors import UsageError
@@ -50,6 +51,23 @@ def test_the_count_is_the_attention_models_own_float32_weights(model):
     assert memory.attention_bytes(LAYERS, HEADS, tokens, batch) \
         == returned + layer64
     assert memory.distance_bytes(24) == 24 * 24**2
+
+
+def test_a_16_bit_model_is_counted_at_two_bytes_a_weight():
+    """Under mixed_bfloat16 the attention weights are bfloat16: counted
+    at 2 bytes each, as the attention model returns them."""
+    with dtype_policy("bfloat16"):
+        mixed = _model()
+    batch, tokens = 2, 25
+    _, weights = attention_model(mixed)(_images(batch), training=False)
+    returned = sum(keras.ops.convert_to_numpy(w).nbytes for w in weights)
+    assert returned == LAYERS * batch * HEADS * tokens**2 * 2
+    need = (memory.attention_bytes(LAYERS, HEADS, tokens, batch, 2)
+            + memory.distance_bytes(24))
+    assert need == returned + batch * HEADS * tokens**2 * 8 + 24 * 24**2
+    extract.check_memory(mixed, batch, free=need)
+    with pytest.raises(UsageError, match=r"--batch_size=1\)"):
+        extract.check_memory(mixed, batch, free=need - 1)
 
 
 def _need(model, batch):
@@ -113,7 +131,7 @@ def test_the_command_refuses_a_batch_before_writing_anything(
 @covers("analysis_attention_too_large")
 def test_an_image_size_whose_attention_cannot_fit_is_one_line(tmp_path):
     """keras-vit-analysis at an image size where not one image's attention
-    fits in any machine's memory (262,145 tokens: 1.5 TiB per image): one
+    fits in any machine's memory (262,145 tokens: 2 TiB per image): one
     line naming --image_size, in seconds, before any image is read (the
     broken file given is never reported) and with no output folder; it
     was killed by the kernel's OOM killer with no word."""
@@ -132,7 +150,7 @@ def test_an_image_size_whose_attention_cannot_fit_is_one_line(tmp_path):
     assert not out.exists()
 
 
-def _cgroup(tmp_path, monkeypatch, limit, usage, stat):
+def _cgroup(tmp_path, monkeypatch, limit, usage, stat, v1=False):
     folder = tmp_path / f"cgroup{len(list(tmp_path.iterdir()))}"
     folder.mkdir()
     files = []
@@ -141,16 +159,17 @@ def _cgroup(tmp_path, monkeypatch, limit, usage, stat):
         if text is not None:
             file.write_text(text)
         files.append(str(file))
-    missing = str(tmp_path / "absent")
-    monkeypatch.setattr(memory, "_CGROUPS",
-                        (tuple(files), (missing, missing, missing)))
+    missing = (str(tmp_path / "absent"),) * 3
+    monkeypatch.setattr(memory, "_CGROUPS", (missing, tuple(files)) if v1
+                        else (tuple(files), missing))
 
 
 def test_the_free_memory_is_meminfo_capped_by_the_container(
         tmp_path, monkeypatch):
     """MemAvailable (kB) alone; capped by a cgroup v2 limit less the
-    working set (usage less inactive file pages); 'max' and cgroup v1's
-    2**63 are no limit; nothing readable is None (nothing checked)."""
+    working set (usage less inactive file pages; v1: the subtree's,
+    total_inactive_file); 'max' and cgroup v1's 2**63 are no limit;
+    nothing readable is None (nothing checked)."""
     meminfo = tmp_path / "meminfo"
     meminfo.write_text("MemTotal:  100 kB\nMemAvailable:   64 kB\n")
     monkeypatch.setattr(memory, "_MEMINFO", str(meminfo))
@@ -161,8 +180,12 @@ def test_the_free_memory_is_meminfo_capped_by_the_container(
     assert memory.free_bytes() == 50000 - (40000 - 10000)
     _cgroup(tmp_path, monkeypatch, "max\n", "40000\n", "")
     assert memory.free_bytes() == 64 * 1024
-    _cgroup(tmp_path, monkeypatch, str(2**63 - 4096), "1\n", "")
+    # cgroup v1: no limit is about 2**63; the subtree's inactive files.
+    _cgroup(tmp_path, monkeypatch, str(2**63 - 4096), "1\n", "", v1=True)
     assert memory.free_bytes() == 64 * 1024
+    _cgroup(tmp_path, monkeypatch, "50000\n", "40000\n",
+            "inactive_file 5\ntotal_inactive_file 20000\n", v1=True)
+    assert memory.free_bytes() == 50000 - (40000 - 20000)
     _cgroup(tmp_path, monkeypatch, "1000\n", "5000\n", "")
     assert memory.free_bytes() == 0  # over its limit: nothing free
     monkeypatch.setattr(memory, "_MEMINFO", str(tmp_path / "absent"))

@@ -1120,6 +1120,11 @@ def test_an_npz_declaring_a_huge_model_is_refused_before_it_is_built(
     units = npz("units", **small,
                 conv_root__kernel=np.zeros((7, 7, 3, 64), np.float32),
                 block1__unit1000000__conv1__kernel=np.zeros(1, np.float32))
+    # Twelve stages of one unit each: the last alone 64 * 2**11 wide.
+    deep = npz("deep", **small,
+               conv_root__kernel=np.zeros((7, 7, 3, 64), np.float32),
+               **{f"block{s}__unit1__conv1__kernel": np.zeros(1, np.float32)
+                  for s in range(1, 13)})
     root = npz("root", **small,
                conv_root__kernel=np.zeros((1, 1, 1, 64 * 512), np.float32),
                block1__unit1__conv1__kernel=np.zeros(1, np.float32))
@@ -1128,6 +1133,7 @@ def test_an_npz_declaring_a_huge_model_is_refused_before_it_is_built(
                        (head, "a head of 65536 x 65536) and holds"),
                        (units, "1000000 ResNet units of width 64"),
                        (root, "1 ResNet unit of width 32768"),
+                       (deep, "12 ResNet units of width 64"),
                        (table, "declares a position table of 20,001"),
                        (stacked, "declares a stack of 2000 blocks, where "
                         "a model has 1 to 1024")):
@@ -1788,6 +1794,10 @@ def test_image_features_keras_vit_reads():
                   feats.Tensor(shape=(64, 64, 13), dtype=np.uint8),
                   feats.Video(shape=(None, 8, 8, 3)),
                   feats.ClassLabel(num_classes=3)]
+    labels = feats.ClassLabel(num_classes=3)
+    assert data_features._class_label(labels)
+    assert not data_features._class_label(feats.Sequence(labels))
+    assert not data_features._class_label(feats.Text())
     assert all(data_features._readable_image(f) for f in readable)
     assert not any(data_features._readable_image(f) for f in unreadable)
     # A data set holding both: the one to set is named.

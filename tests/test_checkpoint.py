@@ -338,9 +338,8 @@ def test_a_square_table_of_as_many_patches_as_a_non_square_model(tmp_path):
         f"{path}: its position table has 16 patches, as many as the "
         "model's 2x8 grid: it is a square 4x4 table (every released "
         "checkpoint's), to be resized, or one saved at 2x8, and an .npz "
-        "cannot say which. Pass posemb_grid=(4, 4) (--posemb_grid=4x4) to "
-        "resize it, or posemb_grid=(2, 8) (--posemb_grid=2x8) if it was "
-        "saved at the model's grid.")
+        "cannot say which. Pass its grid as `posemb_grid`=(rows, cols): "
+        "4x4 to resize it, or 2x8 if it was saved at the model's grid.")
     with pytest.raises(UsageError, match="as many as the model's 2x8"):
         load_model(path, image_size=(16, 64))
     x = images((16, 64))
@@ -359,6 +358,11 @@ def test_a_square_table_of_as_many_patches_as_a_non_square_model(tmp_path):
     # A square model of as many patches needs no word: nothing to tell.
     model = tiny(image_size=32)
     assert checkpoint.load_npz(model, path).posemb_resized is None
+    # A backbone written for transfer (VTAB) is square: said, so resized.
+    backbone = loader.write_backbone(path, str(tmp_path / "backbone.npz"))
+    assert backbone.posemb_grid == (4, 4)
+    model, report = backbone.build(image_size=(16, 64), num_classes=7)
+    assert report.posemb_resized == ((4, 4), (2, 8))
 
 
 def test_non_square_file_grid_needs_posemb_grid(tmp_path):

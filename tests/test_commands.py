@@ -204,6 +204,18 @@ def test_library_words_become_the_commands_flags():
     assert _shell_words("convert", hint) == (
         "pass `keep_pre_logits`=True, or leave out --representation_size. "
         "Pass --non_strict to load what fits.")
+    # A table whose grid an .npz cannot say: the flag where the command
+    # has it; keras-vit-train (no such flag) converts first.
+    grid = ("m.npz: ... cannot say which. Pass its grid as `posemb_grid`="
+            "(rows, cols): 4x4 to resize it, or 2x8 if it was saved at the "
+            "model's grid.")
+    assert _shell_words("evaluate", grid).endswith(
+        "Pass its grid as --posemb_grid=ROWSxCOLS: 4x4 to resize it, or "
+        "2x8 if it was saved at the model's grid.")
+    assert _shell_words("train", grid).endswith(
+        "Convert it first with its grid (keras-vit-convert "
+        "--posemb_grid=ROWSxCOLS) and start from the .keras file: 4x4 to "
+        "resize it, or 2x8 if it was saved at the model's grid.")
     # A library message names create_strategy's arguments; keras-vit-train
     # prints their flags.
     with pytest.raises(SetupError) as info:

@@ -97,7 +97,8 @@ def test_a_version_published_while_the_model_loads_is_not_mixed_in(
         setup, tmp_path, monkeypatch):
     """keras-vit-predict on a TF Serving model folder: the class names are
     the version it loaded, even when a newer version (same class count,
-    other names) is published while it loads."""
+    other names) is published while it loads; a folder numbered past
+    int64, which TF Serving skips, is not the newest."""
     root, export = setup
     models = tmp_path / "vit"
     shutil.copytree(os.path.dirname(export), models)
@@ -110,6 +111,10 @@ def test_a_version_published_while_the_model_loads_is_not_mixed_in(
             "".join(f"new {n}\n" for n in NAMES))
         return loaded
 
+    # A folder TF Serving skips (past int64) is no newer version.
+    shutil.copytree(models / "1", models / str(2**63))
+    (models / str(2**63) / "assets" / "labels.txt").write_text(
+        "".join(f"skipped {n}\n" for n in NAMES))
     monkeypatch.setattr(predict, "saved_model_predictor", load_then_publish)
     data = _json(tmp_path, "out", str(root / "photos"), "--model",
                  str(models))

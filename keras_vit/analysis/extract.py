@@ -155,9 +155,11 @@ def check_memory(model: keras.Model, batch_size: int,
     the free memory (`memory.check_attention_fits`), naming the batch size
     or image size that fits, before anything is computed."""
     arch, layout = architecture_of(model), token_layout(model)
+    itemsize = np.dtype(keras.backend.standardize_dtype(
+        _vit(model).parts.encoder.compute_dtype)).itemsize
     memory.check_attention_fits(arch.num_layers, arch.num_heads,
                                 layout.num_tokens, layout.num_patches,
-                                batch_size, free)
+                                batch_size, free, itemsize)
 
 
 def _layer_by_layer(weights: list, layout: core.TokenLayout,

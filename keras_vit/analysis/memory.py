@@ -36,14 +36,15 @@ _NO_LIMIT = 1 << 60
 
 
 def attention_bytes(num_layers: int, num_heads: int, num_tokens: int,
-                    batch_size: int) -> int:
+                    batch_size: int, itemsize: int = 4) -> int:
     """The least memory one batch's attention takes, in bytes: every
-    layer's float32 weights (returned together) and one layer's float64
-    copy (`extract._layer_by_layer` converts one layer at a time). The
+    layer's weights (returned together, `itemsize` bytes each: 4 in
+    float32, 2 under a 16-bit policy) and one layer's float64 copy
+    (`extract._layer_by_layer` converts one layer at a time). The
     transient attention logits and the rollout come on top, so this is a
     lower bound: a batch it rules out cannot fit."""
     weights = batch_size * num_heads * num_tokens**2
-    return weights * (4 * num_layers + 8)
+    return weights * (itemsize * num_layers + 8)
 
 
 def distance_bytes(num_patches: int) -> int:
@@ -85,8 +86,9 @@ def _cgroup_free() -> Optional[int]:
         if int(limit) >= _NO_LIMIT:
             return None
         stat = _fields(_read(stat_path))
-        inactive = stat.get("inactive_file", stat.get("total_inactive_file",
-                                                     0))
+        # v1 counts the whole subtree in usage_in_bytes (total_...).
+        inactive = stat.get("total_inactive_file",
+                            stat.get("inactive_file", 0))
         return max(0, int(limit) - max(0, int(usage) - inactive))
     return None
 
@@ -110,7 +112,8 @@ def _gib(nbytes: int) -> str:
 
 def check_attention_fits(  # noqa: PLR0913 (the attention's sizes)
         num_layers: int, num_heads: int, num_tokens: int, num_patches: int,
-        batch_size: int, free: Optional[int] = None) -> None:
+        batch_size: int, free: Optional[int] = None,
+        itemsize: int = 4) -> None:
     """Raises UsageError, before any batch runs, when a batch's attention
     (`attention_bytes`) cannot fit in the free memory (`free`, default
     `free_bytes()`) beside the patch-distance table
@@ -123,13 +126,16 @@ def check_attention_fits(  # noqa: PLR0913 (the attention's sizes)
         batch_size: int. Images per forward pass.
         free: int or None. Free bytes (None: measure them; nothing is
             checked where they cannot be measured).
+        itemsize: int. Bytes of one attention weight (the model's
+            compute dtype).
     """
     free = free_bytes() if free is None else free
     fixed = distance_bytes(num_patches)
-    need = attention_bytes(num_layers, num_heads, num_tokens, batch_size)
+    need = attention_bytes(num_layers, num_heads, num_tokens, batch_size,
+                           itemsize)
     if free is None or fixed + need <= free:
         return
-    one = attention_bytes(num_layers, num_heads, num_tokens, 1)
+    one = attention_bytes(num_layers, num_heads, num_tokens, 1, itemsize)
     fits = max(0, free - fixed) // one
     said = (f"The attention weights of {_count(num_layers, 'layer')} x "
             f"{_count(num_heads, 'head')} over {num_tokens:,} tokens take "

@@ -15,6 +15,7 @@ matching `config.model` fields.
 
 from __future__ import annotations
 
+import math
 import os
 from typing import Any, Dict, NamedTuple, Optional, Sequence, Tuple, Union
 
@@ -135,7 +136,13 @@ def write_backbone(
             "before the first step, and fine-tuning adapts to them.",
             source.path, "tanh" if numerics.approximate_gelu
             else "exact (erf)", numerics.layer_norm_epsilon, path)
-    return NpzSource(path)
+    # Its table is square (above): said, so that a model of as many
+    # patches on another grid resizes it (`posemb.check_grid_said`).
+    table = shape_of(arrays, checkpoint_io.POSEMB) if (
+        checkpoint_io.POSEMB in arrays) else None
+    side = math.isqrt(table[1] - int("cls" in arrays)) if table else 0
+    return NpzSource(path, posemb_grid=(side, side) if side and (
+        side * side == table[1] - int("cls" in arrays)) else None)
 
 
 def transfer_model_config(

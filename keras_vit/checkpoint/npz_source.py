@@ -201,10 +201,13 @@ class NpzSource(sources.Source):
 
     def _grid(self, content: _NpzContent) -> Optional[Tuple[int, int]]:
         """The file's patch grid: `posemb_grid`; a released checkpoint's
-        square one (every released table is square, so it is resized even
+        (in the catalog or named as AugReg names its files) square one
+        (every released table is square, so it is resized even
         to a non-square grid of as many patches:
         `posemb.check_grid_said`); else None (read from the table)."""
-        if self.posemb_grid or self.image_size is None or (
+        released = self.image_size is not None or (
+            content.info["augreg"] is not None)  # by its name
+        if self.posemb_grid or not released or (
                 checkpoint_io.POSEMB not in content.arrays):
             return self.posemb_grid
         tokens = shape_of(content.arrays, checkpoint_io.POSEMB)[1] - int(
@@ -256,14 +259,15 @@ def _check_declared_size(path: str, shapes: Dict[str, Tuple[int, ...]],
     width, mlp, layers, patch, classes, rep = (int(info[k] or 0) for k in (
         "hidden_size", "mlp_dim", "num_layers", "patch_size", "num_classes",
         "representation_size"))
-    # A hybrid's ResNet: each unit holds at least its 3x3 convolution at
-    # the first stage's width (the unit count comes from key names).
-    units = sum(info["resnet_layers"] or ())
-    stem = 64 * int(info.get("resnet_width") or 0)
+    # A hybrid's ResNet: each unit of stage s holds at least its 3x3
+    # convolution of 64 * width * 2**s features (the unit and stage
+    # counts come from key names).
+    stages = tuple(info["resnet_layers"] or ())
+    units, stem = sum(stages), 64 * int(info.get("resnet_width") or 0)
     declared = (layers * (4 * width * width + 2 * width * mlp)
                 + (3 * patch * patch + tokens) * width
                 + (rep or width) * classes + width * rep
-                + units * 9 * stem * stem)
+                + sum(n * 9 * (stem << s) ** 2 for s, n in enumerate(stages)))
     held = sum(math.prod(int(n) for n in shape) for shape in shapes.values())
     if declared > 2 * held + (1 << 22):
         resnet = (f", {units} ResNet unit{'s' if units > 1 else ''} of "

@@ -77,11 +77,9 @@ def check_grid_said(tokens: int, model_grid: Grid,
         f"{source}: its position table has {tokens} patches, as many as "
         f"the model's {rows}x{cols} grid: it is a square {side}x{side} "
         "table (every released checkpoint's), to be resized, or one saved "
-        f"at {rows}x{cols}, and an .npz cannot say which. Pass "
-        f"posemb_grid=({side}, {side}) (--posemb_grid={side}x{side}) to "
-        f"resize it, or posemb_grid=({rows}, {cols}) "
-        f"(--posemb_grid={rows}x{cols}) if it was saved at the model's "
-        "grid.")
+        f"at {rows}x{cols}, and an .npz cannot say which. Pass its grid "
+        f"as `posemb_grid`=(rows, cols): {side}x{side} to resize it, or "
+        f"{rows}x{cols} if it was saved at the model's grid.")
 
 
 def _grids(tokens: int):

@@ -361,12 +361,13 @@ class SavedModelSource(_Export):
 
 def saved_model_versions(folder: str) -> List[int]:
     """The numbered versions of a TF Serving model folder that hold a
-    SavedModel, in order."""
+    SavedModel, in order (a number TF Serving cannot read, past int64,
+    is none: it skips that folder)."""
     if not os.path.isdir(folder):
         return []
     return sorted(
         int(name) for name in os.listdir(folder)
-        if name.isdigit()
+        if name.isdigit() and int(name) < 2**63  # TF Serving's int64
         and os.path.exists(os.path.join(folder, name, "saved_model.pb"))
     )
 

@@ -267,6 +267,9 @@ _UNFLAGGED = {
         "(keras-vit-convert --posemb_grid=ROWSxCOLS) and start from the "
         ".keras file."),
     ", or the `image_size`=(height, width) it was trained at": "",
+    "Pass its grid as `posemb_grid`=(rows, cols):": (
+        "Convert it first with its grid (keras-vit-convert "
+        "--posemb_grid=ROWSxCOLS) and start from the .keras file:"),
 }
 
 

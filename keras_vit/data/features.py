@@ -28,15 +28,23 @@ def check_feature_keys(inp, builder) -> None:
         _check_label_feature(inp, builder)
 
 
+def _class_label(feature) -> bool:
+    """One class per example: a ClassLabel's scalar (a Sequence of them,
+    imagenet2012_real's real_label, forwards num_classes but holds a list
+    of labels)."""
+    return hasattr(feature, "num_classes") and tuple(
+        getattr(feature, "shape", ()) or ()) == ()
+
+
 def _check_label_feature(inp, builder) -> None:
     """A UsageError where config.input.label_key is no class label (a
     TFDS ClassLabel: one class per image, and a class count), naming the
     data set's class labels (before, a Text or multi-label feature was an
     AttributeError traceback)."""
     features = builder.info.features
-    if hasattr(features[inp.label_key], "num_classes"):
+    if _class_label(features[inp.label_key]):
         return
-    labels = [k for k, f in features.items() if hasattr(f, "num_classes")]
+    labels = [k for k, f in features.items() if _class_label(f)]
     raise UsageError(
         f"config.input.label_key={inp.label_key!r} of {inp.dataset} is a "
         f"{type(features[inp.label_key]).__name__} feature, not a class "
