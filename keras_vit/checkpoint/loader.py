@@ -15,7 +15,6 @@ matching `config.model` fields.
 
 from __future__ import annotations
 
-import math
 import os
 from typing import Any, Dict, NamedTuple, Optional, Sequence, Tuple, Union
 
@@ -29,6 +28,7 @@ from keras_vit.checkpoint import weights
 from keras_vit.checkpoint.formats import npz as checkpoint_io
 from keras_vit.checkpoint.formats.lazy import renamed, shape_of
 from keras_vit.checkpoint.npz_source import NpzSource
+from keras_vit.checkpoint.posemb import square_or_none
 from keras_vit.checkpoint.resolve import (
     SOURCE_KINDS,
     SourceLike,
@@ -140,9 +140,8 @@ def write_backbone(
     # patches on another grid resizes it (`posemb.check_grid_said`).
     table = shape_of(arrays, checkpoint_io.POSEMB) if (
         checkpoint_io.POSEMB in arrays) else None
-    side = math.isqrt(table[1] - int("cls" in arrays)) if table else 0
-    return NpzSource(path, posemb_grid=(side, side) if side and (
-        side * side == table[1] - int("cls" in arrays)) else None)
+    return NpzSource(path, posemb_grid=square_or_none(
+        table[1] - int("cls" in arrays)) if table else None)
 
 
 def transfer_model_config(

@@ -22,7 +22,12 @@ from keras_vit.checkpoint import sources, weights
 from keras_vit.checkpoint.formats import npz as checkpoint_io
 from keras_vit.checkpoint.formats import npz_layout
 from keras_vit.checkpoint.formats.lazy import shape_of
-from keras_vit.checkpoint.posemb import MAX_TOKENS, as_grid, square_grid
+from keras_vit.checkpoint.posemb import (
+    MAX_TOKENS,
+    as_grid,
+    square_grid,
+    square_or_none,
+)
 from keras_vit.checkpoint.zoo import augreg
 from keras_vit.errors import UsageError
 from keras_vit.model import VisionTransformer
@@ -210,10 +215,8 @@ class NpzSource(sources.Source):
         if self.posemb_grid or not released or (
                 checkpoint_io.POSEMB not in content.arrays):
             return self.posemb_grid
-        tokens = shape_of(content.arrays, checkpoint_io.POSEMB)[1] - int(
-            "cls" in content.arrays)
-        side = math.isqrt(tokens)
-        return (side, side) if side * side == tokens else None
+        return square_or_none(shape_of(content.arrays, checkpoint_io.POSEMB
+                                       )[1] - int("cls" in content.arrays))
 
     def build(self, image_size=None, *, num_classes=None, pooling=None,
               representation_size=sources.FROM_SOURCE, strict=True):

@@ -62,6 +62,12 @@ def square_grid(tokens: int, refusal: Optional[str] = None) -> Grid:
     return side, side
 
 
+def square_or_none(tokens: int) -> Optional[Grid]:
+    """(g, g) where `tokens` patches make a square grid, else None."""
+    side = math.isqrt(max(int(tokens), 0))
+    return (side, side) if side and side * side == tokens else None
+
+
 def check_grid_said(tokens: int, model_grid: Grid,
                     posemb_grid: Optional[Grid], source: str) -> None:
     """A UsageError where a table of `tokens` patches, as many as the
