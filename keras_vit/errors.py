@@ -14,7 +14,8 @@ from inside Keras or TensorFlow included, keeps its traceback.
 `UsageError` is a `ValueError`, so code that caught ValueError still does.
 
 `one_line(error)`: an exception's message on one line (TensorFlow's span
-several), for a UsageError that names its cause.
+several), for a UsageError that names its cause; `failed_allocation(error)`:
+what an out-of-memory error failed to allocate.
 
 `Preempted`: a run stopped on SIGTERM or Ctrl-C after saving a checkpoint;
 every command then exits with PREEMPTED_EXIT_CODE, and the same command
@@ -26,6 +27,7 @@ delivered; `import_module(name)` imports under it the first time.
 import contextlib
 import importlib
 import os
+import re
 import signal
 import sys
 import threading
@@ -128,6 +130,19 @@ def check_stop() -> None:
     if (_RAISED_STOP and sys.exc_info()[1] is None
             and threading.current_thread() is threading.main_thread()):
         raise _RAISED_STOP.pop()
+
+
+def failed_allocation(error: BaseException) -> str:
+    """What an out-of-memory error (TensorFlow's ResourceExhaustedError, a
+    MemoryError) failed to allocate: TensorFlow's "OOM when allocating
+    tensor with shape[...]" without the allocator's report, else its first
+    line; for the one-line errors that name the fix."""
+    first = (str(getattr(error, "message", error)) or "").strip()
+    match = re.search(r"OOM when allocating tensor with shape\s*\[[^\]]*\]",
+                      first)
+    if match:
+        return match.group(0)
+    return first.splitlines()[0][:200] if first else type(error).__name__
 
 
 def one_line(error: BaseException) -> str:

@@ -1486,6 +1486,21 @@ _CASES = [
          "Analyse at a smaller image size (--image_size=N"),
         "exit status 1",
     ),
+    Case(
+        "evaluation_out_of_memory", FAULT, "training",
+        "A periodic evaluation of keras-vit-train runs out of memory "
+        "between checkpoints (simulated: the evaluation raises "
+        "TensorFlow's ResourceExhaustedError \"OOM when allocating tensor "
+        "...\"); the fine-tuning recipes evaluate 512 images a batch",
+        "The step is saved before the one line, which names the evaluator's "
+        "config.evals.<name>.batch_size and says that the same command "
+        "with it evaluates that step first; resumed so, the run goes on "
+        "from that step. The steps since the last checkpoint were lost, "
+        "and the line named config.input.batch_size.",
+        ("Out of memory in the 'test' evaluation on test at step 3",
+         "lower --config.evals.test.batch_size (", "evaluates step 3 first"),
+        "exit status 1",
+    ),
 ]
 
 CASES: Dict[str, Case] = {}

@@ -41,9 +41,10 @@ from keras_vit.data import folders, image_headers, overlaps, sources, vtab
 from keras_vit.data import pipeline as input_pipeline
 from keras_vit.data import preprocessing as pp
 from keras_vit.errors import UsageError
-from keras_vit.storage import atomic
+from keras_vit.storage import atomic, history
 from keras_vit.storage import workdir as wd
 from keras_vit.training import train_lib
+from keras_vit.training import trainer as trainer_module
 from tests import console, hostile_files, tiny
 from tests.reliability_cases import CASES, check_error, check_says, covers
 from tests.strategies import two_cpu_mirrored
@@ -1588,6 +1589,53 @@ def test_a_full_disk_at_a_checkpoint_is_one_line_naming_the_file(
     assert latest.endswith("ckpt-2")
     # The failed save's shards do not keep the disk full.
     assert not os.path.exists(os.path.dirname(part))
+
+
+@covers("evaluation_out_of_memory")
+def test_an_evaluation_out_of_memory_saves_its_step_and_names_the_batch(
+        tmp_path, monkeypatch, capsys):
+    """A periodic evaluation out of memory at step 3 (checkpoints every 4
+    steps): keras-vit-train saves step 3, then says which batch to lower
+    in one line, exit 1; the same command with it evaluates step 3 first
+    and trains on from there."""
+    workdir = tmp_path / "run"
+    evaluate = trainer_module.Trainer.evaluate
+
+    def out_of_memory(self, *args, **kwargs):
+        if self.step == 3:
+            raise tf.errors.ResourceExhaustedError(None, None, (
+                "OOM when allocating tensor with shape[512,3,17,17] and "
+                "type float on /job:localhost/replica:0/task:0/device:GPU:0 "
+                "by allocator GPU_0_bfc\n[[{{node softmax}}]]"))
+        return evaluate(self, *args, **kwargs)
+
+    args = ["keras-vit-train", *console.TINY_DIGITS, f"--workdir={workdir}",
+            "--config.trainer.total_steps=4",
+            "--config.trainer.steps_per_loop=1",
+            "--config.checkpoints.every_steps=4",
+            "--config.evals.test.every_steps=3"]
+    monkeypatch.setattr(trainer_module.Trainer, "evaluate", out_of_memory)
+    assert train_command.main(args) == 1
+    err = capsys.readouterr().err
+    line = err.strip().splitlines()[-1]
+    assert "Traceback" not in err and line == (
+        "keras-vit-train: error: Out of memory in the 'test' evaluation on "
+        "test at step 3 (OOM when allocating tensor with "
+        "shape[512,3,17,17]): lower --config.evals.test.batch_size (unset: "
+        "the training micro-batch now); the checkpoint of step 3 is saved; "
+        "the same command with it evaluates step 3 first and trains on."
+    ), err[-3000:]
+    check_says("evaluation_out_of_memory", line)
+    assert tf.train.latest_checkpoint(
+        str(workdir / "checkpoints")).endswith("ckpt-3")
+
+    monkeypatch.setattr(trainer_module.Trainer, "evaluate", evaluate)
+    assert train_command.main(
+        args + ["--config.evals.test.batch_size=16"]) == 0
+    rows = history.read_history(str(workdir))
+    assert [r["step"] for r in rows if r["split"] == "test"] == [3, 4]
+    assert json.loads((workdir / "metrics.json").read_text())[
+        "steps_this_run"] == 1
 
 
 def test_a_full_disk_in_python_is_one_line_and_another_oserror_is_not(

@@ -13,6 +13,7 @@ import os
 import re
 from typing import Optional
 
+from keras_vit.errors import failed_allocation
 from keras_vit.storage import atomic
 
 
@@ -63,12 +64,8 @@ def out_of_memory(error: BaseException,
     """The line for a run out of memory (or another resource TensorFlow
     ran out of): its allocation that failed (the first line, without the
     allocator's report) and the fix, in the flags the command has."""
-    first = (str(getattr(error, "message", error)) or "").strip()
-    match = re.search(r"OOM when allocating tensor with shape\s*\[[^\]]*\]",
-                      first)
-    what = match.group(0) if match else first.splitlines()[0][:200] \
-        if first else type(error).__name__
-    memory = bool(match) or isinstance(error, MemoryError)
+    what = failed_allocation(error)
+    memory = what.startswith("OOM ") or isinstance(error, MemoryError)
     batch = [flag for flag, name in (("config.input.batch_size", "config"),
                                      ("--batch_size", "batch_size"))
              if values is not None and name in values]

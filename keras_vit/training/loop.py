@@ -277,14 +277,18 @@ class _HostLoop:
         metrics. On one worker, a stop request leaves an evaluation
         unfinished (EvaluationStopped); the workers of a multi-worker run
         evaluate together: they finish."""
-        metrics, accuracy = {}, self.r.trainer.accuracy_name
+        r, accuracy = self.r, self.r.trainer.accuracy_name
+        metrics, stop = {}, preemption if self.alone else None
         for name, entry in due:
             compared = records.compared_split(entry)
             split = entry.split if final else compared
+            if final and split != compared and r.records is not None and (
+                    r.records.keeps_best(name)):
+                # The last step's weights compete for the best checkpoint
+                # on the split the earlier steps' did.
+                self._evaluate(name, entry, compared, True, stop=stop)
             results = self._evaluate(name, entry, split, split == compared,
-                                     stop=preemption if self.alone else None)
-            reporting.log_eval(self.writers, self.step, split, results,
-                               accuracy)
+                                     stop=stop)
             metrics.update(reporting.final_metrics(name, split, results,
                                                    accuracy))
         return metrics
@@ -292,16 +296,23 @@ class _HostLoop:
     def _evaluate(self, name: str, entry, split: str, compared: bool,
                   stop=None) -> Dict[str, Any]:
         """One evaluation of accuracy evaluator `name` on `split`, its
-        progress told every `plan.progress_every_s` seconds; recorded (and
-        `compared` for the best checkpoint); left at a `stop` request."""
+        progress told every `plan.progress_every_s` seconds; logged and
+        recorded (and `compared` for the best checkpoint); left at a `stop`
+        request."""
         r = self.r
         on_batch = r.eval_progress(entry, split, self.plan.progress_every_s
                                    ) if r.eval_progress else None
         if stop is not None:
             on_batch = interrupt.stopping(on_batch, stop)
-        with r.explained():
+        # Out of memory, it saves this step first (one worker alone).
+        with reporting.evaluation_memory(
+                name, entry, split, self.step,
+                self.step >= self.plan.total_steps,
+                self._save if self.alone else None), r.explained():
             results = r.trainer.evaluate(r.eval_fn(entry, split),
                                          on_batch=on_batch)
+        reporting.log_eval(self.writers, self.step, split, results,
+                           r.trainer.accuracy_name)
         if r.records is not None:
             r.records.evaluation(name, self.step, split, results, compared)
         return results

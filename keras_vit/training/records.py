@@ -54,8 +54,8 @@ class BestKeeper:
     <workdir>/best/ (see the module doc).
 
     Args:
-        name: str. The accuracy evaluator whose periodic evaluations (and
-            final one, when it is on the same split) are compared.
+        name: str. The accuracy evaluator whose evaluations on `split`
+            are compared: the periodic ones and the last step's.
         split: str. The split they are compared on (`compared_split`).
         workdir: str. The run's workdir.
         writer: state.CheckpointWriter of <workdir>/best/checkpoints,
@@ -215,6 +215,10 @@ class RunRecords:
         if compared and self.best is not None and name == self.best.name:
             self.history.flush()  # the row a best checkpoint is read by
             self.best.offer(step, split, results["accuracy"])
+
+    def keeps_best(self, name: str) -> bool:
+        """Whether accuracy evaluator `name` chooses the best checkpoint."""
+        return self.best is not None and self.best.name == name
 
     def evaluated(self, step: int, split: str) -> bool:
         """Whether history.csv holds an evaluation on `split` at `step`."""

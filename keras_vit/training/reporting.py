@@ -3,11 +3,13 @@ fields of metrics.json."""
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any, Callable, Dict, Optional
 
 import tensorflow as tf
 from absl import logging
 
+from keras_vit.errors import failed_allocation
 from keras_vit.training.resume import TrainingError
 
 
@@ -68,6 +70,49 @@ def nonfinite_error(metrics, step, stop, last) -> TrainingError:
         "check the input data, or set config.trainer.skip_nonfinite=True "
         "to skip such steps."
     )
+
+
+@contextlib.contextmanager
+def evaluation_memory(name: str, entry, split: str, step: int, final: bool,
+                      save: Optional[Callable[[], None]]):
+    """A context in which evaluator `name` (`entry`, of config.evals)
+    evaluates `split` at `step` (`final`: the final evaluation): out of
+    memory, it calls `save` (where given: the steps since the last
+    checkpoint are not lost) and raises `evaluation_oom_error`."""
+    try:
+        yield
+    except tf.errors.ResourceExhaustedError as error:
+        if "No space left" in str(error.message):
+            raise  # (a full disk: commands.exhausted says so)
+        saved = save is not None
+        try:
+            if saved:
+                save()
+        except Exception as failed:  # noqa: BLE001 (the OOM is the news)
+            logging.warning("Could not save step %d: %s", step, failed)
+            saved = False
+        raise evaluation_oom_error(name, entry, split, step, error, saved,
+                                   final) from error
+
+
+def evaluation_oom_error(name: str, entry, split: str, step: int,
+                         error: BaseException, saved: bool,
+                         final: bool) -> TrainingError:
+    """The error of evaluator `name` (`entry`, of config.evals) out of
+    memory on `split` at `step`: the allocation, the field to lower, and
+    what resumes; `saved`: whether the checkpoint of `step` is saved (else
+    the last one is kept), `final`: in the final evaluation."""
+    batch = (f"{entry.batch_size} now" if entry.batch_size else
+             "unset: the training micro-batch now")
+    then = ("the last checkpoint is kept; the same command with it "
+            "resumes there" if not saved else
+            f"the checkpoint of step {step} is saved; the same command with "
+            "it " + ("evaluates it again and finishes" if final else
+                     f"evaluates step {step} first and trains on"))
+    return TrainingError(
+        f"Out of memory in the {name!r} evaluation on {split} at step "
+        f"{step} ({failed_allocation(error)}): lower "
+        f"config.evals.{name}.batch_size ({batch}); {then}.")
 
 
 def check_weights(model, step: int,
