@@ -224,7 +224,8 @@ def base_config() -> ml_collections.ConfigDict:
     c.optimizer.weight_decay = 0.0
     # Variable-name substrings without weight decay: biases, LayerNorm and
     # GroupNorm parameters, position embeddings, the class token.
-    c.optimizer.no_decay = ("bias", "gamma", "beta", "pos_embedding", "cls")
+    c.optimizer.no_decay = ("bias", "gamma", "beta", "pos_embedding", "cls",
+                            "mask_token")
     # sgd: momentum and Nesterov momentum.
     c.optimizer.momentum = 0.9
     c.optimizer.nesterov = False

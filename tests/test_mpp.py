@@ -198,6 +198,19 @@ def test_mpp_model_shares_the_classifier_weight_names():
     assert pixels.output_shape == (None, 16, 48)
 
 
+def test_the_mask_token_is_not_weight_decayed():
+    """The [mask] embedding, a learned token as the class token is, is
+    left out of weight decay with it (the default no_decay)."""
+    opt = optim.create_optimizer(
+        mlc.ConfigDict(dict(name="adamw", lr=1.0, weight_decay=0.1)), 10)
+    model = mpp.create_mpp_model(None, image_size=16, **SIZES)
+    opt.build(model.trainable_variables)
+    kept = {v.path for v in model.trainable_variables
+            if not opt._use_weight_decay(v)}
+    assert {"mpp_corruption/mask_token", "cls/cls"} <= kept
+    assert "mpp_head/kernel" not in kept
+
+
 def test_mpp_model_with_a_sincos_position_embedding_is_the_classifier():
     """posemb="sincos2d" computes its table from the images' grid; the MPP
     model's encoder, with nothing corrupted, is the classifier's."""
@@ -298,7 +311,8 @@ def test_evaluation_ranks_top5_of_colour_classes_only(target, tmp_path,
     data = tf.data.Dataset.from_tensors(
         (features, np.zeros(n, np.int32), np.ones(n, np.float32)))
     results = trainer.evaluate(data)
-    caplog.set_level(logging.INFO)
+    # (absl's level too: a command run earlier in this process set it.)
+    caplog.set_level(logging.INFO, logger="absl")
     writers = {"eval": tf.summary.create_file_writer(str(tmp_path))}
     reporting.log_eval(writers, 1, "test", results, trainer.accuracy_name)
     metrics = reporting.final_metrics("test", "test", results,
