@@ -556,7 +556,10 @@ def test_all_19_tasks_end_to_end_with_rerun(tmp_path, consistent_mock_data):
     assert metrics == json.load(open(os.path.join(run_dir, "metrics.json")))
     # Logging and checkpoint settings may change (the docs say so), the
     # rematerialisation and accumulation (the same gradients), where the
-    # data is and the host loop's length.
+    # data is, the host loop's length and how the evaluation is batched
+    # (a smaller batch after running out of memory).
+    cfg.evals.test.batch_size = 2
+    cfg.evals.test.cache = not cfg.evals.test.cache
     cfg.log.every_steps = 7
     cfg.checkpoints.every_steps = 3
     cfg.model.remat = "block"

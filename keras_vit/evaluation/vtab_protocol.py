@@ -1,7 +1,8 @@
 """What a VTAB-1k run takes of its config: the protocol's own options
 (`Protocol`), each task's training config (`task_config`, the paper's
-recipe on the task's splits, a new config each time), and the recipe an
-output folder's results were made with (`check_recipe`)."""
+recipe on the task's splits, a new config each time), what of it a
+finished trial's score depends on (`trial_differences`), and the recipe
+an output folder's results were made with (`check_recipe`)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ from keras_vit.errors import UsageError, one_line
 from keras_vit.storage import workdir as wd
 
 RECIPE = "recipe.json"
+# The output folder's pre-trained model without its head.
+BACKBONE = "backbone.npz"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -217,3 +220,41 @@ def task_config(
                               val_split=task.split(eval_split),
                               every_steps=0)},
     )
+
+
+# What of a trial's config does not change its score, and may differ
+# when it resumes: logging and checkpoints, where the data is (moved to
+# another disk) and how it is read (each evaluator's batch and cache
+# too), the host loop's length, and how the same gradients are computed
+# (remat=block or accumulation after running out of memory, XLA or not).
+_UNSCORED = ("log", "checkpoints")
+_UNSCORED_FIELDS = {
+    "model": ("remat",),
+    "input": ("data_dir", "manual_dir", "download", "prefetch"),
+    "trainer": ("steps_per_loop", "connect_timeout_s", "accumulation_steps",
+                "jit_compile"),
+}
+_UNSCORED_EVALUATOR = ("batch_size", "cache")
+
+
+def trial_differences(saved: Dict, values: Dict) -> str:
+    """How a trial's saved config (a dict) differs from `values` in what
+    its score depends on (`config.differences`); "" where it does not."""
+    return config_lib.differences(*(
+        json.loads(json.dumps(_scored(v))) for v in (saved, values)))
+
+
+def _scored(values: Dict) -> Dict:
+    out = {k: v for k, v in values.items() if k not in _UNSCORED}
+    for section, fields in _UNSCORED_FIELDS.items():
+        out[section] = {k: v for k, v in (out.get(section) or {}).items()
+                        if k not in fields}
+    out["evals"] = {name: {k: v for k, v in entry.items()
+                           if k not in _UNSCORED_EVALUATOR}
+                    for name, entry in (out.get("evals") or {}).items()}
+    start = dict(out.get("init") or {})  # a dict of the saved JSON
+    if os.path.basename(str(start.get("model") or "")) == BACKBONE:
+        # The output folder's backbone, wherever the folder is now (or
+        # however it is spelled): backbone.json says which model it is.
+        out["init"] = dict(start, model=BACKBONE)
+    return out

@@ -28,7 +28,6 @@ from __future__ import annotations
 import datetime
 import functools
 import itertools
-import json
 import os
 import shlex
 import time
@@ -44,50 +43,20 @@ from keras_vit.data import sources, vtab
 from keras_vit.errors import Preempted, UsageError
 from keras_vit.evaluation import accuracy, reports
 from keras_vit.evaluation.vtab_protocol import (
+    BACKBONE,
     Protocol,
     check_recipe,
     read_folder_json,
     task_config,
+    trial_differences,
 )
 from keras_vit.progress import Progress
 from keras_vit.storage import atomic
 from keras_vit.storage import workdir as wd
 
-BACKBONE = "backbone.npz"
 BACKBONE_SOURCE = "backbone.json"
 RUNS = "runs"
 FINAL = "final"
-
-def _plain(obj):
-    """JSON round trip (tuples -> lists), to compare configs with files."""
-    return json.loads(json.dumps(obj))
-
-# What of a trial's config does not change its score, and may differ
-# when it resumes: logging and checkpoints, where the data is (moved to
-# another disk) and how it is read, the host loop's length, and how the
-# same gradients are computed (remat=block or accumulation after running
-# out of memory, XLA or not).
-_UNSCORED = ("log", "checkpoints")
-_UNSCORED_FIELDS = {
-    "model": ("remat",),
-    "input": ("data_dir", "manual_dir", "download", "prefetch"),
-    "trainer": ("steps_per_loop", "connect_timeout_s", "accumulation_steps",
-                "jit_compile"),
-}
-
-
-def _scored(values: Dict) -> Dict:
-    out = {k: v for k, v in values.items() if k not in _UNSCORED}
-    for section, fields in _UNSCORED_FIELDS.items():
-        out[section] = {k: v for k, v in (out.get(section) or {}).items()
-                        if k not in fields}
-    start = dict(out.get("init") or {})  # a dict of the saved JSON
-    if os.path.basename(str(start.get("model") or "")) == BACKBONE:
-        # The output folder's backbone, wherever the folder is now (or
-        # however it is spelled): backbone.json says which model it is.
-        out["init"] = dict(start, model=BACKBONE)
-    return out
-
 
 # (config, workdir, strategy or None) -> metrics dict: one training run
 # (`training.train_lib.train_and_evaluate`).
@@ -115,8 +84,7 @@ def run_trial(
         # Laid over the base config: fields added since the trial ran
         # take their defaults.
         saved = wd.read_config(workdir).to_dict()
-        differ = config_lib.differences(
-            _plain(_scored(saved)), _plain(_scored(config.to_dict())))
+        differ = trial_differences(saved, config.to_dict())
         if differ:
             raise UsageError(
                 f"{workdir} holds a run with another config: {differ}. Use "
