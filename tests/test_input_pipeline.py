@@ -6,6 +6,7 @@ import collections
 import importlib.resources
 import importlib.resources.abc
 import io
+import json
 import os
 import subprocess
 import sys
@@ -22,7 +23,7 @@ from keras_vit.data import pipeline as ip
 from keras_vit.data import preprocessing as pp
 from keras_vit.errors import UsageError
 from keras_vit.training import train_lib
-from tests import tiny
+from tests import console, tiny
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SEED = tf.constant([7, 11], tf.int64)
@@ -411,13 +412,16 @@ def test_train_dataset_applies_the_seeded_ops_per_example():
         assert labels[i] == y[i]
 
 
-def test_augmented_batches_repeat_and_follow_the_pipeline_seed():
+@pytest.mark.parametrize("train", ["finetune", "pretrain"])
+def test_augmented_batches_repeat_and_follow_the_pipeline_seed(train):
     """RandAugment and Mixup draw from (the pipeline's seed, the index):
     the same pipeline gives the same augmented batches again, and one of
     another seed (a resumed run drawing a new order, another host) its
-    own; augmentation changes what the plain pipeline gives."""
+    own; augmentation changes what the plain pipeline gives. After an
+    Inception crop of decoded images too (it lost the channel count,
+    which RandAugment refused)."""
     config = digits_config()
-    config.input.pp.train, config.input.pp.randaug_ops = "finetune", 2
+    config.input.pp.train, config.input.pp.randaug_ops = train, 2
     config.input.mix.mixup_alpha = 0.4
 
     def batches(config, **kwargs):
@@ -434,6 +438,20 @@ def test_augmented_batches_repeat_and_follow_the_pipeline_seed():
     plain = batches(config)
     assert not np.array_equal(first[0][0], plain[0][0])
     assert plain[0][1].ndim == 1 and first[0][1].shape == (8, 10)
+
+
+def test_keras_vit_train_augments_an_inception_crop(tmp_path):
+    """keras-vit-train on the digits with the pre-training crop, RandAugment
+    and Mixup, as a user types it: it trains (RandAugment refused the
+    crop, whose channels were unknown, before the first step)."""
+    result = console.run("train", [
+        *console.TINY_DIGITS, f"--workdir={tmp_path}",
+        "--config.input.pp.train=pretrain",
+        "--config.input.pp.randaug_ops=2",
+        "--config.input.mix.mixup_alpha=0.2",
+        "--config.trainer.total_steps=2", "--config.evals.test.every_steps=0"])
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads((tmp_path / "metrics.json").read_text())["steps"] == 2
 
 
 def test_synthetic_data_repeats_the_first_real_batch():

@@ -216,9 +216,10 @@ def preprocess_pretrain(
         tf.shape(image), area_range, aspect_ratio_range,
         None if seeds is None else seeds[0],
     )
-    return _pretrain_from_crop(
-        tf.slice(image, begin, crop_size), size, flip, seeds, augment
-    )
+    # (tf.slice leaves the channels unknown; RandAugment needs them.)
+    crop = tf.ensure_shape(tf.slice(image, begin, crop_size),
+                           [None, None, 3])
+    return _pretrain_from_crop(crop, size, flip, seeds, augment)
 
 
 def _pretrain_from_crop(crop, size, flip, seeds, augment):
