@@ -47,6 +47,10 @@ def test_augreg_i21k_recipe(aug, randaug, mixup):
     assert c.objective.loss == "sigmoid_xent"
     assert c.model.head_bias_init == -10.0
     assert c.input.pp.train == "pretrain" and c.model.image_size == 224
+    # Evaluated as big_vision's vit_i21k.py: resize_small(256), then
+    # central_crop(224).
+    assert (c.input.pp.eval_resize_size, c.input.pp.eval_keep_aspect) == (
+        256, True)
     assert c.model.pooling == "token" and c.model.posemb == "learn"
     assert c.model.representation_size is None
     assert c.trainer.total_steps == math.ceil(300 * 14_147_122 / 4096)

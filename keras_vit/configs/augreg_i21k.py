@@ -75,8 +75,11 @@ def get_config(arg=None):
     common.large_run(c, splits=common.IMAGENET21K_SPLITS, batch=BATCH,
                      eval_batch=1024, eval_every=10_000)
     # Inception crop and flip at 224 (the base's), JPEGs decoded inside
-    # the crop only; RandAugment and Mixup of the aug setting.
+    # the crop only; RandAugment and Mixup of the aug setting. Evaluation
+    # (and an export) resizes the shorter side to 256, the aspect ratio
+    # kept, and takes the central 224 (big_vision's vit_i21k.py pp_eval).
     c.input.pp.train = "pretrain"
+    c.input.pp.eval_resize_size, c.input.pp.eval_keep_aspect = 256, True
     common.set_augmentation(c, args["aug"])
     # The variant; class token and learned position embeddings, no
     # pre-logits layer; dropout and stochastic depth of the run.
