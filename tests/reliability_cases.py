@@ -1501,6 +1501,21 @@ _CASES = [
          "lower --config.evals.test.batch_size (", "evaluates step 3 first"),
         "exit status 1",
     ),
+    Case(
+        "flat_folder_val_never_read", BAD_INPUT, "data",
+        "keras-vit-train on a folder of class folders alone (ImageNet-21k "
+        "as its archive unpacks: <synset>/*.JPEG) with splits that all "
+        "slice train, as the ImageNet-21k recipes' do "
+        "(train[50000:], train[:50000])",
+        "One line before any image is read: the 20% of each class held out "
+        "as split val is never read, and the fix (the class folders into "
+        "<root>/train/, or read val). The run trained on 80% of the images "
+        "without a word.",
+        ("has no split folders, so 20% of each class is held out as its "
+         "split val, which this run never reads",
+         "move the class folders into"),
+        "exit status 1",
+    ),
 ]
 
 CASES: Dict[str, Case] = {}

@@ -37,7 +37,14 @@ from keras_vit.commands import exhausted, runner
 from keras_vit.commands import flags as cli
 from keras_vit.commands import train as train_command
 from keras_vit.data import features as data_features
-from keras_vit.data import folders, image_headers, overlaps, sources, vtab
+from keras_vit.data import (
+    folder_classes,
+    folders,
+    image_headers,
+    overlaps,
+    sources,
+    vtab,
+)
 from keras_vit.data import pipeline as input_pipeline
 from keras_vit.data import preprocessing as pp
 from keras_vit.errors import UsageError
@@ -46,6 +53,7 @@ from keras_vit.storage import workdir as wd
 from keras_vit.training import train_lib
 from keras_vit.training import trainer as trainer_module
 from tests import console, hostile_files, tiny
+from tests.photo_folder import write_photo_folder
 from tests.reliability_cases import CASES, check_error, check_says, covers
 from tests.strategies import two_cpu_mirrored
 
@@ -1636,6 +1644,41 @@ def test_an_evaluation_out_of_memory_saves_its_step_and_names_the_batch(
     assert [r["step"] for r in rows if r["split"] == "test"] == [3, 4]
     assert json.loads((workdir / "metrics.json").read_text())[
         "steps_this_run"] == 1
+
+
+@covers("flat_folder_val_never_read")
+def test_a_flat_folder_whose_held_out_share_no_split_reads_is_refused(
+        tmp_path):
+    """keras-vit-train on class folders alone with splits that slice train
+    (the ImageNet-21k recipes' layout): refused in one line, since 20% of
+    each class would be held out as val and never read; with the class
+    folders under train/ the same splits read every image."""
+    root = tmp_path / "photos"
+    write_photo_folder(root, per_class=5)
+    result = console.run("train", [
+        *console.TINY_DIGITS, "--config.input.dataset=folder",
+        f"--config.input.data_dir={root}", f"--workdir={tmp_path}/run",
+        "--config.input.train_split=train[2:]",
+        "--config.evals.test.split=train[:2]"])
+    line = _error_line(result, "train")
+    check_says("flat_folder_val_never_read", line)
+    assert ("never reads (--config.input.train_split='train[2:]', "
+            "--config.evals.test.split='train[:2]', "
+            "--config.evals.test.val_split='train[:2]'): move the class "
+            f"folders into {root}/train/") in line, line
+    assert "Compiled" not in result.stderr
+    inp = mlc.ConfigDict(dict(dataset="folder", data_dir=str(root),
+                              vtab_task=None))
+    splits = [("input.train_split", "train[2:]")]
+    with pytest.raises(UsageError, match="never reads"):
+        folder_classes.check_held_out_read(inp, splits)
+    folder_classes.check_held_out_read(  # val read: nothing left out
+        inp, splits + [("evals.test.split", "val")])
+    os.makedirs(root / "train")
+    for name in ("china", "flower"):
+        os.rename(root / name, root / "train" / name)
+    folders.folder_index.cache_clear()  # (listed once per process)
+    folder_classes.check_held_out_read(inp, splits)
 
 
 def test_a_full_disk_in_python_is_one_line_and_another_oserror_is_not(

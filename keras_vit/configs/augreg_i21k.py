@@ -14,6 +14,9 @@ head bias at -10, class token, no pre-logits layer, bfloat16.
         --workdir=gs://BUCKET/vit/augreg_b16 --strategy=tpu --tpu=local \
         --config.input.data_dir=gs://BUCKET/imagenet21k
 
+The folder holds the images as <data_dir>/train/<synset>/*.JPEG (the
+recipe holds out the first 50,000 of train itself).
+
 Arguments (comma-separated key=value): variant (Ti/16, S/16, S/32, B/16,
 B/32, B/8, L/16, R+Ti/16, R26+S/32, R50+L/32), aug (none, light1 =
 randaug(2,0), light2 = randaug(2,10) + mixup 0.2, medium1 = randaug(2,15)

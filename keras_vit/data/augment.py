@@ -38,8 +38,11 @@ Mixup (Zhang et al. 2018): each image is mixed with another of the batch
 (a random permutation) with weight lambda ~ Beta(alpha, alpha) per
 example, labels alike. CutMix (Yun et al. 2019): a box of area 1 - lambda,
 lambda ~ Beta(alpha, alpha), from another image of the batch is pasted in,
-and the labels are mixed by the box's area. With both, each batch uses one
-of the two, with equal probability (timm's Mixup `switch_prob=0.5`).
+and the labels are mixed by the share of the pixels pasted (Keras's
+CutMix mixes them by the box's fractional area, which differs from the
+whole pixels it pastes by up to a row and a column: `_cutmix`). With
+both, each batch uses one of the two, with equal probability (timm's
+Mixup `switch_prob=0.5`).
 
 Keras's layers keep their random state in a variable, which a parallel
 map advances in whatever order examples reach it and which tf.data cannot
@@ -232,6 +235,8 @@ def mix_batch(
         return None
 
     def one(mixer, images, onehot, draw):
+        if isinstance(mixer, CutMix):
+            return _cutmix(mixer, images, onehot, draw)
         out = mixer({"images": images, "labels": onehot}, training=True,
                     seed=draw)
         return (tf.cast(out["images"], tf.float32),
@@ -261,3 +266,26 @@ def mix_batch(
         )
 
     return apply
+
+
+def _cutmix(mixer, images, onehot, draw):
+    """Keras's CutMix of (images, one-hot labels), the labels mixed by the
+    share of whole pixels each image keeps: a channel holding each image's
+    index travels with the pixels, so it says which pixels came from
+    which image (an image paired with itself keeps its label either
+    way)."""
+    shape = tf.shape(images)
+    ids = tf.cast(tf.range(shape[0]), tf.float32)
+    tag = tf.broadcast_to(ids[:, None, None, None],
+                          tf.concat([shape[:3], [1]], 0))
+    out = mixer({"images": tf.concat([images, tag], -1), "labels": onehot},
+                training=True, seed=draw)
+    mixed = tf.cast(out["images"], tf.float32)
+    came_from = mixed[..., -1]
+    own = tf.equal(came_from, ids[:, None, None])
+    kept = tf.reduce_mean(tf.cast(own, tf.float32), [1, 2])[:, None]
+    partner = tf.cast(tf.reduce_max(tf.where(own, -1.0, came_from), [1, 2]),
+                      tf.int32)
+    partner = tf.where(partner < 0, tf.range(shape[0]), partner)
+    labels = kept * onehot + (1.0 - kept) * tf.gather(onehot, partner)
+    return mixed[..., :-1], labels

@@ -1,6 +1,7 @@
 """The classes of an image folder checked before a classifier trains on
-it: at least two, each with training images, and an evaluation split's
-classes that the model never sees said in the log."""
+it: at least two, each with training images, the share held out of a
+folder of class folders read, and an evaluation split's classes that the
+model never sees said in the log."""
 
 from __future__ import annotations
 
@@ -40,6 +41,30 @@ def check_training_classes(inp, labelled: bool) -> None:
             f"in split {', '.join(where)} but none in split {train}, so "
             "the model would never learn it: add its training images, or "
             "rename the folder to the class it belongs to.")
+
+
+def check_held_out_read(inp, splits: Sequence[Tuple[str, str]]) -> None:
+    """A folder of class folders alone (no <split>/ folders) holds out a
+    share of each class as its split "val": a training run whose splits
+    (`run_splits`: (config field, split)) never read it would silently
+    leave those images out (the ImageNet-21k recipes slice train for
+    their own held-out images)."""
+    if inp.dataset != sources.FOLDER or inp.vtab_task or not (
+            folders.holds_out(inp.data_dir)):
+        return
+    root = inp.data_dir
+    read = {folders.split_key(part) for _, split in splits
+            for part in _split_classes(root, split)[0]}
+    if "val" in read or not folders.folder_index(root)[0].get(
+            "val", ((), ()))[0]:
+        return
+    named = ", ".join(f"config.{field}={split!r}" for field, split in splits)
+    raise UsageError(
+        f"Image folder {root} has no split folders, so "
+        f"{folders.VAL_SHARE:.0%} of each class is held out as its split "
+        f"val, which this run never reads ({named}): move the class "
+        f"folders into {root}/train/ to train on all of them, or read val "
+        "in one of those splits.")
 
 
 def _split_classes(root: str, split: str):

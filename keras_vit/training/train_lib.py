@@ -319,6 +319,7 @@ def _check_data(inp, evals, objective):
     data_checks.check_splits(inp, splits)
     overlaps.warn_overlaps(inp, [(f"config.{f}", s) for f, s in splits])
     folder_classes.check_training_classes(inp, not objective.mpp.enabled)
+    folder_classes.check_held_out_read(inp, splits)
     folder_classes.warn_unevaluated_classes(inp, splits,
                                          not objective.mpp.enabled)
     data_checks.check_evaluation_images(inp, splits)
