@@ -75,10 +75,10 @@ def check_grid_said(tokens: int, model_grid: Grid,
     square grid (every released file's, to be resized) or one saved at
     the model's grid, and an .npz cannot say which (it was loaded as it
     is, a square table read row for row as the model's grid)."""
-    side = math.isqrt(tokens)
-    rows, cols = model_grid
-    if posemb_grid is not None or rows == cols or side * side != tokens:
+    square, (rows, cols) = square_or_none(tokens), model_grid
+    if posemb_grid is not None or rows == cols or square is None:
         return
+    side = square[0]
     raise UsageError(
         f"{source}: its position table has {tokens} patches, as many as "
         f"the model's {rows}x{cols} grid: it is a square {side}x{side} "
