@@ -622,12 +622,14 @@ def test_a_vtab_rerun_under_another_name_is_refused(tmp_path, capsys):
 def test_fewshot_rerun_compares_the_evaluator_the_run_uses(tmp_path):
     """With a second few-shot evaluator in the config, the recipe compared
     is the one named fewshot (the one the run uses), not the last: results
-    made at another l2_reg are refused, not kept as made alike."""
-    def facts(l2_reg):
+    made at another l2_reg are refused, not kept as made alike; at another
+    batch size, kept."""
+    def facts(l2_reg, batch_size=None):
         config = config_lib.base_config()
         config.evals = {
             "fewshot": config_lib.complete_evaluator(
-                dict(shots=(1,), seeds=(0,), l2_reg=l2_reg), "fewshot"),
+                dict(shots=(1,), seeds=(0,), l2_reg=l2_reg,
+                     batch_size=batch_size), "fewshot"),
             "fewshot_b6": config_lib.complete_evaluator(
                 dict(shots=(1,), seeds=(0,), layer=6), "fewshot")}
         return dict(image_size=16, resize_size=None, use_ema=None,
@@ -638,6 +640,10 @@ def test_fewshot_rerun_compares_the_evaluator_the_run_uses(tmp_path):
                                           **facts(1024.0))
     assert fewshot_reports.check_fewshot_folder(
         str(tmp_path), "m", ["b"], **facts(1024.0)) == held
+    # Another batch (a smaller one after running out of memory) extracts
+    # the same features: the results are kept.
+    assert fewshot_reports.check_fewshot_folder(
+        str(tmp_path), "m", ["b"], **facts(1024.0, batch_size=8)) == held
     with pytest.raises(UsageError, match=r"config.evals.fewshot.l2_reg: "
                        r"1024.0 there, 1.0 asked"):
         fewshot_reports.check_fewshot_folder(str(tmp_path), "m", ["b"],

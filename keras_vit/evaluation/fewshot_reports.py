@@ -72,12 +72,14 @@ def write_fewshot_reports(output_dir: str, model_name: str, results,
 def _recipe(facts: Mapping) -> dict:
     """What makes two runs' accuracies comparable: the sizes, the
     weights (a workdir's EMA ones or not), the few-shot options other
-    than the data sets and where the data is read (another copy, another
-    TFDS version there, may give other accuracies), as JSON holds them (a
-    live config's tuples are the lists of a stored one)."""
+    than the data sets and the batch (a smaller one after running out of
+    memory gives the same features), and where the data is read (another
+    copy, another TFDS version there, may give other accuracies), as JSON
+    holds them (a live config's tuples are the lists of a stored one)."""
     facts = json.loads(json.dumps(dict(facts)))
     recipe = {f"config.evals.fewshot.{k}": v
-              for k, v in _evaluator(facts).items() if k != "datasets"}
+              for k, v in _evaluator(facts).items()
+              if k not in ("datasets", "batch_size")}
     inp = (facts.get("config") or {}).get("input") or {}
     recipe.update({f"config.input.{k}": inp.get(k)
                    for k in ("data_dir", "manual_dir")})
