@@ -616,6 +616,13 @@ def test_fewshot_at_the_models_own_size_warns_of_a_small_crop(caplog):
         SimpleNamespace(image_size=32), config, own=32) == (32, 256)
     assert "Few-shot features at 32, resized to 256 first: the central " \
         "crop keeps less than half" in caplog.text
+    # A (height, width) config size scales it too (it was left at 320:
+    # the crop kept a fifth of each side, without a word).
+    with config.unlocked(), config.model.ignore_type():
+        config.model.image_size = (224, 320)  # (--config.model.image_size=
+        config.input.pp.eval_resize_size = 320  # 224x320)
+    assert evaluate_main._fewshot_sizes(
+        SimpleNamespace(image_size=64), config, own=32) == (64, 91)
 
 
 def test_a_missing_mode_or_output_is_one_line_naming_it(capsys):

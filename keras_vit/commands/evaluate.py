@@ -235,8 +235,8 @@ def _fewshot_sizes(values, config, own=None):
                     "features are taken at a square size (--image_size=N).")
             wanted = wanted[0]
         wanted = int(wanted)
-        if isinstance(image_size, int):
-            resize_size = cli.scaled_resize(resize_size, image_size, wanted)
+        # (from a (height, width) config size too: by its larger ratio)
+        resize_size = cli.scaled_resize(resize_size, image_size, wanted)
         image_size = wanted
     if isinstance(image_size, (tuple, list)):
         side = max(image_size)
