@@ -214,8 +214,7 @@ def base_config() -> ml_collections.ConfigDict:
     # "colour_grid": cells per patch side (paper: 4, for 16-pixel patches).
     c.objective.mpp.grid_size = 4
 
-    # ----------------------------------------------------------- optimizer
-    # keras_vit/optim.py.
+    # ------------------------------------------- optimizer (keras_vit/optim)
     c.optimizer = ml_collections.ConfigDict()
     # "sgd", "adam", "adamw" or "lamb".
     c.optimizer.name = "adamw"
@@ -223,7 +222,7 @@ def base_config() -> ml_collections.ConfigDict:
     # rate; sgd and adam take none.
     c.optimizer.weight_decay = 0.0
     # Variable-name substrings without weight decay: biases, LayerNorm and
-    # GroupNorm parameters, position embeddings, the class token.
+    # GroupNorm parameters, position embeddings, the class and [mask] tokens.
     c.optimizer.no_decay = ("bias", "gamma", "beta", "pos_embedding", "cls",
                             "mask_token")
     # sgd: momentum and Nesterov momentum.
