@@ -222,9 +222,9 @@ def base_config() -> ml_collections.ConfigDict:
     # rate; sgd and adam take none.
     c.optimizer.weight_decay = 0.0
     # Variable-name substrings without weight decay: biases, LayerNorm and
-    # GroupNorm parameters, position embeddings, the class and [mask] tokens.
-    c.optimizer.no_decay = ("bias", "gamma", "beta", "pos_embedding", "cls",
-                            "mask_token")
+    # GroupNorm parameters, position embeddings, the class token (the MPP
+    # configs add MPP's [mask] token, mask_token).
+    c.optimizer.no_decay = ("bias", "gamma", "beta", "pos_embedding", "cls")
     # sgd: momentum and Nesterov momentum.
     c.optimizer.momentum = 0.9
     c.optimizer.nesterov = False

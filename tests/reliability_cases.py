@@ -1509,10 +1509,10 @@ _CASES = [
         "(train[50000:], train[:50000])",
         "One line before any image is read: the 20% of each class held out "
         "as split val is never read, and the fix (the class folders into "
-        "<root>/train/, or read val). The run trained on 80% of the images "
-        "without a word.",
-        ("has no split folders, so 20% of each class is held out as its "
-         "split val, which this run never reads",
+        "<root>/train/, or read val); a run begun earlier resumes, warned. "
+        "The run trained on 80% of the images without a word.",
+        ("has no split folders, so 20% of each class of two images or more "
+         "is held out as its split val, which this run never reads",
          "move the class folders into"),
         "exit status 1",
     ),

@@ -1636,6 +1636,9 @@ def test_an_evaluation_out_of_memory_saves_its_step_and_names_the_batch(
     check_says("evaluation_out_of_memory", line)
     assert tf.train.latest_checkpoint(
         str(workdir / "checkpoints")).endswith("ckpt-3")
+    # The steps it holds are logged (history.csv's train rows).
+    assert sum(r["steps"] for r in history.read_history(str(workdir))
+               if r["split"] == "train") == 3
 
     monkeypatch.setattr(trainer_module.Trainer, "evaluate", evaluate)
     assert train_command.main(
@@ -1648,11 +1651,12 @@ def test_an_evaluation_out_of_memory_saves_its_step_and_names_the_batch(
 
 @covers("flat_folder_val_never_read")
 def test_a_flat_folder_whose_held_out_share_no_split_reads_is_refused(
-        tmp_path):
+        tmp_path, caplog):
     """keras-vit-train on class folders alone with splits that slice train
     (the ImageNet-21k recipes' layout): refused in one line, since 20% of
-    each class would be held out as val and never read; with the class
-    folders under train/ the same splits read every image."""
+    each class would be held out as val and never read; a run begun
+    before is warned; with the class folders under train/ the same splits
+    read every image."""
     root = tmp_path / "photos"
     write_photo_folder(root, per_class=5)
     result = console.run("train", [
@@ -1663,8 +1667,7 @@ def test_a_flat_folder_whose_held_out_share_no_split_reads_is_refused(
     line = _error_line(result, "train")
     check_says("flat_folder_val_never_read", line)
     assert ("never reads (--config.input.train_split='train[2:]', "
-            "--config.evals.test.split='train[:2]', "
-            "--config.evals.test.val_split='train[:2]'): move the class "
+            "--config.evals.test.split='train[:2]'): move the class "
             f"folders into {root}/train/") in line, line
     assert "Compiled" not in result.stderr
     inp = mlc.ConfigDict(dict(dataset="folder", data_dir=str(root),
@@ -1672,6 +1675,11 @@ def test_a_flat_folder_whose_held_out_share_no_split_reads_is_refused(
     splits = [("input.train_split", "train[2:]")]
     with pytest.raises(UsageError, match="never reads"):
         folder_classes.check_held_out_read(inp, splits)
+    # A run begun before: warned (its images would change slices).
+    with caplog.at_level("WARNING", logger="absl"):
+        folder_classes.check_held_out_read(inp, splits, resumed=True)
+    assert "never reads (config.input.train_split='train[2:]'): a new " \
+        "run would be refused." in caplog.text
     folder_classes.check_held_out_read(  # val read: nothing left out
         inp, splits + [("evals.test.split", "val")])
     os.makedirs(root / "train")

@@ -25,7 +25,7 @@ from keras_vit.errors import UsageError
 from keras_vit.storage import workdir as wd
 from keras_vit.training import loop, reporting, train_lib
 from keras_vit.training.mpp_trainer import MppTrainer
-from tests import tiny
+from tests import test_recipes, tiny
 from tests.strategies import two_cpu_mirrored
 
 SIZES = dict(patch_size=4, hidden_size=32, num_layers=1, num_heads=2,
@@ -198,11 +198,17 @@ def test_mpp_model_shares_the_classifier_weight_names():
     assert pixels.output_shape == (None, 16, 48)
 
 
-def test_the_mask_token_is_not_weight_decayed():
-    """The [mask] embedding, a learned token as the class token is, is
-    left out of weight decay with it (the default no_decay)."""
-    opt = optim.create_optimizer(
-        mlc.ConfigDict(dict(name="adamw", lr=1.0, weight_decay=0.1)), 10)
+@pytest.mark.parametrize("name", ["mpp_digits", "mpp_pretrain"])
+def test_the_mask_token_is_not_weight_decayed(name):
+    """The MPP configs leave the [mask] embedding, a learned token as the
+    class token is, out of weight decay with it (at any weight decay)."""
+    config = test_recipes.load(f"{test_recipes.ROOT}/configs/{name}.py")
+    assert "mask_token" in config.optimizer.no_decay
+    options = dict(config.optimizer.to_dict(), name="adamw",
+                   weight_decay=0.1)
+    opt = optim.create_optimizer(mlc.ConfigDict(options),
+                                 config.trainer.total_steps,
+                                 schedule=config.schedule)
     model = mpp.create_mpp_model(None, image_size=16, **SIZES)
     opt.build(model.trainable_variables)
     kept = {v.path for v in model.trainable_variables

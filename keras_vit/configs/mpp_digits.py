@@ -38,6 +38,8 @@ def get_config(arg=None):
     # Masked patch prediction with the paper's corruption and target (the
     # base's mpp fields); the labels are not used.
     c.objective.mpp.enabled = True
+    # The [mask] token without weight decay, as the class token.
+    c.optimizer.no_decay = (*c.optimizer.no_decay, "mask_token")
     # 1,500 updates of 128 images (about 134 passes over the 1,437).
     c.input.batch_size = 128
     c.trainer.total_steps = 1_500

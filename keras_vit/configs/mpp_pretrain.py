@@ -65,6 +65,9 @@ def get_config(arg=None):
     # Masked patch prediction, the paper's corruption and 3-bit mean
     # colour target (the base's mpp fields).
     c.objective.mpp.enabled = True
+    # The [mask] embedding, a learned token as the class token is, is left
+    # out of any weight decay with it.
+    c.optimizer.no_decay = (*c.optimizer.no_decay, "mask_token")
     # Optimizer updates (paper: 1M on JFT; 100k already gives most of the
     # gain, on ImageNet too).
     c.trainer.total_steps = int(args["steps"])

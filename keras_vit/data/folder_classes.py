@@ -43,12 +43,14 @@ def check_training_classes(inp, labelled: bool) -> None:
             "rename the folder to the class it belongs to.")
 
 
-def check_held_out_read(inp, splits: Sequence[Tuple[str, str]]) -> None:
+def check_held_out_read(inp, splits: Sequence[Tuple[str, str]],
+                        resumed: bool = False) -> None:
     """A folder of class folders alone (no <split>/ folders) holds out a
     share of each class as its split "val": a training run whose splits
     (`run_splits`: (config field, split)) never read it would silently
     leave those images out (the ImageNet-21k recipes slice train for
-    their own held-out images)."""
+    their own held-out images). Refused; a `resumed` run (whose images
+    would move between its slices with the fix) is warned."""
     if inp.dataset != sources.FOLDER or inp.vtab_task or not (
             folders.holds_out(inp.data_dir)):
         return
@@ -58,13 +60,19 @@ def check_held_out_read(inp, splits: Sequence[Tuple[str, str]]) -> None:
     if "val" in read or not folders.folder_index(root)[0].get(
             "val", ((), ()))[0]:
         return
-    named = ", ".join(f"config.{field}={split!r}" for field, split in splits)
+    named = {}  # each split once, by the first field that reads it
+    for field, split in splits:
+        named.setdefault(split, f"config.{field}={split!r}")
+    said = (f"Image folder {root} has no split folders, so "
+            f"{folders.VAL_SHARE:.0%} of each class of two images or more is "
+            "held out as its split val, which this run never reads "
+            f"({', '.join(named.values())})")
+    if resumed:  # (moved now, its images would change slices)
+        logging.warning("%s: a new run would be refused.", said)
+        return
     raise UsageError(
-        f"Image folder {root} has no split folders, so "
-        f"{folders.VAL_SHARE:.0%} of each class is held out as its split "
-        f"val, which this run never reads ({named}): move the class "
-        f"folders into {root}/train/ to train on all of them, or read val "
-        "in one of those splits.")
+        f"{said}: move the class folders into {root}/train/ to train on "
+        "all of them, or read val in one of those splits.")
 
 
 def _split_classes(root: str, split: str):

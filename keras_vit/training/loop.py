@@ -282,10 +282,10 @@ class _HostLoop:
         for name, entry in due:
             compared = records.compared_split(entry)
             split = entry.split if final else compared
-            if final and split != compared and r.records is not None and (
-                    r.records.keeps_best(name)):
-                # The last step's weights compete for the best checkpoint
-                # on the split the earlier steps' did.
+            if final and split != compared and entry.every_steps and (
+                    r.records is not None and r.records.keeps_best(name)
+                    and not r.records.evaluated(self.step, compared)):
+                # The last step competes for the best checkpoint (once).
                 self._evaluate(name, entry, compared, True, stop=stop)
             results = self._evaluate(name, entry, split, split == compared,
                                      stop=stop)
@@ -308,7 +308,7 @@ class _HostLoop:
         with reporting.evaluation_memory(
                 name, entry, split, self.step,
                 self.step >= self.plan.total_steps,
-                self._save if self.alone else None), r.explained():
+                self._save_logged if self.alone else None), r.explained():
             results = r.trainer.evaluate(r.eval_fn(entry, split),
                                          on_batch=on_batch)
         reporting.log_eval(self.writers, self.step, split, results,
@@ -322,6 +322,11 @@ class _HostLoop:
         if self.step != self.saved_step:  # (its weights checked first)
             self.r.writer.save(self.step)
             self.saved_step = self.step
+
+    def _save_logged(self) -> None:
+        """Saves this step and logs the steps its checkpoint holds."""
+        self._log_stop()
+        self._save()
 
     def _preempted(self, preemption) -> Optional[Dict[str, Any]]:
         r, step = self.r, self.step

@@ -109,9 +109,12 @@ def evaluation_oom_error(name: str, entry, split: str, step: int,
             f"the checkpoint of step {step} is saved; the same command with "
             "it " + ("evaluates it again and finishes" if final else
                      f"evaluates step {step} first and trains on"))
+    what = failed_allocation(error)
+    ran_out = ("Out of memory" if what.startswith("OOM ")
+               else "Resources exhausted")
     return TrainingError(
-        f"Out of memory in the {name!r} evaluation on {split} at step "
-        f"{step} ({failed_allocation(error)}): lower "
+        f"{ran_out} in the {name!r} evaluation on {split} at step "
+        f"{step} ({what}): lower "
         f"config.evals.{name}.batch_size ({batch}); {then}.")
 
 

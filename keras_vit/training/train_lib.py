@@ -210,7 +210,8 @@ def train_and_evaluate(
         keras.utils.set_random_seed(int(config.seed))
         logging.info("Reading the data: %s.", config.input.vtab_task
                      or config.input.dataset)
-        info, splits = _check_data(config.input, config.evals, config.objective)
+        info, splits = _check_data(config.input, config.evals, config.objective,
+                                   workdir)
         num_classes = num_classes_of(config.model, config.input)
         model, optimizer = _built(config, strategy, num_classes)
         trainer = build_trainer(
@@ -305,7 +306,7 @@ def _host_run(workdir: str, trainer, data: run_data.RunData, checkpoints,
     return run, items
 
 
-def _check_data(inp, evals, objective):
+def _check_data(inp, evals, objective, workdir: str):
     """(dataset info, the splits the run reads) of `config.input`, those
     splits (and, where the run learns them, its classes: not masked patch
     prediction) checked now rather than after training."""
@@ -319,7 +320,8 @@ def _check_data(inp, evals, objective):
     data_checks.check_splits(inp, splits)
     overlaps.warn_overlaps(inp, [(f"config.{f}", s) for f, s in splits])
     folder_classes.check_training_classes(inp, not objective.mpp.enabled)
-    folder_classes.check_held_out_read(inp, splits)
+    folder_classes.check_held_out_read(inp, splits, resumed=bool(
+        checkpoint_list.listed(os.path.join(workdir, wd.CHECKPOINTS))))
     folder_classes.warn_unevaluated_classes(inp, splits,
                                          not objective.mpp.enabled)
     data_checks.check_evaluation_images(inp, splits)
