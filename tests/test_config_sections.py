@@ -87,6 +87,7 @@ def _load(path_arg, *overrides):
 # B/16), AugReg's ImageNet fine-tuning without Polyak averaging (as the
 # released fine-tunings) and MPP's steps. Everything else still reads as
 # shipped.
+_NO_DECAY = ["bias", "gamma", "beta", "pos_embedding", "cls"]
 _CHANGED_SINCE = {
     # Fine-tuning starts the head at zero even where its width fits.
     "finetune": {("input", "pp", "train"): "pretrain",
@@ -97,9 +98,15 @@ _CHANGED_SINCE = {
                         ("trainer", "ema_decay"): 0.0,
                         ("init", "head"): "zero"},
     # MPP on ImageNet for 100k steps (the paper's 1M were on JFT).
-    "mpp_pretrain": {("trainer", "total_steps"): 100_000},
+    # MPP's [mask] token is left out of weight decay.
+    "mpp_pretrain": {("trainer", "total_steps"): 100_000,
+                     ("optimizer", "no_decay"): [*_NO_DECAY, "mask_token"]},
+    "mpp_digits": {("optimizer", "no_decay"): [*_NO_DECAY, "mask_token"]},
+    # ImageNet-21k evaluation as big_vision's vit_i21k.py (resize_small).
     "augreg_i21k": {("model", "dropout_rate"): 0.0,
-                    ("model", "stochastic_depth_rate"): 0.0},
+                    ("model", "stochastic_depth_rate"): 0.0,
+                    ("input", "pp", "eval_resize_size"): 256,
+                    ("input", "pp", "eval_keep_aspect"): True},
     # ImageNet-1k evaluation keeps the aspect ratio (big_vision's
     # resize_small); an earlier run's config resized both sides.
     "augreg_i1k": {("input", "pp", "eval_keep_aspect"): True},
