@@ -15,7 +15,8 @@ from inside Keras or TensorFlow included, keeps its traceback.
 
 `one_line(error)`: an exception's message on one line (TensorFlow's span
 several), for a UsageError that names its cause; `failed_allocation(error)`:
-what an out-of-memory error failed to allocate.
+what an out-of-memory error failed to allocate; `is_disk_full(error)`:
+whether it is a full disk instead.
 
 `Preempted`: a run stopped on SIGTERM or Ctrl-C after saving a checkpoint;
 every command then exits with PREEMPTED_EXIT_CODE, and the same command
@@ -25,6 +26,7 @@ delivered; `import_module(name)` imports under it the first time.
 """
 
 import contextlib
+import errno
 import importlib
 import os
 import re
@@ -130,6 +132,15 @@ def check_stop() -> None:
     if (_RAISED_STOP and sys.exc_info()[1] is None
             and threading.current_thread() is threading.main_thread()):
         raise _RAISED_STOP.pop()
+
+
+def is_disk_full(error: BaseException) -> bool:
+    """Whether `error` is a full disk: an OSError ENOSPC, or TensorFlow's
+    "<file>; No space left on device" (a ResourceExhaustedError too, which
+    is no memory to lower)."""
+    return (getattr(error, "errno", None) == errno.ENOSPC
+            or "No space left on device"
+            in str(getattr(error, "message", error)))
 
 
 def failed_allocation(error: BaseException) -> str:

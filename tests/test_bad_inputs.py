@@ -50,7 +50,7 @@ from keras_vit.data import preprocessing as pp
 from keras_vit.errors import UsageError
 from keras_vit.storage import atomic, history
 from keras_vit.storage import workdir as wd
-from keras_vit.training import train_lib
+from keras_vit.training import reporting, train_lib
 from keras_vit.training import trainer as trainer_module
 from tests import console, hostile_files, tiny
 from tests.photo_folder import write_photo_folder
@@ -1874,6 +1874,30 @@ def test_a_full_disk_names_the_folder_the_command_writes():
     assert exhausted.disk_full(error, values) == (
         "The disk is full writing /results/a: free space or use an "
         "--output_dir on a larger disk.")
+
+
+def test_a_full_disk_in_an_evaluation_is_no_memory_to_lower():
+    """TensorFlow raises a full disk as a ResourceExhaustedError too: an
+    evaluation's passes it on unchanged (the command's line names the
+    disk), without saving; an allocation that failed saves and names the
+    evaluation's batch."""
+    saved = []
+    full = tf.errors.ResourceExhaustedError(
+        None, None, "/runs/a/ckpt-3.data; No space left on device")
+    with pytest.raises(tf.errors.ResourceExhaustedError) as info:
+        with reporting.evaluation_memory("test", mlc.ConfigDict(dict(
+                batch_size=8)), "test", 3, False, lambda: saved.append(3)):
+            raise full
+    assert info.value is full and not saved
+    assert exhausted.exhausted_line(full) == (
+        "The disk is full writing /runs/a/ckpt-3.data: free space or write "
+        "to a larger disk.")
+    with pytest.raises(train_lib.TrainingError, match=r"lower config\.evals"
+                       r"\.test\.batch_size \(8 now\)"):
+        with reporting.evaluation_memory("test", mlc.ConfigDict(dict(
+                batch_size=8)), "test", 3, False, lambda: saved.append(3)):
+            raise tf.errors.ResourceExhaustedError(None, None, "OOM")
+    assert saved == [3]
 
 
 def test_image_features_keras_vit_reads():

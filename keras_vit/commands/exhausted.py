@@ -8,12 +8,11 @@ flags the command has; `runner.run` prints it instead of a traceback.
 
 from __future__ import annotations
 
-import errno
 import os
 import re
 from typing import Optional
 
-from keras_vit.errors import failed_allocation
+from keras_vit.errors import failed_allocation, is_disk_full
 from keras_vit.storage import atomic
 
 
@@ -80,10 +79,9 @@ def disk_full(error: BaseException, values=None) -> Optional[str]:
     """The line for a full disk (TensorFlow's "<file>; No space left on
     device", an OSError ENOSPC): the file, else the folder written; None if
     not."""
-    text = str(getattr(error, "message", error))
-    if (getattr(error, "errno", None) != errno.ENOSPC
-            and "No space left on device" not in text):
+    if not is_disk_full(error):
         return None
+    text = str(getattr(error, "message", error))
     named = re.search(r"(?:^|\s)(\S+); No space left", text)
     # The folder the command writes: --output_dir where given (evaluate,
     # analysis), else --workdir.

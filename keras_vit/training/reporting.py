@@ -9,7 +9,7 @@ from typing import Any, Callable, Dict, Optional
 import tensorflow as tf
 from absl import logging
 
-from keras_vit.errors import failed_allocation
+from keras_vit.errors import failed_allocation, is_disk_full
 from keras_vit.training.resume import TrainingError
 
 
@@ -82,8 +82,8 @@ def evaluation_memory(name: str, entry, split: str, step: int, final: bool,
     try:
         yield
     except tf.errors.ResourceExhaustedError as error:
-        if "No space left" in str(error.message):
-            raise  # (a full disk: commands.exhausted says so)
+        if is_disk_full(error):
+            raise  # (commands.exhausted names the disk)
         saved = save is not None
         try:
             if saved:

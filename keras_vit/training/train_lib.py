@@ -210,8 +210,8 @@ def train_and_evaluate(
         keras.utils.set_random_seed(int(config.seed))
         logging.info("Reading the data: %s.", config.input.vtab_task
                      or config.input.dataset)
-        info, splits = _check_data(config.input, config.evals, config.objective,
-                                   workdir)
+        info, splits, resumed = _check_data(config.input, config.evals,
+                                            config.objective, workdir)
         num_classes = num_classes_of(config.model, config.input)
         model, optimizer = _built(config, strategy, num_classes)
         trainer = build_trainer(
@@ -223,7 +223,7 @@ def train_and_evaluate(
             strategy, batch, batch // trainer.accumulation_steps, splits)
         data.check_eval_batches(config.evals)
         run, items = _host_run(workdir, trainer, data, config.checkpoints, best,
-                               info, on_finish)
+                               info, on_finish, resumed)
         plan = loop.Plan.of(config.trainer, config.log, config.checkpoints,
                             config.evals)
         try:
@@ -268,18 +268,17 @@ def _built(config, strategy, num_classes: int):
 
 
 def _host_run(workdir: str, trainer, data: run_data.RunData, checkpoints,
-              best: Optional[Tuple[str, str]], info, on_finish):
+              best: Optional[Tuple[str, str]], info, on_finish,
+              resumed: bool):
     """(the run_parts.Run of a run, what its checkpoints hold): its checkpoint
     writer (`config.checkpoints`), history and best checkpoint (`best`:
     the evaluator whose best accuracy is kept and the split it is compared
-    on, or None)."""
+    on, or None); `resumed`: whether the workdir held a checkpoint at the
+    start."""
     strategy = data.strategy
     items, train_iter = run_data.checkpoint_items(
         trainer.model, trainer.optimizer, data, bool(checkpoints.iterator))
     chief = distribute.is_chief(strategy)
-    # Decided before the best checkpoint's keeper reads what is there.
-    resumed = bool(checkpoint_list.listed(os.path.join(workdir,
-                                                       wd.CHECKPOINTS)))
     if not resumed:
         records.set_earlier_run_aside(workdir, chief)
     writer = state.run_writer(workdir, strategy, items, chief,
@@ -307,9 +306,11 @@ def _host_run(workdir: str, trainer, data: run_data.RunData, checkpoints,
 
 
 def _check_data(inp, evals, objective, workdir: str):
-    """(dataset info, the splits the run reads) of `config.input`, those
-    splits (and, where the run learns them, its classes: not masked patch
-    prediction) checked now rather than after training."""
+    """(dataset info, the splits the run reads, whether `workdir` holds a
+    checkpoint: the run resumes) of `config.input`, those splits (and,
+    where the run learns them, its classes: not masked patch prediction)
+    checked now rather than after training. Whether it resumes is read
+    once, before the best checkpoint's keeper looks there."""
     info = sources.dataset_info(inp)
     if inp.synthetic_data:
         logging.warning(
@@ -320,12 +321,13 @@ def _check_data(inp, evals, objective, workdir: str):
     data_checks.check_splits(inp, splits)
     overlaps.warn_overlaps(inp, [(f"config.{f}", s) for f, s in splits])
     folder_classes.check_training_classes(inp, not objective.mpp.enabled)
-    folder_classes.check_held_out_read(inp, splits, resumed=bool(
-        checkpoint_list.listed(os.path.join(workdir, wd.CHECKPOINTS))))
+    resumed = bool(checkpoint_list.listed(os.path.join(workdir,
+                                                       wd.CHECKPOINTS)))
+    folder_classes.check_held_out_read(inp, splits, resumed=resumed)
     folder_classes.warn_unevaluated_classes(inp, splits,
                                          not objective.mpp.enabled)
     data_checks.check_evaluation_images(inp, splits)
-    return info, splits
+    return info, splits, resumed
 
 
 def _resume_and_run(saved_config: Dict, init, plan: loop.Plan,
