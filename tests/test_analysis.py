@@ -18,6 +18,7 @@ from keras_vit.analysis import core, extract, inputs, plots
 from keras_vit.analysis import report as cli
 from keras_vit.commands import analysis as command
 from keras_vit.commands import flags as cli_flags
+from keras_vit.errors import UsageError
 
 PATCH = 4.0
 
@@ -266,6 +267,21 @@ def test_attention_stats_over_batches(tiny_model, images):
     )
     with pytest.raises(ValueError, match="preprocess_eval"):
         extract.attention_stats(tiny_model, images[:, :16])
+
+
+def test_images_outside_the_input_range_are_refused(tiny_model, images):
+    """Pixels of 0 to 255 (a PIL image as it is), or not finite: one
+    UsageError naming the range and the preprocessing, at the first
+    batch that holds one, not figures of plausible, wrong numbers."""
+    raw = (images + 1.0) * 127.5
+    with pytest.raises(UsageError, match=r"from index 0 hold values in "
+                       r"\[.*\]; the model takes pixels in \[-1, 1\]: "
+                       r"preprocess them .*preprocess_eval"):
+        extract.attention_stats(tiny_model, raw)
+    broken = images.copy()
+    broken[-1, 0, 0, 0] = np.nan
+    with pytest.raises(UsageError, match=f"from index {len(images) - 1} "):
+        extract.attention_stats(tiny_model, broken, batch_size=1)
 
 
 # --- figures --------------------------------------------------------------
@@ -954,3 +970,43 @@ def test_a_folder_used_before_holds_no_stale_result(saved_model, tmp_path,
     assert {name: (out / name).read_bytes()
             for name in os.listdir(out)} == before
     capsys.readouterr()
+
+
+def test_a_resized_model_draws_its_position_table_as_learned(tmp_path):
+    """keras-vit-analysis --image_size at another grid than the table was
+    learned at: the similarity figure is the learned table's, at its own
+    grid (bilinear resizing alone makes neighbouring rows alike: a random
+    table's neighbours score about 0.8 once resized), said in
+    analysis.json; the other figures are at --image_size. Without it the
+    model's own table is drawn, at its grid."""
+    from tests import console
+
+    keras.utils.set_random_seed(3)
+    model = keras_vit.create_model(
+        None, num_classes=5, image_size=32, patch_size=8, hidden_size=32,
+        num_layers=1, num_heads=2, mlp_dim=64)
+    table = model.parts.position_embedding.pos_embedding
+    learned = np.random.default_rng(0).normal(size=table.shape)
+    table.assign(learned.astype("float32"))
+    path = str(tmp_path / "m.keras")
+    model.save(path)
+    rows = learned[0, 1:]
+    unit = rows / np.linalg.norm(rows, axis=-1, keepdims=True)
+    expected = unit @ unit.T
+
+    def analysis(*args):
+        out = tmp_path / "out"
+        result = console.run("analysis", [f"--model={path}", "--digits=1",
+                                          f"--output_dir={out}", *args])
+        assert result.returncode == 0, result.stderr[-3000:]
+        with open(out / cli.JSON_NAME) as f:
+            return json.load(f)
+
+    resized = analysis("--image_size=64")
+    section = resized["position_embedding_similarity"]
+    assert resized["layout"]["grid"] == [8, 8]
+    assert section["grid"] == [4, 4] and "as learned" in section["note"]
+    np.testing.assert_allclose(section["matrix"], expected, atol=1e-4)
+    own = analysis()["position_embedding_similarity"]
+    assert own["grid"] == [4, 4] and "as learned" not in own["note"]
+    np.testing.assert_allclose(own["matrix"], expected, atol=1e-4)

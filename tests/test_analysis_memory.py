@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import keras_vit
-from keras_vit.analysis import extract, memory, report
+from keras_vit.analysis import core, extract, memory, report
 from keras_vit.build import dtype_policy
 from keras_vit.commands import analysis as command
 from keras_vit.derived import attention_model
@@ -51,6 +51,42 @@ def test_the_count_is_the_attention_models_own_float32_weights(model):
     assert memory.attention_bytes(LAYERS, HEADS, tokens, batch) \
         == returned + layer64
     assert memory.distance_bytes(24) == 24 * 24**2
+
+
+def test_the_distance_computation_holds_no_more_than_it_is_counted():
+    """What the float64 terms count is what numpy holds at its peak:
+    one layer's float64 copy while its mean distance is computed (not a
+    second, renormalised copy), and 24 bytes per patch pair while the
+    distance table is made (not the (N, N, 2) offsets); the renormalised
+    distances are those of an independent computation."""
+    import tracemalloc
+
+    layout = core.TokenLayout((12, 16), (16.0, 16.0), 1)
+    n, tokens = layout.num_patches, layout.num_tokens
+    tracemalloc.start()
+    try:
+        distances = core.patch_distances(layout)
+        _, table_peak = tracemalloc.get_traced_memory()
+        weights = np.random.default_rng(0).uniform(
+            size=(2, 3, tokens, tokens)).astype(np.float32)
+        weights[0, 0, 5] = 0.0
+        weights[0, 0, 5, 0] = 1.0  # all on the class token: distance 0
+        tracemalloc.reset_peak()
+        start, _ = tracemalloc.get_traced_memory()
+        result = core.layer_attention_distance(weights, layout, distances)
+        _, layer_peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert table_peak <= memory.distance_bytes(n) * 1.01 + 65536
+    assert layer_peak - start <= weights.size * 8 * 1.01 + 65536
+    patches = weights[:, :, 1:, 1:].astype(np.float64)
+    sums = patches.sum(-1, keepdims=True)
+    patches = patches / np.where(sums > 0, sums, 1.0)
+    ys, xs = np.divmod(np.arange(n), 16)
+    pairs = np.sqrt((ys[:, None] - ys[None]) ** 2
+                    + (xs[:, None] - xs[None]) ** 2) * 16.0
+    expected = np.einsum("bhqk,qk->bhq", patches, pairs).mean(axis=(0, 2))
+    np.testing.assert_allclose(result, expected, rtol=1e-12)
 
 
 def test_a_16_bit_model_is_counted_at_two_bytes_a_weight():

@@ -59,8 +59,9 @@ def patch_centres(layout: TokenLayout) -> np.ndarray:
 def patch_distances(layout: TokenLayout) -> np.ndarray:
     """distances: float64 (N, N). Euclidean pixel distance between centres."""
     centres = patch_centres(layout)
-    diff = centres[:, None, :] - centres[None, :, :]
-    return np.sqrt(np.sum(diff**2, axis=-1))
+    # One (N, N) component at a time: at most three such tables are held.
+    return np.hypot(centres[:, None, 0] - centres[None, :, 0],
+                    centres[:, None, 1] - centres[None, :, 1])
 
 
 def _check_attention(attention: np.ndarray, num_tokens: int) -> np.ndarray:
@@ -116,11 +117,13 @@ def layer_attention_distance(
     weights = _check_attention(weights, layout.num_tokens)
     start = layout.num_prefix_tokens
     patches = weights[:, :, start:, start:]
-    total = patches.sum(axis=-1, keepdims=True)
-    # A query that put all its weight on the class token has no patch
-    # distribution; it counts as distance 0 rather than NaN.
-    patches = patches / np.where(total > 0, total, 1.0)
-    per_query = np.einsum("bhqk,qk->bhq", patches, distances)
+    total = patches.sum(axis=-1)
+    # Each query's weights renormalised over the patch keys, after the sum
+    # (no second copy of the layer's weights). A query that put all its
+    # weight on the class token has no patch distribution; it counts as
+    # distance 0 rather than NaN.
+    per_query = np.einsum("bhqk,qk->bhq", patches, distances) / np.where(
+        total > 0, total, 1.0)
     return per_query.mean(axis=(0, 2))
 
 

@@ -37,6 +37,21 @@ def _vit(model: keras.Model) -> VisionTransformer:
         ) from None
 
 
+def _check_range(batch: np.ndarray, start: int) -> None:
+    """Refuses images outside the model's input range, [-1, 1] (pixels
+    of 0 to 255 or 0 to 1 would give plausible, wrong figures), or not
+    finite; `start`: the first one's index."""
+    low, high = float(np.min(batch)), float(np.max(batch))
+    if np.isfinite(low) and np.isfinite(high) and (
+            low >= -1.001 and high <= 1.001):
+        return
+    raise UsageError(
+        f"The images from index {start} hold values in [{low:g}, {high:g}]; "
+        "the model takes pixels in [-1, 1]: preprocess them "
+        "(keras_vit.data.preprocessing.preprocess_eval, or x / 127.5 - 1 "
+        "for pixels of 0 to 255).")
+
+
 def token_layout(model: keras.Model) -> core.TokenLayout:
     """layout: core.TokenLayout. The model's patch grid and class token."""
     arch = architecture_of(model)
@@ -102,7 +117,8 @@ def attention_stats(
 
     Args:
         model: keras.Model. A keras_vit Vision Transformer.
-        images: float array (n, height, width, 3) in [-1, 1], or a
+        images: float array (n, height, width, 3) in [-1, 1] (other
+            values, or ones not finite, refused), or a
             sequence of them whose slices are such arrays and that has a
             `shape` (`inputs.ImageFiles`: read one batch at a time).
         batch_size: int. Images per forward pass.
@@ -132,6 +148,7 @@ def attention_stats(
     distance_sum, maps, outputs = 0.0, [], []
     for start in range(0, len(images), batch_size):
         batch = np.asarray(images[start : start + batch_size], np.float32)
+        _check_range(batch, start)
         output, weights = attention(batch, training=False)
         weights = list(weights)
         distance, rollout = _layer_by_layer(weights, layout, distances)

@@ -49,8 +49,8 @@ def attention_bytes(num_layers: int, num_heads: int, num_tokens: int,
 
 def distance_bytes(num_patches: int) -> int:
     """The bytes of the patch-distance table (`core.patch_distances`:
-    float64 (N, N), made from float64 (N, N, 2) offsets), held for the
-    whole forward pass."""
+    float64 (N, N), made from two float64 (N, N) offsets, one at a time),
+    held for the whole forward pass."""
     return 24 * num_patches**2
 
 

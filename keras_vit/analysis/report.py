@@ -64,6 +64,7 @@ def run_analysis(  # noqa: PLR0913 (its options, by keyword)
     class_names: Optional[Sequence[str]] = None,
     more_figures: Optional[Dict[str, Tuple[str, Callable]]] = None,
     on_batch: Optional[Callable[[int, int], None]] = None,
+    learned_positions: Optional[Tuple[np.ndarray, Tuple[int, int]]] = None,
 ) -> Dict[str, Any]:
     """Computes the four analyses, writes the PNGs and, last, analysis.json.
 
@@ -94,6 +95,11 @@ def run_analysis(  # noqa: PLR0913 (its options, by keyword)
             (keras-vit-analysis: an MPP run's mpp_predictions.png).
         on_batch: None, or called after each batch of the forward pass
             with the images done and their number (a command's progress).
+        learned_positions: (table (T, D), (rows, cols)) or None. The
+            position embeddings as learned, at their own grid, where
+            `model`'s are resized from them: their similarity is drawn
+            (interpolation alone makes the resized table's neighbours
+            alike).
 
     Returns:
         dict. The content of analysis.json.
@@ -116,6 +122,9 @@ def run_analysis(  # noqa: PLR0913 (its options, by keyword)
         data = _draw(model, images, stats, out, names=names,
                      max_rollout_images=max_rollout_images,
                      num_components=num_components, class_names=class_names)
+        data["position_embedding_similarity"] = _similarity_figure(
+            model, stats.layout, out["position_embedding_similarity"],
+            learned_positions)
         for key, (file, draw) in more.items():
             data[key] = draw(staging)
             data["figures"][key] = file
@@ -184,8 +193,6 @@ def _draw(model: keras.Model, images, stats, out: Dict[str, str], *,
         ),
         "mean_attention_distance": _distance_figure(
             model, stats, len(images), out["mean_attention_distance"]),
-        "position_embedding_similarity": _similarity_figure(
-            model, layout, out["position_embedding_similarity"]),
         "patch_embedding_pca": _pca_figure(
             model, num_components, out.get("patch_embedding_pca")),
         "figures": {k: os.path.basename(v) for k, v in out.items()},
@@ -228,23 +235,28 @@ def _distance_figure(model: keras.Model, stats, num_images: int,
     }
 
 
-def _similarity_figure(model: keras.Model, layout,
-                       path: str) -> Dict[str, Any]:
-    """Draws the position embeddings' similarity; its section of
-    analysis.json."""
+def _similarity_figure(model: keras.Model, layout, path: str,
+                       learned=None) -> Dict[str, Any]:
+    """Draws the position embeddings' similarity (of `learned`: (table,
+    grid), where given); its section of analysis.json."""
+    table, grid = learned or (extract.position_embeddings(model),
+                              layout.grid)
     similarity = core.position_embedding_similarity(
-        extract.position_embeddings(model), layout.num_prefix_tokens
-    )
-    plots.plot_position_similarity(
-        similarity,
-        layout.grid,
-        path,
-        title=f"{model.name}: position embedding similarity",
-    )
-    return {
+        table, layout.num_prefix_tokens)
+    title = f"{model.name}: position embedding similarity"
+    if learned is not None:
+        title += f"\n(as learned, {grid[0]}x{grid[1]}; resized for the rest)"
+    plots.plot_position_similarity(similarity, grid, path, title=title)
+    section = {
         "matrix": _rounded(similarity),
+        "grid": list(grid),
         "note": "cosine similarity, class token excluded, row-major",
     }
+    if learned is not None:
+        section["note"] += (
+            "; the table as learned, at its own grid (the model analysed "
+            f"at {layout.grid[0]}x{layout.grid[1]} resizes it)")
+    return section
 
 
 def _has_rgb_filters(model: keras.Model) -> bool:

@@ -39,6 +39,7 @@ from keras_vit.errors import UsageError
 
 if TYPE_CHECKING:  # imported on first use: --help loads no TensorFlow
     from keras_vit import derived
+    from keras_vit import model as vit_model
     from keras_vit.analysis import (
         curves,
         extract,
@@ -50,6 +51,7 @@ if TYPE_CHECKING:  # imported on first use: --help loads no TensorFlow
     from keras_vit.checkpoint import resolution
 else:
     derived = lazy_module("keras_vit.derived")
+    vit_model = lazy_module("keras_vit.model")
     curves = lazy_module("keras_vit.analysis.curves")
     extract = lazy_module("keras_vit.analysis.extract")
     inputs = lazy_module("keras_vit.analysis.inputs")
@@ -142,6 +144,7 @@ def _main(values: flags.FlagValues, images: list) -> None:
         num_components=values.num_components, class_names=class_names,
         more_figures=_mpp_figure(values, source, pixels, names, size),
         on_batch=_count if len(pixels) > values.batch_size else None,
+        learned_positions=_learned_positions(values, source, model),
     )
     for name in list(data["figures"].values()) + [report.JSON_NAME]:
         print(os.path.join(values.output_dir, name))
@@ -165,6 +168,24 @@ def _fixed_size(model, path: str):
     size = cli.model_image_size(
         model, path, "pass --image_size=N, the resolution to analyse at")
     return resolution.rebuild_at_resolution(model, size)
+
+
+def _learned_positions(values: flags.FlagValues, source, model):
+    """(table, grid) of the position embeddings as `source` learned them,
+    where --image_size resized the model's (bilinear interpolation alone
+    makes neighbours alike: the resized table is no figure of what was
+    learned); None where the model's own table is the learned one, or a
+    computed one (sin-cos). The source is read once more, at its own
+    size, for it."""
+    if cli.hint(values, "image_size") is None or (
+            vit_model.architecture_of(model).posemb != "learn"):
+        return None
+    own = _fixed_size(cli.load_flagged_model(values, source, own_size=True),
+                      values.model)
+    grid = extract.token_layout(own).grid
+    if grid == extract.token_layout(model).grid:
+        return None
+    return extract.position_embeddings(own), grid
 
 
 def _mpp_figure(values: flags.FlagValues, source, pixels, names,

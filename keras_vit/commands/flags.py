@@ -317,12 +317,15 @@ def hint(values: flags.FlagValues, name: str):
 def load_flagged_model(values: flags.FlagValues,
                        source: Optional[loader.Source] = None, *,
                        image_size=None,
-                       head: Optional[str] = None) -> keras.Model:
+                       head: Optional[str] = None,
+                       own_size: bool = False) -> keras.Model:
     """`loader.load_vit` of the --model source (or `source`) with the
     shape hints the command line gives.
 
     Args:
         image_size: the resolution to load at; default --image_size.
+        own_size: bool. At the source's own resolution, whatever
+            --image_size says.
         head: str or None. What the command does with the classifier
             ("serve", "predict with"): a model without a classification
             head is then an error naming the fix.
@@ -331,8 +334,8 @@ def load_flagged_model(values: flags.FlagValues,
     kwargs = {}
     if hint(values, "representation_size") is not None:
         kwargs["representation_size"] = hint(values, "representation_size")
-    size = image_size if image_size is not None else hint(values,
-                                                          "image_size")
+    size = image_size if image_size is not None or own_size else hint(
+        values, "image_size")
     model = loader.load_vit(source, size, **kwargs)
     if head is None:
         return model
