@@ -106,11 +106,8 @@ def run_analysis(  # noqa: PLR0913 (its options, by keyword)
     """
     plots.require_matplotlib()  # before the forward pass, not after it
     more = dict(more_figures or {})
-    names = (
-        list(names)
-        if names is not None
-        else [f"image {i}" for i in range(len(images))]
-    )
+    names = list(names) if names is not None else [
+        f"image {i}" for i in range(len(images))]
     stats = extract.attention_stats(model, images, batch_size=batch_size,
                                     on_batch=on_batch)
     # Hidden: an output folder inside an image folder does not read it.
