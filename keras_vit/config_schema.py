@@ -238,8 +238,8 @@ def base_config() -> ml_collections.ConfigDict:
     c.schedule.lr = 1e-3
     # Linear warm-up steps from 0 to lr.
     c.schedule.warmup_steps = 0
-    # Decay after the warm-up: "cosine", "linear" or "constant"; to end_lr.
-    c.schedule.decay_type = "cosine"
+    # Decay ("cosine", "linear", "constant") to end_lr, a rate (not a
+    c.schedule.decay_type = "cosine"  # fraction of lr, as big_vision's)
     c.schedule.end_lr = 0.0
 
     # ------------------------------------------------------------- trainer

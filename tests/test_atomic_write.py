@@ -163,3 +163,42 @@ def test_remote_paths_go_through_gfile():
         assert f.read() == b"text"
     assert sorted(tf.io.gfile.listdir(f"{root}/a")) == [
         "b.bin", "n.npz", "t.txt"]
+
+
+@pytest.mark.parametrize("links", [True, False])
+def test_without_replace_a_file_there_at_publishing_is_kept(
+        tmp_path, monkeypatch, links):
+    """replace=False: a file that appears at the path while the content
+    is written (after any check a caller made) is kept, and the write is
+    a FileExistsError leaving no temporary file; on a file system without
+    hard links, the same, checked just before the rename."""
+    if not links:
+        def no_links(*args):
+            raise OSError(errno.EPERM, "Operation not permitted")
+        monkeypatch.setattr(os, "link", no_links)
+    path = tmp_path / "answer.json"
+
+    def racing(tmp):
+        path.write_text("the user's")  # made meanwhile
+        with open(tmp, "w") as f:
+            f.write("ours")
+
+    with pytest.raises(FileExistsError):
+        atomic_write(path, racing, replace=False)
+    assert path.read_text() == "the user's"
+    assert _names(tmp_path) == ["answer.json"]
+    new = tmp_path / "new.json"
+    atomic_write(new, "ours", replace=False)
+    assert new.read_text() == "ours"
+    assert _names(tmp_path) == ["answer.json", "new.json"]
+
+
+def test_without_replace_a_remote_file_is_kept():
+    tf = pytest.importorskip("tensorflow")
+    path = "ram://keras_vit_atomic_keep/a.txt"
+    atomic_write(path, "first")
+    with pytest.raises(FileExistsError):
+        atomic_write(path, "second", replace=False)
+    with tf.io.gfile.GFile(path, "rb") as f:
+        assert f.read() == b"first"
+    assert tf.io.gfile.listdir("ram://keras_vit_atomic_keep") == ["a.txt"]

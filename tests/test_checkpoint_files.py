@@ -286,6 +286,32 @@ def test_convert_cli_writes_equivalent_keras_file(tmp_path, capsys):
     assert not (tmp_path / "gap.keras").exists()
 
 
+def test_convert_keeps_a_file_made_while_the_model_loads(
+        tmp_path, capsys, monkeypatch):
+    """Without --overwrite, a .keras file that appears at --output during
+    the load (after the first check) is kept and named, not replaced."""
+    npz = save(tmp_path / "Ti_16.npz", random_arrays(
+        create_model("Ti/16", num_classes=5, image_size=32)))
+    output = tmp_path / "ti16.keras"
+    load_report = convert.loader.load_report
+
+    def racing(*args, **kwargs):
+        output.write_bytes(b"the user's")
+        return load_report(*args, **kwargs)
+
+    monkeypatch.setattr(convert.loader, "load_report", racing)
+    argv = ["keras-vit-convert", "--model", npz, "--variant", "Ti/16",
+            "--output", str(output)]
+    assert convert.main(argv) == 1
+    assert capsys.readouterr().err.strip().endswith(
+        f"{output} already exists: pass --overwrite to replace it, or "
+        "choose another --output.")
+    assert output.read_bytes() == b"the user's"
+    assert sorted(os.listdir(tmp_path)) == ["Ti_16.npz", "ti16.keras"]
+    assert convert.main(argv + ["--overwrite"]) == 0
+    assert keras.models.load_model(output).count_params() > 0
+
+
 def test_archive_member_names_are_official(tmp_path):
     model = tiny(num_layers=1)
     out = tmp_path / "m.npz"

@@ -11,6 +11,7 @@ import shutil
 
 import keras
 import numpy as np
+import PIL.Image
 import pytest
 import safetensors.numpy
 
@@ -612,15 +613,38 @@ def test_a_classifier_of_no_labels_is_the_class_token_features(tmp_path):
         keras.ops.convert_to_numpy(reference(x)), atol=1e-5)
 
 
-def test_a_multi_label_model_is_named_in_the_log(tmp_path, caplog):
+def _predicted(tmp_path, folder, *flags):
+    """keras-vit-predict's probabilities (class order) of the fixture's
+    first reference image, on `folder`."""
+    reference = np.load(os.path.join(FIXTURES, "hf_vit_classifier",
+                                     "reference.npz"))
+    photo = tmp_path / "photo.png"
+    PIL.Image.fromarray(reference["pixels"][0].astype(np.uint8)).save(photo)
+    out = tmp_path / "answer.json"
+    assert predict.main(["keras-vit-predict", f"--model={folder}",
+                         str(photo), f"--output={out}", "--overwrite",
+                         "--top_k=100", *flags]) == 0
+    top = json.loads(out.read_text())["predictions"][0]["top_k"]
+    return np.array([t["probability"]
+                     for t in sorted(top, key=lambda t: t["class"])])
+
+
+def test_a_multi_label_model_is_scored_with_a_sigmoid(tmp_path, capsys):
     """problem_type multi_label_classification: transformers scores each
-    label with a sigmoid; the log says these commands give a softmax."""
-    caplog.set_level("WARNING", logger="absl")
-    _load(_copy(tmp_path, "hf_vit_classifier", _set(
-        "problem_type", "multi_label_classification")))
-    assert "problem_type is multi_label_classification" in caplog.text
-    assert "(a softmax). The ranking of the labels is the same" in \
-        caplog.text
+    label with a sigmoid, and so does keras-vit-predict (--scores=auto):
+    the log-odds of its answer are the logits whose softmax --scores=softmax
+    gives."""
+    folder = _copy(tmp_path, "hf_vit_classifier", _set(
+        "problem_type", "multi_label_classification"))
+    assert loader.HubSource(folder).scores() == "sigmoid"
+    assert loader.HubSource(os.path.join(
+        FIXTURES, "hf_vit_classifier")).scores() is None
+    alone = _predicted(tmp_path, folder)
+    among = _predicted(tmp_path, folder, "--scores=softmax")
+    assert not np.isclose(alone.sum(), 1.0, atol=1e-2)
+    log_odds = np.log(alone / (1 - alone))
+    np.testing.assert_allclose(
+        np.exp(log_odds) / np.exp(log_odds).sum(), among, atol=2e-3)
 
 
 def test_a_problem_type_transformers_refuses_is_refused(tmp_path):
@@ -632,10 +656,13 @@ def test_a_problem_type_transformers_refuses_is_refused(tmp_path):
                     _set("problem_type", "ranking")))
 
 
-def test_a_one_label_classifier_is_named_in_the_log(tmp_path, caplog):
-    """One label: transformers' pipeline scores the logit with a sigmoid;
-    a softmax over one class is 1.0 for every image, which the log says.
-    The model itself computes the file's logit."""
+def test_a_one_label_classifier_is_scored_with_a_sigmoid(tmp_path, caplog,
+                                                      capsys):
+    """One label: transformers' pipeline scores the logit with a sigmoid,
+    as keras-vit-predict does (a softmax over one class is 1.0 for every
+    image); the model computes the file's logit. With problem_type
+    regression, where transformers reads the logit as a value, the log
+    says so."""
     def edit(config):
         config["id2label"], config["label2id"] = {"0": "cat"}, {"cat": 0}
         config.pop("num_labels", None)
@@ -648,11 +675,16 @@ def test_a_one_label_classifier_is_named_in_the_log(tmp_path, caplog):
     safetensors.numpy.save_file(arrays, path)
     caplog.set_level("WARNING", logger="absl")
     model = _load(folder)
-    assert "config.json gives one label" in caplog.text
-    assert "1.0 for every image" in caplog.text
+    assert "config.json gives one label" not in caplog.text
     got, want = _outputs(model, folder)
     np.testing.assert_allclose(got, want[:, :1],
                                atol=2e-5 * np.abs(want).max())
+    probability = _predicted(tmp_path, folder)
+    assert probability.shape == (1,) and 0 < probability[0] < 0.999
+    _load(_copy(tmp_path, "hf_vit_classifier",
+                _set("problem_type", "regression")))
+    assert "config.json gives one label and problem_type regression" in \
+        caplog.text
 
 
 def _processor(tmp_path, **fields):

@@ -453,6 +453,30 @@ def test_an_existing_output_is_kept_unless_overwrite(setup, tmp_path,
     assert "--overwrite goes with --output only" in _one_error_line(capsys)
 
 
+def test_an_output_made_while_images_are_classified_is_kept(
+        setup, tmp_path, monkeypatch, capsys):
+    """Without --overwrite, a file that appears at --output after the
+    first check (while the model loads or the images are classified) is
+    kept and named, not replaced."""
+    root, _ = setup
+    image = str(root / "photos" / "img0.jpeg")
+    output = tmp_path / "answer.json"
+    classify = predict.classify
+
+    def racing(*args, **kwargs):
+        output.write_text("the user's")
+        return classify(*args, **kwargs)
+
+    monkeypatch.setattr(predict, "classify", racing)
+    assert run_predict([image, f"--model={root / 'vit.keras'}",
+                        f"--output={output}"]) == 1
+    assert _one_error_line(capsys).endswith(
+        f"{output} already exists: pass --overwrite to replace it, or "
+        "choose another --output.")
+    assert output.read_text() == "the user's"
+    assert sorted(os.listdir(tmp_path)) == ["answer.json"]
+
+
 def test_no_ema_with_a_model_of_one_set_of_weights_is_refused(setup,
                                                                capsys):
     """--no_ema picks a training run's raw weights: given with a .keras,

@@ -10,7 +10,9 @@ URI, a path) into one of these; everything else asks the source itself:
 - `build(...)`: the model and its `LoadReport` (None where nothing was
   mapped: a workdir or a `.keras` file holds its own model);
 - `class_names()`: the class names the source records, or None;
-- `run_config()`: a training run's config (a workdir only), else None.
+- `run_config()`: a training run's config (a workdir only), else None;
+- `scores()`: how the run or library that wrote the source scores its
+  logits ("softmax" or "sigmoid"), or None where it does not say.
 
 The kinds: `WorkdirSource` (a training run's latest checkpoint),
 `KerasSource` (a `.keras` file), `NpzSource` (an official or AugReg
@@ -132,6 +134,12 @@ class Source:
         """The training run's config (a workdir), else None."""
         return None
 
+    def scores(self) -> Optional[str]:
+        """"sigmoid" or "softmax": how the source's logits were trained
+        to be read (a workdir's loss; a transformers multi-label head),
+        or None where the source does not say."""
+        return None
+
     def library_resize(self):
         """(resize, image size, keep_aspect, crop_pct) of the evaluation
         resize the library that wrote the source applies (resize to it, or
@@ -221,6 +229,10 @@ class WorkdirSource(_SavedKerasModel):
     def run_config(self):
         return wd.read_config(self.path)
 
+    def scores(self) -> Optional[str]:
+        loss = self.run_config().objective.loss
+        return "sigmoid" if loss == "sigmoid_xent" else "softmax"
+
     def class_names(self) -> Optional[List[str]]:
         return wd.read_class_names(self.path)
 
@@ -298,6 +310,9 @@ class HubSource(Source):
 
     def class_names(self) -> Optional[List[str]]:
         return self._read().class_names
+
+    def scores(self) -> Optional[str]:
+        return self._read().scores
 
     def library_resize(self):
         checkpoint = self._read()

@@ -129,6 +129,9 @@ def _main(values: flags.FlagValues, images: list) -> None:
     # evaluation resize (or --resize_size), then the central crop.
     resize = cli.resize_size(values, source, model)
     keep = cli.keep_aspect(values, source, resize)
+    # Before the images: a source that does not load again stops the run
+    # before they are read.
+    learned = _learned_positions(values, source, model)
     if images:
         pixels, names = inputs.load_images(
             images, size, resize, keep, output_dir=values.output_dir,
@@ -144,7 +147,7 @@ def _main(values: flags.FlagValues, images: list) -> None:
         num_components=values.num_components, class_names=class_names,
         more_figures=_mpp_figure(values, source, pixels, names, size),
         on_batch=_count if len(pixels) > values.batch_size else None,
-        learned_positions=_learned_positions(values, source, model),
+        learned_positions=learned,
     )
     for name in list(data["figures"].values()) + [report.JSON_NAME]:
         print(os.path.join(values.output_dir, name))

@@ -64,19 +64,22 @@ def define_flags(values: flags.FlagValues, argv: Sequence[str]) -> None:
                          flag_values=values)
 
 
-def convert(source, output: str, *, image_size=None, **build):
+def convert(source, output: str, *, image_size=None, overwrite=True,
+            **build):
     """Loads `source` (`loader.load_report`, with `image_size` and the
     `build` options it takes: num_classes, pooling, representation_size,
     strict) and writes it to `output` (.keras) atomically: a crash never
     leaves a partial file there. Returns the .npz's or hub folder's
-    LoadReport (None for the other sources)."""
+    LoadReport (None for the other sources). Without `overwrite`, a file
+    at `output` when it is written (one made during the load, too) is a
+    FileExistsError, and is kept."""
     _check_keras_name(output)
     source = loader.resolve(source)
     model, report = loader.load_report(source, image_size, **build)
     loader.warn_if_no_vit(source, model)  # re-saved as it is
     if not _new_head(source, build):  # a new head is zeros by design
         cli.warn_zero_head(source, model)
-    atomic.atomic_write(output, model.save)
+    atomic.atomic_write(output, model.save, replace=overwrite)
     return report
 
 
@@ -113,8 +116,12 @@ def _main(values: flags.FlagValues, args: list) -> None:
                 f"{values.model} is {cli.what(source)}, which holds its "
                 "model whole (nothing is mapped): leave --non_strict out.")
         build["strict"] = False
-    report = convert(source, values.output, image_size=values.image_size,
-                     **build)
+    try:
+        report = convert(source, values.output, image_size=values.image_size,
+                         overwrite=values.overwrite, **build)
+    except FileExistsError:  # made while the model loaded: kept
+        cli.check_not_written(values.output, "output")
+        raise
     if report is not None:
         print(report)
     _warn_not_carried(values, source, _new_head(source, build))

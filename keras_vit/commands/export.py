@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, List, Optional, Sequence
 from absl import flags, logging
 
 from keras_vit.commands import flags as cli
+from keras_vit.commands import scoring
 from keras_vit.commands.lazy import lazy_module
 from keras_vit.errors import UsageError
 
@@ -76,6 +77,7 @@ def define_flags(values: flags.FlagValues, argv: Sequence[str]) -> None:
                       "label order (default: the model's own, if it has "
                       "any).", flag_values=values)
     cli.define_class_names_file(values)
+    scoring.define_scores(values)
     flags.DEFINE_integer("top_k", 5, "Top classes in each answer (at most "
                          "the model's classes).",
                          flag_values=values)
@@ -181,6 +183,7 @@ def export(values: flags.FlagValues) -> str:
     cli.check_class_count(values, source, names, width)
     resize = cli.resize_size(values, source, model)
     keep = cli.keep_aspect(values, source, resize)
+    scores = scoring.scores(values, source, width)
     if values.format == "litert":
         return litert.export_litert(
             model,
@@ -190,6 +193,7 @@ def export(values: flags.FlagValues) -> str:
             verify=not values.no_verify,
             resize_size=resize,
             keep_aspect=keep,
+            scores=scores,
         )
     return saved_model.export_model(
         model,
@@ -204,6 +208,7 @@ def export(values: flags.FlagValues) -> str:
         serving_base_dir=values.serving_base_dir,
         verify=not values.no_verify,
         dynamic_size=values.dynamic_size,
+        scores=scores,
     )
 
 

@@ -35,6 +35,7 @@ from absl import flags
 
 from keras_vit import progress
 from keras_vit.commands import flags as cli
+from keras_vit.commands import scoring
 from keras_vit.commands.image_inputs import (  # noqa: F401 (this API)
     check_images,
     list_images,
@@ -58,6 +59,7 @@ if TYPE_CHECKING:  # imported on first use: --help loads no TensorFlow
     from keras_vit.data import checks, preprocessing
     from keras_vit.export import files as export_files
     from keras_vit.export import litert, litert_record, request_checks
+    from keras_vit.scoring import scores as vit_scores
 else:
     keras = lazy_module("keras")
     tf = lazy_module("tensorflow")
@@ -67,6 +69,7 @@ else:
     litert = lazy_module("keras_vit.export.litert")
     litert_record = lazy_module("keras_vit.export.litert_record")
     request_checks = lazy_module("keras_vit.export.request_checks")
+    vit_scores = lazy_module("keras_vit.scoring.scores")
     export_files = lazy_module("keras_vit.export.files")
 
 
@@ -84,15 +87,17 @@ def _pixels(images: Sequence[bytes], size, resize_size,
 
 
 def keras_predictor(model: keras.Model, resize_size=None,
-                    keep_aspect: bool = False) -> Callable:
-    """A function: list of encoded images -> probabilities (n, K), with the
+                    keep_aspect: bool = False,
+                    scores: str = "softmax") -> Callable:
+    """A function: list of encoded images -> probabilities (n, K) (a
+    softmax, or with `scores` "sigmoid" a sigmoid of each logit), with the
     preprocessing of the export's serving_default."""
     size = derived.input_image_size(model)
 
     def predict(images: Sequence[bytes]) -> np.ndarray:
         batch = _pixels(images, size, resize_size, keep_aspect)
         logits = keras.ops.convert_to_numpy(model(batch, training=False))
-        return tf.nn.softmax(logits.astype(np.float32), axis=-1).numpy()
+        return vit_scores.probabilities_np(logits, scores)
 
     predict.num_classes = int(model.output_shape[-1])
     return predict
@@ -185,8 +190,12 @@ def predictor(values, source) -> Callable:
         for name in ("resize_size", "keep_aspect"):
             if values[name].value is not None:
                 raise UsageError(f"--{name} is built into a SavedModel.")
+        if values["scores"].present:
+            raise UsageError("--scores is built into a SavedModel.")
         return saved_model_predictor(source.version())
     if source.kind == "litert":
+        if values["scores"].present:
+            raise UsageError("--scores is built into a LiteRT file.")
         predict = litert_predictor(source.path, values.resize_size,
                                    labels_used=not values.class_names_file,
                                    keep_aspect=values.keep_aspect)
@@ -196,8 +205,9 @@ def predictor(values, source) -> Callable:
     model = cli.load_flagged_model(values, source, head="predict with")
     cli.model_image_size(model, source.path)  # none named: refused here
     resize = cli.resize_size(values, source, model)
-    return keras_predictor(model, resize,
-                           cli.keep_aspect(values, source, resize))
+    return keras_predictor(
+        model, resize, cli.keep_aspect(values, source, resize),
+        scoring.scores(values, source, int(model.output_shape[-1])))
 
 
 def define_flags(values: flags.FlagValues, argv: Sequence[str]) -> None:
@@ -208,6 +218,7 @@ def define_flags(values: flags.FlagValues, argv: Sequence[str]) -> None:
                      "LiteRT .tflite file.")
     cli.define_resize_size(values)
     cli.define_class_names_file(values)
+    scoring.define_scores(values)
     flags.DEFINE_integer("top_k", 5, "Classes shown per image (at most the "
                          "model's classes).",
                          flag_values=values)
@@ -303,7 +314,12 @@ def print_results(args, files, tops, skipped) -> None:
     so). A reader that stops early (`| head`) ends the printing quietly."""
     try:
         if args.output:
-            write_output(args.output, files, tops, skipped)
+            try:  # kept unless --overwrite, even one made meanwhile
+                write_output(args.output, files, tops, skipped,
+                             args.overwrite)
+            except FileExistsError:
+                cli.check_not_written(args.output, "output")
+                raise
             count = f"{len(files)} image{'' if len(files) == 1 else 's'}"
             print(f"{count} -> {args.output}"
                   + (f" ({len(skipped)} skipped)" if skipped else ""))

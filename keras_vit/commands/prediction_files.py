@@ -34,7 +34,8 @@ def check_output(path: Optional[str]) -> None:
         raise UsageError(f"--output {path}: use a .json or .csv file.")
 
 
-def write_output(path: str, files, tops, skipped) -> None:
+def write_output(path: str, files, tops, skipped,
+                 replace: bool = True) -> None:
     """Writes the predictions as JSON or CSV (by `path`'s extension),
     through a temporary file and a rename (a missing folder is made). A
     file name that is not UTF-8 is written with its odd bytes escaped
@@ -52,7 +53,7 @@ def write_output(path: str, files, tops, skipped) -> None:
             ],
             "skipped": [{"file": f, "reason": r} for f, r in skipped],
         }
-        atomic_write(path, json.dumps(data, indent=1) + "\n")
+        atomic_write(path, json.dumps(data, indent=1) + "\n", replace)
         return
     rows = [("file", "rank", "class", "name", "probability")] + [
         (f, rank, c, n, f"{p:.6f}")
@@ -61,7 +62,7 @@ def write_output(path: str, files, tops, skipped) -> None:
     ]
     text = io.StringIO(newline="")
     csv.writer(text).writerows(rows)
-    atomic_write(path, text.getvalue())
+    atomic_write(path, text.getvalue(), replace)
 
 
 def printable(name: str) -> str:

@@ -77,6 +77,9 @@ def run(
             # Serve with the run's own evaluation preprocessing.
             resize_size=config.input.pp.eval_resize_size,
             keep_aspect=bool(config.input.pp.eval_keep_aspect),
+            # Scored as trained: a sigmoid after the sigmoid loss.
+            scores="sigmoid" if config.objective.loss == "sigmoid_xent"
+            else None,
         )
         logging.info("Exported SavedModel to %s", path)
         return {"export_path": path}

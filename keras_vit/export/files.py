@@ -40,6 +40,16 @@ BATCHING_FILE = "batching_parameters.txt"
 # refused warm-up request fails the model's load), so no warm-up request
 # holds more images than this.
 MAX_BATCH_SIZE = 32
+# TF Serving's --batching_parameters_file, tuned for a CPU server: a batch
+# closes at MAX_BATCH_SIZE (32) requests' images or after 5 ms, whichever
+# first. On a GPU raise max_batch_size (e.g. 128) and batch_timeout_micros
+# (e.g. 10000).
+BATCHING_PARAMETERS = f"""\
+max_batch_size {{ value: {MAX_BATCH_SIZE} }}
+batch_timeout_micros {{ value: 5000 }}
+max_enqueued_batches {{ value: 100 }}
+num_batch_threads {{ value: %d }}
+"""
 
 _MODEL_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
 

@@ -33,6 +33,7 @@ from keras_vit.errors import UsageError
 from keras_vit.export import request_checks
 from keras_vit.export.servable import Servable
 from keras_vit.model import VisionTransformer, architecture_of
+from keras_vit.scoring import scores as vit_scores
 
 SIGNATURES = ("serving_default", "predict_images", "features")
 ANY_SIZE_SIGNATURE = "predict_any_size"
@@ -193,6 +194,7 @@ def build_endpoints(
     resize_size: Optional[preprocessing.Size] = None,
     any_size: bool = False,
     keep_aspect: bool = False,
+    scores: str = vit_scores.SOFTMAX,
 ) -> Servable:
     """A `Servable` with the three serving endpoints, ready to write.
 
@@ -209,6 +211,8 @@ def build_endpoints(
             size its position embeddings were made for.
         keep_aspect: bool. `resize_size` is the shorter side's length,
             the aspect ratio kept (`preprocess_eval`).
+        scores: str. "softmax" or "sigmoid": how `probabilities` scores
+            the logits (`keras_vit.scoring.scores`).
 
     Returns:
         Servable. Endpoints `serving_default`, `predict_images` and
@@ -217,7 +221,7 @@ def build_endpoints(
     size = input_image_size(model)
     _check_endpoint_arguments(model, class_names, top_k, any_size)
     forward = _forward(model, (None, None) if any_size else size)
-    classify = _classifier(forward, class_names, top_k)
+    classify = _classifier(forward, class_names, top_k, scores)
     preprocess, images_from_bytes = _image_readers(size, resize_size,
                                                    keep_aspect)
 
@@ -290,19 +294,21 @@ def _forward(model: keras.Model, image_size):
     return forward
 
 
-def _classifier(forward, class_names: Sequence[str], top_k: int):
+def _classifier(forward, class_names: Sequence[str], top_k: int,
+                scores: str):
     """Images in [-1, 1] -> the classification outputs of every endpoint:
-    probabilities, the top-k classes, their scores and names."""
+    probabilities (`scores`: softmax or sigmoid), the top-k classes, their
+    scores and names."""
     names = tf.constant(list(class_names), dtype=tf.string)
 
     def classify(images):
         logits, _ = forward(images)
-        probabilities = tf.nn.softmax(logits, axis=-1)
-        scores, classes = tf.math.top_k(probabilities, k=top_k)
+        probabilities = vit_scores.probabilities(logits, scores)
+        best, classes = tf.math.top_k(probabilities, k=top_k)
         return {
             "probabilities": probabilities,
             "classes": classes,
-            "scores": scores,
+            "scores": best,
             "class_names": tf.gather(names, classes),
         }
 

@@ -50,6 +50,7 @@ from keras_vit.export.litert_record import (
     preprocessing_record,
     written_paths,
 )
+from keras_vit.scoring import scores as vit_scores
 from keras_vit.storage import atomic
 from keras_vit.storage.atomic import atomic_write
 
@@ -73,9 +74,11 @@ def interpreter_class():
     return Interpreter
 
 
-def pixels_model(model: keras.Model, batch_size: int = 1) -> keras.Model:
+def pixels_model(model: keras.Model, batch_size: int = 1,
+                 scores: str = vit_scores.SOFTMAX) -> keras.Model:
     """keras.Model. `model` behind [0, 255] -> [-1, 1] scaling and a
-    softmax: pixels in, probabilities out, at a fixed input size."""
+    softmax (or with `scores` "sigmoid", a sigmoid): pixels in,
+    probabilities out, at a fixed input size."""
     export_options.classifier_width(model, "LiteRT export")
     size = tuple(model.input_shape[1:3])
     if None in size or size != tuple(input_image_size(model)):
@@ -91,7 +94,11 @@ def pixels_model(model: keras.Model, batch_size: int = 1) -> keras.Model:
     x = keras.layers.Rescaling(1.0 / 127.5, offset=-1.0,
                                name="scale_to_unit_range")(images)
     logits = model(x, training=False)
-    probabilities = keras.layers.Softmax(name=OUTPUT_NAME)(logits)
+    if vit_scores.check_scores(scores) == vit_scores.SIGMOID:
+        probabilities = keras.layers.Activation(
+            "sigmoid", dtype="float32", name=OUTPUT_NAME)(logits)
+    else:
+        probabilities = keras.layers.Softmax(name=OUTPUT_NAME)(logits)
     # A dict output names the LiteRT signature's output.
     return keras.Model(images, {OUTPUT_NAME: probabilities},
                        name=f"{model.name}_litert")
@@ -135,6 +142,7 @@ def export_litert(
     verify: bool = True,
     resize_size: Optional[int] = None,
     keep_aspect: bool = False,
+    scores: Optional[str] = None,
 ) -> str:
     """Writes `model` as a LiteRT file.
 
@@ -161,6 +169,9 @@ def export_litert(
             with the input size, for the client that prepares the pixels.
         keep_aspect: bool. `resize_size` is the shorter side's length,
             the aspect ratio kept (`preprocess_eval`), also recorded.
+        scores: str or None. "softmax" or "sigmoid": how the file scores
+            the logits; None: a sigmoid for one logit, else a softmax
+            (`keras_vit.scoring.scores.scores_for`).
 
     Returns:
         str. `path`.
@@ -177,8 +188,9 @@ def export_litert(
             "LiteRT export runs on the TensorFlow backend; set "
             "KERAS_BACKEND=tensorflow."
         )
-    wrapped = pixels_model(model)
-    num_classes = int(model.output_shape[-1])
+    num_classes = export_options.classifier_width(model, "LiteRT export")
+    wrapped = pixels_model(model,
+                           scores=vit_scores.scores_for(num_classes, scores))
     height, width = wrapped.input_shape[1:3]
     export_options.check_resize_size(resize_size, (height, width),
                                      keep_aspect)
@@ -254,6 +266,13 @@ def open_interpreter(path: str):
     return interpreter_class()(model_path=path)
 
 
+def _scored_alone(wrapped: keras.Model) -> bool:
+    """Whether `wrapped` (`pixels_model`) scores each class on its own (a
+    sigmoid), so that its probabilities need not sum to 1."""
+    return not isinstance(wrapped.get_layer(OUTPUT_NAME),
+                          keras.layers.Softmax)
+
+
 def _verify(path: str, wrapped: keras.Model, quantization: str) -> None:
     height, width = wrapped.input_shape[1:3]
     pixels = np.random.default_rng(0).uniform(
@@ -272,8 +291,10 @@ def _verify(path: str, wrapped: keras.Model, quantization: str) -> None:
                 f"The LiteRT file disagrees with the Keras model by "
                 f"{error:.3g} (tolerance {VERIFY_ATOL}); not written."
             )
-    elif not (np.all(np.isfinite(got))
-              and np.allclose(got.sum(-1), 1.0, atol=1e-3)):
+    elif not (np.all(np.isfinite(got)) and np.all(got >= 0)
+              and np.all(got <= 1 + 1e-3)
+              and (_scored_alone(wrapped)
+                   or np.allclose(got.sum(-1), 1.0, atol=1e-3))):
         raise RuntimeError(
             f"The {quantization} LiteRT file gives no probabilities; not "
             "written."

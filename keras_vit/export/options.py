@@ -54,6 +54,11 @@ class ExportOptions:
             A fixed-size model is served through a dynamic-size copy
             (`keras_vit.with_dynamic_image_size`); the other signatures
             still resize to its size.
+        scores: str or None. How `probabilities` scores the logits:
+            "softmax" (one class among all) or "sigmoid" (each class on
+            its own: a model trained with the sigmoid loss); None: a
+            sigmoid for a model of one logit, else a softmax
+            (`keras_vit.scoring.scores.scores_for`).
     """
 
     model_name: str = "vit"
@@ -66,6 +71,7 @@ class ExportOptions:
     serving_base_dir: Optional[str] = None
     verify: bool = True
     dynamic_size: bool = False
+    scores: Optional[str] = None
 
     @classmethod
     def of(cls, options: dict) -> "ExportOptions":

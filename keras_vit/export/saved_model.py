@@ -49,20 +49,12 @@ from keras_vit.export import options as export_options
 from keras_vit.export import request_checks, server_config
 from keras_vit.export import versions as export_versions
 from keras_vit.export.options import ExportOptions
+from keras_vit.scoring import scores as vit_scores
 from keras_vit.storage import atomic
 from keras_vit.storage.atomic import atomic_write
 
 BATCHING_FILE = export_files.BATCHING_FILE
-# TF Serving's --batching_parameters_file, tuned for a CPU server: a batch
-# closes at MAX_BATCH_SIZE (32) requests' images or after 5 ms, whichever
-# first. On a GPU raise max_batch_size (e.g. 128) and batch_timeout_micros
-# (e.g. 10000).
-BATCHING_PARAMETERS = f"""\
-max_batch_size {{ value: {export_files.MAX_BATCH_SIZE} }}
-batch_timeout_micros {{ value: 5000 }}
-max_enqueued_batches {{ value: 100 }}
-num_batch_threads {{ value: %d }}
-"""
+BATCHING_PARAMETERS = export_files.BATCHING_PARAMETERS
 # What each signature's input is, for export.json: the SavedModel itself
 # records only names, dtypes and shapes.
 INPUT_DOCS = {
@@ -95,7 +87,8 @@ def _input_size(model: keras.Model):
     return int(shape[1]), int(shape[2])
 
 
-def _reference_probabilities(model, images: Sequence[bytes], size, resize):
+def _reference_probabilities(model, images: Sequence[bytes], size, resize,
+                             scores: str):
     batch = np.stack([
         preprocessing.preprocess_eval(
             preprocessing.decode_image(tf.constant(image)), size, *resize
@@ -103,17 +96,19 @@ def _reference_probabilities(model, images: Sequence[bytes], size, resize):
         for image in images
     ])
     logits = keras.ops.convert_to_numpy(model(batch, training=False))
-    return tf.nn.softmax(logits.astype(np.float32), axis=-1).numpy()
+    return vit_scores.probabilities_np(logits, scores)
 
 
 def verify_export(path: str, model: keras.Model, images: Sequence[bytes],
-                  resize=(None, False)) -> None:
+                  resize=(None, False), scores: str = vit_scores.SOFTMAX
+                  ) -> None:
     """Reloads a SavedModel and checks it against the Keras model.
 
     Every warm-up request replays without error, and `serving_default`
     gives the Keras model's probabilities (within `VERIFY_ATOL`) on
     `images` decoded and preprocessed eagerly (`resize`: resize_size and
-    keep_aspect, as `preprocess_eval` takes them).
+    keep_aspect, as `preprocess_eval` takes them; `scores`: softmax or
+    sigmoid, as the export scores them).
 
     Raises:
         RuntimeError: the SavedModel disagrees with the model.
@@ -131,10 +126,11 @@ def verify_export(path: str, model: keras.Model, images: Sequence[bytes],
     got = np.concatenate([loaded.signatures["serving_default"](
         image_bytes=tf.constant(part, dtype=tf.string))["probabilities"]
         .numpy() for part in request_checks.requests_within_budget(images)])
-    want = _reference_probabilities(model, images, _input_size(model), resize)
+    want = _reference_probabilities(model, images, _input_size(model), resize,
+                                    scores)
     error = float(np.max(np.abs(got - want)))
     if export_graph.ANY_SIZE_SIGNATURE in loaded.signatures:
-        error = max(error, _any_size_error(loaded, model))
+        error = max(error, _any_size_error(loaded, model, scores))
     if not error <= VERIFY_ATOL:
         raise RuntimeError(
             f"The exported SavedModel disagrees with the Keras model by "
@@ -143,7 +139,7 @@ def verify_export(path: str, model: keras.Model, images: Sequence[bytes],
         )
 
 
-def _any_size_error(loaded, model: keras.Model) -> float:
+def _any_size_error(loaded, model: keras.Model, scores: str) -> float:
     """How far `predict_any_size` is from the model, on pixels one stride
     taller than the model's own size (so that the interpolation runs)."""
     height, width = input_image_size(model)
@@ -157,7 +153,7 @@ def _any_size_error(loaded, model: keras.Model) -> float:
     logits = keras.ops.convert_to_numpy(
         model(pixels / 127.5 - 1.0, training=False)
     )
-    want = tf.nn.softmax(logits.astype(np.float32), axis=-1).numpy()
+    want = vit_scores.probabilities_np(logits, scores)
     return float(np.max(np.abs(got - want)))
 
 
@@ -175,7 +171,8 @@ def export_model(model: keras.Model, export_dir: str, **options) -> str:
         **options: the fields of
             `keras_vit.export.options.ExportOptions`, by name: model_name,
             class_names, top_k, warmup_images, version, resize_size,
-            keep_aspect, serving_base_dir, verify, dynamic_size. An unknown
+            keep_aspect, serving_base_dir, verify, dynamic_size, scores.
+            An unknown
             one raises a UsageError.
 
     Returns:
@@ -191,6 +188,7 @@ def export_model(model: keras.Model, export_dir: str, **options) -> str:
     servable = export_graph.build_endpoints(
         serving_model, target.names, target.top_k, opts.resize_size,
         any_size=opts.dynamic_size, keep_aspect=opts.keep_aspect,
+        scores=target.scores,
     )
     def listed() -> None:  # the server's files name the model
         write_batching_parameters(target.export_dir)
@@ -245,6 +243,7 @@ class _Target:
     size: tuple
     top_k: int
     images: list
+    scores: str
 
 
 def _target(model: keras.Model, export_dir: str,
@@ -256,6 +255,7 @@ def _target(model: keras.Model, export_dir: str,
     export_options.check_resize_size(opts.resize_size, size, opts.keep_aspect)
     names = export_options.class_names(opts.class_names, num_classes)
     top_k = export_options.checked_top_k(opts.top_k, num_classes)
+    scores = vit_scores.scores_for(num_classes, opts.scores)
     export_options.check_version(opts.version)
     if opts.warmup_images is None:
         images = export_files.default_warmup_images()
@@ -280,7 +280,7 @@ def _target(model: keras.Model, export_dir: str,
             f"in {model_dir}; pass another version (or none for the next)."
         )
     return _Target(export_dir, config_path, model_dir, names, size, top_k,
-                   images)
+                   images, scores)
 
 
 def _write_version(servable, serving_model: keras.Model, target: _Target,
@@ -318,6 +318,7 @@ def _write_version(servable, serving_model: keras.Model, target: _Target,
                     serving_model,
                     target.images or export_files.default_warmup_images(),
                     (opts.resize_size, opts.keep_aspect),
+                    target.scores,
                 )
             atomic.sync_tree(tmp_dir)  # on disk before the quick publishing
             with atomic.signals_deferred() as written:
@@ -387,6 +388,8 @@ def _export_info(model: keras.Model, target: _Target,
         "keep_aspect": bool(opts.keep_aspect),
         "num_classes": len(target.names),
         "top_k": target.top_k,
+        # How `probabilities` scores the logits: softmax or sigmoid.
+        "scores": target.scores,
         "signatures": signatures,
         "inputs": {name: INPUT_DOCS[name] for name in signatures},
         "exported_at": datetime.datetime.now(datetime.timezone.utc)

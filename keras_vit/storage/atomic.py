@@ -21,6 +21,7 @@ for remote paths: local writes work where TensorFlow is not installed
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import os
 import re
@@ -168,7 +169,8 @@ def final_names(text: str) -> str:
     return _TEMPORARY_MARK.sub("", text)
 
 
-def atomic_write(path: Union[str, os.PathLike], content: Content) -> None:
+def atomic_write(path: Union[str, os.PathLike], content: Content,
+                 replace: bool = True) -> None:
     """Writes `content` to `path` via a temporary file and a rename.
 
     Args:
@@ -177,15 +179,39 @@ def atomic_write(path: Union[str, os.PathLike], content: Content) -> None:
         content: str (written as UTF-8), bytes, or a callable that writes
             the file at the local path it is given (for remote `path`, a
             local temporary file that is then copied up).
+        replace: bool. Replace a file at `path`; False: a FileExistsError
+            when one is there at the moment of publishing (a hard link,
+            which fails on an existing name: no check-then-replace race),
+            nothing written.
     """
     path = os.fspath(path)
     if is_remote(path):
-        _write_remote(path, content)
+        _write_remote(path, content, replace)
     else:
-        _write_local(path, content)
+        _write_local(path, content, replace)
 
 
-def _write_local(path: str, content: Content) -> None:
+def _publish_local(tmp: str, path: str, replace: bool) -> None:
+    """Renames `tmp` to `path`; without `replace`, a FileExistsError where
+    a file is at `path` (hard-linked, then the temporary name removed;
+    on a file system without hard links, checked just before)."""
+    if replace:
+        os.replace(tmp, path)
+        return
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        raise
+    except OSError:  # no hard links here (FAT, some network mounts)
+        if os.path.lexists(path):
+            raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST),
+                                  path) from None
+        os.replace(tmp, path)
+        return
+    os.remove(tmp)
+
+
+def _write_local(path: str, content: Content, replace: bool = True) -> None:
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
     tmp = temporary_name(path)
@@ -202,13 +228,14 @@ def _write_local(path: str, content: Content) -> None:
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
         check_stop()  # a stop that a library swallowed: nothing published
-        os.replace(tmp, path)
+        _publish_local(tmp, path, replace)
     except BaseException:
         _remove_local(tmp)
         raise
 
 
-def _write_remote(path: str, content: Content) -> None:
+def _write_remote(path: str, content: Content, replace: bool = True
+                  ) -> None:
     import tensorflow as tf  # only remote paths need TensorFlow
 
     gfile = tf.io.gfile
@@ -228,7 +255,11 @@ def _write_remote(path: str, content: Content) -> None:
             with gfile.GFile(tmp, "wb") as f:
                 f.write(_as_bytes(content))
         check_stop()
-        gfile.rename(tmp, path, overwrite=True)
+        try:
+            gfile.rename(tmp, path, overwrite=replace)
+        except tf.errors.AlreadyExistsError:
+            raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST),
+                                  path) from None
     except BaseException:
         try:
             if gfile.exists(tmp):

@@ -103,9 +103,8 @@ HF_PROBLEMS = ("regression", "single_label_classification",
 
 def _check_problem(spec: Dict[str, Any], folder: str) -> None:
     """Refuses a problem_type transformers refuses; names in the log a
-    head transformers scores with a sigmoid (its image-classification
-    pipeline: multi-label, or a single logit), not the softmax of these
-    commands."""
+    single logit that transformers reads as a value (regression), which
+    these commands score with a sigmoid."""
     problem = spec.get("problem_type")
     if problem is not None and problem not in HF_PROBLEMS:
         raise UsageError(
@@ -113,21 +112,20 @@ def _check_problem(spec: Dict[str, Any], folder: str) -> None:
             "transformers builds no model from it (it takes "
             f"{', '.join(HF_PROBLEMS)}, or null). Fix or remove the field.")
     single = num_labels(spec.get("id2label"), spec.get("num_labels")) == 1
-    if problem == "multi_label_classification":
+    if single and problem == "regression":
         logging.warning(
-            "%s: config.json's problem_type is multi_label_classification: "
-            "transformers scores each label on its own (a sigmoid of its "
-            "logit); keras-vit-predict, evaluation and exports give one "
-            "class's probability among all (a softmax). The ranking of the "
-            "labels is the same.", folder)
-    elif single:
-        logging.warning(
-            "%s: config.json gives one label: transformers scores its one "
-            "logit with a sigmoid (or, with problem_type regression, reads "
-            "it as a value); keras-vit-predict, evaluation and exports give "
-            "a softmax over the classes, which is 1.0 for every image with "
-            "one. Fine-tune from it (config.init.model) for classes of "
-            "your own.", folder)
+            "%s: config.json gives one label and problem_type regression: "
+            "transformers reads its one logit as a value; keras-vit-predict "
+            "and exports give its sigmoid. Fine-tune from it "
+            "(config.init.model) for classes of your own.", folder)
+
+
+def _scores(spec: Dict[str, Any]) -> Optional[str]:
+    """"sigmoid" for a head transformers scores a class at a time
+    (problem_type multi_label_classification), else None."""
+    if spec.get("problem_type") == "multi_label_classification":
+        return "sigmoid"
+    return None
 
 
 def hf_settings(spec: Dict[str, Any], folder: str,
@@ -201,6 +199,7 @@ def hf_settings(spec: Dict[str, Any], folder: str,
         # False: transformers builds no query/key/value bias and ignores
         # such arrays of the file.
         qkv_bias=bool(spec.get("qkv_bias", True)),
+        scores=_scores(spec),
     )
 
 

@@ -123,6 +123,9 @@ class HubCheckpoint:
         dropped: list of (key, shape, reason). Arrays of the file left out
             where config.json names no transformers class (the pooler
             beside a classifier), for the load report.
+        scores: str or None. "sigmoid" where the library scores each
+            class on its own (transformers' multi_label_classification),
+            else None: the number of classes decides.
     """
 
     path: str
@@ -142,6 +145,7 @@ class HubCheckpoint:
     eval_crop_pct: Optional[float] = None
     dropped: List[Tuple[str, Tuple[int, ...], str]] = dataclasses.field(
         default_factory=list)
+    scores: Optional[str] = None
 
 
 def _files(path: str) -> Tuple[str, str]:
