@@ -1516,6 +1516,30 @@ _CASES = [
          "move the class folders into"),
         "exit status 1",
     ),
+    Case(
+        "output_made_during_predict", FAULT, "CLI",
+        "keras-vit-predict --output=answer.json without --overwrite, and "
+        "another program writes answer.json while the model loads or the "
+        "images are classified (after the check at the start)",
+        "The file is kept as the other program wrote it, and one line "
+        "names it and the fix; no temporary file is left (the answer is "
+        "published with a hard link, which fails on an existing name). "
+        "It was replaced.",
+        ("already exists: pass --overwrite to replace it, or choose "
+         "another --output",),
+        "exit status 1",
+    ),
+    Case(
+        "output_made_during_convert", FAULT, "CLI",
+        "keras-vit-convert --output=vit.keras without --overwrite, and "
+        "another program writes vit.keras while the model loads",
+        "The file is kept, one line names it and the fix, and no "
+        "temporary file is left; with --overwrite the .keras replaces it. "
+        "It was replaced.",
+        ("already exists: pass --overwrite to replace it, or choose "
+         "another --output",),
+        "exit status 1",
+    ),
 ]
 
 CASES: Dict[str, Case] = {}

@@ -25,6 +25,7 @@ from keras_vit.commands import flags as cli_flags
 from keras_vit.errors import UsageError
 from tests import console
 from tests import numpy_reference as ref
+from tests.reliability_cases import check_says, covers
 from tests.test_checkpoint import (
     POSEMB,
     assert_close,
@@ -286,6 +287,7 @@ def test_convert_cli_writes_equivalent_keras_file(tmp_path, capsys):
     assert not (tmp_path / "gap.keras").exists()
 
 
+@covers("output_made_during_convert")
 def test_convert_keeps_a_file_made_while_the_model_loads(
         tmp_path, capsys, monkeypatch):
     """Without --overwrite, a .keras file that appears at --output during
@@ -303,7 +305,9 @@ def test_convert_keeps_a_file_made_while_the_model_loads(
     argv = ["keras-vit-convert", "--model", npz, "--variant", "Ti/16",
             "--output", str(output)]
     assert convert.main(argv) == 1
-    assert capsys.readouterr().err.strip().endswith(
+    err = capsys.readouterr().err.strip()
+    check_says("output_made_during_convert", err)
+    assert err.endswith(
         f"{output} already exists: pass --overwrite to replace it, or "
         "choose another --output.")
     assert output.read_bytes() == b"the user's"

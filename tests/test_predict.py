@@ -453,6 +453,7 @@ def test_an_existing_output_is_kept_unless_overwrite(setup, tmp_path,
     assert "--overwrite goes with --output only" in _one_error_line(capsys)
 
 
+@covers("output_made_during_predict")
 def test_an_output_made_while_images_are_classified_is_kept(
         setup, tmp_path, monkeypatch, capsys):
     """Without --overwrite, a file that appears at --output after the
@@ -470,9 +471,10 @@ def test_an_output_made_while_images_are_classified_is_kept(
     monkeypatch.setattr(predict, "classify", racing)
     assert run_predict([image, f"--model={root / 'vit.keras'}",
                         f"--output={output}"]) == 1
-    assert _one_error_line(capsys).endswith(
-        f"{output} already exists: pass --overwrite to replace it, or "
-        "choose another --output.")
+    line = _one_error_line(capsys)
+    check_says("output_made_during_predict", line)
+    assert line.endswith(f"{output} already exists: pass --overwrite to "
+                         "replace it, or choose another --output.")
     assert output.read_text() == "the user's"
     assert sorted(os.listdir(tmp_path)) == ["answer.json"]
 

@@ -564,10 +564,12 @@ def test_optimizer_config_errors(opt, message):
         optim.create_optimizer(mlc.ConfigDict(opt), 10)
 
 
-def test_export_at_the_end_of_a_run(tmp_path):
+@pytest.mark.parametrize("loss", ["softmax_xent", "sigmoid_xent"])
+def test_export_at_the_end_of_a_run(tmp_path, loss):
     """--config.export.enabled=True writes a served version of the final
     (EMA) weights with the run's class names and evaluation resize (the
-    shorter side to 40, then the central 32)."""
+    shorter side to 40, then the central 32), scored as the run trained
+    (a sigmoid per class after the sigmoid loss)."""
     from keras_vit.data import preprocessing
 
     workdir = str(tmp_path / "run")
@@ -576,6 +578,7 @@ def test_export_at_the_end_of_a_run(tmp_path):
     config.input.pp.eval_keep_aspect = True
     config.export.enabled = True
     config.export.model_name = "digits"
+    config.objective.loss = loss
     metrics = train_command.run(config, workdir)
     version = metrics["export_path"]
     with pytest.raises(ValueError, match="train command"):
@@ -588,10 +591,14 @@ def test_export_at_the_end_of_a_run(tmp_path):
     probabilities = served(images=tf.constant(pixels))["probabilities"]
     evaluated = np.stack([preprocessing.preprocess_eval(
         tf.constant(p), 32, 40, keep_aspect=True) for p in pixels])
-    expected = tf.nn.softmax(wd.restore_model(workdir)(evaluated)).numpy()
+    logits = wd.restore_model(workdir)(evaluated)
+    expected = (tf.math.sigmoid(logits) if loss == "sigmoid_xent"
+                else tf.nn.softmax(logits)).numpy()
     np.testing.assert_allclose(probabilities, expected, atol=1e-5)
     with open(os.path.join(version, "assets.extra", "export.json")) as f:
-        assert json.load(f)["keep_aspect"] is True
+        info = json.load(f)
+    assert info["keep_aspect"] is True
+    assert info["scores"] == loss.split("_")[0]
     names = served(images=tf.constant(pixels))["class_names"].numpy()
     assert {n.decode() for n in names.ravel()} <= {str(i) for i in range(10)}
 
