@@ -288,11 +288,6 @@ def check_resize(config) -> None:
     resize; an image_size of 0, the starting model's, is not known yet)."""
     resize = _value(config, "input.pp.eval_resize_size")
     size = _value(config, "model.image_size")
-    if resize is None and _value(config, "input.pp.eval_keep_aspect"):
-        raise UsageError(
-            "config.input.pp.eval_keep_aspect=True resizes the shorter side "
-            "to config.input.pp.eval_resize_size, which is None: set it (at "
-            "least the image size), or eval_keep_aspect=False.")
     sides = list(size) if isinstance(size, (tuple, list)) else [size]
     if resize is None or not all(
             isinstance(n, int) and not isinstance(n, bool) and n > 0

@@ -162,7 +162,7 @@ def base_config() -> ml_collections.ConfigDict:
     # image_size (no crop).
     c.input.pp.resize_size = placeholder(int)
     # Evaluation, serving: to eval_resize_size (eval_keep_aspect: the shorter
-    # side, big_vision's resize_small), central image_size crop; None: none.
+    # side), central crop; None: none (eval_keep_aspect: crop to the aspect).
     c.input.pp.eval_resize_size = placeholder(int)
     c.input.pp.eval_keep_aspect = False
     # "pretrain": the crop's share of the image area (min, max).

@@ -718,8 +718,9 @@ HUB = os.path.join(os.path.dirname(__file__), "fixtures", "hub")
 def test_analysis_preprocesses_as_predict_does(tmp_path, capsys):
     """A timm folder evaluates with its crop_pct (resize to 35, central
     32 crop): keras-vit-analysis names the class keras-vit-predict names,
-    with the same probability, by default and with --resize_size; the
-    resize changes the answer, so it is not left out."""
+    with the same probability, by default, with --resize_size and with
+    --scores=sigmoid; the resize and the scores change the answer, so
+    neither is left out."""
     import shutil
 
     from keras_vit.commands import predict
@@ -749,14 +750,16 @@ def test_analysis_preprocesses_as_predict_does(tmp_path, capsys):
         return [(p["top_k"][0]["class"], p["top_k"][0]["probability"])
                 for p in json.loads(out.read_text())["predictions"]]
 
-    for extra in ((), ("--resize_size=40",)):
+    for extra in ((), ("--resize_size=40",), ("--scores=sigmoid",)):
         ours, theirs = analysed(*extra), predicted(*extra)
         assert [c for c, _ in ours] == [c for c, _ in theirs], extra
         np.testing.assert_allclose([p for _, p in ours],
                                    [p for _, p in theirs], atol=1e-5)
     direct = analysed("--resize_size=32")  # no crop: resized directly
-    assert not np.allclose([p for _, p in direct],
-                           [p for _, p in analysed()], atol=1e-4)
+    default = [p for _, p in analysed()]
+    assert not np.allclose([p for _, p in direct], default, atol=1e-4)
+    alone = [p for _, p in analysed("--scores=sigmoid")]
+    assert not np.allclose(alone, default, atol=1e-3)
     capsys.readouterr()
 
 

@@ -285,9 +285,14 @@ def test_the_eval_pp_of_a_config_keeps_the_aspect_when_asked():
     np.testing.assert_array_equal(
         fn(image).numpy(),
         pp.preprocess_eval(image, 4, 4, keep_aspect=True).numpy())
+    # Without a resize size: the central crop of the image's aspect
+    # ratio, resized to it (keras-hub's image converter).
     config.input.pp.eval_resize_size = None
-    with pytest.raises(UsageError, match="eval_keep_aspect=True resizes"):
-        config_limits.check_resize(config)
+    config_limits.check_resize(config)
+    fn = pp.from_config(config.input.pp, 4, 0, training=False)
+    np.testing.assert_array_equal(
+        fn(image).numpy(),
+        pp.preprocess_eval(image[:, 2:10], 4).numpy())
 
 
 def _windows(image, h, w):

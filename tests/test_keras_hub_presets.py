@@ -24,6 +24,8 @@ from keras_vit.checkpoint.hub import keras_preset
 from keras_vit.checkpoint.hub import keras_preset_arrays as preset_arrays
 from keras_vit.checkpoint.posemb import resize_position_embedding
 from keras_vit.checkpoint.resolve import resolve
+from keras_vit.commands import resize as cli
+from keras_vit.data import preprocessing
 from keras_vit.errors import UsageError
 from tests.console import script
 from tests.photo_folder import write_photo_folder
@@ -258,10 +260,28 @@ def test_a_resize_keras_vit_does_not_do_is_said_once(tmp_path, caplog):
             interpolation="bicubic", antialias=True))
     caplog.set_level("WARNING", logger="absl")
     source = resolve(str(folder))
-    assert source.library_resize() == (32, (32, 32), True, None)
+    assert source.library_resize() == (None, (32, 32), True, None)
     said = [r.getMessage() for r in caplog.records
             if "bicubic filter, antialiasing" in r.getMessage()]
     assert len(said) == 1 and "--resize_size" in said[0]
+
+
+@pytest.mark.parametrize("shape", [(40, 57), (57, 40), (33, 33), (7, 90)])
+def test_a_preset_s_photo_is_resized_as_keras_hub_resizes_it(shape):
+    # keras-hub's converter: the central crop of the model's aspect
+    # (keras.layers.Resizing's box), bilinear, no antialiasing.
+    source = resolve(os.path.join(FIXTURES, "vit_classifier"))
+    image = np.random.default_rng(0).integers(
+        0, 256, shape + (3,)).astype(np.uint8)
+    resize = cli.source_resize(source)
+    keep = cli.source_keep_aspect(source)
+    got = preprocessing.preprocess_eval(tf.constant(image), (32, 32),
+                                        resize, keep).numpy()
+    want = keras.layers.Resizing(
+        32, 32, interpolation="bilinear", crop_to_aspect_ratio=True,
+        antialias=False)(image.astype(np.float32))
+    want = keras.ops.convert_to_numpy(want) / 127.5 - 1.0
+    np.testing.assert_allclose(got, want, atol=1e-5)
 
 
 def test_predict_answers_from_a_preset_folder_of_photos(tmp_path):
@@ -381,5 +401,5 @@ def test_convert_says_only_what_a_keras_file_does_not_keep(tmp_path):
         capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     assert out.exists()
-    assert "--resize_size=32 --keep_aspect" in result.stderr
+    assert "--resize_size" not in result.stderr
     assert "position table" not in result.stderr

@@ -13,10 +13,10 @@ import pytest
 import tensorflow as tf
 
 from keras_vit import build, create_model
+from keras_vit.commands import convert, predict
 from keras_vit.commands import export as export_cli
-from keras_vit.commands import predict
 from keras_vit.errors import UsageError
-from keras_vit.export import saved_model
+from keras_vit.export import litert, saved_model
 from keras_vit.scoring import scores
 from keras_vit.storage import workdir as workdir_lib
 from tests import tiny
@@ -95,6 +95,12 @@ def test_one_logit_is_a_sigmoid_in_predict_and_the_export(one_logit,
         env=dict(os.environ, PYTHONPATH=ROOT))
     assert result.returncode == 0, result.stderr[-2000:]
     np.testing.assert_allclose(_answer(answer), want, atol=1e-5)
+    # --scores=softmax too: one logit is a sigmoid, as its export gives.
+    assert predict.main(["keras-vit-predict", f"--model={root / 'one.keras'}",
+                         str(root / "photo.jpg"), f"--output={answer}",
+                         "--overwrite", "--scores=softmax"]) == 0
+    np.testing.assert_allclose(_answer(answer), want, atol=1e-5)
+    capsys.readouterr()
     export_dir = str(root / "exports")
     assert export_cli.main([
         "keras-vit-export", f"--model={root / 'one.keras'}",
@@ -145,8 +151,29 @@ def test_scores_flag_and_where_it_is_refused(one_logit, tmp_path, capsys):
     assert "--scores is built into a SavedModel" in capsys.readouterr().err
 
 
+def test_a_quantized_litert_file_scores_with_a_sigmoid(tmp_path):
+    """A float16 LiteRT file of a model scored a class at a time: its
+    check before publishing takes sigmoid scores (they need not sum to 1),
+    and they are the model's sigmoids to float16's rounding."""
+    pytest.importorskip("ai_edge_litert")
+    keras.utils.set_random_seed(5)
+    model = create_model(None, num_classes=3, image_size=SIZE, patch_size=8,
+                         hidden_size=16, num_layers=1, num_heads=2,
+                         mlp_dim=32, head_zero_init=False)
+    path = litert.export_litert(model, str(tmp_path / "vit.tflite"),
+                                quantization="float16", scores="sigmoid")
+    pixels = np.random.default_rng(1).uniform(
+        0, 255, (2, SIZE, SIZE, 3)).astype(np.float32)
+    got = litert.run_litert(path, pixels)
+    want = _sigmoid(keras.ops.convert_to_numpy(
+        model(pixels / 127.5 - 1.0, training=False)))
+    np.testing.assert_allclose(got, want, atol=1e-2)
+    assert not np.allclose(got.sum(-1), 1.0, atol=1e-2)
+
+
 @pytest.mark.slow
-def test_a_sigmoid_loss_run_is_scored_with_a_sigmoid(tmp_path, capsys):
+def test_a_sigmoid_loss_run_is_scored_with_a_sigmoid(tmp_path, capsys,
+                                                     caplog):
     """A workdir trained with objective.loss=sigmoid_xent: keras-vit-predict
     on it, its SavedModel and its LiteRT file give each class's sigmoid,
     not a softmax."""
@@ -189,3 +216,9 @@ def test_a_sigmoid_loss_run_is_scored_with_a_sigmoid(tmp_path, capsys):
                                    err_msg=model)
     assert saved_model.ExportOptions.of({"scores": "sigmoid"}).scores == \
         "sigmoid"
+    # A .keras file keeps no scores: keras-vit-convert says which flag
+    # gives them back.
+    caplog.set_level("WARNING", logger="absl")
+    assert convert.main(["keras-vit-convert", f"--model={workdir}",
+                         f"--output={tmp_path / 'run.keras'}"]) == 0
+    assert "its sigmoid scores (pass --scores=sigmoid)" in caplog.text

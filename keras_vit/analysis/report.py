@@ -22,6 +22,7 @@ from absl import logging
 
 from keras_vit.analysis import core, extract, mpp_figure, plots
 from keras_vit.derived import is_features_model
+from keras_vit.scoring import scores as vit_scores
 from keras_vit.storage import atomic
 from keras_vit.storage.atomic import atomic_write
 
@@ -37,11 +38,11 @@ JSON_NAME = "analysis.json"
 OUTPUTS = (*FIGURES.values(), mpp_figure.FIGURE, JSON_NAME)
 
 
-def _predictions(model: keras.Model, outputs: np.ndarray) -> List[Dict]:
+def _predictions(model: keras.Model, outputs: np.ndarray,
+                 scores: str) -> List[Dict]:
     if is_features_model(model):
         return [{} for _ in outputs]  # a features model: no classes
-    logits = outputs - outputs.max(axis=-1, keepdims=True)
-    probs = np.exp(logits) / np.exp(logits).sum(axis=-1, keepdims=True)
+    probs = vit_scores.probabilities_np(outputs, scores)
     return [
         {"predicted_class": int(p.argmax()), "probability": float(p.max())}
         for p in probs
@@ -65,6 +66,7 @@ def run_analysis(  # noqa: PLR0913 (its options, by keyword)
     more_figures: Optional[Dict[str, Tuple[str, Callable]]] = None,
     on_batch: Optional[Callable[[int, int], None]] = None,
     learned_positions: Optional[Tuple[np.ndarray, Tuple[int, int]]] = None,
+    scores: str = "softmax",
 ) -> Dict[str, Any]:
     """Computes the four analyses, writes the PNGs and, last, analysis.json.
 
@@ -89,17 +91,15 @@ def run_analysis(  # noqa: PLR0913 (its options, by keyword)
         class_names: sequence of str or None. One per class: titles and
             analysis.json name the predicted class instead of its index.
         more_figures: dict or None. Figures drawn after the four, listed
-            in the same analysis.json: {key: (file name, draw)},
-            `draw(folder)` writing that file into the folder it is given
-            and returning its section of analysis.json
-            (keras-vit-analysis: an MPP run's mpp_predictions.png).
+            in analysis.json: {key: (file name, draw)}, `draw(folder)`
+            writing the file into `folder` and returning its section of
+            analysis.json (an MPP run's mpp_predictions.png).
         on_batch: None, or called after each batch of the forward pass
             with the images done and their number (a command's progress).
         learned_positions: (table (T, D), (rows, cols)) or None. The
             position embeddings as learned, at their own grid, where
-            `model`'s are resized from them: their similarity is drawn
-            (interpolation alone makes the resized table's neighbours
-            alike).
+            `model`'s are resized from them: their similarity is drawn.
+        scores: str. "softmax" or "sigmoid": each image's probability.
 
     Returns:
         dict. The content of analysis.json.
@@ -118,7 +118,8 @@ def run_analysis(  # noqa: PLR0913 (its options, by keyword)
     try:
         data = _draw(model, images, stats, out, names=names,
                      max_rollout_images=max_rollout_images,
-                     num_components=num_components, class_names=class_names)
+                     num_components=num_components,
+                     labels=(class_names, scores))
         data["position_embedding_similarity"] = _similarity_figure(
             model, stats.layout, out["position_embedding_similarity"],
             learned_positions)
@@ -159,11 +160,13 @@ def remove_stale(output_dir: str, keep: Sequence[str]) -> None:
 
 def _draw(model: keras.Model, images, stats, out: Dict[str, str], *,
           names: List[str], max_rollout_images: int, num_components: int,
-          class_names) -> Dict[str, Any]:
+          labels: Tuple[Optional[Sequence[str]], str]) -> Dict[str, Any]:
     """Draws the figures of `out` (key: path); the content of
-    analysis.json."""
+    analysis.json. `labels`: the class names (or None) and the scores
+    ("softmax" or "sigmoid") of the predictions."""
+    class_names, scores = labels
     layout = stats.layout
-    predictions = _predictions(model, stats.outputs)
+    predictions = _predictions(model, stats.outputs, scores)
     plots.plot_attention_rollout(
         images,
         stats.rollout_maps,

@@ -312,11 +312,13 @@ class HubSource(Source):
         return self._read().class_names
 
     def scores(self) -> Optional[str]:
-        return self._read().scores
+        if keras_preset.is_preset(self.path):
+            return None
+        return hub.read_scores(self.path)
 
     def library_resize(self):
         checkpoint = self._read()
-        if checkpoint.eval_resize is None:
+        if checkpoint.eval_resize is None and not checkpoint.eval_keep_aspect:
             return None
         return (checkpoint.eval_resize, tuple(checkpoint.image_size),
                 checkpoint.eval_keep_aspect, checkpoint.eval_crop_pct)

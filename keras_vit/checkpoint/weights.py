@@ -379,15 +379,17 @@ def save_npz(model: keras.Model, path: Union[str, os.PathLike]) -> None:
 
     The file loads into the official code and back into keras_vit: unfused
     (D, heads, head_dim) query/key/value, LayerNorm `scale`/`bias`, the
-    hybrid stem's keys. Written to a temporary name and renamed, so a crash
+    hybrid stem's keys, every array float32 (a bfloat16 model's too).
+    Written to a temporary name and renamed, so a crash or a refusal
     never leaves a partial file at `path`.
 
     Raises:
         UsageError: `path` does not end in .npz (numpy would write another
             name), or the model computes in a way the layout cannot record
             (non-official `numerics`, a pre-logits activation other than
-            tanh): the file would load as another model. Save a .keras
-            file (`model.save`) for such a model.
+            tanh, a quantized layer, a parameter that is not float): the
+            file would load as another model. Save a .keras file
+            (`model.save`) for such a model.
     """
     path = os.fspath(path)
     if not path.endswith(".npz"):  # numpy's test, case and all

@@ -34,6 +34,7 @@ from absl import flags
 
 from keras_vit import progress
 from keras_vit.commands import flags as cli
+from keras_vit.commands import scoring
 from keras_vit.commands.lazy import lazy_module
 from keras_vit.errors import UsageError
 
@@ -77,6 +78,7 @@ def define_flags(values: flags.FlagValues, argv: Sequence[str]) -> None:
                          "digits (bundled, no download) instead of image "
                          "arguments.", flag_values=values)
     cli.define_class_names_file(values)
+    scoring.define_scores(values)
     flags.DEFINE_integer("batch_size", 16, "Images per forward pass.",
                          flag_values=values)
     flags.DEFINE_integer("max_rollout_images", 8, "Images drawn in the "
@@ -147,7 +149,7 @@ def _main(values: flags.FlagValues, images: list) -> None:
         num_components=values.num_components, class_names=class_names,
         more_figures=_mpp_figure(values, source, pixels, names, size),
         on_batch=_count if len(pixels) > values.batch_size else None,
-        learned_positions=learned,
+        learned_positions=learned, scores=_scores(values, source, model),
     )
     for name in list(data["figures"].values()) + [report.JSON_NAME]:
         print(os.path.join(values.output_dir, name))
@@ -204,6 +206,14 @@ def _mpp_figure(values: flags.FlagValues, source, pixels, names,
             source.path, pixels, folder, titles=names,
             max_images=values.max_rollout_images, image_size=size,
             use_ema=getattr(source, "use_ema", True))))}
+
+
+def _scores(values: flags.FlagValues, source, model) -> str:
+    """How each image's probability scores the logits (--scores); a
+    features model has none to score."""
+    if derived.is_features_model(model):
+        return "softmax"
+    return scoring.scores(values, source, int(model.output_shape[-1]))
 
 
 def _class_names(values: flags.FlagValues, source, model) -> Optional[list]:

@@ -142,6 +142,9 @@ def _warn_not_carried(values: flags.FlagValues, source,
                 if source.kind == "workdir" else "FILE")
         given.append(f"its {len(names)} class names (pass them as "
                      f"--class_names_file={file}, one per line)")
+    if not new_head and source.scores() == "sigmoid" and (
+            source.architecture().num_classes > 1):
+        given.append("its sigmoid scores (pass --scores=sigmoid)")
     resize = cli.source_resize(source, values.image_size)
     if resize:
         keep = " --keep_aspect" * cli.source_keep_aspect(source)

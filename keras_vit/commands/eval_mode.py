@@ -317,7 +317,8 @@ def eval_input(values, run, image_size, resize_size=None, keep_aspect=None):
         fields.setdefault("pp", {})["eval_resize_size"] = resize_size
     if keep_aspect is not None:
         fields.setdefault("pp", {})["eval_keep_aspect"] = bool(keep_aspect)
-        if keep_aspect and not fields["pp"].get("eval_resize_size"):
+        if keep_aspect and run is not None and not fields["pp"].get(
+                "eval_resize_size"):
             raise cli.no_resize_to_keep("the run's evaluation")
     if values.dataset:
         if run is not None and not _same_data_kind(run.input,

@@ -246,8 +246,10 @@ def check_output_path(values: flags.FlagValues, name: str,
 def check_not_written(path: str, flag: str) -> None:
     """A UsageError, before any work, when a file is already at `path`
     (the output that --`flag` names) and --overwrite was not given: a
-    user's earlier result is never replaced by accident."""
-    if atomic.exists(path):
+    user's earlier result is never replaced by accident (a dangling link
+    there too: its target would be made)."""
+    if atomic.exists(path) or (not atomic.is_remote(path)
+                               and os.path.lexists(path)):
         raise UsageError(
             f"{path} already exists: pass --overwrite to replace it, or "
             f"choose another --{flag}.")

@@ -43,7 +43,8 @@ def define_resize_size(values: flags.FlagValues) -> None:
         "ratio (area resampling, big_vision's resize_small), before the "
         "central crop; --nokeep_aspect resizes both sides. Default: the "
         "model's own (a workdir's eval_keep_aspect, a timm model's "
-        "crop_mode, a transformers processor's shortest_edge).",
+        "crop_mode, a transformers processor's shortest_edge; a keras-hub "
+        "preset's converter crops to the input's aspect, then resizes).",
         flag_values=values,
     )
 
@@ -70,8 +71,7 @@ def resize_size(values: flags.FlagValues, source: loader.Source,
         logging.info(
             "%s: resized to %s (%s), then the central crop: the size the "
             "library that wrote it evaluates at (timm's crop_pct, the "
-            "transformers processor's size and crop_size, or the keras-hub "
-            "image converter's crop to the model's aspect; the library may "
+            "transformers processor's size and crop_size; the library may "
             "resize bicubic: --resize_size and --keep_aspect set others).",
             source.path, resize, "the shorter side, area" if kept
             else "both sides, bilinear")
@@ -96,8 +96,8 @@ def keep_aspect(values: flags.FlagValues, source: loader.Source,
     length, the aspect ratio kept: --keep_aspect, else the source's own
     (`source_keep_aspect`); False without a resize."""
     wanted = _flag(values, "keep_aspect")
-    if wanted is None:
-        return resize is not None and source_keep_aspect(source)
+    if wanted is None:  # without a resize: keras-hub's crop to the aspect
+        return source_keep_aspect(source)
     if wanted and resize is None:
         raise no_resize_to_keep(source.path)
     return bool(wanted)

@@ -35,7 +35,8 @@ def define_scores(values: flags.FlagValues) -> None:
 def scores(values: flags.FlagValues, source: loader.Source,
            num_classes: int) -> str:
     """"softmax" or "sigmoid" for a model of `num_classes` logits from
-    `source`, as --scores says."""
-    if values.scores != vit_scores.AUTO:
-        return values.scores
-    return vit_scores.scores_for(num_classes, source.scores())
+    `source`, as --scores says (a model of one logit: a sigmoid, always,
+    as its export scores it)."""
+    chosen = values.scores
+    return vit_scores.scores_for(
+        num_classes, source.scores() if chosen == vit_scores.AUTO else chosen)

@@ -5,12 +5,12 @@ checkpoints (google-research/vision_transformer #2; the loss in #34 and, for
 the same pipeline, google-research/big_transfer #26): Adam (b1 0.9, b2
 0.999) with decoupled weight decay 0.03 (here not on biases, norms,
 position embeddings or the class token: big_vision's default, as the
-authors do not say which they exempted), batch 4096, base learning rate 1e-3, 10k
-linear warm-up steps then linear decay to 1e-5, gradient clipping at global
-norm 1, dropout 0.1, a pre-logits layer of the hidden size, SIGMOID
-cross-entropy (ImageNet-21k images often carry several valid labels) with
-the head bias initialised to -10, 224 x 224 Inception crops with horizontal
-flips, 90 epochs, bfloat16 compute.
+authors do not say which they exempted), batch 4096, base learning rate
+1e-3, 10k linear warm-up steps then linear decay to 1e-5, gradient
+clipping at global norm 1, dropout 0.1, a pre-logits layer of the hidden
+size, SIGMOID cross-entropy (ImageNet-21k images often carry several valid
+labels) with the head bias initialised to -10, 224 x 224 Inception crops
+with horizontal flips, 90 epochs, bfloat16 compute.
 
 Cloud TPU VM (e.g. v3-128 or v4-64), ImageNet-21k as an image folder
 <data_dir>/train/<synset>/*.JPEG:

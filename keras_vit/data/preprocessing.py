@@ -17,6 +17,7 @@ from typing import Callable, Optional, Sequence, Tuple, Union
 import tensorflow as tf
 
 from keras_vit.data import augment as augment_lib
+from keras_vit.data.aspect import crop_to_aspect
 from keras_vit.data.decoding import (
     JPEG_DCT,
     decode_image,
@@ -133,12 +134,15 @@ def preprocess_eval(
     when `resize_size` is given, to `resize_size` and then takes the central
     `size` crop (e.g. resize 256, crop 224 for few-shot probes); with
     `keep_aspect`, the int `resize_size` is the shorter side's length
-    (`resize_small`, big_vision's ImageNet evaluation). Returns float32
+    (`resize_small`, big_vision's ImageNet evaluation), and without
+    `resize_size` the image is cropped to the aspect ratio of `size` first
+    (`crop_to_aspect`, as keras-hub's image converter). Returns float32
     (height, width, 3) in [-1, 1].
     """
     image = to_rgb(image)
     if resize_size is None:
-        image = resize(image, size)
+        image = resize(crop_to_aspect(image, as_hw(size)) if keep_aspect
+                       else image, size)
     elif keep_aspect:
         image = central_crop(resize_small(image, _side(resize_size)), size)
     else:

@@ -330,7 +330,8 @@ def _image_readers(size, resize_size, keep_aspect):
             _check_bytes(image_bytes),
             lambda data: preprocess(decode_checked(data)), image_spec,
             # What the resize refuses of an image that decodes.
-            preprocessing.ELONGATED_MESSAGE if keep_aspect else None)
+            preprocessing.ELONGATED_MESSAGE if keep_aspect
+            and resize_size is not None else None)
 
     return preprocess, images_from_bytes
 

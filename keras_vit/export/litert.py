@@ -6,9 +6,10 @@ writes a `.tflite` whose one signature takes `images`, float32 pixels in
 [0, 255] of shape (1, H, W, 3) at the model's input size (RGB; resize on
 the device first, as `vit.preprocessing.json` beside it records: the
 input size and the evaluation resize), and returns `probabilities`
-(1, K). The [0, 255] -> [-1, 1] scaling and the softmax are inside the
-file. Conversion is Keras 3's own (`model.export(format="litert")`, which
-runs TensorFlow's `TFLiteConverter` on a SavedModel of the model),
+(1, K). The [0, 255] -> [-1, 1] scaling and the softmax (or, for a model
+scored a class at a time, the sigmoid) are inside the file. Conversion is
+Keras 3's own (`model.export(format="litert")`, which runs TensorFlow's
+`TFLiteConverter` on a SavedModel of the model),
 restricted to LiteRT's built-in ops so that the plain runtime runs the
 file, no Flex delegate.
 

@@ -107,7 +107,7 @@ def read_resize(path: str, image_size: Sequence[int],
         if not all(_is_int(n) for n in size + [resize or 0]):
             raise ValueError("not whole numbers")
         keep = record.get("keep_aspect", False)
-        if not isinstance(keep, bool) or (keep and resize is None):
+        if not isinstance(keep, bool):
             raise ValueError("keep_aspect is not true or false")
         digests = [record.get(f"{name}_sha256")
                    for name in ("tflite", "labels")]

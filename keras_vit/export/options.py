@@ -117,7 +117,8 @@ def check_resize_size(resize_size, size, keep_aspect=False) -> None:
     if not isinstance(keep_aspect, bool):
         raise UsageError(f"keep_aspect must be True or False, got "
                          f"{keep_aspect!r}.")
-    if keep_aspect and not isinstance(resize_size, (int, np.integer)):
+    if keep_aspect and not isinstance(resize_size, (int, np.integer,
+                                                    type(None))):
         raise UsageError(
             "keep_aspect resizes the shorter side to resize_size, which "
             f"must then be one int (at least the input's longer side), got "

@@ -261,7 +261,7 @@ def _target(model: keras.Model, export_dir: str,
         images = export_files.default_warmup_images()
     else:
         images = export_files.load_warmup_images(opts.warmup_images)
-    if opts.keep_aspect:
+    if opts.keep_aspect and opts.resize_size is not None:
         export_files.check_warmup_aspect(images, opts.resize_size,
                                          opts.warmup_images)
     export_dir = os.fspath(export_dir)

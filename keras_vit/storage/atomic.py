@@ -180,9 +180,10 @@ def atomic_write(path: Union[str, os.PathLike], content: Content,
             the file at the local path it is given (for remote `path`, a
             local temporary file that is then copied up).
         replace: bool. Replace a file at `path`; False: a FileExistsError
-            when one is there at the moment of publishing (a hard link,
-            which fails on an existing name: no check-then-replace race),
-            nothing written.
+            when one is there at the moment of publishing, nothing
+            written (a local file is published with a hard link, which
+            fails on an existing name; a remote one is checked by
+            gfile just before its rename).
     """
     path = os.fspath(path)
     if is_remote(path):
@@ -208,7 +209,7 @@ def _publish_local(tmp: str, path: str, replace: bool) -> None:
                                   path) from None
         os.replace(tmp, path)
         return
-    os.remove(tmp)
+    _remove_local(tmp)  # published: the temporary name is only left over
 
 
 def _write_local(path: str, content: Content, replace: bool = True) -> None:

@@ -20,6 +20,13 @@ from keras_vit.checkpoint.formats.npz import POSEMB, Arrays, Grid, Shape
 from keras_vit.errors import UsageError
 from keras_vit.model import architecture_of
 
+# Variables keras's `Model.quantize` (int8, int4, float8, GPTQ, AWQ) adds
+# beside a layer's kernel or embeddings.
+QUANTIZATION_NAMES = (
+    "_scale", "_scales", "_zero", "_amax_history", "g_idx", "zero_point",
+)
+FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
+
 
 @dataclasses.dataclass
 class Param:
@@ -171,14 +178,50 @@ def model_grid(model: keras.Model) -> Grid:
 def model_arrays(model: keras.Model) -> Arrays:
     """The model's parameters in the official layout (key -> array).
 
-    GroupNorm parameters of the hybrid stem use the released files' shape
-    (1, 1, 1, C).
+    Every array is float32, the official files' dtype, whatever the
+    variable's (float16, bfloat16, float32 or float64): NumPy writes
+    bfloat16 as raw 2-byte values (`|V2`) that the official loaders
+    cannot read. GroupNorm parameters of the hybrid stem use the released
+    files' shape (1, 1, 1, C).
+
+    Raises:
+        UsageError: the model is quantized (`Model.quantize`) or has a
+            parameter that is not floating point, which the layout cannot
+            record (checked before any array is read).
     """
+    params = model_params(model)
+    check_float(model, params)
     arrays: Arrays = {}
-    for param in model_params(model):
-        value = np.asarray(param.variable.numpy())
+    for param in params:
+        value = np.asarray(param.variable.numpy()).astype(np.float32)
         arrays.update(zip(param.keys, param.to_file(value)))
     return arrays
+
+
+def check_float(model: keras.Model, params: Sequence[Param]) -> None:
+    """A UsageError naming the first variable of a quantized layer, or
+    else the first parameter of a dtype other than float16, bfloat16,
+    float32 or float64: the official layout records float arrays alone
+    (a quantized kernel would load without its scale)."""
+    quantized = [v.path for v in model.variables
+                 if v.name.endswith(QUANTIZATION_NAMES)]
+    if quantized:
+        more = f" and {len(quantized) - 1} more" * (len(quantized) > 1)
+        raise UsageError(
+            f"The model is quantized ({quantized[0]}{more}): the official "
+            ".npz layout records float arrays only, and a quantized kernel "
+            "would load without its scale. Write the .npz from the model "
+            "before quantizing it (model.quantize), or save the quantized "
+            "model as a .keras file (model.save), which records it.")
+    for param in params:
+        dtype = keras.backend.standardize_dtype(param.variable.dtype)
+        if dtype not in FLOAT_DTYPES:
+            raise UsageError(
+                f"{param.variable.path} is {dtype}: the official .npz "
+                "layout records float arrays only (float32). Build the "
+                "model with a float dtype (float32, bfloat16, float16) "
+                "and load its weights into it, or save it as a .keras "
+                "file (model.save).")
 
 
 def check_recordable(model: keras.Model, path: str) -> None:

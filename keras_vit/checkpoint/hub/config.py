@@ -120,7 +120,7 @@ def _check_problem(spec: Dict[str, Any], folder: str) -> None:
             "(config.init.model) for classes of your own.", folder)
 
 
-def _scores(spec: Dict[str, Any]) -> Optional[str]:
+def spec_scores(spec: Dict[str, Any]) -> Optional[str]:
     """"sigmoid" for a head transformers scores a class at a time
     (problem_type multi_label_classification), else None."""
     if spec.get("problem_type") == "multi_label_classification":
@@ -199,7 +199,7 @@ def hf_settings(spec: Dict[str, Any], folder: str,
         # False: transformers builds no query/key/value bias and ignores
         # such arrays of the file.
         qkv_bias=bool(spec.get("qkv_bias", True)),
-        scores=_scores(spec),
+        scores=spec_scores(spec),
     )
 
 

@@ -12,12 +12,13 @@ image_converter.json. Its fields, each with ImageConverter's default:
   embedding as a mean and std (`reader.fold_normalisation`); the legacy
   `mean` with `variance` as ImageConverter turns them into those;
 - `image_size` (or `height` and `width`) with `crop_to_aspect_ratio`
-  (true by default: the central crop of the model's aspect, then the
-  resize), which keras_vit evaluates as the shorter side resized to the
-  model's side and the central crop (`eval_keep_aspect`); without it (or
-  with `pad_to_aspect_ratio`, which keras_vit does not do) the image is
-  resized whole to the model's input. A filter other than bilinear, an
-  antialiased resize or padding is said in one warning line.
+  (true by default): the central crop of the model's aspect ratio,
+  rounded as keras.layers.Resizing rounds it, then a bilinear resize
+  without antialiasing to the model's input (`eval_keep_aspect` without
+  `eval_resize`); without it (or with `pad_to_aspect_ratio`, which
+  keras_vit does not do) the image is resized whole to the input. A
+  filter other than bilinear, an antialiased resize or padding is said
+  in one warning line.
 """
 
 from __future__ import annotations
@@ -169,6 +170,9 @@ def pixel_map(conv: Optional[Dict[str, Any]], where: str, image_size):
 
 
 def _geometry(conv, where: str, size, image_size):
+    """(eval_resize, eval_keep_aspect): None and True, the central crop
+    of the model's aspect resized to it, with `crop_to_aspect_ratio`;
+    else None and False, the image resized whole."""
     notes = []
     if conv.get("interpolation", "bilinear") != "bilinear":
         notes.append(f"a {conv['interpolation']} filter")
@@ -176,16 +180,10 @@ def _geometry(conv, where: str, size, image_size):
         notes.append("antialiasing")
     if conv.get("pad_to_aspect_ratio", False):
         notes.append("padding to the model's aspect ratio")
-    crop = bool(conv.get("crop_to_aspect_ratio", True))
-    square = image_size[0] == image_size[1]
-    if size is not None and crop and not square:
-        notes.append("a crop to a non-square aspect ratio")
     if notes:
         warn_once(
             f"{where}: its image converter asks for {', '.join(notes)}; "
-            "keras_vit resizes bilinearly (an area filter for the shorter "
-            "side) and crops only to a square. Set --resize_size and "
-            "--keep_aspect to choose.")
-    if size is not None and crop and square:
-        return int(image_size[0]), True
-    return None, False
+            "keras_vit resizes bilinearly without antialiasing and does "
+            "not pad. Set --resize_size and --keep_aspect to choose.")
+    crop = bool(conv.get("crop_to_aspect_ratio", True))
+    return None, size is not None and crop

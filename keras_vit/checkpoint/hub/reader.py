@@ -123,9 +123,8 @@ class HubCheckpoint:
         dropped: list of (key, shape, reason). Arrays of the file left out
             where config.json names no transformers class (the pooler
             beside a classifier), for the load report.
-        scores: str or None. "sigmoid" where the library scores each
-            class on its own (transformers' multi_label_classification),
-            else None: the number of classes decides.
+        scores: str or None. "sigmoid" for transformers'
+            multi_label_classification, else None (the class count decides).
     """
 
     path: str
@@ -193,6 +192,11 @@ def fold_normalisation(arrays, mean, std) -> None:
 
 def _read_json(path: str) -> Dict[str, Any]:
     return untrusted.read_json_object(path)
+
+
+def read_scores(path: str) -> Optional[str]:
+    """`HubCheckpoint.scores` from config.json alone (no weights read)."""
+    return hub_config.spec_scores(_read_json(_files(path)[0]))
 
 
 def naming(tensors: Dict[str, np.ndarray]) -> str:
