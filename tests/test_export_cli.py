@@ -7,17 +7,14 @@ import os
 import subprocess
 import sys
 
-import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_vit import build
 from keras_vit.commands import export as export_cli
 from keras_vit.commands import predict
 from keras_vit.export import files as export_files
 from keras_vit.export import litert_record
-from keras_vit.storage import workdir as workdir_lib
 from tests import tiny
 from tests.test_export import (
     ROOT,
@@ -127,18 +124,8 @@ def test_cli_workdir_source(images, tmp_path, capsys, keep_aspect):
     config.input.pp.eval_resize_size = 40
     config.input.pp.eval_keep_aspect = keep_aspect
     names = [f"digit {i}" for i in range(10)]
-    # A workdir as a run leaves it: config, labels, a checkpoint.
     workdir = str(tmp_path / "run")
-    keras.utils.set_random_seed(7)
-    trained, optimizer = build.build_run(config, 10)
-    optimizer.build(trained.trainable_variables)
-    workdir_lib.write_json(os.path.join(workdir, workdir_lib.CONFIG),
-                           config.to_dict())
-    workdir_lib.write_class_names(workdir, names)
-    tf.train.CheckpointManager(
-        tf.train.Checkpoint(model=trained, optimizer=optimizer),
-        os.path.join(workdir, workdir_lib.CHECKPOINTS), max_to_keep=1,
-    ).save()
+    trained = tiny.write_run(config, workdir, names)
     export_dir = str(tmp_path / "exports")
     assert export_cli.main(["keras-vit-export", "--export_dir", export_dir,
                             "--model", workdir, "--model_name", "digits",

@@ -12,13 +12,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_vit import build, create_model
+from keras_vit import create_model
 from keras_vit.commands import convert, predict
 from keras_vit.commands import export as export_cli
 from keras_vit.errors import UsageError
 from keras_vit.export import litert, saved_model
 from keras_vit.scoring import scores
-from keras_vit.storage import workdir as workdir_lib
 from tests import tiny
 from tests.test_export import ROOT, SIZE, make_images, preprocess_eagerly
 
@@ -63,15 +62,36 @@ def test_scores_for_and_probabilities():
         scores.probabilities(logits, "tanh")
 
 
+def _tiny(num_classes, seed, **options):
+    keras.utils.set_random_seed(seed)
+    return create_model(None, num_classes=num_classes, image_size=SIZE,
+                        patch_size=8, hidden_size=16, num_layers=1,
+                        num_heads=2, mlp_dim=32, head_zero_init=False,
+                        **options)
+
+
+def _exported(model, export_dir, capsys, *flags):
+    """The path keras-vit-export prints for `model` (earlier output
+    dropped)."""
+    capsys.readouterr()
+    assert export_cli.main(["keras-vit-export", f"--model={model}",
+                            f"--export_dir={export_dir}", *flags]) == 0
+    return capsys.readouterr().out.strip()
+
+
+def _predicted(model, photo, answer, *flags):
+    """keras-vit-predict's probabilities of `photo` by `model`."""
+    assert predict.main(["keras-vit-predict", f"--model={model}",
+                         str(photo), f"--output={answer}", "--overwrite",
+                         *flags]) == 0
+    return _answer(answer)
+
+
 @pytest.fixture(scope="module")
 def one_logit(tmp_path_factory):
     """A .keras classifier of one logit and a photo."""
     root = tmp_path_factory.mktemp("one_logit")
-    keras.utils.set_random_seed(3)
-    model = create_model(None, num_classes=1, image_size=SIZE, patch_size=8,
-                         hidden_size=16, num_layers=1, num_heads=2,
-                         mlp_dim=32, head_zero_init=False,
-                         head_bias_init=0.5)
+    model = _tiny(1, 3, head_bias_init=0.5)
     model.save(root / "one.keras")
     data = make_images()["jpeg"]
     (root / "photo.jpg").write_bytes(data)
@@ -96,56 +116,39 @@ def test_one_logit_is_a_sigmoid_in_predict_and_the_export(one_logit,
     assert result.returncode == 0, result.stderr[-2000:]
     np.testing.assert_allclose(_answer(answer), want, atol=1e-5)
     # --scores=softmax too: one logit is a sigmoid, as its export gives.
-    assert predict.main(["keras-vit-predict", f"--model={root / 'one.keras'}",
-                         str(root / "photo.jpg"), f"--output={answer}",
-                         "--overwrite", "--scores=softmax"]) == 0
-    np.testing.assert_allclose(_answer(answer), want, atol=1e-5)
-    capsys.readouterr()
+    np.testing.assert_allclose(_predicted(
+        root / "one.keras", root / "photo.jpg", answer, "--scores=softmax"),
+        want, atol=1e-5)
     export_dir = str(root / "exports")
-    assert export_cli.main([
-        "keras-vit-export", f"--model={root / 'one.keras'}",
-        f"--export_dir={export_dir}", "--no_warmup", "--top_k=1"]) == 0
-    path = capsys.readouterr().out.strip()
+    path = _exported(root / "one.keras", export_dir, capsys, "--no_warmup",
+                     "--top_k=1")
     served = tf.saved_model.load(path).signatures["serving_default"](
         image_bytes=tf.constant([data]))
     np.testing.assert_allclose(served["probabilities"].numpy(), want,
                                atol=1e-5)
     with open(os.path.join(path, "assets.extra", "export.json")) as f:
         assert json.load(f)["scores"] == "sigmoid"
-    assert export_cli.main([
-        "keras-vit-export", f"--model={root / 'one.keras'}",
-        f"--export_dir={export_dir}", "--format=litert"]) == 0
-    tflite = capsys.readouterr().out.strip()
-    assert predict.main(["keras-vit-predict", f"--model={tflite}",
-                         str(root / "photo.jpg"), f"--output={answer}",
-                         "--overwrite"]) == 0
-    np.testing.assert_allclose(_answer(answer), want, atol=1e-4)
+    tflite = _exported(root / "one.keras", export_dir, capsys,
+                       "--format=litert")
+    np.testing.assert_allclose(
+        _predicted(tflite, root / "photo.jpg", answer), want, atol=1e-4)
 
 
 def test_scores_flag_and_where_it_is_refused(one_logit, tmp_path, capsys):
     """--scores=sigmoid scores a softmax-trained model a class at a time;
     an export has its scores built in, so the flag is refused there."""
     root, _, data = one_logit
-    keras.utils.set_random_seed(4)
-    model = create_model(None, num_classes=3, image_size=SIZE, patch_size=8,
-                         hidden_size=16, num_layers=1, num_heads=2,
-                         mlp_dim=32, head_zero_init=False)
+    model = _tiny(3, 4)
     model.save(tmp_path / "three.keras")
     logits = _logits(model, [data])
     answer = tmp_path / "answer.json"
     for flag, want in (("auto", _softmax(logits)),
                        ("sigmoid", _sigmoid(logits))):
-        assert predict.main([
-            "keras-vit-predict", f"--model={tmp_path / 'three.keras'}",
-            str(root / "photo.jpg"), f"--output={answer}", "--overwrite",
-            f"--scores={flag}"]) == 0
-        np.testing.assert_allclose(_answer(answer), want, atol=1e-5)
-    capsys.readouterr()
-    export_dir = str(tmp_path / "exports")
-    assert export_cli.main([
-        "keras-vit-export", f"--model={tmp_path / 'three.keras'}",
-        f"--export_dir={export_dir}", "--no_warmup", "--top_k=3"]) == 0
-    path = capsys.readouterr().out.strip()
+        np.testing.assert_allclose(_predicted(
+            tmp_path / "three.keras", root / "photo.jpg", answer,
+            f"--scores={flag}"), want, atol=1e-5)
+    path = _exported(tmp_path / "three.keras", str(tmp_path / "exports"),
+                     capsys, "--no_warmup", "--top_k=3")
     assert predict.main(["keras-vit-predict", f"--model={path}",
                          str(root / "photo.jpg"), "--scores=softmax"]) == 1
     assert "--scores is built into a SavedModel" in capsys.readouterr().err
@@ -156,10 +159,7 @@ def test_a_quantized_litert_file_scores_with_a_sigmoid(tmp_path):
     check before publishing takes sigmoid scores (they need not sum to 1),
     and they are the model's sigmoids to float16's rounding."""
     pytest.importorskip("ai_edge_litert")
-    keras.utils.set_random_seed(5)
-    model = create_model(None, num_classes=3, image_size=SIZE, patch_size=8,
-                         hidden_size=16, num_layers=1, num_heads=2,
-                         mlp_dim=32, head_zero_init=False)
+    model = _tiny(3, 5)
     path = litert.export_litert(model, str(tmp_path / "vit.tflite"),
                                 quantization="float16", scores="sigmoid")
     pixels = np.random.default_rng(1).uniform(
@@ -182,16 +182,7 @@ def test_a_sigmoid_loss_run_is_scored_with_a_sigmoid(tmp_path, capsys,
                         mlp_dim=64, head_zero_init=False)
     config.objective.loss = "sigmoid_xent"
     workdir = str(tmp_path / "run")
-    keras.utils.set_random_seed(7)
-    trained, optimizer = build.build_run(config, 10)
-    optimizer.build(trained.trainable_variables)
-    workdir_lib.write_json(os.path.join(workdir, workdir_lib.CONFIG),
-                           config.to_dict())
-    workdir_lib.write_class_names(workdir, [str(i) for i in range(10)])
-    tf.train.CheckpointManager(
-        tf.train.Checkpoint(model=trained, optimizer=optimizer),
-        os.path.join(workdir, workdir_lib.CHECKPOINTS), max_to_keep=1,
-    ).save()
+    trained = tiny.write_run(config, workdir, [str(i) for i in range(10)])
     data = make_images()["png"]
     photo = tmp_path / "photo.png"
     photo.write_bytes(data)
@@ -200,20 +191,12 @@ def test_a_sigmoid_loss_run_is_scored_with_a_sigmoid(tmp_path, capsys,
     assert not np.allclose(want.sum(), 1.0, atol=0.05)
     answer = tmp_path / "answer.json"
     export_dir = str(tmp_path / "exports")
-    assert export_cli.main(["keras-vit-export", f"--model={workdir}",
-                            f"--export_dir={export_dir}",
-                            "--no_warmup"]) == 0
-    path = capsys.readouterr().out.strip()
-    assert export_cli.main(["keras-vit-export", f"--model={workdir}",
-                            f"--export_dir={export_dir}",
-                            "--format=litert"]) == 0
-    tflite = capsys.readouterr().out.strip()
+    path = _exported(workdir, export_dir, capsys, "--no_warmup")
+    tflite = _exported(workdir, export_dir, capsys, "--format=litert")
     for model in (workdir, path, tflite):
-        assert predict.main(["keras-vit-predict", f"--model={model}",
-                             str(photo), f"--output={answer}",
-                             "--top_k=10", "--overwrite"]) == 0
-        np.testing.assert_allclose(_answer(answer), want, atol=1e-4,
-                                   err_msg=model)
+        np.testing.assert_allclose(
+            _predicted(model, photo, answer, "--top_k=10"), want,
+            atol=1e-4, err_msg=model)
     assert saved_model.ExportOptions.of({"scores": "sigmoid"}).scores == \
         "sigmoid"
     # A .keras file keeps no scores: keras-vit-convert says which flag

@@ -44,6 +44,28 @@ def digits_config(settings=None, **overrides):
     return set_fields(config, {**(settings or {}), **overrides})
 
 
+def write_run(config, workdir, names, seed=7):
+    """A workdir as a run leaves it (config, labels, a checkpoint), its
+    model built from `config` with `seed`, untrained; returns the model."""
+    import keras
+    import tensorflow as tf
+
+    from keras_vit import build
+    from keras_vit.storage import workdir as workdir_lib
+
+    keras.utils.set_random_seed(seed)
+    model, optimizer = build.build_run(config, 10)
+    optimizer.build(model.trainable_variables)
+    workdir_lib.write_json(os.path.join(workdir, workdir_lib.CONFIG),
+                           config.to_dict())
+    workdir_lib.write_class_names(workdir, names)
+    tf.train.CheckpointManager(
+        tf.train.Checkpoint(model=model, optimizer=optimizer),
+        os.path.join(workdir, workdir_lib.CHECKPOINTS), max_to_keep=1,
+    ).save()
+    return model
+
+
 def train_losses(workdir):
     """The train loss of every TensorBoard summary a run wrote, in order."""
     import tensorflow as tf
