@@ -1418,11 +1418,11 @@ _CASES = [
         "ratio) on keras-vit-evaluate --mode=eval or keras-vit-predict, "
         "for a model whose evaluation has no resize size and without "
         "--resize_size",
-        "One line naming the fix, before any image is read (there is no "
-        "length to resize the shorter side to).",
-        ("--keep_aspect resizes the shorter side to the resize size",
-         "pass --resize_size=N too"),
-        "exit status 1",
+        "The central crop of the input's aspect ratio, then the resize "
+        "to the input (keras-hub's image converter), in both commands; "
+        "the evaluation's log says so. It was refused, so a keras-hub "
+        "preset's crop could not be asked for by a flag.",
+        ("the central crop of its aspect ratio, resized to it",),
     ),
     Case(
         "keras_hub_gap_over_class_token", BAD_INPUT, "checkpoint",

@@ -253,24 +253,39 @@ def test_a_class_names_file_of_another_count_is_refused_for_digits(
 
 
 @covers("keep_aspect_without_resize")
-def test_keep_aspect_without_a_resize_size_is_one_line(ema_run, tmp_path,
-                                                       capsys):
+def test_keep_aspect_without_a_resize_size_crops_to_the_aspect(
+        ema_run, tmp_path, capsys, caplog):
     """--keep_aspect where neither the flags nor the model give a resize
-    size: one line naming --resize_size, before any image is read, in
-    keras-vit-evaluate and keras-vit-predict alike."""
+    size: the central crop of the input's aspect ratio, then the resize
+    (keras-hub's image converter), in keras-vit-evaluate and
+    keras-vit-predict alike: predict's answer for a 7 x 9 photo is its
+    answer for the photo's central 7 x 7."""
+    import numpy as np
+
     from keras_vit.commands import predict
 
+    caplog.set_level("INFO", logger="absl")
     assert cli("--mode=eval", f"--workdir={ema_run}", "--keep_aspect",
-               f"--output_dir={tmp_path}") == 1
-    check_says("keep_aspect_without_resize", _one_line_error(capsys))
-    assert os.listdir(tmp_path) == []
-    photo = tmp_path / "photo.png"
-    keras.utils.save_img(str(photo), [[[0, 0, 0]] * 9] * 7)
-    assert predict.main(["keras-vit-predict", f"--model={ema_run}",
-                         "--keep_aspect", str(photo)]) == 1
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1, err
-    check_says("keep_aspect_without_resize", err[0])
+               f"--output_dir={tmp_path / 'eval'}") == 0
+    check_says("keep_aspect_without_resize", caplog.text)
+    pixels = np.random.default_rng(0).integers(0, 256, (7, 9, 3), np.uint8)
+    keras.utils.save_img(str(tmp_path / "wide.png"), pixels, scale=False)
+    keras.utils.save_img(str(tmp_path / "square.png"), pixels[:, 1:8],
+                         scale=False)
+
+    def answer(name, *flags):
+        out = tmp_path / f"{name}{len(flags)}.json"
+        assert predict.main(["keras-vit-predict", f"--model={ema_run}",
+                             str(tmp_path / f"{name}.png"), "--top_k=10",
+                             f"--output={out}", *flags]) == 0
+        top = json.loads(out.read_text())["predictions"][0]["top_k"]
+        return np.array([t["probability"]
+                         for t in sorted(top, key=lambda t: t["class"])])
+
+    cropped = answer("wide", "--keep_aspect")
+    np.testing.assert_allclose(cropped, answer("square"), atol=1e-6)
+    assert not np.allclose(cropped, answer("wide"), atol=1e-4)
+    capsys.readouterr()
 
 
 def test_resize_size_keeps_the_runs_choice_of_aspect(ema_run, capsys):

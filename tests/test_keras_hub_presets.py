@@ -393,7 +393,7 @@ def test_a_preset_in_a_bucket_is_refused_by_name():
 
 def test_convert_says_only_what_a_keras_file_does_not_keep(tmp_path):
     # keras-hub resizes no position table (keras_vit's own resize is
-    # kept); the evaluation resize is named.
+    # kept); the crop to the aspect ratio is named, with its flag.
     out = tmp_path / "preset.keras"
     preset = os.path.join(FIXTURES, "vit_classifier")
     result = subprocess.run(
@@ -402,4 +402,6 @@ def test_convert_says_only_what_a_keras_file_does_not_keep(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     assert out.exists()
     assert "--resize_size" not in result.stderr
+    assert ("its crop to the input's aspect ratio before the resize (pass "
+            "--keep_aspect)") in result.stderr
     assert "position table" not in result.stderr

@@ -150,6 +150,9 @@ def _warn_not_carried(values: flags.FlagValues, source,
         keep = " --keep_aspect" * cli.source_keep_aspect(source)
         given.append(f"its evaluation resize (pass --resize_size={resize}"
                      f"{keep})")
+    elif cli.source_keep_aspect(source):
+        given.append("its crop to the input's aspect ratio before the "
+                     "resize (pass --keep_aspect)")
     # keras-hub builds no model at another size: its tables are resized as
     # keras_vit resizes them, so nothing of that is lost.
     if source.kind == "hub" and values.image_size is None and not (

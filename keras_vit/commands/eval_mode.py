@@ -46,6 +46,9 @@ EVAL_BATCH = 256
 # --mode=eval of an image folder without a run's config: the folder
 # config's final split, the first of these the folder has.
 FOLDER_TEST = "test|val|validation|valid"
+# The log's words for eval_keep_aspect without a resize size.
+CROP_TO_ASPECT = ("the central crop of its aspect ratio, resized to it, as "
+                  "keras-hub's image converter does")
 
 
 def _write(path: str, text: str) -> None:
@@ -100,7 +103,8 @@ def evaluate(values, source, strategy) -> Dict:
     resize, keep = inp.pp.eval_resize_size, inp.pp.eval_keep_aspect
     logging.info("Evaluating at %s x %s (%s).", *image_size,
                  f"resized to {resize}{' (the shorter side)' * keep}, then "
-                 "the central crop" if resize else "resized to it directly")
+                 "the central crop" if resize else CROP_TO_ASPECT if keep
+                 else "resized to it directly")
     split = values.split or (run.evals.test.split if run else (
         FOLDER_TEST if inp.dataset == sources.FOLDER else "test"))
     # The flag that gave it, named by a refusal of it.
@@ -317,9 +321,6 @@ def eval_input(values, run, image_size, resize_size=None, keep_aspect=None):
         fields.setdefault("pp", {})["eval_resize_size"] = resize_size
     if keep_aspect is not None:
         fields.setdefault("pp", {})["eval_keep_aspect"] = bool(keep_aspect)
-        if keep_aspect and run is not None and not fields["pp"].get(
-                "eval_resize_size"):
-            raise cli.no_resize_to_keep("the run's evaluation")
     if values.dataset:
         if run is not None and not _same_data_kind(run.input,
                                                    values.dataset):

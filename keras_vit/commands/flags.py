@@ -33,7 +33,6 @@ from keras_vit.commands.resize import (  # noqa: F401 (the commands' API)
     check_at_least_input,
     define_resize_size,
     keep_aspect,
-    no_resize_to_keep,
     resize_size,
     scaled_resize,
     source_keep_aspect,

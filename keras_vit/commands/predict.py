@@ -171,8 +171,6 @@ def litert_predictor(path: str, resize_size=None, labels_used: bool = True,
     litert_record.warn_without_record(path, size, resize_size, not labels_used)
     resize_size = recorded if resize_size is None else resize_size
     keep = recorded_keep if keep_aspect is None else keep_aspect
-    if keep_aspect and resize_size is None:
-        raise cli.no_resize_to_keep(path)
 
     def predict(images: Sequence[bytes]) -> np.ndarray:
         pixels = _pixels(images, size, resize_size, keep)

@@ -41,10 +41,12 @@ def define_resize_size(values: flags.FlagValues) -> None:
         "keep_aspect", None,
         "Resize the shorter side to the resize size, keeping the aspect "
         "ratio (area resampling, big_vision's resize_small), before the "
-        "central crop; --nokeep_aspect resizes both sides. Default: the "
+        "central crop; without a resize size, crop the central region of "
+        "the input's aspect ratio, then resize (keras-hub's image "
+        "converter); --nokeep_aspect resizes both sides. Default: the "
         "model's own (a workdir's eval_keep_aspect, a timm model's "
-        "crop_mode, a transformers processor's shortest_edge; a keras-hub "
-        "preset's converter crops to the input's aspect, then resizes).",
+        "crop_mode, a transformers processor's shortest_edge, a keras-hub "
+        "preset's crop_to_aspect_ratio).",
         flag_values=values,
     )
 
@@ -92,23 +94,15 @@ def check_at_least_input(resize: int, size: Sequence) -> None:
 
 def keep_aspect(values: flags.FlagValues, source: loader.Source,
                 resize: Optional[int]) -> bool:
-    """Whether `resize` (what `resize_size` chose) is the shorter side's
-    length, the aspect ratio kept: --keep_aspect, else the source's own
-    (`source_keep_aspect`); False without a resize."""
+    """Whether the aspect ratio is kept: `resize` (what `resize_size`
+    chose) is the shorter side's length, or without a resize the central
+    crop of the input's aspect ratio is resized to the input (keras-hub's
+    image converter): --keep_aspect, else the source's own
+    (`source_keep_aspect`)."""
     wanted = _flag(values, "keep_aspect")
-    if wanted is None:  # without a resize: keras-hub's crop to the aspect
+    if wanted is None:
         return source_keep_aspect(source)
-    if wanted and resize is None:
-        raise no_resize_to_keep(source.path)
     return bool(wanted)
-
-
-def no_resize_to_keep(what: str) -> UsageError:
-    """The error of --keep_aspect where `what` has no resize size."""
-    return UsageError(
-        f"--keep_aspect resizes the shorter side to the resize size, and "
-        f"{what} has none: pass --resize_size=N too (at least the model's "
-        "input side).")
 
 
 def source_keep_aspect(source: loader.Source) -> bool:

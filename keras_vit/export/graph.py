@@ -210,7 +210,8 @@ def build_endpoints(
             have a dynamic image size. The other endpoints resize to the
             size its position embeddings were made for.
         keep_aspect: bool. `resize_size` is the shorter side's length,
-            the aspect ratio kept (`preprocess_eval`).
+            the aspect ratio kept; without `resize_size`, the central crop
+            of the input's aspect ratio is resized (`preprocess_eval`).
         scores: str. "softmax" or "sigmoid": how `probabilities` scores
             the logits (`keras_vit.scoring.scores`).
 

@@ -169,7 +169,9 @@ def export_litert(
             size), recorded in `<path minus .tflite>.preprocessing.json`
             with the input size, for the client that prepares the pixels.
         keep_aspect: bool. `resize_size` is the shorter side's length,
-            the aspect ratio kept (`preprocess_eval`), also recorded.
+            the aspect ratio kept; without `resize_size`, the central crop
+            of the input's aspect ratio is resized (`preprocess_eval`);
+            also recorded.
         scores: str or None. "softmax" or "sigmoid": how the file scores
             the logits; None: a sigmoid for one logit, else a softmax
             (`keras_vit.scoring.scores.scores_for`).

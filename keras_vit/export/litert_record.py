@@ -61,7 +61,10 @@ def preprocessing_record(height: int, width: int,
         "resize": "bilinear to resize_size (with keep_aspect: the shorter "
                   "side to it, the longer rounded, area, truncated to whole "
                   "values) then the central image_size crop; with "
-                  "resize_size null, bilinear to image_size",
+                  "resize_size null, bilinear to image_size (with "
+                  "keep_aspect: first the central crop of image_size's "
+                  "aspect ratio, as keras.layers.Resizing's "
+                  "crop_to_aspect_ratio)",
         "quantization": quantization,
     }
 

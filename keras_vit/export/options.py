@@ -41,7 +41,9 @@ class ExportOptions:
             to the input size, as `preprocess_eval` does for evaluation with
             the same argument; None resizes straight to the input size.
         keep_aspect: bool. Resize the shorter side to the int
-            `resize_size`, keeping the aspect ratio (`preprocess_eval`).
+            `resize_size`, keeping the aspect ratio; without
+            `resize_size`, crop the central region of the input's aspect
+            ratio before the resize (`preprocess_eval`).
         serving_base_dir: str or None. Where the server sees `export_dir`
             (e.g. "/models" in a container), for models.config; None uses
             the local absolute path. Also replaces this model's existing

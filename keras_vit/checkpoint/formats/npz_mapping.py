@@ -209,10 +209,10 @@ def check_float(model: keras.Model, params: Sequence[Param]) -> None:
         more = f" and {len(quantized) - 1} more" * (len(quantized) > 1)
         raise UsageError(
             f"The model is quantized ({quantized[0]}{more}): the official "
-            ".npz layout records float arrays only, and a quantized kernel "
-            "would load without its scale. Write the .npz from the model "
-            "before quantizing it (model.quantize), or save the quantized "
-            "model as a .keras file (model.save), which records it.")
+            ".npz layout and the weight loaders take float arrays only, and "
+            "a quantized kernel would load without its scale. Start from "
+            "(or write the .npz from) the model before quantizing it "
+            "(model.quantize); quantize after loading.")
     for param in params:
         dtype = keras.backend.standardize_dtype(param.variable.dtype)
         if dtype not in FLOAT_DTYPES:
