@@ -272,8 +272,7 @@ def open_interpreter(path: str):
 def _scored_alone(wrapped: keras.Model) -> bool:
     """Whether `wrapped` (`pixels_model`) scores each class on its own (a
     sigmoid), so that its probabilities need not sum to 1."""
-    return not isinstance(wrapped.get_layer(OUTPUT_NAME),
-                          keras.layers.Softmax)
+    return not isinstance(wrapped.layers[-1], keras.layers.Softmax)
 
 
 def _verify(path: str, wrapped: keras.Model, quantization: str) -> None:
