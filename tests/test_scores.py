@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_vit import create_model
+from keras_vit import create_model, objectives
 from keras_vit.commands import convert, predict
 from keras_vit.commands import export as export_cli
 from keras_vit.errors import UsageError
@@ -51,8 +51,10 @@ def test_scores_for_and_probabilities():
         "sigmoid"
     assert scores.scores_for(5) == "softmax"
     assert scores.scores_for(5, "sigmoid") == "sigmoid"
-    assert scores.loss_scores("sigmoid_xent") == "sigmoid"
-    assert scores.loss_scores("softmax_xent") == "softmax"
+    assert objectives.loss_scores("sigmoid_xent") == "sigmoid"
+    assert objectives.loss_scores("softmax_xent") == "softmax"
+    with pytest.raises(UsageError, match="softmax_xent, sigmoid_xent"):
+        objectives.loss_scores("hinge")
     logits = np.random.default_rng(0).normal(0, 3, (4, 6)).astype(np.float32)
     np.testing.assert_allclose(scores.probabilities_np(logits, "sigmoid"),
                                _sigmoid(logits), rtol=1e-6)

@@ -45,6 +45,7 @@ from keras_vit.model import (
     architecture_of,
     as_vision_transformer,
 )
+from keras_vit.objectives import loss_scores
 from keras_vit.storage import workdir as wd
 
 # `build(representation_size=...)`'s default: the source's pre-logits
@@ -230,8 +231,7 @@ class WorkdirSource(_SavedKerasModel):
         return wd.read_config(self.path)
 
     def scores(self) -> Optional[str]:
-        loss = self.run_config().objective.loss
-        return "sigmoid" if loss == "sigmoid_xent" else "softmax"
+        return loss_scores(self.run_config().objective.loss)
 
     def class_names(self) -> Optional[List[str]]:
         return wd.read_class_names(self.path)

@@ -36,6 +36,7 @@ from keras_vit.commands import flags as cli
 from keras_vit.commands.lazy import lazy_module
 from keras_vit.data import image_files
 from keras_vit.errors import Preempted, UsageError
+from keras_vit.objectives import loss_scores
 from keras_vit.storage import atomic
 from keras_vit.variants import VARIANTS
 
@@ -78,8 +79,7 @@ def run(
             resize_size=config.input.pp.eval_resize_size,
             keep_aspect=bool(config.input.pp.eval_keep_aspect),
             # Scored as trained: a sigmoid after the sigmoid loss.
-            scores="sigmoid" if config.objective.loss == "sigmoid_xent"
-            else None,
+            scores=loss_scores(config.objective.loss),
         )
         logging.info("Exported SavedModel to %s", path)
         return {"export_path": path}

@@ -12,9 +12,9 @@ import keras
 import tensorflow as tf
 from absl import logging
 
-from keras_vit.errors import UsageError
+from keras_vit.objectives import check_loss
 from keras_vit.progress import EVERY_S, Rate
-from keras_vit.scoring.losses import LOSSES, per_example_loss
+from keras_vit.scoring.losses import per_example_loss
 
 
 def in_top_k(labels: tf.Tensor, logits: tf.Tensor, k: int) -> tf.Tensor:
@@ -54,10 +54,7 @@ class Evaluator:
         num_classes: int,
         loss: str = "softmax_xent",
     ):
-        if loss not in LOSSES:
-            raise UsageError(
-                f"Unknown loss {loss!r}: use one of {', '.join(LOSSES)}."
-            )
+        check_loss(loss)
         self.model = model
         self.strategy = strategy
         self.num_classes = int(num_classes)

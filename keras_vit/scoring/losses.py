@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from keras_vit.errors import UsageError
+from keras_vit.objectives import LOSSES, check_loss
 
-LOSSES = ("softmax_xent", "sigmoid_xent")
+__all__ = ["LOSSES", "hard_labels", "per_example_loss", "targets"]
 
 
 def targets(labels: tf.Tensor, num_classes: int,
@@ -43,12 +43,11 @@ def per_example_loss(
 ) -> tf.Tensor:
     """Cross-entropy per example, in float32, from integer labels (batch,)
     or label vectors (batch, num_classes) whose rows sum to 1."""
+    check_loss(loss)
     logits = tf.cast(logits, tf.float32)
     onehot = targets(labels, num_classes, label_smoothing)
     if loss == "softmax_xent":
         return tf.nn.softmax_cross_entropy_with_logits(onehot, logits)
-    if loss == "sigmoid_xent":
-        return tf.reduce_sum(
-            tf.nn.sigmoid_cross_entropy_with_logits(onehot, logits), axis=-1
-        )
-    raise UsageError(f"Unknown loss {loss!r}: use one of {', '.join(LOSSES)}.")
+    return tf.reduce_sum(
+        tf.nn.sigmoid_cross_entropy_with_logits(onehot, logits), axis=-1
+    )

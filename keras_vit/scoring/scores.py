@@ -16,10 +16,11 @@ import numpy as np
 import tensorflow as tf
 
 from keras_vit.errors import UsageError
+from keras_vit.objectives import SCORES, SIGMOID, SOFTMAX
 
-SOFTMAX = "softmax"
-SIGMOID = "sigmoid"
-SCORES = (SOFTMAX, SIGMOID)
+__all__ = ["AUTO", "SCORES", "SIGMOID", "SOFTMAX", "check_scores",
+           "probabilities", "probabilities_np", "scores_for"]
+
 # The command-line choice that takes the model's own (`scores_for`).
 AUTO = "auto"
 
@@ -32,12 +33,6 @@ def scores_for(num_classes: int, trained: Optional[str] = None) -> str:
     if int(num_classes) == 1:
         return SIGMOID
     return check_scores(trained) if trained is not None else SOFTMAX
-
-
-def loss_scores(loss: str) -> str:
-    """str. The scores that go with a training loss: a sigmoid for
-    "sigmoid_xent", a softmax for "softmax_xent"."""
-    return SIGMOID if loss == "sigmoid_xent" else SOFTMAX
 
 
 def check_scores(scores: str) -> str:
