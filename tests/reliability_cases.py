@@ -676,6 +676,17 @@ _CASES = [
         "UsageError",
     ),
     Case(
+        "dataset_path_as_name", BAD_INPUT, "data",
+        "An image folder named as a data set, `--dataset=folder:PATH` "
+        "(the form of `--config=folder:PATH`), in keras-vit-evaluate or a "
+        "run config",
+        "One line naming `--dataset=folder --data_dir=PATH`, before any "
+        "data is read; a name TFDS cannot parse is named in one line, not "
+        "TFDS's traceback.",
+        ("dataset 'folder:", "--dataset=folder --data_dir="),
+        "UsageError",
+    ),
+    Case(
         "tfds_download_offline", FAULT, "data",
         "A TFDS data set to download whose server does not answer (no "
         "network)",

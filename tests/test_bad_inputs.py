@@ -852,6 +852,31 @@ def test_unknown_dataset(tmp_path):
     check_error("unknown_dataset", info.value)
 
 
+@covers("dataset_path_as_name")
+def test_folder_path_given_as_dataset_name(tmp_path):
+    photos = str(tmp_path / "photos")
+    write_photo_folder(photos, per_class=1)
+    tiny.write_run(tiny.digits_config(), str(tmp_path / "run"),
+                   [str(i) for i in range(10)])
+    runs = [
+        ("evaluate", ["--mode=eval", f"--workdir={tmp_path / 'run'}",
+                      f"--dataset=folder:{photos}"]),
+        ("train", ["--config=digits", f"--workdir={tmp_path / 'new'}",
+                   f"--config.input.dataset=folder:{photos}"]),
+    ]
+    for name, args in runs:
+        result = console.run(name, args)
+        assert result.returncode == 1, result.stderr
+        assert "Traceback" not in result.stderr
+        line = result.stderr.strip().splitlines()[-1]
+        check_says("dataset_path_as_name", line)
+        assert f"--data_dir={photos}" in line
+    assert not os.path.exists(tmp_path / "new")
+    with pytest.raises(ValueError, match="'a b' is not a TFDS name"):
+        train_lib.train_and_evaluate(config(dataset="a b"),
+                                     str(tmp_path / "run2"))
+
+
 @covers("missing_data_dir")
 def test_folder_that_does_not_exist(tmp_path):
     with pytest.raises(ValueError) as info:

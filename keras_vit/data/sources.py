@@ -173,11 +173,28 @@ def prepared_or_skipped(prepare_fn: Callable[[], object], name: str,
 
 def named_builder(name: str, data_dir: Optional[str],
                   what: str = "dataset"):
-    """TFDS's builder of data set `name` in `data_dir`; an unknown name is
+    """TFDS's builder of data set `name` in `data_dir`. An unknown name is
     a one-line UsageError that names the closest TFDS names (TFDS's own
-    error lists every data set it has, hundreds of them)."""
+    error lists every data set it has, hundreds of them); so is a name
+    TFDS cannot parse, and `folder:PATH` (train's `--config=folder:PATH`
+    written as a data set) names `folder` with PATH as the data_dir."""
     import tensorflow_datasets as tfds
 
+    if name.startswith(f"{FOLDER}:"):
+        raise UsageError(
+            f"{what} {name!r}: an image folder is the data set "
+            f"{FOLDER!r} with the folder as its data_dir: --dataset="
+            f"{FOLDER} --data_dir={name[len(FOLDER) + 1:]} in "
+            "keras-vit-evaluate; in a config, dataset='folder' and "
+            "data_dir=PATH (keras-vit-train --config=folder:PATH writes "
+            "that config).")
+    try:  # TFDS's own parser, before its long error from tfds.builder
+        tfds.core.naming.parse_builder_name_kwargs(name)
+    except ValueError:
+        raise UsageError(
+            f"{what} {name!r} is not a TFDS name: give 'digits', "
+            "'folder' or NAME[/CONFIG][:VERSION], e.g. cifar10 or "
+            "imagenet2012:5.*.*.") from None
     try:
         return tfds.builder(name, data_dir=data_dir)
     except tfds.core.registered.DatasetNotFoundError:
