@@ -435,6 +435,25 @@ def test_image_files_are_read_a_batch_at_a_time(tiny_model, tmp_path,
     np.testing.assert_allclose(lazy.outputs, whole.outputs)
 
 
+def test_remote_image_folders_are_walked_as_local_ones(tmp_path):
+    """A folder at a tf.io.gfile URL (ram://, standing for gs://) is read
+    with its sub-folders (hidden ones skipped), as a local one is."""
+    local = _random_photos(tmp_path / "imgs", 3, (30, 40), seed=1)
+    remote = "ram://analysis_photos"
+    # 0.png at the top (and in a hidden folder), 1.png and 2.png in cls/.
+    for where, name in [("", "0.png"), (".hidden/", "0.png"),
+                        ("cls/", "1.png"), ("cls/", "2.png")]:
+        tf.io.gfile.makedirs(f"{remote}/{where}")
+        tf.io.gfile.copy(str(local / name), f"{remote}/{where}{name}",
+                         overwrite=True)
+    want, _ = inputs.load_images([str(local)], (32, 48))
+    got, names = inputs.load_images([remote], (32, 48))
+    assert names == ["0.png", "cls/1.png", "cls/2.png"]
+    np.testing.assert_allclose(got[:], want[:], atol=1e-6)
+    with pytest.raises(keras_vit.errors.UsageError, match="web addresses"):
+        inputs.load_images(["http://example.com/a.png"], (32, 32))
+
+
 def test_load_images_files_and_folders(tmp_path, capsys):
     folder = tmp_path / "imgs"
     folder.mkdir()

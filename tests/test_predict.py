@@ -691,3 +691,44 @@ def test_a_litert_resize_smaller_than_its_input_is_refused_first(
         "--resize_size 4 is smaller than the model's input 16x16: the "
         "central crop is taken from the resized image, so give at least its "
         "longer side (or leave --resize_size out).")
+
+
+def _copy_tree_to(local, remote):
+    """The files under folder `local` copied below URL `remote`."""
+    for root, _, names in os.walk(local):
+        target = remote + root[len(str(local)):]
+        tf.io.gfile.makedirs(target)
+        for name in names:
+            tf.io.gfile.copy(os.path.join(root, name),
+                             f"{target}/{name}", overwrite=True)
+
+
+def test_remote_images_are_read_as_local_ones(setup, tmp_path, capsys):
+    """A folder at a tf.io.gfile URL (here TensorFlow's in-memory ram://
+    file system, standing for gs://) is walked with its sub-folders,
+    hidden ones skipped, and its files answered as the same local files
+    are; a web address is refused naming the fix."""
+    root, _ = setup
+    remote = "ram://predict_photos"
+    _copy_tree_to(root / "photos", remote)
+    tf.io.gfile.makedirs(f"{remote}/.thumbs")
+    tf.io.gfile.copy(str(root / "photos" / "img0.jpeg"),
+                     f"{remote}/.thumbs/img0.jpeg", overwrite=True)
+    args = ["--model", str(root / "vit.keras"), "--class_names_file",
+            str(root / "labels.txt")]
+    local = _json(tmp_path, "local", str(root / "photos"), *args)
+    far = _json(tmp_path, "far", remote, *args)
+    assert [e["file"] for e in far["predictions"]] == [
+        remote + e["file"][len(str(root / "photos")):]
+        for e in local["predictions"]]
+    np.testing.assert_allclose(_probabilities(far), _probabilities(local),
+                               atol=1e-6)
+    one = f"{remote}/nested/img1.png"
+    assert run_predict([one, *args]) == 0
+    assert capsys.readouterr().out.splitlines()[-1].startswith(f"{one}: ")
+    for missing, says in [(f"{remote}/nope.png", "does not exist"),
+                          ("https://example.com/cat.jpg",
+                           "not web addresses: download it first")]:
+        assert run_predict([missing, *args]) == 1
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and says in err[0], err

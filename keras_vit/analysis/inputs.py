@@ -16,7 +16,12 @@ import tensorflow as tf
 from keras_vit import progress
 from keras_vit.analysis import curves
 from keras_vit.analysis.report import OUTPUTS
-from keras_vit.data import checks, folders, image_files, preprocessing
+from keras_vit.data import (
+    checks,
+    folders,
+    image_paths,
+    preprocessing,
+)
 from keras_vit.errors import UsageError
 
 IMAGE_EXTENSIONS = folders.IMAGE_EXTENSIONS
@@ -29,20 +34,15 @@ def _list_images(paths: Sequence[str], output_dir: Optional[str] = None
     """(file, name) of the images of `paths`: files as given (named by
     their file name), a local folder searched with its sub-folders as
     keras-vit-predict does (class folders included; named by the path
-    inside it, so that cat/1.jpg and dog/1.jpg stay apart), a remote one
-    (gs://) at its top level. A file reached twice is listed once; names
+    inside it, so that cat/1.jpg and dog/1.jpg stay apart), local or
+    remote (gs://). A file reached twice is listed once; names
     that would still be alike are the paths as given. The figures an
     analysis writes into `output_dir` are no input, where a folder walked
     holds them (an output folder inside the image folder)."""
     files, seen = [], set()
     for path in paths:
-        if tf.io.gfile.isdir(path):
-            found = image_files.images_under(path) if "://" not in path \
-                else sorted(
-                    os.path.join(path, name)
-                    for name in tf.io.gfile.listdir(path)
-                    if image_files.is_image(name)
-                    and not tf.io.gfile.isdir(os.path.join(path, name)))
+        if image_paths.is_folder(path):
+            found = image_paths.images_under(path)
             if not found:
                 raise UsageError(
                     f"No images ({', '.join(IMAGE_EXTENSIONS)}) in folder "
@@ -50,7 +50,7 @@ def _list_images(paths: Sequence[str], output_dir: Optional[str] = None
                 )
             named = [(f, os.path.relpath(f, path)) for f in found
                      if not _written_here(f, output_dir)]
-        elif tf.io.gfile.exists(path):
+        elif image_paths.exists(path):
             named = [(path, os.path.basename(path))]
         else:
             raise UsageError(f"Image {path!r} does not exist (or is a "
@@ -111,18 +111,20 @@ def _decode(file: str) -> tf.Tensor:
     """A file's pixels (`preprocessing.decode_image`); one UsageError line
     naming the file and the decoder's reason where it cannot be read."""
     try:
-        data = tf.io.gfile.GFile(file, "rb").read()
+        data = image_paths.read_bytes(file)
         return preprocessing.decode_image(tf.constant(data))
+    except OSError as error:  # (read_bytes: local or remote)
+        reason = error.strerror or str(error)
     except (tf.errors.OpError, ValueError) as error:
         reason = (checks.decode_reason(error)
                   if isinstance(error, (tf.errors.InvalidArgumentError,
                                         ValueError))
                   else " ".join(str(error.message).replace(
                       f"{file}; ", "").split()))
-        raise UsageError(
-            f"Cannot read {file!r} as an image (JPEG, PNG, GIF, BMP or "
-            f"WebP): {reason.rstrip('.')}."
-        ) from None
+    raise UsageError(
+        f"Cannot read {file!r} as an image (JPEG, PNG, GIF, BMP or "
+        f"WebP): {reason.rstrip('.')}."
+    ) from None
 
 
 def load_images(

@@ -1,7 +1,7 @@
-"""The image files keras-vit-predict is given: folders walked
-(`list_images`), and each file decoded once before any is classified
-(`check_images`), so that an unreadable one stops the run, or is named
-and left out, first.
+"""The image files keras-vit-predict is given, local or remote (gs://):
+folders walked (`list_images`), and each file decoded once before any is
+classified (`check_images`), so that an unreadable one stops the run, or
+is named and left out, first.
 """
 
 from __future__ import annotations
@@ -12,17 +12,18 @@ from typing import TYPE_CHECKING, List, Sequence, Tuple
 
 from keras_vit import progress
 from keras_vit.commands.lazy import lazy_module
-from keras_vit.data.image_files import IMAGE_EXTENSIONS, images_under
+from keras_vit.data.image_files import IMAGE_EXTENSIONS
 from keras_vit.errors import UsageError
 
 if TYPE_CHECKING:  # imported on first use: --help loads no TensorFlow
     import tensorflow as tf
 
-    from keras_vit.data import checks, preprocessing
+    from keras_vit.data import checks, image_paths, preprocessing
 else:
     tf = lazy_module("tensorflow")
     preprocessing = lazy_module("keras_vit.data.preprocessing")
     checks = lazy_module("keras_vit.data.checks")
+    image_paths = lazy_module("keras_vit.data.image_paths")
 
 
 def list_images(paths: Sequence[str]) -> Tuple[List[str], bool]:
@@ -32,15 +33,15 @@ def list_images(paths: Sequence[str]) -> Tuple[List[str], bool]:
     again) once, where it comes first, and said."""
     files, folder = [], False
     for path in paths:
-        if os.path.isdir(path):
+        if image_paths.is_folder(path):
             folder = True
-            found = images_under(path)
+            found = image_paths.images_under(path)
             if not found:
                 raise UsageError(
                     f"No images ({', '.join(IMAGE_EXTENSIONS)}) in {path}."
                 )
             files.extend(found)
-        elif os.path.exists(path):
+        elif image_paths.exists(path):
             files.append(path)
         else:
             raise UsageError(f"{path} does not exist.")
@@ -50,7 +51,7 @@ def list_images(paths: Sequence[str]) -> Tuple[List[str], bool]:
 def _once(files: List[str]) -> List[str]:
     seen, kept = set(), []
     for path in files:
-        real = os.path.realpath(path)
+        real = path if image_paths.is_remote(path) else os.path.realpath(path)
         if real not in seen:
             seen.add(real)
             kept.append(path)
@@ -101,6 +102,5 @@ def check_images(files: Sequence[str], skip_bad: bool,
 
 
 def read_bytes(path: str) -> bytes:
-    """A file's bytes."""
-    with open(path, "rb") as f:
-        return f.read()
+    """A file's bytes, local or remote (an unreadable one: OSError)."""
+    return image_paths.read_bytes(path)

@@ -7,6 +7,7 @@ r"""keras-vit-predict: classify image files with a trained model.
 --model is any model source (`keras_vit.checkpoint.resolve`), an
 exported SavedModel (a version folder, or the model folder: its newest
 version) or a LiteRT file (`keras-vit-export --format=litert`).
+Files and folders are local or at a tf.io.gfile URL (gs://...).
 Images are decoded and preprocessed exactly as the export's
 `serving_default` does (`keras_vit.data.preprocessing`), so the answer for
 a file equals the SavedModel's for the same bytes. Each file is decoded

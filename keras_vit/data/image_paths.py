@@ -1,0 +1,73 @@
+"""Image files named on a command line (keras-vit-predict's and
+keras-vit-analysis's arguments), local or remote (gs://, any
+`tf.io.gfile` URL, as training's image folders are): a folder's images,
+with its sub-folders, and a file's bytes.
+
+A local folder is walked by `image_files.images_under` (linked folders
+followed once); a remote one by `tf.io.gfile.walk`, hidden names skipped
+the same way. A web address (http://, https://) is no file system here:
+it is refused naming the fix.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import List
+
+import tensorflow as tf
+
+from keras_vit.data import image_files
+from keras_vit.errors import UsageError
+
+_WEB = ("http://", "https://")
+
+
+def is_remote(path: str) -> bool:
+    """Whether `path` is a URL (gs://...) rather than a local path."""
+    return "://" in path
+
+
+def check_readable_kind(path: str) -> None:
+    """A UsageError naming the fix where `path` is a web address."""
+    if path.lower().startswith(_WEB):
+        raise UsageError(
+            f"{path}: images are read from files and folders (local, or "
+            "gs:// and other tf.io.gfile URLs), not web addresses: "
+            "download it first (e.g. curl -O URL).")
+
+
+def is_folder(path: str) -> bool:
+    check_readable_kind(path)
+    return tf.io.gfile.isdir(path) if is_remote(path) else os.path.isdir(path)
+
+
+def exists(path: str) -> bool:
+    check_readable_kind(path)
+    return (tf.io.gfile.exists(path) if is_remote(path)
+            else os.path.exists(path))
+
+
+def images_under(top: str) -> List[str]:
+    """The image files under folder `top` and its sub-folders, sorted."""
+    if not is_remote(top):
+        return image_files.images_under(top)
+    found = []
+    for root, _, names in tf.io.gfile.walk(top):
+        if image_files.is_hidden(root[len(top):].strip("/")):
+            continue  # (walk lists hidden folders too)
+        found.extend(os.path.join(root, n) for n in names
+                     if image_files.is_image(n))
+    return sorted(found)
+
+
+def read_bytes(path: str) -> bytes:
+    """A file's bytes; a remote file that cannot be read is an OSError
+    with the file system's reason, as a local one's is."""
+    if not is_remote(path):
+        with open(path, "rb") as f:
+            return f.read()
+    try:
+        with tf.io.gfile.GFile(path, "rb") as f:
+            return f.read()
+    except tf.errors.OpError as e:
+        raise OSError(" ".join(str(e.message).split())) from None
