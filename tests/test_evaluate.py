@@ -928,6 +928,7 @@ def test_cli_eval_scores_a_folder_by_the_models_class_names(tmp_path,
     that is none of its classes is refused by name, and the results of a
     model beside a run's workdir do not overwrite the run's."""
     names = ["zebra", "cat", "mouse"]  # the model's order, not sorted
+    keras.utils.set_random_seed(5)  # (a model that gives all 3 classes)
     model = tiny(num_classes=3, image_size=16)
     keras_path = str(tmp_path / "m.keras")
     model.save(keras_path)
@@ -991,6 +992,15 @@ def test_cli_eval_scores_a_folder_by_the_models_class_names(tmp_path,
     assert cli(*part, *base[:3], "--split=test") == 1  # no names: refused
     assert ("The model predicts 3 classes but folder has 2" in
             capsys.readouterr().err)
+    # Two folders, one of them no class of the model's: named.
+    stray = tmp_path / "stray" / "test"
+    shutil.copytree(some / "zebra", stray / "zebra")
+    shutil.copytree(some / "cat", stray / "dog")
+    assert cli(f"--data_dir={tmp_path / 'stray'}", *base[:3], "--split=test",
+               f"--class_names_file={tmp_path / 'names.txt'}") == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "are the model's classes and some are not " \
+        "('dog')" in err[0], err
     # Beside a run's workdir, another model's results get their own file.
     run = tmp_path / "run"
     run.mkdir()

@@ -105,10 +105,11 @@ def in_folder_order(model, class_names: Optional[Sequence[str]], inp):
     folder_names = list(folders.folder_index(inp.data_dir)[1])
     subset = len(folder_names) < len(names) and set(folder_names) <= set(
         names) and len(set(names)) == len(names)
-    if folder_names == names or (len(folder_names) != len(names)
-                                 and not subset):
-        return model  # the class counts are compared by the caller
     strangers = [n for n in folder_names if n not in names]
+    mixed = 0 < len(strangers) < len(folder_names)
+    if folder_names == names or (len(folder_names) != len(names)
+                                 and not subset and not mixed):
+        return model  # the class counts are compared by the caller
     if len(strangers) == len(folder_names):
         logging.warning(
             "The class folders of %s are not named as the model's classes "
