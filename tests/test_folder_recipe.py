@@ -32,6 +32,7 @@ from keras_vit.configs import folder
 from keras_vit.data import folder_classes, folders
 from keras_vit.errors import UsageError
 from keras_vit.training import data_fit, model_init
+from tests import console
 from tests.console import script as _script
 from tests.photo_folder import write_photo_folder
 
@@ -89,6 +90,23 @@ def test_class_folders_alone_hold_out_a_fifth_of_each_class(tmp_path):
     with pytest.raises(UsageError, match=r"has none of the splits test, "
                        r"valid; it has \['train', 'val'\]"):
         folders.resolve_split(root, "test|valid")
+
+
+def test_classes_of_one_image_each_are_told_to_add_images(tmp_path):
+    """Class folders of one image each hold none out as val: training on
+    them stops in one line that says so (not only that the folder has
+    no val split), before any workdir is made."""
+    for cls in ("a", "b"):
+        (tmp_path / "photos" / cls).mkdir(parents=True)
+        (tmp_path / "photos" / cls / "0.png").write_bytes(b"")
+    result = console.run("train", [
+        f"--config=folder:{tmp_path / 'photos'}",
+        f"--workdir={tmp_path / 'run'}"])
+    assert result.returncode == 1, result.stderr
+    line = result.stderr.strip().splitlines()[-1]
+    assert "No class has 2 images, of which val holds a fifth: add some." \
+        in line and "Traceback" not in result.stderr
+    assert not (tmp_path / "run").exists()
 
 
 def test_a_slice_of_a_split_keeps_its_images_as_files_come(tmp_path):

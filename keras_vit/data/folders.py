@@ -41,16 +41,14 @@ def list_class_folders(
 ) -> Dict[str, Dict[str, List[str]]]:
     """{split: {class: sorted image file names}} of `root`/<split>/<class>/.
 
-    Two ways, the same result (tests/test_folder_listing.py):
-    `per_level` (the default for gs:// and other remote file systems):
-    one glob per level, two calls in all however many folders there are;
-    otherwise (the default for local folders) a listing of every folder
-    and a check of every entry. On gs:// every call is at least one
-    request: ImageNet-21k's 21,841 class folders cost some 44,000 folder
-    by folder, against two paged listings of its 14.2 million objects
-    (1,000 a page: about 28,400 requests); on a local disk the per-folder
-    listing is the faster (benchmarks/folder_listing.py,
-    docs/performance.md).
+    Two ways, the same result (tests/test_folder_listing.py): `per_level`
+    (the default for gs:// and other remote file systems): one glob per
+    level, two calls however many folders there are; otherwise (local) a
+    listing of every folder and a check of every entry. On gs:// every
+    call is a request or more: ImageNet-21k's 21,841 class folders cost
+    some 44,000 folder by folder, against two paged listings of its 14.2
+    million objects (1,000 a page: about 28,400 requests); on a local disk
+    the per-folder listing is the faster (benchmarks/folder_listing.py).
     """
     if per_level is None:
         per_level = "://" in root
@@ -343,8 +341,10 @@ def split_key(name: str) -> str:
     return name.lower() if name.lower() in SPLIT_NAMES else name
 
 
-def _layout_hint(index) -> str:
-    """Why top folders of no split's name were read as splits."""
+def _layout_hint(index, root: str) -> str:
+    """Why top folders were read as splits, or class folders have no val."""
+    if list(index) == ["train"] and holds_out(root):  # (1 image a class)
+        return "No class has 2 images, of which val holds a fifth: add some. "
     if any(split in SPLIT_NAMES for split in index):
         return ""
     tops = shorten(", ".join(f"{s}/" for s in sorted(index)), 60)
@@ -371,7 +371,7 @@ def resolve_split(root: str, split: str) -> str:
         raise UsageError(
             f"Image folder {root} has none of the splits {', '.join(choices)}"
             f"; it has {shorten(repr(sorted(index)), 120)}. "
-            f"{_layout_hint(index)}{SPLIT_FIX}"
+            f"{_layout_hint(index, root)}{SPLIT_FIX}"
         )
     return found + (f"[{bounds[0]}:{bounds[1]}]" if any(bounds) else "")
 
@@ -392,7 +392,7 @@ def folder_split(root: str, split: str) -> Tuple[List[str], np.ndarray]:
         raise UsageError(
             f"Image folder {root} has no split {name!r} with images; it has "
             f"{shorten(', '.join(sorted(index)), 120)}. "
-            f"{_layout_hint(index)}{SPLIT_FIX}"
+            f"{_layout_hint(index, root)}{SPLIT_FIX}"
         )
     paths, labels = index[name]
     start, stop = split_bounds(bounds, len(paths), split)
