@@ -296,7 +296,7 @@ def test_manual_files_are_what_the_tfds_builder_reads(tmp_path, name):
 def test_not_prepared_without_download_says_how(tmp_path):
     with pytest.raises(vtab.DataUnavailableError) as e:
         vtab.prepare("dtd", str(tmp_path), download=False)
-    assert "tfds build dtd" in str(e.value)
+    assert f"`tfds build dtd --data_dir={tmp_path}` first" in str(e.value)
     assert "config.input.download=True" in str(e.value)
 
 

@@ -363,7 +363,8 @@ def prepare_builder(
         raise DataUnavailableError(
             f"{label}: {builder.name} is not prepared in "
             f"{data_dir or 'the TFDS data directory'}. Set "
-            f"config.input.download=True, or run `tfds build {name}` first."
+            "config.input.download=True, or run `tfds build "
+            f"{name}{f' --data_dir={data_dir}' if data_dir else ''}` first."
         )
     if downloads.no_network():
         raise DataUnavailableError(
