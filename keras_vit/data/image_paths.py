@@ -37,11 +37,13 @@ def check_readable_kind(path: str) -> None:
 
 
 def is_folder(path: str) -> bool:
+    """Whether `path` is a folder (a web address: UsageError)."""
     check_readable_kind(path)
     return tf.io.gfile.isdir(path) if is_remote(path) else os.path.isdir(path)
 
 
 def exists(path: str) -> bool:
+    """Whether `path` exists (a web address: UsageError)."""
     check_readable_kind(path)
     return (tf.io.gfile.exists(path) if is_remote(path)
             else os.path.exists(path))
