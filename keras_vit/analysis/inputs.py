@@ -56,7 +56,7 @@ def _list_images(paths: Sequence[str], output_dir: Optional[str] = None
             raise UsageError(f"Image {path!r} does not exist (or is a "
                              "link to nothing).")
         for file, name in named:
-            key = file if "://" in file else os.path.realpath(file)
+            key = image_paths.identity(file)
             if key not in seen:
                 seen.add(key)
                 files.append((file, name))

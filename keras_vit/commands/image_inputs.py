@@ -6,7 +6,6 @@ is named and left out, first.
 
 from __future__ import annotations
 
-import os
 import sys
 from typing import TYPE_CHECKING, List, Sequence, Tuple
 
@@ -51,7 +50,7 @@ def list_images(paths: Sequence[str]) -> Tuple[List[str], bool]:
 def _once(files: List[str]) -> List[str]:
     seen, kept = set(), []
     for path in files:
-        real = path if image_paths.is_remote(path) else os.path.realpath(path)
+        real = image_paths.identity(path)
         if real not in seen:
             seen.add(real)
             kept.append(path)

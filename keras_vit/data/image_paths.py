@@ -18,13 +18,15 @@ import tensorflow as tf
 
 from keras_vit.data import image_files
 from keras_vit.errors import UsageError
+from keras_vit.storage.atomic import is_remote
 
 _WEB = ("http://", "https://")
 
 
-def is_remote(path: str) -> bool:
-    """Whether `path` is a URL (gs://...) rather than a local path."""
-    return "://" in path
+def identity(path: str) -> str:
+    """What a file reached twice (a folder and a file in it, a link, the
+    same path again) has in common: its real path, a URL as given."""
+    return path if is_remote(path) else os.path.realpath(path)
 
 
 def check_readable_kind(path: str) -> None:
