@@ -16,7 +16,7 @@ import keras
 import numpy as np
 import pytest
 
-from keras_vit import create_model
+from keras_vit import create_model, features_model
 from keras_vit.checkpoint import loader
 from keras_vit.checkpoint import weights as checkpoint
 from keras_vit.checkpoint.formats import npz as checkpoint_io
@@ -287,6 +287,41 @@ def test_convert_cli_writes_equivalent_keras_file(tmp_path, capsys):
     assert not (tmp_path / "gap.keras").exists()
 
 
+def test_convert_gives_a_training_run_or_keras_file_a_new_head(tmp_path):
+    """keras-vit-convert --num_classes on a training workdir and on a
+    `.keras` file, typed as a user types it: the same network under a new
+    zero head (0: the features), every other array as the source's, and
+    the report of what was dropped; --pooling is refused by name."""
+    run = os.path.join(os.path.dirname(__file__), "fixtures", "earlier",
+                       "workdir")
+    source = loader.load_model(run)
+    x = images(tuple(source.input_shape[1:3]))
+    features = features_model(source)(x)
+    kept = str(tmp_path / "kept.keras")
+    source.save(kept)
+    for model, width in ((run, 3), (kept, 0)):
+        out = tmp_path / f"{width}.keras"
+        result = console.run("convert", [f"--model={model}",
+                                         f"--num_classes={width}",
+                                         f"--output={out}"])
+        assert result.returncode == 0, result.stderr[-2000:]
+        assert "Dropped head/kernel" in result.stdout, result.stdout
+        assert ("the head was initialised anew" in result.stdout.lower()
+                ) == bool(width), result.stdout
+        loaded = keras.models.load_model(out)
+        assert loaded.output_shape[-1] == (width or features.shape[-1])
+        assert_close(features_model(loaded)(x), features)
+        if width:
+            assert not np.asarray(loaded.get_layer("head").kernel).any()
+            assert "class names" not in result.stderr  # a new head's
+    result = console.run("convert", [f"--model={run}", "--pooling=gap",
+                                     f"--output={tmp_path / 'g.keras'}"])
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"keras-vit-convert: error: {run}: a saved model keeps the pooling "
+        "it was trained with; --pooling goes with an .npz.")
+    assert not (tmp_path / "g.keras").exists()
+
+
 @covers("output_made_during_convert")
 def test_convert_keeps_a_file_made_while_the_model_loads(
         tmp_path, capsys, monkeypatch):
@@ -512,8 +547,9 @@ def test_convert_names_its_flags_and_refuses_flags_it_would_ignore(
                         (run, "a training run")):
         assert error(f"--model={model}", "--non_strict") == (
             "keras-vit-convert: error: --non_strict goes with an .npz or "
-            f"hub model only; {model} is {what}, which holds its model "
-            "whole (nothing is mapped): leave --non_strict out.")
+            "hub model, or a new --num_classes or --representation_size; "
+            f"{model} is {what}, which holds its model whole (its arrays "
+            "fit it): leave --non_strict out.")
     for model, what in ((npz, "an .npz file"),
                         (hub, "a Hugging Face, timm or keras-hub model")):
         assert error(f"--model={model}", "--no_ema") == (

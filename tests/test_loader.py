@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_vit import build, create_model
+from keras_vit import build, create_model, features_model
 from keras_vit import config as config_lib
 from keras_vit.checkpoint import loader, weights
 from keras_vit.errors import UsageError
@@ -133,8 +133,6 @@ def test_npz_build_options_and_report(sources):
     assert features.output_shape[-1] == 32
     with pytest.raises(ValueError, match="not a B/16 checkpoint"):
         loader.load_model(loader.NpzSource(source.path, variant="B/16"))
-    with pytest.raises(ValueError, match="holds its own model"):
-        loader.load_model(sources["keras_model"], num_classes=3)
     keras_path = sources["keras_model"].path
     with pytest.raises(ValueError, match="`posemb_grid` goes with an .npz "
                        "model only"):
@@ -142,6 +140,39 @@ def test_npz_build_options_and_report(sources):
     # Every source kind from its string, through the one resolver.
     for kind, source in sources.items():
         assert loader.resolve(source.path) == source, kind
+
+
+@pytest.mark.parametrize("kind", ["workdir", "keras_model"])
+def test_saved_models_take_a_new_head_as_an_npz_does(sources, kind):
+    """A workdir or `.keras` file with `num_classes`: the same network
+    under a new zero head (its own width keeps its head; 0 gives the
+    features), at any resolution, as the .npz of the same weights."""
+    source, x = sources[kind], _images(SIZE)
+    own = loader.load_model(source)
+    features = np.asarray(features_model(own)(x))
+    model, report = loader.load_report(source, num_classes=3)
+    assert model.output_shape == (None, 3) and report.head_initialized
+    assert not np.asarray(model.get_layer("head").kernel).any()
+    np.testing.assert_array_equal(features_model(model)(x), features)
+    npz_model = loader.load_model(sources["npz"], SIZE, num_classes=3)
+    np.testing.assert_allclose(model(x), npz_model(x), atol=1e-5)
+    kept, report = loader.load_report(source, num_classes=10)
+    assert report.ok and not report.head_initialized
+    np.testing.assert_array_equal(kept(x), own(x))
+    bare = loader.load_model(source, num_classes=0)
+    assert bare.output_shape == (None, own.architecture.hidden_size)
+    np.testing.assert_array_equal(bare(x), features)
+    resized = loader.load_model(source, RESIZED, num_classes=3)
+    np.testing.assert_allclose(
+        resized(_images(RESIZED)),
+        loader.load_model(sources["npz"], RESIZED, num_classes=3)(
+            _images(RESIZED)), atol=1e-5)
+    with pytest.raises(UsageError, match="keeps the pooling it was "
+                       "trained with; `pooling` goes with an .npz"):
+        loader.load_model(source, pooling="gap")
+    with pytest.raises(UsageError, match="has a pre_logits layer but the "
+                       "checkpoint has none"):
+        loader.load_model(source, representation_size=16)
 
 
 def test_workdir_without_class_count_names_the_fix(sources, tmp_path):

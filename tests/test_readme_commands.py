@@ -990,6 +990,24 @@ def _check_convert(workspace, command, result):
     assert model.output_shape[-1] == int(option(command, "num_classes"))
 
 
+def _check_convert_features(workspace, command, result):
+    import keras
+    import numpy as np
+
+    import keras_vit
+
+    output = option(command, "output")
+    _assert_files(workspace, result, output)
+    assert "Dropped head/kernel" in result.stdout, result.tail()
+    model = keras.saving.load_model(workspace.path(output), compile=False)
+    run = keras_vit.load_model(workspace.path(option(command, "model")))
+    assert model.output_shape == (None, run.architecture.hidden_size)
+    x = np.random.default_rng(0).uniform(
+        -1, 1, (2, *run.input_shape[1:])).astype("float32")
+    np.testing.assert_allclose(model(x), keras_vit.features_model(run)(x),
+                               atol=1e-6)
+
+
 def _check_analysis(workspace, command, result):
     figures = re.findall(r"^\| `(\w+\.png)` \|", "\n".join(_doc_lines()),
                          re.M)
@@ -1132,6 +1150,8 @@ RUNS: Dict[str, Run] = {
         "the download of imagenet21k+imagenet2012/ViT-B_16; "
         "--variant=Ti/16"),
     "keras-vit-convert --list_models=*B_16*": Run(_check_listing),
+    "keras-vit-convert --model=/tmp/vit_digits --num_classes=0": Run(
+        _check_convert_features, after=(TRAIN,)),
     "keras-vit-analysis --model=vit.keras --output_dir=analysis/": Run(
         _check_analysis, changed="vit.keras: a tiny ViT; photos/: 2 PNGs"),
     "keras-vit-analysis --model=/tmp/vit_digits --digits=8": Run(

@@ -267,8 +267,9 @@ def load_model(
     architecture its shapes describe (`NpzSource.variant` checks it),
     built with the head, pooling and pre-logits layer of the file unless
     the arguments below say otherwise. The arrays of an .npz or a hub model
-    are mapped by `weights.load_arrays`; `load_report` also gives what it
-    mapped.
+    (and of a workdir or `.keras` model given `num_classes` or
+    `representation_size`: rebuilt with that head) are mapped by
+    `weights.load_arrays`; `load_report` also gives what it mapped.
 
     Args:
         source: Source, or a string (`resolve`): a released model's name,
@@ -277,18 +278,20 @@ def load_model(
             resolution (position embeddings resized); None keeps the
             source's (for an .npz: the resolution in a fine-tuned AugReg
             file's name, else its own position-embedding grid's, else 224).
-        num_classes: int or None. An .npz or hub model: the head's width;
-            the file's head is kept when it has this width, else the head
-            starts at zero; 0 builds a features model. None: the file's.
+        num_classes: int or None. The head's width (any source but an
+            export): the source's head is kept when it has this width,
+            else the head starts at zero; 0 builds a features model.
+            None: the source's.
         pooling: "token", "gap" or None. An .npz only; None: the file's.
-        representation_size: int, None or FROM_SOURCE. An .npz or hub
-            model: the pre-logits width, None for no pre-logits layer;
-            FROM_SOURCE: the file's, where its head is kept (or there is
-            none); a new head (`num_classes` another width) drops them,
-            as for transfer in the paper.
-        strict: bool. An .npz or hub model: any array that does not fit
-            the model is an error; False loads what fits (and builds an
-            .npz's `variant` even when the file is another variant).
+            (A hub model, a workdir or a `.keras` file keeps its own.)
+        representation_size: int, None or FROM_SOURCE. The pre-logits
+            width, None for no pre-logits layer; FROM_SOURCE: the
+            source's, where its head is kept (or there is none); a new
+            head (`num_classes` another width) drops them, as for
+            transfer in the paper.
+        strict: bool. Any array that does not fit the model is an error;
+            False loads what fits (and builds an .npz's `variant` even
+            when the file is another variant).
         posemb_grid: (rows, cols) or None. An .npz named by a string: its
             patch grid, where it is not square (`resolve`).
 
@@ -296,9 +299,9 @@ def load_model(
         keras.Model.
 
     Raises:
-        UsageError: a string that names no model (`resolve`), build options
-            for a source that holds its own model, a file that does not
-            fit the model asked for.
+        UsageError: a string that names no model (`resolve`), `pooling`
+            for a source that keeps its own, a file that does not fit the
+            model asked for.
         FileNotFoundError: a missing config.json or checkpoint.
     """
     source = resolve(source, posemb_grid=posemb_grid)

@@ -1,14 +1,17 @@
 """A model rebuilt at another input resolution, with the same weights and
-its position embeddings resized (`keras_vit.checkpoint.posemb`)."""
+its position embeddings resized (`keras_vit.checkpoint.posemb`), or with
+another head."""
 
 from __future__ import annotations
 
-from typing import Sequence, Union
+from typing import Optional, Sequence, Tuple, Union
 
 import keras
 
 from keras_vit import model as vit_model
 from keras_vit.architecture import image_hw
+from keras_vit.checkpoint import weights as checkpoint_weights
+from keras_vit.checkpoint.formats.npz import LoadReport
 from keras_vit.checkpoint.posemb import resize_position_embedding
 
 
@@ -47,3 +50,33 @@ def rebuild_at_resolution(
             ]
         target.set_weights(weights)
     return new
+
+
+def rebuild_with_head(
+    model: keras.Model, num_classes: Optional[int],
+    representation_size: Optional[int], source: str, strict: bool = True,
+) -> Tuple[keras.Model, LoadReport]:
+    """The same network with another head, every other weight copied.
+
+    The head is kept where it is `num_classes` wide (None: its own width),
+    else a new one starts at zero (0: none, a features model), as an .npz
+    is loaded (`weights.load_arrays`, which also reports it). The
+    pre-logits layer is kept where `representation_size` is its width;
+    another width is a new layer (an error when `strict`: the saved one
+    does not fit), None drops it. The original model is not modified.
+
+    Returns:
+        (a new `VisionTransformer`, the LoadReport of what was copied).
+    """
+    vit = vit_model.as_vision_transformer(model)
+    arch = vit.architecture
+    new_arch = arch.replace(
+        num_classes=arch.num_classes if num_classes is None else num_classes,
+        representation_size=representation_size)
+    with vit_model.dtype_policy_of(vit):
+        new = vit_model.VisionTransformer(new_arch, name=vit.name)
+    report = checkpoint_weights.load_arrays(
+        new, checkpoint_weights.model_arrays(vit), strict=strict,
+        keep_pre_logits=representation_size is not None,
+        posemb_grid=checkpoint_weights.model_grid(vit), source=source)
+    return new, report

@@ -8,7 +8,7 @@ URI, a path) into one of these; everything else asks the source itself:
 - `content()`: the parameters in the official `.npz` layout, with the
   patch grid of the position embedding (`Content`);
 - `build(...)`: the model and its `LoadReport` (None where nothing was
-  mapped: a workdir or a `.keras` file holds its own model);
+  mapped: a workdir or a `.keras` file taken whole, as saved);
 - `class_names()`: the class names the source records, or None;
 - `run_config()`: a training run's config (a workdir only), else None;
 - `scores()`: how the run or library that wrote the source scores its
@@ -34,10 +34,14 @@ from keras_vit import build, legacy, mpp
 from keras_vit.architecture import Architecture
 from keras_vit.checkpoint import weights
 from keras_vit.checkpoint.formats import keras_file
+from keras_vit.checkpoint.formats.npz_layout import own_pre_logits
 from keras_vit.checkpoint.hub import keras_preset
 from keras_vit.checkpoint.hub import model as hub_model
 from keras_vit.checkpoint.hub import reader as hub
-from keras_vit.checkpoint.resolution import rebuild_at_resolution
+from keras_vit.checkpoint.resolution import (
+    rebuild_at_resolution,
+    rebuild_with_head,
+)
 from keras_vit.errors import UsageError
 from keras_vit.model import (
     VisionTransformer,
@@ -124,7 +128,7 @@ class Source:
               representation_size=FROM_SOURCE, strict=True):
         """(keras.Model, LoadReport or None). The source's model as
         trained (float32), at `image_size` (None: its own); the other
-        arguments choose how an .npz or hub model is built
+        arguments choose its head and how it is built
         (`keras_vit.load_model`)."""
         raise NotImplementedError
 
@@ -158,28 +162,27 @@ class _SavedKerasModel(Source):
 
     def build(self, image_size=None, *, num_classes=None, pooling=None,
               representation_size=FROM_SOURCE, strict=True):
-        if (num_classes, pooling, representation_size, strict) != (
-            None, None, FROM_SOURCE, True
-        ):
+        if pooling is not None:
             raise UsageError(
-                f"{self.path} holds its own model whole: `num_classes`, "
-                "`pooling`, `representation_size` and `strict` choose how "
-                "an .npz (or a hub model: not its pooling) is built. For "
-                "another head, train from it (keras-vit-train "
-                "--model=SOURCE), or take keras_vit.features_model of it."
-            )
-        model = self._model()
-        if mpp.is_mpp_model(model):
-            # The mask token and the MPP head are pre-training's: every
-            # tool takes the encoder.
-            model = mpp.encoder_model(model)
+                f"{self.path}: a saved model keeps the pooling it was "
+                "trained with; `pooling` goes with an .npz.")
+        model, report = self._model(), None
+        if mpp.is_mpp_model(model):  # (its mask token and head are
+            model = mpp.encoder_model(model)  # pre-training's alone)
+        if num_classes is not None or representation_size != FROM_SOURCE:
+            arch = architecture_of(require_vit(model, self.path))
+            if representation_size == FROM_SOURCE:
+                representation_size = own_pre_logits(
+                    dataclasses.asdict(arch), num_classes)
+            model, report = rebuild_with_head(
+                model, num_classes, representation_size, self.path, strict)
         if image_size is not None and (
             tuple(model.input_shape[1:3]) != _image_hw(image_size)
         ):
             saved = tuple(model.input_shape[1:3])
             model = rebuild_at_resolution(model, image_size)
             _say_built_at(self.path, saved, model)
-        return model, None
+        return model, report
 
     def _vit(self) -> keras.Model:
         """The model, refused by name when it is no ViT (its architecture
@@ -191,10 +194,9 @@ class _SavedKerasModel(Source):
 
     def content(self) -> Content:
         model = self._vit()
-        activation = None
-        architecture = architecture_of(model)
-        if architecture.representation_size is not None:
-            activation = architecture.pre_logits_activation
+        arch = architecture_of(model)
+        activation = (arch.pre_logits_activation
+                      if arch.representation_size is not None else None)
         return Content(weights.model_arrays(model), weights.model_grid(model),
                        "official", (), activation)
 

@@ -260,12 +260,12 @@ def _fit_head(loading: _Loading, keep_pre_logits: bool) -> None:
         loading.shapes.get(k) == s for k, s in model_head.items()
     ):
         return
-    reason = (
-        "the model has no head (num_classes=0)"
-        if not model_head
-        else f"the model's head is {model_head['head/kernel']} (another "
-        "class count); it starts at zero, as for transfer in the paper"
-    )
+    kernel = model_head.get(HEAD_KEYS[0], ())
+    other = "class count" if (file_head or ())[-1:] != kernel[-1:] else (
+        "width of the features it reads")
+    reason = (f"the model's head is {kernel} (another {other}); it starts "
+              "at zero, as for transfer in the paper" if model_head
+              else "the model has no head (num_classes=0)")
     loading.drop(HEAD_KEYS, reason)
     for key in HEAD_KEYS:
         expected.pop(key, None)

@@ -6,9 +6,10 @@ folder, a keras-hub preset, a training run) as a Keras `.keras` file.
         --output=vit_b16_384.keras
 
 An .npz's architecture is read from its shapes (--variant checks it);
---num_classes sets the head (the file's is kept when the width matches,
-else it starts at zero; 0 gives a features model), --pooling and
---representation_size how it is built. Prints the load report and the file
+--num_classes sets the head of any source (the source's is kept when the
+width matches, else it starts at zero; 0 gives a features model),
+--representation_size the pre-logits layer under it, --pooling how an
+.npz is built. Prints the load report and the file
 written; a crash never leaves a partial file at --output, and a file
 already there is kept unless --overwrite.
 """
@@ -43,13 +44,12 @@ def define_flags(values: flags.FlagValues, argv: Sequence[str]) -> None:
     cli.define_model(values)
     cli.define_hints(
         values, "variant", "num_classes", "image_size", "representation_size",
-        num_classes="An .npz or hub model: the head's width; the file's head "
-        "is kept when it matches, else the head starts at zero; 0 gives a "
-        "features model (default: the file's).",
-        representation_size="An .npz or hub model: keep its pre-logits "
-        "layer of this width under a new head (default: the file's where "
-        "its head is kept, none under a new one, as for transfer in the "
-        "paper).",
+        num_classes="The head's width: the source's head is kept when it "
+        "matches, else the head starts at zero; 0 gives a features model "
+        "(default: the source's).",
+        representation_size="Keep the source's pre-logits layer of this "
+        "width under a new head (default: the source's where its head is "
+        "kept, none under a new one, as for transfer in the paper).",
     )
     flags.DEFINE_string("output", None, "The .keras file to write.",
                         flag_values=values, required=True)
@@ -77,15 +77,18 @@ def convert(source, output: str, *, image_size=None, overwrite=True,
     source = loader.resolve(source)
     model, report = loader.load_report(source, image_size, **build)
     loader.warn_if_no_vit(source, model)  # re-saved as it is
-    if not _new_head(source, build):  # a new head is zeros by design
+    if not _new_head(source, build, report):  # zeros by design
         cli.warn_zero_head(source, model)
     atomic.atomic_write(output, model.save, replace=overwrite)
     return report
 
 
-def _new_head(source, build) -> bool:
-    """Whether `build`'s --num_classes makes the model a new head: another
-    width than the source's (its own width keeps the source's head)."""
+def _new_head(source, build, report) -> bool:
+    """Whether the model has a new head: `report` (the LoadReport, if any)
+    says so, or `build`'s --num_classes is another width than the
+    source's (its own width keeps the source's head)."""
+    if report is not None and report.head_initialized:
+        return True
     width = build.get("num_classes")
     return width is not None and width != source.architecture().num_classes
 
@@ -110,11 +113,12 @@ def _main(values: flags.FlagValues, args: list) -> None:
         if values[name].value is not None:
             build[name] = values[name].value
     if values.non_strict:
-        if source.kind not in ("npz", "hub"):
+        if source.kind not in ("npz", "hub") and not build:
             raise UsageError(
-                f"--non_strict goes with an .npz or hub model only; "
-                f"{values.model} is {cli.what(source)}, which holds its "
-                "model whole (nothing is mapped): leave --non_strict out.")
+                "--non_strict goes with an .npz or hub model, or a new "
+                f"--num_classes or --representation_size; {values.model} is "
+                f"{cli.what(source)}, which holds its model whole (its "
+                "arrays fit it): leave --non_strict out.")
         build["strict"] = False
     try:
         report = convert(source, values.output, image_size=values.image_size,
@@ -122,9 +126,9 @@ def _main(values: flags.FlagValues, args: list) -> None:
     except FileExistsError:  # made while the model loaded: kept
         cli.check_not_written(values.output, "output")
         raise
-    if report is not None:
-        print(report)
-    _warn_not_carried(values, source, _new_head(source, build))
+    if report is not None:  # worded for the shell, as its errors are
+        print(cli.shell_words(str(report), values))
+    _warn_not_carried(values, source, _new_head(source, build, report))
     print(f"Wrote {values.output}.")
 
 

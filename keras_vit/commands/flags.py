@@ -20,6 +20,7 @@ from keras_vit.commands import listing
 from keras_vit.commands.config_args import (  # noqa: F401 (commands' API)
     normalize_argv,
     resolve_config_arg,
+    shell_words,
 )
 from keras_vit.commands.labels import (  # noqa: F401 (the commands' API)
     check_class_count,
