@@ -1294,6 +1294,14 @@ def test_an_all_zero_head_is_named_in_the_log(tmp_path):
                                       f"--output={tmp_path / 'n.keras'}"])
     assert renewed.returncode == 0, renewed.stderr[-2000:]
     assert "classification head is all zeros" not in renewed.stderr
+    # ... but predicting with that .keras file (its head new, never
+    # trained) says so.
+    result = console.run("predict", [f"--model={tmp_path / 'n.keras'}",
+                                     images])
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert ("classification head is all zeros, as a new head starts: every "
+            "class scores alike. Fine-tune it first (--config.init.model)."
+            ) in result.stderr
     # --num_classes of the file's own width keeps its head: said.
     kept = console.run("convert", [f"--model={path}", "--num_classes=3",
                                    f"--output={tmp_path / 'k.keras'}"])

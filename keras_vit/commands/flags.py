@@ -359,18 +359,20 @@ def load_flagged_model(values: flags.FlagValues,
 
 
 def warn_zero_head(source: loader.Source, model: keras.Model) -> None:
-    """A warning when a checkpoint file's (.npz, hub folder's) model has
-    a classification head of zeros, as the ImageNet-21k releases ship it
-    (zeroed for fine-tuning): every class scores alike. (A model built
-    here has one too before training: not said of other sources.)"""
+    """A warning when the model's classification head is all zeros, as
+    the ImageNet-21k releases ship it (zeroed for fine-tuning), or as a
+    new head starts (a `.keras` file converted with another
+    --num_classes): every class scores alike."""
     head = getattr(getattr(model, "parts", None), "head", None)
-    if source.kind in ("npz", "hub") and head is not None and not any(
+    if head is not None and head.weights and not any(
             np.any(w.numpy()) for w in head.weights):
+        released = source.kind in ("npz", "hub")
         logging.warning(
-            "%s's classification head is all zeros, as the ImageNet-21k "
-            "releases ship it: every class scores alike. Fine-tune it "
-            "first (--config.init.model), or use a fine-tuned release.",
-            source.path)
+            "%s's classification head is all zeros, %s: every class "
+            "scores alike. Fine-tune it first (--config.init.model)%s.",
+            source.path, "as the ImageNet-21k releases ship it" if released
+            else "as a new head starts",
+            ", or use a fine-tuned release" if released else "")
 
 
 def check_tensorflow_backend(why: str) -> None:
