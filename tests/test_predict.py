@@ -17,7 +17,9 @@ import keras_vit
 from keras_vit import create_model, save_npz
 from keras_vit.commands import export as export_cli
 from keras_vit.commands import predict
+from keras_vit.data import image_files
 from keras_vit.export import saved_model
+from tests import console
 from tests.hub_fixtures import check_predicts_with_resize
 from tests.reliability_cases import check_says, covers
 
@@ -703,7 +705,30 @@ def _copy_tree_to(local, remote):
                              f"{target}/{name}", overwrite=True)
 
 
-def test_remote_images_are_read_as_local_ones(setup, tmp_path, capsys):
+def test_files_of_other_kinds_in_a_folder_are_counted(setup, tmp_path):
+    """A folder holding a TIFF scan, an iPhone HEIC and a text file beside
+    its photos: keras-vit-predict, typed as a user types it, classifies
+    the photos and names what it left out, by extension, in one line."""
+    root, _ = setup
+    folder = tmp_path / "mixed"
+    shutil.copytree(root / "photos", folder)
+    for name in ("scan.tiff", "nested/IMG_1.HEIC", "notes.txt", "README"):
+        (folder / name).write_bytes(b"not read")
+    (folder / ".DS_Store").write_bytes(b"hidden")
+    result = console.run("predict", [f"--model={root / 'vit.keras'}",
+                                     str(folder)])
+    assert result.returncode == 0, result.stderr[-2000:]
+    photos = image_files.images_under(str(root / "photos"))
+    assert len(result.stdout.strip().splitlines()) == len(photos)
+    (line,) = [t for t in result.stderr.splitlines() if "not read" in t]
+    assert line.endswith(
+        f"Image folder {folder}: 1 extensionless file, 1 .heic file, "
+        "1 .tiff file, 1 .txt file not read (only .jpg, .jpeg, .jpe, .jfif, "
+        ".png, .gif, .bmp, .webp are images here)."), line
+
+
+def test_remote_images_are_read_as_local_ones(setup, tmp_path, capsys,
+                                             caplog):
     """A folder at a tf.io.gfile URL (here TensorFlow's in-memory ram://
     file system, standing for gs://) is walked with its sub-folders,
     hidden ones skipped, and its files answered as the same local files
@@ -716,8 +741,12 @@ def test_remote_images_are_read_as_local_ones(setup, tmp_path, capsys):
                      f"{remote}/.thumbs/img0.jpeg", overwrite=True)
     args = ["--model", str(root / "vit.keras"), "--class_names_file",
             str(root / "labels.txt")]
+    with tf.io.gfile.GFile(f"{remote}/nested/scan.tiff", "wb") as f:
+        f.write(b"not read")
     local = _json(tmp_path, "local", str(root / "photos"), *args)
+    caplog.clear()
     far = _json(tmp_path, "far", remote, *args)
+    assert f"Image folder {remote}: 1 .tiff file not read" in caplog.text
     assert [e["file"] for e in far["predictions"]] == [
         remote + e["file"][len(str(root / "photos")):]
         for e in local["predictions"]]

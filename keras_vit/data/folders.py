@@ -21,7 +21,11 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from keras_vit.data.image_files import IMAGE_EXTENSIONS, unreadable_folder
+from keras_vit.data.image_files import (
+    IMAGE_EXTENSIONS,
+    say_not_read,
+    unreadable_folder,
+)
 from keras_vit.data.image_files import is_hidden as _hidden
 from keras_vit.data.image_files import is_image as _is_image
 from keras_vit.data.splits import parse_split, split_bounds
@@ -298,13 +302,7 @@ def folder_index(root: str):
             "read: only the images directly in each class folder are.",
             root, len(_NESTED), shorten(", ".join(
                 os.path.relpath(p, root) + "/" for p in _NESTED), 100))
-    if _NOT_READ:
-        logging.warning(
-            "Image folder %s: %s not read (only %s are images here).", root,
-            ", ".join(f"{n} {ext or 'extensionless'} "
-                      f"file{'s' if n > 1 else ''}"
-                      for ext, n in sorted(_NOT_READ.items())),
-            ", ".join(IMAGE_EXTENSIONS))
+    say_not_read(root, _NOT_READ)
     names = sorted({name for pairs in files.values() for _, name in pairs})
     if not names:
         loose = any(_is_image(n) for n in _listdir(root))

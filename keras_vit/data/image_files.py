@@ -5,8 +5,11 @@ the command's --help, and that refusal, load no TensorFlow)."""
 
 from __future__ import annotations
 
+import collections
 import os
-from typing import List
+from typing import Iterable, List, Mapping
+
+from absl import logging
 
 from keras_vit.errors import UsageError
 
@@ -30,13 +33,35 @@ def is_image(name: str) -> bool:
     return name.lower().endswith(IMAGE_EXTENSIONS) and not name.startswith(".")
 
 
+def count_not_read(names: Iterable[str], counts: collections.Counter
+                   ) -> None:
+    """Counts in `counts`, by extension ("" for none), the files of
+    `names` that are neither images nor hidden."""
+    for name in names:
+        if not name.startswith(".") and not is_image(name):
+            counts[os.path.splitext(name.strip("."))[1].lower()] += 1
+
+
+def say_not_read(folder: str, counts: Mapping[str, int]) -> None:
+    """One warning line naming, by extension, the files of `folder` that
+    are not read (a .tiff or .heic photo is left out, and said)."""
+    if counts:
+        logging.warning(
+            "Image folder %s: %s not read (only %s are images here).",
+            folder, ", ".join(f"{n} {ext or 'extensionless'} "
+                              f"file{'s' if n > 1 else ''}"
+                              for ext, n in sorted(counts.items())),
+            ", ".join(IMAGE_EXTENSIONS))
+
+
 def images_under(top: str) -> List[str]:
     """The image files under folder `top` and its sub-folders, sorted:
     linked folders followed (each real folder once, so a link to a parent
     ends), hidden names skipped, and a folder named like an image
-    (`album.jpg/`) searched, never read as one. What keras-vit-predict
+    (`album.jpg/`) searched, never read as one; the other files are
+    counted in one warning line (`say_not_read`). What keras-vit-predict
     and keras-vit-analysis read of a folder."""
-    found, seen = [], set()
+    found, seen, not_read = [], set(), collections.Counter()
 
     def refuse(error: OSError):  # os.walk would leave the folder out
         raise unreadable_folder(error.filename or top, error.strerror)
@@ -49,6 +74,8 @@ def images_under(top: str) -> List[str]:
         seen.add(real)
         dirs[:] = [d for d in dirs if not d.startswith(".")]
         found.extend(os.path.join(root, n) for n in names if is_image(n))
+        count_not_read(names, not_read)
+    say_not_read(top, not_read)
     return sorted(found)
 
 

@@ -11,6 +11,7 @@ it is refused naming the fix.
 
 from __future__ import annotations
 
+import collections
 import os
 from typing import List
 
@@ -52,15 +53,18 @@ def exists(path: str) -> bool:
 
 
 def images_under(top: str) -> List[str]:
-    """The image files under folder `top` and its sub-folders, sorted."""
+    """The image files under folder `top` and its sub-folders, sorted
+    (the others said: `image_files.images_under`)."""
     if not is_remote(top):
         return image_files.images_under(top)
-    found = []
+    found, not_read = [], collections.Counter()
     for root, _, names in tf.io.gfile.walk(top):
         if image_files.is_hidden(root[len(top):].strip("/")):
             continue  # (walk lists hidden folders too)
         found.extend(os.path.join(root, n) for n in names
                      if image_files.is_image(n))
+        image_files.count_not_read(names, not_read)
+    image_files.say_not_read(top, not_read)
     return sorted(found)
 
 
