@@ -109,8 +109,12 @@ def test_npz_refuses_what_its_layout_cannot_record(tmp_path):
 def test_a_saved_model_refuses_npz_build_options(tmp_path):
     path = str(tmp_path / "m.keras")
     tiny().save(path)
-    with pytest.raises(UsageError, match="`strict` choose how an .npz"):
+    with pytest.raises(UsageError, match="holds its own model whole, whose "
+                       "arrays fit it: `strict` chooses how an .npz"):
         keras_vit.load_model(path, strict=False)
+    # With a new head, what fits is loaded and the rest reported.
+    model = keras_vit.load_model(path, num_classes=3, strict=False)
+    assert model.output_shape == (None, 3)
 
 
 def test_exports_refuse_a_features_model_and_unreadable_warmup(tmp_path):
