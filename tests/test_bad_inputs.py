@@ -670,7 +670,7 @@ def test_non_image_files_are_ignored(tmp_path, caplog):
     for junk in ("notes.txt", ".DS_Store", "IMG_1.HEIC", "IMG_2"):
         with open(f"{root}/train/a/{junk}", "w") as f:
             f.write("not an image")
-    with open(f"{root}/train/b/more.txt", "w") as f:
+    with open(f"{root}/train/b/more.txt.", "w") as f:  # (as .txt)
         f.write("not an image")
     save(f"{root}/train/.thumbnails/t.png", np.zeros((4, 4, 3), np.uint8))
     save(f"{root}/train/a/._0.png", np.zeros((4, 4, 3), np.uint8))

@@ -233,12 +233,6 @@ def load_report(
     mapped (`Loaded`; its report is None for a source that holds its whole
     model, a `.keras` file or a training run, taken as saved)."""
     source = resolve(source, posemb_grid=posemb_grid)
-    if not strict and source.kind in ("workdir", "keras") and (
-            num_classes, representation_size) == (None, FROM_SOURCE):
-        raise UsageError(
-            f"{source.path} holds its own model whole, whose arrays fit it: "
-            "`strict` chooses how an .npz, a hub model or a new head "
-            "(`num_classes`, `representation_size`) is loaded. Leave it out.")
     model, report = source.build(
         image_size, num_classes=num_classes, pooling=pooling,
         representation_size=representation_size, strict=strict,

@@ -82,9 +82,7 @@ def require_vit(model: keras.Model, path: str) -> keras.Model:
     one UsageError naming the file and the layer no ViT has (a `.keras`
     file may hold any Keras model, which `load_model` gives back as Keras
     saved it; what reads a ViT's parts or logits refuses it)."""
-    if isinstance(model, VisionTransformer):
-        return model
-    try:
+    try:  # (itself when it is one)
         return as_vision_transformer(model)
     except UsageError as error:
         raise UsageError(f"{path}: {error}") from None
@@ -162,18 +160,23 @@ class _SavedKerasModel(Source):
 
     def build(self, image_size=None, *, num_classes=None, pooling=None,
               representation_size=FROM_SOURCE, strict=True):
-        if pooling is not None:
+        new_head = num_classes is not None or representation_size != FROM_SOURCE
+        if pooling is not None or not (strict or new_head):
             raise UsageError(
                 f"{self.path}: a saved model keeps the pooling it was "
-                "trained with; `pooling` goes with an .npz.")
+                "trained with; `pooling` goes with an .npz." if pooling
+                else f"{self.path} holds its own model whole, whose arrays "
+                "fit it: `strict` chooses how an .npz, a hub model or a new "
+                "head (`num_classes`, `representation_size`) is loaded. "
+                "Leave it out.")
         model, report = self._model(), None
         if mpp.is_mpp_model(model):  # (its mask token and head are
             model = mpp.encoder_model(model)  # pre-training's alone)
-        if num_classes is not None or representation_size != FROM_SOURCE:
-            arch = architecture_of(require_vit(model, self.path))
+        if new_head:
+            model = require_vit(model, self.path)  # (rebuilt once if old)
             if representation_size == FROM_SOURCE:
                 representation_size = own_pre_logits(
-                    dataclasses.asdict(arch), num_classes)
+                    dataclasses.asdict(model.architecture), num_classes)
             model, report = rebuild_with_head(
                 model, num_classes, representation_size, self.path, strict)
         if image_size is not None and (
@@ -185,8 +188,7 @@ class _SavedKerasModel(Source):
         return model, report
 
     def _vit(self) -> keras.Model:
-        """The model, refused by name when it is no ViT (its architecture
-        and official-layout arrays are a ViT's)."""
+        """The model, refused by name when it is no ViT."""
         return require_vit(self.build()[0], self.path)
 
     def architecture(self) -> Architecture:
@@ -195,8 +197,7 @@ class _SavedKerasModel(Source):
     def content(self) -> Content:
         model = self._vit()
         arch = architecture_of(model)
-        activation = (arch.pre_logits_activation
-                      if arch.representation_size is not None else None)
+        activation = arch.representation_size and arch.pre_logits_activation
         return Content(weights.model_arrays(model), weights.model_grid(model),
                        "official", (), activation)
 

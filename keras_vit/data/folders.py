@@ -23,6 +23,7 @@ from absl import logging
 
 from keras_vit.data.image_files import (
     IMAGE_EXTENSIONS,
+    extension_of,
     say_not_read,
     unreadable_folder,
 )
@@ -104,7 +105,7 @@ def _nested(folder: str, names) -> None:
     names without an extension are files, counted in _NOT_READ."""
     for name in names:
         name = name.rstrip("/")
-        if name.startswith(".") or "." in name.strip("."):
+        if name.startswith(".") or extension_of(name):
             continue
         if tf.io.gfile.isdir(os.path.join(folder, name)):
             _NESTED.append(os.path.join(folder, name))
@@ -120,8 +121,8 @@ def _images_of(names) -> List[str]:
     for name in names:
         if _is_image(name):
             out.append(name)
-        elif not name.startswith(".") and "." in name.strip("."):
-            _NOT_READ[os.path.splitext(name)[1].lower()] += 1
+        elif not name.startswith(".") and extension_of(name):
+            _NOT_READ[extension_of(name)] += 1
     return out
 
 

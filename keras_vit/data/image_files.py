@@ -33,13 +33,19 @@ def is_image(name: str) -> bool:
     return name.lower().endswith(IMAGE_EXTENSIONS) and not name.startswith(".")
 
 
+def extension_of(name: str) -> str:
+    """The lower-case extension of file name `name` ("" for none; a
+    leading or trailing dot is none), the key its kind is counted by."""
+    return os.path.splitext(name.strip("."))[1].lower()
+
+
 def count_not_read(names: Iterable[str], counts: collections.Counter
                    ) -> None:
     """Counts in `counts`, by extension ("" for none), the files of
     `names` that are neither images nor hidden."""
     for name in names:
         if not name.startswith(".") and not is_image(name):
-            counts[os.path.splitext(name.strip("."))[1].lower()] += 1
+            counts[extension_of(name)] += 1
 
 
 def say_not_read(folder: str, counts: Mapping[str, int]) -> None:
