@@ -202,6 +202,31 @@ def split_string_lists(config: ml_collections.ConfigDict,
         section[leaf] = type(value)(words)
 
 
+def section_refusal(overridden: Iterable[str]) -> Optional[str]:
+    """The line refusing a --config.SECTION={...} among the dotted
+    fields `overridden` (it would replace a whole section, config.evals'
+    entries included), or None where each names a field."""
+    base = base_config()
+    for dotted in overridden:
+        if dotted == "evals":
+            return ("--config.evals is the section of the config's "
+                    "evaluators: set their fields one by one (e.g. "
+                    "--config.evals.NAME.split=...).")
+        if dotted.startswith("evals.") and dotted.count(".") == 1:
+            return (f"--config.{dotted} is an evaluator: set its fields one "
+                    f"by one (e.g. --config.{dotted}.batch_size=...).")
+        try:
+            value = functools.reduce(lambda c, k: c[k], dotted.split("."),
+                                     base)
+        except (KeyError, AttributeError, TypeError):
+            continue
+        if isinstance(value, ml_collections.ConfigDict):
+            return (f"--config.{dotted} is a section of fields: set them "
+                    f"one by one (e.g. --config.{dotted}."
+                    f"{next(iter(value.keys()))}=...).")
+    return None
+
+
 def check_parsed(config, where: str, overridden: Iterable[str]):
     """The config a --config file gave, checked against the schema (a
     UsageError names a field it does not define, with the file), with
@@ -209,21 +234,12 @@ def check_parsed(config, where: str, overridden: Iterable[str]):
     a dict, an earlier version's flat config); `config` itself when it
     is whole. A --config.SECTION={...} override, which would replace a
     whole section, is refused: set its fields one by one."""
-    base = base_config()
+    refusal = section_refusal(overridden)
+    if refusal:
+        raise UsageError(refusal)
     for dotted in overridden:
-        if dotted == "evals" or dotted.startswith("evals."):
-            _check_evaluator_override(config, dotted)
-            continue
-        try:
-            value = functools.reduce(lambda c, k: c[k], dotted.split("."),
-                                     base)
-        except (KeyError, AttributeError, TypeError):
-            continue
-        if isinstance(value, ml_collections.ConfigDict):
-            raise UsageError(
-                f"--config.{dotted} is a section of fields: set them one "
-                f"by one (e.g. --config.{dotted}."
-                f"{next(iter(value.keys()))}=...).")
+        if dotted.startswith("evals."):
+            _check_evaluator_type(config, dotted)
     if not isinstance(config, (ml_collections.ConfigDict, Mapping)):
         raise UsageError(
             f"{where}: get_config() returned a {type(config).__name__}, not "
@@ -239,20 +255,10 @@ def check_parsed(config, where: str, overridden: Iterable[str]):
     return whole
 
 
-def _check_evaluator_override(config, dotted: str) -> None:
-    """Refuses --config.evals={...} and --config.evals.NAME={...}, which
-    would replace the config's evaluators (their fields set again from
-    the defaults), and a --config.evals.NAME.type that leaves the entry
-    fields of another type: the config file makes its evaluators."""
+def _check_evaluator_type(config, dotted: str) -> None:
+    """Refuses a --config.evals.NAME.type that leaves the entry fields of
+    another type: the config file makes its evaluators."""
     keys = dotted.split(".")
-    if len(keys) == 1:
-        raise UsageError(
-            "--config.evals is the section of the config's evaluators: set "
-            "their fields one by one (e.g. --config.evals.NAME.split=...).")
-    if len(keys) == 2:
-        raise UsageError(
-            f"--config.{dotted} is an evaluator: set its fields one by one "
-            f"(e.g. --config.{dotted}.batch_size=...).")
     if keys[2:] != ["type"]:
         return
     try:

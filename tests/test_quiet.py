@@ -348,6 +348,14 @@ def test_help_loads_no_tensorflow_and_prints_each_heading_once(name):
                "--config.evals.test={'split': 'test'}"],
      "keras-vit-train: error: --config.evals.test is an evaluator: set its "
      "fields one by one (e.g. --config.evals.test.batch_size=...)."),
+    # A section given whole beside one of its fields, in either order.
+    *[("train", ["--config=digits", "--workdir=run", *pair],
+       "keras-vit-train: error: --config.trainer is a section of fields: "
+       "set them one by one (e.g. --config.trainer.accumulation_steps=...).")
+      for pair in [("--config.trainer={'total_steps': 5}",
+                    "--config.trainer.jit_compile=False"),
+                   ("--config.trainer.jit_compile=False",
+                    "--config.trainer={'total_steps': 5}")]],
     ("train", ["--config=digits", "--workdir=run", "--config.evals={}"],
      "keras-vit-train: error: --config.evals is the section of the config's "
      "evaluators: set their fields one by one"),

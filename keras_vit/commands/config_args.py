@@ -15,6 +15,7 @@ from typing import List, Optional, Sequence
 from absl import flags, logging
 
 from keras_vit import config as config_lib
+from keras_vit import config_overrides
 from keras_vit.errors import UsageError
 
 
@@ -178,6 +179,9 @@ def flag_error_message(error: BaseException, argv: Sequence[str],
     if boolean:
         return (f"{boolean.group(1)}={boolean.group(2)} is not a boolean: "
                 "use true or false (1 or 0)")
+    section = config_overrides.section_refusal(typed_overrides(argv))
+    if section:  # (with a field of it too: ml_collections refuses the
+        return section  # pair, as the override of a field the file lacks)
     lacking = _overrides_the_file_lacks(error, argv)
     if lacking:
         return (f"{'--config=' + given if given else 'the --config file'} "
