@@ -907,22 +907,31 @@ def test_named_values_and_combinations_are_checked_as_flags():
 
 def test_config_file_code_and_partial_files_with_overrides(tmp_path,
                                                            capsys):
-    """A KeyError of a config file's own code names its line; an override
-    of a field a partial file leaves out says so; a quoted list value is
-    one word as typed."""
+    """A KeyError of a config file's own code names its line; a field a
+    partial file leaves out takes the schema's default and can be
+    overridden, while a field it adds is named (with an override too); a
+    quoted list value is one word as typed."""
     train = module("train")
     (tmp_path / "keys.py").write_text(
         "def get_config(arg=None):\n    d = {}\n    return d['missing']\n")
-    (tmp_path / "part.py").write_text(
-        "def get_config(arg=None):\n"
-        "    return {'trainer': {'total_steps': 2}}\n")
+    for name, trainer in [("part.py", "total_steps"),
+                          ("typo.py", "total_stepz")]:
+        (tmp_path / name).write_text(
+            "def get_config(arg=None):\n"
+            f"    return {{'trainer': {{'{trainer}': 2}}}}\n")
+    sys.modules.pop("config_config", None)  # see the test above
+    config = parse_train([f"--config={tmp_path / 'part.py'}", "--workdir=w",
+                          "--config.model.hidden_size=9"]).config
+    assert (config.trainer.total_steps, config.model.hidden_size) == (2, 9)
+    assert config.model.num_layers == config_lib.base_config(
+    ).model.num_layers
     cases = [
         ([f"--config={tmp_path / 'keys.py'}"],
          "keys.py failed at line 3: KeyError: 'missing'"),
-        ([f"--config={tmp_path / 'part.py'}",
-          "--config.model.hidden_size=9"],
-         "part.py leaves out a field that the command line overrides (of "
-         "--config.model.hidden_size)"),
+        *[([f"--config={tmp_path / 'typo.py'}", *more],
+           f"{tmp_path / 'typo.py'}: --config.trainer.total_stepz is not a "
+           "config field; did you mean --config.trainer.total_steps?")
+          for more in ([], ["--config.model.hidden_size=9"])],
     ]
     for args, says in cases:
         sys.modules.pop("config_config", None)  # see the test above

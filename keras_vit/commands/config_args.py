@@ -10,9 +10,11 @@ from __future__ import annotations
 import os
 import re
 import traceback
-from typing import List, Optional, Sequence
+from typing import List, Mapping, Optional, Sequence
 
+import ml_collections
 from absl import flags, logging
+from ml_collections.config_flags.config_flags import ConfigFileFlagParser
 
 from keras_vit import config as config_lib
 from keras_vit import config_overrides
@@ -20,6 +22,30 @@ from keras_vit.errors import UsageError
 
 
 # ------------------------------------------------------------ --config
+class WholeConfigParser(ConfigFileFlagParser):
+    """--config's parser: the file's config laid over the schema's
+    defaults (`config_lib.complete`) before the command line's overrides
+    apply, so a field that a partial file (a dict, a partial ConfigDict,
+    an earlier version's flat config) leaves out can be overridden too; a
+    whole config is kept as the file made it (its field references)."""
+
+    def parse(self, argument):
+        config = super().parse(argument)
+        if not isinstance(config, (ml_collections.ConfigDict, Mapping)):
+            return config  # (None, a file not found: said after parsing)
+        try:
+            whole = config_lib.complete(config, where=argument.partition(
+                ":")[0])
+        except UsageError:  # (one line, as a get_config that raised)
+            raise ValueError("Error whilst parsing config file:\n\n"
+                             + traceback.format_exc()) from None
+        if isinstance(config, ml_collections.ConfigDict) and set(
+                config_lib.field_names(whole)) == set(
+                    config_lib.field_names(config)):
+            return config
+        return whole
+
+
 def resolve_config_arg(arg: str) -> str:
     """`--config=NAME[:arg]` with a bare NAME of a packaged config becomes
     its path; other arguments are returned unchanged."""
@@ -182,15 +208,6 @@ def flag_error_message(error: BaseException, argv: Sequence[str],
     section = config_overrides.section_refusal(typed_overrides(argv))
     if section:  # (with a field of it too: ml_collections refuses the
         return section  # pair, as the override of a field the file lacks)
-    lacking = _overrides_the_file_lacks(error, argv)
-    if lacking:
-        return (f"{'--config=' + given if given else 'the --config file'} "
-                "leaves "
-                "out a field that the command line overrides (of "
-                f"{', '.join(f'config.{f}' for f in lacking)}): a partial "
-                "config or a dict takes the schema's defaults only after "
-                "the overrides; start the file from "
-                "keras_vit.config.base_config().")
     message = message.replace("\\n", " ").replace("\n", " ")
     message = message.replace("\\'", "'").strip('"')
     # ml_collections says "'field' Did you mean ...": name what it is.
@@ -229,22 +246,6 @@ def typed_overrides(argv: Sequence[str]) -> dict:
         if match:
             out[match.group(1)] = match.group(2)
     return out
-
-
-def _overrides_the_file_lacks(error: BaseException,
-                              argv: Sequence[str]) -> List[str]:
-    """The overridden fields, all of them real (the schema's), when the
-    override failed as a field missing from the config (a KeyError, an
-    AttributeError, "not a config field"): the file left them out."""
-    fields = list(typed_overrides(argv))
-    known = set(config_lib.field_names(config_lib.base_config()))
-    text = str(error)
-    missing_field = isinstance(error, (KeyError, AttributeError)) or (
-        "not a config field" in text or re.match(r"^'+[\w.]+'+", text))
-    if not fields or not missing_field or not all(
-            f in known for f in fields):
-        return []
-    return fields
 
 
 # Library arguments that a flag of another name sets: their words in a

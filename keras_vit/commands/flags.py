@@ -18,6 +18,7 @@ from keras_vit import errors
 from keras_vit.checkpoint import absent
 from keras_vit.commands import listing
 from keras_vit.commands.config_args import (  # noqa: F401 (commands' API)
+    WholeConfigParser,
     normalize_argv,
     resolve_config_arg,
     shell_words,
@@ -161,6 +162,7 @@ def define_config(values: flags.FlagValues, argv: Sequence[str],
         flag_values=values, lock_config=True,
         sys_argv=normalize_argv(argv),
     )
+    values["config"].parser = WholeConfigParser("config", lock_config=True)
     if required:
         flags.mark_flag_as_required("config", flag_values=values)
 
