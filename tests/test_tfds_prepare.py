@@ -278,6 +278,56 @@ def test_a_failed_download_names_manual_files_only_where_there_are_some(
         "connection (the download server: no route to ")
 
 
+class _ManualOnly(_Failing):
+    """A builder whose data only a manual download gives (as ImageNet)."""
+
+    MANUAL_DOWNLOAD_INSTRUCTIONS = """
+        manual_dir should contain two files: a.tar and
+        b.tar. Register at the site.
+    """
+    prepared = False
+
+    def download_and_prepare(self, **kwargs):
+        self.prepared = kwargs["download_config"].manual_dir
+
+
+def test_manual_only_data_names_its_folder_and_tfds_instructions(tmp_path):
+    """A data set TFDS prepares only from a manual download (ImageNet),
+    typed as a user types it: one line naming the folder, its config
+    field and TFDS's instructions, before the run's folder is made; with
+    files in the folder, TFDS prepares it from there."""
+    data, work = tmp_path / "data", tmp_path / "run"
+    result = subprocess.run(
+        _script("train") + ["--config=digits", f"--workdir={work}",
+                            "--config.input.dataset=imagenet2012",
+                            f"--config.input.data_dir={data}"],
+        capture_output=True, text=True, timeout=600,
+        env=dict(os.environ, KERAS_VIT_OFFLINE="1"))
+    assert result.returncode == 1
+    manual = data / "downloads" / "manual"
+    (line,) = result.stderr.strip().splitlines()[-1:]
+    assert line.startswith(
+        f"keras-vit-train: error: imagenet2012 needs a manual download into "
+        f"{manual}/ (or the folder --config.input.manual_dir names), which "
+        "has no files. TFDS says: manual_dir should contain two files: "
+        "ILSVRC2012_img_train.tar and ILSVRC2012_img_val.tar."), line
+    assert f"--manual_dir={manual}`)." in line
+    assert "Downloading and preparing" not in result.stderr
+    assert not work.exists()
+    mine = tmp_path / "mine"
+    builder = _ManualOnly()
+    with pytest.raises(vtab.DataUnavailableError) as empty:
+        vtab.prepare_builder(builder, "dtd", str(data), manual=str(mine))
+    assert (f"into {mine}/ (or the folder config.input.manual_dir names), "
+            "which has no files. TFDS says: manual_dir should contain two "
+            "files: a.tar and b.tar. Register at the site. Then the next "
+            "run prepares it") in str(empty.value)
+    mine.mkdir()
+    (mine / "a.tar").write_bytes(b"")
+    vtab.prepare_builder(builder, "dtd", str(data), manual=str(mine))
+    assert builder.prepared == str(mine)
+
+
 def test_progress_counts_and_estimates():
     from keras_vit.progress import Progress, duration
 

@@ -59,6 +59,30 @@ def offline_fix(name: str) -> str:
             "set config.input.data_dir=DIR.")
 
 
+def manual_words(builder, label: str, manual: str, missing, files,
+                 url: str, manual_has_files: bool) -> Optional[str]:
+    """Why data set `label` (TFDS `builder`) cannot be prepared from the
+    manual directory `manual`, or None: the `files` it needs, of which
+    `missing` are not there (from `url`); else, for a builder whose data
+    only a manual download gives (its MANUAL_DOWNLOAD_INSTRUCTIONS), an
+    empty or absent directory, with TFDS's instructions (TFDS itself
+    would fail there with an AssertionError)."""
+    name = builder.info.full_name.split("/")[0]
+    build = (f"the next run prepares it (or run `tfds build {name} "
+             f"--data_dir=... --manual_dir={manual}`).")
+    if missing:
+        return (f"{label} needs a manual download: get {url} and put "
+                f"{', '.join(files)} into {manual}/ (missing: "
+                f"{', '.join(missing)}); {build}")
+    told = " ".join(str(getattr(builder, "MANUAL_DOWNLOAD_INSTRUCTIONS", "")
+                        or "").split())
+    if told and not files and not manual_has_files:
+        return (f"{label} needs a manual download into {manual}/ (or the "
+                "folder config.input.manual_dir names), which has no "
+                f"files. TFDS says: {told.rstrip('.')}. Then {build}")
+    return None
+
+
 class _FirstTryPerHost(logging.Filter):
     """urllib3's try-again warnings: the first of each host becomes one
     line of this run's log, the others are dropped (DEBUG keeps them)."""

@@ -352,13 +352,11 @@ def prepare_builder(
         f for f in manual_files
         if not tf.io.gfile.exists(os.path.join(manual, f))
     ]
-    if missing:
-        raise DataUnavailableError(
-            f"{label} needs a manual download: get {manual_url} and put "
-            f"{', '.join(manual_files)} into {manual}/ (missing: "
-            f"{', '.join(missing)}); the next run prepares it (or run "
-            f"`tfds build {name} --data_dir=... --manual_dir={manual}`)."
-        )
+    why = downloads.manual_words(
+        builder, label, manual, missing, manual_files, manual_url,
+        tf.io.gfile.isdir(manual) and bool(tf.io.gfile.listdir(manual)))
+    if why:
+        raise DataUnavailableError(why)
     if not download:
         raise DataUnavailableError(
             f"{label}: {builder.name} is not prepared in "
