@@ -424,6 +424,9 @@ def test_a_head_for_other_classes_starts_at_zero(tmp_path):
     assert ("Dropped head/kernel (32, 2): its classes are not the data's "
             "(class 0: 'china' there, 'flower' here; config.init.head="
             "'fits' keeps such a head); the head starts at zero.") in other
+    # Each line of the load report is a log line of its own, prefixed.
+    assert re.search(r"^I\d{4} [\d:. ]+\d+ model_init\.py:\d+\] Dropped "
+                     r"head/kernel \(32, 2\)", other, re.M), other
     kept = _run(tmp_path, "train", *tuned, "--workdir=kept",
                 "--config.init.head=fits").stderr
     assert "Initialised from" in kept and "Dropped head" not in kept

@@ -355,9 +355,11 @@ def initialise_from(init, model: keras.Model,
     report = loader.initialise(
         model, source, keep_pre_logits=bool(init.keep_pre_logits),
         drop_head=_head_dropped(init.head, source, class_names))
-    logging.info("Initialised from %s: %s", source.path, report)
-    theirs = loader.describe_source(source).numerics
-    ours = architecture_of(model).numerics
+    for i, line in enumerate(str(report).splitlines()):  # each prefixed
+        logging.info("%s%s", "" if i else f"Initialised from {source.path}: ",
+                     line)
+    theirs, ours = (loader.describe_source(source).numerics,
+                    architecture_of(model).numerics)
     if theirs != ours:  # a run's config holds the official numerics
         logging.warning(
             "%s computes its blocks otherwise (%s) than the model it "
@@ -373,17 +375,14 @@ def _head_dropped(head: str, source, class_names) -> str:
     or the same in another order). Names with none in common may be the
     same classes written otherwise (ImageNet's words and TFDS's synset
     ids): the head is kept, with a warning."""
-    if head == "zero":
-        return "config.init.head='zero'"
-    if head == "fits":
-        return ""
+    if head in ("zero", "fits"):
+        return "config.init.head='zero'" if head == "zero" else ""
     theirs = list(loader.class_names(source) or [])
     ours = list(class_names or [])
     if not theirs or len(theirs) != len(ours) or theirs == ours:
         return ""  # unnamed, or another width: the head's shape decides
-    first = next(i for i, (a, b) in enumerate(zip(theirs, ours)) if a != b)
-    differ = (f"class {first}: {theirs[first]!r} there, {ours[first]!r} "
-              "here")
+    i = next(i for i, (a, b) in enumerate(zip(theirs, ours)) if a != b)
+    differ = f"class {i}: {theirs[i]!r} there, {ours[i]!r} here"
     if not set(theirs) & set(ours):
         logging.warning(
             "The head of %s names its classes otherwise than the data (%s; "
