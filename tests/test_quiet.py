@@ -693,3 +693,21 @@ def test_the_jax_backend_prints_no_notice_of_its_start(tmp_path):
         assert "KERAS_BACKEND=jax here: set KERAS_BACKEND=tensorflow" in line
     assert not (tmp_path / "run").exists()
     assert not (tmp_path / "exports").exists()
+
+
+def test_a_moved_field_is_said_as_a_line_of_the_log(tmp_path):
+    """--config.optimizer.lr (moved to config.schedule) is upgraded with
+    one warning in the log's own form (not Python's default format, nor
+    absl's notice of logging before flag parsing), then the run goes on:
+    here to the limit its other override breaks."""
+    result = run("train", "--config=digits", f"--workdir={tmp_path}/w",
+                 "--config.optimizer.lr=0.5",
+                 "--config.trainer.total_steps=-5")
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 2, lines
+    assert re.fullmatch(r"W\d{4} [\d:.]+\s+\d+ runner\.py:\d+\] "
+                        r"--config\.optimizer\.lr is now "
+                        r"--config\.schedule\.lr\.", lines[0]), lines
+    assert lines[1].startswith(
+        "keras-vit-train: error: --config.trainer.total_steps=-5 ")

@@ -78,26 +78,32 @@ def _check_config_path(arg: str) -> None:
             "path of a config file.")
 
 
-def upgrade_override(arg: str) -> str:
+def upgrade_override(arg: str, notes: Optional[List[str]] = None) -> str:
     """`--config.FIELD[=VALUE]` (or `--noconfig.FIELD`) of a field an
     earlier version had elsewhere, at its place now
     (`--config.batch_size=8` -> `--config.input.batch_size=8`), with a
-    one-line notice; any other argument as it is."""
+    one-line notice (logged, or added to `notes` for the caller to log
+    once the command's log is set up); any other argument as it is."""
     match = re.fullmatch(r"(--?(?:no)?config\.)([\w.]+)((=.*)?)", arg,
                          re.S)
     new = config_lib.moved_path(match.group(2)) if match else None
     if new is None:
         return arg
     flag = match.group(1).lstrip("-")
-    logging.warning("--%s%s is now --%s%s.", flag, match.group(2), flag, new)
+    note = f"--{flag}{match.group(2)} is now --{flag}{new}."
+    if notes is None:
+        logging.warning("%s", note)
+    else:
+        notes.append(note)
     return f"{match.group(1)}{new}{match.group(3)}"
 
 
-def normalize_argv(argv: Sequence[str]) -> List[str]:
+def normalize_argv(argv: Sequence[str],
+                   notes: Optional[List[str]] = None) -> List[str]:
     """`argv` with `--config NAME` and `--config.FIELD VALUE` (the space
     form) joined into `--config=NAME` and `--config.FIELD=VALUE`, a
     packaged config's NAME made its path, and the overrides of fields
-    that moved since an earlier version upgraded."""
+    that moved since an earlier version upgraded (`upgrade_override`)."""
     out, args = [], list(argv)
     i = 0
     while i < len(args):
@@ -106,7 +112,7 @@ def normalize_argv(argv: Sequence[str]) -> List[str]:
                 args) and not str(args[i + 1]).startswith("-"):
             arg = f"{arg}={args[i + 1]}"  # also --config.FIELD VALUE
             i += 1
-        out.append(upgrade_override(resolve_config_arg(arg)))
+        out.append(upgrade_override(resolve_config_arg(arg), notes))
         i += 1
     return out
 

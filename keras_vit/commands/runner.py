@@ -241,14 +241,21 @@ def _exit_on_signal(status: int) -> None:
             signal.SIGINT, signal.SIGTERM)])
 
 
+def _say(notes) -> None:
+    """Logs each of `notes`, a warning line of the command's log."""
+    for note in notes:
+        logging.warning("%s", note)
+
+
 def _run(name, define, main, argv, doc) -> int:
     program = PREFIX + name
     argv = sys.argv if argv is None else argv
     atomic.written_before_stop()  # one an earlier call left: not this one's
     errors.stop_seen()  # nor its stop
     verbose = quiet_start.verbose(argv[1:])
+    moved = []  # notices of fields that moved, logged in the log's form
     try:
-        argv = normalize_argv(argv)
+        argv = normalize_argv(argv, moved)
     except UsageError as error:  # an unknown --config NAME
         quiet_start.release()
         return report(error, program, verbose)
@@ -276,6 +283,7 @@ def _run(name, define, main, argv, doc) -> int:
     try:
         rest = parse(values, argv)
         setup_logging(values.verbose)
+        _say(moved)
         status = main(values, rest[1:])
         errors.check_stop()  # one a library's callback swallowed
     except (PermissionError, *_tf_errors("PermissionDeniedError")) as error:
