@@ -8,6 +8,7 @@ import configparser
 import gc
 import importlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -439,10 +440,18 @@ def test_config_by_name_and_by_path(tmp_path):
                        "--config.trainer.total_steps=7", "--workdir=w"]).config
     assert (few.input.train_examples_per_class, few.init.model,
             few.trainer.total_steps) == (5, "/r/e.npz", 7)
-    # labels=0 would keep every image (the field's "all"): refused.
-    with pytest.raises(Exception, match=r"labels=0: give the labelled "
-                       r"images per class, at least 1"):
-        parse_train(["--config=digits_few_labels:labels=0", "--workdir=w"])
+    # labels=0 would keep every image (the field's "all"): refused, as a
+    # count that is no whole number is in every config (one line, not
+    # Python's "invalid literal for int()"; res=-384 named as res=).
+    for config, what in [("digits_few_labels:labels", "labelled images "
+                          "per class"), ("finetune:res", "pixels"),
+                         ("mpp_pretrain:steps", "optimizer updates")]:
+        for bad in ("0", "abc", "1.5", "-384"):
+            key = config.partition(":")[2]
+            with pytest.raises(Exception, match=re.escape(
+                    f"Config argument {key}='{bad}': a whole number of "
+                    f"{what} of at least 1 (e.g. :{key}=")):
+                parse_train([f"--config={config}={bad}", "--workdir=w"])
     own = tmp_path / "mine.py"
     own.write_text("from keras_vit.configs import digits\n"
                    "def get_config(arg=None):\n"

@@ -348,6 +348,13 @@ def test_help_loads_no_tensorflow_and_prints_each_heading_once(name):
                "--config.evals.test={'split': 'test'}"],
      "keras-vit-train: error: --config.evals.test is an evaluator: set its "
      "fields one by one (e.g. --config.evals.test.batch_size=...)."),
+    # A number that is none, in Python's words no more.
+    ("train", ["--config=digits", "--workdir=run",
+               "--config.trainer.total_steps=1e3"],
+     "keras-vit-train: error: --config.trainer.total_steps=1e3 is not a "
+     "whole number."),
+    ("train", ["--config=digits", "--workdir=run", "--config.schedule.lr=x"],
+     "keras-vit-train: error: --config.schedule.lr=x is not a number."),
     # A section given whole beside one of its fields, in either order.
     *[("train", ["--config=digits", "--workdir=run", *pair],
        "keras-vit-train: error: --config.trainer is a section of fields: "

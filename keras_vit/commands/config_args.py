@@ -205,6 +205,11 @@ def flag_error_message(error: BaseException, argv: Sequence[str],
                 "which is not given: pass --config=NAME too (a shipped "
                 "config, e.g. digits, or a config file), or the command's "
                 "own flag for it (--help)")
+    number = re.match(r"flag (--[\w.]+)=(.*): (invalid literal for int\(\)"
+                      r"|could not convert string to float)", message)
+    if number:  # (the words of Python's int() and float())
+        return (f"{number.group(1)}={number.group(2)} is not a "
+                f"{'whole ' if 'int()' in number.group(3) else ''}number.")
     # absl's boolean parser gives its ValueError's args, a tuple's repr.
     boolean = re.match(r"flag (--[\w.]+)=(.*): \('Non-boolean argument to "
                        r"boolean flag', ", message)

@@ -5,6 +5,18 @@ from keras_vit.checkpoint.zoo import augreg
 from keras_vit.errors import UsageError
 
 
+def whole_arg(args, key: str, what: str, example: int) -> int:
+    """Config argument `key` of `args` (`parse_config_arg`'s dict) as a
+    whole number of at least 1, `what` it counts; one line naming it
+    otherwise (not Python's "invalid literal for int()")."""
+    value = str(args[key]).strip()
+    if not value.isdigit() or int(value) < 1:
+        raise UsageError(
+            f"Config argument {key}={value!r}: a whole number of {what} "
+            f"of at least 1 (e.g. :{key}={example}).")
+    return int(value)
+
+
 def set_augmentation(config, aug: str) -> None:
     """Sets a run config's RandAugment (pp.randaug_ops, randaug_magnitude)
     and Mixup (mix.mixup_alpha) to an AugReg `aug` setting

@@ -18,6 +18,7 @@ mean and spread over seeds; README.md has the numbers).
 """
 
 from keras_vit.config import base_config, parse_config_arg
+from keras_vit.configs import _common as common
 
 
 def get_config(arg=None):
@@ -29,10 +30,9 @@ def get_config(arg=None):
     c.input.pp.resize_size = 36
     c.input.pp.flip = False
     # Labelled images per class kept from the training split.
-    labels = int(args["labels"])
-    if labels < 1:  # 0 would keep every image (the field's "all")
-        raise ValueError(f"labels={labels}: give the labelled images per "
-                         "class, at least 1.")
+    # (0 would keep every image: the field's "all".)
+    labels = common.whole_arg(args, "labels", "labelled images per class",
+                              10)
     c.input.train_examples_per_class = labels
     # configs/digits.py's 4-layer ViT of width 128 (what MPP pre-trains).
     c.model.update(dict(

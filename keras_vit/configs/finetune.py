@@ -47,6 +47,7 @@ the learning rates swept per dataset (`lrs` below); the best one was kept.
 
 from keras_vit.checkpoint.zoo import catalog
 from keras_vit.config import base_config, parse_config_arg
+from keras_vit.configs import _common as common
 from keras_vit.data import vtab
 from keras_vit.errors import UsageError
 
@@ -154,11 +155,12 @@ def get_config(arg=None):
     # Fine-tuning resolution (position embeddings are resized to it): res=,
     # else 384, and for ImageNet the paper's best runs at 512 (L/16) and
     # 518 (H/14).
-    c.model.image_size = int(args["res"] or 384)
+    c.model.image_size = (common.whole_arg(args, "res", "pixels", 384)
+                          if args["res"] else 384)
     if name == "imagenet2012":
         # ImageNet: the paper's resolution for the variant.
-        c.model.image_size = int(
-            args["res"] or IMAGENET_RESOLUTION.get(variant, 384))
+        c.model.image_size = (c.model.image_size if args["res"]
+                              else IMAGENET_RESOLUTION.get(variant, 384))
         # Polyak averaging of the weights, evaluated and exported.
         c.trainer.ema_decay = 0.9999
     # An Inception-style crop (area 5% to 100%, aspect 3/4 to 4/3) resized

@@ -70,7 +70,8 @@ def get_config(arg=None):
     c.optimizer.no_decay = (*c.optimizer.no_decay, "mask_token")
     # Optimizer updates (paper: 1M on JFT; 100k already gives most of the
     # gain, on ImageNet too).
-    c.trainer.total_steps = int(args["steps"])
+    c.trainer.total_steps = common.whole_arg(args, "steps",
+                                             "optimizer updates", 100000)
     # Adam (b1 0.9, b2 0.999; no weight decay), base learning rate 2e-4,
     # 10k linear warm-up steps, cosine decay to 0.
     c.optimizer.name = "adam"

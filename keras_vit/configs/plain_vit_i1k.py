@@ -23,18 +23,13 @@ big_vision's (keras_vit/data/augment.py), which may move these numbers.
 from keras_vit import config as config_lib
 from keras_vit.config import base_config, parse_config_arg
 from keras_vit.configs import _common as common
-from keras_vit.errors import UsageError
 
 BATCH = 1024
 
 
 def get_config(arg=None):
-    value = parse_config_arg(arg, epochs="90")["epochs"]
-    if not value.isdigit() or int(value) < 1:
-        raise UsageError(
-            f"Config argument epochs={value!r}: a whole number of epochs "
-            "of at least 1 (e.g. :epochs=300).")
-    epochs = int(value)
+    epochs = common.whole_arg(parse_config_arg(arg, epochs="90"), "epochs",
+                              "epochs", 300)
     c = base_config()
     # ImageNet-1k from TFDS: 1% of train held out for validation; the
     # reported accuracy is on the validation split. A large run's common
