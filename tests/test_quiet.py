@@ -514,6 +514,9 @@ def test_training_prints_no_checkpoint_notices(tmp_path):
                  "--verbose")
     assert result.returncode == 0, result.stderr[-3000:]
     assert "Sharding callback duration" in result.stderr
+    # --verbose is the run's detail, not a library's search for fonts.
+    assert "findfont" not in result.stderr and "STREAM b'" not in (
+        result.stderr)
 
 
 @pytest.mark.slow

@@ -97,9 +97,12 @@ def setup_logging(verbose: bool) -> None:
     if not verbose and not os.environ.get("JAX_LOGGING_LEVEL"):
         std_logging.getLogger("jax").setLevel(std_logging.WARNING)
     # matplotlib's INFO lines ("generated new fontManager", on a first run
-    # with an empty cache) are about its cache, not the run.
-    if not verbose:
-        std_logging.getLogger("matplotlib").setLevel(std_logging.WARNING)
+    # with an empty cache) are about its cache, not the run; its DEBUG
+    # font search (a line per font) and Pillow's (a line per PNG chunk)
+    # would bury --verbose's own lines.
+    for name in ("matplotlib", "PIL"):
+        std_logging.getLogger(name).setLevel(
+            std_logging.INFO if verbose else std_logging.WARNING)
     if not verbose:
         _add_filter(tf_logger, _TRACE_CHATTER + _TF_NOTICES)
         absl_logger = std_logging.getLogger("absl")
