@@ -723,3 +723,31 @@ def test_a_moved_field_is_said_as_a_line_of_the_log(tmp_path):
     assert lines[1] == (
         "keras-vit-train: error: --config.trainer.total_steps=-5 must be > "
         "0, or 0 to count the run in --config.trainer.epochs.")
+
+
+@pytest.mark.slow
+def test_a_strategys_start_is_said_in_the_commands_words(tmp_path):
+    """TensorFlow's lines of a strategy's start (the single-worker
+    MultiWorkerMirroredStrategy's devices, a TPU's initialisation) stay
+    off the terminal: the command says what it connects to, and the
+    replicas; --verbose keeps them."""
+    tiny = ["--config=digits", "--config.trainer.total_steps=1",
+            "--config.schedule.warmup_steps=0",
+            "--config.evals.test.every_steps=0",
+            "--config.model.hidden_size=16", "--config.model.num_layers=1",
+            "--config.model.mlp_dim=16"]
+    said = {}
+    for verbose in ("", "--verbose"):
+        tiny += [verbose] if verbose else []
+        worker = run("train", *tiny, "--strategy=multiworker",
+                     f"--workdir={tmp_path}/mw{verbose}")
+        assert worker.returncode == 0, worker.stderr[-3000:]
+        tpu = run("train", *tiny, "--strategy=tpu", "--tpu=local",
+                  f"--workdir={tmp_path}/tpu")
+        assert tpu.returncode == 1, tpu.stderr[-3000:]
+        said[verbose] = worker.stderr + tpu.stderr
+    for notice in ("Single-worker MultiWorkerMirroredStrategy",
+                   "Initializing the TPU system"):
+        assert notice not in said[""] and notice in said["--verbose"]
+    assert "Connecting to the TPU local" in said[""]
+    assert "Model vit: " in said[""] and " 1 replica." in said[""]

@@ -37,6 +37,16 @@ _TF_NOTICES = (
     "Enabled multi-worker collective ops",
     "Check health not enabled",
     "MultiWorkerMirroredStrategy with cluster_spec",
+    "Single-worker MultiWorkerMirroredStrategy with local_devices",
+    # A TPU's start (tpu_strategy_util.py, tpu_system_metadata.py): the
+    # commands say they connect, and the replicas.
+    "Deallocate tpu buffers before initializing",
+    "Initializing the TPU system",
+    "Finished initializing TPU system",
+    "Clearing out eager caches",
+    "Found TPU system",
+    "*** Num TPU",
+    "*** Available Device",
     "PreemptionCheckpointHandler initialized or restored",
     "Start watcher for ",
     "Shut down watcher for ",
