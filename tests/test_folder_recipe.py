@@ -259,14 +259,36 @@ def _fitted(config):
         config.checkpoints, config.evals))
 
 
-def test_the_run_follows_the_data(tmp_path):
+def test_the_run_follows_the_data(tmp_path, caplog):
     """10 epochs of 20 images at batch 8: 25 steps (2.5 per epoch), a
     warm-up of 2 (a tenth), the periods one epoch rounded up (3 steps);
-    the splits settled."""
+    the splits settled. The log says the epochs that whole steps make
+    where they are not those asked for."""
     write_photo_folder(tmp_path, per_class=12)
     _index(tmp_path)
+    caplog.set_level("INFO")
     config = _fitted(config_lib.replace(
         folder.get_config(f"data_dir={tmp_path}"), input={"batch_size": 8}))
+    assert ("10 epochs of 20 training images at batch 8: 25 steps (2.5 per "
+            "epoch), a warm-up of 2.") in caplog.text
+    short = _fitted(config_lib.replace(
+        folder.get_config(f"data_dir={tmp_path}"), input={"batch_size": 8},
+        trainer={"epochs": 0.01}))
+    assert short.trainer.total_steps == 1
+    assert ("0.01 epochs of 20 training images at batch 8: 1 step (2.5 per "
+            "epoch; whole steps make it 0.4 epochs), a warm-up of 0.") in (
+        caplog.text)
+    # A batch larger than the split (counted in epochs or in steps) holds
+    # images twice: said.
+    assert "more than the" not in caplog.text
+    for trainer in ({}, {"total_steps": 3}):
+        caplog.clear()
+        _fitted(config_lib.replace(
+            folder.get_config(f"data_dir={tmp_path}"),
+            input={"batch_size": 32}, trainer=trainer))
+        assert ("config.input.batch_size=32 is more than the 20 training "
+                "examples of train: each batch holds some of them twice or "
+                "more. A batch of at most 20 holds each once.") in caplog.text
     assert config.trainer.total_steps == 25
     assert config.schedule.warmup_steps == 2
     assert (config.log.every_steps, config.checkpoints.every_steps,

@@ -66,6 +66,9 @@ def fit(inp, trainer, schedule, log, checkpoints, evals) -> Dict[str, dict]:
                                ("input.batch_size", "trainer.epochs"))
     out = _splits(inp, evals)
     if int(trainer.total_steps) != 0:
+        if inp.dataset in (sources.DIGITS, sources.FOLDER) and not (
+                inp.vtab_task):  # (counted without reading a TFDS set)
+            _say_batch_over(data_checks.training_examples(inp), inp)
         return _fit_given_steps(out, trainer, schedule)
     if float(trainer.epochs) <= 0:
         raise UsageError(
@@ -78,6 +81,7 @@ def fit(inp, trainer, schedule, log, checkpoints, evals) -> Dict[str, dict]:
             f"config.trainer.total_steps is 0 but the size of "
             f"{inp.dataset}'s split {inp.train_split!r} is not known: set "
             "config.trainer.total_steps.")
+    _say_batch_over(examples, inp)
     batch = int(inp.batch_size)
     epoch = max(1, math.ceil(examples / batch))
     total = max(1, math.ceil(float(trainer.epochs) * examples / batch))
@@ -96,11 +100,28 @@ def fit(inp, trainer, schedule, log, checkpoints, evals) -> Dict[str, dict]:
         if entry.type == "accuracy":
             out.setdefault(f"evals.{name}", {})["every_steps"] = _within(
                 entry.every_steps, epoch)
+    ran = f"{total * batch / examples:.3g}"  # (whole steps: rounded up)
     logging.info(
-        "%s epochs of %d training images at batch %d: %d steps (%s per "
-        "epoch), a warm-up of %d.", trainer.epochs, examples, batch, total,
-        f"{examples / batch:.2f}".rstrip("0").rstrip("."), warmup)
+        "%g epochs of %d training images at batch %d: %d step%s (%s per "
+        "epoch%s), a warm-up of %d.", float(trainer.epochs), examples, batch,
+        total,
+        "s" if total != 1 else "",
+        f"{examples / batch:.2f}".rstrip("0").rstrip("."),
+        "" if ran == f"{float(trainer.epochs):.3g}" else
+        f"; whole steps make it {ran} epochs", warmup)
     return out
+
+
+def _say_batch_over(examples, inp) -> None:
+    """A warning where a batch is larger than the training split (of
+    `examples` images, None: not known): the repeated data puts images
+    in one batch twice or more."""
+    if examples and int(inp.batch_size) > examples:
+        logging.warning(
+            "config.input.batch_size=%s is more than the %d training "
+            "examples of %s: each batch holds some of them twice or more. "
+            "A batch of at most %d holds each once.", inp.batch_size,
+            examples, shorten(inp.train_split, 40), examples)
 
 
 def _fit_given_steps(out: Dict[str, dict], trainer, schedule
