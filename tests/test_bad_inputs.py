@@ -816,6 +816,25 @@ def test_missing_eval_split_fails_before_training(tmp_path):
         train_lib.train_and_evaluate(folder_config(root), str(workdir))
     check_error("missing_split", info.value)
     assert not (workdir / "checkpoints").exists()
+    # The slices it suggests each hold an example (a tenth of 4 would be
+    # none); a training split that is none is named without them.
+    assert str(info.value).endswith(
+        "(e.g. config.input.train_split='train[:3]' and 'train[3:]' here).")
+    with pytest.raises(ValueError) as info:
+        train_lib.train_and_evaluate(
+            folder_config(root, train_split="train[9:]"),
+            str(workdir))
+    assert str(info.value) == (
+        "config.input.train_split='train[9:]' cannot be used: Split "
+        "'train[9:]' asks for 9 of 4 examples: a slice bound goes up to 4 "
+        "(as in TFDS); slice within them, or leave the bound out for the "
+        "end; set it to an existing split or a slice of one.")
+    # A folder of class folders holds out its own val: that is named.
+    flat = good_folder(tmp_path / "flat", splits=("",), n=5)
+    with pytest.raises(ValueError) as info:
+        train_lib.train_and_evaluate(folder_config(flat), str(workdir))
+    assert str(info.value).endswith(
+        "(e.g. config.input.train_split='train' and 'val' here).")
 
 
 @covers("eval_split_overlaps_train")

@@ -234,13 +234,34 @@ def check_splits(inp, splits: Sequence[Tuple[str, str]]) -> None:
         try:
             sources.num_split_examples(inp, split)
         except ValueError as error:
+            fix = ("" if field == "input.train_split" else
+                   " the training does not read (e.g. config.input."
+                   f"train_split={_held_out_pair(inp)} here)")
             raise UsageError(
                 f"config.{field}={split!r} cannot be used: "
                 f"{str(error).rstrip('.')}; set it to an existing split or "
-                "a slice of one the training does not read (e.g. "
-                "config.input.train_split='train[:90%]' and 'train[90%:]' "
-                "here)."
-            ) from None
+                f"a slice of one{fix}.") from None
+
+
+def _held_out_pair(inp) -> str:
+    """A training split and a held-out one: an image folder's own held-out
+    split (val, test), else slices of the split the training slices, each
+    of one example or more (its last tenth, at least one example, held
+    out where its size is known)."""
+    base = str(inp.train_split).partition("[")[0].strip() or "train"
+    if inp.dataset == sources.FOLDER:
+        held = [s for s in ("val", "test") if s != base
+                and s in folders.folder_index(str(inp.data_dir))[0]]
+        if held:
+            return f"'{base}' and '{held[0]}'"
+    try:
+        n = sources.num_split_examples(inp, base)
+    except ValueError:
+        n = None
+    k = max(1, (n or 0) // 10)
+    if not n or n < 2:
+        return f"'{base}[:90%]' and '{base}[90%:]'"
+    return f"'{base}[:{n - k}]' and '{base}[{n - k}:]'"
 
 
 def explain_input_error(inp, splits: Sequence[Tuple[str, str]],

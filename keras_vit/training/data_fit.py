@@ -67,8 +67,11 @@ def fit(inp, trainer, schedule, log, checkpoints, evals) -> Dict[str, dict]:
     out = _splits(inp, evals)
     if int(trainer.total_steps) != 0:
         if inp.dataset in (sources.DIGITS, sources.FOLDER) and not (
-                inp.vtab_task):  # (counted without reading a TFDS set)
-            _say_batch_over(data_checks.training_examples(inp), inp)
+                inp.vtab_task):  # (counted without reading a TFDS set; a
+            try:  # split that is none is named by the splits' check)
+                _say_batch_over(data_checks.training_examples(inp), inp)
+            except ValueError:
+                pass
         return _fit_given_steps(out, trainer, schedule)
     if float(trainer.epochs) <= 0:
         raise UsageError(
