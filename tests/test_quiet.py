@@ -348,6 +348,12 @@ def test_help_loads_no_tensorflow_and_prints_each_heading_once(name):
                "--config.evals.test={'split': 'test'}"],
      "keras-vit-train: error: --config.evals.test is an evaluator: set its "
      "fields one by one (e.g. --config.evals.test.batch_size=...)."),
+    # An argument no command takes, shown as it would be typed (an empty
+    # one, from an unset shell variable, is '').
+    ("train", ["--config=digits", "--workdir=run", ""],
+     "keras-vit-train: error: Unexpected arguments: ''"),
+    ("convert", ["--model=x.npz", "--output=y.keras", "a b"],
+     "keras-vit-convert: error: Unexpected arguments: 'a b'"),
     # A number that is none, in Python's words no more.
     ("train", ["--config=digits", "--workdir=run",
                "--config.trainer.total_steps=1e3"],

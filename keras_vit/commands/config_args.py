@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import traceback
 from typing import List, Mapping, Optional, Sequence
 
@@ -19,6 +20,14 @@ from ml_collections.config_flags.config_flags import ConfigFileFlagParser
 from keras_vit import config as config_lib
 from keras_vit import config_overrides
 from keras_vit.errors import UsageError
+
+
+def refuse_arguments(args: Sequence[str]) -> None:
+    """One line for arguments a command does not take, each as the shell
+    would need it typed (an empty one, from an unset variable, is '')."""
+    if args:
+        raise UsageError("Unexpected arguments: "
+                         + " ".join(shlex.quote(str(a)) for a in args))
 
 
 # ------------------------------------------------------------ --config

@@ -101,8 +101,7 @@ def _check_keras_name(output: str) -> None:
 
 
 def _main(values: flags.FlagValues, args: list) -> None:
-    if args:
-        raise UsageError(f"Unexpected arguments: {' '.join(args)}")
+    cli.refuse_arguments(args)
     cli.check_output_path(values, "output", folder=False)
     _check_keras_name(values.output)  # before a model is downloaded
     if not values.overwrite:

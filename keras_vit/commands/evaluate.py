@@ -328,8 +328,7 @@ def _misplaced(flag: str, mode: str) -> str:
 
 
 def _main(values: flags.FlagValues, args: list) -> None:
-    if args:
-        raise UsageError(f"Unexpected arguments: {' '.join(args)}")
+    cli.refuse_arguments(args)
     if values.mode in ("fewshot", "vtab"):
         output_dir = eval_mode.output_dir(values)
         missing = [f for f, v in (("--config", values.config),

@@ -213,8 +213,7 @@ def export(values: flags.FlagValues) -> str:
 
 
 def _main(values: flags.FlagValues, args: list) -> None:
-    if args:
-        raise UsageError(f"Unexpected arguments: {' '.join(args)}")
+    cli.refuse_arguments(args)
     cli.check_output_path(values, "export_dir")
     print(export(values))
 

@@ -20,6 +20,7 @@ from keras_vit.commands import listing
 from keras_vit.commands.config_args import (  # noqa: F401 (commands' API)
     WholeConfigParser,
     normalize_argv,
+    refuse_arguments,
     resolve_config_arg,
     shell_words,
 )

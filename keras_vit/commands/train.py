@@ -197,8 +197,7 @@ _WHY = ("its loop, data and checkpoints are tf.distribute's, tf.data's "
 
 
 def _main(values: flags.FlagValues, args: list) -> None:
-    if args:
-        raise UsageError(f"Unexpected arguments: {' '.join(args)}")
+    cli.refuse_arguments(args)
     if not values.workdir.strip():
         raise UsageError("--workdir is empty: name the run's folder (e.g. "
                          "--workdir=/tmp/vit_run).")
