@@ -510,7 +510,8 @@ def test_a_workdir_in_the_image_folder_is_refused(tmp_path):
 def test_own_photos_with_a_step_count_given(tmp_path):
     """--config.trainer.total_steps on the folder config: the run trains
     those steps, its warm-up held to a tenth of them (the config's 100
-    would not fit). The folder named by a relative
+    would not fit); a batch over the training split is warned of, in the
+    flag's words. The folder named by a relative
     --config.input.data_dir is recorded absolute, as folder:PATH is, so
     that the run is evaluated from any directory."""
     write_photo_folder(tmp_path / "photos", per_class=6)
@@ -518,7 +519,8 @@ def test_own_photos_with_a_step_count_given(tmp_path):
                   "--config.input.data_dir=photos",
                   "--model=Ti/16", "--workdir=run",
                   *(a for a in TINY if "epochs" not in a),
-                  "--config.trainer.total_steps=20")
+                  "--config.trainer.total_steps=20",
+                  "--config.input.batch_size=16")
     with open(tmp_path / "run" / "config.json") as f:
         saved = json.load(f)
     assert saved["trainer"]["total_steps"] == 20
@@ -526,6 +528,9 @@ def test_own_photos_with_a_step_count_given(tmp_path):
     assert saved["schedule"]["warmup_steps"] == 2
     assert "a warm-up of 100 steps would not fit; held to 2" in (
         result.stderr)
+    # A warning names a field as the flag that sets it, as errors do.
+    assert "--config.input.batch_size=16 is more than the 10 training " \
+        "examples" in result.stderr, result.stderr
     with open(tmp_path / "run" / "metrics.json") as f:
         assert json.load(f)["steps"] == 20
 

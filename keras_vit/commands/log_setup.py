@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging as std_logging
 import os
+from typing import Callable, Optional
 
 from absl import logging
 
@@ -82,18 +83,35 @@ class _DropDataLibraryInfo(std_logging.Filter):
             and "has no dataset_info.json" not in record.getMessage())
 
 
+class _Reword(std_logging.Filter):
+    """Words keras_vit's warnings as its errors are (`reword`: a config
+    field as its override, --config.input.batch_size)."""
+
+    def __init__(self, reword: Callable[[str], str]):
+        super().__init__()
+        self.reword = reword
+
+    def filter(self, record) -> bool:
+        if (record.levelno >= std_logging.WARNING
+                and f"{os.sep}keras_vit{os.sep}" in str(record.pathname)):
+            record.msg, record.args = self.reword(record.getMessage()), ()
+        return True
+
+
 def _add_filter(logger: std_logging.Logger, prefixes) -> None:
     if not any(isinstance(f, _DropTraceChatter) for f in logger.filters):
         logger.addFilter(_DropTraceChatter(prefixes))
 
 
-def setup_logging(verbose: bool) -> None:
+def setup_logging(verbose: bool,
+                  reword: Optional[Callable[[str], str]] = None) -> None:
     """absl logging at INFO (DEBUG when `verbose`), TensorFlow's Python
     log lines once each, and without the lines each trace repeats.
 
     TensorFlow gives its logger a handler of its own when it is imported
     before absl's is installed, so every line came twice (its format and
-    absl's); absl's alone remains.
+    absl's); absl's alone remains. `reword` words keras_vit's warnings for
+    the command line.
     """
     logging.set_verbosity(logging.DEBUG if verbose else logging.INFO)
     tf_logger = std_logging.getLogger("tensorflow")
@@ -113,10 +131,14 @@ def setup_logging(verbose: bool) -> None:
     for name in ("matplotlib", "PIL"):
         std_logging.getLogger(name).setLevel(
             std_logging.INFO if verbose else std_logging.WARNING)
+    absl_logger = std_logging.getLogger("absl")
     if not verbose:
         _add_filter(tf_logger, _TRACE_CHATTER + _TF_NOTICES)
-        absl_logger = std_logging.getLogger("absl")
         _add_filter(absl_logger, _TF_NOTICES)
         if not any(isinstance(f, _DropDataLibraryInfo)
                    for f in absl_logger.filters):
             absl_logger.addFilter(_DropDataLibraryInfo())
+    for old in [f for f in absl_logger.filters if isinstance(f, _Reword)]:
+        absl_logger.removeFilter(old)
+    if reword is not None:
+        absl_logger.addFilter(_Reword(reword))

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import os
 import re
 import signal
@@ -282,7 +283,8 @@ def _run(name, define, main, argv, doc) -> int:
     sys.unraisablehook = errors.quiet_unraisable(unraisable)
     try:
         rest = parse(values, argv)
-        setup_logging(values.verbose)
+        setup_logging(values.verbose,
+                      functools.partial(shell_words, values=values))
         _say(moved)
         status = main(values, rest[1:])
         errors.check_stop()  # one a library's callback swallowed

@@ -21,7 +21,7 @@ import contextlib
 import logging
 import re
 import sys
-from typing import Iterator, Optional
+from typing import Callable, Iterator, Optional
 
 from keras_vit import progress
 
@@ -60,13 +60,13 @@ def offline_fix(name: str) -> str:
 
 
 def manual_words(builder, label: str, manual: str, missing, files,
-                 url: str, manual_has_files: bool) -> Optional[str]:
+                 url: str, has_files: Callable[[], bool]) -> Optional[str]:
     """Why data set `label` (TFDS `builder`) cannot be prepared from the
     manual directory `manual`, or None: the `files` it needs, of which
     `missing` are not there (from `url`); else, for a builder whose data
     only a manual download gives (its MANUAL_DOWNLOAD_INSTRUCTIONS), an
-    empty or absent directory, with TFDS's instructions (TFDS itself
-    would fail there with an AssertionError)."""
+    empty or absent directory (`has_files`, asked only then), with TFDS's
+    instructions (TFDS itself would fail there with an AssertionError)."""
     name = builder.info.full_name.split("/")[0]
     build = (f"the next run prepares it (or run `tfds build {name} "
              f"--data_dir=... --manual_dir={manual}`).")
@@ -76,7 +76,7 @@ def manual_words(builder, label: str, manual: str, missing, files,
                 f"{', '.join(missing)}); {build}")
     told = " ".join(str(getattr(builder, "MANUAL_DOWNLOAD_INSTRUCTIONS", "")
                         or "").split())
-    if told and not files and not manual_has_files:
+    if told and not files and not has_files():
         return (f"{label} needs a manual download into {manual}/ (or the "
                 "folder config.input.manual_dir names), which has no "
                 f"files. TFDS says: {told.rstrip('.')}. Then {build}")

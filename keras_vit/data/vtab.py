@@ -354,7 +354,8 @@ def prepare_builder(
     ]
     why = downloads.manual_words(
         builder, label, manual, missing, manual_files, manual_url,
-        tf.io.gfile.isdir(manual) and bool(tf.io.gfile.listdir(manual)))
+        lambda: tf.io.gfile.isdir(manual) and bool(
+            tf.io.gfile.listdir(manual)))
     if why:
         raise DataUnavailableError(why)
     if not download:
