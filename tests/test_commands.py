@@ -187,6 +187,12 @@ def test_library_words_become_the_commands_flags():
         "set config.model.num_classes=N in config.json or keras_vit/config.py"
     ) == ("set --config.model.num_classes=N in config.json or "
           "keras_vit/config.py")
+    # Another's field (a trained run's, the config.json's) stays a field.
+    assert _shell_words(
+        "evaluate", "--split='a' shares examples with the run's "
+        "config.input.train_split='b': use config.input.split") == (
+        "--split='a' shares examples with the run's "
+        "config.input.train_split='b': use --config.input.split")
     # Arguments that a flag of another name sets: that flag.
     hint = ("pass `keep_pre_logits`=True, or leave out "
             "`representation_size`. Pass `strict`=False to load what fits.")

@@ -304,7 +304,8 @@ def shell_words(message: str, values: Optional[flags.FlagValues]) -> str:
     flag (--variant), one that a flag of another name sets becomes that
     flag (`strict`=False: --non_strict; `_RENAMED`), and a config field
     (config.init.model) becomes its override (--config.init.model) where
-    the command takes --config."""
+    the command takes --config, but not another's ("the run's
+    config.input.train_split")."""
     if values is None:
         return message
     for words, (name, flag_words) in _RENAMED.items():
@@ -326,7 +327,8 @@ def shell_words(message: str, values: Optional[flags.FlagValues]) -> str:
         message = re.sub(r"(--\w+) \(config\.[\w.]+\)", r"\1", message)
     else:
         message = re.sub(
-            r"(?<![\w/.`-])config\.(?!json\b|py\b)([a-z_][\w.]*\w)",
+            r"(?<![\w/.`-])(?<!'s )config\.(?!json\b|py\b)"
+            r"([a-z_][\w.]*\w)",
             r"--config.\1", message)
         # "`image_size` (--config.model.image_size)" with no such flag:
         # the override alone.
