@@ -358,6 +358,43 @@ def test_cli_fewshot_on_digits(tmp_path, capsys):
     assert saved["model_location"] == path
 
 
+def test_a_model_that_overflows_scores_nothing(tmp_path, capsys):
+    """A model whose activations overflow (finite weights near float32's
+    limit, which loading lets through): the few-shot probe is refused in
+    one line, nothing written (its NaN features made every prediction
+    class 0, scored as that class's share); --mode=eval counts a row of
+    NaN logits as no hit (argmax made it class 0: a tenth of the digits
+    right)."""
+    model = tiny()
+    kernel = model.get_layer("embedding").weights[0]
+    kernel.assign(np.full(kernel.shape, 3e38, np.float32))
+    path = str(tmp_path / "m.keras")
+    model.save(path)
+    out = str(tmp_path / "fs")
+    assert cli("--mode=fewshot", f"--config={FEWSHOT_CONFIG}:digits",
+               "--config.model.image_size=32",
+               "--config.input.pp.eval_resize_size=36",
+               "--config.evals.fewshot.shots=(1,)",
+               "--config.evals.fewshot.seeds=(0,)",
+               f"--model={path}", f"--output_dir={out}") == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "keras-vit-evaluate: error: The model gives features that are not "
+        "finite (NaN or inf) for 1437 of the 1437 images of 'train' of "
+        "digits: a linear probe on them would measure nothing. Its weights "
+        "hold NaN or inf, or its activations overflow: probe a checkpoint "
+        "whose training loss was finite (an earlier one), or a model "
+        "trained in float32."], err
+    assert not os.path.exists(os.path.join(out, "fewshot.json"))
+    assert cli("--mode=eval", f"--model={path}", "--dataset=digits",
+               "--split=test", f"--output_dir={tmp_path / 'ev'}") == 0
+    printed = capsys.readouterr().out
+    got = json.loads(printed[printed.index("{"):])
+    assert got["num_examples"] == 360
+    assert got["accuracy"] == 0.0 and got["top5_accuracy"] == 0.0
+    assert got["loss"] is None  # NaN, as JSON's null
+
+
 def test_fewshot_results_of_a_replaced_model_file_are_not_kept(
         tmp_path, capsys):
     """fewshot.json records the model's files (name, size, SHA-256): a
@@ -439,6 +476,15 @@ def test_a_fewshot_rerun_keeps_the_other_data_sets(tmp_path, caplog):
     assert "held few-shot results of a, b made otherwise (config.evals." \
         "fewshot.shots: [1] there, [1, 5] asked; the image size: 32 " \
         "there, 64 asked): kept apart as fewshot.before-1.json" in caplog.text
+    # A fewshot.before-2.md alone (its JSON deleted by hand): the results
+    # go to the first name free for both files, and it stays as it was.
+    fewshot_reports.write_fewshot_reports(str(tmp_path), "m.keras", held, {},
+                                          **facts)
+    (tmp_path / "fewshot.before-2.md").write_text("mine")
+    fewshot_reports.check_fewshot_folder(
+        str(tmp_path), "m.keras", ["a", "b"], **other)
+    assert (tmp_path / "fewshot.before-3.json").read_text() == before
+    assert (tmp_path / "fewshot.before-2.md").read_text() == "mine"
 
 
 def test_data_sets_probed_before_are_kept_not_probed_again(tmp_path):

@@ -336,6 +336,12 @@ def test_markdown_and_csv(tmp_path):
     assert cells[1:9] == ["90.80", "84.10", "74.10", "99.30", "92.70",
                           "61.00", "80.90", "83.27"]
     assert "- dsprites_loc: why" in text
+    # The paper's row gives the paper's means (72.72, not the 72.71 that
+    # its one-decimal task scores average to).
+    per_task_paper = [line for line in reports.markdown_table(
+        paper_records(), "m").splitlines()
+        if line.startswith("| ViT-L/16 (I21k), paper")][-1]
+    assert per_task_paper.endswith(" | 30.5 | 41.7 | 57.50 | 72.72 |")
     path = str(tmp_path / "r.csv")
     reports.write_csv(path, list(reversed(records)))
     rows = list(csv.DictReader(open(path)))
@@ -381,6 +387,10 @@ def test_append_jsonl_replaces_and_keeps_other_lines(tmp_path):
         {"task": "b", "accuracy": 0.2}, {"task": "a", "accuracy": 0.3}
     ]
     assert os.listdir(tmp_path) == ["r.jsonl"]  # no temporary left behind
+    # A diverged task's NaN loss: null, JSON that any reader takes.
+    reports.append_jsonl(path, {"task": "c", "loss": float("nan")})
+    with open(path) as f:
+        assert f.read().splitlines()[-1] == '{"loss": null, "task": "c"}'
 
 
 # ------------------------------------------------------ the protocol

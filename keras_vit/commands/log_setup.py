@@ -138,7 +138,14 @@ def setup_logging(verbose: bool,
         if not any(isinstance(f, _DropDataLibraryInfo)
                    for f in absl_logger.filters):
             absl_logger.addFilter(_DropDataLibraryInfo())
-    for old in [f for f in absl_logger.filters if isinstance(f, _Reword)]:
-        absl_logger.removeFilter(old)
+    end_rewording()
     if reword is not None:
         absl_logger.addFilter(_Reword(reword))
+
+
+def end_rewording() -> None:
+    """Leaves keras_vit's warnings in the library's words again (a command
+    run in-process has ended)."""
+    absl_logger = std_logging.getLogger("absl")
+    for old in [f for f in absl_logger.filters if isinstance(f, _Reword)]:
+        absl_logger.removeFilter(old)

@@ -55,7 +55,7 @@ from keras_vit.commands.config_args import (
     typed_overrides,
 )
 from keras_vit.commands.exhausted import exhausted_line, not_permitted
-from keras_vit.commands.log_setup import setup_logging
+from keras_vit.commands.log_setup import end_rewording, setup_logging
 from keras_vit.data import downloads
 from keras_vit.errors import (
     INTERRUPTED_EXIT_CODE,
@@ -320,6 +320,7 @@ def _run(name, define, main, argv, doc) -> int:
                 signal.signal(signum, handler)
         sys.unraisablehook = unraisable
         errors.stop_seen()
+        end_rewording()
     return 0 if status is None else int(status)
 
 

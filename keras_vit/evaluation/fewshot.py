@@ -101,7 +101,24 @@ def extract_features(
             logging.info("features of %s: %s", split, line)
     if not feats:
         raise UsageError(f"Split {split!r} of {inp.dataset} is empty.")
-    return np.concatenate(feats), np.concatenate(labels).astype(np.int32)
+    feats = np.concatenate(feats)
+    _check_finite(feats, split, inp.dataset)
+    return feats, np.concatenate(labels).astype(np.int32)
+
+
+def _check_finite(feats: np.ndarray, split: str, dataset: str) -> None:
+    """Refuses features holding NaN or inf: the probe's standardisation
+    would make every weight NaN and every prediction class 0, a score
+    that is only that class's share."""
+    bad = int(np.count_nonzero(~np.isfinite(feats).all(axis=1)))
+    if bad:
+        raise UsageError(
+            f"The model gives features that are not finite (NaN or inf) "
+            f"for {bad} of the {len(feats)} images of {split!r} of "
+            f"{dataset}: a linear probe on them would measure nothing. Its "
+            "weights hold NaN or inf, or its activations overflow: probe "
+            "a checkpoint whose training loss was finite (an earlier one), "
+            "or a model trained in float32.")
 
 
 # ------------------------------------------------------------ evaluator

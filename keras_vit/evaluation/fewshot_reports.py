@@ -158,9 +158,10 @@ def check_fewshot_folder(output_dir: str, model_name: str, datasets,
 def _set_aside(output_dir: str) -> str:
     """Renames fewshot.json and fewshot.md to the first free
     fewshot.before-N.*; the JSON's new name."""
-    n = 1
-    while tf.io.gfile.exists(os.path.join(output_dir,
-                                          f"fewshot.before-{n}.json")):
+    n = 1  # free for both (a .md left alone would stop the rename)
+    while any(tf.io.gfile.exists(os.path.join(
+            output_dir, f"fewshot.before-{n}.{ext}")) for ext in ("json",
+                                                                  "md")):
         n += 1
     for name in (FEWSHOT_MD, FEWSHOT_JSON):  # the JSON, which decides, last
         old = os.path.join(output_dir, name)

@@ -69,12 +69,14 @@ class Evaluator:
         that XLA compiles it, as a TPU does)."""
         logits = tf.cast(self.model(images, training=False), tf.float32)
         losses = per_example_loss(labels, logits, self.num_classes, self.loss)
+        # A row of NaN or inf logits predicts nothing: not a hit (argmax
+        # would make it class 0).
+        finite = tf.reduce_all(tf.math.is_finite(logits), axis=-1)
         top1 = tf.cast(
-            tf.equal(tf.argmax(logits, -1, output_type=tf.int32), labels),
-            tf.float32,
-        )
-        top5 = tf.cast(in_top_k(labels, logits, min(5, self.num_classes)),
-                       tf.float32)
+            tf.equal(tf.argmax(logits, -1, output_type=tf.int32), labels)
+            & finite, tf.float32)
+        top5 = tf.cast(in_top_k(labels, logits, min(5, self.num_classes))
+                       & finite, tf.float32)
         return (
             tf.reduce_sum(losses * mask),
             tf.reduce_sum(top1 * mask),

@@ -75,17 +75,18 @@ def write_json(path: str, obj: Any) -> None:
     """`obj` as JSON, atomically; NaN and infinities (a diverged run's
     loss) as null: Python would write NaN, which is not JSON and which
     other readers (JavaScript's JSON.parse, jq) refuse."""
-    atomic_write(path, json.dumps(_json_safe(obj), indent=2, sort_keys=True,
+    atomic_write(path, json.dumps(json_safe(obj), indent=2, sort_keys=True,
                                   allow_nan=False) + "\n")
 
 
-def _json_safe(obj: Any) -> Any:
+def json_safe(obj: Any) -> Any:
+    """`obj` with its NaN and infinite floats as None (JSON's null)."""
     if isinstance(obj, float) and not math.isfinite(obj):
         return None
     if isinstance(obj, dict):
-        return {k: _json_safe(v) for k, v in obj.items()}
+        return {k: json_safe(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [_json_safe(v) for v in obj]
+        return [json_safe(v) for v in obj]
     return obj
 
 
