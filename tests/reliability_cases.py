@@ -970,6 +970,18 @@ _CASES = [
         "UsageError",
     ),
     Case(
+        "nonfinite_activations", BAD_INPUT, "checkpoint",
+        "A model whose weights are finite but whose activations overflow "
+        "(weights near float32's limit), probed or evaluated",
+        "The few-shot probe stops in one line before anything is written "
+        "(its NaN features made every prediction class 0, scored as that "
+        "class's share); `--mode=eval` counts each image of NaN scores as "
+        "wrong and writes the NaN loss as null.",
+        ("features that are not finite (NaN or inf)",
+         "a linear probe on them would measure nothing"),
+        "UsageError",
+    ),
+    Case(
         "deep_pickle", BAD_INPUT, "checkpoint",
         "A pytorch_model.bin whose pickle nests tuples 10,000 deep as a dict "
         "key (CPython crashes hashing it)",

@@ -34,6 +34,7 @@ from keras_vit.evaluation.accuracy import evaluate_model
 from keras_vit.scoring.evaluator import Evaluator
 from keras_vit.training import distribute, train_lib
 from tests import tiny as tiny_configs
+from tests.reliability_cases import check_says, covers
 from tests.strategies import two_cpu_mirrored
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -358,6 +359,7 @@ def test_cli_fewshot_on_digits(tmp_path, capsys):
     assert saved["model_location"] == path
 
 
+@covers("nonfinite_activations")
 def test_a_model_that_overflows_scores_nothing(tmp_path, capsys):
     """A model whose activations overflow (finite weights near float32's
     limit, which loading lets through): the few-shot probe is refused in
@@ -385,6 +387,7 @@ def test_a_model_that_overflows_scores_nothing(tmp_path, capsys):
         "hold NaN or inf, or its activations overflow: probe a checkpoint "
         "whose training loss was finite (an earlier one), or a model "
         "trained in float32."], err
+    check_says("nonfinite_activations", err[0])
     assert not os.path.exists(os.path.join(out, "fewshot.json"))
     assert cli("--mode=eval", f"--model={path}", "--dataset=digits",
                "--split=test", f"--output_dir={tmp_path / 'ev'}") == 0
