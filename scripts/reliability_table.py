@@ -32,7 +32,7 @@ TEST_FILES = (
     "tests/test_hub_reading.py", "tests/test_predict.py",
     "tests/test_commands.py", "tests/test_litert.py",
     "tests/test_keras_hub_presets.py", "tests/test_analysis_memory.py",
-    "tests/test_checkpoint_files.py",
+    "tests/test_checkpoint_files.py", "tests/test_evaluate.py",
 )
 
 _COVERS = re.compile(
