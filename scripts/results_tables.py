@@ -1280,6 +1280,14 @@ def loop_overhead() -> str:
         f"{BENCH}/loop_overhead_digits.json", command=data["command"])
 
 
+def augment_cost() -> str:
+    data = bench("augment_cost")
+    return (_md_table(f"{BENCH}/augment_cost.md")
+            + f"\n\nKeras's transform takes **{data['speedup']:.1f}x** "
+            "keras_vit's time per image (medians)." + source(
+                f"{BENCH}/augment_cost.json", command=data["command"]))
+
+
 def folder_run() -> str:
     """The folder config's commands at a real model size (the median of
     every stored run of benchmarks/folder_run.py, one paragraph a file)."""
@@ -1673,6 +1681,7 @@ RENDERERS: Dict[str, Callable[[], str]] = {
     "gpu-logged-only": gpu_logged_only,
     "gpu-xla-options": gpu_xla_options,
     "loop-overhead": loop_overhead,
+    "augment-cost": augment_cost,
     "folder-run": folder_run,
     "memory-tf": memory("memory_tf"),
     "memory-jax": memory("memory_jax"),

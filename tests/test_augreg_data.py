@@ -3,8 +3,13 @@ and CutMix label sums, the fused JPEG Inception crop, losses of mixed
 labels, and a real run with all of them that lowers the loss."""
 
 import io
+import json
 import math
+import os
+import subprocess
+import sys
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -76,6 +81,66 @@ def test_randaugment_runs_inside_tf_data(dtype):
     # and from each other.
     assert np.abs(out - picture).mean() > 1.0
     assert len({o.tobytes() for o in out}) > 8
+
+
+def test_randaugment_runs_only_the_chosen_ops():
+    """Each slot runs its one chosen op (tf.switch_case), and the images
+    are those of Keras's own transform, which runs every op and keeps the
+    chosen one: the same draws give the same pixels, over 40 images in a
+    tf.data map, and only the chosen ops ran (counted as the graph runs
+    them)."""
+    layer = augment.SignedRandAugment(value_range=(0, 255), num_ops=2,
+                                      factor=0.25, seed=0)
+    runs = tf.Variable(0)
+    one_op = layer._one_op
+
+    def counted(name, images, value):
+        runs.assign_add(1)
+        return one_op(name, images, value)
+
+    layer._one_op = counted
+
+    def both(image):
+        image = image[None]  # as the layer's call hands it over
+        draws = layer.get_random_transformation(image, training=True)
+        return (layer.transform_images(image, draws),
+                keras.layers.RandAugment.transform_images(layer, image,
+                                                          draws))
+
+    images = np.random.default_rng(0).uniform(0, 255, (40, 24, 24, 3))
+    ds = tf.data.Dataset.from_tensor_slices(images.astype("float32"))
+    changed = 0
+    for image, (ours, theirs) in zip(images, ds.map(both).as_numpy_iterator()):
+        np.testing.assert_array_equal(ours, theirs)
+        changed += not np.allclose(ours[0], image)
+    assert int(runs.numpy()) == 2 * len(images)
+    assert changed > 30
+
+
+def test_augment_cost_benchmark_writes_consistent_results(tmp_path):
+    """benchmarks/augment_cost.py, tiny: both ways give the same images
+    (else it fails), and its JSON and report agree."""
+    out = str(tmp_path / "ac")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    done = subprocess.run(
+        [sys.executable, os.path.join(root, "benchmarks", "augment_cost.py"),
+         "--images=3", "--repeats=2", "--image_size=32", f"--output={out}"],
+        capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    with open(out + ".json") as f:
+        data = json.load(f)
+    assert [len(data["ms_per_image"][k]) for k in ("keras_vit",
+                                                  "keras_own")] == [2, 2]
+    assert data["speedup"] == pytest.approx(
+        data["median_ms_per_image"]["keras_own"]
+        / data["median_ms_per_image"]["keras_vit"])
+    with open(out + ".md") as f:
+        assert f"{data['speedup']:.1f}x" in f.read()
+    bad = subprocess.run(
+        [sys.executable, os.path.join(root, "benchmarks", "augment_cost.py"),
+         "--images=0", f"--output={out}"], capture_output=True, text=True,
+        timeout=600)
+    assert bad.returncode == 2 and "--images must be at least 1" in bad.stderr
 
 
 def _seeded_map(fn, images, seed, parallel=True):
