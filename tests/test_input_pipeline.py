@@ -295,6 +295,26 @@ def test_the_eval_pp_of_a_config_keeps_the_aspect_when_asked():
         pp.preprocess_eval(image[:, 2:10], 4).numpy())
 
 
+def test_a_small_resize_size_is_refused_only_where_it_is_cropped():
+    """config.input.pp.resize_size is read by the 'finetune' training
+    preprocessing alone (resize, then a random crop that must fit): one
+    below the image size is refused there, and left alone by 'pretrain'
+    (an Inception crop of the image) and 'eval', which never read it."""
+    config = config_lib.base_config()
+    config.input.pp.resize_size = 36
+    image = tf.constant(_image(80, 70, seed=1))
+    for kind in ("pretrain", "eval"):
+        config.input.pp.train = kind
+        fn = pp.from_config(config.input.pp, 64, 0, training=True)
+        assert fn(image).shape == (64, 64, 3)
+    config.input.pp.train = "finetune"
+    with pytest.raises(UsageError, match=r"config.input.pp.resize_size=36 "
+                       r"is smaller than the image size 64: the random crop "
+                       r"must fit; set config.input.pp.resize_size to at "
+                       r"least 64"):
+        pp.from_config(config.input.pp, 64, 0, training=True)
+
+
 def _windows(image, h, w):
     """All h x w windows of an image and of its mirror image."""
     out = []

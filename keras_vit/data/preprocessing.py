@@ -365,7 +365,7 @@ def from_config(pp_config, image_size, seed: int, training: bool,
             f"{kind!r}: set config.input.pp.train to one of them, or "
             "config.input.pp.randaug_ops=0."
         )
-    if resize_size is not None:
+    if resize_size is not None and kind == "finetune":  # its crop alone
         small = [r < s for r, s in zip(as_hw(resize_size), as_hw(size))]
         if any(small):
             side = max(as_hw(size))
