@@ -3,7 +3,7 @@
 `keras_vit.attention_model` returns every layer's attention weights of a
 batch at once: (batch, heads, tokens, tokens) float32 per layer, and the
 tokens grow with the square of the image side. At 1024 x 1024 a B/16
-takes at least 10.5 GiB per image (168 GiB for the default batch of 16),
+takes about 24 GiB per image (384 GiB for the default batch of 16),
 and a process that asks for more memory than the machine has is killed
 by the kernel without a word. So the
 analysis checks the need against the memory that is free before it runs
@@ -33,18 +33,26 @@ _CGROUPS = (
 )
 # A cgroup v1 group without a limit reports about 2**63.
 _NO_LIMIT = 1 << 60
+# Bytes per attention weight that the host's work on one layer holds at
+# its peak (measured: 15 to 22), with a margin.
+HOST_BYTES = 32
 
 
 def attention_bytes(num_layers: int, num_heads: int, num_tokens: int,
                     batch_size: int, itemsize: int = 4) -> int:
-    """The least memory one batch's attention takes, in bytes: every
-    layer's weights (returned together, `itemsize` bytes each: 4 in
-    float32, 2 under a 16-bit policy) and one layer's float64 copy
-    (`extract._layer_by_layer` converts one layer at a time). The
-    transient attention logits and the rollout come on top, so this is a
-    lower bound: a batch it rules out cannot fit."""
+    """The memory one batch's attention takes at its peak, in bytes, per
+    attention weight (batch x heads x tokens x tokens of a layer):
+    `itemsize` bytes of every layer's weights, which the attention model
+    returns together (4 in float32, 2 under a 16-bit policy); as much
+    again of TensorFlow's buffers per layer while the forward pass runs;
+    and `HOST_BYTES` while the host takes the layers one at a time (one
+    layer's float64 copy, its conversion, the rollout's means over the
+    heads). Measured as the peak resident memory of the forward pass and
+    the host's work (`tests/test_analysis_memory.py`): counting only the
+    weights and the float64 copy, half of the peak, let batches through
+    that the kernel then killed."""
     weights = batch_size * num_heads * num_tokens**2
-    return weights * (itemsize * num_layers + 8)
+    return weights * (2 * itemsize * num_layers + HOST_BYTES)
 
 
 def distance_bytes(num_patches: int) -> int:
@@ -139,7 +147,7 @@ def check_attention_fits(  # noqa: PLR0913 (the attention's sizes)
     fits = max(0, free - fixed) // one
     said = (f"The attention weights of {_count(num_layers, 'layer')} x "
             f"{_count(num_heads, 'head')} over {num_tokens:,} tokens take "
-            f"at least {_gib(one)} per image ({_gib(need)} for a batch of "
+            f"about {_gib(one)} per image ({_gib(need)} for a batch of "
             f"{batch_size}), the distances between the patches "
             f"{_gib(fixed)}, and {_gib(free)} of memory is free")
     if fits >= 1:
