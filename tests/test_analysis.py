@@ -729,6 +729,17 @@ def test_the_command_over_a_folder_holding_its_output(tmp_path):
         assert "oneDNN" not in err and "E0000" not in err, err
         # (Each count starts with a carriage return: a line here.)
         assert "\nchecked 3/3 images" in err and "\nanalysed 3/3 images" in err
+    # Into another folder: the earlier analysis's figures, beside its
+    # analysis.json, are no images either, and that is said.
+    result = console.run("analysis", [
+        f"--model={os.path.join(EARLIER, 'mpp_workdir')}", "--batch_size=1",
+        f"--output_dir={tmp_path / 'elsewhere'}", str(folder)])
+    assert result.returncode == 0, result.stderr[-3000:]
+    with open(tmp_path / "elsewhere" / cli.JSON_NAME) as f:
+        assert [i["name"] for i in json.load(f)["images"]] == [
+            "2.png", "a/1.png", "b/1.png"]
+    assert "figure(s) of an earlier analysis (beside its analysis.json) " \
+        "not read as images." in result.stderr
 
 
 HUB = os.path.join(os.path.dirname(__file__), "fixtures", "hub")

@@ -12,10 +12,11 @@ from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 import tensorflow as tf
+from absl import logging
 
 from keras_vit import progress
 from keras_vit.analysis import curves
-from keras_vit.analysis.report import OUTPUTS
+from keras_vit.analysis.report import JSON_NAME, OUTPUTS
 from keras_vit.data import (
     checks,
     folders,
@@ -38,7 +39,8 @@ def _list_images(paths: Sequence[str], output_dir: Optional[str] = None
     remote (gs://). A file reached twice is listed once; names
     that would still be alike are the paths as given. The figures an
     analysis writes into `output_dir` are no input, where a folder walked
-    holds them (an output folder inside the image folder)."""
+    holds them (an output folder inside the image folder), nor those of
+    an earlier analysis beside its analysis.json (said)."""
     files, seen = [], set()
     for path in paths:
         if image_paths.is_folder(path):
@@ -50,6 +52,12 @@ def _list_images(paths: Sequence[str], output_dir: Optional[str] = None
                 )
             named = [(f, os.path.relpath(f, path)) for f in found
                      if not _written_here(f, output_dir)]
+            earlier = [f for f, _ in named if _of_an_analysis(f)]
+            if earlier:
+                logging.info(
+                    "%s: %d figure(s) of an earlier analysis (beside its "
+                    "%s) not read as images.", path, len(earlier), JSON_NAME)
+                named = [(f, n) for f, n in named if f not in earlier]
         elif image_paths.exists(path):
             named = [(path, os.path.basename(path))]
         else:
@@ -62,6 +70,13 @@ def _list_images(paths: Sequence[str], output_dir: Optional[str] = None
                 files.append((file, name))
     count = collections.Counter(name for _, name in files)
     return [(f, f if count[name] > 1 else name) for f, name in files]
+
+
+def _of_an_analysis(file: str) -> bool:
+    """`file` is a figure an earlier analysis wrote: named as one, beside
+    the analysis.json written with it."""
+    return os.path.basename(file) in _WRITTEN and image_paths.exists(
+        os.path.join(os.path.dirname(file), JSON_NAME))
 
 
 def _written_here(file: str, output_dir: Optional[str]) -> bool:
