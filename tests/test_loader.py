@@ -372,14 +372,16 @@ def test_the_resolver_refuses_in_one_line_saying_why(tmp_path):
     # one level down, is named.
     (tmp_path / "exports" / "vit" / "1").mkdir(parents=True)
     (tmp_path / "exports" / "vit" / "1" / "saved_model.pb").write_bytes(b"")
-    assert (f"It holds the exported model {tmp_path / 'exports' / 'vit'}: "
-            "give that.") in refusal(str(tmp_path / "exports"))
+    assert (f"It holds the exported model {tmp_path / 'exports' / 'vit'}, "
+            "which keras-vit-predict reads (no other command: they take the "
+            "model it was exported from).") in refusal(
+                str(tmp_path / "exports"))
     # A --format=litert export folder: its .tflite files.
     (tmp_path / "edge").mkdir()
     (tmp_path / "edge" / "vit.tflite").write_bytes(b"")
     (tmp_path / "edge" / "vit.preprocessing.json").write_text("{}")
     assert (f"It holds the exported model {tmp_path / 'edge' / 'vit.tflite'}"
-            ": give that.") in refusal(str(tmp_path / "edge"))
+            ", which keras-vit-predict reads") in refusal(str(tmp_path / "edge"))
     # A file renamed on download is named by what it holds, before the
     # reader its name picks refuses it for another reason.
     vit = create_model(None, num_classes=3, image_size=16, patch_size=8,
