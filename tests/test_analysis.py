@@ -4,6 +4,7 @@ import itertools
 import json
 import math
 import os
+import re
 import sys
 
 import keras
@@ -938,6 +939,29 @@ def test_without_matplotlib_stops_before_any_model_computation(
                         "analysis.md")
     with open(docs) as f:
         assert hint in " ".join(f.read().split())
+
+
+def test_run_analysis_takes_one_name_per_image_and_per_class(
+        tiny_model, images, tmp_path):
+    """run_analysis refuses names that are not one per image and class
+    names that are not one per class of the head, before the forward pass
+    and with no output folder (a name short was an IndexError deep in the
+    drawing, a name too many was drawn on the wrong image unsaid)."""
+    out = tmp_path / "out"
+    classes = int(tiny_model.output_shape[-1])
+    for kwargs, says in (
+            (dict(names=["a"]), f"names: 1 given for {len(images)} images"),
+            (dict(class_names=["a"] * (classes + 2)),
+             f"class_names: {classes + 2} given for the model's {classes} "
+             "classes"),
+            (dict(class_names=["a"]), f"class_names: 1 given for the "
+             f"model's {classes} classes")):
+        with pytest.raises(UsageError, match=re.escape(says)):
+            cli.run_analysis(tiny_model, images, str(out), **kwargs)
+    assert not out.exists()
+    backbone = keras_vit.features_model(tiny_model)
+    with pytest.raises(UsageError, match="no classification head"):
+        cli.run_analysis(backbone, images, str(out), class_names=["a"])
 
 
 def test_attention_is_taken_one_layer_at_a_time(tiny_model, images,

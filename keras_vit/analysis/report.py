@@ -22,6 +22,7 @@ from absl import logging
 
 from keras_vit.analysis import core, extract, mpp_figure, plots
 from keras_vit.derived import is_features_model
+from keras_vit.errors import UsageError
 from keras_vit.scoring import scores as vit_scores
 from keras_vit.storage import atomic
 from keras_vit.storage.atomic import atomic_write
@@ -108,6 +109,7 @@ def run_analysis(  # noqa: PLR0913 (its options, by keyword)
     more = dict(more_figures or {})
     names = list(names) if names is not None else [
         f"image {i}" for i in range(len(images))]
+    _check_names(model, len(images), names, class_names)
     stats = extract.attention_stats(model, images, batch_size=batch_size,
                                     on_batch=on_batch)
     # Hidden: an output folder inside an image folder does not read it.
@@ -133,6 +135,26 @@ def run_analysis(  # noqa: PLR0913 (its options, by keyword)
         if atomic.exists(staging):
             tf.io.gfile.rmtree(staging)
     return data
+
+
+def _check_names(model: keras.Model, count: int, names: List[str],
+                 class_names: Optional[Sequence[str]]) -> None:
+    """Refuses `names` that are not one per image, and `class_names` that
+    are not one per class of `model`'s head (or given to a model without
+    one), before anything runs."""
+    if len(names) != count:
+        raise UsageError(f"names: {len(names)} given for {count} images; "
+                         "give one name per image (or none).")
+    if class_names is None:
+        return
+    if is_features_model(model):
+        raise UsageError("class_names: the model has no classification "
+                         "head to name the classes of; leave them out.")
+    width = int(model.output_shape[-1])
+    if len(class_names) != width:
+        raise UsageError(
+            f"class_names: {len(class_names)} given for the model's {width} "
+            "classes; give one name per class, in the head's order.")
 
 
 def _publish(staging: str, output_dir: str, files: Sequence[str],

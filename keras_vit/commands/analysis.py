@@ -225,9 +225,9 @@ def _class_names(values: flags.FlagValues, source, model) -> Optional[list]:
             f"{values.model} has no classification head (a backbone or an "
             "MPP encoder): --class_names_file has no class to name; leave "
             "it out.")
-    if not derived.is_features_model(model):
-        cli.check_class_count(values, source, names,
-                              int(model.output_shape[-1]))
+    if derived.is_features_model(model):
+        return None  # the source's own names: no head here to name
+    cli.check_class_count(values, source, names, int(model.output_shape[-1]))
     return names
 
 
