@@ -75,8 +75,8 @@ def image_hw(image_size: ImageSize) -> Tuple[int, int]:
     except (TypeError, ValueError):
         hw = ()
     if len(hw) != 2 or min(hw) <= 0:
-        raise UsageError(
-            f"`image_size` must be positive (an int or (height, width)), "
-            f"got {image_size!r}."
-        )
+        what = ("a whole number of pixels or (height, width), not a string"
+                if isinstance(image_size, str) else
+                "positive (an int or (height, width))")
+        raise UsageError(f"`image_size` must be {what}, got {image_size!r}.")
     return hw

@@ -959,6 +959,10 @@ def test_run_analysis_takes_one_name_per_image_and_per_class(
         with pytest.raises(UsageError, match=re.escape(says)):
             cli.run_analysis(tiny_model, images, str(out), **kwargs)
     assert not out.exists()
+    # An empty argument (an unset shell variable) is said as such.
+    with pytest.raises(UsageError, match=r"An image argument is empty "
+                       r"\(an unset shell variable\?\)"):
+        inputs._list_images([""])
     backbone = keras_vit.features_model(tiny_model)
     with pytest.raises(UsageError, match="no classification head"):
         cli.run_analysis(backbone, images, str(out), class_names=["a"])

@@ -30,8 +30,8 @@ def tiny(**changes):
      "an int, got 8.9"),
     (dict(patch_size="eight"), "must be an int, got 'eight'"),
     (dict(representation_size=8.5), "`representation_size` "),
-    (dict(image_size="32"), "`image_size` must be positive (an int or "
-     "(height, width)), got '32'"),
+    (dict(image_size="32"), "`image_size` must be a whole number of "
+     "pixels or (height, width), not a string, got '32'"),
     (dict(image_size=(16.9, 16.2)), "`image_size` must be positive"),
     (dict(dynamic_image_size="False"), "`dynamic_image_size` must be True "
      "or False"),

@@ -693,6 +693,11 @@ def test_a_litert_resize_smaller_than_its_input_is_refused_first(
         "--resize_size 4 is smaller than the model's input 16x16: the "
         "central crop is taken from the resized image, so give at least its "
         "longer side (or leave --resize_size out).")
+    assert run_predict([str(broken), f"--model={tmp_path / 'vit.tflite'}",
+                        "--resize_size=0"]) == 1
+    assert _one_error_line(capsys).endswith(
+        "--resize_size 0 must be at least 1 (the side the images are "
+        "resized to), or left out.")
 
 
 def _copy_tree_to(local, remote):

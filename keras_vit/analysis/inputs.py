@@ -61,6 +61,9 @@ def _list_images(paths: Sequence[str], output_dir: Optional[str] = None
         elif image_paths.exists(path):
             named = [(path, os.path.basename(path))]
         else:
+            if not path:
+                raise UsageError("An image argument is empty (an unset "
+                                 "shell variable?): give a file or folder.")
             raise UsageError(f"Image {path!r} does not exist (or is a "
                              "link to nothing).")
         for file, name in named:

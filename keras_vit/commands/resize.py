@@ -84,6 +84,9 @@ def check_at_least_input(resize: int, size: Sequence) -> None:
     """--resize_size `resize` against the model's input `size` (height,
     width; None for a dynamic side): the central crop is taken from the
     resized image."""
+    if resize < 1:
+        raise UsageError(f"--resize_size {resize} must be at least 1 (the "
+                         "side the images are resized to), or left out.")
     if resize < max([1, *(int(n or 0) for n in size)]):
         raise UsageError(
             f"--resize_size {resize} is smaller than the model's input "
