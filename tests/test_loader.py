@@ -381,7 +381,8 @@ def test_the_resolver_refuses_in_one_line_saying_why(tmp_path):
     (tmp_path / "edge" / "vit.tflite").write_bytes(b"")
     (tmp_path / "edge" / "vit.preprocessing.json").write_text("{}")
     assert (f"It holds the exported model {tmp_path / 'edge' / 'vit.tflite'}"
-            ", which keras-vit-predict reads") in refusal(str(tmp_path / "edge"))
+            ", which keras-vit-predict reads") in refusal(
+                str(tmp_path / "edge"))
     # A file renamed on download is named by what it holds, before the
     # reader its name picks refuses it for another reason.
     vit = create_model(None, num_classes=3, image_size=16, patch_size=8,
