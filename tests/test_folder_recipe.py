@@ -390,7 +390,7 @@ def test_a_test_folder_without_a_trained_class_is_named(tmp_path):
              if "which has no images of class" in line]
     assert len(lines) == 1, result.stderr[-3000:]
     assert lines[0].endswith(
-        f"Image folder {photos}: config.evals.test.split='test' reads "
+        f"Image folder {photos}: --config.evals.test.split='test' reads "
         "test/, which has no images of class flower that the model trains "
         "on: its accuracy leaves it out."), lines
 

@@ -14,7 +14,7 @@ import tensorflow as tf
 from PIL import Image
 
 import keras_vit
-from keras_vit import create_model, save_npz
+from keras_vit import build, create_model, save_npz
 from keras_vit.commands import export as export_cli
 from keras_vit.commands import predict
 from keras_vit.data import image_files
@@ -93,6 +93,36 @@ def test_keras_model_equals_the_saved_model(setup, capsys):
         image_bytes=tf.constant(datas))["probabilities"].numpy()
     np.testing.assert_allclose(_probabilities(ours), want, atol=1e-5)
     assert ours["predictions"][0]["top_k"][0]["name"] in NAMES
+
+
+def test_a_mixed_precision_model_predicts_as_its_export(setup, tmp_path):
+    """A .keras file saved under mixed_bfloat16 computes in bfloat16 as
+    loaded; keras-vit-predict computes in float32, as its SavedModel
+    export does: the same probabilities, not bfloat16's."""
+    root, _ = setup
+    keras.utils.set_random_seed(2)
+    with build.dtype_policy("bfloat16"):
+        mixed = create_model(None, num_classes=4, image_size=SIZE,
+                             patch_size=8, hidden_size=16, num_layers=2,
+                             num_heads=2, mlp_dim=32, head_zero_init=False)
+    mixed.save(tmp_path / "mixed.keras")
+    export = saved_model.export_model(
+        mixed, str(tmp_path / "exports"), verify=False, warmup_images=[])
+    photos = str(root / "photos")
+    ours = _probabilities(_json(tmp_path, "mixed", photos, "--model",
+                                str(tmp_path / "mixed.keras")))
+    files = sorted(image_files.images_under(photos))
+    want = tf.saved_model.load(export).signatures["serving_default"](
+        image_bytes=tf.constant([open(f, "rb").read() for f in files])
+    )["probabilities"].numpy()
+    np.testing.assert_allclose(ours, want, atol=1e-5)
+    # (bfloat16, as loaded, answers otherwise: the check means something.)
+    loaded = keras.saving.load_model(tmp_path / "mixed.keras")
+    pixels = predict._pixels([open(f, "rb").read() for f in files],
+                             (SIZE, SIZE), None, False)
+    as_loaded = keras.ops.convert_to_numpy(keras.ops.softmax(
+        loaded(pixels, training=False)))
+    assert np.abs(as_loaded - want).max() > 1e-4
 
 
 def test_a_version_published_while_the_model_loads_is_not_mixed_in(

@@ -107,9 +107,7 @@ def run_analysis(  # noqa: PLR0913 (its options, by keyword)
     """
     plots.require_matplotlib()  # before the forward pass, not after it
     more = dict(more_figures or {})
-    names = list(names) if names is not None else [
-        f"image {i}" for i in range(len(images))]
-    _check_names(model, len(images), names, class_names)
+    names = _checked_names(model, len(images), names, class_names)
     stats = extract.attention_stats(model, images, batch_size=batch_size,
                                     on_batch=on_batch)
     # Hidden: an output folder inside an image folder does not read it.
@@ -137,16 +135,20 @@ def run_analysis(  # noqa: PLR0913 (its options, by keyword)
     return data
 
 
-def _check_names(model: keras.Model, count: int, names: List[str],
-                 class_names: Optional[Sequence[str]]) -> None:
-    """Refuses `names` that are not one per image, and `class_names` that
-    are not one per class of `model`'s head (or given to a model without
-    one), before anything runs."""
+def _checked_names(model: keras.Model, count: int,
+                   names: Optional[Sequence[str]],
+                   class_names: Optional[Sequence[str]]) -> List[str]:
+    """The images' `names` ("image 0", ... where None). Refuses `names`
+    that are not one per image, and `class_names` that are not one per
+    class of `model`'s head (or given to a model without one), before
+    anything runs."""
+    names = [f"image {i}" for i in range(count)] if names is None else list(
+        names)
     if len(names) != count:
         raise UsageError(f"names: {len(names)} given for {count} images; "
                          "give one name per image (or none).")
     if class_names is None:
-        return
+        return names
     if is_features_model(model):
         raise UsageError("class_names: the model has no classification "
                          "head to name the classes of; leave them out.")
@@ -155,6 +157,7 @@ def _check_names(model: keras.Model, count: int, names: List[str],
         raise UsageError(
             f"class_names: {len(class_names)} given for the model's {width} "
             "classes; give one name per class, in the head's order.")
+    return names
 
 
 def _publish(staging: str, output_dir: str, files: Sequence[str],

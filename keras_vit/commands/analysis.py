@@ -50,6 +50,7 @@ if TYPE_CHECKING:  # imported on first use: --help loads no TensorFlow
         report,
     )
     from keras_vit.checkpoint import resolution
+    from keras_vit.export import graph as export_graph
 else:
     derived = lazy_module("keras_vit.derived")
     vit_model = lazy_module("keras_vit.model")
@@ -60,6 +61,7 @@ else:
     plots = lazy_module("keras_vit.analysis.plots")
     report = lazy_module("keras_vit.analysis.report")
     resolution = lazy_module("keras_vit.checkpoint.resolution")
+    export_graph = lazy_module("keras_vit.export.graph")
 
 
 def define_flags(values: flags.FlagValues, argv: Sequence[str]) -> None:
@@ -120,7 +122,10 @@ def _main(values: flags.FlagValues, images: list) -> None:
             raise UsageError(f"--{name}={values[name].value}: must be "
                              ">= 1.")
     source = cli.model_source(values)
-    model = _fixed_size(cli.load_flagged_model(values, source), values.model)
+    # In float32, as keras-vit-predict and the export compute (a model
+    # saved under mixed_bfloat16 is copied).
+    model = export_graph.float32_inference_model(
+        _fixed_size(cli.load_flagged_model(values, source), values.model))
     cli.warn_zero_head(source, model)  # its predictions would mean nothing
     class_names = _class_names(values, source, model)
     # Before any image is read: a size at which not one image's attention

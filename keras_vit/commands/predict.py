@@ -59,6 +59,7 @@ if TYPE_CHECKING:  # imported on first use: --help loads no TensorFlow
     from keras_vit import derived
     from keras_vit.data import checks, preprocessing
     from keras_vit.export import files as export_files
+    from keras_vit.export import graph as export_graph
     from keras_vit.export import litert, litert_record, request_checks
     from keras_vit.scoring import scores as vit_scores
 else:
@@ -72,6 +73,7 @@ else:
     request_checks = lazy_module("keras_vit.export.request_checks")
     vit_scores = lazy_module("keras_vit.scoring.scores")
     export_files = lazy_module("keras_vit.export.files")
+    export_graph = lazy_module("keras_vit.export.graph")
 
 
 def _pixels(images: Sequence[bytes], size, resize_size,
@@ -92,7 +94,9 @@ def keras_predictor(model: keras.Model, resize_size=None,
                     scores: str = "softmax") -> Callable:
     """A function: list of encoded images -> probabilities (n, K) (a
     softmax, or with `scores` "sigmoid" a sigmoid of each logit), with the
-    preprocessing of the export's serving_default."""
+    preprocessing of the export's serving_default, and in float32 as the
+    export computes (a model saved under mixed_bfloat16 is copied)."""
+    model = export_graph.float32_inference_model(model)
     size = derived.input_image_size(model)
 
     def predict(images: Sequence[bytes]) -> np.ndarray:
