@@ -451,7 +451,8 @@ def test_versions_increment_and_never_overwrite(model, images, tmp_path):
         reference(model, [images["jpeg"]]), atol=1e-5)
 
 
-def test_a_version_tf_serving_cannot_read_is_refused(model, tmp_path):
+def test_a_version_tf_serving_cannot_read_is_refused(model, tmp_path,
+                                                     caplog):
     """TF Serving reads a version folder's name as an int64 and skips one
     it cannot read: a larger --version (a date with nanoseconds) is
     refused before anything is written, and such a folder left by hand
@@ -465,11 +466,22 @@ def test_a_version_tf_serving_cannot_read_is_refused(model, tmp_path):
     assert not model_dir.exists()
     (model_dir / str(2**63)).mkdir(parents=True)
     (model_dir / "5").mkdir()
+    # Digits of other scripts, which isdigit() takes: no version either.
+    (model_dir / "\u00b2").mkdir()
+    (model_dir / "\u0663").mkdir()
     assert export_versions.existing_versions(str(model_dir)) == [5]
     assert export_versions.next_version(str(model_dir)) == 6
     path = export_model(model, str(tmp_path), version=2**63 - 1,
                         verify=False, warmup_images=[])
     assert path == str(model_dir / str(2**63 - 1))
+    # A version below the newest is published, and said not to be served.
+    caplog.set_level("WARNING", logger="absl")
+    export_model(model, str(tmp_path), version=3, verify=False,
+                 warmup_images=[])
+    assert (model_dir / "3" / "saved_model.pb").exists()
+    assert f"Version 3 is below the newest in {model_dir}, {2**63 - 1}: " \
+        "TF Serving's default policy (the latest version) serves" in \
+        caplog.text
 
 
 def test_models_config_updated_not_clobbered(model, tmp_path):

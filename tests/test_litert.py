@@ -71,6 +71,21 @@ def test_float32_equals_keras(model, pixels, float32_file):
     assert not [n for n in os.listdir(folder) if ".tmp-" in n]
 
 
+def test_a_mixed_global_policy_exports_float32(model, pixels, tmp_path):
+    """export_litert under a global mixed_bfloat16 policy (a TPU script
+    or notebook calling the API after training): the wrapper's scaling and
+    softmax stay float32 (as bfloat16, the converter refused them), and
+    the file answers as the float32 model does."""
+    previous = keras.config.dtype_policy()
+    keras.config.set_dtype_policy("mixed_bfloat16")
+    try:
+        path = litert.export_litert(model, str(tmp_path / "vit.tflite"))
+    finally:
+        keras.config.set_dtype_policy(previous)
+    np.testing.assert_allclose(litert.run_litert(path, pixels),
+                               _keras_probabilities(model, pixels), atol=1e-5)
+
+
 def test_float16_weights_half_the_size(model, pixels, float32_file,
                                        tmp_path):
     full = float32_file

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
 import keras
@@ -381,15 +382,14 @@ class SavedModelSource(_Export):
 
 def saved_model_versions(folder: str) -> List[int]:
     """The numbered versions of a TF Serving model folder that hold a
-    SavedModel, in order (a number TF Serving cannot read, past int64,
-    is none: it skips that folder)."""
+    SavedModel, in order (a number TF Serving cannot read, past int64 or
+    not in ASCII digits, is none: it skips that folder)."""
     if not os.path.isdir(folder):
         return []
     return sorted(
         int(name) for name in os.listdir(folder)
-        if name.isdigit() and int(name) < 2**63  # TF Serving's int64
-        and os.path.exists(os.path.join(folder, name, "saved_model.pb"))
-    )
+        if re.fullmatch(r"[0-9]+", name) and int(name) < 2**63
+        and os.path.exists(os.path.join(folder, name, "saved_model.pb")))
 
 
 def is_saved_model(path: str) -> bool:

@@ -92,14 +92,17 @@ def pixels_model(model: keras.Model, batch_size: int = 1,
     images = keras.Input(
         (height, width, 3), batch_size=batch_size, name=INPUT_NAME
     )
-    x = keras.layers.Rescaling(1.0 / 127.5, offset=-1.0,
+    # float32 whatever the global policy (a mixed one made these two
+    # layers bfloat16, which the converter refused).
+    x = keras.layers.Rescaling(1.0 / 127.5, offset=-1.0, dtype="float32",
                                name="scale_to_unit_range")(images)
     logits = model(x, training=False)
     if vit_scores.check_scores(scores) == vit_scores.SIGMOID:
         probabilities = keras.layers.Activation(
             "sigmoid", dtype="float32", name=OUTPUT_NAME)(logits)
     else:
-        probabilities = keras.layers.Softmax(name=OUTPUT_NAME)(logits)
+        probabilities = keras.layers.Softmax(dtype="float32",
+                                             name=OUTPUT_NAME)(logits)
     # A dict output names the LiteRT signature's output.
     return keras.Model(images, {OUTPUT_NAME: probabilities},
                        name=f"{model.name}_litert")

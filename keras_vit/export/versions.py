@@ -43,7 +43,9 @@ def existing_versions(model_dir: str) -> List[int]:
     versions = []
     for entry in tf.io.gfile.listdir(model_dir):
         entry = entry.rstrip("/")
-        if entry.isdigit() and int(entry) <= MAX_VERSION:
+        # ASCII digits only ("²" and "٣" pass isdigit; TF Serving reads
+        # neither).
+        if re.fullmatch(r"[0-9]+", entry) and int(entry) <= MAX_VERSION:
             versions.append(int(entry))
     return sorted(versions)
 
@@ -83,6 +85,13 @@ def publish_version(
     Returns:
         str. The version folder.
     """
+    newest = max(existing_versions(model_dir), default=0)
+    if not auto and version < newest:
+        logging.warning(
+            "Version %d is below the newest in %s, %d: TF Serving's default "
+            "policy (the latest version) serves %d, not this one; leave "
+            "the version out for the next free one.", version, model_dir,
+            newest, newest)
     while True:
         final = join(model_dir, str(version))
         if tf.io.gfile.exists(final):
