@@ -490,7 +490,8 @@ def test_head_kept_or_dropped_and_zero_initialised(tmp_path):
      "its head/kernel (24, 5) and head/bias (4,) disagree on the class "
      "count"),
     (lambda a: a.update({"head/kernel": a["head/kernel"][:16]}),
-     "its head/kernel (16, 5) takes 16 features but the pre-logits give 24"),
+     "its head/kernel (16, 5) takes 16 features but the pre-logits layer "
+     "gives 24"),
     (lambda a: a.pop("head/bias"), "it has head/kernel but no head/bias"),
 ])
 def test_a_head_that_does_not_fit_its_own_file_is_refused(tmp_path, edit,
@@ -513,6 +514,20 @@ def test_a_head_that_does_not_fit_its_own_file_is_refused(tmp_path, edit,
     # Not strict: what fits loads, and the report says what is wrong.
     report = checkpoint.load_npz(tiny(num_classes=5), path, strict=False)
     assert any(says in h for h in report.hints)
+
+
+def test_a_damaged_encoder_norm_is_not_blamed_on_the_head(tmp_path):
+    """An .npz whose encoder_norm lost half its width: the shape check
+    names that array; the head, which fits the encoder's width (its class
+    token's), is not called malformed."""
+    arrays = random_arrays(tiny(num_classes=5))
+    key = "Transformer/encoder_norm/scale"
+    arrays[key] = arrays[key][:8]
+    path = save(tmp_path / "n.npz", arrays)
+    with pytest.raises(ValueError) as caught:
+        checkpoint.load_npz(tiny(num_classes=5), path)
+    assert f"{key}: model expects (32,), file has (8,)" in str(caught.value)
+    assert "head is malformed" not in str(caught.value)
 
 
 def test_a_damaged_head_is_one_line_at_the_users_door(tmp_path):

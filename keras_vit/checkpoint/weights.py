@@ -210,8 +210,7 @@ def _expected(params: Sequence[Param]) -> Dict[str, Tuple[Param, Shape]]:
 
 def _malformed_head(shapes: Dict[str, Shape]) -> Optional[str]:
     """Why the file's head arrays do not fit each other or the features
-    they read (None where they do, or where the file has no head): a
-    damaged file, never a head to drop for another class count."""
+    they read (None where they do, or where the file has no head)."""
     kernel, bias = shapes.get(HEAD_KEYS[0]), shapes.get(HEAD_KEYS[1])
     if kernel is None and bias is None:
         return None
@@ -222,12 +221,13 @@ def _malformed_head(shapes: Dict[str, Shape]) -> Optional[str]:
     if len(kernel) != 2 or len(bias) != 1 or kernel[1] != bias[0]:
         return (f"its {HEAD_KEYS[0]} {kernel} and {HEAD_KEYS[1]} {bias} "
                 "disagree on the class count")
-    pre = shapes.get(PRE_LOGITS_KEYS[0])
-    norm = shapes.get("Transformer/encoder_norm/scale")
-    width = pre[-1] if pre else (norm[0] if norm else None)
+    pre = shapes.get(PRE_LOGITS_KEYS[0])  # the encoder's width: its cls
+    width = next((shape[-1] for shape in (pre, shapes.get("cls"), shapes.get(
+        "Transformer/encoder_norm/scale")) if shape), None)
     if width is not None and kernel[0] != width:
         return (f"its {HEAD_KEYS[0]} {kernel} takes {kernel[0]} features "
-                f"but the {'pre-logits' if pre else 'encoder'} give {width}")
+                f"but the {'pre-logits layer' if pre else 'encoder'} gives "
+                f"{width}")
     return None
 
 
