@@ -82,20 +82,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--magnitude", type=float, default=15)
     parser.add_argument("--image_size", type=int, default=224)
     parser.add_argument("--images", type=int, default=64)
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--output", required=True,
-                        help="writes OUTPUT.json and OUTPUT.md")
+    report.add_repeats_and_output(parser)
     return parser
 
 
 def main(argv=None) -> None:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    for name in ("num_ops", "image_size", "images", "repeats"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name} must be at least 1")
-    command = "python benchmarks/augment_cost.py " + " ".join(
-        f"--{k}={v}" for k, v in vars(args).items())
+    args, command = report.parse_counts(
+        build_parser(), argv, ("num_ops", "image_size", "images", "repeats"),
+        "augment_cost.py")
     machine = throughput.machine_info()
     images = photos(args.images, args.image_size)
     factor = augment.randaugment_factor(args.magnitude)
@@ -124,9 +118,7 @@ def main(argv=None) -> None:
         "median_ms_per_image": medians,
         "speedup": medians["keras_own"] / medians["keras_vit"],
     }
-    result["machine"]["load_average_end"] = list(os.getloadavg())
-    report.write_results(args.output, result, markdown(result))
-    print(markdown(result))
+    report.finish(args.output, result, markdown)
 
 
 def markdown(result) -> str:

@@ -95,20 +95,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--splits", type=int, default=2)
     parser.add_argument("--images", type=int, default=2,
                         help="image files per class folder")
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--output", required=True,
-                        help="writes OUTPUT.json and OUTPUT.md")
+    report.add_repeats_and_output(parser)
     return parser
 
 
 def main(argv=None) -> None:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    for name in ("classes", "splits", "images", "repeats"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name} must be at least 1")
-    command = "python benchmarks/folder_listing.py " + " ".join(
-        f"--{k}={v}" for k, v in vars(args).items())
+    args, command = report.parse_counts(
+        build_parser(), argv, ("classes", "splits", "images", "repeats"),
+        "folder_listing.py")
     machine = throughput.machine_info()
     root = tempfile.mkdtemp(prefix="folder_listing_")
     try:
@@ -138,9 +132,7 @@ def main(argv=None) -> None:
         # > 1: one glob per level is the faster here.
         "speedup": medians["per_folder"] / medians["glob_per_level"],
     }
-    result["machine"]["load_average_end"] = list(os.getloadavg())
-    report.write_results(args.output, result, markdown(result))
-    print(markdown(result))
+    report.finish(args.output, result, markdown)
 
 
 def markdown(result) -> str:

@@ -3,8 +3,10 @@ write their results."""
 
 from __future__ import annotations
 
+import argparse
 import json
-from typing import Any, Dict
+import os
+from typing import Any, Dict, Sequence, Tuple
 
 from keras_vit.storage.atomic import atomic_write
 
@@ -14,6 +16,34 @@ def write_results(prefix: str, result: Dict[str, Any], text: str) -> None:
     each atomically."""
     atomic_write(prefix + ".json", json.dumps(result, indent=1))
     atomic_write(prefix + ".md", text)
+
+
+def finish(prefix: str, result: Dict[str, Any], markdown) -> None:
+    """Records the load average at the end, writes `result` and its
+    report (`markdown(result)`, `write_results`) and prints the report."""
+    result["machine"]["load_average_end"] = list(os.getloadavg())
+    write_results(prefix, result, markdown(result))
+    print(markdown(result))
+
+
+def add_repeats_and_output(parser: argparse.ArgumentParser) -> None:
+    """The two flags every small benchmark takes: --repeats (5) and
+    --output (NAME: NAME.json and NAME.md)."""
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--output", required=True,
+                        help="writes OUTPUT.json and OUTPUT.md")
+
+
+def parse_counts(parser: argparse.ArgumentParser, argv, counts: Sequence[str],
+                 script: str) -> Tuple[argparse.Namespace, str]:
+    """The arguments of `parser`, each of `counts` at least 1 (else the
+    parser's usage error), and the command as it ran (for the results)."""
+    args = parser.parse_args(argv)
+    for name in counts:
+        if getattr(args, name) < 1:
+            parser.error(f"--{name} must be at least 1")
+    return args, f"python benchmarks/{script} " + " ".join(
+        f"--{k}={v}" for k, v in vars(args).items())
 
 
 def _repeats(result: Dict[str, Any]) -> str:
