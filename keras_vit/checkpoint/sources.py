@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import re
 from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
 import keras
@@ -52,6 +51,7 @@ from keras_vit.model import (
 )
 from keras_vit.objectives import loss_scores
 from keras_vit.storage import workdir as wd
+from keras_vit.storage.version_names import version_numbers
 
 # `build(representation_size=...)`'s default: the source's pre-logits
 # layer (None already means "no pre-logits layer").
@@ -386,10 +386,9 @@ def saved_model_versions(folder: str) -> List[int]:
     not in ASCII digits, is none: it skips that folder)."""
     if not os.path.isdir(folder):
         return []
-    return sorted(
-        int(name) for name in os.listdir(folder)
-        if re.fullmatch(r"[0-9]+", name) and int(name) < 2**63
-        and os.path.exists(os.path.join(folder, name, "saved_model.pb")))
+    return [number for number in version_numbers(os.listdir(folder))
+            if os.path.exists(os.path.join(folder, str(number),
+                                           "saved_model.pb"))]
 
 
 def is_saved_model(path: str) -> bool:

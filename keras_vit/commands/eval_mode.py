@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import os
 import re
 import time
@@ -153,18 +152,12 @@ def evaluate(values, source, strategy) -> Dict:
     if skipped:  # config.input.skip_bad_images: named in the log
         metrics["skipped_images"] = skipped
     logging.info("eval %s %s: %s", inp.dataset, split, metrics)
-    text = _as_json(metrics)
+    # A NaN loss (a model whose outputs overflow) as null.
+    text = wd.json_text(metrics)
     print(text)
     if result_path and distribute.is_chief(strategy):  # one writer
         _write(result_path, text + "\n")
     return metrics
-
-
-def _as_json(metrics: Dict) -> str:
-    """`metrics` as JSON: a NaN loss (a model whose outputs overflow) as
-    null."""
-    return json.dumps(wd.json_safe(metrics), indent=2, sort_keys=True,
-                      allow_nan=False)
 
 
 def _say_held_out(root: str, split: str) -> None:

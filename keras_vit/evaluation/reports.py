@@ -92,8 +92,7 @@ def append_jsonl(path: str, record: Mapping) -> List[dict]:
                if r.get("task") != record["task"]]
     records.append(dict(record))
     # A diverged task's NaN loss as null, as in metrics.json.
-    text = "".join(json.dumps(wd.json_safe(r), sort_keys=True,
-                              allow_nan=False) + "\n" for r in records)
+    text = "".join(wd.json_text(r, indent=None) + "\n" for r in records)
     atomic_write(path, text)
     return records
 

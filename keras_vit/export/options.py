@@ -20,7 +20,7 @@ from keras_vit.data import preprocessing
 from keras_vit.derived import is_features_model
 from keras_vit.errors import UsageError, check_options
 from keras_vit.export import files as export_files
-from keras_vit.export.versions import MAX_VERSION
+from keras_vit.storage.version_names import MAX_VERSION
 
 
 @dataclasses.dataclass(frozen=True)

@@ -26,13 +26,11 @@ from absl import logging
 
 from keras_vit.export.files import join
 from keras_vit.storage import atomic
+from keras_vit.storage.version_names import version_numbers
 
 # The file of a SavedModel that TF Serving reads first: a version's
 # other files are in place before it is.
 GRAPH_FILE = "saved_model.pb"
-# TF Serving reads a version folder's name as a signed 64-bit integer and
-# skips, without a word, one it cannot read.
-MAX_VERSION = 2**63 - 1
 
 
 def existing_versions(model_dir: str) -> List[int]:
@@ -40,14 +38,7 @@ def existing_versions(model_dir: str) -> List[int]:
     that TF Serving reads (up to MAX_VERSION)."""
     if not tf.io.gfile.isdir(model_dir):
         return []
-    versions = []
-    for entry in tf.io.gfile.listdir(model_dir):
-        entry = entry.rstrip("/")
-        # ASCII digits only ("²" and "٣" pass isdigit; TF Serving reads
-        # neither).
-        if re.fullmatch(r"[0-9]+", entry) and int(entry) <= MAX_VERSION:
-            versions.append(int(entry))
-    return sorted(versions)
+    return version_numbers(tf.io.gfile.listdir(model_dir))
 
 
 def next_version(model_dir: str) -> int:
@@ -85,8 +76,10 @@ def publish_version(
     Returns:
         str. The version folder.
     """
-    newest = max(existing_versions(model_dir), default=0)
-    if not auto and version < newest:
+    # Listed only for a version given by hand (a request per export on
+    # gs://): an automatic one is past the newest by construction.
+    newest = 0 if auto else max(existing_versions(model_dir), default=0)
+    if version < newest:
         logging.warning(
             "Version %d is below the newest in %s, %d: TF Serving's default "
             "policy (the latest version) serves %d, not this one; leave "

@@ -72,11 +72,17 @@ SUMMARIES = ("train", "eval")
 
 
 def write_json(path: str, obj: Any) -> None:
-    """`obj` as JSON, atomically; NaN and infinities (a diverged run's
-    loss) as null: Python would write NaN, which is not JSON and which
-    other readers (JavaScript's JSON.parse, jq) refuse."""
-    atomic_write(path, json.dumps(json_safe(obj), indent=2, sort_keys=True,
-                                  allow_nan=False) + "\n")
+    """`obj` as JSON (`json_text`), atomically."""
+    atomic_write(path, json_text(obj) + "\n")
+
+
+def json_text(obj: Any, indent: Optional[int] = 2) -> str:
+    """str. `obj` as JSON, keys sorted; NaN and infinities (a diverged
+    run's loss) as null: Python would write NaN, which is not JSON and
+    which other readers (JavaScript's JSON.parse, jq) refuse. `indent`
+    None gives one line (a JSON-lines record)."""
+    return json.dumps(json_safe(obj), indent=indent, sort_keys=True,
+                      allow_nan=False)
 
 
 def json_safe(obj: Any) -> Any:
