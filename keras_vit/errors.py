@@ -14,7 +14,7 @@ from inside Keras or TensorFlow included, keeps its traceback.
 `UsageError` is a `ValueError`, so code that caught ValueError still does.
 
 `one_line(error)`: an exception's message on one line (TensorFlow's span
-several), for a UsageError that names its cause; `failed_allocation(error)`:
+several; `flat_text`), for a UsageError that names its cause; `failed_allocation(error)`:
 what an out-of-memory error failed to allocate; `is_disk_full(error)`:
 whether it is a full disk instead.
 
@@ -158,8 +158,28 @@ def failed_allocation(error: BaseException) -> str:
 
 def one_line(error: BaseException) -> str:
     """`error`'s message on one line (TensorFlow's OpError keeps it in
-    `.message`, and spans several lines)."""
-    return " ".join(str(getattr(error, "message", None) or error).split())
+    `.message`, and spans several lines): `flat_text`."""
+    return flat_text(str(getattr(error, "message", None) or error))
+
+
+def flat_text(text: str) -> str:
+    """str. `text` on one line, its runs of white space as one space; an
+    indented line is a list item, ended by ";" before the next item and
+    by "." before a line that is not one (so "missing: a" and "missing:
+    b" read as two items, not one run of words)."""
+    flat, after_item = "", False
+    for line in text.splitlines():
+        words = " ".join(line.split())
+        if not words:
+            continue
+        item = line[:1].isspace()
+        if flat:
+            if after_item and not flat.endswith((".", ":", ";", ",")):
+                flat += ";" if item else "."
+            flat += " "
+        flat += words
+        after_item = item
+    return flat
 
 
 def check_options(options, known, who: str, also: str = "") -> None:

@@ -8,10 +8,13 @@ the references are resized with scipy.ndimage.zoom(order=1), as the
 official code does, not with the function under test.
 """
 
+import subprocess
+
 import keras
 import numpy as np
 import pytest
 import scipy.ndimage
+from PIL import Image
 
 from keras_vit import create_model, load_model
 from keras_vit.checkpoint import loader
@@ -20,7 +23,8 @@ from keras_vit.checkpoint import weights as checkpoint
 from keras_vit.checkpoint.formats import npz_layout
 from keras_vit.checkpoint.npz_source import NpzSource
 from keras_vit.checkpoint.resolution import rebuild_at_resolution
-from keras_vit.errors import UsageError
+from keras_vit.errors import UsageError, flat_text
+from tests import console
 from tests import numpy_reference as ref
 
 POSEMB = "Transformer/posembed_input/pos_embedding"
@@ -600,6 +604,39 @@ def test_strict_error_lists_every_offending_key(tmp_path):
     )
     assert "shape mismatch" in str(report)
 
+
+
+def test_the_command_line_keeps_the_offending_keys_apart(tmp_path):
+    """On one line, each key the file lacks or adds is its own item (the
+    lines of the error were run together with spaces)."""
+    model = tiny()
+    arrays = random_arrays(model)
+    del arrays["Transformer/encoderblock_1/LayerNorm_2/bias"]
+    arrays["extra/kernel"] = np.ones((3, 3), "float32")
+    path = save(tmp_path / "bad.npz", arrays)
+    image = tmp_path / "a.png"
+    Image.fromarray(np.zeros((32, 32, 3), "uint8")).save(image)
+    done = subprocess.run(
+        console.script("predict") + [str(image), "--model", path],
+        capture_output=True, text=True, env=console.env(), timeout=300)
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"keras-vit-predict: error: Checkpoint {path} does not fit the "
+        f"model 'vit': missing in file: Transformer/encoderblock_1/"
+        "LayerNorm_2/bias (model expects (32,)); unexpected in file: "
+        "extra/kernel (3, 3) (model has no such parameter). "
+        "keras-vit-convert --non_strict loads what fits into a .keras "
+        "file, with a report."), done.stderr
+
+
+@pytest.mark.parametrize("text, flat", [
+    ("a\n  b: 1\n  c: 2\nd", "a b: 1; c: 2. d"),
+    ("list:\n  one.\n  two", "list: one. two"),
+    ("wrapped  words\nand more\n\n", "wrapped words and more"),
+    ("  only: item", "only: item"), ("", ""),
+])
+def test_flat_text(text, flat):
+    assert flat_text(text) == flat
 
 def test_wrong_variant_is_named(tmp_path):
     path = save(tmp_path / "wide.npz", random_arrays(tiny(hidden_size=48)))

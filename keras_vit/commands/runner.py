@@ -110,7 +110,7 @@ def report(error: BaseException, program: str, verbose: bool,
     if verbose:
         print("".join(traceback.format_exception(error)), file=sys.stderr,
               end="", flush=True)
-    message = " ".join(str(error).split()) if str(error) else repr(error)
+    message = errors.flat_text(str(error)) or repr(error)
     # An atomic write's temporary file is named as the file it makes.
     message = shell_words(atomic.final_names(message), values)
     print(f"{program}: {kind}: {message}", file=sys.stderr, flush=True)
