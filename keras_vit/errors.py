@@ -14,9 +14,9 @@ from inside Keras or TensorFlow included, keeps its traceback.
 `UsageError` is a `ValueError`, so code that caught ValueError still does.
 
 `one_line(error)`: an exception's message on one line (TensorFlow's span
-several; `flat_text`), for a UsageError that names its cause; `failed_allocation(error)`:
-what an out-of-memory error failed to allocate; `is_disk_full(error)`:
-whether it is a full disk instead.
+several; `flat_text`), for a UsageError that names its cause;
+`failed_allocation(error)`: what an out-of-memory error failed to
+allocate; `is_disk_full(error)`: whether it is a full disk instead.
 
 `Preempted`: a run stopped on SIGTERM or Ctrl-C after saving a checkpoint;
 every command then exits with PREEMPTED_EXIT_CODE, and the same command

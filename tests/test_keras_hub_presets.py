@@ -117,7 +117,7 @@ def test_task_json_decides_over_config_json_and_the_converter_files(
 
 
 def test_without_task_json_the_backbone_and_preprocessor_json_are_read(
-        tmp_path):
+        tmp_path, caplog):
     folder = _copy(tmp_path)
     os.remove(folder / "task.json")
     checkpoint = keras_preset.read_preset(str(folder))
@@ -136,7 +136,10 @@ def test_without_task_json_the_backbone_and_preprocessor_json_are_read(
     os.remove(folder / "task.weights.h5")
     shutil.copy(os.path.join(FIXTURES, "vit_classifier", "task.json"),
                 folder)
+    caplog.set_level("WARNING", logger="absl")
     assert loader.describe_source(str(folder)).num_classes == 0
+    assert f"{folder} holds a classifier's task.json but no task.weights.h5:" \
+        " its backbone alone is read" in caplog.text
 
 
 def _set(file, edit):
@@ -227,7 +230,14 @@ def test_hostile_or_partial_weights_files_are_refused(tmp_path):
     weights.write_bytes(b"not hdf5")
     with pytest.raises(UsageError, match="not a readable HDF5"):
         loader.load_model(str(folder))
+    # Beside a single weights file, a sharded index is not read (keras-hub
+    # too reads model.weights.h5 first).
+    (folder / "model.weights.json").write_text("{}")
+    shutil.copy(os.path.join(FIXTURES, "vit_classifier", "model.weights.h5"),
+                weights)
+    assert loader.describe_source(str(folder)).num_classes > 0
     os.remove(weights)
+    os.remove(folder / "model.weights.json")
     with pytest.raises(UsageError, match="without model.weights.h5"):
         resolve(str(folder)).build()
     (folder / "model.weights.json").write_text("{}")

@@ -177,6 +177,27 @@ def test_a_mistyped_augreg_name_says_there_is_no_such_file(user):
     assert catalog.lookup(nested) is None
 
 
+@pytest.mark.parametrize("text, first", [
+    ("augreg/B-16", "augreg/B_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-"
+     "do_0.0-sd_0.0"),
+    ("augreg/vit_r26_s32", "augreg/R26_S_32-i21k-300ep-lr_0.001-aug_light1-"
+     "wd_0.1-do_0.0-sd_0.0"),
+    ("augreg/B_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0--"
+     "imagenet2012-steps_20k-lr_0.01-res_385", "augreg/B_16-i21k-300ep-"
+     "lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0--imagenet2012-steps_20k-"
+     "lr_0.03-res_384"),
+    ("ViT-B16", "ViT-B_16"),
+])
+def test_a_mistyped_name_gets_the_closest_names(text, first):
+    """An augreg/ name is matched against AugReg's names alone, and one
+    too far from every listed name against its model's recommended
+    file (the sweep's names are too many to list)."""
+    close = catalog.suggestions(text)
+    assert close[0] == first, close
+    assert all(n.startswith("augreg/") for n in close) == (
+        text.startswith("augreg/"))
+
+
 def test_convert_checks_its_output_before_any_download(user, tmp_path):
     """--output must end with .keras: said before the mirror's file is
     fetched; a leading ~ in --output is the home folder."""

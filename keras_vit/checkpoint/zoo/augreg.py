@@ -120,6 +120,17 @@ class AugRegName:
         return NUM_CLASSES.get(self.adapt_dataset or self.dataset)
 
 
+def model_named(text: str) -> Optional[str]:
+    """The model of MODELS that `text` starts with, however written
+    ("B-16", "vit_b16", "B_16-i21k-300ep" -> "B_16"), or None."""
+    wanted = re.sub(r"[^a-z0-9]", "", text.lower()).removeprefix("vit")
+    for model in sorted(MODELS, key=len, reverse=True):
+        key = re.sub(r"[^a-z0-9]", "", model.lower())
+        if wanted.startswith(key) and not wanted[len(key):][:1].isdigit():
+            return model
+    return None
+
+
 def parse_name(path: str) -> Optional[AugRegName]:
     """The AugReg name of a file (a path or URL, with or without `.npz`),
     or None when the file is not named like one."""

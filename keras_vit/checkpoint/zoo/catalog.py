@@ -387,10 +387,15 @@ def is_download(text: str) -> bool:
 
 
 def suggestions(text: str, n: int = 3) -> List[str]:
-    """The known names closest to `text` (difflib, ignoring case), best
-    first."""
-    names = {name.lower(): name
-             for name in [*_SHORT, *_MODELS, *KERAS_HUB_PRESETS]}
-    close = difflib.get_close_matches(text.strip().lower(), list(names), n=n,
-                                      cutoff=0.5)
-    return [names[name] for name in close]
+    """The known names closest to `text` (difflib, ignoring case; of an
+    augreg/ name, AugReg's names, else the recommended file of its
+    model), best first."""
+    text, names = text.strip(), [*_SHORT, *_MODELS, *KERAS_HUB_PRESETS]
+    sweep = text.lower().startswith("augreg/")
+    names = {name.lower(): name for name in names
+             if not sweep or name.startswith("augreg/")}
+    close = [names[name] for name in difflib.get_close_matches(
+        text.lower(), list(names), n=n, cutoff=0.5)]
+    model = sweep and not close and augreg.model_named(text[7:])
+    return close or [f"augreg/{name}" for name in _AUGREG_BEST
+                     if model and name.startswith(f"{model}-")]
