@@ -282,6 +282,17 @@ _Q_BIAS = "vit.encoder.layer.0.attention.attention.query.bias"
      r"\(4,\), .* needs \(5,\)"),
     ("hf_vit_classifier", "classifier.weight", (slice(None), slice(16)),
      r"\(5, 16\), .* needs \(5, 32\)"),
+    # The class token and the position table of another rank (the same
+    # numbers, as a header that lies about the shape gives them): named
+    # with the shape they need, not read as a table of 32 rows.
+    ("hf_vit_classifier", "vit.embeddings.position_embeddings", (0,),
+     r"\(17, 32\), .* needs \(1, tokens, 32\)"),
+    ("timm_vit", "pos_embed", (Ellipsis, None),
+     r"\(1, 17, 32, 1\), .* needs \(1, tokens, 32\)"),
+    ("timm_vit", "pos_embed", (slice(None), slice(None), slice(16)),
+     r"\(1, 17, 16\), .* needs \(1, tokens, 32\)"),
+    ("hf_vit_classifier", "vit.embeddings.cls_token", (0, 0),
+     r"\(32,\), .* needs \(1, 1, 32\)"),
 ])
 def test_mis_shaped_arrays_are_refused_by_name(tmp_path, name, key, cut,
                                                message):

@@ -66,13 +66,15 @@ class Mapper:
         if full in self.tensors:
             got = stored_shape(self.tensors, full)
             if got != tuple(want):
-                raise UsageError(
-                    f"{full} has shape {got}, where a model {self.width} "
-                    f"wide (its patch embedding's width) needs "
-                    f"{tuple(want)}: the arrays are not one ViT's; the "
-                    "file is refused."
-                )
+                self.refuse(full, got, str(tuple(want)))
         return self.take(key, required)
+
+    def refuse(self, full: str, got, want: str) -> None:
+        """Refuses array `full` of shape `got`, where `want` is needed."""
+        raise UsageError(
+            f"{full} has shape {got}, where a model {self.width} wide (its "
+            f"patch embedding's width) needs {want}: the arrays are not one "
+            "ViT's; the file is refused.")
 
     def put(self, key: str, value: Optional[np.ndarray],
             fn: Callable = lambda v: v) -> None:
@@ -117,7 +119,13 @@ class Mapper:
 
 def _stem(m: Mapper, cls: str, posemb: str, patch: str,
           kernel: Optional[np.ndarray] = None) -> None:
-    m.put("cls", m.take(cls, required=False))
+    m.set_width(m.prefix + patch + ".weight")
+    m.put("cls", m.shaped(cls, (1, 1, m.width), required=False))
+    # (1, tokens, width); the token count is checked against the grid.
+    table = stored_shape(m.tensors, m.prefix + posemb) if m.has(
+        posemb) else (1, 0, m.width)
+    if len(table) != 3 or table[0] != 1 or table[2] != m.width:
+        m.refuse(m.prefix + posemb, table, f"(1, tokens, {m.width})")
     m.put("Transformer/posembed_input/pos_embedding", m.take(posemb))
     # (out, in, kh, kw) -> (kh, kw, in, out); `kernel`: the stored one as
     # the library reshapes it.
@@ -215,7 +223,6 @@ def map_huggingface(tensors, heads: int,
         )
     _stem(m, "embeddings.cls_token", "embeddings.position_embeddings",
           "embeddings.patch_embeddings.projection")
-    m.set_width(prefix + "embeddings.patch_embeddings.projection.weight")
     width = m.width
     layers = _num_blocks(tensors, re.escape(prefix) + names["blocks"])
     for i in range(layers):
@@ -256,7 +263,6 @@ def map_timm(tensors, heads: int, fc_norm: bool, qkv_bias=True,
     filter reshapes it."""
     m = Mapper(tensors, "")
     _stem(m, "cls_token", "pos_embed", "patch_embed.proj", kernel)
-    m.set_width("patch_embed.proj.weight")
     width = m.width
     for i in range(_num_blocks(tensors, r"blocks\.(\d+)\.")):
         t, block = f"blocks.{i}.", f"Transformer/encoderblock_{i}"
