@@ -386,8 +386,16 @@ def test_non_square_file_grid_needs_posemb_grid(tmp_path):
     with pytest.raises(UsageError) as info:
         NpzSource(path, posemb_grid=(5, 5)).build()
     assert str(info.value) == (
-        f"`posemb_grid`=5x5 holds 25 patches; the position embedding of "
-        f"{path} has 24: pass the grid it was trained with.")
+        f"{path}: `posemb_grid`=5x5 holds 25 patches, its position table "
+        "24 (a 4x6 or 6x4 grid holds that many): pass the grid it was "
+        "trained with.")
+    # Loaded into a model, the same: no lenient load uses a table by a
+    # grid it does not fill (the table loaded as it is, the grid ignored).
+    for strict in (True, False):
+        with pytest.raises(UsageError, match=r"`posemb_grid`=5x5 holds 25 "
+                           "patches, its position table 24"):
+            checkpoint.load_npz(tiny(image_size=(32, 48)), path,
+                                posemb_grid=(5, 5), strict=strict)
     # Described (no model built), it reads as before; given its size, built.
     assert NpzSource(path).architecture().image_size == (224, 224)
     assert NpzSource(path).build((32, 48))[0].input_shape == (
@@ -627,6 +635,25 @@ def test_the_command_line_keeps_the_offending_keys_apart(tmp_path):
         "extra/kernel (3, 3) (model has no such parameter). "
         "keras-vit-convert --non_strict loads what fits into a .keras "
         "file, with a report."), done.stderr
+
+
+def test_a_grid_that_does_not_hold_the_table_is_refused_by_its_flag(
+        tmp_path):
+    """A square file read with a wrong --posemb_grid: the flag named,
+    without the --non_strict advice (a lenient load would have ignored
+    the grid)."""
+    path = save(tmp_path / "square.npz", random_arrays(tiny()))
+    image = tmp_path / "a.png"
+    Image.fromarray(np.zeros((32, 32, 3), "uint8")).save(image)
+    done = subprocess.run(
+        console.script("predict") + [str(image), "--model", path,
+                                     "--posemb_grid=3x5"],
+        capture_output=True, text=True, env=console.env(), timeout=300)
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"keras-vit-predict: error: {path}: --posemb_grid=3x5 holds 15 "
+        "patches, its position table 16 (a 4x4 or 2x8 grid holds that "
+        "many): pass the grid it was trained with."), done.stderr
 
 
 @pytest.mark.parametrize("text, flat", [

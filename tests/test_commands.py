@@ -675,9 +675,9 @@ def test_convert_asks_for_the_grid_of_a_file_that_is_not_square(
              "3x8?): pass the grid it was trained with as "
              "--posemb_grid=ROWSxCOLS, or the --image_size=HxW it was "
              "trained at."),
-            ("--posemb_grid=5x5", "--posemb_grid=5x5 holds 25 patches; the "
-             f"position embedding of {path} has 24: pass the grid it was "
-             "trained with.")):
+            ("--posemb_grid=5x5", f"{path}: --posemb_grid=5x5 holds 25 "
+             "patches, its position table 24 (a 4x6 or 6x4 grid holds that "
+             "many): pass the grid it was trained with.")):
         capsys.readouterr()
         assert convert.main(["keras-vit-convert", f"--model={path}", out,
                              flag]) == 1

@@ -25,6 +25,7 @@ from keras_vit.checkpoint.formats.lazy import shape_of
 from keras_vit.checkpoint.posemb import (
     MAX_TOKENS,
     as_grid,
+    check_grid_holds,
     square_grid,
     square_or_none,
 )
@@ -153,12 +154,7 @@ class NpzSource(sources.Source):
         if ask and size is None and tokens:
             # A grid that is not square, to build: its size is asked for
             # (224 would build a model the file's grid does not fit).
-            if self.posemb_grid:
-                rows, cols = self.posemb_grid
-                raise UsageError(
-                    f"`posemb_grid`={rows}x{cols} holds {rows * cols} "
-                    f"patches; the position embedding of {self.path} has "
-                    f"{tokens}: pass the grid it was trained with.")
+            check_grid_holds(tokens, self.posemb_grid, self.path)
             square_grid(tokens)
         return size or 224
 

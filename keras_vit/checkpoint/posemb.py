@@ -88,6 +88,22 @@ def check_grid_said(tokens: int, model_grid: Grid,
         f"{rows}x{cols} if it was saved at the model's grid.")
 
 
+def check_grid_holds(tokens: int, posemb_grid: Optional[Grid],
+                     source: str) -> None:
+    """A UsageError where `posemb_grid`, the grid a user says a table of
+    `tokens` patches was trained at, holds another number of patches (so
+    no strict or lenient load can use it)."""
+    if posemb_grid is None or posemb_grid[0] * posemb_grid[1] == tokens:
+        return
+    rows, cols = posemb_grid
+    close = [f"{r}x{c}" for r, c in _grids(tokens)[:2]]
+    holds = f" (a {' or '.join(close)} grid holds that many)" if close else ""
+    raise UsageError(
+        f"{source}: `posemb_grid`={rows}x{cols} holds {rows * cols} "
+        f"patches, its position table {tokens}{holds}: pass the grid it "
+        "was trained with.")
+
+
 def _grids(tokens: int):
     """The (rows, cols) grids of `tokens` patches, squarest first, none of
     one row."""

@@ -55,6 +55,7 @@ from keras_vit.checkpoint.formats.npz_mapping import (
 )
 from keras_vit.checkpoint.posemb import (
     as_grid,
+    check_grid_holds,
     check_grid_said,
     resize_position_embedding,
     square_grid,
@@ -151,12 +152,9 @@ def load_arrays(
             report.hints.insert(0, hint)
         if strict:
             raise UsageError(
-                f"Checkpoint {source} does not fit the model "
-                f"{model.name!r}:\n{report.problems()}\n"
-                + "\n".join(report.hints)
-                + "\nPass `strict`=False to load what fits and get a "
-                "report."
-            )
+                f"Checkpoint {source} does not fit the model {model.name!r}"
+                f":\n{report.problems()}\n" + "\n".join(report.hints) +
+                "\nPass `strict`=False to load what fits and get a report.")
     _assign(model, params, arrays, report)
     return report
 
@@ -295,6 +293,8 @@ def _fit_position_embedding(loading: _Loading, new_grid: Grid,
     regrid = posemb_grid is not None and tuple(posemb_grid) != new_grid
     same_width = len(found) == 3 and found[0] == 1 and found[2] == want[2]
     prefix = int("cls" in loading.expected)
+    if same_width and prefix == int("cls" in arrays):
+        check_grid_holds(found[1] - prefix, posemb_grid, report.path)
     if same_width and found == want:
         check_grid_said(found[1] - prefix, new_grid, posemb_grid,
                         report.path)
