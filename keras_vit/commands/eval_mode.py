@@ -152,8 +152,7 @@ def evaluate(values, source, strategy) -> Dict:
     if skipped:  # config.input.skip_bad_images: named in the log
         metrics["skipped_images"] = skipped
     logging.info("eval %s %s: %s", inp.dataset, split, metrics)
-    # A NaN loss (a model whose outputs overflow) as null.
-    text = wd.json_text(metrics)
+    text = wd.json_text(metrics)  # a NaN loss (overflow) as null
     print(text)
     if result_path and distribute.is_chief(strategy):  # one writer
         _write(result_path, text + "\n")

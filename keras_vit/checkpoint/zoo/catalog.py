@@ -390,10 +390,9 @@ def suggestions(text: str, n: int = 3) -> List[str]:
     """The known names closest to `text` (difflib, ignoring case; of an
     augreg/ name, AugReg's names, else the recommended file of its
     model), best first."""
-    text, names = text.strip(), [*_SHORT, *_MODELS, *KERAS_HUB_PRESETS]
-    sweep = text.lower().startswith("augreg/")
-    names = {name.lower(): name for name in names
-             if not sweep or name.startswith("augreg/")}
+    text, sweep = text.strip(), text.strip().lower().startswith("augreg/")
+    names = {name.lower(): name for name in [*_SHORT, *_MODELS,
+             *KERAS_HUB_PRESETS] if not sweep or name.startswith("augreg/")}
     close = [names[name] for name in difflib.get_close_matches(
         text.lower(), list(names), n=n, cutoff=0.5)]
     model = sweep and not close and augreg.model_named(text[7:])
