@@ -762,6 +762,31 @@ def test_files_of_other_kinds_in_a_folder_are_counted(setup, tmp_path):
         ".png, .gif, .bmp, .webp are images here)."), line
 
 
+def test_an_earlier_analysis_s_figures_are_not_classified(setup, tmp_path):
+    """keras-vit-analysis's output folder inside a folder of photos: its
+    figures (beside its analysis.json) are not read as photos when the
+    folder is walked, and said; one given by name is classified."""
+    root, _ = setup
+    folder = tmp_path / "photos"
+    shutil.copytree(root / "photos", folder)
+    (folder / "analysis").mkdir()
+    (folder / "analysis" / "analysis.json").write_text("{}")
+    figure = folder / "analysis" / "attention_rollout.png"
+    figure.write_bytes(_encode(np.zeros((20, 30, 3), np.uint8), "PNG"))
+    photos = image_files.images_under(str(root / "photos"))
+    for args, count in (([str(folder)], len(photos)),
+                        ([str(figure)], 1)):
+        result = console.run("predict", [f"--model={root / 'vit.keras'}",
+                                         *args])
+        assert result.returncode == 0, result.stderr[-2000:]
+        lines = result.stdout.strip().splitlines()
+        assert len(lines) == count, lines
+        said = f"{folder}: 1 figure(s) of an earlier analysis (beside its " \
+            "analysis.json) not read as images."
+        assert (said in result.stderr) == (count > 1), result.stderr
+    assert not any(line.startswith(str(figure.parent)) for line in lines[:-1])
+
+
 def test_remote_images_are_read_as_local_ones(setup, tmp_path, capsys,
                                              caplog):
     """A folder at a tf.io.gfile URL (here TensorFlow's in-memory ram://

@@ -52,7 +52,7 @@ def _list_images(paths: Sequence[str], output_dir: Optional[str] = None
                 )
             named = [(f, os.path.relpath(f, path)) for f in found
                      if not _written_here(f, output_dir)]
-            earlier = [f for f, _ in named if _of_an_analysis(f)]
+            earlier = [f for f, _ in named if of_an_analysis(f)]
             if earlier:
                 logging.info(
                     "%s: %d figure(s) of an earlier analysis (beside its "
@@ -75,7 +75,7 @@ def _list_images(paths: Sequence[str], output_dir: Optional[str] = None
     return [(f, f if count[name] > 1 else name) for f, name in files]
 
 
-def _of_an_analysis(file: str) -> bool:
+def of_an_analysis(file: str) -> bool:
     """`file` is a figure an earlier analysis wrote: named as one, beside
     the analysis.json written with it."""
     return os.path.basename(file) in _WRITTEN and image_paths.exists(

@@ -17,12 +17,14 @@ from keras_vit.errors import UsageError
 if TYPE_CHECKING:  # imported on first use: --help loads no TensorFlow
     import tensorflow as tf
 
+    from keras_vit.analysis import inputs as analysis_inputs
     from keras_vit.data import checks, image_paths, preprocessing
 else:
     tf = lazy_module("tensorflow")
     preprocessing = lazy_module("keras_vit.data.preprocessing")
     checks = lazy_module("keras_vit.data.checks")
     image_paths = lazy_module("keras_vit.data.image_paths")
+    analysis_inputs = lazy_module("keras_vit.analysis.inputs")
 
 
 def list_images(paths: Sequence[str]) -> Tuple[List[str], bool]:
@@ -39,12 +41,23 @@ def list_images(paths: Sequence[str]) -> Tuple[List[str], bool]:
                 raise UsageError(
                     f"No images ({', '.join(IMAGE_EXTENSIONS)}) in {path}."
                 )
-            files.extend(found)
+            files.extend(_no_figures(path, found))
         elif image_paths.exists(path):
             files.append(path)
         else:
             raise UsageError(f"{path} does not exist.")
     return _once(files), folder
+
+
+def _no_figures(folder: str, found: List[str]) -> List[str]:
+    """`found` without the figures of an earlier keras-vit-analysis
+    (beside its analysis.json), said."""
+    figures = [f for f in found if analysis_inputs.of_an_analysis(f)]
+    if figures:
+        print(f"{folder}: {len(figures)} figure(s) of an earlier analysis "
+              "(beside its analysis.json) not read as images.",
+              file=sys.stderr, flush=True)
+    return [f for f in found if f not in figures]
 
 
 def _once(files: List[str]) -> List[str]:
