@@ -51,7 +51,7 @@ from keras_vit.model import (
 )
 from keras_vit.objectives import loss_scores
 from keras_vit.storage import workdir as wd
-from keras_vit.storage.version_names import version_numbers
+from keras_vit.storage.version_names import version_folders
 
 # `build(representation_size=...)`'s default: the source's pre-logits
 # layer (None already means "no pre-logits layer").
@@ -372,23 +372,21 @@ class SavedModelSource(_Export):
         numbered version."""
         if os.path.exists(os.path.join(self.path, "saved_model.pb")):
             return self.path
-        return os.path.join(self.path, str(max(saved_model_versions(
-            self.path))))
+        return os.path.join(self.path, saved_model_versions(self.path)[-1])
 
     def class_names(self) -> Optional[List[str]]:
         path = os.path.join(self.version(), "assets", wd.LABELS)
         return wd.read_lines(path) if os.path.exists(path) else None
 
 
-def saved_model_versions(folder: str) -> List[int]:
-    """The numbered versions of a TF Serving model folder that hold a
-    SavedModel, in order (a number TF Serving cannot read, past int64 or
-    not in ASCII digits, is none: it skips that folder)."""
+def saved_model_versions(folder: str) -> List[str]:
+    """The version folders of a TF Serving model folder that hold a
+    SavedModel, by name, in order of version (a name TF Serving cannot
+    read as a number is none: it skips that folder)."""
     if not os.path.isdir(folder):
         return []
-    return [number for number in version_numbers(os.listdir(folder))
-            if os.path.exists(os.path.join(folder, str(number),
-                                           "saved_model.pb"))]
+    return [name for _, name in version_folders(os.listdir(folder))
+            if os.path.exists(os.path.join(folder, name, "saved_model.pb"))]
 
 
 def is_saved_model(path: str) -> bool:

@@ -26,7 +26,7 @@ from absl import logging
 
 from keras_vit.export.files import join
 from keras_vit.storage import atomic
-from keras_vit.storage.version_names import version_numbers
+from keras_vit.storage.version_names import version_folders
 
 # The file of a SavedModel that TF Serving reads first: a version's
 # other files are in place before it is.
@@ -36,9 +36,14 @@ GRAPH_FILE = "saved_model.pb"
 def existing_versions(model_dir: str) -> List[int]:
     """list of int. The integer-named version folders in `model_dir`
     that TF Serving reads (up to MAX_VERSION)."""
+    return [number for number, _ in _folders(model_dir)]
+
+
+def _folders(model_dir: str):
+    """(version, folder name) of the version folders in `model_dir`."""
     if not tf.io.gfile.isdir(model_dir):
         return []
-    return version_numbers(tf.io.gfile.listdir(model_dir))
+    return version_folders(tf.io.gfile.listdir(model_dir))
 
 
 def next_version(model_dir: str) -> int:
@@ -51,15 +56,15 @@ def warn_incomplete(model_dir: str) -> List[int]:
     saved_model.pb (an export killed while it copied the version to a
     gs:// folder, or a folder made by hand), which TF Serving cannot
     load; those versions."""
-    missing = [v for v in existing_versions(model_dir) if not
-               tf.io.gfile.exists(join(model_dir, str(v), GRAPH_FILE))]
-    for version in missing:
+    missing = [(v, name) for v, name in _folders(model_dir) if not
+               tf.io.gfile.exists(join(model_dir, name, GRAPH_FILE))]
+    for _, name in missing:
         logging.warning(
             "%s holds no %s: that version was not completely published (an "
             "export stopped while copying it) and TF Serving cannot load "
             "it. Remove the folder; this export takes the next number.",
-            join(model_dir, str(version)), GRAPH_FILE)
-    return missing
+            join(model_dir, name), GRAPH_FILE)
+    return [version for version, _ in missing]
 
 
 def publish_version(
@@ -76,23 +81,13 @@ def publish_version(
     Returns:
         str. The version folder.
     """
-    # Listed only for a version given by hand (a request per export on
-    # gs://): an automatic one is past the newest by construction.
-    newest = 0 if auto else max(existing_versions(model_dir), default=0)
-    if version < newest:
-        logging.warning(
-            "Version %d is below the newest in %s, %d: TF Serving's default "
-            "policy (the latest version) serves %d, not this one; leave "
-            "the version out for the next free one.", version, model_dir,
-            newest, newest)
+    if not auto:  # listed for a version given by hand alone (gs://)
+        _check_given(model_dir, version)
     while True:
         final = join(model_dir, str(version))
         if tf.io.gfile.exists(final):
             if not auto:
-                raise FileExistsError(
-                    f"Version {version} already exists at {final}; pass "
-                    "another version (or none for the next free one)."
-                )
+                _taken(version, final)
             version = next_version(model_dir)
             continue
         if not renames_whole(model_dir):
@@ -109,6 +104,29 @@ def publish_version(
             raise
         atomic.sync_folder(model_dir)  # the rename itself
         return final
+
+
+def _check_given(model_dir: str, version: int) -> None:
+    """A version given by hand: refused where a folder of that number is
+    there under another name ("007" for 7), warned of below the newest
+    (an automatic one is past it by construction)."""
+    folders = _folders(model_dir)
+    for number, name in folders:
+        if number == version:
+            _taken(version, join(model_dir, name))
+    newest = max((number for number, _ in folders), default=0)
+    if version < newest:
+        logging.warning(
+            "Version %d is below the newest in %s, %d: TF Serving's default "
+            "policy (the latest version) serves %d, not this one; leave "
+            "the version out for the next free one.", version, model_dir,
+            newest, newest)
+
+
+def _taken(version: int, folder: str) -> None:
+    raise FileExistsError(
+        f"Version {version} already exists at {folder}; pass another "
+        "version (or none for the next free one).")
 
 
 def renames_whole(path: str) -> bool:
