@@ -166,19 +166,24 @@ def flat_text(text: str) -> str:
     """str. `text` on one line, its runs of white space as one space; an
     indented line is a list item, ended by ";" before the next item and
     by "." before a line that is not one (so "missing: a" and "missing:
-    b" read as two items, not one run of words)."""
-    flat, after_item = "", False
+    b" read as two items, not one run of words); a line indented deeper
+    than the item before it goes on with that item."""
+    flat, item_indent = "", None
     for line in text.splitlines():
         words = " ".join(line.split())
         if not words:
             continue
-        item = line[:1].isspace()
+        indent = len(line) - len(line.lstrip())
+        if item_indent is not None and indent > item_indent:
+            flat += " " + words  # the item's own next line
+            continue
         if flat:
-            if after_item and not flat.endswith((".", ":", ";", ",")):
-                flat += ";" if item else "."
+            if item_indent is not None and not flat.endswith(
+                    (".", ":", ";", ",", "?", "!")):
+                flat += ";" if indent else "."
             flat += " "
         flat += words
-        after_item = item
+        item_indent = indent if indent else None
     return flat
 
 

@@ -661,6 +661,9 @@ def test_a_grid_that_does_not_hold_the_table_is_refused_by_its_flag(
     ("list:\n  one.\n  two", "list: one. two"),
     ("wrapped  words\nand more\n\n", "wrapped words and more"),
     ("  only: item", "only: item"), ("", ""),
+    ("  a?\nb", "a? b"),
+    ('File "x.py", line 1:\n  f(\n      x)\nValueError: boom',
+     'File "x.py", line 1: f( x). ValueError: boom'),
 ])
 def test_flat_text(text, flat):
     assert flat_text(text) == flat

@@ -774,17 +774,26 @@ def test_an_earlier_analysis_s_figures_are_not_classified(setup, tmp_path):
     figure = folder / "analysis" / "attention_rollout.png"
     figure.write_bytes(_encode(np.zeros((20, 30, 3), np.uint8), "PNG"))
     photos = image_files.images_under(str(root / "photos"))
+    model = f"--model={root / 'vit.keras'}"
     for args, count in (([str(folder)], len(photos)),
                         ([str(figure)], 1)):
-        result = console.run("predict", [f"--model={root / 'vit.keras'}",
-                                         *args])
+        result = console.run("predict", [model, *args])
         assert result.returncode == 0, result.stderr[-2000:]
-        lines = result.stdout.strip().splitlines()
-        assert len(lines) == count, lines
+        named = [line.split(": ")[0]
+                 for line in result.stdout.strip().splitlines()]
+        assert len(named) == count, named
+        assert (str(figure) in named) == (count == 1), named
         said = f"{folder}: 1 figure(s) of an earlier analysis (beside its " \
             "analysis.json) not read as images."
         assert (said in result.stderr) == (count > 1), result.stderr
-    assert not any(line.startswith(str(figure.parent)) for line in lines[:-1])
+    # A folder of the figures alone: said, not "no readable image".
+    result = console.run("predict", [model, str(figure.parent)])
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"keras-vit-predict: error: {figure.parent} holds only the figures "
+        "of an earlier analysis (beside its analysis.json), which are not "
+        "read as images when a folder is walked: name a figure to classify "
+        "it."), result.stderr
 
 
 def test_remote_images_are_read_as_local_ones(setup, tmp_path, capsys,

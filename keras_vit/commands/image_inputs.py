@@ -53,6 +53,11 @@ def _no_figures(folder: str, found: List[str]) -> List[str]:
     """`found` without the figures of an earlier keras-vit-analysis
     (beside its analysis.json), said."""
     figures = [f for f in found if analysis_inputs.of_an_analysis(f)]
+    if figures and len(figures) == len(found):
+        raise UsageError(
+            f"{folder} holds only the figures of an earlier analysis "
+            "(beside its analysis.json), which are not read as images when "
+            "a folder is walked: name a figure to classify it.")
     if figures:
         print(f"{folder}: {len(figures)} figure(s) of an earlier analysis "
               "(beside its analysis.json) not read as images.",

@@ -35,11 +35,10 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, Optional, Tuple
 
-from absl import logging
-
 from keras_vit.checkpoint.formats import untrusted
 from keras_vit.checkpoint.hub import keras_preset_arrays as preset_arrays
 from keras_vit.checkpoint.hub import keras_preset_pixels as pixels
+from keras_vit.checkpoint.hub.processor import warn_once
 from keras_vit.checkpoint.hub.reader import (
     CONFIG_FILE,
     HubCheckpoint,
@@ -109,12 +108,12 @@ def read_preset(folder: str) -> HubCheckpoint:
     # random without task.weights.h5: then the backbone alone is read.
     head = None if task is None or not os.path.isfile(os.path.join(
         folder, TASK_WEIGHTS)) else _head(task, sizes, where)
-    if task is not None and head is None:
-        logging.warning(
-            "%s holds a classifier's %s but no %s: its backbone alone is "
-            "read, a model of features (keras-hub would start the head at "
-            "random). Download the whole preset for its head.", folder,
-            TASK_FILE, TASK_WEIGHTS)
+    if task is not None and head is None:  # the folder is read often
+        warn_once(
+            f"{folder} holds a classifier's {TASK_FILE} but no "
+            f"{TASK_WEIGHTS}: its backbone alone is read, a model of "
+            "features (keras-hub would start the head at random). Download "
+            "the whole preset for its head.")
     weights_path = _file(folder, MODEL_WEIGHTS)
     arrays = preset_arrays.backbone_arrays(weights_path, sizes)
     if head is not None:
