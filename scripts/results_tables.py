@@ -1447,7 +1447,7 @@ def litert_agreement() -> str:
     for kind in ("float32", "float16", "int8"):
         r = d[kind]
         agree = "-" if kind == "float32" else pct(
-            r["top1_agreement_with_float32"])
+            r["top1_agreement_with_float32"], 1)
         lines.append(f"| {kind} | {r['bytes']:,} B | "
                      f"{r['max_abs_probability_diff_vs_keras']:.1e} | "
                      f"{agree} | {pct(r['accuracy'], 1)} |")
