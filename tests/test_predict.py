@@ -210,12 +210,32 @@ def test_usage_errors(setup, capsys):
         ([image, "--model", str(root / "exports")], "config.json"),
         ([image, "--model", str(root / "vit.keras"), "--output",
           str(root / "photos")], "is a folder: name a file in it"),
+        ([str(root / "photos" / "*.png"), "--model",
+          str(root / "vit.keras")], "*.png does not exist: a shell pattern "
+         "in quotes is not expanded; leave out the quotes, or give the "
+         "folder."),
     ]
     for args, message in cases:
         assert run_predict(args) == 1
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and message in err[0], err
         assert err[0].startswith("keras-vit-predict: error: ")
+
+
+def test_an_empty_saved_model_pb_is_named(setup, tmp_path, capsys):
+    """A version whose saved_model.pb was cut to nothing: named as such,
+    not as TensorFlow's advice to pass tags=."""
+    root, export = setup
+    version = tmp_path / "vit" / "1"
+    shutil.copytree(export, version)
+    (version / "saved_model.pb").write_bytes(b"")
+    assert run_predict([str(root / "photos" / "img0.jpeg"), "--model",
+                        str(version)]) == 1
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line == (
+        f"keras-vit-predict: error: {version} is not a readable SavedModel "
+        "with a serving_default signature (its saved_model.pb holds no "
+        "graph: an empty or damaged file): export the model again."), line
 
 
 def test_folders_are_walked_through_links_and_past_hidden_names(tmp_path):

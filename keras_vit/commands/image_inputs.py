@@ -44,6 +44,10 @@ def list_images(paths: Sequence[str]) -> Tuple[List[str], bool]:
             files.extend(_no_figures(path, found))
         elif image_paths.exists(path):
             files.append(path)
+        elif any(c in path for c in "*?["):
+            raise UsageError(
+                f"{path} does not exist: a shell pattern in quotes is not "
+                "expanded; leave out the quotes, or give the folder.")
         else:
             raise UsageError(f"{path} does not exist.")
     return _once(files), folder

@@ -113,10 +113,14 @@ def saved_model_predictor(path: str) -> Callable:
     try:
         signature = tf.saved_model.load(path).signatures["serving_default"]
     except (OSError, ValueError, KeyError, tf.errors.OpError) as error:
+        # An empty or cut saved_model.pb holds no graph, which TensorFlow
+        # words as a call that needs tags=.
+        reason = ("its saved_model.pb holds no graph: an empty or damaged "
+                  "file" if "tags=" in str(error) else _first_sentence(
+                      checks.decode_reason(error)))
         raise UsageError(
             f"{path} is not a readable SavedModel with a serving_default "
-            f"signature ({_first_sentence(checks.decode_reason(error))}): "
-            "export the model again.") from None
+            f"signature ({reason}): export the model again.") from None
     export_files.check_saved_signature(path, signature)
 
     def predict(images: Sequence[bytes]) -> np.ndarray:
