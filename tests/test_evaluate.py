@@ -636,6 +636,28 @@ def test_cli_fewshot_at_the_models_own_size(tmp_path, capsys):
         "pass --name=first to add to them, or another --output_dir."]
 
 
+def test_fewshot_at_the_config_s_size_names_the_model_s_own(tmp_path,
+                                                            caplog):
+    """A 32 x 32 model probed at the config's 224 (its table stretched):
+    a warning names the size it was trained at and the flag for it; none
+    at its own size."""
+    path = str(tmp_path / "m.npz")
+    checkpoint.save_npz(tiny(representation_size=16), path)
+    common = ("--mode=fewshot", f"--config={FEWSHOT_CONFIG}:digits",
+              "--config.evals.fewshot.shots=(1,)",
+              "--config.evals.fewshot.seeds=(0,)", f"--model={path}")
+    caplog.set_level("WARNING", logger="absl")
+    assert cli(*common, "--config.model.image_size=64",
+               f"--output_dir={tmp_path / 'a'}") == 0
+    assert f"{path} was trained at 32x32; its few-shot features are taken " \
+        "at 64x64 (--config.model.image_size), its position embeddings " \
+        "resized: --image_size=32 takes them at its own size." in caplog.text
+    caplog.clear()
+    assert cli(*common, "--image_size=32",
+               f"--output_dir={tmp_path / 'b'}") == 0
+    assert "was trained at" not in caplog.text
+
+
 def test_fewshot_at_the_models_own_size_warns_of_a_small_crop(caplog):
     """config.model.image_size=0 keeps the config's resize (at least the
     model's side): where the crop then keeps less than half of each side

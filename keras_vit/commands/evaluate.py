@@ -32,6 +32,7 @@ from keras_vit import config as config_lib
 from keras_vit import config_limits
 from keras_vit.commands import eval_mode
 from keras_vit.commands import flags as cli
+from keras_vit.commands import resize as cli_resize
 from keras_vit.commands.lazy import lazy_module
 from keras_vit.errors import Preempted, UsageError
 from keras_vit.storage import atomic
@@ -177,6 +178,8 @@ def _fewshot_mode(values, source, strategy) -> Dict:
     results, not_run = {}, {}
     if datasets:  # what is not kept
         if model is None:
+            if not values.image_size:  # the config's size
+                cli_resize.warn_config_size(source, image_size)
             model = _fewshot_model(source, image_size, strategy)
         results, not_run = fewshot.run(
             model, opts, datasets, image_size=image_size,

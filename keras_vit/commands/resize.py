@@ -163,3 +163,23 @@ def scaled_resize(resize: Optional[int], trained_size,
         resize = round(int(resize) * max(rows / trained_rows,
                                          cols / trained_cols))
     return max(rows, cols, int(resize))
+
+
+def warn_config_size(source: loader.Source, image_size) -> None:
+    """A warning where few-shot features are taken at the config's
+    `image_size`, not the size the model was trained at (a 32 x 32 run
+    probed at the config's 224: its table stretched, far below what it
+    scores at its own). Read from the sources that say it without being
+    loaded (a run's config, an .npz's or a hub folder's header)."""
+    if source.kind not in ("workdir", "npz", "hub"):
+        return
+    own = tuple(source.architecture().image_size or ())
+    if len(own) != 2 or None in own or _hw(image_size) == own:
+        return
+    flag = (f"--image_size={own[0]}" if own[0] == own[1]
+            else "--config.model.image_size=0")
+    logging.warning(
+        "%s was trained at %dx%d; its few-shot features are taken at %dx%d "
+        "(config.model.image_size), its position embeddings resized: %s "
+        "takes them at its own size.", source.path, *own,
+        *_hw(image_size), flag)
