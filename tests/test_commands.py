@@ -245,6 +245,26 @@ def test_library_words_become_the_commands_flags():
         "--image_size (--config.model.image_size) height 36 is not ")
 
 
+def test_export_checks_its_version_before_the_model_loads(tmp_path,
+                                                          capsys):
+    """A --version TF Serving cannot read, or one already there, is one
+    line naming the flag, before the (here missing) model is read."""
+    export = module("export")
+    (tmp_path / "vit" / "004").mkdir(parents=True)
+    for version, says in (
+            ("-3", "--version=-3 is not a whole number of 0 or more: pass "
+             "one, or none for the next free one."),
+            (str(2**63), f"--version={2**63} is above 9,223,372,036,854,"
+             "775,807 (2**63 - 1)"),
+            ("4", f"Version 4 already exists in {tmp_path / 'vit'}: pass "
+             "another --version, or none for the next free one.")):
+        assert export.main(["keras-vit-export", "--model=missing.keras",
+                            f"--export_dir={tmp_path}",
+                            f"--version={version}"]) == 1
+        (line,) = capsys.readouterr().err.strip().splitlines()
+        assert line.startswith(f"keras-vit-export: error: {says}"), line
+
+
 def test_a_bad_flag_is_one_line(tmp_path, capsys):
     export = module("export")
     assert export.main(["keras-vit-export", "--model=x.keras",

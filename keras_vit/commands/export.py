@@ -40,11 +40,15 @@ if TYPE_CHECKING:  # imported on first use: --help loads no TensorFlow
     from keras_vit.checkpoint import loader
     from keras_vit.export import files as export_files
     from keras_vit.export import litert, litert_record, saved_model
+    from keras_vit.export import options as export_options
+    from keras_vit.export import versions as export_versions
 else:
     export_files = lazy_module("keras_vit.export.files")
     litert = lazy_module("keras_vit.export.litert")
     litert_record = lazy_module("keras_vit.export.litert_record")
     saved_model = lazy_module("keras_vit.export.saved_model")
+    export_options = lazy_module("keras_vit.export.options")
+    export_versions = lazy_module("keras_vit.export.versions")
 
 # --quantization's choices: keras_vit.export.litert.QUANTIZATIONS.
 QUANTIZATIONS = ("float32", "float16", "int8")
@@ -137,6 +141,18 @@ _SAVED_MODEL_FLAGS = ("top_k", "warmup_images", "no_warmup", "version",
                       "serving_base_dir", "dynamic_size")
 
 
+def _check_version(values: flags.FlagValues) -> None:
+    """--version, before the model loads: one TF Serving reads, and no
+    version there already (checked again as it is published)."""
+    export_options.check_version(values.version)
+    model_dir = os.path.join(values.export_dir, values.model_name)
+    if values.version is not None and values.version in (
+            export_versions.existing_versions(model_dir)):
+        raise UsageError(
+            f"Version {values.version} already exists in {model_dir}: pass "
+            "another --version, or none for the next free one.")
+
+
 def export(values: flags.FlagValues) -> str:
     """str. Exports the --model as the flags say; the new version's path
     (or the .tflite file's)."""
@@ -169,6 +185,8 @@ def export(values: flags.FlagValues) -> str:
         raise UsageError("--overwrite goes with --format=litert only: a "
                          "SavedModel version is never replaced (pass "
                          "another --version, or none for the next).")
+    if values.format != "litert":
+        _check_version(values)
     source = cli.model_source(
         values,
         tensorflow_work="it writes TensorFlow's SavedModel and LiteRT files")

@@ -160,11 +160,11 @@ def check_version(version) -> None:
         or version < 0
     ):
         raise UsageError(
-            f"version must be a non-negative int or None, got {version!r}."
-        )
+            f"`version`={version!r} is not a whole number of 0 or more: "
+            "pass one, or none for the next free one.")
     if version is not None and int(version) > MAX_VERSION:
         raise UsageError(
-            f"version {version} is above {MAX_VERSION:,} (2**63 - 1), the "
+            f"`version`={version} is above {MAX_VERSION:,} (2**63 - 1), the "
             "largest TF Serving reads (it skips a folder whose number it "
             "cannot read, serving nothing from it): pass a smaller one, "
             "such as a time in seconds ($(date +%s)).")
