@@ -146,8 +146,7 @@ def _check_version(values: flags.FlagValues) -> None:
     version there already (checked again as it is published)."""
     export_options.check_version(values.version)
     model_dir = os.path.join(values.export_dir, values.model_name)
-    if values.version is not None and values.version in (
-            export_versions.existing_versions(model_dir)):
+    if values.version in export_versions.existing_versions(model_dir):
         raise UsageError(
             f"Version {values.version} already exists in {model_dir}: pass "
             "another --version, or none for the next free one.")
@@ -185,8 +184,8 @@ def export(values: flags.FlagValues) -> str:
         raise UsageError("--overwrite goes with --format=litert only: a "
                          "SavedModel version is never replaced (pass "
                          "another --version, or none for the next).")
-    if values.format != "litert":
-        _check_version(values)
+    if values.format != "litert" and values.version is not None:
+        _check_version(values)  # (loads TensorFlow: only when given)
     source = cli.model_source(
         values,
         tensorflow_work="it writes TensorFlow's SavedModel and LiteRT files")
