@@ -11,8 +11,8 @@ from keras_vit.checkpoint import sources
 from keras_vit.export import versions as export_versions
 from keras_vit.storage.version_names import (
     MAX_VERSION,
+    version_folders,
     version_number,
-    version_numbers,
 )
 
 
@@ -37,7 +37,8 @@ def test_the_export_and_the_reader_list_the_same_versions(tmp_path):
         (tmp_path / name).mkdir()
         if name != "5":  # a version not completely published
             (tmp_path / name / "saved_model.pb").write_bytes(b"")
-    assert version_numbers(os.listdir(tmp_path)) == [4, 5, 10]
+    assert [n for n, _ in version_folders(os.listdir(tmp_path))] == [
+        4, 5, 10]
     assert export_versions.existing_versions(str(tmp_path)) == [4, 5, 10]
     assert sources.saved_model_versions(str(tmp_path)) == ["4", "10"]
     assert sources.SavedModelSource(str(tmp_path)).version() == str(

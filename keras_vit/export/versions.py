@@ -34,8 +34,8 @@ GRAPH_FILE = "saved_model.pb"
 
 
 def existing_versions(model_dir: str) -> List[int]:
-    """list of int. The integer-named version folders in `model_dir`
-    that TF Serving reads (up to MAX_VERSION)."""
+    """list of int. The versions of the folders in `model_dir` that TF
+    Serving reads as numbers (`storage.version_names`), in order."""
     return [number for number, _ in _folders(model_dir)]
 
 

@@ -38,7 +38,3 @@ def version_folders(names: Iterable[str]) -> List[Tuple[int, str]]:
     return sorted((number, name) for number, name in found
                   if number is not None)
 
-
-def version_numbers(names: Iterable[str]) -> List[int]:
-    """list of int. The versions among folder `names`, in order."""
-    return [number for number, _ in version_folders(names)]
