@@ -307,6 +307,10 @@ def test_evaluate_names_the_images_it_cannot_decode(tmp_path):
             "--mode=eval", f"--model={model}", *args, "--split=train",
             "--batch_size=4", f"--output_dir={out}"])
         assert result.returncode == 0, result.stderr[-3000:]
+        # The log names the skip without a config field the user may not
+        # have typed.
+        assert "Skipping 3 unreadable image file(s)" in result.stderr
+        assert "(skip_bad_images is on)" in result.stderr
         (stored,) = [json.loads(p.read_text())
                      for p in out.glob("eval_*.json")]
         assert stored["skipped_images"] == 3

@@ -115,7 +115,7 @@ def _unreadable(root: str, split: str, paths: Tuple[str, ...], keep_size):
     if bad:
         logging.warning(
             "Skipping %d unreadable image file(s) of split %r in %s "
-            "(config.input.skip_bad_images): %s", len(bad), split, root,
+            "(skip_bad_images is on): %s", len(bad), split, root,
             _listing(bad),
         )
     return frozenset(p for p, _ in bad)
