@@ -222,6 +222,29 @@ def test_usage_errors(setup, capsys):
         assert err[0].startswith("keras-vit-predict: error: ")
 
 
+def test_a_newer_version_without_a_graph_is_named_as_passed_over(
+        setup, tmp_path):
+    """keras-vit-predict on a TF Serving model folder whose newest version
+    folder lacks saved_model.pb (an export stopped while copying it):
+    it answers with the newest complete version and says which, naming
+    the folder it passed over."""
+    root, export = setup
+    models = tmp_path / "vit"
+    shutil.copytree(export, models / "3")
+    (models / "0004" / "variables").mkdir(parents=True)
+    result = console.run("predict", [
+        str(root / "photos" / "img0.jpeg"), f"--model={models}"])
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (f"Reading version folder 3 of {models}: the newer 0004 hold(s) "
+            "no saved_model.pb") in result.stderr
+    assert "img0.jpeg" in result.stdout
+    # With the version complete, nothing is said.
+    shutil.rmtree(models / "0004")
+    result = console.run("predict", [
+        str(root / "photos" / "img0.jpeg"), f"--model={models}"])
+    assert result.returncode == 0 and "Reading version" not in result.stderr
+
+
 def test_an_empty_saved_model_pb_is_named(setup, tmp_path, capsys):
     """A version whose saved_model.pb was cut to nothing: named as such,
     not as TensorFlow's advice to pass tags=."""

@@ -2,17 +2,13 @@
 
 `keras_vit.checkpoint.resolve.resolve` turns what a user gives (a name, a
 URI, a path) into one of these; everything else asks the source itself:
-
-- `architecture()`: its `keras_vit.Architecture`, what `build()` builds
-  by default (its sizes, head, pooling, numerics; at its own resolution);
-- `content()`: the parameters in the official `.npz` layout, with the
-  patch grid of the position embedding (`Content`);
-- `build(...)`: the model and its `LoadReport` (None where nothing was
-  mapped: a workdir or a `.keras` file taken whole, as saved);
-- `class_names()`: the class names the source records, or None;
-- `run_config()`: a training run's config (a workdir only), else None;
-- `scores()`: how the run or library that wrote the source scores its
-  logits ("softmax" or "sigmoid"), or None where it does not say.
+`architecture()` (its `keras_vit.Architecture`: what `build()` builds by
+default, at its own resolution), `content()` (the parameters in the
+official `.npz` layout, with the position table's patch grid), `build(...)`
+(the model and its `LoadReport`: None where nothing was mapped, a workdir
+or `.keras` file taken whole), `class_names()`, `run_config()` (a
+workdir's) and `scores()` (how its logits are read: "softmax", "sigmoid",
+or None where it does not say).
 
 The kinds: `WorkdirSource` (a training run's latest checkpoint),
 `KerasSource` (a `.keras` file), `NpzSource` (an official or AugReg
@@ -51,7 +47,7 @@ from keras_vit.model import (
 )
 from keras_vit.objectives import loss_scores
 from keras_vit.storage import workdir as wd
-from keras_vit.storage.version_names import version_folders
+from keras_vit.storage.version_names import version_folders, version_number
 
 # `build(representation_size=...)`'s default: the source's pre-logits
 # layer (None already means "no pre-logits layer").
@@ -59,17 +55,11 @@ FROM_SOURCE = "source"
 
 
 class Content(NamedTuple):
-    """A source's parameters in the official layout.
-
-    Attributes:
-        arrays: dict of str to np.ndarray.
-        grid: (rows, cols) or None. The position embedding's patch grid
-            (None: a square one, read from the table).
-        layout: str. The naming the arrays were read from.
-        ignored: sequence of str. Arrays of the file that were left out.
-        pre_logits_activation: str or None. The pre-logits layer's
-            activation, where there is one and it is known.
-    """
+    """A source's parameters in the official layout: `arrays` (str to
+    np.ndarray); `grid`, the position table's patch grid (None: a square
+    one, read from the table); `layout`, the naming they were read from;
+    `ignored`, the file's arrays left out; `pre_logits_activation`, the
+    pre-logits layer's activation where there is one and it is known."""
 
     arrays: Dict[str, Any]
     grid: Optional[Tuple[int, int]]
@@ -369,14 +359,27 @@ class SavedModelSource(_Export):
 
     def version(self) -> str:
         """str. The version folder: `path` itself, else its newest
-        numbered version."""
-        if os.path.exists(os.path.join(self.path, "saved_model.pb")):
+        version holding a SavedModel, warning of newer version folders
+        without one (passed over, as TF Serving cannot load them)."""
+        if _holds_graph(self.path):
             return self.path
-        return os.path.join(self.path, saved_model_versions(self.path)[-1])
+        newest = saved_model_versions(self.path)[-1]
+        passed = [name for v, name in version_folders(os.listdir(self.path))
+                  if v > version_number(newest)]
+        if passed:
+            logging.warning(
+                "Reading version folder %s of %s: the newer %s hold(s) no "
+                "saved_model.pb (an export that did not finish, or a folder "
+                "made by hand).", newest, self.path, ", ".join(passed))
+        return os.path.join(self.path, newest)
 
     def class_names(self) -> Optional[List[str]]:
         path = os.path.join(self.version(), "assets", wd.LABELS)
         return wd.read_lines(path) if os.path.exists(path) else None
+
+
+def _holds_graph(folder: str) -> bool:
+    return os.path.exists(os.path.join(folder, "saved_model.pb"))
 
 
 def saved_model_versions(folder: str) -> List[str]:
@@ -386,12 +389,10 @@ def saved_model_versions(folder: str) -> List[str]:
     if not os.path.isdir(folder):
         return []
     return [name for _, name in version_folders(os.listdir(folder))
-            if os.path.exists(os.path.join(folder, name, "saved_model.pb"))]
+            if _holds_graph(os.path.join(folder, name))]
 
 
 def is_saved_model(path: str) -> bool:
     """Whether `path` is an exported SavedModel (see SavedModelSource)."""
     return os.path.isdir(path) and (
-        os.path.exists(os.path.join(path, "saved_model.pb"))
-        or bool(saved_model_versions(path))
-    )
+        _holds_graph(path) or bool(saved_model_versions(path)))
