@@ -156,7 +156,7 @@ def base_config() -> ml_collections.ConfigDict:
     c.input.pp = ml_collections.ConfigDict()
     # Training augmentation: "pretrain" (Inception crop of area_range,
     # flip), "finetune" (resize to resize_size, random image_size crop,
-    # flip) or "eval" (resize only: no crop, no flip).
+    # flip) or "eval" (the evaluation's, below: no random crop or flip).
     c.input.pp.train = "finetune"
     # "finetune": resize before the random crop; None: straight to
     # image_size (no crop).

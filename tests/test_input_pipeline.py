@@ -295,6 +295,29 @@ def test_the_eval_pp_of_a_config_keeps_the_aspect_when_asked():
         pp.preprocess_eval(image[:, 2:10], 4).numpy())
 
 
+def test_training_with_the_eval_pp_trains_as_it_is_scored():
+    """config.input.pp.train='eval' (VTAB's) is the evaluation's own
+    preprocessing, with its eval_resize_size and eval_keep_aspect: an
+    image is trained on as it is evaluated and served, not squashed."""
+    config = config_lib.base_config()
+    config.input.pp.train = "eval"
+    image = tf.constant(_image(8, 12, seed=4))
+    for resize, keep in ((6, True), (6, False), (None, False)):
+        config.input.pp.eval_resize_size = resize
+        config.input.pp.eval_keep_aspect = keep
+        trained = pp.from_config(config.input.pp, 4, 0, training=True)
+        scored = pp.from_config(config.input.pp, 4, 0, training=False)
+        np.testing.assert_array_equal(trained(image).numpy(),
+                                      scored(image).numpy())
+    # With a resize, the central crop of a 6-pixel shorter side: not the
+    # whole image resized.
+    config.input.pp.eval_resize_size, config.input.pp.eval_keep_aspect = (
+        6, True)
+    trained = pp.from_config(config.input.pp, 4, 0, training=True)
+    assert not np.allclose(trained(image).numpy(),
+                           pp.preprocess_eval(image, 4).numpy())
+
+
 def test_a_small_resize_size_is_refused_only_where_it_is_cropped():
     """config.input.pp.resize_size is read by the 'finetune' training
     preprocessing alone (resize, then a random crop that must fit): one

@@ -348,11 +348,10 @@ def from_config(pp_config, image_size, seed: int, training: bool,
     size = image_size
     cfg = pp_config
     resize_size = cfg.resize_size
+    eval_resize, keep = cfg.eval_resize_size, bool(cfg.eval_keep_aspect)
     if not training:
-        eval_resize, keep = cfg.eval_resize_size, bool(cfg.eval_keep_aspect)
         return lambda image, seed=None: preprocess_eval(
-            image, size, eval_resize, keep
-        )
+            image, size, eval_resize, keep)
     kind = cfg.train
     flip = bool(cfg.flip)
     augment = augment_lib.rand_augment(
@@ -392,9 +391,10 @@ def from_config(pp_config, image_size, seed: int, training: bool,
             decode(image), size, resize_size, flip=flip, seed=seed,
             augment=augment,
         )
-    if kind == "eval":
-        return lambda image, seed=None: preprocess_eval(decode(image), size)
+    if kind == "eval":  # the evaluation's own: trained as it is scored
+        return lambda image, seed=None: preprocess_eval(
+            decode(image), size, eval_resize, keep)
     raise UsageError(
         f"Unknown pp.train {kind!r}: use 'pretrain' (Inception crop + flip), "
-        "'finetune' (resize, random crop, flip) or 'eval' (resize only)."
+        "'finetune' (resize, random crop, flip) or 'eval' (the evaluation's)."
     )
