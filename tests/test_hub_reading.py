@@ -16,6 +16,7 @@ from PIL import Image
 
 from keras_vit.checkpoint import loader
 from keras_vit.checkpoint.hub import processor as hub_processor
+from keras_vit.checkpoint.hub import reader as hub_reader
 from keras_vit.checkpoint.hub import timm as hub_timm
 from keras_vit.commands import flags as cli
 from keras_vit.errors import UsageError
@@ -53,6 +54,30 @@ def _reference(folder):
 
 
 # --- transformers: the class config.json names, else AutoModel's ----------
+
+def test_a_source_reads_its_folder_once(monkeypatch):
+    """One command asks a hub source for its description, class names,
+    arrays, resize and model: the weights file is read and mapped once,
+    and the model built from that one reading equals a fresh source's."""
+    reads = []
+    read = hub_reader.read_hub
+    monkeypatch.setattr(hub_reader, "read_hub",
+                        lambda path: reads.append(path) or read(path))
+    folder = os.path.join(FIXTURES, "hf_vit_classifier")
+    source = loader.HubSource(folder)
+    loader.describe_source(source)
+    loader.class_names(source)
+    source.content()
+    source.library_resize()
+    resized = loader.load_model(source, image_size=48)
+    model = loader.load_model(source)  # the reading left as it was read
+    assert reads == [folder]
+    fresh = loader.load_model(loader.HubSource(folder))
+    assert len(reads) == 2
+    for got, want in zip(model.weights, fresh.weights):
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    assert resized.input_shape[1:3] == (48, 48)
+
 
 def test_no_architectures_reads_a_classifier_as_automodel_does(
         tmp_path, caplog):

@@ -20,6 +20,7 @@ serve predictions; nothing else loads them).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
@@ -269,6 +270,12 @@ class HubSource(Source):
     kind = "hub"
 
     def _read(self) -> hub.HubCheckpoint:
+        return self._checkpoint
+
+    @functools.cached_property
+    def _checkpoint(self) -> hub.HubCheckpoint:
+        """Read once per source (its names, sizes and arrays are asked
+        for several times by one command)."""
         if keras_preset.is_preset(self.path):
             return keras_preset.read_preset(self.path)
         return hub.read_hub(self.path)
