@@ -269,22 +269,18 @@ class HubSource(Source):
 
     kind = "hub"
 
-    def _read(self) -> hub.HubCheckpoint:
-        return self._checkpoint
-
     @functools.cached_property
     def _checkpoint(self) -> hub.HubCheckpoint:
-        """Read once per source (its names, sizes and arrays are asked
-        for several times by one command)."""
+        """Read once per source (one command asks several times)."""
         if keras_preset.is_preset(self.path):
             return keras_preset.read_preset(self.path)
         return hub.read_hub(self.path)
 
     def architecture(self) -> Architecture:
-        return hub_model.hub_architecture(self._read())
+        return hub_model.hub_architecture(self._checkpoint)
 
     def content(self) -> Content:
-        checkpoint = self._read()
+        checkpoint = self._checkpoint
         grid = tuple(checkpoint.posemb_grid)  # the stored table's grid
         return Content(checkpoint.arrays, grid, checkpoint.naming, (),
                        checkpoint.pre_logits_activation)
@@ -292,9 +288,8 @@ class HubSource(Source):
     def arrays_at(self, grid) -> Dict[str, Any]:
         """The arrays with the position table at patch grid `grid`,
         resized the way the library that wrote them resizes it."""
-        checkpoint = self._read()
-        patch = int(checkpoint.arrays["embedding/kernel"].shape[0])
-        return hub_model.library_table(checkpoint,
+        patch = int(self._checkpoint.arrays["embedding/kernel"].shape[0])
+        return hub_model.library_table(self._checkpoint,
                                        [int(g) * patch for g in grid])
 
     def build(self, image_size=None, *, num_classes=None, pooling=None,
@@ -305,12 +300,12 @@ class HubSource(Source):
                 "`pooling` goes with an .npz."
             )
         return hub_model.model_from_hub(
-            self._read(), image_size, num_classes, representation_size,
+            self._checkpoint, image_size, num_classes, representation_size,
             FROM_SOURCE, strict,
         )
 
     def class_names(self) -> Optional[List[str]]:
-        return self._read().class_names
+        return self._checkpoint.class_names
 
     def scores(self) -> Optional[str]:
         if keras_preset.is_preset(self.path):
@@ -318,7 +313,7 @@ class HubSource(Source):
         return hub.read_scores(self.path)
 
     def library_resize(self):
-        checkpoint = self._read()
+        checkpoint = self._checkpoint
         if checkpoint.eval_resize is None and not checkpoint.eval_keep_aspect:
             return None
         return (checkpoint.eval_resize, tuple(checkpoint.image_size),
