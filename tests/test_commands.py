@@ -76,6 +76,9 @@ def test_help_shows_the_same_model_flag_and_verbose(name, capsys):
     assert module(name).main([f"keras-vit-{name}", "--help"]) == 0
     text = capsys.readouterr().out
     assert text.startswith(f"usage: keras-vit-{name} [flags]")
+    # The installed version, last (the distribution's name).
+    assert text.rstrip().endswith(
+        f"\n\nkeras-vision-transformer {keras_vit.__version__}")
     # One definition (flags.MODEL_HELP: the resolver's list of what a
     # model is, names and hf:// first), as absl wraps help.
     assert cli.MODEL_HELP.startswith(

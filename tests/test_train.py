@@ -207,6 +207,10 @@ def test_train_and_evaluate_on_digits(tmp_path):
     assert on_disk["images_per_sec"] > 0
     # The whole host loop takes at least as long as its train calls.
     assert 0 < on_disk["loop_images_per_sec"] <= on_disk["images_per_sec"]
+    # What computed the numbers, for whoever reads them later.
+    assert on_disk["versions"] == {
+        "keras_vit": keras_vit.__version__, "keras": keras.__version__,
+        "tensorflow": tf.__version__}
     assert wd.read_class_names(workdir) == [str(i) for i in range(10)]
     assert wd.read_config(workdir).trainer.total_steps == 48
     ckpts = tf.train.get_checkpoint_state(os.path.join(workdir, "checkpoints"))

@@ -44,6 +44,7 @@ from typing import Callable, Optional, Sequence
 from absl import flags, logging
 from ml_collections import config_flags
 
+import keras_vit
 from keras_vit import config_overrides, errors, progress, quiet_start
 from keras_vit.commands import listing
 from keras_vit.commands.config_args import (
@@ -174,7 +175,8 @@ def help_text(program: str, doc: str, values: flags.FlagValues) -> str:
     text = "\n\n".join(
         f"{title}:\n" + "\n".join(sorted(sections[title], key=_flag_name))
         for title in order)
-    return f"usage: {program} [flags]\n\n{doc.strip()}\n\n{text}"
+    return (f"usage: {program} [flags]\n\n{doc.strip()}\n\n{text}\n\n"
+            f"keras-vision-transformer {keras_vit.__version__}")
 
 
 def _flag_name(entry: str) -> str:

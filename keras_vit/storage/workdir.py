@@ -11,7 +11,8 @@ Layout of a workdir (local or gs://):
     train/, eval/    TensorBoard summaries
     history.csv      a row per logged step and per evaluation, appended
                      (`keras_vit.storage.history`)
-    metrics.json     final metrics (test accuracy, steps, images/s, wall time)
+    metrics.json     final metrics (test accuracy, steps, images/s, wall
+                     time) and the versions that computed them
     training_curves.png  loss, accuracy and learning rate over the steps
                      (the train command, with matplotlib)
     best/            the best checkpoint, a workdir of its own

@@ -370,8 +370,7 @@ class _HostLoop:
             "steps": self.step,
             "steps_this_run": trained,
             "skipped_steps_this_run": self.skipped,
-            # Throughput of the train calls alone, and of the whole host
-            # loop around them; both leave out the first (compiling) call.
+            # The train calls', the host loop's; not the first call's.
             "images_per_sec": (self.timed_steps * r.batch / self.train_time)
             if self.train_time and self.timed_steps else None,
             "loop_images_per_sec": (
@@ -396,5 +395,6 @@ class _HostLoop:
             with trainer.evaluated_weights() as model:
                 final.update(r.on_finish(model, r.info.class_names) or {})
         if r.chief:  # last: it marks the run finished (after its export)
-            wd.write_json(os.path.join(r.workdir, wd.METRICS), final)
+            wd.write_json(os.path.join(r.workdir, wd.METRICS),
+                          {**final, "versions": reporting.versions()})
         return final

@@ -6,9 +6,11 @@ from __future__ import annotations
 import contextlib
 from typing import Any, Callable, Dict, Optional
 
+import keras
 import tensorflow as tf
 from absl import logging
 
+import keras_vit
 from keras_vit.errors import failed_allocation, is_disk_full
 from keras_vit.training.resume import TrainingError
 
@@ -27,6 +29,12 @@ def final_metrics(name: str, split: str, results, accuracy_name: str
     }
     out["eval_split" if name == "test" else f"{name}_split"] = split
     return out
+
+
+def versions() -> Dict[str, str]:
+    """metrics.json's `versions`: what computed the run's numbers."""
+    return {"keras_vit": keras_vit.__version__, "keras": keras.__version__,
+            "tensorflow": tf.__version__}
 
 
 def log_train(trainer, writers, step, total, window, seconds, batch,
