@@ -61,6 +61,8 @@ RUN_NOTICES = (
     # libjpeg, when a JPEG ends inside its header (the decoder's error
     # names the file's fault).
     r"(^|\r|images)Improper call to JPEG library in state \d+$",
+    # libjpeg, when a JPEG's markers are followed by no image data.
+    r"(^|\r|images)Input file read error$",
     # LiteRT's interpreter, on every .tflite it runs (export's check,
     # predict): a notice about its CPU kernels, not about the run.
     r"^INFO: Created TensorFlow Lite XNNPACK delegate for CPU\.$",

@@ -495,11 +495,14 @@ def _jpegs(folder):
     (folder / "truncated.jpg").write_bytes(data[:len(data) // 2])
     (folder / "corrupt.jpg").write_bytes(data[:300] + b"\xff\xd0" + data[300:])
     (folder / "header_cut.jpg").write_bytes(data[:100])  # ends in its header
+    # Markers and no image data: libjpeg's "Input file read error".
+    (folder / "markers_only.jpg").write_bytes(
+        b"\xff\xd8\xff\xe0garbage" * 8)
     return str(folder)
 
 
 JPEG_NOTICES = ("jpeg_mem.cc", "Corrupt JPEG data", "Premature end of JPEG",
-                "Improper call to JPEG library")
+                "Improper call to JPEG library", "Input file read error")
 
 
 @pytest.mark.slow
@@ -562,6 +565,7 @@ def test_bad_jpegs_are_reported_once_in_the_commands_words(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     assert f"skipped {images}/truncated.jpg: " in result.stderr
     assert f"skipped {images}/header_cut.jpg: " in result.stderr
+    assert f"skipped {images}/markers_only.jpg: " in result.stderr
     assert not [line for line in result.stderr.splitlines()
                 if any(word in line for word in JPEG_NOTICES)], result.stderr
     assert f"{images}/corrupt.jpg: " in result.stdout  # it decodes
@@ -571,6 +575,7 @@ def test_bad_jpegs_are_reported_once_in_the_commands_words(tmp_path):
     assert "Premature end of JPEG data" in result.stderr
     assert "Corrupt JPEG data" in result.stderr
     assert "Improper call to JPEG library" in result.stderr
+    assert "Input file read error" in result.stderr
 
 
 def test_a_value_quoted_in_a_message_is_cut():
