@@ -655,3 +655,55 @@ def test_fine_tuning_says_when_the_source_computes_otherwise(tmp_path):
             "LayerNorm epsilon 1e-12) than the model it starts here (GELU "
             "tanh, LayerNorm epsilon 1e-06, the official ViT's)"
             ) in result.stderr
+
+
+def test_a_fine_tune_resumes_when_the_file_it_started_from_is_gone(
+        tmp_path):
+    """keras-vit-train --model=start.keras (relative), run again after
+    the file was moved away: the run resumes from its own checkpoints
+    (config.json records the architecture; the file is not read again).
+    Another name that is not there is still refused by name."""
+    keras_vit.create_model(
+        None, num_classes=10, image_size=16, patch_size=8, hidden_size=16,
+        num_layers=1, num_heads=2, mlp_dim=16).save(tmp_path / "start.keras")
+    args = console.TINY_DIGITS + ["--model=start.keras",
+                                  f"--workdir={tmp_path / 'run'}"]
+    result = console.run("train", args + ["--config.trainer.total_steps=2"],
+                         cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    os.rename(tmp_path / "start.keras", tmp_path / "moved.keras")
+    result = console.run("train", args + ["--config.trainer.total_steps=4"],
+                         cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (f"start.keras is not there: the run in {tmp_path / 'run'} "
+            "resumes from its own checkpoints") in result.stderr
+    assert json.loads((tmp_path / "run" / "metrics.json").read_text())[
+        "steps"] == 4
+    result = console.run("train", args[:-2] + [
+        "--model=other.keras", f"--workdir={tmp_path / 'run'}",
+        "--config.trainer.total_steps=6"], cwd=tmp_path)
+    assert result.returncode == 1
+    assert "other.keras: no such file or folder" in result.stderr
+
+
+def test_a_run_stopped_past_the_steps_asked_is_refused(tmp_path):
+    """An unfinished run (its checkpoint at step 4, no metrics.json) asked
+    for 2 steps: refused, naming the step it reached and the fix, not
+    ended at step 4 with a config.json that says 2."""
+    workdir = tmp_path / "run"
+    args = console.TINY_DIGITS + [f"--workdir={workdir}"]
+    result = console.run("train", args + ["--config.trainer.total_steps=4"])
+    assert result.returncode == 0, result.stderr[-3000:]
+    os.remove(workdir / "metrics.json")  # as if stopped after its save
+    result = console.run("train", args + ["--config.trainer.total_steps=2"])
+    assert result.returncode == 1
+    (line,) = [e for e in result.stderr.splitlines() if "error:" in e]
+    assert line.startswith(
+        f"keras-vit-train: error: The run in {workdir} has trained 4 steps "
+        "(its latest checkpoint, "), line
+    assert line.endswith(
+        "more than the --config.trainer.total_steps=2 asked: ask for 4 steps "
+        "or more to resume it, or use a new --workdir."), line
+    assert wd.read_config(str(workdir)).trainer.total_steps == 4
+    result = console.run("train", args + ["--config.trainer.total_steps=4"])
+    assert result.returncode == 0, result.stderr[-3000:]

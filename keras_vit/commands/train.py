@@ -210,9 +210,8 @@ def _main(values: flags.FlagValues, args: list) -> None:
         # folder once, here, before anything starts; the run's config
         # records it (a copy: the parsed config is not changed), a local
         # path made absolute: the run resumes from any directory.
-        config = config_lib.replace(config, init={"model": atomic.absolute(
-            cli.model_source(values, config.init.model,
-                             tensorflow_work=_WHY).path)})
+        config = config_lib.replace(config, init={
+            "model": _start_path(values, config.init.model)})
     cli.check_tensorflow_backend(_WHY)
     final = run(config, values.workdir, cli.strategy(values, config))
     saved = final.get("saved", True)
@@ -232,6 +231,24 @@ def _main(values: flags.FlagValues, args: list) -> None:
             + f"; run the same command to {then}"
             + (" (on every worker)." if final.get("restart") else ".")
         )
+
+
+def _start_path(values: flags.FlagValues, model: str) -> str:
+    """The model to start from, resolved (a local path made absolute);
+    where it is gone, the path the run in --workdir started from, when
+    that is the one named: the run resumes from its own checkpoints."""
+    try:
+        return atomic.absolute(cli.model_source(
+            values, model, tensorflow_work=_WHY).path)
+    except UsageError:
+        run = wd.resumable_config(values.workdir)
+        if run is None or run.init.model not in (model,
+                                                 atomic.absolute(model)):
+            raise
+    logging.info("%s is not there: the run in %s resumes from its own "
+                 "checkpoints (config.json records the model's "
+                 "architecture).", model, values.workdir)
+    return run.init.model
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

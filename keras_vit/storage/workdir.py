@@ -170,6 +170,18 @@ def read_config(workdir: str):
     return config_lib.complete(saved, where=path)
 
 
+def resumable_config(workdir: str):
+    """The config of the run in `workdir` when it holds a checkpoint to
+    resume from; None otherwise (no run, or a config.json that does not
+    read: `read_config` says why where the run is checked)."""
+    if not checkpoint_list.latest(os.path.join(workdir, CHECKPOINTS)):
+        return None
+    try:
+        return read_config(workdir)
+    except (OSError, ValueError):  # (UsageError is a ValueError)
+        return None
+
+
 # Where a training checkpoint keeps the weights: the optimizer tracks the
 # model's trainable variables as a list, which is their shortest path in the
 # checkpoint's object graph, so it names them by position.

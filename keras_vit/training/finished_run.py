@@ -19,6 +19,7 @@ from absl import logging
 
 from keras_vit import errors
 from keras_vit.errors import UsageError
+from keras_vit.storage import checkpoint_list
 from keras_vit.storage import workdir as wd
 from keras_vit.training import distribute, exit_barrier, model_init
 
@@ -32,9 +33,9 @@ def finished_before(config, workdir: str, length: str,
     workers of a cluster then leave together (`exit_barrier`)."""
     total = int(config.trainer.total_steps)
     if distribute.is_multi_worker(strategy):
-        finished = _agreed(config, workdir, total, strategy)
+        finished = _agreed(config, workdir, total, strategy, length)
     else:
-        finished = _read(config, workdir, total)
+        finished = _read(config, workdir, total, length)
     if finished is None:
         return None
     logging.info(
@@ -47,18 +48,34 @@ def finished_before(config, workdir: str, length: str,
     return finished
 
 
-def _read(config, workdir: str, total: int) -> Optional[Dict]:
+def _read(config, workdir: str, total: int, length: str
+          ) -> Optional[Dict]:
     """`wd.finished_run`, once the config is checked against the run's
-    and, for a run to train, the workdir found writable."""
+    and, for a run to train, the workdir found writable and its last
+    checkpoint no later than the `total` steps asked (a run stopped past
+    them would end there, its config.json and metrics.json disagreeing
+    on its length): else a UsageError naming the field, `length`."""
     finished = wd.finished_run(workdir, total)
     model_init.check_workdir_config(config, workdir,
                                     finished=finished is not None)
     if finished is None:
         wd.check_writable(workdir)
+        latest = checkpoint_list.latest(os.path.join(workdir,
+                                                     wd.CHECKPOINTS))
+        step = latest.rsplit("-", 1)[-1] if latest else ""
+        if step.isdigit() and int(step) > total:
+            asked = (f"config.trainer.total_steps={total}" if length ==
+                     "total_steps" else f"{total} steps (config.trainer."
+                     f"{length}={config.trainer[length]})")
+            raise UsageError(
+                f"The run in {workdir} has trained {step} steps (its latest "
+                f"checkpoint, {latest}), more than the {asked} asked: ask for "
+                f"{step} steps or more to resume it, or use a new --workdir.")
     return finished
 
 
-def _agreed(config, workdir: str, total: int, strategy) -> Optional[Dict]:
+def _agreed(config, workdir: str, total: int, strategy, length: str
+            ) -> Optional[Dict]:
     """`_read` on this worker where every worker of the cluster read the
     same. Every worker reaches the vote (an all-reduce) before any
     raises: this worker's own error after it, and where another worker's
@@ -66,7 +83,7 @@ def _agreed(config, workdir: str, total: int, strategy) -> Optional[Dict]:
     UsageError on every worker alike."""
     finished = error = None
     try:
-        finished = _read(config, workdir, total)
+        finished = _read(config, workdir, total, length)
     except Exception as caught:  # noqa: BLE001 (raised after the vote)
         error = caught
     found, failed, workers = distribute.sum_over_workers(strategy, [

@@ -41,10 +41,8 @@ def model_signature(config, resolved: bool = True) -> dict:
     is named by the size that differs, not "null asked" (raises what
     `config_architecture` raises for sizes that build no model); else the
     section's fields as they are."""
-    # Rematerialisation changes how gradients are computed, and the rates
-    # of dropout and stochastic depth and the head's initial values what
-    # training does, not the parameters: a run may resume with them
-    # changed.
+    # Remat, dropout rates and the head's initial values change what
+    # training does, not the parameters: a run may resume with them changed.
     if resolved:
         arch = config_architecture(config.model)
         sig = {k: getattr(arch, k) for k in CONFIG_FIELDS
@@ -63,11 +61,9 @@ def model_signature(config, resolved: bool = True) -> dict:
 
 
 def optimizer_signature(config) -> dict:
-    """What fixes the variables of a run's optimizer state, which a
-    checkpoint holds: the optimizer (`config.optimizer.name`), whether SGD
-    keeps a momentum, and whether an EMA of the weights is kept
-    (`config.trainer.ema_decay`). The learning rate, its schedule and the
-    other hyper-parameters may change on resume."""
+    """What fixes the variables of a run's optimizer state (a checkpoint
+    holds): the optimizer, whether SGD keeps a momentum, and whether an
+    EMA of the weights is kept. The rest may change on resume."""
     name = str(config.optimizer.name)
     return {"optimizer.name": name,
             "optimizer.momentum": (float(config.optimizer.momentum) != 0.0
@@ -303,17 +299,22 @@ def signature_differences(saved: dict, asked: dict) -> str:
 _START_FIELDS = tuple(f for f in SHAPE_FIELDS if f != "representation_size")
 
 
-def init_architecture(init, model_config) -> Dict:
+def init_architecture(init, model_config, resumed=None) -> Dict:
     """Fine-tuning starts from `config.init.model`'s architecture: the
     `config.model` fields to change where its shapes differ from the
     source's (the source's, as explicit sizes with no variant; {} when
     they agree), with a warning; the other fields (dropout, remat, ...)
     stay the config's. An image_size of 0 becomes the source's resolution
-    (SCRATCH_IMAGE_SIZE without one)."""
+    (SCRATCH_IMAGE_SIZE without one). A run that `resumed` (its config)
+    from the same source took it already: not read again (it may be gone)."""
     if not init.model:
         return {"image_size": SCRATCH_IMAGE_SIZE} if (
             model_config.image_size == 0) else {}
-    start = loader.describe_source(init.model)
+    again = resumed is not None and resumed.init.model and (
+        _same_path(resumed.init.model, init.model)
+        or resumed.init.model == init.model)
+    start = (config_architecture(resumed.model) if again
+             else loader.describe_source(init.model))
     size = {}
     if model_config.image_size == 0:  # the source's own resolution
         height, width = start.image_size

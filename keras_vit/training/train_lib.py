@@ -198,7 +198,7 @@ def train_and_evaluate(
                                   strategy.num_replicas_in_sync)
     if not config.objective.mpp.enabled:
         config = config_lib.replace(config, model=model_init.init_architecture(
-            config.init, config.model))
+            config.init, config.model, wd.resumable_config(workdir)))
     if config.model.image_size:  # an unknown size: before the workdir
         config_architecture(config.model)
     image_files.check_workdir_apart(config, workdir)
