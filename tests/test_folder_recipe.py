@@ -31,6 +31,7 @@ from keras_vit.configs import digits as digits_recipe
 from keras_vit.configs import folder
 from keras_vit.data import folder_classes, folders
 from keras_vit.errors import UsageError
+from keras_vit.storage import history
 from keras_vit.training import data_fit, model_init
 from tests import console
 from tests.console import script as _script
@@ -393,6 +394,25 @@ def test_a_test_folder_without_a_trained_class_is_named(tmp_path):
         f"Image folder {photos}: --config.evals.test.split='test' reads "
         "test/, which has no images of class flower that the model trains "
         "on: its accuracy leaves it out."), lines
+
+
+def test_a_finished_run_with_val_and_test_resumes_without_redoing(tmp_path):
+    """Photos with train/, val/ and test/: the last step is validated as
+    well as tested (the validation curve's last point), so the same
+    command with more steps resumes without evaluating that step again."""
+    photos = tmp_path / "photos"
+    for split, count in (("train", 4), ("val", 2), ("test", 2)):
+        write_photo_folder(photos, per_class=count, split=split)
+    command = [f"--config=folder:{photos}", "--model=Ti/16", "--workdir=run",
+               *(a for a in TINY if "epochs" not in a),
+               "--config.evals.test.every_steps=2"]
+    _run(tmp_path, "train", *command, "--config.trainer.total_steps=2")
+    more = _run(tmp_path, "train", *command, "--config.trainer.total_steps=4")
+    assert "Resumed from" in more.stderr, more.stderr[-3000:]
+    assert "Evaluating at step 2 first" not in more.stderr
+    rows = [(r["step"], r["split"]) for r in history.read_history(
+        str(tmp_path / "run")) if r["split"] != "train"]
+    assert rows == [(2, "val"), (2, "test"), (4, "val"), (4, "test")], rows
 
 
 def test_a_run_resumes_only_on_the_classes_it_trained_on(tmp_path):

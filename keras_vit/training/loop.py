@@ -283,9 +283,9 @@ class _HostLoop:
             compared = records.compared_split(entry)
             split = entry.split if final else compared
             if final and split != compared and entry.every_steps and (
-                    r.records is not None and r.records.keeps_best(name)
+                    r.records is not None
                     and not r.records.evaluated(self.step, compared)):
-                # The last step competes for the best checkpoint (once).
+                # The last step's validation too (once): a best candidate.
                 self._evaluate(name, entry, compared, True, stop=stop)
             results = self._evaluate(name, entry, split, split == compared,
                                      stop=stop)
