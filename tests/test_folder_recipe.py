@@ -415,6 +415,30 @@ def test_a_finished_run_with_val_and_test_resumes_without_redoing(tmp_path):
     assert rows == [(2, "val"), (2, "test"), (4, "val"), (4, "test")], rows
 
 
+def test_a_run_in_epochs_whose_photos_changed_says_so(tmp_path):
+    """A finished run counted in epochs, run again after photos were
+    added: its epochs are more steps now; the warning says the split
+    changed size since the run counted its steps, and names the flag
+    that keeps the run's own count (which then finds it finished)."""
+    write_photo_folder(tmp_path / "photos", per_class=6)
+    command = ["--config=folder:photos", "--model=Ti/16", "--workdir=run",
+               *(a for a in TINY if "epochs" not in a),
+               "--config.trainer.epochs=1"]
+    _run(tmp_path, "train", *command)
+    steps = json.loads((tmp_path / "run" / "metrics.json").read_text())[
+        "steps"]
+    write_photo_folder(tmp_path / "photos", per_class=12, seed=1)
+    again = _run(tmp_path, "train", *command)
+    counted = json.loads((tmp_path / "run" / "config.json").read_text())[
+        "trainer"]["total_steps"]
+    assert counted > steps
+    assert (f"--config.trainer.epochs=1 is {counted} steps of the training "
+            f"split now, where the run in run counted {steps} when it "
+            "started: the split has changed size since, and the run goes "
+            f"by the new count. --config.trainer.total_steps={steps} in "
+            "place of epochs keeps its own.") in again.stderr, again.stderr
+
+
 def test_a_run_resumes_only_on_the_classes_it_trained_on(tmp_path):
     """A class folder renamed (or added) between two runs of the same
     command: the resumed run is refused in one line naming the change,
