@@ -82,7 +82,7 @@ if not quiet_start.is_command():
     # A repository script (scripts/, benchmarks/) prints from here on.
     quiet_start.script_ready()
 
-__version__ = "0.1.0"
+from keras_vit.version import __version__  # noqa: E402
 
 if TYPE_CHECKING:
     # What `_LAZY` loads on first use, for type checkers and for the import

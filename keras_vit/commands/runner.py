@@ -44,7 +44,6 @@ from typing import Callable, Optional, Sequence
 from absl import flags, logging
 from ml_collections import config_flags
 
-import keras_vit
 from keras_vit import config_overrides, errors, progress, quiet_start
 from keras_vit.commands import listing
 from keras_vit.commands.config_args import (
@@ -67,6 +66,7 @@ from keras_vit.errors import (
     UsageError,
 )
 from keras_vit.storage import atomic
+from keras_vit.version import __version__
 
 PREFIX = "keras-vit-"
 
@@ -176,7 +176,7 @@ def help_text(program: str, doc: str, values: flags.FlagValues) -> str:
         f"{title}:\n" + "\n".join(sorted(sections[title], key=_flag_name))
         for title in order)
     return (f"usage: {program} [flags]\n\n{doc.strip()}\n\n{text}\n\n"
-            f"keras-vision-transformer {keras_vit.__version__}")
+            f"keras-vision-transformer {__version__}")
 
 
 def _flag_name(entry: str) -> str:

@@ -10,9 +10,9 @@ import keras
 import tensorflow as tf
 from absl import logging
 
-import keras_vit
 from keras_vit.errors import failed_allocation, is_disk_full
 from keras_vit.training.resume import TrainingError
+from keras_vit.version import __version__
 
 
 def final_metrics(name: str, split: str, results, accuracy_name: str
@@ -33,7 +33,7 @@ def final_metrics(name: str, split: str, results, accuracy_name: str
 
 def versions() -> Dict[str, str]:
     """metrics.json's `versions`: what computed the run's numbers."""
-    return {"keras_vit": keras_vit.__version__, "keras": keras.__version__,
+    return {"keras_vit": __version__, "keras": keras.__version__,
             "tensorflow": tf.__version__}
 
 
