@@ -1294,6 +1294,39 @@ def test_nonfinite_weights_are_refused_by_name(tmp_path):
     assert "pos_embedding" in str(info.value)
 
 
+def test_weights_cast_to_integers_are_refused_by_name(tmp_path):
+    """An .npz whose parameters were cast to integers (or one to bool),
+    and a safetensors file whose header says I32 for a float tensor: each
+    a parameter that is no float, refused by name (they loaded, predicting
+    nonsense without a word)."""
+    import safetensors.numpy
+
+    from tests import console
+    from tests.hub_fixtures import FIXTURES
+
+    arrays = checkpoint.model_arrays(tiny_vit())
+    images = good_folder(tmp_path / "images", splits=("test",), n=1)
+    for name, cast in (("int", lambda k, v: (v * 100).astype(np.int32)),
+                       ("bool", lambda k, v: v.astype(bool) if k.endswith(
+                           "encoder_norm/scale") else v)):
+        path = str(tmp_path / f"{name}.npz")
+        np.savez(path, **{k: cast(k, v) for k, v in arrays.items()})
+        result = console.run("predict", [f"--model={path}", images])
+        line = _error_line(result, "predict")
+        assert f"{path}: " in line and ", where a model parameter is a " \
+            "floating-point number: the weights were cast or altered." in line
+        assert "dtype int32" in line or "dtype bool" in line, line
+    folder = tmp_path / "hf"
+    shutil.copytree(os.path.join(FIXTURES, "hf_vit_classifier"), folder)
+    tensors = safetensors.numpy.load_file(str(folder / "model.safetensors"))
+    key = sorted(k for k in tensors if k.endswith("layernorm.weight"))[0]
+    tensors[key] = tensors[key].view(np.int32)  # the header's dtype alone
+    safetensors.numpy.save_file(tensors, str(folder / "model.safetensors"))
+    with pytest.raises(UsageError, match=r"has dtype int32, where a model "
+                       r"parameter is a floating-point number"):
+        keras_vit.load_model(str(folder))
+
+
 def test_an_all_zero_head_is_named_in_the_log(tmp_path):
     """An .npz whose head is all zeros (the ImageNet-21k releases'):
     keras-vit-predict (and convert, analysis) says every class scores

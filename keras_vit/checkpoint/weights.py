@@ -1,10 +1,9 @@
 """Official ViT checkpoints (.npz) in and out of keras_vit models.
 
-The official files (google-research/vision_transformer, e.g.
-`gs://vit_models/imagenet21k/ViT-B_16.npz`) are zip archives of arrays keyed
-by "/"-joined Flax parameter paths. `load_npz` maps them onto a model built by
-`keras_vit.create_model`, `save_npz` writes a model back in the same layout
-(the renaming of each variable: `keras_vit.checkpoint.formats.npz_mapping`):
+The official files (`gs://vit_models/imagenet21k/ViT-B_16.npz`, ...) are
+zip archives of arrays keyed by "/"-joined Flax parameter paths: `load_npz`
+maps them onto a model, `save_npz` writes one back in the same layout
+(each variable's name: `keras_vit.checkpoint.formats.npz_mapping`):
 
 - query/key/value kernels (D, heads, head_dim) are joined into the model's
   fused (D, 3D) `qkv` kernel as [q | k | v]; the output kernel
@@ -15,11 +14,10 @@ by "/"-joined Flax parameter paths. `load_npz` maps them onto a model built by
 - the head is kept when the class count matches, otherwise dropped and
   zero-initialised, as the paper does for transfer.
 
-Training checkpoints (prefix `opt/target/`) and big_vision files (prefix
-`params/`, `MultiHeadDotProductAttention_0` names, stacked scan blocks, a
-position embedding without the class-token slot) are converted to the
-official layout first. Only NumPy is needed, except for gs:// paths, which
-go through `tf.io.gfile`.
+Training checkpoints (`opt/target/`) and big_vision files (`params/`,
+`MultiHeadDotProductAttention_0`, stacked scan blocks, no class-token slot
+in the position table) are converted to the official layout first. NumPy
+alone, except for gs:// paths (`tf.io.gfile`).
 """
 
 from __future__ import annotations
@@ -32,6 +30,7 @@ from typing import Dict, Mapping, Optional, Sequence, Tuple, Union
 import keras
 import numpy as np
 
+from keras_vit.checkpoint.formats import untrusted
 from keras_vit.checkpoint.formats.lazy import shape_of
 from keras_vit.checkpoint.formats.npz import (
     POSEMB,
@@ -62,13 +61,8 @@ from keras_vit.checkpoint.posemb import (
 )
 from keras_vit.errors import UsageError
 
-__all__ = [
-    "load_arrays",
-    "load_npz",
-    "model_arrays",
-    "model_grid",
-    "save_npz",
-]
+__all__ = ["load_arrays", "load_npz", "model_arrays", "model_grid",
+           "save_npz"]
 
 HEAD_KEYS = ("head/kernel", "head/bias")
 PRE_LOGITS_KEYS = ("pre_logits/kernel", "pre_logits/bias")
@@ -333,13 +327,13 @@ def _compare(loading: _Loading, original_shapes: Dict[str, Shape]) -> None:
 
 
 def check_finite(value, name: str, source: str) -> None:
-    """Refuses a float array that holds NaN or an infinity (a checkpoint
-    saved from a run that diverged, or damaged): every answer of the model
-    would be NaN."""
+    """Refuses an array of integers or booleans (a parameter is a float:
+    the file's weights were cast or altered) or a float array holding NaN
+    or an infinity (saved from a run that diverged, or damaged)."""
     value = np.asarray(value)
-    if value.dtype.kind not in "fc":
-        return
-    count = int(value.size - np.count_nonzero(np.isfinite(value)))
+    untrusted.check_float_parameter(value.dtype, source, name)
+    count = int(value.size - np.count_nonzero(np.isfinite(value))) if (
+        value.dtype.kind in "fc") else 0
     if count:
         raise UsageError(
             f"{source}: {name} holds {count:,} NaN or infinite value(s) of "

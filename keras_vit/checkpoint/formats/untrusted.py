@@ -21,6 +21,7 @@ and the dtypes of its arrays.
   `MAX_JSON_BYTES`, and all of them together at most `memory_bound` of
   the file's size (`MAX_EXTRA_BYTES` plus twice the file's bytes: the
   bound every reader of a model file keeps to).
+- `check_float_parameter`: a parameter's array is of floats;
 - `check_real_dtype`: arrays of real numbers only (bfloat16 included; no
   complex, void, string, date or object arrays).
 - `check_shape`: no array with an axis of negative length (an .npy header
@@ -264,6 +265,17 @@ def check_real_dtype(dtype, path: str, key: str) -> None:
             f"{path}: array {key!r} has dtype {dtype.str} ({dtype}), not a "
             "real number; a checkpoint holds real numeric arrays only."
         )
+
+
+def check_float_parameter(dtype, path: str, key: str) -> None:
+    """Refuses a model parameter's array of integers or booleans: a
+    parameter is a float, so the file's weights were cast or altered (a
+    cast back would predict nonsense without a word)."""
+    if np.dtype(dtype).kind in "biu":
+        raise UsageError(
+            f"{path}: {key} has dtype {np.dtype(dtype)}, where a model "
+            "parameter is a floating-point number: the weights were cast or "
+            "altered. Use the checkpoint as it was saved.")
 
 
 def check_shape(shape, path: str, key: str) -> None:

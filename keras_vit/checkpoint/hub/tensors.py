@@ -49,6 +49,7 @@ class _Float32(collections.abc.Mapping):
         if key not in self._made:
             value = self._tensors[key]
             untrusted.check_real_dtype(value.dtype, self._path, key)
+            untrusted.check_float_parameter(value.dtype, self._path, key)
             self._made[key] = np.asarray(value, np.float32)
         return self._made[key]
 
