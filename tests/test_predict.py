@@ -177,6 +177,32 @@ def test_hub_source_uses_its_class_names(tmp_path, capsys):
     assert sorted(names) == sorted(["cat", "dog", "bird", "fish", "frog"])
 
 
+def test_a_blank_hub_class_name_is_named_by_its_index(tmp_path):
+    """A Hugging Face config whose id2label gives class 1 a blank name:
+    keras-vit-predict names it "1" (with a warning), as keras-vit-export
+    then does in its labels.txt, where it refused the blank name."""
+    folder = tmp_path / "hub"
+    shutil.copytree(os.path.join(HUB, "hf_vit_classifier"), folder)
+    config = json.loads((folder / "config.json").read_text())
+    config["id2label"]["1"] = " "
+    (folder / "config.json").write_text(json.dumps(config))
+    pixels = np.load(folder / "reference.npz")["pixels"][0]
+    image = tmp_path / "hub.png"
+    image.write_bytes(_encode(pixels, "PNG"))
+    result = console.run("predict", [str(image), f"--model={folder}",
+                                     "--top_k=5"])
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (f"{folder} records a blank or multi-line name for class(es) 1: "
+            "named by index here") in result.stderr
+    names = {n.split()[0] for n in result.stdout.split(": ")[1].split(", ")}
+    assert "1" in names and len(names) == 5, result.stdout
+    result = console.run("export", [f"--model={folder}",
+                                    f"--export_dir={tmp_path / 'out'}"])
+    assert result.returncode == 0, result.stderr[-3000:]
+    labels = tmp_path / "out" / "vit" / "1" / "assets" / "labels.txt"
+    assert labels.read_text().splitlines()[1] == "1"
+
+
 def test_bad_file_stops_or_is_skipped(setup, capsys):
     root, _ = setup
     bad = root / "broken.jpg"

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Optional, Sequence
 
-from absl import flags
+from absl import flags, logging
 
 from keras_vit.commands.lazy import lazy_module
 from keras_vit.errors import UsageError
@@ -31,10 +31,23 @@ def define_class_names_file(values: flags.FlagValues) -> None:
 
 def class_names(values: flags.FlagValues,
                 source: loader.Source) -> Optional[list]:
-    """--class_names_file's lines, else the names the source records."""
+    """--class_names_file's lines, else the names the source records (a
+    blank name, or one across lines, is named by its index, with a
+    warning: every command names the class alike, and an export's
+    labels.txt holds a name a line)."""
     if values.class_names_file:
         return class_names_file(values)
-    return loader.class_names(source)
+    names = loader.class_names(source)
+    unfit = [i for i, name in enumerate(names or ())
+             if not name.strip() or "\n" in name or "\r" in name]
+    if unfit:
+        logging.warning(
+            "%s records a blank or multi-line name for class(es) %s: named "
+            "by index here (--class_names_file names them).", source.path,
+            ", ".join(map(str, unfit[:10])) + (", ..." if unfit[10:] else ""))
+        names = [str(i) if i in unfit else name
+                 for i, name in enumerate(names)]
+    return names
 
 
 def class_names_file(values: flags.FlagValues) -> Optional[list]:
