@@ -196,6 +196,9 @@ def test_the_evaluation_resize_travels_with_the_file(model, tmp_path,
                      f"--export_dir={tmp_path}", "--resize_size=48"]) == 0
     assert litert_record.read_resize(str(tmp_path / "vit.tflite"),
                               (SIZE, SIZE)) == (48, True)
+    # How its probabilities are made, for the device's code (the model's
+    # own: a softmax over its classes; --scores=sigmoid, a sigmoid each).
+    assert json.loads(record.read_text())["scores"] == "softmax"
     keras_kept = answer(f"--model={tmp_path / 'vit.keras'}",
                         "--resize_size=48", "--keep_aspect")
     np.testing.assert_allclose(answer(f"--model={tmp_path / 'vit.tflite'}"),
@@ -204,6 +207,10 @@ def test_the_evaluation_resize_travels_with_the_file(model, tmp_path,
     np.testing.assert_allclose(  # --nokeep_aspect: the N x N resize again
         answer(f"--model={tmp_path / 'vit.tflite'}", "--nokeep_aspect"),
         keras_48, atol=1e-4)
+    assert cli.main(["keras-vit-export", "--format=litert", "--overwrite",
+                     f"--model={tmp_path / 'vit.keras'}", "--scores=sigmoid",
+                     f"--export_dir={tmp_path}", "--resize_size=48"]) == 0
+    assert json.loads(record.read_text())["scores"] == "sigmoid"
     # A record that does not fit its file is refused by name.
     record.write_text('{"image_size": [64, 64], "resize_size": 48}')
     assert predict.main(["keras-vit-predict", str(photo),

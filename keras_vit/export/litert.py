@@ -195,8 +195,8 @@ def export_litert(
             "KERAS_BACKEND=tensorflow."
         )
     num_classes = export_options.classifier_width(model, "LiteRT export")
-    wrapped = pixels_model(model,
-                           scores=vit_scores.scores_for(num_classes, scores))
+    scores = vit_scores.scores_for(num_classes, scores)
+    wrapped = pixels_model(model, scores=scores)
     height, width = wrapped.input_shape[1:3]
     export_options.check_resize_size(resize_size, (height, width),
                                      keep_aspect)
@@ -209,9 +209,10 @@ def export_litert(
             class_names, num_classes))
     if verify:
         interpreter_class()  # fail before converting, not after
-    _write_files(wrapped, path, labels, quantization, verify,
-                 preprocessing_record(height, width, resize_size,
-                                      quantization, keep_aspect))
+    record = preprocessing_record(height, width, resize_size, quantization,
+                                  keep_aspect)
+    record["scores"] = scores  # how `output` is read: one class, or many
+    _write_files(wrapped, path, labels, quantization, verify, record)
     return path
 
 
