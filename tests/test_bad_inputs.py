@@ -1327,6 +1327,27 @@ def test_weights_cast_to_integers_are_refused_by_name(tmp_path):
         keras_vit.load_model(str(folder))
 
 
+def test_one_damaged_block_array_is_the_one_named(tmp_path):
+    """An .npz whose first block's MLP kernel lost a column: the sizes are
+    read from what most blocks say, so the error names that one array,
+    not every intact block's as not fitting."""
+    model = keras_vit.create_model(
+        None, num_classes=4, image_size=16, patch_size=8, hidden_size=16,
+        num_layers=3, num_heads=2, mlp_dim=32)
+    arrays = checkpoint.model_arrays(model)
+    key = "Transformer/encoderblock_0/MlpBlock_3/Dense_0/kernel"
+    arrays[key] = arrays[key][:, :-1]
+    path = str(tmp_path / "damaged.npz")
+    np.savez(path, **arrays)
+    with pytest.raises(UsageError) as info:
+        keras_vit.load_model(path)
+    message = str(info.value)
+    assert f"shape mismatch: {key}: model expects (16, 32), file has " \
+        "(16, 31)" in message, message
+    assert "encoderblock_1" not in message and "encoderblock_2" not in (
+        message)
+
+
 def test_an_all_zero_head_is_named_in_the_log(tmp_path):
     """An .npz whose head is all zeros (the ImageNet-21k releases'):
     keras-vit-predict (and convert, analysis) says every class scores

@@ -6,6 +6,7 @@ official one (`normalize_layout`), the architecture a file's shapes imply
 
 from __future__ import annotations
 
+import collections
 import re
 from typing import Dict, Mapping, Optional, Tuple
 
@@ -186,15 +187,21 @@ def describe_arrays(shapes: Dict[str, Shape]) -> Dict[str, object]:
         if k.startswith("Transformer/encoderblock_")
     }
     stages = resnet_stages(shapes)
-    att = "Transformer/encoderblock_0/MultiHeadDotProductAttention_1/"
+
+    def blocks_say(key, axis):
+        """The size most blocks' `key` arrays give (one damaged array is
+        then the one named as not fitting, not every other block's)."""
+        found = [dim(f"Transformer/{b}/{key}", axis)
+                 for b in sorted(blocks, key=lambda b: (len(b), b))]
+        found = collections.Counter(f for f in found if f is not None)
+        return found.most_common(1)[0][0] if found else None
+
     info = dict(
         hidden_size=dim("embedding/kernel", -1),
         patch_size=dim("embedding/kernel", 0),
         num_layers=len(blocks),
-        num_heads=dim(att + "query/kernel", 1),
-        mlp_dim=dim(
-            "Transformer/encoderblock_0/MlpBlock_3/Dense_0/kernel", 1
-        ),
+        num_heads=blocks_say("MultiHeadDotProductAttention_1/query/kernel", 1),
+        mlp_dim=blocks_say("MlpBlock_3/Dense_0/kernel", 1),
         # A root block without stages is AugReg's R+Ti/16 stem.
         resnet_layers=stages or (() if "conv_root/kernel" in shapes else None),
         pooling="token" if "cls" in shapes else "gap",
