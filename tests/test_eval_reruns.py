@@ -74,6 +74,7 @@ def test_vtab_backbone_stamp_tells_ema_from_raw_weights(ema_run, tmp_path):
     vtab_run.prepare_backbone(pretrained.WorkdirSource(ema_run), out)
     assert _read(os.path.join(out, vtab_run.BACKBONE_SOURCE))["use_ema"]
     raw = pretrained.WorkdirSource(ema_run, use_ema=False)
+    os.makedirs(os.path.join(out, vtab_run.RUNS, "dtd"))  # a task began
     with pytest.raises(UsageError) as info:
         vtab_run.prepare_backbone(raw, out)
     check_error("vtab_other_weights", info.value)

@@ -624,6 +624,7 @@ def test_other_backbone_in_the_same_output_dir_is_refused(tmp_path):
     a = tiny_source(str(tmp_path / "a.npz"))
     b = tiny_source(str(tmp_path / "b.npz"))
     vtab_run.prepare_backbone(a, str(tmp_path / "out"))
+    os.makedirs(tmp_path / "out" / vtab_run.RUNS / "dtd")  # a task began
     with pytest.raises(ValueError, match="use a new `output_dir`"):
         vtab_run.prepare_backbone(b, str(tmp_path / "out"))
     # Another file at the same path is another model.
@@ -643,6 +644,7 @@ def test_a_deleted_backbone_still_keeps_out_another_model(tmp_path):
     path = vtab_run.prepare_backbone(a, out)
     first = open(path, "rb").read()
     os.remove(path)
+    os.makedirs(os.path.join(out, vtab_run.RUNS, "dtd"))  # a task began
     with pytest.raises(ValueError, match="holds results of another"):
         vtab_run.prepare_backbone(b, out)
     assert vtab_run.prepare_backbone(a, out) == path
@@ -651,9 +653,24 @@ def test_a_deleted_backbone_still_keeps_out_another_model(tmp_path):
     os.remove(os.path.join(out, vtab_run.BACKBONE_SOURCE))
     reports.append_jsonl(os.path.join(out, reports.RESULTS_JSONL),
                          {"task": "dtd", "accuracy": 0.5})
-    with pytest.raises(ValueError, match="holds VTAB results but no "
+    with pytest.raises(ValueError, match="holds VTAB runs but no "
                        "backbone.json"):
         vtab_run.prepare_backbone(b, out)
+
+
+def test_a_backbone_no_task_started_from_is_written_anew(tmp_path):
+    """An output_dir holding another model's backbone but no task run and
+    no result (a run stopped before its first task): the backbone and
+    its stamp are written anew for this model, not refused as results."""
+    a = tiny_source(str(tmp_path / "a.npz"))
+    b = tiny_source(str(tmp_path / "b.npz"))
+    out = str(tmp_path / "out")
+    path = vtab_run.prepare_backbone(a, out)
+    first = open(path, "rb").read()
+    assert vtab_run.prepare_backbone(b, out) == path
+    assert open(path, "rb").read() != first
+    with open(os.path.join(out, vtab_run.BACKBONE_SOURCE)) as f:
+        assert json.load(f)["source"] == os.path.abspath(b.path)
 
 
 def test_backbone_of_every_source_kind_and_of_an_earlier_stamp(tmp_path):
@@ -675,6 +692,7 @@ def test_backbone_of_every_source_kind_and_of_an_earlier_stamp(tmp_path):
     with open(os.path.join(out, vtab_run.BACKBONE_SOURCE)) as f:
         stamp = json.load(f)
     assert stamp["kind"] == "keras" and "variant" not in stamp
+    os.makedirs(os.path.join(out, vtab_run.RUNS, "dtd"))  # a task began
     with pytest.raises(ValueError, match="kind 'keras', now 'npz'"):
         vtab_run.prepare_backbone(pretrained.NpzSource(path), out)
     # An earlier version's stamp: source, variant, keep_pre_logits.

@@ -215,15 +215,17 @@ def prepare_backbone(
             "its files changed since (their contents)" if k == "files"
             else f"{k} {saved.get(k)!r}, now {wanted[k]!r}"
             for k in _STAMP_FIELDS if saved.get(k, wanted[k]) != wanted[k])
+        if _tasks_begun(output_dir):
+            raise UsageError(
+                f"{output_dir} holds results of another pre-trained model "
+                f"({differ}): use a new `output_dir` for "
+                f"{source.describe()}.")
+        logging.info("%s holds the backbone of another pre-trained model "
+                     "(%s) and no task run: written anew.", output_dir,
+                     differ)
+    elif _tasks_begun(output_dir):
         raise UsageError(
-            f"{output_dir} holds results of another pre-trained model "
-            f"({differ}): use a new `output_dir` for "
-            f"{source.describe()}."
-        )
-    if reports.read_jsonl(os.path.join(output_dir, reports.RESULTS_JSONL),
-                          warn=False):
-        raise UsageError(
-            f"{output_dir} holds VTAB results but no {BACKBONE_SOURCE} "
+            f"{output_dir} holds VTAB runs but no {BACKBONE_SOURCE} "
             "saying which model they are of: the new tasks could be "
             "averaged with another model's. Use a new `output_dir` for "
             f"{source.describe()} (or put back its {BACKBONE_SOURCE}).")
@@ -232,6 +234,14 @@ def prepare_backbone(
     pretrained.write_backbone(source, path, keep_pre_logits)
     wd.write_json(stamp, wanted)
     return path
+
+
+def _tasks_begun(output_dir: str) -> bool:
+    """Whether `output_dir` holds a task's run or a result."""
+    runs = os.path.join(output_dir, RUNS)
+    return bool((tf.io.gfile.exists(runs) and tf.io.gfile.listdir(runs))
+                or reports.read_jsonl(os.path.join(
+                    output_dir, reports.RESULTS_JSONL), warn=False))
 
 
 def run(  # noqa: PLR0913 (the protocol's parts and options)
