@@ -311,8 +311,8 @@ def init_architecture(init, model_config, resumed=None) -> Dict:
         return {"image_size": SCRATCH_IMAGE_SIZE} if (
             model_config.image_size == 0) else {}
     again = resumed is not None and resumed.init.model and (
-        _same_path(resumed.init.model, init.model)
-        or resumed.init.model == init.model)
+        resumed.init.model == init.model
+        or _same_path(resumed.init.model, init.model))
     start = (config_architecture(resumed.model) if again
              else loader.describe_source(init.model))
     size = {}
