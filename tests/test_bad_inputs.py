@@ -1325,6 +1325,12 @@ def test_weights_cast_to_integers_are_refused_by_name(tmp_path):
     with pytest.raises(UsageError, match=r"has dtype int32, where a model "
                        r"parameter is a floating-point number"):
         keras_vit.load_model(str(folder))
+    # A model saved whole with integer weights of its own (quantized) is
+    # given back as saved: the refusal is of a file's arrays mapped in.
+    quantized = keras.Sequential([keras.Input((8,)), keras.layers.Dense(4)])
+    quantized.layers[0].quantize("int8")  # (the Dense alone: no notice)
+    quantized.save(tmp_path / "q.keras")
+    assert len(keras_vit.load_model(str(tmp_path / "q.keras")).layers) == 1
 
 
 def test_one_damaged_block_array_is_the_one_named(tmp_path):

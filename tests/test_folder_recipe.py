@@ -433,8 +433,8 @@ def test_a_run_in_epochs_whose_photos_changed_says_so(tmp_path):
         "trainer"]["total_steps"]
     assert counted > steps
     assert (f"--config.trainer.epochs=1 is {counted} steps of the training "
-            f"split now, where the run in run counted {steps} when it "
-            "started: the split has changed size since, and the run goes "
+            f"split now, where the run in run counted {steps} when it last "
+            "ran: the split has changed size since, and the run goes "
             f"by the new count. --config.trainer.total_steps={steps} in "
             "place of epochs keeps its own.") in again.stderr, again.stderr
 

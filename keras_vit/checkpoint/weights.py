@@ -327,13 +327,13 @@ def _compare(loading: _Loading, original_shapes: Dict[str, Shape]) -> None:
 
 
 def check_finite(value, name: str, source: str) -> None:
-    """Refuses an array of integers or booleans (a parameter is a float:
-    the file's weights were cast or altered) or a float array holding NaN
-    or an infinity (saved from a run that diverged, or damaged)."""
+    """Refuses a float array that holds NaN or an infinity (a checkpoint
+    saved from a run that diverged, or damaged): every answer of the model
+    would be NaN."""
     value = np.asarray(value)
-    untrusted.check_float_parameter(value.dtype, source, name)
-    count = int(value.size - np.count_nonzero(np.isfinite(value))) if (
-        value.dtype.kind in "fc") else 0
+    if value.dtype.kind not in "fc":
+        return
+    count = int(value.size - np.count_nonzero(np.isfinite(value)))
     if count:
         raise UsageError(
             f"{source}: {name} holds {count:,} NaN or infinite value(s) of "
@@ -352,7 +352,9 @@ def _assign(model: keras.Model, params: Sequence[Param], arrays: Arrays,
     todo = [param for param in params
             if not any(k in bad or k not in arrays for k in param.keys)]
     for param in todo:  # `arrays` keeps what it inflated
-        for key in param.keys:
+        for key in param.keys:  # (a file's, cast to ints: refused)
+            untrusted.check_float_parameter(np.asarray(arrays[key]).dtype,
+                                            report.path, key)
             check_finite(arrays[key], key, report.path)
     for param in todo:
         value = param.from_file([arrays[k] for k in param.keys])

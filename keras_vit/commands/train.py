@@ -241,9 +241,12 @@ def _start_path(values: flags.FlagValues, model: str) -> str:
         return atomic.absolute(cli.model_source(
             values, model, tensorflow_work=_WHY).path)
     except UsageError:
-        if "://" not in values.workdir and not os.path.exists(os.path.join(
-                os.path.expanduser(values.workdir), "config.json")):
-            raise  # no run there (said before TensorFlow loads)
+        if "://" in model or os.path.exists(os.path.expanduser(model)) or (
+                "://" not in values.workdir and not os.path.exists(
+                    os.path.join(os.path.expanduser(values.workdir),
+                                 "config.json"))):
+            raise  # refused for what it is, or no run there (said before
+            # TensorFlow loads)
         run = wd.resumable_config(values.workdir)
         if run is None or run.init.model not in (model,
                                                  atomic.absolute(model)):

@@ -223,6 +223,9 @@ def prepare_backbone(
         logging.info("%s holds the backbone of another pre-trained model "
                      "(%s) and no task run: written anew.", output_dir,
                      differ)
+        # A stop while writing leaves no stamp: never the old one beside
+        # the new backbone.
+        tf.io.gfile.remove(stamp)
     elif _tasks_begun(output_dir):
         raise UsageError(
             f"{output_dir} holds VTAB runs but no {BACKBONE_SOURCE} "

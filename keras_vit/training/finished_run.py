@@ -32,8 +32,6 @@ def finished_before(config, workdir: str, length: str,
     found writable (a finished run is also read where it is not). The
     workers of a cluster then leave together (`exit_barrier`)."""
     total = int(config.trainer.total_steps)
-    if length == "epochs":
-        _say_recounted(config, workdir)
     if distribute.is_multi_worker(strategy):
         finished = _agreed(config, workdir, total, strategy, length)
     else:
@@ -73,22 +71,25 @@ def _read(config, workdir: str, total: int, length: str
                 f"The run in {workdir} has trained {step} steps (its latest "
                 f"checkpoint, {latest}), more than the {asked} asked: ask for "
                 f"{step} steps or more to resume it, or use a new --workdir.")
+        if length == "epochs":
+            _say_recounted(config, workdir)
     return finished
 
 
 def _say_recounted(config, workdir: str) -> None:
-    """Warns where the run in `workdir`, counted in the same epochs at the
-    same batch, counted other steps when it started: its training split
-    changed size (images added or removed), and it trains to the new
-    count; the fix keeps its own."""
+    """Warns where the run in `workdir` to resume, counted in the same
+    epochs of the same split at the same batch, counted other steps when
+    it last ran: its training split changed size (images added or
+    removed), and it trains to the new count; the fix keeps its own."""
     old = wd.resumable_config(workdir)
+    same = ("trainer.epochs", "input.batch_size", "input.train_split",
+            "input.train_examples_per_class")
     if old is None or old.trainer.total_steps == config.trainer.total_steps \
-            or (old.trainer.epochs, old.input.batch_size) != (
-                config.trainer.epochs, config.input.batch_size):
+            or any(old[k] != config[k] for k in same):
         return
     logging.warning(
         "config.trainer.epochs=%g is %d steps of the training split now, "
-        "where the run in %s counted %d when it started: the split has "
+        "where the run in %s counted %d when it last ran: the split has "
         "changed size since, and the run goes by the new count. "
         "--config.trainer.total_steps=%d in place of epochs keeps its own.",
         config.trainer.epochs, config.trainer.total_steps, workdir,

@@ -282,9 +282,8 @@ class _HostLoop:
         for name, entry in due:
             compared = records.compared_split(entry)
             split = entry.split if final else compared
-            if final and split != compared and entry.every_steps and (
-                    r.records is not None
-                    and not r.records.evaluated(self.step, compared)):
+            if final and split != compared and records.validates_at_end(
+                    r.records, name, due, self.step, self.alone):
                 # The last step's validation too (once): a best candidate.
                 self._evaluate(name, entry, compared, True, stop=stop)
             results = self._evaluate(name, entry, split, split == compared,

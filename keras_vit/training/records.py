@@ -151,6 +151,23 @@ def compared_split(entry) -> str:
     return entry.val_split or entry.split
 
 
+def validates_at_end(kept, name: str, due, step: int, alone: bool) -> bool:
+    """Whether periodic evaluator `name` of the final evaluations `due`
+    ((name, entry) pairs) evaluates its validation split at the last step
+    too, with the run's `kept` records: the best checkpoint's evaluator
+    (on every worker alike); another on one worker (`alone`) where the
+    best's does not evaluate that split; each once (history.csv)."""
+    entry = dict(due)[name]
+    if kept is None or not entry.every_steps:
+        return False
+    split = compared_split(entry)
+    if not kept.keeps_best(name) and (not alone or any(
+            kept.keeps_best(n) and compared_split(e) == split
+            for n, e in due)):
+        return False
+    return not kept.evaluated(step, split)
+
+
 def _stored_best(workdir: str) -> Optional[Dict[str, Any]]:
     """best.json's record; None where there is none (or the chief has
     just moved it apart: `keep_other_best_apart`)."""

@@ -183,6 +183,7 @@ def _checked(f: h5py.File, name: str, shape: Shape, path: str):
                              "values Keras writes.")
     else:
         untrusted.check_real_dtype(dataset.dtype, path, name)
+        untrusted.check_float_parameter(dataset.dtype, path, name)
     if tuple(dataset.shape) != tuple(shape):
         raise UsageError(
             f"{path}: {name} has shape {tuple(dataset.shape)}, where the "
