@@ -39,7 +39,7 @@ def class_names(values: flags.FlagValues,
         return class_names_file(values)
     names = loader.class_names(source)
     unfit = [i for i, name in enumerate(names or ())
-             if not name.strip() or "\n" in name or "\r" in name]
+             if not lines.fits_a_line(name)]
     if unfit:
         logging.warning(
             "%s records a blank or multi-line name for class(es) %s: named "

@@ -20,6 +20,7 @@ from keras_vit.data import preprocessing
 from keras_vit.derived import is_features_model
 from keras_vit.errors import UsageError, check_options
 from keras_vit.export import files as export_files
+from keras_vit.storage import lines
 from keras_vit.storage.version_names import MAX_VERSION
 
 
@@ -102,7 +103,7 @@ def class_names(names, num_classes: int) -> list:
         )
     for index, name in enumerate(names):
         # labels.txt holds a name a line; a blank line is no name when read.
-        if not isinstance(name, str) or "\n" in name or not name.strip():
+        if not lines.fits_a_line(name):
             raise UsageError(
                 f"class_names[{index}] = {name!r}: names must be str "
                 "without newlines, and not blank (name a class without one "

@@ -51,6 +51,13 @@ def latest(directory: str) -> Optional[str]:
     return None
 
 
+def step_of(path: Optional[str]) -> Optional[int]:
+    """The step of the checkpoint `path` (`.../ckpt-N`), or None where
+    `path` is None or names no step."""
+    match = _STEP.search(path or "")
+    return int(match.group(1)) if match else None
+
+
 def relist(directory: str) -> None:
     """Writes the state file of `directory` again from its ckpt-N
     checkpoints where it is missing, unreadable or leaves some of them out
@@ -134,6 +141,7 @@ _CKPT = re.compile(r"^ckpt-(\d+)\.index$")
 # Seconds after which a ckpt-N_temp folder is a save that did not finish.
 PARTIAL_AGE_S = 600
 _PARTIAL = re.compile(r"^ckpt-\d+_temp$")
+_STEP = re.compile(r"-(\d+)$")
 
 
 def _checkpoint_state(directory: str):

@@ -10,6 +10,13 @@ from keras_vit.errors import UsageError
 from keras_vit.storage import atomic
 
 
+def fits_a_line(name) -> bool:
+    """Whether `name` is a class name that a label file holds on one line
+    and reads back alike: a str, not blank, without a line end."""
+    return isinstance(name, str) and bool(name.strip()) and not (
+        "\n" in name or "\r" in name)
+
+
 def read_lines(path: str, where: Optional[str] = None) -> List[str]:
     """The lines of a text file (class names, one per line), in order,
     without their line ends (LF or CRLF) or a UTF-8 byte order mark;

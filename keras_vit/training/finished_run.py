@@ -62,8 +62,8 @@ def _read(config, workdir: str, total: int, length: str
         wd.check_writable(workdir)
         latest = checkpoint_list.latest(os.path.join(workdir,
                                                      wd.CHECKPOINTS))
-        step = latest.rsplit("-", 1)[-1] if latest else ""
-        if step.isdigit() and int(step) > total:
+        step = checkpoint_list.step_of(latest)
+        if step is not None and step > total:
             asked = (f"config.trainer.total_steps={total}" if length ==
                      "total_steps" else f"{total} steps (config.trainer."
                      f"{length}={config.trainer[length]})")

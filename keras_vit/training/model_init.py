@@ -172,12 +172,12 @@ def _say_resumed_changes(old, config, workdir: str, checkpoint: str) -> None:
         before, now, lambda key: f"config.{key}",
         lambda value: shorten(json.dumps(value), _MAX_VALUE), 6)
     if differ:
-        step = checkpoint.rsplit("-", 1)[-1]
         logging.warning(
             "Resuming %s with other settings than it ran with: %s. They "
             "apply from the step it resumes at; config.json takes them, and "
             "the earlier config is kept in %s.", workdir, differ,
-            wd.earlier_config(workdir, int(step) if step.isdigit() else 0))
+            wd.earlier_config(workdir,
+                              checkpoint_list.step_of(checkpoint) or 0))
 
 
 # The config.input fields that make the training data's order, which a

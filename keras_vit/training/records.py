@@ -21,7 +21,7 @@ from absl import logging
 from tensorflow.core.util import event_pb2
 
 from keras_vit.errors import UsageError
-from keras_vit.storage import atomic, history
+from keras_vit.storage import atomic, checkpoint_list, history
 from keras_vit.storage import workdir as wd
 
 BEST = "best"
@@ -87,8 +87,7 @@ class BestKeeper:
         read back from history.csv (written before it was saved), else the
         recorded one, which it beat. Every worker reads the same files, so
         decides alike; the chief writes the record."""
-        latest = self.writer.latest()
-        step = int(latest.rsplit("-", 1)[-1]) if latest else None
+        step = checkpoint_list.step_of(self.writer.latest())
         if step is None or step == stored.get("step"):
             return stored
         accuracies = [row["accuracy"] for row in history.read_history(

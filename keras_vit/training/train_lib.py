@@ -197,8 +197,7 @@ def train_and_evaluate(
     batch = data_fit.global_batch(config.trainer, config.input,
                                   strategy.num_replicas_in_sync)
     if not config.objective.mpp.enabled:
-        config = config_lib.replace(config, model=model_init.init_architecture(
-            config.init, config.model, wd.resumable_config(workdir)))
+        config = _started_architecture(config, workdir)
     if config.model.image_size:  # an unknown size: before the workdir
         config_architecture(config.model)
     image_files.check_workdir_apart(config, workdir)
@@ -231,6 +230,14 @@ def train_and_evaluate(
                                    items, data, num_classes, on_end)
         finally:
             run.writer.close()
+
+
+def _started_architecture(config, workdir: str):
+    """`config` with the architecture of the model it starts from
+    (`model_init.init_architecture`); a resumed fine-tune's recorded one."""
+    resumed = wd.resumable_config(workdir) if config.init.model else None
+    return config_lib.replace(config, model=model_init.init_architecture(
+        config.init, config.model, resumed))
 
 
 def _check_backend(policy: str) -> None:
