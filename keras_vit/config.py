@@ -206,6 +206,12 @@ def _lay_over(config, values: Mapping[str, Any], prefix: str,
             with config.ignore_type():
                 config[key] = value
             continue
+        if isinstance(value, bool) and isinstance(config[key], (int, float)
+                                                  ) and not isinstance(
+                config[key], bool):
+            # (ml_collections takes a bool for a number: True would be 1)
+            raise UsageError(f"{where}: config.{name}={value} is not a "
+                             f"number: give one, as {config[key]!r} is.")
         try:
             config[key] = value
         except TypeError as e:

@@ -266,6 +266,12 @@ def _check_combinations(config) -> None:
             "config.optimizer.name='sgd' takes no weight decay (the paper's "
             "fine-tuning uses none): set config.optimizer.weight_decay=0, or "
             "config.optimizer.name=adamw.")
+    if (_value(config, "optimizer.name") == "adam"
+            and float(_value(config, "optimizer.weight_decay") or 0)):
+        raise UsageError(
+            "config.optimizer.name='adam' has no decoupled weight decay: set "
+            "config.optimizer.weight_decay=0, or config.optimizer.name=adamw "
+            "(the paper's pre-training recipe).")
     batch = _value(config, "input.batch_size")
     steps = _value(config, "trainer.accumulation_steps")
     if isinstance(batch, int) and isinstance(steps, int) and steps > 0:

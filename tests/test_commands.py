@@ -926,6 +926,9 @@ def test_named_values_and_combinations_are_checked_as_flags():
          "'float16': use one of 'float32', 'bfloat16'."),
         (["--config.optimizer.name=sgd", "--config.optimizer.weight_decay="
           "0.1"], "config.optimizer.name='sgd' takes no weight decay"),
+        (["--config.optimizer.name=adam", "--config.optimizer.weight_decay="
+          "0.1"], "config.optimizer.name='adam' has no decoupled weight "
+         "decay: set config.optimizer.weight_decay=0"),
         (["--config.input.batch_size=32",
           "--config.trainer.accumulation_steps=3"],
          "config.input.batch_size=32 does not split into "
@@ -957,6 +960,10 @@ def test_config_file_code_and_partial_files_with_overrides(tmp_path,
         (tmp_path / name).write_text(
             "def get_config(arg=None):\n"
             f"    return {{'trainer': {{'{trainer}': 2}}}}\n")
+    # (ml_collections takes a bool for a number, where True would be 1)
+    (tmp_path / "flag.py").write_text(
+        "def get_config(arg=None):\n"
+        "    return {'input': {'batch_size': True}}\n")
     sys.modules.pop("config_config", None)  # see the test above
     config = parse_train([f"--config={tmp_path / 'part.py'}", "--workdir=w",
                           "--config.model.hidden_size=9"]).config
@@ -970,6 +977,9 @@ def test_config_file_code_and_partial_files_with_overrides(tmp_path,
            f"{tmp_path / 'typo.py'}: --config.trainer.total_stepz is not a "
            "config field; did you mean --config.trainer.total_steps?")
           for more in ([], ["--config.model.hidden_size=9"])],
+        ([f"--config={tmp_path / 'flag.py'}"],
+         "config.input.batch_size=True is not a number: give one, as 512 "
+         "is."),
     ]
     for args, says in cases:
         sys.modules.pop("config_config", None)  # see the test above
