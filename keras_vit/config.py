@@ -15,6 +15,7 @@ from typing import Any, Callable, List, Mapping, Optional
 
 import ml_collections
 
+from keras_vit.config_limits import check_evaluators
 from keras_vit.config_schema import EVALUATORS, base_config, evaluator
 from keras_vit.config_upgrade import MOVED, RENAMED, moved_path, upgrade
 from keras_vit.errors import NEWER_VERSION, UsageError, shorten
@@ -246,12 +247,16 @@ def _lay_evaluators(config, values: Mapping[str, Any], where: str) -> None:
 def complete_evaluator(values: Mapping[str, Any], kind: str, *,
                        where: str = "evaluator") -> ml_collections.ConfigDict:
     """An evaluator of type `kind` (`config_schema.EVALUATORS`) with
-    `values` laid over its defaults; a ConfigDict is returned as it is."""
+    `values` laid over its defaults and checked against its limits
+    (`config_limits.check_evaluators`); a ConfigDict is returned as it is
+    (a command's, checked with its config)."""
     if isinstance(values, ml_collections.ConfigDict):
         return values
     entry = evaluator(kind)
     _lay_over(entry, dict(values, type=kind), f"evals.{kind}.", where)
     entry.lock()
+    # its limits, as a command checks those of a config's evaluators
+    check_evaluators(ml_collections.ConfigDict({"evals": {kind: entry}}))
     return entry
 
 

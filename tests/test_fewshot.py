@@ -163,6 +163,33 @@ def test_a_shot_count_above_a_class_pool_is_said_once_and_recorded(caplog):
     assert "(a class" not in row.split("|")[2]  # the 5-shot cell
 
 
+def test_shot_counts_and_seeds_out_of_range_are_refused_from_python():
+    """The library's doors check what the command checks: a shot count of
+    0 or less trained on no example, or on all but some, under its name;
+    a fraction was recorded as its whole part; no seed gave a NaN mean."""
+    labels = np.repeat(np.arange(3), 2)
+    features = (np.eye(3)[labels], labels)
+    for shots, seeds, says in [
+            ((0,), (0,), r"shots=\(0,\): give one count or more, each a "
+             "whole number of at least 1"),
+            ((-1,), (0,), r"shots=\(-1,\)"),
+            ((2.5,), (0,), r"shots=\(2.5,\)"),
+            ((2,), (), r"seeds=\(\): give one random draw or more")]:
+        with pytest.raises(UsageError, match=says):
+            linear_probe.evaluate_features(features, features, 3, shots,
+                                           seeds)
+    for fields, says in [
+            ({"shots": (0, -1)}, r"config.evals.fewshot.shots=0,-1: each "
+             "value must be >= 1"),
+            ({"seeds": ()}, r"config.evals.fewshot.seeds=\(\) must list "
+             "one value or more"),
+            ({"l2_reg": 0}, r"config.evals.fewshot.l2_reg=0.0 must be > 0")]:
+        with pytest.raises(UsageError, match=says):
+            fewshot.run(None, fields, [])
+    got = linear_probe.evaluate_features(features, features, 3, (2.0,), (0,))
+    assert got["2"]["mean"] == 1.0  # a whole float is its count
+
+
 def tiny_digits_model():
     return create_model(
         None, num_classes=10, image_size=32, patch_size=8, hidden_size=32,

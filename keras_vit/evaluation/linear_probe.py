@@ -119,6 +119,20 @@ def first_shots(orders: List[np.ndarray], shots: int) -> np.ndarray:
             else np.zeros([0], np.int64))
 
 
+def check_draws(shots: Sequence[int], seeds: Sequence[int]) -> None:
+    """A UsageError unless `shots` are whole numbers of at least 1 and
+    `seeds` lists one seed or more: a shot count of 0 or less would
+    train on no example, or on all but some, under its name."""
+    bad = [k for k in shots if isinstance(k, bool) or not isinstance(
+        k, (int, float, np.integer)) or k < 1 or k != int(k)]
+    if bad or not len(shots):
+        raise UsageError(f"shots={tuple(shots)}: give one count or more, "
+                         "each a whole number of at least 1 (e.g. 1,5,10).")
+    if not len(seeds):
+        raise UsageError("seeds=(): give one random draw or more "
+                         "(e.g. seeds=(0,)).")
+
+
 def evaluate_features(
     train: Tuple[np.ndarray, np.ndarray],
     test: Tuple[np.ndarray, np.ndarray],
@@ -134,6 +148,7 @@ def evaluate_features(
         with "fewest_shots" (the examples of the poorest class) where a
         class has fewer training examples than the shot count.
     """
+    check_draws(shots, seeds)
     train_x, train_y = train
     test_x, test_y = test
     counts = np.bincount(np.asarray(train_y, np.int64),
