@@ -517,6 +517,40 @@ def test_data_sets_probed_before_are_kept_not_probed_again(tmp_path):
             folder, ["a"], **dict(facts, **{field: value})) == {}
 
 
+def test_cli_fewshot_reads_the_label_key_given(tmp_path, caplog, capsys):
+    """--config.input.label_key (and image_key) name the features the
+    few-shot data sets are read by, as the other modes read them: CIFAR-
+    100's 20 coarse labels (it probed the 100 fine ones without a word),
+    recorded in the recipe; a feature that is no class label is one
+    line."""
+    path = str(tmp_path / "m.keras")
+    tiny(representation_size=16).save(path)
+    common = ("--mode=fewshot", f"--config={FEWSHOT_CONFIG}:cifar100",
+              f"--config.input.data_dir={tmp_path}",
+              "--config.evals.fewshot.shots=(1,)",
+              "--config.evals.fewshot.seeds=(0,)", f"--model={path}",
+              "--image_size=32")
+    caplog.set_level("INFO", logger="absl")
+    with tfds.testing.mock_data(**MOCK):
+        for key, classes in (("label", 100), ("coarse_label", 20)):
+            caplog.clear()
+            out = str(tmp_path / key)
+            assert cli(*common, f"--config.input.label_key={key}",
+                       f"--output_dir={out}") == 0
+            assert f"cifar100 ({classes} classes)" in caplog.text
+            with open(os.path.join(out, "fewshot.json")) as f:
+                assert json.load(f)["config"]["input"]["label_key"] == key
+        capsys.readouterr()
+        assert cli(*common, "--config.input.label_key=id",
+                   f"--output_dir={tmp_path / 'id'}") == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["keras-vit-evaluate: error: --config.input.label_key='id' "
+                   "of cifar100 is a Text feature, not a class label: "
+                   "keras_vit reads one class per image (a TFDS ClassLabel). "
+                   "Set --config.input.label_key to 'label' or "
+                   "'coarse_label'."]
+
+
 def test_cli_fewshot_run_again_keeps_what_it_probed(tmp_path, capsys,
                                                     caplog):
     """The same few-shot command again: its data sets are kept, not

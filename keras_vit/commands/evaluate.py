@@ -135,7 +135,8 @@ def _fewshot_mode(values, source, strategy) -> Dict:
     datasets = [
         fewshot.FewShotData(name, d.dataset, d.train_split, d.test_split,
                             config.input.data_dir, config.input.manual_dir,
-                            bool(config.input.skip_bad_images), evaluator)
+                            bool(config.input.skip_bad_images), evaluator,
+                            config.input.image_key, config.input.label_key)
         for name, d in opts.datasets.items()
     ]
     image_size, resize_size = _fewshot_sizes(values, config)

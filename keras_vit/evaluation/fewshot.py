@@ -135,6 +135,9 @@ class FewShotData:
     manual_dir: Optional[str] = None  # .../downloads/manual
     skip_bad_images: bool = False  # an image folder's (config.input's)
     evaluator: str = "fewshot"  # its evaluator's name in config.evals
+    # The features read (config.input's): a TFDS image and class label.
+    image_key: str = "image"
+    label_key: str = "label"
 
     def input(self, resize_size) -> ml_collections.ConfigDict:
         """The `config.input` section that reads this data set, resized to
@@ -144,6 +147,7 @@ class FewShotData:
             dataset=self.dataset,
             data_dir=self.data_dir,
             manual_dir=self.manual_dir, skip_bad_images=self.skip_bad_images,
+            image_key=self.image_key, label_key=self.label_key,
             pp=dict(eval_resize_size=resize_size),
         ), "input")
 

@@ -82,7 +82,8 @@ def _recipe(facts: Mapping) -> dict:
               if k not in ("datasets", "batch_size")}
     inp = (facts.get("config") or {}).get("input") or {}
     recipe.update({f"config.input.{k}": inp.get(k)
-                   for k in ("data_dir", "manual_dir")})
+                   for k in ("data_dir", "manual_dir", "image_key",
+                             "label_key")})
     recipe.update({"the image size": facts.get("image_size"),
                    "the resize": facts.get("resize_size"),
                    _EMA: facts.get("use_ema"),
