@@ -357,6 +357,24 @@ def test_cli_fewshot_on_digits(tmp_path, capsys):
         f"'{path}'" in err[0], err
     assert open(os.path.join(out, "fewshot.json")).read() == before
     assert saved["model_location"] == path
+    # The model named as --config.init.model (big_vision's way): the same
+    # results, kept; beside another --model or --workdir, refused.
+    assert cli("--mode=fewshot", f"--config={FEWSHOT_CONFIG}:digits",
+               "--config.model.image_size=32",
+               "--config.input.pp.eval_resize_size=36",
+               "--config.evals.fewshot.shots=(1,2)",
+               "--config.evals.fewshot.seeds=(0,)",
+               f"--config.init.model={path}", f"--output_dir={out}") == 0
+    assert json.load(open(os.path.join(out, "fewshot.json")))[
+        "results"] == saved["results"]
+    for flag in (f"--model={other}", f"--workdir={tmp_path}"):
+        capsys.readouterr()
+        assert cli("--mode=fewshot", f"--config={FEWSHOT_CONFIG}:digits",
+                   f"--config.init.model={path}", flag,
+                   f"--output_dir={out}") == 1
+        assert capsys.readouterr().err.strip().splitlines() == [
+            f"keras-vit-evaluate: error: {flag} and --config.init.model="
+            f"{path} name two models to evaluate: keep one."]
 
 
 @covers("nonfinite_activations")

@@ -15,6 +15,7 @@ from typing import List, Mapping, Optional, Sequence
 
 import ml_collections
 from absl import flags, logging
+from ml_collections import config_flags
 from ml_collections.config_flags.config_flags import ConfigFileFlagParser
 
 from keras_vit import config as config_lib
@@ -296,6 +297,21 @@ _UNFLAGGED = {
         "Convert it first with its grid (keras-vit-convert "
         "--posemb_grid=ROWSxCOLS) and start from the .keras file:"),
 }
+
+
+def given_start(values: flags.FlagValues) -> Optional[str]:
+    """The config.init.model given on the command line (an override, or
+    the config argument's `init=`), not a config file's own default;
+    None where none is."""
+    config = values.config
+    if config is None:
+        return None
+    start = config_flags.get_override_values(values["config"]).get(
+        "init.model")
+    arg = config_flags.get_config_filename(values["config"]).partition(":")
+    if start is None and re.search(r"(?:^|,)\s*init=", arg[2]):
+        start = config.init.model  # the config argument's init=
+    return start
 
 
 def shell_words(message: str, values: Optional[flags.FlagValues]) -> str:

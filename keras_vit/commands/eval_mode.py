@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Dict, Optional
 from absl import logging
 
 from keras_vit import config as config_lib
+from keras_vit.commands import config_args
 from keras_vit.commands import flags as cli
 from keras_vit.commands.lazy import lazy_module
 from keras_vit.errors import UsageError
@@ -48,6 +49,25 @@ FOLDER_TEST = "test|val|validation|valid"
 # The log's words for eval_keep_aspect without a resize size.
 CROP_TO_ASPECT = ("the central crop of its aspect ratio, resized to it, as "
                   "keras-hub's image converter does")
+
+
+def model_source(values):
+    """The Source of the model --model or --workdir names, else of the
+    config.init.model given on the command line (a config file's own is
+    not read: a fine-tuning config names the model it starts from)."""
+    start = config_args.given_start(values)
+    given = values.model or values.workdir
+    if start and given and start != values.model:
+        flag = "model" if values.model else "workdir"
+        raise UsageError(
+            f"--{flag}={given} and config.init.model={start} name two "
+            "models to evaluate: keep one.")
+    if not (given or start):
+        raise UsageError(
+            "Name the model to evaluate: --model=SOURCE, or --workdir=RUN "
+            "for a training run's."
+        )
+    return cli.model_source(values, given or start)
 
 
 def _write(path: str, text: str) -> None:

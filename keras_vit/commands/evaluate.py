@@ -108,15 +108,6 @@ def define_flags(values: flags.FlagValues, argv: Sequence[str]) -> None:
     cli.define_resize_size(values)
 
 
-def _source(values: flags.FlagValues):
-    if not (values.model or values.workdir):
-        raise UsageError(
-            "Name the model to evaluate: --model=SOURCE, or --workdir=RUN "
-            "for a training run's."
-        )
-    return cli.model_source(values, values.model or values.workdir)
-
-
 def fewshot_options(config):
     """The config's few-shot evaluator, its batch_size 0 or None (not
     set) the config's input batch (`config_limits`: 0 is the input's)."""
@@ -371,7 +362,7 @@ def _main(values: flags.FlagValues, args: list) -> None:
         config_limits.check_trials(values.config, entry.sweep)
     cli.check_tensorflow_backend(
         "its evaluators run on tf.distribute and tf.data")
-    source = _source(values)
+    source = eval_mode.model_source(values)
     strategy = cli.strategy(values, values.config,
                             training=values.mode == "vtab")
     try:

@@ -23,7 +23,6 @@ exits with status 42; a second Ctrl-C stops at once (status 130).
 from __future__ import annotations
 
 import os
-import re
 import sys
 from typing import TYPE_CHECKING, Dict, Optional, Sequence
 
@@ -32,6 +31,7 @@ from ml_collections import config_flags
 
 from keras_vit import config as config_lib
 from keras_vit import config_overrides
+from keras_vit.commands import config_args
 from keras_vit.commands import flags as cli
 from keras_vit.commands.lazy import lazy_module
 from keras_vit.data import image_files
@@ -142,10 +142,7 @@ def start_from(values: flags.FlagValues):
     if not model:
         return config
     given = config_flags.get_override_values(values["config"])
-    start = given.get("init.model")
-    arg = config_flags.get_config_filename(values["config"]).partition(":")
-    if start is None and re.search(r"(?:^|,)\s*init=", arg[2]):
-        start = config.init.model  # the config argument's init=
+    start = config_args.given_start(values)
     if start not in (None, model):
         raise UsageError(
             f"--model={model} and config.init.model={start} name two models "
