@@ -35,6 +35,7 @@ from keras_vit.scoring.evaluator import Evaluator
 from keras_vit.training import distribute, train_lib
 from tests import tiny as tiny_configs
 from tests.reliability_cases import check_says, covers
+from tests.photo_folder import write_photo_folder
 from tests.strategies import two_cpu_mirrored
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -567,6 +568,46 @@ def test_cli_fewshot_reads_the_label_key_given(tmp_path, caplog, capsys):
                    "keras_vit reads one class per image (a TFDS ClassLabel). "
                    "Set --config.input.label_key to 'label' or "
                    "'coarse_label'."]
+
+
+def test_cli_fewshot_on_a_photo_folder_needs_every_class_in_its_pool(
+        tmp_path, capsys, caplog):
+    """A few-shot probe of the user's photos: one class folder, or a class
+    with test photos and none in the pool of shots, is refused as training
+    refuses it (it scored 100%, or counted that class's photos wrong);
+    the folder itself is probed."""
+    path = str(tmp_path / "m.keras")
+    tiny(representation_size=16).save(path)
+    for name in ("both", "untrained", "one"):
+        for split in ("train", "test"):
+            write_photo_folder(tmp_path / name, per_class=3, split=split)
+    shutil.rmtree(tmp_path / "untrained" / "train" / "flower")
+    for split in ("train", "test"):
+        shutil.rmtree(tmp_path / "one" / split / "flower")
+
+    def probe(name):
+        return cli("--mode=fewshot", f"--config={FEWSHOT_CONFIG}:digits",
+                   "--config.evals.fewshot.datasets.digits.dataset=folder",
+                   f"--config.input.data_dir={tmp_path / name}",
+                   "--config.evals.fewshot.shots=(1,2)",
+                   "--config.evals.fewshot.seeds=(0,)", "--image_size=32",
+                   f"--model={path}", f"--output_dir={tmp_path / name}_fs")
+
+    caplog.set_level("INFO", logger="absl")
+    assert probe("both") == 0
+    assert "few-shot data set 1 of 1: digits (2 classes)" in caplog.text
+    capsys.readouterr()
+    assert probe("untrained") == 1
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"keras-vit-evaluate: error: Image folder {tmp_path / 'untrained'}: "
+        "class flower has images in split test but none in split train, so "
+        "the model would never learn it: add its training images, or rename "
+        "the folder to the class it belongs to."]
+    assert probe("one") == 1
+    assert f"Image folder {tmp_path / 'one'} has one class (china): a " \
+        "classifier needs at least two class folders." in (
+            capsys.readouterr().err)
+    assert not os.path.exists(tmp_path / "one_fs" / "fewshot.json")
 
 
 def test_cli_fewshot_run_again_keeps_what_it_probed(tmp_path, capsys,

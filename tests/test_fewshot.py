@@ -188,6 +188,23 @@ def test_shot_counts_and_seeds_out_of_range_are_refused_from_python():
             fewshot.run(None, fields, [])
     got = linear_probe.evaluate_features(features, features, 3, (2.0,), (0,))
     assert got["2"]["mean"] == 1.0  # a whole float is its count
+    with pytest.raises(UsageError, match="A probe of 1 class measures "
+                       "nothing: give data of two classes or more."):
+        linear_probe.evaluate_features(features, features, 1, (1,), (0,))
+
+
+def test_a_class_without_training_examples_is_said(caplog):
+    """A class of the test split with no example in the pool: the probe
+    never predicts it, said once, and its test images count wrong."""
+    labels = np.array([0, 0, 1, 1])
+    train = (np.eye(3)[labels], labels)
+    test = (np.eye(3), np.arange(3))
+    caplog.set_level("WARNING", logger="absl")
+    got = linear_probe.evaluate_features(train, test, 3, (1,), (0,))
+    assert got["1"]["mean"] == pytest.approx(2 / 3)
+    assert [r.getMessage() for r in caplog.records][0] == (
+        "1 of 3 classes have no training example: the probe never predicts "
+        "them, and the accuracies count their test images wrong.")
 
 
 def tiny_digits_model():

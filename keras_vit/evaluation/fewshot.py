@@ -23,8 +23,8 @@ from absl import logging
 from keras_vit import config as config_lib
 from keras_vit import layers as vit_layers
 from keras_vit.data import checks as data_checks
+from keras_vit.data import folder_classes, sources, vtab
 from keras_vit.data import pipeline as input_pipeline
-from keras_vit.data import sources, vtab
 from keras_vit.derived import features_model, intermediate_model
 from keras_vit.errors import UsageError
 from keras_vit.evaluation.linear_probe import evaluate_features
@@ -148,6 +148,7 @@ class FewShotData:
             data_dir=self.data_dir,
             manual_dir=self.manual_dir, skip_bad_images=self.skip_bad_images,
             image_key=self.image_key, label_key=self.label_key,
+            train_split=self.train_split,  # the pool of shots
             pp=dict(eval_resize_size=resize_size),
         ), "input")
 
@@ -178,6 +179,7 @@ def _ready(datasets, resize_size, download, in_turn, not_run, progress):
             sources.check_split(inp, getattr(data, field), "config.evals."
                                 f"{data.evaluator}.datasets.{data.name}."
                                 f"{field}", dict(info.num_examples))
+        folder_classes.check_training_classes(inp, labelled=True)
         ready.append((data, inp, info))
     return ready
 

@@ -149,12 +149,20 @@ def evaluate_features(
         class has fewer training examples than the shot count.
     """
     check_draws(shots, seeds)
+    if num_classes < 2:
+        raise UsageError(f"A probe of {num_classes} class measures nothing: "
+                         "give data of two classes or more.")
     train_x, train_y = train
     test_x, test_y = test
     counts = np.bincount(np.asarray(train_y, np.int64),
                          minlength=num_classes)[:num_classes]
     orders = {int(seed): class_orders(train_y, int(seed), num_classes)
               for seed in seeds}  # one draw per seed, for every shot count
+    if not counts.all():  # a probe predicts only classes it has shots of
+        logging.warning(
+            "%d of %d classes have no training example: the probe never "
+            "predicts them, and the accuracies count their test images "
+            "wrong.", np.sum(counts == 0), num_classes)
     out = {}
     for k in shots:
         short = counts < int(k)
