@@ -146,13 +146,14 @@ def _check(config, path: str, value, low: Bound, high: Bound,
         raise UsageError(
             f"config.{path}={value} "
             f"{_wanted(low_text, high_text, brackets, open_low)}"
-            f"{_ALSO.get(path, '') if value < 0 else ''}."
+            f"{_ALSO.get(path, '') if value <= 0 else ''}."
         )
 
 
 # What else a field takes beside its limits (said of a value below them).
-_ALSO = {"trainer.total_steps": ", or 0 to count the run in "
-         "config.trainer.epochs"}
+# (0 is refused only where no epochs are set)
+_ALSO = {"trainer.total_steps": ", or 0 with config.trainer.epochs > 0 to "
+         "count the run in epochs"}
 
 
 def _check_list(path: str, values, low: Bound, brackets: str,

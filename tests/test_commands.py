@@ -1040,6 +1040,11 @@ def test_out_of_memory_is_one_line_naming_the_fix(capsys):
         None, None, report), values)
     assert "lower the batch size (config.input.batch_size or " \
         "--batch_size)" in line
+    # A resize given is named first (a typo of 100000 asks for 120 GB).
+    values(["keras-vit-evaluate", "--mode=eval", "--resize_size=100000"])
+    line = exhausted.out_of_memory(tf.errors.ResourceExhaustedError(
+        None, None, report), values)
+    assert "lower --resize_size=100000, the batch size" in line
     assert runner.run("test", lambda values, argv: None, main,
                       ["keras-vit-test", "--verbose"]) == 1
     assert "Traceback" in capsys.readouterr().err

@@ -733,7 +733,8 @@ def test_a_moved_field_is_said_as_a_line_of_the_log(tmp_path):
     # 0 is a value of its own (count the run in epochs), said beside > 0.
     assert lines[1] == (
         "keras-vit-train: error: --config.trainer.total_steps=-5 must be > "
-        "0, or 0 to count the run in --config.trainer.epochs.")
+        "0, or 0 with --config.trainer.epochs > 0 to count the run in "
+        "epochs.")
 
 
 @pytest.mark.slow

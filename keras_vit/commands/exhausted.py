@@ -70,9 +70,13 @@ def out_of_memory(error: BaseException,
              if values is not None and name in values]
     lower = (f"the batch size ({' or '.join(batch)}), " if batch
              else "the batch size, ")
+    # A resize given (images are resized to it before the crop).
+    given = (values["resize_size"].value if values is not None
+             and "resize_size" in values else None)
+    resize = f"--resize_size={given}, " if given else ""
     return (f"{'Out of memory' if memory else 'Resources exhausted'} "
-            f"({what}): lower {lower}the image size or the model, or run "
-            "on a machine with more memory.")
+            f"({what}): lower {resize}{lower}the image size or the model, "
+            "or run on a machine with more memory.")
 
 
 def disk_full(error: BaseException, values=None) -> Optional[str]:
