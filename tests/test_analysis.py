@@ -655,6 +655,11 @@ def test_cli_mpp_figure_uses_the_same_model(mpp_ema_run, tmp_path,
     assert data["figures"]["mpp_predictions"] == mpp_figure.FIGURE
     assert sorted(os.listdir(out)) == sorted(
         [cli.JSON_NAME, *data["figures"].values()])
+    # The model analysed: the run's raw weights (not its EMA), at 24.
+    assert {k: data["model"][k] for k in (
+        "location", "use_ema", "image_size")} == {
+            "location": os.path.abspath(mpp_ema_run), "use_ema": False,
+            "image_size": [24, 24]}
     numbers = data["mpp_predictions"]
     assert [i["name"] for i in numbers["images"]] == [
         "digit #0 (label 0)", "digit #1 (label 1)"]

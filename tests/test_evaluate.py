@@ -332,6 +332,11 @@ def test_cli_fewshot_on_digits(tmp_path, capsys):
     assert code == 0
     saved = json.load(open(os.path.join(out, "fewshot.json")))
     assert set(saved["results"]["digits"]) == {"1", "2"}
+    # The model probed, not the config's B/16.
+    assert {k: saved["architecture"][k] for k in (
+        "hidden_size", "num_layers", "patch_size")} == {
+            "hidden_size": 32, "num_layers": 1, "patch_size": 8}
+    assert saved["config"]["model"]["variant"] == "B/16"
     assert len(saved["results"]["digits"]["2"]["per_seed"]) == 1
     md = open(os.path.join(out, "fewshot.md")).read()
     assert "| digits |" in md and "2-shot" in md

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import keras
 import numpy as np
@@ -68,6 +68,7 @@ def run_analysis(  # noqa: PLR0913 (its options, by keyword)
     on_batch: Optional[Callable[[int, int], None]] = None,
     learned_positions: Optional[Tuple[np.ndarray, Tuple[int, int]]] = None,
     scores: str = "softmax",
+    model_facts: Optional[Mapping[str, Any]] = None,
 ) -> Dict[str, Any]:
     """Computes the four analyses, writes the PNGs and, last, analysis.json.
 
@@ -101,6 +102,8 @@ def run_analysis(  # noqa: PLR0913 (its options, by keyword)
             position embeddings as learned, at their own grid, where
             `model`'s are resized from them: their similarity is drawn.
         scores: str. "softmax" or "sigmoid": each image's probability.
+        model_facts: dict or None. What analysis.json records of the
+            model analysed, under "model" (its location, weights).
 
     Returns:
         dict. The content of analysis.json.
@@ -126,6 +129,8 @@ def run_analysis(  # noqa: PLR0913 (its options, by keyword)
         for key, (file, draw) in more.items():
             data[key] = draw(staging)
             data["figures"][key] = file
+        if model_facts:
+            data["model"] = dict(model_facts)
         _publish(staging, output_dir, list(data["figures"].values()),
                  # Compact: the similarity matrix alone has N * N numbers.
                  json.dumps(data, separators=(",", ":")))

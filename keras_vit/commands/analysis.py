@@ -50,7 +50,9 @@ if TYPE_CHECKING:  # imported on first use: --help loads no TensorFlow
         report,
     )
     from keras_vit.checkpoint import resolution
+    from keras_vit.evaluation import accuracy
     from keras_vit.export import graph as export_graph
+    from keras_vit.storage import atomic
 else:
     derived = lazy_module("keras_vit.derived")
     vit_model = lazy_module("keras_vit.model")
@@ -62,6 +64,8 @@ else:
     report = lazy_module("keras_vit.analysis.report")
     resolution = lazy_module("keras_vit.checkpoint.resolution")
     export_graph = lazy_module("keras_vit.export.graph")
+    accuracy = lazy_module("keras_vit.evaluation.accuracy")
+    atomic = lazy_module("keras_vit.storage.atomic")
 
 
 def define_flags(values: flags.FlagValues, argv: Sequence[str]) -> None:
@@ -155,6 +159,10 @@ def _main(values: flags.FlagValues, images: list) -> None:
         more_figures=_mpp_figure(values, source, pixels, names, size),
         on_batch=_count if len(pixels) > values.batch_size else None,
         learned_positions=learned, scores=_scores(values, source, model),
+        model_facts=dict(  # the weights read (a workdir's EMA or not)
+            location=atomic.absolute(source.path),
+            use_ema=accuracy.ema_weights(source), image_size=list(size),
+            resize_size=resize, keep_aspect=keep),
     )
     for name in list(data["figures"].values()) + [report.JSON_NAME]:
         print(os.path.join(values.output_dir, name))

@@ -146,6 +146,7 @@ def _fewshot_mode(values, source, strategy) -> Dict:
                  keep_aspect=False, config=config.to_dict(),
                  model_location=atomic.absolute(source.path),
                  model_files=pretrained.model_files(source),
+                 architecture=pretrained.describe_source(source).to_dict(),
                  use_ema=accuracy.ema_weights(source),
                  shot_draw=linear_probe.SHOT_DRAW)
     # Another model's file is refused; this model's other data sets kept
