@@ -207,9 +207,18 @@ def test_a_class_folder_or_a_file_given_as_the_folder_says_so(tmp_path):
         _index(tmp_path / "nosuch")
     os.rename(tmp_path / "photos" / "flower", tmp_path / "photos" / " ")
     with pytest.raises(UsageError, match="has a blank name, which no labels "
-                       "file can hold: rename it"):
+                       "file can hold on one line: rename it"):
         _index(tmp_path / "photos")
-    os.rename(tmp_path / "photos" / " ", tmp_path / "photos" / "flower")
+    # A line end in a name (a copy from a Windows share): labels.txt would
+    # read back another class, or one more, and the run never resume.
+    before = " "
+    for name in ("flower\r", "flo\nwer"):
+        os.rename(tmp_path / "photos" / before, tmp_path / "photos" / name)
+        before = name
+        with pytest.raises(UsageError, match="has a name with a line end, "
+                           "which no labels file can hold on one line"):
+            _index(tmp_path / "photos")
+    os.rename(tmp_path / "photos" / before, tmp_path / "photos" / "flower")
     # Class folders that hold dated folders (china/2023/*.jpg) read as
     # split folders: the error says so, not only that splits are missing.
     for name in ("china", "flower"):

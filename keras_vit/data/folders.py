@@ -31,6 +31,7 @@ from keras_vit.data.image_files import is_hidden as _hidden
 from keras_vit.data.image_files import is_image as _is_image
 from keras_vit.data.splits import parse_split, split_bounds
 from keras_vit.errors import UsageError, shorten
+from keras_vit.storage import lines
 
 # The top folders that make a folder one of splits, <split>/<class>/, even
 # where a stray image lies beside their class folders.
@@ -232,10 +233,11 @@ def _split_folders(root: str) -> Dict[str, List[Tuple[str, str]]]:
 def _check_class_folder(folder: str, name: str, images) -> None:
     """An empty class folder would silently drop (or never train) its
     class; hidden ones (.ipynb_checkpoints) are not classes. A blank name
-    is no line of labels.txt."""
-    if not name.strip():
-        raise UsageError(f"Class folder {folder!r} has a blank name, which "
-                         "no labels file can hold: rename it.")
+    is no line of labels.txt, nor one with a line end in it."""
+    if not lines.fits_a_line(name):
+        what = "blank name" if not name.strip() else "name with a line end"
+        raise UsageError(f"Class folder {folder!r} has a {what}, which no "
+                         "labels file can hold on one line: rename it.")
     if not images and not name.startswith("."):
         raise UsageError(f"Class folder {folder} has no images ("
                          f"{', '.join(IMAGE_EXTENSIONS)}; other files are "
