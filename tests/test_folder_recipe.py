@@ -295,6 +295,15 @@ def test_the_run_follows_the_data(tmp_path, caplog):
     assert ("0.01 epochs of 20 training images at batch 8: 1 step (2.5 per "
             "epoch; whole steps make it 0.4 epochs), a warm-up of 0.") in (
         caplog.text)
+    # A count kept per class out of range is named before any step is
+    # counted from it (it counted -3 images).
+    caplog.clear()
+    with pytest.raises(UsageError, match=r"config.input.train_examples_per_"
+                       r"class=-1 must be >= 0\.$"):
+        _fitted(config_lib.replace(
+            folder.get_config(f"data_dir={tmp_path}"),
+            input={"train_examples_per_class": -1}))
+    assert "training images" not in caplog.text
     # A batch larger than the split (counted in epochs or in steps) holds
     # images twice: said.
     assert "more than the" not in caplog.text

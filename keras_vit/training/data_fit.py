@@ -61,9 +61,11 @@ def fit(inp, trainer, schedule, log, checkpoints, evals) -> Dict[str, dict]:
     """The sections of a run config to change (`config.replace`'s
     arguments; {} when there is nothing to settle), from its `input`,
     `trainer`, `schedule`, `log`, `checkpoints` and `evals` sections."""
-    # An epoch's steps divide by the batch: it is checked first.
+    # An epoch's steps divide by the batch, of the examples kept: these
+    # are checked first.
     config_limits.check_fields({"input": inp, "trainer": trainer},
-                               ("input.batch_size", "trainer.epochs"))
+                               ("input.batch_size", "trainer.epochs",
+                                "input.train_examples_per_class"))
     out = _splits(inp, evals)
     if int(trainer.total_steps) != 0:
         if inp.dataset in (sources.DIGITS, sources.FOLDER) and not (
