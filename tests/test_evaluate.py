@@ -1090,7 +1090,7 @@ def test_export_scales_the_runs_resize_with_image_size(resize_run, tmp_path,
 
 
 def test_cli_eval_scores_a_folder_by_the_models_class_names(tmp_path,
-                                                             capsys):
+                                                             capsys, caplog):
     """A folder's labels follow its sorted class folders; a model that
     names its classes in another order is scored by name (each image is
     in the folder of the class the model gives it: 100%), a class folder
@@ -1122,7 +1122,12 @@ def test_cli_eval_scores_a_folder_by_the_models_class_names(tmp_path,
 
     by_name = accuracy(f"--class_names_file={tmp_path / 'names.txt'}")
     assert by_name["accuracy"] == 1.0 and by_name["classes_by_name"]
+    caplog.set_level("INFO", logger="absl")
     by_index = accuracy()  # no names: sorted folders are classes 0, 1, 2
+    assert ("The model records no class names: the sorted class folders of "
+            f"{tmp_path / 'photos'} are scored as its classes 0, 1, ... "
+            "('cat', 'mouse', 'zebra'); --class_names_file names the "
+            "model's, in its output order.") in caplog.text
     # Without --split: the folder config's, the first of test|val|... there.
     assert cli(*base[:-1]) == 0
     printed = capsys.readouterr().out

@@ -94,7 +94,14 @@ def in_folder_order(model, class_names: Optional[Sequence[str]], inp):
     beside a model's words) are scored by index, as sorted folders, said
     in the log; a mix of both is refused, naming folders that match no
     class. Other data sets are scored by index."""
-    if not class_names or inp.dataset != sources.FOLDER or inp.vtab_task:
+    if inp.dataset != sources.FOLDER or inp.vtab_task:
+        return model
+    if not class_names:
+        logging.info(
+            "The model records no class names: the sorted class folders of "
+            "%s are scored as its classes 0, 1, ... (%s); "
+            "--class_names_file names the model's, in its output order.",
+            inp.data_dir, _few(list(folders.folder_index(inp.data_dir)[1])))
         return model
     names = [str(n) for n in class_names]
     width = int(model.output_shape[-1])
