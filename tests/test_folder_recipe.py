@@ -421,6 +421,26 @@ def test_a_test_folder_without_a_trained_class_is_named(tmp_path):
         "on: its accuracy leaves it out."), lines
 
 
+def test_a_class_of_one_image_in_class_folders_alone_is_named(tmp_path,
+                                                               caplog):
+    """Class folders alone, one class of a single image: it trains on
+    that image and the held-out val has none of it, said as for a test/
+    folder without a class."""
+    write_photo_folder(tmp_path, per_class=6)
+    (tmp_path / "solo").mkdir()
+    shutil.copy(sorted((tmp_path / "china").iterdir())[0],
+                tmp_path / "solo" / "only.jpg")
+    _index(tmp_path)
+    caplog.set_level("WARNING")
+    config = folder.get_config(f"data_dir={tmp_path}")
+    folder_classes.warn_unevaluated_classes(
+        config.input, [("input.train_split", "train"),
+                       ("evals.test.split", "val")], labelled=True)
+    assert (f"Image folder {tmp_path}: config.evals.test.split='val' reads "
+            "the held-out val, which has no images of class solo that the "
+            "model trains on: its accuracy leaves it out.") in caplog.text
+
+
 def test_a_finished_run_with_val_and_test_resumes_without_redoing(tmp_path):
     """Photos with train/, val/ and test/: the last step is validated as
     well as tested (the validation curve's last point), so the same

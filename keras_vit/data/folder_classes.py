@@ -90,11 +90,13 @@ def warn_unevaluated_classes(inp, splits: Sequence[Tuple[str, str]],
                              labelled: bool) -> None:
     """An image folder's evaluation split (of `run_splits`, the training
     split first) whose folder holds no images of a class the classifier
-    trains on: its accuracy leaves that class out. Warned once a split
-    (a small test folder of some classes can be meant)."""
-    if (not labelled or inp.dataset != sources.FOLDER or inp.vtab_task
-            or folders.holds_out(inp.data_dir)):
+    trains on: its accuracy leaves that class out (class folders alone:
+    a class of one image, which holds none out). Warned once a split (a
+    small test folder of some classes can be meant)."""
+    if not labelled or inp.dataset != sources.FOLDER or inp.vtab_task:
         return
+    # (class folders alone: a class of one image holds none out)
+    held_out = folders.holds_out(inp.data_dir)
     _, trained = _split_classes(inp.data_dir, splits[0][1])
     warned = set()
     for field, split in splits[1:]:
@@ -103,8 +105,9 @@ def warn_unevaluated_classes(inp, splits: Sequence[Tuple[str, str]],
         if missing and split not in warned:
             warned.add(split)
             logging.warning(
-                "Image folder %s: config.%s=%r reads %s/, which has no "
+                "Image folder %s: config.%s=%r reads %s, which has no "
                 "images of %s %s that the model trains on: its accuracy "
                 "leaves %s out.", inp.data_dir, field, split,
-                "/, ".join(parts), "classes" if missing[1:] else "class",
-                ", ".join(missing), "them" if missing[1:] else "it")
+                "the held-out val" if held_out else
+                "/, ".join(parts) + "/", "classes" if missing[1:] else
+                "class", ", ".join(missing), "them" if missing[1:] else "it")

@@ -174,8 +174,8 @@ def _say_resumed_changes(old, config, workdir: str, checkpoint: str) -> None:
     if differ:
         logging.warning(
             "Resuming %s with other settings than it ran with: %s. They "
-            "apply from the step it resumes at; config.json takes them, and "
-            "the earlier config is kept in %s.", workdir, differ,
+            "apply from the step it resumes at: once it does, config.json "
+            "takes them, the earlier config kept in %s.", workdir, differ,
             wd.earlier_config(workdir,
                               checkpoint_list.step_of(checkpoint) or 0))
 
