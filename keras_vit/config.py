@@ -207,12 +207,10 @@ def _lay_over(config, values: Mapping[str, Any], prefix: str,
             with config.ignore_type():
                 config[key] = value
             continue
-        if isinstance(value, bool) and isinstance(config[key], (int, float)
-                                                  ) and not isinstance(
-                config[key], bool):
-            # (ml_collections takes a bool for a number: True would be 1)
-            raise UsageError(f"{where}: config.{name}={value} is not a "
-                             f"number: give one, as {config[key]!r} is.")
+        if isinstance(value, bool) and type(config[key]) in (int, float):
+            raise UsageError(  # (ml_collections would take True as 1)
+                f"{where}: config.{name}={value} is not a number: give "
+                f"one, as {config[key]!r} is.")
         try:
             config[key] = value
         except TypeError as e:
@@ -247,15 +245,13 @@ def _lay_evaluators(config, values: Mapping[str, Any], where: str) -> None:
 def complete_evaluator(values: Mapping[str, Any], kind: str, *,
                        where: str = "evaluator") -> ml_collections.ConfigDict:
     """An evaluator of type `kind` (`config_schema.EVALUATORS`) with
-    `values` laid over its defaults and checked against its limits
-    (`config_limits.check_evaluators`); a ConfigDict is returned as it is
-    (a command's, checked with its config)."""
+    `values` laid over its defaults and checked against its limits; a
+    ConfigDict is returned as it is (a command's, checked with its config)."""
     if isinstance(values, ml_collections.ConfigDict):
         return values
     entry = evaluator(kind)
     _lay_over(entry, dict(values, type=kind), f"evals.{kind}.", where)
     entry.lock()
-    # its limits, as a command checks those of a config's evaluators
     check_evaluators(ml_collections.ConfigDict({"evals": {kind: entry}}))
     return entry
 

@@ -656,7 +656,7 @@ def test_cli_mpp_figure_uses_the_same_model(mpp_ema_run, tmp_path,
     assert sorted(os.listdir(out)) == sorted(
         [cli.JSON_NAME, *data["figures"].values()])
     # The model analysed: the run's raw weights (not its EMA), at 24.
-    assert {k: data["model"][k] for k in (
+    assert {k: data["source"][k] for k in (
         "location", "use_ema", "image_size")} == {
             "location": os.path.abspath(mpp_ema_run), "use_ema": False,
             "image_size": [24, 24]}

@@ -946,6 +946,33 @@ def test_named_values_and_combinations_are_checked_as_flags():
         assert says in str(info.value), (args, str(info.value))
 
 
+def test_a_warm_up_or_period_given_to_a_run_in_epochs_is_said_a_cap(
+        tmp_path, caplog):
+    """The folder config counts its run in epochs, where the warm-up and
+    the periods are caps (`data_fit`): one given on the command line is
+    said to be one, with the flag that keeps it; the config's own caps,
+    and any value of a run counted in steps, are not said."""
+    caplog.set_level("INFO", logger="absl")
+    folder_arg = f"--config=folder:{tmp_path}"
+    for args, said in [
+            ([folder_arg, "--config.schedule.warmup_steps=10",
+              "--config.checkpoints.every_steps=10"],
+             "--config.checkpoints.every_steps=10, --config.schedule."
+             "warmup_steps=10: a cap in a run counted in epochs (a warm-up "
+             "of at most a tenth of its steps, periods of at most an "
+             "epoch); --config.trainer.total_steps in place of epochs "
+             "keeps them as given."),
+            ([folder_arg], None),
+            ([folder_arg, "--config.trainer.total_steps=50",
+              "--config.schedule.warmup_steps=10"], None),
+            (["--config=digits", "--config.schedule.warmup_steps=10"], None)]:
+        caplog.clear()
+        values = parse_train([*args, "--workdir=w"])
+        train_command._say_caps(values, values.config)
+        lines = [r.getMessage() for r in caplog.records]
+        assert lines == ([said] if said else []), args
+
+
 def test_config_file_code_and_partial_files_with_overrides(tmp_path,
                                                            capsys):
     """A KeyError of a config file's own code names its line; a field a
@@ -1040,10 +1067,15 @@ def test_out_of_memory_is_one_line_naming_the_fix(capsys):
         None, None, report), values)
     assert "lower the batch size (config.input.batch_size or " \
         "--batch_size)" in line
-    # A resize given is named first (a typo of 100000 asks for 120 GB).
+    # A resize given is named first where the allocation is of its size
+    # (a typo of 100000 asks for 120 GB), not otherwise.
     values(["keras-vit-evaluate", "--mode=eval", "--resize_size=100000"])
     line = exhausted.out_of_memory(tf.errors.ResourceExhaustedError(
         None, None, report), values)
+    assert "lower the batch size" in line and "resize" not in line
+    line = exhausted.out_of_memory(tf.errors.ResourceExhaustedError(
+        None, None, report.replace("1048577,1048577", "100000,100000")),
+        values)
     assert "lower --resize_size=100000, the batch size" in line
     assert runner.run("test", lambda values, argv: None, main,
                       ["keras-vit-test", "--verbose"]) == 1

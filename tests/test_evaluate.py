@@ -34,8 +34,8 @@ from keras_vit.evaluation.accuracy import evaluate_model
 from keras_vit.scoring.evaluator import Evaluator
 from keras_vit.training import distribute, train_lib
 from tests import tiny as tiny_configs
-from tests.reliability_cases import check_says, covers
 from tests.photo_folder import write_photo_folder
+from tests.reliability_cases import check_says, covers
 from tests.strategies import two_cpu_mirrored
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -364,7 +364,8 @@ def test_cli_fewshot_on_digits(tmp_path, capsys):
     assert open(os.path.join(out, "fewshot.json")).read() == before
     assert saved["model_location"] == path
     # The model named as --config.init.model (big_vision's way): the same
-    # results, kept; beside another --model or --workdir, refused.
+    # results, kept; beside another --model, refused. (--workdir beside it
+    # gives the output folder and config, as beside --model.)
     assert cli("--mode=fewshot", f"--config={FEWSHOT_CONFIG}:digits",
                "--config.model.image_size=32",
                "--config.input.pp.eval_resize_size=36",
@@ -373,14 +374,13 @@ def test_cli_fewshot_on_digits(tmp_path, capsys):
                f"--config.init.model={path}", f"--output_dir={out}") == 0
     assert json.load(open(os.path.join(out, "fewshot.json")))[
         "results"] == saved["results"]
-    for flag in (f"--model={other}", f"--workdir={tmp_path}"):
-        capsys.readouterr()
-        assert cli("--mode=fewshot", f"--config={FEWSHOT_CONFIG}:digits",
-                   f"--config.init.model={path}", flag,
-                   f"--output_dir={out}") == 1
-        assert capsys.readouterr().err.strip().splitlines() == [
-            f"keras-vit-evaluate: error: {flag} and --config.init.model="
-            f"{path} name two models to evaluate: keep one."]
+    capsys.readouterr()
+    assert cli("--mode=fewshot", f"--config={FEWSHOT_CONFIG}:digits",
+               f"--config.init.model={path}", f"--model={other}",
+               f"--output_dir={out}") == 1
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"keras-vit-evaluate: error: --model={other} and --config.init."
+        f"model={path} name two models to evaluate: keep one."]
 
 
 @covers("nonfinite_activations")
@@ -605,13 +605,19 @@ def test_cli_fewshot_on_a_photo_folder_needs_every_class_in_its_pool(
     assert probe("untrained") == 1
     assert capsys.readouterr().err.strip().splitlines() == [
         f"keras-vit-evaluate: error: Image folder {tmp_path / 'untrained'}: "
-        "class flower has images in split test but none in split train, so "
-        "the model would never learn it: add its training images, or rename "
-        "the folder to the class it belongs to."]
+        "class flower has images in split test but none in split train, "
+        "the probe's shots, so it would never be predicted: add its images "
+        "there, or rename the folder to the class it belongs to."]
     assert probe("one") == 1
     assert f"Image folder {tmp_path / 'one'} has one class (china): a " \
-        "classifier needs at least two class folders." in (
+        "probe needs at least two class folders." in (
             capsys.readouterr().err)
+    # A split the probe does not read (val/) may hold another class.
+    for split in ("train", "test", "val"):
+        write_photo_folder(tmp_path / "withval", per_class=2, split=split)
+    shutil.copytree(tmp_path / "withval" / "val" / "china",
+                    tmp_path / "withval" / "val" / "extra")
+    assert probe("withval") == 0
     assert not os.path.exists(tmp_path / "one_fs" / "fewshot.json")
 
 

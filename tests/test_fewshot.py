@@ -174,6 +174,8 @@ def test_shot_counts_and_seeds_out_of_range_are_refused_from_python():
              "whole number of at least 1"),
             ((-1,), (0,), r"shots=\(-1,\)"),
             ((2.5,), (0,), r"shots=\(2.5,\)"),
+            ((float("inf"),), (0,), r"shots=\(inf,\)"),
+            ((float("nan"),), (0,), r"shots=\(nan,\)"),
             ((2,), (), r"seeds=\(\): give one random draw or more")]:
         with pytest.raises(UsageError, match=says):
             linear_probe.evaluate_features(features, features, 3, shots,
@@ -186,8 +188,10 @@ def test_shot_counts_and_seeds_out_of_range_are_refused_from_python():
             ({"l2_reg": 0}, r"config.evals.fewshot.l2_reg=0.0 must be > 0")]:
         with pytest.raises(UsageError, match=says):
             fewshot.run(None, fields, [])
-    got = linear_probe.evaluate_features(features, features, 3, (2.0,), (0,))
-    assert got["2"]["mean"] == 1.0  # a whole float is its count
+    for two in (2.0, np.float32(2), np.int64(2)):  # whole: its count
+        got = linear_probe.evaluate_features(features, features, 3, (two,),
+                                             (0,))
+        assert got["2"]["mean"] == 1.0
     with pytest.raises(UsageError, match="A probe of 1 class measures "
                        "nothing: give data of two classes or more."):
         linear_probe.evaluate_features(features, features, 1, (1,), (0,))

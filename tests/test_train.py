@@ -618,8 +618,10 @@ def test_the_api_names_the_config_field_of_a_bad_step_or_batch(field,
     config = config_lib.base_config()
     section, name = field.split(".")
     setattr(config[section], name, value)
+    also = (", or 0 with config.trainer.epochs > 0 to count the run in "
+            "epochs" if field == "trainer.total_steps" else "")
     with pytest.raises(errors.UsageError, match=(
-            rf"^config\.{field}={value} must be > 0\.$")):
+            rf"^config\.{field}={value} must be > 0{also}\.$")):
         data_fit.global_batch(config.trainer, config.input, 1)
 
 

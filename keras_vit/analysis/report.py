@@ -73,12 +73,10 @@ def run_analysis(  # noqa: PLR0913 (its options, by keyword)
     """Computes the four analyses, writes the PNGs and, last, analysis.json.
 
     The figures are drawn into a hidden folder inside `output_dir`, then
-    moved into it together, with Ctrl-C and SIGTERM held: an earlier
-    analysis there stays whole until the new one replaces it (a run
-    stopped or failed midway leaves it as it was). The figures of OUTPUTS
-    that this run does not draw (a hybrid's patch_embedding_pca.png,
-    another run's mpp_predictions.png) go then; analysis.json comes last,
-    so a present one always describes the figures beside it.
+    moved in together, Ctrl-C and SIGTERM held: an earlier analysis there
+    stays whole until replaced. The figures of OUTPUTS this run does not
+    draw (a hybrid's patch_embedding_pca.png) go then; analysis.json
+    comes last, so a present one describes the figures beside it.
 
     Args:
         model: keras.Model. A keras_vit Vision Transformer.
@@ -102,8 +100,7 @@ def run_analysis(  # noqa: PLR0913 (its options, by keyword)
             position embeddings as learned, at their own grid, where
             `model`'s are resized from them: their similarity is drawn.
         scores: str. "softmax" or "sigmoid": each image's probability.
-        model_facts: dict or None. What analysis.json records of the
-            model analysed, under "model" (its location, weights).
+        model_facts: dict or None. analysis.json's "source": the model's.
 
     Returns:
         dict. The content of analysis.json.
@@ -129,8 +126,7 @@ def run_analysis(  # noqa: PLR0913 (its options, by keyword)
         for key, (file, draw) in more.items():
             data[key] = draw(staging)
             data["figures"][key] = file
-        if model_facts:
-            data["model"] = dict(model_facts)
+        data["source"] = dict(model_facts or {})  # ({}: not said)
         _publish(staging, output_dir, list(data["figures"].values()),
                  # Compact: the similarity matrix alone has N * N numbers.
                  json.dumps(data, separators=(",", ":")))

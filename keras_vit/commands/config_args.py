@@ -299,17 +299,19 @@ _UNFLAGGED = {
 }
 
 
-def given_start(values: flags.FlagValues) -> Optional[str]:
-    """The config.init.model given on the command line (an override, or
-    the config argument's `init=`), not a config file's own default;
-    None where none is."""
+def given_start(values: flags.FlagValues, argument: bool = True
+                ) -> Optional[str]:
+    """The config.init.model given on the command line: an override, or
+    (with `argument`) the config argument's `init=` of a value; not a
+    config file's own default. None where none is."""
     config = values.config
     if config is None:
         return None
     start = config_flags.get_override_values(values["config"]).get(
         "init.model")
     arg = config_flags.get_config_filename(values["config"]).partition(":")
-    if start is None and re.search(r"(?:^|,)\s*init=", arg[2]):
+    if argument and start is None and re.search(r"(?:^|,)\s*init=\s*[^,\s]",
+                                                arg[2]):
         start = config.init.model  # the config argument's init=
     return start
 

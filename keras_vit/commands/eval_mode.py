@@ -52,22 +52,22 @@ CROP_TO_ASPECT = ("the central crop of its aspect ratio, resized to it, as "
 
 
 def model_source(values):
-    """The Source of the model --model or --workdir names, else of the
-    config.init.model given on the command line (a config file's own is
-    not read: a fine-tuning config names the model it starts from)."""
-    start = config_args.given_start(values)
-    given = values.model or values.workdir
-    if start and given and start != values.model:
-        flag = "model" if values.model else "workdir"
+    """The Source of the model --model names, or the
+    --config.init.model override as --model (a config file's own, or its
+    argument's `init=`, names the model a fine-tuning run started from:
+    not read), else --workdir's run's."""
+    start = config_args.given_start(values, argument=False)
+    if start and values.model and start != values.model:
         raise UsageError(
-            f"--{flag}={given} and config.init.model={start} name two "
+            f"--model={values.model} and config.init.model={start} name two "
             "models to evaluate: keep one.")
-    if not (given or start):
+    given = values.model or start or values.workdir
+    if not given:
         raise UsageError(
             "Name the model to evaluate: --model=SOURCE, or --workdir=RUN "
             "for a training run's."
         )
-    return cli.model_source(values, given or start)
+    return cli.model_source(values, given)
 
 
 def _write(path: str, text: str) -> None:

@@ -146,7 +146,6 @@ def _fewshot_mode(values, source, strategy) -> Dict:
                  keep_aspect=False, config=config.to_dict(),
                  model_location=atomic.absolute(source.path),
                  model_files=pretrained.model_files(source),
-                 architecture=pretrained.describe_source(source).to_dict(),
                  use_ema=accuracy.ema_weights(source),
                  shot_draw=linear_probe.SHOT_DRAW)
     # Another model's file is refused; this model's other data sets kept
@@ -164,9 +163,13 @@ def _fewshot_mode(values, source, strategy) -> Dict:
         datasets = [d for d in datasets if d.name not in done]
 
     def write(results, not_run):  # a cluster's chief writes the files
+        # The model probed (the source's where all its results were kept).
+        arch = (vit_model.architecture_of(model) if model is not None
+                else pretrained.describe_source(source))
         return fewshot_reports.write_fewshot_reports(
             eval_mode.output_dir(values), name, {**kept, **results},
-            not_run, chief=distribute.is_chief(strategy), **facts)
+            not_run, chief=distribute.is_chief(strategy),
+            architecture=arch.to_dict(), **facts)
 
     results, not_run = {}, {}
     if datasets:  # what is not kept

@@ -70,10 +70,11 @@ def out_of_memory(error: BaseException,
              if values is not None and name in values]
     lower = (f"the batch size ({' or '.join(batch)}), " if batch
              else "the batch size, ")
-    # A resize given (images are resized to it before the crop).
+    # A resize given, where the allocation that failed is of its size.
     given = (values["resize_size"].value if values is not None
              and "resize_size" in values else None)
-    resize = f"--resize_size={given}, " if given else ""
+    resize = (f"--resize_size={given}, " if given and re.search(
+        rf"\b{given}\b", what) else "")
     return (f"{'Out of memory' if memory else 'Resources exhausted'} "
             f"({what}): lower {resize}{lower}the image size or the model, "
             "or run on a machine with more memory.")

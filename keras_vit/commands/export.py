@@ -9,9 +9,9 @@ or as a LiteRT (.tflite) file.
 
 --model is any model source (a training workdir: its EMA weights unless
 --no_ema, its class names and its evaluation preprocessing). An .npz's
-sizes, pooling, class count and pre-logits width come from the file unless
-the shape hints say otherwise; its head must be there (a new one would be
-untrained).
+sizes, pooling, class count and pre-logits width come from the file, the
+shape hints checked against them; its head must be there (a new one would
+be untrained).
 
 --format=saved_model (default) writes <export_dir>/<model_name>/<version>/
 and <export_dir>/models.config; --format=litert writes

@@ -200,6 +200,7 @@ def _main(values: flags.FlagValues, args: list) -> None:
                          "--workdir=/tmp/vit_run).")
     check_training_evaluators(values.config)
     config = absolute_data_paths(start_from(values))
+    _say_caps(values, config)
     # Before TensorFlow loads (train_lib checks it again, for its callers).
     image_files.check_workdir_apart(config, values.workdir)
     if config.init.model:
@@ -228,6 +229,23 @@ def _main(values: flags.FlagValues, args: list) -> None:
             + f"; run the same command to {then}"
             + (" (on every worker)." if final.get("restart") else ".")
         )
+
+
+def _say_caps(values: flags.FlagValues, config) -> None:
+    """Says that a run counted in epochs takes a warm-up or a period given
+    on the command line as a cap (`data_fit`: the warm-up at most a tenth
+    of the run, a period at most an epoch), and how to keep it as given."""
+    if int(config.trainer.total_steps) or not float(config.trainer.epochs):
+        return
+    given = config_flags.get_override_values(values["config"])
+    caps = [f"--config.{key}={given[key]}" for key in sorted(given)
+            if key == "schedule.warmup_steps" or key.endswith(".every_steps")]
+    if caps:
+        logging.info(
+            "%s: a cap in a run counted in epochs (a warm-up of at most a "
+            "tenth of its steps, periods of at most an epoch); "
+            "--config.trainer.total_steps in place of epochs keeps %s as "
+            "given.", ", ".join(caps), "them" if caps[1:] else "it")
 
 
 def _start_path(values: flags.FlagValues, model: str) -> str:

@@ -43,6 +43,29 @@ def check_training_classes(inp, labelled: bool) -> None:
             "rename the folder to the class it belongs to.")
 
 
+def check_probe_classes(inp, pool: str, test: str) -> None:
+    """The classes of an image folder that a few-shot probe reads: two or
+    more, each of split `test` with images in split `pool` (the probe
+    never predicts a class it has no shot of)."""
+    if inp.dataset != sources.FOLDER:
+        return
+    root = inp.data_dir
+    pool_parts, pooled = _split_classes(root, pool)
+    test_parts, tested = _split_classes(root, test)
+    if len(pooled | tested) < 2:
+        raise UsageError(
+            f"Image folder {root} has one class ({', '.join(pooled | tested)}"
+            "): a probe needs at least two class folders.")
+    unpooled = sorted(tested - pooled)
+    if unpooled:
+        raise UsageError(
+            f"Image folder {root}: class {', '.join(unpooled)} has images in "
+            f"split {' or '.join(test_parts)} but none in split "
+            f"{' or '.join(pool_parts)}, the probe's shots, so it would "
+            "never be predicted: add its images there, or rename the "
+            "folder to the class it belongs to.")
+
+
 def check_held_out_read(inp, splits: Sequence[Tuple[str, str]],
                         resumed: bool = False) -> None:
     """A folder of class folders alone (no <split>/ folders) holds out a
@@ -108,6 +131,6 @@ def warn_unevaluated_classes(inp, splits: Sequence[Tuple[str, str]],
                 "Image folder %s: config.%s=%r reads %s, which has no "
                 "images of %s %s that the model trains on: its accuracy "
                 "leaves %s out.", inp.data_dir, field, split,
-                "the held-out val" if held_out else
+                "the held-out val" if held_out and parts == ["val"] else
                 "/, ".join(parts) + "/", "classes" if missing[1:] else
                 "class", ", ".join(missing), "them" if missing[1:] else "it")

@@ -231,9 +231,8 @@ def _split_folders(root: str) -> Dict[str, List[Tuple[str, str]]]:
 
 
 def _check_class_folder(folder: str, name: str, images) -> None:
-    """An empty class folder would silently drop (or never train) its
-    class; hidden ones (.ipynb_checkpoints) are not classes. A blank name
-    is no line of labels.txt, nor one with a line end in it."""
+    """An empty class folder silently drops its class (hidden ones are no
+    classes); a blank name, or one with a line end, no line of labels.txt."""
     if not lines.fits_a_line(name):
         what = "blank name" if not name.strip() else "name with a line end"
         raise UsageError(f"Class folder {folder!r} has a {what}, which no "

@@ -148,7 +148,6 @@ class FewShotData:
             data_dir=self.data_dir,
             manual_dir=self.manual_dir, skip_bad_images=self.skip_bad_images,
             image_key=self.image_key, label_key=self.label_key,
-            train_split=self.train_split,  # the pool of shots
             pp=dict(eval_resize_size=resize_size),
         ), "input")
 
@@ -179,7 +178,8 @@ def _ready(datasets, resize_size, download, in_turn, not_run, progress):
             sources.check_split(inp, getattr(data, field), "config.evals."
                                 f"{data.evaluator}.datasets.{data.name}."
                                 f"{field}", dict(info.num_examples))
-        folder_classes.check_training_classes(inp, labelled=True)
+        folder_classes.check_probe_classes(inp, data.train_split,
+                                           data.test_split)
         ready.append((data, inp, info))
     return ready
 

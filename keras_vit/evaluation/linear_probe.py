@@ -16,6 +16,8 @@ float64 keeps the solve exact.
 
 from __future__ import annotations
 
+import math
+import numbers
 from typing import Dict, List, Sequence, Tuple
 
 import numpy as np
@@ -124,7 +126,7 @@ def check_draws(shots: Sequence[int], seeds: Sequence[int]) -> None:
     `seeds` lists one seed or more: a shot count of 0 or less would
     train on no example, or on all but some, under its name."""
     bad = [k for k in shots if isinstance(k, bool) or not isinstance(
-        k, (int, float, np.integer)) or k < 1 or k != int(k)]
+        k, numbers.Real) or not math.isfinite(k) or k < 1 or k != int(k)]
     if bad or not len(shots):
         raise UsageError(f"shots={tuple(shots)}: give one count or more, "
                          "each a whole number of at least 1 (e.g. 1,5,10).")

@@ -141,7 +141,7 @@ _CKPT = re.compile(r"^ckpt-(\d+)\.index$")
 # Seconds after which a ckpt-N_temp folder is a save that did not finish.
 PARTIAL_AGE_S = 600
 _PARTIAL = re.compile(r"^ckpt-\d+_temp$")
-_STEP = re.compile(r"-(\d+)$")
+_STEP = re.compile(r"ckpt-(\d+)$")
 
 
 def _checkpoint_state(directory: str):

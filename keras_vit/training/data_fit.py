@@ -114,33 +114,7 @@ def fit(inp, trainer, schedule, log, checkpoints, evals) -> Dict[str, dict]:
         f"{examples / batch:.2f}".rstrip("0").rstrip("."),
         "" if ran == f"{float(trainer.epochs):.3g}" else
         f"; whole steps make it {ran} epochs", warmup)
-    _say_held(out, schedule, log, checkpoints, evals)
     return out
-
-
-def _say_held(out: Dict[str, dict], schedule, log, checkpoints,
-              evals) -> None:
-    """Names each field of a run counted in epochs that its data held
-    below its value: the warm-up to a tenth of the run, the periods to
-    one epoch (they are caps there, given or not)."""
-    given = {"schedule.warmup_steps": schedule.warmup_steps,
-             "log.every_steps": log.every_steps,
-             "checkpoints.every_steps": checkpoints.every_steps,
-             **{f"evals.{name}.every_steps": entry.every_steps
-                for name, entry in evals.items()
-                if entry.type == "accuracy"}}
-    held = []
-    for field, value in given.items():
-        section, key = field.rsplit(".", 1)
-        now = out.get(section, {}).get(key, value)
-        if int(now) != int(value):
-            held.append(f"config.{field}={value} to {now}")
-    if held:
-        logging.info(
-            "Held to the run's length (a warm-up of at most a tenth of it, "
-            "periods of at most an epoch): %s. Give "
-            "config.trainer.total_steps in place of epochs to keep them.",
-            ", ".join(held))
 
 
 def _say_batch_over(examples, inp) -> None:
