@@ -497,6 +497,33 @@ def test_head_kept_or_dropped_and_zero_initialised(tmp_path):
     assert_close(feats(x), ref.features(body, x))
 
 
+@pytest.mark.parametrize("width", [24, 32])
+def test_fine_tuning_drops_a_head_that_reads_dropped_pre_logits(tmp_path,
+                                                                width):
+    """Fine-tuning (`loader.initialise`) from a file with pre-logits, of
+    the task's class count: the pre-logits go, as for transfer in the
+    paper, and the head with them, zeroed. Before, a 24-wide pre-logits
+    layer was refused ("build it with representation_size"), and one as
+    wide as the encoder (the released i21k files' 768 on B/16) kept the
+    head, reading the encoder's features in place of its own."""
+    arrays = random_arrays(tiny(num_classes=5, representation_size=width))
+    path = save(tmp_path / "c.npz", arrays)
+    model = tiny(num_classes=5, head_zero_init=False)
+    report = loader.initialise(model, path)
+    assert report.head_initialized
+    assert [d[0] for d in report.dropped] == [
+        "head/kernel", "head/bias", "pre_logits/kernel", "pre_logits/bias"]
+    assert "it reads the pre-logits layer, which is dropped (config.init." \
+        "keep_pre_logits=True keeps both)" in report.dropped[0][2]
+    x = images(32)
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(model(x)), 0.0)
+    # Kept with keep_pre_logits, in a model that has them: as saved.
+    keep = tiny(num_classes=5, representation_size=width)
+    report = loader.initialise(keep, path, keep_pre_logits=True)
+    assert not report.dropped and not report.head_initialized
+    assert_close(keep(x), ref.forward(arrays, x))
+
+
 @pytest.mark.parametrize("edit, says", [
     (lambda a: a.update({"head/bias": a["head/bias"][:4]}),
      "its head/kernel (24, 5) and head/bias (4,) disagree on the class "

@@ -170,9 +170,9 @@ def initialise(
 ) -> checkpoint_io.LoadReport:
     """Loads a source's weights into `model`, for fine-tuning.
 
-    The head is kept only when its shape fits and no `drop_head` reason is
-    given (else it starts at zero, as for transfer in the paper); the
-    pre-logits layer only with
+    The head is kept only when its shape fits, no `drop_head` reason is
+    given and it reads no pre-logits layer that is dropped (else it starts
+    at zero, as for transfer in the paper); the pre-logits layer only with
     `keep_pre_logits`; the position embedding is resized to the model's
     patch grid (hub weights the way their library resizes them, as
     `load_model` does). Strict: anything else that does not fit is an error.
@@ -190,6 +190,12 @@ def initialise(
         # library resizes it (the official interpolation is the .npz's).
         arrays = source.arrays_at(target)
     ignored = tuple(content.ignored)
+    if not (drop_head or keep_pre_logits) and any(
+            k.startswith("pre_logits/") for k in arrays):
+        # The paper's transfer: the whole head goes (a head kept would read
+        # the encoder's features in place of its pre-logits layer's).
+        drop_head = ("it reads the pre-logits layer, which is dropped "
+                     "(config.init.keep_pre_logits=True keeps both)")
     if drop_head:  # left out as the file's other arrays are: named
         ignored += tuple((k, shape_of(arrays, k), f"{drop_head}; the head "
                           "starts at zero") for k in weights.HEAD_KEYS
