@@ -259,20 +259,22 @@ CHOICES = (
 )
 
 
+# The optimizers that take no weight decay here, and why.
+_NO_DECAY = {
+    "sgd": "takes no weight decay (the paper's fine-tuning uses none)",
+    "adam": "has no decoupled weight decay (adamw, the paper's pre-training "
+            "recipe, has)",
+}
+
+
 def _check_combinations(config) -> None:
     """Fields that are each in range but do not go together."""
-    if (_value(config, "optimizer.name") == "sgd"
-            and float(_value(config, "optimizer.weight_decay") or 0)):
+    name = _value(config, "optimizer.name")
+    if name in _NO_DECAY and float(
+            _value(config, "optimizer.weight_decay") or 0):
         raise UsageError(
-            "config.optimizer.name='sgd' takes no weight decay (the paper's "
-            "fine-tuning uses none): set config.optimizer.weight_decay=0, or "
-            "config.optimizer.name=adamw.")
-    if (_value(config, "optimizer.name") == "adam"
-            and float(_value(config, "optimizer.weight_decay") or 0)):
-        raise UsageError(
-            "config.optimizer.name='adam' has no decoupled weight decay: set "
-            "config.optimizer.weight_decay=0, or config.optimizer.name=adamw "
-            "(the paper's pre-training recipe).")
+            f"config.optimizer.name={name!r} {_NO_DECAY[name]}: set "
+            "config.optimizer.weight_decay=0, or config.optimizer.name=adamw.")
     batch = _value(config, "input.batch_size")
     steps = _value(config, "trainer.accumulation_steps")
     if isinstance(batch, int) and isinstance(steps, int) and steps > 0:

@@ -928,7 +928,8 @@ def test_named_values_and_combinations_are_checked_as_flags():
           "0.1"], "config.optimizer.name='sgd' takes no weight decay"),
         (["--config.optimizer.name=adam", "--config.optimizer.weight_decay="
           "0.1"], "config.optimizer.name='adam' has no decoupled weight "
-         "decay: set config.optimizer.weight_decay=0"),
+         "decay (adamw, the paper's pre-training recipe, has): set "
+         "config.optimizer.weight_decay=0"),
         (["--config.input.batch_size=32",
           "--config.trainer.accumulation_steps=3"],
          "config.input.batch_size=32 does not split into "

@@ -323,12 +323,12 @@ def test_cli_fewshot_on_digits(tmp_path, capsys):
     path = str(tmp_path / "m.keras")
     tiny(representation_size=16).save(path)
     out = str(tmp_path / "fs")
-    code = cli("--mode=fewshot", f"--config={FEWSHOT_CONFIG}:digits",
-               "--config.model.image_size=32",
-               "--config.input.pp.eval_resize_size=36",
-               "--config.evals.fewshot.shots=(1,2)",
-               "--config.evals.fewshot.seeds=(0,)",
-               f"--model={path}", f"--output_dir={out}")
+    probe = ("--mode=fewshot", f"--config={FEWSHOT_CONFIG}:digits",
+             "--config.model.image_size=32",
+             "--config.input.pp.eval_resize_size=36",
+             "--config.evals.fewshot.shots=(1,2)",
+             "--config.evals.fewshot.seeds=(0,)", f"--output_dir={out}")
+    code = cli(*probe, f"--model={path}")
     assert code == 0
     saved = json.load(open(os.path.join(out, "fewshot.json")))
     assert set(saved["results"]["digits"]) == {"1", "2"}
@@ -366,12 +366,7 @@ def test_cli_fewshot_on_digits(tmp_path, capsys):
     # The model named as --config.init.model (big_vision's way): the same
     # results, kept; beside another --model, refused. (--workdir beside it
     # gives the output folder and config, as beside --model.)
-    assert cli("--mode=fewshot", f"--config={FEWSHOT_CONFIG}:digits",
-               "--config.model.image_size=32",
-               "--config.input.pp.eval_resize_size=36",
-               "--config.evals.fewshot.shots=(1,2)",
-               "--config.evals.fewshot.seeds=(0,)",
-               f"--config.init.model={path}", f"--output_dir={out}") == 0
+    assert cli(*probe, f"--config.init.model={path}") == 0
     assert json.load(open(os.path.join(out, "fewshot.json")))[
         "results"] == saved["results"]
     capsys.readouterr()
