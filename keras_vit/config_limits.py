@@ -11,6 +11,7 @@ schedule, a layer's rate); this names them as a run config sets them.
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Optional, Tuple, Union
 
 from keras_vit.errors import UsageError
@@ -156,35 +157,36 @@ _ALSO = {"trainer.total_steps": ", or 0 with config.trainer.epochs > 0 to "
          "count the run in epochs"}
 
 
-def _check_list(path: str, values, low: Bound, brackets: str,
-                whole: bool) -> None:
+def check_list(path: str, values, low: Bound, brackets: str,
+               whole: bool, prefix: str = "config.") -> None:
     """Each of `values` (a tuple or list of numbers) at least `low`
     (None: any number) and, if `whole`, a whole number; one value or
-    more, none twice."""
+    more, none twice. Refused as `prefix` + `path` (a config field, or
+    with prefix "" an argument of a library call)."""
     written = ",".join(str(v) for v in values) if isinstance(
         values, (tuple, list)) else str(values)
+    name = prefix + path
     if not isinstance(values, (tuple, list)) or not values:
         raise UsageError(
-            f"config.{path}={written or '()'} must list one value or more "
-            f"(e.g. config.{path}=1,2).")
+            f"{name}={written or '()'} must list one value or more "
+            f"(e.g. {name}=1,2).")
     for value in values:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise UsageError(
-                f"config.{path}={written}: {value!r} is not a number.")
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise UsageError(f"{name}={written}: {value!r} is not a number.")
         why = _unrepresentable(value)
         if why:
-            raise UsageError(f"config.{path}={written}: {value} {why}.")
+            raise UsageError(f"{name}={written}: {value} {why}.")
         if low is not None and (value < low or (
                 brackets[0] == "(" and value == low)):
             raise UsageError(
-                f"config.{path}={written}: each value must be "
+                f"{name}={written}: each value must be "
                 f"{'>' if brackets[0] == '(' else '>='} {low}.")
         if whole and value != int(value):
-            raise UsageError(f"config.{path}={written}: {value} is not a "
+            raise UsageError(f"{name}={written}: {value} is not a "
                              "whole number.")
     if len(set(values)) < len(values):
         twice = sorted({v for v in values if list(values).count(v) > 1})
-        raise UsageError(f"config.{path}={written}: "
+        raise UsageError(f"{name}={written}: "
                          f"{', '.join(map(str, twice))} given twice; "
                          "list each value once.")
 
@@ -346,7 +348,7 @@ def check_evaluators(config) -> None:
             _check(config, path, _value(config, path), low, high, brackets)
         for field, low, brackets, whole in EVALUATOR_LISTS.get(kind, ()):
             path = f"evals.{name}.{field}"
-            _check_list(path, _value(config, path), low, brackets, whole)
+            check_list(path, _value(config, path), low, brackets, whole)
         if kind == "fewshot":
             _check_datasets(f"evals.{name}.datasets",
                             config.evals[name].datasets)

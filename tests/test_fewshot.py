@@ -170,13 +170,14 @@ def test_shot_counts_and_seeds_out_of_range_are_refused_from_python():
     labels = np.repeat(np.arange(3), 2)
     features = (np.eye(3)[labels], labels)
     for shots, seeds, says in [
-            ((0,), (0,), r"shots=\(0,\): give one count or more, each a "
-             "whole number of at least 1"),
-            ((-1,), (0,), r"shots=\(-1,\)"),
-            ((2.5,), (0,), r"shots=\(2.5,\)"),
-            ((float("inf"),), (0,), r"shots=\(inf,\)"),
-            ((float("nan"),), (0,), r"shots=\(nan,\)"),
-            ((2,), (), r"seeds=\(\): give one random draw or more")]:
+            ((0,), (0,), r"shots=0: each value must be >= 1"),
+            ((-1,), (0,), r"shots=-1: each value must be >= 1"),
+            ((2.5,), (0,), r"shots=2.5: 2.5 is not a whole number"),
+            ((float("inf"),), (0,), r"shots=inf: inf is not a finite"),
+            ((float("nan"),), (0,), r"shots=nan: nan is not a finite"),
+            ((np.int64(2), 2), (0,), r"shots=2,2: 2 given twice"),
+            ((2,), (), r"seeds=\(\) must list one value or more"),
+            ((2,), (-1,), r"seeds=-1: each value must be >= 0")]:
         with pytest.raises(UsageError, match=says):
             linear_probe.evaluate_features(features, features, 3, shots,
                                            seeds)

@@ -16,13 +16,12 @@ float64 keeps the solve exact.
 
 from __future__ import annotations
 
-import math
-import numbers
 from typing import Dict, List, Sequence, Tuple
 
 import numpy as np
 from absl import logging
 
+from keras_vit import config_limits
 from keras_vit.errors import UsageError
 
 # How the examples of each shot count are drawn, recorded in fewshot.json:
@@ -123,16 +122,13 @@ def first_shots(orders: List[np.ndarray], shots: int) -> np.ndarray:
 
 def check_draws(shots: Sequence[int], seeds: Sequence[int]) -> None:
     """A UsageError unless `shots` are whole numbers of at least 1 and
-    `seeds` lists one seed or more: a shot count of 0 or less would
-    train on no example, or on all but some, under its name."""
-    bad = [k for k in shots if isinstance(k, bool) or not isinstance(
-        k, numbers.Real) or not math.isfinite(k) or k < 1 or k != int(k)]
-    if bad or not len(shots):
-        raise UsageError(f"shots={tuple(shots)}: give one count or more, "
-                         "each a whole number of at least 1 (e.g. 1,5,10).")
-    if not len(seeds):
-        raise UsageError("seeds=(): give one random draw or more "
-                         "(e.g. seeds=(0,)).")
+    `seeds` whole numbers of at least 0, each list one value or more,
+    none twice (the limits of a few-shot evaluator's config): a shot
+    count of 0 or less would train on no example, or on all but some,
+    under its name."""
+    for path, values, low in (("shots", shots, 1), ("seeds", seeds, 0)):
+        config_limits.check_list(path, list(values), low, "[]", True,
+                                 prefix="")
 
 
 def evaluate_features(
