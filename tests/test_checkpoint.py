@@ -8,9 +8,11 @@ the references are resized with scipy.ndimage.zoom(order=1), as the
 official code does, not with the function under test.
 """
 
+import logging
 import subprocess
 
 import keras
+import ml_collections
 import numpy as np
 import pytest
 import scipy.ndimage
@@ -24,6 +26,7 @@ from keras_vit.checkpoint.formats import npz_layout
 from keras_vit.checkpoint.npz_source import NpzSource
 from keras_vit.checkpoint.resolution import rebuild_at_resolution
 from keras_vit.errors import UsageError, flat_text
+from keras_vit.training import model_init
 from tests import console
 from tests import numpy_reference as ref
 
@@ -522,6 +525,29 @@ def test_fine_tuning_drops_a_head_that_reads_dropped_pre_logits(tmp_path,
     report = loader.initialise(keep, path, keep_pre_logits=True)
     assert not report.dropped and not report.head_initialized
     assert_close(keep(x), ref.forward(arrays, x))
+
+
+def test_a_head_dropped_with_the_pre_logits_is_not_said_kept(
+        tmp_path, monkeypatch, caplog):
+    """Fine-tuning (`model_init.initialise_from`) from a source with a
+    pre-logits layer whose class names share none with the data's: the
+    head goes with the pre-logits layer, and the log says so alone.
+    Before, it also warned that the head was kept ("may be the same
+    classes written otherwise")."""
+    arrays = random_arrays(tiny(num_classes=2, representation_size=24))
+    path = save(tmp_path / "c.npz", arrays)
+    monkeypatch.setattr(NpzSource, "class_names", lambda self: ["a", "b"])
+    init = ml_collections.ConfigDict(dict(
+        model=str(path), head="match", keep_pre_logits=False))
+    model = tiny(num_classes=2, head_zero_init=False)
+    with caplog.at_level(logging.INFO):
+        model_init.initialise_from(init, model, class_names=["x", "y"])
+    said = caplog.text
+    assert "Dropped head/kernel (24, 2): it reads the pre-logits layer, " \
+        "which is dropped" in said, said
+    assert "kept" not in said.replace("keep_pre_logits=True keeps", ""), said
+    np.testing.assert_array_equal(
+        keras.ops.convert_to_numpy(model(images(32))), 0.0)
 
 
 @pytest.mark.parametrize("edit, says", [

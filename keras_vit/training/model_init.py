@@ -35,14 +35,12 @@ RESUMABLE_CHANGES = ("remat", "dropout_rate", "attention_dropout_rate",
 
 def model_signature(config, resolved: bool = True) -> dict:
     """What fixes a run's parameters: its `config.model` section (but
-    rematerialisation) and MPP head. `resolved`: a size's name (variant)
-    stands for the sizes it resolves to, so that a run saved with variant
-    B/16 and one asking for hidden_size 768, ... agree, and a difference
-    is named by the size that differs, not "null asked" (raises what
-    `config_architecture` raises for sizes that build no model); else the
-    section's fields as they are."""
-    # Remat, dropout rates and the head's initial values change what
-    # training does, not the parameters: a run may resume with them changed.
+    RESUMABLE_CHANGES, which change what training does) and MPP head.
+    `resolved`: a size's name (variant) stands for the sizes it resolves
+    to, so that a run saved with variant B/16 and one asking for
+    hidden_size 768, ... agree, and a difference is named by the size
+    that differs, not "null asked" (raises what `config_architecture`
+    raises for sizes that build no model); else the fields as they are."""
     if resolved:
         arch = config_architecture(config.model)
         sig = {k: getattr(arch, k) for k in CONFIG_FIELDS
@@ -52,8 +50,7 @@ def model_signature(config, resolved: bool = True) -> dict:
                if k not in RESUMABLE_CHANGES and k in config.model}
     sig["image_size"] = config.model.image_size
     sig["num_classes"] = config.model.num_classes
-    # The MPP head's shape (a classifier has none).
-    mpp = config.objective.mpp
+    mpp = config.objective.mpp  # the MPP head's shape (a classifier: none)
     sig["mpp"] = [mpp.target, mpp.colour_bits, mpp.grid_size] if (
         mpp.enabled) else None
     # As the saved file holds it (tuples as lists).
@@ -61,9 +58,8 @@ def model_signature(config, resolved: bool = True) -> dict:
 
 
 def optimizer_signature(config) -> dict:
-    """What fixes the variables of a run's optimizer state (a checkpoint
-    holds): the optimizer, whether SGD keeps a momentum, and whether an
-    EMA of the weights is kept. The rest may change on resume."""
+    """What fixes the variables of a checkpoint's optimizer state: the
+    optimizer, SGD's momentum or none, an EMA or none (the rest may change)."""
     name = str(config.optimizer.name)
     return {"optimizer.name": name,
             "optimizer.momentum": (float(config.optimizer.momentum) != 0.0
@@ -294,8 +290,8 @@ def signature_differences(saved: dict, asked: dict) -> str:
         lambda value: shorten(json.dumps(value), _MAX_VALUE), _MAX_NAMED)
 
 
-# The fields that must agree with the model fine-tuning starts from (a
-# pre-logits layer is dropped or kept by config.init.keep_pre_logits).
+# The fields that must agree with the model fine-tuning starts from (its
+# pre-logits layer: config.init.keep_pre_logits)
 _START_FIELDS = tuple(f for f in SHAPE_FIELDS if f != "representation_size")
 
 
@@ -355,7 +351,7 @@ def initialise_from(init, model: keras.Model,
     source = loader.resolve(init.model)
     report = loader.initialise(
         model, source, keep_pre_logits=bool(init.keep_pre_logits),
-        drop_head=_head_dropped(init.head, source, class_names))
+        drop_head=_head_dropped(init, source, class_names))
     for i, line in enumerate(str(report).splitlines()):  # each prefixed
         logging.info("%s%s", "" if i else f"Initialised from {source.path}: ",
                      line)
@@ -369,15 +365,19 @@ def initialise_from(init, model: keras.Model,
             source.path, _numerics(theirs), _numerics(ours))
 
 
-def _head_dropped(head: str, source, class_names) -> str:
+def _head_dropped(init, source, class_names) -> str:
     """Why config.init.head starts the source's head at zero wherever it
     fits, or "": "zero" always; "match" where the source and the data
     name their classes from one set of names, otherwise (other classes,
     or the same in another order). Names with none in common may be the
     same classes written otherwise (ImageNet's words and TFDS's synset
-    ids): the head is kept, with a warning."""
-    if head in ("zero", "fits"):
-        return "config.init.head='zero'" if head == "zero" else ""
+    ids): the head is kept, with a warning. (One that reads a pre-logits
+    layer the fine-tune drops goes with it, in `loader.initialise`.)"""
+    if init.head in ("zero", "fits"):
+        return "config.init.head='zero'" if init.head == "zero" else ""
+    if not init.keep_pre_logits and (
+            loader.describe_source(source).representation_size):
+        return ""
     theirs = list(loader.class_names(source) or [])
     ours = list(class_names or [])
     if not theirs or len(theirs) != len(ours) or theirs == ours:
