@@ -34,11 +34,9 @@ SOURCE_KINDS = (
 __all__ = [
     "base_config", "complete", "field_names", "closest_field",
     "unknown_field_message", "upgrade", "moved_path", "MOVED", "replace",
-    "complete_evaluator", "find_evaluator",
-    "packaged_configs",
+    "complete_evaluator", "find_evaluator", "packaged_configs",
     "packaged_config", "parse_config_arg", "epochs_to_steps",
-    "differences",
-    "named_differences",
+    "differences", "named_differences",
 ]
 
 
@@ -207,10 +205,12 @@ def _lay_over(config, values: Mapping[str, Any], prefix: str,
             with config.ignore_type():
                 config[key] = value
             continue
-        if isinstance(value, bool) and type(config[key]) in (int, float):
+        kind = config.get_type(key)  # (a placeholder's too)
+        if isinstance(value, bool) and kind in (int, float):
             raise UsageError(  # (ml_collections would take True as 1)
                 f"{where}: config.{name}={value} is not a number: give "
-                f"one, as {config[key]!r} is.")
+                + (f"one, as {config[key]!r} is." if config[key] is not None
+                   else "a whole number." if kind is int else "a number."))
         try:
             config[key] = value
         except TypeError as e:

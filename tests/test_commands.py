@@ -992,6 +992,9 @@ def test_config_file_code_and_partial_files_with_overrides(tmp_path,
     (tmp_path / "flag.py").write_text(
         "def get_config(arg=None):\n"
         "    return {'input': {'batch_size': True}}\n")
+    (tmp_path / "unset.py").write_text(  # a field unset (None) by default
+        "def get_config(arg=None):\n"
+        "    return {'model': {'representation_size': False}}\n")
     sys.modules.pop("config_config", None)  # see the test above
     config = parse_train([f"--config={tmp_path / 'part.py'}", "--workdir=w",
                           "--config.model.hidden_size=9"]).config
@@ -1008,6 +1011,9 @@ def test_config_file_code_and_partial_files_with_overrides(tmp_path,
         ([f"--config={tmp_path / 'flag.py'}"],
          "config.input.batch_size=True is not a number: give one, as 512 "
          "is."),
+        ([f"--config={tmp_path / 'unset.py'}"],
+         "config.model.representation_size=False is not a number: give a "
+         "whole number."),
     ]
     for args, says in cases:
         sys.modules.pop("config_config", None)  # see the test above
