@@ -514,6 +514,17 @@ def test_models_config_updated_not_clobbered(model, tmp_path):
     assert [e.name for e in server_config.read_models_config(
         str(config_path)).model_config_list.config] == [
             "vit", "vit_small", "vit_tiny"]
+    # A .bak of other text (the one before, or the user's own) is never
+    # overwritten: the next copy goes to .bak.1; one of the same text is
+    # not written twice. Before, the user's .bak was replaced.
+    recommented = "# again\n" + config_path.read_text()
+    for name in ("vit_b", "vit_c"):
+        config_path.write_text(recommented)
+        export_model(model, export_dir, model_name=name, verify=False,
+                     warmup_images=[])
+        assert (tmp_path / "models.config.bak").read_text() == commented
+        assert (tmp_path / "models.config.bak.1").read_text() == recommented
+    assert not (tmp_path / "models.config.bak.2").exists()
     config_path.write_text("model_config_list { config { name: ")
     with pytest.raises(ValueError, match="not a valid TF Serving model"):
         export_model(model, export_dir, verify=False)

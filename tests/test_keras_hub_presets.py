@@ -313,6 +313,25 @@ def test_predict_answers_from_a_preset_folder_of_photos(tmp_path):
         assert sum(probabilities) == pytest.approx(1.0, abs=1e-4)
 
 
+@pytest.mark.parametrize("text, says", [
+    ("{bad", "is not valid JSON (Expecting property name"),
+    ("[]", "is not a JSON object")])
+def test_a_preset_with_a_damaged_config_json_is_named(tmp_path, text, says):
+    """keras-vit-predict on a keras-hub preset whose config.json is
+    damaged: the file and its fault named, with the fix. Before, the
+    folder was said to hold no model weights beside its two weights
+    files."""
+    folder = _copy(tmp_path)
+    (folder / "config.json").write_text(text)
+    result = subprocess.run(
+        script("predict") + [f"--model={folder}", str(tmp_path)],
+        capture_output=True, text=True, timeout=600)
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert f"{folder / 'config.json'} {says}" in result.stderr, result.stderr
+    assert "copy the model folder again (or fix the file)" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
 def _converter_of(fields):
     return fields["config"]["preprocessor"]["config"]["image_converter"]
 

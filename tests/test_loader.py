@@ -406,8 +406,9 @@ def test_the_resolver_refuses_in_one_line_saying_why(tmp_path):
     for name, text, says in (
             ("timm", '{"architecture": "vit_tiny_patch16_224"}',
              "holds a timm model's config.json but not its weights"),
-            ("blank", "", "is no training run (its config.json is not a "
-             "run's config"),
+            ("blank", "", "config.json is not valid JSON (Expecting value"
+             ": line 1 column 1 (char 0)), and"),
+            ("list", "[]", "config.json is not a JSON object, and"),
             ("other", '{"epochs": 3}', "is no training run")):
         (tmp_path / name).mkdir()
         (tmp_path / name / "config.json").write_text(text)

@@ -153,7 +153,13 @@ def test_scores_flag_and_where_it_is_refused(one_logit, tmp_path, capsys):
                      capsys, "--no_warmup", "--top_k=3")
     assert predict.main(["keras-vit-predict", f"--model={path}",
                          str(root / "photo.jpg"), "--scores=softmax"]) == 1
-    assert "--scores is built into a SavedModel" in capsys.readouterr().err
+    assert "--scores is built into a SavedModel when it is exported: leave " \
+        "--scores out, or export the model again with it (keras-vit-export " \
+        "--scores=...)." in capsys.readouterr().err
+    assert predict.main(["keras-vit-predict", f"--model={path}",
+                         str(root / "photo.jpg"), "--resize_size=40"]) == 1
+    assert "--resize_size is built into a SavedModel when it is exported: " \
+        "leave --resize_size out" in capsys.readouterr().err
 
 
 def test_a_quantized_litert_file_scores_with_a_sigmoid(tmp_path):

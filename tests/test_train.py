@@ -388,6 +388,13 @@ def test_a_resumed_run_names_the_settings_it_changes(tmp_path, caplog):
                   "config.trainer.grad_clip_norm"):
         assert field in caplog.text, field
     assert f"kept in {tmp_path / 'config.step-1.json'}" in caplog.text
+    # Which checkpoints are kept: named too (a smaller keep deletes some).
+    caplog.clear()
+    changed = digits_config(total_steps=4)
+    changed.checkpoints.keep = saved.checkpoints.keep + 2
+    model_init.check_workdir_config(changed, str(tmp_path))
+    assert (f"config.checkpoints.keep: {saved.checkpoints.keep} in the "
+            f"workdir, {saved.checkpoints.keep + 2} asked") in caplog.text
 
 
 def test_a_run_refused_before_its_first_checkpoint_takes_the_fix(

@@ -119,12 +119,14 @@ def _check_not_hub_config(folder: str) -> None:
     """A UsageError when the config.json of `folder` is a Hugging Face
     (transformers) model's, not a training run's: its weights are
     missing."""
-    try:
-        with tf.io.gfile.GFile(os.path.join(folder, wd.CONFIG)) as f:
+    path = os.path.join(folder, wd.CONFIG)
+    try:  # (with checkpoints/, a fault is the workdir reader's to say)
+        with tf.io.gfile.GFile(path) as f:
             fields = json.load(f)
-    except (tf.errors.OpError, ValueError):
-        fields = None  # with checkpoints: the workdir's reader says why
-    unreadable = not isinstance(fields, dict)
+        fault = "" if isinstance(fields, dict) else "is not a JSON object"
+    except (tf.errors.OpError, ValueError) as error:
+        fields, fault = None, f"is not valid JSON ({one_line(error)})"
+    unreadable = bool(fault)
     fields = {} if unreadable else fields
     if keras_preset.from_keras_hub(fields):  # not local (else read)
         raise UsageError(
@@ -147,6 +149,10 @@ def _check_not_hub_config(folder: str) -> None:
                            & set(fields))
     if other and not tf.io.gfile.isdir(os.path.join(folder,
                                                     wd.CHECKPOINTS)):
+        if unreadable:  # (a keras-hub preset's or a run's, damaged)
+            raise UsageError(
+                f"{path} {fault}, and {folder} holds no checkpoints/: "
+                "copy the model folder again (or fix the file).")
         raise UsageError(
             f"{folder} is no training run (its {wd.CONFIG} is not a run's "
             "config, and it holds no checkpoints/) and holds no model "

@@ -190,19 +190,25 @@ def litert_predictor(path: str, resize_size=None, labels_used: bool = True,
     return predict
 
 
+def _built_in(flag: str, kind: str) -> str:
+    return (f"--{flag} is built into {kind} when it is exported: leave "
+            f"--{flag} out, or export the model again with it "
+            f"(keras-vit-export --{flag}=...).")
+
+
 def predictor(values, source) -> Callable:
     """The predict function of --model (`source`), with the model's class
     count as its `num_classes` (None where the model does not say)."""
     if source.kind == "saved_model":
         for name in ("resize_size", "keep_aspect"):
             if values[name].value is not None:
-                raise UsageError(f"--{name} is built into a SavedModel.")
+                raise UsageError(_built_in(name, "a SavedModel"))
         if values["scores"].present:
-            raise UsageError("--scores is built into a SavedModel.")
+            raise UsageError(_built_in("scores", "a SavedModel"))
         return saved_model_predictor(source.version())
     if source.kind == "litert":
         if values["scores"].present:
-            raise UsageError("--scores is built into a LiteRT file.")
+            raise UsageError(_built_in("scores", "a LiteRT file"))
         predict = litert_predictor(source.path, values.resize_size,
                                    labels_used=not values.class_names_file,
                                    keep_aspect=values.keep_aspect)

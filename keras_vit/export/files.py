@@ -81,8 +81,9 @@ def check_model_name(name: str) -> str:
             f"model_name {name!r} is not usable: use letters, digits, '_', "
             "'-' and '.', not starting with '.' or '-' (e.g. 'vit')."
         )
-    # .bak: server_config's copy of a models.config with comments
-    if name in (CONFIG_FILE, CONFIG_FILE + ".bak", BATCHING_FILE, LOCK_FILE):
+    # .bak, .bak.N: server_config's copies of a models.config with comments
+    if name in (CONFIG_FILE, BATCHING_FILE, LOCK_FILE) or name.startswith(
+            CONFIG_FILE + ".bak"):
         raise UsageError(
             f"model_name {name!r} is the name of a file the export writes "
             "beside the models: choose another (e.g. 'vit')."

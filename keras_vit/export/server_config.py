@@ -127,12 +127,21 @@ def _update(path: str, model_name: str, base_path: str,
 
 def _keep_comments(path: str) -> None:
     """A models.config with comments (which protobuf's text format drops)
-    is copied to <path>.bak before it is rewritten."""
+    is copied to <path>.bak before it is rewritten: to <path>.bak.1, .2,
+    ... where a .bak of other text is there (one kept before, or the
+    user's own), which is never overwritten."""
     text = tf.io.gfile.GFile(path).read() if tf.io.gfile.exists(path) else ""
-    if re.search(r"(^|\s)#", text):
-        atomic_write(path + ".bak", text)
-        logging.warning("%s loses its comments in the rewrite; as it was: "
-                        "%s.bak.", path, path)
+    if not re.search(r"(^|\s)#", text):
+        return
+    backup, n = path + ".bak", 0
+    while tf.io.gfile.exists(backup) and (
+            tf.io.gfile.GFile(backup).read() != text):
+        n += 1
+        backup = f"{path}.bak.{n}"
+    if not tf.io.gfile.exists(backup):
+        atomic_write(backup, text)
+    logging.warning("%s loses its comments in the rewrite; as it was: %s.",
+                    path, backup)
 
 
 def config_base_path(

@@ -75,8 +75,7 @@ def check_workdir_config(config, workdir: str, finished: bool = False
     run has `finished` (nothing resumes)."""
     if not tf.io.gfile.exists(os.path.join(workdir, wd.CONFIG)):
         return
-    checkpoint = checkpoint_list.latest(os.path.join(workdir,
-                                                     wd.CHECKPOINTS))
+    checkpoint = checkpoint_list.latest(os.path.join(workdir, wd.CHECKPOINTS))
     if not checkpoint and not any(
             tf.io.gfile.exists(os.path.join(workdir, name))
             for name in (wd.METRICS, BEST)):
@@ -153,6 +152,7 @@ _RESUMED_FIELDS = (
     ("objective", ("loss", "label_smoothing")),
     ("trainer", ("total_steps", "accumulation_steps", "grad_clip_norm",
                  "dtype", "ema_decay", "skip_nonfinite")),
+    ("checkpoints", ("every_steps", "keep", "keep_best")),  # (which kept)
     ("", ("seed",)),
 )
 
