@@ -29,7 +29,7 @@ import keras_vit
 from keras_vit import config as config_lib
 from keras_vit.configs import digits as digits_recipe
 from keras_vit.configs import folder
-from keras_vit.data import folder_classes, folders
+from keras_vit.data import folder_classes, folders, image_files
 from keras_vit.errors import UsageError
 from keras_vit.storage import history
 from keras_vit.training import data_fit, model_init
@@ -587,6 +587,46 @@ def test_a_workdir_in_the_image_folder_is_refused(tmp_path):
         env=dict(os.environ, PYTHONPATH=ROOT, CUDA_VISIBLE_DEVICES=""))
     assert off.returncode == 0, off.stderr[-2000:]
     assert sorted(os.listdir(photos)) == before
+
+
+def test_a_new_run_in_another_image_folder_or_an_export_is_refused(
+        tmp_path):
+    """keras-vit-train on the digits with --workdir an image folder of the
+    user's (class folders of photos, or photos alone) or a model export:
+    one line before anything is written. Before, the run wrote its
+    checkpoints/, train/, ... among the photos, which then failed as
+    classes, or among the exported models. An empty folder, or a run's
+    own workdir, is taken."""
+    write_photo_folder(tmp_path / "photos", per_class=2)
+    (tmp_path / "loose").mkdir()
+    shutil.copy(next((tmp_path / "photos" / "china").iterdir()),
+                tmp_path / "loose" / "a.jpg")
+    (tmp_path / "exports" / "vit" / "1").mkdir(parents=True)
+    (tmp_path / "exports" / "vit" / "1" / "saved_model.pb").write_bytes(b"")
+    (tmp_path / "exports" / "models.config").write_text("")
+    for workdir, holds, kind in (
+            ("photos", "photos/china/", "an image folder"),
+            ("loose", "loose/a.jpg", "an image folder"),
+            ("exports", "exports/models.config", "a model export"),
+            ("exports/vit", "exports/vit/1", "a model export")):
+        before = sorted(os.listdir(tmp_path / workdir))
+        result = subprocess.run(
+            _script("train") + [*console.TINY_DIGITS, f"--workdir={workdir}"],
+            capture_output=True, text=True, cwd=str(tmp_path), timeout=600,
+            env=dict(os.environ, PYTHONPATH=ROOT, CUDA_VISIBLE_DEVICES=""))
+        assert result.returncode == 1, result.stderr[-2000:]
+        said = result.stderr.strip().splitlines()[-1]
+        assert said.startswith(f"keras-vit-train: error: --workdir {workdir} "
+                               f"holds {holds}"), said
+        assert said.endswith(f"and no run's config.json: it is {kind}, among "
+                             "whose files the run would write its own "
+                             "(checkpoints/, train/, ...). Give the run a "
+                             "folder of its own."), said
+        assert sorted(os.listdir(tmp_path / workdir)) == before
+    (tmp_path / "empty").mkdir()
+    image_files.check_workdir_holds_no_data(str(tmp_path / "empty"))
+    (tmp_path / "photos" / "config.json").write_text("{}")  # a run's own
+    image_files.check_workdir_holds_no_data(str(tmp_path / "photos"))
 
 
 def test_own_photos_with_a_step_count_given(tmp_path):

@@ -203,6 +203,7 @@ def _main(values: flags.FlagValues, args: list) -> None:
     _say_caps(values, config)
     # Before TensorFlow loads (train_lib checks it again, for its callers).
     image_files.check_workdir_apart(config, values.workdir)
+    image_files.check_workdir_holds_no_data(values.workdir)
     if config.init.model:
         # The one resolver: a name or hf:// URI becomes its cached file or
         # folder once, here, before anything starts; the run's config
@@ -255,7 +256,7 @@ def _start_path(values: flags.FlagValues, model: str) -> str:
     try:
         return atomic.absolute(cli.model_source(
             values, model, tensorflow_work=_WHY).path)
-    except UsageError:
+    except UsageError as error:
         if "://" in model or os.path.exists(os.path.expanduser(model)) or (
                 "://" not in values.workdir and not os.path.exists(
                     os.path.join(os.path.expanduser(values.workdir),
@@ -263,8 +264,14 @@ def _start_path(values: flags.FlagValues, model: str) -> str:
             raise  # refused for what it is, or no run there (said before
             # TensorFlow loads)
         run = wd.resumable_config(values.workdir)
-        if run is None or run.init.model not in (model,
-                                                 atomic.absolute(model)):
+        if run is not None and run.init.model not in (
+                "", model, atomic.absolute(model)):  # (another directory)
+            raise UsageError(
+                f"{error} The run in {values.workdir} started from "
+                f"{run.init.model}: resume it with --model="
+                f"{run.init.model}, as it started, or with --model left "
+                "out.") from None
+        if run is None or not run.init.model:
             raise
     logging.info("%s is not there: the run in %s resumes from its own "
                  "checkpoints (config.json records the model's "

@@ -1,7 +1,8 @@
 """Which files are images: the extensions read and the hidden names
 skipped, shared by the image folders of training and by keras-vit-predict;
-and the refusal of a run's folder inside its image folder (plain Python:
-the command's --help, and that refusal, load no TensorFlow)."""
+and the refusals of a run's folder inside its image folder, or of a new
+run's folder that holds images or an export (plain Python: the command's
+--help, and these refusals, load no TensorFlow)."""
 
 from __future__ import annotations
 
@@ -121,3 +122,40 @@ def check_workdir_apart(config, workdir: str) -> None:
                 "next reading would take the run's files (checkpoints/, "
                 "train/, ...) for classes and images. Give the run a "
                 "folder outside it.")
+
+
+# A model export's files (keras-vit-export's SavedModel folders).
+_EXPORT_FILES = ("saved_model.pb", "models.config")
+
+
+def check_workdir_holds_no_data(workdir: str, most: int = 200) -> None:
+    """Refuses a new run's local `workdir` (no config.json) that holds
+    images, at its top or in a folder one level down (an image folder,
+    given as --workdir by mistake), or a model export: the run's files
+    (checkpoints/, train/, ...) would be written among them and read as
+    classes and images, or models, next time. `most`: the entries of
+    each folder looked at."""
+    local = os.path.expanduser(workdir)
+    if "://" in workdir or not os.path.isdir(local) or os.path.exists(
+            os.path.join(local, "config.json")):
+        return
+    folders = [local]
+    for folder in folders:  # (the sub-folders added by the first)
+        try:
+            names = sorted(os.listdir(folder))[:most]
+        except OSError:  # (the run's own writes say why)
+            continue
+        if folder == local:
+            folders += [os.path.join(folder, n) for n in names if not (
+                n.startswith(".")) and os.path.isdir(os.path.join(folder, n))]
+        found = next((n for n in names if is_image(n) or n in _EXPORT_FILES
+                      or os.path.isfile(os.path.join(
+                          folder, n, _EXPORT_FILES[0]))), None)
+        if found:
+            kind = ("an image folder" if is_image(found)
+                    else "a model export")
+            raise UsageError(
+                f"--workdir {workdir} holds {os.path.join(folder, found)} "
+                f"and no run's config.json: it is {kind}, among whose files "
+                "the run would write its own (checkpoints/, train/, ...). "
+                "Give the run a folder of its own.")
