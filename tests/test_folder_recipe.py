@@ -625,8 +625,10 @@ def test_a_new_run_in_another_image_folder_or_an_export_is_refused(
         assert sorted(os.listdir(tmp_path / workdir)) == before
     (tmp_path / "empty").mkdir()
     image_files.check_workdir_holds_no_data(str(tmp_path / "empty"))
-    (tmp_path / "photos" / "config.json").write_text("{}")  # a run's own
-    image_files.check_workdir_holds_no_data(str(tmp_path / "photos"))
+    for name in ("config.json", "config.before-1.json", "history.csv"):
+        (tmp_path / "loose" / name).write_text("")  # a run's own files
+        image_files.check_workdir_holds_no_data(str(tmp_path / "loose"))
+        os.remove(tmp_path / "loose" / name)
 
 
 def test_own_photos_with_a_step_count_given(tmp_path):

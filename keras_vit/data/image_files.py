@@ -126,18 +126,21 @@ def check_workdir_apart(config, workdir: str) -> None:
 
 # A model export's files (keras-vit-export's SavedModel folders).
 _EXPORT_FILES = ("saved_model.pb", "models.config")
+# A run's own files (storage.workdir): a folder holding one is a run's,
+# whose config.json may be set aside (config.before-N.json) or gone.
+_RUN_FILES = ("checkpoints", "history.csv", "metrics.json",
+              "training_curves.png", "labels.txt")
 
 
 def check_workdir_holds_no_data(workdir: str, most: int = 200) -> None:
-    """Refuses a new run's local `workdir` (no config.json) that holds
-    images, at its top or in a folder one level down (an image folder,
+    """Refuses a new run's local `workdir` (none of a run's files) that
+    holds images, at its top or in a folder one level down (an image folder,
     given as --workdir by mistake), or a model export: the run's files
     (checkpoints/, train/, ...) would be written among them and read as
     classes and images, or models, next time. `most`: the entries of
     each folder looked at."""
     local = os.path.expanduser(workdir)
-    if "://" in workdir or not os.path.isdir(local) or os.path.exists(
-            os.path.join(local, "config.json")):
+    if "://" in workdir or not os.path.isdir(local):
         return
     folders = [local]
     for folder in folders:  # (the sub-folders added by the first)
@@ -146,6 +149,8 @@ def check_workdir_holds_no_data(workdir: str, most: int = 200) -> None:
         except OSError:  # (the run's own writes say why)
             continue
         if folder == local:
+            if any(n in _RUN_FILES or n.startswith("config.") for n in names):
+                return
             folders += [os.path.join(folder, n) for n in names if not (
                 n.startswith(".")) and os.path.isdir(os.path.join(folder, n))]
         found = next((n for n in names if is_image(n) or n in _EXPORT_FILES
