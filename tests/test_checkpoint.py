@@ -786,6 +786,25 @@ def test_a_dynamic_size_sincos_model_round_trips_through_npz(tmp_path):
     assert loader.resolve(str(tmp_path / "m.keras")).content().grid == (2, 2)
 
 
+def test_a_features_model_with_pre_logits_round_trips_through_npz(
+        tmp_path):
+    """keras_vit.save_npz then load_npz of a features model (no head) with
+    a pre-logits layer: loaded as written. Before, its pre-logits were
+    dropped "with the head" that neither had, then said missing in the
+    file. A features model without one drops the file's, as before."""
+    written, read = (tiny(num_classes=0, representation_size=8)
+                     for _ in range(2))
+    path = str(tmp_path / "f.npz")
+    checkpoint.save_npz(written, path)
+    report = checkpoint.load_npz(read, path)
+    assert not report.dropped
+    x = images(32)
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(written(x)),
+                                  keras.ops.convert_to_numpy(read(x)))
+    assert [d[0] for d in checkpoint.load_npz(tiny(num_classes=0), path)
+            .dropped] == ["pre_logits/kernel", "pre_logits/bias"]
+
+
 def test_a_table_of_the_class_token_alone_is_named():
     """A position table of one row, the class token's: no patch position
     to resize, said as such (it was an IndexError from the resize)."""

@@ -248,10 +248,9 @@ def _fit_head(loading: _Loading, keep_pre_logits: bool) -> None:
             "The checkpoint's head reads its pre-logits layer, which the "
             "model lacks: build it with `representation_size`="
             f"{loading.shapes[PRE_LOGITS_KEYS[0]][-1]}.")
-    if model_head and all(
-        loading.shapes.get(k) == s for k, s in model_head.items()
-    ):
-        return
+    if all(loading.shapes.get(k) == model_head.get(k) for k in HEAD_KEYS
+           ) and (model_head or model_pre == file_pre):
+        return  # the same head, or none in either (features models alike)
     kernel = model_head.get(HEAD_KEYS[0], ())
     other = "class count" if (file_head or ())[-1:] != kernel[-1:] else (
         "width of the features it reads")
