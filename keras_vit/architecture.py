@@ -16,6 +16,8 @@ import math
 import numbers
 from typing import Any, Dict, Mapping, Optional, Tuple
 
+import keras
+
 from keras_vit import embedding as vit_embedding
 from keras_vit import layers as vit_layers
 from keras_vit.errors import NEWER_VERSION, UsageError
@@ -246,7 +248,11 @@ class Architecture:
         return cls(**values)
 
     def replace(self, **changes) -> "Architecture":
-        """A copy with `changes`, checked again."""
+        """A copy with `changes`, checked again; its `variant` the name of
+        its sizes (None for none) where `changes` names none."""
+        if self.variant and "variant" not in changes:
+            changes["variant"] = variant_of({**dataclasses.asdict(self),
+                                             **changes})
         return dataclasses.replace(self, **changes)
 
 
@@ -315,10 +321,10 @@ def _check(arch: Architecture) -> None:
     """Fixes the field types of `arch` in place (a frozen dataclass's
     __post_init__) and raises a UsageError naming the fix for any field
     out of its range."""
-    if arch.variant is not None:
-        decode_variant(arch.variant)  # a known name
+    spec = decode_variant(arch.variant).sizes() if arch.variant else {}
     for key, value in _normalised(arch).items():
         object.__setattr__(arch, key, value)
+    _check_variant(arch, spec)
     for field in SIZE_FIELDS:
         if getattr(arch, field) <= 0:
             raise UsageError(f"{_named(field)} must be positive, got "
@@ -344,7 +350,7 @@ def _check(arch: Architecture) -> None:
         raise UsageError(
             f"resnet_width={arch.resnet_width} is a hybrid's ResNet width, "
             "and this model has no ResNet: set resnet_layers too (e.g. "
-            "variant R50+ViT-B_16), or leave resnet_width out.")
+            "variant R50+B/16), or leave resnet_width out.")
     for rate in ("dropout_rate", "attention_dropout_rate",
                  "stochastic_depth_rate"):
         vit_embedding.check_rate(rate, getattr(arch, rate))
@@ -358,4 +364,29 @@ def _check(arch: Architecture) -> None:
         raise UsageError("numerics must be a keras_vit.Numerics, got "
                          f"{arch.numerics!r}.")
     check_remat(arch.remat)
+    _check_head(arch)
     arch.grid()  # the stride divides the image size
+
+
+def _check_variant(arch: Architecture, spec: Mapping[str, Any]) -> None:
+    """A variant label (its sizes `spec`) that the sizes are not."""
+    other = [f"{k} {getattr(arch, k)}, not {v}" for k, v in spec.items()
+             if getattr(arch, k) != v]
+    if other:
+        raise UsageError(
+            f"variant={arch.variant!r} names sizes this architecture does "
+            f"not have ({'; '.join(other)}): give variant=None with its "
+            f"sizes, or {arch.variant}'s.")
+
+
+def _check_head(arch: Architecture) -> None:
+    if not math.isfinite(arch.head_bias_init):  # (every logit would be)
+        raise UsageError("head_bias_init must be a finite number, got "
+                         f"{arch.head_bias_init}.")
+    try:
+        keras.activations.get(arch.pre_logits_activation)
+    except (ValueError, TypeError):
+        raise UsageError(
+            f"pre_logits_activation {arch.pre_logits_activation!r} is no "
+            "Keras activation: give one's name (e.g. 'tanh', the "
+            "official ViT's).") from None

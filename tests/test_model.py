@@ -563,6 +563,10 @@ def test_keras_save_load_is_bit_identical(kwargs, tmp_path):
         # Recorded and unread on a plain ViT otherwise.
         (dict(resnet_width=2), "resnet_width=2 is a hybrid's ResNet width"),
         (dict(numerics=dict(approximate_gelu=False)), "must be a keras_vit"),
+        # Every logit NaN; a name Keras failed on deep inside the build.
+        (dict(head_bias_init=float("nan")), "head_bias_init must be a "
+         "finite number, got nan"),
+        (dict(head_bias_init=float("inf")), "finite number, got inf"),
     ],
 )
 def test_construction_errors(kwargs, message):
@@ -570,9 +574,31 @@ def test_construction_errors(kwargs, message):
         tiny(**kwargs)
 
 
+def test_an_architecture_names_an_unknown_pre_logits_activation():
+    """(It failed inside Keras's build: "Could not interpret activation
+    function identifier".)"""
+    with pytest.raises(ValueError, match="pre_logits_activation 'nope' is "
+                       "no Keras activation: give one's name"):
+        keras_vit.Architecture(**TINY, image_size=16, representation_size=8,
+                               pre_logits_activation="nope")
+
+
 def test_unknown_variant_lists_known_ones():
     with pytest.raises(ValueError, match="Unknown variant 'B/15'.*Ti/16"):
         keras_vit.create_model("B/15", num_classes=10)
+    # Another case, or a released model's name of a size: the variant it
+    # means named (and the model source, for a released name); the
+    # hybrid hint names a variant that builds.
+    for name, means in (("b/16", "B/16"), ("ViT-B_16", "B/16"),
+                        ("R50+ViT-B_16", "R50+B/16")):
+        with pytest.raises(ValueError) as error:
+            keras_vit.create_model(name, num_classes=10)
+        assert f"Did you mean {means}?" in str(error.value), error.value
+        assert ("--model=" in str(error.value)) == ("ViT" in name)
+    with pytest.raises(ValueError, match=r"\(e.g. variant R50\+B/16\)"):
+        tiny(resnet_width=2)
+    assert keras_vit.create_model("R50+B/16", num_classes=10, image_size=32,
+                                  num_layers=1).count_params() > 0
 
 
 def test_missing_explicit_sizes():

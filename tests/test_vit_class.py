@@ -84,6 +84,28 @@ def test_a_named_variant_is_recorded_only_with_its_own_sizes():
     assert changed.variant is None and changed.hidden_size == 768
 
 
+def test_a_variant_label_always_names_the_sizes():
+    """An Architecture changed with `replace` is named by its new sizes
+    (None for none); one made directly, or from a dict, with a variant
+    its sizes are not is refused. Before, the stale label named the
+    model (vit_B_16 for a 5,683-parameter one)."""
+    arch = Architecture.create("Ti/16", num_classes=3, image_size=32)
+    assert arch.replace(hidden_size=96, num_heads=3).variant is None
+    assert arch.replace(num_classes=5).variant == "Ti/16"
+    assert arch.replace(patch_size=32, hidden_size=384, mlp_dim=1536,
+                        num_heads=6).variant == "S/32"
+    sizes = dict(patch_size=8, hidden_size=16, num_layers=1, num_heads=2,
+                 mlp_dim=32, image_size=(32, 32))
+    for make in (lambda: Architecture(variant="B/16", **sizes),
+                 lambda: Architecture.from_dict(
+                     dict(Architecture(**sizes).to_dict(), variant="L/16"))):
+        with pytest.raises(UsageError, match=r"names sizes this "
+                           r"architecture does not have \(hidden_size 16, "
+                           r"not (768|1024);.*give variant=None with its "
+                           "sizes"):
+            make()
+
+
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_get_config_from_config_round_trip(name):
     model = build_case(name)
