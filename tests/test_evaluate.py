@@ -1184,6 +1184,12 @@ def test_cli_eval_scores_a_folder_by_the_models_class_names(tmp_path,
     capsys.readouterr()
     assert sorted(os.listdir(run)) == ["eval_folder_test_m.keras_32x32.json",
                                        "eval_folder_test_mine.json"]
+    # A file of that name this command did not write: kept, and named.
+    (run / "eval_folder_test_mine.json").write_text('{"mine": ')
+    assert cli(*base, f"--workdir={run}", "--name=mine") == 1
+    assert "eval_folder_test_mine.json is no results file of this command " \
+        "(not JSON" in capsys.readouterr().err
+    assert (run / "eval_folder_test_mine.json").read_text() == '{"mine": '
 
 
 def test_an_eval_file_of_another_data_folder_is_not_overwritten(tmp_path):
@@ -1204,6 +1210,17 @@ def test_an_eval_file_of_another_data_folder_is_not_overwritten(tmp_path):
                        r"/other/run\)"):
         eval_mode.check_result_file(path, "/other/run",
                                     str(tmp_path / "photos"))
+    # A file this command did not write (its writes are whole): kept,
+    # named. Before, it was overwritten without a word.
+    for text, why in (('{"accuracy": 0.9, "mod', r"not JSON \(.*\)"),
+                      ("[1]", "not a JSON object")):
+        with open(path, "w") as f:
+            f.write(text)
+        with pytest.raises(UsageError, match=f"is no results file of this "
+                           f"command \\({why}\\), and is not overwritten: "
+                           "move it away, or pass --name=NAME"):
+            eval_mode.check_result_file(path, "/runs/run", None)
+        assert open(path).read() == text
 
 
 def test_vtab_without_matplotlib_stops_before_the_first_task(tmp_path,

@@ -18,7 +18,7 @@ from keras_vit import config as config_lib
 from keras_vit.commands import config_args
 from keras_vit.commands import flags as cli
 from keras_vit.commands.lazy import lazy_module
-from keras_vit.errors import UsageError
+from keras_vit.errors import UsageError, one_line
 
 if TYPE_CHECKING:  # imported on first use: --help loads no TensorFlow
     from keras_vit.commands import labels
@@ -256,9 +256,14 @@ def check_result_file(path: str, location: str,
         return
     try:
         held = wd.read_json(path)
-    except (ValueError, UnicodeDecodeError):
-        return  # not a results file of ours: rewritten
-    held = held if isinstance(held, dict) else {}
+    except (ValueError, UnicodeDecodeError) as error:  # (ours: atomic)
+        held = f"not JSON ({one_line(error)})"
+    if not isinstance(held, dict):  # someone's file, or one cut short
+        raise UsageError(
+            f"{path} is no results file of this command "
+            f"({held if isinstance(held, str) else 'not a JSON object'}), "
+            "and is not overwritten: move it away, or pass --name=NAME "
+            "(the file is named by it) or another --output_dir.")
     facts = facts or {}
     # A field the file holds (its resize None included) must agree; the
     # model and data folder where the file names them.
