@@ -6,6 +6,7 @@ import io
 import json
 import os
 import shutil
+import subprocess
 
 import keras
 import numpy as np
@@ -175,6 +176,27 @@ def test_hub_source_uses_its_class_names(tmp_path, capsys):
     names = [n.split()[0] for n in
              capsys.readouterr().out.split(": ")[1].split(", ")]
     assert sorted(names) == sorted(["cat", "dog", "bird", "fish", "frog"])
+
+
+def test_class_names_of_the_model_in_another_order_are_warned_of(
+        tmp_path):
+    """keras-vit-predict --class_names_file holding the classes the model
+    records, in another order: its order is taken, with a warning naming
+    the first class that differs (a file that reorders a run's labels
+    scored every image under another class without a word)."""
+    folder = os.path.join(HUB, "hf_vit_classifier")
+    pixels = np.load(os.path.join(folder, "reference.npz"))["pixels"][0]
+    (tmp_path / "hub.png").write_bytes(_encode(pixels, "PNG"))
+    (tmp_path / "names.txt").write_text("dog\ncat\nbird\nfish\nfrog\n")
+    result = subprocess.run(
+        console.script("predict") + [
+            f"--model={folder}", str(tmp_path / "hub.png"),
+            f"--class_names_file={tmp_path / 'names.txt'}"],
+        capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert (f"--class_names_file={tmp_path / 'names.txt'} holds the classes "
+            f"{folder} records in another order (class 0: 'cat' there, "
+            "'dog' here): the file's order is taken.") in result.stderr
 
 
 def test_a_blank_hub_class_name_is_named_by_its_index(tmp_path):

@@ -36,7 +36,16 @@ def class_names(values: flags.FlagValues,
     warning: every command names the class alike, and an export's
     labels.txt holds a name a line)."""
     if values.class_names_file:
-        return class_names_file(values)
+        given = class_names_file(values)
+        own = loader.class_names(source) or []
+        if sorted(own) == sorted(given) and own != given:
+            i = next(i for i, (a, b) in enumerate(zip(own, given)) if a != b)
+            logging.warning(
+                "--class_names_file=%s holds the classes %s records in "
+                "another order (class %d: %r there, %r here): the file's "
+                "order is taken.", values.class_names_file, source.path, i,
+                own[i], given[i])
+        return given
     names = loader.class_names(source)
     unfit = [i for i, name in enumerate(names or ())
              if not lines.fits_a_line(name)]
