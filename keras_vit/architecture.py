@@ -245,15 +245,22 @@ class Architecture:
         values = dict(values)
         if isinstance(values.get("numerics"), Mapping):
             values["numerics"] = Numerics(**values["numerics"])
-        return cls(**values)
+        if not values.get("variant"):
+            return cls(**values)
+        return cls(**dict(values, variant=None))._named()  # (a stale label)
 
     def replace(self, **changes) -> "Architecture":
-        """A copy with `changes`, checked again; its `variant` the name of
-        its sizes (None for none) where `changes` names none."""
-        if self.variant and "variant" not in changes:
-            changes["variant"] = variant_of({**dataclasses.asdict(self),
-                                             **changes})
-        return dataclasses.replace(self, **changes)
+        """A copy with `changes`, checked again; a named variant's copy
+        named by its new sizes (None for sizes of no variant) where
+        `changes` names no variant."""
+        if not self.variant or "variant" in changes:
+            return dataclasses.replace(self, **changes)
+        return dataclasses.replace(self, **changes, variant=None)._named()
+
+    def _named(self) -> "Architecture":
+        """A copy whose `variant` is the name of its sizes, as checked."""
+        return dataclasses.replace(
+            self, variant=variant_of(dataclasses.asdict(self)))
 
 
 # Architecture fields a run config's `model` section holds; the input size

@@ -86,16 +86,22 @@ class VariantSpec:
 
 
 # A released checkpoint's name of a size (ViT-B_16, R50+ViT-B_16).
-_RELEASED_RE = re.compile(r"^(R\d*\+)?ViT-(Ti|S|B|L|H)_(\d+)$", re.I)
+_RELEASED_RE = re.compile(r"^(R\d*\+)?ViT-(Ti|S|B|L|H)_(\d+)$")
+
+
+def _as_variant(text: str) -> Optional[str]:
+    """The variant a released checkpoint's name of a size names (ViT-B_16:
+    B/16), or None."""
+    released = _RELEASED_RE.match(text)
+    name = released and f"{released[1] or ''}{released[2]}/{released[3]}"
+    return name if name in VARIANTS else None
 
 
 def closest_variants(text: str) -> list:
     """The variants `text` may mean: the one it names in other case
     ("b/16") or as a released checkpoint names it ("ViT-B_16"), else up
     to 3 close spellings (difflib)."""
-    released = _RELEASED_RE.match(text)
-    if released:
-        text = f"{released[1] or ''}{released[2]}/{released[3]}"
+    text = _as_variant(text) or text
     return [v for v in VARIANTS if v.lower() == text.lower()] or \
         difflib.get_close_matches(text, list(VARIANTS), n=3, cutoff=0.5)
 
@@ -113,7 +119,7 @@ def decode_variant(variant: str) -> VariantSpec:
             + (f" Did you mean {', '.join(close)}?" if close else "")
             + (f" ({variant} names a released model: a model source, "
                f"--model={variant} or keras_vit.load_model({variant!r}).)"
-               if _RELEASED_RE.match(str(variant)) else "")
+               if _as_variant(str(variant)) else "")
             + " Known variants: "
             f"{', '.join(VARIANTS)}; or pass variant=None with explicit "
             "patch_size, hidden_size, num_layers, num_heads and mlp_dim."

@@ -525,6 +525,10 @@ def test_models_config_updated_not_clobbered(model, tmp_path):
         assert (tmp_path / "models.config.bak").read_text() == commented
         assert (tmp_path / "models.config.bak.1").read_text() == recommented
     assert not (tmp_path / "models.config.bak.2").exists()
+    # Only the names of those copies are refused as model names.
+    assert export_files.check_model_name("models.config.backup")
+    with pytest.raises(UsageError, match="the name of a file the export"):
+        export_files.check_model_name("models.config.bak.7")
     config_path.write_text("model_config_list { config { name: ")
     with pytest.raises(ValueError, match="not a valid TF Serving model"):
         export_model(model, export_dir, verify=False)

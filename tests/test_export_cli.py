@@ -194,6 +194,7 @@ def test_outputs_that_cannot_be_written_are_refused_first(model, images,
         ([f"--export_dir={tmp_path / 'out'}",
           "--model_name=models.config.bak.1"],
          "'models.config.bak.1' is the name of a file the export writes"),
+
         ([f"--export_dir={tmp_path / 'out'}",
           f"--warmup_images={tmp_path / 'photos'}"],
          "names only folders: name image files, or a glob of them"),

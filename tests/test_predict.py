@@ -199,6 +199,29 @@ def test_class_names_of_the_model_in_another_order_are_warned_of(
             "'dog' here): the file's order is taken.") in result.stderr
 
 
+def test_a_names_file_stands_in_for_a_model_s_damaged_names(
+        tmp_path, monkeypatch):
+    """--class_names_file beside a model whose own names cannot be read (a
+    labels.txt with a blank line): the file's names are taken, as before
+    the order check read the model's names too."""
+    from absl import flags
+
+    from keras_vit.checkpoint import loader
+    from keras_vit.commands import labels
+    from keras_vit.errors import UsageError
+
+    values = flags.FlagValues()
+    labels.define_class_names_file(values)
+    (tmp_path / "names.txt").write_text("a\nb\n")
+    values(["prog", f"--class_names_file={tmp_path / 'names.txt'}"])
+
+    def damaged(source):
+        raise UsageError("labels.txt line 2 is blank")
+
+    monkeypatch.setattr(loader, "class_names", damaged)
+    assert labels.class_names(values, None) == ["a", "b"]
+
+
 def test_a_blank_hub_class_name_is_named_by_its_index(tmp_path):
     """A Hugging Face config whose id2label gives class 1 a blank name:
     keras-vit-predict names it "1" (with a warning), as keras-vit-export

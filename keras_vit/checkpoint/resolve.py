@@ -125,7 +125,10 @@ def _check_not_hub_config(folder: str) -> None:
             fields = json.load(f)
         fault = "" if isinstance(fields, dict) else "is not a JSON object"
     except (tf.errors.OpError, ValueError) as error:
-        fields, fault = None, f"is not valid JSON ({one_line(error)})"
+        fields, fault = None, (
+            f"cannot be read ({one_line(error)})" if isinstance(
+                error, tf.errors.OpError) else
+            f"is not valid JSON ({one_line(error)})")
     unreadable = bool(fault)
     fields = {} if unreadable else fields
     if keras_preset.from_keras_hub(fields):  # not local (else read)

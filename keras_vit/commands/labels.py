@@ -37,7 +37,10 @@ def class_names(values: flags.FlagValues,
     labels.txt holds a name a line)."""
     if values.class_names_file:
         given = class_names_file(values)
-        own = loader.class_names(source) or []
+        try:  # (only to warn: the file stands in for a damaged one)
+            own = loader.class_names(source) or []
+        except (UsageError, ValueError, OSError):
+            own = []
         if sorted(own) == sorted(given) and own != given:
             i = next(i for i, (a, b) in enumerate(zip(own, given)) if a != b)
             logging.warning(

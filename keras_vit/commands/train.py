@@ -264,8 +264,8 @@ def _start_path(values: flags.FlagValues, model: str) -> str:
             raise  # refused for what it is, or no run there (said before
             # TensorFlow loads)
         run = wd.resumable_config(values.workdir)
-        if run is not None and run.init.model not in (
-                "", model, atomic.absolute(model)):  # (another directory)
+        if run is not None and run.init.model and run.init.model not in (
+                model, atomic.absolute(model)):  # (another directory)
             raise UsageError(
                 f"{error} The run in {values.workdir} started from "
                 f"{run.init.model}: resume it with --model="

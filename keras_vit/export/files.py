@@ -82,8 +82,8 @@ def check_model_name(name: str) -> str:
             "'-' and '.', not starting with '.' or '-' (e.g. 'vit')."
         )
     # .bak, .bak.N: server_config's copies of a models.config with comments
-    if name in (CONFIG_FILE, BATCHING_FILE, LOCK_FILE) or name.startswith(
-            CONFIG_FILE + ".bak"):
+    if name in (CONFIG_FILE, BATCHING_FILE, LOCK_FILE) or re.fullmatch(
+            re.escape(CONFIG_FILE) + r"\.bak(\.\d+)?", name):
         raise UsageError(
             f"model_name {name!r} is the name of a file the export writes "
             "beside the models: choose another (e.g. 'vit')."

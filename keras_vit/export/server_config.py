@@ -134,8 +134,8 @@ def _keep_comments(path: str) -> None:
     if not re.search(r"(^|\s)#", text):
         return
     backup, n = path + ".bak", 0
-    while tf.io.gfile.exists(backup) and (
-            tf.io.gfile.GFile(backup).read() != text):
+    while tf.io.gfile.exists(backup) and (  # (bytes: the user's may be any)
+            tf.io.gfile.GFile(backup, "rb").read() != text.encode()):
         n += 1
         backup = f"{path}.bak.{n}"
     if not tf.io.gfile.exists(backup):
