@@ -58,20 +58,23 @@ def test_cli_keras_model(model, images, tmp_path):
     assert out["class_names"].shape == (1, 2)
     assert not os.path.exists(
         os.path.join(path, "assets.extra", export_files.WARMUP_FILE))
-    # The export's folders are no training workdir: refused in one line,
-    # nothing written beside what TF Serving loads.
+    # The export's folders are no training workdir: refused in one line
+    # (before TensorFlow loads), nothing written beside what TF Serving
+    # loads.
     from tests import console
 
-    for folder in (path, os.path.dirname(path)):
+    for folder, holds in ((path, "saved_model.pb"), (os.path.dirname(path),
+                                                      "1")):
         before = sorted(os.listdir(folder))
         result = console.run("train", ["--config=digits",
                                        f"--workdir={folder}"])
         assert result.returncode == 1, result.stderr[-2000:]
         assert result.stderr.strip().splitlines() == [
-            f"keras-vit-train: error: {folder} is an exported SavedModel "
-            "(saved_model.pb or its version folders), not a training "
-            "workdir: pass a new --workdir (a folder of its own for each "
-            "run)."], result.stderr[-2000:]
+            f"keras-vit-train: error: --workdir {folder} holds "
+            f"{os.path.join(folder, holds)} and no run's config.json: it is "
+            "a model export, among whose files the run would write its own "
+            "(checkpoints/, train/, ...). Give the run a folder of its own."
+        ], result.stderr[-2000:]
         assert sorted(os.listdir(folder)) == before
 
 

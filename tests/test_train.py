@@ -697,8 +697,8 @@ def test_a_fine_tune_resumes_when_the_file_it_started_from_is_gone(
     # resume is named.
     assert (f"The run in {tmp_path / 'run'} started from "
             f"{tmp_path / 'start.keras'}: resume it with --model="
-            f"{tmp_path / 'start.keras'}, as it started, or with --model "
-            "left out.") in result.stderr, result.stderr
+            f"{tmp_path / 'start.keras'}, as it started.") in result.stderr, \
+        result.stderr
 
 
 def test_a_run_stopped_past_the_steps_asked_is_refused(tmp_path):

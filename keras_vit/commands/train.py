@@ -269,8 +269,7 @@ def _start_path(values: flags.FlagValues, model: str) -> str:
             raise UsageError(
                 f"{error} The run in {values.workdir} started from "
                 f"{run.init.model}: resume it with --model="
-                f"{run.init.model}, as it started, or with --model left "
-                "out.") from None
+                f"{run.init.model}, as it started.") from None
         if run is None or not run.init.model:
             raise
     logging.info("%s is not there: the run in %s resumes from its own "

@@ -375,13 +375,12 @@ def _head_dropped(init, source, class_names) -> str:
     layer the fine-tune drops goes with it, in `loader.initialise`.)"""
     if init.head in ("zero", "fits"):
         return "config.init.head='zero'" if init.head == "zero" else ""
-    if not init.keep_pre_logits and (
-            loader.describe_source(source).representation_size):
-        return ""
     theirs = list(loader.class_names(source) or [])
     ours = list(class_names or [])
-    if not theirs or len(theirs) != len(ours) or theirs == ours:
-        return ""  # unnamed, or another width: the head's shape decides
+    if not theirs or len(theirs) != len(ours) or theirs == ours or (
+            not init.keep_pre_logits
+            and loader.describe_source(source).representation_size):
+        return ""  # unnamed, another width (the head's shape decides)...
     i = next(i for i, (a, b) in enumerate(zip(theirs, ours)) if a != b)
     differ = f"class {i}: {theirs[i]!r} there, {ours[i]!r} here"
     if not set(theirs) & set(ours):
