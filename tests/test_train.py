@@ -351,6 +351,21 @@ def test_a_saved_model_that_builds_nothing_is_compared_as_written(
         error.value)
 
 
+def test_train_and_evaluate_refuses_an_export_folder(tmp_path):
+    """From Python (the command refuses it before TensorFlow loads): an
+    exported SavedModel's folder is no workdir, and nothing is written
+    beside what TF Serving loads."""
+    export = tmp_path / "vit" / "1"
+    export.mkdir(parents=True)
+    (export / "saved_model.pb").write_bytes(b"")
+    with pytest.raises(errors.UsageError, match="is an exported SavedModel "
+                       r"\(saved_model.pb or its version folders\), not a "
+                       "training workdir"):
+        train_lib.train_and_evaluate(digits_config(total_steps=4),
+                                     str(export))
+    assert sorted(os.listdir(export)) == ["saved_model.pb"]
+
+
 def test_a_resumed_run_names_the_settings_it_changes(tmp_path, caplog):
     """Settings a resumed run may change (dropout, weight decay, the
     schedule, the augmentation; a recipe's default changed since the run
