@@ -89,9 +89,9 @@ class VariantSpec:
 _RELEASED_RE = re.compile(r"^(R\d*\+)?ViT-(Ti|S|B|L|H)_(\d+)$")
 
 
-def _as_variant(text: str) -> Optional[str]:
-    """The variant a released checkpoint's name of a size names (ViT-B_16:
-    B/16), or None."""
+def released_variant(text: str) -> Optional[str]:
+    """The variant a released checkpoint's name of a size names
+    ("ViT-B_16" -> "B/16", "R50+ViT-B_16" -> "R50+B/16"), or None."""
     released = _RELEASED_RE.match(text)
     name = released and f"{released[1] or ''}{released[2]}/{released[3]}"
     return name if name in VARIANTS else None
@@ -101,7 +101,7 @@ def closest_variants(text: str) -> list:
     """The variants `text` may mean: the one it names in other case
     ("b/16") or as a released checkpoint names it ("ViT-B_16"), else up
     to 3 close spellings (difflib)."""
-    text = _as_variant(text) or text
+    text = released_variant(text) or text
     return [v for v in VARIANTS if v.lower() == text.lower()] or \
         difflib.get_close_matches(text, list(VARIANTS), n=3, cutoff=0.5)
 
@@ -119,7 +119,7 @@ def decode_variant(variant: str) -> VariantSpec:
             + (f" Did you mean {', '.join(close)}?" if close else "")
             + (f" ({variant} names a released model: a model source, "
                f"--model={variant} or keras_vit.load_model({variant!r}).)"
-               if _as_variant(str(variant)) else "")
+               if released_variant(str(variant)) else "")
             + " Known variants: "
             f"{', '.join(VARIANTS)}; or pass variant=None with explicit "
             "patch_size, hidden_size, num_layers, num_heads and mlp_dim."

@@ -41,7 +41,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from keras_vit.checkpoint.zoo import augreg
 from keras_vit.errors import UsageError
 from keras_vit.grid import patch_grid, total_stride
-from keras_vit.variants import decode_variant
+from keras_vit.variants import decode_variant, released_variant
 
 BASE_URL_ENV = "KERAS_VIT_MODELS_BASE_URL"
 OFFICIAL_BUCKET = "gs://vit_models"
@@ -164,9 +164,9 @@ def expected_architecture(info: ModelInfo) -> Dict[str, Any]:
 def official_variant(file_name: str) -> str:
     """The keras_vit variant of an official file name: "ViT-B_16-224" ->
     "B/16", "R50+ViT-B_16" -> "R50+B/16"."""
-    name = file_name.split("-224")[0].replace("ViT-", "")
-    size, patch = name.rsplit("_", 1)
-    return f"{size}/{patch}"
+    name = file_name.split("-224")[0]
+    # (a name of no variant, a typo in the table: refused by name)
+    return released_variant(name) or decode_variant(name) and name
 
 
 def _augreg_info(name: str) -> Optional[ModelInfo]:
