@@ -15,6 +15,14 @@ import numbers
 from typing import Optional, Tuple, Union
 
 from keras_vit.errors import UsageError
+from keras_vit.objectives import LOSSES
+
+# The choices of fields that the optimizer (keras_vit.optim) and the
+# training preprocessing (keras_vit.data.preprocessing) read: here, so
+# that a run refuses a misspelt one before it builds a model.
+OPTIMIZERS = ("sgd", "adam", "adamw", "lamb")
+DECAY_TYPES = ("cosine", "linear", "constant")
+PP_TRAIN = ("pretrain", "finetune", "eval")
 
 Bound = Union[None, float, str]  # a number, a field's path, or no bound
 # The largest float32: the run computes its values in float32 (or lower).
@@ -254,6 +262,10 @@ def check_trials(config, sweep) -> None:
 # builds the model or the optimizer; here they are named as flags first).
 CHOICES = (
     ("init.head", ("match", "fits", "zero")),
+    ("input.pp.train", PP_TRAIN),
+    ("objective.loss", LOSSES),
+    ("optimizer.name", OPTIMIZERS),
+    ("schedule.decay_type", DECAY_TYPES),
     ("model.pooling", ("token", "gap")),
     ("model.posemb", ("learn", "sincos2d")),
     ("model.remat", ("none", "block", "dots")),

@@ -20,10 +20,8 @@ import ml_collections
 from keras import ops
 
 from keras_vit import config as config_lib
+from keras_vit.config_limits import DECAY_TYPES, OPTIMIZERS
 from keras_vit.errors import UsageError
-
-OPTIMIZERS = ("sgd", "adam", "adamw", "lamb")
-DECAY_TYPES = ("cosine", "linear", "constant")
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")

@@ -824,15 +824,16 @@ _CASES = [
         "unknown_optimizer", BAD_INPUT, "config",
         "`optimizer.name='rmsprop'`",
         "A clear error listing the optimizers.",
-        ("Unknown optimizer 'rmsprop'", "use one of sgd, adam, adamw, "
-         "lamb"),
+        ("config.optimizer.name='rmsprop': use one of 'sgd', 'adam', "
+         "'adamw', 'lamb'.",),
         "UsageError",
     ),
     Case(
         "unknown_loss", BAD_INPUT, "config",
         "`loss='hinge'`",
         "A clear error listing the losses.",
-        ("Unknown loss 'hinge'", "use one of softmax_xent, sigmoid_xent"),
+        ("config.objective.loss='hinge': use one of 'softmax_xent', "
+         "'sigmoid_xent'.",),
         "UsageError",
     ),
     Case(

@@ -914,12 +914,28 @@ def test_named_values_and_combinations_are_checked_as_flags():
     """A field of a few named values, and fields that do not go together,
     are named as their flags before the run builds anything; the lists
     are the library's own."""
-    from keras_vit import config_limits
+    from keras_vit import config_limits, objectives, optim
+    from keras_vit.data import preprocessing
     from keras_vit.remat import REMAT_POLICIES
 
     choices = dict(config_limits.CHOICES)
     assert choices["model.remat"] == REMAT_POLICIES
+    assert choices["objective.loss"] == tuple(objectives.LOSS_SCORES)
+    assert choices["optimizer.name"] == tuple(optim.OPTIMIZERS)
+    assert choices["schedule.decay_type"] == tuple(optim.DECAY_TYPES)
+    pp = parse_train(["--config=digits", "--workdir=w"]).config.input.pp
+    for kind in choices["input.pp.train"]:  # each one the data reads
+        pp.train = kind
+        assert callable(preprocessing.from_config(pp, 32, 0, training=True))
     cases = [
+        (["--config.optimizer.name=lars"], "config.optimizer.name='lars': "
+         "use one of 'sgd', 'adam', 'adamw', 'lamb'."),
+        (["--config.schedule.decay_type=rsqrt"], "config.schedule.decay_type"
+         "='rsqrt': use one of 'cosine', 'linear', 'constant'."),
+        (["--config.objective.loss=xent"], "config.objective.loss='xent': "
+         "use one of 'softmax_xent', 'sigmoid_xent'."),
+        (["--config.input.pp.train=train"], "config.input.pp.train='train': "
+         "use one of 'pretrain', 'finetune', 'eval'."),
         (["--config.model.pooling=mean"], "config.model.pooling='mean': use "
          "one of 'token', 'gap'."),
         (["--config.trainer.dtype=float16"], "config.trainer.dtype="
