@@ -601,3 +601,78 @@ def test_members_the_model_has_no_place_for_are_never_inflated(
         k for k in members if k not in unused)
     x = images(32)
     assert_close(keras.models.load_model(output)(x), ref.forward(arrays, x))
+
+
+def _keras_file_edited(path, model, config_change=None, weights_change=None):
+    """`model` saved as .keras at `path`, then its config.json changed by
+    `config_change` (a dict edited in place) or its weights by
+    `weights_change` (an open h5py file)."""
+    import h5py
+
+    model.save(path)
+    with zipfile.ZipFile(path) as archive:
+        members = {n: archive.read(n) for n in archive.namelist()}
+    if config_change:
+        config = json.loads(members["config.json"])
+        config_change(config["config"]["architecture"])
+        members["config.json"] = json.dumps(config).encode()
+    if weights_change:
+        buffer = io.BytesIO(members["model.weights.h5"])
+        with h5py.File(buffer, "a") as f:
+            weights_change(f)
+        members["model.weights.h5"] = buffer.getvalue()
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, data in members.items():
+            archive.writestr(name, data)
+    return str(path)
+
+
+def _int8_kernel(f):
+    names = []
+    f.visititems(lambda name, item: names.append(name)
+                 if name.endswith("vars/0") and item.ndim == 2 else None)
+    kernel = f[names[0]][()]
+    del f[names[0]]
+    f[names[0]] = np.round(kernel * 50).astype(np.int8)
+
+
+def test_a_keras_file_whose_config_and_weights_disagree_is_refused(
+        tmp_path):
+    """Keras loads the arrays its config places and leaves the others out
+    without a word: a .keras file whose config.json says a block fewer,
+    or fixed position embeddings where the weights hold a learned table,
+    is refused, naming the first array left over; one whose weights were
+    cast to integers (Keras casts them back) is refused by its dtype, as
+    the other formats refuse it. The file as saved converts."""
+    model = create_model(None, num_classes=3, image_size=16, patch_size=4,
+                         hidden_size=16, num_layers=2, num_heads=2,
+                         mlp_dim=32)
+    cases = [
+        (_keras_file_edited(tmp_path / "fewer.keras", model,
+                            lambda a: a.update(num_layers=1)),
+         r"its weights hold layers/\S+ \(\d+,(\s\d+)*\), which no weight of "
+         "the model its config.json describes takes"),
+        (_keras_file_edited(tmp_path / "sincos.keras", model,
+                            lambda a: a.update(posemb="sincos2d")),
+         r"its weights hold layers/\S*position\S* \(1, 17, 16\), which no "
+         "weight"),
+        (_keras_file_edited(tmp_path / "int8.keras", model,
+                            weights_change=_int8_kernel),
+         r"layers/\S+ has dtype int8, where a model parameter is a "
+         "floating-point number: the weights were cast or altered"),
+    ]
+    for path, says in cases:
+        result = console.run("convert", [f"--model={path}",
+                                         f"--output={path}.out.keras"])
+        lines = result.stderr.strip().splitlines()
+        assert result.returncode == 1, result.stderr
+        assert lines[-1].startswith(f"keras-vit-convert: error: {path}: "), (
+            lines[-1])
+        assert re.search(says, lines[-1]), lines[-1]
+        assert "Traceback" not in result.stderr
+        assert not os.path.exists(f"{path}.out.keras")
+    saved = str(tmp_path / "saved.keras")
+    model.save(saved)
+    result = console.run("convert", [f"--model={saved}",
+                                     f"--output={saved}.out.keras"])
+    assert result.returncode == 0, result.stderr

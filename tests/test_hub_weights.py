@@ -391,3 +391,37 @@ def test_half_precision_safetensors_hold_the_same_numbers(tmp_path, dtype):
     logits = run_model(model, reference["pixels"])
     np.testing.assert_allclose(logits, reference["logits"],
                                atol=0.05 * np.abs(reference["logits"]).max())
+
+
+def test_a_float8_safetensors_array_is_refused_by_its_type(tmp_path):
+    """An array stored as float8 (a type NumPy lacks): the command says
+    which array and type, and the types to save the model in."""
+    source = os.path.join(FIXTURES, "hf_vit_classifier")
+    folder = tmp_path / "fp8"
+    folder.mkdir()
+    shutil.copy(os.path.join(source, "config.json"), folder)
+    arrays = safetensors.numpy.load_file(
+        os.path.join(source, "model.safetensors"))
+    key = "vit.encoder.layer.0.output.dense.weight"
+    header, chunks, offset = {}, [], 0
+    for name, value in sorted(arrays.items()):
+        if name == key:  # one byte an element, as F8_E4M3 declares
+            data, dtype = np.zeros(value.size, np.uint8).tobytes(), "F8_E4M3"
+        else:
+            data, dtype = value.astype("<f4").tobytes(), "F32"
+        header[name] = {"dtype": dtype, "shape": list(value.shape),
+                        "data_offsets": [offset, offset + len(data)]}
+        chunks.append(data)
+        offset += len(data)
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    (folder / "model.safetensors").write_bytes(
+        struct.pack("<Q", len(text)) + text + b"".join(chunks))
+    result = console.run("convert", [f"--model={folder}",
+                                     f"--output={tmp_path / 'out.keras'}"])
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"keras-vit-convert: error: {key} of {folder}/model.safetensors is "
+        "stored as float8 (F8_E4M3), which is not read: save the model in "
+        "float32, bfloat16 or float16."), result.stderr
+    assert not (tmp_path / "out.keras").exists()

@@ -4,8 +4,10 @@ has, JSON members and the whole bounded as every model file is:
 `keras_vit.checkpoint.formats.untrusted`), a config.json declaring more
 parameters than the weights member holds refused before Keras builds the
 model (every layer sized from its config and build shape, a layer of a
-class the check cannot size refused by name: `_declared_parameters`), then
-Keras's own loader in safe mode (`read_keras_model`).
+class the check cannot size refused by name: `_declared_parameters`), each
+weights array of a real floating-point dtype, then Keras's own loader in
+safe mode (`read_keras_model`), and every array of the file placed in the
+model loaded (`h5_weights.check_all_placed`).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from keras_vit import embedding as vit_embedding
 from keras_vit import layers as vit_layers
 from keras_vit import model as vit_model
 from keras_vit.architecture import total_stride
-from keras_vit.checkpoint.formats import untrusted
+from keras_vit.checkpoint.formats import h5_weights, untrusted
 from keras_vit.checkpoint.formats.npz import open_for_reading
 from keras_vit.droppath import DropPath
 from keras_vit.errors import UsageError, one_line
@@ -334,9 +336,11 @@ def read_keras_model(path: str) -> keras.Model:
             zip, holds a member Keras's format has none of, inflates past
             the memory bound, holds Python code (a Lambda layer's
             function) that safe mode refuses, holds no model (a layer at
-            its top), or Keras cannot load it (its reason).
+            its top), holds weights of integers or an array its model
+            takes none of, or Keras cannot load it (its reason).
     """
     _check_keras_archive(path)
+    stored = h5_weights.keras_file_datasets(path)
     try:
         model = keras.models.load_model(path, compile=False, safe_mode=True)
     except ValueError as error:
@@ -360,4 +364,5 @@ def read_keras_model(path: str) -> keras.Model:
             f"{path} holds a {type(model).__name__}, not a model: a .keras "
             "file to load holds a Keras model (model.save(path))."
         )
+    h5_weights.check_all_placed(model, stored, path)
     return model

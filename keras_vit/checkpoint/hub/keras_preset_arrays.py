@@ -30,14 +30,13 @@ import h5py
 import ml_dtypes
 import numpy as np
 
-from keras_vit.checkpoint.formats import untrusted
+from keras_vit.checkpoint.formats import h5_weights, untrusted
 from keras_vit.checkpoint.formats.npz import POSEMB
 from keras_vit.errors import UsageError
 
 Shape = Tuple[int, ...]
 _EMBED = "layers/vi_t_patching_and_embedding"
 _ENCODER = "layers/vi_t_encoder"
-_OPTIMIZER = "optimizer/"
 
 
 def _block(i: int) -> str:
@@ -123,7 +122,7 @@ def read_planned(path: str, plan) -> Dict[str, np.ndarray]:
     doc)."""
     try:
         with h5py.File(path, "r") as f:
-            names = _dataset_names(f, path)
+            names = h5_weights.dataset_names(f, path)
             datasets = {key: _checked(f, name, shape, path)
                         for key, (name, shape) in plan.items() if name}
             left = sorted(set(names) - {n for n, _ in plan.values() if n})
@@ -141,9 +140,7 @@ def read_planned(path: str, plan) -> Dict[str, np.ndarray]:
             arrays = {key: _read(d) for key, d in datasets.items()}
     except UsageError:
         raise
-    # What h5py raises on a damaged file (its C library's errors).
-    except (OSError, RuntimeError, KeyError, ValueError, TypeError,
-            SystemError) as error:
+    except h5_weights.H5_ERRORS as error:
         raise UsageError(f"{path} is not a readable HDF5 weights file "
                          f"({error}); download it again.") from None
     for key, (name, shape) in plan.items():
@@ -152,38 +149,13 @@ def read_planned(path: str, plan) -> Dict[str, np.ndarray]:
     return arrays
 
 
-def _dataset_names(f: h5py.File, path: str):
-    links = []
-    f.visititems_links(lambda name, link: links.append((name, link)))
-    names = []
-    for name, link in links:
-        if isinstance(link, (h5py.SoftLink, h5py.ExternalLink)):
-            raise UsageError(f"{path}: {name} is a link; a weights file "
-                             "holds arrays only (Keras refuses it too).")
-        kind = f.get(name, getclass=True)
-        if not name.startswith(_OPTIMIZER) and kind is h5py.Dataset:
-            names.append(name)
-    return names
-
-
 def _checked(f: h5py.File, name: str, shape: Shape, path: str):
     if name not in f or not isinstance(f[name], h5py.Dataset):
         raise UsageError(
             f"{path} has no array {name}: not the weights of the ViT its "
             "config describes.")
     dataset = f[name]
-    if dataset.external or dataset.is_virtual:
-        raise UsageError(f"{path}: {name} keeps its numbers outside the "
-                         "file; refused (Keras refuses it too).")
-    untrusted.check_shape(dataset.shape, path, name)
-    if _bfloat16(dataset):
-        if dataset.dtype.kind != "V" or dataset.dtype.itemsize != 2:
-            raise UsageError(f"{path}: {name} is marked bfloat16 but is "
-                             f"stored as {dataset.dtype}, not as the 2-byte "
-                             "values Keras writes.")
-    else:
-        untrusted.check_real_dtype(dataset.dtype, path, name)
-        untrusted.check_float_parameter(dataset.dtype, path, name)
+    h5_weights.check_dataset(dataset, path, name)
     if tuple(dataset.shape) != tuple(shape):
         raise UsageError(
             f"{path}: {name} has shape {tuple(dataset.shape)}, where the "
@@ -191,16 +163,8 @@ def _checked(f: h5py.File, name: str, shape: Shape, path: str):
     return dataset
 
 
-def _bfloat16(dataset) -> bool:
-    """Whether Keras marked the dataset bfloat16 (it stores those as
-    2-byte numbers with a `dtype` attribute)."""
-    marked = dataset.attrs.get("dtype")
-    return isinstance(marked, (str, bytes)) and marked in (
-        "bfloat16", b"bfloat16")
-
-
 def _read(dataset) -> np.ndarray:
-    if _bfloat16(dataset):  # as Keras's H5Entry reads it
+    if h5_weights.is_bfloat16(dataset):  # as Keras's H5Entry reads it
         return np.array(dataset, dtype=ml_dtypes.bfloat16).astype(
             np.float32)
     return np.asarray(dataset[()]).astype(np.float32)

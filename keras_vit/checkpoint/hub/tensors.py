@@ -89,7 +89,15 @@ class _Safetensors(collections.abc.Mapping):
             raise KeyError(key)
         try:
             with safetensors.safe_open(self.path, "np") as f:
+                dtype = f.get_slice(key).get_dtype()
+                if dtype.startswith("F8"):  # NumPy has no float8 type
+                    raise UsageError(
+                        f"{key} of {self.path} is stored as float8 "
+                        f"({dtype}), which is not read: save the model in "
+                        "float32, bfloat16 or float16.")
                 return f.get_tensor(key)
+        except UsageError:
+            raise
         except Exception as error:  # the library raises its own types
             raise UsageError(
                 f"Could not read {key} of {self.path}: {error}"
