@@ -540,7 +540,8 @@ def test_a_head_dropped_with_the_pre_logits_is_not_said_kept(
     init = ml_collections.ConfigDict(dict(
         model=str(path), head="match", keep_pre_logits=False))
     model = tiny(num_classes=2, head_zero_init=False)
-    with caplog.at_level(logging.INFO):
+    # (On absl's logger: a test before it may have set absl's verbosity.)
+    with caplog.at_level(logging.INFO, logger="absl"):
         model_init.initialise_from(init, model, class_names=["x", "y"])
     said = caplog.text
     assert "Dropped head/kernel (24, 2): it reads the pre-logits layer, " \

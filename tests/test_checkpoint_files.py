@@ -676,3 +676,47 @@ def test_a_keras_file_whose_config_and_weights_disagree_is_refused(
     result = console.run("convert", [f"--model={saved}",
                                      f"--output={saved}.out.keras"])
     assert result.returncode == 0, result.stderr
+
+
+def test_a_workdir_checkpoint_of_no_training_run_is_refused(tmp_path):
+    """A checkpoint in a workdir's checkpoints/ that holds the model alone
+    (tf.train.Checkpoint(model=model), not written by a training run)
+    has no list of weights to check against config.json: one of more
+    layers than it holds would load with the others random, one of other
+    sizes fail inside TensorFlow. It is refused by name; a run's own
+    checkpoint loads."""
+    import tensorflow as tf
+
+    from keras_vit import build
+    from keras_vit.storage import workdir as workdir_lib
+    from tests import tiny
+
+    names = [str(i) for i in range(10)]
+    for label, change in (("more_layers", {"model.num_layers": 2}),
+                          ("wider", {"model.hidden_size": 64})):
+        workdir = str(tmp_path / label)
+        model, _ = build.build_run(tiny.digits_config(), 10)
+        workdir_lib.write_json(os.path.join(workdir, workdir_lib.CONFIG),
+                               tiny.digits_config(change).to_dict())
+        workdir_lib.write_class_names(workdir, names)
+        tf.train.CheckpointManager(
+            tf.train.Checkpoint(model=model),
+            os.path.join(workdir, workdir_lib.CHECKPOINTS), 1).save()
+        out = tmp_path / f"{label}.keras"
+        result = console.run("convert", [f"--model={workdir}",
+                                         f"--output={out}"])
+        assert result.returncode == 1, result.stderr
+        assert "Traceback" not in result.stderr
+        assert result.stderr.strip().splitlines()[-1].endswith(
+            "holds no training run's list of weights (the optimizer's, "
+            "which every checkpoint keras-vit-train writes has), so which "
+            "model it holds cannot be checked against the workdir's "
+            "config.json: refused. Give a model file instead "
+            "(--model=FILE.keras or .npz), or use a new `workdir`."), (
+                result.stderr)
+        assert not out.exists()
+    workdir = str(tmp_path / "run")
+    tiny.write_run(tiny.digits_config(), workdir, names)
+    result = console.run("convert", [f"--model={workdir}",
+                                     f"--output={tmp_path / 'run.keras'}"])
+    assert result.returncode == 0, result.stderr

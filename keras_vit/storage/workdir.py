@@ -197,8 +197,9 @@ def check_checkpoint(path: str, model, reader=None,
 
     A checkpoint restores the optimizer's weight list by position, so one
     from another model could otherwise load silently in part (fewer layers)
-    or fail with a bare shape error. Checkpoints without that list (not
-    written by a training run) are not checked. `reader`: the
+    or fail with a bare shape error. A checkpoint without that list was
+    not written by a training run: which model it holds cannot be
+    checked, so it is refused. `reader`: the
     checkpoint's `checkpoint_graph.open_reader`, where one is open;
     `labels`: the count of labels.txt, where the head's width is taken
     from it (config.json gives none).
@@ -211,7 +212,12 @@ def check_checkpoint(path: str, model, reader=None,
         if match:
             saved[int(match.group(1))] = tuple(shape)
     if not saved:
-        return
+        raise UsageError(
+            f"Checkpoint {path} holds no training run's list of weights (the "
+            "optimizer's, which every checkpoint keras-vit-train writes "
+            "has), so which model it holds cannot be checked against the "
+            f"workdir's {CONFIG}: refused. Give a model file instead "
+            "(--model=FILE.keras or .npz), or use a new `workdir`.")
     variables = list(model.trainable_variables)
     problem = None
     if len(saved) != len(variables):
