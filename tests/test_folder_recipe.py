@@ -631,6 +631,56 @@ def test_a_new_run_in_another_image_folder_or_an_export_is_refused(
         os.remove(tmp_path / "loose" / name)
 
 
+def test_an_image_folder_where_the_run_writes_is_never_moved(tmp_path):
+    """The photos in the workdir's train/ (or eval/, best/, checkpoints/),
+    the folders a run writes and sets an earlier run's aside: refused
+    before anything is written, as the image folder, or inside it, with
+    --workdir=. or another workdir; a train/ of the user's beside another
+    run's data is refused when the run would set it aside, and stays.
+    Before, it was moved to train.before-1/, then its images were not
+    found."""
+    env = dict(os.environ, PYTHONPATH=ROOT, CUDA_VISIBLE_DEVICES="")
+    project = tmp_path / "project"
+    write_photo_folder(project / "train", per_class=2)
+    before = sorted(os.listdir(project / "train"))
+    for data, workdir, cwd, name, inside in (
+            ("train", ".", project, "train", False),
+            ("project/train/china", "project", tmp_path, "train", True),
+            ("project/eval", "project", tmp_path, "eval", False)):
+        if name == "eval":
+            shutil.copytree(project / "train", project / "eval")
+        result = subprocess.run(
+            _script("train") + [f"--config=folder:{data}", *TINY,
+                                f"--workdir={workdir}"],
+            capture_output=True, text=True, cwd=str(cwd), timeout=600,
+            env=env)
+        assert result.returncode == 1, result.stderr[-2000:]
+        assert result.stderr.strip().splitlines()[-1] == (
+            f"keras-vit-train: error: The image folder "
+            f"{os.path.join(str(cwd), data)} (--config.input.data_dir) is "
+            f"{'inside ' if inside else ''}the run's {name}/ folder of "
+            f"--workdir {workdir}, which the run writes (and sets an "
+            "earlier run's aside): move the images to a folder of their "
+            "own, or give the run another workdir."), result.stderr[-2000:]
+        assert sorted(os.listdir(project)) == ["eval", "train"][
+            name != "eval":], os.listdir(project)
+    shutil.rmtree(project / "eval")
+    result = subprocess.run(
+        _script("train") + [*console.TINY_DIGITS,
+                            "--config.trainer.total_steps=2",
+                            "--workdir=project"],
+        capture_output=True, text=True, cwd=str(tmp_path), timeout=600,
+        env=env)
+    assert result.returncode == 1, result.stderr[-2000:]
+    assert result.stderr.strip().splitlines()[-1] == (
+        "keras-vit-train: error: project/train holds china and no "
+        "TensorBoard event file: it is no run's summaries, and the run "
+        "writes its own there. Move it out of the workdir, or give the run "
+        "another workdir."), result.stderr[-2000:]
+    assert sorted(os.listdir(project / "train")) == before
+    assert not any(n.startswith("train.") for n in os.listdir(project))
+
+
 def test_own_photos_with_a_step_count_given(tmp_path):
     """--config.trainer.total_steps on the folder config: the run trains
     those steps, its warm-up held to a tenth of them (the config's 100

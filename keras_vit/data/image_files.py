@@ -95,12 +95,18 @@ def unreadable_folder(path: str, why: str) -> UsageError:
         "move it out of the folder read.")
 
 
+# The folders a run writes in its workdir (storage.workdir's checkpoints/
+# and TensorBoard summaries, training.records' best checkpoint).
+_RUN_FOLDERS = ("checkpoints", "train", "eval", "best")
+
+
 def check_workdir_apart(config, workdir: str) -> None:
     """Refuses a run's `workdir` (or config.export.export_dir, where the
     run exports elsewhere) that is its image folder or inside it: the
     run's files (checkpoints/, train/, training_curves.png, a SavedModel)
     would be read as classes and images the next time the folder is
-    read."""
+    read; and an image folder that is a folder the run writes
+    (`_RUN_FOLDERS`), which it would write into or set aside."""
     inp = config.input
     if inp.dataset != FOLDER or inp.vtab_task or not inp.data_dir:
         return
@@ -112,6 +118,15 @@ def check_workdir_apart(config, workdir: str) -> None:
             os.path.expanduser(path))
 
     root = real(inp.data_dir)
+    for name in _RUN_FOLDERS:
+        written = real(os.path.join(str(workdir), name))
+        if root == written or root.startswith(written + "/"):
+            raise UsageError(
+                f"The image folder {inp.data_dir} (config.input.data_dir) is "
+                f"{'' if root == written else 'inside '}the run's {name}/ "
+                f"folder of `workdir` {workdir}, which the run writes (and "
+                "sets an earlier run's aside): move the images to a folder "
+                "of their own, or give the run another workdir.")
     for field, path in (("`workdir`", workdir),
                         ("config.export.export_dir", export_dir)):
         run = real(path) if path else ""

@@ -261,6 +261,8 @@ def set_earlier_run_aside(workdir: str, chief: bool) -> None:
     do not overwrite the earlier run's."""
     if not chief:
         return
+    for name in wd.SUMMARIES:
+        _check_summaries(os.path.join(workdir, name))
     moved = history.set_aside(workdir)
     if moved:
         logging.warning(
@@ -306,6 +308,22 @@ def _keep_earlier_configs_apart(workdir: str, n: Optional[int]) -> None:
     if kept:
         logging.warning("The earlier run's config is kept apart in %s.",
                         " and ".join(kept))
+
+
+def _check_summaries(folder: str) -> None:
+    """Refuses a workdir's train/ or eval/ that holds files but no
+    TensorBoard event file: no run's summaries (a folder of the user's,
+    images perhaps), which setting an earlier run aside would move."""
+    try:
+        names = sorted(tf.io.gfile.listdir(folder))
+    except tf.errors.NotFoundError:
+        return
+    if names and not any(n.startswith("events.out.tfevents.")
+                         for n in names):
+        raise UsageError(
+            f"{folder} holds {names[0]} and no TensorBoard event file: it is "
+            "no run's summaries, and the run writes its own there. Move it "
+            "out of the workdir, or give the run another workdir.")
 
 
 def _without_summaries(folder: str) -> bool:
