@@ -720,3 +720,18 @@ def test_a_workdir_checkpoint_of_no_training_run_is_refused(tmp_path):
     result = console.run("convert", [f"--model={workdir}",
                                      f"--output={tmp_path / 'run.keras'}"])
     assert result.returncode == 0, result.stderr
+
+
+def test_a_workdir_named_with_glob_characters_fingerprints_its_files(
+        tmp_path):
+    """`loader.model_files` of a workdir whose path holds [ ]: its newest
+    checkpoint's files (the name is no pattern), as in any workdir."""
+    from tests import tiny
+
+    names = [str(i) for i in range(10)]
+    for name in ("plain", "run [1]"):
+        tiny.write_run(tiny.digits_config(), str(tmp_path / name), names)
+    plain, odd = (loader.model_files(loader.resolve(str(tmp_path / name)))
+                  for name in ("plain", "run [1]"))
+    assert [f[0] for f in plain] == [f[0] for f in odd]
+    assert {f[0].split(".")[-1] for f in odd} >= {"index"}

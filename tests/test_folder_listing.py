@@ -41,6 +41,31 @@ def test_one_glob_per_level_finds_what_the_folder_listing_found(tmp_path):
     assert set(tree) == {"train", "test"}
 
 
+@pytest.mark.parametrize("name", ["photos [2023]", "a*b?", "x]y"])
+def test_a_folder_named_with_glob_characters_is_listed_as_named(tmp_path,
+                                                                name):
+    """A path holding [, ], * or ? is the folder it names, not a pattern:
+    listed one glob per level as folder by folder, and on a remote file
+    system (TensorFlow's ram://, which takes gs://'s way) indexed."""
+    import tensorflow as tf
+
+    for root in (str(tmp_path / name), f"ram://{tmp_path.name}/{name}"):
+        for split in ("train", "val"):
+            for cls in ("cat", "dog"):
+                path = f"{root}/{split}/{cls}/a.jpg"
+                tf.io.gfile.makedirs(os.path.dirname(path))
+                with tf.io.gfile.GFile(path, "wb") as f:
+                    f.write(b"")
+        tree = folders.list_class_folders(root, per_level=True)
+        assert tree == {split: {"cat": ["a.jpg"], "dog": ["a.jpg"]}
+                        for split in ("train", "val")}, root
+        assert tree == folders._per_folder(root)
+        folders.folder_index.cache_clear()
+        assert {split: len(pairs) for split, pairs in
+                folders.folder_index(root)[0].items()} == {
+                    "train": 2, "val": 2}, root
+
+
 def test_remote_folders_are_listed_one_glob_per_level(monkeypatch):
     globs = []
     monkeypatch.setattr(folders.tf.io.gfile, "glob",

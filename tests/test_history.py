@@ -338,10 +338,12 @@ def test_the_config_before_a_resume_is_kept_once_and_only_if_it_differs(
     """config.step-N.json keeps the config of the steps before a resume at
     N that changes settings: written once (a second resume at N, back to
     the first settings, keeps the true record), and not for a file an
-    earlier version wrote without fields added since (read completed)."""
+    earlier version wrote without fields added since (read completed); a
+    workdir named with [ ] finds its own (its name is no pattern)."""
     from keras_vit.storage import workdir as wd
 
-    workdir = str(tmp_path)
+    workdir = str(tmp_path / "run [1]")
+    os.makedirs(workdir)
     first = tiny.digits_config(total_steps=4).to_dict()
     older = json.loads(json.dumps(first))
     del older["trainer"]["skip_nonfinite"]  # a field added since

@@ -15,6 +15,7 @@ matching `config.model` fields.
 
 from __future__ import annotations
 
+import glob
 import os
 from typing import Any, Dict, NamedTuple, Optional, Sequence, Tuple, Union
 
@@ -359,7 +360,7 @@ def model_files(source: Source) -> Optional[list]:
         return None
     if source.kind == "workdir":
         newest = checkpoint_list.latest(os.path.join(path, wd.CHECKPOINTS))
-        files = tf.io.gfile.glob(newest + ".*") if newest else []
+        files = tf.io.gfile.glob(glob.escape(newest) + ".*") if newest else []
     elif os.path.isdir(path):
         files = [os.path.join(path, name) for name in os.listdir(path)
                  if os.path.isfile(os.path.join(path, name))]

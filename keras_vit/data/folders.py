@@ -6,13 +6,13 @@ of each class's images, at least one, into "val", chosen by a hash of the
 class and file name, `_held_out`: every run and command holds out the same
 images; each split is in the order of that hash, so a slice keeps its
 images as files come and go); "val|test" names the first split a folder
-has (`resolve_split`). `data.sources` describes it as a data source.
-"""
+has (`resolve_split`). `data.sources` describes it as a data source."""
 
 from __future__ import annotations
 
 import collections
 import functools
+import glob
 import hashlib
 import os
 from typing import Dict, List, Optional, Tuple
@@ -53,21 +53,21 @@ def list_class_folders(
     listing of every folder and a check of every entry. On gs:// every
     call is a request or more: ImageNet-21k's 21,841 class folders cost
     some 44,000 folder by folder, against two paged listings of its 14.2
-    million objects (1,000 a page: about 28,400 requests); on a local disk
-    the per-folder listing is the faster (benchmarks/folder_listing.py).
-    """
+    million objects (1,000 a page: some 28,400 requests); locally the
+    per-folder listing is faster (benchmarks/folder_listing.py)."""
     if per_level is None:
         per_level = "://" in root
     if not per_level:
         return _per_folder(root)
     images: Dict[str, List[str]] = {}
-    for path in tf.io.gfile.glob(os.path.join(root, "*", "*", "*")):
+    pattern = glob.escape(root)  # ([, *, ? of its own name: no pattern)
+    for path in tf.io.gfile.glob(os.path.join(pattern, "*", "*", "*")):
         folder, name = os.path.split(path.rstrip("/"))
         if not path.endswith("/") and not _hidden(
                 os.path.relpath(folder, root)):
             images.setdefault(folder, []).extend(_images_of([name]))
     tree: Dict[str, Dict[str, List[str]]] = {}
-    for path in tf.io.gfile.glob(os.path.join(root, "*", "*")):
+    for path in tf.io.gfile.glob(os.path.join(pattern, "*", "*")):
         path = path.rstrip("/")
         if _hidden(os.path.relpath(path, root)):
             continue

@@ -25,6 +25,7 @@ so a crash never leaves a half-written file behind.
 
 from __future__ import annotations
 
+import glob
 import json
 import math
 import os
@@ -62,7 +63,7 @@ def earlier_configs(workdir: str) -> List[str]:
     """The paths of the configs `earlier_config` kept in `workdir` (not
     those an earlier run's set aside, config.step-S.before-N.json)."""
     return sorted(path for path in tf.io.gfile.glob(
-        os.path.join(workdir, "config.step-*.json"))
+        os.path.join(glob.escape(workdir), "config.step-*.json"))
         if re.fullmatch(r"config\.step-\d+\.json", os.path.basename(path)))
 
 LABELS = "labels.txt"
