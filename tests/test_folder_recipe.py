@@ -681,6 +681,42 @@ def test_an_image_folder_where_the_run_writes_is_never_moved(tmp_path):
     assert not any(n.startswith("train.") for n in os.listdir(project))
 
 
+def test_a_class_folder_whose_photos_are_one_folder_down_is_named(
+        tmp_path):
+    """Photos in china/2023/ (a class folder's sub-folder, not read) and
+    none in china/ itself: the refusal names the sub-folder and says to
+    move its images up; before, it said to add images or remove the
+    folder (and with it a class of photos). Both layouts; an empty class
+    folder is refused as before."""
+    write_photo_folder(tmp_path / "photos", per_class=2)
+    china = tmp_path / "photos" / "china"
+    (china / "2023").mkdir()
+    for image in list(china.glob("*.jpg")):
+        image.rename(china / "2023" / image.name)
+    shutil.copytree(tmp_path / "photos", tmp_path / "split" / "train")
+    (tmp_path / "empty" / "china").mkdir(parents=True)
+    shutil.copytree(tmp_path / "photos" / "flower",
+                    tmp_path / "empty" / "flower")
+    for data, says in (
+            ("photos", f"Class folder {china} has no images of its own, "
+             f"only folders inside it (2023/), which are not read: move "
+             f"their images up into {china}."),
+            ("split", "Class folder {0}/china has no images of its own, "
+             "only folders inside it (2023/), which are not read: move "
+             "their images up into {0}/china.".format(
+                 tmp_path / "split" / "train")),
+            ("empty", f"Class folder {tmp_path / 'empty' / 'china'} has no "
+             "images (")):
+        result = subprocess.run(
+            _script("train") + [f"--config=folder:{data}", *TINY,
+                                f"--workdir=run_{data}"],
+            capture_output=True, text=True, cwd=str(tmp_path), timeout=600,
+            env=dict(os.environ, PYTHONPATH=ROOT, CUDA_VISIBLE_DEVICES=""))
+        assert result.returncode == 1, result.stderr[-2000:]
+        line = result.stderr.strip().splitlines()[-1]
+        assert line.startswith(f"keras-vit-train: error: {says}"), line
+
+
 def test_own_photos_with_a_step_count_given(tmp_path):
     """--config.trainer.total_steps on the folder config: the run trains
     those steps, its warm-up held to a tenth of them (the config's 100

@@ -23,6 +23,7 @@ from absl import logging
 
 from keras_vit.data.image_files import (
     IMAGE_EXTENSIONS,
+    check_class_folder,
     extension_of,
     say_not_read,
     unreadable_folder,
@@ -31,7 +32,6 @@ from keras_vit.data.image_files import is_hidden as _hidden
 from keras_vit.data.image_files import is_image as _is_image
 from keras_vit.data.splits import parse_split, split_bounds
 from keras_vit.errors import UsageError, shorten
-from keras_vit.storage import lines
 
 # The top folders that make a folder one of splits, <split>/<class>/, even
 # where a stray image lies beside their class folders.
@@ -177,7 +177,7 @@ def _class_folders(root: str, split_dir: str) -> List[Tuple[str, str]]:
     for name in _subdirs(os.path.join(root, split_dir)):
         folder = os.path.join(root, split_dir, name)
         images = _images(folder, name)
-        _check_class_folder(folder, name, images)
+        check_class_folder(folder, name, images, _NESTED)
         pairs.extend(images)
     return pairs
 
@@ -223,24 +223,11 @@ def _split_folders(root: str) -> Dict[str, List[Tuple[str, str]]]:
         found[key] = split
         for name, images in sorted(classes.items()):
             folder = os.path.join(root, split, name)
-            _check_class_folder(folder, name, images)
+            check_class_folder(folder, name, images, _NESTED)
             files.setdefault(key, []).extend(
                 (os.path.join(folder, f), name) for f in images
             )
     return files
-
-
-def _check_class_folder(folder: str, name: str, images) -> None:
-    """An empty class folder silently drops its class (hidden ones are no
-    classes); a blank name, or one with a line end, no line of labels.txt."""
-    if not lines.fits_a_line(name):
-        what = "blank name" if not name.strip() else "name with a line end"
-        raise UsageError(f"Class folder {folder!r} has a {what}, which no "
-                         "labels file can hold on one line: rename it.")
-    if not images and not name.startswith("."):
-        raise UsageError(f"Class folder {folder} has no images ("
-                         f"{', '.join(IMAGE_EXTENSIONS)}; other files are "
-                         "ignored): add images or remove the folder.")
 
 
 def holds_out(root: str) -> bool:

@@ -13,6 +13,7 @@ from typing import Iterable, List, Mapping
 from absl import logging
 
 from keras_vit.errors import UsageError
+from keras_vit.storage import lines
 
 # config.input.dataset of an image folder (data.sources reads it).
 FOLDER = "folder"
@@ -84,6 +85,32 @@ def images_under(top: str) -> List[str]:
         count_not_read(names, not_read)
     say_not_read(top, not_read)
     return sorted(found)
+
+
+def check_class_folder(folder: str, name: str, images,
+                       nested: Iterable[str] = ()) -> None:
+    """Refuses a class folder without images (hidden ones are no classes),
+    which would drop its class without a word, naming its sub-folders
+    among `nested` (the folders found inside class folders, not read)
+    where the images are; and a blank name, or one with a line end, which
+    no line of labels.txt holds."""
+    if not lines.fits_a_line(name):
+        what = "blank name" if not name.strip() else "name with a line end"
+        raise UsageError(f"Class folder {folder!r} has a {what}, which no "
+                         "labels file can hold on one line: rename it.")
+    if images or name.startswith("."):
+        return
+    inner = sorted(os.path.basename(p) + "/" for p in nested
+                   if os.path.dirname(p) == folder)
+    if inner:
+        raise UsageError(
+            f"Class folder {folder} has no images of its own, only "
+            f"folders inside it ({', '.join(inner[:3])}"
+            f"{', ...' if len(inner) > 3 else ''}), which are not read: move "
+            f"their images up into {folder}.")
+    raise UsageError(f"Class folder {folder} has no images ("
+                     f"{', '.join(IMAGE_EXTENSIONS)}; other files are "
+                     "ignored): add images or remove the folder.")
 
 
 def unreadable_folder(path: str, why: str) -> UsageError:
