@@ -263,9 +263,14 @@ def test_bad_file_stops_or_is_skipped(setup, capsys):
                                 str(out)]) == 0
     assert f"skipped {bad}" in capsys.readouterr().err
     rows = list(csv.reader(out.open()))
-    assert rows[0] == ["file", "rank", "class", "name", "probability"]
-    # top 5 of 4 classes: all 4, for the one readable image
-    assert {r[0] for r in rows[1:]} == {good} and len(rows) == 1 + 4
+    assert rows[0] == ["file", "rank", "class", "name", "probability",
+                       "skipped"]
+    # top 5 of 4 classes: all 4, for the one readable image; the skipped
+    # file a row of its own, with its reason
+    assert [r[0] for r in rows[1:]] == [good] * 4 + [str(bad)]
+    assert all(r[1] and r[5] == "" for r in rows[1:5])
+    assert rows[5][1:5] == [""] * 4
+    assert rows[5][5] == "Invalid JPEG data, size 14", rows[5]
 
 
 def test_usage_errors(setup, capsys):

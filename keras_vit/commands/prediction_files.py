@@ -36,7 +36,8 @@ def check_output(path: Optional[str]) -> None:
 
 def write_output(path: str, files, tops, skipped,
                  replace: bool = True) -> None:
-    """Writes the predictions as JSON or CSV (by `path`'s extension),
+    """Writes the predictions, and the files skipped with their reasons,
+    as JSON or CSV (by `path`'s extension),
     through a temporary file and a rename (a missing folder is made). A
     file name that is not UTF-8 is written with its odd bytes escaped
     (`caf\\xe9.jpg`), so that the file stays UTF-8."""
@@ -55,11 +56,13 @@ def write_output(path: str, files, tops, skipped,
         }
         atomic_write(path, json.dumps(data, indent=1) + "\n", replace)
         return
-    rows = [("file", "rank", "class", "name", "probability")] + [
-        (f, rank, c, n, f"{p:.6f}")
+    # A row per class of each image's top; a file skipped
+    # (--skip_bad_images) a row of its own, its reason in "skipped".
+    rows = [("file", "rank", "class", "name", "probability", "skipped")] + [
+        (f, rank, c, n, f"{p:.6f}", "")
         for f, top in zip(files, tops)
         for rank, (c, n, p) in enumerate(top, start=1)
-    ]
+    ] + [(f, "", "", "", "", r) for f, r in skipped]
     text = io.StringIO(newline="")
     csv.writer(text).writerows(rows)
     atomic_write(path, text.getvalue(), replace)
