@@ -581,14 +581,16 @@ _CASES = [
         "unreadable_entry_in_class_folder", BAD_INPUT, "data",
         "A broken symbolic link, a folder named like an image (burst.jpg/), "
         "a BMP with a colour table (8 bits per pixel, which "
-        "TensorFlow's decoder reads as grey colour indices) and an animated "
+        "TensorFlow's decoder reads as grey colour indices), a 16-bit BMP "
+        "(which it refuses as 2 channels) and an animated "
         "WebP (which TensorFlow's decoder reads by corrupting the process's "
         "memory) in a class folder",
         "The same one-line error as for a corrupt file, naming each and "
         "why; with config.input.skip_bad_images they are skipped and named.",
-        ("Cannot decode 4 image file(s)", "No such file or directory",
+        ("Cannot decode 5 image file(s)", "No such file or directory",
          "burst.jpg", "A BMP with a colour table (8 bits per pixel or "
-         "fewer)", "Save the image as PNG or JPEG", "An animated WebP"),
+         "fewer), or of 16 bits per pixel", "Save the image as PNG or JPEG",
+         "An animated WebP"),
         "UsageError",
     ),
     Case(

@@ -721,6 +721,12 @@ def test_links_folders_and_palette_bmps_are_named_like_corrupt_files(
     Image.fromarray(colours).convert(
         "P", palette=Image.Palette.ADAPTIVE).save(f"{root}/train/b/p8.bmp")
     Image.fromarray(colours).save(f"{root}/train/b/rgb24.bmp")
+    # 16 bits per pixel (5-bit blue), which TensorFlow's decoder refuses.
+    pixels = b"\x1f\x00" * 4 * 2
+    with open(f"{root}/train/b/rgb16.bmp", "wb") as f:
+        f.write(b"BM" + struct.pack("<IHHI", 54 + len(pixels), 0, 0, 54)
+                + struct.pack("<IiiHHIIiiII", 40, 4, 2, 1, 16, 0,
+                              len(pixels), 2835, 2835, 0, 0) + pixels)
     # TensorFlow's decoder corrupts memory on an animated WebP (a crash).
     Image.fromarray(colours).save(
         f"{root}/train/b/anim.webp", save_all=True,
@@ -730,7 +736,8 @@ def test_links_folders_and_palette_bmps_are_named_like_corrupt_files(
                                      str(tmp_path / "run"))
     check_error("unreadable_entry_in_class_folder", info.value)
     text = str(info.value)
-    for name in ("link.png", "burst.jpg", "p8.bmp", "anim.webp"):
+    for name in ("link.png", "burst.jpg", "p8.bmp", "rgb16.bmp",
+                 "anim.webp"):
         assert f"{root}/train/" in text and name in text
     assert "rgb24.bmp" not in text
     decoded = pp.decode_image(

@@ -28,9 +28,10 @@ _GIF_HOPS = 8
 GIF_STEPS = 1 << 14
 UNCHECKED = 1 << 62
 PALETTE_BMP_MESSAGE = (
-    "A BMP with a colour table (8 bits per pixel or fewer): the BMP decoder "
-    "of TensorFlow reads its colour indices, not its colours. Save the "
-    "image as PNG or JPEG, or as a 24-bit BMP.")
+    "A BMP with a colour table (8 bits per pixel or fewer), or of 16 bits "
+    "per pixel: the BMP decoder of TensorFlow reads the first's colour "
+    "indices, not its colours, and refuses the second. Save the image as "
+    "PNG or JPEG, or as a 24-bit BMP.")
 ANIMATED_WEBP_MESSAGE = (
     "An animated WebP: TensorFlow's decoder cannot read one (it corrupts "
     "the process's memory), so it is refused unread. Save its first frame "
@@ -98,11 +99,14 @@ def _number(head: tf.Tensor, offset: int, size: int,
 
 def is_palette_bmp(data: tf.Tensor) -> tf.Tensor:
     """bool: `data` is a BMP of 8 bits per pixel or fewer, which holds
-    indices into its colour table; TensorFlow's decoder returns the
-    indices as grey levels (a nearly black image, silently)."""
+    indices into its colour table (TensorFlow's decoder returns the
+    indices as grey levels: a nearly black image, silently), or of 16
+    bits per pixel (5-bit colours, which it refuses as 2 channels)."""
     head = _head(data)
-    return tf.logical_and(tf.equal(tf.strings.substr(head, 0, 2), "BM"),
-                          tf.less_equal(_number(head, 28, 2), 8))
+    bits = _number(head, 28, 2)
+    return tf.logical_and(
+        tf.equal(tf.strings.substr(head, 0, 2), "BM"),
+        tf.logical_or(tf.less_equal(bits, 8), tf.equal(bits, 16)))
 
 
 def is_animated_webp(data: tf.Tensor) -> tf.Tensor:
