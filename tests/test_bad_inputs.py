@@ -692,6 +692,26 @@ def test_non_image_files_are_ignored(tmp_path, caplog):
     assert folders.folder_index(str(flat))[1] == ["a", "b"]
 
 
+def test_a_split_named_folder_of_images_beside_classes_is_said_a_class(
+        tmp_path, caplog):
+    """Class folders alone and a test/ of photos (to predict on, put
+    beside them): test/ holds images directly, so it is a class, as the
+    others are; the log says so and how a split folder is laid out.
+    Without such a folder, nothing is said."""
+    flat = good_folder(tmp_path / "flat", splits=("",), n=3)
+    caplog.set_level("WARNING")
+    folders.folder_index.cache_clear()
+    assert folders.folder_index(str(flat))[1] == ["a", "b"]
+    assert "named as a split" not in caplog.text
+    save(f"{flat}/test/IMG_1.png", np.zeros((4, 4, 3), np.uint8))
+    folders.folder_index.cache_clear()
+    assert folders.folder_index(str(flat))[1] == ["a", "b", "test"]
+    assert (f"Image folder {flat}: test/, named as a split, holds images "
+            "directly, so it is read as a class, as its other folders are; "
+            "a split folder holds class folders (test/<class>/*.jpg)."
+            ) in caplog.text, caplog.text
+
+
 @covers("stray_image_beside_class_folders")
 def test_a_stray_image_beside_the_class_folders_keeps_the_layout(
         tmp_path, caplog):

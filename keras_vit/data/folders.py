@@ -254,6 +254,13 @@ def _layout(root: str) -> Dict[str, List[Tuple[str, str]]]:
                 "no class folder and are not read: move them into "
                 "<class>/ folders.", root, len(loose),
                 shorten(", ".join(sorted(loose)), 80))
+        named = [f"{d}/" for d in tops if d.lower() in SPLIT_NAMES]
+        if named:  # (photos to predict on, put beside the classes?)
+            logging.warning(
+                "Image folder %s: %s, named as a split, holds images "
+                "directly, so it is read as a class, as its other folders "
+                "are; a split folder holds class folders (%s<class>/*.jpg).",
+                root, ", ".join(named), named[0])
         return _held_out(_class_folders(root, ""))
     # (Without a split-named folder, none of the tops holds an image.)
     stray = [d for d in tops
