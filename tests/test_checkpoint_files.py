@@ -658,8 +658,9 @@ def test_a_keras_file_whose_config_and_weights_disagree_is_refused(
          "weight"),
         (_keras_file_edited(tmp_path / "int8.keras", model,
                             weights_change=_int8_kernel),
-         r"layers/\S+ has dtype int8, where a model parameter is a "
-         "floating-point number: the weights were cast or altered"),
+         r"layers/\S+ holds integers, where the model's weight of its "
+         "shape is a floating-point number: the weights were cast or "
+         "altered. Use the file as it was saved."),
     ]
     for path, says in cases:
         result = console.run("convert", [f"--model={path}",
@@ -711,8 +712,9 @@ def test_a_workdir_checkpoint_of_no_training_run_is_refused(tmp_path):
             "holds no training run's list of weights (the optimizer's, "
             "which every checkpoint keras-vit-train writes has), so which "
             "model it holds cannot be checked against the workdir's "
-            "config.json: refused. Give a model file instead "
-            "(--model=FILE.keras or .npz), or use a new `workdir`."), (
+            "config.json: refused (the checkpoints read are those training "
+            "runs write). Save the model it holds as a .keras file "
+            "(model.save) and use that file."), (
                 result.stderr)
         assert not out.exists()
     workdir = str(tmp_path / "run")

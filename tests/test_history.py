@@ -382,3 +382,23 @@ def test_summary_folders_of_a_run_that_logged_nothing_are_told_quietly(
     assert records._without_summaries(str(empty))
     assert not records._without_summaries(str(logged))
     assert "deprecated" not in caplog.text
+
+
+def test_a_summaries_folder_of_other_files_is_refused_not_moved(tmp_path):
+    """A workdir's train/ holding files and no event file is no run's
+    summaries (the user's photos): refused, left where it is. One holding
+    only a hidden file or a profiler's plugins/ folder is a run's
+    leftover: set aside as before."""
+    from keras_vit.errors import UsageError
+
+    workdir = tmp_path / "run"
+    (workdir / "train" / "cat").mkdir(parents=True)
+    with pytest.raises(UsageError, match=r"train holds cat and no "
+                       "TensorBoard event file: it is no run's summaries"):
+        records.set_earlier_run_aside(str(workdir), chief=True)
+    assert sorted(os.listdir(workdir)) == ["train"]
+    (workdir / "train" / "cat").rmdir()
+    (workdir / "train" / ".DS_Store").write_bytes(b"")
+    (workdir / "eval" / "plugins" / "profile").mkdir(parents=True)
+    records.set_earlier_run_aside(str(workdir), chief=True)
+    assert sorted(os.listdir(workdir)) == ["eval.before-1", "train.before-1"]

@@ -456,6 +456,13 @@ def test_a_run_refused_before_its_first_checkpoint_takes_the_fix(
     cases = [(argv, "config.json is not readable JSON"),
              ([a if not a.startswith("--workdir") else "--workdir="
                for a in argv], "--workdir is empty"),
+             # (TensorFlow's checkpoint manager globs the path.)
+             ([a if not a.startswith("--workdir") else
+               f"--workdir={tmp_path}/run [2]" for a in argv],
+              f"--workdir {tmp_path}/run [2] holds [, which TensorFlow's "
+              "checkpoint manager reads as a pattern: it would find none of "
+              "the run's checkpoints (nor delete the old ones). Name the "
+              "folder without [, * or ?."),
              (["keras-vit-train", "--config=vtab",
                f"--workdir={tmp_path}/vtab"],
               "--config.evals.vtab is a vtab evaluator, which "
@@ -465,6 +472,7 @@ def test_a_run_refused_before_its_first_checkpoint_takes_the_fix(
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and says in err[0], err
     assert not os.path.exists(tmp_path / "vtab")
+    assert not os.path.exists(tmp_path / "run [2]")
 
 
 def test_a_size_name_and_its_sizes_are_one_model():

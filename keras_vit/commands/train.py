@@ -198,6 +198,13 @@ def _main(values: flags.FlagValues, args: list) -> None:
     if not values.workdir.strip():
         raise UsageError("--workdir is empty: name the run's folder (e.g. "
                          "--workdir=/tmp/vit_run).")
+    odd = sorted(set("[*?") & set(values.workdir))
+    if odd:  # tf.train.CheckpointManager's lookups are glob patterns
+        raise UsageError(
+            f"--workdir {values.workdir} holds {' '.join(odd)}, which "
+            "TensorFlow's checkpoint manager reads as a pattern: it would "
+            "find none of the run's checkpoints (nor delete the old ones). "
+            "Name the folder without [, * or ?.")
     check_training_evaluators(values.config)
     config = absolute_data_paths(start_from(values))
     _say_caps(values, config)

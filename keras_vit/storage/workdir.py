@@ -217,8 +217,9 @@ def check_checkpoint(path: str, model, reader=None,
             f"Checkpoint {path} holds no training run's list of weights (the "
             "optimizer's, which every checkpoint keras-vit-train writes "
             "has), so which model it holds cannot be checked against the "
-            f"workdir's {CONFIG}: refused. Give a model file instead "
-            "(--model=FILE.keras or .npz), or use a new `workdir`.")
+            f"workdir's {CONFIG}: refused (the checkpoints read are those "
+            "training runs write). Save the model it holds as a .keras file "
+            "(model.save) and use that file.")
     variables = list(model.trainable_variables)
     problem = None
     if len(saved) != len(variables):

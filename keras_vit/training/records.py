@@ -315,9 +315,11 @@ def _check_summaries(folder: str) -> None:
     TensorBoard event file: no run's summaries (a folder of the user's,
     images perhaps), which setting an earlier run aside would move."""
     try:
-        names = sorted(tf.io.gfile.listdir(folder))
-    except tf.errors.NotFoundError:
+        names = sorted(n.rstrip("/") for n in tf.io.gfile.listdir(folder))
+    except tf.errors.OpError:  # (none, or unreadable: its move says why)
         return
+    # A profiler's plugins/ and hidden files (.DS_Store) are no user's.
+    names = [n for n in names if n != "plugins" and not n.startswith(".")]
     if names and not any(n.startswith("events.out.tfevents.")
                          for n in names):
         raise UsageError(

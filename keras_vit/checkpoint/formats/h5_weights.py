@@ -5,7 +5,8 @@ Keras writes a model's weights as `layers/<attribute path>/vars/<i>`, a
 compiled model's optimizer state under `optimizer/`. Each dataset of a
 model's weights is checked as Keras's loader checks it (a plain dataset:
 no soft or external link, no external or virtual storage) and further: a
-real dtype, and a floating-point one (`check_dataset`). Keras's loader
+real dtype, and a floating-point one where the model's weight is
+(`check_dataset`, `check_all_placed`). Keras's loader
 reads the datasets its model's config places and ignores the others, so a
 `.keras` file whose config and weights disagree (a block fewer, learned
 position embeddings replaced by fixed ones) loads without a word: a
@@ -58,9 +59,11 @@ def is_bfloat16(dataset) -> bool:
         "bfloat16", b"bfloat16")
 
 
-def check_dataset(dataset, path: str, name: str) -> None:
+def check_dataset(dataset, path: str, name: str,
+                  integers: bool = False) -> None:
     """Refuses a dataset kept outside the file, an axis of no length, and
-    a dtype that is no floating-point parameter's."""
+    a dtype that is no real number's, or (unless `integers`) no
+    floating-point parameter's."""
     if dataset.external or dataset.is_virtual:
         raise UsageError(f"{path}: {name} keeps its numbers outside the "
                          "file; refused (Keras refuses it too).")
@@ -72,14 +75,22 @@ def check_dataset(dataset, path: str, name: str) -> None:
                              "values Keras writes.")
     else:
         untrusted.check_real_dtype(dataset.dtype, path, name)
-        untrusted.check_float_parameter(dataset.dtype, path, name)
+        if not integers:
+            untrusted.check_float_parameter(dataset.dtype, path, name)
 
 
-def keras_file_datasets(path: str) -> List[Tuple[str, Shape]]:
-    """(name, shape) of each dataset of the model's weights in `.keras`
-    file `path`, each checked (`check_dataset`), read from the archive
-    as Keras reads it (h5py over the zip member); none where the file
-    keeps its weights otherwise."""
+def _integer(dtype) -> bool:
+    """Whether a dtype (NumPy's, or a Keras variable's name of one) holds
+    integers or booleans."""
+    return str(dtype).startswith(("int", "uint", "bool"))
+
+
+def keras_file_datasets(path: str) -> List[Tuple[str, Shape, bool]]:
+    """(name, shape, whether of integers) of each dataset of the model's
+    weights in `.keras` file `path`, each checked (`check_dataset`; a
+    model Keras quantized keeps integer weights of its own), read from
+    the archive as Keras reads it (h5py over the zip member); none where
+    the file keeps its weights otherwise."""
     try:
         with open_for_reading(path) as raw, zipfile.ZipFile(raw) as archive:
             if _MEMBER not in archive.namelist():
@@ -88,8 +99,9 @@ def keras_file_datasets(path: str) -> List[Tuple[str, Shape]]:
                     h5py.File(member, "r") as f:
                 found = []
                 for name in dataset_names(f, path):
-                    check_dataset(f[name], path, name)
-                    found.append((name, tuple(f[name].shape)))
+                    check_dataset(f[name], path, name, integers=True)
+                    found.append((name, tuple(f[name].shape),
+                                  _integer(f[name].dtype)))
                 return found
     except UsageError:
         raise
@@ -100,16 +112,24 @@ def keras_file_datasets(path: str) -> List[Tuple[str, Shape]]:
         ) from None
 
 
-def check_all_placed(model, stored: List[Tuple[str, Shape]],
+def check_all_placed(model, stored: List[Tuple[str, Shape, bool]],
                      path: str) -> None:
     """Refuses a `.keras` file holding an array that no weight of `model`
     (the model its config describes) takes: each stored dataset must be
-    matched by a weight of its shape, as many as there are."""
-    wanted = collections.Counter(tuple(w.shape) for w in model.weights)
-    for name, shape in stored:
-        if wanted[shape] > 0:
-            wanted[shape] -= 1
+    matched by a weight of its shape, of integers where it is (Keras
+    casts one into a float weight without a word), as many as there
+    are."""
+    wanted = collections.Counter(
+        (tuple(w.shape), _integer(w.dtype)) for w in model.weights)
+    for name, shape, integers in stored:
+        if wanted[shape, integers] > 0:
+            wanted[shape, integers] -= 1
             continue
+        if integers and wanted[shape, False] > 0:
+            raise UsageError(
+                f"{path}: {name} holds integers, where the model's weight "
+                "of its shape is a floating-point number: the weights were "
+                "cast or altered. Use the file as it was saved.")
         raise UsageError(
             f"{path}: its weights hold {name} {shape}, which no weight of "
             "the model its config.json describes takes (Keras would leave "
