@@ -614,6 +614,16 @@ def test_cli_fewshot_on_a_photo_folder_needs_every_class_in_its_pool(
                     tmp_path / "withval" / "val" / "extra")
     assert probe("withval") == 0
     assert not os.path.exists(tmp_path / "one_fs" / "fewshot.json")
+    # Class folders alone (train and val, no test): the fix names the
+    # probe's own field, not training's.
+    write_photo_folder(tmp_path / "classes", per_class=5)
+    capsys.readouterr()
+    assert probe("classes") == 1
+    err = capsys.readouterr().err
+    assert "has no split 'test' with images; it has train, val. Set " \
+        "--config.evals.fewshot.datasets.digits.test_split=<a split it " \
+        "has>, or arrange it as <class>/ folders" in err
+    assert "config.input.train_split" not in err
 
 
 def test_cli_fewshot_run_again_keeps_what_it_probed(tmp_path, capsys,

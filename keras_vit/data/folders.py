@@ -321,12 +321,21 @@ def folder_index(root: str):
 
 # What a split that a folder lacks asks of the user.
 # (keras-vit-evaluate --mode=eval words it in its --split flag.)
-SPLIT_FIX = (
-    "Name a split it has in the config (config.input.train_split, "
-    "config.evals.test.split, config.evals.test.val_split), or arrange it "
-    "as <class>/ folders with the images directly inside, or as "
+SPLIT_ARRANGE = (
+    "arrange it as <class>/ folders with the images directly inside, or as "
     "<split>/<class>/ with split folders named train, val, validation, "
     "valid or test.")
+SPLIT_FIX = (
+    "Name a split it has in the config (config.input.train_split, "
+    "config.evals.test.split, config.evals.test.val_split), or "
+    + SPLIT_ARRANGE)
+
+
+def field_split_fix(message: str, field: str) -> str:
+    """`message` (a split refusal) with its fix naming the one config
+    `field` that gave the split, in place of the training run's fields."""
+    return message.replace(SPLIT_FIX, f"Set {field}=<a split it has>, or "
+                           + SPLIT_ARRANGE)
 
 
 def split_key(name: str) -> str:

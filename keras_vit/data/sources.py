@@ -276,7 +276,10 @@ def check_split(inp, split: str, field: str, names=None) -> None:
         try:
             folders.folder_split(inp.data_dir, split)
         except UsageError as error:
-            raise UsageError(f"{field}={split} cannot be used: {error}"
+            message = str(error)  # a config field's: the one to set
+            if field.startswith("config."):
+                message = folders.field_split_fix(message, field)
+            raise UsageError(f"{field}={split} cannot be used: {message}"
                              ) from None
         return
     if inp.dataset == DIGITS and not inp.vtab_task:
