@@ -18,6 +18,7 @@ import shutil
 import struct
 import subprocess
 import sys
+import tempfile
 import zipfile
 
 import keras
@@ -1896,6 +1897,57 @@ def test_an_output_this_user_may_not_write_is_one_line(tmp_path):
         "keras-vit-convert: error: Cannot write /sys/keras_vit.keras (")
     assert lines["convert /sys"].endswith(
         "in /sys): give --output a path this user may write.")
+
+
+@covers("output_not_writable")
+def test_a_workdir_written_in_place_of_output_dir_is_checked_first(
+        tmp_path, monkeypatch, capsys):
+    """keras-vit-evaluate --mode=eval --workdir=RUN and keras-vit-analysis
+    --curves=RUN write into the run's folder without --output_dir: one
+    that cannot be written (a read-only mount, another user's run) is
+    named with the flag to give before the model is read, not after the
+    evaluation, in a traceback."""
+    from keras_vit.commands import analysis as analysis_command
+
+    result = console.run("evaluate", ["--mode=eval", "--workdir=/sys"])
+    line = _error_line(result, "evaluate")
+    assert line.startswith("keras-vit-evaluate: error: Cannot write /sys (")
+    assert line.endswith("in /sys): its results go there without "
+                         "--output_dir: give --output_dir a folder this "
+                         "user may write."), line
+    check_says("output_not_writable", line)
+    assert result.stdout == "" and "Traceback" not in result.stderr
+    # A real run on a read-only mount (which root, too, may not write).
+    workdir = str(tmp_path / "run")
+    os.makedirs(workdir)
+    tiny.write_run(tiny.digits_config(), workdir, [str(i) for i in range(10)])
+    rows = history.HistoryWriter(workdir)
+    for step, loss in ((1, 2.3), (2, 2.1)):
+        rows.add(step, "train", loss=loss, steps=1)
+    real_mkdtemp = tempfile.mkdtemp
+
+    def read_only(*args, dir=None, **kwargs):
+        if dir is not None and os.path.abspath(dir) == workdir:
+            raise OSError(errno.EROFS, "Read-only file system", dir)
+        return real_mkdtemp(*args, dir=dir, **kwargs)
+
+    monkeypatch.setattr(tempfile, "mkdtemp", read_only)
+    before = sorted(os.listdir(workdir))
+    for main, args in (
+            (evaluate_command.main, ["--mode=eval", f"--workdir={workdir}"]),
+            (analysis_command.main, [f"--curves={workdir}"])):
+        assert main(["keras-vit", *args]) == 1
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err[-1].endswith(
+            f"error: Cannot write {workdir} (read-only file system in "
+            f"{workdir}): its results go there without --output_dir: give "
+            "--output_dir a folder this user may write."), err
+    assert sorted(os.listdir(workdir)) == before  # nothing computed or left
+    # With --output_dir elsewhere, the run is read where it lies.
+    out = tmp_path / "curves"
+    assert analysis_command.main(["keras-vit-analysis", f"--curves={workdir}",
+                                  f"--output_dir={out}"]) == 0
+    assert os.listdir(out) == ["training_curves.png"]
 
 
 def test_a_permission_error_names_the_flag_only_for_what_it_writes(

@@ -98,7 +98,7 @@ def define_flags(values: flags.FlagValues, argv: Sequence[str]) -> None:
 
 
 def _main(values: flags.FlagValues, images: list) -> None:
-    cli.check_output_path(values, "output_dir")
+    cli.check_output_path(values, "output_dir", default=values.curves)
     # Before any model is read: the figures are the command's output.
     plots.require_matplotlib()
     if values.curves:

@@ -204,15 +204,25 @@ def define_run_flags(values: flags.FlagValues) -> None:
 
 # ------------------------------------------------------- what is written
 def check_output_path(values: flags.FlagValues, name: str,
-                      folder: bool = True) -> None:
+                      folder: bool = True,
+                      default: Optional[str] = None) -> None:
     """A UsageError, before any work, when local path --`name` (a folder;
     `folder` False: a file, whose folder is checked) cannot be made: a part
     of it is a file, or this user may not make a folder in the nearest
     folder there is; gs:// paths are the storage's to check (one out of
     reach is found, as an error of TensorFlow's, before the work). A
     leading `~` is the home folder, as in --model (the shell leaves it
-    after `=`): the flag's value becomes the expanded path."""
+    after `=`): the flag's value becomes the expanded path. Without the
+    flag, `default` (the folder written in its place, such as the run's
+    workdir) is checked alike."""
     path = values[name].value
+    if not path and default and "://" not in str(default):
+        default = os.path.abspath(os.path.expanduser(str(default)))
+        if os.path.isdir(default):  # (one that is not: the source's to say)
+            _check_writable(default,
+                            f"its results go there without --{name}: give "
+                            f"--{name} a folder this user may write")
+        return
     if path and "://" in str(path):
         try:  # a bucket out of reach: found before the work
             atomic.exists(str(path))
@@ -236,14 +246,22 @@ def check_output_path(values: flags.FlagValues, name: str,
     if os.path.exists(probe) and not os.path.isdir(probe):
         raise UsageError(f"--{name}={path}: {probe} is a file, not a "
                          "folder. Choose another path.")
+    _check_writable(probe, f"give --{name} a "
+                    f"{'folder' if folder else 'path'} this user may write",
+                    path)
+
+
+def _check_writable(probe: str, fix: str, path: Optional[str] = None
+                    ) -> None:
+    """A UsageError ending in `fix` unless this user may make a file in
+    the folder `probe` (for the output `path`, where it is below it)."""
     try:  # what making the output does first, found before the work
         os.rmdir(tempfile.mkdtemp(prefix=".keras-vit-probe-", dir=probe))
     except OSError as error:
         reason = (error.strerror or str(error)).lower()
         raise UsageError(
-            f"Cannot write {path} ({reason} in {probe}): "
-            f"give --{name} a {'folder' if folder else 'path'} this user "
-            "may write.") from None
+            f"Cannot write {path or probe} ({reason} in {probe}): {fix}."
+        ) from None
 
 
 def check_not_written(path: str, flag: str) -> None:
