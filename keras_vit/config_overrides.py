@@ -45,6 +45,15 @@ def command_line_variant(config: ml_collections.ConfigDict,
     overridden = set(overridden)
     if "model.variant" not in overridden or not config.model.variant:
         return
+    variant, start = config.model.variant, config.init.model
+    if start:  # whose architecture the run would take, the variant undone
+        raise UsageError(
+            f"--config.model.variant={variant} names a model to train, but "
+            f"the config starts from config.init.model={start}, whose "
+            "architecture fine-tuning takes: name the model to start from "
+            "instead (--model=SOURCE, or the config's own argument where "
+            f"it has one, as in --config=finetune:variant={variant}), or "
+            f"train {variant} from scratch with --config.init.model=None.")
     for key, value in variant_fields(config.model.variant,
                                      overridden).items():
         config.model[key] = value

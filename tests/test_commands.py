@@ -474,13 +474,29 @@ def test_config_by_name_and_by_path(tmp_path):
     # Python's "invalid literal for int()"; res=-384 named as res=).
     for config, what in [("digits_few_labels:labels", "labelled images "
                           "per class"), ("finetune:res", "pixels"),
-                         ("mpp_pretrain:steps", "optimizer updates")]:
+                         ("mpp_pretrain:steps", "optimizer updates"),
+                         ("augreg_i21k:epochs", "epochs"),
+                         ("augreg_i1k:epochs", "epochs")]:
         for bad in ("0", "abc", "1.5", "-384"):
             key = config.partition(":")[2]
             with pytest.raises(Exception, match=re.escape(
                     f"Config argument {key}='{bad}': a whole number of "
                     f"{what} of at least 1 (e.g. :{key}=")):
                 parse_train([f"--config={config}={bad}", "--workdir=w"])
+    # A rate, likewise: named with what it sets, not Python's "could not
+    # convert string to float".
+    for config, what in [("augreg_i21k:do", "the dropout rate"),
+                         ("augreg_i1k:sd", "the stochastic depth rate"),
+                         ("augreg_i21k:wd", "the weight decay"),
+                         ("finetune:lr", "the learning rate"),
+                         ("augreg_finetune:lr", "the learning rate")]:
+        for bad in ("abc", "-0.1", "nan", "inf"):
+            key = config.partition(":")[2]
+            with pytest.raises(Exception, match=re.escape(
+                    f"Config argument {key}='{bad}': {what}")):
+                parse_train([f"--config={config}={bad}", "--workdir=w"])
+    assert parse_train(["--config=finetune:lr=0.01", "--workdir=w"]
+                       ).config.schedule.lr == 0.01
     own = tmp_path / "mine.py"
     own.write_text("from keras_vit.configs import digits\n"
                    "def get_config(arg=None):\n"
@@ -571,6 +587,39 @@ def test_train_model_flag_wins_over_the_config_files_start():
         "--config=digits", "--workdir=w", "--model=Ti/16",
         "--config.model.variant=Ti/16"]))
     assert config.model.variant == "Ti/16"
+    # A model to start from and a variant: fine-tuning would take the
+    # start's architecture, the variant silently undone.
+    with pytest.raises(config_lib.UsageError, match=(
+            r"--model=/a.keras and config.model.variant=Ti/16 name two "
+            r"models: .* keep --model \(or --model=Ti/16 to train Ti/16 "
+            r"from scratch\).")):
+        start_from(parse_train([
+            "--config=digits", "--workdir=w", "--model=/a.keras",
+            "--config.model.variant=Ti/16"]))
+
+
+def test_a_variant_on_a_config_that_starts_from_a_model_is_refused(
+        tmp_path):
+    """keras-vit-train --config=digits_few_labels:init=RUN
+    --config.model.variant=Ti/16: the run would fine-tune RUN's
+    architecture, not Ti/16; refused in one line naming both ways, before
+    the workdir is made."""
+    from tests import console
+
+    workdir = tmp_path / "w"
+    result = console.run("train", [
+        f"--config=digits_few_labels:init={tmp_path / 'run'}",
+        f"--workdir={workdir}", "--config.model.variant=Ti/16"])
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.strip().splitlines()[-1] == (
+        "keras-vit-train: error: --config.model.variant=Ti/16 names a model "
+        "to train, but the config starts from "
+        f"--config.init.model={tmp_path / 'run'}, whose architecture "
+        "fine-tuning takes: name the model to start from instead "
+        "(--model=SOURCE, or the config's own argument where it has one, as "
+        "in --config=finetune:variant=Ti/16), or train Ti/16 from scratch "
+        "with --config.init.model=None.")
+    assert not workdir.exists()
 
 
 def test_a_variant_switched_on_the_command_line_names_the_width_it_keeps(

@@ -200,15 +200,25 @@ def test_every_shipped_config_switches_the_variant_on_the_command_line(name):
     config that sets variant None, such as digits, included) and builds
     Ti/16: the sizes the config gave explicitly give way, those given on
     the command line stay."""
+    starts = _train_command_config(f"--config={name}").init.model
+    if starts:  # fine-tuning takes its start's architecture: refused
+        with pytest.raises(UsageError, match=(
+                r"--config.model.variant=Ti/16 names a model to train, but "
+                r"the config starts from config.init.model=.*--model=SOURCE"
+                r".* or train Ti/16 from scratch with "
+                r"--config.init.model=None.")):
+            _train_command_config(f"--config={name}",
+                                  "--config.model.variant=Ti/16")
+    scratch = ["--config.init.model=None"] if starts else []
     config = _train_command_config(f"--config={name}",
-                                   "--config.model.variant=Ti/16")
+                                   "--config.model.variant=Ti/16", *scratch)
     model = config_lib.replace(config, model={"image_size": 224}).model
     arch = build.config_architecture(model)
     assert (arch.variant, arch.patch_size, arch.hidden_size,
             arch.num_layers) == ("Ti/16", 16, 192, 12)
     config = _train_command_config(
         f"--config={name}", "--config.model.variant=S/32",
-        "--config.model.num_layers=1")
+        "--config.model.num_layers=1", *scratch)
     assert (config.model.variant, config.model.num_layers,
             config.model.hidden_size) == ("S/32", 1, None)
 
@@ -236,12 +246,14 @@ def test_none_on_the_command_line_is_none_where_a_field_may_be_none():
     # The later flag wins, as with any flag: a value after None is kept.
     config = _train_command_config(
         "--config=digits", "--config.init.model=None",
-        "--config.init.model=/tmp/run", "--config.model.variant=None",
-        "--config.model.variant=S/16", "--config.trainer.grad_clip_norm=None",
+        "--config.init.model=/tmp/run", "--config.trainer.grad_clip_norm=None",
         "--config.trainer.grad_clip_norm=2")
     assert config.init.model == "/tmp/run"
-    assert config.model.variant == "S/16"
     assert config.trainer.grad_clip_norm == 2
+    config = _train_command_config(
+        "--config=digits", "--config.model.variant=None",
+        "--config.model.variant=S/16")
+    assert config.model.variant == "S/16"
     config = _train_command_config(
         "--config=digits", "--config.init.model=/tmp/run",
         "--config.init.model=None")

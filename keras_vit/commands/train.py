@@ -152,6 +152,12 @@ def start_from(values: flags.FlagValues):
         raise UsageError(
             f"--model={model} and config.model.variant={variant} name two "
             "sizes to train: keep one.")
+    if model not in VARIANTS and variant:  # (the start's architecture wins)
+        raise UsageError(
+            f"--model={model} and config.model.variant={variant} name two "
+            "models: fine-tuning takes the architecture of the model it "
+            f"starts from, so keep --model (or --model={variant} to train "
+            f"{variant} from scratch).")
     if model in VARIANTS:
         return config_lib.replace(
             config, model=config_overrides.variant_fields(model, given),

@@ -1,6 +1,8 @@
 """Blocks the shipped recipes share, defined once (big_vision's
 configs/common.py does the same): each takes the run config it changes."""
 
+import math
+
 from keras_vit.checkpoint.zoo import augreg
 from keras_vit.errors import UsageError
 
@@ -15,6 +17,22 @@ def whole_arg(args, key: str, what: str, example: int) -> int:
             f"Config argument {key}={value!r}: a whole number of {what} "
             f"of at least 1 (e.g. :{key}={example}).")
     return int(value)
+
+
+def number_arg(args, key: str, what: str, example: str) -> float:
+    """Config argument `key` of `args` as a finite number of at least 0,
+    `what` it sets; one line naming it otherwise (not Python's "could not
+    convert string to float")."""
+    value = str(args[key]).strip()
+    try:
+        number = float(value)
+    except ValueError:
+        number = math.nan
+    if not math.isfinite(number) or number < 0:
+        raise UsageError(
+            f"Config argument {key}={value!r}: {what}, a number of at least "
+            f"0 (e.g. :{key}={example}).")
+    return number
 
 
 def set_augmentation(config, aug: str) -> None:

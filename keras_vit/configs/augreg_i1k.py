@@ -72,20 +72,23 @@ def get_config(arg=None):
     # The variant (class token, learned position embeddings, no pre-logits
     # layer); dropout and stochastic depth of the run.
     c.model.variant = args["variant"]
-    c.model.dropout_rate = float(args["do"])
-    c.model.stochastic_depth_rate = float(args["sd"])
+    c.model.dropout_rate = common.number_arg(args, "do", "the dropout rate",
+                                             "0.1")
+    c.model.stochastic_depth_rate = common.number_arg(
+        args, "sd", "the stochastic depth rate", "0.1")
     # Sigmoid loss; every class starts at its prior, 1/1000.
     c.objective.loss = "sigmoid_xent"
     c.model.head_bias_init = -6.9
     # Updates for the epochs of the training split.
     c.trainer.total_steps = config_lib.epochs_to_steps(
-        args["epochs"], config_lib.IMAGENET1K_TRAIN, BATCH
-    )
+        common.whole_arg(args, "epochs", "epochs", 300),
+        config_lib.IMAGENET1K_TRAIN, BATCH)
     # Adam with decoupled weight decay (times the learning rate), 10k
     # warm-up steps, cosine decay to 0.
     c.optimizer.name = "adamw"
     c.schedule.lr = 1e-3
-    c.optimizer.weight_decay = float(args["wd"])
+    c.optimizer.weight_decay = common.number_arg(
+        args, "wd", "the weight decay (times the learning rate)", "0.1")
     c.schedule.warmup_steps = 10_000
     c.schedule.decay_type = "cosine"
     return c
