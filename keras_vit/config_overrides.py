@@ -290,7 +290,8 @@ def _check_evaluator_type(config, dotted: str) -> None:
 def check_epochs(config: ml_collections.ConfigDict,
                  overridden: Iterable[str]) -> None:
     """Refuses --config.trainer.epochs where the run is counted in steps
-    (trainer.total_steps above 0), which would leave it unread."""
+    (trainer.total_steps above 0), which would leave it unread; warns where
+    --config.input.batch_size changes the epochs of a recipe's steps."""
     steps = int(config.trainer.total_steps)
     if "trainer.epochs" in overridden and steps != 0:
         raise UsageError(
@@ -298,3 +299,17 @@ def check_epochs(config: ml_collections.ConfigDict,
             "when config.trainer.total_steps is 0, and this run's is "
             f"{steps}: add --config.trainer.total_steps=0 to count the run "
             "in epochs, or leave --config.trainer.epochs out.")
+    epochs = float(config.trainer.epochs or 0)
+    if ("input.batch_size" in overridden and epochs > 0 and steps > 0
+            and "trainer.total_steps" not in overridden):
+        # A recipe counted in epochs (augreg_i21k: 300) records them
+        # beside its steps, which are those epochs at its own batch.
+        logging.warning(
+            "--config.input.batch_size=%s keeps the config's "
+            "trainer.total_steps=%d, its %g epochs at the batch it sets: at "
+            "another batch those steps are other epochs (a quarter of them "
+            "at a quarter of the batch). Add --config.trainer.total_steps=0 "
+            "to train %g epochs at this batch (the steps counted from the "
+            "data set's size), or set the steps; "
+            "--config.trainer.accumulation_steps keeps the batch and the "
+            "recipe.", config.input.batch_size, steps, epochs, epochs)

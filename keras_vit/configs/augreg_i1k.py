@@ -53,6 +53,9 @@ def get_config(arg=None):
             f"No AugReg model {args['variant']!r}: use one of "
             f"{', '.join(augreg.MODELS.values())}."
         )
+    rates = {key: common.number_arg(args, key, what, "0.1") for key, what in (
+        ("do", "the dropout rate"), ("sd", "the stochastic depth rate"),
+        ("wd", "the weight decay (times the learning rate)"))}
     c = base_config()
     # ImageNet-1k from TFDS: 1% of train held out for validation; the
     # reported accuracy is on the validation split. A large run's common
@@ -72,23 +75,21 @@ def get_config(arg=None):
     # The variant (class token, learned position embeddings, no pre-logits
     # layer); dropout and stochastic depth of the run.
     c.model.variant = args["variant"]
-    c.model.dropout_rate = common.number_arg(args, "do", "the dropout rate",
-                                             "0.1")
-    c.model.stochastic_depth_rate = common.number_arg(
-        args, "sd", "the stochastic depth rate", "0.1")
+    c.model.dropout_rate = rates["do"]
+    c.model.stochastic_depth_rate = rates["sd"]
     # Sigmoid loss; every class starts at its prior, 1/1000.
     c.objective.loss = "sigmoid_xent"
     c.model.head_bias_init = -6.9
     # Updates for the epochs of the training split.
+    # (The epochs recorded too: what the steps count at this batch.)
+    c.trainer.epochs = float(common.whole_arg(args, "epochs", "epochs", 300))
     c.trainer.total_steps = config_lib.epochs_to_steps(
-        common.whole_arg(args, "epochs", "epochs", 300),
-        config_lib.IMAGENET1K_TRAIN, BATCH)
+        c.trainer.epochs, config_lib.IMAGENET1K_TRAIN, BATCH)
     # Adam with decoupled weight decay (times the learning rate), 10k
     # warm-up steps, cosine decay to 0.
     c.optimizer.name = "adamw"
     c.schedule.lr = 1e-3
-    c.optimizer.weight_decay = common.number_arg(
-        args, "wd", "the weight decay (times the learning rate)", "0.1")
+    c.optimizer.weight_decay = rates["wd"]
     c.schedule.warmup_steps = 10_000
     c.schedule.decay_type = "cosine"
     return c

@@ -69,6 +69,9 @@ def get_config(arg=None):
             f"{', '.join(augreg.MODELS.values())}."
         )
     args = _recommended_defaults(args)
+    rates = {key: common.number_arg(args, key, what, "0.1") for key, what in (
+        ("do", "the dropout rate"), ("sd", "the stochastic depth rate"),
+        ("wd", "the weight decay (times the learning rate)"))}
     c = base_config()
     # ImageNet-21k as an image folder (or a TFDS name); 50k training
     # images held out for validation and the final evaluation. A large
@@ -87,24 +90,22 @@ def get_config(arg=None):
     # The variant; class token and learned position embeddings, no
     # pre-logits layer; dropout and stochastic depth of the run.
     c.model.variant = args["variant"]
-    c.model.dropout_rate = common.number_arg(args, "do", "the dropout rate",
-                                             "0.1")
-    c.model.stochastic_depth_rate = common.number_arg(
-        args, "sd", "the stochastic depth rate", "0.1")
+    c.model.dropout_rate = rates["do"]
+    c.model.stochastic_depth_rate = rates["sd"]
     # Sigmoid loss (ImageNet-21k labels overlap), every class starting at
     # probability ~4.5e-5.
     c.objective.loss = "sigmoid_xent"
     c.model.head_bias_init = -10.0
     # Updates for the epochs of the 14.1M training images.
+    # (The epochs recorded too: what the steps count at this batch.)
+    c.trainer.epochs = float(common.whole_arg(args, "epochs", "epochs", 300))
     c.trainer.total_steps = config_lib.epochs_to_steps(
-        common.whole_arg(args, "epochs", "epochs", 300),
-        config_lib.IMAGENET21K_TRAIN, BATCH)
+        c.trainer.epochs, config_lib.IMAGENET21K_TRAIN, BATCH)
     # Adam with decoupled weight decay (times the learning rate: 0.1 x
     # 1e-3 = big_vision's 1e-4), 10k warm-up steps, cosine decay to 0.
     c.optimizer.name = "adamw"
     c.schedule.lr = 1e-3
-    c.optimizer.weight_decay = common.number_arg(
-        args, "wd", "the weight decay (times the learning rate)", "0.1")
+    c.optimizer.weight_decay = rates["wd"]
     c.schedule.warmup_steps = 10_000
     c.schedule.decay_type = "cosine"
     return c

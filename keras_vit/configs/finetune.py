@@ -190,9 +190,9 @@ def get_config(arg=None):
     # code accumulates 8 micro-batches on one TPU v3-8 host
     # (--config.trainer.accumulation_steps=8).
     c.optimizer.name = "sgd"
+    c.schedule.warmup_steps = row["warmup"]
     c.schedule.lr = common.number_arg(args, "lr", "the learning rate",
                                       "0.003") if args["lr"] else row["lr"]
-    c.schedule.warmup_steps = row["warmup"]
     # Log often, evaluate and checkpoint ten times per run (VTAB: evaluate
     # at the end only).
     c.log.every_steps = 50
