@@ -320,6 +320,17 @@ _CASES = [
         "exit status 1",
     ),
     Case(
+        "run_folder_not_writable", BAD_INPUT, "CLI",
+        "keras-vit-evaluate --mode=eval --workdir=RUN or keras-vit-analysis "
+        "--curves=RUN without --output_dir, the run's folder not writable "
+        "(a read-only mount, another user's run)",
+        "One line naming the folder and --output_dir, before the model is "
+        "read (was: a traceback after the whole evaluation); with "
+        "--output_dir elsewhere the run is read where it lies.",
+        ("its results go there without --output_dir",),
+        "exit status 1",
+    ),
+    Case(
         "two_runs_one_workdir", FAULT, "training",
         "keras-vit-train started on a workdir that another keras-vit-train "
         "is training (a second terminal, a job scheduled twice)",

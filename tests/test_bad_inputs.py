@@ -1899,7 +1899,7 @@ def test_an_output_this_user_may_not_write_is_one_line(tmp_path):
         "in /sys): give --output a path this user may write.")
 
 
-@covers("output_not_writable")
+@covers("run_folder_not_writable")
 def test_a_workdir_written_in_place_of_output_dir_is_checked_first(
         tmp_path, monkeypatch, capsys):
     """keras-vit-evaluate --mode=eval --workdir=RUN and keras-vit-analysis
@@ -1915,7 +1915,7 @@ def test_a_workdir_written_in_place_of_output_dir_is_checked_first(
     assert line.endswith("in /sys): its results go there without "
                          "--output_dir: give --output_dir a folder this "
                          "user may write."), line
-    check_says("output_not_writable", line)
+    check_says("run_folder_not_writable", line)
     assert result.stdout == "" and "Traceback" not in result.stderr
     # A real run on a read-only mount (which root, too, may not write).
     workdir = str(tmp_path / "run")
@@ -2018,7 +2018,7 @@ def test_a_path_the_file_system_refuses_is_one_line(tmp_path, capsys,
     with pytest.raises(tf.errors.InvalidArgumentError):
         runner.run("test", define, other, ["keras-vit-test"])
     looked_up = []
-    monkeypatch.setattr(cli.atomic, "exists", looked_up.append)
+    monkeypatch.setattr(atomic, "exists", looked_up.append)
     values = flags.FlagValues()
     flags.DEFINE_string("output_dir", "gs://bucket/a", "", flag_values=values)
     values.mark_as_parsed()
@@ -2030,7 +2030,7 @@ def test_a_path_the_file_system_refuses_is_one_line(tmp_path, capsys,
             None, None, "Error executing an HTTP request: libcurl code 6\n"
             "when reading metadata of gs://bucket/a")
 
-    monkeypatch.setattr(cli.atomic, "exists", unreachable)
+    monkeypatch.setattr(atomic, "exists", unreachable)
     with pytest.raises(UsageError) as info:
         cli.check_output_path(values, "output_dir")
     assert str(info.value) == (

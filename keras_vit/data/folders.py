@@ -331,13 +331,6 @@ SPLIT_FIX = (
     + SPLIT_ARRANGE)
 
 
-def field_split_fix(message: str, field: str) -> str:
-    """`message` (a split refusal) with its fix naming the one config
-    `field` that gave the split, in place of the training run's fields."""
-    return message.replace(SPLIT_FIX, f"Set {field}=<a split it has>, or "
-                           + SPLIT_ARRANGE)
-
-
 def split_key(name: str) -> str:
     """A split's key in the folder index: train, val, ... whatever their
     case on disk or in a config (Train/ is train)."""

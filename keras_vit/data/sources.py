@@ -277,8 +277,10 @@ def check_split(inp, split: str, field: str, names=None) -> None:
             folders.folder_split(inp.data_dir, split)
         except UsageError as error:
             message = str(error)  # a config field's: the one to set
-            if field.startswith("config."):
-                message = folders.field_split_fix(message, field)
+            if field.startswith("config."):  # not training's fields
+                message = message.replace(folders.SPLIT_FIX, (
+                    f"Set {field}=<a split it has>, or "
+                    + folders.SPLIT_ARRANGE))
             raise UsageError(f"{field}={split} cannot be used: {message}"
                              ) from None
         return

@@ -1,0 +1,89 @@
+"""Where a command writes: its output path checked before any work
+(`check_output_path`, a folder the user may write or the run's folder
+written in its place) and an earlier output kept unless --overwrite
+(`check_not_written`). `keras_vit.commands.flags` gives both to the
+commands."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from typing import Optional
+
+from absl import flags
+
+from keras_vit.errors import UsageError
+from keras_vit.storage import atomic
+
+
+def check_output_path(values: flags.FlagValues, name: str,
+                      folder: bool = True,
+                      default: Optional[str] = None) -> None:
+    """A UsageError, before any work, when local path --`name` (a folder;
+    `folder` False: a file, whose folder is checked) cannot be made: a part
+    of it is a file, or this user may not make a folder in the nearest
+    folder there is; gs:// paths are the storage's to check (one out of
+    reach is found, as an error of TensorFlow's, before the work). A
+    leading `~` is the home folder, as in --model (the shell leaves it
+    after `=`): the flag's value becomes the expanded path. Without the
+    flag, `default` (the folder written in its place, such as the run's
+    workdir) is checked alike."""
+    path = values[name].value
+    if not path and default and "://" not in str(default):
+        default = os.path.abspath(os.path.expanduser(str(default)))
+        if os.path.isdir(default):  # (one that is not: the source's to say)
+            _check_writable(default,
+                            f"its results go there without --{name}: give "
+                            f"--{name} a folder this user may write")
+        return
+    if path and "://" in str(path):
+        try:  # a bucket out of reach: found before the work
+            atomic.exists(str(path))
+        except Exception as error:  # noqa: BLE001 - TensorFlow's file errors
+            if not hasattr(error, "message"):
+                raise
+            reason = (str(error.message).strip().splitlines() or [""])[0]
+            raise UsageError(
+                f"--{name}={path} cannot be reached ({reason[:300]}): check "
+                "the path and this machine's access to it.") from None
+    if not path or "://" in str(path):
+        return
+    path = values[name].value = os.path.expanduser(str(path))
+    if not folder and os.path.isdir(str(path)):
+        raise UsageError(f"--{name}={path} is a folder: name a file in it "
+                         "or another path.")
+    probe = os.path.abspath(str(path) if folder
+                            else os.path.dirname(os.path.abspath(str(path))))
+    while not os.path.exists(probe) and os.path.dirname(probe) != probe:
+        probe = os.path.dirname(probe)
+    if os.path.exists(probe) and not os.path.isdir(probe):
+        raise UsageError(f"--{name}={path}: {probe} is a file, not a "
+                         "folder. Choose another path.")
+    _check_writable(probe, f"give --{name} a "
+                    f"{'folder' if folder else 'path'} this user may write",
+                    path)
+
+
+def _check_writable(probe: str, fix: str, path: Optional[str] = None
+                    ) -> None:
+    """A UsageError ending in `fix` unless this user may make a file in
+    the folder `probe` (for the output `path`, where it is below it)."""
+    try:  # what making the output does first, found before the work
+        os.rmdir(tempfile.mkdtemp(prefix=".keras-vit-probe-", dir=probe))
+    except OSError as error:
+        reason = (error.strerror or str(error)).lower()
+        raise UsageError(
+            f"Cannot write {path or probe} ({reason} in {probe}): {fix}."
+        ) from None
+
+
+def check_not_written(path: str, flag: str) -> None:
+    """A UsageError, before any work, when a file is already at `path`
+    (the output that --`flag` names) and --overwrite was not given: a
+    user's earlier result is never replaced by accident (a dangling link
+    there too: its target would be made)."""
+    if atomic.exists(path) or (not atomic.is_remote(path)
+                               and os.path.lexists(path)):
+        raise UsageError(
+            f"{path} already exists: pass --overwrite to replace it, or "
+            f"choose another --{flag}.")
