@@ -910,11 +910,17 @@ def test_a_save_that_did_not_finish_is_removed_at_the_next_start(tmp_path):
         f.write(b"\0" * 1024)
     recent = os.path.join(ckpt_dir(workdir), "ckpt-16_temp")
     os.makedirs(recent)  # a save that may be in progress: kept
+    # A killed save of a step the run saves again, holding a file that
+    # TensorFlow's merge leaves: it goes with that save.
+    redone = os.path.join(ckpt_dir(workdir), "ckpt-20_temp")
+    os.makedirs(redone)
+    open(os.path.join(redone, "checkpoint.tmp1a2b.tempstate"), "w").close()
     old = time.time() - checkpoint_list.PARTIAL_AGE_S - 60
     os.utime(partial, (old, old))
     again = train_lib.train_and_evaluate(tiny_config(), workdir)
     assert again["steps"] == 20 and again["steps_this_run"] == 10
     assert not os.path.exists(partial) and os.path.isdir(recent)
+    assert not os.path.exists(redone)
     assert checkpoint_list.latest(ckpt_dir(workdir)).endswith("ckpt-20")
 
 

@@ -116,16 +116,17 @@ def remove_partial(directory: str) -> None:
 
 
 def remove_save(directory: str, step: int) -> None:
-    """Removes what the save of `step` that failed in this process wrote
-    in `directory` (its `ckpt-N_temp` shards); never raises, so that the
-    save's own error is the one reported."""
+    """Removes what a save of `step` that did not finish wrote in
+    `directory` (its `ckpt-N_temp` folder: this process's failed save, or
+    a killed run's once the step is saved again); never raises, so that
+    the save's own error is the one reported."""
     path = os.path.join(directory, f"ckpt-{int(step)}_temp")
     try:
         if tf.io.gfile.isdir(path):
             tf.io.gfile.rmtree(path)
     except (tf.errors.OpError, OSError) as error:
-        logging.warning("Could not remove %s, left by the failed save: %s",
-                        path, error)
+        logging.warning("Could not remove %s, left by a save that did not "
+                        "finish: %s", path, error)
 
 
 def _age_s(path: str) -> float:

@@ -105,6 +105,9 @@ class CheckpointWriter:
             # would hold the space until a later start's clean-up.
             checkpoint_list.remove_save(self.manager.directory, step)
             raise
+        # A killed earlier save of this step leaves its ckpt-N_temp folder
+        # (a file TensorFlow's merge does not know keeps it): saved now.
+        checkpoint_list.remove_save(self.manager.directory, step)
         if not self.chief:
             self._remove_scratch()
             return None
