@@ -73,7 +73,8 @@ def get_config(arg=None):
     common.set_augmentation(
         c, args["aug"] or I1K_AUG.get(args["variant"], "medium2"))
     # The variant (class token, learned position embeddings, no pre-logits
-    # layer); dropout and stochastic depth of the run.
+    # layer, as the released i1k files: big_vision's vit_i1k.py today adds
+    # one, rep_size=True); dropout and stochastic depth of the run.
     c.model.variant = args["variant"]
     c.model.dropout_rate = rates["do"]
     c.model.stochastic_depth_rate = rates["sd"]
