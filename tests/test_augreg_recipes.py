@@ -66,6 +66,12 @@ def test_augreg_i21k_recipe(aug, randaug, mixup):
         assert (d.input.pp.randaug_ops, d.input.pp.randaug_magnitude) == aug
         assert d.optimizer.weight_decay == wd
         assert d.model.dropout_rate == d.model.stochastic_depth_rate == do
+    # B/8's (big_vision's howto-i21k-B/8): medium2, Mixup 0.5.
+    b8 = load(I21K, "variant=B/8")
+    assert (b8.input.mix.mixup_alpha, b8.optimizer.weight_decay,
+            b8.model.dropout_rate) == (0.5, 0.1, 0.0)
+    assert [m.name for m in keras_vit.list_models("augreg/B_8*")] == [
+        "augreg/B_8-i21k-300ep-lr_0.001-aug_medium2-wd_0.1-do_0.0-sd_0.0"]
     with pytest.raises((ValueError, flags.Error), match="aug setting"):
         load(I21K, "aug=heavy")
     with pytest.raises((ValueError, flags.Error), match="No AugReg model"):

@@ -119,7 +119,7 @@ def test_list_models_names_urls_and_variants(monkeypatch):
     monkeypatch.delenv(catalog.BASE_URL_ENV, raising=False)
     models = keras_vit.list_models()
     names = [m.name for m in models]
-    assert len(names) == len(set(names)) == 7 + 8 + 2 + 18
+    assert len(names) == len(set(names)) == 7 + 8 + 2 + 19
     by_dir = {}
     for m in models:
         by_dir.setdefault(m.name.split("/")[0], []).append(m)
@@ -129,7 +129,7 @@ def test_list_models_names_urls_and_variants(monkeypatch):
         assert catalog.lookup(m.url) == m
     assert {d: len(v) for d, v in by_dir.items()} == {
         "imagenet21k": 7, "imagenet21k+imagenet2012": 8, "sam": 2,
-        "augreg": 18}
+        "augreg": 19}
     assert {m.image_size for m in by_dir["imagenet21k"]} == {224}
     assert {m.num_classes for m in by_dir["imagenet21k"]} == {21843}
     finetuned = {m.name.split("/")[1]: m.image_size

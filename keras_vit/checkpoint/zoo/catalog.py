@@ -79,6 +79,9 @@ _AUGREG_BEST = (
     "S_32-i21k-300ep-lr_0.001-aug_none-wd_0.1-do_0.0-sd_0.0",
     "R_Ti_16-i21k-300ep-lr_0.001-aug_none-wd_0.03-do_0.0-sd_0.0",
 )
+# Also recommended (big_vision's howto-i21k-B/8); no fine-tuning at 384.
+_AUGREG_BEST_PRETRAINED = (
+    "B_8-i21k-300ep-lr_0.001-aug_medium2-wd_0.1-do_0.0-sd_0.0",)
 _AUGREG_FINETUNE_LR = {"L_16": "0.01", "R50_L_32": "0.01", "R26_S_32": "0.01",
                        "B_32": "0.01", "S_32": "0.01"}
 
@@ -86,8 +89,7 @@ _AUGREG_FINETUNE_LR = {"L_16": "0.01", "R50_L_32": "0.01", "R26_S_32": "0.01",
 # The byte size and sha256 of released files, by name: what a downloaded
 # or cached file must match besides the architecture its name implies
 # (`expected_architecture`, checked for every file). Only values computed
-# from the released files themselves belong here; none is recorded yet,
-# so today every file is checked by its architecture alone.
+# from the released files belong here; none is recorded yet.
 KNOWN_FILES: Dict[str, Tuple[int, str]] = {}
 
 
@@ -137,8 +139,7 @@ class ModelInfo:
 
 def base_url() -> str:
     """str. The bucket the names are downloaded from:
-    $KERAS_VIT_MODELS_BASE_URL or gs://vit_models, without a trailing
-    slash."""
+    $KERAS_VIT_MODELS_BASE_URL or gs://vit_models, no trailing slash."""
     return (os.environ.get(BASE_URL_ENV) or OFFICIAL_BUCKET).rstrip("/")
 
 
@@ -188,10 +189,8 @@ def augreg_recommended(variant: str) -> Optional[str]:
     (the best upstream metrics of its sweep; "B/16" ->
     "B_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0"), or None
     for a variant without one."""
-    for name in _AUGREG_BEST:
-        if augreg.parse_name(name).variant == variant:
-            return name
-    return None
+    return next((name for name in _AUGREG_BEST + _AUGREG_BEST_PRETRAINED
+                 if augreg.parse_name(name).variant == variant), None)
 
 
 def augreg_finetune_lr(model: str) -> float:
@@ -206,7 +205,7 @@ def _augreg_best() -> List[str]:
         model = name.split("-", 1)[0]
         lr = augreg_finetune_lr(model)
         names += [name, f"{name}--imagenet2012-steps_20k-lr_{lr:g}-res_384"]
-    return names
+    return names + list(_AUGREG_BEST_PRETRAINED)
 
 
 def _table() -> List[ModelInfo]:
