@@ -472,28 +472,29 @@ def test_config_by_name_and_by_path(tmp_path):
     # labels=0 would keep every image (the field's "all"): refused, as a
     # count that is no whole number is in every config (one line, not
     # Python's "invalid literal for int()"; res=-384 named as res=).
-    for config, what in [("digits_few_labels:labels", "labelled images "
-                          "per class"), ("finetune:res", "pixels"),
-                         ("mpp_pretrain:steps", "optimizer updates"),
-                         ("augreg_i21k:epochs", "epochs"),
-                         ("augreg_i1k:epochs", "epochs")]:
-        for bad in ("0", "abc", "1.5", "-384"):
-            key = config.partition(":")[2]
-            with pytest.raises(Exception, match=re.escape(
-                    f"Config argument {key}='{bad}': a whole number of "
-                    f"{what} of at least 1 (e.g. :{key}=")):
-                parse_train([f"--config={config}={bad}", "--workdir=w"])
     # A rate, likewise: named with what it sets, not Python's "could not
     # convert string to float".
-    for config, what in [("augreg_i21k:do", "the dropout rate"),
-                         ("augreg_i1k:sd", "the stochastic depth rate"),
-                         ("augreg_i21k:wd", "the weight decay"),
-                         ("finetune:lr", "the learning rate"),
-                         ("augreg_finetune:lr", "the learning rate")]:
-        for bad in ("abc", "-0.1", "nan", "inf"):
-            key = config.partition(":")[2]
+    whole = ("0", "abc", "1.5", "-384")
+    rate = ("abc", "-0.1", "nan", "inf")
+    for config, bads, says in [
+            ("digits_few_labels:labels", whole,
+             "a whole number of labelled images per class of at least 1"),
+            ("finetune:res", whole, "a whole number of pixels of at least 1"),
+            ("mpp_pretrain:steps", whole,
+             "a whole number of optimizer updates of at least 1"),
+            ("augreg_i21k:epochs", whole, "a whole number of epochs of at "
+             "least 1"),
+            ("augreg_i1k:epochs", whole, "a whole number of epochs of at "
+             "least 1"),
+            ("augreg_i21k:do", rate, "the dropout rate"),
+            ("augreg_i1k:sd", rate, "the stochastic depth rate"),
+            ("augreg_i21k:wd", rate, "the weight decay"),
+            ("finetune:lr", rate, "the learning rate"),
+            ("augreg_finetune:lr", rate, "the learning rate")]:
+        key = config.partition(":")[2]
+        for bad in bads:
             with pytest.raises(Exception, match=re.escape(
-                    f"Config argument {key}='{bad}': {what}")):
+                    f"Config argument {key}='{bad}': {says}")):
                 parse_train([f"--config={config}={bad}", "--workdir=w"])
     assert parse_train(["--config=finetune:lr=0.01", "--workdir=w"]
                        ).config.schedule.lr == 0.01
