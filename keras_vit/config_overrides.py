@@ -45,15 +45,6 @@ def command_line_variant(config: ml_collections.ConfigDict,
     overridden = set(overridden)
     if "model.variant" not in overridden or not config.model.variant:
         return
-    variant, start = config.model.variant, config.init.model
-    if start:  # whose architecture the run would take, the variant undone
-        raise UsageError(
-            f"--config.model.variant={variant} names a model to train, but "
-            f"the config starts from config.init.model={start}, whose "
-            "architecture fine-tuning takes: name the model to start from "
-            "instead (--model=SOURCE, or the config's own argument where "
-            f"it has one, as in --config=finetune:variant={variant}), or "
-            f"train {variant} from scratch with --config.init.model=None.")
     for key, value in variant_fields(config.model.variant,
                                      overridden).items():
         config.model[key] = value
@@ -290,8 +281,7 @@ def _check_evaluator_type(config, dotted: str) -> None:
 def check_epochs(config: ml_collections.ConfigDict,
                  overridden: Iterable[str]) -> None:
     """Refuses --config.trainer.epochs where the run is counted in steps
-    (trainer.total_steps above 0), which would leave it unread; warns where
-    --config.input.batch_size changes the epochs of a recipe's steps."""
+    (trainer.total_steps above 0), which would leave it unread."""
     steps = int(config.trainer.total_steps)
     if "trainer.epochs" in overridden and steps != 0:
         raise UsageError(
@@ -299,17 +289,3 @@ def check_epochs(config: ml_collections.ConfigDict,
             "when config.trainer.total_steps is 0, and this run's is "
             f"{steps}: add --config.trainer.total_steps=0 to count the run "
             "in epochs, or leave --config.trainer.epochs out.")
-    epochs = float(config.trainer.epochs or 0)
-    if ("input.batch_size" in overridden and epochs > 0 and steps > 0
-            and "trainer.total_steps" not in overridden):
-        # A recipe counted in epochs (augreg_i21k: 300) records them
-        # beside its steps, which are those epochs at its own batch.
-        logging.warning(
-            "--config.input.batch_size=%s keeps the config's "
-            "trainer.total_steps=%d, its %g epochs at the batch it sets: at "
-            "another batch those steps are other epochs (a quarter of them "
-            "at a quarter of the batch). Add --config.trainer.total_steps=0 "
-            "to train %g epochs at this batch (the steps counted from the "
-            "data set's size), or set the steps; "
-            "--config.trainer.accumulation_steps keeps the batch and the "
-            "recipe.", config.input.batch_size, steps, epochs, epochs)

@@ -1911,7 +1911,8 @@ def test_a_workdir_written_in_place_of_output_dir_is_checked_first(
 
     result = console.run("evaluate", ["--mode=eval", "--workdir=/sys"])
     line = _error_line(result, "evaluate")
-    assert line.startswith("keras-vit-evaluate: error: Cannot write /sys (")
+    assert line.startswith(
+        "keras-vit-evaluate: error: Cannot write --workdir=/sys (")
     assert line.endswith("in /sys): its results go there without "
                          "--output_dir: give --output_dir a folder this "
                          "user may write."), line
@@ -1939,9 +1940,17 @@ def test_a_workdir_written_in_place_of_output_dir_is_checked_first(
         assert main(["keras-vit", *args]) == 1
         err = capsys.readouterr().err.strip().splitlines()
         assert err[-1].endswith(
-            f"error: Cannot write {workdir} (read-only file system in "
+            f"error: Cannot write {args[-1]} (read-only file system in "
             f"{workdir}): its results go there without --output_dir: give "
             "--output_dir a folder this user may write."), err
+    # A --workdir still to be made (a probe's results), in such a folder.
+    assert evaluate_command.main([
+        "keras-vit-evaluate", "--mode=fewshot", "--config=fewshot:digits",
+        f"--model={workdir}", f"--workdir={workdir}/probe/new"]) == 1
+    assert capsys.readouterr().err.strip().splitlines()[-1].endswith(
+        f"error: Cannot write --workdir={workdir}/probe/new (read-only file "
+        f"system in {workdir}): its results go there without --output_dir: "
+        "give --output_dir a folder this user may write.")
     assert sorted(os.listdir(workdir)) == before  # nothing computed or left
     # With --output_dir elsewhere, the run is read where it lies.
     out = tmp_path / "curves"

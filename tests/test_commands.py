@@ -476,6 +476,7 @@ def test_config_by_name_and_by_path(tmp_path):
     # convert string to float".
     whole = ("0", "abc", "1.5", "-384")
     rate = ("abc", "-0.1", "nan", "inf")
+    fraction, step = rate + ("1", "1.5"), rate + ("0",)
     for config, bads, says in [
             ("digits_few_labels:labels", whole,
              "a whole number of labelled images per class of at least 1"),
@@ -486,11 +487,12 @@ def test_config_by_name_and_by_path(tmp_path):
              "least 1"),
             ("augreg_i1k:epochs", whole, "a whole number of epochs of at "
              "least 1"),
-            ("augreg_i21k:do", rate, "the dropout rate"),
-            ("augreg_i1k:sd", rate, "the stochastic depth rate"),
+            ("augreg_i21k:do", fraction,
+             "the dropout rate, a number in [0, 1)"),
+            ("augreg_i1k:sd", fraction, "the stochastic depth rate"),
             ("augreg_i21k:wd", rate, "the weight decay"),
-            ("finetune:lr", rate, "the learning rate"),
-            ("augreg_finetune:lr", rate, "the learning rate")]:
+            ("finetune:lr", step, "the learning rate, a number above 0"),
+            ("augreg_finetune:lr", step, "the learning rate")]:
         key = config.partition(":")[2]
         for bad in bads:
             with pytest.raises(Exception, match=re.escape(
@@ -641,37 +643,6 @@ def test_a_variant_switched_on_the_command_line_names_the_width_it_keeps(
                           "--workdir=w"]).config
     assert config.model.representation_size == 1024
     assert "pre-logits width" not in caplog.text
-
-
-def test_a_batch_given_to_a_recipe_counted_in_epochs_is_said(caplog):
-    """--config.input.batch_size on a recipe counted in epochs (AugReg's
-    300) keeps its steps, which are then other epochs: said, with the
-    flag that keeps the epochs; that flag counts the steps from the
-    data."""
-    caplog.set_level("WARNING")
-    for name, epochs in (("augreg_i21k:variant=B/16", 300),
-                         ("augreg_i1k", 300), ("plain_vit_i1k", 90),
-                         ("imagenet21k_pretrain", 90)):
-        caplog.clear()
-        config = parse_train([f"--config={name}", "--workdir=w"]).config
-        assert config.trainer.epochs == epochs, name
-        steps = config.trainer.total_steps
-        assert "epochs at the batch" not in caplog.text
-        config = parse_train([f"--config={name}", "--workdir=w",
-                              "--config.input.batch_size=1024"]).config
-        assert config.trainer.total_steps == steps  # kept, and said
-        assert (f"--config.input.batch_size=1024 keeps the config's "
-                f"trainer.total_steps={steps}, its {epochs} epochs at the "
-                "batch it sets") in caplog.text, name
-        assert "Add --config.trainer.total_steps=0 to train " \
-            f"{epochs} epochs at this batch" in caplog.text
-    caplog.clear()
-    parse_train(["--config=augreg_i1k", "--workdir=w",
-                 "--config.input.batch_size=1024",
-                 "--config.trainer.total_steps=0"])
-    parse_train(["--config=digits", "--workdir=w",  # counted in steps
-                 "--config.input.batch_size=64"])
-    assert "epochs at the batch" not in caplog.text
 
 
 def test_parse_config_arg():

@@ -181,9 +181,10 @@ def test_misspelt_field_on_the_command_line_names_the_closest(
     assert says in message and "\n" not in message, message
 
 
-def _train_command_config(*args):
+def _train_command_config(*args, start=False):
     """The config keras-vit-train parses from `args` (its own flags and
-    parser, as the console script; nothing runs)."""
+    parser, as the console script; nothing runs); with `start`, with the
+    model it starts from (`train.start_from`, its checks included)."""
     from keras_vit.commands import train
 
     argv = ["keras-vit-train", "--workdir=w", *args]
@@ -191,7 +192,7 @@ def _train_command_config(*args):
     train.define_flags(values, argv)
     cli.define_verbose(values)
     cli.parse(values, argv)
-    return values.config
+    return train.start_from(values) if start else values.config
 
 
 @pytest.mark.parametrize("name", config_lib.packaged_configs())
@@ -208,10 +209,15 @@ def test_every_shipped_config_switches_the_variant_on_the_command_line(name):
                 r".* or train Ti/16 from scratch with "
                 r"--config.init.model=None.")):
             _train_command_config(f"--config={name}",
-                                  "--config.model.variant=Ti/16")
+                                  "--config.model.variant=Ti/16", start=True)
+        # The variant given as None: the config's own start, not refused.
+        assert _train_command_config(
+            f"--config={name}", "--config.model.variant=None",
+            start=True).init.model == starts
     scratch = ["--config.init.model=None"] if starts else []
     config = _train_command_config(f"--config={name}",
-                                   "--config.model.variant=Ti/16", *scratch)
+                                   "--config.model.variant=Ti/16", *scratch,
+                                   start=True)
     model = config_lib.replace(config, model={"image_size": 224}).model
     arch = build.config_architecture(model)
     assert (arch.variant, arch.patch_size, arch.hidden_size,

@@ -103,19 +103,14 @@ _CHANGED_SINCE = {
                      ("optimizer", "no_decay"): [*_NO_DECAY, "mask_token"]},
     "mpp_digits": {("optimizer", "no_decay"): [*_NO_DECAY, "mask_token"]},
     # ImageNet-21k evaluation as big_vision's vit_i21k.py (resize_small).
-    # The recipes counted in epochs record them beside their steps.
     "augreg_i21k": {("model", "dropout_rate"): 0.0,
                     ("model", "stochastic_depth_rate"): 0.0,
                     ("input", "pp", "eval_resize_size"): 256,
-                    ("input", "pp", "eval_keep_aspect"): True,
-                    ("trainer", "epochs"): 300.0},
+                    ("input", "pp", "eval_keep_aspect"): True},
     # ImageNet-1k evaluation keeps the aspect ratio (big_vision's
     # resize_small); an earlier run's config resized both sides.
-    "augreg_i1k": {("input", "pp", "eval_keep_aspect"): True,
-                   ("trainer", "epochs"): 300.0},
-    "plain_vit_i1k": {("input", "pp", "eval_keep_aspect"): True,
-                      ("trainer", "epochs"): 90.0},
-    "imagenet21k_pretrain": {("trainer", "epochs"): 90.0},
+    "augreg_i1k": {("input", "pp", "eval_keep_aspect"): True},
+    "plain_vit_i1k": {("input", "pp", "eval_keep_aspect"): True},
 }
 
 

@@ -98,7 +98,8 @@ def define_flags(values: flags.FlagValues, argv: Sequence[str]) -> None:
 
 
 def _main(values: flags.FlagValues, images: list) -> None:
-    cli.check_output_path(values, "output_dir", default=values.curves)
+    cli.check_output_path(values, "output_dir",
+                          default=("curves", values.curves))
     # Before any model is read: the figures are the command's output.
     plots.require_matplotlib()
     if values.curves:

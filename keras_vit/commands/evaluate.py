@@ -347,7 +347,8 @@ def _main(values: flags.FlagValues, args: list) -> None:
     if values.batch_size is not None and values.batch_size < 1:
         raise UsageError(f"--batch_size={values.batch_size}: give a batch "
                          "of at least 1 (or leave it out for the config's).")
-    cli.check_output_path(values, "output_dir", default=values.workdir)
+    cli.check_output_path(values, "output_dir",
+                          default=("workdir", values.workdir))
     if values.config is not None:
         # Before the model loads: a field out of range named as its flag.
         config_limits.check_fields(values.config, (

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from typing import Optional
+from typing import Optional, Tuple
 
 from absl import flags
 
@@ -18,7 +18,8 @@ from keras_vit.storage import atomic
 
 def check_output_path(values: flags.FlagValues, name: str,
                       folder: bool = True,
-                      default: Optional[str] = None) -> None:
+                      default: Optional[Tuple[str, Optional[str]]] = None
+                      ) -> None:
     """A UsageError, before any work, when local path --`name` (a folder;
     `folder` False: a file, whose folder is checked) cannot be made: a part
     of it is a file, or this user may not make a folder in the nearest
@@ -26,15 +27,16 @@ def check_output_path(values: flags.FlagValues, name: str,
     reach is found, as an error of TensorFlow's, before the work). A
     leading `~` is the home folder, as in --model (the shell leaves it
     after `=`): the flag's value becomes the expanded path. Without the
-    flag, `default` (the folder written in its place, such as the run's
-    workdir) is checked alike."""
+    flag, `default` (the flag and folder written in its place, such as
+    ("workdir", the run's workdir)) is checked alike."""
     path = values[name].value
-    if not path and default and "://" not in str(default):
-        default = os.path.abspath(os.path.expanduser(str(default)))
-        if os.path.isdir(default):  # (one that is not: the source's to say)
-            _check_writable(default,
-                            f"its results go there without --{name}: give "
-                            f"--{name} a folder this user may write")
+    flag, place = default or (None, None)
+    if not path and place and "://" not in str(place):
+        probe = _nearest_folder(os.path.abspath(os.path.expanduser(place)))
+        if os.path.isdir(probe):  # (under a file: the source's to say)
+            _check_writable(probe, f"its results go there without --{name}"
+                            f": give --{name} a folder this user may write",
+                            f"--{flag}={place}")
         return
     if path and "://" in str(path):
         try:  # a bucket out of reach: found before the work
@@ -52,16 +54,21 @@ def check_output_path(values: flags.FlagValues, name: str,
     if not folder and os.path.isdir(str(path)):
         raise UsageError(f"--{name}={path} is a folder: name a file in it "
                          "or another path.")
-    probe = os.path.abspath(str(path) if folder
-                            else os.path.dirname(os.path.abspath(str(path))))
-    while not os.path.exists(probe) and os.path.dirname(probe) != probe:
-        probe = os.path.dirname(probe)
+    probe = _nearest_folder(os.path.abspath(
+        str(path) if folder else os.path.dirname(os.path.abspath(str(path)))))
     if os.path.exists(probe) and not os.path.isdir(probe):
         raise UsageError(f"--{name}={path}: {probe} is a file, not a "
                          "folder. Choose another path.")
     _check_writable(probe, f"give --{name} a "
                     f"{'folder' if folder else 'path'} this user may write",
                     path)
+
+
+def _nearest_folder(path: str) -> str:
+    """`path`, or the nearest folder above it that exists."""
+    while not os.path.exists(path) and os.path.dirname(path) != path:
+        path = os.path.dirname(path)
+    return path
 
 
 def _check_writable(probe: str, fix: str, path: Optional[str] = None

@@ -139,15 +139,25 @@ def start_from(values: flags.FlagValues):
     file's own init.model; another one given on the command line too
     (--config.init.model, a config argument's init=) is an error."""
     config, model = values.config, values.model
-    if not model:
-        return config
     given = config_flags.get_override_values(values["config"])
+    # (the variant as parsed: --config.model.variant=None is None)
+    variant = config.model.variant if "model.variant" in given else None
+    if not model:
+        if variant and config.init.model:  # its architecture would win
+            raise UsageError(
+                f"--config.model.variant={variant} names a model to train, "
+                "but the config starts from "
+                f"config.init.model={config.init.model}, whose architecture "
+                "fine-tuning takes: name the model to start from instead "
+                "(--model=SOURCE, or the config's own argument where it has "
+                f"one, as in --config=finetune:variant={variant}), or train "
+                f"{variant} from scratch with --config.init.model=None.")
+        return config
     start = config_args.given_start(values)
     if start not in (None, model):
         raise UsageError(
             f"--model={model} and config.init.model={start} name two models "
             "to start from: keep one.")
-    variant = given.get("model.variant")
     if model in VARIANTS and variant not in (None, model):
         raise UsageError(
             f"--model={model} and config.model.variant={variant} name two "

@@ -19,20 +19,35 @@ def whole_arg(args, key: str, what: str, example: int) -> int:
     return int(value)
 
 
-def number_arg(args, key: str, what: str, example: str) -> float:
-    """Config argument `key` of `args` as a finite number of at least 0,
-    `what` it sets; one line naming it otherwise (not Python's "could not
-    convert string to float")."""
+def number_arg(args, key: str, what: str, example: str,
+               kind: str = "of at least 0") -> float:
+    """Config argument `key` of `args` as a finite number, `what` it sets:
+    `kind` "of at least 0", "above 0" or "in [0, 1)"; one line naming it
+    otherwise (not Python's "could not convert string to float", nor a
+    field the user never typed)."""
     value = str(args[key]).strip()
     try:
         number = float(value)
     except ValueError:
         number = math.nan
-    if not math.isfinite(number) or number < 0:
+    fits = {"of at least 0": number >= 0, "above 0": number > 0,
+            "in [0, 1)": 0 <= number < 1}[kind]
+    if not (math.isfinite(number) and fits):
         raise UsageError(
-            f"Config argument {key}={value!r}: {what}, a number of at least "
-            f"0 (e.g. :{key}={example}).")
+            f"Config argument {key}={value!r}: {what}, a number {kind} "
+            f"(e.g. :{key}={example}).")
     return number
+
+
+def regularisation_args(args) -> dict:
+    """The AugReg config arguments do, sd (in [0, 1)) and wd (at least 0)
+    of `args` as numbers (`number_arg`)."""
+    return {key: number_arg(args, key, what, "0.1", kind)
+            for key, what, kind in (
+                ("do", "the dropout rate", "in [0, 1)"),
+                ("sd", "the stochastic depth rate", "in [0, 1)"),
+                ("wd", "the weight decay (times the learning rate)",
+                 "of at least 0"))}
 
 
 def set_augmentation(config, aug: str) -> None:

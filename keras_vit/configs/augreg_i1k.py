@@ -53,9 +53,7 @@ def get_config(arg=None):
             f"No AugReg model {args['variant']!r}: use one of "
             f"{', '.join(augreg.MODELS.values())}."
         )
-    rates = {key: common.number_arg(args, key, what, "0.1") for key, what in (
-        ("do", "the dropout rate"), ("sd", "the stochastic depth rate"),
-        ("wd", "the weight decay (times the learning rate)"))}
+    rates = common.regularisation_args(args)
     c = base_config()
     # ImageNet-1k from TFDS: 1% of train held out for validation; the
     # reported accuracy is on the validation split. A large run's common
@@ -82,10 +80,9 @@ def get_config(arg=None):
     c.objective.loss = "sigmoid_xent"
     c.model.head_bias_init = -6.9
     # Updates for the epochs of the training split.
-    # (The epochs recorded too: what the steps count at this batch.)
-    c.trainer.epochs = float(common.whole_arg(args, "epochs", "epochs", 300))
     c.trainer.total_steps = config_lib.epochs_to_steps(
-        c.trainer.epochs, config_lib.IMAGENET1K_TRAIN, BATCH)
+        common.whole_arg(args, "epochs", "epochs", 300),
+        config_lib.IMAGENET1K_TRAIN, BATCH)
     # Adam with decoupled weight decay (times the learning rate), 10k
     # warm-up steps, cosine decay to 0.
     c.optimizer.name = "adamw"

@@ -69,9 +69,7 @@ def get_config(arg=None):
             f"{', '.join(augreg.MODELS.values())}."
         )
     args = _recommended_defaults(args)
-    rates = {key: common.number_arg(args, key, what, "0.1") for key, what in (
-        ("do", "the dropout rate"), ("sd", "the stochastic depth rate"),
-        ("wd", "the weight decay (times the learning rate)"))}
+    rates = common.regularisation_args(args)
     c = base_config()
     # ImageNet-21k as an image folder (or a TFDS name); 50k training
     # images held out for validation and the final evaluation. A large
@@ -97,10 +95,9 @@ def get_config(arg=None):
     c.objective.loss = "sigmoid_xent"
     c.model.head_bias_init = -10.0
     # Updates for the epochs of the 14.1M training images.
-    # (The epochs recorded too: what the steps count at this batch.)
-    c.trainer.epochs = float(common.whole_arg(args, "epochs", "epochs", 300))
     c.trainer.total_steps = config_lib.epochs_to_steps(
-        c.trainer.epochs, config_lib.IMAGENET21K_TRAIN, BATCH)
+        common.whole_arg(args, "epochs", "epochs", 300),
+        config_lib.IMAGENET21K_TRAIN, BATCH)
     # Adam with decoupled weight decay (times the learning rate: 0.1 x
     # 1e-3 = big_vision's 1e-4), 10k warm-up steps, cosine decay to 0.
     c.optimizer.name = "adamw"

@@ -191,8 +191,9 @@ def get_config(arg=None):
     # (--config.trainer.accumulation_steps=8).
     c.optimizer.name = "sgd"
     c.schedule.warmup_steps = row["warmup"]
-    c.schedule.lr = common.number_arg(args, "lr", "the learning rate",
-                                      "0.003") if args["lr"] else row["lr"]
+    c.schedule.lr = common.number_arg(
+        args, "lr", "the learning rate", "0.003", "above 0"
+    ) if args["lr"] else row["lr"]
     # Log often, evaluate and checkpoint ten times per run (VTAB: evaluate
     # at the end only).
     c.log.every_steps = 50

@@ -85,8 +85,6 @@ def get_config(arg=None):
     c.model.representation_size = HIDDEN[variant[0]]
     c.model.dropout_rate = row["dropout"]
     # Optimizer updates: 90 epochs of the training split.
-    # (The epochs recorded too: what the steps count at this batch.)
-    c.trainer.epochs = float(row["epochs"])
     c.trainer.total_steps = config_lib.epochs_to_steps(
         row["epochs"], config_lib.IMAGENET21K_TRAIN, BATCH
     )

@@ -53,8 +53,6 @@ def get_config(arg=None):
     c.model.posemb = "sincos2d"
     c.model.representation_size = 384
     # Updates for the epochs of the training split.
-    # (The epochs recorded too: what the steps count at this batch.)
-    c.trainer.epochs = float(epochs)
     c.trainer.total_steps = config_lib.epochs_to_steps(
         epochs, config_lib.IMAGENET1K_TRAIN, BATCH
     )
