@@ -100,14 +100,13 @@ class CheckpointWriter:
             return None
         try:
             path = self.manager.save(checkpoint_number=step)
-        except BaseException:
-            # A full disk (or a kill) mid-save: the shards written so far
-            # would hold the space until a later start's clean-up.
+        finally:
+            # The ckpt-N_temp folder of this step goes either way: a save
+            # cut short mid-way (a full disk, a kill) would hold the space
+            # until a later start's clean-up, and a killed earlier save's
+            # (a file TensorFlow's merge does not know keeps it) outlives
+            # the merge of this one.
             checkpoint_list.remove_save(self.manager.directory, step)
-            raise
-        # A killed earlier save of this step leaves its ckpt-N_temp folder
-        # (a file TensorFlow's merge does not know keeps it): saved now.
-        checkpoint_list.remove_save(self.manager.directory, step)
         if not self.chief:
             self._remove_scratch()
             return None
