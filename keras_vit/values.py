@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numbers
 import operator
+import unicodedata
 from typing import Sequence, Tuple, Union
 
 import numpy as np
@@ -20,6 +21,14 @@ import numpy as np
 from keras_vit.errors import UsageError
 
 ImageSize = Union[int, Tuple[int, int], Sequence[int]]
+
+
+def name_key(name) -> str:
+    """A class name as names are compared: in Unicode's composed form
+    (NFC), so that a folder named on macOS, whose file system writes "é"
+    as "e" and a combining accent (NFD), is the class that a labels file
+    or a model's id2label writes with "é"."""
+    return unicodedata.normalize("NFC", str(name))
 
 
 def is_bool(value) -> bool:

@@ -551,6 +551,34 @@ def test_a_head_dropped_with_the_pre_logits_is_not_said_kept(
         keras.ops.convert_to_numpy(model(images(32))), 0.0)
 
 
+def test_a_head_of_the_same_classes_in_another_unicode_form_is_kept(
+        tmp_path, monkeypatch, caplog):
+    """Fine-tuning from a source whose class names write "é" composed
+    (NFC) on data whose class folder writes it as "e" and a combining
+    accent (NFD, as macOS names folders): the same classes, so the head
+    is kept as saved; a class truly other drops it."""
+    import unicodedata
+
+    composed, decomposed = (unicodedata.normalize(form, "café")
+                            for form in ("NFC", "NFD"))
+    arrays = random_arrays(tiny(num_classes=2))
+    path = save(tmp_path / "c.npz", arrays)
+    monkeypatch.setattr(NpzSource, "class_names",
+                        lambda self: [composed, "tea"])
+    init = ml_collections.ConfigDict(dict(
+        model=str(path), head="match", keep_pre_logits=False))
+    with caplog.at_level(logging.INFO, logger="absl"):
+        model = tiny(num_classes=2, head_zero_init=True)
+        model_init.initialise_from(init, model,
+                                   class_names=[decomposed, "tea"])
+        assert "Dropped head" not in caplog.text, caplog.text
+        np.testing.assert_array_equal(
+            model.get_layer("head").get_weights()[0], arrays["head/kernel"])
+        other = tiny(num_classes=2, head_zero_init=True)
+        model_init.initialise_from(init, other, class_names=["cafe", "tea"])
+    assert "Dropped head/kernel" in caplog.text, caplog.text
+
+
 @pytest.mark.parametrize("edit, says", [
     (lambda a: a.update({"head/bias": a["head/bias"][:4]}),
      "its head/kernel (24, 5) and head/bias (4,) disagree on the class "

@@ -1202,6 +1202,52 @@ def test_cli_eval_scores_a_folder_by_the_models_class_names(tmp_path,
     assert (run / "eval_folder_test_mine.json").read_text() == '{"mine": '
 
 
+def test_class_names_match_in_either_unicode_form(tmp_path, capsys):
+    """A class folder named on macOS ("e" and a combining accent, NFD) is
+    the class a names file writes with "é" (NFC): scored by name, not
+    refused as a stranger; a resumed run's labels.txt compares alike."""
+    import unicodedata
+
+    from keras_vit.training import resume
+
+    composed, decomposed = (unicodedata.normalize(form, "café")
+                            for form in ("NFC", "NFD"))
+    names = ["zebra", composed, "cafeteria"]  # the model's order
+    keras.utils.set_random_seed(5)
+    model = tiny(num_classes=3, image_size=16)
+    model.save(str(tmp_path / "m.keras"))
+    (tmp_path / "names.txt").write_text("\n".join(names) + "\n",
+                                        encoding="utf-8")
+    rng = np.random.default_rng(4)
+    pixels = rng.integers(0, 256, (18, 16, 16, 3), dtype=np.uint8)
+    given = model.predict(pixels / 127.5 - 1.0, verbose=0).argmax(-1)
+    on_disk = [n.replace(composed, decomposed) for n in names]
+    for name in on_disk:
+        (tmp_path / "photos" / "test" / name).mkdir(parents=True)
+    for i, (image, label) in enumerate(zip(pixels, given)):
+        tf.io.write_file(str(tmp_path / "photos" / "test" / on_disk[label]
+                             / f"{i}.png"), tf.io.encode_png(image))
+    assert cli("--mode=eval", f"--model={tmp_path / 'm.keras'}",
+               "--dataset=folder", f"--data_dir={tmp_path / 'photos'}",
+               "--split=test",
+               f"--class_names_file={tmp_path / 'names.txt'}") == 0
+    printed = capsys.readouterr().out
+    result = json.loads(printed[printed.index("{"):])
+    assert result["accuracy"] == 1.0 and result["classes_by_name"]
+    # Resuming: labels.txt in one form, the class folders in the other.
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "labels.txt").write_text("\n".join(names) + "\n",
+                                    encoding="utf-8")
+    with mock.patch.object(resume.checkpoint_list, "listed",
+                           return_value=True):
+        resume.check_same_classes(str(run), str(run / "checkpoints"),
+                                  on_disk)
+        with pytest.raises(Exception, match="lacks zebra and adds zoo"):
+            resume.check_same_classes(str(run), str(run / "checkpoints"),
+                                      ["zoo", decomposed, "cafeteria"])
+
+
 def test_an_eval_file_of_another_data_folder_is_not_overwritten(tmp_path):
     """--mode=eval's file names carry the data set, not the data folder:
     a file of another folder (photos/ then photos_b/) is refused."""

@@ -13,6 +13,7 @@ from absl import flags, logging
 from keras_vit.commands.lazy import lazy_module
 from keras_vit.errors import UsageError
 from keras_vit.storage import atomic, lines
+from keras_vit.values import name_key
 
 if TYPE_CHECKING:  # what type checkers and the import contracts read
     from keras_vit.checkpoint import loader
@@ -41,8 +42,9 @@ def class_names(values: flags.FlagValues,
             own = loader.class_names(source) or []
         except (UsageError, ValueError, OSError):
             own = []
-        if sorted(own) == sorted(given) and own != given:
-            i = next(i for i, (a, b) in enumerate(zip(own, given)) if a != b)
+        own, keys = ([name_key(n) for n in names] for names in (own, given))
+        if sorted(own) == sorted(keys) and own != keys:  # (é as é)
+            i = next(i for i, (a, b) in enumerate(zip(own, keys)) if a != b)
             logging.warning(
                 "--class_names_file=%s holds the classes %s records in "
                 "another order (class %d: %r there, %r here): the file's "

@@ -17,6 +17,7 @@ from keras_vit.errors import UsageError
 from keras_vit.progress import EVERY_S
 from keras_vit.scoring import evaluator as evaluator_lib
 from keras_vit.scoring.evaluator import Evaluator
+from keras_vit.values import name_key
 
 
 def evaluate_model(  # noqa: PLR0913 (its options, by keyword)
@@ -103,13 +104,14 @@ def in_folder_order(model, class_names: Optional[Sequence[str]], inp):
             "--class_names_file names the model's, in its output order.",
             inp.data_dir, _few(list(folders.folder_index(inp.data_dir)[1])))
         return model
-    names = [str(n) for n in class_names]
+    names = [name_key(n) for n in class_names]  # (é as é, either way)
     width = int(model.output_shape[-1])
     if len(names) != width:
         raise UsageError(
             f"{len(names)} class names for a {width}-class model: give one "
             "name per class, in the model's output order.")
-    folder_names = list(folders.folder_index(inp.data_dir)[1])
+    folder_names = [name_key(n)
+                    for n in folders.folder_index(inp.data_dir)[1]]
     subset = len(folder_names) < len(names) and set(folder_names) <= set(
         names) and len(set(names)) == len(names)
     strangers = [n for n in folder_names if n not in names]

@@ -26,6 +26,7 @@ from keras_vit.storage import checkpoint_list
 from keras_vit.storage import workdir as wd
 from keras_vit.training.records import BEST
 from keras_vit.training.resume import TrainingError, holds_iterator
+from keras_vit.values import name_key
 
 # config.model fields a resumed run may change (see model_signature).
 RESUMABLE_CHANGES = ("remat", "dropout_rate", "attention_dropout_rate",
@@ -375,8 +376,8 @@ def _head_dropped(init, source, class_names) -> str:
     layer the fine-tune drops goes with it, in `loader.initialise`.)"""
     if init.head in ("zero", "fits"):
         return "config.init.head='zero'" if init.head == "zero" else ""
-    theirs = list(loader.class_names(source) or [])
-    ours = list(class_names or [])
+    theirs = [name_key(n) for n in loader.class_names(source) or []]
+    ours = [name_key(n) for n in class_names or []]  # (é as é)
     if not theirs or len(theirs) != len(ours) or theirs == ours or (
             not init.keep_pre_logits
             and loader.describe_source(source).representation_size):

@@ -15,6 +15,7 @@ from absl import logging
 from keras_vit.errors import TrainingError, shorten  # (TrainingError: here too)
 from keras_vit.storage import checkpoint_list
 from keras_vit.storage import workdir as wd
+from keras_vit.values import name_key
 
 
 class _Damaged(Exception):
@@ -129,11 +130,15 @@ def check_same_classes(workdir: str, ckpt_dir: str, class_names) -> None:
     the run's labels.txt (a class folder renamed, added or removed): the
     head's outputs would change meaning under its trained weights."""
     saved = wd.read_class_names(workdir)
-    if (not checkpoint_list.listed(ckpt_dir) or not saved
-            or not class_names or list(class_names) == saved):
+    if not saved or not class_names or [name_key(n) for n in saved] == [
+            name_key(n) for n in class_names]:  # (é as é, either way)
         return
-    gone = [n for n in saved if n not in class_names]
-    new = [n for n in class_names if n not in saved]
+    if not checkpoint_list.listed(ckpt_dir):
+        return
+    keys, saved_keys = ({name_key(n) for n in names}
+                        for names in (class_names, saved))
+    gone = [n for n in saved if name_key(n) not in keys]
+    new = [n for n in class_names if name_key(n) not in saved_keys]
     what = " and ".join(part for part in (
         f"lacks {shorten(', '.join(gone))}" if gone else "",
         f"adds {shorten(', '.join(new))}" if new else "",
