@@ -68,6 +68,8 @@ def check_mpp(mpp_config, model_config) -> None:
         config_stride(model_config), opts.corrupt_rate, opts.mask_fraction,
         opts.random_fraction,
     )
+    rows, cols = config_architecture(model_config).grid()
+    mpp.check_patches(rows * cols)
 
 
 def build_model(model_config, num_classes: int, *, dtype: str = "float32",

@@ -95,6 +95,17 @@ def check_options(
         )
 
 
+def check_patches(patches: int) -> None:
+    """Raises naming the fix when an image has fewer than 2 patches (one
+    patch has no other to take its place, nor context to predict from)."""
+    if patches < 2:
+        raise UsageError(
+            f"Masked patch prediction needs at least 2 patches per image, "
+            f"and this model cuts its images into {patches}: use a smaller "
+            "patch size or a larger image_size (config.model.patch_size, "
+            "config.model.image_size).")
+
+
 def num_colour_classes(colour_bits: int = 3) -> int:
     """int. Classes of one colour target: 2**bits levels per channel."""
     return (2 ** int(colour_bits)) ** 3
@@ -253,6 +264,7 @@ class MppModel(keras.Model):
         width = output_width(target, arch.stride, colour_bits, grid_size)
         parts = VisionTransformer(arch).parts
         rows, cols = arch.grid()
+        check_patches(rows * cols)
         images = keras.Input((*arch.image_size, 3), name="images")
         mode = keras.Input((rows * cols,), dtype="int32", name="mpp_mode")
         source = keras.Input((rows * cols,), dtype="int32",

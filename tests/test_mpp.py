@@ -16,6 +16,7 @@ import keras_vit
 from keras_vit import build, mpp, optim
 from keras_vit.analysis import inputs as analysis_inputs
 from keras_vit.analysis import mpp_figure
+from keras_vit.architecture import Architecture
 from keras_vit.checkpoint import loader, weights
 from keras_vit.checkpoint.formats import npz as checkpoint_io
 from keras_vit.commands import analysis as analysis_command
@@ -176,6 +177,29 @@ def test_bad_options_name_the_fix():
     with pytest.raises(UsageError, match=r"resize_size=\d+ is smaller "
                        "than the image size 224"):
         train_lib.train_and_evaluate(config, "/nonexistent/never")
+
+
+def test_one_patch_an_image_is_refused_before_any_work(tmp_path):
+    """keras-vit-train with a patch as large as the image (one patch, no
+    other to take its place): one line naming both fields, before the
+    data pipeline is built (before, a traceback from inside tf.data);
+    the Python API's MppModel refuses it alike."""
+    from tests import console
+
+    result = console.run("train", [
+        "--config=mpp_digits", f"--workdir={tmp_path / 'run'}",
+        "--config.model.patch_size=32", "--config.trainer.total_steps=2"],
+        cwd=str(tmp_path))
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines() == [
+        "keras-vit-train: error: Masked patch prediction needs at least 2 "
+        "patches per image, and this model cuts its images into 1: use a "
+        "smaller patch size or a larger image_size (--config.model."
+        "patch_size, --config.model.image_size)."], result.stderr
+    assert not (tmp_path / "run").exists()
+    arch = Architecture.create("Ti/16", image_size=16, num_classes=0)
+    with pytest.raises(UsageError, match="cuts its images into 1"):
+        mpp.MppModel(arch)
 
 
 # ----------------------------------------------------------------- model

@@ -14,7 +14,6 @@ import tensorflow as tf
 
 from keras_vit import mpp
 from keras_vit.architecture import patch_grid
-from keras_vit.errors import UsageError
 
 
 def corruption_from_noise(
@@ -39,11 +38,7 @@ def corruption_from_noise(
             `config.objective.mpp`.
     """
     patches = int(noise.shape[1])
-    if patches < 2:
-        raise UsageError(
-            "Masked patch prediction needs at least 2 patches per image: "
-            "use a smaller patch size or a larger image_size."
-        )
+    mpp.check_patches(patches)
     count = min(max(int(round(corrupt_rate * patches)), 1), patches)
     # The rank of every patch's noise within its image.
     order = tf.argsort(noise[..., 0], axis=-1, stable=True)
