@@ -1567,6 +1567,20 @@ _CASES = [
         "exit status 1",
     ),
     Case(
+        "output_made_during_litert_export", FAULT, "CLI",
+        "keras-vit-export --format=litert without --overwrite, and another "
+        "program writes the .tflite or a file beside it while the model "
+        "converts (after the check at the start); or an earlier export "
+        "was killed after the files beside its .tflite",
+        "The file is kept, one line names it and the fix, and nothing is "
+        "left beside it; a killed export's record and class names (with "
+        "no .tflite) are replaced by the next export. It was replaced; a "
+        "killed export's record was refused as an existing file.",
+        ("already exists: pass --overwrite to replace it, or choose "
+         "another --model_name",),
+        "exit status 1",
+    ),
+    Case(
         "output_made_during_convert", FAULT, "CLI",
         "keras-vit-convert --output=vit.keras without --overwrite, and "
         "another program writes vit.keras while the model loads",

@@ -371,6 +371,55 @@ def test_a_stop_while_the_converter_runs_keeps_the_earlier_export(
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
 
 
+@covers("output_made_during_litert_export")
+def test_files_made_while_it_converts_are_kept_and_a_killed_ones_replaced(
+        model, tmp_path, capsys, monkeypatch):
+    """Without --overwrite, a .tflite or a file beside it that another
+    program writes while the converter runs is kept and named, nothing
+    left beside it (before, the export replaced both); the files an
+    export killed before its .tflite left (its record, its names) are
+    replaced by the next export without --overwrite."""
+    model.save(tmp_path / "vit.keras")
+    out = tmp_path / "out"
+    argv = ["keras-vit-export", "--format=litert",
+            f"--model={tmp_path / 'vit.keras'}", f"--export_dir={out}",
+            "--class_names=a,b,c,d"]
+    real = keras.Model.export
+    for made in ("vit.tflite", "vit.preprocessing.json"):
+        def export(self, *args, made=made, **kwargs):
+            real(self, *args, **kwargs)
+            (out / made).write_text("the user's")
+
+        monkeypatch.setattr(keras.Model, "export", export)
+        assert cli.main(argv) == 1
+        err = capsys.readouterr().err.strip()
+        check_says("output_made_during_litert_export", err)
+        assert err.endswith(f"{out / made} already exists: pass --overwrite "
+                            "to replace it, or choose another --model_name."
+                            ), err
+        assert os.listdir(out) == [made], os.listdir(out)
+        assert (out / made).read_text() == "the user's"
+        (out / made).unlink()
+    monkeypatch.setattr(keras.Model, "export", real)
+    # Killed after its files beside the .tflite were published.
+    assert cli.main(argv) == 0
+    capsys.readouterr()
+    (out / "vit.tflite").unlink()
+    assert sorted(litert_record.killed_export_files(str(out / "vit.tflite"))
+                  ) == [str(out / "vit.labels.txt"),
+                        str(out / "vit.preprocessing.json")]
+    assert cli.main(argv[:-1] + ["--class_names=w,x,y,z"]) == 0
+    assert (out / "vit.labels.txt").read_text() == "w\nx\ny\nz\n"
+    assert sorted(os.listdir(out)) == [
+        "vit.labels.txt", "vit.preprocessing.json", "vit.tflite"]
+    # Names of the user's own beside a killed export's record: kept.
+    (out / "vit.tflite").unlink()
+    (out / "vit.labels.txt").write_text("mine\n")
+    assert cli.main(argv) == 1
+    assert "vit.labels.txt already exists" in capsys.readouterr().err
+    assert (out / "vit.labels.txt").read_text() == "mine\n"
+
+
 @covers("foreign_export")
 def test_an_export_another_tool_wrote_is_named(tmp_path, capsys):
     """A SavedModel (and its .tflite) whose signature takes x and gives

@@ -163,11 +163,12 @@ def export(values: flags.FlagValues) -> str:
                 f"its .tflite (--model_name={values.model_name[:-7]}).")
         # A name, not a path: the files stay in --export_dir.
         export_files.check_model_name(values.model_name)
+        left = litert_record.killed_export_files(tflite)  # replaced
         for path in litert_record.written_paths(tflite):
             if os.path.isdir(path):
                 raise UsageError(f"{path} is a folder: choose another "
                                  "--model_name or --export_dir.")
-            if not values.overwrite:
+            if not values.overwrite and path not in left:
                 cli.check_not_written(path, "model_name")
     saved_model_only = [f"--{name}" for name in _SAVED_MODEL_FLAGS
                         if values[name].present]
@@ -202,16 +203,21 @@ def export(values: flags.FlagValues) -> str:
     keep = cli.keep_aspect(values, source, resize)
     scores = scoring.scores(values, source, width)
     if values.format == "litert":
-        return litert.export_litert(
-            model,
-            tflite,
-            quantization=values.quantization,
-            class_names=names,
-            verify=not values.no_verify,
-            resize_size=resize,
-            keep_aspect=keep,
-            scores=scores,
-        )
+        try:
+            return litert.export_litert(
+                model,
+                tflite,
+                quantization=values.quantization,
+                class_names=names,
+                verify=not values.no_verify,
+                resize_size=resize,
+                keep_aspect=keep,
+                scores=scores,
+                overwrite=values.overwrite,
+            )
+        except FileExistsError as made:  # while it converted: kept
+            cli.check_not_written(made.filename, "model_name")
+            raise
     return saved_model.export_model(
         model,
         values.export_dir,

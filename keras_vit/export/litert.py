@@ -30,8 +30,10 @@ equal the Keras model to `VERIFY_ATOL`.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
+import os
 from typing import List, Optional, Sequence
 
 import keras
@@ -46,6 +48,7 @@ from keras_vit.export import options as export_options
 from keras_vit.export.litert_record import (
     INPUT_NAME,
     OUTPUT_NAME,
+    killed_export_files,
     labels_path,
     preprocessing_path,
     preprocessing_record,
@@ -137,7 +140,7 @@ def run_litert(path: str, pixels: np.ndarray) -> np.ndarray:
     return np.concatenate(out, axis=0)
 
 
-def export_litert(
+def export_litert(  # noqa: PLR0913 (its options, by keyword)
     model: keras.Model,
     path: str,
     *,
@@ -147,6 +150,7 @@ def export_litert(
     resize_size: Optional[int] = None,
     keep_aspect: bool = False,
     scores: Optional[str] = None,
+    overwrite: bool = True,
 ) -> str:
     """Writes `model` as a LiteRT file.
 
@@ -178,6 +182,11 @@ def export_litert(
         scores: str or None. "softmax" or "sigmoid": how the file scores
             the logits; None: a sigmoid for one logit, else a softmax
             (`keras_vit.scoring.scores.scores_for`).
+        overwrite: bool. Replace an earlier export's files at `path`;
+            False: a FileExistsError, nothing written, where one is there
+            when the file is made (the files an export killed before its
+            .tflite left are replaced either way:
+            `litert_record.killed_export_files`).
 
     Returns:
         str. `path`.
@@ -212,15 +221,28 @@ def export_litert(
     record = preprocessing_record(height, width, resize_size, quantization,
                                   keep_aspect)
     record["scores"] = scores  # how `output` is read: one class, or many
-    _write_files(wrapped, path, labels, quantization, verify, record)
+    _write_files(wrapped, path, labels, (quantization, verify, overwrite),
+                 record)
     return path
 
 
+def _check_free(path: str) -> None:
+    """A FileExistsError naming the first file of an earlier export at
+    the .tflite `path` (those a killed export left aside)."""
+    left = killed_export_files(path)
+    for taken in written_paths(path):
+        if taken not in left and atomic.exists(taken):
+            raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST),
+                                  taken)
+
+
 def _write_files(wrapped: keras.Model, path: str, labels: Optional[str],
-                 quantization: str, verify: bool, record: dict) -> None:
+                 options: tuple, record: dict) -> None:
     """Converts `wrapped` into the .tflite `path` (checked with `verify`)
     and publishes it with the files beside it (`labels`, the
-    preprocessing `record` with both files' digests), the .tflite last."""
+    preprocessing `record` with both files' digests), the .tflite last;
+    `options`: (quantization, verify, overwrite), as `export_litert`'s."""
+    quantization, verify, overwrite = options
     with contextlib.ExitStack() as publishing:
         def write(tmp: str) -> None:
             # The converter loads JAX, whose garbage-collection callback
@@ -241,10 +263,12 @@ def _write_files(wrapped: keras.Model, path: str, labels: Optional[str],
             # From the files beside it to the rename: replaced together
             # (a signal waits for the rename, then names them written).
             held.append(publishing.enter_context(atomic.signals_deferred()))
+            if not overwrite:  # (one made while this one converted: kept)
+                _check_free(path)
             _write_side_files(path, labels, record)
 
         held: List[list] = []
-        atomic_write(path, write)  # last: renamed over the old file
+        atomic_write(path, write, replace=overwrite)  # last
         for written in held:  # what a signal held while publishing finds
             written.extend(p for p in written_paths(path)  # done
                            if tf.io.gfile.exists(p))

@@ -47,6 +47,32 @@ def written_paths(path: str) -> List[str]:
     return [str(path), labels_path(path), preprocessing_path(path)]
 
 
+def killed_export_files(path: str) -> List[str]:
+    """The files beside the .tflite `path` that an export killed before
+    its last step left (`written_paths`: published before the .tflite,
+    which is not there): a preprocessing record of this module's, naming
+    a .tflite by its digest, and the class names it digests. Another
+    export replaces them without --overwrite; any other file is kept."""
+    record_path = preprocessing_path(path)
+    if atomic.exists(path) or not atomic.exists(record_path):
+        return []
+    try:
+        with tf.io.gfile.GFile(record_path, "rb") as f:
+            record = json.loads(f.read(_MAX_RECORD_BYTES + 1)[
+                :_MAX_RECORD_BYTES])
+        digest = record.get("tflite_sha256")
+        names = record.get("labels_sha256")
+    except (ValueError, TypeError, AttributeError, RecursionError):
+        return []
+    if not isinstance(digest, str):
+        return []
+    labels = labels_path(path)
+    if not atomic.exists(labels):
+        return [record_path]
+    return [record_path] + ([labels] if names == atomic.sha256(labels)
+                            else [])
+
+
 def preprocessing_record(height: int, width: int,
                          resize_size: Optional[int],
                          quantization: str, keep_aspect: bool = False) -> dict:
