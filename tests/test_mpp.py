@@ -535,6 +535,17 @@ def test_pipeline_draws_the_corruption_seeded():
                                   evals[0][0]["mpp_mode"])
     evals32 = next(iter(input_pipeline.eval_dataset(*data, "test", 32)))[0]
     assert (evals32["mpp_mode"].numpy() != features["mpp_mode"].numpy()).any()
+    # Each image its own corruption, whatever the evaluation's batch size
+    # (accumulation_steps divides it): the scores compare across runs.
+    for name in ("mpp_mode", "mpp_source"):
+        by_128 = np.concatenate([b[0][name].numpy() for b in evals])
+        by_48 = np.concatenate([b[0][name].numpy() for b in
+                                input_pipeline.eval_dataset(*data, "test",
+                                                            48)])
+        size = min(len(by_128), len(by_48))  # (each padded to its batch)
+        np.testing.assert_array_equal(by_48[:size], by_128[:size])
+        np.testing.assert_array_equal(evals32[name], by_128[:32])
+    assert len({m.tobytes() for m in evals32["mpp_mode"].numpy()}) > 1
 
 
 def test_analysis_draws_the_mpp_predictions(mpp_run, tmp_path):

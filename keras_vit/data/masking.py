@@ -68,23 +68,35 @@ def num_patches(image_size, stride: int) -> int:
 
 
 def add_corruption(ds: tf.data.Dataset, mpp_config, patches: int,
-                   seed: int) -> tf.data.Dataset:
+                   seed: int, per_example: bool = False) -> tf.data.Dataset:
     """Maps batches (images, *rest) to ({"images", "mpp_mode",
     "mpp_source"}, *rest), the MPP model's inputs, for `patches` tokens per
     image and the corruption rates of `config.objective.mpp`.
 
-    Batch i's corruption comes from stateless noise seeded by (seed, i).
+    Batch i's corruption comes from stateless noise seeded by (seed, i);
+    with `per_example` (batches of one size, as evaluation pads them),
+    example j's from (seed, j): the same images get the same corruption
+    whatever the batch size (an evaluation's, which accumulation_steps
+    divides), so that its scores compare across runs.
     """
     opts = mpp_config
     rates = (float(opts.corrupt_rate), float(opts.mask_fraction),
              float(opts.random_fraction))
 
+    def example_noise(position):
+        return tf.random.stateless_uniform(
+            [patches, 3], seed=tf.stack([tf.cast(seed, tf.int64), position]))
+
     def corrupt(index, batch):
         images, *rest = batch if isinstance(batch, tuple) else (batch,)
-        noise = tf.random.stateless_uniform(
-            tf.stack([tf.shape(images)[0], patches, 3]),
-            seed=tf.stack([tf.cast(seed, tf.int64), index]),
-        )
+        size = tf.shape(images, out_type=tf.int64)[0]
+        if per_example:
+            noise = tf.map_fn(example_noise, index * size + tf.range(size),
+                              fn_output_signature=tf.float32)
+        else:
+            noise = tf.random.stateless_uniform(
+                tf.stack([size, patches, 3]),
+                seed=tf.stack([tf.cast(seed, tf.int64), index]))
         noise = tf.ensure_shape(noise, [images.shape[0], patches, 3])
         mode, source = corruption_from_noise(noise, *rates)
         features = {"images": images, "mpp_mode": mode, "mpp_source": source}

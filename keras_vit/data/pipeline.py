@@ -382,7 +382,7 @@ def eval_dataset(
         ds = ds.concatenate(padding).take(steps * per_step)
     if run.mpp is not None:  # the same corruption at every evaluation
         ds = masking.add_corruption(ds, run.mpp, run.patches, pipeline_seed(
-            run.seed, input_context, evaluation=True))
+            run.seed, input_context, evaluation=True), per_example=True)
     return ds.prefetch(tf.data.AUTOTUNE)
 
 
