@@ -1036,6 +1036,26 @@ def test_a_folder_used_before_holds_no_stale_result(saved_model, tmp_path,
     assert {name: (out / name).read_bytes()
             for name in os.listdir(out)} == before
     capsys.readouterr()
+    # The figures an analysis killed outright (kill -9) left aside are
+    # removed by the next one; a running process's, or another
+    # machine's, are not judged.
+    import subprocess
+
+    from keras_vit.storage import leftovers
+
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    aside = [f".{leftovers.HOST}-{gone.pid}.tmp-0123456789ab.analysis",
+             f".{leftovers.writer()}.tmp-0123456789ab.analysis",
+             f".other_host-{gone.pid}.tmp-0123456789ab.analysis"]
+    for name in aside:
+        (out / name).mkdir()
+        (out / name / "attention_rollout.png").write_bytes(b"drawn")
+    monkeypatch.undo()
+    assert _analysis(f"--model={saved_model}", "--digits=2",
+                     f"--output_dir={out}") == 0
+    assert sorted(n for n in os.listdir(out) if ".tmp-" in n) == sorted(
+        aside[1:])
 
 
 def test_a_resized_model_draws_its_position_table_as_learned(tmp_path):

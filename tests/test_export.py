@@ -432,18 +432,25 @@ def test_versions_increment_and_never_overwrite(model, images, tmp_path):
     running = f".tmp-9-{os.getpid()}"
     (model_dir / running).mkdir()
     (model_dir / f".tmp-8-{gone.pid}").mkdir()
+    from keras_vit.storage import leftovers
+
+    (model_dir / f".tmp-6-{leftovers.HOST}-{gone.pid}").mkdir()
+    (model_dir / f".tmp-5-other_host-{gone.pid}").mkdir()  # not judged
+    running_here = f".tmp-9-{leftovers.writer()}"
+    (model_dir / running_here).mkdir()
     assert export_versions.existing_versions(str(model_dir)) == [3]
     path = export_model(model, str(tmp_path), verify=False,
                         warmup_images=[images["png"]])
     assert path == str(model_dir / "4")
-    assert sorted(os.listdir(model_dir)) == [running, "3", "4"]
+    kept = sorted([running, running_here, f".tmp-5-other_host-{gone.pid}"])
+    assert sorted(os.listdir(model_dir)) == [*kept, "3", "4"]
     with pytest.raises(FileExistsError, match="already exists"):
         export_model(model, str(tmp_path), version=3)
     assert (model_dir / "3" / "saved_model.pb").read_bytes() == b"version 3"
     path = export_model(model, str(tmp_path), version=7, verify=False,
                         warmup_images=[])
     assert path == str(model_dir / "7")
-    assert sorted(os.listdir(model_dir)) == [running, "3", "4", "7"]
+    assert sorted(os.listdir(model_dir)) == [*kept, "3", "4", "7"]
     assert export_versions.next_version(str(model_dir)) == 8
     # The new versions serve the model.
     np.testing.assert_allclose(

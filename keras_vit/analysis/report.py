@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import keras
@@ -24,7 +25,7 @@ from keras_vit.analysis import core, extract, mpp_figure, plots
 from keras_vit.derived import is_features_model
 from keras_vit.errors import UsageError
 from keras_vit.scoring import scores as vit_scores
-from keras_vit.storage import atomic
+from keras_vit.storage import atomic, leftovers
 from keras_vit.storage.atomic import atomic_write
 
 FIGURES = {
@@ -110,8 +111,7 @@ def run_analysis(  # noqa: PLR0913 (its options, by keyword)
     names = _checked_names(model, len(images), names, class_names)
     stats = extract.attention_stats(model, images, batch_size=batch_size,
                                     on_batch=on_batch)
-    # Hidden: an output folder inside an image folder does not read it.
-    staging = atomic.temporary_name(os.path.join(output_dir, ".analysis"))
+    staging = _staging(output_dir)
     out = {key: os.path.join(staging, f) for key, f in FIGURES.items()}
     if not _has_rgb_filters(model):
         del out["patch_embedding_pca"]
@@ -173,6 +173,28 @@ def _publish(staging: str, output_dir: str, files: Sequence[str],
                                os.path.join(output_dir, name), overwrite=True)
         atomic_write(os.path.join(output_dir, JSON_NAME), json_text)
         written.append(os.path.join(output_dir, JSON_NAME))
+
+
+# The folder `analyse` draws the figures in: .<host>-<pid>.tmp-<hex>.analysis
+_STAGING = re.compile(rf"\.{leftovers.WRITER}\.tmp-[0-9a-f]{{12}}\.analysis")
+
+
+def _staging(output_dir: str) -> str:
+    """A fresh folder to draw in, inside `output_dir`: hidden (an output
+    folder inside an image folder does not read it), and named after
+    this process, so that a later run removes it if this one is killed
+    (those that killed runs left are removed first)."""
+    remove_killed(output_dir)
+    return atomic.temporary_name(
+        os.path.join(output_dir, f".{leftovers.writer()}.analysis"))
+
+
+def remove_killed(output_dir: str) -> None:
+    """Removes the folders of figures that analyses killed outright
+    (kill -9) left in a local `output_dir`, unpublished: those of this
+    machine's processes no longer running."""
+    leftovers.remove_killed(output_dir, _STAGING,
+                            "the figures of an analysis")
 
 
 def remove_stale(output_dir: str, keep: Sequence[str]) -> None:

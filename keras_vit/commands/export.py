@@ -163,7 +163,7 @@ def export(values: flags.FlagValues) -> str:
                 f"its .tflite (--model_name={values.model_name[:-7]}).")
         # A name, not a path: the files stay in --export_dir.
         export_files.check_model_name(values.model_name)
-        left = litert_record.killed_export_files(tflite)  # replaced
+        left = litert_record.killed_export_files(tflite)  # (replaced)
         for path in litert_record.written_paths(tflite):
             if os.path.isdir(path):
                 raise UsageError(f"{path} is a folder: choose another "
@@ -205,8 +205,7 @@ def export(values: flags.FlagValues) -> str:
     if values.format == "litert":
         try:
             return litert.export_litert(
-                model,
-                tflite,
+                model, tflite,
                 quantization=values.quantization,
                 class_names=names,
                 verify=not values.no_verify,
@@ -215,7 +214,7 @@ def export(values: flags.FlagValues) -> str:
                 scores=scores,
                 overwrite=values.overwrite,
             )
-        except FileExistsError as made:  # while it converted: kept
+        except FileExistsError as made:  # made as it converted: kept
             cli.check_not_written(made.filename, "model_name")
             raise
     return saved_model.export_model(

@@ -158,12 +158,10 @@ def export_litert(  # noqa: PLR0913 (its options, by keyword)
         model: keras.Model. A classifier from `keras_vit.create_model` (or
             loaded by `keras_vit.checkpoint.loader.load_model`) taking
             [-1, 1] images of a fixed size and returning logits.
-        path: str. The `.tflite` to write (atomically: a crash leaves no
-            partial file; last, after the files beside it; an earlier
-            export's files there are replaced). With `class_names`,
-            `<path minus .tflite>.labels.txt` holds them, one per line;
-            without, a file of that name is removed (it would be read
-            as this file's class names).
+        path: str. The `.tflite` to write (atomically, after the files
+            beside it). With `class_names`, `<path minus .tflite>.labels
+            .txt` holds them, one per line; without, a file of that name
+            is removed (it would be read as this file's class names).
         quantization: str. One of QUANTIZATIONS.
         class_names: sequence of str or None. One per class, none blank
             (`keras_vit.export.options.class_names`).
@@ -182,11 +180,9 @@ def export_litert(  # noqa: PLR0913 (its options, by keyword)
         scores: str or None. "softmax" or "sigmoid": how the file scores
             the logits; None: a sigmoid for one logit, else a softmax
             (`keras_vit.scoring.scores.scores_for`).
-        overwrite: bool. Replace an earlier export's files at `path`;
-            False: a FileExistsError, nothing written, where one is there
-            when the file is made (the files an export killed before its
-            .tflite left are replaced either way:
-            `litert_record.killed_export_files`).
+        overwrite: bool. Replace an earlier export's files; False: a
+            FileExistsError where one is there (those of a killed export
+            aside: `killed_export_files`), nothing written.
 
     Returns:
         str. `path`.

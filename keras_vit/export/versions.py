@@ -15,17 +15,15 @@ in the middle of publishing has none, which TF Serving fails to load
 
 from __future__ import annotations
 
-import os
 import posixpath
 import re
-import socket
 from typing import List
 
 import tensorflow as tf
 from absl import logging
 
 from keras_vit.export.files import join
-from keras_vit.storage import atomic
+from keras_vit.storage import atomic, leftovers
 from keras_vit.storage.version_names import version_folders
 
 # The file of a SavedModel that TF Serving reads first: a version's
@@ -165,17 +163,15 @@ def remove_tree(path: str) -> None:
         pass
 
 
-# This machine in a temporary version's name: on a folder that several
-# machines (or containers, each with its own process numbers) share, an
-# export judges only its own machine's leftovers.
-_HOST = re.sub(r"[^A-Za-z0-9.]", "_", socket.gethostname()) or "host"
-
-
 def temporary_version(model_dir: str, version: int) -> str:
     """The folder a version is written in before it is published,
     .tmp-<version>-<host>-<pid>: TF Serving ignores folders whose name is
     not an integer."""
-    return join(model_dir, f".tmp-{version}-{_HOST}-{os.getpid()}")
+    return join(model_dir, f".tmp-{version}-{leftovers.writer()}")
+
+
+# An unpublished version's folder: (host or None)-(pid) its writer.
+_UNPUBLISHED = re.compile(r"\.tmp-\d+-(?:([A-Za-z0-9._]+)-)?(\d+)")
 
 
 def remove_orphans(model_dir: str) -> None:
@@ -183,22 +179,4 @@ def remove_orphans(model_dir: str) -> None:
     that an export killed outright (kill -9) left in a local `model_dir`:
     those of this machine's processes no longer running (and those named
     without a machine, .tmp-<version>-<pid>, by earlier versions)."""
-    if "://" in model_dir or not os.path.isdir(model_dir):
-        return
-    for name in os.listdir(model_dir):
-        match = re.fullmatch(r"\.tmp-\d+-(?:([A-Za-z0-9._]+)-)?(\d+)", name)
-        if not match or match.group(1) not in (None, _HOST) or _running(
-                int(match.group(2))):
-            continue
-        logging.info("Removing %s, an export that was killed.", name)
-        remove_tree(os.path.join(model_dir, name))
-
-
-def _running(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:  # another user's process
-        return True
-    return True
+    leftovers.remove_killed(model_dir, _UNPUBLISHED, "an export")

@@ -1,0 +1,58 @@
+"""Folders a command writes before it publishes them, named after their
+writer (`<host>-<pid>`), so that a later command removes the ones whose
+writer was killed outright (kill -9, a machine's crash), and only those.
+
+A writer of another machine sharing the folder (or of another container,
+with its own process numbers) is never judged: only this machine's
+processes that are no longer running.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import socket
+from typing import Optional, Pattern
+
+from absl import logging
+
+# This machine in a writer's name: letters, digits and dots only.
+HOST = re.sub(r"[^A-Za-z0-9.]", "_", socket.gethostname()) or "host"
+# A writer's name as `writer` makes it: (host)-(pid).
+WRITER = r"([A-Za-z0-9._]+)-(\d+)"
+
+
+def writer() -> str:
+    """str. This process's name in its unpublished folders' names."""
+    return f"{HOST}-{os.getpid()}"
+
+
+def killed(host: Optional[str], pid: int) -> bool:
+    """Whether the writer (`host`, `pid`) is gone: a process of this
+    machine (None: a name without a machine, of earlier versions) that
+    is no longer running."""
+    return host in (None, HOST) and not _running(pid)
+
+
+def remove_killed(folder: str, pattern: Pattern, what: str) -> None:
+    """Removes the folders in the local `folder` whose names `pattern`
+    matches, its groups (host or None, pid) naming a `killed` writer;
+    each logged as `what` ("an export") that was killed."""
+    if "://" in folder or not os.path.isdir(folder):
+        return
+    for name in os.listdir(folder):
+        match = pattern.fullmatch(name)
+        if match and killed(match.group(1), int(match.group(2))):
+            logging.info("Removing %s, %s that was killed.", name, what)
+            shutil.rmtree(os.path.join(folder, name), ignore_errors=True)
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process
+        return True
+    return True
