@@ -475,6 +475,16 @@ def test_a_run_refused_before_its_first_checkpoint_takes_the_fix(
     assert not os.path.exists(tmp_path / "run [2]")
 
 
+def test_a_workdir_named_as_a_pattern_is_refused_by_the_api_too(tmp_path):
+    """train_and_evaluate (the Python API, a VTAB task's run) refuses a
+    workdir holding [, * or ? as the command does, before it makes it."""
+    workdir = str(tmp_path / "run*")
+    with pytest.raises(errors.UsageError, match=r"`workdir` .*run\* holds "
+                       r"\*, which TensorFlow's checkpoint manager reads"):
+        train_lib.train_and_evaluate(tiny.digits_config({}), workdir)
+    assert not os.path.exists(workdir)
+
+
 def test_a_size_name_and_its_sizes_are_one_model():
     """model_signature resolves config.model.variant into its sizes."""
     from keras_vit.training import model_init

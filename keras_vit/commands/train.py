@@ -37,7 +37,7 @@ from keras_vit.commands.lazy import lazy_module
 from keras_vit.data import image_files
 from keras_vit.errors import Preempted, UsageError
 from keras_vit.objectives import loss_scores
-from keras_vit.storage import atomic
+from keras_vit.storage import atomic, run_names
 from keras_vit.variants import VARIANTS
 
 if TYPE_CHECKING:  # imported on first use: --help loads no TensorFlow
@@ -214,13 +214,7 @@ def _main(values: flags.FlagValues, args: list) -> None:
     if not values.workdir.strip():
         raise UsageError("--workdir is empty: name the run's folder (e.g. "
                          "--workdir=/tmp/vit_run).")
-    odd = sorted(set("[*?") & set(values.workdir))
-    if odd:  # tf.train.CheckpointManager's lookups are glob patterns
-        raise UsageError(
-            f"--workdir {values.workdir} holds {' '.join(odd)}, which "
-            "TensorFlow's checkpoint manager reads as a pattern: it would "
-            "find none of the run's checkpoints (nor delete the old ones). "
-            "Name the folder without [, * or ?.")
+    run_names.check_folder_name(values.workdir, "--workdir")
     check_training_evaluators(values.config)
     config = absolute_data_paths(start_from(values))
     _say_caps(values, config)

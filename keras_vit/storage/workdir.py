@@ -44,6 +44,7 @@ from keras_vit.keras_compat import ema_variables
 from keras_vit.storage import atomic, checkpoint_graph, checkpoint_list
 from keras_vit.storage.atomic import atomic_write
 from keras_vit.storage.lines import read_lines  # noqa: F401 (this API)
+from keras_vit.storage.run_names import check_folder_name
 
 # What reading a damaged checkpoint raises (a truncated data file: "Read
 # less bytes than requested").
@@ -374,6 +375,7 @@ def make_workdir(workdir: str) -> Optional[str]:
     if not str(workdir).strip():
         raise UsageError("`workdir` is empty: name the run's folder (e.g. "
                          "--workdir=/tmp/vit_run).")
+    check_folder_name(workdir)
     try:
         return atomic.make_folders(workdir)
     except tf.errors.OpError as e:
