@@ -10,7 +10,7 @@ configs/digits.py) through config.init.model.
     python train.py --config=configs/mpp_digits.py --workdir=/tmp/mpp_digits
 
 Expected: MPP accuracy on the test images (metrics.json
-"test_mpp_accuracy", TensorBoard "mpp_accuracy") about 0.74 after 1,500
+"test_mpp_accuracy", TensorBoard "mpp_accuracy") about 0.73 after 1,500
 steps, in about 3 minutes on a 2-core CPU; the workdir also holds
 encoder.npz, the encoder in the official .npz layout.
 scripts/mpp_label_efficiency.py compares fine-tuning from it with
