@@ -562,8 +562,17 @@ def test_all_19_tasks_end_to_end_with_rerun(tmp_path, consistent_mock_data):
         config, vtab.TASKS["clevr_dist"], fields, backbone, lr=0.01,
         steps=1, train_split="train800val200", eval_split="test",
     )
+    # The checkpoints a run stopped before removing (after its
+    # metrics.json) are removed when the trial is reused; kept ones stay.
+    left = os.path.join(run_dir, "checkpoints")
+    os.makedirs(left)
+    open(os.path.join(left, "ckpt-1.index"), "w").close()
+    vtab_run.run_trial(cfg, run_dir, train_lib.train_and_evaluate,
+                       keep_checkpoints=True)
+    assert os.path.exists(left)
     metrics = vtab_run.run_trial(cfg, run_dir, train_lib.train_and_evaluate)
     assert metrics == json.load(open(os.path.join(run_dir, "metrics.json")))
+    assert not os.path.exists(left)
     # Logging and checkpoint settings may change (the docs say so), the
     # rematerialisation and accumulation (the same gradients), where the
     # data is, the host loop's length and how the evaluation is batched
@@ -618,6 +627,40 @@ def test_all_19_tasks_end_to_end_with_rerun(tmp_path, consistent_mock_data):
         assert image.shape[0] > 300 and image.shape[1] > 500
         assert image.std() > 10  # not blank
     assert not [f for f in os.listdir(out) if ".tmp-" in f]
+
+
+def test_a_stop_while_the_reports_are_written_waits_for_all_of_them(
+        tmp_path, consistent_mock_data, monkeypatch):
+    """Ctrl-C while a task's results are written (its line, the CSV, the
+    table, the summary, the charts): the files are written together, all
+    naming the task, then the run stops."""
+    import signal
+
+    out = str(tmp_path / "out")
+    source = tiny_source(str(tmp_path / "src.npz"))
+    config = tiny_vtab_config(str(tmp_path / "data"))
+    write_csv = reports.write_csv
+
+    def pressed(*args, **kwargs):  # Ctrl-C after the CSV
+        write_csv(*args, **kwargs)
+        signal.raise_signal(signal.SIGINT)
+
+    monkeypatch.setattr(reports, "write_csv", pressed)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with tfds.testing.mock_data(num_examples=4), pytest.raises(
+                KeyboardInterrupt):
+            vtab_run.run(config, source, out, train_lib.train_and_evaluate,
+                         tasks="dtd,svhn", model_name="tiny")
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    tasks = [r["task"] for r in reports.read_jsonl(
+        os.path.join(out, "results.jsonl"))]
+    assert tasks == ["dtd"]
+    with open(os.path.join(out, "summary.json")) as f:
+        assert list(json.load(f)["tasks"]) == tasks
+    assert "| tiny" in open(os.path.join(out, "results.md")).read()
+    assert os.path.exists(os.path.join(out, "tasks.png"))
 
 
 def test_other_backbone_in_the_same_output_dir_is_refused(tmp_path):

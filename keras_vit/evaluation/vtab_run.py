@@ -93,7 +93,10 @@ def run_trial(
             )
         if tf.io.gfile.exists(metrics_path):
             logging.info("Reusing the finished trial in %s.", workdir)
-            return wd.read_json(metrics_path)
+            metrics = wd.read_json(metrics_path)
+            # (a run stopped before it removed them: removed now)
+            _drop_checkpoints(workdir, keep_checkpoints)
+            return metrics
     metrics = train_fn(config, workdir, strategy)
     if metrics.get("preempted"):
         ctrl_c = metrics.get("signal") == "Ctrl-C"
@@ -105,10 +108,15 @@ def run_trial(
             "command again to resume.",
             kind="stopped" if ctrl_c else "preempted",
             saved=metrics.get("saved", True))
+    _drop_checkpoints(workdir, keep_checkpoints)
+    return metrics
+
+
+def _drop_checkpoints(workdir: str, keep_checkpoints: bool) -> None:
+    """Removes a finished trial's checkpoints unless they are kept."""
     checkpoints = os.path.join(workdir, wd.CHECKPOINTS)
     if not keep_checkpoints and tf.io.gfile.isdir(checkpoints):
         tf.io.gfile.rmtree(checkpoints)
-    return metrics
 
 
 def _trial_name(lr: float, steps: int) -> str:
@@ -321,10 +329,12 @@ def run(  # noqa: PLR0913 (the protocol's parts and options)
             break
         progress.finish()
         record.update(model=model_name, use_ema=accuracy.ema_weights(source))
-        records = _record(records, record, results_path, chief)
-        if chief:
-            reports.write_vtab_reports(output_dir, records, model_name,
-                                       not_run)
+        # The task's line and the reports of all, together: a stop waits.
+        with atomic.signals_deferred():
+            records = _record(records, record, results_path, chief)
+            if chief:
+                reports.write_vtab_reports(output_dir, records, model_name,
+                                           not_run)
     return _finish(records, not_run, preempted, output_dir, model_name,
                    chief)
 
