@@ -1382,15 +1382,15 @@ def test_a_litert_overwrite_stopped_between_its_writes_is_refused(
     assert status == 0, first.err
     write = litert.atomic_write
     for stop_at in (".labels.txt", ".preprocessing.json", ".tflite"):
-        def stopping(target, content, stop_at=stop_at):
+        def stopping(target, content, stop_at=stop_at, **kwargs):
             if not str(target).endswith(stop_at):
-                return write(target, content)
+                return write(target, content, **kwargs)
             if stop_at != ".tflite":
                 raise KeyboardInterrupt
             def written_not_renamed(tmp):
                 content(tmp)
                 raise KeyboardInterrupt
-            return write(target, written_not_renamed)
+            return write(target, written_not_renamed, **kwargs)
 
         monkeypatch.setattr(litert, "atomic_write", stopping)
         with pytest.raises(KeyboardInterrupt):

@@ -401,6 +401,22 @@ def test_files_made_while_it_converts_are_kept_and_a_killed_ones_replaced(
         assert (out / made).read_text() == "the user's"
         (out / made).unlink()
     monkeypatch.setattr(keras.Model, "export", real)
+    # A .tflite made as the files beside it are written: they go too.
+    beside = litert._write_side_files
+
+    def racing(path, *args):
+        (out / "vit.tflite").write_text("the user's")
+        beside(path, *args)
+
+    monkeypatch.setattr(litert, "_write_side_files", racing)
+    assert cli.main(argv) == 1
+    assert capsys.readouterr().err.strip().endswith(
+        f"{out / 'vit.tflite'} already exists: pass --overwrite to replace "
+        "it, or choose another --model_name.")
+    assert os.listdir(out) == ["vit.tflite"]
+    assert (out / "vit.tflite").read_text() == "the user's"
+    (out / "vit.tflite").unlink()
+    monkeypatch.setattr(litert, "_write_side_files", beside)
     # Killed after its files beside the .tflite were published.
     assert cli.main(argv) == 0
     capsys.readouterr()

@@ -262,9 +262,20 @@ def _write_files(wrapped: keras.Model, path: str, labels: Optional[str],
             if not overwrite:  # (one made while this one converted: kept)
                 _check_free(path)
             _write_side_files(path, labels, record)
+            sides.append(path)
 
         held: List[list] = []
-        atomic_write(path, write, replace=overwrite)  # last
+        sides: List[str] = []  # written beside it: gone with it
+        try:
+            atomic_write(path, write, replace=overwrite)  # last
+        except FileExistsError:
+            if not sides:  # (a file beside it, made as it converted)
+                raise
+            for side in written_paths(path)[1:]:  # a .tflite made since
+                if atomic.exists(side):  # its own: gone with it
+                    tf.io.gfile.remove(side)
+            raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST),
+                                  path) from None
         for written in held:  # what a signal held while publishing finds
             written.extend(p for p in written_paths(path)  # done
                            if tf.io.gfile.exists(p))
