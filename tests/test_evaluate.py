@@ -1234,6 +1234,17 @@ def test_class_names_match_in_either_unicode_form(tmp_path, capsys):
     printed = capsys.readouterr().out
     result = json.loads(printed[printed.index("{"):])
     assert result["accuracy"] == 1.0 and result["classes_by_name"]
+    # Both forms of one name as two folders: refused, not merged.
+    for name in (composed, decomposed, "zebra"):
+        (tmp_path / "twins" / "test" / name).mkdir(parents=True)
+        tf.io.write_file(str(tmp_path / "twins" / "test" / name / "0.png"),
+                         tf.io.encode_png(pixels[0]))
+    assert cli("--mode=eval", f"--model={tmp_path / 'm.keras'}",
+               "--dataset=folder", f"--data_dir={tmp_path / 'twins'}",
+               "--split=test",
+               f"--class_names_file={tmp_path / 'names.txt'}") == 1
+    assert "differ only in how Unicode writes their names ('café'" in (
+        capsys.readouterr().err)
     # Resuming: labels.txt in one form, the class folders in the other.
     run = tmp_path / "run"
     (run / "checkpoints").mkdir(parents=True)

@@ -222,6 +222,38 @@ def test_a_names_file_stands_in_for_a_model_s_damaged_names(
     assert labels.class_names(values, None) == ["a", "b"]
 
 
+def test_a_names_file_in_another_unicode_form_is_the_same_order(
+        tmp_path, monkeypatch, caplog):
+    """--class_names_file writing "é" as "e" and an accent (NFD) beside a
+    model that records it composed (NFC), in the same order: no warning
+    of another order; a true reorder is still warned of."""
+    import types
+    import unicodedata
+
+    from absl import flags
+
+    from keras_vit.checkpoint import loader
+    from keras_vit.commands import labels
+
+    composed, decomposed = (unicodedata.normalize(form, "café")
+                            for form in ("NFC", "NFD"))
+    monkeypatch.setattr(loader, "class_names",
+                        lambda source: [composed, "tea"])
+    values = flags.FlagValues()
+    labels.define_class_names_file(values)
+    path = tmp_path / "names.txt"
+    values(["prog", f"--class_names_file={path}"])
+    caplog.set_level("WARNING", logger="absl")
+    path.write_text(f"{decomposed}\ntea\n", encoding="utf-8")
+    source = types.SimpleNamespace(path="m.keras")
+    assert labels.class_names(values, source) == [decomposed, "tea"]
+    assert "another order" not in caplog.text
+    path.write_text(f"tea\n{decomposed}\n", encoding="utf-8")
+    assert labels.class_names(values, source) == ["tea", decomposed]
+    assert "in another order (class 0: 'café' there, 'tea' here)" in (
+        caplog.text)
+
+
 def test_a_blank_hub_class_name_is_named_by_its_index(tmp_path):
     """A Hugging Face config whose id2label gives class 1 a blank name:
     keras-vit-predict names it "1" (with a warning), as keras-vit-export

@@ -112,6 +112,12 @@ def in_folder_order(model, class_names: Optional[Sequence[str]], inp):
             "name per class, in the model's output order.")
     folder_names = [name_key(n)
                     for n in folders.folder_index(inp.data_dir)[1]]
+    twins = sorted({n for n in folder_names if folder_names.count(n) > 1})
+    if twins:
+        raise UsageError(
+            f"Class folders of {inp.data_dir} differ only in how Unicode "
+            f"writes their names ({_few(twins)}: one with a composed "
+            "accent, one with a combining one): merge each pair.")
     subset = len(folder_names) < len(names) and set(folder_names) <= set(
         names) and len(set(names)) == len(names)
     strangers = [n for n in folder_names if n not in names]

@@ -329,12 +329,8 @@ def run(  # noqa: PLR0913 (the protocol's parts and options)
             break
         progress.finish()
         record.update(model=model_name, use_ema=accuracy.ema_weights(source))
-        # The task's line and the reports of all, together: a stop waits.
-        with atomic.signals_deferred():
-            records = _record(records, record, results_path, chief)
-            if chief:
-                reports.write_vtab_reports(output_dir, records, model_name,
-                                           not_run)
+        records = _publish(records, record, (results_path, output_dir),
+                           (model_name, not_run), chief)
     return _finish(records, not_run, preempted, output_dir, model_name,
                    chief)
 
@@ -363,6 +359,19 @@ def check_name(records: Sequence[Dict], model_name: str,
             f"{held[-1]!r}, not {model_name!r}: pass "
             f"--name={shlex.quote(held[-1])} to add to them, or another "
             "--output_dir.")
+
+
+def _publish(records: List[Dict], record: Dict, paths: tuple,
+             names: tuple, chief: bool) -> List[Dict]:
+    """`records` with the task's `record`, written with the reports of
+    all (`paths`: results.jsonl's and the output_dir; `names`: the model
+    name and the tasks not run), together: a stop waits for them."""
+    results_path, output_dir = paths
+    with atomic.signals_deferred():
+        records = _record(records, record, results_path, chief)
+        if chief:
+            reports.write_vtab_reports(output_dir, records, *names)
+    return records
 
 
 def _record(records: List[Dict], record: Dict, results_path: str,

@@ -2,9 +2,10 @@
 writer (`<host>-<pid>`), so that a later command removes the ones whose
 writer was killed outright (kill -9, a machine's crash), and only those.
 
-A writer of another machine sharing the folder (or of another container,
-with its own process numbers) is never judged: only this machine's
-processes that are no longer running.
+A writer of another machine sharing the folder is never judged: only
+this machine's processes (by its host name) that are no longer running.
+Containers that share a host name but not process numbers (a host
+network) would judge each other's: give each its own host name.
 """
 
 from __future__ import annotations
