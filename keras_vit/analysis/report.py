@@ -184,17 +184,10 @@ def _staging(output_dir: str) -> str:
     folder inside an image folder does not read it), and named after
     this process, so that a later run removes it if this one is killed
     (those that killed runs left are removed first)."""
-    remove_killed(output_dir)
-    return atomic.temporary_name(
-        os.path.join(output_dir, f".{leftovers.writer()}.analysis"))
-
-
-def remove_killed(output_dir: str) -> None:
-    """Removes the folders of figures that analyses killed outright
-    (kill -9) left in a local `output_dir`, unpublished: those of this
-    machine's processes no longer running."""
     leftovers.remove_killed(output_dir, _STAGING,
                             "the figures of an analysis")
+    return atomic.temporary_name(
+        os.path.join(output_dir, f".{leftovers.writer()}.analysis"))
 
 
 def remove_stale(output_dir: str, keep: Sequence[str]) -> None:

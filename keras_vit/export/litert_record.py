@@ -47,6 +47,13 @@ def written_paths(path: str) -> List[str]:
     return [str(path), labels_path(path), preprocessing_path(path)]
 
 
+def _read_record(record_path: str):
+    """The JSON of a preprocessing record, of its first _MAX_RECORD_BYTES
+    (a longer file does not parse: ValueError)."""
+    with tf.io.gfile.GFile(record_path, "rb") as f:
+        return json.loads(f.read(_MAX_RECORD_BYTES + 1)[:_MAX_RECORD_BYTES])
+
+
 def killed_export_files(path: str) -> List[str]:
     """The files beside the .tflite `path` that an export killed before
     its last step left (`written_paths`: published before the .tflite,
@@ -57,9 +64,7 @@ def killed_export_files(path: str) -> List[str]:
     if atomic.exists(path) or not atomic.exists(record_path):
         return []
     try:
-        with tf.io.gfile.GFile(record_path, "rb") as f:
-            record = json.loads(f.read(_MAX_RECORD_BYTES + 1)[
-                :_MAX_RECORD_BYTES])
+        record = _read_record(record_path)
         digest = record.get("tflite_sha256")
         names = record.get("labels_sha256")
     except (ValueError, TypeError, AttributeError, RecursionError):
@@ -129,9 +134,7 @@ def read_resize(path: str, image_size: Sequence[int],
     if not tf.io.gfile.exists(record_path):
         return None, False
     try:
-        with tf.io.gfile.GFile(record_path, "rb") as f:
-            record = json.loads(f.read(_MAX_RECORD_BYTES + 1)[
-                :_MAX_RECORD_BYTES])
+        record = _read_record(record_path)
         size, resize = list(record["image_size"]), record["resize_size"]
         if not all(_is_int(n) for n in size + [resize or 0]):
             raise ValueError("not whole numbers")

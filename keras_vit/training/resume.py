@@ -130,15 +130,14 @@ def check_same_classes(workdir: str, ckpt_dir: str, class_names) -> None:
     the run's labels.txt (a class folder renamed, added or removed): the
     head's outputs would change meaning under its trained weights."""
     saved = wd.read_class_names(workdir)
-    if not saved or not class_names or [name_key(n) for n in saved] == [
-            name_key(n) for n in class_names]:  # (é as é, either way)
+    if not saved or not class_names:
         return
-    if not checkpoint_list.listed(ckpt_dir):
+    saved_keys, keys = ([name_key(n) for n in names]  # (é as é)
+                        for names in (saved, class_names))
+    if saved_keys == keys or not checkpoint_list.listed(ckpt_dir):
         return
-    keys, saved_keys = ({name_key(n) for n in names}
-                        for names in (class_names, saved))
-    gone = [n for n in saved if name_key(n) not in keys]
-    new = [n for n in class_names if name_key(n) not in saved_keys]
+    gone = [n for n, k in zip(saved, saved_keys) if k not in keys]
+    new = [n for n, k in zip(class_names, keys) if k not in saved_keys]
     what = " and ".join(part for part in (
         f"lacks {shorten(', '.join(gone))}" if gone else "",
         f"adds {shorten(', '.join(new))}" if new else "",
