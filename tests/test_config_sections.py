@@ -111,6 +111,9 @@ _CHANGED_SINCE = {
     # resize_small); an earlier run's config resized both sides.
     "augreg_i1k": {("input", "pp", "eval_keep_aspect"): True},
     "plain_vit_i1k": {("input", "pp", "eval_keep_aspect"): True},
+    # ImageNet's few-shot pool is big_vision's (it was train[:10%]).
+    "fewshot": {("evals", "fewshot", "datasets", "imagenet", "train_split"):
+                "train[:65000]"},
 }
 
 

@@ -283,7 +283,7 @@ def test_features_are_the_same_under_two_replicas():
 def test_missing_data_is_reported_and_others_run(tmp_path):
     model = tiny_digits_model()
     sets = [
-        fewshot.FewShotData("imagenet", "imagenet2012", "train[:10%]",
+        fewshot.FewShotData("imagenet", "imagenet2012", "train[:65000]",
                             "validation", str(tmp_path)),
         fewshot.FewShotData("digits", "digits", "train", "test"),
     ]
@@ -350,7 +350,7 @@ def test_imagenet_names_its_manual_files_in_the_manual_dir(tmp_path):
     instructions = tfds.builder("imagenet2012").MANUAL_DOWNLOAD_INSTRUCTIONS
     assert all(name in instructions for name in files)
     manual = tmp_path / "mine"
-    data = fewshot.FewShotData("imagenet", "imagenet2012", "train[:10%]",
+    data = fewshot.FewShotData("imagenet", "imagenet2012", "train[:65000]",
                                "validation", str(tmp_path / "data"),
                                str(manual))
     manual.mkdir()
@@ -398,3 +398,30 @@ def test_each_finished_data_set_is_reported_before_the_next(tmp_path,
         saved = json.load(f)
     assert list(saved["results"]) == ["first"] and saved["model"] == "tiny"
     assert "| first |" in (tmp_path / fewshot_reports.FEWSHOT_MD).read_text()
+
+
+def test_the_default_data_sets_are_big_vision_s():
+    """`--config=fewshot` probes big_vision's few-shot data sets
+    (configs/common_fewshot.py), each with its pool of shots and its test
+    split; ImageNet's pool is the first 65,000 training images, which hold
+    at least 30 of each class (its comment), so the shots are big_vision's.
+    TFDS's cars196 is named without big_vision's version pin (2.1.0)."""
+    from keras_vit.configs import fewshot as fewshot_config
+
+    big_vision = {
+        "caltech": ("caltech101", "train", "test"),
+        "cars": ("cars196", "train", "test"),
+        "cifar100": ("cifar100", "train", "test"),
+        "dtd": ("dtd", "train", "test"),
+        "imagenet": ("imagenet2012", "train[:65000]", "validation"),
+        "pets": ("oxford_iiit_pet", "train", "test"),
+        "uc_merced": ("uc_merced", "train[:1000]", "train[1000:]"),
+    }
+    config = fewshot_config.get_config()
+    got = {name: (d.dataset, d.train_split, d.test_split)
+           for name, d in config.evals.fewshot.datasets.items()}
+    assert got == big_vision
+    assert config.input.pp.eval_resize_size == 256
+    assert not config.input.pp.eval_keep_aspect
+    assert (list(config.evals.fewshot.shots), config.evals.fewshot.l2_reg,
+            len(config.evals.fewshot.seeds)) == ([1, 5, 10, 25], 1024.0, 3)
