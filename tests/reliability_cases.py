@@ -331,6 +331,21 @@ _CASES = [
         "exit status 1",
     ),
     Case(
+        "two_evaluations_one_output_folder", FAULT, "evaluation",
+        "keras-vit-evaluate --mode=vtab or --mode=fewshot into an "
+        "--output_dir that another such run is writing (of another model, "
+        "recipe or data sets)",
+        "One line, before the model loads; exit status 1; the other run's "
+        "results are whole. Each run checks the results in the folder when "
+        "it starts: two at once would write one model's among the other's. "
+        "The run holds a lock on the folder (not on gs://) until it ends. "
+        "--mode=eval checks its results file again as it writes it: "
+        "another model's, written meanwhile, is refused, not replaced.",
+        ("Another process is running the few-shot evaluation in",
+         "give this run another --output_dir."),
+        "exit status 1",
+    ),
+    Case(
         "two_runs_one_workdir", FAULT, "training",
         "keras-vit-train started on a workdir that another keras-vit-train "
         "is training (a second terminal, a job scheduled twice)",

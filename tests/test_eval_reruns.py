@@ -15,11 +15,12 @@ from keras_vit import config as config_lib
 from keras_vit import create_model
 from keras_vit.checkpoint import loader as pretrained
 from keras_vit.checkpoint import weights as checkpoint
-from keras_vit.commands import eval_mode
+from keras_vit.commands import eval_mode, result_file
 from keras_vit.commands import evaluate as evaluate_main
 from keras_vit.data import overlaps, sources
 from keras_vit.errors import UsageError
 from keras_vit.evaluation import fewshot_reports, linear_probe, vtab_run
+from keras_vit.storage import atomic
 from keras_vit.storage import workdir as wd
 from keras_vit.training import model_init, train_lib
 from tests import tiny as tiny_configs
@@ -127,16 +128,47 @@ def test_a_result_file_of_another_split_resize_or_weights_is_kept(tmp_path):
                 resize_size=None, use_ema=True, image_size=[16, 16])
     with open(path, "w") as f:
         json.dump(held, f)
-    eval_mode.check_result_file(path, "/r", None, dict(held))
+    result_file.check(path, "/r", None, dict(held))
     for field, value, what in (("split", "test[:5]", "split"),
                                ("resize_size", 20, "resize size"),
                                ("use_ema", False, "choice of EMA weights")):
         with pytest.raises(UsageError, match=f"another {what}"):
-            eval_mode.check_result_file(path, "/r", None,
-                                        dict(held, **{field: value}))
+            result_file.check(path, "/r", None,
+                              dict(held, **{field: value}))
     # A file that names no data folder (TFDS's default) is no other one:
     # the same evaluation with --data_dir writes it again.
-    eval_mode.check_result_file(path, "/r", "/tfds", dict(held))
+    result_file.check(path, "/r", "/tfds", dict(held))
+
+
+def test_a_result_written_meanwhile_by_another_model_is_not_replaced(
+        tmp_path, monkeypatch):
+    """Two evaluations into one folder, of two models named alike: the
+    file that the other wrote after this one's check (at its start) is
+    found as this one writes, and kept; a file of this model's own is
+    replaced, also where it appears as this one publishes."""
+    path = str(tmp_path / "eval_digits_test_run.json")
+    facts = dict(model_location="/a/run", data_dir=None, split="test")
+    result_file.check(path, "/a/run", None, facts)  # none there yet
+    other = dict(facts, model_location="/b/run", accuracy=0.9)
+    with open(path, "w") as f:
+        json.dump(other, f)
+    with pytest.raises(UsageError, match=r"another model \(/b/run, now "
+                       r"/a/run\): pass --name=NAME"):
+        result_file.write(path, json.dumps(dict(facts, accuracy=0.4)),
+                          facts)
+    assert _read(path) == other
+    mine = dict(facts, accuracy=0.5)
+    real = atomic.atomic_write
+
+    def made_meanwhile(where, text, replace=True):
+        if not replace:  # this model's file, written as this one is
+            real(where, json.dumps(facts))
+        real(where, text, replace=replace)
+
+    os.remove(path)
+    monkeypatch.setattr(atomic, "atomic_write", made_meanwhile)
+    result_file.write(path, json.dumps(mine), facts)
+    assert _read(path) == mine
 
 
 def test_another_kind_of_data_does_not_inherit_the_runs_data_dir():

@@ -25,6 +25,7 @@ from keras_vit.checkpoint import weights as checkpoint
 from keras_vit.checkpoint.formats import npz as checkpoint_io
 from keras_vit.checkpoint.resolution import rebuild_at_resolution
 from keras_vit.commands import evaluate as evaluate_main
+from keras_vit.commands import result_file
 from keras_vit.data import pipeline as input_pipeline
 from keras_vit.data import preprocessing
 from keras_vit.data.sources import digits_split
@@ -1262,20 +1263,19 @@ def test_class_names_match_in_either_unicode_form(tmp_path, capsys):
 def test_an_eval_file_of_another_data_folder_is_not_overwritten(tmp_path):
     """--mode=eval's file names carry the data set, not the data folder:
     a file of another folder (photos/ then photos_b/) is refused."""
-    from keras_vit.commands import eval_mode
 
     path = str(tmp_path / "eval_folder_val.json")
     with open(path, "w") as f:
         json.dump({"model_location": "/runs/run",
                    "data_dir": str(tmp_path / "photos")}, f)
-    eval_mode.check_result_file(path, "/runs/run", str(tmp_path / "photos"))
+    result_file.check(path, "/runs/run", str(tmp_path / "photos"))
     with pytest.raises(UsageError, match=r"another data folder \(.*photos, "
                        r"now .*photos_b\): pass --name=NAME"):
-        eval_mode.check_result_file(path, "/runs/run",
+        result_file.check(path, "/runs/run",
                                     str(tmp_path / "photos_b"))
     with pytest.raises(UsageError, match=r"another model \(/runs/run, now "
                        r"/other/run\)"):
-        eval_mode.check_result_file(path, "/other/run",
+        result_file.check(path, "/other/run",
                                     str(tmp_path / "photos"))
     # A file this command did not write (its writes are whole): kept,
     # named. Before, it was overwritten without a word.
@@ -1286,7 +1286,7 @@ def test_an_eval_file_of_another_data_folder_is_not_overwritten(tmp_path):
         with pytest.raises(UsageError, match=f"is no results file of this "
                            f"command \\({why}\\), and is not overwritten: "
                            "move it away, or pass --name=NAME"):
-            eval_mode.check_result_file(path, "/runs/run", None)
+            result_file.check(path, "/runs/run", None)
         assert open(path).read() == text
 
 

@@ -880,6 +880,39 @@ def test_a_second_training_of_a_workdir_in_training_is_refused(tmp_path):
         pass
 
 
+@covers("two_evaluations_one_output_folder")
+def test_a_second_evaluation_into_a_folder_in_use_is_refused(
+        small_run, tmp_path):
+    """keras-vit-evaluate --mode=fewshot or --mode=vtab into an output
+    folder that another such run holds: one line, nothing written there;
+    once that run has ended, the same command runs."""
+    out = tmp_path / "results"
+    out.mkdir()
+    (out / "fewshot.json").write_text("{}")  # the other run's, so far
+    probe = ["--mode=fewshot", "--config=fewshot:digits",
+             "--config.model.image_size=16",
+             "--config.input.pp.eval_resize_size=16",
+             f"--workdir={small_run}", f"--output_dir={out}"]
+    vtab = ["--mode=vtab", "--config=vtab", "--tasks=dtd",
+            f"--workdir={small_run}", f"--output_dir={out}"]
+    with run_lock.held(str(out), "few-shot evaluation"):  # the other run
+        refused = [console.run("evaluate", args) for args in (probe, vtab)]
+    for result, what in zip(refused, ("few-shot", "VTAB-1k")):
+        assert result.returncode == 1, result.stderr[-3000:]
+        assert result.stderr.strip().splitlines() == [
+            f"keras-vit-evaluate: error: Another process is running the "
+            f"{what} evaluation in {out} (it holds the folder's lock): let "
+            "it end or stop it (the same command then resumes), or give "
+            "this run another --output_dir."]
+    check_says("two_evaluations_one_output_folder", refused[0].stderr)
+    assert os.listdir(out) == ["fewshot.json"]
+    (out / "fewshot.json").unlink()
+    done = console.run("evaluate", probe)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads((out / "fewshot.json").read_text())["results"][
+        "digits"]
+
+
 def test_a_finished_run_is_read_where_it_cannot_be_written(
         small_run, tmp_path, monkeypatch):
     """A finished run on a read-only mount says it has finished (status

@@ -18,10 +18,10 @@ from keras_vit import config as config_lib
 from keras_vit.commands import config_args
 from keras_vit.commands import flags as cli
 from keras_vit.commands.lazy import lazy_module
-from keras_vit.errors import UsageError, one_line
+from keras_vit.errors import UsageError
 
 if TYPE_CHECKING:  # imported on first use: --help loads no TensorFlow
-    from keras_vit.commands import labels
+    from keras_vit.commands import labels, result_file
     from keras_vit.data import checks as data_checks
     from keras_vit.data import folders, overlaps, sources
     from keras_vit.data import pipeline as input_pipeline
@@ -31,6 +31,7 @@ if TYPE_CHECKING:  # imported on first use: --help loads no TensorFlow
     from keras_vit.training import distribute
 else:
     labels = lazy_module("keras_vit.commands.labels")
+    result_file = lazy_module("keras_vit.commands.result_file")
     data_checks = lazy_module("keras_vit.data.checks")
     folders = lazy_module("keras_vit.data.folders")
     overlaps = lazy_module("keras_vit.data.overlaps")
@@ -68,11 +69,6 @@ def model_source(values):
             "for a training run's."
         )
     return cli.model_source(values, given)
-
-
-def _write(path: str, text: str) -> None:
-    atomic.atomic_write(path, text)
-    logging.info("Wrote %s", path)
 
 
 def run_config(values, source):
@@ -152,7 +148,7 @@ def evaluate(values, source, strategy) -> Dict:
     if output_dir(values):
         result_path = os.path.join(output_dir(values), file_name(
             values, inp.dataset, split, image_size) + ".json")
-        check_result_file(result_path, facts["model_location"],
+        result_file.check(result_path, facts["model_location"],
                           facts["data_dir"], facts)
     batch = values.batch_size or (
         (run.evals.test.batch_size or run.input.batch_size) if run
@@ -175,7 +171,7 @@ def evaluate(values, source, strategy) -> Dict:
     text = wd.json_text(metrics)  # a NaN loss (overflow) as null
     print(text)
     if result_path and distribute.is_chief(strategy):  # one writer
-        _write(result_path, text + "\n")
+        result_file.write(result_path, text + "\n", facts)
     return metrics
 
 
@@ -235,63 +231,6 @@ def _split_errors(split: str, flag: str):
 
 # What a result file records beside its model and data folder that its
 # name may not tell: refused when it differs.
-_HELD_FACTS = (("split", "split"), ("resize_size", "resize size"),
-               ("keep_aspect", "resize (--keep_aspect)"),
-               ("use_ema", "choice of EMA weights (--no_ema)"),
-               ("image_size", "image size"))
-
-
-def check_result_file(path: str, location: str,
-                      data_dir: Optional[str],
-                      facts: Optional[Dict] = None) -> None:
-    """Refuses to overwrite `path` when it holds the results of another
-    model (`location`) or another data folder (`data_dir`; both as
-    `atomic.absolute` gives them), or with `facts` (this evaluation's
-    record) of another split, resize, image size or weights (EMA or
-    not): the file names carry the model's file name only (two runs
-    called `run` share one), and no result is overwritten by another. A
-    file in the model's own folder (a run's) naming a folder of its name
-    that is gone is its own, written before the run moved."""
-    if not atomic.exists(path):
-        return
-    try:
-        held = wd.read_json(path)
-    except (ValueError, UnicodeDecodeError) as error:  # (ours: atomic)
-        held = f"not JSON ({one_line(error)})"
-    if not isinstance(held, dict):  # someone's file, or one cut short
-        raise UsageError(
-            f"{path} is no results file of this command "
-            f"({held if isinstance(held, str) else 'not a JSON object'}), "
-            "and is not overwritten: move it away, or pass --name=NAME "
-            "(the file is named by it) or another --output_dir.")
-    facts = facts or {}
-    # A field the file holds (its resize None included) must agree; the
-    # model and data folder where the file names them.
-    # A run's own results in its own folder are its, where the folder
-    # they name is gone (the run moved) and had its name.
-    before = held.get("model_location")
-    own = (os.path.dirname(atomic.absolute(path)) == location
-           and isinstance(before, str) and "://" not in before
-           and os.path.basename(before) == os.path.basename(location)
-           and not os.path.exists(before))
-    checks = [("data_dir", data_dir, "data folder")] + [
-        (field, facts[field], what) for field, what in _HELD_FACTS
-        if field in facts and field in held]
-    if not own:
-        checks.insert(0, ("model_location", location, "model"))
-    for field, want, what in checks:
-        had = held.get(field, want)
-        # A model or data folder the file does not name (null) is no
-        # other one; a fact it holds, null included, must agree.
-        named = had is not None or field not in ("model_location",
-                                                 "data_dir")
-        if had != want and named:
-            raise UsageError(
-                f"{path} holds the results of another {what} ({had}, now "
-                f"{want}): pass --name=NAME (the file is named by it) or "
-                "another --output_dir, so that they are not overwritten.")
-
-
 def file_name(values, dataset: str, split: str, image_size) -> str:
     """eval_<data set>_<split>, and the model's name and the size where
     they are not the run's own (--model or --name, --image_size), the

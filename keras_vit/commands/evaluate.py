@@ -30,7 +30,7 @@ from absl import flags, logging
 
 from keras_vit import config as config_lib
 from keras_vit import config_limits
-from keras_vit.commands import eval_mode
+from keras_vit.commands import eval_mode, outputs
 from keras_vit.commands import flags as cli
 from keras_vit.commands import resize as cli_resize
 from keras_vit.commands.lazy import lazy_module
@@ -266,17 +266,12 @@ def _vtab_mode(values, source, strategy) -> Dict:
     # Finished tasks and trials are read back from there: one folder.
     output_dir = eval_mode.output_dir(values)
     reports.require_charts()  # before the first task, not after it
-    made = atomic.make_folders(output_dir)
-    if distribute.is_multi_worker(strategy):
-        made = None  # the workers share it
-    # A refusal leaves no empty folder of its making.
-    with atomic.removed_if_refused(output_dir, made, UsageError):
-        distribute.check_shared(output_dir, "output folder", strategy)
-        out = vtab_run.run(values.config, source, output_dir,
-                           train_lib.train_and_evaluate, strategy,
-                           tasks=values.tasks, model_name=values.name,
-                           chief=distribute.is_chief(strategy),
-                           in_turn=distribute.prepare_in_turn(strategy))
+    distribute.check_shared(output_dir, "output folder", strategy)
+    out = vtab_run.run(values.config, source, output_dir,
+                       train_lib.train_and_evaluate, strategy,
+                       tasks=values.tasks, model_name=values.name,
+                       chief=distribute.is_chief(strategy),
+                       in_turn=distribute.prepare_in_turn(strategy))
     md = out["files"].get("markdown")
     if out["preempted"]:
         raise Preempted(
@@ -370,11 +365,18 @@ def _main(values: flags.FlagValues, args: list) -> None:
     source = eval_mode.model_source(values)
     strategy = cli.strategy(values, values.config,
                             training=values.mode == "vtab")
+    if values.mode != "eval":
+        with outputs.results_held(
+                eval_mode.output_dir(values), values.mode,
+                shared=distribute.is_multi_worker(strategy),
+                chief=distribute.is_chief(strategy)):
+            {"fewshot": _fewshot_mode, "vtab": _vtab_mode}[values.mode](
+                values, source, strategy)
+        return
     try:
-        {"eval": eval_mode.evaluate, "fewshot": _fewshot_mode,
-         "vtab": _vtab_mode}[values.mode](values, source, strategy)
+        eval_mode.evaluate(values, source, strategy)
     except UsageError as error:
-        if values.mode != "eval" or values.config is not None:
+        if values.config is not None:
             raise
         raise UsageError(eval_mode.in_eval_flags(str(error))) from None
 

@@ -6,6 +6,7 @@ commands."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 from typing import Optional, Tuple
@@ -13,7 +14,7 @@ from typing import Optional, Tuple
 from absl import flags
 
 from keras_vit.errors import UsageError
-from keras_vit.storage import atomic
+from keras_vit.storage import atomic, run_lock
 
 
 def check_output_path(values: flags.FlagValues, name: str,
@@ -94,3 +95,26 @@ def check_not_written(path: str, flag: str) -> None:
         raise UsageError(
             f"{path} already exists: pass --overwrite to replace it, or "
             f"choose another --{flag}.")
+
+
+_HELD = {"vtab": "VTAB-1k evaluation", "fewshot": "few-shot evaluation"}
+
+
+@contextlib.contextmanager
+def results_held(output_dir: str, mode: str, shared: bool, chief: bool):
+    """A few-shot or VTAB-1k (`mode`) run's output folder, made where
+    missing and held (`run_lock`) for the run by the chief (`shared`: a
+    cluster's workers, which share it): each run checks the results there
+    when it starts, so two at once would write one model's (or recipe's)
+    results among the other's. A run that leaves the folder empty
+    (refused, stopped at once) removes what it made."""
+    made = atomic.make_folders(output_dir)
+    if shared:
+        made = None  # another worker's too: never removed here
+    with atomic.removed_if_refused(output_dir, made):
+        if chief:
+            with run_lock.held(output_dir, _HELD[mode],
+                               "give this run another --output_dir"):
+                yield
+        else:
+            yield

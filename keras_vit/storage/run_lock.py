@@ -1,4 +1,5 @@
-"""One training process per run directory.
+"""One training process per run directory (and one VTAB-1k or few-shot
+evaluation per output folder).
 
 Two `keras-vit-train` started on one workdir would both resume from its
 newest checkpoint and then write the same checkpoints, history and
@@ -31,8 +32,10 @@ _BUSY = (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES)
 
 
 @contextlib.contextmanager
-def held(workdir: str, what: str = "training run"):
-    """Holds the workdir's lock for the block.
+def held(workdir: str, what: str = "training run",
+         elsewhere: str = "give this run another folder"):
+    """Holds the workdir's lock for the block: `what` runs there (an
+    evaluation's output folder too); `elsewhere`, the refusal's fix.
 
     Raises:
         UsageError: another process holds it (a run of `workdir` still
@@ -57,8 +60,8 @@ def held(workdir: str, what: str = "training run"):
                 raise UsageError(
                     f"Another process is running the {what} in {workdir} "
                     "(it holds the folder's lock): let it end or stop it "
-                    "(the same command then resumes), or give this run "
-                    "another folder.") from None
+                    f"(the same command then resumes), or {elsewhere}."
+                    ) from None
         yield
     finally:
         os.close(fd)  # lets go of the lock
