@@ -486,6 +486,34 @@ _CASES = [
         "exit status 1",
     ),
     Case(
+        "multiworker_chief_fails_at_end", FAULT, "multi-worker",
+        "The chief fails after the final evaluation, before the run is "
+        "finished (its export, or metrics.json, on a full disk)",
+        "The chief stops with its own line, and every other worker with "
+        "one line (status 1) saying that the run is not finished. Before, "
+        "they said their work was complete and exited with status 0, so "
+        "a scheduler restarted the chief alone, which then waited for "
+        "them.",
+        ("The chief left before it finished the run",
+         "run the same command on every worker again to finish it."),
+        "exit status 1",
+    ),
+    Case(
+        "multiworker_other_settings", FAULT, "multi-worker",
+        "The workers of a cluster run with other settings: another "
+        "--config.schedule.lr on one, or copies of an image folder of "
+        "other sizes under a run counted in epochs (each counts its steps "
+        "from its own copy)",
+        "Every worker stops alike before its first step (status 1), with "
+        "one line naming the config sections that differ. Before, they "
+        "trained other weights into one checkpoint without a word, failed "
+        "inside TensorFlow, or waited forever.",
+        ("workers run with other settings: their --config.schedule settings "
+         "differ",
+         "run the same command, with the same data, on every worker."),
+        "exit status 1",
+    ),
+    Case(
         "multiworker_folder_not_shared", BAD_INPUT, "multi-worker",
         "Each worker with a folder of its own under the workdir they name "
         "(a local disk on every host), for keras-vit-train and for "

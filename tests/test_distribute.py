@@ -19,7 +19,14 @@ import tensorflow as tf
 
 from keras_vit import optim
 from keras_vit.errors import PREEMPTED_EXIT_CODE
-from keras_vit.training import cluster, distribute, interrupt, loop, train_lib
+from keras_vit.training import (
+    cluster,
+    distribute,
+    interrupt,
+    loop,
+    tf_config,
+    train_lib,
+)
 from tests import tiny
 from tests.strategies import two_cpu_mirrored
 
@@ -285,6 +292,27 @@ def test_malformed_tf_config_fails_clearly(monkeypatch, tf_config):
         distribute.create_strategy("multiworker")
 
 
+@pytest.mark.parametrize("cluster_jobs, says", [
+    ({"chief": ["a:1"], "worker": ["b:2"], "ps": ["c:3"]},
+     "TF_CONFIG's cluster has a 'ps' job: --strategy=multiworker trains on "
+     "the chief and the workers alone (no parameter servers): leave it out "
+     "of TF_CONFIG."),
+    ({"worker": ["a:1", "a:1"]},
+     "TF_CONFIG's cluster names a:1 for two tasks: give each chief and "
+     "worker an address of its own."),
+    ({"chief": ["a:1"], "worker": ["a:1"]}, "names a:1 for two tasks"),
+])
+def test_a_tf_config_that_forms_no_cluster_is_refused(
+        monkeypatch, cluster_jobs, says):
+    """A parameter-server job, or an address given to two tasks, passed
+    the check that every address answers, then each worker waited until
+    connect_timeout_s and exited with no line."""
+    monkeypatch.setenv("TF_CONFIG", json.dumps({
+        "cluster": cluster_jobs, "task": {"type": "worker", "index": 0}}))
+    with pytest.raises(cluster.SetupError, match=re.escape(says)):
+        distribute.create_strategy("multiworker")
+
+
 def test_a_cluster_host_with_a_one_host_strategy_is_refused(monkeypatch):
     """A host of a TF_CONFIG cluster started with a one-host strategy
     would train alone and write the shared workdir as its chief: refused,
@@ -318,7 +346,7 @@ def test_a_cluster_host_with_a_one_host_strategy_is_refused(monkeypatch):
     monkeypatch.setenv("TF_CONFIG", json.dumps({
         "cluster": {"chief": ["127.0.0.1:1"]},
         "task": {"type": "chief", "index": 0}}))
-    assert distribute._check_tf_config()
+    assert tf_config.check()
 
 
 def test_an_evaluation_batch_the_replicas_do_not_split_is_refused_first(

@@ -1521,3 +1521,37 @@ def test_a_best_checkpoint_saved_but_not_recorded_is_recorded_again(
     assert (now["step"], now["accuracy"]) == (
         best["step"], pytest.approx(best["accuracy"], abs=1e-6)) or (
         now["step"] == 6 and now["accuracy"] > best["accuracy"])
+
+
+def test_a_checkpoint_removed_as_it_is_read_gives_way_to_the_newer_one(
+        tmp_path, caplog):
+    """A run still training with checkpoints.keep=1 removes the checkpoint
+    an evaluation listed before the evaluation reads it, and saves a newer
+    one: that one is read (it was called damaged, the newer never tried).
+    One whose files are there but cannot be used gives way to the one
+    before it; none usable: each named with its reason."""
+    folder = tmp_path / "checkpoints"
+    folder.mkdir()
+    old, new = str(folder / "ckpt-2"), str(folder / "ckpt-4")
+    (folder / "ckpt-2.index").write_text("")
+    listings = iter([[old], [new]])
+
+    def use(path):
+        if path == old:  # rotated away by the run, ckpt-4 saved
+            os.remove(old + ".index")
+            (folder / "ckpt-4.index").write_text("")
+            return "Failed to find any matching files"
+        return None
+
+    caplog.set_level("INFO")
+    assert checkpoint_list.first_usable(lambda: next(listings), use)[0] == new
+    assert "ckpt-2 was removed as it was read" in caplog.text
+    damaged = {new: "a NaN", old: None}
+    (folder / "ckpt-2.index").write_text("")
+    got, failed = checkpoint_list.first_usable(lambda: [new, old],
+                                               damaged.get)
+    assert (got, failed) == (old, ["ckpt-4 (a NaN)"])
+    got, failed = checkpoint_list.first_usable(
+        lambda: [new, old], lambda path: "unreadable")
+    assert got is None and failed == ["ckpt-4 (unreadable)",
+                                      "ckpt-2 (unreadable)"]

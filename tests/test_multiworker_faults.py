@@ -638,3 +638,63 @@ def test_a_chief_that_cannot_prepare_the_data_stops_every_worker(tmp_path):
     text = workers[1].text()
     check_says("multiworker_tfds_chief_lost", _error_line(text))
     _no_traceback(text)
+
+
+@pytest.mark.slow
+@covers("multiworker_other_settings")
+def test_workers_with_other_settings_stop_before_they_train(tmp_path):
+    """Two workers of one cluster, one with another learning rate: every
+    worker stops alike, with one line naming the section, before a step
+    (they trained other weights into one checkpoint without a word); the
+    data's folder may differ (a copy on each host)."""
+    hosts = [f"127.0.0.1:{p}" for p in harness.free_ports(2)]
+    workdir = str(tmp_path / "run")
+    workers = [harness.train(workdir, str(tmp_path / f"w{i}.log"), 20,
+                             hosts, i, args)
+               for i, args in enumerate((
+                   [], ["--config.schedule.lr=0.003",
+                        f"--config.input.data_dir={tmp_path / 'copy'}"]))]
+    codes = harness.wait_all(workers, timeout=300)
+    assert codes == [1, 1], "\n".join(w.text()[-3000:] for w in workers)
+    lines = [[line for line in w.text().splitlines()
+              if line.startswith(ERROR)] for w in workers]
+    assert [len(x) for x in lines] == [1, 1], lines
+    assert lines[0] == lines[1]
+    assert lines[0][0] == (
+        f"{ERROR}The 2 workers run with other settings: their "
+        "--config.schedule settings differ (their command lines, or their "
+        "copies of "
+        "the data, from which a run counted in epochs counts its steps): "
+        "run the same command, with the same data, on every worker.")
+    check_says("multiworker_other_settings", lines[0][0])
+    _no_traceback(workers[0].text() + workers[1].text())
+    assert not os.path.exists(os.path.join(workdir, "checkpoints"))
+
+
+@pytest.mark.slow
+@covers("multiworker_chief_fails_at_end")
+def test_a_chief_that_fails_at_the_end_stops_the_others_unfinished(
+        tmp_path):
+    """The chief's metrics.json write fails (a full disk) after the final
+    evaluation: the chief names the disk, the other worker says the run
+    is not finished (it said its work was complete, status 0)."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(patch_on_import(
+        "keras_vit.storage.workdir", "write_json",
+        "    if str(args[0]).endswith('metrics.json'):\n"
+        "        raise OSError(28, 'No space left on device', args[0])\n"
+        "    return original(*args, **kwargs)"))
+    hosts = [f"127.0.0.1:{p}" for p in harness.free_ports(2)]
+    workdir = str(tmp_path / "run")
+    workers = [harness.train(
+        workdir, str(tmp_path / f"w{i}.log"), 4, hosts, i,
+        **({} if i else {"PYTHONPATH": f"{site}{os.pathsep}{ROOT}"}))
+        for i in range(2)]
+    codes = harness.wait_all(workers, timeout=300)
+    assert codes == [1, 1], "\n".join(w.text()[-3000:] for w in workers)
+    chief, other = (_error_line(w.text()) for w in workers)
+    assert "No space left on device" in chief or "disk is full" in chief
+    check_says("multiworker_chief_fails_at_end", other)
+    _no_traceback(workers[0].text() + workers[1].text())
+    assert not os.path.exists(os.path.join(workdir, "metrics.json"))

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import re
 import time
-from typing import List, Optional
+from typing import Callable, List, Optional, Tuple
 
 import tensorflow as tf
 from absl import logging
@@ -49,6 +49,41 @@ def latest(directory: str) -> Optional[str]:
         if tf.io.gfile.exists(path + ".index"):
             return path
     return None
+
+
+def first_usable(paths: Callable[[], List[str]],
+                 use: Callable[[str], Optional[str]]
+                 ) -> Tuple[Optional[str], List[str]]:
+    """The newest checkpoint that `use` reads (it returns None, else why
+    it cannot be used), trying each older one after one that cannot be;
+    `paths()` lists them, newest first (`listed`), and is asked again
+    where a checkpoint's files went while it was read: a run still
+    training removed it, and saved a newer one. Returns (that checkpoint
+    or None, "ckpt-N (why)" of each that could not be used)."""
+    tried, failed = set(), []
+    for _ in range(_RELISTS):
+        fresh = [path for path in paths() if path not in tried]
+        for i, path in enumerate(fresh):
+            tried.add(path)
+            why = use(path)
+            if why is None:
+                return path, failed
+            failed.append(f"{os.path.basename(path)} ({why})")
+            if not tf.io.gfile.exists(path + ".index"):
+                logging.info("Checkpoint %s was removed as it was read (a "
+                             "run still training): listing them again.",
+                             path)
+                break
+            if i + 1 < len(fresh):
+                logging.warning("Checkpoint %s cannot be used (%s): loading "
+                                "the one before it.", path, why)
+        else:
+            return None, failed
+    return None, failed
+
+
+# How many times `first_usable` lists the checkpoints again at most.
+_RELISTS = 10
 
 
 def step_of(path: Optional[str]) -> Optional[int]:

@@ -35,7 +35,6 @@ from typing import Any, List, Optional
 import keras
 import numpy as np
 import tensorflow as tf
-from absl import logging
 
 from keras_vit import build
 from keras_vit import config as config_lib
@@ -322,21 +321,19 @@ def restore_model(workdir: str, *, use_ema: bool = True, checkpoint=None):
             check_checkpoint(path, model, reader, labels)
             checkpoint_graph.read_into(path, model, optimizer, reader)
     ema = use_ema and getattr(optimizer, "use_ema", False)
-    damaged = []
-    for i, path in enumerate(paths):
+
+    def use(path):  # None, or why it cannot be used
         try:
             read(path)
-            why = _nonfinite(ema_variables(optimizer) if ema
-                             else model.weights)
-            if why is None:
-                break
+            return _nonfinite(ema_variables(optimizer) if ema
+                              else model.weights)
         except DAMAGE as error:  # a truncated or missing file
-            why = one_line(error)[:120]
-        damaged.append(f"{os.path.basename(path)} ({why})")
-        if i + 1 < len(paths):
-            logging.warning("Checkpoint %s cannot be used (%s): loading the "
-                            "one before it.", path, why)
-    else:
+            return one_line(error)[:120]
+
+    chosen, damaged = checkpoint_list.first_usable(
+        lambda: paths if checkpoint else checkpoint_list.listed(directory),
+        use)
+    if chosen is None:
         raise UsageError(
             f"No checkpoint of {workdir} can be used: {'; '.join(damaged)}. "
             "Files damaged or incomplete (a full disk, an interrupted copy): "

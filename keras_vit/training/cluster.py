@@ -329,7 +329,8 @@ def stop_watchers(handler) -> None:
             stop()
 
 
-def finish(all_reduce: Callable[[], object], handler) -> None:
+def finish(all_reduce: Callable[[], object], handler,
+           finished: Optional[Callable[[], bool]] = None) -> None:
     """Ends a multi-worker run on this worker once every worker got here.
 
     SIGTERM ends the process at once from here on (the run is complete or
@@ -342,6 +343,9 @@ def finish(all_reduce: Callable[[], object], handler) -> None:
     Args:
         all_reduce: a collective over all workers (e.g. `any_worker`).
         handler: the run's PreemptionCheckpointHandler, or None.
+        finished: whether the chief finished the run (metrics.json),
+            asked where the collective fails: where not, a SetupError (it
+            failed after the final evaluation); None: a stopped run.
     """
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -350,6 +354,11 @@ def finish(all_reduce: Callable[[], object], handler) -> None:
         all_reduce()
         exit_barrier.wait_at_exit()
     except tf.errors.OpError as e:
+        if finished is not None and not finished():
+            raise SetupError(
+                f"The chief left before it finished the run "
+                f"({first_line(e)}): its log says why; run the same "
+                "command on every worker again to finish it.") from None
         # The run's results are saved; a worker that left early changes
         # nothing about them.
         logging.warning(

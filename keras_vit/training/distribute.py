@@ -41,7 +41,7 @@ from keras_vit.errors import (  # noqa: F401 (Preempted: raised here)
     Preempted,
     UsageError,
 )
-from keras_vit.training import cluster, data_turn, shared_folder
+from keras_vit.training import cluster, data_turn, shared_folder, tf_config
 from keras_vit.training import tpu as tpu_lib
 from keras_vit.training.cluster import SetupError
 
@@ -198,7 +198,7 @@ def _cpu_mirrored(count: int) -> tf.distribute.MirroredStrategy:
 def _multi_worker(timeout: float) -> tf.distribute.Strategy:
     """MultiWorkerMirroredStrategy once every worker of TF_CONFIG answers,
     within `timeout` seconds."""
-    if not _check_tf_config():
+    if not tf_config.check():
         return tf.distribute.MultiWorkerMirroredStrategy()
     tasks, me = cluster.cluster_tasks()
     if me is None:
@@ -214,48 +214,6 @@ def _multi_worker(timeout: float) -> tf.distribute.Strategy:
     )
     return cluster.run_guarded(tf.distribute.MultiWorkerMirroredStrategy,
                                timeout)
-
-
-def _check_tf_config() -> bool:
-    """A readable error for a malformed TF_CONFIG (TensorFlow's own is a
-    JSON traceback deep inside the resolver). False without TF_CONFIG."""
-    raw = os.environ.get("TF_CONFIG")
-    if not raw:
-        logging.warning(
-            "MultiWorkerMirroredStrategy without TF_CONFIG: training on this "
-            "host only. Set TF_CONFIG to the cluster and this task's place "
-            "in it on every worker."
-        )
-        return False
-    try:
-        spec = json.loads(raw)
-        workers = (spec["cluster"].get("chief", [])
-                   + spec["cluster"].get("worker", []))
-        task = spec["task"]
-        task["type"], int(task["index"])
-        if not workers:
-            raise KeyError("no chief or worker task")
-        for address in workers:
-            host, _, port = address.rpartition(":")
-            if not host or not 0 < int(port) < 65536:
-                raise UsageError(f"{address!r} is not host:port")
-    except (ValueError, KeyError, TypeError, AttributeError) as e:
-        raise SetupError(
-            "TF_CONFIG must be JSON like {\"cluster\": {\"worker\": "
-            "[\"host1:port\", \"host2:port\"]}, \"task\": {\"type\": "
-            f"\"worker\", \"index\": 0}}}}; got {raw!r} ({e!r})."
-        ) from None
-    if task["type"] not in ("chief", "worker"):
-        raise SetupError(
-            f"TF_CONFIG's task is of type {task['type']!r}: training runs "
-            "on the chief and the workers. On an evaluator, evaluate the "
-            "run with keras-vit-evaluate --model=<workdir> (no "
-            "--strategy=multiworker).")
-    logging.info(
-        "MultiWorkerMirroredStrategy: %d workers, this is %s %s.",
-        len(workers), task["type"], task["index"],
-    )
-    return True
 
 
 def is_chief(strategy: tf.distribute.Strategy) -> bool:

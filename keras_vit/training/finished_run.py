@@ -21,7 +21,12 @@ from keras_vit import errors
 from keras_vit.errors import UsageError
 from keras_vit.storage import checkpoint_list
 from keras_vit.storage import workdir as wd
-from keras_vit.training import distribute, exit_barrier, model_init
+from keras_vit.training import (
+    distribute,
+    exit_barrier,
+    model_init,
+    same_settings,
+)
 
 
 def finished_before(config, workdir: str, length: str,
@@ -33,6 +38,7 @@ def finished_before(config, workdir: str, length: str,
     workers of a cluster then leave together (`exit_barrier`)."""
     total = int(config.trainer.total_steps)
     if distribute.is_multi_worker(strategy):
+        same_settings.check(config, strategy)  # the first vote
         finished = _agreed(config, workdir, total, strategy, length)
     else:
         finished = _read(config, workdir, total, length)

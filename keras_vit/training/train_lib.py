@@ -3,8 +3,7 @@
 `train_and_evaluate` builds the model, optimizer, trainer, data and
 checkpoints of a config, resumes from the workdir's latest complete
 checkpoint (or initialises from `config.init`), and hands over to the host
-loop in `keras_vit.training.loop`.
-"""
+loop in `keras_vit.training.loop`."""
 
 from __future__ import annotations
 
@@ -241,8 +240,7 @@ def _started_architecture(config, workdir: str):
 
 
 def _check_backend(policy: str) -> None:
-    """Refuses another Keras backend than TensorFlow's (the loop is
-    tf.distribute's), and remat="dots" (JAX's), before the workdir."""
+    """Refuses a backend other than TensorFlow, and remat="dots"."""
     errors.check_tensorflow_backend(keras.backend.backend(),
                                     "the training loop is tf.distribute's")
     remat.check_backend(policy)
@@ -256,8 +254,10 @@ def _part(run: run_parts.Run, on_end, final: Dict) -> Dict:
             final.update(on_end(final) or {})
     finally:
         if distribute.is_multi_worker(run.strategy):
-            cluster.finish(lambda: distribute.any_worker(run.strategy,
-                                                         False), run.handler)
+            cluster.finish(
+                lambda: distribute.any_worker(run.strategy, False),
+                run.handler, None if final.get("preempted") else lambda:
+                atomic.exists(os.path.join(run.workdir, wd.METRICS)))
     return final
 
 
