@@ -125,10 +125,16 @@ def _closed_port():
     ("my-tpu", {"fail_resolver": RuntimeError("HttpError 404 not found")},
      "Cannot set up the TPU `tpu`=my-tpu (RuntimeError: HttpError 404 not "
      "found). Check the name and that the TPU is ready, or run on a TPU VM"),
+    # No --tpu: the name came from TPU_NAME (the test sets it).
+    (None, {"fail_resolver": RuntimeError("HttpError 404 not found")},
+     "Cannot set up the TPU TPU_NAME=env-tpu (no `tpu`) (RuntimeError: "
+     "HttpError 404 not found). Check the name"),
 ])
 def test_tpu_setup_failures_are_one_line_naming_the_fix(
     monkeypatch, tpu, failure, says
 ):
+    if "TPU_NAME=" in says:
+        monkeypatch.setenv("TPU_NAME", "env-tpu")
     _FakeTPU(monkeypatch, **failure)
     with pytest.raises(cluster.SetupError) as info:
         distribute.create_strategy("tpu", tpu)

@@ -92,15 +92,17 @@ def _tpu_setup_error(tpu: Optional[str], error: Exception) -> SetupError:
         )
     if tpu == "local":
         return local_tpu_error(text)
+    named = (f"`tpu`={tpu}" if tpu else
+             f"TPU_NAME={os.environ.get('TPU_NAME', '')} (no `tpu`)")
     if isinstance(error, OSError):  # urllib's URLError: the metadata server
         return SetupError(
-            f"Cannot look up the Cloud TPU `tpu`={tpu}: its name is "
+            f"Cannot look up the Cloud TPU {named}: its name is "
             "resolved through the Google Cloud metadata server, which does "
             f"not answer here ({text}). Run on a Google Cloud VM of the TPU's "
             f"project and zone, or {_TPU_FIXES}."
         )
     return SetupError(
-        f"Cannot set up the TPU `tpu`={tpu} ({text}). Check the name and "
+        f"Cannot set up the TPU {named} ({text}). Check the name and "
         f"that the TPU is ready, or {_TPU_FIXES}."
     )
 
