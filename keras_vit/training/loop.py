@@ -347,13 +347,14 @@ class _HostLoop:
 
     def _stopped(self, preemption, saved: bool, final: bool = False
                  ) -> Dict:
-        """Logs a stop at this step (`final`: in the final evaluation,
-        which the next start does again); its result."""
+        """Logs a stop at this step (`final`: in the final evaluation);
+        its result."""
         self._log_stop()
         name = getattr(preemption, "name", "") or "SIGTERM"
         logging.warning(
             "Stopped at step %d after %s%s; %s. Run the same command to %s.",
-            self.step, name, " in its final evaluation" if final else "",
+            self.step, name if getattr(preemption, "requested", True)
+            else "another worker's stop", " in its final evaluation" * final,
             "checkpoint saved" if saved else "nothing trained, nothing saved",
             "evaluate again and finish" if final else "resume" if self.step
             else "start")
