@@ -508,6 +508,10 @@ def test_evaluation_prepares_the_data_on_the_chief_first(dtd_archive,
         codes = harness.wait_all(workers, timeout=600)
         assert codes == [0, 0], "\n".join(w.text()[-3000:] for w in workers)
         assert requests == ["/" + fake_tfds.ARCHIVE]
+    for worker in workers:  # they leave together: none reported crashed
+        for bad in ("Failed to send RPC to coordination service",
+                    "The tasks have crashed"):
+            assert bad not in worker.text(), worker.text()[-3000:]
     assert "TFDS downloads and prepares it" in workers[0].text()
     assert "TFDS downloads and prepares it" not in workers[1].text()
     with open(tmp_path / "eval_out0" / "eval_dtd_test_dtd47.npz.json") as f:

@@ -372,13 +372,14 @@ def _main(values: flags.FlagValues, args: list) -> None:
                 chief=distribute.is_chief(strategy)):
             {"fewshot": _fewshot_mode, "vtab": _vtab_mode}[values.mode](
                 values, source, strategy)
-        return
-    try:
-        eval_mode.evaluate(values, source, strategy)
-    except UsageError as error:
-        if values.config is not None:
-            raise
-        raise UsageError(eval_mode.in_eval_flags(str(error))) from None
+    else:
+        try:
+            eval_mode.evaluate(values, source, strategy)
+        except UsageError as error:
+            if values.config is not None:
+                raise
+            raise UsageError(eval_mode.in_eval_flags(str(error))) from None
+    distribute.leave_together(strategy)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

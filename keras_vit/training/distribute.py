@@ -41,7 +41,13 @@ from keras_vit.errors import (  # noqa: F401 (Preempted: raised here)
     Preempted,
     UsageError,
 )
-from keras_vit.training import cluster, data_turn, shared_folder, tf_config
+from keras_vit.training import (
+    cluster,
+    data_turn,
+    exit_barrier,
+    shared_folder,
+    tf_config,
+)
 from keras_vit.training import tpu as tpu_lib
 from keras_vit.training.cluster import SetupError
 
@@ -300,6 +306,14 @@ def preemption_handler(
     return tf.distribute.experimental.PreemptionCheckpointHandler(
         strategy.cluster_resolver, manager, termination_config=config
     )
+
+
+def leave_together(strategy: tf.distribute.Strategy) -> None:
+    """A multi-worker run's processes, its work done, end together
+    (`exit_barrier`): a worker that ends first is reported as crashed by
+    the chief's coordination service. Nothing in any other run."""
+    if is_multi_worker(strategy):
+        exit_barrier.wait_at_exit()
 
 
 def any_worker(strategy: tf.distribute.Strategy, flag: bool) -> bool:
