@@ -338,11 +338,12 @@ _CASES = [
         "One line, before the model loads; exit status 1; the other run's "
         "results are whole. Each run checks the results in the folder when "
         "it starts: two at once would write one model's among the other's. "
-        "The run holds a lock on the folder (not on gs://) until it ends. "
+        "The run holds a lock on the folder (not on gs://) until it ends; "
+        "not on the run folder it evaluates, which its training holds. "
         "--mode=eval checks its results file again as it writes it: "
         "another model's, written meanwhile, is refused, not replaced.",
-        ("Another process is running the few-shot evaluation in",
-         "give this run another --output_dir."),
+        ("Another process is running the VTAB-1k or few-shot evaluation "
+         "in", "give this run another --output_dir."),
         "exit status 1",
     ),
     Case(

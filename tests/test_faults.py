@@ -897,13 +897,13 @@ def test_a_second_evaluation_into_a_folder_in_use_is_refused(
             f"--workdir={small_run}", f"--output_dir={out}"]
     with run_lock.held(str(out), "few-shot evaluation"):  # the other run
         refused = [console.run("evaluate", args) for args in (probe, vtab)]
-    for result, what in zip(refused, ("few-shot", "VTAB-1k")):
+    for result in refused:
         assert result.returncode == 1, result.stderr[-3000:]
         assert result.stderr.strip().splitlines() == [
             f"keras-vit-evaluate: error: Another process is running the "
-            f"{what} evaluation in {out} (it holds the folder's lock): let "
-            "it end or stop it (the same command then resumes), or give "
-            "this run another --output_dir."]
+            f"VTAB-1k or few-shot evaluation in {out} (it holds the "
+            "folder's lock): let it end or stop it (the same command then "
+            "resumes), or give this run another --output_dir."]
     check_says("two_evaluations_one_output_folder", refused[0].stderr)
     assert os.listdir(out) == ["fewshot.json"]
     (out / "fewshot.json").unlink()
@@ -911,6 +911,13 @@ def test_a_second_evaluation_into_a_folder_in_use_is_refused(
     assert done.returncode == 0, done.stderr[-3000:]
     assert json.loads((out / "fewshot.json").read_text())["results"][
         "digits"]
+    # Into the run's own folder (no --output_dir) while it trains (it
+    # holds the folder): probed; the training's lock is not asked for.
+    workdir = _copy(small_run, tmp_path)
+    with run_lock.held(workdir):
+        done = console.run("evaluate", probe[:-2] + [f"--workdir={workdir}"])
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert os.path.exists(os.path.join(workdir, "fewshot.json"))
 
 
 def test_a_finished_run_is_read_where_it_cannot_be_written(

@@ -367,9 +367,11 @@ def _main(values: flags.FlagValues, args: list) -> None:
                             training=values.mode == "vtab")
     if values.mode != "eval":
         with outputs.results_held(
-                eval_mode.output_dir(values), values.mode,
+                eval_mode.output_dir(values),
                 shared=distribute.is_multi_worker(strategy),
-                chief=distribute.is_chief(strategy)):
+                chief=distribute.is_chief(strategy),
+                vote=lambda flag: distribute.any_worker(strategy, flag),
+                evaluated=values.workdir):
             {"fewshot": _fewshot_mode, "vtab": _vtab_mode}[values.mode](
                 values, source, strategy)
     else:

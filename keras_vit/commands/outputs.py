@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
-from typing import Optional, Tuple
+from typing import Callable, Optional, Tuple
 
 from absl import flags
 
@@ -97,24 +97,39 @@ def check_not_written(path: str, flag: str) -> None:
             f"choose another --{flag}.")
 
 
-_HELD = {"vtab": "VTAB-1k evaluation", "fewshot": "few-shot evaluation"}
+_HELD = "VTAB-1k or few-shot evaluation"
 
 
 @contextlib.contextmanager
-def results_held(output_dir: str, mode: str, shared: bool, chief: bool):
-    """A few-shot or VTAB-1k (`mode`) run's output folder, made where
-    missing and held (`run_lock`) for the run by the chief (`shared`: a
-    cluster's workers, which share it): each run checks the results there
-    when it starts, so two at once would write one model's (or recipe's)
-    results among the other's. A run that leaves the folder empty
-    (refused, stopped at once) removes what it made."""
+def results_held(output_dir: str, *, shared: bool, chief: bool,
+                 vote: Callable[[bool], bool],
+                 evaluated: Optional[str] = None):
+    """A few-shot or VTAB-1k run's output folder, made where missing and
+    held (`run_lock`) for the run by the chief: each run checks the
+    results there when it starts, so two at once would write one model's
+    (or recipe's) results among the other's. `vote(flag)`: whether any
+    worker of a cluster (`shared`: they share the folder) has `flag`, so
+    that a refusal stops every worker alike. The run folder evaluated
+    (`evaluated`, --workdir) is not held: its training holds it, and
+    writes beside the results. A run that leaves the folder it made empty
+    (stopped at once, failed) removes it; a refused one leaves it to the
+    run that holds it."""
     made = atomic.make_folders(output_dir)
     if shared:
         made = None  # another worker's too: never removed here
-    with atomic.removed_if_refused(output_dir, made):
-        if chief:
-            with run_lock.held(output_dir, _HELD[mode],
-                               "give this run another --output_dir"):
-                yield
-        else:
+    own = evaluated and not atomic.is_remote(output_dir) and (
+        os.path.realpath(output_dir) == os.path.realpath(evaluated))
+    with contextlib.ExitStack() as stack:
+        refused = None
+        if chief and not own:
+            try:
+                stack.enter_context(run_lock.held(
+                    output_dir, _HELD, "give this run another --output_dir"))
+            except UsageError as error:
+                refused = error
+        if vote(refused is not None):
+            raise refused or UsageError(
+                f"The chief cannot hold the output folder {output_dir}: "
+                "another process writes there (the chief's log says more).")
+        with atomic.removed_if_refused(output_dir, made):
             yield

@@ -65,11 +65,12 @@ def first_usable(paths: Callable[[], List[str]],
         fresh = [path for path in paths() if path not in tried]
         for i, path in enumerate(fresh):
             tried.add(path)
+            there = tf.io.gfile.exists(path + ".index")
             why = use(path)
             if why is None:
                 return path, failed
             failed.append(f"{os.path.basename(path)} ({why})")
-            if not tf.io.gfile.exists(path + ".index"):
+            if there and not tf.io.gfile.exists(path + ".index"):
                 logging.info("Checkpoint %s was removed as it was read (a "
                              "run still training): listing them again.",
                              path)

@@ -38,7 +38,7 @@ def finished_before(config, workdir: str, length: str,
     workers of a cluster then leave together (`exit_barrier`)."""
     total = int(config.trainer.total_steps)
     if distribute.is_multi_worker(strategy):
-        same_settings.check(config, strategy)  # the first vote
+        same_settings.check(config, strategy)
         finished = _agreed(config, workdir, total, strategy, length)
     else:
         finished = _read(config, workdir, total, length)

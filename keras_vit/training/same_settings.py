@@ -23,9 +23,9 @@ from keras_vit.training import distribute
 # Where each worker's copy is: paths that may differ between hosts
 # without changing what is trained.
 _PER_HOST = {"input": ("data_dir", "manual_dir")}
-# Bits of a section's fingerprint in each number summed: sums of up to
-# 2 ** 8 workers stay exact in float32 (a 24-bit mantissa).
-_BITS = 16
+# A section's fingerprint: _CHUNKS numbers of 8 bits each, summed
+# exactly (`sum_over_workers`) for up to 2 ** 16 workers.
+_CHUNKS = 4
 
 
 def check(config, strategy) -> None:
@@ -36,20 +36,23 @@ def check(config, strategy) -> None:
     names, numbers = fingerprint(config.to_dict())
     sums = distribute.sum_over_workers(strategy, numbers + [1.0])
     workers = sums.pop()
-    differ = sorted({names[i // 2] for i, (total, mine) in
+    differ = sorted({names[i // _CHUNKS] for i, (total, mine) in
                      enumerate(zip(sums, numbers))
                      if total != mine * workers})
-    if differ:
+    # Where this worker's numbers are the others' mean (b + c = 2a), it
+    # saw no difference: one more vote, so that every worker stops.
+    if distribute.any_worker(strategy, bool(differ)):
         raise UsageError(
             f"The {workers:.0f} workers run with other settings: their "
-            f"{', '.join('config.' + name for name in differ)} settings differ "
-            "(their command lines, or their copies of the data, from which "
-            "a run counted in epochs counts its steps): run the same "
-            "command, with the same data, on every worker.")
+            + (f"{', '.join('config.' + name for name in differ)} settings"
+               if differ else "configs")
+            + " differ (their command lines, or their copies of the data, "
+            "from which a run counted in epochs counts its steps): run the "
+            "same command, with the same data, on every worker.")
 
 
 def fingerprint(config: Dict) -> tuple:
-    """(section names, two `_BITS`-bit numbers per section): the
+    """(section names, `_CHUNKS` numbers of 8 bits per section): the
     fingerprint of each section of the config dict `config`."""
     names: List[str] = []
     numbers: List[float] = []
@@ -61,6 +64,5 @@ def fingerprint(config: Dict) -> tuple:
         text = json.dumps(section, sort_keys=True, default=repr)
         digest = hashlib.sha256(text.encode("utf-8")).digest()
         names.append(name)
-        numbers += [float(int.from_bytes(digest[i:i + _BITS // 8], "big"))
-                    for i in (0, _BITS // 8)]
+        numbers += [float(byte) for byte in digest[:_CHUNKS]]
     return names, numbers

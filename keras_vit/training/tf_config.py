@@ -61,7 +61,8 @@ def _check_cluster_jobs(jobs: Dict, workers: List[str]) -> None:
     """Refuses what would form no cluster, each worker waiting until
     connect_timeout_s: a job MultiWorkerMirroredStrategy has no place for
     (a parameter server's "ps"), and an address named twice."""
-    other = sorted(set(jobs) - {"chief", "worker", "evaluator"})
+    other = sorted(j for j in set(jobs) - {"chief", "worker", "evaluator"}
+                   if jobs[j])  # an empty list: no task, as TensorFlow reads it
     twice = sorted({a for a in workers if workers.count(a) > 1})
     if other:
         raise SetupError(

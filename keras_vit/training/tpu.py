@@ -93,7 +93,8 @@ def _tpu_setup_error(tpu: Optional[str], error: Exception) -> SetupError:
     if tpu == "local":
         return local_tpu_error(text)
     named = (f"`tpu`={tpu}" if tpu else
-             f"TPU_NAME={os.environ.get('TPU_NAME', '')} (no `tpu`)")
+             f"TPU_NAME={os.environ['TPU_NAME']} (no `tpu`)"
+             if os.environ.get("TPU_NAME") else "(no `tpu`, no TPU_NAME)")
     if isinstance(error, OSError):  # urllib's URLError: the metadata server
         return SetupError(
             f"Cannot look up the Cloud TPU {named}: its name is "

@@ -257,7 +257,7 @@ def _part(run: run_parts.Run, on_end, final: Dict) -> Dict:
             cluster.finish(
                 lambda: distribute.any_worker(run.strategy, False),
                 run.handler, None if final.get("preempted") else lambda:
-                atomic.exists(os.path.join(run.workdir, wd.METRICS)))
+                wd.finished_run(run.workdir, final["steps"]) is not None)
     return final
 
 
