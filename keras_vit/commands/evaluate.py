@@ -51,7 +51,7 @@ if TYPE_CHECKING:  # imported on first use: --help loads no TensorFlow
         reports,
         vtab_run,
     )
-    from keras_vit.training import distribute, train_lib
+    from keras_vit.training import distribute, state, train_lib
 else:
     tf = lazy_module("tensorflow")
     pretrained = lazy_module("keras_vit.checkpoint.loader")
@@ -64,6 +64,7 @@ else:
     reports = lazy_module("keras_vit.evaluation.reports")
     vtab_run = lazy_module("keras_vit.evaluation.vtab_run")
     distribute = lazy_module("keras_vit.training.distribute")
+    state = lazy_module("keras_vit.training.state")
     train_lib = lazy_module("keras_vit.training.train_lib")
 
 MODES = ("eval", "fewshot", "vtab")
@@ -369,8 +370,9 @@ def _main(values: flags.FlagValues, args: list) -> None:
         with outputs.results_held(
                 eval_mode.output_dir(values),
                 shared=distribute.is_multi_worker(strategy),
-                chief=distribute.is_chief(strategy),
-                vote=lambda flag: distribute.any_worker(strategy, flag),
+                hold=lambda folder: state.held_run(
+                    folder, strategy, "VTAB-1k or few-shot evaluation",
+                    "give this run another --output_dir"),
                 evaluated=values.workdir):
             {"fewshot": _fewshot_mode, "vtab": _vtab_mode}[values.mode](
                 values, source, strategy)

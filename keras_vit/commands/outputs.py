@@ -9,12 +9,12 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
-from typing import Callable, Optional, Tuple
+from typing import Callable, ContextManager, Optional, Tuple
 
 from absl import flags
 
 from keras_vit.errors import UsageError
-from keras_vit.storage import atomic, run_lock
+from keras_vit.storage import atomic
 
 
 def check_output_path(values: flags.FlagValues, name: str,
@@ -97,39 +97,25 @@ def check_not_written(path: str, flag: str) -> None:
             f"choose another --{flag}.")
 
 
-_HELD = "VTAB-1k or few-shot evaluation"
-
-
 @contextlib.contextmanager
-def results_held(output_dir: str, *, shared: bool, chief: bool,
-                 vote: Callable[[bool], bool],
+def results_held(output_dir: str, *, shared: bool,
+                 hold: Callable[[str], ContextManager],
                  evaluated: Optional[str] = None):
     """A few-shot or VTAB-1k run's output folder, made where missing and
-    held (`run_lock`) for the run by the chief: each run checks the
+    held for the run (`hold(folder)`: the chief's lock, voted on by a
+    cluster's workers, `training.state.held_run`): each run checks the
     results there when it starts, so two at once would write one model's
-    (or recipe's) results among the other's. `vote(flag)`: whether any
-    worker of a cluster (`shared`: they share the folder) has `flag`, so
-    that a refusal stops every worker alike. The run folder evaluated
-    (`evaluated`, --workdir) is not held: its training holds it, and
-    writes beside the results. A run that leaves the folder it made empty
-    (stopped at once, failed) removes it; a refused one leaves it to the
-    run that holds it."""
+    (or recipe's) results among the other's. `shared`: a cluster's
+    workers share the folder. The run folder evaluated (`evaluated`,
+    --workdir) is not held: its training holds it, and writes beside the
+    results. A run that leaves the folder it made empty (stopped at once,
+    failed) removes it; a refused one leaves it to the run that holds
+    it."""
     made = atomic.make_folders(output_dir)
     if shared:
         made = None  # another worker's too: never removed here
     own = evaluated and not atomic.is_remote(output_dir) and (
         os.path.realpath(output_dir) == os.path.realpath(evaluated))
-    with contextlib.ExitStack() as stack:
-        refused = None
-        if chief and not own:
-            try:
-                stack.enter_context(run_lock.held(
-                    output_dir, _HELD, "give this run another --output_dir"))
-            except UsageError as error:
-                refused = error
-        if vote(refused is not None):
-            raise refused or UsageError(
-                f"The chief cannot hold the output folder {output_dir}: "
-                "another process writes there (the chief's log says more).")
-        with atomic.removed_if_refused(output_dir, made):
-            yield
+    with contextlib.nullcontext() if own else hold(output_dir), \
+            atomic.removed_if_refused(output_dir, made):
+        yield

@@ -156,18 +156,20 @@ def task_name(strategy) -> str:
 
 
 @contextlib.contextmanager
-def held_run(workdir: str, strategy):
-    """The run's lock (`run_lock.held`), taken by the chief; refused on
-    every worker of a cluster alike, not on the chief alone."""
+def held_run(folder: str, strategy, what: str = "training run",
+             elsewhere: str = "give this run another folder"):
+    """The lock of `folder` (`run_lock.held`: a run's workdir, or the
+    output folder of a `what` run), taken by the chief; refused on every
+    worker of a cluster alike, not on the chief alone."""
     with contextlib.ExitStack() as stack:
         refused = None
         if distribute.is_chief(strategy):
             try:
-                stack.enter_context(run_lock.held(workdir))
+                stack.enter_context(run_lock.held(folder, what, elsewhere))
             except UsageError as error:
                 refused = error
         if distribute.any_worker(strategy, refused is not None):
             raise refused or UsageError(
-                f"The chief cannot hold the run in {workdir}: another "
-                "process is running it (the chief's log says more).")
+                f"The chief cannot hold {folder} for the {what}: another "
+                "process holds it (the chief's log says more).")
         yield
