@@ -2079,6 +2079,27 @@ def test_a_full_disk_names_the_folder_the_command_writes():
         "--output_dir on a larger disk.")
 
 
+def test_a_full_disk_before_any_checkpoint_says_none_is_kept(tmp_path):
+    """keras-vit-train (a --workdir, no --output_dir) keeps its last
+    complete checkpoint, and says so only where one is there: a disk
+    filled before the first says the run starts again from step 0."""
+    error = OSError(errno.ENOSPC, "No space left on device")
+    values = flags.FlagValues()
+    workdir = tmp_path / "run [1]"  # a glob's brackets in the name
+    flags.DEFINE_string("workdir", str(workdir), "", flag_values=values)
+    values.mark_as_parsed()
+    assert exhausted.disk_full(error, values) == (
+        f"The disk is full writing {workdir}: free space or use a "
+        "--workdir on a larger disk; no checkpoint was complete yet, so "
+        "the run starts again from step 0.")
+    (workdir / "checkpoints").mkdir(parents=True)
+    (workdir / "checkpoints" / "ckpt-2.index").write_bytes(b"")
+    assert exhausted.disk_full(error, values) == (
+        f"The disk is full writing {workdir}: free space or use a "
+        "--workdir on a larger disk; the last complete checkpoint is "
+        "kept.")
+
+
 def test_a_full_disk_in_an_evaluation_is_no_memory_to_lower():
     """TensorFlow raises a full disk as a ResourceExhaustedError too: an
     evaluation's passes it on unchanged (the command's line names the

@@ -8,6 +8,7 @@ flags the command has; `runner.run` prints it instead of a traceback.
 
 from __future__ import annotations
 
+import glob
 import os
 import re
 from typing import Optional
@@ -98,9 +99,20 @@ def disk_full(error: BaseException, values=None) -> Optional[str]:
         f"use {'an' if flag == 'output_dir' else 'a'} --{flag} on a larger "
         "disk" + (
             "." if "output_dir" in values
-            else "; the last complete checkpoint is kept."))
+            else _checkpoint_kept(getattr(values, flag))))
     where = f" writing {path}" if path else ""
     return f"The disk is full{where}: free space or {fix}"
+
+
+def _checkpoint_kept(workdir: str) -> str:
+    """What a training run that filled the disk keeps: its last complete
+    checkpoint, or none where it saved none yet (a local workdir without
+    a checkpoint's index)."""
+    found = "://" in workdir or glob.glob(
+        os.path.join(glob.escape(workdir), "checkpoints", "*.index"))
+    return ("; the last complete checkpoint is kept." if found
+            else "; no checkpoint was complete yet, so the run starts "
+            "again from step 0.")
 
 
 _DENIED = re.compile(r"(?:^|\s)(\S+); (Permission denied|Operation not "
