@@ -12,6 +12,29 @@ from typing import Optional, Sequence, Tuple
 from keras_vit.errors import UsageError
 from keras_vit.values import ImageSize, image_hw
 
+# The most tokens a model is built with (2,048 x 2,048 pixels at patch
+# 16): attention over more needs gigabytes a head and image, so a larger
+# image size is a typo (38400 for 384) or a corrupt or edited file, and is
+# refused before anything is allocated (which the system's out-of-memory
+# killer would end without a word).
+MAX_TOKENS = 1 << 14
+
+
+def check_tokens(grid: Tuple[int, int], image_size: ImageSize,
+                 stride: int) -> None:
+    """A UsageError naming the fix where the patch `grid` (of `image_size`
+    at `stride` pixels a token) holds more than MAX_TOKENS tokens."""
+    tokens = grid[0] * grid[1]
+    if tokens > MAX_TOKENS:
+        side = int(MAX_TOKENS ** 0.5) * int(stride)
+        raise UsageError(
+            f"`image_size` (config.model.image_size) "
+            f"{' x '.join(map(str, image_hw(image_size)))} makes {tokens:,}"
+            f" tokens of {stride} x {stride} pixels, more than the "
+            f"{MAX_TOKENS:,} a model is built with here (its attention "
+            f"alone would take {4 * tokens ** 2 / 2 ** 30:,.0f} GiB a head "
+            f"and image): give an image size of at most {side} x {side}.")
+
 
 def resnet_stride(layers: Sequence[int]) -> int:
     """int. Total downsampling of a ResNet stem with `layers` units per

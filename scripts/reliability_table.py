@@ -54,7 +54,8 @@ What holds throughout:
 - **No lost or half-written work.** Checkpoints are written under a
   temporary name and published by TensorFlow's rename and state-file
   update; metrics.json, config.json and labels.txt by write-to-temp and
-  rename; a SavedModel version under a dotted folder that TF Serving
+  rename (the temporary name carries its writer, and the next write of
+  the file removes one a killed writer left); a SavedModel version under a dotted folder that TF Serving
   ignores, renamed when complete (on gs://, which has no rename, copied
   with its saved_model.pb last). A restart with the same command resumes
   from the newest complete checkpoint. With the default strategy the input

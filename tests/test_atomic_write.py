@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from keras_vit.checkpoint.formats import npz as checkpoint_io
-from keras_vit.storage import atomic
+from keras_vit.storage import atomic, leftovers
 from keras_vit.storage.atomic import atomic_write
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -64,6 +64,39 @@ def test_a_temporary_name_keeps_the_extension_of_any_name(tmp_path, name):
     assert tmp.endswith(os.path.splitext(name)[1] or (
         name if name.startswith(".") else ""))
     assert atomic.final_names(tmp) == path
+
+def test_a_write_removes_what_killed_writes_of_its_file_left(tmp_path):
+    """A temporary name carries its writer (host-pid): the next write of
+    the same file removes those of writers gone from this machine (a
+    kill -9 mid-write: a model's can be gigabytes), and keeps those of a
+    running writer, of another machine and of earlier versions (no
+    writer named), and every other file's."""
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    here = leftovers.HOST
+    killed = [f"backbone.tmp-0123456789ab-{here}-{gone.pid}.npz"]
+    (tmp_path / killed[0]).write_bytes(b"partial")
+    folder = f"export.tmp-00000000000a-{here}-{gone.pid}.keras"
+    (tmp_path / folder).mkdir()  # a writer that writes a folder
+    (tmp_path / folder / "part").write_bytes(b"partial")
+    kept = [f"backbone.tmp-0123456789ab-{leftovers.writer()}.npz",
+            f"backbone.tmp-0123456789ab-other.host-{gone.pid}.npz",
+            "backbone.tmp-0123456789ab.npz",
+            f"other.tmp-0123456789ab-{here}-{gone.pid}.npz",
+            f"backbone.tmp-0123456789ab-{here}-{gone.pid}.json"]
+    for name in kept:
+        (tmp_path / name).write_bytes(b"partial")
+    atomic_write(tmp_path / "backbone.npz",
+                 lambda tmp: np.savez(tmp, x=np.arange(2)))
+    atomic_write(tmp_path / "export.keras", b"whole")
+    assert _names(tmp_path) == sorted(
+        kept + ["backbone.npz", "export.keras"])
+    name = os.path.basename(atomic.temporary_name(str(tmp_path / "a.npz")))
+    assert name.startswith("a.tmp-") and name.endswith(
+        f"-{leftovers.writer()}.npz")
+    assert atomic.final_names(f"/x/{kept[1]} is cut") == (
+        "/x/backbone.npz is cut")
+
 
 def test_an_exception_mid_write_keeps_the_old_file(tmp_path):
     path = tmp_path / "metrics.json"
@@ -139,6 +172,8 @@ def test_a_killed_process_leaves_the_old_file(tmp_path):
     assert leftovers[0].endswith(".json")
     atomic_write(path, '{"a": 1}\n')
     assert path.read_text() == '{"a": 1}\n'
+    # The killed writer's partial file goes with the next write.
+    assert _names(tmp_path) == ["config.json", "kill.py"]
 
 
 def test_remote_paths_go_through_gfile():

@@ -1277,6 +1277,52 @@ def test_an_npz_without_an_array_its_sizes_come_from_names_it(tmp_path):
         assert not (tmp_path / "m.keras").exists()
 
 
+def test_an_npz_whose_heads_do_not_divide_its_width_is_named(tmp_path):
+    """Attention kernels of 3 heads in a model 32 wide (a damaged or
+    edited file): keras-vit-convert names the file and the array, where
+    it told the user, who set no head count, to choose one."""
+    from tests import console
+
+    arrays = checkpoint.model_arrays(tiny_vit())
+    key = ("Transformer/encoderblock_0/MultiHeadDotProductAttention_1/"
+           "query/kernel")
+    width = arrays[key].shape[0]
+    assert width % 3
+    for name in ("query", "key", "value"):
+        arrays[key.replace("query", name)] = np.zeros((width, 3, 10),
+                                                      np.float32)
+    path = tmp_path / "heads.npz"
+    np.savez(path, **arrays)
+    result = console.run("convert", [f"--model={path}",
+                                     f"--output={tmp_path}/m.keras"])
+    assert _error_line(result, "convert") == (
+        f"keras-vit-convert: error: {path}: the 3 heads of its array {key} "
+        f"do not divide its width {width}: a damaged or edited file. "
+        "Download or copy it again.")
+    assert not (tmp_path / "m.keras").exists()
+
+
+def test_an_image_size_of_too_many_tokens_is_refused_in_one_line(
+        tmp_path):
+    """--image_size=38400 for 384 (a typo): millions of tokens, whose
+    model the system's out-of-memory killer ended without a word (exit
+    137). keras-vit-convert refuses it before building, naming the most
+    tokens and the largest image size at the model's patch size."""
+    from tests import console
+
+    model = tiny_vit()
+    path = tmp_path / "m.npz"
+    np.savez(path, **checkpoint.model_arrays(model))
+    result = console.run("convert", [f"--model={path}",
+                                     "--image_size=38400",
+                                     f"--output={tmp_path}/m.keras"])
+    line = _error_line(result, "convert")
+    assert "38400 x 38400 makes " in line and (
+        "more than the 16,384 a model is built with here") in line, line
+    assert line.endswith("give an image size of at most 1024 x 1024."), line
+    assert not (tmp_path / "m.keras").exists()
+
+
 @covers("nonfinite_weights")
 def test_nonfinite_weights_are_refused_by_name(tmp_path):
     """One NaN in an .npz: keras-vit-predict and -export stop in one line

@@ -7,8 +7,10 @@ package; parse_config_arg and the steps helper."""
 import configparser
 import gc
 import importlib
+import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -730,6 +732,19 @@ def test_convert_names_what_the_keras_file_does_not_keep(tmp_path, caplog):
     (line,) = [r.getMessage() for r in caplog.records
                if "does not keep" in r.getMessage()]
     assert "class names" not in line and "flag." not in line
+    # A timm folder naming 1 class of its 3: names predict and export
+    # would refuse for its head are not asked for.
+    short = tmp_path / "timm_short"
+    shutil.copytree(timm, short)
+    config = json.loads((short / "config.json").read_text())
+    config["label_names"] = ["red"]
+    (short / "config.json").write_text(json.dumps(config))
+    caplog.clear()
+    assert convert.main(["keras-vit-convert", f"--model={short}",
+                         f"--output={tmp_path / 's.keras'}"]) == 0
+    (line,) = [r.getMessage() for r in caplog.records
+               if "does not keep" in r.getMessage()]
+    assert "class names" not in line and "--resize_size=35" in line
 
 
 def test_convert_asks_for_the_grid_of_a_file_that_is_not_square(

@@ -23,7 +23,6 @@ from keras_vit.checkpoint.formats import npz as checkpoint_io
 from keras_vit.checkpoint.formats import npz_layout
 from keras_vit.checkpoint.formats.lazy import shape_of
 from keras_vit.checkpoint.posemb import (
-    MAX_TOKENS,
     as_grid,
     check_grid_holds,
     square_grid,
@@ -31,6 +30,7 @@ from keras_vit.checkpoint.posemb import (
 )
 from keras_vit.checkpoint.zoo import augreg
 from keras_vit.errors import UsageError
+from keras_vit.grid import MAX_TOKENS
 from keras_vit.model import VisionTransformer
 from keras_vit.variants import VARIANTS, closest_variants
 
@@ -186,6 +186,12 @@ class NpzSource(sources.Source):
                 f"{self.path} lacks the array {_SIZE_ARRAYS[lacking[0]]} "
                 f"(whose shape gives the model's {lacking[0]}): a damaged or "
                 "partly saved file. Download or copy it again.")
+        if sizes and sizes["hidden_size"] % sizes["num_heads"]:
+            raise UsageError(
+                f"{self.path}: the {sizes['num_heads']} heads of its array "
+                f"{_SIZE_ARRAYS['num_heads']} do not divide its width "
+                f"{sizes['hidden_size']}: a damaged or edited file. "
+                "Download or copy it again.")
         if info["resnet_layers"] is not None:
             sizes["resnet_width"] = info["resnet_width"]
         return Architecture.create(

@@ -187,10 +187,6 @@ def _as_grid(grid) -> Grid:
 # torch.nn.functional.interpolate(mode="bicubic", align_corners=False);
 # timm's checkpoint_filter_fn calls resample_abs_pos_embed(...,
 # interpolation="bicubic", antialias=True).
-# The most patch positions a checkpoint may declare (2,048 x 2,048 pixels
-# at patch 16): more is a corrupt or edited file, whose position table
-# and attention would exhaust memory before anything ran.
-MAX_TOKENS = 1 << 14
 
 LIBRARY_RESIZE = {"huggingface": False, "timm": True}
 

@@ -138,8 +138,8 @@ def _warn_not_carried(values: flags.FlagValues, source,
     and how predict and export take it instead."""
     given, lost = [], []
     names = None if new_head else loader.class_names(source)
-    if source.kind == "workdir" and not source.architecture().num_classes:
-        names = None  # an MPP run's encoder: no head to name
+    if names and len(names) != source.architecture().num_classes:
+        names = None  # an MPP run's encoder, or names that fit no head
     if names:
         file = (os.path.join(source.path, wd.LABELS)
                 if source.kind == "workdir" else "FILE")

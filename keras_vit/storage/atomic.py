@@ -6,7 +6,8 @@ The content goes to a temporary name beside the destination
 once complete. A crash, a full disk or an exception in a writer therefore
 leaves the destination as it was (old content, or absent) and never a
 partial file; the temporary file is removed on every error a process
-survives (a hard kill can leave it, under a name no reader looks for).
+survives (a hard kill can leave it, under a name no reader looks for
+and which names its writer: the next write of the file removes it).
 
 Local paths use `os.replace` (atomic on POSIX and Windows) after an
 `fsync`; a folder another library wrote is flushed whole before it is
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import glob
 import hashlib
 import os
 import re
@@ -32,6 +34,7 @@ import uuid
 from typing import Callable, Iterator, Optional, Union
 
 from keras_vit.errors import check_stop
+from keras_vit.storage import leftovers
 
 # Writes the file at the (local, temporary) path it is given: for writers
 # that take a path, such as `keras.Model.save` or `np.savez`.
@@ -147,20 +150,39 @@ def sha256(path: Union[str, os.PathLike]) -> str:
     return digest.hexdigest()
 
 
-def temporary_name(path: str) -> str:
-    """str. A fresh temporary sibling of `path` that keeps its extension
-    (Keras and NumPy check it): `a/model.keras` -> `a/model.tmp-<hex>.keras`.
-    """
+def _split(path: str) -> tuple:
+    """(root, extension) of `path`, ".keras" alone an extension too."""
     root, extension = os.path.splitext(path)
     if not extension and os.path.basename(path).startswith("."):
         # ".keras" alone: splitext reads it as a hidden name, no extension.
         root = os.path.join(os.path.dirname(path), "")
         extension = os.path.basename(path)
-    return f"{root}.tmp-{uuid.uuid4().hex[:12]}{extension}"
+    return root, extension
 
 
-# The mark `temporary_name` puts before a path's extension.
-_TEMPORARY_MARK = re.compile(r"\.tmp-[0-9a-f]{12}")
+def temporary_name(path: str) -> str:
+    """str. A fresh temporary sibling of `path` that keeps its extension
+    (Keras and NumPy check it) and names its writer (`leftovers.writer`):
+    `a/model.keras` -> `a/model.tmp-<hex>-<host>-<pid>.keras`."""
+    root, extension = _split(path)
+    return (f"{root}.tmp-{uuid.uuid4().hex[:12]}-{leftovers.writer()}"
+            f"{extension}")
+
+
+# The mark `temporary_name` puts before a path's extension (without its
+# writer: of earlier versions).
+_TEMPORARY_MARK = re.compile(r"\.tmp-[0-9a-f]{12}(?:-" + leftovers.WRITER
+                             + ")?")
+
+
+def _remove_killed_temporaries(path: str) -> None:
+    """Removes what writes of local `path` killed outright left (kill -9):
+    their temporaries, which no reader looks for (a model's are large)."""
+    root, extension = _split(path)
+    leftovers.remove_killed_paths(
+        glob.glob(glob.escape(root) + ".tmp-*" + glob.escape(extension)),
+        re.compile(re.escape(root) + r"\.tmp-[0-9a-f]{12}-"
+                   + leftovers.WRITER + re.escape(extension)), "a write")
 
 
 def final_names(text: str) -> str:
@@ -215,6 +237,7 @@ def _publish_local(tmp: str, path: str, replace: bool) -> None:
 def _write_local(path: str, content: Content, replace: bool = True) -> None:
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
+    _remove_killed_temporaries(path)
     tmp = temporary_name(path)
     try:
         if callable(content):

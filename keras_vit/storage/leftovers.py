@@ -10,11 +10,12 @@ network) would judge each other's: give each its own host name.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
 import socket
-from typing import Optional, Pattern
+from typing import Iterable, Optional, Pattern
 
 from absl import logging
 
@@ -47,6 +48,23 @@ def remove_killed(folder: str, pattern: Pattern, what: str) -> None:
         if match and killed(match.group(1), int(match.group(2))):
             logging.info("Removing %s, %s that was killed.", name, what)
             shutil.rmtree(os.path.join(folder, name), ignore_errors=True)
+
+
+def remove_killed_paths(paths: Iterable[str], pattern: Pattern,
+                        what: str) -> None:
+    """Removes each of the local `paths` (files or folders) that `pattern`
+    matches whole, its groups (host or None, pid) naming a `killed`
+    writer; each logged as left by `what` ("a write") that was killed."""
+    for path in paths:
+        match = pattern.fullmatch(path)
+        if match and killed(match.group(1), int(match.group(2))):
+            logging.info("Removing %s, left by %s that was killed.", path,
+                         what)
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                with contextlib.suppress(OSError):
+                    os.remove(path)
 
 
 def _running(pid: int) -> bool:

@@ -71,8 +71,8 @@ from keras_vit.checkpoint.hub.tensors import (
 from keras_vit.checkpoint.hub.tensors import (
     shape as _shape,
 )
-from keras_vit.checkpoint.posemb import MAX_TOKENS
 from keras_vit.errors import UsageError
+from keras_vit.grid import MAX_TOKENS
 
 CONFIG_FILE = "config.json"
 WEIGHT_FILES = (
