@@ -52,20 +52,20 @@ which asserts the error type and every quoted excerpt verbatim.
 What holds throughout:
 
 - **No lost or half-written work.** Checkpoints are written under a
-  temporary name and published by TensorFlow's rename and state-file
-  update; metrics.json, config.json and labels.txt by write-to-temp and
-  rename (the temporary name carries its writer, and the next write of
-  the file removes one a killed writer left); a SavedModel version under a dotted folder that TF Serving
-  ignores, renamed when complete (on gs://, which has no rename, copied
-  with its saved_model.pb last). A restart with the same command resumes
-  from the newest complete checkpoint. With the default strategy the input
-  iterator is checkpointed and augmentation is seeded per example, so a
-  resumed run is bit-identical to an uninterrupted one, RandAugment,
-  MixUp and CutMix included (their Keras layers draw from per-example
-  and per-batch stateless seeds, not from their random state).
-  (MirroredStrategy and TPUStrategy iterators cannot be checkpointed: a
-  resumed run restores weights and optimizer state exactly but draws a
-  new data order, so it is not bit-identical to an uninterrupted run.)
+  temporary name and published by TensorFlow's rename and state-file update;
+  metrics.json, config.json and labels.txt by write-to-temp and rename (the
+  temporary name carries its writer, and the next write of the file removes
+  one a killed writer left); a SavedModel version under a dotted folder that
+  TF Serving ignores, renamed when complete (on gs://, which has no rename,
+  copied with its saved_model.pb last). A restart with the same command
+  resumes from the newest complete checkpoint. With the default strategy the
+  input iterator is checkpointed and augmentation is seeded per example, so
+  a resumed run is bit-identical to an uninterrupted one, RandAugment, MixUp
+  and CutMix included (their Keras layers draw from per-example and
+  per-batch stateless seeds, not from their random state). (MirroredStrategy
+  and TPUStrategy iterators cannot be checkpointed: a resumed run restores
+  weights and optimizer state exactly but draws a new data order, so it is
+  not bit-identical to an uninterrupted run.)
 - **No silent wrong answers.** A non-finite loss or gradient stops training
   (naming the step and the last good checkpoint) or, with
   `config.trainer.skip_nonfinite=True`, skips exactly that update and counts it;

@@ -270,6 +270,33 @@ def test_export_checks_its_version_before_the_model_loads(tmp_path,
         assert line.startswith(f"keras-vit-export: error: {says}"), line
 
 
+def test_export_without_a_next_version_or_with_both_warmups_is_refused(
+        tmp_path, capsys):
+    """A model folder whose newest version is 2**63 - 1: the next one,
+    which TF Serving could not read, is refused before the model loads
+    (it was written, never served, and the export after it looped for
+    good with Ctrl-C held); --warmup_images with --no_warmup is refused
+    where the images went unread."""
+    export = module("export")
+    hub = os.path.join(os.path.dirname(__file__), "fixtures", "hub",
+                       "hf_vit_classifier")
+    (tmp_path / "vit" / str(2**63 - 1)).mkdir(parents=True)
+    for flags_given, says in (
+            ([], f"{tmp_path / 'vit'} holds version 9,223,372,036,854,775,"
+             "807, the largest TF Serving reads (2**63 - 1), so there is no "
+             "next one: pass a free --version below it, or another "
+             "--model_name."),
+            (["--warmup_images=x.jpg", "--no_warmup"],
+             "Give --warmup_images or --no_warmup, not both.")):
+        assert export.main(["keras-vit-export", f"--model={hub}",
+                            f"--export_dir={tmp_path}", *flags_given]) == 1
+        err = capsys.readouterr().err
+        assert "Loading" not in err, err
+        (line,) = err.strip().splitlines()
+        assert line == f"keras-vit-export: error: {says}", line
+    assert os.listdir(tmp_path / "vit") == [str(2**63 - 1)]
+
+
 def test_a_bad_flag_is_one_line(tmp_path, capsys):
     export = module("export")
     assert export.main(["keras-vit-export", "--model=x.keras",

@@ -481,6 +481,13 @@ def test_a_version_tf_serving_cannot_read_is_refused(model, tmp_path,
     path = export_model(model, str(tmp_path), version=2**63 - 1,
                         verify=False, warmup_images=[])
     assert path == str(model_dir / str(2**63 - 1))
+    # No version after it: refused, nothing written (it was 2**63,
+    # never served, and the export after that looped for good).
+    with pytest.raises(UsageError, match="holds version 9,223,372,036,854,"
+                       "775,807, the largest TF Serving reads"):
+        export_model(model, str(tmp_path), verify=False, warmup_images=[])
+    assert sorted(os.listdir(model_dir)) == sorted(
+        ["5", "\u00b2", "\u0663", str(2**63), str(2**63 - 1)])
     # A version below the newest is published, and said not to be served.
     caplog.set_level("WARNING", logger="absl")
     export_model(model, str(tmp_path), version=3, verify=False,

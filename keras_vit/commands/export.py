@@ -118,6 +118,9 @@ def class_names(values: flags.FlagValues,
 def warmup_images(values: flags.FlagValues):
     """list of paths, [] for none, or None for the synthetic default."""
     if values.no_warmup:
+        if values.warmup_images:
+            raise UsageError("Give --warmup_images or --no_warmup, not "
+                             "both.")
         return []
     if not values.warmup_images:
         return None
@@ -187,9 +190,13 @@ def export(values: flags.FlagValues) -> str:
                          "another --version, or none for the next).")
     if values.format != "litert" and values.version is not None:
         _check_version(values)  # (loads TensorFlow: only when given)
+    warmup = warmup_images(values) if values.format != "litert" else None
     source = cli.model_source(
         values,
         tensorflow_work="it writes TensorFlow's SavedModel and LiteRT files")
+    if values.format != "litert" and values.version is None:
+        export_versions.next_version(  # below TF Serving's largest
+            os.path.join(values.export_dir, values.model_name))
     logging.info("Loading %s ...", values.model)
     model = cli.load_flagged_model(values, source, head="serve")
     names = class_names(values, source)
@@ -223,7 +230,7 @@ def export(values: flags.FlagValues) -> str:
         model_name=values.model_name,
         class_names=names,
         top_k=values.top_k,
-        warmup_images=warmup_images(values),
+        warmup_images=warmup,
         version=values.version,
         resize_size=resize,
         keep_aspect=keep,

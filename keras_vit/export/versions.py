@@ -22,9 +22,10 @@ from typing import List
 import tensorflow as tf
 from absl import logging
 
+from keras_vit.errors import UsageError
 from keras_vit.export.files import join
 from keras_vit.storage import atomic, leftovers
-from keras_vit.storage.version_names import version_folders
+from keras_vit.storage.version_names import MAX_VERSION, version_folders
 
 # The file of a SavedModel that TF Serving reads first: a version's
 # other files are in place before it is.
@@ -44,9 +45,18 @@ def _folders(model_dir: str):
     return version_folders(tf.io.gfile.listdir(model_dir))
 
 
-def next_version(model_dir: str) -> int:
-    """int. One more than the highest existing version (1 for none)."""
-    return max(existing_versions(model_dir), default=0) + 1
+def next_version(model_dir: str, after: int = 0) -> int:
+    """int. One more than the highest existing version (1 for none) and
+    than `after`; a UsageError past MAX_VERSION, the largest TF Serving
+    reads (a folder of a larger number would be written and never
+    served)."""
+    version = max(existing_versions(model_dir) + [after], default=0) + 1
+    if version > MAX_VERSION:
+        raise UsageError(
+            f"{model_dir} holds version {version - 1:,}, the largest TF "
+            "Serving reads (2**63 - 1), so there is no next one: pass a "
+            "free `version` below it, or another `model_name`.")
+    return version
 
 
 def warn_incomplete(model_dir: str) -> List[int]:
@@ -86,7 +96,8 @@ def publish_version(
         if tf.io.gfile.exists(final):
             if not auto:
                 _taken(version, final)
-            version = next_version(model_dir)
+            # Past it: a folder there that is no version (read) is passed.
+            version = next_version(model_dir, after=version)
             continue
         if not renames_whole(model_dir):
             copy_version(tmp_dir, final)
