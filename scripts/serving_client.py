@@ -24,10 +24,11 @@ import base64
 import importlib.util
 import json
 import os
+import re
 import sys
 import urllib.error
 import urllib.request
-from typing import Dict, List, Sequence
+from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
@@ -38,11 +39,15 @@ INPUTS = {"serving_default": "image_bytes", "features": "image_bytes",
           "predict_images": "images"}
 
 
-def pixels(images: Sequence[bytes]) -> np.ndarray:
+def pixels(images: Sequence[bytes],
+           names: Optional[Sequence[str]] = None) -> np.ndarray:
     """float32 [batch, H, W, 3] in [0, 255]: the decoded RGB pixels of
-    image files of one size (what `predict_images` takes)."""
+    image files of one size (what `predict_images` takes); a file that is
+    no image, or whose header declares more pixels than the export reads,
+    is named (`names`: the files', else "image N") in one line."""
     import tensorflow as tf
 
+    names = names or [f"image {i + 1}" for i in range(len(images))]
     for image in images:
         # TensorFlow's decoder reads such a BMP's colour indices as grey.
         if image[:2] == b"BM" and len(image) >= 30 and int.from_bytes(
@@ -58,24 +63,47 @@ def pixels(images: Sequence[bytes]) -> np.ndarray:
                              "cannot read: save its first frame as PNG or "
                              "JPEG, or send the file itself "
                              "(serving_default refuses it by name).")
-    # A JPEG as the export decodes it (and Pillow): the accurate DCT.
-    decoded = [tf.io.decode_jpeg(image, channels=3,
-                                 dct_method="INTEGER_ACCURATE")
-               if tf.io.is_jpeg(image) else
-               tf.io.decode_image(image, channels=3, expand_animations=False)
-               for image in images]
+    decoded = [_decoded(tf, name, image) for name, image in zip(names,
+                                                                 images)]
     if len({tuple(d.shape) for d in decoded}) > 1:
         raise SystemExit("predict_images takes images of one size per "
                          "request: send them one at a time.")
     return tf.cast(tf.stack(decoded), tf.float32).numpy()
 
 
+def _decoded(tf, name: str, image: bytes):
+    """The RGB pixels of image file `image` as the export decodes it (a
+    JPEG with the accurate DCT, as Pillow), its header checked first as
+    the export checks it (the checkout's keras_vit/data/image_headers.py);
+    a SystemExit naming `name` where it cannot be decoded."""
+    headers = _checkout_module("image_headers", "data", "image_headers.py")
+    try:
+        data = tf.constant(image)
+        if headers is not None and not bool(headers.is_known_format(data)):
+            raise SystemExit(f"error: {name}: "
+                             f"{headers.UNKNOWN_FORMAT_MESSAGE}")
+        if headers is not None and int(headers.declared_pixels(data)) > (
+                headers.MAX_PIXELS):
+            raise SystemExit(f"error: {name}: {headers.HUGE_MESSAGE}")
+        if tf.io.is_jpeg(image):
+            return tf.io.decode_jpeg(image, channels=3,
+                                     dct_method="INTEGER_ACCURATE")
+        return tf.io.decode_image(image, channels=3, expand_animations=False)
+    except tf.errors.OpError as error:
+        reason = re.sub(r"^\{\{[^}]*\}\}\s*|\s*\[Op:\w+\].*$", "",
+                        str(error.message).strip().splitlines()[0])
+        raise SystemExit(f"error: {name} cannot be decoded ({reason}): "
+                         "check the file, or send it as it is "
+                         "(serving_default).") from None
+
+
 def rest_request(images: Sequence[bytes],
-                 signature: str = "serving_default") -> Dict:
+                 signature: str = "serving_default",
+                 names: Optional[Sequence[str]] = None) -> Dict:
     """dict. The JSON body of a REST predict request (row format): the
     files as base64 under "b64", or for `predict_images` the pixels."""
     if INPUTS[signature] == "images":
-        instances = pixels(images).tolist()
+        instances = pixels(images, names).tolist()
     else:
         instances = [{"b64": base64.b64encode(image).decode("ascii")}
                      for image in images]
@@ -84,10 +112,11 @@ def rest_request(images: Sequence[bytes],
 
 def rest_predict(url: str, model: str, images: Sequence[bytes],
                  timeout: float = 30.0,
-                 signature: str = "serving_default") -> List[Dict]:
+                 signature: str = "serving_default",
+                 names: Optional[Sequence[str]] = None) -> List[Dict]:
     """list of dict. One prediction per image, from
     POST <url>/v1/models/<model>:predict."""
-    body = json.dumps(rest_request(images, signature)).encode()
+    body = json.dumps(rest_request(images, signature, names)).encode()
     request = urllib.request.Request(
         f"{url.rstrip('/')}/v1/models/{model}:predict", data=body,
         headers={"Content-Type": "application/json"},
@@ -112,7 +141,8 @@ def rest_predict(url: str, model: str, images: Sequence[bytes],
 
 
 def grpc_request(model: str, images: Sequence[bytes],
-                 signature: str = "serving_default"):
+                 signature: str = "serving_default",
+                 names: Optional[Sequence[str]] = None):
     """A tensorflow_serving PredictRequest with the raw image bytes (for
     `predict_images`, the pixels)."""
     import tensorflow as tf
@@ -122,7 +152,8 @@ def grpc_request(model: str, images: Sequence[bytes],
     request.model_spec.name = model
     request.model_spec.signature_name = signature
     if INPUTS[signature] == "images":
-        tensor = tf.make_tensor_proto(pixels(images), dtype=tf.float32)
+        tensor = tf.make_tensor_proto(pixels(images, names),
+                                      dtype=tf.float32)
     else:
         tensor = tf.make_tensor_proto(list(images), dtype=tf.string)
     request.inputs[INPUTS[signature]].CopyFrom(tensor)
@@ -131,7 +162,8 @@ def grpc_request(model: str, images: Sequence[bytes],
 
 def grpc_predict(address: str, model: str, images: Sequence[bytes],
                  timeout: float = 30.0,
-                 signature: str = "serving_default") -> List[Dict]:
+                 signature: str = "serving_default",
+                 names: Optional[Sequence[str]] = None) -> List[Dict]:
     """list of dict. One prediction per image, from the gRPC
     PredictionService at `address` (host:port)."""
     import grpc
@@ -141,7 +173,7 @@ def grpc_predict(address: str, model: str, images: Sequence[bytes],
     with grpc.insecure_channel(address) as channel:
         stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
         try:
-            answer = stub.Predict(grpc_request(model, images, signature),
+            answer = stub.Predict(grpc_request(model, images, signature, names),
                                   timeout=timeout)
         except grpc.RpcError as e:
             raise SystemExit(f"error: {address} answered {e.code().name}: "
@@ -186,18 +218,33 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _checkout_module(name: str, *parts: str):
+    """The checkout's module keras_vit/<parts...>, loaded by its path
+    (importing keras_vit would load Keras), once; None where this script
+    was copied out of the checkout."""
+    if name in _LOADED:
+        return _LOADED[name]
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    path = os.path.join(here, "keras_vit", *parts)
+    module = None
+    if os.path.exists(path):
+        spec = importlib.util.spec_from_file_location(f"_{name}", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    _LOADED[name] = module
+    return module
+
+
+_LOADED: Dict = {}
+
+
 def _load_tensorflow_quietly() -> None:
     """Imports TensorFlow without its start-up notices (oneDNN, CPU
     features, no CUDA driver), as the keras-vit commands do: with the
-    checkout's keras_vit/quiet_start.py, loaded by its path (importing
-    keras_vit would load Keras)."""
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    path = os.path.join(here, "keras_vit", "quiet_start.py")
-    if not os.path.exists(path):
+    checkout's keras_vit/quiet_start.py."""
+    quiet = _checkout_module("quiet_start", "quiet_start.py")
+    if quiet is None:
         return
-    spec = importlib.util.spec_from_file_location("_quiet_start", path)
-    quiet = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(quiet)
     quiet.hold(sys.argv[1:])
     try:
         import tensorflow  # noqa: F401
@@ -219,10 +266,12 @@ def main(argv=None) -> int:
         _load_tensorflow_quietly()
     if args.rest:
         predictions = rest_predict(args.rest, args.model, images,
-                                   signature=args.signature)
+                                   signature=args.signature,
+                                   names=args.images)
     else:
         predictions = grpc_predict(args.grpc, args.model, images,
-                                   signature=args.signature)
+                                   signature=args.signature,
+                                   names=args.images)
     for path, prediction in zip(args.images, predictions):
         print(f"{path}: {describe(prediction)}")
     return 0

@@ -428,6 +428,26 @@ def test_the_client_shows_the_servers_refusal_in_one_line(images, capsys):
         server.server_close()
     with pytest.raises(SystemExit, match=f"error: cannot reach {url}"):
         client.rest_predict(url, "vit", [images["JPEG"]], timeout=5)
+    # predict_images decodes on the client: a file it cannot decode, or
+    # whose header declares more pixels than the export reads, is named
+    # in one line (it was TensorFlow's traceback, naming no file).
+    import zlib
+
+    header = (40000).to_bytes(4, "big") * 2 + bytes([8, 2, 0, 0, 0])
+    huge = (b"\x89PNG\r\n\x1a\n" + (13).to_bytes(4, "big") + b"IHDR"
+            + header + zlib.crc32(b"IHDR" + header).to_bytes(4, "big"))
+    for data, says in (
+            (images["JPEG"][:200], r"error: b\.jpg cannot be decoded \("
+             r"[^{}\[]*\): check the file, or send it as it is "
+             r"\(serving_default\)\.$"),
+            (b"not an image", "error: b.jpg: Unknown image file format"),
+            (huge, "error: b.jpg: The header of the image file declares "
+             "more than 134,217,728 pixels")):
+        with pytest.raises(SystemExit, match=says):
+            client.rest_request([images["JPEG"], data], "predict_images",
+                                names=["a.jpg", "b.jpg"])
+    with pytest.raises(SystemExit, match="error: image 1: Unknown image"):
+        client.pixels([b"not an image"])
     palette = io.BytesIO()
     Image.new("P", (20, 20), 3).save(palette, "BMP")
     with pytest.raises(SystemExit, match="A BMP with a colour table"):
