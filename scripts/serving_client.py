@@ -48,18 +48,20 @@ def pixels(images: Sequence[bytes],
     import tensorflow as tf
 
     names = names or [f"image {i + 1}" for i in range(len(images))]
-    for image in images:
+    for name, image in zip(names, images):
         # TensorFlow's decoder reads such a BMP's colour indices as grey.
         if image[:2] == b"BM" and len(image) >= 30 and int.from_bytes(
                 image[28:30], "little") <= 8:
-            raise SystemExit("A BMP with a colour table (8 bits per pixel or "
+            raise SystemExit(f"error: {name}: "
+                             "A BMP with a colour table (8 bits per pixel or "
                              "fewer): save it as PNG or JPEG, or send the "
                              "file itself (serving_default).")
         # TensorFlow's WebP decoder corrupts memory on an animated one
         # (VP8X header, animation flag), as the export refuses it too.
         if image[:4] == b"RIFF" and image[8:16] == b"WEBPVP8X" and len(
                 image) > 20 and image[20] & 2:
-            raise SystemExit("An animated WebP, which TensorFlow's decoder "
+            raise SystemExit(f"error: {name}: "
+                             "An animated WebP, which TensorFlow's decoder "
                              "cannot read: save its first frame as PNG or "
                              "JPEG, or send the file itself "
                              "(serving_default refuses it by name).")

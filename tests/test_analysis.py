@@ -1045,7 +1045,10 @@ def test_a_folder_used_before_holds_no_stale_result(saved_model, tmp_path,
 
     gone = subprocess.Popen(["true"])
     gone.wait()
-    aside = [f".{leftovers.HOST}-{gone.pid}.tmp-0123456789ab.analysis",
+    killed = f"{leftovers.HOST}-{gone.pid}"
+    aside = [f".{killed}.tmp-0123456789ab.analysis",
+             # As this version names it (its writer twice).
+             f".{killed}.tmp-0123456789ab-{killed}.analysis",
              f".{leftovers.writer()}.tmp-0123456789ab.analysis",
              f".other_host-{gone.pid}.tmp-0123456789ab.analysis"]
     for name in aside:
@@ -1055,7 +1058,9 @@ def test_a_folder_used_before_holds_no_stale_result(saved_model, tmp_path,
     assert _analysis(f"--model={saved_model}", "--digits=2",
                      f"--output_dir={out}") == 0
     assert sorted(n for n in os.listdir(out) if ".tmp-" in n) == sorted(
-        aside[1:])
+        aside[2:])
+    assert cli._STAGING.fullmatch(os.path.basename(
+        cli._staging(str(tmp_path / "elsewhere"))))
 
 
 def test_a_resized_model_draws_its_position_table_as_learned(tmp_path):

@@ -1306,20 +1306,25 @@ def test_an_image_size_of_too_many_tokens_is_refused_in_one_line(
         tmp_path):
     """--image_size=38400 for 384 (a typo): millions of tokens, whose
     model the system's out-of-memory killer ended without a word (exit
-    137). keras-vit-convert refuses it before building, naming the most
-    tokens and the largest image size at the model's patch size."""
+    137). keras-vit-convert and -export refuse it before building,
+    naming the most tokens and the largest image size at the model's
+    patch size (the Python API builds any size it is asked for)."""
     from tests import console
 
     model = tiny_vit()
     path = tmp_path / "m.npz"
     np.savez(path, **checkpoint.model_arrays(model))
-    result = console.run("convert", [f"--model={path}",
-                                     "--image_size=38400",
-                                     f"--output={tmp_path}/m.keras"])
-    line = _error_line(result, "convert")
-    assert "38400 x 38400 makes " in line and (
-        "more than the 16,384 a model is built with here") in line, line
-    assert line.endswith("give an image size of at most 1024 x 1024."), line
+    for command, args in (
+            ("convert", [f"--output={tmp_path}/m.keras"]),
+            ("export", [f"--export_dir={tmp_path}/e"])):  # (as evaluate)
+        result = console.run(command, [f"--model={path}",
+                                       "--image_size=38400", *args])
+        line = _error_line(result, command)
+        assert "--image_size 38400 x 38400 makes 23,040,000 tokens of 8 x " \
+            "8 pixels, more than the 16,384 a model is built with here" in \
+            line, line
+        assert line.endswith("give an image size of at most 1024 x 1024."), \
+            line
     assert not (tmp_path / "m.keras").exists()
 
 

@@ -176,7 +176,10 @@ def _publish(staging: str, output_dir: str, files: Sequence[str],
 
 
 # The folder `analyse` draws the figures in: .<host>-<pid>.tmp-<hex>.analysis
-_STAGING = re.compile(rf"\.{leftovers.WRITER}\.tmp-[0-9a-f]{{12}}\.analysis")
+# (The temporary name's own writer after its hex: `atomic.temporary_name`;
+# names of earlier versions end at the hex.)
+_STAGING = re.compile(rf"\.{leftovers.WRITER}\.tmp-[0-9a-f]{{12}}"
+                      r"(?:-[A-Za-z0-9._]+-\d+)?\.analysis")
 
 
 def _staging(output_dir: str) -> str:

@@ -130,7 +130,8 @@ def _main(values: flags.FlagValues, images: list) -> None:
     # In float32, as keras-vit-predict and the export compute (a model
     # saved under mixed_bfloat16 is copied).
     model = export_graph.float32_inference_model(
-        _fixed_size(cli.load_flagged_model(values, source), values.model))
+        _fixed_size(cli.load_flagged_model(values, source, token_cap=False),
+                    values.model))  # (its memory checked below)
     cli.warn_zero_head(source, model)  # its predictions would mean nothing
     class_names = _class_names(values, source, model)
     # Before any image is read: a size at which not one image's attention

@@ -119,6 +119,8 @@ def _main(values: flags.FlagValues, args: list) -> None:
                 f"{cli.what(source)}, which holds its model whole (its "
                 "arrays fit it): leave --non_strict out.")
         build["strict"] = False
+    if values.image_size is not None:
+        cli.check_size(source, values.image_size)
     try:
         report = convert(source, values.output, image_size=values.image_size,
                          overwrite=values.overwrite, **build)

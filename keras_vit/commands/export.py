@@ -155,24 +155,31 @@ def _check_version(values: flags.FlagValues) -> None:
             "another --version, or none for the next free one.")
 
 
+def _check_litert_files(values: flags.FlagValues, tflite: str) -> None:
+    """The .tflite file and those beside it, before the model loads: a
+    name (not a path, nor one ending in .tflite), and none of them there
+    already unless --overwrite (or left by a killed export: replaced)."""
+    if values.model_name.lower().endswith(".tflite"):
+        raise UsageError(
+            f"--model_name={values.model_name} names the file without "
+            f"its .tflite (--model_name={values.model_name[:-7]}).")
+    # A name, not a path: the files stay in --export_dir.
+    export_files.check_model_name(values.model_name)
+    left = litert_record.killed_export_files(tflite)  # (replaced)
+    for path in litert_record.written_paths(tflite):
+        if os.path.isdir(path):
+            raise UsageError(f"{path} is a folder: choose another "
+                             "--model_name or --export_dir.")
+        if not values.overwrite and path not in left:
+            cli.check_not_written(path, "model_name")
+
+
 def export(values: flags.FlagValues) -> str:
     """str. Exports the --model as the flags say; the new version's path
     (or the .tflite file's)."""
     tflite = os.path.join(values.export_dir, f"{values.model_name}.tflite")
     if values.format == "litert":
-        if values.model_name.lower().endswith(".tflite"):
-            raise UsageError(
-                f"--model_name={values.model_name} names the file without "
-                f"its .tflite (--model_name={values.model_name[:-7]}).")
-        # A name, not a path: the files stay in --export_dir.
-        export_files.check_model_name(values.model_name)
-        left = litert_record.killed_export_files(tflite)  # (replaced)
-        for path in litert_record.written_paths(tflite):
-            if os.path.isdir(path):
-                raise UsageError(f"{path} is a folder: choose another "
-                                 "--model_name or --export_dir.")
-            if not values.overwrite and path not in left:
-                cli.check_not_written(path, "model_name")
+        _check_litert_files(values, tflite)
     saved_model_only = [f"--{name}" for name in _SAVED_MODEL_FLAGS
                         if values[name].present]
     if values.format == "litert" and saved_model_only:

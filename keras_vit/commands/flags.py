@@ -13,7 +13,7 @@ import numpy as np
 from absl import flags, logging
 from ml_collections import config_flags
 
-from keras_vit import errors
+from keras_vit import errors, grid
 from keras_vit.checkpoint import absent
 from keras_vit.commands import listing
 from keras_vit.commands.config_args import (  # noqa: F401 (commands' API)
@@ -51,6 +51,7 @@ from keras_vit.commands.runner import (  # noqa: F401 (the commands' API)
 )
 from keras_vit.config import SOURCE_KINDS
 from keras_vit.errors import UsageError
+from keras_vit.values import image_hw
 
 if TYPE_CHECKING:  # what type checkers and the import contracts read
     import keras
@@ -269,7 +270,8 @@ def load_flagged_model(values: flags.FlagValues,
                        source: Optional[loader.Source] = None, *,
                        image_size=None,
                        head: Optional[str] = None,
-                       own_size: bool = False) -> keras.Model:
+                       own_size: bool = False,
+                       token_cap: bool = True) -> keras.Model:
     """`loader.load_vit` of the --model source (or `source`) with the
     shape hints the command line gives.
 
@@ -280,6 +282,9 @@ def load_flagged_model(values: flags.FlagValues,
         head: str or None. What the command does with the classifier
             ("serve", "predict with"): a model without a classification
             head is then an error naming the fix.
+        token_cap: bool. Refuse a size of more than `grid.MAX_TOKENS`
+            tokens (`check_size`); False where the command checks its
+            memory itself.
     """
     source = model_source(values) if source is None else source
     kwargs = {}
@@ -287,6 +292,8 @@ def load_flagged_model(values: flags.FlagValues,
         kwargs["representation_size"] = hint(values, "representation_size")
     size = image_size if image_size is not None or own_size else hint(
         values, "image_size")
+    if size is not None and token_cap:
+        check_size(source, size)
     model = loader.load_vit(source, size, **kwargs)
     if head is None:
         return model
@@ -305,6 +312,17 @@ def load_flagged_model(values: flags.FlagValues,
             f"--num_classes or pass {width}."
         )
     return model
+
+
+def check_size(source: loader.Source, image_size) -> None:
+    """A size given on the command line at which `source` would hold more
+    than `grid.MAX_TOKENS` tokens (a typo: 38400 for 384) is refused
+    before the model is built, which the system's out-of-memory killer
+    would end without a word."""
+    stride = source.architecture().stride
+    height, width = image_hw(image_size)
+    grid.check_tokens((height // stride, width // stride), image_size,
+                      stride)
 
 
 def warn_zero_head(source: loader.Source, model: keras.Model) -> None:

@@ -178,7 +178,7 @@ _TEMPORARY_MARK = re.compile(r"\.tmp-[0-9a-f]{12}(?:-" + leftovers.WRITER
 def _remove_killed_temporaries(path: str) -> None:
     """Removes what writes of local `path` killed outright left (kill -9):
     their temporaries, which no reader looks for (a model's are large)."""
-    root, extension = _split(path)
+    root, extension = _split(os.path.normpath(path))  # (as glob gives)
     leftovers.remove_killed_paths(
         glob.glob(glob.escape(root) + ".tmp-*" + glob.escape(extension)),
         re.compile(re.escape(root) + r"\.tmp-[0-9a-f]{12}-"

@@ -11,6 +11,7 @@ network) would judge each other's: give each its own host name.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import re
 import shutil
@@ -19,8 +20,12 @@ from typing import Iterable, Optional, Pattern
 
 from absl import logging
 
-# This machine in a writer's name: letters, digits and dots only.
+# This machine in a writer's name: letters, digits and dots only, a long
+# name cut and told apart by its digest (names stay well below 255 bytes).
 HOST = re.sub(r"[^A-Za-z0-9.]", "_", socket.gethostname()) or "host"
+if len(HOST) > 24:
+    HOST = (f"{HOST[:15]}_"
+            f"{hashlib.sha256(HOST.encode()).hexdigest()[:8]}")
 # A writer's name as `writer` makes it: (host)-(pid).
 WRITER = r"([A-Za-z0-9._]+)-(\d+)"
 
@@ -72,6 +77,6 @@ def _running(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except OSError:  # another user's process
+    except (OSError, OverflowError):  # another user's; no pid of ours
         return True
     return True
