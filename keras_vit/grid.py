@@ -20,11 +20,12 @@ from keras_vit.values import ImageSize, image_hw
 MAX_TOKENS = 1 << 14
 
 
-def check_tokens(grid: Tuple[int, int], image_size: ImageSize,
-                 stride: int) -> None:
-    """A UsageError naming the fix where the patch `grid` (of `image_size`
-    at `stride` pixels a token) holds more than MAX_TOKENS tokens."""
-    tokens = grid[0] * grid[1]
+def check_tokens(image_size: ImageSize, stride: int) -> None:
+    """A UsageError naming the fix where `image_size` at `stride` pixels a
+    token (whole tokens, as a resize to a multiple would make them) holds
+    more than MAX_TOKENS tokens."""
+    height, width = image_hw(image_size)
+    tokens = (height // stride) * (width // stride)
     if tokens > MAX_TOKENS:
         side = int(MAX_TOKENS ** 0.5) * int(stride)
         raise UsageError(

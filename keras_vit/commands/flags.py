@@ -51,7 +51,6 @@ from keras_vit.commands.runner import (  # noqa: F401 (the commands' API)
 )
 from keras_vit.config import SOURCE_KINDS
 from keras_vit.errors import UsageError
-from keras_vit.values import image_hw
 
 if TYPE_CHECKING:  # what type checkers and the import contracts read
     import keras
@@ -319,10 +318,7 @@ def check_size(source: loader.Source, image_size) -> None:
     than `grid.MAX_TOKENS` tokens (a typo: 38400 for 384) is refused
     before the model is built, which the system's out-of-memory killer
     would end without a word."""
-    stride = source.architecture().stride
-    height, width = image_hw(image_size)
-    grid.check_tokens((height // stride, width // stride), image_size,
-                      stride)
+    grid.check_tokens(image_size, source.architecture().stride)
 
 
 def warn_zero_head(source: loader.Source, model: keras.Model) -> None:

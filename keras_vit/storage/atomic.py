@@ -178,10 +178,10 @@ _TEMPORARY_MARK = re.compile(r"\.tmp-[0-9a-f]{12}(?:-" + leftovers.WRITER
 def _remove_killed_temporaries(path: str) -> None:
     """Removes what writes of local `path` killed outright left (kill -9):
     their temporaries, which no reader looks for (a model's are large)."""
-    root, extension = _split(os.path.normpath(path))  # (as glob gives)
+    root, extension = _split(path)
     leftovers.remove_killed_paths(
         glob.glob(glob.escape(root) + ".tmp-*" + glob.escape(extension)),
-        re.compile(re.escape(root) + r"\.tmp-[0-9a-f]{12}-"
+        re.compile(re.escape(os.path.basename(root)) + r"\.tmp-[0-9a-f]{12}-"
                    + leftovers.WRITER + re.escape(extension)), "a write")
 
 

@@ -43,25 +43,22 @@ def killed(host: Optional[str], pid: int) -> bool:
 
 
 def remove_killed(folder: str, pattern: Pattern, what: str) -> None:
-    """Removes the folders in the local `folder` whose names `pattern`
-    matches, its groups (host or None, pid) naming a `killed` writer;
-    each logged as `what` ("an export") that was killed."""
+    """Removes the files and folders in the local `folder` that a killed
+    writer left (`remove_killed_paths`)."""
     if "://" in folder or not os.path.isdir(folder):
         return
-    for name in os.listdir(folder):
-        match = pattern.fullmatch(name)
-        if match and killed(match.group(1), int(match.group(2))):
-            logging.info("Removing %s, %s that was killed.", name, what)
-            shutil.rmtree(os.path.join(folder, name), ignore_errors=True)
+    remove_killed_paths((os.path.join(folder, name)
+                         for name in os.listdir(folder)), pattern, what)
 
 
 def remove_killed_paths(paths: Iterable[str], pattern: Pattern,
                         what: str) -> None:
-    """Removes each of the local `paths` (files or folders) that `pattern`
-    matches whole, its groups (host or None, pid) naming a `killed`
-    writer; each logged as left by `what` ("a write") that was killed."""
+    """Removes each of the local `paths` (files or folders) whose name
+    `pattern` matches whole, its groups (host or None, pid) naming a
+    `killed` writer; each logged as left by `what` ("an export") that
+    was killed."""
     for path in paths:
-        match = pattern.fullmatch(path)
+        match = pattern.fullmatch(os.path.basename(path))
         if match and killed(match.group(1), int(match.group(2))):
             logging.info("Removing %s, left by %s that was killed.", path,
                          what)
