@@ -11,7 +11,7 @@ import contextlib
 
 import keras
 
-from keras_vit import mpp, optim
+from keras_vit import grid, mpp, optim
 from keras_vit.architecture import CONFIG_FIELDS, Architecture
 from keras_vit.errors import UsageError
 from keras_vit.model import VisionTransformer
@@ -51,6 +51,16 @@ def config_architecture(model_config, num_classes: int = 0) -> Architecture:
     return Architecture.create(
         values.pop("variant", None), image_size=image_size,
         num_classes=num_classes, **values)
+
+
+def checked_architecture(model_config) -> Architecture:
+    """`config_architecture(model_config)`, refusing an image size of
+    more tokens than `grid.MAX_TOKENS` (a typo: 38400 for 384) before a
+    model is built, which the system's out-of-memory killer would end
+    without a word."""
+    arch = config_architecture(model_config)
+    grid.check_tokens(arch.image_size, arch.stride)
+    return arch
 
 
 def config_stride(model_config) -> int:

@@ -1328,6 +1328,32 @@ def test_an_image_size_of_too_many_tokens_is_refused_in_one_line(
     assert not (tmp_path / "m.keras").exists()
 
 
+def test_a_config_image_size_of_too_many_tokens_is_refused_in_one_line(
+        tmp_path):
+    """The same typo as config.model.image_size: keras-vit-train and
+    keras-vit-evaluate --mode=vtab refuse it before they build a model
+    (train built 200M parameters of position embeddings and then died in
+    the first step), and make no workdir or output folder."""
+    model = tiny_vit()
+    path = tmp_path / "m.npz"
+    np.savez(path, **checkpoint.model_arrays(model))
+    for command, args, made in (
+            ("train", ["--config=digits", f"--workdir={tmp_path}/run",
+                       "--config.trainer.total_steps=2",
+                       "--config.schedule.warmup_steps=1"], "run"),
+            ("evaluate", ["--mode=vtab", "--config=vtab", f"--model={path}",
+                          f"--output_dir={tmp_path}/vtab"], "vtab")):
+        result = console.run(command, [*args,
+                                       "--config.model.image_size=38400"])
+        line = _error_line(result, command)
+        assert "38400 x 38400 makes 23,040,000 tokens of 8 x 8 pixels, " \
+            "more than the 16,384 a model is built with here" in line, line
+        assert "--config.model.image_size" in line, line
+        assert line.endswith("give an image size of at most 1024 x 1024."), \
+            line
+        assert not (tmp_path / made).exists()
+
+
 @covers("nonfinite_weights")
 def test_nonfinite_weights_are_refused_by_name(tmp_path):
     """One NaN in an .npz: keras-vit-predict and -export stop in one line

@@ -38,6 +38,7 @@ import tensorflow as tf
 from absl import logging
 
 from keras_vit import config as config_lib
+from keras_vit import grid
 from keras_vit.checkpoint import loader as pretrained
 from keras_vit.data import sources, vtab
 from keras_vit.errors import Preempted, UsageError
@@ -73,11 +74,8 @@ def run_trial(
     keep_checkpoints: bool = False,
 ) -> Dict:
     """Trains one config with `train_fn` (or reuses its finished
-    metrics.json).
-
-    A workdir that already holds another config is an error rather than
-    silently mixed results.
-    """
+    metrics.json). A workdir that already holds another config is an
+    error rather than silently mixed results."""
     config_path = os.path.join(workdir, wd.CONFIG)
     metrics_path = os.path.join(workdir, wd.METRICS)
     if tf.io.gfile.exists(config_path):
@@ -297,8 +295,10 @@ def run(  # noqa: PLR0913 (the protocol's parts and options)
     selected = vtab.select_tasks(tasks if tasks is not None
                                  else protocol.tasks)
     model_name = model_name or source.describe()
-    # Patches that do not divide the tasks' resolution: before any file.
-    pretrained.describe_source(source).grid(protocol.image_size or None)
+    # Patches that do not divide the size, or too many: before any file.
+    arch = pretrained.describe_source(source)
+    arch.grid(protocol.image_size or None)
+    grid.check_tokens(protocol.image_size or arch.image_size, arch.stride)
     tf.io.gfile.makedirs(output_dir)
     results_path = os.path.join(output_dir, reports.RESULTS_JSONL)
     records: List[Dict] = reports.read_jsonl(results_path)

@@ -18,7 +18,7 @@ from absl import logging
 
 from keras_vit import config as config_lib
 from keras_vit import config_limits, errors, remat
-from keras_vit.build import build_run, check_mpp, config_architecture
+from keras_vit.build import build_run, check_mpp, checked_architecture
 from keras_vit.checkpoint import sources as checkpoint_sources
 from keras_vit.checkpoint import weights
 from keras_vit.config_schema import SCRATCH_IMAGE_SIZE
@@ -198,7 +198,7 @@ def train_and_evaluate(
     if not config.objective.mpp.enabled:
         config = _started_architecture(config, workdir)
     if config.model.image_size:  # an unknown size: before the workdir
-        config_architecture(config.model)
+        checked_architecture(config.model)
     image_files.check_workdir_apart(config, workdir)
     with _made_workdir(workdir, strategy):  # removed if refused
         finished = finished_before(config, workdir, length, strategy)
