@@ -1331,9 +1331,9 @@ def test_an_image_size_of_too_many_tokens_is_refused_in_one_line(
 def test_a_config_image_size_of_too_many_tokens_is_refused_in_one_line(
         tmp_path):
     """The same typo as config.model.image_size: keras-vit-train and
-    keras-vit-evaluate --mode=vtab refuse it before they build a model
-    (train built 200M parameters of position embeddings and then died in
-    the first step), and make no workdir or output folder."""
+    keras-vit-evaluate --mode=vtab and fewshot refuse it before they build
+    a model (train built 200M parameters of position embeddings and then
+    died in the first step), and make no workdir or output folder."""
     model = tiny_vit()
     path = tmp_path / "m.npz"
     np.savez(path, **checkpoint.model_arrays(model))
@@ -1342,7 +1342,10 @@ def test_a_config_image_size_of_too_many_tokens_is_refused_in_one_line(
                        "--config.trainer.total_steps=2",
                        "--config.schedule.warmup_steps=1"], "run"),
             ("evaluate", ["--mode=vtab", "--config=vtab", f"--model={path}",
-                          f"--output_dir={tmp_path}/vtab"], "vtab")):
+                          f"--output_dir={tmp_path}/vtab"], "vtab"),
+            ("evaluate", ["--mode=fewshot", "--config=fewshot",
+                          f"--model={path}", f"--output_dir={tmp_path}/fs",
+                          "--config.input.pp.eval_resize_size=None"], "fs")):
         result = console.run(command, [*args,
                                        "--config.model.image_size=38400"])
         line = _error_line(result, command)

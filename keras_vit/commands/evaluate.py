@@ -132,6 +132,8 @@ def _fewshot_mode(values, source, strategy) -> Dict:
         for name, d in opts.datasets.items()
     ]
     image_size, resize_size = _fewshot_sizes(values, config)
+    if image_size:  # the config's too, as --image_size is checked
+        cli.check_size(source, image_size)
     model = None
     if not image_size:  # 0: the model's own (config_limits), once loaded
         model = _fewshot_model(source, None, strategy)
