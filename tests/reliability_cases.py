@@ -152,6 +152,20 @@ _CASES = [
         "TrainingError",
     ),
     Case(
+        "final_loss_nonfinite", FAULT, "training",
+        "A learning rate so high (1e30) that the first update leaves the "
+        "weights finite but the model's outputs overflow, with "
+        "`config.trainer.skip_nonfinite=True` (every later step is "
+        "skipped)",
+        "After its final evaluation the run exits with status 1 in one "
+        "line naming the evaluator's loss, the steps skipped and the fix. "
+        "It is not marked finished (no metrics.json, no export), and the "
+        "same command evaluates and refuses again.",
+        ("The final evaluation's loss is not finite",
+         "test_loss nan at step 10", "--config.schedule.lr"),
+        "exit status 1",
+    ),
+    Case(
         "skip_leaves_state_unchanged", FAULT, "training",
         "What a skipped step does, under the default strategy and a "
         "2-replica MirroredStrategy (NaN on one replica only)",

@@ -475,6 +475,32 @@ def test_weights_made_non_finite_stop_before_a_checkpoint(tmp_path, every,
                          recursive=True)
 
 
+@covers("final_loss_nonfinite")
+def test_a_final_loss_that_is_not_finite_fails_the_run(tmp_path):
+    """With skip_nonfinite, a first update of a learning rate of 1e30
+    left finite weights whose outputs overflow, every later step was
+    skipped, and the run exited 0 with test_loss null in metrics.json:
+    now it fails after its final evaluation, unfinished, and so does the
+    same command again (evaluated again from its last checkpoint)."""
+    workdir = tmp_path / "run"
+    args = ["--config=digits", f"--workdir={workdir}",
+            "--config.trainer.total_steps=10",
+            "--config.schedule.warmup_steps=0", "--config.schedule.lr=1e30",
+            "--config.trainer.skip_nonfinite=True"]
+    for skipped in (" 9 step(s) of this run were skipped", ""):
+        result = console.run("train", args)
+        assert result.returncode == 1, result.stderr[-3000:]
+        assert "Traceback" not in result.stderr, result.stderr[-3000:]
+        (line,) = [x for x in result.stderr.splitlines()
+                   if x.startswith("keras-vit-train: error: ")]
+        check_says("final_loss_nonfinite", line)
+        assert ("step 10;" + skipped) in line if skipped else \
+            "skipped" not in line, line
+        assert not (workdir / wd.METRICS).exists()
+        assert checkpoint_list.latest(ckpt_dir(str(workdir))).endswith(
+            "ckpt-10")
+
+
 @covers("nan_batch_skipped")
 def test_nan_batches_skipped_and_counted(tmp_path, monkeypatch, caplog):
     _poison(monkeypatch, [3, 12])

@@ -33,8 +33,7 @@ from keras_vit.training.pacing import Plan
 from keras_vit.training.resume import TrainingError
 from keras_vit.training.run_parts import Run
 
-# SIGTERM and Ctrl-C (a name of its own: tests stand in for a signal).
-_Preemption = interrupt.StopRequest
+_Preemption = interrupt.StopRequest  # (tests stand in for a signal)
 
 
 class WorkerLost(TrainingError):
@@ -46,12 +45,12 @@ class WorkerLost(TrainingError):
 def run(plan: Plan, r: Run) -> Dict[str, float]:
     """Trains to `plan.total_steps`, then evaluates every accuracy
     evaluator on its split ("test" gives the reported test_* metrics).
-
-    Returns the final metrics, or {"preempted": True, "step": S, ...} after a
-    SIGTERM ("restart": True when every worker saved for a restart).
+    Returns the final metrics, or {"preempted": True, "step": S, ...}
+    after a SIGTERM ("restart": True when every worker saved to restart).
 
     Raises:
-        WorkerLost: a peer of a multi-worker run is gone.
+        WorkerLost: a peer of a multi-worker run is gone (a TrainingError,
+            as are a non-finite loss and non-finite weights: `reporting`).
     """
     loop = _HostLoop(plan, r)
     try:
@@ -362,8 +361,9 @@ class _HostLoop:
                 "saved": saved, **({"final": True} if final else {})}
 
     def _finish(self, final: Dict[str, Any]) -> Dict[str, float]:
-        """The final metrics (`final`, the evaluations'), `on_finish`, and
-        metrics.json."""
+        """The final metrics (`final`, the evaluations'; each loss finite),
+        `on_finish`, and metrics.json."""
+        reporting.check_final_losses(final, self.step, self.skipped)
         r, trainer = self.r, self.r.trainer
         trained = self.step - self.start_step
         final.update({

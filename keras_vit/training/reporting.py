@@ -4,6 +4,7 @@ fields of metrics.json."""
 from __future__ import annotations
 
 import contextlib
+import math
 from typing import Any, Callable, Dict, Optional
 
 import keras
@@ -146,6 +147,28 @@ def check_weights(model, step: int,
         "learning rate?). Last good checkpoint: "
         f"{last or 'none (no checkpoint yet)'}. Lower the learning rate, "
         "or clip the gradients (config.trainer.grad_clip_norm).")
+
+
+def check_final_losses(final: Dict[str, Any], step: int,
+                       skipped: int) -> None:
+    """Raises where a final evaluation's loss (`final`'s NAME_loss) is
+    not finite: the model's outputs overflow (weights grown too large by
+    a step that `skip_nonfinite` let through, whose later steps it then
+    skipped: `skipped`), so its scores mean nothing; the run is not marked
+    finished, and nothing is exported."""
+    bad = [f"{key} {value}" for key, value in sorted(final.items())
+           if key.endswith("_loss") and isinstance(value, float)
+           and not math.isfinite(value)]
+    if bad:
+        note = (f"; {skipped} step(s) of this run were skipped as "
+                "non-finite" if skipped else "")
+        raise TrainingError(
+            f"The final evaluation's loss is not finite ({', '.join(bad)} "
+            f"at step {step}{note}): the model's outputs overflow, and its "
+            "scores mean nothing, so the run is not marked finished. Lower the "
+            "learning rate (config.schedule.lr) or clip the gradients "
+            "(config.trainer.grad_clip_norm), and train again in a new "
+            "workdir.")
 
 
 def log_eval(writers, step, split, results, name="accuracy"):
