@@ -53,6 +53,7 @@ import throughput  # noqa: E402  (beside this file)
 import throughput_report  # noqa: E402
 
 CANDIDATES = ("one_path", "cudnn", "cudnn_even", "xla")
+MODES = ("infer", "train")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -64,7 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", choices=("float32", "bfloat16"),
                    default="bfloat16")
     p.add_argument("--modes", default="infer,train",
-                   help="comma-separated subset of infer,train")
+                   help="comma-separated subset of " + ",".join(MODES))
     p.add_argument("--candidates", default=",".join(CANDIDATES),
                    help="comma-separated subset of " + ",".join(CANDIDATES))
     p.add_argument("--repeats", type=int, default=5)
@@ -170,8 +171,8 @@ def measure(args: argparse.Namespace) -> Dict[str, Any]:
     fwd_flops = 2 * 2 * args.batch_size * tokens * tokens * width
     rows = []
     reference: Dict[str, Any] = {}
-    for mode in [m.strip() for m in args.modes.split(",") if m.strip()]:
-        for name in [c.strip() for c in args.candidates.split(",")]:
+    for mode in args.modes_list:
+        for name in args.candidates_list:
             fn = step(FUNCTIONS[name], mode)
             row: Dict[str, Any] = {"mode": mode, "candidate": name}
             try:
@@ -234,8 +235,25 @@ def report(result: Dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
+    """The script's arguments, refused with a usage error (one line, exit
+    status 2) where they measure nothing; `args.modes_list` and
+    `args.candidates_list` hold the names."""
+    p = build_parser()
+    args = p.parse_args(argv)
+    throughput_report.at_least(p, args, dict(batch_size=1, repeats=1))
+    if args.min_time <= 0:
+        p.error(f"--min_time must be > 0 seconds, got {args.min_time}")
+    throughput.check_size_args(p, args)
+    args.modes_list = throughput_report.names_in(
+        p, "--modes", args.modes, MODES)
+    args.candidates_list = throughput_report.names_in(
+        p, "--candidates", args.candidates, CANDIDATES)
+    return args
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = parse_args(argv)
     result = measure(args)
     result.update(
         args=vars(args), machine=throughput.machine_info(),

@@ -87,9 +87,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> None:
+    parser = build_parser()
     args, command = report.parse_counts(
-        build_parser(), argv, ("num_ops", "image_size", "images", "repeats"),
+        parser, argv, ("num_ops", "image_size", "images", "repeats"),
         "augment_cost.py")
+    if args.magnitude < 0:
+        parser.error(f"--magnitude must be >= 0, got {args.magnitude:g}")
     machine = throughput.machine_info()
     images = photos(args.images, args.image_size)
     factor = augment.randaugment_factor(args.magnitude)

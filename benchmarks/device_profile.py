@@ -390,8 +390,24 @@ def report(result: Dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
+    """The script's arguments, refused with a usage error (one line, exit
+    status 2) where they make no profile; `args.modes_list` holds the
+    modes."""
+    p = build_parser()
+    args = p.parse_args(argv)
+    throughput_report.at_least(
+        p, args, dict(batch_size=1, steps=1, warmup=0, num_classes=1, top=1))
+    throughput.check_size_args(p, args)
+    throughput_report.names_in(p, "--models", args.models,
+                               throughput.PROFILED)
+    args.modes_list = throughput_report.names_in(
+        p, "--modes", args.modes, tuple(STEP_MODULE))
+    return args
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = parse_args(argv)
     if keras.backend.backend() != "jax":
         raise SystemExit("device_profile.py runs under KERAS_BACKEND=jax "
                          f"(the backend is {keras.backend.backend()}).")
@@ -408,10 +424,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.dtype == "bfloat16":
         keras.mixed_precision.set_dtype_policy("mixed_bfloat16")
     models = throughput.profiled_models(args.models)
-    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
-    if not modes or set(modes) - set(STEP_MODULE):
-        raise SystemExit(f"--modes must list train and/or infer, got "
-                         f"{args.modes!r}")
+    modes = args.modes_list
     argv = list(sys.argv[1:] if argv is None else argv)
     pairs = [(m, mode) for mode in modes for m in models]
     notes: List[str] = []

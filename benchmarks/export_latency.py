@@ -48,6 +48,7 @@ import keras_vit  # noqa: E402, F401
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
+import throughput_report  # noqa: E402  (beside this file)
 
 from keras_vit import create_model  # noqa: E402
 from keras_vit.data import preprocessing  # noqa: E402
@@ -76,8 +77,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
-    """argv: list of str or None. Command-line arguments (sys.argv if None)."""
-    return build_parser().parse_args(argv)
+    """argv: list of str or None. Command-line arguments (sys.argv if None).
+    Refuses (a usage error: one line, exit status 2) what measures
+    nothing; `args.batch_list` holds the batch sizes."""
+    p = build_parser()
+    args = p.parse_args(argv)
+    throughput_report.at_least(p, args, dict(image_size=1, repeats=1,
+                                             warmup=0))
+    if min(args.source_size) < 1:
+        p.error(f"--source_size must be >= 1, got {args.source_size}")
+    throughput_report.checked_variant(p, "--variant", args.variant)
+    args.batch_list = throughput_report.whole_numbers(
+        p, "--batch_sizes", args.batch_sizes)
+    return args
 
 
 def make_jpegs(count: int, size: Sequence[int], seed: int = 0) -> List[bytes]:
@@ -124,7 +136,7 @@ def run(args: argparse.Namespace) -> dict:
     pixels_fn = loaded.signatures["predict_images"]
 
     results = {}
-    batch_sizes = [int(b) for b in args.batch_sizes.split(",")]
+    batch_sizes = args.batch_list
     jpegs = make_jpegs(max(batch_sizes), args.source_size)
     for batch in batch_sizes:
         data = tf.constant(jpegs[:batch])

@@ -1,7 +1,7 @@
 r"""What the training loop costs on top of the bare compiled training step.
 
     python benchmarks/loop_overhead.py --config=configs/digits.py \
-        --steps_per_loop=1,10,50 --steps=200 --repeats=5 \
+        --steps_per_loop=1,10,50 --steps=200 --repeats=3 \
         --output=benchmarks/results/loop_overhead_digits
 
 Config fields are overridden as in train.py, e.g. for ViT-Ti/16 at 224:

@@ -58,6 +58,8 @@ sys.path.insert(0, ROOT)
 import memory_report as report  # noqa: E402  (beside this file)
 import throughput_report  # noqa: E402
 
+from keras_vit.remat import REMAT_POLICIES  # noqa: E402
+
 GIB = 2**30
 CAPACITIES = {"16GiB": 16 * GIB, "32GiB": 32 * GIB}
 
@@ -96,11 +98,24 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
-    args = build_parser().parse_args(argv)
-    args.batch_list = [int(b) for b in args.batch_sizes.split(",")]
+    """The arguments; what measures nothing is refused in one line.
+    `args.batch_list`, `args.size_list` and `args.remat_list` hold the
+    lists."""
+    p = build_parser()
+    args = p.parse_args(argv)
+    throughput_report.at_least(
+        p, args, dict(num_classes=1, steps=1, layers=0, hidden_size=0))
+    for variant in args.variants.split(","):
+        throughput_report.checked_variant(p, "--variants", variant,
+                                          plain=True)
+    args.size_list = throughput_report.whole_numbers(
+        p, "--image_sizes", args.image_sizes)
+    args.batch_list = throughput_report.whole_numbers(
+        p, "--batch_sizes", args.batch_sizes)
     if len(args.batch_list) != 2 or args.batch_list[0] >= args.batch_list[1]:
         raise SystemExit("--batch_sizes takes two increasing sizes, e.g. 2,4")
-    args.remat_list = [r for r in args.remat.split(",") if r]
+    args.remat_list = throughput_report.names_in(
+        p, "--remat", args.remat, REMAT_POLICIES)
     if "none" not in args.remat_list:
         raise SystemExit("--remat must include none (the reference)")
     if args.backend == "tensorflow" and "dots" in args.remat_list:
@@ -116,7 +131,7 @@ def configurations(args) -> List[Dict[str, Any]]:
         models.append(("keras_hub", "none"))
     out = []
     for variant in args.variants.split(","):
-        for size in (int(s) for s in args.image_sizes.split(",")):
+        for size in args.size_list:
             for model, remat in models:
                 out.append(dict(
                     variant=variant, image_size=size, model=model,
@@ -131,8 +146,8 @@ def timed(args) -> List[tuple]:
     """list of (variant, image size) whose step time is measured."""
     names = [t for t in args.time.split(",") if t]
     if "all" in names:
-        return [(v, int(s)) for v in args.variants.split(",")
-                for s in args.image_sizes.split(",")]
+        return [(v, s) for v in args.variants.split(",")
+                for s in args.size_list]
     out = []
     for name in names:
         variant, _, size = name.partition("@")
@@ -227,6 +242,9 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     text = report.markdown(result)
     throughput_report.write_results(args.output, result, text)
     print(text)
+    if all("error" in row for row in rows):  # written, and said by the exit
+        raise SystemExit(f"Every configuration failed: see the errors in "
+                         f"{args.output}.json")
     return result
 
 

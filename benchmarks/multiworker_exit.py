@@ -157,7 +157,13 @@ def _markdown(results: Dict[str, List[Dict[str, float]]], args) -> str:
 
 
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.repeats < 1:
+        parser.error(f"--repeats must be >= 1, got {args.repeats}")
+    if args.connect_timeout_s <= 0:
+        parser.error("--connect_timeout_s must be > 0, got "
+                     f"{args.connect_timeout_s:g}")
     names = [n.strip() for n in args.scenarios.split(",") if n.strip()]
     unknown = sorted(set(names) - set(SCENARIOS))
     if unknown:

@@ -220,8 +220,21 @@ def report(result: Dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
+    """The script's arguments, refused with a usage error (one line, exit
+    status 2) where they make no profile."""
+    p = build_parser()
+    args = p.parse_args(argv)
+    throughput_report.at_least(
+        p, args, dict(batch_size=1, steps=1, num_classes=1))
+    throughput.check_size_args(p, args)
+    throughput_report.names_in(p, "--models", args.models,
+                               throughput.PROFILED)
+    return args
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = parse_args(argv)
     args.dtype, args.trees = "float32", {}
     dims = throughput.sizes(args)
     models = throughput.profiled_models(args.models)

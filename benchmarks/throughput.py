@@ -103,6 +103,9 @@ DPA = "keras_vit_dpa"
 ONE_PATH = "keras_vit_one_path"
 MODES = ("train", "train_jit", "infer", "infer_jit")
 TRAINING = ("train", "train_jit")  # 3x the forward FLOPs
+PROFILED = ("keras_vit", "keras_hub")  # what a profile's --models names
+SIZE_NAMES = ("patch_size", "hidden_size", "num_layers", "num_heads",
+              "mlp_dim")  # the sizes add_size_options overrides
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -164,8 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
 def add_size_options(p: argparse.ArgumentParser) -> None:
     """The options that override the variant's sizes, and --output (this
     script's and benchmarks/step_profile.py's)."""
-    for name in ("patch_size", "hidden_size", "num_layers", "num_heads",
-                 "mlp_dim"):
+    for name in SIZE_NAMES:
         p.add_argument(f"--{name}", type=int, default=None,
                        help="override the variant's size")
     p.add_argument("--output", required=True,
@@ -198,7 +200,32 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
             p.error(f"--{name} must be >= 1")
     if args.deadline < 0:
         p.error("--deadline must be >= 0 (0: no deadline)")
+    report.at_least(p, args, dict(steps=0, warmup=0, rewarm=0))
+    if args.min_time <= 0:
+        p.error(f"--min_time must be > 0 seconds, got {args.min_time}")
+    check_size_args(p, args)
     return args
+
+
+def check_size_args(p: argparse.ArgumentParser,
+                    args: argparse.Namespace) -> Dict[str, int]:
+    """`sizes(args)`, or the parser's usage error (one line, exit status
+    2) naming the fix: a --variant that is no plain ViT, a size below 1, a
+    head count that does not divide the width, an image that does not
+    divide into patches (this script's parse_args and those of the
+    scripts that take `add_size_options`)."""
+    report.at_least(p, args, dict.fromkeys(("image_size",) + SIZE_NAMES, 1))
+    report.checked_variant(p, "--variant", args.variant, plain=True)
+    dims = sizes(args)
+    if dims["hidden_size"] % dims["num_heads"]:
+        p.error(f"--num_heads {dims['num_heads']} does not divide the width "
+                f"{dims['hidden_size']} (--hidden_size): pick a head count "
+                "that divides it")
+    if args.image_size % dims["patch_size"]:
+        p.error(f"--image_size {args.image_size} is not divisible by patch "
+                f"size {dims['patch_size']}: use a multiple of "
+                f"{dims['patch_size']}")
+    return dims
 
 
 def past_deadline(args: argparse.Namespace) -> bool:
@@ -930,6 +957,9 @@ def profiled_models(spec: str) -> List[str]:
     without keras_hub where keras-hub cannot be imported, which it says
     (benchmarks/step_profile.py, benchmarks/device_profile.py)."""
     models = [m.strip() for m in spec.split(",") if m.strip()]
+    if not models or set(models) - set(PROFILED):
+        raise SystemExit(f"--models takes a comma-separated subset of "
+                         f"{','.join(PROFILED)}, got {spec!r}")
     if "keras_hub" in models and not keras_hub_available():
         print("keras-hub is not installed: profiling keras_vit only.",
               file=sys.stderr)

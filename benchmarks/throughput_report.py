@@ -6,8 +6,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
-from typing import Any, Dict, Sequence, Tuple
+from typing import Any, Dict, List, Sequence, Tuple
 
+from keras_vit import variants
 from keras_vit.storage.atomic import atomic_write
 
 
@@ -44,6 +45,62 @@ def parse_counts(parser: argparse.ArgumentParser, argv, counts: Sequence[str],
             parser.error(f"--{name} must be at least 1")
     return args, f"python benchmarks/{script} " + " ".join(
         f"--{k}={v}" for k, v in vars(args).items())
+
+
+def at_least(parser: argparse.ArgumentParser, args: argparse.Namespace,
+             bounds: Dict[str, float]) -> None:
+    """Refuses (the parser's usage error: one line, exit status 2) any
+    option of `bounds` (name: lowest value) set below its bound (None, an
+    option left unset, passes)."""
+    for name, low in bounds.items():
+        value = getattr(args, name)
+        if value is not None and value < low:
+            parser.error(f"--{name} must be >= {low}, got {value}")
+
+
+def names_in(parser: argparse.ArgumentParser, flag: str, text: str,
+             known: Sequence[str]) -> List[str]:
+    """[str]. The comma-separated names `text` of `flag`, at least one and
+    each one of `known` (else the parser's usage error naming them)."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names or set(names) - set(known):
+        parser.error(f"{flag} takes a comma-separated subset of "
+                     f"{','.join(known)}, got {text!r}")
+    return names
+
+
+def whole_numbers(parser: argparse.ArgumentParser, flag: str,
+                  text: str) -> List[int]:
+    """[int]. The comma-separated numbers `text` of `flag`, each >= 1
+    (else the parser's usage error)."""
+    try:
+        numbers = [int(n) for n in text.split(",")]
+    except ValueError:
+        numbers = []
+    if not numbers or min(numbers) < 1:
+        parser.error(f"{flag} takes comma-separated whole numbers >= 1 "
+                     f"(e.g. 2,4), got {text!r}")
+    return numbers
+
+
+def checked_variant(parser: argparse.ArgumentParser, flag: str,
+                    variant: str, plain: bool = False) -> Any:
+    """keras_vit.variants.VariantSpec. `variant` decoded, or the parser's
+    usage error naming the known variants (only the plain ViTs, without
+    a ResNet stem, where `plain`)."""
+    known = [v for v in variants.VARIANTS
+             if not (plain and v in variants.HYBRIDS)]
+    if variant not in known:
+        hint = "" if variant in variants.VARIANTS else ", ".join(
+            variants.closest_variants(str(variant)))
+        parser.error(
+            f"{flag} {variant!r} is "
+            + ("a hybrid: this benchmark covers plain ViTs (no ResNet "
+               "stem)" if variant in variants.VARIANTS
+               else "not a variant")
+            + (f" (did you mean {hint}?)" if hint else "")
+            + f"; use one of {', '.join(known)}")
+    return variants.decode_variant(variant)
 
 
 def _repeats(result: Dict[str, Any]) -> str:

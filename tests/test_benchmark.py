@@ -223,13 +223,79 @@ def test_bad_arguments_name_the_fix(tmp_path, capsys):
         throughput.parse_args(["--mode", "fit", "--output", "x"])
     assert ("--mode must list some of train, train_jit, infer, infer_jit"
             in capsys.readouterr().err)
-    with pytest.raises(SystemExit, match="not divisible by patch size 8"):
+    with pytest.raises(SystemExit) as exit_:
         throughput.main(TINY_ARGS[:2] + [
             "--image_size", "36", "--patch_size", "8",
             "--output", str(tmp_path / "x"),
         ])
-    with pytest.raises(SystemExit, match="hybrid"):
+    assert exit_.value.code == 2
+    assert "not divisible by patch size 8" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_:
         throughput.main(["--variant", "R50+B/16", "--output", "x"])
+    assert exit_.value.code == 2
+    assert "hybrid" in capsys.readouterr().err
+    assert not os.path.exists(tmp_path / "x.json")
+
+
+# (script, arguments, what the one-line refusal says): each refused by
+# the script's argument parsing, exit status 2, before any model is built.
+BAD_ARGUMENTS = [
+    ("throughput", ["--variant", "X/99"], "--variant 'X/99' is not a"),
+    ("throughput", ["--patch_size", "0"], "--patch_size must be >= 1"),
+    ("throughput", ["--num_heads", "5"], "--num_heads 5 does not divide"),
+    ("throughput", ["--num_layers", "0"], "--num_layers must be >= 1"),
+    ("throughput", ["--hidden_size", "-3"], "--hidden_size must be >= 1"),
+    ("throughput", ["--mlp_dim", "0"], "--mlp_dim must be >= 1"),
+    ("throughput", ["--steps", "-1"], "--steps must be >= 0"),
+    ("throughput", ["--warmup", "-1"], "--warmup must be >= 0"),
+    ("throughput", ["--rewarm", "-2"], "--rewarm must be >= 0"),
+    ("throughput", ["--min_time", "0"], "--min_time must be > 0"),
+    ("step_profile", ["--variant", "X/99"], "--variant 'X/99' is not a"),
+    ("step_profile", ["--models", "foo"],
+     "--models takes a comma-separated subset of keras_vit,keras_hub"),
+    ("step_profile", ["--batch_size", "0"], "--batch_size must be >= 1"),
+    ("step_profile", ["--steps", "0"], "--steps must be >= 1"),
+    ("device_profile", ["--variant", "X/99"], "--variant 'X/99' is not a"),
+    ("device_profile", ["--models", "keras_vit,foo"],
+     "--models takes a comma-separated subset of keras_vit,keras_hub"),
+    ("device_profile", ["--modes", "fit"],
+     "--modes takes a comma-separated subset of train,infer"),
+    ("device_profile", ["--patch_size", "0"], "--patch_size must be >= 1"),
+    ("attention_kernels", ["--variant", "X/99"], "--variant 'X/99' is not"),
+    ("attention_kernels", ["--candidates", "foo"],
+     "--candidates takes a comma-separated subset of one_path,cudnn,"),
+    ("attention_kernels", ["--modes", "foo"],
+     "--modes takes a comma-separated subset of infer,train"),
+    ("attention_kernels", ["--num_heads", "7"], "--num_heads 7 does not"),
+    ("export_latency", ["--variant", "X/99"], "--variant 'X/99' is not a"),
+    ("export_latency", ["--repeats", "0"], "--repeats must be >= 1"),
+    ("export_latency", ["--batch_sizes", "2,x"],
+     "--batch_sizes takes comma-separated whole numbers >= 1"),
+    ("export_latency", ["--batch_sizes", "0"],
+     "--batch_sizes takes comma-separated whole numbers >= 1"),
+    ("augment_cost", ["--magnitude=-5"], "--magnitude must be >= 0"),
+    ("multiworker_exit", ["--repeats", "0"], "--repeats must be >= 1"),
+]
+
+
+def _entry(script):
+    """The function of benchmarks/SCRIPT.py that reads its arguments."""
+    import importlib
+
+    module = importlib.import_module(script)
+    return getattr(module, "parse_args", None) or module.main
+
+
+@pytest.mark.parametrize("script,argv,message", BAD_ARGUMENTS)
+def test_bad_arguments_are_one_line_naming_the_flag(
+        script, argv, message, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        _entry(script)(argv + ["--output", str(tmp_path / "x")])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+    assert "error: " in err.strip().splitlines()[-1]
+    assert not os.listdir(tmp_path)
 
 
 @pytest.mark.slow
@@ -405,11 +471,13 @@ def test_each_configuration_runs_in_its_own_process(monkeypatch):
     assert [n for n in result["notes"] if "skipped" in n] == [
         "infer_jit xla=True: skipped, --deadline 100 s passed",
         "infer xla=True: skipped, --deadline 100 s passed"]
-    # Refused in this process, not in each child.
-    with pytest.raises(SystemExit, match="not divisible"):
-        throughput.run_per_config([], throughput.parse_args(
-            TINY_ARGS[:2] + ["--image_size", "36", "--patch_size", "8",
-                             "--output", "x"]))
+    # Refused in this process (its argument parsing), not in each child.
+    calls.clear()
+    with pytest.raises(SystemExit) as exit_:
+        throughput.main(TINY_ARGS[:2] + [
+            "--image_size", "36", "--patch_size", "8",
+            "--process_per_config", "--output", "x"])
+    assert exit_.value.code == 2 and not calls
 
 
 def test_the_library_attention_of_a_run_is_recorded(monkeypatch):

@@ -75,6 +75,36 @@ def test_bad_arguments_name_the_fix():
         memory.parse_args(["--remat", "block", "--output", "x"])
 
 
+@pytest.mark.parametrize("argv,message", [
+    (["--variants", "B/16,X/9"], "--variants 'X/9' is not a variant"),
+    (["--variants", "R50+B/16"], "--variants 'R50+B/16' is a hybrid"),
+    (["--remat", "none,foo"],
+     "--remat takes a comma-separated subset of none,block,dots"),
+    (["--batch_sizes", "2,x"],
+     "--batch_sizes takes comma-separated whole numbers >= 1"),
+    (["--image_sizes", "abc"],
+     "--image_sizes takes comma-separated whole numbers >= 1"),
+    (["--steps", "0"], "--steps must be >= 1"),
+])
+def test_bad_lists_are_one_line_naming_the_flag(argv, message, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        memory.parse_args(argv + ["--output", "x"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+def test_every_configuration_failed_exits_nonzero(tmp_path, monkeypatch):
+    monkeypatch.setattr(memory, "run_child",
+                        lambda spec, backend: {"error": "exit code 1: boom"})
+    out = str(tmp_path / "m")
+    with pytest.raises(SystemExit, match="Every configuration failed"):
+        memory.main(["--variants", "B/16", "--image_sizes", "32",
+                     "--batch_sizes", "1,2", "--output", out])
+    with open(out + ".json") as f:  # written first, with the errors
+        assert "boom" in f.read()
+
+
 def test_a_failed_measurement_is_reported_not_raised():
     row = {"variant": "B/16", "image_size": 384, "model": "keras_vit",
            "remat": "none", "error": "exit code 1: MemoryError"}
