@@ -2,7 +2,8 @@
 # The GPU measurement in one command, at most 7.5 minutes by default:
 #
 #     bash benchmarks/accelerator.sh [--smoke] [--profile] [--inference]
-#                                    [--training] [--no-wheels] [OUTPUT_DIR]
+#                                    [--training] [--xla-options]
+#                                    [--no-wheels] [OUTPUT_DIR]
 #
 # On a machine with JAX and a GPU (no TensorFlow, no network needed), from
 # the repository root. Installs the wheels of .whl/ (made where pip works by

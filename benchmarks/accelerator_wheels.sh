@@ -17,12 +17,15 @@ version=${1:-3.12}
 python=${PYTHON:-python3}
 wheels=(keras==3.15.1 keras-hub==0.32.0 ml-collections==1.1.0
         namex==0.1.0 optree==0.20.0)
-rm -rf .whl
+# Into a new folder first: a failed download leaves the old wheels.
+rm -rf .whl.new
 "$python" -m pip download --no-deps --only-binary=:all: \
     --python-version "$version" --implementation cp \
     --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 \
     --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
-    --platform manylinux1_x86_64 -d .whl "${wheels[@]}"
+    --platform manylinux1_x86_64 -d .whl.new "${wheels[@]}"
+rm -rf .whl
+mv .whl.new .whl
 echo
 echo "$(ls .whl | wc -l) wheels in .whl/ ($(du -sh .whl | cut -f1))."
 echo "On the GPU machine, with .whl/ copied beside the checkout, from the"
