@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import numbers
 from typing import Any, Callable, Dict, Optional
 
 import keras
@@ -157,7 +158,7 @@ def check_final_losses(final: Dict[str, Any], step: int,
     skipped: `skipped`), so its scores mean nothing; the run is not marked
     finished, and nothing is exported."""
     bad = [f"{key} {value}" for key, value in sorted(final.items())
-           if key.endswith("_loss") and isinstance(value, float)
+           if key.endswith("_loss") and isinstance(value, numbers.Real)
            and not math.isfinite(value)]
     if bad:
         note = (f"; {skipped} step(s) of this run were skipped as "
