@@ -122,6 +122,30 @@ def test_eval_records_weights_loss_and_split_in_their_own_files(
     assert got == {"test[:100]": 100, "test[100:]": 260}
 
 
+def test_a_model_named_by_config_init_model_gets_its_own_result_file(
+        ema_run, tmp_path, capsys):
+    """--config.init.model names the model as --model does, its result
+    file too: it took the run's own name (eval_digits_test.json) in the
+    run's folder, and the run's own evaluation was then refused as
+    another model's."""
+    run = str(tmp_path / "run")
+    shutil.copytree(ema_run, run)
+    for name in os.listdir(run):
+        if name.startswith("eval_") and name.endswith(".json"):
+            os.remove(os.path.join(run, name))
+    path = str(tmp_path / "m.keras")
+    pretrained.load_model(ema_run).save(path)
+    assert cli("--mode=eval", f"--workdir={run}", "--config=digits",
+               f"--config.init.model={path}") == 0
+    assert _read(os.path.join(run, "eval_digits_test_m.keras.json"))[
+        "model_location"] == path
+    assert not os.path.exists(os.path.join(run, "eval_digits_test.json"))
+    assert cli("--mode=eval", f"--workdir={run}") == 0
+    assert _read(os.path.join(run, "eval_digits_test.json"))[
+        "model_location"] == run
+    capsys.readouterr()
+
+
 def test_a_result_file_of_another_split_resize_or_weights_is_kept(tmp_path):
     path = str(tmp_path / "eval_digits_test.json")
     held = dict(model_location="/r", data_dir=None, split="test",

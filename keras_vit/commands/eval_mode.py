@@ -233,17 +233,18 @@ def _split_errors(split: str, flag: str):
 # name may not tell: refused when it differs.
 def file_name(values, dataset: str, split: str, image_size) -> str:
     """eval_<data set>_<split>, and the model's name and the size where
-    they are not the run's own (--model or --name, --image_size), the
-    resize (--resize_size, --keep_aspect) and noema (--no_ema), so that
-    one model's results do not overwrite another's in a shared folder
-    (--output_dir, or --workdir's run). A split of other characters than
-    letters, digits, `.`, `_` and `-` (a slice: train[:100]) is written
-    readably and followed by a short hash of itself: two slices never
-    share a file."""
+    they are not the run's own (--model, --config.init.model or --name,
+    --image_size), the resize (--resize_size, --keep_aspect) and noema
+    (--no_ema), so that one model's results do not overwrite another's
+    in a shared folder (--output_dir, or --workdir's run). A split of
+    other characters than letters, digits, `.`, `_` and `-` (a slice:
+    train[:100]) is written readably and followed by a short hash of
+    itself: two slices never share a file."""
     parts = ["eval", dataset, _split_part(split)]
-    if values.model or values.name:
+    model = values.model or config_args.given_start(values, argument=False)
+    if model or values.name:  # (--config.init.model names it as --model)
         parts.append(values.name or os.path.basename(
-            os.path.normpath(values.model)))
+            os.path.normpath(model)))
     if cli.hint(values, "image_size"):
         parts.append("x".join(str(n) for n in image_size))
     if values.resize_size is not None:
