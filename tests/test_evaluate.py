@@ -1187,6 +1187,21 @@ def test_cli_eval_scores_a_folder_by_the_models_class_names(tmp_path,
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "are the model's classes and some are not " \
         "('dog')" in err[0], err
+    # Names that repeat: a folder of a repeated name is refused by name
+    # (it fell through to the class count, which named the flag given);
+    # folders of the others are still scored by name.
+    (tmp_path / "twice.txt").write_text("zebra\nzebra\ncat\n")
+    assert cli(*part, *base[:3], "--split=test",
+               f"--class_names_file={tmp_path / 'twice.txt'}") == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "are named as model classes whose names " \
+        "repeat ('zebra'): which class each holds is not known" in err[0]
+    (tmp_path / "mice.txt").write_text("mouse\ncat\nmouse\n")
+    only_cat = tmp_path / "cat_only" / "test"
+    shutil.copytree(some / "cat", only_cat / "cat")
+    cats = accuracy(f"--data_dir={tmp_path / 'cat_only'}",
+                    f"--class_names_file={tmp_path / 'mice.txt'}")
+    assert cats["classes_by_name"] and cats["accuracy"] == 1.0
     # Beside a run's workdir, another model's results get their own file.
     run = tmp_path / "run"
     run.mkdir()

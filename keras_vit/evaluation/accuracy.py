@@ -3,6 +3,7 @@ the trainer's own distributed evaluation step."""
 
 from __future__ import annotations
 
+import collections
 import sys
 from typing import Dict, Optional, Sequence
 
@@ -118,8 +119,17 @@ def in_folder_order(model, class_names: Optional[Sequence[str]], inp):
             f"Class folders of {inp.data_dir} differ only in how Unicode "
             f"writes their names ({_few(twins)}: one with a composed "
             "accent, one with a combining one): merge each pair.")
+    counts = collections.Counter(names)
+    ambiguous = sorted(n for n in set(folder_names) if counts[n] > 1)
+    if ambiguous:
+        raise UsageError(
+            f"Class folders of {inp.data_dir} are named as model classes "
+            f"whose names repeat ({_few(ambiguous)}): which class each "
+            "holds is not known. Give the model's classes names that "
+            "differ (one per line in --class_names_file, in its output "
+            "order).")
     subset = len(folder_names) < len(names) and set(folder_names) <= set(
-        names) and len(set(names)) == len(names)
+        names)
     strangers = [n for n in folder_names if n not in names]
     mixed = 0 < len(strangers) < len(folder_names)
     if folder_names == names or (len(folder_names) != len(names)
@@ -131,10 +141,10 @@ def in_folder_order(model, class_names: Optional[Sequence[str]], inp):
             "(%s, ...): scored by index, the sorted folders as classes 0, "
             "1, ...", inp.data_dir, ", ".join(names[:3]))
         return model
-    if strangers or len(set(names)) != len(names):
+    if strangers:
         raise UsageError(
             f"Some class folders of {inp.data_dir} are the model's classes "
-            f"and some are not ({_few(strangers) or 'names repeat'}): name "
+            f"and some are not ({_few(strangers)}): name "
             "every folder as the model's class it holds (one per line in "
             "--class_names_file, in the model's output order).")
     index = {name: i for i, name in enumerate(names)}
