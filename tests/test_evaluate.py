@@ -804,6 +804,17 @@ def test_fewshot_at_the_models_own_size_warns_of_a_small_crop(caplog):
         config.input.pp.eval_resize_size = 320  # 224x320)
     assert evaluate_main._fewshot_sizes(
         SimpleNamespace(image_size=64), config, own=32) == (64, 91)
+    # A size typed over the config's, the resize left as set for 224: the
+    # central 32 of 256 (an eighth of each side) was taken without a word.
+    caplog.clear()
+    config = fewshot_config.get_config("digits")
+    with config.unlocked():
+        config.model.image_size = 32
+    assert evaluate_main._fewshot_sizes(
+        SimpleNamespace(image_size=None), config) == (32, 256)
+    assert "keeps less than half of each side. --image_size=32 in place " \
+        "of config.model.image_size=32 scales the config's resize" in \
+        caplog.text
 
 
 def test_a_missing_mode_or_output_is_one_line_naming_it(capsys):
@@ -1295,7 +1306,8 @@ def test_an_eval_file_of_another_data_folder_is_not_overwritten(tmp_path):
     # A file this command did not write (its writes are whole): kept,
     # named. Before, it was overwritten without a word.
     for text, why in (('{"accuracy": 0.9, "mod', r"not JSON \(.*\)"),
-                      ("[1]", "not a JSON object")):
+                      ("[1]", "not a JSON object"),
+                      ('{"a": 1}', "no model_location")):
         with open(path, "w") as f:
             f.write(text)
         with pytest.raises(UsageError, match=f"is no results file of this "

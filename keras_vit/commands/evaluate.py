@@ -222,7 +222,6 @@ def _fewshot_sizes(values, config, own=None):
     that is not known."""
     image_size = config.model.image_size
     resize_size = config.input.pp.eval_resize_size
-    unscaled = not image_size  # 0: no size the config's resize is set for
     if not values.image_size and not image_size:
         if own is None:
             return 0, resize_size
@@ -250,15 +249,16 @@ def _fewshot_sizes(values, config, own=None):
             f"size {side}: set --config.input.pp.eval_resize_size to at "
             f"least {side} (images are resized to it, then the central "
             "crop is taken).")
-    if unscaled and resize_size and int(resize_size) > 2 * int(side):
-        logging.warning(
+    if resize_size and int(resize_size) > 2 * int(side):  # (a size typed
+        logging.warning(  # over the config's, which its resize is set for)
             "Few-shot features at %s, resized to %s first: the central crop "
             "keeps less than half of each side. %s; or set "
             "--config.input.pp.eval_resize_size.", side, resize_size,
             "Leave config.model.image_size at the size the config's resize "
             "is set for, and --image_size scales it" if values.image_size
             else f"--image_size={side} in place of config.model.image_size="
-            "0 scales the config's resize with the size")
+            f"{config.model.image_size} scales the config's resize with the "
+            "size")
     logging.info("Few-shot features at %s x %s (resized to %s, then the "
                  "central crop).", image_size, image_size,
                  resize_size or image_size)

@@ -20,6 +20,11 @@ _HELD_FACTS = (("split", "split"), ("resize_size", "resize size"),
                ("image_size", "image size"))
 
 
+# What every results file holds (null where not known): a JSON object
+# without it is someone else's.
+_RESULT_KEYS = frozenset(("model_location",))
+
+
 def check(path: str, location: str,
           data_dir: Optional[str],
           facts: Optional[Dict] = None) -> None:
@@ -37,6 +42,8 @@ def check(path: str, location: str,
         held = wd.read_json(path)
     except (ValueError, UnicodeDecodeError) as error:  # (ours: atomic)
         held = f"not JSON ({one_line(error)})"
+    if isinstance(held, dict) and not _RESULT_KEYS <= set(held):
+        held = f"no {', '.join(sorted(_RESULT_KEYS - set(held)))}"
     if not isinstance(held, dict):  # someone's file, or one cut short
         raise UsageError(
             f"{path} is no results file of this command "
