@@ -392,15 +392,15 @@ def report(result: Dict[str, Any]) -> str:
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     """The script's arguments, refused with a usage error (one line, exit
-    status 2) where they make no profile; `args.modes_list` holds the
-    modes."""
+    status 2) where they make no profile; `args.models_list` and
+    `args.modes_list` hold the names."""
     p = build_parser()
     args = p.parse_args(argv)
     throughput_report.at_least(
         p, args, dict(batch_size=1, steps=1, warmup=0, num_classes=1, top=1))
     throughput.check_size_args(p, args)
-    throughput_report.names_in(p, "--models", args.models,
-                               throughput.PROFILED)
+    args.models_list = throughput_report.names_in(
+        p, "--models", args.models, throughput.PROFILED)
     args.modes_list = throughput_report.names_in(
         p, "--modes", args.modes, tuple(STEP_MODULE))
     return args
@@ -423,7 +423,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     dims = throughput.sizes(args)
     if args.dtype == "bfloat16":
         keras.mixed_precision.set_dtype_policy("mixed_bfloat16")
-    models = throughput.profiled_models(args.models)
+    models = throughput.profiled_models(args.models_list)
     modes = args.modes_list
     argv = list(sys.argv[1:] if argv is None else argv)
     pairs = [(m, mode) for mode in modes for m in models]

@@ -222,14 +222,15 @@ def report(result: Dict[str, Any]) -> str:
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     """The script's arguments, refused with a usage error (one line, exit
-    status 2) where they make no profile."""
+    status 2) where they make no profile; `args.models_list` holds the
+    models."""
     p = build_parser()
     args = p.parse_args(argv)
     throughput_report.at_least(
         p, args, dict(batch_size=1, steps=1, num_classes=1))
     throughput.check_size_args(p, args)
-    throughput_report.names_in(p, "--models", args.models,
-                               throughput.PROFILED)
+    args.models_list = throughput_report.names_in(
+        p, "--models", args.models, throughput.PROFILED)
     return args
 
 
@@ -237,7 +238,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
     args.dtype, args.trees = "float32", {}
     dims = throughput.sizes(args)
-    models = throughput.profiled_models(args.models)
+    models = throughput.profiled_models(args.models_list)
     load = [os.getloadavg()[0]]
     rows = [profile_model(m, dims, args) for m in models]
     load.append(os.getloadavg()[0])

@@ -952,14 +952,12 @@ def keras_hub_available() -> Optional[str]:
     return getattr(keras_hub, "__version__", "unknown")
 
 
-def profiled_models(spec: str) -> List[str]:
-    """[str]. The models a profile's `--models` names (comma-separated),
-    without keras_hub where keras-hub cannot be imported, which it says
+def profiled_models(names: Sequence[str]) -> List[str]:
+    """[str]. The models a profile's `--models` names (`names`, of
+    PROFILED: its parse_args checks them), without keras_hub where
+    keras-hub cannot be imported, which it says
     (benchmarks/step_profile.py, benchmarks/device_profile.py)."""
-    models = [m.strip() for m in spec.split(",") if m.strip()]
-    if not models or set(models) - set(PROFILED):
-        raise SystemExit(f"--models takes a comma-separated subset of "
-                         f"{','.join(PROFILED)}, got {spec!r}")
+    models = list(names)
     if "keras_hub" in models and not keras_hub_available():
         print("keras-hub is not installed: profiling keras_vit only.",
               file=sys.stderr)
