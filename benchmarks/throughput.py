@@ -234,13 +234,10 @@ def past_deadline(args: argparse.Namespace) -> bool:
 
 
 def sizes(args: argparse.Namespace) -> Dict[str, int]:
-    """The encoder sizes of the variant, with the command-line overrides."""
+    """The encoder sizes of the variant (a plain ViT: the FLOP count has
+    no ResNet stem; `check_size_args` refuses a hybrid), with the
+    command-line overrides."""
     spec = decode_variant(args.variant)
-    if spec.resnet_layers is not None:
-        raise SystemExit(
-            f"{args.variant} is a hybrid: this benchmark covers plain ViTs "
-            "(the FLOP count has no ResNet stem). Use e.g. B/16."
-        )
     out = dict(
         patch_size=spec.patch_size, hidden_size=spec.size.hidden_size,
         num_layers=spec.size.num_layers, num_heads=spec.size.num_heads,
@@ -978,18 +975,6 @@ def library_attention(dims: Dict[str, int], args) -> str:
             else "one_path")
 
 
-def checked_sizes(args: argparse.Namespace) -> Dict[str, int]:
-    """`sizes(args)`, refused (SystemExit) where the image does not divide
-    into patches."""
-    dims = sizes(args)
-    if args.image_size % dims["patch_size"]:
-        raise SystemExit(
-            f"--image_size {args.image_size} is not divisible by patch size "
-            f"{dims['patch_size']}: use a multiple of {dims['patch_size']}."
-        )
-    return dims
-
-
 def configurations(args: argparse.Namespace) -> List[Tuple[str, bool]]:
     """[(mode, xla)]. The configurations one run measures, in order (JAX
     always compiles with XLA)."""
@@ -1011,7 +996,7 @@ def run_benchmarks(args: argparse.Namespace) -> Dict[str, Any]:
     if args.dtype == "bfloat16":
         keras.mixed_precision.set_dtype_policy("mixed_bfloat16")
     backend = keras.backend.backend()
-    dims = checked_sizes(args)
+    dims = sizes(args)  # (checked by parse_args)
     models = (["keras_vit", *args.trees]
               + ([ONE_PATH] if args.compare_one_path else [])
               + ([DPA] if args.compare_dpa else []))
@@ -1158,7 +1143,6 @@ def run_per_config(argv: Sequence[str],
     passed the configurations left are skipped. This process measures
     nothing and leaves the device alone (a JAX process that touched a GPU
     would hold most of its memory)."""
-    checked_sizes(args)  # refused here, not in every child
     base = [a for a in argv if a not in ("--process_per_config", "--jax")]
     parts: List[Dict[str, Any]] = []
     notes: List[str] = []
