@@ -51,33 +51,36 @@ if quiet_start.is_command():
 # keras_vit.commands.NAME`, train.py, evaluate.py) loads the model core,
 # hence Keras and TensorFlow, on first use (`_CORE`, as `_LAZY`): its
 # flags, its --help and the refusals of what the user gave come at once.
+# In a Python session or a user's program, TensorFlow's start-up notices
+# are held back while the model core loads it (quiet_start.library_import).
 if not quiet_start.is_command():
-    from keras_vit.architecture import Architecture
-    from keras_vit.attention import MultiHeadSelfAttention
-    from keras_vit.derived import (
-        attention_model,
-        features_model,
-        input_image_size,
-        intermediate_model,
-        model_stride,
-        with_dynamic_image_size,
-    )
-    from keras_vit.droppath import DropPath
-    from keras_vit.embedding import (
-        ClassToken,
-        PatchEmbedding,
-        PositionEmbedding,
-        SinCosPositionEmbedding,
-    )
-    from keras_vit.layers import Encoder, EncoderBlock, TokenPooling
-    from keras_vit.model import (
-        VARIANTS,
-        Numerics,
-        VisionTransformer,
-        create_model,
-        decode_variant,
-    )
-    from keras_vit.resnet import ResNetStem
+    with quiet_start.library_import():
+        from keras_vit.architecture import Architecture
+        from keras_vit.attention import MultiHeadSelfAttention
+        from keras_vit.derived import (
+            attention_model,
+            features_model,
+            input_image_size,
+            intermediate_model,
+            model_stride,
+            with_dynamic_image_size,
+        )
+        from keras_vit.droppath import DropPath
+        from keras_vit.embedding import (
+            ClassToken,
+            PatchEmbedding,
+            PositionEmbedding,
+            SinCosPositionEmbedding,
+        )
+        from keras_vit.layers import Encoder, EncoderBlock, TokenPooling
+        from keras_vit.model import (
+            VARIANTS,
+            Numerics,
+            VisionTransformer,
+            create_model,
+            decode_variant,
+        )
+        from keras_vit.resnet import ResNetStem
 
     # A repository script (scripts/, benchmarks/) prints from here on.
     quiet_start.script_ready()
@@ -162,5 +165,6 @@ _CORE = {
 def __getattr__(name):
     module = _LAZY.get(name) or _CORE.get(name)
     if module is not None:
-        return getattr(errors.import_module(module), name)
+        with quiet_start.library_import():
+            return getattr(errors.import_module(module), name)
     raise AttributeError(f"module 'keras_vit' has no attribute {name!r}")

@@ -98,12 +98,13 @@ def verbose(argv) -> bool:
     return any(re.fullmatch(_VERBOSE, str(a), re.I) for a in argv)
 
 
-def hold(argv=None) -> bool:
+def hold(argv=None, log_level: bool = True) -> bool:
     """Sends stderr (the descriptor) to a temporary file until `release`,
     unless `argv` asks for --verbose or it is held already; whether it
-    started holding."""
+    started holding. `log_level`: TF_CPP_MIN_LOG_LEVEL defaults to 2."""
     argv = sys.argv if argv is None else argv
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    if log_level:
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     if _held or verbose(argv):
         return False
     sys.stderr.flush()
@@ -381,6 +382,19 @@ def quiet_tensorflow_start(argv=None):
             release()
 
 
-# `import keras_vit` imports this module first, before Keras loads
-# TensorFlow: a console script starts quiet here.
+@contextlib.contextmanager
+def library_import():
+    """Within, in a user's program (not a command or script, which hold
+    from the start): TensorFlow's start-up notices, if it loads, held back
+    as a command's are, with TF_CPP_MIN_LOG_LEVEL left as the user set."""
+    started = ("tensorflow" not in sys.modules and not is_command()
+               and not is_repository_script() and hold(log_level=False))
+    try:
+        yield
+    finally:
+        if started:
+            release()
+
+
+# First in `import keras_vit`: a console script starts quiet here.
 console_script_start()

@@ -594,6 +594,10 @@ def test_only_the_repositorys_scripts_count_as_its_scripts(tmp_path):
         assert not quiet_start.is_repository_script(argv), argv
 
 
+_IMPORT_NOTICES = ("oneDNN custom operations", "cpu_feature_guard",
+                   "absl::InitializeLog", "cudart_stub")
+
+
 @pytest.mark.parametrize("script", [
     "benchmarks/throughput.py", "benchmarks/loop_overhead.py",
     "scripts/posemb_resize_comparison.py",
@@ -612,9 +616,34 @@ def test_the_repositorys_scripts_start_without_tensorflows_notices(script):
     # Its help (absl's --help exits with status 1, argparse's with 0).
     assert quiet.stdout.strip() and quiet.returncode in (0, 1), (
         quiet.stderr[-3000:])
-    for notice in ("oneDNN custom operations", "cpu_feature_guard",
-                   "absl::InitializeLog", "cudart_stub"):
+    for notice in _IMPORT_NOTICES:
         assert notice not in quiet.stderr, quiet.stderr[-3000:]
+
+
+@pytest.mark.parametrize("backend", ["tensorflow", "jax"])
+def test_import_keras_vit_in_python_holds_back_tensorflows_notices(backend):
+    """`import keras_vit` in a user's program (and, on the JAX backend,
+    the first checkpoint function, which loads TensorFlow) prints none of
+    TensorFlow's start-up notices; TF_CPP_MIN_LOG_LEVEL is not set to a
+    command's 2, and what the program writes to stderr still comes."""
+    code = ("import os, sys, keras_vit; keras_vit.load_model; "
+            "print(os.environ.get('TF_CPP_MIN_LOG_LEVEL'), "
+            "'tensorflow' in sys.modules); "
+            "print('mine', file=sys.stderr)")
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", KERAS_BACKEND=backend)
+    env.pop("TF_CPP_MIN_LOG_LEVEL", None)
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    # (Keras itself sets 1 when it loads TensorFlow; a command's 2 is not
+    # forced on a user's program.)
+    level, loaded = result.stdout.split()
+    assert level in ("None", "1") and loaded == "True", result.stdout
+    assert result.stderr.strip().splitlines() == ["mine"], result.stderr
+    loud = subprocess.run([sys.executable, "-c", code, "--verbose"],
+                          cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert any(n in loud.stderr for n in _IMPORT_NOTICES), loud.stderr
 
 
 @pytest.mark.parametrize("verbose", [False, True])
