@@ -1472,6 +1472,18 @@ _CASES = [
         "UsageError",
     ),
     Case(
+        "no_ema_without_ema", BAD_INPUT, "CLI",
+        "--no_ema with a training run that kept no EMA weights "
+        "(trainer.ema_decay 0)",
+        "Refused in one line by every command that takes --no_ema, before "
+        "the model loads (before, it was accepted: keras-vit-evaluate "
+        "wrote a second result file, eval_..._noema.json, of the same "
+        "weights).",
+        ("kept no EMA weights (its trainer.ema_decay is 0)",
+         "leave --no_ema out"),
+        "UsageError",
+    ),
+    Case(
         "eval_unknown_split", BAD_INPUT, "CLI",
         "keras-vit-evaluate --mode=eval --split=nosplit (or a split TFDS "
         "cannot parse, --split='val|test')",

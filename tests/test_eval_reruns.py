@@ -17,6 +17,7 @@ from keras_vit.checkpoint import loader as pretrained
 from keras_vit.checkpoint import weights as checkpoint
 from keras_vit.commands import eval_mode, result_file
 from keras_vit.commands import evaluate as evaluate_main
+from keras_vit.commands import predict as predict_main
 from keras_vit.data import overlaps, sources
 from keras_vit.errors import UsageError
 from keras_vit.evaluation import fewshot_reports, linear_probe, vtab_run
@@ -144,6 +145,36 @@ def test_a_model_named_by_config_init_model_gets_its_own_result_file(
     assert _read(os.path.join(run, "eval_digits_test.json"))[
         "model_location"] == run
     capsys.readouterr()
+
+
+@covers("no_ema_without_ema")
+def test_no_ema_with_a_run_that_kept_no_ema_weights_is_refused(
+        tmp_path, capsys):
+    """--no_ema on a run trained without EMA (config.trainer.ema_decay 0)
+    changes nothing: refused by name in every command that takes it, not
+    a second result file (eval_..._noema.json) of the same weights."""
+    config = tiny_configs.digits_config({
+        "model.image_size": 16, "trainer.total_steps": 2,
+        "trainer.ema_decay": 0.0, "schedule.warmup_steps": 0,
+        "checkpoints.every_steps": 0, "evals.test.every_steps": 0})
+    run = str(tmp_path / "run")
+    train_lib.train_and_evaluate(config, run)
+    keras.backend.clear_session()
+    capsys.readouterr()
+    line = (f"--no_ema: the run in {run} kept no EMA weights "
+            "(its trainer.ema_decay is 0), only the ones it uses "
+            "anyway: leave --no_ema out.")
+    before = sorted(os.listdir(run))
+    assert cli("--mode=eval", f"--workdir={run}", "--no_ema") == 1
+    said = _one_line_error(capsys)
+    assert said.endswith(line)
+    check_says("no_ema_without_ema", said)
+    assert predict_main.main(["keras-vit-predict", os.path.join(
+        ROOT, "docs", "images", "mpp_predictions.png"), f"--model={run}",
+        "--no_ema"]) == 1
+    assert capsys.readouterr().err.strip().endswith(line)
+    assert sorted(os.listdir(run)) == before
+    assert cli("--mode=eval", f"--workdir={run}") == 0
 
 
 def test_a_result_file_of_another_split_resize_or_weights_is_kept(tmp_path):

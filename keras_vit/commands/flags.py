@@ -234,6 +234,11 @@ def model_source(values: flags.FlagValues, text: Optional[str] = None, *,
             f"--no_ema goes with a training workdir only; {text} is "
             f"{what(source)}, which holds one set of weights: leave "
             "--no_ema out.")
+    if hint(values, "no_ema") and not source.run_config().trainer.ema_decay:
+        raise UsageError(  # else a second result file of the same weights
+            f"--no_ema: the run in {text} kept no EMA weights "
+            "(its trainer.ema_decay is 0), only the ones it uses "
+            "anyway: leave --no_ema out.")
     return source
 
 
