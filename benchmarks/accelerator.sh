@@ -97,7 +97,6 @@ if [ -z "$outdir" ] && [ "$smoke" = 1 ]; then
 fi
 outdir=${outdir:-benchmarks/results/gpu}
 python=${PYTHON:-python3}
-mkdir -p "$outdir" || exit 1
 # free NAME EXT: NAME, or NAME_runN (the next free N) where OUTPUT_DIR
 # holds NAME.EXT already: a stored result or log is never written over.
 free() {
@@ -106,8 +105,9 @@ free() {
     while [ -e "$outdir/${1}_run$n.$2" ]; do n=$((n + 1)); done
     echo "${1}_run$n"
 }
-log=$outdir/$(free accelerator log).log
-: > "$log"
+# The log is kept in a temporary file until the environment check passes:
+# a machine that cannot run the measurement leaves OUTPUT_DIR untouched.
+log=$(mktemp)
 say() { echo "$*" | tee -a "$log"; }
 
 export KERAS_BACKEND=jax PYTHONUNBUFFERED=1 TF_CPP_MIN_LOG_LEVEL=3
@@ -143,8 +143,13 @@ command -v nvidia-smi > /dev/null && nvidia-smi -L >> "$log" 2>&1
 if [ "$rc" != 0 ]; then
     say "the environment check failed (exit $rc):"
     tail -n 3 "$log" >&2
+    rm -f "$log"
     exit 1
 fi
+mkdir -p "$outdir" || exit 1
+held=$log
+log=$outdir/$(free accelerator log).log
+cat "$held" > "$log" && rm -f "$held"
 
 # run NAME SECONDS SCRIPT ARGS...: one script of benchmarks/, killed after
 # SECONDS or what is left of BUDGET_S, whichever is less.

@@ -707,15 +707,17 @@ def test_accelerator_script_refuses_an_unknown_option():
 @pytest.mark.slow
 def test_full_sizes_refuse_at_once_without_a_gpu(tmp_path):
     """Without a GPU the full run stops at its environment check, before
-    any measurement, and names --smoke."""
+    any measurement, and names --smoke; it writes nothing into the output
+    folder (not even its log), nor makes it."""
     env = dict(os.environ, PYTHON=sys.executable, KERAS_BACKEND="jax")
+    out = tmp_path / "results" / "gpu"
     proc = subprocess.run(
         ["bash", os.path.join(ROOT, "benchmarks", "accelerator.sh"),
-         "--no-wheels", str(tmp_path)],
+         "--no-wheels", str(out)],
         env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 1
     assert "JAX sees no GPU" in proc.stderr and "--smoke" in proc.stderr
-    assert not [p for p in os.listdir(tmp_path) if p.endswith(".json")]
+    assert os.listdir(tmp_path) == []
 
 
 def _stub_python(tmp_path):
