@@ -69,7 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--candidates", default=",".join(CANDIDATES),
                    help="comma-separated subset of " + ",".join(CANDIDATES))
     p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--min_time", type=float, default=0.3,
+    p.add_argument("--min_time", type=throughput_report.seconds, default=0.3,
                    help="seconds of calls per repeat")
     throughput.add_size_options(p)
     return p
@@ -242,8 +242,6 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p = build_parser()
     args = p.parse_args(argv)
     throughput_report.at_least(p, args, dict(batch_size=1, repeats=1))
-    if args.min_time <= 0:
-        p.error(f"--min_time must be > 0 seconds, got {args.min_time}")
     throughput.check_size_args(p, args)
     args.modes_list = throughput_report.names_in(
         p, "--modes", args.modes, MODES)

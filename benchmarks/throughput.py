@@ -129,7 +129,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--steps", type=int, default=0,
                    help="steps per repeat; 0 picks enough for --min_time")
-    p.add_argument("--min_time", type=float, default=5.0,
+    p.add_argument("--min_time", type=report.seconds, default=5.0,
                    help="seconds per repeat when --steps is 0")
     p.add_argument("--warmup", type=int, default=2,
                    help="untimed steps before timing (the first compiles)")
@@ -201,8 +201,6 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     if args.deadline < 0:
         p.error("--deadline must be >= 0 (0: no deadline)")
     report.at_least(p, args, dict(steps=0, warmup=0, rewarm=0))
-    if args.min_time <= 0:
-        p.error(f"--min_time must be > 0 seconds, got {args.min_time}")
     check_size_args(p, args)
     return args
 

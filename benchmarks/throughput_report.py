@@ -58,6 +58,19 @@ def at_least(parser: argparse.ArgumentParser, args: argparse.Namespace,
             parser.error(f"--{name} must be >= {low}, got {value}")
 
 
+def seconds(text: str) -> float:
+    """An argparse type: a number of seconds above 0 (else the parser's
+    usage error, one line)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"a number of seconds, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0 seconds, got {text}")
+    return value
+
+
 def names_in(parser: argparse.ArgumentParser, flag: str, text: str,
              known: Sequence[str]) -> List[str]:
     """[str]. The comma-separated names `text` of `flag`, at least one and
