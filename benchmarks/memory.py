@@ -45,6 +45,7 @@ folder). Writes NAME.json and NAME.md.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import subprocess
@@ -121,6 +122,11 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     if args.backend == "tensorflow" and "dots" in args.remat_list:
         raise SystemExit('remat "dots" runs on the JAX backend only: '
                          "drop it from --remat with --backend tensorflow")
+    if args.compare_keras_hub and importlib.util.find_spec(
+            "keras_hub") is None:
+        p.error("--compare_keras_hub measures keras-hub's ViT, which is not "
+                "installed: pip install keras-hub, or leave the flag out")
+    args.timed_list = timed(p, args)
     return args
 
 
@@ -142,17 +148,21 @@ def configurations(args) -> List[Dict[str, Any]]:
     return out
 
 
-def timed(args) -> List[tuple]:
-    """list of (variant, image size) whose step time is measured."""
-    names = [t for t in args.time.split(",") if t]
+def timed(p: argparse.ArgumentParser, args) -> List[tuple]:
+    """list of (variant, image size) of --time, each one of the measured
+    configurations (else the parser's usage error)."""
+    names = [t.strip() for t in args.time.split(",") if t.strip()]
+    variants = args.variants.split(",")
     if "all" in names:
-        return [(v, s) for v in args.variants.split(",")
-                for s in args.size_list]
+        return [(v, s) for v in variants for s in args.size_list]
     out = []
     for name in names:
         variant, _, size = name.partition("@")
-        if not size.isdigit():
-            raise SystemExit(f"--time takes VARIANT@SIZE, got {name!r}")
+        if variant not in variants or not size.isdigit() or (
+                int(size) not in args.size_list):
+            p.error(f"--time takes VARIANT@SIZE of --variants and "
+                    f"--image_sizes ({','.join(variants)}; "
+                    f"{','.join(map(str, args.size_list))}), got {name!r}")
         out.append((variant, int(size)))
     return out
 
@@ -205,7 +215,7 @@ def measure_times(rows: List[Dict[str, Any]], args) -> None:
     """Adds the step times of every keras_vit policy, measured side by side
     in one process at the first batch size, to the rows of each timed
     configuration."""
-    for variant, size in timed(args):
+    for variant, size in args.timed_list:
         ours = [r for r in rows if r["model"] == "keras_vit"
                 and (r["variant"], r["image_size"]) == (variant, size)]
         if not ours:

@@ -85,6 +85,10 @@ def test_bad_arguments_name_the_fix():
     (["--image_sizes", "abc"],
      "--image_sizes takes comma-separated whole numbers >= 1"),
     (["--steps", "0"], "--steps must be >= 1"),
+    (["--time", "B/16"], "--time takes VARIANT@SIZE of --variants and "
+     "--image_sizes"),
+    (["--time", "L/16@224"], "got 'L/16@224'"),
+    (["--image_sizes", "224", "--time", "B/16@384"], "got 'B/16@384'"),
 ])
 def test_bad_lists_are_one_line_naming_the_flag(argv, message, capsys):
     with pytest.raises(SystemExit) as exit_:
@@ -92,6 +96,20 @@ def test_bad_lists_are_one_line_naming_the_flag(argv, message, capsys):
     assert exit_.value.code == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
+
+
+def test_compare_keras_hub_without_keras_hub_is_one_line(monkeypatch,
+                                                         capsys):
+    import importlib.util
+
+    find = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: (
+        None if name == "keras_hub" else find(name, *a)))
+    with pytest.raises(SystemExit) as exit_:
+        memory.parse_args(["--compare_keras_hub", "--output", "x"])
+    assert exit_.value.code == 2
+    assert "keras-hub's ViT, which is not installed: pip install " \
+        "keras-hub" in capsys.readouterr().err
 
 
 def test_every_configuration_failed_exits_nonzero(tmp_path, monkeypatch):
