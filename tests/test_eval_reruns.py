@@ -99,6 +99,7 @@ def test_eval_records_weights_loss_and_split_in_their_own_files(
     plain = _read(os.path.join(out, "eval_digits_test.json"))
     final = _read(os.path.join(ema_run, "metrics.json"))
     assert plain["loss_kind"] == "sigmoid_xent" and plain["use_ema"] is True
+    assert plain["step"] == 2  # the run's checkpoint scored
     assert plain["loss"] == pytest.approx(final["test_loss"], rel=1e-5)
     assert cli(*common, "--no_ema") == 0
     assert _read(os.path.join(out, "eval_digits_test_noema.json"))[

@@ -676,6 +676,20 @@ def test_unknown_option_is_refused_by_name(tmp_path):
     assert os.listdir(tmp_path) == []
 
 
+@pytest.mark.parametrize("source, words", [
+    ("run", "source must be a dict (export.json records it) or None, not "
+     "str."),
+    ({"step": float("nan")}, "source must be a JSON object or None"),
+    ({"step": object()}, "source must be a JSON object or None"),
+])
+def test_a_source_export_json_cannot_record_is_refused(tmp_path, source,
+                                                       words):
+    with pytest.raises(UsageError) as info:
+        export_model(None, str(tmp_path), source=source)
+    assert words in str(info.value)
+    assert os.listdir(tmp_path) == []
+
+
 def test_missing_serving_api_is_named(model, tmp_path, monkeypatch):
     # None in sys.modules makes the import fail as if not installed.
     monkeypatch.setitem(

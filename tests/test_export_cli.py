@@ -94,6 +94,9 @@ def test_cli_npz_source(model, images, tmp_path, capsys):
     np.testing.assert_allclose(
         serve(tf.saved_model.load(path), [images["png"]])["probabilities"],
         reference(model, [images["png"]]), atol=1e-5)
+    with open(os.path.join(path, "assets.extra", "export.json")) as f:
+        assert json.load(f)["source"] == dict(location=npz, kind="npz",
+                                              step=None)
     assert export_cli.main(["keras-vit-export", "--export_dir", export_dir,
                             "--model", npz, "--num_classes", "7"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
@@ -144,6 +147,8 @@ def test_cli_workdir_source(images, tmp_path, capsys, keep_aspect):
     with open(os.path.join(path, "assets.extra", "export.json")) as f:
         info = json.load(f)
     assert info["keep_aspect"] is keep_aspect
+    # Where it came from: the run and the step of its checkpoint.
+    assert info["source"] == dict(location=workdir, kind="workdir", step=1)
     # [height, width], or the shorter side's length: the record, read
     # back as written, is the served preprocessing.
     assert info["resize_size"] == (40 if keep_aspect else [40, 40])

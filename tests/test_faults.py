@@ -263,12 +263,12 @@ def test_a_run_stopped_in_its_final_export_exports_when_run_again(tmp_path):
     workdir = str(tmp_path / "run")
     calls = []
 
-    def failing(model, class_names):
+    def failing(model, class_names, step):
         calls.append("failed")
         raise OSError("No space left on device")
 
-    def exporting(model, class_names):
-        calls.append("exported")
+    def exporting(model, class_names, step):
+        calls.append(("exported", step))
         return {"export_path": "/exports/vit/1"}
 
     with pytest.raises(OSError):
@@ -277,13 +277,13 @@ def test_a_run_stopped_in_its_final_export_exports_when_run_again(tmp_path):
     assert not os.path.exists(os.path.join(workdir, wd.METRICS))
     again = train_lib.train_and_evaluate(tiny_config(), workdir,
                                          on_finish=exporting)
-    assert calls == ["failed", "exported"]
+    assert calls == ["failed", ("exported", 20)]
     assert again["steps"] == 20 and again["steps_this_run"] == 0
     assert wd.read_json(os.path.join(workdir, wd.METRICS))[
         "export_path"] == "/exports/vit/1"
     done = train_lib.train_and_evaluate(tiny_config(), workdir,
                                         on_finish=exporting)
-    assert done["finished_before"] and calls == ["failed", "exported"]
+    assert done["finished_before"] and calls == ["failed", ("exported", 20)]
 
 
 def test_resuming_with_other_input_names_the_field_or_draws_anew(tmp_path):
@@ -715,6 +715,20 @@ def test_truncated_checkpoint_of_a_run_given_as_model(small_run, tmp_path):
     assert "digit.png: " in result.stdout
     assert "ckpt-20 cannot be used" in result.stderr
     warned = result.stderr
+    # What an evaluation and an export of it record: the step loaded.
+    out, exports = str(tmp_path / "eval"), str(tmp_path / "exports")
+    result = console.run("evaluate", ["--mode=eval", f"--workdir={workdir}",
+                                      f"--output_dir={out}"])
+    assert result.returncode == 0, result.stderr[-3000:]
+    with open(os.path.join(out, "eval_digits_test.json")) as f:
+        assert json.load(f)["step"] == 10
+    result = console.run("export", [f"--model={workdir}", "--no_warmup",
+                                    f"--export_dir={exports}"])
+    assert result.returncode == 0, result.stderr[-3000:]
+    with open(os.path.join(result.stdout.strip(), "assets.extra",
+                           "export.json")) as f:
+        assert json.load(f)["source"] == dict(
+            location=workdir, kind="workdir", step=10)
     index = os.path.join(ckpt_dir(workdir), "ckpt-10.index")
     with open(index, "r+b") as f:  # its index this time
         f.truncate(100)

@@ -643,6 +643,8 @@ def test_export_at_the_end_of_a_run(tmp_path, loss):
         info = json.load(f)
     assert info["keep_aspect"] is True
     assert info["scores"] == loss.split("_")[0]
+    assert info["source"] == dict(location=workdir, kind="workdir",
+                                  step=config.trainer.total_steps)
     names = served(images=tf.constant(pixels))["class_names"].numpy()
     assert {n.decode() for n in names.ravel()} <= {str(i) for i in range(10)}
 

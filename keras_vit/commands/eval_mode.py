@@ -26,7 +26,7 @@ if TYPE_CHECKING:  # imported on first use: --help loads no TensorFlow
     from keras_vit.data import folders, overlaps, sources
     from keras_vit.data import pipeline as input_pipeline
     from keras_vit.evaluation import accuracy
-    from keras_vit.storage import atomic
+    from keras_vit.storage import atomic, checkpoint_list
     from keras_vit.storage import workdir as wd
     from keras_vit.training import distribute
 else:
@@ -39,6 +39,7 @@ else:
     input_pipeline = lazy_module("keras_vit.data.pipeline")
     accuracy = lazy_module("keras_vit.evaluation.accuracy")
     atomic = lazy_module("keras_vit.storage.atomic")
+    checkpoint_list = lazy_module("keras_vit.storage.checkpoint_list")
     wd = lazy_module("keras_vit.storage.workdir")
     distribute = lazy_module("keras_vit.training.distribute")
 
@@ -134,13 +135,7 @@ def evaluate(values, source, strategy) -> Dict:
     scored = _scored_model(values, source, model, inp, split, flag)
     overlaps.warn_trained_on(inp, source.run_config(), split)  # it exists
     loss = run.objective.loss if run is not None else "softmax_xent"
-    facts = dict(
-        dataset=inp.dataset, split=split,
-        model=values.name or source.describe(),
-        model_location=atomic.absolute(source.path),
-        data_dir=atomic.absolute(inp.data_dir) if inp.data_dir else None,
-        image_size=list(image_size), resize_size=resize, keep_aspect=keep,
-        use_ema=accuracy.ema_weights(source), loss_kind=loss)
+    facts = _facts(values, source, inp, split, image_size, loss)
     # Where the results go, checked now: a file of another model, data
     # folder, split, resize or weights of the same name is not
     # overwritten after the evaluation.
@@ -173,6 +168,22 @@ def evaluate(values, source, strategy) -> Dict:
     if result_path and distribute.is_chief(strategy):  # one writer
         result_file.write(result_path, text + "\n", facts)
     return metrics
+
+
+def _facts(values, source, inp, split: str, image_size, loss: str) -> Dict:
+    """What a result records beside its metrics: the data, the model and
+    how it was scored; `step`: that of the run's checkpoint scored (a run
+    still training, or one whose newest checkpoint was damaged)."""
+    return dict(
+        dataset=inp.dataset, split=split,
+        model=values.name or source.describe(),
+        model_location=atomic.absolute(source.path),
+        data_dir=atomic.absolute(inp.data_dir) if inp.data_dir else None,
+        image_size=list(image_size), resize_size=inp.pp.eval_resize_size,
+        keep_aspect=inp.pp.eval_keep_aspect,
+        use_ema=accuracy.ema_weights(source), loss_kind=loss,
+        step=(checkpoint_list.step_read(source.path)
+              if source.kind == "workdir" else None))
 
 
 def _say_held_out(root: str, split: str) -> None:

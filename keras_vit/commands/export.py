@@ -42,6 +42,7 @@ if TYPE_CHECKING:  # imported on first use: --help loads no TensorFlow
     from keras_vit.export import litert, litert_record, saved_model
     from keras_vit.export import options as export_options
     from keras_vit.export import versions as export_versions
+    from keras_vit.storage import atomic, checkpoint_list
 else:
     export_files = lazy_module("keras_vit.export.files")
     litert = lazy_module("keras_vit.export.litert")
@@ -49,6 +50,8 @@ else:
     saved_model = lazy_module("keras_vit.export.saved_model")
     export_options = lazy_module("keras_vit.export.options")
     export_versions = lazy_module("keras_vit.export.versions")
+    atomic = lazy_module("keras_vit.storage.atomic")
+    checkpoint_list = lazy_module("keras_vit.storage.checkpoint_list")
 
 # --quantization's choices: keras_vit.export.litert.QUANTIZATIONS.
 QUANTIZATIONS = ("float32", "float16", "int8")
@@ -245,6 +248,9 @@ def export(values: flags.FlagValues) -> str:
         verify=not values.no_verify,
         dynamic_size=values.dynamic_size,
         scores=scores,
+        source=dict(location=atomic.absolute(source.path), kind=source.kind,
+                    step=(checkpoint_list.step_read(source.path)
+                          if source.kind == "workdir" else None)),
     )
 
 

@@ -69,7 +69,7 @@ def run(
     if export.enabled:  # before the run, not after it
         saved_model.check_can_export(export_dir, export.model_name)
 
-    def export_final(model, class_names) -> Dict:
+    def export_final(model, class_names, step) -> Dict:
         path = saved_model.export_model(
             model,
             export_dir,
@@ -80,6 +80,8 @@ def run(
             keep_aspect=bool(config.input.pp.eval_keep_aspect),
             # Scored as trained: a sigmoid after the sigmoid loss.
             scores=loss_scores(config.objective.loss),
+            source=dict(location=atomic.absolute(workdir), kind="workdir",
+                        step=step),
         )
         logging.info("Exported SavedModel to %s", path)
         return {"export_path": path}

@@ -11,6 +11,7 @@ that could not be served (see `checked_top_k`, `check_version`,
 from __future__ import annotations
 
 import dataclasses
+import json
 from typing import Optional, Sequence
 
 import keras
@@ -62,6 +63,9 @@ class ExportOptions:
             its own: a model trained with the sigmoid loss); None: a
             sigmoid for a model of one logit, else a softmax
             (`keras_vit.scoring.scores.scores_for`).
+        source: dict or None. What export.json records of where the model
+            came from (the commands': its `location`, `kind` and, for a
+            training run, the `step` of the checkpoint exported).
     """
 
     model_name: str = "vit"
@@ -75,16 +79,27 @@ class ExportOptions:
     verify: bool = True
     dynamic_size: bool = False
     scores: Optional[str] = None
+    source: Optional[dict] = None
 
     @classmethod
     def of(cls, options: dict) -> "ExportOptions":
         """The options named in `options`, the others at their defaults.
 
         Raises:
-            UsageError: an option that `export_model` does not take.
+            UsageError: an option that `export_model` does not take, or
+                a `source` that is no JSON object.
         """
         check_options(options, [f.name for f in dataclasses.fields(cls)],
                       "export_model")
+        source = options.get("source")
+        try:  # export.json records it: checked before anything is written
+            json.dumps(source, allow_nan=False)
+        except (TypeError, ValueError) as error:
+            raise UsageError(f"source must be a JSON object or None: {error}"
+                             ) from None
+        if source is not None and not isinstance(source, dict):
+            raise UsageError("source must be a dict (export.json records "
+                             f"it) or None, not {type(source).__name__}.")
         return cls(**options)
 
 

@@ -171,7 +171,8 @@ def export_model(model: keras.Model, export_dir: str, **options) -> str:
         **options: the fields of
             `keras_vit.export.options.ExportOptions`, by name: model_name,
             class_names, top_k, warmup_images, version, resize_size,
-            keep_aspect, serving_base_dir, verify, dynamic_size, scores.
+            keep_aspect, serving_base_dir, verify, dynamic_size, scores,
+            source.
             An unknown
             one raises a UsageError.
 
@@ -390,6 +391,7 @@ def _export_info(model: keras.Model, target: _Target,
         "top_k": target.top_k,
         # How `probabilities` scores the logits: softmax or sigmoid.
         "scores": target.scores,
+        "source": opts.source,
         "signatures": signatures,
         "inputs": {name: INPUT_DOCS[name] for name in signatures},
         "exported_at": datetime.datetime.now(datetime.timezone.utc)

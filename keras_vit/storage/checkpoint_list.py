@@ -94,6 +94,22 @@ def step_of(path: Optional[str]) -> Optional[int]:
     return int(match.group(1)) if match else None
 
 
+# The checkpoint each workdir's model was last read from in this process
+# (`note_read`, by workdir.restore_model): what an evaluation of a run
+# still training (or one whose newest checkpoint was damaged) scored.
+_READ: dict = {}
+
+
+def note_read(workdir: str, path: str) -> None:
+    _READ[os.path.normpath(workdir)] = path
+
+
+def step_read(workdir: str) -> Optional[int]:
+    """The step of the checkpoint the model of `workdir` was last read
+    from in this process, or None where none was read."""
+    return step_of(_READ.get(os.path.normpath(workdir)))
+
+
 def relist(directory: str) -> None:
     """Writes the state file of `directory` again from its ckpt-N
     checkpoints where it is missing, unreadable or leaves some of them out

@@ -341,6 +341,7 @@ def restore_model(workdir: str, *, use_ema: bool = True, checkpoint=None):
             "the run diverged before its first checkpoint (train it again "
             "with a lower learning rate)."
         )
+    checkpoint_list.note_read(workdir, chosen)
     if ema:
         for var, avg in zip(
             model.trainable_variables, ema_variables(optimizer)

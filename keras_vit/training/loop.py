@@ -380,9 +380,8 @@ class _HostLoop:
             "ema": trainer.has_ema,
             "num_parameters": trainer.model.count_params(),
         })
-        skipped = r.skipped_images()
-        if skipped:
-            final["skipped_images"] = skipped
+        if r.skipped_images():
+            final["skipped_images"] = r.skipped_images()
         if self.skipped:  # each said as it came; their count, once more
             logging.warning(
                 "%d of this run's %d steps were skipped for a non-finite "
@@ -393,7 +392,8 @@ class _HostLoop:
                      progress.short_metrics(final))
         if r.chief and r.on_finish is not None:
             with trainer.evaluated_weights() as model:
-                final.update(r.on_finish(model, r.info.class_names) or {})
+                names = r.info.class_names
+                final.update(r.on_finish(model, names, self.step) or {})
         if r.chief:  # last: it marks the run finished (after its export)
             wd.write_json(os.path.join(r.workdir, wd.METRICS),
                           {**final, "versions": reporting.versions()})

@@ -23,8 +23,8 @@ class Run:
         chief: bool. This worker writes the run's files.
         info: the data source's DatasetInfo (class names).
         batch: int. Images per optimizer update.
-        on_finish: (model, class names) -> dict or None, on the chief after
-            the final evaluation.
+        on_finish: (model, class names, step) -> dict or None, on the
+            chief after the final evaluation.
         explained: (training=False) -> context manager turning input
             failures into clear errors (`data.checks.explained_errors`).
         eval_progress: (evaluator entry, split, seconds) -> the `on_batch`

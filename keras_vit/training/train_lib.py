@@ -79,10 +79,10 @@ def build_trainer(trainer_config, objective, model, optimizer, strategy, *,
     )
 
 
-def _save_encoder(workdir: str, model, class_names) -> dict:
+def _save_encoder(workdir: str, model, class_names, step) -> dict:
     """Writes an MPP run's encoder (the parameters it shares with a
     classifier) as an official-layout .npz in its workdir."""
-    del class_names
+    del class_names, step
     path = os.path.join(workdir, ENCODER_NPZ)
     weights.save_npz(model, path)
     logging.info("Wrote the MPP encoder to %s", path)
@@ -155,7 +155,7 @@ def train_and_evaluate(
     workdir: str,
     strategy: Optional[tf.distribute.Strategy] = None,
     *,
-    on_finish: Optional[Callable[[keras.Model, Optional[list]], dict]] = None,
+    on_finish: Optional[Callable[..., Optional[dict]]] = None,
     on_end: Optional[Callable[[Dict], dict]] = None,
 ) -> Dict[str, float]:
     """Trains `config` into `workdir` and evaluates its accuracy
@@ -167,7 +167,7 @@ def train_and_evaluate(
         workdir: str. The run directory; an existing run there resumes.
         strategy: tf.distribute.Strategy or None (the default strategy).
         on_finish: called on the chief after the final evaluation with the
-            model (EMA weights swapped in when kept) and the class names;
+            model (EMA weights swapped in when kept), class names, step;
             its dict joins the final metrics (the train command's export).
         on_end: called on the chief with the final metrics of a run that
             trained to its end, before the workers of a cluster part; its
