@@ -33,6 +33,7 @@ import re
 import signal
 import sys
 import threading
+import time
 from typing import Callable
 
 # TensorFlow's restart status (PreemptionCheckpointHandler's exit off Google
@@ -219,6 +220,38 @@ def shorten(value, limit: int = 60) -> str:
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
+# Blocks that hold Ctrl-C and SIGTERM back (`signals_after`, and storage.
+# atomic's `signals_deferred`) open now, and when one last sent a held
+# signal again: a second Ctrl-C does not end such a block at once, and a
+# signal sent again is no second press (commands.second_press).
+_HOLDING = [0, float("-inf")]
+
+
+@contextlib.contextmanager
+def holding_signals():
+    """Within: signals are held back (`signals_held` says so)."""
+    _HOLDING[0] += 1
+    try:
+        yield
+    finally:
+        _HOLDING[0] -= 1
+
+
+def signals_held() -> bool:
+    return _HOLDING[0] > 0
+
+
+def send_again(signum: int) -> None:
+    """Delivers a held signal to its handler now, noted (`sent_again_at`)."""
+    _HOLDING[1] = time.monotonic()
+    signal.raise_signal(signum)
+
+
+def sent_again_at() -> float:
+    """time.monotonic() when `send_again` last sent a signal."""
+    return _HOLDING[1]
+
+
 @contextlib.contextmanager
 def signals_after():
     """Within, in the main thread: Ctrl-C and SIGTERM are recorded, not
@@ -237,12 +270,13 @@ def signals_after():
             previous[signum] = handler
             signal.signal(signum, lambda n, f: seen.append(n))
     try:
-        yield
+        with holding_signals():
+            yield
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
         for signum in dict.fromkeys(seen):
-            signal.raise_signal(signum)
+            send_again(signum)
 
 
 def import_module(name: str):

@@ -21,10 +21,11 @@ the command's main:
   (`stopped:` after Ctrl-C) and exits with PREEMPTED_EXIT_CODE (42,
   TensorFlow's restart status);
 - Ctrl-C anywhere else, or a second one, prints one line and exits with
-  INTERRUPTED_EXIT_CODE (130); SIGTERM outside a training loop (which
-  checkpoints on it) unwinds as Ctrl-C does, every clean-up included
-  (`Terminated`), and prints `keras-vit-<command>: preempted: ...`,
-  exiting with PREEMPTED_EXIT_CODE;
+  INTERRUPTED_EXIT_CODE (130) (inside a long TensorFlow call: said at
+  once, and a second stops at once, `second_press`); SIGTERM outside a
+  training loop (which checkpoints on it) unwinds as Ctrl-C does, every
+  clean-up included (`Terminated`), and prints `keras-vit-<command>:
+  preempted: ...`, exiting with PREEMPTED_EXIT_CODE;
 - any other exception (a ValueError from inside Keras or TensorFlow
   included) propagates with its traceback.
 """
@@ -45,7 +46,7 @@ from absl import flags, logging
 from ml_collections import config_flags
 
 from keras_vit import config_overrides, errors, progress, quiet_start
-from keras_vit.commands import listing
+from keras_vit.commands import listing, second_press
 from keras_vit.commands.config_args import (
     config_file_error,
     flag_error_message,
@@ -283,6 +284,7 @@ def _run(name, define, main, argv, doc) -> int:
                         (signal.SIGTERM, _terminate))}
     unraisable = sys.unraisablehook
     sys.unraisablehook = errors.quiet_unraisable(unraisable)
+    watch = second_press.Watch(program).start()  # Ctrl-C inside TensorFlow
     try:
         rest = parse(values, argv)
         setup_logging(values.verbose,
@@ -309,14 +311,15 @@ def _run(name, define, main, argv, doc) -> int:
         report(error, program, verbose, values, kind=error.kind)
         return PREEMPTED_EXIT_CODE
     except KeyboardInterrupt as error:
-        return _interrupted(error, program, verbose)
+        return _interrupted(error, program, verbose, watch)
     except RuntimeError as error:
         stop = _stop_inside(error)
         if stop is None:
             raise
         stop.__context__ = error  # --verbose: TensorFlow's traceback
-        return _interrupted(stop, program, verbose)
+        return _interrupted(stop, program, verbose, watch)
     finally:
+        watch.stop()
         for signum, handler in previous.items():
             if handler is not None:  # (None: not installed from Python)
                 signal.signal(signum, handler)
@@ -355,11 +358,12 @@ def _stop_inside(error: RuntimeError) -> Optional[KeyboardInterrupt]:
     return kind() if kind else None
 
 
-def _interrupted(error: KeyboardInterrupt, program: str,
-                 verbose: bool) -> int:
+def _interrupted(error: KeyboardInterrupt, program: str, verbose: bool,
+                 watch: second_press.Watch) -> int:
     """Ctrl-C outside a training loop's checkpointing (or twice): one
     line, INTERRUPTED_EXIT_CODE; SIGTERM (`Terminated`): one line,
-    PREEMPTED_EXIT_CODE."""
+    PREEMPTED_EXIT_CODE. `watch`: the command acts on it now."""
+    watch.settle()
     progress.end_line()  # a count left on its line: this line below it
     if verbose:
         print("".join(traceback.format_exception(error)), file=sys.stderr,

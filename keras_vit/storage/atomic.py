@@ -33,7 +33,7 @@ import tempfile
 import uuid
 from typing import Callable, Iterator, Optional, Union
 
-from keras_vit.errors import check_stop
+from keras_vit.errors import check_stop, holding_signals, send_again
 from keras_vit.storage import leftovers
 
 # Writes the file at the (local, temporary) path it is given: for writers
@@ -372,14 +372,15 @@ def signals_deferred() -> Iterator[list]:
         yield written
         return
     try:
-        yield written
+        with holding_signals():
+            yield written
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
         if caught:
             _WRITTEN_BEFORE_STOP[:] = written
         for signum in dict.fromkeys(caught):
-            signal.raise_signal(signum)
+            send_again(signum)
 
 
 def written_before_stop() -> list:

@@ -1,0 +1,143 @@
+"""Ctrl-C while a command waits on TensorFlow: said at once, and a second
+Ctrl-C stops it at once.
+
+Python runs a signal handler only once the main thread is back from the
+C++ call it is in: Ctrl-C during one long TensorFlow call (a batch of
+few-shot features at a large resolution on a CPU, a SavedModel's
+tracing) would wait for that call to end, in silence. While `Watch` is
+entered, a thread woken through `signal.set_wakeup_fd` the moment a
+signal arrives sees each Ctrl-C:
+
+- the first, where the command has not stopped `NOTICE_S` later, gets
+  one line: it stops when the call under way returns, and a second
+  Ctrl-C stops it at once;
+- the second ends the process there with the command's one line and
+  status 130, as a kill would: files are written under temporary names
+  and renamed whole (`keras_vit.storage.atomic`), so nothing is left
+  half-written, at most a temporary file; inside a block that holds the
+  signals back (publishing an export, `errors.signals_held`) the block
+  ends first, then acts on it. A held signal sent again
+  (`errors.send_again`) is no other press.
+
+A training loop's `StopRequest` takes the wakeup descriptor over while it
+trains (it saves a checkpoint on the first Ctrl-C, and has its own second
+press) and gives it back. A SIGINT within `SAME_PRESS_S` of the one
+before is the same press (GNU `timeout -s INT` signals the process, then
+its group). Standard library only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import signal
+import sys
+import threading
+import time
+
+from keras_vit import errors, progress, quiet_start
+from keras_vit.errors import INTERRUPTED_EXIT_CODE
+
+# Seconds after a Ctrl-C that the command has not acted on before it is
+# told that the call under way ends first.
+NOTICE_S = 1.0
+# Seconds within which a SIGINT after another is the same press.
+SAME_PRESS_S = 0.1
+# Seconds within which a SIGINT after one held back and sent again
+# (`errors.send_again`) is that one.
+SENT_AGAIN_S = 0.5
+
+
+class Watch:
+    """The watcher of one command's run (`program`: keras-vit-NAME); does
+    nothing where it cannot watch (not the main thread)."""
+
+    def __init__(self, program: str):
+        self.program = program
+        self._pipe = None
+        self._open = False
+        self._presses = 0
+        self._last = float("-inf")
+        self._notice = None
+
+    def __enter__(self) -> "Watch":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def start(self) -> "Watch":
+        """Watches from now on (`stop` ends it)."""
+        read, write = os.pipe()
+        flags = fcntl.fcntl(write, fcntl.F_GETFL)
+        fcntl.fcntl(write, fcntl.F_SETFL, flags | os.O_NONBLOCK)
+        try:
+            self._previous = signal.set_wakeup_fd(
+                write, warn_on_full_buffer=False)
+        except (ValueError, OSError):  # not the main thread
+            os.close(read)
+            os.close(write)
+            return self
+        self._pipe = (read, write)
+        self._open = True
+        self._thread = threading.Thread(target=self._watch, daemon=True,
+                                        name="keras_vit-ctrl-c")
+        self._thread.start()
+        return self
+
+    def settle(self) -> None:
+        """The command acts on the Ctrl-C (its one line follows): no
+        notice, and no stop at once from here on."""
+        self._open = False
+        if self._notice is not None:
+            self._notice.cancel()
+
+    def stop(self) -> None:
+        self.settle()
+        if self._pipe is None:
+            return
+        signal.set_wakeup_fd(self._previous)
+        read, write = self._pipe
+        os.write(write, b"\0")  # wakes the watcher, which ends
+        self._thread.join(timeout=5)
+        os.close(read)
+        os.close(write)
+        self._pipe = None
+
+    def _watch(self) -> None:
+        while True:
+            data = os.read(self._pipe[0], 64)
+            if not data or 0 in data:
+                return
+            for signum in data:
+                if signum == signal.SIGINT:
+                    self._press(time.monotonic())
+
+    def _press(self, now: float) -> None:
+        if (now - self._last < SAME_PRESS_S or not self._open
+                or now - errors.sent_again_at() < SENT_AGAIN_S):
+            return  # the same press, or one held and sent again
+        self._last = now
+        self._presses += 1
+        if self._presses == 1:
+            self._notice = threading.Timer(NOTICE_S, self._say_waiting)
+            self._notice.daemon = True
+            self._notice.start()
+        elif not errors.signals_held():  # (a held block acts on it after)
+            self._end_now()
+
+    def _say_waiting(self) -> None:
+        if self._open:
+            progress.end_line()
+            os.write(2, (f"{self.program}: stopping once the TensorFlow call "
+                         "under way returns; Ctrl-C again stops at once.\n"
+                         ).encode())
+
+    def _end_now(self) -> None:
+        with contextlib.suppress(Exception):  # what it printed, kept
+            sys.stdout.flush()
+        progress.end_line()
+        os.write(2, (quiet_start.interrupted_line(self.program) + "\n"
+                     ).encode())
+        os._exit(INTERRUPTED_EXIT_CODE)
