@@ -159,8 +159,11 @@ def failed_allocation(error: BaseException) -> str:
 
 def one_line(error: BaseException) -> str:
     """`error`'s message on one line (TensorFlow's OpError keeps it in
-    `.message`, and spans several lines): `flat_text`."""
-    return flat_text(str(getattr(error, "message", None) or error))
+    `.message`, and spans several lines): `flat_text`, without the name of
+    TensorFlow's internal op that a wrapped op's error begins with
+    ("{{function_node __wrapped__RestoreV2...}} ")."""
+    text = str(getattr(error, "message", None) or error)
+    return flat_text(re.sub(r"^\{\{function_node [^}]*\}\}\s*", "", text))
 
 
 def flat_text(text: str) -> str:

@@ -33,6 +33,7 @@ TEST_FILES = (
     "tests/test_commands.py", "tests/test_litert.py",
     "tests/test_keras_hub_presets.py", "tests/test_analysis_memory.py",
     "tests/test_checkpoint_files.py", "tests/test_evaluate.py",
+    "tests/test_analysis.py",
 )
 
 _COVERS = re.compile(

@@ -213,6 +213,17 @@ _CASES = [
          "can be used: ckpt-20"),
     ),
     Case(
+        "checkpoint_other_bytes", FAULT, "checkpoint",
+        "A run's newest checkpoint data file holds other bytes at the same "
+        "length (a copy gone wrong)",
+        "Given as `--model`, the command warns with TensorFlow's reason and "
+        "loads the checkpoint before; resumed, the run goes on from it "
+        "(before, a traceback, and resume said the checkpoint did not match "
+        "the model and asked for a new workdir).",
+        ("cannot be used", "checksum does not match",
+         "Resumed from"),
+    ),
+    Case(
         "missing_latest_checkpoint", FAULT, "checkpoint",
         "The newest checkpoint's files were deleted but the state file "
         "still lists it",
@@ -1482,6 +1493,25 @@ _CASES = [
         ("kept no EMA weights (its trainer.ema_decay is 0)",
          "leave --no_ema out"),
         "UsageError",
+    ),
+    Case(
+        "analysis_output_not_ours", BAD_INPUT, "analysis",
+        "keras-vit-analysis --output_dir holding a file of one of its "
+        "figures' names (or analysis.json) that no earlier analysis wrote",
+        "Refused in one line before the model loads, the file kept (before, "
+        "replaced without a word); an earlier analysis's figures are still "
+        "replaced, known by its analysis.json or by their PNG's mark.",
+        ("which no earlier keras-vit-analysis wrote there",
+         "not replaced; move", "pass another --output_dir"),
+        "UsageError",
+    ),
+    Case(
+        "saved_model_variables_cut", FAULT, "export",
+        "An exported SavedModel's variables file is cut short (an "
+        "interrupted copy), and keras-vit-predict is given it",
+        "One line naming the version and the fix (before, TensorFlow's "
+        "IndexError traceback).",
+        ("is not a readable SavedModel", "export the model again"),
     ),
     Case(
         "eval_unknown_split", BAD_INPUT, "CLI",

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from absl import flags
-from PIL import Image
+from PIL import Image, PngImagePlugin
 
 import keras_vit
 from keras_vit.analysis import core, extract, inputs, plots
@@ -20,6 +20,7 @@ from keras_vit.analysis import report as cli
 from keras_vit.commands import analysis as command
 from keras_vit.commands import flags as cli_flags
 from keras_vit.errors import UsageError
+from tests.reliability_cases import check_says, covers
 
 PATCH = 4.0
 
@@ -524,6 +525,38 @@ def _analysis(*args):
     return command.main(["keras-vit-analysis", *args])
 
 
+@covers("analysis_output_not_ours")
+def test_a_users_own_file_of_a_figures_name_is_not_replaced(
+        saved_model, tmp_path, capsys):
+    """--output_dir holding a file of a figure's (or analysis.json's)
+    name that no analysis wrote: refused in one line before the model
+    loads, the file kept. An earlier analysis's figures are replaced,
+    listed by its analysis.json or, where that is gone (a run killed as
+    they moved in), known by their PNG's own mark."""
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "mean_attention_distance.png").write_text("my precious")
+    (out / "analysis.json").write_text('{"mine": 1}')
+    args = ("--model", saved_model, "--digits", "2", "--output_dir", str(out))
+    assert _analysis(*args) == 1
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line == (
+        f"keras-vit-analysis: error: {out} holds mean_attention_distance."
+        "png, analysis.json, which no earlier keras-vit-analysis wrote "
+        "there (no analysis.json of one lists them): not replaced; move "
+        "them away, or pass another --output_dir.")
+    check_says("analysis_output_not_ours", line)
+    assert (out / "mean_attention_distance.png").read_text() == "my precious"
+    ours = tmp_path / "ours"
+    assert _analysis(*args[:-1], str(ours)) == 0
+    os.remove(ours / cli.JSON_NAME)  # figures no analysis.json lists
+    assert _analysis(*args[:-1], str(ours)) == 0
+    assert os.path.exists(ours / cli.JSON_NAME)
+    with Image.open(ours / "attention_rollout.png") as image:
+        assert image.info[plots.MADE_BY[0]] == plots.MADE_BY[1]
+    capsys.readouterr()
+
+
 def test_cli_errors_name_the_fix(tmp_path, capsys):
     out = f"--output_dir={tmp_path}"
     run = tmp_path / "run"  # a training run's workdir, to the resolver
@@ -1014,7 +1047,11 @@ def test_a_folder_used_before_holds_no_stale_result(saved_model, tmp_path,
     assert _analysis(f"--model={saved_model}", "--digits=2",
                      f"--output_dir={out}") == 0
     assert (out / cli.FIGURES["patch_embedding_pca"]).exists()
-    (out / "mpp_predictions.png").write_bytes(b"an earlier run's")
+    # An earlier MPP analysis's figure (marked as one; its analysis.json
+    # was replaced since).
+    mark = PngImagePlugin.PngInfo()
+    mark.add_text(*plots.MADE_BY)
+    Image.new("RGB", (4, 4)).save(out / "mpp_predictions.png", pnginfo=mark)
     (out / "notes.txt").write_text("mine")
     assert _analysis(f"--model={hybrid}", "--digits=2",
                      f"--output_dir={out}") == 0

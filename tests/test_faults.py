@@ -757,6 +757,36 @@ def test_a_finished_run_without_its_checkpoints_says_where_they_went(
         wd.restore_model(workdir)
 
 
+def _other_bytes(prefix):
+    """The checkpoint's data file, its length kept, every byte changed (a
+    copy gone wrong)."""
+    with open(prefix + ".data-00000-of-00001", "r+b") as f:
+        flipped = bytes(b ^ 0xA5 for b in f.read())
+        f.seek(0)
+        f.write(flipped)
+
+
+@covers("checkpoint_other_bytes")
+def test_a_checkpoint_of_other_bytes_is_passed_over(small_run, tmp_path,
+                                                    caplog):
+    """The newest checkpoint's data file of other bytes (TensorFlow's
+    "length checksum does not match", an error of no kind): given as a
+    model, the one before is loaded, with TensorFlow's reason (not its
+    internal op's name) in the warning; resumed, the run goes on from the
+    one before (not "does not match this model/config")."""
+    workdir = _copy(small_run, tmp_path)
+    _other_bytes(os.path.join(ckpt_dir(workdir), "ckpt-20"))
+    caplog.set_level("WARNING", logger="absl")
+    wd.restore_model(workdir, use_ema=False)
+    assert "ckpt-20 cannot be used (" in caplog.text
+    assert "checksum does not match" in caplog.text, caplog.text
+    assert "function_node" not in caplog.text
+    warned = caplog.text
+    log = _resume_after_damage(small_run, tmp_path / "resumed",
+                               _other_bytes, caplog)
+    check_says("checkpoint_other_bytes", warned + log)
+
+
 def test_a_checkpoint_of_nan_weights_is_passed_over_as_a_model(
         small_run, tmp_path, caplog):
     """A run given as a model whose newest checkpoint holds NaN weights

@@ -369,6 +369,63 @@ def test_an_empty_saved_model_pb_is_named(setup, tmp_path, capsys):
         "graph: an empty or damaged file): export the model again."), line
 
 
+@covers("saved_model_variables_cut")
+def test_a_saved_model_whose_weights_are_cut_short_is_named(setup, tmp_path,
+                                                          capsys):
+    """A version whose variables file was cut short (an interrupted copy):
+    one line naming it and the fix, not TensorFlow's IndexError."""
+    root, export = setup
+    version = tmp_path / "vit" / "1"
+    shutil.copytree(export, version)
+    data = version / "variables" / "variables.data-00000-of-00001"
+    with open(data, "r+b") as f:
+        f.truncate(os.path.getsize(data) // 3)
+    assert run_predict([str(root / "photos" / "img0.jpeg"), "--model",
+                        str(version)]) == 1
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(
+        f"keras-vit-predict: error: {version} is not a readable SavedModel "
+        "with a serving_default signature ("), line
+    assert line.endswith("): export the model again."), line
+    check_says("saved_model_variables_cut", line)
+
+
+def test_a_name_stdout_cannot_encode_is_printed_escaped(setup, tmp_path):
+    """Under a Latin-1 stdout (PYTHONIOENCODING, a Latin-1 locale, a
+    Windows console) a file name in another script is printed escaped,
+    not a UnicodeEncodeError once every image is classified."""
+    root, _ = setup
+    image = tmp_path / "Sechs \u516d.jpeg"
+    shutil.copy(root / "photos" / "img0.jpeg", image)
+    result = subprocess.run(
+        console.script("predict") + [str(image),
+                                     f"--model={root / 'vit.keras'}"],
+        capture_output=True, env=console.env(PYTHONIOENCODING="latin-1"),
+        timeout=600)
+    assert result.returncode == 0, result.stderr.decode()[-3000:]
+    assert b"Sechs \\u516d.jpeg: " in result.stdout, result.stdout
+
+
+def test_a_model_that_names_no_classes_is_said_to_print_numbers(
+        setup, caplog, capsys):
+    """A .keras or .npz file holds no class names: the classes printed
+    as numbers are said once, with the flag that names them."""
+    root, _ = setup
+    image = str(root / "photos" / "img0.jpeg")
+    caplog.set_level("WARNING", logger="absl")
+    for model in ("vit.keras", "vit.npz"):
+        caplog.clear()
+        assert run_predict([image, f"--model={root / model}"]) == 0
+        assert caplog.text.count(
+            f"{root / model} names no classes: they are printed as numbers "
+            "(--class_names_file=FILE names them") == 1, caplog.text
+    caplog.clear()
+    assert run_predict([image, f"--model={root / 'vit.keras'}",
+                        f"--class_names_file={root / 'labels.txt'}"]) == 0
+    assert "names no classes" not in caplog.text
+    capsys.readouterr()
+
+
 def test_folders_are_walked_through_links_and_past_hidden_names(tmp_path):
     """A linked class folder is read (as training reads it), a link to a
     parent folder ends the walk, hidden files and folders are not images,

@@ -34,7 +34,7 @@ def spin(seconds):
                          lambda n: [n + 1], [tf.constant(0, tf.int64)])
 
 spin(tf.constant(0.0, tf.float64))  # traced and compiled before "ready"
-with second_press.Watch("keras-vit-demo"):
+with second_press.Watch("keras-vit-demo", always=True):
     print("ready", flush=True)
     spin(tf.constant(float(sys.argv[1]), tf.float64))
 print("returned", flush=True)
@@ -91,7 +91,7 @@ import time
 from keras_vit import errors
 from keras_vit.commands import second_press
 
-with second_press.Watch("keras-vit-demo"):
+with second_press.Watch("keras-vit-demo", always=True):
     print("ready", flush=True)
     try:
         with errors.signals_after():  # as a publish or an import holds

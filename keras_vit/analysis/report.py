@@ -11,6 +11,7 @@ command line.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -20,6 +21,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 from absl import logging
+from PIL import Image
 
 from keras_vit.analysis import core, extract, mpp_figure, plots
 from keras_vit.derived import is_features_model
@@ -107,6 +109,7 @@ def run_analysis(  # noqa: PLR0913 (its options, by keyword)
         dict. The content of analysis.json.
     """
     plots.require_matplotlib()  # before the forward pass, not after it
+    check_replaceable(output_dir)
     more = dict(more_figures or {})
     names = _checked_names(model, len(images), names, class_names)
     stats = extract.attention_stats(model, images, batch_size=batch_size,
@@ -191,6 +194,42 @@ def _staging(output_dir: str) -> str:
                             "the figures of an analysis")
     return atomic.temporary_name(
         os.path.join(output_dir, f".{leftovers.writer()}.analysis"))
+
+
+def check_replaceable(output_dir: str) -> None:
+    """Refuses, before any work, an `output_dir` holding a file of OUTPUTS
+    that no earlier analysis wrote there (its analysis.json does not list
+    it, nor does the PNG say it is one, `plots.MADE_BY`): a user's own
+    file of that name is not replaced."""
+    there = [n for n in OUTPUTS if atomic.exists(os.path.join(output_dir, n))]
+    if not there:
+        return
+    ours = set()
+    if JSON_NAME in there:
+        with contextlib.suppress(ValueError, UnicodeDecodeError):
+            with tf.io.gfile.GFile(os.path.join(output_dir, JSON_NAME)) as f:
+                held = json.load(f)
+            figures = held.get("figures") if isinstance(held, dict) else None
+            if isinstance(figures, dict):
+                ours = {*map(str, figures.values()), JSON_NAME}
+    foreign = [n for n in there if n not in ours
+               and not _drawn_by_an_analysis(os.path.join(output_dir, n))]
+    if foreign:
+        them = "it" if len(foreign) == 1 else "them"
+        raise UsageError(
+            f"{output_dir} holds {', '.join(foreign)}, which no earlier "
+            f"keras-vit-analysis wrote there (no {JSON_NAME} of one lists "
+            f"{them}): not replaced; move {them} away, or pass another "
+            "--output_dir.")
+
+
+def _drawn_by_an_analysis(path: str) -> bool:
+    """Whether the PNG at `path` says it is an analysis's figure."""
+    try:
+        with tf.io.gfile.GFile(path, "rb") as f, Image.open(f) as image:
+            return image.info.get(plots.MADE_BY[0]) == plots.MADE_BY[1]
+    except (OSError, ValueError, tf.errors.OpError):  # not a PNG of ours
+        return False
 
 
 def remove_stale(output_dir: str, keep: Sequence[str]) -> None:

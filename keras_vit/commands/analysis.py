@@ -11,7 +11,8 @@ position_embedding_similarity.png, patch_embedding_pca.png (not for a
 hybrid), for a masked-patch-prediction run also mpp_predictions.png, and,
 last, analysis.json (the numbers behind them all) into --output_dir (local
 or gs://), replacing an earlier analysis there whole once every figure
-is drawn (a stop midway leaves it as it was). A model saved with a
+is drawn (a stop midway leaves it as it was); a file of those names that
+no earlier analysis wrote there is refused, not replaced. A model saved with a
 dynamic image size is analysed at the size it keeps its position
 embeddings at, or at --image_size. The images are the positional
 arguments (files and folders) or, with no data at hand, scikit-learn's
@@ -126,6 +127,7 @@ def _main(values: flags.FlagValues, images: list) -> None:
         if values[name].value < 1:
             raise UsageError(f"--{name}={values[name].value}: must be "
                              ">= 1.")
+    report.check_replaceable(values.output_dir)  # before the model loads
     source = cli.model_source(values)
     # In float32, as keras-vit-predict and the export compute (a model
     # saved under mixed_bfloat16 is copied).

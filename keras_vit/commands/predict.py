@@ -32,7 +32,7 @@ import sys
 from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 import numpy as np
-from absl import flags
+from absl import flags, logging
 
 from keras_vit import progress
 from keras_vit.commands import flags as cli
@@ -112,9 +112,11 @@ def saved_model_predictor(path: str) -> Callable:
     """The predict function of the exported SavedModel version `path`."""
     try:
         signature = tf.saved_model.load(path).signatures["serving_default"]
-    except (OSError, ValueError, KeyError, tf.errors.OpError) as error:
+    except (OSError, ValueError, KeyError, IndexError,
+            tf.errors.OpError) as error:
         # An empty or cut saved_model.pb holds no graph, which TensorFlow
-        # words as a call that needs tags=.
+        # words as a call that needs tags=; a cut variables file reads
+        # short (IndexError: "Read less bytes than requested").
         reason = ("its saved_model.pb holds no graph: an empty or damaged "
                   "file" if "tags=" in str(error) else _first_sentence(
                       checks.decode_reason(error)))
@@ -366,6 +368,10 @@ def run(args, images: Sequence[str]) -> int:
     predict = predictor(args, source)
     # One name per class, before any image is read.
     names = cli.class_names(args, source)
+    if names is None and source.kind != "litert":  # (a .tflite says so)
+        logging.warning("%s names no classes: they are printed as numbers "
+                        "(--class_names_file=FILE names them, one per line "
+                        "in label order).", args.model)
     cli.check_class_count(args, source, names, predict.num_classes)
     files, skipped = check_images(files, args.skip_bad_images,
                                   show_progress=folder)

@@ -213,6 +213,12 @@ def run(
     In a command's own process, a Ctrl-C or SIGTERM after that (the
     interpreter's shutdown takes a second or more) ends it at once with
     that status: its work is done, and said."""
+    if quiet_start.is_command():
+        # What stdout's encoding cannot hold (a file name in another script
+        # under a Latin-1 or ASCII locale) is printed escaped (\u516d), not
+        # a UnicodeEncodeError once all the work is done.
+        with contextlib.suppress(AttributeError, ValueError):
+            sys.stdout.reconfigure(errors="backslashreplace")
     status = _run(name, define, main, argv, doc)
     if quiet_start.is_command():
         _exit_on_signal(status)

@@ -50,11 +50,14 @@ SENT_AGAIN_S = 0.5
 
 
 class Watch:
-    """The watcher of one command's run (`program`: keras-vit-NAME); does
-    nothing where it cannot watch (not the main thread)."""
+    """The watcher of one command's run (`program`: keras-vit-NAME), in a
+    command's own process (or `always`): a program that calls a command's
+    main itself (a notebook) keeps Ctrl-C as it has it. Does nothing
+    where it cannot watch (not the main thread)."""
 
-    def __init__(self, program: str):
+    def __init__(self, program: str, always: bool = False):
         self.program = program
+        self.always = always
         self._pipe = None
         self._open = False
         self._presses = 0
@@ -69,6 +72,8 @@ class Watch:
 
     def start(self) -> "Watch":
         """Watches from now on (`stop` ends it)."""
+        if not (self.always or quiet_start.is_command()):
+            return self
         read, write = os.pipe()
         flags = fcntl.fcntl(write, fcntl.F_GETFL)
         fcntl.fcntl(write, fcntl.F_SETFL, flags | os.O_NONBLOCK)

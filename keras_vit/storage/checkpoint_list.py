@@ -83,6 +83,21 @@ def first_usable(paths: Callable[[], List[str]],
     return None, failed
 
 
+# What reading a damaged checkpoint raises (a truncated data file: "Read
+# less bytes than requested"); see `damaged`.
+DAMAGE = (IndexError, tf.errors.DataLossError, tf.errors.OutOfRangeError,
+          tf.errors.NotFoundError)
+
+
+def damaged(error: BaseException) -> bool:
+    """Whether `error`, raised reading a checkpoint, says that its files
+    are damaged: DAMAGE, or the error of no kind that TensorFlow raises
+    for a data file of other bytes ("The length checksum does not
+    match")."""
+    return isinstance(error, DAMAGE) or (
+        type(error) is tf.errors.OpError and "checksum" in str(error).lower())
+
+
 # How many times `first_usable` lists the checkpoints again at most.
 _RELISTS = 10
 

@@ -45,10 +45,8 @@ from keras_vit.storage.atomic import atomic_write
 from keras_vit.storage.lines import read_lines  # noqa: F401 (this API)
 from keras_vit.storage.run_names import check_folder_name
 
-# What reading a damaged checkpoint raises (a truncated data file: "Read
-# less bytes than requested").
-DAMAGE = (IndexError, tf.errors.DataLossError, tf.errors.OutOfRangeError,
-           tf.errors.NotFoundError)
+# What reading a damaged checkpoint raises (`checkpoint_list.damaged`).
+DAMAGE = checkpoint_list.DAMAGE
 
 CONFIG = "config.json"
 
@@ -327,8 +325,10 @@ def restore_model(workdir: str, *, use_ema: bool = True, checkpoint=None):
             read(path)
             return _nonfinite(ema_variables(optimizer) if ema
                               else model.weights)
-        except DAMAGE as error:  # a truncated or missing file
-            return one_line(error)[:120]
+        except (*DAMAGE, tf.errors.OpError) as error:
+            if not checkpoint_list.damaged(error):
+                raise
+            return one_line(error)[:300]  # a file cut short, or changed
 
     chosen, damaged = checkpoint_list.first_usable(
         lambda: paths if checkpoint else checkpoint_list.listed(directory),

@@ -102,7 +102,13 @@ def _restore(items: dict, path: str) -> None:
         tf.train.Checkpoint(**restored).restore(
             path
         ).expect_partial().assert_existing_objects_matched()
-    except _DAMAGE as e:
+    except (*_DAMAGE, ValueError, AssertionError, tf.errors.OpError) as e:
+        if not checkpoint_list.damaged(e):
+            raise TrainingError(
+                f"Cannot resume from {path}: it does not match this "
+                f"model/config ({type(e).__name__}: "
+                f"{str(e).splitlines()[0][:300]}). Use a new `workdir`."
+            ) from None
         if "iterator" in items and "dataset iterator" in str(e):
             raise TrainingError(
                 f"The data iterator in {path} does not fit this input "
@@ -112,12 +118,6 @@ def _restore(items: dict, path: str) -> None:
                 "restores the weights and optimizer and draws the data "
                 "order anew.") from None
         raise _Damaged(f"is unreadable ({_first_line(e)})") from None
-    except (ValueError, AssertionError, tf.errors.OpError) as e:
-        raise TrainingError(
-            f"Cannot resume from {path}: it does not match this model/config "
-            f"({type(e).__name__}: {str(e).splitlines()[0][:300]}). Use a new "
-            "`workdir`."
-        ) from None
     if without:  # once restored: a damaged one's fallback may hold it
         logging.info("%s holds no data iterator: the data order is drawn "
                      "anew from its step, and this run's checkpoints hold "
