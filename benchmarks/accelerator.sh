@@ -139,13 +139,13 @@ if jax.default_backend() == "cpu" and os.environ["SMOKE"] != "1":
              "take hours here; use --smoke to check the path on the CPU.")
 PY
 rc=$?
-command -v nvidia-smi > /dev/null && nvidia-smi -L >> "$log" 2>&1
 if [ "$rc" != 0 ]; then
     say "the environment check failed (exit $rc):"
     tail -n 3 "$log" >&2
     rm -f "$log"
     exit 1
 fi
+command -v nvidia-smi > /dev/null && nvidia-smi -L >> "$log" 2>&1
 mkdir -p "$outdir" || exit 1
 held=$log
 log=$outdir/$(free accelerator log).log

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 from typing import Any, Dict, List, Sequence, Tuple
 
@@ -66,8 +67,9 @@ def seconds(text: str) -> float:
     except ValueError:
         raise argparse.ArgumentTypeError(
             f"a number of seconds, got {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0 seconds, got {text}")
+    if not 0 < value < math.inf:
+        raise argparse.ArgumentTypeError(
+            f"must be > 0 seconds and finite, got {text}")
     return value
 
 

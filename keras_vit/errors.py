@@ -224,10 +224,13 @@ def shorten(value, limit: int = 60) -> str:
 
 
 # Blocks that hold Ctrl-C and SIGTERM back (`signals_after`, and storage.
-# atomic's `signals_deferred`) open now, and when one last sent a held
-# signal again: a second Ctrl-C does not end such a block at once, and a
-# signal sent again is no second press (commands.second_press).
-_HOLDING = [0, float("-inf")]
+# atomic's `signals_deferred`) open now, and (signal, time.monotonic()) of
+# each held signal sent again: a second Ctrl-C does not end such a block
+# at once, and a signal sent again is no press (commands.second_press).
+_HOLDING = [0]
+_SENT_AGAIN: list = []
+# Seconds a signal sent again waits to be taken (`take_sent_again`).
+SENT_AGAIN_S = 5.0
 
 
 @contextlib.contextmanager
@@ -245,14 +248,27 @@ def signals_held() -> bool:
 
 
 def send_again(signum: int) -> None:
-    """Delivers a held signal to its handler now, noted (`sent_again_at`)."""
-    _HOLDING[1] = time.monotonic()
+    """Delivers a held signal to its handler now, noted for
+    `take_sent_again`."""
+    _SENT_AGAIN.append((signum, time.monotonic()))
     signal.raise_signal(signum)
 
 
-def sent_again_at() -> float:
-    """time.monotonic() when `send_again` last sent a signal."""
-    return _HOLDING[1]
+def take_sent_again(signum: int, now: float) -> bool:
+    """Whether a `signum` that arrived at `now` (or a little before) is
+    one `send_again` sent (taken: told once); one sent more than
+    SENT_AGAIN_S before is forgotten (no watcher read it)."""
+    _SENT_AGAIN[:] = [(s, t) for s, t in _SENT_AGAIN
+                      if now - t < SENT_AGAIN_S]
+    for index, (sent, _) in enumerate(_SENT_AGAIN):
+        if sent == signum:
+            del _SENT_AGAIN[index]
+            return True
+    return False
+
+
+def sent_again_clear() -> None:
+    _SENT_AGAIN.clear()
 
 
 @contextlib.contextmanager

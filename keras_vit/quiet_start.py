@@ -1,4 +1,5 @@
-"""Hides TensorFlow's start-up notices from the commands.
+"""Hides TensorFlow's start-up notices from the commands (and from a
+user's program at `import keras_vit`: `library_import`).
 
 TensorFlow's C++ libraries print notices to stderr while they load, before
 TF_CPP_MIN_LOG_LEVEL applies (oneDNN, CPU features), and on a machine
@@ -6,7 +7,6 @@ without an NVIDIA driver two CUDA lines (no CUDA driver; cuInit failed)
 when the devices are listed. `hold` sends stderr to a temporary file while
 TensorFlow loads; `release` lists its devices, then writes back everything
 except those notices (`quiet_tensorflow_start` does both around a block).
-`--verbose` on the command line keeps them all.
 
 The commands (the keras-vit-* console scripts, `python -m
 keras_vit.commands.NAME`, the repository's train.py and evaluate.py) start
@@ -17,9 +17,8 @@ keras_vit`): while it runs, `filter_stderr` (which `runner.run` starts
 unless `--verbose`) keeps off stderr, at the descriptor, TensorFlow's
 start-up notices whenever they come, and the notices TensorFlow's C++
 code and libjpeg print about an image file the command names itself
-(`RUN_NOTICES`: a truncated or corrupt JPEG), LiteRT's notice of its
-CPU delegate and oneDNN's of its int64 kernels; every other line passes.
-This module uses the standard library only.
+(`RUN_NOTICES`: a truncated or corrupt JPEG), LiteRT's notice of its CPU
+delegate and oneDNN's of its int64 kernels; every other line passes.
 """
 
 from __future__ import annotations
@@ -102,10 +101,9 @@ def hold(argv=None, log_level: bool = True) -> bool:
     """Sends stderr (the descriptor) to a temporary file until `release`,
     unless `argv` asks for --verbose or it is held already; whether it
     started holding. `log_level`: TF_CPP_MIN_LOG_LEVEL defaults to 2."""
-    argv = sys.argv if argv is None else argv
     if log_level:
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    if _held or verbose(argv):
+    if _held or verbose(sys.argv if argv is None else argv):
         return False
     sys.stderr.flush()
     held = tempfile.TemporaryFile()
@@ -387,8 +385,11 @@ def library_import():
     """Within, in a user's program (not a command or script, which hold
     from the start): TensorFlow's start-up notices, if it loads, held back
     as a command's are, with TF_CPP_MIN_LOG_LEVEL left as the user set."""
-    started = ("tensorflow" not in sys.modules and not is_command()
-               and not is_repository_script() and hold(log_level=False))
+    started = False
+    with contextlib.suppress(OSError, AttributeError):  # no stderr: as it is
+        started = ("tensorflow" not in sys.modules and not is_command()
+                   and not is_repository_script() and os.fstat(2)
+                   and sys.stderr is not None and hold(log_level=False))
     try:
         yield
     finally:
@@ -396,5 +397,4 @@ def library_import():
             release()
 
 
-# First in `import keras_vit`: a console script starts quiet here.
-console_script_start()
+console_script_start()  # first in `import keras_vit`: a command starts quiet

@@ -251,6 +251,8 @@ BAD_ARGUMENTS = [
     ("throughput", ["--rewarm", "-2"], "--rewarm must be >= 0"),
     ("throughput", ["--min_time", "0"], "--min_time: must be > 0 seconds"),
     ("throughput", ["--min_time", "nan"], "--min_time: must be > 0"),
+    ("throughput", ["--min_time", "inf"], "--min_time: must be > 0 seconds "
+     "and finite, got inf"),
     ("step_profile", ["--variant", "X/99"], "--variant 'X/99' is not a"),
     ("step_profile", ["--models", "foo"],
      "--models takes a comma-separated subset of keras_vit,keras_hub"),

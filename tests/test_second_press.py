@@ -121,6 +121,8 @@ def test_ctrl_c_twice_inside_a_block_that_holds_it_waits_for_the_block():
     assert code == 0, err[-3000:]
     assert out.split() == ["stopped", "after", "the", "block", "done"]
     assert "stopped at once" not in err
+    # Said while the block holds it: not "Ctrl-C again stops at once".
+    assert "keras-vit-demo: stopping once the step under way ends." in err
 
 
 @pytest.mark.slow
@@ -138,9 +140,10 @@ def test_fewshot_stops_at_the_second_ctrl_c_inside_a_batch(tmp_path):
     log = tmp_path / "fewshot.log"
     proc = console.start("evaluate", [
         "--mode=fewshot", "--config=fewshot:digits", f"--model={run}",
-        "--config.model.image_size=224", f"--output_dir={out}"], log)
-    console.wait_for(log, r"few-shot data set 1 of 1", proc)
-    time.sleep(8.0)  # inside the first batch (compiled by then)
+        "--config.model.image_size=224", "--config.log.every_seconds=0.01",
+        f"--output_dir={out}"], log)
+    # The first batch done (compiled): the second is under way.
+    console.wait_for(log, r"features of \w+: batch 1 of", proc, timeout=600)
     proc.send_signal(signal.SIGINT)
     console.wait_for(log, r"Ctrl-C again stops at once", proc, timeout=60)
     pressed = time.monotonic()

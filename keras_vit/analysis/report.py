@@ -85,8 +85,8 @@ def run_analysis(  # noqa: PLR0913 (its options, by keyword)
         model: keras.Model. A keras_vit Vision Transformer.
         images: float32 (n, height, width, 3) in [-1, 1], or the
             `ImageFiles` of `load_images`. Model inputs.
-        output_dir: str. Created if missing; existing files of the same
-            names are replaced.
+        output_dir: str. Created if missing; an earlier analysis's files
+            are replaced, a user's of their names refused.
         names: sequence of str or None. One name per image.
         batch_size: int. Images per forward pass.
         max_rollout_images: int. Images drawn in the rollout figure.
@@ -198,8 +198,8 @@ def _staging(output_dir: str) -> str:
 
 def check_replaceable(output_dir: str) -> None:
     """Refuses, before any work, an `output_dir` holding a file of OUTPUTS
-    that no earlier analysis wrote there (its analysis.json does not list
-    it, nor does the PNG say it is one, `plots.MADE_BY`): a user's own
+    that no earlier analysis wrote there (no analysis.json of one is
+    there, nor does the PNG say it is one, `plots.MADE_BY`): a user's own
     file of that name is not replaced."""
     there = [n for n in OUTPUTS if atomic.exists(os.path.join(output_dir, n))]
     if not there:
@@ -210,8 +210,8 @@ def check_replaceable(output_dir: str) -> None:
             with tf.io.gfile.GFile(os.path.join(output_dir, JSON_NAME)) as f:
                 held = json.load(f)
             figures = held.get("figures") if isinstance(held, dict) else None
-            if isinstance(figures, dict):
-                ours = {*map(str, figures.values()), JSON_NAME}
+            if isinstance(figures, dict):  # an analysis's folder: all of
+                ours = set(OUTPUTS)  # its names (an earlier version's too)
     foreign = [n for n in there if n not in ours
                and not _drawn_by_an_analysis(os.path.join(output_dir, n))]
     if foreign:
@@ -228,7 +228,8 @@ def _drawn_by_an_analysis(path: str) -> bool:
     try:
         with tf.io.gfile.GFile(path, "rb") as f, Image.open(f) as image:
             return image.info.get(plots.MADE_BY[0]) == plots.MADE_BY[1]
-    except (OSError, ValueError, tf.errors.OpError):  # not a PNG of ours
+    except (OSError, ValueError, tf.errors.OpError,
+            Image.DecompressionBombError):  # not a PNG of ours
         return False
 
 

@@ -29,10 +29,8 @@ its group). Standard library only.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import signal
-import sys
 import threading
 import time
 
@@ -44,9 +42,6 @@ from keras_vit.errors import INTERRUPTED_EXIT_CODE
 NOTICE_S = 1.0
 # Seconds within which a SIGINT after another is the same press.
 SAME_PRESS_S = 0.1
-# Seconds within which a SIGINT after one held back and sent again
-# (`errors.send_again`) is that one.
-SENT_AGAIN_S = 0.5
 
 
 class Watch:
@@ -71,24 +66,34 @@ class Watch:
         self.stop()
 
     def start(self) -> "Watch":
-        """Watches from now on (`stop` ends it)."""
+        """Watches from now on (`stop` ends it); never raises: where it
+        cannot watch (not the main thread, no pipe to spare, a platform
+        whose wakeup descriptor takes no pipe), Ctrl-C is as it was."""
         if not (self.always or quiet_start.is_command()):
             return self
-        read, write = os.pipe()
-        flags = fcntl.fcntl(write, fcntl.F_GETFL)
-        fcntl.fcntl(write, fcntl.F_SETFL, flags | os.O_NONBLOCK)
+        errors.sent_again_clear()
         try:
+            read, write = os.pipe()
+        except OSError:
+            return self
+        try:
+            os.set_blocking(write, False)
             self._previous = signal.set_wakeup_fd(
                 write, warn_on_full_buffer=False)
-        except (ValueError, OSError):  # not the main thread
+        except (ValueError, OSError, AttributeError):
             os.close(read)
             os.close(write)
             return self
-        self._pipe = (read, write)
-        self._open = True
-        self._thread = threading.Thread(target=self._watch, daemon=True,
-                                        name="keras_vit-ctrl-c")
-        self._thread.start()
+        thread = threading.Thread(target=self._watch, args=(read,),
+                                  daemon=True, name="keras_vit-ctrl-c")
+        try:
+            thread.start()
+        except RuntimeError:  # no thread to spare
+            signal.set_wakeup_fd(self._previous)
+            os.close(read)
+            os.close(write)
+            return self
+        self._pipe, self._thread, self._open = (read, write), thread, True
         return self
 
     def settle(self) -> None:
@@ -110,19 +115,21 @@ class Watch:
         os.close(write)
         self._pipe = None
 
-    def _watch(self) -> None:
+    def _watch(self, read: int) -> None:
         while True:
-            data = os.read(self._pipe[0], 64)
+            data = os.read(read, 64)
             if not data or 0 in data:
                 return
             for signum in data:
                 if signum == signal.SIGINT:
-                    self._press(time.monotonic())
+                    with contextlib.suppress(Exception):  # keeps watching
+                        self._press(time.monotonic())
 
     def _press(self, now: float) -> None:
-        if (now - self._last < SAME_PRESS_S or not self._open
-                or now - errors.sent_again_at() < SENT_AGAIN_S):
-            return  # the same press, or one held and sent again
+        if errors.take_sent_again(signal.SIGINT, now):
+            return  # one held back, then sent again: no press of its own
+        if now - self._last < SAME_PRESS_S or not self._open:
+            return  # the same press
         self._last = now
         self._presses += 1
         if self._presses == 1:
@@ -133,16 +140,23 @@ class Watch:
             self._end_now()
 
     def _say_waiting(self) -> None:
-        if self._open:
+        if not self._open:
+            return
+        with contextlib.suppress(Exception):
             progress.end_line()
-            os.write(2, (f"{self.program}: stopping once the TensorFlow call "
-                         "under way returns; Ctrl-C again stops at once.\n"
-                         ).encode())
+        line = (f"{self.program}: stopping once the step under way ends."
+                if errors.signals_held() else
+                f"{self.program}: stopping once the TensorFlow call under way "
+                "returns; Ctrl-C again stops at once.")
+        os.write(2, (line + "\n").encode())
 
     def _end_now(self) -> None:
-        with contextlib.suppress(Exception):  # what it printed, kept
-            sys.stdout.flush()
-        progress.end_line()
-        os.write(2, (quiet_start.interrupted_line(self.program) + "\n"
-                     ).encode())
-        os._exit(INTERRUPTED_EXIT_CODE)
+        try:
+            with contextlib.suppress(Exception):
+                progress.end_line()
+            os.write(2, (quiet_start.interrupted_line(self.program) + "\n"
+                         ).encode())
+            # The line through the stderr filter before the process ends.
+            quiet_start.stop_filtering(timeout=1.0)
+        finally:
+            os._exit(INTERRUPTED_EXIT_CODE)

@@ -95,7 +95,8 @@ def damaged(error: BaseException) -> bool:
     for a data file of other bytes ("The length checksum does not
     match")."""
     return isinstance(error, DAMAGE) or (
-        type(error) is tf.errors.OpError and "checksum" in str(error).lower())
+        isinstance(error, tf.errors.OpError)
+        and "checksum" in str(error).lower())
 
 
 # How many times `first_usable` lists the checkpoints again at most.
