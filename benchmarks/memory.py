@@ -45,7 +45,6 @@ folder). Writes NAME.json and NAME.md.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import subprocess
@@ -122,10 +121,6 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     if args.backend == "tensorflow" and "dots" in args.remat_list:
         raise SystemExit('remat "dots" runs on the JAX backend only: '
                          "drop it from --remat with --backend tensorflow")
-    if args.compare_keras_hub and importlib.util.find_spec(
-            "keras_hub") is None:
-        p.error("--compare_keras_hub measures keras-hub's ViT, which is not "
-                "installed: pip install keras-hub, or leave the flag out")
     args.timed_list = timed(p, args)
     return args
 

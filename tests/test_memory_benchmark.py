@@ -98,20 +98,6 @@ def test_bad_lists_are_one_line_naming_the_flag(argv, message, capsys):
     assert message in err and "Traceback" not in err
 
 
-def test_compare_keras_hub_without_keras_hub_is_one_line(monkeypatch,
-                                                         capsys):
-    import importlib.util
-
-    find = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: (
-        None if name == "keras_hub" else find(name, *a)))
-    with pytest.raises(SystemExit) as exit_:
-        memory.parse_args(["--compare_keras_hub", "--output", "x"])
-    assert exit_.value.code == 2
-    assert "keras-hub's ViT, which is not installed: pip install " \
-        "keras-hub" in capsys.readouterr().err
-
-
 def test_every_configuration_failed_exits_nonzero(tmp_path, monkeypatch):
     monkeypatch.setattr(memory, "run_child",
                         lambda spec, backend: {"error": "exit code 1: boom"})

@@ -23,7 +23,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # TensorFlow call (a loop on the clock), where Python cannot run its
 # handler of SIGINT.
 _SPIN = """
-import sys
+import signal, sys
 import tensorflow as tf
 from keras_vit.commands import second_press
 
@@ -34,6 +34,9 @@ def spin(seconds):
                          lambda n: [n + 1], [tf.constant(0, tf.int64)])
 
 spin(tf.constant(0.0, tf.float64))  # traced and compiled before "ready"
+# Ctrl-C as Python has it (a pytest-xdist worker's child inherits SIGINT
+# ignored).
+signal.signal(signal.SIGINT, signal.default_int_handler)
 with second_press.Watch("keras-vit-demo", always=True):
     print("ready", flush=True)
     spin(tf.constant(float(sys.argv[1]), tf.float64))
@@ -87,10 +90,11 @@ def test_one_ctrl_c_is_said_and_acted_on_when_the_call_returns():
 
 
 _HELD = """
-import time
+import signal, time
 from keras_vit import errors
 from keras_vit.commands import second_press
 
+signal.signal(signal.SIGINT, signal.default_int_handler)  # (see _SPIN)
 with second_press.Watch("keras-vit-demo", always=True):
     print("ready", flush=True)
     try:
