@@ -289,7 +289,7 @@ def test_a_second_ctrl_c_unhandled_when_the_save_is_done_ends_as_one(
         with interrupt.StopRequest() as stop:
             _ctrl_c()
             time.sleep(interrupt.SAME_PRESS_S + 0.1)
-            os.write(stop._pipe[1], bytes([signal.SIGINT]))
+            os.write(stop._wakeup._pipe[1], bytes([signal.SIGINT]))
             time.sleep(0.05)  # the watcher counts it: a second press
             assert stop._twice()
     except KeyboardInterrupt:

@@ -32,9 +32,8 @@ import contextlib
 import os
 import signal
 import threading
-import time
 
-from keras_vit import errors, progress, quiet_start
+from keras_vit import errors, progress, quiet_start, wakeup
 from keras_vit.errors import INTERRUPTED_EXIT_CODE
 
 # Seconds after a Ctrl-C that the command has not acted on before it is
@@ -53,7 +52,7 @@ class Watch:
     def __init__(self, program: str, always: bool = False):
         self.program = program
         self.always = always
-        self._pipe = None
+        self._wakeup = wakeup.Wakeup(self._signals, "keras_vit-ctrl-c")
         self._open = False
         self._presses = 0
         self._last = float("-inf")
@@ -67,33 +66,12 @@ class Watch:
 
     def start(self) -> "Watch":
         """Watches from now on (`stop` ends it); never raises: where it
-        cannot watch (not the main thread, no pipe to spare, a platform
-        whose wakeup descriptor takes no pipe), Ctrl-C is as it was."""
+        cannot watch (`keras_vit.wakeup.Wakeup.start`), Ctrl-C is as it
+        was."""
         if not (self.always or quiet_start.is_command()):
             return self
         errors.sent_again_clear()
-        try:
-            read, write = os.pipe()
-        except OSError:
-            return self
-        try:
-            os.set_blocking(write, False)
-            self._previous = signal.set_wakeup_fd(
-                write, warn_on_full_buffer=False)
-        except (ValueError, OSError, AttributeError):
-            os.close(read)
-            os.close(write)
-            return self
-        thread = threading.Thread(target=self._watch, args=(read,),
-                                  daemon=True, name="keras_vit-ctrl-c")
-        try:
-            thread.start()
-        except RuntimeError:  # no thread to spare
-            signal.set_wakeup_fd(self._previous)
-            os.close(read)
-            os.close(write)
-            return self
-        self._pipe, self._thread, self._open = (read, write), thread, True
+        self._open = self._wakeup.start()
         return self
 
     def settle(self) -> None:
@@ -105,25 +83,13 @@ class Watch:
 
     def stop(self) -> None:
         self.settle()
-        if self._pipe is None:
-            return
-        signal.set_wakeup_fd(self._previous)
-        read, write = self._pipe
-        os.write(write, b"\0")  # wakes the watcher, which ends
-        self._thread.join(timeout=5)
-        os.close(read)
-        os.close(write)
-        self._pipe = None
+        self._wakeup.stop()
 
-    def _watch(self, read: int) -> None:
-        while True:
-            data = os.read(read, 64)
-            if not data or 0 in data:
-                return
-            for signum in data:
-                if signum == signal.SIGINT:
-                    with contextlib.suppress(Exception):  # keeps watching
-                        self._press(time.monotonic())
+    def _signals(self, numbers: bytes, now: float) -> None:
+        for signum in numbers:
+            if signum == signal.SIGINT:
+                with contextlib.suppress(Exception):  # keeps watching
+                    self._press(now)
 
     def _press(self, now: float) -> None:
         if errors.take_sent_again(signal.SIGINT, now):

@@ -30,7 +30,6 @@ stop.
 
 from __future__ import annotations
 
-import fcntl
 import os
 import signal
 import threading
@@ -40,6 +39,7 @@ from typing import Callable, Optional
 import tensorflow as tf
 from absl import logging
 
+from keras_vit import wakeup
 from keras_vit.errors import INTERRUPTED_EXIT_CODE, take_stop
 
 # Seconds the main thread has to raise KeyboardInterrupt after a second
@@ -93,9 +93,8 @@ class StopRequest:
         self._handled_at = self._seen_at = float("-inf")
         self._raised = False
         self._open = False  # between __enter__ and __exit__
-        self._pipe = None
-        self._wakeup = None
-        self._watcher: Optional[threading.Thread] = None
+        self._wakeup = wakeup.Wakeup(self._signals,
+                                     "keras_vit-stop-watcher")
         self._hard_stop: Optional[threading.Timer] = None
 
     @property
@@ -120,7 +119,7 @@ class StopRequest:
             return self
         self._open = True
         self.installed = bool(self._previous)
-        self._start_watcher()
+        self._wakeup.start()
         lost = take_stop()  # one a library swallowed before: asked now
         if lost is not None:
             self._taken = True
@@ -128,32 +127,9 @@ class StopRequest:
                          else signal.SIGTERM, None)
         return self
 
-    def _start_watcher(self) -> None:
-        read, write = os.pipe()
-        flags = fcntl.fcntl(write, fcntl.F_GETFL)
-        fcntl.fcntl(write, fcntl.F_SETFL, flags | os.O_NONBLOCK)
-        try:
-            self._wakeup = signal.set_wakeup_fd(write,
-                                                warn_on_full_buffer=False)
-        except (ValueError, OSError):
-            os.close(read)
-            os.close(write)
-            return
-        self._pipe = (read, write)
-        self._watcher = threading.Thread(target=self._watch, daemon=True,
-                                         name="keras_vit-stop-watcher")
-        self._watcher.start()
-
     def __exit__(self, *exc):
         self._open = False
-        if self._pipe is not None:
-            signal.set_wakeup_fd(self._wakeup)
-            read, write = self._pipe
-            os.write(write, b"\0")  # wakes the watcher, which ends
-            self._watcher.join(timeout=5)
-            os.close(read)
-            os.close(write)
-            self._pipe = None
+        self._wakeup.stop()
         if self._hard_stop is not None:
             self._hard_stop.cancel()
         for signum, previous in self._previous.items():
@@ -165,27 +141,23 @@ class StopRequest:
         return False
 
     # ------------------------------------------------------------- signals
-    def _watch(self) -> None:
-        """The watcher thread: reacts the moment a signal arrives, while
-        the main thread may be inside a TensorFlow call."""
-        while True:
-            data = os.read(self._pipe[0], 64)
-            if not data or 0 in data:
-                return
-            now = time.monotonic()
-            for signum in data:
-                if signum not in self._previous:
-                    continue
-                self.on_signal()
-                if (signum == signal.SIGINT
-                        and now - self._seen_at >= SAME_PRESS_S):
-                    self._seen += 1
-                    self._seen_at = now
-            if self._seen >= 2 and self._hard_stop is None:
-                self._hard_stop = threading.Timer(HARD_STOP_S,
-                                                  self._end_now)
-                self._hard_stop.daemon = True
-                self._hard_stop.start()
+    def _signals(self, data: bytes, now: float) -> None:
+        """The watcher thread (`keras_vit.wakeup`): reacts the moment a
+        signal arrives, while the main thread may be inside a TensorFlow
+        call."""
+        for signum in data:
+            if signum not in self._previous:
+                continue
+            self.on_signal()
+            if (signum == signal.SIGINT
+                    and now - self._seen_at >= SAME_PRESS_S):
+                self._seen += 1
+                self._seen_at = now
+        if self._seen >= 2 and self._hard_stop is None:
+            self._hard_stop = threading.Timer(HARD_STOP_S,
+                                              self._end_now)
+            self._hard_stop.daemon = True
+            self._hard_stop.start()
 
     def _end_now(self) -> None:
         """Ends the process after a second Ctrl-C that the main thread
