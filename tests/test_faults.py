@@ -10,6 +10,7 @@ strategy the input iterator is in the checkpoint and augmentation is seeded
 per example, so the comparison is exact: test metrics and every
 checkpointed tensor.
 """
+import functools
 import glob
 import json
 import os
@@ -284,6 +285,33 @@ def test_a_run_stopped_in_its_final_export_exports_when_run_again(tmp_path):
     done = train_lib.train_and_evaluate(tiny_config(), workdir,
                                         on_finish=exporting)
     assert done["finished_before"] and calls == ["failed", ("exported", 20)]
+
+
+def test_an_on_finish_of_two_arguments_is_still_called():
+    """`on_finish` gets the step as a third argument; a callback written
+    for (model, class names) is called with those two, not refused with a
+    TypeError after the whole run."""
+    from keras_vit.training.run_parts import taking_step
+
+    calls = []
+
+    def two(model, class_names):
+        calls.append((model, class_names))
+        return {"two": True}
+
+    def three(model, class_names, step):
+        return step
+
+    def any_number(*args):
+        return args
+
+    assert taking_step(two)("m", ["a"], 7) == {"two": True}
+    assert calls == [("m", ["a"])]
+    assert taking_step(three) is three
+    assert taking_step(any_number) is any_number
+    assert taking_step(functools.partial(lambda a, m, n, s: s, 1))(
+        "m", [], 5) == 5
+    assert taking_step(None) is None
 
 
 def test_resuming_with_other_input_names_the_field_or_draws_anew(tmp_path):

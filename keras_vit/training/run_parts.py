@@ -4,6 +4,7 @@ its trainer, data, checkpoint writer and the callbacks around them."""
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from typing import Any, Callable, Dict, Optional
 
 
@@ -49,3 +50,21 @@ class Run:
     eval_progress: Optional[Callable] = None
     records: Any = None
     skipped_images: Callable[[], Dict[str, int]] = dict
+
+
+def taking_step(on_finish: Optional[Callable]) -> Optional[Callable]:
+    """`on_finish` called as (model, class names, step): one written for
+    earlier versions, which took (model, class names), gets those two."""
+    if on_finish is None:
+        return None
+    try:
+        inspect.signature(on_finish).bind(None, None, None)
+    except TypeError:
+        try:
+            inspect.signature(on_finish).bind(None, None)
+        except TypeError:
+            return on_finish  # neither: its own error, when it is called
+        return lambda model, names, step: on_finish(model, names)
+    except ValueError:  # no signature to read (a builtin): as it is
+        pass
+    return on_finish

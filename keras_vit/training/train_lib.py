@@ -122,7 +122,7 @@ def _finisher(mpp_config, export, workdir: str, on_finish):
             "keras_vit.commands.train.run) instead of "
             "train_lib.train_and_evaluate, or set it to False."
         )
-    return on_finish
+    return run_parts.taking_step(on_finish)
 
 
 @contextlib.contextmanager
