@@ -162,8 +162,14 @@ def one_line(error: BaseException) -> str:
     `.message`, and spans several lines): `flat_text`, without the name of
     TensorFlow's internal op that a wrapped op's error begins with
     ("{{function_node __wrapped__RestoreV2...}} ")."""
-    text = str(getattr(error, "message", None) or error)
-    return flat_text(re.sub(r"^\{\{function_node [^}]*\}\}\s*", "", text))
+    return flat_text(without_op_name(
+        str(getattr(error, "message", None) or error)))
+
+
+def without_op_name(text: str) -> str:
+    """`text` without the "{{function_node ...}} " that TensorFlow begins
+    a wrapped op's error with."""
+    return re.sub(r"^\s*\{\{function_node [^}]*\}\}\s*", "", text)
 
 
 def flat_text(text: str) -> str:

@@ -703,6 +703,21 @@ def _resume_after_damage(small_run, tmp_path, damage, caplog):
     return log
 
 
+def test_a_resume_warning_shows_tensorflows_reason_not_its_op_name():
+    """A wrapped op's error begins with its internal op's name; the
+    warnings show the reason after it, on one line."""
+    from keras_vit import errors
+    from keras_vit.training import resume
+
+    error = tf.errors.DataLossError(
+        None, None, "{{function_node __wrapped__RestoreV2_dtypes_3_device_"
+        "/job:localhost/replica:0/task:0/device:CPU:0}} The length "
+        "checksum does not match\n\t [[{{node RestoreV2}}]]")
+    assert resume._first_line(error) == (
+        "DataLossError: The length checksum does not match")
+    assert errors.one_line(error).startswith("The length checksum")
+
+
 # A checkpoint file cut short: its data file, or its index ("not an
 # sstable"), to half or to nothing.
 CUTS = [(".data-00000-of-00001", 0.5), (".index", 0.5), (".index", 0)]
@@ -812,6 +827,10 @@ def test_a_checkpoint_of_other_bytes_is_passed_over(small_run, tmp_path,
     warned = caplog.text
     log = _resume_after_damage(small_run, tmp_path / "resumed",
                                _other_bytes, caplog)
+    resumed, = [line for line in log.splitlines()
+                if "resuming from the previous complete" in line]
+    assert "checksum does not match" in resumed, resumed
+    assert "function_node" not in resumed
     check_says("checkpoint_other_bytes", warned + log)
 
 

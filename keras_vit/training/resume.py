@@ -12,7 +12,11 @@ from typing import Optional
 import tensorflow as tf
 from absl import logging
 
-from keras_vit.errors import TrainingError, shorten  # (TrainingError: here too)
+from keras_vit.errors import (  # (TrainingError: here too)
+    TrainingError,
+    shorten,
+    without_op_name,
+)
 from keras_vit.storage import checkpoint_list
 from keras_vit.storage import workdir as wd
 from keras_vit.values import name_key
@@ -70,7 +74,7 @@ def restore_latest(items: dict, ckpt_dir: str) -> Optional[str]:
 
 
 def _first_line(error: BaseException) -> str:
-    text = getattr(error, "message", None) or str(error)
+    text = without_op_name(getattr(error, "message", None) or str(error))
     return f"{type(error).__name__}: {text.strip().splitlines()[0][:300]}"
 
 
