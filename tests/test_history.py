@@ -214,6 +214,34 @@ def test_analysis_curves_flag_and_its_errors(tmp_path, capsys):
         assert len(err) == 1 and message in err[0], err
 
 
+def test_curves_do_not_replace_a_users_file_of_their_name(tmp_path, capsys):
+    """--output_dir holding a training_curves.png that no analysis drew
+    (the user's own) is refused, the file kept; one the analysis drew
+    there is drawn again, and so is a run's own, in its workdir (which
+    earlier versions drew without a mark)."""
+    from keras_vit.commands import analysis
+
+    run = _history_workdir(tmp_path / "run")
+    out = tmp_path / "figures"
+    out.mkdir()
+    mine = out / "training_curves.png"
+    mine.write_bytes(b"my own figure")
+    args = ["keras-vit-analysis", f"--curves={run}", f"--output_dir={out}"]
+    assert analysis.main(args) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "which no keras-vit-analysis drew: not " \
+        "replaced; move it away, or pass another --output_dir." in err[0], err
+    assert mine.read_bytes() == b"my own figure"
+    mine.unlink()
+    for _ in range(2):  # drawn, then drawn again over its own
+        assert analysis.main(args) == 0
+        assert capsys.readouterr().out.strip() == str(mine)
+        assert Image.open(mine).size[0] > 600
+    (run / "training_curves.png").write_bytes(b"an earlier version's")
+    assert analysis.main(["keras-vit-analysis", f"--curves={run}"]) == 0
+    assert Image.open(run / "training_curves.png").size[0] > 600
+
+
 def test_train_skips_the_curves_without_matplotlib(tmp_path, monkeypatch,
                                                     caplog):
     from keras_vit.commands import train

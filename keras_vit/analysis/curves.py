@@ -29,12 +29,20 @@ def draw_curves(workdir: str, output_dir: Optional[str] = None) -> str:
     `output_dir`/training_curves.png (default: the workdir); the path.
 
     Raises:
-        UsageError: `workdir` has no history.csv with a training row.
+        UsageError: `workdir` has no history.csv with a training row, or
+            `output_dir` holds a training_curves.png that no analysis drew
+            (a run's own, in its workdir, is drawn again).
         ImportError: matplotlib is not installed (named, with the fix).
     """
     if not tf.io.gfile.isdir(workdir):
         raise UsageError(f"{workdir} is not a folder: give the "
                          "workdir of a keras-vit-train run.")
+    target = os.path.join(output_dir or workdir, FILE)
+    if (output_dir and tf.io.gfile.exists(target)
+            and not plots.drawn_here(target)):
+        raise UsageError(
+            f"{output_dir} holds {FILE}, which no keras-vit-analysis drew: "
+            "not replaced; move it away, or pass another --output_dir.")
     rows = history.read_history(workdir)
     train = [r for r in rows if not history.is_evaluation(r)]
     evals = [r for r in rows if history.is_evaluation(r)]
@@ -62,4 +70,4 @@ def draw_curves(workdir: str, output_dir: Optional[str] = None) -> str:
         if key != "learning_rate":
             ax.legend()
     fig.suptitle(os.path.basename(os.path.normpath(workdir)))
-    return plots._save(fig, os.path.join(output_dir or workdir, FILE))
+    return plots._save(fig, target)

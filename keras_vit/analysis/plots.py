@@ -10,6 +10,7 @@ gs://), so an interrupted run never leaves a truncated file behind.
 from __future__ import annotations
 
 import math
+import struct
 import warnings
 from typing import Optional, Sequence, Tuple
 
@@ -17,6 +18,7 @@ import numpy as np
 
 from keras_vit.analysis import core
 from keras_vit.errors import UsageError
+from keras_vit.storage import atomic
 from keras_vit.storage.atomic import atomic_write
 
 
@@ -46,6 +48,26 @@ def _figure(width: float, height: float):
 # its own figures by it where no analysis.json lists them (a run killed
 # outright as they moved in).
 MADE_BY = ("Source", "keras-vit-analysis")
+
+
+def drawn_here(path: str) -> bool:
+    """Whether the PNG at `path` says it is an analysis's figure: a tEXt
+    chunk `MADE_BY` before its image data (in its first 64 KiB)."""
+    mark = "\0".join(MADE_BY).encode("latin-1")
+    try:
+        with atomic.open_binary(path) as f:
+            head = f.read(1 << 16)
+    except Exception:  # noqa: BLE001 (unreadable, gone: not ours)
+        return False
+    at = 8 if head.startswith(b"\x89PNG\r\n\x1a\n") else len(head)
+    while at + 8 <= len(head):
+        length, kind = struct.unpack(">I4s", head[at:at + 8])
+        if kind == b"IDAT":
+            break
+        if kind == b"tEXt" and head[at + 8:at + 8 + length] == mark:
+            return True
+        at += 12 + length
+    return False
 
 
 def _save(fig, path: str) -> str:

@@ -15,7 +15,6 @@ import contextlib
 import json
 import os
 import re
-import struct
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import keras
@@ -213,7 +212,7 @@ def check_replaceable(output_dir: str) -> None:
             if isinstance(figures, dict):  # an analysis's folder: all of
                 ours = set(OUTPUTS)  # its names (an earlier version's too)
     foreign = [n for n in there if n not in ours
-               and not _drawn_by_an_analysis(os.path.join(output_dir, n))]
+               and not plots.drawn_here(os.path.join(output_dir, n))]
     if foreign:
         them = "it" if len(foreign) == 1 else "them"
         raise UsageError(
@@ -221,26 +220,6 @@ def check_replaceable(output_dir: str) -> None:
             f"keras-vit-analysis wrote there (no {JSON_NAME} of one lists "
             f"{them}): not replaced; move {them} away, or pass another "
             "--output_dir.")
-
-
-def _drawn_by_an_analysis(path: str) -> bool:
-    """Whether the PNG at `path` says it is an analysis's figure: a tEXt
-    chunk `plots.MADE_BY` before its image data (in its first 64 KiB)."""
-    mark = "\0".join(plots.MADE_BY).encode("latin-1")
-    try:
-        with tf.io.gfile.GFile(path, "rb") as f:
-            head = f.read(1 << 16)
-    except (OSError, tf.errors.OpError):
-        return False
-    at = 8 if head.startswith(b"\x89PNG\r\n\x1a\n") else len(head)
-    while at + 8 <= len(head):
-        length, kind = struct.unpack(">I4s", head[at:at + 8])
-        if kind == b"IDAT":
-            break
-        if kind == b"tEXt" and head[at + 8:at + 8 + length] == mark:
-            return True
-        at += 12 + length
-    return False
 
 
 def remove_stale(output_dir: str, keep: Sequence[str]) -> None:
