@@ -199,6 +199,10 @@ def test_the_evaluation_resize_travels_with_the_file(model, tmp_path,
     # How its probabilities are made, for the device's code (the model's
     # own: a softmax over its classes; --scores=sigmoid, a sigmoid each).
     assert json.loads(record.read_text())["scores"] == "softmax"
+    # Where the model came from, as export.json records it.
+    assert json.loads(record.read_text())["source"] == {
+        "location": str(tmp_path / "vit.keras"), "kind": "keras",
+        "step": None}
     keras_kept = answer(f"--model={tmp_path / 'vit.keras'}",
                         "--resize_size=48", "--keep_aspect")
     np.testing.assert_allclose(answer(f"--model={tmp_path / 'vit.tflite'}"),
@@ -468,3 +472,17 @@ def test_an_export_another_tool_wrote_is_named(tmp_path, capsys):
             f"keras-vit-predict: error: {path} takes x and gives scores, "
             f"not {names} -> probabilities"), line
         check_says("foreign_export", line)
+
+
+def test_a_source_the_record_cannot_hold_is_refused(model, tmp_path):
+    """`source` goes into the preprocessing record: one JSON cannot hold
+    is refused before anything is converted or written."""
+    with pytest.raises(UsageError, match="source must be a dict \\(the "
+                       ".preprocessing.json records it\\) or None, not "
+                       "str."):
+        litert.export_litert(model, str(tmp_path / "vit.tflite"),
+                             source="run")
+    with pytest.raises(UsageError, match="source must be a JSON object"):
+        litert.export_litert(model, str(tmp_path / "vit.tflite"),
+                             source={"step": float("nan")})
+    assert os.listdir(tmp_path) == []

@@ -219,6 +219,9 @@ def export(values: flags.FlagValues) -> str:
     resize = cli.resize_size(values, source, model)
     keep = cli.keep_aspect(values, source, resize)
     scores = scoring.scores(values, source, width)
+    made_from = dict(location=atomic.absolute(source.path), kind=source.kind,
+                     step=(checkpoint_list.step_read(source.path)
+                           if source.kind == "workdir" else None))
     if values.format == "litert":
         try:
             return litert.export_litert(
@@ -230,6 +233,7 @@ def export(values: flags.FlagValues) -> str:
                 keep_aspect=keep,
                 scores=scores,
                 overwrite=values.overwrite,
+                source=made_from,
             )
         except FileExistsError as made:  # made as it converted: kept
             cli.check_not_written(made.filename, "model_name")
@@ -248,9 +252,7 @@ def export(values: flags.FlagValues) -> str:
         verify=not values.no_verify,
         dynamic_size=values.dynamic_size,
         scores=scores,
-        source=dict(location=atomic.absolute(source.path), kind=source.kind,
-                    step=(checkpoint_list.step_read(source.path)
-                          if source.kind == "workdir" else None)),
+        source=made_from,
     )
 
 

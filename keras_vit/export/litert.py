@@ -151,6 +151,7 @@ def export_litert(  # noqa: PLR0913 (its options, by keyword)
     keep_aspect: bool = False,
     scores: Optional[str] = None,
     overwrite: bool = True,
+    source: Optional[dict] = None,
 ) -> str:
     """Writes `model` as a LiteRT file.
 
@@ -183,6 +184,9 @@ def export_litert(  # noqa: PLR0913 (its options, by keyword)
         overwrite: bool. Replace an earlier export's files; False: a
             FileExistsError where one is there (those of a killed export
             aside: `killed_export_files`), nothing written.
+        source: dict or None. Where the model came from (keras-vit-export
+            records its --model: location, kind, a run's step), recorded
+            in the preprocessing record as export.json records it.
 
     Returns:
         str. `path`.
@@ -212,11 +216,13 @@ def export_litert(  # noqa: PLR0913 (its options, by keyword)
     if class_names is not None:  # one a line: none blank, as a SavedModel's
         labels = "".join(f"{name}\n" for name in export_options.class_names(
             class_names, num_classes))
+    export_options.check_source(source, "the .preprocessing.json")
     if verify:
         interpreter_class()  # fail before converting, not after
     record = preprocessing_record(height, width, resize_size, quantization,
                                   keep_aspect)
     record["scores"] = scores  # how `output` is read: one class, or many
+    record["source"] = source
     _write_files(wrapped, path, labels, (quantization, verify, overwrite),
                  record)
     return path

@@ -91,16 +91,21 @@ class ExportOptions:
         """
         check_options(options, [f.name for f in dataclasses.fields(cls)],
                       "export_model")
-        source = options.get("source")
-        try:  # export.json records it: checked before anything is written
-            json.dumps(source, allow_nan=False)
-        except (TypeError, ValueError) as error:
-            raise UsageError(f"source must be a JSON object or None: {error}"
-                             ) from None
-        if source is not None and not isinstance(source, dict):
-            raise UsageError("source must be a dict (export.json records "
-                             f"it) or None, not {type(source).__name__}.")
+        check_source(options.get("source"), "export.json")
         return cls(**options)
+
+
+def check_source(source, record: str) -> None:
+    """Refuses a `source` (where the model came from) that the JSON file
+    `record` cannot hold, before anything is written."""
+    try:
+        json.dumps(source, allow_nan=False)
+    except (TypeError, ValueError) as error:
+        raise UsageError(f"source must be a JSON object or None: {error}"
+                         ) from None
+    if source is not None and not isinstance(source, dict):
+        raise UsageError(f"source must be a dict ({record} records it) or "
+                         f"None, not {type(source).__name__}.")
 
 
 def class_names(names, num_classes: int) -> list:
