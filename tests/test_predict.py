@@ -591,6 +591,26 @@ def test_a_file_name_that_is_not_utf8_is_written_escaped(setup, tmp_path):
         "caf\\xe9.jpg")
 
 
+def test_a_newline_in_a_file_name_stays_on_its_line(setup, tmp_path,
+                                                    capsys):
+    """The plain output is a line per file: a name holding a newline or
+    a tab is printed with them escaped ("a\\nb.jpeg"), not split over two
+    lines; the JSON keeps the name as it is."""
+    root, _ = setup
+    folder = tmp_path / "odd"
+    folder.mkdir()
+    photo = (root / "photos" / "img0.jpeg").read_bytes()
+    (folder / "a\nb.jpeg").write_bytes(photo)
+    (folder / "c\td.jpeg").write_bytes(photo)
+    assert run_predict([f"--model={root / 'vit.keras'}", str(folder)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split(": ")[0] for line in lines] == [
+        str(folder / "a\\nb.jpeg"), str(folder / "c\\td.jpeg")], lines
+    data = _json(root, "odd", f"--model={root / 'vit.keras'}", str(folder))
+    assert [p["file"] for p in data["predictions"]] == [
+        str(folder / "a\nb.jpeg"), str(folder / "c\td.jpeg")]
+
+
 def test_a_timm_model_is_scored_with_its_crop_pct(tmp_path, capsys):
     """A timm folder's pretrained_cfg crop_pct (0.9 at 32: resize to 35,
     then the central 32 crop; the shorter side, the aspect ratio kept),

@@ -46,6 +46,7 @@ from keras_vit.commands.image_inputs import (  # noqa: F401 (this API)
 from keras_vit.commands.lazy import lazy_module
 from keras_vit.commands.prediction_files import (  # noqa: F401 (this API)
     check_output,
+    one_line,
     printable,
     top_k,
     write_output,
@@ -341,7 +342,7 @@ def print_results(args, files, tops, skipped) -> None:
         else:
             for path, top in zip(files, tops):
                 answer = ", ".join(f"{n} {p:.3f}" for _, n, p in top)
-                print(f"{printable(path)}: {answer}")
+                print(f"{one_line(path)}: {answer}")
         sys.stdout.flush()
     except BrokenPipeError:  # `... | head -2`: the reader has its lines
         cli.stdout_closed()

@@ -73,3 +73,11 @@ def printable(name: str) -> str:
     Python as lone surrogates) as backslash escapes."""
     return name.encode("utf-8", "surrogateescape").decode(
         "utf-8", "backslashreplace")
+
+
+def one_line(name: str) -> str:
+    """`printable(name)` with what is not printed as itself (a newline, a
+    tab, other control characters) escaped as Python writes it ("\\n"),
+    so that each file is one line of the plain output."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1]
+                   for c in printable(name))
