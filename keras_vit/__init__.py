@@ -162,9 +162,18 @@ _CORE = {
 }
 
 
+# The subpackages a user reaches as attributes (`keras_vit.analysis.
+# attention_rollout` after `import keras_vit`), imported on first access.
+_SUBPACKAGES = ("analysis", "checkpoint", "data", "evaluation", "export",
+                "scoring", "storage", "training")
+
+
 def __getattr__(name):
     module = _LAZY.get(name) or _CORE.get(name)
     if module is not None:
         with quiet_start.library_import():
             return getattr(errors.import_module(module), name)
+    if name in _SUBPACKAGES:
+        with quiet_start.library_import():
+            return errors.import_module(f"keras_vit.{name}")
     raise AttributeError(f"module 'keras_vit' has no attribute {name!r}")

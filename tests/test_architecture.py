@@ -113,6 +113,24 @@ def test_lazy_names_are_visible_to_the_contracts():
         assert name in keras_vit.__all__
 
 
+def test_the_subpackages_are_attributes_after_import_keras_vit():
+    """`import keras_vit` then `keras_vit.analysis.attention_rollout` (as
+    the docs write it) works without importing the subpackage first; a
+    name that is none is still an AttributeError."""
+    code = ("import keras_vit; "
+            "print(keras_vit.analysis.attention_rollout.__module__); "
+            "print(keras_vit.storage.atomic is None)\n"
+            "try:\n    keras_vit.nothing\n"
+            "except AttributeError as e:\n    print(e)")
+    run = subprocess.run([sys.executable, "-c", code], cwd=ROOT,
+                         env=dict(os.environ, PYTHONPATH=ROOT),
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.splitlines() == [
+        "keras_vit.analysis.core", "False",
+        "module 'keras_vit' has no attribute 'nothing'"]
+
+
 @pytest.mark.slow
 def test_import_keras_vit_loads_no_tensorflow():
     # The numpy backend: Keras itself then needs no TensorFlow either.
