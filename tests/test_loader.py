@@ -383,6 +383,13 @@ def test_the_resolver_refuses_in_one_line_saying_why(tmp_path):
     assert (f"It holds the exported model {tmp_path / 'edge' / 'vit.tflite'}"
             ", which keras-vit-predict reads") in refusal(
                 str(tmp_path / "edge"))
+    # Many: the first three named, the others counted.
+    for name in ("b", "c", "d", "e"):
+        (tmp_path / "edge" / f"{name}.tflite").write_bytes(b"")
+    edge = tmp_path / "edge"
+    assert (f"It holds the exported model {edge / 'b.tflite'} (and "
+            f"{edge / 'c.tflite'}, {edge / 'd.tflite'} and 2 more), which "
+            "keras-vit-predict reads") in refusal(str(edge))
     # A file renamed on download is named by what it holds, before the
     # reader its name picks refuses it for another reason.
     vit = create_model(None, num_classes=3, image_size=16, patch_size=8,

@@ -96,8 +96,11 @@ def _path_source(text: str, variant, posemb_grid, use_ema) -> Source:
                         tf.io.gfile.listdir(text)
                         if n.endswith(".tflite") or
                         is_saved_model(os.path.join(text, n.rstrip("/"))))
+        more = len(inside) - 3
         hint = (f" It holds the exported model {inside[0]}"
-                + (f" (and {', '.join(inside[1:3])})" if inside[1:] else "")
+                + (f" (and {', '.join(inside[1:3])}"
+                   + (f" and {more} more" if more > 0 else "") + ")"
+                   if inside[1:] else "")
                 + ", which keras-vit-predict reads (no other command: "
                 "they take the model it was exported from)." if inside
                 else "")
