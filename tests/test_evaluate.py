@@ -380,7 +380,7 @@ def test_cli_fewshot_on_digits(tmp_path, capsys):
 
 
 @covers("nonfinite_activations")
-def test_a_model_that_overflows_scores_nothing(tmp_path, capsys):
+def test_a_model_that_overflows_scores_nothing(tmp_path, capsys, caplog):
     """A model whose activations overflow (finite weights near float32's
     limit, which loading lets through): the few-shot probe is refused in
     one line, nothing written (its NaN features made every prediction
@@ -416,6 +416,11 @@ def test_a_model_that_overflows_scores_nothing(tmp_path, capsys):
     assert got["num_examples"] == 360
     assert got["accuracy"] == 0.0 and got["top5_accuracy"] == 0.0
     assert got["loss"] is None  # NaN, as JSON's null
+    # The log line says it as the file does, with the scores alone.
+    logged, = [r.getMessage() for r in caplog.records
+               if r.getMessage().startswith("eval digits test: ")]
+    assert logged == ("eval digits test: loss null (not finite), "
+                      "accuracy 0, top5_accuracy 0, num_examples 360"), logged
 
 
 def test_fewshot_results_of_a_replaced_model_file_are_not_kept(

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import math
 import os
 import re
 import time
@@ -19,6 +20,7 @@ from keras_vit.commands import config_args
 from keras_vit.commands import flags as cli
 from keras_vit.commands.lazy import lazy_module
 from keras_vit.errors import UsageError
+from keras_vit.progress import short_metrics
 
 if TYPE_CHECKING:  # imported on first use: --help loads no TensorFlow
     from keras_vit.commands import labels, result_file
@@ -45,6 +47,9 @@ else:
 
 # --mode=eval of an .npz or .keras file without a config: its global batch.
 EVAL_BATCH = 256
+# The scores of the evaluation's log line (the whole result is printed).
+SCORES = ("accuracy", "top5_accuracy", "loss", "num_examples",
+          "skipped_images")
 # --mode=eval of an image folder without a run's config: the folder
 # config's final split, the first of these the folder has.
 FOLDER_TEST = "test|val|validation|valid"
@@ -162,7 +167,10 @@ def evaluate(values, source, strategy) -> Dict:
     skipped = data_checks.skipped_images(inp).get(split)
     if skipped:  # config.input.skip_bad_images: named in the log
         metrics["skipped_images"] = skipped
-    logging.info("eval %s %s: %s", inp.dataset, split, metrics)
+    logging.info("eval %s %s: %s", inp.dataset, split, short_metrics({
+        name: "null (not finite)" if isinstance(value, float)
+        and not math.isfinite(value) else value  # as the file says it
+        for name, value in metrics.items() if name in SCORES}))
     text = wd.json_text(metrics)  # a NaN loss (overflow) as null
     print(text)
     if result_path and distribute.is_chief(strategy):  # one writer
