@@ -737,31 +737,3 @@ def test_a_workdir_named_with_glob_characters_fingerprints_its_files(
                   for name in ("plain", "run [1]"))
     assert [f[0] for f in plain] == [f[0] for f in odd]
     assert {f[0].split(".")[-1] for f in odd} >= {"index"}
-
-
-def test_a_keras_file_is_read_once_for_its_architecture_and_model(
-        tmp_path, monkeypatch):
-    """A command asks a `.keras` source its architecture (the size check)
-    before it builds the model: the model read for the first is the one
-    built, not read from the file again; a later build reads the file
-    anew (one model is never handed out twice)."""
-    from keras_vit.checkpoint import sources
-    from keras_vit.checkpoint.formats import keras_file
-
-    model = create_model(None, num_classes=3, image_size=16, patch_size=8,
-                         hidden_size=8, num_layers=1, num_heads=2, mlp_dim=8)
-    model.save(tmp_path / "m.keras")
-    reads = []
-    original = keras_file.read_keras_model
-    monkeypatch.setattr(keras_file, "read_keras_model",
-                        lambda path: reads.append(path) or original(path))
-    source = sources.KerasSource(str(tmp_path / "m.keras"))
-    assert source.architecture().image_size == (16, 16)
-    assert source.architecture().patch_size == 8
-    first, _ = source.build(image_size=32)
-    assert len(reads) == 1 and first.input_shape[1:3] == (32, 32)
-    second, _ = source.build()
-    assert len(reads) == 2 and second is not first
-    np.testing.assert_array_equal(
-        second.predict(np.zeros((1, 16, 16, 3)), verbose=0),
-        model.predict(np.zeros((1, 16, 16, 3)), verbose=0))

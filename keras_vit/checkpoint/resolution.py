@@ -7,7 +7,6 @@ from __future__ import annotations
 from typing import Optional, Sequence, Tuple, Union
 
 import keras
-from absl import logging
 
 from keras_vit import model as vit_model
 from keras_vit.architecture import image_hw
@@ -81,20 +80,3 @@ def rebuild_with_head(
         keep_pre_logits=representation_size is not None,
         posemb_grid=checkpoint_weights.model_grid(vit), source=source)
     return new, report
-
-
-def say_built_at(path: str, saved, model: keras.Model) -> None:
-    """Logs that the model of `path`, saved for `saved` (height, width)
-    images, is built for another input size (a flag's value left from
-    another model would otherwise change the answers without a word)."""
-    built = "x".join(str(side) for side in model.input_shape[1:3])
-    if None in saved:
-        logging.info("%s takes images of any size; built for %s only.",
-                     path, built)
-    else:
-        table = ("its sin-cos position embeddings computed for the new "
-                 "patch grid" if model.architecture.posemb == "sincos2d"
-                 else "its position embeddings resized to the new patch "
-                 "grid (bilinear)")
-        logging.info("%s was saved for %s images; built for %s, %s.", path,
-                     "x".join(map(str, saved)), built, table)

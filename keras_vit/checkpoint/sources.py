@@ -38,7 +38,6 @@ from keras_vit.checkpoint.hub import reader as hub
 from keras_vit.checkpoint.resolution import (
     rebuild_at_resolution,
     rebuild_with_head,
-    say_built_at,
 )
 from keras_vit.errors import UsageError
 from keras_vit.model import (
@@ -146,21 +145,10 @@ class Source:
 
 
 class _SavedKerasModel(Source):
-    """A source that holds its model (a workdir, a .keras file). The model
-    read to say its architecture is handed to the next `build`, not read
-    from the file again (and not kept after it)."""
+    """A source that holds its model (a workdir, a .keras file)."""
 
     def _model(self) -> keras.Model:
         raise NotImplementedError
-
-    def _read(self, keep: bool) -> keras.Model:
-        """The model `architecture` read (kept there for the next call
-        where `keep`), else the file's, read now. (Frozen: in __dict__.)"""
-        model = self.__dict__.pop("_read_before", None)
-        model = self._model() if model is None else model
-        if keep:
-            self.__dict__["_read_before"] = model
-        return model
 
     def build(self, image_size=None, *, num_classes=None, pooling=None,
               representation_size=FROM_SOURCE, strict=True):
@@ -173,7 +161,7 @@ class _SavedKerasModel(Source):
                 "fit it: `strict` chooses how an .npz, a hub model or a new "
                 "head (`num_classes`, `representation_size`) is loaded. "
                 "Leave it out.")
-        model, report = self._read(keep=False), None
+        model, report = self._model(), None
         if mpp.is_mpp_model(model):  # (its mask token and head are
             model = mpp.encoder_model(model)  # pre-training's alone)
         if new_head:
@@ -188,7 +176,7 @@ class _SavedKerasModel(Source):
         ):
             saved = tuple(model.input_shape[1:3])
             model = rebuild_at_resolution(model, image_size)
-            say_built_at(self.path, saved, model)
+            _say_built_at(self.path, saved, model)
         return model, report
 
     def _vit(self) -> keras.Model:
@@ -196,10 +184,7 @@ class _SavedKerasModel(Source):
         return require_vit(self.build()[0], self.path)
 
     def architecture(self) -> Architecture:
-        model = self._read(keep=True)
-        if mpp.is_mpp_model(model):  # as `build` gives it
-            model = mpp.encoder_model(model)
-        return architecture_of(require_vit(model, self.path))
+        return architecture_of(self._vit())
 
     def content(self) -> Content:
         model = self._vit()
@@ -207,6 +192,23 @@ class _SavedKerasModel(Source):
         activation = arch.representation_size and arch.pre_logits_activation
         return Content(weights.model_arrays(model), weights.model_grid(model),
                        "official", (), activation)
+
+
+def _say_built_at(path: str, saved, model: keras.Model) -> None:
+    """Logs that the model of `path`, saved for `saved` (height, width)
+    images, is built for another input size (a flag's value left from
+    another model would otherwise change the answers without a word)."""
+    built = "x".join(str(side) for side in model.input_shape[1:3])
+    if None in saved:
+        logging.info("%s takes images of any size; built for %s only.",
+                     path, built)
+    else:
+        table = ("its sin-cos position embeddings computed for the new "
+                 "patch grid" if model.architecture.posemb == "sincos2d"
+                 else "its position embeddings resized to the new patch "
+                 "grid (bilinear)")
+        logging.info("%s was saved for %s images; built for %s, %s.", path,
+                     "x".join(map(str, saved)), built, table)
 
 
 @dataclasses.dataclass(frozen=True)
