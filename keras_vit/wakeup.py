@@ -44,6 +44,8 @@ class Wakeup:
         """Whether it now watches. Never raises: where it cannot (not the
         main thread, no pipe or thread to spare, a platform whose wakeup
         descriptor takes no pipe) signals are as they were."""
+        if self._pipe is not None:
+            return True  # (started already: one pipe, one thread)
         try:
             read, write = os.pipe()
         except OSError:

@@ -312,6 +312,9 @@ def test_an_on_finish_of_two_arguments_is_still_called():
     assert taking_step(functools.partial(lambda a, m, n, s: s, 1))(
         "m", [], 5) == 5
     assert taking_step(None) is None
+    with pytest.raises(UsageError, match=r"on_finish\(model, names, \*, "
+                       r"step\) is called with three arguments"):
+        taking_step(lambda model, names, *, step: None)
 
 
 def test_resuming_with_other_input_names_the_field_or_draws_anew(tmp_path):
@@ -715,6 +718,9 @@ def test_a_resume_warning_shows_tensorflows_reason_not_its_op_name():
         "checksum does not match\n\t [[{{node RestoreV2}}]]")
     assert resume._first_line(error) == (
         "DataLossError: The length checksum does not match")
+    assert resume._first_line(tf.errors.DataLossError(
+        None, None, "{{function_node __wrapped__RestoreV2}}")) == (
+        "DataLossError: ")
     assert errors.one_line(error).startswith("The length checksum")
 
 

@@ -237,9 +237,11 @@ def test_curves_do_not_replace_a_users_file_of_their_name(tmp_path, capsys):
         assert analysis.main(args) == 0
         assert capsys.readouterr().out.strip() == str(mine)
         assert Image.open(mine).size[0] > 600
-    (run / "training_curves.png").write_bytes(b"an earlier version's")
-    assert analysis.main(["keras-vit-analysis", f"--curves={run}"]) == 0
-    assert Image.open(run / "training_curves.png").size[0] > 600
+    for output in ([], [f"--output_dir={run}/"]):  # the workdir itself
+        (run / "training_curves.png").write_bytes(b"an earlier version's")
+        assert analysis.main(["keras-vit-analysis", f"--curves={run}",
+                              *output]) == 0
+        assert Image.open(run / "training_curves.png").size[0] > 600
 
 
 def test_train_skips_the_curves_without_matplotlib(tmp_path, monkeypatch,

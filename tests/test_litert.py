@@ -485,4 +485,7 @@ def test_a_source_the_record_cannot_hold_is_refused(model, tmp_path):
     with pytest.raises(UsageError, match="source must be a JSON object"):
         litert.export_litert(model, str(tmp_path / "vit.tflite"),
                              source={"step": float("nan")})
+    with pytest.raises(UsageError, match="records at most 8192"):
+        litert.export_litert(model, str(tmp_path / "vit.tflite"),
+                             source={"location": "x" * 9000})
     assert os.listdir(tmp_path) == []

@@ -609,6 +609,11 @@ def test_a_newline_in_a_file_name_stays_on_its_line(setup, tmp_path,
     data = _json(root, "odd", f"--model={root / 'vit.keras'}", str(folder))
     assert [p["file"] for p in data["predictions"]] == [
         str(folder / "a\nb.jpeg"), str(folder / "c\td.jpeg")]
+    # Spaces of other scripts and joiners are no line break: as they are.
+    for name in ("a\u3000b.jpg", "a\xa0b.jpg", "\U0001F468\u200d\U0001F469.jpg",
+                 "caf\xe9.jpg"):
+        assert predict.one_line(name) == name
+    assert predict.one_line("a\u2028b\rc.jpg") == "a\\u2028b\\rc.jpg"
 
 
 def test_a_timm_model_is_scored_with_its_crop_pct(tmp_path, capsys):

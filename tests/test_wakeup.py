@@ -37,6 +37,8 @@ def test_each_signal_reaches_the_callback_and_stop_gives_the_fd_back(
     before = signal.set_wakeup_fd(-1)
     signal.set_wakeup_fd(before)
     assert watcher.start() and watcher.running
+    thread = watcher._thread
+    assert watcher.start() and watcher._thread is thread  # once
     os.kill(os.getpid(), signal.SIGUSR1)
     assert _wait_for(lambda: seen), "the callback never ran"
     data, now = seen[0]

@@ -38,7 +38,9 @@ def draw_curves(workdir: str, output_dir: Optional[str] = None) -> str:
         raise UsageError(f"{workdir} is not a folder: give the "
                          "workdir of a keras-vit-train run.")
     target = os.path.join(output_dir or workdir, FILE)
-    if (output_dir and tf.io.gfile.exists(target)
+    elsewhere = output_dir and os.path.normpath(output_dir) != os.path.normpath(
+        workdir)  # (a run's own: drawn again, even unmarked)
+    if (elsewhere and tf.io.gfile.exists(target)
             and not plots.drawn_here(target)):
         raise UsageError(
             f"{output_dir} holds {FILE}, which no keras-vit-analysis drew: "

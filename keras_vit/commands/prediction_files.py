@@ -7,6 +7,7 @@ import csv
 import io
 import json
 import os
+import unicodedata
 from typing import Optional, Sequence
 
 import numpy as np
@@ -76,8 +77,10 @@ def printable(name: str) -> str:
 
 
 def one_line(name: str) -> str:
-    """`printable(name)` with what is not printed as itself (a newline, a
-    tab, other control characters) escaped as Python writes it ("\\n"),
-    so that each file is one line of the plain output."""
-    return "".join(c if c.isprintable() else repr(c)[1:-1]
-                   for c in printable(name))
+    """`printable(name)` with its control characters (a newline, a tab)
+    and line separators escaped as Python writes them ("\\n"), so that
+    each file is one line of the plain output; other characters (a space
+    of any script, a joiner) as they are."""
+    return "".join(
+        repr(c)[1:-1] if unicodedata.category(c) in ("Cc", "Zl", "Zp")
+        else c for c in printable(name))

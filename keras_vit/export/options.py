@@ -95,17 +95,25 @@ class ExportOptions:
         return cls(**options)
 
 
+# The most characters of JSON a `source` may take (a path, a kind, a
+# step: far less), so that the records holding it stay small.
+MAX_SOURCE_CHARS = 8192
+
+
 def check_source(source, record: str) -> None:
     """Refuses a `source` (where the model came from) that the JSON file
     `record` cannot hold, before anything is written."""
     try:
-        json.dumps(source, allow_nan=False)
+        text = json.dumps(source, allow_nan=False)
     except (TypeError, ValueError) as error:
         raise UsageError(f"source must be a JSON object or None: {error}"
                          ) from None
     if source is not None and not isinstance(source, dict):
         raise UsageError(f"source must be a dict ({record} records it) or "
                          f"None, not {type(source).__name__}.")
+    if len(text) > MAX_SOURCE_CHARS:
+        raise UsageError(f"source is {len(text)} characters of JSON: "
+                         f"{record} records at most {MAX_SOURCE_CHARS}.")
 
 
 def class_names(names, num_classes: int) -> list:

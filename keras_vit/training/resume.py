@@ -75,7 +75,8 @@ def restore_latest(items: dict, ckpt_dir: str) -> Optional[str]:
 
 def _first_line(error: BaseException) -> str:
     text = without_op_name(getattr(error, "message", None) or str(error))
-    return f"{type(error).__name__}: {text.strip().splitlines()[0][:300]}"
+    lines = text.strip().splitlines() or [""]
+    return f"{type(error).__name__}: {lines[0][:300]}"
 
 
 def holds_iterator(checkpoint: str) -> bool:

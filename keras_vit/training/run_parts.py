@@ -7,6 +7,8 @@ import dataclasses
 import inspect
 from typing import Any, Callable, Dict, Optional
 
+from keras_vit.errors import UsageError
+
 
 @dataclasses.dataclass
 class Run:
@@ -54,17 +56,25 @@ class Run:
 
 def taking_step(on_finish: Optional[Callable]) -> Optional[Callable]:
     """`on_finish` called as (model, class names, step): one written for
-    earlier versions, which took (model, class names), gets those two."""
+    earlier versions, which took (model, class names), gets those two.
+
+    Raises:
+        UsageError: `on_finish` takes neither, before the run trains (it
+            would fail after the whole run).
+    """
     if on_finish is None:
         return None
     try:
-        inspect.signature(on_finish).bind(None, None, None)
-    except TypeError:
+        signature = inspect.signature(on_finish)
+    except (TypeError, ValueError):  # no signature to read: as it is
+        return on_finish
+    for count in (3, 2):
         try:
-            inspect.signature(on_finish).bind(None, None)
+            signature.bind(*[None] * count)
         except TypeError:
-            return on_finish  # neither: its own error, when it is called
-        return lambda model, names, step: on_finish(model, names)
-    except ValueError:  # no signature to read (a builtin): as it is
-        pass
-    return on_finish
+            continue
+        return on_finish if count == 3 else (
+            lambda model, names, step: on_finish(model, names))
+    raise UsageError(
+        f"on_finish{signature} is called with three arguments after the "
+        "final evaluation: (model, class_names, step).")
