@@ -191,18 +191,7 @@ def export_litert(  # noqa: PLR0913 (its options, by keyword)
     Returns:
         str. `path`.
     """
-    if quantization not in QUANTIZATIONS:
-        raise UsageError(
-            f"quantization {quantization!r}: use one of "
-            f"{', '.join(QUANTIZATIONS)}."
-        )
-    if not str(path).endswith(".tflite"):
-        raise UsageError(f"{path}: a LiteRT file's name ends in .tflite.")
-    if keras.backend.backend() != "tensorflow":
-        raise UsageError(
-            "LiteRT export runs on the TensorFlow backend; set "
-            "KERAS_BACKEND=tensorflow."
-        )
+    _check_options(quantization, path, source)
     num_classes = export_options.classifier_width(model, "LiteRT export")
     scores = vit_scores.scores_for(num_classes, scores)
     wrapped = pixels_model(model, scores=scores)
@@ -216,7 +205,6 @@ def export_litert(  # noqa: PLR0913 (its options, by keyword)
     if class_names is not None:  # one a line: none blank, as a SavedModel's
         labels = "".join(f"{name}\n" for name in export_options.class_names(
             class_names, num_classes))
-    export_options.check_source(source, "the .preprocessing.json")
     if verify:
         interpreter_class()  # fail before converting, not after
     record = preprocessing_record(height, width, resize_size, quantization,
@@ -226,6 +214,23 @@ def export_litert(  # noqa: PLR0913 (its options, by keyword)
     _write_files(wrapped, path, labels, (quantization, verify, overwrite),
                  record)
     return path
+
+
+def _check_options(quantization: str, path: str, source) -> None:
+    """The refusals of `export_litert`'s options, before any work."""
+    if quantization not in QUANTIZATIONS:
+        raise UsageError(
+            f"quantization {quantization!r}: use one of "
+            f"{', '.join(QUANTIZATIONS)}."
+        )
+    if not str(path).endswith(".tflite"):
+        raise UsageError(f"{path}: a LiteRT file's name ends in .tflite.")
+    if keras.backend.backend() != "tensorflow":
+        raise UsageError(
+            "LiteRT export runs on the TensorFlow backend; set "
+            "KERAS_BACKEND=tensorflow."
+        )
+    export_options.check_source(source, "the .preprocessing.json")
 
 
 def _check_free(path: str) -> None:
