@@ -23,6 +23,7 @@ from absl import logging
 
 from keras_vit.data import folders, sources
 from keras_vit.data import preprocessing as pp
+from keras_vit.data.decoding import as_written
 from keras_vit.errors import UsageError
 
 LABEL_ERROR = "Label out of range"
@@ -86,7 +87,7 @@ def find_unreadable_images(paths: Sequence[str], keep_size=None
     if not paths:
         return []
     ds = tf.data.Dataset.from_tensor_slices(paths).enumerate()
-    ds = ds.map(lambda i, path: (i, _decode(path, keep_size)),
+    ds = ds.map(as_written(lambda i, path: (i, _decode(path, keep_size))),
                 num_parallel_calls=tf.data.AUTOTUNE).ignore_errors()
     readable = {int(i) for i, _ in ds.as_numpy_iterator()}
     bad = []
@@ -205,7 +206,7 @@ def check_labels(ds: tf.data.Dataset, inp, num_classes: Optional[int],
         with tf.control_dependencies(checks):
             return image, tf.identity(label)
 
-    return ds.map(check, num_parallel_calls=tf.data.AUTOTUNE,
+    return ds.map(as_written(check), num_parallel_calls=tf.data.AUTOTUNE,
                   deterministic=True)
 
 

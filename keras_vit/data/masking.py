@@ -14,6 +14,7 @@ import tensorflow as tf
 
 from keras_vit import mpp
 from keras_vit.architecture import patch_grid
+from keras_vit.data.decoding import as_written
 
 
 def corruption_from_noise(
@@ -103,7 +104,7 @@ def add_corruption(ds: tf.data.Dataset, mpp_config, patches: int,
         return (features, *rest)
 
     return ds.enumerate().map(
-        corrupt,
+        as_written(corrupt),
         num_parallel_calls=tf.data.AUTOTUNE,
         deterministic=True,
     )

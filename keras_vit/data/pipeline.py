@@ -35,6 +35,7 @@ import tensorflow as tf
 from keras_vit.data import augment, folders, masking, sources, vtab, vtab_labels
 from keras_vit.data import checks as data_checks
 from keras_vit.data import preprocessing as pp
+from keras_vit.data.decoding import as_written
 from keras_vit.data.preprocessing import from_config as make_preprocess_fn
 from keras_vit.errors import UsageError
 
@@ -141,7 +142,7 @@ def _shard(inp, run_seed: int, split: str, training: bool, input_context,
             if training:  # file order (then cached); paths, not images
                 ds = ds.shuffle(len(paths), seed=seed)
         ds = ds.map(
-            lambda path, label: (tf.io.read_file(path), label),
+            as_written(lambda path, label: (tf.io.read_file(path), label)),
             num_parallel_calls=tf.data.AUTOTUNE,
             deterministic=True,
         )
@@ -212,7 +213,7 @@ def _tfds_shard(inp, split, training, input_context, seed) -> _Shard:
 
     if inp.vtab_task:  # the task's image and derived label
         to_pair = vtab.get_task(inp.vtab_task).example_fn
-    ds = ds.map(to_pair, num_parallel_calls=tf.data.AUTOTUNE)
+    ds = ds.map(as_written(to_pair), num_parallel_calls=tf.data.AUTOTUNE)
     exact = read_context is None
     return _Shard(
         ds,
@@ -284,12 +285,12 @@ def train_dataset(
     # and the iterator stays serialisable, so checkpoints can hold it.
     ds = ds.enumerate()
     ds = ds.map(
-        lambda index, example: (
+        as_written(lambda index, example: (
             preprocess(
                 decode(example[0]), tf.stack([tf.cast(seed, tf.int64), index])
             ),
             example[1],
-        ),
+        )),
         num_parallel_calls=tf.data.AUTOTUNE,
         deterministic=True,
     )
@@ -313,7 +314,7 @@ def train_dataset(
         # time: a parallel map would hold (and checkpoint) a whole batch
         # per core in flight.
         ds = ds.enumerate().map(
-            lambda index, batch: mix(*batch, index=index)
+            as_written(lambda index, batch: mix(*batch, index=index))
         )
     if inp.synthetic_data:
         # For benchmarks: one real batch, served again and again from
@@ -356,11 +357,12 @@ def eval_dataset(
     preprocess = make_preprocess_fn(inp.pp, run.image_size, run.seed,
                                     training=False)
     ds = ds.map(
-        lambda raw, label: (preprocess(shard.decode(raw)), label),
+        as_written(lambda raw, label: (preprocess(shard.decode(raw)),
+                                       label)),
         num_parallel_calls=tf.data.AUTOTUNE,
     )
     ds = ds.batch(batch, drop_remainder=False)
-    ds = ds.map(functools.partial(pad_batch, batch_size=batch))
+    ds = ds.map(as_written(functools.partial(pad_batch, batch_size=batch)))
     if shard.split_size is not None:
         count, _ = _pipelines(input_context)
         replicas = input_context.num_replicas_in_sync if input_context else 1

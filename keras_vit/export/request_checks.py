@@ -27,7 +27,7 @@ from typing import List, Optional, Sequence
 import tensorflow as tf
 
 from keras_vit.data import image_headers
-from keras_vit.data.decoding import decode_image
+from keras_vit.data.decoding import as_written, decode_image
 
 FORMATS = image_headers.FORMATS
 # Images of one request decoded at a time: a fixed few, not one per core
@@ -103,7 +103,7 @@ def _where_it_runs(image_bytes: tf.Tensor, fn, spec: tf.TensorSpec):
     pass that skips the failures, and the indices of those images."""
     count = tf.shape(image_bytes)[0]
     ds = tf.data.Dataset.from_tensor_slices((tf.range(count), image_bytes))
-    ds = ds.map(lambda i, data: (i, fn(data)),
+    ds = ds.map(as_written(lambda i, data: (i, fn(data))),
                 num_parallel_calls=DECODE_PARALLEL,
                 deterministic=True).ignore_errors()
     # A last element that is always there: one batch of everything.
