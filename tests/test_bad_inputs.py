@@ -342,17 +342,25 @@ def test_evaluating_an_image_too_elongated_to_keep_its_aspect_names_it(
     assert f"{root}/test/a/strip.png (The image is too elongated" in line
 
 
-@covers("resume_other_optimizer")
-def test_resuming_with_another_optimizer_names_the_field(tmp_path):
-    """keras-vit-train on a workdir with checkpoints, asked for another
-    optimizer: one line naming the field, exit 1, the checkpoints kept."""
-    from tests import console
-
-    workdir = tmp_path / "run"
+@pytest.fixture(scope="module")
+def checkpointed_run(tmp_path_factory):
+    """A tiny digits run of 4 steps with checkpoints at steps 2 and 4, made
+    once: each test resumes a copy of it."""
+    workdir = tmp_path_factory.mktemp("checkpointed") / "run"
     first = console.run("train", console.TINY_DIGITS + [
         "--config.trainer.total_steps=4",
         "--config.checkpoints.every_steps=2", f"--workdir={workdir}"])
     assert first.returncode == 0, first.stderr[-3000:]
+    return workdir
+
+
+@covers("resume_other_optimizer")
+def test_resuming_with_another_optimizer_names_the_field(tmp_path,
+                                                         checkpointed_run):
+    """keras-vit-train on a workdir with checkpoints, asked for another
+    optimizer: one line naming the field, exit 1, the checkpoints kept."""
+    workdir = tmp_path / "run"
+    shutil.copytree(checkpointed_run, workdir)
     before = sorted(os.listdir(workdir / "checkpoints"))
     result = console.run("train", console.TINY_DIGITS + [
         "--config.trainer.total_steps=8", "--config.optimizer.name=sgd",
@@ -377,18 +385,14 @@ def test_resuming_with_another_optimizer_names_the_field(tmp_path):
 
 
 @covers("resume_other_input", "resume_other_start_model")
-def test_resuming_with_other_data_or_start_model_names_the_field(tmp_path):
+def test_resuming_with_other_data_or_start_model_names_the_field(
+        tmp_path, checkpointed_run):
     """keras-vit-train on a workdir with checkpoints of its data order,
     given another batch, or a model to start from that it would not read:
     one line each, the checkpoints and config.json kept; with the data
     order drawn anew the other batch resumes."""
-    from tests import console
-
     workdir = tmp_path / "run"
-    first = console.run("train", console.TINY_DIGITS + [
-        "--config.trainer.total_steps=4",
-        "--config.checkpoints.every_steps=2", f"--workdir={workdir}"])
-    assert first.returncode == 0, first.stderr[-3000:]
+    shutil.copytree(checkpointed_run, workdir)
     config = (workdir / "config.json").read_text()
     other = tmp_path / "other_run"  # a source of the same architecture
     shutil.copytree(workdir, other)
