@@ -13,9 +13,10 @@ every command's start.
 Each of those modules imports the package in a `try` and sets it to None
 on ImportError, so the feature alone is unavailable and nothing else
 changes. Only an import made by those modules is refused: the commands'
-own imports of scikit-learn (the digits data), of matplotlib (the
-training curves) and of JAX (the JAX backend, whose Keras modules import
-it) load the packages as usual. No maintained library does this; the
+own imports of scikit-learn (`load_digits`, where its digits file is not
+where `keras_vit.data.digits` looks), of matplotlib (the training curves)
+and of JAX (the JAX backend, whose Keras modules import it) load the
+packages as usual. No maintained library does this; the
 standard library's import hooks do it in a few lines. Standard library
 only; `import keras_vit` installs it in a command's process
 (`keras_vit.quiet_start.is_command`), before anything loads Keras.

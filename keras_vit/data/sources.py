@@ -34,7 +34,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 import numpy as np
 from absl import logging
 
-from keras_vit.data import features, folders, splits, vtab
+from keras_vit.data import digits, features, folders, splits, vtab
 from keras_vit.data.image_files import FOLDER
 from keras_vit.errors import UsageError
 
@@ -53,17 +53,13 @@ class DatasetInfo:
 # ----------------------------------------------------------------- digits
 @functools.lru_cache(maxsize=1)
 def _digits_arrays():
-    from sklearn.datasets import load_digits
-    from sklearn.model_selection import train_test_split
-
-    digits = load_digits()
+    grey, target = digits.load()
     # 0..16 grey levels -> uint8 0..255.
-    images = np.round(digits.images * (255.0 / 16.0)).astype(np.uint8)
-    labels = digits.target.astype(np.int32)
-    x_train, x_test, y_train, y_test = train_test_split(
-        images, labels, test_size=360, random_state=0, stratify=labels
-    )
-    return {"train": (x_train, y_train), "test": (x_test, y_test)}
+    images = np.round(grey * (255.0 / 16.0)).astype(np.uint8)
+    labels = target.astype(np.int32)
+    train, test = digits.stratified_split(labels, test_size=360, seed=0)
+    return {"train": (images[train], labels[train]),
+            "test": (images[test], labels[test])}
 
 
 def digits_split(split: str) -> Tuple[np.ndarray, np.ndarray]:
