@@ -17,7 +17,7 @@ def as_written(fn):
     """`fn` for `tf.data.Dataset.map`, traced as written rather than
     rewritten by AutoGraph. The data functions branch on static shapes and
     config values only (on a tensor through `tf.cond` / `tf.case`), so the
-    rewrite (about two seconds of every process that builds a pipeline)
+    rewrite (about half a second of every process that builds a pipeline)
     would change nothing."""
     return tf.autograph.experimental.do_not_convert(fn)
 
