@@ -72,7 +72,7 @@ def extract_features(
     extended = strategy.extended
     multi_worker = getattr(extended, "_in_multi_worker_mode", lambda: False)()
 
-    @tf.function
+    @tf.function(autograph=False)  # no branch on a tensor to rewrite
     def step(images, labels, mask):
         def replica(images, labels, mask):
             return tf.cast(feature_model(images, training=False),

@@ -108,13 +108,16 @@ class Trainer(Evaluator):
             self._stop = tf.Variable(False, trainable=False,
                                      name="stop_request")
         self._train_loop = tf.function(self._train_loop_fn)
+        if self.accumulation_steps == 1 or self.jit_compile:
+            self._train_step_fn = tf.autograph.experimental.do_not_convert(
+                self._train_step_fn)
 
     # ------------------------------------------------------------- training
     # The functions without a loop or branch on a tensor run as written
-    # (do_not_convert): AutoGraph rewrites the host call's loop and the
-    # replica step down to gradient accumulation's loop, not the model's
-    # loss, gradients and update, which saves about a second of tracing
-    # per training process.
+    # (do_not_convert): AutoGraph rewrites the host call's loop, and the
+    # replica step only where it holds gradient accumulation's loop (not
+    # under jit_compile, whose function rewrites its own), not the model's
+    # loss, gradients and update: over a second of tracing per process.
     @tf.autograph.experimental.do_not_convert
     def _loss_and_grads(self, images, labels):
         with tf.GradientTape() as tape:
@@ -248,14 +251,9 @@ class Trainer(Evaluator):
 
     def _train_loop_fn(self, iterator, steps):
         strategy = self.strategy
-        sums = {
-            "loss": tf.constant(0.0),
-            "correct": tf.constant(0.0),
-            "grad_norm": tf.constant(0.0),
-            "nonfinite": tf.constant(0.0),
-            "first_nonfinite": tf.constant(-1),
-            "steps": tf.constant(0),
-        }
+        sums = {name: tf.constant(0.0)
+                for name in ("loss", "correct", "grad_norm", "nonfinite")}
+        sums.update(first_nonfinite=tf.constant(-1), steps=tf.constant(0))
         for i in tf.range(steps):
             if self.stoppable:
                 if self._stop.read_value():
