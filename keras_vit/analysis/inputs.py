@@ -23,6 +23,7 @@ from keras_vit.data import (
     image_paths,
     preprocessing,
 )
+from keras_vit.data import digits as digits_data
 from keras_vit.errors import UsageError
 
 IMAGE_EXTENSIONS = folders.IMAGE_EXTENSIONS
@@ -209,23 +210,20 @@ def digits_images(
         (images, names): float32 (digits, height, width, 3) and names such
         as "digit #3 (label 3)".
     """
-    from sklearn.datasets import load_digits
-
-    bundled = load_digits()
-    if not 1 <= digits <= len(bundled.images):
+    grey, labels = digits_data.load()
+    if not 1 <= digits <= len(grey):
         raise UsageError(
-            f"`digits` must be between 1 and {len(bundled.images)}, got "
-            f"{digits}."
+            f"`digits` must be between 1 and {len(grey)}, got {digits}."
         )
     images = [
         preprocessing.preprocess_eval(
             tf.constant(digit[..., None] * (255.0 / 16.0), tf.float32), size,
             resize_size, keep_aspect,
         ).numpy()
-        for digit in bundled.images[:digits]
+        for digit in grey[:digits]
     ]
     names = [
         f"digit #{i} (label {label})"
-        for i, label in enumerate(bundled.target[:digits])
+        for i, label in enumerate(labels[:digits])
     ]
     return np.stack(images), names

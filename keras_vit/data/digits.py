@@ -27,7 +27,10 @@ FILE = os.path.join("datasets", "data", "digits.csv.gz")
 def _installed_file() -> Optional[str]:
     """scikit-learn's digits.csv.gz, found without importing it; None
     where scikit-learn is not installed or keeps the file elsewhere."""
-    spec = importlib.util.find_spec("sklearn")
+    try:
+        spec = importlib.util.find_spec("sklearn")
+    except ValueError:  # a module without a spec put in its place
+        return None
     for folder in (spec.submodule_search_locations or []) if spec else []:
         path = os.path.join(folder, FILE)
         if os.path.isfile(path):
@@ -44,7 +47,7 @@ def load() -> Tuple[np.ndarray, np.ndarray]:
 
         digits = load_digits()
         return digits.images, digits.target
-    with gzip.open(path, "rt") as f:
+    with gzip.open(path, "rt", encoding="utf-8") as f:
         data = np.loadtxt(f, delimiter=",")
     return data[:, :-1].reshape(-1, 8, 8), data[:, -1].astype(int)
 
