@@ -22,7 +22,7 @@ from typing import List, Sequence, Union
 import numpy as np
 import tensorflow as tf
 
-from keras_vit.data import checks, preprocessing
+from keras_vit.data import checks, decoding, preprocessing
 from keras_vit.errors import UsageError, one_line
 from keras_vit.export import request_checks
 
@@ -205,7 +205,7 @@ def load_warmup_images(images: Sequence[WarmupImage]) -> List[bytes]:
                 "expected bytes, a path or a uint8 array."
             )
         try:
-            preprocessing.decode_image(tf.constant(data))
+            decoding.decode_one(tf.constant(data))
         except tf.errors.InvalidArgumentError as e:
             raise UsageError(
                 f"{what} is not a decodable JPEG/PNG/GIF/BMP image: "
@@ -229,7 +229,7 @@ def check_warmup_aspect(images: Sequence[bytes], resize_size: int,
     TF Serving replays the warm-up when it loads the model, and one
     refused request fails the load."""
     for index, data in enumerate(images):
-        shape = tf.shape(preprocessing.decode_image(tf.constant(data)))
+        shape = tf.shape(decoding.decode_one(tf.constant(data)))
         if not preprocessing.too_elongated(shape, resize_size):
             continue
         what = f"warmup_images[{index}]"
