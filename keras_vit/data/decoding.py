@@ -117,12 +117,9 @@ def refuse_huge(data: tf.Tensor):
         message=headers.HUGE_MESSAGE)
 
 
-# Callers that check images one at a time, eagerly (the warm-up images of
-# an export, a request's pixel budget): the header checks run op by op
-# otherwise, about 20 ms an image (1,000 warm-up images: 20 s); traced
-# once, each call is one function call.
+# For callers that decode images one at a time, eagerly (an export's
+# warm-up images): the header checks run op by op otherwise, about 20 ms
+# an image (1,000 warm-up images: 20 s); traced once, each call is one
+# function call.
 decode_one = tf.function(decode_image, autograph=False,
                          input_signature=[tf.TensorSpec([], tf.string)])
-declared_pixels_of_one = tf.function(
-    headers.declared_pixels, autograph=False,
-    input_signature=[tf.TensorSpec([], tf.string)])

@@ -160,6 +160,13 @@ def declared_pixels(data: tf.Tensor) -> tf.Tensor:
                    lambda: pixels)
 
 
+# `declared_pixels` traced once, for callers that count one image at a
+# time, eagerly (a request's pixel budget): op by op it takes about 20 ms
+# an image.
+declared_pixels_of_one = tf.function(
+    declared_pixels, autograph=False,
+    input_signature=[tf.TensorSpec([], tf.string)])
+
 @tf.function(input_signature=[tf.TensorSpec([], tf.string)])
 def gif_pixels(data: tf.Tensor) -> tf.Tensor:
     """int64: the pixels a GIF declares, as TensorFlow's decoder takes

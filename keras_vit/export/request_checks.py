@@ -27,11 +27,7 @@ from typing import List, Optional, Sequence
 import tensorflow as tf
 
 from keras_vit.data import image_headers
-from keras_vit.data.decoding import (
-    as_written,
-    declared_pixels_of_one,
-    decode_image,
-)
+from keras_vit.data.decoding import as_written, decode_image
 
 FORMATS = image_headers.FORMATS
 # Images of one request decoded at a time: a fixed few, not one per core
@@ -278,7 +274,8 @@ def requests_within_budget(images: Sequence[bytes],
     total = 0
     for image in images:
         try:
-            pixels = int(declared_pixels_of_one(tf.constant(image)))
+            pixels = int(image_headers.declared_pixels_of_one(
+                tf.constant(image)))
         except (tf.errors.OpError, ValueError):
             pixels = 0
         if pixels > image_headers.MAX_PIXELS:
